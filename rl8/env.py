@@ -1,0 +1,285 @@
+"""The batched environment contract and the validation of what an env returns.
+
+An :class:`Env` simulates ``num_envs`` copies of one environment at once, on one device. See
+``docs/envs.md`` for a walk-through of writing one.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from tensordict import TensorDictBase
+
+from .spaces import check_space, space_dtype, space_shape
+
+__all__ = ["Env", "EnvOutputError", "validate_step_output", "find_nonfinite"]
+
+
+class EnvOutputError(ValueError):
+    """An env returned data that breaks the step contract (missing key, shape, dtype, NaN)."""
+
+
+class Env(ABC):
+    """A batch of ``num_envs`` environments simulated together on one device.
+
+    Subclasses set the class (or instance) attributes :attr:`observation_space` and
+    :attr:`action_space` to the spaces of ONE environment (the batch dimension is implied)
+    and implement :meth:`reset` and :meth:`step`.
+
+    Two kinds of env exist:
+
+    * **episodic** envs return ``terminated`` and/or ``truncated`` from :meth:`step` and reset
+      the finished sub-envs themselves inside ``step`` (returning the observation before the
+      reset as ``final_obs``);
+    * **infinite-horizon** envs return neither; PPO resets all of them every
+      ``horizons_per_env_reset`` collects.
+
+    Args:
+        num_envs: Number of environments simulated in parallel (the batch size), >= 1.
+        horizon: Number of steps PPO collects per env between updates, or ``None`` when the
+            env does not care. Envs may use it, e.g. to size their own state.
+        device: Torch device the env's tensors live on.
+
+    Attributes:
+        max_num_envs: Class attribute; the largest ``num_envs`` the env supports (``None``:
+            no limit).
+        max_horizon: Class attribute; the largest ``horizon`` the env supports (``None``: no
+            limit).
+        episodic: Class attribute; ``True`` for envs that end episodes themselves (their
+            ``step`` returns ``terminated``/``truncated``), ``False`` for infinite-horizon envs.
+        metadata: Class attribute; ``render_fps`` is the frame rate (frames per second) of
+            videos recorded from :meth:`render`.
+    """
+
+    observation_space: spaces.Space
+    action_space: spaces.Space
+    max_num_envs: ClassVar[int | None] = None
+    max_horizon: ClassVar[int | None] = None
+    episodic: ClassVar[bool] = False
+    metadata: ClassVar[dict[str, Any]] = {"render_fps": 30}
+
+    def __init__(
+        self,
+        num_envs: int,
+        /,
+        horizon: int | None = None,
+        *,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        cls = type(self).__name__
+        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
+            raise ValueError(f"{cls}: num_envs must be an int >= 1, got {num_envs!r}")
+        if self.max_num_envs is not None and num_envs > self.max_num_envs:
+            raise ValueError(
+                f"{cls}: num_envs must be <= max_num_envs={self.max_num_envs}, got {num_envs}"
+            )
+        if horizon is not None:
+            if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
+                raise ValueError(f"{cls}: horizon must be an int >= 1 or None, got {horizon!r}")
+            if self.max_horizon is not None and horizon > self.max_horizon:
+                raise ValueError(
+                    f"{cls}: horizon must be <= max_horizon={self.max_horizon}, got {horizon}"
+                )
+        self.num_envs = num_envs
+        self.horizon = horizon
+        self.device = torch.device(device)
+
+    @abstractmethod
+    def reset(
+        self, *, config: dict[str, Any] | None = None, seed: int | None = None
+    ) -> torch.Tensor | TensorDictBase:
+        """Reset every sub-env and return the first observations.
+
+        Args:
+            config: Env parameters to apply from now on (e.g. ``{"gravity": 9.8}``), for domain
+                randomisation. ``None`` keeps the current ones. An unknown key is an error.
+            seed: Seed of the env's random number generator; ``None`` continues the current
+                stream.
+
+        Returns:
+            Observations of shape ``[num_envs, *observation_space.shape]`` (a TensorDict with
+            batch size ``[num_envs]`` for ``Dict`` observation spaces).
+        """
+
+    @abstractmethod
+    def step(self, action: torch.Tensor | TensorDictBase) -> TensorDictBase:
+        """Advance every sub-env by one step.
+
+        Args:
+            action: A batch of actions, see :mod:`rl8.spaces` for shapes and dtypes.
+
+        Returns:
+            A TensorDict with batch size ``[num_envs]``: ``obs`` and ``rewards`` (``[N, 1]``
+            float) always; ``terminated``/``truncated`` (``[N, 1]`` bool) and ``final_obs``
+            for episodic envs. See ``docs/envs.md``.
+        """
+
+    def render(self, index: int = 0) -> np.ndarray:
+        """Return an RGB frame (``uint8``, ``[height, width, 3]``) of sub-env ``index``."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement render()")
+
+    def close(self) -> None:
+        """Release resources (subprocesses, windows). The default does nothing."""
+
+    def apply_config(self, config: dict[str, Any] | None, allowed: dict[str, Any]) -> dict[str, Any]:
+        """Merge ``config`` into ``allowed`` (the current parameters), rejecting unknown keys.
+
+        Args:
+            config: User-given parameters, or ``None``.
+            allowed: The env's current parameters; its keys are the only allowed keys.
+
+        Returns:
+            A new dict with the merged parameters.
+        """
+        merged = dict(allowed)
+        for key, value in (config or {}).items():
+            if key not in allowed:
+                raise KeyError(
+                    f"{type(self).__name__}.reset: unknown config key {key!r}; "
+                    f"allowed keys: {sorted(allowed)}"
+                )
+            merged[key] = value
+        return merged
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(num_envs={self.num_envs}, horizon={self.horizon}, "
+            f"device={self.device})"
+        )
+
+
+def _check_value(
+    name: str, value: Any, space: spaces.Space, num_envs: int, env_name: str
+) -> None:
+    if isinstance(space, spaces.Dict):
+        if not isinstance(value, TensorDictBase):
+            raise EnvOutputError(
+                f"{env_name}.step: {name!r} must be a TensorDict for a Dict observation space, "
+                f"got {type(value).__name__}"
+            )
+        for key, sub in space.spaces.items():
+            if key not in value.keys():
+                raise EnvOutputError(
+                    f"{env_name}.step: missing key {name}[{key!r}]; expected keys "
+                    f"{sorted(space.spaces)}, got {sorted(value.keys())}"
+                )
+            _check_value(f"{name}[{key!r}]", value[key], sub, num_envs, env_name)
+        return
+    if not isinstance(value, torch.Tensor):
+        raise EnvOutputError(
+            f"{env_name}.step: {name!r} must be a torch.Tensor, got {type(value).__name__}"
+        )
+    expected = (num_envs, *space_shape(space))
+    if tuple(value.shape) != expected:
+        raise EnvOutputError(
+            f"{env_name}.step: {name!r} has shape {tuple(value.shape)}, expected {expected}"
+        )
+    want = space_dtype(space)
+    if want.is_floating_point != value.dtype.is_floating_point:
+        raise EnvOutputError(
+            f"{env_name}.step: {name!r} has dtype {value.dtype}, expected {want}"
+        )
+
+
+def validate_step_output(out: Any, env: Env) -> None:
+    """Check one ``step`` output against the contract; raise :class:`EnvOutputError` if broken.
+
+    Checks the type, the batch size, the presence of ``obs`` and ``rewards``, the shape and
+    dtype of every key, and that ``final_obs`` comes with ``terminated`` or ``truncated``.
+
+    Args:
+        out: What ``env.step`` returned.
+        env: The env that returned it.
+    """
+    name = type(env).__name__
+    n = env.num_envs
+    if not isinstance(out, TensorDictBase):
+        raise EnvOutputError(f"{name}.step must return a TensorDict, got {type(out).__name__}")
+    if tuple(out.batch_size) != (n,):
+        raise EnvOutputError(
+            f"{name}.step: TensorDict batch_size is {tuple(out.batch_size)}, expected ({n},)"
+        )
+    keys = set(out.keys())
+    for key in ("obs", "rewards"):
+        if key not in keys:
+            raise EnvOutputError(
+                f"{name}.step: missing key {key!r}; the step output has keys {sorted(keys)}"
+            )
+    _check_value("obs", out["obs"], env.observation_space, n, name)
+    rewards = out["rewards"]
+    if tuple(rewards.shape) != (n, 1):
+        raise EnvOutputError(
+            f"{name}.step: 'rewards' has shape {tuple(rewards.shape)}, expected ({n}, 1)"
+        )
+    if not rewards.is_floating_point():
+        raise EnvOutputError(
+            f"{name}.step: 'rewards' has dtype {rewards.dtype}, expected a floating dtype"
+        )
+    for key in ("terminated", "truncated"):
+        if key in keys:
+            flag = out[key]
+            if tuple(flag.shape) != (n, 1):
+                raise EnvOutputError(
+                    f"{name}.step: {key!r} has shape {tuple(flag.shape)}, expected ({n}, 1)"
+                )
+            if flag.dtype != torch.bool:
+                raise EnvOutputError(
+                    f"{name}.step: {key!r} has dtype {flag.dtype}, expected torch.bool"
+                )
+    if "final_obs" in keys:
+        if "terminated" not in keys and "truncated" not in keys:
+            raise EnvOutputError(
+                f"{name}.step: 'final_obs' is given without 'terminated' or 'truncated'"
+            )
+        _check_value("final_obs", out["final_obs"], env.observation_space, n, name)
+    elif "truncated" in keys:
+        raise EnvOutputError(
+            f"{name}.step: 'truncated' is given without 'final_obs'; truncated steps bootstrap "
+            "from the value of the observation before the auto-reset"
+        )
+    has_flags = "terminated" in keys or "truncated" in keys
+    if env.episodic and not has_flags:
+        raise EnvOutputError(
+            f"{name}.step: the env declares episodic=True but returned neither 'terminated' "
+            "nor 'truncated'"
+        )
+    if not env.episodic and has_flags:
+        raise EnvOutputError(
+            f"{name}.step: returned 'terminated'/'truncated' but the env declares "
+            "episodic=False; set the class attribute episodic = True"
+        )
+    unknown = keys - {"obs", "rewards", "terminated", "truncated", "final_obs", "info"}
+    if unknown:
+        raise EnvOutputError(
+            f"{name}.step: unknown keys {sorted(unknown)}; allowed: obs, rewards, terminated, "
+            "truncated, final_obs, info"
+        )
+
+
+def find_nonfinite(value: torch.Tensor | TensorDictBase, batch_dims: int = 1) -> torch.Tensor | None:
+    """Indices over the first ``batch_dims`` dims where ``value`` holds NaN or inf.
+
+    Args:
+        value: A tensor or TensorDict whose leading ``batch_dims`` dims are batch dims.
+        batch_dims: How many leading dims index envs (and time steps).
+
+    Returns:
+        ``None`` when everything is finite, else an int64 tensor of shape ``[K, batch_dims]``
+        with the offending indices.
+    """
+    tensors = value.values(True, True) if isinstance(value, TensorDictBase) else [value]
+    bad = None
+    for t in tensors:
+        if not t.is_floating_point():
+            continue
+        b = ~torch.isfinite(t)
+        if b.dim() > batch_dims:
+            b = b.flatten(batch_dims).any(-1)
+        bad = b if bad is None else bad | b
+    if bad is None or not bool(bad.any()):
+        return None
+    return bad.nonzero()

@@ -1,0 +1,110 @@
+"""Gymnasium spaces as batched torch tensors.
+
+rl8 describes the data with gymnasium spaces (one env's observation and action). These helpers
+turn a space into the shape and dtype of the tensors that hold a batch of its values, and
+allocate zero-filled batches of them (a nested :class:`~tensordict.TensorDict` for ``Dict``
+spaces).
+
+Conventions for actions (what a policy hands to ``Env.step``):
+
+============== ================================ ==========
+space          batched action shape              dtype
+============== ================================ ==========
+Discrete(n)    ``[N]``                          int64
+MultiDiscrete  ``[N, *nvec.shape]``              int64
+MultiBinary(n) ``[N, *shape]``                   int64 (0/1)
+Box            ``[N, *shape]``                   float32
+============== ================================ ==========
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from tensordict import TensorDict
+
+__all__ = ["SUPPORTED_SPACES", "check_space", "space_dtype", "space_shape", "zeros_like_space"]
+
+SUPPORTED_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary, spaces.Dict)
+
+
+def check_space(space: spaces.Space, *, field: str = "space") -> None:
+    """Raise ``TypeError`` when ``space`` (or a sub-space of a ``Dict``) is not supported.
+
+    Args:
+        space: A gymnasium space describing one env's observation or action.
+        field: What the space is, for the error message (e.g. ``"observation_space"``).
+    """
+    if isinstance(space, spaces.Dict):
+        for key, sub in space.spaces.items():
+            check_space(sub, field=f"{field}[{key!r}]")
+        return
+    if not isinstance(space, SUPPORTED_SPACES):
+        names = ", ".join(s.__name__ for s in SUPPORTED_SPACES)
+        raise TypeError(
+            f"{field}: unsupported gymnasium space {type(space).__name__} ({space}); "
+            f"rl8 supports {names}"
+        )
+
+
+def space_shape(space: spaces.Space) -> tuple[int, ...]:
+    """Shape of one value of a non-``Dict`` space as a torch tensor (no batch dimension)."""
+    if isinstance(space, spaces.Discrete):
+        return ()
+    if isinstance(space, spaces.MultiDiscrete):
+        return tuple(space.nvec.shape)
+    if isinstance(space, (spaces.Box, spaces.MultiBinary)):
+        return tuple(space.shape)
+    raise TypeError(f"space_shape: no tensor shape for {type(space).__name__}")
+
+
+def space_dtype(space: spaces.Space) -> torch.dtype:
+    """Torch dtype that rl8 uses for values of a non-``Dict`` space.
+
+    Discrete, MultiDiscrete and MultiBinary values are int64; Box values keep a floating
+    dtype (float32 unless the space is float64), and integer Boxes (e.g. images) keep their
+    integer dtype (uint8 stays uint8) so that no memory is wasted in the rollout buffer.
+    """
+    if isinstance(space, (spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)):
+        return torch.int64
+    if isinstance(space, spaces.Box):
+        if np.issubdtype(space.dtype, np.floating):
+            return torch.float64 if space.dtype == np.float64 else torch.float32
+        if space.dtype == np.bool_:
+            return torch.bool
+        return torch.from_numpy(np.zeros((), dtype=space.dtype)).dtype
+    raise TypeError(f"space_dtype: no tensor dtype for {type(space).__name__}")
+
+
+def zeros_like_space(
+    space: spaces.Space,
+    batch_size: Sequence[int],
+    *,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype | None = None,
+) -> torch.Tensor | TensorDict:
+    """Allocate a zero-filled batch of values of ``space``.
+
+    Args:
+        space: The space of one value.
+        batch_size: Leading batch dimensions, e.g. ``[num_envs]`` or ``[num_envs, horizon + 1]``.
+        device: Device to allocate on.
+        dtype: Override the dtype of a non-``Dict`` space (e.g. float32 for a Box of float64).
+
+    Returns:
+        A tensor of shape ``[*batch_size, *space_shape(space)]``, or a TensorDict with batch
+        size ``batch_size`` for ``Dict`` spaces.
+    """
+    batch_size = list(batch_size)
+    if isinstance(space, spaces.Dict):
+        return TensorDict(
+            {k: zeros_like_space(s, batch_size, device=device) for k, s in space.spaces.items()},
+            batch_size=batch_size,
+            device=device,
+        )
+    return torch.zeros(
+        (*batch_size, *space_shape(space)), dtype=dtype or space_dtype(space), device=device
+    )
