@@ -1,0 +1,114 @@
+"""The preallocated rollout buffer and generalised advantage estimation.
+
+Layout (DESIGN.md): a :class:`~tensordict.TensorDict` of batch size ``[num_envs, horizon + 1]``.
+Index ``t`` holds the observation at ``t`` and the action, log-probability, value and reward
+taken there; column ``horizon`` holds the last observation and its value.
+"""
+
+from __future__ import annotations
+
+import torch
+from gymnasium import spaces
+from tensordict import TensorDict, TensorDictBase
+
+from .spaces import zeros_like_space
+
+__all__ = ["RolloutBuffer", "compute_gae"]
+
+
+class RolloutBuffer:
+    """Storage for one collect, allocated once and written in place.
+
+    Args:
+        observation_space: Space of one observation.
+        action_shape: Per-sample shape of the raw actions the distribution produces.
+        action_dtype: Dtype of the raw actions.
+        num_envs: Number of envs (first batch dim).
+        horizon: Steps per collect (the second batch dim is ``horizon + 1``).
+        device: Device of the storage.
+        episodic: Also store ``terminated``, ``truncated`` and ``final_obs``.
+
+    Keys of :attr:`data`: ``obs``, ``actions``, ``logp``, ``values``, ``rewards``, and for
+    episodic envs ``terminated``, ``truncated`` (bool) and ``final_obs``.
+    """
+
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_shape: tuple[int, ...],
+        action_dtype: torch.dtype,
+        num_envs: int,
+        horizon: int,
+        *,
+        device: torch.device | str = "cpu",
+        episodic: bool = False,
+    ) -> None:
+        self.num_envs = num_envs
+        self.horizon = horizon
+        self.episodic = episodic
+        shape = [num_envs, horizon + 1]
+        data = {
+            "obs": zeros_like_space(observation_space, shape, device=device),
+            "actions": torch.zeros((*shape, *action_shape), dtype=action_dtype, device=device),
+            "logp": torch.zeros(shape, device=device),
+            "values": torch.zeros(shape, device=device),
+            "rewards": torch.zeros(shape, device=device),
+        }
+        if episodic:
+            data["terminated"] = torch.zeros(shape, dtype=torch.bool, device=device)
+            data["truncated"] = torch.zeros(shape, dtype=torch.bool, device=device)
+            data["final_obs"] = zeros_like_space(observation_space, shape, device=device)
+        self.data = TensorDict(data, batch_size=shape, device=device)
+
+    def __getitem__(self, key: str) -> torch.Tensor | TensorDictBase:
+        return self.data[key]
+
+
+def compute_gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    *,
+    gamma: float,
+    gae_lambda: float,
+    terminated: torch.Tensor | None = None,
+    truncated: torch.Tensor | None = None,
+    final_values: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised advantage estimation over ``[num_envs, T]`` rollouts.
+
+    Args:
+        rewards: ``[N, T]`` rewards.
+        values: ``[N, T + 1]`` values of the observations at ``0..T`` (``T``: the last obs).
+        gamma: Discount factor.
+        gae_lambda: GAE's lambda.
+        terminated: ``[N, T]`` bool: the episode ended in a true terminal state at step ``t``;
+            nothing is bootstrapped after it.
+        truncated: ``[N, T]`` bool: the episode was cut at step ``t`` (time limit); the value
+            of the observation before the auto-reset, ``final_values[:, t]``, is bootstrapped.
+        final_values: ``[N, T]`` values of ``final_obs`` (only read where ``truncated``).
+
+    Returns:
+        ``(advantages, returns)``, each ``[N, T]``; ``returns = advantages + values[:, :T]``.
+    """
+    n, t_len = rewards.shape
+    next_values = values[:, 1:]
+    if truncated is not None and final_values is not None:
+        next_values = torch.where(truncated, final_values, next_values)
+    if terminated is not None:
+        next_values = next_values.masked_fill(terminated, 0.0)
+    deltas = rewards + gamma * next_values - values[:, :-1]
+    if terminated is not None or truncated is not None:
+        done = torch.zeros_like(rewards, dtype=torch.bool)
+        if terminated is not None:
+            done = done | terminated
+        if truncated is not None:
+            done = done | truncated
+        carry = gamma * gae_lambda * (~done).to(rewards.dtype)
+    else:
+        carry = torch.full_like(rewards, gamma * gae_lambda)
+    advantages = torch.empty_like(rewards)
+    last = torch.zeros(n, dtype=rewards.dtype, device=rewards.device)
+    for t in range(t_len - 1, -1, -1):
+        last = deltas[:, t] + carry[:, t] * last
+        advantages[:, t] = last
+    return advantages, advantages + values[:, :-1]

@@ -1,0 +1,250 @@
+"""PPO's hyper-parameters: one frozen, validated dataclass.
+
+Defaults follow "The 37 Implementation Details of PPO" (Huang et al., 2022) and SB3's
+rl-zoo, tuned so that ``PPO(CartPole)`` solves CartPole in seconds on a laptop CPU; see
+``docs/hparams.md`` for each field and where rl8 differs from SB3 and CleanRL.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+
+from .schedules import Schedule
+
+__all__ = ["HParams"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class HParams:
+    """Hyper-parameters of :class:`rl8.PPO` (all keyword-only; see ``docs/hparams.md``).
+
+    Attributes:
+        num_envs: Number of environments simulated in parallel.
+        horizon: Env steps collected per env between updates; the buffer holds
+            ``num_envs * horizon`` transitions.
+        horizons_per_env_reset: ``k > 0``: PPO resets every env every ``k`` collects;
+            ``k < 0``: only once, before the first collect. ``0`` is invalid. Episodic envs
+            also reset finished sub-envs themselves.
+        gamma: Discount factor in [0, 1].
+        gae_lambda: GAE's lambda in [0, 1].
+        num_sgd_iters: Passes (epochs) over the buffer per update.
+        sgd_minibatch_size: Transitions per minibatch; must divide ``num_envs * horizon``.
+            ``None``: the whole buffer as one minibatch.
+        shuffle_minibatches: Draw minibatches from a fresh random permutation every pass.
+        clip_param: PPO's ratio clip epsilon (> 0).
+        dual_clip_param: Dual-clip constant c > 1 (Ye et al., 2020) bounding the loss of
+            negative-advantage samples, or ``None`` to disable.
+        vf_clip_param: Clip the value update to ``old_value +- vf_clip_param`` (PPO2-style
+            value clipping), or ``None`` to disable.
+        vf_coeff: Weight of the value loss in the total loss.
+        entropy_coeff: Weight of the entropy bonus (constant unless a schedule is given).
+        entropy_coeff_schedule: ``[(env_steps, coeff), ...]`` overriding ``entropy_coeff``.
+        lr: Learning rate of the optimizer (constant unless a schedule is given).
+        lr_schedule: ``[(env_steps, lr), ...]`` overriding ``lr``.
+        schedule_kind: ``"step"`` or ``"linear"`` interpolation of both schedules.
+        target_kl_div: Stop the update's remaining minibatches once the approximate KL
+            divergence of a minibatch exceeds this, or ``None``.
+        max_grad_norm: Clip the global gradient norm to this, or ``None``.
+        normalize_advantages: Normalise advantages per minibatch (zero mean, unit std).
+        normalize_rewards: Scale rewards by the running std of the discounted return.
+        normalize_observations: Normalise float observations with running mean/variance.
+        accumulate_grads: Accumulate gradients over all minibatches of a pass and take one
+            optimizer step per pass (instead of one per minibatch).
+        enable_amp: Mixed precision: bfloat16 autocast on CPU, float16 with a gradient
+            scaler on CUDA.
+        optimizer_cls: Optimizer class or its dotted path (``"torch.optim.Adam"``).
+        optimizer_kwargs: Extra keyword arguments of the optimizer (``lr`` is set from
+            ``lr``). Default: Adam's ``eps=1e-5`` as in the 37 details.
+        model_cls: Model class (see :mod:`rl8.models`) or ``None`` for the default.
+        model_config: Keyword arguments of the model class.
+        distribution_cls: Distribution class or ``None`` for the one the action space implies.
+        device: ``"auto"`` (CUDA when available, else CPU) or an explicit torch device.
+        seed: Seed of torch's RNG and the envs; ``None`` draws one from the OS.
+        env_config: Env parameters applied at every env reset (see ``Env.reset``).
+        env_kwargs: Extra keyword arguments for the env's constructor.
+        check_finite_collects: Check observations and rewards for NaN/inf during this many
+            first collects (``-1``: always, ``0``: never).
+        seq_len: Steps per training sequence for recurrent models (must divide ``horizon``);
+            ``None``: the horizon.
+        seqs_per_state_reset: Recurrent models: reset the hidden state every ``k`` sequences
+            (``k > 0``) or only at episode ends and env resets (``k < 0``).
+    """
+
+    num_envs: int = 512
+    horizon: int = 32
+    horizons_per_env_reset: int = -1
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    num_sgd_iters: int = 4
+    sgd_minibatch_size: int | None = 4096
+    shuffle_minibatches: bool = True
+    clip_param: float = 0.2
+    dual_clip_param: float | None = None
+    vf_clip_param: float | None = None
+    vf_coeff: float = 0.5
+    entropy_coeff: float = 0.0
+    entropy_coeff_schedule: tuple[tuple[int, float], ...] | None = None
+    lr: float = 1e-3
+    lr_schedule: tuple[tuple[int, float], ...] | None = None
+    schedule_kind: Literal["step", "linear"] = "step"
+    target_kl_div: float | None = None
+    max_grad_norm: float | None = 0.5
+    normalize_advantages: bool = True
+    normalize_rewards: bool = True
+    normalize_observations: bool = False
+    accumulate_grads: bool = False
+    enable_amp: bool = False
+    optimizer_cls: Any = "torch.optim.Adam"
+    optimizer_kwargs: dict[str, Any] = field(default_factory=lambda: {"eps": 1e-5})
+    model_cls: Any = None
+    model_config: dict[str, Any] = field(default_factory=dict)
+    distribution_cls: Any = None
+    device: str = "auto"
+    seed: int | None = None
+    env_config: dict[str, Any] = field(default_factory=dict)
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    check_finite_collects: int = 2
+    seq_len: int | None = None
+    seqs_per_state_reset: int = -1
+
+    @classmethod
+    def from_kwargs(cls, **kwargs: Any) -> "HParams":
+        """Build from keyword arguments; an unknown name is an error listing close matches."""
+        names = [f.name for f in dataclasses.fields(cls)]
+        for key in kwargs:
+            if key not in names:
+                close = difflib.get_close_matches(key, names, n=3)
+                hint = f"; did you mean {', '.join(close)}?" if close else ""
+                raise TypeError(f"unknown hyper-parameter {key!r}{hint} (valid: {', '.join(names)})")
+        return cls(**kwargs)
+
+    def replace(self, **changes: Any) -> "HParams":
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as a plain dict (classes stay classes)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    @property
+    def batch_size(self) -> int:
+        """Transitions per update: ``num_envs * horizon``."""
+        return self.num_envs * self.horizon
+
+    @property
+    def minibatch_size(self) -> int:
+        """Transitions per minibatch (the whole buffer when ``sgd_minibatch_size`` is None)."""
+        return self.sgd_minibatch_size or self.batch_size
+
+    def resolved_device(self) -> torch.device:
+        """The torch device: ``"auto"`` is CUDA when available, else CPU."""
+        if self.device == "auto":
+            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return torch.device(self.device)
+
+    def lr_at(self) -> Schedule:
+        """The learning-rate schedule (constant ``lr`` when no schedule is given)."""
+        return Schedule(self.lr_schedule or [(0, self.lr)], self.schedule_kind, field="lr_schedule")
+
+    def entropy_coeff_at(self) -> Schedule:
+        """The entropy-coefficient schedule (constant when no schedule is given)."""
+        return Schedule(
+            self.entropy_coeff_schedule or [(0, self.entropy_coeff)],
+            self.schedule_kind,
+            field="entropy_coeff_schedule",
+        )
+
+    # ------------------------------------------------------------------ validation
+    def __post_init__(self) -> None:
+        def bad(name: str, expected: str) -> None:
+            raise ValueError(f"hparam {name}: expected {expected}, got {getattr(self, name)!r}")
+
+        def is_int(v: Any) -> bool:
+            return isinstance(v, int) and not isinstance(v, bool)
+
+        def is_num(v: Any) -> bool:
+            return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+        for name in ("num_envs", "horizon", "num_sgd_iters"):
+            if not is_int(getattr(self, name)) or getattr(self, name) < 1:
+                bad(name, "an int >= 1")
+        if not is_int(self.horizons_per_env_reset) or self.horizons_per_env_reset == 0:
+            bad("horizons_per_env_reset", "a non-zero int (k > 0: every k collects; k < 0: once)")
+        for name in ("gamma", "gae_lambda"):
+            v = getattr(self, name)
+            if not is_num(v) or not 0.0 <= v <= 1.0:
+                bad(name, "a number in [0, 1]")
+        if self.sgd_minibatch_size is not None:
+            if not is_int(self.sgd_minibatch_size) or self.sgd_minibatch_size < 1:
+                bad("sgd_minibatch_size", "an int >= 1 or None")
+            if self.batch_size % self.sgd_minibatch_size:
+                raise ValueError(
+                    f"hparam sgd_minibatch_size: expected a divisor of num_envs * horizon = "
+                    f"{self.num_envs} * {self.horizon} = {self.batch_size}, got {self.sgd_minibatch_size}"
+                )
+        for name in ("clip_param", "lr"):
+            v = getattr(self, name)
+            if not is_num(v) or v <= 0:
+                bad(name, "a number > 0")
+        if self.dual_clip_param is not None and (not is_num(self.dual_clip_param) or self.dual_clip_param <= 1):
+            bad("dual_clip_param", "a number > 1 or None")
+        for name in ("vf_clip_param", "target_kl_div", "max_grad_norm"):
+            v = getattr(self, name)
+            if v is not None and (not is_num(v) or v <= 0):
+                bad(name, "a number > 0 or None")
+        for name in ("vf_coeff", "entropy_coeff"):
+            v = getattr(self, name)
+            if not is_num(v) or v < 0:
+                bad(name, "a number >= 0")
+        if self.schedule_kind not in ("step", "linear"):
+            bad("schedule_kind", "'step' or 'linear'")
+        for name in ("lr_schedule", "entropy_coeff_schedule"):
+            v = getattr(self, name)
+            if v is not None:
+                points = tuple(tuple(p) for p in v)
+                object.__setattr__(self, name, points)
+                Schedule(points, self.schedule_kind, field=name)  # validates
+                if name == "lr_schedule" and any(p[1] <= 0 for p in points):
+                    bad(name, "learning rates > 0")
+                if name == "entropy_coeff_schedule" and any(p[1] < 0 for p in points):
+                    bad(name, "coefficients >= 0")
+        for name in (
+            "shuffle_minibatches", "normalize_advantages", "normalize_rewards",
+            "normalize_observations", "accumulate_grads", "enable_amp",
+        ):
+            if not isinstance(getattr(self, name), bool):
+                bad(name, "a bool")
+        for name in ("optimizer_kwargs", "model_config", "env_config", "env_kwargs"):
+            if not isinstance(getattr(self, name), dict):
+                bad(name, "a dict")
+        if "lr" in self.optimizer_kwargs:
+            raise ValueError("hparam optimizer_kwargs: set the learning rate with lr=..., not optimizer_kwargs['lr']")
+        if not (isinstance(self.optimizer_cls, str) or isinstance(self.optimizer_cls, type)):
+            bad("optimizer_cls", "an optimizer class or a dotted path such as 'torch.optim.Adam'")
+        if not isinstance(self.device, (str, torch.device)):
+            bad("device", "'auto', 'cpu', 'cuda', 'cuda:N' or a torch.device")
+        if self.device != "auto":
+            try:
+                dev = torch.device(self.device)
+            except (RuntimeError, TypeError):
+                bad("device", "'auto', 'cpu', 'cuda', 'cuda:N' or a torch.device")
+            if dev.type == "cuda" and not torch.cuda.is_available():
+                bad("device", "a device that exists ('cuda' was asked for, but CUDA is not available)")
+        if self.seed is not None and not is_int(self.seed):
+            bad("seed", "an int or None")
+        if not is_int(self.check_finite_collects) or self.check_finite_collects < -1:
+            bad("check_finite_collects", "an int >= -1")
+        if self.seq_len is not None:
+            if not is_int(self.seq_len) or self.seq_len < 1 or self.horizon % self.seq_len:
+                raise ValueError(
+                    f"hparam seq_len: expected an int >= 1 that divides horizon={self.horizon}, "
+                    f"got {self.seq_len!r}"
+                )
+        if not is_int(self.seqs_per_state_reset) or self.seqs_per_state_reset == 0:
+            bad("seqs_per_state_reset", "a non-zero int (k > 0: every k sequences; k < 0: never)")

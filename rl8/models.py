@@ -1,0 +1,211 @@
+"""Models: networks that map observations to distribution parameters and a value.
+
+A model is any :class:`Model` subclass. PPO builds it as
+``model_cls(observation_space, action_space, distribution_cls, **model_config)`` and calls
+``forward(obs) -> (params, value)`` where ``params`` has shape
+``[B, distribution_cls.param_size(action_space)]`` and ``value`` has shape ``[B]``. See
+``docs/models.md`` for writing one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from gymnasium import spaces
+from tensordict import TensorDictBase
+from torch import nn
+
+__all__ = ["Model", "MLPModel", "flatten_observation", "flat_observation_size", "ACTIVATIONS"]
+
+ACTIVATIONS: dict[str, type[nn.Module]] = {
+    "tanh": nn.Tanh,
+    "relu": nn.ReLU,
+    "elu": nn.ELU,
+    "gelu": nn.GELU,
+    "silu": nn.SiLU,
+    "leaky_relu": nn.LeakyReLU,
+}
+
+
+def flat_observation_size(space: spaces.Space) -> int:
+    """Number of features :func:`flatten_observation` produces for one observation."""
+    if isinstance(space, spaces.Dict):
+        return sum(flat_observation_size(s) for k, s in space.spaces.items() if k != "action_mask")
+    if isinstance(space, spaces.Discrete):
+        return int(space.n)
+    if isinstance(space, spaces.MultiDiscrete):
+        return int(space.nvec.sum())
+    if isinstance(space, (spaces.Box, spaces.MultiBinary)):
+        return int(math.prod(space.shape))
+    raise TypeError(f"flat_observation_size: unsupported observation space {space}")
+
+
+def flatten_observation(obs: torch.Tensor | TensorDictBase, space: spaces.Space) -> torch.Tensor:
+    """Turn a batch of observations into float features ``[B, flat_observation_size(space)]``.
+
+    Box and MultiBinary values are flattened and cast to float32; Discrete and MultiDiscrete
+    values are one-hot encoded; ``Dict`` observations are the concatenation of their entries
+    in the space's key order, leaving out an ``action_mask``.
+    """
+    if isinstance(space, spaces.Dict):
+        parts = [
+            flatten_observation(obs[k], s) for k, s in space.spaces.items() if k != "action_mask"
+        ]
+        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
+    if isinstance(space, spaces.Discrete):
+        return F.one_hot(obs.long() - int(space.start), int(space.n)).float()
+    if isinstance(space, spaces.MultiDiscrete):
+        flat = obs.reshape(obs.shape[0], -1).long()
+        nvec = space.nvec.reshape(-1).tolist()
+        return torch.cat([F.one_hot(flat[:, i], n) for i, n in enumerate(nvec)], dim=-1).float()
+    x = obs.reshape(obs.shape[0], -1)
+    return x if x.dtype == torch.float32 else x.float()
+
+
+class Model(nn.Module):
+    """Base class of models: observations in, distribution parameters and value out.
+
+    Args:
+        observation_space: Space of one observation.
+        action_space: Space of one action.
+        distribution_cls: The action distribution class; the model's first output has width
+            ``distribution_cls.param_size(action_space)``.
+        **config: Model-specific options (``model_config`` in PPO's hyper-parameters).
+
+    Subclasses implement :meth:`forward`. Override :meth:`value` when the value can be
+    computed more cheaply than the full forward pass.
+    """
+
+    recurrent: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        distribution_cls: type,
+        /,
+        **config: Any,
+    ) -> None:
+        super().__init__()
+        self.observation_space = observation_space
+        self.action_space = action_space
+        self.distribution_cls = distribution_cls
+        self.config = dict(config)
+
+    def forward(self, obs: torch.Tensor | TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
+        """Compute distribution parameters ``[B, P]`` and values ``[B]`` for a batch of obs."""
+        raise NotImplementedError
+
+    def value(self, obs: torch.Tensor | TensorDictBase) -> torch.Tensor:
+        """Values ``[B]`` of a batch of observations."""
+        return self(obs)[1]
+
+
+def _mlp(sizes: Sequence[int], activation: type[nn.Module], ortho_init: bool) -> list[nn.Module]:
+    layers: list[nn.Module] = []
+    for i in range(len(sizes) - 1):
+        linear = nn.Linear(sizes[i], sizes[i + 1])
+        if ortho_init:
+            nn.init.orthogonal_(linear.weight, math.sqrt(2))
+            nn.init.zeros_(linear.bias)
+        layers += [linear, activation()]
+    return layers
+
+
+def _head(in_features: int, out_features: int, gain: float, ortho_init: bool) -> nn.Linear:
+    head = nn.Linear(in_features, out_features)
+    if ortho_init:
+        nn.init.orthogonal_(head.weight, gain)
+        nn.init.zeros_(head.bias)
+    return head
+
+
+class MLPModel(Model):
+    """The default model: multi-layer perceptrons for the policy and the value.
+
+    Args:
+        observation_space: Space of one observation (flattened with
+            :func:`flatten_observation`).
+        action_space: Space of one action.
+        distribution_cls: The action distribution class.
+        hiddens: Widths of the hidden layers, e.g. ``(64, 64)``.
+        activation: One of ``"tanh"``, ``"relu"``, ``"elu"``, ``"gelu"``, ``"silu"``,
+            ``"leaky_relu"``, or an ``nn.Module`` class.
+        shared: ``False`` (default): separate policy and value networks; ``True``: one trunk
+            with two heads.
+        state_dependent_std: For Gaussian distributions: the network outputs the log-std
+            (``True``) or a learned state-independent log-std is used (``False``, default).
+        init_log_std: Initial value of the state-independent log-std.
+        ortho_init: Orthogonal initialisation (gain sqrt(2) for hidden layers, 0.01 for the
+            policy head, 1 for the value head) with zero biases.
+    """
+
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        distribution_cls: type,
+        /,
+        *,
+        hiddens: Sequence[int] = (64, 64),
+        activation: str | type[nn.Module] = "tanh",
+        shared: bool = False,
+        state_dependent_std: bool = False,
+        init_log_std: float = 0.0,
+        ortho_init: bool = True,
+    ) -> None:
+        super().__init__(
+            observation_space, action_space, distribution_cls,
+            hiddens=tuple(hiddens), activation=activation, shared=shared,
+            state_dependent_std=state_dependent_std, init_log_std=init_log_std, ortho_init=ortho_init,
+        )
+        if isinstance(activation, str):
+            if activation not in ACTIVATIONS:
+                raise ValueError(
+                    f"model_config activation: expected one of {sorted(ACTIVATIONS)}, got {activation!r}"
+                )
+            act = ACTIVATIONS[activation]
+        else:
+            act = activation
+        hiddens = [int(h) for h in hiddens]
+        if any(h < 1 for h in hiddens):
+            raise ValueError(f"model_config hiddens: expected positive widths, got {hiddens}")
+        in_features = flat_observation_size(observation_space)
+        param_size = distribution_cls.param_size(action_space)
+        self.gaussian = bool(getattr(distribution_cls, "gaussian", False))
+        self.learned_log_std = self.gaussian and not state_dependent_std
+        head_size = param_size // 2 if self.learned_log_std else param_size
+        sizes = [in_features, *hiddens]
+        last = sizes[-1]
+        self.shared = bool(shared)
+        if self.shared:
+            self.trunk = nn.Sequential(*_mlp(sizes, act, ortho_init))
+            self.pi = _head(last, head_size, 0.01, ortho_init)
+            self.vf = _head(last, 1, 1.0, ortho_init)
+        else:
+            self.pi = nn.Sequential(*_mlp(sizes, act, ortho_init), _head(last, head_size, 0.01, ortho_init))
+            self.vf = nn.Sequential(*_mlp(sizes, act, ortho_init), _head(last, 1, 1.0, ortho_init))
+        if self.learned_log_std:
+            self.log_std = nn.Parameter(torch.full((head_size,), float(init_log_std)))
+
+    def _params(self, mean: torch.Tensor) -> torch.Tensor:
+        if not self.learned_log_std:
+            return mean
+        return torch.cat([mean, self.log_std.to(mean.dtype).expand_as(mean)], dim=-1)
+
+    def forward(self, obs: torch.Tensor | TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
+        x = flatten_observation(obs, self.observation_space)
+        if self.shared:
+            h = self.trunk(x)
+            return self._params(self.pi(h)), self.vf(h).squeeze(-1)
+        return self._params(self.pi(x)), self.vf(x).squeeze(-1)
+
+    def value(self, obs: torch.Tensor | TensorDictBase) -> torch.Tensor:
+        x = flatten_observation(obs, self.observation_space)
+        if self.shared:
+            return self.vf(self.trunk(x)).squeeze(-1)
+        return self.vf(x).squeeze(-1)

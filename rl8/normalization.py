@@ -1,0 +1,175 @@
+"""Running statistics for observation and reward normalisation.
+
+Every statistic is kept as (mean, var, count), so that statistics from several processes can
+be merged exactly (see :meth:`RunningMeanStd.merge_`), which is what data-parallel training
+needs.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from tensordict import TensorDictBase
+
+__all__ = ["RunningMeanStd", "ObservationNormalizer", "RewardNormalizer"]
+
+
+class RunningMeanStd(nn.Module):
+    """Mean and variance of a stream of batches, per feature, in float64.
+
+    Args:
+        shape: Shape of one sample (the feature shape); batches have extra leading dims.
+        device: Device of the statistics.
+    """
+
+    def __init__(self, shape: tuple[int, ...] = (), *, device: torch.device | str = "cpu") -> None:
+        super().__init__()
+        self.shape = tuple(shape)
+        self.register_buffer("mean", torch.zeros(self.shape, dtype=torch.float64, device=device))
+        self.register_buffer("var", torch.ones(self.shape, dtype=torch.float64, device=device))
+        self.register_buffer("count", torch.zeros((), dtype=torch.float64, device=device))
+
+    @torch.no_grad()
+    def update(self, batch: torch.Tensor) -> None:
+        """Fold a batch ``[..., *shape]`` into the statistics (no host synchronisation)."""
+        x = batch.reshape(-1, *self.shape).to(torch.float64)
+        n = x.shape[0]
+        if n == 0:
+            return
+        mean = x.mean(0)
+        var = x.var(0, unbiased=False) if n > 1 else torch.zeros_like(mean)
+        self.merge_(mean, var, torch.tensor(float(n), dtype=torch.float64, device=x.device))
+
+    @torch.no_grad()
+    def merge_(self, mean: torch.Tensor, var: torch.Tensor, count: torch.Tensor) -> None:
+        """Merge another set of statistics (Chan et al.'s parallel algorithm), in place."""
+        total = self.count + count
+        delta = mean - self.mean
+        safe_total = total.clamp(min=1.0)
+        new_mean = self.mean + delta * count / safe_total
+        m2 = self.var * self.count + var * count + delta.square() * self.count * count / safe_total
+        self.mean.copy_(new_mean)
+        self.var.copy_(torch.where(total > 0, m2 / safe_total, self.var))
+        self.count.copy_(total)
+
+    def std(self, eps: float = 1e-8) -> torch.Tensor:
+        """Standard deviation with ``eps`` added to the variance."""
+        return (self.var + eps).sqrt()
+
+    def extra_repr(self) -> str:
+        return f"shape={self.shape}"
+
+
+class ObservationNormalizer(nn.Module):
+    """Normalises observations with running mean and variance: ``clip((x - mean) / std)``.
+
+    Only floating-point leaves are normalised; integer leaves (e.g. images stored as uint8,
+    discrete observations) and an ``action_mask`` pass through unchanged.
+
+    Args:
+        example: One batch of observations ``[B, ...]`` (a tensor or TensorDict) that fixes the
+            feature shapes.
+        clip: Normalised values are clipped to ``[-clip, clip]``.
+        eps: Added to the variance before the square root.
+    """
+
+    def __init__(self, example: torch.Tensor | TensorDictBase, *, clip: float = 10.0, eps: float = 1e-8) -> None:
+        super().__init__()
+        self.clip = float(clip)
+        self.eps = float(eps)
+        self.stats = nn.ModuleDict()
+        for key, leaf in self._leaves(example):
+            self.stats[self._name(key)] = RunningMeanStd(tuple(leaf.shape[1:]), device=leaf.device)
+
+    @staticmethod
+    def _name(key: str | tuple[str, ...]) -> str:
+        return "obs" if key == () else "__".join(key if isinstance(key, tuple) else (key,))
+
+    @staticmethod
+    def _leaves(obs):
+        if isinstance(obs, TensorDictBase):
+            for key, leaf in obs.items(include_nested=True, leaves_only=True):
+                key = key if isinstance(key, tuple) else (key,)
+                if key[-1] == "action_mask" or not leaf.is_floating_point():
+                    continue
+                yield key, leaf
+        elif obs.is_floating_point():
+            yield (), obs
+
+    @torch.no_grad()
+    def update(self, obs: torch.Tensor | TensorDictBase, batch_dims: int = 1) -> None:
+        """Fold observations with ``batch_dims`` leading batch dims into the statistics."""
+        for key, leaf in self._leaves(obs):
+            rms = self.stats[self._name(key)]
+            rms.update(leaf.reshape(-1, *leaf.shape[batch_dims:]))
+
+    def forward(self, obs: torch.Tensor | TensorDictBase) -> torch.Tensor | TensorDictBase:
+        """Return normalised observations (a new tensor / TensorDict; the input is untouched)."""
+        if isinstance(obs, TensorDictBase):
+            out = obs.clone(recurse=False)
+            for key, leaf in self._leaves(obs):
+                out.set(key, self._normalize(self.stats[self._name(key)], leaf))
+            return out
+        if not obs.is_floating_point():
+            return obs
+        return self._normalize(self.stats["obs"], obs)
+
+    def _normalize(self, rms: RunningMeanStd, x: torch.Tensor) -> torch.Tensor:
+        mean = rms.mean.to(x.dtype)
+        inv_std = rms.var.add(self.eps).rsqrt().to(x.dtype)
+        return ((x - mean) * inv_std).clamp(-self.clip, self.clip)
+
+
+class RewardNormalizer(nn.Module):
+    """Scales rewards by the running standard deviation of the discounted return.
+
+    As in SB3's ``VecNormalize`` and the "37 implementation details": each env keeps a
+    discounted return ``G <- gamma * G * (1 - done) + r``; the variance of ``G`` over all envs
+    and steps seen so far scales the rewards (they are not centred).
+
+    Args:
+        num_envs: Number of envs (one running return each).
+        gamma: Discount factor of the return.
+        device: Device of the statistics.
+        clip: Scaled rewards are clipped to ``[-clip, clip]``.
+        eps: Added to the variance before the square root.
+    """
+
+    def __init__(
+        self, num_envs: int, gamma: float, *, device: torch.device | str = "cpu",
+        clip: float = 10.0, eps: float = 1e-8,
+    ) -> None:
+        super().__init__()
+        self.gamma = float(gamma)
+        self.clip = float(clip)
+        self.eps = float(eps)
+        self.stats = RunningMeanStd((), device=device)
+        self.register_buffer("returns", torch.zeros(num_envs, dtype=torch.float32, device=device))
+
+    @torch.no_grad()
+    def update(self, rewards: torch.Tensor, dones: torch.Tensor | None) -> None:
+        """Advance the running returns over a collect and fold them into the statistics.
+
+        Args:
+            rewards: ``[num_envs, T]`` rewards of one collect.
+            dones: ``[num_envs, T]`` bool, True where an episode ended at that step (its
+                running return restarts after it), or ``None`` for infinite-horizon envs.
+        """
+        g = self.returns
+        seen = torch.empty_like(rewards, dtype=torch.float32)
+        for t in range(rewards.shape[1]):
+            g = g * self.gamma + rewards[:, t]
+            seen[:, t] = g
+            if dones is not None:
+                g = g.masked_fill(dones[:, t], 0.0)
+        self.returns.copy_(g)
+        self.stats.update(seen.reshape(-1))
+
+    def reset(self) -> None:
+        """Restart every env's running return (when PPO resets all envs)."""
+        self.returns.zero_()
+
+    def forward(self, rewards: torch.Tensor) -> torch.Tensor:
+        """Scale ``rewards`` by the running std of the return."""
+        scale = self.stats.var.add(self.eps).rsqrt().to(rewards.dtype)
+        return (rewards * scale).clamp(-self.clip, self.clip)

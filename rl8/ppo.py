@@ -1,0 +1,473 @@
+"""Proximal Policy Optimization over batched environments.
+
+The whole algorithm reads top to bottom: :meth:`PPO.collect` fills the preallocated buffer by
+stepping the envs ``horizon`` times; :meth:`PPO.step` computes GAE advantages and runs the
+clipped-surrogate update. Both return flat ``dict[str, float]`` stats named as in DESIGN.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import secrets
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+
+from .buffer import RolloutBuffer, compute_gae
+from .env import Env, EnvOutputError, find_nonfinite, validate_step_output
+from .hparams import HParams
+from .normalization import RewardNormalizer
+from .policy import Policy
+
+__all__ = ["PPO", "make_env"]
+
+
+def _resolve(obj: Any, field: str) -> Any:
+    """A class given as a dotted path ``"pkg.module.Name"`` or as the class itself."""
+    if not isinstance(obj, str):
+        return obj
+    module, _, name = obj.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError) as e:
+        raise ValueError(f"hparam {field}: cannot import {obj!r} ({e})") from None
+
+
+def _flatten_time(x: torch.Tensor | TensorDictBase) -> torch.Tensor | TensorDictBase:
+    """Merge the ``[num_envs, time]`` batch dims into one."""
+    if isinstance(x, TensorDictBase):
+        return x.reshape(-1)
+    return x.reshape(-1, *x.shape[2:])
+
+
+def make_env(
+    env: type[Env] | str | Callable[..., Any],
+    num_envs: int,
+    horizon: int | None,
+    *,
+    device: torch.device | str,
+    env_kwargs: dict[str, Any] | None = None,
+) -> Env:
+    """Build a batched env from an :class:`Env` subclass, a gymnasium id or a gymnasium maker.
+
+    Args:
+        env: An :class:`Env` subclass (or a dotted path to one); a registered gymnasium id
+            such as ``"CartPole-v1"``; or a callable returning a ``gymnasium.Env``.
+        num_envs: Number of parallel envs.
+        horizon: PPO's horizon, handed to the env.
+        device: Device of the env's tensors.
+        env_kwargs: Extra keyword arguments of the env's constructor (for gymnasium envs: of
+            :class:`rl8.envs.GymnasiumEnv`, e.g. ``vectorization_mode`` or ``env_kwargs``).
+    """
+    kwargs = dict(env_kwargs or {})
+    if isinstance(env, str) and "." in env and "/" not in env and not env[0].isupper():
+        env = _resolve(env, "env")
+    if isinstance(env, type) and issubclass(env, Env):
+        return env(num_envs, horizon, device=device, **kwargs)
+    if isinstance(env, str) or callable(env):
+        from .envs.gymnasium import GymnasiumEnv
+
+        return GymnasiumEnv(num_envs, horizon, device=device, env=env, **kwargs)
+    raise TypeError(
+        f"env: expected an rl8.Env subclass, a gymnasium id or a callable making a gymnasium "
+        f"env, got {env!r}"
+    )
+
+
+class PPO:
+    """PPO with a preallocated rollout buffer over batched environments.
+
+    Args:
+        env: The environment: an :class:`rl8.Env` subclass (built with ``num_envs`` and
+            ``horizon``), a gymnasium id such as ``"CartPole-v1"``, or a callable that makes a
+            gymnasium env.
+        **hparams: Hyper-parameters, see :class:`rl8.HParams` (an unknown name is an error).
+
+    Attributes:
+        hparams: The frozen, validated :class:`~rl8.HParams`.
+        env: The batched env instance.
+        policy: The :class:`~rl8.Policy` (model + distribution + normaliser).
+        optimizer: The torch optimizer.
+        buffer: The :class:`~rl8.buffer.RolloutBuffer`.
+        env_steps: Env transitions collected so far (all envs together).
+        env_resets: Times PPO reset all envs.
+        collects: Number of :meth:`collect` calls.
+        steps: Number of :meth:`step` (update) calls.
+
+    Example:
+        >>> from rl8 import PPO
+        >>> from rl8.envs import CartPole
+        >>> algo = PPO(CartPole, num_envs=64, horizon=16, seed=0)
+        >>> rollout_stats = algo.collect()
+        >>> update_stats = algo.step()
+    """
+
+    def __init__(self, env: type[Env] | str | Callable[..., Any], /, **hparams: Any) -> None:
+        self.hparams = hp = HParams.from_kwargs(**hparams)
+        self.device = hp.resolved_device()
+        self.seed = hp.seed if hp.seed is not None else secrets.randbits(31)
+        torch.manual_seed(self.seed)
+        self.env_spec = env
+        self.env = make_env(env, hp.num_envs, hp.horizon, device=self.device, env_kwargs=hp.env_kwargs)
+        self.policy = Policy(
+            self.env.observation_space,
+            self.env.action_space,
+            model_cls=_resolve(hp.model_cls, "model_cls"),
+            model_config=hp.model_config,
+            distribution_cls=_resolve(hp.distribution_cls, "distribution_cls"),
+            normalize_observations=hp.normalize_observations,
+            device=self.device,
+        )
+        optimizer_cls = _resolve(hp.optimizer_cls, "optimizer_cls")
+        self.optimizer = optimizer_cls(self.policy.parameters(), lr=hp.lr, **hp.optimizer_kwargs)
+        dist = self.policy.distribution_cls
+        space = self.env.action_space
+        self.buffer = RolloutBuffer(
+            self.env.observation_space,
+            tuple(dist.raw_action_shape(space)),
+            dist.raw_action_dtype(space),
+            hp.num_envs,
+            hp.horizon,
+            device=self.device,
+            episodic=self.env.episodic,
+        )
+        self.reward_normalizer = (
+            RewardNormalizer(hp.num_envs, hp.gamma, device=self.device) if hp.normalize_rewards else None
+        )
+        self.lr_schedule = hp.lr_at()
+        self.entropy_coeff_schedule = hp.entropy_coeff_at()
+        self.amp_dtype = torch.float16 if self.device.type == "cuda" else torch.bfloat16
+        self.grad_scaler = (
+            torch.amp.GradScaler("cuda") if hp.enable_amp and self.device.type == "cuda" else None
+        )
+        self.env_steps = 0
+        self.env_resets = 0
+        self.collects = 0
+        self.steps = 0
+        self._obs: torch.Tensor | TensorDictBase | None = None
+        self._validated = False
+        n = hp.num_envs
+        self._episode_return = torch.zeros(n, device=self.device)
+        self._episode_length = torch.zeros(n, device=self.device)
+
+    # ----------------------------------------------------------------- helpers
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        if not self.hparams.enable_amp:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.amp_dtype)
+
+    def _needs_reset(self) -> bool:
+        k = self.hparams.horizons_per_env_reset
+        return self._obs is None or (k > 0 and self.collects % k == 0)
+
+    def reset_envs(self, *, env_config: dict[str, Any] | None = None) -> None:
+        """Reset every env (applying ``hparams.env_config`` updated with ``env_config``)."""
+        config = {**self.hparams.env_config, **(env_config or {})}
+        seed = self.seed if self.env_resets == 0 else None
+        self._obs = self.env.reset(config=config or None, seed=seed)
+        self.env_resets += 1
+        self._episode_return.zero_()
+        self._episode_length.zero_()
+        if self.reward_normalizer is not None:
+            self.reward_normalizer.reset()
+
+    # ----------------------------------------------------------------- collect
+    @torch.no_grad()
+    def collect(self, *, env_config: dict[str, Any] | None = None, deterministic: bool = False) -> dict[str, float]:
+        """Step the envs ``horizon`` times, filling the rollout buffer in place.
+
+        Envs are reset first when the reset rule says so (before the first collect, then
+        every ``horizons_per_env_reset`` collects when that is positive).
+
+        Args:
+            env_config: Env parameters applied if the envs are reset before this collect
+                (merged over ``hparams.env_config``).
+            deterministic: Take the distributions' modes instead of sampling.
+
+        Returns:
+            Rollout stats: ``returns/*``, ``rewards/*``, and for episodic envs
+            ``episodes/{return_mean,length_mean,count}``.
+        """
+        hp = self.hparams
+        if self._needs_reset():
+            self.reset_envs(env_config=env_config)
+        data = self.buffer.data
+        policy, env = self.policy, self.env
+        dist_cls, space = policy.distribution_cls, env.action_space
+        obs_buf = data["obs"]
+        actions_buf, logp_buf = data["actions"], data["logp"]
+        values_buf, rewards_buf = data["values"], data["rewards"]
+        episodic = env.episodic
+        if episodic:
+            term_buf, trunc_buf, final_buf = data["terminated"], data["truncated"], data["final_obs"]
+        obs = self._obs
+        with self._autocast():
+            for t in range(hp.horizon):
+                obs_buf[:, t] = obs
+                dist, value = policy.distribution(obs)
+                actions = dist.deterministic_sample() if deterministic else dist.sample()
+                actions_buf[:, t] = actions
+                logp_buf[:, t] = dist.log_prob(actions)
+                values_buf[:, t] = value
+                out = env.step(dist_cls.to_env_action(actions, space))
+                if not self._validated:
+                    validate_step_output(out, env)
+                    self._validated = True
+                rewards_buf[:, t] = out["rewards"][:, 0]
+                if episodic:
+                    term = out.get("terminated", None)
+                    trunc = out.get("truncated", None)
+                    if term is not None:
+                        term_buf[:, t] = term[:, 0]
+                    if trunc is not None:
+                        trunc_buf[:, t] = trunc[:, 0]
+                        final_buf[:, t] = out["final_obs"]
+                obs = out["obs"]
+            obs_buf[:, hp.horizon] = obs
+            values_buf[:, hp.horizon] = policy.value(obs)
+        self._obs = obs
+        self.env_steps += hp.num_envs * hp.horizon
+        self.collects += 1
+        n = hp.check_finite_collects
+        if n == -1 or self.collects <= n:
+            self._check_finite()
+        rewards = rewards_buf[:, : hp.horizon]
+        dones = None
+        if episodic:
+            dones = term_buf[:, : hp.horizon] | trunc_buf[:, : hp.horizon]
+        if self.reward_normalizer is not None:
+            self.reward_normalizer.update(rewards, dones)
+        return self._rollout_stats(rewards, dones)
+
+    def _check_finite(self) -> None:
+        data = self.buffer.data
+        for key in ("obs", "rewards"):
+            bad = find_nonfinite(data[key][:, : self.hparams.horizon + (key == "obs")], batch_dims=2)
+            if bad is not None:
+                pairs = ", ".join(f"(env {i}, step {t})" for i, t in bad[:10].tolist())
+                more = f" and {len(bad) - 10} more" if len(bad) > 10 else ""
+                raise EnvOutputError(
+                    f"{type(self.env).__name__}: non-finite values (NaN or inf) in {key!r} at "
+                    f"{pairs}{more} during collect {self.collects} (set "
+                    f"check_finite_collects=0 to turn this check off)"
+                )
+
+    def _rollout_stats(self, rewards: torch.Tensor, dones: torch.Tensor | None) -> dict[str, float]:
+        returns = rewards.sum(1)
+        names = ["returns/min", "returns/max", "returns/mean", "returns/std",
+                 "rewards/min", "rewards/max", "rewards/mean", "rewards/std"]
+        flat = rewards.reshape(-1)
+        values = [returns.min(), returns.max(), returns.mean(), returns.std(unbiased=False),
+                  flat.min(), flat.max(), flat.mean(), flat.std(unbiased=False)]
+        if dones is not None:
+            ret_sum, len_sum, count = self._episode_stats(rewards, dones)
+            names += ["episodes/return_sum", "episodes/length_sum", "episodes/count"]
+            values += [ret_sum, len_sum, count]
+        out = dict(zip(names, torch.stack([v.float() for v in values]).tolist()))
+        if dones is not None:
+            count = out["episodes/count"]
+            ret_sum, len_sum = out.pop("episodes/return_sum"), out.pop("episodes/length_sum")
+            if count > 0:
+                out["episodes/return_mean"] = ret_sum / count
+                out["episodes/length_mean"] = len_sum / count
+        return out
+
+    def _episode_stats(self, rewards: torch.Tensor, dones: torch.Tensor):
+        """Sums of returns and lengths of episodes that ended in this collect, vectorised."""
+        n, h = rewards.shape
+        steps = torch.arange(h, device=rewards.device)
+        cum_ret = self._episode_return[:, None] + rewards.float().cumsum(1)
+        cum_len = self._episode_length[:, None] + (steps + 1).float()
+        last_done = torch.where(dones, steps, -1).cummax(1).values
+        prev_done = torch.cat([torch.full((n, 1), -1, device=rewards.device), last_done[:, :-1]], 1)
+        has_prev = prev_done >= 0
+        idx = prev_done.clamp(min=0)
+        start_ret = torch.where(has_prev, cum_ret.gather(1, idx), 0.0)
+        start_len = torch.where(has_prev, cum_len.gather(1, idx), 0.0)
+        done_f = dones.float()
+        ret_sum = ((cum_ret - start_ret) * done_f).sum()
+        len_sum = ((cum_len - start_len) * done_f).sum()
+        final = last_done[:, -1:]
+        ended = final >= 0
+        fidx = final.clamp(min=0)
+        self._episode_return = (cum_ret[:, -1:] - torch.where(ended, cum_ret.gather(1, fidx), 0.0))[:, 0]
+        self._episode_length = (cum_len[:, -1:] - torch.where(ended, cum_len.gather(1, fidx), 0.0))[:, 0]
+        return ret_sum, len_sum, done_f.sum()
+
+    # ----------------------------------------------------------------- update
+    def _advantages(self) -> tuple[torch.Tensor, torch.Tensor]:
+        hp = self.hparams
+        data = self.buffer.data
+        h = hp.horizon
+        rewards = data["rewards"][:, :h]
+        if self.reward_normalizer is not None:
+            rewards = self.reward_normalizer(rewards)
+        values = data["values"]
+        terminated = truncated = final_values = None
+        if self.env.episodic:
+            terminated = data["terminated"][:, :h]
+            truncated = data["truncated"][:, :h]
+            final_values = self._final_values(truncated)
+        return compute_gae(
+            rewards, values, gamma=hp.gamma, gae_lambda=hp.gae_lambda,
+            terminated=terminated, truncated=truncated, final_values=final_values,
+        )
+
+    def _final_values(self, truncated: torch.Tensor) -> torch.Tensor | None:
+        """Values of ``final_obs`` at truncated steps, in one batched forward pass."""
+        index = truncated.nonzero()
+        if index.shape[0] == 0:
+            return None
+        final_obs = self.buffer.data["final_obs"][index[:, 0], index[:, 1]]
+        with self._autocast():
+            values = self.policy.value(final_obs).float()
+        out = torch.zeros(truncated.shape, device=values.device)
+        out[index[:, 0], index[:, 1]] = values
+        return out
+
+    def step(self) -> dict[str, float]:
+        """Run the PPO update on the last collect's buffer.
+
+        Computes GAE advantages (stopping at ``terminated``, bootstrapping from the value of
+        ``final_obs`` at ``truncated``), then ``num_sgd_iters`` passes of minibatch SGD on the
+        clipped surrogate, (optionally clipped) value loss and entropy bonus.
+
+        Returns:
+            Update stats: ``losses/{policy,vf,entropy,total}``,
+            ``monitors/{kl_div,clip_fraction,explained_variance,grad_norm}``,
+            ``coefficients/{entropy,vf,lr}``.
+        """
+        if self.collects == 0:
+            raise RuntimeError("PPO.step() needs a collect() first: the rollout buffer is empty")
+        hp = self.hparams
+        h = hp.horizon
+        data = self.buffer.data
+        with torch.no_grad():
+            advantages, returns = self._advantages()
+            old_values = data["values"][:, :h]
+            explained_variance = 1 - (returns - old_values).var() / returns.var().clamp(min=1e-8)
+        batch = hp.batch_size
+        obs = _flatten_time(data["obs"][:, :h])
+        actions = _flatten_time(data["actions"][:, :h])
+        old_logp = data["logp"][:, :h].reshape(batch)
+        old_values = old_values.reshape(batch)
+        advantages = advantages.reshape(batch)
+        returns = returns.reshape(batch)
+
+        lr = self.lr_schedule(self.env_steps)
+        entropy_coeff = self.entropy_coeff_schedule(self.env_steps)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        mb = hp.minibatch_size
+        num_minibatches = batch // mb
+        sums = torch.zeros(8, device=self.device)
+        count = 0
+        stop = False
+        params = [p for p in self.policy.parameters() if p.requires_grad]
+        for _ in range(hp.num_sgd_iters):
+            if num_minibatches > 1 and hp.shuffle_minibatches:
+                order = torch.randperm(batch, device=self.device)
+            else:
+                order = None
+            if hp.accumulate_grads:
+                self.optimizer.zero_grad(set_to_none=True)
+            for j in range(num_minibatches):
+                if num_minibatches == 1:
+                    index: Any = slice(None)
+                elif order is None:
+                    index = slice(j * mb, (j + 1) * mb)
+                else:
+                    index = order[j * mb : (j + 1) * mb]
+                losses, monitors = self._minibatch_loss(
+                    obs[index], actions[index], old_logp[index], old_values[index],
+                    advantages[index], returns[index], entropy_coeff,
+                )
+                total = losses[3]
+                if hp.accumulate_grads:
+                    self._backward(total / num_minibatches)
+                    grad_norm = torch.zeros((), device=self.device)
+                    if j == num_minibatches - 1:
+                        grad_norm = self._optimizer_step(params)
+                else:
+                    self.optimizer.zero_grad(set_to_none=True)
+                    self._backward(total)
+                    grad_norm = self._optimizer_step(params)
+                sums += torch.stack([*(x.detach() for x in losses), *monitors, grad_norm])
+                count += 1
+                if hp.target_kl_div is not None and monitors[0].item() > hp.target_kl_div:
+                    stop = True
+                    break
+            if stop:
+                break
+        if self.policy.obs_normalizer is not None:
+            self.policy.obs_normalizer.update(data["obs"][:, :h], batch_dims=2)
+        self.steps += 1
+        means = (sums / max(count, 1)).tolist()
+        num_steps = count if not hp.accumulate_grads else max(1, count // num_minibatches)
+        return {
+            "losses/policy": means[0],
+            "losses/vf": means[1],
+            "losses/entropy": means[2],
+            "losses/total": means[3],
+            "monitors/kl_div": means[4],
+            "monitors/clip_fraction": means[5],
+            "monitors/explained_variance": float(explained_variance),
+            "monitors/grad_norm": means[7] * count / num_steps if hp.accumulate_grads else means[7],
+            "coefficients/entropy": entropy_coeff,
+            "coefficients/vf": hp.vf_coeff,
+            "coefficients/lr": lr,
+        }
+
+    def _minibatch_loss(self, obs, actions, old_logp, old_values, advantages, returns, entropy_coeff):
+        hp = self.hparams
+        with self._autocast():
+            logp, entropy, values = self.policy.evaluate(obs, actions)
+        logp, entropy, values = logp.float(), entropy.float(), values.float()
+        if hp.normalize_advantages and advantages.numel() > 1:
+            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        log_ratio = logp - old_logp
+        ratio = log_ratio.exp()
+        surrogate = torch.min(
+            advantages * ratio, advantages * ratio.clamp(1 - hp.clip_param, 1 + hp.clip_param)
+        )
+        if hp.dual_clip_param is not None:
+            surrogate = torch.where(
+                advantages < 0, torch.max(surrogate, hp.dual_clip_param * advantages), surrogate
+            )
+        policy_loss = -surrogate.mean()
+        vf_error = (values - returns).square()
+        if hp.vf_clip_param is not None:
+            clipped = old_values + (values - old_values).clamp(-hp.vf_clip_param, hp.vf_clip_param)
+            vf_error = torch.max(vf_error, (clipped - returns).square())
+        vf_loss = 0.5 * vf_error.mean()
+        entropy_loss = -entropy.mean()
+        total = policy_loss + hp.vf_coeff * vf_loss + entropy_coeff * entropy_loss
+        with torch.no_grad():
+            kl = ((ratio - 1) - log_ratio).mean()
+            clip_fraction = ((ratio - 1).abs() > hp.clip_param).float().mean()
+        return (policy_loss, vf_loss, entropy_loss, total), (kl, clip_fraction, torch.zeros((), device=kl.device))
+
+    def _backward(self, loss: torch.Tensor) -> None:
+        if self.grad_scaler is not None:
+            self.grad_scaler.scale(loss).backward()
+        else:
+            loss.backward()
+
+    def _optimizer_step(self, params: list[torch.nn.Parameter]) -> torch.Tensor:
+        if self.grad_scaler is not None:
+            self.grad_scaler.unscale_(self.optimizer)
+        max_norm = self.hparams.max_grad_norm
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm is not None else float("inf"))
+        if self.grad_scaler is not None:
+            self.grad_scaler.step(self.optimizer)
+            self.grad_scaler.update()
+        else:
+            self.optimizer.step()
+        return grad_norm.detach().float()
+
+    # ----------------------------------------------------------------- misc
+    def __repr__(self) -> str:
+        return f"PPO(env={self.env!r}, device={self.device}, policy={self.policy.model_cls.__name__})"

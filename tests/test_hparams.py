@@ -1,0 +1,87 @@
+"""Hyper-parameter validation and schedules."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from rl8.hparams import HParams
+from rl8.schedules import Schedule
+
+
+def test_defaults_are_valid_and_frozen():
+    hp = HParams()
+    assert hp.batch_size == hp.num_envs * hp.horizon
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        hp.lr = 1.0  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    "field, value, fragment",
+    [
+        ("num_envs", 0, "num_envs: expected an int >= 1, got 0"),
+        ("horizon", 2.5, "horizon: expected an int >= 1, got 2.5"),
+        ("horizons_per_env_reset", 0, "horizons_per_env_reset: expected a non-zero int"),
+        ("gamma", 1.5, "gamma: expected a number in [0, 1], got 1.5"),
+        ("lr", -1e-3, "lr: expected a number > 0, got -0.001"),
+        ("clip_param", 0, "clip_param: expected a number > 0, got 0"),
+        ("dual_clip_param", 0.5, "dual_clip_param: expected a number > 1 or None, got 0.5"),
+        ("vf_clip_param", -1.0, "vf_clip_param: expected a number > 0 or None"),
+        ("entropy_coeff", -0.1, "entropy_coeff: expected a number >= 0"),
+        ("normalize_rewards", 1, "normalize_rewards: expected a bool, got 1"),
+        ("schedule_kind", "cosine", "schedule_kind: expected 'step' or 'linear'"),
+        ("seed", "0", "seed: expected an int or None"),
+        ("check_finite_collects", -2, "check_finite_collects: expected an int >= -1"),
+        ("device", "cuda:99" , "device"),
+    ],
+)
+def test_invalid_values_name_field_expected_and_given(field, value, fragment):
+    if field == "device":
+        import torch
+
+        if torch.cuda.is_available():
+            pytest.skip("CUDA present")
+    with pytest.raises(ValueError) as err:
+        HParams(**{field: value})
+    assert fragment in str(err.value)
+
+
+def test_minibatch_must_divide_buffer():
+    with pytest.raises(ValueError, match=r"divisor of num_envs \* horizon = 10 \* 4 = 40, got 16"):
+        HParams(num_envs=10, horizon=4, sgd_minibatch_size=16)
+    assert HParams(num_envs=10, horizon=4, sgd_minibatch_size=20).minibatch_size == 20
+    assert HParams(num_envs=10, horizon=4, sgd_minibatch_size=None).minibatch_size == 40
+
+
+def test_unknown_name_suggests_close_match():
+    with pytest.raises(TypeError, match="unknown hyper-parameter 'gama'.*did you mean gamma"):
+        HParams.from_kwargs(gama=0.9)
+
+
+def test_seq_len_must_divide_horizon():
+    with pytest.raises(ValueError, match="seq_len: expected an int >= 1 that divides horizon=32, got 5"):
+        HParams(seq_len=5)
+
+
+def test_lr_in_optimizer_kwargs_is_rejected():
+    with pytest.raises(ValueError, match="optimizer_kwargs"):
+        HParams(optimizer_kwargs={"lr": 0.1})
+
+
+def test_schedule_validation_names_the_field():
+    with pytest.raises(ValueError, match="lr_schedule: env_steps must be strictly increasing"):
+        HParams(lr_schedule=[(0, 1e-3), (0, 1e-4)])
+    with pytest.raises(ValueError, match="lr_schedule: expected learning rates > 0"):
+        HParams(lr_schedule=[(0, 1e-3), (10, 0.0)])
+
+
+def test_step_and_linear_schedules():
+    step = Schedule([(0, 1.0), (100, 0.5)], "step")
+    assert step(0) == 1.0 and step(99) == 1.0 and step(100) == 0.5 and step(10**9) == 0.5
+    lin = Schedule([(0, 1.0), (100, 0.0)], "linear")
+    assert lin(50) == pytest.approx(0.5) and lin(200) == 0.0
+    late = Schedule([(10, 2.0), (20, 4.0)], "linear")
+    assert late(0) == 2.0 and late(15) == pytest.approx(3.0)
+    hp = HParams(lr=3e-4)
+    assert hp.lr_at()(12345) == 3e-4
