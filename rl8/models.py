@@ -176,7 +176,9 @@ class MLPModel(Model):
             raise ValueError(f"model_config hiddens: expected positive widths, got {hiddens}")
         in_features = flat_observation_size(observation_space)
         param_size = distribution_cls.param_size(action_space)
-        self.gaussian = bool(getattr(distribution_cls, "gaussian", False))
+        from .distributions import Normal
+
+        self.gaussian = issubclass(distribution_cls, Normal) or bool(getattr(distribution_cls, "gaussian", False))
         self.learned_log_std = self.gaussian and not state_dependent_std
         head_size = param_size // 2 if self.learned_log_std else param_size
         sizes = [in_features, *hiddens]

@@ -1,0 +1,325 @@
+"""Checkpoint files: atomic writes, safe reads, and a directory of numbered checkpoints.
+
+This module only moves a ``dict`` between memory and disk; what the dict holds is the
+Trainer's business (see ``docs/checkpoints.md``). A checkpoint holds nested dicts, lists and
+tuples of tensors, ``torch.Size``, dtypes, devices, ``int``, ``float``, ``bool``, ``complex``,
+``str``, ``bytes`` and ``None``: exactly what ``torch.load(..., weights_only=True)`` reads back
+without executing code from the file. Anything else (numpy arrays, custom classes) is refused
+when saving, naming where it is, rather than producing a file that cannot be loaded.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import pickle
+import re
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+__all__ = [
+    "FORMAT_KEY",
+    "FORMAT_VERSION",
+    "CheckpointError",
+    "CheckpointManager",
+    "load_checkpoint",
+    "save_checkpoint",
+]
+
+#: Entry added to every saved dict; its value is the format version. Reserved: a user entry
+#: with this name is overwritten on save and removed on load.
+FORMAT_KEY = "__rl8_checkpoint__"
+
+#: Version of the checkpoint format this rl8 writes (and the newest it reads).
+FORMAT_VERSION = 1
+
+
+class CheckpointError(ValueError):
+    """A file cannot be loaded as an rl8 checkpoint (corrupt, foreign, unsafe, or too new)."""
+
+
+# --------------------------------------------------------------------------------------------
+# Saving
+# --------------------------------------------------------------------------------------------
+
+_LEAF_TYPES = (int, float, bool, complex, str, bytes, type(None), torch.Size, torch.dtype,
+               torch.device)
+_TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
+_DICT_TYPES = (dict, collections.OrderedDict)
+_SEQUENCE_TYPES = (list, tuple)
+
+
+def _check_loadable(value: Any, where: str, active: set[int]) -> None:
+    """Raise ``TypeError`` when ``value`` holds something ``weights_only`` loading refuses."""
+    kind = type(value)
+    if kind in _LEAF_TYPES or kind in _TENSOR_TYPES:
+        return
+    if kind in _DICT_TYPES or kind in _SEQUENCE_TYPES:
+        if id(value) in active:
+            raise TypeError(f"{where} contains itself (a reference cycle); a checkpoint must "
+                            "be a tree")
+        active.add(id(value))
+        if kind in _DICT_TYPES:
+            for key, item in value.items():
+                if type(key) not in _LEAF_TYPES:
+                    raise TypeError(f"{where} has a key {key!r} of type {type(key).__name__}; "
+                                    "keys must be str, int, float, bool or None")
+                _check_loadable(item, f"{where}[{key!r}]", active)
+        else:
+            for i, item in enumerate(value):
+                _check_loadable(item, f"{where}[{i}]", active)
+        active.discard(id(value))
+        return
+    hint = ""
+    if kind.__module__ == "numpy":
+        hint = (" Convert numpy values first: torch.from_numpy(array) for arrays, "
+                "int(x)/float(x) for scalars.")
+    elif isinstance(value, torch.Tensor):
+        hint = " Convert tensor subclasses to plain tensors (tensor.as_subclass(torch.Tensor))."
+    elif hasattr(value, "state_dict"):
+        hint = " Save its state_dict() instead of the object."
+    raise TypeError(
+        f"{where} is a {kind.__module__}.{kind.__qualname__}, which a checkpoint cannot hold "
+        "(loading uses torch.load(weights_only=True), which only reads tensors, torch.Size, "
+        "dtypes, devices, numbers, str, bytes, None and dicts/lists/tuples of them)." + hint
+    )
+
+
+def _fsync_directory(directory: Path) -> None:
+    """Make a rename in ``directory`` durable (POSIX; a no-op where directories can't be opened)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def save_checkpoint(state: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
+    """Write ``state`` to ``path`` atomically.
+
+    The dict is written with ``torch.save`` to a temporary file in the same directory
+    (``.{name}.{random}.tmp``), flushed and fsynced, then renamed onto ``path`` with
+    ``os.replace``. A crash or error at any point leaves either the old file at ``path`` or the
+    new one, never a partial file, and removes the temporary file when it can.
+
+    Args:
+        state: A dict of tensors, numbers, strings, ``None``, ``torch.Size``, and nested
+            dicts/lists/tuples of them. The entry :data:`FORMAT_KEY` is added to the saved copy
+            (``state`` itself is not modified).
+        path: Destination file; its directory must exist. An existing file is replaced.
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+
+    Raises:
+        TypeError: When ``state`` is not a dict or holds a value that
+            ``torch.load(weights_only=True)`` could not read back (the message says where).
+        FileNotFoundError: When the directory of ``path`` does not exist.
+    """
+    path = Path(path)
+    if not isinstance(state, Mapping):
+        raise TypeError(f"save_checkpoint: state must be a dict, got {type(state).__name__}")
+    payload = dict(state)
+    payload[FORMAT_KEY] = FORMAT_VERSION
+    _check_loadable(payload, "state", set())
+    directory = path.parent
+    if not directory.is_dir():
+        raise FileNotFoundError(f"cannot save checkpoint {path}: directory {directory} does "
+                                "not exist")
+
+    tmp = directory / f".{path.name}.{uuid.uuid4().hex[:12]}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+    try:
+        with os.fdopen(fd, "wb") as file:
+            torch.save(payload, file)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise
+    _fsync_directory(directory)
+    return path
+
+
+# --------------------------------------------------------------------------------------------
+# Loading
+# --------------------------------------------------------------------------------------------
+
+_UNSAFE_PATTERN = re.compile(
+    r"(Unsupported global: GLOBAL \S+|unsupported GLOBAL \S+|Trying to call reduce[^\n]*|"
+    r"Can only create new object[^\n]*|Can only build[^\n]*)"
+)
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0][:200]}" if text else type(err).__name__
+
+
+def _load_error(path: Path, err: Exception) -> CheckpointError:
+    """Turn what ``torch.load`` raised into a :class:`CheckpointError` that says what it means."""
+    unsafe = _UNSAFE_PATTERN.search(str(err)) if isinstance(err, pickle.UnpicklingError) else None
+    if unsafe:
+        return CheckpointError(
+            f"{path} is not a safe rl8 checkpoint: loading it would need to run code or rebuild "
+            f"objects named in the file ({unsafe.group(0)}), and rl8 refuses to execute code "
+            "from a checkpoint (it loads with weights_only=True). Only load such a file with "
+            "torch.load(weights_only=False) if you trust its source."
+        )
+    # torch raises UnpicklingError, RuntimeError, EOFError, KeyError, OSError... for bad bytes
+    return CheckpointError(f"{path} is corrupt or truncated (not a readable torch file: "
+                           f"{_first_line(err)})")
+
+
+def load_checkpoint(path: str | os.PathLike[str], *, map_location: Any = "cpu") -> dict[str, Any]:
+    """Read a checkpoint written by :func:`save_checkpoint`, without executing code from it.
+
+    The file is read with ``torch.load(path, map_location=map_location, weights_only=True)``
+    only: it can rebuild tensors and plain containers but never calls functions named in the
+    file, so loading an untrusted file cannot run code.
+
+    Args:
+        path: The checkpoint file.
+        map_location: Where to put the tensors (``"cpu"``, ``"cuda:0"``, a ``torch.device``,
+            or anything ``torch.load`` accepts).
+
+    Returns:
+        The saved dict, without the :data:`FORMAT_KEY` entry.
+
+    Raises:
+        FileNotFoundError: The file does not exist.
+        OSError: The file cannot be opened (e.g. ``PermissionError``).
+        CheckpointError: The file is corrupt or truncated, is not an rl8 checkpoint, would
+            need to execute code to be loaded, or was written by a newer rl8.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(2, f"checkpoint file not found: {path}", str(path))
+    if path.is_dir():
+        raise IsADirectoryError(21, f"checkpoint path is a directory, not a file: {path}",
+                                str(path))
+    # Open the file ourselves so that real I/O errors (permissions...) surface as OSError; past
+    # this point torch reports bad bytes with many exception types, OSError(EINVAL) included.
+    with open(path, "rb") as file:
+        try:
+            state = torch.load(file, map_location=map_location, weights_only=True)
+        except Exception as err:
+            raise _load_error(path, err) from err
+
+    if not isinstance(state, dict) or FORMAT_KEY not in state:
+        raise CheckpointError(f"{path} is a torch file but not an rl8 checkpoint (it has no "
+                              f"{FORMAT_KEY!r} entry; it was not written by save_checkpoint)")
+    version = state.pop(FORMAT_KEY)
+    if type(version) is not int or version < 1:
+        raise CheckpointError(f"{path} is not an rl8 checkpoint: invalid format version "
+                              f"{version!r}")
+    if version > FORMAT_VERSION:
+        raise CheckpointError(f"{path} uses checkpoint format {version}, but this rl8 reads "
+                              f"formats up to {FORMAT_VERSION}; upgrade rl8 to load it")
+    return state
+
+
+# --------------------------------------------------------------------------------------------
+# A directory of numbered checkpoints
+# --------------------------------------------------------------------------------------------
+
+
+class CheckpointManager:
+    """Numbered checkpoints in one directory, keeping the most recent ones.
+
+    Files are named ``{prefix}-{step:012d}.pt`` (e.g. ``checkpoint-000000100000.pt``), written
+    atomically with :func:`save_checkpoint`. Only files matching this pattern are ever listed or
+    deleted; anything else in the directory is left alone.
+
+    Args:
+        directory: Folder of the checkpoints; created (with parents) if missing.
+        keep_last: How many checkpoints to keep (the highest steps); older ones are deleted
+            after each save. ``None`` keeps all. An int >= 1.
+        prefix: File name prefix; non-empty, without path separators.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str], *, keep_last: int | None = 5,
+                 prefix: str = "checkpoint") -> None:
+        if keep_last is not None and (type(keep_last) is not int or keep_last < 1):
+            raise ValueError(f"CheckpointManager: keep_last must be an int >= 1 or None, got "
+                             f"{keep_last!r}")
+        if not isinstance(prefix, str) or not prefix or "/" in prefix or "\\" in prefix:
+            raise ValueError(f"CheckpointManager: prefix must be a non-empty str without path "
+                             f"separators, got {prefix!r}")
+        self.directory = Path(directory)
+        self.keep_last = keep_last
+        self.prefix = prefix
+        self._pattern = re.compile(rf"{re.escape(prefix)}-(\d{{12,}})\.pt")
+        self.directory.mkdir(parents=True, exist_ok=True)
+
+    def path_for(self, step: int) -> Path:
+        """The file name used for ``step``."""
+        return self.directory / f"{self.prefix}-{step:012d}.pt"
+
+    def step_of(self, path: str | os.PathLike[str]) -> int | None:
+        """The step encoded in a file name of this manager, ``None`` for other files."""
+        match = self._pattern.fullmatch(Path(path).name)
+        return int(match.group(1)) if match else None
+
+    def save(self, state: Mapping[str, Any], step: int) -> Path:
+        """Write ``state`` as the checkpoint of ``step``, then prune old checkpoints.
+
+        Pruning keeps the ``keep_last`` highest steps and never deletes the file just written
+        (even when ``step`` is lower than existing ones, e.g. after resuming from an older
+        checkpoint).
+
+        Args:
+            state: See :func:`save_checkpoint`.
+            step: Training progress the checkpoint belongs to (e.g. ``env/steps``), an int >= 0.
+
+        Returns:
+            The path written.
+        """
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise ValueError(f"CheckpointManager.save: step must be an int >= 0, got {step!r}")
+        path = save_checkpoint(state, self.path_for(step))
+        if self.keep_last is not None:
+            paths = self.list()
+            for old in paths[: max(0, len(paths) - self.keep_last)]:
+                if old != path:
+                    try:
+                        old.unlink()
+                    except FileNotFoundError:
+                        pass
+        return path
+
+    def list(self) -> list[Path]:
+        """This manager's checkpoint files, sorted by step (oldest first)."""
+        found = []
+        for entry in self.directory.iterdir():
+            step = self.step_of(entry)
+            if step is not None and entry.is_file():
+                found.append((step, entry))
+        return [entry for _, entry in sorted(found)]
+
+    def latest(self) -> Path | None:
+        """The checkpoint with the highest step, or ``None`` when there is none."""
+        paths = self.list()
+        return paths[-1] if paths else None
+
+    def load_latest(self, *, map_location: Any = "cpu") -> dict[str, Any] | None:
+        """Load the checkpoint with the highest step (see :func:`load_checkpoint`), or ``None``."""
+        path = self.latest()
+        return None if path is None else load_checkpoint(path, map_location=map_location)
+
+    def __repr__(self) -> str:
+        return (f"CheckpointManager({str(self.directory)!r}, keep_last={self.keep_last!r}, "
+                f"prefix={self.prefix!r})")

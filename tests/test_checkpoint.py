@@ -1,0 +1,393 @@
+"""Checkpoint files: round-trips, atomic writes, refusing corrupt, foreign and unsafe files."""
+
+from __future__ import annotations
+
+import collections
+import io
+import os
+import pickle
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from rl8 import checkpoint as checkpoint_module
+from rl8.checkpoint import (
+    FORMAT_KEY,
+    FORMAT_VERSION,
+    CheckpointError,
+    CheckpointManager,
+    load_checkpoint,
+    save_checkpoint,
+)
+
+
+def trainer_like_state() -> dict:
+    """A state with every kind of value the Trainer stores."""
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-4)
+    model(torch.randn(4, 3)).sum().backward()
+    optimizer.step()
+    np_state = np.random.default_rng(0).bit_generator.state
+    return {
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "counters": {"env/steps": 123_456, "algorithm/collects": 7},
+        "hparams": {"lr": 3e-4, "clip": 0.2, "norm_adv": True, "activation": "tanh",
+                    "lr_schedule": None, "hidden": (64, 64), "huge": 2**70},
+        "rng": {
+            "torch": torch.get_rng_state(),
+            "python": random.getstate(),  # (version, tuple of ints, None)
+            "numpy": np_state,  # PCG64: a dict of str and int
+        },
+        "shapes": [torch.Size([512, 4]), torch.Size([])],
+        "dtype": torch.float32,
+        "device": torch.device("cpu"),
+        "normalizer": {"mean": torch.zeros(4, dtype=torch.float64), "var": torch.ones(4),
+                       "count": 1e-4},
+        "mlflow_run_id": "0123456789abcdef",
+        "stop": [{"type": "TimeLimit", "elapsed": 12.5}, {"nan": float("nan"),
+                                                          "inf": float("-inf")}],
+        "blob": b"\x00\x01",
+        "ordered": collections.OrderedDict(b=1, a=2),
+        1: "int keys work",
+    }
+
+
+def assert_same(a, b, where="state"):
+    assert type(a) is type(b), f"{where}: {type(a)} != {type(b)}"
+    if isinstance(a, torch.Tensor):
+        assert a.dtype == b.dtype and torch.equal(a, b), where
+    elif isinstance(a, dict):
+        assert list(a) == list(b), where
+        for key in a:
+            assert_same(a[key], b[key], f"{where}[{key!r}]")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_same(x, y, f"{where}[{i}]")
+    elif isinstance(a, float) and a != a:
+        assert b != b, where
+    else:
+        assert a == b, where
+
+
+def test_round_trip_of_every_value_the_trainer_stores(tmp_path):
+    state = trainer_like_state()
+    path = save_checkpoint(state, str(tmp_path / "ckpt.pt"))
+    assert path == tmp_path / "ckpt.pt"
+    assert FORMAT_KEY not in state  # the caller's dict is not modified
+    loaded = load_checkpoint(path)
+    assert_same(state, loaded)
+
+
+def test_restored_rng_states_reproduce_random_numbers(tmp_path):
+    torch.manual_seed(1)
+    random.seed(2)
+    rng = np.random.default_rng(3)
+    save_checkpoint({"torch": torch.get_rng_state(), "python": random.getstate(),
+                     "numpy": rng.bit_generator.state}, tmp_path / "rng.pt")
+    expected = (torch.rand(3), random.random(), rng.random())
+    loaded = load_checkpoint(tmp_path / "rng.pt")
+    torch.set_rng_state(loaded["torch"])
+    random.setstate(loaded["python"])
+    rng2 = np.random.default_rng()
+    rng2.bit_generator.state = loaded["numpy"]
+    assert torch.equal(torch.rand(3), expected[0])
+    assert random.random() == expected[1]
+    assert rng2.random() == expected[2]
+
+
+def test_a_resaved_loaded_state_round_trips(tmp_path):
+    save_checkpoint({"a": 1}, tmp_path / "a.pt")
+    loaded = load_checkpoint(tmp_path / "a.pt")
+    assert loaded == {"a": 1}
+    save_checkpoint(loaded, tmp_path / "b.pt")
+    assert load_checkpoint(tmp_path / "b.pt") == {"a": 1}
+
+
+def test_map_location_is_passed_to_torch_load(tmp_path):
+    save_checkpoint({"x": torch.ones(2)}, tmp_path / "x.pt")
+    loaded = load_checkpoint(tmp_path / "x.pt", map_location=torch.device("meta"))
+    assert loaded["x"].device.type == "meta"
+
+
+def test_save_overwrites_an_existing_file(tmp_path):
+    path = tmp_path / "c.pt"
+    save_checkpoint({"v": 1}, path)
+    save_checkpoint({"v": 2}, path)
+    assert load_checkpoint(path) == {"v": 2}
+    assert os.listdir(tmp_path) == ["c.pt"]
+
+
+# ----------------------------------------------------------------------------- save checks
+
+
+@pytest.mark.parametrize("value, match", [
+    (np.zeros(3), r"state\['bad'\] is a numpy.ndarray.*torch.from_numpy"),
+    (np.float32(1.0), r"state\['bad'\] is a numpy.float32.*float\(x\)"),
+    ({"deep": [1, torch.nn.ReLU()]}, r"state\['bad'\]\['deep'\]\[1\] is a torch.nn.*ReLU"),
+    ({frozenset([1]): 1}, r"has a key frozenset"),
+    (range(3), r"builtins.range"),
+])
+def test_save_refuses_values_that_could_not_be_loaded_safely(tmp_path, value, match):
+    path = tmp_path / "bad.pt"
+    with pytest.raises(TypeError, match=match):
+        save_checkpoint({"good": 1, "bad": value}, path)
+    assert os.listdir(tmp_path) == []
+
+
+def test_save_refuses_cycles_and_non_dicts(tmp_path):
+    cyclic: list = [1]
+    cyclic.append(cyclic)
+    with pytest.raises(TypeError, match="reference cycle"):
+        save_checkpoint({"c": cyclic}, tmp_path / "c.pt")
+    with pytest.raises(TypeError, match="state must be a dict, got list"):
+        save_checkpoint([1, 2], tmp_path / "c.pt")
+    shared = torch.zeros(2)  # the same object twice is fine (not a cycle)
+    save_checkpoint({"a": [shared, shared], "b": (1,), "c": (1,)}, tmp_path / "ok.pt")
+
+
+def test_save_into_a_missing_directory_names_it(tmp_path):
+    with pytest.raises(FileNotFoundError, match="missing"):
+        save_checkpoint({"a": 1}, tmp_path / "missing" / "c.pt")
+
+
+# ------------------------------------------------------------------------------- atomicity
+
+
+def test_a_crash_while_writing_keeps_the_previous_file(tmp_path, monkeypatch):
+    path = tmp_path / "c.pt"
+    save_checkpoint({"version": "old", "w": torch.arange(1000)}, path)
+    before = path.read_bytes()
+
+    real_save = torch.save
+
+    def crashing_save(obj, file, *args, **kwargs):
+        buffer = io.BytesIO()
+        real_save(obj, buffer, *args, **kwargs)
+        file.write(buffer.getvalue()[:100])  # half-written, then the process "dies"
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(torch, "save", crashing_save)
+    with pytest.raises(OSError, match="No space left"):
+        save_checkpoint({"version": "new", "w": torch.arange(1000)}, path)
+    monkeypatch.undo()
+
+    assert path.read_bytes() == before
+    assert os.listdir(tmp_path) == ["c.pt"]  # no temporary file left behind
+    assert load_checkpoint(path)["version"] == "old"
+
+
+def test_a_crash_before_the_first_checkpoint_leaves_nothing(tmp_path, monkeypatch):
+    def crashing_save(obj, file, *args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(torch, "save", crashing_save)
+    with pytest.raises(KeyboardInterrupt):
+        save_checkpoint({"a": 1}, tmp_path / "c.pt")
+    assert os.listdir(tmp_path) == []
+
+
+def test_the_file_is_fsynced_before_the_rename(tmp_path, monkeypatch):
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+    monkeypatch.setattr(os, "fsync", lambda fd: (events.append("fsync"), real_fsync(fd))[1])
+    monkeypatch.setattr(os, "replace",
+                        lambda a, b: (events.append("replace"), real_replace(a, b))[1])
+    save_checkpoint({"a": 1}, tmp_path / "c.pt")
+    assert events[:2] == ["fsync", "replace"]
+
+
+# --------------------------------------------------------------------------------- loading
+
+
+def test_missing_file_is_file_not_found(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nope.pt"):
+        load_checkpoint(tmp_path / "nope.pt")
+
+
+@pytest.mark.parametrize("keep", [0, 10, 0.5, -10])
+def test_truncated_file_is_a_checkpoint_error(tmp_path, keep):
+    path = tmp_path / "c.pt"
+    save_checkpoint({"w": torch.randn(1000)}, path)
+    data = path.read_bytes()
+    cut = int(len(data) * keep) if isinstance(keep, float) else keep
+    path.write_bytes(data[:cut])
+    with pytest.raises(CheckpointError, match=r"c\.pt is corrupt or truncated"):
+        load_checkpoint(path)
+
+
+@pytest.mark.parametrize("data", [
+    os.urandom(4096),
+    b"\x80\x02" + os.urandom(200),  # looks like a pickle
+    b"PK\x03\x04" + os.urandom(200),  # looks like a zip
+    b"model: mlp\n",
+])
+def test_random_bytes_are_a_checkpoint_error(tmp_path, data):
+    path = tmp_path / "c.pt"
+    path.write_bytes(data)
+    with pytest.raises(CheckpointError, match="corrupt or truncated"):
+        load_checkpoint(path)
+
+
+def test_checkpoint_error_is_a_value_error():
+    assert issubclass(CheckpointError, ValueError)
+
+
+@pytest.mark.parametrize("obj", [{"model": torch.zeros(2)}, [1, 2], torch.zeros(3)])
+def test_a_foreign_torch_file_is_not_an_rl8_checkpoint(tmp_path, obj):
+    path = tmp_path / "foreign.pt"
+    torch.save(obj, path)
+    with pytest.raises(CheckpointError, match="foreign.pt is a torch file but not an rl8 ch"):
+        load_checkpoint(path)
+
+
+def test_a_newer_format_is_a_clear_error(tmp_path):
+    path = tmp_path / "future.pt"
+    torch.save({FORMAT_KEY: FORMAT_VERSION + 1, "a": 1}, path)
+    with pytest.raises(CheckpointError, match=f"format {FORMAT_VERSION + 1}.*upgrade rl8"):
+        load_checkpoint(path)
+
+
+def test_an_invalid_format_version_is_an_error(tmp_path):
+    path = tmp_path / "odd.pt"
+    torch.save({FORMAT_KEY: "1"}, path)
+    with pytest.raises(CheckpointError, match="invalid format version"):
+        load_checkpoint(path)
+
+
+class Malicious:
+    """Unpickling this creates a file: the proof that code from the file ran."""
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+
+    def __reduce__(self):
+        return (os.mkdir, (self.target,))
+
+
+class Innocent:
+    """A custom class: unpickling it needs a global, which weights_only refuses."""
+
+    def __init__(self) -> None:
+        self.x = 1
+
+
+@pytest.mark.parametrize("how", ["torch", "pickle"])
+def test_a_malicious_file_is_refused_without_running_its_code(tmp_path, how):
+    marker = tmp_path / "pwned"
+    path = tmp_path / "evil.pt"
+    payload = {FORMAT_KEY: FORMAT_VERSION, "model": Malicious(str(marker))}
+    if how == "torch":
+        torch.save(payload, path)
+    else:
+        path.write_bytes(pickle.dumps(payload, protocol=2))
+    with pytest.raises(CheckpointError, match="refuses to execute code") as info:
+        load_checkpoint(path)
+    assert "evil.pt" in str(info.value) and "mkdir" in str(info.value)
+    assert not marker.exists()
+
+
+def test_a_file_with_custom_classes_is_refused(tmp_path):
+    path = tmp_path / "custom.pt"
+    torch.save({FORMAT_KEY: FORMAT_VERSION, "obj": Innocent()}, path)
+    with pytest.raises(CheckpointError, match="Innocent.*refuses to execute code"):
+        load_checkpoint(path)
+
+
+def test_load_uses_weights_only(tmp_path, monkeypatch):
+    save_checkpoint({"a": 1}, tmp_path / "c.pt")
+    seen = {}
+    real_load = torch.load
+
+    def spy(*args, **kwargs):
+        seen.update(kwargs)
+        return real_load(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "load", spy)
+    load_checkpoint(tmp_path / "c.pt")
+    assert seen["weights_only"] is True and seen["map_location"] == "cpu"
+
+
+# --------------------------------------------------------------------------------- manager
+
+
+def test_manager_creates_the_directory_and_names_files(tmp_path):
+    manager = CheckpointManager(tmp_path / "runs" / "ckpts", keep_last=None)
+    assert manager.directory.is_dir()
+    assert manager.latest() is None and manager.list() == [] and manager.load_latest() is None
+    path = manager.save({"step": 100}, step=100)
+    assert path.name == "checkpoint-000000000100.pt"
+    assert manager.step_of(path) == 100
+    assert manager.load_latest() == {"step": 100}
+
+
+def test_manager_keeps_the_last_n_and_leaves_other_files_alone(tmp_path):
+    manager = CheckpointManager(tmp_path, keep_last=3)
+    others = ["notes.txt", "checkpoint-12.pt", "checkpoint-000000000001.pt.bak",
+              "other-000000000001.pt", "model.pt"]
+    for name in others:
+        (tmp_path / name).write_text("keep me")
+    for step in [10, 20, 30, 40, 50]:
+        manager.save({"step": step}, step)
+    assert [p.name for p in manager.list()] == [
+        "checkpoint-000000000030.pt", "checkpoint-000000000040.pt", "checkpoint-000000000050.pt"
+    ]
+    assert manager.latest() == tmp_path / "checkpoint-000000000050.pt"
+    for name in others:
+        assert (tmp_path / name).read_text() == "keep me"
+
+
+def test_manager_sorts_by_step_not_by_name_or_time(tmp_path):
+    manager = CheckpointManager(tmp_path, keep_last=None)
+    for step in [10**13, 5, 10**12, 7]:  # more than 12 digits still sorts numerically
+        manager.save({"step": step}, step)
+    assert [manager.step_of(p) for p in manager.list()] == [5, 7, 10**12, 10**13]
+    assert manager.load_latest() == {"step": 10**13}
+
+
+def test_manager_never_deletes_the_checkpoint_it_just_wrote(tmp_path):
+    manager = CheckpointManager(tmp_path, keep_last=2)
+    manager.save({"step": 100}, 100)
+    manager.save({"step": 200}, 200)
+    path = manager.save({"step": 50}, 50)  # e.g. resumed from an older checkpoint
+    assert path.exists()
+    assert [manager.step_of(p) for p in manager.list()] == [50, 100, 200]
+    manager.save({"step": 60}, 60)  # the 2 highest steps, plus the file just written
+    assert [manager.step_of(p) for p in manager.list()] == [60, 100, 200]
+    manager.save({"step": 300}, 300)
+    assert [manager.step_of(p) for p in manager.list()] == [200, 300]
+
+
+def test_manager_separate_prefixes_do_not_interfere(tmp_path):
+    best = CheckpointManager(tmp_path, keep_last=1, prefix="best")
+    regular = CheckpointManager(tmp_path, keep_last=1)
+    best.save({"a": 1}, 1)
+    regular.save({"a": 2}, 2)
+    regular.save({"a": 3}, 3)
+    assert [p.name for p in best.list()] == ["best-000000000001.pt"]
+    assert [p.name for p in regular.list()] == ["checkpoint-000000000003.pt"]
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"keep_last": 0}, "keep_last must be an int >= 1 or None, got 0"),
+    ({"keep_last": 2.0}, "keep_last must be an int >= 1 or None, got 2.0"),
+    ({"prefix": ""}, "prefix must be a non-empty str"),
+    ({"prefix": "a/b"}, "without path separators"),
+])
+def test_manager_validation(tmp_path, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        CheckpointManager(tmp_path, **kwargs)
+
+
+@pytest.mark.parametrize("step", [-1, 1.5, True, "10"])
+def test_manager_rejects_bad_steps(tmp_path, step):
+    with pytest.raises(ValueError, match="step must be an int >= 0"):
+        CheckpointManager(tmp_path).save({}, step)
+
+
+def test_module_exports():
+    assert set(checkpoint_module.__all__) >= {"save_checkpoint", "load_checkpoint",
+                                              "CheckpointManager", "CheckpointError"}
