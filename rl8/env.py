@@ -125,6 +125,41 @@ class Env(ABC):
     def close(self) -> None:
         """Release resources (subprocesses, windows). The default does nothing."""
 
+    def state_dict(self) -> dict[str, Any] | None:
+        """The env's simulation state, for checkpoints (``None``: the env cannot save it).
+
+        The default saves every tensor attribute, the state of every ``torch.Generator``
+        attribute and plain scalar/str/dict attributes, which covers envs written in pure
+        torch. An env whose state lives elsewhere (subprocesses, a simulator) returns
+        ``None``; PPO then resets it when training resumes from a checkpoint.
+        """
+        state: dict[str, Any] = {}
+        for key, value in vars(self).items():
+            if key in ("num_envs", "horizon", "device"):
+                continue
+            if isinstance(value, torch.Tensor):
+                state[key] = value.detach().clone()
+            elif isinstance(value, torch.Generator):
+                state[key] = {"__generator__": value.get_state()}
+            elif isinstance(value, (bool, int, float, str)) or value is None:
+                state[key] = value
+            elif isinstance(value, dict) and all(
+                isinstance(v, (bool, int, float, str)) or v is None for v in value.values()
+            ):
+                state[key] = dict(value)
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
+        for key, value in state.items():
+            current = getattr(self, key, None)
+            if isinstance(value, dict) and "__generator__" in value and isinstance(current, torch.Generator):
+                current.set_state(value["__generator__"])
+            elif isinstance(value, torch.Tensor):
+                setattr(self, key, value.to(self.device))
+            else:
+                setattr(self, key, value)
+
     def apply_config(self, config: dict[str, Any] | None, allowed: dict[str, Any]) -> dict[str, Any]:
         """Merge ``config`` into ``allowed`` (the current parameters), rejecting unknown keys.
 

@@ -43,6 +43,24 @@ def _flatten_time(x: torch.Tensor | TensorDictBase) -> torch.Tensor | TensorDict
     return x.reshape(-1, *x.shape[2:])
 
 
+def _qualname(obj: Any) -> Any:
+    if isinstance(obj, type) or callable(obj) and hasattr(obj, "__qualname__"):
+        return f"{obj.__module__}.{obj.__qualname__}"
+    return obj
+
+
+def _plain_hparams(hp: HParams) -> dict[str, Any]:
+    """Hyper-parameters as plain values (classes as dotted paths), for checkpoints and MLflow."""
+    out = {}
+    for key, value in hp.to_dict().items():
+        if key in ("model_cls", "distribution_cls", "optimizer_cls"):
+            value = _qualname(value)
+        elif key == "device":
+            value = str(value)
+        out[key] = value
+    return out
+
+
 def make_env(
     env: type[Env] | str | Callable[..., Any],
     num_envs: int,
@@ -270,9 +288,9 @@ class PPO:
         if dones is not None:
             count = out["episodes/count"]
             ret_sum, len_sum = out.pop("episodes/return_sum"), out.pop("episodes/length_sum")
-            if count > 0:
-                out["episodes/return_mean"] = ret_sum / count
-                out["episodes/length_mean"] = len_sum / count
+            # NaN when no episode ended: stop conditions treat NaN as "not reached".
+            out["episodes/return_mean"] = ret_sum / count if count > 0 else float("nan")
+            out["episodes/length_mean"] = len_sum / count if count > 0 else float("nan")
         return out
 
     def _episode_stats(self, rewards: torch.Tensor, dones: torch.Tensor):
@@ -467,6 +485,140 @@ class PPO:
         else:
             self.optimizer.step()
         return grad_norm.detach().float()
+
+    # ----------------------------------------------------------------- eval
+    @torch.no_grad()
+    def evaluate(
+        self,
+        env: Env | None = None,
+        *,
+        env_config: dict[str, Any] | None = None,
+        deterministic: bool = True,
+        num_steps: int | None = None,
+    ) -> dict[str, float]:
+        """Run the policy without touching training state (buffer, counters, normalisers).
+
+        Args:
+            env: A dedicated eval env (see :func:`make_env`); it is reset first. ``None``
+                uses the training envs, which is only allowed when they are about to be reset
+                anyway (before the first collect, or when ``horizons_per_env_reset > 0`` and the
+                next collect resets them); the next training collect then resets them again.
+            env_config: Env parameters for the eval reset (over ``hparams.env_config``).
+            deterministic: Act with the distributions' modes.
+            num_steps: Steps per env; default ``horizon``. For episodic envs every episode
+                that ends within them is counted.
+
+        Returns:
+            The rollout stat names of :meth:`collect` (without an ``eval/`` prefix).
+        """
+        hp = self.hparams
+        if env is None:
+            if not self._needs_reset():
+                k = hp.horizons_per_env_reset
+                raise RuntimeError(
+                    "eval on the training envs is only possible at an env-reset boundary "
+                    f"(horizons_per_env_reset={k}: the envs reset "
+                    + ("only once, before the first collect" if k < 0 else f"every {k} collects")
+                    + f"; {self.collects} collects done so far). Use a dedicated eval env "
+                    "(Trainer(eval_num_envs=...)) to evaluate at any time."
+                )
+            env = self.env
+            self._obs = None  # the next training collect resets the envs
+        config = {**hp.env_config, **(env_config or {})}
+        obs = env.reset(config=config or None)
+        steps = num_steps or hp.horizon
+        n = env.num_envs
+        rewards = torch.zeros(n, steps, device=self.device)
+        dones = torch.zeros(n, steps, dtype=torch.bool, device=self.device) if env.episodic else None
+        policy, dist_cls = self.policy, self.policy.distribution_cls
+        with self._autocast():
+            for t in range(steps):
+                dist, _ = policy.distribution(obs)
+                actions = dist.deterministic_sample() if deterministic else dist.sample()
+                out = env.step(dist_cls.to_env_action(actions, env.action_space))
+                rewards[:, t] = out["rewards"][:, 0]
+                if dones is not None:
+                    done = out.get("terminated", None)
+                    trunc = out.get("truncated", None)
+                    if trunc is not None:
+                        done = trunc if done is None else done | trunc
+                    dones[:, t] = done[:, 0]
+                obs = out["obs"]
+        saved = self._episode_return, self._episode_length
+        self._episode_return = torch.zeros(n, device=self.device)
+        self._episode_length = torch.zeros(n, device=self.device)
+        try:
+            return self._rollout_stats(rewards, dones)
+        finally:
+            self._episode_return, self._episode_length = saved
+
+    # ----------------------------------------------------------------- state
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue training exactly: see ``docs/checkpoints.md``.
+
+        Holds only tensors and plain Python values, so it loads with
+        ``torch.load(weights_only=True)``.
+        """
+        obs: Any = None
+        if isinstance(self._obs, TensorDictBase):
+            obs = {"tensordict": self._obs.to_dict()}
+        elif self._obs is not None:
+            obs = {"tensor": self._obs}
+        env_state = self.env.state_dict() if self._obs is not None else None
+        return {
+            "hparams": _plain_hparams(self.hparams),
+            "seed": self.seed,
+            "policy": self.policy.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "grad_scaler": self.grad_scaler.state_dict() if self.grad_scaler is not None else None,
+            "reward_normalizer": (
+                self.reward_normalizer.state_dict() if self.reward_normalizer is not None else None
+            ),
+            "counters": {
+                "env_steps": self.env_steps, "env_resets": self.env_resets,
+                "collects": self.collects, "steps": self.steps,
+            },
+            "episode_return": self._episode_return.clone(),
+            "episode_length": self._episode_length.clone(),
+            "obs": obs if env_state is not None else None,
+            "env": env_state,
+            "rng": {
+                "torch": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+            },
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` (the hyper-parameters must already match)."""
+        self.seed = int(state["seed"])
+        self.policy.load_state_dict(state["policy"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.grad_scaler is not None and state.get("grad_scaler"):
+            self.grad_scaler.load_state_dict(state["grad_scaler"])
+        if self.reward_normalizer is not None and state.get("reward_normalizer") is not None:
+            self.reward_normalizer.load_state_dict(state["reward_normalizer"])
+        counters = state["counters"]
+        self.env_steps = int(counters["env_steps"])
+        self.env_resets = int(counters["env_resets"])
+        self.collects = int(counters["collects"])
+        self.steps = int(counters["steps"])
+        self._episode_return = state["episode_return"].to(self.device)
+        self._episode_length = state["episode_length"].to(self.device)
+        obs, env_state = state.get("obs"), state.get("env")
+        if obs is not None and env_state is not None:
+            self.env.load_state_dict(env_state)
+            if "tensordict" in obs:
+                from tensordict import TensorDict
+
+                self._obs = TensorDict(obs["tensordict"], batch_size=[self.hparams.num_envs]).to(self.device)
+            else:
+                self._obs = obs["tensor"].to(self.device)
+            self._validated = True
+        else:
+            self._obs = None
+        torch.set_rng_state(state["rng"]["torch"])
+        if state["rng"]["cuda"] and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["rng"]["cuda"])
 
     # ----------------------------------------------------------------- misc
     def __repr__(self) -> str:
