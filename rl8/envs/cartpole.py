@@ -1,0 +1,207 @@
+"""Batched CartPole: gymnasium's ``CartPole-v1`` simulated for ``num_envs`` carts at once."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from tensordict import TensorDict
+
+from ..env import Env
+from . import _render
+
+__all__ = ["CartPole"]
+
+_X_THRESHOLD = 2.4  # m
+_THETA_THRESHOLD = 12 * 2 * math.pi / 360  # rad, 12 degrees
+
+
+class CartPole(Env):
+    """Balance a pole on a cart by pushing the cart left or right (gymnasium's CartPole-v1).
+
+    The dynamics (explicit Euler), the constants, the reward, the termination and the
+    500-step truncation are those of ``gymnasium.make("CartPole-v1")``.
+
+    * **Observation** ``Box(float32, (4,))``: cart position (m), cart velocity (m/s), pole
+      angle from upright (rad, positive leaning right) and pole angular velocity (rad/s).
+    * **Action** ``Discrete(2)``: 0 pushes the cart left, 1 pushes it right, with
+      ``force_mag`` newtons.
+    * **Reward** 1.0 on every step, the terminating step included.
+    * **Terminated** when ``|x| > 2.4`` m or ``|theta| > 12`` degrees after the step.
+    * **Truncated** after ``max_episode_steps`` steps of an episode.
+    * **Reset**: every state variable uniform in ``[-0.05, 0.05]``; finished sub-envs are reset
+      inside :meth:`step`.
+
+    Parameters set with ``reset(config={...})`` (scalars, the same for all sub-envs):
+    ``gravity`` (m/s^2, 9.8), ``masscart`` (kg, 1.0), ``masspole`` (kg, 0.1), ``length``
+    (half the pole's length, m, 0.5), ``force_mag`` (N, 10.0), ``tau`` (s per step, 0.02),
+    ``max_episode_steps`` (steps, 500).
+
+    Args:
+        num_envs: Number of carts simulated in parallel.
+        horizon: Unused; accepted for the :class:`~rl8.env.Env` contract.
+        device: Torch device of the simulation.
+
+    Attributes:
+        state: ``[num_envs, 4]`` float32 tensor ``(x, x_dot, theta, theta_dot)``. Writing a new
+            tensor to it sets the state of every sub-env (used by tests).
+        steps: ``[num_envs, 1]`` int64 tensor, steps taken in each sub-env's current episode.
+    """
+
+    episodic: ClassVar[bool] = True
+    metadata: ClassVar[dict[str, Any]] = {"render_fps": 50}
+    observation_space = spaces.Box(-np.inf, np.inf, (4,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def __init__(
+        self,
+        num_envs: int,
+        /,
+        horizon: int | None = None,
+        *,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        super().__init__(num_envs, horizon, device=device)
+        self.params: dict[str, Any] = {
+            "gravity": 9.8,
+            "masscart": 1.0,
+            "masspole": 0.1,
+            "length": 0.5,
+            "force_mag": 10.0,
+            "tau": 0.02,
+            "max_episode_steps": 500,
+        }
+        self._generator = torch.Generator(device=self.device)
+        self._generator.manual_seed(int(torch.randint(0, 2**62, (1,)).item()))
+        # |state| above these ends the episode (only x and theta are limited)
+        self._thresholds = torch.tensor(
+            [_X_THRESHOLD, math.inf, _THETA_THRESHOLD, math.inf],
+            dtype=torch.float32,
+            device=self.device,
+        )
+        self._set_params(self.params)
+        self.state = self._initial_state()
+        self.steps = torch.zeros(num_envs, 1, dtype=torch.int64, device=self.device)
+
+    def _set_params(self, params: dict[str, Any]) -> None:
+        for key in ("gravity", "masscart", "masspole", "length", "force_mag", "tau"):
+            value = params[key]
+            if not isinstance(value, numbers.Real) or isinstance(value, bool):
+                raise TypeError(f"CartPole: config {key!r} must be a number, got {value!r}")
+        steps = params["max_episode_steps"]
+        if isinstance(steps, bool) or not isinstance(steps, numbers.Integral) or steps < 1:
+            raise ValueError(
+                f"CartPole: config 'max_episode_steps' must be an int >= 1, got {steps!r}"
+            )
+        p = {k: float(v) for k, v in params.items() if k != "max_episode_steps"}
+        p["max_episode_steps"] = int(steps)
+        self.params = p
+        total_mass = p["masspole"] + p["masscart"]
+        self._total_mass = total_mass
+        self._polemass_length = p["masspole"] * p["length"]
+        # force / total_mass for action 0 (left) and 1 (right), looked up without a branch
+        self._force_over_mass = torch.tensor(
+            [-p["force_mag"] / total_mass, p["force_mag"] / total_mass],
+            dtype=torch.float32,
+            device=self.device,
+        )
+
+    def _initial_state(self) -> torch.Tensor:
+        return torch.empty(self.num_envs, 4, device=self.device).uniform_(
+            -0.05, 0.05, generator=self._generator
+        )
+
+    def reset(
+        self, *, config: dict[str, Any] | None = None, seed: int | None = None
+    ) -> torch.Tensor:
+        """Reset every cart and return the first observations, ``[num_envs, 4]`` float32.
+
+        Args:
+            config: Physical parameters to use from now on (keys listed in the class
+                docstring); ``None`` keeps the current ones. An unknown key raises ``KeyError``.
+            seed: Seed of the env's random number generator; ``None`` continues its stream.
+        """
+        if config:
+            self._set_params(self.apply_config(config, self.params))
+        if seed is not None:
+            self._generator.manual_seed(seed)
+        self.state = self._initial_state()
+        self.steps.zero_()
+        return self.state
+
+    def step(self, action: torch.Tensor) -> TensorDict:
+        """Push every cart and advance the simulation by ``tau`` seconds.
+
+        Args:
+            action: ``[num_envs]`` int64 tensor of 0 (push left) or 1 (push right).
+
+        Returns:
+            TensorDict with ``obs``, ``rewards``, ``terminated``, ``truncated`` and ``final_obs``
+            as described in ``docs/envs.md``.
+        """
+        p = self.params
+        n = self.num_envs
+        state = self.state
+        _, x_dot, theta, theta_dot = state.unbind(1)
+        cos = torch.cos(theta)
+        sin = torch.sin(theta)
+        ml = self._polemass_length
+        tm = self._total_mass
+        # temp = (force + ml * theta_dot^2 * sin) / total_mass
+        temp = torch.addcmul(
+            self._force_over_mass[action.reshape(n)], theta_dot * theta_dot, sin, value=ml / tm
+        )
+        # thetaacc = (g sin - cos temp) / (l (4/3 - mp cos^2 / tm))
+        denom = torch.mul(cos, cos).mul_(-p["length"] * p["masspole"] / tm).add_(
+            p["length"] * 4.0 / 3.0
+        )
+        theta_acc = torch.addcmul(sin * p["gravity"], cos, temp, value=-1.0).div_(denom)
+        x_acc = torch.addcmul(temp, theta_acc, cos, value=-ml / tm)
+        deriv = torch.stack((x_dot, x_acc, theta_dot, theta_acc), 1)
+        final = torch.add(state, deriv, alpha=p["tau"])
+
+        terminated = (final.abs() > self._thresholds).any(1, keepdim=True)
+        self.steps.add_(1)
+        truncated = self.steps >= p["max_episode_steps"]
+        done = terminated | truncated
+        self.state = torch.where(done, self._initial_state(), final)
+        self.steps.masked_fill_(done, 0)
+        return TensorDict(
+            {
+                "obs": self.state,
+                "rewards": torch.ones(n, 1, device=self.device),
+                "terminated": terminated,
+                "truncated": truncated,
+                "final_obs": final,
+            },
+            batch_size=[n],
+            device=self.device,
+        )
+
+    def render(self, index: int = 0) -> np.ndarray:
+        """Draw sub-env ``index`` as a ``uint8`` RGB frame of shape ``[400, 600, 3]``.
+
+        The view spans ``[-2.4, 2.4]`` m horizontally: a black cart on a track line and the
+        pole as a thick brown line (gymnasium's colours).
+        """
+        x, _, theta, _ = (float(v) for v in self.state[index].cpu())
+        height, width = 400, 600
+        scale = width / (2 * _X_THRESHOLD)  # pixels per metre
+        pole_len = scale * 2 * self.params["length"]
+        cart_w, cart_h, axle = 50.0, 30.0, 7.5
+        cart_x = x * scale + width / 2.0
+        track_y = height - 100.0
+        img = _render.canvas(height, width)
+        _render.draw_line(img, 0, track_y, width, track_y, 1.0, (0, 0, 0))
+        left, top = cart_x - cart_w / 2, track_y - cart_h / 2
+        _render.fill_rect(img, left, top, left + cart_w, top + cart_h, (0, 0, 0))
+        axle_y = track_y - axle
+        tip_x = cart_x + pole_len * math.sin(theta)
+        tip_y = axle_y - pole_len * math.cos(theta)
+        _render.draw_line(img, cart_x, axle_y, tip_x, tip_y, 10.0, (202, 152, 101))
+        _render.fill_circle(img, cart_x, axle_y, 5.0, (129, 132, 203))
+        return img

@@ -1,0 +1,154 @@
+"""Two trivial 1-D infinite-horizon envs for tests and throughput benchmarks.
+
+A point ``x`` on a segment ``[-bounds, bounds]`` is moved by the action; the reward is
+``-|x|`` after the move, so the best policy walks to the origin and stays there. A step is a
+handful of tensor ops, which makes these envs the baseline of the throughput benchmarks.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from tensordict import TensorDict
+
+from ..env import Env
+
+__all__ = ["DiscreteDummyEnv", "ContinuousDummyEnv"]
+
+
+class _DummyEnv(Env):
+    """Shared state, reset and config of the dummy envs.
+
+    Parameters set with ``reset(config={...})``: ``bounds`` (half the length of the segment,
+    1.0) and ``step_size`` (distance moved by a full action, 0.1).
+
+    Attributes:
+        x: ``[num_envs, 1]`` float32 tensor, the positions. Replaced (never modified in place)
+            by every step, so observations handed out stay valid.
+    """
+
+    episodic: ClassVar[bool] = False
+    observation_space = spaces.Box(-np.inf, np.inf, (1,), np.float32)
+
+    def __init__(
+        self,
+        num_envs: int,
+        /,
+        horizon: int | None = None,
+        *,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        super().__init__(num_envs, horizon, device=device)
+        self.params: dict[str, float] = {"bounds": 1.0, "step_size": 0.1}
+        self._generator = torch.Generator(device=self.device)
+        self._generator.manual_seed(int(torch.randint(0, 2**62, (1,)).item()))
+        self.x = self._initial_state()
+
+    def _initial_state(self) -> torch.Tensor:
+        b = self.params["bounds"]
+        return torch.empty(self.num_envs, 1, device=self.device).uniform_(
+            -b, b, generator=self._generator
+        )
+
+    def reset(
+        self, *, config: dict[str, Any] | None = None, seed: int | None = None
+    ) -> torch.Tensor:
+        """Draw every ``x`` uniformly in ``[-bounds, bounds]`` and return it, ``[num_envs, 1]``.
+
+        Args:
+            config: ``bounds`` and/or ``step_size`` to use from now on (positive numbers);
+                ``None`` keeps the current ones. An unknown key raises ``KeyError``.
+            seed: Seed of the env's random number generator; ``None`` continues its stream.
+        """
+        if config:
+            params = self.apply_config(config, self.params)
+            for key, value in params.items():
+                if not isinstance(value, numbers.Real) or isinstance(value, bool) or value <= 0:
+                    raise ValueError(
+                        f"{type(self).__name__}: config {key!r} must be a positive number, "
+                        f"got {value!r}"
+                    )
+            self.params = {k: float(v) for k, v in params.items()}
+        if seed is not None:
+            self._generator.manual_seed(seed)
+        self.x = self._initial_state()
+        return self.x
+
+    def _output(self) -> TensorDict:
+        return TensorDict(
+            {"obs": self.x, "rewards": torch.abs(self.x).neg_()},
+            batch_size=[self.num_envs],
+            device=self.device,
+        )
+
+
+class DiscreteDummyEnv(_DummyEnv):
+    """Walk left, stay or walk right on a segment; reward ``-|x|``. Infinite horizon.
+
+    * **Observation** ``Box(float32, (1,))``: the position ``x`` in ``[-bounds, bounds]``.
+    * **Action** ``Discrete(3)``: ``x += step_size * (a - 1)`` (0 left, 1 stay, 2 right),
+      then ``x`` is clamped to ``[-bounds, bounds]``.
+    * **Reward** ``-|x|`` after the move.
+    * **Reset** (only by PPO, never inside ``step``): ``x`` uniform in ``[-bounds, bounds]``.
+
+    Config keys: ``bounds`` (1.0), ``step_size`` (0.1).
+
+    Args:
+        num_envs: Number of points simulated in parallel.
+        horizon: Unused; accepted for the :class:`~rl8.env.Env` contract.
+        device: Torch device of the simulation.
+    """
+
+    action_space = spaces.Discrete(3)
+
+    def step(self, action: torch.Tensor) -> TensorDict:
+        """Move every point by ``step_size * (action - 1)``.
+
+        Args:
+            action: ``[num_envs]`` int64 tensor of 0 (left), 1 (stay) or 2 (right).
+
+        Returns:
+            TensorDict with ``obs`` (``[num_envs, 1]``) and ``rewards`` (``[num_envs, 1]``).
+        """
+        b = self.params["bounds"]
+        move = action.reshape(self.num_envs, 1) - 1
+        self.x = torch.add(self.x, move, alpha=self.params["step_size"]).clamp_(-b, b)
+        return self._output()
+
+
+class ContinuousDummyEnv(_DummyEnv):
+    """Move by a continuous amount on a segment; reward ``-|x|``. Infinite horizon.
+
+    * **Observation** ``Box(float32, (1,))``: the position ``x`` in ``[-bounds, bounds]``.
+    * **Action** ``Box(-1, 1, (1,), float32)``: ``x += step_size * clip(a, -1, 1)``, then ``x``
+      is clamped to ``[-bounds, bounds]``.
+    * **Reward** ``-|x|`` after the move.
+    * **Reset** (only by PPO, never inside ``step``): ``x`` uniform in ``[-bounds, bounds]``.
+
+    Config keys: ``bounds`` (1.0), ``step_size`` (0.1).
+
+    Args:
+        num_envs: Number of points simulated in parallel.
+        horizon: Unused; accepted for the :class:`~rl8.env.Env` contract.
+        device: Torch device of the simulation.
+    """
+
+    action_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    def step(self, action: torch.Tensor) -> TensorDict:
+        """Move every point by ``step_size * clip(action, -1, 1)``.
+
+        Args:
+            action: ``[num_envs, 1]`` float tensor; values outside ``[-1, 1]`` are clipped.
+
+        Returns:
+            TensorDict with ``obs`` (``[num_envs, 1]``) and ``rewards`` (``[num_envs, 1]``).
+        """
+        b = self.params["bounds"]
+        move = action.reshape(self.num_envs, 1).clamp(-1.0, 1.0)
+        self.x = torch.add(self.x, move, alpha=self.params["step_size"]).clamp_(-b, b)
+        return self._output()

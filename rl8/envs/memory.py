@@ -1,0 +1,143 @@
+"""A memory task: recall a cue shown at the start of the episode. Needs a recurrent policy."""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from tensordict import TensorDict
+
+from ..env import Env
+
+__all__ = ["Memory"]
+
+
+class Memory(Env):
+    """Remember which of ``num_cues`` cues was shown and name it ``delay`` steps later.
+
+    An episode lasts ``delay + 1`` steps. On its first step the observation shows the cue (a
+    one-hot vector); on the following steps the cue entries are zero. The last entry of the
+    observation is 1.0 on the final step, when the agent must answer, else 0.0. Only the
+    answer counts: the reward is 1.0 when the action on the final step equals the cue and 0.0
+    on every other step. The episode then ends (``terminated``) and the sub-env resets itself
+    with a new cue.
+
+    The optimal mean episode return is 1.0. A policy without memory sees the same
+    observation at every answer step, so it cannot beat chance, ``1 / num_cues`` (except with
+    ``delay = 0``, where the cue and the answer flag are shown together).
+
+    * **Observation** ``Box(0, 1, (num_cues + 1,), float32)``.
+    * **Action** ``Discrete(num_cues)``: the answer (ignored before the final step).
+    * **Reward** 1.0 for a correct answer on the final step, else 0.0.
+    * **Terminated** after the answer step; never truncated.
+
+    All sub-envs are reset together and episodes have a fixed length, so the sub-envs stay in
+    step with each other (every episode starts on the same step in all of them).
+
+    Config key (``reset(config={...})``): ``delay`` (steps between the cue and the answer, an
+    int >= 0). ``num_cues`` changes the spaces, so it is a constructor argument only.
+
+    Args:
+        num_envs: Number of episodes played in parallel.
+        horizon: Unused; accepted for the :class:`~rl8.env.Env` contract.
+        device: Torch device of the simulation.
+        delay: Steps between the cue and the answer (the episode lasts ``delay + 1`` steps).
+        num_cues: Number of distinct cues (and of actions), >= 2.
+    """
+
+    episodic: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        num_envs: int,
+        /,
+        horizon: int | None = None,
+        *,
+        device: torch.device | str = "cpu",
+        delay: int = 4,
+        num_cues: int = 2,
+    ) -> None:
+        super().__init__(num_envs, horizon, device=device)
+        if isinstance(num_cues, bool) or not isinstance(num_cues, numbers.Integral) or num_cues < 2:
+            raise ValueError(f"Memory: num_cues must be an int >= 2, got {num_cues!r}")
+        self.num_cues = int(num_cues)
+        self.observation_space = spaces.Box(0.0, 1.0, (self.num_cues + 1,), np.float32)
+        self.action_space = spaces.Discrete(self.num_cues)
+        self._generator = torch.Generator(device=self.device)
+        self._generator.manual_seed(int(torch.randint(0, 2**62, (1,)).item()))
+        self.params: dict[str, int] = {}
+        self._set_params({"delay": delay})
+        self._cue = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
+        self._t = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
+
+    def _set_params(self, params: dict[str, Any]) -> None:
+        delay = params["delay"]
+        if isinstance(delay, bool) or not isinstance(delay, numbers.Integral) or delay < 0:
+            raise ValueError(f"Memory: delay must be an int >= 0, got {delay!r}")
+        self.params = {"delay": int(delay)}
+        k, d = self.num_cues, int(delay)
+        # _table[cue, t] is the observation at step t of an episode with that cue; row
+        # t = delay + 1 (past the answer) is all zeros and serves as the terminal observation.
+        table = torch.zeros(k, d + 2, k + 1, dtype=torch.float32)
+        table[:, 0, :k] = torch.eye(k)
+        table[:, d, k] = 1.0
+        self._table = table.to(self.device)
+
+    def _new_cues(self) -> torch.Tensor:
+        return torch.randint(
+            self.num_cues, (self.num_envs,), generator=self._generator, device=self.device
+        )
+
+    def reset(
+        self, *, config: dict[str, Any] | None = None, seed: int | None = None
+    ) -> torch.Tensor:
+        """Start a new episode with a new cue in every sub-env and return the first observations.
+
+        Args:
+            config: ``{"delay": int}`` to use from now on; ``None`` keeps the current delay. An
+                unknown key raises ``KeyError``.
+            seed: Seed of the env's random number generator; ``None`` continues its stream.
+
+        Returns:
+            ``[num_envs, num_cues + 1]`` float32 observations (the one-hot cues).
+        """
+        if config:
+            self._set_params(self.apply_config(config, self.params))
+        if seed is not None:
+            self._generator.manual_seed(seed)
+        self._cue = self._new_cues()
+        self._t = torch.zeros_like(self._t)
+        return self._table[self._cue, self._t]
+
+    def step(self, action: torch.Tensor) -> TensorDict:
+        """Advance every episode by one step; score the answer on the final step.
+
+        Args:
+            action: ``[num_envs]`` int64 tensor of cue indices (the answer).
+
+        Returns:
+            TensorDict with ``obs``, ``rewards``, ``terminated``, ``truncated`` (always false)
+            and ``final_obs`` (all zeros for episodes that just ended).
+        """
+        n = self.num_envs
+        answer = self._t == self.params["delay"]
+        correct = answer & (action.reshape(n) == self._cue)
+        t_next = self._t + 1
+        final = self._table[self._cue, t_next]
+        self._cue = torch.where(answer, self._new_cues(), self._cue)
+        self._t = t_next.masked_fill_(answer, 0)
+        terminated = answer.unsqueeze(1)
+        return TensorDict(
+            {
+                "obs": self._table[self._cue, self._t],
+                "rewards": correct.unsqueeze(1).to(torch.float32),
+                "terminated": terminated,
+                "truncated": torch.zeros_like(terminated),
+                "final_obs": final,
+            },
+            batch_size=[n],
+            device=self.device,
+        )

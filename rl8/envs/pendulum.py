@@ -1,0 +1,186 @@
+"""Batched Pendulum: gymnasium's ``Pendulum-v1`` simulated for ``num_envs`` pendulums at once."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from tensordict import TensorDict
+
+from ..env import Env
+from . import _render
+
+__all__ = ["Pendulum"]
+
+
+class Pendulum(Env):
+    """Swing a pendulum up and keep it upright with a limited torque (gymnasium's Pendulum-v1).
+
+    The dynamics, constants and reward are those of ``gymnasium.make("Pendulum-v1")``.
+
+    * **Observation** ``Box(float32, (3,))``: ``cos(theta)``, ``sin(theta)`` and the angular
+      velocity ``theta_dot`` (rad/s); ``theta`` (rad) is 0 upright and grows counter-clockwise.
+    * **Action** ``Box(-2, 2, (1,), float32)``: the torque (N m), clipped to
+      ``[-max_torque, max_torque]`` inside :meth:`step` (the action space keeps its bounds of
+      ±2 when ``max_torque`` is changed by a config).
+    * **Reward** ``-(angle_normalize(theta)^2 + 0.1 theta_dot^2 + 0.001 u^2)`` of the state and
+      the clipped torque *before* the step, in ``[-16.27, 0]``.
+    * **Terminated** never; **truncated** after ``max_episode_steps`` steps of an episode.
+    * **Reset**: ``theta`` uniform in ``[-pi, pi]``, ``theta_dot`` uniform in ``[-1, 1]``;
+      finished sub-envs are reset inside :meth:`step`.
+
+    Parameters set with ``reset(config={...})`` (scalars, the same for all sub-envs): ``g``
+    (m/s^2, 10.0), ``m`` (kg, 1.0), ``l`` (m, 1.0), ``dt`` (s per step, 0.05), ``max_speed``
+    (rad/s, 8.0), ``max_torque`` (N m, 2.0), ``max_episode_steps`` (steps, 200).
+
+    Args:
+        num_envs: Number of pendulums simulated in parallel.
+        horizon: Unused; accepted for the :class:`~rl8.env.Env` contract.
+        device: Torch device of the simulation.
+
+    Attributes:
+        state: ``[num_envs, 2]`` float32 tensor ``(theta, theta_dot)``. Writing a new tensor to
+            it sets the state of every sub-env (used by tests). ``theta`` is not wrapped, as in
+            gymnasium.
+        steps: ``[num_envs, 1]`` int64 tensor, steps taken in each sub-env's current episode.
+    """
+
+    episodic: ClassVar[bool] = True
+    metadata: ClassVar[dict[str, Any]] = {"render_fps": 30}
+    observation_space = spaces.Box(
+        np.array([-1.0, -1.0, -8.0], dtype=np.float32),
+        np.array([1.0, 1.0, 8.0], dtype=np.float32),
+        dtype=np.float32,
+    )
+    action_space = spaces.Box(-2.0, 2.0, (1,), np.float32)
+
+    def __init__(
+        self,
+        num_envs: int,
+        /,
+        horizon: int | None = None,
+        *,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        super().__init__(num_envs, horizon, device=device)
+        self.params: dict[str, Any] = {
+            "g": 10.0,
+            "m": 1.0,
+            "l": 1.0,
+            "dt": 0.05,
+            "max_speed": 8.0,
+            "max_torque": 2.0,
+            "max_episode_steps": 200,
+        }
+        self._generator = torch.Generator(device=self.device)
+        self._generator.manual_seed(int(torch.randint(0, 2**62, (1,)).item()))
+        # uniform [-1, 1] samples times this give (theta, theta_dot) of a fresh episode
+        self._init_scale = torch.tensor([math.pi, 1.0], dtype=torch.float32, device=self.device)
+        self._set_params(self.params)
+        self.state = self._initial_state()
+        self.steps = torch.zeros(num_envs, 1, dtype=torch.int64, device=self.device)
+
+    def _set_params(self, params: dict[str, Any]) -> None:
+        for key, value in params.items():
+            if not isinstance(value, numbers.Real) or isinstance(value, bool):
+                raise TypeError(f"Pendulum: config {key!r} must be a number, got {value!r}")
+        steps = params["max_episode_steps"]
+        if not isinstance(steps, numbers.Integral) or steps < 1:
+            raise ValueError(
+                f"Pendulum: config 'max_episode_steps' must be an int >= 1, got {steps!r}"
+            )
+        p = {k: float(v) for k, v in params.items() if k != "max_episode_steps"}
+        p["max_episode_steps"] = int(steps)
+        self.params = p
+
+    def _initial_state(self) -> torch.Tensor:
+        sample = torch.empty(self.num_envs, 2, device=self.device)
+        return sample.uniform_(-1.0, 1.0, generator=self._generator).mul_(self._init_scale)
+
+    @staticmethod
+    def _observe(state: torch.Tensor) -> torch.Tensor:
+        theta, theta_dot = state.unbind(1)
+        return torch.stack((torch.cos(theta), torch.sin(theta), theta_dot), 1)
+
+    def reset(
+        self, *, config: dict[str, Any] | None = None, seed: int | None = None
+    ) -> torch.Tensor:
+        """Reset every pendulum and return the first observations, ``[num_envs, 3]`` float32.
+
+        Args:
+            config: Physical parameters to use from now on (keys listed in the class
+                docstring); ``None`` keeps the current ones. An unknown key raises ``KeyError``.
+            seed: Seed of the env's random number generator; ``None`` continues its stream.
+        """
+        if config:
+            self._set_params(self.apply_config(config, self.params))
+        if seed is not None:
+            self._generator.manual_seed(seed)
+        self.state = self._initial_state()
+        self.steps.zero_()
+        return self._observe(self.state)
+
+    def step(self, action: torch.Tensor) -> TensorDict:
+        """Apply a torque to every pendulum and advance the simulation by ``dt`` seconds.
+
+        Args:
+            action: ``[num_envs, 1]`` float tensor of torques (N m); clipped to
+                ``[-max_torque, max_torque]``.
+
+        Returns:
+            TensorDict with ``obs``, ``rewards``, ``terminated`` (always false), ``truncated``
+            and ``final_obs`` as described in ``docs/envs.md``.
+        """
+        p = self.params
+        n = self.num_envs
+        theta, theta_dot = self.state.unbind(1)
+        u = action.reshape(n).clamp(-p["max_torque"], p["max_torque"])
+        # reward of the state before the step: -(angle^2 + 0.1 theta_dot^2 + 0.001 u^2)
+        angle = torch.remainder(theta + math.pi, 2 * math.pi).sub_(math.pi)
+        rewards = torch.mul(angle, angle).neg_()
+        rewards.addcmul_(theta_dot, theta_dot, value=-0.1).addcmul_(u, u, value=-0.001)
+        dt = p["dt"]
+        new_theta_dot = torch.add(
+            theta_dot, torch.sin(theta), alpha=3 * p["g"] / (2 * p["l"]) * dt
+        ).add_(u, alpha=3.0 / (p["m"] * p["l"] ** 2) * dt)
+        new_theta_dot.clamp_(-p["max_speed"], p["max_speed"])
+        new_theta = torch.add(theta, new_theta_dot, alpha=dt)
+        final_state = torch.stack((new_theta, new_theta_dot), 1)
+
+        self.steps.add_(1)
+        truncated = self.steps >= p["max_episode_steps"]
+        self.state = torch.where(truncated, self._initial_state(), final_state)
+        self.steps.masked_fill_(truncated, 0)
+        return TensorDict(
+            {
+                "obs": self._observe(self.state),
+                "rewards": rewards.unsqueeze(1),
+                "terminated": torch.zeros(n, 1, dtype=torch.bool, device=self.device),
+                "truncated": truncated,
+                "final_obs": self._observe(final_state),
+            },
+            batch_size=[n],
+            device=self.device,
+        )
+
+    def render(self, index: int = 0) -> np.ndarray:
+        """Draw sub-env ``index`` as a ``uint8`` RGB frame of shape ``[500, 500, 3]``.
+
+        The view spans ``[-2.2, 2.2]`` m around the pivot: the rod as a thick red line, upright
+        at ``theta = 0``, and the pivot as a black dot.
+        """
+        theta = float(self.state[index, 0].cpu())
+        size = 500
+        scale = size / (2 * 2.2)  # pixels per metre
+        rod = scale * self.params["l"]
+        c = size / 2.0
+        tip_x = c - rod * math.sin(theta)
+        tip_y = c - rod * math.cos(theta)
+        img = _render.canvas(size, size)
+        _render.draw_line(img, c, c, tip_x, tip_y, 0.2 * scale, (204, 77, 77))
+        _render.fill_circle(img, c, c, 0.05 * scale, (0, 0, 0))
+        return img
