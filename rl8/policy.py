@@ -84,7 +84,8 @@ class Policy(nn.Module):
     def action_mask(obs: torch.Tensor | TensorDictBase) -> torch.Tensor | None:
         """The ``action_mask`` entry of a TensorDict observation, if any."""
         if isinstance(obs, TensorDictBase) and "action_mask" in obs.keys():
-            return obs.get("action_mask")
+            mask = obs.get("action_mask")
+            return mask if mask.dtype == torch.bool else mask.bool()
         return None
 
     def distribution(self, obs: torch.Tensor | TensorDictBase) -> tuple[Distribution, torch.Tensor]:

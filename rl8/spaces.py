@@ -96,12 +96,17 @@ def zeros_like_space(
 
     Returns:
         A tensor of shape ``[*batch_size, *space_shape(space)]``, or a TensorDict with batch
-        size ``batch_size`` for ``Dict`` spaces.
+        size ``batch_size`` for ``Dict`` spaces (whose ``action_mask`` entry, if any, is bool).
     """
     batch_size = list(batch_size)
     if isinstance(space, spaces.Dict):
         return TensorDict(
-            {k: zeros_like_space(s, batch_size, device=device) for k, s in space.spaces.items()},
+            {
+                k: zeros_like_space(
+                    s, batch_size, device=device, dtype=torch.bool if k == "action_mask" else None
+                )
+                for k, s in space.spaces.items()
+            },
             batch_size=batch_size,
             device=device,
         )

@@ -1,0 +1,320 @@
+"""PPO's contract: reset rules, validation, stats, determinism, spaces, options."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+from gymnasium import spaces
+from tensordict import TensorDict
+
+from rl8 import PPO, Env, EnvOutputError
+from rl8.envs import CartPole, ContinuousDummyEnv, DiscreteDummyEnv
+
+SMALL = dict(num_envs=16, horizon=8, sgd_minibatch_size=32, num_sgd_iters=2, seed=0)
+
+
+class CountingEnv(Env):
+    """Infinite-horizon env that counts resets; obs is the step counter."""
+
+    observation_space = spaces.Box(-1e6, 1e6, (1,))
+    action_space = spaces.Discrete(2)
+
+    def __init__(self, num_envs, /, horizon=None, *, device="cpu", bad=None):
+        super().__init__(num_envs, horizon, device=device)
+        self.resets = 0
+        self.t = torch.zeros(num_envs, 1, device=self.device)
+        self.bad = bad
+        self.configs = []
+
+    def reset(self, *, config=None, seed=None):
+        self.resets += 1
+        self.configs.append(config)
+        self.t = torch.zeros(self.num_envs, 1, device=self.device)
+        return self.t
+
+    def step(self, action):
+        self.t = self.t + 1
+        out = {"obs": self.t, "rewards": torch.ones(self.num_envs, 1, device=self.device)}
+        if self.bad == "missing_rewards":
+            del out["rewards"]
+        elif self.bad == "reward_shape":
+            out["rewards"] = torch.ones(self.num_envs, device=self.device)
+        elif self.bad == "nan":
+            obs = self.t.clone()
+            obs[3] = float("nan") if int(self.t[0]) == 5 else obs[3]
+            out["obs"] = obs
+        elif self.bad == "not_td":
+            return out
+        return TensorDict(out, batch_size=[self.num_envs])
+
+
+class EpisodeEnv(Env):
+    """Episodes of fixed length L; reward 1 per step; truncated (not terminated) at L."""
+
+    observation_space = spaces.Box(0, 100, (1,))
+    action_space = spaces.Discrete(3)
+    episodic = True
+
+    def __init__(self, num_envs, /, horizon=None, *, device="cpu", length=5, terminate=False):
+        super().__init__(num_envs, horizon, device=device)
+        self.length, self.terminate = length, terminate
+        self.t = torch.zeros(num_envs, 1)
+
+    def reset(self, *, config=None, seed=None):
+        self.t = torch.zeros(self.num_envs, 1)
+        return self.t
+
+    def step(self, action):
+        t = self.t + 1
+        done = t >= self.length
+        self.t = torch.where(done, torch.zeros_like(t), t)
+        flag_t = done if self.terminate else torch.zeros_like(done)
+        flag_tr = torch.zeros_like(done) if self.terminate else done
+        return TensorDict(
+            {"obs": self.t, "rewards": torch.ones(self.num_envs, 1), "terminated": flag_t,
+             "truncated": flag_tr, "final_obs": t},
+            batch_size=[self.num_envs],
+        )
+
+
+class MaskedEnv(Env):
+    """Dict observation with an action mask that allows only action (step % 4)."""
+
+    observation_space = spaces.Dict({"x": spaces.Box(-1, 1, (2,)), "action_mask": spaces.MultiBinary(4)})
+    action_space = spaces.Discrete(4)
+
+    def __init__(self, num_envs, /, horizon=None, *, device="cpu"):
+        super().__init__(num_envs, horizon, device=device)
+        self.k = 0
+        self.violations = 0
+
+    def _obs(self):
+        mask = torch.zeros(self.num_envs, 4, dtype=torch.bool)
+        mask[:, self.k % 4] = True
+        return TensorDict({"x": torch.zeros(self.num_envs, 2), "action_mask": mask}, batch_size=[self.num_envs])
+
+    def reset(self, *, config=None, seed=None):
+        self.k = 0
+        return self._obs()
+
+    def step(self, action):
+        self.violations += int((action != self.k % 4).sum())
+        self.k += 1
+        return TensorDict({"obs": self._obs(), "rewards": torch.zeros(self.num_envs, 1)}, batch_size=[self.num_envs])
+
+
+def test_reset_rules():
+    algo = PPO(CountingEnv, horizons_per_env_reset=2, **SMALL)
+    for _ in range(5):
+        algo.collect()
+    assert algo.env.resets == 3 and algo.env_resets == 3  # collects 0, 2, 4
+    once = PPO(CountingEnv, horizons_per_env_reset=-1, **SMALL)
+    for _ in range(4):
+        once.collect()
+    assert once.env.resets == 1
+    # the obs keeps counting across collects when envs are not reset
+    assert once.buffer["obs"][0, -1, 0].item() == 4 * SMALL["horizon"]
+
+
+def test_env_config_is_applied_at_resets():
+    algo = PPO(CountingEnv, horizons_per_env_reset=1, env_config={"a": 1}, **SMALL)
+    algo.collect(env_config={"b": 2})
+    assert algo.env.configs[-1] == {"a": 1, "b": 2}
+
+
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        ("missing_rewards", r"missing key 'rewards'"),
+        ("reward_shape", r"'rewards' has shape \(16,\), expected \(16, 1\)"),
+        ("not_td", r"must return a TensorDict, got dict"),
+    ],
+)
+def test_bad_env_output_is_reported_on_first_step(bad, match):
+    algo = PPO(CountingEnv, env_kwargs={"bad": bad}, **SMALL)
+    with pytest.raises(EnvOutputError, match=match):
+        algo.collect()
+
+
+def test_nan_observation_reports_env_and_step():
+    algo = PPO(CountingEnv, env_kwargs={"bad": "nan"}, **SMALL)
+    with pytest.raises(EnvOutputError, match=r"non-finite values .* in 'obs' at \(env 3, step 5\)"):
+        algo.collect()
+    quiet = PPO(CountingEnv, env_kwargs={"bad": "nan"}, check_finite_collects=0, **SMALL)
+    quiet.collect()  # checking switched off
+
+
+def test_step_before_collect_is_an_error():
+    with pytest.raises(RuntimeError, match="needs a collect"):
+        PPO(DiscreteDummyEnv, **SMALL).step()
+
+
+def test_stat_names():
+    algo = PPO(CartPole, **SMALL)
+    rollout = algo.collect()
+    update = algo.step()
+    for key in ("returns/min", "returns/max", "returns/mean", "returns/std", "rewards/min",
+                "rewards/max", "rewards/mean", "rewards/std", "episodes/return_mean",
+                "episodes/length_mean", "episodes/count"):
+        assert key in rollout
+    assert set(update) == {
+        "losses/policy", "losses/vf", "losses/entropy", "losses/total", "monitors/kl_div",
+        "monitors/clip_fraction", "monitors/explained_variance", "monitors/grad_norm",
+        "coefficients/entropy", "coefficients/vf", "coefficients/lr",
+    }
+    assert all(isinstance(v, float) for v in update.values())
+    infinite = PPO(DiscreteDummyEnv, **SMALL).collect()
+    assert not any(k.startswith("episodes/") for k in infinite)
+
+
+@pytest.mark.parametrize("terminate", [False, True])
+def test_episode_stats_across_collects(terminate):
+    # length-5 episodes, horizon 8: episodes end at steps 5, 10, 15, ... of each env
+    algo = PPO(EpisodeEnv, env_kwargs={"length": 5, "terminate": terminate}, **SMALL)
+    first = algo.collect()
+    assert first["episodes/count"] == 16 and first["episodes/return_mean"] == 5.0
+    second = algo.collect()  # steps 9..16: episodes end at 10 and 15
+    assert second["episodes/count"] == 32
+    assert second["episodes/return_mean"] == 5.0 and second["episodes/length_mean"] == 5.0
+    algo.step()
+
+
+def test_no_finished_episode_gives_nan_mean():
+    algo = PPO(EpisodeEnv, env_kwargs={"length": 100}, **SMALL)
+    stats = algo.collect()
+    assert stats["episodes/count"] == 0 and math.isnan(stats["episodes/return_mean"])
+
+
+def test_truncation_bootstraps_from_final_obs_value():
+    algo = PPO(EpisodeEnv, env_kwargs={"length": 3}, **SMALL)
+    algo.collect()
+    trunc = algo.buffer["truncated"][:, :8]
+    final = algo._final_values(trunc)
+    expected = algo.policy.value(algo.buffer["final_obs"][:, :8].reshape(-1, 1)).reshape(16, 8)
+    torch.testing.assert_close(final[trunc], expected[trunc])
+    assert (final[~trunc] == 0).all()
+
+
+def test_action_mask_is_honoured():
+    algo = PPO(MaskedEnv, **SMALL)
+    for _ in range(3):
+        algo.collect()
+        algo.step()
+    assert algo.env.violations == 0
+
+
+def test_same_seed_gives_identical_losses():
+    def run():
+        algo = PPO(CartPole, **SMALL)
+        out = []
+        for _ in range(3):
+            algo.collect()
+            out.append(algo.step())
+        return out
+
+    assert run() == run()
+
+
+def test_different_seeds_differ():
+    a = PPO(CartPole, **{**SMALL, "seed": 1})
+    b = PPO(CartPole, **{**SMALL, "seed": 2})
+    a.collect(), b.collect()
+    assert a.step() != b.step()
+
+
+def test_state_dict_resume_gives_identical_losses():
+    reference = PPO(CartPole, **SMALL)
+    for _ in range(2):
+        reference.collect(); reference.step()
+    state = copy.deepcopy(reference.state_dict())  # state_dict shares parameter storage
+    expected = []
+    for _ in range(2):
+        reference.collect(); expected.append(reference.step())
+    resumed = PPO(CartPole, **{**SMALL, "seed": 123})
+    resumed.load_state_dict(state)
+    got = []
+    for _ in range(2):
+        resumed.collect(); got.append(resumed.step())
+    assert got == expected
+
+
+def test_schedules_and_options():
+    algo = PPO(
+        DiscreteDummyEnv, lr_schedule=[(0, 1e-3), (128, 1e-4)], entropy_coeff_schedule=[(0, 0.1), (256, 0.0)],
+        schedule_kind="linear", dual_clip_param=3.0, vf_clip_param=1.0, accumulate_grads=True,
+        target_kl_div=1e-9, max_grad_norm=None, **SMALL,
+    )
+    algo.collect()
+    first = algo.step()
+    assert first["coefficients/lr"] == pytest.approx(1e-4)  # 128 env steps collected
+    assert first["coefficients/entropy"] == pytest.approx(0.05)
+    assert math.isfinite(first["losses/total"])
+
+
+def test_bf16_autocast_on_cpu():
+    algo = PPO(CartPole, enable_amp=True, **SMALL)
+    algo.collect()
+    stats = algo.step()
+    assert math.isfinite(stats["losses/total"])
+
+
+def test_evaluate_respects_reset_boundaries():
+    algo = PPO(CartPole, horizons_per_env_reset=-1, **SMALL)
+    stats = algo.evaluate()  # before the first collect: allowed
+    assert "returns/mean" in stats
+    algo.collect()
+    with pytest.raises(RuntimeError, match="env-reset boundary"):
+        algo.evaluate()
+    dedicated = CartPole(8)
+    out = algo.evaluate(dedicated, num_steps=600)
+    assert out["episodes/count"] >= 8
+    steps_before = algo.env_steps
+    algo.collect()
+    assert algo.env_steps == steps_before + 128
+
+
+@pytest.mark.parametrize(
+    "action_space",
+    [spaces.Box(-2, 2, (2,)), spaces.MultiDiscrete([3, 2]), spaces.MultiBinary(3)],
+)
+def test_action_spaces_flow_through(action_space):
+    class Env_(Env):
+        observation_space = spaces.Box(-1, 1, (3,))
+
+        def __init__(self, num_envs, /, horizon=None, *, device="cpu"):
+            super().__init__(num_envs, horizon, device=device)
+            self.action_space = action_space
+            self.seen = []
+
+        def reset(self, *, config=None, seed=None):
+            return torch.zeros(self.num_envs, 3)
+
+        def step(self, action):
+            self.seen.append(action)
+            return TensorDict({"obs": torch.rand(self.num_envs, 3), "rewards": torch.zeros(self.num_envs, 1)},
+                              batch_size=[self.num_envs])
+
+    algo = PPO(Env_, **SMALL)
+    algo.collect()
+    algo.step()
+    act = torch.stack(algo.env.seen)
+    assert act.shape[1:] == (16, *action_space.shape)
+    if isinstance(action_space, spaces.Box):
+        assert act.min() >= -2 and act.max() <= 2
+    else:
+        assert act.dtype == torch.int64
+
+
+def test_normalize_observations_updates_statistics():
+    algo = PPO(ContinuousDummyEnv, normalize_observations=True, **SMALL)
+    algo.collect(); algo.step()
+    stats = algo.policy.obs_normalizer.stats["obs"]
+    assert stats.count.item() == 128
+
+
+def test_unknown_hparam_is_an_error():
+    with pytest.raises(TypeError, match="did you mean horizon"):
+        PPO(CartPole, horizn=8)
