@@ -73,7 +73,8 @@ def make_env(
 
     Args:
         env: An :class:`Env` subclass (or a dotted path to one); a registered gymnasium id
-            such as ``"CartPole-v1"``; or a callable returning a ``gymnasium.Env``.
+            such as ``"CartPole-v1"``; a callable returning a ``gymnasium.Env``; or a
+            :meth:`GymnasiumEnv.make_factory <rl8.envs.GymnasiumEnv.make_factory>` factory.
         num_envs: Number of parallel envs.
         horizon: PPO's horizon, handed to the env.
         device: Device of the env's tensors.
@@ -86,7 +87,10 @@ def make_env(
     if isinstance(env, type) and issubclass(env, Env):
         return env(num_envs, horizon, device=device, **kwargs)
     if isinstance(env, str) or callable(env):
-        from .envs.gymnasium import GymnasiumEnv
+        from .envs.gymnasium import GymnasiumEnv, GymnasiumEnvFactory
+
+        if isinstance(env, GymnasiumEnvFactory):
+            return env(num_envs, horizon, device=device, **kwargs)
 
         return GymnasiumEnv(num_envs, horizon, device=device, env=env, **kwargs)
     raise TypeError(

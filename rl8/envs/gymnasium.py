@@ -1,0 +1,632 @@
+"""Any gymnasium environment as an rl8 :class:`~rl8.env.Env`.
+
+:class:`GymnasiumEnv` runs ``num_envs`` copies of a gymnasium env in a gymnasium vector env
+(:class:`~gymnasium.vector.SyncVectorEnv` in this process, or
+:class:`~gymnasium.vector.AsyncVectorEnv` with one subprocess per copy) in the ``SAME_STEP``
+autoreset mode, and turns its numpy outputs into the TensorDict of the step contract.
+``PPO("CartPole-v1")`` builds one through :meth:`GymnasiumEnv.make_factory`.
+
+See ``docs/gymnasium.md`` for a walk-through.
+"""
+
+from __future__ import annotations
+
+import difflib
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import gymnasium
+import numpy as np
+import torch
+from gymnasium import spaces
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv
+from tensordict import TensorDict, TensorDictBase
+
+from ..env import Env
+from ..spaces import check_space, space_dtype, zeros_like_space
+
+__all__ = ["GymnasiumEnv", "GymnasiumEnvFactory"]
+
+_MODES = ("sync", "async")
+_ACTION_MASK = "action_mask"
+# A tree mirrors a (possibly nested) Dict space: a dict of trees for Dict, a leaf otherwise.
+_Tree = Any
+
+
+class _RemoteTraceback(Exception):
+    """Carries the formatted traceback of an exception raised in a worker process."""
+
+    def __init__(self, tb: str) -> None:
+        super().__init__(tb)
+        self.tb = tb
+
+    def __str__(self) -> str:
+        return f"\n\"\"\"\n{self.tb}\"\"\""
+
+
+class _RecordingQueue:
+    """Wraps an AsyncVectorEnv's ``error_queue`` to remember the worker errors it hands out.
+
+    Gymnasium re-raises a worker's exception in the main process as ``type(exc)(exc)`` and only
+    logs the worker's traceback as a warning; recording the queue items lets :class:`GymnasiumEnv`
+    raise the original exception with the worker's traceback chained to it.
+    """
+
+    def __init__(self, queue: Any) -> None:
+        self._queue = queue
+        self.items: list[tuple[int, type, BaseException, str]] = []
+
+    def get(self, *args: Any, **kwargs: Any) -> Any:
+        item = self._queue.get(*args, **kwargs)
+        self.items.append(item)
+        return item
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._queue, name)
+
+
+def _torch_dtype(np_dtype: Any) -> torch.dtype:
+    return torch.from_numpy(np.zeros((), dtype=np_dtype)).dtype
+
+
+def _map(tree: _Tree, fn: Callable[..., Any], *data: Any) -> Any:
+    """Apply ``fn(leaf, *leaf_data)`` over a tree, returning a nested dict for Dict nodes."""
+    if isinstance(tree, dict):
+        return {key: _map(sub, fn, *(d[key] for d in data)) for key, sub in tree.items()}
+    return fn(tree, *data)
+
+
+def _convert_obs_space(space: spaces.Space, *, top: bool = True) -> tuple[spaces.Space, _Tree]:
+    """The space of the tensors rl8 gets, and the tree of their torch dtypes.
+
+    Float Boxes become float32 (the policy works in float32; halves a float64 buffer), a
+    top-level ``action_mask`` entry of a Dict becomes a bool Box; everything else keeps its
+    space and takes the dtype of :func:`rl8.spaces.space_dtype`.
+    """
+    if isinstance(space, spaces.Dict):
+        converted, tree = {}, {}
+        for key, sub in space.spaces.items():
+            if top and key == _ACTION_MASK:
+                if not isinstance(sub, (spaces.MultiBinary, spaces.Box)):
+                    raise TypeError(
+                        f"observation_space[{key!r}]: an action mask must be a MultiBinary or a "
+                        f"Box of 0/1, got {sub}"
+                    )
+                converted[key] = spaces.Box(0, 1, tuple(sub.shape), np.bool_)
+                tree[key] = torch.bool
+            else:
+                converted[key], tree[key] = _convert_obs_space(sub, top=False)
+        return spaces.Dict(converted), tree
+    if (
+        isinstance(space, spaces.Box)
+        and np.issubdtype(space.dtype, np.floating)
+        and space.dtype != np.float32
+    ):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "precision lowered by casting" is what we want
+            space = spaces.Box(
+                space.low.astype(np.float32), space.high.astype(np.float32), space.shape, np.float32
+            )
+    return space, space_dtype(space)
+
+
+def _action_tree(space: spaces.Space) -> _Tree:
+    """The torch dtypes of the numpy actions gymnasium wants (a tree for Dict spaces)."""
+    if isinstance(space, spaces.Dict):
+        return {key: _action_tree(sub) for key, sub in space.spaces.items()}
+    return _torch_dtype(space.dtype)
+
+
+def _write_row(tree: _Tree, dst: Any, index: int, value: Any) -> None:
+    """Write one env's observation (numpy, or a dict of them) into row ``index`` of a batch."""
+    if isinstance(tree, dict):
+        for key, sub in tree.items():
+            _write_row(sub, dst[key], index, value[key])
+    else:
+        dst[index] = value
+
+
+def _new_tensordict(
+    tensors: dict[str, Any], batch_size: torch.Size, device: torch.device
+) -> TensorDict:
+    """A TensorDict of tensors already on ``device`` with the right batch size.
+
+    Skips the per-entry checks of the public constructor (a few microseconds per step, which
+    is a visible share of a cheap env's step) when tensordict offers the unchecked one.
+    """
+    new = getattr(TensorDict, "_new_unsafe", None)
+    if new is not None:
+        return new(tensors, batch_size=batch_size, device=device)
+    return TensorDict(tensors, batch_size=batch_size, device=device)
+
+
+def _close_matches(env_id: str) -> list[str]:
+    ids = list(gymnasium.registry.keys())
+    lower = {i.lower(): i for i in ids}
+    found = difflib.get_close_matches(env_id.lower(), list(lower), n=5, cutoff=0.6)
+    return [lower[f] for f in found]
+
+
+class GymnasiumEnv(Env):
+    """``num_envs`` copies of a gymnasium env, batched through a gymnasium vector env.
+
+    Sub-envs that end an episode are reset inside :meth:`step` (gymnasium's ``SAME_STEP``
+    autoreset mode): ``obs`` is then the first observation of the next episode and
+    ``final_obs`` the last one of the finished episode. Observations and actions map to
+    tensors as described in :mod:`rl8.spaces`, with two conversions: float Boxes give float32
+    tensors, and a top-level ``action_mask`` entry of a Dict observation gives a bool tensor;
+    :attr:`observation_space` describes these tensors (the vector env's own spaces stay on
+    :attr:`vector_env`).
+
+    Args:
+        num_envs: Number of gymnasium envs stepped together (the batch size), >= 1.
+        horizon: Number of steps PPO collects per env between updates; unused by the adapter.
+        device: Torch device of the returned tensors. On CUDA the numpy outputs go through
+            pinned staging buffers (allocated once) and are copied without blocking.
+        env: A registered gymnasium id (e.g. ``"CartPole-v1"`` or ``"module:Env-v0"``), or a
+            callable (a function or a ``gymnasium.Env`` subclass) that returns one env.
+        vectorization_mode: ``"sync"`` steps every env in this process, one after the other;
+            ``"async"`` runs each env in its own subprocess (with shared-memory observations).
+            Async pays off when one env step is slow (physics, rendering, > ~0.1 ms); for cheap
+            envs like CartPole sync is faster.
+        env_kwargs: Keyword arguments for the env: passed to ``gymnasium.make`` for an id (so
+            ``max_episode_steps=...`` sets the time limit), or to the callable.
+        wrappers: Gymnasium wrappers (callables ``env -> env``) applied, in order, to each env.
+        render_mode: Gymnasium render mode given to each env; ``"rgb_array"`` enables
+            :meth:`render`. Passed as ``render_mode=`` to ``gymnasium.make`` or the callable.
+
+    Attributes:
+        vector_env: The underlying gymnasium vector env.
+    """
+
+    episodic = True
+
+    def __init__(
+        self,
+        num_envs: int,
+        /,
+        horizon: int | None = None,
+        *,
+        device: torch.device | str = "cpu",
+        env: str | Callable[..., gymnasium.Env],
+        vectorization_mode: str = "sync",
+        env_kwargs: dict[str, Any] | None = None,
+        wrappers: Sequence[Callable[[gymnasium.Env], gymnasium.Env]] | None = None,
+        render_mode: str | None = None,
+    ) -> None:
+        super().__init__(num_envs, horizon, device=device)
+        mode = getattr(vectorization_mode, "value", vectorization_mode)
+        if mode not in _MODES:
+            raise ValueError(
+                f"GymnasiumEnv: vectorization_mode must be one of {list(_MODES)}, "
+                f"got {vectorization_mode!r}"
+            )
+        if not isinstance(env, str) and not callable(env):
+            raise TypeError(
+                f"GymnasiumEnv: env must be a registered gymnasium id or a callable returning a "
+                f"gymnasium.Env, got {type(env).__name__}"
+            )
+        self.env = env
+        self.vectorization_mode = mode
+        self.env_kwargs = dict(env_kwargs or {})
+        self.wrappers = list(wrappers or [])
+        self.render_mode = render_mode
+        self.vector_env = self._make_vector_env()
+        self._closed = False
+        self._errors: _RecordingQueue | None = None
+        if isinstance(self.vector_env, AsyncVectorEnv):
+            self._errors = _RecordingQueue(self.vector_env.error_queue)
+            self.vector_env.error_queue = self._errors
+        try:
+            self._setup_spaces()
+        except BaseException:
+            self.close()
+            raise
+        self.metadata = {**type(self).metadata, **self.vector_env.metadata}
+        self.metadata.setdefault("render_fps", 30)
+        self._needs_reset = True
+        self._seeded = False
+        # Non-CPU devices: numpy -> pinned staging buffers -> device without blocking.
+        self._batch_size = torch.Size([num_envs])
+        self._staged = self.device.type != "cpu"
+        self._staging: tuple[TensorDict, dict[str, Any]] | None = None
+        self._staged_copy: torch.cuda.Event | None = None
+
+    # --- construction -----------------------------------------------------------------------
+
+    def _make_vector_env(self) -> VectorEnv:
+        vector_kwargs: dict[str, Any] = {"autoreset_mode": AutoresetMode.SAME_STEP, "copy": False}
+        if self.vectorization_mode == "async":
+            vector_kwargs["shared_memory"] = True
+        try:
+            if isinstance(self.env, str):
+                return gymnasium.make_vec(
+                    self.env,
+                    self.num_envs,
+                    vectorization_mode=self.vectorization_mode,
+                    vector_kwargs=vector_kwargs,
+                    wrappers=self.wrappers,
+                    **self._single_kwargs(),
+                )
+            fns = [self._make_single] * self.num_envs
+            if self.vectorization_mode == "async":
+                return AsyncVectorEnv(fns, **vector_kwargs)
+            return SyncVectorEnv(fns, **vector_kwargs)
+        except (gymnasium.error.UnregisteredEnv, gymnasium.error.DeprecatedEnv) as err:
+            if not isinstance(self.env, str):
+                raise
+            matches = _close_matches(self.env)
+            hint = (
+                f"closest registered ids: {', '.join(matches)}"
+                if matches
+                else "see gymnasium.pprint_registry() for the registered ids"
+            )
+            message = f"GymnasiumEnv: unknown gymnasium env id {self.env!r}; {hint} ({err})"
+            try:
+                new = type(err)(message)
+            except Exception:
+                new = ValueError(message)
+            raise new from err
+        except (TypeError, ValueError) as err:
+            # AsyncVectorEnv fails on spaces it cannot put in shared memory before rl8 sees
+            # them: name the unsupported space the way the sync path does.
+            if self.vectorization_mode == "async":
+                single = self._make_single()
+                try:
+                    check_space(single.observation_space, field=f"{self._name()} observation_space")
+                    check_space(single.action_space, field=f"{self._name()} action_space")
+                finally:
+                    single.close()
+            raise
+
+    def _single_kwargs(self) -> dict[str, Any]:
+        kwargs = dict(self.env_kwargs)
+        if self.render_mode is not None:
+            kwargs["render_mode"] = self.render_mode
+        return kwargs
+
+    def _make_single(self) -> gymnasium.Env:
+        """One env with the wrappers applied, as each sub-env of the vector env is built."""
+        if isinstance(self.env, str):
+            single = gymnasium.make(self.env, **self._single_kwargs())
+        else:
+            single = self.env(**self._single_kwargs())
+        for wrapper in self.wrappers:
+            single = wrapper(single)
+        return single
+
+    def _setup_spaces(self) -> None:
+        obs_space = self.vector_env.single_observation_space
+        act_space = self.vector_env.single_action_space
+        check_space(obs_space, field=f"{self._name()} observation_space")
+        check_space(act_space, field=f"{self._name()} action_space")
+        self.observation_space, obs_tree = _convert_obs_space(obs_space)
+        self._np_tree = _map(obs_tree, lambda dtype: torch.empty(0, dtype=dtype).numpy().dtype)
+        self.action_space = act_space
+        self._act_tree = _action_tree(act_space)
+        if isinstance(obs_space, spaces.Dict) and _ACTION_MASK in obs_space.spaces:
+            mask_shape = tuple(obs_space[_ACTION_MASK].shape)
+            if isinstance(act_space, spaces.Discrete) and mask_shape != (int(act_space.n),):
+                raise ValueError(
+                    f"{self._name()}: observation_space['action_mask'] has shape {mask_shape}, "
+                    f"expected ({int(act_space.n)},) for the action space {act_space}"
+                )
+
+    def _name(self) -> str:
+        env = self.env if isinstance(self.env, str) else getattr(self.env, "__name__", "env")
+        return f"GymnasiumEnv({env})"
+
+    # --- numpy -> torch ---------------------------------------------------------------------
+    #
+    # Gymnasium's vector envs run with copy=False, so the observation arrays they return are
+    # their own buffers, overwritten by the next step. Each observation leaf is copied exactly
+    # once, into a fresh array of the rl8 dtype (the copy also converts the dtype), and
+    # torch.from_numpy shares that memory. Rewards are converted to float32 (a copy anyway);
+    # the terminated/truncated arrays are fresh per step and shared as they are. On a non-CPU
+    # device the same copies go into pinned staging buffers, then to the device without blocking.
+
+    def _fresh_obs(self, obs: Any) -> Any:
+        return _map(self._np_tree, lambda dtype, array: np.array(array, dtype=dtype), obs)
+
+    def _write_final(self, final: Any, infos: dict[str, Any]) -> None:
+        """Overwrite the rows of the envs that ended an episode with their last observation."""
+        mask = infos.get("_final_obs")
+        if mask is None or not mask.any():
+            return
+        values = infos["final_obs"]
+        for i in np.flatnonzero(mask):  # a few rows per step: row writes beat np.stack
+            _write_row(self._np_tree, final, i, values[i])
+
+    def _obs_to_torch(self, obs: Any) -> torch.Tensor | TensorDict:
+        tensors = _map(self._np_tree, lambda dtype, array: torch.from_numpy(array), obs)
+        if isinstance(tensors, dict):
+            return TensorDict(tensors, batch_size=self._batch_size, device=self.device)
+        return tensors
+
+    def _output_cpu(
+        self, obs: Any, rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
+        infos: dict[str, Any],
+    ) -> TensorDict:
+        n = self.num_envs
+        obs = self._fresh_obs(obs)
+        final = _map(self._np_tree, lambda dtype, array: array.copy(), obs)
+        self._write_final(final, infos)
+        return _new_tensordict(
+            {
+                "obs": self._obs_to_torch(obs),
+                "rewards": torch.from_numpy(rewards.astype(np.float32).reshape(n, 1)),
+                "terminated": torch.from_numpy(terminated.reshape(n, 1)),
+                "truncated": torch.from_numpy(truncated.reshape(n, 1)),
+                "final_obs": self._obs_to_torch(final),
+            },
+            self._batch_size,
+            self.device,
+        )
+
+    def _stage(self) -> tuple[TensorDict, dict[str, Any]]:
+        """Staging buffers for one step output (pinned on CUDA), allocated on first use.
+
+        Returns the TensorDict and numpy views of its leaves (``obs``/``final_obs`` as trees).
+        """
+        if self._staging is None:
+            n = self.num_envs
+            stage = TensorDict(
+                {
+                    "obs": zeros_like_space(self.observation_space, [n]),
+                    "rewards": torch.zeros(n, 1),
+                    "terminated": torch.zeros(n, 1, dtype=torch.bool),
+                    "truncated": torch.zeros(n, 1, dtype=torch.bool),
+                    "final_obs": zeros_like_space(self.observation_space, [n]),
+                },
+                batch_size=[n],
+            )
+            if self.device.type == "cuda" and torch.cuda.is_available():
+                stage = stage.pin_memory()
+            views = {
+                key: _map(self._np_tree, lambda dtype, t: t.numpy(), stage[key])
+                for key in ("obs", "final_obs")
+            }
+            for key in ("rewards", "terminated", "truncated"):
+                views[key] = stage[key].numpy()[:, 0]
+            self._staging = (stage, views)
+        elif self._staged_copy is not None:
+            # The previous non-blocking copy must have left the buffers before we refill them.
+            self._staged_copy.synchronize()
+        return self._staging
+
+    def _to_device(self, staged: torch.Tensor | TensorDictBase) -> Any:
+        out = staged.to(self.device, non_blocking=True)
+        if self.device.type == "cuda":
+            self._staged_copy = torch.cuda.Event()
+            self._staged_copy.record()
+        return out
+
+    def _fill_obs(self, dst: Any, obs: Any) -> None:
+        _map(self._np_tree, lambda dtype, d, a: np.copyto(d, a, casting="unsafe"), dst, obs)
+
+    def _output_staged(
+        self, obs: Any, rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
+        infos: dict[str, Any],
+    ) -> TensorDictBase:
+        stage, views = self._stage()
+        self._fill_obs(views["obs"], obs)
+        self._fill_obs(views["final_obs"], views["obs"])
+        self._write_final(views["final_obs"], infos)
+        np.copyto(views["rewards"], rewards, casting="unsafe")
+        np.copyto(views["terminated"], terminated)
+        np.copyto(views["truncated"], truncated)
+        return self._to_device(stage)
+
+    def _actions_to_numpy(self, action: torch.Tensor | TensorDictBase) -> Any:
+        def leaf(dtype: torch.dtype, value: torch.Tensor) -> np.ndarray:
+            if value.requires_grad:
+                value = value.detach()
+            # .to and .cpu return the tensor itself when nothing changes: no copy on CPU.
+            return value.to(dtype).cpu().numpy()
+
+        return _map(self._act_tree, leaf, action)
+
+    # --- public API -------------------------------------------------------------------------
+
+    def reset(
+        self, *, config: dict[str, Any] | None = None, seed: int | None = None
+    ) -> torch.Tensor | TensorDictBase:
+        """Reset every gymnasium env and return the first observations.
+
+        Args:
+            config: Only ``None`` or ``{}``: gymnasium envs take their parameters once, through
+                ``env_kwargs``. Anything else raises ``KeyError``.
+            seed: Sub-env ``i`` is reset with seed ``seed + i`` (distinct per env). ``None``
+                continues each env's stream, except on the first reset where a seed is drawn
+                from torch's global generator, so ``torch.manual_seed`` makes runs repeat.
+
+        Returns:
+            Observations ``[num_envs, *obs_shape]`` (a TensorDict for Dict spaces), on
+            :attr:`device`.
+        """
+        self._check_open()
+        if config:
+            raise KeyError(
+                f"{self._name()}.reset: config {sorted(config)} is not supported; gymnasium envs "
+                "are configured once through GymnasiumEnv(..., env_kwargs={...})"
+            )
+        if seed is None and not self._seeded:
+            seed = int(torch.randint(0, 2**31 - 1, ()).item())
+        if seed is not None:
+            seed = int(seed)
+            self._seeded = True
+        obs, _ = self._call(self.vector_env.reset, seed=seed)
+        self._needs_reset = False
+        if not self._staged:
+            return self._obs_to_torch(self._fresh_obs(obs))
+        stage, views = self._stage()
+        self._fill_obs(views["obs"], obs)
+        return self._to_device(stage["obs"])
+
+    def step(self, action: torch.Tensor | TensorDictBase) -> TensorDictBase:
+        """Step every gymnasium env once; finished envs are reset within the step.
+
+        Args:
+            action: A batch of env actions (see :mod:`rl8.spaces`), on any device: ``[N]``
+                int64 for Discrete (the space's values, ``start`` included, as the
+                distributions' ``to_env_action`` gives them), ``[N, *shape]`` float for Box
+                (cast to the space's dtype, not clipped), int64 0/1 for MultiBinary (sent as
+                int8). A TensorDict for Dict action spaces.
+
+        Returns:
+            A TensorDict with batch size ``[num_envs]`` on :attr:`device`: ``obs``,
+            ``rewards`` ``[N, 1]`` float32, ``terminated``/``truncated`` ``[N, 1]`` bool and
+            ``final_obs`` (the observation before the auto-reset for envs that finished,
+            equal to ``obs`` for the others; a tensor of its own, not a view of ``obs``).
+        """
+        self._check_open()
+        if self._needs_reset:
+            raise RuntimeError(f"{self._name()}.step called before reset()")
+        actions = self._actions_to_numpy(action)
+        obs, rewards, terminated, truncated, infos = self._call(self.vector_env.step, actions)
+        if not self._staged:
+            return self._output_cpu(obs, rewards, terminated, truncated, infos)
+        return self._output_staged(obs, rewards, terminated, truncated, infos)
+
+    def render(self, index: int = 0) -> np.ndarray:
+        """Return an RGB frame (``uint8``, ``[height, width, 3]``) of sub-env ``index``.
+
+        Needs ``render_mode="rgb_array"``. In async mode every sub-env renders (gymnasium has
+        no per-worker call) and the frame of ``index`` is kept.
+
+        Args:
+            index: Which sub-env to draw, ``0 <= index < num_envs``.
+        """
+        self._check_open()
+        if self.render_mode != "rgb_array":
+            raise RuntimeError(
+                f"{self._name()}.render needs render_mode='rgb_array', got "
+                f"render_mode={self.render_mode!r}; pass GymnasiumEnv(..., render_mode='rgb_array')"
+            )
+        if not 0 <= index < self.num_envs:
+            raise IndexError(f"{self._name()}.render: index {index} not in [0, {self.num_envs})")
+        if self._needs_reset:
+            raise RuntimeError(f"{self._name()}.render called before reset()")
+        if isinstance(self.vector_env, SyncVectorEnv):
+            frame = self.vector_env.envs[index].render()
+        else:
+            frame = self._call(self.vector_env.call, "render")[index]
+        frame = np.asarray(frame)
+        if frame.dtype != np.uint8 or frame.ndim != 3 or frame.shape[-1] != 3:
+            raise ValueError(
+                f"{self._name()}.render: the env returned an array of shape {frame.shape} and "
+                f"dtype {frame.dtype}, expected uint8 [height, width, 3]"
+            )
+        return frame
+
+    def close(self) -> None:
+        """Close every gymnasium env and, in async mode, end and reap the worker processes.
+
+        Safe to call more than once.
+        """
+        if getattr(self, "_closed", True):
+            return
+        self._closed = True
+        try:
+            self.vector_env.close()
+        except Exception:
+            if isinstance(self.vector_env, AsyncVectorEnv):
+                self.vector_env.close(terminate=True)
+            else:
+                raise
+
+    def __enter__(self) -> GymnasiumEnv:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        return (
+            f"GymnasiumEnv({self.env!r}, num_envs={self.num_envs}, "
+            f"vectorization_mode={self.vectorization_mode!r}, device={self.device})"
+        )
+
+    @classmethod
+    def make_factory(
+        cls, env: str | Callable[..., gymnasium.Env], **kwargs: Any
+    ) -> GymnasiumEnvFactory:
+        """A callable ``f(num_envs, horizon=None, *, device="cpu")`` that builds the env.
+
+        ``PPO("CartPole-v1")`` calls ``GymnasiumEnv.make_factory("CartPole-v1")`` and uses the
+        result as its env class.
+
+        Args:
+            env: A registered gymnasium id or a callable returning one gymnasium env.
+            **kwargs: The other keyword arguments of :class:`GymnasiumEnv`
+                (``vectorization_mode``, ``env_kwargs``, ``wrappers``, ``render_mode``).
+        """
+        return GymnasiumEnvFactory(cls, env, kwargs)
+
+    # --- errors -----------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(
+                f"{self._name()} is closed (by close(), or after an error in a worker process)"
+            )
+
+    def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Call into the vector env; on a worker error, close it and raise the worker's error."""
+        if self._errors is None:
+            return fn(*args, **kwargs)
+        try:
+            return fn(*args, **kwargs)
+        except Exception as err:
+            items, self._errors.items = list(self._errors.items), []
+            if not items:
+                raise
+            self.close()
+            index, _, remote, trace = items[-1]
+            exc = remote if isinstance(remote, BaseException) else err
+            exc.add_note(
+                f"{self._name()}: raised in sub-env {index}'s worker process (the worker "
+                "traceback is above); the vector env and all its workers have been closed."
+            )
+            raise exc.with_traceback(None) from _RemoteTraceback(trace)
+
+
+class GymnasiumEnvFactory:
+    """Builds :class:`GymnasiumEnv` instances: ``f(num_envs, horizon=None, *, device="cpu")``.
+
+    A plain (picklable, for a string id) object rather than a closure, carrying the class
+    attributes PPO reads from an env class (``episodic``, ``max_num_envs``, ``max_horizon``,
+    ``metadata``).
+
+    Args:
+        cls: The env class to build (``GymnasiumEnv`` or a subclass).
+        env: A registered gymnasium id or a callable returning one gymnasium env.
+        kwargs: The other keyword arguments of the class.
+    """
+
+    def __init__(self, cls: type[GymnasiumEnv], env: Any, kwargs: dict[str, Any]) -> None:
+        self.cls = cls
+        self.env = env
+        self.kwargs = dict(kwargs)
+        self.episodic = cls.episodic
+        self.max_num_envs = cls.max_num_envs
+        self.max_horizon = cls.max_horizon
+        self.metadata = cls.metadata
+        name = env if isinstance(env, str) else getattr(env, "__name__", type(env).__name__)
+        self.__name__ = self.__qualname__ = f"{cls.__name__}[{name}]"
+
+    def __call__(
+        self, num_envs: int, horizon: int | None = None, *, device: torch.device | str = "cpu"
+    ) -> GymnasiumEnv:
+        return self.cls(num_envs, horizon, device=device, env=self.env, **self.kwargs)
+
+    def __repr__(self) -> str:
+        extra = "".join(f", {k}={v!r}" for k, v in self.kwargs.items())
+        return f"{self.cls.__name__}.make_factory({self.env!r}{extra})"
