@@ -1,0 +1,741 @@
+"""MLflow tracking: the only module of rl8 that talks to MLflow.
+
+A :class:`Tracker` owns one MLflow run through its own :class:`mlflow.tracking.MlflowClient`
+(never MLflow's global "active run"), so several trackers, and user code calling
+``mlflow.start_run``, do not interfere. It is built for long training jobs:
+
+* :meth:`Tracker.start` checks that the tracking server answers *before* training starts and
+  raises :class:`TrackingError` (naming the URI and the cause) when it does not;
+* :meth:`Tracker.log_metrics` sends all metrics of a step in one batched request;
+* when the server goes away mid-run, metrics are kept in a bounded queue, one
+  :class:`TrackingWarning` says so, training goes on, and the queue is delivered, in order,
+  once the server answers again.
+
+See ``docs/tracking.md`` for where runs go and how to look at them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import functools
+import itertools
+import logging
+import math
+import os
+import sys
+import threading
+import time
+import types
+import warnings
+from collections import deque
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Tracker", "TrackingError", "TrackingWarning", "flatten_params"]
+
+_logger = logging.getLogger(__name__)
+
+#: MLflow's limits (``mlflow.utils.validation``): metrics per ``log_batch`` request, params per
+#: request, characters per param value.
+MAX_METRICS_PER_BATCH = 1000
+MAX_PARAMS_PER_BATCH = 100
+MAX_PARAM_VALUE_LENGTH = 6000
+
+#: HTTP policy of the reachability probe in :meth:`Tracker.start`: no retry, seconds to wait
+#: for a connection / an answer.
+_PROBE_RETRIES = 0
+_PROBE_TIMEOUT_S = 5
+#: HTTP policy of ordinary logging calls, unless the user set MLflow's own environment
+#: variables: a couple of quick retries for blips, never minutes of back-off (MLflow's default
+#: is 7 retries with exponential back-off and a 120 s timeout, which would stall training).
+_LOG_RETRIES = 2
+_LOG_BACKOFF = 1
+_LOG_TIMEOUT_S = 10
+#: HTTP policy while the server is known to be down (retrying the queue): one attempt.
+_DEGRADED_RETRIES = 0
+_DEGRADED_TIMEOUT_S = 5
+
+_HTTP_ENV_VARS = (
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_JITTER",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT",
+)
+# os.environ is process-wide: trackers in several threads must not interleave their changes.
+_ENV_LOCK = threading.RLock()
+
+_TERMINAL_STATUSES = ("FINISHED", "FAILED", "KILLED")
+# MLflow error codes that mean "the store refused this request": retrying cannot help.
+_REJECTED_CODES = frozenset({
+    "INVALID_PARAMETER_VALUE",
+    "BAD_REQUEST",
+    "RESOURCE_DOES_NOT_EXIST",
+    "INVALID_STATE",
+    "RESOURCE_ALREADY_EXISTS",
+    "PERMISSION_DENIED",
+    "UNAUTHENTICATED",
+})
+
+
+class TrackingError(RuntimeError):
+    """The tracking store cannot be used: server unreachable, unknown run id, bad URI.
+
+    Only raised by :meth:`Tracker.start` (before training) and by calls made in the wrong
+    order; failures during a run are warnings (:class:`TrackingWarning`), never errors.
+    """
+
+
+class TrackingWarning(RuntimeWarning):
+    """Logging to MLflow failed during a run; the data is kept and retried, or was lost."""
+
+
+# --------------------------------------------------------------------------------------------
+# params
+
+
+def _qualified_name(obj: Any) -> str:
+    module = getattr(obj, "__module__", None)
+    qualname = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)
+    if qualname is None:
+        return repr(obj)
+    return f"{module}.{qualname}" if module and module != "builtins" else qualname
+
+
+def _param_str(value: Any) -> str:
+    """One param value as MLflow stores it: a string; classes and functions by dotted name."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, enum.Enum):
+        return f"{type(value).__name__}.{value.name}"
+    if isinstance(value, functools.partial):
+        return f"partial({_param_str(value.func)})"
+    if isinstance(value, (type, types.FunctionType, types.BuiltinFunctionType, types.MethodType)):
+        return _qualified_name(value)
+    if isinstance(value, (list, tuple)):
+        items = ", ".join(_param_item(v) for v in value)
+        if isinstance(value, tuple):
+            return f"({items},)" if len(value) == 1 else f"({items})"
+        return f"[{items}]"
+    return str(value)
+
+
+def _param_item(value: Any) -> str:
+    return repr(value) if isinstance(value, str) else _param_str(value)
+
+
+def flatten_params(obj: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """Flatten nested mappings into MLflow params: ``{"a": {"b": 1}}`` -> ``{"a/b": "1"}``.
+
+    Args:
+        obj: A mapping whose values are scalars, sequences, classes or nested mappings (e.g.
+            the hyper-parameters of a ``PPO`` object).
+        prefix: Prepended to every key, joined with ``"/"`` (e.g. ``"hparams"`` gives
+            ``"hparams/lr"``). Empty: no prefix.
+
+    Returns:
+        A flat ``{key: value}`` dict of strings. Keys are joined with ``"/"``; values are
+        stringified (``str``; classes and functions as ``"module.QualName"``, enums as
+        ``"Enum.NAME"``, sequences element by element) and cut to MLflow's limit of
+        6000 characters per value.
+    """
+    out: dict[str, str] = {}
+    for key, value in obj.items():
+        name = f"{prefix}/{key}" if prefix else str(key)
+        if isinstance(value, Mapping):
+            out.update(flatten_params(value, name))
+        else:
+            out[name] = _param_str(value)[:MAX_PARAM_VALUE_LENGTH]
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# helpers
+
+
+def _is_http(uri: str) -> bool:
+    return uri.lower().startswith(("http://", "https://"))
+
+
+def _is_rejection(exc: BaseException) -> bool:
+    """True when the store answered and refused the request (bad key, value...)."""
+    return getattr(exc, "error_code", None) in _REJECTED_CODES
+
+
+def _to_float(key: str, value: Any) -> float:
+    try:
+        return float(value)  # python/numpy scalars, 0-d and one-element tensors
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise TypeError(
+            f"metric {key!r} must be a number (python, numpy or one-element tensor), "
+            f"got {type(value).__name__}: {value!r:.80}"
+        ) from exc
+
+
+def _source_tags(run_name: str | None) -> dict[str, str]:
+    import rl8
+
+    try:  # the same context tags mlflow.start_run records: user, source, git commit
+        from mlflow.tracking.context.registry import resolve_tags
+
+        tags = {k: str(v) for k, v in resolve_tags({}).items()}
+    except Exception:  # pragma: no cover - context providers are best effort
+        tags = {}
+    if tags.get("mlflow.source.name", "-") == "-":  # MLflow's answer for stdin / notebooks
+        argv0 = sys.argv[0] if sys.argv else ""
+        interactive = argv0 in ("", "-", "-c")
+        tags["mlflow.source.name"] = "<interactive>" if interactive else os.path.abspath(argv0)
+    tags.setdefault("mlflow.source.type", "LOCAL")
+    tags["rl8.version"] = rl8.__version__
+    if run_name is not None:
+        tags["mlflow.runName"] = run_name
+    return tags
+
+
+# --------------------------------------------------------------------------------------------
+# the tracker
+
+
+class Tracker:
+    """One MLflow run: params, per-step metrics, artifacts and its final status.
+
+    The tracker talks to the store through its own ``MlflowClient``; it never touches MLflow's
+    global active run. Typical use (the ``Trainer`` does this for you)::
+
+        with Tracker(experiment="cartpole") as tracker:     # start(); end() on exit
+            tracker.log_params({"hparams": {"lr": 3e-4}})   # -> param "hparams/lr"
+            for ...:
+                tracker.log_metrics(stats, step=stats["env/steps"])
+
+    Args:
+        experiment: Name of the MLflow experiment the run goes to; created when absent.
+            Ignored when resuming (``run_id``): the run stays in its experiment.
+        run_name: Display name of the run (tag ``mlflow.runName``). ``None``: MLflow picks a
+            random name for a new run; a resumed run keeps its name.
+        tracking_uri: Where runs are stored: ``http(s)://host:port`` for a tracking server,
+            ``sqlite:///path.db``, or a folder. ``None``: MLflow's default, i.e. the
+            ``MLFLOW_TRACKING_URI`` environment variable, else ``sqlite:///mlflow.db`` in the
+            current directory.
+        run_id: Resume this existing run instead of creating one: its status goes back to
+            ``RUNNING`` and metrics are appended to its history (use steps after the last one).
+        enabled: ``False`` makes every method a no-op and :attr:`run_id` stays ``None``; used
+            on non-zero ranks of distributed training.
+        max_pending: Most metric values (one key at one step each) kept while the server is
+            unreachable; when more arrive the oldest are dropped, with a warning.
+        retry_interval_s: Seconds between attempts to deliver pending metrics while the
+            server is unreachable (metrics logged in between are queued without a request).
+            The interval doubles after each failed attempt, up to ``max(60, retry_interval_s)``
+            seconds, so a server that hangs (each attempt waits up to 5 s) slows training
+            little. :meth:`flush` and :meth:`end` always try.
+
+    Attributes:
+        run_id: The MLflow run id once :meth:`start` returned; ``None`` before, and always
+            when disabled.
+        tracking_uri: The resolved tracking URI (never ``None``).
+        experiment_id: The MLflow experiment id once started.
+    """
+
+    def __init__(
+        self,
+        *,
+        experiment: str,
+        run_name: str | None = None,
+        tracking_uri: str | None = None,
+        run_id: str | None = None,
+        enabled: bool = True,
+        max_pending: int = 100_000,
+        retry_interval_s: float = 5.0,
+    ) -> None:
+        if not isinstance(experiment, str) or not experiment:
+            raise ValueError(f"experiment must be a non-empty string, got {experiment!r}")
+        if isinstance(max_pending, bool) or not isinstance(max_pending, int) or max_pending < 0:
+            raise ValueError(f"max_pending must be an int >= 0, got {max_pending!r}")
+        if not (isinstance(retry_interval_s, (int, float)) and retry_interval_s >= 0):
+            raise ValueError(f"retry_interval_s must be a number >= 0, got {retry_interval_s!r}")
+        import mlflow
+
+        self.experiment = experiment
+        self.run_name = run_name
+        self.tracking_uri: str = str(tracking_uri) if tracking_uri else mlflow.get_tracking_uri()
+        self.enabled = bool(enabled)
+        self.max_pending = max_pending
+        self.retry_interval_s = float(retry_interval_s)
+        self.run_id: str | None = None
+        self.experiment_id: str | None = None
+        self._resume_id = run_id
+        self._resumed = False
+        self._client: Any = None
+        self._http = _is_http(self.tracking_uri)
+        self._lock = threading.RLock()
+        self._ended = False
+        self._params: dict[str, str] = {}  # what the run holds (or will, once delivered)
+        self._pending_metrics: deque[Any] = deque()
+        self._pending_params: dict[str, str] = {}
+        self._degraded = False  # True from a failed delivery until the queue is empty again
+        self._overflowing = False
+        self._dropped = 0  # metric values dropped since the last successful delivery
+        self._last_attempt = -math.inf  # time.monotonic() at the end of the last attempt
+        self._interval_s = self.retry_interval_s  # current wait between attempts (backs off)
+
+    # ---- life cycle -------------------------------------------------------------------------
+
+    def start(self) -> str | None:
+        """Create (or resume) the run; check first that the store answers.
+
+        For an ``http(s)`` URI one quick request (no retry, 5 s timeout) is made before
+        anything else, so a wrong or dead server fails here rather than after training.
+        Sets the tags ``mlflow.runName``, ``mlflow.source.name``, ``mlflow.user``,
+        ``rl8.version``. Calling it again returns the same run id.
+
+        Returns:
+            The run id; ``None`` when the tracker is disabled.
+
+        Raises:
+            TrackingError: The store is unreachable or unusable, or ``run_id`` does not name
+                an existing, non-deleted run. The message names the URI and the cause.
+        """
+        if not self.enabled:
+            return None
+        with self._lock:
+            if self.run_id is not None:
+                return self.run_id
+            if self._ended:
+                raise TrackingError("this Tracker has ended; create a new one")
+            from mlflow.tracking import MlflowClient
+
+            uri = self.tracking_uri
+            try:
+                self._client = MlflowClient(uri)
+                if self._http:
+                    with self._http_policy(_PROBE_RETRIES, 0, _PROBE_TIMEOUT_S, force=True):
+                        self._client.search_experiments(max_results=1)
+            except Exception as exc:
+                raise TrackingError(
+                    f"cannot reach the MLflow tracking store at {uri!r}: {exc}. Start the "
+                    f"server (`mlflow server --host HOST --port PORT`), fix `tracking_uri` / "
+                    f"MLFLOW_TRACKING_URI, or disable tracking."
+                ) from exc
+            try:
+                with self._normal_policy():
+                    if self._resume_id is not None:
+                        self._resume(self._resume_id)
+                    else:
+                        self._create()
+            except TrackingError:
+                raise
+            except Exception as exc:
+                raise TrackingError(
+                    f"cannot start an MLflow run in {uri!r} (experiment {self.experiment!r}): "
+                    f"{exc}"
+                ) from exc
+            return self.run_id
+
+    def _experiment_id(self) -> str:
+        client = self._client
+        exp = client.get_experiment_by_name(self.experiment)
+        if exp is not None:
+            if exp.lifecycle_stage == "deleted":
+                raise TrackingError(
+                    f"experiment {self.experiment!r} is deleted in {self.tracking_uri!r}; "
+                    f"restore it (`mlflow experiments restore`) or use another name"
+                )
+            return exp.experiment_id
+        try:
+            return client.create_experiment(self.experiment)
+        except Exception as exc:  # created by someone else in between (e.g. another rank)
+            exp = client.get_experiment_by_name(self.experiment)
+            if exp is None:
+                raise
+            _logger.debug("experiment %r created concurrently: %s", self.experiment, exc)
+            return exp.experiment_id
+
+    def _create(self) -> None:
+        self.experiment_id = self._experiment_id()
+        tags = _source_tags(self.run_name)
+        run = self._client.create_run(self.experiment_id, run_name=self.run_name, tags=tags)
+        self.run_id = run.info.run_id
+        self.run_name = run.info.run_name
+
+    def _resume(self, run_id: str) -> None:
+        client = self._client
+        try:
+            run = client.get_run(run_id)
+        except Exception as exc:
+            code = getattr(exc, "error_code", None)
+            if code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
+                raise TrackingError(
+                    f"cannot resume run {run_id!r}: it does not exist in {self.tracking_uri!r}"
+                ) from exc
+            raise
+        if run.info.lifecycle_stage == "deleted":
+            raise TrackingError(
+                f"cannot resume run {run_id!r} in {self.tracking_uri!r}: the run is deleted "
+                f"(restore it with `mlflow runs restore --run-id {run_id}`)"
+            )
+        self.experiment_id = run.info.experiment_id
+        exp = client.get_experiment(self.experiment_id)
+        if exp.name != self.experiment:
+            _logger.warning(
+                "resuming run %s, which belongs to experiment %r, not %r; it stays there",
+                run_id, exp.name, self.experiment,
+            )
+        self._params = dict(run.data.params)
+        tags = _source_tags(self.run_name)  # no mlflow.runName unless a new name is given
+        client.update_run(run_id, status="RUNNING", name=self.run_name)
+        from mlflow.entities import RunTag
+
+        client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()], synchronous=True)
+        self.run_id = run_id
+        self.run_name = run.info.run_name if self.run_name is None else self.run_name
+        self._resumed = True
+
+    def end(self, status: str = "FINISHED") -> None:
+        """Deliver what is pending and close the run with ``status``. Idempotent.
+
+        Args:
+            status: Terminal status: ``"FINISHED"`` (normal end), ``"FAILED"`` (an exception
+                stopped training) or ``"KILLED"`` (interrupted by the user or a signal).
+
+        Never raises on tracking failures: metrics that still cannot be delivered are reported
+        as lost in a :class:`TrackingWarning`.
+        """
+        status = str(status).upper()
+        if status not in _TERMINAL_STATUSES:
+            raise ValueError(f"status must be one of {_TERMINAL_STATUSES}, got {status!r}")
+        if not self.enabled:
+            return
+        with self._lock:
+            if self._ended:
+                return
+            self._ended = True
+            if self.run_id is None:
+                return
+            self._deliver_pending(force=True)
+            lost_metrics = len(self._pending_metrics)
+            lost_params = len(self._pending_params)
+            if lost_metrics or lost_params or self._dropped:
+                warnings.warn(
+                    f"MLflow run {self.run_id} at {self.tracking_uri!r}: "
+                    f"{lost_metrics + self._dropped} metric values and {lost_params} params "
+                    f"could not be delivered and are lost",
+                    TrackingWarning,
+                    stacklevel=2,
+                )
+                self._pending_metrics.clear()
+                self._pending_params.clear()
+            policy = self._degraded_policy if self._degraded else self._normal_policy
+            try:
+                with policy():
+                    self._client.set_terminated(self.run_id, status=status)
+            except Exception as exc:
+                warnings.warn(
+                    f"could not set the status of MLflow run {self.run_id} at "
+                    f"{self.tracking_uri!r} to {status}: {exc}",
+                    TrackingWarning,
+                    stacklevel=2,
+                )
+
+    def __enter__(self) -> Tracker:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc_type is None:
+            self.end("FINISHED")
+        elif issubclass(exc_type, KeyboardInterrupt):
+            self.end("KILLED")
+        else:
+            self.end("FAILED")
+        return False
+
+    # ---- logging ----------------------------------------------------------------------------
+
+    def _check_started(self) -> None:
+        if self.run_id is None:
+            raise TrackingError("Tracker.start() must be called before logging")
+        if self._ended:
+            raise TrackingError(f"MLflow run {self.run_id} has ended; nothing more can be logged")
+
+    def log_params(self, params: Mapping[str, Any]) -> None:
+        """Record the run's configuration as MLflow params.
+
+        Nested mappings are flattened with ``"/"`` (``{"hparams": {"lr": 3e-4}}`` ->
+        ``"hparams/lr"``), values stringified and cut to 6000 characters (see
+        :func:`flatten_params`), sent in batches of 100.
+
+        MLflow params cannot change once logged. A param already logged with the same value
+        is skipped (so re-logging the config of a resumed run is harmless). On a *resumed*
+        run, a param whose value changed is logged as ``"resumed/<key>"`` (once; a later
+        different value is dropped with a warning); on a run created by this tracker a changed
+        value is dropped with a :class:`TrackingWarning`.
+
+        Args:
+            params: A (possibly nested) mapping of names to values.
+        """
+        if not self.enabled:
+            return
+        with self._lock:
+            self._check_started()
+            new: dict[str, str] = {}
+            for key, value in flatten_params(params).items():
+                old = self._params.get(key)
+                if old is None:
+                    new[key] = value
+                elif old != value:
+                    alt = f"resumed/{key}"
+                    if self._resumed and self._params.get(alt) in (None, value):
+                        if self._params.get(alt) is None:
+                            new[alt] = value
+                    else:
+                        warnings.warn(
+                            f"MLflow param {key!r} is already {old!r} in run {self.run_id}; "
+                            f"the new value {value!r} is not recorded (params cannot change)",
+                            TrackingWarning,
+                            stacklevel=2,
+                        )
+            if not new:
+                return
+            self._params.update(new)
+            self._pending_params.update(new)
+            if self._due():
+                self._deliver_pending(force=False)
+
+    def log_metrics(self, metrics: Mapping[str, Any], step: int) -> None:
+        """Record the metrics of one step, in one request (chunks of 1000 metrics).
+
+        Values may be Python or numpy numbers, or one-element tensors; they are converted to
+        ``float`` (NaN and inf are kept: MLflow stores them). The timestamp is the current
+        wall-clock time in milliseconds.
+
+        If the store cannot be reached, the values are queued (at most ``max_pending``; the
+        oldest are dropped beyond that), one :class:`TrackingWarning` per outage says so, and
+        training goes on. Queued values are retried, oldest first, before new ones, at most
+        every ``retry_interval_s`` seconds (doubling after each failed attempt, up to 60 s); a
+        log message reports their delivery.
+
+        Args:
+            metrics: ``{name: value}``; names like ``"losses/policy"``.
+            step: The x-axis value of this point; the Trainer uses ``env/steps`` (total env
+                transitions collected so far).
+
+        Raises:
+            TypeError: A value is not a number.
+        """
+        if not self.enabled:
+            return
+        from mlflow.entities import Metric
+
+        with self._lock:
+            self._check_started()
+            step = int(step)
+            ts = int(time.time() * 1000)
+            batch = [Metric(str(k), _to_float(k, v), ts, step) for k, v in metrics.items()]
+            if not batch:
+                return
+            self._pending_metrics.extend(batch)
+            self._trim_queue()
+            if self._due():
+                self._deliver_pending(force=False)
+
+    def flush(self) -> None:
+        """Try now to deliver the params and metrics still queued after a failure.
+
+        Does nothing when nothing is pending; never raises on tracking failures.
+        """
+        if not self.enabled:
+            return
+        with self._lock:
+            if self.run_id is None or self._ended:
+                return
+            self._deliver_pending(force=True)
+
+    def log_artifact(self, local_path: str | Path, artifact_path: str | None = None) -> None:
+        """Upload one file to the run's artifacts.
+
+        Args:
+            local_path: The file to upload.
+            artifact_path: Folder inside the run's artifacts (e.g. ``"checkpoints"``);
+                ``None``: the root.
+
+        A failure (missing file, server down) is a :class:`TrackingWarning`, not an error;
+        artifacts are not queued.
+        """
+        if not self.enabled:
+            return
+        with self._lock:
+            self._check_started()
+            try:
+                with self._normal_policy():
+                    self._client.log_artifact(self.run_id, str(local_path), artifact_path)
+            except Exception as exc:
+                warnings.warn(
+                    f"could not log artifact {str(local_path)!r} to MLflow run {self.run_id} "
+                    f"at {self.tracking_uri!r}: {exc}",
+                    TrackingWarning,
+                    stacklevel=2,
+                )
+
+    def log_artifacts(self, local_dir: str | Path, artifact_path: str | None = None) -> None:
+        """Upload the content of a folder to the run's artifacts.
+
+        Args:
+            local_dir: The folder whose files (recursively) are uploaded.
+            artifact_path: Folder inside the run's artifacts; ``None``: the root.
+
+        A failure is a :class:`TrackingWarning`, not an error.
+        """
+        if not self.enabled:
+            return
+        with self._lock:
+            self._check_started()
+            try:
+                with self._normal_policy():
+                    self._client.log_artifacts(self.run_id, str(local_dir), artifact_path)
+            except Exception as exc:
+                warnings.warn(
+                    f"could not log artifacts from {str(local_dir)!r} to MLflow run "
+                    f"{self.run_id} at {self.tracking_uri!r}: {exc}",
+                    TrackingWarning,
+                    stacklevel=2,
+                )
+
+    @property
+    def pending(self) -> int:
+        """Number of metric values waiting to be delivered (0 when all went through)."""
+        return len(self._pending_metrics)
+
+    # ---- delivery ---------------------------------------------------------------------------
+
+    def _due(self) -> bool:
+        """Whether to make a request now: always when healthy, else after the retry interval."""
+        if not self._degraded:
+            return True
+        return time.monotonic() - self._last_attempt >= self._interval_s
+
+    def _trim_queue(self, stacklevel: int = 3) -> None:
+        excess = len(self._pending_metrics) - self.max_pending
+        if excess <= 0:
+            return
+        for _ in range(excess):
+            self._pending_metrics.popleft()
+        self._dropped += excess
+        if not self._overflowing:
+            self._overflowing = True
+            warnings.warn(
+                f"more than {self.max_pending} metric values are waiting for the MLflow "
+                f"tracking store at {self.tracking_uri!r}; the oldest are being dropped",
+                TrackingWarning,
+                stacklevel=stacklevel,
+            )
+
+    def _deliver_pending(self, force: bool, stacklevel: int = 3) -> None:
+        """Send queued params, then queued metrics oldest first; stop at the first failure."""
+        if not self._pending_params and not self._pending_metrics:
+            return
+        if not force and not self._due():
+            return
+        from mlflow.entities import Param
+
+        was_degraded = self._degraded
+        delivered = 0
+        policy = self._degraded_policy if was_degraded else self._normal_policy
+        try:
+            with policy():
+                items = list(self._pending_params.items())
+                for i in range(0, len(items), MAX_PARAMS_PER_BATCH):
+                    chunk = items[i : i + MAX_PARAMS_PER_BATCH]
+                    self._send(params=[Param(k, v) for k, v in chunk], what="params")
+                    for k, _ in chunk:
+                        del self._pending_params[k]
+                queue = self._pending_metrics
+                while queue:
+                    n = min(len(queue), MAX_METRICS_PER_BATCH)
+                    chunk = list(itertools.islice(queue, n))
+                    self._send(metrics=chunk, what="metrics")
+                    for _ in range(n):
+                        queue.popleft()
+                    delivered += n
+        except Exception as exc:
+            self._last_attempt = time.monotonic()
+            if self._degraded:  # still down: wait longer before the next attempt
+                self._interval_s = min(2 * self._interval_s, max(60.0, self.retry_interval_s))
+                return
+            self._degraded = True
+            self._interval_s = self.retry_interval_s
+            warnings.warn(
+                f"logging to the MLflow tracking store at {self.tracking_uri!r} failed "
+                f"({exc}); training goes on, {len(self._pending_metrics)} metric values are "
+                f"kept and will be retried (first in {self.retry_interval_s:g} s)",
+                TrackingWarning,
+                stacklevel=stacklevel,
+            )
+            return
+        self._degraded = False
+        self._overflowing = False
+        if was_degraded:
+            dropped = f" ({self._dropped} were dropped)" if self._dropped else ""
+            _logger.warning(
+                "MLflow tracking store at %r is reachable again: delivered %d pending metric "
+                "values%s",
+                self.tracking_uri, delivered, dropped,
+            )
+            self._dropped = 0
+
+    def _send(self, *, what: str, metrics=(), params=()) -> None:
+        """One ``log_batch`` request; a request the store refuses is dropped, not retried."""
+        try:
+            self._client.log_batch(self.run_id, metrics=metrics, params=params, synchronous=True)
+        except Exception as exc:
+            if not _is_rejection(exc):
+                raise
+            names = sorted({e.key for e in (metrics or params)})
+            warnings.warn(
+                f"MLflow rejected {len(metrics) or len(params)} {what} ({', '.join(names[:5])}"
+                f"{', ...' if len(names) > 5 else ''}) for run {self.run_id}: {exc}",
+                TrackingWarning,
+                stacklevel=4,
+            )
+
+    # ---- HTTP policy ------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _http_policy(
+        self, retries: int, backoff: int, timeout_s: int, force: bool = False
+    ) -> Iterator[None]:
+        """Set MLflow's HTTP retry/timeout environment variables around one call.
+
+        MLflow reads ``MLFLOW_HTTP_REQUEST_MAX_RETRIES``, ``..._BACKOFF_FACTOR``,
+        ``..._BACKOFF_JITTER`` and ``..._TIMEOUT`` at each request; they are the only knobs the
+        client offers. Values the user set are kept unless ``force`` (the probe must be quick).
+        Process-wide, so guarded by a lock and restored right after.
+        """
+        if not self._http:
+            yield
+            return
+        wanted = dict(zip(_HTTP_ENV_VARS, (retries, backoff, 0.0, timeout_s)))
+        with _ENV_LOCK:
+            saved = {k: os.environ.get(k) for k in _HTTP_ENV_VARS}
+            try:
+                for key, value in wanted.items():
+                    if force or saved[key] is None:
+                        # MLflow parses all but the jitter as int ("0.5" is an error)
+                        as_int = not key.endswith("JITTER")
+                        os.environ[key] = str(int(value) if as_int else float(value))
+                yield
+            finally:
+                for key, value in saved.items():
+                    if value is None:
+                        os.environ.pop(key, None)
+                    else:
+                        os.environ[key] = value
+
+    def _normal_policy(self) -> contextlib.AbstractContextManager[None]:
+        return self._http_policy(_LOG_RETRIES, _LOG_BACKOFF, _LOG_TIMEOUT_S)
+
+    def _degraded_policy(self) -> contextlib.AbstractContextManager[None]:
+        return self._http_policy(_DEGRADED_RETRIES, 0, _DEGRADED_TIMEOUT_S, force=True)
+
+    def __repr__(self) -> str:
+        state = "disabled" if not self.enabled else (self.run_id or "not started")
+        return f"Tracker(experiment={self.experiment!r}, uri={self.tracking_uri!r}, run={state})"

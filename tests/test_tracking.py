@@ -1,0 +1,557 @@
+"""Tests of rl8.tracking: runs, batched metrics, params, resume, statuses, outages.
+
+Most tests use the temporary SQLite store that ``conftest.mlflow_uri`` sets up; the
+``live_server`` tests start a real ``mlflow server`` subprocess on a free local port.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import warnings
+from pathlib import Path
+
+import mlflow
+import numpy as np
+import pytest
+import torch
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+
+import rl8
+from rl8.tracking import (
+    Tracker,
+    TrackingError,
+    TrackingWarning,
+    flatten_params,
+)
+
+# --------------------------------------------------------------------------------------------
+# helpers
+
+
+@pytest.fixture(scope="session")
+def template_db(tmp_path_factory):
+    """An empty, migrated MLflow SQLite database (creating the tables takes seconds)."""
+    path = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
+    MlflowClient(f"sqlite:///{path}").search_experiments(max_results=1)
+    return path
+
+
+@pytest.fixture(autouse=True)
+def migrated_store(mlflow_uri, tmp_path, template_db):
+    """Start each test's store (``conftest.mlflow_uri``) from the migrated template."""
+    shutil.copy(template_db, tmp_path / "mlflow.db")
+
+
+class _Policy:
+    class Inner:
+        pass
+
+
+def _act(x):
+    return x
+
+
+def _spy_log_batch(monkeypatch):
+    """Record every MlflowClient.log_batch call (metrics, params) and pass it through."""
+    calls = []
+    real = MlflowClient.log_batch
+
+    def spy(self, run_id, metrics=(), params=(), tags=(), *args, **kwargs):
+        calls.append({"metrics": list(metrics), "params": list(params), "tags": list(tags)})
+        return real(self, run_id, metrics, params, tags, *args, **kwargs)
+
+    monkeypatch.setattr(MlflowClient, "log_batch", spy)
+    return calls
+
+
+def _history(client, run_id, key):
+    return sorted((m.step, m.value) for m in client.get_metric_history(run_id, key))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class _Server:
+    """An ``mlflow server`` subprocess in its own process group (so all its workers die)."""
+
+    def __init__(self, tmp: Path, port: int, template_db: Path):
+        self.tmp, self.port = tmp, port
+        shutil.copy(template_db, tmp / "srv.db")
+        self.uri = f"http://127.0.0.1:{port}"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, timeout_s: float = 60.0) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+        env["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] = "false"  # no job runner: starts in ~5 s
+        cmd = [
+            sys.executable, "-m", "mlflow", "server",
+            "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1",
+            "--backend-store-uri", f"sqlite:///{self.tmp / 'srv.db'}",
+            "--artifacts-destination", str(self.tmp / "art"), "--serve-artifacts",
+        ]  # fmt: skip
+        self.log = open(self.tmp / "server.log", "ab")
+        self.proc = subprocess.Popen(
+            cmd, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                break
+            with contextlib.suppress(OSError):
+                with urllib.request.urlopen(f"{self.uri}/health", timeout=1) as r:
+                    if r.status == 200:
+                        return
+            time.sleep(0.2)
+        self.stop()
+        log = (self.tmp / "server.log").read_text(errors="replace")[-3000:]
+        pytest.fail(f"mlflow server did not answer on {self.uri} within {timeout_s} s:\n{log}")
+
+    def stop(self) -> None:
+        """Kill the server's process group (SIGKILL: like a crash) and reap it."""
+        if self.proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=30)
+        self.proc = None
+        self.log.close()
+
+
+@pytest.fixture
+def live_server(tmp_path, template_db):
+    server = _Server(tmp_path, _free_port(), template_db)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+# --------------------------------------------------------------------------------------------
+# flatten_params
+
+
+def test_flatten_params_nested_keys_and_string_values():
+    flat = flatten_params(
+        {
+            "hparams": {"lr": 3e-4, "sched": {"kind": "linear"}},
+            "model": _Policy.Inner,
+            "act": _act,
+            "builtin": float,
+            "sizes": [64, 64],
+            "names": ("a", float),
+            "none": None,
+            "long": "x" * 7000,
+        }
+    )
+    assert flat == {
+        "hparams/lr": "0.0003",
+        "hparams/sched/kind": "linear",
+        "model": f"{__name__}._Policy.Inner",
+        "act": f"{__name__}._act",
+        "builtin": "float",
+        "sizes": "[64, 64]",
+        "names": "('a', float)",
+        "none": "None",
+        "long": "x" * 6000,
+    }
+    assert flatten_params({"lr": 1}, prefix="hparams") == {"hparams/lr": "1"}
+
+
+# --------------------------------------------------------------------------------------------
+# runs in the local store
+
+
+def test_start_creates_experiment_and_run_with_tags(mlflow_uri):
+    tracker = Tracker(experiment="exp-a", run_name="first")
+    assert tracker.tracking_uri == mlflow_uri
+    run_id = tracker.start()
+    assert tracker.run_id == run_id and tracker.start() == run_id  # second start: same run
+
+    client = MlflowClient(mlflow_uri)
+    exp = client.get_experiment_by_name("exp-a")
+    run = client.get_run(run_id)
+    assert run.info.experiment_id == exp.experiment_id
+    assert run.info.status == "RUNNING"
+    assert run.data.tags["mlflow.runName"] == "first"
+    assert run.data.tags["rl8.version"] == rl8.__version__
+    assert run.data.tags["mlflow.source.name"]
+    tracker.end()
+    assert client.get_run(run_id).info.status == "FINISHED"
+
+    # a second run reuses the experiment
+    with Tracker(experiment="exp-a") as second:
+        assert client.get_run(second.run_id).info.experiment_id == exp.experiment_id
+        assert second.run_name  # MLflow picked one
+
+
+def test_default_store_is_mlflow_db_in_cwd(tmp_path, monkeypatch):
+    mlflow.set_tracking_uri(None)  # also unsets MLFLOW_TRACKING_URI (monkeypatch restores it)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    tracker = Tracker(experiment="default")
+    db = tmp_path / "mlflow.db"  # the working directory of the test
+    assert Path(tracker.tracking_uri.removeprefix("sqlite:///")).resolve() == db.resolve()
+    with tracker:
+        pass
+    assert MlflowClient(f"sqlite:///{db}").get_run(tracker.run_id).info.status == "FINISHED"
+
+
+def test_experiment_created_concurrently_is_reused(mlflow_uri, monkeypatch):
+    MlflowClient(mlflow_uri).create_experiment("race")
+    real = MlflowClient.get_experiment_by_name
+    answers = iter([None])  # the first lookup misses: someone creates it just after
+
+    def lookup(self, name):
+        return next(answers, None) or real(self, name)
+
+    monkeypatch.setattr(MlflowClient, "get_experiment_by_name", lookup)
+    with Tracker(experiment="race") as tracker:
+        exp = MlflowClient(mlflow_uri).get_experiment_by_name("race")
+        assert MlflowClient(mlflow_uri).get_run(tracker.run_id).info.experiment_id == (
+            exp.experiment_id
+        )
+
+
+def test_log_metrics_is_one_log_batch_per_step(mlflow_uri, monkeypatch):
+    calls = _spy_log_batch(monkeypatch)
+    with Tracker(experiment="metrics") as tracker:
+        calls.clear()  # start() may tag the run through log_batch
+        for step in (0, 100, 200):
+            tracker.log_metrics({f"m/{i}": step + i for i in range(40)}, step=step)
+        run_id = tracker.run_id
+    assert len(calls) == 3
+    assert all(len(c["metrics"]) == 40 for c in calls)
+    client = MlflowClient(mlflow_uri)
+    assert _history(client, run_id, "m/7") == [(0, 7.0), (100, 107.0), (200, 207.0)]
+
+
+def test_log_metrics_chunks_at_mlflow_limit(monkeypatch):
+    calls = _spy_log_batch(monkeypatch)
+    with Tracker(experiment="chunks") as tracker:
+        calls.clear()
+        tracker.log_metrics({f"k{i}": i for i in range(2500)}, step=1)
+    assert [len(c["metrics"]) for c in calls] == [1000, 1000, 500]
+
+
+def test_metric_values_are_converted_to_float(mlflow_uri):
+    with Tracker(experiment="values") as tracker:
+        tracker.log_metrics(
+            {
+                "tensor": torch.tensor(1.5),
+                "tensor1": torch.tensor([2.5]),
+                "np": np.float32(0.25),
+                "int": 3,
+                "bool": True,
+                "nan": float("nan"),
+            },
+            step=np.int64(7),
+        )
+        with pytest.raises(TypeError, match="'vec'"):
+            tracker.log_metrics({"vec": torch.ones(3)}, step=8)
+        run = MlflowClient(mlflow_uri).get_run(tracker.run_id)
+    assert {k: v for k, v in run.data.metrics.items() if k != "nan"} == {
+        "tensor": 1.5, "tensor1": 2.5, "np": 0.25, "int": 3.0, "bool": 1.0,
+    }  # fmt: skip
+    assert math.isnan(run.data.metrics["nan"])
+
+
+def test_log_params_flattened_truncated_and_batched(mlflow_uri, monkeypatch):
+    calls = _spy_log_batch(monkeypatch)
+    with Tracker(experiment="params") as tracker:
+        calls.clear()
+        tracker.log_params({"hparams": {"lr": 3e-4, "model": _Policy}, "long": "y" * 9000})
+        tracker.log_params({f"p{i}": i for i in range(250)})
+        tracker.log_params({"hparams": {"lr": 3e-4}})  # same value again: no request, no error
+        run = MlflowClient(mlflow_uri).get_run(tracker.run_id)
+    assert [len(c["params"]) for c in calls] == [3, 100, 100, 50]
+    assert run.data.params["hparams/lr"] == "0.0003"
+    assert run.data.params["hparams/model"] == f"{__name__}._Policy"
+    assert run.data.params["long"] == "y" * 6000
+    assert run.data.params["p249"] == "249"
+
+
+def test_changed_param_on_new_run_warns_and_is_not_logged(mlflow_uri):
+    with Tracker(experiment="params") as tracker:
+        tracker.log_params({"lr": 1})
+        with pytest.warns(TrackingWarning, match="'lr' is already '1'"):
+            tracker.log_params({"lr": 2})
+        assert MlflowClient(mlflow_uri).get_run(tracker.run_id).data.params == {"lr": "1"}
+
+
+def test_resume_continues_the_same_run(mlflow_uri):
+    client = MlflowClient(mlflow_uri)
+    with Tracker(experiment="resume", run_name="r") as first:
+        first.log_params({"hparams": {"lr": 1e-3, "gamma": 0.99}})
+        for step in range(3):
+            first.log_metrics({"loss": float(step)}, step=step * 10)
+        run_id = first.run_id
+    assert client.get_run(run_id).info.status == "FINISHED"
+
+    second = Tracker(experiment="resume", run_id=run_id)
+    assert second.start() == run_id
+    run = client.get_run(run_id)
+    assert run.info.status == "RUNNING"
+    assert run.data.tags["mlflow.runName"] == "r"
+    # same value: skipped silently; changed value: logged under resumed/
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        second.log_params({"hparams": {"lr": 1e-4, "gamma": 0.99}})
+    for step in range(3, 6):
+        second.log_metrics({"loss": float(step)}, step=step * 10)
+    second.end()
+
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.params["hparams/lr"] == "0.001"
+    assert run.data.params["resumed/hparams/lr"] == "0.0001"
+    assert _history(client, run_id, "loss") == [(s * 10, float(s)) for s in range(6)]
+    assert len(client.search_runs([run.info.experiment_id])) == 1
+
+
+def test_resume_unknown_run_is_a_clear_error():
+    with pytest.raises(TrackingError, match="deadbeef.*does not exist"):
+        Tracker(experiment="x", run_id="deadbeef" * 4).start()
+
+
+@pytest.mark.parametrize("status", ["FINISHED", "FAILED", "KILLED"])
+def test_end_sets_status_once(mlflow_uri, status):
+    tracker = Tracker(experiment="status")
+    tracker.start()
+    tracker.end(status)
+    tracker.end("FINISHED")  # idempotent: the first status stays
+    assert MlflowClient(mlflow_uri).get_run(tracker.run_id).info.status == status
+    with pytest.raises(TrackingError, match="ended"):
+        tracker.log_metrics({"a": 1}, step=0)
+
+
+def test_end_rejects_unknown_status():
+    with pytest.raises(ValueError, match="status"):
+        Tracker(experiment="status").end("DONE")
+
+
+def test_log_before_start_is_an_error():
+    with pytest.raises(TrackingError, match="start"):
+        Tracker(experiment="x").log_metrics({"a": 1.0}, step=0)
+
+
+@pytest.mark.parametrize(
+    ("exc", "status"), [(ValueError, "FAILED"), (KeyboardInterrupt, "KILLED")]
+)
+def test_context_manager_marks_failed_and_killed_runs(mlflow_uri, exc, status):
+    with pytest.raises(exc):
+        with Tracker(experiment="ctx") as tracker:
+            tracker.log_metrics({"a": 1.0}, step=0)
+            raise exc("boom")
+    assert MlflowClient(mlflow_uri).get_run(tracker.run_id).info.status == status
+
+
+def test_disabled_tracker_does_nothing(tmp_path, monkeypatch):
+    (tmp_path / "mlflow.db").unlink()
+    created = []
+    monkeypatch.setattr(MlflowClient, "__init__", lambda *a, **k: created.append(a))
+    tracker = Tracker(experiment="off", enabled=False)
+    with tracker:
+        assert tracker.start() is None and tracker.run_id is None
+        tracker.log_params({"a": {"b": 1}})
+        tracker.log_metrics({"x": 1.0}, step=0)
+        tracker.log_artifact(tmp_path / "missing.txt")
+        tracker.log_artifacts(tmp_path)
+        tracker.flush()
+    tracker.end("FAILED")
+    assert created == [] and tracker.run_id is None
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_independent_of_the_fluent_active_run(mlflow_uri):
+    with mlflow.start_run() as user_run:
+        with Tracker(experiment="mine") as tracker:
+            tracker.log_metrics({"x": 1.0}, step=0)
+        assert mlflow.active_run().info.run_id == user_run.info.run_id
+    client = MlflowClient(mlflow_uri)
+    assert tracker.run_id != user_run.info.run_id
+    assert client.get_run(user_run.info.run_id).data.metrics == {}
+    assert client.get_run(tracker.run_id).data.metrics == {"x": 1.0}
+
+
+def test_artifacts_are_uploaded_and_failures_only_warn(tmp_path, mlflow_uri):
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "a.pt").write_bytes(b"a")
+    (tmp_path / "notes.txt").write_text("hello")
+    with Tracker(experiment="art") as tracker:
+        tracker.log_artifact(tmp_path / "notes.txt")
+        tracker.log_artifacts(tmp_path / "ckpt", artifact_path="checkpoints")
+        with pytest.warns(TrackingWarning, match="missing.txt"):
+            tracker.log_artifact(tmp_path / "missing.txt")
+    client = MlflowClient(mlflow_uri)
+    assert {f.path for f in client.list_artifacts(tracker.run_id)} == {"checkpoints", "notes.txt"}
+    assert [f.path for f in client.list_artifacts(tracker.run_id, "checkpoints")] == [
+        "checkpoints/a.pt"
+    ]
+
+
+# --------------------------------------------------------------------------------------------
+# outages, simulated: log_batch raises as it does when the server is down
+
+
+def _break_log_batch(monkeypatch):
+    """Make log_batch fail like an unreachable server until ``state['down']`` is False."""
+    state = {"down": True, "calls": 0}
+    real = MlflowClient.log_batch
+
+    def flaky(self, *args, **kwargs):
+        state["calls"] += 1
+        if state["down"]:
+            raise MlflowException("API request to http://x failed with exception refused")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(MlflowClient, "log_batch", flaky)
+    return state
+
+
+def test_outage_queues_metrics_warns_once_and_redelivers_in_order(
+    mlflow_uri, monkeypatch, caplog
+):
+    with Tracker(experiment="outage", retry_interval_s=0) as tracker:
+        tracker.log_params({"lr": 1})
+        tracker.log_metrics({"a": 0.0}, step=0)
+        state = _break_log_batch(monkeypatch)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for step in range(1, 6):
+                tracker.log_metrics({"a": float(step), "b": -float(step)}, step=step)
+            tracker.log_params({"gamma": 0.9})
+        messages = [str(w.message) for w in caught if w.category is TrackingWarning]
+        assert len(messages) == 1, messages
+        assert "failed" in messages[0] and "retried" in messages[0]
+        assert tracker.pending == 10
+
+        state["down"] = False
+        with caplog.at_level(logging.WARNING, logger="rl8.tracking"):
+            tracker.log_metrics({"a": 6.0}, step=6)
+        assert "delivered 11 pending metric values" in caplog.text
+        assert tracker.pending == 0
+    client = MlflowClient(mlflow_uri)
+    assert _history(client, tracker.run_id, "a") == [(s, float(s)) for s in range(7)]
+    assert _history(client, tracker.run_id, "b") == [(s, -float(s)) for s in range(1, 6)]
+    assert client.get_run(tracker.run_id).data.params == {"lr": "1", "gamma": "0.9"}
+
+
+def test_outage_retries_at_most_every_interval_and_flush_forces(monkeypatch):
+    with Tracker(experiment="interval", retry_interval_s=3600) as tracker:
+        state = _break_log_batch(monkeypatch)
+        with pytest.warns(TrackingWarning):
+            tracker.log_metrics({"a": 0.0}, step=0)
+        assert state["calls"] == 1
+        for step in range(1, 4):
+            tracker.log_metrics({"a": 1.0}, step=step)
+        assert state["calls"] == 1 and tracker.pending == 4  # queued without requests
+        tracker.flush()
+        assert state["calls"] == 2 and tracker.pending == 4
+        state["down"] = False
+        tracker.flush()
+        assert tracker.pending == 0
+
+
+def test_retry_interval_doubles_while_the_server_stays_down(monkeypatch):
+    clock = {"t": 1000.0}
+    monkeypatch.setattr("rl8.tracking.time.monotonic", lambda: clock["t"])
+    with Tracker(experiment="backoff", retry_interval_s=1) as tracker:
+        state = _break_log_batch(monkeypatch)
+        attempts = []
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", TrackingWarning)
+            for t in range(16):  # one step per second
+                clock["t"] = 1000.0 + t
+                before = state["calls"]
+                tracker.log_metrics({"a": 1.0}, step=t)
+                if state["calls"] > before:
+                    attempts.append(t)
+            assert attempts == [0, 1, 3, 7, 15]  # waits of 1, 2, 4, 8 s
+            state["down"] = False
+            tracker.flush()
+        assert tracker.pending == 0
+
+
+def test_queue_is_bounded_and_lost_metrics_are_reported_at_end(mlflow_uri, monkeypatch):
+    tracker = Tracker(experiment="bounded", max_pending=5, retry_interval_s=0)
+    tracker.start()
+    _break_log_batch(monkeypatch)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for step in range(4):
+            tracker.log_metrics({"a": 1.0, "b": 2.0}, step=step)
+        assert tracker.pending == 5
+        tracker.end()  # still down: warns with the count, does not raise
+    messages = [str(w.message) for w in caught if w.category is TrackingWarning]
+    assert len(messages) == 3, messages  # failure, overflow, loss at the end
+    assert "oldest are being dropped" in messages[1]
+    assert "8 metric values" in messages[2] and "lost" in messages[2]
+    assert MlflowClient(mlflow_uri).get_run(tracker.run_id).info.status == "FINISHED"
+
+
+# --------------------------------------------------------------------------------------------
+# a real tracking server
+
+
+def test_unreachable_server_fails_fast_at_start():
+    uri = f"http://127.0.0.1:{_free_port()}"
+    t0 = time.monotonic()
+    with pytest.raises(TrackingError, match=uri.replace(".", r"\.")):
+        Tracker(experiment="x", tracking_uri=uri).start()
+    assert time.monotonic() - t0 < 15
+    assert "MLFLOW_HTTP_REQUEST_MAX_RETRIES" not in os.environ  # restored
+
+
+@pytest.mark.timeout(120)
+def test_live_server_logs_survives_a_restart_and_redelivers(live_server, tmp_path, caplog):
+    uri = live_server.uri
+    (tmp_path / "config.yaml").write_text("lr: 0.001\n")
+    client = MlflowClient(uri)
+    tracker = Tracker(experiment="live", tracking_uri=uri, run_name="srv", retry_interval_s=0)
+    try:
+        tracker.start()
+        tracker.log_params({"hparams": {"lr": 1e-3}})
+        tracker.log_artifact(tmp_path / "config.yaml")
+        for step in range(3):
+            tracker.log_metrics({"loss": float(step), "env/steps": step * 8}, step=step * 8)
+        assert _history(client, tracker.run_id, "loss") == [(s * 8, float(s)) for s in range(3)]
+        run = client.get_run(tracker.run_id)
+        assert run.data.params == {"hparams/lr": "0.001"}
+        assert run.info.status == "RUNNING"
+        assert [f.path for f in client.list_artifacts(tracker.run_id)] == ["config.yaml"]
+
+        live_server.stop()  # the server dies mid-run
+        t0 = time.monotonic()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for step in range(3, 6):
+                tracker.log_metrics({"loss": float(step), "env/steps": step * 8}, step=step * 8)
+        assert time.monotonic() - t0 < 15  # training is not stalled by HTTP retries
+        assert len([w for w in caught if w.category is TrackingWarning]) == 1
+        assert tracker.pending == 6
+
+        live_server.start()  # back, same port and database
+        with caplog.at_level(logging.WARNING, logger="rl8.tracking"):
+            tracker.flush()
+        assert tracker.pending == 0
+        assert "delivered 6 pending metric values" in caplog.text
+        tracker.log_metrics({"loss": 6.0}, step=48)
+        tracker.end()
+        assert _history(client, tracker.run_id, "loss") == [(s * 8, float(s)) for s in range(7)]
+        assert client.get_run(tracker.run_id).info.status == "FINISHED"
+    finally:
+        tracker.end("FAILED")  # no-op when ended above
