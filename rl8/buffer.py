@@ -27,9 +27,16 @@ class RolloutBuffer:
         horizon: Steps per collect (the second batch dim is ``horizon + 1``).
         device: Device of the storage.
         episodic: Also store ``terminated``, ``truncated`` and ``final_obs``.
+        state_example: For recurrent models, the initial state of ``num_envs`` envs (a
+            TensorDict ``[num_envs]``); adds the recurrent storage below.
+        seq_len: Recurrent models: steps per training sequence (divides ``horizon``).
 
     Keys of :attr:`data`: ``obs``, ``actions``, ``logp``, ``values``, ``rewards``, and for
-    episodic envs ``terminated``, ``truncated`` (bool) and ``final_obs``.
+    episodic envs ``terminated``, ``truncated`` (bool) and ``final_obs``; for recurrent
+    models ``firsts`` (bool: an episode starts at that step, the state is reset before it).
+    Recurrent models also get :attr:`states` (``[num_envs, horizon // seq_len]``: the state
+    before each sequence's first step) and, for episodic envs, :attr:`post_states`
+    (``[num_envs, horizon]``: the state after each step, to value ``final_obs``).
     """
 
     def __init__(
@@ -42,6 +49,8 @@ class RolloutBuffer:
         *,
         device: torch.device | str = "cpu",
         episodic: bool = False,
+        state_example: TensorDictBase | None = None,
+        seq_len: int = 1,
     ) -> None:
         self.num_envs = num_envs
         self.horizon = horizon
@@ -58,6 +67,15 @@ class RolloutBuffer:
             data["terminated"] = torch.zeros(shape, dtype=torch.bool, device=device)
             data["truncated"] = torch.zeros(shape, dtype=torch.bool, device=device)
             data["final_obs"] = zeros_like_space(observation_space, shape, device=device)
+        self.seq_len = seq_len
+        self.states: TensorDictBase | None = None
+        self.post_states: TensorDictBase | None = None
+        if state_example is not None:
+            data["firsts"] = torch.zeros(shape, dtype=torch.bool, device=device)
+            zeros = state_example.unsqueeze(1).to(device)
+            self.states = zeros.expand(num_envs, horizon // seq_len).clone().zero_()
+            if episodic:
+                self.post_states = zeros.expand(num_envs, horizon).clone().zero_()
         self.data = TensorDict(data, batch_size=shape, device=device)
 
     def __getitem__(self, key: str) -> torch.Tensor | TensorDictBase:

@@ -93,6 +93,81 @@ class Policy(nn.Module):
         params, value = self.model(self.preprocess(obs))
         return self.distribution_cls(params, self.action_space, action_mask=self.action_mask(obs)), value
 
+    def initial_state(self, batch_size: int) -> TensorDictBase | None:
+        """The recurrent model's initial state for ``batch_size`` envs (``None`` if feedforward)."""
+        if not self.recurrent:
+            return None
+        return self.model.initial_state(batch_size, self.device)
+
+    def step(
+        self,
+        obs: torch.Tensor | TensorDictBase,
+        state: TensorDictBase | None,
+        firsts: torch.Tensor | None,
+    ) -> tuple[Distribution, torch.Tensor, TensorDictBase | None]:
+        """One environment step of the policy for a batch of envs, for both kinds of model.
+
+        Args:
+            obs: Observations ``[B, ...]``.
+            state: The recurrent state before this step (``None`` for feedforward models).
+            firsts: ``[B]`` bool, True where an episode starts at this step (the recurrent
+                state of that env is reset first); ignored by feedforward models.
+
+        Returns:
+            The action distribution, the values ``[B]`` and the state after the step.
+        """
+        if not self.recurrent:
+            dist, value = self.distribution(obs)
+            return dist, value, None
+        params, values, state = self.model(self.preprocess(obs)[:, None], state, firsts[:, None])
+        dist = self.distribution_cls(params[:, 0], self.action_space, action_mask=self.action_mask(obs))
+        return dist, values[:, 0], state
+
+    def evaluate_sequences(
+        self,
+        obs: torch.Tensor | TensorDictBase,
+        actions: torch.Tensor,
+        state: TensorDictBase,
+        firsts: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Recurrent models: log-probs, entropies and values, each ``[S * T]``, of sequences.
+
+        Args:
+            obs: ``[S, T, ...]`` observations of ``S`` sequences of ``T`` steps.
+            actions: ``[S, T, ...]`` raw actions taken.
+            state: ``[S]`` recurrent state before each sequence's first step.
+            firsts: ``[S, T]`` bool episode starts (state reset before that step).
+        """
+        params, values, _ = self.model(self.preprocess(obs), state, firsts)
+        s, t = params.shape[:2]
+        mask = self.action_mask(obs)
+        if mask is not None:
+            mask = mask.reshape(s * t, *mask.shape[2:])
+        dist = self.distribution_cls(params.reshape(s * t, -1), self.action_space, action_mask=mask)
+        actions = actions.reshape(s * t, *actions.shape[2:])
+        return dist.log_prob(actions), dist.entropy(), values.reshape(s * t)
+
+    def sequence_value(
+        self, obs: torch.Tensor | TensorDictBase, state: TensorDictBase, firsts: torch.Tensor
+    ) -> torch.Tensor:
+        """Recurrent models: values ``[B]`` of one step from the given state."""
+        return self.model.value(self.preprocess(obs)[:, None], state, firsts[:, None])[:, 0]
+
+    def reset_state(self, mask: torch.Tensor | None = None) -> None:
+        """Recurrent policies: forget the state kept between calls of the policy.
+
+        Args:
+            mask: ``[B]`` bool of the envs to reset; ``None`` resets all of them.
+        """
+        if mask is None or getattr(self, "_state", None) is None:
+            self._state = None
+            return
+        initial = self.initial_state(mask.shape[0])
+        m = mask.to(self.device)
+        self._state = self._state.apply(
+            lambda cur, init: torch.where(m.reshape(-1, *([1] * (cur.dim() - 1))), init, cur), initial
+        )
+
     def act(
         self, obs: torch.Tensor | TensorDictBase, *, deterministic: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -122,6 +197,19 @@ class Policy(nn.Module):
 
     @torch.no_grad()
     def forward(self, obs: torch.Tensor | TensorDictBase, *, deterministic: bool = True) -> torch.Tensor:
-        """Env actions for a batch of observations (deterministic by default)."""
-        actions, _, _ = self.act(obs, deterministic=deterministic)
+        """Env actions for a batch of observations (deterministic by default).
+
+        A recurrent policy keeps its state between calls (one call = one env step); call
+        :meth:`reset_state` when episodes end or the batch changes.
+        """
+        if not self.recurrent:
+            actions, _, _ = self.act(obs, deterministic=deterministic)
+            return self.to_env_action(actions)
+        batch = obs.shape[0]
+        state = getattr(self, "_state", None)
+        if state is None or state.batch_size[0] != batch:
+            state = self.initial_state(batch)
+        firsts = torch.zeros(batch, dtype=torch.bool, device=self.device)
+        dist, _, self._state = self.step(obs, state, firsts)
+        actions = dist.deterministic_sample() if deterministic else dist.sample()
         return self.to_env_action(actions)

@@ -36,11 +36,14 @@ def _resolve(obj: Any, field: str) -> Any:
         raise ValueError(f"hparam {field}: cannot import {obj!r} ({e})") from None
 
 
-def _flatten_time(x: torch.Tensor | TensorDictBase) -> torch.Tensor | TensorDictBase:
-    """Merge the ``[num_envs, time]`` batch dims into one."""
+def _to_samples(x: torch.Tensor | TensorDictBase, seq_len: int) -> torch.Tensor | TensorDictBase:
+    """``[num_envs, T, ...]`` -> ``[num_envs * T, ...]`` transitions (``seq_len == 1``) or
+    ``[num_envs * T / seq_len, seq_len, ...]`` sequences of consecutive steps of one env."""
     if isinstance(x, TensorDictBase):
-        return x.reshape(-1)
-    return x.reshape(-1, *x.shape[2:])
+        return x.reshape(-1) if seq_len == 1 else x.reshape(-1, seq_len)
+    if seq_len == 1:
+        return x.reshape(-1, *x.shape[2:])
+    return x.reshape(-1, seq_len, *x.shape[2:])
 
 
 def _qualname(obj: Any) -> Any:
@@ -147,6 +150,17 @@ class PPO:
         self.optimizer = optimizer_cls(self.policy.parameters(), lr=hp.lr, **hp.optimizer_kwargs)
         dist = self.policy.distribution_cls
         space = self.env.action_space
+        self.recurrent = self.policy.recurrent
+        self.seq_len = (hp.seq_len or hp.horizon) if self.recurrent else 1
+        if self.recurrent and hp.minibatch_size % self.seq_len:
+            raise ValueError(
+                f"hparam sgd_minibatch_size: a recurrent model trains on sequences of seq_len="
+                f"{self.seq_len} steps, so the minibatch size must be a multiple of it, got "
+                f"{hp.minibatch_size}"
+            )
+        self._state = self.policy.initial_state(hp.num_envs)
+        self._firsts = torch.zeros(hp.num_envs, dtype=torch.bool, device=self.device)
+        self.sequences = 0
         self.buffer = RolloutBuffer(
             self.env.observation_space,
             tuple(dist.raw_action_shape(space)),
@@ -155,6 +169,8 @@ class PPO:
             hp.horizon,
             device=self.device,
             episodic=self.env.episodic,
+            state_example=self._state,
+            seq_len=self.seq_len,
         )
         self.reward_normalizer = (
             RewardNormalizer(hp.num_envs, hp.gamma, device=self.device) if hp.normalize_rewards else None
@@ -195,6 +211,9 @@ class PPO:
         self._episode_length.zero_()
         if self.reward_normalizer is not None:
             self.reward_normalizer.reset()
+        if self.recurrent:
+            self._state = self.policy.initial_state(self.hparams.num_envs)
+            self._firsts.zero_()
 
     # ----------------------------------------------------------------- collect
     @torch.no_grad()
@@ -225,11 +244,25 @@ class PPO:
         episodic = env.episodic
         if episodic:
             term_buf, trunc_buf, final_buf = data["terminated"], data["truncated"], data["final_obs"]
+        recurrent = self.recurrent
+        if recurrent:  # the recurrent additions: state per sequence start, episode starts
+            state, firsts = self._state, self._firsts
+            seq_len, k = self.seq_len, hp.seqs_per_state_reset
+            firsts_buf, states_buf, post_states_buf = data["firsts"], self.buffer.states, self.buffer.post_states
         obs = self._obs
         with self._autocast():
             for t in range(hp.horizon):
                 obs_buf[:, t] = obs
-                dist, value = policy.distribution(obs)
+                if recurrent:
+                    if t % seq_len == 0:
+                        if k > 0 and self.sequences % k == 0:
+                            state = policy.initial_state(hp.num_envs)
+                        states_buf[:, t // seq_len] = state
+                        self.sequences += 1
+                    firsts_buf[:, t] = firsts
+                    dist, value, state = policy.step(obs, state, firsts)
+                else:
+                    dist, value = policy.distribution(obs)
                 actions = dist.deterministic_sample() if deterministic else dist.sample()
                 actions_buf[:, t] = actions
                 logp_buf[:, t] = dist.log_prob(actions)
@@ -247,9 +280,17 @@ class PPO:
                     if trunc is not None:
                         trunc_buf[:, t] = trunc[:, 0]
                         final_buf[:, t] = out["final_obs"]
+                    if recurrent:
+                        post_states_buf[:, t] = state
+                        firsts = term_buf[:, t] | trunc_buf[:, t]
                 obs = out["obs"]
             obs_buf[:, hp.horizon] = obs
-            values_buf[:, hp.horizon] = policy.value(obs)
+            if recurrent:
+                firsts_buf[:, hp.horizon] = firsts
+                values_buf[:, hp.horizon] = policy.sequence_value(obs, state, firsts)
+                self._state, self._firsts = state, firsts
+            else:
+                values_buf[:, hp.horizon] = policy.value(obs)
         self._obs = obs
         self.env_steps += hp.num_envs * hp.horizon
         self.collects += 1
@@ -345,7 +386,12 @@ class PPO:
             return None
         final_obs = self.buffer.data["final_obs"][index[:, 0], index[:, 1]]
         with self._autocast():
-            values = self.policy.value(final_obs).float()
+            if self.recurrent:
+                state = self.buffer.post_states[index[:, 0], index[:, 1]]
+                no_reset = torch.zeros(index.shape[0], dtype=torch.bool, device=index.device)
+                values = self.policy.sequence_value(final_obs, state, no_reset).float()
+            else:
+                values = self.policy.value(final_obs).float()
         out = torch.zeros(truncated.shape, device=values.device)
         out[index[:, 0], index[:, 1]] = values
         return out
@@ -371,19 +417,25 @@ class PPO:
             advantages, returns = self._advantages()
             old_values = data["values"][:, :h]
             explained_variance = 1 - (returns - old_values).var() / returns.var().clamp(min=1e-8)
-        batch = hp.batch_size
-        obs = _flatten_time(data["obs"][:, :h])
-        actions = _flatten_time(data["actions"][:, :h])
-        old_logp = data["logp"][:, :h].reshape(batch)
-        old_values = old_values.reshape(batch)
-        advantages = advantages.reshape(batch)
-        returns = returns.reshape(batch)
+        # Samples are transitions for feedforward models and seq_len-step sequences (replayed
+        # from their stored initial state) for recurrent ones; everything else is shared.
+        seq_len = self.seq_len
+        batch = hp.batch_size // seq_len
+        obs = _to_samples(data["obs"][:, :h], seq_len)
+        actions = _to_samples(data["actions"][:, :h], seq_len)
+        old_logp = _to_samples(data["logp"][:, :h], seq_len)
+        old_values = _to_samples(old_values, seq_len)
+        advantages = _to_samples(advantages, seq_len)
+        returns = _to_samples(returns, seq_len)
+        if self.recurrent:
+            states = self.buffer.states.reshape(-1)
+            firsts = _to_samples(data["firsts"][:, :h], seq_len)
 
         lr = self.lr_schedule(self.env_steps)
         entropy_coeff = self.entropy_coeff_schedule(self.env_steps)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        mb = hp.minibatch_size
+        mb = hp.minibatch_size // seq_len
         num_minibatches = batch // mb
         sums = torch.zeros(8, device=self.device)
         count = 0
@@ -403,9 +455,10 @@ class PPO:
                     index = slice(j * mb, (j + 1) * mb)
                 else:
                     index = order[j * mb : (j + 1) * mb]
+                recurrent_inputs = (states[index], firsts[index]) if self.recurrent else None
                 losses, monitors = self._minibatch_loss(
                     obs[index], actions[index], old_logp[index], old_values[index],
-                    advantages[index], returns[index], entropy_coeff,
+                    advantages[index], returns[index], entropy_coeff, recurrent_inputs,
                 )
                 total = losses[3]
                 if hp.accumulate_grads:
@@ -443,10 +496,17 @@ class PPO:
             "coefficients/lr": lr,
         }
 
-    def _minibatch_loss(self, obs, actions, old_logp, old_values, advantages, returns, entropy_coeff):
+    def _minibatch_loss(
+        self, obs, actions, old_logp, old_values, advantages, returns, entropy_coeff, recurrent_inputs
+    ):
         hp = self.hparams
         with self._autocast():
-            logp, entropy, values = self.policy.evaluate(obs, actions)
+            if recurrent_inputs is None:
+                logp, entropy, values = self.policy.evaluate(obs, actions)
+            else:
+                logp, entropy, values = self.policy.evaluate_sequences(obs, actions, *recurrent_inputs)
+                old_logp, old_values = old_logp.reshape(-1), old_values.reshape(-1)
+                advantages, returns = advantages.reshape(-1), returns.reshape(-1)
         logp, entropy, values = logp.float(), entropy.float(), values.float()
         if hp.normalize_advantages and advantages.numel() > 1:
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
@@ -535,9 +595,11 @@ class PPO:
         rewards = torch.zeros(n, steps, device=self.device)
         dones = torch.zeros(n, steps, dtype=torch.bool, device=self.device) if env.episodic else None
         policy, dist_cls = self.policy, self.policy.distribution_cls
+        state = policy.initial_state(n)
+        firsts = torch.zeros(n, dtype=torch.bool, device=self.device)
         with self._autocast():
             for t in range(steps):
-                dist, _ = policy.distribution(obs)
+                dist, _, state = policy.step(obs, state, firsts)
                 actions = dist.deterministic_sample() if deterministic else dist.sample()
                 out = env.step(dist_cls.to_env_action(actions, env.action_space))
                 rewards[:, t] = out["rewards"][:, 0]
@@ -547,6 +609,7 @@ class PPO:
                     if trunc is not None:
                         done = trunc if done is None else done | trunc
                     dones[:, t] = done[:, 0]
+                    firsts = done[:, 0]
                 obs = out["obs"]
         saved = self._episode_return, self._episode_length
         self._episode_return = torch.zeros(n, device=self.device)
@@ -582,6 +645,10 @@ class PPO:
                 "env_steps": self.env_steps, "env_resets": self.env_resets,
                 "collects": self.collects, "steps": self.steps,
             },
+            "recurrent": (
+                {"state": self._state.to_dict(), "firsts": self._firsts.clone(), "sequences": self.sequences}
+                if self.recurrent else None
+            ),
             "episode_return": self._episode_return.clone(),
             "episode_length": self._episode_length.clone(),
             "obs": obs if env_state is not None else None,
@@ -608,6 +675,13 @@ class PPO:
         self.steps = int(counters["steps"])
         self._episode_return = state["episode_return"].to(self.device)
         self._episode_length = state["episode_length"].to(self.device)
+        if self.recurrent and state.get("recurrent") is not None:
+            from tensordict import TensorDict
+
+            rec = state["recurrent"]
+            self._state = TensorDict(rec["state"], batch_size=[self.hparams.num_envs]).to(self.device)
+            self._firsts = rec["firsts"].to(self.device)
+            self.sequences = int(rec["sequences"])
         obs, env_state = state.get("obs"), state.get("env")
         if obs is not None and env_state is not None:
             self.env.load_state_dict(env_state)
