@@ -31,6 +31,9 @@ class RolloutBuffer:
             TensorDict ``[num_envs]``); adds the recurrent storage below.
         seq_len: Recurrent models: steps per training sequence (divides ``horizon``).
 
+    :attr:`columns` maps each key to its ``horizon + 1`` per-step views (``[num_envs, ...]``;
+    ``[num_envs, 1]`` for rewards and flags), which the rollout loop writes into.
+
     Keys of :attr:`data`: ``obs``, ``actions``, ``logp``, ``values``, ``rewards``, and for
     episodic envs ``terminated``, ``truncated`` (bool) and ``final_obs``; for recurrent
     models ``firsts`` (bool: an episode starts at that step, the state is reset before it).
@@ -77,6 +80,16 @@ class RolloutBuffer:
             if episodic:
                 self.post_states = zeros.expand(num_envs, horizon).clone().zero_()
         self.data = TensorDict(data, batch_size=shape, device=device)
+        # Per-step views, made once: writing through them costs a copy and no indexing.
+        # rewards/terminated/truncated columns keep a trailing dim of 1, like env outputs.
+        keep_dim = {"rewards", "terminated", "truncated"}
+        self.columns = {
+            key: [
+                value[:, t : t + 1] if key in keep_dim else value[:, t]
+                for t in range(horizon + 1)
+            ]
+            for key, value in self.data.items()
+        }
 
     def __getitem__(self, key: str) -> torch.Tensor | TensorDictBase:
         return self.data[key]

@@ -124,6 +124,33 @@ def _head(in_features: int, out_features: int, gain: float, ortho_init: bool) ->
     return head
 
 
+_FUNCTIONAL_ACTIVATIONS = {
+    nn.Tanh: torch.tanh,
+    nn.ReLU: torch.relu,
+    nn.SiLU: F.silu,
+    nn.GELU: F.gelu,
+    nn.ELU: F.elu,
+}
+
+
+def run_mlp(x: torch.Tensor, layers: nn.Sequential) -> torch.Tensor:
+    """Apply ``layers`` (Linear and activation modules) to ``x`` with functional calls.
+
+    Equivalent to ``layers(x)``, without the per-module call overhead (hooks, tracing
+    checks) that dominates small networks in the rollout loop; modules it does not know are
+    called normally.
+    """
+    for layer in layers:
+        kind = type(layer)
+        if kind is nn.Linear:
+            x = F.linear(x, layer.weight, layer.bias)
+        elif kind in _FUNCTIONAL_ACTIVATIONS and not getattr(layer, "inplace", False):
+            x = _FUNCTIONAL_ACTIVATIONS[kind](x)
+        else:
+            x = layer(x)
+    return x
+
+
 class MLPModel(Model):
     """The default model: multi-layer perceptrons for the policy and the value.
 
@@ -202,12 +229,12 @@ class MLPModel(Model):
     def forward(self, obs: torch.Tensor | TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
         x = flatten_observation(obs, self.observation_space)
         if self.shared:
-            h = self.trunk(x)
-            return self._params(self.pi(h)), self.vf(h).squeeze(-1)
-        return self._params(self.pi(x)), self.vf(x).squeeze(-1)
+            h = run_mlp(x, self.trunk)
+            return self._params(F.linear(h, self.pi.weight, self.pi.bias)), F.linear(h, self.vf.weight, self.vf.bias)[:, 0]
+        return self._params(run_mlp(x, self.pi)), run_mlp(x, self.vf)[:, 0]
 
     def value(self, obs: torch.Tensor | TensorDictBase) -> torch.Tensor:
         x = flatten_observation(obs, self.observation_space)
         if self.shared:
-            return self.vf(self.trunk(x)).squeeze(-1)
-        return self.vf(x).squeeze(-1)
+            return F.linear(run_mlp(x, self.trunk), self.vf.weight, self.vf.bias)[:, 0]
+        return run_mlp(x, self.vf)[:, 0]

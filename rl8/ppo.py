@@ -147,7 +147,12 @@ class PPO:
             device=self.device,
         )
         optimizer_cls = _resolve(hp.optimizer_cls, "optimizer_cls")
-        self.optimizer = optimizer_cls(self.policy.parameters(), lr=hp.lr, **hp.optimizer_kwargs)
+        optimizer_kwargs = dict(hp.optimizer_kwargs)
+        if optimizer_cls in (torch.optim.Adam, torch.optim.AdamW) and not {"fused", "foreach"} & set(optimizer_kwargs):
+            # One fused kernel per parameter group instead of a loop of small ops: the same
+            # maths, several times faster for the small networks PPO uses.
+            optimizer_kwargs["fused"] = self.device.type in ("cpu", "cuda")
+        self.optimizer = optimizer_cls(self.policy.parameters(), lr=hp.lr, **optimizer_kwargs)
         dist = self.policy.distribution_cls
         space = self.env.action_space
         self.recurrent = self.policy.recurrent
@@ -235,72 +240,71 @@ class PPO:
         hp = self.hparams
         if self._needs_reset():
             self.reset_envs(env_config=env_config)
-        data = self.buffer.data
+        data, columns = self.buffer.data, self.buffer.columns
         policy, env = self.policy, self.env
         dist_cls, space = policy.distribution_cls, env.action_space
-        obs_buf = data["obs"]
-        actions_buf, logp_buf = data["actions"], data["logp"]
-        values_buf, rewards_buf = data["values"], data["rewards"]
+        obs_col, actions_col, logp_col = columns["obs"], columns["actions"], columns["logp"]
+        values_col, rewards_col = columns["values"], columns["rewards"]
         episodic = env.episodic
         if episodic:
-            term_buf, trunc_buf, final_buf = data["terminated"], data["truncated"], data["final_obs"]
+            term_col, trunc_col, final_col = columns["terminated"], columns["truncated"], columns["final_obs"]
         recurrent = self.recurrent
         if recurrent:  # the recurrent additions: state per sequence start, episode starts
             state, firsts = self._state, self._firsts
             seq_len, k = self.seq_len, hp.seqs_per_state_reset
-            firsts_buf, states_buf, post_states_buf = data["firsts"], self.buffer.states, self.buffer.post_states
+            firsts_col, states_buf, post_states_buf = columns["firsts"], self.buffer.states, self.buffer.post_states
         obs = self._obs
         with self._autocast():
             for t in range(hp.horizon):
-                obs_buf[:, t] = obs
+                obs_col[t].copy_(obs)
                 if recurrent:
                     if t % seq_len == 0:
                         if k > 0 and self.sequences % k == 0:
                             state = policy.initial_state(hp.num_envs)
                         states_buf[:, t // seq_len] = state
                         self.sequences += 1
-                    firsts_buf[:, t] = firsts
+                    firsts_col[t].copy_(firsts)
                     dist, value, state = policy.step(obs, state, firsts)
                 else:
                     dist, value = policy.distribution(obs)
                 actions = dist.deterministic_sample() if deterministic else dist.sample()
-                actions_buf[:, t] = actions
-                logp_buf[:, t] = dist.log_prob(actions)
-                values_buf[:, t] = value
+                actions_col[t].copy_(actions)
+                logp_col[t].copy_(dist.log_prob(actions))
+                values_col[t].copy_(value)
                 out = env.step(dist_cls.to_env_action(actions, space))
                 if not self._validated:
                     validate_step_output(out, env)
                     self._validated = True
-                rewards_buf[:, t] = out["rewards"][:, 0]
+                rewards_col[t].copy_(out["rewards"])
                 if episodic:
                     term = out.get("terminated", None)
                     trunc = out.get("truncated", None)
                     if term is not None:
-                        term_buf[:, t] = term[:, 0]
+                        term_col[t].copy_(term)
                     if trunc is not None:
-                        trunc_buf[:, t] = trunc[:, 0]
-                        final_buf[:, t] = out["final_obs"]
+                        trunc_col[t].copy_(trunc)
+                        final_col[t].copy_(out["final_obs"])
                     if recurrent:
                         post_states_buf[:, t] = state
-                        firsts = term_buf[:, t] | trunc_buf[:, t]
+                        firsts = (term_col[t] | trunc_col[t])[:, 0]
                 obs = out["obs"]
-            obs_buf[:, hp.horizon] = obs
+            obs_col[hp.horizon].copy_(obs)
             if recurrent:
-                firsts_buf[:, hp.horizon] = firsts
-                values_buf[:, hp.horizon] = policy.sequence_value(obs, state, firsts)
+                firsts_col[hp.horizon].copy_(firsts)
+                values_col[hp.horizon].copy_(policy.sequence_value(obs, state, firsts))
                 self._state, self._firsts = state, firsts
             else:
-                values_buf[:, hp.horizon] = policy.value(obs)
+                values_col[hp.horizon].copy_(policy.value(obs))
         self._obs = obs
         self.env_steps += hp.num_envs * hp.horizon
         self.collects += 1
         n = hp.check_finite_collects
         if n == -1 or self.collects <= n:
             self._check_finite()
-        rewards = rewards_buf[:, : hp.horizon]
+        rewards = data["rewards"][:, : hp.horizon]
         dones = None
         if episodic:
-            dones = term_buf[:, : hp.horizon] | trunc_buf[:, : hp.horizon]
+            dones = data["terminated"][:, : hp.horizon] | data["truncated"][:, : hp.horizon]
         if self.reward_normalizer is not None:
             self.reward_normalizer.update(rewards, dones)
         return self._rollout_stats(rewards, dones)
