@@ -1,0 +1,178 @@
+"""Throughput of PPO.collect() and collect()+step() beside raw-torch floors (pytest-benchmark).
+
+Workloads (DiscreteDummyEnv, CPU, the published rl8 1.0.0's default update: separate policy
+and value MLPs with ReLU, Adam lr 1e-3, 4 SGD passes, gamma 0.95, vf_clip_param 5,
+vf_coeff 1, max_grad_norm 5, normalised advantages and rewards):
+
+* ``small``: 512 envs, horizon 32, 64x64 MLPs, minibatches of 4096;
+* ``large``: 8192 envs, horizon 32, 256x256 MLPs, the whole buffer as one minibatch;
+* ``large-bf16``: ``large`` with ``enable_amp=True`` (bfloat16 autocast on CPU).
+
+``torch.set_num_threads`` is set to ``RL8_BENCH_THREADS`` (default 2, the cores of the CI
+machine). Each ``test_ratio_*`` measures rl8 and the floor interleaved, round by round, in
+the same process, and stores ``fraction_of_floor`` (floor time / rl8 time; 1.0 = as fast as
+the floor) in ``extra_info``; it only asserts the targets when ``RL8_BENCH_ASSERT=1``, since
+a shared machine is noisy. Run::
+
+    pytest benchmarks/test_throughput.py --benchmark-columns=median,rounds -s
+
+and compare with ``../shared/bench/rl8_reference.sh`` run right before or after.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+
+import pytest
+import torch
+
+from floor import collect_floor, make_mlps, update_floor
+from rl8 import PPO
+from rl8.envs import DiscreteDummyEnv
+
+THREADS = int(os.environ.get("RL8_BENCH_THREADS", "2"))
+ASSERT = os.environ.get("RL8_BENCH_ASSERT") == "1"
+
+WORKLOADS = {
+    "small": dict(num_envs=512, horizon=32, hidden=64, minibatch=4096, amp=False, rounds=15),
+    "large": dict(num_envs=8192, horizon=32, hidden=256, minibatch=None, amp=False, rounds=3),
+    "large-bf16": dict(num_envs=8192, horizon=32, hidden=256, minibatch=None, amp=True, rounds=3),
+}
+# Targets from the issue: fraction of the floor for collect and for collect+step.
+TARGETS = {"small": (0.85, 0.90), "large": (0.95, 0.95)}
+
+
+@pytest.fixture(autouse=True)
+def _threads():
+    previous = torch.get_num_threads()
+    torch.set_num_threads(THREADS)
+    yield
+    torch.set_num_threads(previous)
+
+
+def make_algo(w: dict) -> PPO:
+    return PPO(
+        DiscreteDummyEnv,
+        num_envs=w["num_envs"], horizon=w["horizon"], sgd_minibatch_size=w["minibatch"],
+        num_sgd_iters=4, lr=1e-3, gamma=0.95, gae_lambda=0.95, clip_param=0.2, vf_clip_param=5.0,
+        vf_coeff=1.0, max_grad_norm=5.0, normalize_advantages=True, normalize_rewards=True,
+        model_config={"hiddens": (w["hidden"], w["hidden"]), "activation": "relu"},
+        enable_amp=w["amp"], device="cpu", seed=0,
+    )
+
+
+class Floor:
+    """The raw-torch floor of a workload (see benchmarks/floor.py)."""
+
+    def __init__(self, w: dict) -> None:
+        torch.manual_seed(0)
+        n, h = w["num_envs"], w["horizon"]
+        self.w = w
+        self.pi, self.vf = make_mlps(1, 3, w["hidden"], torch.nn.ReLU)
+        params = [*self.pi.parameters(), *self.vf.parameters()]
+        self.opt = torch.optim.Adam(params, lr=1e-3, fused=True)
+        self.obs = torch.randn(n, 1)
+        b = n * h
+        self.batch = (torch.randn(b, 1), torch.randint(0, 3, (b,)), torch.randn(b), torch.randn(b))
+
+    def collect(self) -> None:
+        collect_floor(self.pi, self.vf, self.obs, self.w["horizon"], self.w["amp"])
+
+    def update(self) -> None:
+        b = self.batch[0].shape[0]
+        update_floor(self.pi, self.vf, self.opt, *self.batch, 4, self.w["minibatch"] or b, self.w["amp"])
+
+    def collect_and_step(self) -> None:
+        self.collect()
+        self.update()
+
+
+def transitions(w: dict) -> int:
+    return w["num_envs"] * w["horizon"]
+
+
+def _record(benchmark, w: dict) -> None:
+    benchmark.extra_info["torch_threads"] = THREADS
+    benchmark.extra_info["transitions_per_round"] = transitions(w)
+    stats = getattr(benchmark, "stats", None)
+    if stats is not None and getattr(stats, "stats", None) is not None:
+        benchmark.extra_info["transitions_per_s"] = round(transitions(w) / stats.stats.median)
+
+
+@pytest.mark.parametrize("name", list(WORKLOADS))
+def test_collect(benchmark, name):
+    w = WORKLOADS[name]
+    algo = make_algo(w)
+    algo.collect()
+    benchmark.pedantic(algo.collect, rounds=w["rounds"], warmup_rounds=1)
+    _record(benchmark, w)
+
+
+@pytest.mark.parametrize("name", list(WORKLOADS))
+def test_collect_floor(benchmark, name):
+    w = WORKLOADS[name]
+    floor = Floor(w)
+    benchmark.pedantic(floor.collect, rounds=w["rounds"], warmup_rounds=1)
+    _record(benchmark, w)
+
+
+@pytest.mark.parametrize("name", list(WORKLOADS))
+def test_collect_and_step(benchmark, name):
+    w = WORKLOADS[name]
+    algo = make_algo(w)
+
+    def run():
+        algo.collect()
+        algo.step()
+
+    benchmark.pedantic(run, rounds=w["rounds"], warmup_rounds=1)
+    _record(benchmark, w)
+
+
+@pytest.mark.parametrize("name", list(WORKLOADS))
+def test_collect_and_step_floor(benchmark, name):
+    w = WORKLOADS[name]
+    floor = Floor(w)
+    benchmark.pedantic(floor.collect_and_step, rounds=w["rounds"], warmup_rounds=1)
+    _record(benchmark, w)
+
+
+def _interleaved(w: dict) -> dict[str, float]:
+    """Median seconds of rl8 and floor phases, measured alternately in the same rounds."""
+    algo, floor = make_algo(w), Floor(w)
+    algo.collect(), algo.step(), floor.collect(), floor.update()  # warm-up
+    times: dict[str, list[float]] = {"collect": [], "step": [], "floor_collect": [], "floor_update": []}
+    for _ in range(w["rounds"]):
+        for key, fn in (("collect", algo.collect), ("floor_collect", floor.collect),
+                        ("step", algo.step), ("floor_update", floor.update)):
+            start = time.perf_counter()
+            fn()
+            times[key].append(time.perf_counter() - start)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+@pytest.mark.parametrize("name", ["small", "large", "large-bf16"])
+def test_ratio(benchmark, name):
+    """rl8 as a fraction of the floor, for collect and for collect+step, in one run."""
+    w = WORKLOADS[name]
+    m = benchmark.pedantic(_interleaved, args=(w,), rounds=1, iterations=1)
+    n = transitions(w)
+    collect_fraction = m["floor_collect"] / m["collect"]
+    full_fraction = (m["floor_collect"] + m["floor_update"]) / (m["collect"] + m["step"])
+    info = {
+        "torch_threads": THREADS,
+        "collect_transitions_per_s": round(n / m["collect"]),
+        "collect_and_step_transitions_per_s": round(n / (m["collect"] + m["step"])),
+        "floor_collect_transitions_per_s": round(n / m["floor_collect"]),
+        "floor_collect_and_step_transitions_per_s": round(n / (m["floor_collect"] + m["floor_update"])),
+        "collect_fraction_of_floor": round(collect_fraction, 3),
+        "collect_and_step_fraction_of_floor": round(full_fraction, 3),
+    }
+    benchmark.extra_info.update(info)
+    print(f"\n{name}: {info}")
+    if ASSERT and name in TARGETS:
+        target_collect, target_full = TARGETS[name]
+        assert collect_fraction >= target_collect, info
+        assert full_fraction >= target_full, info
