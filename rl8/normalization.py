@@ -7,6 +7,9 @@ needs.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 from torch import nn
 from tensordict import TensorDictBase
@@ -30,10 +33,26 @@ class RunningMeanStd(nn.Module):
         self.register_buffer("count", torch.zeros((), dtype=torch.float64, device=device))
 
     @torch.no_grad()
-    def update(self, batch: torch.Tensor) -> None:
-        """Fold a batch ``[..., *shape]`` into the statistics (no host synchronisation)."""
+    def update(self, batch: torch.Tensor, all_reduce: Callable[[torch.Tensor], Any] | None = None) -> None:
+        """Fold a batch ``[..., *shape]`` into the statistics (no host synchronisation).
+
+        Args:
+            batch: Samples with the feature shape as trailing dims.
+            all_reduce: In data-parallel training, a function that sums a tensor across
+                ranks in place; the statistics then cover every rank's batch, identically on
+                every rank.
+        """
         x = batch.reshape(-1, *self.shape).to(torch.float64)
         n = x.shape[0]
+        if all_reduce is not None:
+            packed = torch.cat([x.new_full((1,), float(n)), x.sum(0).reshape(-1), x.square().sum(0).reshape(-1)])
+            all_reduce(packed)
+            size = (packed.numel() - 1) // 2
+            count = packed[0]
+            mean = (packed[1 : 1 + size] / count.clamp(min=1)).reshape(self.shape)
+            var = (packed[1 + size :] / count.clamp(min=1)).reshape(self.shape) - mean.square()
+            self.merge_(mean, var.clamp(min=0), count)
+            return
         if n == 0:
             return
         mean = x.mean(0)
@@ -97,11 +116,15 @@ class ObservationNormalizer(nn.Module):
             yield (), obs
 
     @torch.no_grad()
-    def update(self, obs: torch.Tensor | TensorDictBase, batch_dims: int = 1) -> None:
-        """Fold observations with ``batch_dims`` leading batch dims into the statistics."""
+    def update(
+        self, obs: torch.Tensor | TensorDictBase, batch_dims: int = 1,
+        all_reduce: Callable[[torch.Tensor], Any] | None = None,
+    ) -> None:
+        """Fold observations with ``batch_dims`` leading batch dims into the statistics
+        (``all_reduce``: see :meth:`RunningMeanStd.update`)."""
         for key, leaf in self._leaves(obs):
             rms = self.stats[self._name(key)]
-            rms.update(leaf.reshape(-1, *leaf.shape[batch_dims:]))
+            rms.update(leaf.reshape(-1, *leaf.shape[batch_dims:]), all_reduce)
 
     def forward(self, obs: torch.Tensor | TensorDictBase) -> torch.Tensor | TensorDictBase:
         """Return normalised observations (a new tensor / TensorDict; the input is untouched)."""
@@ -147,13 +170,17 @@ class RewardNormalizer(nn.Module):
         self.register_buffer("returns", torch.zeros(num_envs, dtype=torch.float32, device=device))
 
     @torch.no_grad()
-    def update(self, rewards: torch.Tensor, dones: torch.Tensor | None) -> None:
+    def update(
+        self, rewards: torch.Tensor, dones: torch.Tensor | None,
+        all_reduce: Callable[[torch.Tensor], Any] | None = None,
+    ) -> None:
         """Advance the running returns over a collect and fold them into the statistics.
 
         Args:
             rewards: ``[num_envs, T]`` rewards of one collect.
             dones: ``[num_envs, T]`` bool, True where an episode ended at that step (its
                 running return restarts after it), or ``None`` for infinite-horizon envs.
+            all_reduce: See :meth:`RunningMeanStd.update`.
         """
         g = self.returns
         seen = torch.empty_like(rewards, dtype=torch.float32)
@@ -163,7 +190,7 @@ class RewardNormalizer(nn.Module):
             if dones is not None:
                 g = g.masked_fill(dones[:, t], 0.0)
         self.returns.copy_(g)
-        self.stats.update(seen.reshape(-1))
+        self.stats.update(seen.reshape(-1), all_reduce)
 
     def reset(self) -> None:
         """Restart every env's running return (when PPO resets all envs)."""

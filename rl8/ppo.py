@@ -17,6 +17,7 @@ import torch
 from tensordict import TensorDictBase
 
 from .buffer import RolloutBuffer, compute_gae
+from .distributed import DistContext, derive_seed
 from .env import Env, EnvOutputError, find_nonfinite, validate_step_output
 from .hparams import HParams
 from .normalization import RewardNormalizer
@@ -133,7 +134,15 @@ class PPO:
     def __init__(self, env: type[Env] | str | Callable[..., Any], /, **hparams: Any) -> None:
         self.hparams = hp = HParams.from_kwargs(**hparams)
         self.device = hp.resolved_device()
-        self.seed = hp.seed if hp.seed is not None else secrets.randbits(31)
+        self.dist = DistContext()
+        if hp.seed is not None:
+            self.seed = hp.seed
+        else:  # one seed for the whole run: every rank takes rank 0's
+            seed = torch.tensor([secrets.randbits(31)], dtype=torch.int64)
+            self.seed = int(self.dist.all_reduce_(seed, "max").item()) if self.dist.enabled else int(seed)
+        # The model is initialised from the run's seed (the same on every rank); envs and
+        # action sampling then use a seed derived from the run's seed and the rank.
+        self.env_seed = derive_seed(self.seed, self.dist.rank)
         torch.manual_seed(self.seed)
         self.env_spec = env
         self.env = make_env(env, hp.num_envs, hp.horizon, device=self.device, env_kwargs=hp.env_kwargs)
@@ -146,6 +155,8 @@ class PPO:
             normalize_observations=hp.normalize_observations,
             device=self.device,
         )
+        self.dist.broadcast_module(self.policy)
+        torch.manual_seed(self.env_seed)
         optimizer_cls = _resolve(hp.optimizer_cls, "optimizer_cls")
         optimizer_kwargs = dict(hp.optimizer_kwargs)
         if optimizer_cls in (torch.optim.Adam, torch.optim.AdamW) and not {"fused", "foreach"} & set(optimizer_kwargs):
@@ -209,7 +220,7 @@ class PPO:
     def reset_envs(self, *, env_config: dict[str, Any] | None = None) -> None:
         """Reset every env (applying ``hparams.env_config`` updated with ``env_config``)."""
         config = {**self.hparams.env_config, **(env_config or {})}
-        seed = self.seed if self.env_resets == 0 else None
+        seed = self.env_seed if self.env_resets == 0 else None
         self._obs = self.env.reset(config=config or None, seed=seed)
         self.env_resets += 1
         self._episode_return.zero_()
@@ -306,7 +317,7 @@ class PPO:
         if episodic:
             dones = data["terminated"][:, : hp.horizon] | data["truncated"][:, : hp.horizon]
         if self.reward_normalizer is not None:
-            self.reward_normalizer.update(rewards, dones)
+            self.reward_normalizer.update(rewards, dones, self._all_reduce)
         return self._rollout_stats(rewards, dones)
 
     def _check_finite(self) -> None:
@@ -322,24 +333,45 @@ class PPO:
                     f"check_finite_collects=0 to turn this check off)"
                 )
 
+    @property
+    def _all_reduce(self) -> Callable[[torch.Tensor], Any] | None:
+        """In-place cross-rank sum for running statistics, or ``None`` in one process."""
+        return self.dist.all_reduce_ if self.dist.enabled else None
+
     def _rollout_stats(self, rewards: torch.Tensor, dones: torch.Tensor | None) -> dict[str, float]:
-        returns = rewards.sum(1)
-        names = ["returns/min", "returns/max", "returns/mean", "returns/std",
-                 "rewards/min", "rewards/max", "rewards/mean", "rewards/std"]
-        flat = rewards.reshape(-1)
-        values = [returns.min(), returns.max(), returns.mean(), returns.std(unbiased=False),
-                  flat.min(), flat.max(), flat.mean(), flat.std(unbiased=False)]
+        """Rollout stats from sums, minima and maxima, reduced across ranks, with ONE sync."""
+        returns = rewards.sum(1).double()
+        flat = rewards.reshape(-1).double()
+        sums = [float(returns.numel()), returns.sum(), returns.square().sum(),
+                float(flat.numel()), flat.sum(), flat.square().sum()]
         if dones is not None:
-            ret_sum, len_sum, count = self._episode_stats(rewards, dones)
-            names += ["episodes/return_sum", "episodes/length_sum", "episodes/count"]
-            values += [ret_sum, len_sum, count]
-        out = dict(zip(names, torch.stack([v.float() for v in values]).tolist()))
+            sums += list(self._episode_stats(rewards, dones))
+        device = rewards.device
+        sums_t = torch.stack([torch.as_tensor(v, dtype=torch.float64, device=device) for v in sums])
+        mins = torch.stack([returns.min(), flat.min()])
+        maxs = torch.stack([returns.max(), flat.max()])
+        if self.dist.enabled:
+            self.dist.all_reduce_(sums_t)
+            self.dist.all_reduce_(mins, "min")
+            self.dist.all_reduce_(maxs, "max")
+        values = torch.cat([sums_t, mins, maxs]).tolist()
+        n_ret, s_ret, ss_ret, n_rew, s_rew, ss_rew = values[:6]
+        out = {}
+        for name, n, s, ss, lo, hi in (
+            ("returns", n_ret, s_ret, ss_ret, values[-4], values[-2]),
+            ("rewards", n_rew, s_rew, ss_rew, values[-3], values[-1]),
+        ):
+            mean = s / n
+            out[f"{name}/min"] = lo
+            out[f"{name}/max"] = hi
+            out[f"{name}/mean"] = mean
+            out[f"{name}/std"] = max(ss / n - mean * mean, 0.0) ** 0.5
         if dones is not None:
-            count = out["episodes/count"]
-            ret_sum, len_sum = out.pop("episodes/return_sum"), out.pop("episodes/length_sum")
+            ret_sum, len_sum, count = values[6:9]
             # NaN when no episode ended: stop conditions treat NaN as "not reached".
             out["episodes/return_mean"] = ret_sum / count if count > 0 else float("nan")
             out["episodes/length_mean"] = len_sum / count if count > 0 else float("nan")
+            out["episodes/count"] = count
         return out
 
     def _episode_stats(self, rewards: torch.Tensor, dones: torch.Tensor):
@@ -476,15 +508,21 @@ class PPO:
                     grad_norm = self._optimizer_step(params)
                 sums += torch.stack([*(x.detach() for x in losses), *monitors, grad_norm])
                 count += 1
-                if hp.target_kl_div is not None and monitors[0].item() > hp.target_kl_div:
-                    stop = True
-                    break
+                if hp.target_kl_div is not None:
+                    kl = self.dist.all_reduce_(monitors[0].detach().clone()) / self.dist.world_size
+                    if kl.item() > hp.target_kl_div:  # every rank sees the same mean KL
+                        stop = True
+                        break
             if stop:
                 break
         if self.policy.obs_normalizer is not None:
-            self.policy.obs_normalizer.update(data["obs"][:, :h], batch_dims=2)
+            self.policy.obs_normalizer.update(data["obs"][:, :h], batch_dims=2, all_reduce=self._all_reduce)
         self.steps += 1
-        means = (sums / max(count, 1)).tolist()
+        means_t = sums / max(count, 1)
+        if self.dist.enabled:
+            means_t = self.dist.all_reduce_(means_t) / self.dist.world_size
+            explained_variance = self.dist.all_reduce_(explained_variance.reshape(1))[0] / self.dist.world_size
+        means = means_t.tolist()
         num_steps = count if not hp.accumulate_grads else max(1, count // num_minibatches)
         return {
             "losses/policy": means[0],
@@ -513,7 +551,15 @@ class PPO:
                 advantages, returns = advantages.reshape(-1), returns.reshape(-1)
         logp, entropy, values = logp.float(), entropy.float(), values.float()
         if hp.normalize_advantages and advantages.numel() > 1:
-            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+            if self.dist.enabled:  # statistics of the minibatch across all ranks
+                moments = torch.stack([advantages.new_tensor(float(advantages.numel())),
+                                       advantages.sum(), advantages.square().sum()]).double()
+                n, s, ss = self.dist.all_reduce_(moments).tolist()
+                mean = s / n
+                std = max((ss - n * mean * mean) / max(n - 1, 1), 0.0) ** 0.5
+                advantages = (advantages - mean) / (std + 1e-8)
+            else:
+                advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
         log_ratio = logp - old_logp
         ratio = log_ratio.exp()
         surrogate = torch.min(
@@ -543,6 +589,7 @@ class PPO:
             loss.backward()
 
     def _optimizer_step(self, params: list[torch.nn.Parameter]) -> torch.Tensor:
+        self.dist.average_gradients(params)  # data-parallel: one all-reduce per optimizer step
         if self.grad_scaler is not None:
             self.grad_scaler.unscale_(self.optimizer)
         max_norm = self.hparams.max_grad_norm
