@@ -76,13 +76,13 @@ class HParams:
             (``k > 0``) or only at episode ends and env resets (``k < 0``).
     """
 
-    num_envs: int = 512
+    num_envs: int = 256
     horizon: int = 32
     horizons_per_env_reset: int = -1
     gamma: float = 0.99
     gae_lambda: float = 0.95
-    num_sgd_iters: int = 4
-    sgd_minibatch_size: int | None = 4096
+    num_sgd_iters: int = 8
+    sgd_minibatch_size: int | None = 2048
     shuffle_minibatches: bool = True
     clip_param: float = 0.2
     dual_clip_param: float | None = None
