@@ -182,15 +182,29 @@ class RewardNormalizer(nn.Module):
                 running return restarts after it), or ``None`` for infinite-horizon envs.
             all_reduce: See :meth:`RunningMeanStd.update`.
         """
-        g = self.returns
-        seen = torch.empty_like(rewards, dtype=torch.float32)
-        for t in range(rewards.shape[1]):
-            g = g * self.gamma + rewards[:, t]
-            seen[:, t] = g
-            if dones is not None:
+        if dones is None:
+            seen = self._discounted_without_resets(rewards.float())
+            g = seen[:, -1]
+        else:
+            g = self.returns
+            seen = torch.empty_like(rewards, dtype=torch.float32)
+            for t in range(rewards.shape[1]):
+                g = g * self.gamma + rewards[:, t]
+                seen[:, t] = g
                 g = g.masked_fill(dones[:, t], 0.0)
         self.returns.copy_(g)
         self.stats.update(seen.reshape(-1), all_reduce)
+
+    def _discounted_without_resets(self, rewards: torch.Tensor) -> torch.Tensor:
+        """``G_t = gamma * G_{t-1} + r_t`` for all ``t`` at once: one ``[N, T] @ [T, T]`` matmul
+        with the discount matrix ``D[k, t] = gamma^(t - k)`` (``k <= t``), instead of ``T``
+        sequential steps of small ops."""
+        t_len = rewards.shape[1]
+        steps = torch.arange(t_len, device=rewards.device, dtype=torch.float64)
+        lag = steps[None, :] - steps[:, None]
+        discount = torch.where(lag >= 0, self.gamma ** lag.clamp(min=0), 0.0).to(rewards.dtype)
+        carry = self.returns[:, None] * (self.gamma ** (steps + 1)).to(rewards.dtype)
+        return torch.addmm(carry, rewards, discount)
 
     def reset(self) -> None:
         """Restart every env's running return (when PPO resets all envs)."""

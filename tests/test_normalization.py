@@ -54,3 +54,15 @@ def test_reward_normalizer_tracks_discounted_return():
     torch.testing.assert_close(norm.returns, torch.tensor([1.0, 1.75]))
     scaled = norm(torch.ones(2, 1))
     torch.testing.assert_close(scaled, torch.ones(2, 1) / (seen.var(unbiased=False).sqrt().float()), rtol=1e-4, atol=0)
+
+
+def test_reward_normalizer_vectorised_path_matches_the_recurrence():
+    g = torch.Generator().manual_seed(3)
+    rewards = torch.randn(7, 40, generator=g)
+    fast, slow = RewardNormalizer(7, 0.97), RewardNormalizer(7, 0.97)
+    for _ in range(3):  # carries the running return across collects
+        fast.update(rewards, None)
+        slow.update(rewards, torch.zeros(7, 40, dtype=torch.bool))
+    torch.testing.assert_close(fast.returns, slow.returns, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(fast.stats.var, slow.stats.var, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(fast.stats.mean, slow.stats.mean, rtol=1e-5, atol=1e-6)
