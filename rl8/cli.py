@@ -1,0 +1,667 @@
+"""The ``rl8`` command: train from a YAML config or flags, resume, evaluate a saved policy.
+
+::
+
+    rl8 train examples/cartpole.yaml
+    rl8 train --env rl8.envs.CartPole --set horizon=64 --set lr=3e-4 --max-steps 200000
+    rl8 train --resume checkpoints/<run id>            # or a checkpoint file, or a run id
+    rl8 eval <run id or policy/checkpoint path> --episodes 10
+    python -m rl8 --version
+
+See ``docs/cli.md``. Configuration mistakes (an unknown key, a bad value) print one line on
+stderr and exit with status 2; other known failures (tracking server down, missing or corrupt
+checkpoint) exit with status 1; SIGINT exits with 130 and SIGTERM with 143 after a checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import difflib
+import math
+import os
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["CONFIG_KEYS", "ConfigError", "build_parser", "load_config", "main", "parse_assignment"]
+
+#: Top-level keys of a ``rl8 train`` config file.
+CONFIG_KEYS: dict[str, str] = {
+    "env": "the env: a dotted path to an rl8.Env subclass (rl8.envs.CartPole) or a gymnasium id",
+    "hparams": "PPO's hyper-parameters (see rl8.HParams)",
+    "env_config": "env parameters for training resets (Trainer.run(env_config=...))",
+    "eval_env_config": "env parameters for evaluations (default: env_config)",
+    "steps_per_eval": "evaluate every this many training steps",
+    "eval_num_envs": "number of envs of a dedicated eval env (default: evaluate on the training envs)",
+    "eval_num_steps": "steps per env of one evaluation",
+    "stop_conditions": "list of stop conditions (rl8.conditions.from_config specs)",
+    "max_steps": "stop after this many env steps (adds hits_upper_bound on env/steps)",
+    "experiment": "MLflow experiment name (default: the env's name)",
+    "run_name": "MLflow run name",
+    "tracking_uri": "MLflow tracking URI (default: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)",
+    "checkpoint_dir": "checkpoint folder (default: checkpoints/<run id>)",
+    "checkpoint_every": "write a checkpoint every this many training steps",
+    "keep_checkpoints": "how many checkpoints to keep",
+}
+
+#: Keys that describe *how to run* (they may change when resuming); the rest define the model.
+_RUN_KEYS = (
+    "env_config", "eval_env_config", "steps_per_eval", "stop_conditions", "max_steps",
+)
+#: Hyper-parameters that may differ when resuming (they do not change the trained state).
+_RESUMABLE_HPARAMS = ("device", "check_finite_collects")
+
+_INT = re.compile(r"[+-]?\d+")
+_FLOAT = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|[+-]?(inf|nan)", re.IGNORECASE)
+
+
+class ConfigError(ValueError):
+    """A mistake in a config file or the command line; the message names the key."""
+
+
+# --------------------------------------------------------------------------------------------
+# values
+
+
+def _close(key: str, names: Sequence[str]) -> str:
+    close = difflib.get_close_matches(key, list(names), n=3, cutoff=0.6)
+    return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+
+
+def _numbers(value: Any) -> Any:
+    """Numeric strings (``"3e-4"``, which YAML reads as a string) as numbers, recursively."""
+    if isinstance(value, str):
+        text = value.strip()
+        if _INT.fullmatch(text):
+            return int(text)
+        if _FLOAT.fullmatch(text):
+            return float(text)
+        return value
+    if isinstance(value, Mapping):
+        return {k: _numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_numbers(v) for v in value]
+    return value
+
+
+def _parse_value(text: str) -> Any:
+    """A ``--set`` value: YAML (``[64, 64]``, ``true``, ``null``), numbers from numeric strings."""
+    import yaml
+
+    if text.strip() in ("None", "none"):  # Python's spelling of null
+        return None
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        value = text  # e.g. an unbalanced bracket: keep the text, HParams will say what is wrong
+    return _numbers(value)
+
+
+def parse_assignment(text: str, option: str) -> tuple[list[str], Any]:
+    """Split ``"a.b=value"`` into ``(["a", "b"], parsed value)``."""
+    key, sep, value = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError(f"{option} {text!r}: expected KEY=VALUE, e.g. {option} lr=3e-4")
+    return key.split("."), _parse_value(value)
+
+
+def _assign(target: dict[str, Any], path: list[str], value: Any) -> None:
+    for part in path[:-1]:
+        node = target.get(part)
+        if not isinstance(node, dict):
+            node = target[part] = dict(node) if isinstance(node, Mapping) else {}
+        target = node
+    target[path[-1]] = value
+
+
+def _hparam_fields() -> dict[str, str]:
+    from .hparams import HParams
+
+    return {f.name: str(f.type) for f in dataclasses.fields(HParams)}
+
+
+def _clean_hparams(hparams: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """Check hparam names (close matches on a typo) and turn numeric strings into numbers."""
+    fields = _hparam_fields()
+    out: dict[str, Any] = {}
+    for key, value in hparams.items():
+        if key not in fields:
+            raise ConfigError(
+                f"{where}: unknown hyper-parameter {key!r}{_close(str(key), list(fields))} "
+                f"(valid: {', '.join(fields)})"
+            )
+        value = _numbers(value)
+        kind = fields[key]
+        if isinstance(value, float) and value.is_integer() and "int" in kind and "float" not in kind:
+            value = int(value)
+        out[key] = value
+    return out
+
+
+def _int_option(config: Mapping[str, Any], key: str, where: str) -> int | None:
+    value = _numbers(config.get(key))
+    if value is None:
+        return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{where}: {key} must be an int >= 1, got {config.get(key)!r}")
+    return value
+
+
+def _mapping_option(config: Mapping[str, Any], key: str, where: str) -> dict[str, Any] | None:
+    value = config.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where}: {key} must be a mapping (key: value), got {value!r}")
+    return _numbers(dict(value))
+
+
+# --------------------------------------------------------------------------------------------
+# config files
+
+
+def load_config(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a ``rl8 train`` YAML config (``yaml.safe_load``) and check its top-level keys.
+
+    Raises:
+        ConfigError: Unreadable file, invalid YAML, not a mapping, or an unknown key (the
+            message names it and its close matches).
+    """
+    import yaml
+
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+    try:
+        config = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        first = str(exc).replace("\n", " ")
+        raise ConfigError(f"{path}: invalid YAML: {first}") from None
+    if config is None:
+        config = {}
+    if not isinstance(config, dict):
+        raise ConfigError(
+            f"{path}: expected a mapping of keys ({', '.join(CONFIG_KEYS)}), "
+            f"got {type(config).__name__}"
+        )
+    check_config(config, str(path))
+    return config
+
+
+def check_config(config: Mapping[str, Any], where: str) -> None:
+    """Raise :class:`ConfigError` for an unknown top-level key or a badly typed section."""
+    for key in config:
+        if key not in CONFIG_KEYS:
+            raise ConfigError(
+                f"{where}: unknown key {key!r}{_close(str(key), list(CONFIG_KEYS))} "
+                f"(valid keys: {', '.join(CONFIG_KEYS)})"
+            )
+    if config.get("env") is not None and not isinstance(config["env"], str):
+        raise ConfigError(
+            f"{where}: env must be a string (a dotted path or a gymnasium id), got {config['env']!r}"
+        )
+    if config.get("hparams") is not None:
+        if not isinstance(config["hparams"], Mapping):
+            raise ConfigError(f"{where}: hparams must be a mapping, got {config['hparams']!r}")
+        _clean_hparams(config["hparams"], f"{where}: hparams")
+    for key in ("env_config", "eval_env_config"):
+        _mapping_option(config, key, where)
+    for key in ("steps_per_eval", "eval_num_envs", "eval_num_steps", "max_steps", "checkpoint_every",
+                "keep_checkpoints"):
+        _int_option(config, key, where)
+    stops = config.get("stop_conditions")
+    if stops is not None and not isinstance(stops, (list, Mapping)):
+        raise ConfigError(f"{where}: stop_conditions must be a list of conditions, got {stops!r}")
+    for key in ("experiment", "run_name", "tracking_uri", "checkpoint_dir"):
+        if config.get(key) is not None and not isinstance(config[key], (str, int, float)):
+            raise ConfigError(f"{where}: {key} must be a string, got {config[key]!r}")
+
+
+def _stop_conditions(config: Mapping[str, Any]) -> list[Any]:
+    from .conditions import HitsUpperBound, from_config
+
+    specs = config.get("stop_conditions") or []
+    if isinstance(specs, Mapping):
+        specs = [specs]
+    conditions = []
+    for i, spec in enumerate(specs):
+        try:
+            conditions.append(from_config(spec))
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"stop_conditions[{i}]: {exc}") from None
+    max_steps = _int_option(config, "max_steps", "config")
+    if max_steps is not None:
+        conditions.append(HitsUpperBound("env/steps", max_steps))
+    return conditions
+
+
+# --------------------------------------------------------------------------------------------
+# rl8 train
+
+
+def _overrides(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(config keys, hparams) given on the command line."""
+    config: dict[str, Any] = {}
+    for key in ("env", "max_steps", "experiment", "tracking_uri", "run_name", "checkpoint_dir",
+                "checkpoint_every", "steps_per_eval", "eval_num_envs"):
+        value = getattr(args, key, None)
+        if value is not None:
+            config[key] = value
+    hparams: dict[str, Any] = {}
+    fields = _hparam_fields()
+    for text in args.set or []:
+        path, value = parse_assignment(text, "--set")
+        if path[0] not in fields:
+            raise ConfigError(
+                f"--set {text}: unknown hyper-parameter {path[0]!r}{_close(path[0], list(fields))}"
+            )
+        _assign(hparams, path, value)
+    return config, hparams
+
+
+def _merge_hparams(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = _merge_hparams(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _build_hparams(hparams: Mapping[str, Any], where: str) -> Any:
+    from .hparams import HParams
+
+    try:
+        return HParams.from_kwargs(**_clean_hparams(hparams, where))
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def _mlflow_ui_command(uri: str) -> str:
+    if uri.lower().startswith(("http://", "https://")):
+        return f"open {uri} (the tracking server already serves the UI)"
+    if uri.startswith("sqlite:///"):
+        db = Path(uri[len("sqlite:///"):])
+        if db.resolve() == (Path.cwd() / "mlflow.db").resolve():
+            return "mlflow ui"
+    return f"mlflow ui --backend-store-uri {uri}"
+
+
+def _summary(trainer: Any, out: Any = None) -> None:
+    out = out or sys.stdout
+    algo = trainer.algo
+    print(f"rl8: {algo.env_steps} env steps, {algo.steps} training steps", file=out)
+    if trainer.run_id:
+        print(f"run id:     {trainer.run_id}", file=out)
+    if trainer.last_checkpoint is not None:
+        print(f"checkpoint: {trainer.last_checkpoint}", file=out)
+        print(f"resume:     rl8 train --resume {trainer.last_checkpoint}", file=out)
+    if trainer.run_id:
+        print(f"mlflow ui:  {_mlflow_ui_command(trainer.tracker.tracking_uri)}", file=out)
+    out.flush()
+
+
+def _train(args: argparse.Namespace) -> int:
+    from .trainer import Trainer
+
+    file_config = load_config(args.config) if args.config else {}
+    cli_config, cli_hparams = _overrides(args)
+    given_hparams = _merge_hparams(file_config.get("hparams") or {}, cli_hparams)
+    progress = False if args.quiet else None
+
+    if args.resume:
+        return _resume(args, file_config, cli_config, given_hparams, progress)
+
+    config = {**file_config, **cli_config}
+    check_config({k: v for k, v in config.items() if k != "hparams"}, "config")
+    env = config.get("env")
+    if not env:
+        raise ConfigError("no env: name one in the config file (env: rl8.envs.CartPole) or with --env")
+    hparams = _build_hparams(given_hparams, "hparams")
+    conditions = _stop_conditions(config)
+    run_args = {
+        "env_config": _mapping_option(config, "env_config", "config"),
+        "eval_env_config": _mapping_option(config, "eval_env_config", "config"),
+        "steps_per_eval": _int_option(config, "steps_per_eval", "config"),
+    }
+    _check_eval_plan(hparams.horizons_per_env_reset, config, run_args)
+    algo = _build_algo(env, hparams)
+    stored = {k: v for k, v in config.items() if k in _RUN_KEYS or k == "env"}
+    stored["hparams"] = given_hparams
+    trainer = Trainer(
+        algo,
+        experiment=_str(config.get("experiment")),
+        run_name=_str(config.get("run_name")),
+        tracking_uri=_str(config.get("tracking_uri")),
+        checkpoint_dir=config.get("checkpoint_dir"),
+        checkpoint_every=_int_option(config, "checkpoint_every", "config"),
+        keep_checkpoints=_int_option(config, "keep_checkpoints", "config") or 5,
+        eval_num_envs=_int_option(config, "eval_num_envs", "config"),
+        eval_num_steps=_int_option(config, "eval_num_steps", "config"),
+        progress=progress,
+        metadata={"config": stored},
+    )
+    return _run(trainer, conditions, run_args)
+
+
+def _str(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _build_algo(env: str, hparams: Any) -> Any:
+    import gymnasium
+
+    from .ppo import PPO
+
+    try:
+        return PPO(env, **hparams.to_dict())
+    except (ValueError, TypeError, ImportError, KeyError, gymnasium.error.Error) as exc:
+        message = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+        raise ConfigError(f"cannot build PPO for env {env!r}: {message}") from None
+
+
+def _resume(
+    args: argparse.Namespace,
+    file_config: Mapping[str, Any],
+    cli_config: Mapping[str, Any],
+    given_hparams: Mapping[str, Any],
+    progress: bool | None,
+) -> int:
+    from .checkpoint import load_checkpoint
+    from .ppo import _plain_hparams
+    from .trainer import Trainer
+
+    tracking_uri = _str(cli_config.get("tracking_uri") or file_config.get("tracking_uri"))
+    path = Trainer.resolve_checkpoint(args.resume, tracking_uri=tracking_uri)
+    state = load_checkpoint(path)
+    if not isinstance(state.get("algo"), Mapping) or not isinstance(state.get("trainer"), Mapping):
+        from .checkpoint import CheckpointError
+
+        raise CheckpointError(f"{path} is an rl8 checkpoint but not a Trainer checkpoint")
+    stored_hparams = state["algo"]["hparams"]
+    stored_config = dict((state["trainer"].get("metadata") or {}).get("config") or {})
+    # the model is fixed by the checkpoint: only settings that do not change it may differ
+    env = cli_config.get("env") or file_config.get("env")
+    stored_env = (state.get("env") or {}).get("spec")
+    if env and stored_env and env != stored_env and _canonical_env(env) != _canonical_env(stored_env):
+        raise ConfigError(f"--resume: the checkpoint was trained on env {stored_env!r}, not {env!r}")
+    hparams = _build_hparams(_merge_hparams(stored_hparams, given_hparams), "hparams")
+    merged = _plain_hparams(hparams)
+    changed = [k for k in merged if merged[k] != stored_hparams.get(k) and k not in _RESUMABLE_HPARAMS]
+    if changed:
+        detail = ", ".join(
+            f"{k} (checkpoint: {stored_hparams.get(k)!r}, given: {merged[k]!r})" for k in changed
+        )
+        raise ConfigError(f"--resume: hyper-parameters cannot change when resuming: {detail}")
+    overrides = {k: merged[k] for k in _RESUMABLE_HPARAMS if merged[k] != stored_hparams.get(k)}
+
+    config = {**stored_config, **{k: v for k, v in file_config.items() if k != "hparams"}, **cli_config}
+    check_config({k: v for k, v in config.items() if k != "hparams"}, "config")
+    conditions = _stop_conditions(config)
+    # how the checkpoint's run() was called, unless the config or flags say otherwise
+    run_args = dict(state["trainer"].get("run") or {})
+    for key in ("env_config", "eval_env_config"):
+        if key in config:
+            run_args[key] = _mapping_option(config, key, "config")
+    if "steps_per_eval" in config:
+        run_args["steps_per_eval"] = _int_option(config, "steps_per_eval", "config")
+    run_args = {k: run_args.get(k) for k in ("env_config", "eval_env_config", "steps_per_eval")}
+    eval_config = {"eval_num_envs": state["trainer"].get("eval_num_envs"), **config}
+    _check_eval_plan(hparams.horizons_per_env_reset, eval_config, run_args)
+    kwargs: dict[str, Any] = {"progress": progress}
+    for key in ("checkpoint_dir", "checkpoint_every", "eval_num_envs"):
+        if key in cli_config or key in file_config:
+            value = config[key]
+            kwargs[key] = value if key == "checkpoint_dir" else _int_option(config, key, "config")
+    stored_config.update({k: v for k, v in config.items() if k in _RUN_KEYS})
+    kwargs["metadata"] = {**(state["trainer"].get("metadata") or {}), "config": stored_config}
+    trainer = Trainer.from_checkpoint(path, hparams=overrides, tracking_uri=tracking_uri, **kwargs)
+    return _run(trainer, conditions, run_args)
+
+
+def _canonical_env(spec: str) -> str:
+    """``rl8.envs.CartPole`` and ``rl8.envs.cartpole.CartPole`` name the same class."""
+    from .trainer import env_spec_string
+
+    if "." in spec and "/" not in spec and not spec[0].isupper():
+        from .ppo import _resolve
+
+        try:
+            return env_spec_string(_resolve(spec, "env")) or spec
+        except ValueError:
+            return spec
+    return spec
+
+
+def _check_eval_plan(
+    horizons_per_env_reset: int, config: Mapping[str, Any], run_args: Mapping[str, Any]
+) -> None:
+    from .trainer import check_eval_plan
+
+    try:
+        check_eval_plan(
+            horizons_per_env_reset,
+            eval_num_envs=_int_option(config, "eval_num_envs", "config"),
+            steps_per_eval=run_args["steps_per_eval"],
+            eval_env_config=run_args["eval_env_config"],
+        )
+    except ValueError as exc:
+        raise ConfigError(str(exc).replace("Trainer.run: ", "")) from None
+
+
+def _run(trainer: Any, conditions: list[Any], run_args: Mapping[str, Any]) -> int:
+    from .conditions import MissingStatError
+
+    try:
+        if not conditions:
+            print("rl8: no stop condition: training runs until interrupted (Ctrl-C checkpoints and "
+                  "stops)", file=sys.stderr)
+        trainer.run(stop_conditions=conditions, **run_args)
+    except KeyboardInterrupt:
+        _summary(trainer)
+        return 130
+    except SystemExit:
+        _summary(trainer)
+        raise
+    except MissingStatError as exc:  # a stop condition names a stat that does not exist
+        raise ConfigError(f"stop_conditions: {exc}") from None
+    trainer.close("FINISHED")
+    _summary(trainer)
+    return 0
+
+
+# --------------------------------------------------------------------------------------------
+# rl8 eval
+
+
+def _eval(args: argparse.Namespace) -> int:
+    import torch
+
+    from .export import policy_from_dict, read_policy
+    from .ppo import make_env
+
+    info = read_policy(args.policy, tracking_uri=args.tracking_uri)
+    policy = policy_from_dict(info, map_location="cpu")
+    env_info = info.get("env") or {}
+    spec = args.env or env_info.get("spec")
+    if not spec:
+        raise ConfigError("the policy does not name its env; pass --env (e.g. --env rl8.envs.CartPole)")
+    config = dict(env_info.get("env_config") or {})
+    for text in args.env_config or []:
+        path, value = parse_assignment(text, "--env-config")
+        _assign(config, path, value)
+    num_envs = args.num_envs or args.episodes
+    try:
+        env = make_env(spec, num_envs, None, device="cpu", env_kwargs=env_info.get("env_kwargs"))
+        obs = env.reset(config=config or None, seed=args.seed)
+    except (ValueError, TypeError, KeyError, ImportError) as exc:
+        raise ConfigError(f"cannot build env {spec!r}: {exc}") from None
+    deterministic = not args.stochastic
+    if args.seed is not None:
+        torch.manual_seed(args.seed)
+    try:
+        with torch.no_grad():
+            if env.episodic:
+                _eval_episodes(policy, env, obs, args.episodes, args.max_steps or 100_000, deterministic)
+            else:
+                _eval_steps(policy, env, obs, args.max_steps or 1000, deterministic)
+    finally:
+        env.close()
+    return 0
+
+
+def _eval_episodes(policy: Any, env: Any, obs: Any, episodes: int, max_steps: int, deterministic: bool) -> None:
+    import torch
+
+    n = env.num_envs
+    quota = math.ceil(episodes / n)  # episodes per env: no env's short episodes dominate
+    ep_return = torch.zeros(n, dtype=torch.float64)
+    ep_length = torch.zeros(n, dtype=torch.int64)
+    done_per_env = [0] * n
+    results: list[tuple[int, int, float, int]] = []  # (k-th episode of env, env, return, length)
+    steps = 0
+    while sum(min(c, quota) for c in done_per_env) < episodes and steps < max_steps:
+        out = env.step(policy(obs, deterministic=deterministic))
+        steps += 1
+        ep_return += out["rewards"][:, 0].double().cpu()
+        ep_length += 1
+        done = None
+        for key in ("terminated", "truncated"):
+            flag = out.get(key, None)
+            if flag is not None:
+                done = flag[:, 0] if done is None else done | flag[:, 0]
+        if done is not None:
+            for i in done.nonzero()[:, 0].tolist():
+                if done_per_env[i] < quota:
+                    results.append((done_per_env[i], i, float(ep_return[i]), int(ep_length[i])))
+                done_per_env[i] += 1
+                ep_return[i] = 0.0
+                ep_length[i] = 0
+        obs = out["obs"]
+    results = sorted(results)[:episodes]
+    returns = [r for _, _, r, _ in results]
+    for k, (_, env_index, ret, length) in enumerate(results, start=1):
+        print(f"episode {k}: return {ret:.6g}, length {length} (env {env_index})")
+    if not returns:
+        print(f"no episode ended within {max_steps} steps (raise --max-steps)")
+        return
+    mean = sum(returns) / len(returns)
+    std = (sum((r - mean) ** 2 for r in returns) / len(returns)) ** 0.5
+    note = f" (stopped at --max-steps {max_steps})" if len(returns) < episodes else ""
+    print(f"mean return over {len(returns)} episodes: {mean:.6g} (std {std:.3g}){note}")
+
+
+def _eval_steps(policy: Any, env: Any, obs: Any, steps: int, deterministic: bool) -> None:
+    import torch
+
+    total = torch.zeros(env.num_envs, dtype=torch.float64)
+    for _ in range(steps):
+        out = env.step(policy(obs, deterministic=deterministic))
+        total += out["rewards"][:, 0].double().cpu()
+        obs = out["obs"]
+    print(f"{type(env).__name__} does not end episodes: returns over {steps} steps per env")
+    for i, ret in enumerate(total.tolist()):
+        print(f"env {i}: return {ret:.6g}")
+    print(f"mean return over {env.num_envs} envs: {float(total.mean()):.6g}")
+
+
+# --------------------------------------------------------------------------------------------
+# parser and entry point
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = _numbers(text)
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if not isinstance(value, int) or value < 1:
+            raise ValueError
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an int >= 1, got {text!r}") from None
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``rl8`` argument parser."""
+    from . import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="rl8", description="Fast PPO for batched environments: train, resume, evaluate."
+    )
+    parser.add_argument("--version", action="version", version=f"rl8 {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    train = commands.add_parser(
+        "train", help="train a policy (from a YAML config and/or flags)",
+        description="Train with PPO. Flags override the config file. See docs/cli.md.",
+    )
+    train.add_argument("config", nargs="?", help="YAML config file (keys: " + ", ".join(CONFIG_KEYS) + ")")
+    train.add_argument("--env", help="env: dotted path (rl8.envs.CartPole) or gymnasium id (CartPole-v1)")
+    train.add_argument("--set", action="append", metavar="KEY=VALUE",
+                       help="set a hyper-parameter (repeatable), e.g. --set lr=3e-4 "
+                            "--set model_config.hiddens=[32,32]")
+    train.add_argument("--max-steps", type=_positive_int, metavar="N", help="stop after N env steps")
+    train.add_argument("--steps-per-eval", type=_positive_int, metavar="N", help="evaluate every N training steps")
+    train.add_argument("--eval-num-envs", type=_positive_int, metavar="N", help="use a dedicated eval env of N envs")
+    train.add_argument("--resume", metavar="PATH_OR_RUN_ID",
+                       help="continue from a checkpoint file, a checkpoint folder (latest) or an MLflow run id")
+    train.add_argument("--experiment", help="MLflow experiment (default: the env's name)")
+    train.add_argument("--tracking-uri",
+                       help="MLflow tracking URI (default: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
+    train.add_argument("--run-name", help="MLflow run name")
+    train.add_argument("--checkpoint-dir", metavar="DIR", help="checkpoint folder (default: checkpoints/<run id>)")
+    train.add_argument("--checkpoint-every", type=_positive_int, metavar="N",
+                       help="checkpoint every N training steps (default: only at the end and on signals)")
+    train.add_argument("--quiet", action="store_true", help="no progress line")
+    train.set_defaults(func=_train)
+
+    evaluate = commands.add_parser(
+        "eval", help="run a saved policy and print episode returns",
+        description="Run a policy from a policy file, a checkpoint (file or folder) or an MLflow run.",
+    )
+    evaluate.add_argument("policy", metavar="PATH_OR_RUN_ID")
+    evaluate.add_argument("--episodes", type=_positive_int, default=10, metavar="N",
+                          help="episodes to run (default 10)")
+    evaluate.add_argument("--num-envs", type=_positive_int, metavar="N", help="envs in parallel (default: --episodes)")
+    evaluate.add_argument("--env", help="env to run in (default: the one the policy was trained on)")
+    evaluate.add_argument("--env-config", action="append", metavar="KEY=VALUE", help="env parameter (repeatable)")
+    evaluate.add_argument("--stochastic", action="store_true", help="sample actions instead of taking the modes")
+    evaluate.add_argument("--max-steps", type=_positive_int, metavar="N",
+                          help="steps per env at most (default 100000; 1000 for envs without episodes)")
+    evaluate.add_argument("--seed", type=int, help="seed of the env and of sampling")
+    evaluate.add_argument("--tracking-uri", help="MLflow tracking URI, for a run id")
+    evaluate.set_defaults(func=_eval)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``rl8`` command; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    from .checkpoint import CheckpointError
+    from .tracking import TrackingError
+
+    try:
+        return int(args.func(args) or 0)
+    except ConfigError as exc:
+        print(f"rl8: error: {exc}", file=sys.stderr)
+        return 2
+    except (TrackingError, CheckpointError, FileNotFoundError, ImportError) as exc:
+        print(f"rl8: error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,383 @@
+"""Policy files: save a trained policy, load it back without any training state.
+
+A policy file holds what acting needs and nothing else: the observation and action spaces,
+the model and distribution classes (as dotted paths), the model's keyword arguments, the
+observation-normalisation flag and the weights (``state_dict``), plus optionally the env it was
+trained on. It is written with :func:`rl8.checkpoint.save_checkpoint` (atomic) and read with
+``torch.load(..., weights_only=True)``: loading never unpickles code. Loading does *import* the
+modules that the model and distribution classes live in (by their dotted path), so a policy
+whose model is defined in a script's ``__main__`` can only be loaded where that class can be
+imported.
+
+::
+
+    from rl8 import load_policy, save_policy
+
+    save_policy(algo.policy, "policy.pt")
+    policy = load_policy("policy.pt")            # or a Trainer checkpoint, a folder, a run id
+    actions = policy(obs)                        # deterministic env actions
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium import spaces
+
+__all__ = [
+    "POLICY_ARTIFACT",
+    "POLICY_FORMAT",
+    "load_policy",
+    "policy_from_dict",
+    "policy_to_dict",
+    "read_policy",
+    "save_policy",
+    "space_from_dict",
+    "space_to_dict",
+]
+
+#: Value of the ``"format"`` entry of a policy file.
+POLICY_FORMAT = "rl8-policy"
+#: Version of the policy file layout.
+POLICY_VERSION = 1
+#: Where the Trainer stores the policy among an MLflow run's artifacts.
+POLICY_ARTIFACT = "policy/policy.pt"
+
+_RUN_ID = re.compile(r"[0-9a-f]{32}")
+
+
+# --------------------------------------------------------------------------------------------
+# spaces <-> plain dicts
+
+
+def _dtype_str(dtype: Any) -> str:
+    return str(np.dtype(dtype))
+
+
+def space_to_dict(space: spaces.Space) -> dict[str, Any]:
+    """A gymnasium space as a dict of tensors and plain values (``weights_only``-safe).
+
+    Supports ``Box`` (``low``/``high`` as tensors, ``shape``, ``dtype`` as a string),
+    ``Discrete`` (``n``, ``start``), ``MultiDiscrete`` (``nvec``, ``start`` as tensors),
+    ``MultiBinary`` (``n``) and ``Dict`` (its sub-spaces, in order).
+
+    Raises:
+        TypeError: For any other space.
+    """
+    if isinstance(space, spaces.Box):
+        return {
+            "type": "Box",
+            "low": torch.from_numpy(np.array(space.low, copy=True)),
+            "high": torch.from_numpy(np.array(space.high, copy=True)),
+            "shape": list(space.shape),
+            "dtype": _dtype_str(space.dtype),
+        }
+    if isinstance(space, spaces.Discrete):
+        return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}
+    if isinstance(space, spaces.MultiDiscrete):
+        return {
+            "type": "MultiDiscrete",
+            "nvec": torch.from_numpy(np.array(space.nvec, dtype=np.int64)),
+            "start": torch.from_numpy(np.array(space.start, dtype=np.int64)),
+            "dtype": _dtype_str(space.dtype),
+        }
+    if isinstance(space, spaces.MultiBinary):
+        n = space.n
+        return {"type": "MultiBinary", "n": int(n) if np.isscalar(n) else [int(x) for x in n]}
+    if isinstance(space, spaces.Dict):
+        return {
+            "type": "Dict",
+            "spaces": [[key, space_to_dict(sub)] for key, sub in space.spaces.items()],
+        }
+    raise TypeError(f"cannot save a {type(space).__name__} space ({space}) in a policy file")
+
+
+def space_from_dict(d: Mapping[str, Any]) -> spaces.Space:
+    """Rebuild a space saved by :func:`space_to_dict`."""
+    kind = d.get("type") if isinstance(d, Mapping) else None
+    if kind == "Box":
+        dtype = np.dtype(d["dtype"])
+        low = d["low"].numpy().astype(dtype)
+        high = d["high"].numpy().astype(dtype)
+        return spaces.Box(low, high, tuple(d["shape"]), dtype)
+    if kind == "Discrete":
+        return spaces.Discrete(int(d["n"]), start=int(d["start"]))
+    if kind == "MultiDiscrete":
+        return spaces.MultiDiscrete(
+            d["nvec"].numpy(), dtype=np.dtype(d["dtype"]), start=d["start"].numpy()
+        )
+    if kind == "MultiBinary":
+        return spaces.MultiBinary(d["n"])
+    if kind == "Dict":
+        return spaces.Dict({key: space_from_dict(sub) for key, sub in d["spaces"]})
+    raise ValueError(f"unknown space description {kind!r} in a policy file")
+
+
+# --------------------------------------------------------------------------------------------
+# classes and configs <-> plain values
+
+
+def _dotted(obj: Any) -> str:
+    return f"{obj.__module__}.{obj.__qualname__}"
+
+
+def _import(path: str, what: str) -> Any:
+    """Import ``"pkg.module.Qual.Name"``: the longest importable module prefix, then attributes."""
+    parts = path.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        module_name = ".".join(parts[:i])
+        try:
+            obj: Any = importlib.import_module(module_name)
+        except ImportError:
+            continue
+        try:
+            for name in parts[i:]:
+                obj = getattr(obj, name)
+        except AttributeError:
+            break
+        return obj
+    raise ImportError(
+        f"cannot import the {what} {path!r} named in the policy file (loading a policy imports "
+        f"the module its classes are defined in; define them in an importable module rather "
+        f"than a script's __main__)"
+    )
+
+
+def _to_plain(value: Any) -> Any:
+    """Model config values as plain data: classes and functions become ``{"__class__": path}``."""
+    if isinstance(value, Mapping):
+        return {str(k): _to_plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_plain(v) for v in value)
+    if isinstance(value, type) or callable(value) and hasattr(value, "__qualname__"):
+        return {"__class__": _dotted(value)}
+    return value
+
+
+def _from_plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        if set(value) == {"__class__"}:
+            return _import(value["__class__"], "class")
+        return {k: _from_plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_from_plain(v) for v in value)
+    return value
+
+
+# --------------------------------------------------------------------------------------------
+# policy <-> dict
+
+
+def policy_to_dict(
+    policy: Any,
+    *,
+    include_state: bool = True,
+    env: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Describe a :class:`~rl8.policy.Policy` as plain data (tensors, numbers, strings).
+
+    Args:
+        policy: The policy (e.g. ``algo.policy``).
+        include_state: Include the weights (``state_dict``, moved to the CPU).
+        env: Optional description of the env the policy acts in, kept as is (the Trainer
+            stores ``{"spec": ..., "env_kwargs": ..., "env_config": ...}``; ``rl8 eval`` uses it).
+
+    Returns:
+        The dict a policy file holds (without the checkpoint format entry).
+    """
+    out = {
+        "format": POLICY_FORMAT,
+        "version": POLICY_VERSION,
+        "observation_space": space_to_dict(policy.observation_space),
+        "action_space": space_to_dict(policy.action_space),
+        "model_cls": _dotted(policy.model_cls),
+        "model_config": _to_plain(policy.model_config),
+        "distribution_cls": _dotted(policy.distribution_cls),
+        "normalize_observations": policy.obs_normalizer is not None,
+        "env": _to_plain(env) if env is not None else None,
+    }
+    if include_state:
+        out["state_dict"] = {k: v.detach().cpu().clone() for k, v in policy.state_dict().items()}
+    return out
+
+
+def policy_from_dict(d: Mapping[str, Any], *, map_location: Any = "cpu") -> Any:
+    """Build a :class:`~rl8.policy.Policy` from :func:`policy_to_dict`'s output, in eval mode.
+
+    Args:
+        d: The description, with its ``state_dict``.
+        map_location: Device of the policy's parameters (``"cpu"``, ``"cuda:0"``...).
+
+    Raises:
+        ValueError: ``d`` is not a policy description of a version this rl8 reads.
+        ImportError: The model or distribution class cannot be imported.
+    """
+    from .policy import Policy
+
+    if d.get("format") != POLICY_FORMAT:
+        raise ValueError(f"not an rl8 policy (format {d.get('format')!r}, expected {POLICY_FORMAT!r})")
+    version = d.get("version")
+    if not isinstance(version, int) or version > POLICY_VERSION:
+        raise ValueError(
+            f"policy format version {version!r} is not supported (this rl8 reads up to "
+            f"{POLICY_VERSION}); upgrade rl8"
+        )
+    if "state_dict" not in d:
+        raise ValueError("the policy description holds no weights (state_dict)")
+    policy = Policy(
+        space_from_dict(d["observation_space"]),
+        space_from_dict(d["action_space"]),
+        model_cls=_import(d["model_cls"], "model class"),
+        model_config=_from_plain(d.get("model_config") or {}),
+        distribution_cls=_import(d["distribution_cls"], "distribution class"),
+        normalize_observations=bool(d.get("normalize_observations", False)),
+        device=map_location,
+    )
+    policy.load_state_dict(d["state_dict"])
+    policy.eval()
+    return policy
+
+
+# --------------------------------------------------------------------------------------------
+# files, folders and MLflow runs
+
+
+def save_policy(policy: Any, path: str | os.PathLike[str], *, env: dict[str, Any] | None = None) -> Path:
+    """Write a policy file (atomically; loadable with ``weights_only=True``).
+
+    Args:
+        policy: A :class:`~rl8.policy.Policy`, e.g. ``algo.policy``.
+        path: Destination file (conventionally ``*.pt``); its folder is created if missing.
+        env: Optional description of the env: ``{"spec": "rl8.envs.cartpole.CartPole" or a
+            gymnasium id, "env_kwargs": {...}, "env_config": {...}}`` (``rl8 eval`` uses it).
+
+    Returns:
+        The path written.
+    """
+    from .checkpoint import save_checkpoint
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return save_checkpoint(policy_to_dict(policy, env=env), path)
+
+
+def _is_run_ref(ref: str) -> bool:
+    return ref.startswith("runs:/") or _RUN_ID.fullmatch(ref) is not None
+
+
+def _download(ref: str, artifact: str, tracking_uri: str | None, dst: str) -> Path:
+    """Download one artifact of an MLflow run (``ref``: a run id or a ``runs:/`` URI)."""
+    import mlflow.artifacts
+
+    try:
+        if ref.startswith("runs:/"):
+            local = mlflow.artifacts.download_artifacts(
+                artifact_uri=ref, tracking_uri=tracking_uri, dst_path=dst
+            )
+        else:
+            local = mlflow.artifacts.download_artifacts(
+                run_id=ref, artifact_path=artifact, tracking_uri=tracking_uri, dst_path=dst
+            )
+    except Exception as exc:
+        uri = tracking_uri or mlflow.get_tracking_uri()
+        raise FileNotFoundError(
+            f"cannot download {artifact!r} of MLflow run {ref!r} from {uri!r}: "
+            f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+        ) from exc
+    return Path(local)
+
+
+def _policy_from_checkpoint_state(state: Mapping[str, Any], source: Any) -> dict[str, Any]:
+    from .checkpoint import CheckpointError
+
+    if state.get("format") == POLICY_FORMAT:
+        return dict(state)
+    trainer = state.get("trainer")
+    algo = state.get("algo")
+    if isinstance(trainer, Mapping) and isinstance(algo, Mapping) and "policy" in trainer:
+        d = dict(trainer["policy"])
+        d["state_dict"] = algo["policy"]
+        return d
+    raise CheckpointError(
+        f"{source} is an rl8 checkpoint but holds no policy (neither a policy file nor a "
+        f"Trainer checkpoint)"
+    )
+
+
+def read_policy(
+    run_id_or_path: str | os.PathLike[str], *, tracking_uri: str | None = None
+) -> dict[str, Any]:
+    """The policy description (see :func:`policy_to_dict`) from a file, folder or MLflow run.
+
+    Args:
+        run_id_or_path: A policy file; a Trainer checkpoint file (its policy is taken); a
+            folder (its latest ``checkpoint-*.pt``, else its ``policy.pt``); an MLflow run id
+            (32 hex digits) or ``runs:/<run id>/<path>`` URI, whose ``policy/policy.pt``
+            artifact (or the given path) is downloaded.
+        tracking_uri: MLflow tracking URI for run ids; ``None``: MLflow's default
+            (``MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db``).
+
+    Raises:
+        FileNotFoundError: Nothing at that path, and not a run id (or the run has no policy).
+        rl8.checkpoint.CheckpointError: The file is corrupt, truncated, foreign or unsafe.
+    """
+    from .checkpoint import CheckpointManager, load_checkpoint
+
+    ref = os.fspath(run_id_or_path)
+    path = Path(ref)
+    if path.is_dir():
+        latest = CheckpointManager(path, keep_last=None).latest()
+        if latest is None:
+            latest = path / "policy.pt"
+            if not latest.is_file():
+                raise FileNotFoundError(
+                    f"{path} holds neither checkpoint-*.pt files nor a policy.pt"
+                )
+        path = latest
+    elif not path.exists():
+        if not _is_run_ref(ref):
+            raise FileNotFoundError(
+                f"no policy at {ref!r}: not a file or folder, nor an MLflow run id"
+            )
+        with tempfile.TemporaryDirectory(prefix="rl8-policy-") as tmp:
+            local = _download(ref, POLICY_ARTIFACT, tracking_uri, tmp)
+            return _policy_from_checkpoint_state(load_checkpoint(local), f"run {ref}")
+    return _policy_from_checkpoint_state(load_checkpoint(path), path)
+
+
+def load_policy(
+    run_id_or_path: str | os.PathLike[str],
+    *,
+    map_location: Any = "cpu",
+    tracking_uri: str | None = None,
+) -> Any:
+    """Load a policy that acts on observations, without any training state.
+
+    ``policy(obs)`` returns (deterministic) env actions for a batch of observations;
+    ``policy(obs, deterministic=False)`` samples. The policy is in eval mode.
+
+    Args:
+        run_id_or_path: A policy file written by :func:`save_policy`; a Trainer checkpoint
+            file; a folder of checkpoints (the latest is used); an MLflow run id or
+            ``runs:/`` URI (the run's ``policy/policy.pt`` artifact, which the Trainer logs at
+            each checkpoint and at the end of :meth:`rl8.Trainer.run`).
+        map_location: Device for the parameters.
+        tracking_uri: MLflow tracking URI used for run ids (``None``: MLflow's default).
+
+    Returns:
+        A :class:`rl8.Policy`.
+
+    Raises:
+        FileNotFoundError: Nothing found at ``run_id_or_path``.
+        rl8.checkpoint.CheckpointError: A corrupt, truncated, foreign or unsafe file.
+        ImportError: The model's module cannot be imported.
+    """
+    return policy_from_dict(read_policy(run_id_or_path, tracking_uri=tracking_uri), map_location=map_location)

@@ -1,0 +1,1171 @@
+"""The Trainer: run PPO for hours, stop on a condition, resume after a crash, compare in MLflow.
+
+A :class:`Trainer` wraps a :class:`~rl8.PPO` object and adds what a long training job needs:
+
+* :meth:`Trainer.step` (one collect + one update) returning :class:`TrainStats`, logged to one
+  MLflow run per Trainer, all stats of a step in one request, with step = ``env/steps``;
+* :meth:`Trainer.eval` on the training envs (only at env-reset boundaries) or on a dedicated
+  eval env (``eval_num_envs``), stats under ``eval/``;
+* :meth:`Trainer.run`: loop until a stop condition holds, evaluating every
+  ``steps_per_eval`` steps, with a progress line on the terminal;
+* checkpoints (:meth:`Trainer.save_checkpoint`, :meth:`Trainer.from_checkpoint`) and signals
+  (SIGUSR1: checkpoint and continue; SIGINT/SIGTERM: checkpoint, close the run, exit).
+
+See ``docs/trainer.md``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import functools
+import importlib
+import inspect
+import json
+import math
+import os
+import platform
+import queue
+import signal
+import sys
+import tempfile
+import threading
+import time
+import warnings
+import weakref
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+import torch
+
+from .checkpoint import CheckpointError, CheckpointManager, load_checkpoint
+from .checkpoint import save_checkpoint as _write_checkpoint
+from .conditions import Condition
+from .export import POLICY_ARTIFACT, policy_to_dict, save_policy
+from .tracking import Tracker, TrackingWarning
+
+__all__ = ["CHECKPOINT_POINTER_ARTIFACT", "TrainStats", "Trainer", "check_eval_plan", "env_spec_string"]
+
+#: MLflow artifact (a small JSON file) recording the path and step of a run's latest checkpoint;
+#: ``Trainer.from_checkpoint(run_id)`` and ``rl8 train --resume RUN_ID`` read it.
+CHECKPOINT_POINTER_ARTIFACT = "rl8/checkpoint.json"
+
+class TrainStats(dict[str, float]):
+    """All stats of one training step: a plain ``dict[str, float]``.
+
+    Keys (see ``docs/trainer.md`` for the full list and units):
+
+    * counters: ``env/steps`` (env transitions collected so far, all envs together),
+      ``env/resets``, ``algorithm/collects``, ``algorithm/steps``;
+    * rollout stats of :meth:`rl8.PPO.collect`: ``returns/*``, ``rewards/*``, and for
+      episodic envs ``episodes/{return_mean,length_mean,count}`` (NaN means when no episode
+      ended during the collect);
+    * update stats of :meth:`rl8.PPO.step`: ``losses/*``, ``monitors/*``, ``coefficients/*``;
+    * system: ``profiling/collect_ms``, ``profiling/step_ms`` (wall-clock milliseconds),
+      ``throughput/env_steps_per_s``, ``memory/rss_mb``, ``memory/max_rss_mb`` (and
+      ``memory/cuda_allocated_mb``, ``memory/cuda_max_allocated_mb`` on CUDA);
+    * on evaluation steps: ``eval/<rollout stat>`` and ``profiling/eval_ms``.
+    """
+
+
+# --------------------------------------------------------------------------------------------
+# helpers
+
+
+def _dotted(obj: Any) -> str:
+    return f"{obj.__module__}.{obj.__qualname__}"
+
+
+def env_spec_string(spec: Any) -> str | None:
+    """The env spec as a string that :func:`rl8.ppo.make_env` accepts, or ``None``.
+
+    An :class:`rl8.Env` subclass or a module-level function becomes its dotted path (when
+    importing that path gives the object back), a gymnasium id stays as is; anything else
+    (lambdas, local functions, factory objects) cannot be named and gives ``None``.
+    """
+    if isinstance(spec, str):
+        return spec
+    if not (isinstance(spec, type) or inspect.isfunction(spec)):
+        return None
+    path = _dotted(spec)
+    if "<" in path:  # <lambda>, <locals>
+        return None
+    module, _, name = path.rpartition(".")
+    try:
+        found = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError):
+        found = None
+    if found is not spec:  # nested classes, objects replaced at import...
+        return None
+    # make_env resolves lowercase dotted paths; a module path starting uppercase would be read
+    # as a gymnasium id
+    return path if not path[0].isupper() else None
+
+
+def _env_name(spec: Any) -> str:
+    if isinstance(spec, str):
+        return spec.rsplit(".", 1)[-1] if "." in spec and "/" not in spec and not spec[0].isupper() else spec
+    return getattr(spec, "__name__", None) or type(spec).__name__
+
+
+def _absolute_uri(uri: str) -> str:
+    """A tracking URI that still names the same store from another working directory."""
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+        path = uri[len("sqlite:///"):]
+        if path and path != ":memory:":
+            return "sqlite:///" + str(Path(path).absolute())
+    elif "://" not in uri and ":" not in uri[1:2]:  # a plain folder (file store)
+        return str(Path(uri).absolute())
+    return uri
+
+
+def _memory_stats(device: torch.device) -> dict[str, float]:
+    """Resident memory of this process (MiB) and, on CUDA, the device memory of torch."""
+    out: dict[str, float] = {}
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            resident_pages = int(f.read().split()[1])
+        out["memory/rss_mb"] = resident_pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError, IndexError, AttributeError):
+        pass
+    try:
+        import resource
+
+        maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        out["memory/max_rss_mb"] = maxrss / (2**20 if sys.platform == "darwin" else 2**10)
+    except (ImportError, OSError):  # pragma: no cover - Windows
+        pass
+    if device.type == "cuda":
+        out["memory/cuda_allocated_mb"] = torch.cuda.memory_allocated(device) / 2**20
+        out["memory/cuda_max_allocated_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
+    return out
+
+
+def _episode_limit(env: Any, config: Mapping[str, Any]) -> int | None:
+    """Steps after which the env truncates an episode, when it says so (else ``None``)."""
+    for source in (config, getattr(env, "params", None)):
+        if isinstance(source, Mapping) and "max_episode_steps" in source:
+            try:
+                return int(source["max_episode_steps"])
+            except (TypeError, ValueError):
+                return None
+    vector_env = getattr(env, "vector_env", None)
+    for spec in (getattr(vector_env, "spec", None),):
+        limit = getattr(spec, "max_episode_steps", None)
+        if isinstance(limit, int) and limit > 0:
+            return limit
+    with contextlib.suppress(Exception):
+        limit = vector_env.envs[0].spec.max_episode_steps  # type: ignore[union-attr]
+        if isinstance(limit, int) and limit > 0:
+            return limit
+    return None
+
+
+def _fork_rng(device: torch.device) -> contextlib.AbstractContextManager:
+    """Run a block without changing torch's RNG streams (CPU, and the CUDA device in use)."""
+    devices = [device] if device.type == "cuda" else []
+    return torch.random.fork_rng(devices=devices)
+
+
+def _format_duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, seconds = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    if minutes:
+        return f"{minutes}m{seconds:02d}s"
+    return f"{seconds}s"
+
+
+def _format_count(x: float) -> str:
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(x) >= scale:
+            return f"{x / scale:.2f}{unit}"
+    return f"{x:.0f}"
+
+
+def _is_nan(value: Any) -> bool:
+    return isinstance(value, float) and math.isnan(value)
+
+
+class _Progress:
+    """One status line for long runs: env steps, steps/s, latest return, ETA.
+
+    ``mode=None``: on a TTY only (updated in place with ``\\r``, at most every 0.25 s);
+    ``False``: never; ``True``: also when not a TTY, as a plain line every 10 s.
+    """
+
+    def __init__(self, mode: bool | None, stream: TextIO | None = None) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        try:
+            self.tty = bool(self.stream.isatty())
+        except (AttributeError, ValueError):
+            self.tty = False
+        self.enabled = self.tty if mode is None else bool(mode)
+        self.interval = 0.25 if self.tty else 10.0
+        self._last_write = -math.inf
+        self._width = 0
+        self._start: tuple[float, float, float | None] | None = None  # time, env steps, fraction
+        self._latest_return: float | None = None
+        self._wrote = False
+
+    def update(self, stats: Mapping[str, float], fraction: float | None, *, force: bool = False) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        ret = stats.get("episodes/return_mean")
+        if ret is None or _is_nan(ret):
+            ret = stats.get("returns/mean")
+        if ret is not None and not _is_nan(ret):
+            self._latest_return = float(ret)
+        steps = float(stats.get("env/steps", 0.0))
+        if self._start is None:
+            # the first step's duration is known from its own profiling stats
+            ms = float(stats.get("profiling/collect_ms", 0.0)) + float(stats.get("profiling/step_ms", 0.0))
+            done = float(stats.get("env/steps", 0.0)) - (
+                float(stats.get("throughput/env_steps_per_s", 0.0)) * ms / 1000.0
+            )
+            self._start = (now - ms / 1000.0, done, None)
+        if not force and now - self._last_write < self.interval:
+            return
+        self._last_write = now
+        t0, steps0, _ = self._start
+        elapsed = max(now - t0, 1e-9)
+        parts = [f"rl8 {_format_count(steps)} env steps", f"{_format_count((steps - steps0) / elapsed)} steps/s"]
+        if self._latest_return is not None:
+            parts.append(f"return {self._latest_return:.4g}")
+        if fraction is not None:
+            parts.append(f"{100 * fraction:.0f}%")
+            f0 = self._start[2]
+            if f0 is None:
+                f0 = 0.0
+                self._start = (t0, steps0, 0.0)
+            if fraction >= 1.0:
+                parts.append("ETA 0s")
+            elif fraction > f0:
+                parts.append(f"ETA {_format_duration(elapsed * (1 - fraction) / (fraction - f0))}")
+        line = " | ".join(parts)
+        if self.tty:
+            pad = max(0, self._width - len(line))
+            self.stream.write("\r" + line + " " * pad)
+            self._width = len(line)
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+        self._wrote = True
+
+    def close(self) -> None:
+        if self.enabled and self.tty and self._wrote:
+            self.stream.write("\n")
+            self.stream.flush()
+        self._wrote = False
+
+
+_FLUSH = object()
+_STOP = object()
+
+
+class _LogWorker:
+    """Sends each step's metrics to the Tracker from a background thread.
+
+    A ``log_batch`` request to a SQLite store costs ~8 ms of CPU for 40 metrics (a commit and
+    bookkeeping per request, ~5 ms of it fixed), i.e. several percent of a CartPole-sized step,
+    and on a machine whose cores all run torch, a background thread cannot hide CPU time. So
+    when the Tracker can record several steps in one request (``Tracker.log_metrics_many``),
+    steps are held for at most ``max_delay_s`` (or ``max_steps`` steps) and sent together;
+    otherwise each step is one ``log_metrics`` call. Either way a step's stats travel together,
+    never one request per metric.
+
+    The queue is bounded (``maxsize`` steps): when the store is slower than training,
+    :meth:`submit` waits. An exception in the thread (none is expected: the Tracker keeps and
+    retries failed requests itself) is re-raised by the next :meth:`flush` or :meth:`submit`.
+    """
+
+    def __init__(
+        self, tracker: Tracker, *, max_delay_s: float = 1.0, max_steps: int = 20, maxsize: int = 1000
+    ) -> None:
+        self.tracker = tracker
+        self.max_delay_s = max_delay_s
+        self.max_steps = max_steps
+        self.batching = callable(getattr(tracker, "log_metrics_many", None))
+        self._queue: queue.Queue = queue.Queue(maxsize=maxsize)
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    def _raise_error(self) -> None:
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise RuntimeError(f"logging metrics to MLflow failed: {error!r}") from error
+
+    def submit(self, metrics: dict[str, float], step: int) -> None:
+        self._raise_error()
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._loop, name="rl8-mlflow-logger", daemon=True)
+            self._thread.start()
+        self._queue.put((metrics, step))
+
+    def _send(self, held: list[tuple[dict[str, float], int]]) -> None:
+        if not held:
+            return
+        try:
+            if self.batching and len(held) > 1:
+                self.tracker.log_metrics_many(held)  # type: ignore[attr-defined]
+            else:
+                for metrics, step in held:
+                    self.tracker.log_metrics(metrics, step)
+        except BaseException as exc:  # noqa: BLE001 - handed to the training thread
+            if self._error is None:
+                self._error = exc
+        finally:
+            held.clear()
+
+    def _loop(self) -> None:
+        held: list[tuple[dict[str, float], int]] = []
+        deadline = math.inf
+        while True:
+            try:
+                if held:
+                    item = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+                else:
+                    item = self._queue.get()
+            except queue.Empty:
+                self._send(held)
+                continue
+            try:
+                if item is _STOP or item is _FLUSH:
+                    self._send(held)
+                    if item is _STOP:
+                        return
+                    continue
+                held.append(item)
+                if len(held) == 1:
+                    deadline = time.monotonic() + self.max_delay_s
+                if not self.batching or len(held) >= self.max_steps:
+                    self._send(held)
+            finally:
+                self._queue.task_done()
+
+    def flush(self) -> None:
+        """Wait until every submitted step has been handed to the Tracker."""
+        if self._thread is not None and self._thread.is_alive():
+            self._queue.put(_FLUSH)
+            self._queue.join()
+        self._raise_error()
+
+    def stop(self) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            self._queue.put(_STOP)
+            self._thread.join()
+        self._thread = None
+
+
+def check_eval_plan(
+    horizons_per_env_reset: int,
+    *,
+    eval_num_envs: int | None,
+    steps_per_eval: int | None,
+    eval_env_config: Mapping[str, Any] | None,
+) -> None:
+    """Check, before training, that :meth:`Trainer.run` can evaluate as asked.
+
+    Args:
+        horizons_per_env_reset: The algorithm's hparam (``k > 0``: envs reset every ``k``
+            collects; ``k < 0``: only once).
+        eval_num_envs: The Trainer's dedicated eval env size, ``None`` for the training envs.
+        steps_per_eval: Evaluate every this many training steps, ``None``: never.
+        eval_env_config: Env parameters for evaluations.
+
+    Raises:
+        ValueError: ``steps_per_eval`` is not an int >= 1; an ``eval_env_config`` without
+            ``steps_per_eval``; on the training envs, ``steps_per_eval`` not a multiple of
+            ``k > 0``, or any evaluation cadence when ``k < 0`` (the envs are never reset
+            after the first collect, so they can never be evaluated during training).
+    """
+    if steps_per_eval is not None and (
+        isinstance(steps_per_eval, bool) or not isinstance(steps_per_eval, int) or steps_per_eval < 1
+    ):
+        raise ValueError(f"Trainer.run: steps_per_eval must be an int >= 1 or None, got {steps_per_eval!r}")
+    if eval_env_config and steps_per_eval is None:
+        raise ValueError(
+            "Trainer.run: eval_env_config is given but steps_per_eval is None, so no "
+            "evaluation would use it; set steps_per_eval"
+        )
+    if eval_num_envs is not None or steps_per_eval is None:
+        return
+    k = horizons_per_env_reset
+    if k < 0:
+        what = "an eval_env_config cannot be applied to them and " if eval_env_config else ""
+        raise ValueError(
+            f"Trainer.run: steps_per_eval={steps_per_eval} evaluates on the training envs, "
+            f"but they are reset only once (horizons_per_env_reset={k}): {what}they cannot "
+            "be evaluated after the first step. Create the Trainer with eval_num_envs=N "
+            "(a dedicated eval env), or set horizons_per_env_reset > 0."
+        )
+    if steps_per_eval % k:
+        raise ValueError(
+            f"Trainer.run: steps_per_eval={steps_per_eval} must be a multiple of "
+            f"horizons_per_env_reset={k} when evaluating on the training envs (they can "
+            f"only be evaluated at env-reset boundaries). Use a multiple of {k}, or create "
+            "the Trainer with eval_num_envs=N (a dedicated eval env)."
+        )
+
+
+def _close_at_exit(ref: weakref.ref) -> None:
+    trainer = ref()
+    if trainer is not None and not trainer.closed:
+        failed = getattr(sys, "last_exc", None) is not None or getattr(sys, "last_type", None) is not None
+        trainer.close("FAILED" if failed else "FINISHED")
+
+
+# --------------------------------------------------------------------------------------------
+# the trainer
+
+
+class Trainer:
+    """Train a :class:`~rl8.PPO` algorithm with stop conditions, MLflow tracking and checkpoints.
+
+    Creating a Trainer starts its MLflow run (so an unreachable tracking server is an error
+    here, before any training) and logs the configuration as params. The run stays open until
+    :meth:`close` (or the end of the process, or a ``with`` block); :meth:`run` closes it
+    itself only when it is stopped by SIGINT/SIGTERM (``KILLED``) or an error (``FAILED``).
+
+    Args:
+        algo: The algorithm; the Trainer reads its counters and never copies it.
+        experiment: MLflow experiment name; default: the env's name (``"CartPole"``,
+            ``"CartPole-v1"``).
+        run_name: MLflow run name; ``None``: MLflow picks one.
+        tracking_uri: Where runs go (``http://host:port``, ``sqlite:///file.db``, a folder);
+            ``None``: MLflow's default (``MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db`` in
+            the current folder).
+        tracking: ``False`` disables MLflow entirely (no run, nothing logged).
+        run_id: Continue this existing MLflow run instead of creating one
+            (:meth:`from_checkpoint` sets it).
+        checkpoint_dir: Folder of the numbered checkpoints; ``None``:
+            ``checkpoints/<run id>`` in the current folder (``checkpoints/<time stamp>``
+            without tracking). Created on the first checkpoint.
+        checkpoint_every: :meth:`run` writes a checkpoint every this many training steps
+            (updates); ``None``: only at the end of :meth:`run` and on signals.
+        keep_checkpoints: How many checkpoints to keep in ``checkpoint_dir`` (the latest);
+            ``None`` keeps all.
+        eval_num_envs: Number of envs of a dedicated eval env, built once on the first
+            :meth:`eval`. ``None``: evaluate on the training envs (only possible at env-reset
+            boundaries, see :meth:`eval`).
+        eval_num_steps: Steps per env of one evaluation. ``None``: on the training envs,
+            ``horizon * max(1, horizons_per_env_reset)``; on a dedicated env of an episodic env,
+            the env's episode limit (``max_episode_steps``) when it has one, so every eval env
+            finishes at least one whole episode; otherwise the same as on the training envs.
+        progress: Progress line on stderr during :meth:`run`: ``None`` (default) when stderr
+            is a terminal, ``False`` never, ``True`` always (a plain line every 10 s when not
+            a terminal).
+        async_logging: Send each step's metrics to MLflow from a background thread (default),
+            so that training does not wait for the store; :meth:`flush` waits for them.
+            ``False``: send them before :meth:`step` returns.
+        metadata: Plain data (dicts, lists, numbers, strings) stored in every checkpoint, e.g.
+            the config a run was started from (the ``rl8`` command stores its config here).
+
+    Attributes:
+        algo: The :class:`~rl8.PPO` algorithm.
+        tracker: The :class:`~rl8.tracking.Tracker` of the MLflow run.
+        run_id: The MLflow run id (``None`` without tracking).
+        checkpoint_dir: The checkpoint folder (absolute).
+        last_checkpoint: Path of the latest checkpoint written or loaded, or ``None``.
+    """
+
+    def __init__(
+        self,
+        algo: Any,
+        *,
+        experiment: str | None = None,
+        run_name: str | None = None,
+        tracking_uri: str | None = None,
+        tracking: bool = True,
+        run_id: str | None = None,
+        checkpoint_dir: str | os.PathLike[str] | None = None,
+        checkpoint_every: int | None = None,
+        keep_checkpoints: int | None = 5,
+        eval_num_envs: int | None = None,
+        eval_num_steps: int | None = None,
+        progress: bool | None = None,
+        async_logging: bool = True,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> None:
+        for name, value in (
+            ("checkpoint_every", checkpoint_every),
+            ("keep_checkpoints", keep_checkpoints),
+            ("eval_num_envs", eval_num_envs),
+            ("eval_num_steps", eval_num_steps),
+        ):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"Trainer: {name} must be an int >= 1 or None, got {value!r}")
+        if progress not in (None, True, False):
+            raise ValueError(f"Trainer: progress must be None, True or False, got {progress!r}")
+        self.algo = algo
+        self.env_spec = env_spec_string(algo.env_spec)
+        self.experiment = experiment or _env_name(algo.env_spec)
+        self.checkpoint_every = checkpoint_every
+        self.keep_checkpoints = keep_checkpoints
+        self.eval_num_envs = eval_num_envs
+        self.eval_num_steps = eval_num_steps
+        self.progress = progress
+        self.metadata = dict(metadata or {})
+        self.last_checkpoint: Path | None = None
+        self.closed = False
+        self._eval_env: Any = None
+        self._eval_env_state: Any = None
+        self._last_checkpoint_step: int | None = None
+        self._run_args: dict[str, Any] | None = None
+        self._conditions: list[Condition] = []
+        self._resume_state: dict[str, Any] | None = None
+        self._checkpoint_requested = False
+        self._stop_signal: int | None = None
+
+        self.tracker = Tracker(
+            experiment=self.experiment,
+            run_name=run_name,
+            tracking_uri=tracking_uri,
+            run_id=run_id,
+            enabled=tracking,
+        )
+        self.run_id: str | None = self.tracker.start()
+        self._worker = _LogWorker(self.tracker) if async_logging and self.tracker.enabled else None
+        if checkpoint_dir is None:
+            name = self.run_id or time.strftime("%Y%m%d-%H%M%S")
+            checkpoint_dir = Path("checkpoints") / name
+        self.checkpoint_dir = Path(checkpoint_dir).absolute()
+        self._atexit = functools.partial(_close_at_exit, weakref.ref(self))
+        atexit.register(self._atexit)
+        self.tracker.log_params(self._params())
+
+    # ----------------------------------------------------------------- params
+    def _params(self) -> dict[str, Any]:
+        from . import __version__
+        from .ppo import _plain_hparams
+
+        algo = self.algo
+        policy = algo.policy
+        optimizer_kwargs = {**algo.hparams.optimizer_kwargs, "lr": algo.hparams.lr}
+        return {
+            "hparams": _plain_hparams(algo.hparams),
+            "env": self.env_spec if self.env_spec is not None else repr(algo.env_spec),
+            "env_class": _dotted(type(algo.env)),
+            "model": {"class": _dotted(policy.model_cls), "config": dict(policy.model_config)},
+            "distribution": {"class": _dotted(policy.distribution_cls)},
+            "optimizer": {"class": _dotted(type(algo.optimizer)), "kwargs": optimizer_kwargs},
+            "seed": algo.seed,
+            "device": str(algo.device),
+            "versions": {
+                "rl8": __version__,
+                "torch": str(torch.__version__),
+                "python": platform.python_version(),
+            },
+            "trainer": {
+                "eval_num_envs": self.eval_num_envs,
+                "eval_num_steps": self.eval_num_steps,
+                "checkpoint_every": self.checkpoint_every,
+            },
+        }
+
+    # ----------------------------------------------------------------- steps
+    def _counters(self) -> dict[str, float]:
+        algo = self.algo
+        return {
+            "env/steps": algo.env_steps,
+            "env/resets": algo.env_resets,
+            "algorithm/collects": algo.collects,
+            "algorithm/steps": algo.steps,
+        }
+
+    def _train_step(self, env_config: dict[str, Any] | None) -> TrainStats:
+        algo = self.algo
+        t0 = time.perf_counter()
+        collect = algo.collect(env_config=env_config)
+        t1 = time.perf_counter()
+        update = algo.step()
+        t2 = time.perf_counter()
+        stats = TrainStats(collect)
+        stats.update(update)
+        stats.update(self._counters())
+        hp = algo.hparams
+        stats["profiling/collect_ms"] = 1000.0 * (t1 - t0)
+        stats["profiling/step_ms"] = 1000.0 * (t2 - t1)
+        stats["throughput/env_steps_per_s"] = hp.num_envs * hp.horizon / max(t2 - t0, 1e-9)
+        stats.update(_memory_stats(algo.device))
+        return stats
+
+    def _log(self, stats: Mapping[str, float]) -> None:
+        """All stats in one request, at step ``env/steps``; NaN values are left out."""
+        if self.closed:
+            raise RuntimeError("this Trainer is closed (its MLflow run has ended)")
+        metrics = {k: float(v) for k, v in stats.items() if not _is_nan(v)}
+        if self._worker is not None:
+            self._worker.submit(metrics, int(self.algo.env_steps))
+        else:
+            self.tracker.log_metrics(metrics, step=int(self.algo.env_steps))
+
+    def flush(self) -> None:
+        """Wait until the metrics of every step so far are sent (or queued by the Tracker after
+        a failure; see :meth:`rl8.tracking.Tracker.flush`)."""
+        if self._worker is not None:
+            self._worker.flush()
+        self.tracker.flush()
+
+    def step(self, *, env_config: dict[str, Any] | None = None) -> TrainStats:
+        """One training step: one collect and one update, logged to MLflow.
+
+        Args:
+            env_config: Env parameters applied when the envs are reset before this collect
+                (merged over ``hparams.env_config``; see :meth:`rl8.PPO.collect`).
+
+        Returns:
+            The step's :class:`TrainStats` (NaN values included; they are not logged).
+        """
+        stats = self._train_step(env_config)
+        self._log(stats)
+        return stats
+
+    # ----------------------------------------------------------------- eval
+    def _check_shared_eval(self, env_config: dict[str, Any] | None) -> None:
+        algo = self.algo
+        k = algo.hparams.horizons_per_env_reset
+        if env_config and k < 0 and algo.collects > 0:
+            raise ValueError(
+                "Trainer.eval: an eval env_config was given, but the training envs are reset "
+                "only once (horizons_per_env_reset < 0), so it cannot be applied now. Set "
+                "eval_num_envs for a dedicated eval env, or horizons_per_env_reset > 0."
+            )
+        if k < 0 and algo.collects > 0:
+            raise RuntimeError(
+                "Trainer.eval: the training envs are never reset after the first collect "
+                f"(horizons_per_env_reset={k}), so they cannot be used for evaluation after "
+                f"the first step ({algo.collects} collects done). Create the Trainer with "
+                "eval_num_envs=N for a dedicated eval env, or set horizons_per_env_reset > 0."
+            )
+        if k > 0 and algo.collects % k:
+            raise RuntimeError(
+                f"Trainer.eval: the training envs can only be used for evaluation at an "
+                f"env-reset boundary, every horizons_per_env_reset={k} steps; "
+                f"{algo.collects} collects done, the next boundary is after "
+                f"{algo.collects + k - algo.collects % k}. Evaluate then, or create the "
+                "Trainer with eval_num_envs=N for a dedicated eval env (any time)."
+            )
+
+    def _get_eval_env(self) -> Any:
+        if self._eval_env is None:
+            from .ppo import make_env
+
+            algo = self.algo
+            hp = algo.hparams
+            with _fork_rng(algo.device):  # building it must not move the training RNG
+                env = make_env(
+                    algo.env_spec, self.eval_num_envs, hp.horizon,
+                    device=algo.device, env_kwargs=hp.env_kwargs,
+                )
+            self._eval_env = env
+            # every evaluation starts from this state (same seed, same config): evaluations
+            # differ by the policy only
+            self._eval_env_state = env.state_dict()
+        elif self._eval_env_state is not None:
+            self._eval_env.load_state_dict(self._eval_env_state)
+        return self._eval_env
+
+    def _eval(self, env_config: dict[str, Any] | None, deterministic: bool) -> TrainStats:
+        algo = self.algo
+        hp = algo.hparams
+        t0 = time.perf_counter()
+        default_steps = hp.horizon * max(1, hp.horizons_per_env_reset)
+        with _fork_rng(algo.device):
+            if self.eval_num_envs is None:
+                self._check_shared_eval(env_config)
+                saved = algo.env.state_dict()
+                try:
+                    raw = algo.evaluate(
+                        None, env_config=env_config, deterministic=deterministic,
+                        num_steps=self.eval_num_steps or default_steps,
+                    )
+                finally:
+                    # the next training collect resets the envs; restoring their state (RNG,
+                    # config) makes that reset the one it would have been without the eval
+                    if saved is not None:
+                        algo.env.load_state_dict(saved)
+            else:
+                env = self._get_eval_env()
+                steps = self.eval_num_steps
+                if steps is None:
+                    config = {**hp.env_config, **(env_config or {})}
+                    limit = _episode_limit(env, config) if env.episodic else None
+                    steps = limit or default_steps
+                raw = algo.evaluate(env, env_config=env_config, deterministic=deterministic, num_steps=steps)
+        stats = TrainStats({f"eval/{k}": v for k, v in raw.items()})
+        stats["profiling/eval_ms"] = 1000.0 * (time.perf_counter() - t0)
+        return stats
+
+    def eval(self, *, env_config: dict[str, Any] | None = None, deterministic: bool = True) -> TrainStats:
+        """Evaluate the policy without touching training state, and log the stats.
+
+        On the training envs (``eval_num_envs=None``), evaluation runs
+        ``horizon * max(1, horizons_per_env_reset)`` steps per env and is only possible where
+        the training envs are about to be reset anyway: before the first step, or, when
+        ``horizons_per_env_reset = k > 0``, after a multiple of ``k`` steps. The envs' state
+        (RNG, config) is restored afterwards, so training continues exactly as without the
+        evaluation. On a dedicated eval env (``eval_num_envs=N``) it can run at any time; that
+        env is reset to the same state before every evaluation.
+
+        Torch's RNG is not advanced by an evaluation (even a stochastic one).
+
+        Args:
+            env_config: Env parameters for the evaluation (over ``hparams.env_config``).
+            deterministic: Act with the distributions' modes (``False``: sample).
+
+        Returns:
+            ``eval/<rollout stat>`` (``eval/returns/mean``, ``eval/episodes/return_mean``...)
+            and ``profiling/eval_ms``; logged at the current ``env/steps``.
+
+        Raises:
+            RuntimeError: Evaluating on the training envs away from an env-reset boundary.
+            ValueError: An ``env_config`` on training envs that are never reset again
+                (``horizons_per_env_reset < 0`` after the first step).
+        """
+        stats = self._eval(env_config, deterministic)
+        self._log(stats)
+        return stats
+
+    # ----------------------------------------------------------------- run
+    def _check_run_args(
+        self, steps_per_eval: int | None, eval_env_config: dict[str, Any] | None
+    ) -> None:
+        check_eval_plan(
+            self.algo.hparams.horizons_per_env_reset,
+            eval_num_envs=self.eval_num_envs,
+            steps_per_eval=steps_per_eval,
+            eval_env_config=eval_env_config,
+        )
+
+    def _restore_conditions(self, conditions: list[Condition]) -> None:
+        """Load the stop conditions' state saved in the checkpoint this trainer resumed from."""
+        saved = (self._resume_state or {}).get("stop_conditions")
+        if not saved or not conditions:
+            return
+        self._resume_state = {**(self._resume_state or {}), "stop_conditions": None}
+        try:
+            if len(saved) != len(conditions):
+                raise ValueError(f"{len(saved)} conditions saved, {len(conditions)} given")
+            for condition, state in zip(conditions, saved):
+                condition.load_state_dict(state)
+        except (ValueError, TypeError, KeyError) as exc:
+            for condition in conditions:
+                condition.reset()
+            warnings.warn(
+                f"the stop conditions differ from those saved in the checkpoint ({exc}); they "
+                "start afresh (patience counters and clocks at zero)",
+                stacklevel=3,
+            )
+
+    def _log_run_params(self, conditions: Sequence[Condition], steps_per_eval: int | None) -> None:
+        args = self._run_args or {}
+        self.tracker.log_params({
+            "run": {
+                "env_config": args.get("env_config") or {},
+                "eval_env_config": args.get("eval_env_config") or {},
+                "steps_per_eval": steps_per_eval,
+                "stop_conditions": repr(list(conditions)),
+            }
+        })
+
+    @staticmethod
+    def _fraction(conditions: Sequence[Condition], stats: Mapping[str, float]) -> float | None:
+        known = [p for p in (c.progress(stats) for c in conditions) if p is not None]
+        return max(known) if known else None
+
+    def run(
+        self,
+        *,
+        env_config: dict[str, Any] | None = None,
+        eval_env_config: dict[str, Any] | None = None,
+        steps_per_eval: int | None = None,
+        stop_conditions: Condition | Sequence[Condition] | None = None,
+    ) -> TrainStats:
+        """Train until any stop condition holds (forever without one).
+
+        Every step is :meth:`step`; after every ``steps_per_eval``-th step (by
+        ``algorithm/steps``) an evaluation runs and its ``eval/`` stats join that step's stats
+        (one MLflow request for both). The conditions are then checked with those stats.
+        A checkpoint is written every ``checkpoint_every`` steps and when the run stops; the
+        policy is logged as the MLflow artifact ``policy/policy.pt`` with each checkpoint.
+
+        Signals (only when called from the main thread; the previous handlers are restored on
+        return): SIGUSR1 writes a checkpoint after the current step and training goes on.
+        SIGINT / SIGTERM finish the current step, write a checkpoint, end the MLflow run as
+        ``KILLED`` and raise ``KeyboardInterrupt`` (SIGINT) or ``SystemExit(128 + signum)``
+        (SIGTERM, i.e. exit status 143); a second SIGINT/SIGTERM interrupts at once, without
+        a checkpoint. Any other exception ends the MLflow run as ``FAILED`` and propagates.
+
+        Args:
+            env_config: Env parameters for training resets (see :meth:`step`).
+            eval_env_config: Env parameters for evaluations; default ``env_config``.
+            steps_per_eval: Evaluate every this many steps; ``None``: never.
+            stop_conditions: One :class:`~rl8.conditions.Condition` or a list of them; the
+                run stops when any holds. All are checked after every step (stateful ones see
+                every step). Conditions on a counter (``env/steps``...) give the ETA.
+
+        Returns:
+            The stats of the last step.
+
+        Raises:
+            ValueError: Before training, when ``steps_per_eval`` does not fit the reset cadence
+                of the training envs (``horizons_per_env_reset``), or an ``eval_env_config``
+                cannot be used (see :meth:`eval`).
+            rl8.conditions.MissingStatError: A condition names a stat that steps do not report.
+        """
+        if self.closed:
+            raise RuntimeError("this Trainer is closed (its MLflow run has ended)")
+        self._check_run_args(steps_per_eval, eval_env_config)
+        if stop_conditions is None:
+            conditions: list[Condition] = []
+        elif isinstance(stop_conditions, Condition):
+            conditions = [stop_conditions]
+        else:
+            conditions = list(stop_conditions)
+        for i, condition in enumerate(conditions):
+            if not isinstance(condition, Condition):
+                raise TypeError(
+                    f"Trainer.run: stop_conditions[{i}] must be a rl8.conditions.Condition, "
+                    f"got {condition!r}"
+                )
+        if eval_env_config is None:
+            eval_env_config = env_config
+        self._run_args = {
+            "env_config": dict(env_config) if env_config else None,
+            "eval_env_config": dict(eval_env_config) if eval_env_config else None,
+            "steps_per_eval": steps_per_eval,
+        }
+        self._restore_conditions(conditions)
+        self._conditions = conditions
+        with warnings.catch_warnings():
+            # a resumed run records a changed value once as "resumed/run/..."; later changes
+            # (resumed again with other stop conditions) are expected, not worth a warning
+            warnings.filterwarnings("ignore", message="MLflow param 'run/", category=TrackingWarning)
+            self._log_run_params(conditions, steps_per_eval)
+        progress = _Progress(self.progress)
+        stats = TrainStats()
+        with self._signal_handlers():
+            try:
+                for condition in conditions:
+                    condition.start()
+                while True:
+                    stats = self._train_step(env_config)
+                    if steps_per_eval and self.algo.steps % steps_per_eval == 0:
+                        stats.update(self._eval(eval_env_config, deterministic=True))
+                    self._log(stats)
+                    stop = [bool(condition(stats)) for condition in conditions]
+                    progress.update(stats, self._fraction(conditions, stats))
+                    if self.checkpoint_every and self.algo.steps % self.checkpoint_every == 0:
+                        self.save_checkpoint()
+                    self._handle_signals(progress)
+                    if any(stop):
+                        break
+                progress.update(stats, self._fraction(conditions, stats), force=True)
+                progress.close()
+                if self._last_checkpoint_step != self.algo.env_steps:
+                    self.save_checkpoint()
+                self._handle_signals(progress)  # one that arrived during the last checkpoint
+            except (KeyboardInterrupt, SystemExit):
+                progress.close()
+                self.close("KILLED")
+                raise
+            except BaseException:
+                progress.close()
+                self.close("FAILED")
+                raise
+        return stats
+
+    # ----------------------------------------------------------------- signals
+    @contextlib.contextmanager
+    def _signal_handlers(self) -> Iterator[None]:
+        self._checkpoint_requested = False
+        self._stop_signal = None
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        wanted = [signal.SIGINT, signal.SIGTERM]
+        if hasattr(signal, "SIGUSR1"):
+            wanted.append(signal.SIGUSR1)
+        previous: dict[int, Any] = {}
+        try:
+            for signum in wanted:
+                previous[signum] = signal.signal(signum, self._on_signal)
+            yield
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        if signum == getattr(signal, "SIGUSR1", None):
+            self._checkpoint_requested = True
+            return
+        if self._stop_signal is not None:  # second request: stop now, without a checkpoint
+            if signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            raise SystemExit(128 + signum)
+        self._stop_signal = signum
+
+    def _handle_signals(self, progress: _Progress) -> None:
+        if self._checkpoint_requested:
+            self._checkpoint_requested = False
+            path = self.save_checkpoint()
+            progress.close()
+            print(f"rl8: SIGUSR1: checkpoint written to {path}", file=sys.stderr, flush=True)
+        signum = self._stop_signal
+        if signum is None:
+            return
+        progress.close()
+        if self._last_checkpoint_step != self.algo.env_steps:
+            self.save_checkpoint()
+        self.close("KILLED")
+        name = signal.Signals(signum).name
+        run = f"; MLflow run {self.run_id} ended as KILLED" if self.run_id else ""
+        print(f"rl8: {name}: checkpoint written to {self.last_checkpoint}{run}", file=sys.stderr, flush=True)
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise SystemExit(128 + signum)
+
+    # ----------------------------------------------------------------- checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        """The checkpoint's content: only tensors and plain Python values (see docs/trainer.md)."""
+        from . import __version__
+
+        algo = self.algo
+        env_info = {
+            "spec": self.env_spec,
+            "env_kwargs": dict(algo.hparams.env_kwargs),
+            "env_config": dict(algo.hparams.env_config),
+        }
+        conditions = [c.state_dict() for c in self._conditions]
+        if not conditions and self._resume_state and self._resume_state.get("stop_conditions"):
+            conditions = self._resume_state["stop_conditions"]
+        run_args = self._run_args
+        if run_args is None and self._resume_state is not None:
+            run_args = self._resume_state.get("run")
+        return {
+            "algo": algo.state_dict(),
+            "env": {"spec": self.env_spec, "class": _dotted(type(algo.env))},
+            "trainer": {
+                "run_id": self.run_id,
+                "experiment": self.experiment,
+                "run_name": self.tracker.run_name,
+                "tracking_uri": _absolute_uri(self.tracker.tracking_uri),
+                "tracking": self.tracker.enabled,
+                "checkpoint_dir": str(self.checkpoint_dir),
+                "checkpoint_every": self.checkpoint_every,
+                "keep_checkpoints": self.keep_checkpoints,
+                "eval_num_envs": self.eval_num_envs,
+                "eval_num_steps": self.eval_num_steps,
+                "run": run_args,
+                "stop_conditions": conditions,
+                "metadata": self.metadata,
+                "policy": policy_to_dict(algo.policy, include_state=False, env=env_info),
+            },
+            "versions": {"rl8": __version__, "torch": str(torch.__version__)},
+        }
+
+    def save_checkpoint(self, path: str | os.PathLike[str] | None = None) -> Path:
+        """Write a checkpoint atomically and log the policy to the MLflow run.
+
+        The checkpoint holds the model, optimizer, schedules (by ``env/steps``), normaliser
+        statistics, counters, RNG and env states, hyper-parameters, env spec and config, the
+        stop conditions' state, the MLflow run id and :attr:`metadata`; it loads with
+        ``torch.load(weights_only=True)``.
+
+        Args:
+            path: Destination file; ``None``: ``checkpoint_dir/checkpoint-<env steps>.pt``,
+                keeping the last ``keep_checkpoints`` there.
+
+        Returns:
+            The path written.
+        """
+        if not self.closed:
+            self.flush()  # the run's metrics are in the store up to the checkpoint
+        state = self.state_dict()
+        step = int(self.algo.env_steps)
+        if path is None:
+            manager = CheckpointManager(self.checkpoint_dir, keep_last=self.keep_checkpoints)
+            written = manager.save(state, step)
+        else:
+            target = Path(path)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            written = _write_checkpoint(state, target)
+        written = written.absolute()
+        self.last_checkpoint = written
+        self._last_checkpoint_step = step
+        self._log_policy_artifacts(written, step)
+        return written
+
+    def _log_policy_artifacts(self, checkpoint: Path, step: int) -> None:
+        if not self.tracker.enabled or self.closed:
+            return
+        env_info = {
+            "spec": self.env_spec,
+            "env_kwargs": dict(self.algo.hparams.env_kwargs),
+            "env_config": dict(self.algo.hparams.env_config),
+        }
+        with tempfile.TemporaryDirectory(prefix="rl8-artifacts-") as tmp:
+            policy_file = save_policy(self.algo.policy, Path(tmp) / Path(POLICY_ARTIFACT).name, env=env_info)
+            self.tracker.log_artifact(policy_file, str(Path(POLICY_ARTIFACT).parent))
+            pointer = Path(tmp) / Path(CHECKPOINT_POINTER_ARTIFACT).name
+            pointer.write_text(json.dumps({"path": str(checkpoint), "env/steps": step}))
+            self.tracker.log_artifact(pointer, str(Path(CHECKPOINT_POINTER_ARTIFACT).parent))
+
+    @staticmethod
+    def resolve_checkpoint(ref: str | os.PathLike[str], *, tracking_uri: str | None = None) -> Path:
+        """The checkpoint file named by a path, a folder (its latest) or an MLflow run id.
+
+        Raises:
+            FileNotFoundError: Nothing found (the message says where it looked).
+        """
+        from .export import _download, _is_run_ref
+
+        text = os.fspath(ref)
+        path = Path(text)
+        if path.is_dir():
+            latest = CheckpointManager(path, keep_last=None).latest()
+            if latest is None:
+                raise FileNotFoundError(f"no checkpoint-*.pt file in {path}")
+            return latest
+        if path.exists():
+            return path
+        if not _is_run_ref(text):
+            raise FileNotFoundError(f"no checkpoint at {text!r}: not a file or folder, nor an MLflow run id")
+        with tempfile.TemporaryDirectory(prefix="rl8-resume-") as tmp:
+            pointer = _download(text, CHECKPOINT_POINTER_ARTIFACT, tracking_uri, tmp)
+            info = json.loads(pointer.read_text())
+        found = Path(info["path"])
+        if not found.is_file():
+            raise FileNotFoundError(
+                f"MLflow run {text} records its latest checkpoint at {found}, which does not "
+                "exist on this machine; pass the checkpoint's path instead"
+            )
+        return found
+
+    @classmethod
+    def from_checkpoint(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        env: Any = None,
+        hparams: Mapping[str, Any] | None = None,
+        tracking_uri: str | None = None,
+        **kwargs: Any,
+    ) -> Trainer:
+        """Rebuild a Trainer (and its PPO) from a checkpoint and continue its MLflow run.
+
+        The PPO is built from the stored hyper-parameters and env spec, then its state is
+        loaded (weights, optimizer, normalisers, counters, RNG and env states): continuing
+        gives the same losses on CPU as a run that was never interrupted. Metrics go on in the
+        same MLflow run (status back to ``RUNNING``) at increasing ``env/steps``. The stop
+        conditions' state is restored when :meth:`run` is given the same conditions.
+
+        Args:
+            path: A checkpoint file, a folder of checkpoints (its latest), or an MLflow run id
+                (the checkpoint recorded in its ``rl8/checkpoint.json`` artifact).
+            env: The env, when the checkpoint could not record it (a lambda or local function).
+            hparams: Hyper-parameters to change, e.g. ``{"device": "cuda"}``; anything that
+                changes shapes (``num_envs``, ``horizon``, the model) cannot load the state.
+            tracking_uri: Tracking URI of the run (default: the one stored in the checkpoint).
+            **kwargs: Other :class:`Trainer` arguments to change (``checkpoint_every``,
+                ``progress``, ``tracking``...).
+
+        Raises:
+            FileNotFoundError: No checkpoint at ``path``.
+            rl8.checkpoint.CheckpointError: A corrupt, truncated, foreign or unsafe file.
+            rl8.tracking.TrackingError: The stored MLflow run cannot be resumed.
+        """
+        from .ppo import PPO
+
+        file = cls.resolve_checkpoint(path, tracking_uri=tracking_uri)
+        state = load_checkpoint(file)
+        if not all(isinstance(state.get(k), Mapping) for k in ("algo", "trainer", "env")):
+            raise CheckpointError(
+                f"{file} is an rl8 checkpoint but not a Trainer checkpoint (it has no "
+                "'algo', 'trainer' and 'env' entries)"
+            )
+        algo_state, saved = state["algo"], state["trainer"]
+        spec = env if env is not None else state["env"].get("spec")
+        if spec is None:
+            raise ValueError(
+                f"{file}: the env was a callable that a checkpoint cannot name; pass it with "
+                "Trainer.from_checkpoint(path, env=...)"
+            )
+        hp = {**algo_state["hparams"], **dict(hparams or {})}
+        algo = PPO(spec, **hp)
+        algo.load_state_dict(algo_state)
+        tracking = kwargs.pop("tracking", saved.get("tracking", True))
+        options: dict[str, Any] = {
+            "experiment": saved.get("experiment"),
+            "tracking_uri": tracking_uri or saved.get("tracking_uri"),
+            "tracking": tracking,
+            "run_id": saved.get("run_id") if tracking else None,
+            "checkpoint_dir": saved.get("checkpoint_dir"),
+            "checkpoint_every": saved.get("checkpoint_every"),
+            "keep_checkpoints": saved.get("keep_checkpoints", 5),
+            "eval_num_envs": saved.get("eval_num_envs"),
+            "eval_num_steps": saved.get("eval_num_steps"),
+            "metadata": saved.get("metadata"),
+        }
+        options.update(kwargs)
+        trainer = cls(algo, **options)
+        trainer._resume_state = {"run": saved.get("run"), "stop_conditions": saved.get("stop_conditions")}
+        trainer.last_checkpoint = file.absolute()
+        trainer._last_checkpoint_step = int(algo.env_steps)
+        return trainer
+
+    @property
+    def run_args(self) -> dict[str, Any] | None:
+        """``env_config``, ``eval_env_config`` and ``steps_per_eval`` of the latest :meth:`run`
+        (for a resumed trainer before its first run: those stored in the checkpoint)."""
+        if self._run_args is not None:
+            return dict(self._run_args)
+        if self._resume_state is not None and self._resume_state.get("run") is not None:
+            return dict(self._resume_state["run"])
+        return None
+
+    # ----------------------------------------------------------------- life cycle
+    def close(self, status: str = "FINISHED") -> None:
+        """End the MLflow run with ``status`` (``FINISHED``, ``FAILED`` or ``KILLED``) and close
+        the dedicated eval env. Idempotent; the training envs (owned by ``algo``) stay open."""
+        if self.closed:
+            return
+        self.closed = True
+        atexit.unregister(self._atexit)
+        try:
+            if self._worker is not None:
+                try:
+                    self._worker.flush()
+                except RuntimeError as exc:
+                    warnings.warn(str(exc), TrackingWarning, stacklevel=2)
+                finally:
+                    self._worker.stop()
+            self.tracker.end(status)
+        finally:
+            if self._eval_env is not None:
+                with contextlib.suppress(Exception):
+                    self._eval_env.close()
+                self._eval_env = None
+
+    def __enter__(self) -> Trainer:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc_type is None:
+            self.close("FINISHED")
+        elif issubclass(exc_type, (KeyboardInterrupt, SystemExit)):
+            self.close("KILLED")
+        else:
+            self.close("FAILED")
+        return False
+
+    def __repr__(self) -> str:
+        return (
+            f"Trainer(algo={self.algo!r}, experiment={self.experiment!r}, run_id={self.run_id!r}, "
+            f"checkpoint_dir={str(self.checkpoint_dir)!r})"
+        )

@@ -1,0 +1,223 @@
+"""The rl8 command: train from YAML and flags, config errors, resume, eval, --version."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from mlflow.tracking import MlflowClient
+
+import rl8
+from rl8.cli import main
+
+TINY_SET = ["--set", "num_envs=16", "--set", "horizon=8", "--set", "sgd_minibatch_size=64",
+            "--set", "num_sgd_iters=1", "--set", "seed=0"]  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def template_db(tmp_path_factory):
+    """A migrated, empty MLflow SQLite store, made once per session (migrations take seconds)."""
+    path = tmp_path_factory.getbasetemp() / "rl8-mlflow-template.db"
+    if not path.exists():
+        MlflowClient(f"sqlite:///{path}").search_experiments(max_results=1)
+    return path
+
+
+@pytest.fixture(autouse=True)
+def migrated_store(mlflow_uri, tmp_path, template_db):
+    shutil.copy(template_db, tmp_path / "mlflow.db")
+    return mlflow_uri
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def write(tmp_path, text, name="config.yaml"):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return str(path)
+
+
+def summary(out: str) -> dict[str, str]:
+    fields = dict(re.findall(r"^(run id|checkpoint|mlflow ui|resume):\s+(.*)$", out, re.M))
+    return fields
+
+
+def all_runs(uri):
+    client = MlflowClient(uri)
+    return client.search_runs([e.experiment_id for e in client.search_experiments()])
+
+
+# --------------------------------------------------------------------------------------------
+# train
+
+
+def test_train_from_a_yaml_config(tmp_path, capsys, mlflow_uri):
+    config = write(tmp_path, """
+        env: rl8.envs.CartPole
+        hparams:
+          num_envs: 16
+          horizon: 8
+          sgd_minibatch_size: 64
+          num_sgd_iters: 1
+          seed: 0
+          lr: 3e-4                # PyYAML reads this as a string: rl8 makes it a number
+          model_config: {hiddens: [16, 16]}
+        env_config: {max_episode_steps: 20}
+        stop_conditions:
+          - hits_upper_bound: {key: algorithm/steps, bound: 3}
+        max_steps: 1e6
+        eval_num_envs: 2
+        steps_per_eval: 2
+        experiment: yaml-exp
+        run_name: yaml-run
+        checkpoint_every: 1
+    """)
+    assert main(["train", config, "--quiet"]) == 0
+    out = capsys.readouterr().out
+    fields = summary(out)
+    run = MlflowClient(mlflow_uri).get_run(fields["run id"])
+    assert run.info.status == "FINISHED" and run.info.run_name == "yaml-run"
+    assert run.data.params["hparams/lr"] == "0.0003"
+    assert run.data.params["hparams/model_config/hiddens"] == "[16, 16]"
+    assert run.data.metrics["algorithm/steps"] == 3
+    assert "eval/episodes/return_mean" in run.data.metrics
+    assert fields["checkpoint"].endswith(f"checkpoint-{3 * 128:012d}.pt")
+    assert fields["mlflow ui"] == "mlflow ui"  # sqlite store in the current folder
+    assert (tmp_path / "checkpoints" / fields["run id"]).is_dir()
+
+
+def test_train_with_flags(tmp_path, capsys, mlflow_uri):
+    argv = ["train", "--env", "rl8.envs.CartPole", *TINY_SET, "--set", "lr=3e-4",
+            "--set", "model_config.hiddens=[8]", "--max-steps", "256", "--experiment", "flags",
+            "--tracking-uri", mlflow_uri, "--checkpoint-dir", str(tmp_path / "ck")]  # fmt: skip
+    assert main(argv) == 0
+    fields = summary(capsys.readouterr().out)
+    client = MlflowClient(mlflow_uri)
+    run = client.get_run(fields["run id"])
+    assert client.get_experiment(run.info.experiment_id).name == "flags"
+    assert run.data.params["hparams/lr"] == "0.0003"
+    assert run.data.params["hparams/horizon"] == "8"
+    assert run.data.metrics["env/steps"] == 256
+    assert fields["checkpoint"] == str(tmp_path / "ck" / f"checkpoint-{256:012d}.pt")
+    assert fields["mlflow ui"] == f"mlflow ui --backend-store-uri {mlflow_uri}" or fields["mlflow ui"] == "mlflow ui"
+
+
+@pytest.mark.parametrize(
+    "text, argv, message",
+    [
+        ("env: rl8.envs.CartPole\nhparam: {}\n", [], "unknown key 'hparam'; did you mean 'hparams'"),
+        ("env: rl8.envs.CartPole\nhparams: {lr_schedul: null}\n", [], "unknown hyper-parameter 'lr_schedul'; did you mean 'lr_schedule'"),
+        ("env: rl8.envs.CartPole\n", ["--set", "hoizon=8"], "unknown hyper-parameter 'hoizon'; did you mean 'horizon'"),
+        ("env: rl8.envs.CartPole\n", ["--set", "horizon"], "expected KEY=VALUE"),
+        ("env: rl8.envs.CartPole\n", ["--set", "horizon=0"], "horizon: expected an int >= 1, got 0"),
+        ("env: rl8.envs.CartPole\nstop_conditions: [{hits_uper_bound: {key: env/steps, bound: 1}}]\n", [],
+         "unknown condition 'hits_uper_bound'. Did you mean 'hits_upper_bound'"),
+        ("env: [unclosed\n", [], "invalid YAML"),
+        ("- a list\n", [], "expected a mapping"),
+        ("hparams: {horizon: 8}\n", [], "no env"),
+        ("env: rl8.envs.NoSuchEnv\n", [], "cannot build PPO for env 'rl8.envs.NoSuchEnv'"),
+        ("env: rl8.envs.CartPole\nhparams: {horizons_per_env_reset: 2}\nsteps_per_eval: 3\n", [],
+         "steps_per_eval=3 must be a multiple of horizons_per_env_reset=2"),
+        ("env: rl8.envs.CartPole\nsteps_per_eval: 1\neval_env_config: {gravity: 20}\n", [],
+         "eval_env_config cannot be applied"),
+        ("env: rl8.envs.CartPole\nmax_steps: lots\n", [], "max_steps must be an int >= 1"),
+    ],
+)  # fmt: skip
+def test_config_errors_are_one_line_and_exit_2(tmp_path, capsys, mlflow_uri, text, argv, message):
+    config = write(tmp_path, text)
+    assert main(["train", config, *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert err.startswith("rl8: error: ") and err.count("\n") == 1 and "Traceback" not in err
+    assert all_runs(mlflow_uri) == []  # nothing was started
+
+
+def test_unknown_stat_in_a_stop_condition_exits_2(tmp_path, capsys):
+    argv = ["train", "--env", "rl8.envs.CartPole", *TINY_SET, "--quiet"]
+    config = write(tmp_path, "stop_conditions: [{hits_upper_bound: {key: episodes/retrun_mean, bound: 1}}]\n")
+    assert main([*argv[:1], config, *argv[1:]]) == 2
+    err = capsys.readouterr().err
+    assert "episodes/return_mean" in err and "Traceback" not in err
+
+
+def test_resume_continues_the_run(tmp_path, capsys, mlflow_uri):
+    argv = ["train", "--env", "rl8.envs.CartPole", *TINY_SET, "--max-steps", "256", "--quiet"]
+    assert main(argv) == 0
+    first = summary(capsys.readouterr().out)
+
+    # same hyper-parameters: fine; a changed one: refused, naming it
+    assert main(["train", "--resume", first["checkpoint"], "--set", "lr=0.5"]) == 2
+    assert "lr (checkpoint: 0.001, given: 0.5)" in capsys.readouterr().err
+
+    assert main(["train", "--resume", first["checkpoint"], "--max-steps", "512", "--quiet"]) == 0
+    second = summary(capsys.readouterr().out)
+    assert second["run id"] == first["run id"]
+    assert second["checkpoint"].endswith(f"{512:012d}.pt")
+
+    # by run id, one more step
+    assert main(["train", "--resume", first["run id"], "--max-steps", "640", "--quiet"]) == 0
+    third = summary(capsys.readouterr().out)
+    assert third["run id"] == first["run id"]
+    history = MlflowClient(mlflow_uri).get_metric_history(first["run id"], "env/steps")
+    steps = sorted(m.step for m in history)
+    assert steps == [128, 256, 384, 512, 640]
+    assert MlflowClient(mlflow_uri).get_run(first["run id"]).info.status == "FINISHED"
+
+
+def test_resume_missing_checkpoint_exits_1(tmp_path, capsys):
+    assert main(["train", "--resume", str(tmp_path / "nope.pt")]) == 1
+    assert "no checkpoint" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------------------------
+# eval and --version
+
+
+def test_eval_prints_episode_returns(tmp_path, capsys):
+    argv = ["train", "--env", "rl8.envs.CartPole", *TINY_SET, "--max-steps", "128", "--quiet"]
+    assert main(argv) == 0
+    fields = summary(capsys.readouterr().out)
+    for ref in (fields["checkpoint"], fields["run id"]):
+        assert main(["eval", ref, "--episodes", "3", "--env-config", "max_episode_steps=10"]) == 0
+        out = capsys.readouterr().out
+        episodes = re.findall(r"^episode \d+: return ([\d.]+), length (\d+)", out, re.M)
+        assert len(episodes) == 3
+        assert all(int(length) <= 10 and float(ret) == int(length) for ret, length in episodes)
+        mean = sum(float(r) for r, _ in episodes) / 3
+        assert re.search(rf"mean return over 3 episodes: {mean:.6g}", out)
+
+
+def test_eval_of_an_env_without_episodes(tmp_path, capsys):
+    argv = ["train", "--env", "rl8.envs.DiscreteDummyEnv", *TINY_SET, "--max-steps", "128", "--quiet"]
+    assert main(argv) == 0
+    fields = summary(capsys.readouterr().out)
+    assert main(["eval", fields["checkpoint"], "--num-envs", "2", "--max-steps", "5", "--stochastic"]) == 0
+    out = capsys.readouterr().out
+    assert "does not end episodes: returns over 5 steps" in out and "env 1: return" in out
+
+
+def test_eval_missing_policy_exits_1(tmp_path, capsys):
+    assert main(["eval", str(tmp_path / "nope.pt")]) == 1
+    assert "no policy" in capsys.readouterr().err
+
+
+def test_version_and_python_dash_m(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out.strip() == f"rl8 {rl8.__version__}"
+    done = subprocess.run([sys.executable, "-m", "rl8", "--version"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == f"rl8 {rl8.__version__}"
+    done = subprocess.run([sys.executable, "-m", "rl8"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "train" in done.stderr

@@ -1,0 +1,130 @@
+"""Policy files: save_policy / load_policy from a file, a checkpoint, a folder and an MLflow run."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+from mlflow.tracking import MlflowClient
+from torch import nn
+
+from rl8 import PPO, Policy, Trainer, load_policy, save_policy
+from rl8.checkpoint import CheckpointError, save_checkpoint
+from rl8.envs import CartPole, ContinuousDummyEnv
+from rl8.export import policy_to_dict, read_policy, space_from_dict, space_to_dict
+
+SMALL = dict(num_envs=16, horizon=8, sgd_minibatch_size=64, num_sgd_iters=1, seed=0)
+
+
+@pytest.fixture(scope="session")
+def template_db(tmp_path_factory):
+    """A migrated, empty MLflow SQLite store, made once per session (migrations take seconds)."""
+    path = tmp_path_factory.getbasetemp() / "rl8-mlflow-template.db"
+    if not path.exists():
+        MlflowClient(f"sqlite:///{path}").search_experiments(max_results=1)
+    return path
+
+
+@pytest.fixture(autouse=True)
+def migrated_store(mlflow_uri, tmp_path, template_db):
+    shutil.copy(template_db, tmp_path / "mlflow.db")
+    return mlflow_uri
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def same_actions(a: Policy, b: Policy, obs: torch.Tensor) -> bool:
+    return torch.equal(a(obs), b(obs))
+
+
+@pytest.mark.parametrize(
+    "space",
+    [
+        spaces.Box(-np.inf, np.inf, (4,), np.float32),
+        spaces.Box(np.array([-1.0, 0.0]), np.array([1.0, 2.0]), (2,), np.float64),
+        spaces.Box(0, 255, (3, 2, 2), np.uint8),
+        spaces.Discrete(5, start=1),
+        spaces.MultiDiscrete([3, 4]),
+        spaces.MultiBinary(3),
+        spaces.Dict({"pos": spaces.Box(-1, 1, (2,), np.float32), "mode": spaces.Discrete(2)}),
+    ],
+)
+def test_spaces_round_trip_through_plain_data(space):
+    plain = space_to_dict(space)
+    assert space_from_dict(plain) == space
+    if isinstance(space, spaces.Dict):
+        assert list(space_from_dict(plain).spaces) == list(space.spaces)  # order kept
+
+
+@pytest.mark.parametrize(
+    "env, kwargs",
+    [
+        (CartPole, dict(normalize_observations=True)),
+        (ContinuousDummyEnv, dict(model_config={"hiddens": [16], "activation": nn.ReLU})),
+    ],
+)
+def test_save_and_load_a_policy_file(tmp_path, env, kwargs):
+    algo = PPO(env, **SMALL, **kwargs)
+    algo.collect(), algo.step()  # non-trivial weights and normaliser statistics
+    path = save_policy(algo.policy, tmp_path / "sub" / "policy.pt")
+    raw = torch.load(path, weights_only=True)  # plain data only: nothing is unpickled as code
+    assert raw["format"] == "rl8-policy" and raw["version"] == 1
+    policy = load_policy(path)
+    assert isinstance(policy, Policy) and not policy.training
+    assert policy.device == torch.device("cpu")
+    obs = torch.randn(32, *env.observation_space.shape)
+    assert same_actions(policy, algo.policy, obs)
+    assert policy.model_config == algo.policy.model_config
+    if kwargs.get("normalize_observations"):
+        assert policy.obs_normalizer is not None
+
+
+def test_load_policy_from_checkpoint_folder_and_run_id(tmp_path, mlflow_uri):
+    trainer = Trainer(PPO(CartPole, **SMALL), checkpoint_dir=tmp_path / "ck", progress=False)
+    trainer.step()
+    first = trainer.save_checkpoint()
+    trainer.step()
+    latest = trainer.save_checkpoint()
+    trainer.close()
+    obs = torch.randn(32, 4)
+    reference = trainer.algo.policy
+
+    from_file = load_policy(latest)
+    from_folder = load_policy(tmp_path / "ck")  # the latest checkpoint
+    from_run = load_policy(trainer.run_id)  # the run's policy/policy.pt artifact
+    from_uri = load_policy(f"runs:/{trainer.run_id}/policy/policy.pt", tracking_uri=mlflow_uri)
+    for policy in (from_file, from_folder, from_run, from_uri):
+        assert same_actions(policy, reference, obs)
+    assert isinstance(load_policy(first), Policy)  # an older checkpoint of the run loads too
+    assert read_policy(trainer.run_id)["env"]["spec"] == "rl8.envs.cartpole.CartPole"
+
+
+def test_load_policy_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no policy"):
+        load_policy(tmp_path / "missing.pt")
+    with pytest.raises(FileNotFoundError, match="cannot download"):
+        load_policy("0" * 32)  # looks like a run id, but no such run
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="neither"):
+        load_policy(tmp_path / "empty")
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(b"not a torch file")
+    with pytest.raises(CheckpointError, match="corrupt or truncated"):
+        load_policy(bad)
+    other = save_checkpoint({"weights": torch.zeros(1)}, tmp_path / "other.pt")
+    with pytest.raises(CheckpointError, match="holds no policy"):
+        load_policy(other)
+    plain = policy_to_dict(PPO(CartPole, **SMALL).policy)
+    plain["model_cls"] = "no_such_module.Model"
+    save_checkpoint(plain, tmp_path / "unimportable.pt")
+    with pytest.raises(ImportError, match="no_such_module.Model"):
+        load_policy(tmp_path / "unimportable.pt")

@@ -1,0 +1,541 @@
+"""Trainer: counters and stats, MLflow logging, eval rules, run(), progress, checkpoints, resume."""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import pickle
+import shutil
+import signal
+import socket
+import sys
+import time
+
+import pytest
+import torch
+from mlflow.tracking import MlflowClient
+
+from rl8 import PPO, Trainer, TrainStats
+from rl8.checkpoint import CheckpointError, save_checkpoint
+from rl8.conditions import (
+    HitsLowerBound,
+    HitsUpperBound,
+    MissingStatError,
+    Plateaus,
+    StopsDecreasing,
+    StopsIncreasing,
+    TimeLimit,
+)
+from rl8.envs import CartPole, DiscreteDummyEnv
+from rl8.tracking import TrackingError
+
+SMALL = dict(num_envs=16, horizon=8, sgd_minibatch_size=64, num_sgd_iters=1, seed=0)
+STEP = 16 * 8  # env steps per training step
+
+
+@pytest.fixture(scope="session")
+def template_db(tmp_path_factory):
+    """A migrated, empty MLflow SQLite store, made once per session (migrations take seconds)."""
+    path = tmp_path_factory.getbasetemp() / "rl8-mlflow-template.db"
+    if not path.exists():
+        MlflowClient(f"sqlite:///{path}").search_experiments(max_results=1)
+    return path
+
+
+@pytest.fixture(autouse=True)
+def migrated_store(mlflow_uri, tmp_path, template_db):
+    shutil.copy(template_db, tmp_path / "mlflow.db")
+    return mlflow_uri
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """Tiny models: one intra-op thread is faster and steadier on a shared 2-core machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def make_algo(env=CartPole, **hparams):
+    return PPO(env, **{**SMALL, **hparams})
+
+
+def make_trainer(algo=None, **kwargs):
+    return Trainer(algo if algo is not None else make_algo(), progress=False, **kwargs)
+
+
+def history(uri, run_id, key):
+    return [(m.step, m.value) for m in sorted(MlflowClient(uri).get_metric_history(run_id, key), key=lambda m: m.step)]
+
+
+def spy_log_batch(monkeypatch):
+    calls = []
+    real = MlflowClient.log_batch
+
+    def spy(self, run_id, metrics=(), params=(), tags=(), *args, **kwargs):
+        calls.append({"metrics": list(metrics), "params": list(params)})
+        return real(self, run_id, metrics, params, tags, *args, **kwargs)
+
+    monkeypatch.setattr(MlflowClient, "log_batch", spy)
+    return calls
+
+
+# --------------------------------------------------------------------------------------------
+# step(): counters, stats, logging
+
+DESIGN_KEYS = {
+    "env/steps", "env/resets", "algorithm/collects", "algorithm/steps",
+    "returns/min", "returns/max", "returns/mean", "returns/std",
+    "rewards/min", "rewards/max", "rewards/mean", "rewards/std",
+    "episodes/return_mean", "episodes/length_mean", "episodes/count",
+    "losses/policy", "losses/vf", "losses/entropy", "losses/total",
+    "monitors/kl_div", "monitors/clip_fraction", "monitors/explained_variance", "monitors/grad_norm",
+    "coefficients/entropy", "coefficients/vf", "coefficients/lr",
+    "profiling/collect_ms", "profiling/step_ms", "throughput/env_steps_per_s",
+}  # fmt: skip
+
+
+def test_step_counters_and_stat_names():
+    trainer = make_trainer()
+    try:
+        first = trainer.step()
+        stats = trainer.step()
+        assert isinstance(stats, TrainStats) and isinstance(stats, dict)
+        assert DESIGN_KEYS <= set(stats)
+        assert any(k.startswith("memory/") for k in stats)
+        assert stats["memory/rss_mb"] > 0
+        assert first["env/steps"] == STEP and stats["env/steps"] == 2 * STEP
+        assert stats["algorithm/collects"] == stats["algorithm/steps"] == 2
+        assert stats["env/resets"] == 1
+        assert stats["profiling/collect_ms"] > 0 and stats["profiling/step_ms"] > 0
+        ms = stats["profiling/collect_ms"] + stats["profiling/step_ms"]
+        assert stats["throughput/env_steps_per_s"] == pytest.approx(STEP / ms * 1000, rel=1e-6)
+        assert all(isinstance(v, (int, float)) for v in stats.values())
+    finally:
+        trainer.close()
+
+
+@pytest.mark.parametrize("async_logging", [True, False])
+def test_all_stats_of_a_step_in_one_request_at_env_steps(monkeypatch, mlflow_uri, async_logging):
+    trainer = make_trainer(async_logging=async_logging)
+    calls = spy_log_batch(monkeypatch)
+    try:
+        stats = [trainer.step() for _ in range(3)]
+        trainer.flush()
+    finally:
+        trainer.close()
+    metric_calls = [c for c in calls if c["metrics"]]
+    # never one request per metric: a step's stats travel together (several steps may share a
+    # request when the Tracker can batch them; without async logging, one request per step)
+    assert 1 <= len(metric_calls) <= 3
+    if not async_logging:
+        assert len(metric_calls) == 3
+    by_step: dict[int, set[str]] = {}
+    for call in metric_calls:
+        for m in call["metrics"]:
+            by_step.setdefault(m.step, set()).add(m.key)
+    assert sorted(by_step) == [s["env/steps"] for s in stats]
+    for s in stats:  # every stat of the step, at step = env/steps; NaN values are left out
+        assert by_step[s["env/steps"]] == {k for k, v in s.items() if not math.isnan(v)}
+    assert [step for step, _ in history(mlflow_uri, trainer.run_id, "losses/total")] == [STEP, 2 * STEP, 3 * STEP]
+
+
+class _BatchingTracker:
+    def __init__(self):
+        self.calls = []
+
+    def log_metrics(self, metrics, step):
+        self.calls.append([(metrics, step)])
+
+    def log_metrics_many(self, items):
+        self.calls.append(list(items))
+
+
+def test_log_worker_sends_held_steps_together_in_order():
+    from rl8.trainer import _LogWorker
+
+    tracker = _BatchingTracker()
+    worker = _LogWorker(tracker, max_delay_s=60.0, max_steps=3)
+    for step in range(5):
+        worker.submit({"x": float(step)}, step)
+    worker.flush()  # sends what is held
+    worker.stop()
+    assert [[s for _, s in call] for call in tracker.calls] == [[0, 1, 2], [3, 4]]
+
+
+def test_run_params_and_default_experiment(mlflow_uri):
+    trainer = make_trainer(run_name="params")
+    trainer.close()
+    client = MlflowClient(mlflow_uri)
+    run = client.get_run(trainer.run_id)
+    assert client.get_experiment(run.info.experiment_id).name == "CartPole"
+    assert run.info.run_name == "params" and run.info.status == "FINISHED"
+    params = run.data.params
+    assert params["hparams/horizon"] == "8"
+    assert params["hparams/optimizer_kwargs/eps"] == "1e-05"
+    assert params["env"] == "rl8.envs.cartpole.CartPole"
+    assert params["model/class"] == "rl8.models.MLPModel"
+    assert params["distribution/class"] == "rl8.distributions.Categorical"
+    assert params["optimizer/class"] == "torch.optim.adam.Adam"
+    assert params["optimizer/kwargs/lr"] == "0.001"
+    assert params["seed"] == "0" and params["device"] == "cpu"
+    assert params["versions/torch"] == str(torch.__version__)
+    assert params["versions/rl8"]
+
+
+def test_unreachable_tracking_server_fails_before_training():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    algo = make_algo()
+    t0 = time.monotonic()
+    with pytest.raises(TrackingError, match=f"127.0.0.1:{port}"):
+        Trainer(algo, tracking_uri=f"http://127.0.0.1:{port}", progress=False)
+    assert time.monotonic() - t0 < 20
+    assert algo.collects == 0 and algo.steps == 0
+
+
+def test_tracking_disabled(tmp_path):
+    trainer = make_trainer(tracking=False, checkpoint_dir=tmp_path / "ck")
+    stats = trainer.step()
+    path = trainer.save_checkpoint()
+    trainer.close()
+    assert trainer.run_id is None and stats["env/steps"] == STEP and path.is_file()
+    assert not MlflowClient().search_runs(
+        [e.experiment_id for e in MlflowClient().search_experiments()]
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# eval on the training envs: the horizon-aware rules
+
+
+def test_eval_on_training_envs_that_never_reset():
+    trainer = make_trainer()  # horizons_per_env_reset = -1
+    try:
+        stats = trainer.eval()  # before the first step: allowed
+        assert {"eval/returns/mean", "eval/episodes/count", "profiling/eval_ms"} <= set(stats)
+        assert all(k.startswith("eval/") or k.startswith("profiling/") for k in stats)
+        trainer.step()
+        with pytest.raises(RuntimeError, match="horizons_per_env_reset=-1.*eval_num_envs"):
+            trainer.eval()
+        with pytest.raises(ValueError, match="env_config"):
+            trainer.eval(env_config={"gravity": 20.0})
+    finally:
+        trainer.close()
+
+
+def test_eval_on_training_envs_only_at_reset_boundaries(mlflow_uri):
+    trainer = make_trainer(make_algo(horizons_per_env_reset=2))
+    try:
+        trainer.step()
+        with pytest.raises(RuntimeError, match="every horizons_per_env_reset=2 steps.*next boundary is after 2"):
+            trainer.eval()
+        trainer.step()
+        stats = trainer.eval()
+        # published rl8 rule: an eval on the training envs runs horizons_per_env_reset collects
+        assert stats["eval/returns/max"] <= 2 * 8
+        trainer.flush()
+        assert history(mlflow_uri, trainer.run_id, "eval/returns/mean")[0][0] == 2 * STEP
+    finally:
+        trainer.close()
+
+
+@pytest.mark.parametrize(
+    "hparams, kwargs, match",
+    [
+        ({"horizons_per_env_reset": 2}, {"steps_per_eval": 3}, "multiple of horizons_per_env_reset=2"),
+        ({}, {"steps_per_eval": 1}, "reset only once"),
+        ({}, {"steps_per_eval": 1, "eval_env_config": {"gravity": 20.0}}, "eval_env_config cannot be applied"),
+        ({"horizons_per_env_reset": 2}, {"eval_env_config": {"gravity": 20.0}}, "steps_per_eval is None"),
+        ({}, {"steps_per_eval": 0}, "steps_per_eval must be an int"),
+    ],
+)
+def test_run_rejects_eval_plans_before_training(hparams, kwargs, match):
+    trainer = make_trainer(make_algo(**hparams))
+    try:
+        with pytest.raises(ValueError, match=match):
+            trainer.run(stop_conditions=[HitsUpperBound("env/steps", 10 * STEP)], **kwargs)
+        assert trainer.algo.collects == 0  # nothing was trained
+        assert not trainer.closed  # still usable
+    finally:
+        trainer.close()
+
+
+def test_run_evaluates_every_steps_per_eval_and_eval_does_not_change_training(mlflow_uri):
+    # PPO samples from torch's global RNG: build and run one trainer after the other
+    stop = lambda: [HitsUpperBound("env/steps", 4 * STEP)]  # noqa: E731
+    losses = {}
+    for name, kwargs in (
+        ("plain", {}),
+        ("eval", {"steps_per_eval": 2, "eval_env_config": {"gravity": 30.0}}),
+    ):
+        trainer = evaluated = make_trainer(make_algo(horizons_per_env_reset=2))
+        seen = []
+        orig = trainer._train_step
+
+        def record(env_config, orig=orig, seen=seen):
+            stats = orig(env_config)
+            seen.append(stats["losses/total"])
+            return stats
+
+        trainer._train_step = record
+        last = trainer.run(stop_conditions=stop(), **kwargs)
+        trainer.close()
+        losses[name] = seen
+    assert "eval/returns/mean" in last
+    assert [s for s, _ in history(mlflow_uri, evaluated.run_id, "eval/returns/mean")] == [2 * STEP, 4 * STEP]
+    assert losses["plain"] == losses["eval"]  # exact: eval restores env state and RNG
+    assert evaluated.algo.env.params["gravity"] == 9.8  # the eval config did not leak into training
+
+
+def test_dedicated_eval_env_any_time_whole_episodes():
+    trainer = make_trainer(make_algo(env_config={"max_episode_steps": 12}), eval_num_envs=4)
+    try:
+        trainer.step()
+        a = trainer.eval()  # after a step with horizons_per_env_reset=-1: fine on its own env
+        b = trainer.eval()
+        # default length: the episode limit, so every eval env finishes a whole episode
+        assert a["eval/episodes/count"] >= 4
+        assert a["eval/episodes/length_mean"] <= 12
+        assert {k: v for k, v in a.items() if k.startswith("eval/")} == {
+            k: v for k, v in b.items() if k.startswith("eval/")
+        }  # same start state every time: evaluations differ by the policy only
+        c = trainer.eval(env_config={"max_episode_steps": 5})
+        assert c["eval/episodes/length_mean"] <= 5
+        d = trainer.eval()  # the previous eval's config does not stick to the eval env
+        assert {k: v for k, v in d.items() if k.startswith("eval/")} == {
+            k: v for k, v in a.items() if k.startswith("eval/")
+        }
+    finally:
+        trainer.close()
+
+
+def test_dedicated_eval_env_does_not_disturb_training():
+    kw = dict(env_config={"max_episode_steps": 12})
+    plain = make_trainer(make_algo(**kw))  # one after the other: PPO uses torch's global RNG
+    expected = [plain.step()["losses/total"] for _ in range(2)]
+    plain.close()
+    other = make_trainer(make_algo(**kw), eval_num_envs=3)
+    try:
+        got = []
+        for _ in range(2):
+            other.eval(deterministic=False)  # builds the eval env, samples: RNG untouched
+            got.append(other.step()["losses/total"])
+        assert got == expected
+        assert other.run(
+            steps_per_eval=1, stop_conditions=HitsUpperBound("eval/episodes/count", 1)
+        )["eval/episodes/count"] >= 3
+    finally:
+        other.close()
+
+
+# --------------------------------------------------------------------------------------------
+# run() and stop conditions
+
+
+@pytest.mark.parametrize(
+    "condition, steps",
+    [
+        (HitsUpperBound("env/steps", 5 * STEP), 5),
+        (HitsUpperBound("algorithm/steps", 3), 3),
+        (HitsLowerBound("coefficients/entropy", 0.0), 1),
+        (Plateaus("coefficients/lr", patience=2, rtol=0.0), 3),
+        (StopsIncreasing("coefficients/lr", patience=1), 2),
+        (StopsDecreasing("coefficients/vf", patience=2), 3),
+        (TimeLimit(1e-6), 1),
+    ],
+)
+def test_run_stops_when_a_condition_holds(condition, steps, mlflow_uri):
+    trainer = make_trainer()
+    stats = trainer.run(stop_conditions=[condition, HitsUpperBound("env/steps", 20 * STEP)])
+    trainer.close()
+    assert trainer.algo.steps == steps and stats["algorithm/steps"] == steps
+    assert trainer.last_checkpoint is not None and trainer.last_checkpoint.name.endswith(f"{steps * STEP:012d}.pt")
+
+
+def test_run_stops_on_an_eval_stat():
+    trainer = make_trainer(make_algo(horizons_per_env_reset=2))
+    stats = trainer.run(steps_per_eval=2, stop_conditions=HitsUpperBound("eval/returns/mean", -1e9))
+    trainer.close()
+    assert stats["algorithm/steps"] == 2  # step 1 has no eval stats: not a stop
+
+
+def test_unknown_stat_key_surfaces_and_fails_the_run(mlflow_uri):
+    trainer = make_trainer()
+    with pytest.raises(MissingStatError, match="episodes/return_mean"):
+        trainer.run(stop_conditions=[HitsUpperBound("episodes/retrun_mean", 1)])
+    assert trainer.closed and trainer.algo.steps == 1
+    assert MlflowClient(mlflow_uri).get_run(trainer.run_id).info.status == "FAILED"
+
+
+def test_run_restores_signal_handlers():
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)}
+    trainer = make_trainer()
+    trainer.run(stop_conditions=HitsUpperBound("algorithm/steps", 1))
+    trainer.close()
+    assert {s: signal.getsignal(s) for s in before} == before
+
+
+class _Tty(io.StringIO):
+    def isatty(self):
+        return True
+
+
+@pytest.mark.parametrize("progress, tty, shown", [(None, True, True), (None, False, False), (False, True, False)])
+def test_progress_line(monkeypatch, progress, tty, shown):
+    stream = _Tty() if tty else io.StringIO()
+    monkeypatch.setattr(sys, "stderr", stream)
+    trainer = Trainer(make_algo(), progress=progress)
+    trainer.run(stop_conditions=[HitsUpperBound("env/steps", 3 * STEP)])
+    trainer.close()
+    text = stream.getvalue()
+    if not shown:
+        assert text == ""
+        return
+    assert text.startswith("\r") and text.endswith("\n")
+    last = text.rstrip("\n").split("\r")[-1]
+    assert "384 env steps" in last and "steps/s" in last and "return" in last
+    assert "100%" in last and "ETA 0s" in last
+
+
+# --------------------------------------------------------------------------------------------
+# checkpoints
+
+
+def test_checkpoints_keep_last_n_and_log_the_policy(tmp_path, mlflow_uri):
+    trainer = make_trainer(checkpoint_dir=tmp_path / "ck", checkpoint_every=1, keep_checkpoints=2)
+    trainer.run(stop_conditions=HitsUpperBound("algorithm/steps", 4))
+    trainer.close()
+    files = sorted(p.name for p in (tmp_path / "ck").iterdir())
+    assert files == [f"checkpoint-{3 * STEP:012d}.pt", f"checkpoint-{4 * STEP:012d}.pt"]  # no .tmp left
+    client = MlflowClient(mlflow_uri)
+    artifacts = {f.path for d in ("policy", "rl8") for f in client.list_artifacts(trainer.run_id, d)}
+    assert artifacts == {"policy/policy.pt", "rl8/checkpoint.json"}
+    assert trainer.last_checkpoint == (tmp_path / "ck" / files[-1]).absolute()
+    state = torch.load(trainer.last_checkpoint, weights_only=True)  # plain data only
+    assert state["trainer"]["run_id"] == trainer.run_id
+    assert state["algo"]["counters"]["env_steps"] == 4 * STEP
+    assert state["env"]["spec"] == "rl8.envs.cartpole.CartPole"
+
+
+def test_default_checkpoint_dir_is_named_after_the_run(tmp_path):
+    trainer = make_trainer()
+    trainer.step()
+    path = trainer.save_checkpoint()
+    trainer.close()
+    assert path.parent == (tmp_path / "checkpoints" / trainer.run_id)
+
+
+class _Evil:
+    def __reduce__(self):
+        return (os.system, ("echo pwned",))
+
+
+@pytest.mark.parametrize("kind", ["truncated", "garbage", "foreign", "not-a-trainer", "unsafe"])
+def test_bad_checkpoint_files_are_clear_errors(tmp_path, kind):
+    path = tmp_path / "bad.pt"
+    if kind in ("truncated", "garbage"):
+        trainer = make_trainer(tracking=False)
+        good = trainer.save_checkpoint(tmp_path / "good.pt")
+        trainer.close()
+        data = good.read_bytes()
+        path.write_bytes(data[: len(data) // 2] if kind == "truncated" else b"\x00junk" * 100)
+        match = "corrupt or truncated"
+    elif kind == "foreign":
+        torch.save({"weights": torch.zeros(2)}, path)
+        match = "not an rl8 checkpoint"
+    elif kind == "not-a-trainer":
+        save_checkpoint({"weights": torch.zeros(2)}, path)
+        match = "not a Trainer checkpoint"
+    else:
+        path.write_bytes(pickle.dumps({"x": _Evil()}, protocol=2))
+        match = "corrupt|execute code"
+    with pytest.raises(CheckpointError, match=match):
+        Trainer.from_checkpoint(path)
+
+
+def test_missing_checkpoint_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        Trainer.from_checkpoint(tmp_path / "nope.pt")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        Trainer.from_checkpoint(tmp_path / "empty")
+
+
+# --------------------------------------------------------------------------------------------
+# resume
+
+
+RESUME_CASES = {
+    "cartpole": (CartPole, dict(normalize_observations=True, entropy_coeff=0.01,
+                                lr_schedule=[(0, 1e-3), (2 * STEP, 5e-4)])),
+    "dummy-resets": (DiscreteDummyEnv, dict(horizons_per_env_reset=2, num_sgd_iters=2)),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(RESUME_CASES))
+def test_resume_gives_the_same_losses_in_the_same_run(case, tmp_path, mlflow_uri):
+    env, hparams = RESUME_CASES[case]
+    keys = ("losses/total", "losses/policy", "losses/vf", "monitors/kl_div", "coefficients/lr")
+
+    straight = make_trainer(make_algo(env, **hparams), tracking=False)
+    pick = lambda stats: [stats[k] for k in keys]  # noqa: E731
+    expected = [pick(straight.step()) for _ in range(4)]
+    straight.close()
+
+    first = make_trainer(make_algo(env, **hparams), checkpoint_dir=tmp_path / "ck")
+    got = [pick(first.step()) for _ in range(2)]
+    path = first.save_checkpoint()
+    first.close("KILLED")  # as if the process had died
+    del first
+
+    resumed = Trainer.from_checkpoint(path, progress=False)
+    assert resumed.algo.env_steps == 2 * STEP
+    got += [pick(resumed.step()) for _ in range(2)]
+    run_id = resumed.run_id
+    resumed.close()
+    assert got == expected  # bitwise: same RNG, env, optimizer, normaliser and schedule state
+    assert run_id == MlflowClient(mlflow_uri).search_runs(
+        [MlflowClient(mlflow_uri).get_run(run_id).info.experiment_id]
+    )[0].info.run_id  # one run, continued
+    steps = [s for s, _ in history(mlflow_uri, run_id, "losses/total")]
+    assert steps == [STEP, 2 * STEP, 3 * STEP, 4 * STEP]
+    assert MlflowClient(mlflow_uri).get_run(run_id).info.status == "FINISHED"
+
+
+def test_resume_from_run_id_and_folder_continues_run_and_conditions(tmp_path, mlflow_uri):
+    trainer = make_trainer(checkpoint_dir=tmp_path / "ck")
+    trainer.run(
+        steps_per_eval=None,
+        stop_conditions=[HitsUpperBound("algorithm/steps", 2), Plateaus("losses/total", patience=50, rtol=0.0)],
+    )
+    trainer.close()
+    saved_count = torch.load(trainer.last_checkpoint, weights_only=True)["trainer"]["stop_conditions"][1]["count"]
+
+    by_folder = Trainer.from_checkpoint(tmp_path / "ck", progress=False)
+    assert by_folder.algo.steps == 2 and by_folder.run_id == trainer.run_id
+    by_folder.close()
+
+    resumed = Trainer.from_checkpoint(trainer.run_id, progress=False)
+    plateau = Plateaus("losses/total", patience=50, rtol=0.0)
+    resumed.run(stop_conditions=[HitsUpperBound("algorithm/steps", 4), plateau])
+    resumed.close()
+    assert resumed.algo.steps == 4 and resumed.run_id == trainer.run_id
+    assert plateau.reference is not None and plateau.count >= saved_count
+    steps = [s for s, _ in history(mlflow_uri, trainer.run_id, "env/steps")]
+    assert steps == sorted(set(steps)) == [STEP, 2 * STEP, 3 * STEP, 4 * STEP]
+
+
+def test_trainer_context_manager_statuses(mlflow_uri):
+    with pytest.raises(ZeroDivisionError):
+        with make_trainer() as trainer:
+            1 / 0
+    assert MlflowClient(mlflow_uri).get_run(trainer.run_id).info.status == "FAILED"
+    with make_trainer() as trainer:
+        trainer.step()
+    assert MlflowClient(mlflow_uri).get_run(trainer.run_id).info.status == "FINISHED"
+    with pytest.raises(RuntimeError, match="closed"):
+        trainer.step()
