@@ -318,3 +318,21 @@ def test_normalize_observations_updates_statistics():
 def test_unknown_hparam_is_an_error():
     with pytest.raises(TypeError, match="did you mean horizon"):
         PPO(CartPole, horizn=8)
+
+
+@pytest.mark.parametrize("activation", ["relu", "tanh", "elu"])
+def test_functional_mlp_matches_the_modules(activation):
+    from rl8.models import MLPModel, run_mlp
+
+    model = MLPModel(spaces.Box(-1, 1, (3,)), spaces.Discrete(2), __import__("rl8.distributions").distributions.Categorical,
+                     activation=activation)
+    x = torch.randn(16, 3, requires_grad=True)
+    expected = model.pi(x)
+    got = run_mlp(x, model.pi)
+    torch.testing.assert_close(got, expected)
+    got.sum().backward()
+    grad = x.grad.clone()
+    x.grad = None
+    expected.sum().backward()
+    torch.testing.assert_close(grad, x.grad)
+
