@@ -529,6 +529,9 @@ def _eval_episodes(policy: Any, env: Any, obs: Any, episodes: int, max_steps: in
     done_per_env = [0] * n
     results: list[tuple[int, int, float, int]] = []  # (k-th episode of env, env, return, length)
     steps = 0
+    reset_state = getattr(policy, "reset_state", None)  # recurrent policies keep a state
+    if reset_state is not None:
+        reset_state()
     while sum(min(c, quota) for c in done_per_env) < episodes and steps < max_steps:
         out = env.step(policy(obs, deterministic=deterministic))
         steps += 1
@@ -540,6 +543,8 @@ def _eval_episodes(policy: Any, env: Any, obs: Any, episodes: int, max_steps: in
             if flag is not None:
                 done = flag[:, 0] if done is None else done | flag[:, 0]
         if done is not None:
+            if reset_state is not None:
+                reset_state(done)
             for i in done.nonzero()[:, 0].tolist():
                 if done_per_env[i] < quota:
                     results.append((done_per_env[i], i, float(ep_return[i]), int(ep_length[i])))
@@ -564,6 +569,8 @@ def _eval_steps(policy: Any, env: Any, obs: Any, steps: int, deterministic: bool
     import torch
 
     total = torch.zeros(env.num_envs, dtype=torch.float64)
+    if getattr(policy, "reset_state", None) is not None:
+        policy.reset_state()
     for _ in range(steps):
         out = env.step(policy(obs, deterministic=deterministic))
         total += out["rewards"][:, 0].double().cpu()

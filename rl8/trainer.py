@@ -115,7 +115,7 @@ def _absolute_uri(uri: str) -> str:
         path = uri[len("sqlite:///"):]
         if path and path != ":memory:":
             return "sqlite:///" + str(Path(path).absolute())
-    elif "://" not in uri and ":" not in uri[1:2]:  # a plain folder (file store)
+    elif "://" not in uri and Path(uri).is_dir():  # a plain folder (file store)
         return str(Path(uri).absolute())
     return uri
 
@@ -207,45 +207,51 @@ class _Progress:
         self.interval = 0.25 if self.tty else 10.0
         self._last_write = -math.inf
         self._width = 0
-        self._start: tuple[float, float, float | None] | None = None  # time, env steps, fraction
+        self._start: tuple[float, float] | None = None  # (time, env steps) when run() began
+        self._first: tuple[float, float] | None = None  # (time, fraction) at the first step
         self._latest_return: float | None = None
         self._wrote = False
 
     def update(self, stats: Mapping[str, float], fraction: float | None, *, force: bool = False) -> None:
+        """Record a step's stats; redraw the line if the last draw is old enough (or ``force``).
+
+        Args:
+            stats: The step's stats.
+            fraction: How far along the stop conditions are, in [0, 1], or ``None``.
+            force: Draw now (the final state of a run).
+        """
         if not self.enabled:
             return
         now = time.monotonic()
-        ret = stats.get("episodes/return_mean")
-        if ret is None or _is_nan(ret):
+        if "episodes/return_mean" in stats:  # episodic: keep the last mean when none ended
+            ret = stats["episodes/return_mean"]
+        else:
             ret = stats.get("returns/mean")
         if ret is not None and not _is_nan(ret):
             self._latest_return = float(ret)
         steps = float(stats.get("env/steps", 0.0))
         if self._start is None:
-            # the first step's duration is known from its own profiling stats
-            ms = float(stats.get("profiling/collect_ms", 0.0)) + float(stats.get("profiling/step_ms", 0.0))
-            done = float(stats.get("env/steps", 0.0)) - (
-                float(stats.get("throughput/env_steps_per_s", 0.0)) * ms / 1000.0
-            )
-            self._start = (now - ms / 1000.0, done, None)
+            # the run started one step ago: that step's duration is in its profiling stats
+            seconds = (stats.get("profiling/collect_ms", 0.0) + stats.get("profiling/step_ms", 0.0)) / 1e3
+            rate = stats.get("throughput/env_steps_per_s", 0.0)
+            self._start = (now - seconds, steps - rate * seconds)
+        if fraction is not None and self._first is None:
+            self._first = (now, fraction)
         if not force and now - self._last_write < self.interval:
             return
         self._last_write = now
-        t0, steps0, _ = self._start
-        elapsed = max(now - t0, 1e-9)
-        parts = [f"rl8 {_format_count(steps)} env steps", f"{_format_count((steps - steps0) / elapsed)} steps/s"]
+        t0, steps0 = self._start
+        rate = (steps - steps0) / max(now - t0, 1e-9)
+        parts = [f"rl8 {_format_count(steps)} env steps", f"{_format_count(rate)} steps/s"]
         if self._latest_return is not None:
             parts.append(f"return {self._latest_return:.4g}")
         if fraction is not None:
             parts.append(f"{100 * fraction:.0f}%")
-            f0 = self._start[2]
-            if f0 is None:
-                f0 = 0.0
-                self._start = (t0, steps0, 0.0)
+            t1, f1 = self._first  # type: ignore[misc]
             if fraction >= 1.0:
                 parts.append("ETA 0s")
-            elif fraction > f0:
-                parts.append(f"ETA {_format_duration(elapsed * (1 - fraction) / (fraction - f0))}")
+            elif fraction > f1 and now > t1:  # from the pace since the first step of this run
+                parts.append(f"ETA {_format_duration((now - t1) * (1 - fraction) / (fraction - f1))}")
         line = " | ".join(parts)
         if self.tty:
             pad = max(0, self._width - len(line))

@@ -384,7 +384,9 @@ class _Tty(io.StringIO):
         return True
 
 
-@pytest.mark.parametrize("progress, tty, shown", [(None, True, True), (None, False, False), (False, True, False)])
+@pytest.mark.parametrize(
+    "progress, tty, shown", [(None, True, True), (None, False, False), (False, True, False), (True, False, True)]
+)
 def test_progress_line(monkeypatch, progress, tty, shown):
     stream = _Tty() if tty else io.StringIO()
     monkeypatch.setattr(sys, "stderr", stream)
@@ -395,8 +397,12 @@ def test_progress_line(monkeypatch, progress, tty, shown):
     if not shown:
         assert text == ""
         return
-    assert text.startswith("\r") and text.endswith("\n")
-    last = text.rstrip("\n").split("\r")[-1]
+    if tty:  # one line redrawn in place
+        assert text.startswith("\r") and text.endswith("\n") and text.count("\n") == 1
+        last = text.rstrip("\n").split("\r")[-1]
+    else:  # plain lines for log files
+        assert "\r" not in text
+        last = text.splitlines()[-1]
     assert "384 env steps" in last and "steps/s" in last and "return" in last
     assert "100%" in last and "ETA 0s" in last
 
@@ -527,6 +533,19 @@ def test_resume_from_run_id_and_folder_continues_run_and_conditions(tmp_path, ml
     assert plateau.reference is not None and plateau.count >= saved_count
     steps = [s for s, _ in history(mlflow_uri, trainer.run_id, "env/steps")]
     assert steps == sorted(set(steps)) == [STEP, 2 * STEP, 3 * STEP, 4 * STEP]
+
+
+def test_resume_from_another_folder(tmp_path, monkeypatch):
+    trainer = make_trainer(tracking_uri="sqlite:///mlflow.db", checkpoint_dir="ck")  # relative
+    trainer.step()
+    path = trainer.save_checkpoint()
+    trainer.close()
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    resumed = Trainer.from_checkpoint(path, progress=False)
+    resumed.close()
+    assert resumed.run_id == trainer.run_id
+    assert resumed.checkpoint_dir == tmp_path / "ck"
 
 
 def test_trainer_context_manager_statuses(mlflow_uri):
