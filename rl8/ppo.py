@@ -156,6 +156,10 @@ class PPO:
             device=self.device,
         )
         self.dist.broadcast_module(self.policy)
+        # Action sampling and minibatch shuffling draw from this object's own generator, so
+        # two PPO objects (or user code) in one process never disturb each other's streams.
+        self.generator = torch.Generator(device=self.device)
+        self.generator.manual_seed(self.env_seed)
         torch.manual_seed(self.env_seed)
         optimizer_cls = _resolve(hp.optimizer_cls, "optimizer_cls")
         optimizer_kwargs = dict(hp.optimizer_kwargs)
@@ -278,7 +282,7 @@ class PPO:
                     dist, value, state = policy.step(obs, state, firsts)
                 else:
                     dist, value = policy.distribution(obs)
-                actions = dist.deterministic_sample() if deterministic else dist.sample()
+                actions = dist.deterministic_sample() if deterministic else dist.sample(self.generator)
                 actions_col[t].copy_(actions)
                 logp_col[t].copy_(dist.log_prob(actions))
                 values_col[t].copy_(value)
@@ -479,7 +483,7 @@ class PPO:
         params = [p for p in self.policy.parameters() if p.requires_grad]
         for _ in range(hp.num_sgd_iters):
             if num_minibatches > 1 and hp.shuffle_minibatches:
-                order = torch.randperm(batch, device=self.device)
+                order = torch.randperm(batch, device=self.device, generator=self.generator)
             else:
                 order = None
             if hp.accumulate_grads:
@@ -651,7 +655,7 @@ class PPO:
         with self._autocast():
             for t in range(steps):
                 dist, _, state = policy.step(obs, state, firsts)
-                actions = dist.deterministic_sample() if deterministic else dist.sample()
+                actions = dist.deterministic_sample() if deterministic else dist.sample(self.generator)
                 out = env.step(dist_cls.to_env_action(actions, env.action_space))
                 rewards[:, t] = out["rewards"][:, 0]
                 if dones is not None:
@@ -705,6 +709,7 @@ class PPO:
             "obs": obs if env_state is not None else None,
             "env": env_state,
             "rng": {
+                "generator": self.generator.get_state(),
                 "torch": torch.get_rng_state(),
                 "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
             },
@@ -745,6 +750,7 @@ class PPO:
             self._validated = True
         else:
             self._obs = None
+        self.generator.set_state(state["rng"]["generator"])
         torch.set_rng_state(state["rng"]["torch"])
         if state["rng"]["cuda"] and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state["rng"]["cuda"])

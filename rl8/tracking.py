@@ -29,7 +29,7 @@ import time
 import types
 import warnings
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -534,6 +534,35 @@ class Tracker:
             if not batch:
                 return
             self._pending_metrics.extend(batch)
+            self._trim_queue()
+            if self._due():
+                self._deliver_pending(force=False)
+
+    def log_metrics_many(self, items: Iterable[tuple[Mapping[str, Any], int]]) -> None:
+        """Record the metrics of several steps with one delivery (chunks of 1000 metrics).
+
+        Like :meth:`log_metrics` for each ``(metrics, step)`` pair, but every pair is queued
+        first and the queue is then delivered at once: the Trainer's background logger uses
+        it to send several training steps per request, since a request's fixed cost dominates.
+
+        Args:
+            items: ``(metrics, step)`` pairs, oldest first; see :meth:`log_metrics`.
+        """
+        if not self.enabled:
+            return
+        from mlflow.entities import Metric
+
+        with self._lock:
+            self._check_started()
+            ts = int(time.time() * 1000)
+            added = 0
+            for metrics, step in items:
+                step = int(step)
+                batch = [Metric(str(k), _to_float(k, v), ts, step) for k, v in metrics.items()]
+                self._pending_metrics.extend(batch)
+                added += len(batch)
+            if not added:
+                return
             self._trim_queue()
             if self._due():
                 self._deliver_pending(force=False)

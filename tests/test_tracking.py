@@ -555,3 +555,24 @@ def test_live_server_logs_survives_a_restart_and_redelivers(live_server, tmp_pat
         assert client.get_run(tracker.run_id).info.status == "FINISHED"
     finally:
         tracker.end("FAILED")  # no-op when ended above
+
+
+def test_log_metrics_many_sends_several_steps_in_one_batch(monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    tracker = Tracker(experiment="many")
+    tracker.start()
+    calls = []
+    original = MlflowClient.log_batch
+
+    def spy(self, *args, **kwargs):
+        calls.append(kwargs.get("metrics") or (args[1] if len(args) > 1 else None))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(MlflowClient, "log_batch", spy)
+    tracker.log_metrics_many([({"a": 1.0, "b": 2.0}, 10), ({"a": 3.0, "b": 4.0}, 20)])
+    tracker.flush()
+    assert len(calls) == 1
+    tracker.end()
+    history = MlflowClient(tracker.tracking_uri).get_metric_history(tracker.run_id, "a")
+    assert [(m.step, m.value) for m in history] == [(10, 1.0), (20, 3.0)]

@@ -520,6 +520,11 @@ class GymnasiumEnv(Env):
             )
         return frame
 
+    def state_dict(self) -> None:
+        """``None``: the simulators live in gymnasium (and maybe subprocesses) and cannot be
+        saved, so PPO resets these envs when training resumes from a checkpoint."""
+        return None
+
     def close(self) -> None:
         """Close every gymnasium env and, in async mode, end and reap the worker processes.
 

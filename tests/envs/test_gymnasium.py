@@ -462,3 +462,21 @@ def test_cuda_device(make):
         validate_step_output(out, env)
         assert out.device.type == "cuda"
         assert (out.cpu() == ref).all()
+
+
+def test_resume_from_state_dict_resets_gymnasium_envs():
+    import copy
+
+    from rl8 import PPO
+
+    algo = PPO("CartPole-v1", num_envs=4, horizon=8, sgd_minibatch_size=None, seed=0)
+    algo.collect()
+    algo.step()
+    state = copy.deepcopy(algo.state_dict())
+    assert state["env"] is None and state["obs"] is None
+    resumed = PPO("CartPole-v1", num_envs=4, horizon=8, sgd_minibatch_size=None, seed=0)
+    resumed.load_state_dict(state)
+    stats = resumed.collect()  # resets the envs instead of stepping a stale simulator
+    assert resumed.env_resets == 2 and "returns/mean" in stats
+    algo.env.close()
+    resumed.env.close()
