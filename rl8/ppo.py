@@ -118,7 +118,8 @@ class PPO:
         policy: The :class:`~rl8.Policy` (model + distribution + normaliser).
         optimizer: The torch optimizer.
         buffer: The :class:`~rl8.buffer.RolloutBuffer`.
-        env_steps: Env transitions collected so far (all envs together).
+        env_steps: Env transitions collected so far (all envs together, of every rank in
+            data-parallel training: schedules and ``env/steps`` count the whole job).
         env_resets: Times PPO reset all envs.
         collects: Number of :meth:`collect` calls.
         steps: Number of :meth:`step` (update) calls.
@@ -160,6 +161,8 @@ class PPO:
         # two PPO objects (or user code) in one process never disturb each other's streams.
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(self.env_seed)
+        self.eval_generator = torch.Generator(device=self.device)  # evaluate() samples from it
+        self.eval_generator.manual_seed(derive_seed(self.env_seed, 1))
         torch.manual_seed(self.env_seed)
         optimizer_cls = _resolve(hp.optimizer_cls, "optimizer_cls")
         optimizer_kwargs = dict(hp.optimizer_kwargs)
@@ -311,7 +314,7 @@ class PPO:
             else:
                 values_col[hp.horizon].copy_(policy.value(obs))
         self._obs = obs
-        self.env_steps += hp.num_envs * hp.horizon
+        self.env_steps += hp.num_envs * hp.horizon * self.dist.world_size  # every rank's envs
         self.collects += 1
         n = hp.check_finite_collects
         if n == -1 or self.collects <= n:
@@ -655,7 +658,7 @@ class PPO:
         with self._autocast():
             for t in range(steps):
                 dist, _, state = policy.step(obs, state, firsts)
-                actions = dist.deterministic_sample() if deterministic else dist.sample(self.generator)
+                actions = dist.deterministic_sample() if deterministic else dist.sample(self.eval_generator)
                 out = env.step(dist_cls.to_env_action(actions, env.action_space))
                 rewards[:, t] = out["rewards"][:, 0]
                 if dones is not None:
@@ -710,6 +713,7 @@ class PPO:
             "env": env_state,
             "rng": {
                 "generator": self.generator.get_state(),
+                "eval_generator": self.eval_generator.get_state(),
                 "torch": torch.get_rng_state(),
                 "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
             },
@@ -751,6 +755,7 @@ class PPO:
         else:
             self._obs = None
         self.generator.set_state(state["rng"]["generator"])
+        self.eval_generator.set_state(state["rng"]["eval_generator"])
         torch.set_rng_state(state["rng"]["torch"])
         if state["rng"]["cuda"] and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state["rng"]["cuda"])
