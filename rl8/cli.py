@@ -6,6 +6,7 @@
     rl8 train --env rl8.envs.CartPole --set horizon=64 --set lr=3e-4 --max-steps 200000
     rl8 train --resume checkpoints/<run id>            # or a checkpoint file, or a run id
     rl8 eval <run id or policy/checkpoint path> --episodes 10
+    rl8 record <run id or policy/checkpoint path> -o cartpole.mp4
     python -m rl8 --version
 
 See ``docs/cli.md``. Configuration mistakes (an unknown key, a bad value) print one line on
@@ -296,7 +297,15 @@ def _mlflow_ui_command(uri: str) -> str:
     return f"mlflow ui --backend-store-uri {uri}"
 
 
+def _is_main(trainer: Any) -> bool:
+    """Whether this process prints (rank 0 under torchrun, always otherwise)."""
+    dist = getattr(trainer.algo, "dist", None)
+    return dist is None or bool(dist.is_main)
+
+
 def _summary(trainer: Any, out: Any = None) -> None:
+    if not _is_main(trainer):
+        return
     out = out or sys.stdout
     algo = trainer.algo
     print(f"rl8: {algo.env_steps} env steps, {algo.steps} training steps", file=out)
@@ -311,8 +320,11 @@ def _summary(trainer: Any, out: Any = None) -> None:
 
 
 def _train(args: argparse.Namespace) -> int:
+    from .distributed import init_distributed
     from .trainer import Trainer
 
+    # under torchrun (WORLD_SIZE > 1): join the process group; a no-op otherwise
+    init_distributed()
     file_config = load_config(args.config) if args.config else {}
     cli_config, cli_hparams = _overrides(args)
     given_hparams = _merge_hparams(file_config.get("hparams") or {}, cli_hparams)
@@ -327,6 +339,7 @@ def _train(args: argparse.Namespace) -> int:
     if not env:
         raise ConfigError("no env: name one in the config file (env: rl8.envs.CartPole) or with --env")
     hparams = _build_hparams(given_hparams, "hparams")
+    hparams = _rank_hparams(hparams)
     conditions = _stop_conditions(config)
     run_args = {
         "env_config": _mapping_option(config, "env_config", "config"),
@@ -353,6 +366,14 @@ def _train(args: argparse.Namespace) -> int:
     return _run(trainer, conditions, run_args)
 
 
+def _rank_hparams(hparams: Any) -> Any:
+    """Under torchrun with CUDA, each local rank trains on its own GPU (``cuda:LOCAL_RANK``)."""
+    from .distributed import rank_device
+
+    device = rank_device(hparams.device)
+    return hparams if device == hparams.device else hparams.replace(device=device)
+
+
 def _str(value: Any) -> str | None:
     return None if value is None else str(value)
 
@@ -376,13 +397,12 @@ def _resume(
     given_hparams: Mapping[str, Any],
     progress: bool | None,
 ) -> int:
-    from .checkpoint import load_checkpoint
     from .ppo import _plain_hparams
     from .trainer import Trainer
 
     tracking_uri = _str(cli_config.get("tracking_uri") or file_config.get("tracking_uri"))
-    path = Trainer.resolve_checkpoint(args.resume, tracking_uri=tracking_uri)
-    state = load_checkpoint(path)
+    # under torchrun rank 0 reads the file and hands every rank its own part
+    path, state = Trainer._read_checkpoint(args.resume, tracking_uri=tracking_uri)
     if not isinstance(state.get("algo"), Mapping) or not isinstance(state.get("trainer"), Mapping):
         from .checkpoint import CheckpointError
 
@@ -462,7 +482,7 @@ def _run(trainer: Any, conditions: list[Any], run_args: Mapping[str, Any]) -> in
     from .conditions import MissingStatError
 
     try:
-        if not conditions:
+        if not conditions and _is_main(trainer):
             print("rl8: no stop condition: training runs until interrupted (Ctrl-C checkpoints and "
                   "stops)", file=sys.stderr)
         trainer.run(stop_conditions=conditions, **run_args)
@@ -582,6 +602,57 @@ def _eval_steps(policy: Any, env: Any, obs: Any, steps: int, deterministic: bool
 
 
 # --------------------------------------------------------------------------------------------
+# rl8 record
+
+
+def _record(args: argparse.Namespace) -> int:
+    import gymnasium
+
+    from .export import policy_from_dict, read_policy
+    from .video import make_recording_env, record_video
+
+    info = read_policy(args.policy, tracking_uri=args.tracking_uri)
+    policy = policy_from_dict(info, map_location="cpu")
+    env_info = info.get("env") or {}
+    spec = args.env or env_info.get("spec")
+    if not spec:
+        raise ConfigError("the policy does not name its env; pass --env (e.g. --env rl8.envs.CartPole)")
+    config = dict(env_info.get("env_config") or {})
+    for text in args.env_config or []:
+        path, value = parse_assignment(text, "--env-config")
+        _assign(config, path, value)
+    stored = env_info.get("spec")
+    same_env = not args.env or (stored and _canonical_env(args.env) == _canonical_env(stored))
+    env_kwargs = env_info.get("env_kwargs") if same_env else None  # the stored env's arguments
+    try:
+        env = make_recording_env(spec, env_kwargs=env_kwargs, device="cpu")
+    except (ValueError, TypeError, KeyError, ImportError, gymnasium.error.Error) as exc:
+        raise ConfigError(f"cannot build env {spec!r}: {exc}") from None
+    try:
+        path = record_video(
+            policy, env, args.output, deterministic=not args.stochastic, max_steps=args.max_steps,
+            fps=args.fps, env_config=config or None, seed=args.seed,
+        )
+    except (NotImplementedError, KeyError, ValueError, TypeError) as exc:  # no render, bad config
+        message = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+        raise ConfigError(message) from None
+    finally:
+        env.close()
+    print(path)
+    return 0
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+        if not value > 0 or math.isinf(value):
+            raise ValueError
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
+    return value
+
+
+# --------------------------------------------------------------------------------------------
 # parser and entry point
 
 
@@ -647,6 +718,26 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--seed", type=int, help="seed of the env and of sampling")
     evaluate.add_argument("--tracking-uri", help="MLflow tracking URI, for a run id")
     evaluate.set_defaults(func=_eval)
+
+    record = commands.add_parser(
+        "record", help="record an MP4 video of a saved policy (pip install \"rl8[video]\")",
+        description="Run a policy for one episode and write an MP4 video of it (H.264). The "
+                    "policy comes from a policy file, a checkpoint (file or folder) or an MLflow run.",
+    )
+    record.add_argument("policy", metavar="PATH_OR_RUN_ID")
+    record.add_argument("-o", "--output", default="video.mp4", metavar="FILE",
+                        help="the MP4 file to write (default video.mp4)")
+    record.add_argument("--env", help="env to run in (default: the one the policy was trained on)")
+    record.add_argument("--env-config", action="append", metavar="KEY=VALUE", help="env parameter (repeatable)")
+    record.add_argument("--max-steps", type=_positive_int, metavar="N",
+                        help="env steps at most (default: one episode, at most the env's episode "
+                             "limit, else 1000)")
+    record.add_argument("--stochastic", action="store_true", help="sample actions instead of taking the modes")
+    record.add_argument("--fps", type=_positive_float, metavar="N",
+                        help="frames per second (default: the env's metadata['render_fps'])")
+    record.add_argument("--seed", type=int, help="seed of the env's reset and of sampling")
+    record.add_argument("--tracking-uri", help="MLflow tracking URI, for a run id")
+    record.set_defaults(func=_record)
     return parser
 
 

@@ -42,6 +42,7 @@ import torch
 from .checkpoint import CheckpointError, CheckpointManager, load_checkpoint
 from .checkpoint import save_checkpoint as _write_checkpoint
 from .conditions import Condition
+from .distributed import DistContext, rank_device, to_cpu
 from .export import POLICY_ARTIFACT, policy_to_dict, save_policy
 from .tracking import Tracker, TrackingWarning
 
@@ -184,6 +185,43 @@ def _format_count(x: float) -> str:
         if abs(x) >= scale:
             return f"{x / scale:.2f}{unit}"
     return f"{x:.0f}"
+
+
+#: Entries of ``PPO.state_dict()`` that are the same on every rank: stored once (rank 0's
+#: ``algo``), not in the per-rank entries of a data-parallel checkpoint.
+_SHARED_ALGO_KEYS = ("hparams", "seed", "policy", "optimizer", "grad_scaler", "counters")
+
+
+def _checkpoint_for_rank(state: dict[str, Any], file: Path, rank: int, world_size: int) -> dict[str, Any]:
+    """The checkpoint as rank ``rank`` of ``world_size`` loads it: rank 0's ``algo`` entry
+    updated with this rank's own (envs, RNG...); an error when the world size differs."""
+    info = state.get("distributed")
+    saved = int(info["world_size"]) if isinstance(info, Mapping) else 1
+    if isinstance(state.get("algo"), Mapping) and saved != world_size:
+        raise CheckpointError(
+            f"{file} was written by a run of {saved} rank(s) (data-parallel processes) but "
+            f"this run has {world_size}: every rank resumes its own envs and RNG, so resume "
+            + ("without torchrun" if saved == 1 else f"with {saved} ranks in all, e.g. "
+               f"torchrun --nproc_per_node={saved} -m rl8 train --resume ...")
+        )
+    if not isinstance(info, Mapping):
+        return state
+    out = {k: v for k, v in state.items() if k != "distributed"}
+    out["algo"] = {**state["algo"], **info["ranks"][rank]}
+    return out
+
+
+def _picklable(exc: BaseException | None) -> BaseException | None:
+    """``exc``, or a RuntimeError with its message when it cannot be sent to another rank."""
+    if exc is None:
+        return None
+    import pickle
+
+    try:
+        pickle.loads(pickle.dumps(exc))
+        return exc
+    except Exception:  # noqa: BLE001
+        return RuntimeError(f"on rank 0: {type(exc).__name__}: {exc}")
 
 
 def _is_nan(value: Any) -> bool:
@@ -470,6 +508,10 @@ class Trainer:
             ``False``: send them before :meth:`step` returns.
         metadata: Plain data (dicts, lists, numbers, strings) stored in every checkpoint, e.g.
             the config a run was started from (the ``rl8`` command stores its config here).
+        record_every: :meth:`run` records a video (:meth:`record`) at every this many-th
+            evaluation (``algorithm/steps`` a multiple of ``steps_per_eval * record_every``), to
+            ``checkpoint_dir/videos/eval-<env steps>.mp4``, logged as an MLflow artifact under
+            ``videos/``; ``None``: never. Needs ``pip install "rl8[video]"``.
 
     Attributes:
         algo: The :class:`~rl8.PPO` algorithm.
@@ -496,8 +538,10 @@ class Trainer:
         progress: bool | None = None,
         async_logging: bool = True,
         metadata: Mapping[str, Any] | None = None,
+        record_every: int | None = None,
     ) -> None:
         for name, value in (
+            ("record_every", record_every),
             ("checkpoint_every", checkpoint_every),
             ("keep_checkpoints", keep_checkpoints),
             ("eval_num_envs", eval_num_envs),
@@ -514,6 +558,9 @@ class Trainer:
         self.keep_checkpoints = keep_checkpoints
         self.eval_num_envs = eval_num_envs
         self.eval_num_steps = eval_num_steps
+        self.record_every = record_every
+        self._record_env: Any = None
+        self._record_env_state: Any = None
         self.progress = progress
         self.metadata = dict(metadata or {})
         self.last_checkpoint: Path | None = None
@@ -526,19 +573,36 @@ class Trainer:
         self._resume_state: dict[str, Any] | None = None
         self._checkpoint_requested = False
         self._stop_signal: int | None = None
+        self._agreed_signals: tuple[bool, int | None] = (False, None)
 
+        # data-parallel training: only rank 0 talks to MLflow and writes checkpoints
+        self._dist: DistContext = getattr(algo, "dist", None) or DistContext()
         self.tracker = Tracker(
             experiment=self.experiment,
             run_name=run_name,
             tracking_uri=tracking_uri,
             run_id=run_id,
-            enabled=tracking,
+            enabled=tracking and self._dist.is_main,
         )
-        self.run_id: str | None = self.tracker.start()
+        self.run_id: str | None = None
+        self._worker = None
+        error: BaseException | None = None
+        if self._dist.is_main:
+            try:
+                self.run_id = self.tracker.start()
+                if checkpoint_dir is None:
+                    name = self.run_id or time.strftime("%Y%m%d-%H%M%S")
+                    checkpoint_dir = Path("checkpoints") / name
+                checkpoint_dir = Path(checkpoint_dir).absolute()
+            except BaseException as exc:
+                error = exc
+        if self._dist.enabled:  # every rank knows the run id and rank 0's checkpoint folder
+            self.run_id, checkpoint_dir, error = self._dist.broadcast_object(
+                (self.run_id, checkpoint_dir, _picklable(error))
+            )
+        if error is not None:
+            raise error
         self._worker = _LogWorker(self.tracker) if async_logging and self.tracker.enabled else None
-        if checkpoint_dir is None:
-            name = self.run_id or time.strftime("%Y%m%d-%H%M%S")
-            checkpoint_dir = Path("checkpoints") / name
         self.checkpoint_dir = Path(checkpoint_dir).absolute()
         self._atexit = functools.partial(_close_at_exit, weakref.ref(self))
         atexit.register(self._atexit)
@@ -552,7 +616,7 @@ class Trainer:
         algo = self.algo
         policy = algo.policy
         optimizer_kwargs = {**algo.hparams.optimizer_kwargs, "lr": algo.hparams.lr}
-        return {
+        params = {
             "hparams": _plain_hparams(algo.hparams),
             "env": self.env_spec if self.env_spec is not None else repr(algo.env_spec),
             "env_class": _dotted(type(algo.env)),
@@ -572,6 +636,9 @@ class Trainer:
                 "checkpoint_every": self.checkpoint_every,
             },
         }
+        if self._dist.enabled:  # hparams are per rank (num_envs: each rank's envs)
+            params["distributed"] = {"world_size": self._dist.world_size}
+        return params
 
     # ----------------------------------------------------------------- steps
     def _counters(self) -> dict[str, float]:
@@ -596,7 +663,9 @@ class Trainer:
         hp = algo.hparams
         stats["profiling/collect_ms"] = 1000.0 * (t1 - t0)
         stats["profiling/step_ms"] = 1000.0 * (t2 - t1)
-        stats["throughput/env_steps_per_s"] = hp.num_envs * hp.horizon / max(t2 - t0, 1e-9)
+        # every rank's envs (timings are this rank's: rank 0's in MLflow)
+        steps = hp.num_envs * hp.horizon * self._dist.world_size
+        stats["throughput/env_steps_per_s"] = steps / max(t2 - t0, 1e-9)
         stats.update(_memory_stats(algo.device))
         return stats
 
@@ -737,6 +806,110 @@ class Trainer:
         self._log(stats)
         return stats
 
+    # ----------------------------------------------------------------- videos
+    def _get_record_env(self) -> Any:
+        """The one-env copy of the training env that videos are recorded in (built once)."""
+        if self._record_env is None:
+            from .video import _check_can_render, make_recording_env
+
+            algo = self.algo
+            with _fork_rng(algo.device):  # building it must not move the training RNG
+                env = make_recording_env(
+                    algo.env_spec, env_kwargs=algo.hparams.env_kwargs,
+                    horizon=algo.hparams.horizon, device=algo.device,
+                )
+            try:
+                _check_can_render(env)
+            except BaseException:
+                env.close()
+                raise
+            self._record_env = env
+            # every video starts from this state (same config): videos differ by the policy only
+            self._record_env_state = env.state_dict()
+        elif self._record_env_state is not None:
+            self._record_env.load_state_dict(self._record_env_state)
+        return self._record_env
+
+    def record(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        deterministic: bool = True,
+        max_steps: int | None = None,
+        env_config: dict[str, Any] | None = None,
+        fps: float | None = None,
+    ) -> Path:
+        """Record a video of the current policy for one episode and log it to the MLflow run.
+
+        The video is recorded with :func:`rl8.video.record_video` in a dedicated one-env copy
+        of the training env (built once from the algorithm's env spec and ``env_kwargs``; for
+        gymnasium envs with ``render_mode="rgb_array"``), reset with the run's seed, so
+        training is not disturbed (torch's RNG included) and videos differ by the policy only.
+        While the MLflow run is open, the file is logged as the artifact ``videos/<file name>``
+        (on rank 0 only in distributed training). Needs ``pip install "rl8[video]"``.
+
+        Args:
+            path: The MP4 file to write; ``None``: ``checkpoint_dir/videos/video-<env steps>.mp4``.
+            deterministic: Act with the distributions' modes (``False``: sample).
+            max_steps: Env steps at most; ``None``: one episode, bounded by the env's episode
+                limit or 1000 steps (see :func:`~rl8.video.record_video`).
+            env_config: Env parameters for the recording (over ``hparams.env_config``).
+            fps: Frame rate in frames per second; ``None``: the env's ``metadata["render_fps"]``.
+
+        Returns:
+            The path of the video written.
+
+        Raises:
+            ImportError: imageio / imageio-ffmpeg missing.
+            NotImplementedError: The env cannot render.
+            RuntimeError: The Trainer is closed.
+        """
+        from .video import record_video
+
+        if self.closed:
+            raise RuntimeError("this Trainer is closed (its MLflow run has ended)")
+        algo = self.algo
+        if path is None:
+            path = self.checkpoint_dir / "videos" / f"video-{int(algo.env_steps)}.mp4"
+        config = {**algo.hparams.env_config, **(env_config or {})}
+        with _fork_rng(algo.device):
+            written = record_video(
+                algo.policy, self._get_record_env(), path, deterministic=deterministic,
+                max_steps=max_steps, fps=fps, env_config=config or None, seed=algo.seed,
+            )
+        if self.tracker.enabled and self._is_main():
+            self.tracker.log_artifact(written, "videos")
+        return written
+
+    def _is_main(self) -> bool:
+        dist = getattr(self, "_dist", None) or getattr(self.algo, "dist", None)
+        return dist is None or bool(dist.is_main)
+
+    def _check_record_plan(self, steps_per_eval: int | None) -> None:
+        """Before training: ``record_every`` needs evaluations, imageio and an env that renders."""
+        if self.record_every is None:
+            return
+        if steps_per_eval is None:
+            raise ValueError(
+                f"Trainer.run: record_every={self.record_every} records a video at every "
+                f"{self.record_every}-th evaluation, but steps_per_eval is None (no evaluations); "
+                "set steps_per_eval"
+            )
+        if self._is_main():
+            from .video import _imageio
+
+            _imageio()
+            self._get_record_env()
+
+    def _record_eval(self, env_config: dict[str, Any] | None) -> TrainStats:
+        """The video of an evaluation step (``record_every``), on rank 0; its duration in ms."""
+        if not self._is_main():
+            return TrainStats()
+        t0 = time.perf_counter()
+        path = self.checkpoint_dir / "videos" / f"eval-{int(self.algo.env_steps)}.mp4"
+        self.record(path, env_config=env_config)
+        return TrainStats({"profiling/record_ms": 1000.0 * (time.perf_counter() - t0)})
+
     # ----------------------------------------------------------------- run
     def _check_run_args(
         self, steps_per_eval: int | None, eval_env_config: dict[str, Any] | None
@@ -827,6 +1000,7 @@ class Trainer:
         if self.closed:
             raise RuntimeError("this Trainer is closed (its MLflow run has ended)")
         self._check_run_args(steps_per_eval, eval_env_config)
+        self._check_record_plan(steps_per_eval)
         if stop_conditions is None:
             conditions: list[Condition] = []
         elif isinstance(stop_conditions, Condition):
@@ -853,7 +1027,7 @@ class Trainer:
             # (resumed again with other stop conditions) are expected, not worth a warning
             warnings.filterwarnings("ignore", message="MLflow param 'run/", category=TrackingWarning)
             self._log_run_params(conditions, steps_per_eval)
-        progress = _Progress(self.progress)
+        progress = _Progress(self.progress if self._dist.is_main else False)
         stats = TrainStats()
         with self._signal_handlers():
             try:
@@ -863,18 +1037,22 @@ class Trainer:
                     stats = self._train_step(env_config)
                     if steps_per_eval and self.algo.steps % steps_per_eval == 0:
                         stats.update(self._eval(eval_env_config, deterministic=True))
+                        if self.record_every and (self.algo.steps // steps_per_eval) % self.record_every == 0:
+                            stats.update(self._record_eval(eval_env_config))
                     self._log(stats)
                     stop = [bool(condition(stats)) for condition in conditions]
                     progress.update(stats, self._fraction(conditions, stats))
                     if self.checkpoint_every and self.algo.steps % self.checkpoint_every == 0:
                         self.save_checkpoint()
+                    stop_now = self._agree(any(stop))
                     self._handle_signals(progress)
-                    if any(stop):
+                    if stop_now:
                         break
                 progress.update(stats, self._fraction(conditions, stats), force=True)
                 progress.close()
                 if self._last_checkpoint_step != self.algo.env_steps:
                     self.save_checkpoint()
+                self._agree(False)
                 self._handle_signals(progress)  # one that arrived during the last checkpoint
             except (KeyboardInterrupt, SystemExit):
                 progress.close()
@@ -891,6 +1069,7 @@ class Trainer:
     def _signal_handlers(self) -> Iterator[None]:
         self._checkpoint_requested = False
         self._stop_signal = None
+        self._agreed_signals = (False, None)
         if threading.current_thread() is not threading.main_thread():
             yield
             return
@@ -916,13 +1095,35 @@ class Trainer:
             raise SystemExit(128 + signum)
         self._stop_signal = signum
 
-    def _handle_signals(self, progress: _Progress) -> None:
-        if self._checkpoint_requested:
+    def _agree(self, stop: bool) -> bool:
+        """In data-parallel training, make the step-boundary decisions the same on every rank
+        with ONE small collective: rank 0's stop decision (its clock decides time limits) and
+        the signals any rank received since the last call (kept for :meth:`_handle_signals`).
+        Signal handlers only set flags; collectives run here, between steps."""
+        if not self._dist.enabled:
+            return stop
+        requested = self._checkpoint_requested
+        flags = self._dist.max([
+            float(stop and self._dist.is_main), float(requested), float(self._stop_signal or 0),
+        ])
+        if requested:
             self._checkpoint_requested = False
+        self._agreed_signals = (bool(flags[1]), int(flags[2]) or None)
+        return bool(flags[0])
+
+    def _handle_signals(self, progress: _Progress) -> None:
+        if self._dist.enabled:  # what every rank agreed on in _agree
+            checkpoint, signum = self._agreed_signals
+            self._agreed_signals = (False, None)
+        else:
+            checkpoint, signum = self._checkpoint_requested, self._stop_signal
+            self._checkpoint_requested = False
+        main = self._dist.is_main
+        if checkpoint:
             path = self.save_checkpoint()
             progress.close()
-            print(f"rl8: SIGUSR1: checkpoint written to {path}", file=sys.stderr, flush=True)
-        signum = self._stop_signal
+            if main:
+                print(f"rl8: SIGUSR1: checkpoint written to {path}", file=sys.stderr, flush=True)
         if signum is None:
             return
         progress.close()
@@ -931,7 +1132,8 @@ class Trainer:
         self.close("KILLED")
         name = signal.Signals(signum).name
         run = f"; MLflow run {self.run_id} ended as KILLED" if self.run_id else ""
-        print(f"rl8: {name}: checkpoint written to {self.last_checkpoint}{run}", file=sys.stderr, flush=True)
+        if main:
+            print(f"rl8: {name}: checkpoint written to {self.last_checkpoint}{run}", file=sys.stderr, flush=True)
         if signum == signal.SIGINT:
             raise KeyboardInterrupt
         raise SystemExit(128 + signum)
@@ -967,6 +1169,7 @@ class Trainer:
                 "keep_checkpoints": self.keep_checkpoints,
                 "eval_num_envs": self.eval_num_envs,
                 "eval_num_steps": self.eval_num_steps,
+                "record_every": self.record_every,
                 "run": run_args,
                 "stop_conditions": conditions,
                 "metadata": self.metadata,
@@ -987,6 +1190,11 @@ class Trainer:
             path: Destination file; ``None``: ``checkpoint_dir/checkpoint-<env steps>.pt``,
                 keeping the last ``keep_checkpoints`` there.
 
+        In data-parallel training every rank must call it at the same step (:meth:`run`
+        does): rank 0 gathers every rank's own state (envs, RNG, observations, normaliser
+        carry) and writes one file with an entry per rank; the other ranks write nothing and
+        get rank 0's path back.
+
         Returns:
             The path written.
         """
@@ -994,14 +1202,34 @@ class Trainer:
             self.flush()  # the run's metrics are in the store up to the checkpoint
         state = self.state_dict()
         step = int(self.algo.env_steps)
-        if path is None:
-            manager = CheckpointManager(self.checkpoint_dir, keep_last=self.keep_checkpoints)
-            written = manager.save(state, step)
-        else:
-            target = Path(path)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            written = _write_checkpoint(state, target)
-        written = written.absolute()
+        written: Any = None
+        ranks = None
+        if self._dist.enabled:
+            ranks = self._dist.gather_to_main(
+                to_cpu({k: v for k, v in state["algo"].items() if k not in _SHARED_ALGO_KEYS})
+            )
+        if self._dist.is_main:
+            if ranks is not None:
+                state["distributed"] = {"world_size": self._dist.world_size, "ranks": ranks}
+            try:
+                if path is None:
+                    manager = CheckpointManager(self.checkpoint_dir, keep_last=self.keep_checkpoints)
+                    written = manager.save(state, step)
+                else:
+                    target = Path(path)
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    written = _write_checkpoint(state, target)
+                written = written.absolute()
+            except BaseException as exc:
+                if not self._dist.enabled:
+                    raise
+                written = exc
+        if self._dist.enabled:  # every rank learns the path, or rank 0's error
+            written = self._dist.broadcast_object(
+                _picklable(written) if isinstance(written, BaseException) else written
+            )
+        if isinstance(written, BaseException):
+            raise written
         self.last_checkpoint = written
         self._last_checkpoint_step = step
         self._log_policy_artifacts(written, step)
@@ -1054,6 +1282,36 @@ class Trainer:
         return found
 
     @classmethod
+    def _read_checkpoint(
+        cls, ref: str | os.PathLike[str], *, tracking_uri: str | None = None
+    ) -> tuple[Path, dict[str, Any]]:
+        """Resolve (:meth:`resolve_checkpoint`) and load a checkpoint, as this rank sees it.
+
+        In data-parallel training rank 0 alone reads the file (and asks MLflow for a run id)
+        and sends every rank its view (see :func:`_checkpoint_for_rank`), or its error.
+
+        Raises:
+            rl8.checkpoint.CheckpointError: The checkpoint was written by another number of
+                ranks (or as for :func:`~rl8.checkpoint.load_checkpoint`).
+        """
+        ctx = DistContext()
+        if not ctx.enabled:
+            file = cls.resolve_checkpoint(ref, tracking_uri=tracking_uri)
+            return file, _checkpoint_for_rank(load_checkpoint(file), file, 0, 1)
+        items: list[Any] | None = None
+        if ctx.is_main:
+            try:
+                file = cls.resolve_checkpoint(ref, tracking_uri=tracking_uri)
+                state = load_checkpoint(file)
+                items = [(file, _checkpoint_for_rank(state, file, r, ctx.world_size)) for r in range(ctx.world_size)]
+            except Exception as exc:  # noqa: BLE001 - every rank raises it
+                items = [_picklable(exc)] * ctx.world_size
+        item = ctx.scatter_from_main(items)
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    @classmethod
     def from_checkpoint(
         cls,
         path: str | os.PathLike[str],
@@ -1088,8 +1346,7 @@ class Trainer:
         """
         from .ppo import PPO
 
-        file = cls.resolve_checkpoint(path, tracking_uri=tracking_uri)
-        state = load_checkpoint(file)
+        file, state = cls._read_checkpoint(path, tracking_uri=tracking_uri)
         if not all(isinstance(state.get(k), Mapping) for k in ("algo", "trainer", "env")):
             raise CheckpointError(
                 f"{file} is an rl8 checkpoint but not a Trainer checkpoint (it has no "
@@ -1103,6 +1360,7 @@ class Trainer:
                 "Trainer.from_checkpoint(path, env=...)"
             )
         hp = {**algo_state["hparams"], **dict(hparams or {})}
+        hp["device"] = rank_device(hp.get("device", "auto"))  # torchrun: cuda:LOCAL_RANK
         algo = PPO(spec, **hp)
         algo.load_state_dict(algo_state)
         tracking = kwargs.pop("tracking", saved.get("tracking", True))
@@ -1116,6 +1374,7 @@ class Trainer:
             "keep_checkpoints": saved.get("keep_checkpoints", 5),
             "eval_num_envs": saved.get("eval_num_envs"),
             "eval_num_steps": saved.get("eval_num_steps"),
+            "record_every": saved.get("record_every"),
             "metadata": saved.get("metadata"),
         }
         options.update(kwargs)
@@ -1157,6 +1416,10 @@ class Trainer:
                 with contextlib.suppress(Exception):
                     self._eval_env.close()
                 self._eval_env = None
+            if self._record_env is not None:
+                with contextlib.suppress(Exception):
+                    self._record_env.close()
+                self._record_env = None
 
     def __enter__(self) -> Trainer:
         return self

@@ -113,3 +113,24 @@ def test_recurrent_policy_keeps_state_between_calls():
     assert (policy._state["h"][0] == 0).all() and (policy._state["h"][1] != 0).any()
     policy.reset_state()
     assert policy._state is None
+
+
+def test_trainer_checkpoint_and_saved_policy_with_a_recurrent_model(tmp_path):
+    from rl8 import Trainer, load_policy
+
+    algo = PPO(Memory, model_cls=LSTMModel, model_config={"hidden_size": 8}, seed=0, **RECURRENT)
+    trainer = Trainer(algo, checkpoint_dir=tmp_path / "ckpt", eval_num_envs=8, progress=False)
+    trainer.step()
+    trainer.eval()
+    path = trainer.save_checkpoint()
+    expected = trainer.step()["losses/total"]
+    trainer.close()
+    resumed = Trainer.from_checkpoint(path, progress=False)
+    assert resumed.algo.recurrent
+    assert resumed.step()["losses/total"] == expected
+    resumed.close()
+    policy = load_policy(path)
+    assert policy.recurrent
+    obs = torch.zeros(3, algo.env.observation_space.shape[0])
+    first = policy(obs)
+    assert first.shape == (3,) and policy._state is not None

@@ -1,0 +1,345 @@
+"""Videos of a policy acting in an env: run one episode, render every step, write an MP4.
+
+::
+
+    from rl8.video import record_video
+
+    record_video(algo.policy, CartPole, "cartpole.mp4")           # an env class: a 1-env copy
+    record_video(policy, "CartPole-v1", "cartpole.mp4")           # gymnasium: rgb_array is set
+    record_video(policy, env, "run.mp4", index=3, max_steps=200)  # an env instance, sub-env 3
+
+Frames come from :meth:`rl8.Env.render` (``uint8`` RGB). The file is H.264 in an MP4
+container (pixel format ``yuv420p``, which every player reads), written with imageio and
+imageio-ffmpeg: ``pip install "rl8[video]"``. See ``docs/videos.md``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDictBase
+
+from .env import Env
+
+__all__ = ["DEFAULT_MAX_STEPS", "make_recording_env", "pad_frame", "record_video"]
+
+#: Steps recorded at most when ``max_steps`` is not given and the env names no episode limit.
+DEFAULT_MAX_STEPS = 1000
+#: Frame rate (frames per second) when the env's ``metadata`` has no ``render_fps``.
+_FALLBACK_FPS = 30
+_INSTALL = 'pip install "rl8[video]"'
+
+
+def _imageio() -> Any:
+    """The imageio module, with its ffmpeg backend; a clear ImportError when missing."""
+    try:
+        import imageio
+        import imageio_ffmpeg  # noqa: F401  (the ffmpeg binary imageio writes MP4s with)
+    except ImportError as exc:
+        raise ImportError(
+            f"recording videos needs imageio and imageio-ffmpeg ({exc}); install them with: "
+            f"{_INSTALL}"
+        ) from exc
+    return imageio
+
+
+def _is_gymnasium_spec(spec: Any) -> bool:
+    """Whether :func:`rl8.ppo.make_env` would build a :class:`~rl8.envs.GymnasiumEnv`."""
+    from .ppo import _resolve
+
+    if isinstance(spec, str) and "." in spec and "/" not in spec and not spec[0].isupper():
+        spec = _resolve(spec, "env")
+    if isinstance(spec, type) and issubclass(spec, Env):
+        return False
+    return isinstance(spec, str) or callable(spec)
+
+
+def make_recording_env(
+    spec: Any,
+    *,
+    env_kwargs: Mapping[str, Any] | None = None,
+    horizon: int | None = None,
+    device: torch.device | str = "cpu",
+) -> Env:
+    """Build a one-env copy of ``spec`` that can render, for :func:`record_video`.
+
+    Args:
+        spec: What :func:`rl8.ppo.make_env` takes: an :class:`~rl8.Env` subclass or a dotted
+            path to one, a gymnasium id, a callable making a gymnasium env, or a
+            :meth:`GymnasiumEnv.make_factory <rl8.envs.GymnasiumEnv.make_factory>` factory.
+        env_kwargs: The env's constructor arguments (PPO's ``env_kwargs`` hparam). For a
+            gymnasium env ``render_mode="rgb_array"`` is added unless another mode is given.
+        horizon: Handed to the env's constructor (some envs size their state with it).
+        device: Device of the env's tensors.
+
+    Returns:
+        An env with ``num_envs=1``; the caller closes it.
+    """
+    from .envs.gymnasium import GymnasiumEnvFactory
+    from .ppo import make_env
+
+    kwargs = dict(env_kwargs or {})
+    if isinstance(spec, GymnasiumEnvFactory):
+        # a factory takes no extra keyword arguments: make one with the render mode set
+        factory_kwargs = {**spec.kwargs, **kwargs}
+        if factory_kwargs.get("render_mode") is None:
+            factory_kwargs["render_mode"] = "rgb_array"
+        return GymnasiumEnvFactory(spec.cls, spec.env, factory_kwargs)(1, horizon, device=device)
+    if _is_gymnasium_spec(spec) and kwargs.get("render_mode") is None:
+        kwargs["render_mode"] = "rgb_array"
+    return make_env(spec, 1, horizon, device=device, env_kwargs=kwargs)
+
+
+def _check_can_render(env: Env) -> None:
+    from .envs.gymnasium import GymnasiumEnv
+
+    name = type(env).__name__
+    if type(env).render is Env.render:
+        raise NotImplementedError(
+            f"{name} cannot be recorded: it does not implement render() (an Env subclass "
+            "must return a uint8 [height, width, 3] RGB frame of one sub-env from "
+            "render(index))"
+        )
+    if isinstance(env, GymnasiumEnv) and env.render_mode != "rgb_array":
+        raise ValueError(
+            f"{env._name()} cannot be recorded: it was made with render_mode="
+            f"{env.render_mode!r}, recording needs render_mode='rgb_array'. Pass "
+            "env_kwargs={'render_mode': 'rgb_array'} to PPO (or make_env), or "
+            "GymnasiumEnv(..., render_mode='rgb_array')"
+        )
+
+
+def _episode_limit(env: Env, config: Mapping[str, Any] | None) -> int | None:
+    """Steps after which the env truncates an episode, when it says so (else ``None``)."""
+    for source in (config, getattr(env, "params", None)):
+        if isinstance(source, Mapping) and "max_episode_steps" in source:
+            with contextlib.suppress(TypeError, ValueError):
+                limit = int(source["max_episode_steps"])
+                if limit > 0:
+                    return limit
+    vector_env = getattr(env, "vector_env", None)
+    candidates = [getattr(vector_env, "spec", None)]
+    with contextlib.suppress(Exception):
+        candidates.append(vector_env.envs[0].spec)  # type: ignore[union-attr]
+    for spec in candidates:
+        limit = getattr(spec, "max_episode_steps", None)
+        if isinstance(limit, int) and limit > 0:
+            return limit
+    return None
+
+
+def pad_frame(frame: np.ndarray, multiple: int = 2) -> np.ndarray:
+    """Pad an RGB frame at the bottom and right (repeating the edge pixels) so that its height
+    and width are multiples of ``multiple`` (H.264 in ``yuv420p`` needs even sizes).
+
+    Args:
+        frame: ``uint8`` array ``[height, width, 3]``.
+        multiple: The block size, in pixels.
+    """
+    h, w = frame.shape[:2]
+    pad_h, pad_w = -h % multiple, -w % multiple
+    if not pad_h and not pad_w:
+        return frame
+    return np.pad(frame, ((0, pad_h), (0, pad_w), (0, 0)), mode="edge")
+
+
+def _as_rgb(frame: Any, env: Env) -> np.ndarray:
+    frame = np.asarray(frame)
+    if frame.dtype == np.uint8 and frame.ndim == 2:
+        frame = np.repeat(frame[:, :, None], 3, axis=2)
+    elif frame.dtype == np.uint8 and frame.ndim == 3 and frame.shape[2] == 4:
+        frame = frame[:, :, :3]
+    if frame.dtype != np.uint8 or frame.ndim != 3 or frame.shape[2] != 3 or 0 in frame.shape:
+        raise ValueError(
+            f"{type(env).__name__}.render returned an array of shape {frame.shape} and dtype "
+            f"{frame.dtype}, expected uint8 [height, width, 3]"
+        )
+    return np.ascontiguousarray(frame)
+
+
+def _done_flags(out: TensorDictBase) -> torch.Tensor | None:
+    done = None
+    for key in ("terminated", "truncated"):
+        flag = out.get(key, None)
+        if flag is not None:
+            done = flag[:, 0] if done is None else done | flag[:, 0]
+    return done
+
+
+def _check_int(name: str, value: Any, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"record_video: {name} must be an int >= {low}, got {value!r}")
+
+
+def record_video(
+    policy: Callable[..., torch.Tensor],
+    env: Env | Any,
+    path: str | os.PathLike[str],
+    *,
+    deterministic: bool = True,
+    max_steps: int | None = None,
+    fps: float | None = None,
+    index: int = 0,
+    env_config: dict[str, Any] | None = None,
+    seed: int | None = None,
+    env_kwargs: Mapping[str, Any] | None = None,
+) -> Path:
+    """Run ``policy`` in ``env`` and write a video of sub-env ``index`` to an MP4 file.
+
+    The env is reset (all its sub-envs), then stepped with ``policy(obs,
+    deterministic=deterministic)`` until sub-env ``index`` ends its episode (``terminated`` or
+    ``truncated``) or ``max_steps`` steps have been taken. A frame is rendered after the
+    reset and after every step, except after the step that ends the episode: the env has then
+    already reset that sub-env (auto-reset), so the frame would show the next episode. So a
+    video holds ``T`` frames for an episode of ``T`` steps, and ``max_steps + 1`` frames when
+    ``max_steps`` cuts it. A recurrent policy's state is reset before the first step, for each
+    sub-env whose episode ends, and after the recording.
+
+    Args:
+        policy: A :class:`rl8.Policy` (``algo.policy``, :func:`rl8.load_policy`'s result) or
+            any callable ``policy(obs, deterministic=bool) -> env actions``.
+        env: An env instance (e.g. ``algo.env``; it is reset, so do not pass envs in the
+            middle of training), or what :func:`rl8.ppo.make_env` takes (an env class, a
+            dotted path, a gymnasium id, a gymnasium maker): a one-env copy is then built with
+            :func:`make_recording_env` on the policy's device and closed afterwards.
+        path: The MP4 file to write (its folder is created). It is written to a temporary file
+            next to it and renamed, so a reader never sees a partial video.
+        deterministic: Act with the distributions' modes (``False``: sample actions).
+        max_steps: Env steps at most. ``None``: the env's episode limit
+            (``max_episode_steps`` in ``env_config``, the env's parameters or its gymnasium
+            spec), else :data:`DEFAULT_MAX_STEPS` (1000) steps, which also bounds envs that
+            never end episodes.
+        fps: Frame rate of the video, in frames per second. ``None``:
+            ``env.metadata["render_fps"]`` (CartPole: 50, Pendulum: 30), else 30.
+        index: Which sub-env to film, ``0 <= index < env.num_envs``.
+        env_config: Env parameters for the reset (``env.reset(config=...)``), e.g.
+            ``{"length": 1.0}``.
+        seed: Seed of the env's reset; with ``deterministic=False`` also of the action
+            sampling (torch's global RNG is then restored afterwards). ``None``: the current
+            streams.
+        env_kwargs: Constructor arguments when ``env`` is not an instance (see
+            :func:`make_recording_env`).
+
+    Returns:
+        The path of the video written.
+
+    Raises:
+        ImportError: imageio or imageio-ffmpeg is missing (``pip install "rl8[video]"``).
+        NotImplementedError: The env does not implement ``render``.
+        ValueError: A gymnasium env made without ``render_mode="rgb_array"``; a bad
+            ``max_steps``, ``fps`` or ``index``; frames that are not ``uint8`` RGB or change size.
+    """
+    imageio = _imageio()
+    if max_steps is not None:
+        _check_int("max_steps", max_steps, 1)
+    if fps is not None and (isinstance(fps, bool) or not isinstance(fps, (int, float)) or not fps > 0):
+        raise ValueError(f"record_video: fps must be a number > 0 (frames per second), got {fps!r}")
+    path = Path(path)
+    device = getattr(policy, "device", None)
+    owned = not isinstance(env, Env)
+    if owned:
+        env = make_recording_env(env, env_kwargs=env_kwargs, device=device or "cpu")
+    try:
+        _check_can_render(env)
+        _check_int("index", index, 0)
+        if index >= env.num_envs:
+            raise ValueError(f"record_video: index must be < num_envs={env.num_envs}, got {index}")
+        if max_steps is None:
+            max_steps = _episode_limit(env, env_config) or DEFAULT_MAX_STEPS
+        if fps is None:
+            fps = (getattr(env, "metadata", None) or {}).get("render_fps") or _FALLBACK_FPS
+        rng = torch.random.fork_rng(
+            devices=[device] if device is not None and torch.device(device).type == "cuda" else []
+        ) if seed is not None and not deterministic else contextlib.nullcontext()
+        with rng:
+            if seed is not None and not deterministic:
+                torch.manual_seed(seed)
+            frames = _run(policy, env, device, deterministic, max_steps, index, env_config, seed)
+            with contextlib.closing(frames):
+                _write(imageio, frames, path, float(fps), env)
+    finally:
+        if owned:
+            env.close()
+    return path
+
+
+def _run(
+    policy: Callable[..., torch.Tensor],
+    env: Env,
+    device: torch.device | None,
+    deterministic: bool,
+    max_steps: int,
+    index: int,
+    env_config: dict[str, Any] | None,
+    seed: int | None,
+) -> Any:
+    """Yield the frames of one recorded episode (a generator: frames are written as they come)."""
+    reset_state = getattr(policy, "reset_state", None)
+    if reset_state is not None:
+        reset_state()
+    try:
+        with torch.no_grad():
+            obs = env.reset(config=env_config or None, seed=seed)
+            yield _as_rgb(env.render(index), env)
+            for _ in range(max_steps):
+                if device is not None and obs.device != device:
+                    obs = obs.to(device)
+                action = policy(obs, deterministic=deterministic)
+                if isinstance(action, (torch.Tensor, TensorDictBase)) and action.device != env.device:
+                    action = action.to(env.device)
+                out = env.step(action)
+                done = _done_flags(out)
+                if done is not None:
+                    if bool(done[index]):
+                        return
+                    if reset_state is not None and bool(done.any()):
+                        reset_state(done)
+                obs = out["obs"]
+                yield _as_rgb(env.render(index), env)
+    finally:
+        if reset_state is not None:
+            reset_state()  # the recording's state must not leak into later calls
+
+
+def _write(imageio: Any, frames: Any, path: Path, fps: float, env: Env) -> None:
+    """Stream ``frames`` into an H.264 MP4 at ``path``, through a temporary file and a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp.mp4", dir=path.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        writer = imageio.get_writer(
+            tmp,
+            format="FFMPEG",
+            mode="I",
+            fps=fps,
+            codec="libx264",
+            pixelformat="yuv420p",
+            macro_block_size=1,  # frames are padded to even sizes here, never resized
+            ffmpeg_log_level="error",
+        )
+        try:
+            shape = None
+            for frame in frames:
+                frame = pad_frame(frame)
+                if shape is None:
+                    shape = frame.shape
+                elif frame.shape != shape:
+                    raise ValueError(
+                        f"{type(env).__name__}.render: frames changed size during the recording "
+                        f"(first {shape[:2]}, now {frame.shape[:2]} after padding to even sizes)"
+                    )
+                writer.append_data(frame)
+        finally:
+            writer.close()
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

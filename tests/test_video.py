@@ -1,0 +1,293 @@
+"""Videos: record_video on built-in and gymnasium envs, Trainer.record / record_every, rl8 record."""
+
+from __future__ import annotations
+
+import sys
+
+import gymnasium
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+
+imageio = pytest.importorskip("imageio")
+pytest.importorskip("imageio_ffmpeg")
+
+from rl8 import PPO, Trainer  # noqa: E402
+from rl8.cli import main  # noqa: E402
+from rl8.conditions import HitsUpperBound  # noqa: E402
+from rl8.envs import CartPole, GymnasiumEnv, Memory, Pendulum  # noqa: E402
+from rl8.export import save_policy  # noqa: E402
+from rl8.recurrent import GRUModel  # noqa: E402
+from rl8.video import pad_frame, record_video  # noqa: E402
+
+SMALL = dict(num_envs=4, horizon=8, sgd_minibatch_size=16, num_sgd_iters=1, seed=0)
+
+
+def read_video(path):
+    """(frames [T, H, W, 3], fps) of an MP4 file."""
+    reader = imageio.get_reader(path, "ffmpeg")
+    try:
+        frames = np.stack([frame for frame in reader.iter_data()])
+        fps = reader.get_meta_data()["fps"]
+    finally:
+        reader.close()
+    return frames, fps
+
+
+def episode_steps(policy, env, seed, max_steps=1000):
+    """Steps until sub-env 0's episode ends (or max_steps), acting deterministically."""
+    policy.reset_state()
+    obs = env.reset(seed=seed)
+    for t in range(1, max_steps + 1):
+        out = env.step(policy(obs))
+        if bool(out["terminated"][0, 0] | out["truncated"][0, 0]):
+            policy.reset_state()
+            return t, True
+        obs = out["obs"]
+    policy.reset_state()
+    return max_steps, False
+
+
+class Blocks(gymnasium.Env):
+    """A gymnasium env that draws its step count as a grey level in an odd-sized frame
+    (numpy only, no pygame); episodes end (terminated) after ``length`` steps."""
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 12}
+    observation_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def __init__(self, length: int = 6, render_mode: str | None = None):
+        self.length = length
+        self.render_mode = render_mode
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.zeros(2, np.float32), 1.0, self.t >= self.length, False, {}
+
+    def render(self):
+        return np.full((33, 45, 3), 30 * self.t, dtype=np.uint8)
+
+
+# ------------------------------------------------------------------------ record_video
+
+
+def test_cartpole_one_episode(tmp_path):
+    algo = PPO(CartPole, **SMALL)
+    path = record_video(algo.policy, CartPole, tmp_path / "out" / "cartpole.mp4", seed=3)
+    assert path == tmp_path / "out" / "cartpole.mp4"
+    steps, ended = episode_steps(algo.policy, CartPole(1), seed=3)
+    assert ended
+    frames, fps = read_video(path)
+    # the reset frame plus one per step, except the step that ends the episode (the env has
+    # auto-reset by then): one frame per state the policy acted in
+    assert frames.shape == (steps, 400, 600, 3)
+    assert fps == CartPole.metadata["render_fps"] == 50
+    assert sorted(p.name for p in path.parent.iterdir()) == ["cartpole.mp4"]  # no temp file left
+    # frames are the env's drawing: mostly white background, a dark cart
+    assert frames[0].mean() > 200 and frames[0].min() < 50
+
+
+def test_pendulum_max_steps_and_fps(tmp_path):
+    algo = PPO(Pendulum, **SMALL)
+    frames, fps = read_video(record_video(algo.policy, Pendulum, tmp_path / "p.mp4", max_steps=30))
+    assert frames.shape == (31, 500, 500, 3)
+    assert fps == 30
+    frames, fps = read_video(record_video(algo.policy, Pendulum, tmp_path / "p.mp4", max_steps=3, fps=10))
+    assert frames.shape[0] == 4 and fps == 10  # overwritten in place
+
+
+def test_env_instance_sub_env_and_config(tmp_path):
+    algo = PPO(CartPole, **SMALL)
+    env = CartPole(3)
+    config = {"max_episode_steps": 5, "length": 0.25}  # truncated after 5 steps
+    frames, _ = read_video(record_video(algo.policy, env, tmp_path / "c.mp4", index=2, env_config=config))
+    assert frames.shape[0] == 5
+    assert env.params["length"] == 0.25  # the given instance was used (and is left open)
+    env.step(torch.zeros(3, dtype=torch.int64))
+    with pytest.raises(ValueError, match="index must be < num_envs=3"):
+        record_video(algo.policy, env, tmp_path / "c.mp4", index=3)
+
+
+def test_recurrent_policy(tmp_path):
+    algo = PPO(CartPole, model_cls=GRUModel, model_config={"hidden_size": 8}, seq_len=4, **SMALL)
+    policy = algo.policy
+    assert policy.recurrent
+    path = record_video(policy, CartPole, tmp_path / "gru.mp4", seed=1)
+    assert getattr(policy, "_state", None) is None  # the recording's state does not linger
+    steps, _ = episode_steps(policy, CartPole(1), seed=1)
+    frames, _ = read_video(path)
+    assert frames.shape[0] == steps
+
+
+class _Preset(CartPole):
+    """CartPole whose reset puts sub-env 1's pole past the threshold: it ends at the first step."""
+
+    def reset(self, *, config=None, seed=None):
+        super().reset(config=config, seed=seed)
+        self.state[1, 2] = 0.5
+        return self.state
+
+
+def test_recurrent_state_reset_when_other_sub_envs_end(tmp_path):
+    calls = []
+
+    class Spy:
+        """A policy that pushes right and records its reset_state calls."""
+
+        def __call__(self, obs, deterministic=True):
+            return torch.ones(obs.shape[0], dtype=torch.int64)
+
+        def reset_state(self, mask=None):
+            calls.append(None if mask is None else mask.tolist())
+
+    record_video(Spy(), _Preset(2), tmp_path / "spy.mp4", index=0, max_steps=3)
+    # all at the start, sub-env 1 when its episode ends, all at the end
+    assert calls == [None, [False, True], None]
+
+
+def test_gymnasium_env_without_pygame(tmp_path):
+    algo = PPO(Blocks, **SMALL)
+    # a spec: a 1-env copy is built with render_mode="rgb_array"
+    frames, fps = read_video(record_video(algo.policy, Blocks, tmp_path / "b.mp4"))
+    assert frames.shape == (6, 34, 46, 3)  # 33 x 45 padded to even sizes
+    assert fps == 12
+    levels = frames[:, 10, 10, 0].astype(int)
+    assert np.all(np.abs(levels - 30 * np.arange(6)) <= 6), levels  # step t drawn at frame t
+    # an instance, sub-env 1
+    env = GymnasiumEnv(2, env=Blocks, render_mode="rgb_array", env_kwargs={"length": 3})
+    try:
+        frames, _ = read_video(record_video(algo.policy, env, tmp_path / "b.mp4", index=1))
+    finally:
+        env.close()
+    assert frames.shape[0] == 3
+
+
+def test_gymnasium_cartpole(tmp_path):
+    pytest.importorskip("pygame")  # gymnasium's CartPole draws with pygame
+    algo = PPO("CartPole-v1", **SMALL)
+    frames, fps = read_video(record_video(algo.policy, "CartPole-v1", tmp_path / "g.mp4", max_steps=5))
+    assert frames.shape[1:] == (400, 600, 3) and frames.shape[0] <= 6
+    assert fps == 50
+
+
+def test_pad_frame():
+    frame = np.arange(3 * 5 * 3, dtype=np.uint8).reshape(3, 5, 3)
+    padded = pad_frame(frame)
+    assert padded.shape == (4, 6, 3)
+    assert np.array_equal(padded[:3, :5], frame) and np.array_equal(padded[3, :5], frame[2])
+    even = np.zeros((4, 6, 3), np.uint8)
+    assert pad_frame(even) is even
+
+
+def test_errors(tmp_path, monkeypatch):
+    algo = PPO(CartPole, **SMALL)
+    memory = PPO(Memory, **SMALL)
+    with pytest.raises(NotImplementedError, match="Memory cannot be recorded: it does not implement render"):
+        record_video(memory.policy, Memory, tmp_path / "m.mp4")
+    env = GymnasiumEnv(1, env=Blocks)
+    try:
+        with pytest.raises(ValueError, match=r"render_mode.*env_kwargs=\{'render_mode': 'rgb_array'\}"):
+            record_video(algo.policy, env, tmp_path / "b.mp4")
+    finally:
+        env.close()
+    with pytest.raises(ValueError, match="fps must be a number > 0"):
+        record_video(algo.policy, CartPole, tmp_path / "c.mp4", fps=0)
+    with pytest.raises(ValueError, match="max_steps must be an int >= 1"):
+        record_video(algo.policy, CartPole, tmp_path / "c.mp4", max_steps=0)
+    assert list(tmp_path.glob("*.mp4*")) == []  # nothing written on errors
+    monkeypatch.setitem(sys.modules, "imageio", None)
+    with pytest.raises(ImportError, match=r'pip install "rl8\[video\]"'):
+        record_video(algo.policy, CartPole, tmp_path / "c.mp4")
+
+
+# ------------------------------------------------------------------------ Trainer
+
+
+def test_trainer_record_and_record_every(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    algo = PPO(Pendulum, env_config={"max_episode_steps": 7}, **SMALL)
+    trainer = Trainer(algo, progress=False, eval_num_envs=2, eval_num_steps=4, record_every=2,
+                      checkpoint_dir=tmp_path / "ck")
+    try:
+        rng, gen = torch.get_rng_state(), algo.generator.get_state()
+        path = trainer.record(max_steps=3, deterministic=False)
+        assert torch.equal(rng, torch.get_rng_state()) and torch.equal(gen, algo.generator.get_state())
+        assert path == tmp_path / "ck" / "videos" / "video-0.mp4"
+        assert read_video(path)[0].shape == (4, 500, 500, 3)
+        custom = trainer.record(tmp_path / "mine.mp4", env_config={"max_episode_steps": 2})
+        assert read_video(custom)[0].shape[0] == 2  # truncated after 2 steps
+        assert read_video(trainer.record(tmp_path / "again.mp4"))[0].shape[0] == 7  # config not kept
+
+        trainer.run(steps_per_eval=1, stop_conditions=HitsUpperBound("algorithm/steps", 4))
+        step = SMALL["num_envs"] * SMALL["horizon"]
+        names = [f"eval-{2 * step}.mp4", f"eval-{4 * step}.mp4"]  # every 2nd of 4 evals
+        assert {p.name for p in (tmp_path / "ck" / "videos").glob("eval-*")} == set(names)
+        assert read_video(tmp_path / "ck" / "videos" / names[0])[0].shape[0] == 7
+        trainer.flush()
+        history = MlflowClient().get_metric_history(trainer.run_id, "profiling/record_ms")
+        assert [m.step for m in history] == [2 * step, 4 * step]
+        artifacts = {a.path for a in MlflowClient().list_artifacts(trainer.run_id, "videos")}
+        assert artifacts == {"videos/video-0.mp4", "videos/mine.mp4", "videos/again.mp4",
+                             *(f"videos/{n}" for n in names)}
+        checkpoint = trainer.save_checkpoint(tmp_path / "ck.pt")
+    finally:
+        trainer.close()
+    assert trainer._record_env is None  # closed with the trainer
+
+    # rl8 record on a Trainer checkpoint: the env and its config come from the file
+    out = tmp_path / "cli.mp4"
+    assert main(["record", str(checkpoint), "-o", str(out), "--fps", "5"]) == 0
+    frames, fps = read_video(out)
+    assert frames.shape == (7, 500, 500, 3) and fps == 5
+
+
+def test_record_every_needs_evaluations(tmp_path):
+    trainer = Trainer(PPO(CartPole, **SMALL), tracking=False, progress=False, record_every=1,
+                      checkpoint_dir=tmp_path / "ck")
+    try:
+        with pytest.raises(ValueError, match="record_every=1 .* steps_per_eval is None"):
+            trainer.run(stop_conditions=HitsUpperBound("algorithm/steps", 1))
+        assert trainer.algo.collects == 0
+    finally:
+        trainer.close()
+    with pytest.raises(ValueError, match="record_every must be an int >= 1"):
+        Trainer(PPO(CartPole, **SMALL), tracking=False, record_every=0)
+    memory = Trainer(PPO(Memory, **SMALL), tracking=False, progress=False, record_every=1, eval_num_envs=2)
+    try:  # an env that cannot render fails before training
+        with pytest.raises(NotImplementedError, match="Memory cannot be recorded"):
+            memory.run(steps_per_eval=1, stop_conditions=HitsUpperBound("algorithm/steps", 1))
+        assert memory.algo.collects == 0
+    finally:
+        memory.close()
+
+
+# ------------------------------------------------------------------------ rl8 record
+
+
+def test_cli_record(tmp_path, capsys):
+    algo = PPO(CartPole, **SMALL)
+    with_env = save_policy(algo.policy, tmp_path / "policy.pt",
+                           env={"spec": "rl8.envs.cartpole.CartPole", "env_kwargs": {}, "env_config": {}})
+    out = tmp_path / "videos" / "cli.mp4"
+    code = main(["record", str(with_env), "-o", str(out), "--max-steps", "4",
+                 "--env-config", "length=0.25", "--stochastic", "--seed", "1"])
+    assert code == 0
+    assert capsys.readouterr().out.strip() == str(out)
+    frames, fps = read_video(out)
+    assert frames.shape[1:] == (400, 600, 3) and frames.shape[0] <= 5 and fps == 50
+
+    bare = save_policy(algo.policy, tmp_path / "bare.pt")
+    assert main(["record", str(bare), "-o", str(out)]) == 2
+    assert "pass --env" in capsys.readouterr().err
+    assert main(["record", str(bare), "-o", str(out), "--env", "rl8.envs.CartPole", "--max-steps", "2"]) == 0
+    assert read_video(out)[0].shape[0] <= 3
+    assert main(["record", str(with_env), "--env-config", "nope=1", "-o", str(out)]) == 2
+    assert "unknown config key 'nope'" in capsys.readouterr().err
