@@ -34,6 +34,7 @@ _EXPORTS = {
     "TrainStats": "rl8.trainer",
     "load_policy": "rl8.export",
     "save_policy": "rl8.export",
+    "record_video": "rl8.video",
 }
 
 __all__ = sorted([*_EXPORTS, "__version__"])
