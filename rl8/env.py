@@ -14,7 +14,7 @@ import torch
 from gymnasium import spaces
 from tensordict import TensorDictBase
 
-from .spaces import check_space, space_dtype, space_shape
+from .spaces import space_dtype, space_shape
 
 __all__ = ["Env", "EnvOutputError", "validate_step_output", "find_nonfinite"]
 

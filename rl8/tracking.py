@@ -522,21 +522,7 @@ class Tracker:
         Raises:
             TypeError: A value is not a number.
         """
-        if not self.enabled:
-            return
-        from mlflow.entities import Metric
-
-        with self._lock:
-            self._check_started()
-            step = int(step)
-            ts = int(time.time() * 1000)
-            batch = [Metric(str(k), _to_float(k, v), ts, step) for k, v in metrics.items()]
-            if not batch:
-                return
-            self._pending_metrics.extend(batch)
-            self._trim_queue()
-            if self._due():
-                self._deliver_pending(force=False)
+        self.log_metrics_many([(metrics, step)])
 
     def log_metrics_many(self, items: Iterable[tuple[Mapping[str, Any], int]]) -> None:
         """Record the metrics of several steps with one delivery (chunks of 1000 metrics).

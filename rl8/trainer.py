@@ -634,6 +634,7 @@ class Trainer:
                 "eval_num_envs": self.eval_num_envs,
                 "eval_num_steps": self.eval_num_steps,
                 "checkpoint_every": self.checkpoint_every,
+                "record_every": self.record_every,
             },
         }
         if self._dist.enabled:  # hparams are per rank (num_envs: each rank's envs)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
 
 import pytest
@@ -27,3 +28,30 @@ def mlflow_uri(tmp_path, monkeypatch):
     mlflow = sys.modules.get("mlflow")
     if mlflow is not None and mlflow.active_run() is not None:
         mlflow.end_run()
+
+
+@pytest.fixture(scope="session")
+def template_db(tmp_path_factory):
+    """A migrated, empty MLflow SQLite store, made once per session (migrations take seconds)."""
+    from mlflow.tracking import MlflowClient
+
+    path = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
+    MlflowClient(f"sqlite:///{path}").search_experiments(max_results=1)
+    return path
+
+
+@pytest.fixture
+def migrated_store(mlflow_uri, tmp_path, template_db):
+    """Start this test's store (see ``mlflow_uri``) from the migrated template: a fresh
+    SQLite store would spend seconds on schema migrations."""
+    shutil.copy(template_db, tmp_path / "mlflow.db")
+    return mlflow_uri
+
+
+@pytest.fixture
+def one_torch_thread():
+    """Tiny models: one intra-op thread is faster and steadier on a shared 2-core machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

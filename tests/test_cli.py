@@ -3,43 +3,23 @@
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 import sys
 import textwrap
 
 import pytest
-import torch
 from mlflow.tracking import MlflowClient
 
 import rl8
 from rl8.cli import main
 
+pytestmark = pytest.mark.usefixtures("migrated_store", "one_torch_thread")
+
 TINY_SET = ["--set", "num_envs=16", "--set", "horizon=8", "--set", "sgd_minibatch_size=64",
             "--set", "num_sgd_iters=1", "--set", "seed=0"]  # fmt: skip
 
 
-@pytest.fixture(scope="session")
-def template_db(tmp_path_factory):
-    """A migrated, empty MLflow SQLite store, made once per session (migrations take seconds)."""
-    path = tmp_path_factory.getbasetemp() / "rl8-mlflow-template.db"
-    if not path.exists():
-        MlflowClient(f"sqlite:///{path}").search_experiments(max_results=1)
-    return path
 
-
-@pytest.fixture(autouse=True)
-def migrated_store(mlflow_uri, tmp_path, template_db):
-    shutil.copy(template_db, tmp_path / "mlflow.db")
-    return mlflow_uri
-
-
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def write(tmp_path, text, name="config.yaml"):

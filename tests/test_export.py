@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import shutil
 
 import numpy as np
 import pytest
 import torch
 from gymnasium import spaces
-from mlflow.tracking import MlflowClient
 from torch import nn
 
 from rl8 import PPO, Policy, Trainer, load_policy, save_policy
@@ -16,30 +14,12 @@ from rl8.checkpoint import CheckpointError, save_checkpoint
 from rl8.envs import CartPole, ContinuousDummyEnv
 from rl8.export import policy_to_dict, read_policy, space_from_dict, space_to_dict
 
+pytestmark = pytest.mark.usefixtures("migrated_store", "one_torch_thread")
+
 SMALL = dict(num_envs=16, horizon=8, sgd_minibatch_size=64, num_sgd_iters=1, seed=0)
 
 
-@pytest.fixture(scope="session")
-def template_db(tmp_path_factory):
-    """A migrated, empty MLflow SQLite store, made once per session (migrations take seconds)."""
-    path = tmp_path_factory.getbasetemp() / "rl8-mlflow-template.db"
-    if not path.exists():
-        MlflowClient(f"sqlite:///{path}").search_experiments(max_results=1)
-    return path
 
-
-@pytest.fixture(autouse=True)
-def migrated_store(mlflow_uri, tmp_path, template_db):
-    shutil.copy(template_db, tmp_path / "mlflow.db")
-    return mlflow_uri
-
-
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def same_actions(a: Policy, b: Policy, obs: torch.Tensor) -> bool:

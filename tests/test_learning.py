@@ -7,7 +7,6 @@ fails once the env-step budget is spent.
 from __future__ import annotations
 
 import pytest
-import torch
 
 from rl8 import PPO
 from rl8.envs import CartPole, ContinuousDummyEnv, DiscreteDummyEnv, Pendulum

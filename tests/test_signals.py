@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import queue
-import shutil
 import signal
 import subprocess
 import sys
@@ -20,7 +19,11 @@ from mlflow.tracking import MlflowClient
 
 from rl8.checkpoint import CheckpointManager
 
-pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGUSR1"), reason="POSIX signals")
+
+pytestmark = [
+    pytest.mark.usefixtures("migrated_store"),
+    pytest.mark.skipif(not hasattr(signal, "SIGUSR1"), reason="POSIX signals"),
+]
 
 SCRIPT = textwrap.dedent(
     """
@@ -46,19 +49,6 @@ SCRIPT = textwrap.dedent(
 )
 
 
-@pytest.fixture(scope="session")
-def template_db(tmp_path_factory):
-    """A migrated, empty MLflow SQLite store, made once per session (migrations take seconds)."""
-    path = tmp_path_factory.getbasetemp() / "rl8-mlflow-template.db"
-    if not path.exists():
-        MlflowClient(f"sqlite:///{path}").search_experiments(max_results=1)
-    return path
-
-
-@pytest.fixture(autouse=True)
-def migrated_store(mlflow_uri, tmp_path, template_db):
-    shutil.copy(template_db, tmp_path / "mlflow.db")
-    return mlflow_uri
 
 
 class Training:

@@ -35,22 +35,12 @@ from rl8.tracking import (
     flatten_params,
 )
 
+pytestmark = pytest.mark.usefixtures("migrated_store")
+
 # --------------------------------------------------------------------------------------------
 # helpers
 
 
-@pytest.fixture(scope="session")
-def template_db(tmp_path_factory):
-    """An empty, migrated MLflow SQLite database (creating the tables takes seconds)."""
-    path = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
-    MlflowClient(f"sqlite:///{path}").search_experiments(max_results=1)
-    return path
-
-
-@pytest.fixture(autouse=True)
-def migrated_store(mlflow_uri, tmp_path, template_db):
-    """Start each test's store (``conftest.mlflow_uri``) from the migrated template."""
-    shutil.copy(template_db, tmp_path / "mlflow.db")
 
 
 class _Policy:

@@ -6,7 +6,6 @@ import io
 import math
 import os
 import pickle
-import shutil
 import signal
 import socket
 import sys
@@ -30,32 +29,13 @@ from rl8.conditions import (
 from rl8.envs import CartPole, DiscreteDummyEnv
 from rl8.tracking import TrackingError
 
+pytestmark = pytest.mark.usefixtures("migrated_store", "one_torch_thread")
+
 SMALL = dict(num_envs=16, horizon=8, sgd_minibatch_size=64, num_sgd_iters=1, seed=0)
 STEP = 16 * 8  # env steps per training step
 
 
-@pytest.fixture(scope="session")
-def template_db(tmp_path_factory):
-    """A migrated, empty MLflow SQLite store, made once per session (migrations take seconds)."""
-    path = tmp_path_factory.getbasetemp() / "rl8-mlflow-template.db"
-    if not path.exists():
-        MlflowClient(f"sqlite:///{path}").search_experiments(max_results=1)
-    return path
 
-
-@pytest.fixture(autouse=True)
-def migrated_store(mlflow_uri, tmp_path, template_db):
-    shutil.copy(template_db, tmp_path / "mlflow.db")
-    return mlflow_uri
-
-
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """Tiny models: one intra-op thread is faster and steadier on a shared 2-core machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def make_algo(env=CartPole, **hparams):
