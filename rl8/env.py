@@ -118,6 +118,16 @@ class Env(ABC):
             for episodic envs. See ``docs/envs.md``.
         """
 
+    def make_generator(self) -> torch.Generator:
+        """A random generator on the env's device, seeded from torch's global RNG.
+
+        Envs draw their randomness from their own generator (reseeded by ``reset(seed=...)``);
+        seeding it from the global RNG makes ``torch.manual_seed`` reproduce a run.
+        """
+        generator = torch.Generator(device=self.device)
+        generator.manual_seed(int(torch.randint(0, 2**62, (1,)).item()))
+        return generator
+
     def render(self, index: int = 0) -> np.ndarray:
         """Return an RGB frame (``uint8``, ``[height, width, 3]``) of sub-env ``index``."""
         raise NotImplementedError(f"{type(self).__name__} does not implement render()")

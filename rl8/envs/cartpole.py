@@ -75,8 +75,7 @@ class CartPole(Env):
             "tau": 0.02,
             "max_episode_steps": 500,
         }
-        self._generator = torch.Generator(device=self.device)
-        self._generator.manual_seed(int(torch.randint(0, 2**62, (1,)).item()))
+        self._generator = self.make_generator()
         # |state| above these ends the episode (only x and theta are limited)
         self._thresholds = torch.tensor(
             [_X_THRESHOLD, math.inf, _THETA_THRESHOLD, math.inf],

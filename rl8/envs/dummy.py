@@ -44,8 +44,7 @@ class _DummyEnv(Env):
     ) -> None:
         super().__init__(num_envs, horizon, device=device)
         self.params: dict[str, float] = {"bounds": 1.0, "step_size": 0.1}
-        self._generator = torch.Generator(device=self.device)
-        self._generator.manual_seed(int(torch.randint(0, 2**62, (1,)).item()))
+        self._generator = self.make_generator()
         self.x = self._initial_state()
 
     def _initial_state(self) -> torch.Tensor:

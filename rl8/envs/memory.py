@@ -66,8 +66,7 @@ class Memory(Env):
         self.num_cues = int(num_cues)
         self.observation_space = spaces.Box(0.0, 1.0, (self.num_cues + 1,), np.float32)
         self.action_space = spaces.Discrete(self.num_cues)
-        self._generator = torch.Generator(device=self.device)
-        self._generator.manual_seed(int(torch.randint(0, 2**62, (1,)).item()))
+        self._generator = self.make_generator()
         self.params: dict[str, int] = {}
         self._set_params({"delay": delay})
         self._cue = torch.zeros(num_envs, dtype=torch.int64, device=self.device)

@@ -76,8 +76,7 @@ class Pendulum(Env):
             "max_torque": 2.0,
             "max_episode_steps": 200,
         }
-        self._generator = torch.Generator(device=self.device)
-        self._generator.manual_seed(int(torch.randint(0, 2**62, (1,)).item()))
+        self._generator = self.make_generator()
         # uniform [-1, 1] samples times this give (theta, theta_dot) of a fresh episode
         self._init_scale = torch.tensor([math.pi, 1.0], dtype=torch.float32, device=self.device)
         self._set_params(self.params)
