@@ -566,3 +566,22 @@ def test_log_metrics_many_sends_several_steps_in_one_batch(monkeypatch):
     tracker.end()
     history = MlflowClient(tracker.tracking_uri).get_metric_history(tracker.run_id, "a")
     assert [(m.step, m.value) for m in history] == [(10, 1.0), (20, 3.0)]
+
+
+@pytest.mark.timeout(120)
+def test_trainer_against_a_live_server_reads_back_with_mlflow_client(live_server):
+    from rl8 import PPO, Trainer
+    from rl8.envs import CartPole
+
+    algo = PPO(CartPole, num_envs=16, horizon=8, sgd_minibatch_size=64, num_sgd_iters=1, seed=0)
+    trainer = Trainer(algo, tracking_uri=live_server.uri, experiment="live", progress=False)
+    steps = [trainer.step()["env/steps"] for _ in range(3)]
+    run_id = trainer.tracker.run_id
+    trainer.close()
+    client = MlflowClient(live_server.uri)
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.params["hparams/horizon"] == "8"
+    history = client.get_metric_history(run_id, "losses/total")
+    assert [m.step for m in history] == steps == [128, 256, 384]
+    assert [m.step for m in client.get_metric_history(run_id, "env/steps")] == steps
