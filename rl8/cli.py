@@ -303,6 +303,16 @@ def _is_main(trainer: Any) -> bool:
     return dist is None or bool(dist.is_main)
 
 
+def _launcher(trainer: Any) -> str:
+    """How to start the same number of ranks again (empty outside torchrun)."""
+    dist = getattr(trainer.algo, "dist", None)
+    if dist is None or not dist.enabled:
+        return ""
+    per_node = int(os.environ.get("LOCAL_WORLD_SIZE", dist.world_size))
+    nodes = dist.world_size // max(per_node, 1)
+    return f"torchrun {f'--nnodes={nodes} ' if nodes > 1 else ''}--nproc_per_node={per_node} -m "
+
+
 def _summary(trainer: Any, out: Any = None) -> None:
     if not _is_main(trainer):
         return
@@ -313,7 +323,7 @@ def _summary(trainer: Any, out: Any = None) -> None:
         print(f"run id:     {trainer.run_id}", file=out)
     if trainer.last_checkpoint is not None:
         print(f"checkpoint: {trainer.last_checkpoint}", file=out)
-        print(f"resume:     rl8 train --resume {trainer.last_checkpoint}", file=out)
+        print(f"resume:     {_launcher(trainer)}rl8 train --resume {trainer.last_checkpoint}", file=out)
     if trainer.run_id:
         print(f"mlflow ui:  {_mlflow_ui_command(trainer.tracker.tracking_uri)}", file=out)
     out.flush()

@@ -11,17 +11,42 @@ Launch with ``torchrun --nproc_per_node=N -m rl8 train CONFIG.yaml``; see
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import datetime
 import os
+from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
-__all__ = ["DistContext", "init_distributed", "derive_seed"]
+__all__ = [
+    "DEFAULT_TIMEOUT_S",
+    "TIMEOUT_ENV_VAR",
+    "DistContext",
+    "DistributedError",
+    "derive_seed",
+    "init_distributed",
+    "local_rank",
+    "rank_device",
+    "shutdown_distributed",
+    "to_cpu",
+]
 
 # Seeds of different ranks must not collide with seed + k of a neighbouring run.
 _RANK_SEED_STRIDE = 1_000_003
+
+#: Environment variable: seconds a collective waits for a peer before raising.
+TIMEOUT_ENV_VAR = "RL8_DIST_TIMEOUT_S"
+#: Default of :data:`TIMEOUT_ENV_VAR`: long enough for a slow checkpoint or eval on rank 0,
+#: short enough that a stalled rank ends the job within minutes.
+DEFAULT_TIMEOUT_S = 120.0
+_timeout_s: float | None = None  # the timeout init_distributed used
+
+
+class DistributedError(RuntimeError):
+    """A collective failed: another rank died, raised, or stalled past the timeout."""
 
 
 def derive_seed(seed: int, rank: int) -> int:
@@ -29,30 +54,80 @@ def derive_seed(seed: int, rank: int) -> int:
     return (seed + rank * _RANK_SEED_STRIDE) % (2**31)
 
 
-def init_distributed(*, backend: str | None = None, timeout_s: float = 300.0) -> bool:
+def local_rank() -> int:
+    """This process's rank on its machine (``LOCAL_RANK``, set by torchrun; 0 otherwise)."""
+    return int(os.environ.get("LOCAL_RANK", "0"))
+
+
+def rank_device(device: str | torch.device) -> str | torch.device:
+    """The device a rank trains on: under torchrun with CUDA, ``"auto"`` and ``"cuda"`` (or
+    any ``"cuda:N"``) become ``"cuda:LOCAL_RANK"`` (one GPU per local rank); anything else,
+    and every device outside torchrun, is returned unchanged."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or not torch.cuda.is_available():
+        return device
+    if str(device) == "auto" or str(device).startswith("cuda"):
+        return f"cuda:{local_rank()}"
+    return device
+
+
+def _timeout_from_env() -> float:
+    text = os.environ.get(TIMEOUT_ENV_VAR)
+    if text is None or not text.strip():
+        return DEFAULT_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise ValueError(f"{TIMEOUT_ENV_VAR}: expected a number of seconds > 0, got {text!r}")
+    return value
+
+
+def init_distributed(*, backend: str | None = None, timeout_s: float | None = None) -> bool:
     """Join the process group that torchrun describes in the environment, if any.
 
-    Reads ``WORLD_SIZE``/``RANK``/``LOCAL_RANK`` (set by torchrun). Does nothing and returns
-    ``False`` when ``WORLD_SIZE`` is unset or 1, or when a group is already initialised.
+    Reads ``WORLD_SIZE``/``RANK``/``LOCAL_RANK``/``MASTER_ADDR``/``MASTER_PORT`` (set by
+    torchrun). Does nothing and returns ``False`` when ``WORLD_SIZE`` is unset or 1; returns
+    ``True`` at once when a group is already initialised. The group is destroyed at interpreter
+    exit (without that, gloo aborts the process when it exits).
 
     Args:
-        backend: ``"gloo"`` or ``"nccl"``; ``None``: nccl when CUDA is available, else gloo.
-        timeout_s: Seconds a collective may wait for a peer before raising (a dead rank then
-            ends the others with an error instead of a hang).
+        backend: A torch.distributed backend; ``None``: ``"cpu:gloo,cuda:nccl"`` when CUDA is
+            available (nccl for CUDA tensors, gloo for the few CPU ones), else ``"gloo"``.
+            With CUDA, the current device is set to ``cuda:LOCAL_RANK``.
+        timeout_s: Seconds a collective may wait for a peer before raising, so that a rank
+            that stalls ends the others with an error instead of a hang; ``None``: the
+            ``RL8_DIST_TIMEOUT_S`` environment variable, else :data:`DEFAULT_TIMEOUT_S`.
 
     Returns:
         Whether a process group is active after the call.
     """
-    if dist.is_initialized():
+    if dist.is_available() and dist.is_initialized():
         return True
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return False
+    if not dist.is_available():  # pragma: no cover - torch built without distributed
+        raise RuntimeError("WORLD_SIZE > 1 but this torch build has no torch.distributed")
+    if timeout_s is None:
+        timeout_s = _timeout_from_env()
     if backend is None:
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
-    if backend == "nccl":
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
+    if "nccl" in backend:
+        torch.cuda.set_device(local_rank())
     dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=timeout_s))
+    global _timeout_s
+    _timeout_s = float(timeout_s)
+    atexit.register(shutdown_distributed)
     return True
+
+
+def shutdown_distributed() -> None:
+    """Destroy the process group, if any (idempotent; errors of a broken group are ignored)."""
+    if dist.is_available() and dist.is_initialized():
+        try:
+            dist.destroy_process_group()
+        except Exception:  # noqa: BLE001 - a peer may be gone already
+            pass
 
 
 class DistContext:
@@ -68,6 +143,26 @@ class DistContext:
         self.enabled = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
         self.rank = dist.get_rank() if self.enabled else 0
         self.world_size = dist.get_world_size() if self.enabled else 1
+        # where small control tensors live: CPU unless the group can only move CUDA tensors
+        backend = str(dist.get_backend()) if self.enabled else "gloo"
+        cuda_only = "nccl" in backend and "gloo" not in backend
+        self.device = torch.device("cuda", torch.cuda.current_device()) if cuda_only else torch.device("cpu")
+
+    @contextlib.contextmanager
+    def _collective(self, what: str):
+        """Turn the backend's error into one that says what probably happened."""
+        try:
+            yield
+        except DistributedError:
+            raise
+        except RuntimeError as exc:  # torch.distributed.DistError and friends
+            waited = f"{_timeout_s:g} s" if _timeout_s is not None else "the group's timeout"
+            cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise DistributedError(
+                f"rank {self.rank} of {self.world_size}: {what} failed: another rank died, "
+                f"raised an error, or did not join it within {waited} ({TIMEOUT_ENV_VAR}); "
+                f"see the other ranks' output for the cause. Backend error: {cause}"
+            ) from exc
 
     @property
     def is_main(self) -> bool:
@@ -78,7 +173,8 @@ class DistContext:
         """All-reduce ``tensor`` in place with ``op`` in ``{"sum", "min", "max"}``."""
         if self.enabled:
             ops = {"sum": dist.ReduceOp.SUM, "min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX}
-            dist.all_reduce(tensor, op=ops[op])
+            with self._collective("an all-reduce of statistics"):
+                dist.all_reduce(tensor, op=ops[op])
         return tensor
 
     def average_gradients(self, params: list[nn.Parameter]) -> None:
@@ -87,7 +183,8 @@ class DistContext:
             return
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
         flat = torch.cat([g.reshape(-1) for g in grads])
-        dist.all_reduce(flat)
+        with self._collective("the all-reduce of gradients"):
+            dist.all_reduce(flat)
         flat.div_(self.world_size)
         offset = 0
         for p, g in zip(params, grads):
@@ -102,21 +199,76 @@ class DistContext:
         """Make every rank's parameters and buffers equal to rank ``src``'s."""
         if not self.enabled:
             return
-        for tensor in [*module.parameters(), *module.buffers()]:
-            dist.broadcast(tensor.data, src)
+        with self._collective("the broadcast of the initial model"):
+            for tensor in [*module.parameters(), *module.buffers()]:
+                dist.broadcast(tensor.data, src)
 
     def any(self, flag: bool) -> bool:
         """Whether ``flag`` is true on any rank (a collective: every rank must call it)."""
         if not self.enabled:
             return flag
-        t = torch.tensor([1.0 if flag else 0.0])
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return bool(t.item())
+        return bool(self.max([1.0 if flag else 0.0])[0])
+
+    def max(self, values: list[float]) -> list[float]:
+        """The element-wise maximum of ``values`` over ranks (ONE collective; every rank must
+        call it with a list of the same length)."""
+        if not self.enabled:
+            return list(values)
+        t = torch.tensor(values, dtype=torch.float64, device=self.device)
+        with self._collective("the step-boundary agreement (stop, signals)"):
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return t.tolist()
+
+    def broadcast_object(self, obj: Any, src: int = 0) -> Any:
+        """Rank ``src``'s ``obj`` (picklable), on every rank."""
+        if not self.enabled:
+            return obj
+        box = [obj if self.rank == src else None]
+        with self._collective("a broadcast from rank 0"):
+            dist.broadcast_object_list(box, src=src, device=self._object_device)
+        return box[0]
+
+    def gather_to_main(self, obj: Any) -> list[Any] | None:
+        """Every rank's ``obj`` (picklable) as a list indexed by rank on rank 0, ``None`` on
+        the other ranks. Move tensors to the CPU first (see :func:`to_cpu`)."""
+        if not self.enabled:
+            return [obj]
+        out = [None] * self.world_size if self.is_main else None
+        with self._collective("gathering every rank's state on rank 0"):
+            dist.gather_object(obj, out, dst=0)
+        return out
+
+    def scatter_from_main(self, objs: list[Any] | None) -> Any:
+        """Rank 0's ``objs[r]`` on rank ``r`` (``objs`` is only read on rank 0)."""
+        if not self.enabled:
+            assert objs is not None
+            return objs[0]
+        box: list[Any] = [None]
+        with self._collective("sending every rank its state from rank 0"):
+            dist.scatter_object_list(box, objs if self.is_main else None, src=0)
+        return box[0]
+
+    @property
+    def _object_device(self) -> torch.device | None:
+        return self.device if self.device.type == "cuda" else None
 
     def gather_objects(self, obj):
         """Every rank's ``obj`` as a list indexed by rank (on every rank)."""
         if not self.enabled:
             return [obj]
         out = [None] * self.world_size
-        dist.all_gather_object(out, obj)
+        with self._collective("an all-gather"):
+            dist.all_gather_object(out, obj)
         return out
+
+
+def to_cpu(obj: Any) -> Any:
+    """``obj`` with every tensor in its nested dicts, lists and tuples moved to the CPU (so
+    that another rank can unpickle it without this rank's GPU)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu()
+    if isinstance(obj, dict):
+        return type(obj)((k, to_cpu(v)) for k, v in obj.items())
+    if type(obj) in (list, tuple):
+        return type(obj)(to_cpu(v) for v in obj)
+    return obj

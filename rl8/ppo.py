@@ -489,6 +489,12 @@ class PPO:
                 order = torch.randperm(batch, device=self.device, generator=self.generator)
             else:
                 order = None
+            # data-parallel: every minibatch's advantage moments over all ranks in ONE
+            # all-reduce per pass, not one synchronisation per minibatch
+            adv_stats = (
+                self._advantage_stats(advantages, order, num_minibatches)
+                if self.dist.enabled and hp.normalize_advantages else None
+            )
             if hp.accumulate_grads:
                 self.optimizer.zero_grad(set_to_none=True)
             for j in range(num_minibatches):
@@ -502,6 +508,7 @@ class PPO:
                 losses, monitors = self._minibatch_loss(
                     obs[index], actions[index], old_logp[index], old_values[index],
                     advantages[index], returns[index], entropy_coeff, recurrent_inputs,
+                    adv_stats[j] if adv_stats is not None else None,
                 )
                 total = losses[3]
                 if hp.accumulate_grads:
@@ -545,8 +552,22 @@ class PPO:
             "coefficients/lr": lr,
         }
 
+    def _advantage_stats(
+        self, advantages: torch.Tensor, order: torch.Tensor | None, num_minibatches: int
+    ) -> list[tuple[float, float]]:
+        """(mean, unbiased std) of each minibatch's advantages over all ranks, in one
+        all-reduce (minibatch ``j`` is rows ``j * mb:(j + 1) * mb`` of ``advantages[order]``)."""
+        adv = (advantages if order is None else advantages[order]).reshape(num_minibatches, -1).double()
+        moments = torch.stack([torch.full_like(adv[:, 0], adv.shape[1]), adv.sum(1), adv.square().sum(1)], 1)
+        out = []
+        for n, s, ss in self.dist.all_reduce_(moments).tolist():
+            mean = s / n
+            out.append((mean, max((ss - n * mean * mean) / max(n - 1, 1), 0.0) ** 0.5))
+        return out
+
     def _minibatch_loss(
-        self, obs, actions, old_logp, old_values, advantages, returns, entropy_coeff, recurrent_inputs
+        self, obs, actions, old_logp, old_values, advantages, returns, entropy_coeff, recurrent_inputs,
+        adv_stats: tuple[float, float] | None = None,
     ):
         hp = self.hparams
         with self._autocast():
@@ -558,12 +579,8 @@ class PPO:
                 advantages, returns = advantages.reshape(-1), returns.reshape(-1)
         logp, entropy, values = logp.float(), entropy.float(), values.float()
         if hp.normalize_advantages and advantages.numel() > 1:
-            if self.dist.enabled:  # statistics of the minibatch across all ranks
-                moments = torch.stack([advantages.new_tensor(float(advantages.numel())),
-                                       advantages.sum(), advantages.square().sum()]).double()
-                n, s, ss = self.dist.all_reduce_(moments).tolist()
-                mean = s / n
-                std = max((ss - n * mean * mean) / max(n - 1, 1), 0.0) ** 0.5
+            if adv_stats is not None:  # statistics of the minibatch across all ranks
+                mean, std = adv_stats
                 advantages = (advantages - mean) / (std + 1e-8)
             else:
                 advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
