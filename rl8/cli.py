@@ -513,11 +513,10 @@ def _run(trainer: Any, conditions: list[Any], run_args: Mapping[str, Any]) -> in
 # rl8 eval
 
 
-def _eval(args: argparse.Namespace) -> int:
-    import torch
-
+def _load_policy_and_env(args: argparse.Namespace) -> tuple[Any, dict[str, Any], str, dict[str, Any]]:
+    """The saved policy named on the command line, what the file says about its env, the env
+    spec to use (``--env`` or the stored one) and the env config (stored, then ``--env-config``)."""
     from .export import policy_from_dict, read_policy
-    from .ppo import make_env
 
     info = read_policy(args.policy, tracking_uri=args.tracking_uri)
     policy = policy_from_dict(info, map_location="cpu")
@@ -529,6 +528,15 @@ def _eval(args: argparse.Namespace) -> int:
     for text in args.env_config or []:
         path, value = parse_assignment(text, "--env-config")
         _assign(config, path, value)
+    return policy, env_info, spec, config
+
+
+def _eval(args: argparse.Namespace) -> int:
+    import torch
+
+    from .ppo import make_env
+
+    policy, env_info, spec, config = _load_policy_and_env(args)
     num_envs = args.num_envs or args.episodes
     try:
         env = make_env(spec, num_envs, None, device="cpu", env_kwargs=env_info.get("env_kwargs"))
@@ -618,19 +626,9 @@ def _eval_steps(policy: Any, env: Any, obs: Any, steps: int, deterministic: bool
 def _record(args: argparse.Namespace) -> int:
     import gymnasium
 
-    from .export import policy_from_dict, read_policy
     from .video import make_recording_env, record_video
 
-    info = read_policy(args.policy, tracking_uri=args.tracking_uri)
-    policy = policy_from_dict(info, map_location="cpu")
-    env_info = info.get("env") or {}
-    spec = args.env or env_info.get("spec")
-    if not spec:
-        raise ConfigError("the policy does not name its env; pass --env (e.g. --env rl8.envs.CartPole)")
-    config = dict(env_info.get("env_config") or {})
-    for text in args.env_config or []:
-        path, value = parse_assignment(text, "--env-config")
-        _assign(config, path, value)
+    policy, env_info, spec, config = _load_policy_and_env(args)
     stored = env_info.get("spec")
     same_env = not args.env or (stored and _canonical_env(args.env) == _canonical_env(stored))
     env_kwargs = env_info.get("env_kwargs") if same_env else None  # the stored env's arguments

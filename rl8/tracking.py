@@ -576,19 +576,23 @@ class Tracker:
         A failure (missing file, server down) is a :class:`TrackingWarning`, not an error;
         artifacts are not queued.
         """
+        self._upload("log_artifact", local_path, artifact_path)
+
+    def _upload(self, method: str, local: str | Path, artifact_path: str | None) -> None:
+        """Call the MlflowClient artifact method ``method``; a failure warns, never raises."""
         if not self.enabled:
             return
         with self._lock:
             self._check_started()
             try:
                 with self._normal_policy():
-                    self._client.log_artifact(self.run_id, str(local_path), artifact_path)
+                    getattr(self._client, method)(self.run_id, str(local), artifact_path)
             except Exception as exc:
                 warnings.warn(
-                    f"could not log artifact {str(local_path)!r} to MLflow run {self.run_id} "
+                    f"could not log artifacts from {str(local)!r} to MLflow run {self.run_id} "
                     f"at {self.tracking_uri!r}: {exc}",
                     TrackingWarning,
-                    stacklevel=2,
+                    stacklevel=3,
                 )
 
     def log_artifacts(self, local_dir: str | Path, artifact_path: str | None = None) -> None:
@@ -600,20 +604,7 @@ class Tracker:
 
         A failure is a :class:`TrackingWarning`, not an error.
         """
-        if not self.enabled:
-            return
-        with self._lock:
-            self._check_started()
-            try:
-                with self._normal_policy():
-                    self._client.log_artifacts(self.run_id, str(local_dir), artifact_path)
-            except Exception as exc:
-                warnings.warn(
-                    f"could not log artifacts from {str(local_dir)!r} to MLflow run "
-                    f"{self.run_id} at {self.tracking_uri!r}: {exc}",
-                    TrackingWarning,
-                    stacklevel=2,
-                )
+        self._upload("log_artifacts", local_dir, artifact_path)
 
     @property
     def pending(self) -> int:
