@@ -1,9 +1,11 @@
 """Data-parallel training over torch.distributed (torchrun), for PPO and the Trainer.
 
 Every rank owns its envs and collects; the update averages gradients across ranks with one
-all-reduce of the flattened gradients per minibatch, so every rank holds the same model after
-each update. Running statistics and reported stats are reduced across ranks. Outside a
-process group every operation here is a no-op, so single-process code pays nothing.
+all-reduce of the flattened gradients per optimizer step, so every rank holds the same model
+after each update. Running statistics and reported stats are reduced across ranks. Outside a
+process group every operation here is a no-op, so single-process code pays nothing. A failed
+collective (a rank died, raised, or stalled past ``RL8_DIST_TIMEOUT_S``) raises
+:class:`DistributedError` instead of hanging.
 
 Launch with ``torchrun --nproc_per_node=N -m rl8 train CONFIG.yaml``; see
 ``docs/distributed.md``.
@@ -15,6 +17,7 @@ import atexit
 import contextlib
 import datetime
 import os
+import time
 from typing import Any
 
 import torch
@@ -122,12 +125,19 @@ def init_distributed(*, backend: str | None = None, timeout_s: float | None = No
 
 
 def shutdown_distributed() -> None:
-    """Destroy the process group, if any (idempotent; errors of a broken group are ignored)."""
+    """Destroy the process group, if any (idempotent; errors of a broken group are ignored).
+
+    Called at interpreter exit by :func:`init_distributed`. gloo's worker threads drop their
+    last references to the tensors of a collective a moment after the caller is released; if
+    that happens while Python finalises, the process aborts ("terminate called without an
+    active exception"). So those threads first get a moment (without the GIL) while the
+    interpreter is still alive. No collective here: a rank that exits on an error must not
+    wait for the others.
+    """
     if dist.is_available() and dist.is_initialized():
-        try:
+        with contextlib.suppress(Exception):  # a peer may be gone already
+            time.sleep(0.05)
             dist.destroy_process_group()
-        except Exception:  # noqa: BLE001 - a peer may be gone already
-            pass
 
 
 class DistContext:
@@ -199,9 +209,9 @@ class DistContext:
         """Make every rank's parameters and buffers equal to rank ``src``'s."""
         if not self.enabled:
             return
-        with self._collective("the broadcast of the initial model"):
+        with self._collective("the broadcast of the initial model"), torch.no_grad():
             for tensor in [*module.parameters(), *module.buffers()]:
-                dist.broadcast(tensor.data, src)
+                dist.broadcast(tensor, src)
 
     def any(self, flag: bool) -> bool:
         """Whether ``flag`` is true on any rank (a collective: every rank must call it)."""

@@ -594,7 +594,7 @@ class Trainer:
                     name = self.run_id or time.strftime("%Y%m%d-%H%M%S")
                     checkpoint_dir = Path("checkpoints") / name
                 checkpoint_dir = Path(checkpoint_dir).absolute()
-            except BaseException as exc:
+            except BaseException as exc:  # noqa: BLE001 - raised below, on every rank
                 error = exc
         if self._dist.enabled:  # every rank knows the run id and rank 0's checkpoint folder
             self.run_id, checkpoint_dir, error = self._dist.broadcast_object(

@@ -9,6 +9,7 @@ killed in teardown, so a hang fails the test instead of stalling the suite.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import signal
 import socket
@@ -24,10 +25,11 @@ THIS_FILE = str(Path(__file__).resolve())
 
 # (a): one update, one minibatch (the whole buffer), episodes truncated within the horizon so
 # that the bootstrap from final_obs is part of what must match.
-UPDATE_HPARAMS = dict(
-    num_envs=8, horizon=8, sgd_minibatch_size=None, num_sgd_iters=1, seed=0, device="cpu",
-    normalize_rewards=True, normalize_observations=True, env_config={"max_episode_steps": 5},
-)
+UPDATE_HPARAMS = {
+    "num_envs": 8, "horizon": 8, "sgd_minibatch_size": None, "num_sgd_iters": 1, "seed": 0,
+    "device": "cpu", "normalize_rewards": True, "normalize_observations": True,
+    "env_config": {"max_episode_steps": 5},
+}
 # Adam's first step hardly depends on the gradients' scale (and clipping rescales them): plain
 # SGD without clipping also checks that the gradients are averaged, not summed.
 UPDATE_OPTIMIZERS = {
@@ -35,7 +37,7 @@ UPDATE_OPTIMIZERS = {
     "sgd": {"optimizer_cls": "torch.optim.SGD", "optimizer_kwargs": {}, "lr": 0.5, "max_grad_norm": None},
 }
 # resume test: a small CartPole run
-RESUME_HPARAMS = dict(num_envs=16, horizon=8, sgd_minibatch_size=64, num_sgd_iters=2, seed=3, device="cpu")
+RESUME_HPARAMS = {"num_envs": 16, "horizon": 8, "sgd_minibatch_size": 64, "num_sgd_iters": 2, "seed": 3, "device": "cpu"}
 
 
 # --------------------------------------------------------------------------------------------
@@ -155,9 +157,9 @@ def test_one_update_on_two_ranks_equals_one_process_with_all_envs(one_update_job
     after = dict(single.policy.state_dict())
     moved = max((r0["after"][k].float() - r0["before"][k].float()).abs().max().item() for k in after)
     assert moved > 1e-4, "the update should change the parameters"
-    for key in after:
+    for key, value in after.items():
         assert torch.equal(r0["after"][key], r1["after"][key]), f"ranks differ at {key}"
-        torch.testing.assert_close(after[key], r0["after"][key], rtol=1e-5, atol=1e-5, msg=key)
+        torch.testing.assert_close(value, r0["after"][key], rtol=1e-5, atol=1e-5, msg=key)
     # the reported update stats are the same on every rank
     assert r0["update_stats"] == r1["update_stats"]
     assert r0["rollout_stats"] == r1["rollout_stats"]
@@ -223,6 +225,16 @@ def test_two_rank_rl8_train_solves_cartpole(tmp_path, mlflow_uri):
     assert len(ranks) == 2 and "policy" not in ranks[1]  # shared state is stored once
     assert not torch.equal(ranks[0]["obs"]["tensor"], ranks[1]["obs"]["tensor"])  # each rank's envs
 
+    # resuming through the CLI: rank 0 reads the file and hands rank 1 its part; the same
+    # MLflow run goes on (the stored stop condition ends it at the next evaluation)
+    job = torchrun(["-m", "rl8", "train", "--resume", str(tmp_path / "ckpts"), "--quiet"])
+    assert job.returncode == 0, job.output
+    assert "resume:     torchrun --nproc_per_node=2 -m rl8 train --resume" in job.output
+    assert len(client.search_runs([experiment.experiment_id])) == 1
+    resumed = client.get_metric_history(run.info.run_id, "env/steps")
+    assert resumed[-1].value == steps[-1].value + 2 * (2 * 64 * 32)
+    assert len(sorted((tmp_path / "ckpts").glob("*.pt"))) == 2
+
 
 # --------------------------------------------------------------------------------------------
 # checkpoints: a signal on one rank checkpoints every rank; resuming restores every rank
@@ -283,7 +295,13 @@ def test_a_failing_rank_ends_the_job_with_an_error(tmp_path, mode):
 
 
 def test_rank_device_and_timeout_outside_torchrun(monkeypatch):
-    from rl8.distributed import DEFAULT_TIMEOUT_S, DistContext, _timeout_from_env, init_distributed, rank_device
+    from rl8.distributed import (
+        DEFAULT_TIMEOUT_S,
+        DistContext,
+        _timeout_from_env,
+        init_distributed,
+        rank_device,
+    )
 
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     assert init_distributed() is False
@@ -348,7 +366,7 @@ def _worker_resume(out: str) -> None:
 
     out_dir = Path(out)
     step = 2 * RESUME_HPARAMS["num_envs"] * RESUME_HPARAMS["horizon"]
-    run = dict(steps_per_eval=1, stop_conditions=HitsUpperBound("env/steps", 4 * step))
+    run = {"steps_per_eval": 1, "stop_conditions": HitsUpperBound("env/steps", 4 * step)}
 
     algo = PPO(CartPole, **RESUME_HPARAMS)
     trainer = Trainer(
@@ -379,7 +397,7 @@ def _comparable(stats) -> dict[str, float]:
     """Stats that two runs of the same computation report alike (no timings or memory)."""
     return {
         k: v for k, v in stats.items()
-        if not k.startswith(("profiling/", "throughput/", "memory/")) and v == v
+        if not k.startswith(("profiling/", "throughput/", "memory/")) and not math.isnan(v)
     }
 
 
