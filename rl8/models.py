@@ -104,6 +104,44 @@ class Model(nn.Module):
         """Values ``[B]`` of a batch of observations."""
         return self(obs)[1]
 
+    learned_log_std: bool = False
+
+    def init_policy_head(self, state_dependent_std: bool, init_log_std: float) -> int:
+        """Set up the log-std of Gaussian distributions; return the policy head's width.
+
+        For a Gaussian distribution (params ``[mean, log_std]``) with
+        ``state_dependent_std=False``, the model learns one state-independent log-std
+        parameter (initialised to ``init_log_std``) and its head outputs only the means;
+        :meth:`distribution_params` appends the log-std. Otherwise the head outputs all params.
+        """
+        from .distributions import Normal
+
+        dist = self.distribution_cls
+        param_size = dist.param_size(self.action_space)
+        gaussian = issubclass(dist, Normal) or bool(getattr(dist, "gaussian", False))
+        self.learned_log_std = gaussian and not state_dependent_std
+        if not self.learned_log_std:
+            return param_size
+        self.log_std = nn.Parameter(torch.full((param_size // 2,), float(init_log_std)))
+        return param_size // 2
+
+    def distribution_params(self, head: torch.Tensor) -> torch.Tensor:
+        """The distribution params from the policy head's output (see :meth:`init_policy_head`)."""
+        if not self.learned_log_std:
+            return head
+        return torch.cat([head, self.log_std.to(head.dtype).expand_as(head)], dim=-1)
+
+
+def resolve_activation(activation: str | type[nn.Module]) -> type[nn.Module]:
+    """The activation module class for a name in :data:`ACTIVATIONS` (or the class itself)."""
+    if not isinstance(activation, str):
+        return activation
+    if activation not in ACTIVATIONS:
+        raise ValueError(
+            f"model_config activation: expected one of {sorted(ACTIVATIONS)}, got {activation!r}"
+        )
+    return ACTIVATIONS[activation]
+
 
 def _mlp(sizes: Sequence[int], activation: type[nn.Module], ortho_init: bool) -> list[nn.Module]:
     layers: list[nn.Module] = []
@@ -202,24 +240,12 @@ class MLPModel(Model):
             hiddens=tuple(hiddens), activation=activation, shared=shared,
             state_dependent_std=state_dependent_std, init_log_std=init_log_std, ortho_init=ortho_init,
         )
-        if isinstance(activation, str):
-            if activation not in ACTIVATIONS:
-                raise ValueError(
-                    f"model_config activation: expected one of {sorted(ACTIVATIONS)}, got {activation!r}"
-                )
-            act = ACTIVATIONS[activation]
-        else:
-            act = activation
+        act = resolve_activation(activation)
         hiddens = [int(h) for h in hiddens]
         if any(h < 1 for h in hiddens):
             raise ValueError(f"model_config hiddens: expected positive widths, got {hiddens}")
         in_features = flat_observation_size(observation_space)
-        param_size = distribution_cls.param_size(action_space)
-        from .distributions import Normal
-
-        self.gaussian = issubclass(distribution_cls, Normal) or bool(getattr(distribution_cls, "gaussian", False))
-        self.learned_log_std = self.gaussian and not state_dependent_std
-        head_size = param_size // 2 if self.learned_log_std else param_size
+        head_size = self.init_policy_head(state_dependent_std, init_log_std)
         sizes = [in_features, *hiddens]
         last = sizes[-1]
         self.shared = bool(shared)
@@ -230,20 +256,13 @@ class MLPModel(Model):
         else:
             self.pi = nn.Sequential(*_mlp(sizes, act, ortho_init), _head(last, head_size, 0.01, ortho_init))
             self.vf = nn.Sequential(*_mlp(sizes, act, ortho_init), _head(last, 1, 1.0, ortho_init))
-        if self.learned_log_std:
-            self.log_std = nn.Parameter(torch.full((head_size,), float(init_log_std)))
-
-    def _params(self, mean: torch.Tensor) -> torch.Tensor:
-        if not self.learned_log_std:
-            return mean
-        return torch.cat([mean, self.log_std.to(mean.dtype).expand_as(mean)], dim=-1)
 
     def forward(self, obs: torch.Tensor | TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
         x = flatten_observation(obs, self.observation_space)
         if self.shared:
             h = run_mlp(x, self.trunk)
-            return self._params(F.linear(h, self.pi.weight, self.pi.bias)), F.linear(h, self.vf.weight, self.vf.bias)[:, 0]
-        return self._params(run_mlp(x, self.pi)), run_mlp(x, self.vf)[:, 0]
+            return self.distribution_params(F.linear(h, self.pi.weight, self.pi.bias)), F.linear(h, self.vf.weight, self.vf.bias)[:, 0]
+        return self.distribution_params(run_mlp(x, self.pi)), run_mlp(x, self.vf)[:, 0]
 
     def value(self, obs: torch.Tensor | TensorDictBase) -> torch.Tensor:
         x = flatten_observation(obs, self.observation_space)

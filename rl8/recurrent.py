@@ -25,7 +25,7 @@ from gymnasium import spaces
 from tensordict import TensorDict, TensorDictBase
 from torch import Tensor, nn
 
-from .models import ACTIVATIONS, Model, _head, _mlp, flat_observation_size, flatten_observation
+from .models import Model, _head, _mlp, flat_observation_size, flatten_observation, resolve_activation
 
 __all__ = ["RecurrentModel", "LSTMModel", "GRUModel"]
 
@@ -139,22 +139,10 @@ class _RNNModel(RecurrentModel):
             activation=activation, state_dependent_std=state_dependent_std,
             init_log_std=init_log_std, ortho_init=ortho_init,
         )
-        if isinstance(activation, str):
-            if activation not in ACTIVATIONS:
-                raise ValueError(
-                    f"model_config activation: expected one of {sorted(ACTIVATIONS)}, got {activation!r}"
-                )
-            act = ACTIVATIONS[activation]
-        else:
-            act = activation
-        from .distributions import Normal
-
+        act = resolve_activation(activation)
         self.hidden_size = hidden_size
         self.num_layers = num_layers
-        self.gaussian = issubclass(distribution_cls, Normal) or bool(getattr(distribution_cls, "gaussian", False))
-        self.learned_log_std = self.gaussian and not state_dependent_std
-        param_size = distribution_cls.param_size(action_space)
-        head_size = param_size // 2 if self.learned_log_std else param_size
+        head_size = self.init_policy_head(state_dependent_std, init_log_std)
 
         sizes = [flat_observation_size(observation_space), *encoder_hiddens]
         self.encoder = nn.Sequential(*_mlp(sizes, act, ortho_init))
@@ -167,8 +155,6 @@ class _RNNModel(RecurrentModel):
                     nn.init.zeros_(param)
         self.pi = _head(hidden_size, head_size, 0.01, ortho_init)
         self.vf = _head(hidden_size, 1, 1.0, ortho_init)
-        if self.learned_log_std:
-            self.log_std = nn.Parameter(torch.full((head_size,), float(init_log_std)))
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -236,16 +222,11 @@ class _RNNModel(RecurrentModel):
             starts = [0, *(i + 1 for i in inner)]
         return self._run(x, state, firsts, starts)
 
-    def _params(self, mean: Tensor) -> Tensor:
-        if not self.learned_log_std:
-            return mean
-        return torch.cat([mean, self.log_std.to(mean.dtype).expand_as(mean)], dim=-1)
-
     def forward(  # type: ignore[override]
         self, obs: Tensor | TensorDictBase, state: TensorDictBase, firsts: Tensor
     ) -> tuple[Tensor, Tensor, TensorDict]:
         y, new_state = self._core(obs, state, firsts)
-        return self._params(self.pi(y)), self.vf(y).squeeze(-1), new_state
+        return self.distribution_params(self.pi(y)), self.vf(y).squeeze(-1), new_state
 
     def value(  # type: ignore[override]
         self, obs: Tensor | TensorDictBase, state: TensorDictBase, firsts: Tensor

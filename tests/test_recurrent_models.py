@@ -199,7 +199,7 @@ def test_fast_path_equals_step_loop(model_cls):
     assert_same(y_seg, y_slow)
     assert_same_state(s_seg, s_slow)
     params, _, new_state = model(obs, state, firsts)  # forward picks the segments itself
-    assert_same(params, model._params(model.pi(y_slow)))
+    assert_same(params, model.distribution_params(model.pi(y_slow)))
     assert_same_state(new_state, s_slow)
 
 
