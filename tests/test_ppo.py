@@ -322,10 +322,10 @@ def test_unknown_hparam_is_an_error():
 
 @pytest.mark.parametrize("activation", ["relu", "tanh", "elu"])
 def test_functional_mlp_matches_the_modules(activation):
+    from rl8.distributions import Categorical
     from rl8.models import MLPModel, run_mlp
 
-    model = MLPModel(spaces.Box(-1, 1, (3,)), spaces.Discrete(2), __import__("rl8.distributions").distributions.Categorical,
-                     activation=activation)
+    model = MLPModel(spaces.Box(-1, 1, (3,)), spaces.Discrete(2), Categorical, activation=activation)
     x = torch.randn(16, 3, requires_grad=True)
     expected = model.pi(x)
     got = run_mlp(x, model.pi)
