@@ -322,10 +322,12 @@ class _CategoricalBase(Distribution):
         """Normalised log-probabilities of every choice (computed once, cached).
 
         The cache is keyed on the grad / inference mode, so a distribution first sampled under
-        ``torch.inference_mode`` still yields differentiable log-probs outside it.
+        ``torch.inference_mode`` still yields differentiable log-probs outside it; a cache made
+        with autograd on serves ``no_grad`` callers too (it only carries more history).
         """
         mode = (torch.is_grad_enabled(), torch.is_inference_mode_enabled())
-        if self._log_probs is None or self._log_probs_mode != mode:
+        cached = self._log_probs_mode
+        if self._log_probs is None or (cached != mode and not (cached == (True, False) and not mode[0])):
             self._log_probs = torch.log_softmax(self.logits, dim=-1)
             self._log_probs_mode = mode
         return self._log_probs

@@ -17,6 +17,13 @@ from .spaces import check_space, zeros_like_space
 __all__ = ["Policy"]
 
 
+def _entropy(dist: Distribution, grad: bool) -> torch.Tensor:
+    if grad:
+        return dist.entropy()
+    with torch.no_grad():
+        return dist.entropy()
+
+
 class Policy(nn.Module):
     """Acts on observations: the model's outputs parameterise an action distribution.
 
@@ -129,6 +136,8 @@ class Policy(nn.Module):
         actions: torch.Tensor,
         state: TensorDictBase,
         firsts: torch.Tensor,
+        *,
+        entropy_grad: bool = True,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Recurrent models: log-probs, entropies and values, each ``[S * T]``, of sequences.
 
@@ -137,6 +146,7 @@ class Policy(nn.Module):
             actions: ``[S, T, ...]`` raw actions taken.
             state: ``[S]`` recurrent state before each sequence's first step.
             firsts: ``[S, T]`` bool episode starts (state reset before that step).
+            entropy_grad: ``False`` computes the entropies without recording them for autograd.
         """
         params, values, _ = self.model(self.preprocess(obs), state, firsts)
         s, t = params.shape[:2]
@@ -145,7 +155,7 @@ class Policy(nn.Module):
             mask = mask.reshape(s * t, *mask.shape[2:])
         dist = self.distribution_cls(params.reshape(s * t, -1), self.action_space, action_mask=mask)
         actions = actions.reshape(s * t, *actions.shape[2:])
-        return dist.log_prob(actions), dist.entropy(), values.reshape(s * t)
+        return dist.log_prob(actions), _entropy(dist, entropy_grad), values.reshape(s * t)
 
     def sequence_value(
         self, obs: torch.Tensor | TensorDictBase, state: TensorDictBase, firsts: torch.Tensor
@@ -181,11 +191,18 @@ class Policy(nn.Module):
         return actions, dist.log_prob(actions), value
 
     def evaluate(
-        self, obs: torch.Tensor | TensorDictBase, actions: torch.Tensor
+        self, obs: torch.Tensor | TensorDictBase, actions: torch.Tensor, *, entropy_grad: bool = True
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Log-probabilities, entropies and values (each ``[B]``) of given raw actions."""
+        """Log-probabilities, entropies and values (each ``[B]``) of given raw actions.
+
+        Args:
+            obs: Observations ``[B, ...]``.
+            actions: Raw actions ``[B, ...]``.
+            entropy_grad: ``False`` computes the entropies without recording them for
+                autograd (for a loss that only reports them).
+        """
         dist, value = self.distribution(obs)
-        return dist.log_prob(actions), dist.entropy(), value
+        return dist.log_prob(actions), _entropy(dist, entropy_grad), value
 
     def value(self, obs: torch.Tensor | TensorDictBase) -> torch.Tensor:
         """Values ``[B]`` of a batch of observations."""

@@ -20,6 +20,7 @@ from .buffer import RolloutBuffer, compute_gae
 from .distributed import DistContext, derive_seed
 from .env import Env, EnvOutputError, find_nonfinite, validate_step_output
 from .hparams import HParams
+from .losses import ppo_loss
 from .normalization import RewardNormalizer
 from .policy import Policy
 
@@ -45,6 +46,26 @@ def _to_samples(x: torch.Tensor | TensorDictBase, seq_len: int) -> torch.Tensor 
     if seq_len == 1:
         return x.reshape(-1, *x.shape[2:])
     return x.reshape(-1, seq_len, *x.shape[2:])
+
+
+def _take(x: torch.Tensor | TensorDictBase, index: Any) -> torch.Tensor | TensorDictBase:
+    """Rows ``index`` (a slice or an int64 index tensor) of ``x`` along its first dim."""
+    if isinstance(index, torch.Tensor) and isinstance(x, torch.Tensor):
+        return x.index_select(0, index)  # cheaper than x[index] for small rows
+    return x[index]
+
+
+def _clip_grad_norm_(params: list[torch.nn.Parameter], max_norm: float | None) -> torch.Tensor:
+    """Global 2-norm of the gradients, scaled in place to at most ``max_norm`` (``None``: only
+    measured). The maths of ``torch.nn.utils.clip_grad_norm_``, in four calls: for the small
+    networks of PPO its per-call bookkeeping costs as much as the arithmetic."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return torch.zeros(())
+    norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+    if max_norm is not None:
+        torch._foreach_mul_(grads, (max_norm / (norm + 1e-6)).clamp_(max=1.0))
+    return norm
 
 
 def _qualname(obj: Any) -> Any:
@@ -480,7 +501,7 @@ class PPO:
             group["lr"] = lr
         mb = hp.minibatch_size // seq_len
         num_minibatches = batch // mb
-        sums = torch.zeros(8, device=self.device)
+        sums = torch.zeros(7, device=self.device)  # the 6 minibatch stats, then the grad norm
         count = 0
         stop = False
         params = [p for p in self.policy.parameters() if p.requires_grad]
@@ -504,13 +525,15 @@ class PPO:
                     index = slice(j * mb, (j + 1) * mb)
                 else:
                     index = order[j * mb : (j + 1) * mb]
-                recurrent_inputs = (states[index], firsts[index]) if self.recurrent else None
-                losses, monitors = self._minibatch_loss(
-                    obs[index], actions[index], old_logp[index], old_values[index],
-                    advantages[index], returns[index], entropy_coeff, recurrent_inputs,
+                recurrent_inputs = (
+                    (_take(states, index), _take(firsts, index)) if self.recurrent else None
+                )
+                total, stats = self._minibatch_loss(
+                    _take(obs, index), _take(actions, index), _take(old_logp, index),
+                    _take(old_values, index), _take(advantages, index), _take(returns, index),
+                    entropy_coeff, recurrent_inputs,
                     adv_stats[j] if adv_stats is not None else None,
                 )
-                total = losses[3]
                 if hp.accumulate_grads:
                     self._backward(total / num_minibatches)
                     grad_norm = torch.zeros((), device=self.device)
@@ -520,10 +543,11 @@ class PPO:
                     self.optimizer.zero_grad(set_to_none=True)
                     self._backward(total)
                     grad_norm = self._optimizer_step(params)
-                sums += torch.stack([*(x.detach() for x in losses), *monitors, grad_norm])
+                sums[:6] += stats
+                sums[6] += grad_norm
                 count += 1
                 if hp.target_kl_div is not None:
-                    kl = self.dist.all_reduce_(monitors[0].detach().clone()) / self.dist.world_size
+                    kl = self.dist.all_reduce_(stats[4].clone()) / self.dist.world_size
                     if kl.item() > hp.target_kl_div:  # every rank sees the same mean KL
                         stop = True
                         break
@@ -546,7 +570,7 @@ class PPO:
             "monitors/kl_div": means[4],
             "monitors/clip_fraction": means[5],
             "monitors/explained_variance": float(explained_variance),
-            "monitors/grad_norm": means[7] * count / num_steps if hp.accumulate_grads else means[7],
+            "monitors/grad_norm": means[6] * count / num_steps if hp.accumulate_grads else means[6],
             "coefficients/entropy": entropy_coeff,
             "coefficients/vf": hp.vf_coeff,
             "coefficients/lr": lr,
@@ -568,13 +592,20 @@ class PPO:
     def _minibatch_loss(
         self, obs, actions, old_logp, old_values, advantages, returns, entropy_coeff, recurrent_inputs,
         adv_stats: tuple[float, float] | None = None,
-    ):
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The minibatch's differentiable total loss and its detached stats ``[6]``: policy,
+        vf, entropy and total losses, KL and clip fraction."""
         hp = self.hparams
+        # With a zero entropy coefficient the entropy is only a reported stat: keep it out of
+        # the graph so the backward pass does not differentiate it.
+        entropy_grad = entropy_coeff != 0
         with self._autocast():
             if recurrent_inputs is None:
-                logp, entropy, values = self.policy.evaluate(obs, actions)
+                logp, entropy, values = self.policy.evaluate(obs, actions, entropy_grad=entropy_grad)
             else:
-                logp, entropy, values = self.policy.evaluate_sequences(obs, actions, *recurrent_inputs)
+                logp, entropy, values = self.policy.evaluate_sequences(
+                    obs, actions, *recurrent_inputs, entropy_grad=entropy_grad
+                )
                 old_logp, old_values = old_logp.reshape(-1), old_values.reshape(-1)
                 advantages, returns = advantages.reshape(-1), returns.reshape(-1)
         logp, entropy, values = logp.float(), entropy.float(), values.float()
@@ -583,28 +614,18 @@ class PPO:
                 mean, std = adv_stats
                 advantages = (advantages - mean) / (std + 1e-8)
             else:
-                advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-        log_ratio = logp - old_logp
-        ratio = log_ratio.exp()
-        surrogate = torch.min(
-            advantages * ratio, advantages * ratio.clamp(1 - hp.clip_param, 1 + hp.clip_param)
+                std, mean = torch.std_mean(advantages)
+                advantages = (advantages - mean) / (std + 1e-8)
+        total, (policy_loss, vf_loss, kl, clip_fraction) = ppo_loss(
+            logp, values, old_logp, advantages, old_values, returns,
+            clip_param=hp.clip_param, dual_clip_param=hp.dual_clip_param,
+            vf_clip_param=hp.vf_clip_param, vf_coeff=hp.vf_coeff,
         )
-        if hp.dual_clip_param is not None:
-            surrogate = torch.where(
-                advantages < 0, torch.max(surrogate, hp.dual_clip_param * advantages), surrogate
-            )
-        policy_loss = -surrogate.mean()
-        vf_error = (values - returns).square()
-        if hp.vf_clip_param is not None:
-            clipped = old_values + (values - old_values).clamp(-hp.vf_clip_param, hp.vf_clip_param)
-            vf_error = torch.max(vf_error, (clipped - returns).square())
-        vf_loss = 0.5 * vf_error.mean()
         entropy_loss = -entropy.mean()
-        total = policy_loss + hp.vf_coeff * vf_loss + entropy_coeff * entropy_loss
-        with torch.no_grad():
-            kl = ((ratio - 1) - log_ratio).mean()
-            clip_fraction = ((ratio - 1).abs() > hp.clip_param).float().mean()
-        return (policy_loss, vf_loss, entropy_loss, total), (kl, clip_fraction, torch.zeros((), device=kl.device))
+        if entropy_grad:
+            total = total + entropy_coeff * entropy_loss
+        stats = torch.stack([policy_loss, vf_loss, entropy_loss.detach(), total.detach(), kl, clip_fraction])
+        return total, stats
 
     def _backward(self, loss: torch.Tensor) -> None:
         if self.grad_scaler is not None:
@@ -616,8 +637,7 @@ class PPO:
         self.dist.average_gradients(params)  # data-parallel: one all-reduce per optimizer step
         if self.grad_scaler is not None:
             self.grad_scaler.unscale_(self.optimizer)
-        max_norm = self.hparams.max_grad_norm
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm is not None else float("inf"))
+        grad_norm = _clip_grad_norm_(params, self.hparams.max_grad_norm)
         if self.grad_scaler is not None:
             self.grad_scaler.step(self.optimizer)
             self.grad_scaler.update()
