@@ -55,8 +55,7 @@ class RunningMeanStd(nn.Module):
             return
         if n == 0:
             return
-        mean = x.mean(0)
-        var = x.var(0, unbiased=False) if n > 1 else torch.zeros_like(mean)
+        var, mean = torch.var_mean(x, 0, correction=0)
         self.merge_(mean, var, torch.tensor(float(n), dtype=torch.float64, device=x.device))
 
     @torch.no_grad()
@@ -168,6 +167,7 @@ class RewardNormalizer(nn.Module):
         self.eps = float(eps)
         self.stats = RunningMeanStd((), device=device)
         self.register_buffer("returns", torch.zeros(num_envs, dtype=torch.float32, device=device))
+        self._discount_key: tuple | None = None
 
     @torch.no_grad()
     def update(
@@ -200,11 +200,15 @@ class RewardNormalizer(nn.Module):
         with the discount matrix ``D[k, t] = gamma^(t - k)`` (``k <= t``), instead of ``T``
         sequential steps of small ops."""
         t_len = rewards.shape[1]
-        steps = torch.arange(t_len, device=rewards.device, dtype=torch.float64)
-        lag = steps[None, :] - steps[:, None]
-        discount = torch.where(lag >= 0, self.gamma ** lag.clamp(min=0), 0.0).to(rewards.dtype)
-        carry = self.returns[:, None] * (self.gamma ** (steps + 1)).to(rewards.dtype)
-        return torch.addmm(carry, rewards, discount)
+        key = (t_len, rewards.dtype, rewards.device)
+        if self._discount_key != key:  # built once per horizon
+            steps = torch.arange(t_len, device=rewards.device, dtype=torch.float64)
+            lag = steps[None, :] - steps[:, None]
+            self._discount = torch.where(lag >= 0, self.gamma ** lag.clamp(min=0), 0.0).to(rewards.dtype)
+            self._carry_discount = (self.gamma ** (steps + 1)).to(rewards.dtype)
+            self._discount_key = key
+        carry = self.returns[:, None] * self._carry_discount
+        return torch.addmm(carry, rewards, self._discount)
 
     def reset(self) -> None:
         """Restart every env's running return (when PPO resets all envs)."""

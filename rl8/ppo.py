@@ -281,7 +281,8 @@ class PPO:
             self.reset_envs(env_config=env_config)
         data, columns = self.buffer.data, self.buffer.columns
         policy, env = self.policy, self.env
-        dist_cls, space = policy.distribution_cls, env.action_space
+        to_env_action, space = policy.distribution_cls.to_env_action, env.action_space
+        generator = self.generator
         obs_col, actions_col, logp_col = columns["obs"], columns["actions"], columns["logp"]
         values_col, rewards_col = columns["values"], columns["rewards"]
         episodic = env.episodic
@@ -306,11 +307,11 @@ class PPO:
                     dist, value, state = policy.step(obs, state, firsts)
                 else:
                     dist, value = policy.distribution(obs)
-                actions = dist.deterministic_sample() if deterministic else dist.sample(self.generator)
+                actions, logp = dist.sample_with_log_prob(generator, deterministic=deterministic)
                 actions_col[t].copy_(actions)
-                logp_col[t].copy_(dist.log_prob(actions))
+                logp_col[t].copy_(logp)
                 values_col[t].copy_(value)
-                out = env.step(dist_cls.to_env_action(actions, space))
+                out = env.step(to_env_action(actions, space))
                 if not self._validated:
                     validate_step_output(out, env)
                     self._validated = True
@@ -368,34 +369,36 @@ class PPO:
 
     def _rollout_stats(self, rewards: torch.Tensor, dones: torch.Tensor | None) -> dict[str, float]:
         """Rollout stats from sums, minima and maxima, reduced across ranks, with ONE sync."""
-        returns = rewards.sum(1).double()
-        flat = rewards.reshape(-1).double()
-        sums = [float(returns.numel()), returns.sum(), returns.square().sum(),
-                float(flat.numel()), flat.sum(), flat.square().sum()]
+        r = rewards.double()
+        returns = r.sum(1)
+        # the sum of all rewards is the sum of the returns; counts are known on the host
+        parts = [returns.sum(), returns.square().sum(), r.square().sum()]
         if dones is not None:
-            sums += list(self._episode_stats(rewards, dones))
-        device = rewards.device
-        sums_t = torch.stack([torch.as_tensor(v, dtype=torch.float64, device=device) for v in sums])
-        mins = torch.stack([returns.min(), flat.min()])
-        maxs = torch.stack([returns.max(), flat.max()])
+            parts += [x.double() for x in self._episode_stats(rewards, dones)]
+        sums = torch.stack(parts)
+        ret_lo, ret_hi = returns.aminmax()
+        rew_lo, rew_hi = r.aminmax()
+        mins, maxs = torch.stack([ret_lo, rew_lo]), torch.stack([ret_hi, rew_hi])
         if self.dist.enabled:
-            self.dist.all_reduce_(sums_t)
+            self.dist.all_reduce_(sums)
             self.dist.all_reduce_(mins, "min")
             self.dist.all_reduce_(maxs, "max")
-        values = torch.cat([sums_t, mins, maxs]).tolist()
-        n_ret, s_ret, ss_ret, n_rew, s_rew, ss_rew = values[:6]
+        values = torch.cat([sums, mins, maxs]).tolist()
+        s_ret, ss_ret, ss_rew = values[:3]
+        n_ret = float(returns.numel() * self.dist.world_size)
+        n_rew = float(r.numel() * self.dist.world_size)
         out = {}
-        for name, n, s, ss, lo, hi in (
-            ("returns", n_ret, s_ret, ss_ret, values[-4], values[-2]),
-            ("rewards", n_rew, s_rew, ss_rew, values[-3], values[-1]),
+        for name, n, ss, lo, hi in (
+            ("returns", n_ret, ss_ret, values[-4], values[-2]),
+            ("rewards", n_rew, ss_rew, values[-3], values[-1]),
         ):
-            mean = s / n
+            mean = s_ret / n
             out[f"{name}/min"] = lo
             out[f"{name}/max"] = hi
             out[f"{name}/mean"] = mean
             out[f"{name}/std"] = max(ss / n - mean * mean, 0.0) ** 0.5
         if dones is not None:
-            ret_sum, len_sum, count = values[6:9]
+            ret_sum, len_sum, count = values[3:6]
             # NaN when no episode ended: stop conditions treat NaN as "not reached".
             out["episodes/return_mean"] = ret_sum / count if count > 0 else float("nan")
             out["episodes/length_mean"] = len_sum / count if count > 0 else float("nan")

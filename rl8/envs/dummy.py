@@ -43,9 +43,14 @@ class _DummyEnv(Env):
         device: torch.device | str = "cpu",
     ) -> None:
         super().__init__(num_envs, horizon, device=device)
-        self.params: dict[str, float] = {"bounds": 1.0, "step_size": 0.1}
         self._generator = self.make_generator()
+        self._set_params({"bounds": 1.0, "step_size": 0.1})
         self.x = self._initial_state()
+
+    def _set_params(self, params: dict[str, float]) -> None:
+        self.params: dict[str, float] = params
+        self._bounds = params["bounds"]
+        self._step_size = params["step_size"]
 
     def _initial_state(self) -> torch.Tensor:
         b = self.params["bounds"]
@@ -71,7 +76,7 @@ class _DummyEnv(Env):
                         f"{type(self).__name__}: config {key!r} must be a positive number, "
                         f"got {value!r}"
                     )
-            self.params = {k: float(v) for k, v in params.items()}
+            self._set_params({k: float(v) for k, v in params.items()})
         if seed is not None:
             self._generator.manual_seed(seed)
         self.x = self._initial_state()
@@ -113,10 +118,15 @@ class DiscreteDummyEnv(_DummyEnv):
         Returns:
             TensorDict with ``obs`` (``[num_envs, 1]``) and ``rewards`` (``[num_envs, 1]``).
         """
-        b = self.params["bounds"]
-        move = action.reshape(self.num_envs, 1) - 1
-        self.x = torch.add(self.x, move, alpha=self.params["step_size"]).clamp_(-b, b)
+        b = self._bounds
+        # the move of each action (-step_size, 0, +step_size) looked up in one op
+        move = self._moves.index_select(0, action.reshape(self.num_envs)).unsqueeze_(1)
+        self.x = move.add_(self.x).clamp_(-b, b)
         return self._output()
+
+    def _set_params(self, params: dict[str, float]) -> None:
+        super()._set_params(params)
+        self._moves = torch.tensor([-1.0, 0.0, 1.0], device=self.device).mul_(params["step_size"])
 
 
 class ContinuousDummyEnv(_DummyEnv):
@@ -147,7 +157,7 @@ class ContinuousDummyEnv(_DummyEnv):
         Returns:
             TensorDict with ``obs`` (``[num_envs, 1]``) and ``rewards`` (``[num_envs, 1]``).
         """
-        b = self.params["bounds"]
+        b = self._bounds
         move = action.reshape(self.num_envs, 1).clamp(-1.0, 1.0)
-        self.x = torch.add(self.x, move, alpha=self.params["step_size"]).clamp_(-b, b)
+        self.x = torch.add(self.x, move, alpha=self._step_size).clamp_(-b, b)
         return self._output()
