@@ -55,19 +55,21 @@ class RunningMeanStd(nn.Module):
             return
         if n == 0:
             return
-        var, mean = torch.var_mean(x, 0, correction=0)
+        # two reductions: torch.var_mean is several times slower on the CPU (16384 doubles,
+        # 2 threads: 76 us against 16 us)
+        mean = x.mean(0)
+        var = x.var(0, unbiased=False) if n > 1 else torch.zeros_like(mean)
         self.merge_(mean, var, torch.tensor(float(n), dtype=torch.float64, device=x.device))
 
     @torch.no_grad()
     def merge_(self, mean: torch.Tensor, var: torch.Tensor, count: torch.Tensor) -> None:
         """Merge another set of statistics (Chan et al.'s parallel algorithm), in place."""
         total = self.count + count
+        w = count / total.clamp(min=1.0)  # weight of the new statistics (0 when both are empty)
         delta = mean - self.mean
-        safe_total = total.clamp(min=1.0)
-        new_mean = self.mean + delta * count / safe_total
-        m2 = self.var * self.count + var * count + delta.square() * self.count * count / safe_total
-        self.mean.copy_(new_mean)
-        self.var.copy_(torch.where(total > 0, m2 / safe_total, self.var))
+        # var = (1 - w) var_a + w var_b + w (1 - w) delta^2: the pooled M2 over the total count
+        self.var.lerp_(var, w).add_(delta.square().mul_(w * (1.0 - w)))
+        self.mean.add_(delta.mul_(w))
         self.count.copy_(total)
 
     def std(self, eps: float = 1e-8) -> torch.Tensor:

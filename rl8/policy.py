@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -71,6 +72,8 @@ class Policy(nn.Module):
         self.obs_normalizer = (
             ObservationNormalizer(zeros_like_space(observation_space, [1])) if normalize_observations else None
         )
+        # only TensorDict observations can carry an action mask; others skip the lookup
+        self._may_mask = isinstance(observation_space, spaces.Dict)
         self.to(device)
 
     @property
@@ -97,8 +100,14 @@ class Policy(nn.Module):
 
     def distribution(self, obs: torch.Tensor | TensorDictBase) -> tuple[Distribution, torch.Tensor]:
         """The action distribution and the values ``[B]`` for a batch of observations."""
-        params, value = self.model(self.preprocess(obs))
-        return self.distribution_cls(params, self.action_space, action_mask=self.action_mask(obs)), value
+        params, value = self.model(obs if self.obs_normalizer is None else self.obs_normalizer(obs))
+        mask = self.action_mask(obs) if self._may_mask else None
+        return self.distribution_cls(params, self.action_space, action_mask=mask), value
+
+    def rollout(self) -> contextlib.AbstractContextManager:
+        """A context in which the parameters stay constant: the model's
+        :meth:`~rl8.models.Model.rollout` (PPO enters it around every collect and evaluation)."""
+        return self.model.rollout()
 
     def initial_state(self, batch_size: int) -> TensorDictBase | None:
         """The recurrent model's initial state for ``batch_size`` envs (``None`` if feedforward)."""

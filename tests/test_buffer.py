@@ -91,3 +91,19 @@ def test_buffer_layout():
     }
     plain = RolloutBuffer(spaces.Box(-1, 1, (2,)), (1,), torch.float32, num_envs=3, horizon=4)
     assert "terminated" not in plain.data.keys()
+
+
+def test_gae_with_only_terminations_or_only_truncations():
+    g = torch.Generator().manual_seed(2)
+    n, t_len = 8, 24
+    rewards = torch.randn(n, t_len, generator=g)
+    values = torch.randn(n, t_len + 1, generator=g)
+    final_values = torch.randn(n, t_len, generator=g)
+    flags = torch.rand(n, t_len, generator=g) < 0.1
+    none = torch.zeros(n, t_len, dtype=torch.bool)
+    adv, _ = compute_gae(rewards, values, gamma=0.9, gae_lambda=0.8, terminated=flags)
+    ref, _ = reference_gae(rewards, values, flags, none, None, 0.9, 0.8)
+    torch.testing.assert_close(adv.double(), ref, atol=1e-5, rtol=1e-5)
+    adv, _ = compute_gae(rewards, values, gamma=0.9, gae_lambda=0.8, truncated=flags, final_values=final_values)
+    ref, _ = reference_gae(rewards, values, none, flags, final_values, 0.9, 0.8)
+    torch.testing.assert_close(adv.double(), ref, atol=1e-5, rtol=1e-5)

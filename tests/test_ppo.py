@@ -354,3 +354,47 @@ def test_each_ppo_object_owns_its_random_stream():
         interleaved.append(a.step()["losses/total"]); b.step()
         torch.rand(10)  # user code drawing from the global RNG in between
     assert interleaved == alone
+
+
+def test_mlp_rollout_fuses_first_layers_without_changing_outputs():
+    """Inside Model.rollout() the separate networks' first layers run as one matmul; the
+    outputs equal the plain forward, and leaving the context (or autograd) restores it."""
+    from rl8.distributions import Categorical
+    from rl8.models import MLPModel
+
+    env = CartPole(64)
+    for activation in ("relu", "tanh", "elu"):
+        model = MLPModel(env.observation_space, env.action_space, Categorical, hiddens=(32, 16), activation=activation)
+        obs = torch.randn(64, 4)
+        with torch.no_grad():
+            params, value = model(obs)
+            with model.rollout():
+                fused = model._fused_first
+                fused_params, fused_value = model(obs)
+            assert model._fused_first is None
+        assert (fused is not None) == (activation != "elu")  # only in-place-able activations fuse
+        torch.testing.assert_close(fused_params, params, rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(fused_value, value, rtol=1e-6, atol=1e-6)
+        with model.rollout():  # with autograd on, the plain (differentiable) path runs
+            params_grad, _ = model(obs)
+        params_grad.sum().backward()
+        assert model.pi[0].weight.grad is not None
+    shared = MLPModel(env.observation_space, env.action_space, Categorical, shared=True)
+    with shared.rollout():
+        assert shared._fused_first is None
+
+
+def test_collect_sees_parameters_updated_by_step():
+    """The fused weights are rebuilt every collect, so a collect after step() acts with the
+    updated parameters: its stored log-probs equal a fresh evaluation of the new policy."""
+    algo = PPO(CartPole, num_envs=32, horizon=8, sgd_minibatch_size=64, seed=0)
+    algo.collect()
+    algo.step()
+    algo.collect()
+    data = algo.buffer.data
+    obs = data["obs"][:, :8].reshape(-1, 4)
+    actions = data["actions"][:, :8].reshape(-1)
+    with torch.no_grad():
+        logp, _, values = algo.policy.evaluate(obs, actions)
+    torch.testing.assert_close(data["logp"][:, :8].reshape(-1), logp, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(data["values"][:, :8].reshape(-1), values, rtol=1e-5, atol=1e-5)
