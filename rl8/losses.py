@@ -16,12 +16,31 @@ cases have probability zero.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
 from torch import Tensor
 
 __all__ = ["ppo_loss", "reference_ppo_loss"]
+
+
+@functools.lru_cache(maxsize=64)
+def _monitor_map(vf_coeff: float, dtype: torch.dtype, device: torch.device) -> tuple[Tensor, Tensor]:
+    """``(W, b)`` with ``W @ means + b`` = policy loss, vf loss, KL, clip fraction and total
+    from the means of (surrogate, squared error, ratio, log-ratio, clipped)."""
+    weights = torch.tensor(
+        [
+            [-1.0, 0.0, 0.0, 0.0, 0.0],  # policy_loss = -mean(surrogate)
+            [0.0, 0.5, 0.0, 0.0, 0.0],  # vf_loss = mean(error^2) / 2
+            [0.0, 0.0, 1.0, -1.0, 0.0],  # kl = mean(ratio) - mean(log_ratio) - 1
+            [0.0, 0.0, 0.0, 0.0, 1.0],  # clip_fraction
+            [-1.0, 0.5 * vf_coeff, 0.0, 0.0, 0.0],  # total = policy_loss + vf_coeff * vf_loss
+        ],
+        dtype=dtype, device=device,
+    )
+    offsets = torch.tensor([0.0, 0.0, -1.0, 0.0, 0.0], dtype=dtype, device=device)
+    return weights, offsets
 
 
 class _PPOLoss(torch.autograd.Function):
@@ -40,41 +59,49 @@ class _PPOLoss(torch.autograd.Function):
         vf_coeff: float,
     ) -> tuple[Tensor, Tensor]:
         n = logp.numel()
-        log_ratio = logp - old_logp
-        ratio = log_ratio.exp()
+        # Rows whose means are the monitors: surrogate, squared value error, ratio, log-ratio,
+        # and whether the ratio was clipped. One reduction and one small matmul then give all
+        # the scalars (fewer ops than one mean per stat: these tensors are small).
+        rows = torch.empty((5, n), dtype=logp.dtype, device=logp.device)
+        log_ratio = torch.sub(logp, old_logp, out=rows[3])
+        ratio = torch.exp(log_ratio, out=rows[2])
+        clamped = ratio.clamp(1.0 - clip_param, 1.0 + clip_param)
+        torch.ne(clamped, ratio, out=rows[4])  # clipped (|ratio - 1| > clip_param)
         unclipped = advantages * ratio
-        clipped = ratio.clamp(1.0 - clip_param, 1.0 + clip_param).mul_(advantages)
+        clipped = clamped.mul_(advantages)
         # the gradient flows through the unclipped term wherever it is the minimum
         active = unclipped <= clipped
-        surrogate = torch.minimum(unclipped, clipped)
-        if dual_clip_param is not None:
+        if dual_clip_param is None:
+            torch.minimum(unclipped, clipped, out=rows[0])
+        else:
+            surrogate = torch.minimum(unclipped, clipped)
             floor = advantages * dual_clip_param
             capped = (advantages < 0) & (surrogate < floor)
-            surrogate = torch.where(capped, floor, surrogate)
+            torch.where(capped, floor, surrogate, out=rows[0])
             active &= ~capped
-        policy_loss = surrogate.mean().neg_()
         # d(policy_loss)/d(logp) = -advantages * ratio / n where active (d ratio = ratio d logp)
         grad_logp = unclipped.mul_(active).mul_(-1.0 / n)
 
         error = values - returns
-        square = error.square()
-        if vf_clip_param is not None:
+        if vf_clip_param is None:
+            torch.square(error, out=rows[1])
+        else:
+            square = error.square()
             change = values - old_values
             clipped_error = change.clamp(-vf_clip_param, vf_clip_param).add_(old_values).sub_(returns)
             clipped_square = clipped_error.square()
             # max(square, clipped_square); the clipped branch passes a gradient only where its
             # clamp is inactive (there the two differ by rounding alone)
             use_clipped = clipped_square > square
-            square = torch.where(use_clipped, clipped_square, square)
+            torch.where(use_clipped, clipped_square, square, out=rows[1])
             error = torch.where(use_clipped, clipped_error.mul_(change.abs_() <= vf_clip_param), error)
-        vf_loss = square.mean().mul_(0.5)
         # d(vf_coeff * vf_loss)/d(values) = vf_coeff * error / n
         grad_values = error.mul_(vf_coeff / n)
 
-        total = policy_loss + vf_coeff * vf_loss
-        kl = (ratio - 1.0).sub_(log_ratio).mean()
-        clip_fraction = (ratio - 1.0).abs_().gt_(clip_param).float().mean()
-        monitors = torch.stack([policy_loss, vf_loss, kl, clip_fraction])
+        weights, offsets = _monitor_map(vf_coeff, rows.dtype, rows.device)
+        # [policy_loss, vf_loss, kl, clip_fraction, total]
+        out = torch.addmv(offsets, weights, rows.mean(1))
+        monitors, total = out[:4], out[4].clone()
         ctx.save_for_backward(grad_logp, grad_values)
         ctx.mark_non_differentiable(monitors)
         return total, monitors

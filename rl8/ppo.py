@@ -508,34 +508,30 @@ class PPO:
         count = 0
         stop = False
         params = [p for p in self.policy.parameters() if p.requires_grad]
+        samples = [obs, actions, old_logp, old_values, advantages, returns]
+        if self.recurrent:
+            samples += [states, firsts]
+        normalize = hp.normalize_advantages and mb * seq_len > 1
         for _ in range(hp.num_sgd_iters):
+            # One gather per tensor per pass (then minibatch j is rows j*mb:(j+1)*mb), not
+            # one per minibatch.
             if num_minibatches > 1 and hp.shuffle_minibatches:
                 order = torch.randperm(batch, device=self.device, generator=self.generator)
+                shuffled = [_take(x, order) for x in samples]
             else:
-                order = None
-            # data-parallel: every minibatch's advantage moments over all ranks in ONE
-            # all-reduce per pass, not one synchronisation per minibatch
-            adv_stats = (
-                self._advantage_stats(advantages, order, num_minibatches)
-                if self.dist.enabled and hp.normalize_advantages else None
-            )
+                shuffled = list(samples)
+            if normalize:
+                shuffled[4] = self._normalized_advantages(shuffled[4], num_minibatches)
             if hp.accumulate_grads:
                 self.optimizer.zero_grad(set_to_none=True)
             for j in range(num_minibatches):
-                if num_minibatches == 1:
-                    index: Any = slice(None)
-                elif order is None:
-                    index = slice(j * mb, (j + 1) * mb)
-                else:
-                    index = order[j * mb : (j + 1) * mb]
-                recurrent_inputs = (
-                    (_take(states, index), _take(firsts, index)) if self.recurrent else None
+                index = slice(j * mb, (j + 1) * mb) if num_minibatches > 1 else slice(None)
+                mb_obs, mb_actions, mb_old_logp, mb_old_values, mb_advantages, mb_returns, *rest = (
+                    x[index] for x in shuffled
                 )
                 total, stats = self._minibatch_loss(
-                    _take(obs, index), _take(actions, index), _take(old_logp, index),
-                    _take(old_values, index), _take(advantages, index), _take(returns, index),
-                    entropy_coeff, recurrent_inputs,
-                    adv_stats[j] if adv_stats is not None else None,
+                    mb_obs, mb_actions, mb_old_logp, mb_old_values, mb_advantages, mb_returns,
+                    entropy_coeff, tuple(rest) if self.recurrent else None,
                 )
                 if hp.accumulate_grads:
                     self._backward(total / num_minibatches)
@@ -579,25 +575,28 @@ class PPO:
             "coefficients/lr": lr,
         }
 
-    def _advantage_stats(
-        self, advantages: torch.Tensor, order: torch.Tensor | None, num_minibatches: int
-    ) -> list[tuple[float, float]]:
-        """(mean, unbiased std) of each minibatch's advantages over all ranks, in one
-        all-reduce (minibatch ``j`` is rows ``j * mb:(j + 1) * mb`` of ``advantages[order]``)."""
-        adv = (advantages if order is None else advantages[order]).reshape(num_minibatches, -1).double()
-        moments = torch.stack([torch.full_like(adv[:, 0], adv.shape[1]), adv.sum(1), adv.square().sum(1)], 1)
-        out = []
-        for n, s, ss in self.dist.all_reduce_(moments).tolist():
-            mean = s / n
-            out.append((mean, max((ss - n * mean * mean) / max(n - 1, 1), 0.0) ** 0.5))
-        return out
+    def _normalized_advantages(self, advantages: torch.Tensor, num_minibatches: int) -> torch.Tensor:
+        """Each minibatch's advantages (rows ``j * mb:(j + 1) * mb``) centred and scaled by
+        their own mean and std, for all minibatches of a pass in a few ops. In data-parallel
+        training the moments of minibatch ``j`` cover every rank's minibatch ``j`` (ONE
+        all-reduce per pass, not one synchronisation per minibatch)."""
+        adv = advantages.reshape(num_minibatches, -1)
+        if not self.dist.enabled:
+            return ((adv - adv.mean(1, keepdim=True)) / (adv.std(1, keepdim=True) + 1e-8)).reshape(advantages.shape)
+        x = adv.double()
+        moments = torch.stack([torch.full_like(x[:, 0], x.shape[1]), x.sum(1), x.square().sum(1)], 1)
+        n, s, ss = self.dist.all_reduce_(moments).unbind(1)
+        mean = s / n
+        std = ((ss - n * mean * mean) / (n - 1).clamp(min=1)).clamp(min=0).sqrt()
+        out = (adv - mean[:, None].to(adv.dtype)) / (std[:, None].to(adv.dtype) + 1e-8)
+        return out.reshape(advantages.shape)
 
     def _minibatch_loss(
         self, obs, actions, old_logp, old_values, advantages, returns, entropy_coeff, recurrent_inputs,
-        adv_stats: tuple[float, float] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The minibatch's differentiable total loss and its detached stats ``[6]``: policy,
-        vf, entropy and total losses, KL and clip fraction."""
+        vf, entropy and total losses, KL and clip fraction. ``advantages`` come normalised
+        (when asked) by :meth:`_normalized_advantages`."""
         hp = self.hparams
         # With a zero entropy coefficient the entropy is only a reported stat: keep it out of
         # the graph so the backward pass does not differentiate it.
@@ -612,13 +611,6 @@ class PPO:
                 old_logp, old_values = old_logp.reshape(-1), old_values.reshape(-1)
                 advantages, returns = advantages.reshape(-1), returns.reshape(-1)
         logp, entropy, values = logp.float(), entropy.float(), values.float()
-        if hp.normalize_advantages and advantages.numel() > 1:
-            if adv_stats is not None:  # statistics of the minibatch across all ranks
-                mean, std = adv_stats
-                advantages = (advantages - mean) / (std + 1e-8)
-            else:
-                # (two reductions: torch.std_mean is slower on the CPU)
-                advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
         total, (policy_loss, vf_loss, kl, clip_fraction) = ppo_loss(
             logp, values, old_logp, advantages, old_values, returns,
             clip_param=hp.clip_param, dual_clip_param=hp.dual_clip_param,
