@@ -287,11 +287,11 @@ class MLPModel(Model):
     def _fuse_first_layers(self) -> tuple | None:
         if self.shared:
             return None
-        pi, vf = tuple(self.pi), tuple(self.vf)
+        pi, vf = list(self.pi._modules.values()), list(self.vf._modules.values())
         if len(pi) < 3 or len(vf) < 3 or type(pi[0]) is not nn.Linear or type(vf[0]) is not nn.Linear:
             return None
-        act = type(pi[1])
-        if type(vf[1]) is not act or act not in _INPLACE_ACTIVATIONS or pi[1].extra_repr() != vf[1].extra_repr():
+        act = type(pi[1])  # Tanh or ReLU (parameter-free) after both first layers
+        if type(vf[1]) is not act or act not in _INPLACE_ACTIVATIONS:
             return None
         with torch.no_grad():
             weight = torch.cat([pi[0].weight, vf[0].weight])

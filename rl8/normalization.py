@@ -72,6 +72,29 @@ class RunningMeanStd(nn.Module):
         self.mean.add_(delta.mul_(w))
         self.count.copy_(total)
 
+    @torch.no_grad()
+    def merge_moments_(
+        self, current: tuple[float, float, float], count: float, total: float, total_sq: float
+    ) -> None:
+        """Merge a batch given by its moments, with the arithmetic on the host.
+
+        For scalar statistics (``shape == ()``) whose current values the caller has already
+        read back: ``current`` is ``(mean, var, count)`` as they are now; ``count``,
+        ``total`` and ``total_sq`` are the batch's size, sum and sum of squares (float64
+        accuracy). Three fills replace a dozen device ops.
+        """
+        mean_a, var_a, count_a = current
+        if count <= 0:
+            return
+        mean_b = total / count
+        var_b = max(total_sq / count - mean_b * mean_b, 0.0)
+        n = count_a + count
+        w = count / n
+        delta = mean_b - mean_a
+        self.mean.fill_(mean_a + delta * w)
+        self.var.fill_((1.0 - w) * var_a + w * var_b + w * (1.0 - w) * delta * delta)
+        self.count.fill_(n)
+
     def std(self, eps: float = 1e-8) -> torch.Tensor:
         """Standard deviation with ``eps`` added to the variance."""
         return (self.var + eps).sqrt()
@@ -184,6 +207,16 @@ class RewardNormalizer(nn.Module):
                 running return restarts after it), or ``None`` for infinite-horizon envs.
             all_reduce: See :meth:`RunningMeanStd.update`.
         """
+        self.stats.update(self.advance(rewards, dones).reshape(-1), all_reduce)
+
+    @torch.no_grad()
+    def advance(self, rewards: torch.Tensor, dones: torch.Tensor | None) -> torch.Tensor:
+        """Advance the running returns over a collect WITHOUT touching the statistics.
+
+        Returns the running return after every step, ``[num_envs, T]`` float32: the samples
+        :meth:`update` folds into :attr:`stats` (PPO folds their moments in itself, with the
+        rollout stats, to read everything back from the device at once).
+        """
         if dones is None:
             seen = self._discounted_without_resets(rewards.float())
             g = seen[:, -1]
@@ -195,7 +228,7 @@ class RewardNormalizer(nn.Module):
                 seen[:, t] = g
                 g = g.masked_fill(dones[:, t], 0.0)
         self.returns.copy_(g)
-        self.stats.update(seen.reshape(-1), all_reduce)
+        return seen
 
     def _discounted_without_resets(self, rewards: torch.Tensor) -> torch.Tensor:
         """``G_t = gamma * G_{t-1} + r_t`` for all ``t`` at once: one ``[N, T] @ [T, T]`` matmul

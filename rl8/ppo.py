@@ -345,9 +345,10 @@ class PPO:
         dones = None
         if episodic:
             dones = data["terminated"][:, : hp.horizon] | data["truncated"][:, : hp.horizon]
-        if self.reward_normalizer is not None:
-            self.reward_normalizer.update(rewards, dones, self._all_reduce)
-        return self._rollout_stats(rewards, dones)
+        # the normaliser's running returns advance on the device; their moments travel with
+        # the rollout stats (one transfer) and are merged on the host
+        seen = self.reward_normalizer.advance(rewards, dones) if self.reward_normalizer is not None else None
+        return self._rollout_stats(rewards, dones, seen)
 
     def _check_finite(self) -> None:
         data = self.buffer.data
@@ -367,14 +368,27 @@ class PPO:
         """In-place cross-rank sum for running statistics, or ``None`` in one process."""
         return self.dist.all_reduce_ if self.dist.enabled else None
 
-    def _rollout_stats(self, rewards: torch.Tensor, dones: torch.Tensor | None) -> dict[str, float]:
-        """Rollout stats from sums, minima and maxima, reduced across ranks, with ONE sync."""
+    def _rollout_stats(
+        self, rewards: torch.Tensor, dones: torch.Tensor | None, seen: torch.Tensor | None = None
+    ) -> dict[str, float]:
+        """Rollout stats from sums, minima and maxima, reduced across ranks, with ONE sync.
+
+        ``seen``: the reward normaliser's running returns of this collect (see
+        :meth:`RewardNormalizer.advance`); their count, sum and sum of squares are reduced
+        with the rest and merged into its statistics. Few ops on purpose: this runs once per
+        collect, right after the rollout, on cold caches, where each op costs several times
+        its warm price.
+        """
         r = rewards.double()
         returns = r.sum(1)
+        flat = r.reshape(-1)
         # the sum of all rewards is the sum of the returns; counts are known on the host
-        parts = [returns.sum(), returns.square().sum(), r.square().sum()]
+        parts = [returns.sum(), returns.dot(returns), flat.dot(flat)]
         if dones is not None:
             parts += [x.double() for x in self._episode_stats(rewards, dones)]
+        if seen is not None:
+            seen64 = seen.reshape(-1).double()
+            parts += [seen64.sum(), seen64.dot(seen64)]
         sums = torch.stack(parts)
         ret_lo, ret_hi = returns.aminmax()
         rew_lo, rew_hi = r.aminmax()
@@ -383,15 +397,18 @@ class PPO:
             self.dist.all_reduce_(sums)
             self.dist.all_reduce_(mins, "min")
             self.dist.all_reduce_(maxs, "max")
-        values = torch.cat([sums, mins, maxs]).tolist()
+        tail = [sums, mins, maxs]
+        if seen is not None:
+            stats = self.reward_normalizer.stats
+            tail.append(torch.stack([stats.mean, stats.var, stats.count]))
+        values = torch.cat(tail).tolist()
+        k = len(parts)
         s_ret, ss_ret, ss_rew = values[:3]
-        n_ret = float(returns.numel() * self.dist.world_size)
-        n_rew = float(r.numel() * self.dist.world_size)
+        lo_ret, lo_rew, hi_ret, hi_rew = values[k : k + 4]
+        world = self.dist.world_size
+        n_ret, n_rew = float(returns.numel() * world), float(r.numel() * world)
         out = {}
-        for name, n, ss, lo, hi in (
-            ("returns", n_ret, ss_ret, values[-4], values[-2]),
-            ("rewards", n_rew, ss_rew, values[-3], values[-1]),
-        ):
+        for name, n, ss, lo, hi in (("returns", n_ret, ss_ret, lo_ret, hi_ret), ("rewards", n_rew, ss_rew, lo_rew, hi_rew)):
             mean = s_ret / n
             out[f"{name}/min"] = lo
             out[f"{name}/max"] = hi
@@ -403,6 +420,11 @@ class PPO:
             out["episodes/return_mean"] = ret_sum / count if count > 0 else float("nan")
             out["episodes/length_mean"] = len_sum / count if count > 0 else float("nan")
             out["episodes/count"] = count
+        if seen is not None:
+            seen_sum, seen_sq = values[k - 2 : k]
+            self.reward_normalizer.stats.merge_moments_(
+                tuple(values[k + 4 : k + 7]), float(seen.numel() * world), seen_sum, seen_sq
+            )
         return out
 
     def _episode_stats(self, rewards: torch.Tensor, dones: torch.Tensor):

@@ -66,3 +66,39 @@ def test_reward_normalizer_vectorised_path_matches_the_recurrence():
     torch.testing.assert_close(fast.returns, slow.returns, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(fast.stats.var, slow.stats.var, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(fast.stats.mean, slow.stats.mean, rtol=1e-5, atol=1e-6)
+
+
+def test_host_merge_of_moments_matches_the_device_merge():
+    """PPO folds the reward normaliser's batch moments in on the host (merge_moments_); the
+    result equals RunningMeanStd.update over the same samples, and the plain statistics."""
+    g = torch.Generator().manual_seed(5)
+    batches = [torch.randn(300, generator=g, dtype=torch.float64) * s + m for s, m in ((1.0, 5.0), (3.0, -2.0), (0.1, 40.0))]
+    device_side, host_side = RunningMeanStd(), RunningMeanStd()
+    for x in batches:
+        device_side.update(x)
+        current = (host_side.mean.item(), host_side.var.item(), host_side.count.item())
+        host_side.merge_moments_(current, float(x.numel()), x.sum().item(), x.square().sum().item())
+    everything = torch.cat(batches)
+    for stats in (device_side, host_side):
+        torch.testing.assert_close(stats.mean, everything.mean(), rtol=1e-9, atol=1e-9)
+        torch.testing.assert_close(stats.var, everything.var(unbiased=False), rtol=1e-9, atol=1e-9)
+        assert stats.count.item() == everything.numel()
+
+
+def test_ppo_reward_statistics_cover_every_running_return():
+    """After several collects the reward normaliser's statistics are those of every running
+    return PPO has seen (episodic env: returns restart after each episode end)."""
+    from rl8 import PPO
+    from rl8.envs import CartPole
+
+    algo = PPO(CartPole, num_envs=8, horizon=16, sgd_minibatch_size=32, seed=0, horizons_per_env_reset=-1)
+    reference = RewardNormalizer(8, algo.hparams.gamma)
+    for _ in range(3):
+        algo.collect()
+        data = algo.buffer.data
+        dones = data["terminated"][:, :16] | data["truncated"][:, :16]
+        reference.update(data["rewards"][:, :16], dones)
+    stats = algo.reward_normalizer.stats
+    torch.testing.assert_close(stats.mean, reference.stats.mean, rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(stats.var, reference.stats.var, rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(algo.reward_normalizer.returns, reference.returns)
