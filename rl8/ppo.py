@@ -379,34 +379,41 @@ class PPO:
         collect, right after the rollout, on cold caches, where each op costs several times
         its warm price.
         """
-        r = rewards.double()
-        returns = r.sum(1)
-        flat = r.reshape(-1)
-        # the sum of all rewards is the sum of the returns; counts are known on the host
-        parts = [returns.sum(), returns.dot(returns), flat.dot(flat)]
+        f64 = torch.float64
+        returns = rewards.sum(1, dtype=f64)
+        # the sum of all rewards is the sum of the returns; counts are known on the host;
+        # sums of squares of big tensors come as float64 2-norms (one op), squared later
+        parts = [returns.sum(), returns.dot(returns), torch.linalg.vector_norm(rewards, dtype=f64)]
         if dones is not None:
             parts += [x.double() for x in self._episode_stats(rewards, dones)]
         if seen is not None:
-            seen64 = seen.reshape(-1).double()
-            parts += [seen64.sum(), seen64.dot(seen64)]
-        sums = torch.stack(parts)
+            parts += [seen.sum(dtype=f64), torch.linalg.vector_norm(seen, dtype=f64)]
         ret_lo, ret_hi = returns.aminmax()
-        rew_lo, rew_hi = r.aminmax()
-        mins, maxs = torch.stack([ret_lo, rew_lo]), torch.stack([ret_hi, rew_hi])
+        rew_lo, rew_hi = rewards.aminmax()
+        extremes = [ret_lo, rew_lo, ret_hi, rew_hi]  # (stack promotes to float64)
+        current = []  # the normaliser's statistics before this collect (not reduced)
+        if seen is not None:
+            stats = self.reward_normalizer.stats
+            current = [stats.mean, stats.var, stats.count]
+        norms = [2] + ([len(parts) - 1] if seen is not None else [])  # entries that are 2-norms
         if self.dist.enabled:
+            sums = torch.stack(parts)
+            sums[norms] = sums[norms].square()  # ranks add sums of squares, not norms
+            mins, maxs = torch.stack(extremes[:2]).double(), torch.stack(extremes[2:]).double()
             self.dist.all_reduce_(sums)
             self.dist.all_reduce_(mins, "min")
             self.dist.all_reduce_(maxs, "max")
-        tail = [sums, mins, maxs]
-        if seen is not None:
-            stats = self.reward_normalizer.stats
-            tail.append(torch.stack([stats.mean, stats.var, stats.count]))
-        values = torch.cat(tail).tolist()
+            values = torch.cat([sums, mins, maxs, *([torch.stack(current)] if current else [])]).tolist()
+        else:  # everything in one stack
+            values = torch.stack([*parts, *extremes, *current]).tolist()
         k = len(parts)
+        if not self.dist.enabled:
+            for i in norms:
+                values[i] *= values[i]
         s_ret, ss_ret, ss_rew = values[:3]
         lo_ret, lo_rew, hi_ret, hi_rew = values[k : k + 4]
         world = self.dist.world_size
-        n_ret, n_rew = float(returns.numel() * world), float(r.numel() * world)
+        n_ret, n_rew = float(returns.numel() * world), float(rewards.numel() * world)
         out = {}
         for name, n, ss, lo, hi in (("returns", n_ret, ss_ret, lo_ret, hi_ret), ("rewards", n_rew, ss_rew, lo_rew, hi_rew)):
             mean = s_ret / n

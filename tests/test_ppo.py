@@ -398,3 +398,18 @@ def test_collect_sees_parameters_updated_by_step():
         logp, _, values = algo.policy.evaluate(obs, actions)
     torch.testing.assert_close(data["logp"][:, :8].reshape(-1), logp, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(data["values"][:, :8].reshape(-1), values, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("env_cls", [DiscreteDummyEnv, CartPole])
+def test_rollout_stats_values(env_cls):
+    """returns/* and rewards/* are the statistics of the buffer's rewards (population std)."""
+    algo = PPO(env_cls, num_envs=16, horizon=12, sgd_minibatch_size=48, seed=3)
+    for _ in range(2):
+        stats = algo.collect()
+    rewards = algo.buffer.data["rewards"][:, :12].double()
+    returns = rewards.sum(1)
+    for name, x in (("returns", returns), ("rewards", rewards.reshape(-1))):
+        assert stats[f"{name}/min"] == pytest.approx(x.min().item(), abs=1e-6)
+        assert stats[f"{name}/max"] == pytest.approx(x.max().item(), abs=1e-6)
+        assert stats[f"{name}/mean"] == pytest.approx(x.mean().item(), rel=1e-6, abs=1e-9)
+        assert stats[f"{name}/std"] == pytest.approx(x.std(unbiased=False).item(), rel=1e-5, abs=1e-7)
