@@ -216,6 +216,12 @@ class PPO:
             state_example=self._state,
             seq_len=self.seq_len,
         )
+        # views of the collected steps (column horizon holds only the last obs and value)
+        h = hp.horizon
+        self._rewards_view = self.buffer.data["rewards"][:, :h]
+        if self.env.episodic:
+            self._terminated_view = self.buffer.data["terminated"][:, :h]
+            self._truncated_view = self.buffer.data["truncated"][:, :h]
         self.reward_normalizer = (
             RewardNormalizer(hp.num_envs, hp.gamma, device=self.device) if hp.normalize_rewards else None
         )
@@ -341,10 +347,10 @@ class PPO:
         n = hp.check_finite_collects
         if n == -1 or self.collects <= n:
             self._check_finite()
-        rewards = data["rewards"][:, : hp.horizon]
+        rewards = self._rewards_view
         dones = None
         if episodic:
-            dones = data["terminated"][:, : hp.horizon] | data["truncated"][:, : hp.horizon]
+            dones = self._terminated_view | self._truncated_view
         # the normaliser's running returns advance on the device; their moments travel with
         # the rollout stats (one transfer) and are merged on the host
         seen = self.reward_normalizer.advance(rewards, dones) if self.reward_normalizer is not None else None
