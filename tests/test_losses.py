@@ -46,6 +46,9 @@ def test_matches_reference_values_and_gradients(dual_clip_param, vf_clip_param, 
     assert ((ratio - 1).abs() > 0.2).any() and ((ratio - 1).abs() < 0.2).any()
     if vf_clip_param is not None:
         assert (ref_g_values == 0).any() and (ref_g_values != 0).any()
+    if dual_clip_param is not None:
+        adv = data["advantages"]
+        assert ((adv < 0) & (adv * ratio < dual_clip_param * adv)).any()
 
 
 def test_gradcheck_in_double_precision():
