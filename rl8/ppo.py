@@ -285,7 +285,7 @@ class PPO:
         hp = self.hparams
         if self._needs_reset():
             self.reset_envs(env_config=env_config)
-        data, columns = self.buffer.data, self.buffer.columns
+        columns = self.buffer.columns
         policy, env = self.policy, self.env
         to_env_action, space = policy.distribution_cls.to_env_action, env.action_space
         generator = self.generator

@@ -268,7 +268,7 @@ class GymnasiumEnv(Env):
             except Exception:
                 new = ValueError(message)
             raise new from err
-        except (TypeError, ValueError) as err:
+        except (TypeError, ValueError):
             # AsyncVectorEnv fails on spaces it cannot put in shared memory before rl8 sees
             # them: name the unsupported space the way the sync path does.
             if self.vectorization_mode == "async":
