@@ -546,23 +546,28 @@ class PPO:
         samples = [obs, actions, old_logp, old_values, advantages, returns]
         if self.recurrent:
             samples += [states, firsts]
+        # Observations (and recurrent states) can be large, images say: they are gathered per
+        # minibatch. The small per-sample columns get one shuffled copy per pass instead (one
+        # gather each, then minibatch j is rows j*mb:(j+1)*mb), which also lets every
+        # minibatch's advantages be normalised in a few ops per pass.
+        per_minibatch = {0, 6} if self.recurrent else {0}
         normalize = hp.normalize_advantages and mb * seq_len > 1
         for _ in range(hp.num_sgd_iters):
-            # One gather per tensor per pass (then minibatch j is rows j*mb:(j+1)*mb), not
-            # one per minibatch.
+            order = None
             if num_minibatches > 1 and hp.shuffle_minibatches:
                 order = torch.randperm(batch, device=self.device, generator=self.generator)
-                shuffled = [_take(x, order) for x in samples]
-            else:
-                shuffled = list(samples)
+            shuffled = [
+                x if order is None or i in per_minibatch else _take(x, order) for i, x in enumerate(samples)
+            ]
             if normalize:
                 shuffled[4] = self._normalized_advantages(shuffled[4], num_minibatches)
             if hp.accumulate_grads:
                 self.optimizer.zero_grad(set_to_none=True)
             for j in range(num_minibatches):
                 index = slice(j * mb, (j + 1) * mb) if num_minibatches > 1 else slice(None)
+                rows = index if order is None else order[index]
                 mb_obs, mb_actions, mb_old_logp, mb_old_values, mb_advantages, mb_returns, *rest = (
-                    x[index] for x in shuffled
+                    _take(x, rows) if i in per_minibatch else x[index] for i, x in enumerate(shuffled)
                 )
                 total, stats = self._minibatch_loss(
                     mb_obs, mb_actions, mb_old_logp, mb_old_values, mb_advantages, mb_returns,
