@@ -9,9 +9,9 @@ vf_coeff 1, max_grad_norm 5, normalised advantages and rewards):
 * ``large-bf16``: ``large`` with ``enable_amp=True`` (bfloat16 autocast on CPU).
 
 ``torch.set_num_threads`` is set to ``RL8_BENCH_THREADS`` (default 2, the cores of the CI
-machine). Each ``test_ratio_*`` measures rl8 and the floor interleaved, round by round, in
-the same process, and stores ``fraction_of_floor`` (floor time / rl8 time; 1.0 = as fast as
-the floor) in ``extra_info``; it only asserts the targets when ``RL8_BENCH_ASSERT=1``, since
+machine). Each ``test_ratio_*`` measures rl8 and the floor in the same process, in
+alternating blocks of training-loop rounds (see ``_interleaved``), and stores
+``fraction_of_floor`` (floor time / rl8 time; 1.0 = as fast as the floor) in ``extra_info``; it only asserts the targets when ``RL8_BENCH_ASSERT=1``, since
 a shared machine is noisy. Run::
 
     pytest benchmarks/test_throughput.py --benchmark-columns=median,rounds -s
@@ -36,9 +36,9 @@ THREADS = int(os.environ.get("RL8_BENCH_THREADS", "2"))
 ASSERT = os.environ.get("RL8_BENCH_ASSERT") == "1"
 
 WORKLOADS = {
-    "small": dict(num_envs=512, horizon=32, hidden=64, minibatch=4096, amp=False, rounds=20),
-    "large": dict(num_envs=8192, horizon=32, hidden=256, minibatch=None, amp=False, rounds=6),
-    "large-bf16": dict(num_envs=8192, horizon=32, hidden=256, minibatch=None, amp=True, rounds=6),
+    "small": dict(num_envs=512, horizon=32, hidden=64, minibatch=4096, amp=False, rounds=20, block=4),
+    "large": dict(num_envs=8192, horizon=32, hidden=256, minibatch=None, amp=False, rounds=6, block=2),
+    "large-bf16": dict(num_envs=8192, horizon=32, hidden=256, minibatch=None, amp=True, rounds=6, block=2),
 }
 # Targets from the issue: fraction of the floor for collect and for collect+step.
 TARGETS = {"small": (0.85, 0.90), "large": (0.95, 0.95)}
@@ -140,25 +140,33 @@ def test_collect_and_step_floor(benchmark, name):
 
 
 def _interleaved(w: dict) -> dict[str, float]:
-    """Median seconds of rl8 and floor phases, measured alternately in the same rounds.
+    """Median seconds of rl8's and the floor's collect and update, measured in the same run.
 
-    Each round runs one side's collect and update, then the other side's, and the side that
-    goes first alternates from round to round. So every timed collect follows an update, as
-    in training, and each side's collect follows its own update in half of the rounds and
-    the other side's in the other half (a collect that follows an update runs its first steps
-    on cold caches: timing one side always after the other's collect would favour it).
+    Each side runs as in a training loop, update then collect, for ``w["block"]`` rounds at a
+    time, and the sides take turns block by block (the side that starts alternates), so a
+    noisy stretch of the shared machine falls on both. Every timed collect thus follows an
+    update of the same side, and within a block the side's previous collect ran one update
+    earlier, as in training. (A collect that follows an update runs its first steps on cold
+    caches. Alternating the sides at every round instead would charge each collect for the
+    other side's code and memory too, which no training loop runs in between, and a collect
+    right after another collect would run warm, which no training loop does either.)
     """
     algo, floor = make_algo(w), Floor(w)
-    algo.collect(), algo.step(), floor.collect(), floor.update()  # warm-up
+    for fn in (algo.collect, algo.step, algo.collect, floor.collect, floor.update, floor.collect):
+        fn()  # warm-up; each side's buffer holds a collect for its first timed update
+    sides = [
+        (("step", algo.step), ("collect", algo.collect)),
+        (("floor_update", floor.update), ("floor_collect", floor.collect)),
+    ]
     times: dict[str, list[float]] = {"collect": [], "step": [], "floor_collect": [], "floor_update": []}
-    sides = [(("collect", algo.collect), ("step", algo.step)),
-             (("floor_collect", floor.collect), ("floor_update", floor.update))]
-    for r in range(w["rounds"]):
-        for side in (sides if r % 2 == 0 else sides[::-1]):
-            for key, fn in side:
-                start = time.perf_counter()
-                fn()
-                times[key].append(time.perf_counter() - start)
+    block = w["block"]
+    for b in range(-(-w["rounds"] // block)):
+        for side in sides if b % 2 == 0 else sides[::-1]:
+            for _ in range(block):
+                for key, fn in side:
+                    start = time.perf_counter()
+                    fn()
+                    times[key].append(time.perf_counter() - start)
     return {k: statistics.median(v) for k, v in times.items()}
 
 
