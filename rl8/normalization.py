@@ -11,8 +11,10 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch import nn
 from tensordict import TensorDictBase
+from torch import nn
+
+from .buffer import discount_matrix
 
 __all__ = ["RunningMeanStd", "ObservationNormalizer", "RewardNormalizer"]
 
@@ -192,7 +194,6 @@ class RewardNormalizer(nn.Module):
         self.eps = float(eps)
         self.stats = RunningMeanStd((), device=device)
         self.register_buffer("returns", torch.zeros(num_envs, dtype=torch.float32, device=device))
-        self._discount_key: tuple | None = None
 
     @torch.no_grad()
     def update(
@@ -232,18 +233,12 @@ class RewardNormalizer(nn.Module):
 
     def _discounted_without_resets(self, rewards: torch.Tensor) -> torch.Tensor:
         """``G_t = gamma * G_{t-1} + r_t`` for all ``t`` at once: one ``[N, T] @ [T, T]`` matmul
-        with the discount matrix ``D[k, t] = gamma^(t - k)`` (``k <= t``), instead of ``T``
-        sequential steps of small ops."""
-        t_len = rewards.shape[1]
-        key = (t_len, rewards.dtype, rewards.device)
-        if self._discount_key != key:  # built once per horizon
-            steps = torch.arange(t_len, device=rewards.device, dtype=torch.float64)
-            lag = steps[None, :] - steps[:, None]
-            self._discount = torch.where(lag >= 0, self.gamma ** lag.clamp(min=0), 0.0).to(rewards.dtype)
-            self._carry_discount = (self.gamma ** (steps + 1)).to(rewards.dtype)
-            self._discount_key = key
-        carry = self.returns[:, None] * self._carry_discount
-        return torch.addmm(carry, rewards, self._discount)
+        with the (transposed) discount matrix of :func:`rl8.buffer.discount_matrix`, instead of
+        ``T`` sequential steps of small ops."""
+        discount = discount_matrix(rewards.shape[1], self.gamma, rewards.dtype, rewards.device)
+        # G_t = gamma^(t+1) G_-1 + sum_{k<=t} gamma^(t-k) r_k; column 0 of the matrix is gamma^t
+        carry = torch.outer(self.returns, discount[:, 0])
+        return torch.addmm(carry, rewards, discount.T, beta=self.gamma)
 
     def reset(self) -> None:
         """Restart every env's running return (when PPO resets all envs)."""
