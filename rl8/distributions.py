@@ -107,14 +107,37 @@ def _space_name(space: spaces.Space) -> str:
 # --------------------------------------------------------------------------------------------
 # Categorical kernels on logits of shape [..., n] (n = number of choices, last dim).
 
+# Short rows are computed choice-major. torch's CPU softmax over the last dim vectorises along
+# that dim, so rows shorter than a vector register leave most lanes idle; over dim 0 of a
+# contiguous [n, ...] copy it vectorises along the batch instead. Measured on this project's
+# 2-core AVX-512 CPU (torch 2.13, 2 threads), log-softmax + sample + log-prob of the sample:
+# B=512: n=3 24 -> 20 us, n=8 42 -> 27 us; B=4096: n=3 115 -> 65 us, n=12 356 -> 147 us; but
+# n=16 28 -> 36 us (a full register) and B=16 10 -> 14 us (fixed costs), hence the bounds.
+_CHOICE_MAJOR_MAX_CHOICES = 15
+_CHOICE_MAJOR_MIN_ROWS = 256
+
+
+def _log_softmax(logits: Tensor) -> tuple[Tensor, Tensor | None]:
+    """``log_softmax(logits, -1)`` and, when it was computed choice-major (short rows of a big
+    batch), the contiguous ``[n, ...]`` tensor it is a view of (else ``None``). Either way the
+    first result has the values and shape of ``log_softmax(logits, -1)``."""
+    n = logits.shape[-1]
+    if 1 < n <= _CHOICE_MAJOR_MAX_CHOICES and logits.numel() >= _CHOICE_MAJOR_MIN_ROWS * n:
+        by_choice = torch.log_softmax(logits.T if logits.dim() == 2 else logits.movedim(-1, 0), 0)
+        return (by_choice.T if logits.dim() == 2 else by_choice.movedim(0, -1)), by_choice
+    return torch.log_softmax(logits, -1), None
+
 
 def _categorical_sample(
     log_probs: Tensor,
     generator: torch.Generator | None,
     guard_logits: Tensor | None,
     masked: bool | None = None,
+    by_choice: Tensor | None = None,
 ) -> Tensor:
     """Sampled indices ``[...]`` (see :func:`_categorical_sample_index`)."""
+    if by_choice is not None:
+        return _categorical_sample_by_choice(by_choice, generator, guard_logits, masked)
     return _categorical_sample_index(log_probs, generator, guard_logits, masked).squeeze(-1)
 
 
@@ -123,6 +146,7 @@ def _categorical_sample_index(
     generator: torch.Generator | None,
     guard_logits: Tensor | None,
     masked: bool | None = None,
+    by_choice: Tensor | None = None,
 ) -> Tensor:
     """Inverse-CDF sampling: index ``[..., 1]`` of the first cumulative probability >= u,
     u ~ U(0, total].
@@ -142,7 +166,12 @@ def _categorical_sample_index(
     rows that may hold zero probabilities; unmasked rows take a two-op-shorter path. ``u`` is
     drawn in ``(0, total]`` so a zero-probability (masked) action can never be selected: that
     needs ``c[j-1] < u <= c[j] == c[j-1]`` (or ``u <= c[0] == 0``), both impossible.
+
+    ``by_choice``: the contiguous ``[n, ...]`` tensor behind a choice-major ``log_probs`` (see
+    :func:`_log_softmax`); sampling then runs on it, with the same draws and indices.
     """
+    if by_choice is not None:
+        return _categorical_sample_by_choice(by_choice, generator, guard_logits, masked).unsqueeze_(-1)
     probs = log_probs.exp()
     cdf = probs.cumsum(-1)
     u = torch.rand(
@@ -164,6 +193,31 @@ def _categorical_sample_index(
         # accumulates each row sequentially (in double), which makes the argument above exact.
         chosen = probs.gather(-1, index)
         index = torch.where(chosen > 0, index, guard_logits.argmax(-1, keepdim=True))
+    return index
+
+
+def _categorical_sample_by_choice(
+    by_choice: Tensor,
+    generator: torch.Generator | None,
+    guard_logits: Tensor | None,
+    masked: bool | None,
+) -> Tensor:
+    """:func:`_categorical_sample_index` on choice-major log-probs ``[n, ...]``: the same
+    draws (one uniform per row, in row order) and the same indices, but ``[...]``. The index
+    is the number of cumulative probabilities below u, which for a non-decreasing cdf is the
+    left-sided binary search of the row-major path."""
+    probs = by_choice.exp()
+    cdf = probs.cumsum(0)  # sequential along dim 0 on the CPU too, as the row-major cumsum
+    u = torch.rand(cdf.shape[1:], generator=generator, device=cdf.device, dtype=cdf.dtype)
+    if not (guard_logits is not None if masked is None else masked):
+        # only the first n - 1 cumulative probabilities count: the index is at most n - 1
+        # without a clamp
+        return (cdf[:-1] < u).sum(0)
+    u = torch.mul(1.0 - u, cdf[-1])
+    index = (cdf < u).sum(0)
+    if guard_logits is not None and cdf.device.type != "cpu":
+        chosen = probs.gather(0, index.unsqueeze(0)).squeeze(0)
+        index = torch.where(chosen > 0, index, guard_logits.argmax(-1))
     return index
 
 
@@ -344,6 +398,7 @@ class _CategoricalBase(Distribution):
         self.logits = logits
         self._guard = guard
         self._log_probs: Tensor | None = None
+        self._by_choice: Tensor | None = None  # see _log_softmax
         self._log_probs_mode: tuple[bool, bool] | None = None
 
     @property
@@ -357,7 +412,7 @@ class _CategoricalBase(Distribution):
         mode = (torch.is_grad_enabled(), torch.is_inference_mode_enabled())
         cached = self._log_probs_mode
         if self._log_probs is None or (cached != mode and not (cached == (True, False) and not mode[0])):
-            self._log_probs = torch.log_softmax(self.logits, dim=-1)
+            self._log_probs, self._by_choice = _log_softmax(self.logits)
             self._log_probs_mode = mode
         return self._log_probs
 
@@ -417,9 +472,9 @@ class Categorical(_CategoricalBase):
 
     def sample(self, generator: torch.Generator | None = None) -> Tensor:
         """Draw one action index per row (inverse-CDF sampling), int64 ``[B]``."""
-        return _categorical_sample(
-            self.log_probs, generator, self.logits if self._guard else None
-        )
+        log_probs = self.log_probs
+        guard = self.logits if self._guard else None
+        return _categorical_sample(log_probs, generator, guard, by_choice=self._by_choice)
 
     def deterministic_sample(self) -> Tensor:
         """The most likely allowed action, int64 ``[B]``."""
@@ -430,10 +485,15 @@ class Categorical(_CategoricalBase):
     ) -> tuple[Tensor, Tensor]:
         """Actions and their log-probabilities from one log-softmax and one gather."""
         log_probs = self.log_probs
+        guard = self.logits if self._guard else None
+        by_choice = self._by_choice
         if deterministic:
             index = self.logits.argmax(-1, keepdim=True)
+        elif by_choice is not None:
+            index = _categorical_sample_by_choice(by_choice, generator, guard, None)
+            return index, by_choice.gather(0, index.unsqueeze(0)).squeeze_(0)
         else:
-            index = _categorical_sample_index(log_probs, generator, self.logits if self._guard else None)
+            index = _categorical_sample_index(log_probs, generator, guard)
         return index.squeeze(-1), log_probs.gather(-1, index).squeeze(-1)
 
     def log_prob(self, actions: Tensor) -> Tensor:
@@ -535,7 +595,8 @@ class MultiCategorical(_CategoricalBase):
     def sample(self, generator: torch.Generator | None = None) -> Tensor:
         """Draw one choice per component, int64 ``[B, *nvec.shape]``."""
         guard = self.logits if self._guard else None
-        return self._shape_actions(_categorical_sample(self.log_probs, generator, guard))
+        log_probs = self.log_probs
+        return self._shape_actions(_categorical_sample(log_probs, generator, guard, by_choice=self._by_choice))
 
     def deterministic_sample(self) -> Tensor:
         """The most likely allowed choice of every component, int64 ``[B, *nvec.shape]``."""
