@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 from gymnasium import spaces
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 
 from .spaces import space_dtype, space_shape
 
@@ -117,6 +117,22 @@ class Env(ABC):
             float) always; ``terminated``/``truncated`` (``[N, 1]`` bool) and ``final_obs``
             for episodic envs. See ``docs/envs.md``.
         """
+
+    def step_output(self, entries: dict[str, Any]) -> TensorDict:
+        """Wrap one step's tensors in the TensorDict that :meth:`step` returns.
+
+        For the step of an env written in torch: ``entries`` are already on :attr:`device`
+        with leading dim ``num_envs`` (``obs`` may be a dict for ``Dict`` spaces). It skips
+        the per-entry checks of ``TensorDict(...)`` (about 2 us per step on a CPU, a visible
+        share of a cheap env's step) when tensordict offers the unchecked constructor; PPO
+        checks the first step output of every env against the contract anyway (keys, shapes,
+        dtypes, see :func:`validate_step_output`).
+
+        Args:
+            entries: ``obs``, ``rewards`` and, for episodic envs, ``terminated``,
+                ``truncated`` and ``final_obs`` (see :meth:`step`).
+        """
+        return new_tensordict(entries, torch.Size([self.num_envs]), self.device)
 
     def make_generator(self) -> torch.Generator:
         """A random generator on the env's device, seeded from torch's global RNG.
@@ -228,6 +244,20 @@ def _check_value(
         raise EnvOutputError(
             f"{env_name}.step: {name!r} has dtype {value.dtype}, expected {want}"
         )
+
+
+def new_tensordict(
+    tensors: dict[str, Any], batch_size: torch.Size, device: torch.device | None
+) -> TensorDict:
+    """A TensorDict of tensors already on ``device`` with the right batch size, built
+    without the public constructor's per-entry checks when tensordict offers the unchecked
+    constructor (tensordict 0.15: ``TensorDict._new_unsafe``), else with the public one."""
+    if _new_unsafe is not None:
+        return _new_unsafe(tensors, batch_size=batch_size, device=device)
+    return TensorDict(tensors, batch_size=batch_size, device=device)
+
+
+_new_unsafe = getattr(TensorDict, "_new_unsafe", None)
 
 
 def validate_step_output(out: Any, env: Env) -> None:

@@ -169,16 +169,14 @@ class CartPole(Env):
         done = terminated | truncated
         self.state = torch.where(done, self._initial_state(), final)
         self.steps.masked_fill_(done, 0)
-        return TensorDict(
+        return self.step_output(
             {
                 "obs": self.state,
                 "rewards": torch.ones(n, 1, device=self.device),
                 "terminated": terminated,
                 "truncated": truncated,
                 "final_obs": final,
-            },
-            batch_size=[n],
-            device=self.device,
+            }
         )
 
     def render(self, index: int = 0) -> np.ndarray:

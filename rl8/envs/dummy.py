@@ -83,11 +83,7 @@ class _DummyEnv(Env):
         return self.x
 
     def _output(self) -> TensorDict:
-        return TensorDict(
-            {"obs": self.x, "rewards": torch.abs(self.x).neg_()},
-            batch_size=[self.num_envs],
-            device=self.device,
-        )
+        return self.step_output({"obs": self.x, "rewards": torch.abs(self.x).neg_()})
 
 
 class DiscreteDummyEnv(_DummyEnv):
@@ -119,14 +115,14 @@ class DiscreteDummyEnv(_DummyEnv):
             TensorDict with ``obs`` (``[num_envs, 1]``) and ``rewards`` (``[num_envs, 1]``).
         """
         b = self._bounds
-        # the move of each action (-step_size, 0, +step_size) looked up in one op
-        move = self._moves.index_select(0, action.reshape(self.num_envs)).unsqueeze_(1)
-        self.x = move.add_(self.x).clamp_(-b, b)
+        # the move of each action (-step_size, 0, +step_size) looked up in one op, [N, 1]
+        index = action if action.dim() == 1 else action.reshape(self.num_envs)
+        self.x = self._moves.index_select(0, index).add_(self.x).clamp_(-b, b)
         return self._output()
 
     def _set_params(self, params: dict[str, float]) -> None:
         super()._set_params(params)
-        self._moves = torch.tensor([-1.0, 0.0, 1.0], device=self.device).mul_(params["step_size"])
+        self._moves = torch.tensor([[-1.0], [0.0], [1.0]], device=self.device).mul_(params["step_size"])
 
 
 class ContinuousDummyEnv(_DummyEnv):

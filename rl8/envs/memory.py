@@ -129,14 +129,12 @@ class Memory(Env):
         self._cue = torch.where(answer, self._new_cues(), self._cue)
         self._t = t_next.masked_fill_(answer, 0)
         terminated = answer.unsqueeze(1)
-        return TensorDict(
+        return self.step_output(
             {
                 "obs": self._table[self._cue, self._t],
                 "rewards": correct.unsqueeze(1).to(torch.float32),
                 "terminated": terminated,
                 "truncated": torch.zeros_like(terminated),
                 "final_obs": final,
-            },
-            batch_size=[n],
-            device=self.device,
+            }
         )

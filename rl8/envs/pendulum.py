@@ -154,16 +154,14 @@ class Pendulum(Env):
         truncated = self.steps >= p["max_episode_steps"]
         self.state = torch.where(truncated, self._initial_state(), final_state)
         self.steps.masked_fill_(truncated, 0)
-        return TensorDict(
+        return self.step_output(
             {
                 "obs": self._observe(self.state),
                 "rewards": rewards.unsqueeze(1),
                 "terminated": torch.zeros(n, 1, dtype=torch.bool, device=self.device),
                 "truncated": truncated,
                 "final_obs": self._observe(final_state),
-            },
-            batch_size=[n],
-            device=self.device,
+            }
         )
 
     def render(self, index: int = 0) -> np.ndarray:

@@ -61,6 +61,9 @@ def test_exact_moves():
     out = env.step(torch.tensor([0, 1, 2]))
     torch.testing.assert_close(out["obs"], torch.tensor([[-0.1], [0.0], [0.1]]))
     torch.testing.assert_close(out["rewards"], torch.tensor([[-0.1], [0.0], [-0.1]]))
+    env.x = torch.zeros(3, 1)
+    out = env.step(torch.tensor([[2], [2], [0]]))  # [N, 1] actions are accepted too
+    torch.testing.assert_close(out["obs"], torch.tensor([[0.1], [0.1], [-0.1]]))
     cont = ContinuousDummyEnv(3)
     cont.reset()
     cont.x = torch.zeros(3, 1)
@@ -110,3 +113,26 @@ def test_cuda_steps_without_host_sync():
             torch.cuda.set_sync_debug_mode("default")
         validate_step_output(out, env)
         assert out["obs"].device.type == "cuda"
+
+
+@pytest.mark.parametrize("unchecked", [True, False])
+def test_step_output_is_the_contract_tensordict(monkeypatch, unchecked):
+    """Env.step_output gives what TensorDict(...) gives, with or without tensordict's
+    unchecked constructor."""
+    from tensordict import TensorDict
+
+    from rl8 import env as env_module
+
+    if not unchecked:
+        monkeypatch.setattr(env_module, "_new_unsafe", None)
+    env = DiscreteDummyEnv(4)
+    obs, rewards = torch.randn(4, 1), torch.randn(4, 1)
+    nested = {"pos": torch.randn(4, 2), "mask": torch.ones(4, 3, dtype=torch.bool)}
+    out = env.step_output({"obs": obs, "rewards": rewards, "nested": nested})
+    expected = TensorDict({"obs": obs, "rewards": rewards, "nested": nested}, batch_size=[4], device="cpu")
+    assert type(out) is TensorDict and out.batch_size == (4,) and out.device == torch.device("cpu")
+    assert set(out.keys(include_nested=True)) == set(expected.keys(include_nested=True))
+    assert out["obs"] is obs and out["rewards"] is rewards  # no copies
+    assert (out == expected).all()
+    assert isinstance(out["nested"], TensorDict) and out["nested"].batch_size == (4,)
+    validate_step_output(env.step(torch.tensor([0, 1, 2, 1])), env)
