@@ -33,6 +33,10 @@ class RolloutBuffer:
             TensorDict ``[num_envs]``); adds the recurrent storage below.
         seq_len: Recurrent models: steps per training sequence (divides ``horizon``).
 
+    Tensors are stored time-major (``[horizon + 1, num_envs, ...]`` in memory) and held in
+    :attr:`data` as ``[num_envs, horizon + 1, ...]`` transposed views, so every per-step view
+    is contiguous (Dict observations are stored env-major); flatten with ``reshape``.
+
     :attr:`columns` maps each key to its ``horizon + 1`` per-step views (``[num_envs, ...]``;
     ``[num_envs, 1]`` for rewards and flags), which the rollout loop writes into.
 
@@ -61,22 +65,33 @@ class RolloutBuffer:
         self.horizon = horizon
         self.episodic = episodic
         shape = [num_envs, horizon + 1]
+
+        def time_major(tail: tuple[int, ...] = (), dtype: torch.dtype = torch.float32) -> torch.Tensor:
+            # [num_envs, horizon + 1, *tail] stored step by step: the rollout loop writes one
+            # contiguous row per step instead of num_envs scattered elements
+            return torch.zeros((horizon + 1, num_envs, *tail), dtype=dtype, device=device).transpose(0, 1)
+
+        def obs_like() -> torch.Tensor | TensorDictBase:
+            if isinstance(observation_space, spaces.Dict):
+                return zeros_like_space(observation_space, shape, device=device)
+            return zeros_like_space(observation_space, [horizon + 1, num_envs], device=device).transpose(0, 1)
+
         data = {
-            "obs": zeros_like_space(observation_space, shape, device=device),
-            "actions": torch.zeros((*shape, *action_shape), dtype=action_dtype, device=device),
-            "logp": torch.zeros(shape, device=device),
-            "values": torch.zeros(shape, device=device),
-            "rewards": torch.zeros(shape, device=device),
+            "obs": obs_like(),
+            "actions": time_major(tuple(action_shape), action_dtype),
+            "logp": time_major(),
+            "values": time_major(),
+            "rewards": time_major(),
         }
         if episodic:
-            data["terminated"] = torch.zeros(shape, dtype=torch.bool, device=device)
-            data["truncated"] = torch.zeros(shape, dtype=torch.bool, device=device)
-            data["final_obs"] = zeros_like_space(observation_space, shape, device=device)
+            data["terminated"] = time_major(dtype=torch.bool)
+            data["truncated"] = time_major(dtype=torch.bool)
+            data["final_obs"] = obs_like()
         self.seq_len = seq_len
         self.states: TensorDictBase | None = None
         self.post_states: TensorDictBase | None = None
         if state_example is not None:
-            data["firsts"] = torch.zeros(shape, dtype=torch.bool, device=device)
+            data["firsts"] = time_major(dtype=torch.bool)
             zeros = state_example.unsqueeze(1).to(device)
             self.states = zeros.expand(num_envs, horizon // seq_len).clone().zero_()
             if episodic:

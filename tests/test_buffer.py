@@ -93,6 +93,29 @@ def test_buffer_layout():
     assert "terminated" not in plain.data.keys()
 
 
+def test_buffer_columns_are_contiguous_rows_of_the_env_major_view():
+    """Tensor columns are stored step by step: each per-step view the rollout loop writes is
+    contiguous, and writing it fills column t of the [num_envs, horizon + 1] data."""
+    n, h = 4, 3
+    buf = RolloutBuffer(spaces.Box(-1, 1, (2,)), (), torch.int64, num_envs=n, horizon=h, episodic=True)
+    for key in ("obs", "actions", "logp", "values", "rewards", "terminated", "truncated", "final_obs"):
+        data = buf[key]
+        assert data.shape[:2] == (n, h + 1)
+        for t, view in enumerate(buf.columns[key]):
+            assert view.is_contiguous(), (key, t)
+            assert view.data_ptr() == data[:, t].data_ptr()
+    for t in range(h + 1):
+        buf.columns["values"][t].copy_(torch.arange(n) + 10.0 * t)
+        buf.columns["obs"][t].copy_(torch.full((n, 2), float(t)))
+        buf.columns["rewards"][t].copy_(torch.arange(n, dtype=torch.float32)[:, None])
+    expected = torch.arange(n)[:, None] + 10.0 * torch.arange(h + 1)[None, :]
+    assert torch.equal(buf["values"], expected)
+    assert torch.equal(buf["obs"][:, :, 0], torch.arange(h + 1.0).expand(n, h + 1))
+    assert torch.equal(buf["rewards"], torch.arange(n, dtype=torch.float32)[:, None].expand(n, h + 1))
+    # flattening for minibatches keeps the env-major sample order
+    assert torch.equal(buf["values"][:, :h].reshape(-1), expected[:, :h].reshape(-1))
+
+
 def test_gae_with_only_terminations_or_only_truncations():
     g = torch.Generator().manual_seed(2)
     n, t_len = 8, 24
