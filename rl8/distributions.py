@@ -196,11 +196,29 @@ def _categorical_sample_index(
     return index
 
 
+def _writable_rows(out: tuple[Tensor, Tensor], dtype: torch.dtype) -> bool:
+    """Whether the categorical kernels can write actions and log-probs into ``out`` directly."""
+    actions, logp = out
+    return (
+        actions.dtype == torch.int64 and logp.dtype == dtype
+        and actions.is_contiguous() and logp.is_contiguous()
+    )
+
+
+def _to_out(result: tuple[Tensor, Tensor], out: tuple[Tensor, Tensor] | None) -> tuple[Tensor, Tensor]:
+    if out is None:
+        return result
+    out[0].copy_(result[0])
+    out[1].copy_(result[1])
+    return out
+
+
 def _categorical_sample_by_choice(
     by_choice: Tensor,
     generator: torch.Generator | None,
     guard_logits: Tensor | None,
     masked: bool | None,
+    out: Tensor | None = None,
 ) -> Tensor:
     """:func:`_categorical_sample_index` on choice-major log-probs ``[n, ...]``: the same
     draws (one uniform per row, in row order) and the same indices, but ``[...]``. The index
@@ -212,13 +230,13 @@ def _categorical_sample_by_choice(
     if not (guard_logits is not None if masked is None else masked):
         # only the first n - 1 cumulative probabilities count: the index is at most n - 1
         # without a clamp
-        return (cdf[:-1] < u).sum(0)
+        return torch.sum(cdf[:-1] < u, 0, out=out)
     u = torch.mul(1.0 - u, cdf[-1])
     index = (cdf < u).sum(0)
     if guard_logits is not None and cdf.device.type != "cpu":
         chosen = probs.gather(0, index.unsqueeze(0)).squeeze(0)
         index = torch.where(chosen > 0, index, guard_logits.argmax(-1))
-    return index
+    return index if out is None else out.copy_(index)
 
 
 def _categorical_log_prob(log_probs: Tensor, actions: Tensor) -> Tensor:
@@ -350,20 +368,31 @@ class Distribution(ABC):
         """The mode of each distribution as a raw action (for evaluation)."""
 
     def sample_with_log_prob(
-        self, generator: torch.Generator | None = None, *, deterministic: bool = False
+        self,
+        generator: torch.Generator | None = None,
+        *,
+        deterministic: bool = False,
+        out: tuple[Tensor, Tensor] | None = None,
     ) -> tuple[Tensor, Tensor]:
         """Draw raw actions (:meth:`sample`, or the modes when ``deterministic``) together
         with their :meth:`log_prob`, ``([*batch_shape, *raw_action_shape], [*batch_shape])``.
 
         What the rollout loop calls once per step; subclasses may share work between the
-        two (the categorical families reuse one log-softmax).
+        two (the categorical families reuse one log-softmax) and write straight into ``out``.
 
         Args:
             generator: Random number generator to draw from (see :meth:`sample`).
             deterministic: Take the modes instead of sampling.
+            out: Tensors of those shapes to write the actions and log-probs into (PPO passes
+                its rollout buffer's rows); they are returned. ``None``: new tensors.
         """
         actions = self.deterministic_sample() if deterministic else self.sample(generator)
-        return actions, self.log_prob(actions)
+        logp = self.log_prob(actions)
+        if out is None:
+            return actions, logp
+        out[0].copy_(actions)
+        out[1].copy_(logp)
+        return out
 
     @abstractmethod
     def log_prob(self, actions: Tensor) -> Tensor:
@@ -481,20 +510,30 @@ class Categorical(_CategoricalBase):
         return self.logits.argmax(-1)
 
     def sample_with_log_prob(
-        self, generator: torch.Generator | None = None, *, deterministic: bool = False
+        self,
+        generator: torch.Generator | None = None,
+        *,
+        deterministic: bool = False,
+        out: tuple[Tensor, Tensor] | None = None,
     ) -> tuple[Tensor, Tensor]:
-        """Actions and their log-probabilities from one log-softmax and one gather."""
+        """Actions and their log-probabilities from one log-softmax and one gather, written
+        straight into ``out`` when it is a pair of contiguous int64 / float32 tensors."""
         log_probs = self.log_probs
         guard = self.logits if self._guard else None
         by_choice = self._by_choice
         if deterministic:
             index = self.logits.argmax(-1, keepdim=True)
         elif by_choice is not None:
+            if out is not None and _writable_rows(out, by_choice.dtype):
+                actions, logp = out
+                _categorical_sample_by_choice(by_choice, generator, guard, None, out=actions)
+                torch.gather(by_choice, 0, actions.unsqueeze(0), out=logp.unsqueeze(0))
+                return out
             index = _categorical_sample_by_choice(by_choice, generator, guard, None)
-            return index, by_choice.gather(0, index.unsqueeze(0)).squeeze_(0)
+            return _to_out((index, by_choice.gather(0, index.unsqueeze(0)).squeeze_(0)), out)
         else:
             index = _categorical_sample_index(log_probs, generator, guard)
-        return index.squeeze(-1), log_probs.gather(-1, index).squeeze(-1)
+        return _to_out((index.squeeze(-1), log_probs.gather(-1, index).squeeze(-1)), out)
 
     def log_prob(self, actions: Tensor) -> Tensor:
         """Log-probability of action indices ``[B]`` (masked actions: a huge negative number)."""

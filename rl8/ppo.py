@@ -313,9 +313,10 @@ class PPO:
                     dist, value, state = policy.step(obs, state, firsts)
                 else:
                     dist, value = policy.distribution(obs)
-                actions, logp = dist.sample_with_log_prob(generator, deterministic=deterministic)
-                actions_col[t].copy_(actions)
-                logp_col[t].copy_(logp)
+                # written into the buffer rows (the env gets row t: it must not keep it)
+                actions, _ = dist.sample_with_log_prob(
+                    generator, deterministic=deterministic, out=(actions_col[t], logp_col[t])
+                )
                 values_col[t].copy_(value)
                 out = env.step(to_env_action(actions, space))
                 if not self._validated:

@@ -432,6 +432,40 @@ def test_choice_major_sampling_never_picks_a_zero_probability_choice_at_the_edge
     assert actions.reshape(256, 2).tolist() == [expected] * 256
 
 
+@pytest.mark.parametrize("batch", [8, 1024])  # row-major and choice-major categorical paths
+@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("deterministic", [False, True])
+@pytest.mark.parametrize(("cls", "space"), CASES, ids=IDS)
+def test_sample_with_log_prob_writes_into_out(cls, space, batch, masked, deterministic):
+    """``out=``: the same actions and log-probs as without it, written into the given
+    tensors (contiguous rows, as PPO's buffer gives, or strided ones), which are returned."""
+    if masked and not cls.supports_action_mask:
+        pytest.skip("no action mask")
+    torch.manual_seed(14)
+    params = torch.randn(batch, cls.param_size(space))
+    kw = {"action_mask": torch.rand(params.shape) < 0.8} if masked else {}
+    if masked and cls is Categorical:
+        kw["action_mask"][:, 0] = True
+    if masked and cls is MultiCategorical:
+        kw["action_mask"][:, np.concatenate([[0], np.cumsum(space.nvec)[:-1]])] = True
+    dist = cls(params, space, **kw)
+    expected = dist.sample_with_log_prob(torch.Generator().manual_seed(3), deterministic=deterministic)
+    raw = (batch, *cls.raw_action_shape(space))
+    dtype = cls.raw_action_dtype(space)
+    for strided in (False, True):
+        if strided:  # every other row of bigger tensors
+            actions = torch.full((2 * batch, *raw[1:]), -7, dtype=dtype)[::2]
+            logp = torch.full((2 * batch,), -7.0)[::2]
+        else:
+            actions, logp = torch.full(raw, -7, dtype=dtype), torch.full((batch,), -7.0)
+        got = dist.sample_with_log_prob(
+            torch.Generator().manual_seed(3), deterministic=deterministic, out=(actions, logp)
+        )
+        assert got[0] is actions and got[1] is logp
+        assert torch.equal(actions, expected[0])
+        torch.testing.assert_close(logp, expected[1])
+
+
 def test_fully_masked_row_gives_no_nan():
     params = torch.randn(3, 4, requires_grad=True)
     mask = torch.tensor([[False] * 4, [True, False, False, False], [True] * 4])

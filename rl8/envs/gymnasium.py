@@ -408,8 +408,9 @@ class GymnasiumEnv(Env):
         def leaf(dtype: torch.dtype, value: torch.Tensor) -> np.ndarray:
             if value.requires_grad:
                 value = value.detach()
-            # .to and .cpu return the tensor itself when nothing changes: no copy on CPU.
-            return value.to(dtype).cpu().numpy()
+            # a copy of its own: PPO passes rows of its rollout buffer, which a gymnasium env
+            # (or wrapper) that keeps its action array must not see change later
+            return value.to(dtype).cpu().numpy().copy()
 
         return _map(self._act_tree, leaf, action)
 
