@@ -540,7 +540,11 @@ class PPO:
             group["lr"] = lr
         mb = hp.minibatch_size // seq_len
         num_minibatches = batch // mb
-        sums = torch.zeros(7, device=self.device)  # the 6 minibatch stats, then the grad norm
+        # per minibatch: the [policy, vf, kl, clip_fraction] monitors and the mean entropy;
+        # per optimizer step: the grad norm (averaged once at the end: no ops per minibatch)
+        monitors_seen: list[torch.Tensor] = []
+        entropies: list[torch.Tensor] = []
+        grad_norms: list[torch.Tensor] = []
         count = 0
         stop = False
         params = [p for p in self.policy.parameters() if p.requires_grad]
@@ -570,24 +574,23 @@ class PPO:
                 mb_obs, mb_actions, mb_old_logp, mb_old_values, mb_advantages, mb_returns, *rest = (
                     _take(x, rows) if i in per_minibatch else x[index] for i, x in enumerate(shuffled)
                 )
-                total, stats = self._minibatch_loss(
+                total, monitors, entropy = self._minibatch_loss(
                     mb_obs, mb_actions, mb_old_logp, mb_old_values, mb_advantages, mb_returns,
                     entropy_coeff, tuple(rest) if self.recurrent else None,
                 )
                 if hp.accumulate_grads:
                     self._backward(total / num_minibatches)
-                    grad_norm = torch.zeros((), device=self.device)
                     if j == num_minibatches - 1:
-                        grad_norm = self._optimizer_step(params)
+                        grad_norms.append(self._optimizer_step(params))
                 else:
                     self.optimizer.zero_grad(set_to_none=True)
                     self._backward(total)
-                    grad_norm = self._optimizer_step(params)
-                sums[:6] += stats
-                sums[6] += grad_norm
+                    grad_norms.append(self._optimizer_step(params))
+                monitors_seen.append(monitors)
+                entropies.append(entropy)
                 count += 1
                 if hp.target_kl_div is not None:
-                    kl = self.dist.all_reduce_(stats[4].clone()) / self.dist.world_size
+                    kl = self.dist.all_reduce_(monitors[2].clone()) / self.dist.world_size
                     if kl.item() > hp.target_kl_div:  # every rank sees the same mean KL
                         stop = True
                         break
@@ -596,21 +599,27 @@ class PPO:
         if self.policy.obs_normalizer is not None:
             self.policy.obs_normalizer.update(data["obs"][:, :h], batch_dims=2, all_reduce=self._all_reduce)
         self.steps += 1
-        means_t = sums / max(count, 1)
+        # [policy, vf, kl, clip_fraction, entropy, grad_norm, explained_variance], ONE sync
+        if not grad_norms:  # a KL stop before the first accumulated optimizer step
+            grad_norms.append(torch.zeros((), device=self.device))
+        means_t = torch.cat([
+            torch.stack(monitors_seen).mean(0),
+            torch.stack([torch.stack(entropies).mean(), torch.stack(grad_norms).mean(), explained_variance]),
+        ])
         if self.dist.enabled:
             means_t = self.dist.all_reduce_(means_t) / self.dist.world_size
-            explained_variance = self.dist.all_reduce_(explained_variance.reshape(1))[0] / self.dist.world_size
-        means = means_t.tolist()
-        num_steps = count if not hp.accumulate_grads else max(1, count // num_minibatches)
+        policy_loss, vf_loss, kl, clip_fraction, entropy, grad_norm, explained = means_t.tolist()
+        # the mean of the minibatches' total losses, from the means of their (linear) terms
+        total = policy_loss + hp.vf_coeff * vf_loss - entropy_coeff * entropy
         return {
-            "losses/policy": means[0],
-            "losses/vf": means[1],
-            "losses/entropy": means[2],
-            "losses/total": means[3],
-            "monitors/kl_div": means[4],
-            "monitors/clip_fraction": means[5],
-            "monitors/explained_variance": float(explained_variance),
-            "monitors/grad_norm": means[6] * count / num_steps if hp.accumulate_grads else means[6],
+            "losses/policy": policy_loss,
+            "losses/vf": vf_loss,
+            "losses/entropy": -entropy,
+            "losses/total": total,
+            "monitors/kl_div": kl,
+            "monitors/clip_fraction": clip_fraction,
+            "monitors/explained_variance": explained,
+            "monitors/grad_norm": grad_norm,
             "coefficients/entropy": entropy_coeff,
             "coefficients/vf": hp.vf_coeff,
             "coefficients/lr": lr,
@@ -634,10 +643,10 @@ class PPO:
 
     def _minibatch_loss(
         self, obs, actions, old_logp, old_values, advantages, returns, entropy_coeff, recurrent_inputs,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The minibatch's differentiable total loss and its detached stats ``[6]``: policy,
-        vf, entropy and total losses, KL and clip fraction. ``advantages`` come normalised
-        (when asked) by :meth:`_normalized_advantages`."""
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The minibatch's differentiable total loss, its detached monitors ``[4]`` (policy
+        and vf losses, KL, clip fraction) and its detached mean entropy. ``advantages`` come
+        normalised (when asked) by :meth:`_normalized_advantages`."""
         hp = self.hparams
         # With a zero entropy coefficient the entropy is only a reported stat: keep it out of
         # the graph so the backward pass does not differentiate it.
@@ -652,16 +661,15 @@ class PPO:
                 old_logp, old_values = old_logp.reshape(-1), old_values.reshape(-1)
                 advantages, returns = advantages.reshape(-1), returns.reshape(-1)
         logp, entropy, values = logp.float(), entropy.float(), values.float()
-        total, (policy_loss, vf_loss, kl, clip_fraction) = ppo_loss(
+        total, monitors = ppo_loss(
             logp, values, old_logp, advantages, old_values, returns,
             clip_param=hp.clip_param, dual_clip_param=hp.dual_clip_param,
             vf_clip_param=hp.vf_clip_param, vf_coeff=hp.vf_coeff,
         )
-        entropy_loss = -entropy.mean()
+        mean_entropy = entropy.mean()
         if entropy_grad:
-            total = total + entropy_coeff * entropy_loss
-        stats = torch.stack([policy_loss, vf_loss, entropy_loss.detach(), total.detach(), kl, clip_fraction])
-        return total, stats
+            total = total - entropy_coeff * mean_entropy
+        return total, monitors, mean_entropy.detach()
 
     def _backward(self, loss: torch.Tensor) -> None:
         if self.grad_scaler is not None:

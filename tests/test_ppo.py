@@ -413,3 +413,61 @@ def test_rollout_stats_values(env_cls):
         assert stats[f"{name}/max"] == pytest.approx(x.max().item(), abs=1e-6)
         assert stats[f"{name}/mean"] == pytest.approx(x.mean().item(), rel=1e-6, abs=1e-9)
         assert stats[f"{name}/std"] == pytest.approx(x.std(unbiased=False).item(), rel=1e-5, abs=1e-7)
+
+
+@pytest.mark.parametrize("accumulate_grads", [False, True])
+def test_update_stats_values(accumulate_grads):
+    """losses/* and monitors/* of step() are the minibatch means of the plain PPO losses,
+    checked against the reference loss and an autograd gradient norm: one minibatch, or two
+    whose gradients are accumulated into one optimizer step (so both see the same weights)."""
+    from rl8.losses import reference_ppo_loss
+
+    minibatches = 2 if accumulate_grads else 1
+    hp = dict(
+        num_envs=8, horizon=6, num_sgd_iters=1, sgd_minibatch_size=48 // minibatches,
+        shuffle_minibatches=False, normalize_advantages=False, normalize_rewards=False,
+        entropy_coeff=0.05, vf_coeff=0.7, vf_clip_param=0.5, clip_param=0.2, max_grad_norm=None,
+        accumulate_grads=accumulate_grads, seed=4,
+    )
+    algo = PPO(CartPole, **hp)
+    algo.collect()
+    algo.step()
+    algo.collect()
+    torch.manual_seed(0)
+    with torch.no_grad():  # move the policy away from the collecting one: ratios != 1
+        for p in algo.policy.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    policy = copy.deepcopy(algo.policy)
+    data = algo.buffer.data
+    with torch.no_grad():
+        advantages, returns = algo._advantages()
+    flat = lambda x: x[:, :6].reshape(48, *x.shape[2:])  # noqa: E731
+    obs, actions, old_logp, old_values = (flat(data[k]) for k in ("obs", "actions", "logp", "values"))
+    advantages, returns = advantages.reshape(-1), returns.reshape(-1)
+    expected = {k: 0.0 for k in ("policy", "vf", "kl", "clip", "entropy", "total")}
+    grads = [torch.zeros_like(p) for p in policy.parameters()]
+    size = 48 // minibatches
+    for j in range(minibatches):
+        rows = slice(j * size, (j + 1) * size)
+        logp, entropy, values = policy.evaluate(obs[rows], actions[rows])
+        loss, monitors = reference_ppo_loss(
+            logp, values, old_logp[rows], advantages[rows], old_values[rows], returns[rows],
+            clip_param=0.2, vf_clip_param=0.5, vf_coeff=0.7,
+        )
+        total = loss - 0.05 * entropy.mean()
+        for key, value in zip(("policy", "vf", "kl", "clip"), monitors.tolist()):
+            expected[key] += value / minibatches
+        expected["entropy"] += -entropy.mean().item() / minibatches
+        expected["total"] += total.item() / minibatches
+        for g, d in zip(grads, torch.autograd.grad(total / minibatches, list(policy.parameters()))):
+            g += d
+    norm = torch.linalg.vector_norm(torch.stack([g.norm() for g in grads])).item()
+    stats = algo.step()
+    names = {"policy": "losses/policy", "vf": "losses/vf", "kl": "monitors/kl_div",
+             "clip": "monitors/clip_fraction", "entropy": "losses/entropy", "total": "losses/total"}
+    for key, name in names.items():
+        assert stats[name] == pytest.approx(expected[key], rel=1e-4, abs=1e-6), name
+    assert stats["monitors/grad_norm"] == pytest.approx(norm, rel=1e-4)
+    assert stats["monitors/kl_div"] > 1e-4 and stats["monitors/clip_fraction"] > 0
+    explained = 1 - (returns - old_values).var() / returns.var()
+    assert stats["monitors/explained_variance"] == pytest.approx(explained.item(), rel=1e-4, abs=1e-6)
