@@ -111,6 +111,15 @@ class RolloutBuffer:
     def __getitem__(self, key: str) -> torch.Tensor | TensorDictBase:
         return self.data[key]
 
+    def time_major(self, key: str) -> torch.Tensor | None:
+        """The contiguous ``[horizon + 1, num_envs, ...]`` storage behind ``data[key]`` (the
+        same memory, steps first), or ``None`` for Dict observations (stored env-major)."""
+        value = self.data[key]
+        if not isinstance(value, torch.Tensor):
+            return None
+        steps = value.transpose(0, 1)
+        return steps if steps.is_contiguous() else None
+
 
 @functools.lru_cache(maxsize=16)
 def discount_matrix(t_len: int, c: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:

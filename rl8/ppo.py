@@ -26,6 +26,10 @@ from .policy import Policy
 
 __all__ = ["PPO", "make_env"]
 
+# Observations up to this size per step (all envs) are kept through a collect and stacked into
+# the buffer once; bigger ones (images) are copied step by step, not held horizon times over.
+_STACKED_OBS_MAX_BYTES = 1 << 20
+
 
 def _resolve(obj: Any, field: str) -> Any:
     """A class given as a dotted path ``"pkg.module.Name"`` or as the class itself."""
@@ -219,6 +223,18 @@ class PPO:
         # views of the collected steps (column horizon holds only the last obs and value)
         h = hp.horizon
         self._rewards_view = self.buffer.data["rewards"][:, :h]
+        # Columns written by ONE stack per collect instead of a copy per step: the loop keeps
+        # the step's tensors (new ones each step: the env's outputs are never mutated later,
+        # see docs/envs.md, and neither are the model's), then stacks them into the
+        # time-major storage. Observations only while small: the loop holds horizon of them.
+        buffer = self.buffer
+        self._stacked = {
+            "values": buffer.time_major("values")[:h],
+            "rewards": buffer.time_major("rewards")[:h].unsqueeze(-1),
+        }
+        obs_steps = buffer.time_major("obs")
+        if obs_steps is not None and obs_steps[0].nbytes <= _STACKED_OBS_MAX_BYTES:
+            self._stacked["obs"] = obs_steps[:h]
         if self.env.episodic:
             self._terminated_view = self.buffer.data["terminated"][:, :h]
             self._truncated_view = self.buffer.data["truncated"][:, :h]
@@ -290,7 +306,7 @@ class PPO:
         to_env_action, space = policy.distribution_cls.to_env_action, env.action_space
         generator = self.generator
         obs_col, actions_col, logp_col = columns["obs"], columns["actions"], columns["logp"]
-        values_col, rewards_col = columns["values"], columns["rewards"]
+        values_col = columns["values"]
         episodic = env.episodic
         if episodic:
             term_col, trunc_col, final_col = columns["terminated"], columns["truncated"], columns["final_obs"]
@@ -300,9 +316,16 @@ class PPO:
             seq_len, k = self.seq_len, hp.seqs_per_state_reset
             firsts_col, states_buf, post_states_buf = columns["firsts"], self.buffer.states, self.buffer.post_states
         obs = self._obs
+        stacked = self._stacked
+        kept_obs: list[torch.Tensor] | None = [] if "obs" in stacked else None
+        kept_values: list[torch.Tensor] = []
+        kept_rewards: list[torch.Tensor] = []
         with self._autocast(), policy.rollout():
             for t in range(hp.horizon):
-                obs_col[t].copy_(obs)
+                if kept_obs is None:
+                    obs_col[t].copy_(obs)
+                else:
+                    kept_obs.append(obs)
                 if recurrent:
                     if t % seq_len == 0:
                         if k > 0 and self.sequences % k == 0:
@@ -317,12 +340,12 @@ class PPO:
                 actions, _ = dist.sample_with_log_prob(
                     generator, deterministic=deterministic, out=(actions_col[t], logp_col[t])
                 )
-                values_col[t].copy_(value)
+                kept_values.append(value)
                 out = env.step(to_env_action(actions, space))
                 if not self._validated:
                     validate_step_output(out, env)
                     self._validated = True
-                rewards_col[t].copy_(out["rewards"])
+                kept_rewards.append(out["rewards"])
                 if episodic:
                     term = out.get("terminated", None)
                     trunc = out.get("truncated", None)
@@ -335,6 +358,10 @@ class PPO:
                         post_states_buf[:, t] = state
                         firsts = (term_col[t] | trunc_col[t])[:, 0]
                 obs = out["obs"]
+            torch.stack(kept_values, out=stacked["values"])
+            torch.stack(kept_rewards, out=stacked["rewards"])
+            if kept_obs is not None:
+                torch.stack(kept_obs, out=stacked["obs"])
             obs_col[hp.horizon].copy_(obs)
             if recurrent:
                 firsts_col[hp.horizon].copy_(firsts)

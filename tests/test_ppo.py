@@ -11,7 +11,7 @@ from gymnasium import spaces
 from tensordict import TensorDict
 
 from rl8 import PPO, Env, EnvOutputError
-from rl8.envs import CartPole, ContinuousDummyEnv, DiscreteDummyEnv
+from rl8.envs import CartPole, ContinuousDummyEnv, DiscreteDummyEnv, Pendulum
 
 SMALL = dict(num_envs=16, horizon=8, sgd_minibatch_size=32, num_sgd_iters=2, seed=0)
 
@@ -471,3 +471,31 @@ def test_update_stats_values(accumulate_grads):
     assert stats["monitors/kl_div"] > 1e-4 and stats["monitors/clip_fraction"] > 0
     explained = 1 - (returns - old_values).var() / returns.var()
     assert stats["monitors/explained_variance"] == pytest.approx(explained.item(), rel=1e-4, abs=1e-6)
+
+
+@pytest.mark.parametrize("env_cls", [DiscreteDummyEnv, CartPole, Pendulum, MaskedEnv])
+def test_stacked_and_per_step_buffer_writes_agree(monkeypatch, env_cls):
+    """Small observations, values and rewards are kept through a collect and stacked into the
+    buffer once; big observations (here: any, via the size limit) are copied step by step.
+    Both fill the buffer identically, over collects that do and do not reset the envs."""
+    from rl8 import ppo as ppo_module
+
+    def run():
+        algo = PPO(env_cls, num_envs=6, horizon=5, sgd_minibatch_size=10, horizons_per_env_reset=2, seed=9)
+        for _ in range(3):
+            algo.collect()
+        return algo
+
+    stacked = run()
+    monkeypatch.setattr(ppo_module, "_STACKED_OBS_MAX_BYTES", -1)
+    per_step = run()
+    assert ("obs" in stacked._stacked) == (env_cls is not MaskedEnv)
+    assert "obs" not in per_step._stacked
+    a, b = stacked.buffer.data, per_step.buffer.data
+    assert set(a.keys(True, True)) == set(b.keys(True, True))
+    for key in a.keys(True, True):
+        assert torch.equal(a[key], b[key]), key
+    # the rows are the collected steps: obs[t + 1] is what the env returned after step t
+    if env_cls is DiscreteDummyEnv:
+        obs, rewards = a["obs"][:, :, 0], a["rewards"]
+        torch.testing.assert_close(rewards[:, :5], -obs[:, 1:].abs())
