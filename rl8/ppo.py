@@ -228,13 +228,13 @@ class PPO:
         # see docs/envs.md, and neither are the model's), then stacks them into the
         # time-major storage. Observations only while small: the loop holds horizon of them.
         buffer = self.buffer
-        self._stacked = {
-            "values": buffer.time_major("values")[:h],
+        self._stacked = {  # obs and values include column horizon
+            "values": buffer.time_major("values"),
             "rewards": buffer.time_major("rewards")[:h].unsqueeze(-1),
         }
         obs_steps = buffer.time_major("obs")
         if obs_steps is not None and obs_steps[0].nbytes <= _STACKED_OBS_MAX_BYTES:
-            self._stacked["obs"] = obs_steps[:h]
+            self._stacked["obs"] = obs_steps
         if self.env.episodic:
             self._terminated_view = self.buffer.data["terminated"][:, :h]
             self._truncated_view = self.buffer.data["truncated"][:, :h]
@@ -306,7 +306,6 @@ class PPO:
         to_env_action, space = policy.distribution_cls.to_env_action, env.action_space
         generator = self.generator
         obs_col, actions_col, logp_col = columns["obs"], columns["actions"], columns["logp"]
-        values_col = columns["values"]
         episodic = env.episodic
         if episodic:
             term_col, trunc_col, final_col = columns["terminated"], columns["truncated"], columns["final_obs"]
@@ -358,17 +357,20 @@ class PPO:
                         post_states_buf[:, t] = state
                         firsts = (term_col[t] | trunc_col[t])[:, 0]
                 obs = out["obs"]
-            torch.stack(kept_values, out=stacked["values"])
-            torch.stack(kept_rewards, out=stacked["rewards"])
-            if kept_obs is not None:
-                torch.stack(kept_obs, out=stacked["obs"])
-            obs_col[hp.horizon].copy_(obs)
+            # column horizon: the last obs and its (bootstrap) value, stacked with the rest
             if recurrent:
                 firsts_col[hp.horizon].copy_(firsts)
-                values_col[hp.horizon].copy_(policy.sequence_value(obs, state, firsts))
+                kept_values.append(policy.sequence_value(obs, state, firsts))
                 self._state, self._firsts = state, firsts
             else:
-                values_col[hp.horizon].copy_(policy.value(obs))
+                kept_values.append(policy.value(obs))
+            torch.stack(kept_values, out=stacked["values"])
+            torch.stack(kept_rewards, out=stacked["rewards"])
+            if kept_obs is None:
+                obs_col[hp.horizon].copy_(obs)
+            else:
+                kept_obs.append(obs)
+                torch.stack(kept_obs, out=stacked["obs"])
         self._obs = obs
         self.env_steps += hp.num_envs * hp.horizon * self.dist.world_size  # every rank's envs
         self.collects += 1
