@@ -72,6 +72,81 @@ def _clip_grad_norm_(params: list[torch.nn.Parameter], max_norm: float | None) -
     return norm
 
 
+_ADAM_CLASSES = (torch.optim.Adam, torch.optim.AdamW)
+_FLAG_KEYS = ("amsgrad", "maximize", "capturable", "differentiable")
+
+
+def _fused_adam_step(optimizer: torch.optim.Optimizer) -> bool:
+    """One step of a fused ``Adam``/``AdamW`` straight through its kernel; ``False`` (nothing
+    done) whenever that would not be exactly what ``optimizer.step()`` does.
+
+    ``Optimizer.step`` spends ~200 us of Python per call on cold caches (hooks, profiler scope,
+    per-parameter bookkeeping, grouping by device) around ONE fused kernel; for PPO's small
+    networks that is more than the kernel, once per minibatch. This path makes the same two
+    calls as torch's fused implementation (``_foreach_add_`` on the step counters, then
+    ``_fused_adam_``/``_fused_adamw_``) on the optimizer's own state, so its state dict and
+    results are unchanged (tested bit for bit). It applies only to plain fused Adam/AdamW (no
+    amsgrad, maximize, capturable, differentiable, hooks or patched ``step``), once the state
+    exists (the first step goes through ``optimizer.step()``), with float ``lr``, all
+    parameters on one device and dtype, and no grad scaler.
+    """
+    if (
+        type(optimizer) not in _ADAM_CLASSES
+        or "step" in vars(optimizer)  # wrapped (an LR scheduler's counter, say)
+        or getattr(optimizer, "_optimizer_step_pre_hooks", None) != {}
+        or getattr(optimizer, "_optimizer_step_post_hooks", None) != {}
+        or _GLOBAL_HOOKS is None or any(_GLOBAL_HOOKS)
+    ):
+        return False
+    calls = []
+    state = optimizer.state
+    for group in optimizer.param_groups:
+        if not group.get("fused") or any(group.get(k) for k in _FLAG_KEYS):
+            return False
+        decoupled = group.get("decoupled_weight_decay")
+        lr = group["lr"]
+        if decoupled is None or not isinstance(lr, float):
+            return False
+        params, grads, exp_avgs, exp_avg_sqs, steps = [], [], [], [], []
+        for p in group["params"]:
+            grad = p.grad
+            if grad is None:
+                continue
+            s = state.get(p)
+            if not s or grad.is_sparse:
+                return False
+            params.append(p)
+            grads.append(grad)
+            exp_avgs.append(s["exp_avg"])
+            exp_avg_sqs.append(s["exp_avg_sq"])
+            steps.append(s["step"])
+        if not params:
+            continue
+        first = params[0]
+        if any(p.device != first.device or p.dtype != first.dtype for p in params):
+            return False
+        calls.append((group, decoupled, lr, params, grads, exp_avgs, exp_avg_sqs, steps))
+    for group, decoupled, lr, params, grads, exp_avgs, exp_avg_sqs, steps in calls:
+        beta1, beta2 = group["betas"]
+        kernel = torch._fused_adamw_ if decoupled else torch._fused_adam_
+        torch._foreach_add_(steps, 1)
+        kernel(
+            params, grads, exp_avgs, exp_avg_sqs, [], steps,
+            amsgrad=False, lr=lr, beta1=float(beta1), beta2=float(beta2),
+            weight_decay=group["weight_decay"], eps=group["eps"], maximize=False,
+            grad_scale=None, found_inf=None,
+        )
+    return True
+
+
+try:  # torch's registries of global optimizer hooks (the fast Adam path needs them empty)
+    from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimizer_pre_hooks
+
+    _GLOBAL_HOOKS: tuple[dict, dict] | None = (_global_optimizer_pre_hooks, _global_optimizer_post_hooks)
+except ImportError:  # another torch layout: always take optimizer.step()
+    _GLOBAL_HOOKS = None
+
+
 def _qualname(obj: Any) -> Any:
     if isinstance(obj, type) or callable(obj) and hasattr(obj, "__qualname__"):
         return f"{obj.__module__}.{obj.__qualname__}"
@@ -200,6 +275,7 @@ class PPO:
         # Python (profiler scope, group loops) to cost ~70 us per minibatch on cold caches;
         # a plain loop does the same when the optimizer class does not override it
         self._plain_zero_grad = type(self.optimizer).zero_grad is torch.optim.Optimizer.zero_grad
+        self._fast_adam = hasattr(torch, "_fused_adam_") and hasattr(torch, "_fused_adamw_")
         dist = self.policy.distribution_cls
         space = self.env.action_space
         self.recurrent = self.policy.recurrent
@@ -726,7 +802,7 @@ class PPO:
         if self.grad_scaler is not None:
             self.grad_scaler.step(self.optimizer)
             self.grad_scaler.update()
-        else:
+        elif not (self._fast_adam and _fused_adam_step(self.optimizer)):
             self.optimizer.step()
         return grad_norm.detach().float()
 

@@ -499,3 +499,77 @@ def test_stacked_and_per_step_buffer_writes_agree(monkeypatch, env_cls):
     if env_cls is DiscreteDummyEnv:
         obs, rewards = a["obs"][:, :, 0], a["rewards"]
         torch.testing.assert_close(rewards[:, :5], -obs[:, 1:].abs())
+
+
+@pytest.mark.parametrize(
+    "optimizer",
+    [
+        dict(),
+        dict(optimizer_cls=torch.optim.AdamW, optimizer_kwargs={"weight_decay": 0.1}),
+        dict(optimizer_kwargs={"weight_decay": 0.05, "betas": (0.8, 0.95), "eps": 1e-6}),
+    ],
+    ids=["adam", "adamw", "adam-l2"],
+)
+def test_fast_fused_adam_step_equals_optimizer_step(monkeypatch, optimizer):
+    """PPO steps fused Adam/AdamW through the kernel directly: bit-identical parameters and
+    optimizer state to optimizer.step(), over several updates."""
+    from rl8 import ppo as ppo_module
+
+    taken = []
+    original = ppo_module._fused_adam_step
+    monkeypatch.setattr(ppo_module, "_fused_adam_step", lambda opt: taken.append(original(opt)) or taken[-1])
+
+    def run(fast):
+        algo = PPO(CartPole, num_envs=8, horizon=8, sgd_minibatch_size=16, num_sgd_iters=2, seed=5, **optimizer)
+        algo._fast_adam = fast
+        for _ in range(3):
+            algo.collect()
+            algo.step()
+        return algo
+
+    fast, slow = run(True), run(False)
+    assert taken and all(taken[1:]) and not taken[0]  # the first step initialises the state
+    for a, b in zip(fast.policy.parameters(), slow.policy.parameters()):
+        assert torch.equal(a, b)
+    sa, sb = fast.optimizer.state_dict(), slow.optimizer.state_dict()
+    assert sa["param_groups"] == sb["param_groups"]
+    for key, state in sa["state"].items():
+        for name, value in state.items():
+            assert torch.equal(value, sb["state"][key][name]), name
+
+
+def test_fast_fused_adam_step_falls_back():
+    """Anything the direct kernel call would not reproduce takes optimizer.step()."""
+    from rl8.ppo import _fused_adam_step
+
+    def ready(**kwargs):
+        p = torch.nn.Parameter(torch.ones(3))
+        opt = torch.optim.Adam([p], fused=True, **kwargs)
+        p.grad = torch.ones(3)
+        opt.step()  # state exists now
+        p.grad = torch.ones(3)
+        return opt
+
+    assert _fused_adam_step(ready())
+    assert not _fused_adam_step(ready(amsgrad=True))
+    assert not _fused_adam_step(ready(maximize=True))
+    opt = ready()
+    handle = opt.register_step_pre_hook(lambda *a: None)
+    assert not _fused_adam_step(opt)
+    handle.remove()
+    assert _fused_adam_step(opt)
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    handle = register_optimizer_step_post_hook(lambda *a: None)
+    try:
+        assert not _fused_adam_step(opt)
+    finally:
+        handle.remove()
+    p = torch.nn.Parameter(torch.ones(3))
+    fresh = torch.optim.Adam([p], fused=True)
+    p.grad = torch.ones(3)
+    assert not _fused_adam_step(fresh)  # no state yet
+    assert not _fused_adam_step(torch.optim.SGD([p], lr=0.1))
+    unfused = torch.optim.Adam([p], foreach=True)
+    unfused.step()
+    assert not _fused_adam_step(unfused)
