@@ -741,7 +741,10 @@ class PPO:
         all-reduce per pass, not one synchronisation per minibatch)."""
         adv = advantages.reshape(num_minibatches, -1)
         if not self.dist.enabled:
-            return ((adv - adv.mean(1, keepdim=True)) / (adv.std(1, keepdim=True) + 1e-8)).reshape(advantages.shape)
+            # two-pass std (sample, n - 1): torch.std's one-pass kernel is ~4x slower on a CPU
+            centred = adv - adv.mean(1, keepdim=True)
+            std = centred.square().sum(1, keepdim=True).div_(max(adv.shape[1] - 1, 1)).sqrt_()
+            return centred.div_(std.add_(1e-8)).reshape(advantages.shape)
         x = adv.double()
         moments = torch.stack([torch.full_like(x[:, 0], x.shape[1]), x.sum(1), x.square().sum(1)], 1)
         n, s, ss = self.dist.all_reduce_(moments).unbind(1)

@@ -573,3 +573,15 @@ def test_fast_fused_adam_step_falls_back():
     unfused = torch.optim.Adam([p], foreach=True)
     unfused.step()
     assert not _fused_adam_step(unfused)
+
+
+@pytest.mark.parametrize("num_minibatches", [1, 4])
+def test_normalized_advantages_per_minibatch(num_minibatches):
+    """Each minibatch's advantages are centred and divided by their sample std (+ 1e-8)."""
+    algo = PPO(DiscreteDummyEnv, num_envs=8, horizon=8, sgd_minibatch_size=64 // num_minibatches, seed=0)
+    torch.manual_seed(1)
+    adv = 3.0 * torch.randn(64) + 2.0
+    got = algo._normalized_advantages(adv.clone(), num_minibatches)
+    rows = adv.reshape(num_minibatches, -1)
+    expected = (rows - rows.mean(1, keepdim=True)) / (rows.std(1, keepdim=True) + 1e-8)
+    torch.testing.assert_close(got, expected.reshape(-1), rtol=1e-5, atol=1e-6)
