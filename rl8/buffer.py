@@ -66,7 +66,7 @@ class RolloutBuffer:
         self.episodic = episodic
         shape = [num_envs, horizon + 1]
 
-        def time_major(tail: tuple[int, ...] = (), dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        def steps_first(tail: tuple[int, ...] = (), dtype: torch.dtype = torch.float32) -> torch.Tensor:
             # [num_envs, horizon + 1, *tail] stored step by step: the rollout loop writes one
             # contiguous row per step instead of num_envs scattered elements
             return torch.zeros((horizon + 1, num_envs, *tail), dtype=dtype, device=device).transpose(0, 1)
@@ -78,20 +78,20 @@ class RolloutBuffer:
 
         data = {
             "obs": obs_like(),
-            "actions": time_major(tuple(action_shape), action_dtype),
-            "logp": time_major(),
-            "values": time_major(),
-            "rewards": time_major(),
+            "actions": steps_first(tuple(action_shape), action_dtype),
+            "logp": steps_first(),
+            "values": steps_first(),
+            "rewards": steps_first(),
         }
         if episodic:
-            data["terminated"] = time_major(dtype=torch.bool)
-            data["truncated"] = time_major(dtype=torch.bool)
+            data["terminated"] = steps_first(dtype=torch.bool)
+            data["truncated"] = steps_first(dtype=torch.bool)
             data["final_obs"] = obs_like()
         self.seq_len = seq_len
         self.states: TensorDictBase | None = None
         self.post_states: TensorDictBase | None = None
         if state_example is not None:
-            data["firsts"] = time_major(dtype=torch.bool)
+            data["firsts"] = steps_first(dtype=torch.bool)
             zeros = state_example.unsqueeze(1).to(device)
             self.states = zeros.expand(num_envs, horizon // seq_len).clone().zero_()
             if episodic:

@@ -206,6 +206,7 @@ def _writable_rows(out: tuple[Tensor, Tensor], dtype: torch.dtype) -> bool:
 
 
 def _to_out(result: tuple[Tensor, Tensor], out: tuple[Tensor, Tensor] | None) -> tuple[Tensor, Tensor]:
+    """``result`` (actions, log-probs), or copied into ``out`` and ``out`` returned."""
     if out is None:
         return result
     out[0].copy_(result[0])
@@ -387,12 +388,7 @@ class Distribution(ABC):
                 its rollout buffer's rows); they are returned. ``None``: new tensors.
         """
         actions = self.deterministic_sample() if deterministic else self.sample(generator)
-        logp = self.log_prob(actions)
-        if out is None:
-            return actions, logp
-        out[0].copy_(actions)
-        out[1].copy_(logp)
-        return out
+        return _to_out((actions, self.log_prob(actions)), out)
 
     @abstractmethod
     def log_prob(self, actions: Tensor) -> Tensor:
