@@ -32,7 +32,6 @@ import tempfile
 import threading
 import time
 import warnings
-import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
@@ -456,11 +455,34 @@ def check_eval_plan(
         )
 
 
-def _close_at_exit(ref: weakref.ref) -> None:
-    trainer = ref()
-    if trainer is not None and not trainer.closed:
-        failed = getattr(sys, "last_exc", None) is not None or getattr(sys, "last_type", None) is not None
-        trainer.close("FAILED" if failed else "FINISHED")
+def _end_run(tracker: Tracker, worker: _LogWorker | None, status: str) -> None:
+    """Send the metrics still queued by ``worker``, then end the tracker's run with ``status``."""
+    if worker is not None:
+        try:
+            worker.flush()
+        except RuntimeError as exc:
+            warnings.warn(str(exc), TrackingWarning, stacklevel=3)
+        finally:
+            worker.stop()
+    tracker.end(status)
+
+
+def _close_at_exit(tracker: Tracker, worker: _LogWorker | None) -> None:
+    """End a run that its Trainer left open, when the process exits.
+
+    It holds the tracker and the log worker, not the Trainer: a Trainer made in a function is
+    collected when the function returns, and its run must still end. The status is ``FAILED``
+    after an uncaught exception, ``KILLED`` after an uncaught ``KeyboardInterrupt``, else
+    ``FINISHED``.
+    """
+    error = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+    if error is None:
+        status = "FINISHED"
+    elif isinstance(error, KeyboardInterrupt):
+        status = "KILLED"
+    else:
+        status = "FAILED"
+    _end_run(tracker, worker, status)
 
 
 # --------------------------------------------------------------------------------------------
@@ -604,7 +626,7 @@ class Trainer:
             raise error
         self._worker = _LogWorker(self.tracker) if async_logging and self.tracker.enabled else None
         self.checkpoint_dir = Path(checkpoint_dir).absolute()
-        self._atexit = functools.partial(_close_at_exit, weakref.ref(self))
+        self._atexit = functools.partial(_close_at_exit, self.tracker, self._worker)
         atexit.register(self._atexit)
         self.tracker.log_params(self._params())
 
@@ -1404,14 +1426,7 @@ class Trainer:
         self.closed = True
         atexit.unregister(self._atexit)
         try:
-            if self._worker is not None:
-                try:
-                    self._worker.flush()
-                except RuntimeError as exc:
-                    warnings.warn(str(exc), TrackingWarning, stacklevel=2)
-                finally:
-                    self._worker.stop()
-            self.tracker.end(status)
+            _end_run(self.tracker, self._worker, status)
         finally:
             if self._eval_env is not None:
                 with contextlib.suppress(Exception):
