@@ -186,6 +186,10 @@ def _format_count(x: float) -> str:
     return f"{x:.0f}"
 
 
+#: Most envs of the eval env that :meth:`Trainer.eval` builds on demand (without
+#: ``eval_num_envs``) when the training envs cannot be evaluated.
+_ON_DEMAND_EVAL_ENVS = 16
+
 #: Entries of ``PPO.state_dict()`` that are the same on every rank: stored once (rank 0's
 #: ``algo``), not in the per-rank entries of a data-parallel checkpoint.
 _SHARED_ALGO_KEYS = ("hparams", "seed", "policy", "optimizer", "grad_scaler", "counters")
@@ -413,6 +417,10 @@ def check_eval_plan(
 ) -> None:
     """Check, before training, that :meth:`Trainer.run` can evaluate as asked.
 
+    Any cadence works: evaluations that do not fall on an env-reset boundary of the training
+    envs run on a dedicated eval env (``eval_num_envs``, or one built on demand, see
+    :meth:`Trainer.eval`).
+
     Args:
         horizons_per_env_reset: The algorithm's hparam (``k > 0``: envs reset every ``k``
             collects; ``k < 0``: only once).
@@ -422,9 +430,7 @@ def check_eval_plan(
 
     Raises:
         ValueError: ``steps_per_eval`` is not an int >= 1; an ``eval_env_config`` without
-            ``steps_per_eval``; on the training envs, ``steps_per_eval`` not a multiple of
-            ``k > 0``, or any evaluation cadence when ``k < 0`` (the envs are never reset
-            after the first collect, so they can never be evaluated during training).
+            ``steps_per_eval``.
     """
     if steps_per_eval is not None and (
         isinstance(steps_per_eval, bool) or not isinstance(steps_per_eval, int) or steps_per_eval < 1
@@ -434,24 +440,6 @@ def check_eval_plan(
         raise ValueError(
             "Trainer.run: eval_env_config is given but steps_per_eval is None, so no "
             "evaluation would use it; set steps_per_eval"
-        )
-    if eval_num_envs is not None or steps_per_eval is None:
-        return
-    k = horizons_per_env_reset
-    if k < 0:
-        what = "an eval_env_config cannot be applied to them and " if eval_env_config else ""
-        raise ValueError(
-            f"Trainer.run: steps_per_eval={steps_per_eval} evaluates on the training envs, "
-            f"but they are reset only once (horizons_per_env_reset={k}): {what}they cannot "
-            "be evaluated after the first step. Create the Trainer with eval_num_envs=N "
-            "(a dedicated eval env), or set horizons_per_env_reset > 0."
-        )
-    if steps_per_eval % k:
-        raise ValueError(
-            f"Trainer.run: steps_per_eval={steps_per_eval} must be a multiple of "
-            f"horizons_per_env_reset={k} when evaluating on the training envs (they can "
-            f"only be evaluated at env-reset boundaries). Use a multiple of {k}, or create "
-            "the Trainer with eval_num_envs=N (a dedicated eval env)."
         )
 
 
@@ -516,8 +504,9 @@ class Trainer:
         keep_checkpoints: How many checkpoints to keep in ``checkpoint_dir`` (the latest);
             ``None`` keeps all.
         eval_num_envs: Number of envs of a dedicated eval env, built once on the first
-            :meth:`eval`. ``None``: evaluate on the training envs (only possible at env-reset
-            boundaries, see :meth:`eval`).
+            :meth:`eval`. ``None``: evaluate on the training envs at env-reset boundaries, and
+            on an eval env of ``min(num_envs, 16)`` envs built on demand at other times (see
+            :meth:`eval`).
         eval_num_steps: Steps per env of one evaluation. ``None``: on the training envs,
             ``horizon * max(1, horizons_per_env_reset)``; on a dedicated env of an episodic env,
             the env's episode limit (``max_episode_steps``) when it has one, so every eval env
@@ -724,30 +713,21 @@ class Trainer:
         return stats
 
     # ----------------------------------------------------------------- eval
-    def _check_shared_eval(self, env_config: dict[str, Any] | None) -> None:
+    def _can_eval_training_envs(self) -> bool:
+        """Whether the training envs can be evaluated now: before the first collect, or at an
+        env-reset boundary (every ``horizons_per_env_reset = k > 0`` collects)."""
         algo = self.algo
         k = algo.hparams.horizons_per_env_reset
-        if env_config and k < 0 and algo.collects > 0:
-            raise ValueError(
-                "Trainer.eval: an eval env_config was given, but the training envs are reset "
-                "only once (horizons_per_env_reset < 0), so it cannot be applied now. Set "
-                "eval_num_envs for a dedicated eval env, or horizons_per_env_reset > 0."
-            )
-        if k < 0 and algo.collects > 0:
-            raise RuntimeError(
-                "Trainer.eval: the training envs are never reset after the first collect "
-                f"(horizons_per_env_reset={k}), so they cannot be used for evaluation after "
-                f"the first step ({algo.collects} collects done). Create the Trainer with "
-                "eval_num_envs=N for a dedicated eval env, or set horizons_per_env_reset > 0."
-            )
-        if k > 0 and algo.collects % k:
-            raise RuntimeError(
-                f"Trainer.eval: the training envs can only be used for evaluation at an "
-                f"env-reset boundary, every horizons_per_env_reset={k} steps; "
-                f"{algo.collects} collects done, the next boundary is after "
-                f"{algo.collects + k - algo.collects % k}. Evaluate then, or create the "
-                "Trainer with eval_num_envs=N for a dedicated eval env (any time)."
-            )
+        if algo.collects == 0:
+            return True
+        return k > 0 and algo.collects % k == 0
+
+    def _eval_env_size(self) -> int:
+        """Envs of the dedicated eval env: ``eval_num_envs``, else (built on demand when the
+        training envs cannot be evaluated) the training envs' number, at most 16."""
+        if self.eval_num_envs is not None:
+            return self.eval_num_envs
+        return min(self.algo.hparams.num_envs, _ON_DEMAND_EVAL_ENVS)
 
     def _get_eval_env(self) -> Any:
         if self._eval_env is None:
@@ -757,7 +737,7 @@ class Trainer:
             hp = algo.hparams
             with _fork_rng(algo.device):  # building it must not move the training RNG
                 env = make_env(
-                    algo.env_spec, self.eval_num_envs, hp.horizon,
+                    algo.env_spec, self._eval_env_size(), hp.horizon,
                     device=algo.device, env_kwargs=hp.env_kwargs,
                 )
             self._eval_env = env
@@ -774,8 +754,7 @@ class Trainer:
         t0 = time.perf_counter()
         default_steps = hp.horizon * max(1, hp.horizons_per_env_reset)
         with _fork_rng(algo.device):
-            if self.eval_num_envs is None:
-                self._check_shared_eval(env_config)
+            if self.eval_num_envs is None and self._can_eval_training_envs():
                 saved = algo.env.state_dict()
                 try:
                     raw = algo.evaluate(
@@ -802,13 +781,16 @@ class Trainer:
     def eval(self, *, env_config: dict[str, Any] | None = None, deterministic: bool = True) -> TrainStats:
         """Evaluate the policy without touching training state, and log the stats.
 
-        On the training envs (``eval_num_envs=None``), evaluation runs
-        ``horizon * max(1, horizons_per_env_reset)`` steps per env and is only possible where
-        the training envs are about to be reset anyway: before the first step, or, when
-        ``horizons_per_env_reset = k > 0``, after a multiple of ``k`` steps. The envs' state
-        (RNG, config) is restored afterwards, so training continues exactly as without the
-        evaluation. On a dedicated eval env (``eval_num_envs=N``) it can run at any time; that
-        env is reset to the same state before every evaluation.
+        Without ``eval_num_envs``, evaluation runs on the training envs when they are about
+        to be reset anyway: before the first step, or, when ``horizons_per_env_reset = k > 0``,
+        after a multiple of ``k`` steps; it runs ``horizon * max(1, horizons_per_env_reset)``
+        steps per env, and the envs' state (RNG, config) is restored afterwards, so training
+        continues exactly as without the evaluation. At any other time (e.g. after the first
+        step of envs that are reset only once, the default) it runs on a dedicated eval env
+        built on demand: the same env spec, ``env_kwargs`` and ``env_config`` with
+        ``min(num_envs, 16)`` envs. With ``eval_num_envs=N`` it always runs on a dedicated env
+        of ``N`` envs. A dedicated env is reset to the same state before every evaluation and
+        runs the env's episode limit when it has one (see ``eval_num_steps``).
 
         Torch's RNG is not advanced by an evaluation (even a stochastic one).
 
@@ -820,10 +802,6 @@ class Trainer:
             ``eval/<rollout stat>`` (``eval/returns/mean``, ``eval/episodes/return_mean``...)
             and ``profiling/eval_ms``; logged at the current ``env/steps``.
 
-        Raises:
-            RuntimeError: Evaluating on the training envs away from an env-reset boundary.
-            ValueError: An ``env_config`` on training envs that are never reset again
-                (``horizons_per_env_reset < 0`` after the first step).
         """
         stats = self._eval(env_config, deterministic)
         self._log(stats)

@@ -12,6 +12,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from rl8 import PPO, Trainer
+from rl8.conditions import HitsUpperBound
 from rl8.envs import CartPole
 
 pytestmark = pytest.mark.usefixtures("migrated_store", "one_torch_thread")
@@ -33,6 +34,7 @@ SCRIPT = """
 import sys
 import torch
 from rl8 import PPO, Trainer
+from rl8.conditions import HitsUpperBound
 from rl8.envs import CartPole
 
 torch.set_num_threads(1)
@@ -67,3 +69,43 @@ def test_a_trainer_made_in_a_function_ends_its_run_at_exit(mlflow_uri, tmp_path,
     assert run.info.status == status
     assert run.info.end_time is not None
     assert run.data.metrics["env/steps"] == STEP  # the queued metrics were sent before the end
+
+
+# --------------------------------------------------------------------------------------------
+# Trainer.eval() after the first step: an eval env on demand
+
+
+def eval_stats(stats):
+    return {k: v for k, v in stats.items() if k.startswith("eval/")}
+
+
+def test_eval_after_the_first_step_builds_an_eval_env_on_demand():
+    kw = dict(num_envs=32, env_config={"max_episode_steps": 12})  # reset once (the default)
+    plain = Trainer(make_algo(**kw), progress=False)
+    expected = [plain.step()["losses/total"] for _ in range(2)]
+    plain.close()
+    trainer = Trainer(make_algo(**kw), progress=False)
+    try:
+        got = [trainer.step()["losses/total"]]
+        a = trainer.eval()
+        assert trainer._eval_env.num_envs == 16  # min(num_envs, 16)
+        # the training env's config, run for its episode limit: whole episodes in every env
+        assert a["eval/episodes/count"] >= 16 and a["eval/episodes/length_mean"] <= 12
+        short = trainer.eval(env_config={"max_episode_steps": 5})  # explicit options still apply
+        assert short["eval/episodes/length_mean"] <= 5
+        assert eval_stats(trainer.eval()) == eval_stats(a)  # the same start state every time
+        trainer.eval(deterministic=False)  # samples: torch's RNG untouched
+        got.append(trainer.step()["losses/total"])
+        assert got == expected  # training goes on as without the evaluations
+    finally:
+        trainer.close()
+
+
+def test_run_evaluates_between_reset_boundaries_on_an_eval_env():
+    trainer = Trainer(make_algo(horizons_per_env_reset=2), progress=False)
+    try:
+        stats = trainer.run(steps_per_eval=3, stop_conditions=HitsUpperBound("algorithm/steps", 3))
+        assert stats["algorithm/steps"] == 3 and "eval/returns/mean" in stats
+        assert trainer._eval_env is not None  # step 3 is not a reset boundary of the training envs
+    finally:
+        trainer.close()
