@@ -714,13 +714,9 @@ class Trainer:
 
     # ----------------------------------------------------------------- eval
     def _can_eval_training_envs(self) -> bool:
-        """Whether the training envs can be evaluated now: before the first collect, or at an
-        env-reset boundary (every ``horizons_per_env_reset = k > 0`` collects)."""
-        algo = self.algo
-        k = algo.hparams.horizons_per_env_reset
-        if algo.collects == 0:
-            return True
-        return k > 0 and algo.collects % k == 0
+        """Whether the training envs can be evaluated now: where PPO resets them anyway
+        (before the first collect, or every ``horizons_per_env_reset = k > 0`` collects)."""
+        return self.algo._needs_reset()
 
     def _eval_env_size(self) -> int:
         """Envs of the dedicated eval env: ``eval_num_envs``, else (built on demand when the
