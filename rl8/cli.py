@@ -492,9 +492,6 @@ def _run(trainer: Any, conditions: list[Any], run_args: Mapping[str, Any]) -> in
     from .conditions import MissingStatError
 
     try:
-        if not conditions and _is_main(trainer):
-            print("rl8: no stop condition: training runs until interrupted (Ctrl-C checkpoints and "
-                  "stops)", file=sys.stderr)
         trainer.run(stop_conditions=conditions, **run_args)
     except KeyboardInterrupt:
         _summary(trainer)

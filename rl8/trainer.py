@@ -40,7 +40,7 @@ import torch
 
 from .checkpoint import CheckpointError, CheckpointManager, load_checkpoint
 from .checkpoint import save_checkpoint as _write_checkpoint
-from .conditions import Condition
+from .conditions import Condition, HitsLowerBound, HitsUpperBound, TimeLimit
 from .distributed import DistContext, rank_device, to_cpu
 from .export import POLICY_ARTIFACT, policy_to_dict, save_policy
 from .tracking import Tracker, TrackingWarning
@@ -231,51 +231,98 @@ def _is_nan(value: Any) -> bool:
     return isinstance(value, float) and math.isnan(value)
 
 
-class _Progress:
-    """One status line for long runs: env steps, steps/s, latest return, ETA.
+def _condition_label(condition: Condition) -> str:
+    """A short name of a stop condition for the progress line."""
+    if isinstance(condition, HitsUpperBound):
+        return f"{condition.key} >= {condition.bound:.4g}"
+    if isinstance(condition, HitsLowerBound):
+        return f"{condition.key} <= {condition.bound:.4g}"
+    if isinstance(condition, TimeLimit):
+        return f"time limit {_format_duration(condition.seconds)}"
+    return repr(condition)
 
-    ``mode=None``: on a TTY only (updated in place with ``\\r``, at most every 0.25 s);
-    ``False``: never; ``True``: also when not a TTY, as a plain line every 10 s.
+
+def _latest(stats: Mapping[str, float], keys: Sequence[str]) -> float | None:
+    """The first of ``keys`` in ``stats`` that is a number (not NaN), else ``None``."""
+    for key in keys:
+        value = stats.get(key)
+        if value is not None and not _is_nan(value):
+            return float(value)
+    return None
+
+
+class _Progress:
+    """One status line for long runs: env steps, steps/s, latest returns, the stop condition
+    closest to firing and an ETA; and a summary line when the run stops.
+
+    ``mode=None`` or ``True``: on a terminal, one line updated in place (``\r``, at most every
+    0.25 s); otherwise a plain line every ``interval_s`` seconds. ``False``: never.
+
+    How close a condition is to firing: :meth:`~rl8.conditions.Condition.progress` when it
+    knows (counters, time limits), which also gives the ETA; for a bound on another stat (a
+    return target), the fraction of the gap between the first value seen in this run and the
+    bound that has been closed. The ETA reads ``<=`` when such a condition may fire first.
     """
 
-    def __init__(self, mode: bool | None, stream: TextIO | None = None) -> None:
+    def __init__(self, mode: bool | None, stream: TextIO | None = None, *, interval_s: float = 10.0) -> None:
         self.stream = stream if stream is not None else sys.stderr
         try:
             self.tty = bool(self.stream.isatty())
         except (AttributeError, ValueError):
             self.tty = False
-        self.enabled = self.tty if mode is None else bool(mode)
-        self.interval = 0.25 if self.tty else 10.0
+        self.enabled = mode is not False
+        self.interval = 0.25 if self.tty else interval_s
         self._last_write = -math.inf
         self._width = 0
         self._start: tuple[float, float] | None = None  # (time, env steps) when run() began
         self._first: tuple[float, float] | None = None  # (time, fraction) at the first step
+        self._first_values: dict[int, float] = {}  # id(condition): its stat's first value
         self._latest_return: float | None = None
+        self._latest_eval_return: float | None = None
         self._wrote = False
 
-    def update(self, stats: Mapping[str, float], fraction: float | None, *, force: bool = False) -> None:
+    def _target_fraction(self, condition: Condition, stats: Mapping[str, float]) -> float | None:
+        """Fraction of the gap from the stat's first value to the bound closed so far."""
+        if not isinstance(condition, (HitsUpperBound, HitsLowerBound)):
+            return None
+        value = _latest(stats, [condition.key])
+        if value is None:
+            return None
+        first = self._first_values.setdefault(id(condition), value)
+        gap = condition.bound - first
+        if gap == 0 or (gap < 0) == isinstance(condition, HitsUpperBound):  # at or past the bound
+            return 1.0
+        return min(1.0, max(0.0, (value - first) / gap))
+
+    def update(self, stats: Mapping[str, float], conditions: Sequence[Condition], *, force: bool = False) -> None:
         """Record a step's stats; redraw the line if the last draw is old enough (or ``force``).
 
         Args:
             stats: The step's stats.
-            fraction: How far along the stop conditions are, in [0, 1], or ``None``.
+            conditions: The run's stop conditions.
             force: Draw now (the final state of a run).
         """
         if not self.enabled:
             return
         now = time.monotonic()
-        if "episodes/return_mean" in stats:  # episodic: keep the last mean when none ended
-            ret = stats["episodes/return_mean"]
-        else:
-            ret = stats.get("returns/mean")
-        if ret is not None and not _is_nan(ret):
-            self._latest_return = float(ret)
+        # episodic envs: keep the last mean when no episode ended
+        for attr, keys in (
+            ("_latest_return", ["episodes/return_mean", "returns/mean"]),
+            ("_latest_eval_return", ["eval/episodes/return_mean", "eval/returns/mean"]),
+        ):
+            value = _latest(stats, keys)
+            if value is not None:
+                setattr(self, attr, value)
+        linear = {i: c.progress(stats) for i, c in enumerate(conditions)}
+        targets = {i: self._target_fraction(c, stats) for i, c in enumerate(conditions) if linear[i] is None}
         steps = float(stats.get("env/steps", 0.0))
         if self._start is None:
             # the run started one step ago: that step's duration is in its profiling stats
             seconds = (stats.get("profiling/collect_ms", 0.0) + stats.get("profiling/step_ms", 0.0)) / 1e3
             rate = stats.get("throughput/env_steps_per_s", 0.0)
             self._start = (now - seconds, steps - rate * seconds)
+        known = [f for f in linear.values() if f is not None]
+        fraction = max(known) if known else None
         if fraction is not None and self._first is None:
             self._first = (now, fraction)
         if not force and now - self._last_write < self.interval:
@@ -286,14 +333,23 @@ class _Progress:
         parts = [f"rl8 {_format_count(steps)} env steps", f"{_format_count(rate)} steps/s"]
         if self._latest_return is not None:
             parts.append(f"return {self._latest_return:.4g}")
+        if self._latest_eval_return is not None:
+            parts.append(f"eval return {self._latest_eval_return:.4g}")
+        closeness = {i: f for i, f in {**linear, **targets}.items() if f is not None}
+        if closeness:
+            nearest = max(closeness, key=closeness.__getitem__)
+            parts.append(f"{100 * closeness[nearest]:.0f}% to {_condition_label(conditions[nearest])}")
         if fraction is not None:
-            parts.append(f"{100 * fraction:.0f}%")
+            # another condition (a return target, a plateau) may stop the run before this ETA
+            bound = "<= " if len(known) < len(conditions) else ""
             t1, f1 = self._first  # type: ignore[misc]
             if fraction >= 1.0:
                 parts.append("ETA 0s")
             elif fraction > f1 and now > t1:  # from the pace since the first step of this run
-                parts.append(f"ETA {_format_duration((now - t1) * (1 - fraction) / (fraction - f1))}")
-        line = " | ".join(parts)
+                parts.append(f"ETA {bound}{_format_duration((now - t1) * (1 - fraction) / (fraction - f1))}")
+        self._write(" | ".join(parts))
+
+    def _write(self, line: str) -> None:
         if self.tty:
             pad = max(0, self._width - len(line))
             self.stream.write("\r" + line + " " * pad)
@@ -302,6 +358,26 @@ class _Progress:
             self.stream.write(line + "\n")
         self.stream.flush()
         self._wrote = True
+
+    def summary(self, stats: Mapping[str, float], stopped_by: Condition | None) -> None:
+        """The last line of a run: which condition stopped it, after how many env steps and
+        how long, with the latest returns."""
+        if not self.enabled:
+            return
+        self.close()
+        steps = float(stats.get("env/steps", 0.0))
+        seconds = time.monotonic() - self._start[0] if self._start is not None else 0.0
+        cause = f"stopped by {stopped_by!r}" if stopped_by is not None else "stopped"
+        line = f"rl8: {cause} after {_format_count(steps)} env steps in {_format_duration(seconds)}"
+        returns = [
+            f"{name} {value:.4g}"
+            for name, value in (("return", self._latest_return), ("eval return", self._latest_eval_return))
+            if value is not None
+        ]
+        if returns:
+            line += f" ({', '.join(returns)})"
+        self.stream.write(line + "\n")
+        self.stream.flush()
 
     def close(self) -> None:
         if self.enabled and self.tty and self._wrote:
@@ -511,9 +587,12 @@ class Trainer:
             ``horizon * max(1, horizons_per_env_reset)``; on a dedicated env of an episodic env,
             the env's episode limit (``max_episode_steps``) when it has one, so every eval env
             finishes at least one whole episode; otherwise the same as on the training envs.
-        progress: Progress line on stderr during :meth:`run`: ``None`` (default) when stderr
-            is a terminal, ``False`` never, ``True`` always (a plain line every 10 s when not
-            a terminal).
+        progress: Progress line on stderr during :meth:`run`, and a summary line saying which
+            condition stopped it: ``None`` or ``True`` (default): on a terminal one line
+            updated in place, otherwise (a log file, a notebook, a pipe) a plain line every
+            ``progress_every_s`` seconds; ``False``: nothing.
+        progress_every_s: Seconds between two plain progress lines when stderr is not a
+            terminal.
         async_logging: Send each step's metrics to MLflow from a background thread (default),
             so that training does not wait for the store; :meth:`flush` waits for them.
             ``False``: send them before :meth:`step` returns.
@@ -530,6 +609,8 @@ class Trainer:
         run_id: The MLflow run id (``None`` without tracking).
         checkpoint_dir: The checkpoint folder (absolute).
         last_checkpoint: Path of the latest checkpoint written or loaded, or ``None``.
+        stopped_by: The stop condition (one of those given to :meth:`run`) that ended the
+            latest :meth:`run`, or ``None``.
     """
 
     def __init__(
@@ -547,6 +628,7 @@ class Trainer:
         eval_num_envs: int | None = None,
         eval_num_steps: int | None = None,
         progress: bool | None = None,
+        progress_every_s: float = 10.0,
         async_logging: bool = True,
         metadata: Mapping[str, Any] | None = None,
         record_every: int | None = None,
@@ -562,6 +644,10 @@ class Trainer:
                 raise ValueError(f"Trainer: {name} must be an int >= 1 or None, got {value!r}")
         if progress not in (None, True, False):
             raise ValueError(f"Trainer: progress must be None, True or False, got {progress!r}")
+        if isinstance(progress_every_s, bool) or not (
+            isinstance(progress_every_s, (int, float)) and progress_every_s > 0
+        ):
+            raise ValueError(f"Trainer: progress_every_s must be a number of seconds > 0, got {progress_every_s!r}")
         self.algo = algo
         self.env_spec = env_spec_string(algo.env_spec)
         self.experiment = experiment or _env_name(algo.env_spec)
@@ -573,6 +659,8 @@ class Trainer:
         self._record_env: Any = None
         self._record_env_state: Any = None
         self.progress = progress
+        self.progress_every_s = float(progress_every_s)
+        self.stopped_by: Condition | None = None
         self.metadata = dict(metadata or {})
         self.last_checkpoint: Path | None = None
         self.closed = False
@@ -949,11 +1037,6 @@ class Trainer:
             }
         })
 
-    @staticmethod
-    def _fraction(conditions: Sequence[Condition], stats: Mapping[str, float]) -> float | None:
-        known = [p for p in (c.progress(stats) for c in conditions) if p is not None]
-        return max(known) if known else None
-
     def run(
         self,
         *,
@@ -962,7 +1045,7 @@ class Trainer:
         steps_per_eval: int | None = None,
         stop_conditions: Condition | Sequence[Condition] | None = None,
     ) -> TrainStats:
-        """Train until any stop condition holds (forever without one).
+        """Train until any stop condition holds (until interrupted without one, with a warning).
 
         Every step is :meth:`step`; after every ``steps_per_eval``-th step (by
         ``algorithm/steps``) an evaluation runs and its ``eval/`` stats join that step's stats
@@ -983,7 +1066,8 @@ class Trainer:
             steps_per_eval: Evaluate every this many steps; ``None``: never.
             stop_conditions: One :class:`~rl8.conditions.Condition` or a list of them; the
                 run stops when any holds. All are checked after every step (stateful ones see
-                every step). Conditions on a counter (``env/steps``...) give the ETA.
+                every step). Conditions on a counter (``env/steps``...) give the ETA. The one
+                that fired is :attr:`stopped_by`.
 
         Returns:
             The stats of the last step.
@@ -1024,7 +1108,16 @@ class Trainer:
             # (resumed again with other stop conditions) are expected, not worth a warning
             warnings.filterwarnings("ignore", message="MLflow param 'run/", category=TrackingWarning)
             self._log_run_params(conditions, steps_per_eval)
-        progress = _Progress(self.progress if self._dist.is_main else False)
+        if not conditions:
+            warnings.warn(
+                "Trainer.run: no stop_conditions, so training runs until interrupted (Ctrl-C "
+                "writes a checkpoint and stops); e.g. stop_conditions=HitsUpperBound('env/steps', "
+                "1_000_000)",
+                stacklevel=2,
+            )
+        progress = _Progress(
+            self.progress if self._dist.is_main else False, interval_s=self.progress_every_s
+        )
         stats = TrainStats()
         with self._signal_handlers():
             try:
@@ -1038,15 +1131,16 @@ class Trainer:
                             stats.update(self._record_eval(eval_env_config))
                     self._log(stats)
                     stop = [bool(condition(stats)) for condition in conditions]
-                    progress.update(stats, self._fraction(conditions, stats))
+                    progress.update(stats, conditions)
                     if self.checkpoint_every and self.algo.steps % self.checkpoint_every == 0:
                         self.save_checkpoint()
                     stop_now = self._agree(any(stop))
                     self._handle_signals(progress)
                     if stop_now:
                         break
-                progress.update(stats, self._fraction(conditions, stats), force=True)
-                progress.close()
+                progress.update(stats, conditions, force=True)
+                self.stopped_by = next((c for c, fired in zip(conditions, stop) if fired), None)
+                progress.summary(stats, self.stopped_by)
                 if self._last_checkpoint_step != self.algo.env_steps:
                     self.save_checkpoint()
                 self._agree(False)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,7 @@ from mlflow.tracking import MlflowClient
 from rl8 import PPO, Trainer
 from rl8.conditions import HitsUpperBound
 from rl8.envs import CartPole
+from rl8.trainer import _Progress
 
 pytestmark = pytest.mark.usefixtures("migrated_store", "one_torch_thread")
 
@@ -109,3 +112,73 @@ def test_run_evaluates_between_reset_boundaries_on_an_eval_env():
         assert trainer._eval_env is not None  # step 3 is not a reset boundary of the training envs
     finally:
         trainer.close()
+
+
+# --------------------------------------------------------------------------------------------
+# progress: plain lines outside a terminal, the nearest condition, the summary
+
+
+def run_logged(monkeypatch, **kwargs):
+    stream = io.StringIO()  # not a terminal: a log file, a pipe
+    monkeypatch.setattr(sys, "stderr", stream)
+    trainer = Trainer(make_algo(), **kwargs)
+    trainer.run(stop_conditions=HitsUpperBound("env/steps", 3 * STEP))
+    trainer.close()
+    return stream.getvalue().splitlines()
+
+
+def test_progress_lines_outside_a_terminal_by_default_every_n_seconds(monkeypatch):
+    default = run_logged(monkeypatch)  # every 10 s: the first step, the final state, the summary
+    assert [line.split(" | ")[0] for line in default] == ["rl8 128 env steps", "rl8 384 env steps", default[-1]]
+    assert default[-1].startswith("rl8: stopped by")
+    often = run_logged(monkeypatch, progress_every_s=1e-9)  # a line every step
+    assert [line.split(" | ")[0] for line in often[:-1]] == [
+        "rl8 128 env steps", "rl8 256 env steps", "rl8 384 env steps", "rl8 384 env steps"
+    ]
+    with pytest.raises(ValueError, match="progress_every_s must be a number of seconds > 0, got 0"):
+        Trainer(make_algo(), progress_every_s=0)
+
+
+def test_run_without_a_stop_condition_warns(monkeypatch):
+    trainer = Trainer(make_algo(), progress=False)
+    steps = []
+    train_step = trainer._train_step
+
+    def interrupted_after_two_steps(env_config):
+        if len(steps) == 2:
+            raise KeyboardInterrupt
+        steps.append(train_step(env_config))
+        return steps[-1]
+
+    monkeypatch.setattr(trainer, "_train_step", interrupted_after_two_steps)
+    with pytest.warns(UserWarning, match="no stop_conditions, so training runs until interrupted"):
+        with pytest.raises(KeyboardInterrupt):
+            trainer.run()
+    assert len(steps) == 2
+
+
+def test_progress_shows_the_condition_closest_to_firing_and_the_eval_return():
+    stream = io.StringIO()
+    progress = _Progress(None, stream, interval_s=1e-9)
+    conditions = [HitsUpperBound("env/steps", 10_000), HitsUpperBound("episodes/return_mean", 110)]
+    progress.update({"env/steps": 100, "episodes/return_mean": 10.0, "eval/episodes/return_mean": 12.0}, conditions)
+    time.sleep(0.01)
+    progress.update({"env/steps": 200, "episodes/return_mean": 60.0}, conditions)
+    line = stream.getvalue().splitlines()[-1]
+    # the return target is half way from the first return seen (10) to 110; env/steps at 2%
+    assert "return 60 | eval return 12 | 50% to episodes/return_mean >= 110" in line
+    assert "ETA <= " in line  # the return target may fire before the env/steps bound
+
+
+def test_the_summary_says_which_condition_stopped_training(monkeypatch):
+    stream = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", stream)
+    target = HitsUpperBound("eval/returns/mean", -1.0)
+    trainer = Trainer(make_algo(), progress_every_s=1e-9)
+    trainer.run(steps_per_eval=2, stop_conditions=[HitsUpperBound("env/steps", 100 * STEP), target])
+    trainer.close()
+    assert trainer.stopped_by is target and trainer.algo.steps == 2
+    *lines, summary = stream.getvalue().splitlines()
+    assert "eval return" not in lines[0] and "eval return" in lines[-1]
+    assert summary.startswith("rl8: stopped by HitsUpperBound('eval/returns/mean', -1.0) after 256 env steps in ")
+    assert "eval return" in summary

@@ -357,7 +357,7 @@ class _Tty(io.StringIO):
 
 
 @pytest.mark.parametrize(
-    "progress, tty, shown", [(None, True, True), (None, False, False), (False, True, False), (True, False, True)]
+    "progress, tty, shown", [(None, True, True), (None, False, True), (False, True, False), (True, False, True)]
 )
 def test_progress_line(monkeypatch, progress, tty, shown):
     stream = _Tty() if tty else io.StringIO()
@@ -369,14 +369,17 @@ def test_progress_line(monkeypatch, progress, tty, shown):
     if not shown:
         assert text == ""
         return
-    if tty:  # one line redrawn in place
-        assert text.startswith("\r") and text.endswith("\n") and text.count("\n") == 1
-        last = text.rstrip("\n").split("\r")[-1]
+    *lines, summary, end = text.split("\n")
+    assert end == ""
+    if tty:  # one line redrawn in place, then the summary
+        assert text.startswith("\r") and len(lines) == 1
+        last = lines[0].split("\r")[-1]
     else:  # plain lines for log files
         assert "\r" not in text
-        last = text.splitlines()[-1]
+        last = lines[-1]
     assert "384 env steps" in last and "steps/s" in last and "return" in last
-    assert "100%" in last and "ETA 0s" in last
+    assert "100% to env/steps >= 384" in last and "ETA 0s" in last
+    assert summary.startswith("rl8: stopped by HitsUpperBound('env/steps', 384) after 384 env steps")
 
 
 # --------------------------------------------------------------------------------------------
