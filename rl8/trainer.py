@@ -715,15 +715,16 @@ class Trainer:
         algo = self.algo
         policy = algo.policy
         optimizer_kwargs = {**algo.hparams.optimizer_kwargs, "lr": algo.hparams.lr}
+        # each param once: hparams/seed and hparams/device are the values in use (a seed drawn
+        # at random, the device "auto" resolved to)
+        hparams = {**_plain_hparams(algo.hparams), "seed": algo.seed, "device": str(algo.device)}
+        env = self.env_spec if self.env_spec is not None else repr(algo.env_spec)
         params = {
-            "hparams": _plain_hparams(algo.hparams),
-            "env": self.env_spec if self.env_spec is not None else repr(algo.env_spec),
-            "env_class": _dotted(type(algo.env)),
+            "hparams": hparams,
+            "env": env,
             "model": {"class": _dotted(policy.model_cls), "config": dict(policy.model_config)},
             "distribution": {"class": _dotted(policy.distribution_cls)},
             "optimizer": {"class": _dotted(type(algo.optimizer)), "kwargs": optimizer_kwargs},
-            "seed": algo.seed,
-            "device": str(algo.device),
             "versions": {
                 "rl8": __version__,
                 "torch": str(torch.__version__),
@@ -736,6 +737,8 @@ class Trainer:
                 "record_every": self.record_every,
             },
         }
+        if _dotted(type(algo.env)) != env:  # a gymnasium id, a factory: the rl8 class around it
+            params["env_class"] = _dotted(type(algo.env))
         if self._dist.enabled:  # hparams are per rank (num_envs: each rank's envs)
             params["distributed"] = {"world_size": self._dist.world_size}
         return params

@@ -182,3 +182,25 @@ def test_the_summary_says_which_condition_stopped_training(monkeypatch):
     assert "eval return" not in lines[0] and "eval return" in lines[-1]
     assert summary.startswith("rl8: stopped by HitsUpperBound('eval/returns/mean', -1.0) after 256 env steps in ")
     assert "eval return" in summary
+
+
+# --------------------------------------------------------------------------------------------
+# metrics and params that say what they are
+
+
+def test_params_are_logged_once(mlflow_uri):
+    trainer = Trainer(make_algo(seed=None, device="auto"), progress=False)
+    trainer.close()
+    params = MlflowClient(mlflow_uri).get_run(trainer.run_id).data.params
+    assert params["hparams/seed"] == str(trainer.algo.seed)  # the seed drawn, not "None"
+    assert params["hparams/device"] == str(trainer.algo.device)  # not "auto"
+    assert not {"seed", "device", "env_class"} & set(params)
+
+
+def test_the_example_config_uses_the_default_experiment_name():
+    import yaml
+
+    config = yaml.safe_load((REPO / "examples" / "cartpole.yaml").read_text())
+    trainer = Trainer(make_algo(), tracking=False, progress=False)
+    trainer.close()
+    assert config["experiment"] == trainer.experiment == "CartPole"  # one experiment per env

@@ -160,7 +160,8 @@ def test_run_params_and_default_experiment(mlflow_uri):
     assert params["distribution/class"] == "rl8.distributions.Categorical"
     assert params["optimizer/class"] == "torch.optim.adam.Adam"
     assert params["optimizer/kwargs/lr"] == "0.001"
-    assert params["seed"] == "0" and params["device"] == "cpu"
+    assert params["hparams/seed"] == "0" and params["hparams/device"] == "cpu"  # the values in use
+    assert not {"seed", "device", "env_class"} & set(params)  # each param once
     assert params["versions/torch"] == str(torch.__version__)
     assert params["versions/rl8"]
 
