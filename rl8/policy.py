@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 import torch
 from gymnasium import spaces
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
 from .distributions import Distribution, default_distribution_cls
 from .models import MLPModel, Model
 from .normalization import ObservationNormalizer
-from .spaces import check_space, zeros_like_space
+from .spaces import check_space, space_dtype, space_shape, zeros_like_space
 
 __all__ = ["Policy"]
 
@@ -39,7 +41,9 @@ class Policy(nn.Module):
             normalised observations.
         device: Device of the parameters.
 
-    Calling the policy (``policy(obs)``) returns env actions, ready for ``Env.step``.
+    Calling the policy (``policy(obs)``) returns env actions for a batch of tensor
+    observations, ready for ``Env.step``; :meth:`predict` acts on numpy or torch observations,
+    one or a batch, and returns numpy actions, ready for a gymnasium env.
     """
 
     def __init__(
@@ -239,3 +243,136 @@ class Policy(nn.Module):
         dist, _, self._state = self.step(obs, state, firsts)
         actions = dist.deterministic_sample() if deterministic else dist.sample()
         return self.to_env_action(actions)
+
+    @torch.no_grad()
+    def predict(
+        self,
+        obs: Any,
+        *,
+        deterministic: bool = True,
+        state: TensorDictBase | None = None,
+        episode_start: Any = None,
+    ) -> tuple[np.ndarray, TensorDictBase | None]:
+        """Actions for one observation or a batch of them, as numpy (in the spirit of SB3).
+
+        Args:
+            obs: One observation of :attr:`observation_space` or a batch of them (a leading
+                batch dimension); a numpy array, a torch tensor, a Python number or list, or
+                for ``Dict`` spaces a dict (or TensorDict) of those, one entry per key.
+            deterministic: The distribution's mode (``True``) or a sample (``False``).
+            state: Recurrent policies: the state :meth:`predict` returned at the previous step
+                of the same episodes; ``None`` starts new episodes. Ignored by feedforward
+                policies.
+            episode_start: Recurrent policies: a bool, or bool ``[B]`` for a batch, ``True``
+                where a new episode starts at ``obs`` (that env's state is reset first);
+                ``None``: no reset beyond ``state=None``.
+
+        Returns:
+            ``(actions, state)``: actions as a numpy array of the action space's dtype, without
+            a batch dimension for one observation (a 0-d array for ``Discrete``), and the
+            recurrent state to pass back at the next step (``None`` for feedforward policies).
+            ``Box`` actions are clipped to the space's bounds, so ``action_space.contains``
+            holds for each of them.
+
+        Raises:
+            ValueError: ``obs`` (or an entry of it) has neither the shape of one observation
+                nor that of a batch, or a ``Dict`` observation has missing or extra keys; the
+                message names the entry, the expected and the given shape.
+        """
+        obs, batch = _as_batch(obs, self.observation_space, self.device)
+        if self.recurrent:
+            size = 1 if batch is None else batch
+            if state is None:
+                state = self.initial_state(size)
+            elif state.batch_size[0] != size:
+                raise ValueError(
+                    f"state: expected the state of {size} env(s) (batch size [{size}]), "
+                    f"got batch size {list(state.batch_size)}"
+                )
+            firsts = torch.zeros(size, dtype=torch.bool, device=self.device)
+            if episode_start is not None:
+                firsts = torch.as_tensor(episode_start, dtype=torch.bool, device=self.device).reshape(size)
+            dist, _, state = self.step(obs, state, firsts)
+        else:
+            dist, _ = self.distribution(obs)
+            state = None
+        raw = dist.deterministic_sample() if deterministic else dist.sample()
+        actions = self.to_env_action(raw).cpu().numpy().astype(self.action_space.dtype, copy=False)
+        if isinstance(self.action_space, spaces.Box):
+            actions = np.clip(actions, self.action_space.low, self.action_space.high)
+        return (actions[0] if batch is None else actions), state
+
+
+def _as_batch(
+    obs: Any, space: spaces.Space, device: torch.device
+) -> tuple[torch.Tensor | TensorDict, int | None]:
+    """One observation or a batch of them as a batched tensor (TensorDict for ``Dict`` spaces)
+    on ``device``, and the batch size (``None`` for one observation, now a batch of one)."""
+    leaves: dict[tuple[str, ...], tuple[torch.Tensor, spaces.Space]] = {}
+    _collect_leaves(obs, space, (), device, leaves)
+    batches = {name: _leaf_batch(tensor, sub, name) for name, (tensor, sub) in leaves.items()}
+    kinds = set(batches.values())
+    if len(kinds) > 1:
+        given = ", ".join(f"{_leaf_name(name)}: {tuple(leaves[name][0].shape)}" for name in leaves)
+        raise ValueError(
+            f"obs: expected one observation or a batch of the same size in every entry, "
+            f"got shapes {given}"
+        )
+    batch = kinds.pop()
+
+    def batched(tensor: torch.Tensor) -> torch.Tensor:
+        return tensor.unsqueeze(0) if batch is None else tensor
+
+    if not isinstance(space, spaces.Dict):
+        return batched(leaves[()][0]), batch
+    out = TensorDict({}, batch_size=[1 if batch is None else batch], device=device)
+    for name, (tensor, _) in leaves.items():
+        out.set(name, batched(tensor))
+    return out, batch
+
+
+def _leaf_name(name: tuple[str, ...]) -> str:
+    return "obs" + "".join(f"[{key!r}]" for key in name)
+
+
+def _collect_leaves(
+    obs: Any, space: spaces.Space, name: tuple[str, ...], device: torch.device, out: dict
+) -> None:
+    """Each entry of ``obs`` as a tensor of its space's dtype on ``device``:
+    ``out[name] = (tensor, space)``."""
+    if isinstance(space, spaces.Dict):
+        if not isinstance(obs, (Mapping, TensorDictBase)):
+            raise ValueError(
+                f"{_leaf_name(name)}: expected a dict with the keys {list(space.spaces)}, "
+                f"got {type(obs).__name__}"
+            )
+        given = list(obs.keys())
+        missing = [key for key in space.spaces if key not in given]
+        extra = [key for key in given if key not in space.spaces]
+        if missing or extra:
+            problems = [f"{what} {keys}" for what, keys in (("missing", missing), ("unexpected", extra)) if keys]
+            raise ValueError(
+                f"{_leaf_name(name)}: expected the keys {list(space.spaces)}, got {given} "
+                f"({', '.join(problems)})"
+            )
+        for key, sub in space.spaces.items():
+            _collect_leaves(obs[key], sub, (*name, key), device, out)
+        return
+    dtype = torch.bool if name == ("action_mask",) else space_dtype(space)
+    tensor = obs if torch.is_tensor(obs) else torch.as_tensor(np.asarray(obs))
+    out[name] = (tensor.to(device=device, dtype=dtype), space)
+
+
+def _leaf_batch(tensor: torch.Tensor, space: spaces.Space, name: tuple[str, ...]) -> int | None:
+    """``None`` for one observation of ``space``, the batch size for a batch; else an error."""
+    expected = space_shape(space)
+    shape = tuple(tensor.shape)
+    if shape == expected:
+        return None
+    if len(shape) == len(expected) + 1 and shape[1:] == expected:
+        return shape[0]
+    batched = "(B" + "".join(f", {size}" for size in expected) + ")"
+    raise ValueError(
+        f"{_leaf_name(name)}: expected shape {expected} (one observation) or {batched} (a batch "
+        f"of B), got {shape}"
+    )

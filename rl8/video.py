@@ -116,6 +116,22 @@ def _check_can_render(env: Env) -> None:
         )
 
 
+def _render(env: Env, index: int) -> np.ndarray:
+    """The frame of sub-env ``index`` (see :func:`_as_rgb`). A renderer that is not installed
+    (gymnasium's classic-control envs draw with pygame) is an ImportError naming the extra."""
+    import gymnasium
+
+    try:
+        frame = env.render(index)
+    except gymnasium.error.DependencyNotInstalled as exc:
+        missing = getattr(exc.__cause__, "name", None) or "the package it draws with"
+        raise ImportError(
+            f"cannot render {type(env).__name__}: {missing} is not installed; install what "
+            f"gymnasium's renderers need with: {_INSTALL}"
+        ) from None
+    return _as_rgb(frame, env)
+
+
 def _episode_limit(env: Env, config: Mapping[str, Any] | None) -> int | None:
     """Steps after which the env truncates an episode, when it says so (else ``None``)."""
     for source in (config, getattr(env, "params", None)):
@@ -231,7 +247,8 @@ def record_video(
         The path of the video written.
 
     Raises:
-        ImportError: imageio or imageio-ffmpeg is missing (``pip install "rl8[video]"``).
+        ImportError: imageio, imageio-ffmpeg or the env's renderer (pygame for gymnasium's
+            classic-control envs) is missing (``pip install "rl8[video]"``).
         NotImplementedError: The env does not implement ``render``.
         ValueError: A gymnasium env made without ``render_mode="rgb_array"``; a bad
             ``max_steps``, ``fps`` or ``index``; frames that are not ``uint8`` RGB or change size.
@@ -287,7 +304,7 @@ def _run(
     try:
         with torch.no_grad():
             obs = env.reset(config=env_config or None, seed=seed)
-            yield _as_rgb(env.render(index), env)
+            yield _render(env, index)
             for _ in range(max_steps):
                 if device is not None and obs.device != device:
                     obs = obs.to(device)
@@ -302,7 +319,7 @@ def _run(
                     if reset_state is not None and bool(done.any()):
                         reset_state(done)
                 obs = out["obs"]
-                yield _as_rgb(env.render(index), env)
+                yield _render(env, index)
     finally:
         if reset_state is not None:
             reset_state()  # the recording's state must not leak into later calls

@@ -13,7 +13,7 @@ from gymnasium import spaces
 imageio = pytest.importorskip("imageio")
 pytest.importorskip("imageio_ffmpeg")
 
-from rl8 import PPO, Trainer  # noqa: E402
+from rl8 import PPO, Policy, Trainer  # noqa: E402
 from rl8.cli import main  # noqa: E402
 from rl8.conditions import HitsUpperBound  # noqa: E402
 from rl8.envs import CartPole, GymnasiumEnv, Memory, Pendulum  # noqa: E402
@@ -291,3 +291,20 @@ def test_cli_record(tmp_path, capsys):
     assert read_video(out)[0].shape[0] <= 3
     assert main(["record", str(with_env), "--env-config", "nope=1", "-o", str(out)]) == 2
     assert "unknown config key 'nope'" in capsys.readouterr().err
+
+
+def test_cli_record_without_pygame_names_the_extra_in_one_line(tmp_path, capsys, monkeypatch):
+    env = gymnasium.make("CartPole-v1")
+    policy = save_policy(
+        Policy(env.observation_space, env.action_space), tmp_path / "policy.pt",
+        env={"spec": "CartPole-v1", "env_kwargs": {}, "env_config": {}},
+    )
+    monkeypatch.setitem(sys.modules, "pygame", None)  # `import pygame` now fails as if absent
+    assert main(["record", str(policy), "-o", str(tmp_path / "v.mp4"), "--max-steps", "2"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert err == (
+        "rl8: error: cannot render GymnasiumEnv: pygame is not installed; install what "
+        'gymnasium\'s renderers need with: pip install "rl8[video]"\n'
+    )
+    assert not (tmp_path / "v.mp4").exists()

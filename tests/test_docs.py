@@ -1,0 +1,228 @@
+"""The docs run as written: every ```python block of README.md and docs/*.md, and the ``rl8``
+command lines of their shell blocks.
+
+The python blocks of one file run in order in one namespace (a reader follows a page from the
+top, so a later block may use what an earlier one defined), in a temporary folder with a
+temporary MLflow store (see ``conftest.py``). Training is cut short: every
+:meth:`rl8.Trainer.run` gets one more stop condition, ``HitsUpperBound("env/steps", 1)``, so it
+stops after its first training step.
+
+An HTML comment on the line before a block changes how it is run:
+
+* ``<!-- no-run -->``: not run (for fragments such as signatures, which are not code);
+* ``<!-- raises: RuntimeError -->``: the block must raise that exception (it shows an error);
+* ``<!-- test: replace "range(100)" with "range(2)" -->``: run with that text replaced (a
+  shorter loop that trains by hand); the text must occur in the block;
+* ``<!-- file: run.yaml -->`` (on a block of any language): written to that file before the
+  python blocks after it run (a config file that the next block reads).
+
+A failure names the file and the line of the block.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+STEP_BUDGET = 1  # env steps: a run stops after its first training step
+
+_FENCE = re.compile(r"^```(\w*)\s*$")
+_MARK = re.compile(r"^<!--\s*(.*?)\s*-->$")
+_REPLACE = re.compile(r'^test: replace "(.*)" with "(.*)"$')
+_RAISES = re.compile(r"^raises: (\w+)$")
+_FILE = re.compile(r"^file: (\S+)$")
+
+
+@dataclass
+class Block:
+    path: Path
+    line: int  # of the block's first line of code
+    lang: str
+    source: str
+    marks: list[str] = field(default_factory=list)
+
+    @property
+    def where(self) -> str:
+        return f"{_name(self.path)}:{self.line}"
+
+
+def _name(path: Path) -> str:
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+def _blocks(path: Path) -> list[Block]:
+    """The fenced code blocks of a markdown file, with the HTML comments right before each."""
+    lines = path.read_text().splitlines()
+    blocks, i = [], 0
+    while i < len(lines):
+        match = _FENCE.match(lines[i])
+        if not match:
+            i += 1
+            continue
+        marks = []
+        j = i - 1
+        while j >= 0 and _MARK.match(lines[j].strip()):
+            marks.append(_MARK.match(lines[j].strip()).group(1))
+            j -= 1
+        end = i + 1
+        while end < len(lines) and not lines[end].startswith("```"):
+            end += 1
+        blocks.append(Block(path, i + 2, match.group(1), "\n".join(lines[i + 1 : end]) + "\n", marks))
+        i = end + 1
+    return blocks
+
+
+def _prepared(block: Block) -> tuple[str, type[BaseException] | None]:
+    """The block's source after its ``replace`` marks, and the exception it must raise."""
+    source, raises = block.source, None
+    for mark in block.marks:
+        if replace := _REPLACE.match(mark):
+            old, new = replace.groups()
+            assert old in source, f"{block.where}: {mark!r}: {old!r} is not in the block"
+            source = source.replace(old, new)
+        elif expected := _RAISES.match(mark):
+            import builtins
+
+            raises = getattr(builtins, expected.group(1))
+        elif mark != "no-run" and not _FILE.match(mark):
+            pytest.fail(f"{block.where}: unknown docs-test mark {mark!r}")
+    return source, raises
+
+
+@pytest.fixture
+def step_budget(monkeypatch):
+    """Every ``Trainer.run`` also stops after ``STEP_BUDGET`` env steps."""
+    from rl8.conditions import HitsUpperBound
+    from rl8.trainer import Trainer
+
+    run = Trainer.run
+
+    def short_run(self, *args, stop_conditions=None, **kwargs):
+        conditions = [*(stop_conditions or []), HitsUpperBound("env/steps", STEP_BUDGET)]
+        return run(self, *args, stop_conditions=conditions, **kwargs)
+
+    monkeypatch.setattr(Trainer, "run", short_run)
+
+
+def _run_page(path: Path) -> None:
+    """Run the python blocks of a markdown file in order, in one namespace (see the module)."""
+    from rl8.trainer import Trainer
+
+    namespace: dict = {"__name__": "__docs__"}
+    try:
+        for block in _blocks(path):
+            for name in (m.group(1) for m in map(_FILE.match, block.marks) if m):
+                Path(name).write_text(block.source)
+            if block.lang != "python" or "no-run" in block.marks:
+                continue
+            source, raises = _prepared(block)
+            try:
+                # padded so that tracebacks give the line numbers of the markdown file
+                exec(compile("\n" * (block.line - 1) + source, str(block.path), "exec"), namespace)
+            except Exception as exc:
+                if raises is not None and isinstance(exc, raises):
+                    continue
+                pytest.fail(
+                    f"{block.where}: the python block raised {type(exc).__name__}: {exc}\n"
+                    + "".join(traceback.format_exception(exc)[1:]),
+                    pytrace=False,
+                )
+            if raises is not None:
+                pytest.fail(f"{block.where}: the python block did not raise {raises.__name__}", pytrace=False)
+    finally:
+        for value in namespace.values():
+            if isinstance(value, Trainer):
+                value.close()
+
+
+@pytest.mark.parametrize("path", DOCS, ids=_name)
+def test_python_blocks_run(path, step_budget, migrated_store):
+    if not any(b.lang == "python" and "no-run" not in b.marks for b in _blocks(path)):
+        pytest.skip(f"{path.name} has no python block to run")
+    _run_page(path)
+
+
+def _commands(block: Block) -> list[tuple[int, str]]:
+    """The command lines of a shell block with their file lines: the ``$ `` lines if there are
+    any (the others are output), else every line; continuations (``\\``) joined."""
+    lines = block.source.splitlines()
+    prompted = any(line.startswith("$ ") for line in lines)
+    commands: list[tuple[int, str]] = []
+    pending = ""
+    for offset, line in enumerate(lines):
+        if prompted and not pending:
+            if not line.startswith("$ "):
+                continue
+            line = line[2:]
+        if not pending:
+            start = block.line + offset
+        pending += line.rstrip("\\") + " "
+        if not line.endswith("\\"):
+            commands.append((start, pending.strip()))
+            pending = ""
+    return commands
+
+
+def _rl8_argv(command: str) -> list[str] | None:
+    """The arguments of an ``rl8`` command (also ``python -m rl8``, ``torchrun ... -m rl8``)."""
+    for part in re.split(r"&&|\|\||;|\|", command):
+        words = shlex.split(part, comments=True)
+        if words and words[0] == "rl8":
+            return words[1:]
+        for i in range(len(words) - 1):
+            if words[i] == "-m" and words[i + 1] == "rl8":
+                return words[i + 2 :]
+    return None
+
+
+SHELL_BLOCKS = [b for path in DOCS for b in _blocks(path) if b.lang in ("bash", "sh", "console", "shell")]
+
+
+@pytest.mark.parametrize("block", SHELL_BLOCKS, ids=lambda b: b.where)
+def test_rl8_commands_parse(block, capsys):
+    from rl8.cli import build_parser
+
+    for line, command in _commands(block):
+        argv = _rl8_argv(command)
+        if argv is None:
+            continue
+        where = f"{_name(block.path)}:{line}: `{command}`"
+        redirections = [word for word in argv if "<" in word or ">" in word]
+        assert not redirections, f"{where}: {redirections} would be a shell redirection; write RUN_ID"
+        try:
+            build_parser().parse_args(argv)
+            error = None
+        except SystemExit as exit:
+            error = capsys.readouterr().err.strip() if exit.code else None
+        assert error is None, f"{where} does not parse: {error}"
+
+
+def test_marks_are_read(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text(
+        'text\n<!-- no-run -->\n```python\nsignature(...)\n```\n\n<!-- test: replace "a" with "b" -->\n'
+        "<!-- raises: KeyError -->\n```python\nx = 'a'\n```\n```bash\n$ rl8 eval x \\\n  --episodes 2\nout\n```\n"
+    )
+    first, second, shell = _blocks(page)
+    assert (first.line, first.marks, first.source) == (4, ["no-run"], "signature(...)\n")
+    assert _prepared(second) == ("x = 'b'\n", KeyError)
+    assert _commands(shell) == [(13, "rl8 eval x    --episodes 2")]
+    assert _rl8_argv("torchrun --nproc_per_node=4 -m rl8 train a.yaml  # comment") == ["train", "a.yaml"]
+
+
+def test_blocks_run_in_order_and_write_marked_files(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text(
+        '<!-- file: conf.txt -->\n```text\nhello\n```\n```python\nx = open("conf.txt").read()\n```\n'
+        "```python\nassert x == 'hello\\n'\nraise KeyError(x)\n```\n"
+    )
+    with pytest.raises(pytest.fail.Exception, match=r"page.md:9: the python block raised KeyError"):
+        _run_page(page)
+
