@@ -99,12 +99,14 @@ def _prepared(block: Block) -> tuple[str, type[BaseException] | None]:
 @pytest.fixture
 def step_budget(monkeypatch):
     """Every ``Trainer.run`` also stops after ``STEP_BUDGET`` env steps."""
-    from rl8.conditions import HitsUpperBound
+    from rl8.conditions import Condition, HitsUpperBound
     from rl8.trainer import Trainer
 
     run = Trainer.run
 
     def short_run(self, *args, stop_conditions=None, **kwargs):
+        if isinstance(stop_conditions, Condition):  # run() takes one condition or a list
+            stop_conditions = [stop_conditions]
         conditions = [*(stop_conditions or []), HitsUpperBound("env/steps", STEP_BUDGET)]
         return run(self, *args, stop_conditions=conditions, **kwargs)
 
