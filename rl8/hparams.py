@@ -19,6 +19,28 @@ from .schedules import Schedule
 
 __all__ = ["HParams"]
 
+# Minibatches per pass by default (CleanRL's ``num_minibatches``); at the default batch shape
+# (256 envs x 32 steps) minibatches of 2048 transitions.
+_DEFAULT_NUM_MINIBATCHES = 4
+
+
+def _divisors(n: int) -> list[int]:
+    """The divisors of ``n >= 1``, ascending."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]
+
+
+def _nearest_divisors(n: int, value: float) -> list[int]:
+    """The divisors of ``n`` closest to ``value`` from below and from above (one or two)."""
+    divisors = _divisors(n)
+    below = [d for d in divisors if d < value]
+    above = [d for d in divisors if d > value]
+    return [*below[-1:], *above[:1]]
+
+
+def _or(values: Any) -> str:
+    return " or ".join(str(v) for v in values)
+
 
 @dataclass(frozen=True, kw_only=True)
 class HParams:
@@ -34,8 +56,14 @@ class HParams:
         gamma: Discount factor in [0, 1].
         gae_lambda: GAE's lambda in [0, 1].
         num_sgd_iters: Passes (epochs) over the buffer per update.
-        sgd_minibatch_size: Transitions per minibatch; must divide ``num_envs * horizon``.
-            ``None``: the whole buffer as one minibatch.
+        sgd_minibatch_size: Transitions per minibatch; must divide ``num_envs * horizon``
+            (and, for recurrent models, be a multiple of the sequence length). ``None``: the
+            whole buffer as one minibatch. ``"auto"`` (default): the buffer split into
+            ``num_minibatches`` equal minibatches.
+        num_minibatches: With ``sgd_minibatch_size="auto"``: minibatches per pass; must
+            divide the number of samples (transitions, or sequences for recurrent models).
+            ``None`` (default): 4, as in CleanRL, or the largest count below 4 that divides
+            the samples (1: the whole buffer), so that every batch shape works.
         shuffle_minibatches: Draw minibatches from a fresh random permutation every pass.
         clip_param: PPO's ratio clip epsilon (> 0).
         dual_clip_param: Dual-clip constant c > 1 (Ye et al., 2020) bounding the loss of
@@ -82,7 +110,8 @@ class HParams:
     gamma: float = 0.99
     gae_lambda: float = 0.95
     num_sgd_iters: int = 8
-    sgd_minibatch_size: int | None = 2048
+    sgd_minibatch_size: int | Literal["auto"] | None = "auto"
+    num_minibatches: int | None = None
     shuffle_minibatches: bool = True
     clip_param: float = 0.2
     dual_clip_param: float | None = None
@@ -139,8 +168,56 @@ class HParams:
 
     @property
     def minibatch_size(self) -> int:
-        """Transitions per minibatch (the whole buffer when ``sgd_minibatch_size`` is None)."""
-        return self.sgd_minibatch_size or self.batch_size
+        """Transitions per minibatch of a feedforward model (see :meth:`minibatch_size_for`)."""
+        return self.minibatch_size_for(1)
+
+    def minibatch_size_for(self, seq_len: int) -> int:
+        """Transitions per minibatch when the samples are sequences of ``seq_len`` steps.
+
+        Args:
+            seq_len: Steps per training sample: 1 for feedforward models, the sequence length
+                for recurrent ones (it divides ``horizon``).
+
+        Returns:
+            ``sgd_minibatch_size`` when it is an int, the whole buffer when it is ``None``,
+            else ``batch_size`` divided by the number of minibatches (``num_minibatches``, or
+            the default count, see :class:`HParams`). A size that does not fit the samples is
+            a ``ValueError`` that lists the nearest valid values.
+        """
+        samples = self.batch_size // seq_len
+        if self.sgd_minibatch_size is None:
+            return self.batch_size
+        if self.sgd_minibatch_size != "auto":
+            size = self.sgd_minibatch_size
+            if size % seq_len or samples % (size // seq_len):
+                nearest = _nearest_divisors(samples, size / seq_len)
+                what = f"a divisor of num_envs * horizon = {self._batch_formula()}"
+                if seq_len > 1:
+                    what = (
+                        f"a multiple of seq_len={seq_len} (a recurrent model trains on whole "
+                        f"sequences) that divides num_envs * horizon = {self._batch_formula()}"
+                    )
+                raise ValueError(
+                    f"hparam sgd_minibatch_size: expected {what}, got {size}; nearest valid: "
+                    f"{_or(d * seq_len for d in nearest)} (or leave it at 'auto' and set "
+                    "num_minibatches)"
+                )
+            return size
+        if self.num_minibatches is None:
+            count = max(d for d in _divisors(samples) if d <= _DEFAULT_NUM_MINIBATCHES)
+        else:
+            count = self.num_minibatches
+            if samples % count:
+                unit = "transitions" if seq_len == 1 else f"sequences of seq_len={seq_len} steps"
+                raise ValueError(
+                    f"hparam num_minibatches: expected a divisor of the {samples} {unit} in the "
+                    f"buffer (num_envs * horizon = {self._batch_formula()}), got {count}; "
+                    f"nearest valid: {_or(_nearest_divisors(samples, count))}"
+                )
+        return self.batch_size // count
+
+    def _batch_formula(self) -> str:
+        return f"{self.num_envs} * {self.horizon} = {self.batch_size}"
 
     def resolved_device(self) -> torch.device:
         """The torch device: ``"auto"`` is CUDA when available, else CPU."""
@@ -180,14 +257,18 @@ class HParams:
             v = getattr(self, name)
             if not is_num(v) or not 0.0 <= v <= 1.0:
                 bad(name, "a number in [0, 1]")
-        if self.sgd_minibatch_size is not None:
-            if not is_int(self.sgd_minibatch_size) or self.sgd_minibatch_size < 1:
-                bad("sgd_minibatch_size", "an int >= 1 or None")
-            if self.batch_size % self.sgd_minibatch_size:
+        size = self.sgd_minibatch_size
+        if size is not None and size != "auto" and (not is_int(size) or size < 1):
+            bad("sgd_minibatch_size", "an int >= 1, 'auto' or None")
+        if self.num_minibatches is not None:
+            if not is_int(self.num_minibatches) or self.num_minibatches < 1:
+                bad("num_minibatches", "an int >= 1 or None")
+            if size != "auto":
                 raise ValueError(
-                    f"hparam sgd_minibatch_size: expected a divisor of num_envs * horizon = "
-                    f"{self.num_envs} * {self.horizon} = {self.batch_size}, got {self.sgd_minibatch_size}"
+                    f"hparam num_minibatches: only applies with sgd_minibatch_size='auto', but "
+                    f"sgd_minibatch_size={size!r} was given; set one of the two"
                 )
+        self.minibatch_size_for(1)  # a size or count that does not divide the buffer
         for name in ("clip_param", "lr"):
             v = getattr(self, name)
             if not is_num(v) or v <= 0:

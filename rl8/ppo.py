@@ -218,6 +218,8 @@ class PPO:
         policy: The :class:`~rl8.Policy` (model + distribution + normaliser).
         optimizer: The torch optimizer.
         buffer: The :class:`~rl8.buffer.RolloutBuffer`.
+        minibatch_size: Transitions per minibatch of an update (see
+            :meth:`HParams.minibatch_size_for <rl8.HParams.minibatch_size_for>`).
         env_steps: Env transitions collected so far (all envs together, of every rank in
             data-parallel training: schedules and ``env/steps`` count the whole job).
         env_resets: Times PPO reset all envs.
@@ -280,12 +282,8 @@ class PPO:
         space = self.env.action_space
         self.recurrent = self.policy.recurrent
         self.seq_len = (hp.seq_len or hp.horizon) if self.recurrent else 1
-        if self.recurrent and hp.minibatch_size % self.seq_len:
-            raise ValueError(
-                f"hparam sgd_minibatch_size: a recurrent model trains on sequences of seq_len="
-                f"{self.seq_len} steps, so the minibatch size must be a multiple of it, got "
-                f"{hp.minibatch_size}"
-            )
+        # transitions per minibatch: whole sequences of seq_len steps for recurrent models
+        self.minibatch_size = hp.minibatch_size_for(self.seq_len)
         self._state = self.policy.initial_state(hp.num_envs)
         self._firsts = torch.zeros(hp.num_envs, dtype=torch.bool, device=self.device)
         self.sequences = 0
@@ -647,7 +645,7 @@ class PPO:
         entropy_coeff = self.entropy_coeff_schedule(self.env_steps)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        mb = hp.minibatch_size // seq_len
+        mb = self.minibatch_size // seq_len
         num_minibatches = batch // mb
         # per minibatch: the [policy, vf, kl, clip_fraction] monitors and the mean entropy;
         # per optimizer step: the grad norm (averaged once at the end: no ops per minibatch)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 
@@ -52,6 +53,60 @@ def test_minibatch_must_divide_buffer():
         HParams(num_envs=10, horizon=4, sgd_minibatch_size=16)
     assert HParams(num_envs=10, horizon=4, sgd_minibatch_size=20).minibatch_size == 20
     assert HParams(num_envs=10, horizon=4, sgd_minibatch_size=None).minibatch_size == 40
+
+
+@pytest.mark.parametrize(
+    "num_envs, horizon, expected",
+    [
+        (256, 32, 2048),  # the default shape: 4 minibatches of 2048, as before "auto"
+        (64, 16, 256),  # the PPO(CartPole, num_envs=64, horizon=16)
+        (16, 32, 128),  # docs/cli.md's --set num_envs=16
+        (3, 5, 5),  # 15 transitions: 3 minibatches (4 does not divide 15)
+        (2, 5, 5),  # 10 transitions: 2 minibatches
+        (17, 1, 17),  # a prime batch: the whole buffer
+        (1, 1, 1),
+    ],
+)
+def test_default_minibatch_fits_every_batch_shape(num_envs, horizon, expected):
+    hp = HParams(num_envs=num_envs, horizon=horizon)
+    assert hp.sgd_minibatch_size == "auto" and hp.num_minibatches is None
+    assert hp.minibatch_size == expected
+
+
+def test_num_minibatches_splits_the_buffer():
+    assert HParams(num_envs=64, horizon=16, num_minibatches=8).minibatch_size == 128
+    assert HParams(num_envs=64, horizon=16, num_minibatches=1).minibatch_size == 1024
+    with pytest.raises(ValueError, match=r"num_minibatches: expected a divisor of the 1024 transitions .* "
+                       r"got 3; nearest valid: 2 or 4"):
+        HParams(num_envs=64, horizon=16, num_minibatches=3)
+    with pytest.raises(ValueError, match=r"num_minibatches: expected an int >= 1 or None, got 0"):
+        HParams(num_minibatches=0)
+    with pytest.raises(ValueError, match=r"num_minibatches: only applies with sgd_minibatch_size='auto', "
+                       r"but sgd_minibatch_size=64 was given"):
+        HParams(num_envs=64, horizon=16, sgd_minibatch_size=64, num_minibatches=4)
+
+
+@pytest.mark.parametrize(
+    "size, nearest",
+    [(1000, "nearest valid: 512 or 1024"), (2048, "nearest valid: 1024 \\("), (100, "nearest valid: 64 or 128")],
+)
+def test_bad_minibatch_size_names_the_nearest_valid_sizes(size, nearest):
+    with pytest.raises(ValueError) as err:
+        HParams(num_envs=64, horizon=16, sgd_minibatch_size=size)
+    message = str(err.value)
+    assert message.startswith(
+        f"hparam sgd_minibatch_size: expected a divisor of num_envs * horizon = 64 * 16 = 1024, got {size}"
+    )
+    assert re.search(nearest, message), message
+
+
+def test_minibatch_size_for_sequences():
+    hp = HParams(num_envs=6, horizon=16, seq_len=8)
+    assert hp.minibatch_size_for(8) == 24  # 12 sequences: 4 minibatches of 3 sequences
+    with pytest.raises(ValueError, match=r"expected a multiple of seq_len=8 .* got 12; nearest valid: 8 or 16"):
+        hp.replace(sgd_minibatch_size=12).minibatch_size_for(8)
+    with pytest.raises(ValueError, match=r"divisor of the 12 sequences of seq_len=8 steps .* got 8; nearest valid: 6 or 12"):
+        hp.replace(num_minibatches=8).minibatch_size_for(8)
 
 
 def test_unknown_name_suggests_close_match():

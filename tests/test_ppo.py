@@ -585,3 +585,30 @@ def test_normalized_advantages_per_minibatch(num_minibatches):
     rows = adv.reshape(num_minibatches, -1)
     expected = (rows - rows.mean(1, keepdim=True)) / (rows.std(1, keepdim=True) + 1e-8)
     torch.testing.assert_close(got, expected.reshape(-1), rtol=1e-5, atol=1e-6)
+
+
+# --------------------------------------------------------------------------------------------
+# the default minibatch
+
+
+def test_default_minibatch_works_on_a_small_batch():
+    """issue 12: PPO(CartPole, num_envs=64, horizon=16) was refused (minibatch 2048 > 1024)."""
+    algo = PPO(CartPole, num_envs=64, horizon=16, seed=0)
+    assert algo.minibatch_size == 256
+    algo.collect()
+    algo.step()
+    steps = {int(s["step"]) for s in algo.optimizer.state.values()}
+    assert steps == {algo.hparams.num_sgd_iters * 4}  # 4 minibatches per pass
+
+
+def test_hparams_stored_by_rl8_1_0_still_load():
+    """Checkpoints of rl8 1.0.0 hold sgd_minibatch_size=2048 and no num_minibatches."""
+    algo = PPO(CartPole, num_envs=32, horizon=128, seed=0)
+    algo.collect()
+    state = algo.state_dict()
+    old = {k: v for k, v in state["hparams"].items() if k != "num_minibatches"}
+    old["sgd_minibatch_size"] = 2048
+    restored = PPO(CartPole, **old)
+    restored.load_state_dict(state)
+    assert restored.minibatch_size == 2048 and algo.minibatch_size == 1024
+    restored.step()
