@@ -18,7 +18,7 @@ from tensordict import TensorDictBase
 
 from .buffer import RolloutBuffer, compute_gae
 from .distributed import DistContext, derive_seed
-from .env import Env, EnvOutputError, find_nonfinite, validate_step_output
+from .env import Env, EnvOutputError, find_nonfinite, validate_reset_output, validate_step_output
 from .hparams import HParams
 from .losses import ppo_loss
 from .normalization import RewardNormalizer
@@ -350,6 +350,7 @@ class PPO:
         config = {**self.hparams.env_config, **(env_config or {})}
         seed = self.env_seed if self.env_resets == 0 else None
         self._obs = self.env.reset(config=config or None, seed=seed)
+        validate_reset_output(self._obs, self.env)  # once per reset: cheap
         self.env_resets += 1
         self._episode_return.zero_()
         self._episode_length.zero_()
@@ -847,6 +848,7 @@ class PPO:
             self._obs = None  # the next training collect resets the envs
         config = {**hp.env_config, **(env_config or {})}
         obs = env.reset(config=config or None)
+        validate_reset_output(obs, env)
         steps = num_steps or hp.horizon
         n = env.num_envs
         rewards = torch.zeros(n, steps, device=self.device)

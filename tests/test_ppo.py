@@ -139,6 +139,60 @@ def test_bad_env_output_is_reported_on_first_step(bad, match):
         algo.collect()
 
 
+class BadEpisodeEnv(EpisodeEnv):
+    """EpisodeEnv whose step or reset output breaks the contract in one way."""
+
+    def __init__(self, num_envs, /, horizon=None, *, device="cpu", bad=None):
+        super().__init__(num_envs, horizon, device=device)
+        self.bad = bad
+
+    def reset(self, *, config=None, seed=None):
+        obs = super().reset(config=config, seed=seed)
+        if self.bad == "reset_shape":
+            return torch.zeros(self.num_envs, 2)
+        if self.bad == "reset_batch":
+            return torch.zeros(self.num_envs + 1, 1)
+        if self.bad == "reset_dtype":
+            return obs.double()
+        return obs
+
+    def step(self, action):
+        out = super().step(action)
+        if self.bad == "no_terminated":
+            del out["terminated"]
+        elif self.bad == "float64_rewards":
+            out["rewards"] = out["rewards"].double()
+        elif self.bad == "float64_obs":
+            out["obs"] = out["obs"].double()
+        return out
+
+
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        ("no_terminated", r"BadEpisodeEnv.step: missing key 'terminated'; an episodic env returns both "
+                          r"'terminated' and 'truncated' \(\[16, 1\] bool.*got keys \['final_obs', 'obs', "
+                          r"'rewards', 'truncated'\]"),
+        ("float64_rewards", r"BadEpisodeEnv.step: 'rewards' has dtype torch.float64, expected torch.float32"),
+        ("float64_obs", r"BadEpisodeEnv.step: 'obs' has dtype torch.float64, expected torch.float32"),
+        ("reset_shape", r"BadEpisodeEnv.reset: 'obs' has shape \(16, 2\), expected \(16, 1\)"),
+        ("reset_batch", r"BadEpisodeEnv.reset: 'obs' has shape \(17, 1\), expected \(16, 1\)"),
+        ("reset_dtype", r"BadEpisodeEnv.reset: 'obs' has dtype torch.float64, expected torch.float32"),
+    ],
+)
+def test_bad_episodic_env_output_names_key_expected_and_given(bad, match):
+    """issue 11: these were accepted (or failed inside the model's matmul)."""
+    algo = PPO(BadEpisodeEnv, env_kwargs={"bad": bad}, **SMALL)
+    with pytest.raises(EnvOutputError, match=match):
+        algo.collect()
+
+
+def test_evaluate_checks_the_reset_output():
+    algo = PPO(EpisodeEnv, **SMALL)
+    with pytest.raises(EnvOutputError, match=r"BadEpisodeEnv.reset: 'obs' has shape \(4, 2\), expected \(4, 1\)"):
+        algo.evaluate(BadEpisodeEnv(4, bad="reset_shape"))
+
+
 def test_nan_observation_reports_env_and_step():
     algo = PPO(CountingEnv, env_kwargs={"bad": "nan"}, **SMALL)
     with pytest.raises(EnvOutputError, match=r"non-finite values .* in 'obs' at \(env 3, step 5\)"):
