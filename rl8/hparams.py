@@ -15,9 +15,14 @@ from typing import Any, Literal
 
 import torch
 
+from .distributions import Distribution
+from .models import Model
 from .schedules import Schedule
 
 __all__ = ["HParams"]
+
+# Seeds are stored as int64 (tensors, checkpoints) and handed to torch.manual_seed.
+_MAX_SEED = 2**63 - 1
 
 # Minibatches per pass by default (CleanRL's ``num_minibatches``); at the default batch shape
 # (256 envs x 32 steps) minibatches of 2048 transitions.
@@ -73,7 +78,7 @@ class HParams:
         vf_coeff: Weight of the value loss in the total loss.
         entropy_coeff: Weight of the entropy bonus (constant unless a schedule is given).
         entropy_coeff_schedule: ``[(env_steps, coeff), ...]`` overriding ``entropy_coeff``.
-        lr: Learning rate of the optimizer (constant unless a schedule is given).
+        lr: Learning rate of the optimizer, finite and > 0 (constant unless a schedule is given).
         lr_schedule: ``[(env_steps, lr), ...]`` overriding ``lr``.
         schedule_kind: ``"step"`` or ``"linear"`` interpolation of both schedules.
         target_kl_div: Stop the update's remaining minibatches once the approximate KL
@@ -86,14 +91,18 @@ class HParams:
             optimizer step per pass (instead of one per minibatch).
         enable_amp: Mixed precision: bfloat16 autocast on CPU, float16 with a gradient
             scaler on CUDA.
-        optimizer_cls: Optimizer class or its dotted path (``"torch.optim.Adam"``).
+        optimizer_cls: A ``torch.optim.Optimizer`` subclass or its dotted path
+            (``"torch.optim.Adam"``).
         optimizer_kwargs: Extra keyword arguments of the optimizer (``lr`` is set from
             ``lr``). Default: Adam's ``eps=1e-5`` as in the 37 details.
-        model_cls: Model class (see :mod:`rl8.models`) or ``None`` for the default.
+        model_cls: A :class:`rl8.Model` subclass (see :mod:`rl8.models`), its dotted path, or
+            ``None`` for the default.
         model_config: Keyword arguments of the model class.
-        distribution_cls: Distribution class or ``None`` for the one the action space implies.
+        distribution_cls: A :class:`rl8.Distribution` subclass, its dotted path, or ``None``
+            for the one the action space implies.
         device: ``"auto"`` (CUDA when available, else CPU) or an explicit torch device.
-        seed: Seed of torch's RNG and the envs; ``None`` draws one from the OS.
+        seed: Seed of torch's RNG and the envs, an int in [0, 2**63 - 1]; ``None`` draws one
+            from the OS.
         env_config: Env parameters applied at every env reset (see ``Env.reset``).
         env_kwargs: Extra keyword arguments for the env's constructor.
         check_finite_collects: Check observations and rewards for NaN/inf during this many
@@ -272,7 +281,7 @@ class HParams:
         for name in ("clip_param", "lr"):
             v = getattr(self, name)
             if not is_num(v) or v <= 0:
-                bad(name, "a number > 0")
+                bad(name, "a finite number > 0")
         if self.dual_clip_param is not None and (not is_num(self.dual_clip_param) or self.dual_clip_param <= 1):
             bad("dual_clip_param", "a number > 1 or None")
         for name in ("vf_clip_param", "target_kl_div", "max_grad_norm"):
@@ -306,8 +315,18 @@ class HParams:
                 bad(name, "a dict")
         if "lr" in self.optimizer_kwargs:
             raise ValueError("hparam optimizer_kwargs: set the learning rate with lr=..., not optimizer_kwargs['lr']")
-        if not (isinstance(self.optimizer_cls, str) or isinstance(self.optimizer_cls, type)):
-            bad("optimizer_cls", "an optimizer class or a dotted path such as 'torch.optim.Adam'")
+        # Classes given as objects are checked here; dotted paths when they are resolved.
+        for name, base, expected in (
+            ("optimizer_cls", torch.optim.Optimizer,
+             "a torch.optim.Optimizer subclass or a dotted path such as 'torch.optim.Adam'"),
+            ("model_cls", Model, "an rl8.Model subclass, a dotted path to one, or None"),
+            ("distribution_cls", Distribution, "an rl8.Distribution subclass, a dotted path to one, or None"),
+        ):
+            v = getattr(self, name)
+            if (v is None and name != "optimizer_cls") or isinstance(v, str):
+                continue
+            if not (isinstance(v, type) and issubclass(v, base)):
+                bad(name, expected)
         if not isinstance(self.device, (str, torch.device)):
             bad("device", "'auto', 'cpu', 'cuda', 'cuda:N' or a torch.device")
         if self.device != "auto":
@@ -317,8 +336,8 @@ class HParams:
                 bad("device", "'auto', 'cpu', 'cuda', 'cuda:N' or a torch.device")
             if dev.type == "cuda" and not torch.cuda.is_available():
                 bad("device", "a device that exists ('cuda' was asked for, but CUDA is not available)")
-        if self.seed is not None and not is_int(self.seed):
-            bad("seed", "an int or None")
+        if self.seed is not None and (not is_int(self.seed) or not 0 <= self.seed <= _MAX_SEED):
+            bad("seed", "an int in [0, 2**63 - 1] or None")
         if not is_int(self.check_finite_collects) or self.check_finite_collects < -1:
             bad("check_finite_collects", "an int >= -1")
         if self.seq_len is not None:

@@ -666,3 +666,62 @@ def test_hparams_stored_by_rl8_1_0_still_load():
     restored.load_state_dict(state)
     assert restored.minibatch_size == 2048 and algo.minibatch_size == 1024
     restored.step()
+
+
+# --------------------------------------------------------------------------------------------
+# hyper-parameters that used to fail deep inside torch
+
+
+def test_bad_model_config_names_the_option():
+    with pytest.raises(ValueError, match=r"model_config hiddens: expected a sequence of ints >= 1, got -5"):
+        PPO(CartPole, model_config={"hiddens": -5}, **SMALL)
+    with pytest.raises(ValueError, match=r"model_config hiddens: expected a sequence of ints >= 1, got \[64, 1.5\]"):
+        PPO(CartPole, model_config={"hiddens": [64, 1.5]}, **SMALL)
+
+
+def test_bad_optimizer_kwargs_name_the_field():
+    with pytest.raises(ValueError) as err:
+        PPO(CartPole, optimizer_kwargs={"betas": "x"}, **SMALL)
+    message = str(err.value)
+    assert message.startswith("hparam optimizer_kwargs: torch.optim.adam.Adam refused {'betas': 'x'} (")
+    assert "expected its keyword arguments: betas=(0.9, 0.999), eps=1e-08" in message
+    with pytest.raises(ValueError, match=r"optimizer_kwargs: .*SGD refused \{'nesterov': True\}"):
+        PPO(CartPole, optimizer_cls=torch.optim.SGD, optimizer_kwargs={"nesterov": True}, **SMALL)
+
+
+def test_a_buffer_larger_than_memory_is_refused_before_allocating():
+    with pytest.raises(ValueError, match=r"hparam num_envs, horizon: a rollout buffer of num_envs=1000000000000 envs "
+                       r"x \(horizon=1 \+ 1\) steps needs about \d+ bytes .*; cpu has \d+ bytes .* in all"):
+        PPO(CartPole, num_envs=10**12, horizon=1)
+
+
+def test_the_buffer_estimate_counts_the_spaces(monkeypatch):
+    import rl8.ppo
+
+    # 16 envs x 9 steps: CartPole obs + final_obs 2 * 16 B, action 8 B, 12 B, flags 2 B
+    need = 16 * 9 * (32 + 8 + 12 + 2)
+    monkeypatch.setattr(rl8.ppo, "_device_memory", lambda device: need - 1)
+    with pytest.raises(ValueError, match=rf"needs about {need} bytes"):
+        PPO(CartPole, **SMALL)
+    monkeypatch.setattr(rl8.ppo, "_device_memory", lambda device: need)
+    PPO(CartPole, **SMALL)
+
+
+def test_a_failed_allocation_names_num_envs_horizon_and_bytes(monkeypatch):
+    import rl8.ppo
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate "
+                           "memory: you tried to allocate 123 bytes.")
+
+    monkeypatch.setattr(rl8.ppo, "RolloutBuffer", fail)
+    with pytest.raises(ValueError, match=r"num_envs=16 envs x \(horizon=8 \+ 1\) steps needs about \d+ bytes .*"
+                       r"allocating memory failed \(.*can't allocate memory: you tried to allocate 123 bytes.\)"):
+        PPO(CartPole, **SMALL)
+
+    def other(*args, **kwargs):
+        raise RuntimeError("something else")
+
+    monkeypatch.setattr(rl8.ppo, "RolloutBuffer", other)
+    with pytest.raises(RuntimeError, match="^something else$"):
+        PPO(CartPole, **SMALL)
