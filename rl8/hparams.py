@@ -67,8 +67,8 @@ class HParams:
             ``num_minibatches`` equal minibatches.
         num_minibatches: With ``sgd_minibatch_size="auto"``: minibatches per pass; must
             divide the number of samples (transitions, or sequences for recurrent models).
-            ``None`` (default): 4, as in CleanRL, or the largest count below 4 that divides
-            the samples (1: the whole buffer), so that every batch shape works.
+            ``None`` (default): 4, as in CleanRL's ``ppo.py``, or the largest count below 4
+            that divides the samples (1: the whole buffer), so that every batch shape works.
         shuffle_minibatches: Draw minibatches from a fresh random permutation every pass.
         clip_param: PPO's ratio clip epsilon (> 0).
         dual_clip_param: Dual-clip constant c > 1 (Ye et al., 2020) bounding the loss of
