@@ -1,7 +1,7 @@
 """Cost of MLflow tracking per training step: ``Trainer.step`` vs bare ``collect() + step()``.
 
-Workload: ``PPO(CartPole, num_envs=512, horizon=32)``, the other hyper-parameters PPO's
-defaults, tracking to a local SQLite store (``sqlite:///<tmp>/mlflow.db``) with the
+Workload: ``PPO(CartPole, num_envs=512, horizon=32, sgd_minibatch_size=2048)``, the other
+hyper-parameters PPO's defaults, tracking to a local SQLite store (``sqlite:///<tmp>/mlflow.db``) with the
 Trainer's defaults: metrics sent from a background thread, one ``log_batch`` per step, or
 several steps per request when the Tracker offers ``log_metrics_many`` (recorded in
 ``extra_info["tracker_batches_steps"]``). A request of ~40 metrics costs ~8 ms of CPU, ~5 ms of
@@ -49,7 +49,7 @@ def two_torch_threads():
 
 
 def test_tracking_overhead_per_step(benchmark, tmp_path):
-    algo = PPO(CartPole, num_envs=512, horizon=32, seed=0)
+    algo = PPO(CartPole, num_envs=512, horizon=32, sgd_minibatch_size=2048, seed=0)
     trainer = Trainer(
         algo,
         experiment="bench-tracking",

@@ -16,7 +16,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from .spaces import space_dtype, space_shape
 
-__all__ = ["Env", "EnvOutputError", "validate_step_output", "find_nonfinite"]
+__all__ = ["Env", "EnvOutputError", "validate_step_output", "validate_reset_output", "find_nonfinite"]
 
 
 class EnvOutputError(ValueError):
@@ -213,37 +213,37 @@ class Env(ABC):
         )
 
 
-def _check_value(
-    name: str, value: Any, space: spaces.Space, num_envs: int, env_name: str
-) -> None:
+def _check_value(name: str, value: Any, space: spaces.Space, num_envs: int, where: str) -> None:
+    """Check one observation-like value against ``space`` batched ``num_envs`` times.
+
+    ``where`` starts every message (``"CartPole.step"``, ``"CartPole.reset"``).
+    """
     if isinstance(space, spaces.Dict):
         if not isinstance(value, TensorDictBase):
             raise EnvOutputError(
-                f"{env_name}.step: {name!r} must be a TensorDict for a Dict observation space, "
+                f"{where}: {name!r} must be a TensorDict for a Dict observation space, "
                 f"got {type(value).__name__}"
             )
         for key, sub in space.spaces.items():
             if key not in value.keys():
                 raise EnvOutputError(
-                    f"{env_name}.step: missing key {name}[{key!r}]; expected keys "
+                    f"{where}: missing key {name}[{key!r}]; expected keys "
                     f"{sorted(space.spaces)}, got {sorted(value.keys())}"
                 )
-            _check_value(f"{name}[{key!r}]", value[key], sub, num_envs, env_name)
+            _check_value(f"{name}[{key!r}]", value[key], sub, num_envs, where)
         return
     if not isinstance(value, torch.Tensor):
-        raise EnvOutputError(
-            f"{env_name}.step: {name!r} must be a torch.Tensor, got {type(value).__name__}"
-        )
+        raise EnvOutputError(f"{where}: {name!r} must be a torch.Tensor, got {type(value).__name__}")
     expected = (num_envs, *space_shape(space))
     if tuple(value.shape) != expected:
-        raise EnvOutputError(
-            f"{env_name}.step: {name!r} has shape {tuple(value.shape)}, expected {expected}"
-        )
+        raise EnvOutputError(f"{where}: {name!r} has shape {tuple(value.shape)}, expected {expected}")
     want = space_dtype(space)
-    if want.is_floating_point != value.dtype.is_floating_point:
-        raise EnvOutputError(
-            f"{env_name}.step: {name!r} has dtype {value.dtype}, expected {want}"
-        )
+    # float values must have the buffer's dtype exactly (a float64 obs in a float32 space would
+    # be cast silently); integer spaces accept any integer dtype
+    if want.is_floating_point != value.dtype.is_floating_point or (
+        want.is_floating_point and value.dtype != want
+    ):
+        raise EnvOutputError(f"{where}: {name!r} has dtype {value.dtype}, expected {want}")
 
 
 def new_tensordict(
@@ -264,7 +264,9 @@ def validate_step_output(out: Any, env: Env) -> None:
     """Check one ``step`` output against the contract; raise :class:`EnvOutputError` if broken.
 
     Checks the type, the batch size, the presence of ``obs`` and ``rewards``, the shape and
-    dtype of every key, and that ``final_obs`` comes with ``terminated`` or ``truncated``.
+    dtype of every key (``rewards`` float32, float observations the space's dtype), that an
+    episodic env returns both ``terminated`` and ``truncated``, and that ``final_obs`` comes
+    with them.
 
     Args:
         out: What ``env.step`` returned.
@@ -284,15 +286,15 @@ def validate_step_output(out: Any, env: Env) -> None:
             raise EnvOutputError(
                 f"{name}.step: missing key {key!r}; the step output has keys {sorted(keys)}"
             )
-    _check_value("obs", out["obs"], env.observation_space, n, name)
+    _check_value("obs", out["obs"], env.observation_space, n, f"{name}.step")
     rewards = out["rewards"]
     if tuple(rewards.shape) != (n, 1):
         raise EnvOutputError(
             f"{name}.step: 'rewards' has shape {tuple(rewards.shape)}, expected ({n}, 1)"
         )
-    if not rewards.is_floating_point():
+    if rewards.dtype != torch.float32:
         raise EnvOutputError(
-            f"{name}.step: 'rewards' has dtype {rewards.dtype}, expected a floating dtype"
+            f"{name}.step: 'rewards' has dtype {rewards.dtype}, expected torch.float32"
         )
     for key in ("terminated", "truncated"):
         if key in keys:
@@ -310,7 +312,7 @@ def validate_step_output(out: Any, env: Env) -> None:
             raise EnvOutputError(
                 f"{name}.step: 'final_obs' is given without 'terminated' or 'truncated'"
             )
-        _check_value("final_obs", out["final_obs"], env.observation_space, n, name)
+        _check_value("final_obs", out["final_obs"], env.observation_space, n, f"{name}.step")
     elif "truncated" in keys:
         raise EnvOutputError(
             f"{name}.step: 'truncated' is given without 'final_obs'; truncated steps bootstrap "
@@ -322,6 +324,14 @@ def validate_step_output(out: Any, env: Env) -> None:
             f"{name}.step: the env declares episodic=True but returned neither 'terminated' "
             "nor 'truncated'"
         )
+    if env.episodic:
+        for key in ("terminated", "truncated"):
+            if key not in keys:
+                raise EnvOutputError(
+                    f"{name}.step: missing key {key!r}; an episodic env returns both "
+                    f"'terminated' and 'truncated' ([{n}, 1] bool, all False where it never "
+                    f"ends that way), got keys {sorted(keys)}"
+                )
     if not env.episodic and has_flags:
         raise EnvOutputError(
             f"{name}.step: returned 'terminated'/'truncated' but the env declares "
@@ -333,6 +343,25 @@ def validate_step_output(out: Any, env: Env) -> None:
             f"{name}.step: unknown keys {sorted(unknown)}; allowed: obs, rewards, terminated, "
             "truncated, final_obs, info"
         )
+
+
+def validate_reset_output(obs: Any, env: Env) -> None:
+    """Check what ``env.reset`` returned; raise :class:`EnvOutputError` if it breaks the contract.
+
+    The observations must be a tensor of shape ``[num_envs, *observation_space.shape]`` with
+    the space's dtype (a TensorDict with batch size ``[num_envs]`` for ``Dict`` spaces).
+
+    Args:
+        obs: What ``env.reset`` returned.
+        env: The env that returned it.
+    """
+    where = f"{type(env).__name__}.reset"
+    n = env.num_envs
+    if isinstance(obs, TensorDictBase) and tuple(obs.batch_size) != (n,):
+        raise EnvOutputError(
+            f"{where}: TensorDict batch_size is {tuple(obs.batch_size)}, expected ({n},)"
+        )
+    _check_value("obs", obs, env.observation_space, n, where)
 
 
 def find_nonfinite(value: torch.Tensor | TensorDictBase, batch_dims: int = 1) -> torch.Tensor | None:

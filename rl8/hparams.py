@@ -15,9 +15,36 @@ from typing import Any, Literal
 
 import torch
 
+from .distributions import Distribution
+from .models import Model
 from .schedules import Schedule
 
 __all__ = ["HParams"]
+
+# Seeds are stored as int64 (tensors, checkpoints) and handed to torch.manual_seed.
+_MAX_SEED = 2**63 - 1
+
+# Minibatches per pass by default (CleanRL's ``num_minibatches``); at the default batch shape
+# (256 envs x 32 steps) minibatches of 2048 transitions.
+_DEFAULT_NUM_MINIBATCHES = 4
+
+
+def _divisors(n: int) -> list[int]:
+    """The divisors of ``n >= 1``, ascending."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]
+
+
+def _nearest_divisors(n: int, value: float) -> list[int]:
+    """The divisors of ``n`` closest to ``value`` from below and from above (one or two)."""
+    divisors = _divisors(n)
+    below = [d for d in divisors if d < value]
+    above = [d for d in divisors if d > value]
+    return [*below[-1:], *above[:1]]
+
+
+def _or(values: Any) -> str:
+    return " or ".join(str(v) for v in values)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,8 +61,14 @@ class HParams:
         gamma: Discount factor in [0, 1].
         gae_lambda: GAE's lambda in [0, 1].
         num_sgd_iters: Passes (epochs) over the buffer per update.
-        sgd_minibatch_size: Transitions per minibatch; must divide ``num_envs * horizon``.
-            ``None``: the whole buffer as one minibatch.
+        sgd_minibatch_size: Transitions per minibatch; must divide ``num_envs * horizon``
+            (and, for recurrent models, be a multiple of the sequence length). ``None``: the
+            whole buffer as one minibatch. ``"auto"`` (default): the buffer split into
+            ``num_minibatches`` equal minibatches.
+        num_minibatches: With ``sgd_minibatch_size="auto"``: minibatches per pass; must
+            divide the number of samples (transitions, or sequences for recurrent models).
+            ``None`` (default): 4, as in CleanRL's ``ppo.py``, or the largest count below 4
+            that divides the samples (1: the whole buffer), so that every batch shape works.
         shuffle_minibatches: Draw minibatches from a fresh random permutation every pass.
         clip_param: PPO's ratio clip epsilon (> 0).
         dual_clip_param: Dual-clip constant c > 1 (Ye et al., 2020) bounding the loss of
@@ -45,7 +78,7 @@ class HParams:
         vf_coeff: Weight of the value loss in the total loss.
         entropy_coeff: Weight of the entropy bonus (constant unless a schedule is given).
         entropy_coeff_schedule: ``[(env_steps, coeff), ...]`` overriding ``entropy_coeff``.
-        lr: Learning rate of the optimizer (constant unless a schedule is given).
+        lr: Learning rate of the optimizer, finite and > 0 (constant unless a schedule is given).
         lr_schedule: ``[(env_steps, lr), ...]`` overriding ``lr``.
         schedule_kind: ``"step"`` or ``"linear"`` interpolation of both schedules.
         target_kl_div: Stop the update's remaining minibatches once the approximate KL
@@ -58,14 +91,18 @@ class HParams:
             optimizer step per pass (instead of one per minibatch).
         enable_amp: Mixed precision: bfloat16 autocast on CPU, float16 with a gradient
             scaler on CUDA.
-        optimizer_cls: Optimizer class or its dotted path (``"torch.optim.Adam"``).
+        optimizer_cls: A ``torch.optim.Optimizer`` subclass or its dotted path
+            (``"torch.optim.Adam"``).
         optimizer_kwargs: Extra keyword arguments of the optimizer (``lr`` is set from
             ``lr``). Default: Adam's ``eps=1e-5`` as in the 37 details.
-        model_cls: Model class (see :mod:`rl8.models`) or ``None`` for the default.
+        model_cls: A :class:`rl8.Model` subclass (see :mod:`rl8.models`), its dotted path, or
+            ``None`` for the default.
         model_config: Keyword arguments of the model class.
-        distribution_cls: Distribution class or ``None`` for the one the action space implies.
+        distribution_cls: A :class:`rl8.Distribution` subclass, its dotted path, or ``None``
+            for the one the action space implies.
         device: ``"auto"`` (CUDA when available, else CPU) or an explicit torch device.
-        seed: Seed of torch's RNG and the envs; ``None`` draws one from the OS.
+        seed: Seed of torch's RNG and the envs, an int in [0, 2**63 - 1]; ``None`` draws one
+            from the OS.
         env_config: Env parameters applied at every env reset (see ``Env.reset``).
         env_kwargs: Extra keyword arguments for the env's constructor.
         check_finite_collects: Check observations and rewards for NaN/inf during this many
@@ -82,7 +119,8 @@ class HParams:
     gamma: float = 0.99
     gae_lambda: float = 0.95
     num_sgd_iters: int = 8
-    sgd_minibatch_size: int | None = 2048
+    sgd_minibatch_size: int | Literal["auto"] | None = "auto"
+    num_minibatches: int | None = None
     shuffle_minibatches: bool = True
     clip_param: float = 0.2
     dual_clip_param: float | None = None
@@ -139,8 +177,56 @@ class HParams:
 
     @property
     def minibatch_size(self) -> int:
-        """Transitions per minibatch (the whole buffer when ``sgd_minibatch_size`` is None)."""
-        return self.sgd_minibatch_size or self.batch_size
+        """Transitions per minibatch of a feedforward model (see :meth:`minibatch_size_for`)."""
+        return self.minibatch_size_for(1)
+
+    def minibatch_size_for(self, seq_len: int) -> int:
+        """Transitions per minibatch when the samples are sequences of ``seq_len`` steps.
+
+        Args:
+            seq_len: Steps per training sample: 1 for feedforward models, the sequence length
+                for recurrent ones (it divides ``horizon``).
+
+        Returns:
+            ``sgd_minibatch_size`` when it is an int, the whole buffer when it is ``None``,
+            else ``batch_size`` divided by the number of minibatches (``num_minibatches``, or
+            the default count, see :class:`HParams`). A size that does not fit the samples is
+            a ``ValueError`` that lists the nearest valid values.
+        """
+        samples = self.batch_size // seq_len
+        if self.sgd_minibatch_size is None:
+            return self.batch_size
+        if self.sgd_minibatch_size != "auto":
+            size = self.sgd_minibatch_size
+            if size % seq_len or samples % (size // seq_len):
+                nearest = _nearest_divisors(samples, size / seq_len)
+                what = f"a divisor of num_envs * horizon = {self._batch_formula()}"
+                if seq_len > 1:
+                    what = (
+                        f"a multiple of seq_len={seq_len} (a recurrent model trains on whole "
+                        f"sequences) that divides num_envs * horizon = {self._batch_formula()}"
+                    )
+                raise ValueError(
+                    f"hparam sgd_minibatch_size: expected {what}, got {size}; nearest valid: "
+                    f"{_or(d * seq_len for d in nearest)} (or leave it at 'auto' and set "
+                    "num_minibatches)"
+                )
+            return size
+        if self.num_minibatches is None:
+            count = max(d for d in _divisors(samples) if d <= _DEFAULT_NUM_MINIBATCHES)
+        else:
+            count = self.num_minibatches
+            if samples % count:
+                unit = "transitions" if seq_len == 1 else f"sequences of seq_len={seq_len} steps"
+                raise ValueError(
+                    f"hparam num_minibatches: expected a divisor of the {samples} {unit} in the "
+                    f"buffer (num_envs * horizon = {self._batch_formula()}), got {count}; "
+                    f"nearest valid: {_or(_nearest_divisors(samples, count))}"
+                )
+        return self.batch_size // count
+
+    def _batch_formula(self) -> str:
+        return f"{self.num_envs} * {self.horizon} = {self.batch_size}"
 
     def resolved_device(self) -> torch.device:
         """The torch device: ``"auto"`` is CUDA when available, else CPU."""
@@ -180,18 +266,22 @@ class HParams:
             v = getattr(self, name)
             if not is_num(v) or not 0.0 <= v <= 1.0:
                 bad(name, "a number in [0, 1]")
-        if self.sgd_minibatch_size is not None:
-            if not is_int(self.sgd_minibatch_size) or self.sgd_minibatch_size < 1:
-                bad("sgd_minibatch_size", "an int >= 1 or None")
-            if self.batch_size % self.sgd_minibatch_size:
+        size = self.sgd_minibatch_size
+        if size is not None and size != "auto" and (not is_int(size) or size < 1):
+            bad("sgd_minibatch_size", "an int >= 1, 'auto' or None")
+        if self.num_minibatches is not None:
+            if not is_int(self.num_minibatches) or self.num_minibatches < 1:
+                bad("num_minibatches", "an int >= 1 or None")
+            if size != "auto":
                 raise ValueError(
-                    f"hparam sgd_minibatch_size: expected a divisor of num_envs * horizon = "
-                    f"{self.num_envs} * {self.horizon} = {self.batch_size}, got {self.sgd_minibatch_size}"
+                    f"hparam num_minibatches: only applies with sgd_minibatch_size='auto', but "
+                    f"sgd_minibatch_size={size!r} was given; set one of the two"
                 )
+        self.minibatch_size_for(1)  # a size or count that does not divide the buffer
         for name in ("clip_param", "lr"):
             v = getattr(self, name)
             if not is_num(v) or v <= 0:
-                bad(name, "a number > 0")
+                bad(name, "a finite number > 0")
         if self.dual_clip_param is not None and (not is_num(self.dual_clip_param) or self.dual_clip_param <= 1):
             bad("dual_clip_param", "a number > 1 or None")
         for name in ("vf_clip_param", "target_kl_div", "max_grad_norm"):
@@ -225,8 +315,18 @@ class HParams:
                 bad(name, "a dict")
         if "lr" in self.optimizer_kwargs:
             raise ValueError("hparam optimizer_kwargs: set the learning rate with lr=..., not optimizer_kwargs['lr']")
-        if not (isinstance(self.optimizer_cls, str) or isinstance(self.optimizer_cls, type)):
-            bad("optimizer_cls", "an optimizer class or a dotted path such as 'torch.optim.Adam'")
+        # Classes given as objects are checked here; dotted paths when they are resolved.
+        for name, base, expected in (
+            ("optimizer_cls", torch.optim.Optimizer,
+             "a torch.optim.Optimizer subclass or a dotted path such as 'torch.optim.Adam'"),
+            ("model_cls", Model, "an rl8.Model subclass, a dotted path to one, or None"),
+            ("distribution_cls", Distribution, "an rl8.Distribution subclass, a dotted path to one, or None"),
+        ):
+            v = getattr(self, name)
+            if (v is None and name != "optimizer_cls") or isinstance(v, str):
+                continue
+            if not (isinstance(v, type) and issubclass(v, base)):
+                bad(name, expected)
         if not isinstance(self.device, (str, torch.device)):
             bad("device", "'auto', 'cpu', 'cuda', 'cuda:N' or a torch.device")
         if self.device != "auto":
@@ -236,8 +336,8 @@ class HParams:
                 bad("device", "'auto', 'cpu', 'cuda', 'cuda:N' or a torch.device")
             if dev.type == "cuda" and not torch.cuda.is_available():
                 bad("device", "a device that exists ('cuda' was asked for, but CUDA is not available)")
-        if self.seed is not None and not is_int(self.seed):
-            bad("seed", "an int or None")
+        if self.seed is not None and (not is_int(self.seed) or not 0 <= self.seed <= _MAX_SEED):
+            bad("seed", "an int in [0, 2**63 - 1] or None")
         if not is_int(self.check_finite_collects) or self.check_finite_collects < -1:
             bad("check_finite_collects", "an int >= -1")
         if self.seq_len is not None:

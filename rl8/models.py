@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import numbers
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -154,6 +155,16 @@ def resolve_activation(activation: str | type[nn.Module]) -> type[nn.Module]:
     return ACTIVATIONS[activation]
 
 
+def check_widths(name: str, value: Any) -> tuple[int, ...]:
+    """Layer widths given in ``model_config[name]`` as a tuple of ints, or a ``ValueError``
+    naming the option, the expected and the given value."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or any(
+        isinstance(h, bool) or not isinstance(h, numbers.Integral) or h < 1 for h in value
+    ):
+        raise ValueError(f"model_config {name}: expected a sequence of ints >= 1, got {value!r}")
+    return tuple(int(h) for h in value)
+
+
 def _mlp(sizes: Sequence[int], activation: type[nn.Module], ortho_init: bool) -> list[nn.Module]:
     layers: list[nn.Module] = []
     for i in range(len(sizes) - 1):
@@ -248,15 +259,13 @@ class MLPModel(Model):
         init_log_std: float = 0.0,
         ortho_init: bool = True,
     ) -> None:
+        hiddens = check_widths("hiddens", hiddens)
         super().__init__(
             observation_space, action_space, distribution_cls,
-            hiddens=tuple(hiddens), activation=activation, shared=shared,
+            hiddens=hiddens, activation=activation, shared=shared,
             state_dependent_std=state_dependent_std, init_log_std=init_log_std, ortho_init=ortho_init,
         )
         act = resolve_activation(activation)
-        hiddens = [int(h) for h in hiddens]
-        if any(h < 1 for h in hiddens):
-            raise ValueError(f"model_config hiddens: expected positive widths, got {hiddens}")
         in_features = flat_observation_size(observation_space)
         head_size = self.init_policy_head(state_dependent_std, init_log_std)
         sizes = [in_features, *hiddens]

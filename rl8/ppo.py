@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import inspect
+import math
+import os
 import secrets
 from collections.abc import Callable
 from typing import Any
@@ -18,17 +21,77 @@ from tensordict import TensorDictBase
 
 from .buffer import RolloutBuffer, compute_gae
 from .distributed import DistContext, derive_seed
-from .env import Env, EnvOutputError, find_nonfinite, validate_step_output
+from .env import Env, EnvOutputError, find_nonfinite, validate_reset_output, validate_step_output
 from .hparams import HParams
 from .losses import ppo_loss
 from .normalization import RewardNormalizer
 from .policy import Policy
+from .spaces import zeros_like_space
 
 __all__ = ["PPO", "make_env"]
 
 # Observations up to this size per step (all envs) are kept through a collect and stacked into
 # the buffer once; bigger ones (images) are copied step by step, not held horizon times over.
 _STACKED_OBS_MAX_BYTES = 1 << 20
+
+
+# Bytes of one buffer slot (one env, one step) whatever the spaces: the float32 log-prob,
+# value and reward.
+_MIN_SLOT_BYTES = 12
+
+
+def _device_memory(device: torch.device) -> int | None:
+    """Total memory of ``device`` in bytes, or ``None`` where it cannot be told."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[1]
+    if device.type == "cpu" and hasattr(os, "sysconf"):
+        try:
+            return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (ValueError, OSError):
+            return None
+    return None
+
+
+def _space_bytes(space: Any) -> int:
+    """Bytes of one value of ``space`` as rl8 stores it."""
+    value = zeros_like_space(space, [1])
+    tensors = value.values(True, True) if isinstance(value, TensorDictBase) else [value]
+    return sum(t.nbytes for t in tensors)
+
+
+def _buffer_size_error(hp: HParams, need: int, problem: str) -> ValueError:
+    return ValueError(
+        f"hparam num_envs, horizon: a rollout buffer of num_envs={hp.num_envs} envs x "
+        f"(horizon={hp.horizon} + 1) steps needs about {need} bytes ({need / 2**30:.1f} GiB); "
+        f"{problem}. Use fewer envs or a shorter horizon"
+    )
+
+
+def _check_buffer_fits(hp: HParams, device: torch.device, slot_bytes: int) -> None:
+    """Refuse, before allocating anything, a buffer of ``slot_bytes`` per env and step that
+    is larger than the whole memory of ``device`` (it could never be allocated)."""
+    need = hp.num_envs * (hp.horizon + 1) * slot_bytes
+    total = _device_memory(device)
+    if total is not None and need > total:
+        raise _buffer_size_error(hp, need, f"{device} has {total} bytes ({total / 2**30:.1f} GiB) in all")
+
+
+@contextlib.contextmanager
+def _allocation(hp: HParams, slot_bytes: int):
+    """Re-raise a failed allocation (torch's allocators, ``MemoryError``) as an error naming
+    ``num_envs``, ``horizon`` and the bytes of the buffer; other errors pass unchanged."""
+    try:
+        yield
+    except (MemoryError, RuntimeError) as err:
+        text = str(err).strip()
+        out_of_memory = isinstance(err, (MemoryError, torch.cuda.OutOfMemoryError)) or (
+            "can't allocate memory" in text or "out of memory" in text
+        )
+        if not out_of_memory:
+            raise
+        reason = text.splitlines()[-1] if text else type(err).__name__
+        need = hp.num_envs * (hp.horizon + 1) * slot_bytes
+        raise _buffer_size_error(hp, need, f"allocating memory failed ({reason})") from err
 
 
 def _resolve(obj: Any, field: str) -> Any:
@@ -153,6 +216,18 @@ def _qualname(obj: Any) -> Any:
     return obj
 
 
+def _keyword_defaults(cls: type) -> str:
+    """``name=default`` of the keyword arguments of ``cls`` (an optimizer: not params, lr)."""
+    try:
+        parameters = inspect.signature(cls).parameters.values()
+    except (TypeError, ValueError):
+        return "see its documentation"
+    return ", ".join(
+        f"{p.name}={p.default!r}" for p in parameters
+        if p.name not in ("params", "lr") and p.default is not inspect.Parameter.empty
+    )
+
+
 def _plain_hparams(hp: HParams) -> dict[str, Any]:
     """Hyper-parameters as plain values (classes as dotted paths), for checkpoints and MLflow."""
     out = {}
@@ -218,6 +293,8 @@ class PPO:
         policy: The :class:`~rl8.Policy` (model + distribution + normaliser).
         optimizer: The torch optimizer.
         buffer: The :class:`~rl8.buffer.RolloutBuffer`.
+        minibatch_size: Transitions per minibatch of an update (see
+            :meth:`HParams.minibatch_size_for <rl8.HParams.minibatch_size_for>`).
         env_steps: Env transitions collected so far (all envs together, of every rank in
             data-parallel training: schedules and ``env/steps`` count the whole job).
         env_resets: Times PPO reset all envs.
@@ -246,7 +323,9 @@ class PPO:
         self.env_seed = derive_seed(self.seed, self.dist.rank)
         torch.manual_seed(self.seed)
         self.env_spec = env
-        self.env = make_env(env, hp.num_envs, hp.horizon, device=self.device, env_kwargs=hp.env_kwargs)
+        _check_buffer_fits(hp, self.device, _MIN_SLOT_BYTES)  # before the env allocates per env
+        with _allocation(hp, _MIN_SLOT_BYTES):
+            self.env = make_env(env, hp.num_envs, hp.horizon, device=self.device, env_kwargs=hp.env_kwargs)
         self.policy = Policy(
             self.env.observation_space,
             self.env.action_space,
@@ -270,7 +349,13 @@ class PPO:
             # One fused kernel per parameter group instead of a loop of small ops: the same
             # maths, several times faster for the small networks PPO uses.
             optimizer_kwargs["fused"] = self.device.type in ("cpu", "cuda")
-        self.optimizer = optimizer_cls(self.policy.parameters(), lr=hp.lr, **optimizer_kwargs)
+        try:
+            self.optimizer = optimizer_cls(self.policy.parameters(), lr=hp.lr, **optimizer_kwargs)
+        except (TypeError, ValueError) as err:
+            raise ValueError(
+                f"hparam optimizer_kwargs: {_qualname(optimizer_cls)} refused {hp.optimizer_kwargs!r} "
+                f"({err}); expected its keyword arguments: {_keyword_defaults(optimizer_cls)}"
+            ) from err
         # Optimizer.zero_grad(set_to_none=True) only sets every grad to None, through enough
         # Python (profiler scope, group loops) to cost ~70 us per minibatch on cold caches;
         # a plain loop does the same when the optimizer class does not override it
@@ -280,26 +365,29 @@ class PPO:
         space = self.env.action_space
         self.recurrent = self.policy.recurrent
         self.seq_len = (hp.seq_len or hp.horizon) if self.recurrent else 1
-        if self.recurrent and hp.minibatch_size % self.seq_len:
-            raise ValueError(
-                f"hparam sgd_minibatch_size: a recurrent model trains on sequences of seq_len="
-                f"{self.seq_len} steps, so the minibatch size must be a multiple of it, got "
-                f"{hp.minibatch_size}"
-            )
+        # transitions per minibatch: whole sequences of seq_len steps for recurrent models
+        self.minibatch_size = hp.minibatch_size_for(self.seq_len)
         self._state = self.policy.initial_state(hp.num_envs)
         self._firsts = torch.zeros(hp.num_envs, dtype=torch.bool, device=self.device)
         self.sequences = 0
-        self.buffer = RolloutBuffer(
-            self.env.observation_space,
-            tuple(dist.raw_action_shape(space)),
-            dist.raw_action_dtype(space),
-            hp.num_envs,
-            hp.horizon,
-            device=self.device,
-            episodic=self.env.episodic,
-            state_example=self._state,
-            seq_len=self.seq_len,
+        action_shape, action_dtype = tuple(dist.raw_action_shape(space)), dist.raw_action_dtype(space)
+        slot_bytes = (  # obs (and final_obs, flags), action, log-prob, value, reward
+            _space_bytes(self.env.observation_space) * (2 if self.env.episodic else 1)
+            + math.prod(action_shape) * action_dtype.itemsize + _MIN_SLOT_BYTES + 2 * self.env.episodic
         )
+        _check_buffer_fits(hp, self.device, slot_bytes)
+        with _allocation(hp, slot_bytes):
+            self.buffer = RolloutBuffer(
+                self.env.observation_space,
+                action_shape,
+                action_dtype,
+                hp.num_envs,
+                hp.horizon,
+                device=self.device,
+                episodic=self.env.episodic,
+                state_example=self._state,
+                seq_len=self.seq_len,
+            )
         # views of the collected steps (column horizon holds only the last obs and value)
         h = hp.horizon
         self._rewards_view = self.buffer.data["rewards"][:, :h]
@@ -352,6 +440,7 @@ class PPO:
         config = {**self.hparams.env_config, **(env_config or {})}
         seed = self.env_seed if self.env_resets == 0 else None
         self._obs = self.env.reset(config=config or None, seed=seed)
+        validate_reset_output(self._obs, self.env)  # once per reset: cheap
         self.env_resets += 1
         self._episode_return.zero_()
         self._episode_length.zero_()
@@ -647,7 +736,7 @@ class PPO:
         entropy_coeff = self.entropy_coeff_schedule(self.env_steps)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        mb = hp.minibatch_size // seq_len
+        mb = self.minibatch_size // seq_len
         num_minibatches = batch // mb
         # per minibatch: the [policy, vf, kl, clip_fraction] monitors and the mean entropy;
         # per optimizer step: the grad norm (averaged once at the end: no ops per minibatch)
@@ -849,6 +938,7 @@ class PPO:
             self._obs = None  # the next training collect resets the envs
         config = {**hp.env_config, **(env_config or {})}
         obs = env.reset(config=config or None)
+        validate_reset_output(obs, env)
         steps = num_steps or hp.horizon
         n = env.num_envs
         rewards = torch.zeros(n, steps, device=self.device)

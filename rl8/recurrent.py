@@ -25,7 +25,9 @@ from gymnasium import spaces
 from tensordict import TensorDict, TensorDictBase
 from torch import Tensor, nn
 
-from .models import Model, _head, _mlp, flat_observation_size, flatten_observation, resolve_activation
+from .models import (
+    Model, _head, _mlp, check_widths, flat_observation_size, flatten_observation, resolve_activation,
+)
 
 __all__ = ["RecurrentModel", "LSTMModel", "GRUModel"]
 
@@ -122,17 +124,7 @@ class _RNNModel(RecurrentModel):
     ) -> None:
         hidden_size = _check_int("hidden_size", hidden_size, 1)
         num_layers = _check_int("num_layers", num_layers, 1)
-        if isinstance(encoder_hiddens, (str, bytes)) or not isinstance(encoder_hiddens, Sequence):
-            raise ValueError(
-                f"model_config encoder_hiddens: expected a sequence of ints >= 1, got {encoder_hiddens!r}"
-            )
-        encoder_hiddens = tuple(encoder_hiddens)
-        for h in encoder_hiddens:
-            if isinstance(h, bool) or not isinstance(h, numbers.Integral) or h < 1:
-                raise ValueError(
-                    f"model_config encoder_hiddens: expected a sequence of ints >= 1, got {list(encoder_hiddens)!r}"
-                )
-        encoder_hiddens = tuple(int(h) for h in encoder_hiddens)
+        encoder_hiddens = check_widths("encoder_hiddens", encoder_hiddens)
         super().__init__(
             observation_space, action_space, distribution_cls,
             hidden_size=hidden_size, num_layers=num_layers, encoder_hiddens=encoder_hiddens,

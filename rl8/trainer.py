@@ -598,6 +598,7 @@ class Trainer:
             ``False``: send them before :meth:`step` returns.
         metadata: Plain data (dicts, lists, numbers, strings) stored in every checkpoint, e.g.
             the config a run was started from (the ``rl8`` command stores its config here).
+            What a checkpoint cannot hold is a ``TypeError`` here, naming the entry.
         record_every: :meth:`run` records a video (:meth:`record`) at every this many-th
             evaluation (``algorithm/steps`` a multiple of ``steps_per_eval * record_every``), to
             ``checkpoint_dir/videos/eval-<env steps>.mp4``, logged as an MLflow artifact under
@@ -642,12 +643,23 @@ class Trainer:
         ):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ValueError(f"Trainer: {name} must be an int >= 1 or None, got {value!r}")
-        if progress not in (None, True, False):
+        if progress is not None and not isinstance(progress, bool):
             raise ValueError(f"Trainer: progress must be None, True or False, got {progress!r}")
         if isinstance(progress_every_s, bool) or not (
             isinstance(progress_every_s, (int, float)) and progress_every_s > 0
         ):
             raise ValueError(f"Trainer: progress_every_s must be a number of seconds > 0, got {progress_every_s!r}")
+        if not isinstance(async_logging, bool):
+            raise ValueError(f"Trainer: async_logging must be True or False, got {async_logging!r}")
+        if metadata is not None:
+            from .checkpoint import _check_loadable
+
+            if not isinstance(metadata, Mapping):
+                raise TypeError(f"Trainer: metadata must be a mapping or None, got {metadata!r}")
+            try:  # now, not when the first checkpoint is written
+                _check_loadable(dict(metadata), "metadata", set())
+            except TypeError as err:
+                raise TypeError(f"Trainer: metadata cannot be stored in a checkpoint: {err}") from None
         self.algo = algo
         self.env_spec = env_spec_string(algo.env_spec)
         self.experiment = experiment or _env_name(algo.env_spec)

@@ -93,6 +93,16 @@ def test_train_with_flags(tmp_path, capsys, mlflow_uri):
     assert fields["mlflow ui"] == f"mlflow ui --backend-store-uri {mlflow_uri}" or fields["mlflow ui"] == "mlflow ui"
 
 
+def test_train_a_small_batch_with_the_default_minibatch(capsys, mlflow_uri):
+    """docs/cli.md's example with num_envs=16 was refused (minibatch 2048 > 512 transitions)."""
+    argv = ["train", "--env", "CartPole-v1", "--set", "num_envs=16", "--set", "model_config.hiddens=[32,32]",
+            "--set", "num_sgd_iters=1", "--max-steps", "512", "--quiet"]  # fmt: skip
+    assert main(argv) == 0
+    run = MlflowClient(mlflow_uri).get_run(summary(capsys.readouterr().out)["run id"])
+    assert run.data.params["hparams/sgd_minibatch_size"] == "auto"
+    assert run.data.metrics["env/steps"] == 512
+
+
 @pytest.mark.parametrize(
     "text, argv, message",
     [

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
 
 import pytest
+import torch
 
 from rl8.hparams import HParams
 from rl8.schedules import Schedule
@@ -24,22 +27,30 @@ def test_defaults_are_valid_and_frozen():
         ("horizon", 2.5, "horizon: expected an int >= 1, got 2.5"),
         ("horizons_per_env_reset", 0, "horizons_per_env_reset: expected a non-zero int"),
         ("gamma", 1.5, "gamma: expected a number in [0, 1], got 1.5"),
-        ("lr", -1e-3, "lr: expected a number > 0, got -0.001"),
-        ("clip_param", 0, "clip_param: expected a number > 0, got 0"),
+        ("lr", -1e-3, "lr: expected a finite number > 0, got -0.001"),
+        ("lr", math.inf, "lr: expected a finite number > 0, got inf"),
+        ("lr", math.nan, "lr: expected a finite number > 0, got nan"),
+        ("num_envs", 1e12, "num_envs: expected an int >= 1, got 1000000000000.0"),
+        ("seed", 2**70, f"seed: expected an int in [0, 2**63 - 1] or None, got {2**70}"),
+        ("seed", -1, "seed: expected an int in [0, 2**63 - 1] or None, got -1"),
+        ("distribution_cls", torch.nn.Linear,
+         "distribution_cls: expected an rl8.Distribution subclass, a dotted path to one, or None, "
+         "got <class 'torch.nn.modules.linear.Linear'>"),
+        ("model_cls", torch.nn.Linear, "model_cls: expected an rl8.Model subclass, a dotted path to one, or None, got"),
+        ("optimizer_cls", torch.nn.Linear, "optimizer_cls: expected a torch.optim.Optimizer subclass or a dotted path"),
+        ("clip_param", 0, "clip_param: expected a finite number > 0, got 0"),
         ("dual_clip_param", 0.5, "dual_clip_param: expected a number > 1 or None, got 0.5"),
         ("vf_clip_param", -1.0, "vf_clip_param: expected a number > 0 or None"),
         ("entropy_coeff", -0.1, "entropy_coeff: expected a number >= 0"),
         ("normalize_rewards", 1, "normalize_rewards: expected a bool, got 1"),
         ("schedule_kind", "cosine", "schedule_kind: expected 'step' or 'linear'"),
-        ("seed", "0", "seed: expected an int or None"),
+        ("seed", "0", "seed: expected an int in [0, 2**63 - 1] or None, got '0'"),
         ("check_finite_collects", -2, "check_finite_collects: expected an int >= -1"),
         ("device", "cuda:99" , "device"),
     ],
 )
 def test_invalid_values_name_field_expected_and_given(field, value, fragment):
     if field == "device":
-        import torch
-
         if torch.cuda.is_available():
             pytest.skip("CUDA present")
     with pytest.raises(ValueError) as err:
@@ -52,6 +63,65 @@ def test_minibatch_must_divide_buffer():
         HParams(num_envs=10, horizon=4, sgd_minibatch_size=16)
     assert HParams(num_envs=10, horizon=4, sgd_minibatch_size=20).minibatch_size == 20
     assert HParams(num_envs=10, horizon=4, sgd_minibatch_size=None).minibatch_size == 40
+
+
+@pytest.mark.parametrize(
+    "num_envs, horizon, expected",
+    [
+        (256, 32, 2048),  # the default shape: 4 minibatches of 2048, as before "auto"
+        (64, 16, 256),  # the PPO(CartPole, num_envs=64, horizon=16)
+        (16, 32, 128),  # docs/cli.md's --set num_envs=16
+        (3, 5, 5),  # 15 transitions: 3 minibatches (4 does not divide 15)
+        (2, 5, 5),  # 10 transitions: 2 minibatches
+        (17, 1, 17),  # a prime batch: the whole buffer
+        (1, 1, 1),
+    ],
+)
+def test_default_minibatch_fits_every_batch_shape(num_envs, horizon, expected):
+    hp = HParams(num_envs=num_envs, horizon=horizon)
+    assert hp.sgd_minibatch_size == "auto" and hp.num_minibatches is None
+    assert hp.minibatch_size == expected
+
+
+def test_num_minibatches_splits_the_buffer():
+    assert HParams(num_envs=64, horizon=16, num_minibatches=8).minibatch_size == 128
+    assert HParams(num_envs=64, horizon=16, num_minibatches=1).minibatch_size == 1024
+    with pytest.raises(ValueError, match=r"num_minibatches: expected a divisor of the 1024 transitions .* "
+                       r"got 3; nearest valid: 2 or 4"):
+        HParams(num_envs=64, horizon=16, num_minibatches=3)
+    with pytest.raises(ValueError, match=r"num_minibatches: expected an int >= 1 or None, got 0"):
+        HParams(num_minibatches=0)
+    with pytest.raises(ValueError, match=r"num_minibatches: only applies with sgd_minibatch_size='auto', "
+                       r"but sgd_minibatch_size=64 was given"):
+        HParams(num_envs=64, horizon=16, sgd_minibatch_size=64, num_minibatches=4)
+
+
+@pytest.mark.parametrize(
+    "size, nearest",
+    [(1000, "nearest valid: 512 or 1024"), (2048, "nearest valid: 1024 \\("), (100, "nearest valid: 64 or 128")],
+)
+def test_bad_minibatch_size_names_the_nearest_valid_sizes(size, nearest):
+    with pytest.raises(ValueError) as err:
+        HParams(num_envs=64, horizon=16, sgd_minibatch_size=size)
+    message = str(err.value)
+    assert message.startswith(
+        f"hparam sgd_minibatch_size: expected a divisor of num_envs * horizon = 64 * 16 = 1024, got {size}"
+    )
+    assert re.search(nearest, message), message
+
+
+def test_minibatch_size_for_sequences():
+    hp = HParams(num_envs=6, horizon=16, seq_len=8)
+    assert hp.minibatch_size_for(8) == 24  # 12 sequences: 4 minibatches of 3 sequences
+    with pytest.raises(ValueError, match=r"expected a multiple of seq_len=8 .* got 12; nearest valid: 8 or 16"):
+        hp.replace(sgd_minibatch_size=12).minibatch_size_for(8)
+    with pytest.raises(ValueError, match=r"divisor of the 12 sequences of seq_len=8 steps .* got 8; nearest valid: 6 or 12"):
+        hp.replace(num_minibatches=8).minibatch_size_for(8)
+
+
+def test_seed_range_ends_are_valid():
+    assert HParams(seed=0).seed == 0
+    assert HParams(seed=2**63 - 1).seed == 2**63 - 1
 
 
 def test_unknown_name_suggests_close_match():

@@ -139,6 +139,60 @@ def test_bad_env_output_is_reported_on_first_step(bad, match):
         algo.collect()
 
 
+class BadEpisodeEnv(EpisodeEnv):
+    """EpisodeEnv whose step or reset output breaks the contract in one way."""
+
+    def __init__(self, num_envs, /, horizon=None, *, device="cpu", bad=None):
+        super().__init__(num_envs, horizon, device=device)
+        self.bad = bad
+
+    def reset(self, *, config=None, seed=None):
+        obs = super().reset(config=config, seed=seed)
+        if self.bad == "reset_shape":
+            return torch.zeros(self.num_envs, 2)
+        if self.bad == "reset_batch":
+            return torch.zeros(self.num_envs + 1, 1)
+        if self.bad == "reset_dtype":
+            return obs.double()
+        return obs
+
+    def step(self, action):
+        out = super().step(action)
+        if self.bad == "no_terminated":
+            del out["terminated"]
+        elif self.bad == "float64_rewards":
+            out["rewards"] = out["rewards"].double()
+        elif self.bad == "float64_obs":
+            out["obs"] = out["obs"].double()
+        return out
+
+
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        ("no_terminated", r"BadEpisodeEnv.step: missing key 'terminated'; an episodic env returns both "
+                          r"'terminated' and 'truncated' \(\[16, 1\] bool.*got keys \['final_obs', 'obs', "
+                          r"'rewards', 'truncated'\]"),
+        ("float64_rewards", r"BadEpisodeEnv.step: 'rewards' has dtype torch.float64, expected torch.float32"),
+        ("float64_obs", r"BadEpisodeEnv.step: 'obs' has dtype torch.float64, expected torch.float32"),
+        ("reset_shape", r"BadEpisodeEnv.reset: 'obs' has shape \(16, 2\), expected \(16, 1\)"),
+        ("reset_batch", r"BadEpisodeEnv.reset: 'obs' has shape \(17, 1\), expected \(16, 1\)"),
+        ("reset_dtype", r"BadEpisodeEnv.reset: 'obs' has dtype torch.float64, expected torch.float32"),
+    ],
+)
+def test_bad_episodic_env_output_names_key_expected_and_given(bad, match):
+    """issue 11: these were accepted (or failed inside the model's matmul)."""
+    algo = PPO(BadEpisodeEnv, env_kwargs={"bad": bad}, **SMALL)
+    with pytest.raises(EnvOutputError, match=match):
+        algo.collect()
+
+
+def test_evaluate_checks_the_reset_output():
+    algo = PPO(EpisodeEnv, **SMALL)
+    with pytest.raises(EnvOutputError, match=r"BadEpisodeEnv.reset: 'obs' has shape \(4, 2\), expected \(4, 1\)"):
+        algo.evaluate(BadEpisodeEnv(4, bad="reset_shape"))
+
+
 def test_nan_observation_reports_env_and_step():
     algo = PPO(CountingEnv, env_kwargs={"bad": "nan"}, **SMALL)
     with pytest.raises(EnvOutputError, match=r"non-finite values .* in 'obs' at \(env 3, step 5\)"):
@@ -585,3 +639,89 @@ def test_normalized_advantages_per_minibatch(num_minibatches):
     rows = adv.reshape(num_minibatches, -1)
     expected = (rows - rows.mean(1, keepdim=True)) / (rows.std(1, keepdim=True) + 1e-8)
     torch.testing.assert_close(got, expected.reshape(-1), rtol=1e-5, atol=1e-6)
+
+
+# --------------------------------------------------------------------------------------------
+# the default minibatch
+
+
+def test_default_minibatch_works_on_a_small_batch():
+    """issue 12: PPO(CartPole, num_envs=64, horizon=16) was refused (minibatch 2048 > 1024)."""
+    algo = PPO(CartPole, num_envs=64, horizon=16, seed=0)
+    assert algo.minibatch_size == 256
+    algo.collect()
+    algo.step()
+    steps = {int(s["step"]) for s in algo.optimizer.state.values()}
+    assert steps == {algo.hparams.num_sgd_iters * 4}  # 4 minibatches per pass
+
+
+def test_hparams_stored_by_rl8_1_0_still_load():
+    """Checkpoints of rl8 1.0.0 hold sgd_minibatch_size=2048 and no num_minibatches."""
+    algo = PPO(CartPole, num_envs=32, horizon=128, seed=0)
+    algo.collect()
+    state = algo.state_dict()
+    old = {k: v for k, v in state["hparams"].items() if k != "num_minibatches"}
+    old["sgd_minibatch_size"] = 2048
+    restored = PPO(CartPole, **old)
+    restored.load_state_dict(state)
+    assert restored.minibatch_size == 2048 and algo.minibatch_size == 1024
+    restored.step()
+
+
+# --------------------------------------------------------------------------------------------
+# hyper-parameters that used to fail deep inside torch
+
+
+def test_bad_model_config_names_the_option():
+    with pytest.raises(ValueError, match=r"model_config hiddens: expected a sequence of ints >= 1, got -5"):
+        PPO(CartPole, model_config={"hiddens": -5}, **SMALL)
+    with pytest.raises(ValueError, match=r"model_config hiddens: expected a sequence of ints >= 1, got \[64, 1.5\]"):
+        PPO(CartPole, model_config={"hiddens": [64, 1.5]}, **SMALL)
+
+
+def test_bad_optimizer_kwargs_name_the_field():
+    with pytest.raises(ValueError) as err:
+        PPO(CartPole, optimizer_kwargs={"betas": "x"}, **SMALL)
+    message = str(err.value)
+    assert message.startswith("hparam optimizer_kwargs: torch.optim.adam.Adam refused {'betas': 'x'} (")
+    assert "expected its keyword arguments: betas=(0.9, 0.999), eps=1e-08" in message
+    with pytest.raises(ValueError, match=r"optimizer_kwargs: .*SGD refused \{'nesterov': True\}"):
+        PPO(CartPole, optimizer_cls=torch.optim.SGD, optimizer_kwargs={"nesterov": True}, **SMALL)
+
+
+def test_a_buffer_larger_than_memory_is_refused_before_allocating():
+    with pytest.raises(ValueError, match=r"hparam num_envs, horizon: a rollout buffer of num_envs=1000000000000 envs "
+                       r"x \(horizon=1 \+ 1\) steps needs about \d+ bytes .*; cpu has \d+ bytes .* in all"):
+        PPO(CartPole, num_envs=10**12, horizon=1)
+
+
+def test_the_buffer_estimate_counts_the_spaces(monkeypatch):
+    import rl8.ppo
+
+    # 16 envs x 9 steps: CartPole obs + final_obs 2 * 16 B, action 8 B, 12 B, flags 2 B
+    need = 16 * 9 * (32 + 8 + 12 + 2)
+    monkeypatch.setattr(rl8.ppo, "_device_memory", lambda device: need - 1)
+    with pytest.raises(ValueError, match=rf"needs about {need} bytes"):
+        PPO(CartPole, **SMALL)
+    monkeypatch.setattr(rl8.ppo, "_device_memory", lambda device: need)
+    PPO(CartPole, **SMALL)
+
+
+def test_a_failed_allocation_names_num_envs_horizon_and_bytes(monkeypatch):
+    import rl8.ppo
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate "
+                           "memory: you tried to allocate 123 bytes.")
+
+    monkeypatch.setattr(rl8.ppo, "RolloutBuffer", fail)
+    with pytest.raises(ValueError, match=r"num_envs=16 envs x \(horizon=8 \+ 1\) steps needs about \d+ bytes .*"
+                       r"allocating memory failed \(.*can't allocate memory: you tried to allocate 123 bytes.\)"):
+        PPO(CartPole, **SMALL)
+
+    def other(*args, **kwargs):
+        raise RuntimeError("something else")
+
+    monkeypatch.setattr(rl8.ppo, "RolloutBuffer", other)
+    with pytest.raises(RuntimeError, match="^something else$"):
+        PPO(CartPole, **SMALL)

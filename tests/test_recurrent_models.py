@@ -301,7 +301,7 @@ def test_autocast_keeps_state_dtype():
         ({"hidden_size": 2.5}, "hidden_size", "2.5"),
         ({"num_layers": 0}, "num_layers", "0"),
         ({"num_layers": True}, "num_layers", "True"),
-        ({"encoder_hiddens": (8, 0)}, "encoder_hiddens", "[8, 0]"),
+        ({"encoder_hiddens": (8, 0)}, "encoder_hiddens", "(8, 0)"),
         ({"activation": "nope"}, "activation", "'nope'"),
     ],
 )

@@ -83,8 +83,19 @@ def test_seqs_per_state_reset():
 
 
 def test_minibatch_must_hold_whole_sequences():
-    with pytest.raises(ValueError, match="multiple of it"):
+    with pytest.raises(ValueError, match=r"multiple of seq_len=16 .* got 8; nearest valid: 16 \("):
         PPO(Memory, model_cls=GRUModel, seed=0, **{**RECURRENT, "seq_len": 16, "sgd_minibatch_size": 8})
+
+
+def test_default_minibatches_hold_whole_sequences():
+    """6 envs x 16 steps in sequences of 8: 12 sequences, 4 minibatches of 3 sequences."""
+    algo = PPO(Memory, model_cls=GRUModel, model_config={"hidden_size": 8}, seed=0,
+               **{**RECURRENT, "num_envs": 6, "sgd_minibatch_size": "auto"})
+    assert algo.minibatch_size == 24
+    algo.collect()
+    algo.step()
+    steps = {int(s["step"]) for s in algo.optimizer.state.values()}
+    assert steps == {RECURRENT["num_sgd_iters"] * 4}
 
 
 def test_recurrent_resume_gives_identical_losses():

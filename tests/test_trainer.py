@@ -178,6 +178,25 @@ def test_unreachable_tracking_server_fails_before_training():
     assert algo.collects == 0 and algo.steps == 0
 
 
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        ({"async_logging": "no"}, ValueError, "Trainer: async_logging must be True or False, got 'no'"),
+        ({"metadata": {"when": time.time, "ok": [1, "a"]}}, TypeError,
+         "Trainer: metadata cannot be stored in a checkpoint: metadata['when'] is a builtins.builtin_function_or_method, "
+         "which a checkpoint cannot hold"),
+        ({"metadata": {"config": {"lr": torch.zeros(1).numpy()}}}, TypeError,
+         "metadata['config']['lr'] is a numpy.ndarray, which a checkpoint cannot hold"),
+        ({"metadata": ["a"]}, TypeError, "Trainer: metadata must be a mapping or None, got ['a']"),
+    ],
+)
+def test_bad_arguments_are_refused_before_the_run_starts(mlflow_uri, kwargs, error, message):
+    with pytest.raises(error) as err:
+        make_trainer(**kwargs)
+    assert message in str(err.value)
+    assert MlflowClient(mlflow_uri).search_experiments(filter_string="name = 'CartPole'") == []
+
+
 def test_tracking_disabled(tmp_path):
     trainer = make_trainer(tracking=False, checkpoint_dir=tmp_path / "ck")
     stats = trainer.step()
