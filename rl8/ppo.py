@@ -8,7 +8,6 @@ clipped-surrogate update. Both return flat ``dict[str, float]`` stats named as i
 from __future__ import annotations
 
 import contextlib
-import importlib
 import secrets
 from collections.abc import Callable
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
+from ._resolve import DISTRIBUTION, MODEL, OPTIMIZER, is_dotted_path, resolve, resolve_env
 from .buffer import RolloutBuffer, compute_gae
 from .distributed import DistContext, derive_seed
 from .env import Env, EnvOutputError, find_nonfinite, validate_step_output
@@ -29,17 +29,6 @@ __all__ = ["PPO", "make_env"]
 # Observations up to this size per step (all envs) are kept through a collect and stacked into
 # the buffer once; bigger ones (images) are copied step by step, not held horizon times over.
 _STACKED_OBS_MAX_BYTES = 1 << 20
-
-
-def _resolve(obj: Any, field: str) -> Any:
-    """A class given as a dotted path ``"pkg.module.Name"`` or as the class itself."""
-    if not isinstance(obj, str):
-        return obj
-    module, _, name = obj.rpartition(".")
-    try:
-        return getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError, ValueError) as e:
-        raise ValueError(f"hparam {field}: cannot import {obj!r} ({e})") from None
 
 
 def _to_samples(x: torch.Tensor | TensorDictBase, seq_len: int) -> torch.Tensor | TensorDictBase:
@@ -186,8 +175,8 @@ def make_env(
             :class:`rl8.envs.GymnasiumEnv`, e.g. ``vectorization_mode`` or ``env_kwargs``).
     """
     kwargs = dict(env_kwargs or {})
-    if isinstance(env, str) and "." in env and "/" not in env and not env[0].isupper():
-        env = _resolve(env, "env")
+    if is_dotted_path(env):
+        env = resolve_env(env)
     if isinstance(env, type) and issubclass(env, Env):
         return env(num_envs, horizon, device=device, **kwargs)
     if isinstance(env, str) or callable(env):
@@ -250,9 +239,9 @@ class PPO:
         self.policy = Policy(
             self.env.observation_space,
             self.env.action_space,
-            model_cls=_resolve(hp.model_cls, "model_cls"),
+            model_cls=resolve(hp.model_cls, MODEL, field="hparam model_cls"),
             model_config=hp.model_config,
-            distribution_cls=_resolve(hp.distribution_cls, "distribution_cls"),
+            distribution_cls=resolve(hp.distribution_cls, DISTRIBUTION, field="hparam distribution_cls"),
             normalize_observations=hp.normalize_observations,
             device=self.device,
         )
@@ -264,7 +253,7 @@ class PPO:
         self.eval_generator = torch.Generator(device=self.device)  # evaluate() samples from it
         self.eval_generator.manual_seed(derive_seed(self.env_seed, 1))
         torch.manual_seed(self.env_seed)
-        optimizer_cls = _resolve(hp.optimizer_cls, "optimizer_cls")
+        optimizer_cls = resolve(hp.optimizer_cls, OPTIMIZER, field="hparam optimizer_cls")
         optimizer_kwargs = dict(hp.optimizer_kwargs)
         if optimizer_cls in (torch.optim.Adam, torch.optim.AdamW) and not {"fused", "foreach"} & set(optimizer_kwargs):
             # One fused kernel per parameter group instead of a loop of small ops: the same
