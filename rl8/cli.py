@@ -654,10 +654,18 @@ def _record(args: argparse.Namespace) -> int:
         stored and _canonical_env(args.env) == _canonical_env(stored, source=args.policy, trust_code=args.trust_code)
     )
     env_kwargs = env_info.get("env_kwargs") if same_env else None  # the stored env's arguments
+    from .export import check_env_spaces
+
     try:
         env = make_recording_env(spec, env_kwargs=env_kwargs, device="cpu")
     except (ValueError, TypeError, KeyError, ImportError, gymnasium.error.Error) as exc:
         raise ConfigError(f"cannot build env {spec!r}: {exc}") from None
+    try:
+        check_env_spaces(env, policy.observation_space, policy.action_space,
+                         what=f"the env {args.env or stored!r}", source=args.policy)
+    except ValueError as exc:
+        env.close()
+        raise ConfigError(str(exc)) from None
     try:
         path = record_video(
             policy, env, args.output, deterministic=not args.stochastic, max_steps=args.max_steps,
