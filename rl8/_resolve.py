@@ -38,7 +38,7 @@ __all__ = [
     "is_dotted_path",
     "resolve",
     "resolve_env",
-    "resolve_stored_hparams",
+    "check_stored_hparams",
     "spec_from_env_info",
 ]
 
@@ -333,18 +333,14 @@ def spec_from_env_info(info: Mapping[str, Any] | None, *, source: Any, trust_cod
 HPARAM_KINDS = {"model_cls": MODEL, "distribution_cls": DISTRIBUTION, "optimizer_cls": OPTIMIZER}
 
 
-def resolve_stored_hparams(
-    hparams: Mapping[str, Any], *, source: Any, trust_code: bool = False
-) -> dict[str, Any]:
-    """A copy of hyper-parameters read from a file with their classes imported and checked
-    (``model_cls``, ``distribution_cls``, ``optimizer_cls``, see :func:`resolve`)."""
+def check_stored_hparams(hparams: Any, *, source: Any, trust_code: bool = False) -> None:
+    """Import and check the classes named by hyper-parameters read from a file
+    (``model_cls``, ``distribution_cls``, ``optimizer_cls``, see :func:`resolve`); the names
+    stay as stored (PPO resolves them again, to the same objects)."""
     if not isinstance(hparams, Mapping):
         raise _refuse(source, f"the stored hyper-parameters must be a dict, got {type(hparams).__name__}")
-    out = dict(hparams)
     for key, kind in HPARAM_KINDS.items():
-        value = out.get(key)
+        value = hparams.get(key)
         if value is not None and not isinstance(value, str):
             raise _refuse(source, f"hparam {key} must be a dotted path (a str), got {type(value).__name__}")
-        if key in out:
-            out[key] = resolve(value, kind, field=f"hparam {key}", source=source, trust_code=trust_code)
-    return out
+        resolve(value, kind, field=f"hparam {key}", source=source, trust_code=trust_code)

@@ -1325,7 +1325,7 @@ class Trainer:
             ValueError: The env's observation or action space differs from the checkpoint's.
             rl8.tracking.TrackingError: The stored MLflow run cannot be resumed.
         """
-        from ._resolve import resolve_stored_hparams, spec_from_env_info
+        from ._resolve import check_stored_hparams, spec_from_env_info
         from .ppo import PPO
 
         file, state = cls._read_checkpoint(path, tracking_uri=tracking_uri)
@@ -1336,12 +1336,14 @@ class Trainer:
             )
         algo_state, saved = state["algo"], state["trainer"]
         # every class the file names is imported and checked for its kind before PPO calls it
-        stored = resolve_stored_hparams(algo_state.get("hparams"), source=file, trust_code=trust_code)
-        if env is not None:
-            spec = env
-        else:
+        # (PPO then resolves the same names again: the stored strings stay as they were)
+        stored = algo_state.get("hparams")
+        check_stored_hparams(stored, source=file, trust_code=trust_code)
+        spec = env
+        if env is None:
             env_info = {"spec": state["env"].get("spec"), "env_kwargs": stored.get("env_kwargs")}
-            spec = spec_from_env_info(env_info, source=file, trust_code=trust_code)
+            if spec_from_env_info(env_info, source=file, trust_code=trust_code) is not None:
+                spec = env_info["spec"]
         if spec is None:
             raise ValueError(
                 f"{file}: the env was a callable that a checkpoint cannot name; pass it with "
