@@ -171,9 +171,12 @@ def import_path(path: str, *, field: str, source: Any = None, trust_code: bool =
     parts = _check_path(path, field, source, trust_code)
     error: BaseException | None = None
     for i in range(len(parts) - 1, 0, -1):
+        module = ".".join(parts[:i])
         try:
-            obj: Any = importlib.import_module(".".join(parts[:i]))
+            obj: Any = importlib.import_module(module)
         except ModuleNotFoundError as exc:
+            if exc.name and not (module + ".").startswith(exc.name + "."):
+                raise  # the module exists but one of its own imports is missing
             error = exc
             continue
         try:

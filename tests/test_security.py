@@ -217,3 +217,23 @@ def test_an_env_factory_function_needs_trust_code(tmp_path, capsys):
     assert main(["eval", str(path), "--episodes", "1", "--max-steps", "5"]) == 1
     assert "--trust-code" in capsys.readouterr().err
     assert main(["eval", str(path), "--episodes", "1", "--max-steps", "5", "--trust-code"]) == 0
+
+
+# ------------------------------------------------------------------- names given in code
+
+
+@pytest.mark.parametrize("key, value, kind", [
+    ("model_cls", "os.system", r"an rl8 Model subclass \(rl8.models.Model\)"),
+    ("distribution_cls", torch.nn.Linear, r"an rl8 Distribution subclass \(rl8.distributions.Distribution\)"),
+    ("optimizer_cls", "builtins.eval", "a torch.optim.Optimizer subclass"),
+])
+def test_class_hparams_given_in_code_are_checked_for_their_kind(key, value, kind):
+    with pytest.raises(ValueError, match=rf"hparam {key}: expected {kind} or its dotted path, got "):
+        PPO(CartPole, **{key: value}, **SMALL)
+
+
+def test_a_missing_dependency_of_a_named_module_is_reported_as_such(tmp_path, monkeypatch):
+    (tmp_path / "needs_missing_dep.py").write_text("import no_such_dependency_xyz\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ModuleNotFoundError, match="no_such_dependency_xyz"):
+        PPO("needs_missing_dep.Env", **SMALL)
