@@ -11,19 +11,31 @@ when saving, naming where it is, rather than producing a file that cannot be loa
 from __future__ import annotations
 
 import collections
+import errno
 import os
 import pickle
+import pickletools
 import re
+import struct
+import time
 import uuid
+import zipfile
+import zlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
+try:  # POSIX: a writer holds a lock on its temporary file (see CheckpointManager)
+    import fcntl
+except ImportError:  # pragma: no cover - Windows, where an open file cannot be deleted
+    fcntl = None  # type: ignore[assignment]
+
 __all__ = [
     "FORMAT_KEY",
     "FORMAT_VERSION",
+    "STALE_TMP_SECONDS",
     "CheckpointError",
     "CheckpointManager",
     "load_checkpoint",
@@ -36,6 +48,10 @@ FORMAT_KEY = "__rl8_checkpoint__"
 
 #: Version of the checkpoint format this rl8 writes (and the newest it reads).
 FORMAT_VERSION = 1
+
+#: Seconds a temporary file of :class:`CheckpointManager` must be left untouched before its
+#: next save removes it (when no live writer holds its lock).
+STALE_TMP_SECONDS = 60.0
 
 
 class CheckpointError(ValueError):
@@ -124,6 +140,7 @@ def save_checkpoint(state: Mapping[str, Any], path: str | os.PathLike[str]) -> P
         TypeError: When ``state`` is not a dict or holds a value that
             ``torch.load(weights_only=True)`` could not read back (the message says where).
         FileNotFoundError: When the directory of ``path`` does not exist.
+        OSError: When writing fails (a full disk: ``errno.ENOSPC``); the message names ``path``.
     """
     path = Path(path)
     if not isinstance(state, Mapping):
@@ -139,19 +156,38 @@ def save_checkpoint(state: Mapping[str, Any], path: str | os.PathLike[str]) -> P
     tmp = directory / f".{path.name}.{uuid.uuid4().hex[:12]}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
     try:
+        if fcntl is not None:  # held until the file is closed: tells a live writer from a dead one
+            fcntl.flock(fd, fcntl.LOCK_EX)
         with os.fdopen(fd, "wb") as file:
             torch.save(payload, file)
             file.flush()
             os.fsync(file.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         try:
             tmp.unlink()
         except OSError:
             pass
-        raise
+        cause = _os_error_in(exc)
+        if cause is None:
+            raise
+        # torch reports a failed write as RuntimeError("[enforce fail at inline_container...")
+        raise OSError(cause.errno, f"cannot write checkpoint {path}: {cause.strerror or cause}",
+                      str(path)) from exc
     _fsync_directory(directory)
     return path
+
+
+def _os_error_in(exc: BaseException) -> OSError | None:
+    """The ``OSError`` that ``exc`` is or was raised while handling (torch wraps write errors)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, OSError) and current.errno is not None:
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
 
 
 # --------------------------------------------------------------------------------------------
@@ -169,6 +205,27 @@ def _first_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {text[0][:200]}" if text else type(err).__name__
 
 
+def _pickle_globals(path: Path) -> list[str] | None:
+    """The globals a plain pickle stream names (``["posix.system"]``), read without executing
+    it; ``None`` when the file is not a complete pickle stream (random or damaged bytes)."""
+    try:
+        data = path.read_bytes()
+        if not data.startswith(b"\x80"):  # PROTO: every pickle of protocol 2 and later
+            return None
+        names: list[str] = []
+        strings: list[str] = []
+        for opcode, arg, _ in pickletools.genops(data):
+            if opcode.name == "GLOBAL":
+                names.append(str(arg).replace(" ", "."))
+            elif opcode.name == "STACK_GLOBAL" and len(strings) >= 2:
+                names.append(".".join(strings[-2:]))
+            elif isinstance(arg, str):
+                strings.append(arg)
+        return names
+    except (ValueError, OSError):
+        return None
+
+
 def _load_error(path: Path, err: Exception) -> CheckpointError:
     """Turn what ``torch.load`` raised into a :class:`CheckpointError` that says what it means."""
     unsafe = _UNSAFE_PATTERN.search(str(err)) if isinstance(err, pickle.UnpicklingError) else None
@@ -177,6 +234,15 @@ def _load_error(path: Path, err: Exception) -> CheckpointError:
             f"{path} is not a safe rl8 checkpoint: loading it would need to run code or rebuild "
             f"objects named in the file ({unsafe.group(0)}), and rl8 refuses to execute code "
             "from a checkpoint (it loads with weights_only=True). Only load such a file with "
+            "torch.load(weights_only=False) if you trust its source."
+        )
+    names = _pickle_globals(path) if isinstance(err, pickle.UnpicklingError) else None
+    if names is not None:  # a whole pickle stream that weights_only refused to read
+        named = f"; it names {', '.join(names[:3])}" if names else ""
+        return CheckpointError(
+            f"{path} is not a safe rl8 checkpoint: it is a plain pickle (not a torch.save file) "
+            f"that torch.load(weights_only=True) refuses to read{named}, and rl8 refuses to "
+            "execute code from a checkpoint. Only load such a file with "
             "torch.load(weights_only=False) if you trust its source."
         )
     # torch raises UnpicklingError, RuntimeError, EOFError, KeyError, OSError... for bad bytes
@@ -199,12 +265,19 @@ def load_checkpoint(path: str | os.PathLike[str], *, map_location: Any = "cpu") 
     Returns:
         The saved dict, without the :data:`FORMAT_KEY` entry.
 
+    Before ``torch.load`` the file's zip entries are read once and checked against the CRC-32
+    each entry was written with, so that damaged bytes (a bit flip on disk or in a copy) are
+    refused instead of loading as wrong numbers; this reads the file twice.
+
     Raises:
         FileNotFoundError: The file does not exist.
-        OSError: The file cannot be opened (e.g. ``PermissionError``).
-        CheckpointError: The file is corrupt or truncated, is not an rl8 checkpoint, would
-            need to execute code to be loaded, or was written by a newer rl8.
+        OSError: The file cannot be opened or read (e.g. ``PermissionError``).
+        ValueError: ``map_location`` names a device this machine does not have (no CUDA).
+        CheckpointError: The file is corrupt or truncated (an entry fails its CRC check: the
+            entry is named), is not an rl8 checkpoint, would need to execute code to be
+            loaded, or was written by a newer rl8.
     """
+    _check_device_available(map_location)
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(2, f"checkpoint file not found: {path}", str(path))
@@ -214,6 +287,8 @@ def load_checkpoint(path: str | os.PathLike[str], *, map_location: Any = "cpu") 
     # Open the file ourselves so that real I/O errors (permissions...) surface as OSError; past
     # this point torch reports bad bytes with many exception types, OSError(EINVAL) included.
     with open(path, "rb") as file:
+        _verify_entries(path, file)
+        file.seek(0)
         try:
             state = torch.load(file, map_location=map_location, weights_only=True)
         except Exception as err:
@@ -232,6 +307,67 @@ def load_checkpoint(path: str | os.PathLike[str], *, map_location: Any = "cpu") 
     return state
 
 
+def _check_device_available(map_location: Any) -> None:
+    """Raise ``ValueError`` when ``map_location`` names a CUDA device this machine lacks."""
+    if not isinstance(map_location, (str, torch.device)):
+        return  # a dict or a function: torch.load applies it
+    try:
+        device = torch.device(map_location)
+    except (RuntimeError, TypeError):
+        return  # not a device name: torch.load says so
+    if device.type != "cuda":
+        return
+    if not torch.cuda.is_available():
+        raise ValueError(f"load_checkpoint: map_location={str(map_location)!r} names a CUDA device, "
+                         "but CUDA is not available on this machine; load with map_location='cpu'")
+    count = torch.cuda.device_count()
+    if device.index is not None and device.index >= count:
+        raise ValueError(f"load_checkpoint: map_location={str(map_location)!r} is not available: this "
+                         f"machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}")
+
+
+#: Errors of Python's zipfile on damaged archive bytes (EINVAL: a damaged offset to seek to).
+_ZIP_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, ValueError, NotImplementedError,
+               RuntimeError, struct.error)
+#: The MS-DOS "directory" bit of a zip entry's external attributes (torch skips such entries).
+_DOS_DIRECTORY = 0x10
+
+
+def _verify_entries(path: Path, file: Any) -> None:
+    """Read every entry of the zip archive and check it against its CRC-32.
+
+    A file that does not start like a zip archive is left to ``torch.load``, which names what it
+    is. The entries are also checked to be plain files: torch reads a damaged "directory" flag
+    as an empty entry without any error.
+    """
+    if file.read(4) != b"PK\x03\x04":
+        return
+    file.seek(0)
+    try:
+        archive = zipfile.ZipFile(file)
+    except (*_ZIP_ERRORS, OSError) as err:
+        if isinstance(err, OSError) and err.errno not in (None, errno.EINVAL):
+            raise
+        raise CheckpointError(f"{path} is corrupt or truncated (its zip directory cannot be "
+                              f"read: {_first_line(err)})") from err
+    with archive:
+        for info in archive.infolist():
+            try:
+                if info.is_dir() or info.external_attr & _DOS_DIRECTORY:
+                    raise zipfile.BadZipFile("marked as a directory")
+                with archive.open(info) as entry:
+                    while entry.read(1 << 24):
+                        pass
+            except (*_ZIP_ERRORS, OSError) as err:
+                if isinstance(err, OSError) and err.errno not in (None, errno.EINVAL):
+                    raise
+                raise CheckpointError(
+                    f"{path} is corrupt: its entry {info.filename!r} fails the zip integrity check "
+                    f"({_first_line(err)}); the bytes changed after the file was written (a disk "
+                    "or copy error). Use an older checkpoint."
+                ) from err
+
+
 # --------------------------------------------------------------------------------------------
 # A directory of numbered checkpoints
 # --------------------------------------------------------------------------------------------
@@ -242,7 +378,10 @@ class CheckpointManager:
 
     Files are named ``{prefix}-{step:012d}.pt`` (e.g. ``checkpoint-000000100000.pt``), written
     atomically with :func:`save_checkpoint`. Only files matching this pattern are ever listed or
-    deleted; anything else in the directory is left alone.
+    deleted; anything else in the directory is left alone. Each save also removes the
+    temporary files (``.{prefix}-{step}.pt.{random}.tmp``) that a killed writer left behind:
+    those untouched for :data:`STALE_TMP_SECONDS` and, where the OS has file locks, not locked
+    by a live writer (another process saving into the same directory keeps its own).
 
     Args:
         directory: Folder of the checkpoints; created (with parents) if missing.
@@ -263,6 +402,7 @@ class CheckpointManager:
         self.keep_last = keep_last
         self.prefix = prefix
         self._pattern = re.compile(rf"{re.escape(prefix)}-(\d{{12,}})\.pt")
+        self._tmp_pattern = re.compile(rf"\.{re.escape(prefix)}-\d{{12,}}\.pt\.[0-9a-f]{{12}}\.tmp")
         self.directory.mkdir(parents=True, exist_ok=True)
 
     def path_for(self, step: int) -> Path:
@@ -291,6 +431,7 @@ class CheckpointManager:
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
             raise ValueError(f"CheckpointManager.save: step must be an int >= 0, got {step!r}")
         path = save_checkpoint(state, self.path_for(step))
+        self._remove_stale_tmp_files()
         if self.keep_last is not None:
             paths = self.list()
             for old in paths[: max(0, len(paths) - self.keep_last)]:
@@ -300,6 +441,30 @@ class CheckpointManager:
                     except FileNotFoundError:
                         pass
         return path
+
+    def _remove_stale_tmp_files(self) -> None:
+        """Delete this manager's temporary files that no live writer holds (see the class)."""
+        now = time.time()
+        for entry in self.directory.iterdir():
+            if not self._tmp_pattern.fullmatch(entry.name):
+                continue
+            try:
+                if now - entry.stat().st_mtime < STALE_TMP_SECONDS:
+                    continue  # possibly a writer between creating and locking it
+                fd = os.open(entry, os.O_RDONLY)
+            except OSError:
+                continue
+            try:
+                if fcntl is not None:
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    except OSError:
+                        continue  # a live writer holds it
+                entry.unlink()  # on Windows an open file cannot be deleted: OSError, kept
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
 
     def list(self) -> list[Path]:
         """This manager's checkpoint files, sorted by step (oldest first)."""

@@ -422,7 +422,9 @@ def _resume(
     # the model is fixed by the checkpoint: only settings that do not change it may differ
     env = cli_config.get("env") or file_config.get("env")
     stored_env = (state.get("env") or {}).get("spec")
-    if env and stored_env and env != stored_env and _canonical_env(env) != _canonical_env(stored_env):
+    if env and stored_env and env != stored_env and _canonical_env(env) != _canonical_env(
+        stored_env, source=path, trust_code=args.trust_code
+    ):
         raise ConfigError(f"--resume: the checkpoint was trained on env {stored_env!r}, not {env!r}")
     hparams = _build_hparams(_merge_hparams(stored_hparams, given_hparams), "hparams")
     merged = _plain_hparams(hparams)
@@ -454,20 +456,24 @@ def _resume(
             kwargs[key] = value if key == "checkpoint_dir" else _int_option(config, key, "config")
     stored_config.update({k: v for k, v in config.items() if k in _RUN_KEYS})
     kwargs["metadata"] = {**(state["trainer"].get("metadata") or {}), "config": stored_config}
-    trainer = Trainer.from_checkpoint(path, hparams=overrides, tracking_uri=tracking_uri, **kwargs)
+    trainer = Trainer.from_checkpoint(
+        path, hparams=overrides, tracking_uri=tracking_uri, trust_code=args.trust_code, **kwargs
+    )
     return _run(trainer, conditions, run_args)
 
 
-def _canonical_env(spec: str) -> str:
-    """``rl8.envs.CartPole`` and ``rl8.envs.cartpole.CartPole`` name the same class."""
-    from .trainer import env_spec_string
+def _canonical_env(spec: str, *, source: Any = None, trust_code: bool = False) -> str:
+    """``rl8.envs.CartPole`` and ``rl8.envs.cartpole.CartPole`` name the same class. A spec read
+    from a file (``source``) is checked for its kind before use (see docs/security.md)."""
+    from ._resolve import env_spec_string, is_dotted_path, resolve_env
+    from .checkpoint import CheckpointError
 
-    if "." in spec and "/" not in spec and not spec[0].isupper():
-        from .ppo import _resolve
-
+    if is_dotted_path(spec):
         try:
-            return env_spec_string(_resolve(spec, "env")) or spec
-        except ValueError:
+            return env_spec_string(resolve_env(spec, source=source, trust_code=trust_code)) or spec
+        except CheckpointError:
+            raise
+        except (ValueError, ImportError):
             return spec
     return spec
 
@@ -512,13 +518,19 @@ def _run(trainer: Any, conditions: list[Any], run_args: Mapping[str, Any]) -> in
 
 def _load_policy_and_env(args: argparse.Namespace) -> tuple[Any, dict[str, Any], str, dict[str, Any]]:
     """The saved policy named on the command line, what the file says about its env, the env
-    spec to use (``--env`` or the stored one) and the env config (stored, then ``--env-config``)."""
+    spec to use (``--env``, or the stored one checked for its kind, see docs/security.md) and
+    the env config (stored, then ``--env-config``)."""
+    from ._resolve import spec_from_env_info
     from .export import policy_from_dict, read_policy
 
     info = read_policy(args.policy, tracking_uri=args.tracking_uri)
-    policy = policy_from_dict(info, map_location="cpu")
+    policy = policy_from_dict(info, map_location="cpu", source=args.policy, trust_code=args.trust_code)
     env_info = info.get("env") or {}
-    spec = args.env or env_info.get("spec")
+    if not isinstance(env_info, Mapping):
+        from .checkpoint import CheckpointError
+
+        raise CheckpointError(f"{args.policy}: the stored env must be a dict, got {type(env_info).__name__}")
+    spec = args.env or spec_from_env_info(env_info, source=args.policy, trust_code=args.trust_code)
     if not spec:
         raise ConfigError("the policy does not name its env; pass --env (e.g. --env rl8.envs.CartPole)")
     config = dict(env_info.get("env_config") or {})
@@ -533,13 +545,21 @@ def _eval(args: argparse.Namespace) -> int:
 
     from .ppo import make_env
 
+    from .export import check_env_spaces
+
     policy, env_info, spec, config = _load_policy_and_env(args)
     num_envs = args.num_envs or args.episodes
     try:
         env = make_env(spec, num_envs, None, device="cpu", env_kwargs=env_info.get("env_kwargs"))
-        obs = env.reset(config=config or None, seed=args.seed)
     except (ValueError, TypeError, KeyError, ImportError) as exc:
         raise ConfigError(f"cannot build env {spec!r}: {exc}") from None
+    try:
+        check_env_spaces(env, policy.observation_space, policy.action_space,
+                         what=f"the env {args.env or env_info.get('spec')!r}", source=args.policy)
+        obs = env.reset(config=config or None, seed=args.seed)
+    except (ValueError, TypeError, KeyError) as exc:
+        env.close()
+        raise ConfigError(f"cannot evaluate in env {spec!r}: {exc}") from None
     deterministic = not args.stochastic
     if args.seed is not None:
         torch.manual_seed(args.seed)
@@ -627,12 +647,22 @@ def _record(args: argparse.Namespace) -> int:
 
     policy, env_info, spec, config = _load_policy_and_env(args)
     stored = env_info.get("spec")
-    same_env = not args.env or (stored and _canonical_env(args.env) == _canonical_env(stored))
+    same_env = not args.env or (
+        stored and _canonical_env(args.env) == _canonical_env(stored, source=args.policy, trust_code=args.trust_code)
+    )
     env_kwargs = env_info.get("env_kwargs") if same_env else None  # the stored env's arguments
+    from .export import check_env_spaces
+
     try:
         env = make_recording_env(spec, env_kwargs=env_kwargs, device="cpu")
     except (ValueError, TypeError, KeyError, ImportError, gymnasium.error.Error) as exc:
         raise ConfigError(f"cannot build env {spec!r}: {exc}") from None
+    try:
+        check_env_spaces(env, policy.observation_space, policy.action_space,
+                         what=f"the env {args.env or stored!r}", source=args.policy)
+    except ValueError as exc:
+        env.close()
+        raise ConfigError(str(exc)) from None
     try:
         path = record_video(
             policy, env, args.output, deterministic=not args.stochastic, max_steps=args.max_steps,
@@ -705,6 +735,10 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--checkpoint-every", type=_positive_int, metavar="N",
                        help="checkpoint every N training steps (default: only at the end and on signals)")
     train.add_argument("--quiet", action="store_true", help="no progress line")
+    train.add_argument("--trust-code", action="store_true",
+                       help="with --resume: trust the checkpoint, letting it name a plain function "
+                            "as its env factory, which rl8 then calls (off by default; see "
+                            "docs/security.md)")
     train.set_defaults(func=_train)
 
     evaluate = commands.add_parser(
@@ -722,6 +756,9 @@ def build_parser() -> argparse.ArgumentParser:
                           help="steps per env at most (default 100000; 1000 for envs without episodes)")
     evaluate.add_argument("--seed", type=int, help="seed of the env and of sampling")
     evaluate.add_argument("--tracking-uri", help="MLflow tracking URI, for a run id")
+    evaluate.add_argument("--trust-code", action="store_true",
+                          help="trust the file: let it name a plain function as its env factory, which rl8 "
+                             "then calls (off by default; see docs/security.md)")
     evaluate.set_defaults(func=_eval)
 
     record = commands.add_parser(
@@ -742,6 +779,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="frames per second (default: the env's metadata['render_fps'])")
     record.add_argument("--seed", type=int, help="seed of the env's reset and of sampling")
     record.add_argument("--tracking-uri", help="MLflow tracking URI, for a run id")
+    record.add_argument("--trust-code", action="store_true",
+                        help="trust the file: let it name a plain function as its env factory, which rl8 "
+                           "then calls (off by default; see docs/security.md)")
     record.set_defaults(func=_record)
     return parser
 

@@ -7,7 +7,7 @@ trained on. It is written with :func:`rl8.checkpoint.save_checkpoint` (atomic) a
 ``torch.load(..., weights_only=True)``: loading never unpickles code. Loading does *import* the
 modules that the model and distribution classes live in (by their dotted path), so a policy
 whose model is defined in a script's ``__main__`` can only be loaded where that class can be
-imported.
+imported; each class is checked to be of its kind before it is called (``docs/security.md``).
 
 ::
 
@@ -20,7 +20,6 @@ imported.
 
 from __future__ import annotations
 
-import importlib
 import os
 import re
 import tempfile
@@ -32,9 +31,12 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
+from ._resolve import DISTRIBUTION, MODEL, MODULE_CLASS, import_path, resolve
+
 __all__ = [
     "POLICY_ARTIFACT",
     "POLICY_FORMAT",
+    "check_env_spaces",
     "load_policy",
     "policy_from_dict",
     "policy_to_dict",
@@ -121,34 +123,33 @@ def space_from_dict(d: Mapping[str, Any]) -> spaces.Space:
     raise ValueError(f"unknown space description {kind!r} in a policy file")
 
 
+def check_env_spaces(env: Any, observation_space: spaces.Space, action_space: spaces.Space, *,
+                     what: str, source: Any) -> None:
+    """Raise ``ValueError`` when ``env``'s spaces differ from those a policy was trained on.
+
+    Args:
+        env: The env (an :class:`rl8.Env`: its ``observation_space`` and ``action_space``).
+        observation_space: The policy's observation space.
+        action_space: The policy's action space.
+        what: The env as the caller names it in the message (``"--env CartPole-v1"``).
+        source: Where the policy comes from (a path), for the message.
+    """
+    for name, expected in (("observation", observation_space), ("action", action_space)):
+        given = getattr(env, f"{name}_space")
+        if given != expected:
+            raise ValueError(
+                f"{what} has the {name} space {given}, but the policy of {source} was trained "
+                f"on the {name} space {expected}; the policy can only act in an env with the "
+                "same spaces"
+            )
+
+
 # --------------------------------------------------------------------------------------------
 # classes and configs <-> plain values
 
 
 def _dotted(obj: Any) -> str:
     return f"{obj.__module__}.{obj.__qualname__}"
-
-
-def _import(path: str, what: str) -> Any:
-    """Import ``"pkg.module.Qual.Name"``: the longest importable module prefix, then attributes."""
-    parts = path.split(".")
-    for i in range(len(parts) - 1, 0, -1):
-        module_name = ".".join(parts[:i])
-        try:
-            obj: Any = importlib.import_module(module_name)
-        except ImportError:
-            continue
-        try:
-            for name in parts[i:]:
-                obj = getattr(obj, name)
-        except AttributeError:
-            break
-        return obj
-    raise ImportError(
-        f"cannot import the {what} {path!r} named in the policy file (loading a policy imports "
-        f"the module its classes are defined in; define them in an importable module rather "
-        f"than a script's __main__)"
-    )
 
 
 def _to_plain(value: Any) -> Any:
@@ -162,13 +163,28 @@ def _to_plain(value: Any) -> Any:
     return value
 
 
-def _from_plain(value: Any) -> Any:
+def _from_plain(value: Any, source: Any, trust_code: bool, where: str = "model_config") -> Any:
+    """Model config values from plain data: ``{"__class__": path}`` becomes the class, which
+    must be a ``torch.nn.Module`` subclass (an activation...) unless ``trust_code``."""
     if isinstance(value, Mapping):
         if set(value) == {"__class__"}:
-            return _import(value["__class__"], "class")
-        return {k: _from_plain(v) for k, v in value.items()}
+            if trust_code:
+                return import_path(value["__class__"], field=where, source=source, trust_code=True)
+            return resolve(value["__class__"], MODULE_CLASS, field=where, source=source)
+        return {k: _from_plain(v, source, trust_code, f"{where}[{k!r}]") for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return type(value)(_from_plain(v) for v in value)
+        return type(value)(_from_plain(v, source, trust_code, f"{where}[{i}]") for i, v in enumerate(value))
+    return value
+
+
+def _stored_name(d: Mapping[str, Any], key: str, source: Any) -> str:
+    """The dotted path stored under ``key``; a file can hold nothing else there."""
+    from .checkpoint import CheckpointError
+
+    value = d.get(key)
+    if not isinstance(value, str):
+        raise CheckpointError(f"{source}: {key} must be a dotted path (a str), got "
+                              f"{type(value).__name__}")
     return value
 
 
@@ -209,15 +225,31 @@ def policy_to_dict(
     return out
 
 
-def policy_from_dict(d: Mapping[str, Any], *, map_location: Any = "cpu") -> Any:
+def policy_from_dict(
+    d: Mapping[str, Any],
+    *,
+    map_location: Any = "cpu",
+    source: Any = None,
+    trust_code: bool = False,
+) -> Any:
     """Build a :class:`~rl8.policy.Policy` from :func:`policy_to_dict`'s output, in eval mode.
+
+    The classes ``d`` names are imported and checked before anything is called: the model
+    class must be a :class:`~rl8.models.Model` subclass, the distribution class a
+    :class:`~rl8.distributions.Distribution` subclass, classes in the model config
+    ``torch.nn.Module`` subclasses (see ``docs/security.md``).
 
     Args:
         d: The description, with its ``state_dict``.
         map_location: Device of the policy's parameters (``"cpu"``, ``"cuda:0"``...).
+        source: Where ``d`` was read from (a path, shown in messages); ``None``: "the policy
+            description".
+        trust_code: Trust the file: allow private dotted paths and any class in the model
+            config (the model and distribution classes are checked all the same).
 
     Raises:
         ValueError: ``d`` is not a policy description of a version this rl8 reads.
+        rl8.checkpoint.CheckpointError: ``d`` names an object of the wrong kind.
         ImportError: The model or distribution class cannot be imported.
     """
     from .policy import Policy
@@ -232,12 +264,18 @@ def policy_from_dict(d: Mapping[str, Any], *, map_location: Any = "cpu") -> Any:
         )
     if "state_dict" not in d:
         raise ValueError("the policy description holds no weights (state_dict)")
+    source = "the policy description" if source is None else source
+    names = {"field": "model_cls", "source": source, "trust_code": trust_code}
+    model_cls = resolve(_stored_name(d, "model_cls", source), MODEL, **names)
+    names["field"] = "distribution_cls"
+    distribution_cls = resolve(_stored_name(d, "distribution_cls", source), DISTRIBUTION, **names)
+    model_config = _from_plain(d.get("model_config") or {}, source, trust_code)
     policy = Policy(
         space_from_dict(d["observation_space"]),
         space_from_dict(d["action_space"]),
-        model_cls=_import(d["model_cls"], "model class"),
-        model_config=_from_plain(d.get("model_config") or {}),
-        distribution_cls=_import(d["distribution_cls"], "distribution class"),
+        model_cls=model_cls,
+        model_config=model_config,
+        distribution_cls=distribution_cls,
         normalize_observations=bool(d.get("normalize_observations", False)),
         device=map_location,
     )
@@ -358,6 +396,7 @@ def load_policy(
     *,
     map_location: Any = "cpu",
     tracking_uri: str | None = None,
+    trust_code: bool = False,
 ) -> Any:
     """Load a policy that acts on observations, without any training state.
 
@@ -371,13 +410,17 @@ def load_policy(
             each checkpoint and at the end of :meth:`rl8.Trainer.run`).
         map_location: Device for the parameters.
         tracking_uri: MLflow tracking URI used for run ids (``None``: MLflow's default).
+        trust_code: Trust the file (see :func:`policy_from_dict`); off by default.
 
     Returns:
         A :class:`rl8.Policy`.
 
     Raises:
         FileNotFoundError: Nothing found at ``run_id_or_path``.
-        rl8.checkpoint.CheckpointError: A corrupt, truncated, foreign or unsafe file.
+        rl8.checkpoint.CheckpointError: A corrupt, truncated, foreign or unsafe file, or one
+            that names an object of the wrong kind (e.g. ``os.system`` as its model class).
         ImportError: The model's module cannot be imported.
     """
-    return policy_from_dict(read_policy(run_id_or_path, tracking_uri=tracking_uri), map_location=map_location)
+    description = read_policy(run_id_or_path, tracking_uri=tracking_uri)
+    return policy_from_dict(description, map_location=map_location, source=os.fspath(run_id_or_path),
+                            trust_code=trust_code)

@@ -8,7 +8,6 @@ clipped-surrogate update. Both return flat ``dict[str, float]`` stats named as i
 from __future__ import annotations
 
 import contextlib
-import importlib
 import inspect
 import math
 import os
@@ -19,6 +18,7 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
+from ._resolve import DISTRIBUTION, MODEL, OPTIMIZER, is_dotted_path, resolve, resolve_env
 from .buffer import RolloutBuffer, compute_gae
 from .distributed import DistContext, derive_seed
 from .env import Env, EnvOutputError, find_nonfinite, validate_reset_output, validate_step_output
@@ -92,17 +92,6 @@ def _allocation(hp: HParams, slot_bytes: int):
         reason = text.splitlines()[-1] if text else type(err).__name__
         need = hp.num_envs * (hp.horizon + 1) * slot_bytes
         raise _buffer_size_error(hp, need, f"allocating memory failed ({reason})") from err
-
-
-def _resolve(obj: Any, field: str) -> Any:
-    """A class given as a dotted path ``"pkg.module.Name"`` or as the class itself."""
-    if not isinstance(obj, str):
-        return obj
-    module, _, name = obj.rpartition(".")
-    try:
-        return getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError, ValueError) as e:
-        raise ValueError(f"hparam {field}: cannot import {obj!r} ({e})") from None
 
 
 def _to_samples(x: torch.Tensor | TensorDictBase, seq_len: int) -> torch.Tensor | TensorDictBase:
@@ -261,8 +250,8 @@ def make_env(
             :class:`rl8.envs.GymnasiumEnv`, e.g. ``vectorization_mode`` or ``env_kwargs``).
     """
     kwargs = dict(env_kwargs or {})
-    if isinstance(env, str) and "." in env and "/" not in env and not env[0].isupper():
-        env = _resolve(env, "env")
+    if is_dotted_path(env):
+        env = resolve_env(env)
     if isinstance(env, type) and issubclass(env, Env):
         return env(num_envs, horizon, device=device, **kwargs)
     if isinstance(env, str) or callable(env):
@@ -329,9 +318,9 @@ class PPO:
         self.policy = Policy(
             self.env.observation_space,
             self.env.action_space,
-            model_cls=_resolve(hp.model_cls, "model_cls"),
+            model_cls=resolve(hp.model_cls, MODEL, field="hparam model_cls"),
             model_config=hp.model_config,
-            distribution_cls=_resolve(hp.distribution_cls, "distribution_cls"),
+            distribution_cls=resolve(hp.distribution_cls, DISTRIBUTION, field="hparam distribution_cls"),
             normalize_observations=hp.normalize_observations,
             device=self.device,
         )
@@ -343,7 +332,7 @@ class PPO:
         self.eval_generator = torch.Generator(device=self.device)  # evaluate() samples from it
         self.eval_generator.manual_seed(derive_seed(self.env_seed, 1))
         torch.manual_seed(self.env_seed)
-        optimizer_cls = _resolve(hp.optimizer_cls, "optimizer_cls")
+        optimizer_cls = resolve(hp.optimizer_cls, OPTIMIZER, field="hparam optimizer_cls")
         optimizer_kwargs = dict(hp.optimizer_kwargs)
         if optimizer_cls in (torch.optim.Adam, torch.optim.AdamW) and not {"fused", "foreach"} & set(optimizer_kwargs):
             # One fused kernel per parameter group instead of a loop of small ops: the same

@@ -19,8 +19,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import functools
-import importlib
-import inspect
 import json
 import math
 import os
@@ -38,11 +36,12 @@ from typing import Any, TextIO
 
 import torch
 
+from ._resolve import env_spec_string, is_dotted_path
 from .checkpoint import CheckpointError, CheckpointManager, load_checkpoint
 from .checkpoint import save_checkpoint as _write_checkpoint
 from .conditions import Condition, HitsLowerBound, HitsUpperBound, TimeLimit
 from .distributed import DistContext, rank_device, to_cpu
-from .export import POLICY_ARTIFACT, policy_to_dict, save_policy
+from .export import POLICY_ARTIFACT, check_env_spaces, policy_to_dict, save_policy, space_from_dict
 from .tracking import Tracker, TrackingWarning
 
 __all__ = ["CHECKPOINT_POINTER_ARTIFACT", "TrainStats", "Trainer", "check_eval_plan", "env_spec_string"]
@@ -77,35 +76,9 @@ def _dotted(obj: Any) -> str:
     return f"{obj.__module__}.{obj.__qualname__}"
 
 
-def env_spec_string(spec: Any) -> str | None:
-    """The env spec as a string that :func:`rl8.ppo.make_env` accepts, or ``None``.
-
-    An :class:`rl8.Env` subclass or a module-level function becomes its dotted path (when
-    importing that path gives the object back), a gymnasium id stays as is; anything else
-    (lambdas, local functions, factory objects) cannot be named and gives ``None``.
-    """
-    if isinstance(spec, str):
-        return spec
-    if not (isinstance(spec, type) or inspect.isfunction(spec)):
-        return None
-    path = _dotted(spec)
-    if "<" in path:  # <lambda>, <locals>
-        return None
-    module, _, name = path.rpartition(".")
-    try:
-        found = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError, ValueError):
-        found = None
-    if found is not spec:  # nested classes, objects replaced at import...
-        return None
-    # make_env resolves lowercase dotted paths; a module path starting uppercase would be read
-    # as a gymnasium id
-    return path if not path[0].isupper() else None
-
-
 def _env_name(spec: Any) -> str:
     if isinstance(spec, str):
-        return spec.rsplit(".", 1)[-1] if "." in spec and "/" not in spec and not spec[0].isupper() else spec
+        return spec.rsplit(".", 1)[-1] if is_dotted_path(spec) else spec
     return getattr(spec, "__name__", None) or type(spec).__name__
 
 
@@ -1425,6 +1398,7 @@ class Trainer:
         env: Any = None,
         hparams: Mapping[str, Any] | None = None,
         tracking_uri: str | None = None,
+        trust_code: bool = False,
         **kwargs: Any,
     ) -> Trainer:
         """Rebuild a Trainer (and its PPO) from a checkpoint and continue its MLflow run.
@@ -1442,14 +1416,21 @@ class Trainer:
             hparams: Hyper-parameters to change, e.g. ``{"device": "cuda"}``; anything that
                 changes shapes (``num_envs``, ``horizon``, the model) cannot load the state.
             tracking_uri: Tracking URI of the run (default: the one stored in the checkpoint).
+            trust_code: Trust the file: let its env spec name a plain function (an env factory
+                of yours), which rl8 then calls. Off by default: the classes a checkpoint names
+                (env, model, distribution, optimizer) are checked to be of their kind before
+                anything is called (see ``docs/security.md``).
             **kwargs: Other :class:`Trainer` arguments to change (``checkpoint_every``,
                 ``progress``, ``tracking``...).
 
         Raises:
             FileNotFoundError: No checkpoint at ``path``.
-            rl8.checkpoint.CheckpointError: A corrupt, truncated, foreign or unsafe file.
+            rl8.checkpoint.CheckpointError: A corrupt, truncated, foreign or unsafe file, or
+                one that names an object of the wrong kind (e.g. ``subprocess.run`` as env).
+            ValueError: The env's observation or action space differs from the checkpoint's.
             rl8.tracking.TrackingError: The stored MLflow run cannot be resumed.
         """
+        from ._resolve import check_stored_hparams, spec_from_env_info
         from .ppo import PPO
 
         file, state = cls._read_checkpoint(path, tracking_uri=tracking_uri)
@@ -1459,15 +1440,30 @@ class Trainer:
                 "'algo', 'trainer' and 'env' entries)"
             )
         algo_state, saved = state["algo"], state["trainer"]
-        spec = env if env is not None else state["env"].get("spec")
+        # every class the file names is imported and checked for its kind before PPO calls it
+        # (PPO then resolves the same names again: the stored strings stay as they were)
+        stored = algo_state.get("hparams")
+        check_stored_hparams(stored, source=file, trust_code=trust_code)
+        spec = env
+        if env is None:
+            env_info = {"spec": state["env"].get("spec"), "env_kwargs": stored.get("env_kwargs")}
+            if spec_from_env_info(env_info, source=file, trust_code=trust_code) is not None:
+                spec = env_info["spec"]
         if spec is None:
             raise ValueError(
                 f"{file}: the env was a callable that a checkpoint cannot name; pass it with "
                 "Trainer.from_checkpoint(path, env=...)"
             )
-        hp = {**algo_state["hparams"], **dict(hparams or {})}
+        hp = {**stored, **dict(hparams or {})}
         hp["device"] = rank_device(hp.get("device", "auto"))  # torchrun: cuda:LOCAL_RANK
         algo = PPO(spec, **hp)
+        policy_info = saved.get("policy")
+        if isinstance(policy_info, Mapping) and env is not None:
+            check_env_spaces(
+                algo.env, space_from_dict(policy_info["observation_space"]),
+                space_from_dict(policy_info["action_space"]),
+                what=f"Trainer.from_checkpoint: env={env!r}", source=file,
+            )
         algo.load_state_dict(algo_state)
         tracking = kwargs.pop("tracking", saved.get("tracking", True))
         options: dict[str, Any] = {

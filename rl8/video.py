@@ -52,10 +52,10 @@ def _imageio() -> Any:
 
 def _is_gymnasium_spec(spec: Any) -> bool:
     """Whether :func:`rl8.ppo.make_env` would build a :class:`~rl8.envs.GymnasiumEnv`."""
-    from .ppo import _resolve
+    from ._resolve import is_dotted_path, resolve_env
 
-    if isinstance(spec, str) and "." in spec and "/" not in spec and not spec[0].isupper():
-        spec = _resolve(spec, "env")
+    if is_dotted_path(spec):
+        spec = resolve_env(spec)
     if isinstance(spec, type) and issubclass(spec, Env):
         return False
     return isinstance(spec, str) or callable(spec)

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import collections
+import errno
 import io
 import os
 import pickle
 import random
+import signal
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
@@ -180,6 +185,30 @@ def test_a_crash_while_writing_keeps_the_previous_file(tmp_path, monkeypatch):
     assert load_checkpoint(path)["version"] == "old"
 
 
+class FullDisk(io.FileIO):
+    """A file on a disk with ``room`` bytes free: a bigger write fails with ENOSPC."""
+
+    room = 3000
+
+    def write(self, data):
+        if self.tell() + memoryview(data).nbytes > self.room:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return super().write(data)
+
+
+def test_a_full_disk_is_an_os_error_naming_the_file(tmp_path, monkeypatch):
+    path = tmp_path / "c.pt"
+    save_checkpoint({"version": "old"}, path)
+    monkeypatch.setattr(os, "fdopen", lambda fd, mode: io.BufferedWriter(FullDisk(fd, "wb")))
+    with pytest.raises(OSError) as info:  # torch itself raises RuntimeError("[enforce fail...")
+        save_checkpoint({"version": "new", "w": torch.randn(10_000)}, path)
+    monkeypatch.undo()
+    assert type(info.value) is OSError and info.value.errno == errno.ENOSPC
+    assert str(path) in str(info.value) and "No space left" in str(info.value)
+    assert os.listdir(tmp_path) == ["c.pt"]
+    assert load_checkpoint(path)["version"] == "old"
+
+
 def test_a_crash_before_the_first_checkpoint_leaves_nothing(tmp_path, monkeypatch):
     def crashing_save(obj, file, *args, **kwargs):
         raise KeyboardInterrupt
@@ -232,6 +261,66 @@ def test_random_bytes_are_a_checkpoint_error(tmp_path, data):
         load_checkpoint(path)
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+@pytest.mark.parametrize("device", ["cuda:0", "cuda", torch.device("cuda", 0)])
+def test_a_cuda_map_location_without_cuda_says_so(tmp_path, device):
+    path = save_checkpoint({"w": torch.zeros(3)}, tmp_path / "c.pt")
+    with pytest.raises(ValueError, match="CUDA is not available") as info:
+        load_checkpoint(path, map_location=device)
+    assert not isinstance(info.value, CheckpointError)  # the file is fine
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_a_cuda_device_beyond_the_count_is_named(tmp_path):
+    path = save_checkpoint({"w": torch.zeros(3)}, tmp_path / "c.pt")
+    index = torch.cuda.device_count()
+    with pytest.raises(ValueError, match=f"cuda:{index}' is not available"):
+        load_checkpoint(path, map_location=f"cuda:{index}")
+
+
+def flip(data: bytes, offset: int, length: int = 1) -> bytes:
+    damaged = bytearray(data)
+    for i in range(offset, min(offset + length, len(data))):
+        damaged[i] ^= 0xFF
+    return bytes(damaged)
+
+
+def test_flipped_bytes_are_refused_or_harmless(tmp_path):
+    """Every flip is refused naming the damaged entry, or (zip metadata nobody reads, such as
+    a time stamp or padding) the file loads exactly as written: never wrong numbers."""
+    state = trainer_like_state()
+    state["weights"] = torch.randn(4000)
+    path = save_checkpoint(state, tmp_path / "c.pt")
+    data = path.read_bytes()
+    offsets = sorted({*range(0, len(data), 97), len(data) // 2, len(data) - 30})
+    refused, harmless = [], []
+    for offset in offsets:
+        damaged = tmp_path / "damaged.pt"
+        damaged.write_bytes(flip(data, offset, 64 if offset == len(data) // 2 else 1))
+        try:
+            loaded = load_checkpoint(damaged)
+        except CheckpointError as err:
+            assert "damaged.pt is corrupt" in str(err)
+            refused.append((offset, str(err)))
+            continue
+        assert_same(loaded, state)
+        harmless.append(offset)
+    middle = dict(refused)[len(data) // 2]  # the 64 bytes in the middle land in the weights
+    assert "fails the zip integrity check" in middle and "archive/data/" in middle
+    assert len(refused) > 0.9 * len(offsets), harmless
+
+
+def test_a_damaged_directory_flag_is_refused(tmp_path):
+    """torch reads an entry flagged as a directory as garbage without any error."""
+    path = save_checkpoint({"w": torch.randn(1000)}, tmp_path / "c.pt")
+    data = bytearray(path.read_bytes())
+    record = data.rfind(b"PK\x01\x02")  # the last central-directory record
+    data[record + 38] |= 0x10  # external attributes: MS-DOS directory bit
+    path.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match="entry '.*' fails the zip integrity check"):
+        load_checkpoint(path)
+
+
 def test_checkpoint_error_is_a_value_error():
     assert issubclass(CheckpointError, ValueError)
 
@@ -275,7 +364,8 @@ class Innocent:
         self.x = 1
 
 
-@pytest.mark.parametrize("how", ["torch", "pickle"])
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol")  # torch, on protocols 4 and 5
+@pytest.mark.parametrize("how", ["torch", "pickle", "pickle-4", "pickle-default"])
 def test_a_malicious_file_is_refused_without_running_its_code(tmp_path, how):
     marker = tmp_path / "pwned"
     path = tmp_path / "evil.pt"
@@ -283,8 +373,9 @@ def test_a_malicious_file_is_refused_without_running_its_code(tmp_path, how):
     if how == "torch":
         torch.save(payload, path)
     else:
-        path.write_bytes(pickle.dumps(payload, protocol=2))
-    with pytest.raises(CheckpointError, match="refuses to execute code") as info:
+        protocol = {"pickle": 2, "pickle-4": 4, "pickle-default": None}[how]
+        path.write_bytes(pickle.dumps(payload, protocol=protocol))
+    with pytest.raises(CheckpointError, match="not a safe rl8 checkpoint.*refuses to execute code") as info:
         load_checkpoint(path)
     assert "evil.pt" in str(info.value) and "mkdir" in str(info.value)
     assert not marker.exists()
@@ -369,6 +460,56 @@ def test_manager_separate_prefixes_do_not_interfere(tmp_path):
     regular.save({"a": 3}, 3)
     assert [p.name for p in best.list()] == ["best-000000000001.pt"]
     assert [p.name for p in regular.list()] == ["checkpoint-000000000003.pt"]
+
+
+def tmp_file_of(manager, step, age=0.0):
+    """A temporary file as save_checkpoint names it, last modified ``age`` seconds ago."""
+    path = manager.directory / f".{manager.path_for(step).name}.{os.urandom(6).hex()}.tmp"
+    path.write_bytes(b"half a checkpoint")
+    stamp = time.time() - age
+    os.utime(path, (stamp, stamp))
+    return path
+
+
+def test_manager_removes_stale_temporary_files_of_its_own(tmp_path):
+    manager = CheckpointManager(tmp_path)
+    old = tmp_file_of(manager, 100, age=checkpoint_module.STALE_TMP_SECONDS + 5)
+    fresh = tmp_file_of(manager, 200)  # a writer may have just created it
+    other = tmp_file_of(CheckpointManager(tmp_path, prefix="best"), 100, age=3600)
+    unrelated = tmp_path / ".notes.tmp"
+    unrelated.write_text("mine")
+    manager.save({"a": 1}, step=300)
+    assert not old.exists()
+    assert fresh.exists() and other.exists() and unrelated.exists()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="file locks: POSIX")
+def test_manager_keeps_the_temporary_file_of_a_live_writer_and_removes_it_after_kill_9(tmp_path):
+    """A writer in another process, stuck in torch.save: its file is kept however old while the
+    process lives (it holds the file's lock), and removed on the next save after kill -9."""
+    writer = subprocess.Popen([sys.executable, "-c", f"""
+import time, torch
+from rl8.checkpoint import CheckpointManager
+def stuck(obj, file, *args, **kwargs):
+    file.write(b"partial"); file.flush(); print("writing", flush=True); time.sleep(60)
+torch.save = stuck
+CheckpointManager({str(tmp_path)!r}).save({{"a": 1}}, step=100)
+"""], stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout.readline() == "writing\n"
+        (tmp,) = tmp_path.glob(".checkpoint-000000000100.pt.*.tmp")
+        stamp = time.time() - 3600
+        os.utime(tmp, (stamp, stamp))
+        manager = CheckpointManager(tmp_path)
+        manager.save({"a": 2}, step=200)
+        assert tmp.exists()  # a live writer holds it
+    finally:
+        writer.send_signal(signal.SIGKILL)
+        writer.wait()
+    assert tmp.exists()  # kill -9 leaves it behind
+    manager.save({"a": 3}, step=300)
+    assert not tmp.exists()
+    assert [p.name for p in tmp_path.iterdir()] == sorted(p.name for p in manager.list())
 
 
 @pytest.mark.parametrize("kwargs, match", [

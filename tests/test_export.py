@@ -108,3 +108,24 @@ def test_load_policy_errors(tmp_path):
     save_checkpoint(plain, tmp_path / "unimportable.pt")
     with pytest.raises(ImportError, match="no_such_module.Model"):
         load_policy(tmp_path / "unimportable.pt")
+
+
+def test_rl8_eval_in_an_env_with_other_spaces_exits_2_naming_both(tmp_path, capsys):
+    from rl8.cli import main
+
+    path = save_policy(PPO(CartPole, **SMALL).policy, tmp_path / "policy.pt",
+                       env={"spec": "rl8.envs.cartpole.CartPole", "env_kwargs": {}, "env_config": {}})
+    assert main(["eval", str(path), "--env", "rl8.envs.Pendulum", "--episodes", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "'rl8.envs.Pendulum' has the observation space Box(" in err and "(3,)" in err
+    assert "trained on the observation space Box(" in err and "(4,)" in err
+
+
+def test_from_checkpoint_with_an_env_of_other_spaces_names_both(tmp_path):
+    from rl8.envs import Pendulum
+
+    with Trainer(PPO(CartPole, **SMALL), tracking=False, checkpoint_dir=tmp_path) as trainer:
+        path = trainer.save_checkpoint()
+    with pytest.raises(ValueError, match=r"env=<class 'rl8.envs.pendulum.Pendulum'> has the observation "
+                                         r"space Box\(.*\(3,\).*trained on the observation space Box\(.*\(4,\)"):
+        Trainer.from_checkpoint(path, env=Pendulum, tracking=False)

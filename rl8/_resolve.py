@@ -1,0 +1,349 @@
+"""Names to objects: the one place where rl8 turns a dotted path into a class.
+
+Checkpoints, policy files and hyper-parameters name classes by dotted path
+(``"rl8.envs.cartpole.CartPole"``, ``"torch.optim.Adam"``). Turning such a name into an object
+imports a module; calling the object runs code. A name read from a file is therefore only used
+as what it claims to be: :func:`resolve` imports it, then checks that the object is of the
+claimed :class:`Kind` (an ``rl8.Env`` subclass, a ``Model`` subclass...) *before* anything
+calls it, and raises :class:`~rl8.checkpoint.CheckpointError` otherwise. For names from a file
+the path itself is checked before it is imported: every part must be a public Python identifier
+(no ``_private``, ``__main__`` or dunder parts) and the top-level module must not be one of the
+standard modules that act when imported (:data:`IMPORT_ACTS`). ``trust_code=True`` lifts the
+path rules and allows a plain function as an env factory (see ``docs/security.md``).
+
+Names given in code (``PPO("mypkg.envs.MyEnv", model_cls="mypkg.Net")``) go through the same
+functions with ``source=None``: a wrong kind is then a ``ValueError`` naming the field.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import keyword
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
+
+__all__ = [
+    "DISTRIBUTION",
+    "ENV",
+    "HPARAM_KINDS",
+    "IMPORT_ACTS",
+    "MODEL",
+    "MODULE_CLASS",
+    "OPTIMIZER",
+    "Kind",
+    "describe",
+    "env_spec_string",
+    "import_path",
+    "is_dotted_path",
+    "resolve",
+    "resolve_env",
+    "check_stored_hparams",
+    "spec_from_env_info",
+]
+
+#: Top-level standard modules whose import does something visible (opens a browser, prints,
+#: starts a program); a name read from a file may not import them.
+IMPORT_ACTS = frozenset({"antigravity", "this", "idlelib", "turtledemo", "tkinter", "turtle"})
+
+
+class Kind(NamedTuple):
+    """What a name must resolve to: ``description`` for messages, ``check(obj) -> bool``."""
+
+    description: str
+    check: Callable[[Any], bool]
+
+
+def _subclass_of(base: Callable[[], type]) -> Callable[[Any], bool]:
+    """``obj`` is a class deriving from ``base()`` (imported lazily: rl8 imports this module)."""
+    return lambda obj: isinstance(obj, type) and issubclass(obj, base())
+
+
+def _model_base() -> type:
+    from .models import Model
+
+    return Model
+
+
+def _distribution_base() -> type:
+    from .distributions import Distribution
+
+    return Distribution
+
+
+def _optimizer_base() -> type:
+    import torch
+
+    return torch.optim.Optimizer
+
+
+def _module_base() -> type:
+    import torch
+
+    return torch.nn.Module
+
+
+MODEL = Kind("an rl8 Model subclass (rl8.models.Model)", _subclass_of(_model_base))
+DISTRIBUTION = Kind("an rl8 Distribution subclass (rl8.distributions.Distribution)",
+                    _subclass_of(_distribution_base))
+OPTIMIZER = Kind("a torch.optim.Optimizer subclass", _subclass_of(_optimizer_base))
+#: Classes inside a model's config (e.g. ``activation=torch.nn.Tanh``).
+MODULE_CLASS = Kind("a torch.nn.Module subclass", _subclass_of(_module_base))
+
+
+def _is_env_kind(obj: Any) -> bool:
+    """An ``rl8.Env`` subclass, a ``GymnasiumEnv`` factory, or a ``gymnasium.Env`` subclass."""
+    import gymnasium
+
+    from .env import Env
+    from .envs.gymnasium import GymnasiumEnvFactory
+
+    if isinstance(obj, GymnasiumEnvFactory):
+        return True
+    return isinstance(obj, type) and issubclass(obj, (Env, gymnasium.Env))
+
+
+ENV = Kind("an rl8.Env subclass, a GymnasiumEnv.make_factory(...) factory or a gymnasium.Env "
+           "subclass", _is_env_kind)
+
+
+def describe(obj: Any) -> str:
+    """What ``obj`` is, in a few words, for error messages (``"a builtin function"``...)."""
+    if inspect.isclass(obj):
+        return f"the class {obj.__module__}.{obj.__qualname__}"
+    if inspect.isbuiltin(obj):
+        return "a builtin function"
+    if inspect.isfunction(obj) or inspect.ismethod(obj):
+        return "a function"
+    if inspect.ismodule(obj):
+        return "a module"
+    return f"a {type(obj).__module__}.{type(obj).__qualname__} object"
+
+
+def is_dotted_path(spec: Any) -> bool:
+    """Whether an env spec string is a dotted path (``"rl8.envs.CartPole"``) rather than a
+    gymnasium id (``"CartPole-v1"``, ``"ALE/Pong-v5"``): it has a dot, no slash, and does not
+    start with an upper-case letter (gymnasium ids do; Python module names do not)."""
+    return isinstance(spec, str) and "." in spec and "/" not in spec and not spec[0].isupper()
+
+
+def _refuse(source: Any, message: str) -> Exception:
+    from .checkpoint import CheckpointError
+
+    return CheckpointError(f"{source}: {message}")
+
+
+def _check_path(path: str, field: str, source: Any, trust_code: bool) -> list[str]:
+    """The parts of ``path``; for an untrusted file, refuse paths that importing could abuse."""
+    parts = path.split(".")
+    if not all(part.isidentifier() and not keyword.iskeyword(part) for part in parts):
+        message = f"{field} {path!r} is not a dotted path of Python names"
+        raise _refuse(source, message) if source is not None else ValueError(message)
+    if source is not None and not trust_code:
+        if any(part.startswith("_") for part in parts):
+            raise _refuse(
+                source,
+                f"{field} names {path!r}, which has a private or special part (starting with "
+                "'_'); rl8 refused to import it from a file. Pass trust_code=True (rl8 "
+                "--trust-code) if you trust the file (see docs/security.md)",
+            )
+        if parts[0] in IMPORT_ACTS:
+            raise _refuse(
+                source,
+                f"{field} names {path!r}, in the module {parts[0]!r} whose import acts on its "
+                "own; rl8 refused to import it from a file",
+            )
+    return parts
+
+
+def import_path(path: str, *, field: str, source: Any = None, trust_code: bool = False) -> Any:
+    """Import ``"pkg.module.Qual.Name"``: the longest importable module prefix, then attributes.
+
+    Nothing is called: the module is imported (which runs its top-level code, as any import
+    does) and attributes are read. See :func:`resolve` for ``field``, ``source`` and
+    ``trust_code``.
+
+    Raises:
+        ImportError: Nothing of that name can be imported.
+        rl8.checkpoint.CheckpointError: ``source`` is given and the path is refused.
+        ValueError: ``source`` is ``None`` and the path is not a dotted path of names.
+    """
+    parts = _check_path(path, field, source, trust_code)
+    error: BaseException | None = None
+    for i in range(len(parts) - 1, 0, -1):
+        module = ".".join(parts[:i])
+        try:
+            obj: Any = importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name and not (module + ".").startswith(exc.name + "."):
+                raise  # the module exists but one of its own imports is missing
+            error = exc
+            continue
+        try:
+            for name in parts[i:]:
+                obj = getattr(obj, name)
+        except AttributeError as exc:
+            error = exc
+            break
+        return obj
+    where = f"named in {source} " if source is not None else ""
+    hint = (" (loading a file imports the module its classes are defined in; define them in an "
+            "importable module rather than a script's __main__)" if source is not None else "")
+    raise ImportError(f"cannot import the {field} {path!r} {where}({error}){hint}")
+
+
+def resolve(
+    value: Any, kind: Kind, *, field: str, source: Any = None, trust_code: bool = False
+) -> Any:
+    """``value`` as an object of ``kind``: a dotted path is imported, an object kept; ``None``
+    stays ``None`` (the default is used). The kind is checked before anything is called.
+
+    Args:
+        value: A dotted path (``"torch.optim.Adam"``), the object itself, or ``None``.
+        kind: What the object must be (:data:`MODEL`, :data:`DISTRIBUTION`, :data:`OPTIMIZER`,
+            :data:`MODULE_CLASS`).
+        field: Name of the setting, for messages (``"hparam model_cls"``).
+        source: Where the name was read (a file path, shown in messages), or ``None`` for a
+            value given in code.
+        trust_code: For a name from a file: allow private paths and the modules of
+            :data:`IMPORT_ACTS` (the kind is checked all the same).
+
+    Raises:
+        rl8.checkpoint.CheckpointError: ``source`` is given and the object is not of ``kind``
+            (or its path is refused).
+        ValueError: ``source`` is ``None`` and the object is not of ``kind``.
+        ImportError: The path cannot be imported.
+    """
+    if value is None:
+        return None
+    obj = import_path(value, field=field, source=source, trust_code=trust_code) if isinstance(value, str) else value
+    if kind.check(obj):
+        return obj
+    if source is None:
+        raise ValueError(f"{field}: expected {kind.description} or its dotted path, got "
+                         f"{value!r} ({describe(obj)})")
+    raise _refuse(
+        source,
+        f"the file names {field} = {value!r}, which is {describe(obj)}, not "
+        f"{kind.description}: an object of the wrong kind, and rl8 refused to call it",
+    )
+
+
+def _check_gymnasium_id(env_id: str, field: str, source: Any, trust_code: bool) -> None:
+    """A ``"module:EnvId-v0"`` id makes gymnasium import ``module``: check it as a path."""
+    module, colon, _ = env_id.partition(":")
+    if colon:
+        _check_path(module, field, source, trust_code)
+
+
+def resolve_env(
+    spec: Any,
+    *,
+    field: str = "env",
+    source: Any = None,
+    trust_code: bool = False,
+    env_kwargs: Mapping[str, Any] | None = None,
+) -> Any:
+    """An env spec as something :func:`rl8.ppo.make_env` builds, checked before it is called.
+
+    A dotted path is imported (:func:`import_path`); other strings are gymnasium ids and stay
+    strings. For a spec read from a file (``source`` given) the object must be an
+    ``rl8.Env`` subclass, a :meth:`GymnasiumEnv.make_factory
+    <rl8.envs.GymnasiumEnv.make_factory>` factory or a ``gymnasium.Env`` subclass; a plain
+    function (a user's env factory) is only called with ``trust_code=True``. A gymnasium id,
+    and the ``env`` entry of ``env_kwargs`` for a ``GymnasiumEnv``, may name a module to import
+    (``"module:Env-v0"``); that module path is checked like a dotted path.
+
+    Args:
+        spec: The env spec: a dotted path, a gymnasium id, or an object (returned as is when
+            given in code).
+        field: Name of the setting, for messages.
+        source: The file the spec was read from, or ``None`` for a spec given in code.
+        trust_code: Allow a plain function as env factory, and private paths.
+        env_kwargs: The env's constructor arguments stored with the spec (checked for a
+            ``GymnasiumEnv``'s ``env`` entry).
+
+    Raises:
+        rl8.checkpoint.CheckpointError: A spec from a file names an object of the wrong kind
+            (or a refused path).
+        ValueError: A spec given in code names something that is neither an env class nor
+            callable.
+        ImportError: The path cannot be imported.
+    """
+    if isinstance(spec, str) and not is_dotted_path(spec):
+        if source is not None:
+            _check_gymnasium_id(spec, field, source, trust_code)
+        return spec
+    obj = import_path(spec, field=field, source=source, trust_code=trust_code) if isinstance(spec, str) else spec
+    if _is_env_kind(obj) or (callable(obj) and (source is None or trust_code)):
+        if source is not None:
+            from .envs.gymnasium import GymnasiumEnv
+
+            inner = (env_kwargs or {}).get("env")
+            if isinstance(obj, type) and issubclass(obj, GymnasiumEnv) and isinstance(inner, str):
+                _check_gymnasium_id(inner, f"{field} env_kwargs['env']", source, trust_code)
+        return obj
+    if source is None:
+        raise ValueError(f"{field}: expected an rl8.Env subclass, a gymnasium id or a callable "
+                         f"making a gymnasium env, got {spec!r} ({describe(obj)})")
+    hint = (" A plain function is only called as an env factory with trust_code=True (rl8 "
+            "--trust-code), for files you trust (see docs/security.md)." if callable(obj) else "")
+    raise _refuse(
+        source,
+        f"the file names {field} = {spec!r}, which is {describe(obj)}, not {ENV.description}: "
+        f"an object of the wrong kind, and rl8 refused to call it.{hint}",
+    )
+
+
+def env_spec_string(spec: Any) -> str | None:
+    """The env spec as a string that :func:`rl8.ppo.make_env` accepts, or ``None``.
+
+    An :class:`rl8.Env` subclass or a module-level function becomes its dotted path (when
+    importing that path gives the object back), a gymnasium id stays as is; anything else
+    (lambdas, local functions, factory objects) cannot be named and gives ``None``.
+    """
+    if isinstance(spec, str):
+        return spec
+    if not (isinstance(spec, type) or inspect.isfunction(spec)):
+        return None
+    path = f"{spec.__module__}.{spec.__qualname__}"
+    if "<" in path:  # <lambda>, <locals>
+        return None
+    try:
+        found = import_path(path, field="env")
+    except (ImportError, ValueError):
+        found = None
+    if found is not spec:  # nested classes, objects replaced at import...
+        return None
+    # a dotted path is told from a gymnasium id by its lower-case start
+    return path if is_dotted_path(path) else None
+
+
+def spec_from_env_info(info: Mapping[str, Any] | None, *, source: Any, trust_code: bool) -> Any:
+    """The checked env of a stored ``{"spec": ..., "env_kwargs": ...}`` entry (``None`` when it
+    names none)."""
+    info = info or {}
+    spec = info.get("spec")
+    if spec is None:
+        return None
+    if not isinstance(spec, str):
+        raise _refuse(source, f"the stored env spec must be a string, got {type(spec).__name__}")
+    return resolve_env(spec, source=source, trust_code=trust_code, env_kwargs=info.get("env_kwargs"))
+
+
+
+#: The hyper-parameters that name a class, and the kind each must be.
+HPARAM_KINDS = {"model_cls": MODEL, "distribution_cls": DISTRIBUTION, "optimizer_cls": OPTIMIZER}
+
+
+def check_stored_hparams(hparams: Any, *, source: Any, trust_code: bool = False) -> None:
+    """Import and check the classes named by hyper-parameters read from a file
+    (``model_cls``, ``distribution_cls``, ``optimizer_cls``, see :func:`resolve`); the names
+    stay as stored (PPO resolves them again, to the same objects)."""
+    if not isinstance(hparams, Mapping):
+        raise _refuse(source, f"the stored hyper-parameters must be a dict, got {type(hparams).__name__}")
+    for key, kind in HPARAM_KINDS.items():
+        value = hparams.get(key)
+        if value is not None and not isinstance(value, str):
+            raise _refuse(source, f"hparam {key} must be a dotted path (a str), got {type(value).__name__}")
+        resolve(value, kind, field=f"hparam {key}", source=source, trust_code=trust_code)

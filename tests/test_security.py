@@ -1,0 +1,239 @@
+"""Loading a file never runs code: names in checkpoints and policy files are checked for their
+kind before anything is called (docs/security.md)."""
+
+from __future__ import annotations
+
+import sys
+
+import gymnasium
+import pytest
+import torch
+
+from rl8 import PPO, Trainer, load_policy, save_policy
+from rl8.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from rl8.cli import main
+from rl8.envs import CartPole
+from rl8.models import MLPModel
+
+SMALL = dict(num_envs=16, horizon=8, sgd_minibatch_size=64, num_sgd_iters=1, seed=0)
+
+
+class MyCartPole(CartPole):
+    """A user's own Env subclass: a checkpoint naming it must keep loading."""
+
+
+class MyModel(MLPModel):
+    """A user's own Model subclass."""
+
+
+def make_gym_cartpole(**kwargs):
+    """A user's env factory function (needs trust_code to be called from a file)."""
+    return gymnasium.make("CartPole-v1", **kwargs)
+
+
+@pytest.fixture
+def checkpoint(tmp_path):
+    """A real Trainer checkpoint of a small CartPole run (no tracking)."""
+    with Trainer(PPO(CartPole, **SMALL), tracking=False, checkpoint_dir=tmp_path / "ckpt") as trainer:
+        return trainer.save_checkpoint()
+
+
+def shell_payload(marker):
+    """env_kwargs under which an env factory ``subprocess.run`` would run ``touch marker``."""
+    return {"env_kwargs": {"args": f"touch {marker}", "shell": True}}
+
+
+def craft_checkpoint(path, out, *, env=None, env_kwargs=None, **hparams):
+    state = load_checkpoint(path)
+    if env is not None:
+        state["env"]["spec"] = env
+        state["trainer"]["policy"]["env"]["spec"] = env
+    if env_kwargs is not None:
+        state["algo"]["hparams"]["env_kwargs"] = env_kwargs
+        state["trainer"]["policy"]["env"]["env_kwargs"] = env_kwargs
+    state["algo"]["hparams"].update(hparams)
+    for key in ("model_cls", "distribution_cls"):
+        if key in hparams:
+            state["trainer"]["policy"][key] = hparams[key]
+    return save_checkpoint(state, out)
+
+
+def craft_policy(tmp_path, *, env=None, env_kwargs=None, **entries):
+    path = tmp_path / "policy.pt"
+    save_policy(PPO(CartPole, **SMALL).policy, path,
+                env={"spec": env or "rl8.envs.cartpole.CartPole", "env_kwargs": env_kwargs or {},
+                     "env_config": {}})
+    state = load_checkpoint(path)
+    state.update(entries)
+    return save_checkpoint(state, path)
+
+
+# ------------------------------------------------------------------- the shell-command attack
+
+
+def test_a_crafted_env_spec_does_not_run_through_from_checkpoint(checkpoint, tmp_path):
+    marker = tmp_path / "pwned"
+    evil = craft_checkpoint(checkpoint, tmp_path / "evil.pt", env="subprocess.run",
+                            env_kwargs=shell_payload(marker))
+    with pytest.raises(CheckpointError, match=r"subprocess\.run.*wrong kind.*refused to call it") as info:
+        Trainer.from_checkpoint(evil, tracking=False)
+    assert "evil.pt" in str(info.value) and "trust_code" in str(info.value)
+    assert not marker.exists()
+
+
+def test_a_crafted_env_spec_does_not_run_through_rl8_train_resume(checkpoint, tmp_path, capsys):
+    marker = tmp_path / "pwned"
+    evil = craft_checkpoint(checkpoint, tmp_path / "evil.pt", env="subprocess.run",
+                            env_kwargs=shell_payload(marker))
+    assert main(["train", "--resume", str(evil), "--max-steps", "1", "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert "'subprocess.run'" in err and "refused to call it" in err
+    assert not marker.exists()
+
+
+def test_a_crafted_env_spec_does_not_run_through_rl8_eval(tmp_path, capsys):
+    marker = tmp_path / "pwned"
+    evil = craft_policy(tmp_path, env="subprocess.run", env_kwargs=shell_payload(marker))
+    assert main(["eval", str(evil), "--episodes", "1"]) == 1
+    err = capsys.readouterr().err
+    assert "'subprocess.run'" in err and "refused to call it" in err
+    assert not marker.exists()
+
+
+def test_a_crafted_env_spec_does_not_run_through_rl8_record(tmp_path, capsys):
+    marker = tmp_path / "pwned"
+    evil = craft_policy(tmp_path, env="subprocess.run", env_kwargs=shell_payload(marker))
+    assert main(["record", str(evil), "-o", str(tmp_path / "v.mp4")]) == 1
+    assert "refused to call it" in capsys.readouterr().err
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("key, name", [
+    ("model_cls", "os.system"),
+    ("model_cls", "builtins.eval"),
+    ("distribution_cls", "builtins.exec"),
+    ("distribution_cls", "subprocess.Popen"),  # a class, but not a Distribution
+    ("optimizer_cls", "subprocess.run"),
+    ("optimizer_cls", "os.system"),
+])
+def test_crafted_class_paths_in_a_checkpoint_are_refused(checkpoint, tmp_path, key, name):
+    evil = craft_checkpoint(checkpoint, tmp_path / "evil.pt", **{key: name})
+    with pytest.raises(CheckpointError, match=rf"{key} = '{name}'.*wrong kind.*refused to call it"):
+        Trainer.from_checkpoint(evil, tracking=False)
+
+
+@pytest.mark.parametrize("key, name", [
+    ("model_cls", "os.system"),
+    ("model_cls", "builtins.eval"),
+    ("distribution_cls", "builtins.exec"),
+])
+def test_crafted_class_paths_in_a_policy_file_are_refused(tmp_path, key, name):
+    evil = craft_policy(tmp_path, **{key: name})
+    with pytest.raises(CheckpointError, match=rf"{key} = '{name}'.*wrong kind.*refused to call it"):
+        load_policy(evil)
+
+
+def test_a_crafted_class_in_the_model_config_is_refused(tmp_path):
+    marker = tmp_path / "pwned"
+    evil = craft_policy(tmp_path, model_config={"activation": {"__class__": "subprocess.run"},
+                                                "hiddens": [f"touch {marker}"]})
+    with pytest.raises(CheckpointError, match=r"model_config\['activation'\] = 'subprocess\.run'.*"
+                                              r"torch\.nn\.Module subclass"):
+        load_policy(evil)
+    assert not marker.exists()
+
+
+def test_a_crafted_trainer_checkpoint_is_refused_by_load_policy(checkpoint, tmp_path):
+    evil = craft_checkpoint(checkpoint, tmp_path / "evil.pt", model_cls="os.system")
+    with pytest.raises(CheckpointError, match="'os.system'.*refused to call it"):
+        load_policy(evil)
+
+
+@pytest.mark.parametrize("spec, words", [
+    ("antigravity.Env", "whose import acts on its own"),       # opens a web browser when imported
+    ("rl8.__main__.main", "private or special part"),         # would run the rl8 command
+    ("os._exit", "private or special part"),
+])
+def test_file_paths_that_importing_could_abuse_are_refused_before_import(checkpoint, tmp_path, spec, words):
+    evil = craft_checkpoint(checkpoint, tmp_path / "evil.pt", env=spec)
+    with pytest.raises(CheckpointError, match=words):
+        Trainer.from_checkpoint(evil, tracking=False)
+    assert "antigravity" not in sys.modules and "rl8.__main__" not in sys.modules
+
+
+def test_a_gymnasium_id_that_imports_a_module_is_checked_as_a_path(checkpoint, tmp_path):
+    evil = craft_checkpoint(checkpoint, tmp_path / "evil.pt", env="antigravity:Fly-v0")
+    with pytest.raises(CheckpointError, match="antigravity"):
+        Trainer.from_checkpoint(evil, tracking=False)
+    assert "antigravity" not in sys.modules
+
+
+def test_a_gymnasium_env_class_cannot_smuggle_an_importing_id(checkpoint, tmp_path):
+    evil = craft_checkpoint(checkpoint, tmp_path / "evil.pt", env="rl8.envs.gymnasium.GymnasiumEnv",
+                            env_kwargs={"env": "antigravity:Fly-v0"})
+    with pytest.raises(CheckpointError, match=r"env_kwargs\['env'\].*antigravity"):
+        Trainer.from_checkpoint(evil, tracking=False)
+    assert "antigravity" not in sys.modules
+
+
+# ------------------------------------------------------------------- legitimate files still load
+
+
+def test_a_checkpoint_of_a_custom_env_and_model_loads(tmp_path):
+    algo = PPO(MyCartPole, model_cls=MyModel, optimizer_cls=torch.optim.AdamW, **SMALL)
+    with Trainer(algo, tracking=False, checkpoint_dir=tmp_path) as trainer:
+        trainer.step()
+        path = trainer.save_checkpoint()
+    state = load_checkpoint(path)
+    assert state["env"]["spec"] == f"{__name__}.MyCartPole"
+    assert state["algo"]["hparams"]["model_cls"] == f"{__name__}.MyModel"
+    resumed = Trainer.from_checkpoint(path, tracking=False)
+    assert type(resumed.algo.env) is MyCartPole and type(resumed.algo.policy.model) is MyModel
+    assert type(resumed.algo.optimizer) is torch.optim.AdamW
+    for name, value in algo.policy.state_dict().items():
+        assert torch.equal(resumed.algo.policy.state_dict()[name], value)
+    resumed.close()
+    policy = load_policy(path)
+    assert type(policy.model) is MyModel
+
+
+@pytest.mark.parametrize("spec", ["CartPole-v1", "rl8.envs.CartPole", "rl8.envs.gymnasium.GymnasiumEnv"])
+def test_the_stored_forms_of_builtin_envs_load(tmp_path, spec):
+    kwargs = {"env": "CartPole-v1"} if spec.endswith("GymnasiumEnv") else {}
+    with Trainer(PPO(spec, env_kwargs=kwargs, **SMALL), tracking=False, checkpoint_dir=tmp_path) as trainer:
+        path = trainer.save_checkpoint()
+    Trainer.from_checkpoint(path, tracking=False).close()
+
+
+def test_an_env_factory_function_needs_trust_code(tmp_path, capsys):
+    with Trainer(PPO(make_gym_cartpole, **SMALL), tracking=False, checkpoint_dir=tmp_path) as trainer:
+        path = trainer.save_checkpoint()
+    assert load_checkpoint(path)["env"]["spec"] == f"{__name__}.make_gym_cartpole"
+    with pytest.raises(CheckpointError, match="a function.*refused to call it.*trust_code=True"):
+        Trainer.from_checkpoint(path, tracking=False)
+    resumed = Trainer.from_checkpoint(path, tracking=False, trust_code=True)
+    assert resumed.algo.env.env is make_gym_cartpole
+    resumed.close()
+    assert main(["eval", str(path), "--episodes", "1", "--max-steps", "5"]) == 1
+    assert "--trust-code" in capsys.readouterr().err
+    assert main(["eval", str(path), "--episodes", "1", "--max-steps", "5", "--trust-code"]) == 0
+
+
+# ------------------------------------------------------------------- names given in code
+
+
+@pytest.mark.parametrize("key, value, kind", [
+    ("model_cls", "os.system", r"an rl8 Model subclass \(rl8.models.Model\)"),
+    ("distribution_cls", torch.nn.Linear, r"an rl8 Distribution subclass \(rl8.distributions.Distribution\)"),
+    ("optimizer_cls", "builtins.eval", "a torch.optim.Optimizer subclass"),
+])
+def test_class_hparams_given_in_code_are_checked_for_their_kind(key, value, kind):
+    with pytest.raises(ValueError, match=rf"hparam {key}: expected {kind} or its dotted path, got "):
+        PPO(CartPole, **{key: value}, **SMALL)
+
+
+def test_a_missing_dependency_of_a_named_module_is_reported_as_such(tmp_path, monkeypatch):
+    (tmp_path / "needs_missing_dep.py").write_text("import no_such_dependency_xyz\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ModuleNotFoundError, match="no_such_dependency_xyz"):
+        PPO("needs_missing_dep.Env", **SMALL)
