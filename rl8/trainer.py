@@ -1198,11 +1198,16 @@ class Trainer:
 
         Returns:
             The path written.
+
+        Raises:
+            rl8.ppo.NonFiniteError: The policy's parameters (or normaliser statistics) hold
+                NaN or inf; nothing is written, so the last good checkpoint is kept.
         """
+        step = int(self.algo.env_steps)
+        self._check_finite_policy(step)
         if not self.closed:
             self.flush()  # the run's metrics are in the store up to the checkpoint
         state = self.state_dict()
-        step = int(self.algo.env_steps)
         written: Any = None
         ranks = None
         if self._dist.enabled:
@@ -1235,6 +1240,23 @@ class Trainer:
         self._last_checkpoint_step = step
         self._log_policy_artifacts(written, step)
         return written
+
+    def _check_finite_policy(self, step: int) -> None:
+        """Refuse to checkpoint a policy holding NaN/inf (one check for all its tensors)."""
+        from .ppo import NonFiniteError
+
+        tensors = {k: v for k, v in self.algo.policy.state_dict().items() if v.is_floating_point()}
+        if not tensors:
+            return
+        finite = torch.stack([torch.isfinite(v).all() for v in tensors.values()]).tolist()
+        if all(finite):
+            return
+        bad = [name for name, ok in zip(tensors, finite) if not ok]
+        kept = f"; the last good checkpoint is {self.last_checkpoint}" if self.last_checkpoint else ""
+        raise NonFiniteError(
+            f"refusing to write a checkpoint at env step {step}: the policy's "
+            f"{', '.join(bad[:5])}{' ...' if len(bad) > 5 else ''} hold NaN or inf{kept}"
+        )
 
     def _log_policy_artifacts(self, checkpoint: Path, step: int) -> None:
         if not self.tracker.enabled or self.closed:

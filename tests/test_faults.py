@@ -1,0 +1,124 @@
+"""Faults during a run: NaN/inf in training, resuming a finished run from the command line, a
+tracking server that hangs, runs left RUNNING by a dead process."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from gymnasium import spaces
+from mlflow.tracking import MlflowClient
+from tensordict import TensorDict
+
+from rl8 import PPO, Env, EnvOutputError, NonFiniteError, Trainer
+from rl8 import ppo as rl8_ppo
+from rl8.checkpoint import CheckpointManager, load_checkpoint
+from rl8.conditions import HitsUpperBound
+from rl8.envs import CartPole
+
+pytestmark = pytest.mark.usefixtures("migrated_store", "one_torch_thread")
+
+SMALL = dict(num_envs=16, horizon=8, sgd_minibatch_size=64, num_sgd_iters=1, seed=0)
+STEP = 16 * 8  # env steps per training step
+
+
+class GoesBadEnv(Env):
+    """Never resets; obs is the step counter; from step ``bad_from`` on, env 2's ``what``
+    (``"obs"`` or ``"rewards"``) is NaN."""
+
+    observation_space = spaces.Box(-1e6, 1e6, (1,))
+    action_space = spaces.Discrete(2)
+
+    def __init__(self, num_envs, /, horizon=None, *, device="cpu", what="rewards", bad_from=10**9):
+        super().__init__(num_envs, horizon, device=device)
+        self.what, self.bad_from = what, bad_from
+        self.t = torch.zeros(num_envs, 1)
+
+    def reset(self, *, config=None, seed=None):
+        self.t = torch.zeros(self.num_envs, 1)
+        return self.t.clone()
+
+    def step(self, action):
+        self.t = self.t + 1
+        out = {"obs": self.t.clone() / 100, "rewards": torch.ones(self.num_envs, 1)}
+        if int(self.t[0]) >= self.bad_from:
+            out[self.what][2] = float("nan")
+        return TensorDict(out, batch_size=[self.num_envs])
+
+
+def policy_is_finite(state):
+    return all(torch.isfinite(v).all() for v in state["algo"]["policy"].values() if v.is_floating_point())
+
+
+# --------------------------------------------------------------------------------------------
+# NaN / inf
+
+
+def test_nan_loss_mid_run_fails_the_run_and_keeps_the_last_good_checkpoint(monkeypatch, tmp_path):
+    real_loss, calls = rl8_ppo.ppo_loss, []
+
+    def loss_that_goes_nan(*args, **kwargs):  # one minibatch per update: NaN from update 4 on
+        calls.append(1)
+        total, monitors = real_loss(*args, **kwargs)
+        if len(calls) >= 4:
+            total, monitors = total * float("nan"), monitors * float("nan")
+        return total, monitors
+
+    monkeypatch.setattr(rl8_ppo, "ppo_loss", loss_that_goes_nan)
+    algo = PPO(CartPole, **{**SMALL, "sgd_minibatch_size": STEP})
+    trainer = Trainer(algo, progress=False, checkpoint_dir=tmp_path / "ck", checkpoint_every=1)
+    with pytest.raises(NonFiniteError, match=r"non-finite losses/total=nan, monitors/grad_norm=nan at update step 4 "):
+        trainer.run(stop_conditions=HitsUpperBound("env/steps", 10 * STEP))
+    run = MlflowClient(trainer.tracker.tracking_uri).get_run(trainer.run_id)
+    assert run.info.status == "FAILED"
+    newest = CheckpointManager(tmp_path / "ck", keep_last=None).latest()
+    assert CheckpointManager(tmp_path / "ck").step_of(newest) == 3 * STEP
+    assert policy_is_finite(load_checkpoint(newest))
+    # the parameters are NaN now: no checkpoint of them, the last good one stays the newest
+    with pytest.raises(NonFiniteError, match=r"refusing to write a checkpoint at env step 512: the policy's .*"
+                       r"hold NaN or inf; the last good checkpoint is .*checkpoint-0*384\.pt"):
+        trainer.save_checkpoint()
+    assert CheckpointManager(tmp_path / "ck", keep_last=None).latest() == newest
+
+
+def test_save_checkpoint_refuses_non_finite_parameters(tmp_path):
+    trainer = Trainer(PPO(CartPole, **SMALL), progress=False, checkpoint_dir=tmp_path / "ck", tracking=False)
+    trainer.step()
+    good = trainer.save_checkpoint()
+    trainer.step()
+    with torch.no_grad():
+        next(trainer.algo.policy.parameters())[0, 0] = float("inf")
+    with pytest.raises(NonFiniteError, match=r"the policy's model\..* hold NaN or inf"):
+        trainer.save_checkpoint(tmp_path / "explicit.pt")
+    with pytest.raises(NonFiniteError):
+        trainer.save_checkpoint()
+    assert not (tmp_path / "explicit.pt").exists()
+    assert CheckpointManager(tmp_path / "ck", keep_last=None).list() == [good]
+
+
+def test_nan_rewards_after_the_checked_collects_are_found_by_the_collect():
+    # check_finite_collects=2 scans every value of collects 1 and 2; collect 4 goes bad
+    algo = PPO(GoesBadEnv, env_kwargs={"what": "rewards", "bad_from": 3 * 8 + 2}, **SMALL)
+    for _ in range(3):
+        algo.collect()
+        algo.step()
+    with pytest.raises(EnvOutputError, match=r"non-finite values .* in 'rewards' at \(env 2, step 1\)"):
+        algo.collect()
+
+
+def test_nan_observations_after_the_checked_collects_are_found_by_the_update():
+    algo = PPO(GoesBadEnv, env_kwargs={"what": "obs", "bad_from": 3 * 8 + 2}, **SMALL)
+    for _ in range(3):
+        algo.collect()
+        algo.step()
+    algo.collect()  # NaN obs are not in the reduced rollout stats...
+    with pytest.raises(EnvOutputError, match=r"non-finite values .* in 'obs' at \(env 2, step 2\)"):
+        algo.step()  # ...but they make the losses NaN, and the update names the cause
+
+
+def test_non_finite_update_without_env_cause_names_the_stat():
+    algo = PPO(CartPole, lr=1e30, **SMALL)
+    with pytest.raises(NonFiniteError, match=r"non-finite .*(losses/total|monitors/grad_norm)=\S+ at update step \d+"):
+        for _ in range(20):
+            algo.collect()
+            algo.step()
+    assert algo.steps < 20
