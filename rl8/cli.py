@@ -436,7 +436,8 @@ def _resume(
 
     config = {**stored_config, **{k: v for k, v in file_config.items() if k != "hparams"}, **cli_config}
     check_config({k: v for k, v in config.items() if k != "hparams"}, "config")
-    conditions = _stop_conditions(config)
+    # the config's conditions, else those the checkpoint's run used (also when run from Python)
+    conditions = _stop_conditions(config) or _checkpoint_conditions(state["trainer"], path)
     # how the checkpoint's run() was called, unless the config or flags say otherwise
     run_args = dict(state["trainer"].get("run") or {})
     for key in ("env_config", "eval_env_config"):
@@ -456,6 +457,28 @@ def _resume(
     kwargs["metadata"] = {**(state["trainer"].get("metadata") or {}), "config": stored_config}
     trainer = Trainer.from_checkpoint(path, hparams=overrides, tracking_uri=tracking_uri, **kwargs)
     return _run(trainer, conditions, run_args)
+
+
+def _checkpoint_conditions(saved: Mapping[str, Any], path: Any) -> list[Any]:
+    """The stop conditions recorded in a Trainer checkpoint, rebuilt (without their state,
+    which ``Trainer.run`` restores) from their stored ``from_config`` mappings."""
+    from .conditions import from_config
+
+    states = saved.get("stop_conditions") or []
+    if not states:
+        return []
+    configs = saved.get("stop_condition_configs")
+    if not isinstance(configs, list) or len(configs) != len(states) or None in configs:
+        kinds = ", ".join(str(s.get("type") if isinstance(s, Mapping) else s) for s in states)
+        raise ConfigError(
+            f"--resume: {path} was trained with stop conditions ({kinds}) that it cannot "
+            "rebuild (a condition class of your own, or a checkpoint of an older rl8); give "
+            "the stop conditions again with --max-steps or a config file's stop_conditions"
+        )
+    try:
+        return [from_config(config) for config in configs]
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"--resume: {path}: stored stop condition: {exc}") from None
 
 
 def _canonical_env(spec: str) -> str:

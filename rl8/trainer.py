@@ -570,6 +570,7 @@ class Trainer:
         self._last_checkpoint_step: int | None = None
         self._run_args: dict[str, Any] | None = None
         self._conditions: list[Condition] = []
+        self._conditions_met = False  # whether the stop conditions held at the latest step
         self._resume_state: dict[str, Any] | None = None
         self._checkpoint_requested = False
         self._stop_signal: int | None = None
@@ -922,12 +923,17 @@ class Trainer:
             eval_env_config=eval_env_config,
         )
 
-    def _restore_conditions(self, conditions: list[Condition]) -> None:
-        """Load the stop conditions' state saved in the checkpoint this trainer resumed from."""
-        saved = (self._resume_state or {}).get("stop_conditions")
+    def _restore_conditions(self, conditions: list[Condition]) -> bool:
+        """Load the stop conditions' state saved in the checkpoint this trainer resumed from.
+
+        Returns whether they are the very conditions that already held at the checkpoint's
+        step (same :meth:`~rl8.conditions.Condition.to_config`), i.e. the run is finished.
+        """
+        resume = self._resume_state or {}
+        saved = resume.get("stop_conditions")
         if not saved or not conditions:
-            return
-        self._resume_state = {**(self._resume_state or {}), "stop_conditions": None}
+            return False
+        self._resume_state = {**resume, "stop_conditions": None}
         try:
             if len(saved) != len(conditions):
                 raise ValueError(f"{len(saved)} conditions saved, {len(conditions)} given")
@@ -941,6 +947,11 @@ class Trainer:
                 "start afresh (patience counters and clocks at zero)",
                 stacklevel=3,
             )
+            return False
+        configs = [condition.to_config() for condition in conditions]
+        return bool(resume.get("stop_conditions_met")) and None not in configs and (
+            configs == resume.get("stop_condition_configs")
+        )
 
     def _log_run_params(self, conditions: Sequence[Condition], steps_per_eval: int | None) -> None:
         args = self._run_args or {}
@@ -974,6 +985,10 @@ class Trainer:
         A checkpoint is written every ``checkpoint_every`` steps and when the run stops; the
         policy is logged as the MLflow artifact ``policy/policy.pt`` with each checkpoint.
 
+        A Trainer resumed (:meth:`from_checkpoint`) from a checkpoint written at a step where
+        the stop conditions held trains zero steps when given the same conditions (same
+        :meth:`~rl8.conditions.Condition.to_config`); other conditions start from that step.
+
         Signals (only when called from the main thread; the previous handlers are restored on
         return): SIGUSR1 writes a checkpoint after the current step and training goes on.
         SIGINT / SIGTERM finish the current step, write a checkpoint, end the MLflow run as
@@ -990,7 +1005,7 @@ class Trainer:
                 every step). Conditions on a counter (``env/steps``...) give the ETA.
 
         Returns:
-            The stats of the last step.
+            The stats of the last step (only the counters when no step ran).
 
         Raises:
             ValueError: Before training, when ``steps_per_eval`` does not fit the reset cadence
@@ -1021,20 +1036,21 @@ class Trainer:
             "eval_env_config": dict(eval_env_config) if eval_env_config else None,
             "steps_per_eval": steps_per_eval,
         }
-        self._restore_conditions(conditions)
+        finished = self._restore_conditions(conditions)  # resumed after they held: no step
         self._conditions = conditions
+        self._conditions_met = finished
         with warnings.catch_warnings():
             # a resumed run records a changed value once as "resumed/run/..."; later changes
             # (resumed again with other stop conditions) are expected, not worth a warning
             warnings.filterwarnings("ignore", message="MLflow param 'run/", category=TrackingWarning)
             self._log_run_params(conditions, steps_per_eval)
         progress = _Progress(self.progress if self._dist.is_main else False)
-        stats = TrainStats()
+        stats = TrainStats(self._counters())
         with self._signal_handlers():
             try:
                 for condition in conditions:
                     condition.start()
-                while True:
+                while not finished:
                     stats = self._train_step(env_config)
                     if steps_per_eval and self.algo.steps % steps_per_eval == 0:
                         stats.update(self._eval(eval_env_config, deterministic=True))
@@ -1042,6 +1058,7 @@ class Trainer:
                             stats.update(self._record_eval(eval_env_config))
                     self._log(stats)
                     stop = [bool(condition(stats)) for condition in conditions]
+                    self._conditions_met = any(stop)
                     progress.update(stats, self._fraction(conditions, stats))
                     if self.checkpoint_every and self.algo.steps % self.checkpoint_every == 0:
                         self.save_checkpoint()
@@ -1151,8 +1168,12 @@ class Trainer:
             "env_config": dict(algo.hparams.env_config),
         }
         conditions = [c.state_dict() for c in self._conditions]
+        configs = [c.to_config() for c in self._conditions]
+        conditions_met = self._conditions_met
         if not conditions and self._resume_state and self._resume_state.get("stop_conditions"):
             conditions = self._resume_state["stop_conditions"]
+            configs = self._resume_state.get("stop_condition_configs")
+            conditions_met = bool(self._resume_state.get("stop_conditions_met"))
         run_args = self._run_args
         if run_args is None and self._resume_state is not None:
             run_args = self._resume_state.get("run")
@@ -1173,6 +1194,8 @@ class Trainer:
                 "record_every": self.record_every,
                 "run": run_args,
                 "stop_conditions": conditions,
+                "stop_condition_configs": configs,
+                "stop_conditions_met": conditions_met,
                 "metadata": self.metadata,
                 "policy": policy_to_dict(algo.policy, include_state=False, env=env_info),
             },
@@ -1402,7 +1425,10 @@ class Trainer:
         }
         options.update(kwargs)
         trainer = cls(algo, **options)
-        trainer._resume_state = {"run": saved.get("run"), "stop_conditions": saved.get("stop_conditions")}
+        trainer._resume_state = {
+            key: saved.get(key)
+            for key in ("run", "stop_conditions", "stop_condition_configs", "stop_conditions_met")
+        }
         trainer.last_checkpoint = file.absolute()
         trainer._last_checkpoint_step = int(algo.env_steps)
         return trainer

@@ -12,7 +12,7 @@ from tensordict import TensorDict
 from rl8 import PPO, Env, EnvOutputError, NonFiniteError, Trainer
 from rl8 import ppo as rl8_ppo
 from rl8.checkpoint import CheckpointManager, load_checkpoint
-from rl8.conditions import HitsUpperBound
+from rl8.conditions import HitsUpperBound, TimeLimit
 from rl8.envs import CartPole
 
 pytestmark = pytest.mark.usefixtures("migrated_store", "one_torch_thread")
@@ -122,3 +122,68 @@ def test_non_finite_update_without_env_cause_names_the_stat():
             algo.collect()
             algo.step()
     assert algo.steps < 20
+
+
+# --------------------------------------------------------------------------------------------
+# resuming with `rl8 train --resume` a run started from Python
+
+
+def count_steps(monkeypatch, limit=6):
+    """Count the training steps of Trainer.run; fail (instead of training forever) past ``limit``."""
+    steps = []
+    real = Trainer._train_step
+
+    def counted(self, env_config):
+        steps.append(1)
+        if len(steps) > limit:
+            raise AssertionError(f"more than {limit} training steps: the stop conditions were lost")
+        return real(self, env_config)
+
+    monkeypatch.setattr(Trainer, "_train_step", counted)
+    return steps
+
+
+def test_cli_resume_keeps_the_stop_conditions_of_a_run_started_from_python(monkeypatch, tmp_path):
+    from rl8.cli import main
+
+    stop = [HitsUpperBound("env/steps", 2 * STEP), TimeLimit(3600)]
+    with Trainer(PPO(CartPole, **SMALL), progress=False, checkpoint_dir=tmp_path / "ck") as trainer:
+        trainer.run(stop_conditions=stop)
+    steps = count_steps(monkeypatch)
+    # finished at the stored condition: zero more steps
+    assert main(["train", "--resume", str(tmp_path / "ck"), "--quiet"]) == 0
+    assert steps == []
+    latest = CheckpointManager(tmp_path / "ck").latest()
+    assert CheckpointManager(tmp_path / "ck").step_of(latest) == 2 * STEP
+    # a new condition trains on from the checkpoint to it
+    assert main(["train", "--resume", str(tmp_path / "ck"), "--quiet", "--max-steps", str(4 * STEP)]) == 0
+    assert len(steps) == 2
+    latest = CheckpointManager(tmp_path / "ck").latest()
+    assert CheckpointManager(tmp_path / "ck").step_of(latest) == 4 * STEP
+    assert MlflowClient().get_run(trainer.run_id).info.status == "FINISHED"
+
+
+def test_python_resume_of_a_finished_run_trains_zero_steps(monkeypatch, tmp_path):
+    with Trainer(PPO(CartPole, **SMALL), progress=False, checkpoint_dir=tmp_path / "ck") as trainer:
+        trainer.run(stop_conditions=HitsUpperBound("env/steps", 2 * STEP))
+    steps = count_steps(monkeypatch)
+    with Trainer.from_checkpoint(tmp_path / "ck", progress=False) as resumed:
+        stats = resumed.run(stop_conditions=HitsUpperBound("env/steps", 2 * STEP))
+        assert steps == [] and stats["env/steps"] == 2 * STEP
+        resumed.run(stop_conditions=HitsUpperBound("env/steps", 3 * STEP))  # raised: trains on
+        assert len(steps) == 1 and resumed.algo.env_steps == 3 * STEP
+
+
+def test_cli_resume_refuses_stop_conditions_it_cannot_rebuild(monkeypatch, tmp_path, capsys):
+    from rl8.cli import main
+    from rl8.conditions import Condition
+
+    class AfterTwo(Condition):
+        def __call__(self, stats):
+            return stats["algorithm/steps"] >= 2
+
+    with Trainer(PPO(CartPole, **SMALL), progress=False, checkpoint_dir=tmp_path / "ck") as trainer:
+        trainer.run(stop_conditions=AfterTwo())
+    count_steps(monkeypatch)
+    assert main(["train", "--resume", str(tmp_path / "ck"), "--quiet"]) == 2
+    assert "stop conditions (AfterTwo) that it cannot rebuild" in capsys.readouterr().err
