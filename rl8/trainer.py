@@ -26,6 +26,7 @@ import math
 import os
 import platform
 import queue
+import shutil
 import signal
 import sys
 import tempfile
@@ -51,6 +52,10 @@ __all__ = ["CHECKPOINT_POINTER_ARTIFACT", "TrainStats", "Trainer", "check_eval_p
 #: MLflow artifact (a small JSON file) recording the path and step of a run's latest checkpoint;
 #: ``Trainer.from_checkpoint(run_id)`` and ``rl8 train --resume RUN_ID`` read it.
 CHECKPOINT_POINTER_ARTIFACT = "rl8/checkpoint.json"
+
+#: Seconds a SIGINT/SIGTERM exit may spend on ending the MLflow run (delivering what is queued,
+#: setting the status), whatever the tracking server does.
+SIGNAL_CLOSE_TIMEOUT_S = 6.0
 
 class TrainStats(dict[str, float]):
     """All stats of one training step: a plain ``dict[str, float]``.
@@ -307,8 +312,15 @@ class _Progress:
         self._wrote = False
 
 
-_FLUSH = object()
 _STOP = object()
+
+
+class _Flush:
+    """A marker in the worker's queue: everything before it has been handed to the Tracker
+    once :attr:`done` is set."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
 
 
 class _LogWorker:
@@ -323,8 +335,10 @@ class _LogWorker:
     never one request per metric.
 
     The queue is bounded (``maxsize`` steps): when the store is slower than training,
-    :meth:`submit` waits. An exception in the thread (none is expected: the Tracker keeps and
-    retries failed requests itself) is re-raised by the next :meth:`flush` or :meth:`submit`.
+    :meth:`submit` waits. Artifact uploads (:meth:`submit_call`) go through the same thread,
+    so that neither they nor a server that does not answer hold up training. An exception in
+    the thread (none is expected: the Tracker keeps and retries failed requests itself) is
+    re-raised by the next :meth:`flush` or :meth:`submit`.
     """
 
     def __init__(
@@ -344,11 +358,18 @@ class _LogWorker:
             raise RuntimeError(f"logging metrics to MLflow failed: {error!r}") from error
 
     def submit(self, metrics: dict[str, float], step: int) -> None:
+        self._put((metrics, step))
+
+    def submit_call(self, call: Any) -> None:
+        """Run ``call()`` (e.g. artifact uploads) in the thread, after the steps submitted so far."""
+        self._put(call)
+
+    def _put(self, item: Any) -> None:
         self._raise_error()
         if self._thread is None or not self._thread.is_alive():
             self._thread = threading.Thread(target=self._loop, name="rl8-mlflow-logger", daemon=True)
             self._thread.start()
-        self._queue.put((metrics, step))
+        self._queue.put(item)
 
     def _send(self, held: list[tuple[dict[str, float], int]]) -> None:
         if not held:
@@ -378,10 +399,19 @@ class _LogWorker:
                 self._send(held)
                 continue
             try:
-                if item is _STOP or item is _FLUSH:
+                if item is _STOP or isinstance(item, _Flush):
                     self._send(held)
                     if item is _STOP:
                         return
+                    item.done.set()
+                    continue
+                if callable(item):
+                    self._send(held)
+                    try:
+                        item()
+                    except BaseException as exc:  # noqa: BLE001 - handed to the training thread
+                        if self._error is None:
+                            self._error = exc
                     continue
                 held.append(item)
                 if len(held) == 1:
@@ -391,17 +421,36 @@ class _LogWorker:
             finally:
                 self._queue.task_done()
 
-    def flush(self) -> None:
-        """Wait until every submitted step has been handed to the Tracker."""
+    def flush(self, timeout_s: float | None = None) -> bool:
+        """Wait until every submitted step has been handed to the Tracker, for at most
+        ``timeout_s`` seconds (``None``: as long as it takes). Returns whether it was."""
+        done = True
         if self._thread is not None and self._thread.is_alive():
-            self._queue.put(_FLUSH)
-            self._queue.join()
+            marker = _Flush()
+            try:
+                self._queue.put(marker, timeout=timeout_s)
+            except queue.Full:
+                return False
+            done = marker.done.wait(timeout_s)
         self._raise_error()
+        return done
 
-    def stop(self) -> None:
+    def queued(self) -> dict[str, int]:
+        """What waits in the queue, not yet handed to the Tracker: metric values and calls
+        (artifact uploads)."""
+        with self._queue.mutex:
+            items = list(self._queue.queue)
+        return {
+            "metrics": sum(len(item[0]) for item in items if isinstance(item, tuple)),
+            "uploads": sum(1 for item in items if callable(item)),
+        }
+
+    def stop(self, timeout_s: float | None = None) -> None:
+        """End the thread; with ``timeout_s``, give up waiting (it is a daemon thread)."""
         if self._thread is not None and self._thread.is_alive():
-            self._queue.put(_STOP)
-            self._thread.join()
+            with contextlib.suppress(queue.Full):
+                self._queue.put(_STOP, timeout=timeout_s)
+            self._thread.join(timeout_s)
         self._thread = None
 
 
@@ -571,6 +620,7 @@ class Trainer:
         self._run_args: dict[str, Any] | None = None
         self._conditions: list[Condition] = []
         self._conditions_met = False  # whether the stop conditions held at the latest step
+        self._left_behind: dict[str, int] = {}  # what close() left in the logging thread's queue
         self._resume_state: dict[str, Any] | None = None
         self._checkpoint_requested = False
         self._stop_signal: int | None = None
@@ -880,7 +930,10 @@ class Trainer:
                 max_steps=max_steps, fps=fps, env_config=config or None, seed=algo.seed,
             )
         if self.tracker.enabled and self._is_main():
-            self.tracker.log_artifact(written, "videos")
+            if self._worker is not None:  # in the background, like the checkpoint's artifacts
+                self._worker.submit_call(functools.partial(self.tracker.log_artifact, written, "videos"))
+            else:
+                self.tracker.log_artifact(written, "videos")
         return written
 
     def _is_main(self) -> bool:
@@ -1074,7 +1127,7 @@ class Trainer:
                 self._handle_signals(progress)  # one that arrived during the last checkpoint
             except (KeyboardInterrupt, SystemExit):
                 progress.close()
-                self.close("KILLED")
+                self.close("KILLED", timeout_s=SIGNAL_CLOSE_TIMEOUT_S)
                 raise
             except BaseException:
                 progress.close()
@@ -1147,11 +1200,11 @@ class Trainer:
         progress.close()
         if self._last_checkpoint_step != self.algo.env_steps:
             self.save_checkpoint()
-        self.close("KILLED")
+        self.close("KILLED", timeout_s=SIGNAL_CLOSE_TIMEOUT_S)
         name = signal.Signals(signum).name
-        run = f"; MLflow run {self.run_id} ended as KILLED" if self.run_id else ""
         if main:
-            print(f"rl8: {name}: checkpoint written to {self.last_checkpoint}{run}", file=sys.stderr, flush=True)
+            print(f"rl8: {name}: checkpoint written to {self.last_checkpoint}{self._end_report('KILLED')}",
+                  file=sys.stderr, flush=True)
         if signum == signal.SIGINT:
             raise KeyboardInterrupt
         raise SystemExit(128 + signum)
@@ -1228,8 +1281,6 @@ class Trainer:
         """
         step = int(self.algo.env_steps)
         self._check_finite_policy(step)
-        if not self.closed:
-            self.flush()  # the run's metrics are in the store up to the checkpoint
         state = self.state_dict()
         written: Any = None
         ranks = None
@@ -1289,12 +1340,23 @@ class Trainer:
             "env_kwargs": dict(self.algo.hparams.env_kwargs),
             "env_config": dict(self.algo.hparams.env_config),
         }
-        with tempfile.TemporaryDirectory(prefix="rl8-artifacts-") as tmp:
-            policy_file = save_policy(self.algo.policy, Path(tmp) / Path(POLICY_ARTIFACT).name, env=env_info)
-            self.tracker.log_artifact(policy_file, str(Path(POLICY_ARTIFACT).parent))
-            pointer = Path(tmp) / Path(CHECKPOINT_POINTER_ARTIFACT).name
-            pointer.write_text(json.dumps({"path": str(checkpoint), "env/steps": step}))
-            self.tracker.log_artifact(pointer, str(Path(CHECKPOINT_POINTER_ARTIFACT).parent))
+        tmp = Path(tempfile.mkdtemp(prefix="rl8-artifacts-"))
+        policy_file = save_policy(self.algo.policy, tmp / Path(POLICY_ARTIFACT).name, env=env_info)
+        pointer = tmp / Path(CHECKPOINT_POINTER_ARTIFACT).name
+        pointer.write_text(json.dumps({"path": str(checkpoint), "env/steps": step}))
+        tracker = self.tracker
+
+        def upload() -> None:  # the Tracker copies the files (and queues them while it must)
+            try:
+                tracker.log_artifact(policy_file, str(Path(POLICY_ARTIFACT).parent))
+                tracker.log_artifact(pointer, str(Path(CHECKPOINT_POINTER_ARTIFACT).parent))
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+
+        if self._worker is not None:
+            self._worker.submit_call(upload)  # a slow or hung server must not hold up training
+        else:
+            upload()
 
     @staticmethod
     def resolve_checkpoint(ref: str | os.PathLike[str], *, tracking_uri: str | None = None) -> Path:
@@ -1444,22 +1506,42 @@ class Trainer:
         return None
 
     # ----------------------------------------------------------------- life cycle
-    def close(self, status: str = "FINISHED") -> None:
+    def close(self, status: str = "FINISHED", *, timeout_s: float | None = None) -> None:
         """End the MLflow run with ``status`` (``FINISHED``, ``FAILED`` or ``KILLED``) and close
-        the dedicated eval env. Idempotent; the training envs (owned by ``algo``) stay open."""
+        the dedicated eval env. Idempotent; the training envs (owned by ``algo``) stay open.
+
+        Args:
+            status: The run's terminal status.
+            timeout_s: Seconds that delivering the queued metrics and artifacts and setting
+                the status may take at most, whatever the tracking server does (signal exits
+                use :data:`SIGNAL_CLOSE_TIMEOUT_S`); ``None``: as long as the tracker's HTTP
+                policy makes it. What could not be delivered, and whether the status was set,
+                is in ``tracker.undelivered`` and ``tracker.final_status`` (and a warning).
+        """
         if self.closed:
             return
         self.closed = True
         atexit.unregister(self._atexit)
+        deadline = math.inf if timeout_s is None else time.monotonic() + timeout_s
+
+        def left() -> float | None:
+            return None if timeout_s is None else max(0.0, deadline - time.monotonic())
+
         try:
             if self._worker is not None:
+                flushed = False
                 try:
-                    self._worker.flush()
+                    # half the time for the worker (it may be inside a request that hangs)
+                    flushed = self._worker.flush(None if timeout_s is None else timeout_s / 2)
                 except RuntimeError as exc:
                     warnings.warn(str(exc), TrackingWarning, stacklevel=2)
                 finally:
-                    self._worker.stop()
-            self.tracker.end(status)
+                    # a worker stuck in a request is left behind (a daemon thread): the time
+                    # left goes to the tracker, which waits for that request at most that long
+                    if not flushed:
+                        self._left_behind = self._worker.queued()
+                    self._worker.stop(left() if flushed else 0.0)
+            self.tracker.end(status, timeout_s=left())
         finally:
             if self._eval_env is not None:
                 with contextlib.suppress(Exception):
@@ -1469,6 +1551,28 @@ class Trainer:
                 with contextlib.suppress(Exception):
                     self._record_env.close()
                 self._record_env = None
+
+    def _end_report(self, status: str) -> str:
+        """After :meth:`close`: what happened to the MLflow run, for the signal message."""
+        if not self.run_id:
+            return ""
+        tracker = self.tracker
+        if tracker.final_status == status:
+            report = f"; MLflow run {self.run_id} ended as {status}"
+        else:
+            report = (
+                f"; MLflow run {self.run_id} could NOT be marked {status} (the tracking server "
+                "did not answer in time): it shows RUNNING until `rl8 runs --clean` marks it FAILED"
+            )
+        lost = dict(tracker.undelivered)
+        lost["metrics"] = lost.get("metrics", 0) + self._left_behind.get("metrics", 0)
+        names = {"metrics": "metric values", "params": "params", "artifacts": "artifacts",
+                 "uploads": "checkpoint artifact uploads"}
+        lost["uploads"] = self._left_behind.get("uploads", 0)
+        lost = [f"{n} {names[what]}" for what, n in lost.items() if n]
+        if lost:
+            report += f"; not delivered: {', '.join(lost)}"
+        return report
 
     def __enter__(self) -> Trainer:
         return self

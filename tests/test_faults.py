@@ -187,3 +187,42 @@ def test_cli_resume_refuses_stop_conditions_it_cannot_rebuild(monkeypatch, tmp_p
     count_steps(monkeypatch)
     assert main(["train", "--resume", str(tmp_path / "ck"), "--quiet"]) == 2
     assert "stop conditions (AfterTwo) that it cannot rebuild" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------------------------
+# a tracking server that does not answer (the live-server test is in test_tracking.py)
+
+
+def test_save_checkpoint_does_not_wait_for_the_tracking_backlog(monkeypatch, tmp_path):
+    import threading
+
+    from rl8.tracking import Tracker
+
+    stuck, release = threading.Event(), threading.Event()
+    real_many, real_one = Tracker.log_metrics_many, Tracker.log_metrics
+
+    def hangs(real):
+        def call(self, *args, **kwargs):  # the logging thread inside a request that hangs
+            stuck.set()
+            release.wait(30)
+            return real(self, *args, **kwargs)
+        return call
+
+    monkeypatch.setattr(Tracker, "log_metrics_many", hangs(real_many))
+    monkeypatch.setattr(Tracker, "log_metrics", hangs(real_one))
+    trainer = Trainer(PPO(CartPole, **SMALL), progress=False, checkpoint_dir=tmp_path / "ck")
+    try:
+        trainer.step()
+        assert stuck.wait(10)
+        written = []
+        saver = threading.Thread(target=lambda: written.append(trainer.save_checkpoint()))
+        saver.start()
+        saver.join(5)
+        assert written and written[0].is_file()  # written while the logging thread is stuck
+        trainer.step()  # and training goes on
+    finally:
+        release.set()
+    trainer.close()
+    client = MlflowClient(trainer.tracker.tracking_uri)
+    artifacts = {f.path for d in ("policy", "rl8") for f in client.list_artifacts(trainer.run_id, d)}
+    assert artifacts == {"policy/policy.pt", "rl8/checkpoint.json"}  # uploaded in the background
