@@ -7,6 +7,7 @@
     rl8 train --resume checkpoints/<run id>            # or a checkpoint file, or a run id
     rl8 eval <run id or policy/checkpoint path> --episodes 10
     rl8 record <run id or policy/checkpoint path> -o cartpole.mp4
+    rl8 runs --clean                                   # mark runs of dead processes FAILED
     python -m rl8 --version
 
 See ``docs/cli.md``. Configuration mistakes (an unknown key, a bad value) print one line on
@@ -673,6 +674,51 @@ def _record(args: argparse.Namespace) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------------------------
+# rl8 runs
+
+
+def _runs(args: argparse.Namespace) -> int:
+    import time
+
+    from .tracking import clean_runs, running_runs
+
+    if args.older_than is not None and not args.clean:
+        raise ConfigError("--older-than only applies with --clean")
+    uri = args.tracking_uri
+    if args.clean:
+        runs = clean_runs(uri, experiment=args.experiment, older_than_s=args.older_than, dry_run=args.dry_run)
+        verb = "would mark" if args.dry_run else "marked"
+        print(f"rl8: {verb} {len(runs)} RUNNING run(s) FAILED (their process is gone)", file=sys.stderr)
+    else:
+        runs = running_runs(uri, experiment=args.experiment)
+        print(f"rl8: {len(runs)} RUNNING run(s)", file=sys.stderr)
+    for run in runs:
+        owner = f"{run.host}:{run.pid}" if run.host else "-"
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.start_time_s))
+        print(f"{run.run_id}  {run.experiment}  {run.run_name or '-'}  {owner}  "
+              f"process {run.process}  started {started}")
+    return 0
+
+
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _duration(text: str) -> float:
+    """Seconds from ``90``, ``90s``, ``30m``, ``12h`` or ``2d``."""
+    unit = text[-1:].lower() if text[-1:].lower() in _DURATION_UNITS else "s"
+    number = text[:-1] if text[-1:].lower() in _DURATION_UNITS else text
+    try:
+        value = float(number) * _DURATION_UNITS[unit]
+        if not value >= 0 or math.isinf(value):
+            raise ValueError
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a duration >= 0 (seconds, or with a unit: 30m, 12h, 2d), got {text!r}"
+        ) from None
+    return value
+
+
 def _positive_float(text: str) -> float:
     try:
         value = float(text)
@@ -769,6 +815,22 @@ def build_parser() -> argparse.ArgumentParser:
     record.add_argument("--seed", type=int, help="seed of the env's reset and of sampling")
     record.add_argument("--tracking-uri", help="MLflow tracking URI, for a run id")
     record.set_defaults(func=_record)
+
+    runs = commands.add_parser(
+        "runs", help="list RUNNING MLflow runs and their process; --clean marks dead ones FAILED",
+        description="List the RUNNING MLflow runs with the host and pid of their process (alive, "
+                    "dead or unknown). --clean marks FAILED those whose process on this host is "
+                    "gone (killed before it could end its run).",
+    )
+    runs.add_argument("--clean", action="store_true", help="mark the runs of dead processes FAILED")
+    runs.add_argument("--older-than", type=_duration, metavar="AGE",
+                      help="with --clean: also runs of unknown process (another host, not rl8) "
+                           "started more than AGE ago (seconds, or 30m, 12h, 2d)")
+    runs.add_argument("--dry-run", action="store_true", help="with --clean: only list what it would mark")
+    runs.add_argument("--experiment", help="only this experiment (default: all)")
+    runs.add_argument("--tracking-uri",
+                      help="MLflow tracking URI (default: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
+    runs.set_defaults(func=_runs)
     return parser
 
 

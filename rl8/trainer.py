@@ -1258,6 +1258,10 @@ class Trainer:
     def save_checkpoint(self, path: str | os.PathLike[str] | None = None) -> Path:
         """Write a checkpoint atomically and log the policy to the MLflow run.
 
+        The file is written without waiting for queued metrics; the policy and the
+        ``rl8/checkpoint.json`` pointer are uploaded from the logging thread (``async_logging``)
+        and queued while the tracking server is down.
+
         The checkpoint holds the model, optimizer, schedules (by ``env/steps``), normaliser
         statistics, counters, RNG and env states, hyper-parameters, env spec and config, the
         stop conditions' state, the MLflow run id and :attr:`metadata`; it loads with

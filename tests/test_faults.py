@@ -226,3 +226,50 @@ def test_save_checkpoint_does_not_wait_for_the_tracking_backlog(monkeypatch, tmp
     client = MlflowClient(trainer.tracker.tracking_uri)
     artifacts = {f.path for d in ("policy", "rl8") for f in client.list_artifacts(trainer.run_id, d)}
     assert artifacts == {"policy/policy.pt", "rl8/checkpoint.json"}  # uploaded in the background
+
+
+# --------------------------------------------------------------------------------------------
+# runs left RUNNING by a process that died
+
+
+def test_runs_record_their_process_and_rl8_runs_clean_marks_dead_ones_failed(mlflow_uri, capsys):
+    import os
+    import socket
+    import subprocess
+
+    from rl8.cli import main
+    from rl8.tracking import Tracker
+
+    client = MlflowClient(mlflow_uri)
+    alive = Tracker(experiment="clean")
+    alive.start()
+    tags = client.get_run(alive.run_id).data.tags
+    assert tags["rl8.host"] == socket.gethostname() and tags["rl8.pid"] == str(os.getpid())
+    # a run whose process was killed before it could end it: its pid no longer exists
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    dead = Tracker(experiment="clean")
+    dead.start()
+    client.set_tag(dead.run_id, "rl8.pid", str(gone.pid))
+    elsewhere = Tracker(experiment="clean")  # a run of another machine: unknown process
+    elsewhere.start()
+    client.set_tag(elsewhere.run_id, "rl8.host", "another-host")
+
+    assert main(["runs"]) == 0
+    out = capsys.readouterr().out
+    assert f"{dead.run_id}  clean" in out and f":{gone.pid}  process dead" in out
+    assert "process alive" in out and "another-host" in out and "process unknown" in out
+    assert main(["runs", "--clean", "--dry-run"]) == 0
+    assert client.get_run(dead.run_id).info.status == "RUNNING"
+    assert main(["runs", "--clean"]) == 0
+    assert dead.run_id in capsys.readouterr().out
+    status = {t.run_id: client.get_run(t.run_id).info.status for t in (alive, dead, elsewhere)}
+    assert status == {alive.run_id: "RUNNING", dead.run_id: "FAILED", elsewhere.run_id: "RUNNING"}
+    assert "is gone" in client.get_run(dead.run_id).data.tags["rl8.cleaned"]
+    # --older-than: also runs of unknown process started long enough ago; never a live one
+    assert main(["runs", "--clean", "--older-than", "0"]) == 0
+    assert client.get_run(elsewhere.run_id).info.status == "FAILED"
+    assert client.get_run(alive.run_id).info.status == "RUNNING"
+    assert main(["runs", "--older-than", "1h"]) == 2
+    assert "--older-than only applies with --clean" in capsys.readouterr().err
+    alive.end()
