@@ -21,6 +21,7 @@ _EXPORTS = {
     "Env": "rl8.env",
     "EnvOutputError": "rl8.env",
     "HParams": "rl8.hparams",
+    "NonFiniteError": "rl8.ppo",
     "PPO": "rl8.ppo",
     "Policy": "rl8.policy",
     "Model": "rl8.models",

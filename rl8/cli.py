@@ -7,6 +7,7 @@
     rl8 train --resume checkpoints/<run id>            # or a checkpoint file, or a run id
     rl8 eval <run id or policy/checkpoint path> --episodes 10
     rl8 record <run id or policy/checkpoint path> -o cartpole.mp4
+    rl8 runs --clean                                   # mark runs of dead processes FAILED
     python -m rl8 --version
 
 See ``docs/cli.md``. Configuration mistakes (an unknown key, a bad value) print one line on
@@ -438,7 +439,8 @@ def _resume(
 
     config = {**stored_config, **{k: v for k, v in file_config.items() if k != "hparams"}, **cli_config}
     check_config({k: v for k, v in config.items() if k != "hparams"}, "config")
-    conditions = _stop_conditions(config)
+    # the config's conditions, else those the checkpoint's run used (also when run from Python)
+    conditions = _stop_conditions(config) or _checkpoint_conditions(state["trainer"], path)
     # how the checkpoint's run() was called, unless the config or flags say otherwise
     run_args = dict(state["trainer"].get("run") or {})
     for key in ("env_config", "eval_env_config"):
@@ -460,6 +462,28 @@ def _resume(
         path, hparams=overrides, tracking_uri=tracking_uri, trust_code=args.trust_code, **kwargs
     )
     return _run(trainer, conditions, run_args)
+
+
+def _checkpoint_conditions(saved: Mapping[str, Any], path: Any) -> list[Any]:
+    """The stop conditions recorded in a Trainer checkpoint, rebuilt (without their state,
+    which ``Trainer.run`` restores) from their stored ``from_config`` mappings."""
+    from .conditions import from_config
+
+    states = saved.get("stop_conditions") or []
+    if not states:
+        return []
+    configs = saved.get("stop_condition_configs")
+    if not isinstance(configs, list) or len(configs) != len(states) or None in configs:
+        kinds = ", ".join(str(s.get("type") if isinstance(s, Mapping) else s) for s in states)
+        raise ConfigError(
+            f"--resume: {path} was trained with stop conditions ({kinds}) that it cannot "
+            "rebuild (a condition class of your own, or a checkpoint of an older rl8); give "
+            "the stop conditions again with --max-steps or a config file's stop_conditions"
+        )
+    try:
+        return [from_config(config) for config in configs]
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"--resume: {path}: stored stop condition: {exc}") from None
 
 
 def _canonical_env(spec: str, *, source: Any = None, trust_code: bool = False) -> str:
@@ -677,6 +701,51 @@ def _record(args: argparse.Namespace) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------------------------
+# rl8 runs
+
+
+def _runs(args: argparse.Namespace) -> int:
+    import time
+
+    from .tracking import clean_runs, running_runs
+
+    if args.older_than is not None and not args.clean:
+        raise ConfigError("--older-than only applies with --clean")
+    uri = args.tracking_uri
+    if args.clean:
+        runs = clean_runs(uri, experiment=args.experiment, older_than_s=args.older_than, dry_run=args.dry_run)
+        verb = "would mark" if args.dry_run else "marked"
+        print(f"rl8: {verb} {len(runs)} RUNNING run(s) FAILED (their process is gone)", file=sys.stderr)
+    else:
+        runs = running_runs(uri, experiment=args.experiment)
+        print(f"rl8: {len(runs)} RUNNING run(s)", file=sys.stderr)
+    for run in runs:
+        owner = f"{run.host}:{run.pid}" if run.host else "-"
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.start_time_s))
+        print(f"{run.run_id}  {run.experiment}  {run.run_name or '-'}  {owner}  "
+              f"process {run.process}  started {started}")
+    return 0
+
+
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _duration(text: str) -> float:
+    """Seconds from ``90``, ``90s``, ``30m``, ``12h`` or ``2d``."""
+    unit = text[-1:].lower() if text[-1:].lower() in _DURATION_UNITS else "s"
+    number = text[:-1] if text[-1:].lower() in _DURATION_UNITS else text
+    try:
+        value = float(number) * _DURATION_UNITS[unit]
+        if not value >= 0 or math.isinf(value):
+            raise ValueError
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a duration >= 0 (seconds, or with a unit: 30m, 12h, 2d), got {text!r}"
+        ) from None
+    return value
+
+
 def _positive_float(text: str) -> float:
     try:
         value = float(text)
@@ -783,6 +852,22 @@ def build_parser() -> argparse.ArgumentParser:
                         help="trust the file: let it name a plain function as its env factory, which rl8 "
                            "then calls (off by default; see docs/security.md)")
     record.set_defaults(func=_record)
+
+    runs = commands.add_parser(
+        "runs", help="list RUNNING MLflow runs and their process; --clean marks dead ones FAILED",
+        description="List the RUNNING MLflow runs with the host and pid of their process (alive, "
+                    "dead or unknown). --clean marks FAILED those whose process on this host is "
+                    "gone (killed before it could end its run).",
+    )
+    runs.add_argument("--clean", action="store_true", help="mark the runs of dead processes FAILED")
+    runs.add_argument("--older-than", type=_duration, metavar="AGE",
+                      help="with --clean: also runs of unknown process (another host, not rl8) "
+                           "started more than AGE ago (seconds, or 30m, 12h, 2d)")
+    runs.add_argument("--dry-run", action="store_true", help="with --clean: only list what it would mark")
+    runs.add_argument("--experiment", help="only this experiment (default: all)")
+    runs.add_argument("--tracking-uri",
+                      help="MLflow tracking URI (default: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
+    runs.set_defaults(func=_runs)
     return parser
 
 

@@ -159,6 +159,17 @@ class Condition(ABC):
         """The condition's state as plain Python types (for checkpoints)."""
         return {"type": type(self).__name__}
 
+    def to_config(self) -> dict[str, Any] | None:
+        """The :func:`from_config` mapping that builds this condition again (without its
+        state), or ``None`` for a condition :func:`from_config` cannot build (a subclass
+        defined elsewhere). Checkpoints store it so that ``rl8 train --resume`` can rebuild
+        the conditions of a run started from Python."""
+        name = next((n for n, cls in CONDITIONS.items() if cls is type(self)), None)
+        if name is None:
+            return None
+        fields = list(inspect.signature(type(self).__init__).parameters)[1:]
+        return {name: {field: getattr(self, field) for field in fields}}
+
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore the state returned by :meth:`state_dict` (e.g. when resuming a run).
 
@@ -547,6 +558,12 @@ class _Combinator(Condition):
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(),
                 "conditions": [condition.state_dict() for condition in self.conditions]}
+
+    def to_config(self) -> dict[str, Any] | None:
+        children = [condition.to_config() for condition in self.conditions]
+        if any(child is None for child in children):
+            return None
+        return {next(n for n, cls in CONDITIONS.items() if cls is type(self)): children}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self._check_state(state)

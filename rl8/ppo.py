@@ -28,7 +28,23 @@ from .normalization import RewardNormalizer
 from .policy import Policy
 from .spaces import zeros_like_space
 
-__all__ = ["PPO", "make_env"]
+__all__ = ["NonFiniteError", "PPO", "make_env"]
+
+#: Update stats checked for NaN/inf after every :meth:`PPO.step` (the grad norm only without a
+#: gradient scaler: with one, an inf grad norm is a skipped step, not a failure).
+_CHECKED_UPDATE_STATS = ("losses/total", "monitors/grad_norm")
+#: Rollout stats checked for NaN/inf after every collect (they reduce every reward).
+_CHECKED_ROLLOUT_STATS = ("returns/mean", "returns/std", "rewards/min", "rewards/max")
+
+
+class NonFiniteError(FloatingPointError):
+    """Training produced NaN or inf: a loss, the gradient norm or a rollout statistic.
+
+    Raised by :meth:`PPO.step` and :meth:`PPO.collect`; the message names the stat, its value
+    and the step. The optimizer step that produced it may already have made the parameters
+    non-finite, so the Trainer never checkpoints them (resume from an earlier checkpoint).
+    """
+
 
 # Observations up to this size per step (all envs) are kept through a collect and stacked into
 # the buffer once; bigger ones (images) are copied step by step, not held horizon times over.
@@ -455,6 +471,13 @@ class PPO:
         Returns:
             Rollout stats: ``returns/*``, ``rewards/*``, and for episodic envs
             ``episodes/{return_mean,length_mean,count}``.
+
+        Raises:
+            EnvOutputError: NaN/inf in the observations or rewards (every value is checked
+                during the first ``check_finite_collects`` collects; afterwards the reduced
+                reward stats are, and a failure names the envs and steps).
+            NonFiniteError: The reduced reward stats are NaN/inf though every reward is
+                finite (an overflow).
         """
         hp = self.hparams
         if self._needs_reset():
@@ -542,7 +565,26 @@ class PPO:
         # the normaliser's running returns advance on the device; their moments travel with
         # the rollout stats (one transfer) and are merged on the host
         seen = self.reward_normalizer.advance(rewards, dones) if self.reward_normalizer is not None else None
-        return self._rollout_stats(rewards, dones, seen)
+        stats = self._rollout_stats(rewards, dones, seen)
+        if n != 0:  # after the first n collects: the reduced stats, at no extra cost
+            self._check_finite_stats(stats, _CHECKED_ROLLOUT_STATS, f"collect {self.collects}")
+        return stats
+
+    def _check_finite_stats(self, stats: dict[str, float], names: tuple[str, ...], where: str) -> None:
+        """Raise when one of the (already reduced) ``stats`` named is NaN or inf: an
+        :class:`EnvOutputError` naming envs and steps when the last collect's observations or
+        rewards are the cause (unless ``check_finite_collects=0``), else :class:`NonFiniteError`."""
+        bad = [name for name in names if name in stats and not math.isfinite(stats[name])]
+        if not bad:
+            return
+        if self.hparams.check_finite_collects != 0:
+            self._check_finite()  # the env's data, with positions
+        values = ", ".join(f"{name}={stats[name]}" for name in bad)
+        raise NonFiniteError(
+            f"non-finite {values} at {where} (env steps {self.env_steps}); training cannot "
+            "go on from here: resume from the last checkpoint (e.g. with a lower lr or "
+            "max_grad_norm) or find what makes the model or env produce NaN/inf"
+        )
 
     def _check_finite(self) -> None:
         data = self.buffer.data
@@ -697,6 +739,12 @@ class PPO:
             Update stats: ``losses/{policy,vf,entropy,total}``,
             ``monitors/{kl_div,clip_fraction,explained_variance,grad_norm}``,
             ``coefficients/{entropy,vf,lr}``.
+
+        Raises:
+            NonFiniteError: ``losses/total`` or ``monitors/grad_norm`` (the latter only
+                without a gradient scaler) is NaN or inf; the message names the stat and the
+                update step. (An :class:`EnvOutputError` instead when the collect's
+                observations or rewards hold NaN/inf.)
         """
         if self.collects == 0:
             raise RuntimeError("PPO.step() needs a collect() first: the rollout buffer is empty")
@@ -798,7 +846,7 @@ class PPO:
         policy_loss, vf_loss, kl, clip_fraction, entropy, grad_norm, explained = means_t.tolist()
         # the mean of the minibatches' total losses, from the means of their (linear) terms
         total = policy_loss + hp.vf_coeff * vf_loss - entropy_coeff * entropy
-        return {
+        stats = {
             "losses/policy": policy_loss,
             "losses/vf": vf_loss,
             "losses/entropy": -entropy,
@@ -811,6 +859,9 @@ class PPO:
             "coefficients/vf": hp.vf_coeff,
             "coefficients/lr": lr,
         }
+        checked = _CHECKED_UPDATE_STATS if self.grad_scaler is None else ("losses/total",)
+        self._check_finite_stats(stats, checked, f"update step {self.steps}")
+        return stats
 
     def _normalized_advantages(self, advantages: torch.Tensor, num_minibatches: int) -> torch.Tensor:
         """Each minibatch's advantages (rows ``j * mb:(j + 1) * mb``) centred and scaled by

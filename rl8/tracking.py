@@ -7,23 +7,28 @@ A :class:`Tracker` owns one MLflow run through its own :class:`mlflow.tracking.M
 * :meth:`Tracker.start` checks that the tracking server answers *before* training starts and
   raises :class:`TrackingError` (naming the URI and the cause) when it does not;
 * :meth:`Tracker.log_metrics` sends all metrics of a step in one batched request;
-* when the server goes away mid-run, metrics are kept in a bounded queue, one
-  :class:`TrackingWarning` says so, training goes on, and the queue is delivered, in order,
-  once the server answers again.
+* when the server goes away mid-run, metrics (and artifacts, see :meth:`Tracker.log_artifact`)
+  are kept in a bounded queue, one :class:`TrackingWarning` says so, training goes on, and the
+  queue is delivered, in order, once the server answers again;
+* :meth:`Tracker.end` can be given a time limit (signal exits), and reports truthfully what it
+  could not deliver and whether the run's status was set.
 
 See ``docs/tracking.md`` for where runs go and how to look at them.
 """
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import enum
 import functools
 import itertools
 import logging
 import math
 import os
+import shutil
+import socket
 import sys
+import tempfile
 import threading
 import time
 import types
@@ -33,7 +38,10 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Tracker", "TrackingError", "TrackingWarning", "flatten_params"]
+__all__ = [
+    "RunProcess", "Tracker", "TrackingError", "TrackingWarning", "clean_runs", "flatten_params",
+    "running_runs",
+]
 
 _logger = logging.getLogger(__name__)
 
@@ -188,9 +196,61 @@ def _source_tags(run_name: str | None) -> dict[str, str]:
         tags["mlflow.source.name"] = "<interactive>" if interactive else os.path.abspath(argv0)
     tags.setdefault("mlflow.source.type", "LOCAL")
     tags["rl8.version"] = rl8.__version__
+    # the process that keeps the run RUNNING: `rl8 runs --clean` marks the run FAILED once it
+    # is gone (see running_runs)
+    tags["rl8.host"] = socket.gethostname()
+    tags["rl8.pid"] = str(os.getpid())
     if run_name is not None:
         tags["mlflow.runName"] = run_name
     return tags
+
+
+class _HttpPolicy:
+    """MLflow's HTTP retry/timeout environment variables, set around one or more calls.
+
+    MLflow reads ``MLFLOW_HTTP_REQUEST_MAX_RETRIES``, ``..._BACKOFF_FACTOR``,
+    ``..._BACKOFF_JITTER`` and ``..._TIMEOUT`` at each request; they are the only knobs the
+    client offers. Values the user set are kept unless ``force`` (the probe and the short
+    attempts of an outage must be quick). Process-wide, so guarded by a lock (held until the
+    calls return) and restored right after; with a ``deadline`` (``time.monotonic()``), waiting
+    for that lock past it raises :class:`TimeoutError`. ``timeout_s``: seconds one request
+    waits at most (for an ``http(s)`` store; other stores ignore the policy).
+    """
+
+    def __init__(self, http: bool, retries: int, backoff: int, timeout_s: int, force: bool,
+                 deadline: float) -> None:
+        self.http = http
+        self.wanted = dict(zip(_HTTP_ENV_VARS, (retries, backoff, 0.0, timeout_s)))
+        self.timeout_s = timeout_s if http else 0
+        self.force = force
+        self.deadline = deadline
+        self._saved: dict[str, str | None] = {}
+
+    def __enter__(self) -> _HttpPolicy:
+        if not self.http:
+            return self
+        wait = self.deadline - time.monotonic()
+        if not _ENV_LOCK.acquire(timeout=-1 if wait == math.inf else max(0.0, wait)):
+            raise TimeoutError("another request to the tracking server did not finish in time")
+        self._saved = {k: os.environ.get(k) for k in _HTTP_ENV_VARS}
+        for key, value in self.wanted.items():
+            if self.force or self._saved[key] is None:
+                # MLflow parses all but the jitter as int ("0.5" is an error)
+                as_int = not key.endswith("JITTER")
+                os.environ[key] = str(int(value) if as_int else float(value))
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if not self.http:
+            return
+        try:
+            for key, value in self._saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+        finally:
+            _ENV_LOCK.release()
 
 
 # --------------------------------------------------------------------------------------------
@@ -272,6 +332,16 @@ class Tracker:
         self._params: dict[str, str] = {}  # what the run holds (or will, once delivered)
         self._pending_metrics: deque[Any] = deque()
         self._pending_params: dict[str, str] = {}
+        # artifact uploads waiting, oldest first: key -> (MlflowClient method, staged copy,
+        # artifact path); a newer file for the same destination replaces a waiting one
+        self._pending_artifacts: dict[Any, tuple[str, Path, str | None]] = {}
+        self._staging: Path | None = None  # folder of the staged copies
+        self._staged = 0  # copies made so far (names their sub-folders)
+        #: Terminal status recorded in the store by :meth:`end`; ``None`` until then, or when
+        #: setting it failed.
+        self.final_status: str | None = None
+        #: What :meth:`end` could not deliver: ``{"metrics": n, "params": n, "artifacts": n}``.
+        self.undelivered: dict[str, int] = {"metrics": 0, "params": 0, "artifacts": 0}
         self._degraded = False  # True from a failed delivery until the queue is empty again
         self._overflowing = False
         self._dropped = 0  # metric values dropped since the last successful delivery
@@ -390,44 +460,82 @@ class Tracker:
         self.run_name = run.info.run_name if self.run_name is None else self.run_name
         self._resumed = True
 
-    def end(self, status: str = "FINISHED") -> None:
+    def end(self, status: str = "FINISHED", *, timeout_s: float | None = None) -> bool:
         """Deliver what is pending and close the run with ``status``. Idempotent.
 
         Args:
             status: Terminal status: ``"FINISHED"`` (normal end), ``"FAILED"`` (an exception
                 stopped training) or ``"KILLED"`` (interrupted by the user or a signal).
+            timeout_s: Seconds this call may take at most, whatever the server does (each
+                request then waits at most half the time left, without retry); ``None``: the
+                usual HTTP policy. Signal exits use it.
 
-        Never raises on tracking failures: metrics that still cannot be delivered are reported
-        as lost in a :class:`TrackingWarning`.
+        Returns:
+            Whether the run's status is now ``status`` in the store (also
+            :attr:`final_status`); ``False`` when disabled or never started.
+
+        Never raises on tracking failures: metrics, params and artifacts that still cannot be
+        delivered are counted in :attr:`undelivered` and reported as lost in a
+        :class:`TrackingWarning`, as is a status that could not be set.
         """
         status = str(status).upper()
         if status not in _TERMINAL_STATUSES:
             raise ValueError(f"status must be one of {_TERMINAL_STATUSES}, got {status!r}")
         if not self.enabled:
-            return
-        with self._lock:
-            if self._ended:
-                return
+            return False
+        deadline = math.inf if timeout_s is None else time.monotonic() + max(0.0, timeout_s)
+        if not self._lock.acquire(timeout=-1 if timeout_s is None else max(0.0, timeout_s)):
+            # another thread is inside a request that does not come back: give up on it
             self._ended = True
-            if self.run_id is None:
-                return
-            self._deliver_pending(force=True)
-            lost_metrics = len(self._pending_metrics)
-            lost_params = len(self._pending_params)
-            if lost_metrics or lost_params or self._dropped:
+            self.undelivered = {
+                "metrics": len(self._pending_metrics) + self._dropped,
+                "params": len(self._pending_params),
+                "artifacts": len(self._pending_artifacts),
+            }
+            warnings.warn(
+                f"could not set the status of MLflow run {self.run_id} at {self.tracking_uri!r} "
+                f"to {status}: a request to the server did not finish within {timeout_s:g} s; "
+                "the run stays RUNNING (`rl8 runs --clean` marks such runs FAILED) and what "
+                "was still queued is lost",
+                TrackingWarning,
+                stacklevel=2,
+            )
+            return False
+        try:
+            if self._ended or self.run_id is None:
+                self._ended = True
+                return self.final_status == status
+            self._ended = True
+            self._deliver_pending(force=True, deadline=deadline)
+            self.undelivered = {
+                "metrics": len(self._pending_metrics) + self._dropped,
+                "params": len(self._pending_params),
+                "artifacts": len(self._pending_artifacts),
+            }
+            if any(self.undelivered.values()):
+                lost = self.undelivered
                 warnings.warn(
-                    f"MLflow run {self.run_id} at {self.tracking_uri!r}: "
-                    f"{lost_metrics + self._dropped} metric values and {lost_params} params "
+                    f"MLflow run {self.run_id} at {self.tracking_uri!r}: {lost['metrics']} "
+                    f"metric values, {lost['params']} params and {lost['artifacts']} artifacts "
                     f"could not be delivered and are lost",
                     TrackingWarning,
                     stacklevel=2,
                 )
                 self._pending_metrics.clear()
                 self._pending_params.clear()
-            policy = self._degraded_policy if self._degraded else self._normal_policy
+                self._pending_artifacts.clear()
+            if self._staging is not None:
+                shutil.rmtree(self._staging, ignore_errors=True)
+            if deadline < math.inf:
+                policy = self._bounded_policy(deadline, requests=1)
+            else:
+                policy = self._degraded_policy() if self._degraded else self._normal_policy()
             try:
-                with policy():
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(f"no time left of the {timeout_s:g} s allowed")
+                with policy:
                     self._client.set_terminated(self.run_id, status=status)
+                self.final_status = status
             except Exception as exc:
                 warnings.warn(
                     f"could not set the status of MLflow run {self.run_id} at "
@@ -435,6 +543,9 @@ class Tracker:
                     TrackingWarning,
                     stacklevel=2,
                 )
+            return self.final_status == status
+        finally:
+            self._lock.release()
 
     def __enter__(self) -> Tracker:
         self.start()
@@ -566,37 +677,62 @@ class Tracker:
             self._deliver_pending(force=True)
 
     def log_artifact(self, local_path: str | Path, artifact_path: str | None = None) -> None:
-        """Upload one file to the run's artifacts.
+        """Upload one file to the run's artifacts, or queue it while the server is down.
+
+        The file is copied first (the caller may delete it at once) and sent like metrics:
+        now when the server is healthy; while it is known to be down, with the queue at most
+        every ``retry_interval_s`` seconds (one short attempt), oldest first. A newer file for
+        the same destination (``artifact_path`` and file name) replaces a queued older one.
+        :meth:`flush` and :meth:`end` always try.
 
         Args:
             local_path: The file to upload.
             artifact_path: Folder inside the run's artifacts (e.g. ``"checkpoints"``);
                 ``None``: the root.
 
-        A failure (missing file, server down) is a :class:`TrackingWarning`, not an error;
-        artifacts are not queued.
+        A missing file is a :class:`TrackingWarning`, not an error; so is an upload the store
+        refuses, and artifacts still queued at :meth:`end` are reported as lost.
         """
         self._upload("log_artifact", local_path, artifact_path)
 
     def _upload(self, method: str, local: str | Path, artifact_path: str | None) -> None:
-        """Call the MlflowClient artifact method ``method``; a failure warns, never raises."""
+        """Stage a copy of ``local`` for the MlflowClient method ``method`` and queue it."""
         if not self.enabled:
             return
         with self._lock:
             self._check_started()
-            try:
-                with self._normal_policy():
-                    getattr(self._client, method)(self.run_id, str(local), artifact_path)
-            except Exception as exc:
+            source = Path(local)
+            is_file = method == "log_artifact"
+            if not (source.is_file() if is_file else source.is_dir()):
                 warnings.warn(
                     f"could not log artifacts from {str(local)!r} to MLflow run {self.run_id} "
-                    f"at {self.tracking_uri!r}: {exc}",
+                    f"at {self.tracking_uri!r}: no such {'file' if is_file else 'folder'}",
                     TrackingWarning,
                     stacklevel=3,
                 )
+                return
+            if self._staging is None:
+                self._staging = Path(tempfile.mkdtemp(prefix="rl8-artifacts-"))
+            self._staged += 1
+            staged = self._staging / str(self._staged) / source.name
+            staged.parent.mkdir()
+            if is_file:
+                shutil.copyfile(source, staged)
+            else:
+                shutil.copytree(source, staged)
+            # files replace a waiting file of the same destination; folders are merged by
+            # MLflow, so each upload of one is kept
+            key = (artifact_path, source.name) if is_file else self._staged
+            replaced = self._pending_artifacts.pop(key, None)
+            if replaced is not None:
+                shutil.rmtree(replaced[1].parent, ignore_errors=True)
+            self._pending_artifacts[key] = (method, staged, artifact_path)
+            if self._due():
+                self._deliver_pending(force=False, stacklevel=4)
 
     def log_artifacts(self, local_dir: str | Path, artifact_path: str | None = None) -> None:
-        """Upload the content of a folder to the run's artifacts.
+        """Upload the content of a folder to the run's artifacts (queued like
+        :meth:`log_artifact` while the server is down).
 
         Args:
             local_dir: The folder whose files (recursively) are uploaded.
@@ -610,6 +746,11 @@ class Tracker:
     def pending(self) -> int:
         """Number of metric values waiting to be delivered (0 when all went through)."""
         return len(self._pending_metrics)
+
+    @property
+    def pending_artifacts(self) -> int:
+        """Number of artifact uploads waiting to be delivered."""
+        return len(self._pending_artifacts)
 
     # ---- delivery ---------------------------------------------------------------------------
 
@@ -635,9 +776,12 @@ class Tracker:
                 stacklevel=stacklevel,
             )
 
-    def _deliver_pending(self, force: bool, stacklevel: int = 3) -> None:
-        """Send queued params, then queued metrics oldest first; stop at the first failure."""
-        if not self._pending_params and not self._pending_metrics:
+    def _deliver_pending(self, force: bool, stacklevel: int = 3, deadline: float = math.inf) -> None:
+        """Send queued params, then queued metrics oldest first, then queued artifacts; stop
+        at the first failure. With a ``deadline`` (``time.monotonic()``), each request waits
+        at most half the time left (the other half is kept for the run's status), and no
+        request starts after it."""
+        if not self._pending_params and not self._pending_metrics and not self._pending_artifacts:
             return
         if not force and not self._due():
             return
@@ -645,23 +789,39 @@ class Tracker:
 
         was_degraded = self._degraded
         delivered = 0
-        policy = self._degraded_policy if was_degraded else self._normal_policy
+        if deadline < math.inf:
+            policy = self._bounded_policy(deadline, requests=2)
+        else:
+            policy = self._degraded_policy() if was_degraded else self._normal_policy()
+
+        def check_time() -> None:
+            if time.monotonic() + policy.timeout_s > deadline - policy.timeout_s:
+                raise TimeoutError("no time left before the deadline")
+
         try:
-            with policy():
+            with policy:
                 items = list(self._pending_params.items())
                 for i in range(0, len(items), MAX_PARAMS_PER_BATCH):
+                    check_time()
                     chunk = items[i : i + MAX_PARAMS_PER_BATCH]
                     self._send(params=[Param(k, v) for k, v in chunk], what="params")
                     for k, _ in chunk:
                         del self._pending_params[k]
                 queue = self._pending_metrics
                 while queue:
+                    check_time()
                     n = min(len(queue), MAX_METRICS_PER_BATCH)
                     chunk = list(itertools.islice(queue, n))
                     self._send(metrics=chunk, what="metrics")
                     for _ in range(n):
                         queue.popleft()
                     delivered += n
+                for key in list(self._pending_artifacts):
+                    check_time()
+                    method, staged, artifact_path = self._pending_artifacts[key]
+                    self._send_artifact(method, staged, artifact_path)
+                    del self._pending_artifacts[key]
+                    shutil.rmtree(staged.parent, ignore_errors=True)
         except Exception as exc:
             self._last_attempt = time.monotonic()
             if self._degraded:  # still down: wait longer before the next attempt
@@ -671,8 +831,9 @@ class Tracker:
             self._interval_s = self.retry_interval_s
             warnings.warn(
                 f"logging to the MLflow tracking store at {self.tracking_uri!r} failed "
-                f"({exc}); training goes on, {len(self._pending_metrics)} metric values are "
-                f"kept and will be retried (first in {self.retry_interval_s:g} s)",
+                f"({exc}); training goes on, {len(self._pending_metrics)} metric values and "
+                f"{len(self._pending_artifacts)} artifacts are kept and will be retried (first "
+                f"in {self.retry_interval_s:g} s)",
                 TrackingWarning,
                 stacklevel=stacklevel,
             )
@@ -687,6 +848,19 @@ class Tracker:
                 self.tracking_uri, delivered, dropped,
             )
             self._dropped = 0
+
+    def _send_artifact(self, method: str, staged: Path, artifact_path: str | None) -> None:
+        """One upload; one the store refuses is dropped with a warning, not retried."""
+        try:
+            getattr(self._client, method)(self.run_id, str(staged), artifact_path)
+        except Exception as exc:
+            if not _is_rejection(exc):
+                raise
+            warnings.warn(
+                f"MLflow rejected the artifact {staged.name!r} for run {self.run_id}: {exc}",
+                TrackingWarning,
+                stacklevel=4,
+            )
 
     def _send(self, *, what: str, metrics=(), params=()) -> None:
         """One ``log_batch`` request; a request the store refuses is dropped, not retried."""
@@ -705,43 +879,168 @@ class Tracker:
 
     # ---- HTTP policy ------------------------------------------------------------------------
 
-    @contextlib.contextmanager
     def _http_policy(
-        self, retries: int, backoff: int, timeout_s: int, force: bool = False
-    ) -> Iterator[None]:
-        """Set MLflow's HTTP retry/timeout environment variables around one call.
+        self, retries: int, backoff: int, timeout_s: int, force: bool = False,
+        deadline: float = math.inf,
+    ) -> _HttpPolicy:
+        return _HttpPolicy(self._http, retries, backoff, timeout_s, force, deadline)
 
-        MLflow reads ``MLFLOW_HTTP_REQUEST_MAX_RETRIES``, ``..._BACKOFF_FACTOR``,
-        ``..._BACKOFF_JITTER`` and ``..._TIMEOUT`` at each request; they are the only knobs the
-        client offers. Values the user set are kept unless ``force`` (the probe must be quick).
-        Process-wide, so guarded by a lock and restored right after.
-        """
-        if not self._http:
-            yield
-            return
-        wanted = dict(zip(_HTTP_ENV_VARS, (retries, backoff, 0.0, timeout_s)))
-        with _ENV_LOCK:
-            saved = {k: os.environ.get(k) for k in _HTTP_ENV_VARS}
-            try:
-                for key, value in wanted.items():
-                    if force or saved[key] is None:
-                        # MLflow parses all but the jitter as int ("0.5" is an error)
-                        as_int = not key.endswith("JITTER")
-                        os.environ[key] = str(int(value) if as_int else float(value))
-                yield
-            finally:
-                for key, value in saved.items():
-                    if value is None:
-                        os.environ.pop(key, None)
-                    else:
-                        os.environ[key] = value
-
-    def _normal_policy(self) -> contextlib.AbstractContextManager[None]:
+    def _normal_policy(self) -> _HttpPolicy:
         return self._http_policy(_LOG_RETRIES, _LOG_BACKOFF, _LOG_TIMEOUT_S)
 
-    def _degraded_policy(self) -> contextlib.AbstractContextManager[None]:
+    def _degraded_policy(self) -> _HttpPolicy:
         return self._http_policy(_DEGRADED_RETRIES, 0, _DEGRADED_TIMEOUT_S, force=True)
+
+    def _bounded_policy(self, deadline: float, requests: int) -> _HttpPolicy:
+        """One attempt per request, each short enough that ``requests`` of them still end
+        before ``deadline`` (at least 1 s: MLflow's timeout is whole seconds)."""
+        left = deadline - time.monotonic()
+        timeout_s = int(min(_DEGRADED_TIMEOUT_S, max(1.0, left / (2 * requests))))
+        return self._http_policy(_DEGRADED_RETRIES, 0, timeout_s, force=True, deadline=deadline)
 
     def __repr__(self) -> str:
         state = "disabled" if not self.enabled else (self.run_id or "not started")
         return f"Tracker(experiment={self.experiment!r}, uri={self.tracking_uri!r}, run={state})"
+
+
+# --------------------------------------------------------------------------------------------
+# runs left RUNNING by a process that died
+
+
+@dataclasses.dataclass(frozen=True)
+class RunProcess:
+    """A ``RUNNING`` MLflow run and what is known about the process that owns it.
+
+    Attributes:
+        run_id: The MLflow run id.
+        experiment: The name of its experiment.
+        run_name: Its display name.
+        host: Host name of the process that started (or last resumed) it: tag ``rl8.host``;
+            ``None`` for runs not made by rl8.
+        pid: That process's id: tag ``rl8.pid``; ``None`` when unknown.
+        start_time_s: When the run started, in seconds since the epoch.
+        process: ``"alive"`` (a process with that pid exists on this host), ``"dead"`` (none
+            does) or ``"unknown"`` (another host, or no tags).
+    """
+
+    run_id: str
+    experiment: str
+    run_name: str
+    host: str | None
+    pid: int | None
+    start_time_s: float
+    process: str
+
+
+def _process_state(host: str | None, pid: int | None) -> str:
+    if host != socket.gethostname() or pid is None or pid <= 0:
+        return "unknown"
+    try:
+        os.kill(pid, 0)  # signal 0: only checks that the process exists
+    except ProcessLookupError:
+        return "dead"
+    except PermissionError:  # it exists, owned by another user
+        return "alive"
+    return "alive"
+
+
+def running_runs(tracking_uri: str | None = None, *, experiment: str | None = None) -> list[RunProcess]:
+    """The ``RUNNING`` runs of a tracking store, with the state of their process.
+
+    A run started by rl8 records the host name and process id of its process as the tags
+    ``rl8.host`` and ``rl8.pid``; on that host, a run whose process no longer exists was
+    killed before it could end its run (``kill -9``, a crash, an out-of-memory kill). A pid
+    reused by a newer process makes the run look alive (never the other way round).
+
+    Args:
+        tracking_uri: The store (default: MLflow's, i.e. ``MLFLOW_TRACKING_URI`` or
+            ``sqlite:///mlflow.db``).
+        experiment: Only this experiment's runs; ``None``: every experiment.
+
+    Returns:
+        The runs, oldest first.
+
+    Raises:
+        TrackingError: The experiment does not exist.
+    """
+    from mlflow.entities import ViewType
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri)
+    if experiment is None:
+        experiments = client.search_experiments(view_type=ViewType.ACTIVE_ONLY)
+    else:
+        found = client.get_experiment_by_name(experiment)
+        if found is None:
+            raise TrackingError(f"no experiment {experiment!r} in {client.tracking_uri!r}")
+        experiments = [found]
+    names = {e.experiment_id: e.name for e in experiments}
+    out: list[RunProcess] = []
+    token = None
+    while names:
+        page = client.search_runs(
+            list(names), filter_string="attributes.status = 'RUNNING'",
+            max_results=1000, page_token=token,
+        )
+        for run in page:
+            tags = run.data.tags
+            host = tags.get("rl8.host")
+            pid_text = tags.get("rl8.pid", "")
+            pid = int(pid_text) if pid_text.isdigit() else None
+            out.append(RunProcess(
+                run_id=run.info.run_id,
+                experiment=names.get(run.info.experiment_id, run.info.experiment_id),
+                run_name=run.info.run_name or "",
+                host=host,
+                pid=pid,
+                start_time_s=(run.info.start_time or 0) / 1000,
+                process=_process_state(host, pid),
+            ))
+        token = page.token
+        if not token:
+            break
+    return sorted(out, key=lambda r: r.start_time_s)
+
+
+def clean_runs(
+    tracking_uri: str | None = None,
+    *,
+    experiment: str | None = None,
+    older_than_s: float | None = None,
+    dry_run: bool = False,
+) -> list[RunProcess]:
+    """Mark ``FAILED`` the ``RUNNING`` runs whose process is gone (see :func:`running_runs`).
+
+    A run is cleaned when its process is ``"dead"`` (it ran on this host and no process has
+    its pid), or, with ``older_than_s``, when it started more than that many seconds ago and
+    its process is not known to be alive (runs of other hosts, runs not made by rl8). A run
+    whose process is alive is never touched. A cleaned run gets the tag ``rl8.cleaned`` with
+    the reason.
+
+    Args:
+        tracking_uri: The store (default: MLflow's).
+        experiment: Only this experiment's runs; ``None``: every experiment.
+        older_than_s: Also clean runs of unknown process started more than this many seconds
+            ago; ``None``: only runs whose process is known dead.
+        dry_run: Only return the runs that would be cleaned.
+
+    Returns:
+        The runs cleaned (or that would be).
+    """
+    from mlflow.tracking import MlflowClient
+
+    if older_than_s is not None and not (isinstance(older_than_s, (int, float)) and older_than_s >= 0):
+        raise ValueError(f"older_than_s must be a number of seconds >= 0, got {older_than_s!r}")
+    now = time.time()
+    chosen = []
+    for run in running_runs(tracking_uri, experiment=experiment):
+        if run.process == "dead":
+            chosen.append((run, f"process {run.pid} on {run.host} is gone"))
+        elif run.process == "unknown" and older_than_s is not None and now - run.start_time_s > older_than_s:
+            chosen.append((run, f"started {now - run.start_time_s:.0f} s ago, process unknown"))
+    if not dry_run:
+        client = MlflowClient(tracking_uri)
+        for run, reason in chosen:
+            client.set_tag(run.run_id, "rl8.cleaned", reason)
+            client.set_terminated(run.run_id, status="FAILED")
+    return [run for run, _ in chosen]

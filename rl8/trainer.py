@@ -24,6 +24,7 @@ import math
 import os
 import platform
 import queue
+import shutil
 import signal
 import sys
 import tempfile
@@ -49,6 +50,10 @@ __all__ = ["CHECKPOINT_POINTER_ARTIFACT", "TrainStats", "Trainer", "check_eval_p
 #: MLflow artifact (a small JSON file) recording the path and step of a run's latest checkpoint;
 #: ``Trainer.from_checkpoint(run_id)`` and ``rl8 train --resume RUN_ID`` read it.
 CHECKPOINT_POINTER_ARTIFACT = "rl8/checkpoint.json"
+
+#: Seconds a SIGINT/SIGTERM exit may spend on ending the MLflow run (delivering what is queued,
+#: setting the status), whatever the tracking server does.
+SIGNAL_CLOSE_TIMEOUT_S = 6.0
 
 class TrainStats(dict[str, float]):
     """All stats of one training step: a plain ``dict[str, float]``.
@@ -359,8 +364,15 @@ class _Progress:
         self._wrote = False
 
 
-_FLUSH = object()
 _STOP = object()
+
+
+class _Flush:
+    """A marker in the worker's queue: everything before it has been handed to the Tracker
+    once :attr:`done` is set."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
 
 
 class _LogWorker:
@@ -375,8 +387,10 @@ class _LogWorker:
     never one request per metric.
 
     The queue is bounded (``maxsize`` steps): when the store is slower than training,
-    :meth:`submit` waits. An exception in the thread (none is expected: the Tracker keeps and
-    retries failed requests itself) is re-raised by the next :meth:`flush` or :meth:`submit`.
+    :meth:`submit` waits. Artifact uploads (:meth:`submit_call`) go through the same thread,
+    so that neither they nor a server that does not answer hold up training. An exception in
+    the thread (none is expected: the Tracker keeps and retries failed requests itself) is
+    re-raised by the next :meth:`flush` or :meth:`submit`.
     """
 
     def __init__(
@@ -396,11 +410,18 @@ class _LogWorker:
             raise RuntimeError(f"logging metrics to MLflow failed: {error!r}") from error
 
     def submit(self, metrics: dict[str, float], step: int) -> None:
+        self._put((metrics, step))
+
+    def submit_call(self, call: Any) -> None:
+        """Run ``call()`` (e.g. artifact uploads) in the thread, after the steps submitted so far."""
+        self._put(call)
+
+    def _put(self, item: Any) -> None:
         self._raise_error()
         if self._thread is None or not self._thread.is_alive():
             self._thread = threading.Thread(target=self._loop, name="rl8-mlflow-logger", daemon=True)
             self._thread.start()
-        self._queue.put((metrics, step))
+        self._queue.put(item)
 
     def _send(self, held: list[tuple[dict[str, float], int]]) -> None:
         if not held:
@@ -430,10 +451,19 @@ class _LogWorker:
                 self._send(held)
                 continue
             try:
-                if item is _STOP or item is _FLUSH:
+                if item is _STOP or isinstance(item, _Flush):
                     self._send(held)
                     if item is _STOP:
                         return
+                    item.done.set()
+                    continue
+                if callable(item):
+                    self._send(held)
+                    try:
+                        item()
+                    except BaseException as exc:  # noqa: BLE001 - handed to the training thread
+                        if self._error is None:
+                            self._error = exc
                     continue
                 held.append(item)
                 if len(held) == 1:
@@ -443,17 +473,36 @@ class _LogWorker:
             finally:
                 self._queue.task_done()
 
-    def flush(self) -> None:
-        """Wait until every submitted step has been handed to the Tracker."""
+    def flush(self, timeout_s: float | None = None) -> bool:
+        """Wait until every submitted step has been handed to the Tracker, for at most
+        ``timeout_s`` seconds (``None``: as long as it takes). Returns whether it was."""
+        done = True
         if self._thread is not None and self._thread.is_alive():
-            self._queue.put(_FLUSH)
-            self._queue.join()
+            marker = _Flush()
+            try:
+                self._queue.put(marker, timeout=timeout_s)
+            except queue.Full:
+                return False
+            done = marker.done.wait(timeout_s)
         self._raise_error()
+        return done
 
-    def stop(self) -> None:
+    def queued(self) -> dict[str, int]:
+        """What waits in the queue, not yet handed to the Tracker: metric values and calls
+        (artifact uploads)."""
+        with self._queue.mutex:
+            items = list(self._queue.queue)
+        return {
+            "metrics": sum(len(item[0]) for item in items if isinstance(item, tuple)),
+            "uploads": sum(1 for item in items if callable(item)),
+        }
+
+    def stop(self, timeout_s: float | None = None) -> None:
+        """End the thread; with ``timeout_s``, give up waiting (it is a daemon thread)."""
         if self._thread is not None and self._thread.is_alive():
-            self._queue.put(_STOP)
-            self._thread.join()
+            with contextlib.suppress(queue.Full):
+                self._queue.put(_STOP, timeout=timeout_s)
+            self._thread.join(timeout_s)
         self._thread = None
 
 
@@ -492,20 +541,52 @@ def check_eval_plan(
         )
 
 
-def _end_run(tracker: Tracker, worker: _LogWorker | None, status: str) -> None:
-    """Send the metrics still queued by ``worker``, then end the tracker's run with ``status``."""
+def _end_run(tracker: Tracker, worker: _LogWorker | None, status: str,
+             timeout_s: float | None = None) -> dict[str, int]:
+    """Send what ``worker`` still queues, then end the tracker's run with ``status``.
+
+    Args:
+        tracker: The run's tracker.
+        worker: The background logging thread, or ``None``.
+        status: The run's terminal status.
+        timeout_s: Seconds all of it may take at most, whatever the tracking server does
+            (half for the worker, which may be inside a request that hangs; the rest for the
+            tracker); ``None``: as long as the tracker's HTTP policy makes it.
+
+    Returns:
+        What the worker could not hand over in time (``{"metrics": n, "uploads": n}``), empty
+        when it did.
+    """
+    deadline = math.inf if timeout_s is None else time.monotonic() + timeout_s
+
+    def left() -> float | None:
+        return None if timeout_s is None else max(0.0, deadline - time.monotonic())
+
+    left_behind: dict[str, int] = {}
     if worker is not None:
+        flushed = False
         try:
-            worker.flush()
+            flushed = worker.flush(None if timeout_s is None else timeout_s / 2)
         except RuntimeError as exc:
             warnings.warn(str(exc), TrackingWarning, stacklevel=3)
         finally:
-            worker.stop()
-    tracker.end(status)
+            # a worker stuck in a request is left behind (a daemon thread): the time left goes
+            # to the tracker, which waits for that request at most that long
+            if not flushed:
+                left_behind = worker.queued()
+            worker.stop(left() if flushed else 0.0)
+    tracker.end(status, timeout_s=left())
+    return left_behind
+
+
+#: Seconds that ending a run left open at interpreter exit may take at most (a hung tracking
+#: server must not keep the process alive).
+EXIT_CLOSE_TIMEOUT_S = 30.0
 
 
 def _close_at_exit(tracker: Tracker, worker: _LogWorker | None) -> None:
-    """End a run that its Trainer left open, when the process exits.
+    """End a run that its Trainer left open, when the process exits (within
+    :data:`EXIT_CLOSE_TIMEOUT_S`).
 
     It holds the tracker and the log worker, not the Trainer: a Trainer made in a function is
     collected when the function returns, and its run must still end. The status is ``FAILED``
@@ -519,7 +600,7 @@ def _close_at_exit(tracker: Tracker, worker: _LogWorker | None) -> None:
         status = "KILLED"
     else:
         status = "FAILED"
-    _end_run(tracker, worker, status)
+    _end_run(tracker, worker, status, timeout_s=EXIT_CLOSE_TIMEOUT_S)
 
 
 # --------------------------------------------------------------------------------------------
@@ -654,6 +735,8 @@ class Trainer:
         self._last_checkpoint_step: int | None = None
         self._run_args: dict[str, Any] | None = None
         self._conditions: list[Condition] = []
+        self._conditions_met = False  # whether the stop conditions held at the latest step
+        self._left_behind: dict[str, int] = {}  # what close() left in the logging thread's queue
         self._resume_state: dict[str, Any] | None = None
         self._checkpoint_requested = False
         self._stop_signal: int | None = None
@@ -951,7 +1034,10 @@ class Trainer:
                 max_steps=max_steps, fps=fps, env_config=config or None, seed=algo.seed,
             )
         if self.tracker.enabled and self._is_main():
-            self.tracker.log_artifact(written, "videos")
+            if self._worker is not None:  # in the background, like the checkpoint's artifacts
+                self._worker.submit_call(functools.partial(self.tracker.log_artifact, written, "videos"))
+            else:
+                self.tracker.log_artifact(written, "videos")
         return written
 
     def _is_main(self) -> bool:
@@ -994,12 +1080,17 @@ class Trainer:
             eval_env_config=eval_env_config,
         )
 
-    def _restore_conditions(self, conditions: list[Condition]) -> None:
-        """Load the stop conditions' state saved in the checkpoint this trainer resumed from."""
-        saved = (self._resume_state or {}).get("stop_conditions")
+    def _restore_conditions(self, conditions: list[Condition]) -> bool:
+        """Load the stop conditions' state saved in the checkpoint this trainer resumed from.
+
+        Returns whether they are the very conditions that already held at the checkpoint's
+        step (same :meth:`~rl8.conditions.Condition.to_config`), i.e. the run is finished.
+        """
+        resume = self._resume_state or {}
+        saved = resume.get("stop_conditions")
         if not saved or not conditions:
-            return
-        self._resume_state = {**(self._resume_state or {}), "stop_conditions": None}
+            return False
+        self._resume_state = {**resume, "stop_conditions": None}
         try:
             if len(saved) != len(conditions):
                 raise ValueError(f"{len(saved)} conditions saved, {len(conditions)} given")
@@ -1013,6 +1104,11 @@ class Trainer:
                 "start afresh (patience counters and clocks at zero)",
                 stacklevel=3,
             )
+            return False
+        configs = [condition.to_config() for condition in conditions]
+        return bool(resume.get("stop_conditions_met")) and None not in configs and (
+            configs == resume.get("stop_condition_configs")
+        )
 
     def _log_run_params(self, conditions: Sequence[Condition], steps_per_eval: int | None) -> None:
         args = self._run_args or {}
@@ -1041,6 +1137,10 @@ class Trainer:
         A checkpoint is written every ``checkpoint_every`` steps and when the run stops; the
         policy is logged as the MLflow artifact ``policy/policy.pt`` with each checkpoint.
 
+        A Trainer resumed (:meth:`from_checkpoint`) from a checkpoint written at a step where
+        the stop conditions held trains zero steps when given the same conditions (same
+        :meth:`~rl8.conditions.Condition.to_config`); other conditions start from that step.
+
         Signals (only when called from the main thread; the previous handlers are restored on
         return): SIGUSR1 writes a checkpoint after the current step and training goes on.
         SIGINT / SIGTERM finish the current step, write a checkpoint, end the MLflow run as
@@ -1058,7 +1158,7 @@ class Trainer:
                 that fired is :attr:`stopped_by`.
 
         Returns:
-            The stats of the last step.
+            The stats of the last step (only the counters when no step ran).
 
         Raises:
             ValueError: Before training, when ``steps_per_eval`` does not fit the reset cadence
@@ -1089,8 +1189,9 @@ class Trainer:
             "eval_env_config": dict(eval_env_config) if eval_env_config else None,
             "steps_per_eval": steps_per_eval,
         }
-        self._restore_conditions(conditions)
+        finished = self._restore_conditions(conditions)  # resumed after they held: no step
         self._conditions = conditions
+        self._conditions_met = finished
         with warnings.catch_warnings():
             # a resumed run records a changed value once as "resumed/run/..."; later changes
             # (resumed again with other stop conditions) are expected, not worth a warning
@@ -1106,12 +1207,12 @@ class Trainer:
         progress = _Progress(
             self.progress if self._dist.is_main else False, interval_s=self.progress_every_s
         )
-        stats = TrainStats()
+        stats = TrainStats(self._counters())
         with self._signal_handlers():
             try:
                 for condition in conditions:
                     condition.start()
-                while True:
+                while not finished:
                     stats = self._train_step(env_config)
                     if steps_per_eval and self.algo.steps % steps_per_eval == 0:
                         stats.update(self._eval(eval_env_config, deterministic=True))
@@ -1119,6 +1220,7 @@ class Trainer:
                             stats.update(self._record_eval(eval_env_config))
                     self._log(stats)
                     stop = [bool(condition(stats)) for condition in conditions]
+                    self._conditions_met = any(stop)
                     progress.update(stats, conditions)
                     if self.checkpoint_every and self.algo.steps % self.checkpoint_every == 0:
                         self.save_checkpoint()
@@ -1135,7 +1237,7 @@ class Trainer:
                 self._handle_signals(progress)  # one that arrived during the last checkpoint
             except (KeyboardInterrupt, SystemExit):
                 progress.close()
-                self.close("KILLED")
+                self.close("KILLED", timeout_s=SIGNAL_CLOSE_TIMEOUT_S)
                 raise
             except BaseException:
                 progress.close()
@@ -1208,11 +1310,11 @@ class Trainer:
         progress.close()
         if self._last_checkpoint_step != self.algo.env_steps:
             self.save_checkpoint()
-        self.close("KILLED")
+        self.close("KILLED", timeout_s=SIGNAL_CLOSE_TIMEOUT_S)
         name = signal.Signals(signum).name
-        run = f"; MLflow run {self.run_id} ended as KILLED" if self.run_id else ""
         if main:
-            print(f"rl8: {name}: checkpoint written to {self.last_checkpoint}{run}", file=sys.stderr, flush=True)
+            print(f"rl8: {name}: checkpoint written to {self.last_checkpoint}{self._end_report('KILLED')}",
+                  file=sys.stderr, flush=True)
         if signum == signal.SIGINT:
             raise KeyboardInterrupt
         raise SystemExit(128 + signum)
@@ -1229,8 +1331,12 @@ class Trainer:
             "env_config": dict(algo.hparams.env_config),
         }
         conditions = [c.state_dict() for c in self._conditions]
+        configs = [c.to_config() for c in self._conditions]
+        conditions_met = self._conditions_met
         if not conditions and self._resume_state and self._resume_state.get("stop_conditions"):
             conditions = self._resume_state["stop_conditions"]
+            configs = self._resume_state.get("stop_condition_configs")
+            conditions_met = bool(self._resume_state.get("stop_conditions_met"))
         run_args = self._run_args
         if run_args is None and self._resume_state is not None:
             run_args = self._resume_state.get("run")
@@ -1251,6 +1357,8 @@ class Trainer:
                 "record_every": self.record_every,
                 "run": run_args,
                 "stop_conditions": conditions,
+                "stop_condition_configs": configs,
+                "stop_conditions_met": conditions_met,
                 "metadata": self.metadata,
                 "policy": policy_to_dict(algo.policy, include_state=False, env=env_info),
             },
@@ -1259,6 +1367,10 @@ class Trainer:
 
     def save_checkpoint(self, path: str | os.PathLike[str] | None = None) -> Path:
         """Write a checkpoint atomically and log the policy to the MLflow run.
+
+        The file is written without waiting for queued metrics; the policy and the
+        ``rl8/checkpoint.json`` pointer are uploaded from the logging thread (``async_logging``)
+        and queued while the tracking server is down.
 
         The checkpoint holds the model, optimizer, schedules (by ``env/steps``), normaliser
         statistics, counters, RNG and env states, hyper-parameters, env spec and config, the
@@ -1276,11 +1388,14 @@ class Trainer:
 
         Returns:
             The path written.
+
+        Raises:
+            rl8.ppo.NonFiniteError: The policy's parameters (or normaliser statistics) hold
+                NaN or inf; nothing is written, so the last good checkpoint is kept.
         """
-        if not self.closed:
-            self.flush()  # the run's metrics are in the store up to the checkpoint
-        state = self.state_dict()
         step = int(self.algo.env_steps)
+        self._check_finite_policy(step)
+        state = self.state_dict()
         written: Any = None
         ranks = None
         if self._dist.enabled:
@@ -1314,6 +1429,23 @@ class Trainer:
         self._log_policy_artifacts(written, step)
         return written
 
+    def _check_finite_policy(self, step: int) -> None:
+        """Refuse to checkpoint a policy holding NaN/inf (one check for all its tensors)."""
+        from .ppo import NonFiniteError
+
+        tensors = {k: v for k, v in self.algo.policy.state_dict().items() if v.is_floating_point()}
+        if not tensors:
+            return
+        finite = torch.stack([torch.isfinite(v).all() for v in tensors.values()]).tolist()
+        if all(finite):
+            return
+        bad = [name for name, ok in zip(tensors, finite) if not ok]
+        kept = f"; the last good checkpoint is {self.last_checkpoint}" if self.last_checkpoint else ""
+        raise NonFiniteError(
+            f"refusing to write a checkpoint at env step {step}: the policy's "
+            f"{', '.join(bad[:5])}{' ...' if len(bad) > 5 else ''} hold NaN or inf{kept}"
+        )
+
     def _log_policy_artifacts(self, checkpoint: Path, step: int) -> None:
         if not self.tracker.enabled or self.closed:
             return
@@ -1322,12 +1454,23 @@ class Trainer:
             "env_kwargs": dict(self.algo.hparams.env_kwargs),
             "env_config": dict(self.algo.hparams.env_config),
         }
-        with tempfile.TemporaryDirectory(prefix="rl8-artifacts-") as tmp:
-            policy_file = save_policy(self.algo.policy, Path(tmp) / Path(POLICY_ARTIFACT).name, env=env_info)
-            self.tracker.log_artifact(policy_file, str(Path(POLICY_ARTIFACT).parent))
-            pointer = Path(tmp) / Path(CHECKPOINT_POINTER_ARTIFACT).name
-            pointer.write_text(json.dumps({"path": str(checkpoint), "env/steps": step}))
-            self.tracker.log_artifact(pointer, str(Path(CHECKPOINT_POINTER_ARTIFACT).parent))
+        tmp = Path(tempfile.mkdtemp(prefix="rl8-artifacts-"))
+        policy_file = save_policy(self.algo.policy, tmp / Path(POLICY_ARTIFACT).name, env=env_info)
+        pointer = tmp / Path(CHECKPOINT_POINTER_ARTIFACT).name
+        pointer.write_text(json.dumps({"path": str(checkpoint), "env/steps": step}))
+        tracker = self.tracker
+
+        def upload() -> None:  # the Tracker copies the files (and queues them while it must)
+            try:
+                tracker.log_artifact(policy_file, str(Path(POLICY_ARTIFACT).parent))
+                tracker.log_artifact(pointer, str(Path(CHECKPOINT_POINTER_ARTIFACT).parent))
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+
+        if self._worker is not None:
+            self._worker.submit_call(upload)  # a slow or hung server must not hold up training
+        else:
+            upload()
 
     @staticmethod
     def resolve_checkpoint(ref: str | os.PathLike[str], *, tracking_uri: str | None = None) -> Path:
@@ -1481,7 +1624,10 @@ class Trainer:
         }
         options.update(kwargs)
         trainer = cls(algo, **options)
-        trainer._resume_state = {"run": saved.get("run"), "stop_conditions": saved.get("stop_conditions")}
+        trainer._resume_state = {
+            key: saved.get(key)
+            for key in ("run", "stop_conditions", "stop_condition_configs", "stop_conditions_met")
+        }
         trainer.last_checkpoint = file.absolute()
         trainer._last_checkpoint_step = int(algo.env_steps)
         return trainer
@@ -1497,15 +1643,24 @@ class Trainer:
         return None
 
     # ----------------------------------------------------------------- life cycle
-    def close(self, status: str = "FINISHED") -> None:
+    def close(self, status: str = "FINISHED", *, timeout_s: float | None = None) -> None:
         """End the MLflow run with ``status`` (``FINISHED``, ``FAILED`` or ``KILLED``) and close
-        the dedicated eval env. Idempotent; the training envs (owned by ``algo``) stay open."""
+        the dedicated eval env. Idempotent; the training envs (owned by ``algo``) stay open.
+
+        Args:
+            status: The run's terminal status.
+            timeout_s: Seconds that delivering the queued metrics and artifacts and setting
+                the status may take at most, whatever the tracking server does (signal exits
+                use :data:`SIGNAL_CLOSE_TIMEOUT_S`); ``None``: as long as the tracker's HTTP
+                policy makes it. What could not be delivered, and whether the status was set,
+                is in ``tracker.undelivered`` and ``tracker.final_status`` (and a warning).
+        """
         if self.closed:
             return
         self.closed = True
         atexit.unregister(self._atexit)
         try:
-            _end_run(self.tracker, self._worker, status)
+            self._left_behind = _end_run(self.tracker, self._worker, status, timeout_s)
         finally:
             if self._eval_env is not None:
                 with contextlib.suppress(Exception):
@@ -1515,6 +1670,28 @@ class Trainer:
                 with contextlib.suppress(Exception):
                     self._record_env.close()
                 self._record_env = None
+
+    def _end_report(self, status: str) -> str:
+        """After :meth:`close`: what happened to the MLflow run, for the signal message."""
+        if not self.run_id:
+            return ""
+        tracker = self.tracker
+        if tracker.final_status == status:
+            report = f"; MLflow run {self.run_id} ended as {status}"
+        else:
+            report = (
+                f"; MLflow run {self.run_id} could NOT be marked {status} (the tracking server "
+                "did not answer in time): it shows RUNNING until `rl8 runs --clean` marks it FAILED"
+            )
+        lost = dict(tracker.undelivered)
+        lost["metrics"] = lost.get("metrics", 0) + self._left_behind.get("metrics", 0)
+        names = {"metrics": "metric values", "params": "params", "artifacts": "artifacts",
+                 "uploads": "checkpoint artifact uploads"}
+        lost["uploads"] = self._left_behind.get("uploads", 0)
+        lost = [f"{n} {names[what]}" for what, n in lost.items() if n]
+        if lost:
+            report += f"; not delivered: {', '.join(lost)}"
+        return report
 
     def __enter__(self) -> Trainer:
         return self

@@ -110,6 +110,14 @@ class _Server:
         log = (self.tmp / "server.log").read_text(errors="replace")[-3000:]
         pytest.fail(f"mlflow server did not answer on {self.uri} within {timeout_s} s:\n{log}")
 
+    def pause(self) -> None:
+        """SIGSTOP the server: it accepts connections (the kernel does) but never answers."""
+        os.killpg(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGCONT)
+
     def stop(self) -> None:
         """Kill the server's process group (SIGKILL: like a crash) and reap it."""
         if self.proc is None:
@@ -585,3 +593,178 @@ def test_trainer_against_a_live_server_reads_back_with_mlflow_client(live_server
     history = client.get_metric_history(run_id, "losses/total")
     assert [m.step for m in history] == steps == [128, 256, 384]
     assert [m.step for m in client.get_metric_history(run_id, "env/steps")] == steps
+
+
+TRAIN_SCRIPT = """
+import sys
+import torch
+torch.set_num_threads(1)
+from rl8 import PPO, Trainer
+from rl8.conditions import Condition
+from rl8.envs import CartPole
+
+class Report(Condition):
+    # never stops; prints each step so that the test knows where training is
+    def __call__(self, stats):
+        print(f"STEP {int(stats['algorithm/steps'])}", flush=True)
+        return False
+
+algo = PPO(CartPole, num_envs=16, horizon=8, sgd_minibatch_size=64, num_sgd_iters=1, seed=0)
+trainer = Trainer(algo, tracking_uri=sys.argv[1], checkpoint_dir=sys.argv[2], checkpoint_every=5,
+                  keep_checkpoints=2, progress=False)
+print(f"RUN {trainer.run_id}", flush=True)
+trainer.run(stop_conditions=[Report()])
+"""
+
+
+@pytest.mark.timeout(180)
+def test_hung_server_does_not_stall_training_and_sigterm_exits_in_bounded_time(live_server, tmp_path):
+    """SIGSTOP the tracking server mid-run: training keeps its pace (metrics and the
+    checkpoints' artifacts are queued in the background), and SIGTERM still exits within 15 s,
+    saying that the run's status could not be set."""
+    import queue
+    import threading
+
+    window_s = 2.5
+    (tmp_path / "train.py").write_text(TRAIN_SCRIPT)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(rl8.__file__).parents[1])}
+    err_file = open(tmp_path / "train.err", "wb")
+    proc = subprocess.Popen(
+        [sys.executable, str(tmp_path / "train.py"), live_server.uri, str(tmp_path / "ck")],
+        stdout=subprocess.PIPE, stderr=err_file, text=True, env=env,
+    )
+    lines: queue.Queue = queue.Queue()
+
+    def reader() -> None:
+        for line in proc.stdout:
+            lines.put((time.monotonic(), line))
+
+    threading.Thread(target=reader, daemon=True).start()
+    steps: list[tuple[float, int]] = []  # (time received, algorithm/steps)
+    run: list[str] = []
+
+    def read_until(t_end: float) -> None:
+        while time.monotonic() < t_end:
+            try:
+                t, line = lines.get(timeout=max(0.01, t_end - time.monotonic()))
+            except queue.Empty:
+                continue
+            if line.startswith("STEP"):
+                steps.append((t, int(line.split()[1])))
+            elif line.startswith("RUN"):
+                run.append(line.split()[1])
+
+    def steps_between(t0: float, t1: float) -> int:
+        return sum(1 for t, _ in steps if t0 <= t < t1)
+
+    try:
+        deadline = time.monotonic() + 90
+        while not (steps and steps[-1][1] >= 10) and time.monotonic() < deadline:  # 2 checkpoints
+            read_until(time.monotonic() + 0.2)
+        assert steps and steps[-1][1] >= 10, (tmp_path / "train.err").read_text()[-3000:]
+        t0 = time.monotonic()
+        read_until(t0 + window_s)
+        live_server.pause()
+        t1 = time.monotonic()
+        read_until(t1 + window_s)
+        before, during = steps_between(t0, t1), steps_between(t1, t1 + window_s)
+        assert before > 5
+        assert during >= before / 2, f"{before} steps in {window_s} s before the outage, {during} during it"
+        t_term = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+        exit_s = time.monotonic() - t_term
+        err = (tmp_path / "train.err").read_text()
+        assert proc.returncode == 143, err[-3000:]
+        assert exit_s < 15, f"SIGTERM took {exit_s:.1f} s\n{err[-3000:]}"
+        assert "SIGTERM: checkpoint written to" in err
+        assert f"MLflow run {run[0]} could NOT be marked KILLED" in err and "ended as KILLED" not in err
+    finally:
+        live_server.resume()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        err_file.close()
+    # truthful: the server, answering again, still shows the run RUNNING
+    assert MlflowClient(live_server.uri).get_run(run[0]).info.status == "RUNNING"
+
+
+def test_artifacts_are_queued_during_an_outage_and_delivered_after(mlflow_uri, monkeypatch, tmp_path):
+    down = {"on": False, "calls": 0}
+    real = MlflowClient.log_artifact
+
+    def flaky(self, *args, **kwargs):
+        down["calls"] += 1
+        if down["on"]:
+            raise MlflowException("API request to http://x failed with exception refused")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(MlflowClient, "log_artifact", flaky)
+    policy = tmp_path / "policy.pt"
+    with Tracker(experiment="art-outage", retry_interval_s=3600) as tracker:
+        down["on"] = True
+        policy.write_text("v1")
+        with pytest.warns(TrackingWarning, match="1 artifacts are kept and will be retried"):
+            tracker.log_artifact(policy, "policy")
+        policy.write_text("v2")  # a newer file for the same destination replaces the queued one
+        tracker.log_artifact(policy, "policy")
+        policy.unlink()  # the tracker kept its own copy
+        assert tracker.pending_artifacts == 1 and down["calls"] == 1  # no request while down
+        down["on"] = False
+        tracker.flush()
+        assert tracker.pending_artifacts == 0
+    client = MlflowClient(mlflow_uri)
+    assert [f.path for f in client.list_artifacts(tracker.run_id, "policy")] == ["policy/policy.pt"]
+    local = client.download_artifacts(tracker.run_id, "policy/policy.pt", str(tmp_path))
+    assert Path(local).read_text() == "v2"
+    assert tracker.final_status == "FINISHED"
+
+
+def test_artifacts_still_queued_at_end_are_reported_lost(monkeypatch, tmp_path):
+    def refused(self, *args, **kwargs):
+        raise MlflowException("API request to http://x failed with exception refused")
+
+    (tmp_path / "a.txt").write_text("a")
+    tracker = Tracker(experiment="art-lost", retry_interval_s=3600)
+    tracker.start()
+    monkeypatch.setattr(MlflowClient, "log_artifact", refused)
+    with pytest.warns(TrackingWarning):
+        tracker.log_artifact(tmp_path / "a.txt")
+    with pytest.warns(TrackingWarning, match="1 artifacts could not be delivered and are lost"):
+        assert tracker.end("FINISHED") is True  # the status itself went through
+    assert tracker.undelivered == {"metrics": 0, "params": 0, "artifacts": 1}
+
+
+def test_end_with_a_timeout_gives_up_on_a_request_that_hangs(mlflow_uri):
+    import threading
+
+    tracker = Tracker(experiment="hang")
+    tracker.start()
+    tracker.log_metrics({"a": 1.0}, step=0)
+    release = threading.Event()
+    holding = threading.Event()
+
+    def hung_request():  # another thread inside a request that does not come back
+        with tracker._lock:
+            holding.set()
+            release.wait(30)
+
+    thread = threading.Thread(target=hung_request)
+    thread.start()
+    holding.wait(5)
+    t0 = time.monotonic()
+    with pytest.warns(TrackingWarning, match=r"to KILLED: a request to the server did not finish within 0\.5 s"):
+        assert tracker.end("KILLED", timeout_s=0.5) is False
+    assert time.monotonic() - t0 < 2
+    assert tracker.final_status is None
+    release.set()
+    thread.join()
+    assert MlflowClient(mlflow_uri).get_run(tracker.run_id).info.status == "RUNNING"  # truthful
+
+
+def test_end_with_a_timeout_on_a_healthy_store_delivers_and_sets_the_status(mlflow_uri):
+    tracker = Tracker(experiment="bounded")
+    tracker.start()
+    tracker.log_metrics({"a": 1.0}, step=0)
+    assert tracker.end("KILLED", timeout_s=10) is True
+    assert MlflowClient(mlflow_uri).get_run(tracker.run_id).info.status == "KILLED"
