@@ -1208,6 +1208,7 @@ class Trainer:
             self.progress if self._dist.is_main else False, interval_s=self.progress_every_s
         )
         stats = TrainStats(self._counters())
+        stop = [False] * len(conditions)  # which conditions held at the latest step
         with self._signal_handlers():
             try:
                 for condition in conditions:
