@@ -24,6 +24,7 @@ import math
 import os
 import re
 import sys
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -236,9 +237,13 @@ def _stop_conditions(config: Mapping[str, Any]) -> list[Any]:
     conditions = []
     for i, spec in enumerate(specs):
         try:
-            conditions.append(from_config(spec))
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", DeprecationWarning)
+                conditions.append(from_config(spec))
         except (ValueError, TypeError) as exc:
             raise ConfigError(f"stop_conditions[{i}]: {exc}") from None
+        for warning in caught:  # e.g. an rl8 1.0.0 stat name, shown (Python hides them)
+            print(f"rl8: warning: stop_conditions[{i}]: {warning.message}", file=sys.stderr)
     max_steps = _int_option(config, "max_steps", "config")
     if max_steps is not None:
         conditions.append(HitsUpperBound("env/steps", max_steps))
@@ -466,8 +471,9 @@ def _resume(
 
 def _checkpoint_conditions(saved: Mapping[str, Any], path: Any) -> list[Any]:
     """The stop conditions recorded in a Trainer checkpoint, rebuilt (without their state,
-    which ``Trainer.run`` restores) from their stored ``from_config`` mappings."""
-    from .conditions import from_config
+    which ``Trainer.run`` restores) from their stored ``from_config`` mappings (rl8 1.0.0's
+    stat names replaced by the current ones)."""
+    from .conditions import from_config, with_current_stat_names
 
     states = saved.get("stop_conditions") or []
     if not states:
@@ -481,7 +487,7 @@ def _checkpoint_conditions(saved: Mapping[str, Any], path: Any) -> list[Any]:
             "the stop conditions again with --max-steps or a config file's stop_conditions"
         )
     try:
-        return [from_config(config) for config in configs]
+        return [from_config(with_current_stat_names(config)) for config in configs]
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"--resume: {path}: stored stop condition: {exc}") from None
 

@@ -2,7 +2,7 @@
 
 A :class:`Condition` is called by the Trainer after every training step with that step's stats
 (the flat ``{name: number}`` mapping of ``docs/conditions.md``, e.g. ``"episodes/return_mean"``,
-``"env/steps"``, ``"eval/returns/mean"``) and returns ``True`` when training should stop::
+``"env/steps"``, ``"eval/episodes/return_mean"``) and returns ``True`` when training should stop::
 
     from rl8.conditions import HitsUpperBound, Plateaus, TimeLimit
 
@@ -19,6 +19,8 @@ Rules shared by every condition that reads a stat (see ``docs/conditions.md``):
   step that has eval stats, a missing ``eval/`` key is an error like any other.
 * A ``NaN`` value carries no information: the condition returns ``False`` (bounds) or leaves its
   patience counter unchanged (``Plateaus``, ``StopsIncreasing``, ``StopsDecreasing``).
+* A key that rl8 1.0.0 used for a since renamed stat (:data:`rl8.stats.RENAMED_STATS`) is
+  replaced by the current name when the condition is built, with a ``DeprecationWarning``.
 
 Stateful conditions expose :meth:`Condition.state_dict` / :meth:`Condition.load_state_dict`
 (plain Python types only) so that a resumed run continues its patience counters and clocks.
@@ -35,6 +37,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .stats import current_stat_name, warn_renamed
+
 __all__ = [
     "And",
     "Condition",
@@ -47,6 +51,7 @@ __all__ = [
     "StopsIncreasing",
     "TimeLimit",
     "from_config",
+    "with_current_stat_names",
     "COUNTER_PREFIXES",
     "EVAL_PREFIX",
 ]
@@ -81,6 +86,10 @@ def _check_key(owner: str, key: Any) -> str:
     if not isinstance(key, str) or not key:
         raise TypeError(f"{owner}: key must be a non-empty str (a stat name such as "
                         f"'episodes/return_mean'), got {key!r}")
+    new = current_stat_name(key)
+    if new is not None:  # an rl8 1.0.0 name: once, when the condition is built
+        warn_renamed(key, new, stacklevel=4)
+        return new
     return key
 
 
@@ -715,3 +724,24 @@ def from_config(spec: Mapping[str, Any], *, _path: str = "") -> Condition:
         return cls(**kwargs)
     except (TypeError, ValueError) as err:
         raise ValueError(f"{where}: {err}") from err
+
+
+def with_current_stat_names(spec: Any) -> Any:
+    """A copy of a stored condition config (:meth:`Condition.to_config`) or state
+    (:meth:`Condition.state_dict`) in which rl8 1.0.0's names of renamed stats are replaced by
+    the current ones, without a warning: checkpoints written before the rename resume as
+    they are.
+
+    Args:
+        spec: A mapping or list of them, as read from a checkpoint; other values are returned
+            unchanged.
+    """
+    if isinstance(spec, Mapping):
+        return {
+            name: (current_stat_name(value) or value) if name == "key" and isinstance(value, str)
+            else with_current_stat_names(value)
+            for name, value in spec.items()
+        }
+    if isinstance(spec, list):
+        return [with_current_stat_names(value) for value in spec]
+    return spec

@@ -27,6 +27,7 @@ from .losses import ppo_loss
 from .normalization import RewardNormalizer
 from .policy import Policy
 from .spaces import zeros_like_space
+from .stats import Stats
 
 __all__ = ["NonFiniteError", "PPO", "make_env"]
 
@@ -34,7 +35,7 @@ __all__ = ["NonFiniteError", "PPO", "make_env"]
 #: gradient scaler: with one, an inf grad norm is a skipped step, not a failure).
 _CHECKED_UPDATE_STATS = ("losses/total", "monitors/grad_norm")
 #: Rollout stats checked for NaN/inf after every collect (they reduce every reward).
-_CHECKED_ROLLOUT_STATS = ("returns/mean", "returns/std", "rewards/min", "rewards/max")
+_CHECKED_ROLLOUT_STATS = ("rollout/reward_sum_mean", "rollout/reward_sum_std", "rewards/min", "rewards/max")
 
 
 class NonFiniteError(FloatingPointError):
@@ -457,7 +458,7 @@ class PPO:
 
     # ----------------------------------------------------------------- collect
     @torch.no_grad()
-    def collect(self, *, env_config: dict[str, Any] | None = None, deterministic: bool = False) -> dict[str, float]:
+    def collect(self, *, env_config: dict[str, Any] | None = None, deterministic: bool = False) -> Stats:
         """Step the envs ``horizon`` times, filling the rollout buffer in place.
 
         Envs are reset first when the reset rule says so (before the first collect, then
@@ -469,7 +470,9 @@ class PPO:
             deterministic: Take the distributions' modes instead of sampling.
 
         Returns:
-            Rollout stats: ``returns/*``, ``rewards/*``, and for episodic envs
+            Rollout stats (a :class:`~rl8.stats.Stats` dict; see ``docs/trainer.md``,
+            Metrics): ``rollout/reward_sum_*`` (each env's sum of rewards over the ``horizon``
+            steps), ``rewards/*`` (per step), and for episodic envs
             ``episodes/{return_mean,length_mean,count}``.
 
         Raises:
@@ -606,7 +609,7 @@ class PPO:
 
     def _rollout_stats(
         self, rewards: torch.Tensor, dones: torch.Tensor | None, seen: torch.Tensor | None = None
-    ) -> dict[str, float]:
+    ) -> Stats:
         """Rollout stats from sums, minima and maxima, reduced across ranks, with ONE sync.
 
         ``seen``: the reward normaliser's running returns of this collect (see
@@ -616,15 +619,15 @@ class PPO:
         its warm price.
         """
         f64 = torch.float64
-        returns = rewards.sum(1, dtype=f64)
-        # the sum of all rewards is the sum of the returns; counts are known on the host;
+        reward_sums = rewards.sum(1, dtype=f64)  # per env, over the rollout's steps
+        # the sum of all rewards is the sum of the reward sums; counts are known on the host;
         # sums of squares of big tensors come as float64 2-norms (one op), squared later
-        parts = [returns.sum(), returns.dot(returns), torch.linalg.vector_norm(rewards, dtype=f64)]
+        parts = [reward_sums.sum(), reward_sums.dot(reward_sums), torch.linalg.vector_norm(rewards, dtype=f64)]
         if dones is not None:
             parts += [x.double() for x in self._episode_stats(rewards, dones)]
         if seen is not None:
             parts += [seen.sum(dtype=f64), torch.linalg.vector_norm(seen, dtype=f64)]
-        ret_lo, ret_hi = returns.aminmax()
+        ret_lo, ret_hi = reward_sums.aminmax()
         rew_lo, rew_hi = rewards.aminmax()
         extremes = [ret_lo, rew_lo, ret_hi, rew_hi]  # (stack promotes to float64)
         current = []  # the normaliser's statistics before this collect (not reduced)
@@ -649,14 +652,16 @@ class PPO:
         s_ret, ss_ret, ss_rew = values[:3]
         lo_ret, lo_rew, hi_ret, hi_rew = values[k : k + 4]
         world = self.dist.world_size
-        n_ret, n_rew = float(returns.numel() * world), float(rewards.numel() * world)
-        out = {}
-        for name, n, ss, lo, hi in (("returns", n_ret, ss_ret, lo_ret, hi_ret), ("rewards", n_rew, ss_rew, lo_rew, hi_rew)):
+        n_ret, n_rew = float(reward_sums.numel() * world), float(rewards.numel() * world)
+        out = Stats()
+        for prefix, n, ss, lo, hi in (
+            ("rollout/reward_sum_", n_ret, ss_ret, lo_ret, hi_ret), ("rewards/", n_rew, ss_rew, lo_rew, hi_rew)
+        ):
             mean = s_ret / n
-            out[f"{name}/min"] = lo
-            out[f"{name}/max"] = hi
-            out[f"{name}/mean"] = mean
-            out[f"{name}/std"] = max(ss / n - mean * mean, 0.0) ** 0.5
+            out[f"{prefix}min"] = lo
+            out[f"{prefix}max"] = hi
+            out[f"{prefix}mean"] = mean
+            out[f"{prefix}std"] = max(ss / n - mean * mean, 0.0) ** 0.5
         if dones is not None:
             ret_sum, len_sum, count = values[3:6]
             # NaN when no episode ended: stop conditions treat NaN as "not reached".
@@ -947,7 +952,7 @@ class PPO:
         env_config: dict[str, Any] | None = None,
         deterministic: bool = True,
         num_steps: int | None = None,
-    ) -> dict[str, float]:
+    ) -> Stats:
         """Run the policy without touching training state (buffer, counters, normalisers).
 
         Args:
@@ -961,7 +966,8 @@ class PPO:
                 that ends within them is counted.
 
         Returns:
-            The rollout stat names of :meth:`collect` (without an ``eval/`` prefix).
+            The rollout stats of :meth:`collect` (without an ``eval/`` prefix); here
+            ``rollout/reward_sum_*`` sum each env's rewards over the ``num_steps`` steps.
         """
         hp = self.hparams
         if env is None:

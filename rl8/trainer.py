@@ -40,9 +40,10 @@ import torch
 from ._resolve import env_spec_string, is_dotted_path
 from .checkpoint import CheckpointError, CheckpointManager, load_checkpoint
 from .checkpoint import save_checkpoint as _write_checkpoint
-from .conditions import Condition, HitsLowerBound, HitsUpperBound, TimeLimit
+from .conditions import Condition, HitsLowerBound, HitsUpperBound, TimeLimit, with_current_stat_names
 from .distributed import DistContext, rank_device, to_cpu
 from .export import POLICY_ARTIFACT, check_env_spaces, policy_to_dict, save_policy, space_from_dict
+from .stats import Stats
 from .tracking import Tracker, TrackingWarning
 
 __all__ = ["CHECKPOINT_POINTER_ARTIFACT", "TrainStats", "Trainer", "check_eval_plan", "env_spec_string"]
@@ -55,14 +56,16 @@ CHECKPOINT_POINTER_ARTIFACT = "rl8/checkpoint.json"
 #: setting the status), whatever the tracking server does.
 SIGNAL_CLOSE_TIMEOUT_S = 6.0
 
-class TrainStats(dict[str, float]):
-    """All stats of one training step: a plain ``dict[str, float]``.
+class TrainStats(Stats):
+    """All stats of one training step: a ``dict[str, float]`` (a :class:`rl8.stats.Stats`, in
+    which rl8 1.0.0's ``returns/*`` names still answer lookups, with a ``DeprecationWarning``).
 
     Keys (see ``docs/trainer.md`` for the full list and units):
 
     * counters: ``env/steps`` (env transitions collected so far, all envs together),
       ``env/resets``, ``algorithm/collects``, ``algorithm/steps``;
-    * rollout stats of :meth:`rl8.PPO.collect`: ``returns/*``, ``rewards/*``, and for
+    * rollout stats of :meth:`rl8.PPO.collect`: ``rollout/reward_sum_*`` (each env's sum of
+      rewards over the collect's ``horizon`` steps, not an episode return), ``rewards/*``, and for
       episodic envs ``episodes/{return_mean,length_mean,count}`` (NaN means when no episode
       ended during the collect);
     * update stats of :meth:`rl8.PPO.step`: ``losses/*``, ``monitors/*``, ``coefficients/*``;
@@ -285,8 +288,8 @@ class _Progress:
         now = time.monotonic()
         # episodic envs: keep the last mean when no episode ended
         for attr, keys in (
-            ("_latest_return", ["episodes/return_mean", "returns/mean"]),
-            ("_latest_eval_return", ["eval/episodes/return_mean", "eval/returns/mean"]),
+            ("_latest_return", ["episodes/return_mean", "rollout/reward_sum_mean"]),
+            ("_latest_eval_return", ["eval/episodes/return_mean", "eval/rollout/reward_sum_mean"]),
         ):
             value = _latest(stats, keys)
             if value is not None:
@@ -954,7 +957,8 @@ class Trainer:
             deterministic: Act with the distributions' modes (``False``: sample).
 
         Returns:
-            ``eval/<rollout stat>`` (``eval/returns/mean``, ``eval/episodes/return_mean``...)
+            ``eval/<rollout stat>`` (``eval/episodes/return_mean``,
+            ``eval/rollout/reward_sum_mean``...)
             and ``profiling/eval_ms``; logged at the current ``env/steps``.
 
         """
@@ -1629,6 +1633,8 @@ class Trainer:
             key: saved.get(key)
             for key in ("run", "stop_conditions", "stop_condition_configs", "stop_conditions_met")
         }
+        for key in ("stop_conditions", "stop_condition_configs"):  # rl8 1.0.0's stat names too
+            trainer._resume_state[key] = with_current_stat_names(trainer._resume_state[key])
         trainer.last_checkpoint = file.absolute()
         trainer._last_checkpoint_step = int(algo.env_steps)
         return trainer

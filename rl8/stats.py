@@ -1,0 +1,80 @@
+"""Names of the training stats, and the 1.0.0 names that still answer as aliases.
+
+rl8 1.0.0 reported the sum of each env's rewards over a collect as ``returns/{min,max,mean,
+std}``, which reads like an episode return and is not one (it is ``horizon`` on CartPole, whatever
+the policy). It is now ``rollout/reward_sum_{min,max,mean,std}``; episode returns are
+``episodes/return_mean``. The old names still work, with a ``DeprecationWarning`` naming the new
+one, wherever a stat is looked up by name: in the dicts that :meth:`rl8.PPO.collect` and the
+Trainer return (:class:`Stats`), and in stop conditions (:mod:`rl8.conditions`). Only the new
+names are logged to MLflow. See ``docs/trainer.md`` (Metrics).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+__all__ = ["RENAMED_STATS", "Stats", "current_stat_name", "warn_renamed"]
+
+#: 1.0.0 name -> current name, for stats that were renamed (each also under ``eval/``).
+RENAMED_STATS: dict[str, str] = {
+    f"returns/{stat}": f"rollout/reward_sum_{stat}" for stat in ("min", "max", "mean", "std")
+}
+
+_EVAL_PREFIX = "eval/"
+
+
+def current_stat_name(key: str) -> str | None:
+    """The current name of a stat that rl8 1.0.0 called ``key``, or ``None`` when ``key`` was
+    not renamed.
+
+    Args:
+        key: A stat name, e.g. ``"returns/mean"`` or ``"eval/returns/mean"``.
+
+    Returns:
+        E.g. ``"rollout/reward_sum_mean"`` / ``"eval/rollout/reward_sum_mean"``.
+    """
+    if not isinstance(key, str):
+        return None
+    prefix = _EVAL_PREFIX if key.startswith(_EVAL_PREFIX) else ""
+    new = RENAMED_STATS.get(key[len(prefix):])
+    return None if new is None else prefix + new
+
+
+def warn_renamed(key: str, new: str, *, stacklevel: int = 2) -> None:
+    """The ``DeprecationWarning`` for a 1.0.0 stat name ``key`` used where ``new`` is meant."""
+    episodes = (_EVAL_PREFIX if key.startswith(_EVAL_PREFIX) else "") + "episodes/return_mean"
+    warnings.warn(
+        f"stat {key!r} is now called {new!r} (the sum of each env's rewards over the rollout, "
+        f"not an episode return: that is {episodes!r}); the old name will be removed",
+        DeprecationWarning,
+        stacklevel=stacklevel + 1,
+    )
+
+
+class Stats(dict[str, float]):
+    """A ``{stat name: number}`` dict in which rl8 1.0.0's names of renamed stats
+    (:data:`RENAMED_STATS`, also under ``eval/``) still answer lookups (``[]``, ``get``,
+    ``in``) with a ``DeprecationWarning``. Iteration, ``keys()`` and ``len`` see the current
+    names only, so nothing is logged twice."""
+
+    def _alias(self, key: object) -> str | None:
+        new = current_stat_name(key) if isinstance(key, str) else None
+        if new is None or not dict.__contains__(self, new):
+            return None
+        warn_renamed(key, new, stacklevel=3)  # type: ignore[arg-type]
+        return new
+
+    def __missing__(self, key: str) -> float:
+        new = self._alias(key)
+        if new is None:
+            raise KeyError(key)
+        return dict.__getitem__(self, new)
+
+    def get(self, key: str, default: float | None = None) -> float | None:  # type: ignore[override]
+        if dict.__contains__(self, key):
+            return dict.__getitem__(self, key)
+        new = self._alias(key)
+        return default if new is None else dict.__getitem__(self, new)
+
+    def __contains__(self, key: object) -> bool:
+        return dict.__contains__(self, key) or self._alias(key) is not None
