@@ -348,12 +348,12 @@ def test_missing_key_with_many_stats_does_not_list_them_all():
 
 
 @pytest.mark.parametrize("condition", [
-    HitsUpperBound("returns/mean", 1),
-    HitsLowerBound("returns/mean", 1),
-    Plateaus("returns/mean", patience=1, rtol=0),
-    StopsIncreasing("returns/mean", patience=1),
-    StopsDecreasing("returns/mean", patience=1),
-    Or([TimeLimit(10), HitsUpperBound("returns/mean", 1)]),
+    HitsUpperBound("rollout/reward_sum_mean", 1),
+    HitsLowerBound("rollout/reward_sum_mean", 1),
+    Plateaus("rollout/reward_sum_mean", patience=1, rtol=0),
+    StopsIncreasing("rollout/reward_sum_mean", patience=1),
+    StopsDecreasing("rollout/reward_sum_mean", patience=1),
+    Or([TimeLimit(10), HitsUpperBound("rollout/reward_sum_mean", 1)]),
 ])
 def test_every_stat_condition_raises_on_a_missing_key(condition):
     with pytest.raises(MissingStatError):
@@ -361,21 +361,21 @@ def test_every_stat_condition_raises_on_a_missing_key(condition):
 
 
 def test_eval_keys_may_be_absent_on_steps_without_eval():
-    condition = StopsIncreasing("eval/returns/mean", patience=1)
+    condition = StopsIncreasing("eval/rollout/reward_sum_mean", patience=1)
     assert not condition({"env/steps": 1})
     assert condition.best is None  # state unchanged
-    assert not condition({"env/steps": 2, "eval/returns/mean": 5.0})
+    assert not condition({"env/steps": 2, "eval/rollout/reward_sum_mean": 5.0})
     assert not condition({"env/steps": 3})
     assert condition.count == 0
-    assert condition({"env/steps": 4, "eval/returns/mean": 4.0})
-    assert HitsUpperBound("eval/returns/mean", 1)({"env/steps": 1}) is False
+    assert condition({"env/steps": 4, "eval/rollout/reward_sum_mean": 4.0})
+    assert HitsUpperBound("eval/rollout/reward_sum_mean", 1)({"env/steps": 1}) is False
 
 
 def test_misspelled_eval_key_fails_on_the_first_eval_step():
     condition = HitsUpperBound("eval/return/mean", 1)
     assert not condition({"env/steps": 1})
-    with pytest.raises(MissingStatError, match="Did you mean 'eval/returns/mean'"):
-        condition({"env/steps": 2, "eval/returns/mean": 0.0})
+    with pytest.raises(MissingStatError, match="Did you mean 'eval/rollout/reward_sum_mean'"):
+        condition({"env/steps": 2, "eval/rollout/reward_sum_mean": 0.0})
 
 
 # ---------------------------------------------------------------------------------- progress
@@ -461,7 +461,7 @@ def test_from_config_builds_every_condition():
         {"hits_upper_bound": {"key": KEY, "bound": 475}},
         {"hits_lower_bound": {"key": "losses/vf", "bound": 0.01}},
         {"plateaus": {"key": KEY, "patience": 10, "rtol": 0.01, "atol": 0.5}},
-        {"stops_increasing": {"key": "eval/returns/mean", "patience": 5}},
+        {"stops_increasing": {"key": "eval/rollout/reward_sum_mean", "patience": 5}},
         {"stops_decreasing": {"key": "losses/vf", "patience": 5, "min_delta": 0.1}},
         {"and": [{"time_limit": {"seconds": 60}}]},
     ]}
@@ -469,7 +469,7 @@ def test_from_config_builds_every_condition():
     assert repr(condition) == (
         "Or([HitsUpperBound('episodes/return_mean', 475), HitsLowerBound('losses/vf', 0.01), "
         "Plateaus('episodes/return_mean', patience=10, rtol=0.01, atol=0.5), "
-        "StopsIncreasing('eval/returns/mean', patience=5), "
+        "StopsIncreasing('eval/rollout/reward_sum_mean', patience=5), "
         "StopsDecreasing('losses/vf', patience=5, min_delta=0.1), "
         "And([TimeLimit(seconds=60)])])"
     )

@@ -164,7 +164,7 @@ def test_one_update_on_two_ranks_equals_one_process_with_all_envs(one_update_job
     assert r0["update_stats"] == r1["update_stats"]
     assert r0["rollout_stats"] == r1["rollout_stats"]
     # ... and cover both ranks' envs: the mean return of all 16 envs
-    assert r0["rollout_stats"]["returns/mean"] == pytest.approx(
+    assert r0["rollout_stats"]["rollout/reward_sum_mean"] == pytest.approx(
         float(data["rewards"][:, :h].sum(1).double().mean()), rel=1e-6
     )
 

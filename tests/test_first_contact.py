@@ -108,7 +108,7 @@ def test_run_evaluates_between_reset_boundaries_on_an_eval_env():
     trainer = Trainer(make_algo(horizons_per_env_reset=2), progress=False)
     try:
         stats = trainer.run(steps_per_eval=3, stop_conditions=HitsUpperBound("algorithm/steps", 3))
-        assert stats["algorithm/steps"] == 3 and "eval/returns/mean" in stats
+        assert stats["algorithm/steps"] == 3 and "eval/rollout/reward_sum_mean" in stats
         assert trainer._eval_env is not None  # step 3 is not a reset boundary of the training envs
     finally:
         trainer.close()
@@ -173,14 +173,14 @@ def test_progress_shows_the_condition_closest_to_firing_and_the_eval_return():
 def test_the_summary_says_which_condition_stopped_training(monkeypatch):
     stream = io.StringIO()
     monkeypatch.setattr(sys, "stderr", stream)
-    target = HitsUpperBound("eval/returns/mean", -1.0)
+    target = HitsUpperBound("eval/rollout/reward_sum_mean", -1.0)
     trainer = Trainer(make_algo(), progress_every_s=1e-9)
     trainer.run(steps_per_eval=2, stop_conditions=[HitsUpperBound("env/steps", 100 * STEP), target])
     trainer.close()
     assert trainer.stopped_by is target and trainer.algo.steps == 2
     *lines, summary = stream.getvalue().splitlines()
     assert "eval return" not in lines[0] and "eval return" in lines[-1]
-    assert summary.startswith("rl8: stopped by HitsUpperBound('eval/returns/mean', -1.0) after 256 env steps in ")
+    assert summary.startswith("rl8: stopped by HitsUpperBound('eval/rollout/reward_sum_mean', -1.0) after 256 env steps in ")
     assert "eval return" in summary
 
 

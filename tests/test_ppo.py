@@ -210,9 +210,9 @@ def test_stat_names():
     algo = PPO(CartPole, **SMALL)
     rollout = algo.collect()
     update = algo.step()
-    for key in ("returns/min", "returns/max", "returns/mean", "returns/std", "rewards/min",
-                "rewards/max", "rewards/mean", "rewards/std", "episodes/return_mean",
-                "episodes/length_mean", "episodes/count"):
+    for key in ("rollout/reward_sum_min", "rollout/reward_sum_max", "rollout/reward_sum_mean",
+                "rollout/reward_sum_std", "rewards/min", "rewards/max", "rewards/mean", "rewards/std",
+                "episodes/return_mean", "episodes/length_mean", "episodes/count"):
         assert key in rollout
     assert set(update) == {
         "losses/policy", "losses/vf", "losses/entropy", "losses/total", "monitors/kl_div",
@@ -318,7 +318,7 @@ def test_bf16_autocast_on_cpu():
 def test_evaluate_respects_reset_boundaries():
     algo = PPO(CartPole, horizons_per_env_reset=-1, **SMALL)
     stats = algo.evaluate()  # before the first collect: allowed
-    assert "returns/mean" in stats
+    assert "rollout/reward_sum_mean" in stats
     algo.collect()
     with pytest.raises(RuntimeError, match="env-reset boundary"):
         algo.evaluate()
@@ -456,17 +456,18 @@ def test_collect_sees_parameters_updated_by_step():
 
 @pytest.mark.parametrize("env_cls", [DiscreteDummyEnv, CartPole])
 def test_rollout_stats_values(env_cls):
-    """returns/* and rewards/* are the statistics of the buffer's rewards (population std)."""
+    """rollout/reward_sum_* (per env, over the horizon) and rewards/* are the statistics of the
+    buffer's rewards (population std)."""
     algo = PPO(env_cls, num_envs=16, horizon=12, sgd_minibatch_size=48, seed=3)
     for _ in range(2):
         stats = algo.collect()
     rewards = algo.buffer.data["rewards"][:, :12].double()
-    returns = rewards.sum(1)
-    for name, x in (("returns", returns), ("rewards", rewards.reshape(-1))):
-        assert stats[f"{name}/min"] == pytest.approx(x.min().item(), abs=1e-6)
-        assert stats[f"{name}/max"] == pytest.approx(x.max().item(), abs=1e-6)
-        assert stats[f"{name}/mean"] == pytest.approx(x.mean().item(), rel=1e-6, abs=1e-9)
-        assert stats[f"{name}/std"] == pytest.approx(x.std(unbiased=False).item(), rel=1e-5, abs=1e-7)
+    reward_sums = rewards.sum(1)
+    for prefix, x in (("rollout/reward_sum_", reward_sums), ("rewards/", rewards.reshape(-1))):
+        assert stats[f"{prefix}min"] == pytest.approx(x.min().item(), abs=1e-6)
+        assert stats[f"{prefix}max"] == pytest.approx(x.max().item(), abs=1e-6)
+        assert stats[f"{prefix}mean"] == pytest.approx(x.mean().item(), rel=1e-6, abs=1e-9)
+        assert stats[f"{prefix}std"] == pytest.approx(x.std(unbiased=False).item(), rel=1e-5, abs=1e-7)
 
 
 @pytest.mark.parametrize("accumulate_grads", [False, True])

@@ -67,7 +67,7 @@ def spy_log_batch(monkeypatch):
 
 DESIGN_KEYS = {
     "env/steps", "env/resets", "algorithm/collects", "algorithm/steps",
-    "returns/min", "returns/max", "returns/mean", "returns/std",
+    "rollout/reward_sum_min", "rollout/reward_sum_max", "rollout/reward_sum_mean", "rollout/reward_sum_std",
     "rewards/min", "rewards/max", "rewards/mean", "rewards/std",
     "episodes/return_mean", "episodes/length_mean", "episodes/count",
     "losses/policy", "losses/vf", "losses/entropy", "losses/total",
@@ -216,7 +216,7 @@ def test_eval_on_training_envs_that_never_reset():
     trainer = make_trainer()  # horizons_per_env_reset = -1
     try:
         stats = trainer.eval()  # before the first step: allowed
-        assert {"eval/returns/mean", "eval/episodes/count", "profiling/eval_ms"} <= set(stats)
+        assert {"eval/rollout/reward_sum_mean", "eval/episodes/count", "profiling/eval_ms"} <= set(stats)
         assert all(k.startswith("eval/") or k.startswith("profiling/") for k in stats)
         assert trainer._eval_env is None  # the training envs were used
     finally:
@@ -231,9 +231,9 @@ def test_eval_on_training_envs_only_at_reset_boundaries(mlflow_uri):
         stats = trainer.eval()
         assert trainer._eval_env is None  # the training envs were used
         # published rl8 rule: an eval on the training envs runs horizons_per_env_reset collects
-        assert stats["eval/returns/max"] <= 2 * 8
+        assert stats["eval/rollout/reward_sum_max"] <= 2 * 8
         trainer.flush()
-        assert history(mlflow_uri, trainer.run_id, "eval/returns/mean")[0][0] == 2 * STEP
+        assert history(mlflow_uri, trainer.run_id, "eval/rollout/reward_sum_mean")[0][0] == 2 * STEP
     finally:
         trainer.close()
 
@@ -277,8 +277,8 @@ def test_run_evaluates_every_steps_per_eval_and_eval_does_not_change_training(ml
         last = trainer.run(stop_conditions=stop(), **kwargs)
         trainer.close()
         losses[name] = seen
-    assert "eval/returns/mean" in last
-    assert [s for s, _ in history(mlflow_uri, evaluated.run_id, "eval/returns/mean")] == [2 * STEP, 4 * STEP]
+    assert "eval/rollout/reward_sum_mean" in last
+    assert [s for s, _ in history(mlflow_uri, evaluated.run_id, "eval/rollout/reward_sum_mean")] == [2 * STEP, 4 * STEP]
     assert losses["plain"] == losses["eval"]  # exact: eval restores env state and RNG
     assert evaluated.algo.env.params["gravity"] == 9.8  # the eval config did not leak into training
 
@@ -350,7 +350,7 @@ def test_run_stops_when_a_condition_holds(condition, steps, mlflow_uri):
 
 def test_run_stops_on_an_eval_stat():
     trainer = make_trainer(make_algo(horizons_per_env_reset=2))
-    stats = trainer.run(steps_per_eval=2, stop_conditions=HitsUpperBound("eval/returns/mean", -1e9))
+    stats = trainer.run(steps_per_eval=2, stop_conditions=HitsUpperBound("eval/rollout/reward_sum_mean", -1e9))
     trainer.close()
     assert stats["algorithm/steps"] == 2  # step 1 has no eval stats: not a stop
 

@@ -477,6 +477,6 @@ def test_resume_from_state_dict_resets_gymnasium_envs():
     resumed = PPO("CartPole-v1", num_envs=4, horizon=8, sgd_minibatch_size=None, seed=0)
     resumed.load_state_dict(state)
     stats = resumed.collect()  # resets the envs instead of stepping a stale simulator
-    assert resumed.env_resets == 2 and "returns/mean" in stats
+    assert resumed.env_resets == 2 and "rollout/reward_sum_mean" in stats
     algo.env.close()
     resumed.env.close()
