@@ -372,10 +372,10 @@ def test_eval_keys_may_be_absent_on_steps_without_eval():
 
 
 def test_misspelled_eval_key_fails_on_the_first_eval_step():
-    condition = HitsUpperBound("eval/return/mean", 1)
+    condition = HitsUpperBound("eval/episodes/returns_mean", 1)
     assert not condition({"env/steps": 1})
-    with pytest.raises(MissingStatError, match="Did you mean 'eval/rollout/reward_sum_mean'"):
-        condition({"env/steps": 2, "eval/rollout/reward_sum_mean": 0.0})
+    with pytest.raises(MissingStatError, match="Did you mean 'eval/episodes/return_mean'"):
+        condition({"env/steps": 2, "eval/episodes/return_mean": 0.0})
 
 
 # ---------------------------------------------------------------------------------- progress
