@@ -4,6 +4,7 @@ the returned stats, in stop conditions and in checkpoints that stored them."""
 
 from __future__ import annotations
 
+import io
 import math
 import warnings
 
@@ -113,6 +114,17 @@ def test_trainer_logs_the_new_names_only_and_answers_the_old(tmp_path):
         assert stats["eval/returns/mean"] == stats["eval/rollout/reward_sum_mean"]
 
 
+def test_the_progress_line_of_an_env_without_episodes_shows_its_reward_sum():
+    from rl8.trainer import _Progress
+
+    stream = io.StringIO()
+    progress = _Progress(None, stream, interval_s=1e-9)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # read by its new name
+        progress.update(Stats({"env/steps": 100, "rollout/reward_sum_mean": -3.5}), [])
+    assert "| return -3.5" in stream.getvalue()
+
+
 # --------------------------------------------------------------------------------------------
 # stop conditions
 
@@ -203,8 +215,10 @@ def test_a_checkpoint_with_conditions_on_old_names_resumes(monkeypatch, tmp_path
     assert steps == []
     assert again[0].state_dict() == saved
 
-    # the command line rebuilds the stored conditions (a finished run: zero more steps)
-    assert main(["train", "--resume", str(path), "--quiet"]) == 0
+    # the command line rebuilds the stored conditions, silently (a finished run: zero more steps)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        assert main(["train", "--resume", str(path), "--quiet"]) == 0
     assert steps == []
 
 
