@@ -646,7 +646,10 @@ class Trainer:
     """Train a :class:`~rl8.PPO` algorithm with stop conditions, MLflow tracking and checkpoints.
 
     Creating a Trainer starts its MLflow run (so an unreachable tracking server is an error
-    here, before any training) and logs the configuration as params. The run stays open until
+    here, before any training) and logs the configuration as params; a new run in a local store
+    (SQLite, a folder) with ``async_logging`` and without data parallelism starts in the
+    logging thread instead, while the first steps run, and an error there is raised by the next
+    :meth:`step`, :meth:`flush` or :meth:`close` (see ``docs/trainer.md``). The run stays open until
     :meth:`close` (or the end of the process, or a ``with`` block); :meth:`run` closes it
     itself only when it is stopped by SIGINT/SIGTERM (``KILLED``) or an error (``FAILED``).
 
@@ -696,8 +699,9 @@ class Trainer:
     Attributes:
         algo: The :class:`~rl8.PPO` algorithm.
         tracker: The :class:`~rl8.tracking.Tracker` of the MLflow run.
-        run_id: The MLflow run id (``None`` without tracking).
-        checkpoint_dir: The checkpoint folder (absolute).
+        run_id: The MLflow run id (``None`` without tracking); waits for a run still starting.
+        checkpoint_dir: The checkpoint folder (absolute); by default named by the run id, so
+            it waits for a run still starting.
         last_checkpoint: Path of the latest checkpoint written or loaded, or ``None``.
         stopped_by: The stop condition (one of those given to :meth:`run`) that ended the
             latest :meth:`run`, or ``None``.
