@@ -5,9 +5,10 @@ Each measurement is a fresh Python process (imports are only slow once per proce
     import torch; torch.set_num_threads(THREADS)
     from rl8 import PPO, Trainer; from rl8.envs import CartPole      # "import"
     algo = PPO(CartPole, num_envs=16, horizon=8)                      # "ppo"
-    trainer = Trainer(algo, progress=False)                           # \\ "to first collect":
-    trainer.step()                                                    # / until collect() starts
-    trainer.close()                                                   # "close" (ends the run)
+    trainer = Trainer(algo, progress=False)       # "to first collect": from here until
+    for _ in range(STEPS):                        # the first collect() starts; "train": the
+        trainer.step()                            # steps from there
+    trainer.close()                               # "close" (ends the run)
 
 with ``MLFLOW_TRACKING_URI=sqlite:///<tmp>/mlflow.db``, either a ``fresh`` store (no file: MLflow
 creates and migrates it) or an ``existing`` one (a copy of a store in which one Trainer already
@@ -16,13 +17,15 @@ ran). It prints, per case, the median and range of:
 * ``import``: ``import torch`` and rl8's public names;
 * ``to first collect``: from the call ``Trainer(...)`` to the moment ``algo.collect()`` is first
   entered (the figure the start-up goal is about);
-* ``close``: ``trainer.close()`` after that one step (it waits for a run start still in progress);
+* ``train``: the ``STEPS`` training steps (``--steps``, default 1);
+* ``close``: ``trainer.close()`` after them (it waits for a run start still in progress);
 * ``process``: the whole process, from launch to exit, as the parent sees it.
 
 Several source trees can be compared (``--src DIR``, e.g. a checkout of an older commit); the
 runs alternate between them, so that load from other processes hits all alike::
 
     python benchmarks/startup.py --reps 5 --threads 1
+    python benchmarks/startup.py --reps 5 --steps 200     # the start overlapping training
     python benchmarks/startup.py --src /tmp/rl8-old --src . --reps 5
 """
 
@@ -60,7 +63,8 @@ def timed_collect(*args, **kwargs):
 algo.collect = timed_collect
 t_trainer = time.perf_counter()
 trainer = Trainer(algo, experiment="startup", progress=False)
-trainer.step()
+for _ in range({steps}):
+    trainer.step()
 t_close = time.perf_counter()
 trainer.close()
 t_end = time.perf_counter()
@@ -69,14 +73,15 @@ print(json.dumps({{
     "import": t_import - t0,
     "ppo": t_ppo - t_import,
     "to first collect": first_collect[0] - t_trainer,
+    "train": t_close - first_collect[0],
     "close": t_end - t_close,
 }}))
 """
 
-FIGURES = ("import", "ppo", "to first collect", "close", "process")
+FIGURES = ("import", "ppo", "to first collect", "train", "close", "process")
 
 
-def measure(src: Path, store: str, threads: int, workdir: Path, template: Path | None) -> dict[str, float]:
+def measure(src: Path, store: str, threads: int, steps: int, workdir: Path, template: Path | None) -> dict[str, float]:
     """One fresh process with rl8 from ``src``; ``store``: ``"fresh"`` or ``"existing"``."""
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
@@ -86,7 +91,7 @@ def measure(src: Path, store: str, threads: int, workdir: Path, template: Path |
     env = {**os.environ, "PYTHONPATH": str(src), "MLFLOW_TRACKING_URI": f"sqlite:///{db}"}
     start = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-c", CHILD.format(threads=threads)],
+        [sys.executable, "-c", CHILD.format(threads=threads, steps=steps)],
         cwd=workdir, env=env, capture_output=True, text=True,
     )
     elapsed = time.perf_counter() - start
@@ -103,18 +108,21 @@ def main() -> None:
                         help="source tree holding the rl8 package to time (repeatable); default: this repo")
     parser.add_argument("--reps", type=int, default=5, help="processes per source tree and store")
     parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads in each process")
+    parser.add_argument("--steps", type=int, default=1, help="training steps before close()")
     args = parser.parse_args()
     sources = [p.resolve() for p in (args.src or [Path(__file__).resolve().parents[1]])]
     results: dict[tuple[Path, str], list[dict[str, float]]] = {}
     with tempfile.TemporaryDirectory(prefix="rl8-startup-") as tmp:
         template = Path(tmp) / "template"
-        measure(sources[0], "fresh", args.threads, template, None)  # an existing store to copy
+        measure(sources[0], "fresh", args.threads, 1, template, None)  # an existing store to copy
         for _ in range(args.reps):
             for src in sources:
                 for store in ("fresh", "existing"):
-                    figures = measure(src, store, args.threads, Path(tmp) / "run", template / "mlflow.db")
+                    figures = measure(src, store, args.threads, args.steps, Path(tmp) / "run",
+                                      template / "mlflow.db")
                     results.setdefault((src, store), []).append(figures)
-    print(f"{args.reps} processes each, torch threads {args.threads}; seconds: median [min - max]")
+    print(f"{args.reps} processes each, torch threads {args.threads}, {args.steps} steps; "
+          "seconds: median [min-max]")
     for (src, store), runs in results.items():
         cells = []
         for name in FIGURES:
