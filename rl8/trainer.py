@@ -635,7 +635,7 @@ def _close_at_exit(tracker: Tracker, worker: _LogWorker | None, run_start: _RunS
         status = "FAILED"
     _end_run(tracker, worker, status, timeout_s=EXIT_CLOSE_TIMEOUT_S)
     if run_start is not None and run_start.error is not None and not run_start.reported:
-        warnings.warn(f"the MLflow run was never started: {run_start.error}", TrackingWarning, stacklevel=2)
+        warnings.warn(str(run_start.error), TrackingWarning, stacklevel=2)
 
 
 # --------------------------------------------------------------------------------------------
@@ -835,7 +835,7 @@ class Trainer:
         Raises:
             rl8.tracking.TrackingError: The run could not be started in the background.
         """
-        self._wait_for_run_start()
+        self._check_run_start(wait=True)
         return self._run_id
 
     @property
@@ -847,25 +847,28 @@ class Trainer:
             rl8.tracking.TrackingError: The run could not be started in the background.
         """
         if self._checkpoint_dir is None:
-            self._wait_for_run_start()
+            self._check_run_start(wait=True)
             self._checkpoint_dir = self._checkpoints_root / str(self._run_id)
         return self._checkpoint_dir
 
-    def _wait_for_run_start(self) -> None:
-        """Wait until a run started in the background exists; raise its error if it failed."""
+    def _check_run_start(self, *, wait: bool = False, unless_reported: bool = False) -> None:
+        """Raise the error of a run start that failed in the background.
+
+        Args:
+            wait: Wait for a start in progress (and then know the run id); otherwise a start
+                in progress passes.
+            unless_reported: Pass when the error was raised before (by ``close``).
+        """
         start = self._run_start
         if start is None:
             return
-        start.done.wait()
-        if start.error is not None:
-            raise start.error
-        self._run_id = self.tracker.run_id
-
-    def _check_run_start(self) -> None:
-        """Raise the error of a run start that failed in the background (without waiting for
-        one in progress), once: the next step, flush or close reports it."""
-        start = self._run_start
-        if start is not None and start.done.is_set() and start.error is not None and not start.reported:
+        if wait:
+            start.done.wait()
+        if not start.done.is_set():
+            return
+        if start.error is None:
+            self._run_id = self.tracker.run_id
+        elif not (unless_reported and start.reported):
             start.reported = True
             raise start.error
 
@@ -1775,7 +1778,7 @@ class Trainer:
                 with contextlib.suppress(Exception):
                     self._record_env.close()
                 self._record_env = None
-        self._check_run_start()
+        self._check_run_start(unless_reported=True)
 
     def _end_report(self, status: str) -> str:
         """After :meth:`close`: what happened to the MLflow run, for the signal message."""

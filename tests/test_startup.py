@@ -84,16 +84,26 @@ def test_a_failed_start_is_raised_at_the_next_step(tmp_path):
     with pytest.raises(TrackingError, match=r"could not be started: cannot reach .*a-file"):
         while time.monotonic() < deadline:  # steps go on until the start has failed
             trainer.step()
-    trainer.close()  # reported once; nothing left to end
+    with pytest.raises(TrackingError, match="could not be started"):
+        trainer.step()  # and every step after
+    trainer.close()  # raised already; nothing left to end
     assert trainer.tracker.final_status is None
 
 
-def test_a_failed_start_is_raised_by_close_and_run_id(tmp_path):
+def test_a_failed_start_is_raised_by_close(tmp_path):
     trainer = Trainer(PPO(CartPole, **SMALL), tracking_uri=unusable_uri(tmp_path), progress=False)
     with pytest.raises(TrackingError, match="could not be started"):
-        trainer.run_id
+        trainer.close()  # waits for the start
+
+
+def test_a_failed_start_is_raised_by_run_id_and_the_checkpoint_dir(tmp_path):
+    trainer = Trainer(PPO(CartPole, **SMALL), tracking_uri=unusable_uri(tmp_path), progress=False)
+    for _ in range(2):
+        with pytest.raises(TrackingError, match="could not be started"):
+            trainer.run_id
     with pytest.raises(TrackingError, match="could not be started"):
-        trainer.close()
+        trainer.checkpoint_dir
+    trainer.close()  # raised already
 
 
 def test_without_async_logging_a_failed_start_is_raised_by_the_trainer(tmp_path):
@@ -145,3 +155,13 @@ def test_a_process_that_exits_during_the_start_ends_the_run(mlflow_uri, tmp_path
     assert run.info.run_name == "left-at-once"
     assert run.info.status == "FINISHED"
     assert run.data.params["hparams/num_envs"] == "16"
+
+
+def test_a_failed_start_that_nothing_raised_is_a_warning_at_exit(tmp_path):
+    script = tmp_path / "script.py"
+    script.write_text(SCRIPT.replace('experiment="startup"', f"tracking_uri={unusable_uri(tmp_path)!r}"))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "TrackingWarning: the MLflow run (started in the background" in done.stderr
+    assert "a-file" in done.stderr
