@@ -371,8 +371,10 @@ class Tracker:
         """Whether the store is a local file: a SQLite database or a folder (MLflow's default
         is one), not a server (``http(s)``, ``databricks``, a database server)."""
         uri = self._tracking_uri
-        if uri is None or "://" not in uri:
+        if uri is None:
             return True
+        if "://" not in uri:  # a folder, or "databricks" (a Databricks workspace)
+            return not uri.lower().startswith("databricks")
         return uri.split(":", 1)[0].lower() in ("sqlite", "file")
 
     # ---- life cycle -------------------------------------------------------------------------

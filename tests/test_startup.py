@@ -165,3 +165,13 @@ def test_a_failed_start_that_nothing_raised_is_a_warning_at_exit(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "TrackingWarning: the MLflow run (started in the background" in done.stderr
     assert "a-file" in done.stderr
+
+
+@pytest.mark.parametrize("uri, local", [
+    (None, True), ("sqlite:///mlflow.db", True), ("file:///tmp/mlruns", True), ("mlruns", True),
+    ("http://127.0.0.1:5000", False), ("https://mlflow.example.com", False),
+    ("postgresql://user@host/db", False), ("databricks", False),
+])
+def test_which_stores_are_local(monkeypatch, uri, local):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    assert Tracker(experiment="x", tracking_uri=uri).is_local is local
