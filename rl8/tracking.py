@@ -162,6 +162,16 @@ def flatten_params(obj: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
 # helpers
 
 
+def _configured_uri() -> str | None:
+    """The tracking URI the user configured, read without importing mlflow when it is not
+    imported yet (then ``mlflow.set_tracking_uri`` cannot have been called): the
+    ``MLFLOW_TRACKING_URI`` environment variable, or ``None`` for MLflow's default."""
+    mlflow = sys.modules.get("mlflow")
+    if mlflow is not None:
+        return mlflow.get_tracking_uri()
+    return os.environ.get("MLFLOW_TRACKING_URI") or None
+
+
 def _is_http(uri: str) -> bool:
     return uri.lower().startswith(("http://", "https://"))
 
@@ -313,11 +323,10 @@ class Tracker:
             raise ValueError(f"max_pending must be an int >= 0, got {max_pending!r}")
         if not (isinstance(retry_interval_s, (int, float)) and retry_interval_s >= 0):
             raise ValueError(f"retry_interval_s must be a number >= 0, got {retry_interval_s!r}")
-        import mlflow
-
         self.experiment = experiment
         self.run_name = run_name
-        self.tracking_uri: str = str(tracking_uri) if tracking_uri else mlflow.get_tracking_uri()
+        # resolved without importing mlflow when the URI is given or set in the environment
+        self._tracking_uri = str(tracking_uri) if tracking_uri else _configured_uri()
         self.enabled = bool(enabled)
         self.max_pending = max_pending
         self.retry_interval_s = float(retry_interval_s)
@@ -326,7 +335,7 @@ class Tracker:
         self._resume_id = run_id
         self._resumed = False
         self._client: Any = None
-        self._http = _is_http(self.tracking_uri)
+        self._http = _is_http(self._tracking_uri or "")
         self._lock = threading.RLock()
         self._ended = False
         self._params: dict[str, str] = {}  # what the run holds (or will, once delivered)
@@ -347,6 +356,26 @@ class Tracker:
         self._dropped = 0  # metric values dropped since the last successful delivery
         self._last_attempt = -math.inf  # time.monotonic() at the end of the last attempt
         self._interval_s = self.retry_interval_s  # current wait between attempts (backs off)
+
+    @property
+    def tracking_uri(self) -> str:
+        """The resolved tracking URI (never ``None``)."""
+        if self._tracking_uri is None:
+            import mlflow
+
+            self._tracking_uri = mlflow.get_tracking_uri()
+        return self._tracking_uri
+
+    @property
+    def is_local(self) -> bool:
+        """Whether the store is a local file: a SQLite database or a folder (MLflow's default
+        is one), not a server (``http(s)``, ``databricks``, a database server)."""
+        uri = self._tracking_uri
+        if uri is None:
+            return True
+        if "://" not in uri:  # a folder, or "databricks" (a Databricks workspace)
+            return not uri.lower().startswith("databricks")
+        return uri.split(":", 1)[0].lower() in ("sqlite", "file")
 
     # ---- life cycle -------------------------------------------------------------------------
 

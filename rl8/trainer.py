@@ -44,7 +44,7 @@ from .conditions import Condition, HitsLowerBound, HitsUpperBound, TimeLimit, wi
 from .distributed import DistContext, rank_device, to_cpu
 from .export import POLICY_ARTIFACT, check_env_spaces, policy_to_dict, save_policy, space_from_dict
 from .stats import Stats
-from .tracking import Tracker, TrackingWarning
+from .tracking import Tracker, TrackingError, TrackingWarning
 
 __all__ = ["CHECKPOINT_POINTER_ARTIFACT", "TrainStats", "Trainer", "check_eval_plan", "env_spec_string"]
 
@@ -509,6 +509,38 @@ class _LogWorker:
         self._thread = None
 
 
+class _RunStart:
+    """Start a Tracker's run and log its params: the first job of the logging thread, so the
+    steps queued behind it are logged to the run once it exists.
+
+    Attributes:
+        done: Set once the start has ended, well or not.
+        error: A :class:`~rl8.tracking.TrackingError` saying why the start failed (its cause
+            is what ``Tracker.start`` raised), or ``None``.
+        reported: Whether the Trainer has raised :attr:`error` to the user.
+    """
+
+    def __init__(self, tracker: Tracker, params: Mapping[str, Any]) -> None:
+        self.tracker = tracker
+        self.params = params
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+        self.reported = False
+
+    def __call__(self) -> None:
+        try:
+            self.tracker.start()
+        except BaseException as exc:  # noqa: BLE001 - raised by the Trainer in its own thread
+            self.error = TrackingError(f"the MLflow run (started in the background when the Trainer "
+                                       f"was created) could not be started: {exc}")
+            self.error.__cause__ = exc
+            self.tracker.enabled = False  # the steps queued behind it are dropped quietly
+            return
+        finally:
+            self.done.set()
+        self.tracker.log_params(self.params)
+
+
 def check_eval_plan(
     horizons_per_env_reset: int,
     *,
@@ -587,9 +619,10 @@ def _end_run(tracker: Tracker, worker: _LogWorker | None, status: str,
 EXIT_CLOSE_TIMEOUT_S = 30.0
 
 
-def _close_at_exit(tracker: Tracker, worker: _LogWorker | None) -> None:
+def _close_at_exit(tracker: Tracker, worker: _LogWorker | None, run_start: _RunStart | None = None) -> None:
     """End a run that its Trainer left open, when the process exits (within
-    :data:`EXIT_CLOSE_TIMEOUT_S`).
+    :data:`EXIT_CLOSE_TIMEOUT_S`), waiting for a run start in progress (``run_start``); a
+    start that failed unseen is reported as a :class:`~rl8.tracking.TrackingWarning`.
 
     It holds the tracker and the log worker, not the Trainer: a Trainer made in a function is
     collected when the function returns, and its run must still end. The status is ``FAILED``
@@ -604,6 +637,8 @@ def _close_at_exit(tracker: Tracker, worker: _LogWorker | None) -> None:
     else:
         status = "FAILED"
     _end_run(tracker, worker, status, timeout_s=EXIT_CLOSE_TIMEOUT_S)
+    if run_start is not None and run_start.error is not None and not run_start.reported:
+        warnings.warn(str(run_start.error), TrackingWarning, stacklevel=2)
 
 
 # --------------------------------------------------------------------------------------------
@@ -614,7 +649,10 @@ class Trainer:
     """Train a :class:`~rl8.PPO` algorithm with stop conditions, MLflow tracking and checkpoints.
 
     Creating a Trainer starts its MLflow run (so an unreachable tracking server is an error
-    here, before any training) and logs the configuration as params. The run stays open until
+    here, before any training) and logs the configuration as params; a new run in a local store
+    (SQLite, a folder) with ``async_logging`` and without data parallelism starts in the
+    logging thread instead, while the first steps run, and an error there is raised by the next
+    :meth:`step`, :meth:`flush` or :meth:`close` (see ``docs/trainer.md``). The run stays open until
     :meth:`close` (or the end of the process, or a ``with`` block); :meth:`run` closes it
     itself only when it is stopped by SIGINT/SIGTERM (``KILLED``) or an error (``FAILED``).
 
@@ -664,8 +702,9 @@ class Trainer:
     Attributes:
         algo: The :class:`~rl8.PPO` algorithm.
         tracker: The :class:`~rl8.tracking.Tracker` of the MLflow run.
-        run_id: The MLflow run id (``None`` without tracking).
-        checkpoint_dir: The checkpoint folder (absolute).
+        run_id: The MLflow run id (``None`` without tracking); waits for a run still starting.
+        checkpoint_dir: The checkpoint folder (absolute); by default named by the run id, so
+            it waits for a run still starting.
         last_checkpoint: Path of the latest checkpoint written or loaded, or ``None``.
         stopped_by: The stop condition (one of those given to :meth:`run`) that ended the
             latest :meth:`run`, or ``None``.
@@ -754,29 +793,87 @@ class Trainer:
             run_id=run_id,
             enabled=tracking and self._dist.is_main,
         )
-        self.run_id: str | None = None
+        self._run_id: str | None = None
         self._worker = None
+        # a new run in a local store (SQLite, a folder) starts in the logging thread, while the
+        # first steps run: importing MLflow and migrating a new store take seconds
+        background = (
+            async_logging and self.tracker.enabled and self.tracker.is_local and run_id is None
+            and not self._dist.enabled
+        )
+        self._run_start: _RunStart | None = None
+        self._checkpoint_dir: Path | None = None
+        if checkpoint_dir is not None:
+            self._checkpoint_dir = Path(checkpoint_dir).absolute()
+        elif background:  # checkpoints/<run id> once the run id is known, in this folder
+            self._checkpoints_root = Path("checkpoints").absolute()
         error: BaseException | None = None
-        if self._dist.is_main:
+        if self._dist.is_main and not background:
             try:
-                self.run_id = self.tracker.start()
+                self._run_id = self.tracker.start()
                 if checkpoint_dir is None:
-                    name = self.run_id or time.strftime("%Y%m%d-%H%M%S")
-                    checkpoint_dir = Path("checkpoints") / name
-                checkpoint_dir = Path(checkpoint_dir).absolute()
+                    name = self._run_id or time.strftime("%Y%m%d-%H%M%S")
+                    self._checkpoint_dir = (Path("checkpoints") / name).absolute()
             except BaseException as exc:  # noqa: BLE001 - raised below, on every rank
                 error = exc
         if self._dist.enabled:  # every rank knows the run id and rank 0's checkpoint folder
-            self.run_id, checkpoint_dir, error = self._dist.broadcast_object(
-                (self.run_id, checkpoint_dir, _picklable(error))
+            self._run_id, self._checkpoint_dir, error = self._dist.broadcast_object(
+                (self._run_id, self._checkpoint_dir, _picklable(error))
             )
         if error is not None:
             raise error
         self._worker = _LogWorker(self.tracker) if async_logging and self.tracker.enabled else None
-        self.checkpoint_dir = Path(checkpoint_dir).absolute()
-        self._atexit = functools.partial(_close_at_exit, self.tracker, self._worker)
+        if background:
+            self._run_start = _RunStart(self.tracker, self._params())
+            self._worker.submit_call(self._run_start)
+        self._atexit = functools.partial(_close_at_exit, self.tracker, self._worker, self._run_start)
         atexit.register(self._atexit)
-        self.tracker.log_params(self._params())
+        if not background:
+            self.tracker.log_params(self._params())
+
+    @property
+    def run_id(self) -> str | None:
+        """The MLflow run id (``None`` without tracking); waits for a run still starting.
+
+        Raises:
+            rl8.tracking.TrackingError: The run could not be started in the background.
+        """
+        self._check_run_start(wait=True)
+        return self._run_id
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        """The checkpoint folder (absolute); waits for a run still starting when it is named
+        by the run id.
+
+        Raises:
+            rl8.tracking.TrackingError: The run could not be started in the background.
+        """
+        if self._checkpoint_dir is None:
+            self._check_run_start(wait=True)
+            self._checkpoint_dir = self._checkpoints_root / str(self._run_id)
+        return self._checkpoint_dir
+
+    def _check_run_start(self, *, wait: bool = False, unless_reported: bool = False) -> None:
+        """Raise the error of a run start that failed in the background.
+
+        Args:
+            wait: Wait for a start in progress (and then know the run id); otherwise a start
+                in progress passes.
+            unless_reported: Pass when the error was raised before (by ``close``).
+        """
+        start = self._run_start
+        if start is None:
+            return
+        if wait:
+            start.done.wait()
+        if not start.done.is_set():
+            return
+        if start.error is None:
+            self._run_id = self.tracker.run_id
+        elif not (unless_reported and start.reported):
+            start.reported = True
+            raise start.error
 
     # ----------------------------------------------------------------- params
     def _params(self) -> dict[str, Any]:
@@ -847,6 +944,7 @@ class Trainer:
         """All stats in one request, at step ``env/steps``; NaN values are left out."""
         if self.closed:
             raise RuntimeError("this Trainer is closed (its MLflow run has ended)")
+        self._check_run_start()
         metrics = {k: float(v) for k, v in stats.items() if not _is_nan(v)}
         if self._worker is not None:
             self._worker.submit(metrics, int(self.algo.env_steps))
@@ -858,6 +956,7 @@ class Trainer:
         a failure; see :meth:`rl8.tracking.Tracker.flush`)."""
         if self._worker is not None:
             self._worker.flush()
+        self._check_run_start()
         self.tracker.flush()
 
     def step(self, *, env_config: dict[str, Any] | None = None) -> TrainStats:
@@ -1116,14 +1215,26 @@ class Trainer:
 
     def _log_run_params(self, conditions: Sequence[Condition], steps_per_eval: int | None) -> None:
         args = self._run_args or {}
-        self.tracker.log_params({
+        params = {
             "run": {
                 "env_config": args.get("env_config") or {},
                 "eval_env_config": args.get("eval_env_config") or {},
                 "steps_per_eval": steps_per_eval,
                 "stop_conditions": repr(list(conditions)),
             }
-        })
+        }
+
+        def log() -> None:
+            with warnings.catch_warnings():
+                # a resumed run records a changed value once as "resumed/run/..."; later changes
+                # (resumed again with other stop conditions) are expected, not worth a warning
+                warnings.filterwarnings("ignore", message="MLflow param 'run/", category=TrackingWarning)
+                self.tracker.log_params(params)
+
+        if self._run_start is not None:  # after the run's start, in the logging thread
+            self._worker.submit_call(log)
+        else:
+            log()
 
     def run(
         self,
@@ -1196,11 +1307,7 @@ class Trainer:
         finished = self._restore_conditions(conditions)  # resumed after they held: no step
         self._conditions = conditions
         self._conditions_met = finished
-        with warnings.catch_warnings():
-            # a resumed run records a changed value once as "resumed/run/..."; later changes
-            # (resumed again with other stop conditions) are expected, not worth a warning
-            warnings.filterwarnings("ignore", message="MLflow param 'run/", category=TrackingWarning)
-            self._log_run_params(conditions, steps_per_eval)
+        self._log_run_params(conditions, steps_per_eval)
         if not conditions:
             warnings.warn(
                 "Trainer.run: no stop_conditions, so training runs until interrupted (Ctrl-C "
@@ -1677,6 +1784,7 @@ class Trainer:
                 with contextlib.suppress(Exception):
                     self._record_env.close()
                 self._record_env = None
+        self._check_run_start(unless_reported=True)
 
     def _end_report(self, status: str) -> str:
         """After :meth:`close`: what happened to the MLflow run, for the signal message."""
@@ -1713,7 +1821,9 @@ class Trainer:
         return False
 
     def __repr__(self) -> str:
+        run_id = self.tracker.run_id if self._run_start is not None else self._run_id
+        checkpoint_dir = self._checkpoint_dir or self._checkpoints_root / str(run_id or "<run id>")
         return (
-            f"Trainer(algo={self.algo!r}, experiment={self.experiment!r}, run_id={self.run_id!r}, "
-            f"checkpoint_dir={str(self.checkpoint_dir)!r})"
+            f"Trainer(algo={self.algo!r}, experiment={self.experiment!r}, run_id={run_id!r}, "
+            f"checkpoint_dir={str(checkpoint_dir)!r})"
         )
