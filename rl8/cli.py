@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import importlib.util
 import math
 import os
 import re
@@ -294,13 +295,18 @@ def _build_hparams(hparams: Mapping[str, Any], where: str) -> Any:
 
 
 def _mlflow_ui_command(uri: str) -> str:
+    """The command that shows the runs of ``uri`` (with what to install first when the UI's
+    server is missing: rl8 itself needs only mlflow-skinny)."""
     if uri.lower().startswith(("http://", "https://")):
         return f"open {uri} (the tracking server already serves the UI)"
+    command = f"mlflow ui --backend-store-uri {uri}"
     if uri.startswith("sqlite:///"):
         db = Path(uri[len("sqlite:///"):])
         if db.resolve() == (Path.cwd() / "mlflow.db").resolve():
-            return "mlflow ui"
-    return f"mlflow ui --backend-store-uri {uri}"
+            command = "mlflow ui"
+    if importlib.util.find_spec("flask") is None:  # mlflow-skinny: no UI server
+        command += ' (after pip install "rl8[ui]")'
+    return command
 
 
 def _is_main(trainer: Any) -> bool:

@@ -93,6 +93,22 @@ def test_train_with_flags(tmp_path, capsys, mlflow_uri):
     assert fields["mlflow ui"] == f"mlflow ui --backend-store-uri {mlflow_uri}" or fields["mlflow ui"] == "mlflow ui"
 
 
+def test_the_mlflow_ui_hint_names_the_extra_when_the_ui_is_not_installed(monkeypatch, tmp_path):
+    """rl8 needs only mlflow-skinny, whose `mlflow ui` fails for want of flask."""
+    import importlib.util
+
+    from rl8.cli import _mlflow_ui_command
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "flask" else find_spec(name, *a))
+    assert _mlflow_ui_command(uri) == 'mlflow ui (after pip install "rl8[ui]")'  # the test's cwd
+    assert _mlflow_ui_command("/elsewhere") == 'mlflow ui --backend-store-uri /elsewhere (after pip install "rl8[ui]")'
+    assert _mlflow_ui_command("http://127.0.0.1:5000").startswith("open http://127.0.0.1:5000")
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    assert _mlflow_ui_command(uri) == "mlflow ui"
+
+
 def test_train_a_small_batch_with_the_default_minibatch(capsys, mlflow_uri):
     """docs/cli.md's example with num_envs=16 was refused (minibatch 2048 > 512 transitions)."""
     argv = ["train", "--env", "CartPole-v1", "--set", "num_envs=16", "--set", "model_config.hiddens=[32,32]",
