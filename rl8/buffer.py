@@ -1,6 +1,6 @@
 """The preallocated rollout buffer and generalised advantage estimation.
 
-Layout (DESIGN.md): a :class:`~tensordict.TensorDict` of batch size ``[num_envs, horizon + 1]``.
+Layout (docs/ppo.md): a :class:`~tensordict.TensorDict` of batch size ``[num_envs, horizon + 1]``.
 Index ``t`` holds the observation at ``t`` and the action, log-probability, value and reward
 taken there; column ``horizon`` holds the last observation and its value.
 """

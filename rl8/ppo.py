@@ -2,7 +2,8 @@
 
 The whole algorithm reads top to bottom: :meth:`PPO.collect` fills the preallocated buffer by
 stepping the envs ``horizon`` times; :meth:`PPO.step` computes GAE advantages and runs the
-clipped-surrogate update. Both return flat ``dict[str, float]`` stats named as in DESIGN.md.
+clipped-surrogate update. Both return flat ``dict[str, float]`` stats named as listed in
+docs/trainer.md (Metrics).
 """
 
 from __future__ import annotations
