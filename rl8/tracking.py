@@ -338,6 +338,9 @@ class Tracker:
         self._http = _is_http(self._tracking_uri or "")
         self._lock = threading.RLock()
         self._ended = False
+        # the status end() was asked for: a start still in progress when end() gave up waiting
+        # for it ends the run it creates with this status
+        self._wanted_status: str | None = None
         self._params: dict[str, str] = {}  # what the run holds (or will, once delivered)
         self._pending_metrics: deque[Any] = deque()
         self._pending_params: dict[str, str] = {}
@@ -365,6 +368,11 @@ class Tracker:
 
             self._tracking_uri = mlflow.get_tracking_uri()
         return self._tracking_uri
+
+    @property
+    def ended(self) -> bool:
+        """Whether :meth:`end` was called (nothing more can be logged)."""
+        return self._ended
 
     @property
     def is_local(self) -> bool:
@@ -428,7 +436,25 @@ class Tracker:
                     f"cannot start an MLflow run in {uri!r} (experiment {self.experiment!r}): "
                     f"{exc}"
                 ) from exc
+            if self._wanted_status is not None:  # end() gave up waiting for this start
+                self._end_at_start(self._wanted_status)
             return self.run_id
+
+    def _end_at_start(self, status: str) -> None:
+        """End the run just created with ``status``, that :meth:`end` was asked for while the
+        start was in progress (one short attempt: that end has returned already)."""
+        self._ended = True
+        try:
+            with self._degraded_policy():
+                self._client.set_terminated(self.run_id, status=status)
+            self.final_status = status
+        except Exception as exc:
+            warnings.warn(
+                f"could not set the status of MLflow run {self.run_id} at {self.tracking_uri!r} "
+                f"to {status} once its start completed: {exc}",
+                TrackingWarning,
+                stacklevel=3,
+            )
 
     def _experiment_id(self) -> str:
         client = self._client
@@ -513,6 +539,8 @@ class Tracker:
         if not self.enabled:
             return False
         deadline = math.inf if timeout_s is None else time.monotonic() + max(0.0, timeout_s)
+        if self._wanted_status is None:  # before waiting: a start in progress reads it
+            self._wanted_status = status
         if not self._lock.acquire(timeout=-1 if timeout_s is None else max(0.0, timeout_s)):
             # another thread is inside a request that does not come back: give up on it
             self._ended = True
@@ -521,14 +549,20 @@ class Tracker:
                 "params": len(self._pending_params),
                 "artifacts": len(self._pending_artifacts),
             }
-            warnings.warn(
-                f"could not set the status of MLflow run {self.run_id} at {self.tracking_uri!r} "
-                f"to {status}: a request to the server did not finish within {timeout_s:g} s; "
-                "the run stays RUNNING (`rl8 runs --clean` marks such runs FAILED) and what "
-                "was still queued is lost",
-                TrackingWarning,
-                stacklevel=2,
-            )
+            if self.run_id is None:  # the start holds the lock; it reads _wanted_status
+                message = (
+                    f"the MLflow run at {self.tracking_uri!r} was still starting after "
+                    f"{timeout_s:g} s; it is marked {self._wanted_status} as soon as its start "
+                    "completes"
+                )
+            else:
+                message = (
+                    f"could not set the status of MLflow run {self.run_id} at "
+                    f"{self.tracking_uri!r} to {status}: a request to the server did not finish "
+                    f"within {timeout_s:g} s; the run stays RUNNING (`rl8 runs --clean` marks "
+                    "such runs FAILED) and what was still queued is lost"
+                )
+            warnings.warn(message, TrackingWarning, stacklevel=2)
             return False
         try:
             if self._ended or self.run_id is None:

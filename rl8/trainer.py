@@ -538,7 +538,8 @@ class _RunStart:
             return
         finally:
             self.done.set()
-        self.tracker.log_params(self.params)
+        if not self.tracker.ended:  # else the start ended the run as close() asked
+            self.tracker.log_params(self.params)
 
 
 def check_eval_plan(
@@ -1787,15 +1788,19 @@ class Trainer:
         self._check_run_start(unless_reported=True)
 
     def _end_report(self, status: str) -> str:
-        """After :meth:`close`: what happened to the MLflow run, for the signal message."""
-        if not self.run_id:
-            return ""
+        """After :meth:`close`: what happened to the MLflow run, for the signal message (never
+        waits for a run still starting)."""
         tracker = self.tracker
+        run_id = tracker.run_id
+        if not run_id:
+            if self._run_start is not None and not self._run_start.done.is_set():
+                return f"; the MLflow run was still starting: it is marked {status} once started"
+            return ""
         if tracker.final_status == status:
-            report = f"; MLflow run {self.run_id} ended as {status}"
+            report = f"; MLflow run {run_id} ended as {status}"
         else:
             report = (
-                f"; MLflow run {self.run_id} could NOT be marked {status} (the tracking server "
+                f"; MLflow run {run_id} could NOT be marked {status} (the tracking server "
                 "did not answer in time): it shows RUNNING until `rl8 runs --clean` marks it FAILED"
             )
         lost = dict(tracker.undelivered)

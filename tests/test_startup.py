@@ -19,7 +19,7 @@ from mlflow.tracking import MlflowClient
 
 from rl8 import PPO, Trainer
 from rl8.envs import CartPole
-from rl8.tracking import Tracker, TrackingError
+from rl8.tracking import Tracker, TrackingError, TrackingWarning
 
 pytestmark = pytest.mark.usefixtures("migrated_store", "one_torch_thread")
 
@@ -175,3 +175,34 @@ def test_a_failed_start_that_nothing_raised_is_a_warning_at_exit(tmp_path):
 def test_which_stores_are_local(monkeypatch, uri, local):
     monkeypatch.delenv("MLFLOW_TRACKING_URI")
     assert Tracker(experiment="x", tracking_uri=uri).is_local is local
+
+
+@pytest.fixture
+def held_create(monkeypatch):
+    """Creating the run (inside ``Tracker.start``, which holds the tracker's lock) waits (at
+    most 10 s) until the returned event is set."""
+    gate = threading.Event()
+    create = Tracker._create
+
+    def held(self):
+        gate.wait(10)
+        create(self)
+
+    monkeypatch.setattr(Tracker, "_create", held)
+    return gate
+
+
+def test_a_bounded_close_during_the_start_ends_the_run_once_it_is_created(mlflow_uri, held_create):
+    trainer = Trainer(PPO(CartPole, **SMALL), progress=False)
+    trainer.step()
+    t0 = time.monotonic()
+    with pytest.warns(TrackingWarning, match="still starting.*marked KILLED as soon as"):
+        trainer.close("KILLED", timeout_s=0.5)
+    report = trainer._end_report("KILLED")  # the signal message does not wait for the start
+    assert time.monotonic() - t0 < 3
+    assert "still starting" in report
+    held_create.set()
+    assert trainer._run_start.done.wait(10)
+    run = MlflowClient(mlflow_uri).get_run(trainer.tracker.run_id)
+    assert run.info.status == "KILLED"
+    assert trainer.tracker.final_status == "KILLED"
