@@ -44,7 +44,7 @@ from .conditions import Condition, HitsLowerBound, HitsUpperBound, TimeLimit, wi
 from .distributed import DistContext, rank_device, to_cpu
 from .export import POLICY_ARTIFACT, check_env_spaces, policy_to_dict, save_policy, space_from_dict
 from .stats import Stats
-from .tracking import Tracker, TrackingError, TrackingWarning
+from .tracking import _TERMINAL_STATUSES, Tracker, TrackingError, TrackingWarning
 
 __all__ = ["CHECKPOINT_POINTER_ARTIFACT", "TrainStats", "Trainer", "check_eval_plan", "env_spec_string"]
 
@@ -542,6 +542,12 @@ class _RunStart:
             self.tracker.log_params(self.params)
 
 
+def _signal_exit(signum: int) -> BaseException:
+    """What a stop signal raises: ``KeyboardInterrupt`` for SIGINT, else
+    ``SystemExit(128 + signum)`` (exit status 143 for SIGTERM)."""
+    return KeyboardInterrupt() if signum == signal.SIGINT else SystemExit(128 + signum)
+
+
 def check_eval_plan(
     horizons_per_env_reset: int,
     *,
@@ -783,6 +789,7 @@ class Trainer:
         self._resume_state: dict[str, Any] | None = None
         self._checkpoint_requested = False
         self._stop_signal: int | None = None
+        self._ignore_stop_signals = False  # while a signal exit ends the run (bounded)
         self._agreed_signals: tuple[bool, int | None] = (False, None)
 
         # data-parallel training: only rank 0 talks to MLflow and writes checkpoints
@@ -1262,7 +1269,11 @@ class Trainer:
         SIGINT / SIGTERM finish the current step, write a checkpoint, end the MLflow run as
         ``KILLED`` and raise ``KeyboardInterrupt`` (SIGINT) or ``SystemExit(128 + signum)``
         (SIGTERM, i.e. exit status 143); a second SIGINT/SIGTERM interrupts at once, without
-        a checkpoint. Any other exception ends the MLflow run as ``FAILED`` and propagates.
+        a checkpoint (one while the run is being marked ``KILLED`` is ignored). An exception
+        after a SIGINT/SIGTERM (e.g. its checkpoint fails) still ends the run as ``KILLED``
+        and raises the signal's exception, from it. Any other exception ends the MLflow run as
+        ``FAILED`` and propagates (a run start that failed in the background is then a
+        warning).
 
         Args:
             env_config: Env parameters for training resets (see :meth:`step`).
@@ -1350,12 +1361,21 @@ class Trainer:
                 self._handle_signals(progress)  # one that arrived during the last checkpoint
             except (KeyboardInterrupt, SystemExit):
                 progress.close()
-                self.close("KILLED", timeout_s=SIGNAL_CLOSE_TIMEOUT_S)
+                self._close_killed()
                 raise
-            except BaseException:
+            except BaseException as exc:
                 progress.close()
-                self.close("FAILED")
-                raise
+                signum = self._stop_signal
+                if signum is None:
+                    self._close_while_raising("FAILED")
+                    raise
+                # stopping on a signal failed (e.g. its checkpoint): still the signal's exit
+                self._close_killed()
+                if self._dist.is_main:
+                    print(f"rl8: {signal.Signals(signum).name}: {type(exc).__name__}: {exc} while "
+                          f"stopping; latest checkpoint: {self.last_checkpoint}"
+                          f"{self._end_report('KILLED')}", file=sys.stderr, flush=True)
+                raise _signal_exit(signum) from exc
         return stats
 
     # ----------------------------------------------------------------- signals
@@ -1383,10 +1403,10 @@ class Trainer:
         if signum == getattr(signal, "SIGUSR1", None):
             self._checkpoint_requested = True
             return
+        if self._ignore_stop_signals:  # the run is being marked KILLED, within a time limit
+            return
         if self._stop_signal is not None:  # second request: stop now, without a checkpoint
-            if signum == signal.SIGINT:
-                raise KeyboardInterrupt
-            raise SystemExit(128 + signum)
+            raise _signal_exit(signum)
         self._stop_signal = signum
 
     def _agree(self, stop: bool) -> bool:
@@ -1420,17 +1440,16 @@ class Trainer:
                 print(f"rl8: SIGUSR1: checkpoint written to {path}", file=sys.stderr, flush=True)
         if signum is None:
             return
+        self._stop_signal = signum  # in data-parallel training, maybe another rank's
         progress.close()
         if self._last_checkpoint_step != self.algo.env_steps:
             self.save_checkpoint()
-        self.close("KILLED", timeout_s=SIGNAL_CLOSE_TIMEOUT_S)
+        self._close_killed()
         name = signal.Signals(signum).name
         if main:
             print(f"rl8: {name}: checkpoint written to {self.last_checkpoint}{self._end_report('KILLED')}",
                   file=sys.stderr, flush=True)
-        if signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        raise SystemExit(128 + signum)
+        raise _signal_exit(signum)
 
     # ----------------------------------------------------------------- checkpoints
     def state_dict(self) -> dict[str, Any]:
@@ -1769,11 +1788,18 @@ class Trainer:
                 use :data:`SIGNAL_CLOSE_TIMEOUT_S`); ``None``: as long as the tracker's HTTP
                 policy makes it. What could not be delivered, and whether the status was set,
                 is in ``tracker.undelivered`` and ``tracker.final_status`` (and a warning).
+
+        Raises:
+            ValueError: ``status`` is not one of the three (nothing is ended).
+            rl8.tracking.TrackingError: The run could not be started in the background (unless
+                raised before).
+
+        When ending the run raises, the Trainer stays open (the exit hook still ends the run).
         """
         if self.closed:
             return
-        self.closed = True
-        atexit.unregister(self._atexit)
+        if str(status).upper() not in _TERMINAL_STATUSES:
+            raise ValueError(f"Trainer.close: status must be one of {_TERMINAL_STATUSES}, got {status!r}")
         try:
             self._left_behind = _end_run(self.tracker, self._worker, status, timeout_s)
         finally:
@@ -1785,7 +1811,27 @@ class Trainer:
                 with contextlib.suppress(Exception):
                     self._record_env.close()
                 self._record_env = None
+        # only now: when ending the run raised, the exit hook still ends it
+        self.closed = True
+        atexit.unregister(self._atexit)
         self._check_run_start(unless_reported=True)
+
+    def _close_while_raising(self, status: str, timeout_s: float | None = None) -> None:
+        """:meth:`close` while another exception propagates: a run start that failed in the
+        background is a :class:`~rl8.tracking.TrackingWarning`, not an error replacing it."""
+        try:
+            self.close(status, timeout_s=timeout_s)
+        except TrackingError as exc:
+            warnings.warn(str(exc), TrackingWarning, stacklevel=3)
+
+    def _close_killed(self) -> None:
+        """End the run as ``KILLED`` within :data:`SIGNAL_CLOSE_TIMEOUT_S` (a signal exit); a
+        further SIGINT/SIGTERM meanwhile is ignored, so the run is still marked."""
+        self._ignore_stop_signals = True
+        try:
+            self._close_while_raising("KILLED", timeout_s=SIGNAL_CLOSE_TIMEOUT_S)
+        finally:
+            self._ignore_stop_signals = False
 
     def _end_report(self, status: str) -> str:
         """After :meth:`close`: what happened to the MLflow run, for the signal message (never
@@ -1820,9 +1866,9 @@ class Trainer:
         if exc_type is None:
             self.close("FINISHED")
         elif issubclass(exc_type, (KeyboardInterrupt, SystemExit)):
-            self.close("KILLED")
+            self._close_while_raising("KILLED")
         else:
-            self.close("FAILED")
+            self._close_while_raising("FAILED")
         return False
 
     def __repr__(self) -> str:

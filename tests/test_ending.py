@@ -1,0 +1,133 @@
+"""How a run ends when ending it goes wrong: a bad status, a second signal during a signal exit,
+a checkpoint that fails on a signal, a background start that failed while an exception
+propagates."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from rl8 import PPO, Trainer
+from rl8.conditions import HitsUpperBound
+from rl8.envs import CartPole
+from rl8.tracking import Tracker, TrackingWarning
+
+pytestmark = [
+    pytest.mark.usefixtures("migrated_store", "one_torch_thread"),
+    pytest.mark.skipif(threading.current_thread() is not threading.main_thread(),
+                       reason="signal handlers are set in the main thread only"),
+]
+
+SMALL = dict(num_envs=16, horizon=8, sgd_minibatch_size=64, num_sgd_iters=1, seed=0)
+
+
+def make_trainer(**kwargs) -> Trainer:
+    return Trainer(PPO(CartPole, **SMALL), progress=False, **kwargs)
+
+
+def status(mlflow_uri: str, trainer: Trainer) -> str:
+    return MlflowClient(mlflow_uri).get_run(trainer.tracker.run_id).info.status
+
+
+def signal_at_first_step(monkeypatch, trainer: Trainer, signum: int) -> None:
+    """The first training step of ``trainer`` sends ``signum`` to this process."""
+    train_step = trainer._train_step
+
+    def step(env_config):
+        stats = train_step(env_config)
+        signal.raise_signal(signum)
+        return stats
+
+    monkeypatch.setattr(trainer, "_train_step", step)
+
+
+def test_close_with_a_bad_status_leaves_the_run_open_for_a_later_close(mlflow_uri):
+    trainer = make_trainer()
+    with pytest.raises(ValueError, match="status must be one of .*'DONE'"):
+        trainer.close("DONE")
+    assert not trainer.closed
+    trainer.close()
+    assert status(mlflow_uri, trainer) == "FINISHED"
+
+
+def test_a_second_signal_during_a_signal_exit_does_not_stop_the_run_being_marked(
+    monkeypatch, mlflow_uri, tmp_path
+):
+    trainer = make_trainer(checkpoint_dir=tmp_path / "ck")
+    trainer.run_id  # the run exists before the signals
+    signal_at_first_step(monkeypatch, trainer, signal.SIGTERM)
+    end = Tracker.end
+
+    def end_interrupted(self, *args, **kwargs):  # Ctrl-C while the run is being marked KILLED
+        signal.raise_signal(signal.SIGINT)
+        return end(self, *args, **kwargs)
+
+    monkeypatch.setattr(Tracker, "end", end_interrupted)
+    with pytest.raises((SystemExit, KeyboardInterrupt)) as info:  # not the second signal's
+        trainer.run(stop_conditions=HitsUpperBound("algorithm/steps", 100))
+    assert isinstance(info.value, SystemExit) and info.value.code == 143
+    assert status(mlflow_uri, trainer) == "KILLED"
+
+
+def test_a_failed_checkpoint_on_a_signal_still_exits_as_the_signal_within_its_limit(
+    monkeypatch, mlflow_uri, tmp_path, capsys
+):
+    trainer = make_trainer(checkpoint_dir=tmp_path / "ck")
+    trainer.run_id
+    signal_at_first_step(monkeypatch, trainer, signal.SIGTERM)
+
+    def save_checkpoint(path=None):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(trainer, "save_checkpoint", save_checkpoint)
+    limits = []
+    end = Tracker.end
+
+    def end_recorded(self, status="FINISHED", *, timeout_s=None):
+        limits.append(timeout_s)
+        return end(self, status, timeout_s=timeout_s)
+
+    monkeypatch.setattr(Tracker, "end", end_recorded)
+    with pytest.raises(SystemExit) as info:
+        trainer.run(stop_conditions=HitsUpperBound("algorithm/steps", 100))
+    assert info.value.code == 143
+    assert isinstance(info.value.__cause__, OSError)
+    assert status(mlflow_uri, trainer) == "KILLED"
+    assert limits and all(t is not None and t <= 6 for t in limits)
+    assert "SIGTERM: OSError: disk full while stopping" in capsys.readouterr().err
+
+
+def unusable_uri(tmp_path: Path) -> str:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    return f"sqlite:///{blocker / 'mlflow.db'}"  # its folder cannot be created
+
+
+@pytest.fixture
+def failed_start(tmp_path) -> Trainer:
+    """A Trainer whose background start failed, and nothing has raised that yet."""
+    trainer = make_trainer(tracking_uri=unusable_uri(tmp_path))
+    assert trainer._run_start.done.wait(60)
+    assert trainer._run_start.error is not None
+    return trainer
+
+
+@pytest.mark.parametrize("error", [KeyboardInterrupt, RuntimeError])
+def test_an_error_in_run_is_not_replaced_by_a_failed_start(monkeypatch, failed_start, error):
+    def step(env_config):
+        raise error("the user's error")
+
+    monkeypatch.setattr(failed_start, "_train_step", step)
+    with pytest.warns(TrackingWarning, match="could not be started"), pytest.raises(error):
+        failed_start.run(stop_conditions=HitsUpperBound("algorithm/steps", 1))
+    assert failed_start.closed
+
+
+def test_an_error_in_a_with_block_is_not_replaced_by_a_failed_start(failed_start):
+    with pytest.warns(TrackingWarning, match="could not be started"), pytest.raises(ValueError):
+        with failed_start:
+            raise ValueError("the user's error")
