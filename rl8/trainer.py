@@ -31,7 +31,7 @@ import tempfile
 import threading
 import time
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -959,6 +959,15 @@ class Trainer:
         else:
             self.tracker.log_metrics(metrics, step=int(self.algo.env_steps))
 
+    def _in_logging_thread(self, call: Callable[[], Any]) -> None:
+        """Make ``call()`` (requests to MLflow) in the logging thread, after what is queued
+        there, so that a slow or hung server does not hold up training; without that thread
+        (``async_logging=False``), now."""
+        if self._worker is not None:
+            self._worker.submit_call(call)
+        else:
+            call()
+
     def flush(self) -> None:
         """Wait until the metrics of every step so far are sent (or queued by the Tracker after
         a failure; see :meth:`rl8.tracking.Tracker.flush`)."""
@@ -1145,10 +1154,7 @@ class Trainer:
                 max_steps=max_steps, fps=fps, env_config=config or None, seed=algo.seed,
             )
         if self.tracker.enabled and self._is_main():
-            if self._worker is not None:  # in the background, like the checkpoint's artifacts
-                self._worker.submit_call(functools.partial(self.tracker.log_artifact, written, "videos"))
-            else:
-                self.tracker.log_artifact(written, "videos")
+            self._in_logging_thread(functools.partial(self.tracker.log_artifact, written, "videos"))
         return written
 
     def _is_main(self) -> bool:
@@ -1239,10 +1245,7 @@ class Trainer:
                 warnings.filterwarnings("ignore", message="MLflow param 'run/", category=TrackingWarning)
                 self.tracker.log_params(params)
 
-        if self._run_start is not None:  # after the run's start, in the logging thread
-            self._worker.submit_call(log)
-        else:
-            log()
+        self._in_logging_thread(log)  # after a run start in progress
 
     def run(
         self,
@@ -1599,10 +1602,7 @@ class Trainer:
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
 
-        if self._worker is not None:
-            self._worker.submit_call(upload)  # a slow or hung server must not hold up training
-        else:
-            upload()
+        self._in_logging_thread(upload)
 
     @staticmethod
     def resolve_checkpoint(ref: str | os.PathLike[str], *, tracking_uri: str | None = None) -> Path:

@@ -131,3 +131,23 @@ def test_an_error_in_a_with_block_is_not_replaced_by_a_failed_start(failed_start
     with pytest.warns(TrackingWarning, match="could not be started"), pytest.raises(ValueError):
         with failed_start:
             raise ValueError("the user's error")
+
+
+def test_a_resumed_run_logs_the_run_params_from_the_logging_thread(monkeypatch, mlflow_uri):
+    first = make_trainer()
+    run_id = first.run_id
+    first.close()
+    trainer = make_trainer(run_id=run_id)  # resumed: started before Trainer(...) returns
+    threads = []
+    log_params = Tracker.log_params
+
+    def recorded(self, params):
+        if "run" in params:
+            threads.append(threading.current_thread().name)
+        return log_params(self, params)
+
+    monkeypatch.setattr(Tracker, "log_params", recorded)
+    trainer.run(stop_conditions=HitsUpperBound("algorithm/steps", 1))
+    trainer.close()
+    assert threads == ["rl8-mlflow-logger"]  # a hung server does not hold up run()
+    assert MlflowClient(mlflow_uri).get_run(run_id).data.params["run/steps_per_eval"] == "None"
