@@ -340,15 +340,23 @@ class _Progress:
         self.stream.flush()
         self._wrote = True
 
-    def summary(self, stats: Mapping[str, float], stopped_by: Condition | None) -> None:
+    def summary(self, stats: Mapping[str, float], stopped_by: Condition | None, *,
+                held_at_checkpoint: bool = False) -> None:
         """The last line of a run: which condition stopped it, after how many env steps and
-        how long, with the latest returns."""
+        how long, with the latest returns. ``held_at_checkpoint``: the run was resumed from a
+        checkpoint where the stop conditions already held (``stopped_by``: the one that did,
+        when known)."""
         if not self.enabled:
             return
         self.close()
         steps = float(stats.get("env/steps", 0.0))
         seconds = time.monotonic() - self._start[0] if self._start is not None else 0.0
-        cause = f"stopped by {stopped_by!r}" if stopped_by is not None else "stopped"
+        if held_at_checkpoint:
+            cause = (f"stopped by {stopped_by!r}, which already held at the checkpoint's step"
+                     if stopped_by is not None
+                     else "stopped: the stop conditions already held at the checkpoint's step")
+        else:
+            cause = f"stopped by {stopped_by!r}" if stopped_by is not None else "stopped"
         line = f"rl8: {cause} after {_format_count(steps)} env steps in {_format_duration(seconds)}"
         returns = [
             f"{name} {value:.4g}"
@@ -714,7 +722,9 @@ class Trainer:
             it waits for a run still starting.
         last_checkpoint: Path of the latest checkpoint written or loaded, or ``None``.
         stopped_by: The stop condition (one of those given to :meth:`run`) that ended the
-            latest :meth:`run`, or ``None``.
+            latest :meth:`run`, or ``None``. A resumed run whose conditions already held at
+            the checkpoint's step: the condition when only one was given (the checkpoint does
+            not record which held), else ``None``.
     """
 
     def __init__(
@@ -1320,6 +1330,7 @@ class Trainer:
             "steps_per_eval": steps_per_eval,
         }
         finished = self._restore_conditions(conditions)  # resumed after they held: no step
+        held_at_checkpoint = finished
         self._conditions = conditions
         self._conditions_met = finished
         self._log_run_params(conditions, steps_per_eval)
@@ -1357,7 +1368,9 @@ class Trainer:
                         break
                 progress.update(stats, conditions, force=True)
                 self.stopped_by = next((c for c, fired in zip(conditions, stop) if fired), None)
-                progress.summary(stats, self.stopped_by)
+                if held_at_checkpoint and len(conditions) == 1:  # then it is the one that held
+                    self.stopped_by = conditions[0]
+                progress.summary(stats, self.stopped_by, held_at_checkpoint=held_at_checkpoint)
                 if self._last_checkpoint_step != self.algo.env_steps:
                     self.save_checkpoint()
                 self._agree(False)

@@ -151,3 +151,21 @@ def test_a_resumed_run_logs_the_run_params_from_the_logging_thread(monkeypatch, 
     trainer.close()
     assert threads == ["rl8-mlflow-logger"]  # a hung server does not hold up run()
     assert MlflowClient(mlflow_uri).get_run(run_id).data.params["run/steps_per_eval"] == "None"
+
+
+def test_a_resumed_run_whose_conditions_held_says_so(tmp_path, capsys):
+    one = [HitsUpperBound("algorithm/steps", 1)]
+    two = [HitsUpperBound("algorithm/steps", 1), HitsUpperBound("env/steps", 10**6)]
+    for conditions, stopped_by, line in [
+        (one, one[0], "stopped by HitsUpperBound('algorithm/steps', 1), which already held at the "
+                      "checkpoint's step"),
+        (two, None, "stopped: the stop conditions already held at the checkpoint's step"),
+    ]:
+        folder = tmp_path / str(len(conditions))
+        with make_trainer(checkpoint_dir=folder) as trainer:
+            trainer.run(stop_conditions=conditions)
+        capsys.readouterr()
+        with Trainer.from_checkpoint(folder, progress=True) as resumed:
+            resumed.run(stop_conditions=conditions)
+        assert resumed.stopped_by is stopped_by
+        assert line in capsys.readouterr().err
