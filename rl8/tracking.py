@@ -34,7 +34,7 @@ import time
 import types
 import warnings
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -90,8 +90,11 @@ _REJECTED_CODES = frozenset({
 class TrackingError(RuntimeError):
     """The tracking store cannot be used: server unreachable, unknown run id, bad URI.
 
-    Only raised by :meth:`Tracker.start` (before training) and by calls made in the wrong
-    order; failures during a run are warnings (:class:`TrackingWarning`), never errors.
+    Raised by :meth:`Tracker.start` (before training), by calls made in the wrong order
+    (logging before :meth:`Tracker.start` or after :meth:`Tracker.end`), by
+    :func:`running_runs` for an unknown experiment, and by the ``Trainer`` for a run it could
+    not start in the background; failures during a run are warnings
+    (:class:`TrackingWarning`), never errors.
     """
 
 
@@ -393,7 +396,10 @@ class Tracker:
         For an ``http(s)`` URI one quick request (no retry, 5 s timeout) is made before
         anything else, so a wrong or dead server fails here rather than after training.
         Sets the tags ``mlflow.runName``, ``mlflow.source.name``, ``mlflow.user``,
-        ``rl8.version``. Calling it again returns the same run id.
+        ``rl8.version``, ``rl8.host`` and ``rl8.pid`` (the process that keeps the run
+        ``RUNNING``, see :func:`running_runs`). Calling it again returns the same run id. When
+        :meth:`end` gave up waiting for this start, the run it creates is ended at once with
+        the status asked for.
 
         Returns:
             The run id; ``None`` when the tracker is disabled.

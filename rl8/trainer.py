@@ -567,12 +567,12 @@ def check_eval_plan(
 
     Any cadence works: evaluations that do not fall on an env-reset boundary of the training
     envs run on a dedicated eval env (``eval_num_envs``, or one built on demand, see
-    :meth:`Trainer.eval`).
+    :meth:`Trainer.eval`). So only ``steps_per_eval`` and ``eval_env_config`` are checked.
 
     Args:
-        horizons_per_env_reset: The algorithm's hparam (``k > 0``: envs reset every ``k``
-            collects; ``k < 0``: only once).
-        eval_num_envs: The Trainer's dedicated eval env size, ``None`` for the training envs.
+        horizons_per_env_reset: Not used (the algorithm's hparam; any reset cadence works).
+            Kept so that existing calls still work.
+        eval_num_envs: Not used (the Trainer's dedicated eval env size); kept likewise.
         steps_per_eval: Evaluate every this many training steps, ``None``: never.
         eval_env_config: Env parameters for evaluations.
 
@@ -1197,16 +1197,6 @@ class Trainer:
         return TrainStats({"profiling/record_ms": 1000.0 * (time.perf_counter() - t0)})
 
     # ----------------------------------------------------------------- run
-    def _check_run_args(
-        self, steps_per_eval: int | None, eval_env_config: dict[str, Any] | None
-    ) -> None:
-        check_eval_plan(
-            self.algo.hparams.horizons_per_env_reset,
-            eval_num_envs=self.eval_num_envs,
-            steps_per_eval=steps_per_eval,
-            eval_env_config=eval_env_config,
-        )
-
     def _restore_conditions(self, conditions: list[Condition]) -> bool:
         """Load the stop conditions' state saved in the checkpoint this trainer resumed from.
 
@@ -1301,14 +1291,19 @@ class Trainer:
             The stats of the last step (only the counters when no step ran).
 
         Raises:
-            ValueError: Before training, when ``steps_per_eval`` does not fit the reset cadence
-                of the training envs (``horizons_per_env_reset``), or an ``eval_env_config``
-                cannot be used (see :meth:`eval`).
+            ValueError: Before training, when ``steps_per_eval`` is not an int >= 1 or
+                ``None``, ``eval_env_config`` is given without ``steps_per_eval``, or
+                ``record_every`` is set without ``steps_per_eval``.
+            ImportError, NotImplementedError: With ``record_every``, before training: video
+                recording is not installed or the env cannot render (see :meth:`record`).
             rl8.conditions.MissingStatError: A condition names a stat that steps do not report.
         """
         if self.closed:
             raise RuntimeError("this Trainer is closed (its MLflow run has ended)")
-        self._check_run_args(steps_per_eval, eval_env_config)
+        check_eval_plan(
+            self.algo.hparams.horizons_per_env_reset, eval_num_envs=self.eval_num_envs,
+            steps_per_eval=steps_per_eval, eval_env_config=eval_env_config,
+        )
         self._check_record_plan(steps_per_eval)
         if stop_conditions is None:
             conditions: list[Condition] = []
