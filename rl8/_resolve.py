@@ -42,9 +42,13 @@ __all__ = [
     "spec_from_env_info",
 ]
 
-#: Top-level standard modules whose import does something visible (opens a browser, prints,
-#: starts a program); a name read from a file may not import them.
-IMPORT_ACTS = frozenset({"antigravity", "this", "idlelib", "turtledemo", "tkinter", "turtle"})
+#: Top-level standard packages whose import (or that of one of their modules) does something on
+#: its own: opens a browser (``antigravity``), prints (``this``, ``__hello__``, ``__phello__``),
+#: starts a program (``idlelib``, ``turtledemo``, ``tkinter``, ``turtle``) or runs CPython's
+#: test suite (``test.autotest``). A name read from a file may not import anything under them.
+IMPORT_ACTS = frozenset({
+    "antigravity", "this", "__hello__", "__phello__", "idlelib", "turtledemo", "tkinter", "turtle", "test",
+})
 
 
 class Kind(NamedTuple):
