@@ -8,8 +8,9 @@ claimed :class:`Kind` (an ``rl8.Env`` subclass, a ``Model`` subclass...) *before
 calls it, and raises :class:`~rl8.checkpoint.CheckpointError` otherwise. For names from a file
 the path itself is checked before it is imported: every part must be a public Python identifier
 (no ``_private``, ``__main__`` or dunder parts) and the top-level module must not be one of the
-standard modules that act when imported (:data:`IMPORT_ACTS`). ``trust_code=True`` lifts the
-path rules and allows a plain function as an env factory (see ``docs/security.md``).
+standard modules that act when imported (:data:`IMPORT_ACTS`), nor a module not yet imported
+that would be found in the current directory (installed modules only: ``python -m rl8`` puts
+the current directory first on ``sys.path``). ``trust_code=True`` lifts the path rules and allows a plain function as an env factory (see ``docs/security.md``).
 
 Names given in code (``PPO("mypkg.envs.MyEnv", model_cls="mypkg.Net")``) go through the same
 functions with ``source=None``: a wrong kind is then a ``ValueError`` naming the field.
@@ -18,9 +19,12 @@ functions with ``source=None``: a wrong kind is then a ``ValueError`` naming the
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import keyword
+import sys
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, NamedTuple
 
 __all__ = [
@@ -157,7 +161,42 @@ def _check_path(path: str, field: str, source: Any, trust_code: bool) -> list[st
                 f"{field} names {path!r}, in the module {parts[0]!r} whose import acts on its "
                 "own; rl8 refused to import it from a file",
             )
+        found_in = _working_dir_location(parts[0])
+        if found_in is not None:
+            raise _refuse(
+                source,
+                f"{field} names {path!r}, whose module {parts[0]!r} is not installed but found "
+                f"in the current directory ({found_in}); rl8 imports installed modules only for a "
+                "name read from a file. Pass trust_code=True (rl8 --trust-code) if you trust the "
+                "file, or run rl8 from another folder (see docs/security.md)",
+            )
     return parts
+
+
+def _working_dir_location(top: str) -> str | None:
+    """Where the top-level module ``top`` would be imported from when that is the current
+    directory (which ``python -m`` and an interactive session put first on ``sys.path``);
+    ``None`` when it is found elsewhere, is already imported, or is not found. Finding the
+    spec of a top-level name imports nothing."""
+    if top in sys.modules:
+        return None
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    if spec.submodule_search_locations:  # a package: the folders holding it
+        locations = [Path(folder).parent for folder in spec.submodule_search_locations]
+    elif spec.has_location and spec.origin:
+        locations = [Path(spec.origin).parent]
+    else:  # built-in or frozen
+        return None
+    cwd = Path.cwd().resolve()
+    for location in locations:
+        if location.resolve() == cwd:
+            return str(cwd)
+    return None
 
 
 def import_path(path: str, *, field: str, source: Any = None, trust_code: bool = False) -> Any:

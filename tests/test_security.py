@@ -177,6 +177,43 @@ def test_a_gymnasium_env_class_cannot_smuggle_an_importing_id(checkpoint, tmp_pa
     assert "antigravity" not in sys.modules
 
 
+@pytest.fixture
+def script_in_working_dir(tmp_path, monkeypatch):
+    """A module in the current directory (first on sys.path, as under ``python -m rl8``) whose
+    import touches a marker file: a stand-in for a setup.py or a script without a main guard."""
+    folder = tmp_path / "project"
+    folder.mkdir()
+    marker = tmp_path / "imported"
+    (folder / "local_script.py").write_text(
+        f"import pathlib\npathlib.Path({str(marker)!r}).touch()\nEnv = 42\n"
+    )
+    monkeypatch.chdir(folder)
+    monkeypatch.syspath_prepend(str(folder))
+    monkeypatch.delitem(sys.modules, "local_script", raising=False)
+    return marker
+
+
+@pytest.mark.parametrize("spec, env_kwargs", [
+    ("local_script.Env", None),
+    ("local_script:Env-v0", None),
+    ("rl8.envs.gymnasium.GymnasiumEnv", {"env": "local_script:Env-v0"}),
+])
+def test_a_file_cannot_import_a_module_of_the_current_directory(
+        checkpoint, tmp_path, script_in_working_dir, spec, env_kwargs):
+    evil = craft_checkpoint(checkpoint, tmp_path / "evil.pt", env=spec, env_kwargs=env_kwargs)
+    with pytest.raises(CheckpointError, match=r"'local_script' is not installed but found in the "
+                                              r"current directory.*installed modules only.*trust_code"):
+        Trainer.from_checkpoint(evil, tracking=False)
+    assert not script_in_working_dir.exists() and "local_script" not in sys.modules
+
+
+def test_trust_code_imports_a_module_of_the_current_directory(checkpoint, tmp_path, script_in_working_dir):
+    evil = craft_checkpoint(checkpoint, tmp_path / "evil.pt", env="local_script.Env")
+    with pytest.raises(CheckpointError, match="wrong kind"):  # imported, then refused for its kind
+        Trainer.from_checkpoint(evil, tracking=False, trust_code=True)
+    assert script_in_working_dir.exists()
+
+
 # ------------------------------------------------------------------- legitimate files still load
 
 
