@@ -1081,7 +1081,8 @@ class PPO:
             self._firsts = rec["firsts"].to(self.device)
             self.sequences = int(rec["sequences"])
         obs, env_state = state.get("obs"), state.get("env")
-        if obs is not None and env_state is not None:
+        # an env that saves no state (GymnasiumEnv) is reset, whatever the file holds
+        if obs is not None and env_state is not None and self.env.state_dict() is not None:
             self.env.load_state_dict(env_state)
             if "tensordict" in obs:
                 from tensordict import TensorDict
@@ -1089,9 +1090,9 @@ class PPO:
                 self._obs = TensorDict(obs["tensordict"], batch_size=[self.hparams.num_envs]).to(self.device)
             else:
                 self._obs = obs["tensor"].to(self.device)
-            self._validated = True
         else:
             self._obs = None
+        self._validated = False  # the first step after a resume is checked like any first step
         self.generator.set_state(state["rng"]["generator"])
         self.eval_generator.set_state(state["rng"]["eval_generator"])
         torch.set_rng_state(state["rng"]["torch"])
