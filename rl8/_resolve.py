@@ -322,6 +322,9 @@ def resolve_env(
         if source is not None:
             from .envs.gymnasium import GymnasiumEnv
 
+            if env_kwargs is not None and not isinstance(env_kwargs, Mapping):
+                raise _refuse(source, f"{field} env_kwargs must be a dict, got "
+                                      f"{type(env_kwargs).__name__}")
             inner = (env_kwargs or {}).get("env")
             if isinstance(obj, type) and issubclass(obj, GymnasiumEnv) and isinstance(inner, str):
                 _check_gymnasium_id(inner, f"{field} env_kwargs['env']", source, trust_code)

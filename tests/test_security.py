@@ -177,6 +177,15 @@ def test_a_gymnasium_env_class_cannot_smuggle_an_importing_id(checkpoint, tmp_pa
     assert "antigravity" not in sys.modules
 
 
+@pytest.mark.parametrize("env_kwargs", [["env", "CartPole-v1"], "CartPole-v1"])
+def test_stored_env_kwargs_that_are_not_a_dict_are_refused(checkpoint, tmp_path, env_kwargs):
+    evil = craft_checkpoint(checkpoint, tmp_path / "evil.pt", env="rl8.envs.gymnasium.GymnasiumEnv",
+                            env_kwargs=env_kwargs)
+    with pytest.raises(CheckpointError, match=rf"evil.pt: env env_kwargs must be a dict, got "
+                                              rf"{type(env_kwargs).__name__}"):
+        Trainer.from_checkpoint(evil, tracking=False)
+
+
 @pytest.fixture
 def script_in_working_dir(tmp_path, monkeypatch):
     """A module in the current directory (first on sys.path, as under ``python -m rl8``) whose
