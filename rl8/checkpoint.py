@@ -338,7 +338,8 @@ def _verify_entries(path: Path, file: Any) -> None:
 
     A file that does not start like a zip archive is left to ``torch.load``, which names what it
     is. The entries are also checked to be plain files: torch reads a damaged "directory" flag
-    as an empty entry without any error.
+    as an empty entry without any error. Compressed entries are refused before anything is read:
+    torch stores every entry as is, and decompressing a crafted entry could cost gigabytes.
     """
     if file.read(4) != b"PK\x03\x04":
         return
@@ -351,6 +352,14 @@ def _verify_entries(path: Path, file: Any) -> None:
         raise CheckpointError(f"{path} is corrupt or truncated (its zip directory cannot be "
                               f"read: {_first_line(err)})") from err
     with archive:
+        for info in archive.infolist():  # before reading any: a compressed entry may be a zip bomb
+            if info.compress_type != zipfile.ZIP_STORED:
+                method = zipfile.compressor_names.get(info.compress_type, str(info.compress_type))
+                raise CheckpointError(
+                    f"{path} is not an rl8 checkpoint as torch writes it: its entry "
+                    f"{info.filename!r} is compressed ({method}), and torch never compresses "
+                    "entries; rl8 refused to decompress it"
+                )
         for info in archive.infolist():
             try:
                 if info.is_dir() or info.external_attr & _DOS_DIRECTORY:
