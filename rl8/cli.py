@@ -576,6 +576,24 @@ def _load_policy_and_env(args: argparse.Namespace) -> tuple[Any, dict[str, Any],
     return policy, env_info, spec, config
 
 
+def _stored_env_kwargs(args: argparse.Namespace, env_info: Mapping[str, Any]) -> Any:
+    """The stored env's arguments when the env used is the stored one (no ``--env``, or an
+    ``--env`` naming the same env), else ``None``: they belong to that env. When ``--env`` is
+    given the stored env and the names inside its arguments are checked here, as
+    :func:`_load_policy_and_env` checks them without ``--env`` (see docs/security.md)."""
+    from ._resolve import spec_from_env_info
+
+    if not args.env:
+        return env_info.get("env_kwargs")
+    stored = env_info.get("spec")
+    if not stored or _canonical_env(args.env) != _canonical_env(
+        stored, source=args.policy, trust_code=args.trust_code
+    ):
+        return None
+    spec_from_env_info(env_info, source=args.policy, trust_code=args.trust_code)
+    return env_info.get("env_kwargs")
+
+
 def _eval(args: argparse.Namespace) -> int:
     import torch
 
@@ -585,8 +603,9 @@ def _eval(args: argparse.Namespace) -> int:
 
     policy, env_info, spec, config = _load_policy_and_env(args)
     num_envs = args.num_envs or args.episodes
+    env_kwargs = _stored_env_kwargs(args, env_info)
     try:
-        env = make_env(spec, num_envs, None, device="cpu", env_kwargs=env_info.get("env_kwargs"))
+        env = make_env(spec, num_envs, None, device="cpu", env_kwargs=env_kwargs)
     except (ValueError, TypeError, KeyError, ImportError) as exc:
         raise ConfigError(f"cannot build env {spec!r}: {exc}") from None
     try:
@@ -682,11 +701,7 @@ def _record(args: argparse.Namespace) -> int:
     from .video import make_recording_env, record_video
 
     policy, env_info, spec, config = _load_policy_and_env(args)
-    stored = env_info.get("spec")
-    same_env = not args.env or (
-        stored and _canonical_env(args.env) == _canonical_env(stored, source=args.policy, trust_code=args.trust_code)
-    )
-    env_kwargs = env_info.get("env_kwargs") if same_env else None  # the stored env's arguments
+    env_kwargs = _stored_env_kwargs(args, env_info)
     from .export import check_env_spaces
 
     try:
@@ -695,7 +710,7 @@ def _record(args: argparse.Namespace) -> int:
         raise ConfigError(f"cannot build env {spec!r}: {exc}") from None
     try:
         check_env_spaces(env, policy.observation_space, policy.action_space,
-                         what=f"the env {args.env or stored!r}", source=args.policy)
+                         what=f"the env {args.env or env_info.get('spec')!r}", source=args.policy)
     except ValueError as exc:
         env.close()
         raise ConfigError(str(exc)) from None

@@ -211,6 +211,18 @@ def test_eval_of_an_env_without_episodes(tmp_path, capsys):
     assert "does not end episodes: returns over 5 steps" in out and "env 1: return" in out
 
 
+def test_eval_in_another_env_does_not_get_the_stored_envs_arguments(tmp_path, capsys):
+    from rl8 import PPO, save_policy
+    from rl8.envs import CartPole
+
+    path = tmp_path / "policy.pt"  # as trained on the gymnasium id, with its own arguments
+    save_policy(PPO(CartPole, num_envs=4, horizon=8).policy, path,
+                env={"spec": "CartPole-v1", "env_kwargs": {"max_episode_steps": 20}, "env_config": {}})
+    assert main(["eval", str(path), "--env", "rl8.envs.CartPole", "--episodes", "1",
+                 "--env-config", "max_episode_steps=5"]) == 0
+    assert "episode 1: return 5, length 5" in capsys.readouterr().out
+
+
 def test_eval_missing_policy_exits_1(tmp_path, capsys):
     assert main(["eval", str(tmp_path / "nope.pt")]) == 1
     assert "no policy" in capsys.readouterr().err

@@ -216,6 +216,18 @@ def test_a_file_cannot_import_a_module_of_the_current_directory(
     assert not script_in_working_dir.exists() and "local_script" not in sys.modules
 
 
+@pytest.mark.parametrize("command", ["eval", "record"])
+def test_env_names_inside_the_stored_env_kwargs_are_checked_when_env_is_given(
+        tmp_path, script_in_working_dir, capsys, command):
+    policy = craft_policy(tmp_path, env="rl8.envs.gymnasium.GymnasiumEnv",
+                          env_kwargs={"env": "local_script:Env-v0"})
+    argv = [command, str(policy), "--env", "rl8.envs.GymnasiumEnv", "--max-steps", "2",
+            *(["-o", str(tmp_path / "v.mp4")] if command == "record" else [])]
+    assert main(argv) == 1
+    assert "env env_kwargs['env'] names 'local_script'" in capsys.readouterr().err
+    assert not script_in_working_dir.exists()
+
+
 def test_trust_code_imports_a_module_of_the_current_directory(checkpoint, tmp_path, script_in_working_dir):
     evil = craft_checkpoint(checkpoint, tmp_path / "evil.pt", env="local_script.Env")
     with pytest.raises(CheckpointError, match="wrong kind"):  # imported, then refused for its kind
