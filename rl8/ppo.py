@@ -95,9 +95,11 @@ def _check_buffer_fits(hp: HParams, device: torch.device, slot_bytes: int) -> No
 
 
 @contextlib.contextmanager
-def _allocation(hp: HParams, slot_bytes: int):
+def _allocation(hp: HParams, slot_bytes: int | None):
     """Re-raise a failed allocation (torch's allocators, ``MemoryError``) as an error naming
-    ``num_envs``, ``horizon`` and the bytes of the buffer; other errors pass unchanged."""
+    ``num_envs``, ``horizon`` and the bytes of the buffer of ``slot_bytes`` per env and step;
+    ``slot_bytes=None``: the allocation is the envs' own (their constructor), and the error
+    names ``num_envs`` only. Other errors pass unchanged."""
     try:
         yield
     except (MemoryError, RuntimeError) as err:
@@ -108,6 +110,9 @@ def _allocation(hp: HParams, slot_bytes: int):
         if not out_of_memory:
             raise
         reason = text.splitlines()[-1] if text else type(err).__name__
+        if slot_bytes is None:
+            raise ValueError(f"hparam num_envs: building num_envs={hp.num_envs} envs ran out of memory "
+                             f"({reason}). Use fewer envs") from err
         need = hp.num_envs * (hp.horizon + 1) * slot_bytes
         raise _buffer_size_error(hp, need, f"allocating memory failed ({reason})") from err
 
@@ -331,7 +336,7 @@ class PPO:
         torch.manual_seed(self.seed)
         self.env_spec = env
         _check_buffer_fits(hp, self.device, _MIN_SLOT_BYTES)  # before the env allocates per env
-        with _allocation(hp, _MIN_SLOT_BYTES):
+        with _allocation(hp, None):
             self.env = make_env(env, hp.num_envs, hp.horizon, device=self.device, env_kwargs=hp.env_kwargs)
         self.policy = Policy(
             self.env.observation_space,

@@ -708,6 +708,17 @@ def test_the_buffer_estimate_counts_the_spaces(monkeypatch):
     PPO(CartPole, **SMALL)
 
 
+class OutOfMemoryEnv(CartPole):
+    def __init__(self, *args, **kwargs):
+        raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 99 bytes.")
+
+
+def test_an_env_constructor_out_of_memory_is_reported_for_the_envs():
+    with pytest.raises(ValueError, match=r"^hparam num_envs: building num_envs=16 envs ran out of memory "
+                                         r"\(.*you tried to allocate 99 bytes.\). Use fewer envs$"):
+        PPO(OutOfMemoryEnv, **SMALL)
+
+
 def test_a_failed_allocation_names_num_envs_horizon_and_bytes(monkeypatch):
     import rl8.ppo
 
