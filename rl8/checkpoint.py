@@ -315,15 +315,12 @@ def _check_device_available(map_location: Any) -> None:
         device = torch.device(map_location)
     except (RuntimeError, TypeError):
         return  # not a device name: torch.load says so
-    if device.type != "cuda":
-        return
-    if not torch.cuda.is_available():
+    from .hparams import missing_cuda_device
+
+    problem = missing_cuda_device(device)
+    if problem is not None:
         raise ValueError(f"load_checkpoint: map_location={str(map_location)!r} names a CUDA device, "
-                         "but CUDA is not available on this machine; load with map_location='cpu'")
-    count = torch.cuda.device_count()
-    if device.index is not None and device.index >= count:
-        raise ValueError(f"load_checkpoint: map_location={str(map_location)!r} is not available: this "
-                         f"machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}")
+                         f"but {problem}; load with map_location='cpu'")
 
 
 #: Errors of Python's zipfile on damaged archive bytes (EINVAL: a damaged offset to seek to).

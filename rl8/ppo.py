@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
-from ._resolve import DISTRIBUTION, MODEL, OPTIMIZER, is_dotted_path, resolve, resolve_env
+from ._resolve import DISTRIBUTION, HPARAM_KINDS, MODEL, OPTIMIZER, is_dotted_path, resolve, resolve_env
 from .buffer import RolloutBuffer, compute_gae
 from .distributed import DistContext, derive_seed
 from .env import Env, EnvOutputError, find_nonfinite, validate_reset_output, validate_step_output
@@ -244,7 +244,7 @@ def _plain_hparams(hp: HParams) -> dict[str, Any]:
     """Hyper-parameters as plain values (classes as dotted paths), for checkpoints and MLflow."""
     out = {}
     for key, value in hp.to_dict().items():
-        if key in ("model_cls", "distribution_cls", "optimizer_cls"):
+        if key in HPARAM_KINDS:
             value = _qualname(value)
         elif key == "device":
             value = str(value)

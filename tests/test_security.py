@@ -285,12 +285,13 @@ def test_an_env_factory_function_needs_trust_code(tmp_path, capsys):
     ("model_cls", "os.system",
      r"hparam model_cls: expected an rl8 Model subclass \(rl8.models.Model\) or its dotted path, got 'os.system'"),
     ("distribution_cls", torch.nn.Linear,
-     r"hparam distribution_cls: expected an rl8.Distribution subclass, a dotted path to one, or None, got .*Linear"),
+     r"hparam distribution_cls: expected an rl8 Distribution subclass \(rl8.distributions.Distribution\) or its "
+     r"dotted path, got .*Linear"),
     ("optimizer_cls", "builtins.eval",
      r"hparam optimizer_cls: expected a torch.optim.Optimizer subclass or its dotted path, got 'builtins.eval'"),
 ])
 def test_class_hparams_given_in_code_are_checked_for_their_kind(key, value, expected):
-    # objects are checked when the hparams are made, dotted paths when PPO imports them
+    # one check and one message: objects when the hparams are made, dotted paths when PPO imports them
     with pytest.raises(ValueError, match=expected):
         PPO(CartPole, **{key: value}, **SMALL)
 
