@@ -10,7 +10,8 @@ the path itself is checked before it is imported: every part must be a public Py
 (no ``_private``, ``__main__`` or dunder parts) and the top-level module must not be one of the
 standard modules that act when imported (:data:`IMPORT_ACTS`), nor a module not yet imported
 that would be found in the current directory (installed modules only: ``python -m rl8`` puts
-the current directory first on ``sys.path``). ``trust_code=True`` lifts the path rules and allows a plain function as an env factory (see ``docs/security.md``).
+the current directory first on ``sys.path``). ``trust_code=True`` lifts the path rules and
+allows a plain function as an env factory (see ``docs/security.md``).
 
 Names given in code (``PPO("mypkg.envs.MyEnv", model_cls="mypkg.Net")``) go through the same
 functions with ``source=None``: a wrong kind is then a ``ValueError`` naming the field.
@@ -51,7 +52,8 @@ __all__ = [
 #: starts a program (``idlelib``, ``turtledemo``, ``tkinter``, ``turtle``) or runs CPython's
 #: test suite (``test.autotest``). A name read from a file may not import anything under them.
 IMPORT_ACTS = frozenset({
-    "antigravity", "this", "__hello__", "__phello__", "idlelib", "turtledemo", "tkinter", "turtle", "test",
+    "antigravity", "this", "__hello__", "__phello__", "idlelib", "turtledemo", "tkinter", "turtle",
+    "test",
 })
 
 
@@ -113,6 +115,9 @@ def _is_env_kind(obj: Any) -> bool:
 
 ENV = Kind("an rl8.Env subclass, a GymnasiumEnv.make_factory(...) factory or a gymnasium.Env "
            "subclass", _is_env_kind)
+
+#: The hyper-parameters that name a class, and the kind each must be.
+HPARAM_KINDS = {"model_cls": MODEL, "distribution_cls": DISTRIBUTION, "optimizer_cls": OPTIMIZER}
 
 
 def describe(obj: Any) -> str:
@@ -259,7 +264,9 @@ def resolve(
     """
     if value is None:
         return None
-    obj = import_path(value, field=field, source=source, trust_code=trust_code) if isinstance(value, str) else value
+    obj = value
+    if isinstance(value, str):
+        obj = import_path(value, field=field, source=source, trust_code=trust_code)
     if kind.check(obj):
         return obj
     if source is None:
@@ -317,7 +324,9 @@ def resolve_env(
         if source is not None:
             _check_gymnasium_id(spec, field, source, trust_code)
         return spec
-    obj = import_path(spec, field=field, source=source, trust_code=trust_code) if isinstance(spec, str) else spec
+    obj = spec
+    if isinstance(spec, str):
+        obj = import_path(spec, field=field, source=source, trust_code=trust_code)
     if _is_env_kind(obj) or (callable(obj) and (source is None or trust_code)):
         if source is not None:
             from .envs.gymnasium import GymnasiumEnv
@@ -374,12 +383,8 @@ def spec_from_env_info(info: Mapping[str, Any] | None, *, source: Any, trust_cod
         return None
     if not isinstance(spec, str):
         raise _refuse(source, f"the stored env spec must be a string, got {type(spec).__name__}")
-    return resolve_env(spec, source=source, trust_code=trust_code, env_kwargs=info.get("env_kwargs"))
-
-
-
-#: The hyper-parameters that name a class, and the kind each must be.
-HPARAM_KINDS = {"model_cls": MODEL, "distribution_cls": DISTRIBUTION, "optimizer_cls": OPTIMIZER}
+    return resolve_env(spec, source=source, trust_code=trust_code,
+                       env_kwargs=info.get("env_kwargs"))
 
 
 def check_stored_hparams(hparams: Any, *, source: Any, trust_code: bool = False) -> None:
@@ -387,9 +392,11 @@ def check_stored_hparams(hparams: Any, *, source: Any, trust_code: bool = False)
     (``model_cls``, ``distribution_cls``, ``optimizer_cls``, see :func:`resolve`); the names
     stay as stored (PPO resolves them again, to the same objects)."""
     if not isinstance(hparams, Mapping):
-        raise _refuse(source, f"the stored hyper-parameters must be a dict, got {type(hparams).__name__}")
+        raise _refuse(source, "the stored hyper-parameters must be a dict, got "
+                              f"{type(hparams).__name__}")
     for key, kind in HPARAM_KINDS.items():
         value = hparams.get(key)
         if value is not None and not isinstance(value, str):
-            raise _refuse(source, f"hparam {key} must be a dotted path (a str), got {type(value).__name__}")
+            raise _refuse(source, f"hparam {key} must be a dotted path (a str), got "
+                                  f"{type(value).__name__}")
         resolve(value, kind, field=f"hparam {key}", source=source, trust_code=trust_code)

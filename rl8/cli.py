@@ -345,6 +345,9 @@ def _train(args: argparse.Namespace) -> int:
     from .distributed import init_distributed
     from .trainer import Trainer
 
+    if args.trust_code and not args.resume:
+        raise ConfigError("--trust-code only applies with --resume (it lets a checkpoint you trust "
+                          "name a plain function as its env factory)")
     # under torchrun (WORLD_SIZE > 1): join the process group; a no-op otherwise
     init_distributed()
     file_config = load_config(args.config) if args.config else {}
@@ -597,9 +600,8 @@ def _stored_env_kwargs(args: argparse.Namespace, env_info: Mapping[str, Any]) ->
 def _eval(args: argparse.Namespace) -> int:
     import torch
 
-    from .ppo import make_env
-
     from .export import check_env_spaces
+    from .ppo import make_env
 
     policy, env_info, spec, config = _load_policy_and_env(args)
     num_envs = args.num_envs or args.episodes
@@ -698,11 +700,11 @@ def _eval_steps(policy: Any, env: Any, obs: Any, steps: int, deterministic: bool
 def _record(args: argparse.Namespace) -> int:
     import gymnasium
 
+    from .export import check_env_spaces
     from .video import make_recording_env, record_video
 
     policy, env_info, spec, config = _load_policy_and_env(args)
     env_kwargs = _stored_env_kwargs(args, env_info)
-    from .export import check_env_spaces
 
     try:
         env = make_recording_env(spec, env_kwargs=env_kwargs, device="cpu")
@@ -739,6 +741,8 @@ def _runs(args: argparse.Namespace) -> int:
 
     if args.older_than is not None and not args.clean:
         raise ConfigError("--older-than only applies with --clean")
+    if args.dry_run and not args.clean:
+        raise ConfigError("--dry-run only applies with --clean")
     uri = args.tracking_uri
     if args.clean:
         runs = clean_runs(uri, experiment=args.experiment, older_than_s=args.older_than, dry_run=args.dry_run)

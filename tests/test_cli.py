@@ -179,6 +179,16 @@ def test_resume_continues_the_run(tmp_path, capsys, mlflow_uri):
     assert MlflowClient(mlflow_uri).get_run(first["run id"]).info.status == "FINISHED"
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["train", "--env", "rl8.envs.CartPole", "--trust-code", "--max-steps", "1"],
+     "--trust-code only applies with --resume"),
+    (["runs", "--dry-run"], "--dry-run only applies with --clean"),
+])
+def test_options_that_only_apply_with_another_are_errors(argv, message, capsys):
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
 def test_resume_missing_checkpoint_exits_1(tmp_path, capsys):
     assert main(["train", "--resume", str(tmp_path / "nope.pt")]) == 1
     assert "no checkpoint" in capsys.readouterr().err
