@@ -8,8 +8,10 @@ claimed :class:`Kind` (an ``rl8.Env`` subclass, a ``Model`` subclass...) *before
 calls it, and raises :class:`~rl8.checkpoint.CheckpointError` otherwise. For names from a file
 the path itself is checked before it is imported: every part must be a public Python identifier
 (no ``_private``, ``__main__`` or dunder parts) and the top-level module must not be one of the
-standard modules that act when imported (:data:`IMPORT_ACTS`). ``trust_code=True`` lifts the
-path rules and allows a plain function as an env factory (see ``docs/security.md``).
+standard modules that act when imported (:data:`IMPORT_ACTS`), nor a module not yet imported
+that would be found in the current directory (installed modules only: ``python -m rl8`` puts
+the current directory first on ``sys.path``). ``trust_code=True`` lifts the path rules and
+allows a plain function as an env factory (see ``docs/security.md``).
 
 Names given in code (``PPO("mypkg.envs.MyEnv", model_cls="mypkg.Net")``) go through the same
 functions with ``source=None``: a wrong kind is then a ``ValueError`` naming the field.
@@ -18,9 +20,12 @@ functions with ``source=None``: a wrong kind is then a ``ValueError`` naming the
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import keyword
+import sys
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, NamedTuple
 
 __all__ = [
@@ -42,9 +47,14 @@ __all__ = [
     "spec_from_env_info",
 ]
 
-#: Top-level standard modules whose import does something visible (opens a browser, prints,
-#: starts a program); a name read from a file may not import them.
-IMPORT_ACTS = frozenset({"antigravity", "this", "idlelib", "turtledemo", "tkinter", "turtle"})
+#: Top-level standard packages whose import (or that of one of their modules) does something on
+#: its own: opens a browser (``antigravity``), prints (``this``, ``__hello__``, ``__phello__``),
+#: starts a program (``idlelib``, ``turtledemo``, ``tkinter``, ``turtle``) or runs CPython's
+#: test suite (``test.autotest``). A name read from a file may not import anything under them.
+IMPORT_ACTS = frozenset({
+    "antigravity", "this", "__hello__", "__phello__", "idlelib", "turtledemo", "tkinter", "turtle",
+    "test",
+})
 
 
 class Kind(NamedTuple):
@@ -106,6 +116,9 @@ def _is_env_kind(obj: Any) -> bool:
 ENV = Kind("an rl8.Env subclass, a GymnasiumEnv.make_factory(...) factory or a gymnasium.Env "
            "subclass", _is_env_kind)
 
+#: The hyper-parameters that name a class, and the kind each must be.
+HPARAM_KINDS = {"model_cls": MODEL, "distribution_cls": DISTRIBUTION, "optimizer_cls": OPTIMIZER}
+
 
 def describe(obj: Any) -> str:
     """What ``obj`` is, in a few words, for error messages (``"a builtin function"``...)."""
@@ -153,7 +166,42 @@ def _check_path(path: str, field: str, source: Any, trust_code: bool) -> list[st
                 f"{field} names {path!r}, in the module {parts[0]!r} whose import acts on its "
                 "own; rl8 refused to import it from a file",
             )
+        found_in = _working_dir_location(parts[0])
+        if found_in is not None:
+            raise _refuse(
+                source,
+                f"{field} names {path!r}, whose module {parts[0]!r} is not installed but found "
+                f"in the current directory ({found_in}); rl8 imports installed modules only for a "
+                "name read from a file. Pass trust_code=True (rl8 --trust-code) if you trust the "
+                "file, or run rl8 from another folder (see docs/security.md)",
+            )
     return parts
+
+
+def _working_dir_location(top: str) -> str | None:
+    """Where the top-level module ``top`` would be imported from when that is the current
+    directory (which ``python -m`` and an interactive session put first on ``sys.path``);
+    ``None`` when it is found elsewhere, is already imported, or is not found. Finding the
+    spec of a top-level name imports nothing."""
+    if top in sys.modules:
+        return None
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    if spec.submodule_search_locations:  # a package: the folders holding it
+        locations = [Path(folder).parent for folder in spec.submodule_search_locations]
+    elif spec.has_location and spec.origin:
+        locations = [Path(spec.origin).parent]
+    else:  # built-in or frozen
+        return None
+    cwd = Path.cwd().resolve()
+    for location in locations:
+        if location.resolve() == cwd:
+            return str(cwd)
+    return None
 
 
 def import_path(path: str, *, field: str, source: Any = None, trust_code: bool = False) -> Any:
@@ -216,7 +264,9 @@ def resolve(
     """
     if value is None:
         return None
-    obj = import_path(value, field=field, source=source, trust_code=trust_code) if isinstance(value, str) else value
+    obj = value
+    if isinstance(value, str):
+        obj = import_path(value, field=field, source=source, trust_code=trust_code)
     if kind.check(obj):
         return obj
     if source is None:
@@ -274,11 +324,16 @@ def resolve_env(
         if source is not None:
             _check_gymnasium_id(spec, field, source, trust_code)
         return spec
-    obj = import_path(spec, field=field, source=source, trust_code=trust_code) if isinstance(spec, str) else spec
+    obj = spec
+    if isinstance(spec, str):
+        obj = import_path(spec, field=field, source=source, trust_code=trust_code)
     if _is_env_kind(obj) or (callable(obj) and (source is None or trust_code)):
         if source is not None:
             from .envs.gymnasium import GymnasiumEnv
 
+            if env_kwargs is not None and not isinstance(env_kwargs, Mapping):
+                raise _refuse(source, f"{field} env_kwargs must be a dict, got "
+                                      f"{type(env_kwargs).__name__}")
             inner = (env_kwargs or {}).get("env")
             if isinstance(obj, type) and issubclass(obj, GymnasiumEnv) and isinstance(inner, str):
                 _check_gymnasium_id(inner, f"{field} env_kwargs['env']", source, trust_code)
@@ -328,12 +383,8 @@ def spec_from_env_info(info: Mapping[str, Any] | None, *, source: Any, trust_cod
         return None
     if not isinstance(spec, str):
         raise _refuse(source, f"the stored env spec must be a string, got {type(spec).__name__}")
-    return resolve_env(spec, source=source, trust_code=trust_code, env_kwargs=info.get("env_kwargs"))
-
-
-
-#: The hyper-parameters that name a class, and the kind each must be.
-HPARAM_KINDS = {"model_cls": MODEL, "distribution_cls": DISTRIBUTION, "optimizer_cls": OPTIMIZER}
+    return resolve_env(spec, source=source, trust_code=trust_code,
+                       env_kwargs=info.get("env_kwargs"))
 
 
 def check_stored_hparams(hparams: Any, *, source: Any, trust_code: bool = False) -> None:
@@ -341,9 +392,11 @@ def check_stored_hparams(hparams: Any, *, source: Any, trust_code: bool = False)
     (``model_cls``, ``distribution_cls``, ``optimizer_cls``, see :func:`resolve`); the names
     stay as stored (PPO resolves them again, to the same objects)."""
     if not isinstance(hparams, Mapping):
-        raise _refuse(source, f"the stored hyper-parameters must be a dict, got {type(hparams).__name__}")
+        raise _refuse(source, "the stored hyper-parameters must be a dict, got "
+                              f"{type(hparams).__name__}")
     for key, kind in HPARAM_KINDS.items():
         value = hparams.get(key)
         if value is not None and not isinstance(value, str):
-            raise _refuse(source, f"hparam {key} must be a dotted path (a str), got {type(value).__name__}")
+            raise _refuse(source, f"hparam {key} must be a dotted path (a str), got "
+                                  f"{type(value).__name__}")
         resolve(value, kind, field=f"hparam {key}", source=source, trust_code=trust_code)

@@ -315,15 +315,12 @@ def _check_device_available(map_location: Any) -> None:
         device = torch.device(map_location)
     except (RuntimeError, TypeError):
         return  # not a device name: torch.load says so
-    if device.type != "cuda":
-        return
-    if not torch.cuda.is_available():
+    from .hparams import missing_cuda_device
+
+    problem = missing_cuda_device(device)
+    if problem is not None:
         raise ValueError(f"load_checkpoint: map_location={str(map_location)!r} names a CUDA device, "
-                         "but CUDA is not available on this machine; load with map_location='cpu'")
-    count = torch.cuda.device_count()
-    if device.index is not None and device.index >= count:
-        raise ValueError(f"load_checkpoint: map_location={str(map_location)!r} is not available: this "
-                         f"machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}")
+                         f"but {problem}; load with map_location='cpu'")
 
 
 #: Errors of Python's zipfile on damaged archive bytes (EINVAL: a damaged offset to seek to).
@@ -338,7 +335,8 @@ def _verify_entries(path: Path, file: Any) -> None:
 
     A file that does not start like a zip archive is left to ``torch.load``, which names what it
     is. The entries are also checked to be plain files: torch reads a damaged "directory" flag
-    as an empty entry without any error.
+    as an empty entry without any error. Compressed entries are refused before anything is read:
+    torch stores every entry as is, and decompressing a crafted entry could cost gigabytes.
     """
     if file.read(4) != b"PK\x03\x04":
         return
@@ -351,6 +349,14 @@ def _verify_entries(path: Path, file: Any) -> None:
         raise CheckpointError(f"{path} is corrupt or truncated (its zip directory cannot be "
                               f"read: {_first_line(err)})") from err
     with archive:
+        for info in archive.infolist():  # before reading any: a compressed entry may be a zip bomb
+            if info.compress_type != zipfile.ZIP_STORED:
+                method = zipfile.compressor_names.get(info.compress_type, str(info.compress_type))
+                raise CheckpointError(
+                    f"{path} is not an rl8 checkpoint as torch writes it: its entry "
+                    f"{info.filename!r} is compressed ({method}), and torch never compresses "
+                    "entries; rl8 refused to decompress it"
+                )
         for info in archive.infolist():
             try:
                 if info.is_dir() or info.external_attr & _DOS_DIRECTORY:

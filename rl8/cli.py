@@ -345,6 +345,9 @@ def _train(args: argparse.Namespace) -> int:
     from .distributed import init_distributed
     from .trainer import Trainer
 
+    if args.trust_code and not args.resume:
+        raise ConfigError("--trust-code only applies with --resume (it lets a checkpoint you trust "
+                          "name a plain function as its env factory)")
     # under torchrun (WORLD_SIZE > 1): join the process group; a no-op otherwise
     init_distributed()
     file_config = load_config(args.config) if args.config else {}
@@ -576,17 +579,35 @@ def _load_policy_and_env(args: argparse.Namespace) -> tuple[Any, dict[str, Any],
     return policy, env_info, spec, config
 
 
+def _stored_env_kwargs(args: argparse.Namespace, env_info: Mapping[str, Any]) -> Any:
+    """The stored env's arguments when the env used is the stored one (no ``--env``, or an
+    ``--env`` naming the same env), else ``None``: they belong to that env. When ``--env`` is
+    given the stored env and the names inside its arguments are checked here, as
+    :func:`_load_policy_and_env` checks them without ``--env`` (see docs/security.md)."""
+    from ._resolve import spec_from_env_info
+
+    if not args.env:
+        return env_info.get("env_kwargs")
+    stored = env_info.get("spec")
+    if not stored or _canonical_env(args.env) != _canonical_env(
+        stored, source=args.policy, trust_code=args.trust_code
+    ):
+        return None
+    spec_from_env_info(env_info, source=args.policy, trust_code=args.trust_code)
+    return env_info.get("env_kwargs")
+
+
 def _eval(args: argparse.Namespace) -> int:
     import torch
 
-    from .ppo import make_env
-
     from .export import check_env_spaces
+    from .ppo import make_env
 
     policy, env_info, spec, config = _load_policy_and_env(args)
     num_envs = args.num_envs or args.episodes
+    env_kwargs = _stored_env_kwargs(args, env_info)
     try:
-        env = make_env(spec, num_envs, None, device="cpu", env_kwargs=env_info.get("env_kwargs"))
+        env = make_env(spec, num_envs, None, device="cpu", env_kwargs=env_kwargs)
     except (ValueError, TypeError, KeyError, ImportError) as exc:
         raise ConfigError(f"cannot build env {spec!r}: {exc}") from None
     try:
@@ -679,15 +700,11 @@ def _eval_steps(policy: Any, env: Any, obs: Any, steps: int, deterministic: bool
 def _record(args: argparse.Namespace) -> int:
     import gymnasium
 
+    from .export import check_env_spaces
     from .video import make_recording_env, record_video
 
     policy, env_info, spec, config = _load_policy_and_env(args)
-    stored = env_info.get("spec")
-    same_env = not args.env or (
-        stored and _canonical_env(args.env) == _canonical_env(stored, source=args.policy, trust_code=args.trust_code)
-    )
-    env_kwargs = env_info.get("env_kwargs") if same_env else None  # the stored env's arguments
-    from .export import check_env_spaces
+    env_kwargs = _stored_env_kwargs(args, env_info)
 
     try:
         env = make_recording_env(spec, env_kwargs=env_kwargs, device="cpu")
@@ -695,7 +712,7 @@ def _record(args: argparse.Namespace) -> int:
         raise ConfigError(f"cannot build env {spec!r}: {exc}") from None
     try:
         check_env_spaces(env, policy.observation_space, policy.action_space,
-                         what=f"the env {args.env or stored!r}", source=args.policy)
+                         what=f"the env {args.env or env_info.get('spec')!r}", source=args.policy)
     except ValueError as exc:
         env.close()
         raise ConfigError(str(exc)) from None
@@ -724,6 +741,8 @@ def _runs(args: argparse.Namespace) -> int:
 
     if args.older_than is not None and not args.clean:
         raise ConfigError("--older-than only applies with --clean")
+    if args.dry_run and not args.clean:
+        raise ConfigError("--dry-run only applies with --clean")
     uri = args.tracking_uri
     if args.clean:
         runs = clean_runs(uri, experiment=args.experiment, older_than_s=args.older_than, dry_run=args.dry_run)

@@ -167,23 +167,57 @@ class Env(ABC):
                 state[key] = value.detach().clone()
             elif isinstance(value, torch.Generator):
                 state[key] = {"__generator__": value.get_state()}
-            elif isinstance(value, (bool, int, float, str)) or value is None:
+            elif _is_plain(value):
                 state[key] = value
-            elif isinstance(value, dict) and all(
-                isinstance(v, (bool, int, float, str)) or v is None for v in value.values()
-            ):
+            elif isinstance(value, dict) and all(_is_plain(v) for v in value.values()):
                 state[key] = dict(value)
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore what :meth:`state_dict` returned."""
+        """Restore what :meth:`state_dict` returned.
+
+        Only the entries this env's own :meth:`state_dict` produces are accepted, each of the
+        same sort (a tensor of the same dtype, a generator state, a plain value): a stored
+        state cannot set other attributes.
+
+        Args:
+            state: The env state read from a checkpoint.
+
+        Raises:
+            ValueError: The env cannot restore a state (its ``state_dict()`` is ``None``), or an
+                entry is not one this env saves, or of another sort; the message names the key.
+        """
+        own = self.state_dict()
+        if own is None:
+            raise ValueError(f"env state: {type(self).__name__}.state_dict() is None, so it cannot "
+                             "restore a stored state")
+        if not isinstance(state, dict):
+            raise ValueError(f"env state: expected a dict, got {type(state).__name__}")
         for key, value in state.items():
-            current = getattr(self, key, None)
-            if isinstance(value, dict) and "__generator__" in value and isinstance(current, torch.Generator):
-                current.set_state(value["__generator__"])
-            elif isinstance(value, torch.Tensor):
+            if key not in own:
+                raise ValueError(f"env state: {key!r} is not an entry of {type(self).__name__}'s "
+                                 f"state; expected some of {sorted(own)}")
+            expected = own[key]
+            if isinstance(expected, torch.Tensor):
+                if not isinstance(value, torch.Tensor) or value.dtype != expected.dtype:
+                    raise ValueError(f"env state: {key!r} must be a {expected.dtype} tensor, got "
+                                     f"{_sort_of(value)}")
                 setattr(self, key, value.to(self.device))
+            elif isinstance(expected, dict) and "__generator__" in expected:
+                generator_state = value.get("__generator__") if isinstance(value, dict) else None
+                if not isinstance(generator_state, torch.Tensor) or generator_state.dtype != torch.uint8:
+                    raise ValueError(f"env state: {key!r} must be a generator state "
+                                     f"({{'__generator__': uint8 tensor}}), got {_sort_of(value)}")
+                getattr(self, key).set_state(generator_state)
+            elif isinstance(expected, dict):
+                if not (isinstance(value, dict) and all(_is_plain(v) for v in value.values())):
+                    raise ValueError(f"env state: {key!r} must be a dict of plain values, got "
+                                     f"{_sort_of(value)}")
+                setattr(self, key, dict(value))
             else:
+                if not _is_plain(value):
+                    raise ValueError(f"env state: {key!r} must be a bool, int, float, str or None, "
+                                     f"got {_sort_of(value)}")
                 setattr(self, key, value)
 
     def apply_config(self, config: dict[str, Any] | None, allowed: dict[str, Any]) -> dict[str, Any]:
@@ -211,6 +245,18 @@ class Env(ABC):
             f"{type(self).__name__}(num_envs={self.num_envs}, horizon={self.horizon}, "
             f"device={self.device})"
         )
+
+
+def _is_plain(value: Any) -> bool:
+    """A value the default :meth:`Env.state_dict` saves as is."""
+    return isinstance(value, (bool, int, float, str)) or value is None
+
+
+def _sort_of(value: Any) -> str:
+    """What a stored value is, for messages (``"a torch.float32 tensor"``, ``"a list"``)."""
+    if isinstance(value, torch.Tensor):
+        return f"a {value.dtype} tensor"
+    return f"{value!r} ({type(value).__name__})" if _is_plain(value) else f"a {type(value).__name__}"
 
 
 def _check_value(name: str, value: Any, space: spaces.Space, num_envs: int, where: str) -> None:

@@ -15,8 +15,7 @@ from typing import Any, Literal
 
 import torch
 
-from .distributions import Distribution
-from .models import Model
+from ._resolve import HPARAM_KINDS, resolve
 from .schedules import Schedule
 
 __all__ = ["HParams"]
@@ -27,6 +26,20 @@ _MAX_SEED = 2**63 - 1
 # Minibatches per pass by default (CleanRL's ``num_minibatches``); at the default batch shape
 # (256 envs x 32 steps) minibatches of 2048 transitions.
 _DEFAULT_NUM_MINIBATCHES = 4
+
+
+def missing_cuda_device(device: torch.device) -> str | None:
+    """Why the CUDA ``device`` cannot be used on this machine (``"CUDA is not available on this
+    machine"``, or the devices it has when the index is out of range), or ``None`` when it can
+    (and for every device that is not CUDA)."""
+    if device.type != "cuda":
+        return None
+    if not torch.cuda.is_available():
+        return "CUDA is not available on this machine"
+    count = torch.cuda.device_count()
+    if device.index is not None and device.index >= count:
+        return f"this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}"
+    return None
 
 
 def _divisors(n: int) -> list[int]:
@@ -315,18 +328,13 @@ class HParams:
                 bad(name, "a dict")
         if "lr" in self.optimizer_kwargs:
             raise ValueError("hparam optimizer_kwargs: set the learning rate with lr=..., not optimizer_kwargs['lr']")
-        # Classes given as objects are checked here; dotted paths when they are resolved.
-        for name, base, expected in (
-            ("optimizer_cls", torch.optim.Optimizer,
-             "a torch.optim.Optimizer subclass or a dotted path such as 'torch.optim.Adam'"),
-            ("model_cls", Model, "an rl8.Model subclass, a dotted path to one, or None"),
-            ("distribution_cls", Distribution, "an rl8.Distribution subclass, a dotted path to one, or None"),
-        ):
+        # Classes given as objects are checked here; dotted paths when PPO imports them.
+        for name, kind in HPARAM_KINDS.items():
             v = getattr(self, name)
-            if (v is None and name != "optimizer_cls") or isinstance(v, str):
-                continue
-            if not (isinstance(v, type) and issubclass(v, base)):
-                bad(name, expected)
+            if v is None and name == "optimizer_cls":
+                bad(name, f"{kind.description} or its dotted path")
+            if not isinstance(v, str):
+                resolve(v, kind, field=f"hparam {name}")
         if not isinstance(self.device, (str, torch.device)):
             bad("device", "'auto', 'cpu', 'cuda', 'cuda:N' or a torch.device")
         if self.device != "auto":
@@ -334,8 +342,9 @@ class HParams:
                 dev = torch.device(self.device)
             except (RuntimeError, TypeError):
                 bad("device", "'auto', 'cpu', 'cuda', 'cuda:N' or a torch.device")
-            if dev.type == "cuda" and not torch.cuda.is_available():
-                bad("device", "a device that exists ('cuda' was asked for, but CUDA is not available)")
+            problem = missing_cuda_device(dev)
+            if problem is not None:
+                bad("device", f"a device that exists ({problem})")
         if self.seed is not None and (not is_int(self.seed) or not 0 <= self.seed <= _MAX_SEED):
             bad("seed", "an int in [0, 2**63 - 1] or None")
         if not is_int(self.check_finite_collects) or self.check_finite_collects < -1:

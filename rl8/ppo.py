@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
-from ._resolve import DISTRIBUTION, MODEL, OPTIMIZER, is_dotted_path, resolve, resolve_env
+from ._resolve import DISTRIBUTION, HPARAM_KINDS, MODEL, OPTIMIZER, is_dotted_path, resolve, resolve_env
 from .buffer import RolloutBuffer, compute_gae
 from .distributed import DistContext, derive_seed
 from .env import Env, EnvOutputError, find_nonfinite, validate_reset_output, validate_step_output
@@ -95,9 +95,11 @@ def _check_buffer_fits(hp: HParams, device: torch.device, slot_bytes: int) -> No
 
 
 @contextlib.contextmanager
-def _allocation(hp: HParams, slot_bytes: int):
+def _allocation(hp: HParams, slot_bytes: int | None):
     """Re-raise a failed allocation (torch's allocators, ``MemoryError``) as an error naming
-    ``num_envs``, ``horizon`` and the bytes of the buffer; other errors pass unchanged."""
+    ``num_envs``, ``horizon`` and the bytes of the buffer of ``slot_bytes`` per env and step;
+    ``slot_bytes=None``: the allocation is the envs' own (their constructor), and the error
+    names ``num_envs`` only. Other errors pass unchanged."""
     try:
         yield
     except (MemoryError, RuntimeError) as err:
@@ -108,6 +110,9 @@ def _allocation(hp: HParams, slot_bytes: int):
         if not out_of_memory:
             raise
         reason = text.splitlines()[-1] if text else type(err).__name__
+        if slot_bytes is None:
+            raise ValueError(f"hparam num_envs: building num_envs={hp.num_envs} envs ran out of memory "
+                             f"({reason}). Use fewer envs") from err
         need = hp.num_envs * (hp.horizon + 1) * slot_bytes
         raise _buffer_size_error(hp, need, f"allocating memory failed ({reason})") from err
 
@@ -239,7 +244,7 @@ def _plain_hparams(hp: HParams) -> dict[str, Any]:
     """Hyper-parameters as plain values (classes as dotted paths), for checkpoints and MLflow."""
     out = {}
     for key, value in hp.to_dict().items():
-        if key in ("model_cls", "distribution_cls", "optimizer_cls"):
+        if key in HPARAM_KINDS:
             value = _qualname(value)
         elif key == "device":
             value = str(value)
@@ -331,7 +336,7 @@ class PPO:
         torch.manual_seed(self.seed)
         self.env_spec = env
         _check_buffer_fits(hp, self.device, _MIN_SLOT_BYTES)  # before the env allocates per env
-        with _allocation(hp, _MIN_SLOT_BYTES):
+        with _allocation(hp, None):
             self.env = make_env(env, hp.num_envs, hp.horizon, device=self.device, env_kwargs=hp.env_kwargs)
         self.policy = Policy(
             self.env.observation_space,
@@ -1081,7 +1086,8 @@ class PPO:
             self._firsts = rec["firsts"].to(self.device)
             self.sequences = int(rec["sequences"])
         obs, env_state = state.get("obs"), state.get("env")
-        if obs is not None and env_state is not None:
+        # an env that saves no state (GymnasiumEnv) is reset, whatever the file holds
+        if obs is not None and env_state is not None and self.env.state_dict() is not None:
             self.env.load_state_dict(env_state)
             if "tensordict" in obs:
                 from tensordict import TensorDict
@@ -1089,9 +1095,9 @@ class PPO:
                 self._obs = TensorDict(obs["tensordict"], batch_size=[self.hparams.num_envs]).to(self.device)
             else:
                 self._obs = obs["tensor"].to(self.device)
-            self._validated = True
         else:
             self._obs = None
+        self._validated = False  # the first step after a resume is checked like any first step
         self.generator.set_state(state["rng"]["generator"])
         self.eval_generator.set_state(state["rng"]["eval_generator"])
         torch.set_rng_state(state["rng"]["torch"])

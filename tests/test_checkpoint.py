@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+import zipfile
 
 import numpy as np
 import pytest
@@ -318,6 +319,17 @@ def test_a_damaged_directory_flag_is_refused(tmp_path):
     data[record + 38] |= 0x10  # external attributes: MS-DOS directory bit
     path.write_bytes(bytes(data))
     with pytest.raises(CheckpointError, match="entry '.*' fails the zip integrity check"):
+        load_checkpoint(path)
+
+
+def test_a_compressed_entry_is_refused_before_it_is_read(tmp_path):
+    """torch never compresses entries; a DEFLATE entry could be a zip bomb."""
+    path = save_checkpoint({"w": torch.randn(10)}, tmp_path / "c.pt")
+    with zipfile.ZipFile(path, "a") as archive:  # 16 MiB of zeros in about 16 KiB
+        archive.writestr("c/bomb", bytes(16 << 20), compress_type=zipfile.ZIP_DEFLATED)
+    assert path.stat().st_size < 100_000
+    with pytest.raises(CheckpointError, match=r"c.pt is not an rl8 checkpoint as torch writes it: "
+                                              r"its entry 'c/bomb' is compressed \(deflate\)"):
         load_checkpoint(path)
 
 

@@ -179,6 +179,16 @@ def test_resume_continues_the_run(tmp_path, capsys, mlflow_uri):
     assert MlflowClient(mlflow_uri).get_run(first["run id"]).info.status == "FINISHED"
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["train", "--env", "rl8.envs.CartPole", "--trust-code", "--max-steps", "1"],
+     "--trust-code only applies with --resume"),
+    (["runs", "--dry-run"], "--dry-run only applies with --clean"),
+])
+def test_options_that_only_apply_with_another_are_errors(argv, message, capsys):
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
 def test_resume_missing_checkpoint_exits_1(tmp_path, capsys):
     assert main(["train", "--resume", str(tmp_path / "nope.pt")]) == 1
     assert "no checkpoint" in capsys.readouterr().err
@@ -209,6 +219,18 @@ def test_eval_of_an_env_without_episodes(tmp_path, capsys):
     assert main(["eval", fields["checkpoint"], "--num-envs", "2", "--max-steps", "5", "--stochastic"]) == 0
     out = capsys.readouterr().out
     assert "does not end episodes: returns over 5 steps" in out and "env 1: return" in out
+
+
+def test_eval_in_another_env_does_not_get_the_stored_envs_arguments(tmp_path, capsys):
+    from rl8 import PPO, save_policy
+    from rl8.envs import CartPole
+
+    path = tmp_path / "policy.pt"  # as trained on the gymnasium id, with its own arguments
+    save_policy(PPO(CartPole, num_envs=4, horizon=8).policy, path,
+                env={"spec": "CartPole-v1", "env_kwargs": {"max_episode_steps": 20}, "env_config": {}})
+    assert main(["eval", str(path), "--env", "rl8.envs.CartPole", "--episodes", "1",
+                 "--env-config", "max_episode_steps=5"]) == 0
+    assert "episode 1: return 5, length 5" in capsys.readouterr().out
 
 
 def test_eval_missing_policy_exits_1(tmp_path, capsys):

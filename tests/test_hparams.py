@@ -34,10 +34,12 @@ def test_defaults_are_valid_and_frozen():
         ("seed", 2**70, f"seed: expected an int in [0, 2**63 - 1] or None, got {2**70}"),
         ("seed", -1, "seed: expected an int in [0, 2**63 - 1] or None, got -1"),
         ("distribution_cls", torch.nn.Linear,
-         "distribution_cls: expected an rl8.Distribution subclass, a dotted path to one, or None, "
-         "got <class 'torch.nn.modules.linear.Linear'>"),
-        ("model_cls", torch.nn.Linear, "model_cls: expected an rl8.Model subclass, a dotted path to one, or None, got"),
-        ("optimizer_cls", torch.nn.Linear, "optimizer_cls: expected a torch.optim.Optimizer subclass or a dotted path"),
+         "distribution_cls: expected an rl8 Distribution subclass (rl8.distributions.Distribution) or "
+         "its dotted path, got <class 'torch.nn.modules.linear.Linear'> (the class torch.nn.modules.linear.Linear)"),
+        ("model_cls", torch.nn.Linear, "model_cls: expected an rl8 Model subclass (rl8.models.Model) or its dotted "
+                                       "path, got"),
+        ("optimizer_cls", torch.nn.Linear, "optimizer_cls: expected a torch.optim.Optimizer subclass or its dotted path"),
+        ("optimizer_cls", None, "optimizer_cls: expected a torch.optim.Optimizer subclass or its dotted path, got None"),
         ("clip_param", 0, "clip_param: expected a finite number > 0, got 0"),
         ("dual_clip_param", 0.5, "dual_clip_param: expected a number > 1 or None, got 0.5"),
         ("vf_clip_param", -1.0, "vf_clip_param: expected a number > 0 or None"),
@@ -56,6 +58,17 @@ def test_invalid_values_name_field_expected_and_given(field, value, fragment):
     with pytest.raises(ValueError) as err:
         HParams(**{field: value})
     assert fragment in str(err.value)
+
+
+def test_a_cuda_device_index_this_machine_lacks_is_refused(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    with pytest.raises(ValueError, match=r"hparam device: expected a device that exists \(this machine has 2 "
+                                         r"CUDA device\(s\), cuda:0 to cuda:1\), got 'cuda:2'"):
+        HParams(device="cuda:2")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match=r"a device that exists \(CUDA is not available on this machine\)"):
+        HParams(device="cuda")
 
 
 def test_minibatch_must_divide_buffer():

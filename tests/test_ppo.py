@@ -708,6 +708,17 @@ def test_the_buffer_estimate_counts_the_spaces(monkeypatch):
     PPO(CartPole, **SMALL)
 
 
+class OutOfMemoryEnv(CartPole):
+    def __init__(self, *args, **kwargs):
+        raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 99 bytes.")
+
+
+def test_an_env_constructor_out_of_memory_is_reported_for_the_envs():
+    with pytest.raises(ValueError, match=r"^hparam num_envs: building num_envs=16 envs ran out of memory "
+                                         r"\(.*you tried to allocate 99 bytes.\). Use fewer envs$"):
+        PPO(OutOfMemoryEnv, **SMALL)
+
+
 def test_a_failed_allocation_names_num_envs_horizon_and_bytes(monkeypatch):
     import rl8.ppo
 
@@ -726,3 +737,57 @@ def test_a_failed_allocation_names_num_envs_horizon_and_bytes(monkeypatch):
     monkeypatch.setattr(rl8.ppo, "RolloutBuffer", other)
     with pytest.raises(RuntimeError, match="^something else$"):
         PPO(CartPole, **SMALL)
+
+
+class RewardsOfWrongShapeWhenBroken(CartPole):
+    """CartPole whose step output is malformed once its ``broken`` flag (part of its state) is set."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.broken = False
+
+    def step(self, action):
+        out = super().step(action)
+        if self.broken:
+            out["rewards"] = out["rewards"][:, 0]
+        return out
+
+
+def test_the_first_step_after_a_resume_is_validated():
+    algo = PPO(RewardsOfWrongShapeWhenBroken, **SMALL)
+    algo.collect()
+    state = algo.state_dict()
+    state["env"]["broken"] = True
+    resumed = PPO(RewardsOfWrongShapeWhenBroken, **SMALL)
+    resumed.load_state_dict(state)
+    with pytest.raises(EnvOutputError, match="rewards"):
+        resumed.collect()
+
+
+@pytest.mark.parametrize("key, value, expected", [
+    ("reset", 1, r"'reset' is not an entry of CartPole's state; expected some of \["),
+    ("__class__", "x", "'__class__' is not an entry"),
+    ("state", "abc", r"'state' must be a torch.float32 tensor, got 'abc' \(str\)"),
+    ("state", torch.zeros(16, 4, dtype=torch.int64), "'state' must be a torch.float32 tensor, got a torch.int64"),
+])
+def test_env_load_state_dict_accepts_only_the_envs_own_entries(key, value, expected):
+    env = CartPole(4, 8)
+    state = env.state_dict()
+    assert "state" in state  # the entry the crafted values replace
+    state[key] = value
+    with pytest.raises(ValueError, match=expected):
+        env.load_state_dict(state)
+    assert not isinstance(env.reset, int) and type(env) is CartPole
+
+
+def test_a_stored_env_state_is_ignored_for_an_env_that_saves_none():
+    algo = PPO("CartPole-v1", **SMALL)
+    algo.collect()
+    state = algo.state_dict()
+    assert state["env"] is None and state["obs"] is None  # GymnasiumEnv.state_dict() is None
+    state["env"] = {"reset": 1}
+    state["obs"] = {"tensor": torch.zeros(SMALL["num_envs"], 4)}
+    resumed = PPO("CartPole-v1", **SMALL)
+    resumed.load_state_dict(state)
+    resumed.collect()  # the envs are reset, not patched
+    assert callable(resumed.env.reset)

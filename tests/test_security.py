@@ -151,6 +151,7 @@ def test_a_crafted_trainer_checkpoint_is_refused_by_load_policy(checkpoint, tmp_
 
 @pytest.mark.parametrize("spec, words", [
     ("antigravity.Env", "whose import acts on its own"),       # opens a web browser when imported
+    ("test.Env", "whose import acts on its own"),  # the package of test.autotest (runs CPython's tests)
     ("rl8.__main__.main", "private or special part"),         # would run the rl8 command
     ("os._exit", "private or special part"),
 ])
@@ -158,7 +159,7 @@ def test_file_paths_that_importing_could_abuse_are_refused_before_import(checkpo
     evil = craft_checkpoint(checkpoint, tmp_path / "evil.pt", env=spec)
     with pytest.raises(CheckpointError, match=words):
         Trainer.from_checkpoint(evil, tracking=False)
-    assert "antigravity" not in sys.modules and "rl8.__main__" not in sys.modules
+    assert not {"antigravity", "test", "rl8.__main__"} & set(sys.modules)
 
 
 def test_a_gymnasium_id_that_imports_a_module_is_checked_as_a_path(checkpoint, tmp_path):
@@ -174,6 +175,64 @@ def test_a_gymnasium_env_class_cannot_smuggle_an_importing_id(checkpoint, tmp_pa
     with pytest.raises(CheckpointError, match=r"env_kwargs\['env'\].*antigravity"):
         Trainer.from_checkpoint(evil, tracking=False)
     assert "antigravity" not in sys.modules
+
+
+@pytest.mark.parametrize("env_kwargs", [["env", "CartPole-v1"], "CartPole-v1"])
+def test_stored_env_kwargs_that_are_not_a_dict_are_refused(checkpoint, tmp_path, env_kwargs):
+    evil = craft_checkpoint(checkpoint, tmp_path / "evil.pt", env="rl8.envs.gymnasium.GymnasiumEnv",
+                            env_kwargs=env_kwargs)
+    with pytest.raises(CheckpointError, match=rf"evil.pt: env env_kwargs must be a dict, got "
+                                              rf"{type(env_kwargs).__name__}"):
+        Trainer.from_checkpoint(evil, tracking=False)
+
+
+@pytest.fixture
+def script_in_working_dir(tmp_path, monkeypatch):
+    """A module in the current directory (first on sys.path, as under ``python -m rl8``) whose
+    import touches a marker file: a stand-in for a setup.py or a script without a main guard."""
+    folder = tmp_path / "project"
+    folder.mkdir()
+    marker = tmp_path / "imported"
+    (folder / "local_script.py").write_text(
+        f"import pathlib\npathlib.Path({str(marker)!r}).touch()\nEnv = 42\n"
+    )
+    monkeypatch.chdir(folder)
+    monkeypatch.syspath_prepend(str(folder))
+    monkeypatch.delitem(sys.modules, "local_script", raising=False)
+    return marker
+
+
+@pytest.mark.parametrize("spec, env_kwargs", [
+    ("local_script.Env", None),
+    ("local_script:Env-v0", None),
+    ("rl8.envs.gymnasium.GymnasiumEnv", {"env": "local_script:Env-v0"}),
+])
+def test_a_file_cannot_import_a_module_of_the_current_directory(
+        checkpoint, tmp_path, script_in_working_dir, spec, env_kwargs):
+    evil = craft_checkpoint(checkpoint, tmp_path / "evil.pt", env=spec, env_kwargs=env_kwargs)
+    with pytest.raises(CheckpointError, match=r"'local_script' is not installed but found in the "
+                                              r"current directory.*installed modules only.*trust_code"):
+        Trainer.from_checkpoint(evil, tracking=False)
+    assert not script_in_working_dir.exists() and "local_script" not in sys.modules
+
+
+@pytest.mark.parametrize("command", ["eval", "record"])
+def test_env_names_inside_the_stored_env_kwargs_are_checked_when_env_is_given(
+        tmp_path, script_in_working_dir, capsys, command):
+    policy = craft_policy(tmp_path, env="rl8.envs.gymnasium.GymnasiumEnv",
+                          env_kwargs={"env": "local_script:Env-v0"})
+    argv = [command, str(policy), "--env", "rl8.envs.GymnasiumEnv", "--max-steps", "2",
+            *(["-o", str(tmp_path / "v.mp4")] if command == "record" else [])]
+    assert main(argv) == 1
+    assert "env env_kwargs['env'] names 'local_script'" in capsys.readouterr().err
+    assert not script_in_working_dir.exists()
+
+
+def test_trust_code_imports_a_module_of_the_current_directory(checkpoint, tmp_path, script_in_working_dir):
+    evil = craft_checkpoint(checkpoint, tmp_path / "evil.pt", env="local_script.Env")
+    with pytest.raises(CheckpointError, match="wrong kind"):  # imported, then refused for its kind
+        Trainer.from_checkpoint(evil, tracking=False, trust_code=True)
+    assert script_in_working_dir.exists()
 
 
 # ------------------------------------------------------------------- legitimate files still load
@@ -226,12 +285,13 @@ def test_an_env_factory_function_needs_trust_code(tmp_path, capsys):
     ("model_cls", "os.system",
      r"hparam model_cls: expected an rl8 Model subclass \(rl8.models.Model\) or its dotted path, got 'os.system'"),
     ("distribution_cls", torch.nn.Linear,
-     r"hparam distribution_cls: expected an rl8.Distribution subclass, a dotted path to one, or None, got .*Linear"),
+     r"hparam distribution_cls: expected an rl8 Distribution subclass \(rl8.distributions.Distribution\) or its "
+     r"dotted path, got .*Linear"),
     ("optimizer_cls", "builtins.eval",
      r"hparam optimizer_cls: expected a torch.optim.Optimizer subclass or its dotted path, got 'builtins.eval'"),
 ])
 def test_class_hparams_given_in_code_are_checked_for_their_kind(key, value, expected):
-    # objects are checked when the hparams are made, dotted paths when PPO imports them
+    # one check and one message: objects when the hparams are made, dotted paths when PPO imports them
     with pytest.raises(ValueError, match=expected):
         PPO(CartPole, **{key: value}, **SMALL)
 
