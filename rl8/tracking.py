@@ -450,17 +450,28 @@ class Tracker:
         """End the run just created with ``status``, that :meth:`end` was asked for while the
         start was in progress (one short attempt: that end has returned already)."""
         self._ended = True
+        self._set_status(status, self._degraded_policy(), when=" once its start completed")
+
+    def _set_status(self, status: str, policy: _HttpPolicy, *,
+                    when: str = "", deadline: float = math.inf) -> bool:
+        """Mark the run ``status`` under ``policy`` (no request once ``deadline``, a
+        ``time.monotonic()`` value, has passed); a failure is a warning. Returns whether the
+        status was set."""
         try:
-            with self._degraded_policy():
+            if time.monotonic() >= deadline:
+                raise TimeoutError("no time was left for it")
+            with policy:
                 self._client.set_terminated(self.run_id, status=status)
             self.final_status = status
+            return True
         except Exception as exc:
             warnings.warn(
                 f"could not set the status of MLflow run {self.run_id} at {self.tracking_uri!r} "
-                f"to {status} once its start completed: {exc}",
+                f"to {status}{when}: {exc}",
                 TrackingWarning,
-                stacklevel=3,
+                stacklevel=4,
             )
+            return False
 
     def _experiment_id(self) -> str:
         client = self._client
@@ -599,19 +610,7 @@ class Tracker:
                 policy = self._bounded_policy(deadline, requests=1)
             else:
                 policy = self._degraded_policy() if self._degraded else self._normal_policy()
-            try:
-                if time.monotonic() >= deadline:
-                    raise TimeoutError(f"no time left of the {timeout_s:g} s allowed")
-                with policy:
-                    self._client.set_terminated(self.run_id, status=status)
-                self.final_status = status
-            except Exception as exc:
-                warnings.warn(
-                    f"could not set the status of MLflow run {self.run_id} at "
-                    f"{self.tracking_uri!r} to {status}: {exc}",
-                    TrackingWarning,
-                    stacklevel=2,
-                )
+            self._set_status(status, policy, deadline=deadline)
             return self.final_status == status
         finally:
             self._lock.release()
