@@ -24,7 +24,7 @@ def main(seed: int) -> None:
     eval_env = CartPole(32)
     while algo.env_steps < 1_500_000:
         algo.collect()
-        algo.step()
+        algo.update()
         if algo.steps % 2 == 0 and algo.evaluate(eval_env, num_steps=500)["episodes/return_mean"] >= 475:
             print(f"solved after {algo.env_steps} env steps, {time.perf_counter() - start:.2f} s after imports")
             return

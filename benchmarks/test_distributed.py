@@ -6,8 +6,8 @@ same algorithm and the same number of optimizer steps (32 per update) either way
 **one torch thread per rank** (``torch.set_num_threads(1)`` in each process), so 2 ranks use
 2 cores and 1 rank uses 1.
 
-* ``test_update[1 rank]``: ``PPO.step()`` on 1024 envs in this process.
-* ``test_update[2 ranks]``: ``PPO.step()`` on 512 envs in this process (rank 0) while a helper
+* ``test_update[1 rank]``: ``PPO.update()`` on 1024 envs in this process.
+* ``test_update[2 ranks]``: ``PPO.update()`` on 512 envs in this process (rank 0) while a helper
   process (rank 1, same workload) runs the same rounds in lockstep; the time is rank 0's.
 * ``test_gradient_all_reduce``: ONE ``DistContext.average_gradients`` (the one all-reduce of
   the flattened gradients per optimizer step) between the same 2 processes.
@@ -176,7 +176,7 @@ def _helper(task: str) -> None:
         algo = make_algo(N_ENVS // 2, GLOBAL_MINIBATCH // 2)
         algo.collect()
         for _ in range(WARMUP + ROUNDS):
-            algo.step()
+            algo.update()
     else:
         algo, params = _grads_ready()
         for _ in range(10 + ALL_REDUCE_ROUNDS):

@@ -56,7 +56,7 @@ def test_lstm_collect_and_step(benchmark):
 
     def run():
         algo.collect()
-        algo.step()
+        algo.update()
 
     benchmark.pedantic(run, rounds=3, warmup_rounds=1)
     _record(benchmark)

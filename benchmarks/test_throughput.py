@@ -125,7 +125,7 @@ def test_collect_and_step(benchmark, name):
 
     def run():
         algo.collect()
-        algo.step()
+        algo.update()
 
     benchmark.pedantic(run, rounds=w["rounds"], warmup_rounds=1)
     _record(benchmark, w)

@@ -63,7 +63,7 @@ def test_tracking_overhead_per_step(benchmark, tmp_path):
             t0 = time.perf_counter()
             for _ in range(n):
                 algo.collect()
-                algo.step()
+                algo.update()
             return time.perf_counter() - t0
 
         def tracked(n: int) -> float:

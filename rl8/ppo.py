@@ -1,7 +1,7 @@
 """Proximal Policy Optimization over batched environments.
 
 The whole algorithm reads top to bottom: :meth:`PPO.collect` fills the preallocated buffer by
-stepping the envs ``horizon`` times; :meth:`PPO.step` computes GAE advantages and runs the
+stepping the envs ``horizon`` times; :meth:`PPO.update` computes GAE advantages and runs the
 clipped-surrogate update. Both return flat ``dict[str, float]`` stats named as listed in
 docs/trainer.md (Metrics).
 """
@@ -13,6 +13,7 @@ import inspect
 import math
 import os
 import secrets
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -32,7 +33,7 @@ from .stats import Stats
 
 __all__ = ["NonFiniteError", "PPO", "make_env"]
 
-#: Update stats checked for NaN/inf after every :meth:`PPO.step` (the grad norm only without a
+#: Update stats checked for NaN/inf after every :meth:`PPO.update` (the grad norm only without a
 #: gradient scaler: with one, an inf grad norm is a skipped step, not a failure).
 _CHECKED_UPDATE_STATS = ("losses/total", "monitors/grad_norm")
 #: Rollout stats checked for NaN/inf after every collect (they reduce every reward).
@@ -42,7 +43,7 @@ _CHECKED_ROLLOUT_STATS = ("rollout/reward_sum_mean", "rollout/reward_sum_std", "
 class NonFiniteError(FloatingPointError):
     """Training produced NaN or inf: a loss, the gradient norm or a rollout statistic.
 
-    Raised by :meth:`PPO.step` and :meth:`PPO.collect`; the message names the stat, its value
+    Raised by :meth:`PPO.update` and :meth:`PPO.collect`; the message names the stat, its value
     and the step. The optimizer step that produced it may already have made the parameters
     non-finite, so the Trainer never checkpoints them (resume from an earlier checkpoint).
     """
@@ -311,14 +312,14 @@ class PPO:
             data-parallel training: schedules and ``env/steps`` count the whole job).
         env_resets: Times PPO reset all envs.
         collects: Number of :meth:`collect` calls.
-        steps: Number of :meth:`step` (update) calls.
+        steps: Number of :meth:`update` calls (optimisation steps of the policy).
 
     Example:
         >>> from rl8 import PPO
         >>> from rl8.envs import CartPole
         >>> algo = PPO(CartPole, num_envs=64, horizon=16, seed=0)
         >>> rollout_stats = algo.collect()
-        >>> update_stats = algo.step()
+        >>> update_stats = algo.update()
     """
 
     def __init__(self, env: type[Env] | str | Callable[..., Any], /, **hparams: Any) -> None:
@@ -739,8 +740,9 @@ class PPO:
         out[index[:, 0], index[:, 1]] = values
         return out
 
-    def step(self) -> dict[str, float]:
-        """Run the PPO update on the last collect's buffer.
+    def update(self) -> dict[str, float]:
+        """Run the PPO update on the last collect's buffer (:meth:`collect` then ``update`` is
+        one training iteration; :meth:`rl8.Trainer.step` does both and logs them).
 
         Computes GAE advantages (stopping at ``terminated``, bootstrapping from the value of
         ``final_obs`` at ``truncated``), then ``num_sgd_iters`` passes of minibatch SGD on the
@@ -758,7 +760,7 @@ class PPO:
                 observations or rewards hold NaN/inf.)
         """
         if self.collects == 0:
-            raise RuntimeError("PPO.step() needs a collect() first: the rollout buffer is empty")
+            raise RuntimeError("PPO.update() needs a collect() first: the rollout buffer is empty")
         hp = self.hparams
         h = hp.horizon
         data = self.buffer.data
@@ -948,6 +950,12 @@ class PPO:
         elif not (self._fast_adam and _fused_adam_step(self.optimizer)):
             self.optimizer.step()
         return grad_norm.detach().float()
+
+    def step(self) -> dict[str, float]:
+        """Deprecated name of :meth:`update` (it was easy to confuse with
+        :meth:`rl8.Trainer.step`, which collects and updates)."""
+        warnings.warn("PPO.step() is renamed PPO.update()", DeprecationWarning, stacklevel=2)
+        return self.update()
 
     # ----------------------------------------------------------------- eval
     @torch.no_grad()

@@ -68,7 +68,7 @@ class TrainStats(Stats):
       rewards over the collect's ``horizon`` steps, not an episode return), ``rewards/*``, and for
       episodic envs ``episodes/{return_mean,length_mean,count}`` (NaN means when no episode
       ended during the collect);
-    * update stats of :meth:`rl8.PPO.step`: ``losses/*``, ``monitors/*``, ``coefficients/*``;
+    * update stats of :meth:`rl8.PPO.update`: ``losses/*``, ``monitors/*``, ``coefficients/*``;
     * system: ``profiling/collect_ms``, ``profiling/step_ms`` (wall-clock milliseconds),
       ``throughput/env_steps_per_s``, ``memory/rss_mb``, ``memory/max_rss_mb`` (and
       ``memory/cuda_allocated_mb``, ``memory/cuda_max_allocated_mb`` on CUDA);
@@ -944,7 +944,7 @@ class Trainer:
         t0 = time.perf_counter()
         collect = algo.collect(env_config=env_config)
         t1 = time.perf_counter()
-        update = algo.step()
+        update = algo.update()
         t2 = time.perf_counter()
         stats = TrainStats(collect)
         stats.update(update)

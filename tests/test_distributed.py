@@ -152,7 +152,7 @@ def test_one_update_on_two_ranks_equals_one_process_with_all_envs(one_update_job
     for key, value in r0["reward_stats"].items():
         torch.testing.assert_close(r1["reward_stats"][key], value, rtol=0, atol=0)
         torch.testing.assert_close(single.reward_normalizer.stats.state_dict()[key], value, rtol=1e-5, atol=1e-6)
-    single.step()
+    single.update()
 
     after = dict(single.policy.state_dict())
     moved = max((r0["after"][k].float() - r0["before"][k].float()).abs().max().item() for k in after)
@@ -348,7 +348,7 @@ def _worker_one_update(out: str) -> None:
         rollout_stats = algo.collect()
         reward_stats = {k: v.clone() for k, v in algo.reward_normalizer.stats.state_dict().items()}
         data = algo.buffer.data.to_dict()
-        update_stats = algo.step()
+        update_stats = algo.update()
         torch.save(
             {
                 "before": before, "after": dict(algo.policy.state_dict()), "data": data,

@@ -54,7 +54,7 @@ def test_spaces_round_trip_through_plain_data(space):
 )
 def test_save_and_load_a_policy_file(tmp_path, env, kwargs):
     algo = PPO(env, **SMALL, **kwargs)
-    algo.collect(), algo.step()  # non-trivial weights and normaliser statistics
+    algo.collect(), algo.update()  # non-trivial weights and normaliser statistics
     path = save_policy(algo.policy, tmp_path / "sub" / "policy.pt")
     raw = torch.load(path, weights_only=True)  # plain data only: nothing is unpickled as code
     assert raw["format"] == "rl8-policy" and raw["version"] == 1

@@ -100,7 +100,7 @@ def test_nan_rewards_after_the_checked_collects_are_found_by_the_collect():
     algo = PPO(GoesBadEnv, env_kwargs={"what": "rewards", "bad_from": 3 * 8 + 2}, **SMALL)
     for _ in range(3):
         algo.collect()
-        algo.step()
+        algo.update()
     with pytest.raises(EnvOutputError, match=r"non-finite values .* in 'rewards' at \(env 2, step 1\)"):
         algo.collect()
 
@@ -109,10 +109,10 @@ def test_nan_observations_after_the_checked_collects_are_found_by_the_update():
     algo = PPO(GoesBadEnv, env_kwargs={"what": "obs", "bad_from": 3 * 8 + 2}, **SMALL)
     for _ in range(3):
         algo.collect()
-        algo.step()
+        algo.update()
     algo.collect()  # NaN obs are not in the reduced rollout stats...
     with pytest.raises(EnvOutputError, match=r"non-finite values .* in 'obs' at \(env 2, step 2\)"):
-        algo.step()  # ...but they make the losses NaN, and the update names the cause
+        algo.update()  # ...but they make the losses NaN, and the update names the cause
 
 
 def test_non_finite_update_without_env_cause_names_the_stat():
@@ -120,7 +120,7 @@ def test_non_finite_update_without_env_cause_names_the_stat():
     with pytest.raises(NonFiniteError, match=r"non-finite .*(losses/total|monitors/grad_norm)=\S+ at update step \d+"):
         for _ in range(20):
             algo.collect()
-            algo.step()
+            algo.update()
     assert algo.steps < 20
 
 

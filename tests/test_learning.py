@@ -20,7 +20,7 @@ def train_until(algo: PPO, eval_env, *, target: float, max_env_steps: int, key="
     best = -float("inf")
     while algo.env_steps < max_env_steps:
         algo.collect()
-        algo.step()
+        algo.update()
         if algo.steps % eval_every == 0:
             value = algo.evaluate(eval_env, num_steps=eval_steps)[key]
             best = max(best, value)
@@ -62,7 +62,7 @@ def test_dummy_envs_drive_state_to_origin(env_cls):
     for _ in range(8):
         for _ in range(5):
             algo.collect()
-            algo.step()
+            algo.update()
         algo.evaluate(env, num_steps=32)
         mean_abs, max_abs = env.x.abs().mean().item(), env.x.abs().max().item()
         if mean_abs < 0.1 and max_abs < 0.25:

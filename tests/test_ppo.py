@@ -203,13 +203,13 @@ def test_nan_observation_reports_env_and_step():
 
 def test_step_before_collect_is_an_error():
     with pytest.raises(RuntimeError, match="needs a collect"):
-        PPO(DiscreteDummyEnv, **SMALL).step()
+        PPO(DiscreteDummyEnv, **SMALL).update()
 
 
 def test_stat_names():
     algo = PPO(CartPole, **SMALL)
     rollout = algo.collect()
-    update = algo.step()
+    update = algo.update()
     for key in ("rollout/reward_sum_min", "rollout/reward_sum_max", "rollout/reward_sum_mean",
                 "rollout/reward_sum_std", "rewards/min", "rewards/max", "rewards/mean", "rewards/std",
                 "episodes/return_mean", "episodes/length_mean", "episodes/count"):
@@ -233,7 +233,7 @@ def test_episode_stats_across_collects(terminate):
     second = algo.collect()  # steps 9..16: episodes end at 10 and 15
     assert second["episodes/count"] == 32
     assert second["episodes/return_mean"] == 5.0 and second["episodes/length_mean"] == 5.0
-    algo.step()
+    algo.update()
 
 
 def test_no_finished_episode_gives_nan_mean():
@@ -256,7 +256,7 @@ def test_action_mask_is_honoured():
     algo = PPO(MaskedEnv, **SMALL)
     for _ in range(3):
         algo.collect()
-        algo.step()
+        algo.update()
     assert algo.env.violations == 0
 
 
@@ -266,7 +266,7 @@ def test_same_seed_gives_identical_losses():
         out = []
         for _ in range(3):
             algo.collect()
-            out.append(algo.step())
+            out.append(algo.update())
         return out
 
     assert run() == run()
@@ -276,22 +276,22 @@ def test_different_seeds_differ():
     a = PPO(CartPole, **{**SMALL, "seed": 1})
     b = PPO(CartPole, **{**SMALL, "seed": 2})
     a.collect(), b.collect()
-    assert a.step() != b.step()
+    assert a.update() != b.update()
 
 
 def test_state_dict_resume_gives_identical_losses():
     reference = PPO(CartPole, **SMALL)
     for _ in range(2):
-        reference.collect(); reference.step()
+        reference.collect(); reference.update()
     state = copy.deepcopy(reference.state_dict())  # state_dict shares parameter storage
     expected = []
     for _ in range(2):
-        reference.collect(); expected.append(reference.step())
+        reference.collect(); expected.append(reference.update())
     resumed = PPO(CartPole, **{**SMALL, "seed": 123})
     resumed.load_state_dict(state)
     got = []
     for _ in range(2):
-        resumed.collect(); got.append(resumed.step())
+        resumed.collect(); got.append(resumed.update())
     assert got == expected
 
 
@@ -302,7 +302,7 @@ def test_schedules_and_options():
         target_kl_div=1e-9, max_grad_norm=None, **SMALL,
     )
     algo.collect()
-    first = algo.step()
+    first = algo.update()
     assert first["coefficients/lr"] == pytest.approx(1e-4)  # 128 env steps collected
     assert first["coefficients/entropy"] == pytest.approx(0.05)
     assert math.isfinite(first["losses/total"])
@@ -311,7 +311,7 @@ def test_schedules_and_options():
 def test_bf16_autocast_on_cpu():
     algo = PPO(CartPole, enable_amp=True, **SMALL)
     algo.collect()
-    stats = algo.step()
+    stats = algo.update()
     assert math.isfinite(stats["losses/total"])
 
 
@@ -353,7 +353,7 @@ def test_action_spaces_flow_through(action_space):
 
     algo = PPO(Env_, **SMALL)
     algo.collect()
-    algo.step()
+    algo.update()
     act = torch.stack(algo.env.seen)
     assert act.shape[1:] == (16, *action_space.shape)
     if isinstance(action_space, spaces.Box):
@@ -364,7 +364,7 @@ def test_action_spaces_flow_through(action_space):
 
 def test_normalize_observations_updates_statistics():
     algo = PPO(ContinuousDummyEnv, normalize_observations=True, **SMALL)
-    algo.collect(); algo.step()
+    algo.collect(); algo.update()
     stats = algo.policy.obs_normalizer.stats["obs"]
     assert stats.count.item() == 128
 
@@ -397,7 +397,7 @@ def test_each_ppo_object_owns_its_random_stream():
         out = []
         for _ in range(n):
             algo.collect()
-            out.append(algo.step()["losses/total"])
+            out.append(algo.update()["losses/total"])
         return out
 
     alone = losses(PPO(CartPole, **SMALL))
@@ -405,7 +405,7 @@ def test_each_ppo_object_owns_its_random_stream():
     interleaved = []
     for _ in range(2):
         a.collect(); b.collect()
-        interleaved.append(a.step()["losses/total"]); b.step()
+        interleaved.append(a.update()["losses/total"]); b.update()
         torch.rand(10)  # user code drawing from the global RNG in between
     assert interleaved == alone
 
@@ -443,7 +443,7 @@ def test_collect_sees_parameters_updated_by_step():
     updated parameters: its stored log-probs equal a fresh evaluation of the new policy."""
     algo = PPO(CartPole, num_envs=32, horizon=8, sgd_minibatch_size=64, seed=0)
     algo.collect()
-    algo.step()
+    algo.update()
     algo.collect()
     data = algo.buffer.data
     obs = data["obs"][:, :8].reshape(-1, 4)
@@ -486,7 +486,7 @@ def test_update_stats_values(accumulate_grads):
     )
     algo = PPO(CartPole, **hp)
     algo.collect()
-    algo.step()
+    algo.update()
     algo.collect()
     torch.manual_seed(0)
     with torch.no_grad():  # move the policy away from the collecting one: ratios != 1
@@ -517,7 +517,7 @@ def test_update_stats_values(accumulate_grads):
         for g, d in zip(grads, torch.autograd.grad(total / minibatches, list(policy.parameters()))):
             g += d
     norm = torch.linalg.vector_norm(torch.stack([g.norm() for g in grads])).item()
-    stats = algo.step()
+    stats = algo.update()
     names = {"policy": "losses/policy", "vf": "losses/vf", "kl": "monitors/kl_div",
              "clip": "monitors/clip_fraction", "entropy": "losses/entropy", "total": "losses/total"}
     for key, name in names.items():
@@ -579,7 +579,7 @@ def test_fast_fused_adam_step_equals_optimizer_step(monkeypatch, optimizer):
         algo._fast_adam = fast
         for _ in range(3):
             algo.collect()
-            algo.step()
+            algo.update()
         return algo
 
     fast, slow = run(True), run(False)
@@ -651,7 +651,7 @@ def test_default_minibatch_works_on_a_small_batch():
     algo = PPO(CartPole, num_envs=64, horizon=16, seed=0)
     assert algo.minibatch_size == 256
     algo.collect()
-    algo.step()
+    algo.update()
     steps = {int(s["step"]) for s in algo.optimizer.state.values()}
     assert steps == {algo.hparams.num_sgd_iters * 4}  # 4 minibatches per pass
 
@@ -791,3 +791,11 @@ def test_a_stored_env_state_is_ignored_for_an_env_that_saves_none():
     resumed.load_state_dict(state)
     resumed.collect()  # the envs are reset, not patched
     assert callable(resumed.env.reset)
+
+
+def test_step_is_a_deprecated_name_of_update():
+    algo = PPO(DiscreteDummyEnv, **SMALL)
+    algo.collect()
+    with pytest.warns(DeprecationWarning, match=r"PPO.step\(\) is renamed PPO.update\(\)"):
+        stats = algo.step()
+    assert algo.steps == 1 and "losses/total" in stats

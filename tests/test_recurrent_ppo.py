@@ -32,7 +32,7 @@ def test_lstm_solves_memory_and_feedforward_stays_at_chance():
     success = 0.0
     while lstm.env_steps < 120_000 and success < 0.95:
         lstm.collect()
-        lstm.step()
+        lstm.update()
         if lstm.steps % 5 == 0:
             success = memory_success(lstm, delay)
     assert success >= 0.95, f"LSTM success {success:.2f} after {lstm.env_steps} env steps"
@@ -41,7 +41,7 @@ def test_lstm_solves_memory_and_feedforward_stays_at_chance():
               **{k: v for k, v in RECURRENT.items() if k != "seq_len"})
     for _ in range(lstm.steps):
         mlp.collect()
-        mlp.step()
+        mlp.update()
     chance = memory_success(mlp, delay)
     assert chance <= 0.65, f"a feedforward policy cannot remember the cue, got {chance:.2f}"
 
@@ -58,7 +58,7 @@ def test_hidden_states_are_stored_per_sequence_and_reset_at_episode_ends():
     # the first sequence starts from the initial (zero) state
     assert (buf.states[:, 0]["h"] == 0).all()
     assert (buf.states[:, 1]["h"] != 0).any()
-    algo.step()
+    algo.update()
 
 
 def test_first_update_replays_the_collected_log_probs():
@@ -66,7 +66,7 @@ def test_first_update_replays_the_collected_log_probs():
     algo = PPO(CartPole, model_cls=LSTMModel, model_config={"hidden_size": 16}, seed=0,
                **{**RECURRENT, "num_sgd_iters": 1, "sgd_minibatch_size": 1024})
     algo.collect()
-    stats = algo.step()
+    stats = algo.update()
     assert stats["monitors/kl_div"] < 1e-6
     assert stats["monitors/clip_fraction"] == 0.0
 
@@ -93,7 +93,7 @@ def test_default_minibatches_hold_whole_sequences():
                **{**RECURRENT, "num_envs": 6, "sgd_minibatch_size": "auto"})
     assert algo.minibatch_size == 24
     algo.collect()
-    algo.step()
+    algo.update()
     steps = {int(s["step"]) for s in algo.optimizer.state.values()}
     assert steps == {RECURRENT["num_sgd_iters"] * 4}
 
@@ -101,14 +101,14 @@ def test_default_minibatches_hold_whole_sequences():
 def test_recurrent_resume_gives_identical_losses():
     kwargs = dict(model_cls=LSTMModel, model_config={"hidden_size": 8}, seed=0, **RECURRENT)
     reference = PPO(CartPole, **kwargs)
-    reference.collect(); reference.step()
+    reference.collect(); reference.update()
     state = copy.deepcopy(reference.state_dict())
     reference.collect()
-    expected = reference.step()
+    expected = reference.update()
     resumed = PPO(CartPole, **{**kwargs, "seed": 5})
     resumed.load_state_dict(state)
     resumed.collect()
-    assert resumed.step() == expected
+    assert resumed.update() == expected
 
 
 def test_recurrent_policy_keeps_state_between_calls():

@@ -471,7 +471,7 @@ def test_resume_from_state_dict_resets_gymnasium_envs():
 
     algo = PPO("CartPole-v1", num_envs=4, horizon=8, sgd_minibatch_size=None, seed=0)
     algo.collect()
-    algo.step()
+    algo.update()
     state = copy.deepcopy(algo.state_dict())
     assert state["env"] is None and state["obs"] is None
     resumed = PPO("CartPole-v1", num_envs=4, horizon=8, sgd_minibatch_size=None, seed=0)

@@ -21,7 +21,7 @@ def train(env_id: str, hparams: dict, *, target: float, eval_steps: int, max_env
     try:
         while algo.env_steps < max_env_steps:
             algo.collect()
-            algo.step()
+            algo.update()
             if algo.steps % 4 == 0:
                 value = algo.evaluate(eval_env, num_steps=eval_steps)["episodes/return_mean"]
                 best = max(best, value)
