@@ -41,6 +41,7 @@ __all__ = [
     "env_spec_string",
     "import_path",
     "is_dotted_path",
+    "qualified_name",
     "resolve",
     "resolve_env",
     "check_stored_hparams",
@@ -120,17 +121,27 @@ ENV = Kind("an rl8.Env subclass, a GymnasiumEnv.make_factory(...) factory or a g
 HPARAM_KINDS = {"model_cls": MODEL, "distribution_cls": DISTRIBUTION, "optimizer_cls": OPTIMIZER}
 
 
+def qualified_name(obj: Any) -> str:
+    """The dotted path of a class or function (``"rl8.envs.cartpole.CartPole"``); builtins by
+    their bare name; anything without a name by its ``repr``."""
+    module = getattr(obj, "__module__", None)
+    name = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)
+    if name is None:
+        return repr(obj)
+    return f"{module}.{name}" if module and module != "builtins" else name
+
+
 def describe(obj: Any) -> str:
     """What ``obj`` is, in a few words, for error messages (``"a builtin function"``...)."""
     if inspect.isclass(obj):
-        return f"the class {obj.__module__}.{obj.__qualname__}"
+        return f"the class {qualified_name(obj)}"
     if inspect.isbuiltin(obj):
         return "a builtin function"
     if inspect.isfunction(obj) or inspect.ismethod(obj):
         return "a function"
     if inspect.ismodule(obj):
         return "a module"
-    return f"a {type(obj).__module__}.{type(obj).__qualname__} object"
+    return f"a {qualified_name(type(obj))} object"
 
 
 def is_dotted_path(spec: Any) -> bool:
@@ -361,7 +372,7 @@ def env_spec_string(spec: Any) -> str | None:
         return spec
     if not (isinstance(spec, type) or inspect.isfunction(spec)):
         return None
-    path = f"{spec.__module__}.{spec.__qualname__}"
+    path = qualified_name(spec)
     if "<" in path:  # <lambda>, <locals>
         return None
     try:

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from ._resolve import DISTRIBUTION, MODEL, MODULE_CLASS, import_path, resolve
+from ._resolve import DISTRIBUTION, MODEL, MODULE_CLASS, import_path, qualified_name, resolve
 
 __all__ = [
     "POLICY_ARTIFACT",
@@ -148,10 +148,6 @@ def check_env_spaces(env: Any, observation_space: spaces.Space, action_space: sp
 # classes and configs <-> plain values
 
 
-def _dotted(obj: Any) -> str:
-    return f"{obj.__module__}.{obj.__qualname__}"
-
-
 def _to_plain(value: Any) -> Any:
     """Model config values as plain data: classes and functions become ``{"__class__": path}``."""
     if isinstance(value, Mapping):
@@ -159,7 +155,7 @@ def _to_plain(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return type(value)(_to_plain(v) for v in value)
     if isinstance(value, type) or callable(value) and hasattr(value, "__qualname__"):
-        return {"__class__": _dotted(value)}
+        return {"__class__": qualified_name(value)}
     return value
 
 
@@ -214,9 +210,9 @@ def policy_to_dict(
         "version": POLICY_VERSION,
         "observation_space": space_to_dict(policy.observation_space),
         "action_space": space_to_dict(policy.action_space),
-        "model_cls": _dotted(policy.model_cls),
+        "model_cls": qualified_name(policy.model_cls),
         "model_config": _to_plain(policy.model_config),
-        "distribution_cls": _dotted(policy.distribution_cls),
+        "distribution_cls": qualified_name(policy.distribution_cls),
         "normalize_observations": policy.obs_normalizer is not None,
         "env": _to_plain(env) if env is not None else None,
     }

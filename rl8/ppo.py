@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
-from ._resolve import DISTRIBUTION, HPARAM_KINDS, MODEL, OPTIMIZER, is_dotted_path, resolve, resolve_env
+from ._resolve import DISTRIBUTION, HPARAM_KINDS, MODEL, OPTIMIZER, is_dotted_path, qualified_name, resolve, resolve_env
 from .buffer import RolloutBuffer, compute_gae
 from .distributed import DistContext, derive_seed
 from .env import Env, EnvOutputError, find_nonfinite, validate_reset_output, validate_step_output
@@ -223,12 +223,6 @@ except ImportError:  # another torch layout: always take optimizer.step()
     _GLOBAL_HOOKS = None
 
 
-def _qualname(obj: Any) -> Any:
-    if isinstance(obj, type) or callable(obj) and hasattr(obj, "__qualname__"):
-        return f"{obj.__module__}.{obj.__qualname__}"
-    return obj
-
-
 def _keyword_defaults(cls: type) -> str:
     """``name=default`` of the keyword arguments of ``cls`` (an optimizer: not params, lr)."""
     try:
@@ -246,7 +240,7 @@ def _plain_hparams(hp: HParams) -> dict[str, Any]:
     out = {}
     for key, value in hp.to_dict().items():
         if key in HPARAM_KINDS:
-            value = _qualname(value)
+            value = value if value is None or isinstance(value, str) else qualified_name(value)
         elif key == "device":
             value = str(value)
         out[key] = value
@@ -366,7 +360,7 @@ class PPO:
             self.optimizer = optimizer_cls(self.policy.parameters(), lr=hp.lr, **optimizer_kwargs)
         except (TypeError, ValueError) as err:
             raise ValueError(
-                f"hparam optimizer_kwargs: {_qualname(optimizer_cls)} refused {hp.optimizer_kwargs!r} "
+                f"hparam optimizer_kwargs: {qualified_name(optimizer_cls)} refused {hp.optimizer_kwargs!r} "
                 f"({err}); expected its keyword arguments: {_keyword_defaults(optimizer_cls)}"
             ) from err
         # Optimizer.zero_grad(set_to_none=True) only sets every grad to None, through enough
@@ -444,7 +438,11 @@ class PPO:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=self.amp_dtype)
 
-    def _needs_reset(self) -> bool:
+    @property
+    def next_collect_resets(self) -> bool:
+        """Whether the next :meth:`collect` starts by resetting every env: before the first
+        collect, after a reset-forcing :meth:`evaluate`, and every ``horizons_per_env_reset = k
+        > 0`` collects. Only then can the training envs be evaluated."""
         k = self.hparams.horizons_per_env_reset
         return self._obs is None or (k > 0 and self.collects % k == 0)
 
@@ -490,7 +488,7 @@ class PPO:
                 finite (an overflow).
         """
         hp = self.hparams
-        if self._needs_reset():
+        if self.next_collect_resets:
             self.reset_envs(env_config=env_config)
         columns = self.buffer.columns
         policy, env = self.policy, self.env
@@ -985,7 +983,7 @@ class PPO:
         """
         hp = self.hparams
         if env is None:
-            if not self._needs_reset():
+            if not self.next_collect_resets:
                 k = hp.horizons_per_env_reset
                 raise RuntimeError(
                     "eval on the training envs is only possible at an env-reset boundary "

@@ -38,6 +38,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ._resolve import qualified_name
+
 __all__ = [
     "RunProcess", "Tracker", "TrackingError", "TrackingWarning", "clean_runs", "flatten_params",
     "running_runs",
@@ -106,14 +108,6 @@ class TrackingWarning(RuntimeWarning):
 # params
 
 
-def _qualified_name(obj: Any) -> str:
-    module = getattr(obj, "__module__", None)
-    qualname = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)
-    if qualname is None:
-        return repr(obj)
-    return f"{module}.{qualname}" if module and module != "builtins" else qualname
-
-
 def _param_str(value: Any) -> str:
     """One param value as MLflow stores it: a string; classes and functions by dotted name."""
     if isinstance(value, str):
@@ -123,7 +117,7 @@ def _param_str(value: Any) -> str:
     if isinstance(value, functools.partial):
         return f"partial({_param_str(value.func)})"
     if isinstance(value, (type, types.FunctionType, types.BuiltinFunctionType, types.MethodType)):
-        return _qualified_name(value)
+        return qualified_name(value)
     if isinstance(value, (list, tuple)):
         items = ", ".join(_param_item(v) for v in value)
         if isinstance(value, tuple):

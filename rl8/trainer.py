@@ -37,7 +37,7 @@ from typing import Any, TextIO
 
 import torch
 
-from ._resolve import env_spec_string, is_dotted_path
+from ._resolve import env_spec_string, is_dotted_path, qualified_name
 from .checkpoint import CheckpointError, CheckpointManager, load_checkpoint
 from .checkpoint import save_checkpoint as _write_checkpoint
 from .conditions import Condition, HitsLowerBound, HitsUpperBound, TimeLimit, with_current_stat_names
@@ -78,10 +78,6 @@ class TrainStats(Stats):
 
 # --------------------------------------------------------------------------------------------
 # helpers
-
-
-def _dotted(obj: Any) -> str:
-    return f"{obj.__module__}.{obj.__qualname__}"
 
 
 def _env_name(spec: Any) -> str:
@@ -908,9 +904,9 @@ class Trainer:
         params = {
             "hparams": hparams,
             "env": env,
-            "model": {"class": _dotted(policy.model_cls), "config": dict(policy.model_config)},
-            "distribution": {"class": _dotted(policy.distribution_cls)},
-            "optimizer": {"class": _dotted(type(algo.optimizer)), "kwargs": optimizer_kwargs},
+            "model": {"class": qualified_name(policy.model_cls), "config": dict(policy.model_config)},
+            "distribution": {"class": qualified_name(policy.distribution_cls)},
+            "optimizer": {"class": qualified_name(type(algo.optimizer)), "kwargs": optimizer_kwargs},
             "versions": {
                 "rl8": __version__,
                 "torch": str(torch.__version__),
@@ -923,8 +919,8 @@ class Trainer:
                 "record_every": self.record_every,
             },
         }
-        if _dotted(type(algo.env)) != env:  # a gymnasium id, a factory: the rl8 class around it
-            params["env_class"] = _dotted(type(algo.env))
+        if qualified_name(type(algo.env)) != env:  # a gymnasium id, a factory: the rl8 class around it
+            params["env_class"] = qualified_name(type(algo.env))
         if self._dist.enabled:  # hparams are per rank (num_envs: each rank's envs)
             params["distributed"] = {"world_size": self._dist.world_size}
         return params
@@ -1004,7 +1000,7 @@ class Trainer:
     def _can_eval_training_envs(self) -> bool:
         """Whether the training envs can be evaluated now: where PPO resets them anyway
         (before the first collect, or every ``horizons_per_env_reset = k > 0`` collects)."""
-        return self.algo._needs_reset()
+        return self.algo.next_collect_resets
 
     def _eval_env_size(self) -> int:
         """Envs of the dedicated eval env: ``eval_num_envs``, else (built on demand when the
@@ -1485,7 +1481,7 @@ class Trainer:
             run_args = self._resume_state.get("run")
         return {
             "algo": algo.state_dict(),
-            "env": {"spec": self.env_spec, "class": _dotted(type(algo.env))},
+            "env": {"spec": self.env_spec, "class": qualified_name(type(algo.env))},
             "trainer": {
                 "run_id": self.run_id,
                 "experiment": self.experiment,
