@@ -115,7 +115,7 @@ def test_update(benchmark, request, ranks):
     algo.collect()
     benchmark.extra_info.update(_update_info(algo, ranks))
     spent = _time_collectives(algo)
-    benchmark.pedantic(algo.step, rounds=ROUNDS, warmup_rounds=WARMUP, iterations=1)
+    benchmark.pedantic(algo.update, rounds=ROUNDS, warmup_rounds=WARMUP, iterations=1)
     benchmark.extra_info["update_ms_median"] = 1000 * benchmark.stats.stats.median
     if ranks > 1:  # time inside the collectives on rank 0, waiting for rank 1 included
         for name, seconds in spent.items():

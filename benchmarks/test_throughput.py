@@ -152,10 +152,10 @@ def _interleaved(w: dict) -> dict[str, float]:
     right after another collect would run warm, which no training loop does either.)
     """
     algo, floor = make_algo(w), Floor(w)
-    for fn in (algo.collect, algo.step, algo.collect, floor.collect, floor.update, floor.collect):
+    for fn in (algo.collect, algo.update, algo.collect, floor.collect, floor.update, floor.collect):
         fn()  # warm-up; each side's buffer holds a collect for its first timed update
     sides = [
-        (("step", algo.step), ("collect", algo.collect)),
+        (("step", algo.update), ("collect", algo.collect)),
         (("floor_update", floor.update), ("floor_collect", floor.collect)),
     ]
     times: dict[str, list[float]] = {"collect": [], "step": [], "floor_collect": [], "floor_update": []}
