@@ -921,6 +921,10 @@ class Tracker:
             return
         if self._thread is None:
             raise TrackingError("start_in_background() needs a Tracker made with asynchronous=True")
+        # importing MLflow sets up thread pools, which Python refuses once it is shutting down:
+        # set their module up now, so that a start still in progress at exit can complete
+        import concurrent.futures.thread  # noqa: F401
+
         self._hook_exit()
         self._start_done.clear()
         self._thread.launch(start_run=True)
