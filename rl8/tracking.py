@@ -725,59 +725,10 @@ class _LogThread:
 # the tracker
 
 
-class Tracker:
-    """One MLflow run: params, per-step metrics, artifacts and its final status.
-
-    The tracker talks to the store through its own ``MlflowClient``; it never touches MLflow's
-    global active run. Typical use (the ``Trainer`` does this for you)::
-
-        with Tracker(experiment="cartpole") as tracker:     # start(); end() on exit
-            tracker.log_params({"hparams": {"lr": 3e-4}})   # -> param "hparams/lr"
-            for ...:
-                tracker.log_metrics(stats, step=stats["env/steps"])
-
-    Everything logged goes through one queue: sent at once by the calling thread, or, when
-    ``asynchronous``, by the tracker's logging thread (``rl8-mlflow-logger``), so that a slow
-    or hung store never holds up the caller.
-
-    Args:
-        experiment: Name of the MLflow experiment the run goes to; created when absent.
-            Ignored when resuming (``run_id``): the run stays in its experiment.
-        run_name: Display name of the run (tag ``mlflow.runName``). ``None``: MLflow picks a
-            random name for a new run; a resumed run keeps its name.
-        tracking_uri: Where runs are stored: ``http(s)://host:port`` for a tracking server,
-            ``sqlite:///path.db``, or a folder. ``None``: MLflow's default, i.e. the
-            ``MLFLOW_TRACKING_URI`` environment variable, else ``sqlite:///mlflow.db`` in the
-            current directory.
-        run_id: Resume this existing run instead of creating one: its status goes back to
-            ``RUNNING`` and metrics are appended to its history (use steps after the last one).
-        enabled: ``False`` makes every method a no-op and :attr:`run_id` stays ``None``; used
-            on non-zero ranks of distributed training.
-        max_pending: Most metric values (one key at one step each) kept while the server is
-            unreachable; when more arrive the oldest are dropped, with a warning.
-        retry_interval_s: Seconds between attempts to deliver pending metrics while the
-            server is unreachable (metrics logged in between are queued without a request).
-            The interval doubles after each failed attempt, up to ``max(60, retry_interval_s)``
-            seconds, so a server that hangs (each attempt waits up to 5 s) slows training
-            little. :meth:`flush` and :meth:`end` always try.
-        asynchronous: ``True``: logging calls only queue; the logging thread sends, holding
-            metrics up to 1 s (or 20 steps) so that several steps share one request, and
-            :meth:`start_in_background` can create the run there. ``False``: each call sends
-            before it returns.
-        end_at_exit: ``True``: a run still open when the process exits is ended then (within
-            :data:`EXIT_CLOSE_TIMEOUT_S` seconds): ``FAILED`` after an uncaught exception,
-            ``KILLED`` after an uncaught ``KeyboardInterrupt``, else ``FINISHED``. The exit
-            hook holds the tracker, so this holds for a tracker its owner dropped.
-
-    Attributes:
-        run_id: The MLflow run id once started; ``None`` before, and always when disabled.
-        experiment_id: The MLflow experiment id once started.
-        start_error: The :class:`TrackingError` of a background start that failed, else ``None``.
-        final_status: Terminal status recorded in the store by :meth:`end`; ``None`` until
-            then, or when setting it failed.
-        undelivered: What :meth:`end` could not deliver: ``{"metrics": n, "params": n,
-            "artifacts": n}``.
-    """
+class _Run:
+    """The life cycle of one MLflow run: start it (now, or in the logging thread), end it
+    (within a time limit if need be, and at exit when asked), report how it ended. The base of
+    :class:`Tracker`, whose docstring describes the arguments; the logging is there."""
 
     def __init__(
         self,
@@ -816,7 +767,6 @@ class Tracker:
         self.final_status: str | None = None
         self.undelivered: dict[str, int] = {"metrics": 0, "params": 0, "artifacts": 0}
         self._resume_id = run_id
-        self._resumed = False
         self._lock = threading.RLock()  # held by whoever makes requests (start, send, end)
         self._ended = False
         # the status of an end() that gave up waiting for a start in progress: that start ends
@@ -856,16 +806,6 @@ class Tracker:
             return not uri.lower().startswith("databricks")
         return uri.split(":", 1)[0].lower() in ("sqlite", "file")
 
-    @property
-    def pending(self) -> int:
-        """Number of metric values waiting to be delivered (0 when all went through)."""
-        return len(self._outbox.metrics)
-
-    @property
-    def pending_artifacts(self) -> int:
-        """Number of artifact uploads waiting to be delivered."""
-        return len(self._outbox.artifacts)
-
     # ---- life cycle -------------------------------------------------------------------------
 
     def start(self) -> str | None:
@@ -897,7 +837,6 @@ class Tracker:
             run = _open_run(uri, self.experiment, self.run_name, self._resume_id)
             with self._outbox.changed:
                 self._params.update(run.params)
-                self._resumed = self._resume_id is not None
                 self._courier = _Courier(run.client, run.run_id, uri, self.retry_interval_s)
                 self.run_id, self.run_name, self.experiment_id = run.run_id, run.run_name, run.experiment_id
                 wanted = self._wanted_status
@@ -1088,6 +1027,78 @@ class Tracker:
             self.end("FAILED")
         return False
 
+    def _deliver(self, force: bool, stacklevel: int = 4) -> None:
+        """Send the outbox (unless ``force``, only when due)."""
+        with self._lock:
+            stopped = self._thread is not None and self._thread.stopping
+            if not (self._ended or stopped) and self._courier is not None:
+                self._courier.deliver(self._outbox, force=force, stacklevel=stacklevel)
+
+
+class Tracker(_Run):
+    """One MLflow run: params, per-step metrics, artifacts and its final status.
+
+    The tracker talks to the store through its own ``MlflowClient``; it never touches MLflow's
+    global active run. Typical use (the ``Trainer`` does this for you)::
+
+        with Tracker(experiment="cartpole") as tracker:     # start(); end() on exit
+            tracker.log_params({"hparams": {"lr": 3e-4}})   # -> param "hparams/lr"
+            for ...:
+                tracker.log_metrics(stats, step=stats["env/steps"])
+
+    Everything logged goes through one queue: sent at once by the calling thread, or, when
+    ``asynchronous``, by the tracker's logging thread (``rl8-mlflow-logger``), so that a slow
+    or hung store never holds up the caller.
+
+    Args:
+        experiment: Name of the MLflow experiment the run goes to; created when absent.
+            Ignored when resuming (``run_id``): the run stays in its experiment.
+        run_name: Display name of the run (tag ``mlflow.runName``). ``None``: MLflow picks a
+            random name for a new run; a resumed run keeps its name.
+        tracking_uri: Where runs are stored: ``http(s)://host:port`` for a tracking server,
+            ``sqlite:///path.db``, or a folder. ``None``: MLflow's default, i.e. the
+            ``MLFLOW_TRACKING_URI`` environment variable, else ``sqlite:///mlflow.db`` in the
+            current directory.
+        run_id: Resume this existing run instead of creating one: its status goes back to
+            ``RUNNING`` and metrics are appended to its history (use steps after the last one).
+        enabled: ``False`` makes every method a no-op and :attr:`run_id` stays ``None``; used
+            on non-zero ranks of distributed training.
+        max_pending: Most metric values (one key at one step each) kept while the server is
+            unreachable; when more arrive the oldest are dropped, with a warning.
+        retry_interval_s: Seconds between attempts to deliver pending metrics while the
+            server is unreachable (metrics logged in between are queued without a request).
+            The interval doubles after each failed attempt, up to ``max(60, retry_interval_s)``
+            seconds, so a server that hangs (each attempt waits up to 5 s) slows training
+            little. :meth:`flush` and :meth:`end` always try.
+        asynchronous: ``True``: logging calls only queue; the logging thread sends, holding
+            metrics up to 1 s (or 20 steps) so that several steps share one request, and
+            :meth:`start_in_background` can create the run there. ``False``: each call sends
+            before it returns.
+        end_at_exit: ``True``: a run still open when the process exits is ended then (within
+            :data:`EXIT_CLOSE_TIMEOUT_S` seconds): ``FAILED`` after an uncaught exception,
+            ``KILLED`` after an uncaught ``KeyboardInterrupt``, else ``FINISHED``. The exit
+            hook holds the tracker, so this holds for a tracker its owner dropped.
+
+    Attributes:
+        run_id: The MLflow run id once started; ``None`` before, and always when disabled.
+        experiment_id: The MLflow experiment id once started.
+        start_error: The :class:`TrackingError` of a background start that failed, else ``None``.
+        final_status: Terminal status recorded in the store by :meth:`end`; ``None`` until
+            then, or when setting it failed.
+        undelivered: What :meth:`end` could not deliver: ``{"metrics": n, "params": n,
+            "artifacts": n}``.
+    """
+
+    @property
+    def pending(self) -> int:
+        """Number of metric values waiting to be delivered (0 when all went through)."""
+        return len(self._outbox.metrics)
+
+    @property
+    def pending_artifacts(self) -> int:
+        """Number of artifact uploads waiting to be delivered."""
+        return len(self._outbox.artifacts)
+
     # ---- logging ----------------------------------------------------------------------------
 
     def _check_started(self) -> None:
@@ -1095,13 +1106,6 @@ class Tracker:
             raise TrackingError("Tracker.start() must be called before logging")
         if self._ended:
             raise TrackingError(f"MLflow run {self.run_id} has ended; nothing more can be logged")
-
-    def _deliver(self, force: bool, stacklevel: int = 4) -> None:
-        """Send the outbox (unless ``force``, only when due)."""
-        with self._lock:
-            stopped = self._thread is not None and self._thread.stopping
-            if not (self._ended or stopped) and self._courier is not None:
-                self._courier.deliver(self._outbox, force=force, stacklevel=stacklevel)
 
     def _queued(self, overflow: bool) -> None:
         """After adding to the outbox: send now, or leave it to the logging thread."""
@@ -1137,7 +1141,7 @@ class Tracker:
                     new[key] = value
                 elif old != value:
                     alt = f"resumed/{key}"
-                    if self._resumed and self._params.get(alt) in (None, value):
+                    if self._resume_id is not None and self._params.get(alt) in (None, value):
                         if self._params.get(alt) is None:
                             new[alt] = value
                     else:
@@ -1260,8 +1264,6 @@ class Tracker:
     def __repr__(self) -> str:
         state = "disabled" if not self.enabled else (self.run_id or "not started")
         return f"Tracker(experiment={self.experiment!r}, uri={self.tracking_uri!r}, run={state})"
-
-
 
 
 # --------------------------------------------------------------------------------------------
