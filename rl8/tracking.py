@@ -11,7 +11,10 @@ A :class:`Tracker` owns one MLflow run through its own :class:`mlflow.tracking.M
   are kept in a bounded queue, one :class:`TrackingWarning` says so, training goes on, and the
   queue is delivered, in order, once the server answers again;
 * :meth:`Tracker.end` can be given a time limit (signal exits), and reports truthfully what it
-  could not deliver and whether the run's status was set.
+  could not deliver and whether the run's status was set;
+* with ``asynchronous=True`` everything goes through that one queue, sent by the tracker's own
+  thread (``rl8-mlflow-logger``), which can also start the run (:meth:`Tracker.start_in_background`);
+  ``end_at_exit=True`` ends a run left open when the process exits.
 
 See ``docs/tracking.md`` for where runs go and how to look at them.
 """
@@ -104,8 +107,8 @@ class TrackingError(RuntimeError):
 
     Raised by :meth:`Tracker.start` (before training), by calls made in the wrong order
     (logging before :meth:`Tracker.start` or after :meth:`Tracker.end`), by
-    :func:`running_runs` for an unknown experiment, and by the ``Trainer`` for a run it could
-    not start in the background; failures during a run are warnings
+    :func:`running_runs` for an unknown experiment, and by :meth:`Tracker.check_start` (so by
+    the ``Trainer``) for a run that could not be started in the background; failures during a run are warnings
     (:class:`TrackingWarning`), never errors.
     """
 
@@ -196,6 +199,13 @@ def _to_float(key: str, value: Any) -> float:
             f"metric {key!r} must be a number (python, numpy or one-element tensor), "
             f"got {type(value).__name__}: {value!r:.80}"
         ) from exc
+
+
+def _status_after(error: type[BaseException] | None) -> str:
+    """The status of a run that ``error`` (an exception type; ``None``: none) ended."""
+    if error is None:
+        return "FINISHED"
+    return "KILLED" if issubclass(error, KeyboardInterrupt) else "FAILED"
 
 
 def _source_tags(run_name: str | None) -> dict[str, str]:
@@ -381,8 +391,7 @@ class _Outbox:
         self.changed = threading.Condition()
         self.params: dict[str, str] = {}
         self.metrics: deque[tuple[str, float, int, int]] = deque()  # (key, value, ms, step)
-        # uploads: key -> (MlflowClient method, staged copy, artifact path); a newer file for
-        # the same destination replaces a waiting one
+        # uploads: key -> (MlflowClient method, staged copy, artifact path)
         self.artifacts: dict[Any, tuple[str, Path, str | None]] = {}
         self.steps = 0  # logging calls since the last delivery: an asynchronous tracker batches
         self.first_at = math.inf  # time.monotonic() of the first of them
@@ -423,10 +432,7 @@ class _Outbox:
             staged = self._staging / str(self._staged) / source.name
         staged.parent.mkdir()
         is_file = method == "log_artifact"
-        if is_file:
-            shutil.copyfile(source, staged)
-        else:
-            shutil.copytree(source, staged)
+        (shutil.copyfile if is_file else shutil.copytree)(source, staged)
         # files replace a waiting file of the same destination; folders are merged by MLflow,
         # so each upload of one is kept
         key = (artifact_path, source.name) if is_file else staged
@@ -470,6 +476,7 @@ class _Outbox:
             self.steps = 0
             if self._staging is not None:
                 shutil.rmtree(self._staging, ignore_errors=True)
+                self._staging = None
 
     def _trim(self) -> bool:
         excess = len(self.metrics) - self.max_pending
@@ -644,10 +651,9 @@ class _Courier:
 
 class _LogThread:
     """The ``rl8-mlflow-logger`` thread of an asynchronous :class:`Tracker`: it starts the run
-    when asked to, then delivers the tracker's outbox whenever it holds params or artifacts,
-    :data:`_HOLD_STEPS` steps of metrics, or metrics older than :data:`_HOLD_S` (several steps
-    share a request, whose fixed cost dominates), or when :meth:`flush` asks; while the store
-    is down, when the retry interval says so."""
+    when asked to, then delivers the outbox when it holds params, artifacts, :data:`_HOLD_STEPS`
+    steps or metrics older than :data:`_HOLD_S`, or :meth:`flush` asks; while the store is
+    down, when the retry interval says so."""
 
     def __init__(self, tracker: Tracker) -> None:
         self.tracker = tracker
@@ -671,8 +677,6 @@ class _LogThread:
     def flush(self, timeout_s: float | None) -> bool:
         """Have everything queued so far tried once; False when ``timeout_s`` passed first."""
         with self.outbox.changed:
-            if not self.alive():
-                return True
             self.flush_wanted += 1
             wanted = self.flush_wanted
             self.outbox.changed.notify_all()
@@ -925,16 +929,15 @@ class _Run:
         deadline = math.inf if timeout_s is None else time.monotonic() + max(0.0, timeout_s)
         if self._thread is not None:
             self._thread.stop()  # from now on only end() sends
-        wait = None if timeout_s is None else max(0.0, timeout_s)
-        if not (self._start_done.wait(wait) and self._lock.acquire(timeout=-1 if wait is None else
-                                                                    max(0.0, deadline - time.monotonic()))):
+        started = self._start_done.wait(None if timeout_s is None else max(0.0, timeout_s))
+        left = -1 if timeout_s is None else max(0.0, deadline - time.monotonic())
+        if not (started and self._lock.acquire(timeout=left)):  # a start or a request hangs
             self._give_up(status, timeout_s)
             return False
         try:
-            if not self.enabled or self._ended or self.run_id is None:
-                self._ended = True
+            ended, self._ended = self._ended, True
+            if ended or not self.enabled or self.run_id is None:
                 return self.final_status == status
-            self._ended = True
             self._courier.deliver(self._outbox, force=True, deadline=deadline)
             self.undelivered = self._outbox.counts()
             if any(self.undelivered.values()):
@@ -962,17 +965,13 @@ class _Run:
             if starting:
                 self._wanted_status = status
         if starting:
-            message = (
-                f"the MLflow run at {self.tracking_uri!r} was still starting after {timeout_s:g} "
-                f"s; it is marked {status} as soon as its start completes"
-            )
+            message = (f"the MLflow run at {self.tracking_uri!r} was still starting after "
+                       f"{timeout_s:g} s; it is marked {status} as soon as its start completes")
         else:
-            message = (
-                f"could not set the status of MLflow run {self.run_id} at {self.tracking_uri!r} "
-                f"to {status}: a request to the server did not finish within {timeout_s:g} s; the "
-                "run stays RUNNING (`rl8 runs --clean` marks such runs FAILED) and what was "
-                "still queued is lost"
-            )
+            message = (f"could not set the status of MLflow run {self.run_id} at "
+                       f"{self.tracking_uri!r} to {status}: a request to the server did not finish "
+                       f"within {timeout_s:g} s; the run stays RUNNING (`rl8 runs --clean` marks "
+                       "such runs FAILED) and what was still queued is lost")
         warnings.warn(message, TrackingWarning, stacklevel=3)
 
     def end_report(self, status: str) -> str:
@@ -1003,14 +1002,8 @@ class _Run:
         """The exit hook of ``end_at_exit``; a background start that failed and that nothing
         raised is reported as a :class:`TrackingWarning`."""
         error = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
-        if error is None:
-            status = "FINISHED"
-        elif isinstance(error, KeyboardInterrupt):
-            status = "KILLED"
-        else:
-            status = "FAILED"
         self._exit_hook = False  # running now: end() does not unregister it
-        self.end(status, timeout_s=EXIT_CLOSE_TIMEOUT_S)
+        self.end(_status_after(None if error is None else type(error)), timeout_s=EXIT_CLOSE_TIMEOUT_S)
         if self.start_error is not None and not self._start_error_reported:
             warnings.warn(str(self.start_error), TrackingWarning, stacklevel=2)
 
@@ -1019,12 +1012,7 @@ class _Run:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
-        if exc_type is None:
-            self.end("FINISHED")
-        elif issubclass(exc_type, KeyboardInterrupt):
-            self.end("KILLED")
-        else:
-            self.end("FAILED")
+        self.end(_status_after(exc_type))
         return False
 
     def _deliver(self, force: bool, stacklevel: int = 4) -> None:
@@ -1206,11 +1194,10 @@ class Tracker(_Run):
         """
         if not self.enabled:
             return True
-        if self._thread is not None and self._thread.alive():
-            if not self._thread.flush(timeout_s):
-                return False
-        else:
+        if self._thread is None or not self._thread.alive():
             self._deliver(force=True)
+        elif not self._thread.flush(timeout_s):
+            return False
         return self._outbox.empty()
 
     def log_artifact(self, local_path: str | Path, artifact_path: str | None = None) -> None:

@@ -621,13 +621,8 @@ class Trainer:
         return self._checkpoint_dir
 
     def _check_run_start(self, *, wait: bool = False, unless_reported: bool = False) -> None:
-        """Raise the error of a run start that failed in the background.
-
-        Args:
-            wait: Wait for a start in progress (and then know the run id); otherwise a start
-                in progress passes.
-            unless_reported: Pass when the error was raised before (by ``close``).
-        """
+        """Raise the error of a run start that failed in the background; ``wait``: for a start
+        in progress (which passes otherwise); ``unless_reported``: unless raised before."""
         if wait:
             self.tracker.wait_started()
         self.tracker.check_start(once=unless_reported)

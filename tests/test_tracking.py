@@ -347,6 +347,17 @@ def test_log_before_start_is_an_error():
         Tracker(experiment="x").log_metrics({"a": 1.0}, step=0)
 
 
+@pytest.mark.parametrize("name", ["asynchronous", "end_at_exit"])
+def test_switches_must_be_booleans(name):
+    with pytest.raises(ValueError, match=f"^{name} must be True or False, got 'yes'$"):
+        Tracker(experiment="x", **{name: "yes"})
+
+
+def test_a_background_start_needs_an_asynchronous_tracker():
+    with pytest.raises(TrackingError, match=r"start_in_background\(\) needs a Tracker made with asynchronous=True"):
+        Tracker(experiment="x").start_in_background()
+
+
 @pytest.mark.parametrize(
     ("exc", "status"), [(ValueError, "FAILED"), (KeyboardInterrupt, "KILLED")]
 )
