@@ -11,13 +11,17 @@ A :class:`Tracker` owns one MLflow run through its own :class:`mlflow.tracking.M
   are kept in a bounded queue, one :class:`TrackingWarning` says so, training goes on, and the
   queue is delivered, in order, once the server answers again;
 * :meth:`Tracker.end` can be given a time limit (signal exits), and reports truthfully what it
-  could not deliver and whether the run's status was set.
+  could not deliver and whether the run's status was set;
+* with ``asynchronous=True`` everything goes through that one queue, sent by the tracker's own
+  thread (``rl8-mlflow-logger``), which can also start the run (:meth:`Tracker.start_in_background`);
+  ``end_at_exit=True`` ends a run left open when the process exits.
 
 See ``docs/tracking.md`` for where runs go and how to look at them.
 """
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import enum
 import functools
@@ -76,6 +80,15 @@ _HTTP_ENV_VARS = (
 # os.environ is process-wide: trackers in several threads must not interleave their changes.
 _ENV_LOCK = threading.RLock()
 
+#: An asynchronous tracker's logging thread holds metrics at most this many seconds, or this
+#: many steps, so that several steps share one request (whose fixed cost dominates).
+_HOLD_S = 1.0
+_HOLD_STEPS = 20
+
+#: Seconds that ending a run left open at interpreter exit may take at most (a hung tracking
+#: server must not keep the process alive); see ``Tracker(end_at_exit=True)``.
+EXIT_CLOSE_TIMEOUT_S = 30.0
+
 _TERMINAL_STATUSES = ("FINISHED", "FAILED", "KILLED")
 # MLflow error codes that mean "the store refused this request": retrying cannot help.
 _REJECTED_CODES = frozenset({
@@ -94,8 +107,8 @@ class TrackingError(RuntimeError):
 
     Raised by :meth:`Tracker.start` (before training), by calls made in the wrong order
     (logging before :meth:`Tracker.start` or after :meth:`Tracker.end`), by
-    :func:`running_runs` for an unknown experiment, and by the ``Trainer`` for a run it could
-    not start in the background; failures during a run are warnings
+    :func:`running_runs` for an unknown experiment, and by :meth:`Tracker.check_start` (so by
+    the ``Trainer``) for a run that could not be started in the background; failures during a run are warnings
     (:class:`TrackingWarning`), never errors.
     """
 
@@ -188,6 +201,13 @@ def _to_float(key: str, value: Any) -> float:
         ) from exc
 
 
+def _status_after(error: type[BaseException] | None) -> str:
+    """The status of a run that ``error`` (an exception type; ``None``: none) ended."""
+    if error is None:
+        return "FINISHED"
+    return "KILLED" if issubclass(error, KeyboardInterrupt) else "FAILED"
+
+
 def _source_tags(run_name: str | None) -> dict[str, str]:
     import rl8
 
@@ -225,7 +245,7 @@ class _HttpPolicy:
     """
 
     def __init__(self, http: bool, retries: int, backoff: int, timeout_s: int, force: bool,
-                 deadline: float) -> None:
+                 deadline: float = math.inf) -> None:
         self.http = http
         self.wanted = dict(zip(_HTTP_ENV_VARS, (retries, backoff, 0.0, timeout_s)))
         self.timeout_s = timeout_s if http else 0
@@ -261,47 +281,458 @@ class _HttpPolicy:
 
 
 # --------------------------------------------------------------------------------------------
+# opening a run
+
+
+@dataclasses.dataclass(frozen=True)
+class _OpenedRun:
+    client: Any  # the MlflowClient that opened it
+    run_id: str
+    run_name: str | None
+    experiment_id: str
+    params: dict[str, str]  # what the run held already (a resumed run)
+
+
+def _open_run(uri: str, experiment: str, run_name: str | None, resume_id: str | None) -> _OpenedRun:
+    """Check that the store answers (one quick request to an ``http(s)`` store), then create
+    a run in ``experiment``, or resume the run ``resume_id``; every failure is a
+    :class:`TrackingError` naming ``uri`` and the cause."""
+    from mlflow.tracking import MlflowClient
+
+    http = _is_http(uri)
+    try:
+        client = MlflowClient(uri)
+        if http:
+            with _HttpPolicy(http, _PROBE_RETRIES, 0, _PROBE_TIMEOUT_S, force=True):
+                client.search_experiments(max_results=1)
+    except Exception as exc:
+        raise TrackingError(
+            f"cannot reach the MLflow tracking store at {uri!r}: {exc}. Start the "
+            f"server (`mlflow server --host HOST --port PORT`), fix `tracking_uri` / "
+            f"MLFLOW_TRACKING_URI, or disable tracking."
+        ) from exc
+    try:
+        with _HttpPolicy(http, _LOG_RETRIES, _LOG_BACKOFF, _LOG_TIMEOUT_S, force=False):
+            if resume_id is not None:
+                return _resume_run(client, uri, experiment, run_name, resume_id)
+            experiment_id = _experiment_id(client, uri, experiment)
+            run = client.create_run(experiment_id, run_name=run_name, tags=_source_tags(run_name))
+            return _OpenedRun(client, run.info.run_id, run.info.run_name, experiment_id, {})
+    except TrackingError:
+        raise
+    except Exception as exc:
+        raise TrackingError(
+            f"cannot start an MLflow run in {uri!r} (experiment {experiment!r}): {exc}"
+        ) from exc
+
+
+def _experiment_id(client: Any, uri: str, experiment: str) -> str:
+    exp = client.get_experiment_by_name(experiment)
+    if exp is not None:
+        if exp.lifecycle_stage == "deleted":
+            raise TrackingError(
+                f"experiment {experiment!r} is deleted in {uri!r}; "
+                f"restore it (`mlflow experiments restore`) or use another name"
+            )
+        return exp.experiment_id
+    try:
+        return client.create_experiment(experiment)
+    except Exception as exc:  # created by someone else in between (e.g. another rank)
+        exp = client.get_experiment_by_name(experiment)
+        if exp is None:
+            raise
+        _logger.debug("experiment %r created concurrently: %s", experiment, exc)
+        return exp.experiment_id
+
+
+def _resume_run(client: Any, uri: str, experiment: str, run_name: str | None,
+                run_id: str) -> _OpenedRun:
+    from mlflow.entities import RunTag
+
+    try:
+        run = client.get_run(run_id)
+    except Exception as exc:
+        code = getattr(exc, "error_code", None)
+        if code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
+            raise TrackingError(f"cannot resume run {run_id!r}: it does not exist in {uri!r}") from exc
+        raise
+    if run.info.lifecycle_stage == "deleted":
+        raise TrackingError(
+            f"cannot resume run {run_id!r} in {uri!r}: the run is deleted "
+            f"(restore it with `mlflow runs restore --run-id {run_id}`)"
+        )
+    experiment_id = run.info.experiment_id
+    exp = client.get_experiment(experiment_id)
+    if exp.name != experiment:
+        _logger.warning(
+            "resuming run %s, which belongs to experiment %r, not %r; it stays there",
+            run_id, exp.name, experiment,
+        )
+    tags = _source_tags(run_name)  # no mlflow.runName unless a new name is given
+    client.update_run(run_id, status="RUNNING", name=run_name)
+    client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()], synchronous=True)
+    name = run.info.run_name if run_name is None else run_name
+    return _OpenedRun(client, run_id, name, experiment_id, dict(run.data.params))
+
+
+# --------------------------------------------------------------------------------------------
+# the queue of what waits for the store
+
+
+class _Outbox:
+    """What waits to be sent to the store, oldest first: params, metric values and artifact
+    uploads (staged copies). The one queue of a :class:`Tracker`: logging calls add to it, and
+    whoever delivers (the caller, or the logging thread of an asynchronous tracker) takes
+    chunks from it and puts back what failed. Thread-safe (:attr:`changed` guards it and is
+    notified on every addition); at most ``max_pending`` metric values are kept."""
+
+    def __init__(self, max_pending: int) -> None:
+        self.max_pending = max_pending
+        self.changed = threading.Condition()
+        self.params: dict[str, str] = {}
+        self.metrics: deque[tuple[str, float, int, int]] = deque()  # (key, value, ms, step)
+        # uploads: key -> (MlflowClient method, staged copy, artifact path)
+        self.artifacts: dict[Any, tuple[str, Path, str | None]] = {}
+        self.steps = 0  # logging calls since the last delivery: an asynchronous tracker batches
+        self.first_at = math.inf  # time.monotonic() of the first of them
+        self.dropped = 0  # metric values dropped since the last successful delivery
+        self.overflowing = False
+        self._staging: Path | None = None  # folder of the staged copies
+        self._staged = 0  # copies made so far (names their sub-folders)
+
+    def empty(self) -> bool:
+        return not (self.params or self.metrics or self.artifacts)
+
+    def counts(self) -> dict[str, int]:
+        """What waits (metric values dropped included): ``{"metrics", "params", "artifacts"}``."""
+        with self.changed:
+            return {"metrics": len(self.metrics) + self.dropped, "params": len(self.params),
+                    "artifacts": len(self.artifacts)}
+
+    def add(self, *, params: Mapping[str, str] | None = None, metrics: Iterable[tuple] = (),
+            steps: int = 0) -> bool:
+        """Queue params and metric values (``(key, value, ms, step)``) of ``steps`` logging
+        calls; returns whether old metric values began to be dropped (to be warned about)."""
+        with self.changed:
+            self.params.update(params or {})
+            self.metrics.extend(metrics)
+            if steps and not self.steps:
+                self.first_at = time.monotonic()
+            self.steps += steps
+            self.changed.notify_all()
+            return self._trim()
+
+    def stage(self, method: str, source: Path, artifact_path: str | None) -> None:
+        """Queue a copy of ``source`` (a file for ``log_artifact``, a folder for
+        ``log_artifacts``), so that the caller may delete its own at once."""
+        with self.changed:
+            if self._staging is None:
+                self._staging = Path(tempfile.mkdtemp(prefix="rl8-artifacts-"))
+            self._staged += 1
+            staged = self._staging / str(self._staged) / source.name
+        staged.parent.mkdir()
+        is_file = method == "log_artifact"
+        (shutil.copyfile if is_file else shutil.copytree)(source, staged)
+        # files replace a waiting file of the same destination; folders are merged by MLflow,
+        # so each upload of one is kept
+        key = (artifact_path, source.name) if is_file else staged
+        with self.changed:
+            replaced = self.artifacts.pop(key, None)
+            self.artifacts[key] = (method, staged, artifact_path)
+            self.changed.notify_all()
+        if replaced is not None:
+            shutil.rmtree(replaced[1].parent, ignore_errors=True)
+
+    def take(self, name: str, n: int) -> list:
+        """Remove and return the oldest ``n`` entries of ``name`` (``"params"``, ``"metrics"``
+        or ``"artifacts"``); a failed send gives them back with :meth:`put_back`."""
+        with self.changed:
+            if name == "metrics":
+                self.steps = 0
+                return [self.metrics.popleft() for _ in range(min(n, len(self.metrics)))]
+            box = getattr(self, name)
+            return [(key, box.pop(key)) for key in list(itertools.islice(box, n))]
+
+    def put_back(self, name: str, chunk: list) -> bool:
+        """Return a chunk taken by :meth:`take` to the front; a newer artifact for the same
+        destination wins. Returns whether old metric values began to be dropped."""
+        with self.changed:
+            if name == "metrics":
+                self.metrics.extendleft(reversed(chunk))
+                return self._trim()
+            box = getattr(self, name)
+            for key, entry in chunk:
+                if name == "artifacts" and key in box:
+                    shutil.rmtree(entry[1].parent, ignore_errors=True)
+            setattr(self, name, {**dict(chunk), **box})
+            return False
+
+    def clear(self) -> None:
+        """Forget everything queued and remove the staged copies."""
+        with self.changed:
+            self.params.clear()
+            self.metrics.clear()
+            self.artifacts.clear()
+            self.steps = 0
+            if self._staging is not None:
+                shutil.rmtree(self._staging, ignore_errors=True)
+                self._staging = None
+
+    def _trim(self) -> bool:
+        excess = len(self.metrics) - self.max_pending
+        if excess <= 0:
+            return False
+        for _ in range(excess):
+            self.metrics.popleft()
+        self.dropped += excess
+        started, self.overflowing = not self.overflowing, True
+        return started
+
+
+def _warn_overflow(outbox: _Outbox, uri: str, stacklevel: int) -> None:
+    warnings.warn(
+        f"more than {outbox.max_pending} metric values are waiting for the MLflow tracking "
+        f"store at {uri!r}; the oldest are being dropped",
+        TrackingWarning,
+        stacklevel=stacklevel,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# delivery: the HTTP retry policy
+
+
+class _Courier:
+    """Sends an :class:`_Outbox` to one run with the retry policy of a long training job: a
+    couple of quick retries while the store answers; after a failure (one warning per outage)
+    one short attempt per ``retry_interval_s``, doubling up to ``max(60, retry_interval_s)``
+    seconds; with a deadline (ending on a signal), attempts short enough to end before it."""
+
+    def __init__(self, client: Any, run_id: str, uri: str, retry_interval_s: float) -> None:
+        self.client = client
+        self.run_id = run_id
+        self.uri = uri
+        self.http = _is_http(uri)
+        self.retry_interval_s = retry_interval_s
+        self.degraded = False  # True from a failed delivery until the queue is empty again
+        self.last_attempt = -math.inf  # time.monotonic() at the end of the last failed attempt
+        self.interval_s = retry_interval_s  # current wait between attempts (backs off)
+
+    def due_in(self) -> float:
+        """Seconds until the next attempt is due: 0 while healthy."""
+        if not self.degraded:
+            return 0.0
+        return max(0.0, self.last_attempt + self.interval_s - time.monotonic())
+
+    def policy(self, deadline: float = math.inf, requests: int = 1) -> _HttpPolicy:
+        """The HTTP policy of the next requests: with a ``deadline`` (``time.monotonic()``),
+        one attempt per request, each short enough that ``requests`` of them still end before
+        it (at least 1 s: MLflow's timeout is whole seconds)."""
+        if deadline < math.inf:
+            left = deadline - time.monotonic()
+            timeout_s = int(min(_DEGRADED_TIMEOUT_S, max(1.0, left / (2 * requests))))
+            return _HttpPolicy(self.http, _DEGRADED_RETRIES, 0, timeout_s, True, deadline)
+        if self.degraded:
+            return _HttpPolicy(self.http, _DEGRADED_RETRIES, 0, _DEGRADED_TIMEOUT_S, True)
+        return _HttpPolicy(self.http, _LOG_RETRIES, _LOG_BACKOFF, _LOG_TIMEOUT_S, False)
+
+    def deliver(self, outbox: _Outbox, *, force: bool, deadline: float = math.inf,
+                stacklevel: int = 3) -> None:
+        """Send queued params, then metrics oldest first, then artifacts; stop at the first
+        failure. Unless ``force``, only when due. With a ``deadline``, each request waits at
+        most half the time left (the other half is kept for the run's status), and no request
+        starts after it."""
+        if outbox.empty() or (not force and self.due_in() > 0):
+            return
+        from mlflow.entities import Metric, Param
+
+        was_degraded = self.degraded
+        policy = self.policy(deadline, requests=2)
+
+        def send_all(name: str, n: int, send: Any) -> int:
+            sent = 0
+            while chunk := outbox.take(name, n):
+                try:
+                    if time.monotonic() + policy.timeout_s > deadline - policy.timeout_s:
+                        raise TimeoutError("no time left before the deadline")
+                    send(chunk)
+                except BaseException:
+                    if outbox.put_back(name, chunk):
+                        _warn_overflow(outbox, self.uri, stacklevel)
+                    raise
+                sent += len(chunk)
+            return sent
+
+        try:
+            with policy:
+                send_all("params", MAX_PARAMS_PER_BATCH,
+                         lambda chunk: self._send(params=[Param(k, v) for k, v in chunk], what="params"))
+                delivered = send_all("metrics", MAX_METRICS_PER_BATCH,
+                                     lambda chunk: self._send(metrics=[Metric(*m) for m in chunk], what="metrics"))
+                send_all("artifacts", 1, lambda chunk: self._send_artifact(*chunk[0][1]))
+        except Exception as exc:
+            self.last_attempt = time.monotonic()
+            if self.degraded:  # still down: wait longer before the next attempt
+                self.interval_s = min(2 * self.interval_s, max(60.0, self.retry_interval_s))
+                return
+            self.degraded = True
+            self.interval_s = self.retry_interval_s
+            warnings.warn(
+                f"logging to the MLflow tracking store at {self.uri!r} failed ({exc}); training "
+                f"goes on, {len(outbox.metrics)} metric values and {len(outbox.artifacts)} "
+                f"artifacts are kept and will be retried (first in {self.retry_interval_s:g} s)",
+                TrackingWarning,
+                stacklevel=stacklevel,
+            )
+            return
+        self.degraded = False
+        outbox.overflowing = False
+        if was_degraded:
+            dropped = f" ({outbox.dropped} were dropped)" if outbox.dropped else ""
+            _logger.warning(
+                "MLflow tracking store at %r is reachable again: delivered %d pending metric "
+                "values%s",
+                self.uri, delivered, dropped,
+            )
+            outbox.dropped = 0
+
+    def _send_artifact(self, method: str, staged: Path, artifact_path: str | None) -> None:
+        """One upload (its staged copy is removed once sent); one the store refuses is dropped
+        with a warning, not retried."""
+        try:
+            getattr(self.client, method)(self.run_id, str(staged), artifact_path)
+        except Exception as exc:
+            if not _is_rejection(exc):
+                raise
+            warnings.warn(
+                f"MLflow rejected the artifact {staged.name!r} for run {self.run_id}: {exc}",
+                TrackingWarning,
+                stacklevel=5,
+            )
+        shutil.rmtree(staged.parent, ignore_errors=True)
+
+    def _send(self, *, what: str, metrics=(), params=()) -> None:
+        """One ``log_batch`` request; a request the store refuses is dropped, not retried."""
+        try:
+            self.client.log_batch(self.run_id, metrics=metrics, params=params, synchronous=True)
+        except Exception as exc:
+            if not _is_rejection(exc):
+                raise
+            names = sorted({e.key for e in (metrics or params)})
+            warnings.warn(
+                f"MLflow rejected {len(metrics) or len(params)} {what} ({', '.join(names[:5])}"
+                f"{', ...' if len(names) > 5 else ''}) for run {self.run_id}: {exc}",
+                TrackingWarning,
+                stacklevel=5,
+            )
+
+    def set_status(self, status: str, *, deadline: float = math.inf, when: str = "") -> bool:
+        """Mark the run ``status`` (no request once ``deadline``, a ``time.monotonic()``
+        value, has passed); a failure is a warning. Returns whether the status was set."""
+        try:
+            if time.monotonic() >= deadline:
+                raise TimeoutError("no time was left for it")
+            with self.policy(deadline, requests=1):
+                self.client.set_terminated(self.run_id, status=status)
+            return True
+        except Exception as exc:
+            warnings.warn(
+                f"could not set the status of MLflow run {self.run_id} at {self.uri!r} "
+                f"to {status}{when}: {exc}",
+                TrackingWarning,
+                stacklevel=4,
+            )
+            return False
+
+
+# --------------------------------------------------------------------------------------------
+# the logging thread of an asynchronous tracker
+
+
+class _LogThread:
+    """The ``rl8-mlflow-logger`` thread of an asynchronous :class:`Tracker`: it starts the run
+    when asked to, then delivers the outbox when it holds params, artifacts, :data:`_HOLD_STEPS`
+    steps or metrics older than :data:`_HOLD_S`, or :meth:`flush` asks; while the store is
+    down, when the retry interval says so."""
+
+    def __init__(self, tracker: Tracker) -> None:
+        self.tracker = tracker
+        self.outbox = tracker._outbox
+        self.stopping = False
+        self.flush_wanted = 0  # flush requests made; guarded by outbox.changed
+        self.flushed = 0  # flush requests done
+        self.finished = False  # the thread has ended (or is ending)
+        self._thread: threading.Thread | None = None
+
+    def launch(self, *, start_run: bool) -> None:
+        """Start the thread (once); with ``start_run``, its first job is ``tracker.start()``."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, args=(start_run,),
+                                            name="rl8-mlflow-logger", daemon=True)
+            self._thread.start()
+
+    def alive(self) -> bool:
+        return self._thread is not None and not self.finished
+
+    def flush(self, timeout_s: float | None) -> bool:
+        """Have everything queued so far tried once; False when ``timeout_s`` passed first."""
+        with self.outbox.changed:
+            self.flush_wanted += 1
+            wanted = self.flush_wanted
+            self.outbox.changed.notify_all()
+            return self.outbox.changed.wait_for(
+                lambda: self.flushed >= wanted or not self.alive(), timeout_s
+            )
+
+    def stop(self) -> None:
+        """No more deliveries: the thread ends after its current request."""
+        with self.outbox.changed:
+            self.stopping = True
+            self.outbox.changed.notify_all()
+
+    def _wait_s(self) -> float | None:
+        """Seconds until the next delivery is due (<= 0: now; ``None``: not before news)."""
+        if self.flush_wanted > self.flushed:
+            return 0.0
+        if self.outbox.empty():
+            return None
+        courier = self.tracker._courier
+        if courier is not None and courier.degraded:
+            return courier.due_in()
+        if self.outbox.params or self.outbox.artifacts or self.outbox.steps >= _HOLD_STEPS:
+            return 0.0
+        return self.outbox.first_at + _HOLD_S - time.monotonic()
+
+    def _loop(self, start_run: bool) -> None:
+        tracker, changed = self.tracker, self.outbox.changed
+        try:
+            if start_run and not tracker._start_in_thread():
+                return
+            while True:
+                with changed:
+                    while not self.stopping and not ((wait := self._wait_s()) is not None and wait <= 0):
+                        changed.wait(wait)
+                    if self.stopping:
+                        return
+                    wanted = self.flush_wanted
+                tracker._deliver(force=wanted > self.flushed, stacklevel=4)
+                with changed:
+                    self.flushed = wanted
+                    changed.notify_all()
+        finally:
+            with changed:
+                self.finished = True
+                changed.notify_all()  # flush() waits no longer
+
+
+# --------------------------------------------------------------------------------------------
 # the tracker
 
 
-class Tracker:
-    """One MLflow run: params, per-step metrics, artifacts and its final status.
-
-    The tracker talks to the store through its own ``MlflowClient``; it never touches MLflow's
-    global active run. Typical use (the ``Trainer`` does this for you)::
-
-        with Tracker(experiment="cartpole") as tracker:     # start(); end() on exit
-            tracker.log_params({"hparams": {"lr": 3e-4}})   # -> param "hparams/lr"
-            for ...:
-                tracker.log_metrics(stats, step=stats["env/steps"])
-
-    Args:
-        experiment: Name of the MLflow experiment the run goes to; created when absent.
-            Ignored when resuming (``run_id``): the run stays in its experiment.
-        run_name: Display name of the run (tag ``mlflow.runName``). ``None``: MLflow picks a
-            random name for a new run; a resumed run keeps its name.
-        tracking_uri: Where runs are stored: ``http(s)://host:port`` for a tracking server,
-            ``sqlite:///path.db``, or a folder. ``None``: MLflow's default, i.e. the
-            ``MLFLOW_TRACKING_URI`` environment variable, else ``sqlite:///mlflow.db`` in the
-            current directory.
-        run_id: Resume this existing run instead of creating one: its status goes back to
-            ``RUNNING`` and metrics are appended to its history (use steps after the last one).
-        enabled: ``False`` makes every method a no-op and :attr:`run_id` stays ``None``; used
-            on non-zero ranks of distributed training.
-        max_pending: Most metric values (one key at one step each) kept while the server is
-            unreachable; when more arrive the oldest are dropped, with a warning.
-        retry_interval_s: Seconds between attempts to deliver pending metrics while the
-            server is unreachable (metrics logged in between are queued without a request).
-            The interval doubles after each failed attempt, up to ``max(60, retry_interval_s)``
-            seconds, so a server that hangs (each attempt waits up to 5 s) slows training
-            little. :meth:`flush` and :meth:`end` always try.
-
-    Attributes:
-        run_id: The MLflow run id once :meth:`start` returned; ``None`` before, and always
-            when disabled.
-        tracking_uri: The resolved tracking URI (never ``None``).
-        experiment_id: The MLflow experiment id once started.
-    """
+class _Run:
+    """The life cycle of one MLflow run: start it (now, or in the logging thread), end it
+    (within a time limit if need be, and at exit when asked), report how it ended. The base of
+    :class:`Tracker`, whose docstring describes the arguments; the logging is there."""
 
     def __init__(
         self,
@@ -313,6 +744,8 @@ class Tracker:
         enabled: bool = True,
         max_pending: int = 100_000,
         retry_interval_s: float = 5.0,
+        asynchronous: bool = False,
+        end_at_exit: bool = False,
     ) -> None:
         if not isinstance(experiment, str) or not experiment:
             raise ValueError(f"experiment must be a non-empty string, got {experiment!r}")
@@ -320,6 +753,9 @@ class Tracker:
             raise ValueError(f"max_pending must be an int >= 0, got {max_pending!r}")
         if not (isinstance(retry_interval_s, (int, float)) and retry_interval_s >= 0):
             raise ValueError(f"retry_interval_s must be a number >= 0, got {retry_interval_s!r}")
+        for name, value in (("asynchronous", asynchronous), ("end_at_exit", end_at_exit)):
+            if not isinstance(value, bool):
+                raise ValueError(f"{name} must be True or False, got {value!r}")
         self.experiment = experiment
         self.run_name = run_name
         # resolved without importing mlflow when the URI is given or set in the environment
@@ -327,35 +763,27 @@ class Tracker:
         self.enabled = bool(enabled)
         self.max_pending = max_pending
         self.retry_interval_s = float(retry_interval_s)
+        self.asynchronous = asynchronous
+        self.end_at_exit = end_at_exit
         self.run_id: str | None = None
         self.experiment_id: str | None = None
+        self.start_error: TrackingError | None = None
+        self.final_status: str | None = None
+        self.undelivered: dict[str, int] = {"metrics": 0, "params": 0, "artifacts": 0}
         self._resume_id = run_id
-        self._resumed = False
-        self._client: Any = None
-        self._http = _is_http(self._tracking_uri or "")
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # held by whoever makes requests (start, send, end)
         self._ended = False
-        # the status end() was asked for: a start still in progress when end() gave up waiting
-        # for it ends the run it creates with this status
+        # the status of an end() that gave up waiting for a start in progress: that start ends
+        # the run it creates with it
         self._wanted_status: str | None = None
         self._params: dict[str, str] = {}  # what the run holds (or will, once delivered)
-        self._pending_metrics: deque[Any] = deque()
-        self._pending_params: dict[str, str] = {}
-        # artifact uploads waiting, oldest first: key -> (MlflowClient method, staged copy,
-        # artifact path); a newer file for the same destination replaces a waiting one
-        self._pending_artifacts: dict[Any, tuple[str, Path, str | None]] = {}
-        self._staging: Path | None = None  # folder of the staged copies
-        self._staged = 0  # copies made so far (names their sub-folders)
-        #: Terminal status recorded in the store by :meth:`end`; ``None`` until then, or when
-        #: setting it failed.
-        self.final_status: str | None = None
-        #: What :meth:`end` could not deliver: ``{"metrics": n, "params": n, "artifacts": n}``.
-        self.undelivered: dict[str, int] = {"metrics": 0, "params": 0, "artifacts": 0}
-        self._degraded = False  # True from a failed delivery until the queue is empty again
-        self._overflowing = False
-        self._dropped = 0  # metric values dropped since the last successful delivery
-        self._last_attempt = -math.inf  # time.monotonic() at the end of the last attempt
-        self._interval_s = self.retry_interval_s  # current wait between attempts (backs off)
+        self._outbox = _Outbox(max_pending)
+        self._courier: _Courier | None = None  # once started
+        self._thread = _LogThread(self) if asynchronous else None
+        self._start_done = threading.Event()  # cleared while a background start is in progress
+        self._start_done.set()
+        self._start_error_reported = False
+        self._exit_hook = False
 
     @property
     def tracking_uri(self) -> str:
@@ -407,124 +835,70 @@ class Tracker:
         with self._lock:
             if self.run_id is not None:
                 return self.run_id
-            if self._ended:
+            if self._ended and self._start_done.is_set():  # not a background start end() let go
                 raise TrackingError("this Tracker has ended; create a new one")
-            from mlflow.tracking import MlflowClient
-
             uri = self.tracking_uri
-            try:
-                self._client = MlflowClient(uri)
-                if self._http:
-                    with self._http_policy(_PROBE_RETRIES, 0, _PROBE_TIMEOUT_S, force=True):
-                        self._client.search_experiments(max_results=1)
-            except Exception as exc:
-                raise TrackingError(
-                    f"cannot reach the MLflow tracking store at {uri!r}: {exc}. Start the "
-                    f"server (`mlflow server --host HOST --port PORT`), fix `tracking_uri` / "
-                    f"MLFLOW_TRACKING_URI, or disable tracking."
-                ) from exc
-            try:
-                with self._normal_policy():
-                    if self._resume_id is not None:
-                        self._resume(self._resume_id)
-                    else:
-                        self._create()
-            except TrackingError:
-                raise
-            except Exception as exc:
-                raise TrackingError(
-                    f"cannot start an MLflow run in {uri!r} (experiment {self.experiment!r}): "
-                    f"{exc}"
-                ) from exc
-            if self._wanted_status is not None:  # end() gave up waiting for this start
-                self._end_at_start(self._wanted_status)
+            run = _open_run(uri, self.experiment, self.run_name, self._resume_id)
+            with self._outbox.changed:
+                self._params.update(run.params)
+                self._courier = _Courier(run.client, run.run_id, uri, self.retry_interval_s)
+                self.run_id, self.run_name, self.experiment_id = run.run_id, run.run_name, run.experiment_id
+                wanted = self._wanted_status
+            if self._start_done.is_set():  # a background start registered it already
+                self._hook_exit()
+            if wanted is not None:  # end() gave up waiting for this start
+                self._ended = True  # one short attempt: that end() has returned already
+                short = time.monotonic() + 2 * _DEGRADED_TIMEOUT_S
+                if self._courier.set_status(wanted, deadline=short, when=" once its start completed"):
+                    self.final_status = wanted
+            elif self._thread is not None:
+                self._thread.launch(start_run=False)
             return self.run_id
 
-    def _end_at_start(self, status: str) -> None:
-        """End the run just created with ``status``, that :meth:`end` was asked for while the
-        start was in progress (one short attempt: that end has returned already)."""
-        self._ended = True
-        self._set_status(status, self._degraded_policy(), when=" once its start completed")
+    def start_in_background(self) -> None:
+        """Start the run (:meth:`start`) in the logging thread and return at once (an
+        ``asynchronous`` tracker only): what is logged meanwhile is queued and sent once the
+        run exists. A failure disables the tracker (what was queued is dropped) and is kept in
+        :attr:`start_error`, raised by :meth:`check_start`."""
+        if not self.enabled:
+            return
+        if self._thread is None:
+            raise TrackingError("start_in_background() needs a Tracker made with asynchronous=True")
+        # importing MLflow sets up thread pools, which Python refuses once it is shutting down:
+        # set their module up now, so that a start still in progress at exit can complete
+        import concurrent.futures.thread  # noqa: F401
 
-    def _set_status(self, status: str, policy: _HttpPolicy, *,
-                    when: str = "", deadline: float = math.inf) -> bool:
-        """Mark the run ``status`` under ``policy`` (no request once ``deadline``, a
-        ``time.monotonic()`` value, has passed); a failure is a warning. Returns whether the
-        status was set."""
+        self._hook_exit()
+        self._start_done.clear()
+        self._thread.launch(start_run=True)
+
+    def _start_in_thread(self) -> bool:
         try:
-            if time.monotonic() >= deadline:
-                raise TimeoutError("no time was left for it")
-            with policy:
-                self._client.set_terminated(self.run_id, status=status)
-            self.final_status = status
-            return True
-        except Exception as exc:
-            warnings.warn(
-                f"could not set the status of MLflow run {self.run_id} at {self.tracking_uri!r} "
-                f"to {status}{when}: {exc}",
-                TrackingWarning,
-                stacklevel=4,
-            )
+            self.start()
+            return not self._ended
+        except BaseException as exc:  # noqa: BLE001 - raised by check_start in the owner's thread
+            self.start_error = TrackingError(
+                f"the MLflow run (started in the background) could not be started: {exc}")
+            self.start_error.__cause__ = exc
+            self.enabled = False
+            self._outbox.clear()
             return False
+        finally:
+            self._start_done.set()
 
-    def _experiment_id(self) -> str:
-        client = self._client
-        exp = client.get_experiment_by_name(self.experiment)
-        if exp is not None:
-            if exp.lifecycle_stage == "deleted":
-                raise TrackingError(
-                    f"experiment {self.experiment!r} is deleted in {self.tracking_uri!r}; "
-                    f"restore it (`mlflow experiments restore`) or use another name"
-                )
-            return exp.experiment_id
-        try:
-            return client.create_experiment(self.experiment)
-        except Exception as exc:  # created by someone else in between (e.g. another rank)
-            exp = client.get_experiment_by_name(self.experiment)
-            if exp is None:
-                raise
-            _logger.debug("experiment %r created concurrently: %s", self.experiment, exc)
-            return exp.experiment_id
+    def wait_started(self, timeout_s: float | None = None) -> bool:
+        """Wait at most ``timeout_s`` seconds (``None``: as long as it takes) for a background
+        start to end, well or not; returns whether none is in progress any more."""
+        return self._start_done.wait(timeout_s)
 
-    def _create(self) -> None:
-        self.experiment_id = self._experiment_id()
-        tags = _source_tags(self.run_name)
-        run = self._client.create_run(self.experiment_id, run_name=self.run_name, tags=tags)
-        self.run_id = run.info.run_id
-        self.run_name = run.info.run_name
-
-    def _resume(self, run_id: str) -> None:
-        client = self._client
-        try:
-            run = client.get_run(run_id)
-        except Exception as exc:
-            code = getattr(exc, "error_code", None)
-            if code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
-                raise TrackingError(
-                    f"cannot resume run {run_id!r}: it does not exist in {self.tracking_uri!r}"
-                ) from exc
-            raise
-        if run.info.lifecycle_stage == "deleted":
-            raise TrackingError(
-                f"cannot resume run {run_id!r} in {self.tracking_uri!r}: the run is deleted "
-                f"(restore it with `mlflow runs restore --run-id {run_id}`)"
-            )
-        self.experiment_id = run.info.experiment_id
-        exp = client.get_experiment(self.experiment_id)
-        if exp.name != self.experiment:
-            _logger.warning(
-                "resuming run %s, which belongs to experiment %r, not %r; it stays there",
-                run_id, exp.name, self.experiment,
-            )
-        self._params = dict(run.data.params)
-        tags = _source_tags(self.run_name)  # no mlflow.runName unless a new name is given
-        client.update_run(run_id, status="RUNNING", name=self.run_name)
-        from mlflow.entities import RunTag
-
-        client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()], synchronous=True)
-        self.run_id = run_id
-        self.run_name = run.info.run_name if self.run_name is None else self.run_name
-        self._resumed = True
+    def check_start(self, *, once: bool = False) -> None:
+        """Raise :attr:`start_error` when a background start has failed (not waiting for one
+        in progress); with ``once``, only if it was never raised before."""
+        if self.start_error is None or not self._start_done.is_set():
+            return
+        if not (once and self._start_error_reported):
+            self._start_error_reported = True
+            raise self.start_error
 
     def end(self, status: str = "FINISHED", *, timeout_s: float | None = None) -> bool:
         """Deliver what is pending and close the run with ``status``. Idempotent.
@@ -540,52 +914,32 @@ class Tracker:
             Whether the run's status is now ``status`` in the store (also
             :attr:`final_status`); ``False`` when disabled or never started.
 
-        Never raises on tracking failures: metrics, params and artifacts that still cannot be
-        delivered are counted in :attr:`undelivered` and reported as lost in a
-        :class:`TrackingWarning`, as is a status that could not be set.
+        Waits for a background start in progress. Never raises on tracking failures: metrics,
+        params and artifacts that still cannot be delivered are counted in :attr:`undelivered`
+        and reported as lost in a :class:`TrackingWarning`, as is a status that could not be set.
         """
         status = str(status).upper()
         if status not in _TERMINAL_STATUSES:
             raise ValueError(f"status must be one of {_TERMINAL_STATUSES}, got {status!r}")
         if not self.enabled:
             return False
+        if self._exit_hook:
+            atexit.unregister(self._end_at_exit)
+            self._exit_hook = False
         deadline = math.inf if timeout_s is None else time.monotonic() + max(0.0, timeout_s)
-        if self._wanted_status is None:  # before waiting: a start in progress reads it
-            self._wanted_status = status
-        if not self._lock.acquire(timeout=-1 if timeout_s is None else max(0.0, timeout_s)):
-            # another thread is inside a request that does not come back: give up on it
-            self._ended = True
-            self.undelivered = {
-                "metrics": len(self._pending_metrics) + self._dropped,
-                "params": len(self._pending_params),
-                "artifacts": len(self._pending_artifacts),
-            }
-            if self.run_id is None:  # the start holds the lock; it reads _wanted_status
-                message = (
-                    f"the MLflow run at {self.tracking_uri!r} was still starting after "
-                    f"{timeout_s:g} s; it is marked {self._wanted_status} as soon as its start "
-                    "completes"
-                )
-            else:
-                message = (
-                    f"could not set the status of MLflow run {self.run_id} at "
-                    f"{self.tracking_uri!r} to {status}: a request to the server did not finish "
-                    f"within {timeout_s:g} s; the run stays RUNNING (`rl8 runs --clean` marks "
-                    "such runs FAILED) and what was still queued is lost"
-                )
-            warnings.warn(message, TrackingWarning, stacklevel=2)
+        if self._thread is not None:
+            self._thread.stop()  # from now on only end() sends
+        started = self._start_done.wait(None if timeout_s is None else max(0.0, timeout_s))
+        left = -1 if timeout_s is None else max(0.0, deadline - time.monotonic())
+        if not (started and self._lock.acquire(timeout=left)):  # a start or a request hangs
+            self._give_up(status, timeout_s)
             return False
         try:
-            if self._ended or self.run_id is None:
-                self._ended = True
+            ended, self._ended = self._ended, True
+            if ended or not self.enabled or self.run_id is None:
                 return self.final_status == status
-            self._ended = True
-            self._deliver_pending(force=True, deadline=deadline)
-            self.undelivered = {
-                "metrics": len(self._pending_metrics) + self._dropped,
-                "params": len(self._pending_params),
-                "artifacts": len(self._pending_artifacts),
-            }
+            self._courier.deliver(self._outbox, force=True, deadline=deadline)
+            self.undelivered = self._outbox.counts()
             if any(self.undelivered.values()):
                 lost = self.undelivered
                 warnings.warn(
@@ -595,40 +949,158 @@ class Tracker:
                     TrackingWarning,
                     stacklevel=2,
                 )
-                self._pending_metrics.clear()
-                self._pending_params.clear()
-                self._pending_artifacts.clear()
-            if self._staging is not None:
-                shutil.rmtree(self._staging, ignore_errors=True)
-            if deadline < math.inf:
-                policy = self._bounded_policy(deadline, requests=1)
-            else:
-                policy = self._degraded_policy() if self._degraded else self._normal_policy()
-            self._set_status(status, policy, deadline=deadline)
+            self._outbox.clear()
+            if self._courier.set_status(status, deadline=deadline):
+                self.final_status = status
             return self.final_status == status
         finally:
             self._lock.release()
+
+    def _give_up(self, status: str, timeout_s: float | None) -> None:
+        """:meth:`end` ran out of time waiting for a start or a request of another thread."""
+        self._ended = True
+        self.undelivered = self._outbox.counts()
+        with self._outbox.changed:  # a start completing reads _wanted_status under this lock
+            starting = self.run_id is None
+            if starting:
+                self._wanted_status = status
+        if starting:
+            message = (f"the MLflow run at {self.tracking_uri!r} was still starting after "
+                       f"{timeout_s:g} s; it is marked {status} as soon as its start completes")
+        else:
+            message = (f"could not set the status of MLflow run {self.run_id} at "
+                       f"{self.tracking_uri!r} to {status}: a request to the server did not finish "
+                       f"within {timeout_s:g} s; the run stays RUNNING (`rl8 runs --clean` marks "
+                       "such runs FAILED) and what was still queued is lost")
+        warnings.warn(message, TrackingWarning, stacklevel=3)
+
+    def end_report(self, status: str) -> str:
+        """What :meth:`end` with ``status`` achieved, as a clause for a message (empty without
+        a run): ``"; MLflow run ID ended as KILLED"``, or that the status could not be set, or
+        that the run was still starting, and what was not delivered. Never waits."""
+        if not self.run_id:
+            if not self._start_done.is_set():
+                return f"; the MLflow run was still starting: it is marked {status} once started"
+            return ""
+        if self.final_status == status:
+            report = f"; MLflow run {self.run_id} ended as {status}"
+        else:
+            report = (
+                f"; MLflow run {self.run_id} could NOT be marked {status} (the tracking server "
+                "did not answer in time): it shows RUNNING until `rl8 runs --clean` marks it FAILED"
+            )
+        names = {"metrics": "metric values", "params": "params", "artifacts": "artifacts"}
+        lost = [f"{n} {names[what]}" for what, n in self.undelivered.items() if n]
+        return report + (f"; not delivered: {', '.join(lost)}" if lost else "")
+
+    def _hook_exit(self) -> None:
+        if self.end_at_exit and not self._exit_hook and not self._ended:
+            self._exit_hook = True
+            atexit.register(self._end_at_exit)
+
+    def _end_at_exit(self) -> None:
+        """The exit hook of ``end_at_exit``; a background start that failed and that nothing
+        raised is reported as a :class:`TrackingWarning`."""
+        error = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+        self._exit_hook = False  # running now: end() does not unregister it
+        self.end(_status_after(None if error is None else type(error)), timeout_s=EXIT_CLOSE_TIMEOUT_S)
+        if self.start_error is not None and not self._start_error_reported:
+            warnings.warn(str(self.start_error), TrackingWarning, stacklevel=2)
 
     def __enter__(self) -> Tracker:
         self.start()
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
-        if exc_type is None:
-            self.end("FINISHED")
-        elif issubclass(exc_type, KeyboardInterrupt):
-            self.end("KILLED")
-        else:
-            self.end("FAILED")
+        self.end(_status_after(exc_type))
         return False
+
+    def _deliver(self, force: bool, stacklevel: int = 4) -> None:
+        """Send the outbox (unless ``force``, only when due)."""
+        with self._lock:
+            stopped = self._thread is not None and self._thread.stopping
+            if not (self._ended or stopped) and self._courier is not None:
+                self._courier.deliver(self._outbox, force=force, stacklevel=stacklevel)
+
+
+class Tracker(_Run):
+    """One MLflow run: params, per-step metrics, artifacts and its final status.
+
+    The tracker talks to the store through its own ``MlflowClient``; it never touches MLflow's
+    global active run. Typical use (the ``Trainer`` does this for you)::
+
+        with Tracker(experiment="cartpole") as tracker:     # start(); end() on exit
+            tracker.log_params({"hparams": {"lr": 3e-4}})   # -> param "hparams/lr"
+            for ...:
+                tracker.log_metrics(stats, step=stats["env/steps"])
+
+    Everything logged goes through one queue: sent at once by the calling thread, or, when
+    ``asynchronous``, by the tracker's logging thread (``rl8-mlflow-logger``), so that a slow
+    or hung store never holds up the caller.
+
+    Args:
+        experiment: Name of the MLflow experiment the run goes to; created when absent.
+            Ignored when resuming (``run_id``): the run stays in its experiment.
+        run_name: Display name of the run (tag ``mlflow.runName``). ``None``: MLflow picks a
+            random name for a new run; a resumed run keeps its name.
+        tracking_uri: Where runs are stored: ``http(s)://host:port`` for a tracking server,
+            ``sqlite:///path.db``, or a folder. ``None``: MLflow's default, i.e. the
+            ``MLFLOW_TRACKING_URI`` environment variable, else ``sqlite:///mlflow.db`` in the
+            current directory.
+        run_id: Resume this existing run instead of creating one: its status goes back to
+            ``RUNNING`` and metrics are appended to its history (use steps after the last one).
+        enabled: ``False`` makes every method a no-op and :attr:`run_id` stays ``None``; used
+            on non-zero ranks of distributed training.
+        max_pending: Most metric values (one key at one step each) kept while the server is
+            unreachable; when more arrive the oldest are dropped, with a warning.
+        retry_interval_s: Seconds between attempts to deliver pending metrics while the
+            server is unreachable (metrics logged in between are queued without a request).
+            The interval doubles after each failed attempt, up to ``max(60, retry_interval_s)``
+            seconds, so a server that hangs (each attempt waits up to 5 s) slows training
+            little. :meth:`flush` and :meth:`end` always try.
+        asynchronous: ``True``: logging calls only queue; the logging thread sends, holding
+            metrics up to 1 s (or 20 steps) so that several steps share one request, and
+            :meth:`start_in_background` can create the run there. ``False``: each call sends
+            before it returns.
+        end_at_exit: ``True``: a run still open when the process exits is ended then (within
+            :data:`EXIT_CLOSE_TIMEOUT_S` seconds): ``FAILED`` after an uncaught exception,
+            ``KILLED`` after an uncaught ``KeyboardInterrupt``, else ``FINISHED``. The exit
+            hook holds the tracker, so this holds for a tracker its owner dropped.
+
+    Attributes:
+        run_id: The MLflow run id once started; ``None`` before, and always when disabled.
+        experiment_id: The MLflow experiment id once started.
+        start_error: The :class:`TrackingError` of a background start that failed, else ``None``.
+        final_status: Terminal status recorded in the store by :meth:`end`; ``None`` until
+            then, or when setting it failed.
+        undelivered: What :meth:`end` could not deliver: ``{"metrics": n, "params": n,
+            "artifacts": n}``.
+    """
+
+    @property
+    def pending(self) -> int:
+        """Number of metric values waiting to be delivered (0 when all went through)."""
+        return len(self._outbox.metrics)
+
+    @property
+    def pending_artifacts(self) -> int:
+        """Number of artifact uploads waiting to be delivered."""
+        return len(self._outbox.artifacts)
 
     # ---- logging ----------------------------------------------------------------------------
 
     def _check_started(self) -> None:
-        if self.run_id is None:
+        if self.run_id is None and self._start_done.is_set():
             raise TrackingError("Tracker.start() must be called before logging")
         if self._ended:
             raise TrackingError(f"MLflow run {self.run_id} has ended; nothing more can be logged")
+
+    def _queued(self, overflow: bool) -> None:
+        """After adding to the outbox: send now, or leave it to the logging thread."""
+        if overflow:
+            _warn_overflow(self._outbox, self.tracking_uri, stacklevel=4)
+        if self._thread is None:
+            self._deliver(force=False, stacklevel=5)
 
     def log_params(self, params: Mapping[str, Any]) -> None:
         """Record the run's configuration as MLflow params.
@@ -648,16 +1120,16 @@ class Tracker:
         """
         if not self.enabled:
             return
-        with self._lock:
-            self._check_started()
-            new: dict[str, str] = {}
+        self._check_started()
+        new: dict[str, str] = {}
+        with self._outbox.changed:
             for key, value in flatten_params(params).items():
                 old = self._params.get(key)
                 if old is None:
                     new[key] = value
                 elif old != value:
                     alt = f"resumed/{key}"
-                    if self._resumed and self._params.get(alt) in (None, value):
+                    if self._resume_id is not None and self._params.get(alt) in (None, value):
                         if self._params.get(alt) is None:
                             new[alt] = value
                     else:
@@ -667,12 +1139,9 @@ class Tracker:
                             TrackingWarning,
                             stacklevel=2,
                         )
-            if not new:
-                return
             self._params.update(new)
-            self._pending_params.update(new)
-            if self._due():
-                self._deliver_pending(force=False)
+        if new:
+            self._queued(self._outbox.add(params=new))
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int) -> None:
         """Record the metrics of one step, in one request (chunks of 1000 metrics).
@@ -701,42 +1170,35 @@ class Tracker:
         """Record the metrics of several steps with one delivery (chunks of 1000 metrics).
 
         Like :meth:`log_metrics` for each ``(metrics, step)`` pair, but every pair is queued
-        first and the queue is then delivered at once: the Trainer's background logger uses
-        it to send several training steps per request, since a request's fixed cost dominates.
+        first and the queue is then delivered at once (a request's fixed cost dominates).
 
         Args:
             items: ``(metrics, step)`` pairs, oldest first; see :meth:`log_metrics`.
         """
         if not self.enabled:
             return
-        from mlflow.entities import Metric
+        self._check_started()
+        ms = int(time.time() * 1000)
+        values, steps = [], 0
+        for metrics, step in items:
+            values.extend((str(k), _to_float(k, v), ms, int(step)) for k, v in metrics.items())
+            steps += 1
+        if values:
+            self._queued(self._outbox.add(metrics=values, steps=steps))
 
-        with self._lock:
-            self._check_started()
-            ts = int(time.time() * 1000)
-            added = 0
-            for metrics, step in items:
-                step = int(step)
-                batch = [Metric(str(k), _to_float(k, v), ts, step) for k, v in metrics.items()]
-                self._pending_metrics.extend(batch)
-                added += len(batch)
-            if not added:
-                return
-            self._trim_queue()
-            if self._due():
-                self._deliver_pending(force=False)
+    def flush(self, timeout_s: float | None = None) -> bool:
+        """Try now to deliver everything queued (an asynchronous tracker: wait, at most
+        ``timeout_s`` seconds, for its logging thread to try; ``None``: as long as it takes).
 
-    def flush(self) -> None:
-        """Try now to deliver the params and metrics still queued after a failure.
-
-        Does nothing when nothing is pending; never raises on tracking failures.
+        Never raises on tracking failures. Returns whether nothing waits any more.
         """
         if not self.enabled:
-            return
-        with self._lock:
-            if self.run_id is None or self._ended:
-                return
-            self._deliver_pending(force=True)
+            return True
+        if self._thread is None or not self._thread.alive():
+            self._deliver(force=True)
+        elif not self._thread.flush(timeout_s):
+            return False
+        return self._outbox.empty()
 
     def log_artifact(self, local_path: str | Path, artifact_path: str | None = None) -> None:
         """Upload one file to the run's artifacts, or queue it while the server is down.
@@ -757,41 +1219,6 @@ class Tracker:
         """
         self._upload("log_artifact", local_path, artifact_path)
 
-    def _upload(self, method: str, local: str | Path, artifact_path: str | None) -> None:
-        """Stage a copy of ``local`` for the MlflowClient method ``method`` and queue it."""
-        if not self.enabled:
-            return
-        with self._lock:
-            self._check_started()
-            source = Path(local)
-            is_file = method == "log_artifact"
-            if not (source.is_file() if is_file else source.is_dir()):
-                warnings.warn(
-                    f"could not log artifacts from {str(local)!r} to MLflow run {self.run_id} "
-                    f"at {self.tracking_uri!r}: no such {'file' if is_file else 'folder'}",
-                    TrackingWarning,
-                    stacklevel=3,
-                )
-                return
-            if self._staging is None:
-                self._staging = Path(tempfile.mkdtemp(prefix="rl8-artifacts-"))
-            self._staged += 1
-            staged = self._staging / str(self._staged) / source.name
-            staged.parent.mkdir()
-            if is_file:
-                shutil.copyfile(source, staged)
-            else:
-                shutil.copytree(source, staged)
-            # files replace a waiting file of the same destination; folders are merged by
-            # MLflow, so each upload of one is kept
-            key = (artifact_path, source.name) if is_file else self._staged
-            replaced = self._pending_artifacts.pop(key, None)
-            if replaced is not None:
-                shutil.rmtree(replaced[1].parent, ignore_errors=True)
-            self._pending_artifacts[key] = (method, staged, artifact_path)
-            if self._due():
-                self._deliver_pending(force=False, stacklevel=4)
-
     def log_artifacts(self, local_dir: str | Path, artifact_path: str | None = None) -> None:
         """Upload the content of a folder to the run's artifacts (queued like
         :meth:`log_artifact` while the server is down).
@@ -804,161 +1231,22 @@ class Tracker:
         """
         self._upload("log_artifacts", local_dir, artifact_path)
 
-    @property
-    def pending(self) -> int:
-        """Number of metric values waiting to be delivered (0 when all went through)."""
-        return len(self._pending_metrics)
-
-    @property
-    def pending_artifacts(self) -> int:
-        """Number of artifact uploads waiting to be delivered."""
-        return len(self._pending_artifacts)
-
-    # ---- delivery ---------------------------------------------------------------------------
-
-    def _due(self) -> bool:
-        """Whether to make a request now: always when healthy, else after the retry interval."""
-        if not self._degraded:
-            return True
-        return time.monotonic() - self._last_attempt >= self._interval_s
-
-    def _trim_queue(self, stacklevel: int = 3) -> None:
-        excess = len(self._pending_metrics) - self.max_pending
-        if excess <= 0:
+    def _upload(self, method: str, local: str | Path, artifact_path: str | None) -> None:
+        if not self.enabled:
             return
-        for _ in range(excess):
-            self._pending_metrics.popleft()
-        self._dropped += excess
-        if not self._overflowing:
-            self._overflowing = True
+        self._check_started()
+        source = Path(local)
+        is_file = method == "log_artifact"
+        if not (source.is_file() if is_file else source.is_dir()):
             warnings.warn(
-                f"more than {self.max_pending} metric values are waiting for the MLflow "
-                f"tracking store at {self.tracking_uri!r}; the oldest are being dropped",
+                f"could not log artifacts from {str(local)!r} to MLflow run {self.run_id} "
+                f"at {self.tracking_uri!r}: no such {'file' if is_file else 'folder'}",
                 TrackingWarning,
-                stacklevel=stacklevel,
-            )
-
-    def _deliver_pending(self, force: bool, stacklevel: int = 3, deadline: float = math.inf) -> None:
-        """Send queued params, then queued metrics oldest first, then queued artifacts; stop
-        at the first failure. With a ``deadline`` (``time.monotonic()``), each request waits
-        at most half the time left (the other half is kept for the run's status), and no
-        request starts after it."""
-        if not self._pending_params and not self._pending_metrics and not self._pending_artifacts:
-            return
-        if not force and not self._due():
-            return
-        from mlflow.entities import Param
-
-        was_degraded = self._degraded
-        delivered = 0
-        if deadline < math.inf:
-            policy = self._bounded_policy(deadline, requests=2)
-        else:
-            policy = self._degraded_policy() if was_degraded else self._normal_policy()
-
-        def check_time() -> None:
-            if time.monotonic() + policy.timeout_s > deadline - policy.timeout_s:
-                raise TimeoutError("no time left before the deadline")
-
-        try:
-            with policy:
-                items = list(self._pending_params.items())
-                for i in range(0, len(items), MAX_PARAMS_PER_BATCH):
-                    check_time()
-                    chunk = items[i : i + MAX_PARAMS_PER_BATCH]
-                    self._send(params=[Param(k, v) for k, v in chunk], what="params")
-                    for k, _ in chunk:
-                        del self._pending_params[k]
-                queue = self._pending_metrics
-                while queue:
-                    check_time()
-                    n = min(len(queue), MAX_METRICS_PER_BATCH)
-                    chunk = list(itertools.islice(queue, n))
-                    self._send(metrics=chunk, what="metrics")
-                    for _ in range(n):
-                        queue.popleft()
-                    delivered += n
-                for key in list(self._pending_artifacts):
-                    check_time()
-                    method, staged, artifact_path = self._pending_artifacts[key]
-                    self._send_artifact(method, staged, artifact_path)
-                    del self._pending_artifacts[key]
-                    shutil.rmtree(staged.parent, ignore_errors=True)
-        except Exception as exc:
-            self._last_attempt = time.monotonic()
-            if self._degraded:  # still down: wait longer before the next attempt
-                self._interval_s = min(2 * self._interval_s, max(60.0, self.retry_interval_s))
-                return
-            self._degraded = True
-            self._interval_s = self.retry_interval_s
-            warnings.warn(
-                f"logging to the MLflow tracking store at {self.tracking_uri!r} failed "
-                f"({exc}); training goes on, {len(self._pending_metrics)} metric values and "
-                f"{len(self._pending_artifacts)} artifacts are kept and will be retried (first "
-                f"in {self.retry_interval_s:g} s)",
-                TrackingWarning,
-                stacklevel=stacklevel,
+                stacklevel=3,
             )
             return
-        self._degraded = False
-        self._overflowing = False
-        if was_degraded:
-            dropped = f" ({self._dropped} were dropped)" if self._dropped else ""
-            _logger.warning(
-                "MLflow tracking store at %r is reachable again: delivered %d pending metric "
-                "values%s",
-                self.tracking_uri, delivered, dropped,
-            )
-            self._dropped = 0
-
-    def _send_artifact(self, method: str, staged: Path, artifact_path: str | None) -> None:
-        """One upload; one the store refuses is dropped with a warning, not retried."""
-        try:
-            getattr(self._client, method)(self.run_id, str(staged), artifact_path)
-        except Exception as exc:
-            if not _is_rejection(exc):
-                raise
-            warnings.warn(
-                f"MLflow rejected the artifact {staged.name!r} for run {self.run_id}: {exc}",
-                TrackingWarning,
-                stacklevel=4,
-            )
-
-    def _send(self, *, what: str, metrics=(), params=()) -> None:
-        """One ``log_batch`` request; a request the store refuses is dropped, not retried."""
-        try:
-            self._client.log_batch(self.run_id, metrics=metrics, params=params, synchronous=True)
-        except Exception as exc:
-            if not _is_rejection(exc):
-                raise
-            names = sorted({e.key for e in (metrics or params)})
-            warnings.warn(
-                f"MLflow rejected {len(metrics) or len(params)} {what} ({', '.join(names[:5])}"
-                f"{', ...' if len(names) > 5 else ''}) for run {self.run_id}: {exc}",
-                TrackingWarning,
-                stacklevel=4,
-            )
-
-    # ---- HTTP policy ------------------------------------------------------------------------
-
-    def _http_policy(
-        self, retries: int, backoff: int, timeout_s: int, force: bool = False,
-        deadline: float = math.inf,
-    ) -> _HttpPolicy:
-        return _HttpPolicy(self._http, retries, backoff, timeout_s, force, deadline)
-
-    def _normal_policy(self) -> _HttpPolicy:
-        return self._http_policy(_LOG_RETRIES, _LOG_BACKOFF, _LOG_TIMEOUT_S)
-
-    def _degraded_policy(self) -> _HttpPolicy:
-        return self._http_policy(_DEGRADED_RETRIES, 0, _DEGRADED_TIMEOUT_S, force=True)
-
-    def _bounded_policy(self, deadline: float, requests: int) -> _HttpPolicy:
-        """One attempt per request, each short enough that ``requests`` of them still end
-        before ``deadline`` (at least 1 s: MLflow's timeout is whole seconds)."""
-        left = deadline - time.monotonic()
-        timeout_s = int(min(_DEGRADED_TIMEOUT_S, max(1.0, left / (2 * requests))))
-        return self._http_policy(_DEGRADED_RETRIES, 0, timeout_s, force=True, deadline=deadline)
+        self._outbox.stage(method, source, artifact_path)
+        self._queued(False)
 
     def __repr__(self) -> str:
         state = "disabled" if not self.enabled else (self.run_id or "not started")

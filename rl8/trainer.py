@@ -16,14 +16,12 @@ See ``docs/trainer.md``.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import functools
 import json
 import math
 import os
 import platform
-import queue
 import shutil
 import signal
 import sys
@@ -371,181 +369,6 @@ class _Progress:
         self._wrote = False
 
 
-_STOP = object()
-
-
-class _Flush:
-    """A marker in the worker's queue: everything before it has been handed to the Tracker
-    once :attr:`done` is set."""
-
-    def __init__(self) -> None:
-        self.done = threading.Event()
-
-
-class _LogWorker:
-    """Sends each step's metrics to the Tracker from a background thread.
-
-    A ``log_batch`` request to a SQLite store costs ~8 ms of CPU for 40 metrics (a commit and
-    bookkeeping per request, ~5 ms of it fixed), i.e. several percent of a CartPole-sized step,
-    and on a machine whose cores all run torch, a background thread cannot hide CPU time. So
-    when the Tracker can record several steps in one request (``Tracker.log_metrics_many``),
-    steps are held for at most ``max_delay_s`` (or ``max_steps`` steps) and sent together;
-    otherwise each step is one ``log_metrics`` call. Either way a step's stats travel together,
-    never one request per metric.
-
-    The queue is bounded (``maxsize`` steps): when the store is slower than training,
-    :meth:`submit` waits. Artifact uploads (:meth:`submit_call`) go through the same thread,
-    so that neither they nor a server that does not answer hold up training. An exception in
-    the thread (none is expected: the Tracker keeps and retries failed requests itself) is
-    re-raised by the next :meth:`flush` or :meth:`submit`.
-    """
-
-    def __init__(
-        self, tracker: Tracker, *, max_delay_s: float = 1.0, max_steps: int = 20, maxsize: int = 1000
-    ) -> None:
-        self.tracker = tracker
-        self.max_delay_s = max_delay_s
-        self.max_steps = max_steps
-        self.batching = callable(getattr(tracker, "log_metrics_many", None))
-        self._queue: queue.Queue = queue.Queue(maxsize=maxsize)
-        self._thread: threading.Thread | None = None
-        self._error: BaseException | None = None
-
-    def _raise_error(self) -> None:
-        if self._error is not None:
-            error, self._error = self._error, None
-            raise RuntimeError(f"logging metrics to MLflow failed: {error!r}") from error
-
-    def submit(self, metrics: dict[str, float], step: int) -> None:
-        self._put((metrics, step))
-
-    def submit_call(self, call: Any) -> None:
-        """Run ``call()`` (e.g. artifact uploads) in the thread, after the steps submitted so far."""
-        self._put(call)
-
-    def _put(self, item: Any) -> None:
-        self._raise_error()
-        if self._thread is None or not self._thread.is_alive():
-            self._thread = threading.Thread(target=self._loop, name="rl8-mlflow-logger", daemon=True)
-            self._thread.start()
-        self._queue.put(item)
-
-    def _send(self, held: list[tuple[dict[str, float], int]]) -> None:
-        if not held:
-            return
-        try:
-            if self.batching and len(held) > 1:
-                self.tracker.log_metrics_many(held)  # type: ignore[attr-defined]
-            else:
-                for metrics, step in held:
-                    self.tracker.log_metrics(metrics, step)
-        except BaseException as exc:  # noqa: BLE001 - handed to the training thread
-            if self._error is None:
-                self._error = exc
-        finally:
-            held.clear()
-
-    def _loop(self) -> None:
-        held: list[tuple[dict[str, float], int]] = []
-        deadline = math.inf
-        while True:
-            try:
-                if held:
-                    item = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
-                else:
-                    item = self._queue.get()
-            except queue.Empty:
-                self._send(held)
-                continue
-            try:
-                if item is _STOP or isinstance(item, _Flush):
-                    self._send(held)
-                    if item is _STOP:
-                        return
-                    item.done.set()
-                    continue
-                if callable(item):
-                    self._send(held)
-                    try:
-                        item()
-                    except BaseException as exc:  # noqa: BLE001 - handed to the training thread
-                        if self._error is None:
-                            self._error = exc
-                    continue
-                held.append(item)
-                if len(held) == 1:
-                    deadline = time.monotonic() + self.max_delay_s
-                if not self.batching or len(held) >= self.max_steps:
-                    self._send(held)
-            finally:
-                self._queue.task_done()
-
-    def flush(self, timeout_s: float | None = None) -> bool:
-        """Wait until every submitted step has been handed to the Tracker, for at most
-        ``timeout_s`` seconds (``None``: as long as it takes). Returns whether it was."""
-        done = True
-        if self._thread is not None and self._thread.is_alive():
-            marker = _Flush()
-            try:
-                self._queue.put(marker, timeout=timeout_s)
-            except queue.Full:
-                return False
-            done = marker.done.wait(timeout_s)
-        self._raise_error()
-        return done
-
-    def queued(self) -> dict[str, int]:
-        """What waits in the queue, not yet handed to the Tracker: metric values and calls
-        (artifact uploads)."""
-        with self._queue.mutex:
-            items = list(self._queue.queue)
-        return {
-            "metrics": sum(len(item[0]) for item in items if isinstance(item, tuple)),
-            "uploads": sum(1 for item in items if callable(item)),
-        }
-
-    def stop(self, timeout_s: float | None = None) -> None:
-        """End the thread; with ``timeout_s``, give up waiting (it is a daemon thread)."""
-        if self._thread is not None and self._thread.is_alive():
-            with contextlib.suppress(queue.Full):
-                self._queue.put(_STOP, timeout=timeout_s)
-            self._thread.join(timeout_s)
-        self._thread = None
-
-
-class _RunStart:
-    """Start a Tracker's run and log its params: the first job of the logging thread, so the
-    steps queued behind it are logged to the run once it exists.
-
-    Attributes:
-        done: Set once the start has ended, well or not.
-        error: A :class:`~rl8.tracking.TrackingError` saying why the start failed (its cause
-            is what ``Tracker.start`` raised), or ``None``.
-        reported: Whether the Trainer has raised :attr:`error` to the user.
-    """
-
-    def __init__(self, tracker: Tracker, params: Mapping[str, Any]) -> None:
-        self.tracker = tracker
-        self.params = params
-        self.done = threading.Event()
-        self.error: BaseException | None = None
-        self.reported = False
-
-    def __call__(self) -> None:
-        try:
-            self.tracker.start()
-        except BaseException as exc:  # noqa: BLE001 - raised by the Trainer in its own thread
-            self.error = TrackingError(f"the MLflow run (started in the background when the Trainer "
-                                       f"was created) could not be started: {exc}")
-            self.error.__cause__ = exc
-            self.tracker.enabled = False  # the steps queued behind it are dropped quietly
-            return
-        finally:
-            self.done.set()
-        if not self.tracker.ended:  # else the start ended the run as close() asked
-            self.tracker.log_params(self.params)
-
-
 def _signal_exit(signum: int) -> BaseException:
     """What a stop signal raises: ``KeyboardInterrupt`` for SIGINT, else
     ``SystemExit(128 + signum)`` (exit status 143 for SIGTERM)."""
@@ -585,71 +408,6 @@ def check_eval_plan(
             "Trainer.run: eval_env_config is given but steps_per_eval is None, so no "
             "evaluation would use it; set steps_per_eval"
         )
-
-
-def _end_run(tracker: Tracker, worker: _LogWorker | None, status: str,
-             timeout_s: float | None = None) -> dict[str, int]:
-    """Send what ``worker`` still queues, then end the tracker's run with ``status``.
-
-    Args:
-        tracker: The run's tracker.
-        worker: The background logging thread, or ``None``.
-        status: The run's terminal status.
-        timeout_s: Seconds all of it may take at most, whatever the tracking server does
-            (half for the worker, which may be inside a request that hangs; the rest for the
-            tracker); ``None``: as long as the tracker's HTTP policy makes it.
-
-    Returns:
-        What the worker could not hand over in time (``{"metrics": n, "uploads": n}``), empty
-        when it did.
-    """
-    deadline = math.inf if timeout_s is None else time.monotonic() + timeout_s
-
-    def left() -> float | None:
-        return None if timeout_s is None else max(0.0, deadline - time.monotonic())
-
-    left_behind: dict[str, int] = {}
-    if worker is not None:
-        flushed = False
-        try:
-            flushed = worker.flush(None if timeout_s is None else timeout_s / 2)
-        except RuntimeError as exc:
-            warnings.warn(str(exc), TrackingWarning, stacklevel=3)
-        finally:
-            # a worker stuck in a request is left behind (a daemon thread): the time left goes
-            # to the tracker, which waits for that request at most that long
-            if not flushed:
-                left_behind = worker.queued()
-            worker.stop(left() if flushed else 0.0)
-    tracker.end(status, timeout_s=left())
-    return left_behind
-
-
-#: Seconds that ending a run left open at interpreter exit may take at most (a hung tracking
-#: server must not keep the process alive).
-EXIT_CLOSE_TIMEOUT_S = 30.0
-
-
-def _close_at_exit(tracker: Tracker, worker: _LogWorker | None, run_start: _RunStart | None = None) -> None:
-    """End a run that its Trainer left open, when the process exits (within
-    :data:`EXIT_CLOSE_TIMEOUT_S`), waiting for a run start in progress (``run_start``); a
-    start that failed unseen is reported as a :class:`~rl8.tracking.TrackingWarning`.
-
-    It holds the tracker and the log worker, not the Trainer: a Trainer made in a function is
-    collected when the function returns, and its run must still end. The status is ``FAILED``
-    after an uncaught exception, ``KILLED`` after an uncaught ``KeyboardInterrupt``, else
-    ``FINISHED``.
-    """
-    error = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
-    if error is None:
-        status = "FINISHED"
-    elif isinstance(error, KeyboardInterrupt):
-        status = "KILLED"
-    else:
-        status = "FAILED"
-    _end_run(tracker, worker, status, timeout_s=EXIT_CLOSE_TIMEOUT_S)
-    if run_start is not None and run_start.error is not None and not run_start.reported:
-        warnings.warn(str(run_start.error), TrackingWarning, stacklevel=2)
 
 
 # --------------------------------------------------------------------------------------------
@@ -791,7 +549,6 @@ class Trainer:
         self._run_args: dict[str, Any] | None = None
         self._conditions: list[Condition] = []
         self._conditions_met = False  # whether the stop conditions held at the latest step
-        self._left_behind: dict[str, int] = {}  # what close() left in the logging thread's queue
         self._resume_state: dict[str, Any] | None = None
         self._checkpoint_requested = False
         self._stop_signal: int | None = None
@@ -806,16 +563,16 @@ class Trainer:
             tracking_uri=tracking_uri,
             run_id=run_id,
             enabled=tracking and self._dist.is_main,
+            asynchronous=async_logging,
+            end_at_exit=True,
         )
         self._run_id: str | None = None
-        self._worker = None
         # a new run in a local store (SQLite, a folder) starts in the logging thread, while the
         # first steps run: importing MLflow and migrating a new store take seconds
         background = (
             async_logging and self.tracker.enabled and self.tracker.is_local and run_id is None
             and not self._dist.enabled
         )
-        self._run_start: _RunStart | None = None
         self._checkpoint_dir: Path | None = None
         if checkpoint_dir is not None:
             self._checkpoint_dir = Path(checkpoint_dir).absolute()
@@ -836,14 +593,9 @@ class Trainer:
             )
         if error is not None:
             raise error
-        self._worker = _LogWorker(self.tracker) if async_logging and self.tracker.enabled else None
         if background:
-            self._run_start = _RunStart(self.tracker, self._params())
-            self._worker.submit_call(self._run_start)
-        self._atexit = functools.partial(_close_at_exit, self.tracker, self._worker, self._run_start)
-        atexit.register(self._atexit)
-        if not background:
-            self.tracker.log_params(self._params())
+            self.tracker.start_in_background()
+        self.tracker.log_params(self._params())  # queued until a run starting in the background exists
 
     @property
     def run_id(self) -> str | None:
@@ -869,25 +621,12 @@ class Trainer:
         return self._checkpoint_dir
 
     def _check_run_start(self, *, wait: bool = False, unless_reported: bool = False) -> None:
-        """Raise the error of a run start that failed in the background.
-
-        Args:
-            wait: Wait for a start in progress (and then know the run id); otherwise a start
-                in progress passes.
-            unless_reported: Pass when the error was raised before (by ``close``).
-        """
-        start = self._run_start
-        if start is None:
-            return
+        """Raise the error of a run start that failed in the background; ``wait``: for a start
+        in progress (which passes otherwise); ``unless_reported``: unless raised before."""
         if wait:
-            start.done.wait()
-        if not start.done.is_set():
-            return
-        if start.error is None:
-            self._run_id = self.tracker.run_id
-        elif not (unless_reported and start.reported):
-            start.reported = True
-            raise start.error
+            self.tracker.wait_started()
+        self.tracker.check_start(once=unless_reported)
+        self._run_id = self.tracker.run_id or self._run_id
 
     # ----------------------------------------------------------------- params
     def _params(self) -> dict[str, Any]:
@@ -960,27 +699,18 @@ class Trainer:
             raise RuntimeError("this Trainer is closed (its MLflow run has ended)")
         self._check_run_start()
         metrics = {k: float(v) for k, v in stats.items() if not _is_nan(v)}
-        if self._worker is not None:
-            self._worker.submit(metrics, int(self.algo.env_steps))
-        else:
-            self.tracker.log_metrics(metrics, step=int(self.algo.env_steps))
+        self.tracker.log_metrics(metrics, step=int(self.algo.env_steps))
 
     def _in_logging_thread(self, call: Callable[[], Any]) -> None:
-        """Make ``call()`` (requests to MLflow) in the logging thread, after what is queued
-        there, so that a slow or hung server does not hold up training; without that thread
-        (``async_logging=False``), now."""
-        if self._worker is not None:
-            self._worker.submit_call(call)
-        else:
-            call()
+        """Make ``call()`` (calls to the Tracker) now: with ``async_logging`` the Tracker only
+        queues them for its logging thread, so a slow or hung server does not hold up training."""
+        call()
 
     def flush(self) -> None:
         """Wait until the metrics of every step so far are sent (or queued by the Tracker after
         a failure; see :meth:`rl8.tracking.Tracker.flush`)."""
-        if self._worker is not None:
-            self._worker.flush()
-        self._check_run_start()
         self.tracker.flush()
+        self._check_run_start()
 
     def step(self, *, env_config: dict[str, Any] | None = None) -> TrainStats:
         """One training step: one collect and one update, logged to MLflow.
@@ -1805,7 +1535,7 @@ class Trainer:
         if str(status).upper() not in _TERMINAL_STATUSES:
             raise ValueError(f"Trainer.close: status must be one of {_TERMINAL_STATUSES}, got {status!r}")
         try:
-            self._left_behind = _end_run(self.tracker, self._worker, status, timeout_s)
+            self.tracker.end(status, timeout_s=timeout_s)
         finally:
             if self._eval_env is not None:
                 with contextlib.suppress(Exception):
@@ -1817,7 +1547,6 @@ class Trainer:
                 self._record_env = None
         # only now: when ending the run raised, the exit hook still ends it
         self.closed = True
-        atexit.unregister(self._atexit)
         self._check_run_start(unless_reported=True)
 
     def _close_while_raising(self, status: str, timeout_s: float | None = None) -> None:
@@ -1838,30 +1567,8 @@ class Trainer:
             self._ignore_stop_signals = False
 
     def _end_report(self, status: str) -> str:
-        """After :meth:`close`: what happened to the MLflow run, for the signal message (never
-        waits for a run still starting)."""
-        tracker = self.tracker
-        run_id = tracker.run_id
-        if not run_id:
-            if self._run_start is not None and not self._run_start.done.is_set():
-                return f"; the MLflow run was still starting: it is marked {status} once started"
-            return ""
-        if tracker.final_status == status:
-            report = f"; MLflow run {run_id} ended as {status}"
-        else:
-            report = (
-                f"; MLflow run {run_id} could NOT be marked {status} (the tracking server "
-                "did not answer in time): it shows RUNNING until `rl8 runs --clean` marks it FAILED"
-            )
-        lost = dict(tracker.undelivered)
-        lost["metrics"] = lost.get("metrics", 0) + self._left_behind.get("metrics", 0)
-        names = {"metrics": "metric values", "params": "params", "artifacts": "artifacts",
-                 "uploads": "checkpoint artifact uploads"}
-        lost["uploads"] = self._left_behind.get("uploads", 0)
-        lost = [f"{n} {names[what]}" for what, n in lost.items() if n]
-        if lost:
-            report += f"; not delivered: {', '.join(lost)}"
-        return report
+        """After :meth:`close`: what happened to the MLflow run, for the signal message."""
+        return self.tracker.end_report(status)
 
     def __enter__(self) -> Trainer:
         return self
@@ -1876,7 +1583,7 @@ class Trainer:
         return False
 
     def __repr__(self) -> str:
-        run_id = self.tracker.run_id if self._run_start is not None else self._run_id
+        run_id = self.tracker.run_id or self._run_id
         checkpoint_dir = self._checkpoint_dir or self._checkpoints_root / str(run_id or "<run id>")
         return (
             f"Trainer(algo={self.algo!r}, experiment={self.experiment!r}, run_id={run_id!r}, "

@@ -111,8 +111,8 @@ def unusable_uri(tmp_path: Path) -> str:
 def failed_start(tmp_path) -> Trainer:
     """A Trainer whose background start failed, and nothing has raised that yet."""
     trainer = make_trainer(tracking_uri=unusable_uri(tmp_path))
-    assert trainer._run_start.done.wait(60)
-    assert trainer._run_start.error is not None
+    assert trainer.tracker.wait_started(60)
+    assert trainer.tracker.start_error is not None
     return trainer
 
 
@@ -139,14 +139,14 @@ def test_a_resumed_run_logs_the_run_params_from_the_logging_thread(monkeypatch, 
     first.close()
     trainer = make_trainer(run_id=run_id)  # resumed: started before Trainer(...) returns
     threads = []
-    log_params = Tracker.log_params
+    log_batch = MlflowClient.log_batch
 
-    def recorded(self, params):
-        if "run" in params:
+    def recorded(self, run_id, *args, params=(), **kwargs):
+        if any(p.key.startswith("run/") for p in params):
             threads.append(threading.current_thread().name)
-        return log_params(self, params)
+        return log_batch(self, run_id, *args, params=params, **kwargs)
 
-    monkeypatch.setattr(Tracker, "log_params", recorded)
+    monkeypatch.setattr(MlflowClient, "log_batch", recorded)
     trainer.run(stop_conditions=HitsUpperBound("algorithm/steps", 1))
     trainer.close()
     assert threads == ["rl8-mlflow-logger"]  # a hung server does not hold up run()

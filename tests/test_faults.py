@@ -196,20 +196,16 @@ def test_cli_resume_refuses_stop_conditions_it_cannot_rebuild(monkeypatch, tmp_p
 def test_save_checkpoint_does_not_wait_for_the_tracking_backlog(monkeypatch, tmp_path):
     import threading
 
-    from rl8.tracking import Tracker
-
     stuck, release = threading.Event(), threading.Event()
-    real_many, real_one = Tracker.log_metrics_many, Tracker.log_metrics
+    real = MlflowClient.log_batch
 
-    def hangs(real):
-        def call(self, *args, **kwargs):  # the logging thread inside a request that hangs
+    def hangs(self, *args, **kwargs):  # the logging thread inside a request that hangs
+        if threading.current_thread().name == "rl8-mlflow-logger":
             stuck.set()
             release.wait(30)
-            return real(self, *args, **kwargs)
-        return call
+        return real(self, *args, **kwargs)
 
-    monkeypatch.setattr(Tracker, "log_metrics_many", hangs(real_many))
-    monkeypatch.setattr(Tracker, "log_metrics", hangs(real_one))
+    monkeypatch.setattr(MlflowClient, "log_batch", hangs)
     trainer = Trainer(PPO(CartPole, **SMALL), progress=False, checkpoint_dir=tmp_path / "ck")
     try:
         trainer.step()

@@ -179,16 +179,16 @@ def test_which_stores_are_local(monkeypatch, uri, local):
 
 @pytest.fixture
 def held_create(monkeypatch):
-    """Creating the run (inside ``Tracker.start``, which holds the tracker's lock) waits (at
-    most 10 s) until the returned event is set."""
+    """Creating the run (inside ``Tracker.start``) waits (at most 10 s) until the returned
+    event is set."""
     gate = threading.Event()
-    create = Tracker._create
+    create = MlflowClient.create_run
 
-    def held(self):
+    def held(self, *args, **kwargs):
         gate.wait(10)
-        create(self)
+        return create(self, *args, **kwargs)
 
-    monkeypatch.setattr(Tracker, "_create", held)
+    monkeypatch.setattr(MlflowClient, "create_run", held)
     return gate
 
 
@@ -198,11 +198,11 @@ def test_a_bounded_close_during_the_start_ends_the_run_once_it_is_created(mlflow
     t0 = time.monotonic()
     with pytest.warns(TrackingWarning, match="still starting.*marked KILLED as soon as"):
         trainer.close("KILLED", timeout_s=0.5)
-    report = trainer._end_report("KILLED")  # the signal message does not wait for the start
+    report = trainer.tracker.end_report("KILLED")  # the signal message does not wait for the start
     assert time.monotonic() - t0 < 3
     assert "still starting" in report
     held_create.set()
-    assert trainer._run_start.done.wait(10)
+    assert trainer.tracker.wait_started(10)
     run = MlflowClient(mlflow_uri).get_run(trainer.tracker.run_id)
     assert run.info.status == "KILLED"
     assert trainer.tracker.final_status == "KILLED"

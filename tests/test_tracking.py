@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import textwrap
 import time
 import urllib.request
 import warnings
@@ -344,6 +345,17 @@ def test_end_rejects_unknown_status():
 def test_log_before_start_is_an_error():
     with pytest.raises(TrackingError, match="start"):
         Tracker(experiment="x").log_metrics({"a": 1.0}, step=0)
+
+
+@pytest.mark.parametrize("name", ["asynchronous", "end_at_exit"])
+def test_switches_must_be_booleans(name):
+    with pytest.raises(ValueError, match=f"^{name} must be True or False, got 'yes'$"):
+        Tracker(experiment="x", **{name: "yes"})
+
+
+def test_a_background_start_needs_an_asynchronous_tracker():
+    with pytest.raises(TrackingError, match=r"start_in_background\(\) needs a Tracker made with asynchronous=True"):
+        Tracker(experiment="x").start_in_background()
 
 
 @pytest.mark.parametrize(
@@ -735,31 +747,77 @@ def test_artifacts_still_queued_at_end_are_reported_lost(monkeypatch, tmp_path):
     assert tracker.undelivered == {"metrics": 0, "params": 0, "artifacts": 1}
 
 
-def test_end_with_a_timeout_gives_up_on_a_request_that_hangs(mlflow_uri):
+def test_end_with_a_timeout_gives_up_on_a_request_that_hangs(mlflow_uri, monkeypatch):
     import threading
 
-    tracker = Tracker(experiment="hang")
+    tracker = Tracker(experiment="hang", asynchronous=True)
     tracker.start()
+    release, holding = threading.Event(), threading.Event()
+    real = MlflowClient.log_batch
+
+    def hung_request(self, *args, **kwargs):  # the logging thread inside a request that hangs
+        holding.set()
+        release.wait(30)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(MlflowClient, "log_batch", hung_request)
     tracker.log_metrics({"a": 1.0}, step=0)
-    release = threading.Event()
-    holding = threading.Event()
-
-    def hung_request():  # another thread inside a request that does not come back
-        with tracker._lock:
-            holding.set()
-            release.wait(30)
-
-    thread = threading.Thread(target=hung_request)
-    thread.start()
-    holding.wait(5)
+    assert tracker.flush(timeout_s=0.1) is False  # the logging thread is stuck
+    assert holding.wait(5)
     t0 = time.monotonic()
     with pytest.warns(TrackingWarning, match=r"to KILLED: a request to the server did not finish within 0\.5 s"):
         assert tracker.end("KILLED", timeout_s=0.5) is False
     assert time.monotonic() - t0 < 2
     assert tracker.final_status is None
+    assert "could NOT be marked KILLED" in tracker.end_report("KILLED")
     release.set()
-    thread.join()
     assert MlflowClient(mlflow_uri).get_run(tracker.run_id).info.status == "RUNNING"  # truthful
+
+
+def test_asynchronous_tracker_sends_held_steps_together_in_order(mlflow_uri, monkeypatch):
+    import threading
+
+    calls = []
+    real = MlflowClient.log_batch
+
+    def spy(self, run_id, *args, metrics=(), **kwargs):
+        if metrics:
+            calls.append((threading.current_thread().name, sorted({m.step for m in metrics})))
+        return real(self, run_id, *args, metrics=metrics, **kwargs)
+
+    monkeypatch.setattr(MlflowClient, "log_batch", spy)
+    tracker = Tracker(experiment="async", asynchronous=True)
+    tracker.start()
+    for step in range(5):  # held by the logging thread (up to 1 s or 20 steps), then one request
+        tracker.log_metrics({"x": float(step)}, step=step)
+    assert tracker.flush() is True
+    assert calls == [("rl8-mlflow-logger", [0, 1, 2, 3, 4])]
+    tracker.end()
+    history = MlflowClient(mlflow_uri).get_metric_history(tracker.run_id, "x")
+    assert [(m.step, m.value) for m in history] == [(s, float(s)) for s in range(5)]
+
+
+def test_a_tracker_ending_at_exit_ends_its_run_with_the_status_of_the_exit(mlflow_uri):
+    code = textwrap.dedent("""
+        import sys
+        from rl8.tracking import Tracker
+
+        def train():  # the tracker is dropped when train() returns; its exit hook holds it
+            tracker = Tracker(experiment="exit", run_name=sys.argv[1], end_at_exit=True, asynchronous=True)
+            tracker.start_in_background()
+            tracker.log_metrics({"x": 1.0}, step=1)
+
+        train()
+        if sys.argv[1] == "failed":
+            raise RuntimeError("boom")
+    """)
+    env = {**os.environ, "PYTHONPATH": str(Path(rl8.__file__).parents[1])}
+    for name in ("finished", "failed"):
+        subprocess.run([sys.executable, "-c", code, name], env=env, capture_output=True, timeout=120)
+    client = MlflowClient(mlflow_uri)
+    runs = client.search_runs([client.get_experiment_by_name("exit").experiment_id])
+    assert {r.info.run_name: (r.info.status, r.data.metrics) for r in runs} == {
+        "finished": ("FINISHED", {"x": 1.0}), "failed": ("FAILED", {"x": 1.0})}
 
 
 def test_end_with_a_timeout_on_a_healthy_store_delivers_and_sets_the_status(mlflow_uri):

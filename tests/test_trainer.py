@@ -122,29 +122,6 @@ def test_all_stats_of_a_step_in_one_request_at_env_steps(monkeypatch, mlflow_uri
     assert [step for step, _ in history(mlflow_uri, trainer.run_id, "losses/total")] == [STEP, 2 * STEP, 3 * STEP]
 
 
-class _BatchingTracker:
-    def __init__(self):
-        self.calls = []
-
-    def log_metrics(self, metrics, step):
-        self.calls.append([(metrics, step)])
-
-    def log_metrics_many(self, items):
-        self.calls.append(list(items))
-
-
-def test_log_worker_sends_held_steps_together_in_order():
-    from rl8.trainer import _LogWorker
-
-    tracker = _BatchingTracker()
-    worker = _LogWorker(tracker, max_delay_s=60.0, max_steps=3)
-    for step in range(5):
-        worker.submit({"x": float(step)}, step)
-    worker.flush()  # sends what is held
-    worker.stop()
-    assert [[s for _, s in call] for call in tracker.calls] == [[0, 1, 2], [3, 4]]
-
-
 def test_run_params_and_default_experiment(mlflow_uri):
     trainer = make_trainer(run_name="params")
     trainer.close()
