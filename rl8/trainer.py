@@ -33,18 +33,22 @@ import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import torch
 
 from ._resolve import env_spec_string, is_dotted_path, qualified_name
 from .checkpoint import CheckpointError, CheckpointManager, load_checkpoint
 from .checkpoint import save_checkpoint as _write_checkpoint
+from .config import TrainerConfig
 from .conditions import Condition, HitsLowerBound, HitsUpperBound, TimeLimit, with_current_stat_names
 from .distributed import DistContext, rank_device, to_cpu
 from .export import POLICY_ARTIFACT, check_env_spaces, policy_to_dict, save_policy, space_from_dict
 from .stats import Stats
 from .tracking import _TERMINAL_STATUSES, Tracker, TrackingError, TrackingWarning
+
+if TYPE_CHECKING:
+    from .ppo import PPO
 
 __all__ = ["CHECKPOINT_POINTER_ARTIFACT", "TrainStats", "Trainer", "check_eval_plan", "env_spec_string"]
 
@@ -669,49 +673,17 @@ class Trainer:
 
     Args:
         algo: The algorithm; the Trainer reads its counters and never copies it.
-        experiment: MLflow experiment name; default: the env's name (``"CartPole"``,
-            ``"CartPole-v1"``).
-        run_name: MLflow run name; ``None``: MLflow picks one.
-        tracking_uri: Where runs go (``http://host:port``, ``sqlite:///file.db``, a folder);
-            ``None``: MLflow's default (``MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db`` in
-            the current folder).
-        tracking: ``False`` disables MLflow entirely (no run, nothing logged).
-        run_id: Continue this existing MLflow run instead of creating one
-            (:meth:`from_checkpoint` sets it).
-        checkpoint_dir: Folder of the numbered checkpoints; ``None``:
-            ``checkpoints/<run id>`` in the current folder (``checkpoints/<time stamp>``
-            without tracking). Created on the first checkpoint.
-        checkpoint_every: :meth:`run` writes a checkpoint every this many training steps
-            (updates); ``None``: only at the end of :meth:`run` and on signals.
-        keep_checkpoints: How many checkpoints to keep in ``checkpoint_dir`` (the latest);
-            ``None`` keeps all.
-        eval_num_envs: Number of envs of a dedicated eval env, built once on the first
-            :meth:`eval`. ``None``: evaluate on the training envs at env-reset boundaries, and
-            on an eval env of ``min(num_envs, 16)`` envs built on demand at other times (see
-            :meth:`eval`).
-        eval_num_steps: Steps per env of one evaluation. ``None``: on the training envs,
-            ``horizon * max(1, horizons_per_env_reset)``; on a dedicated env of an episodic env,
-            the env's episode limit (``max_episode_steps``) when it has one, so every eval env
-            finishes at least one whole episode; otherwise the same as on the training envs.
-        progress: Progress line on stderr during :meth:`run`, and a summary line saying which
-            condition stopped it: ``None`` or ``True`` (default): on a terminal one line
-            updated in place, otherwise (a log file, a notebook, a pipe) a plain line every
-            ``progress_every_s`` seconds; ``False``: nothing.
-        progress_every_s: Seconds between two plain progress lines when stderr is not a
-            terminal.
-        async_logging: Send each step's metrics to MLflow from a background thread (default),
-            so that training does not wait for the store; :meth:`flush` waits for them.
-            ``False``: send them before :meth:`step` returns.
-        metadata: Plain data (dicts, lists, numbers, strings) stored in every checkpoint, e.g.
-            the config a run was started from (the ``rl8`` command stores its config here).
-            What a checkpoint cannot hold is a ``TypeError`` here, naming the entry.
-        record_every: :meth:`run` records a video (:meth:`record`) at every this many-th
-            evaluation (``algorithm/steps`` a multiple of ``steps_per_eval * record_every``), to
-            ``checkpoint_dir/videos/eval-<env steps>.mp4``, logged as an MLflow artifact under
-            ``videos/``; ``None``: never. Needs ``pip install "rl8[video]"``.
+        config: The options (a :class:`~rl8.config.TrainerConfig`); ``None``: the defaults.
+        **options: Options by name, over ``config`` (e.g. ``experiment="cartpole"``,
+            ``checkpoint_every=100``); every option, its default and meaning is a field of
+            :class:`~rl8.config.TrainerConfig`. An unknown name is a ``TypeError``, a bad value
+            a ``ValueError`` naming the option.
 
     Attributes:
         algo: The :class:`~rl8.PPO` algorithm.
+        config: The :class:`~rl8.config.TrainerConfig` as given.
+        experiment: The MLflow experiment name (``config.experiment`` or the env's name).
+        metadata: ``config.metadata`` as a dict (stored in every checkpoint).
         tracker: The :class:`~rl8.tracking.Tracker` of the MLflow run.
         run_id: The MLflow run id (``None`` without tracking); waits for a run still starting.
         checkpoint_dir: The checkpoint folder (absolute); by default named by the run id, so
@@ -723,66 +695,25 @@ class Trainer:
             not record which held), else ``None``.
     """
 
-    def __init__(
-        self,
-        algo: Any,
-        *,
-        experiment: str | None = None,
-        run_name: str | None = None,
-        tracking_uri: str | None = None,
-        tracking: bool = True,
-        run_id: str | None = None,
-        checkpoint_dir: str | os.PathLike[str] | None = None,
-        checkpoint_every: int | None = None,
-        keep_checkpoints: int | None = 5,
-        eval_num_envs: int | None = None,
-        eval_num_steps: int | None = None,
-        progress: bool | None = None,
-        progress_every_s: float = 10.0,
-        async_logging: bool = True,
-        metadata: Mapping[str, Any] | None = None,
-        record_every: int | None = None,
-    ) -> None:
-        for name, value in (
-            ("record_every", record_every),
-            ("checkpoint_every", checkpoint_every),
-            ("keep_checkpoints", keep_checkpoints),
-            ("eval_num_envs", eval_num_envs),
-            ("eval_num_steps", eval_num_steps),
-        ):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ValueError(f"Trainer: {name} must be an int >= 1 or None, got {value!r}")
-        if progress is not None and not isinstance(progress, bool):
-            raise ValueError(f"Trainer: progress must be None, True or False, got {progress!r}")
-        if isinstance(progress_every_s, bool) or not (
-            isinstance(progress_every_s, (int, float)) and progress_every_s > 0
-        ):
-            raise ValueError(f"Trainer: progress_every_s must be a number of seconds > 0, got {progress_every_s!r}")
-        if not isinstance(async_logging, bool):
-            raise ValueError(f"Trainer: async_logging must be True or False, got {async_logging!r}")
-        if metadata is not None:
-            from .checkpoint import _check_loadable
-
-            if not isinstance(metadata, Mapping):
-                raise TypeError(f"Trainer: metadata must be a mapping or None, got {metadata!r}")
-            try:  # now, not when the first checkpoint is written
-                _check_loadable(dict(metadata), "metadata", set())
-            except TypeError as err:
-                raise TypeError(f"Trainer: metadata cannot be stored in a checkpoint: {err}") from None
+    def __init__(self, algo: PPO, config: TrainerConfig | None = None, **options: Any) -> None:
+        if config is None:
+            TrainerConfig.check_names(options)
+            config = TrainerConfig(**options)
+        elif not isinstance(config, TrainerConfig):
+            raise TypeError(f"Trainer: config must be a rl8.config.TrainerConfig or None, got {config!r}")
+        elif options:
+            config = config.replace(**options)
+        self.config = config
+        # the names that the tracking block below reads
+        run_name, tracking_uri, tracking, run_id = config.run_name, config.tracking_uri, config.tracking, config.run_id
+        checkpoint_dir, async_logging = config.checkpoint_dir, config.async_logging
         self.algo = algo
         self.env_spec = env_spec_string(algo.env_spec)
-        self.experiment = experiment or _env_name(algo.env_spec)
-        self.checkpoint_every = checkpoint_every
-        self.keep_checkpoints = keep_checkpoints
-        self.eval_num_envs = eval_num_envs
-        self.eval_num_steps = eval_num_steps
-        self.record_every = record_every
+        self.experiment = config.experiment or _env_name(algo.env_spec)
         self._record_env: Any = None
         self._record_env_state: Any = None
-        self.progress = progress
-        self.progress_every_s = float(progress_every_s)
         self.stopped_by: Condition | None = None
-        self.metadata = dict(metadata or {})
+        self.metadata = dict(config.metadata or {})
         self.last_checkpoint: Path | None = None
         self.closed = False
         self._eval_env: Any = None
@@ -912,12 +843,7 @@ class Trainer:
                 "torch": str(torch.__version__),
                 "python": platform.python_version(),
             },
-            "trainer": {
-                "eval_num_envs": self.eval_num_envs,
-                "eval_num_steps": self.eval_num_steps,
-                "checkpoint_every": self.checkpoint_every,
-                "record_every": self.record_every,
-            },
+            "trainer": self.config.params(),
         }
         if qualified_name(type(algo.env)) != env:  # a gymnasium id, a factory: the rl8 class around it
             params["env_class"] = qualified_name(type(algo.env))
@@ -1005,8 +931,8 @@ class Trainer:
     def _eval_env_size(self) -> int:
         """Envs of the dedicated eval env: ``eval_num_envs``, else (built on demand when the
         training envs cannot be evaluated) the training envs' number, at most 16."""
-        if self.eval_num_envs is not None:
-            return self.eval_num_envs
+        if self.config.eval_num_envs is not None:
+            return self.config.eval_num_envs
         return min(self.algo.hparams.num_envs, _ON_DEMAND_EVAL_ENVS)
 
     def _get_eval_env(self) -> Any:
@@ -1034,12 +960,12 @@ class Trainer:
         t0 = time.perf_counter()
         default_steps = hp.horizon * max(1, hp.horizons_per_env_reset)
         with _fork_rng(algo.device):
-            if self.eval_num_envs is None and self._can_eval_training_envs():
+            if self.config.eval_num_envs is None and self._can_eval_training_envs():
                 saved = algo.env.state_dict()
                 try:
                     raw = algo.evaluate(
                         None, env_config=env_config, deterministic=deterministic,
-                        num_steps=self.eval_num_steps or default_steps,
+                        num_steps=self.config.eval_num_steps or default_steps,
                     )
                 finally:
                     # the next training collect resets the envs; restoring their state (RNG,
@@ -1048,7 +974,7 @@ class Trainer:
                         algo.env.load_state_dict(saved)
             else:
                 env = self._get_eval_env()
-                steps = self.eval_num_steps
+                steps = self.config.eval_num_steps
                 if steps is None:
                     config = {**hp.env_config, **(env_config or {})}
                     limit = _episode_limit(env, config) if env.episodic else None
@@ -1169,12 +1095,12 @@ class Trainer:
 
     def _check_record_plan(self, steps_per_eval: int | None) -> None:
         """Before training: ``record_every`` needs evaluations, imageio and an env that renders."""
-        if self.record_every is None:
+        if self.config.record_every is None:
             return
         if steps_per_eval is None:
             raise ValueError(
-                f"Trainer.run: record_every={self.record_every} records a video at every "
-                f"{self.record_every}-th evaluation, but steps_per_eval is None (no evaluations); "
+                f"Trainer.run: record_every={self.config.record_every} records a video at every "
+                f"{self.config.record_every}-th evaluation, but steps_per_eval is None (no evaluations); "
                 "set steps_per_eval"
             )
         if self._is_main():
@@ -1297,7 +1223,7 @@ class Trainer:
         if self.closed:
             raise RuntimeError("this Trainer is closed (its MLflow run has ended)")
         check_eval_plan(
-            self.algo.hparams.horizons_per_env_reset, eval_num_envs=self.eval_num_envs,
+            self.algo.hparams.horizons_per_env_reset, eval_num_envs=self.config.eval_num_envs,
             steps_per_eval=steps_per_eval, eval_env_config=eval_env_config,
         )
         self._check_record_plan(steps_per_eval)
@@ -1333,7 +1259,7 @@ class Trainer:
                 stacklevel=2,
             )
         progress = _Progress(
-            self.progress if self._dist.is_main else False, interval_s=self.progress_every_s
+            self.config.progress if self._dist.is_main else False, interval_s=self.config.progress_every_s
         )
         stats = TrainStats(self._counters())
         stop = [False] * len(conditions)  # which conditions held at the latest step
@@ -1345,13 +1271,13 @@ class Trainer:
                     stats = self._train_step(env_config)
                     if steps_per_eval and self.algo.steps % steps_per_eval == 0:
                         stats.update(self._eval(eval_env_config, deterministic=True))
-                        if self.record_every and (self.algo.steps // steps_per_eval) % self.record_every == 0:
+                        if self.config.record_every and (self.algo.steps // steps_per_eval) % self.config.record_every == 0:
                             stats.update(self._record_eval(eval_env_config))
                     self._log(stats)
                     stop = [bool(condition(stats)) for condition in conditions]
                     self._conditions_met = any(stop)
                     progress.update(stats, conditions)
-                    if self.checkpoint_every and self.algo.steps % self.checkpoint_every == 0:
+                    if self.config.checkpoint_every and self.algo.steps % self.config.checkpoint_every == 0:
                         self.save_checkpoint()
                     stop_now = self._agree(any(stop))
                     self._handle_signals(progress)
@@ -1459,6 +1385,16 @@ class Trainer:
         raise _signal_exit(signum)
 
     # ----------------------------------------------------------------- checkpoints
+    def resolved_config(self) -> TrainerConfig:
+        """:attr:`config` with what this Trainer resolved: its MLflow run (id, experiment, name,
+        absolute tracking URI, whether it is tracked) and its checkpoint folder, i.e. what a
+        checkpoint stores. Waits for a run still starting."""
+        return self.config.replace(
+            run_id=self.run_id, experiment=self.experiment, run_name=self.tracker.run_name,
+            tracking_uri=_absolute_uri(self.tracker.tracking_uri), tracking=self.tracker.enabled,
+            checkpoint_dir=str(self.checkpoint_dir), metadata=self.metadata,
+        )
+
     def state_dict(self) -> dict[str, Any]:
         """The checkpoint's content: only tensors and plain Python values (see docs/trainer.md)."""
         from . import __version__
@@ -1483,22 +1419,11 @@ class Trainer:
             "algo": algo.state_dict(),
             "env": {"spec": self.env_spec, "class": qualified_name(type(algo.env))},
             "trainer": {
-                "run_id": self.run_id,
-                "experiment": self.experiment,
-                "run_name": self.tracker.run_name,
-                "tracking_uri": _absolute_uri(self.tracker.tracking_uri),
-                "tracking": self.tracker.enabled,
-                "checkpoint_dir": str(self.checkpoint_dir),
-                "checkpoint_every": self.checkpoint_every,
-                "keep_checkpoints": self.keep_checkpoints,
-                "eval_num_envs": self.eval_num_envs,
-                "eval_num_steps": self.eval_num_steps,
-                "record_every": self.record_every,
+                **self.resolved_config().stored(),
                 "run": run_args,
                 "stop_conditions": conditions,
                 "stop_condition_configs": configs,
                 "stop_conditions_met": conditions_met,
-                "metadata": self.metadata,
                 "policy": policy_to_dict(algo.policy, include_state=False, env=env_info),
             },
             "versions": {"rl8": __version__, "torch": str(torch.__version__)},
@@ -1546,7 +1471,7 @@ class Trainer:
                 state["distributed"] = {"world_size": self._dist.world_size, "ranks": ranks}
             try:
                 if path is None:
-                    manager = CheckpointManager(self.checkpoint_dir, keep_last=self.keep_checkpoints)
+                    manager = CheckpointManager(self.checkpoint_dir, keep_last=self.config.keep_checkpoints)
                     written = manager.save(state, step)
                 else:
                     target = Path(path)
@@ -1699,8 +1624,9 @@ class Trainer:
                 of yours), which rl8 then calls. Off by default: the classes a checkpoint names
                 (env, model, distribution, optimizer) are checked to be of their kind before
                 anything is called (see ``docs/security.md``).
-            **kwargs: Other :class:`Trainer` arguments to change (``checkpoint_every``,
-                ``progress``, ``tracking``...).
+            **kwargs: Other :class:`Trainer` options to change (``checkpoint_every``,
+                ``progress``, ``tracking``...); the others are those stored in the checkpoint
+                (the fields of :class:`~rl8.config.TrainerConfig` marked ``stored``).
 
         Raises:
             FileNotFoundError: No checkpoint at ``path``.
@@ -1744,22 +1670,13 @@ class Trainer:
                 what=f"Trainer.from_checkpoint: env={env!r}", source=file,
             )
         algo.load_state_dict(algo_state)
-        tracking = kwargs.pop("tracking", saved.get("tracking", True))
-        options: dict[str, Any] = {
-            "experiment": saved.get("experiment"),
-            "tracking_uri": tracking_uri or saved.get("tracking_uri"),
-            "tracking": tracking,
-            "run_id": saved.get("run_id") if tracking else None,
-            "checkpoint_dir": saved.get("checkpoint_dir"),
-            "checkpoint_every": saved.get("checkpoint_every"),
-            "keep_checkpoints": saved.get("keep_checkpoints", 5),
-            "eval_num_envs": saved.get("eval_num_envs"),
-            "eval_num_steps": saved.get("eval_num_steps"),
-            "record_every": saved.get("record_every"),
-            "metadata": saved.get("metadata"),
-        }
-        options.update(kwargs)
-        trainer = cls(algo, **options)
+        config = TrainerConfig.from_stored(saved)
+        tracking = kwargs.pop("tracking", config.tracking)
+        config = config.replace(
+            tracking=tracking, run_id=config.run_id if tracking else None,
+            tracking_uri=tracking_uri or config.tracking_uri,
+        )
+        trainer = cls(algo, config, **kwargs)
         trainer._resume_state = {
             key: saved.get(key)
             for key in ("run", "stop_conditions", "stop_condition_configs", "stop_conditions_met")
