@@ -422,12 +422,13 @@ def _resume(
     given_hparams: Mapping[str, Any],
     progress: bool | None,
 ) -> int:
+    from .checkpoint import read_checkpoint
     from .ppo import _plain_hparams
     from .trainer import Trainer
 
     tracking_uri = _str(cli_config.get("tracking_uri") or file_config.get("tracking_uri"))
     # under torchrun rank 0 reads the file and hands every rank its own part
-    path, state = Trainer._read_checkpoint(args.resume, tracking_uri=tracking_uri)
+    path, state = read_checkpoint(args.resume, tracking_uri=tracking_uri)
     if not isinstance(state.get("algo"), Mapping) or not isinstance(state.get("trainer"), Mapping):
         from .checkpoint import CheckpointError
 

@@ -33,16 +33,19 @@ import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ._resolve import env_spec_string, is_dotted_path, qualified_name
-from .checkpoint import CheckpointError, CheckpointManager, load_checkpoint
+from .checkpoint import (
+    CHECKPOINT_POINTER_ARTIFACT, CheckpointError, CheckpointManager, read_checkpoint, resolve_checkpoint,
+)
 from .checkpoint import save_checkpoint as _write_checkpoint
 from .config import TrainerConfig
-from .conditions import Condition, HitsLowerBound, HitsUpperBound, TimeLimit, with_current_stat_names
-from .distributed import DistContext, rank_device, to_cpu
+from .conditions import Condition, with_current_stat_names
+from .distributed import DistContext, _picklable, rank_device, to_cpu
+from .progress import Progress, _is_nan
 from .export import POLICY_ARTIFACT, check_env_spaces, policy_to_dict, save_policy, space_from_dict
 from .stats import Stats
 from .tracking import _TERMINAL_STATUSES, Tracker, TrackingError, TrackingWarning
@@ -51,10 +54,6 @@ if TYPE_CHECKING:
     from .ppo import PPO
 
 __all__ = ["CHECKPOINT_POINTER_ARTIFACT", "TrainStats", "Trainer", "check_eval_plan", "env_spec_string"]
-
-#: MLflow artifact (a small JSON file) recording the path and step of a run's latest checkpoint;
-#: ``Trainer.from_checkpoint(run_id)`` and ``rl8 train --resume RUN_ID`` read it.
-CHECKPOINT_POINTER_ARTIFACT = "rl8/checkpoint.json"
 
 #: Seconds a SIGINT/SIGTERM exit may spend on ending the MLflow run (delivering what is queued,
 #: setting the status), whatever the tracking server does.
@@ -149,24 +148,6 @@ def _fork_rng(device: torch.device) -> contextlib.AbstractContextManager:
     return torch.random.fork_rng(devices=devices)
 
 
-def _format_duration(seconds: float) -> str:
-    seconds = int(round(seconds))
-    hours, rest = divmod(seconds, 3600)
-    minutes, seconds = divmod(rest, 60)
-    if hours:
-        return f"{hours}h{minutes:02d}m"
-    if minutes:
-        return f"{minutes}m{seconds:02d}s"
-    return f"{seconds}s"
-
-
-def _format_count(x: float) -> str:
-    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(x) >= scale:
-            return f"{x / scale:.2f}{unit}"
-    return f"{x:.0f}"
-
-
 #: Most envs of the eval env that :meth:`Trainer.eval` builds on demand (without
 #: ``eval_num_envs``) when the training envs cannot be evaluated.
 _ON_DEMAND_EVAL_ENVS = 16
@@ -174,205 +155,6 @@ _ON_DEMAND_EVAL_ENVS = 16
 #: Entries of ``PPO.state_dict()`` that are the same on every rank: stored once (rank 0's
 #: ``algo``), not in the per-rank entries of a data-parallel checkpoint.
 _SHARED_ALGO_KEYS = ("hparams", "seed", "policy", "optimizer", "grad_scaler", "counters")
-
-
-def _checkpoint_for_rank(state: dict[str, Any], file: Path, rank: int, world_size: int) -> dict[str, Any]:
-    """The checkpoint as rank ``rank`` of ``world_size`` loads it: rank 0's ``algo`` entry
-    updated with this rank's own (envs, RNG...); an error when the world size differs."""
-    info = state.get("distributed")
-    saved = int(info["world_size"]) if isinstance(info, Mapping) else 1
-    if isinstance(state.get("algo"), Mapping) and saved != world_size:
-        raise CheckpointError(
-            f"{file} was written by a run of {saved} rank(s) (data-parallel processes) but "
-            f"this run has {world_size}: every rank resumes its own envs and RNG, so resume "
-            + ("without torchrun" if saved == 1 else f"with {saved} ranks in all, e.g. "
-               f"torchrun --nproc_per_node={saved} -m rl8 train --resume ...")
-        )
-    if not isinstance(info, Mapping):
-        return state
-    out = {k: v for k, v in state.items() if k != "distributed"}
-    out["algo"] = {**state["algo"], **info["ranks"][rank]}
-    return out
-
-
-def _picklable(exc: BaseException | None) -> BaseException | None:
-    """``exc``, or a RuntimeError with its message when it cannot be sent to another rank."""
-    if exc is None:
-        return None
-    import pickle
-
-    try:
-        pickle.loads(pickle.dumps(exc))
-        return exc
-    except Exception:  # noqa: BLE001
-        return RuntimeError(f"on rank 0: {type(exc).__name__}: {exc}")
-
-
-def _is_nan(value: Any) -> bool:
-    return isinstance(value, float) and math.isnan(value)
-
-
-def _condition_label(condition: Condition) -> str:
-    """A short name of a stop condition for the progress line."""
-    if isinstance(condition, HitsUpperBound):
-        return f"{condition.key} >= {condition.bound:.4g}"
-    if isinstance(condition, HitsLowerBound):
-        return f"{condition.key} <= {condition.bound:.4g}"
-    if isinstance(condition, TimeLimit):
-        return f"time limit {_format_duration(condition.seconds)}"
-    return repr(condition)
-
-
-def _latest(stats: Mapping[str, float], keys: Sequence[str]) -> float | None:
-    """The first of ``keys`` in ``stats`` that is a number (not NaN), else ``None``."""
-    for key in keys:
-        value = stats.get(key)
-        if value is not None and not _is_nan(value):
-            return float(value)
-    return None
-
-
-class _Progress:
-    """One status line for long runs: env steps, steps/s, latest returns, the stop condition
-    closest to firing and an ETA; and a summary line when the run stops.
-
-    ``mode=None`` or ``True``: on a terminal, one line updated in place (``\r``, at most every
-    0.25 s); otherwise a plain line every ``interval_s`` seconds. ``False``: never.
-
-    How close a condition is to firing: :meth:`~rl8.conditions.Condition.progress` when it
-    knows (counters, time limits), which also gives the ETA; for a bound on another stat (a
-    return target), the fraction of the gap between the first value seen in this run and the
-    bound that has been closed. The ETA reads ``<=`` when such a condition may fire first.
-    """
-
-    def __init__(self, mode: bool | None, stream: TextIO | None = None, *, interval_s: float = 10.0) -> None:
-        self.stream = stream if stream is not None else sys.stderr
-        try:
-            self.tty = bool(self.stream.isatty())
-        except (AttributeError, ValueError):
-            self.tty = False
-        self.enabled = mode is not False
-        self.interval = 0.25 if self.tty else interval_s
-        self._last_write = -math.inf
-        self._width = 0
-        self._start: tuple[float, float] | None = None  # (time, env steps) when run() began
-        self._first: tuple[float, float] | None = None  # (time, fraction) at the first step
-        self._first_values: dict[int, float] = {}  # id(condition): its stat's first value
-        self._latest_return: float | None = None
-        self._latest_eval_return: float | None = None
-        self._wrote = False
-
-    def _target_fraction(self, condition: Condition, stats: Mapping[str, float]) -> float | None:
-        """Fraction of the gap from the stat's first value to the bound closed so far."""
-        if not isinstance(condition, (HitsUpperBound, HitsLowerBound)):
-            return None
-        value = _latest(stats, [condition.key])
-        if value is None:
-            return None
-        first = self._first_values.setdefault(id(condition), value)
-        gap = condition.bound - first
-        if gap == 0 or (gap < 0) == isinstance(condition, HitsUpperBound):  # at or past the bound
-            return 1.0
-        return min(1.0, max(0.0, (value - first) / gap))
-
-    def update(self, stats: Mapping[str, float], conditions: Sequence[Condition], *, force: bool = False) -> None:
-        """Record a step's stats; redraw the line if the last draw is old enough (or ``force``).
-
-        Args:
-            stats: The step's stats.
-            conditions: The run's stop conditions.
-            force: Draw now (the final state of a run).
-        """
-        if not self.enabled:
-            return
-        now = time.monotonic()
-        # episodic envs: keep the last mean when no episode ended
-        for attr, keys in (
-            ("_latest_return", ["episodes/return_mean", "rollout/reward_sum_mean"]),
-            ("_latest_eval_return", ["eval/episodes/return_mean", "eval/rollout/reward_sum_mean"]),
-        ):
-            value = _latest(stats, keys)
-            if value is not None:
-                setattr(self, attr, value)
-        linear = {i: c.progress(stats) for i, c in enumerate(conditions)}
-        targets = {i: self._target_fraction(c, stats) for i, c in enumerate(conditions) if linear[i] is None}
-        steps = float(stats.get("env/steps", 0.0))
-        if self._start is None:
-            # the run started one step ago: that step's duration is in its profiling stats
-            seconds = (stats.get("profiling/collect_ms", 0.0) + stats.get("profiling/step_ms", 0.0)) / 1e3
-            rate = stats.get("throughput/env_steps_per_s", 0.0)
-            self._start = (now - seconds, steps - rate * seconds)
-        known = [f for f in linear.values() if f is not None]
-        fraction = max(known) if known else None
-        if fraction is not None and self._first is None:
-            self._first = (now, fraction)
-        if not force and now - self._last_write < self.interval:
-            return
-        self._last_write = now
-        t0, steps0 = self._start
-        rate = (steps - steps0) / max(now - t0, 1e-9)
-        parts = [f"rl8 {_format_count(steps)} env steps", f"{_format_count(rate)} steps/s"]
-        if self._latest_return is not None:
-            parts.append(f"return {self._latest_return:.4g}")
-        if self._latest_eval_return is not None:
-            parts.append(f"eval return {self._latest_eval_return:.4g}")
-        closeness = {i: f for i, f in {**linear, **targets}.items() if f is not None}
-        if closeness:
-            nearest = max(closeness, key=closeness.__getitem__)
-            parts.append(f"{100 * closeness[nearest]:.0f}% to {_condition_label(conditions[nearest])}")
-        if fraction is not None:
-            # another condition (a return target, a plateau) may stop the run before this ETA
-            bound = "<= " if len(known) < len(conditions) else ""
-            t1, f1 = self._first  # type: ignore[misc]
-            if fraction >= 1.0:
-                parts.append("ETA 0s")
-            elif fraction > f1 and now > t1:  # from the pace since the first step of this run
-                parts.append(f"ETA {bound}{_format_duration((now - t1) * (1 - fraction) / (fraction - f1))}")
-        self._write(" | ".join(parts))
-
-    def _write(self, line: str) -> None:
-        if self.tty:
-            pad = max(0, self._width - len(line))
-            self.stream.write("\r" + line + " " * pad)
-            self._width = len(line)
-        else:
-            self.stream.write(line + "\n")
-        self.stream.flush()
-        self._wrote = True
-
-    def summary(self, stats: Mapping[str, float], stopped_by: Condition | None, *,
-                held_at_checkpoint: bool = False) -> None:
-        """The last line of a run: which condition stopped it, after how many env steps and
-        how long, with the latest returns. ``held_at_checkpoint``: the run was resumed from a
-        checkpoint where the stop conditions already held (``stopped_by``: the one that did,
-        when known)."""
-        if not self.enabled:
-            return
-        self.close()
-        steps = float(stats.get("env/steps", 0.0))
-        seconds = time.monotonic() - self._start[0] if self._start is not None else 0.0
-        if held_at_checkpoint:
-            cause = (f"stopped by {stopped_by!r}, which already held at the checkpoint's step"
-                     if stopped_by is not None
-                     else "stopped: the stop conditions already held at the checkpoint's step")
-        else:
-            cause = f"stopped by {stopped_by!r}" if stopped_by is not None else "stopped"
-        line = f"rl8: {cause} after {_format_count(steps)} env steps in {_format_duration(seconds)}"
-        returns = [
-            f"{name} {value:.4g}"
-            for name, value in (("return", self._latest_return), ("eval return", self._latest_eval_return))
-            if value is not None
-        ]
-        if returns:
-            line += f" ({', '.join(returns)})"
-        self.stream.write(line + "\n")
-        self.stream.flush()
-
-    def close(self) -> None:
-        if self.enabled and self.tty and self._wrote:
-            self.stream.write("\n")
-            self.stream.flush()
-        self._wrote = False
 
 
 _STOP = object()
@@ -1258,7 +1040,7 @@ class Trainer:
                 "1_000_000)",
                 stacklevel=2,
             )
-        progress = _Progress(
+        progress = Progress(
             self.config.progress if self._dist.is_main else False, interval_s=self.config.progress_every_s
         )
         stats = TrainStats(self._counters())
@@ -1358,7 +1140,7 @@ class Trainer:
         self._agreed_signals = (bool(flags[1]), int(flags[2]) or None)
         return bool(flags[0])
 
-    def _handle_signals(self, progress: _Progress) -> None:
+    def _handle_signals(self, progress: Progress) -> None:
         if self._dist.enabled:  # what every rank agreed on in _agree
             checkpoint, signum = self._agreed_signals
             self._agreed_signals = (False, None)
@@ -1460,34 +1242,23 @@ class Trainer:
         step = int(self.algo.env_steps)
         self._check_finite_policy(step)
         state = self.state_dict()
-        written: Any = None
         ranks = None
         if self._dist.enabled:
             ranks = self._dist.gather_to_main(
                 to_cpu({k: v for k, v in state["algo"].items() if k not in _SHARED_ALGO_KEYS})
             )
-        if self._dist.is_main:
+
+        def write() -> Path:  # on rank 0; every rank learns the path, or the error
             if ranks is not None:
                 state["distributed"] = {"world_size": self._dist.world_size, "ranks": ranks}
-            try:
-                if path is None:
-                    manager = CheckpointManager(self.checkpoint_dir, keep_last=self.config.keep_checkpoints)
-                    written = manager.save(state, step)
-                else:
-                    target = Path(path)
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    written = _write_checkpoint(state, target)
-                written = written.absolute()
-            except BaseException as exc:
-                if not self._dist.enabled:
-                    raise
-                written = exc
-        if self._dist.enabled:  # every rank learns the path, or rank 0's error
-            written = self._dist.broadcast_object(
-                _picklable(written) if isinstance(written, BaseException) else written
-            )
-        if isinstance(written, BaseException):
-            raise written
+            if path is None:
+                manager = CheckpointManager(self.checkpoint_dir, keep_last=self.config.keep_checkpoints)
+                return manager.save(state, step).absolute()
+            target = Path(path)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            return _write_checkpoint(state, target).absolute()
+
+        written = self._dist.on_main(write)
         self.last_checkpoint = written
         self._last_checkpoint_step = step
         self._log_policy_artifacts(written, step)
@@ -1533,66 +1304,9 @@ class Trainer:
 
         self._in_logging_thread(upload)
 
-    @staticmethod
-    def resolve_checkpoint(ref: str | os.PathLike[str], *, tracking_uri: str | None = None) -> Path:
-        """The checkpoint file named by a path, a folder (its latest) or an MLflow run id.
-
-        Raises:
-            FileNotFoundError: Nothing found (the message says where it looked).
-        """
-        from .export import _download, _is_run_ref
-
-        text = os.fspath(ref)
-        path = Path(text)
-        if path.is_dir():
-            latest = CheckpointManager(path, keep_last=None).latest()
-            if latest is None:
-                raise FileNotFoundError(f"no checkpoint-*.pt file in {path}")
-            return latest
-        if path.exists():
-            return path
-        if not _is_run_ref(text):
-            raise FileNotFoundError(f"no checkpoint at {text!r}: not a file or folder, nor an MLflow run id")
-        with tempfile.TemporaryDirectory(prefix="rl8-resume-") as tmp:
-            pointer = _download(text, CHECKPOINT_POINTER_ARTIFACT, tracking_uri, tmp)
-            info = json.loads(pointer.read_text())
-        found = Path(info["path"])
-        if not found.is_file():
-            raise FileNotFoundError(
-                f"MLflow run {text} records its latest checkpoint at {found}, which does not "
-                "exist on this machine; pass the checkpoint's path instead"
-            )
-        return found
-
-    @classmethod
-    def _read_checkpoint(
-        cls, ref: str | os.PathLike[str], *, tracking_uri: str | None = None
-    ) -> tuple[Path, dict[str, Any]]:
-        """Resolve (:meth:`resolve_checkpoint`) and load a checkpoint, as this rank sees it.
-
-        In data-parallel training rank 0 alone reads the file (and asks MLflow for a run id)
-        and sends every rank its view (see :func:`_checkpoint_for_rank`), or its error.
-
-        Raises:
-            rl8.checkpoint.CheckpointError: The checkpoint was written by another number of
-                ranks (or as for :func:`~rl8.checkpoint.load_checkpoint`).
-        """
-        ctx = DistContext()
-        if not ctx.enabled:
-            file = cls.resolve_checkpoint(ref, tracking_uri=tracking_uri)
-            return file, _checkpoint_for_rank(load_checkpoint(file), file, 0, 1)
-        items: list[Any] | None = None
-        if ctx.is_main:
-            try:
-                file = cls.resolve_checkpoint(ref, tracking_uri=tracking_uri)
-                state = load_checkpoint(file)
-                items = [(file, _checkpoint_for_rank(state, file, r, ctx.world_size)) for r in range(ctx.world_size)]
-            except Exception as exc:  # noqa: BLE001 - every rank raises it
-                items = [_picklable(exc)] * ctx.world_size
-        item = ctx.scatter_from_main(items)
-        if isinstance(item, BaseException):
-            raise item
-        return item
+    #: The checkpoint file named by a path, a folder (its latest) or an MLflow run id (see
+    #: :func:`rl8.checkpoint.resolve_checkpoint`).
+    resolve_checkpoint = staticmethod(resolve_checkpoint)
 
     @classmethod
     def from_checkpoint(
@@ -1638,7 +1352,7 @@ class Trainer:
         from ._resolve import check_stored_hparams, spec_from_env_info
         from .ppo import PPO
 
-        file, state = cls._read_checkpoint(path, tracking_uri=tracking_uri)
+        file, state = read_checkpoint(path, tracking_uri=tracking_uri)
         if not all(isinstance(state.get(k), Mapping) for k in ("algo", "trainer", "env")):
             raise CheckpointError(
                 f"{file} is an rl8 checkpoint but not a Trainer checkpoint (it has no "

@@ -16,7 +16,7 @@ from mlflow.tracking import MlflowClient
 from rl8 import PPO, Trainer
 from rl8.conditions import HitsUpperBound
 from rl8.envs import CartPole
-from rl8.trainer import _Progress
+from rl8.progress import Progress
 
 pytestmark = pytest.mark.usefixtures("migrated_store", "one_torch_thread")
 
@@ -159,7 +159,7 @@ def test_run_without_a_stop_condition_warns(monkeypatch):
 
 def test_progress_shows_the_condition_closest_to_firing_and_the_eval_return():
     stream = io.StringIO()
-    progress = _Progress(None, stream, interval_s=1e-9)
+    progress = Progress(None, stream, interval_s=1e-9)
     conditions = [HitsUpperBound("env/steps", 10_000), HitsUpperBound("episodes/return_mean", 110)]
     progress.update({"env/steps": 100, "episodes/return_mean": 10.0, "eval/episodes/return_mean": 12.0}, conditions)
     time.sleep(0.01)
