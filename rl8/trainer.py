@@ -31,7 +31,7 @@ import tempfile
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +47,7 @@ from .conditions import Condition, with_current_stat_names
 from .distributed import DistContext, _picklable, rank_device, to_cpu
 from .progress import Progress, _is_nan
 from .export import POLICY_ARTIFACT, check_env_spaces, policy_to_dict, save_policy, space_from_dict
+from ._signals import StopSignals, signal_exit
 from .stats import Stats
 from .tracking import _TERMINAL_STATUSES, Tracker, TrackingError, TrackingWarning
 
@@ -332,12 +333,6 @@ class _RunStart:
             self.tracker.log_params(self.params)
 
 
-def _signal_exit(signum: int) -> BaseException:
-    """What a stop signal raises: ``KeyboardInterrupt`` for SIGINT, else
-    ``SystemExit(128 + signum)`` (exit status 143 for SIGTERM)."""
-    return KeyboardInterrupt() if signum == signal.SIGINT else SystemExit(128 + signum)
-
-
 def check_eval_plan(
     horizons_per_env_reset: int,
     *,
@@ -506,10 +501,8 @@ class Trainer:
         self._conditions_met = False  # whether the stop conditions held at the latest step
         self._left_behind: dict[str, int] = {}  # what close() left in the logging thread's queue
         self._resume_state: dict[str, Any] | None = None
-        self._checkpoint_requested = False
-        self._stop_signal: int | None = None
+        self._signals: StopSignals | None = None  # those of the latest run()
         self._ignore_stop_signals = False  # while a signal exit ends the run (bounded)
-        self._agreed_signals: tuple[bool, int | None] = (False, None)
 
         # data-parallel training: only rank 0 talks to MLflow and writes checkpoints
         self._dist: DistContext = getattr(algo, "dist", None) or DistContext()
@@ -1045,7 +1038,8 @@ class Trainer:
         )
         stats = TrainStats(self._counters())
         stop = [False] * len(conditions)  # which conditions held at the latest step
-        with self._signal_handlers():
+        self._signals = signals = StopSignals(self._dist, lambda: self._ignore_stop_signals)
+        with signals.installed():
             try:
                 for condition in conditions:
                     condition.start()
@@ -1061,7 +1055,7 @@ class Trainer:
                     progress.update(stats, conditions)
                     if self.config.checkpoint_every and self.algo.steps % self.config.checkpoint_every == 0:
                         self.save_checkpoint()
-                    stop_now = self._agree(any(stop))
+                    stop_now = signals.agree(any(stop))
                     self._handle_signals(progress)
                     if stop_now:
                         break
@@ -1072,7 +1066,7 @@ class Trainer:
                 progress.summary(stats, self.stopped_by, held_at_checkpoint=held_at_checkpoint)
                 if self._last_checkpoint_step != self.algo.env_steps:
                     self.save_checkpoint()
-                self._agree(False)
+                signals.agree(False)
                 self._handle_signals(progress)  # one that arrived during the last checkpoint
             except (KeyboardInterrupt, SystemExit):
                 progress.close()
@@ -1080,7 +1074,7 @@ class Trainer:
                 raise
             except BaseException as exc:
                 progress.close()
-                signum = self._stop_signal
+                signum = signals.stop_signal
                 if signum is None:
                     self._close_while_raising("FAILED")
                     raise
@@ -1090,63 +1084,15 @@ class Trainer:
                     print(f"rl8: {signal.Signals(signum).name}: {type(exc).__name__}: {exc} while "
                           f"stopping; latest checkpoint: {self.last_checkpoint}"
                           f"{self._end_report('KILLED')}", file=sys.stderr, flush=True)
-                raise _signal_exit(signum) from exc
+                raise signal_exit(signum) from exc
         return stats
 
     # ----------------------------------------------------------------- signals
-    @contextlib.contextmanager
-    def _signal_handlers(self) -> Iterator[None]:
-        self._checkpoint_requested = False
-        self._stop_signal = None
-        self._agreed_signals = (False, None)
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-        wanted = [signal.SIGINT, signal.SIGTERM]
-        if hasattr(signal, "SIGUSR1"):
-            wanted.append(signal.SIGUSR1)
-        previous: dict[int, Any] = {}
-        try:
-            for signum in wanted:
-                previous[signum] = signal.signal(signum, self._on_signal)
-            yield
-        finally:
-            for signum, handler in previous.items():
-                signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
-
-    def _on_signal(self, signum: int, frame: Any) -> None:
-        if signum == getattr(signal, "SIGUSR1", None):
-            self._checkpoint_requested = True
-            return
-        if self._ignore_stop_signals:  # the run is being marked KILLED, within a time limit
-            return
-        if self._stop_signal is not None:  # second request: stop now, without a checkpoint
-            raise _signal_exit(signum)
-        self._stop_signal = signum
-
-    def _agree(self, stop: bool) -> bool:
-        """In data-parallel training, make the step-boundary decisions the same on every rank
-        with ONE small collective: rank 0's stop decision (its clock decides time limits) and
-        the signals any rank received since the last call (kept for :meth:`_handle_signals`).
-        Signal handlers only set flags; collectives run here, between steps."""
-        if not self._dist.enabled:
-            return stop
-        requested = self._checkpoint_requested
-        flags = self._dist.max([
-            float(stop and self._dist.is_main), float(requested), float(self._stop_signal or 0),
-        ])
-        if requested:
-            self._checkpoint_requested = False
-        self._agreed_signals = (bool(flags[1]), int(flags[2]) or None)
-        return bool(flags[0])
-
     def _handle_signals(self, progress: Progress) -> None:
-        if self._dist.enabled:  # what every rank agreed on in _agree
-            checkpoint, signum = self._agreed_signals
-            self._agreed_signals = (False, None)
-        else:
-            checkpoint, signum = self._checkpoint_requested, self._stop_signal
-            self._checkpoint_requested = False
+        """Act on the signals received (see :class:`~rl8._signals.StopSignals`): a checkpoint
+        for SIGUSR1; for SIGINT/SIGTERM a checkpoint, the run ended as ``KILLED``, and the
+        signal's exception."""
+        checkpoint, signum = self._signals.take()
         main = self._dist.is_main
         if checkpoint:
             path = self.save_checkpoint()
@@ -1155,7 +1101,6 @@ class Trainer:
                 print(f"rl8: SIGUSR1: checkpoint written to {path}", file=sys.stderr, flush=True)
         if signum is None:
             return
-        self._stop_signal = signum  # in data-parallel training, maybe another rank's
         progress.close()
         if self._last_checkpoint_step != self.algo.env_steps:
             self.save_checkpoint()
@@ -1164,7 +1109,7 @@ class Trainer:
         if main:
             print(f"rl8: {name}: checkpoint written to {self.last_checkpoint}{self._end_report('KILLED')}",
                   file=sys.stderr, flush=True)
-        raise _signal_exit(signum)
+        raise signal_exit(signum)
 
     # ----------------------------------------------------------------- checkpoints
     def resolved_config(self) -> TrainerConfig:
