@@ -47,6 +47,7 @@ from .conditions import Condition, with_current_stat_names
 from .distributed import DistContext, _picklable, rank_device, to_cpu
 from .progress import Progress, _is_nan
 from .export import POLICY_ARTIFACT, check_env_spaces, policy_to_dict, save_policy, space_from_dict
+from ._eval_envs import EvalEnvs
 from ._signals import StopSignals, signal_exit
 from .stats import Stats
 from .tracking import _TERMINAL_STATUSES, Tracker, TrackingError, TrackingWarning
@@ -122,36 +123,6 @@ def _memory_stats(device: torch.device) -> dict[str, float]:
         out["memory/cuda_max_allocated_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
     return out
 
-
-def _episode_limit(env: Any, config: Mapping[str, Any]) -> int | None:
-    """Steps after which the env truncates an episode, when it says so (else ``None``)."""
-    for source in (config, getattr(env, "params", None)):
-        if isinstance(source, Mapping) and "max_episode_steps" in source:
-            try:
-                return int(source["max_episode_steps"])
-            except (TypeError, ValueError):
-                return None
-    vector_env = getattr(env, "vector_env", None)
-    for spec in (getattr(vector_env, "spec", None),):
-        limit = getattr(spec, "max_episode_steps", None)
-        if isinstance(limit, int) and limit > 0:
-            return limit
-    with contextlib.suppress(Exception):
-        limit = vector_env.envs[0].spec.max_episode_steps  # type: ignore[union-attr]
-        if isinstance(limit, int) and limit > 0:
-            return limit
-    return None
-
-
-def _fork_rng(device: torch.device) -> contextlib.AbstractContextManager:
-    """Run a block without changing torch's RNG streams (CPU, and the CUDA device in use)."""
-    devices = [device] if device.type == "cuda" else []
-    return torch.random.fork_rng(devices=devices)
-
-
-#: Most envs of the eval env that :meth:`Trainer.eval` builds on demand (without
-#: ``eval_num_envs``) when the training envs cannot be evaluated.
-_ON_DEMAND_EVAL_ENVS = 16
 
 #: Entries of ``PPO.state_dict()`` that are the same on every rank: stored once (rank 0's
 #: ``algo``), not in the per-rank entries of a data-parallel checkpoint.
@@ -487,14 +458,11 @@ class Trainer:
         self.algo = algo
         self.env_spec = env_spec_string(algo.env_spec)
         self.experiment = config.experiment or _env_name(algo.env_spec)
-        self._record_env: Any = None
-        self._record_env_state: Any = None
+        self._envs = EvalEnvs(algo, config.eval_num_envs, config.eval_num_steps)
         self.stopped_by: Condition | None = None
         self.metadata = dict(config.metadata or {})
         self.last_checkpoint: Path | None = None
         self.closed = False
-        self._eval_env: Any = None
-        self._eval_env_state: Any = None
         self._last_checkpoint_step: int | None = None
         self._run_args: dict[str, Any] | None = None
         self._conditions: list[Condition] = []
@@ -698,63 +666,9 @@ class Trainer:
         return stats
 
     # ----------------------------------------------------------------- eval
-    def _can_eval_training_envs(self) -> bool:
-        """Whether the training envs can be evaluated now: where PPO resets them anyway
-        (before the first collect, or every ``horizons_per_env_reset = k > 0`` collects)."""
-        return self.algo.next_collect_resets
-
-    def _eval_env_size(self) -> int:
-        """Envs of the dedicated eval env: ``eval_num_envs``, else (built on demand when the
-        training envs cannot be evaluated) the training envs' number, at most 16."""
-        if self.config.eval_num_envs is not None:
-            return self.config.eval_num_envs
-        return min(self.algo.hparams.num_envs, _ON_DEMAND_EVAL_ENVS)
-
-    def _get_eval_env(self) -> Any:
-        if self._eval_env is None:
-            from .ppo import make_env
-
-            algo = self.algo
-            hp = algo.hparams
-            with _fork_rng(algo.device):  # building it must not move the training RNG
-                env = make_env(
-                    algo.env_spec, self._eval_env_size(), hp.horizon,
-                    device=algo.device, env_kwargs=hp.env_kwargs,
-                )
-            self._eval_env = env
-            # every evaluation starts from this state (same seed, same config): evaluations
-            # differ by the policy only
-            self._eval_env_state = env.state_dict()
-        elif self._eval_env_state is not None:
-            self._eval_env.load_state_dict(self._eval_env_state)
-        return self._eval_env
-
     def _eval(self, env_config: dict[str, Any] | None, deterministic: bool) -> TrainStats:
-        algo = self.algo
-        hp = algo.hparams
         t0 = time.perf_counter()
-        default_steps = hp.horizon * max(1, hp.horizons_per_env_reset)
-        with _fork_rng(algo.device):
-            if self.config.eval_num_envs is None and self._can_eval_training_envs():
-                saved = algo.env.state_dict()
-                try:
-                    raw = algo.evaluate(
-                        None, env_config=env_config, deterministic=deterministic,
-                        num_steps=self.config.eval_num_steps or default_steps,
-                    )
-                finally:
-                    # the next training collect resets the envs; restoring their state (RNG,
-                    # config) makes that reset the one it would have been without the eval
-                    if saved is not None:
-                        algo.env.load_state_dict(saved)
-            else:
-                env = self._get_eval_env()
-                steps = self.config.eval_num_steps
-                if steps is None:
-                    config = {**hp.env_config, **(env_config or {})}
-                    limit = _episode_limit(env, config) if env.episodic else None
-                    steps = limit or default_steps
-                raw = algo.evaluate(env, env_config=env_config, deterministic=deterministic, num_steps=steps)
+        raw = self._envs.evaluate(env_config, deterministic)
         stats = TrainStats({f"eval/{k}": v for k, v in raw.items()})
         stats["profiling/eval_ms"] = 1000.0 * (time.perf_counter() - t0)
         return stats
@@ -790,29 +704,6 @@ class Trainer:
         return stats
 
     # ----------------------------------------------------------------- videos
-    def _get_record_env(self) -> Any:
-        """The one-env copy of the training env that videos are recorded in (built once)."""
-        if self._record_env is None:
-            from .video import _check_can_render, make_recording_env
-
-            algo = self.algo
-            with _fork_rng(algo.device):  # building it must not move the training RNG
-                env = make_recording_env(
-                    algo.env_spec, env_kwargs=algo.hparams.env_kwargs,
-                    horizon=algo.hparams.horizon, device=algo.device,
-                )
-            try:
-                _check_can_render(env)
-            except BaseException:
-                env.close()
-                raise
-            self._record_env = env
-            # every video starts from this state (same config): videos differ by the policy only
-            self._record_env_state = env.state_dict()
-        elif self._record_env_state is not None:
-            self._record_env.load_state_dict(self._record_env_state)
-        return self._record_env
-
     def record(
         self,
         path: str | os.PathLike[str] | None = None,
@@ -847,19 +738,12 @@ class Trainer:
             NotImplementedError: The env cannot render.
             RuntimeError: The Trainer is closed.
         """
-        from .video import record_video
-
         if self.closed:
             raise RuntimeError("this Trainer is closed (its MLflow run has ended)")
-        algo = self.algo
         if path is None:
-            path = self.checkpoint_dir / "videos" / f"video-{int(algo.env_steps)}.mp4"
-        config = {**algo.hparams.env_config, **(env_config or {})}
-        with _fork_rng(algo.device):
-            written = record_video(
-                algo.policy, self._get_record_env(), path, deterministic=deterministic,
-                max_steps=max_steps, fps=fps, env_config=config or None, seed=algo.seed,
-            )
+            path = self.checkpoint_dir / "videos" / f"video-{int(self.algo.env_steps)}.mp4"
+        written = self._envs.record(path, deterministic=deterministic, max_steps=max_steps,
+                                    env_config=env_config, fps=fps)
         if self.tracker.enabled and self._is_main():
             self._in_logging_thread(functools.partial(self.tracker.log_artifact, written, "videos"))
         return written
@@ -879,10 +763,7 @@ class Trainer:
                 "set steps_per_eval"
             )
         if self._is_main():
-            from .video import _imageio
-
-            _imageio()
-            self._get_record_env()
+            self._envs.check_can_record()
 
     def _record_eval(self, env_config: dict[str, Any] | None) -> TrainStats:
         """The video of an evaluation step (``record_every``), on rank 0; its duration in ms."""
@@ -892,6 +773,12 @@ class Trainer:
         path = self.checkpoint_dir / "videos" / f"eval-{int(self.algo.env_steps)}.mp4"
         self.record(path, env_config=env_config)
         return TrainStats({"profiling/record_ms": 1000.0 * (time.perf_counter() - t0)})
+
+    @property
+    def eval_envs(self) -> EvalEnvs:
+        """The envs that :meth:`eval` and :meth:`record` run in (``eval_envs.eval_env``: the
+        dedicated eval env, ``None`` until an evaluation needed one)."""
+        return self._envs
 
     # ----------------------------------------------------------------- run
     def _restore_conditions(self, conditions: list[Condition]) -> bool:
@@ -1383,14 +1270,7 @@ class Trainer:
         try:
             self._left_behind = _end_run(self.tracker, self._worker, status, timeout_s)
         finally:
-            if self._eval_env is not None:
-                with contextlib.suppress(Exception):
-                    self._eval_env.close()
-                self._eval_env = None
-            if self._record_env is not None:
-                with contextlib.suppress(Exception):
-                    self._record_env.close()
-                self._record_env = None
+            self._envs.close()
         # only now: when ending the run raised, the exit hook still ends it
         self.closed = True
         atexit.unregister(self._atexit)

@@ -91,7 +91,7 @@ def test_eval_after_the_first_step_builds_an_eval_env_on_demand():
     try:
         got = [trainer.step()["losses/total"]]
         a = trainer.eval()
-        assert trainer._eval_env.num_envs == 16  # min(num_envs, 16)
+        assert trainer.eval_envs.eval_env.num_envs == 16  # min(num_envs, 16)
         # the training env's config, run for its episode limit: whole episodes in every env
         assert a["eval/episodes/count"] >= 16 and a["eval/episodes/length_mean"] <= 12
         short = trainer.eval(env_config={"max_episode_steps": 5})  # explicit options still apply
@@ -109,7 +109,7 @@ def test_run_evaluates_between_reset_boundaries_on_an_eval_env():
     try:
         stats = trainer.run(steps_per_eval=3, stop_conditions=HitsUpperBound("algorithm/steps", 3))
         assert stats["algorithm/steps"] == 3 and "eval/rollout/reward_sum_mean" in stats
-        assert trainer._eval_env is not None  # step 3 is not a reset boundary of the training envs
+        assert trainer.eval_envs.eval_env is not None  # step 3 is not a reset boundary of the training envs
     finally:
         trainer.close()
 

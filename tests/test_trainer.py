@@ -260,7 +260,7 @@ def test_eval_on_training_envs_that_never_reset():
         stats = trainer.eval()  # before the first step: allowed
         assert {"eval/rollout/reward_sum_mean", "eval/episodes/count", "profiling/eval_ms"} <= set(stats)
         assert all(k.startswith("eval/") or k.startswith("profiling/") for k in stats)
-        assert trainer._eval_env is None  # the training envs were used
+        assert trainer.eval_envs.eval_env is None  # the training envs were used
     finally:
         trainer.close()
 
@@ -271,7 +271,7 @@ def test_eval_on_training_envs_only_at_reset_boundaries(mlflow_uri):
         trainer.step()
         trainer.step()
         stats = trainer.eval()
-        assert trainer._eval_env is None  # the training envs were used
+        assert trainer.eval_envs.eval_env is None  # the training envs were used
         # published rl8 rule: an eval on the training envs runs horizons_per_env_reset collects
         assert stats["eval/rollout/reward_sum_max"] <= 2 * 8
         trainer.flush()
