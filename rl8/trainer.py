@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import functools
 import json
 import math
@@ -37,18 +38,17 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ._resolve import env_spec_string, is_dotted_path, qualified_name
-from .checkpoint import (
-    CHECKPOINT_POINTER_ARTIFACT, CheckpointError, CheckpointManager, read_checkpoint, resolve_checkpoint,
-)
-from .checkpoint import save_checkpoint as _write_checkpoint
-from .config import TrainerConfig
-from .conditions import Condition, with_current_stat_names
-from .distributed import DistContext, _picklable, rank_device, to_cpu
-from .progress import Progress, _is_nan
-from .export import POLICY_ARTIFACT, check_env_spaces, policy_to_dict, save_policy, space_from_dict
 from ._eval_envs import EvalEnvs
+from ._resolve import env_spec_string, is_dotted_path, qualified_name
+from ._resume import RunRecord, algo_from_checkpoint, check_finite_policy
 from ._signals import StopSignals, signal_exit
+from .checkpoint import CHECKPOINT_POINTER_ARTIFACT, CheckpointManager, read_checkpoint, resolve_checkpoint
+from .checkpoint import save_checkpoint as _write_checkpoint
+from .conditions import Condition
+from .config import TrainerConfig
+from .distributed import DistContext, _picklable, to_cpu
+from .export import POLICY_ARTIFACT, policy_to_dict, save_policy
+from .progress import Progress, _is_nan
 from .stats import Stats
 from .tracking import _TERMINAL_STATUSES, Tracker, TrackingError, TrackingWarning
 
@@ -468,7 +468,7 @@ class Trainer:
         self._conditions: list[Condition] = []
         self._conditions_met = False  # whether the stop conditions held at the latest step
         self._left_behind: dict[str, int] = {}  # what close() left in the logging thread's queue
-        self._resume_state: dict[str, Any] | None = None
+        self._resumed: RunRecord | None = None  # what the checkpoint resumed from records
         self._signals: StopSignals | None = None  # those of the latest run()
         self._ignore_stop_signals = False  # while a signal exit ends the run (bounded)
 
@@ -781,36 +781,6 @@ class Trainer:
         return self._envs
 
     # ----------------------------------------------------------------- run
-    def _restore_conditions(self, conditions: list[Condition]) -> bool:
-        """Load the stop conditions' state saved in the checkpoint this trainer resumed from.
-
-        Returns whether they are the very conditions that already held at the checkpoint's
-        step (same :meth:`~rl8.conditions.Condition.to_config`), i.e. the run is finished.
-        """
-        resume = self._resume_state or {}
-        saved = resume.get("stop_conditions")
-        if not saved or not conditions:
-            return False
-        self._resume_state = {**resume, "stop_conditions": None}
-        try:
-            if len(saved) != len(conditions):
-                raise ValueError(f"{len(saved)} conditions saved, {len(conditions)} given")
-            for condition, state in zip(conditions, saved):
-                condition.load_state_dict(state)
-        except (ValueError, TypeError, KeyError) as exc:
-            for condition in conditions:
-                condition.reset()
-            warnings.warn(
-                f"the stop conditions differ from those saved in the checkpoint ({exc}); they "
-                "start afresh (patience counters and clocks at zero)",
-                stacklevel=3,
-            )
-            return False
-        configs = [condition.to_config() for condition in conditions]
-        return bool(resume.get("stop_conditions_met")) and None not in configs and (
-            configs == resume.get("stop_condition_configs")
-        )
-
     def _log_run_params(self, conditions: Sequence[Condition], steps_per_eval: int | None) -> None:
         args = self._run_args or {}
         params = {
@@ -908,7 +878,7 @@ class Trainer:
             "eval_env_config": dict(eval_env_config) if eval_env_config else None,
             "steps_per_eval": steps_per_eval,
         }
-        finished = self._restore_conditions(conditions)  # resumed after they held: no step
+        finished = self._resumed is not None and self._resumed.restore(conditions)  # held: no step
         held_at_checkpoint = finished
         self._conditions = conditions
         self._conditions_met = finished
@@ -1009,36 +979,35 @@ class Trainer:
             checkpoint_dir=str(self.checkpoint_dir), metadata=self.metadata,
         )
 
+    def _env_info(self) -> dict[str, Any]:
+        """The env as a policy file records it: spec, ``env_kwargs`` and ``env_config``."""
+        hp = self.algo.hparams
+        return {"spec": self.env_spec, "env_kwargs": dict(hp.env_kwargs), "env_config": dict(hp.env_config)}
+
+    def _run_record(self) -> RunRecord:
+        """The record of the latest :meth:`run`; for what it has not set (its arguments, its
+        stop conditions), that of the checkpoint this Trainer resumed from."""
+        record = RunRecord.of_run(self._run_args, self._conditions, self._conditions_met)
+        saved = self._resumed
+        if saved is not None and not self._conditions and saved.stop_conditions:
+            record = dataclasses.replace(saved, run=record.run)
+        if saved is not None and record.run is None:
+            record.run = saved.run
+        return record
+
     def state_dict(self) -> dict[str, Any]:
         """The checkpoint's content: only tensors and plain Python values (see docs/trainer.md)."""
         from . import __version__
 
         algo = self.algo
-        env_info = {
-            "spec": self.env_spec,
-            "env_kwargs": dict(algo.hparams.env_kwargs),
-            "env_config": dict(algo.hparams.env_config),
-        }
-        conditions = [c.state_dict() for c in self._conditions]
-        configs = [c.to_config() for c in self._conditions]
-        conditions_met = self._conditions_met
-        if not conditions and self._resume_state and self._resume_state.get("stop_conditions"):
-            conditions = self._resume_state["stop_conditions"]
-            configs = self._resume_state.get("stop_condition_configs")
-            conditions_met = bool(self._resume_state.get("stop_conditions_met"))
-        run_args = self._run_args
-        if run_args is None and self._resume_state is not None:
-            run_args = self._resume_state.get("run")
+        record = self._run_record()
         return {
             "algo": algo.state_dict(),
             "env": {"spec": self.env_spec, "class": qualified_name(type(algo.env))},
             "trainer": {
                 **self.resolved_config().stored(),
-                "run": run_args,
-                "stop_conditions": conditions,
-                "stop_condition_configs": configs,
-                "stop_conditions_met": conditions_met,
-                "policy": policy_to_dict(algo.policy, include_state=False, env=env_info),
+                **dataclasses.asdict(record),
+                "policy": policy_to_dict(algo.policy, include_state=False, env=self._env_info()),
             },
             "versions": {"rl8": __version__, "torch": str(torch.__version__)},
         }
@@ -1072,7 +1041,7 @@ class Trainer:
                 NaN or inf; nothing is written, so the last good checkpoint is kept.
         """
         step = int(self.algo.env_steps)
-        self._check_finite_policy(step)
+        check_finite_policy(self.algo.policy, step, self.last_checkpoint)
         state = self.state_dict()
         ranks = None
         if self._dist.enabled:
@@ -1096,33 +1065,11 @@ class Trainer:
         self._log_policy_artifacts(written, step)
         return written
 
-    def _check_finite_policy(self, step: int) -> None:
-        """Refuse to checkpoint a policy holding NaN/inf (one check for all its tensors)."""
-        from .ppo import NonFiniteError
-
-        tensors = {k: v for k, v in self.algo.policy.state_dict().items() if v.is_floating_point()}
-        if not tensors:
-            return
-        finite = torch.stack([torch.isfinite(v).all() for v in tensors.values()]).tolist()
-        if all(finite):
-            return
-        bad = [name for name, ok in zip(tensors, finite) if not ok]
-        kept = f"; the last good checkpoint is {self.last_checkpoint}" if self.last_checkpoint else ""
-        raise NonFiniteError(
-            f"refusing to write a checkpoint at env step {step}: the policy's "
-            f"{', '.join(bad[:5])}{' ...' if len(bad) > 5 else ''} hold NaN or inf{kept}"
-        )
-
     def _log_policy_artifacts(self, checkpoint: Path, step: int) -> None:
         if not self.tracker.enabled or self.closed:
             return
-        env_info = {
-            "spec": self.env_spec,
-            "env_kwargs": dict(self.algo.hparams.env_kwargs),
-            "env_config": dict(self.algo.hparams.env_config),
-        }
         tmp = Path(tempfile.mkdtemp(prefix="rl8-artifacts-"))
-        policy_file = save_policy(self.algo.policy, tmp / Path(POLICY_ARTIFACT).name, env=env_info)
+        policy_file = save_policy(self.algo.policy, tmp / Path(POLICY_ARTIFACT).name, env=self._env_info())
         pointer = tmp / Path(CHECKPOINT_POINTER_ARTIFACT).name
         pointer.write_text(json.dumps({"path": str(checkpoint), "env/steps": step}))
         tracker = self.tracker
@@ -1181,41 +1128,9 @@ class Trainer:
             ValueError: The env's observation or action space differs from the checkpoint's.
             rl8.tracking.TrackingError: The stored MLflow run cannot be resumed.
         """
-        from ._resolve import check_stored_hparams, spec_from_env_info
-        from .ppo import PPO
-
         file, state = read_checkpoint(path, tracking_uri=tracking_uri)
-        if not all(isinstance(state.get(k), Mapping) for k in ("algo", "trainer", "env")):
-            raise CheckpointError(
-                f"{file} is an rl8 checkpoint but not a Trainer checkpoint (it has no "
-                "'algo', 'trainer' and 'env' entries)"
-            )
-        algo_state, saved = state["algo"], state["trainer"]
-        # every class the file names is imported and checked for its kind before PPO calls it
-        # (PPO then resolves the same names again: the stored strings stay as they were)
-        stored = algo_state.get("hparams")
-        check_stored_hparams(stored, source=file, trust_code=trust_code)
-        spec = env
-        if env is None:
-            env_info = {"spec": state["env"].get("spec"), "env_kwargs": stored.get("env_kwargs")}
-            if spec_from_env_info(env_info, source=file, trust_code=trust_code) is not None:
-                spec = env_info["spec"]
-        if spec is None:
-            raise ValueError(
-                f"{file}: the env was a callable that a checkpoint cannot name; pass it with "
-                "Trainer.from_checkpoint(path, env=...)"
-            )
-        hp = {**stored, **dict(hparams or {})}
-        hp["device"] = rank_device(hp.get("device", "auto"))  # torchrun: cuda:LOCAL_RANK
-        algo = PPO(spec, **hp)
-        policy_info = saved.get("policy")
-        if isinstance(policy_info, Mapping) and env is not None:
-            check_env_spaces(
-                algo.env, space_from_dict(policy_info["observation_space"]),
-                space_from_dict(policy_info["action_space"]),
-                what=f"Trainer.from_checkpoint: env={env!r}", source=file,
-            )
-        algo.load_state_dict(algo_state)
+        algo = algo_from_checkpoint(file, state, env=env, hparams=hparams, trust_code=trust_code)
+        saved = state["trainer"]
         config = TrainerConfig.from_stored(saved)
         tracking = kwargs.pop("tracking", config.tracking)
         config = config.replace(
@@ -1223,12 +1138,7 @@ class Trainer:
             tracking_uri=tracking_uri or config.tracking_uri,
         )
         trainer = cls(algo, config, **kwargs)
-        trainer._resume_state = {
-            key: saved.get(key)
-            for key in ("run", "stop_conditions", "stop_condition_configs", "stop_conditions_met")
-        }
-        for key in ("stop_conditions", "stop_condition_configs"):  # rl8 1.0.0's stat names too
-            trainer._resume_state[key] = with_current_stat_names(trainer._resume_state[key])
+        trainer._resumed = RunRecord.from_checkpoint(saved)
         trainer.last_checkpoint = file.absolute()
         trainer._last_checkpoint_step = int(algo.env_steps)
         return trainer
@@ -1237,11 +1147,8 @@ class Trainer:
     def run_args(self) -> dict[str, Any] | None:
         """``env_config``, ``eval_env_config`` and ``steps_per_eval`` of the latest :meth:`run`
         (for a resumed trainer before its first run: those stored in the checkpoint)."""
-        if self._run_args is not None:
-            return dict(self._run_args)
-        if self._resume_state is not None and self._resume_state.get("run") is not None:
-            return dict(self._resume_state["run"])
-        return None
+        run = self._run_record().run
+        return None if run is None else dict(run)
 
     # ----------------------------------------------------------------- life cycle
     def close(self, status: str = "FINISHED", *, timeout_s: float | None = None) -> None:
