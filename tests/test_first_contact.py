@@ -142,15 +142,15 @@ def test_progress_lines_outside_a_terminal_by_default_every_n_seconds(monkeypatc
 def test_run_without_a_stop_condition_warns(monkeypatch):
     trainer = Trainer(make_algo(), progress=False)
     steps = []
-    train_step = trainer._train_step
+    update = trainer.algo.update
 
-    def interrupted_after_two_steps(env_config):
+    def interrupted_after_two_steps():
         if len(steps) == 2:
             raise KeyboardInterrupt
-        steps.append(train_step(env_config))
+        steps.append(update())
         return steps[-1]
 
-    monkeypatch.setattr(trainer, "_train_step", interrupted_after_two_steps)
+    monkeypatch.setattr(trainer.algo, "update", interrupted_after_two_steps)
     with pytest.warns(UserWarning, match="no stop_conditions, so training runs until interrupted"):
         with pytest.raises(KeyboardInterrupt):
             trainer.run()

@@ -308,14 +308,14 @@ def test_run_evaluates_every_steps_per_eval_and_eval_does_not_change_training(ml
     ):
         trainer = evaluated = make_trainer(make_algo(horizons_per_env_reset=2))
         seen = []
-        orig = trainer._train_step
+        update = trainer.algo.update
 
-        def record(env_config, orig=orig, seen=seen):
-            stats = orig(env_config)
+        def record(update=update, seen=seen):
+            stats = update()
             seen.append(stats["losses/total"])
             return stats
 
-        trainer._train_step = record
+        trainer.algo.update = record
         last = trainer.run(stop_conditions=stop(), **kwargs)
         trainer.close()
         losses[name] = seen
