@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -16,7 +17,7 @@ import torch
 if TYPE_CHECKING:
     from .ppo import PPO
 
-__all__ = ["EvalEnvs"]
+__all__ = ["EvalEnvs", "check_eval_plan"]
 
 #: Most envs of the eval env built on demand (without ``eval_num_envs``) when the training
 #: envs cannot be evaluated.
@@ -27,6 +28,41 @@ def fork_rng(device: torch.device) -> contextlib.AbstractContextManager:
     """Run a block without changing torch's RNG streams (CPU, and the CUDA device in use)."""
     devices = [device] if device.type == "cuda" else []
     return torch.random.fork_rng(devices=devices)
+
+
+def check_eval_plan(
+    horizons_per_env_reset: int,
+    *,
+    eval_num_envs: int | None,
+    steps_per_eval: int | None,
+    eval_env_config: Mapping[str, Any] | None,
+) -> None:
+    """Check, before training, that :meth:`Trainer.run` can evaluate as asked.
+
+    Any cadence works: evaluations that do not fall on an env-reset boundary of the training
+    envs run on a dedicated eval env (``eval_num_envs``, or one built on demand, see
+    :meth:`Trainer.eval`). So only ``steps_per_eval`` and ``eval_env_config`` are checked.
+
+    Args:
+        horizons_per_env_reset: Not used (the algorithm's hparam; any reset cadence works).
+            Kept so that existing calls still work.
+        eval_num_envs: Not used (the Trainer's dedicated eval env size); kept likewise.
+        steps_per_eval: Evaluate every this many training steps, ``None``: never.
+        eval_env_config: Env parameters for evaluations.
+
+    Raises:
+        ValueError: ``steps_per_eval`` is not an int >= 1; an ``eval_env_config`` without
+            ``steps_per_eval``.
+    """
+    if steps_per_eval is not None and (
+        isinstance(steps_per_eval, bool) or not isinstance(steps_per_eval, int) or steps_per_eval < 1
+    ):
+        raise ValueError(f"Trainer.run: steps_per_eval must be an int >= 1 or None, got {steps_per_eval!r}")
+    if eval_env_config and steps_per_eval is None:
+        raise ValueError(
+            "Trainer.run: eval_env_config is given but steps_per_eval is None, so no "
+            "evaluation would use it; set steps_per_eval"
+        )
 
 
 class _FirstState:

@@ -19,9 +19,13 @@ import dataclasses
 import difflib
 import os
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["TrainerConfig"]
+if TYPE_CHECKING:
+    from .distributed import DistContext
+    from .ppo import PPO
+
+__all__ = ["TrainerConfig", "run_params"]
 
 
 def _int_at_least_1(name: str, value: Any) -> None:
@@ -205,3 +209,44 @@ class TrainerConfig:
         """The config a checkpoint's ``trainer`` section records (:meth:`stored`); an option
         that an older checkpoint lacks gets its default."""
         return cls(**{name: saved[name] for name in cls.names(stored=True) if name in saved})
+
+
+def run_params(algo: PPO, config: TrainerConfig, env_spec: str | None, dist: DistContext) -> dict[str, Any]:
+    """A training run's configuration as nested MLflow params: hyper-parameters (the values in
+    use), env, model, distribution, optimizer, versions, the Trainer options marked ``param``
+    and, in data-parallel training, the world size.
+
+    Args:
+        algo: The algorithm.
+        config: The Trainer's options.
+        env_spec: The env as a dotted path or gymnasium id (``None``: one a file cannot name).
+        dist: The process group.
+    """
+    import platform
+
+    import torch
+
+    from . import __version__
+    from ._resolve import qualified_name
+    from .ppo import _plain_hparams
+
+    policy = algo.policy
+    optimizer_kwargs = {**algo.hparams.optimizer_kwargs, "lr": algo.hparams.lr}
+    # each param once: hparams/seed and hparams/device are the values in use (a seed drawn
+    # at random, the device "auto" resolved to)
+    hparams = {**_plain_hparams(algo.hparams), "seed": algo.seed, "device": str(algo.device)}
+    env = env_spec if env_spec is not None else repr(algo.env_spec)
+    params = {
+        "hparams": hparams,
+        "env": env,
+        "model": {"class": qualified_name(policy.model_cls), "config": dict(policy.model_config)},
+        "distribution": {"class": qualified_name(policy.distribution_cls)},
+        "optimizer": {"class": qualified_name(type(algo.optimizer)), "kwargs": optimizer_kwargs},
+        "versions": {"rl8": __version__, "torch": str(torch.__version__), "python": platform.python_version()},
+        "trainer": config.params(),
+    }
+    if qualified_name(type(algo.env)) != env:  # a gymnasium id, a factory: the rl8 class around it
+        params["env_class"] = qualified_name(type(algo.env))
+    if dist.enabled:  # hparams are per rank (num_envs: each rank's envs)
+        params["distributed"] = {"world_size": dist.world_size}
+    return params

@@ -23,7 +23,6 @@ import functools
 import json
 import math
 import os
-import platform
 import queue
 import shutil
 import signal
@@ -38,14 +37,14 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ._eval_envs import EvalEnvs
+from ._eval_envs import EvalEnvs, check_eval_plan
 from ._resolve import env_spec_string, is_dotted_path, qualified_name
 from ._resume import RunRecord, algo_from_checkpoint, check_finite_policy
 from ._signals import StopSignals, signal_exit
 from .checkpoint import CHECKPOINT_POINTER_ARTIFACT, CheckpointManager, read_checkpoint, resolve_checkpoint
 from .checkpoint import save_checkpoint as _write_checkpoint
 from .conditions import Condition
-from .config import TrainerConfig
+from .config import TrainerConfig, run_params
 from .distributed import DistContext, _picklable, to_cpu
 from .export import POLICY_ARTIFACT, policy_to_dict, save_policy
 from .progress import Progress, _is_nan
@@ -304,41 +303,6 @@ class _RunStart:
             self.tracker.log_params(self.params)
 
 
-def check_eval_plan(
-    horizons_per_env_reset: int,
-    *,
-    eval_num_envs: int | None,
-    steps_per_eval: int | None,
-    eval_env_config: Mapping[str, Any] | None,
-) -> None:
-    """Check, before training, that :meth:`Trainer.run` can evaluate as asked.
-
-    Any cadence works: evaluations that do not fall on an env-reset boundary of the training
-    envs run on a dedicated eval env (``eval_num_envs``, or one built on demand, see
-    :meth:`Trainer.eval`). So only ``steps_per_eval`` and ``eval_env_config`` are checked.
-
-    Args:
-        horizons_per_env_reset: Not used (the algorithm's hparam; any reset cadence works).
-            Kept so that existing calls still work.
-        eval_num_envs: Not used (the Trainer's dedicated eval env size); kept likewise.
-        steps_per_eval: Evaluate every this many training steps, ``None``: never.
-        eval_env_config: Env parameters for evaluations.
-
-    Raises:
-        ValueError: ``steps_per_eval`` is not an int >= 1; an ``eval_env_config`` without
-            ``steps_per_eval``.
-    """
-    if steps_per_eval is not None and (
-        isinstance(steps_per_eval, bool) or not isinstance(steps_per_eval, int) or steps_per_eval < 1
-    ):
-        raise ValueError(f"Trainer.run: steps_per_eval must be an int >= 1 or None, got {steps_per_eval!r}")
-    if eval_env_config and steps_per_eval is None:
-        raise ValueError(
-            "Trainer.run: eval_env_config is given but steps_per_eval is None, so no "
-            "evaluation would use it; set steps_per_eval"
-        )
-
-
 def _end_run(tracker: Tracker, worker: _LogWorker | None, status: str,
              timeout_s: float | None = None) -> dict[str, int]:
     """Send what ``worker`` still queues, then end the tracker's run with ``status``.
@@ -565,34 +529,8 @@ class Trainer:
 
     # ----------------------------------------------------------------- params
     def _params(self) -> dict[str, Any]:
-        from . import __version__
-        from .ppo import _plain_hparams
-
-        algo = self.algo
-        policy = algo.policy
-        optimizer_kwargs = {**algo.hparams.optimizer_kwargs, "lr": algo.hparams.lr}
-        # each param once: hparams/seed and hparams/device are the values in use (a seed drawn
-        # at random, the device "auto" resolved to)
-        hparams = {**_plain_hparams(algo.hparams), "seed": algo.seed, "device": str(algo.device)}
-        env = self.env_spec if self.env_spec is not None else repr(algo.env_spec)
-        params = {
-            "hparams": hparams,
-            "env": env,
-            "model": {"class": qualified_name(policy.model_cls), "config": dict(policy.model_config)},
-            "distribution": {"class": qualified_name(policy.distribution_cls)},
-            "optimizer": {"class": qualified_name(type(algo.optimizer)), "kwargs": optimizer_kwargs},
-            "versions": {
-                "rl8": __version__,
-                "torch": str(torch.__version__),
-                "python": platform.python_version(),
-            },
-            "trainer": self.config.params(),
-        }
-        if qualified_name(type(algo.env)) != env:  # a gymnasium id, a factory: the rl8 class around it
-            params["env_class"] = qualified_name(type(algo.env))
-        if self._dist.enabled:  # hparams are per rank (num_envs: each rank's envs)
-            params["distributed"] = {"world_size": self._dist.world_size}
-        return params
+        """The run's configuration as MLflow params (see :func:`rl8.config.run_params`)."""
+        return run_params(self.algo, self.config, self.env_spec, self._dist)
 
     # ----------------------------------------------------------------- steps
     def _counters(self) -> dict[str, float]:
