@@ -89,78 +89,58 @@ class TrainerConfig:
     the same Trainer. A bad value is a ``ValueError`` (a ``TypeError`` for ``metadata``) naming
     the option, what it must be and the value given.
 
-    Attributes:
-        experiment: MLflow experiment name; ``None``: the env's name (``"CartPole"``,
-            ``"CartPole-v1"``).
-        run_name: MLflow run name; ``None``: MLflow picks one.
-        tracking_uri: Where runs go (``http://host:port``, ``sqlite:///file.db``, a folder);
-            ``None``: MLflow's default (``MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db``
-            in the current folder).
-        tracking: ``False`` disables MLflow entirely (no run, nothing logged).
-        run_id: Continue this existing MLflow run instead of creating one
-            (:meth:`rl8.Trainer.from_checkpoint` sets it).
-        checkpoint_dir: Folder of the numbered checkpoints; ``None``: ``checkpoints/<run id>``
-            in the current folder (``checkpoints/<time stamp>`` without tracking). Created on
-            the first checkpoint.
-        checkpoint_every: ``Trainer.run`` writes a checkpoint every this many training steps
-            (updates); ``None``: only at the end of the run and on signals.
-        keep_checkpoints: How many checkpoints to keep in ``checkpoint_dir`` (the latest);
-            ``None`` keeps all.
-        eval_num_envs: Number of envs of a dedicated eval env, built once on the first
-            evaluation. ``None``: evaluate on the training envs at env-reset boundaries, and
-            on an eval env of ``min(num_envs, 16)`` envs built on demand at other times.
-        eval_num_steps: Steps per env of one evaluation. ``None``: on the training envs,
-            ``horizon * max(1, horizons_per_env_reset)``; on a dedicated env of an episodic
-            env, the env's episode limit (``max_episode_steps``) when it has one; otherwise
-            the same as on the training envs.
-        progress: Progress line on stderr during ``Trainer.run``, and a summary line saying
-            which condition stopped it: ``None`` or ``True``: on a terminal one line updated
-            in place, otherwise a plain line every ``progress_every_s`` seconds; ``False``:
-            nothing.
-        progress_every_s: Seconds between two plain progress lines when stderr is not a
-            terminal.
-        async_logging: Send each step's metrics to MLflow from a background thread, so that
-            training does not wait for the store; ``False``: before ``Trainer.step`` returns.
-        metadata: Plain data (dicts, lists, numbers, strings, tensors) stored in every
-            checkpoint, e.g. the config a run was started from (the ``rl8`` command stores its
-            config here).
-        record_every: ``Trainer.run`` records a video at every this many-th evaluation, to
-            ``checkpoint_dir/videos/eval-<env steps>.mp4``, logged as an MLflow artifact
-            under ``videos/``; ``None``: never. Needs ``pip install "rl8[video]"``.
+    The options, their defaults and meanings are the fields below (``help(TrainerConfig)``
+    lists them with their meanings).
     """
 
     experiment: str | None = _option(
-        None, "MLflow experiment name (default: the env's name)",
+        None, "MLflow experiment name; None: the env's name (CartPole, CartPole-v1)",
         param=False, names_run=True, cli="flag")
-    run_name: str | None = _option(None, "MLflow run name", param=False, names_run=True, cli="flag")
+    run_name: str | None = _option(
+        None, "MLflow run name; None: MLflow picks one", param=False, names_run=True, cli="flag")
     tracking_uri: str | None = _option(
-        None, "MLflow tracking URI (default: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)",
+        None, "where runs go (http://host:port, sqlite:///file.db, a folder); None: "
+        "MLFLOW_TRACKING_URI, else sqlite:///mlflow.db in the current folder",
         param=False, names_run=True, cli="flag")
-    tracking: bool = _option(True, "False: no MLflow at all", _bool, param=False, names_run=True)
-    run_id: str | None = _option(None, "continue this MLflow run", param=False, names_run=True)
+    tracking: bool = _option(
+        True, "False: no MLflow at all (no run, nothing logged)", _bool, param=False, names_run=True)
+    run_id: str | None = _option(
+        None, "continue this existing MLflow run instead of creating one (from_checkpoint sets it)",
+        param=False, names_run=True)
     checkpoint_dir: str | os.PathLike[str] | None = _option(
-        None, "checkpoint folder (default: checkpoints/<run id>)", param=False, cli="flag")
+        None, "folder of the numbered checkpoints, made on the first one; None: checkpoints/<run id> "
+        "in the current folder (checkpoints/<time stamp> without tracking)", param=False, cli="flag")
     checkpoint_every: int | None = _option(
-        None, "write a checkpoint every this many training steps (default: only at the end "
-        "and on signals)", _int_at_least_1, cli="flag", cli_type=int)
+        None, "Trainer.run writes a checkpoint every this many training steps; None: only at the "
+        "end of the run and on signals", _int_at_least_1, cli="flag", cli_type=int)
     keep_checkpoints: int | None = _option(
-        5, "how many checkpoints to keep", _int_at_least_1, param=False, cli="config", cli_type=int)
+        5, "how many checkpoints to keep in checkpoint_dir (the latest); None: all",
+        _int_at_least_1, param=False, cli="config", cli_type=int)
     eval_num_envs: int | None = _option(
-        None, "number of envs of a dedicated eval env (default: evaluate on the training envs)",
+        None, "envs of a dedicated eval env; None: evaluate on the training envs at env-reset "
+        "boundaries, else on min(num_envs, 16) envs built on demand",
         _int_at_least_1, cli="flag", cli_type=int)
     eval_num_steps: int | None = _option(
-        None, "steps per env of one evaluation", _int_at_least_1, cli="config", cli_type=int)
+        None, "steps per env of one evaluation; None: horizon * max(1, horizons_per_env_reset), "
+        "or on a dedicated env of an episodic env its episode limit",
+        _int_at_least_1, cli="config", cli_type=int)
     progress: bool | None = _option(
-        None, "progress line on stderr (None: in place on a terminal)", _bool_or_none,
-        param=False, stored=False)
+        None, "progress line on stderr during Trainer.run, and a summary line: None or True: in "
+        "place on a terminal, else a plain line every progress_every_s; False: nothing",
+        _bool_or_none, param=False, stored=False)
     progress_every_s: float = _option(
-        10.0, "seconds between two plain progress lines", _seconds, param=False, stored=False)
+        10.0, "seconds between two plain progress lines when stderr is not a terminal", _seconds,
+        param=False, stored=False)
     async_logging: bool = _option(
-        True, "send metrics from a background thread", _bool, param=False, stored=False)
+        True, "send metrics to MLflow from a background thread; False: before Trainer.step returns",
+        _bool, param=False, stored=False)
     metadata: Mapping[str, Any] | None = _option(
-        None, "plain data stored in every checkpoint", _checkpoint_data, param=False)
+        None, "plain data (dicts, lists, numbers, strings, tensors) stored in every checkpoint "
+        "(rl8 train stores its config here)", _checkpoint_data, param=False)
     record_every: int | None = _option(
-        None, "record a video at every this many-th evaluation", _int_at_least_1)
+        None, "Trainer.run records a video at every this many-th evaluation (checkpoint_dir/videos/"
+        "eval-<env steps>.mp4, MLflow artifact videos/); None: never; needs rl8[video]",
+        _int_at_least_1)
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -210,6 +190,11 @@ class TrainerConfig:
         that an older checkpoint lacks gets its default."""
         return cls(**{name: saved[name] for name in cls.names(stored=True) if name in saved})
 
+
+
+TrainerConfig.__doc__ = (TrainerConfig.__doc__ or "") + "\n    Attributes:\n" + "".join(
+    f"        {field.name}: {field.metadata['doc']}\n" for field in dataclasses.fields(TrainerConfig)
+)
 
 def run_params(algo: PPO, config: TrainerConfig, env_spec: str | None, dist: DistContext) -> dict[str, Any]:
     """A training run's configuration as nested MLflow params: hyper-parameters (the values in
