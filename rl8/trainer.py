@@ -408,14 +408,9 @@ class Trainer:
     """
 
     def __init__(self, algo: PPO, config: TrainerConfig | None = None, **options: Any) -> None:
-        if config is None:
-            TrainerConfig.check_names(options)
-            config = TrainerConfig(**options)
-        elif not isinstance(config, TrainerConfig):
+        if config is not None and not isinstance(config, TrainerConfig):
             raise TypeError(f"Trainer: config must be a rl8.config.TrainerConfig or None, got {config!r}")
-        elif options:
-            config = config.replace(**options)
-        self.config = config
+        self.config = config = (config or TrainerConfig()).replace(**options)
         # the names that the tracking block below reads
         run_name, tracking_uri, tracking, run_id = config.run_name, config.tracking_uri, config.tracking, config.run_id
         checkpoint_dir, async_logging = config.checkpoint_dir, config.async_logging
@@ -682,13 +677,9 @@ class Trainer:
             path = self.checkpoint_dir / "videos" / f"video-{int(self.algo.env_steps)}.mp4"
         written = self._envs.record(path, deterministic=deterministic, max_steps=max_steps,
                                     env_config=env_config, fps=fps)
-        if self.tracker.enabled and self._is_main():
+        if self.tracker.enabled and self._dist.is_main:
             self._in_logging_thread(functools.partial(self.tracker.log_artifact, written, "videos"))
         return written
-
-    def _is_main(self) -> bool:
-        dist = getattr(self, "_dist", None) or getattr(self.algo, "dist", None)
-        return dist is None or bool(dist.is_main)
 
     def _check_record_plan(self, steps_per_eval: int | None) -> None:
         """Before training: ``record_every`` needs evaluations, imageio and an env that renders."""
@@ -700,12 +691,12 @@ class Trainer:
                 f"{self.config.record_every}-th evaluation, but steps_per_eval is None (no evaluations); "
                 "set steps_per_eval"
             )
-        if self._is_main():
+        if self._dist.is_main:
             self._envs.check_can_record()
 
     def _record_eval(self, env_config: dict[str, Any] | None) -> TrainStats:
         """The video of an evaluation step (``record_every``), on rank 0; its duration in ms."""
-        if not self._is_main():
+        if not self._dist.is_main:
             return TrainStats()
         t0 = time.perf_counter()
         path = self.checkpoint_dir / "videos" / f"eval-{int(self.algo.env_steps)}.mp4"
