@@ -229,7 +229,7 @@ def _trainer_options(config: Mapping[str, Any], where: str) -> dict[str, Any]:
     """The Trainer options that ``config`` gives (see :data:`_TRAINER_OPTIONS`), read as the
     command reads them (``1e3`` is the int 1000); a wrong type is a :class:`ConfigError`."""
     out: dict[str, Any] = {}
-    for key in _TRAINER_OPTIONS.keys() & config.keys():
+    for key in [name for name in _TRAINER_OPTIONS if name in config]:
         if _TRAINER_OPTIONS[key]["cli_type"] is int:
             out[key] = _int_option(config, key, where)
         elif config[key] is not None and not isinstance(config[key], (str, int, float)):
