@@ -33,6 +33,7 @@ _EXPORTS = {
     "Schedule": "rl8.schedules",
     "Trainer": "rl8.trainer",
     "TrainStats": "rl8.trainer",
+    "TrainerConfig": "rl8.config",
     "load_policy": "rl8.export",
     "save_policy": "rl8.export",
     "record_video": "rl8.video",

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import collections
 import errno
+import json
 import os
 import pickle
 import pickletools
 import re
 import struct
+import tempfile
 import time
 import uuid
 import zipfile
@@ -27,20 +29,29 @@ from typing import Any
 
 import torch
 
+from .distributed import DistContext
+
 try:  # POSIX: a writer holds a lock on its temporary file (see CheckpointManager)
     import fcntl
 except ImportError:  # pragma: no cover - Windows, where an open file cannot be deleted
     fcntl = None  # type: ignore[assignment]
 
 __all__ = [
+    "CHECKPOINT_POINTER_ARTIFACT",
     "FORMAT_KEY",
     "FORMAT_VERSION",
     "STALE_TMP_SECONDS",
     "CheckpointError",
     "CheckpointManager",
     "load_checkpoint",
+    "read_checkpoint",
+    "resolve_checkpoint",
     "save_checkpoint",
 ]
+
+#: MLflow artifact (a small JSON file) recording the path and step of a run's latest checkpoint;
+#: ``Trainer.from_checkpoint(run_id)`` and ``rl8 train --resume RUN_ID`` read it.
+CHECKPOINT_POINTER_ARTIFACT = "rl8/checkpoint.json"
 
 #: Entry added to every saved dict; its value is the format version. Reserved: a user entry
 #: with this name is overwritten on save and removed on load.
@@ -494,3 +505,91 @@ class CheckpointManager:
     def __repr__(self) -> str:
         return (f"CheckpointManager({str(self.directory)!r}, keep_last={self.keep_last!r}, "
                 f"prefix={self.prefix!r})")
+
+
+# --------------------------------------------------------------------------------------------
+# finding and reading a checkpoint to resume from
+
+
+def resolve_checkpoint(ref: str | os.PathLike[str], *, tracking_uri: str | None = None) -> Path:
+    """The checkpoint file named by a path, a folder (its latest) or an MLflow run id (through
+    the run's :data:`CHECKPOINT_POINTER_ARTIFACT`).
+
+    Args:
+        ref: A checkpoint file, a folder of numbered checkpoints, or an MLflow run id.
+        tracking_uri: The MLflow store of the run id; ``None``: MLflow's default.
+
+    Raises:
+        FileNotFoundError: Nothing found (the message says where it looked).
+    """
+    from .export import _download, _is_run_ref
+
+    text = os.fspath(ref)
+    path = Path(text)
+    if path.is_dir():
+        latest = CheckpointManager(path, keep_last=None).latest()
+        if latest is None:
+            raise FileNotFoundError(f"no checkpoint-*.pt file in {path}")
+        return latest
+    if path.exists():
+        return path
+    if not _is_run_ref(text):
+        raise FileNotFoundError(f"no checkpoint at {text!r}: not a file or folder, nor an MLflow run id")
+    with tempfile.TemporaryDirectory(prefix="rl8-resume-") as tmp:
+        pointer = _download(text, CHECKPOINT_POINTER_ARTIFACT, tracking_uri, tmp)
+        info = json.loads(pointer.read_text())
+    found = Path(info["path"])
+    if not found.is_file():
+        raise FileNotFoundError(
+            f"MLflow run {text} records its latest checkpoint at {found}, which does not "
+            "exist on this machine; pass the checkpoint's path instead"
+        )
+    return found
+
+
+def read_checkpoint(
+    ref: str | os.PathLike[str], *, tracking_uri: str | None = None
+) -> tuple[Path, dict[str, Any]]:
+    """Resolve (:func:`resolve_checkpoint`) and load a checkpoint, as this rank sees it.
+
+    In data-parallel training rank 0 alone reads the file (and asks MLflow for a run id) and
+    sends every rank its view (rank 0's entries updated with the rank's own), or its error.
+
+    Args:
+        ref: As for :func:`resolve_checkpoint`.
+        tracking_uri: As for :func:`resolve_checkpoint`.
+
+    Returns:
+        The file and its content as this rank loads it.
+
+    Raises:
+        CheckpointError: The checkpoint was written by another number of ranks (or as for
+            :func:`load_checkpoint`).
+    """
+    ctx = DistContext()
+
+    def read_for_every_rank() -> list[tuple[Path, dict[str, Any]]]:
+        file = resolve_checkpoint(ref, tracking_uri=tracking_uri)
+        state = load_checkpoint(file)
+        return [(file, _checkpoint_for_rank(state, file, r, ctx.world_size)) for r in range(ctx.world_size)]
+
+    return ctx.on_main(read_for_every_rank, scatter=True)
+
+
+def _checkpoint_for_rank(state: dict[str, Any], file: Path, rank: int, world_size: int) -> dict[str, Any]:
+    """The checkpoint as rank ``rank`` of ``world_size`` loads it: rank 0's ``algo`` entry
+    updated with this rank's own (envs, RNG...); an error when the world size differs."""
+    info = state.get("distributed")
+    saved = int(info["world_size"]) if isinstance(info, Mapping) else 1
+    if isinstance(state.get("algo"), Mapping) and saved != world_size:
+        raise CheckpointError(
+            f"{file} was written by a run of {saved} rank(s) (data-parallel processes) but "
+            f"this run has {world_size}: every rank resumes its own envs and RNG, so resume "
+            + ("without torchrun" if saved == 1 else f"with {saved} ranks in all, e.g. "
+               f"torchrun --nproc_per_node={saved} -m rl8 train --resume ...")
+        )
+    if not isinstance(info, Mapping):
+        return state
+    out = {k: v for k, v in state.items() if k != "distributed"}
+    out["algo"] = {**state["algo"], **info["ranks"][rank]}
+    return out

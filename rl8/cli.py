@@ -30,7 +30,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from .config import TrainerConfig
+
 __all__ = ["CONFIG_KEYS", "ConfigError", "build_parser", "load_config", "main", "parse_assignment"]
+
+#: The Trainer options that ``rl8 train`` takes (in a config file; those marked ``"flag"`` also
+#: as flags), declared in :class:`rl8.config.TrainerConfig`.
+_TRAINER_OPTIONS = {f.name: f.metadata for f in dataclasses.fields(TrainerConfig) if f.metadata["cli"]}
 
 #: Top-level keys of a ``rl8 train`` config file.
 CONFIG_KEYS: dict[str, str] = {
@@ -39,16 +45,9 @@ CONFIG_KEYS: dict[str, str] = {
     "env_config": "env parameters for training resets (Trainer.run(env_config=...))",
     "eval_env_config": "env parameters for evaluations (default: env_config)",
     "steps_per_eval": "evaluate every this many training steps",
-    "eval_num_envs": "number of envs of a dedicated eval env (default: evaluate on the training envs)",
-    "eval_num_steps": "steps per env of one evaluation",
     "stop_conditions": "list of stop conditions (rl8.conditions.from_config specs)",
     "max_steps": "stop after this many env steps (adds hits_upper_bound on env/steps)",
-    "experiment": "MLflow experiment name (default: the env's name)",
-    "run_name": "MLflow run name",
-    "tracking_uri": "MLflow tracking URI (default: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)",
-    "checkpoint_dir": "checkpoint folder (default: checkpoints/<run id>)",
-    "checkpoint_every": "write a checkpoint every this many training steps",
-    "keep_checkpoints": "how many checkpoints to keep",
+    **{name: option["doc"] for name, option in _TRAINER_OPTIONS.items()},
 }
 
 #: Keys that describe *how to run* (they may change when resuming); the rest define the model.
@@ -218,15 +217,26 @@ def check_config(config: Mapping[str, Any], where: str) -> None:
         _clean_hparams(config["hparams"], f"{where}: hparams")
     for key in ("env_config", "eval_env_config"):
         _mapping_option(config, key, where)
-    for key in ("steps_per_eval", "eval_num_envs", "eval_num_steps", "max_steps", "checkpoint_every",
-                "keep_checkpoints"):
+    for key in ("steps_per_eval", "max_steps"):
         _int_option(config, key, where)
     stops = config.get("stop_conditions")
     if stops is not None and not isinstance(stops, (list, Mapping)):
         raise ConfigError(f"{where}: stop_conditions must be a list of conditions, got {stops!r}")
-    for key in ("experiment", "run_name", "tracking_uri", "checkpoint_dir"):
-        if config.get(key) is not None and not isinstance(config[key], (str, int, float)):
+    _trainer_options(config, where)
+
+
+def _trainer_options(config: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """The Trainer options that ``config`` gives (see :data:`_TRAINER_OPTIONS`), read as the
+    command reads them (``1e3`` is the int 1000); a wrong type is a :class:`ConfigError`."""
+    out: dict[str, Any] = {}
+    for key in [name for name in _TRAINER_OPTIONS if name in config]:
+        if _TRAINER_OPTIONS[key]["cli_type"] is int:
+            out[key] = _int_option(config, key, where)
+        elif config[key] is not None and not isinstance(config[key], (str, int, float)):
             raise ConfigError(f"{where}: {key} must be a string, got {config[key]!r}")
+        else:
+            out[key] = _str(config[key])
+    return out
 
 
 def _stop_conditions(config: Mapping[str, Any]) -> list[Any]:
@@ -258,8 +268,8 @@ def _stop_conditions(config: Mapping[str, Any]) -> list[Any]:
 def _overrides(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
     """(config keys, hparams) given on the command line."""
     config: dict[str, Any] = {}
-    for key in ("env", "max_steps", "experiment", "tracking_uri", "run_name", "checkpoint_dir",
-                "checkpoint_every", "steps_per_eval", "eval_num_envs"):
+    flags = [name for name, option in _TRAINER_OPTIONS.items() if option["cli"] == "flag"]
+    for key in ("env", "max_steps", "steps_per_eval", *flags):
         value = getattr(args, key, None)
         if value is not None:
             config[key] = value
@@ -375,19 +385,9 @@ def _train(args: argparse.Namespace) -> int:
     algo = _build_algo(env, hparams)
     stored = {k: v for k, v in config.items() if k in _RUN_KEYS or k == "env"}
     stored["hparams"] = given_hparams
-    trainer = Trainer(
-        algo,
-        experiment=_str(config.get("experiment")),
-        run_name=_str(config.get("run_name")),
-        tracking_uri=_str(config.get("tracking_uri")),
-        checkpoint_dir=config.get("checkpoint_dir"),
-        checkpoint_every=_int_option(config, "checkpoint_every", "config"),
-        keep_checkpoints=_int_option(config, "keep_checkpoints", "config") or 5,
-        eval_num_envs=_int_option(config, "eval_num_envs", "config"),
-        eval_num_steps=_int_option(config, "eval_num_steps", "config"),
-        progress=progress,
-        metadata={"config": stored},
-    )
+    # an option set to null in the file keeps the Trainer's default
+    options = {k: v for k, v in _trainer_options(config, "config").items() if v is not None}
+    trainer = Trainer(algo, progress=progress, metadata={"config": stored}, **options)
     return _run(trainer, conditions, run_args)
 
 
@@ -422,12 +422,13 @@ def _resume(
     given_hparams: Mapping[str, Any],
     progress: bool | None,
 ) -> int:
+    from .checkpoint import read_checkpoint
     from .ppo import _plain_hparams
     from .trainer import Trainer
 
     tracking_uri = _str(cli_config.get("tracking_uri") or file_config.get("tracking_uri"))
     # under torchrun rank 0 reads the file and hands every rank its own part
-    path, state = Trainer._read_checkpoint(args.resume, tracking_uri=tracking_uri)
+    path, state = read_checkpoint(args.resume, tracking_uri=tracking_uri)
     if not isinstance(state.get("algo"), Mapping) or not isinstance(state.get("trainer"), Mapping):
         from .checkpoint import CheckpointError
 
@@ -465,11 +466,10 @@ def _resume(
     run_args = {k: run_args.get(k) for k in ("env_config", "eval_env_config", "steps_per_eval")}
     eval_config = {"eval_num_envs": state["trainer"].get("eval_num_envs"), **config}
     _check_eval_plan(hparams.horizons_per_env_reset, eval_config, run_args)
-    kwargs: dict[str, Any] = {"progress": progress}
-    for key in ("checkpoint_dir", "checkpoint_every", "eval_num_envs"):
-        if key in cli_config or key in file_config:
-            value = config[key]
-            kwargs[key] = value if key == "checkpoint_dir" else _int_option(config, key, "config")
+    # the options given change the resumed Trainer's, except those naming its MLflow run
+    given = _trainer_options({**file_config, **cli_config}, "config")
+    kwargs: dict[str, Any] = {k: v for k, v in given.items() if not _TRAINER_OPTIONS[k]["names_run"]}
+    kwargs["progress"] = progress
     stored_config.update({k: v for k, v in config.items() if k in _RUN_KEYS})
     kwargs["metadata"] = {**(state["trainer"].get("metadata") or {}), "config": stored_config}
     trainer = Trainer.from_checkpoint(
@@ -824,16 +824,13 @@ def build_parser() -> argparse.ArgumentParser:
                             "--set model_config.hiddens=[32,32]")
     train.add_argument("--max-steps", type=_positive_int, metavar="N", help="stop after N env steps")
     train.add_argument("--steps-per-eval", type=_positive_int, metavar="N", help="evaluate every N training steps")
-    train.add_argument("--eval-num-envs", type=_positive_int, metavar="N", help="use a dedicated eval env of N envs")
     train.add_argument("--resume", metavar="PATH_OR_RUN_ID",
                        help="continue from a checkpoint file, a checkpoint folder (latest) or an MLflow run id")
-    train.add_argument("--experiment", help="MLflow experiment (default: the env's name)")
-    train.add_argument("--tracking-uri",
-                       help="MLflow tracking URI (default: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
-    train.add_argument("--run-name", help="MLflow run name")
-    train.add_argument("--checkpoint-dir", metavar="DIR", help="checkpoint folder (default: checkpoints/<run id>)")
-    train.add_argument("--checkpoint-every", type=_positive_int, metavar="N",
-                       help="checkpoint every N training steps (default: only at the end and on signals)")
+    for name, option in _TRAINER_OPTIONS.items():
+        if option["cli"] == "flag":
+            number = option["cli_type"] is int
+            train.add_argument("--" + name.replace("_", "-"), type=_positive_int if number else None,
+                               metavar="N" if number else None, help=option["doc"])
     train.add_argument("--quiet", action="store_true", help="no progress line")
     train.add_argument("--trust-code", action="store_true",
                        help="with --resume: trust the checkpoint, letting it name a plain function "

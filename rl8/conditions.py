@@ -329,7 +329,52 @@ class HitsLowerBound(_StatCondition):
 # --------------------------------------------------------------------------------------------
 
 
-class Plateaus(_StatCondition):
+class _Patience(_StatCondition):
+    """Shared logic of the conditions that stop after ``patience`` consecutive checks without
+    progress (:class:`Plateaus`, :class:`StopsIncreasing`, :class:`StopsDecreasing`).
+
+    Each non-NaN value either counts (``count`` goes up by one) or becomes the new mark, the
+    value later ones are compared with (``count`` back to 0); the first value is a mark. The
+    mark is the attribute and state entry named :attr:`_mark`.
+    """
+
+    _mark: str  # "reference" or "best"
+
+    def __init__(self, key: str, patience: int) -> None:
+        super().__init__(key)
+        self.patience = _check_patience(type(self).__name__, patience)
+        self.reset()
+
+    def _counts(self, value: float, mark: float) -> bool:
+        """Whether ``value`` adds to the count (rather than becoming the new mark)."""
+        raise NotImplementedError
+
+    def __call__(self, stats: Mapping[str, float]) -> bool:
+        value = self._lookup(stats)
+        if value is not None and not math.isnan(value):
+            mark = getattr(self, self._mark)
+            if mark is not None and self._counts(value, mark):
+                self.count += 1
+            else:
+                setattr(self, self._mark, value)
+                self.count = 0
+        return self.count >= self.patience
+
+    def reset(self) -> None:
+        setattr(self, self._mark, None)
+        self.count = 0
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), self._mark: getattr(self, self._mark), "count": self.count}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self._check_state(state)
+        mark = state[self._mark]
+        setattr(self, self._mark, None if mark is None else float(mark))
+        self.count = int(state["count"])
+
+
+class Plateaus(_Patience):
     """Stop when a stat has stayed within a tolerance of a reference for ``patience`` checks.
 
     Precisely: the first (non-NaN) value seen becomes the *reference* ``r`` and the counter is 0.
@@ -355,40 +400,16 @@ class Plateaus(_StatCondition):
         ``Plateaus("episodes/return_mean", patience=20, rtol=0.01)``
     """
 
+    _mark = "reference"
+
     def __init__(self, key: str, *, patience: int, rtol: float, atol: float = 0.0) -> None:
-        super().__init__(key)
+        super().__init__(key, patience)
         name = type(self).__name__
-        self.patience = _check_patience(name, patience)
         self.rtol = float(_check_number(name, "rtol", rtol, minimum=0))
         self.atol = float(_check_number(name, "atol", atol, minimum=0))
-        self.reference: float | None = None
-        self.count = 0
 
-    def __call__(self, stats: Mapping[str, float]) -> bool:
-        value = self._lookup(stats)
-        if value is None or math.isnan(value):
-            return self.count >= self.patience
-        if self.reference is not None and (
-            abs(value - self.reference) <= self.rtol * abs(self.reference) + self.atol
-        ):
-            self.count += 1
-        else:
-            self.reference = value
-            self.count = 0
-        return self.count >= self.patience
-
-    def reset(self) -> None:
-        self.reference = None
-        self.count = 0
-
-    def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "reference": self.reference, "count": self.count}
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self._check_state(state)
-        reference = state["reference"]
-        self.reference = None if reference is None else float(reference)
-        self.count = int(state["count"])
+    def _counts(self, value: float, mark: float) -> bool:
+        return abs(value - mark) <= self.rtol * abs(mark) + self.atol
 
     def __repr__(self) -> str:
         atol = f", atol={self.atol!r}" if self.atol else ""
@@ -396,42 +417,18 @@ class Plateaus(_StatCondition):
                 f"rtol={self.rtol!r}{atol})")
 
 
-class _NoNewBest(_StatCondition):
+class _NoNewBest(_Patience):
     """Shared logic of :class:`StopsIncreasing` and :class:`StopsDecreasing`."""
 
+    _mark = "best"
     _sign: float  # +1: a best is a maximum, -1: a minimum
 
     def __init__(self, key: str, *, patience: int, min_delta: float = 0.0) -> None:
-        super().__init__(key)
-        name = type(self).__name__
-        self.patience = _check_patience(name, patience)
-        self.min_delta = float(_check_number(name, "min_delta", min_delta, minimum=0))
-        self.best: float | None = None
-        self.count = 0
+        super().__init__(key, patience)
+        self.min_delta = float(_check_number(type(self).__name__, "min_delta", min_delta, minimum=0))
 
-    def __call__(self, stats: Mapping[str, float]) -> bool:
-        value = self._lookup(stats)
-        if value is None or math.isnan(value):
-            return self.count >= self.patience
-        if self.best is None or self._sign * (value - self.best) > self.min_delta:
-            self.best = value
-            self.count = 0
-        else:
-            self.count += 1
-        return self.count >= self.patience
-
-    def reset(self) -> None:
-        self.best = None
-        self.count = 0
-
-    def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "best": self.best, "count": self.count}
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self._check_state(state)
-        best = state["best"]
-        self.best = None if best is None else float(best)
-        self.count = int(state["count"])
+    def _counts(self, value: float, mark: float) -> bool:
+        return not self._sign * (value - mark) > self.min_delta  # also for inf - inf
 
     def __repr__(self) -> str:
         delta = f", min_delta={self.min_delta!r}" if self.min_delta else ""

@@ -18,6 +18,7 @@ import contextlib
 import datetime
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -238,6 +239,38 @@ class DistContext:
             dist.broadcast_object_list(box, src=src, device=self._object_device)
         return box[0]
 
+    def on_main(self, call: Callable[[], Any], *, scatter: bool = False) -> Any:
+        """Run ``call()`` on rank 0 only and hand its result, or its exception, to every rank.
+
+        What only rank 0 does (write a checkpoint, read one) must not leave the other ranks
+        waiting in the next collective when it fails: they raise the same error instead.
+
+        Args:
+            call: What rank 0 does; what it returns must be picklable.
+            scatter: ``call()`` returns a list with one item per rank, and rank ``r`` gets
+                item ``r`` (``False``: every rank gets the whole result).
+
+        Returns:
+            ``call()``'s result (with ``scatter``, this rank's item of it).
+
+        Raises:
+            BaseException: What ``call()`` raised on rank 0 (a ``RuntimeError`` with its
+                message on the other ranks when it cannot be pickled).
+        """
+        if not self.enabled:
+            result = call()
+            return result[0] if scatter else result
+        outcome: Any = None
+        if self.is_main:
+            try:
+                outcome = call()
+            except BaseException as exc:  # noqa: BLE001 - every rank raises it
+                outcome = [_picklable(exc)] * self.world_size if scatter else _picklable(exc)
+        received = self.scatter_from_main(outcome) if scatter else self.broadcast_object(outcome)
+        if isinstance(received, BaseException):
+            raise received
+        return received
+
     def gather_to_main(self, obj: Any) -> list[Any] | None:
         """Every rank's ``obj`` (picklable) as a list indexed by rank on rank 0, ``None`` on
         the other ranks. Move tensors to the CPU first (see :func:`to_cpu`)."""
@@ -270,6 +303,19 @@ class DistContext:
         with self._collective("an all-gather"):
             dist.all_gather_object(out, obj)
         return out
+
+
+def _picklable(exc: BaseException | None) -> BaseException | None:
+    """``exc``, or a RuntimeError with its message when it cannot be sent to another rank."""
+    if exc is None:
+        return None
+    import pickle
+
+    try:
+        pickle.loads(pickle.dumps(exc))
+        return exc
+    except Exception:  # noqa: BLE001
+        return RuntimeError(f"on rank 0: {type(exc).__name__}: {exc}")
 
 
 def to_cpu(obj: Any) -> Any:

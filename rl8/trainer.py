@@ -16,39 +16,39 @@ See ``docs/trainer.md``.
 
 from __future__ import annotations
 
-import contextlib
-import functools
+import dataclasses
 import json
-import math
 import os
-import platform
 import shutil
 import signal
 import sys
 import tempfile
-import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ._eval_envs import EvalEnvs, check_eval_plan
 from ._resolve import env_spec_string, is_dotted_path, qualified_name
-from .checkpoint import CheckpointError, CheckpointManager, load_checkpoint
+from ._resume import RunRecord, algo_from_checkpoint, check_finite_policy
+from ._signals import StopSignals, signal_exit
+from .checkpoint import CHECKPOINT_POINTER_ARTIFACT, CheckpointManager, read_checkpoint, resolve_checkpoint
 from .checkpoint import save_checkpoint as _write_checkpoint
-from .conditions import Condition, HitsLowerBound, HitsUpperBound, TimeLimit, with_current_stat_names
-from .distributed import DistContext, rank_device, to_cpu
-from .export import POLICY_ARTIFACT, check_env_spaces, policy_to_dict, save_policy, space_from_dict
+from .conditions import Condition
+from .config import TrainerConfig, run_params
+from .distributed import DistContext, to_cpu
+from .export import POLICY_ARTIFACT, policy_to_dict, save_policy
+from .progress import Progress, _is_nan
 from .stats import Stats
 from .tracking import _TERMINAL_STATUSES, Tracker, TrackingError, TrackingWarning
 
-__all__ = ["CHECKPOINT_POINTER_ARTIFACT", "TrainStats", "Trainer", "check_eval_plan", "env_spec_string"]
+if TYPE_CHECKING:
+    from .ppo import PPO
 
-#: MLflow artifact (a small JSON file) recording the path and step of a run's latest checkpoint;
-#: ``Trainer.from_checkpoint(run_id)`` and ``rl8 train --resume RUN_ID`` read it.
-CHECKPOINT_POINTER_ARTIFACT = "rl8/checkpoint.json"
+__all__ = ["CHECKPOINT_POINTER_ARTIFACT", "TrainStats", "Trainer", "check_eval_plan", "env_spec_string"]
 
 #: Seconds a SIGINT/SIGTERM exit may spend on ending the MLflow run (delivering what is queued,
 #: setting the status), whatever the tracking server does.
@@ -117,297 +117,11 @@ def _memory_stats(device: torch.device) -> dict[str, float]:
     return out
 
 
-def _episode_limit(env: Any, config: Mapping[str, Any]) -> int | None:
-    """Steps after which the env truncates an episode, when it says so (else ``None``)."""
-    for source in (config, getattr(env, "params", None)):
-        if isinstance(source, Mapping) and "max_episode_steps" in source:
-            try:
-                return int(source["max_episode_steps"])
-            except (TypeError, ValueError):
-                return None
-    vector_env = getattr(env, "vector_env", None)
-    for spec in (getattr(vector_env, "spec", None),):
-        limit = getattr(spec, "max_episode_steps", None)
-        if isinstance(limit, int) and limit > 0:
-            return limit
-    with contextlib.suppress(Exception):
-        limit = vector_env.envs[0].spec.max_episode_steps  # type: ignore[union-attr]
-        if isinstance(limit, int) and limit > 0:
-            return limit
-    return None
-
-
-def _fork_rng(device: torch.device) -> contextlib.AbstractContextManager:
-    """Run a block without changing torch's RNG streams (CPU, and the CUDA device in use)."""
-    devices = [device] if device.type == "cuda" else []
-    return torch.random.fork_rng(devices=devices)
-
-
-def _format_duration(seconds: float) -> str:
-    seconds = int(round(seconds))
-    hours, rest = divmod(seconds, 3600)
-    minutes, seconds = divmod(rest, 60)
-    if hours:
-        return f"{hours}h{minutes:02d}m"
-    if minutes:
-        return f"{minutes}m{seconds:02d}s"
-    return f"{seconds}s"
-
-
-def _format_count(x: float) -> str:
-    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(x) >= scale:
-            return f"{x / scale:.2f}{unit}"
-    return f"{x:.0f}"
-
-
-#: Most envs of the eval env that :meth:`Trainer.eval` builds on demand (without
-#: ``eval_num_envs``) when the training envs cannot be evaluated.
-_ON_DEMAND_EVAL_ENVS = 16
-
 #: Entries of ``PPO.state_dict()`` that are the same on every rank: stored once (rank 0's
 #: ``algo``), not in the per-rank entries of a data-parallel checkpoint.
 _SHARED_ALGO_KEYS = ("hparams", "seed", "policy", "optimizer", "grad_scaler", "counters")
 
 
-def _checkpoint_for_rank(state: dict[str, Any], file: Path, rank: int, world_size: int) -> dict[str, Any]:
-    """The checkpoint as rank ``rank`` of ``world_size`` loads it: rank 0's ``algo`` entry
-    updated with this rank's own (envs, RNG...); an error when the world size differs."""
-    info = state.get("distributed")
-    saved = int(info["world_size"]) if isinstance(info, Mapping) else 1
-    if isinstance(state.get("algo"), Mapping) and saved != world_size:
-        raise CheckpointError(
-            f"{file} was written by a run of {saved} rank(s) (data-parallel processes) but "
-            f"this run has {world_size}: every rank resumes its own envs and RNG, so resume "
-            + ("without torchrun" if saved == 1 else f"with {saved} ranks in all, e.g. "
-               f"torchrun --nproc_per_node={saved} -m rl8 train --resume ...")
-        )
-    if not isinstance(info, Mapping):
-        return state
-    out = {k: v for k, v in state.items() if k != "distributed"}
-    out["algo"] = {**state["algo"], **info["ranks"][rank]}
-    return out
-
-
-def _picklable(exc: BaseException | None) -> BaseException | None:
-    """``exc``, or a RuntimeError with its message when it cannot be sent to another rank."""
-    if exc is None:
-        return None
-    import pickle
-
-    try:
-        pickle.loads(pickle.dumps(exc))
-        return exc
-    except Exception:  # noqa: BLE001
-        return RuntimeError(f"on rank 0: {type(exc).__name__}: {exc}")
-
-
-def _is_nan(value: Any) -> bool:
-    return isinstance(value, float) and math.isnan(value)
-
-
-def _condition_label(condition: Condition) -> str:
-    """A short name of a stop condition for the progress line."""
-    if isinstance(condition, HitsUpperBound):
-        return f"{condition.key} >= {condition.bound:.4g}"
-    if isinstance(condition, HitsLowerBound):
-        return f"{condition.key} <= {condition.bound:.4g}"
-    if isinstance(condition, TimeLimit):
-        return f"time limit {_format_duration(condition.seconds)}"
-    return repr(condition)
-
-
-def _latest(stats: Mapping[str, float], keys: Sequence[str]) -> float | None:
-    """The first of ``keys`` in ``stats`` that is a number (not NaN), else ``None``."""
-    for key in keys:
-        value = stats.get(key)
-        if value is not None and not _is_nan(value):
-            return float(value)
-    return None
-
-
-class _Progress:
-    """One status line for long runs: env steps, steps/s, latest returns, the stop condition
-    closest to firing and an ETA; and a summary line when the run stops.
-
-    ``mode=None`` or ``True``: on a terminal, one line updated in place (``\r``, at most every
-    0.25 s); otherwise a plain line every ``interval_s`` seconds. ``False``: never.
-
-    How close a condition is to firing: :meth:`~rl8.conditions.Condition.progress` when it
-    knows (counters, time limits), which also gives the ETA; for a bound on another stat (a
-    return target), the fraction of the gap between the first value seen in this run and the
-    bound that has been closed. The ETA reads ``<=`` when such a condition may fire first.
-    """
-
-    def __init__(self, mode: bool | None, stream: TextIO | None = None, *, interval_s: float = 10.0) -> None:
-        self.stream = stream if stream is not None else sys.stderr
-        try:
-            self.tty = bool(self.stream.isatty())
-        except (AttributeError, ValueError):
-            self.tty = False
-        self.enabled = mode is not False
-        self.interval = 0.25 if self.tty else interval_s
-        self._last_write = -math.inf
-        self._width = 0
-        self._start: tuple[float, float] | None = None  # (time, env steps) when run() began
-        self._first: tuple[float, float] | None = None  # (time, fraction) at the first step
-        self._first_values: dict[int, float] = {}  # id(condition): its stat's first value
-        self._latest_return: float | None = None
-        self._latest_eval_return: float | None = None
-        self._wrote = False
-
-    def _target_fraction(self, condition: Condition, stats: Mapping[str, float]) -> float | None:
-        """Fraction of the gap from the stat's first value to the bound closed so far."""
-        if not isinstance(condition, (HitsUpperBound, HitsLowerBound)):
-            return None
-        value = _latest(stats, [condition.key])
-        if value is None:
-            return None
-        first = self._first_values.setdefault(id(condition), value)
-        gap = condition.bound - first
-        if gap == 0 or (gap < 0) == isinstance(condition, HitsUpperBound):  # at or past the bound
-            return 1.0
-        return min(1.0, max(0.0, (value - first) / gap))
-
-    def update(self, stats: Mapping[str, float], conditions: Sequence[Condition], *, force: bool = False) -> None:
-        """Record a step's stats; redraw the line if the last draw is old enough (or ``force``).
-
-        Args:
-            stats: The step's stats.
-            conditions: The run's stop conditions.
-            force: Draw now (the final state of a run).
-        """
-        if not self.enabled:
-            return
-        now = time.monotonic()
-        # episodic envs: keep the last mean when no episode ended
-        for attr, keys in (
-            ("_latest_return", ["episodes/return_mean", "rollout/reward_sum_mean"]),
-            ("_latest_eval_return", ["eval/episodes/return_mean", "eval/rollout/reward_sum_mean"]),
-        ):
-            value = _latest(stats, keys)
-            if value is not None:
-                setattr(self, attr, value)
-        linear = {i: c.progress(stats) for i, c in enumerate(conditions)}
-        targets = {i: self._target_fraction(c, stats) for i, c in enumerate(conditions) if linear[i] is None}
-        steps = float(stats.get("env/steps", 0.0))
-        if self._start is None:
-            # the run started one step ago: that step's duration is in its profiling stats
-            seconds = (stats.get("profiling/collect_ms", 0.0) + stats.get("profiling/step_ms", 0.0)) / 1e3
-            rate = stats.get("throughput/env_steps_per_s", 0.0)
-            self._start = (now - seconds, steps - rate * seconds)
-        known = [f for f in linear.values() if f is not None]
-        fraction = max(known) if known else None
-        if fraction is not None and self._first is None:
-            self._first = (now, fraction)
-        if not force and now - self._last_write < self.interval:
-            return
-        self._last_write = now
-        t0, steps0 = self._start
-        rate = (steps - steps0) / max(now - t0, 1e-9)
-        parts = [f"rl8 {_format_count(steps)} env steps", f"{_format_count(rate)} steps/s"]
-        if self._latest_return is not None:
-            parts.append(f"return {self._latest_return:.4g}")
-        if self._latest_eval_return is not None:
-            parts.append(f"eval return {self._latest_eval_return:.4g}")
-        closeness = {i: f for i, f in {**linear, **targets}.items() if f is not None}
-        if closeness:
-            nearest = max(closeness, key=closeness.__getitem__)
-            parts.append(f"{100 * closeness[nearest]:.0f}% to {_condition_label(conditions[nearest])}")
-        if fraction is not None:
-            # another condition (a return target, a plateau) may stop the run before this ETA
-            bound = "<= " if len(known) < len(conditions) else ""
-            t1, f1 = self._first  # type: ignore[misc]
-            if fraction >= 1.0:
-                parts.append("ETA 0s")
-            elif fraction > f1 and now > t1:  # from the pace since the first step of this run
-                parts.append(f"ETA {bound}{_format_duration((now - t1) * (1 - fraction) / (fraction - f1))}")
-        self._write(" | ".join(parts))
-
-    def _write(self, line: str) -> None:
-        if self.tty:
-            pad = max(0, self._width - len(line))
-            self.stream.write("\r" + line + " " * pad)
-            self._width = len(line)
-        else:
-            self.stream.write(line + "\n")
-        self.stream.flush()
-        self._wrote = True
-
-    def summary(self, stats: Mapping[str, float], stopped_by: Condition | None, *,
-                held_at_checkpoint: bool = False) -> None:
-        """The last line of a run: which condition stopped it, after how many env steps and
-        how long, with the latest returns. ``held_at_checkpoint``: the run was resumed from a
-        checkpoint where the stop conditions already held (``stopped_by``: the one that did,
-        when known)."""
-        if not self.enabled:
-            return
-        self.close()
-        steps = float(stats.get("env/steps", 0.0))
-        seconds = time.monotonic() - self._start[0] if self._start is not None else 0.0
-        if held_at_checkpoint:
-            cause = (f"stopped by {stopped_by!r}, which already held at the checkpoint's step"
-                     if stopped_by is not None
-                     else "stopped: the stop conditions already held at the checkpoint's step")
-        else:
-            cause = f"stopped by {stopped_by!r}" if stopped_by is not None else "stopped"
-        line = f"rl8: {cause} after {_format_count(steps)} env steps in {_format_duration(seconds)}"
-        returns = [
-            f"{name} {value:.4g}"
-            for name, value in (("return", self._latest_return), ("eval return", self._latest_eval_return))
-            if value is not None
-        ]
-        if returns:
-            line += f" ({', '.join(returns)})"
-        self.stream.write(line + "\n")
-        self.stream.flush()
-
-    def close(self) -> None:
-        if self.enabled and self.tty and self._wrote:
-            self.stream.write("\n")
-            self.stream.flush()
-        self._wrote = False
-
-
-def _signal_exit(signum: int) -> BaseException:
-    """What a stop signal raises: ``KeyboardInterrupt`` for SIGINT, else
-    ``SystemExit(128 + signum)`` (exit status 143 for SIGTERM)."""
-    return KeyboardInterrupt() if signum == signal.SIGINT else SystemExit(128 + signum)
-
-
-def check_eval_plan(
-    horizons_per_env_reset: int,
-    *,
-    eval_num_envs: int | None,
-    steps_per_eval: int | None,
-    eval_env_config: Mapping[str, Any] | None,
-) -> None:
-    """Check, before training, that :meth:`Trainer.run` can evaluate as asked.
-
-    Any cadence works: evaluations that do not fall on an env-reset boundary of the training
-    envs run on a dedicated eval env (``eval_num_envs``, or one built on demand, see
-    :meth:`Trainer.eval`). So only ``steps_per_eval`` and ``eval_env_config`` are checked.
-
-    Args:
-        horizons_per_env_reset: Not used (the algorithm's hparam; any reset cadence works).
-            Kept so that existing calls still work.
-        eval_num_envs: Not used (the Trainer's dedicated eval env size); kept likewise.
-        steps_per_eval: Evaluate every this many training steps, ``None``: never.
-        eval_env_config: Env parameters for evaluations.
-
-    Raises:
-        ValueError: ``steps_per_eval`` is not an int >= 1; an ``eval_env_config`` without
-            ``steps_per_eval``.
-    """
-    if steps_per_eval is not None and (
-        isinstance(steps_per_eval, bool) or not isinstance(steps_per_eval, int) or steps_per_eval < 1
-    ):
-        raise ValueError(f"Trainer.run: steps_per_eval must be an int >= 1 or None, got {steps_per_eval!r}")
-    if eval_env_config and steps_per_eval is None:
-        raise ValueError(
-            "Trainer.run: eval_env_config is given but steps_per_eval is None, so no "
-            "evaluation would use it; set steps_per_eval"
-        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -427,49 +141,17 @@ class Trainer:
 
     Args:
         algo: The algorithm; the Trainer reads its counters and never copies it.
-        experiment: MLflow experiment name; default: the env's name (``"CartPole"``,
-            ``"CartPole-v1"``).
-        run_name: MLflow run name; ``None``: MLflow picks one.
-        tracking_uri: Where runs go (``http://host:port``, ``sqlite:///file.db``, a folder);
-            ``None``: MLflow's default (``MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db`` in
-            the current folder).
-        tracking: ``False`` disables MLflow entirely (no run, nothing logged).
-        run_id: Continue this existing MLflow run instead of creating one
-            (:meth:`from_checkpoint` sets it).
-        checkpoint_dir: Folder of the numbered checkpoints; ``None``:
-            ``checkpoints/<run id>`` in the current folder (``checkpoints/<time stamp>``
-            without tracking). Created on the first checkpoint.
-        checkpoint_every: :meth:`run` writes a checkpoint every this many training steps
-            (updates); ``None``: only at the end of :meth:`run` and on signals.
-        keep_checkpoints: How many checkpoints to keep in ``checkpoint_dir`` (the latest);
-            ``None`` keeps all.
-        eval_num_envs: Number of envs of a dedicated eval env, built once on the first
-            :meth:`eval`. ``None``: evaluate on the training envs at env-reset boundaries, and
-            on an eval env of ``min(num_envs, 16)`` envs built on demand at other times (see
-            :meth:`eval`).
-        eval_num_steps: Steps per env of one evaluation. ``None``: on the training envs,
-            ``horizon * max(1, horizons_per_env_reset)``; on a dedicated env of an episodic env,
-            the env's episode limit (``max_episode_steps``) when it has one, so every eval env
-            finishes at least one whole episode; otherwise the same as on the training envs.
-        progress: Progress line on stderr during :meth:`run`, and a summary line saying which
-            condition stopped it: ``None`` or ``True`` (default): on a terminal one line
-            updated in place, otherwise (a log file, a notebook, a pipe) a plain line every
-            ``progress_every_s`` seconds; ``False``: nothing.
-        progress_every_s: Seconds between two plain progress lines when stderr is not a
-            terminal.
-        async_logging: Send each step's metrics to MLflow from a background thread (default),
-            so that training does not wait for the store; :meth:`flush` waits for them.
-            ``False``: send them before :meth:`step` returns.
-        metadata: Plain data (dicts, lists, numbers, strings) stored in every checkpoint, e.g.
-            the config a run was started from (the ``rl8`` command stores its config here).
-            What a checkpoint cannot hold is a ``TypeError`` here, naming the entry.
-        record_every: :meth:`run` records a video (:meth:`record`) at every this many-th
-            evaluation (``algorithm/steps`` a multiple of ``steps_per_eval * record_every``), to
-            ``checkpoint_dir/videos/eval-<env steps>.mp4``, logged as an MLflow artifact under
-            ``videos/``; ``None``: never. Needs ``pip install "rl8[video]"``.
+        config: The options (a :class:`~rl8.config.TrainerConfig`); ``None``: the defaults.
+        **options: Options by name, over ``config`` (e.g. ``experiment="cartpole"``,
+            ``checkpoint_every=100``); every option, its default and meaning is a field of
+            :class:`~rl8.config.TrainerConfig`. An unknown name is a ``TypeError``, a bad value
+            a ``ValueError`` naming the option.
 
     Attributes:
         algo: The :class:`~rl8.PPO` algorithm.
+        config: The :class:`~rl8.config.TrainerConfig` as given.
+        experiment: The MLflow experiment name (``config.experiment`` or the env's name).
+        metadata: ``config.metadata`` as a dict (stored in every checkpoint).
         tracker: The :class:`~rl8.tracking.Tracker` of the MLflow run.
         run_id: The MLflow run id (``None`` without tracking); waits for a run still starting.
         checkpoint_dir: The checkpoint folder (absolute); by default named by the run id, so
@@ -481,79 +163,28 @@ class Trainer:
             not record which held), else ``None``.
     """
 
-    def __init__(
-        self,
-        algo: Any,
-        *,
-        experiment: str | None = None,
-        run_name: str | None = None,
-        tracking_uri: str | None = None,
-        tracking: bool = True,
-        run_id: str | None = None,
-        checkpoint_dir: str | os.PathLike[str] | None = None,
-        checkpoint_every: int | None = None,
-        keep_checkpoints: int | None = 5,
-        eval_num_envs: int | None = None,
-        eval_num_steps: int | None = None,
-        progress: bool | None = None,
-        progress_every_s: float = 10.0,
-        async_logging: bool = True,
-        metadata: Mapping[str, Any] | None = None,
-        record_every: int | None = None,
-    ) -> None:
-        for name, value in (
-            ("record_every", record_every),
-            ("checkpoint_every", checkpoint_every),
-            ("keep_checkpoints", keep_checkpoints),
-            ("eval_num_envs", eval_num_envs),
-            ("eval_num_steps", eval_num_steps),
-        ):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ValueError(f"Trainer: {name} must be an int >= 1 or None, got {value!r}")
-        if progress is not None and not isinstance(progress, bool):
-            raise ValueError(f"Trainer: progress must be None, True or False, got {progress!r}")
-        if isinstance(progress_every_s, bool) or not (
-            isinstance(progress_every_s, (int, float)) and progress_every_s > 0
-        ):
-            raise ValueError(f"Trainer: progress_every_s must be a number of seconds > 0, got {progress_every_s!r}")
-        if not isinstance(async_logging, bool):
-            raise ValueError(f"Trainer: async_logging must be True or False, got {async_logging!r}")
-        if metadata is not None:
-            from .checkpoint import _check_loadable
-
-            if not isinstance(metadata, Mapping):
-                raise TypeError(f"Trainer: metadata must be a mapping or None, got {metadata!r}")
-            try:  # now, not when the first checkpoint is written
-                _check_loadable(dict(metadata), "metadata", set())
-            except TypeError as err:
-                raise TypeError(f"Trainer: metadata cannot be stored in a checkpoint: {err}") from None
+    def __init__(self, algo: PPO, config: TrainerConfig | None = None, **options: Any) -> None:
+        if config is not None and not isinstance(config, TrainerConfig):
+            raise TypeError(f"Trainer: config must be a rl8.config.TrainerConfig or None, got {config!r}")
+        self.config = config = (config or TrainerConfig()).replace(**options)
+        # the names that the tracking block below reads
+        run_name, tracking_uri, tracking, run_id = config.run_name, config.tracking_uri, config.tracking, config.run_id
+        checkpoint_dir, async_logging = config.checkpoint_dir, config.async_logging
         self.algo = algo
         self.env_spec = env_spec_string(algo.env_spec)
-        self.experiment = experiment or _env_name(algo.env_spec)
-        self.checkpoint_every = checkpoint_every
-        self.keep_checkpoints = keep_checkpoints
-        self.eval_num_envs = eval_num_envs
-        self.eval_num_steps = eval_num_steps
-        self.record_every = record_every
-        self._record_env: Any = None
-        self._record_env_state: Any = None
-        self.progress = progress
-        self.progress_every_s = float(progress_every_s)
+        self.experiment = config.experiment or _env_name(algo.env_spec)
+        self._envs = EvalEnvs(algo, config.eval_num_envs, config.eval_num_steps)
         self.stopped_by: Condition | None = None
-        self.metadata = dict(metadata or {})
+        self.metadata = dict(config.metadata or {})
         self.last_checkpoint: Path | None = None
         self.closed = False
-        self._eval_env: Any = None
-        self._eval_env_state: Any = None
         self._last_checkpoint_step: int | None = None
         self._run_args: dict[str, Any] | None = None
         self._conditions: list[Condition] = []
         self._conditions_met = False  # whether the stop conditions held at the latest step
-        self._resume_state: dict[str, Any] | None = None
-        self._checkpoint_requested = False
-        self._stop_signal: int | None = None
+        self._resumed: RunRecord | None = None  # what the checkpoint resumed from records
+        self._signals: StopSignals | None = None  # those of the latest run()
         self._ignore_stop_signals = False  # while a signal exit ends the run (bounded)
-        self._agreed_signals: tuple[bool, int | None] = (False, None)
 
         # data-parallel training: only rank 0 talks to MLflow and writes checkpoints
         self._dist: DistContext = getattr(algo, "dist", None) or DistContext()
@@ -578,21 +209,18 @@ class Trainer:
             self._checkpoint_dir = Path(checkpoint_dir).absolute()
         elif background:  # checkpoints/<run id> once the run id is known, in this folder
             self._checkpoints_root = Path("checkpoints").absolute()
-        error: BaseException | None = None
-        if self._dist.is_main and not background:
-            try:
-                self._run_id = self.tracker.start()
-                if checkpoint_dir is None:
-                    name = self._run_id or time.strftime("%Y%m%d-%H%M%S")
-                    self._checkpoint_dir = (Path("checkpoints") / name).absolute()
-            except BaseException as exc:  # noqa: BLE001 - raised below, on every rank
-                error = exc
-        if self._dist.enabled:  # every rank knows the run id and rank 0's checkpoint folder
-            self._run_id, self._checkpoint_dir, error = self._dist.broadcast_object(
-                (self._run_id, self._checkpoint_dir, _picklable(error))
-            )
-        if error is not None:
-            raise error
+
+        def start_run() -> tuple[str | None, Path | None]:
+            """Rank 0: start the run now (unless it starts in the background); every rank
+            learns the run id and the checkpoint folder, or raises rank 0's error."""
+            if background:
+                return None, self._checkpoint_dir
+            started = self.tracker.start()
+            if checkpoint_dir is not None:
+                return started, self._checkpoint_dir
+            return started, (Path("checkpoints") / (started or time.strftime("%Y%m%d-%H%M%S"))).absolute()
+
+        self._run_id, self._checkpoint_dir = self._dist.on_main(start_run)
         if background:
             self.tracker.start_in_background()
         self.tracker.log_params(self._params())  # queued until a run starting in the background exists
@@ -630,39 +258,8 @@ class Trainer:
 
     # ----------------------------------------------------------------- params
     def _params(self) -> dict[str, Any]:
-        from . import __version__
-        from .ppo import _plain_hparams
-
-        algo = self.algo
-        policy = algo.policy
-        optimizer_kwargs = {**algo.hparams.optimizer_kwargs, "lr": algo.hparams.lr}
-        # each param once: hparams/seed and hparams/device are the values in use (a seed drawn
-        # at random, the device "auto" resolved to)
-        hparams = {**_plain_hparams(algo.hparams), "seed": algo.seed, "device": str(algo.device)}
-        env = self.env_spec if self.env_spec is not None else repr(algo.env_spec)
-        params = {
-            "hparams": hparams,
-            "env": env,
-            "model": {"class": qualified_name(policy.model_cls), "config": dict(policy.model_config)},
-            "distribution": {"class": qualified_name(policy.distribution_cls)},
-            "optimizer": {"class": qualified_name(type(algo.optimizer)), "kwargs": optimizer_kwargs},
-            "versions": {
-                "rl8": __version__,
-                "torch": str(torch.__version__),
-                "python": platform.python_version(),
-            },
-            "trainer": {
-                "eval_num_envs": self.eval_num_envs,
-                "eval_num_steps": self.eval_num_steps,
-                "checkpoint_every": self.checkpoint_every,
-                "record_every": self.record_every,
-            },
-        }
-        if qualified_name(type(algo.env)) != env:  # a gymnasium id, a factory: the rl8 class around it
-            params["env_class"] = qualified_name(type(algo.env))
-        if self._dist.enabled:  # hparams are per rank (num_envs: each rank's envs)
-            params["distributed"] = {"world_size": self._dist.world_size}
-        return params
+        """The run's configuration as MLflow params (see :func:`rl8.config.run_params`)."""
+        return run_params(self.algo, self.config, self.env_spec, self._dist)
 
     # ----------------------------------------------------------------- steps
     def _counters(self) -> dict[str, float]:
@@ -701,11 +298,6 @@ class Trainer:
         metrics = {k: float(v) for k, v in stats.items() if not _is_nan(v)}
         self.tracker.log_metrics(metrics, step=int(self.algo.env_steps))
 
-    def _in_logging_thread(self, call: Callable[[], Any]) -> None:
-        """Make ``call()`` (calls to the Tracker) now: with ``async_logging`` the Tracker only
-        queues them for its logging thread, so a slow or hung server does not hold up training."""
-        call()
-
     def flush(self) -> None:
         """Wait until the metrics of every step so far are sent (or queued by the Tracker after
         a failure; see :meth:`rl8.tracking.Tracker.flush`)."""
@@ -727,63 +319,9 @@ class Trainer:
         return stats
 
     # ----------------------------------------------------------------- eval
-    def _can_eval_training_envs(self) -> bool:
-        """Whether the training envs can be evaluated now: where PPO resets them anyway
-        (before the first collect, or every ``horizons_per_env_reset = k > 0`` collects)."""
-        return self.algo.next_collect_resets
-
-    def _eval_env_size(self) -> int:
-        """Envs of the dedicated eval env: ``eval_num_envs``, else (built on demand when the
-        training envs cannot be evaluated) the training envs' number, at most 16."""
-        if self.eval_num_envs is not None:
-            return self.eval_num_envs
-        return min(self.algo.hparams.num_envs, _ON_DEMAND_EVAL_ENVS)
-
-    def _get_eval_env(self) -> Any:
-        if self._eval_env is None:
-            from .ppo import make_env
-
-            algo = self.algo
-            hp = algo.hparams
-            with _fork_rng(algo.device):  # building it must not move the training RNG
-                env = make_env(
-                    algo.env_spec, self._eval_env_size(), hp.horizon,
-                    device=algo.device, env_kwargs=hp.env_kwargs,
-                )
-            self._eval_env = env
-            # every evaluation starts from this state (same seed, same config): evaluations
-            # differ by the policy only
-            self._eval_env_state = env.state_dict()
-        elif self._eval_env_state is not None:
-            self._eval_env.load_state_dict(self._eval_env_state)
-        return self._eval_env
-
     def _eval(self, env_config: dict[str, Any] | None, deterministic: bool) -> TrainStats:
-        algo = self.algo
-        hp = algo.hparams
         t0 = time.perf_counter()
-        default_steps = hp.horizon * max(1, hp.horizons_per_env_reset)
-        with _fork_rng(algo.device):
-            if self.eval_num_envs is None and self._can_eval_training_envs():
-                saved = algo.env.state_dict()
-                try:
-                    raw = algo.evaluate(
-                        None, env_config=env_config, deterministic=deterministic,
-                        num_steps=self.eval_num_steps or default_steps,
-                    )
-                finally:
-                    # the next training collect resets the envs; restoring their state (RNG,
-                    # config) makes that reset the one it would have been without the eval
-                    if saved is not None:
-                        algo.env.load_state_dict(saved)
-            else:
-                env = self._get_eval_env()
-                steps = self.eval_num_steps
-                if steps is None:
-                    config = {**hp.env_config, **(env_config or {})}
-                    limit = _episode_limit(env, config) if env.episodic else None
-                    steps = limit or default_steps
-                raw = algo.evaluate(env, env_config=env_config, deterministic=deterministic, num_steps=steps)
+        raw = self._envs.evaluate(env_config, deterministic)
         stats = TrainStats({f"eval/{k}": v for k, v in raw.items()})
         stats["profiling/eval_ms"] = 1000.0 * (time.perf_counter() - t0)
         return stats
@@ -819,29 +357,6 @@ class Trainer:
         return stats
 
     # ----------------------------------------------------------------- videos
-    def _get_record_env(self) -> Any:
-        """The one-env copy of the training env that videos are recorded in (built once)."""
-        if self._record_env is None:
-            from .video import _check_can_render, make_recording_env
-
-            algo = self.algo
-            with _fork_rng(algo.device):  # building it must not move the training RNG
-                env = make_recording_env(
-                    algo.env_spec, env_kwargs=algo.hparams.env_kwargs,
-                    horizon=algo.hparams.horizon, device=algo.device,
-                )
-            try:
-                _check_can_render(env)
-            except BaseException:
-                env.close()
-                raise
-            self._record_env = env
-            # every video starts from this state (same config): videos differ by the policy only
-            self._record_env_state = env.state_dict()
-        elif self._record_env_state is not None:
-            self._record_env.load_state_dict(self._record_env_state)
-        return self._record_env
-
     def record(
         self,
         path: str | os.PathLike[str] | None = None,
@@ -876,83 +391,45 @@ class Trainer:
             NotImplementedError: The env cannot render.
             RuntimeError: The Trainer is closed.
         """
-        from .video import record_video
-
         if self.closed:
             raise RuntimeError("this Trainer is closed (its MLflow run has ended)")
-        algo = self.algo
         if path is None:
-            path = self.checkpoint_dir / "videos" / f"video-{int(algo.env_steps)}.mp4"
-        config = {**algo.hparams.env_config, **(env_config or {})}
-        with _fork_rng(algo.device):
-            written = record_video(
-                algo.policy, self._get_record_env(), path, deterministic=deterministic,
-                max_steps=max_steps, fps=fps, env_config=config or None, seed=algo.seed,
-            )
-        if self.tracker.enabled and self._is_main():
-            self._in_logging_thread(functools.partial(self.tracker.log_artifact, written, "videos"))
+            path = self.checkpoint_dir / "videos" / f"video-{int(self.algo.env_steps)}.mp4"
+        written = self._envs.record(path, deterministic=deterministic, max_steps=max_steps,
+                                    env_config=env_config, fps=fps)
+        if self.tracker.enabled and self._dist.is_main:
+            self.tracker.log_artifact(written, "videos")  # queued with async_logging
         return written
-
-    def _is_main(self) -> bool:
-        dist = getattr(self, "_dist", None) or getattr(self.algo, "dist", None)
-        return dist is None or bool(dist.is_main)
 
     def _check_record_plan(self, steps_per_eval: int | None) -> None:
         """Before training: ``record_every`` needs evaluations, imageio and an env that renders."""
-        if self.record_every is None:
+        if self.config.record_every is None:
             return
         if steps_per_eval is None:
             raise ValueError(
-                f"Trainer.run: record_every={self.record_every} records a video at every "
-                f"{self.record_every}-th evaluation, but steps_per_eval is None (no evaluations); "
+                f"Trainer.run: record_every={self.config.record_every} records a video at every "
+                f"{self.config.record_every}-th evaluation, but steps_per_eval is None (no evaluations); "
                 "set steps_per_eval"
             )
-        if self._is_main():
-            from .video import _imageio
-
-            _imageio()
-            self._get_record_env()
+        if self._dist.is_main:
+            self._envs.check_can_record()
 
     def _record_eval(self, env_config: dict[str, Any] | None) -> TrainStats:
         """The video of an evaluation step (``record_every``), on rank 0; its duration in ms."""
-        if not self._is_main():
+        if not self._dist.is_main:
             return TrainStats()
         t0 = time.perf_counter()
         path = self.checkpoint_dir / "videos" / f"eval-{int(self.algo.env_steps)}.mp4"
         self.record(path, env_config=env_config)
         return TrainStats({"profiling/record_ms": 1000.0 * (time.perf_counter() - t0)})
 
+    @property
+    def eval_envs(self) -> EvalEnvs:
+        """The envs that :meth:`eval` and :meth:`record` run in (``eval_envs.eval_env``: the
+        dedicated eval env, ``None`` until an evaluation needed one)."""
+        return self._envs
+
     # ----------------------------------------------------------------- run
-    def _restore_conditions(self, conditions: list[Condition]) -> bool:
-        """Load the stop conditions' state saved in the checkpoint this trainer resumed from.
-
-        Returns whether they are the very conditions that already held at the checkpoint's
-        step (same :meth:`~rl8.conditions.Condition.to_config`), i.e. the run is finished.
-        """
-        resume = self._resume_state or {}
-        saved = resume.get("stop_conditions")
-        if not saved or not conditions:
-            return False
-        self._resume_state = {**resume, "stop_conditions": None}
-        try:
-            if len(saved) != len(conditions):
-                raise ValueError(f"{len(saved)} conditions saved, {len(conditions)} given")
-            for condition, state in zip(conditions, saved):
-                condition.load_state_dict(state)
-        except (ValueError, TypeError, KeyError) as exc:
-            for condition in conditions:
-                condition.reset()
-            warnings.warn(
-                f"the stop conditions differ from those saved in the checkpoint ({exc}); they "
-                "start afresh (patience counters and clocks at zero)",
-                stacklevel=3,
-            )
-            return False
-        configs = [condition.to_config() for condition in conditions]
-        return bool(resume.get("stop_conditions_met")) and None not in configs and (
-            configs == resume.get("stop_condition_configs")
-        )
-
     def _log_run_params(self, conditions: Sequence[Condition], steps_per_eval: int | None) -> None:
         args = self._run_args or {}
         params = {
@@ -963,15 +440,11 @@ class Trainer:
                 "stop_conditions": repr(list(conditions)),
             }
         }
-
-        def log() -> None:
-            with warnings.catch_warnings():
-                # a resumed run records a changed value once as "resumed/run/..."; later changes
-                # (resumed again with other stop conditions) are expected, not worth a warning
-                warnings.filterwarnings("ignore", message="MLflow param 'run/", category=TrackingWarning)
-                self.tracker.log_params(params)
-
-        self._in_logging_thread(log)  # after a run start in progress
+        with warnings.catch_warnings():
+            # a resumed run records a changed value once as "resumed/run/..."; later changes
+            # (resumed again with other stop conditions) are expected, not worth a warning
+            warnings.filterwarnings("ignore", message="MLflow param 'run/", category=TrackingWarning)
+            self.tracker.log_params(params)  # queued with async_logging
 
     def run(
         self,
@@ -1027,7 +500,7 @@ class Trainer:
         if self.closed:
             raise RuntimeError("this Trainer is closed (its MLflow run has ended)")
         check_eval_plan(
-            self.algo.hparams.horizons_per_env_reset, eval_num_envs=self.eval_num_envs,
+            self.algo.hparams.horizons_per_env_reset, eval_num_envs=self.config.eval_num_envs,
             steps_per_eval=steps_per_eval, eval_env_config=eval_env_config,
         )
         self._check_record_plan(steps_per_eval)
@@ -1050,7 +523,7 @@ class Trainer:
             "eval_env_config": dict(eval_env_config) if eval_env_config else None,
             "steps_per_eval": steps_per_eval,
         }
-        finished = self._restore_conditions(conditions)  # resumed after they held: no step
+        finished = self._resumed is not None and self._resumed.restore(conditions)  # held: no step
         held_at_checkpoint = finished
         self._conditions = conditions
         self._conditions_met = finished
@@ -1062,12 +535,13 @@ class Trainer:
                 "1_000_000)",
                 stacklevel=2,
             )
-        progress = _Progress(
-            self.progress if self._dist.is_main else False, interval_s=self.progress_every_s
+        progress = Progress(
+            self.config.progress if self._dist.is_main else False, interval_s=self.config.progress_every_s
         )
         stats = TrainStats(self._counters())
         stop = [False] * len(conditions)  # which conditions held at the latest step
-        with self._signal_handlers():
+        self._signals = signals = StopSignals(self._dist, lambda: self._ignore_stop_signals)
+        with signals.installed():
             try:
                 for condition in conditions:
                     condition.start()
@@ -1075,15 +549,15 @@ class Trainer:
                     stats = self._train_step(env_config)
                     if steps_per_eval and self.algo.steps % steps_per_eval == 0:
                         stats.update(self._eval(eval_env_config, deterministic=True))
-                        if self.record_every and (self.algo.steps // steps_per_eval) % self.record_every == 0:
+                        if self.config.record_every and (self.algo.steps // steps_per_eval) % self.config.record_every == 0:
                             stats.update(self._record_eval(eval_env_config))
                     self._log(stats)
                     stop = [bool(condition(stats)) for condition in conditions]
                     self._conditions_met = any(stop)
                     progress.update(stats, conditions)
-                    if self.checkpoint_every and self.algo.steps % self.checkpoint_every == 0:
+                    if self.config.checkpoint_every and self.algo.steps % self.config.checkpoint_every == 0:
                         self.save_checkpoint()
-                    stop_now = self._agree(any(stop))
+                    stop_now = signals.agree(any(stop))
                     self._handle_signals(progress)
                     if stop_now:
                         break
@@ -1094,7 +568,7 @@ class Trainer:
                 progress.summary(stats, self.stopped_by, held_at_checkpoint=held_at_checkpoint)
                 if self._last_checkpoint_step != self.algo.env_steps:
                     self.save_checkpoint()
-                self._agree(False)
+                signals.agree(False)
                 self._handle_signals(progress)  # one that arrived during the last checkpoint
             except (KeyboardInterrupt, SystemExit):
                 progress.close()
@@ -1102,7 +576,7 @@ class Trainer:
                 raise
             except BaseException as exc:
                 progress.close()
-                signum = self._stop_signal
+                signum = signals.stop_signal
                 if signum is None:
                     self._close_while_raising("FAILED")
                     raise
@@ -1111,64 +585,16 @@ class Trainer:
                 if self._dist.is_main:
                     print(f"rl8: {signal.Signals(signum).name}: {type(exc).__name__}: {exc} while "
                           f"stopping; latest checkpoint: {self.last_checkpoint}"
-                          f"{self._end_report('KILLED')}", file=sys.stderr, flush=True)
-                raise _signal_exit(signum) from exc
+                          f"{self.tracker.end_report('KILLED')}", file=sys.stderr, flush=True)
+                raise signal_exit(signum) from exc
         return stats
 
     # ----------------------------------------------------------------- signals
-    @contextlib.contextmanager
-    def _signal_handlers(self) -> Iterator[None]:
-        self._checkpoint_requested = False
-        self._stop_signal = None
-        self._agreed_signals = (False, None)
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-        wanted = [signal.SIGINT, signal.SIGTERM]
-        if hasattr(signal, "SIGUSR1"):
-            wanted.append(signal.SIGUSR1)
-        previous: dict[int, Any] = {}
-        try:
-            for signum in wanted:
-                previous[signum] = signal.signal(signum, self._on_signal)
-            yield
-        finally:
-            for signum, handler in previous.items():
-                signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
-
-    def _on_signal(self, signum: int, frame: Any) -> None:
-        if signum == getattr(signal, "SIGUSR1", None):
-            self._checkpoint_requested = True
-            return
-        if self._ignore_stop_signals:  # the run is being marked KILLED, within a time limit
-            return
-        if self._stop_signal is not None:  # second request: stop now, without a checkpoint
-            raise _signal_exit(signum)
-        self._stop_signal = signum
-
-    def _agree(self, stop: bool) -> bool:
-        """In data-parallel training, make the step-boundary decisions the same on every rank
-        with ONE small collective: rank 0's stop decision (its clock decides time limits) and
-        the signals any rank received since the last call (kept for :meth:`_handle_signals`).
-        Signal handlers only set flags; collectives run here, between steps."""
-        if not self._dist.enabled:
-            return stop
-        requested = self._checkpoint_requested
-        flags = self._dist.max([
-            float(stop and self._dist.is_main), float(requested), float(self._stop_signal or 0),
-        ])
-        if requested:
-            self._checkpoint_requested = False
-        self._agreed_signals = (bool(flags[1]), int(flags[2]) or None)
-        return bool(flags[0])
-
-    def _handle_signals(self, progress: _Progress) -> None:
-        if self._dist.enabled:  # what every rank agreed on in _agree
-            checkpoint, signum = self._agreed_signals
-            self._agreed_signals = (False, None)
-        else:
-            checkpoint, signum = self._checkpoint_requested, self._stop_signal
-            self._checkpoint_requested = False
+    def _handle_signals(self, progress: Progress) -> None:
+        """Act on the signals received (see :class:`~rl8._signals.StopSignals`): a checkpoint
+        for SIGUSR1; for SIGINT/SIGTERM a checkpoint, the run ended as ``KILLED``, and the
+        signal's exception."""
+        checkpoint, signum = self._signals.take()
         main = self._dist.is_main
         if checkpoint:
             path = self.save_checkpoint()
@@ -1177,59 +603,56 @@ class Trainer:
                 print(f"rl8: SIGUSR1: checkpoint written to {path}", file=sys.stderr, flush=True)
         if signum is None:
             return
-        self._stop_signal = signum  # in data-parallel training, maybe another rank's
         progress.close()
         if self._last_checkpoint_step != self.algo.env_steps:
             self.save_checkpoint()
         self._close_killed()
         name = signal.Signals(signum).name
         if main:
-            print(f"rl8: {name}: checkpoint written to {self.last_checkpoint}{self._end_report('KILLED')}",
+            print(f"rl8: {name}: checkpoint written to {self.last_checkpoint}{self.tracker.end_report('KILLED')}",
                   file=sys.stderr, flush=True)
-        raise _signal_exit(signum)
+        raise signal_exit(signum)
 
     # ----------------------------------------------------------------- checkpoints
+    def resolved_config(self) -> TrainerConfig:
+        """:attr:`config` with what this Trainer resolved: its MLflow run (id, experiment, name,
+        absolute tracking URI, whether it is tracked) and its checkpoint folder, i.e. what a
+        checkpoint stores. Waits for a run still starting."""
+        return self.config.replace(
+            run_id=self.run_id, experiment=self.experiment, run_name=self.tracker.run_name,
+            tracking_uri=_absolute_uri(self.tracker.tracking_uri), tracking=self.tracker.enabled,
+            checkpoint_dir=str(self.checkpoint_dir), metadata=self.metadata,
+        )
+
+    def _env_info(self) -> dict[str, Any]:
+        """The env as a policy file records it: spec, ``env_kwargs`` and ``env_config``."""
+        hp = self.algo.hparams
+        return {"spec": self.env_spec, "env_kwargs": dict(hp.env_kwargs), "env_config": dict(hp.env_config)}
+
+    def _run_record(self) -> RunRecord:
+        """The record of the latest :meth:`run`; for what it has not set (its arguments, its
+        stop conditions), that of the checkpoint this Trainer resumed from."""
+        record = RunRecord.of_run(self._run_args, self._conditions, self._conditions_met)
+        saved = self._resumed
+        if saved is not None and not self._conditions and saved.stop_conditions:
+            record = dataclasses.replace(saved, run=record.run)
+        if saved is not None and record.run is None:
+            record.run = saved.run
+        return record
+
     def state_dict(self) -> dict[str, Any]:
         """The checkpoint's content: only tensors and plain Python values (see docs/trainer.md)."""
         from . import __version__
 
         algo = self.algo
-        env_info = {
-            "spec": self.env_spec,
-            "env_kwargs": dict(algo.hparams.env_kwargs),
-            "env_config": dict(algo.hparams.env_config),
-        }
-        conditions = [c.state_dict() for c in self._conditions]
-        configs = [c.to_config() for c in self._conditions]
-        conditions_met = self._conditions_met
-        if not conditions and self._resume_state and self._resume_state.get("stop_conditions"):
-            conditions = self._resume_state["stop_conditions"]
-            configs = self._resume_state.get("stop_condition_configs")
-            conditions_met = bool(self._resume_state.get("stop_conditions_met"))
-        run_args = self._run_args
-        if run_args is None and self._resume_state is not None:
-            run_args = self._resume_state.get("run")
+        record = self._run_record()
         return {
             "algo": algo.state_dict(),
             "env": {"spec": self.env_spec, "class": qualified_name(type(algo.env))},
             "trainer": {
-                "run_id": self.run_id,
-                "experiment": self.experiment,
-                "run_name": self.tracker.run_name,
-                "tracking_uri": _absolute_uri(self.tracker.tracking_uri),
-                "tracking": self.tracker.enabled,
-                "checkpoint_dir": str(self.checkpoint_dir),
-                "checkpoint_every": self.checkpoint_every,
-                "keep_checkpoints": self.keep_checkpoints,
-                "eval_num_envs": self.eval_num_envs,
-                "eval_num_steps": self.eval_num_steps,
-                "record_every": self.record_every,
-                "run": run_args,
-                "stop_conditions": conditions,
-                "stop_condition_configs": configs,
-                "stop_conditions_met": conditions_met,
-                "metadata": self.metadata,
-                "policy": policy_to_dict(algo.policy, include_state=False, env=env_info),
+                **self.resolved_config().stored(),
+                **dataclasses.asdict(record),
+                "policy": policy_to_dict(algo.policy, include_state=False, env=self._env_info()),
             },
             "versions": {"rl8": __version__, "torch": str(torch.__version__)},
         }
@@ -1263,141 +686,46 @@ class Trainer:
                 NaN or inf; nothing is written, so the last good checkpoint is kept.
         """
         step = int(self.algo.env_steps)
-        self._check_finite_policy(step)
+        check_finite_policy(self.algo.policy, step, self.last_checkpoint)
         state = self.state_dict()
-        written: Any = None
         ranks = None
         if self._dist.enabled:
             ranks = self._dist.gather_to_main(
                 to_cpu({k: v for k, v in state["algo"].items() if k not in _SHARED_ALGO_KEYS})
             )
-        if self._dist.is_main:
+
+        def write() -> Path:  # on rank 0; every rank learns the path, or the error
             if ranks is not None:
                 state["distributed"] = {"world_size": self._dist.world_size, "ranks": ranks}
-            try:
-                if path is None:
-                    manager = CheckpointManager(self.checkpoint_dir, keep_last=self.keep_checkpoints)
-                    written = manager.save(state, step)
-                else:
-                    target = Path(path)
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    written = _write_checkpoint(state, target)
-                written = written.absolute()
-            except BaseException as exc:
-                if not self._dist.enabled:
-                    raise
-                written = exc
-        if self._dist.enabled:  # every rank learns the path, or rank 0's error
-            written = self._dist.broadcast_object(
-                _picklable(written) if isinstance(written, BaseException) else written
-            )
-        if isinstance(written, BaseException):
-            raise written
+            if path is None:
+                manager = CheckpointManager(self.checkpoint_dir, keep_last=self.config.keep_checkpoints)
+                return manager.save(state, step).absolute()
+            target = Path(path)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            return _write_checkpoint(state, target).absolute()
+
+        written = self._dist.on_main(write)
         self.last_checkpoint = written
         self._last_checkpoint_step = step
         self._log_policy_artifacts(written, step)
         return written
 
-    def _check_finite_policy(self, step: int) -> None:
-        """Refuse to checkpoint a policy holding NaN/inf (one check for all its tensors)."""
-        from .ppo import NonFiniteError
-
-        tensors = {k: v for k, v in self.algo.policy.state_dict().items() if v.is_floating_point()}
-        if not tensors:
-            return
-        finite = torch.stack([torch.isfinite(v).all() for v in tensors.values()]).tolist()
-        if all(finite):
-            return
-        bad = [name for name, ok in zip(tensors, finite) if not ok]
-        kept = f"; the last good checkpoint is {self.last_checkpoint}" if self.last_checkpoint else ""
-        raise NonFiniteError(
-            f"refusing to write a checkpoint at env step {step}: the policy's "
-            f"{', '.join(bad[:5])}{' ...' if len(bad) > 5 else ''} hold NaN or inf{kept}"
-        )
-
     def _log_policy_artifacts(self, checkpoint: Path, step: int) -> None:
         if not self.tracker.enabled or self.closed:
             return
-        env_info = {
-            "spec": self.env_spec,
-            "env_kwargs": dict(self.algo.hparams.env_kwargs),
-            "env_config": dict(self.algo.hparams.env_config),
-        }
         tmp = Path(tempfile.mkdtemp(prefix="rl8-artifacts-"))
-        policy_file = save_policy(self.algo.policy, tmp / Path(POLICY_ARTIFACT).name, env=env_info)
+        policy_file = save_policy(self.algo.policy, tmp / Path(POLICY_ARTIFACT).name, env=self._env_info())
         pointer = tmp / Path(CHECKPOINT_POINTER_ARTIFACT).name
         pointer.write_text(json.dumps({"path": str(checkpoint), "env/steps": step}))
-        tracker = self.tracker
+        try:  # the Tracker copies the files and queues them (with async_logging)
+            self.tracker.log_artifact(policy_file, str(Path(POLICY_ARTIFACT).parent))
+            self.tracker.log_artifact(pointer, str(Path(CHECKPOINT_POINTER_ARTIFACT).parent))
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
 
-        def upload() -> None:  # the Tracker copies the files (and queues them while it must)
-            try:
-                tracker.log_artifact(policy_file, str(Path(POLICY_ARTIFACT).parent))
-                tracker.log_artifact(pointer, str(Path(CHECKPOINT_POINTER_ARTIFACT).parent))
-            finally:
-                shutil.rmtree(tmp, ignore_errors=True)
-
-        self._in_logging_thread(upload)
-
-    @staticmethod
-    def resolve_checkpoint(ref: str | os.PathLike[str], *, tracking_uri: str | None = None) -> Path:
-        """The checkpoint file named by a path, a folder (its latest) or an MLflow run id.
-
-        Raises:
-            FileNotFoundError: Nothing found (the message says where it looked).
-        """
-        from .export import _download, _is_run_ref
-
-        text = os.fspath(ref)
-        path = Path(text)
-        if path.is_dir():
-            latest = CheckpointManager(path, keep_last=None).latest()
-            if latest is None:
-                raise FileNotFoundError(f"no checkpoint-*.pt file in {path}")
-            return latest
-        if path.exists():
-            return path
-        if not _is_run_ref(text):
-            raise FileNotFoundError(f"no checkpoint at {text!r}: not a file or folder, nor an MLflow run id")
-        with tempfile.TemporaryDirectory(prefix="rl8-resume-") as tmp:
-            pointer = _download(text, CHECKPOINT_POINTER_ARTIFACT, tracking_uri, tmp)
-            info = json.loads(pointer.read_text())
-        found = Path(info["path"])
-        if not found.is_file():
-            raise FileNotFoundError(
-                f"MLflow run {text} records its latest checkpoint at {found}, which does not "
-                "exist on this machine; pass the checkpoint's path instead"
-            )
-        return found
-
-    @classmethod
-    def _read_checkpoint(
-        cls, ref: str | os.PathLike[str], *, tracking_uri: str | None = None
-    ) -> tuple[Path, dict[str, Any]]:
-        """Resolve (:meth:`resolve_checkpoint`) and load a checkpoint, as this rank sees it.
-
-        In data-parallel training rank 0 alone reads the file (and asks MLflow for a run id)
-        and sends every rank its view (see :func:`_checkpoint_for_rank`), or its error.
-
-        Raises:
-            rl8.checkpoint.CheckpointError: The checkpoint was written by another number of
-                ranks (or as for :func:`~rl8.checkpoint.load_checkpoint`).
-        """
-        ctx = DistContext()
-        if not ctx.enabled:
-            file = cls.resolve_checkpoint(ref, tracking_uri=tracking_uri)
-            return file, _checkpoint_for_rank(load_checkpoint(file), file, 0, 1)
-        items: list[Any] | None = None
-        if ctx.is_main:
-            try:
-                file = cls.resolve_checkpoint(ref, tracking_uri=tracking_uri)
-                state = load_checkpoint(file)
-                items = [(file, _checkpoint_for_rank(state, file, r, ctx.world_size)) for r in range(ctx.world_size)]
-            except Exception as exc:  # noqa: BLE001 - every rank raises it
-                items = [_picklable(exc)] * ctx.world_size
-        item = ctx.scatter_from_main(items)
-        if isinstance(item, BaseException):
-            raise item
-        return item
+    #: The checkpoint file named by a path, a folder (its latest) or an MLflow run id (see
+    #: :func:`rl8.checkpoint.resolve_checkpoint`).
+    resolve_checkpoint = staticmethod(resolve_checkpoint)
 
     @classmethod
     def from_checkpoint(
@@ -1429,8 +757,9 @@ class Trainer:
                 of yours), which rl8 then calls. Off by default: the classes a checkpoint names
                 (env, model, distribution, optimizer) are checked to be of their kind before
                 anything is called (see ``docs/security.md``).
-            **kwargs: Other :class:`Trainer` arguments to change (``checkpoint_every``,
-                ``progress``, ``tracking``...).
+            **kwargs: Other :class:`Trainer` options to change (``checkpoint_every``,
+                ``progress``, ``tracking``...); the others are those stored in the checkpoint
+                (the fields of :class:`~rl8.config.TrainerConfig` marked ``stored``).
 
         Raises:
             FileNotFoundError: No checkpoint at ``path``.
@@ -1439,63 +768,17 @@ class Trainer:
             ValueError: The env's observation or action space differs from the checkpoint's.
             rl8.tracking.TrackingError: The stored MLflow run cannot be resumed.
         """
-        from ._resolve import check_stored_hparams, spec_from_env_info
-        from .ppo import PPO
-
-        file, state = cls._read_checkpoint(path, tracking_uri=tracking_uri)
-        if not all(isinstance(state.get(k), Mapping) for k in ("algo", "trainer", "env")):
-            raise CheckpointError(
-                f"{file} is an rl8 checkpoint but not a Trainer checkpoint (it has no "
-                "'algo', 'trainer' and 'env' entries)"
-            )
-        algo_state, saved = state["algo"], state["trainer"]
-        # every class the file names is imported and checked for its kind before PPO calls it
-        # (PPO then resolves the same names again: the stored strings stay as they were)
-        stored = algo_state.get("hparams")
-        check_stored_hparams(stored, source=file, trust_code=trust_code)
-        spec = env
-        if env is None:
-            env_info = {"spec": state["env"].get("spec"), "env_kwargs": stored.get("env_kwargs")}
-            if spec_from_env_info(env_info, source=file, trust_code=trust_code) is not None:
-                spec = env_info["spec"]
-        if spec is None:
-            raise ValueError(
-                f"{file}: the env was a callable that a checkpoint cannot name; pass it with "
-                "Trainer.from_checkpoint(path, env=...)"
-            )
-        hp = {**stored, **dict(hparams or {})}
-        hp["device"] = rank_device(hp.get("device", "auto"))  # torchrun: cuda:LOCAL_RANK
-        algo = PPO(spec, **hp)
-        policy_info = saved.get("policy")
-        if isinstance(policy_info, Mapping) and env is not None:
-            check_env_spaces(
-                algo.env, space_from_dict(policy_info["observation_space"]),
-                space_from_dict(policy_info["action_space"]),
-                what=f"Trainer.from_checkpoint: env={env!r}", source=file,
-            )
-        algo.load_state_dict(algo_state)
-        tracking = kwargs.pop("tracking", saved.get("tracking", True))
-        options: dict[str, Any] = {
-            "experiment": saved.get("experiment"),
-            "tracking_uri": tracking_uri or saved.get("tracking_uri"),
-            "tracking": tracking,
-            "run_id": saved.get("run_id") if tracking else None,
-            "checkpoint_dir": saved.get("checkpoint_dir"),
-            "checkpoint_every": saved.get("checkpoint_every"),
-            "keep_checkpoints": saved.get("keep_checkpoints", 5),
-            "eval_num_envs": saved.get("eval_num_envs"),
-            "eval_num_steps": saved.get("eval_num_steps"),
-            "record_every": saved.get("record_every"),
-            "metadata": saved.get("metadata"),
-        }
-        options.update(kwargs)
-        trainer = cls(algo, **options)
-        trainer._resume_state = {
-            key: saved.get(key)
-            for key in ("run", "stop_conditions", "stop_condition_configs", "stop_conditions_met")
-        }
-        for key in ("stop_conditions", "stop_condition_configs"):  # rl8 1.0.0's stat names too
-            trainer._resume_state[key] = with_current_stat_names(trainer._resume_state[key])
+        file, state = read_checkpoint(path, tracking_uri=tracking_uri)
+        algo = algo_from_checkpoint(file, state, env=env, hparams=hparams, trust_code=trust_code)
+        saved = state["trainer"]
+        config = TrainerConfig.from_stored(saved)
+        tracking = kwargs.pop("tracking", config.tracking)
+        config = config.replace(
+            tracking=tracking, run_id=config.run_id if tracking else None,
+            tracking_uri=tracking_uri or config.tracking_uri,
+        )
+        trainer = cls(algo, config, **kwargs)
+        trainer._resumed = RunRecord.from_checkpoint(saved)
         trainer.last_checkpoint = file.absolute()
         trainer._last_checkpoint_step = int(algo.env_steps)
         return trainer
@@ -1504,11 +787,8 @@ class Trainer:
     def run_args(self) -> dict[str, Any] | None:
         """``env_config``, ``eval_env_config`` and ``steps_per_eval`` of the latest :meth:`run`
         (for a resumed trainer before its first run: those stored in the checkpoint)."""
-        if self._run_args is not None:
-            return dict(self._run_args)
-        if self._resume_state is not None and self._resume_state.get("run") is not None:
-            return dict(self._resume_state["run"])
-        return None
+        run = self._run_record().run
+        return None if run is None else dict(run)
 
     # ----------------------------------------------------------------- life cycle
     def close(self, status: str = "FINISHED", *, timeout_s: float | None = None) -> None:
@@ -1537,14 +817,7 @@ class Trainer:
         try:
             self.tracker.end(status, timeout_s=timeout_s)
         finally:
-            if self._eval_env is not None:
-                with contextlib.suppress(Exception):
-                    self._eval_env.close()
-                self._eval_env = None
-            if self._record_env is not None:
-                with contextlib.suppress(Exception):
-                    self._record_env.close()
-                self._record_env = None
+            self._envs.close()
         # only now: when ending the run raised, the exit hook still ends it
         self.closed = True
         self._check_run_start(unless_reported=True)
@@ -1565,10 +838,6 @@ class Trainer:
             self._close_while_raising("KILLED", timeout_s=SIGNAL_CLOSE_TIMEOUT_S)
         finally:
             self._ignore_stop_signals = False
-
-    def _end_report(self, status: str) -> str:
-        """After :meth:`close`: what happened to the MLflow run, for the signal message."""
-        return self.tracker.end_report(status)
 
     def __enter__(self) -> Trainer:
         return self

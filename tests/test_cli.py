@@ -179,6 +179,30 @@ def test_resume_continues_the_run(tmp_path, capsys, mlflow_uri):
     assert MlflowClient(mlflow_uri).get_run(first["run id"]).info.status == "FINISHED"
 
 
+def test_train_options_come_from_trainer_config(capsys):
+    from rl8.cli import CONFIG_KEYS
+    from rl8.config import TrainerConfig
+
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    help_text = capsys.readouterr().out
+    flags = TrainerConfig.names(cli="flag")
+    assert flags and all(f"--{name.replace('_', '-')}" in help_text for name in flags)
+    assert set(flags + TrainerConfig.names(cli="config")) <= set(CONFIG_KEYS)
+
+
+def test_resume_takes_the_trainer_options_of_a_config_file(tmp_path, capsys, mlflow_uri):
+    ck = tmp_path / "ck"
+    argv = ["train", "--env", "rl8.envs.CartPole", *TINY_SET, "--max-steps", "256", "--quiet",
+            "--checkpoint-every", "1", "--checkpoint-dir", str(ck)]  # fmt: skip
+    assert main(argv) == 0
+    first = summary(capsys.readouterr().out)
+    assert len(list(ck.glob("checkpoint-*.pt"))) == 2
+    config = write(tmp_path, "keep_checkpoints: 1\n")
+    assert main(["train", config, "--resume", first["checkpoint"], "--max-steps", "512", "--quiet"]) == 0
+    assert [p.name for p in ck.glob("checkpoint-*.pt")] == [f"checkpoint-{512:012d}.pt"]
+
+
 @pytest.mark.parametrize("argv, message", [
     (["train", "--env", "rl8.envs.CartPole", "--trust-code", "--max-steps", "1"],
      "--trust-code only applies with --resume"),

@@ -372,15 +372,15 @@ def _worker_resume(out: str) -> None:
     trainer = Trainer(
         algo, tracking=False, progress=False, checkpoint_dir=out_dir / "a", eval_num_envs=4, eval_num_steps=16
     )
-    train_step = trainer._train_step
+    update = algo.update
 
-    def step_then_signal(env_config):
-        stats = train_step(env_config)
+    def update_then_signal():
+        stats = update()
         if rank == 1 and algo.steps == 2:  # a signal to ONE rank checkpoints all of them
             os.kill(os.getpid(), signal.SIGUSR1)
         return stats
 
-    trainer._train_step = step_then_signal
+    algo.update = update_then_signal
     stats = trainer.run(**run)
     trainer.close()
     torch.save({"algo": algo.state_dict(), "stats": _comparable(stats)}, out_dir / f"a-rank{rank}.pt")
@@ -409,10 +409,10 @@ def _worker_fail(out: str, mode: str) -> None:
 
     algo = PPO(CartPole, num_envs=8, horizon=8, sgd_minibatch_size=32, seed=0, device="cpu")
     trainer = Trainer(algo, tracking=False, progress=False, checkpoint_dir=Path(out) / "ckpt")
-    train_step = trainer._train_step
+    update = algo.update
 
-    def step_then_fail(env_config):
-        stats = train_step(env_config)
+    def update_then_fail():
+        stats = update()
         if rank == 0:
             (Path(out) / "rank0-stepped").touch()
         if rank == 1 and algo.steps == 3:
@@ -427,7 +427,7 @@ def _worker_fail(out: str, mode: str) -> None:
                 time.sleep(600)
         return stats
 
-    trainer._train_step = step_then_fail
+    algo.update = update_then_fail
     trainer.run(stop_conditions=HitsUpperBound("env/steps", 10**12))
 
 

@@ -16,7 +16,7 @@ from mlflow.tracking import MlflowClient
 from rl8 import PPO, Trainer
 from rl8.conditions import HitsUpperBound
 from rl8.envs import CartPole
-from rl8.trainer import _Progress
+from rl8.progress import Progress
 
 pytestmark = pytest.mark.usefixtures("migrated_store", "one_torch_thread")
 
@@ -91,7 +91,7 @@ def test_eval_after_the_first_step_builds_an_eval_env_on_demand():
     try:
         got = [trainer.step()["losses/total"]]
         a = trainer.eval()
-        assert trainer._eval_env.num_envs == 16  # min(num_envs, 16)
+        assert trainer.eval_envs.eval_env.num_envs == 16  # min(num_envs, 16)
         # the training env's config, run for its episode limit: whole episodes in every env
         assert a["eval/episodes/count"] >= 16 and a["eval/episodes/length_mean"] <= 12
         short = trainer.eval(env_config={"max_episode_steps": 5})  # explicit options still apply
@@ -109,7 +109,7 @@ def test_run_evaluates_between_reset_boundaries_on_an_eval_env():
     try:
         stats = trainer.run(steps_per_eval=3, stop_conditions=HitsUpperBound("algorithm/steps", 3))
         assert stats["algorithm/steps"] == 3 and "eval/rollout/reward_sum_mean" in stats
-        assert trainer._eval_env is not None  # step 3 is not a reset boundary of the training envs
+        assert trainer.eval_envs.eval_env is not None  # step 3 is not a reset boundary of the training envs
     finally:
         trainer.close()
 
@@ -142,15 +142,15 @@ def test_progress_lines_outside_a_terminal_by_default_every_n_seconds(monkeypatc
 def test_run_without_a_stop_condition_warns(monkeypatch):
     trainer = Trainer(make_algo(), progress=False)
     steps = []
-    train_step = trainer._train_step
+    update = trainer.algo.update
 
-    def interrupted_after_two_steps(env_config):
+    def interrupted_after_two_steps():
         if len(steps) == 2:
             raise KeyboardInterrupt
-        steps.append(train_step(env_config))
+        steps.append(update())
         return steps[-1]
 
-    monkeypatch.setattr(trainer, "_train_step", interrupted_after_two_steps)
+    monkeypatch.setattr(trainer.algo, "update", interrupted_after_two_steps)
     with pytest.warns(UserWarning, match="no stop_conditions, so training runs until interrupted"):
         with pytest.raises(KeyboardInterrupt):
             trainer.run()
@@ -159,7 +159,7 @@ def test_run_without_a_stop_condition_warns(monkeypatch):
 
 def test_progress_shows_the_condition_closest_to_firing_and_the_eval_return():
     stream = io.StringIO()
-    progress = _Progress(None, stream, interval_s=1e-9)
+    progress = Progress(None, stream, interval_s=1e-9)
     conditions = [HitsUpperBound("env/steps", 10_000), HitsUpperBound("episodes/return_mean", 110)]
     progress.update({"env/steps": 100, "episodes/return_mean": 10.0, "eval/episodes/return_mean": 12.0}, conditions)
     time.sleep(0.01)

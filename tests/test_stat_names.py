@@ -115,10 +115,10 @@ def test_trainer_logs_the_new_names_only_and_answers_the_old(tmp_path):
 
 
 def test_the_progress_line_of_an_env_without_episodes_shows_its_reward_sum():
-    from rl8.trainer import _Progress
+    from rl8.progress import Progress
 
     stream = io.StringIO()
-    progress = _Progress(None, stream, interval_s=1e-9)
+    progress = Progress(None, stream, interval_s=1e-9)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # read by its new name
         progress.update(Stats({"env/steps": 100, "rollout/reward_sum_mean": -3.5}), [])

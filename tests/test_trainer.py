@@ -11,11 +11,13 @@ import socket
 import sys
 import time
 
+import dataclasses
+
 import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
-from rl8 import PPO, Trainer, TrainStats
+from rl8 import PPO, Trainer, TrainerConfig, TrainStats
 from rl8.checkpoint import CheckpointError, save_checkpoint
 from rl8.conditions import (
     HitsLowerBound,
@@ -143,6 +145,46 @@ def test_run_params_and_default_experiment(mlflow_uri):
     assert params["versions/rl8"]
 
 
+def test_every_option_declared_in_trainer_config_reaches_params_checkpoint_and_resume(tmp_path, mlflow_uri):
+    fields = dataclasses.fields(TrainerConfig)
+    logged = {f.name for f in fields if f.metadata["param"]}
+    stored = {f.name for f in fields if f.metadata["stored"]}
+    assert logged and stored
+    config = TrainerConfig(
+        experiment="declared", run_name="once", checkpoint_dir=str(tmp_path / "ck"), checkpoint_every=3,
+        keep_checkpoints=2, eval_num_envs=2, eval_num_steps=4, record_every=7, metadata={"a": 1}, progress=False,
+    )
+    trainer = Trainer(make_algo(), config)
+    trainer.step()
+    path = trainer.save_checkpoint()
+    resolved = trainer.resolved_config()
+    trainer.close()
+    params = MlflowClient(mlflow_uri).get_run(trainer.run_id).data.params
+    assert {k.split("/", 1)[1] for k in params if k.startswith("trainer/")} == logged
+    assert params["trainer/checkpoint_every"] == "3" and params["trainer/record_every"] == "7"
+    saved = torch.load(path, weights_only=True)["trainer"]
+    assert stored <= set(saved)
+    resumed = Trainer.from_checkpoint(path, progress=False)
+    resumed.close()
+    assert {name: getattr(resumed.config, name) for name in stored} == {
+        name: getattr(resolved, name) for name in stored
+    }
+    assert resumed.config.run_id == trainer.run_id and resumed.config.keep_checkpoints == 2
+
+
+def test_trainer_config_and_keyword_options_make_the_same_trainer():
+    algo = make_algo()
+    trainer = Trainer(algo, TrainerConfig(checkpoint_every=2, tracking=False), keep_checkpoints=3)
+    assert trainer.config == TrainerConfig(checkpoint_every=2, tracking=False, keep_checkpoints=3)
+    assert Trainer(algo, checkpoint_every=2, tracking=False, keep_checkpoints=3).config == trainer.config
+    with pytest.raises(TypeError, match="unknown option 'checkpoint_evry'; did you mean checkpoint_every"):
+        Trainer(algo, checkpoint_evry=2)
+    with pytest.raises(ValueError, match="Trainer: keep_checkpoints must be an int >= 1 or None, got 0"):
+        Trainer(algo, TrainerConfig(tracking=False), keep_checkpoints=0)
+    with pytest.raises(TypeError, match="config must be a rl8.config.TrainerConfig or None, got 'x'"):
+        Trainer(algo, "x")
+
+
 def test_unreachable_tracking_server_fails_before_training():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -195,7 +237,7 @@ def test_eval_on_training_envs_that_never_reset():
         stats = trainer.eval()  # before the first step: allowed
         assert {"eval/rollout/reward_sum_mean", "eval/episodes/count", "profiling/eval_ms"} <= set(stats)
         assert all(k.startswith("eval/") or k.startswith("profiling/") for k in stats)
-        assert trainer._eval_env is None  # the training envs were used
+        assert trainer.eval_envs.eval_env is None  # the training envs were used
     finally:
         trainer.close()
 
@@ -206,7 +248,7 @@ def test_eval_on_training_envs_only_at_reset_boundaries(mlflow_uri):
         trainer.step()
         trainer.step()
         stats = trainer.eval()
-        assert trainer._eval_env is None  # the training envs were used
+        assert trainer.eval_envs.eval_env is None  # the training envs were used
         # published rl8 rule: an eval on the training envs runs horizons_per_env_reset collects
         assert stats["eval/rollout/reward_sum_max"] <= 2 * 8
         trainer.flush()
@@ -243,14 +285,14 @@ def test_run_evaluates_every_steps_per_eval_and_eval_does_not_change_training(ml
     ):
         trainer = evaluated = make_trainer(make_algo(horizons_per_env_reset=2))
         seen = []
-        orig = trainer._train_step
+        update = trainer.algo.update
 
-        def record(env_config, orig=orig, seen=seen):
-            stats = orig(env_config)
+        def record(update=update, seen=seen):
+            stats = update()
             seen.append(stats["losses/total"])
             return stats
 
-        trainer._train_step = record
+        trainer.algo.update = record
         last = trainer.run(stop_conditions=stop(), **kwargs)
         trainer.close()
         losses[name] = seen

@@ -240,7 +240,7 @@ def test_trainer_record_and_record_every(tmp_path):
         checkpoint = trainer.save_checkpoint(tmp_path / "ck.pt")
     finally:
         trainer.close()
-    assert trainer._record_env is None  # closed with the trainer
+    assert trainer.eval_envs.record_env is None  # closed with the trainer
 
     # rl8 record on a Trainer checkpoint: the env and its config come from the file
     out = tmp_path / "cli.mp4"

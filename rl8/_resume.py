@@ -1,0 +1,170 @@
+"""What a Trainer checkpoint records beyond the algorithm, and rebuilding the algorithm from one:
+the pieces of :meth:`rl8.Trainer.save_checkpoint` and :meth:`rl8.Trainer.from_checkpoint`."""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from .checkpoint import CheckpointError
+from .conditions import Condition, with_current_stat_names
+from .distributed import rank_device
+from .export import check_env_spaces, space_from_dict
+
+if TYPE_CHECKING:
+    from .ppo import PPO
+
+__all__ = ["RunRecord", "algo_from_checkpoint", "check_finite_policy"]
+
+
+@dataclasses.dataclass
+class RunRecord:
+    """What a checkpoint records about :meth:`rl8.Trainer.run`.
+
+    Attributes:
+        run: Its ``env_config``, ``eval_env_config`` and ``steps_per_eval``, or ``None``.
+        stop_conditions: The stop conditions' states (``Condition.state_dict``), or ``None``.
+        stop_condition_configs: Their ``Condition.to_config()`` mappings (``None`` for one
+            that has none).
+        stop_conditions_met: Whether one of them held at the checkpoint's step.
+    """
+
+    run: dict[str, Any] | None = None
+    stop_conditions: list[dict[str, Any]] | None = None
+    stop_condition_configs: list[Any] | None = None
+    stop_conditions_met: bool = False
+
+    @classmethod
+    def of_run(cls, run: dict[str, Any] | None, conditions: Sequence[Condition], met: bool) -> RunRecord:
+        """The record of a run: its arguments, its conditions and whether one held."""
+        return cls(run, [c.state_dict() for c in conditions], [c.to_config() for c in conditions], met)
+
+    @classmethod
+    def from_checkpoint(cls, saved: Mapping[str, Any]) -> RunRecord:
+        """The record in a checkpoint's ``trainer`` section (rl8 1.0.0's stat names replaced by
+        the current ones)."""
+        return cls(
+            run=saved.get("run"),
+            stop_conditions=with_current_stat_names(saved.get("stop_conditions")),
+            stop_condition_configs=with_current_stat_names(saved.get("stop_condition_configs")),
+            stop_conditions_met=bool(saved.get("stop_conditions_met")),
+        )
+
+    def restore(self, conditions: Sequence[Condition]) -> bool:
+        """Load the recorded states into ``conditions`` (once: the record then forgets them).
+
+        Conditions that do not match the record start afresh, with a warning.
+
+        Returns:
+            Whether they are the very conditions that already held at the checkpoint's step
+            (same ``to_config()``), i.e. the run is finished.
+        """
+        saved = self.stop_conditions
+        if not saved or not conditions:
+            return False
+        self.stop_conditions = None
+        try:
+            if len(saved) != len(conditions):
+                raise ValueError(f"{len(saved)} conditions saved, {len(conditions)} given")
+            for condition, state in zip(conditions, saved):
+                condition.load_state_dict(state)
+        except (ValueError, TypeError, KeyError) as exc:
+            for condition in conditions:
+                condition.reset()
+            warnings.warn(
+                f"the stop conditions differ from those saved in the checkpoint ({exc}); they "
+                "start afresh (patience counters and clocks at zero)",
+                stacklevel=3,
+            )
+            return False
+        configs = [condition.to_config() for condition in conditions]
+        return self.stop_conditions_met and None not in configs and configs == self.stop_condition_configs
+
+
+def check_finite_policy(policy: torch.nn.Module, step: int, last_checkpoint: Path | None) -> None:
+    """Refuse to checkpoint a policy holding NaN/inf (one check for all its tensors).
+
+    Args:
+        policy: The policy about to be written.
+        step: The env step of the checkpoint (for the message).
+        last_checkpoint: The last good checkpoint, named in the message.
+
+    Raises:
+        rl8.ppo.NonFiniteError: A floating-point tensor of the policy holds NaN or inf.
+    """
+    from .ppo import NonFiniteError
+
+    tensors = {k: v for k, v in policy.state_dict().items() if v.is_floating_point()}
+    if not tensors:
+        return
+    finite = torch.stack([torch.isfinite(v).all() for v in tensors.values()]).tolist()
+    if all(finite):
+        return
+    bad = [name for name, ok in zip(tensors, finite) if not ok]
+    kept = f"; the last good checkpoint is {last_checkpoint}" if last_checkpoint else ""
+    raise NonFiniteError(
+        f"refusing to write a checkpoint at env step {step}: the policy's "
+        f"{', '.join(bad[:5])}{' ...' if len(bad) > 5 else ''} hold NaN or inf{kept}"
+    )
+
+
+def algo_from_checkpoint(
+    file: Path, state: Mapping[str, Any], *, env: Any, hparams: Mapping[str, Any] | None, trust_code: bool
+) -> PPO:
+    """The PPO a Trainer checkpoint describes, with its state loaded.
+
+    Every class the file names is imported and checked for its kind before anything is called
+    (see ``docs/security.md``).
+
+    Args:
+        file: The checkpoint file (for messages).
+        state: Its content (:func:`rl8.checkpoint.read_checkpoint`).
+        env: The env when the checkpoint could not name it; ``None``: the stored one.
+        hparams: Hyper-parameters to change (e.g. ``{"device": "cuda"}``).
+        trust_code: Let the stored env spec name a plain function, which is then called.
+
+    Raises:
+        rl8.checkpoint.CheckpointError: Not a Trainer checkpoint, or a stored name of the
+            wrong kind.
+        ValueError: An env that the checkpoint cannot name and that is not given; an env
+            whose spaces differ from the checkpoint's.
+    """
+    from ._resolve import check_stored_hparams, spec_from_env_info
+    from .ppo import PPO
+
+    if not all(isinstance(state.get(k), Mapping) for k in ("algo", "trainer", "env")):
+        raise CheckpointError(
+            f"{file} is an rl8 checkpoint but not a Trainer checkpoint (it has no "
+            "'algo', 'trainer' and 'env' entries)"
+        )
+    algo_state = state["algo"]
+    # (PPO then resolves the same names again: the stored strings stay as they were)
+    stored = algo_state.get("hparams")
+    check_stored_hparams(stored, source=file, trust_code=trust_code)
+    spec = env
+    if env is None:
+        env_info = {"spec": state["env"].get("spec"), "env_kwargs": stored.get("env_kwargs")}
+        if spec_from_env_info(env_info, source=file, trust_code=trust_code) is not None:
+            spec = env_info["spec"]
+    if spec is None:
+        raise ValueError(
+            f"{file}: the env was a callable that a checkpoint cannot name; pass it with "
+            "Trainer.from_checkpoint(path, env=...)"
+        )
+    hp = {**stored, **dict(hparams or {})}
+    hp["device"] = rank_device(hp.get("device", "auto"))  # torchrun: cuda:LOCAL_RANK
+    algo = PPO(spec, **hp)
+    policy_info = state["trainer"].get("policy")
+    if isinstance(policy_info, Mapping) and env is not None:
+        check_env_spaces(
+            algo.env, space_from_dict(policy_info["observation_space"]),
+            space_from_dict(policy_info["action_space"]),
+            what=f"Trainer.from_checkpoint: env={env!r}", source=file,
+        )
+    algo.load_state_dict(algo_state)
+    return algo
