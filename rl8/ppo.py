@@ -135,94 +135,6 @@ def _take(x: torch.Tensor | TensorDictBase, index: Any) -> torch.Tensor | Tensor
     return x[index]
 
 
-def _clip_grad_norm_(params: list[torch.nn.Parameter], max_norm: float | None) -> torch.Tensor:
-    """Global 2-norm of the gradients, scaled in place to at most ``max_norm`` (``None``: only
-    measured). The maths of ``torch.nn.utils.clip_grad_norm_``, in four calls: for the small
-    networks of PPO its per-call bookkeeping costs as much as the arithmetic."""
-    grads = [p.grad for p in params if p.grad is not None]
-    if not grads:
-        return torch.zeros(())
-    norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
-    if max_norm is not None:
-        torch._foreach_mul_(grads, (max_norm / (norm + 1e-6)).clamp_(max=1.0))
-    return norm
-
-
-_ADAM_CLASSES = (torch.optim.Adam, torch.optim.AdamW)
-_FLAG_KEYS = ("amsgrad", "maximize", "capturable", "differentiable")
-
-
-def _fused_adam_step(optimizer: torch.optim.Optimizer) -> bool:
-    """One step of a fused ``Adam``/``AdamW`` straight through its kernel; ``False`` (nothing
-    done) whenever that would not be exactly what ``optimizer.step()`` does.
-
-    ``Optimizer.step`` spends ~200 us of Python per call on cold caches (hooks, profiler scope,
-    per-parameter bookkeeping, grouping by device) around ONE fused kernel; for PPO's small
-    networks that is more than the kernel, once per minibatch. This path makes the same two
-    calls as torch's fused implementation (``_foreach_add_`` on the step counters, then
-    ``_fused_adam_``/``_fused_adamw_``) on the optimizer's own state, so its state dict and
-    results are unchanged (tested bit for bit). It applies only to plain fused Adam/AdamW (no
-    amsgrad, maximize, capturable, differentiable, hooks or patched ``step``), once the state
-    exists (the first step goes through ``optimizer.step()``), with float ``lr``, all
-    parameters on one device and dtype, and no grad scaler.
-    """
-    if (
-        type(optimizer) not in _ADAM_CLASSES
-        or "step" in vars(optimizer)  # wrapped (an LR scheduler's counter, say)
-        or getattr(optimizer, "_optimizer_step_pre_hooks", None) != {}
-        or getattr(optimizer, "_optimizer_step_post_hooks", None) != {}
-        or _GLOBAL_HOOKS is None or any(_GLOBAL_HOOKS)
-    ):
-        return False
-    calls = []
-    state = optimizer.state
-    for group in optimizer.param_groups:
-        if not group.get("fused") or any(group.get(k) for k in _FLAG_KEYS):
-            return False
-        decoupled = group.get("decoupled_weight_decay")
-        lr = group["lr"]
-        if decoupled is None or not isinstance(lr, float):
-            return False
-        params, grads, exp_avgs, exp_avg_sqs, steps = [], [], [], [], []
-        for p in group["params"]:
-            grad = p.grad
-            if grad is None:
-                continue
-            s = state.get(p)
-            if not s or grad.is_sparse:
-                return False
-            params.append(p)
-            grads.append(grad)
-            exp_avgs.append(s["exp_avg"])
-            exp_avg_sqs.append(s["exp_avg_sq"])
-            steps.append(s["step"])
-        if not params:
-            continue
-        first = params[0]
-        if any(p.device != first.device or p.dtype != first.dtype for p in params):
-            return False
-        calls.append((group, decoupled, lr, params, grads, exp_avgs, exp_avg_sqs, steps))
-    for group, decoupled, lr, params, grads, exp_avgs, exp_avg_sqs, steps in calls:
-        beta1, beta2 = group["betas"]
-        kernel = torch._fused_adamw_ if decoupled else torch._fused_adam_
-        torch._foreach_add_(steps, 1)
-        kernel(
-            params, grads, exp_avgs, exp_avg_sqs, [], steps,
-            amsgrad=False, lr=lr, beta1=float(beta1), beta2=float(beta2),
-            weight_decay=group["weight_decay"], eps=group["eps"], maximize=False,
-            grad_scale=None, found_inf=None,
-        )
-    return True
-
-
-try:  # torch's registries of global optimizer hooks (the fast Adam path needs them empty)
-    from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimizer_pre_hooks
-
-    _GLOBAL_HOOKS: tuple[dict, dict] | None = (_global_optimizer_pre_hooks, _global_optimizer_post_hooks)
-except ImportError:  # another torch layout: always take optimizer.step()
-    _GLOBAL_HOOKS = None
-
-
 def _keyword_defaults(cls: type) -> str:
     """``name=default`` of the keyword arguments of ``cls`` (an optimizer: not params, lr)."""
     try:
@@ -363,11 +275,6 @@ class PPO:
                 f"hparam optimizer_kwargs: {qualified_name(optimizer_cls)} refused {hp.optimizer_kwargs!r} "
                 f"({err}); expected its keyword arguments: {_keyword_defaults(optimizer_cls)}"
             ) from err
-        # Optimizer.zero_grad(set_to_none=True) only sets every grad to None, through enough
-        # Python (profiler scope, group loops) to cost ~70 us per minibatch on cold caches;
-        # a plain loop does the same when the optimizer class does not override it
-        self._plain_zero_grad = type(self.optimizer).zero_grad is torch.optim.Optimizer.zero_grad
-        self._fast_adam = hasattr(torch, "_fused_adam_") and hasattr(torch, "_fused_adamw_")
         dist = self.policy.distribution_cls
         space = self.env.action_space
         self.recurrent = self.policy.recurrent
@@ -813,7 +720,7 @@ class PPO:
             if normalize:
                 shuffled[4] = self._normalized_advantages(shuffled[4], num_minibatches)
             if hp.accumulate_grads:
-                self._zero_grad()
+                self.optimizer.zero_grad()
             for j in range(num_minibatches):
                 index = slice(j * mb, (j + 1) * mb) if num_minibatches > 1 else slice(None)
                 rows = index if order is None else order[index]
@@ -829,7 +736,7 @@ class PPO:
                     if j == num_minibatches - 1:
                         grad_norms.append(self._optimizer_step(params))
                 else:
-                    self._zero_grad()
+                    self.optimizer.zero_grad()
                     self._backward(total)
                     grad_norms.append(self._optimizer_step(params))
                 monitors_seen.append(monitors)
@@ -923,14 +830,6 @@ class PPO:
             total = total - entropy_coeff * mean_entropy
         return total, monitors, mean_entropy.detach()
 
-    def _zero_grad(self) -> None:
-        if not self._plain_zero_grad:
-            self.optimizer.zero_grad(set_to_none=True)
-            return
-        for group in self.optimizer.param_groups:
-            for p in group["params"]:
-                p.grad = None
-
     def _backward(self, loss: torch.Tensor) -> None:
         if self.grad_scaler is not None:
             self.grad_scaler.scale(loss).backward()
@@ -941,11 +840,15 @@ class PPO:
         self.dist.average_gradients(params)  # data-parallel: one all-reduce per optimizer step
         if self.grad_scaler is not None:
             self.grad_scaler.unscale_(self.optimizer)
-        grad_norm = _clip_grad_norm_(params, self.hparams.max_grad_norm)
+        max_norm = self.hparams.max_grad_norm
+        if max_norm is None:
+            grad_norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None], foreach=True)
+        else:
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
         if self.grad_scaler is not None:
             self.grad_scaler.step(self.optimizer)
             self.grad_scaler.update()
-        elif not (self._fast_adam and _fused_adam_step(self.optimizer)):
+        else:
             self.optimizer.step()
         return grad_norm.detach().float()
 

@@ -556,78 +556,59 @@ def test_stacked_and_per_step_buffer_writes_agree(monkeypatch, env_cls):
         torch.testing.assert_close(rewards[:, :5], -obs[:, 1:].abs())
 
 
-@pytest.mark.parametrize(
-    "optimizer",
-    [
-        dict(),
-        dict(optimizer_cls=torch.optim.AdamW, optimizer_kwargs={"weight_decay": 0.1}),
-        dict(optimizer_kwargs={"weight_decay": 0.05, "betas": (0.8, 0.95), "eps": 1e-6}),
-    ],
-    ids=["adam", "adamw", "adam-l2"],
-)
-def test_fast_fused_adam_step_equals_optimizer_step(monkeypatch, optimizer):
-    """PPO steps fused Adam/AdamW through the kernel directly: bit-identical parameters and
-    optimizer state to optimizer.step(), over several updates."""
-    from rl8 import ppo as ppo_module
-
-    taken = []
-    original = ppo_module._fused_adam_step
-    monkeypatch.setattr(ppo_module, "_fused_adam_step", lambda opt: taken.append(original(opt)) or taken[-1])
-
-    def run(fast):
-        algo = PPO(CartPole, num_envs=8, horizon=8, sgd_minibatch_size=16, num_sgd_iters=2, seed=5, **optimizer)
-        algo._fast_adam = fast
-        for _ in range(3):
-            algo.collect()
-            algo.update()
-        return algo
-
-    fast, slow = run(True), run(False)
-    assert taken and all(taken[1:]) and not taken[0]  # the first step initialises the state
-    for a, b in zip(fast.policy.parameters(), slow.policy.parameters()):
-        assert torch.equal(a, b)
-    sa, sb = fast.optimizer.state_dict(), slow.optimizer.state_dict()
-    assert sa["param_groups"] == sb["param_groups"]
-    for key, state in sa["state"].items():
-        for name, value in state.items():
-            assert torch.equal(value, sb["state"][key][name]), name
+def test_adam_is_fused_by_default_unless_the_kwargs_choose():
+    """Adam/AdamW default to the public ``fused=True`` option on CPU; an explicit ``fused`` or
+    ``foreach`` in optimizer_kwargs is kept."""
+    assert PPO(CartPole, num_envs=8, horizon=8, seed=0).optimizer.defaults["fused"] is True
+    chosen = PPO(CartPole, num_envs=8, horizon=8, seed=0, optimizer_kwargs={"foreach": True})
+    assert not chosen.optimizer.defaults["fused"]
+    assert chosen.optimizer.defaults["foreach"] is True
 
 
-def test_fast_fused_adam_step_falls_back():
-    """Anything the direct kernel call would not reproduce takes optimizer.step()."""
-    from rl8.ppo import _fused_adam_step
+def test_every_optimizer_step_goes_through_the_optimizer_api(monkeypatch):
+    """PPO steps and zeroes its optimizer only through ``optimizer.step()`` and
+    ``optimizer.zero_grad()``: a patched ``Adam.step`` sees every minibatch (no direct kernel
+    calls around it)."""
+    calls = {"step": 0, "zero_grad": 0}
+    step, zero_grad = torch.optim.Adam.step, torch.optim.Adam.zero_grad
 
-    def ready(**kwargs):
-        p = torch.nn.Parameter(torch.ones(3))
-        opt = torch.optim.Adam([p], fused=True, **kwargs)
-        p.grad = torch.ones(3)
-        opt.step()  # state exists now
-        p.grad = torch.ones(3)
-        return opt
+    def counting_step(self, *args, **kwargs):
+        calls["step"] += 1
+        return step(self, *args, **kwargs)
 
-    assert _fused_adam_step(ready())
-    assert not _fused_adam_step(ready(amsgrad=True))
-    assert not _fused_adam_step(ready(maximize=True))
-    opt = ready()
-    handle = opt.register_step_pre_hook(lambda *a: None)
-    assert not _fused_adam_step(opt)
-    handle.remove()
-    assert _fused_adam_step(opt)
-    from torch.optim.optimizer import register_optimizer_step_post_hook
+    def counting_zero_grad(self, *args, **kwargs):
+        calls["zero_grad"] += 1
+        return zero_grad(self, *args, **kwargs)
 
-    handle = register_optimizer_step_post_hook(lambda *a: None)
-    try:
-        assert not _fused_adam_step(opt)
-    finally:
-        handle.remove()
-    p = torch.nn.Parameter(torch.ones(3))
-    fresh = torch.optim.Adam([p], fused=True)
-    p.grad = torch.ones(3)
-    assert not _fused_adam_step(fresh)  # no state yet
-    assert not _fused_adam_step(torch.optim.SGD([p], lr=0.1))
-    unfused = torch.optim.Adam([p], foreach=True)
-    unfused.step()
-    assert not _fused_adam_step(unfused)
+    algo = PPO(CartPole, num_envs=8, horizon=8, sgd_minibatch_size=16, num_sgd_iters=2, seed=5)
+    monkeypatch.setattr(torch.optim.Adam, "step", counting_step)
+    monkeypatch.setattr(torch.optim.Adam, "zero_grad", counting_zero_grad)
+    for _ in range(3):
+        algo.collect()
+        algo.update()
+    assert calls == {"step": 3 * 2 * 4, "zero_grad": 3 * 2 * 4}
+
+
+@pytest.mark.parametrize("max_grad_norm", [None, 0.01])
+def test_grad_norm_is_the_global_norm_before_clipping(max_grad_norm):
+    """``monitors/grad_norm`` is the global 2-norm of the gradients before clipping (also
+    without clipping), as ``torch.nn.utils.clip_grad_norm_`` reports it."""
+    algo = PPO(CartPole, num_envs=8, horizon=8, sgd_minibatch_size=64, num_sgd_iters=1, seed=3,
+               max_grad_norm=max_grad_norm)
+    seen = []
+    algo.optimizer.register_step_pre_hook(
+        lambda opt, args, kwargs: seen.append(torch.linalg.vector_norm(
+            torch.stack([torch.linalg.vector_norm(p.grad) for p in algo.policy.parameters() if p.grad is not None])
+        ).item())
+    )
+    algo.collect()
+    stats = algo.update()
+    assert len(seen) == 1
+    if max_grad_norm is None:
+        assert stats["monitors/grad_norm"] == pytest.approx(seen[0], rel=1e-5)
+    else:  # the gradients reaching the optimizer were scaled down to max_grad_norm
+        assert seen[0] == pytest.approx(max_grad_norm, rel=1e-3)
+        assert stats["monitors/grad_norm"] > max_grad_norm
 
 
 @pytest.mark.parametrize("num_minibatches", [1, 4])
