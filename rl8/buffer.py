@@ -111,6 +111,26 @@ class RolloutBuffer:
     def __getitem__(self, key: str) -> torch.Tensor | TensorDictBase:
         return self.data[key]
 
+    def training_samples(self, advantages: torch.Tensor, returns: torch.Tensor) -> TensorDict:
+        """The collected steps as training samples, one row per sample: a TensorDict
+        ``[num_envs * horizon]`` of transitions, or for recurrent models (``seq_len``) one
+        ``[num_envs * horizon / seq_len]`` of sequences of ``seq_len`` consecutive steps of
+        one env.
+
+        Keys: ``obs``, ``actions``, ``logp``, ``values`` (as collected), ``advantages`` and
+        ``returns`` (the given ``[num_envs, horizon]`` tensors), and for recurrent models
+        ``state`` (the state before each sequence) and ``firsts``.
+        """
+        h, seq_len = self.horizon, self.seq_len
+        columns = {key: self.data[key][:, :h] for key in ("obs", "actions", "logp", "values")}
+        columns.update(advantages=advantages, returns=returns)
+        if self.states is not None:
+            columns["firsts"] = self.data["firsts"][:, :h]
+        samples = {key: _as_rows(value, seq_len) for key, value in columns.items()}
+        if self.states is not None:
+            samples["state"] = self.states.reshape(-1)
+        return TensorDict(samples, batch_size=[self.num_envs * h // seq_len], device=self.data.device)
+
     def time_major(self, key: str) -> torch.Tensor | None:
         """The contiguous ``[horizon + 1, num_envs, ...]`` storage behind ``data[key]`` (the
         same memory, steps first), or ``None`` for Dict observations (stored env-major)."""
@@ -119,6 +139,16 @@ class RolloutBuffer:
             return None
         steps = value.transpose(0, 1)
         return steps if steps.is_contiguous() else None
+
+
+def _as_rows(x: torch.Tensor | TensorDictBase, seq_len: int) -> torch.Tensor | TensorDictBase:
+    """``[num_envs, T, ...]`` -> ``[num_envs * T, ...]`` transitions (``seq_len == 1``) or
+    ``[num_envs * T / seq_len, seq_len, ...]`` sequences of consecutive steps of one env."""
+    if isinstance(x, TensorDictBase):
+        return x.reshape(-1) if seq_len == 1 else x.reshape(-1, seq_len)
+    if seq_len == 1:
+        return x.reshape(-1, *x.shape[2:])
+    return x.reshape(-1, seq_len, *x.shape[2:])
 
 
 @functools.lru_cache(maxsize=16)

@@ -143,33 +143,6 @@ class Policy(nn.Module):
         dist = self.distribution_cls(params[:, 0], self.action_space, action_mask=self.action_mask(obs))
         return dist, values[:, 0], state
 
-    def evaluate_sequences(
-        self,
-        obs: torch.Tensor | TensorDictBase,
-        actions: torch.Tensor,
-        state: TensorDictBase,
-        firsts: torch.Tensor,
-        *,
-        entropy_grad: bool = True,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Recurrent models: log-probs, entropies and values, each ``[S * T]``, of sequences.
-
-        Args:
-            obs: ``[S, T, ...]`` observations of ``S`` sequences of ``T`` steps.
-            actions: ``[S, T, ...]`` raw actions taken.
-            state: ``[S]`` recurrent state before each sequence's first step.
-            firsts: ``[S, T]`` bool episode starts (state reset before that step).
-            entropy_grad: ``False`` computes the entropies without recording them for autograd.
-        """
-        params, values, _ = self.model(self.preprocess(obs), state, firsts)
-        s, t = params.shape[:2]
-        mask = self.action_mask(obs)
-        if mask is not None:
-            mask = mask.reshape(s * t, *mask.shape[2:])
-        dist = self.distribution_cls(params.reshape(s * t, -1), self.action_space, action_mask=mask)
-        actions = actions.reshape(s * t, *actions.shape[2:])
-        return dist.log_prob(actions), _entropy(dist, entropy_grad), values.reshape(s * t)
-
     def sequence_value(
         self, obs: torch.Tensor | TensorDictBase, state: TensorDictBase, firsts: torch.Tensor
     ) -> torch.Tensor:
@@ -204,18 +177,34 @@ class Policy(nn.Module):
         return actions, dist.log_prob(actions), value
 
     def evaluate(
-        self, obs: torch.Tensor | TensorDictBase, actions: torch.Tensor, *, entropy_grad: bool = True
+        self, minibatch: TensorDictBase, *, entropy_grad: bool = True
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Log-probabilities, entropies and values (each ``[B]``) of given raw actions.
+        """Log-probabilities, entropies and values of the raw actions of a minibatch, each
+        flattened to one entry per step (``[B]``, or ``[S * T]`` for sequences).
 
         Args:
-            obs: Observations ``[B, ...]``.
-            actions: Raw actions ``[B, ...]``.
+            minibatch: A TensorDict with ``obs`` and ``actions`` (raw actions); rows are
+                transitions (``[B, ...]``) for feedforward models and sequences of ``T``
+                consecutive steps (``[S, T, ...]``) for recurrent ones, which also need
+                ``state`` (``[S]``: the state before each sequence's first step) and
+                ``firsts`` (``[S, T]`` bool: an episode starts there, the state is reset
+                before it). Other keys are ignored.
             entropy_grad: ``False`` computes the entropies without recording them for
                 autograd (for a loss that only reports them).
         """
-        dist, value = self.distribution(obs)
-        return dist.log_prob(actions), _entropy(dist, entropy_grad), value
+        obs, actions = minibatch["obs"], minibatch["actions"]
+        if not self.recurrent:
+            dist, value = self.distribution(obs)
+            return dist.log_prob(actions), _entropy(dist, entropy_grad), value
+        # replay each sequence from its stored initial state
+        params, values, _ = self.model(self.preprocess(obs), minibatch["state"], minibatch["firsts"])
+        s, t = params.shape[:2]
+        mask = self.action_mask(obs)
+        if mask is not None:
+            mask = mask.reshape(s * t, *mask.shape[2:])
+        dist = self.distribution_cls(params.reshape(s * t, -1), self.action_space, action_mask=mask)
+        actions = actions.reshape(s * t, *actions.shape[2:])
+        return dist.log_prob(actions), _entropy(dist, entropy_grad), values.reshape(s * t)
 
     def value(self, obs: torch.Tensor | TensorDictBase) -> torch.Tensor:
         """Values ``[B]`` of a batch of observations."""

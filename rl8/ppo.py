@@ -14,11 +14,11 @@ import math
 import os
 import secrets
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 
 from ._resolve import DISTRIBUTION, HPARAM_KINDS, MODEL, OPTIMIZER, is_dotted_path, qualified_name, resolve, resolve_env
 from .buffer import RolloutBuffer, compute_gae
@@ -29,7 +29,7 @@ from .losses import ppo_loss
 from .normalization import RewardNormalizer
 from .policy import Policy
 from .spaces import zeros_like_space
-from .stats import Stats
+from .stats import Stats, reduce_stats
 
 __all__ = ["NonFiniteError", "PPO", "make_env"]
 
@@ -118,21 +118,24 @@ def _allocation(hp: HParams, slot_bytes: int | None):
         raise _buffer_size_error(hp, need, f"allocating memory failed ({reason})") from err
 
 
-def _to_samples(x: torch.Tensor | TensorDictBase, seq_len: int) -> torch.Tensor | TensorDictBase:
-    """``[num_envs, T, ...]`` -> ``[num_envs * T, ...]`` transitions (``seq_len == 1``) or
-    ``[num_envs * T / seq_len, seq_len, ...]`` sequences of consecutive steps of one env."""
-    if isinstance(x, TensorDictBase):
-        return x.reshape(-1) if seq_len == 1 else x.reshape(-1, seq_len)
-    if seq_len == 1:
-        return x.reshape(-1, *x.shape[2:])
-    return x.reshape(-1, seq_len, *x.shape[2:])
-
-
-def _take(x: torch.Tensor | TensorDictBase, index: Any) -> torch.Tensor | TensorDictBase:
-    """Rows ``index`` (a slice or an int64 index tensor) of ``x`` along its first dim."""
-    if isinstance(index, torch.Tensor) and isinstance(x, torch.Tensor):
-        return x.index_select(0, index)  # cheaper than x[index] for small rows
-    return x[index]
+def normalized_advantages(advantages: torch.Tensor, num_minibatches: int, dist: DistContext) -> torch.Tensor:
+    """Each minibatch's advantages (rows ``j * mb:(j + 1) * mb`` of ``advantages``, ``[B, ...]``)
+    centred and divided by their own sample std (+ 1e-8), for all minibatches of a pass in a
+    few ops. In data-parallel training the moments of minibatch ``j`` cover every rank's
+    minibatch ``j``, with ONE all-reduce per pass."""
+    adv = advantages.reshape(num_minibatches, -1)
+    if not dist.enabled:
+        # two-pass std (sample, n - 1): torch.std's one-pass kernel is slower on a CPU
+        centred = adv - adv.mean(1, keepdim=True)
+        std = centred.square().sum(1, keepdim=True).div_(max(adv.shape[1] - 1, 1)).sqrt_()
+        return centred.div_(std.add_(1e-8)).reshape(advantages.shape)
+    x = adv.double()
+    moments = torch.stack([torch.full_like(x[:, 0], x.shape[1]), x.sum(1), x.square().sum(1)], 1)
+    n, s, ss = dist.all_reduce_(moments).unbind(1)
+    mean = s / n
+    std = ((ss - n * mean * mean) / (n - 1).clamp(min=1)).clamp(min=0).sqrt()
+    out = (adv - mean[:, None].to(adv.dtype)) / (std[:, None].to(adv.dtype) + 1e-8)
+    return out.reshape(advantages.shape)
 
 
 def _keyword_defaults(cls: type) -> str:
@@ -667,112 +670,59 @@ class PPO:
         if self.collects == 0:
             raise RuntimeError("PPO.update() needs a collect() first: the rollout buffer is empty")
         hp = self.hparams
-        h = hp.horizon
-        data = self.buffer.data
         with torch.no_grad():
             advantages, returns = self._advantages()
-            old_values = data["values"][:, :h]
+            old_values = self.buffer.data["values"][:, : hp.horizon]
             explained_variance = 1 - (returns - old_values).var() / returns.var().clamp(min=1e-8)
-        # Samples are transitions for feedforward models and seq_len-step sequences (replayed
-        # from their stored initial state) for recurrent ones; everything else is shared.
-        seq_len = self.seq_len
-        batch = hp.batch_size // seq_len
-        obs = _to_samples(data["obs"][:, :h], seq_len)
-        actions = _to_samples(data["actions"][:, :h], seq_len)
-        old_logp = _to_samples(data["logp"][:, :h], seq_len)
-        old_values = _to_samples(old_values, seq_len)
-        advantages = _to_samples(advantages, seq_len)
-        returns = _to_samples(returns, seq_len)
-        if self.recurrent:
-            states = self.buffer.states.reshape(-1)
-            firsts = _to_samples(data["firsts"][:, :h], seq_len)
-
+        # rows: transitions, or for recurrent models seq_len-step sequences with their state
+        samples = self.buffer.training_samples(advantages, returns)
         lr = self.lr_schedule(self.env_steps)
         entropy_coeff = self.entropy_coeff_schedule(self.env_steps)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        mb = self.minibatch_size // seq_len
-        num_minibatches = batch // mb
-        # per minibatch: the [policy, vf, kl, clip_fraction] monitors and the mean entropy;
-        # per optimizer step: the grad norm (averaged once at the end: no ops per minibatch)
-        monitors_seen: list[torch.Tensor] = []
-        entropies: list[torch.Tensor] = []
-        grad_norms: list[torch.Tensor] = []
-        count = 0
-        stop = False
         params = [p for p in self.policy.parameters() if p.requires_grad]
-        samples = [obs, actions, old_logp, old_values, advantages, returns]
-        if self.recurrent:
-            samples += [states, firsts]
-        # Observations (and recurrent states) can be large, images say: they are gathered per
-        # minibatch. The small per-sample columns get one shuffled copy per pass instead (one
-        # gather each, then minibatch j is rows j*mb:(j+1)*mb), which also lets every
-        # minibatch's advantages be normalised in a few ops per pass.
-        per_minibatch = {0, 6} if self.recurrent else {0}
-        normalize = hp.normalize_advantages and mb * seq_len > 1
+        num_minibatches = samples.batch_size[0] * self.seq_len // self.minibatch_size
+        monitors, entropies, grad_norms = [], [], []  # per minibatch; per optimizer step
         for _ in range(hp.num_sgd_iters):
-            order = None
-            if num_minibatches > 1 and hp.shuffle_minibatches:
-                order = torch.randperm(batch, device=self.device, generator=self.generator)
-            shuffled = [
-                x if order is None or i in per_minibatch else _take(x, order) for i, x in enumerate(samples)
-            ]
-            if normalize:
-                shuffled[4] = self._normalized_advantages(shuffled[4], num_minibatches)
-            if hp.accumulate_grads:
+            if hp.accumulate_grads:  # one optimizer step per pass, on the minibatches' mean loss
                 self.optimizer.zero_grad()
-            for j in range(num_minibatches):
-                index = slice(j * mb, (j + 1) * mb) if num_minibatches > 1 else slice(None)
-                rows = index if order is None else order[index]
-                mb_obs, mb_actions, mb_old_logp, mb_old_values, mb_advantages, mb_returns, *rest = (
-                    _take(x, rows) if i in per_minibatch else x[index] for i, x in enumerate(shuffled)
-                )
-                total, monitors, entropy = self._minibatch_loss(
-                    mb_obs, mb_actions, mb_old_logp, mb_old_values, mb_advantages, mb_returns,
-                    entropy_coeff, tuple(rest) if self.recurrent else None,
-                )
+            for j, minibatch in enumerate(self._minibatches(samples, num_minibatches)):
+                loss, minibatch_monitors, entropy = self._minibatch_loss(minibatch, entropy_coeff)
                 if hp.accumulate_grads:
-                    self._backward(total / num_minibatches)
+                    self._backward(loss / num_minibatches)
                     if j == num_minibatches - 1:
                         grad_norms.append(self._optimizer_step(params))
                 else:
                     self.optimizer.zero_grad()
-                    self._backward(total)
+                    self._backward(loss)
                     grad_norms.append(self._optimizer_step(params))
-                monitors_seen.append(monitors)
+                monitors.append(minibatch_monitors)
                 entropies.append(entropy)
-                count += 1
-                if hp.target_kl_div is not None:
-                    kl = self.dist.all_reduce_(monitors[2].clone()) / self.dist.world_size
-                    if kl.item() > hp.target_kl_div:  # every rank sees the same mean KL
-                        stop = True
-                        break
-            if stop:
-                break
+                if self._kl_exceeds_target(minibatch_monitors["kl_div"]):
+                    break
+            else:
+                continue
+            break  # KL early stop
         if self.policy.obs_normalizer is not None:
-            self.policy.obs_normalizer.update(data["obs"][:, :h], batch_dims=2, all_reduce=self._all_reduce)
+            obs = self.buffer.data["obs"][:, : hp.horizon]
+            self.policy.obs_normalizer.update(obs, batch_dims=2, all_reduce=self._all_reduce)
         self.steps += 1
-        # [policy, vf, kl, clip_fraction, entropy, grad_norm, explained_variance], ONE sync
         if not grad_norms:  # a KL stop before the first accumulated optimizer step
             grad_norms.append(torch.zeros((), device=self.device))
-        means_t = torch.cat([
-            torch.stack(monitors_seen).mean(0),
-            torch.stack([torch.stack(entropies).mean(), torch.stack(grad_norms).mean(), explained_variance]),
-        ])
-        if self.dist.enabled:
-            means_t = self.dist.all_reduce_(means_t) / self.dist.world_size
-        policy_loss, vf_loss, kl, clip_fraction, entropy, grad_norm, explained = means_t.tolist()
-        # the mean of the minibatches' total losses, from the means of their (linear) terms
-        total = policy_loss + hp.vf_coeff * vf_loss - entropy_coeff * entropy
+        means = {f"monitors/{name}": torch.stack([m[name] for m in monitors]).mean() for name in monitors[0]}
+        means["monitors/entropy"] = torch.stack(entropies).mean()
+        means["monitors/explained_variance"] = explained_variance
+        means["monitors/grad_norm"] = torch.stack(grad_norms).mean()
+        out = reduce_stats(self.dist, means=means)
+        entropy = out.pop("monitors/entropy")
+        policy_loss, vf_loss = out.pop("monitors/policy"), out.pop("monitors/vf")
         stats = {
             "losses/policy": policy_loss,
             "losses/vf": vf_loss,
             "losses/entropy": -entropy,
-            "losses/total": total,
-            "monitors/kl_div": kl,
-            "monitors/clip_fraction": clip_fraction,
-            "monitors/explained_variance": explained,
-            "monitors/grad_norm": grad_norm,
+            # the mean of the minibatches' total losses, from the means of their (linear) terms
+            "losses/total": policy_loss + hp.vf_coeff * vf_loss - entropy_coeff * entropy,
+            **out,
             "coefficients/entropy": entropy_coeff,
             "coefficients/vf": hp.vf_coeff,
             "coefficients/lr": lr,
@@ -781,54 +731,51 @@ class PPO:
         self._check_finite_stats(stats, checked, f"update step {self.steps}")
         return stats
 
-    def _normalized_advantages(self, advantages: torch.Tensor, num_minibatches: int) -> torch.Tensor:
-        """Each minibatch's advantages (rows ``j * mb:(j + 1) * mb``) centred and scaled by
-        their own mean and std, for all minibatches of a pass in a few ops. In data-parallel
-        training the moments of minibatch ``j`` cover every rank's minibatch ``j`` (ONE
-        all-reduce per pass, not one synchronisation per minibatch)."""
-        adv = advantages.reshape(num_minibatches, -1)
-        if not self.dist.enabled:
-            # two-pass std (sample, n - 1): torch.std's one-pass kernel is ~4x slower on a CPU
-            centred = adv - adv.mean(1, keepdim=True)
-            std = centred.square().sum(1, keepdim=True).div_(max(adv.shape[1] - 1, 1)).sqrt_()
-            return centred.div_(std.add_(1e-8)).reshape(advantages.shape)
-        x = adv.double()
-        moments = torch.stack([torch.full_like(x[:, 0], x.shape[1]), x.sum(1), x.square().sum(1)], 1)
-        n, s, ss = self.dist.all_reduce_(moments).unbind(1)
-        mean = s / n
-        std = ((ss - n * mean * mean) / (n - 1).clamp(min=1)).clamp(min=0).sqrt()
-        out = (adv - mean[:, None].to(adv.dtype)) / (std[:, None].to(adv.dtype) + 1e-8)
-        return out.reshape(advantages.shape)
+    def _minibatches(self, samples: TensorDict, num_minibatches: int) -> Iterator[TensorDict]:
+        """One pass over ``samples`` in ``num_minibatches`` minibatches (shuffled when asked),
+        each with its advantages normalised when asked (:func:`normalized_advantages`)."""
+        hp = self.hparams
+        size = samples.batch_size[0] // num_minibatches
+        order = None
+        if num_minibatches > 1 and hp.shuffle_minibatches:
+            order = torch.randperm(samples.batch_size[0], device=self.device, generator=self.generator)
+        advantages = samples["advantages"] if order is None else samples["advantages"][order]
+        if hp.normalize_advantages and size * self.seq_len > 1:
+            advantages = normalized_advantages(advantages, num_minibatches, self.dist)
+        for j in range(num_minibatches):
+            rows = slice(j * size, (j + 1) * size)
+            minibatch = samples[rows if order is None else order[rows]]
+            minibatch["advantages"] = advantages[rows]
+            yield minibatch
 
     def _minibatch_loss(
-        self, obs, actions, old_logp, old_values, advantages, returns, entropy_coeff, recurrent_inputs,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The minibatch's differentiable total loss, its detached monitors ``[4]`` (policy
-        and vf losses, KL, clip fraction) and its detached mean entropy. ``advantages`` come
-        normalised (when asked) by :meth:`_normalized_advantages`."""
+        self, minibatch: TensorDict, entropy_coeff: float
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
+        """The minibatch's differentiable total loss, its detached monitors ``{policy, vf,
+        kl_div, clip_fraction}`` and its detached mean entropy."""
         hp = self.hparams
         # With a zero entropy coefficient the entropy is only a reported stat: keep it out of
         # the graph so the backward pass does not differentiate it.
         entropy_grad = entropy_coeff != 0
         with self._autocast():
-            if recurrent_inputs is None:
-                logp, entropy, values = self.policy.evaluate(obs, actions, entropy_grad=entropy_grad)
-            else:
-                logp, entropy, values = self.policy.evaluate_sequences(
-                    obs, actions, *recurrent_inputs, entropy_grad=entropy_grad
-                )
-                old_logp, old_values = old_logp.reshape(-1), old_values.reshape(-1)
-                advantages, returns = advantages.reshape(-1), returns.reshape(-1)
-        logp, entropy, values = logp.float(), entropy.float(), values.float()
+            logp, entropy, values = self.policy.evaluate(minibatch, entropy_grad=entropy_grad)
+        old = {key: minibatch[key].reshape(-1) for key in ("logp", "values", "advantages", "returns")}
         total, monitors = ppo_loss(
-            logp, values, old_logp, advantages, old_values, returns,
+            logp.float(), values.float(), old["logp"], old["advantages"], old["values"], old["returns"],
             clip_param=hp.clip_param, dual_clip_param=hp.dual_clip_param,
             vf_clip_param=hp.vf_clip_param, vf_coeff=hp.vf_coeff,
         )
-        mean_entropy = entropy.mean()
+        mean_entropy = entropy.float().mean()
         if entropy_grad:
             total = total - entropy_coeff * mean_entropy
-        return total, monitors, mean_entropy.detach()
+        return total, dict(zip(("policy", "vf", "kl_div", "clip_fraction"), monitors.unbind())), mean_entropy.detach()
+
+    def _kl_exceeds_target(self, kl_div: torch.Tensor) -> bool:
+        """Whether the mean KL over all ranks exceeds ``target_kl_div`` (``False`` without one)."""
+        if self.hparams.target_kl_div is None:
+            return False
+        kl = self.dist.all_reduce_(kl_div.clone()) / self.dist.world_size
+        return kl.item() > self.hparams.target_kl_div
 
     def _backward(self, loss: torch.Tensor) -> None:
         if self.grad_scaler is not None:
@@ -837,6 +784,8 @@ class PPO:
             loss.backward()
 
     def _optimizer_step(self, params: list[torch.nn.Parameter]) -> torch.Tensor:
+        """Average the gradients across ranks, clip them to ``max_grad_norm`` and step the
+        optimizer; returns the gradient norm before clipping."""
         self.dist.average_gradients(params)  # data-parallel: one all-reduce per optimizer step
         if self.grad_scaler is not None:
             self.grad_scaler.unscale_(self.optimizer)

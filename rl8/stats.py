@@ -12,8 +12,15 @@ names are logged to MLflow. See ``docs/trainer.md`` (Metrics).
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-__all__ = ["RENAMED_STATS", "Stats", "current_stat_name", "warn_renamed"]
+import torch
+
+if TYPE_CHECKING:
+    from .distributed import DistContext
+
+__all__ = ["RENAMED_STATS", "Stats", "current_stat_name", "reduce_stats", "warn_renamed"]
 
 #: 1.0.0 name -> current name, for stats that were renamed (each also under ``eval/``).
 RENAMED_STATS: dict[str, str] = {
@@ -78,3 +85,53 @@ class Stats(dict[str, float]):
 
     def __contains__(self, key: object) -> bool:
         return dict.__contains__(self, key) or self._alias(key) is not None
+
+
+def reduce_stats(
+    dist: DistContext,
+    *,
+    sums: Mapping[str, torch.Tensor] | None = None,
+    means: Mapping[str, torch.Tensor] | None = None,
+    mins: Mapping[str, torch.Tensor] | None = None,
+    maxs: Mapping[str, torch.Tensor] | None = None,
+    local: Mapping[str, torch.Tensor] | None = None,
+) -> dict[str, float]:
+    """``{name: 0-d tensor}`` statistics as ``{name: float}``, read back with ONE host transfer.
+
+    In data-parallel training (``dist.enabled``) each group is reduced across ranks first:
+    ``sums`` are summed, ``means`` averaged (both in one all-reduce), ``mins`` and ``maxs``
+    take the smallest and largest value (one all-reduce each); ``local`` values are this
+    rank's own. In one process every value is returned as it is. Values are reduced in
+    float64. Nothing else is read or changed.
+
+    Args:
+        dist: The run's :class:`~rl8.distributed.DistContext`.
+        sums, means, mins, maxs, local: The statistics of each kind, ``{name: 0-d tensor}``;
+            a name may appear in only one of them.
+    """
+    groups = {kind: dict(values or {}) for kind, values in
+              (("sums", sums), ("means", means), ("mins", mins), ("maxs", maxs), ("local", local))}
+    names = [name for values in groups.values() for name in values]
+    if not names:
+        return {}
+    if len(set(names)) != len(names):
+        raise ValueError(f"reduce_stats: expected each stat name once, got {names}")
+    if not dist.enabled:
+        return dict(zip(names, _stack([t for group in groups.values() for t in group.values()]).tolist()))
+    parts = []
+    added = [*groups["sums"].values(), *groups["means"].values()]
+    if added:
+        summed = dist.all_reduce_(_stack(added))
+        summed[len(groups["sums"]):] /= dist.world_size
+        parts.append(summed)
+    for kind, op in (("mins", "min"), ("maxs", "max")):
+        if groups[kind]:
+            parts.append(dist.all_reduce_(_stack(groups[kind].values()), op))
+    if groups["local"]:
+        parts.append(_stack(groups["local"].values()))
+    return dict(zip(names, torch.cat(parts).tolist()))
+
+
+def _stack(tensors) -> torch.Tensor:
+    """0-d tensors of any dtypes as one float64 vector (one stack, one cast)."""
+    return torch.stack(list(tensors)).double()

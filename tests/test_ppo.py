@@ -12,6 +12,7 @@ from tensordict import TensorDict
 
 from rl8 import PPO, Env, EnvOutputError
 from rl8.envs import CartPole, ContinuousDummyEnv, DiscreteDummyEnv, Pendulum
+from rl8.ppo import normalized_advantages
 
 SMALL = dict(num_envs=16, horizon=8, sgd_minibatch_size=32, num_sgd_iters=2, seed=0)
 
@@ -449,7 +450,7 @@ def test_collect_sees_parameters_updated_by_step():
     obs = data["obs"][:, :8].reshape(-1, 4)
     actions = data["actions"][:, :8].reshape(-1)
     with torch.no_grad():
-        logp, _, values = algo.policy.evaluate(obs, actions)
+        logp, _, values = algo.policy.evaluate(TensorDict(obs=obs, actions=actions, batch_size=[256]))
     torch.testing.assert_close(data["logp"][:, :8].reshape(-1), logp, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(data["values"][:, :8].reshape(-1), values, rtol=1e-5, atol=1e-5)
 
@@ -504,7 +505,8 @@ def test_update_stats_values(accumulate_grads):
     size = 48 // minibatches
     for j in range(minibatches):
         rows = slice(j * size, (j + 1) * size)
-        logp, entropy, values = policy.evaluate(obs[rows], actions[rows])
+        minibatch = TensorDict(obs=obs[rows], actions=actions[rows], batch_size=[size])
+        logp, entropy, values = policy.evaluate(minibatch)
         loss, monitors = reference_ppo_loss(
             logp, values, old_logp[rows], advantages[rows], old_values[rows], returns[rows],
             clip_param=0.2, vf_clip_param=0.5, vf_coeff=0.7,
@@ -617,7 +619,7 @@ def test_normalized_advantages_per_minibatch(num_minibatches):
     algo = PPO(DiscreteDummyEnv, num_envs=8, horizon=8, sgd_minibatch_size=64 // num_minibatches, seed=0)
     torch.manual_seed(1)
     adv = 3.0 * torch.randn(64) + 2.0
-    got = algo._normalized_advantages(adv.clone(), num_minibatches)
+    got = normalized_advantages(adv.clone(), num_minibatches, algo.dist)
     rows = adv.reshape(num_minibatches, -1)
     expected = (rows - rows.mean(1, keepdim=True)) / (rows.std(1, keepdim=True) + 1e-8)
     torch.testing.assert_close(got, expected.reshape(-1), rtol=1e-5, atol=1e-6)
