@@ -23,6 +23,7 @@ from tensordict import TensorDict, TensorDictBase
 from ._resolve import DISTRIBUTION, HPARAM_KINDS, MODEL, OPTIMIZER, is_dotted_path, qualified_name, resolve, resolve_env
 from .buffer import RolloutBuffer, compute_gae
 from .distributed import DistContext, derive_seed
+from .episodes import EpisodeTracker
 from .env import Env, EnvOutputError, find_nonfinite, validate_reset_output, validate_step_output
 from .hparams import HParams
 from .losses import ppo_loss
@@ -338,9 +339,7 @@ class PPO:
         self.steps = 0
         self._obs: torch.Tensor | TensorDictBase | None = None
         self._validated = False
-        n = hp.num_envs
-        self._episode_return = torch.zeros(n, device=self.device)
-        self._episode_length = torch.zeros(n, device=self.device)
+        self.episodes = EpisodeTracker(hp.num_envs, self.device)
 
     # ----------------------------------------------------------------- helpers
     def _autocast(self) -> contextlib.AbstractContextManager:
@@ -363,8 +362,7 @@ class PPO:
         self._obs = self.env.reset(config=config or None, seed=seed)
         validate_reset_output(self._obs, self.env)  # once per reset: cheap
         self.env_resets += 1
-        self._episode_return.zero_()
-        self._episode_length.zero_()
+        self.episodes.reset()
         if self.reward_normalizer is not None:
             self.reward_normalizer.reset()
         if self.recurrent:
@@ -483,7 +481,7 @@ class PPO:
         # the normaliser's running returns advance on the device; their moments travel with
         # the rollout stats (one transfer) and are merged on the host
         seen = self.reward_normalizer.advance(rewards, dones) if self.reward_normalizer is not None else None
-        stats = self._rollout_stats(rewards, dones, seen)
+        stats = self._rollout_stats(rewards, dones, self.episodes, seen)
         if n != 0:  # after the first n collects: the reduced stats, at no extra cost
             self._check_finite_stats(stats, _CHECKED_ROLLOUT_STATS, f"collect {self.collects}")
         return stats
@@ -523,94 +521,56 @@ class PPO:
         return self.dist.all_reduce_ if self.dist.enabled else None
 
     def _rollout_stats(
-        self, rewards: torch.Tensor, dones: torch.Tensor | None, seen: torch.Tensor | None = None
+        self, rewards: torch.Tensor, dones: torch.Tensor | None, episodes: EpisodeTracker,
+        seen: torch.Tensor | None = None,
     ) -> Stats:
-        """Rollout stats from sums, minima and maxima, reduced across ranks, with ONE sync.
+        """Rollout stats of ``rewards`` ``[num_envs, T]`` (all ranks), read back in ONE transfer.
 
-        ``seen``: the reward normaliser's running returns of this collect (see
-        :meth:`RewardNormalizer.advance`); their count, sum and sum of squares are reduced
-        with the rest and merged into its statistics. Few ops on purpose: this runs once per
-        collect, right after the rollout, on cold caches, where each op costs several times
-        its warm price.
+        ``dones``: where episodes ended (``None`` for infinite-horizon envs); ``episodes``
+        advances over them. ``seen``: the reward normaliser's running returns of this collect
+        (:meth:`RewardNormalizer.advance`), whose moments are read back with the stats and
+        folded into its statistics.
         """
         f64 = torch.float64
         reward_sums = rewards.sum(1, dtype=f64)  # per env, over the rollout's steps
-        # the sum of all rewards is the sum of the reward sums; counts are known on the host;
-        # sums of squares of big tensors come as float64 2-norms (one op), squared later
-        parts = [reward_sums.sum(), reward_sums.dot(reward_sums), torch.linalg.vector_norm(rewards, dtype=f64)]
+        sums = {  # (the sum of all rewards is the sum of the reward sums)
+            "reward_sum": reward_sums.sum(),
+            "reward_sum_sq": reward_sums.dot(reward_sums),
+            "reward_sq": torch.linalg.vector_norm(rewards, dtype=f64).square(),
+        }
         if dones is not None:
-            parts += [x.double() for x in self._episode_stats(rewards, dones)]
+            sums.update(episodes.advance(rewards, dones))
+        local = {}
         if seen is not None:
-            parts += [seen.sum(dtype=f64), torch.linalg.vector_norm(seen, dtype=f64)]
+            normalizer_sums, local = self.reward_normalizer.returns_moments(seen)
+            sums.update(normalizer_sums)
         ret_lo, ret_hi = reward_sums.aminmax()
         rew_lo, rew_hi = rewards.aminmax()
-        extremes = [ret_lo, rew_lo, ret_hi, rew_hi]  # (stack promotes to float64)
-        current = []  # the normaliser's statistics before this collect (not reduced)
-        if seen is not None:
-            stats = self.reward_normalizer.stats
-            current = [stats.mean, stats.var, stats.count]
-        norms = [2] + ([len(parts) - 1] if seen is not None else [])  # entries that are 2-norms
-        if self.dist.enabled:
-            sums = torch.stack(parts)
-            sums[norms] = sums[norms].square()  # ranks add sums of squares, not norms
-            mins, maxs = torch.stack(extremes[:2]).double(), torch.stack(extremes[2:]).double()
-            self.dist.all_reduce_(sums)
-            self.dist.all_reduce_(mins, "min")
-            self.dist.all_reduce_(maxs, "max")
-            values = torch.cat([sums, mins, maxs, *([torch.stack(current)] if current else [])]).tolist()
-        else:  # everything in one stack
-            values = torch.stack([*parts, *extremes, *current]).tolist()
-        k = len(parts)
-        if not self.dist.enabled:
-            for i in norms:
-                values[i] *= values[i]
-        s_ret, ss_ret, ss_rew = values[:3]
-        lo_ret, lo_rew, hi_ret, hi_rew = values[k : k + 4]
+        values = reduce_stats(
+            self.dist, sums=sums, local=local,
+            mins={"rollout/reward_sum_min": ret_lo, "rewards/min": rew_lo},
+            maxs={"rollout/reward_sum_max": ret_hi, "rewards/max": rew_hi},
+        )
         world = self.dist.world_size
-        n_ret, n_rew = float(reward_sums.numel() * world), float(rewards.numel() * world)
         out = Stats()
-        for prefix, n, ss, lo, hi in (
-            ("rollout/reward_sum_", n_ret, ss_ret, lo_ret, hi_ret), ("rewards/", n_rew, ss_rew, lo_rew, hi_rew)
+        for prefix, n, sum_sq in (
+            ("rollout/reward_sum_", reward_sums.numel() * world, values["reward_sum_sq"]),
+            ("rewards/", rewards.numel() * world, values["reward_sq"]),
         ):
-            mean = s_ret / n
-            out[f"{prefix}min"] = lo
-            out[f"{prefix}max"] = hi
+            mean = values["reward_sum"] / n
+            out[f"{prefix}min"] = values[f"{prefix}min"]
+            out[f"{prefix}max"] = values[f"{prefix}max"]
             out[f"{prefix}mean"] = mean
-            out[f"{prefix}std"] = max(ss / n - mean * mean, 0.0) ** 0.5
+            out[f"{prefix}std"] = max(sum_sq / n - mean * mean, 0.0) ** 0.5
         if dones is not None:
-            ret_sum, len_sum, count = values[3:6]
+            count = values["episodes/count"]
             # NaN when no episode ended: stop conditions treat NaN as "not reached".
-            out["episodes/return_mean"] = ret_sum / count if count > 0 else float("nan")
-            out["episodes/length_mean"] = len_sum / count if count > 0 else float("nan")
+            out["episodes/return_mean"] = values["episodes/return_sum"] / count if count > 0 else float("nan")
+            out["episodes/length_mean"] = values["episodes/length_sum"] / count if count > 0 else float("nan")
             out["episodes/count"] = count
         if seen is not None:
-            seen_sum, seen_sq = values[k - 2 : k]
-            self.reward_normalizer.stats.merge_moments_(
-                tuple(values[k + 4 : k + 7]), float(seen.numel() * world), seen_sum, seen_sq
-            )
+            self.reward_normalizer.merge_returns_moments(values, float(seen.numel() * world))
         return out
-
-    def _episode_stats(self, rewards: torch.Tensor, dones: torch.Tensor):
-        """Sums of returns and lengths of episodes that ended in this collect, vectorised."""
-        n, h = rewards.shape
-        steps = torch.arange(h, device=rewards.device)
-        cum_ret = self._episode_return[:, None] + rewards.float().cumsum(1)
-        cum_len = self._episode_length[:, None] + (steps + 1).float()
-        last_done = torch.where(dones, steps, -1).cummax(1).values
-        prev_done = torch.cat([torch.full((n, 1), -1, device=rewards.device), last_done[:, :-1]], 1)
-        has_prev = prev_done >= 0
-        idx = prev_done.clamp(min=0)
-        start_ret = torch.where(has_prev, cum_ret.gather(1, idx), 0.0)
-        start_len = torch.where(has_prev, cum_len.gather(1, idx), 0.0)
-        done_f = dones.float()
-        ret_sum = ((cum_ret - start_ret) * done_f).sum()
-        len_sum = ((cum_len - start_len) * done_f).sum()
-        final = last_done[:, -1:]
-        ended = final >= 0
-        fidx = final.clamp(min=0)
-        self._episode_return = (cum_ret[:, -1:] - torch.where(ended, cum_ret.gather(1, fidx), 0.0))[:, 0]
-        self._episode_length = (cum_len[:, -1:] - torch.where(ended, cum_len.gather(1, fidx), 0.0))[:, 0]
-        return ret_sum, len_sum, done_f.sum()
 
     # ----------------------------------------------------------------- update
     def _advantages(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -870,13 +830,7 @@ class PPO:
                     dones[:, t] = done[:, 0]
                     firsts = done[:, 0]
                 obs = out["obs"]
-        saved = self._episode_return, self._episode_length
-        self._episode_return = torch.zeros(n, device=self.device)
-        self._episode_length = torch.zeros(n, device=self.device)
-        try:
-            return self._rollout_stats(rewards, dones)
-        finally:
-            self._episode_return, self._episode_length = saved
+        return self._rollout_stats(rewards, dones, EpisodeTracker(n, self.device))
 
     # ----------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:
@@ -908,8 +862,7 @@ class PPO:
                 {"state": self._state.to_dict(), "firsts": self._firsts.clone(), "sequences": self.sequences}
                 if self.recurrent else None
             ),
-            "episode_return": self._episode_return.clone(),
-            "episode_length": self._episode_length.clone(),
+            **self.episodes.state_dict(),
             "obs": obs if env_state is not None else None,
             "env": env_state,
             "rng": {
@@ -934,8 +887,7 @@ class PPO:
         self.env_resets = int(counters["env_resets"])
         self.collects = int(counters["collects"])
         self.steps = int(counters["steps"])
-        self._episode_return = state["episode_return"].to(self.device)
-        self._episode_length = state["episode_length"].to(self.device)
+        self.episodes.load_state_dict(state)
         if self.recurrent and state.get("recurrent") is not None:
             from tensordict import TensorDict
 

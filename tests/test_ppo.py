@@ -782,3 +782,22 @@ def test_step_is_a_deprecated_name_of_update():
     with pytest.warns(DeprecationWarning, match=r"PPO.step\(\) is renamed PPO.update\(\)"):
         stats = algo.step()
     assert algo.steps == 1 and "losses/total" in stats
+
+
+def test_episode_tracker_carries_episodes_across_collects():
+    """EpisodeTracker sums whole episodes that end in a collect (steps of earlier collects
+    included) and carries the unfinished ones, through its state_dict too."""
+    from rl8.episodes import EpisodeTracker
+
+    tracker = EpisodeTracker(2, "cpu")
+    rewards = torch.tensor([[1.0, 2.0, 3.0], [1.0, 1.0, 1.0]])
+    dones = torch.tensor([[False, False, False], [False, True, False]])
+    first = tracker.advance(rewards, dones)
+    assert {k: v.item() for k, v in first.items()} == {
+        "episodes/return_sum": 2.0, "episodes/length_sum": 2.0, "episodes/count": 1.0}
+    restored = EpisodeTracker(2, "cpu")
+    restored.load_state_dict(tracker.state_dict())
+    second = restored.advance(rewards, torch.tensor([[True, False, False], [False, False, False]]))
+    assert second["episodes/return_sum"].item() == 7.0  # 1 + 2 + 3 + 1
+    assert second["episodes/length_sum"].item() == 4.0
+    torch.testing.assert_close(restored.returns, torch.tensor([5.0, 4.0]))
