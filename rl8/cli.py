@@ -621,11 +621,10 @@ def _eval(args: argparse.Namespace) -> int:
     if args.seed is not None:
         torch.manual_seed(args.seed)
     try:
-        with torch.no_grad():
-            if env.episodic:
-                _eval_episodes(policy, env, obs, args.episodes, args.max_steps or 100_000, deterministic)
-            else:
-                _eval_steps(policy, env, obs, args.max_steps or 1000, deterministic)
+        if env.episodic:
+            _eval_episodes(policy, env, obs, args.episodes, args.max_steps or 100_000, deterministic)
+        else:
+            _eval_steps(policy, env, obs, args.max_steps or 1000, deterministic)
     finally:
         env.close()
     return 0
@@ -634,36 +633,26 @@ def _eval(args: argparse.Namespace) -> int:
 def _eval_episodes(policy: Any, env: Any, obs: Any, episodes: int, max_steps: int, deterministic: bool) -> None:
     import torch
 
+    from .runner import run_policy
+
     n = env.num_envs
     quota = math.ceil(episodes / n)  # episodes per env: no env's short episodes dominate
     ep_return = torch.zeros(n, dtype=torch.float64)
     ep_length = torch.zeros(n, dtype=torch.int64)
     done_per_env = [0] * n
     results: list[tuple[int, int, float, int]] = []  # (k-th episode of env, env, return, length)
-    steps = 0
-    reset_state = getattr(policy, "reset_state", None)  # recurrent policies keep a state
-    if reset_state is not None:
-        reset_state()
-    while sum(min(c, quota) for c in done_per_env) < episodes and steps < max_steps:
-        out = env.step(policy(obs, deterministic=deterministic))
-        steps += 1
-        ep_return += out["rewards"][:, 0].double().cpu()
+    for step in run_policy(policy, env, obs, num_steps=max_steps, deterministic=deterministic):
+        ep_return += step.rewards.double().cpu()
         ep_length += 1
-        done = None
-        for key in ("terminated", "truncated"):
-            flag = out.get(key, None)
-            if flag is not None:
-                done = flag[:, 0] if done is None else done | flag[:, 0]
-        if done is not None:
-            if reset_state is not None:
-                reset_state(done)
-            for i in done.nonzero()[:, 0].tolist():
+        if step.done is not None:
+            for i in step.done.nonzero()[:, 0].tolist():
                 if done_per_env[i] < quota:
                     results.append((done_per_env[i], i, float(ep_return[i]), int(ep_length[i])))
                 done_per_env[i] += 1
                 ep_return[i] = 0.0
                 ep_length[i] = 0
-        obs = out["obs"]
+        if sum(min(c, quota) for c in done_per_env) >= episodes:
+            break
     results = sorted(results)[:episodes]
     returns = [r for _, _, r, _ in results]
     for k, (_, env_index, ret, length) in enumerate(results, start=1):
@@ -680,13 +669,11 @@ def _eval_episodes(policy: Any, env: Any, obs: Any, episodes: int, max_steps: in
 def _eval_steps(policy: Any, env: Any, obs: Any, steps: int, deterministic: bool) -> None:
     import torch
 
+    from .runner import run_policy
+
     total = torch.zeros(env.num_envs, dtype=torch.float64)
-    if getattr(policy, "reset_state", None) is not None:
-        policy.reset_state()
-    for _ in range(steps):
-        out = env.step(policy(obs, deterministic=deterministic))
-        total += out["rewards"][:, 0].double().cpu()
-        obs = out["obs"]
+    for step in run_policy(policy, env, obs, num_steps=steps, deterministic=deterministic):
+        total += step.rewards.double().cpu()
     print(f"{type(env).__name__} does not end episodes: returns over {steps} steps per env")
     for i, ret in enumerate(total.tolist()):
         print(f"env {i}: return {ret:.6g}")
