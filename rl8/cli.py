@@ -504,17 +504,15 @@ def _checkpoint_conditions(saved: Mapping[str, Any], path: Any) -> list[Any]:
 def _canonical_env(spec: str, *, source: Any = None, trust_code: bool = False) -> str:
     """``rl8.envs.CartPole`` and ``rl8.envs.cartpole.CartPole`` name the same class. A spec read
     from a file (``source``) is checked for its kind before use (see docs/security.md)."""
-    from ._resolve import env_spec_string, is_dotted_path, resolve_env
+    from ._resolve import env_spec_string, env_target
     from .checkpoint import CheckpointError
 
-    if is_dotted_path(spec):
-        try:
-            return env_spec_string(resolve_env(spec, source=source, trust_code=trust_code)) or spec
-        except CheckpointError:
-            raise
-        except (ValueError, ImportError):
-            return spec
-    return spec
+    try:
+        return env_spec_string(env_target(spec, source=source, trust_code=trust_code).target) or spec
+    except CheckpointError:
+        raise
+    except (ValueError, ImportError):
+        return spec
 
 
 def _check_eval_plan(

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ._resolve import env_target
 from .env import Env
 from .runner import run_policy
 
@@ -48,17 +49,6 @@ def _imageio() -> Any:
             f"{_INSTALL}"
         ) from exc
     return imageio
-
-
-def _is_gymnasium_spec(spec: Any) -> bool:
-    """Whether :func:`rl8.ppo.make_env` would build a :class:`~rl8.envs.GymnasiumEnv`."""
-    from ._resolve import is_dotted_path, resolve_env
-
-    if is_dotted_path(spec):
-        spec = resolve_env(spec)
-    if isinstance(spec, type) and issubclass(spec, Env):
-        return False
-    return isinstance(spec, str) or callable(spec)
 
 
 def make_recording_env(
@@ -92,7 +82,7 @@ def make_recording_env(
         if factory_kwargs.get("render_mode") is None:
             factory_kwargs["render_mode"] = "rgb_array"
         return GymnasiumEnvFactory(spec.cls, spec.env, factory_kwargs)(1, horizon, device=device)
-    if _is_gymnasium_spec(spec) and kwargs.get("render_mode") is None:
+    if env_target(spec).gymnasium and kwargs.get("render_mode") is None:
         kwargs["render_mode"] = "rgb_array"
     return make_env(spec, 1, horizon, device=device, env_kwargs=kwargs)
 
