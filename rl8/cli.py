@@ -788,6 +788,19 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _add_policy_run_arguments(parser: argparse.ArgumentParser, *, seed_help: str) -> None:
+    """The arguments ``rl8 eval`` and ``rl8 record`` share: which policy, in which env, how."""
+    parser.add_argument("policy", metavar="PATH_OR_RUN_ID")
+    parser.add_argument("--env", help="env to run in (default: the one the policy was trained on)")
+    parser.add_argument("--env-config", action="append", metavar="KEY=VALUE", help="env parameter (repeatable)")
+    parser.add_argument("--stochastic", action="store_true", help="sample actions instead of taking the modes")
+    parser.add_argument("--seed", type=int, help=seed_help)
+    parser.add_argument("--tracking-uri", help="MLflow tracking URI, for a run id")
+    parser.add_argument("--trust-code", action="store_true",
+                        help="trust the file: let it name a plain function as its env factory, which rl8 "
+                             "then calls (off by default; see docs/security.md)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``rl8`` argument parser."""
     from . import __version__
@@ -830,20 +843,12 @@ def build_parser() -> argparse.ArgumentParser:
         "eval", help="run a saved policy and print episode returns",
         description="Run a policy from a policy file, a checkpoint (file or folder) or an MLflow run.",
     )
-    evaluate.add_argument("policy", metavar="PATH_OR_RUN_ID")
+    _add_policy_run_arguments(evaluate, seed_help="seed of the env and of sampling")
     evaluate.add_argument("--episodes", type=_positive_int, default=10, metavar="N",
                           help="episodes to run (default 10)")
     evaluate.add_argument("--num-envs", type=_positive_int, metavar="N", help="envs in parallel (default: --episodes)")
-    evaluate.add_argument("--env", help="env to run in (default: the one the policy was trained on)")
-    evaluate.add_argument("--env-config", action="append", metavar="KEY=VALUE", help="env parameter (repeatable)")
-    evaluate.add_argument("--stochastic", action="store_true", help="sample actions instead of taking the modes")
     evaluate.add_argument("--max-steps", type=_positive_int, metavar="N",
                           help="steps per env at most (default 100000; 1000 for envs without episodes)")
-    evaluate.add_argument("--seed", type=int, help="seed of the env and of sampling")
-    evaluate.add_argument("--tracking-uri", help="MLflow tracking URI, for a run id")
-    evaluate.add_argument("--trust-code", action="store_true",
-                          help="trust the file: let it name a plain function as its env factory, which rl8 "
-                             "then calls (off by default; see docs/security.md)")
     evaluate.set_defaults(func=_eval)
 
     record = commands.add_parser(
@@ -851,22 +856,14 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run a policy for one episode and write an MP4 video of it (H.264). The "
                     "policy comes from a policy file, a checkpoint (file or folder) or an MLflow run.",
     )
-    record.add_argument("policy", metavar="PATH_OR_RUN_ID")
+    _add_policy_run_arguments(record, seed_help="seed of the env's reset and of sampling")
     record.add_argument("-o", "--output", default="video.mp4", metavar="FILE",
                         help="the MP4 file to write (default video.mp4)")
-    record.add_argument("--env", help="env to run in (default: the one the policy was trained on)")
-    record.add_argument("--env-config", action="append", metavar="KEY=VALUE", help="env parameter (repeatable)")
     record.add_argument("--max-steps", type=_positive_int, metavar="N",
                         help="env steps at most (default: one episode, at most the env's episode "
                              "limit, else 1000)")
-    record.add_argument("--stochastic", action="store_true", help="sample actions instead of taking the modes")
     record.add_argument("--fps", type=_positive_float, metavar="N",
                         help="frames per second (default: the env's metadata['render_fps'])")
-    record.add_argument("--seed", type=int, help="seed of the env's reset and of sampling")
-    record.add_argument("--tracking-uri", help="MLflow tracking URI, for a run id")
-    record.add_argument("--trust-code", action="store_true",
-                        help="trust the file: let it name a plain function as its env factory, which rl8 "
-                           "then calls (off by default; see docs/security.md)")
     record.set_defaults(func=_record)
 
     runs = commands.add_parser(
