@@ -119,35 +119,45 @@ class Policy(nn.Module):
             return None
         return self.model.initial_state(batch_size, self.device)
 
-    def step(
+    def rollout_step(
         self,
         obs: torch.Tensor | TensorDictBase,
-        state: TensorDictBase | None,
-        firsts: torch.Tensor | None,
+        carry: TensorDictBase | None,
+        starts: torch.Tensor | None = None,
     ) -> tuple[Distribution, torch.Tensor, TensorDictBase | None]:
         """One environment step of the policy for a batch of envs, for both kinds of model.
 
         Args:
             obs: Observations ``[B, ...]``.
-            state: The recurrent state before this step (``None`` for feedforward models).
-            firsts: ``[B]`` bool, True where an episode starts at this step (the recurrent
-                state of that env is reset first); ignored by feedforward models.
+            carry: What the model carries from step to step: the recurrent state before this
+                step (:meth:`initial_state`), ``None`` for feedforward models.
+            starts: ``[B]`` bool, True where an episode starts at ``obs`` (that env's carry
+                is reset first); ``None``: none does. Ignored by feedforward models.
 
         Returns:
-            The action distribution, the values ``[B]`` and the state after the step.
+            The action distribution, the values ``[B]`` and the carry after the step.
         """
-        if not self.recurrent:
+        if carry is None:
             dist, value = self.distribution(obs)
             return dist, value, None
-        params, values, state = self.model(self.preprocess(obs)[:, None], state, firsts[:, None])
+        params, values, carry = self.model(self.preprocess(obs)[:, None], carry, self._starts(obs, starts)[:, None])
         dist = self.distribution_cls(params[:, 0], self.action_space, action_mask=self.action_mask(obs))
-        return dist, values[:, 0], state
+        return dist, values[:, 0], carry
 
-    def sequence_value(
-        self, obs: torch.Tensor | TensorDictBase, state: TensorDictBase, firsts: torch.Tensor
+    def rollout_value(
+        self,
+        obs: torch.Tensor | TensorDictBase,
+        carry: TensorDictBase | None,
+        starts: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Recurrent models: values ``[B]`` of one step from the given state."""
-        return self.model.value(self.preprocess(obs)[:, None], state, firsts[:, None])[:, 0]
+        """Values ``[B]`` of one step from ``carry`` (arguments as of :meth:`rollout_step`)."""
+        if carry is None:
+            return self.value(obs)
+        return self.model.value(self.preprocess(obs)[:, None], carry, self._starts(obs, starts)[:, None])[:, 0]
+
+    def _starts(self, obs: torch.Tensor | TensorDictBase, starts: torch.Tensor | None) -> torch.Tensor:
+        """``starts``, or no episode start for any of the ``[B]`` envs."""
+        return torch.zeros(obs.shape[0], dtype=torch.bool, device=self.device) if starts is None else starts
 
     def reset_state(self, mask: torch.Tensor | None = None) -> None:
         """Recurrent policies: forget the state kept between calls of the policy.
@@ -228,8 +238,7 @@ class Policy(nn.Module):
         state = getattr(self, "_state", None)
         if state is None or state.batch_size[0] != batch:
             state = self.initial_state(batch)
-        firsts = torch.zeros(batch, dtype=torch.bool, device=self.device)
-        dist, _, self._state = self.step(obs, state, firsts)
+        dist, _, self._state = self.rollout_step(obs, state)
         actions = dist.deterministic_sample() if deterministic else dist.sample()
         return self.to_env_action(actions)
 
@@ -278,10 +287,10 @@ class Policy(nn.Module):
                     f"state: expected the state of {size} env(s) (batch size [{size}]), "
                     f"got batch size {list(state.batch_size)}"
                 )
-            firsts = torch.zeros(size, dtype=torch.bool, device=self.device)
+            starts = None
             if episode_start is not None:
-                firsts = torch.as_tensor(episode_start, dtype=torch.bool, device=self.device).reshape(size)
-            dist, _, state = self.step(obs, state, firsts)
+                starts = torch.as_tensor(episode_start, dtype=torch.bool, device=self.device).reshape(size)
+            dist, _, state = self.rollout_step(obs, state, starts)
         else:
             dist, _ = self.distribution(obs)
             state = None

@@ -10,113 +10,34 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import math
-import os
 import secrets
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from ._resolve import DISTRIBUTION, HPARAM_KINDS, MODEL, OPTIMIZER, is_dotted_path, qualified_name, resolve, resolve_env
-from .buffer import RolloutBuffer, compute_gae
+from ._resolve import DISTRIBUTION, HPARAM_KINDS, MODEL, OPTIMIZER, env_target, qualified_name, resolve
+from .buffer import (
+    MIN_SLOT_BYTES, RecurrentCarry, RolloutBuffer, RolloutCarry, buffer_allocation, check_buffer_fits, compute_gae,
+    slot_bytes,
+)
 from .distributed import DistContext, derive_seed
+from .env import Env, validate_reset_output, validate_step_output
 from .episodes import EpisodeTracker
-from .env import Env, EnvOutputError, find_nonfinite, validate_reset_output, validate_step_output
+from .finite import CHECKED_ROLLOUT_STATS, CHECKED_UPDATE_STATS, NonFiniteError, check_buffer_finite, check_stats_finite
 from .hparams import HParams
 from .losses import ppo_loss
 from .normalization import RewardNormalizer
 from .policy import Policy
-from .spaces import zeros_like_space
-from .stats import Stats, reduce_stats
+from .runner import run_policy
+from .stats import Stats, reduce_stats, rollout_stats
 
 __all__ = ["NonFiniteError", "PPO", "make_env"]
 
-#: Update stats checked for NaN/inf after every :meth:`PPO.update` (the grad norm only without a
-#: gradient scaler: with one, an inf grad norm is a skipped step, not a failure).
-_CHECKED_UPDATE_STATS = ("losses/total", "monitors/grad_norm")
-#: Rollout stats checked for NaN/inf after every collect (they reduce every reward).
-_CHECKED_ROLLOUT_STATS = ("rollout/reward_sum_mean", "rollout/reward_sum_std", "rewards/min", "rewards/max")
-
-
-class NonFiniteError(FloatingPointError):
-    """Training produced NaN or inf: a loss, the gradient norm or a rollout statistic.
-
-    Raised by :meth:`PPO.update` and :meth:`PPO.collect`; the message names the stat, its value
-    and the step. The optimizer step that produced it may already have made the parameters
-    non-finite, so the Trainer never checkpoints them (resume from an earlier checkpoint).
-    """
-
-
-# Observations up to this size per step (all envs) are kept through a collect and stacked into
-# the buffer once; bigger ones (images) are copied step by step, not held horizon times over.
-_STACKED_OBS_MAX_BYTES = 1 << 20
-
-
-# Bytes of one buffer slot (one env, one step) whatever the spaces: the float32 log-prob,
-# value and reward.
-_MIN_SLOT_BYTES = 12
-
-
-def _device_memory(device: torch.device) -> int | None:
-    """Total memory of ``device`` in bytes, or ``None`` where it cannot be told."""
-    if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[1]
-    if device.type == "cpu" and hasattr(os, "sysconf"):
-        try:
-            return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        except (ValueError, OSError):
-            return None
-    return None
-
-
-def _space_bytes(space: Any) -> int:
-    """Bytes of one value of ``space`` as rl8 stores it."""
-    value = zeros_like_space(space, [1])
-    tensors = value.values(True, True) if isinstance(value, TensorDictBase) else [value]
-    return sum(t.nbytes for t in tensors)
-
-
-def _buffer_size_error(hp: HParams, need: int, problem: str) -> ValueError:
-    return ValueError(
-        f"hparam num_envs, horizon: a rollout buffer of num_envs={hp.num_envs} envs x "
-        f"(horizon={hp.horizon} + 1) steps needs about {need} bytes ({need / 2**30:.1f} GiB); "
-        f"{problem}. Use fewer envs or a shorter horizon"
-    )
-
-
-def _check_buffer_fits(hp: HParams, device: torch.device, slot_bytes: int) -> None:
-    """Refuse, before allocating anything, a buffer of ``slot_bytes`` per env and step that
-    is larger than the whole memory of ``device`` (it could never be allocated)."""
-    need = hp.num_envs * (hp.horizon + 1) * slot_bytes
-    total = _device_memory(device)
-    if total is not None and need > total:
-        raise _buffer_size_error(hp, need, f"{device} has {total} bytes ({total / 2**30:.1f} GiB) in all")
-
-
-@contextlib.contextmanager
-def _allocation(hp: HParams, slot_bytes: int | None):
-    """Re-raise a failed allocation (torch's allocators, ``MemoryError``) as an error naming
-    ``num_envs``, ``horizon`` and the bytes of the buffer of ``slot_bytes`` per env and step;
-    ``slot_bytes=None``: the allocation is the envs' own (their constructor), and the error
-    names ``num_envs`` only. Other errors pass unchanged."""
-    try:
-        yield
-    except (MemoryError, RuntimeError) as err:
-        text = str(err).strip()
-        out_of_memory = isinstance(err, (MemoryError, torch.cuda.OutOfMemoryError)) or (
-            "can't allocate memory" in text or "out of memory" in text
-        )
-        if not out_of_memory:
-            raise
-        reason = text.splitlines()[-1] if text else type(err).__name__
-        if slot_bytes is None:
-            raise ValueError(f"hparam num_envs: building num_envs={hp.num_envs} envs ran out of memory "
-                             f"({reason}). Use fewer envs") from err
-        need = hp.num_envs * (hp.horizon + 1) * slot_bytes
-        raise _buffer_size_error(hp, need, f"allocating memory failed ({reason})") from err
+#: The counters of training progress, saved in checkpoints (see :class:`PPO`, Attributes).
+_COUNTERS = ("env_steps", "env_resets", "collects", "steps")
 
 
 def normalized_advantages(advantages: torch.Tensor, num_minibatches: int, dist: DistContext) -> torch.Tensor:
@@ -184,21 +105,94 @@ def make_env(
             :class:`rl8.envs.GymnasiumEnv`, e.g. ``vectorization_mode`` or ``env_kwargs``).
     """
     kwargs = dict(env_kwargs or {})
-    if is_dotted_path(env):
-        env = resolve_env(env)
-    if isinstance(env, type) and issubclass(env, Env):
-        return env(num_envs, horizon, device=device, **kwargs)
-    if isinstance(env, str) or callable(env):
-        from .envs.gymnasium import GymnasiumEnv, GymnasiumEnvFactory
+    target, gymnasium = env_target(env)
+    if not gymnasium:
+        return target(num_envs, horizon, device=device, **kwargs)
+    from .envs.gymnasium import GymnasiumEnv, GymnasiumEnvFactory
 
-        if isinstance(env, GymnasiumEnvFactory):
-            return env(num_envs, horizon, device=device, **kwargs)
+    if isinstance(target, GymnasiumEnvFactory):
+        return target(num_envs, horizon, device=device, **kwargs)
+    return GymnasiumEnv(num_envs, horizon, device=device, env=target, **kwargs)
 
-        return GymnasiumEnv(num_envs, horizon, device=device, env=env, **kwargs)
-    raise TypeError(
-        f"env: expected an rl8.Env subclass, a gymnasium id or a callable making a gymnasium "
-        f"env, got {env!r}"
-    )
+
+def _make_optimizer(hp: HParams, params: Iterable[torch.nn.Parameter], device: torch.device) -> torch.optim.Optimizer:
+    """``hp.optimizer_cls`` over ``params`` with ``hp.lr`` and ``hp.optimizer_kwargs``; Adam(W) is
+    fused on CPU and CUDA unless the kwargs choose an implementation."""
+    optimizer_cls = resolve(hp.optimizer_cls, OPTIMIZER, field="hparam optimizer_cls")
+    optimizer_kwargs = dict(hp.optimizer_kwargs)
+    if optimizer_cls in (torch.optim.Adam, torch.optim.AdamW) and not {"fused", "foreach"} & set(optimizer_kwargs):
+        # One fused kernel per parameter group instead of a loop of small ops: the same
+        # maths, several times faster for the small networks PPO uses.
+        optimizer_kwargs["fused"] = device.type in ("cpu", "cuda")
+    try:
+        return optimizer_cls(params, lr=hp.lr, **optimizer_kwargs)
+    except (TypeError, ValueError) as err:
+        raise ValueError(
+            f"hparam optimizer_kwargs: {qualified_name(optimizer_cls)} refused {hp.optimizer_kwargs!r} "
+            f"({err}); expected its keyword arguments: {_keyword_defaults(optimizer_cls)}"
+        ) from err
+
+
+def _make_buffer(hp: HParams, env: Env, policy: Policy, seq_len: int, device: torch.device) -> RolloutBuffer:
+    """The rollout buffer of ``env``'s spaces and ``policy``'s raw actions, refused before
+    allocating when it could never fit and named by ``num_envs`` and ``horizon`` when
+    allocating it fails."""
+    dist, space = policy.distribution_cls, env.action_space
+    action_shape, action_dtype = tuple(dist.raw_action_shape(space)), dist.raw_action_dtype(space)
+    slot = slot_bytes(env.observation_space, action_shape, action_dtype, env.episodic)
+    check_buffer_fits(hp.num_envs, hp.horizon, device, slot)
+    with buffer_allocation(hp.num_envs, hp.horizon, slot):
+        return RolloutBuffer(
+            env.observation_space, action_shape, action_dtype, hp.num_envs, hp.horizon, device=device,
+            episodic=env.episodic, state_example=policy.initial_state(hp.num_envs), seq_len=seq_len,
+        )
+
+
+def _seeded_generator(device: torch.device, seed: int) -> torch.Generator:
+    generator = torch.Generator(device=device)
+    generator.manual_seed(seed)
+    return generator
+
+
+def _env_state(env: Env, obs: torch.Tensor | TensorDictBase | None) -> dict[str, Any]:
+    """The checkpoint's ``obs`` (the envs' last observations) and ``env`` (the env's
+    ``state_dict``): both ``None`` before the first reset or for an env that saves no state."""
+    env_state = env.state_dict() if obs is not None else None
+    if env_state is None:
+        return {"obs": None, "env": None}
+    return {"obs": {"tensordict": obs.to_dict()} if isinstance(obs, TensorDictBase) else {"tensor": obs}, "env": env_state}
+
+
+def _load_env_state(env: Env, state: dict[str, Any], device: torch.device) -> torch.Tensor | TensorDictBase | None:
+    """Restore :func:`_env_state` into ``env``; returns the observations to go on from
+    (``None``: the next collect resets the envs)."""
+    obs, env_state = state.get("obs"), state.get("env")
+    # an env that saves no state (GymnasiumEnv) is reset, whatever the file holds
+    if obs is None or env_state is None or env.state_dict() is None:
+        return None
+    env.load_state_dict(env_state)
+    if "tensordict" in obs:
+        return TensorDict(obs["tensordict"], batch_size=[env.num_envs]).to(device)
+    return obs["tensor"].to(device)
+
+
+def _rng_state(generator: torch.Generator, eval_generator: torch.Generator) -> dict[str, Any]:
+    """PPO's generators and torch's global (CPU and CUDA) random states."""
+    return {
+        "generator": generator.get_state(),
+        "eval_generator": eval_generator.get_state(),
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+
+
+def _load_rng_state(rng: dict[str, Any], generator: torch.Generator, eval_generator: torch.Generator) -> None:
+    """Restore :func:`_rng_state`."""
+    generator.set_state(rng["generator"])
+    eval_generator.set_state(rng["eval_generator"])
+    torch.set_rng_state(rng["torch"])
+    if rng["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(rng["cuda"])
 
 
 class PPO:
@@ -246,8 +240,8 @@ class PPO:
         self.env_seed = derive_seed(self.seed, self.dist.rank)
         torch.manual_seed(self.seed)
         self.env_spec = env
-        _check_buffer_fits(hp, self.device, _MIN_SLOT_BYTES)  # before the env allocates per env
-        with _allocation(hp, None):
+        check_buffer_fits(hp.num_envs, hp.horizon, self.device, MIN_SLOT_BYTES)  # before the env allocates per env
+        with buffer_allocation(hp.num_envs, hp.horizon, None):
             self.env = make_env(env, hp.num_envs, hp.horizon, device=self.device, env_kwargs=hp.env_kwargs)
         self.policy = Policy(
             self.env.observation_space,
@@ -261,69 +255,20 @@ class PPO:
         self.dist.broadcast_module(self.policy)
         # Action sampling and minibatch shuffling draw from this object's own generator, so
         # two PPO objects (or user code) in one process never disturb each other's streams.
-        self.generator = torch.Generator(device=self.device)
-        self.generator.manual_seed(self.env_seed)
-        self.eval_generator = torch.Generator(device=self.device)  # evaluate() samples from it
-        self.eval_generator.manual_seed(derive_seed(self.env_seed, 1))
+        self.generator = _seeded_generator(self.device, self.env_seed)
+        self.eval_generator = _seeded_generator(self.device, derive_seed(self.env_seed, 1))  # for evaluate()
         torch.manual_seed(self.env_seed)
-        optimizer_cls = resolve(hp.optimizer_cls, OPTIMIZER, field="hparam optimizer_cls")
-        optimizer_kwargs = dict(hp.optimizer_kwargs)
-        if optimizer_cls in (torch.optim.Adam, torch.optim.AdamW) and not {"fused", "foreach"} & set(optimizer_kwargs):
-            # One fused kernel per parameter group instead of a loop of small ops: the same
-            # maths, several times faster for the small networks PPO uses.
-            optimizer_kwargs["fused"] = self.device.type in ("cpu", "cuda")
-        try:
-            self.optimizer = optimizer_cls(self.policy.parameters(), lr=hp.lr, **optimizer_kwargs)
-        except (TypeError, ValueError) as err:
-            raise ValueError(
-                f"hparam optimizer_kwargs: {qualified_name(optimizer_cls)} refused {hp.optimizer_kwargs!r} "
-                f"({err}); expected its keyword arguments: {_keyword_defaults(optimizer_cls)}"
-            ) from err
-        dist = self.policy.distribution_cls
-        space = self.env.action_space
+        self.optimizer = _make_optimizer(hp, self.policy.parameters(), self.device)
         self.recurrent = self.policy.recurrent
         self.seq_len = (hp.seq_len or hp.horizon) if self.recurrent else 1
         # transitions per minibatch: whole sequences of seq_len steps for recurrent models
         self.minibatch_size = hp.minibatch_size_for(self.seq_len)
-        self._state = self.policy.initial_state(hp.num_envs)
-        self._firsts = torch.zeros(hp.num_envs, dtype=torch.bool, device=self.device)
-        self.sequences = 0
-        action_shape, action_dtype = tuple(dist.raw_action_shape(space)), dist.raw_action_dtype(space)
-        slot_bytes = (  # obs (and final_obs, flags), action, log-prob, value, reward
-            _space_bytes(self.env.observation_space) * (2 if self.env.episodic else 1)
-            + math.prod(action_shape) * action_dtype.itemsize + _MIN_SLOT_BYTES + 2 * self.env.episodic
+        self.buffer = _make_buffer(hp, self.env, self.policy, self.seq_len, self.device)
+        # the policy's carry from step to step (a recurrent state) and what the buffer keeps of it
+        self.carry = (
+            RecurrentCarry(self.policy.initial_state, self.buffer, hp.seqs_per_state_reset)
+            if self.recurrent else RolloutCarry()
         )
-        _check_buffer_fits(hp, self.device, slot_bytes)
-        with _allocation(hp, slot_bytes):
-            self.buffer = RolloutBuffer(
-                self.env.observation_space,
-                action_shape,
-                action_dtype,
-                hp.num_envs,
-                hp.horizon,
-                device=self.device,
-                episodic=self.env.episodic,
-                state_example=self._state,
-                seq_len=self.seq_len,
-            )
-        # views of the collected steps (column horizon holds only the last obs and value)
-        h = hp.horizon
-        self._rewards_view = self.buffer.data["rewards"][:, :h]
-        # Columns written by ONE stack per collect instead of a copy per step: the loop keeps
-        # the step's tensors (new ones each step: the env's outputs are never mutated later,
-        # see docs/envs.md, and neither are the model's), then stacks them into the
-        # time-major storage. Observations only while small: the loop holds horizon of them.
-        buffer = self.buffer
-        self._stacked = {  # obs and values include column horizon
-            "values": buffer.time_major("values"),
-            "rewards": buffer.time_major("rewards")[:h].unsqueeze(-1),
-        }
-        obs_steps = buffer.time_major("obs")
-        if obs_steps is not None and obs_steps[0].nbytes <= _STACKED_OBS_MAX_BYTES:
-            self._stacked["obs"] = obs_steps
-        if self.env.episodic:
-            self._terminated_view = self.buffer.data["terminated"][:, :h]
-            self._truncated_view = self.buffer.data["truncated"][:, :h]
         self.reward_normalizer = (
             RewardNormalizer(hp.num_envs, hp.gamma, device=self.device) if hp.normalize_rewards else None
         )
@@ -333,10 +278,7 @@ class PPO:
         self.grad_scaler = (
             torch.amp.GradScaler("cuda") if hp.enable_amp and self.device.type == "cuda" else None
         )
-        self.env_steps = 0
-        self.env_resets = 0
-        self.collects = 0
-        self.steps = 0
+        self.env_steps = self.env_resets = self.collects = self.steps = 0
         self._obs: torch.Tensor | TensorDictBase | None = None
         self._validated = False
         self.episodes = EpisodeTracker(hp.num_envs, self.device)
@@ -365,9 +307,7 @@ class PPO:
         self.episodes.reset()
         if self.reward_normalizer is not None:
             self.reward_normalizer.reset()
-        if self.recurrent:
-            self._state = self.policy.initial_state(self.hparams.num_envs)
-            self._firsts.zero_()
+        self.carry.reset()
 
     # ----------------------------------------------------------------- collect
     @torch.no_grad()
@@ -398,179 +338,73 @@ class PPO:
         hp = self.hparams
         if self.next_collect_resets:
             self.reset_envs(env_config=env_config)
-        columns = self.buffer.columns
-        policy, env = self.policy, self.env
-        to_env_action, space = policy.distribution_cls.to_env_action, env.action_space
-        generator = self.generator
-        obs_col, actions_col, logp_col = columns["obs"], columns["actions"], columns["logp"]
-        episodic = env.episodic
-        if episodic:
-            term_col, trunc_col, final_col = columns["terminated"], columns["truncated"], columns["final_obs"]
-        recurrent = self.recurrent
-        if recurrent:  # the recurrent additions: state per sequence start, episode starts
-            state, firsts = self._state, self._firsts
-            seq_len, k = self.seq_len, hp.seqs_per_state_reset
-            firsts_col, states_buf, post_states_buf = columns["firsts"], self.buffer.states, self.buffer.post_states
+        policy, env, buffer, carry = self.policy, self.env, self.buffer, self.carry
+        to_env_action, space, columns = policy.distribution_cls.to_env_action, env.action_space, buffer.columns
         obs = self._obs
-        stacked = self._stacked
-        kept_obs: list[torch.Tensor] | None = [] if "obs" in stacked else None
-        kept_values: list[torch.Tensor] = []
-        kept_rewards: list[torch.Tensor] = []
+        kept: dict[str, list[torch.Tensor]] = {key: [] for key in buffer.stacked}  # stacked once at the end
         with self._autocast(), policy.rollout():
             for t in range(hp.horizon):
-                if kept_obs is None:
-                    obs_col[t].copy_(obs)
+                if "obs" in kept:
+                    kept["obs"].append(obs)
                 else:
-                    kept_obs.append(obs)
-                if recurrent:
-                    if t % seq_len == 0:
-                        if k > 0 and self.sequences % k == 0:
-                            state = policy.initial_state(hp.num_envs)
-                        states_buf[:, t // seq_len] = state
-                        self.sequences += 1
-                    firsts_col[t].copy_(firsts)
-                    dist, value, state = policy.step(obs, state, firsts)
-                else:
-                    dist, value = policy.distribution(obs)
+                    columns["obs"][t].copy_(obs)
+                dist, value, policy_carry = policy.rollout_step(obs, *carry.before_step(t))
                 # written into the buffer rows (the env gets row t: it must not keep it)
                 actions, _ = dist.sample_with_log_prob(
-                    generator, deterministic=deterministic, out=(actions_col[t], logp_col[t])
+                    self.generator, deterministic=deterministic, out=(columns["actions"][t], columns["logp"][t])
                 )
-                kept_values.append(value)
                 out = env.step(to_env_action(actions, space))
                 if not self._validated:
                     validate_step_output(out, env)
                     self._validated = True
-                kept_rewards.append(out["rewards"])
-                if episodic:
-                    term = out.get("terminated", None)
-                    trunc = out.get("truncated", None)
-                    if term is not None:
-                        term_col[t].copy_(term)
-                    if trunc is not None:
-                        trunc_col[t].copy_(trunc)
-                        final_col[t].copy_(out["final_obs"])
-                    if recurrent:
-                        post_states_buf[:, t] = state
-                        firsts = (term_col[t] | trunc_col[t])[:, 0]
+                if env.episodic:
+                    buffer.write_episode_ends(t, out)
+                carry.after_step(t, policy_carry)
+                kept["values"].append(value)
+                kept["rewards"].append(out["rewards"])
                 obs = out["obs"]
-            # column horizon: the last obs and its (bootstrap) value, stacked with the rest
-            if recurrent:
-                firsts_col[hp.horizon].copy_(firsts)
-                kept_values.append(policy.sequence_value(obs, state, firsts))
-                self._state, self._firsts = state, firsts
+            # column horizon: the last obs and its (bootstrap) value
+            kept["values"].append(policy.rollout_value(obs, *carry.last()))
+            if "obs" in kept:
+                kept["obs"].append(obs)
             else:
-                kept_values.append(policy.value(obs))
-            torch.stack(kept_values, out=stacked["values"])
-            torch.stack(kept_rewards, out=stacked["rewards"])
-            if kept_obs is None:
-                obs_col[hp.horizon].copy_(obs)
-            else:
-                kept_obs.append(obs)
-                torch.stack(kept_obs, out=stacked["obs"])
+                columns["obs"][hp.horizon].copy_(obs)
+            buffer.stack(kept)
         self._obs = obs
         self.env_steps += hp.num_envs * hp.horizon * self.dist.world_size  # every rank's envs
         self.collects += 1
-        n = hp.check_finite_collects
+        return self._collect_stats()
+
+    def _collect_stats(self) -> Stats:
+        """The last collect's rollout stats, after its NaN/inf checks; advances the episode
+        tracker and the reward normaliser's running returns over it."""
+        n = self.hparams.check_finite_collects
         if n == -1 or self.collects <= n:
-            self._check_finite()
-        rewards = self._rewards_view
-        dones = None
-        if episodic:
-            dones = self._terminated_view | self._truncated_view
+            self._check_buffer_finite()
+        data, h = self.buffer.data, self.hparams.horizon
+        rewards = data["rewards"][:, :h]
+        dones = data["terminated"][:, :h] | data["truncated"][:, :h] if self.env.episodic else None
         # the normaliser's running returns advance on the device; their moments travel with
         # the rollout stats (one transfer) and are merged on the host
         seen = self.reward_normalizer.advance(rewards, dones) if self.reward_normalizer is not None else None
-        stats = self._rollout_stats(rewards, dones, self.episodes, seen)
+        stats = rollout_stats(self.dist, rewards, dones, self.episodes, self.reward_normalizer, seen)
         if n != 0:  # after the first n collects: the reduced stats, at no extra cost
-            self._check_finite_stats(stats, _CHECKED_ROLLOUT_STATS, f"collect {self.collects}")
+            self._check_stats_finite(stats, CHECKED_ROLLOUT_STATS, f"collect {self.collects}")
         return stats
 
-    def _check_finite_stats(self, stats: dict[str, float], names: tuple[str, ...], where: str) -> None:
-        """Raise when one of the (already reduced) ``stats`` named is NaN or inf: an
-        :class:`EnvOutputError` naming envs and steps when the last collect's observations or
-        rewards are the cause (unless ``check_finite_collects=0``), else :class:`NonFiniteError`."""
-        bad = [name for name in names if name in stats and not math.isfinite(stats[name])]
-        if not bad:
-            return
-        if self.hparams.check_finite_collects != 0:
-            self._check_finite()  # the env's data, with positions
-        values = ", ".join(f"{name}={stats[name]}" for name in bad)
-        raise NonFiniteError(
-            f"non-finite {values} at {where} (env steps {self.env_steps}); training cannot "
-            "go on from here: resume from the last checkpoint (e.g. with a lower lr or "
-            "max_grad_norm) or find what makes the model or env produce NaN/inf"
-        )
+    def _check_buffer_finite(self) -> None:
+        check_buffer_finite(self.buffer, type(self.env).__name__, self.collects)
 
-    def _check_finite(self) -> None:
-        data = self.buffer.data
-        for key in ("obs", "rewards"):
-            bad = find_nonfinite(data[key][:, : self.hparams.horizon + (key == "obs")], batch_dims=2)
-            if bad is not None:
-                pairs = ", ".join(f"(env {i}, step {t})" for i, t in bad[:10].tolist())
-                more = f" and {len(bad) - 10} more" if len(bad) > 10 else ""
-                raise EnvOutputError(
-                    f"{type(self.env).__name__}: non-finite values (NaN or inf) in {key!r} at "
-                    f"{pairs}{more} during collect {self.collects} (set "
-                    f"check_finite_collects=0 to turn this check off)"
-                )
+    def _check_stats_finite(self, stats: dict[str, float], names: tuple[str, ...], where: str) -> None:
+        """:func:`~rl8.finite.check_stats_finite`, naming envs and steps when the last collect's
+        observations or rewards are the cause (unless ``check_finite_collects=0``)."""
+        find_cause = self._check_buffer_finite if self.hparams.check_finite_collects != 0 else None
+        check_stats_finite(stats, names, where, self.env_steps, find_cause)
 
     @property
     def _all_reduce(self) -> Callable[[torch.Tensor], Any] | None:
         """In-place cross-rank sum for running statistics, or ``None`` in one process."""
         return self.dist.all_reduce_ if self.dist.enabled else None
-
-    def _rollout_stats(
-        self, rewards: torch.Tensor, dones: torch.Tensor | None, episodes: EpisodeTracker,
-        seen: torch.Tensor | None = None,
-    ) -> Stats:
-        """Rollout stats of ``rewards`` ``[num_envs, T]`` (all ranks), read back in ONE transfer.
-
-        ``dones``: where episodes ended (``None`` for infinite-horizon envs); ``episodes``
-        advances over them. ``seen``: the reward normaliser's running returns of this collect
-        (:meth:`RewardNormalizer.advance`), whose moments are read back with the stats and
-        folded into its statistics.
-        """
-        f64 = torch.float64
-        reward_sums = rewards.sum(1, dtype=f64)  # per env, over the rollout's steps
-        sums = {  # (the sum of all rewards is the sum of the reward sums)
-            "reward_sum": reward_sums.sum(),
-            "reward_sum_sq": reward_sums.dot(reward_sums),
-            "reward_sq": torch.linalg.vector_norm(rewards, dtype=f64).square(),
-        }
-        if dones is not None:
-            sums.update(episodes.advance(rewards, dones))
-        local = {}
-        if seen is not None:
-            normalizer_sums, local = self.reward_normalizer.returns_moments(seen)
-            sums.update(normalizer_sums)
-        ret_lo, ret_hi = reward_sums.aminmax()
-        rew_lo, rew_hi = rewards.aminmax()
-        values = reduce_stats(
-            self.dist, sums=sums, local=local,
-            mins={"rollout/reward_sum_min": ret_lo, "rewards/min": rew_lo},
-            maxs={"rollout/reward_sum_max": ret_hi, "rewards/max": rew_hi},
-        )
-        world = self.dist.world_size
-        out = Stats()
-        for prefix, n, sum_sq in (
-            ("rollout/reward_sum_", reward_sums.numel() * world, values["reward_sum_sq"]),
-            ("rewards/", rewards.numel() * world, values["reward_sq"]),
-        ):
-            mean = values["reward_sum"] / n
-            out[f"{prefix}min"] = values[f"{prefix}min"]
-            out[f"{prefix}max"] = values[f"{prefix}max"]
-            out[f"{prefix}mean"] = mean
-            out[f"{prefix}std"] = max(sum_sq / n - mean * mean, 0.0) ** 0.5
-        if dones is not None:
-            count = values["episodes/count"]
-            # NaN when no episode ended: stop conditions treat NaN as "not reached".
-            out["episodes/return_mean"] = values["episodes/return_sum"] / count if count > 0 else float("nan")
-            out["episodes/length_mean"] = values["episodes/length_sum"] / count if count > 0 else float("nan")
-            out["episodes/count"] = count
-        if seen is not None:
-            self.reward_normalizer.merge_returns_moments(values, float(seen.numel() * world))
-        return out
 
     # ----------------------------------------------------------------- update
     def _advantages(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -598,12 +432,7 @@ class PPO:
             return None
         final_obs = self.buffer.data["final_obs"][index[:, 0], index[:, 1]]
         with self._autocast():
-            if self.recurrent:
-                state = self.buffer.post_states[index[:, 0], index[:, 1]]
-                no_reset = torch.zeros(index.shape[0], dtype=torch.bool, device=index.device)
-                values = self.policy.sequence_value(final_obs, state, no_reset).float()
-            else:
-                values = self.policy.value(final_obs).float()
+            values = self.policy.rollout_value(final_obs, self.carry.after(index)).float()
         out = torch.zeros(truncated.shape, device=values.device)
         out[index[:, 0], index[:, 1]] = values
         return out
@@ -687,8 +516,8 @@ class PPO:
             "coefficients/vf": hp.vf_coeff,
             "coefficients/lr": lr,
         }
-        checked = _CHECKED_UPDATE_STATS if self.grad_scaler is None else ("losses/total",)
-        self._check_finite_stats(stats, checked, f"update step {self.steps}")
+        checked = CHECKED_UPDATE_STATS if self.grad_scaler is None else ("losses/total",)
+        self._check_stats_finite(stats, checked, f"update step {self.steps}")
         return stats
 
     def _minibatches(self, samples: TensorDict, num_minibatches: int) -> Iterator[TensorDict]:
@@ -810,27 +639,17 @@ class PPO:
         obs = env.reset(config=config or None)
         validate_reset_output(obs, env)
         steps = num_steps or hp.horizon
-        n = env.num_envs
-        rewards = torch.zeros(n, steps, device=self.device)
-        dones = torch.zeros(n, steps, dtype=torch.bool, device=self.device) if env.episodic else None
-        policy, dist_cls = self.policy, self.policy.distribution_cls
-        state = policy.initial_state(n)
-        firsts = torch.zeros(n, dtype=torch.bool, device=self.device)
-        with self._autocast(), policy.rollout():
-            for t in range(steps):
-                dist, _, state = policy.step(obs, state, firsts)
-                actions = dist.deterministic_sample() if deterministic else dist.sample(self.eval_generator)
-                out = env.step(dist_cls.to_env_action(actions, env.action_space))
-                rewards[:, t] = out["rewards"][:, 0]
+        rewards = torch.zeros(env.num_envs, steps, device=self.device)
+        dones = torch.zeros(env.num_envs, steps, dtype=torch.bool, device=self.device) if env.episodic else None
+        with self._autocast(), self.policy.rollout():
+            run = run_policy(
+                self.policy, env, obs, num_steps=steps, deterministic=deterministic, generator=self.eval_generator
+            )
+            for t, step in enumerate(run):
+                rewards[:, t] = step.rewards
                 if dones is not None:
-                    done = out.get("terminated", None)
-                    trunc = out.get("truncated", None)
-                    if trunc is not None:
-                        done = trunc if done is None else done | trunc
-                    dones[:, t] = done[:, 0]
-                    firsts = done[:, 0]
-                obs = out["obs"]
-        return self._rollout_stats(rewards, dones, EpisodeTracker(n, self.device))
+                    dones[:, t] = step.done
+        return rollout_stats(self.dist, rewards, dones, EpisodeTracker(env.num_envs, self.device))
 
     # ----------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:
@@ -839,12 +658,6 @@ class PPO:
         Holds only tensors and plain Python values, so it loads with
         ``torch.load(weights_only=True)``.
         """
-        obs: Any = None
-        if isinstance(self._obs, TensorDictBase):
-            obs = {"tensordict": self._obs.to_dict()}
-        elif self._obs is not None:
-            obs = {"tensor": self._obs}
-        env_state = self.env.state_dict() if self._obs is not None else None
         return {
             "hparams": _plain_hparams(self.hparams),
             "seed": self.seed,
@@ -854,23 +667,11 @@ class PPO:
             "reward_normalizer": (
                 self.reward_normalizer.state_dict() if self.reward_normalizer is not None else None
             ),
-            "counters": {
-                "env_steps": self.env_steps, "env_resets": self.env_resets,
-                "collects": self.collects, "steps": self.steps,
-            },
-            "recurrent": (
-                {"state": self._state.to_dict(), "firsts": self._firsts.clone(), "sequences": self.sequences}
-                if self.recurrent else None
-            ),
+            "counters": {name: getattr(self, name) for name in _COUNTERS},
+            "recurrent": self.carry.state_dict(),
             **self.episodes.state_dict(),
-            "obs": obs if env_state is not None else None,
-            "env": env_state,
-            "rng": {
-                "generator": self.generator.get_state(),
-                "eval_generator": self.eval_generator.get_state(),
-                "torch": torch.get_rng_state(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-            },
+            **_env_state(self.env, self._obs),
+            "rng": _rng_state(self.generator, self.eval_generator),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -882,37 +683,13 @@ class PPO:
             self.grad_scaler.load_state_dict(state["grad_scaler"])
         if self.reward_normalizer is not None and state.get("reward_normalizer") is not None:
             self.reward_normalizer.load_state_dict(state["reward_normalizer"])
-        counters = state["counters"]
-        self.env_steps = int(counters["env_steps"])
-        self.env_resets = int(counters["env_resets"])
-        self.collects = int(counters["collects"])
-        self.steps = int(counters["steps"])
+        for name in _COUNTERS:
+            setattr(self, name, int(state["counters"][name]))
         self.episodes.load_state_dict(state)
-        if self.recurrent and state.get("recurrent") is not None:
-            from tensordict import TensorDict
-
-            rec = state["recurrent"]
-            self._state = TensorDict(rec["state"], batch_size=[self.hparams.num_envs]).to(self.device)
-            self._firsts = rec["firsts"].to(self.device)
-            self.sequences = int(rec["sequences"])
-        obs, env_state = state.get("obs"), state.get("env")
-        # an env that saves no state (GymnasiumEnv) is reset, whatever the file holds
-        if obs is not None and env_state is not None and self.env.state_dict() is not None:
-            self.env.load_state_dict(env_state)
-            if "tensordict" in obs:
-                from tensordict import TensorDict
-
-                self._obs = TensorDict(obs["tensordict"], batch_size=[self.hparams.num_envs]).to(self.device)
-            else:
-                self._obs = obs["tensor"].to(self.device)
-        else:
-            self._obs = None
+        self.carry.load_state_dict(state.get("recurrent"))
+        self._obs = _load_env_state(self.env, state, self.device)
         self._validated = False  # the first step after a resume is checked like any first step
-        self.generator.set_state(state["rng"]["generator"])
-        self.eval_generator.set_state(state["rng"]["eval_generator"])
-        torch.set_rng_state(state["rng"]["torch"])
-        if state["rng"]["cuda"] and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(state["rng"]["cuda"])
+        _load_rng_state(state["rng"], self.generator, self.eval_generator)
 
     # ----------------------------------------------------------------- misc
     def __repr__(self) -> str:

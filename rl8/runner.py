@@ -69,7 +69,7 @@ def _rl8_actor(
 
     def act(obs: Observations, firsts: torch.Tensor) -> torch.Tensor:
         nonlocal state
-        dist, _, state = policy.step(obs, state, firsts)
+        dist, _, state = policy.rollout_step(obs, state, firsts)
         actions = dist.deterministic_sample() if deterministic else dist.sample(generator)
         return policy.to_env_action(actions)
 

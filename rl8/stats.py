@@ -19,8 +19,10 @@ import torch
 
 if TYPE_CHECKING:
     from .distributed import DistContext
+    from .episodes import EpisodeTracker
+    from .normalization import RewardNormalizer
 
-__all__ = ["RENAMED_STATS", "Stats", "current_stat_name", "reduce_stats", "warn_renamed"]
+__all__ = ["RENAMED_STATS", "Stats", "current_stat_name", "reduce_stats", "rollout_stats", "warn_renamed"]
 
 #: 1.0.0 name -> current name, for stats that were renamed (each also under ``eval/``).
 RENAMED_STATS: dict[str, str] = {
@@ -130,6 +132,74 @@ def reduce_stats(
     if groups["local"]:
         parts.append(_stack(groups["local"].values()))
     return dict(zip(names, torch.cat(parts).tolist()))
+
+
+def rollout_stats(
+    dist: DistContext,
+    rewards: torch.Tensor,
+    dones: torch.Tensor | None,
+    episodes: EpisodeTracker,
+    reward_normalizer: RewardNormalizer | None = None,
+    seen: torch.Tensor | None = None,
+) -> Stats:
+    """Rollout stats of ``rewards`` ``[num_envs, T]`` (all ranks), read back in ONE transfer.
+
+    Args:
+        dist: The run's :class:`~rl8.distributed.DistContext`.
+        rewards: ``[num_envs, T]`` rewards of the rollout.
+        dones: ``[num_envs, T]`` bool, where episodes ended (``None`` for infinite-horizon
+            envs); ``episodes`` advances over them.
+        episodes: The :class:`~rl8.episodes.EpisodeTracker` of these envs.
+        reward_normalizer: With ``seen``: the reward normaliser whose running returns of this
+            rollout (:meth:`RewardNormalizer.advance`) are ``seen``; their moments are read
+            back with the stats and folded into its statistics.
+        seen: See ``reward_normalizer``.
+
+    Returns:
+        ``rollout/reward_sum_{min,max,mean,std}`` (each env's sum of rewards),
+        ``rewards/{min,max,mean,std}`` (per step) and, with ``dones``,
+        ``episodes/{return_mean,length_mean,count}`` (NaN means when no episode ended).
+    """
+    f64 = torch.float64
+    reward_sums = rewards.sum(1, dtype=f64)  # per env, over the rollout's steps
+    sums = {  # (the sum of all rewards is the sum of the reward sums)
+        "reward_sum": reward_sums.sum(),
+        "reward_sum_sq": reward_sums.dot(reward_sums),
+        "reward_sq": torch.linalg.vector_norm(rewards, dtype=f64).square(),
+    }
+    if dones is not None:
+        sums.update(episodes.advance(rewards, dones))
+    local = {}
+    if seen is not None:
+        normalizer_sums, local = reward_normalizer.returns_moments(seen)
+        sums.update(normalizer_sums)
+    ret_lo, ret_hi = reward_sums.aminmax()
+    rew_lo, rew_hi = rewards.aminmax()
+    values = reduce_stats(
+        dist, sums=sums, local=local,
+        mins={"rollout/reward_sum_min": ret_lo, "rewards/min": rew_lo},
+        maxs={"rollout/reward_sum_max": ret_hi, "rewards/max": rew_hi},
+    )
+    world = dist.world_size
+    out = Stats()
+    for prefix, n, sum_sq in (
+        ("rollout/reward_sum_", reward_sums.numel() * world, values["reward_sum_sq"]),
+        ("rewards/", rewards.numel() * world, values["reward_sq"]),
+    ):
+        mean = values["reward_sum"] / n
+        out[f"{prefix}min"] = values[f"{prefix}min"]
+        out[f"{prefix}max"] = values[f"{prefix}max"]
+        out[f"{prefix}mean"] = mean
+        out[f"{prefix}std"] = max(sum_sq / n - mean * mean, 0.0) ** 0.5
+    if dones is not None:
+        count = values["episodes/count"]
+        # NaN when no episode ended: stop conditions treat NaN as "not reached".
+        out["episodes/return_mean"] = values["episodes/return_sum"] / count if count > 0 else float("nan")
+        out["episodes/length_mean"] = values["episodes/length_sum"] / count if count > 0 else float("nan")
+        out["episodes/count"] = count
+    if seen is not None:
+        reward_normalizer.merge_returns_moments(values, float(seen.numel() * world))
+    return out
 
 
 def _stack(tensors) -> torch.Tensor:

@@ -535,7 +535,7 @@ def test_stacked_and_per_step_buffer_writes_agree(monkeypatch, env_cls):
     """Small observations, values and rewards are kept through a collect and stacked into the
     buffer once; big observations (here: any, via the size limit) are copied step by step.
     Both fill the buffer identically, over collects that do and do not reset the envs."""
-    from rl8 import ppo as ppo_module
+    from rl8 import buffer as buffer_module
 
     def run():
         algo = PPO(env_cls, num_envs=6, horizon=5, sgd_minibatch_size=10, horizons_per_env_reset=2, seed=9)
@@ -544,10 +544,10 @@ def test_stacked_and_per_step_buffer_writes_agree(monkeypatch, env_cls):
         return algo
 
     stacked = run()
-    monkeypatch.setattr(ppo_module, "_STACKED_OBS_MAX_BYTES", -1)
+    monkeypatch.setattr(buffer_module, "STACKED_OBS_MAX_BYTES", -1)
     per_step = run()
-    assert ("obs" in stacked._stacked) == (env_cls is not MaskedEnv)
-    assert "obs" not in per_step._stacked
+    assert ("obs" in stacked.buffer.stacked) == (env_cls is not MaskedEnv)
+    assert "obs" not in per_step.buffer.stacked
     a, b = stacked.buffer.data, per_step.buffer.data
     assert set(a.keys(True, True)) == set(b.keys(True, True))
     for key in a.keys(True, True):
@@ -680,14 +680,14 @@ def test_a_buffer_larger_than_memory_is_refused_before_allocating():
 
 
 def test_the_buffer_estimate_counts_the_spaces(monkeypatch):
-    import rl8.ppo
+    import rl8.buffer
 
     # 16 envs x 9 steps: CartPole obs + final_obs 2 * 16 B, action 8 B, 12 B, flags 2 B
     need = 16 * 9 * (32 + 8 + 12 + 2)
-    monkeypatch.setattr(rl8.ppo, "_device_memory", lambda device: need - 1)
+    monkeypatch.setattr(rl8.buffer, "_device_memory", lambda device: need - 1)
     with pytest.raises(ValueError, match=rf"needs about {need} bytes"):
         PPO(CartPole, **SMALL)
-    monkeypatch.setattr(rl8.ppo, "_device_memory", lambda device: need)
+    monkeypatch.setattr(rl8.buffer, "_device_memory", lambda device: need)
     PPO(CartPole, **SMALL)
 
 
