@@ -249,7 +249,7 @@ class RecurrentCarry(RolloutCarry):
 
     def reset(self) -> None:
         self.state = self.initial_state(self.buffer.num_envs)
-        self.firsts.zero_()
+        self.firsts = torch.zeros_like(self.firsts)  # a new tensor: a carry handed out stays as it was
 
     def before_step(self, t: int) -> tuple[TensorDictBase, torch.Tensor]:
         seq_len, k = self.buffer.seq_len, self.seqs_per_state_reset
