@@ -38,7 +38,9 @@ __all__ = [
     "OPTIMIZER",
     "Kind",
     "describe",
+    "EnvTarget",
     "env_spec_string",
+    "env_target",
     "import_path",
     "is_dotted_path",
     "qualified_name",
@@ -358,6 +360,49 @@ def resolve_env(
         source,
         f"the file names {field} = {spec!r}, which is {describe(obj)}, not {ENV.description}: "
         f"an object of the wrong kind, and rl8 refused to call it.{hint}",
+    )
+
+
+class EnvTarget(NamedTuple):
+    """What an env spec builds (see :func:`env_target`).
+
+    Attributes:
+        target: The spec with a dotted path resolved: an ``rl8.Env`` subclass, a gymnasium id,
+            a callable making a gymnasium env or a ``GymnasiumEnv`` factory.
+        gymnasium: Whether :func:`rl8.ppo.make_env` wraps it in a
+            :class:`~rl8.envs.GymnasiumEnv` (a gymnasium id or maker, a factory) rather than
+            building an ``rl8.Env`` subclass directly.
+    """
+
+    target: Any
+    gymnasium: bool
+
+
+def env_target(spec: Any, *, source: Any = None, trust_code: bool = False) -> EnvTarget:
+    """The one rule telling a dotted path from a gymnasium id, and an ``rl8.Env`` subclass
+    from what :class:`~rl8.envs.GymnasiumEnv` wraps.
+
+    Args:
+        spec: An env spec: an ``rl8.Env`` subclass or a dotted path (``"rl8.envs.CartPole"``)
+            to one, a gymnasium id (``"CartPole-v1"``), a callable making a gymnasium env, or
+            a ``GymnasiumEnv`` factory.
+        source: The file a dotted path was read from (checked as :func:`resolve_env` does),
+            or ``None`` for a spec given in code.
+        trust_code: See :func:`resolve_env`.
+
+    Raises:
+        TypeError: ``spec`` is none of these (and not a string).
+    """
+    from .env import Env
+
+    target = resolve_env(spec, source=source, trust_code=trust_code) if is_dotted_path(spec) else spec
+    if isinstance(target, type) and issubclass(target, Env):
+        return EnvTarget(target, False)
+    if isinstance(target, str) or callable(target):
+        return EnvTarget(target, True)
+    raise TypeError(
+        f"env: expected an rl8.Env subclass, a gymnasium id or a callable making a gymnasium "
+        f"env, got {spec!r}"
     )
 
 

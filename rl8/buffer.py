@@ -7,7 +7,12 @@ taken there; column ``horizon`` holds the last observation and its value.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import math
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 from gymnasium import spaces
@@ -15,7 +20,18 @@ from tensordict import TensorDict, TensorDictBase
 
 from .spaces import zeros_like_space
 
-__all__ = ["RolloutBuffer", "compute_gae"]
+__all__ = [
+    "RecurrentCarry", "RolloutBuffer", "RolloutCarry", "buffer_allocation", "check_buffer_fits", "compute_gae",
+    "slot_bytes",
+]
+
+#: Observations up to this size per step (all envs) are kept through a collect and stacked into
+#: the buffer once; bigger ones (images) are copied step by step, not held horizon times over.
+STACKED_OBS_MAX_BYTES = 1 << 20
+
+#: Bytes of one buffer slot (one env, one step) whatever the spaces: the float32 log-prob,
+#: value and reward.
+MIN_SLOT_BYTES = 12
 
 
 class RolloutBuffer:
@@ -39,6 +55,9 @@ class RolloutBuffer:
 
     :attr:`columns` maps each key to its ``horizon + 1`` per-step views (``[num_envs, ...]``;
     ``[num_envs, 1]`` for rewards and flags), which the rollout loop writes into.
+    :attr:`stacked` maps ``values`` (``horizon + 1`` steps), ``rewards`` (``horizon``) and,
+    while one step of them is at most :data:`STACKED_OBS_MAX_BYTES`, ``obs`` (``horizon + 1``)
+    to their time-major storage, which a collect fills with one :meth:`stack` per key.
 
     Keys of :attr:`data`: ``obs``, ``actions``, ``logp``, ``values``, ``rewards``, and for
     episodic envs ``terminated``, ``truncated`` (bool) and ``final_obs``; for recurrent
@@ -107,9 +126,52 @@ class RolloutBuffer:
             ]
             for key, value in self.data.items()
         }
+        # Columns written by ONE stack per collect instead of a copy per step: the loop keeps
+        # the step's tensors (new ones each step: the env's outputs are never mutated later,
+        # see docs/envs.md, and neither are the model's), then stacks them into the
+        # time-major storage. Observations only while small: the loop holds horizon of them.
+        self.stacked = {"values": self.time_major("values"), "rewards": self.time_major("rewards")[:horizon, :, None]}
+        obs_steps = self.time_major("obs")
+        if obs_steps is not None and obs_steps[0].nbytes <= STACKED_OBS_MAX_BYTES:
+            self.stacked["obs"] = obs_steps
 
     def __getitem__(self, key: str) -> torch.Tensor | TensorDictBase:
         return self.data[key]
+
+    def stack(self, kept: dict[str, list[torch.Tensor]]) -> None:
+        """Write each key's per-step tensors ``kept[key]`` (all its steps) into :attr:`stacked`."""
+        for key, steps in kept.items():
+            torch.stack(steps, out=self.stacked[key])
+
+    def write_episode_ends(self, t: int, out: TensorDictBase) -> None:
+        """Copy step ``t``'s ``terminated`` and ``truncated`` flags and ``final_obs`` (those the
+        env's step output ``out`` has) into the buffer."""
+        terminated, truncated = out.get("terminated", None), out.get("truncated", None)
+        if terminated is not None:
+            self.columns["terminated"][t].copy_(terminated)
+        if truncated is not None:
+            self.columns["truncated"][t].copy_(truncated)
+            self.columns["final_obs"][t].copy_(out["final_obs"])
+
+    def training_samples(self, advantages: torch.Tensor, returns: torch.Tensor) -> TensorDict:
+        """The collected steps as training samples, one row per sample: a TensorDict
+        ``[num_envs * horizon]`` of transitions, or for recurrent models (``seq_len``) one
+        ``[num_envs * horizon / seq_len]`` of sequences of ``seq_len`` consecutive steps of
+        one env.
+
+        Keys: ``obs``, ``actions``, ``logp``, ``values`` (as collected), ``advantages`` and
+        ``returns`` (the given ``[num_envs, horizon]`` tensors), and for recurrent models
+        ``state`` (the state before each sequence) and ``firsts``.
+        """
+        h, seq_len = self.horizon, self.seq_len
+        columns = {key: self.data[key][:, :h] for key in ("obs", "actions", "logp", "values")}
+        columns.update(advantages=advantages, returns=returns)
+        if self.states is not None:
+            columns["firsts"] = self.data["firsts"][:, :h]
+        samples = {key: _as_rows(value, seq_len) for key, value in columns.items()}
+        if self.states is not None:
+            samples["state"] = self.states.reshape(-1)
+        return TensorDict(samples, batch_size=[self.num_envs * h // seq_len], device=self.data.device)
 
     def time_major(self, key: str) -> torch.Tensor | None:
         """The contiguous ``[horizon + 1, num_envs, ...]`` storage behind ``data[key]`` (the
@@ -119,6 +181,183 @@ class RolloutBuffer:
             return None
         steps = value.transpose(0, 1)
         return steps if steps.is_contiguous() else None
+
+
+class RolloutCarry:
+    """What the policy carries from one env step to the next through collects, and what the
+    buffer keeps of it. This base class is the feedforward case: no carry (``None``), nothing
+    kept; :class:`RecurrentCarry` is a recurrent model's.
+
+    A collect calls :meth:`before_step` for the arguments of
+    :meth:`Policy.rollout_step <rl8.Policy.rollout_step>` at step ``t``, :meth:`after_step` with
+    the carry it returned (after the step's flags are in the buffer), and :meth:`last` for
+    the arguments of the last observation's value.
+    """
+
+    def reset(self) -> None:
+        """Every env starts a new episode (all envs were reset)."""
+
+    def before_step(self, t: int) -> tuple[TensorDictBase | None, torch.Tensor | None]:
+        """The carry and the ``[num_envs]`` episode starts for step ``t`` of a collect."""
+        return None, None
+
+    def after_step(self, t: int, carry: TensorDictBase | None) -> None:
+        """Keep ``carry``, the policy's carry after step ``t``."""
+
+    def last(self) -> tuple[TensorDictBase | None, torch.Tensor | None]:
+        """The carry and episode starts after the last step (to value the last observation)."""
+        return None, None
+
+    def after(self, index: torch.Tensor) -> TensorDictBase | None:
+        """The carries after the steps ``index`` (``[K, 2]``: env, step), which value those
+        steps' ``final_obs``."""
+        return None
+
+    def state_dict(self) -> dict[str, Any] | None:
+        """The carry between collects (``None``: nothing to save)."""
+        return None
+
+    def load_state_dict(self, state: dict[str, Any] | None) -> None:
+        """Restore :meth:`state_dict`."""
+
+
+class RecurrentCarry(RolloutCarry):
+    """A recurrent model's state through collects, kept in ``buffer``'s recurrent storage:
+    at the start of each sequence of ``buffer.seq_len`` steps the state goes to
+    ``buffer.states`` (after being reset to the initial state every ``seqs_per_state_reset``
+    sequences when that is positive), after each step to ``buffer.post_states`` (episodic envs),
+    and the episode starts to the ``firsts`` column: an episode starts after a step that
+    terminated or truncated.
+
+    Args:
+        initial_state: ``initial_state(num_envs)``: the model's initial state, a TensorDict
+            ``[num_envs]``.
+        buffer: A :class:`RolloutBuffer` with recurrent storage (``state_example``).
+        seqs_per_state_reset: ``k > 0``: reset the state every ``k`` sequences; ``k < 0``:
+            only at env resets and (through the episode starts) episode ends.
+    """
+
+    def __init__(
+        self, initial_state: Callable[[int], TensorDictBase], buffer: RolloutBuffer, seqs_per_state_reset: int
+    ) -> None:
+        self.initial_state = initial_state
+        self.buffer = buffer
+        self.seqs_per_state_reset = seqs_per_state_reset
+        self.state = initial_state(buffer.num_envs)
+        self.firsts = torch.zeros(buffer.num_envs, dtype=torch.bool, device=buffer.data.device)
+        self.sequences = 0  # sequences collected so far
+
+    def reset(self) -> None:
+        self.state = self.initial_state(self.buffer.num_envs)
+        self.firsts = torch.zeros_like(self.firsts)  # a new tensor: a carry handed out stays as it was
+
+    def before_step(self, t: int) -> tuple[TensorDictBase, torch.Tensor]:
+        seq_len, k = self.buffer.seq_len, self.seqs_per_state_reset
+        if t % seq_len == 0:
+            if k > 0 and self.sequences % k == 0:
+                self.state = self.initial_state(self.buffer.num_envs)
+            self.buffer.states[:, t // seq_len] = self.state
+            self.sequences += 1
+        self.buffer.columns["firsts"][t].copy_(self.firsts)
+        return self.state, self.firsts
+
+    def after_step(self, t: int, carry: TensorDictBase) -> None:
+        self.state = carry
+        if self.buffer.episodic:
+            self.buffer.post_states[:, t] = carry
+            columns = self.buffer.columns
+            self.firsts = (columns["terminated"][t] | columns["truncated"][t])[:, 0]
+
+    def last(self) -> tuple[TensorDictBase, torch.Tensor]:
+        self.buffer.columns["firsts"][self.buffer.horizon].copy_(self.firsts)
+        return self.state, self.firsts
+
+    def after(self, index: torch.Tensor) -> TensorDictBase:
+        return self.buffer.post_states[index[:, 0], index[:, 1]]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"state": self.state.to_dict(), "firsts": self.firsts.clone(), "sequences": self.sequences}
+
+    def load_state_dict(self, state: dict[str, Any] | None) -> None:
+        if state is None:
+            return
+        device = self.buffer.data.device
+        self.state = TensorDict(state["state"], batch_size=[self.buffer.num_envs]).to(device)
+        self.firsts = state["firsts"].to(device)
+        self.sequences = int(state["sequences"])
+
+
+def _device_memory(device: torch.device) -> int | None:
+    """Total memory of ``device`` in bytes, or ``None`` where it cannot be told."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[1]
+    if device.type == "cpu" and hasattr(os, "sysconf"):
+        try:
+            return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (ValueError, OSError):
+            return None
+    return None
+
+
+def slot_bytes(
+    observation_space: spaces.Space, action_shape: tuple[int, ...], action_dtype: torch.dtype, episodic: bool
+) -> int:
+    """Bytes of one :class:`RolloutBuffer` slot (one env, one step): the observation (and
+    ``final_obs`` and flags of an episodic env), the raw action, log-prob, value and reward."""
+    obs = zeros_like_space(observation_space, [1])
+    obs_bytes = sum(t.nbytes for t in (obs.values(True, True) if isinstance(obs, TensorDictBase) else [obs]))
+    return obs_bytes * (1 + episodic) + math.prod(action_shape) * action_dtype.itemsize + MIN_SLOT_BYTES + 2 * episodic
+
+
+def _buffer_size_error(num_envs: int, horizon: int, need: int, problem: str) -> ValueError:
+    return ValueError(
+        f"hparam num_envs, horizon: a rollout buffer of num_envs={num_envs} envs x "
+        f"(horizon={horizon} + 1) steps needs about {need} bytes ({need / 2**30:.1f} GiB); "
+        f"{problem}. Use fewer envs or a shorter horizon"
+    )
+
+
+def check_buffer_fits(num_envs: int, horizon: int, device: torch.device, slot_bytes: int) -> None:
+    """Refuse, before allocating anything, a buffer of ``num_envs`` envs x ``horizon + 1``
+    steps of ``slot_bytes`` bytes each that is larger than the whole memory of ``device`` (it
+    could never be allocated): a ``ValueError`` naming ``num_envs``, ``horizon`` and the bytes."""
+    need = num_envs * (horizon + 1) * slot_bytes
+    total = _device_memory(device)
+    if total is not None and need > total:
+        raise _buffer_size_error(num_envs, horizon, need, f"{device} has {total} bytes ({total / 2**30:.1f} GiB) in all")
+
+
+@contextlib.contextmanager
+def buffer_allocation(num_envs: int, horizon: int, slot_bytes: int | None) -> Iterator[None]:
+    """Re-raise a failed allocation (torch's allocators, ``MemoryError``) as a ``ValueError``
+    naming ``num_envs``, ``horizon`` and the bytes of a buffer of ``slot_bytes`` bytes per env
+    and step; ``slot_bytes=None``: the allocation is the envs' own (their constructor), and
+    the error names ``num_envs`` only. Other errors pass unchanged."""
+    try:
+        yield
+    except (MemoryError, RuntimeError) as err:
+        text = str(err).strip()
+        out_of_memory = isinstance(err, (MemoryError, torch.cuda.OutOfMemoryError)) or (
+            "can't allocate memory" in text or "out of memory" in text
+        )
+        if not out_of_memory:
+            raise
+        reason = text.splitlines()[-1] if text else type(err).__name__
+        if slot_bytes is None:
+            raise ValueError(f"hparam num_envs: building num_envs={num_envs} envs ran out of memory "
+                             f"({reason}). Use fewer envs") from err
+        need = num_envs * (horizon + 1) * slot_bytes
+        raise _buffer_size_error(num_envs, horizon, need, f"allocating memory failed ({reason})") from err
+
+
+def _as_rows(x: torch.Tensor | TensorDictBase, seq_len: int) -> torch.Tensor | TensorDictBase:
+    """``[num_envs, T, ...]`` -> ``[num_envs * T, ...]`` transitions (``seq_len == 1``) or
+    ``[num_envs * T / seq_len, seq_len, ...]`` sequences of consecutive steps of one env."""
+    if isinstance(x, TensorDictBase):
+        return x.reshape(-1) if seq_len == 1 else x.reshape(-1, seq_len)
+    if seq_len == 1:
+        return x.reshape(-1, *x.shape[2:])
+    return x.reshape(-1, seq_len, *x.shape[2:])
 
 
 @functools.lru_cache(maxsize=16)

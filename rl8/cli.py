@@ -504,17 +504,15 @@ def _checkpoint_conditions(saved: Mapping[str, Any], path: Any) -> list[Any]:
 def _canonical_env(spec: str, *, source: Any = None, trust_code: bool = False) -> str:
     """``rl8.envs.CartPole`` and ``rl8.envs.cartpole.CartPole`` name the same class. A spec read
     from a file (``source``) is checked for its kind before use (see docs/security.md)."""
-    from ._resolve import env_spec_string, is_dotted_path, resolve_env
+    from ._resolve import env_spec_string, env_target
     from .checkpoint import CheckpointError
 
-    if is_dotted_path(spec):
-        try:
-            return env_spec_string(resolve_env(spec, source=source, trust_code=trust_code)) or spec
-        except CheckpointError:
-            raise
-        except (ValueError, ImportError):
-            return spec
-    return spec
+    try:
+        return env_spec_string(env_target(spec, source=source, trust_code=trust_code).target) or spec
+    except CheckpointError:
+        raise
+    except (ValueError, ImportError):
+        return spec
 
 
 def _check_eval_plan(
@@ -621,11 +619,10 @@ def _eval(args: argparse.Namespace) -> int:
     if args.seed is not None:
         torch.manual_seed(args.seed)
     try:
-        with torch.no_grad():
-            if env.episodic:
-                _eval_episodes(policy, env, obs, args.episodes, args.max_steps or 100_000, deterministic)
-            else:
-                _eval_steps(policy, env, obs, args.max_steps or 1000, deterministic)
+        if env.episodic:
+            _eval_episodes(policy, env, obs, args.episodes, args.max_steps or 100_000, deterministic)
+        else:
+            _eval_steps(policy, env, obs, args.max_steps or 1000, deterministic)
     finally:
         env.close()
     return 0
@@ -634,36 +631,26 @@ def _eval(args: argparse.Namespace) -> int:
 def _eval_episodes(policy: Any, env: Any, obs: Any, episodes: int, max_steps: int, deterministic: bool) -> None:
     import torch
 
+    from .runner import run_policy
+
     n = env.num_envs
     quota = math.ceil(episodes / n)  # episodes per env: no env's short episodes dominate
     ep_return = torch.zeros(n, dtype=torch.float64)
     ep_length = torch.zeros(n, dtype=torch.int64)
     done_per_env = [0] * n
     results: list[tuple[int, int, float, int]] = []  # (k-th episode of env, env, return, length)
-    steps = 0
-    reset_state = getattr(policy, "reset_state", None)  # recurrent policies keep a state
-    if reset_state is not None:
-        reset_state()
-    while sum(min(c, quota) for c in done_per_env) < episodes and steps < max_steps:
-        out = env.step(policy(obs, deterministic=deterministic))
-        steps += 1
-        ep_return += out["rewards"][:, 0].double().cpu()
+    for step in run_policy(policy, env, obs, num_steps=max_steps, deterministic=deterministic):
+        ep_return += step.rewards.double().cpu()
         ep_length += 1
-        done = None
-        for key in ("terminated", "truncated"):
-            flag = out.get(key, None)
-            if flag is not None:
-                done = flag[:, 0] if done is None else done | flag[:, 0]
-        if done is not None:
-            if reset_state is not None:
-                reset_state(done)
-            for i in done.nonzero()[:, 0].tolist():
+        if step.done is not None:
+            for i in step.done.nonzero()[:, 0].tolist():
                 if done_per_env[i] < quota:
                     results.append((done_per_env[i], i, float(ep_return[i]), int(ep_length[i])))
                 done_per_env[i] += 1
                 ep_return[i] = 0.0
                 ep_length[i] = 0
-        obs = out["obs"]
+        if sum(min(c, quota) for c in done_per_env) >= episodes:
+            break
     results = sorted(results)[:episodes]
     returns = [r for _, _, r, _ in results]
     for k, (_, env_index, ret, length) in enumerate(results, start=1):
@@ -680,13 +667,11 @@ def _eval_episodes(policy: Any, env: Any, obs: Any, episodes: int, max_steps: in
 def _eval_steps(policy: Any, env: Any, obs: Any, steps: int, deterministic: bool) -> None:
     import torch
 
+    from .runner import run_policy
+
     total = torch.zeros(env.num_envs, dtype=torch.float64)
-    if getattr(policy, "reset_state", None) is not None:
-        policy.reset_state()
-    for _ in range(steps):
-        out = env.step(policy(obs, deterministic=deterministic))
-        total += out["rewards"][:, 0].double().cpu()
-        obs = out["obs"]
+    for step in run_policy(policy, env, obs, num_steps=steps, deterministic=deterministic):
+        total += step.rewards.double().cpu()
     print(f"{type(env).__name__} does not end episodes: returns over {steps} steps per env")
     for i, ret in enumerate(total.tolist()):
         print(f"env {i}: return {ret:.6g}")
@@ -803,6 +788,19 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _add_policy_run_arguments(parser: argparse.ArgumentParser, *, seed_help: str) -> None:
+    """The arguments ``rl8 eval`` and ``rl8 record`` share: which policy, in which env, how."""
+    parser.add_argument("policy", metavar="PATH_OR_RUN_ID")
+    parser.add_argument("--env", help="env to run in (default: the one the policy was trained on)")
+    parser.add_argument("--env-config", action="append", metavar="KEY=VALUE", help="env parameter (repeatable)")
+    parser.add_argument("--stochastic", action="store_true", help="sample actions instead of taking the modes")
+    parser.add_argument("--seed", type=int, help=seed_help)
+    parser.add_argument("--tracking-uri", help="MLflow tracking URI, for a run id")
+    parser.add_argument("--trust-code", action="store_true",
+                        help="trust the file: let it name a plain function as its env factory, which rl8 "
+                             "then calls (off by default; see docs/security.md)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``rl8`` argument parser."""
     from . import __version__
@@ -842,20 +840,12 @@ def build_parser() -> argparse.ArgumentParser:
         "eval", help="run a saved policy and print episode returns",
         description="Run a policy from a policy file, a checkpoint (file or folder) or an MLflow run.",
     )
-    evaluate.add_argument("policy", metavar="PATH_OR_RUN_ID")
+    _add_policy_run_arguments(evaluate, seed_help="seed of the env and of sampling")
     evaluate.add_argument("--episodes", type=_positive_int, default=10, metavar="N",
                           help="episodes to run (default 10)")
     evaluate.add_argument("--num-envs", type=_positive_int, metavar="N", help="envs in parallel (default: --episodes)")
-    evaluate.add_argument("--env", help="env to run in (default: the one the policy was trained on)")
-    evaluate.add_argument("--env-config", action="append", metavar="KEY=VALUE", help="env parameter (repeatable)")
-    evaluate.add_argument("--stochastic", action="store_true", help="sample actions instead of taking the modes")
     evaluate.add_argument("--max-steps", type=_positive_int, metavar="N",
                           help="steps per env at most (default 100000; 1000 for envs without episodes)")
-    evaluate.add_argument("--seed", type=int, help="seed of the env and of sampling")
-    evaluate.add_argument("--tracking-uri", help="MLflow tracking URI, for a run id")
-    evaluate.add_argument("--trust-code", action="store_true",
-                          help="trust the file: let it name a plain function as its env factory, which rl8 "
-                             "then calls (off by default; see docs/security.md)")
     evaluate.set_defaults(func=_eval)
 
     record = commands.add_parser(
@@ -863,22 +853,14 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run a policy for one episode and write an MP4 video of it (H.264). The "
                     "policy comes from a policy file, a checkpoint (file or folder) or an MLflow run.",
     )
-    record.add_argument("policy", metavar="PATH_OR_RUN_ID")
+    _add_policy_run_arguments(record, seed_help="seed of the env's reset and of sampling")
     record.add_argument("-o", "--output", default="video.mp4", metavar="FILE",
                         help="the MP4 file to write (default video.mp4)")
-    record.add_argument("--env", help="env to run in (default: the one the policy was trained on)")
-    record.add_argument("--env-config", action="append", metavar="KEY=VALUE", help="env parameter (repeatable)")
     record.add_argument("--max-steps", type=_positive_int, metavar="N",
                         help="env steps at most (default: one episode, at most the env's episode "
                              "limit, else 1000)")
-    record.add_argument("--stochastic", action="store_true", help="sample actions instead of taking the modes")
     record.add_argument("--fps", type=_positive_float, metavar="N",
                         help="frames per second (default: the env's metadata['render_fps'])")
-    record.add_argument("--seed", type=int, help="seed of the env's reset and of sampling")
-    record.add_argument("--tracking-uri", help="MLflow tracking URI, for a run id")
-    record.add_argument("--trust-code", action="store_true",
-                        help="trust the file: let it name a plain function as its env factory, which rl8 "
-                           "then calls (off by default; see docs/security.md)")
     record.set_defaults(func=_record)
 
     runs = commands.add_parser(

@@ -165,17 +165,8 @@ def ppo_loss(
 
 
 def reference_ppo_loss(
-    logp: Tensor,
-    values: Tensor,
-    old_logp: Tensor,
-    advantages: Tensor,
-    old_values: Tensor,
-    returns: Tensor,
-    *,
-    clip_param: float,
-    dual_clip_param: float | None = None,
-    vf_clip_param: float | None = None,
-    vf_coeff: float = 1.0,
+    logp: Tensor, values: Tensor, old_logp: Tensor, advantages: Tensor, old_values: Tensor, returns: Tensor, *,
+    clip_param: float, dual_clip_param: float | None = None, vf_clip_param: float | None = None, vf_coeff: float = 1.0,
 ) -> tuple[Tensor, Tensor]:
     """:func:`ppo_loss` written plainly with autograd (the definition the fast one is tested
     against; same arguments and results)."""

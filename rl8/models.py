@@ -210,9 +210,7 @@ def run_mlp(x: torch.Tensor, layers: nn.Sequential) -> torch.Tensor:
     for layer in layers:
         kind = type(layer)
         if kind is nn.Linear:
-            # a plain Linear keeps both in _parameters (a parametrized one has another class)
-            params = layer._parameters
-            x = F.linear(x, params["weight"], params["bias"])
+            x = F.linear(x, layer.weight, layer.bias)
             fresh = True
             continue
         if fresh and kind in _INPLACE_ACTIVATIONS:

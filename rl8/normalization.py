@@ -240,6 +240,24 @@ class RewardNormalizer(nn.Module):
         carry = torch.outer(self.returns, discount[:, 0])
         return torch.addmm(carry, rewards, discount.T, beta=self.gamma)
 
+    def returns_moments(self, seen: torch.Tensor) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """The moments of running returns ``seen`` (from :meth:`advance`) to fold into the
+        statistics, and the statistics as they are now, as 0-d tensors to read back with
+        other stats (:func:`rl8.stats.reduce_stats`: the first dict as ``sums``, the second as
+        ``local``); :meth:`merge_returns_moments` then folds them in."""
+        f64 = torch.float64
+        sums = {"reward_normalizer/sum": seen.sum(dtype=f64),
+                "reward_normalizer/sum_sq": torch.linalg.vector_norm(seen, dtype=f64).square()}
+        stats = self.stats
+        return sums, {"reward_normalizer/mean": stats.mean, "reward_normalizer/var": stats.var,
+                      "reward_normalizer/count": stats.count}
+
+    def merge_returns_moments(self, values: dict[str, float], count: float) -> None:
+        """Fold :meth:`returns_moments`, read back (and summed over ranks) as ``values``, into
+        the statistics; ``count``: the number of running returns they cover (all ranks)."""
+        current = tuple(values[f"reward_normalizer/{key}"] for key in ("mean", "var", "count"))
+        self.stats.merge_moments_(current, count, values["reward_normalizer/sum"], values["reward_normalizer/sum_sq"])
+
     def reset(self) -> None:
         """Restart every env's running return (when PPO resets all envs)."""
         self.returns.zero_()

@@ -119,62 +119,45 @@ class Policy(nn.Module):
             return None
         return self.model.initial_state(batch_size, self.device)
 
-    def step(
+    def rollout_step(
         self,
         obs: torch.Tensor | TensorDictBase,
-        state: TensorDictBase | None,
-        firsts: torch.Tensor | None,
+        carry: TensorDictBase | None,
+        starts: torch.Tensor | None = None,
     ) -> tuple[Distribution, torch.Tensor, TensorDictBase | None]:
         """One environment step of the policy for a batch of envs, for both kinds of model.
 
         Args:
             obs: Observations ``[B, ...]``.
-            state: The recurrent state before this step (``None`` for feedforward models).
-            firsts: ``[B]`` bool, True where an episode starts at this step (the recurrent
-                state of that env is reset first); ignored by feedforward models.
+            carry: What the model carries from step to step: the recurrent state before this
+                step (:meth:`initial_state`), ``None`` for feedforward models.
+            starts: ``[B]`` bool, True where an episode starts at ``obs`` (that env's carry
+                is reset first); ``None``: none does. Ignored by feedforward models.
 
         Returns:
-            The action distribution, the values ``[B]`` and the state after the step.
+            The action distribution, the values ``[B]`` and the carry after the step.
         """
-        if not self.recurrent:
+        if carry is None:
             dist, value = self.distribution(obs)
             return dist, value, None
-        params, values, state = self.model(self.preprocess(obs)[:, None], state, firsts[:, None])
+        params, values, carry = self.model(self.preprocess(obs)[:, None], carry, self._starts(obs, starts)[:, None])
         dist = self.distribution_cls(params[:, 0], self.action_space, action_mask=self.action_mask(obs))
-        return dist, values[:, 0], state
+        return dist, values[:, 0], carry
 
-    def evaluate_sequences(
+    def rollout_value(
         self,
         obs: torch.Tensor | TensorDictBase,
-        actions: torch.Tensor,
-        state: TensorDictBase,
-        firsts: torch.Tensor,
-        *,
-        entropy_grad: bool = True,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Recurrent models: log-probs, entropies and values, each ``[S * T]``, of sequences.
-
-        Args:
-            obs: ``[S, T, ...]`` observations of ``S`` sequences of ``T`` steps.
-            actions: ``[S, T, ...]`` raw actions taken.
-            state: ``[S]`` recurrent state before each sequence's first step.
-            firsts: ``[S, T]`` bool episode starts (state reset before that step).
-            entropy_grad: ``False`` computes the entropies without recording them for autograd.
-        """
-        params, values, _ = self.model(self.preprocess(obs), state, firsts)
-        s, t = params.shape[:2]
-        mask = self.action_mask(obs)
-        if mask is not None:
-            mask = mask.reshape(s * t, *mask.shape[2:])
-        dist = self.distribution_cls(params.reshape(s * t, -1), self.action_space, action_mask=mask)
-        actions = actions.reshape(s * t, *actions.shape[2:])
-        return dist.log_prob(actions), _entropy(dist, entropy_grad), values.reshape(s * t)
-
-    def sequence_value(
-        self, obs: torch.Tensor | TensorDictBase, state: TensorDictBase, firsts: torch.Tensor
+        carry: TensorDictBase | None,
+        starts: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Recurrent models: values ``[B]`` of one step from the given state."""
-        return self.model.value(self.preprocess(obs)[:, None], state, firsts[:, None])[:, 0]
+        """Values ``[B]`` of one step from ``carry`` (arguments as of :meth:`rollout_step`)."""
+        if carry is None:
+            return self.value(obs)
+        return self.model.value(self.preprocess(obs)[:, None], carry, self._starts(obs, starts)[:, None])[:, 0]
+
+    def _starts(self, obs: torch.Tensor | TensorDictBase, starts: torch.Tensor | None) -> torch.Tensor:
+        """``starts``, or no episode start for any of the ``[B]`` envs."""
+        return torch.zeros(obs.shape[0], dtype=torch.bool, device=self.device) if starts is None else starts
 
     def reset_state(self, mask: torch.Tensor | None = None) -> None:
         """Recurrent policies: forget the state kept between calls of the policy.
@@ -204,18 +187,34 @@ class Policy(nn.Module):
         return actions, dist.log_prob(actions), value
 
     def evaluate(
-        self, obs: torch.Tensor | TensorDictBase, actions: torch.Tensor, *, entropy_grad: bool = True
+        self, minibatch: TensorDictBase, *, entropy_grad: bool = True
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Log-probabilities, entropies and values (each ``[B]``) of given raw actions.
+        """Log-probabilities, entropies and values of the raw actions of a minibatch, each
+        flattened to one entry per step (``[B]``, or ``[S * T]`` for sequences).
 
         Args:
-            obs: Observations ``[B, ...]``.
-            actions: Raw actions ``[B, ...]``.
+            minibatch: A TensorDict with ``obs`` and ``actions`` (raw actions); rows are
+                transitions (``[B, ...]``) for feedforward models and sequences of ``T``
+                consecutive steps (``[S, T, ...]``) for recurrent ones, which also need
+                ``state`` (``[S]``: the state before each sequence's first step) and
+                ``firsts`` (``[S, T]`` bool: an episode starts there, the state is reset
+                before it). Other keys are ignored.
             entropy_grad: ``False`` computes the entropies without recording them for
                 autograd (for a loss that only reports them).
         """
-        dist, value = self.distribution(obs)
-        return dist.log_prob(actions), _entropy(dist, entropy_grad), value
+        obs, actions = minibatch["obs"], minibatch["actions"]
+        if not self.recurrent:
+            dist, value = self.distribution(obs)
+            return dist.log_prob(actions), _entropy(dist, entropy_grad), value
+        # replay each sequence from its stored initial state
+        params, values, _ = self.model(self.preprocess(obs), minibatch["state"], minibatch["firsts"])
+        s, t = params.shape[:2]
+        mask = self.action_mask(obs)
+        if mask is not None:
+            mask = mask.reshape(s * t, *mask.shape[2:])
+        dist = self.distribution_cls(params.reshape(s * t, -1), self.action_space, action_mask=mask)
+        actions = actions.reshape(s * t, *actions.shape[2:])
+        return dist.log_prob(actions), _entropy(dist, entropy_grad), values.reshape(s * t)
 
     def value(self, obs: torch.Tensor | TensorDictBase) -> torch.Tensor:
         """Values ``[B]`` of a batch of observations."""
@@ -239,8 +238,7 @@ class Policy(nn.Module):
         state = getattr(self, "_state", None)
         if state is None or state.batch_size[0] != batch:
             state = self.initial_state(batch)
-        firsts = torch.zeros(batch, dtype=torch.bool, device=self.device)
-        dist, _, self._state = self.step(obs, state, firsts)
+        dist, _, self._state = self.rollout_step(obs, state)
         actions = dist.deterministic_sample() if deterministic else dist.sample()
         return self.to_env_action(actions)
 
@@ -289,10 +287,10 @@ class Policy(nn.Module):
                     f"state: expected the state of {size} env(s) (batch size [{size}]), "
                     f"got batch size {list(state.batch_size)}"
                 )
-            firsts = torch.zeros(size, dtype=torch.bool, device=self.device)
+            starts = None
             if episode_start is not None:
-                firsts = torch.as_tensor(episode_start, dtype=torch.bool, device=self.device).reshape(size)
-            dist, _, state = self.step(obs, state, firsts)
+                starts = torch.as_tensor(episode_start, dtype=torch.bool, device=self.device).reshape(size)
+            dist, _, state = self.rollout_step(obs, state, starts)
         else:
             dist, _ = self.distribution(obs)
             state = None

@@ -10,217 +10,54 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import math
-import os
 import secrets
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 
-from ._resolve import DISTRIBUTION, HPARAM_KINDS, MODEL, OPTIMIZER, is_dotted_path, qualified_name, resolve, resolve_env
-from .buffer import RolloutBuffer, compute_gae
+from ._resolve import DISTRIBUTION, HPARAM_KINDS, MODEL, OPTIMIZER, env_target, qualified_name, resolve
+from .buffer import (
+    MIN_SLOT_BYTES, RecurrentCarry, RolloutBuffer, RolloutCarry, buffer_allocation, check_buffer_fits, compute_gae,
+    slot_bytes,
+)
 from .distributed import DistContext, derive_seed
-from .env import Env, EnvOutputError, find_nonfinite, validate_reset_output, validate_step_output
+from .env import Env, validate_reset_output, validate_step_output
+from .episodes import EpisodeTracker
+from .finite import CHECKED_ROLLOUT_STATS, CHECKED_UPDATE_STATS, NonFiniteError, check_buffer_finite, check_stats_finite
 from .hparams import HParams
 from .losses import ppo_loss
 from .normalization import RewardNormalizer
 from .policy import Policy
-from .spaces import zeros_like_space
-from .stats import Stats
+from .runner import run_policy
+from .stats import Stats, reduce_stats, rollout_stats
 
 __all__ = ["NonFiniteError", "PPO", "make_env"]
 
-#: Update stats checked for NaN/inf after every :meth:`PPO.update` (the grad norm only without a
-#: gradient scaler: with one, an inf grad norm is a skipped step, not a failure).
-_CHECKED_UPDATE_STATS = ("losses/total", "monitors/grad_norm")
-#: Rollout stats checked for NaN/inf after every collect (they reduce every reward).
-_CHECKED_ROLLOUT_STATS = ("rollout/reward_sum_mean", "rollout/reward_sum_std", "rewards/min", "rewards/max")
+#: The counters of training progress, saved in checkpoints (see :class:`PPO`, Attributes).
+_COUNTERS = ("env_steps", "env_resets", "collects", "steps")
 
 
-class NonFiniteError(FloatingPointError):
-    """Training produced NaN or inf: a loss, the gradient norm or a rollout statistic.
-
-    Raised by :meth:`PPO.update` and :meth:`PPO.collect`; the message names the stat, its value
-    and the step. The optimizer step that produced it may already have made the parameters
-    non-finite, so the Trainer never checkpoints them (resume from an earlier checkpoint).
-    """
-
-
-# Observations up to this size per step (all envs) are kept through a collect and stacked into
-# the buffer once; bigger ones (images) are copied step by step, not held horizon times over.
-_STACKED_OBS_MAX_BYTES = 1 << 20
-
-
-# Bytes of one buffer slot (one env, one step) whatever the spaces: the float32 log-prob,
-# value and reward.
-_MIN_SLOT_BYTES = 12
-
-
-def _device_memory(device: torch.device) -> int | None:
-    """Total memory of ``device`` in bytes, or ``None`` where it cannot be told."""
-    if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[1]
-    if device.type == "cpu" and hasattr(os, "sysconf"):
-        try:
-            return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        except (ValueError, OSError):
-            return None
-    return None
-
-
-def _space_bytes(space: Any) -> int:
-    """Bytes of one value of ``space`` as rl8 stores it."""
-    value = zeros_like_space(space, [1])
-    tensors = value.values(True, True) if isinstance(value, TensorDictBase) else [value]
-    return sum(t.nbytes for t in tensors)
-
-
-def _buffer_size_error(hp: HParams, need: int, problem: str) -> ValueError:
-    return ValueError(
-        f"hparam num_envs, horizon: a rollout buffer of num_envs={hp.num_envs} envs x "
-        f"(horizon={hp.horizon} + 1) steps needs about {need} bytes ({need / 2**30:.1f} GiB); "
-        f"{problem}. Use fewer envs or a shorter horizon"
-    )
-
-
-def _check_buffer_fits(hp: HParams, device: torch.device, slot_bytes: int) -> None:
-    """Refuse, before allocating anything, a buffer of ``slot_bytes`` per env and step that
-    is larger than the whole memory of ``device`` (it could never be allocated)."""
-    need = hp.num_envs * (hp.horizon + 1) * slot_bytes
-    total = _device_memory(device)
-    if total is not None and need > total:
-        raise _buffer_size_error(hp, need, f"{device} has {total} bytes ({total / 2**30:.1f} GiB) in all")
-
-
-@contextlib.contextmanager
-def _allocation(hp: HParams, slot_bytes: int | None):
-    """Re-raise a failed allocation (torch's allocators, ``MemoryError``) as an error naming
-    ``num_envs``, ``horizon`` and the bytes of the buffer of ``slot_bytes`` per env and step;
-    ``slot_bytes=None``: the allocation is the envs' own (their constructor), and the error
-    names ``num_envs`` only. Other errors pass unchanged."""
-    try:
-        yield
-    except (MemoryError, RuntimeError) as err:
-        text = str(err).strip()
-        out_of_memory = isinstance(err, (MemoryError, torch.cuda.OutOfMemoryError)) or (
-            "can't allocate memory" in text or "out of memory" in text
-        )
-        if not out_of_memory:
-            raise
-        reason = text.splitlines()[-1] if text else type(err).__name__
-        if slot_bytes is None:
-            raise ValueError(f"hparam num_envs: building num_envs={hp.num_envs} envs ran out of memory "
-                             f"({reason}). Use fewer envs") from err
-        need = hp.num_envs * (hp.horizon + 1) * slot_bytes
-        raise _buffer_size_error(hp, need, f"allocating memory failed ({reason})") from err
-
-
-def _to_samples(x: torch.Tensor | TensorDictBase, seq_len: int) -> torch.Tensor | TensorDictBase:
-    """``[num_envs, T, ...]`` -> ``[num_envs * T, ...]`` transitions (``seq_len == 1``) or
-    ``[num_envs * T / seq_len, seq_len, ...]`` sequences of consecutive steps of one env."""
-    if isinstance(x, TensorDictBase):
-        return x.reshape(-1) if seq_len == 1 else x.reshape(-1, seq_len)
-    if seq_len == 1:
-        return x.reshape(-1, *x.shape[2:])
-    return x.reshape(-1, seq_len, *x.shape[2:])
-
-
-def _take(x: torch.Tensor | TensorDictBase, index: Any) -> torch.Tensor | TensorDictBase:
-    """Rows ``index`` (a slice or an int64 index tensor) of ``x`` along its first dim."""
-    if isinstance(index, torch.Tensor) and isinstance(x, torch.Tensor):
-        return x.index_select(0, index)  # cheaper than x[index] for small rows
-    return x[index]
-
-
-def _clip_grad_norm_(params: list[torch.nn.Parameter], max_norm: float | None) -> torch.Tensor:
-    """Global 2-norm of the gradients, scaled in place to at most ``max_norm`` (``None``: only
-    measured). The maths of ``torch.nn.utils.clip_grad_norm_``, in four calls: for the small
-    networks of PPO its per-call bookkeeping costs as much as the arithmetic."""
-    grads = [p.grad for p in params if p.grad is not None]
-    if not grads:
-        return torch.zeros(())
-    norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
-    if max_norm is not None:
-        torch._foreach_mul_(grads, (max_norm / (norm + 1e-6)).clamp_(max=1.0))
-    return norm
-
-
-_ADAM_CLASSES = (torch.optim.Adam, torch.optim.AdamW)
-_FLAG_KEYS = ("amsgrad", "maximize", "capturable", "differentiable")
-
-
-def _fused_adam_step(optimizer: torch.optim.Optimizer) -> bool:
-    """One step of a fused ``Adam``/``AdamW`` straight through its kernel; ``False`` (nothing
-    done) whenever that would not be exactly what ``optimizer.step()`` does.
-
-    ``Optimizer.step`` spends ~200 us of Python per call on cold caches (hooks, profiler scope,
-    per-parameter bookkeeping, grouping by device) around ONE fused kernel; for PPO's small
-    networks that is more than the kernel, once per minibatch. This path makes the same two
-    calls as torch's fused implementation (``_foreach_add_`` on the step counters, then
-    ``_fused_adam_``/``_fused_adamw_``) on the optimizer's own state, so its state dict and
-    results are unchanged (tested bit for bit). It applies only to plain fused Adam/AdamW (no
-    amsgrad, maximize, capturable, differentiable, hooks or patched ``step``), once the state
-    exists (the first step goes through ``optimizer.step()``), with float ``lr``, all
-    parameters on one device and dtype, and no grad scaler.
-    """
-    if (
-        type(optimizer) not in _ADAM_CLASSES
-        or "step" in vars(optimizer)  # wrapped (an LR scheduler's counter, say)
-        or getattr(optimizer, "_optimizer_step_pre_hooks", None) != {}
-        or getattr(optimizer, "_optimizer_step_post_hooks", None) != {}
-        or _GLOBAL_HOOKS is None or any(_GLOBAL_HOOKS)
-    ):
-        return False
-    calls = []
-    state = optimizer.state
-    for group in optimizer.param_groups:
-        if not group.get("fused") or any(group.get(k) for k in _FLAG_KEYS):
-            return False
-        decoupled = group.get("decoupled_weight_decay")
-        lr = group["lr"]
-        if decoupled is None or not isinstance(lr, float):
-            return False
-        params, grads, exp_avgs, exp_avg_sqs, steps = [], [], [], [], []
-        for p in group["params"]:
-            grad = p.grad
-            if grad is None:
-                continue
-            s = state.get(p)
-            if not s or grad.is_sparse:
-                return False
-            params.append(p)
-            grads.append(grad)
-            exp_avgs.append(s["exp_avg"])
-            exp_avg_sqs.append(s["exp_avg_sq"])
-            steps.append(s["step"])
-        if not params:
-            continue
-        first = params[0]
-        if any(p.device != first.device or p.dtype != first.dtype for p in params):
-            return False
-        calls.append((group, decoupled, lr, params, grads, exp_avgs, exp_avg_sqs, steps))
-    for group, decoupled, lr, params, grads, exp_avgs, exp_avg_sqs, steps in calls:
-        beta1, beta2 = group["betas"]
-        kernel = torch._fused_adamw_ if decoupled else torch._fused_adam_
-        torch._foreach_add_(steps, 1)
-        kernel(
-            params, grads, exp_avgs, exp_avg_sqs, [], steps,
-            amsgrad=False, lr=lr, beta1=float(beta1), beta2=float(beta2),
-            weight_decay=group["weight_decay"], eps=group["eps"], maximize=False,
-            grad_scale=None, found_inf=None,
-        )
-    return True
-
-
-try:  # torch's registries of global optimizer hooks (the fast Adam path needs them empty)
-    from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimizer_pre_hooks
-
-    _GLOBAL_HOOKS: tuple[dict, dict] | None = (_global_optimizer_pre_hooks, _global_optimizer_post_hooks)
-except ImportError:  # another torch layout: always take optimizer.step()
-    _GLOBAL_HOOKS = None
+def normalized_advantages(advantages: torch.Tensor, num_minibatches: int, dist: DistContext) -> torch.Tensor:
+    """Each minibatch's advantages (rows ``j * mb:(j + 1) * mb`` of ``advantages``, ``[B, ...]``)
+    centred and divided by their own sample std (+ 1e-8), for all minibatches of a pass in a
+    few ops. In data-parallel training the moments of minibatch ``j`` cover every rank's
+    minibatch ``j``, with ONE all-reduce per pass."""
+    adv = advantages.reshape(num_minibatches, -1)
+    if not dist.enabled:
+        # two-pass std (sample, n - 1): torch.std's one-pass kernel is slower on a CPU
+        centred = adv - adv.mean(1, keepdim=True)
+        std = centred.square().sum(1, keepdim=True).div_(max(adv.shape[1] - 1, 1)).sqrt_()
+        return centred.div_(std.add_(1e-8)).reshape(advantages.shape)
+    x = adv.double()
+    moments = torch.stack([torch.full_like(x[:, 0], x.shape[1]), x.sum(1), x.square().sum(1)], 1)
+    n, s, ss = dist.all_reduce_(moments).unbind(1)
+    mean = s / n
+    std = ((ss - n * mean * mean) / (n - 1).clamp(min=1)).clamp(min=0).sqrt()
+    out = (adv - mean[:, None].to(adv.dtype)) / (std[:, None].to(adv.dtype) + 1e-8)
+    return out.reshape(advantages.shape)
 
 
 def _keyword_defaults(cls: type) -> str:
@@ -268,21 +105,94 @@ def make_env(
             :class:`rl8.envs.GymnasiumEnv`, e.g. ``vectorization_mode`` or ``env_kwargs``).
     """
     kwargs = dict(env_kwargs or {})
-    if is_dotted_path(env):
-        env = resolve_env(env)
-    if isinstance(env, type) and issubclass(env, Env):
-        return env(num_envs, horizon, device=device, **kwargs)
-    if isinstance(env, str) or callable(env):
-        from .envs.gymnasium import GymnasiumEnv, GymnasiumEnvFactory
+    target, gymnasium = env_target(env)
+    if not gymnasium:
+        return target(num_envs, horizon, device=device, **kwargs)
+    from .envs.gymnasium import GymnasiumEnv, GymnasiumEnvFactory
 
-        if isinstance(env, GymnasiumEnvFactory):
-            return env(num_envs, horizon, device=device, **kwargs)
+    if isinstance(target, GymnasiumEnvFactory):
+        return target(num_envs, horizon, device=device, **kwargs)
+    return GymnasiumEnv(num_envs, horizon, device=device, env=target, **kwargs)
 
-        return GymnasiumEnv(num_envs, horizon, device=device, env=env, **kwargs)
-    raise TypeError(
-        f"env: expected an rl8.Env subclass, a gymnasium id or a callable making a gymnasium "
-        f"env, got {env!r}"
-    )
+
+def _make_optimizer(hp: HParams, params: Iterable[torch.nn.Parameter], device: torch.device) -> torch.optim.Optimizer:
+    """``hp.optimizer_cls`` over ``params`` with ``hp.lr`` and ``hp.optimizer_kwargs``; Adam(W) is
+    fused on CPU and CUDA unless the kwargs choose an implementation."""
+    optimizer_cls = resolve(hp.optimizer_cls, OPTIMIZER, field="hparam optimizer_cls")
+    optimizer_kwargs = dict(hp.optimizer_kwargs)
+    if optimizer_cls in (torch.optim.Adam, torch.optim.AdamW) and not {"fused", "foreach"} & set(optimizer_kwargs):
+        # One fused kernel per parameter group instead of a loop of small ops: the same
+        # maths, several times faster for the small networks PPO uses.
+        optimizer_kwargs["fused"] = device.type in ("cpu", "cuda")
+    try:
+        return optimizer_cls(params, lr=hp.lr, **optimizer_kwargs)
+    except (TypeError, ValueError) as err:
+        raise ValueError(
+            f"hparam optimizer_kwargs: {qualified_name(optimizer_cls)} refused {hp.optimizer_kwargs!r} "
+            f"({err}); expected its keyword arguments: {_keyword_defaults(optimizer_cls)}"
+        ) from err
+
+
+def _make_buffer(hp: HParams, env: Env, policy: Policy, seq_len: int, device: torch.device) -> RolloutBuffer:
+    """The rollout buffer of ``env``'s spaces and ``policy``'s raw actions, refused before
+    allocating when it could never fit and named by ``num_envs`` and ``horizon`` when
+    allocating it fails."""
+    dist, space = policy.distribution_cls, env.action_space
+    action_shape, action_dtype = tuple(dist.raw_action_shape(space)), dist.raw_action_dtype(space)
+    slot = slot_bytes(env.observation_space, action_shape, action_dtype, env.episodic)
+    check_buffer_fits(hp.num_envs, hp.horizon, device, slot)
+    with buffer_allocation(hp.num_envs, hp.horizon, slot):
+        return RolloutBuffer(
+            env.observation_space, action_shape, action_dtype, hp.num_envs, hp.horizon, device=device,
+            episodic=env.episodic, state_example=policy.initial_state(hp.num_envs), seq_len=seq_len,
+        )
+
+
+def _seeded_generator(device: torch.device, seed: int) -> torch.Generator:
+    generator = torch.Generator(device=device)
+    generator.manual_seed(seed)
+    return generator
+
+
+def _env_state(env: Env, obs: torch.Tensor | TensorDictBase | None) -> dict[str, Any]:
+    """The checkpoint's ``obs`` (the envs' last observations) and ``env`` (the env's
+    ``state_dict``): both ``None`` before the first reset or for an env that saves no state."""
+    env_state = env.state_dict() if obs is not None else None
+    if env_state is None:
+        return {"obs": None, "env": None}
+    return {"obs": {"tensordict": obs.to_dict()} if isinstance(obs, TensorDictBase) else {"tensor": obs}, "env": env_state}
+
+
+def _load_env_state(env: Env, state: dict[str, Any], device: torch.device) -> torch.Tensor | TensorDictBase | None:
+    """Restore :func:`_env_state` into ``env``; returns the observations to go on from
+    (``None``: the next collect resets the envs)."""
+    obs, env_state = state.get("obs"), state.get("env")
+    # an env that saves no state (GymnasiumEnv) is reset, whatever the file holds
+    if obs is None or env_state is None or env.state_dict() is None:
+        return None
+    env.load_state_dict(env_state)
+    if "tensordict" in obs:
+        return TensorDict(obs["tensordict"], batch_size=[env.num_envs]).to(device)
+    return obs["tensor"].to(device)
+
+
+def _rng_state(generator: torch.Generator, eval_generator: torch.Generator) -> dict[str, Any]:
+    """PPO's generators and torch's global (CPU and CUDA) random states."""
+    return {
+        "generator": generator.get_state(),
+        "eval_generator": eval_generator.get_state(),
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+
+
+def _load_rng_state(rng: dict[str, Any], generator: torch.Generator, eval_generator: torch.Generator) -> None:
+    """Restore :func:`_rng_state`."""
+    generator.set_state(rng["generator"])
+    eval_generator.set_state(rng["eval_generator"])
+    torch.set_rng_state(rng["torch"])
+    if rng["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(rng["cuda"])
 
 
 class PPO:
@@ -330,8 +240,8 @@ class PPO:
         self.env_seed = derive_seed(self.seed, self.dist.rank)
         torch.manual_seed(self.seed)
         self.env_spec = env
-        _check_buffer_fits(hp, self.device, _MIN_SLOT_BYTES)  # before the env allocates per env
-        with _allocation(hp, None):
+        check_buffer_fits(hp.num_envs, hp.horizon, self.device, MIN_SLOT_BYTES)  # before the env allocates per env
+        with buffer_allocation(hp.num_envs, hp.horizon, None):
             self.env = make_env(env, hp.num_envs, hp.horizon, device=self.device, env_kwargs=hp.env_kwargs)
         self.policy = Policy(
             self.env.observation_space,
@@ -345,74 +255,20 @@ class PPO:
         self.dist.broadcast_module(self.policy)
         # Action sampling and minibatch shuffling draw from this object's own generator, so
         # two PPO objects (or user code) in one process never disturb each other's streams.
-        self.generator = torch.Generator(device=self.device)
-        self.generator.manual_seed(self.env_seed)
-        self.eval_generator = torch.Generator(device=self.device)  # evaluate() samples from it
-        self.eval_generator.manual_seed(derive_seed(self.env_seed, 1))
+        self.generator = _seeded_generator(self.device, self.env_seed)
+        self.eval_generator = _seeded_generator(self.device, derive_seed(self.env_seed, 1))  # for evaluate()
         torch.manual_seed(self.env_seed)
-        optimizer_cls = resolve(hp.optimizer_cls, OPTIMIZER, field="hparam optimizer_cls")
-        optimizer_kwargs = dict(hp.optimizer_kwargs)
-        if optimizer_cls in (torch.optim.Adam, torch.optim.AdamW) and not {"fused", "foreach"} & set(optimizer_kwargs):
-            # One fused kernel per parameter group instead of a loop of small ops: the same
-            # maths, several times faster for the small networks PPO uses.
-            optimizer_kwargs["fused"] = self.device.type in ("cpu", "cuda")
-        try:
-            self.optimizer = optimizer_cls(self.policy.parameters(), lr=hp.lr, **optimizer_kwargs)
-        except (TypeError, ValueError) as err:
-            raise ValueError(
-                f"hparam optimizer_kwargs: {qualified_name(optimizer_cls)} refused {hp.optimizer_kwargs!r} "
-                f"({err}); expected its keyword arguments: {_keyword_defaults(optimizer_cls)}"
-            ) from err
-        # Optimizer.zero_grad(set_to_none=True) only sets every grad to None, through enough
-        # Python (profiler scope, group loops) to cost ~70 us per minibatch on cold caches;
-        # a plain loop does the same when the optimizer class does not override it
-        self._plain_zero_grad = type(self.optimizer).zero_grad is torch.optim.Optimizer.zero_grad
-        self._fast_adam = hasattr(torch, "_fused_adam_") and hasattr(torch, "_fused_adamw_")
-        dist = self.policy.distribution_cls
-        space = self.env.action_space
+        self.optimizer = _make_optimizer(hp, self.policy.parameters(), self.device)
         self.recurrent = self.policy.recurrent
         self.seq_len = (hp.seq_len or hp.horizon) if self.recurrent else 1
         # transitions per minibatch: whole sequences of seq_len steps for recurrent models
         self.minibatch_size = hp.minibatch_size_for(self.seq_len)
-        self._state = self.policy.initial_state(hp.num_envs)
-        self._firsts = torch.zeros(hp.num_envs, dtype=torch.bool, device=self.device)
-        self.sequences = 0
-        action_shape, action_dtype = tuple(dist.raw_action_shape(space)), dist.raw_action_dtype(space)
-        slot_bytes = (  # obs (and final_obs, flags), action, log-prob, value, reward
-            _space_bytes(self.env.observation_space) * (2 if self.env.episodic else 1)
-            + math.prod(action_shape) * action_dtype.itemsize + _MIN_SLOT_BYTES + 2 * self.env.episodic
+        self.buffer = _make_buffer(hp, self.env, self.policy, self.seq_len, self.device)
+        # the policy's carry from step to step (a recurrent state) and what the buffer keeps of it
+        self.carry = (
+            RecurrentCarry(self.policy.initial_state, self.buffer, hp.seqs_per_state_reset)
+            if self.recurrent else RolloutCarry()
         )
-        _check_buffer_fits(hp, self.device, slot_bytes)
-        with _allocation(hp, slot_bytes):
-            self.buffer = RolloutBuffer(
-                self.env.observation_space,
-                action_shape,
-                action_dtype,
-                hp.num_envs,
-                hp.horizon,
-                device=self.device,
-                episodic=self.env.episodic,
-                state_example=self._state,
-                seq_len=self.seq_len,
-            )
-        # views of the collected steps (column horizon holds only the last obs and value)
-        h = hp.horizon
-        self._rewards_view = self.buffer.data["rewards"][:, :h]
-        # Columns written by ONE stack per collect instead of a copy per step: the loop keeps
-        # the step's tensors (new ones each step: the env's outputs are never mutated later,
-        # see docs/envs.md, and neither are the model's), then stacks them into the
-        # time-major storage. Observations only while small: the loop holds horizon of them.
-        buffer = self.buffer
-        self._stacked = {  # obs and values include column horizon
-            "values": buffer.time_major("values"),
-            "rewards": buffer.time_major("rewards")[:h].unsqueeze(-1),
-        }
-        obs_steps = buffer.time_major("obs")
-        if obs_steps is not None and obs_steps[0].nbytes <= _STACKED_OBS_MAX_BYTES:
-            self._stacked["obs"] = obs_steps
-        if self.env.episodic:
-            self._terminated_view = self.buffer.data["terminated"][:, :h]
-            self._truncated_view = self.buffer.data["truncated"][:, :h]
         self.reward_normalizer = (
             RewardNormalizer(hp.num_envs, hp.gamma, device=self.device) if hp.normalize_rewards else None
         )
@@ -422,15 +278,10 @@ class PPO:
         self.grad_scaler = (
             torch.amp.GradScaler("cuda") if hp.enable_amp and self.device.type == "cuda" else None
         )
-        self.env_steps = 0
-        self.env_resets = 0
-        self.collects = 0
-        self.steps = 0
+        self.env_steps = self.env_resets = self.collects = self.steps = 0
         self._obs: torch.Tensor | TensorDictBase | None = None
         self._validated = False
-        n = hp.num_envs
-        self._episode_return = torch.zeros(n, device=self.device)
-        self._episode_length = torch.zeros(n, device=self.device)
+        self.episodes = EpisodeTracker(hp.num_envs, self.device)
 
     # ----------------------------------------------------------------- helpers
     def _autocast(self) -> contextlib.AbstractContextManager:
@@ -453,13 +304,10 @@ class PPO:
         self._obs = self.env.reset(config=config or None, seed=seed)
         validate_reset_output(self._obs, self.env)  # once per reset: cheap
         self.env_resets += 1
-        self._episode_return.zero_()
-        self._episode_length.zero_()
+        self.episodes.reset()
         if self.reward_normalizer is not None:
             self.reward_normalizer.reset()
-        if self.recurrent:
-            self._state = self.policy.initial_state(self.hparams.num_envs)
-            self._firsts.zero_()
+        self.carry.reset()
 
     # ----------------------------------------------------------------- collect
     @torch.no_grad()
@@ -490,217 +338,73 @@ class PPO:
         hp = self.hparams
         if self.next_collect_resets:
             self.reset_envs(env_config=env_config)
-        columns = self.buffer.columns
-        policy, env = self.policy, self.env
-        to_env_action, space = policy.distribution_cls.to_env_action, env.action_space
-        generator = self.generator
-        obs_col, actions_col, logp_col = columns["obs"], columns["actions"], columns["logp"]
-        episodic = env.episodic
-        if episodic:
-            term_col, trunc_col, final_col = columns["terminated"], columns["truncated"], columns["final_obs"]
-        recurrent = self.recurrent
-        if recurrent:  # the recurrent additions: state per sequence start, episode starts
-            state, firsts = self._state, self._firsts
-            seq_len, k = self.seq_len, hp.seqs_per_state_reset
-            firsts_col, states_buf, post_states_buf = columns["firsts"], self.buffer.states, self.buffer.post_states
+        policy, env, buffer, carry = self.policy, self.env, self.buffer, self.carry
+        to_env_action, space, columns = policy.distribution_cls.to_env_action, env.action_space, buffer.columns
         obs = self._obs
-        stacked = self._stacked
-        kept_obs: list[torch.Tensor] | None = [] if "obs" in stacked else None
-        kept_values: list[torch.Tensor] = []
-        kept_rewards: list[torch.Tensor] = []
+        kept: dict[str, list[torch.Tensor]] = {key: [] for key in buffer.stacked}  # stacked once at the end
         with self._autocast(), policy.rollout():
             for t in range(hp.horizon):
-                if kept_obs is None:
-                    obs_col[t].copy_(obs)
+                if "obs" in kept:
+                    kept["obs"].append(obs)
                 else:
-                    kept_obs.append(obs)
-                if recurrent:
-                    if t % seq_len == 0:
-                        if k > 0 and self.sequences % k == 0:
-                            state = policy.initial_state(hp.num_envs)
-                        states_buf[:, t // seq_len] = state
-                        self.sequences += 1
-                    firsts_col[t].copy_(firsts)
-                    dist, value, state = policy.step(obs, state, firsts)
-                else:
-                    dist, value = policy.distribution(obs)
+                    columns["obs"][t].copy_(obs)
+                dist, value, policy_carry = policy.rollout_step(obs, *carry.before_step(t))
                 # written into the buffer rows (the env gets row t: it must not keep it)
                 actions, _ = dist.sample_with_log_prob(
-                    generator, deterministic=deterministic, out=(actions_col[t], logp_col[t])
+                    self.generator, deterministic=deterministic, out=(columns["actions"][t], columns["logp"][t])
                 )
-                kept_values.append(value)
                 out = env.step(to_env_action(actions, space))
                 if not self._validated:
                     validate_step_output(out, env)
                     self._validated = True
-                kept_rewards.append(out["rewards"])
-                if episodic:
-                    term = out.get("terminated", None)
-                    trunc = out.get("truncated", None)
-                    if term is not None:
-                        term_col[t].copy_(term)
-                    if trunc is not None:
-                        trunc_col[t].copy_(trunc)
-                        final_col[t].copy_(out["final_obs"])
-                    if recurrent:
-                        post_states_buf[:, t] = state
-                        firsts = (term_col[t] | trunc_col[t])[:, 0]
+                if env.episodic:
+                    buffer.write_episode_ends(t, out)
+                carry.after_step(t, policy_carry)
+                kept["values"].append(value)
+                kept["rewards"].append(out["rewards"])
                 obs = out["obs"]
-            # column horizon: the last obs and its (bootstrap) value, stacked with the rest
-            if recurrent:
-                firsts_col[hp.horizon].copy_(firsts)
-                kept_values.append(policy.sequence_value(obs, state, firsts))
-                self._state, self._firsts = state, firsts
+            # column horizon: the last obs and its (bootstrap) value
+            kept["values"].append(policy.rollout_value(obs, *carry.last()))
+            if "obs" in kept:
+                kept["obs"].append(obs)
             else:
-                kept_values.append(policy.value(obs))
-            torch.stack(kept_values, out=stacked["values"])
-            torch.stack(kept_rewards, out=stacked["rewards"])
-            if kept_obs is None:
-                obs_col[hp.horizon].copy_(obs)
-            else:
-                kept_obs.append(obs)
-                torch.stack(kept_obs, out=stacked["obs"])
+                columns["obs"][hp.horizon].copy_(obs)
+            buffer.stack(kept)
         self._obs = obs
         self.env_steps += hp.num_envs * hp.horizon * self.dist.world_size  # every rank's envs
         self.collects += 1
-        n = hp.check_finite_collects
+        return self._collect_stats()
+
+    def _collect_stats(self) -> Stats:
+        """The last collect's rollout stats, after its NaN/inf checks; advances the episode
+        tracker and the reward normaliser's running returns over it."""
+        n = self.hparams.check_finite_collects
         if n == -1 or self.collects <= n:
-            self._check_finite()
-        rewards = self._rewards_view
-        dones = None
-        if episodic:
-            dones = self._terminated_view | self._truncated_view
+            self._check_buffer_finite()
+        data, h = self.buffer.data, self.hparams.horizon
+        rewards = data["rewards"][:, :h]
+        dones = data["terminated"][:, :h] | data["truncated"][:, :h] if self.env.episodic else None
         # the normaliser's running returns advance on the device; their moments travel with
         # the rollout stats (one transfer) and are merged on the host
         seen = self.reward_normalizer.advance(rewards, dones) if self.reward_normalizer is not None else None
-        stats = self._rollout_stats(rewards, dones, seen)
+        stats = rollout_stats(self.dist, rewards, dones, self.episodes, self.reward_normalizer, seen)
         if n != 0:  # after the first n collects: the reduced stats, at no extra cost
-            self._check_finite_stats(stats, _CHECKED_ROLLOUT_STATS, f"collect {self.collects}")
+            self._check_stats_finite(stats, CHECKED_ROLLOUT_STATS, f"collect {self.collects}")
         return stats
 
-    def _check_finite_stats(self, stats: dict[str, float], names: tuple[str, ...], where: str) -> None:
-        """Raise when one of the (already reduced) ``stats`` named is NaN or inf: an
-        :class:`EnvOutputError` naming envs and steps when the last collect's observations or
-        rewards are the cause (unless ``check_finite_collects=0``), else :class:`NonFiniteError`."""
-        bad = [name for name in names if name in stats and not math.isfinite(stats[name])]
-        if not bad:
-            return
-        if self.hparams.check_finite_collects != 0:
-            self._check_finite()  # the env's data, with positions
-        values = ", ".join(f"{name}={stats[name]}" for name in bad)
-        raise NonFiniteError(
-            f"non-finite {values} at {where} (env steps {self.env_steps}); training cannot "
-            "go on from here: resume from the last checkpoint (e.g. with a lower lr or "
-            "max_grad_norm) or find what makes the model or env produce NaN/inf"
-        )
+    def _check_buffer_finite(self) -> None:
+        check_buffer_finite(self.buffer, type(self.env).__name__, self.collects)
 
-    def _check_finite(self) -> None:
-        data = self.buffer.data
-        for key in ("obs", "rewards"):
-            bad = find_nonfinite(data[key][:, : self.hparams.horizon + (key == "obs")], batch_dims=2)
-            if bad is not None:
-                pairs = ", ".join(f"(env {i}, step {t})" for i, t in bad[:10].tolist())
-                more = f" and {len(bad) - 10} more" if len(bad) > 10 else ""
-                raise EnvOutputError(
-                    f"{type(self.env).__name__}: non-finite values (NaN or inf) in {key!r} at "
-                    f"{pairs}{more} during collect {self.collects} (set "
-                    f"check_finite_collects=0 to turn this check off)"
-                )
+    def _check_stats_finite(self, stats: dict[str, float], names: tuple[str, ...], where: str) -> None:
+        """:func:`~rl8.finite.check_stats_finite`, naming envs and steps when the last collect's
+        observations or rewards are the cause (unless ``check_finite_collects=0``)."""
+        find_cause = self._check_buffer_finite if self.hparams.check_finite_collects != 0 else None
+        check_stats_finite(stats, names, where, self.env_steps, find_cause)
 
     @property
     def _all_reduce(self) -> Callable[[torch.Tensor], Any] | None:
         """In-place cross-rank sum for running statistics, or ``None`` in one process."""
         return self.dist.all_reduce_ if self.dist.enabled else None
-
-    def _rollout_stats(
-        self, rewards: torch.Tensor, dones: torch.Tensor | None, seen: torch.Tensor | None = None
-    ) -> Stats:
-        """Rollout stats from sums, minima and maxima, reduced across ranks, with ONE sync.
-
-        ``seen``: the reward normaliser's running returns of this collect (see
-        :meth:`RewardNormalizer.advance`); their count, sum and sum of squares are reduced
-        with the rest and merged into its statistics. Few ops on purpose: this runs once per
-        collect, right after the rollout, on cold caches, where each op costs several times
-        its warm price.
-        """
-        f64 = torch.float64
-        reward_sums = rewards.sum(1, dtype=f64)  # per env, over the rollout's steps
-        # the sum of all rewards is the sum of the reward sums; counts are known on the host;
-        # sums of squares of big tensors come as float64 2-norms (one op), squared later
-        parts = [reward_sums.sum(), reward_sums.dot(reward_sums), torch.linalg.vector_norm(rewards, dtype=f64)]
-        if dones is not None:
-            parts += [x.double() for x in self._episode_stats(rewards, dones)]
-        if seen is not None:
-            parts += [seen.sum(dtype=f64), torch.linalg.vector_norm(seen, dtype=f64)]
-        ret_lo, ret_hi = reward_sums.aminmax()
-        rew_lo, rew_hi = rewards.aminmax()
-        extremes = [ret_lo, rew_lo, ret_hi, rew_hi]  # (stack promotes to float64)
-        current = []  # the normaliser's statistics before this collect (not reduced)
-        if seen is not None:
-            stats = self.reward_normalizer.stats
-            current = [stats.mean, stats.var, stats.count]
-        norms = [2] + ([len(parts) - 1] if seen is not None else [])  # entries that are 2-norms
-        if self.dist.enabled:
-            sums = torch.stack(parts)
-            sums[norms] = sums[norms].square()  # ranks add sums of squares, not norms
-            mins, maxs = torch.stack(extremes[:2]).double(), torch.stack(extremes[2:]).double()
-            self.dist.all_reduce_(sums)
-            self.dist.all_reduce_(mins, "min")
-            self.dist.all_reduce_(maxs, "max")
-            values = torch.cat([sums, mins, maxs, *([torch.stack(current)] if current else [])]).tolist()
-        else:  # everything in one stack
-            values = torch.stack([*parts, *extremes, *current]).tolist()
-        k = len(parts)
-        if not self.dist.enabled:
-            for i in norms:
-                values[i] *= values[i]
-        s_ret, ss_ret, ss_rew = values[:3]
-        lo_ret, lo_rew, hi_ret, hi_rew = values[k : k + 4]
-        world = self.dist.world_size
-        n_ret, n_rew = float(reward_sums.numel() * world), float(rewards.numel() * world)
-        out = Stats()
-        for prefix, n, ss, lo, hi in (
-            ("rollout/reward_sum_", n_ret, ss_ret, lo_ret, hi_ret), ("rewards/", n_rew, ss_rew, lo_rew, hi_rew)
-        ):
-            mean = s_ret / n
-            out[f"{prefix}min"] = lo
-            out[f"{prefix}max"] = hi
-            out[f"{prefix}mean"] = mean
-            out[f"{prefix}std"] = max(ss / n - mean * mean, 0.0) ** 0.5
-        if dones is not None:
-            ret_sum, len_sum, count = values[3:6]
-            # NaN when no episode ended: stop conditions treat NaN as "not reached".
-            out["episodes/return_mean"] = ret_sum / count if count > 0 else float("nan")
-            out["episodes/length_mean"] = len_sum / count if count > 0 else float("nan")
-            out["episodes/count"] = count
-        if seen is not None:
-            seen_sum, seen_sq = values[k - 2 : k]
-            self.reward_normalizer.stats.merge_moments_(
-                tuple(values[k + 4 : k + 7]), float(seen.numel() * world), seen_sum, seen_sq
-            )
-        return out
-
-    def _episode_stats(self, rewards: torch.Tensor, dones: torch.Tensor):
-        """Sums of returns and lengths of episodes that ended in this collect, vectorised."""
-        n, h = rewards.shape
-        steps = torch.arange(h, device=rewards.device)
-        cum_ret = self._episode_return[:, None] + rewards.float().cumsum(1)
-        cum_len = self._episode_length[:, None] + (steps + 1).float()
-        last_done = torch.where(dones, steps, -1).cummax(1).values
-        prev_done = torch.cat([torch.full((n, 1), -1, device=rewards.device), last_done[:, :-1]], 1)
-        has_prev = prev_done >= 0
-        idx = prev_done.clamp(min=0)
-        start_ret = torch.where(has_prev, cum_ret.gather(1, idx), 0.0)
-        start_len = torch.where(has_prev, cum_len.gather(1, idx), 0.0)
-        done_f = dones.float()
-        ret_sum = ((cum_ret - start_ret) * done_f).sum()
-        len_sum = ((cum_len - start_len) * done_f).sum()
-        final = last_done[:, -1:]
-        ended = final >= 0
-        fidx = final.clamp(min=0)
-        self._episode_return = (cum_ret[:, -1:] - torch.where(ended, cum_ret.gather(1, fidx), 0.0))[:, 0]
-        self._episode_length = (cum_len[:, -1:] - torch.where(ended, cum_len.gather(1, fidx), 0.0))[:, 0]
-        return ret_sum, len_sum, done_f.sum()
 
     # ----------------------------------------------------------------- update
     def _advantages(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -728,12 +432,7 @@ class PPO:
             return None
         final_obs = self.buffer.data["final_obs"][index[:, 0], index[:, 1]]
         with self._autocast():
-            if self.recurrent:
-                state = self.buffer.post_states[index[:, 0], index[:, 1]]
-                no_reset = torch.zeros(index.shape[0], dtype=torch.bool, device=index.device)
-                values = self.policy.sequence_value(final_obs, state, no_reset).float()
-            else:
-                values = self.policy.value(final_obs).float()
+            values = self.policy.rollout_value(final_obs, self.carry.after(index)).float()
         out = torch.zeros(truncated.shape, device=values.device)
         out[index[:, 0], index[:, 1]] = values
         return out
@@ -760,176 +459,112 @@ class PPO:
         if self.collects == 0:
             raise RuntimeError("PPO.update() needs a collect() first: the rollout buffer is empty")
         hp = self.hparams
-        h = hp.horizon
-        data = self.buffer.data
         with torch.no_grad():
             advantages, returns = self._advantages()
-            old_values = data["values"][:, :h]
+            old_values = self.buffer.data["values"][:, : hp.horizon]
             explained_variance = 1 - (returns - old_values).var() / returns.var().clamp(min=1e-8)
-        # Samples are transitions for feedforward models and seq_len-step sequences (replayed
-        # from their stored initial state) for recurrent ones; everything else is shared.
-        seq_len = self.seq_len
-        batch = hp.batch_size // seq_len
-        obs = _to_samples(data["obs"][:, :h], seq_len)
-        actions = _to_samples(data["actions"][:, :h], seq_len)
-        old_logp = _to_samples(data["logp"][:, :h], seq_len)
-        old_values = _to_samples(old_values, seq_len)
-        advantages = _to_samples(advantages, seq_len)
-        returns = _to_samples(returns, seq_len)
-        if self.recurrent:
-            states = self.buffer.states.reshape(-1)
-            firsts = _to_samples(data["firsts"][:, :h], seq_len)
-
+        # rows: transitions, or for recurrent models seq_len-step sequences with their state
+        samples = self.buffer.training_samples(advantages, returns)
         lr = self.lr_schedule(self.env_steps)
         entropy_coeff = self.entropy_coeff_schedule(self.env_steps)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        mb = self.minibatch_size // seq_len
-        num_minibatches = batch // mb
-        # per minibatch: the [policy, vf, kl, clip_fraction] monitors and the mean entropy;
-        # per optimizer step: the grad norm (averaged once at the end: no ops per minibatch)
-        monitors_seen: list[torch.Tensor] = []
-        entropies: list[torch.Tensor] = []
-        grad_norms: list[torch.Tensor] = []
-        count = 0
-        stop = False
         params = [p for p in self.policy.parameters() if p.requires_grad]
-        samples = [obs, actions, old_logp, old_values, advantages, returns]
-        if self.recurrent:
-            samples += [states, firsts]
-        # Observations (and recurrent states) can be large, images say: they are gathered per
-        # minibatch. The small per-sample columns get one shuffled copy per pass instead (one
-        # gather each, then minibatch j is rows j*mb:(j+1)*mb), which also lets every
-        # minibatch's advantages be normalised in a few ops per pass.
-        per_minibatch = {0, 6} if self.recurrent else {0}
-        normalize = hp.normalize_advantages and mb * seq_len > 1
+        num_minibatches = samples.batch_size[0] * self.seq_len // self.minibatch_size
+        monitors, entropies, grad_norms = [], [], []  # per minibatch; per optimizer step
         for _ in range(hp.num_sgd_iters):
-            order = None
-            if num_minibatches > 1 and hp.shuffle_minibatches:
-                order = torch.randperm(batch, device=self.device, generator=self.generator)
-            shuffled = [
-                x if order is None or i in per_minibatch else _take(x, order) for i, x in enumerate(samples)
-            ]
-            if normalize:
-                shuffled[4] = self._normalized_advantages(shuffled[4], num_minibatches)
-            if hp.accumulate_grads:
-                self._zero_grad()
-            for j in range(num_minibatches):
-                index = slice(j * mb, (j + 1) * mb) if num_minibatches > 1 else slice(None)
-                rows = index if order is None else order[index]
-                mb_obs, mb_actions, mb_old_logp, mb_old_values, mb_advantages, mb_returns, *rest = (
-                    _take(x, rows) if i in per_minibatch else x[index] for i, x in enumerate(shuffled)
-                )
-                total, monitors, entropy = self._minibatch_loss(
-                    mb_obs, mb_actions, mb_old_logp, mb_old_values, mb_advantages, mb_returns,
-                    entropy_coeff, tuple(rest) if self.recurrent else None,
-                )
+            if hp.accumulate_grads:  # one optimizer step per pass, on the minibatches' mean loss
+                self.optimizer.zero_grad()
+            for j, minibatch in enumerate(self._minibatches(samples, num_minibatches)):
+                loss, minibatch_monitors, entropy = self._minibatch_loss(minibatch, entropy_coeff)
                 if hp.accumulate_grads:
-                    self._backward(total / num_minibatches)
+                    self._backward(loss / num_minibatches)
                     if j == num_minibatches - 1:
                         grad_norms.append(self._optimizer_step(params))
                 else:
-                    self._zero_grad()
-                    self._backward(total)
+                    self.optimizer.zero_grad()
+                    self._backward(loss)
                     grad_norms.append(self._optimizer_step(params))
-                monitors_seen.append(monitors)
+                monitors.append(minibatch_monitors)
                 entropies.append(entropy)
-                count += 1
-                if hp.target_kl_div is not None:
-                    kl = self.dist.all_reduce_(monitors[2].clone()) / self.dist.world_size
-                    if kl.item() > hp.target_kl_div:  # every rank sees the same mean KL
-                        stop = True
-                        break
-            if stop:
-                break
+                if self._kl_exceeds_target(minibatch_monitors["kl_div"]):
+                    break
+            else:
+                continue
+            break  # KL early stop
         if self.policy.obs_normalizer is not None:
-            self.policy.obs_normalizer.update(data["obs"][:, :h], batch_dims=2, all_reduce=self._all_reduce)
+            obs = self.buffer.data["obs"][:, : hp.horizon]
+            self.policy.obs_normalizer.update(obs, batch_dims=2, all_reduce=self._all_reduce)
         self.steps += 1
-        # [policy, vf, kl, clip_fraction, entropy, grad_norm, explained_variance], ONE sync
         if not grad_norms:  # a KL stop before the first accumulated optimizer step
             grad_norms.append(torch.zeros((), device=self.device))
-        means_t = torch.cat([
-            torch.stack(monitors_seen).mean(0),
-            torch.stack([torch.stack(entropies).mean(), torch.stack(grad_norms).mean(), explained_variance]),
-        ])
-        if self.dist.enabled:
-            means_t = self.dist.all_reduce_(means_t) / self.dist.world_size
-        policy_loss, vf_loss, kl, clip_fraction, entropy, grad_norm, explained = means_t.tolist()
-        # the mean of the minibatches' total losses, from the means of their (linear) terms
-        total = policy_loss + hp.vf_coeff * vf_loss - entropy_coeff * entropy
+        means = {f"monitors/{name}": torch.stack([m[name] for m in monitors]).mean() for name in monitors[0]}
+        means["monitors/entropy"] = torch.stack(entropies).mean()
+        means["monitors/explained_variance"] = explained_variance
+        means["monitors/grad_norm"] = torch.stack(grad_norms).mean()
+        out = reduce_stats(self.dist, means=means)
+        entropy = out.pop("monitors/entropy")
+        policy_loss, vf_loss = out.pop("monitors/policy"), out.pop("monitors/vf")
         stats = {
             "losses/policy": policy_loss,
             "losses/vf": vf_loss,
             "losses/entropy": -entropy,
-            "losses/total": total,
-            "monitors/kl_div": kl,
-            "monitors/clip_fraction": clip_fraction,
-            "monitors/explained_variance": explained,
-            "monitors/grad_norm": grad_norm,
+            # the mean of the minibatches' total losses, from the means of their (linear) terms
+            "losses/total": policy_loss + hp.vf_coeff * vf_loss - entropy_coeff * entropy,
+            **out,
             "coefficients/entropy": entropy_coeff,
             "coefficients/vf": hp.vf_coeff,
             "coefficients/lr": lr,
         }
-        checked = _CHECKED_UPDATE_STATS if self.grad_scaler is None else ("losses/total",)
-        self._check_finite_stats(stats, checked, f"update step {self.steps}")
+        checked = CHECKED_UPDATE_STATS if self.grad_scaler is None else ("losses/total",)
+        self._check_stats_finite(stats, checked, f"update step {self.steps}")
         return stats
 
-    def _normalized_advantages(self, advantages: torch.Tensor, num_minibatches: int) -> torch.Tensor:
-        """Each minibatch's advantages (rows ``j * mb:(j + 1) * mb``) centred and scaled by
-        their own mean and std, for all minibatches of a pass in a few ops. In data-parallel
-        training the moments of minibatch ``j`` cover every rank's minibatch ``j`` (ONE
-        all-reduce per pass, not one synchronisation per minibatch)."""
-        adv = advantages.reshape(num_minibatches, -1)
-        if not self.dist.enabled:
-            # two-pass std (sample, n - 1): torch.std's one-pass kernel is ~4x slower on a CPU
-            centred = adv - adv.mean(1, keepdim=True)
-            std = centred.square().sum(1, keepdim=True).div_(max(adv.shape[1] - 1, 1)).sqrt_()
-            return centred.div_(std.add_(1e-8)).reshape(advantages.shape)
-        x = adv.double()
-        moments = torch.stack([torch.full_like(x[:, 0], x.shape[1]), x.sum(1), x.square().sum(1)], 1)
-        n, s, ss = self.dist.all_reduce_(moments).unbind(1)
-        mean = s / n
-        std = ((ss - n * mean * mean) / (n - 1).clamp(min=1)).clamp(min=0).sqrt()
-        out = (adv - mean[:, None].to(adv.dtype)) / (std[:, None].to(adv.dtype) + 1e-8)
-        return out.reshape(advantages.shape)
+    def _minibatches(self, samples: TensorDict, num_minibatches: int) -> Iterator[TensorDict]:
+        """One pass over ``samples`` in ``num_minibatches`` minibatches (shuffled when asked),
+        each with its advantages normalised when asked (:func:`normalized_advantages`)."""
+        hp = self.hparams
+        size = samples.batch_size[0] // num_minibatches
+        order = None
+        if num_minibatches > 1 and hp.shuffle_minibatches:
+            order = torch.randperm(samples.batch_size[0], device=self.device, generator=self.generator)
+        advantages = samples["advantages"] if order is None else samples["advantages"][order]
+        if hp.normalize_advantages and size * self.seq_len > 1:
+            advantages = normalized_advantages(advantages, num_minibatches, self.dist)
+        for j in range(num_minibatches):
+            rows = slice(j * size, (j + 1) * size)
+            minibatch = samples[rows if order is None else order[rows]]
+            minibatch["advantages"] = advantages[rows]
+            yield minibatch
 
     def _minibatch_loss(
-        self, obs, actions, old_logp, old_values, advantages, returns, entropy_coeff, recurrent_inputs,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The minibatch's differentiable total loss, its detached monitors ``[4]`` (policy
-        and vf losses, KL, clip fraction) and its detached mean entropy. ``advantages`` come
-        normalised (when asked) by :meth:`_normalized_advantages`."""
+        self, minibatch: TensorDict, entropy_coeff: float
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
+        """The minibatch's differentiable total loss, its detached monitors ``{policy, vf,
+        kl_div, clip_fraction}`` and its detached mean entropy."""
         hp = self.hparams
         # With a zero entropy coefficient the entropy is only a reported stat: keep it out of
         # the graph so the backward pass does not differentiate it.
         entropy_grad = entropy_coeff != 0
         with self._autocast():
-            if recurrent_inputs is None:
-                logp, entropy, values = self.policy.evaluate(obs, actions, entropy_grad=entropy_grad)
-            else:
-                logp, entropy, values = self.policy.evaluate_sequences(
-                    obs, actions, *recurrent_inputs, entropy_grad=entropy_grad
-                )
-                old_logp, old_values = old_logp.reshape(-1), old_values.reshape(-1)
-                advantages, returns = advantages.reshape(-1), returns.reshape(-1)
-        logp, entropy, values = logp.float(), entropy.float(), values.float()
+            logp, entropy, values = self.policy.evaluate(minibatch, entropy_grad=entropy_grad)
+        old = {key: minibatch[key].reshape(-1) for key in ("logp", "values", "advantages", "returns")}
         total, monitors = ppo_loss(
-            logp, values, old_logp, advantages, old_values, returns,
+            logp.float(), values.float(), old["logp"], old["advantages"], old["values"], old["returns"],
             clip_param=hp.clip_param, dual_clip_param=hp.dual_clip_param,
             vf_clip_param=hp.vf_clip_param, vf_coeff=hp.vf_coeff,
         )
-        mean_entropy = entropy.mean()
+        mean_entropy = entropy.float().mean()
         if entropy_grad:
             total = total - entropy_coeff * mean_entropy
-        return total, monitors, mean_entropy.detach()
+        return total, dict(zip(("policy", "vf", "kl_div", "clip_fraction"), monitors.unbind())), mean_entropy.detach()
 
-    def _zero_grad(self) -> None:
-        if not self._plain_zero_grad:
-            self.optimizer.zero_grad(set_to_none=True)
-            return
-        for group in self.optimizer.param_groups:
-            for p in group["params"]:
-                p.grad = None
+    def _kl_exceeds_target(self, kl_div: torch.Tensor) -> bool:
+        """Whether the mean KL over all ranks exceeds ``target_kl_div`` (``False`` without one)."""
+        if self.hparams.target_kl_div is None:
+            return False
+        kl = self.dist.all_reduce_(kl_div.clone()) / self.dist.world_size
+        return kl.item() > self.hparams.target_kl_div
 
     def _backward(self, loss: torch.Tensor) -> None:
         if self.grad_scaler is not None:
@@ -938,14 +573,18 @@ class PPO:
             loss.backward()
 
     def _optimizer_step(self, params: list[torch.nn.Parameter]) -> torch.Tensor:
+        """Average the gradients across ranks, clip them to ``max_grad_norm`` and step the
+        optimizer; returns the gradient norm before clipping."""
         self.dist.average_gradients(params)  # data-parallel: one all-reduce per optimizer step
         if self.grad_scaler is not None:
             self.grad_scaler.unscale_(self.optimizer)
-        grad_norm = _clip_grad_norm_(params, self.hparams.max_grad_norm)
+        # max_grad_norm None: the norm is only measured (an infinite bound never scales)
+        max_norm = self.hparams.max_grad_norm
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, math.inf if max_norm is None else max_norm, foreach=True)
         if self.grad_scaler is not None:
             self.grad_scaler.step(self.optimizer)
             self.grad_scaler.update()
-        elif not (self._fast_adam and _fused_adam_step(self.optimizer)):
+        else:
             self.optimizer.step()
         return grad_norm.detach().float()
 
@@ -998,33 +637,17 @@ class PPO:
         obs = env.reset(config=config or None)
         validate_reset_output(obs, env)
         steps = num_steps or hp.horizon
-        n = env.num_envs
-        rewards = torch.zeros(n, steps, device=self.device)
-        dones = torch.zeros(n, steps, dtype=torch.bool, device=self.device) if env.episodic else None
-        policy, dist_cls = self.policy, self.policy.distribution_cls
-        state = policy.initial_state(n)
-        firsts = torch.zeros(n, dtype=torch.bool, device=self.device)
-        with self._autocast(), policy.rollout():
-            for t in range(steps):
-                dist, _, state = policy.step(obs, state, firsts)
-                actions = dist.deterministic_sample() if deterministic else dist.sample(self.eval_generator)
-                out = env.step(dist_cls.to_env_action(actions, env.action_space))
-                rewards[:, t] = out["rewards"][:, 0]
+        rewards = torch.zeros(env.num_envs, steps, device=self.device)
+        dones = torch.zeros(env.num_envs, steps, dtype=torch.bool, device=self.device) if env.episodic else None
+        with self._autocast(), self.policy.rollout():
+            run = run_policy(
+                self.policy, env, obs, num_steps=steps, deterministic=deterministic, generator=self.eval_generator
+            )
+            for t, step in enumerate(run):
+                rewards[:, t] = step.rewards
                 if dones is not None:
-                    done = out.get("terminated", None)
-                    trunc = out.get("truncated", None)
-                    if trunc is not None:
-                        done = trunc if done is None else done | trunc
-                    dones[:, t] = done[:, 0]
-                    firsts = done[:, 0]
-                obs = out["obs"]
-        saved = self._episode_return, self._episode_length
-        self._episode_return = torch.zeros(n, device=self.device)
-        self._episode_length = torch.zeros(n, device=self.device)
-        try:
-            return self._rollout_stats(rewards, dones)
-        finally:
-            self._episode_return, self._episode_length = saved
+                    dones[:, t] = step.done
+        return rollout_stats(self.dist, rewards, dones, EpisodeTracker(env.num_envs, self.device))
 
     # ----------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:
@@ -1033,12 +656,6 @@ class PPO:
         Holds only tensors and plain Python values, so it loads with
         ``torch.load(weights_only=True)``.
         """
-        obs: Any = None
-        if isinstance(self._obs, TensorDictBase):
-            obs = {"tensordict": self._obs.to_dict()}
-        elif self._obs is not None:
-            obs = {"tensor": self._obs}
-        env_state = self.env.state_dict() if self._obs is not None else None
         return {
             "hparams": _plain_hparams(self.hparams),
             "seed": self.seed,
@@ -1048,24 +665,11 @@ class PPO:
             "reward_normalizer": (
                 self.reward_normalizer.state_dict() if self.reward_normalizer is not None else None
             ),
-            "counters": {
-                "env_steps": self.env_steps, "env_resets": self.env_resets,
-                "collects": self.collects, "steps": self.steps,
-            },
-            "recurrent": (
-                {"state": self._state.to_dict(), "firsts": self._firsts.clone(), "sequences": self.sequences}
-                if self.recurrent else None
-            ),
-            "episode_return": self._episode_return.clone(),
-            "episode_length": self._episode_length.clone(),
-            "obs": obs if env_state is not None else None,
-            "env": env_state,
-            "rng": {
-                "generator": self.generator.get_state(),
-                "eval_generator": self.eval_generator.get_state(),
-                "torch": torch.get_rng_state(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-            },
+            "counters": {name: getattr(self, name) for name in _COUNTERS},
+            "recurrent": self.carry.state_dict(),
+            **self.episodes.state_dict(),
+            **_env_state(self.env, self._obs),
+            "rng": _rng_state(self.generator, self.eval_generator),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -1077,38 +681,13 @@ class PPO:
             self.grad_scaler.load_state_dict(state["grad_scaler"])
         if self.reward_normalizer is not None and state.get("reward_normalizer") is not None:
             self.reward_normalizer.load_state_dict(state["reward_normalizer"])
-        counters = state["counters"]
-        self.env_steps = int(counters["env_steps"])
-        self.env_resets = int(counters["env_resets"])
-        self.collects = int(counters["collects"])
-        self.steps = int(counters["steps"])
-        self._episode_return = state["episode_return"].to(self.device)
-        self._episode_length = state["episode_length"].to(self.device)
-        if self.recurrent and state.get("recurrent") is not None:
-            from tensordict import TensorDict
-
-            rec = state["recurrent"]
-            self._state = TensorDict(rec["state"], batch_size=[self.hparams.num_envs]).to(self.device)
-            self._firsts = rec["firsts"].to(self.device)
-            self.sequences = int(rec["sequences"])
-        obs, env_state = state.get("obs"), state.get("env")
-        # an env that saves no state (GymnasiumEnv) is reset, whatever the file holds
-        if obs is not None and env_state is not None and self.env.state_dict() is not None:
-            self.env.load_state_dict(env_state)
-            if "tensordict" in obs:
-                from tensordict import TensorDict
-
-                self._obs = TensorDict(obs["tensordict"], batch_size=[self.hparams.num_envs]).to(self.device)
-            else:
-                self._obs = obs["tensor"].to(self.device)
-        else:
-            self._obs = None
+        for name in _COUNTERS:
+            setattr(self, name, int(state["counters"][name]))
+        self.episodes.load_state_dict(state)
+        self.carry.load_state_dict(state.get("recurrent"))
+        self._obs = _load_env_state(self.env, state, self.device)
         self._validated = False  # the first step after a resume is checked like any first step
-        self.generator.set_state(state["rng"]["generator"])
-        self.eval_generator.set_state(state["rng"]["eval_generator"])
-        torch.set_rng_state(state["rng"]["torch"])
-        if state["rng"]["cuda"] and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(state["rng"]["cuda"])
+        _load_rng_state(state["rng"], self.generator, self.eval_generator)
 
     # ----------------------------------------------------------------- misc
     def __repr__(self) -> str:

@@ -12,8 +12,17 @@ names are logged to MLflow. See ``docs/trainer.md`` (Metrics).
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-__all__ = ["RENAMED_STATS", "Stats", "current_stat_name", "warn_renamed"]
+import torch
+
+if TYPE_CHECKING:
+    from .distributed import DistContext
+    from .episodes import EpisodeTracker
+    from .normalization import RewardNormalizer
+
+__all__ = ["RENAMED_STATS", "Stats", "current_stat_name", "reduce_stats", "rollout_stats", "warn_renamed"]
 
 #: 1.0.0 name -> current name, for stats that were renamed (each also under ``eval/``).
 RENAMED_STATS: dict[str, str] = {
@@ -78,3 +87,121 @@ class Stats(dict[str, float]):
 
     def __contains__(self, key: object) -> bool:
         return dict.__contains__(self, key) or self._alias(key) is not None
+
+
+def reduce_stats(
+    dist: DistContext,
+    *,
+    sums: Mapping[str, torch.Tensor] | None = None,
+    means: Mapping[str, torch.Tensor] | None = None,
+    mins: Mapping[str, torch.Tensor] | None = None,
+    maxs: Mapping[str, torch.Tensor] | None = None,
+    local: Mapping[str, torch.Tensor] | None = None,
+) -> dict[str, float]:
+    """``{name: 0-d tensor}`` statistics as ``{name: float}``, read back with ONE host transfer.
+
+    In data-parallel training (``dist.enabled``) each group is reduced across ranks first:
+    ``sums`` are summed, ``means`` averaged (both in one all-reduce), ``mins`` and ``maxs``
+    take the smallest and largest value (one all-reduce each); ``local`` values are this
+    rank's own. In one process every value is returned as it is. Values are reduced in
+    float64. Nothing else is read or changed.
+
+    Args:
+        dist: The run's :class:`~rl8.distributed.DistContext`.
+        sums, means, mins, maxs, local: The statistics of each kind, ``{name: 0-d tensor}``;
+            a name may appear in only one of them.
+    """
+    groups = {kind: dict(values or {}) for kind, values in
+              (("sums", sums), ("means", means), ("mins", mins), ("maxs", maxs), ("local", local))}
+    names = [name for values in groups.values() for name in values]
+    if not names:
+        return {}
+    if len(set(names)) != len(names):
+        raise ValueError(f"reduce_stats: expected each stat name once, got {names}")
+    if not dist.enabled:
+        return dict(zip(names, _stack([t for group in groups.values() for t in group.values()]).tolist()))
+    parts = []
+    added = [*groups["sums"].values(), *groups["means"].values()]
+    if added:
+        summed = dist.all_reduce_(_stack(added))
+        summed[len(groups["sums"]):] /= dist.world_size
+        parts.append(summed)
+    for kind, op in (("mins", "min"), ("maxs", "max")):
+        if groups[kind]:
+            parts.append(dist.all_reduce_(_stack(groups[kind].values()), op))
+    if groups["local"]:
+        parts.append(_stack(groups["local"].values()))
+    return dict(zip(names, torch.cat(parts).tolist()))
+
+
+def rollout_stats(
+    dist: DistContext,
+    rewards: torch.Tensor,
+    dones: torch.Tensor | None,
+    episodes: EpisodeTracker,
+    reward_normalizer: RewardNormalizer | None = None,
+    seen: torch.Tensor | None = None,
+) -> Stats:
+    """Rollout stats of ``rewards`` ``[num_envs, T]`` (all ranks), read back in ONE transfer.
+
+    Args:
+        dist: The run's :class:`~rl8.distributed.DistContext`.
+        rewards: ``[num_envs, T]`` rewards of the rollout.
+        dones: ``[num_envs, T]`` bool, where episodes ended (``None`` for infinite-horizon
+            envs); ``episodes`` advances over them.
+        episodes: The :class:`~rl8.episodes.EpisodeTracker` of these envs.
+        reward_normalizer: With ``seen``: the reward normaliser whose running returns of this
+            rollout (:meth:`RewardNormalizer.advance`) are ``seen``; their moments are read
+            back with the stats and folded into its statistics.
+        seen: See ``reward_normalizer``.
+
+    Returns:
+        ``rollout/reward_sum_{min,max,mean,std}`` (each env's sum of rewards),
+        ``rewards/{min,max,mean,std}`` (per step) and, with ``dones``,
+        ``episodes/{return_mean,length_mean,count}`` (NaN means when no episode ended).
+    """
+    f64 = torch.float64
+    reward_sums = rewards.sum(1, dtype=f64)  # per env, over the rollout's steps
+    sums = {  # (the sum of all rewards is the sum of the reward sums)
+        "reward_sum": reward_sums.sum(),
+        "reward_sum_sq": reward_sums.dot(reward_sums),
+        "reward_sq": torch.linalg.vector_norm(rewards, dtype=f64).square(),
+    }
+    if dones is not None:
+        sums.update(episodes.advance(rewards, dones))
+    local = {}
+    if seen is not None:
+        normalizer_sums, local = reward_normalizer.returns_moments(seen)
+        sums.update(normalizer_sums)
+    ret_lo, ret_hi = reward_sums.aminmax()
+    rew_lo, rew_hi = rewards.aminmax()
+    values = reduce_stats(
+        dist, sums=sums, local=local,
+        mins={"rollout/reward_sum_min": ret_lo, "rewards/min": rew_lo},
+        maxs={"rollout/reward_sum_max": ret_hi, "rewards/max": rew_hi},
+    )
+    world = dist.world_size
+    out = Stats()
+    for prefix, n, sum_sq in (
+        ("rollout/reward_sum_", reward_sums.numel() * world, values["reward_sum_sq"]),
+        ("rewards/", rewards.numel() * world, values["reward_sq"]),
+    ):
+        mean = values["reward_sum"] / n
+        out[f"{prefix}min"] = values[f"{prefix}min"]
+        out[f"{prefix}max"] = values[f"{prefix}max"]
+        out[f"{prefix}mean"] = mean
+        out[f"{prefix}std"] = max(sum_sq / n - mean * mean, 0.0) ** 0.5
+    if dones is not None:
+        count = values["episodes/count"]
+        # NaN when no episode ended: stop conditions treat NaN as "not reached".
+        out["episodes/return_mean"] = values["episodes/return_sum"] / count if count > 0 else float("nan")
+        out["episodes/length_mean"] = values["episodes/length_sum"] / count if count > 0 else float("nan")
+        out["episodes/count"] = count
+    if seen is not None:
+        reward_normalizer.merge_returns_moments(values, float(seen.numel() * world))
+    return out
+
+
+def _stack(tensors) -> torch.Tensor:
+    """0-d tensors of any dtypes as one float64 vector (one stack, one cast)."""
+    return torch.stack(list(tensors)).double()

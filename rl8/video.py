@@ -24,9 +24,10 @@ from typing import Any
 
 import numpy as np
 import torch
-from tensordict import TensorDictBase
 
+from ._resolve import env_target
 from .env import Env
+from .runner import run_policy
 
 __all__ = ["DEFAULT_MAX_STEPS", "make_recording_env", "pad_frame", "record_video"]
 
@@ -48,17 +49,6 @@ def _imageio() -> Any:
             f"{_INSTALL}"
         ) from exc
     return imageio
-
-
-def _is_gymnasium_spec(spec: Any) -> bool:
-    """Whether :func:`rl8.ppo.make_env` would build a :class:`~rl8.envs.GymnasiumEnv`."""
-    from ._resolve import is_dotted_path, resolve_env
-
-    if is_dotted_path(spec):
-        spec = resolve_env(spec)
-    if isinstance(spec, type) and issubclass(spec, Env):
-        return False
-    return isinstance(spec, str) or callable(spec)
 
 
 def make_recording_env(
@@ -92,7 +82,7 @@ def make_recording_env(
         if factory_kwargs.get("render_mode") is None:
             factory_kwargs["render_mode"] = "rgb_array"
         return GymnasiumEnvFactory(spec.cls, spec.env, factory_kwargs)(1, horizon, device=device)
-    if _is_gymnasium_spec(spec) and kwargs.get("render_mode") is None:
+    if env_target(spec).gymnasium and kwargs.get("render_mode") is None:
         kwargs["render_mode"] = "rgb_array"
     return make_env(spec, 1, horizon, device=device, env_kwargs=kwargs)
 
@@ -178,15 +168,6 @@ def _as_rgb(frame: Any, env: Env) -> np.ndarray:
             f"{frame.dtype}, expected uint8 [height, width, 3]"
         )
     return np.ascontiguousarray(frame)
-
-
-def _done_flags(out: TensorDictBase) -> torch.Tensor | None:
-    done = None
-    for key in ("terminated", "truncated"):
-        flag = out.get(key, None)
-        if flag is not None:
-            done = flag[:, 0] if done is None else done | flag[:, 0]
-    return done
 
 
 def _check_int(name: str, value: Any, low: int) -> None:
@@ -278,7 +259,7 @@ def record_video(
         with rng:
             if seed is not None and not deterministic:
                 torch.manual_seed(seed)
-            frames = _run(policy, env, device, deterministic, max_steps, index, env_config, seed)
+            frames = _run(policy, env, deterministic, max_steps, index, env_config, seed)
             with contextlib.closing(frames):
                 _write(imageio, frames, path, float(fps), env)
     finally:
@@ -290,7 +271,6 @@ def record_video(
 def _run(
     policy: Callable[..., torch.Tensor],
     env: Env,
-    device: torch.device | None,
     deterministic: bool,
     max_steps: int,
     index: int,
@@ -298,31 +278,14 @@ def _run(
     seed: int | None,
 ) -> Any:
     """Yield the frames of one recorded episode (a generator: frames are written as they come)."""
-    reset_state = getattr(policy, "reset_state", None)
-    if reset_state is not None:
-        reset_state()
-    try:
-        with torch.no_grad():
-            obs = env.reset(config=env_config or None, seed=seed)
+    obs = env.reset(config=env_config or None, seed=seed)
+    yield _render(env, index)
+    steps = run_policy(policy, env, obs, num_steps=max_steps, deterministic=deterministic)
+    with contextlib.closing(steps):
+        for step in steps:
+            if step.done is not None and bool(step.done[index]):
+                return
             yield _render(env, index)
-            for _ in range(max_steps):
-                if device is not None and obs.device != device:
-                    obs = obs.to(device)
-                action = policy(obs, deterministic=deterministic)
-                if isinstance(action, (torch.Tensor, TensorDictBase)) and action.device != env.device:
-                    action = action.to(env.device)
-                out = env.step(action)
-                done = _done_flags(out)
-                if done is not None:
-                    if bool(done[index]):
-                        return
-                    if reset_state is not None and bool(done.any()):
-                        reset_state(done)
-                obs = out["obs"]
-                yield _render(env, index)
-    finally:
-        if reset_state is not None:
-            reset_state()  # the recording's state must not leak into later calls
 
 
 def _write(imageio: Any, frames: Any, path: Path, fps: float, env: Env) -> None:

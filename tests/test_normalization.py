@@ -102,3 +102,21 @@ def test_ppo_reward_statistics_cover_every_running_return():
     torch.testing.assert_close(stats.mean, reference.stats.mean, rtol=1e-9, atol=1e-9)
     torch.testing.assert_close(stats.var, reference.stats.var, rtol=1e-9, atol=1e-9)
     torch.testing.assert_close(algo.reward_normalizer.returns, reference.returns)
+
+
+def test_reward_normalizer_merges_returns_moments_read_back():
+    """returns_moments + merge_returns_moments fold a collect's running returns into the
+    statistics exactly like update() does."""
+    from rl8.distributed import DistContext
+    from rl8.stats import reduce_stats
+
+    torch.manual_seed(0)
+    rewards = torch.randn(4, 6)
+    a, b = RewardNormalizer(4, 0.9), RewardNormalizer(4, 0.9)
+    a.update(rewards, None)
+    seen = b.advance(rewards, None)
+    sums, local = b.returns_moments(seen)
+    b.merge_returns_moments(reduce_stats(DistContext(), sums=sums, local=local), float(seen.numel()))
+    torch.testing.assert_close(b.stats.mean, a.stats.mean)
+    torch.testing.assert_close(b.stats.var, a.stats.var)
+    assert b.stats.count.item() == a.stats.count.item() == 24

@@ -12,6 +12,7 @@ from tensordict import TensorDict
 
 from rl8 import PPO, Env, EnvOutputError
 from rl8.envs import CartPole, ContinuousDummyEnv, DiscreteDummyEnv, Pendulum
+from rl8.ppo import normalized_advantages
 
 SMALL = dict(num_envs=16, horizon=8, sgd_minibatch_size=32, num_sgd_iters=2, seed=0)
 
@@ -449,7 +450,7 @@ def test_collect_sees_parameters_updated_by_step():
     obs = data["obs"][:, :8].reshape(-1, 4)
     actions = data["actions"][:, :8].reshape(-1)
     with torch.no_grad():
-        logp, _, values = algo.policy.evaluate(obs, actions)
+        logp, _, values = algo.policy.evaluate(TensorDict(obs=obs, actions=actions, batch_size=[256]))
     torch.testing.assert_close(data["logp"][:, :8].reshape(-1), logp, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(data["values"][:, :8].reshape(-1), values, rtol=1e-5, atol=1e-5)
 
@@ -504,7 +505,8 @@ def test_update_stats_values(accumulate_grads):
     size = 48 // minibatches
     for j in range(minibatches):
         rows = slice(j * size, (j + 1) * size)
-        logp, entropy, values = policy.evaluate(obs[rows], actions[rows])
+        minibatch = TensorDict(obs=obs[rows], actions=actions[rows], batch_size=[size])
+        logp, entropy, values = policy.evaluate(minibatch)
         loss, monitors = reference_ppo_loss(
             logp, values, old_logp[rows], advantages[rows], old_values[rows], returns[rows],
             clip_param=0.2, vf_clip_param=0.5, vf_coeff=0.7,
@@ -533,7 +535,7 @@ def test_stacked_and_per_step_buffer_writes_agree(monkeypatch, env_cls):
     """Small observations, values and rewards are kept through a collect and stacked into the
     buffer once; big observations (here: any, via the size limit) are copied step by step.
     Both fill the buffer identically, over collects that do and do not reset the envs."""
-    from rl8 import ppo as ppo_module
+    from rl8 import buffer as buffer_module
 
     def run():
         algo = PPO(env_cls, num_envs=6, horizon=5, sgd_minibatch_size=10, horizons_per_env_reset=2, seed=9)
@@ -542,10 +544,10 @@ def test_stacked_and_per_step_buffer_writes_agree(monkeypatch, env_cls):
         return algo
 
     stacked = run()
-    monkeypatch.setattr(ppo_module, "_STACKED_OBS_MAX_BYTES", -1)
+    monkeypatch.setattr(buffer_module, "STACKED_OBS_MAX_BYTES", -1)
     per_step = run()
-    assert ("obs" in stacked._stacked) == (env_cls is not MaskedEnv)
-    assert "obs" not in per_step._stacked
+    assert ("obs" in stacked.buffer.stacked) == (env_cls is not MaskedEnv)
+    assert "obs" not in per_step.buffer.stacked
     a, b = stacked.buffer.data, per_step.buffer.data
     assert set(a.keys(True, True)) == set(b.keys(True, True))
     for key in a.keys(True, True):
@@ -556,78 +558,59 @@ def test_stacked_and_per_step_buffer_writes_agree(monkeypatch, env_cls):
         torch.testing.assert_close(rewards[:, :5], -obs[:, 1:].abs())
 
 
-@pytest.mark.parametrize(
-    "optimizer",
-    [
-        dict(),
-        dict(optimizer_cls=torch.optim.AdamW, optimizer_kwargs={"weight_decay": 0.1}),
-        dict(optimizer_kwargs={"weight_decay": 0.05, "betas": (0.8, 0.95), "eps": 1e-6}),
-    ],
-    ids=["adam", "adamw", "adam-l2"],
-)
-def test_fast_fused_adam_step_equals_optimizer_step(monkeypatch, optimizer):
-    """PPO steps fused Adam/AdamW through the kernel directly: bit-identical parameters and
-    optimizer state to optimizer.step(), over several updates."""
-    from rl8 import ppo as ppo_module
-
-    taken = []
-    original = ppo_module._fused_adam_step
-    monkeypatch.setattr(ppo_module, "_fused_adam_step", lambda opt: taken.append(original(opt)) or taken[-1])
-
-    def run(fast):
-        algo = PPO(CartPole, num_envs=8, horizon=8, sgd_minibatch_size=16, num_sgd_iters=2, seed=5, **optimizer)
-        algo._fast_adam = fast
-        for _ in range(3):
-            algo.collect()
-            algo.update()
-        return algo
-
-    fast, slow = run(True), run(False)
-    assert taken and all(taken[1:]) and not taken[0]  # the first step initialises the state
-    for a, b in zip(fast.policy.parameters(), slow.policy.parameters()):
-        assert torch.equal(a, b)
-    sa, sb = fast.optimizer.state_dict(), slow.optimizer.state_dict()
-    assert sa["param_groups"] == sb["param_groups"]
-    for key, state in sa["state"].items():
-        for name, value in state.items():
-            assert torch.equal(value, sb["state"][key][name]), name
+def test_adam_is_fused_by_default_unless_the_kwargs_choose():
+    """Adam/AdamW default to the public ``fused=True`` option on CPU; an explicit ``fused`` or
+    ``foreach`` in optimizer_kwargs is kept."""
+    assert PPO(CartPole, num_envs=8, horizon=8, seed=0).optimizer.defaults["fused"] is True
+    chosen = PPO(CartPole, num_envs=8, horizon=8, seed=0, optimizer_kwargs={"foreach": True})
+    assert not chosen.optimizer.defaults["fused"]
+    assert chosen.optimizer.defaults["foreach"] is True
 
 
-def test_fast_fused_adam_step_falls_back():
-    """Anything the direct kernel call would not reproduce takes optimizer.step()."""
-    from rl8.ppo import _fused_adam_step
+def test_every_optimizer_step_goes_through_the_optimizer_api(monkeypatch):
+    """PPO steps and zeroes its optimizer only through ``optimizer.step()`` and
+    ``optimizer.zero_grad()``: a patched ``Adam.step`` sees every minibatch (no direct kernel
+    calls around it)."""
+    calls = {"step": 0, "zero_grad": 0}
+    step, zero_grad = torch.optim.Adam.step, torch.optim.Adam.zero_grad
 
-    def ready(**kwargs):
-        p = torch.nn.Parameter(torch.ones(3))
-        opt = torch.optim.Adam([p], fused=True, **kwargs)
-        p.grad = torch.ones(3)
-        opt.step()  # state exists now
-        p.grad = torch.ones(3)
-        return opt
+    def counting_step(self, *args, **kwargs):
+        calls["step"] += 1
+        return step(self, *args, **kwargs)
 
-    assert _fused_adam_step(ready())
-    assert not _fused_adam_step(ready(amsgrad=True))
-    assert not _fused_adam_step(ready(maximize=True))
-    opt = ready()
-    handle = opt.register_step_pre_hook(lambda *a: None)
-    assert not _fused_adam_step(opt)
-    handle.remove()
-    assert _fused_adam_step(opt)
-    from torch.optim.optimizer import register_optimizer_step_post_hook
+    def counting_zero_grad(self, *args, **kwargs):
+        calls["zero_grad"] += 1
+        return zero_grad(self, *args, **kwargs)
 
-    handle = register_optimizer_step_post_hook(lambda *a: None)
-    try:
-        assert not _fused_adam_step(opt)
-    finally:
-        handle.remove()
-    p = torch.nn.Parameter(torch.ones(3))
-    fresh = torch.optim.Adam([p], fused=True)
-    p.grad = torch.ones(3)
-    assert not _fused_adam_step(fresh)  # no state yet
-    assert not _fused_adam_step(torch.optim.SGD([p], lr=0.1))
-    unfused = torch.optim.Adam([p], foreach=True)
-    unfused.step()
-    assert not _fused_adam_step(unfused)
+    algo = PPO(CartPole, num_envs=8, horizon=8, sgd_minibatch_size=16, num_sgd_iters=2, seed=5)
+    monkeypatch.setattr(torch.optim.Adam, "step", counting_step)
+    monkeypatch.setattr(torch.optim.Adam, "zero_grad", counting_zero_grad)
+    for _ in range(3):
+        algo.collect()
+        algo.update()
+    assert calls == {"step": 3 * 2 * 4, "zero_grad": 3 * 2 * 4}
+
+
+@pytest.mark.parametrize("max_grad_norm", [None, 0.01])
+def test_grad_norm_is_the_global_norm_before_clipping(max_grad_norm):
+    """``monitors/grad_norm`` is the global 2-norm of the gradients before clipping (also
+    without clipping), as ``torch.nn.utils.clip_grad_norm_`` reports it."""
+    algo = PPO(CartPole, num_envs=8, horizon=8, sgd_minibatch_size=64, num_sgd_iters=1, seed=3,
+               max_grad_norm=max_grad_norm)
+    seen = []
+    algo.optimizer.register_step_pre_hook(
+        lambda opt, args, kwargs: seen.append(torch.linalg.vector_norm(
+            torch.stack([torch.linalg.vector_norm(p.grad) for p in algo.policy.parameters() if p.grad is not None])
+        ).item())
+    )
+    algo.collect()
+    stats = algo.update()
+    assert len(seen) == 1
+    if max_grad_norm is None:
+        assert stats["monitors/grad_norm"] == pytest.approx(seen[0], rel=1e-5)
+    else:  # the gradients reaching the optimizer were scaled down to max_grad_norm
+        assert seen[0] == pytest.approx(max_grad_norm, rel=1e-3)
+        assert stats["monitors/grad_norm"] > max_grad_norm
 
 
 @pytest.mark.parametrize("num_minibatches", [1, 4])
@@ -636,7 +619,7 @@ def test_normalized_advantages_per_minibatch(num_minibatches):
     algo = PPO(DiscreteDummyEnv, num_envs=8, horizon=8, sgd_minibatch_size=64 // num_minibatches, seed=0)
     torch.manual_seed(1)
     adv = 3.0 * torch.randn(64) + 2.0
-    got = algo._normalized_advantages(adv.clone(), num_minibatches)
+    got = normalized_advantages(adv.clone(), num_minibatches, algo.dist)
     rows = adv.reshape(num_minibatches, -1)
     expected = (rows - rows.mean(1, keepdim=True)) / (rows.std(1, keepdim=True) + 1e-8)
     torch.testing.assert_close(got, expected.reshape(-1), rtol=1e-5, atol=1e-6)
@@ -697,14 +680,14 @@ def test_a_buffer_larger_than_memory_is_refused_before_allocating():
 
 
 def test_the_buffer_estimate_counts_the_spaces(monkeypatch):
-    import rl8.ppo
+    import rl8.buffer
 
     # 16 envs x 9 steps: CartPole obs + final_obs 2 * 16 B, action 8 B, 12 B, flags 2 B
     need = 16 * 9 * (32 + 8 + 12 + 2)
-    monkeypatch.setattr(rl8.ppo, "_device_memory", lambda device: need - 1)
+    monkeypatch.setattr(rl8.buffer, "_device_memory", lambda device: need - 1)
     with pytest.raises(ValueError, match=rf"needs about {need} bytes"):
         PPO(CartPole, **SMALL)
-    monkeypatch.setattr(rl8.ppo, "_device_memory", lambda device: need)
+    monkeypatch.setattr(rl8.buffer, "_device_memory", lambda device: need)
     PPO(CartPole, **SMALL)
 
 
@@ -799,3 +782,22 @@ def test_step_is_a_deprecated_name_of_update():
     with pytest.warns(DeprecationWarning, match=r"PPO.step\(\) is renamed PPO.update\(\)"):
         stats = algo.step()
     assert algo.steps == 1 and "losses/total" in stats
+
+
+def test_episode_tracker_carries_episodes_across_collects():
+    """EpisodeTracker sums whole episodes that end in a collect (steps of earlier collects
+    included) and carries the unfinished ones, through its state_dict too."""
+    from rl8.episodes import EpisodeTracker
+
+    tracker = EpisodeTracker(2, "cpu")
+    rewards = torch.tensor([[1.0, 2.0, 3.0], [1.0, 1.0, 1.0]])
+    dones = torch.tensor([[False, False, False], [False, True, False]])
+    first = tracker.advance(rewards, dones)
+    assert {k: v.item() for k, v in first.items()} == {
+        "episodes/return_sum": 2.0, "episodes/length_sum": 2.0, "episodes/count": 1.0}
+    restored = EpisodeTracker(2, "cpu")
+    restored.load_state_dict(tracker.state_dict())
+    second = restored.advance(rewards, torch.tensor([[True, False, False], [False, False, False]]))
+    assert second["episodes/return_sum"].item() == 7.0  # 1 + 2 + 3 + 1
+    assert second["episodes/length_sum"].item() == 4.0
+    torch.testing.assert_close(restored.returns, torch.tensor([5.0, 4.0]))

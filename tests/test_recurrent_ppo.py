@@ -145,3 +145,50 @@ def test_trainer_checkpoint_and_saved_policy_with_a_recurrent_model(tmp_path):
     obs = torch.zeros(3, algo.env.observation_space.shape[0])
     first = policy(obs)
     assert first.shape == (3,) and policy._state is not None
+
+
+def test_rollout_step_carries_the_state_and_resets_it_at_episode_starts():
+    """Policy.rollout_step is one interface for both kinds of model: a feedforward model has no
+    carry (None in, None out); a recurrent one returns its state after the step, and an
+    episode start resets an env's carry before the step."""
+    ff = PPO(CartPole, num_envs=4, horizon=8, seed=0).policy
+    obs = torch.randn(4, 4)
+    dist, value, carry = ff.rollout_step(obs, None)
+    expected_dist, expected_value = ff.distribution(obs)
+    assert carry is None
+    torch.testing.assert_close(value, expected_value)
+    torch.testing.assert_close(ff.rollout_value(obs, None), expected_value)
+
+    policy = PPO(CartPole, model_cls=GRUModel, num_envs=4, horizon=8, seed=0).policy
+    _, _, carry = policy.rollout_step(obs, policy.initial_state(4))
+    _, from_start, _ = policy.rollout_step(obs, policy.initial_state(4))
+    _, carried, after = policy.rollout_step(obs, carry)
+    assert not torch.equal(after["h"], carry["h"])
+    starts = torch.tensor([True, False, False, True])
+    _, restarted, _ = policy.rollout_step(obs, carry, starts)
+    torch.testing.assert_close(restarted[starts], from_start[starts])
+    torch.testing.assert_close(restarted[~starts], carried[~starts])
+    torch.testing.assert_close(policy.rollout_value(obs, carry, starts), restarted)
+
+
+def test_recurrent_carry_keeps_sequence_states_episode_starts_and_its_state():
+    """The carry of a recurrent PPO: the state before each sequence goes to buffer.states,
+    episode ends become the next step's episode starts, and its state_dict restores it."""
+    from rl8.buffer import RecurrentCarry
+
+    algo = PPO(CartPole, model_cls=GRUModel, num_envs=8, horizon=16, seq_len=4, seed=1)
+    assert isinstance(algo.carry, RecurrentCarry)
+    for _ in range(3):
+        algo.collect()
+    data = algo.buffer.data
+    done = (data["terminated"] | data["truncated"])[:, :16]
+    assert done.any()
+    assert torch.equal(data["firsts"][:, 1:17], done)
+    assert algo.carry.sequences == 3 * 16 // 4
+    saved = algo.carry.state_dict()
+    state, firsts = algo.carry.last()
+    algo.carry.reset()
+    assert (algo.carry.state["h"] == 0).all() and not algo.carry.firsts.any()
+    algo.carry.load_state_dict(saved)
+    assert torch.equal(algo.carry.state["h"], state["h"]) and torch.equal(algo.carry.firsts, firsts)
+    assert algo.carry.sequences == 12

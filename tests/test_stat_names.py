@@ -236,3 +236,23 @@ def test_with_current_stat_names_upgrades_stored_states_and_configs():
     condition = Plateaus("rollout/reward_sum_mean", patience=2, rtol=0)
     condition.load_state_dict(upgraded["conditions"][0])
     assert condition({"rollout/reward_sum_mean": 2.0})  # count 1 + 1 reaches patience 2
+
+
+def test_reduce_stats_names_each_value_and_refuses_a_name_twice():
+    """reduce_stats turns {name: 0-d tensor} groups into {name: float} (one process: the values
+    as they are, in float64), and names a stat given in two groups."""
+    import torch
+
+    from rl8.distributed import DistContext
+    from rl8.stats import reduce_stats
+
+    dist = DistContext()
+    out = reduce_stats(
+        dist, sums={"a": torch.tensor(1.5)}, means={"b": torch.tensor(2, dtype=torch.int64)},
+        mins={"c": torch.tensor(-3.0, dtype=torch.float64)}, maxs={"d": torch.tensor(1e-9)},
+        local={"e": torch.tensor(True)},
+    )
+    assert out == {"a": 1.5, "b": 2.0, "c": -3.0, "d": pytest.approx(1e-9), "e": 1.0}
+    assert reduce_stats(dist) == {}
+    with pytest.raises(ValueError, match=r"reduce_stats: expected each stat name once, got \['a', 'a'\]"):
+        reduce_stats(dist, sums={"a": torch.tensor(1.0)}, maxs={"a": torch.tensor(2.0)})

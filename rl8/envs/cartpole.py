@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import numbers
 from typing import Any, ClassVar
 
 import numpy as np
@@ -11,7 +10,7 @@ import torch
 from gymnasium import spaces
 from tensordict import TensorDict
 
-from ..env import Env
+from ._physics import PhysicsEnv
 from . import _render
 
 __all__ = ["CartPole"]
@@ -20,7 +19,7 @@ _X_THRESHOLD = 2.4  # m
 _THETA_THRESHOLD = 12 * 2 * math.pi / 360  # rad, 12 degrees
 
 
-class CartPole(Env):
+class CartPole(PhysicsEnv):
     """Balance a pole on a cart by pushing the cart left or right (gymnasium's CartPole-v1).
 
     The dynamics (explicit Euler), the constants, the reward, the termination and the
@@ -57,48 +56,23 @@ class CartPole(Env):
     observation_space = spaces.Box(-np.inf, np.inf, (4,), np.float32)
     action_space = spaces.Discrete(2)
 
-    def __init__(
-        self,
-        num_envs: int,
-        /,
-        horizon: int | None = None,
-        *,
-        device: torch.device | str = "cpu",
-    ) -> None:
-        super().__init__(num_envs, horizon, device=device)
-        self.params: dict[str, Any] = {
-            "gravity": 9.8,
-            "masscart": 1.0,
-            "masspole": 0.1,
-            "length": 0.5,
-            "force_mag": 10.0,
-            "tau": 0.02,
-            "max_episode_steps": 500,
-        }
-        self._generator = self.make_generator()
+    default_params: ClassVar[dict[str, float | int]] = {
+        "gravity": 9.8,
+        "masscart": 1.0,
+        "masspole": 0.1,
+        "length": 0.5,
+        "force_mag": 10.0,
+        "tau": 0.02,
+        "max_episode_steps": 500,
+    }
+
+    def _use_params(self, p: dict[str, Any]) -> None:
         # |state| above these ends the episode (only x and theta are limited)
         self._thresholds = torch.tensor(
             [_X_THRESHOLD, math.inf, _THETA_THRESHOLD, math.inf],
             dtype=torch.float32,
             device=self.device,
         )
-        self._set_params(self.params)
-        self.state = self._initial_state()
-        self.steps = torch.zeros(num_envs, 1, dtype=torch.int64, device=self.device)
-
-    def _set_params(self, params: dict[str, Any]) -> None:
-        for key in ("gravity", "masscart", "masspole", "length", "force_mag", "tau"):
-            value = params[key]
-            if not isinstance(value, numbers.Real) or isinstance(value, bool):
-                raise TypeError(f"CartPole: config {key!r} must be a number, got {value!r}")
-        steps = params["max_episode_steps"]
-        if isinstance(steps, bool) or not isinstance(steps, numbers.Integral) or steps < 1:
-            raise ValueError(
-                f"CartPole: config 'max_episode_steps' must be an int >= 1, got {steps!r}"
-            )
-        p = {k: float(v) for k, v in params.items() if k != "max_episode_steps"}
-        p["max_episode_steps"] = int(steps)
-        self.params = p
         total_mass = p["masspole"] + p["masscart"]
         self._total_mass = total_mass
         self._polemass_length = p["masspole"] * p["length"]
@@ -114,23 +88,9 @@ class CartPole(Env):
             -0.05, 0.05, generator=self._generator
         )
 
-    def reset(
-        self, *, config: dict[str, Any] | None = None, seed: int | None = None
-    ) -> torch.Tensor:
-        """Reset every cart and return the first observations, ``[num_envs, 4]`` float32.
-
-        Args:
-            config: Physical parameters to use from now on (keys listed in the class
-                docstring); ``None`` keeps the current ones. An unknown key raises ``KeyError``.
-            seed: Seed of the env's random number generator; ``None`` continues its stream.
-        """
-        if config:
-            self._set_params(self.apply_config(config, self.params))
-        if seed is not None:
-            self._generator.manual_seed(seed)
-        self.state = self._initial_state()
-        self.steps.zero_()
-        return self.state
+    @staticmethod
+    def _observe(state: torch.Tensor) -> torch.Tensor:
+        return state  # the state is the observation
 
     def step(self, action: torch.Tensor) -> TensorDict:
         """Push every cart and advance the simulation by ``tau`` seconds.

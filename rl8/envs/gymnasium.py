@@ -12,6 +12,7 @@ See ``docs/gymnasium.md`` for a walk-through.
 from __future__ import annotations
 
 import difflib
+import functools
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -26,7 +27,7 @@ from tensordict import TensorDict, TensorDictBase
 from ..env import Env, new_tensordict
 from ..spaces import check_space, space_dtype, zeros_like_space
 
-__all__ = ["GymnasiumEnv", "GymnasiumEnvFactory"]
+__all__ = ["GymnasiumConverter", "GymnasiumEnv", "GymnasiumEnvFactory"]
 
 _MODES = ("sync", "async")
 _ACTION_MASK = "action_mask"
@@ -43,27 +44,6 @@ class _RemoteTraceback(Exception):
 
     def __str__(self) -> str:
         return f"\n\"\"\"\n{self.tb}\"\"\""
-
-
-class _RecordingQueue:
-    """Wraps an AsyncVectorEnv's ``error_queue`` to remember the worker errors it hands out.
-
-    Gymnasium re-raises a worker's exception in the main process as ``type(exc)(exc)`` and only
-    logs the worker's traceback as a warning; recording the queue items lets :class:`GymnasiumEnv`
-    raise the original exception with the worker's traceback chained to it.
-    """
-
-    def __init__(self, queue: Any) -> None:
-        self._queue = queue
-        self.items: list[tuple[int, type, BaseException, str]] = []
-
-    def get(self, *args: Any, **kwargs: Any) -> Any:
-        item = self._queue.get(*args, **kwargs)
-        self.items.append(item)
-        return item
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._queue, name)
 
 
 def _torch_dtype(np_dtype: Any) -> torch.dtype:
@@ -134,183 +114,202 @@ def _close_matches(env_id: str) -> list[str]:
     return [lower[f] for f in found]
 
 
-class GymnasiumEnv(Env):
-    """``num_envs`` copies of a gymnasium env, batched through a gymnasium vector env.
+def _env_label(env: str | Callable[..., gymnasium.Env]) -> str:
+    """``GymnasiumEnv(<id or callable name>)``, for messages."""
+    name = env if isinstance(env, str) else getattr(env, "__name__", "env")
+    return f"GymnasiumEnv({name})"
 
-    Sub-envs that end an episode are reset inside :meth:`step` (gymnasium's ``SAME_STEP``
-    autoreset mode): ``obs`` is then the first observation of the next episode and
-    ``final_obs`` the last one of the finished episode. Observations and actions map to
-    tensors as described in :mod:`rl8.spaces`, with two conversions: float Boxes give float32
-    tensors, and a top-level ``action_mask`` entry of a Dict observation gives a bool tensor;
-    :attr:`observation_space` describes these tensors (the vector env's own spaces stay on
-    :attr:`vector_env`).
 
-    Args:
-        num_envs: Number of gymnasium envs stepped together (the batch size), >= 1.
-        horizon: Number of steps PPO collects per env between updates; unused by the adapter.
-        device: Torch device of the returned tensors. On CUDA the numpy outputs go through
-            pinned staging buffers (allocated once) and are copied without blocking.
-        env: A registered gymnasium id (e.g. ``"CartPole-v1"`` or ``"module:Env-v0"``), or a
-            callable (a function or a ``gymnasium.Env`` subclass) that returns one env.
-        vectorization_mode: ``"sync"`` steps every env in this process, one after the other;
-            ``"async"`` runs each env in its own subprocess (with shared-memory observations).
-            Async pays off when one env step is slow (physics, rendering, > ~0.1 ms); for cheap
-            envs like CartPole sync is faster.
-        env_kwargs: Keyword arguments for the env: passed to ``gymnasium.make`` for an id (so
-            ``max_episode_steps=...`` sets the time limit), or to the callable.
-        wrappers: Gymnasium wrappers (callables ``env -> env``) applied, in order, to each env.
-        render_mode: Gymnasium render mode given to each env; ``"rgb_array"`` enables
-            :meth:`render`. Passed as ``render_mode=`` to ``gymnasium.make`` or the callable.
+def _make_single_env(
+    env: str | Callable[..., gymnasium.Env],
+    kwargs: dict[str, Any],
+    wrappers: Sequence[Callable[[gymnasium.Env], gymnasium.Env]],
+) -> gymnasium.Env:
+    """One env with the wrappers applied, as each sub-env of the vector env is built."""
+    single = gymnasium.make(env, **kwargs) if isinstance(env, str) else env(**kwargs)
+    for wrapper in wrappers:
+        single = wrapper(single)
+    return single
 
-    Attributes:
-        vector_env: The underlying gymnasium vector env.
+
+def _make_vector_env(
+    env: str | Callable[..., gymnasium.Env],
+    num_envs: int,
+    mode: str,
+    kwargs: dict[str, Any],
+    wrappers: Sequence[Callable[[gymnasium.Env], gymnasium.Env]],
+) -> VectorEnv:
+    """The gymnasium vector env of ``num_envs`` copies (``SAME_STEP`` autoreset, no copies of
+    the outputs); an unknown id names the closest registered ones."""
+    vector_kwargs: dict[str, Any] = {"autoreset_mode": AutoresetMode.SAME_STEP, "copy": False}
+    if mode == "async":
+        vector_kwargs["shared_memory"] = True
+    make_single = functools.partial(_make_single_env, env, kwargs, wrappers)
+    try:
+        if isinstance(env, str):
+            return gymnasium.make_vec(env, num_envs, vectorization_mode=mode,
+                                      vector_kwargs=vector_kwargs, wrappers=wrappers, **kwargs)
+        fns = [make_single] * num_envs
+        return (AsyncVectorEnv if mode == "async" else SyncVectorEnv)(fns, **vector_kwargs)
+    except (gymnasium.error.UnregisteredEnv, gymnasium.error.DeprecatedEnv) as err:
+        if not isinstance(env, str):
+            raise
+        matches = _close_matches(env)
+        hint = (
+            f"closest registered ids: {', '.join(matches)}"
+            if matches
+            else "see gymnasium.pprint_registry() for the registered ids"
+        )
+        message = f"GymnasiumEnv: unknown gymnasium env id {env!r}; {hint} ({err})"
+        try:
+            new = type(err)(message)
+        except Exception:
+            new = ValueError(message)
+        raise new from err
+    except (TypeError, ValueError):
+        # AsyncVectorEnv fails on spaces it cannot put in shared memory before rl8 sees
+        # them: name the unsupported space the way the sync path does.
+        if mode == "async":
+            single = make_single()
+            try:
+                check_space(single.observation_space, field=f"{_env_label(env)} observation_space")
+                check_space(single.action_space, field=f"{_env_label(env)} action_space")
+            finally:
+                single.close()
+        raise
+
+
+class _WorkerErrors:
+    """Takes the place of an AsyncVectorEnv's ``error_queue`` to remember the worker errors
+    it hands out.
+
+    Gymnasium re-raises a worker's exception in the main process as ``type(exc)(exc)`` and
+    only logs the worker's traceback as a warning; the recorded queue items let :meth:`call`
+    raise the original exception with the worker's traceback chained to it.
     """
 
-    episodic = True
+    def __init__(self, vector_env: AsyncVectorEnv, label: str) -> None:
+        self._queue = vector_env.error_queue
+        vector_env.error_queue = self
+        self.items: list[tuple[int, type, BaseException, str]] = []
+        self.label = label
+
+    def get(self, *args: Any, **kwargs: Any) -> Any:
+        item = self._queue.get(*args, **kwargs)
+        self.items.append(item)
+        return item
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._queue, name)
+
+    def call(self, close: Callable[[], None], fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)``; on a worker error, ``close()`` the env and raise that error."""
+        try:
+            return fn(*args, **kwargs)
+        except Exception as err:
+            items, self.items = list(self.items), []
+            if not items:
+                raise
+            close()
+            index, _, remote, trace = items[-1]
+            exc = remote if isinstance(remote, BaseException) else err
+            exc.add_note(
+                f"{self.label}: raised in sub-env {index}'s worker process (the worker "
+                "traceback is above); the vector env and all its workers have been closed."
+            )
+            raise exc.with_traceback(None) from _RemoteTraceback(trace)
+
+
+class GymnasiumConverter:
+    """numpy <-> torch for a :class:`GymnasiumEnv`: its spaces, observations, step outputs and
+    actions.
+
+    Gymnasium's vector envs run with ``copy=False``, so the observation arrays they return are
+    their own buffers, overwritten by the next step. Each observation leaf is copied exactly
+    once, into a fresh array of the rl8 dtype (the copy also converts the dtype), and
+    ``torch.from_numpy`` shares that memory. Rewards are converted to float32 (a copy anyway);
+    the terminated/truncated arrays are fresh per step and shared as they are. When
+    :attr:`staged`, the same copies go into staging buffers (pinned on CUDA), allocated once,
+    then to the device without blocking.
+
+    Args:
+        observation_space: The gymnasium env's (single) observation space.
+        action_space: Its (single) action space.
+        num_envs: The batch size.
+        device: Torch device of the tensors.
+        label: The env's name, for messages.
+
+    Attributes:
+        observation_space: The space of the observation tensors (float Boxes as float32, a
+            top-level ``action_mask`` as bool).
+        staged: Whether outputs go through staging buffers (``True`` for non-CPU devices).
+    """
 
     def __init__(
-        self,
-        num_envs: int,
-        /,
-        horizon: int | None = None,
-        *,
-        device: torch.device | str = "cpu",
-        env: str | Callable[..., gymnasium.Env],
-        vectorization_mode: str = "sync",
-        env_kwargs: dict[str, Any] | None = None,
-        wrappers: Sequence[Callable[[gymnasium.Env], gymnasium.Env]] | None = None,
-        render_mode: str | None = None,
+        self, observation_space: spaces.Space, action_space: spaces.Space, num_envs: int,
+        device: torch.device, label: str,
     ) -> None:
-        super().__init__(num_envs, horizon, device=device)
-        mode = getattr(vectorization_mode, "value", vectorization_mode)
-        if mode not in _MODES:
-            raise ValueError(
-                f"GymnasiumEnv: vectorization_mode must be one of {list(_MODES)}, "
-                f"got {vectorization_mode!r}"
-            )
-        if not isinstance(env, str) and not callable(env):
-            raise TypeError(
-                f"GymnasiumEnv: env must be a registered gymnasium id or a callable returning a "
-                f"gymnasium.Env, got {type(env).__name__}"
-            )
-        self.env = env
-        self.vectorization_mode = mode
-        self.env_kwargs = dict(env_kwargs or {})
-        self.wrappers = list(wrappers or [])
-        self.render_mode = render_mode
-        self.vector_env = self._make_vector_env()
-        self._closed = False
-        self._errors: _RecordingQueue | None = None
-        if isinstance(self.vector_env, AsyncVectorEnv):
-            self._errors = _RecordingQueue(self.vector_env.error_queue)
-            self.vector_env.error_queue = self._errors
-        try:
-            self._setup_spaces()
-        except BaseException:
-            self.close()
-            raise
-        self.metadata = {**type(self).metadata, **self.vector_env.metadata}
-        self.metadata.setdefault("render_fps", 30)
-        self._needs_reset = True
-        self._seeded = False
-        # Non-CPU devices: numpy -> pinned staging buffers -> device without blocking.
+        check_space(observation_space, field=f"{label} observation_space")
+        check_space(action_space, field=f"{label} action_space")
+        self.observation_space, obs_tree = _convert_obs_space(observation_space)
+        self._np_tree = _map(obs_tree, lambda dtype: torch.empty(0, dtype=dtype).numpy().dtype)
+        self._act_tree = _action_tree(action_space)
+        if isinstance(observation_space, spaces.Dict) and _ACTION_MASK in observation_space.spaces:
+            mask_shape = tuple(observation_space[_ACTION_MASK].shape)
+            if isinstance(action_space, spaces.Discrete) and mask_shape != (int(action_space.n),):
+                raise ValueError(
+                    f"{label}: observation_space['action_mask'] has shape {mask_shape}, "
+                    f"expected ({int(action_space.n)},) for the action space {action_space}"
+                )
+        self.num_envs = num_envs
+        self.device = device
         self._batch_size = torch.Size([num_envs])
-        self._staged = self.device.type != "cpu"
+        self.staged = device.type != "cpu"
         self._staging: tuple[TensorDict, dict[str, Any]] | None = None
         self._staged_copy: torch.cuda.Event | None = None
 
-    # --- construction -----------------------------------------------------------------------
+    def from_reset(self, obs: Any) -> torch.Tensor | TensorDictBase:
+        """The observations of a vector env's reset, as tensors on the device."""
+        if not self.staged:
+            return self._obs_to_torch(self._fresh_obs(obs))
+        stage, views = self._stage()
+        self._fill_obs(views["obs"], obs)
+        return self._to_device(stage["obs"])
 
-    def _make_vector_env(self) -> VectorEnv:
-        vector_kwargs: dict[str, Any] = {"autoreset_mode": AutoresetMode.SAME_STEP, "copy": False}
-        if self.vectorization_mode == "async":
-            vector_kwargs["shared_memory"] = True
-        try:
-            if isinstance(self.env, str):
-                return gymnasium.make_vec(
-                    self.env,
-                    self.num_envs,
-                    vectorization_mode=self.vectorization_mode,
-                    vector_kwargs=vector_kwargs,
-                    wrappers=self.wrappers,
-                    **self._single_kwargs(),
-                )
-            fns = [self._make_single] * self.num_envs
-            if self.vectorization_mode == "async":
-                return AsyncVectorEnv(fns, **vector_kwargs)
-            return SyncVectorEnv(fns, **vector_kwargs)
-        except (gymnasium.error.UnregisteredEnv, gymnasium.error.DeprecatedEnv) as err:
-            if not isinstance(self.env, str):
-                raise
-            matches = _close_matches(self.env)
-            hint = (
-                f"closest registered ids: {', '.join(matches)}"
-                if matches
-                else "see gymnasium.pprint_registry() for the registered ids"
-            )
-            message = f"GymnasiumEnv: unknown gymnasium env id {self.env!r}; {hint} ({err})"
-            try:
-                new = type(err)(message)
-            except Exception:
-                new = ValueError(message)
-            raise new from err
-        except (TypeError, ValueError):
-            # AsyncVectorEnv fails on spaces it cannot put in shared memory before rl8 sees
-            # them: name the unsupported space the way the sync path does.
-            if self.vectorization_mode == "async":
-                single = self._make_single()
-                try:
-                    check_space(single.observation_space, field=f"{self._name()} observation_space")
-                    check_space(single.action_space, field=f"{self._name()} action_space")
-                finally:
-                    single.close()
-            raise
+    def from_step(
+        self, obs: Any, rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
+        infos: dict[str, Any],
+    ) -> TensorDictBase:
+        """A vector env's step as the step contract's TensorDict; ``final_obs`` is ``obs``
+        with the rows of the envs that ended an episode replaced by their last observation."""
+        if self.staged:
+            return self._output_staged(obs, rewards, terminated, truncated, infos)
+        n = self.num_envs
+        obs = self._fresh_obs(obs)
+        final = _map(self._np_tree, lambda dtype, array: array.copy(), obs)
+        self._write_final(final, infos)
+        return new_tensordict(
+            {
+                "obs": self._obs_to_torch(obs),
+                "rewards": torch.from_numpy(rewards.astype(np.float32).reshape(n, 1)),
+                "terminated": torch.from_numpy(terminated.reshape(n, 1)),
+                "truncated": torch.from_numpy(truncated.reshape(n, 1)),
+                "final_obs": self._obs_to_torch(final),
+            },
+            self._batch_size,
+            self.device,
+        )
 
-    def _single_kwargs(self) -> dict[str, Any]:
-        kwargs = dict(self.env_kwargs)
-        if self.render_mode is not None:
-            kwargs["render_mode"] = self.render_mode
-        return kwargs
+    def to_actions(self, action: torch.Tensor | TensorDictBase) -> Any:
+        """Env actions as the numpy arrays (a dict of them for Dict spaces) gymnasium wants."""
+        def leaf(dtype: torch.dtype, value: torch.Tensor) -> np.ndarray:
+            if value.requires_grad:
+                value = value.detach()
+            # a copy of its own: PPO passes rows of its rollout buffer, which a gymnasium env
+            # (or wrapper) that keeps its action array must not see change later
+            return value.to(dtype).cpu().numpy().copy()
 
-    def _make_single(self) -> gymnasium.Env:
-        """One env with the wrappers applied, as each sub-env of the vector env is built."""
-        if isinstance(self.env, str):
-            single = gymnasium.make(self.env, **self._single_kwargs())
-        else:
-            single = self.env(**self._single_kwargs())
-        for wrapper in self.wrappers:
-            single = wrapper(single)
-        return single
-
-    def _setup_spaces(self) -> None:
-        obs_space = self.vector_env.single_observation_space
-        act_space = self.vector_env.single_action_space
-        check_space(obs_space, field=f"{self._name()} observation_space")
-        check_space(act_space, field=f"{self._name()} action_space")
-        self.observation_space, obs_tree = _convert_obs_space(obs_space)
-        self._np_tree = _map(obs_tree, lambda dtype: torch.empty(0, dtype=dtype).numpy().dtype)
-        self.action_space = act_space
-        self._act_tree = _action_tree(act_space)
-        if isinstance(obs_space, spaces.Dict) and _ACTION_MASK in obs_space.spaces:
-            mask_shape = tuple(obs_space[_ACTION_MASK].shape)
-            if isinstance(act_space, spaces.Discrete) and mask_shape != (int(act_space.n),):
-                raise ValueError(
-                    f"{self._name()}: observation_space['action_mask'] has shape {mask_shape}, "
-                    f"expected ({int(act_space.n)},) for the action space {act_space}"
-                )
-
-    def _name(self) -> str:
-        env = self.env if isinstance(self.env, str) else getattr(self.env, "__name__", "env")
-        return f"GymnasiumEnv({env})"
-
-    # --- numpy -> torch ---------------------------------------------------------------------
-    #
-    # Gymnasium's vector envs run with copy=False, so the observation arrays they return are
-    # their own buffers, overwritten by the next step. Each observation leaf is copied exactly
-    # once, into a fresh array of the rl8 dtype (the copy also converts the dtype), and
-    # torch.from_numpy shares that memory. Rewards are converted to float32 (a copy anyway);
-    # the terminated/truncated arrays are fresh per step and shared as they are. On a non-CPU
-    # device the same copies go into pinned staging buffers, then to the device without blocking.
+        return _map(self._act_tree, leaf, action)
 
     def _fresh_obs(self, obs: Any) -> Any:
         return _map(self._np_tree, lambda dtype, array: np.array(array, dtype=dtype), obs)
@@ -329,26 +328,6 @@ class GymnasiumEnv(Env):
         if isinstance(tensors, dict):
             return new_tensordict(tensors, self._batch_size, self.device)
         return tensors
-
-    def _output_cpu(
-        self, obs: Any, rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
-        infos: dict[str, Any],
-    ) -> TensorDict:
-        n = self.num_envs
-        obs = self._fresh_obs(obs)
-        final = _map(self._np_tree, lambda dtype, array: array.copy(), obs)
-        self._write_final(final, infos)
-        return new_tensordict(
-            {
-                "obs": self._obs_to_torch(obs),
-                "rewards": torch.from_numpy(rewards.astype(np.float32).reshape(n, 1)),
-                "terminated": torch.from_numpy(terminated.reshape(n, 1)),
-                "truncated": torch.from_numpy(truncated.reshape(n, 1)),
-                "final_obs": self._obs_to_torch(final),
-            },
-            self._batch_size,
-            self.device,
-        )
 
     def _stage(self) -> tuple[TensorDict, dict[str, Any]]:
         """Staging buffers for one step output (pinned on CUDA), allocated on first use.
@@ -404,15 +383,100 @@ class GymnasiumEnv(Env):
         np.copyto(views["truncated"], truncated)
         return self._to_device(stage)
 
-    def _actions_to_numpy(self, action: torch.Tensor | TensorDictBase) -> Any:
-        def leaf(dtype: torch.dtype, value: torch.Tensor) -> np.ndarray:
-            if value.requires_grad:
-                value = value.detach()
-            # a copy of its own: PPO passes rows of its rollout buffer, which a gymnasium env
-            # (or wrapper) that keeps its action array must not see change later
-            return value.to(dtype).cpu().numpy().copy()
 
-        return _map(self._act_tree, leaf, action)
+class GymnasiumEnv(Env):
+    """``num_envs`` copies of a gymnasium env, batched through a gymnasium vector env.
+
+    Sub-envs that end an episode are reset inside :meth:`step` (gymnasium's ``SAME_STEP``
+    autoreset mode): ``obs`` is then the first observation of the next episode and
+    ``final_obs`` the last one of the finished episode. Observations and actions map to
+    tensors as described in :mod:`rl8.spaces`, with two conversions: float Boxes give float32
+    tensors, and a top-level ``action_mask`` entry of a Dict observation gives a bool tensor;
+    :attr:`observation_space` describes these tensors (the vector env's own spaces stay on
+    :attr:`vector_env`).
+
+    Args:
+        num_envs: Number of gymnasium envs stepped together (the batch size), >= 1.
+        horizon: Number of steps PPO collects per env between updates; unused by the adapter.
+        device: Torch device of the returned tensors. On CUDA the numpy outputs go through
+            pinned staging buffers (allocated once) and are copied without blocking.
+        env: A registered gymnasium id (e.g. ``"CartPole-v1"`` or ``"module:Env-v0"``), or a
+            callable (a function or a ``gymnasium.Env`` subclass) that returns one env.
+        vectorization_mode: ``"sync"`` steps every env in this process, one after the other;
+            ``"async"`` runs each env in its own subprocess (with shared-memory observations).
+            Async pays off when one env step is slow (physics, rendering, > ~0.1 ms); for cheap
+            envs like CartPole sync is faster.
+        env_kwargs: Keyword arguments for the env: passed to ``gymnasium.make`` for an id (so
+            ``max_episode_steps=...`` sets the time limit), or to the callable.
+        wrappers: Gymnasium wrappers (callables ``env -> env``) applied, in order, to each env.
+        render_mode: Gymnasium render mode given to each env; ``"rgb_array"`` enables
+            :meth:`render`. Passed as ``render_mode=`` to ``gymnasium.make`` or the callable.
+
+    Attributes:
+        vector_env: The underlying gymnasium vector env.
+        converter: The :class:`GymnasiumConverter` of its observations, outputs and actions.
+    """
+
+    episodic = True
+
+    def __init__(
+        self,
+        num_envs: int,
+        /,
+        horizon: int | None = None,
+        *,
+        device: torch.device | str = "cpu",
+        env: str | Callable[..., gymnasium.Env],
+        vectorization_mode: str = "sync",
+        env_kwargs: dict[str, Any] | None = None,
+        wrappers: Sequence[Callable[[gymnasium.Env], gymnasium.Env]] | None = None,
+        render_mode: str | None = None,
+    ) -> None:
+        super().__init__(num_envs, horizon, device=device)
+        mode = getattr(vectorization_mode, "value", vectorization_mode)
+        if mode not in _MODES:
+            raise ValueError(
+                f"GymnasiumEnv: vectorization_mode must be one of {list(_MODES)}, "
+                f"got {vectorization_mode!r}"
+            )
+        if not isinstance(env, str) and not callable(env):
+            raise TypeError(
+                f"GymnasiumEnv: env must be a registered gymnasium id or a callable returning a "
+                f"gymnasium.Env, got {type(env).__name__}"
+            )
+        self.env = env
+        self.vectorization_mode = mode
+        self.env_kwargs = dict(env_kwargs or {})
+        self.wrappers = list(wrappers or [])
+        self.render_mode = render_mode
+        self.vector_env = _make_vector_env(env, num_envs, mode, self._single_kwargs(), self.wrappers)
+        self._closed = False
+        self._errors: _WorkerErrors | None = None
+        if isinstance(self.vector_env, AsyncVectorEnv):
+            self._errors = _WorkerErrors(self.vector_env, self._name())
+        try:
+            self.converter = GymnasiumConverter(
+                self.vector_env.single_observation_space, self.vector_env.single_action_space,
+                num_envs, self.device, self._name(),
+            )
+        except BaseException:
+            self.close()
+            raise
+        self.observation_space = self.converter.observation_space
+        self.action_space = self.vector_env.single_action_space
+        self.metadata = {**type(self).metadata, **self.vector_env.metadata}
+        self.metadata.setdefault("render_fps", 30)
+        self._needs_reset = True
+        self._seeded = False
+
+    def _single_kwargs(self) -> dict[str, Any]:
+        kwargs = dict(self.env_kwargs)
+        if self.render_mode is not None:
+            kwargs["render_mode"] = self.render_mode
+        return kwargs
+
+    def _name(self) -> str:
+        return _env_label(self.env)
 
     # --- public API -------------------------------------------------------------------------
 
@@ -445,11 +509,7 @@ class GymnasiumEnv(Env):
             self._seeded = True
         obs, _ = self._call(self.vector_env.reset, seed=seed)
         self._needs_reset = False
-        if not self._staged:
-            return self._obs_to_torch(self._fresh_obs(obs))
-        stage, views = self._stage()
-        self._fill_obs(views["obs"], obs)
-        return self._to_device(stage["obs"])
+        return self.converter.from_reset(obs)
 
     def step(self, action: torch.Tensor | TensorDictBase) -> TensorDictBase:
         """Step every gymnasium env once; finished envs are reset within the step.
@@ -470,11 +530,10 @@ class GymnasiumEnv(Env):
         self._check_open()
         if self._needs_reset:
             raise RuntimeError(f"{self._name()}.step called before reset()")
-        actions = self._actions_to_numpy(action)
-        obs, rewards, terminated, truncated, infos = self._call(self.vector_env.step, actions)
-        if not self._staged:
-            return self._output_cpu(obs, rewards, terminated, truncated, infos)
-        return self._output_staged(obs, rewards, terminated, truncated, infos)
+        obs, rewards, terminated, truncated, infos = self._call(
+            self.vector_env.step, self.converter.to_actions(action)
+        )
+        return self.converter.from_step(obs, rewards, terminated, truncated, infos)
 
     def render(self, index: int = 0) -> np.ndarray:
         """Return an RGB frame (``uint8``, ``[height, width, 3]``) of sub-env ``index``.
@@ -574,20 +633,7 @@ class GymnasiumEnv(Env):
         """Call into the vector env; on a worker error, close it and raise the worker's error."""
         if self._errors is None:
             return fn(*args, **kwargs)
-        try:
-            return fn(*args, **kwargs)
-        except Exception as err:
-            items, self._errors.items = list(self._errors.items), []
-            if not items:
-                raise
-            self.close()
-            index, _, remote, trace = items[-1]
-            exc = remote if isinstance(remote, BaseException) else err
-            exc.add_note(
-                f"{self._name()}: raised in sub-env {index}'s worker process (the worker "
-                "traceback is above); the vector env and all its workers have been closed."
-            )
-            raise exc.with_traceback(None) from _RemoteTraceback(trace)
+        return self._errors.call(self.close, fn, *args, **kwargs)
 
 
 class GymnasiumEnvFactory:

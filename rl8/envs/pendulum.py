@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import numbers
 from typing import Any, ClassVar
 
 import numpy as np
@@ -11,13 +10,13 @@ import torch
 from gymnasium import spaces
 from tensordict import TensorDict
 
-from ..env import Env
+from ._physics import PhysicsEnv
 from . import _render
 
 __all__ = ["Pendulum"]
 
 
-class Pendulum(Env):
+class Pendulum(PhysicsEnv):
     """Swing a pendulum up and keep it upright with a limited torque (gymnasium's Pendulum-v1).
 
     The dynamics, constants and reward are those of ``gymnasium.make("Pendulum-v1")``.
@@ -58,43 +57,19 @@ class Pendulum(Env):
     )
     action_space = spaces.Box(-2.0, 2.0, (1,), np.float32)
 
-    def __init__(
-        self,
-        num_envs: int,
-        /,
-        horizon: int | None = None,
-        *,
-        device: torch.device | str = "cpu",
-    ) -> None:
-        super().__init__(num_envs, horizon, device=device)
-        self.params: dict[str, Any] = {
-            "g": 10.0,
-            "m": 1.0,
-            "l": 1.0,
-            "dt": 0.05,
-            "max_speed": 8.0,
-            "max_torque": 2.0,
-            "max_episode_steps": 200,
-        }
-        self._generator = self.make_generator()
+    default_params: ClassVar[dict[str, float | int]] = {
+        "g": 10.0,
+        "m": 1.0,
+        "l": 1.0,
+        "dt": 0.05,
+        "max_speed": 8.0,
+        "max_torque": 2.0,
+        "max_episode_steps": 200,
+    }
+
+    def _use_params(self, p: dict[str, Any]) -> None:
         # uniform [-1, 1] samples times this give (theta, theta_dot) of a fresh episode
         self._init_scale = torch.tensor([math.pi, 1.0], dtype=torch.float32, device=self.device)
-        self._set_params(self.params)
-        self.state = self._initial_state()
-        self.steps = torch.zeros(num_envs, 1, dtype=torch.int64, device=self.device)
-
-    def _set_params(self, params: dict[str, Any]) -> None:
-        for key, value in params.items():
-            if not isinstance(value, numbers.Real) or isinstance(value, bool):
-                raise TypeError(f"Pendulum: config {key!r} must be a number, got {value!r}")
-        steps = params["max_episode_steps"]
-        if not isinstance(steps, numbers.Integral) or steps < 1:
-            raise ValueError(
-                f"Pendulum: config 'max_episode_steps' must be an int >= 1, got {steps!r}"
-            )
-        p = {k: float(v) for k, v in params.items() if k != "max_episode_steps"}
-        p["max_episode_steps"] = int(steps)
-        self.params = p
 
     def _initial_state(self) -> torch.Tensor:
         sample = torch.empty(self.num_envs, 2, device=self.device)
@@ -104,24 +79,6 @@ class Pendulum(Env):
     def _observe(state: torch.Tensor) -> torch.Tensor:
         theta, theta_dot = state.unbind(1)
         return torch.stack((torch.cos(theta), torch.sin(theta), theta_dot), 1)
-
-    def reset(
-        self, *, config: dict[str, Any] | None = None, seed: int | None = None
-    ) -> torch.Tensor:
-        """Reset every pendulum and return the first observations, ``[num_envs, 3]`` float32.
-
-        Args:
-            config: Physical parameters to use from now on (keys listed in the class
-                docstring); ``None`` keeps the current ones. An unknown key raises ``KeyError``.
-            seed: Seed of the env's random number generator; ``None`` continues its stream.
-        """
-        if config:
-            self._set_params(self.apply_config(config, self.params))
-        if seed is not None:
-            self._generator.manual_seed(seed)
-        self.state = self._initial_state()
-        self.steps.zero_()
-        return self._observe(self.state)
 
     def step(self, action: torch.Tensor) -> TensorDict:
         """Apply a torque to every pendulum and advance the simulation by ``dt`` seconds.

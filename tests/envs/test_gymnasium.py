@@ -438,7 +438,7 @@ def test_staged_path_matches_the_cpu_path(make, env_id):
     """The non-CPU path (pinned staging buffers) gives the same data as the CPU path."""
     kwargs = {"env": MaskedEnv} if env_id == "masked" else {"env": "CartPole-v1"}
     plain, staged = make(3, **kwargs), make(3, **kwargs)
-    staged._staged = True  # what a CUDA device selects; the copy to "cpu" is then a no-op
+    staged.converter.staged = True  # what a CUDA device selects; the copy to "cpu" is then a no-op
     torch.testing.assert_close(plain.reset(seed=5), staged.reset(seed=5).clone())
     gen = torch.Generator().manual_seed(0)
     for _ in range(25):
