@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import math
 import secrets
 import warnings
 from collections.abc import Callable, Iterable, Iterator
