@@ -35,7 +35,7 @@ from ._eval_envs import EvalEnvs, check_eval_plan
 from ._resolve import env_spec_string, is_dotted_path, qualified_name
 from ._resume import RunRecord, algo_from_checkpoint, check_finite_policy
 from ._signals import StopSignals, signal_exit
-from .checkpoint import CHECKPOINT_POINTER_ARTIFACT, CheckpointManager, read_checkpoint, resolve_checkpoint
+from .checkpoint import CHECKPOINT_POINTER_ARTIFACT, CheckpointManager, read_checkpoint
 from .checkpoint import save_checkpoint as _write_checkpoint
 from .conditions import Condition
 from .config import TrainerConfig, run_params
@@ -131,13 +131,11 @@ _SHARED_ALGO_KEYS = ("hparams", "seed", "policy", "optimizer", "grad_scaler", "c
 class Trainer:
     """Train a :class:`~rl8.PPO` algorithm with stop conditions, MLflow tracking and checkpoints.
 
-    Creating a Trainer starts its MLflow run (so an unreachable tracking server is an error
-    here, before any training) and logs the configuration as params; a new run in a local store
-    (SQLite, a folder) with ``async_logging`` and without data parallelism starts in the
-    logging thread instead, while the first steps run, and an error there is raised by the next
-    :meth:`step`, :meth:`flush` or :meth:`close` (see ``docs/trainer.md``). The run stays open until
-    :meth:`close` (or the end of the process, or a ``with`` block); :meth:`run` closes it
-    itself only when it is stopped by SIGINT/SIGTERM (``KILLED``) or an error (``FAILED``).
+    Creating a Trainer starts its MLflow run (an unreachable server is an error here; a new run
+    in a local store with ``async_logging`` starts in the logging thread, its error raised by the
+    next :meth:`step`, :meth:`flush` or :meth:`close`) and logs the config as params. The run
+    stays open until :meth:`close` (or a ``with`` block, or the process's end); see
+    ``docs/trainer.md``.
 
     Args:
         algo: The algorithm; the Trainer reads its counters and never copies it.
@@ -153,14 +151,9 @@ class Trainer:
         experiment: The MLflow experiment name (``config.experiment`` or the env's name).
         metadata: ``config.metadata`` as a dict (stored in every checkpoint).
         tracker: The :class:`~rl8.tracking.Tracker` of the MLflow run.
-        run_id: The MLflow run id (``None`` without tracking); waits for a run still starting.
-        checkpoint_dir: The checkpoint folder (absolute); by default named by the run id, so
-            it waits for a run still starting.
         last_checkpoint: Path of the latest checkpoint written or loaded, or ``None``.
-        stopped_by: The stop condition (one of those given to :meth:`run`) that ended the
-            latest :meth:`run`, or ``None``. A resumed run whose conditions already held at
-            the checkpoint's step: the condition when only one was given (the checkpoint does
-            not record which held), else ``None``.
+        stopped_by: The stop condition that ended the latest :meth:`run`, or ``None`` (for a
+            resumed run whose conditions held at the checkpoint: the condition if only one).
     """
 
     def __init__(self, algo: PPO, config: TrainerConfig | None = None, **options: Any) -> None:
@@ -327,30 +320,16 @@ class Trainer:
         return stats
 
     def eval(self, *, env_config: dict[str, Any] | None = None, deterministic: bool = True) -> TrainStats:
-        """Evaluate the policy without touching training state, and log the stats.
-
-        Without ``eval_num_envs``, evaluation runs on the training envs when they are about
-        to be reset anyway: before the first step, or, when ``horizons_per_env_reset = k > 0``,
-        after a multiple of ``k`` steps; it runs ``horizon * max(1, horizons_per_env_reset)``
-        steps per env, and the envs' state (RNG, config) is restored afterwards, so training
-        continues exactly as without the evaluation. At any other time (e.g. after the first
-        step of envs that are reset only once, the default) it runs on a dedicated eval env
-        built on demand: the same env spec, ``env_kwargs`` and ``env_config`` with
-        ``min(num_envs, 16)`` envs. With ``eval_num_envs=N`` it always runs on a dedicated env
-        of ``N`` envs. A dedicated env is reset to the same state before every evaluation and
-        runs the env's episode limit when it has one (see ``eval_num_steps``).
-
-        Torch's RNG is not advanced by an evaluation (even a stochastic one).
+        """Evaluate the policy without touching training state (torch's RNG included), and log
+        the stats: on the training envs at a reset boundary, else on a dedicated eval env (see
+        :class:`~rl8._eval_envs.EvalEnvs` and ``docs/trainer.md#evaluation-eval``).
 
         Args:
             env_config: Env parameters for the evaluation (over ``hparams.env_config``).
             deterministic: Act with the distributions' modes (``False``: sample).
 
         Returns:
-            ``eval/<rollout stat>`` (``eval/episodes/return_mean``,
-            ``eval/rollout/reward_sum_mean``...)
-            and ``profiling/eval_ms``; logged at the current ``env/steps``.
-
+            ``eval/<rollout stat>`` and ``profiling/eval_ms``, logged at the current ``env/steps``.
         """
         stats = self._eval(env_config, deterministic)
         self._log(stats)
@@ -366,14 +345,9 @@ class Trainer:
         env_config: dict[str, Any] | None = None,
         fps: float | None = None,
     ) -> Path:
-        """Record a video of the current policy for one episode and log it to the MLflow run.
-
-        The video is recorded with :func:`rl8.video.record_video` in a dedicated one-env copy
-        of the training env (built once from the algorithm's env spec and ``env_kwargs``; for
-        gymnasium envs with ``render_mode="rgb_array"``), reset with the run's seed, so
-        training is not disturbed (torch's RNG included) and videos differ by the policy only.
-        While the MLflow run is open, the file is logged as the artifact ``videos/<file name>``
-        (on rank 0 only in distributed training). Needs ``pip install "rl8[video]"``.
+        """Record a video of one episode of the current policy in a one-env copy of the training
+        env (:meth:`~rl8._eval_envs.EvalEnvs.record`; training is not disturbed) and log it as
+        the artifact ``videos/<file name>`` (rank 0). Needs ``pip install "rl8[video]"``.
 
         Args:
             path: The MP4 file to write; ``None``: ``checkpoint_dir/videos/video-<env steps>.mp4``.
@@ -456,26 +430,13 @@ class Trainer:
     ) -> TrainStats:
         """Train until any stop condition holds (until interrupted without one, with a warning).
 
-        Every step is :meth:`step`; after every ``steps_per_eval``-th step (by
-        ``algorithm/steps``) an evaluation runs and its ``eval/`` stats join that step's stats
-        (one MLflow request for both). The conditions are then checked with those stats.
-        A checkpoint is written every ``checkpoint_every`` steps and when the run stops; the
-        policy is logged as the MLflow artifact ``policy/policy.pt`` with each checkpoint.
-
-        A Trainer resumed (:meth:`from_checkpoint`) from a checkpoint written at a step where
-        the stop conditions held trains zero steps when given the same conditions (same
-        :meth:`~rl8.conditions.Condition.to_config`); other conditions start from that step.
-
-        Signals (only when called from the main thread; the previous handlers are restored on
-        return): SIGUSR1 writes a checkpoint after the current step and training goes on.
-        SIGINT / SIGTERM finish the current step, write a checkpoint, end the MLflow run as
-        ``KILLED`` and raise ``KeyboardInterrupt`` (SIGINT) or ``SystemExit(128 + signum)``
-        (SIGTERM, i.e. exit status 143); a second SIGINT/SIGTERM interrupts at once, without
-        a checkpoint (one while the run is being marked ``KILLED`` is ignored). An exception
-        after a SIGINT/SIGTERM (e.g. its checkpoint fails) still ends the run as ``KILLED``
-        and raises the signal's exception, from it. Any other exception ends the MLflow run as
-        ``FAILED`` and propagates (a run start that failed in the background is then a
-        warning).
+        Each step is :meth:`step`; every ``steps_per_eval`` steps an evaluation's ``eval/`` stats
+        join the step's (one MLflow request), then the conditions are checked. A checkpoint is
+        written every ``checkpoint_every`` steps and at the end. Resumed from a checkpoint where
+        the same conditions held, it trains zero steps. SIGUSR1: checkpoint and go on;
+        SIGINT/SIGTERM: checkpoint, end the run as ``KILLED``, raise ``KeyboardInterrupt`` /
+        ``SystemExit(143)``; another exception ends the run as ``FAILED``. See
+        ``docs/trainer.md#training-run`` and ``#signals``.
 
         Args:
             env_config: Env parameters for training resets (see :meth:`step`).
@@ -658,25 +619,14 @@ class Trainer:
         }
 
     def save_checkpoint(self, path: str | os.PathLike[str] | None = None) -> Path:
-        """Write a checkpoint atomically and log the policy to the MLflow run.
-
-        The file is written without waiting for queued metrics; the policy and the
-        ``rl8/checkpoint.json`` pointer are uploaded from the logging thread (``async_logging``)
-        and queued while the tracking server is down.
-
-        The checkpoint holds the model, optimizer, schedules (by ``env/steps``), normaliser
-        statistics, counters, RNG and env states, hyper-parameters, env spec and config, the
-        stop conditions' state, the MLflow run id and :attr:`metadata`; it loads with
-        ``torch.load(weights_only=True)``.
+        """Write a checkpoint (:meth:`state_dict`) atomically and log the policy and the
+        ``rl8/checkpoint.json`` pointer to the MLflow run (queued; see ``docs/checkpoints.md``).
+        In data-parallel training every rank calls it at the same step; rank 0 writes one file
+        with every rank's own state, the others get its path.
 
         Args:
             path: Destination file; ``None``: ``checkpoint_dir/checkpoint-<env steps>.pt``,
                 keeping the last ``keep_checkpoints`` there.
-
-        In data-parallel training every rank must call it at the same step (:meth:`run`
-        does): rank 0 gathers every rank's own state (envs, RNG, observations, normaliser
-        carry) and writes one file with an entry per rank; the other ranks write nothing and
-        get rank 0's path back.
 
         Returns:
             The path written.
@@ -723,10 +673,6 @@ class Trainer:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
-    #: The checkpoint file named by a path, a folder (its latest) or an MLflow run id (see
-    #: :func:`rl8.checkpoint.resolve_checkpoint`).
-    resolve_checkpoint = staticmethod(resolve_checkpoint)
-
     @classmethod
     def from_checkpoint(
         cls,
@@ -738,13 +684,8 @@ class Trainer:
         trust_code: bool = False,
         **kwargs: Any,
     ) -> Trainer:
-        """Rebuild a Trainer (and its PPO) from a checkpoint and continue its MLflow run.
-
-        The PPO is built from the stored hyper-parameters and env spec, then its state is
-        loaded (weights, optimizer, normalisers, counters, RNG and env states): continuing
-        gives the same losses on CPU as a run that was never interrupted. Metrics go on in the
-        same MLflow run (status back to ``RUNNING``) at increasing ``env/steps``. The stop
-        conditions' state is restored when :meth:`run` is given the same conditions.
+        """Rebuild a Trainer (and its PPO, state loaded: same losses on CPU as an uninterrupted
+        run) from a checkpoint and continue its MLflow run (see ``docs/trainer.md``).
 
         Args:
             path: A checkpoint file, a folder of checkpoints (its latest), or an MLflow run id
@@ -753,13 +694,10 @@ class Trainer:
             hparams: Hyper-parameters to change, e.g. ``{"device": "cuda"}``; anything that
                 changes shapes (``num_envs``, ``horizon``, the model) cannot load the state.
             tracking_uri: Tracking URI of the run (default: the one stored in the checkpoint).
-            trust_code: Trust the file: let its env spec name a plain function (an env factory
-                of yours), which rl8 then calls. Off by default: the classes a checkpoint names
-                (env, model, distribution, optimizer) are checked to be of their kind before
-                anything is called (see ``docs/security.md``).
-            **kwargs: Other :class:`Trainer` options to change (``checkpoint_every``,
-                ``progress``, ``tracking``...); the others are those stored in the checkpoint
-                (the fields of :class:`~rl8.config.TrainerConfig` marked ``stored``).
+            trust_code: Let the file's env spec name a plain function, which rl8 then calls
+                (off: every class it names is checked for its kind; ``docs/security.md``).
+            **kwargs: Other :class:`Trainer` options to change; the others are those stored
+                (the :class:`~rl8.config.TrainerConfig` fields marked ``stored``).
 
         Raises:
             FileNotFoundError: No checkpoint at ``path``.
@@ -797,11 +735,9 @@ class Trainer:
 
         Args:
             status: The run's terminal status.
-            timeout_s: Seconds that delivering the queued metrics and artifacts and setting
-                the status may take at most, whatever the tracking server does (signal exits
-                use :data:`SIGNAL_CLOSE_TIMEOUT_S`); ``None``: as long as the tracker's HTTP
-                policy makes it. What could not be delivered, and whether the status was set,
-                is in ``tracker.undelivered`` and ``tracker.final_status`` (and a warning).
+            timeout_s: Seconds that delivering what is queued and setting the status may take
+                at most; ``None``: the tracker's HTTP policy. What was not delivered is in
+                ``tracker.undelivered`` and ``tracker.final_status`` (and a warning).
 
         Raises:
             ValueError: ``status`` is not one of the three (nothing is ended).
