@@ -4,6 +4,9 @@ the pieces of :meth:`rl8.Trainer.save_checkpoint` and :meth:`rl8.Trainer.from_ch
 from __future__ import annotations
 
 import dataclasses
+import json
+import shutil
+import tempfile
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -11,15 +14,19 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .checkpoint import CheckpointError
+from .checkpoint import CHECKPOINT_POINTER_ARTIFACT, CheckpointError, CheckpointManager, save_checkpoint
 from .conditions import Condition, with_current_stat_names
-from .distributed import rank_device
-from .export import check_env_spaces, space_from_dict
+from .distributed import DistContext, rank_device, to_cpu
+from .export import POLICY_ARTIFACT, check_env_spaces, save_policy, space_from_dict
 
 if TYPE_CHECKING:
     from .ppo import PPO
 
-__all__ = ["RunRecord", "algo_from_checkpoint", "check_finite_policy"]
+__all__ = ["RunRecord", "algo_from_checkpoint", "check_finite_policy", "log_policy_artifacts", "write_checkpoint"]
+
+#: Entries of ``PPO.state_dict()`` that are the same on every rank: stored once (rank 0's
+#: ``algo``), not in the per-rank entries of a data-parallel checkpoint.
+_SHARED_ALGO_KEYS = ("hparams", "seed", "policy", "optimizer", "grad_scaler", "counters")
 
 
 @dataclasses.dataclass
@@ -111,6 +118,42 @@ def check_finite_policy(policy: torch.nn.Module, step: int, last_checkpoint: Pat
         f"refusing to write a checkpoint at env step {step}: the policy's "
         f"{', '.join(bad[:5])}{' ...' if len(bad) > 5 else ''} hold NaN or inf{kept}"
     )
+
+
+def write_checkpoint(
+    state: dict[str, Any], path: Any, folder: Path | None, keep_last: int | None, step: int, dist: DistContext
+) -> Path:
+    """Write a Trainer checkpoint on rank 0 to ``path``, or (``path=None``) as ``folder``'s
+    numbered checkpoint keeping the last ``keep_last``; in data-parallel training with every
+    rank's own algo state. Every rank gets the absolute path written, or rank 0's error."""
+    ranks = None
+    if dist.enabled:
+        ranks = dist.gather_to_main(to_cpu({k: v for k, v in state["algo"].items() if k not in _SHARED_ALGO_KEYS}))
+
+    def write() -> Path:
+        if ranks is not None:
+            state["distributed"] = {"world_size": dist.world_size, "ranks": ranks}
+        if path is None:
+            return CheckpointManager(folder, keep_last=keep_last).save(state, step).absolute()
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        return save_checkpoint(state, target).absolute()
+
+    return dist.on_main(write)
+
+
+def log_policy_artifacts(tracker: Any, policy: torch.nn.Module, env: dict[str, Any], checkpoint: Path, step: int) -> None:
+    """Log the policy file and the ``rl8/checkpoint.json`` pointer to ``checkpoint`` (written at
+    env step ``step``) to the ``tracker``'s run (copied and queued with ``async_logging``)."""
+    tmp = Path(tempfile.mkdtemp(prefix="rl8-artifacts-"))
+    policy_file = save_policy(policy, tmp / Path(POLICY_ARTIFACT).name, env=env)
+    pointer = tmp / Path(CHECKPOINT_POINTER_ARTIFACT).name
+    pointer.write_text(json.dumps({"path": str(checkpoint), "env/steps": step}))
+    try:
+        tracker.log_artifact(policy_file, str(Path(POLICY_ARTIFACT).parent))
+        tracker.log_artifact(pointer, str(Path(CHECKPOINT_POINTER_ARTIFACT).parent))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def algo_from_checkpoint(

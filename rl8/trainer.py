@@ -17,12 +17,9 @@ See ``docs/trainer.md``.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
-import shutil
 import signal
 import sys
-import tempfile
 import time
 import warnings
 from collections.abc import Mapping, Sequence
@@ -33,14 +30,13 @@ import torch
 
 from ._eval_envs import EvalEnvs, check_eval_plan
 from ._resolve import env_spec_string, is_dotted_path, qualified_name
-from ._resume import RunRecord, algo_from_checkpoint, check_finite_policy
+from ._resume import RunRecord, algo_from_checkpoint, check_finite_policy, log_policy_artifacts, write_checkpoint
 from ._signals import StopSignals, signal_exit
-from .checkpoint import CHECKPOINT_POINTER_ARTIFACT, CheckpointManager, read_checkpoint
-from .checkpoint import save_checkpoint as _write_checkpoint
+from .checkpoint import CHECKPOINT_POINTER_ARTIFACT, read_checkpoint
 from .conditions import Condition
 from .config import TrainerConfig, run_params
-from .distributed import DistContext, to_cpu
-from .export import POLICY_ARTIFACT, policy_to_dict, save_policy
+from .distributed import DistContext
+from .export import policy_to_dict
 from .progress import Progress, _is_nan
 from .stats import Stats
 from .tracking import _TERMINAL_STATUSES, Tracker, TrackingError, TrackingWarning
@@ -115,13 +111,6 @@ def _memory_stats(device: torch.device) -> dict[str, float]:
         out["memory/cuda_allocated_mb"] = torch.cuda.memory_allocated(device) / 2**20
         out["memory/cuda_max_allocated_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
     return out
-
-
-#: Entries of ``PPO.state_dict()`` that are the same on every rank: stored once (rank 0's
-#: ``algo``), not in the per-rank entries of a data-parallel checkpoint.
-_SHARED_ALGO_KEYS = ("hparams", "seed", "policy", "optimizer", "grad_scaler", "counters")
-
-
 
 
 # --------------------------------------------------------------------------------------------
@@ -637,41 +626,13 @@ class Trainer:
         """
         step = int(self.algo.env_steps)
         check_finite_policy(self.algo.policy, step, self.last_checkpoint)
-        state = self.state_dict()
-        ranks = None
-        if self._dist.enabled:
-            ranks = self._dist.gather_to_main(
-                to_cpu({k: v for k, v in state["algo"].items() if k not in _SHARED_ALGO_KEYS})
-            )
-
-        def write() -> Path:  # on rank 0; every rank learns the path, or the error
-            if ranks is not None:
-                state["distributed"] = {"world_size": self._dist.world_size, "ranks": ranks}
-            if path is None:
-                manager = CheckpointManager(self.checkpoint_dir, keep_last=self.config.keep_checkpoints)
-                return manager.save(state, step).absolute()
-            target = Path(path)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            return _write_checkpoint(state, target).absolute()
-
-        written = self._dist.on_main(write)
+        folder = self.checkpoint_dir if path is None else None
+        written = write_checkpoint(self.state_dict(), path, folder, self.config.keep_checkpoints, step, self._dist)
         self.last_checkpoint = written
         self._last_checkpoint_step = step
-        self._log_policy_artifacts(written, step)
+        if self.tracker.enabled and not self.closed:
+            log_policy_artifacts(self.tracker, self.algo.policy, self._env_info(), written, step)
         return written
-
-    def _log_policy_artifacts(self, checkpoint: Path, step: int) -> None:
-        if not self.tracker.enabled or self.closed:
-            return
-        tmp = Path(tempfile.mkdtemp(prefix="rl8-artifacts-"))
-        policy_file = save_policy(self.algo.policy, tmp / Path(POLICY_ARTIFACT).name, env=self._env_info())
-        pointer = tmp / Path(CHECKPOINT_POINTER_ARTIFACT).name
-        pointer.write_text(json.dumps({"path": str(checkpoint), "env/steps": step}))
-        try:  # the Tracker copies the files and queues them (with async_logging)
-            self.tracker.log_artifact(policy_file, str(Path(POLICY_ARTIFACT).parent))
-            self.tracker.log_artifact(pointer, str(Path(CHECKPOINT_POINTER_ARTIFACT).parent))
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
 
     @classmethod
     def from_checkpoint(
