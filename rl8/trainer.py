@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import signal
 import sys
 import time
 import warnings
@@ -31,13 +30,13 @@ import torch
 from ._eval_envs import EvalEnvs, check_eval_plan
 from ._resolve import env_spec_string, is_dotted_path, qualified_name
 from ._resume import RunRecord, algo_from_checkpoint, check_finite_policy, log_policy_artifacts, write_checkpoint
-from ._signals import StopSignals, signal_exit
+from ._run_loop import as_conditions, check_record_plan, log_run_params, train_until
 from .checkpoint import CHECKPOINT_POINTER_ARTIFACT, read_checkpoint
 from .conditions import Condition
 from .config import TrainerConfig, run_params
 from .distributed import DistContext
 from .export import policy_to_dict
-from .progress import Progress, _is_nan
+from .progress import _is_nan
 from .stats import Stats
 from .tracking import _TERMINAL_STATUSES, Tracker, TrackingError, TrackingWarning
 
@@ -165,7 +164,6 @@ class Trainer:
         self._conditions: list[Condition] = []
         self._conditions_met = False  # whether the stop conditions held at the latest step
         self._resumed: RunRecord | None = None  # what the checkpoint resumed from records
-        self._signals: StopSignals | None = None  # those of the latest run()
         self._ignore_stop_signals = False  # while a signal exit ends the run (bounded)
 
         # data-parallel training: only rank 0 talks to MLflow and writes checkpoints
@@ -364,50 +362,11 @@ class Trainer:
             self.tracker.log_artifact(written, "videos")  # queued with async_logging
         return written
 
-    def _check_record_plan(self, steps_per_eval: int | None) -> None:
-        """Before training: ``record_every`` needs evaluations, imageio and an env that renders."""
-        if self.config.record_every is None:
-            return
-        if steps_per_eval is None:
-            raise ValueError(
-                f"Trainer.run: record_every={self.config.record_every} records a video at every "
-                f"{self.config.record_every}-th evaluation, but steps_per_eval is None (no evaluations); "
-                "set steps_per_eval"
-            )
-        if self._dist.is_main:
-            self._envs.check_can_record()
-
-    def _record_eval(self, env_config: dict[str, Any] | None) -> TrainStats:
-        """The video of an evaluation step (``record_every``), on rank 0; its duration in ms."""
-        if not self._dist.is_main:
-            return TrainStats()
-        t0 = time.perf_counter()
-        path = self.checkpoint_dir / "videos" / f"eval-{int(self.algo.env_steps)}.mp4"
-        self.record(path, env_config=env_config)
-        return TrainStats({"profiling/record_ms": 1000.0 * (time.perf_counter() - t0)})
-
     @property
     def eval_envs(self) -> EvalEnvs:
         """The envs that :meth:`eval` and :meth:`record` run in (``eval_envs.eval_env``: the
         dedicated eval env, ``None`` until an evaluation needed one)."""
         return self._envs
-
-    # ----------------------------------------------------------------- run
-    def _log_run_params(self, conditions: Sequence[Condition], steps_per_eval: int | None) -> None:
-        args = self._run_args or {}
-        params = {
-            "run": {
-                "env_config": args.get("env_config") or {},
-                "eval_env_config": args.get("eval_env_config") or {},
-                "steps_per_eval": steps_per_eval,
-                "stop_conditions": repr(list(conditions)),
-            }
-        }
-        with warnings.catch_warnings():
-            # a resumed run records a changed value once as "resumed/run/..."; later changes
-            # (resumed again with other stop conditions) are expected, not worth a warning
-            warnings.filterwarnings("ignore", message="MLflow param 'run/", category=TrackingWarning)
-            self.tracker.log_params(params)  # queued with async_logging
 
     def run(
         self,
@@ -453,19 +412,8 @@ class Trainer:
             self.algo.hparams.horizons_per_env_reset, eval_num_envs=self.config.eval_num_envs,
             steps_per_eval=steps_per_eval, eval_env_config=eval_env_config,
         )
-        self._check_record_plan(steps_per_eval)
-        if stop_conditions is None:
-            conditions: list[Condition] = []
-        elif isinstance(stop_conditions, Condition):
-            conditions = [stop_conditions]
-        else:
-            conditions = list(stop_conditions)
-        for i, condition in enumerate(conditions):
-            if not isinstance(condition, Condition):
-                raise TypeError(
-                    f"Trainer.run: stop_conditions[{i}] must be a rl8.conditions.Condition, "
-                    f"got {condition!r}"
-                )
+        check_record_plan(self, steps_per_eval)
+        conditions = as_conditions(stop_conditions)
         if eval_env_config is None:
             eval_env_config = env_config
         self._run_args = {
@@ -474,10 +422,9 @@ class Trainer:
             "steps_per_eval": steps_per_eval,
         }
         finished = self._resumed is not None and self._resumed.restore(conditions)  # held: no step
-        held_at_checkpoint = finished
         self._conditions = conditions
         self._conditions_met = finished
-        self._log_run_params(conditions, steps_per_eval)
+        log_run_params(self, conditions, steps_per_eval)
         if not conditions:
             warnings.warn(
                 "Trainer.run: no stop_conditions, so training runs until interrupted (Ctrl-C "
@@ -485,83 +432,10 @@ class Trainer:
                 "1_000_000)",
                 stacklevel=2,
             )
-        progress = Progress(
-            self.config.progress if self._dist.is_main else False, interval_s=self.config.progress_every_s
+        return train_until(
+            self, conditions, TrainStats(self._counters()), finished=finished, env_config=env_config,
+            eval_env_config=eval_env_config, steps_per_eval=steps_per_eval,
         )
-        stats = TrainStats(self._counters())
-        stop = [False] * len(conditions)  # which conditions held at the latest step
-        self._signals = signals = StopSignals(self._dist, lambda: self._ignore_stop_signals)
-        with signals.installed():
-            try:
-                for condition in conditions:
-                    condition.start()
-                while not finished:
-                    stats = self._train_step(env_config)
-                    if steps_per_eval and self.algo.steps % steps_per_eval == 0:
-                        stats.update(self._eval(eval_env_config, deterministic=True))
-                        if self.config.record_every and (self.algo.steps // steps_per_eval) % self.config.record_every == 0:
-                            stats.update(self._record_eval(eval_env_config))
-                    self._log(stats)
-                    stop = [bool(condition(stats)) for condition in conditions]
-                    self._conditions_met = any(stop)
-                    progress.update(stats, conditions)
-                    if self.config.checkpoint_every and self.algo.steps % self.config.checkpoint_every == 0:
-                        self.save_checkpoint()
-                    stop_now = signals.agree(any(stop))
-                    self._handle_signals(progress)
-                    if stop_now:
-                        break
-                progress.update(stats, conditions, force=True)
-                self.stopped_by = next((c for c, fired in zip(conditions, stop) if fired), None)
-                if held_at_checkpoint and len(conditions) == 1:  # then it is the one that held
-                    self.stopped_by = conditions[0]
-                progress.summary(stats, self.stopped_by, held_at_checkpoint=held_at_checkpoint)
-                if self._last_checkpoint_step != self.algo.env_steps:
-                    self.save_checkpoint()
-                signals.agree(False)
-                self._handle_signals(progress)  # one that arrived during the last checkpoint
-            except (KeyboardInterrupt, SystemExit):
-                progress.close()
-                self._close_killed()
-                raise
-            except BaseException as exc:
-                progress.close()
-                signum = signals.stop_signal
-                if signum is None:
-                    self._close_while_raising("FAILED")
-                    raise
-                # stopping on a signal failed (e.g. its checkpoint): still the signal's exit
-                self._close_killed()
-                if self._dist.is_main:
-                    print(f"rl8: {signal.Signals(signum).name}: {type(exc).__name__}: {exc} while "
-                          f"stopping; latest checkpoint: {self.last_checkpoint}"
-                          f"{self.tracker.end_report('KILLED')}", file=sys.stderr, flush=True)
-                raise signal_exit(signum) from exc
-        return stats
-
-    # ----------------------------------------------------------------- signals
-    def _handle_signals(self, progress: Progress) -> None:
-        """Act on the signals received (see :class:`~rl8._signals.StopSignals`): a checkpoint
-        for SIGUSR1; for SIGINT/SIGTERM a checkpoint, the run ended as ``KILLED``, and the
-        signal's exception."""
-        checkpoint, signum = self._signals.take()
-        main = self._dist.is_main
-        if checkpoint:
-            path = self.save_checkpoint()
-            progress.close()
-            if main:
-                print(f"rl8: SIGUSR1: checkpoint written to {path}", file=sys.stderr, flush=True)
-        if signum is None:
-            return
-        progress.close()
-        if self._last_checkpoint_step != self.algo.env_steps:
-            self.save_checkpoint()
-        self._close_killed()
-        name = signal.Signals(signum).name
-        if main:
-            print(f"rl8: {name}: checkpoint written to {self.last_checkpoint}{self.tracker.end_report('KILLED')}",
-                  file=sys.stderr, flush=True)
-        raise signal_exit(signum)
 
     # ----------------------------------------------------------------- checkpoints
     def resolved_config(self) -> TrainerConfig:

@@ -1,0 +1,163 @@
+"""The loop of :meth:`rl8.Trainer.run`: steps, evaluations and videos on schedule, stop
+conditions, checkpoints, signals, and how the MLflow run ends when the loop is interrupted."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+import warnings
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from ._signals import StopSignals, signal_exit
+from .conditions import Condition
+from .progress import Progress
+from .tracking import TrackingWarning
+
+if TYPE_CHECKING:
+    from .trainer import Trainer, TrainStats
+
+__all__ = ["as_conditions", "check_record_plan", "log_run_params", "train_until"]
+
+
+def as_conditions(stop_conditions: Condition | Sequence[Condition] | None) -> list[Condition]:
+    """``Trainer.run``'s ``stop_conditions`` as a list, each checked to be a Condition."""
+    if stop_conditions is None:
+        return []
+    conditions = [stop_conditions] if isinstance(stop_conditions, Condition) else list(stop_conditions)
+    for i, condition in enumerate(conditions):
+        if not isinstance(condition, Condition):
+            raise TypeError(
+                f"Trainer.run: stop_conditions[{i}] must be a rl8.conditions.Condition, got {condition!r}"
+            )
+    return conditions
+
+
+def check_record_plan(trainer: Trainer, steps_per_eval: int | None) -> None:
+    """Before training: ``record_every`` needs evaluations, imageio and an env that renders."""
+    record_every = trainer.config.record_every
+    if record_every is None:
+        return
+    if steps_per_eval is None:
+        raise ValueError(
+            f"Trainer.run: record_every={record_every} records a video at every "
+            f"{record_every}-th evaluation, but steps_per_eval is None (no evaluations); "
+            "set steps_per_eval"
+        )
+    if trainer._dist.is_main:
+        trainer.eval_envs.check_can_record()
+
+
+def log_run_params(trainer: Trainer, conditions: Sequence[Condition], steps_per_eval: int | None) -> None:
+    """The run's arguments and stop conditions as MLflow params ``run/*``."""
+    args = trainer._run_args or {}
+    params = {
+        "run": {
+            "env_config": args.get("env_config") or {},
+            "eval_env_config": args.get("eval_env_config") or {},
+            "steps_per_eval": steps_per_eval,
+            "stop_conditions": repr(list(conditions)),
+        }
+    }
+    with warnings.catch_warnings():
+        # a resumed run records a changed value once as "resumed/run/..."; later changes
+        # (resumed again with other stop conditions) are expected, not worth a warning
+        warnings.filterwarnings("ignore", message="MLflow param 'run/", category=TrackingWarning)
+        trainer.tracker.log_params(params)  # queued with async_logging
+
+
+def _record_eval(trainer: Trainer, env_config: dict[str, Any] | None) -> TrainStats:
+    """The video of an evaluation step (``record_every``), on rank 0; its duration in ms."""
+    from .trainer import TrainStats
+
+    if not trainer._dist.is_main:
+        return TrainStats()
+    t0 = time.perf_counter()
+    trainer.record(trainer.checkpoint_dir / "videos" / f"eval-{int(trainer.algo.env_steps)}.mp4",
+                   env_config=env_config)
+    return TrainStats({"profiling/record_ms": 1000.0 * (time.perf_counter() - t0)})
+
+
+def _handle_signals(trainer: Trainer, signals: StopSignals, progress: Progress) -> None:
+    """Act on the signals received (see :class:`~rl8._signals.StopSignals`): a checkpoint for
+    SIGUSR1; for SIGINT/SIGTERM a checkpoint, the run ended as ``KILLED``, and the signal's
+    exception."""
+    checkpoint, signum = signals.take()
+    main = trainer._dist.is_main
+    if checkpoint:
+        path = trainer.save_checkpoint()
+        progress.close()
+        if main:
+            print(f"rl8: SIGUSR1: checkpoint written to {path}", file=sys.stderr, flush=True)
+    if signum is None:
+        return
+    progress.close()
+    if trainer._last_checkpoint_step != trainer.algo.env_steps:
+        trainer.save_checkpoint()
+    trainer._close_killed()
+    if main:
+        print(f"rl8: {signal.Signals(signum).name}: checkpoint written to {trainer.last_checkpoint}"
+              f"{trainer.tracker.end_report('KILLED')}", file=sys.stderr, flush=True)
+    raise signal_exit(signum)
+
+
+def train_until(
+    trainer: Trainer, conditions: list[Condition], stats: TrainStats, *, finished: bool,
+    env_config: dict[str, Any] | None, eval_env_config: dict[str, Any] | None, steps_per_eval: int | None,
+) -> TrainStats:
+    """The body of :meth:`rl8.Trainer.run` once its arguments are checked: steps until a
+    condition holds (none when ``finished``: they held at the checkpoint), with signals
+    handled; returns the last step's stats (``stats`` when no step ran)."""
+    algo, config, dist = trainer.algo, trainer.config, trainer._dist
+    held_at_checkpoint = finished
+    progress = Progress(config.progress if dist.is_main else False, interval_s=config.progress_every_s)
+    stop = [False] * len(conditions)  # which conditions held at the latest step
+    signals = StopSignals(dist, lambda: trainer._ignore_stop_signals)
+    with signals.installed():
+        try:
+            for condition in conditions:
+                condition.start()
+            while not finished:
+                stats = trainer._train_step(env_config)
+                if steps_per_eval and algo.steps % steps_per_eval == 0:
+                    stats.update(trainer._eval(eval_env_config, deterministic=True))
+                    if config.record_every and (algo.steps // steps_per_eval) % config.record_every == 0:
+                        stats.update(_record_eval(trainer, eval_env_config))
+                trainer._log(stats)
+                stop = [bool(condition(stats)) for condition in conditions]
+                trainer._conditions_met = any(stop)
+                progress.update(stats, conditions)
+                if config.checkpoint_every and algo.steps % config.checkpoint_every == 0:
+                    trainer.save_checkpoint()
+                stop_now = signals.agree(any(stop))
+                _handle_signals(trainer, signals, progress)
+                if stop_now:
+                    break
+            progress.update(stats, conditions, force=True)
+            trainer.stopped_by = next((c for c, fired in zip(conditions, stop) if fired), None)
+            if held_at_checkpoint and len(conditions) == 1:  # then it is the one that held
+                trainer.stopped_by = conditions[0]
+            progress.summary(stats, trainer.stopped_by, held_at_checkpoint=held_at_checkpoint)
+            if trainer._last_checkpoint_step != algo.env_steps:
+                trainer.save_checkpoint()
+            signals.agree(False)
+            _handle_signals(trainer, signals, progress)  # one that arrived during the last checkpoint
+        except (KeyboardInterrupt, SystemExit):
+            progress.close()
+            trainer._close_killed()
+            raise
+        except BaseException as exc:
+            progress.close()
+            signum = signals.stop_signal
+            if signum is None:
+                trainer._close_while_raising("FAILED")
+                raise
+            # stopping on a signal failed (e.g. its checkpoint): still the signal's exit
+            trainer._close_killed()
+            if dist.is_main:
+                print(f"rl8: {signal.Signals(signum).name}: {type(exc).__name__}: {exc} while "
+                      f"stopping; latest checkpoint: {trainer.last_checkpoint}"
+                      f"{trainer.tracker.end_report('KILLED')}", file=sys.stderr, flush=True)
+            raise signal_exit(signum) from exc
+    return stats
