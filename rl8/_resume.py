@@ -1,10 +1,11 @@
-"""What a Trainer checkpoint records beyond the algorithm, and rebuilding the algorithm from one:
-the pieces of :meth:`rl8.Trainer.save_checkpoint` and :meth:`rl8.Trainer.from_checkpoint`."""
+"""The Trainer's checkpoints: what one records beyond the algorithm, writing it, and rebuilding
+the algorithm and the Trainer from one (:class:`TrainerCheckpoints`, the Trainer's base class)."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
 import tempfile
 import warnings
@@ -14,15 +15,18 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .checkpoint import CHECKPOINT_POINTER_ARTIFACT, CheckpointError, CheckpointManager, save_checkpoint
+from ._resolve import qualified_name
+from .checkpoint import CHECKPOINT_POINTER_ARTIFACT, CheckpointError, CheckpointManager, read_checkpoint, save_checkpoint
 from .conditions import Condition, with_current_stat_names
+from .config import TrainerConfig
 from .distributed import DistContext, rank_device, to_cpu
-from .export import POLICY_ARTIFACT, check_env_spaces, save_policy, space_from_dict
+from .export import POLICY_ARTIFACT, check_env_spaces, policy_to_dict, save_policy, space_from_dict
 
 if TYPE_CHECKING:
     from .ppo import PPO
+    from .trainer import Trainer
 
-__all__ = ["RunRecord", "algo_from_checkpoint", "check_finite_policy", "log_policy_artifacts", "write_checkpoint"]
+__all__ = ["RunRecord", "TrainerCheckpoints", "algo_from_checkpoint", "check_finite_policy"]
 
 #: Entries of ``PPO.state_dict()`` that are the same on every rank: stored once (rank 0's
 #: ``algo``), not in the per-rank entries of a data-parallel checkpoint.
@@ -211,3 +215,144 @@ def algo_from_checkpoint(
         )
     algo.load_state_dict(algo_state)
     return algo
+
+
+def _absolute_uri(uri: str) -> str:
+    """A tracking URI that still names the same store from another working directory."""
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+        path = uri[len("sqlite:///"):]
+        if path and path != ":memory:":
+            return "sqlite:///" + str(Path(path).absolute())
+    elif "://" not in uri and Path(uri).is_dir():  # a plain folder (file store)
+        return str(Path(uri).absolute())
+    return uri
+
+
+class TrainerCheckpoints:
+    """The checkpoint half of :class:`rl8.Trainer` (its base class): what a checkpoint holds,
+    writing it, and rebuilding a Trainer from one (see ``docs/checkpoints.md``)."""
+
+    def resolved_config(self) -> TrainerConfig:
+        """:attr:`config` with what this Trainer resolved: its MLflow run (id, experiment, name,
+        absolute tracking URI, whether it is tracked) and its checkpoint folder, i.e. what a
+        checkpoint stores. Waits for a run still starting."""
+        return self.config.replace(
+            run_id=self.run_id, experiment=self.experiment, run_name=self.tracker.run_name,
+            tracking_uri=_absolute_uri(self.tracker.tracking_uri), tracking=self.tracker.enabled,
+            checkpoint_dir=str(self.checkpoint_dir), metadata=self.metadata,
+        )
+
+    def _env_info(self) -> dict[str, Any]:
+        """The env as a policy file records it: spec, ``env_kwargs`` and ``env_config``."""
+        hp = self.algo.hparams
+        return {"spec": self.env_spec, "env_kwargs": dict(hp.env_kwargs), "env_config": dict(hp.env_config)}
+
+    def _run_record(self) -> RunRecord:
+        """The record of the latest :meth:`run`; for what it has not set (its arguments, its
+        stop conditions), that of the checkpoint this Trainer resumed from."""
+        record = RunRecord.of_run(self._run_args, self._conditions, self._conditions_met)
+        saved = self._resumed
+        if saved is not None and not self._conditions and saved.stop_conditions:
+            record = dataclasses.replace(saved, run=record.run)
+        if saved is not None and record.run is None:
+            record.run = saved.run
+        return record
+
+    def state_dict(self) -> dict[str, Any]:
+        """The checkpoint's content: only tensors and plain Python values (see docs/trainer.md)."""
+        from . import __version__
+
+        algo = self.algo
+        record = self._run_record()
+        return {
+            "algo": algo.state_dict(),
+            "env": {"spec": self.env_spec, "class": qualified_name(type(algo.env))},
+            "trainer": {
+                **self.resolved_config().stored(),
+                **dataclasses.asdict(record),
+                "policy": policy_to_dict(algo.policy, include_state=False, env=self._env_info()),
+            },
+            "versions": {"rl8": __version__, "torch": str(torch.__version__)},
+        }
+
+    def save_checkpoint(self, path: str | os.PathLike[str] | None = None) -> Path:
+        """Write a checkpoint (:meth:`state_dict`) atomically and log the policy and the
+        ``rl8/checkpoint.json`` pointer to the MLflow run (queued; see ``docs/checkpoints.md``).
+        In data-parallel training every rank calls it at the same step; rank 0 writes one file
+        with every rank's own state, the others get its path.
+
+        Args:
+            path: Destination file; ``None``: ``checkpoint_dir/checkpoint-<env steps>.pt``,
+                keeping the last ``keep_checkpoints`` there.
+
+        Returns:
+            The path written.
+
+        Raises:
+            rl8.ppo.NonFiniteError: The policy's parameters (or normaliser statistics) hold
+                NaN or inf; nothing is written, so the last good checkpoint is kept.
+        """
+        step = int(self.algo.env_steps)
+        check_finite_policy(self.algo.policy, step, self.last_checkpoint)
+        folder = self.checkpoint_dir if path is None else None
+        written = write_checkpoint(self.state_dict(), path, folder, self.config.keep_checkpoints, step, self._dist)
+        self.last_checkpoint = written
+        self._last_checkpoint_step = step
+        if self.tracker.enabled and not self.closed:
+            log_policy_artifacts(self.tracker, self.algo.policy, self._env_info(), written, step)
+        return written
+
+    @classmethod
+    def from_checkpoint(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        env: Any = None,
+        hparams: Mapping[str, Any] | None = None,
+        tracking_uri: str | None = None,
+        trust_code: bool = False,
+        **kwargs: Any,
+    ) -> Trainer:
+        """Rebuild a Trainer (and its PPO, state loaded: same losses on CPU as an uninterrupted
+        run) from a checkpoint and continue its MLflow run (see ``docs/trainer.md``).
+
+        Args:
+            path: A checkpoint file, a folder of checkpoints (its latest), or an MLflow run id
+                (the checkpoint recorded in its ``rl8/checkpoint.json`` artifact).
+            env: The env, when the checkpoint could not record it (a lambda or local function).
+            hparams: Hyper-parameters to change, e.g. ``{"device": "cuda"}``; anything that
+                changes shapes (``num_envs``, ``horizon``, the model) cannot load the state.
+            tracking_uri: Tracking URI of the run (default: the one stored in the checkpoint).
+            trust_code: Let the file's env spec name a plain function, which rl8 then calls
+                (off: every class it names is checked for its kind; ``docs/security.md``).
+            **kwargs: Other :class:`Trainer` options to change; the others are those stored
+                (the :class:`~rl8.config.TrainerConfig` fields marked ``stored``).
+
+        Raises:
+            FileNotFoundError: No checkpoint at ``path``.
+            rl8.checkpoint.CheckpointError: A corrupt, truncated, foreign or unsafe file, or
+                one that names an object of the wrong kind (e.g. ``subprocess.run`` as env).
+            ValueError: The env's observation or action space differs from the checkpoint's.
+            rl8.tracking.TrackingError: The stored MLflow run cannot be resumed.
+        """
+        file, state = read_checkpoint(path, tracking_uri=tracking_uri)
+        algo = algo_from_checkpoint(file, state, env=env, hparams=hparams, trust_code=trust_code)
+        saved = state["trainer"]
+        config = TrainerConfig.from_stored(saved)
+        tracking = kwargs.pop("tracking", config.tracking)
+        config = config.replace(
+            tracking=tracking, run_id=config.run_id if tracking else None,
+            tracking_uri=tracking_uri or config.tracking_uri,
+        )
+        trainer = cls(algo, config, **kwargs)
+        trainer._resumed = RunRecord.from_checkpoint(saved)
+        trainer.last_checkpoint = file.absolute()
+        trainer._last_checkpoint_step = int(algo.env_steps)
+        return trainer
+
+    @property
+    def run_args(self) -> dict[str, Any] | None:
+        """``env_config``, ``eval_env_config`` and ``steps_per_eval`` of the latest :meth:`run`
+        (for a resumed trainer before its first run: those stored in the checkpoint)."""
+        run = self._run_record().run
+        return None if run is None else dict(run)
