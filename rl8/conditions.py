@@ -77,9 +77,7 @@ class MissingStatError(KeyError):
         return str(self.args[0]) if self.args else ""
 
 
-# --------------------------------------------------------------------------------------------
-# Argument validation (the edge: clear messages naming the field, expected and given value)
-# --------------------------------------------------------------------------------------------
+# ---- Argument validation (the edge: clear messages naming the field, expected and given value)
 
 
 def _check_key(owner: str, key: Any) -> str:
@@ -118,9 +116,7 @@ def _check_patience(owner: str, patience: Any) -> int:
     return int(patience)
 
 
-# --------------------------------------------------------------------------------------------
-# Base classes
-# --------------------------------------------------------------------------------------------
+# ---- Base classes
 
 
 class Condition(ABC):
@@ -259,9 +255,7 @@ class _StatCondition(Condition):
                              f"{state.get('key')!r} into a condition on {self.key!r}")
 
 
-# --------------------------------------------------------------------------------------------
-# Bounds
-# --------------------------------------------------------------------------------------------
+# ---- Bounds
 
 
 class HitsUpperBound(_StatCondition):
@@ -324,9 +318,7 @@ class HitsLowerBound(_StatCondition):
         return f"{type(self).__name__}({self.key!r}, {self.bound!r})"
 
 
-# --------------------------------------------------------------------------------------------
-# Patience-based conditions
-# --------------------------------------------------------------------------------------------
+# ---- Patience-based conditions
 
 
 class _Patience(_StatCondition):
@@ -469,9 +461,7 @@ class StopsDecreasing(_NoNewBest):
     _sign = -1.0
 
 
-# --------------------------------------------------------------------------------------------
-# Wall clock
-# --------------------------------------------------------------------------------------------
+# ---- Wall clock
 
 
 class TimeLimit(Condition):
@@ -529,9 +519,7 @@ class TimeLimit(Condition):
         return f"{type(self).__name__}(seconds={self.seconds!r})"
 
 
-# --------------------------------------------------------------------------------------------
-# Combinators
-# --------------------------------------------------------------------------------------------
+# ---- Combinators
 
 
 class _Combinator(Condition):
@@ -625,9 +613,7 @@ class Or(_Combinator):
         return max(known) if known else None
 
 
-# --------------------------------------------------------------------------------------------
-# Config files
-# --------------------------------------------------------------------------------------------
+# ---- Config files
 
 CONDITIONS: dict[str, type[Condition]] = {
     "hits_upper_bound": HitsUpperBound,

@@ -49,26 +49,10 @@ SIGNAL_CLOSE_TIMEOUT_S = 6.0
 
 class TrainStats(Stats):
     """All stats of one training step: a ``dict[str, float]`` (a :class:`rl8.stats.Stats`, in
-    which rl8 1.0.0's ``returns/*`` names still answer lookups, with a ``DeprecationWarning``).
-
-    Keys (see ``docs/trainer.md`` for the full list and units):
-
-    * counters: ``env/steps`` (env transitions collected so far, all envs together),
-      ``env/resets``, ``algorithm/collects``, ``algorithm/steps``;
-    * rollout stats of :meth:`rl8.PPO.collect`: ``rollout/reward_sum_*`` (each env's sum of
-      rewards over the collect's ``horizon`` steps, not an episode return), ``rewards/*``, and for
-      episodic envs ``episodes/{return_mean,length_mean,count}`` (NaN means when no episode
-      ended during the collect);
-    * update stats of :meth:`rl8.PPO.update`: ``losses/*``, ``monitors/*``, ``coefficients/*``;
-    * system: ``profiling/collect_ms``, ``profiling/step_ms`` (wall-clock milliseconds),
-      ``throughput/env_steps_per_s``, ``memory/rss_mb``, ``memory/max_rss_mb`` (and
-      ``memory/cuda_allocated_mb``, ``memory/cuda_max_allocated_mb`` on CUDA);
-    * on evaluation steps: ``eval/<rollout stat>`` and ``profiling/eval_ms``.
-    """
-
-
-# --------------------------------------------------------------------------------------------
-# helpers
+    which rl8 1.0.0's ``returns/*`` names still answer lookups, with a ``DeprecationWarning``):
+    counters (``env/steps``...), :meth:`rl8.PPO.collect`'s and :meth:`rl8.PPO.update`'s stats,
+    ``profiling/*`` (ms), ``throughput/*``, ``memory/*`` (MiB) and on evaluation steps ``eval/*``;
+    the full list with units is in ``docs/trainer.md#metrics``."""
 
 
 def _env_name(spec: Any) -> str:
@@ -97,10 +81,6 @@ def _memory_stats(device: torch.device) -> dict[str, float]:
         out["memory/cuda_allocated_mb"] = torch.cuda.memory_allocated(device) / 2**20
         out["memory/cuda_max_allocated_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
     return out
-
-
-# --------------------------------------------------------------------------------------------
-# the trainer
 
 
 class Trainer(TrainerCheckpoints):
