@@ -171,7 +171,8 @@ class Trainer(TrainerCheckpoints):
         self._run_id, self._checkpoint_dir = self._dist.on_main(start_run)
         if background:
             self.tracker.start_in_background()
-        self.tracker.log_params(self._params())  # queued until a run starting in the background exists
+        # queued until a run starting in the background exists
+        self.tracker.log_params(run_params(self.algo, self.config, self.env_spec, self._dist))
 
     @property
     def run_id(self) -> str | None:
@@ -203,11 +204,6 @@ class Trainer(TrainerCheckpoints):
             self.tracker.wait_started()
         self.tracker.check_start(once=unless_reported)
         self._run_id = self.tracker.run_id or self._run_id
-
-    # ----------------------------------------------------------------- params
-    def _params(self) -> dict[str, Any]:
-        """The run's configuration as MLflow params (see :func:`rl8.config.run_params`)."""
-        return run_params(self.algo, self.config, self.env_spec, self._dist)
 
     # ----------------------------------------------------------------- steps
     def _counters(self) -> dict[str, float]:
