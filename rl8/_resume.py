@@ -229,8 +229,9 @@ def _absolute_uri(uri: str) -> str:
 
 
 class TrainerCheckpoints:
-    """The checkpoint half of :class:`rl8.Trainer` (its base class): what a checkpoint holds,
-    writing it, and rebuilding a Trainer from one (see ``docs/checkpoints.md``)."""
+    """The checkpoint half of :class:`rl8.Trainer` (its base class, using the Trainer's ``algo``,
+    ``config``, ``tracker`` and run state): what a checkpoint holds, writing it, and rebuilding a
+    Trainer from one (see ``docs/checkpoints.md``)."""
 
     def resolved_config(self) -> TrainerConfig:
         """:attr:`config` with what this Trainer resolved: its MLflow run (id, experiment, name,
