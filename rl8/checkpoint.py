@@ -128,10 +128,9 @@ def _fsync_directory(directory: Path) -> None:
 def save_checkpoint(state: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
     """Write ``state`` to ``path`` atomically.
 
-    The dict is written with ``torch.save`` to a temporary file in the same directory
-    (``.{name}.{random}.tmp``), flushed and fsynced, then renamed onto ``path`` with
-    ``os.replace``. A crash or error at any point leaves either the old file at ``path`` or the
-    new one, never a partial file, and removes the temporary file when it can.
+    ``torch.save`` writes a temporary file in the same directory (``.{name}.{random}.tmp``),
+    fsynced, then renamed onto ``path``: a crash at any point leaves the old file or the new
+    one, never a partial file (and removes the temporary file when it can).
 
     Args:
         state: A dict of tensors, numbers, strings, ``None``, ``torch.Size``, and nested
@@ -252,11 +251,8 @@ def _load_error(path: Path, err: Exception) -> CheckpointError:
 
 
 def load_checkpoint(path: str | os.PathLike[str], *, map_location: Any = "cpu") -> dict[str, Any]:
-    """Read a checkpoint written by :func:`save_checkpoint`, without executing code from it.
-
-    The file is read with ``torch.load(path, map_location=map_location, weights_only=True)``
-    only: it can rebuild tensors and plain containers but never calls functions named in the
-    file, so loading an untrusted file cannot run code.
+    """Read a checkpoint written by :func:`save_checkpoint`, without executing code from it
+    (``torch.load(weights_only=True)`` only: loading an untrusted file cannot run code).
 
     Args:
         path: The checkpoint file.
@@ -475,8 +471,7 @@ class CheckpointManager:
 
     def latest(self) -> Path | None:
         """The checkpoint with the highest step, or ``None`` when there is none."""
-        paths = self.list()
-        return paths[-1] if paths else None
+        return next(reversed(self.list()), None)
 
     def load_latest(self, *, map_location: Any = "cpu") -> dict[str, Any] | None:
         """Load the checkpoint with the highest step (see :func:`load_checkpoint`), or ``None``."""
@@ -534,10 +529,7 @@ def read_checkpoint(
 
     In data-parallel training rank 0 alone reads the file (and asks MLflow for a run id) and
     sends every rank its view (rank 0's entries updated with the rank's own), or its error.
-
-    Args:
-        ref: As for :func:`resolve_checkpoint`.
-        tracking_uri: As for :func:`resolve_checkpoint`.
+    ``ref`` and ``tracking_uri``: as for :func:`resolve_checkpoint`.
 
     Returns:
         The file and its content as this rank loads it.
