@@ -98,15 +98,11 @@ def _param_str(value: Any) -> str:
     if isinstance(value, (type, types.FunctionType, types.BuiltinFunctionType, types.MethodType)):
         return qualified_name(value)
     if isinstance(value, (list, tuple)):
-        items = ", ".join(_param_item(v) for v in value)
+        items = ", ".join(repr(v) if isinstance(v, str) else _param_str(v) for v in value)
         if isinstance(value, tuple):
             return f"({items},)" if len(value) == 1 else f"({items})"
         return f"[{items}]"
     return str(value)
-
-
-def _param_item(value: Any) -> str:
-    return repr(value) if isinstance(value, str) else _param_str(value)
 
 
 def flatten_params(obj: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
@@ -119,10 +115,9 @@ def flatten_params(obj: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
             ``"hparams/lr"``). Empty: no prefix.
 
     Returns:
-        A flat ``{key: value}`` dict of strings. Keys are joined with ``"/"``; values are
-        stringified (``str``; classes and functions as ``"module.QualName"``, enums as
-        ``"Enum.NAME"``, sequences element by element) and cut to MLflow's limit of
-        6000 characters per value.
+        A flat dict of strings: values as ``str`` (classes and functions as
+        ``"module.QualName"``, enums as ``"Enum.NAME"``, sequences element by element), cut to
+        MLflow's limit of 6000 characters.
     """
     out: dict[str, str] = {}
     for key, value in obj.items():
@@ -803,8 +798,8 @@ class _Run:
             self._start_done.set()
 
     def wait_started(self, timeout_s: float | None = None) -> bool:
-        """Wait at most ``timeout_s`` seconds (``None``: as long as it takes) for a background
-        start to end, well or not; returns whether none is in progress any more."""
+        """Wait at most ``timeout_s`` seconds (``None``: no limit) for a background start to
+        end; returns whether none is in progress any more."""
         return self._start_done.wait(timeout_s)
 
     def check_start(self, *, once: bool = False) -> None:
