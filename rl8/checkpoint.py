@@ -11,6 +11,7 @@ when saving, naming where it is, rather than producing a file that cannot be loa
 from __future__ import annotations
 
 import collections
+import contextlib
 import errno
 import json
 import os
@@ -49,8 +50,7 @@ __all__ = [
     "save_checkpoint",
 ]
 
-#: MLflow artifact (a small JSON file) recording the path and step of a run's latest checkpoint;
-#: ``Trainer.from_checkpoint(run_id)`` and ``rl8 train --resume RUN_ID`` read it.
+#: MLflow artifact (JSON) with the path and step of a run's latest checkpoint (for resuming).
 CHECKPOINT_POINTER_ARTIFACT = "rl8/checkpoint.json"
 
 #: Entry added to every saved dict; its value is the format version. Reserved: a user entry
@@ -69,9 +69,7 @@ class CheckpointError(ValueError):
     """A file cannot be loaded as an rl8 checkpoint (corrupt, foreign, unsafe, or too new)."""
 
 
-# --------------------------------------------------------------------------------------------
-# Saving
-# --------------------------------------------------------------------------------------------
+# ---- saving ---------------------------------------------------------------------------------
 
 _LEAF_TYPES = (int, float, bool, complex, str, bytes, type(None), torch.Size, torch.dtype,
                torch.device)
@@ -122,21 +120,17 @@ def _fsync_directory(directory: Path) -> None:
         fd = os.open(directory, os.O_RDONLY)
     except OSError:
         return
-    try:
+    with contextlib.suppress(OSError):
         os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+    os.close(fd)
 
 
 def save_checkpoint(state: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
     """Write ``state`` to ``path`` atomically.
 
-    The dict is written with ``torch.save`` to a temporary file in the same directory
-    (``.{name}.{random}.tmp``), flushed and fsynced, then renamed onto ``path`` with
-    ``os.replace``. A crash or error at any point leaves either the old file at ``path`` or the
-    new one, never a partial file, and removes the temporary file when it can.
+    ``torch.save`` writes a temporary file in the same directory (``.{name}.{random}.tmp``),
+    fsynced, then renamed onto ``path``: a crash at any point leaves the old file or the new
+    one, never a partial file (and removes the temporary file when it can).
 
     Args:
         state: A dict of tensors, numbers, strings, ``None``, ``torch.Size``, and nested
@@ -175,10 +169,8 @@ def save_checkpoint(state: Mapping[str, Any], path: str | os.PathLike[str]) -> P
             os.fsync(file.fileno())
         os.replace(tmp, path)
     except BaseException as exc:
-        try:
+        with contextlib.suppress(OSError):
             tmp.unlink()
-        except OSError:
-            pass
         cause = _os_error_in(exc)
         if cause is None:
             raise
@@ -192,18 +184,15 @@ def save_checkpoint(state: Mapping[str, Any], path: str | os.PathLike[str]) -> P
 def _os_error_in(exc: BaseException) -> OSError | None:
     """The ``OSError`` that ``exc`` is or was raised while handling (torch wraps write errors)."""
     seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        if isinstance(current, OSError) and current.errno is not None:
-            return current
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, OSError) and exc.errno is not None:
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
     return None
 
 
-# --------------------------------------------------------------------------------------------
-# Loading
-# --------------------------------------------------------------------------------------------
+# ---- loading --------------------------------------------------------------------------------
 
 _UNSAFE_PATTERN = re.compile(
     r"(Unsupported global: GLOBAL \S+|unsupported GLOBAL \S+|Trying to call reduce[^\n]*|"
@@ -262,11 +251,8 @@ def _load_error(path: Path, err: Exception) -> CheckpointError:
 
 
 def load_checkpoint(path: str | os.PathLike[str], *, map_location: Any = "cpu") -> dict[str, Any]:
-    """Read a checkpoint written by :func:`save_checkpoint`, without executing code from it.
-
-    The file is read with ``torch.load(path, map_location=map_location, weights_only=True)``
-    only: it can rebuild tensors and plain containers but never calls functions named in the
-    file, so loading an untrusted file cannot run code.
+    """Read a checkpoint written by :func:`save_checkpoint`, without executing code from it
+    (``torch.load(weights_only=True)`` only: loading an untrusted file cannot run code).
 
     Args:
         path: The checkpoint file.
@@ -385,9 +371,7 @@ def _verify_entries(path: Path, file: Any) -> None:
                 ) from err
 
 
-# --------------------------------------------------------------------------------------------
-# A directory of numbered checkpoints
-# --------------------------------------------------------------------------------------------
+# ---- a directory of numbered checkpoints -----------------------------------------------------
 
 
 class CheckpointManager:
@@ -453,10 +437,7 @@ class CheckpointManager:
             paths = self.list()
             for old in paths[: max(0, len(paths) - self.keep_last)]:
                 if old != path:
-                    try:
-                        old.unlink()
-                    except FileNotFoundError:
-                        pass
+                    old.unlink(missing_ok=True)
         return path
 
     def _remove_stale_tmp_files(self) -> None:
@@ -485,17 +466,12 @@ class CheckpointManager:
 
     def list(self) -> list[Path]:
         """This manager's checkpoint files, sorted by step (oldest first)."""
-        found = []
-        for entry in self.directory.iterdir():
-            step = self.step_of(entry)
-            if step is not None and entry.is_file():
-                found.append((step, entry))
-        return [entry for _, entry in sorted(found)]
+        found = [(self.step_of(e), e) for e in self.directory.iterdir() if self.step_of(e) is not None]
+        return [entry for _, entry in sorted(found) if entry.is_file()]
 
     def latest(self) -> Path | None:
         """The checkpoint with the highest step, or ``None`` when there is none."""
-        paths = self.list()
-        return paths[-1] if paths else None
+        return next(reversed(self.list()), None)
 
     def load_latest(self, *, map_location: Any = "cpu") -> dict[str, Any] | None:
         """Load the checkpoint with the highest step (see :func:`load_checkpoint`), or ``None``."""
@@ -507,8 +483,7 @@ class CheckpointManager:
                 f"prefix={self.prefix!r})")
 
 
-# --------------------------------------------------------------------------------------------
-# finding and reading a checkpoint to resume from
+# ---- finding and reading a checkpoint to resume from ------------------------------------------
 
 
 def resolve_checkpoint(ref: str | os.PathLike[str], *, tracking_uri: str | None = None) -> Path:
@@ -554,10 +529,7 @@ def read_checkpoint(
 
     In data-parallel training rank 0 alone reads the file (and asks MLflow for a run id) and
     sends every rank its view (rank 0's entries updated with the rank's own), or its error.
-
-    Args:
-        ref: As for :func:`resolve_checkpoint`.
-        tracking_uri: As for :func:`resolve_checkpoint`.
+    ``ref`` and ``tracking_uri``: as for :func:`resolve_checkpoint`.
 
     Returns:
         The file and its content as this rank loads it.

@@ -16,6 +16,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import datetime
+import math
 import os
 import time
 from collections.abc import Callable
@@ -75,14 +76,14 @@ def rank_device(device: str | torch.device) -> str | torch.device:
 
 
 def _timeout_from_env() -> float:
-    text = os.environ.get(TIMEOUT_ENV_VAR)
-    if text is None or not text.strip():
+    text = os.environ.get(TIMEOUT_ENV_VAR, "")
+    if not text.strip():
         return DEFAULT_TIMEOUT_S
     try:
         value = float(text)
     except ValueError:
-        value = float("nan")
-    if not value > 0 or value == float("inf"):
+        value = math.nan
+    if not 0 < value < math.inf:
         raise ValueError(f"{TIMEOUT_ENV_VAR}: expected a number of seconds > 0, got {text!r}")
     return value
 
@@ -128,12 +129,9 @@ def init_distributed(*, backend: str | None = None, timeout_s: float | None = No
 def shutdown_distributed() -> None:
     """Destroy the process group, if any (idempotent; errors of a broken group are ignored).
 
-    Called at interpreter exit by :func:`init_distributed`. gloo's worker threads drop their
-    last references to the tensors of a collective a moment after the caller is released; if
-    that happens while Python finalises, the process aborts ("terminate called without an
-    active exception"). So those threads first get a moment (without the GIL) while the
-    interpreter is still alive. No collective here: a rank that exits on an error must not
-    wait for the others.
+    Called at interpreter exit by :func:`init_distributed`. gloo's worker threads first get a
+    moment to drop their last tensor references, else the process aborts while Python
+    finalises. No collective here: a rank that exits on an error must not wait for the others.
     """
     if dist.is_available() and dist.is_initialized():
         with contextlib.suppress(Exception):  # a peer may be gone already
@@ -214,12 +212,6 @@ class DistContext:
             for tensor in [*module.parameters(), *module.buffers()]:
                 dist.broadcast(tensor, src)
 
-    def any(self, flag: bool) -> bool:
-        """Whether ``flag`` is true on any rank (a collective: every rank must call it)."""
-        if not self.enabled:
-            return flag
-        return bool(self.max([1.0 if flag else 0.0])[0])
-
     def max(self, values: list[float]) -> list[float]:
         """The element-wise maximum of ``values`` over ranks (ONE collective; every rank must
         call it with a list of the same length)."""
@@ -236,7 +228,7 @@ class DistContext:
             return obj
         box = [obj if self.rank == src else None]
         with self._collective("a broadcast from rank 0"):
-            dist.broadcast_object_list(box, src=src, device=self._object_device)
+            dist.broadcast_object_list(box, src=src, device=self.device if self.device.type == "cuda" else None)
         return box[0]
 
     def on_main(self, call: Callable[[], Any], *, scatter: bool = False) -> Any:
@@ -290,19 +282,6 @@ class DistContext:
         with self._collective("sending every rank its state from rank 0"):
             dist.scatter_object_list(box, objs if self.is_main else None, src=0)
         return box[0]
-
-    @property
-    def _object_device(self) -> torch.device | None:
-        return self.device if self.device.type == "cuda" else None
-
-    def gather_objects(self, obj):
-        """Every rank's ``obj`` as a list indexed by rank (on every rank)."""
-        if not self.enabled:
-            return [obj]
-        out = [None] * self.world_size
-        with self._collective("an all-gather"):
-            dist.all_gather_object(out, obj)
-        return out
 
 
 def _picklable(exc: BaseException | None) -> BaseException | None:

@@ -1,22 +1,8 @@
 """MLflow tracking: the only module of rl8 that talks to MLflow.
 
-A :class:`Tracker` owns one MLflow run through its own :class:`mlflow.tracking.MlflowClient`
-(never MLflow's global "active run"), so several trackers, and user code calling
-``mlflow.start_run``, do not interfere. It is built for long training jobs:
-
-* :meth:`Tracker.start` checks that the tracking server answers *before* training starts and
-  raises :class:`TrackingError` (naming the URI and the cause) when it does not;
-* :meth:`Tracker.log_metrics` sends all metrics of a step in one batched request;
-* when the server goes away mid-run, metrics (and artifacts, see :meth:`Tracker.log_artifact`)
-  are kept in a bounded queue, one :class:`TrackingWarning` says so, training goes on, and the
-  queue is delivered, in order, once the server answers again;
-* :meth:`Tracker.end` can be given a time limit (signal exits), and reports truthfully what it
-  could not deliver and whether the run's status was set;
-* with ``asynchronous=True`` everything goes through that one queue, sent by the tracker's own
-  thread (``rl8-mlflow-logger``), which can also start the run (:meth:`Tracker.start_in_background`);
-  ``end_at_exit=True`` ends a run left open when the process exits.
-
-See ``docs/tracking.md`` for where runs go and how to look at them.
+A :class:`Tracker` owns one MLflow run through its own ``MlflowClient`` (never MLflow's global
+active run), checks the store before training, and keeps what a down server cannot take in
+one bounded queue (see :class:`Tracker`). See ``docs/tracking.md``.
 """
 
 from __future__ import annotations
@@ -57,13 +43,11 @@ MAX_METRICS_PER_BATCH = 1000
 MAX_PARAMS_PER_BATCH = 100
 MAX_PARAM_VALUE_LENGTH = 6000
 
-#: HTTP policy of the reachability probe in :meth:`Tracker.start`: no retry, seconds to wait
-#: for a connection / an answer.
+#: HTTP policy of the probe in :meth:`Tracker.start`: no retry, seconds per request.
 _PROBE_RETRIES = 0
 _PROBE_TIMEOUT_S = 5
-#: HTTP policy of ordinary logging calls, unless the user set MLflow's own environment
-#: variables: a couple of quick retries for blips, never minutes of back-off (MLflow's default
-#: is 7 retries with exponential back-off and a 120 s timeout, which would stall training).
+#: HTTP policy of logging calls unless the user set MLflow's variables: quick retries for blips,
+#: not MLflow's default of 7 retries with back-off and a 120 s timeout (it would stall training).
 _LOG_RETRIES = 2
 _LOG_BACKOFF = 1
 _LOG_TIMEOUT_S = 10
@@ -71,54 +55,36 @@ _LOG_TIMEOUT_S = 10
 _DEGRADED_RETRIES = 0
 _DEGRADED_TIMEOUT_S = 5
 
-_HTTP_ENV_VARS = (
-    "MLFLOW_HTTP_REQUEST_MAX_RETRIES",
-    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR",
-    "MLFLOW_HTTP_REQUEST_BACKOFF_JITTER",
-    "MLFLOW_HTTP_REQUEST_TIMEOUT",
-)
+_HTTP_ENV_VARS = tuple(f"MLFLOW_HTTP_REQUEST_{k}" for k in ("MAX_RETRIES", "BACKOFF_FACTOR",
+                                                              "BACKOFF_JITTER", "TIMEOUT"))
 # os.environ is process-wide: trackers in several threads must not interleave their changes.
 _ENV_LOCK = threading.RLock()
 
-#: An asynchronous tracker's logging thread holds metrics at most this many seconds, or this
-#: many steps, so that several steps share one request (whose fixed cost dominates).
+#: An asynchronous tracker holds metrics at most this many seconds or steps (one request for several).
 _HOLD_S = 1.0
 _HOLD_STEPS = 20
 
-#: Seconds that ending a run left open at interpreter exit may take at most (a hung tracking
-#: server must not keep the process alive); see ``Tracker(end_at_exit=True)``.
+#: Seconds that ending a run left open at exit may take at most (``Tracker(end_at_exit=True)``).
 EXIT_CLOSE_TIMEOUT_S = 30.0
 
 _TERMINAL_STATUSES = ("FINISHED", "FAILED", "KILLED")
 # MLflow error codes that mean "the store refused this request": retrying cannot help.
 _REJECTED_CODES = frozenset({
-    "INVALID_PARAMETER_VALUE",
-    "BAD_REQUEST",
-    "RESOURCE_DOES_NOT_EXIST",
-    "INVALID_STATE",
-    "RESOURCE_ALREADY_EXISTS",
-    "PERMISSION_DENIED",
-    "UNAUTHENTICATED",
+    "INVALID_PARAMETER_VALUE", "BAD_REQUEST", "RESOURCE_DOES_NOT_EXIST", "INVALID_STATE",
+    "RESOURCE_ALREADY_EXISTS", "PERMISSION_DENIED", "UNAUTHENTICATED",
 })
 
 
 class TrackingError(RuntimeError):
-    """The tracking store cannot be used: server unreachable, unknown run id, bad URI.
-
-    Raised by :meth:`Tracker.start` (before training), by calls made in the wrong order
-    (logging before :meth:`Tracker.start` or after :meth:`Tracker.end`), by
-    :func:`running_runs` for an unknown experiment, and by :meth:`Tracker.check_start` (so by
-    the ``Trainer``) for a run that could not be started in the background; failures during a run are warnings
-    (:class:`TrackingWarning`), never errors.
-    """
+    """The tracking store cannot be used (unreachable, unknown run id or experiment, bad URI),
+    or a call came in the wrong order; failures during a run are :class:`TrackingWarning`."""
 
 
 class TrackingWarning(RuntimeWarning):
     """Logging to MLflow failed during a run; the data is kept and retried, or was lost."""
 
 
-# --------------------------------------------------------------------------------------------
-# params
+# ---- params ----------------------------------------------------------------------------------
 
 
 def _param_str(value: Any) -> str:
@@ -132,15 +98,11 @@ def _param_str(value: Any) -> str:
     if isinstance(value, (type, types.FunctionType, types.BuiltinFunctionType, types.MethodType)):
         return qualified_name(value)
     if isinstance(value, (list, tuple)):
-        items = ", ".join(_param_item(v) for v in value)
+        items = ", ".join(repr(v) if isinstance(v, str) else _param_str(v) for v in value)
         if isinstance(value, tuple):
             return f"({items},)" if len(value) == 1 else f"({items})"
         return f"[{items}]"
     return str(value)
-
-
-def _param_item(value: Any) -> str:
-    return repr(value) if isinstance(value, str) else _param_str(value)
 
 
 def flatten_params(obj: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
@@ -153,10 +115,9 @@ def flatten_params(obj: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
             ``"hparams/lr"``). Empty: no prefix.
 
     Returns:
-        A flat ``{key: value}`` dict of strings. Keys are joined with ``"/"``; values are
-        stringified (``str``; classes and functions as ``"module.QualName"``, enums as
-        ``"Enum.NAME"``, sequences element by element) and cut to MLflow's limit of
-        6000 characters per value.
+        A flat dict of strings: values as ``str`` (classes and functions as
+        ``"module.QualName"``, enums as ``"Enum.NAME"``, sequences element by element), cut to
+        MLflow's limit of 6000 characters.
     """
     out: dict[str, str] = {}
     for key, value in obj.items():
@@ -168,14 +129,11 @@ def flatten_params(obj: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
     return out
 
 
-# --------------------------------------------------------------------------------------------
-# helpers
+# ---- helpers ---------------------------------------------------------------------------------
 
 
 def _configured_uri() -> str | None:
-    """The tracking URI the user configured, read without importing mlflow when it is not
-    imported yet (then ``mlflow.set_tracking_uri`` cannot have been called): the
-    ``MLFLOW_TRACKING_URI`` environment variable, or ``None`` for MLflow's default."""
+    """The configured tracking URI (``None``: MLflow's default), without importing mlflow."""
     mlflow = sys.modules.get("mlflow")
     if mlflow is not None:
         return mlflow.get_tracking_uri()
@@ -219,30 +177,21 @@ def _source_tags(run_name: str | None) -> dict[str, str]:
         tags = {}
     if tags.get("mlflow.source.name", "-") == "-":  # MLflow's answer for stdin / notebooks
         argv0 = sys.argv[0] if sys.argv else ""
-        interactive = argv0 in ("", "-", "-c")
-        tags["mlflow.source.name"] = "<interactive>" if interactive else os.path.abspath(argv0)
+        tags["mlflow.source.name"] = "<interactive>" if argv0 in ("", "-", "-c") else os.path.abspath(argv0)
     tags.setdefault("mlflow.source.type", "LOCAL")
-    tags["rl8.version"] = rl8.__version__
-    # the process that keeps the run RUNNING: `rl8 runs --clean` marks the run FAILED once it
-    # is gone (see running_runs)
-    tags["rl8.host"] = socket.gethostname()
-    tags["rl8.pid"] = str(os.getpid())
+    # host and pid: the process that keeps the run RUNNING (see running_runs)
+    tags.update({"rl8.version": rl8.__version__, "rl8.host": socket.gethostname(),
+                 "rl8.pid": str(os.getpid())})
     if run_name is not None:
         tags["mlflow.runName"] = run_name
     return tags
 
 
 class _HttpPolicy:
-    """MLflow's HTTP retry/timeout environment variables, set around one or more calls.
-
-    MLflow reads ``MLFLOW_HTTP_REQUEST_MAX_RETRIES``, ``..._BACKOFF_FACTOR``,
-    ``..._BACKOFF_JITTER`` and ``..._TIMEOUT`` at each request; they are the only knobs the
-    client offers. Values the user set are kept unless ``force`` (the probe and the short
-    attempts of an outage must be quick). Process-wide, so guarded by a lock (held until the
-    calls return) and restored right after; with a ``deadline`` (``time.monotonic()``), waiting
-    for that lock past it raises :class:`TimeoutError`. ``timeout_s``: seconds one request
-    waits at most (for an ``http(s)`` store; other stores ignore the policy).
-    """
+    """MLflow's HTTP retry/timeout environment variables (:data:`_HTTP_ENV_VARS`, the client's
+    only knobs), set under :data:`_ENV_LOCK` around some calls and restored after. User values
+    are kept unless ``force``; waiting for the lock past ``deadline`` (``time.monotonic()``)
+    raises :class:`TimeoutError`; ``timeout_s``: seconds per request (``http(s)`` stores only)."""
 
     def __init__(self, http: bool, retries: int, backoff: int, timeout_s: int, force: bool,
                  deadline: float = math.inf) -> None:
@@ -280,8 +229,7 @@ class _HttpPolicy:
             _ENV_LOCK.release()
 
 
-# --------------------------------------------------------------------------------------------
-# opening a run
+# ---- opening a run ---------------------------------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True)
@@ -294,9 +242,8 @@ class _OpenedRun:
 
 
 def _open_run(uri: str, experiment: str, run_name: str | None, resume_id: str | None) -> _OpenedRun:
-    """Check that the store answers (one quick request to an ``http(s)`` store), then create
-    a run in ``experiment``, or resume the run ``resume_id``; every failure is a
-    :class:`TrackingError` naming ``uri`` and the cause."""
+    """Probe an ``http(s)`` store, then create a run in ``experiment`` or resume ``resume_id``;
+    every failure is a :class:`TrackingError` naming ``uri`` and the cause."""
     from mlflow.tracking import MlflowClient
 
     http = _is_http(uri)
@@ -375,16 +322,13 @@ def _resume_run(client: Any, uri: str, experiment: str, run_name: str | None,
     return _OpenedRun(client, run_id, name, experiment_id, dict(run.data.params))
 
 
-# --------------------------------------------------------------------------------------------
-# the queue of what waits for the store
+# ---- the queue of what waits for the store ---------------------------------------------------
 
 
 class _Outbox:
-    """What waits to be sent to the store, oldest first: params, metric values and artifact
-    uploads (staged copies). The one queue of a :class:`Tracker`: logging calls add to it, and
-    whoever delivers (the caller, or the logging thread of an asynchronous tracker) takes
-    chunks from it and puts back what failed. Thread-safe (:attr:`changed` guards it and is
-    notified on every addition); at most ``max_pending`` metric values are kept."""
+    """The one queue of a :class:`Tracker`, oldest first: params, metric values and staged
+    artifact uploads. Deliverers take chunks and put back what failed; :attr:`changed` guards
+    it and is notified on every addition; at most ``max_pending`` metric values are kept."""
 
     def __init__(self, max_pending: int) -> None:
         self.max_pending = max_pending
@@ -412,7 +356,7 @@ class _Outbox:
     def add(self, *, params: Mapping[str, str] | None = None, metrics: Iterable[tuple] = (),
             steps: int = 0) -> bool:
         """Queue params and metric values (``(key, value, ms, step)``) of ``steps`` logging
-        calls; returns whether old metric values began to be dropped (to be warned about)."""
+        calls; returns whether old metric values began to be dropped."""
         with self.changed:
             self.params.update(params or {})
             self.metrics.extend(metrics)
@@ -423,8 +367,7 @@ class _Outbox:
             return self._trim()
 
     def stage(self, method: str, source: Path, artifact_path: str | None) -> None:
-        """Queue a copy of ``source`` (a file for ``log_artifact``, a folder for
-        ``log_artifacts``), so that the caller may delete its own at once."""
+        """Queue a copy of ``source`` (file or folder, as ``method``): the caller may delete it."""
         with self.changed:
             if self._staging is None:
                 self._staging = Path(tempfile.mkdtemp(prefix="rl8-artifacts-"))
@@ -444,8 +387,7 @@ class _Outbox:
             shutil.rmtree(replaced[1].parent, ignore_errors=True)
 
     def take(self, name: str, n: int) -> list:
-        """Remove and return the oldest ``n`` entries of ``name`` (``"params"``, ``"metrics"``
-        or ``"artifacts"``); a failed send gives them back with :meth:`put_back`."""
+        """Remove and return the oldest ``n`` entries of ``name`` (an attribute of this box)."""
         with self.changed:
             if name == "metrics":
                 self.steps = 0
@@ -454,8 +396,8 @@ class _Outbox:
             return [(key, box.pop(key)) for key in list(itertools.islice(box, n))]
 
     def put_back(self, name: str, chunk: list) -> bool:
-        """Return a chunk taken by :meth:`take` to the front; a newer artifact for the same
-        destination wins. Returns whether old metric values began to be dropped."""
+        """Return a chunk taken by :meth:`take` to the front (a newer artifact of the same
+        destination wins); returns whether old metric values began to be dropped."""
         with self.changed:
             if name == "metrics":
                 self.metrics.extendleft(reversed(chunk))
@@ -493,20 +435,16 @@ def _warn_overflow(outbox: _Outbox, uri: str, stacklevel: int) -> None:
     warnings.warn(
         f"more than {outbox.max_pending} metric values are waiting for the MLflow tracking "
         f"store at {uri!r}; the oldest are being dropped",
-        TrackingWarning,
-        stacklevel=stacklevel,
-    )
+        TrackingWarning, stacklevel=stacklevel)
 
 
-# --------------------------------------------------------------------------------------------
-# delivery: the HTTP retry policy
+# ---- delivery: the HTTP retry policy ---------------------------------------------------------
 
 
 class _Courier:
-    """Sends an :class:`_Outbox` to one run with the retry policy of a long training job: a
-    couple of quick retries while the store answers; after a failure (one warning per outage)
-    one short attempt per ``retry_interval_s``, doubling up to ``max(60, retry_interval_s)``
-    seconds; with a deadline (ending on a signal), attempts short enough to end before it."""
+    """Sends an :class:`_Outbox` to one run: quick retries while the store answers; after a
+    failure (one warning per outage) one short attempt per ``retry_interval_s``, doubling up to
+    ``max(60, retry_interval_s)`` s; with a deadline, attempts short enough to end before it."""
 
     def __init__(self, client: Any, run_id: str, uri: str, retry_interval_s: float) -> None:
         self.client = client
@@ -525,9 +463,8 @@ class _Courier:
         return max(0.0, self.last_attempt + self.interval_s - time.monotonic())
 
     def policy(self, deadline: float = math.inf, requests: int = 1) -> _HttpPolicy:
-        """The HTTP policy of the next requests: with a ``deadline`` (``time.monotonic()``),
-        one attempt per request, each short enough that ``requests`` of them still end before
-        it (at least 1 s: MLflow's timeout is whole seconds)."""
+        """The HTTP policy of the next requests: before a ``deadline``, one attempt each, short
+        enough that ``requests`` of them end in time (at least 1 s: MLflow counts whole s)."""
         if deadline < math.inf:
             left = deadline - time.monotonic()
             timeout_s = int(min(_DEGRADED_TIMEOUT_S, max(1.0, left / (2 * requests))))
@@ -538,10 +475,9 @@ class _Courier:
 
     def deliver(self, outbox: _Outbox, *, force: bool, deadline: float = math.inf,
                 stacklevel: int = 3) -> None:
-        """Send queued params, then metrics oldest first, then artifacts; stop at the first
-        failure. Unless ``force``, only when due. With a ``deadline``, each request waits at
-        most half the time left (the other half is kept for the run's status), and no request
-        starts after it."""
+        """Send params, metrics (oldest first), artifacts; stop at the first failure. Unless
+        ``force``, only when due. Before a ``deadline``, each request gets at most half the
+        time left (the rest is for the run's status)."""
         if outbox.empty() or (not force and self.due_in() > 0):
             return
         from mlflow.entities import Metric, Param
@@ -581,9 +517,7 @@ class _Courier:
                 f"logging to the MLflow tracking store at {self.uri!r} failed ({exc}); training "
                 f"goes on, {len(outbox.metrics)} metric values and {len(outbox.artifacts)} "
                 f"artifacts are kept and will be retried (first in {self.retry_interval_s:g} s)",
-                TrackingWarning,
-                stacklevel=stacklevel,
-            )
+                TrackingWarning, stacklevel=stacklevel)
             return
         self.degraded = False
         outbox.overflowing = False
@@ -597,8 +531,7 @@ class _Courier:
             outbox.dropped = 0
 
     def _send_artifact(self, method: str, staged: Path, artifact_path: str | None) -> None:
-        """One upload (its staged copy is removed once sent); one the store refuses is dropped
-        with a warning, not retried."""
+        """One upload (then its staged copy is removed); a refused one is dropped with a warning."""
         try:
             getattr(self.client, method)(self.run_id, str(staged), artifact_path)
         except Exception as exc:
@@ -606,9 +539,7 @@ class _Courier:
                 raise
             warnings.warn(
                 f"MLflow rejected the artifact {staged.name!r} for run {self.run_id}: {exc}",
-                TrackingWarning,
-                stacklevel=5,
-            )
+                TrackingWarning, stacklevel=5)
         shutil.rmtree(staged.parent, ignore_errors=True)
 
     def _send(self, *, what: str, metrics=(), params=()) -> None:
@@ -622,13 +553,11 @@ class _Courier:
             warnings.warn(
                 f"MLflow rejected {len(metrics) or len(params)} {what} ({', '.join(names[:5])}"
                 f"{', ...' if len(names) > 5 else ''}) for run {self.run_id}: {exc}",
-                TrackingWarning,
-                stacklevel=5,
-            )
+                TrackingWarning, stacklevel=5)
 
     def set_status(self, status: str, *, deadline: float = math.inf, when: str = "") -> bool:
-        """Mark the run ``status`` (no request once ``deadline``, a ``time.monotonic()``
-        value, has passed); a failure is a warning. Returns whether the status was set."""
+        """Mark the run ``status`` (not past ``deadline``); a failure is a warning. Returns
+        whether the status was set."""
         try:
             if time.monotonic() >= deadline:
                 raise TimeoutError("no time was left for it")
@@ -639,21 +568,17 @@ class _Courier:
             warnings.warn(
                 f"could not set the status of MLflow run {self.run_id} at {self.uri!r} "
                 f"to {status}{when}: {exc}",
-                TrackingWarning,
-                stacklevel=4,
-            )
+                TrackingWarning, stacklevel=4)
             return False
 
 
-# --------------------------------------------------------------------------------------------
-# the logging thread of an asynchronous tracker
+# ---- the logging thread of an asynchronous tracker -------------------------------------------
 
 
 class _LogThread:
-    """The ``rl8-mlflow-logger`` thread of an asynchronous :class:`Tracker`: it starts the run
-    when asked to, then delivers the outbox when it holds params, artifacts, :data:`_HOLD_STEPS`
-    steps or metrics older than :data:`_HOLD_S`, or :meth:`flush` asks; while the store is
-    down, when the retry interval says so."""
+    """The ``rl8-mlflow-logger`` thread of an asynchronous :class:`Tracker`: starts the run if
+    asked, then delivers the outbox once it holds params, artifacts, :data:`_HOLD_STEPS` steps or
+    metrics older than :data:`_HOLD_S`, or on :meth:`flush`; while the store is down, when due."""
 
     def __init__(self, tracker: Tracker) -> None:
         self.tracker = tracker
@@ -725,14 +650,12 @@ class _LogThread:
                 changed.notify_all()  # flush() waits no longer
 
 
-# --------------------------------------------------------------------------------------------
-# the tracker
+# ---- the tracker -----------------------------------------------------------------------------
 
 
 class _Run:
-    """The life cycle of one MLflow run: start it (now, or in the logging thread), end it
-    (within a time limit if need be, and at exit when asked), report how it ended. The base of
-    :class:`Tracker`, whose docstring describes the arguments; the logging is there."""
+    """The life cycle of one MLflow run (start, end, report); the base of :class:`Tracker`,
+    whose docstring describes the arguments and which does the logging."""
 
     def __init__(
         self,
@@ -773,8 +696,7 @@ class _Run:
         self._resume_id = run_id
         self._lock = threading.RLock()  # held by whoever makes requests (start, send, end)
         self._ended = False
-        # the status of an end() that gave up waiting for a start in progress: that start ends
-        # the run it creates with it
+        # the status an end() that gave up waiting for a start leaves for that start to set
         self._wanted_status: str | None = None
         self._params: dict[str, str] = {}  # what the run holds (or will, once delivered)
         self._outbox = _Outbox(max_pending)
@@ -782,8 +704,7 @@ class _Run:
         self._thread = _LogThread(self) if asynchronous else None
         self._start_done = threading.Event()  # cleared while a background start is in progress
         self._start_done.set()
-        self._start_error_reported = False
-        self._exit_hook = False
+        self._start_error_reported = self._exit_hook = False
 
     @property
     def tracking_uri(self) -> str:
@@ -795,14 +716,8 @@ class _Run:
         return self._tracking_uri
 
     @property
-    def ended(self) -> bool:
-        """Whether :meth:`end` was called (nothing more can be logged)."""
-        return self._ended
-
-    @property
     def is_local(self) -> bool:
-        """Whether the store is a local file: a SQLite database or a folder (MLflow's default
-        is one), not a server (``http(s)``, ``databricks``, a database server)."""
+        """Whether the store is a local SQLite database or folder, not a server."""
         uri = self._tracking_uri
         if uri is None:
             return True
@@ -813,15 +728,13 @@ class _Run:
     # ---- life cycle -------------------------------------------------------------------------
 
     def start(self) -> str | None:
-        """Create (or resume) the run; check first that the store answers.
+        """Create (or resume) the run, after one quick request (no retry, 5 s timeout) to an
+        ``http(s)`` store so that a dead server fails here, not after training.
 
-        For an ``http(s)`` URI one quick request (no retry, 5 s timeout) is made before
-        anything else, so a wrong or dead server fails here rather than after training.
         Sets the tags ``mlflow.runName``, ``mlflow.source.name``, ``mlflow.user``,
-        ``rl8.version``, ``rl8.host`` and ``rl8.pid`` (the process that keeps the run
-        ``RUNNING``, see :func:`running_runs`). Calling it again returns the same run id. When
-        :meth:`end` gave up waiting for this start, the run it creates is ended at once with
-        the status asked for.
+        ``rl8.version``, ``rl8.host`` and ``rl8.pid`` (see :func:`running_runs`). Calling it
+        again returns the same run id; a run whose :meth:`end` gave up waiting for this start
+        is ended at once with the status asked for.
 
         Returns:
             The run id; ``None`` when the tracker is disabled.
@@ -856,16 +769,14 @@ class _Run:
             return self.run_id
 
     def start_in_background(self) -> None:
-        """Start the run (:meth:`start`) in the logging thread and return at once (an
-        ``asynchronous`` tracker only): what is logged meanwhile is queued and sent once the
-        run exists. A failure disables the tracker (what was queued is dropped) and is kept in
-        :attr:`start_error`, raised by :meth:`check_start`."""
+        """:meth:`start` in the logging thread (``asynchronous`` only); returns at once, and what
+        is logged meanwhile is queued. A failure disables the tracker (dropping the queue) and
+        is kept in :attr:`start_error`, raised by :meth:`check_start`."""
         if not self.enabled:
             return
         if self._thread is None:
             raise TrackingError("start_in_background() needs a Tracker made with asynchronous=True")
-        # importing MLflow sets up thread pools, which Python refuses once it is shutting down:
-        # set their module up now, so that a start still in progress at exit can complete
+        # MLflow's import makes thread pools, refused at shutdown: let a start at exit complete
         import concurrent.futures.thread  # noqa: F401
 
         self._hook_exit()
@@ -887,8 +798,8 @@ class _Run:
             self._start_done.set()
 
     def wait_started(self, timeout_s: float | None = None) -> bool:
-        """Wait at most ``timeout_s`` seconds (``None``: as long as it takes) for a background
-        start to end, well or not; returns whether none is in progress any more."""
+        """Wait at most ``timeout_s`` seconds (``None``: no limit) for a background start to
+        end; returns whether none is in progress any more."""
         return self._start_done.wait(timeout_s)
 
     def check_start(self, *, once: bool = False) -> None:
@@ -946,9 +857,7 @@ class _Run:
                     f"MLflow run {self.run_id} at {self.tracking_uri!r}: {lost['metrics']} "
                     f"metric values, {lost['params']} params and {lost['artifacts']} artifacts "
                     f"could not be delivered and are lost",
-                    TrackingWarning,
-                    stacklevel=2,
-                )
+                    TrackingWarning, stacklevel=2)
             self._outbox.clear()
             if self._courier.set_status(status, deadline=deadline):
                 self.final_status = status
@@ -975,9 +884,8 @@ class _Run:
         warnings.warn(message, TrackingWarning, stacklevel=3)
 
     def end_report(self, status: str) -> str:
-        """What :meth:`end` with ``status`` achieved, as a clause for a message (empty without
-        a run): ``"; MLflow run ID ended as KILLED"``, or that the status could not be set, or
-        that the run was still starting, and what was not delivered. Never waits."""
+        """What :meth:`end` with ``status`` achieved, as a clause for a message (``"; MLflow run
+        ID ended as KILLED"``, or why not, and what was not delivered); empty without a run."""
         if not self.run_id:
             if not self._start_done.is_set():
                 return f"; the MLflow run was still starting: it is marked {status} once started"
@@ -999,8 +907,7 @@ class _Run:
             atexit.register(self._end_at_exit)
 
     def _end_at_exit(self) -> None:
-        """The exit hook of ``end_at_exit``; a background start that failed and that nothing
-        raised is reported as a :class:`TrackingWarning`."""
+        """The exit hook of ``end_at_exit``; warns of a failed background start never raised."""
         error = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
         self._exit_hook = False  # running now: end() does not unregister it
         self.end(_status_after(None if error is None else type(error)), timeout_s=EXIT_CLOSE_TIMEOUT_S)
@@ -1053,11 +960,10 @@ class Tracker(_Run):
             on non-zero ranks of distributed training.
         max_pending: Most metric values (one key at one step each) kept while the server is
             unreachable; when more arrive the oldest are dropped, with a warning.
-        retry_interval_s: Seconds between attempts to deliver pending metrics while the
-            server is unreachable (metrics logged in between are queued without a request).
-            The interval doubles after each failed attempt, up to ``max(60, retry_interval_s)``
-            seconds, so a server that hangs (each attempt waits up to 5 s) slows training
-            little. :meth:`flush` and :meth:`end` always try.
+        retry_interval_s: Seconds between attempts to deliver pending metrics (and artifacts)
+            while the server is unreachable; doubles after each failed attempt, up to
+            ``max(60, retry_interval_s)`` s (one short attempt each). :meth:`flush` and
+            :meth:`end` always try.
         asynchronous: ``True``: logging calls only queue; the logging thread sends, holding
             metrics up to 1 s (or 20 steps) so that several steps share one request, and
             :meth:`start_in_background` can create the run there. ``False``: each call sends
@@ -1105,9 +1011,7 @@ class Tracker(_Run):
     def log_params(self, params: Mapping[str, Any]) -> None:
         """Record the run's configuration as MLflow params.
 
-        Nested mappings are flattened with ``"/"`` (``{"hparams": {"lr": 3e-4}}`` ->
-        ``"hparams/lr"``), values stringified and cut to 6000 characters (see
-        :func:`flatten_params`), sent in batches of 100.
+        Flattened by :func:`flatten_params` (``"hparams/lr"``), sent in batches of 100.
 
         MLflow params cannot change once logged. A param already logged with the same value
         is skipped (so re-logging the config of a resumed run is harmless). On a *resumed*
@@ -1136,9 +1040,7 @@ class Tracker(_Run):
                         warnings.warn(
                             f"MLflow param {key!r} is already {old!r} in run {self.run_id}; "
                             f"the new value {value!r} is not recorded (params cannot change)",
-                            TrackingWarning,
-                            stacklevel=2,
-                        )
+                            TrackingWarning, stacklevel=2)
             self._params.update(new)
         if new:
             self._queued(self._outbox.add(params=new))
@@ -1146,15 +1048,10 @@ class Tracker(_Run):
     def log_metrics(self, metrics: Mapping[str, Any], step: int) -> None:
         """Record the metrics of one step, in one request (chunks of 1000 metrics).
 
-        Values may be Python or numpy numbers, or one-element tensors; they are converted to
-        ``float`` (NaN and inf are kept: MLflow stores them). The timestamp is the current
-        wall-clock time in milliseconds.
-
-        If the store cannot be reached, the values are queued (at most ``max_pending``; the
-        oldest are dropped beyond that), one :class:`TrackingWarning` per outage says so, and
-        training goes on. Queued values are retried, oldest first, before new ones, at most
-        every ``retry_interval_s`` seconds (doubling after each failed attempt, up to 60 s); a
-        log message reports their delivery.
+        Values (Python or numpy numbers, one-element tensors) become ``float`` (NaN and inf are
+        kept), stamped with the wall-clock time in ms. While the store cannot be reached they
+        are queued and retried as the class docstring says (``max_pending``,
+        ``retry_interval_s``); a log message reports their delivery.
 
         Args:
             metrics: ``{name: value}``; names like ``"losses/policy"``.
@@ -1187,11 +1084,9 @@ class Tracker(_Run):
             self._queued(self._outbox.add(metrics=values, steps=steps))
 
     def flush(self, timeout_s: float | None = None) -> bool:
-        """Try now to deliver everything queued (an asynchronous tracker: wait, at most
-        ``timeout_s`` seconds, for its logging thread to try; ``None``: as long as it takes).
-
-        Never raises on tracking failures. Returns whether nothing waits any more.
-        """
+        """Try now to deliver everything queued (asynchronous: wait at most ``timeout_s``
+        seconds, ``None``: no limit, for the logging thread to try). Never raises on tracking
+        failures; returns whether nothing waits any more."""
         if not self.enabled:
             return True
         if self._thread is None or not self._thread.alive():
@@ -1203,11 +1098,8 @@ class Tracker(_Run):
     def log_artifact(self, local_path: str | Path, artifact_path: str | None = None) -> None:
         """Upload one file to the run's artifacts, or queue it while the server is down.
 
-        The file is copied first (the caller may delete it at once) and sent like metrics:
-        now when the server is healthy; while it is known to be down, with the queue at most
-        every ``retry_interval_s`` seconds (one short attempt), oldest first. A newer file for
-        the same destination (``artifact_path`` and file name) replaces a queued older one.
-        :meth:`flush` and :meth:`end` always try.
+        The file is copied first (the caller may delete it at once) and queued like metrics; a
+        newer file for the same destination (``artifact_path`` and name) replaces a queued one.
 
         Args:
             local_path: The file to upload.
@@ -1220,15 +1112,7 @@ class Tracker(_Run):
         self._upload("log_artifact", local_path, artifact_path)
 
     def log_artifacts(self, local_dir: str | Path, artifact_path: str | None = None) -> None:
-        """Upload the content of a folder to the run's artifacts (queued like
-        :meth:`log_artifact` while the server is down).
-
-        Args:
-            local_dir: The folder whose files (recursively) are uploaded.
-            artifact_path: Folder inside the run's artifacts; ``None``: the root.
-
-        A failure is a :class:`TrackingWarning`, not an error.
-        """
+        """Like :meth:`log_artifact` for every file (recursively) of the folder ``local_dir``."""
         self._upload("log_artifacts", local_dir, artifact_path)
 
     def _upload(self, method: str, local: str | Path, artifact_path: str | None) -> None:
@@ -1241,9 +1125,7 @@ class Tracker(_Run):
             warnings.warn(
                 f"could not log artifacts from {str(local)!r} to MLflow run {self.run_id} "
                 f"at {self.tracking_uri!r}: no such {'file' if is_file else 'folder'}",
-                TrackingWarning,
-                stacklevel=3,
-            )
+                TrackingWarning, stacklevel=3)
             return
         self._outbox.stage(method, source, artifact_path)
         self._queued(False)
@@ -1253,8 +1135,7 @@ class Tracker(_Run):
         return f"Tracker(experiment={self.experiment!r}, uri={self.tracking_uri!r}, run={state})"
 
 
-# --------------------------------------------------------------------------------------------
-# runs left RUNNING by a process that died
+# ---- runs left RUNNING by a process that died ------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True)
@@ -1290,7 +1171,7 @@ def _process_state(host: str | None, pid: int | None) -> str:
     except ProcessLookupError:
         return "dead"
     except PermissionError:  # it exists, owned by another user
-        return "alive"
+        pass
     return "alive"
 
 
@@ -1333,21 +1214,13 @@ def running_runs(tracking_uri: str | None = None, *, experiment: str | None = No
             max_results=1000, page_token=token,
         )
         for run in page:
-            tags = run.data.tags
-            host = tags.get("rl8.host")
-            pid_text = tags.get("rl8.pid", "")
+            host, pid_text = run.data.tags.get("rl8.host"), run.data.tags.get("rl8.pid", "")
             pid = int(pid_text) if pid_text.isdigit() else None
-            out.append(RunProcess(
-                run_id=run.info.run_id,
-                experiment=names.get(run.info.experiment_id, run.info.experiment_id),
-                run_name=run.info.run_name or "",
-                host=host,
-                pid=pid,
-                start_time_s=(run.info.start_time or 0) / 1000,
-                process=_process_state(host, pid),
-            ))
-        token = page.token
-        if not token:
+            info = run.info
+            out.append(RunProcess(info.run_id, names.get(info.experiment_id, info.experiment_id),
+                                  info.run_name or "", host, pid, (info.start_time or 0) / 1000,
+                                  _process_state(host, pid)))
+        if not (token := page.token):
             break
     return sorted(out, key=lambda r: r.start_time_s)
 
