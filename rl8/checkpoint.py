@@ -120,9 +120,11 @@ def _fsync_directory(directory: Path) -> None:
         fd = os.open(directory, os.O_RDONLY)
     except OSError:
         return
-    with contextlib.suppress(OSError):
-        os.fsync(fd)
-    os.close(fd)
+    try:
+        with contextlib.suppress(OSError):
+            os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def save_checkpoint(state: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
