@@ -134,6 +134,22 @@ def _make_optimizer(hp: HParams, params: Iterable[torch.nn.Parameter], device: t
         ) from err
 
 
+def _random_run_seed(dist: DistContext) -> int:
+    """A random seed for the whole run: every rank takes rank 0's."""
+    seed = torch.tensor([secrets.randbits(31)], dtype=torch.int64)
+    return int(dist.all_reduce_(seed, "max").item()) if dist.enabled else int(seed)
+
+
+def _make_policy(hp: HParams, env: Env, device: torch.device) -> Policy:
+    """The policy of ``hp``'s model, distribution and normaliser for ``env``'s spaces."""
+    return Policy(
+        env.observation_space, env.action_space,
+        model_cls=resolve(hp.model_cls, MODEL, field="hparam model_cls"), model_config=hp.model_config,
+        distribution_cls=resolve(hp.distribution_cls, DISTRIBUTION, field="hparam distribution_cls"),
+        normalize_observations=hp.normalize_observations, device=device,
+    )
+
+
 def _make_buffer(hp: HParams, env: Env, policy: Policy, seq_len: int, device: torch.device) -> RolloutBuffer:
     """The rollout buffer of ``env``'s spaces and ``policy``'s raw actions, refused before
     allocating when it could never fit and named by ``num_envs`` and ``horizon`` when
@@ -309,6 +325,17 @@ def _update_stats(
     }
 
 
+def _eval_on_training_envs_error(k: int, collects: int) -> RuntimeError:
+    """Why :meth:`PPO.evaluate` cannot use the training envs now (``k``: ``horizons_per_env_reset``)."""
+    return RuntimeError(
+        "eval on the training envs is only possible at an env-reset boundary "
+        f"(horizons_per_env_reset={k}: the envs reset "
+        + ("only once, before the first collect" if k < 0 else f"every {k} collects")
+        + f"; {collects} collects done so far). Use a dedicated eval env "
+        "(Trainer(eval_num_envs=...)) to evaluate at any time."
+    )
+
+
 class PPO:
     """PPO with a preallocated rollout buffer over batched environments.
 
@@ -344,11 +371,7 @@ class PPO:
         self.hparams = hp = HParams.from_kwargs(**hparams)
         self.device = hp.resolved_device()
         self.dist = DistContext()
-        if hp.seed is not None:
-            self.seed = hp.seed
-        else:  # one seed for the whole run: every rank takes rank 0's
-            seed = torch.tensor([secrets.randbits(31)], dtype=torch.int64)
-            self.seed = int(self.dist.all_reduce_(seed, "max").item()) if self.dist.enabled else int(seed)
+        self.seed = hp.seed if hp.seed is not None else _random_run_seed(self.dist)
         # The model is initialised from the run's seed (the same on every rank); envs and
         # action sampling then use a seed derived from the run's seed and the rank.
         self.env_seed = derive_seed(self.seed, self.dist.rank)
@@ -357,15 +380,7 @@ class PPO:
         check_buffer_fits(hp.num_envs, hp.horizon, self.device, MIN_SLOT_BYTES)  # before the env allocates per env
         with buffer_allocation(hp.num_envs, hp.horizon, None):
             self.env = make_env(env, hp.num_envs, hp.horizon, device=self.device, env_kwargs=hp.env_kwargs)
-        self.policy = Policy(
-            self.env.observation_space,
-            self.env.action_space,
-            model_cls=resolve(hp.model_cls, MODEL, field="hparam model_cls"),
-            model_config=hp.model_config,
-            distribution_cls=resolve(hp.distribution_cls, DISTRIBUTION, field="hparam distribution_cls"),
-            normalize_observations=hp.normalize_observations,
-            device=self.device,
-        )
+        self.policy = _make_policy(hp, self.env, self.device)
         self.dist.broadcast_module(self.policy)
         # Action sampling and minibatch shuffling draw from this object's own generator, so
         # two PPO objects (or user code) in one process never disturb each other's streams.
@@ -373,24 +388,20 @@ class PPO:
         self.eval_generator = torch.Generator(device=self.device).manual_seed(derive_seed(self.env_seed, 1))
         torch.manual_seed(self.env_seed)
         self.optimizer = _make_optimizer(hp, self.policy.parameters(), self.device)
-        self.seq_len = (hp.seq_len or hp.horizon) if self.policy.recurrent else 1
+        self.recurrent = self.policy.recurrent
+        self.seq_len = (hp.seq_len or hp.horizon) if self.recurrent else 1
         # transitions per minibatch: whole sequences of seq_len steps for recurrent models
         self.minibatch_size = hp.minibatch_size_for(self.seq_len)
         self.buffer = _make_buffer(hp, self.env, self.policy, self.seq_len, self.device)
         # the policy's carry from step to step (a recurrent state) and what the buffer keeps of it
-        self.carry = (
-            RecurrentCarry(self.policy.initial_state, self.buffer, hp.seqs_per_state_reset)
-            if self.policy.recurrent else RolloutCarry()
-        )
-        self.reward_normalizer = (
-            RewardNormalizer(hp.num_envs, hp.gamma, device=self.device) if hp.normalize_rewards else None
-        )
+        self.carry = (RecurrentCarry(self.policy.initial_state, self.buffer, hp.seqs_per_state_reset)
+                      if self.recurrent else RolloutCarry())
+        self.reward_normalizer = (RewardNormalizer(hp.num_envs, hp.gamma, device=self.device)
+                                  if hp.normalize_rewards else None)
         self.lr_schedule = hp.lr_at()
         self.entropy_coeff_schedule = hp.entropy_coeff_at()
         self.amp_dtype = torch.float16 if self.device.type == "cuda" else torch.bfloat16
-        self.grad_scaler = (
-            torch.amp.GradScaler("cuda") if hp.enable_amp and self.device.type == "cuda" else None
-        )
+        self.grad_scaler = torch.amp.GradScaler("cuda") if hp.enable_amp and self.device.type == "cuda" else None
         self.env_steps = self.env_resets = self.collects = self.steps = 0
         self._obs: torch.Tensor | TensorDictBase | None = None
         self._validated = False
@@ -442,11 +453,10 @@ class PPO:
             ``episodes/{return_mean,length_mean,count}``.
 
         Raises:
-            EnvOutputError: NaN/inf in the observations or rewards (every value is checked
-                during the first ``check_finite_collects`` collects; afterwards the reduced
-                reward stats are, and a failure names the envs and steps).
-            NonFiniteError: The reduced reward stats are NaN/inf though every reward is
-                finite (an overflow).
+            EnvOutputError: NaN/inf in the observations or rewards, naming the envs and steps
+                (every value is checked during the first ``check_finite_collects`` collects,
+                afterwards the reduced reward stats).
+            NonFiniteError: The reduced reward stats are NaN/inf though every reward is finite.
         """
         hp = self.hparams
         if self.next_collect_resets:
@@ -516,20 +526,16 @@ class PPO:
 
     # ----------------------------------------------------------------- update
     def _advantages(self) -> tuple[torch.Tensor, torch.Tensor]:
-        hp = self.hparams
-        data = self.buffer.data
-        h = hp.horizon
+        hp, data, h = self.hparams, self.buffer.data, self.hparams.horizon
         rewards = data["rewards"][:, :h]
         if self.reward_normalizer is not None:
             rewards = self.reward_normalizer(rewards)
-        values = data["values"]
         terminated = truncated = final_values = None
         if self.env.episodic:
-            terminated = data["terminated"][:, :h]
-            truncated = data["truncated"][:, :h]
+            terminated, truncated = data["terminated"][:, :h], data["truncated"][:, :h]
             final_values = _final_values(self.policy, self.buffer, self.carry, truncated, self._autocast())
         return compute_gae(
-            rewards, values, gamma=hp.gamma, gae_lambda=hp.gae_lambda,
+            rewards, data["values"], gamma=hp.gamma, gae_lambda=hp.gae_lambda,
             terminated=terminated, truncated=truncated, final_values=final_values,
         )
 
@@ -547,10 +553,9 @@ class PPO:
             ``coefficients/{entropy,vf,lr}``.
 
         Raises:
-            NonFiniteError: ``losses/total`` or ``monitors/grad_norm`` (the latter only
-                without a gradient scaler) is NaN or inf; the message names the stat and the
-                update step. (An :class:`EnvOutputError` instead when the collect's
-                observations or rewards hold NaN/inf.)
+            NonFiniteError: ``losses/total`` or ``monitors/grad_norm`` (the latter only without a
+                gradient scaler) is NaN or inf (an :class:`EnvOutputError` when the collect's
+                observations or rewards are the cause); the message names the stat and step.
         """
         if self.collects == 0:
             raise RuntimeError("PPO.update() needs a collect() first: the rollout buffer is empty")
@@ -631,30 +636,18 @@ class PPO:
         hp = self.hparams
         if env is None:
             if not self.next_collect_resets:
-                k = hp.horizons_per_env_reset
-                raise RuntimeError(
-                    "eval on the training envs is only possible at an env-reset boundary "
-                    f"(horizons_per_env_reset={k}: the envs reset "
-                    + ("only once, before the first collect" if k < 0 else f"every {k} collects")
-                    + f"; {self.collects} collects done so far). Use a dedicated eval env "
-                    "(Trainer(eval_num_envs=...)) to evaluate at any time."
-                )
+                raise _eval_on_training_envs_error(hp.horizons_per_env_reset, self.collects)
             env = self.env
             self._obs = None  # the next training collect resets the envs
         config = {**hp.env_config, **(env_config or {})}
         obs = env.reset(config=config or None)
         validate_reset_output(obs, env)
-        steps = num_steps or hp.horizon
-        rewards = torch.zeros(env.num_envs, steps, device=self.device)
-        dones = torch.zeros(env.num_envs, steps, dtype=torch.bool, device=self.device) if env.episodic else None
         with self._autocast(), self.policy.rollout():
-            run = run_policy(
-                self.policy, env, obs, num_steps=steps, deterministic=deterministic, generator=self.eval_generator
-            )
-            for t, step in enumerate(run):
-                rewards[:, t] = step.rewards
-                if dones is not None:
-                    dones[:, t] = step.done
+            run = run_policy(self.policy, env, obs, num_steps=num_steps or hp.horizon,
+                             deterministic=deterministic, generator=self.eval_generator)
+            steps = [(step.rewards, step.done) for step in run]
+        rewards = torch.stack([r for r, _ in steps], 1).to(self.device)
+        dones = torch.stack([d for _, d in steps], 1).to(self.device) if env.episodic else None
         return rollout_stats(self.dist, rewards, dones, EpisodeTracker(env.num_envs, self.device))
 
     # ----------------------------------------------------------------- state
@@ -670,9 +663,7 @@ class PPO:
             "policy": self.policy.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "grad_scaler": self.grad_scaler.state_dict() if self.grad_scaler is not None else None,
-            "reward_normalizer": (
-                self.reward_normalizer.state_dict() if self.reward_normalizer is not None else None
-            ),
+            "reward_normalizer": self.reward_normalizer.state_dict() if self.reward_normalizer is not None else None,
             "counters": {name: getattr(self, name) for name in _COUNTERS},
             "recurrent": self.carry.state_dict(),
             **self.episodes.state_dict(),
