@@ -353,11 +353,8 @@ def buffer_allocation(num_envs: int, horizon: int, slot_bytes: int | None) -> It
 def _as_rows(x: torch.Tensor | TensorDictBase, seq_len: int) -> torch.Tensor | TensorDictBase:
     """``[num_envs, T, ...]`` -> ``[num_envs * T, ...]`` transitions (``seq_len == 1``) or
     ``[num_envs * T / seq_len, seq_len, ...]`` sequences of consecutive steps of one env."""
-    if isinstance(x, TensorDictBase):
-        return x.reshape(-1) if seq_len == 1 else x.reshape(-1, seq_len)
-    if seq_len == 1:
-        return x.reshape(-1, *x.shape[2:])
-    return x.reshape(-1, seq_len, *x.shape[2:])
+    rows = (-1,) if seq_len == 1 else (-1, seq_len)
+    return x.reshape(*rows) if isinstance(x, TensorDictBase) else x.reshape(*rows, *x.shape[2:])
 
 
 @functools.lru_cache(maxsize=16)

@@ -134,6 +134,22 @@ def _make_optimizer(hp: HParams, params: Iterable[torch.nn.Parameter], device: t
         ) from err
 
 
+def _random_run_seed(dist: DistContext) -> int:
+    """A random seed for the whole run: every rank takes rank 0's."""
+    seed = torch.tensor([secrets.randbits(31)], dtype=torch.int64)
+    return int(dist.all_reduce_(seed, "max").item()) if dist.enabled else int(seed)
+
+
+def _make_policy(hp: HParams, env: Env, device: torch.device) -> Policy:
+    """The policy of ``hp``'s model, distribution and normaliser for ``env``'s spaces."""
+    return Policy(
+        env.observation_space, env.action_space,
+        model_cls=resolve(hp.model_cls, MODEL, field="hparam model_cls"), model_config=hp.model_config,
+        distribution_cls=resolve(hp.distribution_cls, DISTRIBUTION, field="hparam distribution_cls"),
+        normalize_observations=hp.normalize_observations, device=device,
+    )
+
+
 def _make_buffer(hp: HParams, env: Env, policy: Policy, seq_len: int, device: torch.device) -> RolloutBuffer:
     """The rollout buffer of ``env``'s spaces and ``policy``'s raw actions, refused before
     allocating when it could never fit and named by ``num_envs`` and ``horizon`` when
@@ -147,12 +163,6 @@ def _make_buffer(hp: HParams, env: Env, policy: Policy, seq_len: int, device: to
             env.observation_space, action_shape, action_dtype, hp.num_envs, hp.horizon, device=device,
             episodic=env.episodic, state_example=policy.initial_state(hp.num_envs), seq_len=seq_len,
         )
-
-
-def _seeded_generator(device: torch.device, seed: int) -> torch.Generator:
-    generator = torch.Generator(device=device)
-    generator.manual_seed(seed)
-    return generator
 
 
 def _env_state(env: Env, obs: torch.Tensor | TensorDictBase | None) -> dict[str, Any]:
@@ -196,6 +206,136 @@ def _load_rng_state(rng: dict[str, Any], generator: torch.Generator, eval_genera
         torch.cuda.set_rng_state_all(rng["cuda"])
 
 
+
+# ----------------------------------------------------------------- update machinery
+def _final_values(
+    policy: Policy, buffer: RolloutBuffer, carry: RolloutCarry, truncated: torch.Tensor,
+    autocast: contextlib.AbstractContextManager,
+) -> torch.Tensor | None:
+    """Values of ``final_obs`` at the ``[num_envs, T]`` ``truncated`` steps, in one batched
+    forward pass (``None`` when no step was truncated)."""
+    index = truncated.nonzero()
+    if index.shape[0] == 0:
+        return None
+    final_obs = buffer.data["final_obs"][index[:, 0], index[:, 1]]
+    with autocast:
+        values = policy.rollout_value(final_obs, carry.after(index)).float()
+    out = torch.zeros(truncated.shape, device=values.device)
+    out[index[:, 0], index[:, 1]] = values
+    return out
+
+
+def _minibatches(
+    samples: TensorDict, num_minibatches: int, hp: HParams, seq_len: int, dist: DistContext,
+    generator: torch.Generator,
+) -> Iterator[TensorDict]:
+    """One pass over ``samples`` in ``num_minibatches`` minibatches (shuffled when asked),
+    each with its advantages normalised when asked (:func:`normalized_advantages`)."""
+    size = samples.batch_size[0] // num_minibatches
+    order = None
+    if num_minibatches > 1 and hp.shuffle_minibatches:
+        order = torch.randperm(samples.batch_size[0], device=samples.device, generator=generator)
+    advantages = samples["advantages"] if order is None else samples["advantages"][order]
+    if hp.normalize_advantages and size * seq_len > 1:
+        advantages = normalized_advantages(advantages, num_minibatches, dist)
+    for j in range(num_minibatches):
+        rows = slice(j * size, (j + 1) * size)
+        minibatch = samples[rows if order is None else order[rows]]
+        minibatch["advantages"] = advantages[rows]
+        yield minibatch
+
+
+def _minibatch_loss(
+    policy: Policy, minibatch: TensorDict, hp: HParams, entropy_coeff: float,
+    autocast: contextlib.AbstractContextManager,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The minibatch's differentiable total loss and its detached monitors ``{policy, vf,
+    kl_div, clip_fraction, entropy}``."""
+    # With a zero entropy coefficient the entropy is only a reported stat: keep it out of
+    # the graph so the backward pass does not differentiate it.
+    entropy_grad = entropy_coeff != 0
+    with autocast:
+        logp, entropy, values = policy.evaluate(minibatch, entropy_grad=entropy_grad)
+    old = {key: minibatch[key].reshape(-1) for key in ("logp", "values", "advantages", "returns")}
+    total, monitors = ppo_loss(
+        logp.float(), values.float(), old["logp"], old["advantages"], old["values"], old["returns"],
+        clip_param=hp.clip_param, dual_clip_param=hp.dual_clip_param,
+        vf_clip_param=hp.vf_clip_param, vf_coeff=hp.vf_coeff,
+    )
+    mean_entropy = entropy.float().mean()
+    if entropy_grad:
+        total = total - entropy_coeff * mean_entropy
+    monitors = dict(zip(("policy", "vf", "kl_div", "clip_fraction"), monitors.unbind()))
+    return total, {**monitors, "entropy": mean_entropy.detach()}
+
+
+def _kl_exceeds_target(kl_div: torch.Tensor, target_kl_div: float | None, dist: DistContext) -> bool:
+    """Whether the mean KL over all ranks exceeds ``target_kl_div`` (``False`` without one)."""
+    if target_kl_div is None:
+        return False
+    return (dist.all_reduce_(kl_div.clone()) / dist.world_size).item() > target_kl_div
+
+
+def _backward(loss: torch.Tensor, grad_scaler: torch.amp.GradScaler | None) -> None:
+    (loss if grad_scaler is None else grad_scaler.scale(loss)).backward()
+
+
+def _optimizer_step(
+    optimizer: torch.optim.Optimizer, grad_scaler: torch.amp.GradScaler | None,
+    params: list[torch.nn.Parameter], dist: DistContext, hp: HParams,
+) -> torch.Tensor:
+    """Average the gradients across ranks, clip them to ``hp.max_grad_norm`` and step the
+    optimizer; returns the gradient norm before clipping."""
+    dist.average_gradients(params)  # data-parallel: one all-reduce per optimizer step
+    if grad_scaler is not None:
+        grad_scaler.unscale_(optimizer)
+    # max_grad_norm None: the norm is only measured (an infinite bound never scales)
+    max_norm = math.inf if hp.max_grad_norm is None else hp.max_grad_norm
+    grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
+    if grad_scaler is not None:
+        grad_scaler.step(optimizer)
+        grad_scaler.update()
+    else:
+        optimizer.step()
+    return grad_norm.detach().float()
+
+
+def _update_stats(
+    dist: DistContext, monitors: list[dict[str, torch.Tensor]], grad_norms: list[torch.Tensor],
+    explained_variance: torch.Tensor, vf_coeff: float, entropy_coeff: float, lr: float,
+) -> dict[str, float]:
+    """The update stats (docs/trainer.md, Metrics) of the minibatches' ``monitors`` and the
+    optimizer steps' ``grad_norms``, reduced over ranks with one host transfer."""
+    means = {f"monitors/{name}": torch.stack([m[name] for m in monitors]).mean() for name in monitors[0]}
+    means["monitors/explained_variance"] = explained_variance
+    means["monitors/grad_norm"] = torch.stack(grad_norms).mean()
+    out = reduce_stats(dist, means=means)
+    entropy = out.pop("monitors/entropy")
+    policy_loss, vf_loss = out.pop("monitors/policy"), out.pop("monitors/vf")
+    return {
+        "losses/policy": policy_loss,
+        "losses/vf": vf_loss,
+        "losses/entropy": -entropy,
+        # the mean of the minibatches' total losses, from the means of their (linear) terms
+        "losses/total": policy_loss + vf_coeff * vf_loss - entropy_coeff * entropy,
+        **out,
+        "coefficients/entropy": entropy_coeff,
+        "coefficients/vf": vf_coeff,
+        "coefficients/lr": lr,
+    }
+
+
+def _eval_on_training_envs_error(k: int, collects: int) -> RuntimeError:
+    """Why :meth:`PPO.evaluate` cannot use the training envs now (``k``: ``horizons_per_env_reset``)."""
+    return RuntimeError(
+        "eval on the training envs is only possible at an env-reset boundary "
+        f"(horizons_per_env_reset={k}: the envs reset "
+        + ("only once, before the first collect" if k < 0 else f"every {k} collects")
+        + f"; {collects} collects done so far). Use a dedicated eval env "
+        "(Trainer(eval_num_envs=...)) to evaluate at any time."
+    )
+
+
 class PPO:
     """PPO with a preallocated rollout buffer over batched environments.
 
@@ -231,11 +371,7 @@ class PPO:
         self.hparams = hp = HParams.from_kwargs(**hparams)
         self.device = hp.resolved_device()
         self.dist = DistContext()
-        if hp.seed is not None:
-            self.seed = hp.seed
-        else:  # one seed for the whole run: every rank takes rank 0's
-            seed = torch.tensor([secrets.randbits(31)], dtype=torch.int64)
-            self.seed = int(self.dist.all_reduce_(seed, "max").item()) if self.dist.enabled else int(seed)
+        self.seed = hp.seed if hp.seed is not None else _random_run_seed(self.dist)
         # The model is initialised from the run's seed (the same on every rank); envs and
         # action sampling then use a seed derived from the run's seed and the rank.
         self.env_seed = derive_seed(self.seed, self.dist.rank)
@@ -244,20 +380,12 @@ class PPO:
         check_buffer_fits(hp.num_envs, hp.horizon, self.device, MIN_SLOT_BYTES)  # before the env allocates per env
         with buffer_allocation(hp.num_envs, hp.horizon, None):
             self.env = make_env(env, hp.num_envs, hp.horizon, device=self.device, env_kwargs=hp.env_kwargs)
-        self.policy = Policy(
-            self.env.observation_space,
-            self.env.action_space,
-            model_cls=resolve(hp.model_cls, MODEL, field="hparam model_cls"),
-            model_config=hp.model_config,
-            distribution_cls=resolve(hp.distribution_cls, DISTRIBUTION, field="hparam distribution_cls"),
-            normalize_observations=hp.normalize_observations,
-            device=self.device,
-        )
+        self.policy = _make_policy(hp, self.env, self.device)
         self.dist.broadcast_module(self.policy)
         # Action sampling and minibatch shuffling draw from this object's own generator, so
         # two PPO objects (or user code) in one process never disturb each other's streams.
-        self.generator = _seeded_generator(self.device, self.env_seed)
-        self.eval_generator = _seeded_generator(self.device, derive_seed(self.env_seed, 1))  # for evaluate()
+        self.generator = torch.Generator(device=self.device).manual_seed(self.env_seed)
+        self.eval_generator = torch.Generator(device=self.device).manual_seed(derive_seed(self.env_seed, 1))
         torch.manual_seed(self.env_seed)
         self.optimizer = _make_optimizer(hp, self.policy.parameters(), self.device)
         self.recurrent = self.policy.recurrent
@@ -266,19 +394,14 @@ class PPO:
         self.minibatch_size = hp.minibatch_size_for(self.seq_len)
         self.buffer = _make_buffer(hp, self.env, self.policy, self.seq_len, self.device)
         # the policy's carry from step to step (a recurrent state) and what the buffer keeps of it
-        self.carry = (
-            RecurrentCarry(self.policy.initial_state, self.buffer, hp.seqs_per_state_reset)
-            if self.recurrent else RolloutCarry()
-        )
-        self.reward_normalizer = (
-            RewardNormalizer(hp.num_envs, hp.gamma, device=self.device) if hp.normalize_rewards else None
-        )
+        self.carry = (RecurrentCarry(self.policy.initial_state, self.buffer, hp.seqs_per_state_reset)
+                      if self.recurrent else RolloutCarry())
+        self.reward_normalizer = (RewardNormalizer(hp.num_envs, hp.gamma, device=self.device)
+                                  if hp.normalize_rewards else None)
         self.lr_schedule = hp.lr_at()
         self.entropy_coeff_schedule = hp.entropy_coeff_at()
         self.amp_dtype = torch.float16 if self.device.type == "cuda" else torch.bfloat16
-        self.grad_scaler = (
-            torch.amp.GradScaler("cuda") if hp.enable_amp and self.device.type == "cuda" else None
-        )
+        self.grad_scaler = torch.amp.GradScaler("cuda") if hp.enable_amp and self.device.type == "cuda" else None
         self.env_steps = self.env_resets = self.collects = self.steps = 0
         self._obs: torch.Tensor | TensorDictBase | None = None
         self._validated = False
@@ -330,11 +453,10 @@ class PPO:
             ``episodes/{return_mean,length_mean,count}``.
 
         Raises:
-            EnvOutputError: NaN/inf in the observations or rewards (every value is checked
-                during the first ``check_finite_collects`` collects; afterwards the reduced
-                reward stats are, and a failure names the envs and steps).
-            NonFiniteError: The reduced reward stats are NaN/inf though every reward is
-                finite (an overflow).
+            EnvOutputError: NaN/inf in the observations or rewards, naming the envs and steps
+                (every value is checked during the first ``check_finite_collects`` collects,
+                afterwards the reduced reward stats).
+            NonFiniteError: The reduced reward stats are NaN/inf though every reward is finite.
         """
         hp = self.hparams
         if self.next_collect_resets:
@@ -402,41 +524,20 @@ class PPO:
         find_cause = self._check_buffer_finite if self.hparams.check_finite_collects != 0 else None
         check_stats_finite(stats, names, where, self.env_steps, find_cause)
 
-    @property
-    def _all_reduce(self) -> Callable[[torch.Tensor], Any] | None:
-        """In-place cross-rank sum for running statistics, or ``None`` in one process."""
-        return self.dist.all_reduce_ if self.dist.enabled else None
-
     # ----------------------------------------------------------------- update
     def _advantages(self) -> tuple[torch.Tensor, torch.Tensor]:
-        hp = self.hparams
-        data = self.buffer.data
-        h = hp.horizon
+        hp, data, h = self.hparams, self.buffer.data, self.hparams.horizon
         rewards = data["rewards"][:, :h]
         if self.reward_normalizer is not None:
             rewards = self.reward_normalizer(rewards)
-        values = data["values"]
         terminated = truncated = final_values = None
         if self.env.episodic:
-            terminated = data["terminated"][:, :h]
-            truncated = data["truncated"][:, :h]
-            final_values = self._final_values(truncated)
+            terminated, truncated = data["terminated"][:, :h], data["truncated"][:, :h]
+            final_values = _final_values(self.policy, self.buffer, self.carry, truncated, self._autocast())
         return compute_gae(
-            rewards, values, gamma=hp.gamma, gae_lambda=hp.gae_lambda,
+            rewards, data["values"], gamma=hp.gamma, gae_lambda=hp.gae_lambda,
             terminated=terminated, truncated=truncated, final_values=final_values,
         )
-
-    def _final_values(self, truncated: torch.Tensor) -> torch.Tensor | None:
-        """Values of ``final_obs`` at truncated steps, in one batched forward pass."""
-        index = truncated.nonzero()
-        if index.shape[0] == 0:
-            return None
-        final_obs = self.buffer.data["final_obs"][index[:, 0], index[:, 1]]
-        with self._autocast():
-            values = self.policy.rollout_value(final_obs, self.carry.after(index)).float()
-        out = torch.zeros(truncated.shape, device=values.device)
-        out[index[:, 0], index[:, 1]] = values
-        return out
 
     def update(self) -> dict[str, float]:
         """Run the PPO update on the last collect's buffer (:meth:`collect` then ``update`` is
@@ -452,10 +553,9 @@ class PPO:
             ``coefficients/{entropy,vf,lr}``.
 
         Raises:
-            NonFiniteError: ``losses/total`` or ``monitors/grad_norm`` (the latter only
-                without a gradient scaler) is NaN or inf; the message names the stat and the
-                update step. (An :class:`EnvOutputError` instead when the collect's
-                observations or rewards hold NaN/inf.)
+            NonFiniteError: ``losses/total`` or ``monitors/grad_norm`` (the latter only without a
+                gradient scaler) is NaN or inf (an :class:`EnvOutputError` when the collect's
+                observations or rewards are the cause); the message names the stat and step.
         """
         if self.collects == 0:
             raise RuntimeError("PPO.update() needs a collect() first: the rollout buffer is empty")
@@ -472,122 +572,34 @@ class PPO:
             group["lr"] = lr
         params = [p for p in self.policy.parameters() if p.requires_grad]
         num_minibatches = samples.batch_size[0] * self.seq_len // self.minibatch_size
-        monitors, entropies, grad_norms = [], [], []  # per minibatch; per optimizer step
+        monitors, grad_norms = [], []  # per minibatch; per optimizer step
+        # accumulate_grads: one optimizer step per pass, on the minibatches' mean loss
+        accumulate = num_minibatches if hp.accumulate_grads else 1
         for _ in range(hp.num_sgd_iters):
-            if hp.accumulate_grads:  # one optimizer step per pass, on the minibatches' mean loss
-                self.optimizer.zero_grad()
-            for j, minibatch in enumerate(self._minibatches(samples, num_minibatches)):
-                loss, minibatch_monitors, entropy = self._minibatch_loss(minibatch, entropy_coeff)
-                if hp.accumulate_grads:
-                    self._backward(loss / num_minibatches)
-                    if j == num_minibatches - 1:
-                        grad_norms.append(self._optimizer_step(params))
-                else:
+            passes = _minibatches(samples, num_minibatches, hp, self.seq_len, self.dist, self.generator)
+            for j, minibatch in enumerate(passes):
+                if j % accumulate == 0:
                     self.optimizer.zero_grad()
-                    self._backward(loss)
-                    grad_norms.append(self._optimizer_step(params))
+                loss, minibatch_monitors = _minibatch_loss(self.policy, minibatch, hp, entropy_coeff, self._autocast())
+                _backward(loss if accumulate == 1 else loss / accumulate, self.grad_scaler)
+                if (j + 1) % accumulate == 0:
+                    grad_norms.append(_optimizer_step(self.optimizer, self.grad_scaler, params, self.dist, hp))
                 monitors.append(minibatch_monitors)
-                entropies.append(entropy)
-                if self._kl_exceeds_target(minibatch_monitors["kl_div"]):
+                if _kl_exceeds_target(minibatch_monitors["kl_div"], hp.target_kl_div, self.dist):
                     break
             else:
                 continue
             break  # KL early stop
         if self.policy.obs_normalizer is not None:
             obs = self.buffer.data["obs"][:, : hp.horizon]
-            self.policy.obs_normalizer.update(obs, batch_dims=2, all_reduce=self._all_reduce)
+            self.policy.obs_normalizer.update(obs, batch_dims=2, all_reduce=self.dist.all_reduce_ if self.dist.enabled else None)
         self.steps += 1
         if not grad_norms:  # a KL stop before the first accumulated optimizer step
             grad_norms.append(torch.zeros((), device=self.device))
-        means = {f"monitors/{name}": torch.stack([m[name] for m in monitors]).mean() for name in monitors[0]}
-        means["monitors/entropy"] = torch.stack(entropies).mean()
-        means["monitors/explained_variance"] = explained_variance
-        means["monitors/grad_norm"] = torch.stack(grad_norms).mean()
-        out = reduce_stats(self.dist, means=means)
-        entropy = out.pop("monitors/entropy")
-        policy_loss, vf_loss = out.pop("monitors/policy"), out.pop("monitors/vf")
-        stats = {
-            "losses/policy": policy_loss,
-            "losses/vf": vf_loss,
-            "losses/entropy": -entropy,
-            # the mean of the minibatches' total losses, from the means of their (linear) terms
-            "losses/total": policy_loss + hp.vf_coeff * vf_loss - entropy_coeff * entropy,
-            **out,
-            "coefficients/entropy": entropy_coeff,
-            "coefficients/vf": hp.vf_coeff,
-            "coefficients/lr": lr,
-        }
+        stats = _update_stats(self.dist, monitors, grad_norms, explained_variance, hp.vf_coeff, entropy_coeff, lr)
         checked = CHECKED_UPDATE_STATS if self.grad_scaler is None else ("losses/total",)
         self._check_stats_finite(stats, checked, f"update step {self.steps}")
         return stats
-
-    def _minibatches(self, samples: TensorDict, num_minibatches: int) -> Iterator[TensorDict]:
-        """One pass over ``samples`` in ``num_minibatches`` minibatches (shuffled when asked),
-        each with its advantages normalised when asked (:func:`normalized_advantages`)."""
-        hp = self.hparams
-        size = samples.batch_size[0] // num_minibatches
-        order = None
-        if num_minibatches > 1 and hp.shuffle_minibatches:
-            order = torch.randperm(samples.batch_size[0], device=self.device, generator=self.generator)
-        advantages = samples["advantages"] if order is None else samples["advantages"][order]
-        if hp.normalize_advantages and size * self.seq_len > 1:
-            advantages = normalized_advantages(advantages, num_minibatches, self.dist)
-        for j in range(num_minibatches):
-            rows = slice(j * size, (j + 1) * size)
-            minibatch = samples[rows if order is None else order[rows]]
-            minibatch["advantages"] = advantages[rows]
-            yield minibatch
-
-    def _minibatch_loss(
-        self, minibatch: TensorDict, entropy_coeff: float
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
-        """The minibatch's differentiable total loss, its detached monitors ``{policy, vf,
-        kl_div, clip_fraction}`` and its detached mean entropy."""
-        hp = self.hparams
-        # With a zero entropy coefficient the entropy is only a reported stat: keep it out of
-        # the graph so the backward pass does not differentiate it.
-        entropy_grad = entropy_coeff != 0
-        with self._autocast():
-            logp, entropy, values = self.policy.evaluate(minibatch, entropy_grad=entropy_grad)
-        old = {key: minibatch[key].reshape(-1) for key in ("logp", "values", "advantages", "returns")}
-        total, monitors = ppo_loss(
-            logp.float(), values.float(), old["logp"], old["advantages"], old["values"], old["returns"],
-            clip_param=hp.clip_param, dual_clip_param=hp.dual_clip_param,
-            vf_clip_param=hp.vf_clip_param, vf_coeff=hp.vf_coeff,
-        )
-        mean_entropy = entropy.float().mean()
-        if entropy_grad:
-            total = total - entropy_coeff * mean_entropy
-        return total, dict(zip(("policy", "vf", "kl_div", "clip_fraction"), monitors.unbind())), mean_entropy.detach()
-
-    def _kl_exceeds_target(self, kl_div: torch.Tensor) -> bool:
-        """Whether the mean KL over all ranks exceeds ``target_kl_div`` (``False`` without one)."""
-        if self.hparams.target_kl_div is None:
-            return False
-        kl = self.dist.all_reduce_(kl_div.clone()) / self.dist.world_size
-        return kl.item() > self.hparams.target_kl_div
-
-    def _backward(self, loss: torch.Tensor) -> None:
-        if self.grad_scaler is not None:
-            self.grad_scaler.scale(loss).backward()
-        else:
-            loss.backward()
-
-    def _optimizer_step(self, params: list[torch.nn.Parameter]) -> torch.Tensor:
-        """Average the gradients across ranks, clip them to ``max_grad_norm`` and step the
-        optimizer; returns the gradient norm before clipping."""
-        self.dist.average_gradients(params)  # data-parallel: one all-reduce per optimizer step
-        if self.grad_scaler is not None:
-            self.grad_scaler.unscale_(self.optimizer)
-        # max_grad_norm None: the norm is only measured (an infinite bound never scales)
-        max_norm = self.hparams.max_grad_norm
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, math.inf if max_norm is None else max_norm, foreach=True)
-        if self.grad_scaler is not None:
-            self.grad_scaler.step(self.optimizer)
-            self.grad_scaler.update()
-        else:
-            self.optimizer.step()
-        return grad_norm.detach().float()
 
     def step(self) -> dict[str, float]:
         """Deprecated name of :meth:`update` (it was easy to confuse with
@@ -624,30 +636,18 @@ class PPO:
         hp = self.hparams
         if env is None:
             if not self.next_collect_resets:
-                k = hp.horizons_per_env_reset
-                raise RuntimeError(
-                    "eval on the training envs is only possible at an env-reset boundary "
-                    f"(horizons_per_env_reset={k}: the envs reset "
-                    + ("only once, before the first collect" if k < 0 else f"every {k} collects")
-                    + f"; {self.collects} collects done so far). Use a dedicated eval env "
-                    "(Trainer(eval_num_envs=...)) to evaluate at any time."
-                )
+                raise _eval_on_training_envs_error(hp.horizons_per_env_reset, self.collects)
             env = self.env
             self._obs = None  # the next training collect resets the envs
         config = {**hp.env_config, **(env_config or {})}
         obs = env.reset(config=config or None)
         validate_reset_output(obs, env)
-        steps = num_steps or hp.horizon
-        rewards = torch.zeros(env.num_envs, steps, device=self.device)
-        dones = torch.zeros(env.num_envs, steps, dtype=torch.bool, device=self.device) if env.episodic else None
         with self._autocast(), self.policy.rollout():
-            run = run_policy(
-                self.policy, env, obs, num_steps=steps, deterministic=deterministic, generator=self.eval_generator
-            )
-            for t, step in enumerate(run):
-                rewards[:, t] = step.rewards
-                if dones is not None:
-                    dones[:, t] = step.done
+            run = run_policy(self.policy, env, obs, num_steps=num_steps or hp.horizon,
+                             deterministic=deterministic, generator=self.eval_generator)
+            steps = [(step.rewards, step.done) for step in run]
+        rewards = torch.stack([r for r, _ in steps], 1).to(self.device)
+        dones = torch.stack([d for _, d in steps], 1).to(self.device) if env.episodic else None
         return rollout_stats(self.dist, rewards, dones, EpisodeTracker(env.num_envs, self.device))
 
     # ----------------------------------------------------------------- state
@@ -663,9 +663,7 @@ class PPO:
             "policy": self.policy.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "grad_scaler": self.grad_scaler.state_dict() if self.grad_scaler is not None else None,
-            "reward_normalizer": (
-                self.reward_normalizer.state_dict() if self.reward_normalizer is not None else None
-            ),
+            "reward_normalizer": self.reward_normalizer.state_dict() if self.reward_normalizer is not None else None,
             "counters": {name: getattr(self, name) for name in _COUNTERS},
             "recurrent": self.carry.state_dict(),
             **self.episodes.state_dict(),

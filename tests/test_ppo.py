@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 
@@ -12,7 +13,7 @@ from tensordict import TensorDict
 
 from rl8 import PPO, Env, EnvOutputError
 from rl8.envs import CartPole, ContinuousDummyEnv, DiscreteDummyEnv, Pendulum
-from rl8.ppo import normalized_advantages
+from rl8.ppo import _final_values, normalized_advantages
 
 SMALL = dict(num_envs=16, horizon=8, sgd_minibatch_size=32, num_sgd_iters=2, seed=0)
 
@@ -247,7 +248,7 @@ def test_truncation_bootstraps_from_final_obs_value():
     algo = PPO(EpisodeEnv, env_kwargs={"length": 3}, **SMALL)
     algo.collect()
     trunc = algo.buffer["truncated"][:, :8]
-    final = algo._final_values(trunc)
+    final = _final_values(algo.policy, algo.buffer, algo.carry, trunc, contextlib.nullcontext())
     expected = algo.policy.value(algo.buffer["final_obs"][:, :8].reshape(-1, 1)).reshape(16, 8)
     torch.testing.assert_close(final[trunc], expected[trunc])
     assert (final[~trunc] == 0).all()
