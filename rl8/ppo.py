@@ -509,8 +509,14 @@ class PPO:
         dones = data["terminated"][:, :h] | data["truncated"][:, :h] if self.env.episodic else None
         # the normaliser's running returns advance on the device; their moments travel with
         # the rollout stats (one transfer) and are merged on the host
-        seen = self.reward_normalizer.advance(rewards, dones) if self.reward_normalizer is not None else None
-        stats = rollout_stats(self.dist, rewards, dones, self.episodes, self.reward_normalizer, seen)
+        episode_sums = self.episodes.advance(rewards, dones) if dones is not None else None
+        normalizer, moments, current = self.reward_normalizer, {}, {}
+        if normalizer is not None:
+            seen = normalizer.advance(rewards, dones)
+            moments, current = normalizer.returns_moments(seen)
+        stats, values = rollout_stats(self.dist, rewards, episode_sums, moments, current)
+        if normalizer is not None:
+            normalizer.merge_returns_moments(values, float(seen.numel() * self.dist.world_size))
         if n != 0:  # after the first n collects: the reduced stats, at no extra cost
             self._check_stats_finite(stats, CHECKED_ROLLOUT_STATS, f"collect {self.collects}")
         return stats
@@ -648,7 +654,8 @@ class PPO:
             steps = [(step.rewards, step.done) for step in run]
         rewards = torch.stack([r for r, _ in steps], 1).to(self.device)
         dones = torch.stack([d for _, d in steps], 1).to(self.device) if env.episodic else None
-        return rollout_stats(self.dist, rewards, dones, EpisodeTracker(env.num_envs, self.device))
+        episode_sums = None if dones is None else EpisodeTracker(env.num_envs, self.device).advance(rewards, dones)
+        return rollout_stats(self.dist, rewards, episode_sums)[0]
 
     # ----------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:

@@ -19,8 +19,6 @@ import torch
 
 if TYPE_CHECKING:
     from .distributed import DistContext
-    from .episodes import EpisodeTracker
-    from .normalization import RewardNormalizer
 
 __all__ = ["RENAMED_STATS", "Stats", "current_stat_name", "reduce_stats", "rollout_stats", "warn_renamed"]
 
@@ -137,46 +135,43 @@ def reduce_stats(
 def rollout_stats(
     dist: DistContext,
     rewards: torch.Tensor,
-    dones: torch.Tensor | None,
-    episodes: EpisodeTracker,
-    reward_normalizer: RewardNormalizer | None = None,
-    seen: torch.Tensor | None = None,
-) -> Stats:
+    episode_sums: Mapping[str, torch.Tensor] | None = None,
+    sums: Mapping[str, torch.Tensor] | None = None,
+    local: Mapping[str, torch.Tensor] | None = None,
+) -> tuple[Stats, dict[str, float]]:
     """Rollout stats of ``rewards`` ``[num_envs, T]`` (all ranks), read back in ONE transfer.
+
+    Reads and changes nothing but its arguments: the caller advances its episode tracker and
+    reward normaliser and hands their tensors in, to travel in the same transfer.
 
     Args:
         dist: The run's :class:`~rl8.distributed.DistContext`.
         rewards: ``[num_envs, T]`` rewards of the rollout.
-        dones: ``[num_envs, T]`` bool, where episodes ended (``None`` for infinite-horizon
-            envs); ``episodes`` advances over them.
-        episodes: The :class:`~rl8.episodes.EpisodeTracker` of these envs.
-        reward_normalizer: With ``seen``: the reward normaliser whose running returns of this
-            rollout (:meth:`RewardNormalizer.advance`) are ``seen``; their moments are read
-            back with the stats and folded into its statistics.
-        seen: See ``reward_normalizer``.
+        episode_sums: ``episodes/{return_sum,length_sum,count}`` of the episodes that ended
+            (:meth:`rl8.episodes.EpisodeTracker.advance`); ``None`` for envs without episodes.
+        sums: More 0-d tensors to sum over ranks and read back (e.g. the reward normaliser's
+            :meth:`~rl8.normalization.RewardNormalizer.returns_moments`).
+        local: More 0-d tensors to read back as they are on this rank.
 
     Returns:
-        ``rollout/reward_sum_{min,max,mean,std}`` (each env's sum of rewards),
-        ``rewards/{min,max,mean,std}`` (per step) and, with ``dones``,
-        ``episodes/{return_mean,length_mean,count}`` (NaN means when no episode ended).
+        The stats: ``rollout/reward_sum_{min,max,mean,std}`` (each env's sum of rewards),
+        ``rewards/{min,max,mean,std}`` (per step) and, with ``episode_sums``,
+        ``episodes/{return_mean,length_mean,count}`` (NaN means when no episode ended); and
+        every reduced value by name (``sums`` and ``local`` included).
     """
     f64 = torch.float64
     reward_sums = rewards.sum(1, dtype=f64)  # per env, over the rollout's steps
-    sums = {  # (the sum of all rewards is the sum of the reward sums)
+    totals = {  # (the sum of all rewards is the sum of the reward sums)
         "reward_sum": reward_sums.sum(),
         "reward_sum_sq": reward_sums.dot(reward_sums),
         "reward_sq": torch.linalg.vector_norm(rewards, dtype=f64).square(),
     }
-    if dones is not None:
-        sums.update(episodes.advance(rewards, dones))
-    local = {}
-    if seen is not None:
-        normalizer_sums, local = reward_normalizer.returns_moments(seen)
-        sums.update(normalizer_sums)
+    totals.update(episode_sums or {})
+    totals.update(sums or {})
     ret_lo, ret_hi = reward_sums.aminmax()
     rew_lo, rew_hi = rewards.aminmax()
     values = reduce_stats(
-        dist, sums=sums, local=local,
+        dist, sums=totals, local=dict(local or {}),
         mins={"rollout/reward_sum_min": ret_lo, "rewards/min": rew_lo},
         maxs={"rollout/reward_sum_max": ret_hi, "rewards/max": rew_hi},
     )
@@ -191,15 +186,13 @@ def rollout_stats(
         out[f"{prefix}max"] = values[f"{prefix}max"]
         out[f"{prefix}mean"] = mean
         out[f"{prefix}std"] = max(sum_sq / n - mean * mean, 0.0) ** 0.5
-    if dones is not None:
+    if episode_sums is not None:
         count = values["episodes/count"]
         # NaN when no episode ended: stop conditions treat NaN as "not reached".
         out["episodes/return_mean"] = values["episodes/return_sum"] / count if count > 0 else float("nan")
         out["episodes/length_mean"] = values["episodes/length_sum"] / count if count > 0 else float("nan")
         out["episodes/count"] = count
-    if seen is not None:
-        reward_normalizer.merge_returns_moments(values, float(seen.numel() * world))
-    return out
+    return out, values
 
 
 def _stack(tensors) -> torch.Tensor:

@@ -802,3 +802,22 @@ def test_episode_tracker_carries_episodes_across_collects():
     assert second["episodes/return_sum"].item() == 7.0  # 1 + 2 + 3 + 1
     assert second["episodes/length_sum"].item() == 4.0
     torch.testing.assert_close(restored.returns, torch.tensor([5.0, 4.0]))
+
+
+def test_rollout_stats_is_a_pure_function():
+    """rollout_stats reads its arguments only: the same call twice gives the same stats and
+    leaves the episode tracker (advanced by the caller) as it was."""
+    from rl8.distributed import DistContext
+    from rl8.episodes import EpisodeTracker
+    from rl8.stats import rollout_stats
+
+    rewards = torch.arange(12.0).reshape(3, 4)
+    dones = torch.tensor([[0, 1, 0, 0], [0, 0, 0, 1], [0, 0, 0, 0]], dtype=torch.bool)
+    tracker = EpisodeTracker(3, torch.device("cpu"))
+    sums = tracker.advance(rewards, dones)
+    before = tracker.state_dict()
+    first, _ = rollout_stats(DistContext(), rewards, sums)
+    second, _ = rollout_stats(DistContext(), rewards, sums)
+    assert first == second
+    assert first["episodes/count"] == 2 and first["episodes/return_mean"] == (1.0 + 22.0) / 2
+    assert all(torch.equal(before[k], v) for k, v in tracker.state_dict().items())
