@@ -70,6 +70,8 @@ for _ in range({iters}):
     t1 = time.perf_counter(); update()
     t2 = time.perf_counter()
     collects.append(t1 - t0); updates.append(t2 - t1)
+import rl8
+print(rl8.__file__)
 print(json.dumps({{"collect": statistics.median(collects), "update": statistics.median(updates)}}))
 """
 
@@ -82,7 +84,10 @@ def measure(src: Path, name: str, threads: int, iters: int | None) -> dict[str, 
     n = iters or ITERS[name]
     code = CHILD.format(name=name, threads=threads, iters=n, warmup=2)
     env = {**os.environ, "PYTHONPATH": str(src), "MLFLOW_TRACKING_URI": "file:///dev/null"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False)
+    # run in the tree itself: `python -c` puts the working folder before PYTHONPATH
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=src, capture_output=True, text=True, check=False)
+    if f"{src}/rl8/" not in out.stdout:
+        raise SystemExit(f"{name}: the process on {src} imported rl8 from elsewhere:\n{out.stdout}{out.stderr[-2000:]}")
     if out.returncode != 0:
         raise SystemExit(f"{name} on {src} failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
