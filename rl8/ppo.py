@@ -231,18 +231,13 @@ def _minibatches(
 ) -> Iterator[TensorDict]:
     """One pass over ``samples`` in ``num_minibatches`` minibatches (shuffled when asked),
     each with its advantages normalised when asked (:func:`normalized_advantages`)."""
-    size = samples.batch_size[0] // num_minibatches
-    order = None
     if num_minibatches > 1 and hp.shuffle_minibatches:
-        order = torch.randperm(samples.batch_size[0], device=samples.device, generator=generator)
-    advantages = samples["advantages"] if order is None else samples["advantages"][order]
-    if hp.normalize_advantages and size * seq_len > 1:
-        advantages = normalized_advantages(advantages, num_minibatches, dist)
-    for j in range(num_minibatches):
-        rows = slice(j * size, (j + 1) * size)
-        minibatch = samples[rows if order is None else order[rows]]
-        minibatch["advantages"] = advantages[rows]
-        yield minibatch
+        samples = samples[torch.randperm(samples.batch_size[0], device=samples.device, generator=generator)]
+    else:
+        samples = samples.clone(recurse=False)  # the advantages below replace a key
+    if hp.normalize_advantages and samples.batch_size[0] * seq_len > num_minibatches:
+        samples["advantages"] = normalized_advantages(samples["advantages"], num_minibatches, dist)
+    yield from samples.split(samples.batch_size[0] // num_minibatches)
 
 
 def _minibatch_loss(
