@@ -25,13 +25,14 @@ from .buffer import (
     slot_bytes,
 )
 from .distributed import DistContext, derive_seed
-from .env import Env, validate_reset_output, validate_step_output
+from .env import Env, validate_reset_output
 from .episodes import EpisodeTracker
 from .finite import CHECKED_ROLLOUT_STATS, CHECKED_UPDATE_STATS, NonFiniteError, check_buffer_finite, check_stats_finite
 from .hparams import HParams
 from .losses import ppo_loss
 from .normalization import RewardNormalizer
 from .policy import Policy
+from .rollout import rollout
 from .runner import run_policy
 from .stats import Stats, reduce_stats, rollout_stats
 
@@ -456,39 +457,11 @@ class PPO:
         hp = self.hparams
         if self.next_collect_resets:
             self.reset_envs(env_config=env_config)
-        policy, env, buffer, carry = self.policy, self.env, self.buffer, self.carry
-        to_env_action, space, columns = policy.distribution_cls.to_env_action, env.action_space, buffer.columns
-        obs = self._obs
-        kept: dict[str, list[torch.Tensor]] = {key: [] for key in buffer.stacked}  # stacked once at the end
-        with self._autocast(), policy.rollout():
-            for t in range(hp.horizon):
-                if "obs" in kept:
-                    kept["obs"].append(obs)
-                else:
-                    columns["obs"][t].copy_(obs)
-                dist, value, policy_carry = policy.rollout_step(obs, *carry.before_step(t))
-                # written into the buffer rows (the env gets row t: it must not keep it)
-                actions, _ = dist.sample_with_log_prob(
-                    self.generator, deterministic=deterministic, out=(columns["actions"][t], columns["logp"][t])
-                )
-                out = env.step(to_env_action(actions, space))
-                if not self._validated:
-                    validate_step_output(out, env)
-                    self._validated = True
-                if env.episodic:
-                    buffer.write_episode_ends(t, out)
-                carry.after_step(t, policy_carry)
-                kept["values"].append(value)
-                kept["rewards"].append(out["rewards"])
-                obs = out["obs"]
-            # column horizon: the last obs and its (bootstrap) value
-            kept["values"].append(policy.rollout_value(obs, *carry.last()))
-            if "obs" in kept:
-                kept["obs"].append(obs)
-            else:
-                columns["obs"][hp.horizon].copy_(obs)
-            buffer.stack(kept)
-        self._obs = obs
+        self._obs = rollout(
+            self.policy, self.env, self.buffer, self.carry, self._obs, generator=self.generator,
+            deterministic=deterministic, autocast=self._autocast(), check_first_step=not self._validated,
+        )
+        self._validated = True
         self.env_steps += hp.num_envs * hp.horizon * self.dist.world_size  # every rank's envs
         self.collects += 1
         return self._collect_stats()
