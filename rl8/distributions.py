@@ -89,11 +89,9 @@ def _space_cache(space: spaces.Space) -> dict[Any, Any]:
 
 def _cached(space: spaces.Space, name: Any, make) -> Any:
     store = _space_cache(space)
-    try:
-        return store[name]
-    except KeyError:
-        value = store[name] = make()
-        return value
+    if name not in store:
+        store[name] = make()
+    return store[name]
 
 
 def _is_float_box(space: spaces.Space) -> bool:
@@ -107,12 +105,10 @@ def _space_name(space: spaces.Space) -> str:
 # --------------------------------------------------------------------------------------------
 # Categorical kernels on logits of shape [..., n] (n = number of choices, last dim).
 
-# Short rows are computed choice-major. torch's CPU softmax over the last dim vectorises along
-# that dim, so rows shorter than a vector register leave most lanes idle; over dim 0 of a
-# contiguous [n, ...] copy it vectorises along the batch instead. Measured on this project's
-# 2-core AVX-512 CPU (torch 2.13, 2 threads), log-softmax + sample + log-prob of the sample:
-# B=512: n=3 24 -> 20 us, n=8 42 -> 27 us; B=4096: n=3 115 -> 65 us, n=12 356 -> 147 us; but
-# n=16 28 -> 36 us (a full register) and B=16 10 -> 14 us (fixed costs), hence the bounds.
+# Short rows of a big batch are computed choice-major: torch's CPU softmax over the last dim
+# vectorises along that dim, so rows shorter than a vector register leave most lanes idle; over
+# dim 0 of a contiguous [n, ...] copy it vectorises along the batch. A full register of choices
+# or a small batch (fixed costs dominate) is better row-major, hence the bounds.
 _CHOICE_MAJOR_MAX_CHOICES = 15
 _CHOICE_MAJOR_MIN_ROWS = 256
 
@@ -146,32 +142,16 @@ def _categorical_sample_index(
     generator: torch.Generator | None,
     guard_logits: Tensor | None,
     masked: bool | None = None,
-    by_choice: Tensor | None = None,
 ) -> Tensor:
-    """Inverse-CDF sampling: index ``[..., 1]`` of the first cumulative probability >= u,
-    u ~ U(0, total].
+    """Inverse-CDF sampling (one uniform per row instead of one per choice as Gumbel-max or
+    multinomial need, and no logs): index ``[..., 1]`` of the first cumulative probability
+    >= u, u ~ U(0, total].
 
-    Measured on a 2-core CPU with ``torch.set_num_threads(2)``, from the log-softmax, under
-    ``torch.inference_mode`` (median of 7 x 300 calls, n = 2..6 choices):
-
-    ========= ============== ============== ==============
-    batch     inverse CDF    Gumbel-max     multinomial
-    ========= ============== ============== ==============
-    512       16-20 us       14-28 us       34-71 us
-    8192      73-96 us       119-241 us     363-890 us
-    ========= ============== ============== ==============
-
-    so inverse CDF is used (one uniform per row instead of one per choice, no logs).
     ``masked`` (default: whether ``guard_logits`` is given) selects the exact path below for
     rows that may hold zero probabilities; unmasked rows take a two-op-shorter path. ``u`` is
     drawn in ``(0, total]`` so a zero-probability (masked) action can never be selected: that
     needs ``c[j-1] < u <= c[j] == c[j-1]`` (or ``u <= c[0] == 0``), both impossible.
-
-    ``by_choice``: the contiguous ``[n, ...]`` tensor behind a choice-major ``log_probs`` (see
-    :func:`_log_softmax`); sampling then runs on it, with the same draws and indices.
     """
-    if by_choice is not None:
-        return _categorical_sample_by_choice(by_choice, generator, guard_logits, masked).unsqueeze_(-1)
     probs = log_probs.exp()
     cdf = probs.cumsum(-1)
     u = torch.rand(
@@ -417,11 +397,10 @@ class _CategoricalBase(Distribution):
 
     supports_action_mask = True
     logits: Tensor
-    _guard: bool
 
     def _init_logits(self, logits: Tensor, guard: bool) -> None:
         self.logits = logits
-        self._guard = guard
+        self._guard = logits if guard else None  # the guard_logits of the samplers
         self._log_probs: Tensor | None = None
         self._by_choice: Tensor | None = None  # see _log_softmax
         self._log_probs_mode: tuple[bool, bool] | None = None
@@ -450,6 +429,10 @@ class _CategoricalBase(Distribution):
     def raw_action_dtype(cls, action_space: spaces.Space) -> torch.dtype:
         """int64, like the env's action."""
         return torch.int64
+
+    def _sample(self, generator: torch.Generator | None) -> Tensor:
+        log_probs = self.log_probs  # sets _by_choice
+        return _categorical_sample(log_probs, generator, self._guard, by_choice=self._by_choice)
 
 
 class Categorical(_CategoricalBase):
@@ -497,9 +480,7 @@ class Categorical(_CategoricalBase):
 
     def sample(self, generator: torch.Generator | None = None) -> Tensor:
         """Draw one action index per row (inverse-CDF sampling), int64 ``[B]``."""
-        log_probs = self.log_probs
-        guard = self.logits if self._guard else None
-        return _categorical_sample(log_probs, generator, guard, by_choice=self._by_choice)
+        return self._sample(generator)
 
     def deterministic_sample(self) -> Tensor:
         """The most likely allowed action, int64 ``[B]``."""
@@ -515,8 +496,7 @@ class Categorical(_CategoricalBase):
         """Actions and their log-probabilities from one log-softmax and one gather, written
         straight into ``out`` when it is a pair of contiguous int64 / float32 tensors."""
         log_probs = self.log_probs
-        guard = self.logits if self._guard else None
-        by_choice = self._by_choice
+        guard, by_choice = self._guard, self._by_choice
         if deterministic:
             index = self.logits.argmax(-1, keepdim=True)
         elif by_choice is not None:
@@ -565,8 +545,7 @@ class MultiCategorical(_CategoricalBase):
         if pad_index is not None:
             # Components of different sizes: append one zero-probability logit and gather a
             # [*, num * width] layout in which short components repeat it as padding, so all
-            # components share one [*, num, width] tensor (faster than index_copy into a
-            # filled tensor: 48 vs 116 us at B=8192, nvec=[3, 2, 4], 1 thread).
+            # components share one [*, num, width] tensor (one gather, no filled tensor).
             index = pad_index.get(logits.device)
             if index is None:
                 index = pad_index[logits.device] = layout["pad_index_cpu"].to(logits.device)
@@ -629,9 +608,7 @@ class MultiCategorical(_CategoricalBase):
 
     def sample(self, generator: torch.Generator | None = None) -> Tensor:
         """Draw one choice per component, int64 ``[B, *nvec.shape]``."""
-        guard = self.logits if self._guard else None
-        log_probs = self.log_probs
-        return self._shape_actions(_categorical_sample(log_probs, generator, guard, by_choice=self._by_choice))
+        return self._shape_actions(self._sample(generator))
 
     def deterministic_sample(self) -> Tensor:
         """The most likely allowed choice of every component, int64 ``[B, *nvec.shape]``."""
@@ -809,10 +786,6 @@ class SquashedNormal(Normal):
         log_det = (2.0 * (_LOG_2 - u - F.softplus(-2.0 * u))).sum(-1)
         bounds = _BoxBounds.get(self.action_space, u.device)
         return super()._log_prob_flat(u) - log_det - bounds.log_half_range_sum
-
-    def log_prob(self, actions: Tensor) -> Tensor:
-        """Log-density of the env action that pre-tanh raw ``actions`` map to, ``[B]``."""
-        return self._log_prob_flat(self._flat(actions))
 
     def entropy(self, generator: torch.Generator | None = None) -> Tensor:
         """One-sample estimate ``-log_prob(u)`` with ``u = mean + std * eps`` (reparameterised).
