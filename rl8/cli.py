@@ -376,11 +376,7 @@ def _train(args: argparse.Namespace) -> int:
     hparams = _build_hparams(given_hparams, "hparams")
     hparams = _rank_hparams(hparams)
     conditions = _stop_conditions(config)
-    run_args = {
-        "env_config": _mapping_option(config, "env_config", "config"),
-        "eval_env_config": _mapping_option(config, "eval_env_config", "config"),
-        "steps_per_eval": _int_option(config, "steps_per_eval", "config"),
-    }
+    run_args = _run_args(config)
     _check_eval_plan(hparams.horizons_per_env_reset, config, run_args)
     algo = _build_algo(env, hparams)
     stored = {k: v for k, v in config.items() if k in _RUN_KEYS or k == "env"}
@@ -389,6 +385,14 @@ def _train(args: argparse.Namespace) -> int:
     options = {k: v for k, v in _trainer_options(config, "config").items() if v is not None}
     trainer = Trainer(algo, progress=progress, metadata={"config": stored}, **options)
     return _run(trainer, conditions, run_args)
+
+
+def _run_args(config: Mapping[str, Any], stored: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The arguments of ``Trainer.run`` that ``config`` gives, else those ``stored`` (how a
+    checkpoint's run was called)."""
+    read = {"env_config": _mapping_option, "eval_env_config": _mapping_option, "steps_per_eval": _int_option}
+    stored = stored or {}
+    return {key: option(config, key, "config") if key in config else stored.get(key) for key, option in read.items()}
 
 
 def _rank_hparams(hparams: Any) -> Any:
@@ -457,13 +461,7 @@ def _resume(
     # the config's conditions, else those the checkpoint's run used (also when run from Python)
     conditions = _stop_conditions(config) or _checkpoint_conditions(state["trainer"], path)
     # how the checkpoint's run() was called, unless the config or flags say otherwise
-    run_args = dict(state["trainer"].get("run") or {})
-    for key in ("env_config", "eval_env_config"):
-        if key in config:
-            run_args[key] = _mapping_option(config, key, "config")
-    if "steps_per_eval" in config:
-        run_args["steps_per_eval"] = _int_option(config, "steps_per_eval", "config")
-    run_args = {k: run_args.get(k) for k in ("env_config", "eval_env_config", "steps_per_eval")}
+    run_args = _run_args(config, state["trainer"].get("run") or {})
     eval_config = {"eval_num_envs": state["trainer"].get("eval_num_envs"), **config}
     _check_eval_plan(hparams.horizons_per_env_reset, eval_config, run_args)
     # the options given change the resumed Trainer's, except those naming its MLflow run
@@ -553,12 +551,15 @@ def _run(trainer: Any, conditions: list[Any], run_args: Mapping[str, Any]) -> in
 # rl8 eval
 
 
-def _load_policy_and_env(args: argparse.Namespace) -> tuple[Any, dict[str, Any], str, dict[str, Any]]:
-    """The saved policy named on the command line, what the file says about its env, the env
-    spec to use (``--env``, or the stored one checked for its kind, see docs/security.md) and
-    the env config (stored, then ``--env-config``)."""
+def _policy_and_env(args: argparse.Namespace, make: Any) -> tuple[Any, Any, str, dict[str, Any]]:
+    """The saved policy named on the command line, the env ``make(spec, env_kwargs)`` builds
+    for it (its spaces checked against the policy's), the env spec used (``--env``, or the
+    stored one checked for its kind, see docs/security.md) and the env config (stored, then
+    ``--env-config``)."""
+    import gymnasium
+
     from ._resolve import spec_from_env_info
-    from .export import policy_from_dict, read_policy
+    from .export import check_env_spaces, policy_from_dict, read_policy
 
     info = read_policy(args.policy, tracking_uri=args.tracking_uri)
     policy = policy_from_dict(info, map_location="cpu", source=args.policy, trust_code=args.trust_code)
@@ -574,14 +575,24 @@ def _load_policy_and_env(args: argparse.Namespace) -> tuple[Any, dict[str, Any],
     for text in args.env_config or []:
         path, value = parse_assignment(text, "--env-config")
         _assign(config, path, value)
-    return policy, env_info, spec, config
+    try:
+        env = make(spec, _stored_env_kwargs(args, env_info))
+    except (ValueError, TypeError, KeyError, ImportError, gymnasium.error.Error) as exc:
+        raise ConfigError(f"cannot build env {spec!r}: {exc}") from None
+    try:
+        check_env_spaces(env, policy.observation_space, policy.action_space,
+                         what=f"the env {args.env or env_info.get('spec')!r}", source=args.policy)
+    except ValueError as exc:
+        env.close()
+        raise ConfigError(str(exc)) from None
+    return policy, env, spec, config
 
 
 def _stored_env_kwargs(args: argparse.Namespace, env_info: Mapping[str, Any]) -> Any:
     """The stored env's arguments when the env used is the stored one (no ``--env``, or an
     ``--env`` naming the same env), else ``None``: they belong to that env. When ``--env`` is
     given the stored env and the names inside its arguments are checked here, as
-    :func:`_load_policy_and_env` checks them without ``--env`` (see docs/security.md)."""
+    :func:`_policy_and_env` checks them without ``--env`` (see docs/security.md)."""
     from ._resolve import spec_from_env_info
 
     if not args.env:
@@ -598,19 +609,13 @@ def _stored_env_kwargs(args: argparse.Namespace, env_info: Mapping[str, Any]) ->
 def _eval(args: argparse.Namespace) -> int:
     import torch
 
-    from .export import check_env_spaces
     from .ppo import make_env
 
-    policy, env_info, spec, config = _load_policy_and_env(args)
     num_envs = args.num_envs or args.episodes
-    env_kwargs = _stored_env_kwargs(args, env_info)
+    policy, env, spec, config = _policy_and_env(
+        args, lambda spec, env_kwargs: make_env(spec, num_envs, None, device="cpu", env_kwargs=env_kwargs)
+    )
     try:
-        env = make_env(spec, num_envs, None, device="cpu", env_kwargs=env_kwargs)
-    except (ValueError, TypeError, KeyError, ImportError) as exc:
-        raise ConfigError(f"cannot build env {spec!r}: {exc}") from None
-    try:
-        check_env_spaces(env, policy.observation_space, policy.action_space,
-                         what=f"the env {args.env or env_info.get('spec')!r}", source=args.policy)
         obs = env.reset(config=config or None, seed=args.seed)
     except (ValueError, TypeError, KeyError) as exc:
         env.close()
@@ -683,24 +688,11 @@ def _eval_steps(policy: Any, env: Any, obs: Any, steps: int, deterministic: bool
 
 
 def _record(args: argparse.Namespace) -> int:
-    import gymnasium
-
-    from .export import check_env_spaces
     from .video import make_recording_env, record_video
 
-    policy, env_info, spec, config = _load_policy_and_env(args)
-    env_kwargs = _stored_env_kwargs(args, env_info)
-
-    try:
-        env = make_recording_env(spec, env_kwargs=env_kwargs, device="cpu")
-    except (ValueError, TypeError, KeyError, ImportError, gymnasium.error.Error) as exc:
-        raise ConfigError(f"cannot build env {spec!r}: {exc}") from None
-    try:
-        check_env_spaces(env, policy.observation_space, policy.action_space,
-                         what=f"the env {args.env or env_info.get('spec')!r}", source=args.policy)
-    except ValueError as exc:
-        env.close()
-        raise ConfigError(str(exc)) from None
+    policy, env, _, config = _policy_and_env(
+        args, lambda spec, env_kwargs: make_recording_env(spec, env_kwargs=env_kwargs, device="cpu")
+    )
     try:
         path = record_video(
             policy, env, args.output, deterministic=not args.stochastic, max_steps=args.max_steps,
