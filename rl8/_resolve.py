@@ -67,41 +67,17 @@ class Kind(NamedTuple):
     check: Callable[[Any], bool]
 
 
-def _subclass_of(base: Callable[[], type]) -> Callable[[Any], bool]:
-    """``obj`` is a class deriving from ``base()`` (imported lazily: rl8 imports this module)."""
-    return lambda obj: isinstance(obj, type) and issubclass(obj, base())
+def _subclass_of(module: str, name: str) -> Callable[[Any], bool]:
+    """``obj`` is a class deriving from ``module.name`` (imported lazily: rl8 imports this module)."""
+    return lambda obj: isinstance(obj, type) and issubclass(obj, getattr(importlib.import_module(module), name))
 
 
-def _model_base() -> type:
-    from .models import Model
-
-    return Model
-
-
-def _distribution_base() -> type:
-    from .distributions import Distribution
-
-    return Distribution
-
-
-def _optimizer_base() -> type:
-    import torch
-
-    return torch.optim.Optimizer
-
-
-def _module_base() -> type:
-    import torch
-
-    return torch.nn.Module
-
-
-MODEL = Kind("an rl8 Model subclass (rl8.models.Model)", _subclass_of(_model_base))
+MODEL = Kind("an rl8 Model subclass (rl8.models.Model)", _subclass_of("rl8.models", "Model"))
 DISTRIBUTION = Kind("an rl8 Distribution subclass (rl8.distributions.Distribution)",
-                    _subclass_of(_distribution_base))
-OPTIMIZER = Kind("a torch.optim.Optimizer subclass", _subclass_of(_optimizer_base))
+                    _subclass_of("rl8.distributions", "Distribution"))
+OPTIMIZER = Kind("a torch.optim.Optimizer subclass", _subclass_of("torch.optim", "Optimizer"))
 #: Classes inside a model's config (e.g. ``activation=torch.nn.Tanh``).
-MODULE_CLASS = Kind("a torch.nn.Module subclass", _subclass_of(_module_base))
+MODULE_CLASS = Kind("a torch.nn.Module subclass", _subclass_of("torch.nn", "Module"))
 
 
 def _is_env_kind(obj: Any) -> bool:
