@@ -284,10 +284,8 @@ class DistContext:
         return box[0]
 
 
-def _picklable(exc: BaseException | None) -> BaseException | None:
+def _picklable(exc: BaseException) -> BaseException:
     """``exc``, or a RuntimeError with its message when it cannot be sent to another rank."""
-    if exc is None:
-        return None
     import pickle
 
     try:

@@ -57,8 +57,7 @@ class RunningMeanStd(nn.Module):
             return
         if n == 0:
             return
-        # two reductions: torch.var_mean is several times slower on the CPU (16384 doubles,
-        # 2 threads: 76 us against 16 us)
+        # two reductions: torch.var_mean is slower on the CPU
         mean = x.mean(0)
         var = x.var(0, unbiased=False) if n > 1 else torch.zeros_like(mean)
         self.merge_(mean, var, torch.tensor(float(n), dtype=torch.float64, device=x.device))

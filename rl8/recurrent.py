@@ -26,7 +26,7 @@ from tensordict import TensorDict, TensorDictBase
 from torch import Tensor, nn
 
 from .models import (
-    Model, _head, _mlp, check_widths, flat_observation_size, flatten_observation, resolve_activation,
+    Model, _linear, _mlp, check_widths, flat_observation_size, flatten_observation, resolve_activation,
 )
 
 __all__ = ["RecurrentModel", "LSTMModel", "GRUModel"]
@@ -145,8 +145,8 @@ class _RNNModel(RecurrentModel):
                     nn.init.orthogonal_(param, 1.0)
                 else:
                     nn.init.zeros_(param)
-        self.pi = _head(hidden_size, head_size, 0.01, ortho_init)
-        self.vf = _head(hidden_size, 1, 1.0, ortho_init)
+        self.pi = _linear(hidden_size, head_size, 0.01, ortho_init)
+        self.vf = _linear(hidden_size, 1, 1.0, ortho_init)
 
     # -- state ---------------------------------------------------------------------------------
 
