@@ -575,8 +575,9 @@ def _policy_and_env(args: argparse.Namespace, make: Any) -> tuple[Any, Any, str,
     for text in args.env_config or []:
         path, value = parse_assignment(text, "--env-config")
         _assign(config, path, value)
+    env_kwargs = _stored_env_kwargs(args, env_info)
     try:
-        env = make(spec, _stored_env_kwargs(args, env_info))
+        env = make(spec, env_kwargs)
     except (ValueError, TypeError, KeyError, ImportError, gymnasium.error.Error) as exc:
         raise ConfigError(f"cannot build env {spec!r}: {exc}") from None
     try:

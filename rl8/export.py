@@ -60,10 +60,6 @@ _RUN_ID = re.compile(r"[0-9a-f]{32}")
 # spaces <-> plain dicts
 
 
-def _dtype_str(dtype: Any) -> str:
-    return str(np.dtype(dtype))
-
-
 def space_to_dict(space: spaces.Space) -> dict[str, Any]:
     """A gymnasium space as a dict of tensors and plain values (``weights_only``-safe).
 
@@ -80,7 +76,7 @@ def space_to_dict(space: spaces.Space) -> dict[str, Any]:
             "low": torch.from_numpy(np.array(space.low, copy=True)),
             "high": torch.from_numpy(np.array(space.high, copy=True)),
             "shape": list(space.shape),
-            "dtype": _dtype_str(space.dtype),
+            "dtype": str(np.dtype(space.dtype)),
         }
     if isinstance(space, spaces.Discrete):
         return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}
@@ -89,7 +85,7 @@ def space_to_dict(space: spaces.Space) -> dict[str, Any]:
             "type": "MultiDiscrete",
             "nvec": torch.from_numpy(np.array(space.nvec, dtype=np.int64)),
             "start": torch.from_numpy(np.array(space.start, dtype=np.int64)),
-            "dtype": _dtype_str(space.dtype),
+            "dtype": str(np.dtype(space.dtype)),
         }
     if isinstance(space, spaces.MultiBinary):
         n = space.n
@@ -173,15 +169,16 @@ def _from_plain(value: Any, source: Any, trust_code: bool, where: str = "model_c
     return value
 
 
-def _stored_name(d: Mapping[str, Any], key: str, source: Any) -> str:
-    """The dotted path stored under ``key``; a file can hold nothing else there."""
+def _stored_class(d: Mapping[str, Any], key: str, kind: Any, source: Any, trust_code: bool) -> Any:
+    """The class of ``kind`` whose dotted path is stored under ``key`` (a file can hold nothing
+    else there), imported and checked by :func:`rl8._resolve.resolve`."""
     from .checkpoint import CheckpointError
 
     value = d.get(key)
     if not isinstance(value, str):
         raise CheckpointError(f"{source}: {key} must be a dotted path (a str), got "
                               f"{type(value).__name__}")
-    return value
+    return resolve(value, kind, field=key, source=source, trust_code=trust_code)
 
 
 # --------------------------------------------------------------------------------------------
@@ -261,10 +258,8 @@ def policy_from_dict(
     if "state_dict" not in d:
         raise ValueError("the policy description holds no weights (state_dict)")
     source = "the policy description" if source is None else source
-    names = {"field": "model_cls", "source": source, "trust_code": trust_code}
-    model_cls = resolve(_stored_name(d, "model_cls", source), MODEL, **names)
-    names["field"] = "distribution_cls"
-    distribution_cls = resolve(_stored_name(d, "distribution_cls", source), DISTRIBUTION, **names)
+    model_cls = _stored_class(d, "model_cls", MODEL, source, trust_code)
+    distribution_cls = _stored_class(d, "distribution_cls", DISTRIBUTION, source, trust_code)
     model_config = _from_plain(d.get("model_config") or {}, source, trust_code)
     policy = Policy(
         space_from_dict(d["observation_space"]),
@@ -311,15 +306,9 @@ def _download(ref: str, artifact: str, tracking_uri: str | None, dst: str) -> Pa
     """Download one artifact of an MLflow run (``ref``: a run id or a ``runs:/`` URI)."""
     import mlflow.artifacts
 
+    where = {"artifact_uri": ref} if ref.startswith("runs:/") else {"run_id": ref, "artifact_path": artifact}
     try:
-        if ref.startswith("runs:/"):
-            local = mlflow.artifacts.download_artifacts(
-                artifact_uri=ref, tracking_uri=tracking_uri, dst_path=dst
-            )
-        else:
-            local = mlflow.artifacts.download_artifacts(
-                run_id=ref, artifact_path=artifact, tracking_uri=tracking_uri, dst_path=dst
-            )
+        local = mlflow.artifacts.download_artifacts(**where, tracking_uri=tracking_uri, dst_path=dst)
     except Exception as exc:
         uri = tracking_uri or mlflow.get_tracking_uri()
         raise FileNotFoundError(
