@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ._eval_envs import fork_rng
 from ._resolve import env_target
 from .env import Env
 from .runner import run_policy
@@ -253,11 +254,9 @@ def record_video(
             max_steps = _episode_limit(env, env_config) or DEFAULT_MAX_STEPS
         if fps is None:
             fps = (getattr(env, "metadata", None) or {}).get("render_fps") or _FALLBACK_FPS
-        rng = torch.random.fork_rng(
-            devices=[device] if device is not None and torch.device(device).type == "cuda" else []
-        ) if seed is not None and not deterministic else contextlib.nullcontext()
-        with rng:
-            if seed is not None and not deterministic:
+        seeded = seed is not None and not deterministic
+        with fork_rng(torch.device(device or "cpu")) if seeded else contextlib.nullcontext():
+            if seeded:
                 torch.manual_seed(seed)
             frames = _run(policy, env, deterministic, max_steps, index, env_config, seed)
             with contextlib.closing(frames):
