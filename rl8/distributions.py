@@ -4,17 +4,8 @@ A policy is a model plus a distribution class. The model outputs a flat tensor o
 ``param_size(action_space)`` parameters per sample; the distribution built from them samples
 *raw* actions (what the rollout buffer stores and what :meth:`Distribution.log_prob` takes) and
 :meth:`Distribution.to_env_action` maps raw actions to what ``Env.step`` receives (see
-:mod:`rl8.spaces` for the env's action conventions).
-
-* :class:`Categorical` for ``Discrete(n)``: ``n`` logits; raw actions int64 ``[B]``.
-* :class:`MultiCategorical` for ``MultiDiscrete(nvec)``: ``sum(nvec)`` logits; raw actions
-  int64 ``[B, *nvec.shape]``.
-* :class:`Normal` for float ``Box``: ``[mean (d), log_std (d)]``, ``d = prod(shape)``; raw
-  actions float32 ``[B, *shape]`` in a normalised space, mapped onto the bounds for the env.
-* :class:`SquashedNormal` for ``Box`` with finite bounds: params as ``Normal``; raw actions are
-  the pre-tanh samples, the env gets ``center + half_range * tanh(raw)``.
-* :class:`Bernoulli` for ``MultiBinary(shape)``: ``prod(shape)`` logits; raw actions int64 0/1
-  ``[B, *shape]``.
+:mod:`rl8.spaces` for the env's action conventions). Each class's docstring gives its action
+space, parameter layout and raw actions (a table in ``docs/distributions.md``).
 
 Everything is computed in float32 from raw tensor operations (no ``torch.distributions``
 objects in the hot loop), and sampling draws from the global torch RNG unless a
