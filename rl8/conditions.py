@@ -10,17 +10,11 @@ A :class:`Condition` is called by the Trainer after every training step with tha
     stop = from_config({"or": [{"hits_upper_bound": {"key": "env/steps", "bound": 1_000_000}},
                                {"time_limit": {"seconds": 3600}}]})
 
-Rules shared by every condition that reads a stat (see ``docs/conditions.md``):
-
-* A key missing from the stats raises :class:`MissingStatError` (a ``KeyError``) that lists
-  close matches, so a typo fails on the first check instead of never stopping.
-* Keys starting with ``"eval/"`` may be absent on steps without evaluation (no key of the stats
-  starts with ``"eval/"``): the condition then returns ``False`` and its state is unchanged. On a
-  step that has eval stats, a missing ``eval/`` key is an error like any other.
-* A ``NaN`` value carries no information: the condition returns ``False`` (bounds) or leaves its
-  patience counter unchanged (``Plateaus``, ``StopsIncreasing``, ``StopsDecreasing``).
-* A key that rl8 1.0.0 used for a since renamed stat (:data:`rl8.stats.RENAMED_STATS`) is
-  replaced by the current name when the condition is built, with a ``DeprecationWarning``.
+Every condition that reads a stat follows the same rules (``docs/conditions.md``, "Missing
+stats, evaluation stats and NaN"): a missing key raises :class:`MissingStatError` listing close
+matches; an ``eval/`` key may be absent on steps without eval stats (the check is then ``False``,
+the state unchanged); ``NaN`` carries no information; rl8 1.0.0's name of a renamed stat
+(:data:`rl8.stats.RENAMED_STATS`) is replaced by the current one, with a ``DeprecationWarning``.
 
 Stateful conditions expose :meth:`Condition.state_dict` / :meth:`Condition.load_state_dict`
 (plain Python types only) so that a resumed run continues its patience counters and clocks.
@@ -690,11 +684,10 @@ def from_config(spec: Mapping[str, Any], *, _path: str = "") -> Condition:
         hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
         raise ValueError(f"{where}: unknown field {field!r}.{hint} Valid fields: "
                          f"{', '.join(parameters)}.")
-    missing = [field for field, p in parameters.items()
-               if p.default is inspect.Parameter.empty and field not in args]
+    required = [field for field, p in parameters.items() if p.default is p.empty]
+    missing = [field for field in required if field not in args]
     if missing:
-        raise ValueError(f"{where}: missing field {missing[0]!r} (required: "
-                         f"{', '.join(f for f, p in parameters.items() if p.default is p.empty)})")
+        raise ValueError(f"{where}: missing field {missing[0]!r} (required: {', '.join(required)})")
     kwargs = {}
     for field, value in args.items():
         if field in _FLOAT_FIELDS and isinstance(value, str):
