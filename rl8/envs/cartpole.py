@@ -22,18 +22,10 @@ _THETA_THRESHOLD = 12 * 2 * math.pi / 360  # rad, 12 degrees
 class CartPole(PhysicsEnv):
     """Balance a pole on a cart by pushing the cart left or right (gymnasium's CartPole-v1).
 
-    The dynamics (explicit Euler), the constants, the reward, the termination and the
-    500-step truncation are those of ``gymnasium.make("CartPole-v1")``.
-
-    * **Observation** ``Box(float32, (4,))``: cart position (m), cart velocity (m/s), pole
-      angle from upright (rad, positive leaning right) and pole angular velocity (rad/s).
-    * **Action** ``Discrete(2)``: 0 pushes the cart left, 1 pushes it right, with
-      ``force_mag`` newtons.
-    * **Reward** 1.0 on every step, the terminating step included.
-    * **Terminated** when ``|x| > 2.4`` m or ``|theta| > 12`` degrees after the step.
-    * **Truncated** after ``max_episode_steps`` steps of an episode.
-    * **Reset**: every state variable uniform in ``[-0.05, 0.05]``; finished sub-envs are reset
-      inside :meth:`step`.
+    The dynamics (explicit Euler), the constants, the spaces, the reward (1.0 per step), the
+    termination (``|x| > 2.4`` m or ``|theta| > 12`` degrees) and the 500-step truncation are
+    those of ``gymnasium.make("CartPole-v1")``, tabulated in ``docs/envs.md``; finished sub-envs
+    are reset inside :meth:`step`.
 
     Parameters set with ``reset(config={...})`` (scalars, the same for all sub-envs):
     ``gravity`` (m/s^2, 9.8), ``masscart`` (kg, 1.0), ``masspole`` (kg, 0.1), ``length``

@@ -1,8 +1,9 @@
 """Two trivial 1-D infinite-horizon envs for tests and throughput benchmarks.
 
-A point ``x`` on a segment ``[-bounds, bounds]`` is moved by the action; the reward is
-``-|x|`` after the move, so the best policy walks to the origin and stays there. A step is a
-handful of tensor ops, which makes these envs the baseline of the throughput benchmarks.
+A point ``x`` on a segment ``[-bounds, bounds]`` is moved by ``step_size`` times the action and
+clamped to the segment; the reward is ``-|x|`` after the move, so the best policy walks to the
+origin and stays there. Only PPO resets the envs. A step is a handful of tensor ops, which makes
+these envs the baseline of the throughput benchmarks.
 """
 
 from __future__ import annotations
@@ -49,8 +50,6 @@ class _DummyEnv(Env):
 
     def _set_params(self, params: dict[str, float]) -> None:
         self.params: dict[str, float] = params
-        self._bounds = params["bounds"]
-        self._step_size = params["step_size"]
 
     def _initial_state(self) -> torch.Tensor:
         b = self.params["bounds"]
@@ -89,13 +88,8 @@ class _DummyEnv(Env):
 class DiscreteDummyEnv(_DummyEnv):
     """Walk left, stay or walk right on a segment; reward ``-|x|``. Infinite horizon.
 
-    * **Observation** ``Box(float32, (1,))``: the position ``x`` in ``[-bounds, bounds]``.
-    * **Action** ``Discrete(3)``: ``x += step_size * (a - 1)`` (0 left, 1 stay, 2 right),
-      then ``x`` is clamped to ``[-bounds, bounds]``.
-    * **Reward** ``-|x|`` after the move.
-    * **Reset** (only by PPO, never inside ``step``): ``x`` uniform in ``[-bounds, bounds]``.
-
-    Config keys: ``bounds`` (1.0), ``step_size`` (0.1).
+    The action ``Discrete(3)`` moves ``x`` by ``step_size * (a - 1)`` (0 left, 1 stay, 2
+    right); see the module docstring and ``docs/envs.md`` for the rest.
 
     Args:
         num_envs: Number of points simulated in parallel.
@@ -114,7 +108,7 @@ class DiscreteDummyEnv(_DummyEnv):
         Returns:
             TensorDict with ``obs`` (``[num_envs, 1]``) and ``rewards`` (``[num_envs, 1]``).
         """
-        b = self._bounds
+        b = self.params["bounds"]
         # the move of each action (-step_size, 0, +step_size) looked up in one op, [N, 1]
         index = action if action.dim() == 1 else action.reshape(self.num_envs)
         self.x = self._moves.index_select(0, index).add_(self.x).clamp_(-b, b)
@@ -128,13 +122,8 @@ class DiscreteDummyEnv(_DummyEnv):
 class ContinuousDummyEnv(_DummyEnv):
     """Move by a continuous amount on a segment; reward ``-|x|``. Infinite horizon.
 
-    * **Observation** ``Box(float32, (1,))``: the position ``x`` in ``[-bounds, bounds]``.
-    * **Action** ``Box(-1, 1, (1,), float32)``: ``x += step_size * clip(a, -1, 1)``, then ``x``
-      is clamped to ``[-bounds, bounds]``.
-    * **Reward** ``-|x|`` after the move.
-    * **Reset** (only by PPO, never inside ``step``): ``x`` uniform in ``[-bounds, bounds]``.
-
-    Config keys: ``bounds`` (1.0), ``step_size`` (0.1).
+    The action ``Box(-1, 1, (1,), float32)`` moves ``x`` by ``step_size * clip(a, -1, 1)``; see
+    the module docstring and ``docs/envs.md`` for the rest.
 
     Args:
         num_envs: Number of points simulated in parallel.
@@ -153,7 +142,7 @@ class ContinuousDummyEnv(_DummyEnv):
         Returns:
             TensorDict with ``obs`` (``[num_envs, 1]``) and ``rewards`` (``[num_envs, 1]``).
         """
-        b = self._bounds
+        b = self.params["bounds"]
         move = action.reshape(self.num_envs, 1).clamp(-1.0, 1.0)
-        self.x = torch.add(self.x, move, alpha=self._step_size).clamp_(-b, b)
+        self.x = torch.add(self.x, move, alpha=self.params["step_size"]).clamp_(-b, b)
         return self._output()

@@ -25,17 +25,10 @@ class Memory(Env):
     on every other step. The episode then ends (``terminated``) and the sub-env resets itself
     with a new cue.
 
-    The optimal mean episode return is 1.0. A policy without memory sees the same
-    observation at every answer step, so it cannot beat chance, ``1 / num_cues`` (except with
-    ``delay = 0``, where the cue and the answer flag are shown together).
-
-    * **Observation** ``Box(0, 1, (num_cues + 1,), float32)``.
-    * **Action** ``Discrete(num_cues)``: the answer (ignored before the final step).
-    * **Reward** 1.0 for a correct answer on the final step, else 0.0.
-    * **Terminated** after the answer step; never truncated.
-
+    The optimal mean episode return is 1.0; a policy without memory cannot beat chance,
+    ``1 / num_cues`` (except with ``delay = 0``). The spaces are tabulated in ``docs/envs.md``.
     All sub-envs are reset together and episodes have a fixed length, so the sub-envs stay in
-    step with each other (every episode starts on the same step in all of them).
+    step with each other.
 
     Config key (``reset(config={...})``): ``delay`` (steps between the cue and the answer, an
     int >= 0). ``num_cues`` changes the spaces, so it is a constructor argument only.

@@ -19,18 +19,11 @@ __all__ = ["Pendulum"]
 class Pendulum(PhysicsEnv):
     """Swing a pendulum up and keep it upright with a limited torque (gymnasium's Pendulum-v1).
 
-    The dynamics, constants and reward are those of ``gymnasium.make("Pendulum-v1")``.
-
-    * **Observation** ``Box(float32, (3,))``: ``cos(theta)``, ``sin(theta)`` and the angular
-      velocity ``theta_dot`` (rad/s); ``theta`` (rad) is 0 upright and grows counter-clockwise.
-    * **Action** ``Box(-2, 2, (1,), float32)``: the torque (N m), clipped to
-      ``[-max_torque, max_torque]`` inside :meth:`step` (the action space keeps its bounds of
-      ±2 when ``max_torque`` is changed by a config).
-    * **Reward** ``-(angle_normalize(theta)^2 + 0.1 theta_dot^2 + 0.001 u^2)`` of the state and
-      the clipped torque *before* the step, in ``[-16.27, 0]``.
-    * **Terminated** never; **truncated** after ``max_episode_steps`` steps of an episode.
-    * **Reset**: ``theta`` uniform in ``[-pi, pi]``, ``theta_dot`` uniform in ``[-1, 1]``;
-      finished sub-envs are reset inside :meth:`step`.
+    The dynamics, constants, spaces and reward are those of ``gymnasium.make("Pendulum-v1")``,
+    tabulated in ``docs/envs.md``: the observation is ``(cos(theta), sin(theta), theta_dot)``
+    with ``theta`` 0 upright, the action a torque (N m) clipped to ``[-max_torque, max_torque]``
+    (the action space keeps its bounds of ±2). It never terminates; finished (truncated) sub-envs
+    are reset inside :meth:`step`.
 
     Parameters set with ``reset(config={...})`` (scalars, the same for all sub-envs): ``g``
     (m/s^2, 10.0), ``m`` (kg, 1.0), ``l`` (m, 1.0), ``dt`` (s per step, 0.05), ``max_speed``
