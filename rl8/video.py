@@ -191,14 +191,10 @@ def record_video(
 ) -> Path:
     """Run ``policy`` in ``env`` and write a video of sub-env ``index`` to an MP4 file.
 
-    The env is reset (all its sub-envs), then stepped with ``policy(obs,
-    deterministic=deterministic)`` until sub-env ``index`` ends its episode (``terminated`` or
-    ``truncated``) or ``max_steps`` steps have been taken. A frame is rendered after the
-    reset and after every step, except after the step that ends the episode: the env has then
-    already reset that sub-env (auto-reset), so the frame would show the next episode. So a
-    video holds ``T`` frames for an episode of ``T`` steps, and ``max_steps + 1`` frames when
-    ``max_steps`` cuts it. A recurrent policy's state is reset before the first step, for each
-    sub-env whose episode ends, and after the recording.
+    The env is reset, then stepped until sub-env ``index`` ends its episode or ``max_steps``
+    steps have been taken (the policy acts through :func:`rl8.runner.run_policy`). An episode
+    of ``T`` steps gives ``T`` frames, one cut by ``max_steps`` gives ``max_steps + 1``: no frame
+    after the step that ends the episode, which shows the next one (see ``docs/videos.md``).
 
     Args:
         policy: A :class:`rl8.Policy` (``algo.policy``, :func:`rl8.load_policy`'s result) or
