@@ -319,12 +319,6 @@ def _mlflow_ui_command(uri: str) -> str:
     return command
 
 
-def _is_main(trainer: Any) -> bool:
-    """Whether this process prints (rank 0 under torchrun, always otherwise)."""
-    dist = getattr(trainer.algo, "dist", None)
-    return dist is None or bool(dist.is_main)
-
-
 def _launcher(trainer: Any) -> str:
     """How to start the same number of ranks again (empty outside torchrun)."""
     dist = getattr(trainer.algo, "dist", None)
@@ -336,7 +330,8 @@ def _launcher(trainer: Any) -> str:
 
 
 def _summary(trainer: Any, out: Any = None) -> None:
-    if not _is_main(trainer):
+    dist = getattr(trainer.algo, "dist", None)
+    if dist is not None and not dist.is_main:  # under torchrun only rank 0 prints
         return
     out = out or sys.stdout
     algo = trainer.algo

@@ -191,10 +191,10 @@ class TrainerConfig:
         return cls(**{name: saved[name] for name in cls.names(stored=True) if name in saved})
 
 
-
 TrainerConfig.__doc__ = (TrainerConfig.__doc__ or "") + "\n    Attributes:\n" + "".join(
     f"        {field.name}: {field.metadata['doc']}\n" for field in dataclasses.fields(TrainerConfig)
 )
+
 
 def run_params(algo: PPO, config: TrainerConfig, env_spec: str | None, dist: DistContext) -> dict[str, Any]:
     """A training run's configuration as nested MLflow params: hyper-parameters (the values in

@@ -67,5 +67,4 @@ class Schedule:
         return v0 + (v1 - v0) * (env_steps - s0) / (s1 - s0)
 
     def __repr__(self) -> str:
-        pts = list(zip(self.steps, self.values))
-        return f"Schedule({pts!r}, kind={self.kind!r})"
+        return f"Schedule({list(zip(self.steps, self.values))!r}, kind={self.kind!r})"

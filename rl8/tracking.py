@@ -1033,14 +1033,13 @@ class Tracker(_Run):
                     new[key] = value
                 elif old != value:
                     alt = f"resumed/{key}"
-                    if self._resume_id is not None and self._params.get(alt) in (None, value):
-                        if self._params.get(alt) is None:
-                            new[alt] = value
-                    else:
+                    if self._resume_id is None or self._params.get(alt, value) != value:
                         warnings.warn(
                             f"MLflow param {key!r} is already {old!r} in run {self.run_id}; "
                             f"the new value {value!r} is not recorded (params cannot change)",
                             TrackingWarning, stacklevel=2)
+                    elif alt not in self._params:
+                        new[alt] = value
             self._params.update(new)
         if new:
             self._queued(self._outbox.add(params=new))
