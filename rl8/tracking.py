@@ -292,8 +292,7 @@ def _experiment_id(client: Any, uri: str, experiment: str) -> str:
         return exp.experiment_id
 
 
-def _resume_run(client: Any, uri: str, experiment: str, run_name: str | None,
-                run_id: str) -> _OpenedRun:
+def _resume_run(client: Any, uri: str, experiment: str, run_name: str | None, run_id: str) -> _OpenedRun:
     from mlflow.entities import RunTag
 
     try:
@@ -473,8 +472,7 @@ class _Courier:
             return _HttpPolicy(self.http, _DEGRADED_RETRIES, 0, _DEGRADED_TIMEOUT_S, True)
         return _HttpPolicy(self.http, _LOG_RETRIES, _LOG_BACKOFF, _LOG_TIMEOUT_S, False)
 
-    def deliver(self, outbox: _Outbox, *, force: bool, deadline: float = math.inf,
-                stacklevel: int = 3) -> None:
+    def deliver(self, outbox: _Outbox, *, force: bool, deadline: float = math.inf, stacklevel: int = 3) -> None:
         """Send params, metrics (oldest first), artifacts; stop at the first failure. Unless
         ``force``, only when due. Before a ``deadline``, each request gets at most half the
         time left (the rest is for the run's status)."""
@@ -934,16 +932,10 @@ class Tracker(_Run):
     """One MLflow run: params, per-step metrics, artifacts and its final status.
 
     The tracker talks to the store through its own ``MlflowClient``; it never touches MLflow's
-    global active run. Typical use (the ``Trainer`` does this for you)::
-
-        with Tracker(experiment="cartpole") as tracker:     # start(); end() on exit
-            tracker.log_params({"hparams": {"lr": 3e-4}})   # -> param "hparams/lr"
-            for ...:
-                tracker.log_metrics(stats, step=stats["env/steps"])
-
-    Everything logged goes through one queue: sent at once by the calling thread, or, when
-    ``asynchronous``, by the tracker's logging thread (``rl8-mlflow-logger``), so that a slow
-    or hung store never holds up the caller.
+    global active run. ``with Tracker(...) as tracker:`` starts the run and ends it on exit
+    (``docs/tracking.md`` has an example). Everything logged goes through one queue: sent at
+    once by the calling thread, or, when ``asynchronous``, by the tracker's logging thread
+    (``rl8-mlflow-logger``), so that a slow or hung store never holds up the caller.
 
     Args:
         experiment: Name of the MLflow experiment the run goes to; created when absent.
@@ -1011,13 +1003,10 @@ class Tracker(_Run):
     def log_params(self, params: Mapping[str, Any]) -> None:
         """Record the run's configuration as MLflow params.
 
-        Flattened by :func:`flatten_params` (``"hparams/lr"``), sent in batches of 100.
-
-        MLflow params cannot change once logged. A param already logged with the same value
-        is skipped (so re-logging the config of a resumed run is harmless). On a *resumed*
-        run, a param whose value changed is logged as ``"resumed/<key>"`` (once; a later
-        different value is dropped with a warning); on a run created by this tracker a changed
-        value is dropped with a :class:`TrackingWarning`.
+        Flattened by :func:`flatten_params` (``"hparams/lr"``), sent in batches of 100. MLflow
+        params cannot change once logged: a param logged again with the same value is skipped;
+        a changed value is logged as ``"resumed/<key>"`` on a resumed run (once), else dropped
+        with a :class:`TrackingWarning` (see ``docs/tracking.md``, "Resuming a run").
 
         Args:
             params: A (possibly nested) mapping of names to values.
