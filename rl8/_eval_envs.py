@@ -30,13 +30,8 @@ def fork_rng(device: torch.device) -> contextlib.AbstractContextManager:
     return torch.random.fork_rng(devices=devices)
 
 
-def check_eval_plan(
-    horizons_per_env_reset: int,
-    *,
-    eval_num_envs: int | None,
-    steps_per_eval: int | None,
-    eval_env_config: Mapping[str, Any] | None,
-) -> None:
+def check_eval_plan(horizons_per_env_reset: int, *, eval_num_envs: int | None, steps_per_eval: int | None,
+                    eval_env_config: Mapping[str, Any] | None) -> None:
     """Check, before training, that :meth:`Trainer.run` can evaluate as asked.
 
     Any cadence works: evaluations that do not fall on an env-reset boundary of the training

@@ -229,9 +229,7 @@ def import_path(path: str, *, field: str, source: Any = None, trust_code: bool =
     raise ImportError(f"cannot import the {field} {path!r} {where}({error}){hint}")
 
 
-def resolve(
-    value: Any, kind: Kind, *, field: str, source: Any = None, trust_code: bool = False
-) -> Any:
+def resolve(value: Any, kind: Kind, *, field: str, source: Any = None, trust_code: bool = False) -> Any:
     """``value`` as an object of ``kind``: a dotted path is imported, an object kept; ``None``
     stays ``None`` (the default is used). The kind is checked before anything is called.
 
@@ -275,14 +273,8 @@ def _check_gymnasium_id(env_id: str, field: str, source: Any, trust_code: bool) 
         _check_path(module, field, source, trust_code)
 
 
-def resolve_env(
-    spec: Any,
-    *,
-    field: str = "env",
-    source: Any = None,
-    trust_code: bool = False,
-    env_kwargs: Mapping[str, Any] | None = None,
-) -> Any:
+def resolve_env(spec: Any, *, field: str = "env", source: Any = None, trust_code: bool = False,
+                env_kwargs: Mapping[str, Any] | None = None) -> Any:
     """An env spec as something :func:`rl8.ppo.make_env` builds, checked before it is called.
 
     A dotted path is imported (:func:`import_path`); other strings are gymnasium ids and stay

@@ -124,9 +124,8 @@ def check_finite_policy(policy: torch.nn.Module, step: int, last_checkpoint: Pat
     )
 
 
-def write_checkpoint(
-    state: dict[str, Any], path: Any, folder: Path | None, keep_last: int | None, step: int, dist: DistContext
-) -> Path:
+def write_checkpoint(state: dict[str, Any], path: Any, folder: Path | None, keep_last: int | None, step: int,
+                     dist: DistContext) -> Path:
     """Write a Trainer checkpoint on rank 0 to ``path``, or (``path=None``) as ``folder``'s
     numbered checkpoint keeping the last ``keep_last``; in data-parallel training with every
     rank's own algo state. Every rank gets the absolute path written, or rank 0's error."""
@@ -160,9 +159,8 @@ def log_policy_artifacts(tracker: Any, policy: torch.nn.Module, env: dict[str, A
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def algo_from_checkpoint(
-    file: Path, state: Mapping[str, Any], *, env: Any, hparams: Mapping[str, Any] | None, trust_code: bool
-) -> PPO:
+def algo_from_checkpoint(file: Path, state: Mapping[str, Any], *, env: Any, hparams: Mapping[str, Any] | None,
+                         trust_code: bool) -> PPO:
     """The PPO a Trainer checkpoint describes, with its state loaded.
 
     Every class the file names is imported and checked for its kind before anything is called

@@ -102,10 +102,9 @@ def _handle_signals(trainer: Trainer, signals: StopSignals, progress: Progress) 
     raise signal_exit(signum)
 
 
-def train_until(
-    trainer: Trainer, conditions: list[Condition], stats: TrainStats, *, finished: bool,
-    env_config: dict[str, Any] | None, eval_env_config: dict[str, Any] | None, steps_per_eval: int | None,
-) -> TrainStats:
+def train_until(trainer: Trainer, conditions: list[Condition], stats: TrainStats, *, finished: bool,
+                env_config: dict[str, Any] | None, eval_env_config: dict[str, Any] | None,
+                steps_per_eval: int | None) -> TrainStats:
     """The body of :meth:`rl8.Trainer.run` once its arguments are checked: steps until a
     condition holds (none when ``finished``: they held at the checkpoint), with signals
     handled; returns the last step's stats (``stats`` when no step ran)."""

@@ -524,9 +524,7 @@ def resolve_checkpoint(ref: str | os.PathLike[str], *, tracking_uri: str | None 
     return found
 
 
-def read_checkpoint(
-    ref: str | os.PathLike[str], *, tracking_uri: str | None = None
-) -> tuple[Path, dict[str, Any]]:
+def read_checkpoint(ref: str | os.PathLike[str], *, tracking_uri: str | None = None) -> tuple[Path, dict[str, Any]]:
     """Resolve (:func:`resolve_checkpoint`) and load a checkpoint, as this rank sees it.
 
     In data-parallel training rank 0 alone reads the file (and asks MLflow for a run id) and

@@ -414,13 +414,8 @@ def _build_algo(env: str, hparams: Any) -> Any:
         raise ConfigError(f"cannot build PPO for env {env!r}: {message}") from None
 
 
-def _resume(
-    args: argparse.Namespace,
-    file_config: Mapping[str, Any],
-    cli_config: Mapping[str, Any],
-    given_hparams: Mapping[str, Any],
-    progress: bool | None,
-) -> int:
+def _resume(args: argparse.Namespace, file_config: Mapping[str, Any], cli_config: Mapping[str, Any],
+            given_hparams: Mapping[str, Any], progress: bool | None) -> int:
     from .checkpoint import read_checkpoint
     from .ppo import _plain_hparams
     from .trainer import Trainer
@@ -508,9 +503,7 @@ def _canonical_env(spec: str, *, source: Any = None, trust_code: bool = False) -
         return spec
 
 
-def _check_eval_plan(
-    horizons_per_env_reset: int, config: Mapping[str, Any], run_args: Mapping[str, Any]
-) -> None:
+def _check_eval_plan(horizons_per_env_reset: int, config: Mapping[str, Any], run_args: Mapping[str, Any]) -> None:
     from .trainer import check_eval_plan
 
     try:

@@ -115,25 +115,16 @@ def _log_softmax(logits: Tensor) -> tuple[Tensor, Tensor | None]:
     return torch.log_softmax(logits, -1), None
 
 
-def _categorical_sample(
-    log_probs: Tensor,
-    generator: torch.Generator | None,
-    guard_logits: Tensor | None,
-    masked: bool | None = None,
-    by_choice: Tensor | None = None,
-) -> Tensor:
+def _categorical_sample(log_probs: Tensor, generator: torch.Generator | None, guard_logits: Tensor | None,
+                        masked: bool | None = None, by_choice: Tensor | None = None) -> Tensor:
     """Sampled indices ``[...]`` (see :func:`_categorical_sample_index`)."""
     if by_choice is not None:
         return _categorical_sample_by_choice(by_choice, generator, guard_logits, masked)
     return _categorical_sample_index(log_probs, generator, guard_logits, masked).squeeze(-1)
 
 
-def _categorical_sample_index(
-    log_probs: Tensor,
-    generator: torch.Generator | None,
-    guard_logits: Tensor | None,
-    masked: bool | None = None,
-) -> Tensor:
+def _categorical_sample_index(log_probs: Tensor, generator: torch.Generator | None, guard_logits: Tensor | None,
+                              masked: bool | None = None) -> Tensor:
     """Inverse-CDF sampling (one uniform per row instead of one per choice as Gumbel-max or
     multinomial need, and no logs): index ``[..., 1]`` of the first cumulative probability
     >= u, u ~ U(0, total].
@@ -185,13 +176,8 @@ def _to_out(result: tuple[Tensor, Tensor], out: tuple[Tensor, Tensor] | None) ->
     return out
 
 
-def _categorical_sample_by_choice(
-    by_choice: Tensor,
-    generator: torch.Generator | None,
-    guard_logits: Tensor | None,
-    masked: bool | None,
-    out: Tensor | None = None,
-) -> Tensor:
+def _categorical_sample_by_choice(by_choice: Tensor, generator: torch.Generator | None, guard_logits: Tensor | None,
+                                  masked: bool | None, out: Tensor | None = None) -> Tensor:
     """:func:`_categorical_sample_index` on choice-major log-probs ``[n, ...]``: the same
     draws (one uniform per row, in row order) and the same indices, but ``[...]``. The index
     is the number of cumulative probabilities below u, which for a non-decreasing cdf is the
@@ -264,9 +250,7 @@ class Distribution(ABC):
 
     supports_action_mask: ClassVar[bool] = False
 
-    def __init__(
-        self, params: Tensor, action_space: spaces.Space, *, action_mask: Tensor | None = None
-    ) -> None:
+    def __init__(self, params: Tensor, action_space: spaces.Space, *, action_mask: Tensor | None = None) -> None:
         name = type(self).__name__
         if not self.supports(action_space):
             raise ValueError(
@@ -339,13 +323,8 @@ class Distribution(ABC):
     def deterministic_sample(self) -> Tensor:
         """The mode of each distribution as a raw action (for evaluation)."""
 
-    def sample_with_log_prob(
-        self,
-        generator: torch.Generator | None = None,
-        *,
-        deterministic: bool = False,
-        out: tuple[Tensor, Tensor] | None = None,
-    ) -> tuple[Tensor, Tensor]:
+    def sample_with_log_prob(self, generator: torch.Generator | None = None, *, deterministic: bool = False,
+                             out: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
         """Draw raw actions (:meth:`sample`, or the modes when ``deterministic``) together
         with their :meth:`log_prob`, ``([*batch_shape, *raw_action_shape], [*batch_shape])``.
 
@@ -438,9 +417,7 @@ class Categorical(_CategoricalBase):
     becomes uniform over all actions (no NaN, but the sample is then not allowed).
     """
 
-    def __init__(
-        self, params: Tensor, action_space: spaces.Space, *, action_mask: Tensor | None = None
-    ) -> None:
+    def __init__(self, params: Tensor, action_space: spaces.Space, *, action_mask: Tensor | None = None) -> None:
         super().__init__(params, action_space, action_mask=action_mask)
         logits = params.float()
         if action_mask is not None:
@@ -477,13 +454,8 @@ class Categorical(_CategoricalBase):
         """The most likely allowed action, int64 ``[B]``."""
         return self.logits.argmax(-1)
 
-    def sample_with_log_prob(
-        self,
-        generator: torch.Generator | None = None,
-        *,
-        deterministic: bool = False,
-        out: tuple[Tensor, Tensor] | None = None,
-    ) -> tuple[Tensor, Tensor]:
+    def sample_with_log_prob(self, generator: torch.Generator | None = None, *, deterministic: bool = False,
+                             out: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
         """Actions and their log-probabilities from one log-softmax and one gather, written
         straight into ``out`` when it is a pair of contiguous int64 / float32 tensors."""
         log_probs = self.log_probs
@@ -523,9 +495,7 @@ class MultiCategorical(_CategoricalBase):
     allow at least one of its choices.
     """
 
-    def __init__(
-        self, params: Tensor, action_space: spaces.Space, *, action_mask: Tensor | None = None
-    ) -> None:
+    def __init__(self, params: Tensor, action_space: spaces.Space, *, action_mask: Tensor | None = None) -> None:
         super().__init__(params, action_space, action_mask=action_mask)
         layout = self._layout(action_space)
         num, width, pad_index = layout["num"], layout["width"], layout["pad_index"]
@@ -664,9 +634,7 @@ class Normal(Distribution):
         log_std: ``[B, d]`` float32, clamped.
     """
 
-    def __init__(
-        self, params: Tensor, action_space: spaces.Space, *, action_mask: Tensor | None = None
-    ) -> None:
+    def __init__(self, params: Tensor, action_space: spaces.Space, *, action_mask: Tensor | None = None) -> None:
         super().__init__(params, action_space, action_mask=action_mask)
         params = params.float()
         d = params.shape[-1] // 2

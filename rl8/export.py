@@ -185,12 +185,7 @@ def _stored_class(d: Mapping[str, Any], key: str, kind: Any, source: Any, trust_
 # policy <-> dict
 
 
-def policy_to_dict(
-    policy: Any,
-    *,
-    include_state: bool = True,
-    env: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+def policy_to_dict(policy: Any, *, include_state: bool = True, env: dict[str, Any] | None = None) -> dict[str, Any]:
     """Describe a :class:`~rl8.policy.Policy` as plain data (tensors, numbers, strings).
 
     Args:
@@ -218,13 +213,8 @@ def policy_to_dict(
     return out
 
 
-def policy_from_dict(
-    d: Mapping[str, Any],
-    *,
-    map_location: Any = "cpu",
-    source: Any = None,
-    trust_code: bool = False,
-) -> Any:
+def policy_from_dict(d: Mapping[str, Any], *, map_location: Any = "cpu", source: Any = None,
+                     trust_code: bool = False) -> Any:
     """Build a :class:`~rl8.policy.Policy` from :func:`policy_to_dict`'s output, in eval mode.
 
     The classes ``d`` names are imported and checked before anything is called: the model
@@ -335,9 +325,7 @@ def _policy_from_checkpoint_state(state: Mapping[str, Any], source: Any) -> dict
     )
 
 
-def read_policy(
-    run_id_or_path: str | os.PathLike[str], *, tracking_uri: str | None = None
-) -> dict[str, Any]:
+def read_policy(run_id_or_path: str | os.PathLike[str], *, tracking_uri: str | None = None) -> dict[str, Any]:
     """The policy description (see :func:`policy_to_dict`) from a file, folder or MLflow run.
 
     Args:
@@ -376,13 +364,8 @@ def read_policy(
     return _policy_from_checkpoint_state(load_checkpoint(path), path)
 
 
-def load_policy(
-    run_id_or_path: str | os.PathLike[str],
-    *,
-    map_location: Any = "cpu",
-    tracking_uri: str | None = None,
-    trust_code: bool = False,
-) -> Any:
+def load_policy(run_id_or_path: str | os.PathLike[str], *, map_location: Any = "cpu", tracking_uri: str | None = None,
+                trust_code: bool = False) -> Any:
     """Load a policy that acts on observations, without any training state.
 
     ``policy(obs)`` returns (deterministic) env actions for a batch of observations;

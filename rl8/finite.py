@@ -47,10 +47,8 @@ def check_buffer_finite(buffer: RolloutBuffer, env_name: str, collect: int) -> N
             )
 
 
-def check_stats_finite(
-    stats: Mapping[str, float], names: tuple[str, ...], where: str, env_steps: int,
-    find_cause: Callable[[], None] | None = None,
-) -> None:
+def check_stats_finite(stats: Mapping[str, float], names: tuple[str, ...], where: str, env_steps: int,
+                       find_cause: Callable[[], None] | None = None) -> None:
     """Raise a :class:`NonFiniteError` when one of the (reduced) ``stats`` named ``names`` is
     NaN or inf.
 

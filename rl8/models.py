@@ -85,14 +85,8 @@ class Model(nn.Module):
 
     recurrent: ClassVar[bool] = False
 
-    def __init__(
-        self,
-        observation_space: spaces.Space,
-        action_space: spaces.Space,
-        distribution_cls: type,
-        /,
-        **config: Any,
-    ) -> None:
+    def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, distribution_cls: type, /,
+                 **config: Any) -> None:
         super().__init__()
         self.observation_space = observation_space
         self.action_space = action_space

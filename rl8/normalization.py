@@ -74,9 +74,8 @@ class RunningMeanStd(nn.Module):
         self.count.copy_(total)
 
     @torch.no_grad()
-    def merge_moments_(
-        self, current: tuple[float, float, float], count: float, total: float, total_sq: float
-    ) -> None:
+    def merge_moments_(self, current: tuple[float, float, float], count: float, total: float,
+                       total_sq: float) -> None:
         """Merge a batch given by its moments, with the arithmetic on the host.
 
         For scalar statistics (``shape == ()``) whose current values the caller has already
@@ -141,10 +140,8 @@ class ObservationNormalizer(nn.Module):
             yield (), obs
 
     @torch.no_grad()
-    def update(
-        self, obs: torch.Tensor | TensorDictBase, batch_dims: int = 1,
-        all_reduce: Callable[[torch.Tensor], Any] | None = None,
-    ) -> None:
+    def update(self, obs: torch.Tensor | TensorDictBase, batch_dims: int = 1,
+               all_reduce: Callable[[torch.Tensor], Any] | None = None) -> None:
         """Fold observations with ``batch_dims`` leading batch dims into the statistics
         (``all_reduce``: see :meth:`RunningMeanStd.update`)."""
         for key, leaf in self._leaves(obs):
@@ -183,10 +180,8 @@ class RewardNormalizer(nn.Module):
         eps: Added to the variance before the square root.
     """
 
-    def __init__(
-        self, num_envs: int, gamma: float, *, device: torch.device | str = "cpu",
-        clip: float = 10.0, eps: float = 1e-8,
-    ) -> None:
+    def __init__(self, num_envs: int, gamma: float, *, device: torch.device | str = "cpu", clip: float = 10.0,
+                 eps: float = 1e-8) -> None:
         super().__init__()
         self.gamma = float(gamma)
         self.clip = float(clip)
@@ -195,10 +190,8 @@ class RewardNormalizer(nn.Module):
         self.register_buffer("returns", torch.zeros(num_envs, dtype=torch.float32, device=device))
 
     @torch.no_grad()
-    def update(
-        self, rewards: torch.Tensor, dones: torch.Tensor | None,
-        all_reduce: Callable[[torch.Tensor], Any] | None = None,
-    ) -> None:
+    def update(self, rewards: torch.Tensor, dones: torch.Tensor | None,
+               all_reduce: Callable[[torch.Tensor], Any] | None = None) -> None:
         """Advance the running returns over a collect and fold them into the statistics.
 
         Args:

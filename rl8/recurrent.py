@@ -175,9 +175,8 @@ class _RNNModel(RecurrentModel):
         x = self.encoder(flatten_observation(flat, self.observation_space))
         return x.reshape(b, t, x.shape[-1])
 
-    def _run(
-        self, x: Tensor, state: TensorDictBase, firsts: Tensor, starts: Sequence[int]
-    ) -> tuple[Tensor, TensorDict]:
+    def _run(self, x: Tensor, state: TensorDictBase, firsts: Tensor,
+             starts: Sequence[int]) -> tuple[Tensor, TensorDict]:
         """Run the RNN over ``x`` ``[B, T, F]`` in segments beginning at ``starts`` (0 first).
 
         Every step where some row has ``firsts`` True must begin a segment: the state of those

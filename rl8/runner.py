@@ -60,9 +60,8 @@ def done_flags(out: TensorDictBase) -> torch.Tensor | None:
     return done
 
 
-def _rl8_actor(
-    policy: Policy, num_envs: int, deterministic: bool, generator: torch.Generator | None
-) -> Callable[[Observations, torch.Tensor], torch.Tensor]:
+def _rl8_actor(policy: Policy, num_envs: int, deterministic: bool,
+               generator: torch.Generator | None) -> Callable[[Observations, torch.Tensor], torch.Tensor]:
     """Acting with an :class:`rl8.Policy`: its recurrent state is kept here (``None`` for a
     feedforward model), so the policy's own state between calls is left alone."""
     state = policy.initial_state(num_envs)
@@ -76,9 +75,7 @@ def _rl8_actor(
     return act
 
 
-def _callable_actor(
-    policy: Callable[..., Any], deterministic: bool
-) -> Callable[[Observations, torch.Tensor], Any]:
+def _callable_actor(policy: Callable[..., Any], deterministic: bool) -> Callable[[Observations, torch.Tensor], Any]:
     """Acting with any ``policy(obs, deterministic=bool)``: one with a ``reset_state(mask)``
     (a state kept between calls) has it reset for the envs whose episode ended."""
     reset_state = getattr(policy, "reset_state", None)
@@ -91,15 +88,8 @@ def _callable_actor(
     return act
 
 
-def run_policy(
-    policy: Policy | Callable[..., Any],
-    env: Env,
-    obs: Observations,
-    *,
-    num_steps: int | None = None,
-    deterministic: bool = True,
-    generator: torch.Generator | None = None,
-) -> Iterator[PolicyStep]:
+def run_policy(policy: Policy | Callable[..., Any], env: Env, obs: Observations, *, num_steps: int | None = None,
+               deterministic: bool = True, generator: torch.Generator | None = None) -> Iterator[PolicyStep]:
     """Run ``policy`` in ``env`` from the observations ``obs`` and yield every step.
 
     Observations are moved to the policy's device and actions to the env's. A recurrent state

@@ -28,9 +28,8 @@ class Schedule:
         over one million env steps.
     """
 
-    def __init__(
-        self, points: Sequence[Sequence[float]], kind: ScheduleKind = "step", *, field: str = "schedule"
-    ) -> None:
+    def __init__(self, points: Sequence[Sequence[float]], kind: ScheduleKind = "step", *,
+                 field: str = "schedule") -> None:
         if kind not in ("step", "linear"):
             raise ValueError(f"{field}: kind must be 'step' or 'linear', got {kind!r}")
         if len(points) == 0:

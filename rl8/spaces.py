@@ -79,13 +79,8 @@ def space_dtype(space: spaces.Space) -> torch.dtype:
     raise TypeError(f"space_dtype: no tensor dtype for {type(space).__name__}")
 
 
-def zeros_like_space(
-    space: spaces.Space,
-    batch_size: Sequence[int],
-    *,
-    device: torch.device | str = "cpu",
-    dtype: torch.dtype | None = None,
-) -> torch.Tensor | TensorDict:
+def zeros_like_space(space: spaces.Space, batch_size: Sequence[int], *, device: torch.device | str = "cpu",
+                     dtype: torch.dtype | None = None) -> torch.Tensor | TensorDict:
     """Allocate a zero-filled batch of values of ``space``.
 
     Args:

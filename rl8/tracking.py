@@ -1213,13 +1213,8 @@ def running_runs(tracking_uri: str | None = None, *, experiment: str | None = No
     return sorted(out, key=lambda r: r.start_time_s)
 
 
-def clean_runs(
-    tracking_uri: str | None = None,
-    *,
-    experiment: str | None = None,
-    older_than_s: float | None = None,
-    dry_run: bool = False,
-) -> list[RunProcess]:
+def clean_runs(tracking_uri: str | None = None, *, experiment: str | None = None, older_than_s: float | None = None,
+               dry_run: bool = False) -> list[RunProcess]:
     """Mark ``FAILED`` the ``RUNNING`` runs whose process is gone (see :func:`running_runs`).
 
     A run is cleaned when its process is ``"dead"`` (it ran on this host and no process has

@@ -52,13 +52,8 @@ def _imageio() -> Any:
     return imageio
 
 
-def make_recording_env(
-    spec: Any,
-    *,
-    env_kwargs: Mapping[str, Any] | None = None,
-    horizon: int | None = None,
-    device: torch.device | str = "cpu",
-) -> Env:
+def make_recording_env(spec: Any, *, env_kwargs: Mapping[str, Any] | None = None, horizon: int | None = None,
+                       device: torch.device | str = "cpu") -> Env:
     """Build a one-env copy of ``spec`` that can render, for :func:`record_video`.
 
     Args:
@@ -263,15 +258,8 @@ def record_video(
     return path
 
 
-def _run(
-    policy: Callable[..., torch.Tensor],
-    env: Env,
-    deterministic: bool,
-    max_steps: int,
-    index: int,
-    env_config: dict[str, Any] | None,
-    seed: int | None,
-) -> Any:
+def _run(policy: Callable[..., torch.Tensor], env: Env, deterministic: bool, max_steps: int, index: int,
+         env_config: dict[str, Any] | None, seed: int | None) -> Any:
     """Yield the frames of one recorded episode (a generator: frames are written as they come)."""
     obs = env.reset(config=env_config or None, seed=seed)
     yield _render(env, index)

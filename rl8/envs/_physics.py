@@ -62,9 +62,7 @@ class PhysicsEnv(Env):
         """The observations of ``state``."""
         raise NotImplementedError
 
-    def reset(
-        self, *, config: dict[str, Any] | None = None, seed: int | None = None
-    ) -> torch.Tensor:
+    def reset(self, *, config: dict[str, Any] | None = None, seed: int | None = None) -> torch.Tensor:
         """Reset every sub-env and return the first observations.
 
         Args:

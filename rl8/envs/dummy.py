@@ -35,14 +35,7 @@ class _DummyEnv(Env):
     episodic: ClassVar[bool] = False
     observation_space = spaces.Box(-np.inf, np.inf, (1,), np.float32)
 
-    def __init__(
-        self,
-        num_envs: int,
-        /,
-        horizon: int | None = None,
-        *,
-        device: torch.device | str = "cpu",
-    ) -> None:
+    def __init__(self, num_envs: int, /, horizon: int | None = None, *, device: torch.device | str = "cpu") -> None:
         super().__init__(num_envs, horizon, device=device)
         self._generator = self.make_generator()
         self._set_params({"bounds": 1.0, "step_size": 0.1})
@@ -57,9 +50,7 @@ class _DummyEnv(Env):
             -b, b, generator=self._generator
         )
 
-    def reset(
-        self, *, config: dict[str, Any] | None = None, seed: int | None = None
-    ) -> torch.Tensor:
+    def reset(self, *, config: dict[str, Any] | None = None, seed: int | None = None) -> torch.Tensor:
         """Draw every ``x`` uniformly in ``[-bounds, bounds]`` and return it, ``[num_envs, 1]``.
 
         Args:

@@ -43,16 +43,8 @@ class Memory(Env):
 
     episodic: ClassVar[bool] = True
 
-    def __init__(
-        self,
-        num_envs: int,
-        /,
-        horizon: int | None = None,
-        *,
-        device: torch.device | str = "cpu",
-        delay: int = 4,
-        num_cues: int = 2,
-    ) -> None:
+    def __init__(self, num_envs: int, /, horizon: int | None = None, *, device: torch.device | str = "cpu",
+                 delay: int = 4, num_cues: int = 2) -> None:
         super().__init__(num_envs, horizon, device=device)
         if isinstance(num_cues, bool) or not isinstance(num_cues, numbers.Integral) or num_cues < 2:
             raise ValueError(f"Memory: num_cues must be an int >= 2, got {num_cues!r}")
@@ -83,9 +75,7 @@ class Memory(Env):
             self.num_cues, (self.num_envs,), generator=self._generator, device=self.device
         )
 
-    def reset(
-        self, *, config: dict[str, Any] | None = None, seed: int | None = None
-    ) -> torch.Tensor:
+    def reset(self, *, config: dict[str, Any] | None = None, seed: int | None = None) -> torch.Tensor:
         """Start a new episode with a new cue in every sub-env and return the first observations.
 
         Args:
