@@ -313,8 +313,7 @@ def resolve_env(spec: Any, *, field: str = "env", source: Any = None, trust_code
             from .envs.gymnasium import GymnasiumEnv
 
             if env_kwargs is not None and not isinstance(env_kwargs, Mapping):
-                raise _refuse(source, f"{field} env_kwargs must be a dict, got "
-                                      f"{type(env_kwargs).__name__}")
+                raise _refuse(source, f"{field} env_kwargs must be a dict, got {type(env_kwargs).__name__}")
             inner = (env_kwargs or {}).get("env")
             if isinstance(obj, type) and issubclass(obj, GymnasiumEnv) and isinstance(inner, str):
                 _check_gymnasium_id(inner, f"{field} env_kwargs['env']", source, trust_code)
@@ -407,8 +406,7 @@ def spec_from_env_info(info: Mapping[str, Any] | None, *, source: Any, trust_cod
         return None
     if not isinstance(spec, str):
         raise _refuse(source, f"the stored env spec must be a string, got {type(spec).__name__}")
-    return resolve_env(spec, source=source, trust_code=trust_code,
-                       env_kwargs=info.get("env_kwargs"))
+    return resolve_env(spec, source=source, trust_code=trust_code, env_kwargs=info.get("env_kwargs"))
 
 
 def check_stored_hparams(hparams: Any, *, source: Any, trust_code: bool = False) -> None:
@@ -416,11 +414,9 @@ def check_stored_hparams(hparams: Any, *, source: Any, trust_code: bool = False)
     (``model_cls``, ``distribution_cls``, ``optimizer_cls``, see :func:`resolve`); the names
     stay as stored (PPO resolves them again, to the same objects)."""
     if not isinstance(hparams, Mapping):
-        raise _refuse(source, "the stored hyper-parameters must be a dict, got "
-                              f"{type(hparams).__name__}")
+        raise _refuse(source, f"the stored hyper-parameters must be a dict, got {type(hparams).__name__}")
     for key, kind in HPARAM_KINDS.items():
         value = hparams.get(key)
         if value is not None and not isinstance(value, str):
-            raise _refuse(source, f"hparam {key} must be a dotted path (a str), got "
-                                  f"{type(value).__name__}")
+            raise _refuse(source, f"hparam {key} must be a dotted path (a str), got {type(value).__name__}")
         resolve(value, kind, field=f"hparam {key}", source=source, trust_code=trust_code)

@@ -71,8 +71,7 @@ class CheckpointError(ValueError):
 
 # ---- saving ---------------------------------------------------------------------------------
 
-_LEAF_TYPES = (int, float, bool, complex, str, bytes, type(None), torch.Size, torch.dtype,
-               torch.device)
+_LEAF_TYPES = (int, float, bool, complex, str, bytes, type(None), torch.Size, torch.dtype, torch.device)
 _TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
 _DICT_TYPES = (dict, collections.OrderedDict)
 _SEQUENCE_TYPES = (list, tuple)
@@ -85,8 +84,7 @@ def _check_loadable(value: Any, where: str, active: set[int]) -> None:
         return
     if kind in _DICT_TYPES or kind in _SEQUENCE_TYPES:
         if id(value) in active:
-            raise TypeError(f"{where} contains itself (a reference cycle); a checkpoint must "
-                            "be a tree")
+            raise TypeError(f"{where} contains itself (a reference cycle); a checkpoint must be a tree")
         active.add(id(value))
         if kind in _DICT_TYPES:
             for key, item in value.items():
@@ -101,8 +99,7 @@ def _check_loadable(value: Any, where: str, active: set[int]) -> None:
         return
     hint = ""
     if kind.__module__ == "numpy":
-        hint = (" Convert numpy values first: torch.from_numpy(array) for arrays, "
-                "int(x)/float(x) for scalars.")
+        hint = " Convert numpy values first: torch.from_numpy(array) for arrays, int(x)/float(x) for scalars."
     elif isinstance(value, torch.Tensor):
         hint = " Convert tensor subclasses to plain tensors (tensor.as_subclass(torch.Tensor))."
     elif hasattr(value, "state_dict"):
@@ -157,8 +154,7 @@ def save_checkpoint(state: Mapping[str, Any], path: str | os.PathLike[str]) -> P
     _check_loadable(payload, "state", set())
     directory = path.parent
     if not directory.is_dir():
-        raise FileNotFoundError(f"cannot save checkpoint {path}: directory {directory} does "
-                                "not exist")
+        raise FileNotFoundError(f"cannot save checkpoint {path}: directory {directory} does not exist")
 
     tmp = directory / f".{path.name}.{uuid.uuid4().hex[:12]}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
@@ -177,8 +173,7 @@ def save_checkpoint(state: Mapping[str, Any], path: str | os.PathLike[str]) -> P
         if cause is None:
             raise
         # torch reports a failed write as RuntimeError("[enforce fail at inline_container...")
-        raise OSError(cause.errno, f"cannot write checkpoint {path}: {cause.strerror or cause}",
-                      str(path)) from exc
+        raise OSError(cause.errno, f"cannot write checkpoint {path}: {cause.strerror or cause}", str(path)) from exc
     _fsync_directory(directory)
     return path
 
@@ -248,8 +243,7 @@ def _load_error(path: Path, err: Exception) -> CheckpointError:
             "torch.load(weights_only=False) if you trust its source."
         )
     # torch raises UnpicklingError, RuntimeError, EOFError, KeyError, OSError... for bad bytes
-    return CheckpointError(f"{path} is corrupt or truncated (not a readable torch file: "
-                           f"{_first_line(err)})")
+    return CheckpointError(f"{path} is corrupt or truncated (not a readable torch file: {_first_line(err)})")
 
 
 def load_checkpoint(path: str | os.PathLike[str], *, map_location: Any = "cpu") -> dict[str, Any]:
@@ -281,8 +275,7 @@ def load_checkpoint(path: str | os.PathLike[str], *, map_location: Any = "cpu") 
     if not path.exists():
         raise FileNotFoundError(2, f"checkpoint file not found: {path}", str(path))
     if path.is_dir():
-        raise IsADirectoryError(21, f"checkpoint path is a directory, not a file: {path}",
-                                str(path))
+        raise IsADirectoryError(21, f"checkpoint path is a directory, not a file: {path}", str(path))
     # Open the file ourselves so that real I/O errors (permissions...) surface as OSError; past
     # this point torch reports bad bytes with many exception types, OSError(EINVAL) included.
     with open(path, "rb") as file:
@@ -298,8 +291,7 @@ def load_checkpoint(path: str | os.PathLike[str], *, map_location: Any = "cpu") 
                               f"{FORMAT_KEY!r} entry; it was not written by save_checkpoint)")
     version = state.pop(FORMAT_KEY)
     if type(version) is not int or version < 1:
-        raise CheckpointError(f"{path} is not an rl8 checkpoint: invalid format version "
-                              f"{version!r}")
+        raise CheckpointError(f"{path} is not an rl8 checkpoint: invalid format version {version!r}")
     if version > FORMAT_VERSION:
         raise CheckpointError(f"{path} uses checkpoint format {version}, but this rl8 reads "
                               f"formats up to {FORMAT_VERSION}; upgrade rl8 to load it")
@@ -396,8 +388,7 @@ class CheckpointManager:
     def __init__(self, directory: str | os.PathLike[str], *, keep_last: int | None = 5,
                  prefix: str = "checkpoint") -> None:
         if keep_last is not None and (type(keep_last) is not int or keep_last < 1):
-            raise ValueError(f"CheckpointManager: keep_last must be an int >= 1 or None, got "
-                             f"{keep_last!r}")
+            raise ValueError(f"CheckpointManager: keep_last must be an int >= 1 or None, got {keep_last!r}")
         if not isinstance(prefix, str) or not prefix or "/" in prefix or "\\" in prefix:
             raise ValueError(f"CheckpointManager: prefix must be a non-empty str without path "
                              f"separators, got {prefix!r}")

@@ -51,9 +51,7 @@ CONFIG_KEYS: dict[str, str] = {
 }
 
 #: Keys that describe *how to run* (they may change when resuming); the rest define the model.
-_RUN_KEYS = (
-    "env_config", "eval_env_config", "steps_per_eval", "stop_conditions", "max_steps",
-)
+_RUN_KEYS = ("env_config", "eval_env_config", "steps_per_eval", "stop_conditions", "max_steps")
 #: Hyper-parameters that may differ when resuming (they do not change the trained state).
 _RESUMABLE_HPARAMS = ("device", "check_finite_collects")
 
@@ -208,9 +206,7 @@ def check_config(config: Mapping[str, Any], where: str) -> None:
                 f"(valid keys: {', '.join(CONFIG_KEYS)})"
             )
     if config.get("env") is not None and not isinstance(config["env"], str):
-        raise ConfigError(
-            f"{where}: env must be a string (a dotted path or a gymnasium id), got {config['env']!r}"
-        )
+        raise ConfigError(f"{where}: env must be a string (a dotted path or a gymnasium id), got {config['env']!r}")
     if config.get("hparams") is not None:
         if not isinstance(config["hparams"], Mapping):
             raise ConfigError(f"{where}: hparams must be a mapping, got {config['hparams']!r}")
@@ -278,9 +274,7 @@ def _overrides(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]
     for text in args.set or []:
         path, value = parse_assignment(text, "--set")
         if path[0] not in fields:
-            raise ConfigError(
-                f"--set {text}: unknown hyper-parameter {path[0]!r}{_close(path[0], list(fields))}"
-            )
+            raise ConfigError(f"--set {text}: unknown hyper-parameter {path[0]!r}{_close(path[0], list(fields))}")
         _assign(hparams, path, value)
     return config, hparams
 
@@ -440,9 +434,7 @@ def _resume(args: argparse.Namespace, file_config: Mapping[str, Any], cli_config
     merged = _plain_hparams(hparams)
     changed = [k for k in merged if merged[k] != stored_hparams.get(k) and k not in _RESUMABLE_HPARAMS]
     if changed:
-        detail = ", ".join(
-            f"{k} (checkpoint: {stored_hparams.get(k)!r}, given: {merged[k]!r})" for k in changed
-        )
+        detail = ", ".join(f"{k} (checkpoint: {stored_hparams.get(k)!r}, given: {merged[k]!r})" for k in changed)
         raise ConfigError(f"--resume: hyper-parameters cannot change when resuming: {detail}")
     overrides = {k: merged[k] for k in _RESUMABLE_HPARAMS if merged[k] != stored_hparams.get(k)}
 

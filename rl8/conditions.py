@@ -88,8 +88,7 @@ def _check_key(owner: str, key: Any) -> str:
 def _check_number(owner: str, field: str, value: Any, *, minimum: float | None = None,
                   strictly_positive: bool = False) -> float | int:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{owner}: {field} must be a finite number, got {value!r} "
-                        f"({type(value).__name__})")
+        raise TypeError(f"{owner}: {field} must be a finite number, got {value!r} ({type(value).__name__})")
     if not math.isfinite(float(value)):
         raise ValueError(f"{owner}: {field} must be a finite number, got {value!r}")
     if strictly_positive and value <= 0:
@@ -105,8 +104,7 @@ def _check_patience(owner: str, patience: Any) -> int:
         raise TypeError(f"{owner}: patience must be an int >= 1 (a number of checks), got "
                         f"{patience!r} ({type(patience).__name__})")
     if patience < 1:
-        raise ValueError(f"{owner}: patience must be an int >= 1 (a number of checks), got "
-                         f"{patience!r}")
+        raise ValueError(f"{owner}: patience must be an int >= 1 (a number of checks), got {patience!r}")
     return int(patience)
 
 
@@ -179,8 +177,7 @@ class Condition(ABC):
 
     def _check_state(self, state: Mapping[str, Any]) -> None:
         if not isinstance(state, Mapping):
-            raise TypeError(f"{self!r}: state must be a dict from state_dict(), got "
-                            f"{type(state).__name__}")
+            raise TypeError(f"{self!r}: state must be a dict from state_dict(), got {type(state).__name__}")
         saved = state.get("type")
         if saved != type(self).__name__:
             raise ValueError(f"{self!r}: cannot load the state of a {saved} condition into a "
@@ -399,8 +396,7 @@ class Plateaus(_Patience):
 
     def __repr__(self) -> str:
         atol = f", atol={self.atol!r}" if self.atol else ""
-        return (f"{type(self).__name__}({self.key!r}, patience={self.patience}, "
-                f"rtol={self.rtol!r}{atol})")
+        return f"{type(self).__name__}({self.key!r}, patience={self.patience}, rtol={self.rtol!r}{atol})"
 
 
 class _NoNewBest(_Patience):
@@ -474,8 +470,7 @@ class TimeLimit(Condition):
     """
 
     def __init__(self, seconds: float) -> None:
-        self.seconds = _check_number(type(self).__name__, "seconds", seconds,
-                                     strictly_positive=True)
+        self.seconds = _check_number(type(self).__name__, "seconds", seconds, strictly_positive=True)
         self._offset = 0.0  # seconds elapsed in earlier runs (restored from a checkpoint)
         self._started_at: float | None = None
 
@@ -544,8 +539,7 @@ class _Combinator(Condition):
             condition.reset()
 
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(),
-                "conditions": [condition.state_dict() for condition in self.conditions]}
+        return {**super().state_dict(), "conditions": [condition.state_dict() for condition in self.conditions]}
 
     def to_config(self) -> dict[str, Any] | None:
         children = [condition.to_config() for condition in self.conditions]
@@ -659,8 +653,7 @@ def from_config(spec: Mapping[str, Any], *, _path: str = "") -> Condition:
     if name not in CONDITIONS:
         close = difflib.get_close_matches(str(name), list(CONDITIONS), n=3, cutoff=0.5)
         hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-        raise ValueError(f"{where}: unknown condition {name!r}.{hint} Valid names: "
-                         f"{', '.join(CONDITIONS)}.")
+        raise ValueError(f"{where}: unknown condition {name!r}.{hint} Valid names: {', '.join(CONDITIONS)}.")
     path = f"{_path}.{name}" if _path else name
     where = f"stop condition config at {path}"
     cls = CONDITIONS[name]
@@ -682,8 +675,7 @@ def from_config(spec: Mapping[str, Any], *, _path: str = "") -> Condition:
         field = unknown[0]
         close = difflib.get_close_matches(str(field), list(parameters), n=2, cutoff=0.5)
         hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-        raise ValueError(f"{where}: unknown field {field!r}.{hint} Valid fields: "
-                         f"{', '.join(parameters)}.")
+        raise ValueError(f"{where}: unknown field {field!r}.{hint} Valid fields: {', '.join(parameters)}.")
     required = [field for field, p in parameters.items() if p.default is p.empty]
     missing = [field for field in required if field not in args]
     if missing:

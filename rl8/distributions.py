@@ -136,9 +136,7 @@ def _categorical_sample_index(log_probs: Tensor, generator: torch.Generator | No
     """
     probs = log_probs.exp()
     cdf = probs.cumsum(-1)
-    u = torch.rand(
-        cdf.shape[:-1] + (1,), generator=generator, device=cdf.device, dtype=cdf.dtype
-    )
+    u = torch.rand(cdf.shape[:-1] + (1,), generator=generator, device=cdf.device, dtype=cdf.dtype)
     # The action is the number of cumulative probabilities below u: ``(cdf < u).sum(-1)``,
     # which for a non-decreasing cdf is exactly a left-sided binary search (one op, not two).
     if not (guard_logits is not None if masked is None else masked):
@@ -253,9 +251,7 @@ class Distribution(ABC):
     def __init__(self, params: Tensor, action_space: spaces.Space, *, action_mask: Tensor | None = None) -> None:
         name = type(self).__name__
         if not self.supports(action_space):
-            raise ValueError(
-                f"{name} does not support the action space {_space_name(action_space)}"
-            )
+            raise ValueError(f"{name} does not support the action space {_space_name(action_space)}")
         expected = self.param_size(action_space)
         given = params.shape[-1] if params.ndim > 0 else None
         if given != expected:
@@ -559,9 +555,7 @@ class MultiCategorical(_CategoricalBase):
             return actions
         start = layout["start_t"].get(actions.device)
         if start is None:
-            start = layout["start_t"][actions.device] = torch.as_tensor(
-                layout["start"], device=actions.device
-            )
+            start = layout["start_t"][actions.device] = torch.as_tensor(layout["start"], device=actions.device)
         return actions + start
 
     def _shape_actions(self, actions: Tensor) -> Tensor:
@@ -683,9 +677,7 @@ class Normal(Distribution):
         return actions.reshape(self.mean.shape).float()
 
     def _rsample_flat(self, generator: torch.Generator | None = None) -> Tensor:
-        noise = torch.randn(
-            self.mean.shape, generator=generator, device=self.mean.device, dtype=self.mean.dtype
-        )
+        noise = torch.randn(self.mean.shape, generator=generator, device=self.mean.device, dtype=self.mean.dtype)
         return torch.addcmul(self.mean, self.log_std.exp(), noise)
 
     def _log_prob_flat(self, x: Tensor) -> Tensor:
@@ -797,9 +789,7 @@ class Bernoulli(Distribution):
 
     def sample(self, generator: torch.Generator | None = None) -> Tensor:
         """``1`` with probability ``sigmoid(logit)``, int64 ``[B, *shape]``."""
-        u = torch.rand(
-            self.logits.shape, generator=generator, device=self.logits.device, dtype=torch.float32
-        )
+        u = torch.rand(self.logits.shape, generator=generator, device=self.logits.device, dtype=torch.float32)
         return (u < torch.sigmoid(self.logits)).long().reshape(self.batch_shape + self._event_shape)
 
     def deterministic_sample(self) -> Tensor:
@@ -838,9 +828,7 @@ def default_distribution_cls(action_space: spaces.Space) -> type[Distribution]:
     for space_cls, dist_cls in _DEFAULTS:
         if isinstance(action_space, space_cls) and dist_cls.supports(action_space):
             return dist_cls
-    supported = ", ".join(
-        f"{s.__name__} -> {d.__name__}" for s, d in _DEFAULTS
-    )
+    supported = ", ".join(f"{s.__name__} -> {d.__name__}" for s, d in _DEFAULTS)
     raise TypeError(
         f"no default action distribution for {_space_name(action_space)}; supported: "
         f"{supported} (Box must have a floating dtype). Pass distribution_cls= for others."

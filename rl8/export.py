@@ -91,10 +91,7 @@ def space_to_dict(space: spaces.Space) -> dict[str, Any]:
         n = space.n
         return {"type": "MultiBinary", "n": int(n) if np.isscalar(n) else [int(x) for x in n]}
     if isinstance(space, spaces.Dict):
-        return {
-            "type": "Dict",
-            "spaces": [[key, space_to_dict(sub)] for key, sub in space.spaces.items()],
-        }
+        return {"type": "Dict", "spaces": [[key, space_to_dict(sub)] for key, sub in space.spaces.items()]}
     raise TypeError(f"cannot save a {type(space).__name__} space ({space}) in a policy file")
 
 
@@ -109,9 +106,7 @@ def space_from_dict(d: Mapping[str, Any]) -> spaces.Space:
     if kind == "Discrete":
         return spaces.Discrete(int(d["n"]), start=int(d["start"]))
     if kind == "MultiDiscrete":
-        return spaces.MultiDiscrete(
-            d["nvec"].numpy(), dtype=np.dtype(d["dtype"]), start=d["start"].numpy()
-        )
+        return spaces.MultiDiscrete(d["nvec"].numpy(), dtype=np.dtype(d["dtype"]), start=d["start"].numpy())
     if kind == "MultiBinary":
         return spaces.MultiBinary(d["n"])
     if kind == "Dict":
@@ -176,8 +171,7 @@ def _stored_class(d: Mapping[str, Any], key: str, kind: Any, source: Any, trust_
 
     value = d.get(key)
     if not isinstance(value, str):
-        raise CheckpointError(f"{source}: {key} must be a dotted path (a str), got "
-                              f"{type(value).__name__}")
+        raise CheckpointError(f"{source}: {key} must be a dotted path (a str), got {type(value).__name__}")
     return resolve(value, kind, field=key, source=source, trust_code=trust_code)
 
 
@@ -349,15 +343,11 @@ def read_policy(run_id_or_path: str | os.PathLike[str], *, tracking_uri: str | N
         if latest is None:
             latest = path / "policy.pt"
             if not latest.is_file():
-                raise FileNotFoundError(
-                    f"{path} holds neither checkpoint-*.pt files nor a policy.pt"
-                )
+                raise FileNotFoundError(f"{path} holds neither checkpoint-*.pt files nor a policy.pt")
         path = latest
     elif not path.exists():
         if not _is_run_ref(ref):
-            raise FileNotFoundError(
-                f"no policy at {ref!r}: not a file or folder, nor an MLflow run id"
-            )
+            raise FileNotFoundError(f"no policy at {ref!r}: not a file or folder, nor an MLflow run id")
         with tempfile.TemporaryDirectory(prefix="rl8-policy-") as tmp:
             local = _download(ref, POLICY_ARTIFACT, tracking_uri, tmp)
             return _policy_from_checkpoint_state(load_checkpoint(local), f"run {ref}")

@@ -54,9 +54,7 @@ def flatten_observation(obs: torch.Tensor | TensorDictBase, space: spaces.Space)
     in the space's key order, leaving out an ``action_mask``.
     """
     if isinstance(space, spaces.Dict):
-        parts = [
-            flatten_observation(obs[k], s) for k, s in space.spaces.items() if k != "action_mask"
-        ]
+        parts = [flatten_observation(obs[k], s) for k, s in space.spaces.items() if k != "action_mask"]
         return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
     if isinstance(space, spaces.Discrete):
         return F.one_hot(obs.long() - int(space.start), int(space.n)).float()
@@ -143,9 +141,7 @@ def resolve_activation(activation: str | type[nn.Module]) -> type[nn.Module]:
     if not isinstance(activation, str):
         return activation
     if activation not in ACTIVATIONS:
-        raise ValueError(
-            f"model_config activation: expected one of {sorted(ACTIVATIONS)}, got {activation!r}"
-        )
+        raise ValueError(f"model_config activation: expected one of {sorted(ACTIVATIONS)}, got {activation!r}")
     return ACTIVATIONS[activation]
 
 

@@ -41,13 +41,9 @@ class Schedule:
                 raise ValueError(f"{field}[{i}]: expected an (env_steps, value) pair, got {point!r}")
             s, v = float(point[0]), float(point[1])
             if not (math.isfinite(s) and math.isfinite(v)) or s < 0:
-                raise ValueError(
-                    f"{field}[{i}]: expected env_steps >= 0 and a finite value, got {tuple(point)!r}"
-                )
+                raise ValueError(f"{field}[{i}]: expected env_steps >= 0 and a finite value, got {tuple(point)!r}")
             if steps and s <= steps[-1]:
-                raise ValueError(
-                    f"{field}: env_steps must be strictly increasing, got {steps[-1]:g} then {s:g}"
-                )
+                raise ValueError(f"{field}: env_steps must be strictly increasing, got {steps[-1]:g} then {s:g}")
             steps.append(s)
             values.append(v)
         self.kind: ScheduleKind = kind

@@ -105,6 +105,4 @@ def zeros_like_space(space: spaces.Space, batch_size: Sequence[int], *, device: 
             batch_size=batch_size,
             device=device,
         )
-    return torch.zeros(
-        (*batch_size, *space_shape(space)), dtype=dtype or space_dtype(space), device=device
-    )
+    return torch.zeros((*batch_size, *space_shape(space)), dtype=dtype or space_dtype(space), device=device)

@@ -180,8 +180,7 @@ def _source_tags(run_name: str | None) -> dict[str, str]:
         tags["mlflow.source.name"] = "<interactive>" if argv0 in ("", "-", "-c") else os.path.abspath(argv0)
     tags.setdefault("mlflow.source.type", "LOCAL")
     # host and pid: the process that keeps the run RUNNING (see running_runs)
-    tags.update({"rl8.version": rl8.__version__, "rl8.host": socket.gethostname(),
-                 "rl8.pid": str(os.getpid())})
+    tags.update({"rl8.version": rl8.__version__, "rl8.host": socket.gethostname(), "rl8.pid": str(os.getpid())})
     if run_name is not None:
         tags["mlflow.runName"] = run_name
     return tags
@@ -268,9 +267,7 @@ def _open_run(uri: str, experiment: str, run_name: str | None, resume_id: str | 
     except TrackingError:
         raise
     except Exception as exc:
-        raise TrackingError(
-            f"cannot start an MLflow run in {uri!r} (experiment {experiment!r}): {exc}"
-        ) from exc
+        raise TrackingError(f"cannot start an MLflow run in {uri!r} (experiment {experiment!r}): {exc}") from exc
 
 
 def _experiment_id(client: Any, uri: str, experiment: str) -> str:
@@ -603,9 +600,7 @@ class _LogThread:
             self.flush_wanted += 1
             wanted = self.flush_wanted
             self.outbox.changed.notify_all()
-            return self.outbox.changed.wait_for(
-                lambda: self.flushed >= wanted or not self.alive(), timeout_s
-            )
+            return self.outbox.changed.wait_for(lambda: self.flushed >= wanted or not self.alive(), timeout_s)
 
     def stop(self) -> None:
         """No more deliveries: the thread ends after its current request."""

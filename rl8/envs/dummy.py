@@ -46,9 +46,7 @@ class _DummyEnv(Env):
 
     def _initial_state(self) -> torch.Tensor:
         b = self.params["bounds"]
-        return torch.empty(self.num_envs, 1, device=self.device).uniform_(
-            -b, b, generator=self._generator
-        )
+        return torch.empty(self.num_envs, 1, device=self.device).uniform_(-b, b, generator=self._generator)
 
     def reset(self, *, config: dict[str, Any] | None = None, seed: int | None = None) -> torch.Tensor:
         """Draw every ``x`` uniformly in ``[-bounds, bounds]`` and return it, ``[num_envs, 1]``.

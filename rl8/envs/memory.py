@@ -71,9 +71,7 @@ class Memory(Env):
         self._table = table.to(self.device)
 
     def _new_cues(self) -> torch.Tensor:
-        return torch.randint(
-            self.num_cues, (self.num_envs,), generator=self._generator, device=self.device
-        )
+        return torch.randint(self.num_cues, (self.num_envs,), generator=self._generator, device=self.device)
 
     def reset(self, *, config: dict[str, Any] | None = None, seed: int | None = None) -> torch.Tensor:
         """Start a new episode with a new cue in every sub-env and return the first observations.
@@ -112,12 +110,10 @@ class Memory(Env):
         self._cue = torch.where(answer, self._new_cues(), self._cue)
         self._t = t_next.masked_fill_(answer, 0)
         terminated = answer.unsqueeze(1)
-        return self.step_output(
-            {
-                "obs": self._table[self._cue, self._t],
-                "rewards": correct.unsqueeze(1).to(torch.float32),
-                "terminated": terminated,
-                "truncated": torch.zeros_like(terminated),
-                "final_obs": final,
-            }
-        )
+        return self.step_output({
+            "obs": self._table[self._cue, self._t],
+            "rewards": correct.unsqueeze(1).to(torch.float32),
+            "terminated": terminated,
+            "truncated": torch.zeros_like(terminated),
+            "final_obs": final,
+        })
