@@ -29,24 +29,9 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 __all__ = [
-    "DISTRIBUTION",
-    "ENV",
-    "HPARAM_KINDS",
-    "IMPORT_ACTS",
-    "MODEL",
-    "MODULE_CLASS",
-    "OPTIMIZER",
-    "Kind",
-    "describe",
-    "EnvTarget",
-    "env_spec_string",
-    "env_target",
-    "import_path",
-    "is_dotted_path",
-    "qualified_name",
-    "resolve",
-    "resolve_env",
-    "check_stored_hparams",
+    "DISTRIBUTION", "ENV", "HPARAM_KINDS", "IMPORT_ACTS", "MODEL", "MODULE_CLASS", "OPTIMIZER",
+    "Kind", "describe", "EnvTarget", "env_spec_string", "env_target", "import_path",
+    "is_dotted_path", "qualified_name", "resolve", "resolve_env", "check_stored_hparams",
     "spec_from_env_info",
 ]
 

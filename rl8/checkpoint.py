@@ -38,16 +38,9 @@ except ImportError:  # pragma: no cover - Windows, where an open file cannot be 
     fcntl = None  # type: ignore[assignment]
 
 __all__ = [
-    "CHECKPOINT_POINTER_ARTIFACT",
-    "FORMAT_KEY",
-    "FORMAT_VERSION",
-    "STALE_TMP_SECONDS",
-    "CheckpointError",
-    "CheckpointManager",
-    "load_checkpoint",
-    "read_checkpoint",
-    "resolve_checkpoint",
-    "save_checkpoint",
+    "CHECKPOINT_POINTER_ARTIFACT", "FORMAT_KEY", "FORMAT_VERSION", "STALE_TMP_SECONDS",
+    "CheckpointError", "CheckpointManager", "load_checkpoint", "read_checkpoint",
+    "resolve_checkpoint", "save_checkpoint",
 ]
 
 #: MLflow artifact (JSON) with the path and step of a run's latest checkpoint (for resuming).

@@ -34,20 +34,9 @@ from typing import Any
 from .stats import current_stat_name, warn_renamed
 
 __all__ = [
-    "And",
-    "Condition",
-    "HitsLowerBound",
-    "HitsUpperBound",
-    "MissingStatError",
-    "Or",
-    "Plateaus",
-    "StopsDecreasing",
-    "StopsIncreasing",
-    "TimeLimit",
-    "from_config",
-    "with_current_stat_names",
-    "COUNTER_PREFIXES",
-    "EVAL_PREFIX",
+    "And", "Condition", "HitsLowerBound", "HitsUpperBound", "MissingStatError", "Or", "Plateaus",
+    "StopsDecreasing", "StopsIncreasing", "TimeLimit", "from_config", "with_current_stat_names",
+    "COUNTER_PREFIXES", "EVAL_PREFIX",
 ]
 
 #: Keys with these prefixes are monotone counters (``env/steps``, ``algorithm/collects``...);

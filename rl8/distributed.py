@@ -27,16 +27,8 @@ import torch.distributed as dist
 from torch import nn
 
 __all__ = [
-    "DEFAULT_TIMEOUT_S",
-    "TIMEOUT_ENV_VAR",
-    "DistContext",
-    "DistributedError",
-    "derive_seed",
-    "init_distributed",
-    "local_rank",
-    "rank_device",
-    "shutdown_distributed",
-    "to_cpu",
+    "DEFAULT_TIMEOUT_S", "TIMEOUT_ENV_VAR", "DistContext", "DistributedError", "derive_seed",
+    "init_distributed", "local_rank", "rank_device", "shutdown_distributed", "to_cpu",
 ]
 
 # Seeds of different ranks must not collide with seed + k of a neighbouring run.

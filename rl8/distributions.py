@@ -29,15 +29,8 @@ from gymnasium import spaces
 from torch import Tensor
 
 __all__ = [
-    "Bernoulli",
-    "Categorical",
-    "Distribution",
-    "LOG_STD_MAX",
-    "LOG_STD_MIN",
-    "MultiCategorical",
-    "Normal",
-    "SquashedNormal",
-    "default_distribution_cls",
+    "Bernoulli", "Categorical", "Distribution", "LOG_STD_MAX", "LOG_STD_MIN", "MultiCategorical",
+    "Normal", "SquashedNormal", "default_distribution_cls",
 ]
 
 LOG_STD_MIN = -20.0

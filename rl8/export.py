@@ -34,16 +34,8 @@ from gymnasium import spaces
 from ._resolve import DISTRIBUTION, MODEL, MODULE_CLASS, import_path, qualified_name, resolve
 
 __all__ = [
-    "POLICY_ARTIFACT",
-    "POLICY_FORMAT",
-    "check_env_spaces",
-    "load_policy",
-    "policy_from_dict",
-    "policy_to_dict",
-    "read_policy",
-    "save_policy",
-    "space_from_dict",
-    "space_to_dict",
+    "POLICY_ARTIFACT", "POLICY_FORMAT", "check_env_spaces", "load_policy", "policy_from_dict",
+    "policy_to_dict", "read_policy", "save_policy", "space_from_dict", "space_to_dict",
 ]
 
 #: Value of the ``"format"`` entry of a policy file.
