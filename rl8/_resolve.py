@@ -5,13 +5,10 @@ Checkpoints, policy files and hyper-parameters name classes by dotted path
 imports a module; calling the object runs code. A name read from a file is therefore only used
 as what it claims to be: :func:`resolve` imports it, then checks that the object is of the
 claimed :class:`Kind` (an ``rl8.Env`` subclass, a ``Model`` subclass...) *before* anything
-calls it, and raises :class:`~rl8.checkpoint.CheckpointError` otherwise. For names from a file
-the path itself is checked before it is imported: every part must be a public Python identifier
-(no ``_private``, ``__main__`` or dunder parts) and the top-level module must not be one of the
-standard modules that act when imported (:data:`IMPORT_ACTS`), nor a module not yet imported
-that would be found in the current directory (installed modules only: ``python -m rl8`` puts
-the current directory first on ``sys.path``). ``trust_code=True`` lifts the path rules and
-allows a plain function as an env factory (see ``docs/security.md``).
+calls it, and raises :class:`~rl8.checkpoint.CheckpointError` otherwise. The path itself is
+checked before it is imported (:func:`_check_path`: public parts only, no :data:`IMPORT_ACTS`,
+installed modules only); ``trust_code=True`` lifts the path rules and allows a plain function
+as an env factory. ``docs/security.md`` states every rule.
 
 Names given in code (``PPO("mypkg.envs.MyEnv", model_cls="mypkg.Net")``) go through the same
 functions with ``source=None``: a wrong kind is then a ``ValueError`` naming the field.

@@ -45,15 +45,9 @@ class RecurrentModel(Model):
     Subclasses implement :meth:`initial_state` and :meth:`forward`, and may override
     :meth:`value` when values are cheaper than the full forward pass.
 
-    Contract PPO relies on:
-
-    * The state is a TensorDict with batch size ``[B]`` (batch dimension *first* in every
-      entry), so it can be stored in and indexed from a TensorDict buffer like any other
-      per-env data.
-    * ``firsts[b, t]`` True means an episode starts at step ``t`` of row ``b``: that row's state
-      is reset to :meth:`initial_state` right *before* step ``t`` is processed.
-    * Processing a sequence in one call gives the same outputs as processing it step by step
-      (``T = 1`` calls, each fed the state the previous one returned).
+    PPO relies on the contract of ``docs/recurrent.md``: the state is a TensorDict ``[B]`` (batch
+    dimension first in every entry, so the rollout buffer stores it per env), and a sequence in
+    one call gives the same outputs as step by step (``T = 1`` calls chaining the state).
     """
 
     recurrent: ClassVar[bool] = True
