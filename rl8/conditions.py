@@ -150,11 +150,15 @@ class Condition(ABC):
         state), or ``None`` for a condition :func:`from_config` cannot build (a subclass
         defined elsewhere). Checkpoints store it so that ``rl8 train --resume`` can rebuild
         the conditions of a run started from Python."""
-        name = next((n for n, cls in CONDITIONS.items() if cls is type(self)), None)
+        name = self._config_name()
         if name is None:
             return None
         fields = list(inspect.signature(type(self).__init__).parameters)[1:]
         return {name: {field: getattr(self, field) for field in fields}}
+
+    def _config_name(self) -> str | None:
+        """This class's name in :data:`CONDITIONS`; ``None`` for a class defined elsewhere."""
+        return next((n for n, cls in CONDITIONS.items() if cls is type(self)), None)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore the state returned by :meth:`state_dict` (e.g. when resuming a run).
@@ -531,10 +535,11 @@ class _Combinator(Condition):
         return {**super().state_dict(), "conditions": [condition.state_dict() for condition in self.conditions]}
 
     def to_config(self) -> dict[str, Any] | None:
+        name = self._config_name()
         children = [condition.to_config() for condition in self.conditions]
-        if any(child is None for child in children):
+        if name is None or any(child is None for child in children):
             return None
-        return {next(n for n, cls in CONDITIONS.items() if cls is type(self)): children}
+        return {name: children}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self._check_state(state)

@@ -512,3 +512,13 @@ or:
 def test_from_config_errors(spec, match):
     with pytest.raises(ValueError, match=match):
         from_config(spec)
+
+
+def test_to_config_rebuilds_conditions_and_is_none_for_classes_defined_elsewhere():
+    class MyOr(Or):
+        pass
+
+    condition = Or([HitsUpperBound(KEY, 5), StopsIncreasing(KEY, patience=3)])
+    assert repr(from_config(condition.to_config())) == repr(condition)
+    assert MyOr([TimeLimit(5)]).to_config() is None  # was StopIteration
+    assert Or([MyOr([TimeLimit(5)])]).to_config() is None
