@@ -46,17 +46,8 @@ def _monitor_map(vf_coeff: float, dtype: torch.dtype, device: torch.device) -> t
 class _PPOLoss(torch.autograd.Function):
     @staticmethod
     def forward(  # type: ignore[override]
-        ctx: Any,
-        logp: Tensor,
-        values: Tensor,
-        old_logp: Tensor,
-        advantages: Tensor,
-        old_values: Tensor,
-        returns: Tensor,
-        clip_param: float,
-        dual_clip_param: float | None,
-        vf_clip_param: float | None,
-        vf_coeff: float,
+        ctx: Any, logp: Tensor, values: Tensor, old_logp: Tensor, advantages: Tensor, old_values: Tensor,
+        returns: Tensor, clip_param: float, dual_clip_param: float | None, vf_clip_param: float | None, vf_coeff: float,
     ) -> tuple[Tensor, Tensor]:
         n = logp.numel()
         # Rows whose means are the monitors: surrogate, squared value error, ratio, log-ratio,
@@ -116,19 +107,9 @@ class _PPOLoss(torch.autograd.Function):
         )
 
 
-def ppo_loss(
-    logp: Tensor,
-    values: Tensor,
-    old_logp: Tensor,
-    advantages: Tensor,
-    old_values: Tensor,
-    returns: Tensor,
-    *,
-    clip_param: float,
-    dual_clip_param: float | None = None,
-    vf_clip_param: float | None = None,
-    vf_coeff: float = 1.0,
-) -> tuple[Tensor, Tensor]:
+def ppo_loss(logp: Tensor, values: Tensor, old_logp: Tensor, advantages: Tensor, old_values: Tensor, returns: Tensor,
+             *, clip_param: float, dual_clip_param: float | None = None, vf_clip_param: float | None = None,
+             vf_coeff: float = 1.0) -> tuple[Tensor, Tensor]:
     """PPO's clipped surrogate plus the weighted (optionally clipped) value loss.
 
     All tensors are float32 ``[B]``: ``logp`` and ``values`` from the current policy (they

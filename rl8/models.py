@@ -229,20 +229,9 @@ class MLPModel(Model):
             policy head, 1 for the value head) with zero biases.
     """
 
-    def __init__(
-        self,
-        observation_space: spaces.Space,
-        action_space: spaces.Space,
-        distribution_cls: type,
-        /,
-        *,
-        hiddens: Sequence[int] = (64, 64),
-        activation: str | type[nn.Module] = "tanh",
-        shared: bool = False,
-        state_dependent_std: bool = False,
-        init_log_std: float = 0.0,
-        ortho_init: bool = True,
-    ) -> None:
+    def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, distribution_cls: type, /, *,
+                 hiddens: Sequence[int] = (64, 64), activation: str | type[nn.Module] = "tanh", shared: bool = False,
+                 state_dependent_std: bool = False, init_log_std: float = 0.0, ortho_init: bool = True) -> None:
         hiddens = check_widths("hiddens", hiddens)
         super().__init__(
             observation_space, action_space, distribution_cls,

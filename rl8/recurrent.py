@@ -101,21 +101,10 @@ class _RNNModel(RecurrentModel):
     _rnn_cls: ClassVar[type[nn.RNNBase]]
     _state_keys: ClassVar[tuple[str, ...]]
 
-    def __init__(
-        self,
-        observation_space: spaces.Space,
-        action_space: spaces.Space,
-        distribution_cls: type,
-        /,
-        *,
-        hidden_size: int = 128,
-        num_layers: int = 1,
-        encoder_hiddens: Sequence[int] = (64,),
-        activation: str | type[nn.Module] = "tanh",
-        state_dependent_std: bool = False,
-        init_log_std: float = 0.0,
-        ortho_init: bool = True,
-    ) -> None:
+    def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, distribution_cls: type, /, *,
+                 hidden_size: int = 128, num_layers: int = 1, encoder_hiddens: Sequence[int] = (64,),
+                 activation: str | type[nn.Module] = "tanh", state_dependent_std: bool = False,
+                 init_log_std: float = 0.0, ortho_init: bool = True) -> None:
         hidden_size = _check_int("hidden_size", hidden_size, 1)
         num_layers = _check_int("num_layers", num_layers, 1)
         encoder_hiddens = check_widths("encoder_hiddens", encoder_hiddens)

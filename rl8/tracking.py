@@ -650,19 +650,9 @@ class _Run:
     """The life cycle of one MLflow run (start, end, report); the base of :class:`Tracker`,
     whose docstring describes the arguments and which does the logging."""
 
-    def __init__(
-        self,
-        *,
-        experiment: str,
-        run_name: str | None = None,
-        tracking_uri: str | None = None,
-        run_id: str | None = None,
-        enabled: bool = True,
-        max_pending: int = 100_000,
-        retry_interval_s: float = 5.0,
-        asynchronous: bool = False,
-        end_at_exit: bool = False,
-    ) -> None:
+    def __init__(self, *, experiment: str, run_name: str | None = None, tracking_uri: str | None = None,
+                 run_id: str | None = None, enabled: bool = True, max_pending: int = 100_000,
+                 retry_interval_s: float = 5.0, asynchronous: bool = False, end_at_exit: bool = False) -> None:
         if not isinstance(experiment, str) or not experiment:
             raise ValueError(f"experiment must be a non-empty string, got {experiment!r}")
         if isinstance(max_pending, bool) or not isinstance(max_pending, int) or max_pending < 0:

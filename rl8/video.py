@@ -171,19 +171,10 @@ def _check_int(name: str, value: Any, low: int) -> None:
         raise ValueError(f"record_video: {name} must be an int >= {low}, got {value!r}")
 
 
-def record_video(
-    policy: Callable[..., torch.Tensor],
-    env: Env | Any,
-    path: str | os.PathLike[str],
-    *,
-    deterministic: bool = True,
-    max_steps: int | None = None,
-    fps: float | None = None,
-    index: int = 0,
-    env_config: dict[str, Any] | None = None,
-    seed: int | None = None,
-    env_kwargs: Mapping[str, Any] | None = None,
-) -> Path:
+def record_video(policy: Callable[..., torch.Tensor], env: Env | Any, path: str | os.PathLike[str], *,
+                 deterministic: bool = True, max_steps: int | None = None, fps: float | None = None, index: int = 0,
+                 env_config: dict[str, Any] | None = None, seed: int | None = None,
+                 env_kwargs: Mapping[str, Any] | None = None) -> Path:
     """Run ``policy`` in ``env`` and write a video of sub-env ``index`` to an MP4 file.
 
     The env is reset, then stepped until sub-env ``index`` ends its episode or ``max_steps``
