@@ -26,8 +26,7 @@ _ON_DEMAND_EVAL_ENVS = 16
 
 def fork_rng(device: torch.device) -> contextlib.AbstractContextManager:
     """Run a block without changing torch's RNG streams (CPU, and the CUDA device in use)."""
-    devices = [device] if device.type == "cuda" else []
-    return torch.random.fork_rng(devices=devices)
+    return torch.random.fork_rng(devices=[device] if device.type == "cuda" else [])
 
 
 def check_eval_plan(horizons_per_env_reset: int, *, eval_num_envs: int | None, steps_per_eval: int | None,

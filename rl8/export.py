@@ -302,9 +302,7 @@ def _policy_from_checkpoint_state(state: Mapping[str, Any], source: Any) -> dict
     trainer = state.get("trainer")
     algo = state.get("algo")
     if isinstance(trainer, Mapping) and isinstance(algo, Mapping) and "policy" in trainer:
-        d = dict(trainer["policy"])
-        d["state_dict"] = algo["policy"]
-        return d
+        return {**trainer["policy"], "state_dict": algo["policy"]}
     raise CheckpointError(
         f"{source} is an rl8 checkpoint but holds no policy (neither a policy file nor a "
         f"Trainer checkpoint)"

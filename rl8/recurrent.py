@@ -135,11 +135,8 @@ class _RNNModel(RecurrentModel):
 
     def initial_state(self, batch_size: int, device: torch.device | str = "cpu") -> TensorDict:
         shape = (batch_size, self.num_layers, self.hidden_size)
-        return TensorDict(
-            {k: torch.zeros(shape, dtype=torch.float32, device=device) for k in self._state_keys},
-            batch_size=[batch_size],
-            device=device,
-        )
+        zeros = {k: torch.zeros(shape, dtype=torch.float32, device=device) for k in self._state_keys}
+        return TensorDict(zeros, batch_size=[batch_size], device=device)
 
     def _to_rnn(self, state: TensorDictBase) -> tuple[Tensor, ...]:
         """Batch-first state entries ``[B, L, H]`` -> the RNN's layout ``[L, B, H]``."""

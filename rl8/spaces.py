@@ -95,14 +95,7 @@ def zeros_like_space(space: spaces.Space, batch_size: Sequence[int], *, device: 
     """
     batch_size = list(batch_size)
     if isinstance(space, spaces.Dict):
-        return TensorDict(
-            {
-                k: zeros_like_space(
-                    s, batch_size, device=device, dtype=torch.bool if k == "action_mask" else None
-                )
-                for k, s in space.spaces.items()
-            },
-            batch_size=batch_size,
-            device=device,
-        )
+        entries = {k: zeros_like_space(s, batch_size, device=device, dtype=torch.bool if k == "action_mask" else None)
+                   for k, s in space.spaces.items()}
+        return TensorDict(entries, batch_size=batch_size, device=device)
     return torch.zeros((*batch_size, *space_shape(space)), dtype=dtype or space_dtype(space), device=device)
