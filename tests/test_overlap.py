@@ -23,7 +23,7 @@ from gymnasium import spaces
 from tensordict import TensorDict
 
 from rl8 import PPO, Env, HParams, Trainer
-from rl8.conditions import HitsUpperBound
+from rl8.conditions import Condition, HitsUpperBound
 from rl8.envs import CartPole, GymnasiumEnv, Pendulum
 from rl8.recurrent import GRUModel
 
@@ -216,6 +216,33 @@ def test_a_trainer_run_stopped_by_a_condition_ends_cleanly():
         assert trainer.stopped_by is not None and stats["monitors/policy_lag"] == 1.0
     assert trainer.closed and algo.steps == 3
     assert collector_threads() == []
+
+
+class SigtermAtStep(Condition):
+    """Never stops; sends this process a SIGTERM after training step ``step``."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def __call__(self, stats):
+        if stats["algorithm/steps"] == self.step:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return False
+
+
+@pytest.mark.usefixtures("migrated_store")
+def test_a_sigterm_checkpoints_the_rollout_in_flight_and_the_resumed_trainer_goes_on_exactly(tmp_path):
+    losses = [s["losses/total"] for s in train(PPO(CartPole, **OVERLAP), 5)]
+    algo = PPO(CartPole, **OVERLAP)
+    trainer = Trainer(algo, checkpoint_dir=tmp_path, progress=False)
+    with pytest.raises(SystemExit) as info:
+        trainer.run(stop_conditions=SigtermAtStep(3))
+    assert info.value.code == 128 + signal.SIGTERM
+    assert trainer.closed and collector_threads() == []
+    resumed = Trainer.from_checkpoint(tmp_path, progress=False)
+    assert resumed.algo.collector.ready  # the rollout that was in flight at the signal
+    with resumed:
+        assert [resumed.step()["losses/total"] for _ in range(2)] == losses[3:]
 
 
 def _worker_data_parallel() -> None:
