@@ -8,7 +8,7 @@ learner trains. Each :meth:`PPO.collect <rl8.PPO.collect>` hands the finished ro
 the learner (:meth:`OverlapCollector.hand_over`), syncs the actor's weights and
 observation-normaliser statistics from the learner (:meth:`OverlapCollector.sync`) and starts
 the next rollout, which the next collect hands over: every batch is collected with weights one
-update old (none for the first). See ``docs/collection.md`` ("Overlapped collection").
+update old (none for the first). See ``docs/collection_overlap.md`` ("Overlapped collection").
 """
 
 from __future__ import annotations
@@ -61,24 +61,28 @@ class OverlapCollector:
     Args:
         policy: The learner's policy; the actor acts with a copy of it (see :meth:`sync`).
         buffer: The actor's rollout buffer (the same layout as the learner's).
-        carry: The actor's carry, over ``buffer``: the policy's carry from step to step,
-            which goes on with the training envs from one rollout to the next.
         generator: Draws the actor's sampled actions (seed it from the run's seed).
         run: The rollout function (see :data:`RolloutFn`); the thread runs it on the actor's
             objects.
+        make_carry: ``make_carry(policy, buffer)``: the carry of the actor's policy copy over
+            ``buffer`` (:class:`~rl8.buffer.RolloutCarry`).
 
     Attributes:
         policy: The actor's copy of the policy (no gradients).
-        buffer, carry, generator: As given.
+        buffer, generator: As given.
+        carry: The actor's carry: the policy's carry from step to step, which goes on with the
+            training envs from one rollout to the next.
         version: The learner's update count of the weights last synced into :attr:`policy`.
         stream: On CUDA, the stream the background rollouts run on (``None`` elsewhere).
     """
 
     def __init__(
-        self, policy: Policy, buffer: RolloutBuffer, carry: RolloutCarry, generator: torch.Generator, run: RolloutFn
+        self, policy: Policy, buffer: RolloutBuffer, generator: torch.Generator, *, run: RolloutFn,
+        make_carry: Callable[[Policy, RolloutBuffer], RolloutCarry],
     ) -> None:
         self.policy = copy.deepcopy(policy).requires_grad_(False)
-        self.buffer, self.carry, self.generator = buffer, carry, generator
+        self.buffer, self.generator = buffer, generator
+        self.carry = make_carry(self.policy, buffer)
         self.version = 0
         self._run = run
         device = buffer.data.device

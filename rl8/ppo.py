@@ -348,6 +348,9 @@ class PPO:
         policy: The :class:`~rl8.Policy` (model + distribution + normaliser).
         optimizer: The torch optimizer.
         buffer: The :class:`~rl8.buffer.RolloutBuffer`.
+        collector: With ``collect_mode="overlap"``, the
+            :class:`~rl8.overlap.OverlapCollector` (the actor side, which collects in the
+            background); ``None`` in sync mode.
         minibatch_size: Transitions per minibatch of an update (see
             :meth:`HParams.minibatch_size_for <rl8.HParams.minibatch_size_for>`).
         env_steps: Env transitions collected so far (all envs together, of every rank in
@@ -391,8 +394,7 @@ class PPO:
         self.minibatch_size = hp.minibatch_size_for(self.seq_len)
         self.buffer = _make_buffer(hp, self.env, self.policy, self.seq_len, self.device)
         # the policy's carry from step to step (a recurrent state) and what the buffer keeps of it
-        self.carry = (RecurrentCarry(self.policy.initial_state, self.buffer, hp.seqs_per_state_reset)
-                      if self.recurrent else RolloutCarry())
+        self.carry = self._make_carry(self.policy, self.buffer)
         self.reward_normalizer = (RewardNormalizer(hp.num_envs, hp.gamma, device=self.device)
                                   if hp.normalize_rewards else None)
         self.lr_schedule = hp.lr_at()
@@ -407,14 +409,17 @@ class PPO:
         self.collector = self._make_collector() if hp.collect_mode == "overlap" else None
         self._behaviour_version = 0  # the update count of the weights that collected the buffer
 
+    def _make_carry(self, policy: Policy, buffer: RolloutBuffer) -> RolloutCarry:
+        """``policy``'s carry from step to step over ``buffer`` (a recurrent state, or none)."""
+        if not self.recurrent:
+            return RolloutCarry()
+        return RecurrentCarry(policy.initial_state, buffer, self.hparams.seqs_per_state_reset)
+
     def _make_collector(self) -> OverlapCollector:
         """The actor side of overlapped collection: its own buffer, carry and generator."""
-        hp = self.hparams
-        buffer = _make_buffer(hp, self.env, self.policy, self.seq_len, self.device)
-        carry = (RecurrentCarry(self.policy.initial_state, buffer, hp.seqs_per_state_reset)
-                 if self.recurrent else RolloutCarry())
+        buffer = _make_buffer(self.hparams, self.env, self.policy, self.seq_len, self.device)
         generator = torch.Generator(device=self.device).manual_seed(derive_seed(self.env_seed, 2))
-        return OverlapCollector(self.policy, buffer, carry, generator, self._rollout)
+        return OverlapCollector(self.policy, buffer, generator, run=self._rollout, make_carry=self._make_carry)
 
     # ----------------------------------------------------------------- helpers
     def _autocast(self) -> contextlib.AbstractContextManager:
@@ -467,7 +472,7 @@ class PPO:
 
         With ``collect_mode="overlap"`` the buffer gets the rollout that ran in the background
         since the previous collect (with the weights before the last update), and the next one
-        starts before this returns (see :meth:`_collect_overlapped`).
+        starts before this returns (see ``docs/collection_overlap.md``).
 
         Args:
             env_config: Env parameters applied if the envs are reset before this collect
