@@ -13,7 +13,6 @@ update old (none for the first). See ``docs/collection_overlap.md`` ("Overlapped
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
 import threading
@@ -73,7 +72,12 @@ class OverlapCollector:
         carry: The actor's carry: the policy's carry from step to step, which goes on with the
             training envs from one rollout to the next.
         version: The learner's update count of the weights last synced into :attr:`policy`.
-        stream: On CUDA, the stream the background rollouts run on (``None`` elsewhere).
+
+    On CUDA the background rollout enqueues its kernels on the default stream, like the
+    learner: what overlaps is the host side (env steps, Python, kernel launches). A stream of
+    its own would let the caching allocator hand the learner memory that the actor's stream
+    still reads (env state or carry tensors made on the learner's stream and dropped by the
+    actor), which only ``record_stream`` on tensors the collector does not own could prevent.
     """
 
     def __init__(
@@ -85,8 +89,6 @@ class OverlapCollector:
         self.carry = make_carry(self.policy, buffer)
         self.version = 0
         self._run = run
-        device = buffer.data.device
-        self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
         self._thread: threading.Thread | None = None
         self._deterministic = False  # of the rollout in flight
         self._done: Rollout | None = None
@@ -131,8 +133,6 @@ class OverlapCollector:
         if not background:
             self._done = Rollout(self._run_rollout(obs, deterministic), self.version, deterministic)
             return
-        if self.stream is not None:  # the learner's writes (synced weights) come first
-            self.stream.wait_stream(torch.cuda.current_stream(self.stream.device))
         self._thread = threading.Thread(
             target=self._background, args=(obs, deterministic), name="rl8-overlap-collector", daemon=True
         )
@@ -143,8 +143,7 @@ class OverlapCollector:
 
     def _background(self, obs: torch.Tensor | TensorDictBase, deterministic: bool) -> None:
         try:
-            with torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext():
-                self._done = Rollout(self._run_rollout(obs, deterministic), self.version, deterministic)
+            self._done = Rollout(self._run_rollout(obs, deterministic), self.version, deterministic)
         except BaseException as exc:  # raised by the next wait(), in the caller's thread
             self._error = exc
 
@@ -176,8 +175,6 @@ class OverlapCollector:
             return
         self._thread.join()
         self._thread = None
-        if self.stream is not None:  # the learner reads what the actor's stream wrote
-            torch.cuda.current_stream(self.stream.device).wait_stream(self.stream)
 
     def hand_over(self, buffer: RolloutBuffer) -> Rollout:
         """Copy the finished rollout into the learner's ``buffer`` (its recurrent states
