@@ -218,6 +218,32 @@ def test_a_trainer_run_stopped_by_a_condition_ends_cleanly():
     assert collector_threads() == []
 
 
+EXIT_WITH_A_ROLLOUT_IN_FLIGHT = """
+import time
+from rl8 import PPO
+from rl8.envs import CartPole
+
+class SlowCartPole(CartPole):
+    def step(self, action):
+        time.sleep(0.05)
+        return super().step(action)
+
+algo = PPO(SlowCartPole, num_envs=16, horizon=8, sgd_minibatch_size=32, num_sgd_iters=2, seed=0,
+           collect_mode="overlap")
+algo.collect()
+algo.update()
+print("in flight:", algo.collector.in_flight, flush=True)
+"""
+
+
+def test_the_interpreter_exits_with_a_rollout_in_flight_and_no_close():
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    done = subprocess.run([sys.executable, "-c", EXIT_WITH_A_ROLLOUT_IN_FLIGHT], capture_output=True,
+                          text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "in flight: True" in done.stdout
+
+
 class SigtermAtStep(Condition):
     """Never stops; sends this process a SIGTERM after training step ``step``."""
 
