@@ -71,6 +71,12 @@ class HParams:
         horizons_per_env_reset: ``k > 0``: PPO resets every env every ``k`` collects;
             ``k < 0``: only once, before the first collect. ``0`` is invalid. Episodic envs
             also reset finished sub-envs themselves.
+        collect_mode: ``"sync"``: :meth:`PPO.collect <rl8.PPO.collect>` steps the envs, then
+            :meth:`PPO.update <rl8.PPO.update>` trains on what it collected. ``"overlap"``: the
+            next collect runs in a background thread while the update runs, with a copy of
+            the policy synced after every update, so each batch is collected with weights one
+            update old (``monitors/policy_lag``; the PPO ratio uses the stored behaviour
+            log-probs). See ``docs/collection_overlap.md``.
         gamma: Discount factor in [0, 1].
         gae_lambda: GAE's lambda in [0, 1].
         num_sgd_iters: Passes (epochs) over the buffer per update.
@@ -129,6 +135,7 @@ class HParams:
     num_envs: int = 256
     horizon: int = 32
     horizons_per_env_reset: int = -1
+    collect_mode: Literal["sync", "overlap"] = "sync"
     gamma: float = 0.99
     gae_lambda: float = 0.95
     num_sgd_iters: int = 8
@@ -275,6 +282,8 @@ class HParams:
                 bad(name, "an int >= 1")
         if not is_int(self.horizons_per_env_reset) or self.horizons_per_env_reset == 0:
             bad("horizons_per_env_reset", "a non-zero int (k > 0: every k collects; k < 0: once)")
+        if self.collect_mode not in ("sync", "overlap"):
+            bad("collect_mode", "'sync' or 'overlap'")
         for name in ("gamma", "gae_lambda"):
             v = getattr(self, name)
             if not is_num(v) or not 0.0 <= v <= 1.0:

@@ -31,6 +31,7 @@ from .finite import CHECKED_ROLLOUT_STATS, CHECKED_UPDATE_STATS, NonFiniteError,
 from .hparams import HParams
 from .losses import ppo_loss
 from .normalization import RewardNormalizer
+from .overlap import OverlapCollector
 from .policy import Policy
 from .rollout import rollout
 from .runner import run_policy
@@ -347,6 +348,9 @@ class PPO:
         policy: The :class:`~rl8.Policy` (model + distribution + normaliser).
         optimizer: The torch optimizer.
         buffer: The :class:`~rl8.buffer.RolloutBuffer`.
+        collector: With ``collect_mode="overlap"``, the
+            :class:`~rl8.overlap.OverlapCollector` (the actor side, which collects in the
+            background); ``None`` in sync mode.
         minibatch_size: Transitions per minibatch of an update (see
             :meth:`HParams.minibatch_size_for <rl8.HParams.minibatch_size_for>`).
         env_steps: Env transitions collected so far (all envs together, of every rank in
@@ -390,8 +394,7 @@ class PPO:
         self.minibatch_size = hp.minibatch_size_for(self.seq_len)
         self.buffer = _make_buffer(hp, self.env, self.policy, self.seq_len, self.device)
         # the policy's carry from step to step (a recurrent state) and what the buffer keeps of it
-        self.carry = (RecurrentCarry(self.policy.initial_state, self.buffer, hp.seqs_per_state_reset)
-                      if self.recurrent else RolloutCarry())
+        self.carry = self._make_carry(self.policy, self.buffer)
         self.reward_normalizer = (RewardNormalizer(hp.num_envs, hp.gamma, device=self.device)
                                   if hp.normalize_rewards else None)
         self.lr_schedule = hp.lr_at()
@@ -402,6 +405,21 @@ class PPO:
         self._obs: torch.Tensor | TensorDictBase | None = None
         self._validated = False
         self.episodes = EpisodeTracker(hp.num_envs, self.device)
+        # collect_mode="overlap": the actor side, which collects in the background
+        self.collector = self._make_collector() if hp.collect_mode == "overlap" else None
+        self._behaviour_version = 0  # the update count of the weights that collected the buffer
+
+    def _make_carry(self, policy: Policy, buffer: RolloutBuffer) -> RolloutCarry:
+        """``policy``'s carry from step to step over ``buffer`` (a recurrent state, or none)."""
+        if not self.recurrent:
+            return RolloutCarry()
+        return RecurrentCarry(policy.initial_state, buffer, self.hparams.seqs_per_state_reset)
+
+    def _make_collector(self) -> OverlapCollector:
+        """The actor side of overlapped collection: its own buffer, carry and generator."""
+        buffer = _make_buffer(self.hparams, self.env, self.policy, self.seq_len, self.device)
+        generator = torch.Generator(device=self.device).manual_seed(derive_seed(self.env_seed, 2))
+        return OverlapCollector(self.policy, buffer, generator, run=self._rollout, make_carry=self._make_carry)
 
     # ----------------------------------------------------------------- helpers
     def _autocast(self) -> contextlib.AbstractContextManager:
@@ -417,8 +435,23 @@ class PPO:
         k = self.hparams.horizons_per_env_reset
         return self._obs is None or (k > 0 and self.collects % k == 0)
 
+    @property
+    def _env_carry(self) -> RolloutCarry:
+        """The carry that goes on with the training envs (the actor side's in overlap mode)."""
+        return self.collector.carry if self.collector is not None else self.carry
+
+    def _settle(self) -> None:
+        """Overlap mode: wait for the rollout in flight, so that the training envs are idle
+        and ``_obs`` are their observations (it stays ready for the next collect)."""
+        if self.collector is not None and self.collector.in_flight:
+            self._obs = self.collector.wait().obs
+
     def reset_envs(self, *, env_config: dict[str, Any] | None = None) -> None:
-        """Reset every env (applying ``hparams.env_config`` updated with ``env_config``)."""
+        """Reset every env (applying ``hparams.env_config`` updated with ``env_config``). In
+        overlap mode a rollout collected in the background and not yet handed over is dropped
+        (it was collected before the reset)."""
+        if self.collector is not None:
+            self.collector.discard()
         config = {**self.hparams.env_config, **(env_config or {})}
         seed = self.env_seed if self.env_resets == 0 else None
         self._obs = self.env.reset(config=config or None, seed=seed)
@@ -427,7 +460,7 @@ class PPO:
         self.episodes.reset()
         if self.reward_normalizer is not None:
             self.reward_normalizer.reset()
-        self.carry.reset()
+        self._env_carry.reset()
 
     # ----------------------------------------------------------------- collect
     @torch.no_grad()
@@ -436,6 +469,10 @@ class PPO:
 
         Envs are reset first when the reset rule says so (before the first collect, then
         every ``horizons_per_env_reset`` collects when that is positive).
+
+        With ``collect_mode="overlap"`` the buffer gets the rollout that ran in the background
+        since the previous collect (with the weights before the last update), and the next one
+        starts before this returns (see ``docs/collection_overlap.md``).
 
         Args:
             env_config: Env parameters applied if the envs are reset before this collect
@@ -454,16 +491,54 @@ class PPO:
                 afterwards the reduced reward stats).
             NonFiniteError: The reduced reward stats are NaN/inf though every reward is finite.
         """
-        hp = self.hparams
+        if self.collector is not None:
+            return self._collect_overlapped(env_config, deterministic)
         if self.next_collect_resets:
             self.reset_envs(env_config=env_config)
-        self._obs = rollout(
-            self.policy, self.env, self.buffer, self.carry, self._obs, generator=self.generator,
-            deterministic=deterministic, autocast=self._autocast(), check_first_step=not self._validated,
+        self._obs = self._rollout(self.policy, self.buffer, self.carry, self._obs, self.generator, deterministic)
+        self._count_collect()
+        return self._collect_stats()
+
+    def _rollout(
+        self, policy: Policy, buffer: RolloutBuffer, carry: RolloutCarry, obs: torch.Tensor | TensorDictBase,
+        generator: torch.Generator, deterministic: bool,
+    ) -> torch.Tensor | TensorDictBase:
+        """One rollout of the training envs with ``policy`` into ``buffer`` (the learner's
+        objects in sync mode, the actor side's in overlap mode, in its thread)."""
+        obs = rollout(
+            policy, self.env, buffer, carry, obs, generator=generator, deterministic=deterministic,
+            autocast=self._autocast(), check_first_step=not self._validated,
         )
         self._validated = True
-        self.env_steps += hp.num_envs * hp.horizon * self.dist.world_size  # every rank's envs
+        return obs
+
+    def _count_collect(self) -> None:
+        self.env_steps += self.hparams.batch_size * self.dist.world_size  # every rank's envs
         self.collects += 1
+
+    def _collect_overlapped(self, env_config: dict[str, Any] | None, deterministic: bool) -> Stats:
+        """Overlap mode's collect: hand the rollout that ran in the background over to the
+        learner (one runs now when none did: first collect, after a reset or a load), sync the
+        actor's weights and start the next rollout (unless the envs reset before it: that
+        rollout waits for the next collect's ``env_config``), then the stats."""
+        collector = self.collector
+        if not collector.idle and collector.deterministic != deterministic:
+            raise ValueError(
+                f"PPO.collect: deterministic={deterministic}, but in collect_mode='overlap' the "
+                f"rollout for this collect was started by the previous one with "
+                f"deterministic={collector.deterministic}; pass the same value to consecutive collects"
+            )
+        if collector.idle:
+            if self.next_collect_resets:
+                self.reset_envs(env_config=env_config)
+            collector.sync(self.policy, self.steps)
+            collector.start(self._obs, deterministic, background=False)
+        done = collector.hand_over(self.buffer)
+        self._obs, self._behaviour_version = done.obs, done.version
+        self._count_collect()
+        if not self.next_collect_resets:
+            collector.sync(self.policy, self.steps)
+            collector.start(self._obs, deterministic)
         return self._collect_stats()
 
     def _collect_stats(self) -> Stats:
@@ -524,7 +599,9 @@ class PPO:
         Returns:
             Update stats: ``losses/{policy,vf,entropy,total}``,
             ``monitors/{kl_div,clip_fraction,explained_variance,grad_norm}``,
-            ``coefficients/{entropy,vf,lr}``.
+            ``coefficients/{entropy,vf,lr}``; with ``collect_mode="overlap"`` also
+            ``monitors/policy_lag`` (updates between the weights that collected the buffer
+            and those at the start of this update: 0 for the first update, then 1).
 
         Raises:
             NonFiniteError: ``losses/total`` or ``monitors/grad_norm`` (the latter only without a
@@ -534,6 +611,7 @@ class PPO:
         if self.collects == 0:
             raise RuntimeError("PPO.update() needs a collect() first: the rollout buffer is empty")
         hp = self.hparams
+        policy_lag = self.steps - self._behaviour_version  # updates since the buffer's weights
         with torch.no_grad():
             advantages, returns = self._advantages()
             old_values = self.buffer.data["values"][:, : hp.horizon]
@@ -571,6 +649,8 @@ class PPO:
         if not grad_norms:  # a KL stop before the first accumulated optimizer step
             grad_norms.append(torch.zeros((), device=self.device))
         stats = _update_stats(self.dist, monitors, grad_norms, explained_variance, hp.vf_coeff, entropy_coeff, lr)
+        if self.collector is not None:
+            stats["monitors/policy_lag"] = float(policy_lag)
         checked = CHECKED_UPDATE_STATS if self.grad_scaler is None else ("losses/total",)
         self._check_stats_finite(stats, checked, f"update step {self.steps}")
         return stats
@@ -612,7 +692,7 @@ class PPO:
             if not self.next_collect_resets:
                 raise _eval_on_training_envs_error(hp.horizons_per_env_reset, self.collects)
             env = self.env
-            self._obs = None  # the next training collect resets the envs
+            self._reset_envs_later()  # the next training collect resets the envs
         config = {**hp.env_config, **(env_config or {})}
         obs = env.reset(config=config or None)
         validate_reset_output(obs, env)
@@ -625,13 +705,23 @@ class PPO:
         episode_sums = None if dones is None else EpisodeTracker(env.num_envs, self.device).advance(rewards, dones)
         return rollout_stats(self.dist, rewards, episode_sums)[0]
 
+    def _reset_envs_later(self) -> None:
+        """Make the next :meth:`collect` reset every env first (in overlap mode: wait for the
+        rollout in flight and drop it), so the training envs are free until then."""
+        if self.collector is not None:
+            self.collector.discard()
+        self._obs = None
+
     # ----------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue training exactly: see ``docs/checkpoints.md``.
 
         Holds only tensors and plain Python values, so it loads with
-        ``torch.load(weights_only=True)``.
+        ``torch.load(weights_only=True)``. In overlap mode it first waits for the rollout in
+        flight, which it includes (``"overlap"``): a resumed run hands it over at its first
+        collect, exactly as the uninterrupted run does.
         """
+        self._settle()
         return {
             "hparams": _plain_hparams(self.hparams),
             "seed": self.seed,
@@ -640,14 +730,17 @@ class PPO:
             "grad_scaler": self.grad_scaler.state_dict() if self.grad_scaler is not None else None,
             "reward_normalizer": self.reward_normalizer.state_dict() if self.reward_normalizer is not None else None,
             "counters": {name: getattr(self, name) for name in _COUNTERS},
-            "recurrent": self.carry.state_dict(),
+            "recurrent": self._env_carry.state_dict(),
             **self.episodes.state_dict(),
             **_env_state(self.env, self._obs),
             "rng": _rng_state(self.generator, self.eval_generator),
+            "overlap": self.collector.state_dict() if self.collector is not None else None,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` (the hyper-parameters must already match)."""
+        if self.collector is not None:
+            self.collector.discard()
         self.seed = int(state["seed"])
         self.policy.load_state_dict(state["policy"])
         self.optimizer.load_state_dict(state["optimizer"])
@@ -658,10 +751,22 @@ class PPO:
         for name in _COUNTERS:
             setattr(self, name, int(state["counters"][name]))
         self.episodes.load_state_dict(state)
-        self.carry.load_state_dict(state.get("recurrent"))
+        self._env_carry.load_state_dict(state.get("recurrent"))
         self._obs = _load_env_state(self.env, state, self.device)
         self._validated = False  # the first step after a resume is checked like any first step
         _load_rng_state(state["rng"], self.generator, self.eval_generator)
+        if self.collector is not None and state.get("overlap") is not None:
+            self.collector.load_state_dict(state["overlap"], self._obs)
+            self._behaviour_version = self.steps  # the collector's rollout (if any) brings its own
+
+    def close(self) -> None:
+        """Stop collecting in the background (overlap mode): wait for the rollout in flight and
+        join its thread. A rollout that finished is kept for the next :meth:`collect` (its error,
+        if it failed, raised there), so closing loses nothing and the object stays usable. The
+        training envs stay open (``algo.env.close()`` closes them). Idempotent; a no-op in sync
+        mode. :class:`rl8.Trainer` calls it when it closes."""
+        if self.collector is not None:
+            self.collector.join()
 
     # ----------------------------------------------------------------- misc
     def __repr__(self) -> str:

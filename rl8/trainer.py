@@ -403,8 +403,10 @@ class Trainer(TrainerCheckpoints):
 
     # ----------------------------------------------------------------- life cycle
     def close(self, status: str = "FINISHED", *, timeout_s: float | None = None) -> None:
-        """End the MLflow run with ``status`` (``FINISHED``, ``FAILED`` or ``KILLED``) and close
-        the dedicated eval env. Idempotent; the training envs (owned by ``algo``) stay open.
+        """End the MLflow run with ``status`` (``FINISHED``, ``FAILED`` or ``KILLED``), close
+        the dedicated eval env and :meth:`close <rl8.PPO.close>` the algorithm (its background
+        collection, ``collect_mode="overlap"``, stops: no thread is left running). Idempotent;
+        the training envs (owned by ``algo``) stay open.
 
         Args:
             status: The run's terminal status.
@@ -427,6 +429,7 @@ class Trainer(TrainerCheckpoints):
             self.tracker.end(status, timeout_s=timeout_s)
         finally:
             self._envs.close()
+            self.algo.close()
         # only now: when ending the run raised, the exit hook still ends it
         self.closed = True
         self._check_run_start(unless_reported=True)
