@@ -25,14 +25,14 @@ from .buffer import (
     slot_bytes,
 )
 from .distributed import DistContext, derive_seed
-from .env import Env, validate_reset_output
+from .env import Env, ReadyEnvs, validate_reset_output
 from .episodes import EpisodeTracker
 from .finite import CHECKED_ROLLOUT_STATS, CHECKED_UPDATE_STATS, NonFiniteError, check_buffer_finite, check_stats_finite
 from .hparams import HParams
 from .losses import ppo_loss
 from .normalization import RewardNormalizer
 from .policy import Policy
-from .rollout import rollout
+from .rollout import rollout, rollout_ready_envs
 from .runner import run_policy
 from .stats import Stats, reduce_stats, rollout_stats
 
@@ -457,7 +457,9 @@ class PPO:
         hp = self.hparams
         if self.next_collect_resets:
             self.reset_envs(env_config=env_config)
-        self._obs = rollout(
+        # envs that step at their own pace (a worker pool) are collected from as they get ready
+        collect_from = rollout_ready_envs if isinstance(self.env, ReadyEnvs) else rollout
+        self._obs = collect_from(
             self.policy, self.env, self.buffer, self.carry, self._obs, generator=self.generator,
             deterministic=deterministic, autocast=self._autocast(), check_first_step=not self._validated,
         )
