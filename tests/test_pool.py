@@ -159,7 +159,7 @@ def test_rows_filling_at_different_speeds_hold_each_envs_own_trajectory():
 
 
 def test_recurrent_policy_collects_and_updates_with_a_pool():
-    kwargs = dict(model_cls=LSTMModel, model_config={"hidden_size": 8}, seq_len=4)
+    kwargs = dict(model_cls=LSTMModel, model_config={"hidden_size": 8}, seq_len=4, horizon=8)
     exact = ppo("CartPole-v1", "pool", num_workers=2, min_batch_size=8, **kwargs)
     sync = ppo("CartPole-v1", "sync", **kwargs)
     ragged = ppo(Counter, "pool", num_workers=2, min_batch_size=1, max_wait_s=0.0, **kwargs)
@@ -207,12 +207,11 @@ def test_a_killed_worker_is_reported_with_its_exit_code_not_a_hang():
     env.recv(4, 4, None)
     os.kill(env._processes[1].pid, signal.SIGKILL)
     env.send(torch.arange(4), torch.zeros(4, dtype=torch.long))
-    start = time.monotonic()
-    with pytest.raises(PoolWorkerDied, match=r"pool worker 1 .*sub-envs 2\.\.3.*exit code -9 \(killed by signal SIGKILL\)"):
+    died = r"pool worker 1 .*sub-envs 2\.\.3.*exit code -9 \(killed by signal SIGKILL\)"
+    with pytest.raises(PoolWorkerDied, match=died):  # the timeout mark guards against a hang
         while True:
             env.recv(1, 4, None)
             env.send(*_zeros_for(env))
-    assert time.monotonic() - start < 10
     assert not any(p.is_alive() for p in env._processes)
 
 
@@ -235,23 +234,6 @@ def test_workers_ignore_sigint_and_close_reaps_them_all():
     assert not any(alive(pid) for pid in pids)
     with pytest.raises(RuntimeError, match="is closed"):
         env.step(torch.zeros(4, dtype=torch.long))
-
-
-@pytest.mark.timeout(60)
-def test_workers_of_a_pool_never_closed_end_with_the_interpreter():
-    script = textwrap.dedent("""
-        from rl8.envs import GymnasiumEnv
-        env = GymnasiumEnv(2, env="CartPole-v1", vectorization_mode="pool", num_workers=2)
-        env.reset(seed=0)
-        print(*[p.pid for p in env._processes])
-    """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=50,
-                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
-    assert done.returncode == 0, done.stderr
-    pids = [int(pid) for pid in done.stdout.split()]
-    assert len(pids) == 2
-    time.sleep(0.5)
-    assert not any(alive(pid) for pid in pids)
 
 
 @pytest.mark.parametrize(
@@ -284,16 +266,44 @@ def test_settings_above_num_envs_build_the_one_env_copies_of_videos_and_evals():
 
 @pytest.mark.slow
 def test_ppo_with_a_pool_learns_cartpole():
+    """Acting on 8 ready envs of 16 at a time; the exactness tests above cover the rest."""
     algo = PPO("CartPole-v1", num_envs=16, horizon=64, sgd_minibatch_size=256, num_sgd_iters=8, seed=0,
                env_kwargs={"vectorization_mode": "pool", "num_workers": 2, "min_batch_size": 8})
     try:
         best = 0.0
-        while algo.env_steps < 40_000:
+        while algo.env_steps < 20_000 and best < 200:
             stats = algo.collect()
             algo.update()
-            best = max(best, stats.get("episodes/return_mean", 0.0))
-            if best >= 150:
-                break
-        assert best >= 150, f"best mean episode return {best:.1f} after {algo.env_steps} env steps"
+            if stats["episodes/count"] > 0:
+                best = max(best, stats["episodes/return_mean"])
+        assert best >= 200, f"best mean episode return {best:.1f} after {algo.env_steps} env steps"
     finally:
         algo.env.close()
+
+
+@pytest.mark.timeout(60)
+def test_ctrl_c_during_a_collect_ends_the_learner_and_reaps_the_workers():
+    """The pool is never closed by the script: its workers end with the interpreter."""
+    script = textwrap.dedent("""
+        from rl8 import PPO
+        algo = PPO("CartPole-v1", num_envs=4, horizon=8, seed=0,
+                   env_kwargs={"vectorization_mode": "pool", "num_workers": 2, "min_batch_size": 1})
+        print(*[p.pid for p in algo.env._processes], flush=True)
+        while True:
+            algo.collect()
+    """)
+    learner = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True,
+                               env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        pids = [int(pid) for pid in learner.stdout.readline().split()]
+        assert len(pids) == 2, learner.stderr.read()
+        time.sleep(0.5)
+        os.killpg(learner.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole group
+        _, stderr = learner.communicate(timeout=30)
+    finally:
+        if learner.poll() is None:
+            learner.kill()
+    assert "KeyboardInterrupt" in stderr
+    time.sleep(0.5)
+    assert not any(alive(pid) for pid in pids)

@@ -423,10 +423,10 @@ class PoolEnv(GymnasiumEnv, ReadyEnvs):
         if ids.ndim != 1 or (ids.size and (ids.min() < 0 or ids.max() >= self.num_envs)):
             raise ValueError(f"{self._name()}.send: env_ids must be a 1-d tensor of indices in "
                              f"[0, {self.num_envs}), got {ids.tolist()}")
-        busy = ids[self._stepping[ids]]
-        if busy.size or np.isin(ids, self._ready).any():
-            raise RuntimeError(f"{self._name()}.send: sub-envs {sorted(set(busy.tolist()) | (set(ids.tolist()) & set(self._ready)))} "
-                               "have not been received since their last action")
+        busy = sorted(set(ids[self._stepping[ids]].tolist()) | (set(ids.tolist()) & set(self._ready)))
+        if busy:
+            raise RuntimeError(f"{self._name()}.send: sub-envs {busy} have not been received (recv) since "
+                               "their last action")
         _set_rows(self._views["actions"], ids, self.converter.to_actions(actions))
         self._stepping[ids] = True
         owners = self._owner[ids]
