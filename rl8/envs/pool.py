@@ -17,12 +17,14 @@ from __future__ import annotations
 import functools
 import multiprocessing as mp
 import os
+import pickle
+import selectors
 import signal
 import time
 import traceback
 import weakref
 from collections.abc import Callable, Sequence
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import Connection
 from typing import Any
 
 import gymnasium
@@ -42,6 +44,26 @@ START_METHOD = "forkserver"
 
 #: Seconds a closing pool waits for a worker to exit before terminating (then killing) it.
 _CLOSE_TIMEOUT_S = 2.0
+
+
+# Messages on the pipes are bytes: a step command (the learner's) is _STEP + the int32 sub-env
+# ids, a step report (a worker's) _STEPPED + one int32 sub-env id: neither pickles anything.
+# Every other message, rare, is _PICKLED + a pickled (kind, payload).
+_STEP, _STEPPED, _PICKLED = b"S", b"D", b"P"
+
+
+def _send_message(pipe: Connection, kind: str, payload: Any) -> None:
+    pipe.send_bytes(_PICKLED + pickle.dumps((kind, payload)))
+
+
+def _read_message(data: bytes) -> tuple[str, Any]:
+    """``(kind, payload)`` of a message received as bytes (see :data:`_STEP`)."""
+    tag = data[:1]
+    if tag == _STEPPED:
+        return "stepped", int.from_bytes(data[1:], "little")
+    if tag == _STEP:
+        return "step", np.frombuffer(data, dtype=np.int32, offset=1).tolist()
+    return pickle.loads(data[1:])
 
 
 class PoolWorkerDied(RuntimeError):
@@ -136,16 +158,16 @@ def _worker(
     def report_error(index: int, exc: BaseException) -> None:
         trace = traceback.format_exc()
         try:
-            pipe.send(("error", (index, exc, trace)))
+            _send_message(pipe, "error", (index, exc, trace))
         except Exception:  # an exception that does not pickle: its text and type name
-            pipe.send(("error", (index, RuntimeError(f"{type(exc).__name__}: {exc}"), trace)))
+            _send_message(pipe, "error", (index, RuntimeError(f"{type(exc).__name__}: {exc}"), trace))
 
     try:
         for current in env_ids:
             envs[current] = make_env()
-        pipe.send(("ready", None))
+        _send_message(pipe, "ready", None)
         while True:
-            command, arg = pipe.recv()
+            command, arg = _read_message(pipe.recv_bytes())
             if command == "step":
                 for current in arg:
                     env = envs[current]
@@ -157,15 +179,15 @@ def _worker(
                     views["rewards"][current] = reward
                     views["terminated"][current] = terminated
                     views["truncated"][current] = truncated
-                    pipe.send(("stepped", current))
+                    pipe.send_bytes(_STEPPED + current.to_bytes(4, "little"))
             elif command == "reset":
                 for current, seed in arg:
                     obs, _ = envs[current].reset(seed=seed)
                     write_to_shared_memory(space, current, obs, shared.obs)
-                pipe.send(("reset", None))
+                _send_message(pipe, "reset", None)
             elif command == "render":
                 current = arg
-                pipe.send(("frame", envs[current].render()))
+                _send_message(pipe, "frame", envs[current].render())
             elif command == "close":
                 break
     except (KeyboardInterrupt, EOFError, BrokenPipeError):
@@ -174,7 +196,7 @@ def _worker(
         report_error(current, exc)
         # the learner closes the pool on an error: wait for it (or for the pipe to close)
         try:
-            while pipe.recv()[0] != "close":
+            while _read_message(pipe.recv_bytes())[0] != "close":
                 pass
         except (EOFError, OSError, KeyboardInterrupt):
             pass
@@ -193,7 +215,7 @@ def _shutdown(processes: list[Any], pipes: list[Connection]) -> None:
     :func:`weakref.finalize` can run it when the pool is collected or the interpreter exits."""
     for pipe in pipes:
         try:
-            pipe.send(("close", None))
+            _send_message(pipe, "close", None)
         except (OSError, ValueError):
             pass
     deadline = time.monotonic() + _CLOSE_TIMEOUT_S
@@ -364,7 +386,13 @@ class PoolEnv(GymnasiumEnv, ReadyEnvs):
                 child.close()
                 self._pipes.append(parent)
                 self._processes.append(process)
-            self._sentinels = {p.sentinel: w for w, p in enumerate(self._processes)}
+            # every pipe and every process sentinel (readable once the process has ended),
+            # registered once: what multiprocessing.connection.wait watches, without
+            # registering them all again at each of the thousands of waits of a collect
+            self._selector = selectors.DefaultSelector()
+            for w, process in enumerate(self._processes):
+                self._selector.register(self._pipes[w], selectors.EVENT_READ, ("message", w))
+                self._selector.register(process.sentinel, selectors.EVENT_READ, ("ended", w))
             self._await_replies(range(self.num_workers), "ready")
         except BaseException:
             self.close()
@@ -431,7 +459,7 @@ class PoolEnv(GymnasiumEnv, ReadyEnvs):
         self._stepping[ids] = True
         owners = self._owner[ids]
         for w in np.unique(owners):
-            self._send(int(w), "step", ids[owners == w].tolist())
+            self._send(int(w), "step", ids[owners == w])
 
     def recv(
         self, min_batch_size: int, max_batch_size: int, max_wait_s: float | None
@@ -492,6 +520,8 @@ class PoolEnv(GymnasiumEnv, ReadyEnvs):
         if getattr(self, "_closed", True):
             return
         self._closed = True
+        if hasattr(self, "_selector"):
+            self._selector.close()
         self._finalizer()
 
     def __repr__(self) -> str:
@@ -505,23 +535,25 @@ class PoolEnv(GymnasiumEnv, ReadyEnvs):
 
     def _send(self, worker: int, command: str, arg: Any) -> None:
         try:
-            self._pipes[worker].send((command, arg))
+            if command == "step":
+                self._pipes[worker].send_bytes(_STEP + arg.astype(np.int32).tobytes())
+            else:
+                _send_message(self._pipes[worker], command, arg)
         except (BrokenPipeError, ConnectionResetError, EOFError):
             self._worker_died(worker)
 
     def _poll(self, timeout: float | None) -> None:
         """Wait up to ``timeout`` seconds (``None``: until something happens) for messages or
         a worker's exit, then handle every message that arrived."""
-        ready = wait([*self._pipes, *self._sentinels], timeout)
         died = []
-        for obj in ready:
-            if obj in self._sentinels:
-                died.append(self._sentinels[obj])
+        for key, _ in self._selector.select(timeout):
+            kind, w = key.data
+            if kind == "ended":
+                died.append(w)
                 continue
-            w = self._pipes.index(obj)
             try:
-                while obj.poll():
-                    self._handle(w, *obj.recv())
+                # one message; the next select sees the rest
+                self._handle(w, *_read_message(key.fileobj.recv_bytes()))
             except (EOFError, ConnectionResetError):
                 died.append(w)
         for w in died:
@@ -560,6 +592,12 @@ class PoolEnv(GymnasiumEnv, ReadyEnvs):
         self._ready = []
 
     def _worker_died(self, worker: int) -> None:
+        pipe = self._pipes[worker]
+        try:  # what it sent before it ended (an error names its cause better than its exit)
+            while pipe.poll():
+                self._handle(worker, *_read_message(pipe.recv_bytes()))
+        except (EOFError, OSError):
+            pass
         process = self._processes[worker]
         process.join(_CLOSE_TIMEOUT_S)
         code = process.exitcode
