@@ -252,16 +252,21 @@ def test_bad_pool_settings_are_refused_naming_field_and_value(kwargs, message):
         GymnasiumEnv(4, env="CartPole-v1", vectorization_mode="pool", **kwargs)
 
 
-def test_settings_above_num_envs_build_the_one_env_copies_of_videos_and_evals():
-    env = GymnasiumEnv(1, env="CartPole-v1", vectorization_mode="pool", num_workers=4, min_batch_size=8,
-                       max_batch_size=16, render_mode="rgb_array")
+def test_settings_above_num_envs_build_the_one_env_copies_of_videos_and_evals(tmp_path):
+    pytest.importorskip("imageio_ffmpeg")
+    from rl8.video import make_recording_env, record_video
+
+    pool = {"vectorization_mode": "pool", "num_workers": 4, "min_batch_size": 8, "max_batch_size": 16}
+    algo = PPO("CartPole-v1", num_envs=16, horizon=8, seed=0, env_kwargs=pool)
+    env = make_recording_env("CartPole-v1", env_kwargs=pool)
     try:
+        assert isinstance(env, PoolEnv)
         assert (env.num_workers, env.min_batch_size, env.max_batch_size) == (1, 1, 1)
-        env.reset(seed=0)
-        frame = env.render(0)
-        assert frame.dtype == np.uint8 and frame.ndim == 3
+        path = record_video(algo.policy, env, tmp_path / "pool.mp4", max_steps=10, seed=0)
+        assert path.stat().st_size > 0
     finally:
         env.close()
+        algo.env.close()
 
 
 @pytest.mark.slow
