@@ -360,7 +360,6 @@ class PoolEnv(GymnasiumEnv, ReadyEnvs):
         self.converter = GymnasiumConverter(single_obs_space, single_action_space, num_envs, self.device, self._name())
         self.observation_space = self.converter.observation_space
         self.action_space = single_action_space
-        self.single_observation_space = single_obs_space
 
         ctx = mp.get_context(START_METHOD)
         ctx.set_forkserver_preload([__name__])  # the fork server imports rl8 once
