@@ -40,7 +40,6 @@ average about 1.6 at the start), with
   Collect + update: sync 5268, async 1732, pool 2287 (pool/async 1.32x). With 2 cores a
   MuJoCo step is too cheap for processes to pay off; sync wins.
 """
-"""
 
 from __future__ import annotations
 
