@@ -192,6 +192,10 @@ class RolloutCarry:
     :meth:`Policy.rollout_step <rl8.Policy.rollout_step>` at step ``t``, :meth:`after_step` with
     the carry it returned (after the step's flags are in the buffer), and :meth:`last` for
     the arguments of the last observation's value.
+
+    A collect whose envs step at their own pace (:func:`rl8.rollout.rollout_ready_envs`) calls
+    the per-env forms instead: :meth:`before_steps`, :meth:`after_steps` (for some envs, each
+    at its own step index) and :meth:`last_steps`.
     """
 
     def reset(self) -> None:
@@ -212,6 +216,22 @@ class RolloutCarry:
         """The carries after the steps ``index`` (``[K, 2]``: env, step), which value those
         steps' ``final_obs``."""
         return None
+
+    def before_steps(
+        self, env_ids: torch.Tensor, t: torch.Tensor
+    ) -> tuple[TensorDictBase | None, torch.Tensor | None]:
+        """The carry and the ``[K]`` episode starts of envs ``env_ids`` (``[K]`` int64) before
+        their steps ``t`` (``[K]`` int64, each env's own step index in the collect)."""
+        return None, None
+
+    def after_steps(self, env_ids: torch.Tensor, t: torch.Tensor, carry: TensorDictBase | None) -> None:
+        """Keep ``carry`` (``[K]``), the policy's carry of envs ``env_ids`` after their steps
+        ``t``; called after those steps' flags are in the buffer."""
+
+    def last_steps(self) -> tuple[TensorDictBase | None, torch.Tensor | None]:
+        """:meth:`last` at the end of a collect made of :meth:`before_steps` and
+        :meth:`after_steps` (every env has made ``horizon`` steps)."""
+        return None, None
 
     def state_dict(self) -> dict[str, Any] | None:
         """The carry between collects (``None``: nothing to save)."""
@@ -274,6 +294,43 @@ class RecurrentCarry(RolloutCarry):
 
     def after(self, index: torch.Tensor) -> TensorDictBase:
         return self.buffer.post_states[index[:, 0], index[:, 1]]
+
+    # Per-env forms: the same rules as before_step/after_step/last, each env at its own step
+    # index. The state and episode starts are replaced by updated copies (never written in
+    # place), so a carry handed out stays as it was.
+
+    def before_steps(self, env_ids: torch.Tensor, t: torch.Tensor) -> tuple[TensorDictBase, torch.Tensor]:
+        seq_len, k = self.buffer.seq_len, self.seqs_per_state_reset
+        starts_sequence = t % seq_len == 0
+        if bool(starts_sequence.any()):
+            ids, seq = env_ids[starts_sequence], t[starts_sequence] // seq_len
+            if k > 0:
+                # each env's sequence number since training began: self.sequences counts
+                # the sequences of the collects before this one
+                reset = ids[(self.sequences + seq) % k == 0]
+                if reset.numel():
+                    state = self.state.clone()
+                    state[reset] = self.initial_state(reset.numel())
+                    self.state = state
+            self.buffer.states[ids, seq] = self.state[ids]
+        firsts = self.firsts[env_ids]
+        self.buffer.data["firsts"][env_ids, t] = firsts
+        return self.state[env_ids], firsts
+
+    def after_steps(self, env_ids: torch.Tensor, t: torch.Tensor, carry: TensorDictBase) -> None:
+        state = self.state.clone()
+        state[env_ids] = carry
+        self.state = state
+        if self.buffer.episodic:
+            self.buffer.post_states[env_ids, t] = carry
+            data = self.buffer.data
+            firsts = self.firsts.clone()
+            firsts[env_ids] = data["terminated"][env_ids, t] | data["truncated"][env_ids, t]
+            self.firsts = firsts
+
+    def last_steps(self) -> tuple[TensorDictBase, torch.Tensor]:
+        self.sequences += self.buffer.horizon // self.buffer.seq_len
+        return self.last()
 
     def state_dict(self) -> dict[str, Any]:
         return {"state": self.state.to_dict(), "firsts": self.firsts.clone(), "sequences": self.sequences}

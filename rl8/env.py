@@ -16,7 +16,9 @@ from tensordict import TensorDict, TensorDictBase
 
 from .spaces import space_dtype, space_shape
 
-__all__ = ["Env", "EnvOutputError", "validate_step_output", "validate_reset_output", "find_nonfinite"]
+__all__ = [
+    "Env", "EnvOutputError", "ReadyEnvs", "validate_step_output", "validate_reset_output", "find_nonfinite",
+]
 
 
 class EnvOutputError(ValueError):
@@ -247,6 +249,64 @@ class Env(ABC):
         )
 
 
+class ReadyEnvs(ABC):
+    """The asynchronous interface of a batched env whose sub-envs step at their own pace.
+
+    An :class:`Env` that also derives from this class (for example the worker pool of
+    :class:`rl8.envs.PoolEnv`) lets the rollout loop act on whichever sub-envs are ready:
+    :meth:`send` hands actions to some sub-envs, which then step while :meth:`recv` returns
+    the step outputs of the sub-envs that finished, as they finish.
+    :meth:`PPO.collect <rl8.PPO.collect>` then runs :func:`rl8.rollout.rollout_ready_envs`
+    instead of :func:`rl8.rollout.rollout`. The ordinary :meth:`Env.step` of all sub-envs
+    keeps working (send all, receive all, in env order) while no sub-env is stepping.
+
+    Attributes:
+        min_batch_size: The fewest sub-envs :meth:`recv` returns in the rollout loop (it takes
+            fewer only after waiting ``max_wait_s``, or when fewer are stepping).
+        max_batch_size: The most sub-envs :meth:`recv` returns in the rollout loop.
+        max_wait_s: The longest wait, in seconds, for ``min_batch_size`` ready sub-envs
+            before taking the ready ones; ``None``: no limit.
+    """
+
+    min_batch_size: int
+    max_batch_size: int
+    max_wait_s: float | None
+
+    @abstractmethod
+    def send(self, env_ids: torch.Tensor, actions: torch.Tensor | TensorDictBase) -> None:
+        """Start one step of the sub-envs ``env_ids`` with ``actions``; returns at once.
+
+        Args:
+            env_ids: ``[K]`` int64, distinct indices in ``[0, num_envs)`` of sub-envs that are
+                not stepping.
+            actions: Their actions, ``[K, ...]`` (see :meth:`Env.step`), row ``k`` for sub-env
+                ``env_ids[k]``.
+        """
+
+    @abstractmethod
+    def recv(
+        self, min_batch_size: int, max_batch_size: int, max_wait_s: float | None
+    ) -> tuple[torch.Tensor, TensorDictBase]:
+        """The step outputs of sub-envs whose step (started by :meth:`send`) is done.
+
+        Waits until ``min_batch_size`` sub-envs are done (or all those stepping, when fewer
+        are), or at most ``max_wait_s`` seconds, after which it takes the done ones if there
+        are any (else it waits for the first).
+
+        Args:
+            min_batch_size: Sub-envs to wait for, >= 1.
+            max_batch_size: The most sub-envs to return, >= ``min_batch_size``; the others
+                stay ready for the next call.
+            max_wait_s: The longest wait in seconds for ``min_batch_size`` sub-envs; ``None``:
+                no limit.
+
+        Returns:
+            ``(env_ids, out)``: ``[K]`` int64 sub-env indices in increasing order and their
+            step output, a TensorDict with batch size ``[K]`` as :meth:`Env.step` returns it
+            (row ``k`` for sub-env ``env_ids[k]``).
+        """
+
+
 def _is_plain(value: Any) -> bool:
     """A value the default :meth:`Env.state_dict` saves as is."""
     return isinstance(value, (bool, int, float, str)) or value is None
@@ -306,7 +366,7 @@ def new_tensordict(
 _new_unsafe = getattr(TensorDict, "_new_unsafe", None)
 
 
-def validate_step_output(out: Any, env: Env) -> None:
+def validate_step_output(out: Any, env: Env, *, batch_size: int | None = None) -> None:
     """Check one ``step`` output against the contract; raise :class:`EnvOutputError` if broken.
 
     Checks the type, the batch size, the presence of ``obs`` and ``rewards``, the shape and
@@ -315,11 +375,12 @@ def validate_step_output(out: Any, env: Env) -> None:
     with them.
 
     Args:
-        out: What ``env.step`` returned.
+        out: What ``env.step`` returned (or :meth:`ReadyEnvs.recv`, for some of the envs).
         env: The env that returned it.
+        batch_size: The number of envs ``out`` holds; ``None``: ``env.num_envs``.
     """
     name = type(env).__name__
-    n = env.num_envs
+    n = env.num_envs if batch_size is None else batch_size
     if not isinstance(out, TensorDictBase):
         raise EnvOutputError(f"{name}.step must return a TensorDict, got {type(out).__name__}")
     if tuple(out.batch_size) != (n,):

@@ -76,7 +76,7 @@ class HParams:
             next collect runs in a background thread while the update runs, with a copy of
             the policy synced after every update, so each batch is collected with weights one
             update old (``monitors/policy_lag``; the PPO ratio uses the stored behaviour
-            log-probs). See ``docs/collection_overlap.md``.
+            log-probs). See ``docs/collection.md`` ("Overlapped collection").
         gamma: Discount factor in [0, 1].
         gae_lambda: GAE's lambda in [0, 1].
         num_sgd_iters: Passes (epochs) over the buffer per update.

@@ -8,7 +8,7 @@ learner trains. Each :meth:`PPO.collect <rl8.PPO.collect>` hands the finished ro
 the learner (:meth:`OverlapCollector.hand_over`), syncs the actor's weights and
 observation-normaliser statistics from the learner (:meth:`OverlapCollector.sync`) and starts
 the next rollout, which the next collect hands over: every batch is collected with weights one
-update old (none for the first). See ``docs/collection_overlap.md`` ("Overlapped collection").
+update old (none for the first). See ``docs/collection.md`` ("Overlapped collection").
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from .buffer import (
     slot_bytes,
 )
 from .distributed import DistContext, derive_seed
-from .env import Env, validate_reset_output
+from .env import Env, ReadyEnvs, validate_reset_output
 from .episodes import EpisodeTracker
 from .finite import CHECKED_ROLLOUT_STATS, CHECKED_UPDATE_STATS, NonFiniteError, check_buffer_finite, check_stats_finite
 from .hparams import HParams
@@ -33,7 +33,7 @@ from .losses import ppo_loss
 from .normalization import RewardNormalizer
 from .overlap import OverlapCollector
 from .policy import Policy
-from .rollout import rollout
+from .rollout import rollout, rollout_ready_envs
 from .runner import run_policy
 from .stats import Stats, reduce_stats, rollout_stats
 
@@ -472,7 +472,7 @@ class PPO:
 
         With ``collect_mode="overlap"`` the buffer gets the rollout that ran in the background
         since the previous collect (with the weights before the last update), and the next one
-        starts before this returns (see ``docs/collection_overlap.md``).
+        starts before this returns (see ``docs/collection.md`` ("Overlapped collection")).
 
         Args:
             env_config: Env parameters applied if the envs are reset before this collect
@@ -504,8 +504,10 @@ class PPO:
         generator: torch.Generator, deterministic: bool,
     ) -> torch.Tensor | TensorDictBase:
         """One rollout of the training envs with ``policy`` into ``buffer`` (the learner's
-        objects in sync mode, the actor side's in overlap mode, in its thread)."""
-        obs = rollout(
+        objects in sync mode, the actor side's in overlap mode, in its thread). Envs that step
+        at their own pace (a worker pool) are acted on as they get ready."""
+        collect_from = rollout_ready_envs if isinstance(self.env, ReadyEnvs) else rollout
+        obs = collect_from(
             policy, self.env, buffer, carry, obs, generator=generator, deterministic=deterministic,
             autocast=self._autocast(), check_first_step=not self._validated,
         )

@@ -16,6 +16,8 @@ _ENVS = {
     "ContinuousDummyEnv": "rl8.envs.dummy",
     "Memory": "rl8.envs.memory",
     "GymnasiumEnv": "rl8.envs.gymnasium",
+    "PoolEnv": "rl8.envs.pool",
+    "PoolWorkerDied": "rl8.envs.pool",
 }
 
 __all__ = sorted(_ENVS)

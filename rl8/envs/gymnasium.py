@@ -29,7 +29,7 @@ from ..spaces import check_space, space_dtype, zeros_like_space
 
 __all__ = ["GymnasiumConverter", "GymnasiumEnv", "GymnasiumEnvFactory"]
 
-_MODES = ("sync", "async")
+_MODES = ("sync", "async", "pool")
 _ACTION_MASK = "action_mask"
 # A tree mirrors a (possibly nested) Dict space: a dict of trees for Dict, a leaf otherwise.
 _Tree = Any
@@ -300,6 +300,31 @@ class GymnasiumConverter:
             self.device,
         )
 
+    def from_rows(
+        self, obs: Any, final_obs: Any, rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
+    ) -> TensorDictBase:
+        """The step output of ``K = len(rewards)`` sub-envs (any ``K``, not only ``num_envs``)
+        from arrays of their own (fresh copies, as the worker pool gathers them): ``obs`` and
+        ``final_obs`` (the observation before the auto-reset where an episode ended, else
+        ``obs``), numpy arrays (dicts of them for Dict spaces) with ``K`` rows."""
+        n = len(rewards)
+        batch_size = torch.Size([n])
+        def convert(value: Any) -> Any:
+            return self._obs_to_torch(_map(self._np_tree, lambda dtype, a: a.astype(dtype, copy=False), value),
+                                      batch_size)
+        out = new_tensordict(
+            {
+                "obs": convert(obs),
+                "rewards": torch.from_numpy(rewards.astype(np.float32).reshape(n, 1)),
+                "terminated": torch.from_numpy(terminated.reshape(n, 1)),
+                "truncated": torch.from_numpy(truncated.reshape(n, 1)),
+                "final_obs": convert(final_obs),
+            },
+            batch_size,
+            None,
+        )
+        return out.to(self.device, non_blocking=self.staged)
+
     def to_actions(self, action: torch.Tensor | TensorDictBase) -> Any:
         """Env actions as the numpy arrays (a dict of them for Dict spaces) gymnasium wants."""
         def leaf(dtype: torch.dtype, value: torch.Tensor) -> np.ndarray:
@@ -323,9 +348,11 @@ class GymnasiumConverter:
         for i in np.flatnonzero(mask):  # a few rows per step: row writes beat np.stack
             _write_row(self._np_tree, final, i, values[i])
 
-    def _obs_to_torch(self, obs: Any) -> torch.Tensor | TensorDict:
+    def _obs_to_torch(self, obs: Any, batch_size: torch.Size | None = None) -> torch.Tensor | TensorDict:
         tensors = _map(self._np_tree, lambda dtype, array: torch.from_numpy(array), obs)
         if isinstance(tensors, dict):
+            if batch_size is not None:  # CPU tensors of some of the envs (from_rows)
+                return new_tensordict(tensors, batch_size, None)
             return new_tensordict(tensors, self._batch_size, self.device)
         return tensors
 
@@ -405,7 +432,11 @@ class GymnasiumEnv(Env):
         vectorization_mode: ``"sync"`` steps every env in this process, one after the other;
             ``"async"`` runs each env in its own subprocess (with shared-memory observations).
             Async pays off when one env step is slow (physics, rendering, > ~0.1 ms); for cheap
-            envs like CartPole sync is faster.
+            envs like CartPole sync is faster. ``"pool"`` builds a :class:`rl8.envs.PoolEnv`
+            instead (a few worker processes, each stepping several envs, and a rollout that
+            acts on whichever envs are ready; its keyword arguments ``num_workers``,
+            ``min_batch_size``, ``max_batch_size`` and ``max_wait_s`` are described there and
+            in ``docs/collection.md``).
         env_kwargs: Keyword arguments for the env: passed to ``gymnasium.make`` for an id (so
             ``max_episode_steps=...`` sets the time limit), or to the callable.
         wrappers: Gymnasium wrappers (callables ``env -> env``) applied, in order, to each env.
@@ -418,6 +449,15 @@ class GymnasiumEnv(Env):
     """
 
     episodic = True
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> GymnasiumEnv:
+        """``GymnasiumEnv(..., vectorization_mode="pool")`` builds a :class:`rl8.envs.PoolEnv`."""
+        mode = kwargs.get("vectorization_mode")
+        if cls is GymnasiumEnv and getattr(mode, "value", mode) == "pool":
+            from .pool import PoolEnv
+
+            cls = PoolEnv
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -438,6 +478,11 @@ class GymnasiumEnv(Env):
             raise ValueError(
                 f"GymnasiumEnv: vectorization_mode must be one of {list(_MODES)}, "
                 f"got {vectorization_mode!r}"
+            )
+        if mode == "pool":
+            raise ValueError(
+                f"{type(self).__name__}: vectorization_mode='pool' builds rl8.envs.PoolEnv, which a "
+                "subclass of GymnasiumEnv cannot be; use 'sync' or 'async', or PoolEnv itself"
             )
         if not isinstance(env, str) and not callable(env):
             raise TypeError(
@@ -469,6 +514,22 @@ class GymnasiumEnv(Env):
         self._needs_reset = True
         self._seeded = False
 
+    def _reset_seed(self, config: dict[str, Any] | None, seed: int | None) -> int | None:
+        """Check :meth:`reset`'s arguments and return the seed of sub-env 0 (sub-env ``i``
+        takes ``seed + i``), drawn from torch's global generator on the first reset."""
+        self._check_open()
+        if config:
+            raise KeyError(
+                f"{self._name()}.reset: config {sorted(config)} is not supported; gymnasium envs "
+                "are configured once through GymnasiumEnv(..., env_kwargs={...})"
+            )
+        if seed is None and not self._seeded:
+            seed = int(torch.randint(0, 2**31 - 1, ()).item())
+        if seed is not None:
+            seed = int(seed)
+            self._seeded = True
+        return seed
+
     def _single_kwargs(self) -> dict[str, Any]:
         kwargs = dict(self.env_kwargs)
         if self.render_mode is not None:
@@ -496,17 +557,7 @@ class GymnasiumEnv(Env):
             Observations ``[num_envs, *obs_shape]`` (a TensorDict for Dict spaces), on
             :attr:`device`.
         """
-        self._check_open()
-        if config:
-            raise KeyError(
-                f"{self._name()}.reset: config {sorted(config)} is not supported; gymnasium envs "
-                "are configured once through GymnasiumEnv(..., env_kwargs={...})"
-            )
-        if seed is None and not self._seeded:
-            seed = int(torch.randint(0, 2**31 - 1, ()).item())
-        if seed is not None:
-            seed = int(seed)
-            self._seeded = True
+        seed = self._reset_seed(config, seed)
         obs, _ = self._call(self.vector_env.reset, seed=seed)
         self._needs_reset = False
         return self.converter.from_reset(obs)

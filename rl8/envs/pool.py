@@ -1,0 +1,617 @@
+"""A pool of worker processes stepping gymnasium envs, with batched inference over ready envs.
+
+:class:`PoolEnv` (``GymnasiumEnv(..., vectorization_mode="pool")``) runs ``num_envs`` copies of
+a gymnasium env in ``num_workers`` worker processes, each owning a block of sub-envs. The
+observations, rewards, flags and actions of every sub-env live in shared memory (gymnasium's
+:func:`~gymnasium.vector.utils.create_shared_memory`); the pipes to the workers carry only
+small control messages (sub-env ids). A worker reports each sub-env as soon as its step is
+done, so the learner can act on whichever sub-envs are ready (:class:`rl8.env.ReadyEnvs`)
+while the others keep stepping: :func:`rl8.rollout.rollout_ready_envs` does that in
+:meth:`PPO.collect <rl8.PPO.collect>`.
+
+See ``docs/collection.md`` for when to use it, its knobs and how failures are reported.
+"""
+
+from __future__ import annotations
+
+import functools
+import multiprocessing as mp
+import os
+import pickle
+import selectors
+import signal
+import time
+import traceback
+import weakref
+from collections.abc import Callable, Sequence
+from multiprocessing.connection import Connection
+from typing import Any
+
+import gymnasium
+import numpy as np
+import torch
+from gymnasium import spaces
+from gymnasium.vector.utils import create_shared_memory, read_from_shared_memory, write_to_shared_memory
+from tensordict import TensorDictBase
+
+from ..env import ReadyEnvs
+from .gymnasium import GymnasiumConverter, GymnasiumEnv, _make_single_env, _RemoteTraceback
+
+__all__ = ["PoolEnv", "PoolWorkerDied"]
+
+#: The start method of the worker processes; see :class:`PoolEnv` for why.
+START_METHOD = "forkserver"
+
+#: Seconds a closing pool waits for a worker to exit before terminating (then killing) it.
+_CLOSE_TIMEOUT_S = 2.0
+
+
+# Messages on the pipes are bytes: a step command (the learner's) is _STEP + the int32 sub-env
+# ids, a step report (a worker's) _STEPPED + one int32 sub-env id: neither pickles anything.
+# Every other message, rare, is _PICKLED + a pickled (kind, payload).
+_STEP, _STEPPED, _PICKLED = b"S", b"D", b"P"
+
+
+def _send_message(pipe: Connection, kind: str, payload: Any) -> None:
+    pipe.send_bytes(_PICKLED + pickle.dumps((kind, payload)))
+
+
+def _read_message(data: bytes) -> tuple[str, Any]:
+    """``(kind, payload)`` of a message received as bytes (see :data:`_STEP`)."""
+    tag = data[:1]
+    if tag == _STEPPED:
+        return "stepped", int.from_bytes(data[1:], "little")
+    if tag == _STEP:
+        return "step", np.frombuffer(data, dtype=np.int32, offset=1).tolist()
+    return pickle.loads(data[1:])
+
+
+class PoolWorkerDied(RuntimeError):
+    """A worker process of a :class:`PoolEnv` ended without being asked to (killed, crashed)."""
+
+
+def _split(num_envs: int, num_workers: int) -> list[range]:
+    """Consecutive blocks of sub-envs, one per worker, whose sizes differ by at most one
+    (the first ``num_envs % num_workers`` workers own one more)."""
+    size, extra = divmod(num_envs, num_workers)
+    blocks, start = [], 0
+    for w in range(num_workers):
+        stop = start + size + (w < extra)
+        blocks.append(range(start, stop))
+        start = stop
+    return blocks
+
+
+def _row(value: Any, index: int) -> Any:
+    """Row ``index`` of a batch of numpy arrays (a dict or tuple of them for Dict/Tuple spaces)."""
+    if isinstance(value, dict):
+        return {key: _row(sub, index) for key, sub in value.items()}
+    if isinstance(value, tuple):
+        return tuple(_row(sub, index) for sub in value)
+    return value[index]
+
+
+def _rows(value: Any, index: np.ndarray) -> Any:
+    """Rows ``index`` of a batch of numpy arrays, as fresh arrays (a tree for Dict spaces)."""
+    if isinstance(value, dict):
+        return {key: _rows(sub, index) for key, sub in value.items()}
+    return value[index]
+
+
+def _set_rows(dst: Any, index: np.ndarray, value: Any) -> None:
+    """Write ``value`` (``[K, ...]``, a tree for Dict spaces) into rows ``index`` of ``dst``."""
+    if isinstance(dst, dict):
+        for key, sub in dst.items():
+            _set_rows(sub, index, value[key])
+    else:
+        dst[index] = value
+
+
+class _Shared:
+    """The shared memory of a pool: each sub-env's observation, last observation before an
+    auto-reset, reward, flags and action, ``num_envs`` rows each."""
+
+    def __init__(
+        self, observation_space: spaces.Space, action_space: spaces.Space, num_envs: int, ctx: Any
+    ) -> None:
+        self.observation_space, self.action_space, self.num_envs = observation_space, action_space, num_envs
+        self.obs = create_shared_memory(observation_space, num_envs, ctx)
+        self.final_obs = create_shared_memory(observation_space, num_envs, ctx)
+        self.actions = create_shared_memory(action_space, num_envs, ctx)
+        self.rewards = ctx.Array("d", num_envs, lock=False)
+        self.terminated = ctx.Array("b", num_envs, lock=False)
+        self.truncated = ctx.Array("b", num_envs, lock=False)
+
+    def views(self) -> dict[str, Any]:
+        """numpy views of every array (trees for Dict observation or action spaces)."""
+        n = self.num_envs
+        return {
+            "obs": read_from_shared_memory(self.observation_space, self.obs, n),
+            "final_obs": read_from_shared_memory(self.observation_space, self.final_obs, n),
+            "actions": read_from_shared_memory(self.action_space, self.actions, n),
+            "rewards": np.frombuffer(self.rewards, dtype=np.float64),
+            "terminated": np.frombuffer(self.terminated, dtype=np.bool_),
+            "truncated": np.frombuffer(self.truncated, dtype=np.bool_),
+        }
+
+
+def _worker(
+    worker: int, env_ids: range, make_env: Callable[[], gymnasium.Env], shared: _Shared, pipe: Connection
+) -> None:
+    """A worker process: builds the gymnasium envs ``env_ids`` and serves the learner's
+    commands on ``pipe`` until ``("close", None)``.
+
+    Commands: ``("step", ids)``: step each sub-env of ``ids`` with its action from shared
+    memory, auto-resetting it when its episode ends (``SAME_STEP``: ``final_obs`` gets the last
+    observation, ``obs`` the new episode's first), and report ``("stepped", i)`` as soon as
+    sub-env ``i`` is done; ``("reset", [(i, seed), ...])``: reset those sub-envs, report
+    ``("reset", None)``; ``("render", i)``: report ``("frame", array)``. An exception is
+    reported as ``("error", (i, exception, traceback))``. SIGINT is ignored: the learner closes
+    the workers on Ctrl-C.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    views = shared.views()
+    space = shared.observation_space
+    envs: dict[int, gymnasium.Env] = {}
+    current = env_ids.start
+
+    def report_error(index: int, exc: BaseException) -> None:
+        trace = traceback.format_exc()
+        try:
+            _send_message(pipe, "error", (index, exc, trace))
+        except Exception:  # an exception that does not pickle: its text and type name
+            _send_message(pipe, "error", (index, RuntimeError(f"{type(exc).__name__}: {exc}"), trace))
+
+    try:
+        for current in env_ids:
+            envs[current] = make_env()
+        _send_message(pipe, "ready", None)
+        while True:
+            command, arg = _read_message(pipe.recv_bytes())
+            if command == "step":
+                for current in arg:
+                    env = envs[current]
+                    obs, reward, terminated, truncated, _ = env.step(_row(views["actions"], current))
+                    if terminated or truncated:
+                        write_to_shared_memory(space, current, obs, shared.final_obs)
+                        obs, _ = env.reset()
+                    write_to_shared_memory(space, current, obs, shared.obs)
+                    views["rewards"][current] = reward
+                    views["terminated"][current] = terminated
+                    views["truncated"][current] = truncated
+                    pipe.send_bytes(_STEPPED + current.to_bytes(4, "little"))
+            elif command == "reset":
+                for current, seed in arg:
+                    obs, _ = envs[current].reset(seed=seed)
+                    write_to_shared_memory(space, current, obs, shared.obs)
+                _send_message(pipe, "reset", None)
+            elif command == "render":
+                current = arg
+                _send_message(pipe, "frame", envs[current].render())
+            elif command == "close":
+                break
+    except (KeyboardInterrupt, EOFError, BrokenPipeError):
+        pass  # the learner is gone or going: nothing to report to
+    except Exception as exc:
+        report_error(current, exc)
+        # the learner closes the pool on an error: wait for it (or for the pipe to close)
+        try:
+            while _read_message(pipe.recv_bytes())[0] != "close":
+                pass
+        except (EOFError, OSError, KeyboardInterrupt):
+            pass
+    finally:
+        for env in envs.values():
+            try:
+                env.close()
+            except Exception:
+                pass
+        pipe.close()
+
+
+def _shutdown(processes: list[Any], pipes: list[Connection]) -> None:
+    """Ask every worker to close, then terminate (and kill) the ones still alive after
+    :data:`_CLOSE_TIMEOUT_S`, and reap them all. Holds no reference to the pool, so that
+    :func:`weakref.finalize` can run it when the pool is collected or the interpreter exits."""
+    for pipe in pipes:
+        try:
+            _send_message(pipe, "close", None)
+        except (OSError, ValueError):
+            pass
+    deadline = time.monotonic() + _CLOSE_TIMEOUT_S
+    for process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+    for stop in ("terminate", "kill"):
+        alive = [p for p in processes if p.is_alive()]
+        for process in alive:
+            getattr(process, stop)()
+        for process in alive:
+            process.join(_CLOSE_TIMEOUT_S)
+    for pipe in pipes:
+        pipe.close()
+
+
+def _check_int(name: str, value: Any, low: int, high: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+        raise ValueError(f"PoolEnv: {name} must be an int >= {low}{high}, got {value!r}")
+    return int(value)
+
+
+class PoolEnv(GymnasiumEnv, ReadyEnvs):
+    """``num_envs`` gymnasium envs stepped by ``num_workers`` worker processes, with
+    observations and actions in shared memory, that PPO collects from as the envs get ready.
+
+    ``GymnasiumEnv(..., vectorization_mode="pool")`` (so ``PPO("HalfCheetah-v5",
+    env_kwargs={"vectorization_mode": "pool", ...})``) builds one. Each worker owns a block of
+    consecutive sub-envs (``num_envs / num_workers`` each; when ``num_workers`` does not divide
+    ``num_envs`` the first ``num_envs % num_workers`` workers own one more) and steps the ones
+    it is sent actions for, reporting each as soon as its step is done. In
+    :meth:`PPO.collect <rl8.PPO.collect>` the learner waits for ``min_batch_size`` ready envs
+    (at most ``max_wait_s``), acts on at most ``max_batch_size`` of them with one batched
+    forward pass and sends their actions back, while the other envs keep stepping
+    (:func:`rl8.rollout.rollout_ready_envs`). :meth:`step` of all envs works as for any env.
+
+    Sub-env ``i`` is seeded with ``seed + i`` and auto-reset in ``SAME_STEP`` mode as in the
+    sync and async modes, so with ``min_batch_size == num_envs`` a collect gives exactly the
+    transitions of the sync mode.
+
+    Workers start with the ``forkserver`` method: forking the learner itself (``fork``) is the
+    fastest start but unsafe once it runs threads (torch's intra-op pool) or CUDA, and
+    ``spawn`` starts a fresh interpreter that imports torch and rl8 for every worker. The fork
+    server is one clean process, started once, that imports this module once and forks each
+    worker from it. The env (a gymnasium id, or a callable importable by name) and the wrappers
+    must therefore be picklable.
+
+    Failures: an exception in a worker closes the pool and is raised in the learner with the
+    worker's traceback chained and the sub-env named; a worker that dies (a signal, a crash)
+    is noticed at once through its process sentinel and reported as :class:`PoolWorkerDied`
+    with its exit code. :meth:`close` (also run when the env is garbage collected and at
+    interpreter exit) ends and reaps every worker; workers ignore SIGINT, so on Ctrl-C the
+    learner closes them.
+
+    Args:
+        num_envs: Number of gymnasium envs (the batch size), >= 1.
+        horizon: Unused by the env.
+        device: Torch device of the returned tensors.
+        env: A registered gymnasium id or a picklable callable returning one gymnasium env.
+        vectorization_mode: ``"pool"`` (the value that selects this class).
+        env_kwargs: Keyword arguments of each gymnasium env.
+        wrappers: Picklable gymnasium wrappers applied, in order, to each env.
+        render_mode: Gymnasium render mode of each env (``"rgb_array"`` enables :meth:`render`).
+        num_workers: Worker processes, >= 1; ``None``: ``min(num_envs, os.cpu_count())``. A
+            value above ``num_envs`` starts ``num_envs`` workers (one env each), so that one
+            ``env_kwargs`` also builds the smaller eval and one-env video copies of the env.
+        min_batch_size: The fewest ready envs the rollout acts on at once, >= 1; ``None``:
+            ``max(1, num_envs // 2)``. Above ``num_envs``: ``num_envs``. ``num_envs`` makes
+            every step of the rollout wait for all envs (the sync mode's transitions).
+        max_batch_size: The most envs one forward pass acts on, >= ``min_batch_size``;
+            ``None``: ``num_envs``. Above ``num_envs``: ``num_envs``.
+        max_wait_s: The longest wait in seconds for ``min_batch_size`` ready envs before
+            acting on the ready ones, >= 0; ``None`` (default): no limit.
+
+    Attributes:
+        num_workers: The number of worker processes started.
+        env_blocks: ``env_blocks[w]``: the sub-envs worker ``w`` owns (a ``range``).
+    """
+
+    def __init__(
+        self,
+        num_envs: int,
+        /,
+        horizon: int | None = None,
+        *,
+        device: torch.device | str = "cpu",
+        env: str | Callable[..., gymnasium.Env],
+        vectorization_mode: str = "pool",
+        env_kwargs: dict[str, Any] | None = None,
+        wrappers: Sequence[Callable[[gymnasium.Env], gymnasium.Env]] | None = None,
+        render_mode: str | None = None,
+        num_workers: int | None = None,
+        min_batch_size: int | None = None,
+        max_batch_size: int | None = None,
+        max_wait_s: float | None = None,
+    ) -> None:
+        self._closed = True  # until the workers run: close() has nothing to do
+        super(GymnasiumEnv, self).__init__(num_envs, horizon, device=device)
+        if getattr(vectorization_mode, "value", vectorization_mode) != "pool":
+            raise ValueError(f"PoolEnv: vectorization_mode must be 'pool', got {vectorization_mode!r}")
+        if not isinstance(env, str) and not callable(env):
+            raise TypeError(
+                f"PoolEnv: env must be a registered gymnasium id or a callable returning a "
+                f"gymnasium.Env, got {type(env).__name__}"
+            )
+        if num_workers is None:
+            num_workers = min(num_envs, os.cpu_count() or 1)
+        self.num_workers = min(_check_int("num_workers", num_workers, 1, " or None"), num_envs)
+        if min_batch_size is None:
+            min_batch_size = max(1, num_envs // 2)
+        self.min_batch_size = min(_check_int("min_batch_size", min_batch_size, 1, " or None"), num_envs)
+        if max_batch_size is None:
+            max_batch_size = num_envs
+        given_max = _check_int("max_batch_size", max_batch_size, 1, " or None")
+        if given_max < min_batch_size:
+            raise ValueError(
+                f"PoolEnv: max_batch_size must be >= min_batch_size={min_batch_size}, got {given_max}"
+            )
+        self.max_batch_size = min(given_max, num_envs)
+        if max_wait_s is not None and (
+            isinstance(max_wait_s, bool) or not isinstance(max_wait_s, (int, float)) or not max_wait_s >= 0
+        ):
+            raise ValueError(f"PoolEnv: max_wait_s must be a number of seconds >= 0 or None, got {max_wait_s!r}")
+        self.max_wait_s = None if max_wait_s is None else float(max_wait_s)
+        self.env = env
+        self.vectorization_mode = "pool"
+        self.env_kwargs = dict(env_kwargs or {})
+        self.wrappers = list(wrappers or [])
+        self.render_mode = render_mode
+        self.vector_env = None
+        self._errors = None
+        self._needs_reset = True
+        self._seeded = False
+
+        make_env = functools.partial(_make_single_env, env, self._single_kwargs(), self.wrappers)
+        probe = make_env()  # the spaces and metadata, before the shared memory is sized
+        try:
+            single_obs_space, single_action_space = probe.observation_space, probe.action_space
+            self.metadata = {**type(self).metadata, **probe.metadata}
+            self.metadata.setdefault("render_fps", 30)
+        finally:
+            probe.close()
+        self.converter = GymnasiumConverter(single_obs_space, single_action_space, num_envs, self.device, self._name())
+        self.observation_space = self.converter.observation_space
+        self.action_space = single_action_space
+
+        ctx = mp.get_context(START_METHOD)
+        ctx.set_forkserver_preload([__name__])  # the fork server imports rl8 once
+        self._shared = _Shared(single_obs_space, single_action_space, num_envs, ctx)
+        self._views = self._shared.views()
+        self.env_blocks = _split(num_envs, self.num_workers)
+        self._owner = np.concatenate([np.full(len(b), w) for w, b in enumerate(self.env_blocks)])
+        self._pipes: list[Connection] = []
+        self._processes: list[Any] = []
+        self._finalizer = weakref.finalize(self, _shutdown, self._processes, self._pipes)
+        self._closed = False
+        self._stepping = np.zeros(num_envs, dtype=bool)  # sent an action, not yet received
+        self._ready: list[int] = []  # done stepping, not yet returned by recv, oldest first
+        self._replies: dict[int, tuple[str, Any]] = {}  # a worker's answer to reset/render
+        try:
+            for w, block in enumerate(self.env_blocks):
+                parent, child = ctx.Pipe()
+                process = ctx.Process(
+                    target=_worker, args=(w, block, make_env, self._shared, child),
+                    name=f"rl8-pool-{w}", daemon=True,
+                )
+                process.start()
+                child.close()
+                self._pipes.append(parent)
+                self._processes.append(process)
+            # every pipe and every process sentinel (readable once the process has ended),
+            # registered once: what multiprocessing.connection.wait watches, without
+            # registering them all again at each of the thousands of waits of a collect
+            self._selector = selectors.DefaultSelector()
+            for w, process in enumerate(self._processes):
+                self._selector.register(self._pipes[w], selectors.EVENT_READ, ("message", w))
+                self._selector.register(process.sentinel, selectors.EVENT_READ, ("ended", w))
+            self._await_replies(range(self.num_workers), "ready")
+        except BaseException:
+            self.close()
+            raise
+
+    # --- the batched Env interface ----------------------------------------------------------
+
+    def reset(
+        self, *, config: dict[str, Any] | None = None, seed: int | None = None
+    ) -> torch.Tensor | TensorDictBase:
+        """Reset every sub-env and return the first observations.
+
+        Sub-envs still stepping (a collect cut short) finish that step first, unused.
+
+        Args:
+            config: Only ``None`` or ``{}`` (see :meth:`GymnasiumEnv.reset`).
+            seed: Sub-env ``i`` is reset with seed ``seed + i``; ``None`` continues each env's
+                stream, except on the first reset where a seed is drawn from torch's global
+                generator.
+
+        Returns:
+            Observations ``[num_envs, *obs_shape]`` (a TensorDict for Dict spaces).
+        """
+        seed = self._reset_seed(config, seed)
+        self._drain()
+        for w, block in enumerate(self.env_blocks):
+            self._send(w, "reset", [(i, None if seed is None else seed + i) for i in block])
+        self._await_replies(range(self.num_workers), "reset")
+        self._needs_reset = False
+        return self.converter.from_reset(self._views["obs"])
+
+    def step(self, action: torch.Tensor | TensorDictBase) -> TensorDictBase:
+        """Step every sub-env once (send all, receive all); finished envs are auto-reset.
+
+        Args:
+            action: A batch of ``num_envs`` env actions (see :meth:`GymnasiumEnv.step`).
+
+        Returns:
+            The step output of all sub-envs in env order (see :meth:`GymnasiumEnv.step`).
+        """
+        if self._stepping.any() or self._ready:
+            raise RuntimeError(f"{self._name()}.step: sub-envs are stepping (send/recv in use); "
+                               "receive them all first")
+        n = self.num_envs
+        self.send(torch.arange(n), action)
+        env_ids, out = self.recv(n, n, None)
+        return out
+
+    def send(self, env_ids: torch.Tensor, actions: torch.Tensor | TensorDictBase) -> None:
+        """Write the actions of the sub-envs ``env_ids`` into shared memory and ask their
+        workers to step them (see :meth:`rl8.env.ReadyEnvs.send`)."""
+        self._check_open()
+        if self._needs_reset:
+            raise RuntimeError(f"{self._name()}.send called before reset()")
+        ids = np.asarray(env_ids.cpu() if isinstance(env_ids, torch.Tensor) else env_ids, dtype=np.int64)
+        if ids.ndim != 1 or (ids.size and (ids.min() < 0 or ids.max() >= self.num_envs)):
+            raise ValueError(f"{self._name()}.send: env_ids must be a 1-d tensor of indices in "
+                             f"[0, {self.num_envs}), got {ids.tolist()}")
+        busy = sorted(set(ids[self._stepping[ids]].tolist()) | (set(ids.tolist()) & set(self._ready)))
+        if busy:
+            raise RuntimeError(f"{self._name()}.send: sub-envs {busy} have not been received (recv) since "
+                               "their last action")
+        _set_rows(self._views["actions"], ids, self.converter.to_actions(actions))
+        self._stepping[ids] = True
+        owners = self._owner[ids]
+        for w in np.unique(owners):
+            self._send(int(w), "step", ids[owners == w])
+
+    def recv(
+        self, min_batch_size: int, max_batch_size: int, max_wait_s: float | None
+    ) -> tuple[torch.Tensor, TensorDictBase]:
+        """The step outputs of the sub-envs whose step is done (see
+        :meth:`rl8.env.ReadyEnvs.recv`); the oldest ready ones first when more are ready than
+        ``max_batch_size``."""
+        self._check_open()
+        pending = int(self._stepping.sum()) + len(self._ready)
+        if pending == 0:
+            raise RuntimeError(f"{self._name()}.recv: no sub-env is stepping; send actions first")
+        need = min(min_batch_size, pending)
+        deadline = None if max_wait_s is None else time.monotonic() + max_wait_s
+        self._poll(0.0)
+        while len(self._ready) < need:
+            if deadline is not None and self._ready and time.monotonic() >= deadline:
+                break
+            left = None if deadline is None or not self._ready else max(0.0, deadline - time.monotonic())
+            self._poll(left)
+        taken, self._ready = self._ready[:max_batch_size], self._ready[max_batch_size:]
+        ids = np.sort(np.asarray(taken, dtype=np.int64))
+        views = self._views
+        ended = views["terminated"][ids] | views["truncated"][ids]
+        obs = _rows(views["obs"], ids)
+        final = _rows(views["obs"], ids)
+        if ended.any():
+            _set_rows(final, np.flatnonzero(ended), _rows(views["final_obs"], ids[ended]))
+        out = self.converter.from_rows(obs, final, views["rewards"][ids], views["terminated"][ids],
+                                       views["truncated"][ids])
+        return torch.from_numpy(ids), out
+
+    def render(self, index: int = 0) -> np.ndarray:
+        """Return an RGB frame (``uint8``, ``[height, width, 3]``) of sub-env ``index``, drawn
+        by its worker (needs ``render_mode="rgb_array"``)."""
+        self._check_open()
+        if self.render_mode != "rgb_array":
+            raise RuntimeError(
+                f"{self._name()}.render needs render_mode='rgb_array', got "
+                f"render_mode={self.render_mode!r}; pass GymnasiumEnv(..., render_mode='rgb_array')"
+            )
+        if not 0 <= index < self.num_envs:
+            raise IndexError(f"{self._name()}.render: index {index} not in [0, {self.num_envs})")
+        if self._needs_reset:
+            raise RuntimeError(f"{self._name()}.render called before reset()")
+        w = int(self._owner[index])
+        self._send(w, "render", index)
+        frame = np.asarray(self._await_replies([w], "frame")[w])
+        if frame.dtype != np.uint8 or frame.ndim != 3 or frame.shape[-1] != 3:
+            raise ValueError(
+                f"{self._name()}.render: the env returned an array of shape {frame.shape} and "
+                f"dtype {frame.dtype}, expected uint8 [height, width, 3]"
+            )
+        return frame
+
+    def close(self) -> None:
+        """Ask every worker to exit, terminate (then kill) those still running after a
+        grace period, and reap them all. Safe to call more than once."""
+        if getattr(self, "_closed", True):
+            return
+        self._closed = True
+        if hasattr(self, "_selector"):
+            self._selector.close()
+        self._finalizer()
+
+    def __repr__(self) -> str:
+        return (
+            f"PoolEnv({self.env!r}, num_envs={self.num_envs}, num_workers={self.num_workers}, "
+            f"min_batch_size={self.min_batch_size}, max_batch_size={self.max_batch_size}, "
+            f"max_wait_s={self.max_wait_s}, device={self.device})"
+        )
+
+    # --- messages ---------------------------------------------------------------------------
+
+    def _send(self, worker: int, command: str, arg: Any) -> None:
+        try:
+            if command == "step":
+                self._pipes[worker].send_bytes(_STEP + arg.astype(np.int32).tobytes())
+            else:
+                _send_message(self._pipes[worker], command, arg)
+        except (BrokenPipeError, ConnectionResetError, EOFError):
+            self._worker_died(worker)
+
+    def _poll(self, timeout: float | None) -> None:
+        """Wait up to ``timeout`` seconds (``None``: until something happens) for messages or
+        a worker's exit, then handle every message that arrived."""
+        died = []
+        for key, _ in self._selector.select(timeout):
+            kind, w = key.data
+            if kind == "ended":
+                died.append(w)
+                continue
+            try:
+                # one message; the next select sees the rest
+                self._handle(w, *_read_message(key.fileobj.recv_bytes()))
+            except (EOFError, ConnectionResetError):
+                died.append(w)
+        for w in died:
+            self._worker_died(w)
+
+    def _handle(self, worker: int, kind: str, payload: Any) -> None:
+        if kind == "stepped":
+            self._stepping[payload] = False
+            self._ready.append(payload)
+        elif kind == "error":
+            index, exc, trace = payload
+            self.close()
+            exc.add_note(
+                f"{self._name()}: raised in sub-env {index} by pool worker {worker} (the worker "
+                "traceback is above); the pool and all its workers have been closed."
+            )
+            raise exc.with_traceback(None) from _RemoteTraceback(trace)
+        else:
+            self._replies[worker] = (kind, payload)
+
+    def _await_replies(self, workers: Sequence[int], kind: str) -> dict[int, Any]:
+        """Wait for the answer ``kind`` of each of ``workers`` (step reports are kept)."""
+        answers = {}
+        for w in workers:
+            while w not in self._replies:
+                self._poll(None)
+            got, answers[w] = self._replies.pop(w)
+            if got != kind:
+                raise RuntimeError(f"{self._name()}: worker {w} answered {got!r}, expected {kind!r}")
+        return answers
+
+    def _drain(self) -> None:
+        """Wait for the sub-envs still stepping and forget their outputs."""
+        while self._stepping.any():
+            self._poll(None)
+        self._ready = []
+
+    def _worker_died(self, worker: int) -> None:
+        pipe = self._pipes[worker]
+        try:  # what it sent before it ended (an error names its cause better than its exit)
+            while pipe.poll():
+                self._handle(worker, *_read_message(pipe.recv_bytes()))
+        except (EOFError, OSError):
+            pass
+        process = self._processes[worker]
+        process.join(_CLOSE_TIMEOUT_S)
+        code = process.exitcode
+        block = self.env_blocks[worker]
+        how = f"exit code {code}"
+        if code is not None and code < 0:
+            how += f" (killed by signal {signal.Signals(-code).name})"
+        self.close()
+        raise PoolWorkerDied(
+            f"{self._name()}: pool worker {worker} (pid {process.pid}, sub-envs "
+            f"{block.start}..{block.stop - 1}) ended unexpectedly with {how}; the pool and all its "
+            "workers have been closed."
+        )
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"{self._name()} is closed (by close(), or after a worker failed)")
+
