@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import gymnasium
@@ -94,6 +95,26 @@ def test_pool_equals_sync_when_it_waits_for_every_env():
     finally:
         sync.env.close()
         pool.env.close()
+
+
+def test_overlap_mode_runs_the_pool_in_its_background_thread():
+    """collect_mode='overlap' over a pool: the background rollout acts on ready envs and, with
+    min_batch_size == num_envs, collects exactly what overlap over the sync mode collects."""
+    sync = ppo("CartPole-v1", "sync", collect_mode="overlap")
+    pool = ppo("CartPole-v1", "pool", num_workers=2, min_batch_size=8, collect_mode="overlap")
+    try:
+        for _ in range(3):
+            sync.collect()
+            pool.collect()
+            for key, value in sync.buffer.data.items():
+                assert (pool.buffer.data[key] == value).all(), key
+            assert sync.update()["monitors/policy_lag"] == pool.update()["monitors/policy_lag"]
+        assert pool.steps == 3
+    finally:
+        for algo in (sync, pool):
+            algo.close()
+            algo.env.close()
+    assert not [t for t in threading.enumerate() if t.name == "rl8-overlap-collector"]
 
 
 def reference_gae(rewards, values, terminated, truncated, final_values, gamma, lam):
