@@ -366,22 +366,27 @@ def slot_bytes(
     return obs_bytes * (1 + episodic) + math.prod(action_shape) * action_dtype.itemsize + MIN_SLOT_BYTES + 2 * episodic
 
 
-def _buffer_size_error(num_envs: int, horizon: int, need: int, problem: str) -> ValueError:
+def _buffer_size_error(num_envs: int, horizon: int, need: int, problem: str, buffers: int = 1) -> ValueError:
+    what = "a rollout buffer" if buffers == 1 else f"{buffers} rollout buffers (collect_mode='overlap')"
     return ValueError(
-        f"hparam num_envs, horizon: a rollout buffer of num_envs={num_envs} envs x "
-        f"(horizon={horizon} + 1) steps needs about {need} bytes ({need / 2**30:.1f} GiB); "
+        f"hparam num_envs, horizon: {what} of num_envs={num_envs} envs x "
+        f"(horizon={horizon} + 1) steps need{'s' if buffers == 1 else ''} about {need} bytes ({need / 2**30:.1f} GiB); "
         f"{problem}. Use fewer envs or a shorter horizon"
     )
 
 
-def check_buffer_fits(num_envs: int, horizon: int, device: torch.device, slot_bytes: int) -> None:
-    """Refuse, before allocating anything, a buffer of ``num_envs`` envs x ``horizon + 1``
-    steps of ``slot_bytes`` bytes each that is larger than the whole memory of ``device`` (it
-    could never be allocated): a ``ValueError`` naming ``num_envs``, ``horizon`` and the bytes."""
-    need = num_envs * (horizon + 1) * slot_bytes
+def check_buffer_fits(num_envs: int, horizon: int, device: torch.device, slot_bytes: int, buffers: int = 1) -> None:
+    """Refuse, before allocating anything, ``buffers`` buffers of ``num_envs`` envs x
+    ``horizon + 1`` steps of ``slot_bytes`` bytes each that are together larger than the whole
+    memory of ``device`` (they could never be allocated): a ``ValueError`` naming ``num_envs``,
+    ``horizon`` and the bytes. ``buffers`` is 2 under ``collect_mode="overlap"`` (the learner's
+    buffer and the collector's)."""
+    need = buffers * num_envs * (horizon + 1) * slot_bytes
     total = _device_memory(device)
     if total is not None and need > total:
-        raise _buffer_size_error(num_envs, horizon, need, f"{device} has {total} bytes ({total / 2**30:.1f} GiB) in all")
+        raise _buffer_size_error(
+            num_envs, horizon, need, f"{device} has {total} bytes ({total / 2**30:.1f} GiB) in all", buffers
+        )
 
 
 @contextlib.contextmanager

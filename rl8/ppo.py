@@ -159,7 +159,7 @@ def _make_buffer(hp: HParams, env: Env, policy: Policy, seq_len: int, device: to
     dist, space = policy.distribution_cls, env.action_space
     action_shape, action_dtype = tuple(dist.raw_action_shape(space)), dist.raw_action_dtype(space)
     slot = slot_bytes(env.observation_space, action_shape, action_dtype, env.episodic)
-    check_buffer_fits(hp.num_envs, hp.horizon, device, slot)
+    check_buffer_fits(hp.num_envs, hp.horizon, device, slot, buffers=2 if hp.collect_mode == "overlap" else 1)
     with buffer_allocation(hp.num_envs, hp.horizon, slot):
         return RolloutBuffer(
             env.observation_space, action_shape, action_dtype, hp.num_envs, hp.horizon, device=device,

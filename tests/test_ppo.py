@@ -692,6 +692,19 @@ def test_the_buffer_estimate_counts_the_spaces(monkeypatch):
     PPO(CartPole, **SMALL)
 
 
+def test_overlap_mode_counts_both_buffers(monkeypatch):
+    import rl8.buffer
+
+    # collect_mode="overlap" allocates a second buffer for the collector: twice the estimate above
+    need = 2 * 16 * 9 * (32 + 8 + 12 + 2)
+    monkeypatch.setattr(rl8.buffer, "_device_memory", lambda device: need - 1)
+    with pytest.raises(ValueError, match=rf"2 rollout buffers \(collect_mode='overlap'\) of num_envs=16 .* "
+                                         rf"need about {need} bytes"):
+        PPO(CartPole, collect_mode="overlap", **SMALL)
+    monkeypatch.setattr(rl8.buffer, "_device_memory", lambda device: need)
+    PPO(CartPole, collect_mode="overlap", **SMALL).close()
+
+
 class OutOfMemoryEnv(CartPole):
     def __init__(self, *args, **kwargs):
         raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 99 bytes.")
