@@ -54,6 +54,19 @@ class Counter(gymnasium.Env):
         return np.array([self.token, self.count], dtype=np.float32)
 
 
+class DictCounter(Counter):
+    """Counter with a Dict observation: ``{"token": [token], "state": [count, count ** 2, 1]}``."""
+
+    observation_space = spaces.Dict({
+        "token": spaces.Box(0, 1e6, (1,), np.float32),
+        "state": spaces.Box(0, 1e6, (3,), np.float32),
+    })
+
+    def _obs(self):
+        return {"token": np.array([self.token], dtype=np.float32),
+                "state": np.array([self.count, self.count**2, 1.0], dtype=np.float32)}
+
+
 def make_failing() -> gymnasium.Env:
     return Counter(fail_at=SEED + 3)
 
@@ -95,6 +108,28 @@ def test_pool_equals_sync_when_it_waits_for_every_env():
     finally:
         sync.env.close()
         pool.env.close()
+
+
+def test_dict_observations_go_through_the_pool_as_through_the_sync_mode():
+    sync = ppo(DictCounter, "sync")
+    pool = ppo(DictCounter, "pool", num_workers=2, min_batch_size=8)
+    ragged = ppo(DictCounter, "pool", num_workers=2, min_batch_size=1, max_wait_s=0.0)
+    try:
+        for _ in range(2):
+            for algo in (sync, pool, ragged):
+                algo.collect()
+            for key, value in sync.buffer.data.items(True, True):
+                assert (pool.buffer.data[key] == value).all(), key
+            # rows filled at their own pace: every row holds its own sub-env's observations
+            obs = ragged.buffer.data["obs"]
+            assert obs["state"].shape == (8, 17, 3)
+            assert (obs["token"][..., 0] == torch.arange(SEED, SEED + 8)[:, None]).all()
+            assert (obs["state"][..., 1] == obs["state"][..., 0] ** 2).all()
+            for algo in (sync, pool, ragged):
+                algo.update()
+    finally:
+        for algo in (sync, pool, ragged):
+            algo.env.close()
 
 
 def test_overlap_mode_runs_the_pool_in_its_background_thread():
