@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 
 import pytest
 import torch
 
-torch.set_num_threads(min(2, torch.get_num_threads()))
+# Intra-op threads: the cores divided among pytest-xdist's workers (at most 2 each). More
+# threads than cores make torch's thread pool wait on busy cores, which slows small ops by an
+# order of magnitude; subprocesses (``rl8 train``, torchrun) inherit the same limit.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+THREADS = max(1, min(2, (os.cpu_count() or 1) // _WORKERS))
+torch.set_num_threads(THREADS)
+os.environ.setdefault("OMP_NUM_THREADS", str(THREADS))
 
 
 @pytest.fixture(autouse=True)
