@@ -151,7 +151,9 @@ def test_summarize_final_return_and_time_to_threshold(benchmarks_importable):
 
 
 def test_report_writes_tables_and_plots(tmp_path, benchmarks_importable):
-    from benchmarks.learning.run import read_curve, report, write_curve
+    from benchmarks.learning.run import BEGIN, END, read_curve, report, write_curve
+
+    (tmp_path / "index.md").write_text(f"# Results\n\n{BEGIN}\nold table\n{END}\n\nmore text\n")
 
     rows = _rows([(100, 300.0), (200, 480.0)])
     write_curve(tmp_path / "curves" / "CartPole-v1" / "seed-0.csv", rows)
@@ -163,4 +165,6 @@ def test_report_writes_tables_and_plots(tmp_path, benchmarks_importable):
     table = (tmp_path / "results.md").read_text()
     assert "| CartPole-v1 | 475 | 1 |" in table and "0.25" in table
     assert (tmp_path / "results.csv").read_text().startswith("preset,threshold")
+    page = (tmp_path / "index.md").read_text()
+    assert table in page and "old table" not in page and page.endswith(f"{END}\n\nmore text\n")
     assert (tmp_path / "plots" / "CartPole-v1.png").read_bytes()[:4] == b"\x89PNG"

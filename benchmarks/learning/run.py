@@ -15,7 +15,7 @@ evaluation's mean return. Training runs the preset's ``max_steps`` budget (its o
 conditions are not used: the curve goes to the end of the budget), unless ``--max-steps``. The
 curve file is rewritten at every evaluation, so a run stopped early leaves its curve so far.
 
-The report (``OUT/index.md``'s table is copied from ``OUT/results.md``) reads every curve file
+The report (also copied into ``OUT/index.md`` between its two results-table markers) reads every curve file
 there, rl8's and those of ``benchmarks/learning/sb3.py`` (``OUT/curves/sb3/``), so seeds run
 by separate commands add up. Per preset: the final evaluation return (mean +- std over seeds),
 the env steps and training wall time until the first evaluation at or above the threshold
@@ -54,7 +54,7 @@ FIELDS = ("env_steps", "wall_s", "train_return", "eval_return")
 
 
 def train(preset: str, seed: int, *, out: Path, tracking_uri: str | None, max_steps: int | None = None,
-          threads: int = 1) -> Path:
+          threads: int = 1, overrides: dict[str, Any] | None = None) -> Path:
     """Train ``preset`` with ``seed`` for its budget; write and return its curve file.
 
     Args:
@@ -64,11 +64,13 @@ def train(preset: str, seed: int, *, out: Path, tracking_uri: str | None, max_st
         tracking_uri: MLflow tracking URI of the run (``None``: rl8's default).
         max_steps: Env steps to train (default: the preset's ``max_steps``).
         threads: ``torch.set_num_threads`` for the run.
+        overrides: Hyper-parameters replacing the preset's (for sweeps: ``--set lr=3e-4``).
     """
     import torch
 
     config = rl8.presets.load(preset)
-    hparams = rl8.presets.hparams(config).replace(seed=seed)
+    config["hparams"] = {**config["hparams"], **(overrides or {}), "seed": seed}
+    hparams = rl8.presets.hparams(config)
     budget = max_steps or int(config["max_steps"])
     steps_per_eval = int(config.get("steps_per_eval") or 10)
     torch.set_num_threads(threads)
@@ -204,8 +206,28 @@ def report(out: Path) -> list[dict[str, Any]]:
         writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
-    (out / "results.md").write_text(markdown_table(rows))
+    table = markdown_table(rows)
+    (out / "results.md").write_text(table)
+    _insert_table(out / "index.md", table, machine())
     return rows
+
+
+BEGIN, END = "<!-- results table: written by benchmarks/learning/run.py -->", "<!-- end of results table -->"
+
+
+def _insert_table(page: Path, table: str, where: dict[str, str]) -> None:
+    """Put ``table`` (and the machine it came from) between :data:`BEGIN` and :data:`END` in
+    ``page``, when the page exists and has both markers."""
+    if not page.exists():
+        return
+    text = page.read_text()
+    if BEGIN not in text or END not in text:
+        return
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    machine_line = (f"Report written at commit `{where['commit']}` on {where['cpu']} ({where['cores']} cores), "
+                    f"Python {where['python']}, torch {where['torch']}, rl8 {where['rl8']}.\n")
+    page.write_text(f"{head}{BEGIN}\n{table}\n{machine_line}{END}{tail}")
 
 
 def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
@@ -288,6 +310,15 @@ def machine() -> dict[str, str]:
             "torch": torch.__version__, "rl8": rl8.__version__}
 
 
+def _assignment(text: str) -> tuple[str, Any]:
+    from rl8.cli import parse_assignment
+
+    path, value = parse_assignment(text, "--set")
+    if len(path) != 1:
+        raise SystemExit(f"--set {text}: give a whole hyper-parameter (model_config={{hiddens: [64, 64]}})")
+    return path[0], value
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("presets", nargs="*", help=f"preset names ({', '.join(rl8.presets.names())})")
@@ -297,6 +328,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="results folder (default docs/results)")
     parser.add_argument("--tracking-uri", help="MLflow tracking URI of the runs (default: rl8's)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="replace a hyper-parameter of the preset (repeatable; for sweeps, with --out)")
     parser.add_argument("--report", action="store_true", help="only rebuild the tables and plots")
     args = parser.parse_args(argv)
     if args.seeds < 1:
@@ -305,11 +338,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         rl8.presets.path(preset)  # an unknown name fails before anything trains
         if preset not in TASKS:
             parser.error(f"no threshold for preset {preset!r} in benchmarks/learning/references.py")
+    overrides = dict(_assignment(text) for text in args.set)
     if not args.report:
         for preset in args.presets:
             for seed in range(args.first_seed, args.first_seed + args.seeds):
                 train(preset, seed, out=args.out, tracking_uri=args.tracking_uri,
-                      max_steps=args.max_steps, threads=args.threads)
+                      max_steps=args.max_steps, threads=args.threads, overrides=overrides)
     print(markdown_table(report(args.out)))
 
 
