@@ -5,18 +5,19 @@ Run (from the repository root)::
     python -m benchmarks.learning.run CartPole-v1 Pendulum-v1 --seeds 3
     python -m benchmarks.learning.run HalfCheetah-v5 --seeds 1 --first-seed 2   # one more seed
     python -m benchmarks.learning.run --report                                  # tables, plots only
+    python -m benchmarks.learning.run Pendulum-v1 --seeds 1 --set lr=3e-4 --out /tmp/sweep/lr  # a sweep variant
 
 Each (preset, seed) is one MLflow run (experiment: the preset's name; tags ``preset`` and
-``seed``) in ``--tracking-uri`` (default: rl8's, ``MLFLOW_TRACKING_URI`` else ``./mlflow.db``), and one
-curve file ``OUT/curves/PRESET/seed-S.csv``: after every training step the env steps, the
+``seed``) in ``--tracking-uri`` (default: rl8's, ``MLFLOW_TRACKING_URI`` else
+``./mlflow.db``), and one curve file ``OUT/curves/PRESET/seed-S.csv``: after every training step the env steps, the
 training wall time so far (seconds, evaluations left out), the mean return of the training
 episodes that ended in the step and, every ``steps_per_eval`` steps, the deterministic
 evaluation's mean return. Training runs the preset's ``max_steps`` budget (its other stop
 conditions are not used: the curve goes to the end of the budget), unless ``--max-steps``. The
 curve file is rewritten at every evaluation, so a run stopped early leaves its curve so far.
 
-The report (also copied into ``OUT/index.md`` between its two results-table markers) reads every curve file
-there, rl8's and those of ``benchmarks/learning/sb3.py`` (``OUT/curves/sb3/``), so seeds run
+The report (also copied into ``OUT/index.md`` between its two results-table markers) reads
+every curve file there, rl8's and those of ``benchmarks/learning/sb3.py`` (``OUT/curves/sb3/``), so seeds run
 by separate commands add up. Per preset: the final evaluation return (mean +- std over seeds),
 the env steps and training wall time until the first evaluation at or above the threshold
 (mean over the seeds that reached it, and how many did), written as ``results.md``,
