@@ -280,7 +280,7 @@ def plot(path: Path, preset: str, curves: Sequence[Sequence[dict[str, float]]], 
     ax.set_xlabel("env steps")
     ax.set_ylabel("deterministic eval return")
     ax.set_title(preset)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="best")
     ax.grid(alpha=0.3)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
