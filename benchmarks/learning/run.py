@@ -55,7 +55,7 @@ FIELDS = ("env_steps", "wall_s", "train_return", "eval_return")
 
 
 def train(preset: str, seed: int, *, out: Path, tracking_uri: str | None, max_steps: int | None = None,
-          threads: int = 1, overrides: dict[str, Any] | None = None) -> Path:
+          threads: int = 1, overrides: dict[str, Any] | None = None, steps_per_eval: int | None = None) -> Path:
     """Train ``preset`` with ``seed`` for its budget; write and return its curve file.
 
     Args:
@@ -66,6 +66,7 @@ def train(preset: str, seed: int, *, out: Path, tracking_uri: str | None, max_st
         max_steps: Env steps to train (default: the preset's ``max_steps``).
         threads: ``torch.set_num_threads`` for the run.
         overrides: Hyper-parameters replacing the preset's (for sweeps: ``--set lr=3e-4``).
+        steps_per_eval: Training steps between evaluations (default: the preset's).
     """
     import torch
 
@@ -73,7 +74,7 @@ def train(preset: str, seed: int, *, out: Path, tracking_uri: str | None, max_st
     config["hparams"] = {**config["hparams"], **(overrides or {}), "seed": seed}
     hparams = rl8.presets.hparams(config)
     budget = max_steps or int(config["max_steps"])
-    steps_per_eval = int(config.get("steps_per_eval") or 10)
+    steps_per_eval = steps_per_eval or int(config.get("steps_per_eval") or 10)
     torch.set_num_threads(threads)
 
     algo = rl8.PPO(config["env"], **hparams.to_dict())
@@ -331,6 +332,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="replace a hyper-parameter of the preset (repeatable; for sweeps, with --out)")
+    parser.add_argument("--steps-per-eval", type=int, help="training steps between evaluations (default: the preset's)")
     parser.add_argument("--report", action="store_true", help="only rebuild the tables and plots")
     args = parser.parse_args(argv)
     if args.seeds < 1:
@@ -344,7 +346,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         for preset in args.presets:
             for seed in range(args.first_seed, args.first_seed + args.seeds):
                 train(preset, seed, out=args.out, tracking_uri=args.tracking_uri,
-                      max_steps=args.max_steps, threads=args.threads, overrides=overrides)
+                      max_steps=args.max_steps, threads=args.threads, overrides=overrides,
+                      steps_per_eval=args.steps_per_eval)
     print(markdown_table(report(args.out)))
 
 
