@@ -340,6 +340,21 @@ def _summary(trainer: Any, out: Any = None) -> None:
     out.flush()
 
 
+def _config_file(arg: str) -> str | os.PathLike[str]:
+    """The config file that ``rl8 train ARG`` reads: ``preset:NAME`` is always the preset
+    ``NAME``; an existing path is that file (as before presets); any other ``ARG`` that is a
+    preset's name (``HalfCheetah-v5``) is that preset; else the path, which then fails to load
+    with "cannot read config file". See ``rl8.presets``."""
+    from . import presets
+
+    if arg.startswith(presets.PREFIX) or (not Path(arg).exists() and arg in presets.names()):
+        try:
+            return presets.path(arg)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+    return arg
+
+
 def _train(args: argparse.Namespace) -> int:
     from .distributed import init_distributed
     from .trainer import Trainer
@@ -349,7 +364,7 @@ def _train(args: argparse.Namespace) -> int:
                           "name a plain function as its env factory)")
     # under torchrun (WORLD_SIZE > 1): join the process group; a no-op otherwise
     init_distributed()
-    file_config = load_config(args.config) if args.config else {}
+    file_config = load_config(_config_file(args.config)) if args.config else {}
     cli_config, cli_hparams = _overrides(args)
     given_hparams = _merge_hparams(file_config.get("hparams") or {}, cli_hparams)
     progress = False if args.quiet else None
@@ -788,7 +803,8 @@ def build_parser() -> argparse.ArgumentParser:
         "train", help="train a policy (from a YAML config and/or flags)",
         description="Train with PPO. Flags override the config file. See docs/cli.md.",
     )
-    train.add_argument("config", nargs="?", help="YAML config file (keys: " + ", ".join(CONFIG_KEYS) + ")")
+    train.add_argument("config", nargs="?", help="YAML config file, or a preset: NAME or preset:NAME "
+                       "(rl8.presets.names()) (keys: " + ", ".join(CONFIG_KEYS) + ")")
     train.add_argument("--env", help="env: dotted path (rl8.envs.CartPole) or gymnasium id (CartPole-v1)")
     train.add_argument("--set", action="append", metavar="KEY=VALUE",
                        help="set a hyper-parameter (repeatable), e.g. --set lr=3e-4 "

@@ -1,0 +1,1 @@
+"""Learning benchmark: train rl8's presets over seeds and publish their curves (see run.py)."""

@@ -1,0 +1,104 @@
+"""Stable-Baselines3's PPO with its rl-baselines3-zoo hyper-parameters, timed as run.py times rl8.
+
+Run (from the repository root; SB3 is a reference here, never an rl8 dependency)::
+
+    python -m benchmarks.learning.sb3 CartPole-v1 Pendulum-v1 --seeds 3
+    python -m benchmarks.learning.run --report       # adds SB3's columns and curves
+
+Writes ``OUT/curves/sb3/PRESET/seed-S.csv`` in run.py's format: env steps, training wall time
+(seconds, evaluations left out), and the deterministic evaluation's mean return over 10
+episodes, taken at the start of every rollout whose env step count is a multiple of the rl8
+preset's evaluation interval, and at the end. ``torch.set_num_threads(--threads)``, default 1,
+as run.py.
+
+The hyper-parameters are rl-baselines3-zoo's ``hyperparams/ppo.yml`` (commit 22e3ff2, April
+2026), written out below; ``lin_X`` is a learning rate or clip range decaying linearly from X to 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks.learning.run import DEFAULT_OUT, write_curve
+
+
+def _linear(start: float) -> Any:
+    return lambda progress_remaining: progress_remaining * start
+
+
+#: (n_envs, n_timesteps, PPO keyword arguments, env steps between evaluations) per task.
+ZOO: dict[str, tuple[int, int, dict[str, Any], int]] = {
+    "CartPole-v1": (8, 100_000, dict(
+        n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20, ent_coef=0.0,
+        learning_rate=_linear(1e-3), clip_range=_linear(0.2),
+    ), 5120),  # rl8's preset: 20 updates of 8 x 32
+    "Pendulum-v1": (4, 100_000, dict(
+        n_steps=1024, gae_lambda=0.95, gamma=0.9, n_epochs=10, ent_coef=0.0, learning_rate=1e-3,
+        clip_range=0.2, use_sde=True, sde_sample_freq=4,
+    ), 16384),  # rl8's preset: 4 updates of 4 x 1024
+}
+
+
+def train(task: str, seed: int, *, out: Path, threads: int = 1, max_steps: int | None = None) -> Path:
+    """Train SB3's PPO on ``task`` with the zoo's hyper-parameters and ``seed``; write the curve
+    to ``out/curves/sb3/TASK/seed-SEED.csv`` and return its path. ``max_steps``: env steps
+    (default: the zoo's ``n_timesteps``)."""
+    import torch
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.evaluation import evaluate_policy
+
+    torch.set_num_threads(threads)
+    n_envs, n_timesteps, kwargs, eval_every = ZOO[task]
+    env = make_vec_env(task, n_envs=n_envs, seed=seed)
+    eval_env = make_vec_env(task, n_envs=1, seed=seed + 1000)
+    model = PPO("MlpPolicy", env, seed=seed, verbose=0, device="cpu", **kwargs)
+    rows: list[dict[str, float]] = []
+    clock = {"start": time.perf_counter(), "eval_s": 0.0}
+
+    def evaluate(steps: int) -> None:
+        t0 = time.perf_counter()
+        mean, _ = evaluate_policy(model, eval_env, n_eval_episodes=10, deterministic=True)
+        t1 = time.perf_counter()
+        wall_s = t0 - clock["start"] - clock["eval_s"]
+        clock["eval_s"] += t1 - t0
+        rows.append({"env_steps": steps, "wall_s": wall_s, "train_return": math.nan, "eval_return": float(mean)})
+        print(f"sb3 {task} seed {seed}: {steps} env steps, {wall_s:.0f} s, eval return {mean:.1f}", flush=True)
+
+    class EvalEvery(BaseCallback):
+        def _on_rollout_start(self) -> None:
+            if self.num_timesteps and self.num_timesteps % eval_every == 0:
+                evaluate(self.num_timesteps)
+
+        def _on_step(self) -> bool:
+            return True
+
+    model.learn(total_timesteps=max_steps or n_timesteps, callback=EvalEvery())
+    evaluate(model.num_timesteps)
+    env.close()
+    eval_env.close()
+    return write_curve(out / "curves" / "sb3" / task / f"seed-{seed}.csv", rows)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("tasks", nargs="+", choices=sorted(ZOO))
+    parser.add_argument("--seeds", type=int, default=3, help="number of seeds (default 3)")
+    parser.add_argument("--first-seed", type=int, default=0)
+    parser.add_argument("--max-steps", type=int, help="env steps per run (default: the zoo's n_timesteps)")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args(argv)
+    for task in args.tasks:
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
+            train(task, seed, out=args.out, threads=args.threads, max_steps=args.max_steps)
+
+
+if __name__ == "__main__":
+    main()

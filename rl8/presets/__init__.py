@@ -1,0 +1,87 @@
+"""Presets: ``rl8 train`` config files shipped with rl8, one per task.
+
+A preset is a YAML config file in the format of ``rl8 train CONFIG.yaml`` (``docs/cli.md``):
+the env, PPO's hyper-parameters (with a comment citing where they come from), the env-step
+budget it is meant for (``max_steps``), the evaluation settings and a seed. ``rl8 train
+CartPole-v1`` and ``rl8 train preset:CartPole-v1`` train one; from Python::
+
+    import rl8.presets
+
+    rl8.presets.names()                     # ['Acrobot-v1', 'Ant-v5', ..., 'Walker2d-v5']
+    config = rl8.presets.load("Hopper-v5")  # a checked dict: {'env': 'Hopper-v5', ...}
+
+The files are read with ``yaml.safe_load`` only. See ``docs/results/index.md`` for what each
+preset reaches and ``docs/results/sweeps.md`` for how its hyper-parameters were chosen.
+"""
+
+from __future__ import annotations
+
+import difflib
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+__all__ = ["PREFIX", "load", "names", "path", "hparams"]
+
+#: ``rl8 train preset:NAME`` always names a preset (even where a file ``NAME`` exists).
+PREFIX = "preset:"
+
+
+def _folder() -> Path:
+    return Path(str(resources.files(__name__)))
+
+
+def names() -> list[str]:
+    """The names of the presets shipped with rl8 (their file names without ``.yaml``), sorted."""
+    return sorted(p.stem for p in _folder().glob("*.yaml"))
+
+
+def path(name: str) -> Path:
+    """The YAML file of preset ``name`` (with or without the ``preset:`` prefix).
+
+    Raises:
+        ValueError: No preset has this name; the message lists close matches and all names.
+    """
+    if not isinstance(name, str):
+        raise ValueError(f"preset name: expected a string, got {type(name).__name__} {name!r}")
+    if name.startswith(PREFIX):
+        name = name[len(PREFIX):]
+    known = names()
+    if name not in known:
+        close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+        hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+        raise ValueError(f"unknown preset {name!r}{hint} (presets: {', '.join(known)})")
+    return _folder() / f"{name}.yaml"
+
+
+def load(name: str) -> dict[str, Any]:
+    """Preset ``name`` as a config dict, checked as ``rl8 train`` checks a config file.
+
+    Args:
+        name: A name from :func:`names` (``"HalfCheetah-v5"``), with or without ``preset:``.
+
+    Returns:
+        The config mapping (keys of :data:`rl8.cli.CONFIG_KEYS`: ``env``, ``hparams``,
+        ``max_steps``...), whose ``hparams`` build a valid :class:`rl8.HParams` (see
+        :func:`hparams`).
+
+    Raises:
+        ValueError: Unknown name, or a preset that does not validate (a ``ConfigError``).
+    """
+    from ..cli import load_config
+
+    config = load_config(path(name))
+    hparams(config)  # the values too, not only the names
+    return config
+
+
+def hparams(config: dict[str, Any]) -> Any:
+    """The :class:`rl8.HParams` of a config dict such as :func:`load` returns (numeric strings
+    read as numbers, as ``rl8 train`` reads them).
+
+    Raises:
+        ValueError: A hyper-parameter with a bad value (a ``ConfigError`` naming it).
+    """
+    from ..cli import _build_hparams  # the command's reading of hparams, not a copy of it
+
+    return _build_hparams(config.get("hparams") or {}, f"preset {config.get('env')!r}: hparams")

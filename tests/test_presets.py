@@ -1,0 +1,170 @@
+"""Presets (rl8.presets, ``rl8 train NAME``) and the learning benchmark's summary and report.
+
+Every preset loads, validates and runs one collect and one update. To keep this fast the
+batch is cut to at most 8 envs x 64 steps where the preset splits its batch into
+``num_minibatches`` (the MuJoCo horizon of 2048 and LunarLander's 16 x 1024 would take seconds
+each); presets with a fixed ``sgd_minibatch_size`` (the built-in envs, fast) keep their batch.
+Everything else is the preset's own.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+
+import rl8
+import rl8.presets
+from rl8.cli import ConfigError, main
+
+NEEDS = {  # preset -> the module its env needs, and the extra that installs it
+    "LunarLander-v3": ("Box2D", "rl8[box2d]"),
+    **{name: ("mujoco", "rl8[mujoco]") for name in ("HalfCheetah-v5", "Hopper-v5", "Walker2d-v5", "Ant-v5",
+                                                    "Humanoid-v5")},
+}
+ISSUE_TASKS = ["CartPole-v1", "Acrobot-v1", "MountainCarContinuous-v0", "Pendulum-v1", "LunarLander-v3",
+               "HalfCheetah-v5", "Hopper-v5", "Walker2d-v5", "Ant-v5", "Humanoid-v5", "CartPole", "Pendulum",
+               "Memory"]
+
+
+def _skip_without_extra(name: str) -> None:
+    if name in NEEDS:
+        module, extra = NEEDS[name]
+        if importlib.util.find_spec(module) is None:
+            pytest.skip(f"preset {name} needs {module}: pip install \"{extra}\"")
+
+
+def test_names_are_the_issue_tasks():
+    assert sorted(rl8.presets.names()) == sorted(ISSUE_TASKS)
+
+
+@pytest.mark.parametrize("name", rl8.presets.names())
+def test_preset_loads_validates_and_trains_one_step(name, one_torch_thread):
+    _skip_without_extra(name)
+    config = rl8.presets.load(name)
+    assert config["env"] and config["max_steps"] >= 1
+    assert config["hparams"]["seed"] == 0
+    hparams = rl8.presets.hparams(config)
+    assert isinstance(hparams, rl8.HParams)
+    small = hparams.replace(device="cpu")
+    if hparams.sgd_minibatch_size == "auto":  # a fixed minibatch size needs the preset's batch
+        small = small.replace(num_envs=min(hparams.num_envs, 8), horizon=min(hparams.horizon, 64))
+    algo = rl8.PPO(config["env"], **small.to_dict())
+    try:
+        collect = algo.collect()
+        update = algo.update()
+        assert algo.env_steps == small.num_envs * small.horizon
+        assert all(math.isfinite(v) for k, v in collect.items() if k.startswith("rewards/")), collect
+        assert all(math.isfinite(v) for k, v in update.items() if k.startswith("losses/")), update
+    finally:
+        algo.close()
+
+
+def test_preset_files_cite_their_source():
+    for name in rl8.presets.names():
+        text = rl8.presets.path(name).read_text()
+        assert text.startswith("#") and "rl8 train" in text, name
+
+
+def test_unknown_name_names_close_matches():
+    with pytest.raises(ValueError, match=r"unknown preset 'Hoper-v5'; did you mean 'Hopper-v5'"):
+        rl8.presets.load("Hoper-v5")
+    with pytest.raises(ValueError, match="preset name: expected a string"):
+        rl8.presets.path(3)
+
+
+def test_prefix_is_accepted_by_load():
+    assert rl8.presets.load("preset:Memory") == rl8.presets.load("Memory")
+
+
+def test_bad_hparams_are_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="horizon"):
+        rl8.presets.hparams({"env": "CartPole-v1", "hparams": {"horizon": 0}})
+
+
+def test_presets_are_plain_yaml_mappings():
+    for name in rl8.presets.names():
+        assert isinstance(yaml.safe_load(rl8.presets.path(name).read_text()), dict)
+
+
+def _run_id(out: str) -> str:
+    return next(line.split()[-1] for line in out.splitlines() if line.startswith("run id:"))
+
+
+@pytest.mark.parametrize("arg", ["preset:CartPole-v1", "CartPole-v1"])
+def test_rl8_train_preset(arg, capsys, migrated_store, one_torch_thread):
+    assert main(["train", arg, "--max-steps", "1", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "rl8: 256 env steps, 1 training steps" in out  # the preset's 8 envs x 32 steps
+    from mlflow import MlflowClient
+
+    run = MlflowClient(migrated_store).get_run(_run_id(out))
+    assert run.data.params["hparams/num_sgd_iters"] == "20"
+
+
+def test_an_existing_file_wins_over_a_preset_name(tmp_path, capsys, migrated_store, one_torch_thread):
+    (tmp_path / "CartPole-v1").write_text("env: rl8.envs.CartPole\nhparams: {num_envs: 4, horizon: 8}\n")
+    assert main(["train", "CartPole-v1", "--max-steps", "1", "--quiet"]) == 0
+    assert "rl8: 32 env steps" in capsys.readouterr().out
+    assert main(["train", "preset:CartPole-v1", "--max-steps", "1", "--quiet"]) == 0
+    assert "rl8: 256 env steps" in capsys.readouterr().out
+
+
+def test_unknown_preset_and_missing_file_exit_2(capsys):
+    assert main(["train", "preset:Hoper-v5"]) == 2
+    assert "unknown preset 'Hoper-v5'; did you mean 'Hopper-v5'" in capsys.readouterr().err
+    assert main(["train", "no-such-config.yaml"]) == 2
+    assert "cannot read config file no-such-config.yaml" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------------------------
+# the learning benchmark's bookkeeping (no training)
+
+
+@pytest.fixture
+def benchmarks_importable(monkeypatch):
+    """``benchmarks`` is a folder of the repository, not an installed package."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent))
+
+
+def _rows(points, wall_per_step=1.0):
+    return [{"env_steps": s, "wall_s": s * wall_per_step, "train_return": math.nan, "eval_return": v}
+            for s, v in points]
+
+
+def test_summarize_final_return_and_time_to_threshold(benchmarks_importable):
+    from benchmarks.learning.run import summarize
+
+    a = _rows([(100, 10.0), (200, 50.0), (300, 60.0)])
+    b = _rows([(100, 55.0), (200, 40.0), (300, 40.0)], wall_per_step=2.0)
+    row = summarize([a, b], threshold=50.0)
+    assert row["seeds"] == 2 and row["env_steps"] == 300
+    assert row["final_mean"] == pytest.approx(50.0) and row["final_std"] == pytest.approx(10.0)
+    assert row["reached"] == 2
+    assert row["steps_to_threshold"] == pytest.approx(150.0)  # 200 and 100
+    assert row["wall_s_to_threshold"] == pytest.approx(200.0)  # 200 s and 200 s
+    never = summarize([a], threshold=1000.0)
+    assert never["reached"] == 0 and math.isnan(never["steps_to_threshold"])
+
+
+def test_report_writes_tables_and_plots(tmp_path, benchmarks_importable):
+    from benchmarks.learning.run import BEGIN, END, read_curve, report, write_curve
+
+    (tmp_path / "index.md").write_text(f"# Results\n\n{BEGIN}\nold table\n{END}\n\nmore text\n")
+
+    rows = _rows([(100, 300.0), (200, 480.0)])
+    write_curve(tmp_path / "curves" / "CartPole-v1" / "seed-0.csv", rows)
+    write_curve(tmp_path / "curves" / "sb3" / "CartPole-v1" / "seed-0.csv", _rows([(100, 100.0), (200, 490.0)], 4.0))
+    assert read_curve(tmp_path / "curves" / "CartPole-v1" / "seed-0.csv") == rows
+    (result,) = report(tmp_path)
+    assert result["preset"] == "CartPole-v1" and result["threshold"] == 475
+    assert result["wall_ratio"] == pytest.approx(200.0 / 800.0)
+    table = (tmp_path / "results.md").read_text()
+    assert "| CartPole-v1 | 475 | 1 |" in table and "0.25" in table
+    assert (tmp_path / "results.csv").read_text().startswith("preset,threshold")
+    page = (tmp_path / "index.md").read_text()
+    assert table in page and "old table" not in page and page.endswith(f"{END}\n\nmore text\n")
+    assert (tmp_path / "plots" / "CartPole-v1.png").read_bytes()[:4] == b"\x89PNG"
