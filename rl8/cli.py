@@ -143,14 +143,14 @@ def _clean_hparams(hparams: Mapping[str, Any], where: str) -> dict[str, Any]:
     return out
 
 
-def _int_option(config: Mapping[str, Any], key: str, where: str) -> int | None:
+def _int_option(config: Mapping[str, Any], key: str, where: str, minimum: int = 1) -> int | None:
     value = _numbers(config.get(key))
     if value is None:
         return None
     if isinstance(value, float) and value.is_integer():
         value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{where}: {key} must be an int >= 1, got {config.get(key)!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{where}: {key} must be an int >= {minimum}, got {config.get(key)!r}")
     return value
 
 
@@ -227,7 +227,7 @@ def _trainer_options(config: Mapping[str, Any], where: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key in [name for name in _TRAINER_OPTIONS if name in config]:
         if _TRAINER_OPTIONS[key]["cli_type"] is int:
-            out[key] = _int_option(config, key, where)
+            out[key] = _int_option(config, key, where, _TRAINER_OPTIONS[key]["cli_min"])
         elif config[key] is not None and not isinstance(config[key], (str, int, float)):
             raise ConfigError(f"{where}: {key} must be a string, got {config[key]!r}")
         else:
@@ -347,10 +347,15 @@ def _train(args: argparse.Namespace) -> int:
     if args.trust_code and not args.resume:
         raise ConfigError("--trust-code only applies with --resume (it lets a checkpoint you trust "
                           "name a plain function as its env factory)")
-    # under torchrun (WORLD_SIZE > 1): join the process group; a no-op otherwise
-    init_distributed()
     file_config = load_config(args.config) if args.config else {}
     cli_config, cli_hparams = _overrides(args)
+    # under torchrun (WORLD_SIZE > 1): join the process group (with --actors: as actor or
+    # learner); a no-op otherwise
+    actors = cli_config.get("actors", file_config.get("actors"))
+    try:
+        init_distributed(actors=_int_option({"actors": actors}, "actors", "config") if actors is not None else None)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     given_hparams = _merge_hparams(file_config.get("hparams") or {}, cli_hparams)
     progress = False if args.quiet else None
 
@@ -410,13 +415,13 @@ def _build_algo(env: str, hparams: Any) -> Any:
 
 def _resume(args: argparse.Namespace, file_config: Mapping[str, Any], cli_config: Mapping[str, Any],
             given_hparams: Mapping[str, Any], progress: bool | None) -> int:
-    from .checkpoint import read_checkpoint
+    from ._resume import read_trainer_checkpoint
     from .ppo import _plain_hparams
     from .trainer import Trainer
 
     tracking_uri = _str(cli_config.get("tracking_uri") or file_config.get("tracking_uri"))
     # under torchrun rank 0 reads the file and hands every rank its own part
-    path, state = read_checkpoint(args.resume, tracking_uri=tracking_uri)
+    path, state = read_trainer_checkpoint(args.resume, tracking_uri=tracking_uri)
     if not isinstance(state.get("algo"), Mapping) or not isinstance(state.get("trainer"), Mapping):
         from .checkpoint import CheckpointError
 
@@ -749,6 +754,16 @@ def _positive_float(text: str) -> float:
 # parser and entry point
 
 
+def _nonnegative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
 def _positive_int(text: str) -> int:
     try:
         value = _numbers(text)
@@ -800,7 +815,8 @@ def build_parser() -> argparse.ArgumentParser:
     for name, option in _TRAINER_OPTIONS.items():
         if option["cli"] == "flag":
             number = option["cli_type"] is int
-            train.add_argument("--" + name.replace("_", "-"), type=_positive_int if number else None,
+            int_type = _positive_int if option["cli_min"] == 1 else _nonnegative_int
+            train.add_argument("--" + name.replace("_", "-"), type=int_type if number else None,
                                metavar="N" if number else None, help=option["doc"])
     train.add_argument("--quiet", action="store_true", help="no progress line")
     train.add_argument("--trust-code", action="store_true",
