@@ -152,8 +152,9 @@ def _timeout_s() -> float:
 
 
 @contextlib.contextmanager
-def _p2p(rank: int, what: str) -> Iterator[None]:
-    """Turn a failed point-to-point transfer into an error naming the ranks involved."""
+def _p2p(peer: int, what: str) -> Iterator[None]:
+    """Turn a failed point-to-point transfer with rank ``peer`` into an error naming both
+    ranks (``what`` names this one)."""
     try:
         yield
     except RuntimeError as exc:
@@ -161,7 +162,7 @@ def _p2p(rank: int, what: str) -> Iterator[None]:
             raise
         cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise DistributedError(
-            f"rank {rank}: {what} failed: that rank died, raised an error, or stalled past "
+            f"{what} failed: rank {peer} died, raised an error, or stalled past "
             f"{_timeout_s():g} s ({TIMEOUT_ENV_VAR}); see its output for the cause. Backend error: {cause}"
         ) from exc
 
