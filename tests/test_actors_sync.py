@@ -6,7 +6,6 @@ all the envs."""
 from __future__ import annotations
 
 import math
-import subprocess
 import sys
 
 import pytest
@@ -43,6 +42,14 @@ def test_two_actors_two_learners_solve_cartpole_with_weights_through_a_file(tmp_
     assert (tmp_path / "weights" / "weights.pt").is_file()
 
 
+# One process with all 64 envs and CARTPOLE_CONFIG's hyper-parameters, seeds 0-4: updates
+# until the eval return reached 475 were 16, 12, 14, 32, 18, and the mean of
+# episodes/return_mean over those updates 115, 86, 111, 171, 134 (``python
+# tests/test_actors_sync.py band`` prints them). The bands below are their ranges widened by 25%.
+ONE_PROCESS_UPDATES = (12 / 1.25, 32 * 1.25)
+ONE_PROCESS_MEAN_RETURN = (86 / 1.25, 171 * 1.25)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_max_staleness_0_is_synchronous_and_learns_like_one_process(tmp_path, mlflow_uri):
@@ -52,25 +59,42 @@ def test_max_staleness_0_is_synchronous_and_learns_like_one_process(tmp_path, ml
     config.write_text(CARTPOLE_CONFIG)
     job = torchrun(["-m", "rl8", "train", str(config), "--quiet", "--actors", "2", "--max-staleness", "0"], nproc=3)
     assert job.returncode == 0, job.output
-    # one process with all 64 envs, the same hyper-parameters
-    single = subprocess.run([sys.executable, "-m", "rl8", "train", str(config), "--quiet", "--experiment", "single"],
-                            capture_output=True, text=True, timeout=200, env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
-    assert single.returncode == 0, single.stderr
     client = MlflowClient(mlflow_uri)
-    actors, one = _only_run(client, "actors").info.run_id, _only_run(client, "single").info.run_id
+    run = _only_run(client, "actors").info.run_id
 
     # synchronous: every rollout was collected with the learner's current weights, none dropped
-    assert set(history(client, actors, "monitors/policy_lag")) == {0.0}
-    assert history(client, actors, "actors/dropped_rollouts")[-1] == 0
-    # ... so it is PPO on the same batch shape as one process: the same learning curve up to
-    # the randomness of the envs and actions. Both solve; the updates each needed, and the
-    # mean episode return over the updates both ran, agree within a factor of 1.5 (seed-to-seed
-    # spread of one-process runs of this config is well inside that; a learner that trained on
-    # the wrong rows or stale weights falls outside it)
-    curves = {name: history(client, run, "episodes/return_mean") for name, run in (("actors", actors), ("one", one))}
-    updates = {name: len(curve) for name, curve in curves.items()}
-    assert all(history(client, run, "eval/episodes/return_mean")[-1] >= 475 for run in (actors, one))
-    assert abs(math.log(updates["actors"] / updates["one"])) <= math.log(1.5), updates
-    n = min(updates.values())
-    means = {name: sum(v for v in curve[:n] if not math.isnan(v)) / n for name, curve in curves.items()}
-    assert abs(math.log(means["actors"] / means["one"])) <= math.log(1.5), means
+    assert set(history(client, run, "monitors/policy_lag")) == {0.0}
+    assert history(client, run, "actors/dropped_rollouts")[-1] == 0
+    # ... so it is PPO on the batch of one process with all the envs: its learning curve lies
+    # within the spread of one-process runs over seeds (updates to solve, mean episode return
+    # over them); a learner that trained on wrong rows, stale or unsynced weights falls outside
+    assert history(client, run, "eval/episodes/return_mean")[-1] >= 475
+    curve = history(client, run, "episodes/return_mean")
+    mean_return = sum(v for v in curve if not math.isnan(v)) / len(curve)
+    assert ONE_PROCESS_UPDATES[0] <= len(curve) <= ONE_PROCESS_UPDATES[1], len(curve)
+    assert ONE_PROCESS_MEAN_RETURN[0] <= mean_return <= ONE_PROCESS_MEAN_RETURN[1], mean_return
+
+
+def _band() -> None:
+    """Print, for one process and seeds 0-4, the updates to solve CARTPOLE_CONFIG's CartPole and
+    the mean episode return over them (the reference of the synchronous test)."""
+    import torch
+
+    from rl8 import PPO, Trainer
+    from rl8.conditions import HitsUpperBound
+    from rl8.envs import CartPole
+
+    torch.set_num_threads(1)
+    for seed in range(5):
+        algo = PPO(CartPole, seed=seed, device="cpu", num_envs=64, sgd_minibatch_size=512)
+        trainer = Trainer(algo, tracking=False, eval_num_envs=8, progress=False, checkpoint_dir=f"band-{seed}")
+        returns: list[float] = []
+        step = trainer._train_step
+        trainer._train_step = lambda env_config: returns.append((s := step(env_config))["episodes/return_mean"]) or s
+        trainer.run(steps_per_eval=2, stop_conditions=[HitsUpperBound("eval/episodes/return_mean", 475),
+                                                      HitsUpperBound("env/steps", MAX_STEPS)])
+        print(seed, len(returns), sum(v for v in returns if not math.isnan(v)) / len(returns), flush=True)
+
+
+if __name__ == "__main__":
+    {"band": _band}[sys.argv[1]]()
