@@ -217,6 +217,45 @@ def test_two_actors_one_learner_solve_cartpole_and_resume_the_same_run(tmp_path,
 
 
 # --------------------------------------------------------------------------------------------
+# SIGTERM to the job (what torchrun forwards to every rank on Ctrl-C or from a scheduler)
+
+
+@pytest.mark.timeout(180)
+def test_sigterm_stops_every_rank_with_a_checkpoint_and_a_killed_run(tmp_path, mlflow_uri):
+    from mlflow.tracking import MlflowClient
+
+    config = tmp_path / "cartpole.yaml"
+    config.write_text(CARTPOLE_CONFIG.replace("max_steps: 200000", "max_steps: 100000000") + "checkpoint_every: 2\n")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc_per_node=3",
+           "--master_addr=127.0.0.1", f"--master_port={_free_port()}", "-m", "rl8", "train", str(config), "--quiet",
+           "--actors", "2"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "RL8_DIST_TIMEOUT_S": "60"}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 90
+        while not list((tmp_path / "ckpts").glob("*.pt")) and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+        assert proc.poll() is None, proc.communicate()[0]
+        proc.send_signal(signal.SIGTERM)  # torchrun forwards it to every rank
+        t0 = time.monotonic()
+        output, _ = proc.communicate(timeout=60)
+        seconds = time.monotonic() - t0
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode != 0
+    assert "DistributedError" not in output, output[-4000:]
+    assert "rl8: SIGTERM: checkpoint written to" in output, output[-4000:]
+    assert seconds < 30
+    client = MlflowClient(mlflow_uri)
+    runs = client.search_runs([client.get_experiment_by_name("actors").experiment_id])
+    assert len(runs) == 1 and runs[0].info.status == "KILLED"
+    steps = runs[0].data.metrics["env/steps"]
+    assert (tmp_path / "ckpts" / f"checkpoint-{int(steps):012d}.pt").is_file()  # the stop step's checkpoint
+
+
+# --------------------------------------------------------------------------------------------
 # an actor dies: the job ends with an error naming it, within a bounded time
 
 
