@@ -315,11 +315,15 @@ def _mlflow_ui_command(uri: str) -> str:
 
 def _launcher(trainer: Any) -> str:
     """How to start the same number of ranks again (empty outside torchrun)."""
+    from .distributed import current_roles
+
     dist = getattr(trainer.algo, "dist", None)
-    if dist is None or not dist.enabled:
+    roles = current_roles()
+    if roles is None and (dist is None or not dist.enabled):
         return ""
-    per_node = int(os.environ.get("LOCAL_WORLD_SIZE", dist.world_size))
-    nodes = dist.world_size // max(per_node, 1)
+    world_size = roles.world_size if roles is not None else dist.world_size  # actors included
+    per_node = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+    nodes = world_size // max(per_node, 1)
     return f"torchrun {f'--nnodes={nodes} ' if nodes > 1 else ''}--nproc_per_node={per_node} -m "
 
 
@@ -334,7 +338,8 @@ def _summary(trainer: Any, out: Any = None) -> None:
         print(f"run id:     {trainer.run_id}", file=out)
     if trainer.last_checkpoint is not None:
         print(f"checkpoint: {trainer.last_checkpoint}", file=out)
-        print(f"resume:     {_launcher(trainer)}rl8 train --resume {trainer.last_checkpoint}", file=out)
+        actors = f" --actors {trainer.config.actors}" if trainer.config.actors else ""
+        print(f"resume:     {_launcher(trainer)}rl8 train --resume {trainer.last_checkpoint}{actors}", file=out)
     if trainer.run_id:
         print(f"mlflow ui:  {_mlflow_ui_command(trainer.tracker.tracking_uri)}", file=out)
     out.flush()

@@ -175,6 +175,7 @@ def test_two_actors_one_learner_solve_cartpole_and_resume_the_same_run(tmp_path,
     job = torchrun(["-m", "rl8", "train", str(config), "--quiet", "--actors", "2", "--max-staleness", "1"], nproc=3)
     assert job.returncode == 0, job.output
     assert job.output.count("run id:") == 1, "only learner rank 0 prints the summary"
+    assert re.search(r"resume:     torchrun --nproc_per_node=3 -m rl8 train --resume \S+ --actors 2\n", job.output)
 
     client = MlflowClient(mlflow_uri)
     experiment = client.get_experiment_by_name("actors")
