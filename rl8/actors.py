@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "HEADER", "WEIGHT_SYNC_METHODS", "FlatLayout", "Learner", "check_actor_config", "run_actor",
+    "truncated_importance_weights",
 ]
 
 #: The weight-sync methods: ``"broadcast"``: over the process group (each learner sends its
@@ -282,6 +283,33 @@ def _write_weights_file(algo: PPO, folder: Path) -> None:
 
 
 # ----------------------------------------------------------------------------- learner side
+@torch.no_grad()
+def truncated_importance_weights(algo: PPO, cap: float) -> torch.Tensor:
+    """Prepare the next update of ``algo`` for rollouts collected with older weights, as
+    decoupled PPO does (Hilton et al., 2021, "Batch size-invariance for policy optimization"):
+    the buffer's ``logp`` become the log-probabilities of its actions under the current
+    weights (the *proximal* policy the clipped ratio is then taken against), and
+    :attr:`rl8.PPO.advantage_weights` the truncated importance weights
+    ``min(cap, pi_prox(a|s) / mu(a|s))`` of the behaviour policy ``mu`` that collected them.
+
+    Args:
+        algo: The learner's PPO, its buffer filled (a feedforward model).
+        cap: The truncation of the weights (``rho_bar``), > 0.
+
+    Returns:
+        The ``[num_envs, horizon]`` weights (also set on ``algo``).
+    """
+    h = algo.hparams.horizon
+    zeros = torch.zeros(algo.hparams.num_envs, h, device=algo.device)
+    samples = algo.buffer.training_samples(zeros, zeros)
+    proximal = algo.policy.evaluate(samples, entropy_grad=False)[0].float().reshape(zeros.shape)
+    behaviour = algo.buffer.data["logp"][:, :h]
+    weights = (proximal - behaviour).exp().clamp(max=cap)
+    behaviour.copy_(proximal)
+    algo.advantage_weights = weights
+    return weights
+
+
 class Learner:
     """The learner's side of the exchange with its actors (one per learner rank).
 
@@ -392,6 +420,9 @@ class Learner:
                 self.layout.unpack(self.staging[actor], _leaves(rows))
 
         stats = self.algo.collect_received(fill)
+        if cfg.importance_weight_cap is not None:
+            weights = truncated_importance_weights(self.algo, cfg.importance_weight_cap)
+            stats["monitors/importance_weight_mean"] = reduce_stats(self.dist, means={"w": weights.double().mean()})["w"]
         f64 = torch.float64
         reduced = reduce_stats(
             self.dist,

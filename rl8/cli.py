@@ -228,6 +228,11 @@ def _trainer_options(config: Mapping[str, Any], where: str) -> dict[str, Any]:
     for key in [name for name in _TRAINER_OPTIONS if name in config]:
         if _TRAINER_OPTIONS[key]["cli_type"] is int:
             out[key] = _int_option(config, key, where, _TRAINER_OPTIONS[key]["cli_min"])
+        elif _TRAINER_OPTIONS[key]["cli_type"] is float and config[key] is not None:
+            value = _numbers(config[key])
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ConfigError(f"{where}: {key} must be a number, got {config[key]!r}")
+            out[key] = float(value)
         elif config[key] is not None and not isinstance(config[key], (str, int, float)):
             raise ConfigError(f"{where}: {key} must be a string, got {config[key]!r}")
         else:

@@ -9,7 +9,7 @@ Where an option goes is read from the field, never listed again:
 * ``names_run``: says which MLflow run the Trainer writes to, so a resumed Trainer keeps the
   checkpoint's value unless the caller of ``from_checkpoint`` passes another;
 * ``cli``: ``"flag"`` (an ``rl8 train`` flag and a config file key), ``"config"`` (a config
-  file key only) or ``None``, with ``cli_type`` (``int`` or ``str``) the type the command
+  file key only) or ``None``, with ``cli_type`` (``int``, ``float`` or ``str``) the type the command
   reads it as (``cli_min``: the smallest int the flag takes).
 """
 
@@ -46,6 +46,11 @@ def _bool(name: str, value: Any) -> None:
 def _int_at_least_0(name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"Trainer: {name} must be an int >= 0, got {value!r}")
+
+
+def _positive_or_none(name: str, value: Any) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
+        raise ValueError(f"Trainer: {name} must be a number > 0 or None, got {value!r}")
 
 
 def _weight_sync(name: str, value: Any) -> None:
@@ -169,6 +174,11 @@ class TrainerConfig:
         "broadcast", "with actors: how weights reach the actors: 'broadcast' (over the process "
         "group) or 'checkpoint' (a file in weight_sync_dir that actors read)", _weight_sync,
         cli="flag")
+    importance_weight_cap: float | None = _option(
+        None, "with actors: truncated importance weights: the clipped ratio is taken against the "
+        "learner's weights at the start of the update and each transition's advantage is weighted "
+        "by min(cap, their probability / the behaviour probability); None: the ratio is against the "
+        "behaviour policy, unweighted", _positive_or_none, cli="config", cli_type=float)
     weight_sync_dir: str | None = _option(
         None, "with weight_sync='checkpoint': the folder of the weights file, on storage every "
         "rank sees", cli="flag")

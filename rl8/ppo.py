@@ -256,6 +256,8 @@ def _minibatches(
         samples = samples.clone(recurse=False)  # the advantages below replace a key
     if hp.normalize_advantages and samples.batch_size[0] * seq_len > num_minibatches:
         samples["advantages"] = normalized_advantages(samples["advantages"], num_minibatches, dist)
+    if "advantage_weights" in samples.keys():  # per-sample importance weights (PPO.advantage_weights)
+        samples["advantages"] = samples["advantages"] * samples["advantage_weights"]
     yield from samples.split(samples.batch_size[0] // num_minibatches)
 
 
@@ -375,6 +377,10 @@ class PPO:
         env_resets: Times PPO reset all envs.
         collects: Number of :meth:`collect` calls.
         steps: Number of :meth:`update` calls (optimisation steps of the policy).
+        advantage_weights: ``None``, or ``[num_envs, horizon]`` per-transition weights by which
+            the next :meth:`update` multiplies the (normalised) advantages, then resets to
+            ``None``; :mod:`rl8.actors` sets truncated importance weights here (feedforward
+            models).
 
     Example:
         >>> from rl8 import PPO
@@ -425,6 +431,8 @@ class PPO:
         # collect_mode="overlap": the actor side, which collects in the background
         self.collector = self._make_collector() if hp.collect_mode == "overlap" else None
         self._behaviour_version = 0  # the update count of the weights that collected the buffer
+        # [num_envs, horizon] weights of the next update's (normalised) advantages, or None
+        self.advantage_weights: torch.Tensor | None = None
 
     def _make_carry(self, policy: Policy, buffer: RolloutBuffer) -> RolloutCarry:
         """``policy``'s carry from step to step over ``buffer`` (a recurrent state, or none)."""
@@ -664,6 +672,9 @@ class PPO:
             explained_variance = 1 - (returns - old_values).var() / returns.var().clamp(min=1e-8)
         # rows: transitions, or for recurrent models seq_len-step sequences with their state
         samples = self.buffer.training_samples(advantages, returns)
+        if self.advantage_weights is not None:  # for this update only
+            samples["advantage_weights"] = self.advantage_weights.reshape(-1)
+            self.advantage_weights = None
         lr = self.lr_schedule(self.env_steps)
         entropy_coeff = self.entropy_coeff_schedule(self.env_steps)
         for group in self.optimizer.param_groups:

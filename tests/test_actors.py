@@ -110,6 +110,43 @@ def test_flat_layout_round_trips_a_rollout_into_a_block_of_rows():
         assert torch.equal(learner.buffer.data[:4][key], before[key]), key  # the other rows untouched
 
 
+def test_truncated_importance_weights_are_one_on_policy_and_capped_off_policy():
+    import torch
+
+    from rl8 import PPO
+    from rl8.actors import truncated_importance_weights
+    from rl8.envs import CartPole
+
+    def make():
+        return PPO(CartPole, num_envs=8, horizon=16, seed=3, device="cpu", num_sgd_iters=2, sgd_minibatch_size=32)
+
+    # on-policy data: every weight is 1 and the update is the plain one
+    plain, weighted = make(), make()
+    plain.collect()
+    weighted.collect()
+    stored = weighted.buffer.data["logp"].clone()
+    weights = truncated_importance_weights(weighted, cap=1.0)
+    torch.testing.assert_close(weights, torch.ones_like(weights))
+    torch.testing.assert_close(weighted.buffer.data["logp"], stored)
+    plain.update()
+    weighted.update()
+    assert weighted.advantage_weights is None  # used by one update only
+    for key, value in plain.policy.state_dict().items():
+        torch.testing.assert_close(weighted.policy.state_dict()[key], value, rtol=1e-5, atol=1e-6, msg=key)
+
+    # off-policy data (one update old): the ratio of the new to the behaviour policy, capped
+    behaviour = make()
+    behaviour.collect()
+    behaviour.update()  # the weights moved on since the buffer was collected
+    stored = behaviour.buffer.data["logp"][:, :16].clone()
+    proximal = behaviour.policy.evaluate(behaviour.buffer.training_samples(stored * 0, stored * 0))[0].detach()
+    weights = truncated_importance_weights(behaviour, cap=1.05)
+    torch.testing.assert_close(weights, (proximal.reshape(8, 16) - stored).exp().clamp(max=1.05))
+    assert weights.max() <= 1.05 and not torch.equal(weights, torch.ones_like(weights))
+    torch.testing.assert_close(behaviour.buffer.data["logp"][:, :16], proximal.reshape(8, 16))
+    behaviour.update()
+
+
 def test_roles_split_ranks_into_learners_first_then_actors():
     from rl8.distributed import Roles
 
@@ -136,6 +173,8 @@ def test_bad_actor_options_are_refused_naming_them(monkeypatch):
         TrainerConfig(weight_sync_interval=3)
     with pytest.raises(ValueError, match="weight_sync must be one of 'broadcast', 'checkpoint', got 'nccl'"):
         TrainerConfig(weight_sync="nccl")
+    with pytest.raises(ValueError, match="importance_weight_cap must be a number > 0 or None, got 0"):
+        TrainerConfig(importance_weight_cap=0)
     with pytest.raises(ValueError, match="weight_sync='checkpoint' needs weight_sync_dir"):
         TrainerConfig(weight_sync="checkpoint")
     assert TrainerConfig(max_staleness=0).max_staleness == 0

@@ -1,6 +1,6 @@
 """Actors and learners, part 2 (a second file, so that ``pytest -n 2 --dist loadfile`` runs it
 beside ``tests/test_actors.py``): a 4-process job (2 actors, 2 learners, weights through a
-file) solves CartPole; ``max_staleness=0`` is synchronous and learns like one process with
+file, truncated importance weights) solves CartPole; ``max_staleness=0`` is synchronous and learns like one process with
 all the envs."""
 
 from __future__ import annotations
@@ -20,12 +20,13 @@ def _only_run(client, experiment: str):
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_two_actors_two_learners_solve_cartpole_with_weights_through_a_file(tmp_path, mlflow_uri):
+def test_two_actors_two_learners_solve_cartpole_with_weights_through_a_file_and_importance_weights(tmp_path, mlflow_uri):
     from mlflow.tracking import MlflowClient
 
     config = tmp_path / "cartpole.yaml"
     # each learner's batch: its one actor's 32 envs
-    config.write_text(CARTPOLE_CONFIG.replace("num_envs: 64 ", "num_envs: 32 ").replace("sgd_minibatch_size: 512", "sgd_minibatch_size: 256"))
+    config.write_text(CARTPOLE_CONFIG.replace("num_envs: 64 ", "num_envs: 32 ").replace("sgd_minibatch_size: 512", "sgd_minibatch_size: 256")
+                      + "importance_weight_cap: 1.0\n")
     job = torchrun(["-m", "rl8", "train", str(config), "--quiet", "--actors", "2", "--max-staleness", "2",
                     "--weight-sync-interval", "2", "--weight-sync", "checkpoint", "--weight-sync-dir", "weights"],
                    nproc=4, timeout=240)
@@ -39,6 +40,10 @@ def test_two_actors_two_learners_solve_cartpole_with_weights_through_a_file(tmp_
     steps = history(client, run_id, "env/steps")
     assert steps[:2] == [2 * 32 * 32, 4 * 32 * 32] and steps[-1] < MAX_STEPS  # both learners' batches
     assert max(history(client, run_id, "monitors/policy_lag")) <= 2
+    # truncated importance weights (cap 1): at most 1, below 1 once the data is stale
+    weights = history(client, run_id, "monitors/importance_weight_mean")
+    assert len(weights) == len(steps) and max(weights) <= 1 and min(weights) < 1
+    assert run.data.params["trainer/importance_weight_cap"] == "1.0"
     assert (tmp_path / "weights" / "weights.pt").is_file()
 
 
