@@ -39,7 +39,7 @@ import torch
 import torch.distributed as dist
 from tensordict import TensorDictBase
 
-from .distributed import TIMEOUT_ENV_VAR, DistContext, DistributedError, Roles, current_roles
+from .distributed import TIMEOUT_ENV_VAR, DistContext, DistributedError, Roles, collective_timeout_s, current_roles
 from .stats import Stats, reduce_stats
 
 if TYPE_CHECKING:
@@ -146,12 +146,6 @@ def check_actor_config(config: TrainerConfig, algo: PPO, roles: Roles | None) ->
         raise ValueError("Trainer: actors: recurrent models are not supported with actors and learners yet")
 
 
-def _timeout_s() -> float:
-    from . import distributed
-
-    return distributed._timeout_s or distributed.DEFAULT_TIMEOUT_S
-
-
 @contextlib.contextmanager
 def _p2p(peer: int, what: str) -> Iterator[None]:
     """Turn a failed point-to-point transfer with rank ``peer`` into an error naming both
@@ -164,7 +158,7 @@ def _p2p(peer: int, what: str) -> Iterator[None]:
         cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise DistributedError(
             f"{what} failed: rank {peer} died, raised an error, or stalled past "
-            f"{_timeout_s():g} s ({TIMEOUT_ENV_VAR}); see its output for the cause. Backend error: {cause}"
+            f"{collective_timeout_s():g} s ({TIMEOUT_ENV_VAR}); see its output for the cause. Backend error: {cause}"
         ) from exc
 
 
@@ -255,7 +249,7 @@ def _load_weights_file(algo: PPO, folder: Path, version: int) -> None:
     """Wait until ``folder``'s weights file holds ``version`` or a later one, and load it (safe:
     ``weights_only``, checked to be a dict of tensors)."""
     path = folder / _WEIGHTS_FILE
-    deadline = time.monotonic() + _timeout_s()
+    deadline = time.monotonic() + collective_timeout_s()
     while True:
         state = None
         with contextlib.suppress(FileNotFoundError, EOFError, RuntimeError):
@@ -269,7 +263,7 @@ def _load_weights_file(algo: PPO, folder: Path, version: int) -> None:
         if time.monotonic() > deadline:
             raise DistributedError(
                 f"weight_sync='checkpoint': {path} did not get weights of version {version} within "
-                f"{_timeout_s():g} s ({TIMEOUT_ENV_VAR}); is weight_sync_dir on storage every rank sees?"
+                f"{collective_timeout_s():g} s ({TIMEOUT_ENV_VAR}); is weight_sync_dir on storage every rank sees?"
             )
         time.sleep(_POLL_S)
 

@@ -28,7 +28,7 @@ import torch.distributed as dist
 from torch import nn
 
 __all__ = [
-    "DEFAULT_TIMEOUT_S", "TIMEOUT_ENV_VAR", "DistContext", "DistributedError", "Roles", "agree_on_run_seed", "current_roles",
+    "DEFAULT_TIMEOUT_S", "TIMEOUT_ENV_VAR", "DistContext", "DistributedError", "Roles", "agree_on_run_seed", "collective_timeout_s", "current_roles",
     "derive_seed", "init_distributed", "local_rank", "rank_device", "shutdown_distributed", "to_cpu",
 ]
 
@@ -109,6 +109,12 @@ class Roles:
     def actors_of(self, learner: int) -> list[int]:
         """The actor ranks of learner rank ``learner``, by slot."""
         return [a for a in range(self.learners, self.world_size) if self.learner_of(a) == learner]
+
+
+def collective_timeout_s() -> float:
+    """Seconds a collective or point-to-point transfer waits for a peer before raising (what
+    :func:`init_distributed` set, else :data:`DEFAULT_TIMEOUT_S`)."""
+    return _timeout_s if _timeout_s is not None else DEFAULT_TIMEOUT_S
 
 
 def current_roles() -> Roles | None:
