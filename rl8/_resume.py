@@ -16,17 +16,20 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ._resolve import qualified_name
-from .checkpoint import CHECKPOINT_POINTER_ARTIFACT, CheckpointError, CheckpointManager, read_checkpoint, save_checkpoint
+from .checkpoint import (
+    CHECKPOINT_POINTER_ARTIFACT, CheckpointError, CheckpointManager, load_checkpoint, read_checkpoint, resolve_checkpoint,
+    save_checkpoint,
+)
 from .conditions import Condition, with_current_stat_names
 from .config import TrainerConfig
-from .distributed import DistContext, rank_device, to_cpu
+from .distributed import DistContext, current_roles, derive_seed, rank_device, to_cpu
 from .export import POLICY_ARTIFACT, check_env_spaces, policy_to_dict, save_policy, space_from_dict
 
 if TYPE_CHECKING:
     from .ppo import PPO
     from .trainer import Trainer
 
-__all__ = ["RunRecord", "TrainerCheckpoints", "algo_from_checkpoint", "check_finite_policy"]
+__all__ = ["RunRecord", "TrainerCheckpoints", "algo_from_checkpoint", "check_finite_policy", "read_trainer_checkpoint"]
 
 #: Entries of ``PPO.state_dict()`` that are the same on every rank: stored once (rank 0's
 #: ``algo``), not in the per-rank entries of a data-parallel checkpoint.
@@ -159,6 +162,17 @@ def log_policy_artifacts(tracker: Any, policy: torch.nn.Module, env: dict[str, A
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def read_trainer_checkpoint(ref: str | os.PathLike[str], *, tracking_uri: str | None = None) -> tuple[Path, dict[str, Any]]:
+    """:func:`rl8.checkpoint.read_checkpoint`, except on an actor (``rl8 train --actors``),
+    which reads the file itself: the learners' checkpoint holds no state of its own (an actor
+    gets its weights from its learner, see :func:`algo_from_checkpoint`)."""
+    roles = current_roles()
+    if roles is None or not roles.is_actor:
+        return read_checkpoint(ref, tracking_uri=tracking_uri)
+    file = resolve_checkpoint(ref, tracking_uri=tracking_uri)
+    return file, load_checkpoint(file)
+
+
 def algo_from_checkpoint(file: Path, state: Mapping[str, Any], *, env: Any, hparams: Mapping[str, Any] | None,
                          trust_code: bool) -> PPO:
     """The PPO a Trainer checkpoint describes, with its state loaded.
@@ -211,6 +225,14 @@ def algo_from_checkpoint(file: Path, state: Mapping[str, Any], *, env: Any, hpar
             space_from_dict(policy_info["action_space"]),
             what=f"Trainer.from_checkpoint: env={env!r}", source=file,
         )
+    roles = current_roles()
+    if roles is not None and roles.is_actor:
+        # an actor's weights come from its learner at the start; its envs start anew, seeded
+        # apart from those of the run before the checkpoint
+        steps = int(algo_state["counters"]["steps"])
+        algo.env_seed = derive_seed(algo.env_seed, steps + 1)
+        algo.generator.manual_seed(algo.env_seed)
+        return algo
     algo.load_state_dict(algo_state)
     return algo
 
@@ -334,7 +356,7 @@ class TrainerCheckpoints:
             ValueError: The env's observation or action space differs from the checkpoint's.
             rl8.tracking.TrackingError: The stored MLflow run cannot be resumed.
         """
-        file, state = read_checkpoint(path, tracking_uri=tracking_uri)
+        file, state = read_trainer_checkpoint(path, tracking_uri=tracking_uri)
         algo = algo_from_checkpoint(file, state, env=env, hparams=hparams, trust_code=trust_code)
         saved = state["trainer"]
         config = TrainerConfig.from_stored(saved)

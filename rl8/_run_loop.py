@@ -3,6 +3,8 @@ conditions, checkpoints, signals, and how the MLflow run ends when the loop is i
 
 from __future__ import annotations
 
+import contextlib
+
 import signal
 import sys
 import time
@@ -142,8 +144,11 @@ def train_until(trainer: Trainer, conditions: list[Condition], stats: TrainStats
                 trainer.save_checkpoint()
             signals.agree(False)
             _handle_signals(trainer, signals, progress)  # one that arrived during the last checkpoint
+            trainer._stop_actors()
         except (KeyboardInterrupt, SystemExit):
             progress.close()
+            with contextlib.suppress(Exception):  # a signal's exit: the actors exit with it
+                trainer._stop_actors()
             trainer._close_killed()
             raise
         except BaseException as exc:

@@ -143,14 +143,14 @@ def _clean_hparams(hparams: Mapping[str, Any], where: str) -> dict[str, Any]:
     return out
 
 
-def _int_option(config: Mapping[str, Any], key: str, where: str) -> int | None:
+def _int_option(config: Mapping[str, Any], key: str, where: str, minimum: int = 1) -> int | None:
     value = _numbers(config.get(key))
     if value is None:
         return None
     if isinstance(value, float) and value.is_integer():
         value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{where}: {key} must be an int >= 1, got {config.get(key)!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{where}: {key} must be an int >= {minimum}, got {config.get(key)!r}")
     return value
 
 
@@ -227,7 +227,12 @@ def _trainer_options(config: Mapping[str, Any], where: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key in [name for name in _TRAINER_OPTIONS if name in config]:
         if _TRAINER_OPTIONS[key]["cli_type"] is int:
-            out[key] = _int_option(config, key, where)
+            out[key] = _int_option(config, key, where, _TRAINER_OPTIONS[key]["cli_min"])
+        elif _TRAINER_OPTIONS[key]["cli_type"] is float and config[key] is not None:
+            value = _numbers(config[key])
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ConfigError(f"{where}: {key} must be a number, got {config[key]!r}")
+            out[key] = float(value)
         elif config[key] is not None and not isinstance(config[key], (str, int, float)):
             raise ConfigError(f"{where}: {key} must be a string, got {config[key]!r}")
         else:
@@ -315,11 +320,15 @@ def _mlflow_ui_command(uri: str) -> str:
 
 def _launcher(trainer: Any) -> str:
     """How to start the same number of ranks again (empty outside torchrun)."""
+    from .distributed import current_roles
+
     dist = getattr(trainer.algo, "dist", None)
-    if dist is None or not dist.enabled:
+    roles = current_roles()
+    if roles is None and (dist is None or not dist.enabled):
         return ""
-    per_node = int(os.environ.get("LOCAL_WORLD_SIZE", dist.world_size))
-    nodes = dist.world_size // max(per_node, 1)
+    world_size = roles.world_size if roles is not None else dist.world_size  # actors included
+    per_node = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+    nodes = world_size // max(per_node, 1)
     return f"torchrun {f'--nnodes={nodes} ' if nodes > 1 else ''}--nproc_per_node={per_node} -m "
 
 
@@ -334,7 +343,8 @@ def _summary(trainer: Any, out: Any = None) -> None:
         print(f"run id:     {trainer.run_id}", file=out)
     if trainer.last_checkpoint is not None:
         print(f"checkpoint: {trainer.last_checkpoint}", file=out)
-        print(f"resume:     {_launcher(trainer)}rl8 train --resume {trainer.last_checkpoint}", file=out)
+        actors = f" --actors {trainer.config.actors}" if trainer.config.actors else ""
+        print(f"resume:     {_launcher(trainer)}rl8 train --resume {trainer.last_checkpoint}{actors}", file=out)
     if trainer.run_id:
         print(f"mlflow ui:  {_mlflow_ui_command(trainer.tracker.tracking_uri)}", file=out)
     out.flush()
@@ -362,10 +372,15 @@ def _train(args: argparse.Namespace) -> int:
     if args.trust_code and not args.resume:
         raise ConfigError("--trust-code only applies with --resume (it lets a checkpoint you trust "
                           "name a plain function as its env factory)")
-    # under torchrun (WORLD_SIZE > 1): join the process group; a no-op otherwise
-    init_distributed()
     file_config = load_config(_config_file(args.config)) if args.config else {}
     cli_config, cli_hparams = _overrides(args)
+    # under torchrun (WORLD_SIZE > 1): join the process group (with --actors: as actor or
+    # learner); a no-op otherwise
+    actors = cli_config.get("actors", file_config.get("actors"))
+    try:
+        init_distributed(actors=_int_option({"actors": actors}, "actors", "config") if actors is not None else None)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     given_hparams = _merge_hparams(file_config.get("hparams") or {}, cli_hparams)
     progress = False if args.quiet else None
 
@@ -425,13 +440,13 @@ def _build_algo(env: str, hparams: Any) -> Any:
 
 def _resume(args: argparse.Namespace, file_config: Mapping[str, Any], cli_config: Mapping[str, Any],
             given_hparams: Mapping[str, Any], progress: bool | None) -> int:
-    from .checkpoint import read_checkpoint
+    from ._resume import read_trainer_checkpoint
     from .ppo import _plain_hparams
     from .trainer import Trainer
 
     tracking_uri = _str(cli_config.get("tracking_uri") or file_config.get("tracking_uri"))
     # under torchrun rank 0 reads the file and hands every rank its own part
-    path, state = read_checkpoint(args.resume, tracking_uri=tracking_uri)
+    path, state = read_trainer_checkpoint(args.resume, tracking_uri=tracking_uri)
     if not isinstance(state.get("algo"), Mapping) or not isinstance(state.get("trainer"), Mapping):
         from .checkpoint import CheckpointError
 
@@ -764,6 +779,16 @@ def _positive_float(text: str) -> float:
 # parser and entry point
 
 
+def _nonnegative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
 def _positive_int(text: str) -> int:
     try:
         value = _numbers(text)
@@ -816,7 +841,8 @@ def build_parser() -> argparse.ArgumentParser:
     for name, option in _TRAINER_OPTIONS.items():
         if option["cli"] == "flag":
             number = option["cli_type"] is int
-            train.add_argument("--" + name.replace("_", "-"), type=_positive_int if number else None,
+            int_type = _positive_int if option["cli_min"] == 1 else _nonnegative_int
+            train.add_argument("--" + name.replace("_", "-"), type=int_type if number else None,
                                metavar="N" if number else None, help=option["doc"])
     train.add_argument("--quiet", action="store_true", help="no progress line")
     train.add_argument("--trust-code", action="store_true",

@@ -9,8 +9,8 @@ Where an option goes is read from the field, never listed again:
 * ``names_run``: says which MLflow run the Trainer writes to, so a resumed Trainer keeps the
   checkpoint's value unless the caller of ``from_checkpoint`` passes another;
 * ``cli``: ``"flag"`` (an ``rl8 train`` flag and a config file key), ``"config"`` (a config
-  file key only) or ``None``, with ``cli_type`` (``int`` or ``str``) the type the command
-  reads it as.
+  file key only) or ``None``, with ``cli_type`` (``int``, ``float`` or ``str``) the type the command
+  reads it as (``cli_min``: the smallest int the flag takes).
 """
 
 from __future__ import annotations
@@ -43,6 +43,23 @@ def _bool(name: str, value: Any) -> None:
         raise ValueError(f"Trainer: {name} must be True or False, got {value!r}")
 
 
+def _int_at_least_0(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"Trainer: {name} must be an int >= 0, got {value!r}")
+
+
+def _positive_or_none(name: str, value: Any) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
+        raise ValueError(f"Trainer: {name} must be a number > 0 or None, got {value!r}")
+
+
+def _weight_sync(name: str, value: Any) -> None:
+    from .actors import WEIGHT_SYNC_METHODS
+
+    if value not in WEIGHT_SYNC_METHODS:
+        raise ValueError(f"Trainer: {name} must be one of {', '.join(map(repr, WEIGHT_SYNC_METHODS))}, got {value!r}")
+
+
 def _seconds(name: str, value: Any) -> None:
     if isinstance(value, bool) or not (isinstance(value, (int, float)) and value > 0):
         raise ValueError(f"Trainer: {name} must be a number of seconds > 0, got {value!r}")
@@ -72,12 +89,13 @@ def _option(
     names_run: bool = False,
     cli: str | None = None,
     cli_type: type = str,
+    cli_min: int = 1,
 ) -> Any:
     """A :class:`TrainerConfig` field: its default, its one-line meaning (``doc``, also the
     ``rl8 train`` help), its check (``check(name, value)`` raising ``ValueError`` or
     ``TypeError``) and where it goes (see the module docstring)."""
     metadata = {"doc": doc, "check": check, "param": param, "stored": stored,
-                "names_run": names_run, "cli": cli, "cli_type": cli_type}
+                "names_run": names_run, "cli": cli, "cli_type": cli_type, "cli_min": cli_min}
     return dataclasses.field(default=default, metadata=metadata)
 
 
@@ -141,12 +159,43 @@ class TrainerConfig:
         None, "Trainer.run records a video at every this many-th evaluation (checkpoint_dir/videos/"
         "eval-<env steps>.mp4, MLflow artifact videos/); None: never; needs rl8[video]",
         _int_at_least_1)
+    actors: int | None = _option(
+        None, "under torchrun: this many ranks only collect (actors) and the others only update "
+        "(learners; see docs/distributed.md); None: data-parallel, every rank collects and updates",
+        _int_at_least_1, cli="flag", cli_type=int)
+    weight_sync_interval: int = _option(
+        1, "with actors: learner updates between two weight syncs of an actor (an actor also gets "
+        "weights whenever it would exceed max_staleness)", _int_at_least_1, cli="flag", cli_type=int)
+    max_staleness: int = _option(
+        1, "with actors: a rollout collected with weights more than this many updates behind the "
+        "learner's is dropped; 0: synchronous (actors wait for every update)",
+        _int_at_least_0, cli="flag", cli_type=int, cli_min=0)
+    weight_sync: str = _option(
+        "broadcast", "with actors: how weights reach the actors: 'broadcast' (over the process "
+        "group) or 'checkpoint' (a file in weight_sync_dir that actors read)", _weight_sync,
+        cli="flag")
+    importance_weight_cap: float | None = _option(
+        None, "with actors: truncated importance weights: the clipped ratio is taken against the "
+        "learner's weights at the start of the update and each transition's advantage is weighted "
+        "by min(cap, their probability / the behaviour probability); None: the ratio is against the "
+        "behaviour policy, unweighted", _positive_or_none, cli="config", cli_type=float)
+    weight_sync_dir: str | None = _option(
+        None, "with weight_sync='checkpoint': the folder of the weights file, on storage every "
+        "rank sees", cli="flag")
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
             check = field.metadata["check"]
             if check is not None:
                 check(field.name, getattr(self, field.name))
+        if self.max_staleness < self.weight_sync_interval - 1:
+            raise ValueError(
+                f"Trainer: max_staleness must be >= weight_sync_interval - 1 (actors keep weights for "
+                f"weight_sync_interval updates, so their rollouts are that stale), got max_staleness="
+                f"{self.max_staleness} with weight_sync_interval={self.weight_sync_interval}"
+            )
+        if self.weight_sync == "checkpoint" and self.weight_sync_dir is None:
+            raise ValueError("Trainer: weight_sync='checkpoint' needs weight_sync_dir (a folder every rank sees), got None")
 
     @classmethod
     def names(cls, **where: Any) -> list[str]:
@@ -232,6 +281,11 @@ def run_params(algo: PPO, config: TrainerConfig, env_spec: str | None, dist: Dis
     }
     if qualified_name(type(algo.env)) != env:  # a gymnasium id, a factory: the rl8 class around it
         params["env_class"] = qualified_name(type(algo.env))
-    if dist.enabled:  # hparams are per rank (num_envs: each rank's envs)
+    from .distributed import current_roles
+
+    roles = current_roles()
+    if roles is not None:  # actors and learners: num_envs is one learner's batch, split among its actors
+        params["distributed"] = {"world_size": roles.world_size, "actors": roles.actors, "learners": roles.learners}
+    elif dist.enabled:  # hparams are per rank (num_envs: each rank's envs)
         params["distributed"] = {"world_size": dist.world_size}
     return params

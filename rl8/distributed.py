@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import datetime
 import math
 import os
@@ -27,8 +28,8 @@ import torch.distributed as dist
 from torch import nn
 
 __all__ = [
-    "DEFAULT_TIMEOUT_S", "TIMEOUT_ENV_VAR", "DistContext", "DistributedError", "derive_seed",
-    "init_distributed", "local_rank", "rank_device", "shutdown_distributed", "to_cpu",
+    "DEFAULT_TIMEOUT_S", "TIMEOUT_ENV_VAR", "DistContext", "DistributedError", "Roles", "agree_on_run_seed", "collective_timeout_s", "current_roles",
+    "derive_seed", "init_distributed", "local_rank", "rank_device", "shutdown_distributed", "to_cpu",
 ]
 
 # Seeds of different ranks must not collide with seed + k of a neighbouring run.
@@ -40,10 +41,85 @@ TIMEOUT_ENV_VAR = "RL8_DIST_TIMEOUT_S"
 #: short enough that a stalled rank ends the job within minutes.
 DEFAULT_TIMEOUT_S = 120.0
 _timeout_s: float | None = None  # the timeout init_distributed used
+_roles: Roles | None = None  # set by init_distributed(actors=N)
+_learner_group: Any = None  # the learners' process group (actors/learners mode)
 
 
 class DistributedError(RuntimeError):
     """A collective failed: another rank died, raised, or stalled past the timeout."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Roles:
+    """Who does what in a job of actors and learners (``rl8 train --actors N``).
+
+    Ranks ``0 .. learners - 1`` are learners (rank 0, the first learner, tracks the MLflow run
+    and writes the checkpoints); ranks ``learners .. world_size - 1`` are actors. Actor ``a``
+    (its rank) sends its rollouts to learner ``(a - learners) % learners``, which combines
+    the rollouts of its ``actors_per_learner`` actors into one update batch, each actor's in
+    the same rows of its buffer every time (its *slot*).
+
+    Attributes:
+        rank: This process's rank in the job.
+        world_size: Processes in the job.
+        actors: Actor processes (>= 1).
+    """
+
+    rank: int
+    world_size: int
+    actors: int
+
+    def __post_init__(self) -> None:
+        learners = self.world_size - self.actors
+        if isinstance(self.actors, bool) or not isinstance(self.actors, int) or not 1 <= self.actors < self.world_size:
+            raise ValueError(
+                f"actors: expected an int from 1 to {self.world_size - 1} (the job has {self.world_size} "
+                f"processes and needs at least one learner), got {self.actors!r}"
+            )
+        if self.actors % learners:
+            raise ValueError(
+                f"actors: expected a multiple of the number of learners ({learners} = {self.world_size} "
+                f"processes - {self.actors} actors), so that every learner gets as many actors, got {self.actors}"
+            )
+
+    @property
+    def learners(self) -> int:
+        """Learner processes (ranks ``0 .. learners - 1``)."""
+        return self.world_size - self.actors
+
+    @property
+    def actors_per_learner(self) -> int:
+        """Actors whose rollouts make one learner's update batch."""
+        return self.actors // self.learners
+
+    @property
+    def is_actor(self) -> bool:
+        """Whether this rank is an actor (collects only)."""
+        return self.rank >= self.learners
+
+    def learner_of(self, actor: int) -> int:
+        """The rank of the learner that actor rank ``actor`` sends its rollouts to."""
+        return (actor - self.learners) % self.learners
+
+    def slot_of(self, actor: int) -> int:
+        """Which block of ``num_envs / actors_per_learner`` rows of its learner's buffer actor
+        rank ``actor`` fills."""
+        return (actor - self.learners) // self.learners
+
+    def actors_of(self, learner: int) -> list[int]:
+        """The actor ranks of learner rank ``learner``, by slot."""
+        return [a for a in range(self.learners, self.world_size) if self.learner_of(a) == learner]
+
+
+def collective_timeout_s() -> float:
+    """Seconds a collective or point-to-point transfer waits for a peer before raising (what
+    :func:`init_distributed` set, else :data:`DEFAULT_TIMEOUT_S`)."""
+    return _timeout_s if _timeout_s is not None else DEFAULT_TIMEOUT_S
+
+
+def current_roles() -> Roles | None:
+    """The roles :func:`init_distributed` set up (``None``: data-parallel or one process)."""
+    return _roles
 
 
 def derive_seed(seed: int, rank: int) -> int:
@@ -80,7 +156,9 @@ def _timeout_from_env() -> float:
     return value
 
 
-def init_distributed(*, backend: str | None = None, timeout_s: float | None = None) -> bool:
+def init_distributed(
+    *, backend: str | None = None, timeout_s: float | None = None, actors: int | None = None,
+) -> bool:
     """Join the process group that torchrun describes in the environment, if any.
 
     Reads ``WORLD_SIZE``/``RANK``/``LOCAL_RANK``/``MASTER_ADDR``/``MASTER_PORT`` (set by
@@ -95,13 +173,31 @@ def init_distributed(*, backend: str | None = None, timeout_s: float | None = No
         timeout_s: Seconds a collective may wait for a peer before raising, so that a rank
             that stalls ends the others with an error instead of a hang; ``None``: the
             ``RL8_DIST_TIMEOUT_S`` environment variable, else :data:`DEFAULT_TIMEOUT_S`.
+        actors: Make this many ranks actors, which only collect, and the others learners
+            (see :class:`Roles` and :mod:`rl8.actors`); every :class:`DistContext` made
+            afterwards is then the learners' group on a learner and a one-process context on an
+            actor. ``None``: data-parallel training (every rank collects and learns).
 
     Returns:
         Whether a process group is active after the call.
+
+    Raises:
+        ValueError: ``actors`` given outside torchrun, or not from 1 to ``WORLD_SIZE - 1``, or
+            not a multiple of the number of learners.
     """
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if actors is not None and world_size <= 1:
+        raise ValueError(
+            f"actors={actors}: actors and learners need a torchrun job of several processes "
+            f"(WORLD_SIZE={world_size}); launch with torchrun --nproc_per_node=N"
+        )
+    if actors is not None:
+        Roles(int(os.environ.get("RANK", "0")), world_size, actors)  # its checks, before joining
     if dist.is_available() and dist.is_initialized():
+        if actors is not None and _roles is None:
+            _set_roles(actors)
         return True
-    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+    if world_size <= 1:
         return False
     if not dist.is_available():  # pragma: no cover - torch built without distributed
         raise RuntimeError("WORLD_SIZE > 1 but this torch build has no torch.distributed")
@@ -115,7 +211,17 @@ def init_distributed(*, backend: str | None = None, timeout_s: float | None = No
     global _timeout_s
     _timeout_s = float(timeout_s)
     atexit.register(shutdown_distributed)
+    if actors is not None:
+        _set_roles(actors)
     return True
+
+
+def _set_roles(actors: int) -> None:
+    """Record the roles and make the learners' group (every rank takes part in making it)."""
+    global _roles, _learner_group
+    roles = Roles(dist.get_rank(), dist.get_world_size(), actors)
+    _learner_group = dist.new_group(list(range(roles.learners)))
+    _roles = roles
 
 
 def shutdown_distributed() -> None:
@@ -125,25 +231,48 @@ def shutdown_distributed() -> None:
     moment to drop their last tensor references, else the process aborts while Python
     finalises. No collective here: a rank that exits on an error must not wait for the others.
     """
+    global _roles, _learner_group
+    _roles = _learner_group = None
     if dist.is_available() and dist.is_initialized():
         with contextlib.suppress(Exception):  # a peer may be gone already
             time.sleep(0.05)
             dist.destroy_process_group()
 
 
+def agree_on_run_seed(seed: int) -> int:
+    """The largest ``seed`` over every rank of the job (actors included), or ``seed`` outside
+    torch.distributed: one random run seed for all."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return int(seed)
+    t = torch.tensor([seed], dtype=torch.int64, device=DistContext().device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return int(t.item())
+
+
 class DistContext:
-    """The process group PPO runs in (a no-op outside torch.distributed).
+    """The process group PPO trains in (a no-op outside torch.distributed).
+
+    In data-parallel training that is every rank of the job. With actors and learners
+    (:func:`init_distributed` with ``actors``) it is the learners' group on a learner, and on
+    an actor a context of one process (``enabled`` false: an actor never joins the update).
 
     Attributes:
-        enabled: Whether a process group with more than one rank is active.
-        rank: This process's rank (0 when not distributed).
-        world_size: Number of ranks (1 when not distributed).
+        enabled: Whether a group with more than one rank is active.
+        rank: This process's rank in that group (0 when not distributed).
+        world_size: Number of ranks in that group (1 when not distributed).
+        global_rank: This process's rank in the whole job (0 when not distributed): what
+            seeds its envs.
+        group: The torch.distributed group of the collectives (``None``: every rank).
     """
 
     def __init__(self) -> None:
-        self.enabled = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
-        self.rank = dist.get_rank() if self.enabled else 0
-        self.world_size = dist.get_world_size() if self.enabled else 1
+        active = dist.is_available() and dist.is_initialized()
+        self.global_rank = dist.get_rank() if active else 0
+        self.group = _learner_group
+        alone = _roles is not None and _roles.is_actor
+        self.enabled = active and not alone and dist.get_world_size(self.group) > 1
+        self.rank = dist.get_rank(self.group) if self.enabled else 0
+        self.world_size = dist.get_world_size(self.group) if self.enabled else 1
         # where small control tensors live: CPU unless the group can only move CUDA tensors
         backend = str(dist.get_backend()) if self.enabled else "gloo"
         cuda_only = "nccl" in backend and "gloo" not in backend
@@ -167,15 +296,15 @@ class DistContext:
 
     @property
     def is_main(self) -> bool:
-        """Whether this is rank 0 (the rank that tracks and checkpoints)."""
-        return self.rank == 0
+        """Whether this is rank 0 of the job (the rank that tracks and checkpoints)."""
+        return self.global_rank == 0
 
     def all_reduce_(self, tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
         """All-reduce ``tensor`` in place with ``op`` in ``{"sum", "min", "max"}``."""
         if self.enabled:
             ops = {"sum": dist.ReduceOp.SUM, "min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX}
             with self._collective("an all-reduce of statistics"):
-                dist.all_reduce(tensor, op=ops[op])
+                dist.all_reduce(tensor, op=ops[op], group=self.group)
         return tensor
 
     def average_gradients(self, params: list[nn.Parameter]) -> None:
@@ -185,7 +314,7 @@ class DistContext:
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
         flat = torch.cat([g.reshape(-1) for g in grads])
         with self._collective("the all-reduce of gradients"):
-            dist.all_reduce(flat)
+            dist.all_reduce(flat, group=self.group)
         flat.div_(self.world_size)
         offset = 0
         for p, g in zip(params, grads):
@@ -202,7 +331,7 @@ class DistContext:
             return
         with self._collective("the broadcast of the initial model"), torch.no_grad():
             for tensor in [*module.parameters(), *module.buffers()]:
-                dist.broadcast(tensor, src)
+                dist.broadcast(tensor, src, group=self.group)
 
     def max(self, values: list[float]) -> list[float]:
         """The element-wise maximum of ``values`` over ranks (ONE collective; every rank must
@@ -211,7 +340,7 @@ class DistContext:
             return list(values)
         t = torch.tensor(values, dtype=torch.float64, device=self.device)
         with self._collective("the step-boundary agreement (stop, signals)"):
-            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.group)
         return t.tolist()
 
     def broadcast_object(self, obj: Any, src: int = 0) -> Any:
@@ -220,7 +349,7 @@ class DistContext:
             return obj
         box = [obj if self.rank == src else None]
         with self._collective("a broadcast from rank 0"):
-            dist.broadcast_object_list(box, src=src, device=self.device if self.device.type == "cuda" else None)
+            dist.broadcast_object_list(box, src=src, group=self.group, device=self.device if self.device.type == "cuda" else None)
         return box[0]
 
     def on_main(self, call: Callable[[], Any], *, scatter: bool = False) -> Any:
@@ -262,7 +391,7 @@ class DistContext:
             return [obj]
         out = [None] * self.world_size if self.is_main else None
         with self._collective("gathering every rank's state on rank 0"):
-            dist.gather_object(obj, out, dst=0)
+            dist.gather_object(obj, out, dst=0, group=self.group)
         return out
 
     def scatter_from_main(self, objs: list[Any] | None) -> Any:
@@ -272,7 +401,7 @@ class DistContext:
             return objs[0]
         box: list[Any] = [None]
         with self._collective("sending every rank its state from rank 0"):
-            dist.scatter_object_list(box, objs if self.is_main else None, src=0)
+            dist.scatter_object_list(box, objs if self.is_main else None, src=0, group=self.group)
         return box[0]
 
 

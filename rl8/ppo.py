@@ -24,7 +24,7 @@ from .buffer import (
     MIN_SLOT_BYTES, RecurrentCarry, RolloutBuffer, RolloutCarry, buffer_allocation, check_buffer_fits, compute_gae,
     slot_bytes,
 )
-from .distributed import DistContext, derive_seed
+from .distributed import DistContext, agree_on_run_seed, current_roles, derive_seed
 from .env import Env, ReadyEnvs, validate_reset_output
 from .episodes import EpisodeTracker
 from .finite import CHECKED_ROLLOUT_STATS, CHECKED_UPDATE_STATS, NonFiniteError, check_buffer_finite, check_stats_finite
@@ -136,10 +136,27 @@ def _make_optimizer(hp: HParams, params: Iterable[torch.nn.Parameter], device: t
         ) from err
 
 
-def _random_run_seed(dist: DistContext) -> int:
-    """A random seed for the whole run: every rank takes rank 0's."""
-    seed = torch.tensor([secrets.randbits(31)], dtype=torch.int64)
-    return int(dist.all_reduce_(seed, "max").item()) if dist.enabled else int(seed)
+def _random_run_seed() -> int:
+    """A random seed for the whole run: every rank of the job (actors included) takes the
+    largest one drawn."""
+    return agree_on_run_seed(secrets.randbits(31))
+
+
+def _rank_hparams(hp: HParams) -> HParams:
+    """``hp`` as this rank uses them: an actor (``rl8 train --actors N``) runs its share of
+    ``num_envs`` (its learner's buffer holds ``num_envs`` rows, one block per actor) and
+    never updates (no minibatch size to check)."""
+    roles = current_roles()
+    if roles is None or not roles.is_actor:
+        return hp
+    share = roles.actors_per_learner
+    if hp.num_envs % share:
+        raise ValueError(
+            f"hparam num_envs: with {roles.actors} actors and {roles.learners} learners each learner "
+            f"combines {share} actors' rollouts, so num_envs (the envs of one learner's batch) must "
+            f"be a multiple of {share}, got {hp.num_envs}"
+        )
+    return hp.replace(num_envs=hp.num_envs // share, sgd_minibatch_size=None, num_minibatches=None)
 
 
 def _make_policy(hp: HParams, env: Env, device: torch.device) -> Policy:
@@ -239,6 +256,8 @@ def _minibatches(
         samples = samples.clone(recurse=False)  # the advantages below replace a key
     if hp.normalize_advantages and samples.batch_size[0] * seq_len > num_minibatches:
         samples["advantages"] = normalized_advantages(samples["advantages"], num_minibatches, dist)
+    if "advantage_weights" in samples.keys():  # per-sample importance weights (PPO.advantage_weights)
+        samples["advantages"] = samples["advantages"] * samples["advantage_weights"]
     yield from samples.split(samples.batch_size[0] // num_minibatches)
 
 
@@ -358,6 +377,10 @@ class PPO:
         env_resets: Times PPO reset all envs.
         collects: Number of :meth:`collect` calls.
         steps: Number of :meth:`update` calls (optimisation steps of the policy).
+        advantage_weights: ``None``, or ``[num_envs, horizon]`` per-transition weights by which
+            the next :meth:`update` multiplies the (normalised) advantages, then resets to
+            ``None``; :mod:`rl8.actors` sets truncated importance weights here (feedforward
+            models).
 
     Example:
         >>> from rl8 import PPO
@@ -368,13 +391,13 @@ class PPO:
     """
 
     def __init__(self, env: type[Env] | str | Callable[..., Any], /, **hparams: Any) -> None:
-        self.hparams = hp = HParams.from_kwargs(**hparams)
+        self.hparams = hp = _rank_hparams(HParams.from_kwargs(**hparams))
         self.device = hp.resolved_device()
         self.dist = DistContext()
-        self.seed = hp.seed if hp.seed is not None else _random_run_seed(self.dist)
+        self.seed = hp.seed if hp.seed is not None else _random_run_seed()
         # The model is initialised from the run's seed (the same on every rank); envs and
         # action sampling then use a seed derived from the run's seed and the rank.
-        self.env_seed = derive_seed(self.seed, self.dist.rank)
+        self.env_seed = derive_seed(self.seed, self.dist.global_rank)
         torch.manual_seed(self.seed)
         self.env_spec = env
         check_buffer_fits(hp.num_envs, hp.horizon, self.device, MIN_SLOT_BYTES)  # before the env allocates per env
@@ -408,6 +431,8 @@ class PPO:
         # collect_mode="overlap": the actor side, which collects in the background
         self.collector = self._make_collector() if hp.collect_mode == "overlap" else None
         self._behaviour_version = 0  # the update count of the weights that collected the buffer
+        # [num_envs, horizon] weights of the next update's (normalised) advantages, or None
+        self.advantage_weights: torch.Tensor | None = None
 
     def _make_carry(self, policy: Policy, buffer: RolloutBuffer) -> RolloutCarry:
         """``policy``'s carry from step to step over ``buffer`` (a recurrent state, or none)."""
@@ -496,6 +521,33 @@ class PPO:
         if self.next_collect_resets:
             self.reset_envs(env_config=env_config)
         self._obs = self._rollout(self.policy, self.buffer, self.carry, self._obs, self.generator, deterministic)
+        self._behaviour_version = self.steps
+        self._count_collect()
+        return self._collect_stats()
+
+    @property
+    def behaviour_version(self) -> int:
+        """The update count (:attr:`steps`) of the weights that collected the buffer's rollout
+        (in overlap mode the rollout ran before the last update; an actor of
+        :mod:`rl8.actors` sets ``steps`` to the version of the weights it received)."""
+        return self._behaviour_version
+
+    @torch.no_grad()
+    def collect_received(self, fill: Callable[[RolloutBuffer], None]) -> Stats:
+        """The learner's collect in a job of actors and learners (:mod:`rl8.actors`):
+        ``fill(self.buffer)`` writes rollouts that other processes collected into the buffer
+        (every row and column, as :meth:`collect` would); then the counters advance and the
+        rollout stats, NaN/inf checks and reward normaliser run as after :meth:`collect`.
+
+        Args:
+            fill: Writes the received rollouts into the buffer it is given, in place.
+
+        Returns:
+            The rollout stats of :meth:`collect`, over the buffer's rows.
+        """
+        fill(self.buffer)
+        self._behaviour_version = self.steps
+        self._validated = True
         self._count_collect()
         return self._collect_stats()
 
@@ -620,6 +672,9 @@ class PPO:
             explained_variance = 1 - (returns - old_values).var() / returns.var().clamp(min=1e-8)
         # rows: transitions, or for recurrent models seq_len-step sequences with their state
         samples = self.buffer.training_samples(advantages, returns)
+        if self.advantage_weights is not None:  # for this update only
+            samples["advantage_weights"] = self.advantage_weights.reshape(-1)
+            self.advantage_weights = None
         lr = self.lr_schedule(self.env_steps)
         entropy_coeff = self.entropy_coeff_schedule(self.env_steps)
         for group in self.optimizer.param_groups:

@@ -31,9 +31,10 @@ from ._resolve import env_spec_string, is_dotted_path
 from ._resume import RunRecord, TrainerCheckpoints
 from ._run_loop import as_conditions, check_record_plan, log_run_params, train_until
 from .checkpoint import CHECKPOINT_POINTER_ARTIFACT
+from .actors import Learner, check_actor_config, run_actor
 from .conditions import Condition
 from .config import TrainerConfig, run_params
-from .distributed import DistContext
+from .distributed import DistContext, current_roles
 from .progress import _is_nan
 from .stats import Stats
 from .tracking import _TERMINAL_STATUSES, Tracker, TrackingError, TrackingWarning
@@ -136,6 +137,11 @@ class Trainer(TrainerCheckpoints):
 
         # data-parallel training: only rank 0 talks to MLflow and writes checkpoints
         self._dist: DistContext = getattr(algo, "dist", None) or DistContext()
+        # actors and learners (rl8.actors): actors only collect, in run(); learners receive
+        roles = current_roles()
+        check_actor_config(config, algo, roles)
+        self.is_actor = roles is not None and roles.is_actor
+        self._learner = Learner(algo, config) if roles is not None and not self.is_actor else None
         self.tracker = Tracker(
             experiment=self.experiment,
             run_name=run_name,
@@ -216,11 +222,19 @@ class Trainer(TrainerCheckpoints):
         }
 
     def _train_step(self, env_config: dict[str, Any] | None) -> TrainStats:
-        algo = self.algo
+        algo, learner = self.algo, self._learner
+        if self.is_actor:
+            raise RuntimeError(
+                f"Trainer.step on actor rank {self._dist.global_rank}: an actor only collects, in "
+                "Trainer.run (call run() on every rank)"
+            )
         t0 = time.perf_counter()
-        collect = algo.collect(env_config=env_config)
+        # with actors, the learner's collect receives their rollouts (rl8.actors.Learner)
+        collect = learner.collect(env_config) if learner is not None else algo.collect(env_config=env_config)
         t1 = time.perf_counter()
         update = algo.update()
+        if learner is not None:
+            learner.after_update()
         t2 = time.perf_counter()
         stats = TrainStats(collect)
         stats.update(update)
@@ -228,11 +242,17 @@ class Trainer(TrainerCheckpoints):
         hp = algo.hparams
         stats["profiling/collect_ms"] = 1000.0 * (t1 - t0)
         stats["profiling/step_ms"] = 1000.0 * (t2 - t1)
-        # every rank's envs (timings are this rank's: rank 0's in MLflow)
+        # every rank's envs (timings are this rank's: rank 0's in MLflow); with actors: the
+        # transitions the learners used
         steps = hp.num_envs * hp.horizon * self._dist.world_size
         stats["throughput/env_steps_per_s"] = steps / max(t2 - t0, 1e-9)
         stats.update(_memory_stats(algo.device))
         return stats
+
+    def _stop_actors(self) -> None:
+        """With actors: tell this learner's actors to stop (a no-op otherwise)."""
+        if self._learner is not None:
+            self._learner.stop()
 
     def _log(self, stats: Mapping[str, float]) -> None:
         """All stats in one request, at step ``env/steps``; NaN values are left out."""
@@ -372,6 +392,8 @@ class Trainer(TrainerCheckpoints):
         """
         if self.closed:
             raise RuntimeError("this Trainer is closed (its MLflow run has ended)")
+        if self.is_actor:  # collect until the learners stop the job
+            return TrainStats(run_actor(self.algo, self.config, env_config=env_config))
         check_eval_plan(
             self.algo.hparams.horizons_per_env_reset, eval_num_envs=self.config.eval_num_envs,
             steps_per_eval=steps_per_eval, eval_env_config=eval_env_config,
