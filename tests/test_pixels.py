@@ -292,3 +292,97 @@ def test_ppo_learns_catch_from_pixels(catch_run):
     assert type(algo.policy.model) is CNNModel
     eval_env = Catch(32, rows=6, cols=6)
     assert algo.evaluate(eval_env, num_steps=10)["episodes/return_mean"] >= 0.8  # acting on its mode
+
+
+# --- Atari ------------------------------------------------------------------------------------
+
+try:
+    import ale_py  # noqa: F401
+    import cv2  # noqa: F401
+
+    ATARI_MISSING = None
+except ImportError as err:
+    ATARI_MISSING = f"the Atari preset needs ale-py and opencv (pip install 'rl8[atari]'): {err}"
+
+needs_atari = pytest.mark.skipif(ATARI_MISSING is not None, reason=ATARI_MISSING or "")
+
+
+def _wrappers(env):
+    """The classes of a wrapper chain, outermost first."""
+    chain = []
+    while hasattr(env, "env"):
+        chain.append(type(env).__name__)
+        env = env.env
+    return chain
+
+
+@needs_atari
+def test_pong_constructs_with_the_preset_collects_and_updates():
+    algo = PPO("ALE/Pong-v5", num_envs=2, horizon=8, sgd_minibatch_size=8, num_sgd_iters=1, seed=0)
+    try:
+        assert algo.env.observation_space == spaces.Box(0, 255, (4, 84, 84), np.uint8)
+        assert type(algo.policy.model) is CNNModel
+        algo.collect()
+        assert algo.buffer.data["obs"].dtype == torch.uint8
+        assert algo.buffer.data["obs"].shape == (2, 9, 4, 84, 84)
+        # the four stacked frames are consecutive frames of the game: the newest is last
+        obs = algo.buffer.data["obs"]
+        assert torch.equal(obs[:, 1, :3], obs[:, 0, 1:])
+        stats = algo.update()
+        assert np.isfinite(stats["losses/total"])
+    finally:
+        algo.env.close()
+
+
+@needs_atari
+def test_atari_preset_wrappers_and_options():
+    from rl8.atari import make_atari
+
+    training = make_atari("ALE/Breakout-v5")
+    assert _wrappers(training)[:6] == [
+        "FrameStackObservation", "ClipReward", "FireReset", "EpisodicLife", "AtariPreprocessing",
+        "RecordEpisodeStatistics",
+    ]
+    assert training.unwrapped._frameskip == 1  # AtariPreprocessing skips frames (with a max-pool)
+    evaluation = make_atari("ALE/Breakout-v5", atari_preset={"training": False, "frame_stack": 1})
+    assert "ClipReward" not in _wrappers(evaluation) and "EpisodicLife" not in _wrappers(evaluation)
+    assert evaluation.observation_space.shape == (84, 84)
+    assert "AtariPreprocessing" not in _wrappers(make_atari("ALE/Pong-v5", atari_preset=False))
+    with pytest.raises(ValueError, match=r"atari_preset: unknown options \['stack'\]"):
+        make_atari("ALE/Pong-v5", atari_preset={"stack": 4})
+    with pytest.raises(ValueError, match="atari_preset frame_skip: expected an int >= 1, got 0"):
+        make_atari("ALE/Pong-v5", atari_preset={"frame_skip": 0})
+    for env in (training, evaluation):
+        env.close()
+
+
+@needs_atari
+def test_training_rewards_are_clipped_while_the_episode_return_is_not():
+    """A Pong whose points are worth 5: the training form steps with rewards of -1/+1, while
+    the game's own return (RecordEpisodeStatistics, inside the clipping) counts 5 a point."""
+    import gymnasium
+
+    from rl8.atari import make_atari
+
+    def five_point_pong(**kwargs):
+        return gymnasium.wrappers.TransformReward(gymnasium.make("ALE/Pong-v5", **kwargs), lambda r: 5.0 * r)
+
+    gymnasium.register("ALE/FivePointPong-v0", entry_point=five_point_pong)
+    try:
+        env = make_atari("ALE/FivePointPong-v0", atari_preset={"frame_stack": 1})
+        record = env
+        while not isinstance(record, gymnasium.wrappers.RecordEpisodeStatistics):
+            record = record.env
+        env.reset(seed=0)
+        clipped = []
+        for _ in range(2000):
+            _, reward, terminated, truncated, _ = env.step(env.action_space.sample())
+            if reward:
+                clipped.append(reward)
+            if len(clipped) >= 2 or terminated or truncated:
+                break
+        assert len(clipped) >= 1 and set(clipped) <= {-1.0, 1.0}
+        assert record.episode_returns == 5.0 * sum(clipped)
+        env.close()
+    finally:
+        gymnasium.registry.pop("ALE/FivePointPong-v0")
