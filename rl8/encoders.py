@@ -236,8 +236,8 @@ class ImageEncoder(nn.Module):
         encoder_config: Keyword arguments of the encoder (``channels``, ``kernel_sizes``,
             ``strides``, ``features`` for ``"nature"``; ``channels``, ``features`` for ``"impala"``).
 
-    The input is a ``[B, *space.shape]`` tensor of the space's dtype; ``uint8`` is divided by
-    255 here, so the buffer never holds float copies of the images.
+    The input is a ``[B, *space.shape]`` tensor; ``uint8`` is divided by 255 here, so the
+    buffer never holds float copies of the images; float inputs are used as they are.
     """
 
     def __init__(self, space: spaces.Box, layout: str | None = None, encoder: str | type[nn.Module] = "nature",
@@ -248,7 +248,6 @@ class ImageEncoder(nn.Module):
             raise ValueError(f"ImageEncoder: expected an image space (a uint8 Box [H, W, C] or [C, H, W]), got {space}")
         self.layout = found
         self.ndim = len(space.shape)
-        self.scale = 1.0 / 255.0 if space.dtype == np.uint8 else None
         c, h, w = image_shape(space, found)
         try:
             self.cnn = _encoder_cls(encoder)(c, h, w, **dict(encoder_config or {}))
@@ -258,7 +257,9 @@ class ImageEncoder(nn.Module):
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         """``[B, *space.shape]`` images -> ``[B, features]``."""
-        x = images.float() if self.scale is None else images.float().mul_(self.scale)
+        # uint8 pixels to [0, 1]; float inputs (declared float images, or images an observation
+        # normaliser already turned into floats) are used as they are
+        x = images.float().mul_(1.0 / 255.0) if images.dtype == torch.uint8 else images.float()
         if self.ndim == 2:
             x = x.unsqueeze(1)
         elif self.layout == "HWC":
