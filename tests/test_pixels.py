@@ -345,6 +345,22 @@ def test_pong_constructs_with_the_preset_collects_and_updates():
 
 
 @needs_atari
+@pytest.mark.parametrize("mode", ["async", "pool"])
+def test_atari_preset_in_the_process_modes(mode):
+    """The workers build the preset themselves (ale-py registered there too)."""
+    env_kwargs = {"vectorization_mode": mode, **({"num_workers": 1} if mode == "pool" else {})}
+    algo = PPO("ALE/Pong-v5", num_envs=2, horizon=4, sgd_minibatch_size=8, num_sgd_iters=1, seed=0,
+               env_kwargs=env_kwargs)
+    try:
+        assert algo.env.observation_space == spaces.Box(0, 255, (4, 84, 84), np.uint8)
+        algo.collect()
+        assert algo.buffer.data["obs"].dtype == torch.uint8
+        assert int(algo.buffer.data["obs"][:, 1:].max()) > 0
+    finally:
+        algo.env.close()
+
+
+@needs_atari
 def test_atari_preset_wrappers_and_options():
     from rl8.atari import make_atari
 
