@@ -125,7 +125,13 @@ class _RNNModel(RecurrentModel):
 
         # images (or encoder="nature"/"impala"): a convolutional encoder before the MLP encoder
         self.image_encoder: ObservationEncoder | None = None
-        if encoder is not None or has_image(observation_space, image_layout) or image_keys:
+        images = has_image(observation_space, image_layout) or bool(image_keys)
+        if encoder is not None and not images:
+            raise ValueError(
+                f"model_config encoder: {encoder!r} encodes images, but the observation space has none "
+                f"({observation_space}); declare float images with image_layout or image_keys"
+            )
+        if images:
             self.image_encoder = ObservationEncoder(
                 observation_space, encoder=encoder or "nature", encoder_config=encoder_config,
                 image_layout=image_layout, image_keys=image_keys, activation=activation,

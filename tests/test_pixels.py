@@ -191,6 +191,10 @@ def test_recurrent_models_on_images(model_cls):
     impala = Policy(uint8_box(16, 16, 3), spaces.Discrete(3), model_cls=model_cls,
                     model_config={"encoder": "impala", "encoder_config": {"channels": (4,), "features": 8}})
     assert isinstance(impala.model.image_encoder.encoders["obs"].cnn, ImpalaCNN)
+    with pytest.raises(ValueError, match="model_config encoder: 'nature' encodes images, but the observation"):
+        Policy(spaces.Box(-1, 1, (4,), np.float32), spaces.Discrete(3), model_cls=model_cls,
+               model_config={"encoder": "nature"})
+    assert Policy(spaces.Box(-1, 1, (4,), np.float32), spaces.Discrete(3), model_cls=model_cls).model.image_encoder is None
 
 
 def test_policy_file_round_trip(tmp_path):
