@@ -138,6 +138,21 @@ class RolloutBuffer:
     def __getitem__(self, key: str) -> torch.Tensor | TensorDictBase:
         return self.data[key]
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes the buffer holds: :attr:`data` and the recurrent :attr:`states` and
+        :attr:`post_states`."""
+        parts = [self.data, self.states, self.post_states]
+        return sum(t.nbytes for td in parts if td is not None for t in td.values(True, True))
+
+    @property
+    def bytes_per_transition(self) -> float:
+        """Bytes of storage per env step (:attr:`nbytes` over ``num_envs * (horizon + 1)``):
+        the observation in its own dtype (``uint8`` images stay ``uint8``), an episodic env's
+        ``final_obs`` and flags, the raw action, log-prob, value and reward, and a recurrent
+        model's stored states. See ``docs/pixels.md`` for images."""
+        return self.nbytes / (self.num_envs * (self.horizon + 1))
+
     def stack(self, kept: dict[str, list[torch.Tensor]]) -> None:
         """Write each key's per-step tensors ``kept[key]`` (all its steps) into :attr:`stacked`."""
         for key, steps in kept.items():

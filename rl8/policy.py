@@ -13,7 +13,8 @@ from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
 from .distributions import Distribution, default_distribution_cls
-from .models import MLPModel, Model
+from .encoders import default_model_cls
+from .models import Model
 from .normalization import ObservationNormalizer
 from .spaces import check_space, space_dtype, space_shape, zeros_like_space
 
@@ -33,7 +34,9 @@ class Policy(nn.Module):
     Args:
         observation_space: Space of one observation.
         action_space: Space of one action.
-        model_cls: A :class:`~rl8.models.Model` subclass; ``None``: :class:`~rl8.models.MLPModel`.
+        model_cls: A :class:`~rl8.models.Model` subclass; ``None``: the default for the
+            observation space (:func:`rl8.encoders.default_model_cls`: a CNN for images, a
+            multi-input model for ``Dict`` spaces with images, else :class:`~rl8.models.MLPModel`).
         model_config: Keyword arguments of ``model_cls``.
         distribution_cls: A :class:`~rl8.distributions.Distribution` subclass; ``None``: the
             default for the action space.
@@ -70,8 +73,8 @@ class Policy(nn.Module):
                 f"distribution_cls: {self.distribution_cls.__name__} does not support the "
                 f"action space {action_space}"
             )
-        self.model_cls = model_cls or MLPModel
         self.model_config = dict(model_config or {})
+        self.model_cls = model_cls or default_model_cls(observation_space, self.model_config)
         self.model = self.model_cls(observation_space, action_space, self.distribution_cls, **self.model_config)
         self.obs_normalizer = (
             ObservationNormalizer(zeros_like_space(observation_space, [1])) if normalize_observations else None

@@ -25,6 +25,7 @@ from gymnasium import spaces
 from tensordict import TensorDict, TensorDictBase
 from torch import Tensor, nn
 
+from .encoders import ObservationEncoder, has_image
 from .models import (
     Model, _linear, _mlp, check_widths, flat_observation_size, flatten_observation, resolve_activation,
 )
@@ -104,7 +105,9 @@ class _RNNModel(RecurrentModel):
     def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, distribution_cls: type, /, *,
                  hidden_size: int = 128, num_layers: int = 1, encoder_hiddens: Sequence[int] = (64,),
                  activation: str | type[nn.Module] = "tanh", state_dependent_std: bool = False,
-                 init_log_std: float = 0.0, ortho_init: bool = True) -> None:
+                 init_log_std: float = 0.0, ortho_init: bool = True, encoder: str | type[nn.Module] | None = None,
+                 encoder_config: dict[str, Any] | None = None, image_layout: str | None = None,
+                 image_keys: dict[str, str] | None = None) -> None:
         hidden_size = _check_int("hidden_size", hidden_size, 1)
         num_layers = _check_int("num_layers", num_layers, 1)
         encoder_hiddens = check_widths("encoder_hiddens", encoder_hiddens)
@@ -112,14 +115,30 @@ class _RNNModel(RecurrentModel):
             observation_space, action_space, distribution_cls,
             hidden_size=hidden_size, num_layers=num_layers, encoder_hiddens=encoder_hiddens,
             activation=activation, state_dependent_std=state_dependent_std,
-            init_log_std=init_log_std, ortho_init=ortho_init,
+            init_log_std=init_log_std, ortho_init=ortho_init, encoder=encoder,
+            encoder_config=dict(encoder_config or {}), image_layout=image_layout, image_keys=dict(image_keys or {}),
         )
         act = resolve_activation(activation)
         self.hidden_size = hidden_size
         self.num_layers = num_layers
         head_size = self.init_policy_head(state_dependent_std, init_log_std)
 
-        sizes = [flat_observation_size(observation_space), *encoder_hiddens]
+        # images (or encoder="nature"/"impala"): a convolutional encoder before the MLP encoder
+        self.image_encoder: ObservationEncoder | None = None
+        images = has_image(observation_space, image_layout) or bool(image_keys)
+        if encoder is not None and not images:
+            raise ValueError(
+                f"model_config encoder: {encoder!r} encodes images, but the observation space has none "
+                f"({observation_space}); declare float images with image_layout or image_keys"
+            )
+        if images:
+            self.image_encoder = ObservationEncoder(
+                observation_space, encoder=encoder or "nature", encoder_config=encoder_config,
+                image_layout=image_layout, image_keys=image_keys, activation=activation,
+            )
+            sizes = [self.image_encoder.features, *encoder_hiddens]
+        else:
+            sizes = [flat_observation_size(observation_space), *encoder_hiddens]
         self.encoder = nn.Sequential(*_mlp(sizes, act, ortho_init))
         self.rnn = self._rnn_cls(sizes[-1], hidden_size, num_layers, batch_first=True)
         if ortho_init:
@@ -152,7 +171,10 @@ class _RNNModel(RecurrentModel):
     def _encode(self, obs: Tensor | TensorDictBase) -> Tensor:
         b, t = obs.shape[:2]
         flat = obs.reshape(b * t) if isinstance(obs, TensorDictBase) else obs.reshape(b * t, *obs.shape[2:])
-        x = self.encoder(flatten_observation(flat, self.observation_space))
+        if self.image_encoder is not None:
+            x = self.encoder(self.image_encoder(flat))
+        else:
+            x = self.encoder(flatten_observation(flat, self.observation_space))
         return x.reshape(b, t, x.shape[-1])
 
     def _run(self, x: Tensor, state: TensorDictBase, firsts: Tensor,
@@ -224,6 +246,15 @@ _ARGS_DOC = """
         init_log_std: Initial value of the state-independent log-std.
         ortho_init: Orthogonal initialisation with zero biases: gain sqrt(2) for the encoder,
             1 for the recurrent weights, 0.01 for the policy head and 1 for the value head.
+        encoder: A convolutional encoder applied before ``encoder_hiddens``: ``"nature"``,
+            ``"impala"`` or an ``nn.Module`` class (see :class:`rl8.encoders.ImageEncoder`);
+            ``None``: ``"nature"`` for image observations (and ``Dict`` ones with an image),
+            none for others. ``Dict`` observations get one encoder per image entry and an MLP
+            per other entry (:class:`rl8.encoders.ObservationEncoder`).
+        encoder_config: Keyword arguments of the convolutional encoder (``channels``,
+            ``kernel_sizes``, ``strides``, ``features``).
+        image_layout: ``"HWC"`` or ``"CHW"``: declares a float Box observation an image.
+        image_keys: ``Dict`` observations: float image entries and their layouts.
 """
 
 

@@ -15,6 +15,7 @@ _ENVS = {
     "DiscreteDummyEnv": "rl8.envs.dummy",
     "ContinuousDummyEnv": "rl8.envs.dummy",
     "Memory": "rl8.envs.memory",
+    "Catch": "rl8.envs.catch",
     "GymnasiumEnv": "rl8.envs.gymnasium",
     "PoolEnv": "rl8.envs.pool",
     "PoolWorkerDied": "rl8.envs.pool",

@@ -24,6 +24,7 @@ from gymnasium import spaces
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv
 from tensordict import TensorDict, TensorDictBase
 
+from ..atari import is_atari_id, make_atari
 from ..env import Env, new_tensordict
 from ..spaces import check_space, space_dtype, zeros_like_space
 
@@ -125,8 +126,12 @@ def _make_single_env(
     kwargs: dict[str, Any],
     wrappers: Sequence[Callable[[gymnasium.Env], gymnasium.Env]],
 ) -> gymnasium.Env:
-    """One env with the wrappers applied, as each sub-env of the vector env is built."""
-    single = gymnasium.make(env, **kwargs) if isinstance(env, str) else env(**kwargs)
+    """One env with the wrappers applied, as each sub-env of the vector env is built. ALE ids
+    get the Atari preset (:func:`rl8.atari.make_atari`; ``atari_preset`` in ``kwargs``)."""
+    if is_atari_id(env):
+        single = make_atari(env, **kwargs)
+    else:
+        single = gymnasium.make(env, **kwargs) if isinstance(env, str) else env(**kwargs)
     for wrapper in wrappers:
         single = wrapper(single)
     return single
@@ -146,7 +151,7 @@ def _make_vector_env(
         vector_kwargs["shared_memory"] = True
     make_single = functools.partial(_make_single_env, env, kwargs, wrappers)
     try:
-        if isinstance(env, str):
+        if isinstance(env, str) and not is_atari_id(env):
             return gymnasium.make_vec(env, num_envs, vectorization_mode=mode,
                                       vector_kwargs=vector_kwargs, wrappers=wrappers, **kwargs)
         fns = [make_single] * num_envs
@@ -438,7 +443,10 @@ class GymnasiumEnv(Env):
             ``min_batch_size``, ``max_batch_size`` and ``max_wait_s`` are described there and
             in ``docs/collection.md``).
         env_kwargs: Keyword arguments for the env: passed to ``gymnasium.make`` for an id (so
-            ``max_episode_steps=...`` sets the time limit), or to the callable.
+            ``max_episode_steps=...`` sets the time limit), or to the callable. ALE ids
+            (``"ALE/Pong-v5"``) are built with the Atari preset (:func:`rl8.atari.make_atari`),
+            which ``{"atari_preset": False}`` turns off and ``{"atari_preset": {...}}``
+            configures (``docs/pixels.md``).
         wrappers: Gymnasium wrappers (callables ``env -> env``) applied, in order, to each env.
         render_mode: Gymnasium render mode given to each env; ``"rgb_array"`` enables
             :meth:`render`. Passed as ``render_mode=`` to ``gymnasium.make`` or the callable.

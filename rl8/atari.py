@@ -1,0 +1,194 @@
+"""The Atari preset: the preprocessing of CleanRL's ``ppo_atari`` for ``ALE/...`` gymnasium ids.
+
+``PPO("ALE/Pong-v5")`` builds its envs through :func:`make_atari` (the gymnasium adapter calls
+it for every ``ALE/`` id), so each env is::
+
+    gymnasium.make(id, frameskip=1, repeat_action_probability=0.0)
+    -> RecordEpisodeStatistics   # the game's own score and length, before any change
+    -> AtariPreprocessing        # noop reset (up to 30), frame skip 4 with a max over the
+                                 # last 2 frames, 84x84, grayscale
+    -> EpisodicLife              # training: an episode ends at every lost life
+    -> FireReset                 # games with a FIRE action: press it after each reset
+    -> ClipReward                # training: rewards clipped to their sign
+    -> FrameStackObservation(4)  # [4, 84, 84] uint8
+
+See ``docs/pixels.md`` for what each step does and why. Needs ale-py (``pip install rl8[atari]``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+from collections.abc import Mapping
+from typing import Any
+
+import gymnasium
+import numpy as np
+
+__all__ = ["AtariPreset", "ClipReward", "EpisodicLife", "FireReset", "is_atari_id", "make_atari"]
+
+#: The key of a gymnasium env's keyword arguments that configures the preset (see make_atari).
+PRESET_KEY = "atari_preset"
+
+
+def is_atari_id(env: Any) -> bool:
+    """Whether ``env`` is an ALE gymnasium id (``"ALE/Pong-v5"``), which gets the preset."""
+    return isinstance(env, str) and env.startswith("ALE/")
+
+
+@dataclasses.dataclass(frozen=True)
+class AtariPreset:
+    """The options of the Atari preset (``env_kwargs={"env_kwargs": {"atari_preset": {...}}}``).
+
+    Args:
+        training: ``True``: the training form (life loss ends an episode, rewards clipped);
+            ``False``: the evaluation form, with neither (whole games, the game's score as
+            reward), whatever ``terminal_on_life_loss`` and ``clip_rewards`` say.
+        noop_max: At most this many no-op actions (a random number) after each reset.
+        frame_skip: Emulator frames per env step (the action repeats; the observation is the
+            pixel-wise max of the last two frames, which removes sprite flicker).
+        screen_size: Side of the square observation, in pixels.
+        grayscale: Gray (one channel) observations, else RGB.
+        terminal_on_life_loss: Training: an episode ends when a life is lost (the game goes on).
+        clip_rewards: Training: rewards become their sign (-1, 0, +1).
+        fire_reset: Press FIRE after each reset in games that have it (Breakout); ``None``:
+            when the game's action meanings include FIRE.
+        frame_stack: Frames stacked per observation (``[frame_stack, H, W]``); 1: none.
+        repeat_action_probability: ALE's sticky actions (v5's own default is 0.25; CleanRL's
+            ``ppo_atari`` runs without, 0.0).
+    """
+
+    training: bool = True
+    noop_max: int = 30
+    frame_skip: int = 4
+    screen_size: int = 84
+    grayscale: bool = True
+    terminal_on_life_loss: bool = True
+    clip_rewards: bool = True
+    fire_reset: bool | None = None
+    frame_stack: int = 4
+    repeat_action_probability: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name, low in (("noop_max", 0), ("frame_skip", 1), ("screen_size", 1), ("frame_stack", 1)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
+                raise ValueError(f"atari_preset {name}: expected an int >= {low}, got {value!r}")
+        if not self.grayscale and self.frame_stack > 1:
+            raise ValueError(
+                f"atari_preset grayscale, frame_stack: stacked RGB frames would be [frame_stack, H, W, 3], "
+                f"which no encoder reads; use grayscale=True or frame_stack=1, got grayscale=False, "
+                f"frame_stack={self.frame_stack}"
+            )
+        p = self.repeat_action_probability
+        if isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0.0 <= p <= 1.0:
+            raise ValueError(f"atari_preset repeat_action_probability: expected a number in [0, 1], got {p!r}")
+
+    @classmethod
+    def from_value(cls, value: Any) -> AtariPreset | None:
+        """The preset a value of ``atari_preset`` names: ``None`` or ``True``: the defaults;
+        ``False``: no preset; a mapping: those options."""
+        if value is None or value is True:
+            return cls()
+        if value is False:
+            return None
+        if isinstance(value, AtariPreset):
+            return value
+        if isinstance(value, Mapping):
+            names = [f.name for f in dataclasses.fields(cls)]
+            unknown = sorted(set(value) - set(names))
+            if unknown:
+                raise ValueError(f"atari_preset: unknown options {unknown}; expected some of {names}")
+            return cls(**value)
+        raise TypeError(f"atari_preset: expected a bool, None or a dict of options, got {type(value).__name__}")
+
+
+class EpisodicLife(gymnasium.Wrapper):
+    """An episode ends (``terminated``) when a life is lost; the game itself goes on: ``reset``
+    after a lost life takes one no-op step instead of restarting the game (it restarts only
+    when the game is over). Values then do not count on the lives left, as in the DQN paper."""
+
+    def __init__(self, env: gymnasium.Env) -> None:
+        super().__init__(env)
+        self.lives = 0
+        self.game_over = True
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.game_over = terminated or truncated
+        lives = self.env.unwrapped.ale.lives()
+        if 0 < lives < self.lives:
+            terminated = True
+        self.lives = lives
+        return obs, reward, terminated, truncated, info
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        if self.game_over:
+            obs, info = self.env.reset(**kwargs)
+        else:
+            obs, _, terminated, truncated, info = self.env.step(0)
+            if terminated or truncated:  # the no-op ended the game: start a new one
+                obs, info = self.env.reset(**kwargs)
+        self.game_over = False
+        self.lives = self.env.unwrapped.ale.lives()
+        return obs, info
+
+
+class FireReset(gymnasium.Wrapper):
+    """Press FIRE after each reset (games such as Breakout wait for it to launch the ball)."""
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        self.env.reset(**kwargs)
+        obs, _, terminated, truncated, info = self.env.step(1)
+        if terminated or truncated:
+            obs, info = self.env.reset(**kwargs)
+        return obs, info
+
+
+class ClipReward(gymnasium.RewardWrapper):
+    """Rewards become their sign (-1, 0, +1): one scale of learning signal for every game."""
+
+    def reward(self, reward: float) -> float:
+        return float(np.sign(reward))
+
+
+def make_atari(env_id: str, **kwargs: Any) -> gymnasium.Env:
+    """One ALE env with the preset's wrappers (see the module docstring).
+
+    Args:
+        env_id: An ALE id such as ``"ALE/Pong-v5"``.
+        **kwargs: Keyword arguments of ``gymnasium.make`` (``render_mode``, ``full_action_space``,
+            ...), and ``atari_preset``: ``True`` or ``None`` (the default preset), ``False`` (no
+            preset: plain ``gymnasium.make``) or a dict of :class:`AtariPreset` options.
+
+    Raises:
+        ImportError: ale-py is not installed (``pip install rl8[atari]``).
+    """
+    try:
+        import ale_py
+    except ImportError as err:
+        raise ImportError(f"{env_id} needs ale-py: pip install 'rl8[atari]' (or ale-py)") from err
+    gymnasium.register_envs(ale_py)
+    kwargs = dict(kwargs)
+    preset = AtariPreset.from_value(kwargs.pop(PRESET_KEY, None))
+    if preset is None:
+        return gymnasium.make(env_id, **kwargs)
+    kwargs.setdefault("repeat_action_probability", preset.repeat_action_probability)
+    env = gymnasium.make(env_id, frameskip=1, **kwargs)
+    env = gymnasium.wrappers.RecordEpisodeStatistics(env)
+    env = gymnasium.wrappers.AtariPreprocessing(
+        env, noop_max=preset.noop_max, frame_skip=preset.frame_skip, screen_size=preset.screen_size,
+        terminal_on_life_loss=False, grayscale_obs=preset.grayscale,
+    )
+    if preset.training and preset.terminal_on_life_loss:
+        env = EpisodicLife(env)
+    fire = preset.fire_reset
+    if fire is None:
+        fire = "FIRE" in env.unwrapped.get_action_meanings()
+    if fire:
+        env = FireReset(env)
+    if preset.training and preset.clip_rewards:
+        env = ClipReward(env)
+    if preset.frame_stack > 1:
+        env = gymnasium.wrappers.FrameStackObservation(env, preset.frame_stack)
+    return env

@@ -1,0 +1,131 @@
+"""Catch: a ball falls down a small grid and a paddle must catch it, seen as ``uint8`` images."""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from tensordict import TensorDict
+
+from ..env import Env
+
+__all__ = ["Catch"]
+
+
+def _check_int(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ValueError(f"Catch: {name} must be an int >= {minimum}, got {value!r}")
+    return int(value)
+
+
+class Catch(Env):
+    """Catch a falling ball with a paddle, observed as one-channel ``uint8`` images.
+
+    A grid of ``rows x cols`` cells: a ball starts in a random column of the top row and falls
+    one row per step; a paddle one cell wide moves along the bottom row (actions 0: left,
+    1: stay, 2: right; it stops at the walls). When the ball reaches the bottom row, after
+    ``rows - 1`` steps, the episode ends (``terminated``) with a reward of +1 if the paddle is
+    under the ball and -1 otherwise (0 on the other steps), and the sub-env starts a new one.
+    The paddle starts in the middle column.
+
+    The observation is the grid drawn as an image ``[1, rows * scale, cols * scale]`` (channels
+    first), each cell ``scale x scale`` pixels: 255 for the ball and the paddle, 0 elsewhere.
+    The optimal return is +1; a random policy gets about ``-1 + 2 / cols`` or a little more.
+    One frame shows the whole state, so no frame stacking is needed. This is the "catch" task
+    of DeepMind's bsuite, drawn as pixels; it exists to test and benchmark pixel policies.
+
+    Args:
+        num_envs: Number of games played in parallel.
+        horizon: Unused; accepted for the :class:`~rl8.env.Env` contract.
+        device: Torch device of the simulation and the images.
+        rows: Rows of the grid (>= 2); an episode lasts ``rows - 1`` steps.
+        cols: Columns of the grid (>= 2).
+        scale: Pixels per cell side (>= 1).
+    """
+
+    episodic: ClassVar[bool] = True
+    metadata: ClassVar[dict[str, Any]] = {"render_fps": 8}
+    action_space = spaces.Discrete(3)
+
+    def __init__(self, num_envs: int, /, horizon: int | None = None, *, device: torch.device | str = "cpu",
+                 rows: int = 8, cols: int = 8, scale: int = 2) -> None:
+        super().__init__(num_envs, horizon, device=device)
+        self.rows = _check_int("rows", rows, 2)
+        self.cols = _check_int("cols", cols, 2)
+        self.scale = _check_int("scale", scale, 1)
+        self.observation_space = spaces.Box(0, 255, (1, self.rows * self.scale, self.cols * self.scale), np.uint8)
+        self._generator = self.make_generator()
+        self._envs = torch.arange(num_envs, device=self.device)
+        self.ball_row = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
+        self.ball_col = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
+        self.paddle = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
+
+    def _new_balls(self) -> torch.Tensor:
+        return torch.randint(self.cols, (self.num_envs,), generator=self._generator, device=self.device)
+
+    def _frames(self, ball_row: torch.Tensor, ball_col: torch.Tensor, paddle: torch.Tensor) -> torch.Tensor:
+        """``[num_envs, 1, rows * scale, cols * scale]`` uint8 images of the given positions."""
+        grid = torch.zeros(self.num_envs, self.rows, self.cols, dtype=torch.uint8, device=self.device)
+        grid[self._envs, ball_row, ball_col] = 255
+        grid[self._envs, self.rows - 1, paddle] = 255
+        if self.scale > 1:
+            grid = grid.repeat_interleave(self.scale, 1).repeat_interleave(self.scale, 2)
+        return grid.unsqueeze(1)
+
+    def reset(self, *, config: dict[str, Any] | None = None, seed: int | None = None) -> torch.Tensor:
+        """Start a new game in every sub-env and return the first images.
+
+        Args:
+            config: Must be empty or ``None``: Catch has no parameters to change (its sizes
+                change the spaces, so they are constructor arguments).
+            seed: Seed of the env's random number generator; ``None`` continues its stream.
+
+        Returns:
+            ``[num_envs, 1, rows * scale, cols * scale]`` uint8 images.
+        """
+        self.apply_config(config, {})
+        if seed is not None:
+            self._generator.manual_seed(seed)
+        self.ball_row = torch.zeros_like(self.ball_row)
+        self.ball_col = self._new_balls()
+        self.paddle = torch.full_like(self.paddle, self.cols // 2)
+        return self._frames(self.ball_row, self.ball_col, self.paddle)
+
+    def step(self, action: torch.Tensor) -> TensorDict:
+        """Move every paddle, drop every ball one row; score the games whose ball lands.
+
+        Args:
+            action: ``[num_envs]`` int64 tensor of 0 (left), 1 (stay) or 2 (right).
+
+        Returns:
+            TensorDict with ``obs`` (uint8 images), ``rewards``, ``terminated``, ``truncated``
+            (always false) and ``final_obs`` (the image when the ball landed, for the games
+            that just ended).
+        """
+        paddle = (self.paddle + action.reshape(self.num_envs) - 1).clamp_(0, self.cols - 1)
+        ball_row = self.ball_row + 1
+        landed = ball_row == self.rows - 1
+        caught = landed & (paddle == self.ball_col)
+        rewards = torch.where(landed, caught.float() * 2 - 1, 0.0).unsqueeze(1)
+        final = self._frames(ball_row, self.ball_col, paddle)
+        self.ball_row = ball_row.masked_fill(landed, 0)
+        self.ball_col = torch.where(landed, self._new_balls(), self.ball_col)
+        self.paddle = torch.where(landed, self.cols // 2, paddle)
+        terminated = landed.unsqueeze(1)
+        return self.step_output({
+            "obs": self._frames(self.ball_row, self.ball_col, self.paddle),
+            "rewards": rewards,
+            "terminated": terminated,
+            "truncated": torch.zeros_like(terminated),
+            "final_obs": final,
+        })
+
+    def render(self, index: int = 0) -> np.ndarray:
+        """Sub-env ``index``'s own observation as an RGB frame (``uint8`` ``[H, W, 3]``), each
+        pixel drawn as an 8x8 block: what the policy sees, enlarged for a video."""
+        frame = self._frames(self.ball_row, self.ball_col, self.paddle)[index, 0].cpu().numpy()
+        frame = np.kron(frame, np.ones((8, 8), dtype=np.uint8))
+        return np.repeat(frame[:, :, None], 3, axis=2)
