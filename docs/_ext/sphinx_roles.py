@@ -12,7 +12,7 @@ define them), else a name in the scope of the documented object, then its parent
 class, its module, names that module imports). ``~`` shows only the last part of the path;
 ``title <target>`` shows the title. A role whose target is outside rl8 (``torch.Tensor``) is
 printed as code. A role naming an rl8 object that does not exist is a warning, which fails
-``mkdocs build --strict``: :func:`unresolved` lists them all at once.
+``mkdocs build --strict``: :func:`link_roles` lists them all at once.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ import griffe
 
 ROLE = re.compile(r":(?:py:)?(class|meth|func|attr|mod|data|exc|obj|const):`([^`]+)`")
 _TITLED = re.compile(r"^(.*?)\s*<([^<>]+)>$")
-
 
 
 def lazy_exports(root: Any) -> dict[str, str]:
@@ -55,21 +54,23 @@ def _member(obj: Any, parts: list[str]) -> Any | None:
     return obj
 
 
-def _canonical(obj: Any) -> Any:
-    """The object an alias stands for (where it is defined, not where it is imported); an
-    inherited member stays the subclass's (the reference shows it on the subclass)."""
+def _canonical(obj: Any) -> Any | None:
+    """The object an alias stands for (where it is defined, not where it is imported), None for
+    an object of another library; an inherited member stays the subclass's (the reference shows
+    it on the subclass)."""
     if obj.is_alias and not obj.inherited:
         try:
             return _canonical(obj.final_target)
         except (griffe.AliasResolutionError, griffe.CyclicAliasError):
-            return obj
+            return None  # imported from outside rl8 (``from torch import Tensor``)
     return obj
 
 
 def _entry(obj: Any) -> str | None:
     """The path of ``obj``'s entry in the API reference: its own path if the reference shows it
-    (it has a docstring), else the entry of the object that documents it (a class lists its
-    attributes in its docstring; a module, the names outside its ``__all__``); None for private objects, which the reference leaves out."""
+    (a public object with a docstring), else the entry of the object that documents it (a class
+    lists its attributes in its docstring; a module holds the names outside its ``__all__``);
+    None for private objects, which the reference leaves out."""
     parts = obj.path.split(".")
     module_parts = obj.module.path.split(".") if not obj.is_module else parts
     if any(part.startswith("_") and not part.startswith("__") for part in parts[len(module_parts):]):
@@ -165,11 +166,50 @@ def comment_docstrings(root: Any) -> None:
             obj.docstring = griffe.Docstring("\n".join(comment), lineno=start + 1, parent=obj)
 
 
-def _private(obj: Any) -> bool:
-    return any(part.startswith("_") and not part.startswith("__") for part in obj.path.split(".")[1:])
+def _string_value(source: str, module: Any) -> str | None:
+    """The string that the expression ``source`` makes from string literals, ``+`` and names of
+    ``module``'s string constants; None for anything else (nothing is run)."""
+
+    def value(node: ast.AST) -> str | None:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            left, right = value(node.left), value(node.right)
+            return None if left is None or right is None else left + right
+        if isinstance(node, ast.Name) and node.id in module.members:
+            member = module.members[node.id]
+            if member.is_attribute and member.value is not None:
+                return _string_value(str(member.value), module)
+        return None
+
+    try:
+        return value(ast.parse(source, mode="eval").body)
+    except SyntaxError:
+        return None
 
 
-def unresolved(root: Any) -> list[str]:
+def assigned_docstrings(root: Any) -> None:
+    """Give the classes that set ``__doc__ = "..." + SHARED_TEXT`` (a docstring shared in part
+    between classes) that text as their docstring, which Griffe does not compute."""
+    for obj in _objects(root):
+        if not obj.is_class or obj.docstring is not None or "__doc__" not in obj.members:
+            continue
+        assigned = obj.members["__doc__"]
+        text = _string_value(str(assigned.value), obj.module) if assigned.value is not None else None
+        if text is not None:
+            obj.docstring = griffe.Docstring(text, lineno=assigned.lineno, parent=obj)
+        del obj.members["__doc__"]
+
+
+def _shown(obj: Any) -> bool:
+    """Whether the API reference shows ``obj``: a public object (in its module's ``__all__``, no
+    ``_`` name) with a docstring, in a module that declares ``__all__`` (the modules that
+    ``docs/api/`` renders)."""
+    module = obj if obj.is_module else obj.module
+    return "__all__" in module.members and _entry(obj) == obj.path
+
+
+def link_roles(root: Any) -> list[str]:
     """Convert the roles of every docstring under ``root``; the rl8 targets that do not resolve
     in the docstrings of public objects (those the reference shows), as ``"path: target"``."""
     exports = lazy_exports(root)
@@ -178,7 +218,7 @@ def unresolved(root: Any) -> list[str]:
         if obj.docstring is None:
             continue
         obj.docstring.value, missing = convert(obj.docstring.value, obj, root, exports)
-        if not _private(obj):
+        if _shown(obj):
             problems += [f"{obj.path}: {target}" for target in missing]
     return problems
 
@@ -192,5 +232,6 @@ class SphinxRoles(griffe.Extension):
         if pkg.name != "rl8":
             return
         comment_docstrings(pkg)
-        for problem in unresolved(pkg):
+        assigned_docstrings(pkg)
+        for problem in link_roles(pkg):
             griffe.logger.warning("unresolved cross-reference %s", problem)
