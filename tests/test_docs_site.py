@@ -210,3 +210,9 @@ def test_roles_extension_reports_unresolved_targets(tmp_path):
     loaded = griffe.load("rl8", search_paths=[tmp_path])  # without the extension: roles as written
     assert extension.link_roles(loaded) == ["rl8.algo.Algo: missing", "rl8.algo.Algo: rl8.algo.Nope"]
     assert loaded["algo.Algo"].docstring.value == "See `missing` and `rl8.algo.Nope`."
+
+
+def test_literal_block_markers_go():
+    extension = _roles_extension()
+    text = "Run it::\n\n    rl8 train\n\n::\n\n    rl8 eval\n\nA ratio 1::2 stays."
+    assert extension.literal_markers(text) == "Run it:\n\n    rl8 train\n\n\n    rl8 eval\n\nA ratio 1::2 stays."

@@ -11,7 +11,8 @@ A target is looked up the way Sphinx does: a dotted path from ``rl8`` (the names
 define them), else a name in the scope of the documented object, then its parents' (a method's
 class, its module, names that module imports). ``~`` shows only the last part of the path;
 ``title <target>`` shows the title. A role whose target is outside rl8 (``torch.Tensor``) is
-printed as code. A role naming an rl8 object that does not exist is a warning, which fails
+printed as code. reStructuredText's ``::`` before a literal block goes (the indented block is
+code in Markdown too). A role naming an rl8 object that does not exist is a warning, which fails
 ``mkdocs build --strict``: :func:`link_roles` lists them all at once.
 """
 
@@ -201,6 +202,21 @@ def assigned_docstrings(root: Any) -> None:
         del obj.members["__doc__"]
 
 
+def literal_markers(text: str) -> str:
+    """``text`` without reStructuredText's ``::`` before a literal block: ``example::`` ends
+    with ``example:``, a ``::`` line goes (the indented block after it is code in Markdown too)."""
+    lines = text.split("\n")
+    kept = []
+    for i, line in enumerate(lines):
+        before_blank = i + 1 < len(lines) and not lines[i + 1].strip()
+        if before_blank and line.strip() == "::":
+            continue
+        if before_blank and line.endswith("::"):
+            line = line[:-1]
+        kept.append(line)
+    return "\n".join(kept)
+
+
 def _shown(obj: Any) -> bool:
     """Whether the API reference shows ``obj``: a public object (in its module's ``__all__``, no
     ``_`` name) with a docstring, in a module that declares ``__all__`` (the modules that
@@ -210,14 +226,15 @@ def _shown(obj: Any) -> bool:
 
 
 def link_roles(root: Any) -> list[str]:
-    """Convert the roles of every docstring under ``root``; the rl8 targets that do not resolve
-    in the docstrings of public objects (those the reference shows), as ``"path: target"``."""
+    """Convert the roles (and :func:`literal_markers`) of every docstring under ``root``; return
+    the rl8 targets that do not resolve in the docstrings of public objects (those the
+    reference shows), as ``"path: target"``."""
     exports = lazy_exports(root)
     problems = []
     for obj in _objects(root):
         if obj.docstring is None:
             continue
-        obj.docstring.value, missing = convert(obj.docstring.value, obj, root, exports)
+        obj.docstring.value, missing = convert(literal_markers(obj.docstring.value), obj, root, exports)
         if _shown(obj):
             problems += [f"{obj.path}: {target}" for target in missing]
     return problems
