@@ -133,8 +133,8 @@ def test_sphinx_roles_become_links(site):
     as text."""
     ppo_page = (site / "api" / "ppo" / "index.html").read_text()
     assert re.search(r'<a[^>]+href="[^"]*#rl8\.hparams\.HParams"[^>]*>\s*<code>HParams</code>', ppo_page)
-    leftover = {match for page in site.rglob("*.html")
-                for match in re.findall(r":(?:class|meth|func|attr|mod|data|exc|obj):<code>[^<]*</code>", page.read_text())}
+    role = re.compile(r":(?:class|meth|func|attr|mod|data|exc|obj):<code>[^<]*</code>")
+    leftover = {match for page in site.rglob("*.html") for match in role.findall(page.read_text())}
     assert not leftover, f"Sphinx roles left as text: {sorted(leftover)[:10]}"
 
 
@@ -175,7 +175,8 @@ def _toy_package(tmp_path):
         '    def collect(self):\n        """Collect (see :attr:`Algo.nope`)."""\n'
     )
     extension = _roles_extension()
-    return griffe.load("rl8", search_paths=[tmp_path], extensions=griffe.load_extensions(extension.SphinxRoles)), extension
+    extensions = griffe.load_extensions(extension.SphinxRoles)
+    return griffe.load("rl8", search_paths=[tmp_path], extensions=extensions), extension
 
 
 def test_roles_extension_links_roles_and_reads_shared_and_comment_docstrings(tmp_path, caplog):
@@ -189,6 +190,7 @@ def test_roles_extension_links_roles_and_reads_shared_and_comment_docstrings(tmp
     assert package["algo.LIMIT"].docstring.value == "Steps at most."
     assert package["algo.Shared"].docstring.value.startswith("Shared part.")
     assert "x: A value." in package["algo.Shared"].docstring.value
+    assert "| [`Algo`][rl8.algo.Algo] | [`rl8.algo`][rl8.algo] |" in package.docstring.value  # the exports
     # the roles that name no rl8 object are warnings (which fail the strict build)
     assert "unresolved cross-reference rl8.algo.Algo: missing" in caplog.text
     assert "unresolved cross-reference rl8.algo.Algo.collect: Algo.nope" in caplog.text

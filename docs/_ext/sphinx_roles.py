@@ -12,7 +12,8 @@ define them), else a name in the scope of the documented object, then its parent
 class, its module, names that module imports). ``~`` shows only the last part of the path;
 ``title <target>`` shows the title. A role whose target is outside rl8 (``torch.Tensor``) is
 printed as code. reStructuredText's ``::`` before a literal block goes (the indented block is
-code in Markdown too). A role naming an rl8 object that does not exist is a warning, which fails
+code in Markdown too). The docstrings of ``rl8`` and ``rl8.envs`` get a table of the names they
+export, linked to their entries. A role naming an rl8 object that does not exist is a warning, which fails
 ``mkdocs build --strict``: :func:`link_roles` lists them all at once.
 """
 
@@ -217,6 +218,26 @@ def literal_markers(text: str) -> str:
     return "\n".join(kept)
 
 
+def export_tables(root: Any) -> None:
+    """Append to the docstrings of ``rl8`` and ``rl8.envs`` a table of the names they export
+    lazily, each linked to its entry in the module that defines it (Griffe cannot see them:
+    they are looked up on first access)."""
+    exports = lazy_exports(root)
+    for package in (root, root.members["envs"]):
+        rows = []
+        for public, defined in exports.items():
+            exporter, name = public.rsplit(".", 1)
+            module = defined.rsplit(".", 1)[0]
+            if exporter == package.path:
+                rows.append(f"| [`{name}`][{defined}] | [`{module}`][{module}] |")
+        header = [f"The names `{package.path}` exports:", "", "| name | defined in |", "|---|---|"]
+        table = "\n".join(header + rows)
+        if package.docstring is None:
+            package.docstring = griffe.Docstring(table, parent=package)
+        else:
+            package.docstring.value += "\n\n" + table
+
+
 def _shown(obj: Any) -> bool:
     """Whether the API reference shows ``obj``: a public object (in its module's ``__all__``, no
     ``_`` name) with a docstring, in a module that declares ``__all__`` (the modules that
@@ -250,5 +271,6 @@ class SphinxRoles(griffe.Extension):
             return
         comment_docstrings(pkg)
         assigned_docstrings(pkg)
+        export_tables(pkg)
         for problem in link_roles(pkg):
             griffe.logger.warning("unresolved cross-reference %s", problem)
