@@ -218,3 +218,14 @@ def test_literal_block_markers_go():
     extension = _roles_extension()
     text = "Run it::\n\n    rl8 train\n\n::\n\n    rl8 eval\n\nA ratio 1::2 stays."
     assert extension.literal_markers(text) == "Run it:\n\n    rl8 train\n\n\n    rl8 eval\n\nA ratio 1::2 stays."
+
+
+def test_missing_docs_extra_skips_locally_and_fails_in_ci(monkeypatch):
+    module = sys.modules[__name__]
+    monkeypatch.setattr(module, "_missing_docs_packages", lambda: ["mkdocs"])
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(pytest.skip.Exception, match=r"pip install -e '.\[docs\]'"):
+        require_docs_packages()
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="CI=true"):
+        require_docs_packages()
