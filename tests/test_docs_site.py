@@ -147,15 +147,15 @@ def test_docs_pages_are_in_nav():
     assert not missing, f"pages not in mkdocs.yml's nav: {missing}"
 
 
-def _roles_extension():
-    spec = importlib.util.spec_from_file_location("sphinx_roles", ROOT / "docs" / "_ext" / "sphinx_roles.py")
+def _docstrings_extension():
+    spec = importlib.util.spec_from_file_location("rl8_docstrings", ROOT / "docs" / "_ext" / "docstrings.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
 def _toy_package(tmp_path):
-    """A small ``rl8`` package, loaded with Griffe and the roles extension applied."""
+    """A small ``rl8`` package, loaded with Griffe and the docstrings extension applied."""
     require_docs_packages()
     import griffe
 
@@ -174,12 +174,12 @@ def _toy_package(tmp_path):
         '"""\n\n'
         '    def collect(self):\n        """Collect (see :attr:`Algo.nope`)."""\n'
     )
-    extension = _roles_extension()
-    extensions = griffe.load_extensions(extension.SphinxRoles)
+    extension = _docstrings_extension()
+    extensions = griffe.load_extensions(extension.RL8Docstrings)
     return griffe.load("rl8", search_paths=[tmp_path], extensions=extensions), extension
 
 
-def test_roles_extension_links_roles_and_reads_shared_and_comment_docstrings(tmp_path, caplog):
+def test_docstrings_extension_links_roles_and_reads_shared_and_comment_docstrings(tmp_path, caplog):
     package, extension = _toy_package(tmp_path)
     doc = package["algo.Algo"].docstring.value
     assert "[`collect`][rl8.algo.Algo.collect]" in doc  # a neighbour, by its bare name
@@ -196,11 +196,11 @@ def test_roles_extension_links_roles_and_reads_shared_and_comment_docstrings(tmp
     assert "unresolved cross-reference rl8.algo.Algo.collect: Algo.nope" in caplog.text
 
 
-def test_roles_extension_reports_unresolved_targets(tmp_path):
+def test_docstrings_extension_reports_unresolved_roles(tmp_path):
     require_docs_packages()
     import griffe
 
-    extension = _roles_extension()
+    extension = _docstrings_extension()
     package = tmp_path / "rl8"
     (package / "envs").mkdir(parents=True)
     (package / "__init__.py").write_text('_EXPORTS = {}\n')
@@ -215,7 +215,7 @@ def test_roles_extension_reports_unresolved_targets(tmp_path):
 
 
 def test_literal_block_markers_go():
-    extension = _roles_extension()
+    extension = _docstrings_extension()
     text = "Run it::\n\n    rl8 train\n\n::\n\n    rl8 eval\n\nA ratio 1::2 stays."
     assert extension.literal_markers(text) == "Run it:\n\n    rl8 train\n\n\n    rl8 eval\n\nA ratio 1::2 stays."
 

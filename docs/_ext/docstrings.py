@@ -1,20 +1,25 @@
-"""A Griffe extension that turns the Sphinx roles of rl8's docstrings into site links.
+"""A Griffe extension that reads rl8's docstrings the way they are written, for the API reference.
 
 rl8's docstrings are Google style with Sphinx cross-reference roles, as in
-``:class:`~rl8.HParams``` or ``:meth:`collect```. mkdocstrings reads Google style but not the
-roles, which it would print as they are. This extension, loaded by ``mkdocs.yml``, rewrites each
-role as an autorefs link, ``[`HParams`][rl8.hparams.HParams]``, once Griffe has loaded the
-package, so the link points at the object's own entry in the API reference.
+``:class:`~rl8.HParams``` or ``:meth:`collect```; mkdocstrings reads Google style but would print
+the roles as they are. Loaded by ``mkdocs.yml``, once Griffe has loaded the ``rl8`` package,
+this extension:
 
-A target is looked up the way Sphinx does: a dotted path from ``rl8`` (the names that
-``rl8/__init__.py`` and ``rl8/envs/__init__.py`` export lazily are mapped to the modules that
-define them), else a name in the scope of the documented object, then its parents' (a method's
-class, its module, names that module imports). ``~`` shows only the last part of the path;
-``title <target>`` shows the title. A role whose target is outside rl8 (``torch.Tensor``) is
-printed as code. reStructuredText's ``::`` before a literal block goes (the indented block is
-code in Markdown too). The docstrings of ``rl8`` and ``rl8.envs`` get a table of the names they
-export, linked to their entries. A role naming an rl8 object that does not exist is a warning, which fails
-``mkdocs build --strict``: :func:`link_roles` lists them all at once.
+* rewrites each role as an autorefs link to the object's own entry in the API reference,
+  ``[`HParams`][rl8.hparams.HParams]`` (:func:`link_roles`). A target is looked up the way
+  Sphinx does: a dotted path from ``rl8`` (the names that ``rl8/__init__.py`` and
+  ``rl8/envs/__init__.py`` export lazily are mapped to the modules that define them), else a
+  name in the scope of the documented object, then its parents' (a method's class, its module,
+  the names that module imports). ``~`` shows only the last part of the path; ``title <target>``
+  shows the title. A role whose target is outside rl8 (``torch.Tensor``) is printed as code; one
+  that names no rl8 object is a warning, which fails ``mkdocs build --strict``;
+* drops reStructuredText's ``::`` before literal blocks (:func:`literal_markers`);
+* reads the ``#:`` comments above module constants (:func:`comment_docstrings`) and docstrings
+  assembled from shared text, ``__doc__ = "..." + _ARGS_DOC`` (:func:`assigned_docstrings`);
+* lists the names that ``rl8`` and ``rl8.envs`` export lazily, linked to their entries, in the
+  docstrings of those packages (:func:`export_tables`).
+
+Nothing of rl8 is imported or run: everything is read from the source.
 """
 
 from __future__ import annotations
@@ -261,12 +266,12 @@ def link_roles(root: Any) -> list[str]:
     return problems
 
 
-class SphinxRoles(griffe.Extension):
-    """Rewrites the Sphinx roles of the ``rl8`` package's docstrings as autorefs links."""
+class RL8Docstrings(griffe.Extension):
+    """Prepares the docstrings of the ``rl8`` package for mkdocstrings (see the module)."""
 
     def on_package(self, *, pkg: griffe.Module, **kwargs: Any) -> None:
-        """Convert the roles of every docstring of ``pkg`` once it is loaded; warn about the
-        roles that name an rl8 object that does not exist."""
+        """Prepare every docstring of ``pkg`` once it is loaded; warn about the roles that name
+        an rl8 object that does not exist."""
         if pkg.name != "rl8":
             return
         comment_docstrings(pkg)
