@@ -49,7 +49,7 @@ def site(tmp_path_factory) -> Path:
     build = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", str(ROOT / "mkdocs.yml"),
          "--site-dir", str(site_dir)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
     )
     if build.returncode != 0:
         problems = [line for line in build.stderr.splitlines() if re.match(r"\s*(WARNING|ERROR)\b", line)]
