@@ -54,9 +54,12 @@ def _subclass_of(module: str, name: str) -> Callable[[Any], bool]:
     return lambda obj: isinstance(obj, type) and issubclass(obj, getattr(importlib.import_module(module), name))
 
 
+#: Model classes (``hparams.model_cls``, a config's ``model_cls``).
 MODEL = Kind("an rl8 Model subclass (rl8.models.Model)", _subclass_of("rl8.models", "Model"))
+#: Distribution classes (``hparams.distribution_cls``).
 DISTRIBUTION = Kind("an rl8 Distribution subclass (rl8.distributions.Distribution)",
                     _subclass_of("rl8.distributions", "Distribution"))
+#: Optimizer classes (``hparams.optimizer_cls``).
 OPTIMIZER = Kind("a torch.optim.Optimizer subclass", _subclass_of("torch.optim", "Optimizer"))
 #: Classes inside a model's config (e.g. ``activation=torch.nn.Tanh``).
 MODULE_CLASS = Kind("a torch.nn.Module subclass", _subclass_of("torch.nn", "Module"))
@@ -74,6 +77,7 @@ def _is_env_kind(obj: Any) -> bool:
     return isinstance(obj, type) and issubclass(obj, (Env, gymnasium.Env))
 
 
+#: What an env spec names: an rl8 env class, a gymnasium env factory or class.
 ENV = Kind("an rl8.Env subclass, a GymnasiumEnv.make_factory(...) factory or a gymnasium.Env "
            "subclass", _is_env_kind)
 

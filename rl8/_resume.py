@@ -269,8 +269,8 @@ class TrainerCheckpoints:
         return {"spec": self.env_spec, "env_kwargs": dict(hp.env_kwargs), "env_config": dict(hp.env_config)}
 
     def _run_record(self) -> RunRecord:
-        """The record of the latest :meth:`run`; for what it has not set (its arguments, its
-        stop conditions), that of the checkpoint this Trainer resumed from."""
+        """The record of the latest :meth:`~rl8.Trainer.run`; for what it has not set (its
+        arguments, its stop conditions), that of the checkpoint this Trainer resumed from."""
         record = RunRecord.of_run(self._run_args, self._conditions, self._conditions_met)
         saved = self._resumed
         if saved is not None and not self._conditions and saved.stop_conditions:
@@ -373,7 +373,8 @@ class TrainerCheckpoints:
 
     @property
     def run_args(self) -> dict[str, Any] | None:
-        """``env_config``, ``eval_env_config`` and ``steps_per_eval`` of the latest :meth:`run`
-        (for a resumed trainer before its first run: those stored in the checkpoint)."""
+        """``env_config``, ``eval_env_config`` and ``steps_per_eval`` of the latest
+        :meth:`~rl8.Trainer.run` (for a resumed trainer before its first run: those stored in the
+        checkpoint)."""
         run = self._run_record().run
         return None if run is None else dict(run)

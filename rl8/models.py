@@ -23,6 +23,7 @@ from torch import nn
 
 __all__ = ["Model", "MLPModel", "flatten_observation", "flat_observation_size", "ACTIVATIONS"]
 
+#: Activation names accepted by model_config's "activation", mapped to their torch.nn classes.
 ACTIVATIONS: dict[str, type[nn.Module]] = {
     "tanh": nn.Tanh,
     "relu": nn.ReLU,

@@ -659,8 +659,9 @@ class PPO:
 
         Raises:
             NonFiniteError: ``losses/total`` or ``monitors/grad_norm`` (the latter only without a
-                gradient scaler) is NaN or inf (an :class:`EnvOutputError` when the collect's
-                observations or rewards are the cause); the message names the stat and step.
+                gradient scaler) is NaN or inf (an :class:`~rl8.env.EnvOutputError` when the
+                collect's observations or rewards are the cause); the message names the stat and
+                step.
         """
         if self.collects == 0:
             raise RuntimeError("PPO.update() needs a collect() first: the rollout buffer is empty")

@@ -9,6 +9,8 @@ from typing import Literal
 
 __all__ = ["Schedule", "ScheduleKind"]
 
+#: How a schedule goes from one point to the next: ``"step"`` holds each value until the next
+#: point, ``"linear"`` interpolates between points.
 ScheduleKind = Literal["step", "linear"]
 
 

@@ -28,6 +28,8 @@ from tensordict import TensorDict
 
 __all__ = ["SUPPORTED_SPACES", "check_space", "space_dtype", "space_shape", "zeros_like_space"]
 
+#: The gymnasium space classes rl8 supports as observation and action spaces (``Dict`` of
+#: these, nested).
 SUPPORTED_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary, spaces.Dict)
 
 

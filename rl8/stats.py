@@ -106,8 +106,12 @@ def reduce_stats(
 
     Args:
         dist: The run's :class:`~rl8.distributed.DistContext`.
-        sums, means, mins, maxs, local: The statistics of each kind, ``{name: 0-d tensor}``;
-            a name may appear in only one of them.
+        sums: Statistics summed across ranks, ``{name: 0-d tensor}``. A name may appear in
+            only one of ``sums``, ``means``, ``mins``, ``maxs`` and ``local``.
+        means: Statistics averaged across ranks.
+        mins: Statistics that take the smallest value of the ranks.
+        maxs: Statistics that take the largest value of the ranks.
+        local: This rank's own statistics, not reduced.
     """
     groups = {kind: dict(values or {}) for kind, values in
               (("sums", sums), ("means", means), ("mins", mins), ("maxs", maxs), ("local", local))}
