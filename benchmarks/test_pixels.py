@@ -45,11 +45,12 @@ about 15 during the run, so absolute figures are low and the ratios noisy), with
 from __future__ import annotations
 
 import os
-import time
 from typing import Any
 
 import numpy as np
 import pytest
+import rates
+from rates import report
 import torch
 from gymnasium import spaces
 from tensordict import TensorDict
@@ -84,28 +85,8 @@ class StackedCatch(Catch):
 
 
 def measure(variants: dict, step, rounds: int = ROUNDS) -> dict[str, float]:
-    """Env steps per second of each variant: ``step(variant)`` runs one timed unit and returns
-    its env steps; the variants take turns, round after round."""
-    for variant in variants.values():
-        step(variant)  # warm-up
-    seconds = dict.fromkeys(variants, 0.0)
-    steps = dict.fromkeys(variants, 0)
-    for _ in range(rounds):
-        for name, variant in variants.items():
-            start = time.perf_counter()
-            steps[name] += step(variant)
-            seconds[name] += time.perf_counter() - start
-    return {name: steps[name] / seconds[name] for name in variants}
-
-
-def report(title: str, rates: dict[str, float], reference: str) -> dict[str, float]:
-    ratios = {f"{name}/{reference}": rate / rates[reference] for name, rate in rates.items() if name != reference}
-    print(f"\n{title}")
-    for name, rate in rates.items():
-        print(f"  {name:>24}: {rate:10.0f} env steps/s")
-    for name, ratio in ratios.items():
-        print(f"  {name:>24}: {ratio:.2f}x")
-    return ratios
+    """:func:`rates.measure` with this file's number of rounds."""
+    return rates.measure(variants, step, rounds)
 
 
 # --- the raw-torch floor -----------------------------------------------------------------------

@@ -14,13 +14,14 @@ import contextlib
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import launch
 import pytest
+from launch import Launch, free_port
 
 THIS_FILE = str(Path(__file__).resolve())
 
@@ -43,41 +44,9 @@ checkpoint_dir: ckpts
 MAX_STEPS = 200_000
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Launch:
-    """A finished torchrun job: exit status, combined output and wall time (s)."""
-
-    def __init__(self, returncode: int, output: str, seconds: float) -> None:
-        self.returncode, self.output, self.seconds = returncode, output, seconds
-
-
 def torchrun(args: list[str], *, nproc: int, timeout: float = 150, env: dict[str, str] | None = None) -> Launch:
-    """Run ``torchrun --nproc_per_node=NPROC ARGS`` and wait at most ``timeout`` seconds; the
-    job gets its own process group, killed on the way out whatever happens."""
-    cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc_per_node={nproc}",
-        "--master_addr=127.0.0.1", f"--master_port={_free_port()}", *args,
-    ]
-    full_env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "RL8_DIST_TIMEOUT_S": "60", **(env or {})}
-    t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full_env,
-                            start_new_session=True)
-    try:
-        output, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        output, _ = proc.communicate()
-        pytest.fail(f"torchrun did not end within {timeout} s (a hang):\n{output[-5000:]}")
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-    return Launch(proc.returncode, output, time.monotonic() - t0)
+    """:func:`launch.torchrun` with a 60 s bound on the job's collectives (``RL8_DIST_TIMEOUT_S``)."""
+    return launch.torchrun(args, nproc=nproc, timeout=timeout, env={"RL8_DIST_TIMEOUT_S": "60", **(env or {})})
 
 
 def history(client, run_id: str, key: str) -> list[float]:
@@ -267,7 +236,7 @@ def test_sigterm_stops_every_rank_with_a_checkpoint_and_a_killed_run(tmp_path, m
     config = tmp_path / "cartpole.yaml"
     config.write_text(CARTPOLE_CONFIG.replace("max_steps: 200000", "max_steps: 100000000") + "checkpoint_every: 2\n")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc_per_node=3",
-           "--master_addr=127.0.0.1", f"--master_port={_free_port()}", "-m", "rl8", "train", str(config), "--quiet",
+           "--master_addr=127.0.0.1", f"--master_port={free_port()}", "-m", "rl8", "train", str(config), "--quiet",
            "--actors", "2"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "RL8_DIST_TIMEOUT_S": "60"}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,

@@ -8,18 +8,16 @@ killed in teardown, so a hang fails the test instead of stalling the suite.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import signal
-import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
+from launch import torchrun
 
 THIS_FILE = str(Path(__file__).resolve())
 
@@ -38,51 +36,6 @@ UPDATE_OPTIMIZERS = {
 }
 # resume test: a small CartPole run
 RESUME_HPARAMS = {"num_envs": 16, "horizon": 8, "sgd_minibatch_size": 64, "num_sgd_iters": 2, "seed": 3, "device": "cpu"}
-
-
-# --------------------------------------------------------------------------------------------
-# launching
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Launch:
-    """A finished torchrun job: exit status, combined output and wall time."""
-
-    def __init__(self, returncode: int, output: str, seconds: float) -> None:
-        self.returncode, self.output, self.seconds = returncode, output, seconds
-
-
-def torchrun(args: list[str], *, timeout: float = 150, env: dict[str, str] | None = None) -> Launch:
-    """Run ``torchrun --nproc_per_node=2 ARGS`` and wait at most ``timeout`` seconds.
-
-    The job gets its own process group, killed on the way out whatever happens.
-    """
-    cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc_per_node=2",
-        "--master_addr=127.0.0.1", f"--master_port={_free_port()}", *args,
-    ]
-    full_env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **(env or {})}
-    t0 = time.monotonic()
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full_env,
-        start_new_session=True,
-    )
-    try:
-        output, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        output, _ = proc.communicate()
-        pytest.fail(f"torchrun did not end within {timeout} s (a hang):\n{output[-5000:]}")
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)  # leftovers of the job, if any
-    return Launch(proc.returncode, output, time.monotonic() - t0)
 
 
 def _tensors_equal(a, b, where: str = "") -> None:

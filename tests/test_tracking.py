@@ -12,7 +12,6 @@ import math
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -26,6 +25,7 @@ import numpy as np
 import pytest
 import torch
 from mlflow.exceptions import MlflowException
+from launch import free_port
 from mlflow.tracking import MlflowClient
 
 import rl8
@@ -68,12 +68,6 @@ def _spy_log_batch(monkeypatch):
 
 def _history(client, run_id, key):
     return sorted((m.step, m.value) for m in client.get_metric_history(run_id, key))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class _Server:
@@ -132,7 +126,7 @@ class _Server:
 
 @pytest.fixture
 def live_server(tmp_path, template_db):
-    server = _Server(tmp_path, _free_port(), template_db)
+    server = _Server(tmp_path, free_port(), template_db)
     server.start()
     try:
         yield server
@@ -518,7 +512,7 @@ def test_queue_is_bounded_and_lost_metrics_are_reported_at_end(mlflow_uri, monke
 
 
 def test_unreachable_server_fails_fast_at_start():
-    uri = f"http://127.0.0.1:{_free_port()}"
+    uri = f"http://127.0.0.1:{free_port()}"
     t0 = time.monotonic()
     with pytest.raises(TrackingError, match=uri.replace(".", r"\.")):
         Tracker(experiment="x", tracking_uri=uri).start()
