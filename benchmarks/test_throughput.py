@@ -16,7 +16,8 @@ a shared machine is noisy. Run::
 
     pytest benchmarks/test_throughput.py --benchmark-columns=median,rounds -s
 
-and compare with ``../shared/bench/rl8_reference.sh`` run right before or after.
+and compare with the published rl8 1.0.0 (``pip install rl8==1.0.0`` in a virtualenv of its
+own) timed on the same workload right before or after.
 """
 
 from __future__ import annotations
