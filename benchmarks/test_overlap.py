@@ -27,19 +27,16 @@ the median over the rounds of sync seconds / overlap seconds, printed with the s
 and update times and stored in ``benchmark.extra_info["ratio"]``. The machine is noisy, so
 only with ``RL8_BENCH_ASSERT=1`` does the test assert ratio >= 1.4 (for the ``torch`` env).
 
-Measured on 2 cores shared with other jobs (torch 2.13 CPU), with
-``PYTHONPATH=$PWD python -m pytest benchmarks/test_overlap.py -q -s -p no:cacheprovider``,
-two consecutive runs:
+Measured on 2 cores (torch 2.13 CPU), quiet, from
+``PYTHONPATH=$PWD python -m pytest benchmarks -q -p no:cacheprovider -s`` (all benchmark files, 9.5 minutes in all):
 
-* ``torch``: 1.53x (per training step: sync 558 ms = collect 228 + update 330; overlap 370 ms),
-  then 1.20x (sync 680 ms = collect 231 + update 450; overlap 560 ms);
-* ``gymnasium-async``: 1.69x (sync 1049 ms = collect 502 + update 548; overlap 574 ms), then
-  1.73x (sync 941 ms = collect 473 + update 468; overlap 546 ms).
+* ``torch``: 1.74x (per training step: sync 305 ms = collect 157 + update 149; overlap 174 ms);
+* ``gymnasium-async``: 1.23x (sync 506 ms = collect 336 + update 170; overlap 407 ms): its
+  collect is twice its update, so overlap can gain at most 506 / 336 = 1.51x here.
 
-The load average was 6 to 7 during both runs (other jobs' test suites): the CPU-bound update
-slowed down by up to 2x against a quiet machine (where the ``torch`` update takes about 200 ms,
-as long as its collect), unbalancing collect and update, which lowers what overlap can gain;
-the ratio moves with that load.
+Earlier runs with the load average at 6 to 7 (other jobs' test suites) gave ``torch`` 1.53x and
+1.20x and ``gymnasium-async`` 1.69x and 1.73x: load slows the CPU-bound update more than the
+collect, which changes the balance between the two and so what overlap can gain.
 """
 
 from __future__ import annotations

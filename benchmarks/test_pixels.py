@@ -27,19 +27,19 @@ Each test builds every variant, warms each up once, then times ROUNDS rounds in 
 variant runs once, in turn, so that load from other processes hits all alike; the ratios
 printed (and stored in ``benchmark.extra_info``) come from one such run.
 
-Figures from one run on the development machine (2 cores shared with other jobs; load average
-about 15 during the run, so absolute figures are low and the ratios noisy), with
-``PYTHONPATH=$PWD python -m pytest benchmarks/test_pixels.py -q -p no:cacheprovider -s``
-(100 s in all):
+Figures from one run on the development machine (2 cores, quiet: nothing else running), from
+``PYTHONPATH=$PWD python -m pytest benchmarks -q -p no:cacheprovider -s`` (all benchmark files, 9.5 minutes in all):
 
 * StackedCatch ``[4, 84, 84]``, Nature CNN, 8 envs, horizon 64 (env steps/s):
-  collect fp32: rl8 1038, floor 949 (1.09x); collect bf16: rl8 650, floor 926 (0.70x);
-  collect + update fp32: rl8 299, floor 412 (0.73x); collect + update bf16: rl8 534, floor 608
-  (0.88x). bf16 autocast speeds the update up (the floor's collect + update 1.48x, rl8's 1.79x)
-  but not the one-thread collect of 8 images a step.
-* ALE/Pong-v5, 8 envs, horizon 64, collect (env steps/s): sync 315, async 284, pool 205, SB3
-  SubprocVecEnv 244 (sync/SB3 1.29x, async/SB3 1.17x, pool/SB3 0.84x). On 2 busy cores the
-  8 env processes of async, pool and SB3 compete with the learner; sync wins.
+  collect fp32: rl8 3760, floor 5267 (0.71x); collect bf16: rl8 5361, floor 6869 (0.78x);
+  collect + update fp32: rl8 1177, floor 1311 (0.90x); collect + update bf16: rl8 2235, floor
+  2459 (0.91x).
+* ALE/Pong-v5, 8 envs, horizon 64, collect (env steps/s): sync 1454, async 1444, pool 1688,
+  SB3 SubprocVecEnv 1327 (sync/SB3 1.10x, async/SB3 1.09x, pool/SB3 1.27x).
+
+An earlier run with the load average at 15 (other jobs' test suites) gave a quarter to a
+fifth of these throughputs, and pool/SB3 0.84x: on busy cores the env processes of async,
+pool and SB3 compete with the learner.
 """
 
 from __future__ import annotations

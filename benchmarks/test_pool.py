@@ -24,20 +24,18 @@ times the pool's collect. torch runs with one intra-op thread (``torch.set_num_t
 the envs' processes need the cores. Only with ``RL8_BENCH_ASSERT=1`` does the Sleepy test
 assert pool >= 1.8x async.
 
-Figures from one run on the development machine (2 cores, shared with other jobs; load
-average about 1.6 at the start), with
-``PYTHONPATH=$PWD python -m pytest benchmarks/test_pool.py -q -p no:cacheprovider -s``:
+Figures from one run on the development machine (2 cores, quiet), from
+``PYTHONPATH=$PWD python -m pytest benchmarks -q -p no:cacheprovider -s`` (all benchmark files, 9.5 minutes in all):
 
-* Sleepy, 32 envs, collect (env steps/s): sync 407, async 2449, pool 3476: pool/async 1.42x,
-  below the 1.8x target. On 2 cores the per-step cost of 32 processes (a pipe message each
-  way and a process wake-up per env step) bounds both async and pool, not the sleeping: the
-  learner's profile is dominated by ``write``/``read``/``epoll`` system calls. Earlier runs
-  under heavier load (load average 4-9) gave pool/async between 1.06x and 1.5x depending on
-  ``num_workers``/``min_batch_size``/``max_wait_s`` (min_batch_size 8 or max_wait_s 1 ms were
-  faster than min_batch_size 16 with no wait limit).
-* HalfCheetah-v5, 8 envs, horizon 128, 2 cores, collect (env steps/s): sync 5462, async 1534,
-  pool 1720, SB3 SubprocVecEnv 1675 (pool/SB3 1.03x, async/SB3 0.92x, sync/SB3 3.26x).
-  Collect + update: sync 5268, async 1732, pool 2287 (pool/async 1.32x). With 2 cores a
+* Sleepy, 32 envs, collect (env steps/s): sync 461, async 6147, pool 7239: pool/async 1.18x,
+  below the 1.8x target. 32 worker processes on 2 cores are bound by the per-step process
+  wake-ups (a pipe message each way per env step), not by the sleeping: the learner's profile
+  is dominated by ``write``/``read``/``epoll`` system calls and both cores are 76-86% busy
+  during the pool's collect; ``num_workers=16`` did no better. Earlier runs under load gave
+  1.24x and 1.42x.
+* HalfCheetah-v5, 8 envs, horizon 128, 2 cores, collect (env steps/s): sync 13328, async 7394,
+  pool 10095, SB3 SubprocVecEnv 7232 (pool/SB3 1.40x, async/SB3 1.02x, sync/SB3 1.84x).
+  Collect + update: sync 12747, async 5654, pool 8759 (pool/async 1.55x). With 2 cores a
   MuJoCo step is too cheap for processes to pay off; sync wins.
 """
 
