@@ -26,6 +26,8 @@ _EXPORTS = {
     "Policy": "rl8.policy",
     "Model": "rl8.models",
     "MLPModel": "rl8.models",
+    "CNNModel": "rl8.encoders",
+    "MultiInputModel": "rl8.encoders",
     "RecurrentModel": "rl8.recurrent",
     "LSTMModel": "rl8.recurrent",
     "GRUModel": "rl8.recurrent",
