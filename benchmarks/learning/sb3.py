@@ -24,6 +24,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from torch import nn
+
 from benchmarks.learning.run import DEFAULT_OUT, write_curve
 
 
@@ -41,7 +43,24 @@ ZOO: dict[str, tuple[int, int, dict[str, Any], int]] = {
         n_steps=1024, gae_lambda=0.95, gamma=0.9, n_epochs=10, ent_coef=0.0, learning_rate=1e-3,
         clip_range=0.2, use_sde=True, sde_sample_freq=4,
     ), 16384),  # rl8's preset: 4 updates of 4 x 1024
+    # The zoo tunes the MuJoCo v3 tasks; gymnasium has v5 of them now (same bodies and rewards).
+    "HalfCheetah-v5": (1, 1_000_000, dict(
+        n_steps=512, batch_size=64, gamma=0.98, learning_rate=2.0633e-05, ent_coef=0.000401762,
+        clip_range=0.1, n_epochs=20, gae_lambda=0.92, max_grad_norm=0.8, vf_coef=0.58096,
+        policy_kwargs=dict(log_std_init=-2, ortho_init=False, activation_fn=nn.ReLU,
+                           net_arch=dict(pi=[256, 256], vf=[256, 256])),
+    ), 40960),  # rl8's preset: 20 updates of 1 x 2048
+    "Hopper-v5": (1, 1_000_000, dict(
+        n_steps=512, batch_size=32, gamma=0.999, learning_rate=9.80828e-05, ent_coef=0.00229519,
+        clip_range=0.2, n_epochs=5, gae_lambda=0.99, max_grad_norm=0.7, vf_coef=0.835671,
+        policy_kwargs=dict(log_std_init=-2, ortho_init=False, activation_fn=nn.ReLU,
+                           net_arch=dict(pi=[256, 256], vf=[256, 256])),
+    ), 40960),  # rl8's preset: 20 updates of 1 x 2048
 }
+
+#: Tasks the zoo trains with ``normalize: true``: observations and rewards normalised by
+#: ``VecNormalize`` (evaluations see normalised observations and raw rewards).
+NORMALIZED = {"HalfCheetah-v5", "Hopper-v5"}
 
 
 def train(task: str, seed: int, *, out: Path, threads: int = 1, max_steps: int | None = None) -> Path:
@@ -55,15 +74,22 @@ def train(task: str, seed: int, *, out: Path, threads: int = 1, max_steps: int |
     from stable_baselines3.common.evaluation import evaluate_policy
 
     torch.set_num_threads(threads)
+    from stable_baselines3.common.vec_env import VecNormalize, sync_envs_normalization
+
     n_envs, n_timesteps, kwargs, eval_every = ZOO[task]
     env = make_vec_env(task, n_envs=n_envs, seed=seed)
     eval_env = make_vec_env(task, n_envs=1, seed=seed + 1000)
+    if task in NORMALIZED:
+        env = VecNormalize(env)
+        eval_env = VecNormalize(eval_env, training=False, norm_reward=False)
     model = PPO("MlpPolicy", env, seed=seed, verbose=0, device="cpu", **kwargs)
     rows: list[dict[str, float]] = []
     clock = {"start": time.perf_counter(), "eval_s": 0.0}
 
     def evaluate(steps: int) -> None:
         t0 = time.perf_counter()
+        if task in NORMALIZED:
+            sync_envs_normalization(env, eval_env)  # the training env's observation statistics
         mean, _ = evaluate_policy(model, eval_env, n_eval_episodes=10, deterministic=True)
         t1 = time.perf_counter()
         wall_s = t0 - clock["start"] - clock["eval_s"]
