@@ -208,3 +208,46 @@ def test_env_episode_sums_reduce_over_ranks_into_means_and_counts():
     none_ended = EpisodeRecords().stat_sums("cpu")
     stats, _ = rollout_stats(DistContext(), rewards, env_episode_sums=none_ended)
     assert stats["env_episodes/count"] == 0.0 and math.isnan(stats["env_episodes/return_mean"])
+
+
+def test_actors_send_their_envs_records_to_the_learner(tmp_path):
+    """2 actors (2 envs each) and 1 learner: the learner's stats count both actors' games."""
+    import json
+    from pathlib import Path
+
+    from launch import torchrun
+
+    job = torchrun([str(Path(__file__).resolve()), "actors", str(tmp_path)], nproc=3, timeout=240,
+                   env={"RL8_DIST_TIMEOUT_S": "60"})
+    assert job.returncode == 0, job.output
+    stats = json.loads((tmp_path / "learner.json").read_text())
+    assert stats["env/steps"] == 2 * 80  # two steps of 4 envs x 20 steps
+    # each actor: 2 envs x 4 games (8 lives) in 20 steps
+    assert {k: v for k, v in stats.items() if "episodes/" in k} == {
+        "episodes/return_mean": 2.5, "episodes/length_mean": 2.5, "episodes/count": 32.0,
+        "env_episodes/return_mean": GAME_SCORE, "env_episodes/length_mean": GAME_LENGTH,
+        "env_episodes/count": 16.0,
+    }
+
+
+def _worker_actors(out: str) -> None:
+    import json
+    from pathlib import Path
+
+    from rl8 import Trainer
+    from rl8.conditions import HitsUpperBound
+    from rl8.distributed import init_distributed
+
+    torch.set_num_threads(1)
+    assert init_distributed(actors=2), "run me with torchrun"
+    algo = PPO(make_game, num_envs=4, horizon=20, sgd_minibatch_size=80, num_sgd_iters=1, seed=0, device="cpu")
+    trainer = Trainer(algo, actors=2, tracking=False, progress=False)
+    stats = trainer.run(stop_conditions=HitsUpperBound("env/steps", 2 * 80))
+    if not trainer.is_actor:
+        (Path(out) / "learner.json").write_text(json.dumps(dict(stats)))
+
+
+if __name__ == "__main__":
+    import sys
+
+    {"actors": _worker_actors}[sys.argv[1]](*sys.argv[2:])
