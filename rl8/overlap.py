@@ -202,11 +202,12 @@ class OverlapCollector:
         rollout = None
         if not self.idle:
             done = self.wait()
+            done_records = self.buffer.env_episodes  # the env's own records of that rollout
             rollout = {
                 "data": self.buffer.data.clone().to_dict(),
                 "states": None if self.buffer.states is None else self.buffer.states.clone().to_dict(),
                 "post_states": None if self.buffer.post_states is None else self.buffer.post_states.clone().to_dict(),
-                "env_episodes": None if self.buffer.env_episodes is None else dataclasses.asdict(self.buffer.env_episodes),
+                "env_episodes": None if done_records is None else dataclasses.asdict(done_records),
                 "version": done.version,
                 "deterministic": done.deterministic,
             }

@@ -150,11 +150,12 @@ def _worker(
     Commands: ``("step", ids)``: step each sub-env of ``ids`` with its action from shared
     memory, auto-resetting it when its episode ends (``SAME_STEP``: ``final_obs`` gets the last
     observation, ``obs`` the new episode's first), and report ``("stepped", i)`` as soon as
-    sub-env ``i`` is done (with the episode records its step and auto-reset reported, for
-    sub-envs in a :class:`~rl8.envs.gymnasium.ReportEpisodeRecords`); ``("reset", [(i, seed), ...])``: reset those sub-envs, report
-    ``("reset", None)``; ``("render", i)``: report ``("frame", array)``. An exception is
-    reported as ``("error", (i, exception, traceback))``. SIGINT is ignored: the learner closes
-    the workers on Ctrl-C.
+    sub-env ``i`` is done (its slot of ``episode_records`` then holds what its step and
+    auto-reset reported, for sub-envs in a :class:`~rl8.envs.gymnasium.ReportEpisodeRecords`);
+    ``("reset", [(i, seed), ...])``: reset those sub-envs, report ``("reset", None)``;
+    ``("render", i)``: report ``("frame", array)``. An exception is reported as
+    ``("error", (i, exception, traceback))``. SIGINT is ignored: the learner closes the
+    workers on Ctrl-C.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     views = shared.views()
