@@ -61,6 +61,8 @@ WEIGHT_SYNC_METHODS = ("broadcast", "checkpoint")
 HEADER = (
     "version",  # learner update count of the weights that collected the rollout
     "episode_return_sum", "episode_length_sum", "episode_count",  # episodes that ended in it
+    "env_records",  # 1: the actor's env records episodes itself (the next three), 0: it does not
+    "env_episode_return_sum", "env_episode_length_sum", "env_episode_count",  # as the env recorded them
     "collect_s",  # seconds the actor spent collecting it
     "wait_s",  # seconds the actor waited for its learner before collecting it
     "env_steps",  # transitions in it
@@ -224,11 +226,16 @@ def run_actor(algo: PPO, config: TrainerConfig, *, env_config: dict[str, Any] | 
             t2 = time.perf_counter()
             count = stats.get("episodes/count", 0.0)
             count = 0.0 if math.isnan(count) else count
+            records = algo.buffer.env_episodes  # the env's own records of the rollout (or None)
             header = {
                 "version": algo.behaviour_version,
                 "episode_return_sum": stats.get("episodes/return_mean", 0.0) * count if count else 0.0,
                 "episode_length_sum": stats.get("episodes/length_mean", 0.0) * count if count else 0.0,
                 "episode_count": count,
+                "env_records": float(records is not None),
+                "env_episode_return_sum": records.return_sum if records is not None else 0.0,
+                "env_episode_length_sum": records.length_sum if records is not None else 0.0,
+                "env_episode_count": float(records.count) if records is not None else 0.0,
                 "collect_s": t2 - t1,
                 "wait_s": t1 - t0,
                 "env_steps": algo.hparams.batch_size,
@@ -374,13 +381,15 @@ class Learner:
 
     def collect(self, env_config: dict[str, Any] | None = None) -> Stats:
         """Receive one fresh rollout from each actor into the buffer and return the collect's
-        stats (PPO's rollout stats over the buffer, the actors' episodes, and the
+        stats (PPO's rollout stats over the buffer, the actors' episodes (``episodes/*``, and
+        ``env_episodes/*`` when their envs record episodes themselves), and the
         ``monitors/policy_lag``, ``actors/*``, ``throughput/actor_env_steps_per_s`` and
         ``profiling/*_wait_ms`` stats of ``docs/distributed.md``)."""
         self.start()
         version, cfg = self.algo.steps, self.config
         fresh: dict[int, float] = {}  # actor -> lag of its rollout in this batch
-        sums = {"episode_return_sum": 0.0, "episode_length_sum": 0.0, "episode_count": 0.0}
+        sums = dict.fromkeys(("episode_return_sum", "episode_length_sum", "episode_count", "env_records",
+                              "env_episode_return_sum", "env_episode_length_sum", "env_episode_count"), 0.0)
         actor_waits, wait_s, dropped = [], 0.0, 0
         while len(fresh) < len(self.actors):
             for actor in self.actors:
@@ -436,6 +445,11 @@ class Learner:
         stats["episodes/count"] = count
         stats["episodes/return_mean"] = reduced["episode_return_sum"] / count if count else math.nan
         stats["episodes/length_mean"] = reduced["episode_length_sum"] / count if count else math.nan
+        if reduced["env_records"]:  # the actors' envs record episodes themselves
+            count = reduced["env_episode_count"]
+            stats["env_episodes/count"] = count
+            stats["env_episodes/return_mean"] = reduced["env_episode_return_sum"] / count if count else math.nan
+            stats["env_episodes/length_mean"] = reduced["env_episode_length_sum"] / count if count else math.nan
         stats["monitors/policy_lag"] = reduced["monitors/policy_lag"]
         stats["actors/dropped_rollouts"] = reduced["dropped"]
         stats["actors/env_steps"] = reduced["received_steps"]

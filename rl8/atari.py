@@ -5,6 +5,7 @@ it for every ``ALE/`` id), so each env is::
 
     gymnasium.make(id, frameskip=1, repeat_action_probability=0.0)
     -> RecordEpisodeStatistics   # the game's own score and length, before any change
+                                 # (PPO's env_episodes/* stats)
     -> AtariPreprocessing        # noop reset (up to 30), frame skip 4 with a max over the
                                  # last 2 frames, 84x84, grayscale
     -> EpisodicLife              # training: an episode ends at every lost life

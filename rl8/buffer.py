@@ -18,6 +18,7 @@ import torch
 from gymnasium import spaces
 from tensordict import TensorDict, TensorDictBase
 
+from .episodes import EpisodeRecords
 from .spaces import zeros_like_space
 
 __all__ = [
@@ -65,6 +66,10 @@ class RolloutBuffer:
     Recurrent models also get :attr:`states` (``[num_envs, horizon // seq_len]``: the state
     before each sequence's first step) and, for episodic envs, :attr:`post_states`
     (``[num_envs, horizon]``: the state after each step, to value ``final_obs``).
+
+    :attr:`env_episodes` is what the env recorded itself of the episodes that ended during the
+    rollout in the buffer (:meth:`rl8.Env.pop_episode_records`; ``None`` for envs that keep no
+    records), set by the collect that fills it.
     """
 
     def __init__(
@@ -116,6 +121,7 @@ class RolloutBuffer:
             if episodic:
                 self.post_states = zeros.expand(num_envs, horizon).clone().zero_()
         self.data = TensorDict(data, batch_size=shape, device=device)
+        self.env_episodes: EpisodeRecords | None = None
         # Per-step views, made once: writing through them costs a copy and no indexing.
         # rewards/terminated/truncated columns keep a trailing dim of 1, like env outputs.
         keep_dim = {"rewards", "terminated", "truncated"}

@@ -14,6 +14,7 @@ import torch
 from gymnasium import spaces
 from tensordict import TensorDict, TensorDictBase
 
+from .episodes import EpisodeRecords
 from .spaces import space_dtype, space_shape
 
 __all__ = [
@@ -152,6 +153,27 @@ class Env(ABC):
 
     def close(self) -> None:
         """Release resources (subprocesses, windows). The default does nothing."""
+
+    def pop_episode_records(self) -> EpisodeRecords | None:
+        """The episodes that ended since the last call, as the env records them itself, and
+        forget them.
+
+        An env whose own account of episodes differs from the rewards and episode ends it
+        returns (the Atari preset: whole games and their unclipped score, while PPO gets
+        clipped rewards and an episode end at each lost life) returns it here: PPO logs it as
+        ``env_episodes/{return_mean,length_mean,count}`` next to its own ``episodes/*``.
+        :class:`rl8.envs.GymnasiumEnv` reports the records of a gymnasium
+        ``RecordEpisodeStatistics`` wrapper in each sub-env's chain. PPO calls it once at the
+        end of each collect (from the thread that steps the env); :meth:`reset` should forget
+        the records not yet taken.
+
+        Returns:
+            ``None`` (the default): the env keeps no records of its own, and PPO logs no
+            ``env_episodes/*``. An env that keeps records returns them at every call, as
+            :class:`~rl8.episodes.EpisodeRecords` with zero counts when no episode ended, so
+            that every rank of a data-parallel job logs the same stats.
+        """
+        return None
 
     def state_dict(self) -> dict[str, Any] | None:
         """The env's simulation state, for checkpoints (``None``: the env cannot save it).

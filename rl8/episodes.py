@@ -1,12 +1,40 @@
-"""Episode bookkeeping across collects: each env's running return and length."""
+"""Episode bookkeeping across collects: each env's running return and length, and the
+episodes an env records itself."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
 
-__all__ = ["EpisodeTracker"]
+__all__ = ["EpisodeRecords", "EpisodeTracker"]
+
+
+@dataclasses.dataclass(frozen=True)
+class EpisodeRecords:
+    """Sums over episodes as an env records them itself, which may differ from what PPO sees
+    (:meth:`rl8.Env.pop_episode_records`): under the Atari preset, whole games with the game's
+    unclipped score, while PPO trains on clipped rewards over episodes that end at each lost
+    life.
+
+    Attributes:
+        return_sum: The sum of the episodes' returns, in the env's own reward (under the Atari
+            preset: game score points).
+        length_sum: The sum of their lengths, in the env's own steps (under the Atari preset:
+            emulator frames, 4 per PPO step).
+        count: How many episodes.
+    """
+
+    return_sum: float = 0.0
+    length_sum: float = 0.0
+    count: int = 0
+
+    def stat_sums(self, device: torch.device | str) -> dict[str, torch.Tensor]:
+        """``env_episodes/{return_sum,length_sum,count}`` as 0-d float64 tensors on ``device``
+        (one host-to-device copy), to be summed over ranks like ``episodes/*``."""
+        values = torch.tensor([self.return_sum, self.length_sum, self.count], dtype=torch.float64).to(device)
+        return dict(zip(("env_episodes/return_sum", "env_episodes/length_sum", "env_episodes/count"), values.unbind()))
 
 
 class EpisodeTracker:

@@ -23,6 +23,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from .buffer import RolloutBuffer, RolloutCarry
+from .episodes import EpisodeRecords
 from .policy import Policy
 
 __all__ = ["OverlapCollector", "Rollout", "RolloutFn"]
@@ -177,10 +178,11 @@ class OverlapCollector:
         self._thread = None
 
     def hand_over(self, buffer: RolloutBuffer) -> Rollout:
-        """Copy the finished rollout into the learner's ``buffer`` (its recurrent states
-        included) and return it; the collector is idle afterwards."""
+        """Copy the finished rollout into the learner's ``buffer`` (its recurrent states and
+        the env's episode records included) and return it; the collector is idle afterwards."""
         done = self.wait()
         buffer.data.update_(self.buffer.data)
+        buffer.env_episodes = self.buffer.env_episodes
         if self.buffer.states is not None:
             buffer.states.update_(self.buffer.states)
         if self.buffer.post_states is not None:
@@ -200,10 +202,12 @@ class OverlapCollector:
         rollout = None
         if not self.idle:
             done = self.wait()
+            done_records = self.buffer.env_episodes  # the env's own records of that rollout
             rollout = {
                 "data": self.buffer.data.clone().to_dict(),
                 "states": None if self.buffer.states is None else self.buffer.states.clone().to_dict(),
                 "post_states": None if self.buffer.post_states is None else self.buffer.post_states.clone().to_dict(),
+                "env_episodes": None if done_records is None else dataclasses.asdict(done_records),
                 "version": done.version,
                 "deterministic": done.deterministic,
             }
@@ -223,5 +227,7 @@ class OverlapCollector:
             if rollout[name] is not None:
                 target = getattr(self.buffer, name)
                 target.update_(TensorDict(rollout[name], batch_size=target.batch_size).to(device))
+        env_episodes = rollout.get("env_episodes")  # (absent from checkpoints before rl8 kept them)
+        self.buffer.env_episodes = None if env_episodes is None else EpisodeRecords(**env_episodes)
         self._deterministic = bool(rollout["deterministic"])
         self._done = Rollout(obs, int(rollout["version"]), self._deterministic)

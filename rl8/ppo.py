@@ -507,8 +507,11 @@ class PPO:
         Returns:
             Rollout stats (a :class:`~rl8.stats.Stats` dict; see ``docs/trainer.md``,
             Metrics): ``rollout/reward_sum_*`` (each env's sum of rewards over the ``horizon``
-            steps), ``rewards/*`` (per step), and for episodic envs
-            ``episodes/{return_mean,length_mean,count}``.
+            steps), ``rewards/*`` (per step), for episodic envs
+            ``episodes/{return_mean,length_mean,count}``, and for envs that record episodes
+            themselves (:meth:`rl8.Env.pop_episode_records`: a gymnasium env with a
+            ``RecordEpisodeStatistics``, such as the Atari preset's)
+            ``env_episodes/{return_mean,length_mean,count}``.
 
         Raises:
             EnvOutputError: NaN/inf in the observations or rewards, naming the envs and steps
@@ -546,6 +549,7 @@ class PPO:
             The rollout stats of :meth:`collect`, over the buffer's rows.
         """
         fill(self.buffer)
+        self.buffer.env_episodes = None  # the actors report their envs' records themselves
         self._behaviour_version = self.steps
         self._validated = True
         self._count_collect()
@@ -564,6 +568,7 @@ class PPO:
             autocast=self._autocast(), check_first_step=not self._validated,
         )
         self._validated = True
+        buffer.env_episodes = self.env.pop_episode_records()  # the episodes of this rollout
         return obs
 
     def _count_collect(self) -> None:
@@ -611,7 +616,9 @@ class PPO:
         if normalizer is not None:
             seen = normalizer.advance(rewards, dones)
             moments, current = normalizer.returns_moments(seen)
-        stats, values = rollout_stats(self.dist, rewards, episode_sums, moments, current)
+        records = self.buffer.env_episodes
+        env_episode_sums = records.stat_sums(self.device) if records is not None else None
+        stats, values = rollout_stats(self.dist, rewards, episode_sums, moments, current, env_episode_sums)
         if normalizer is not None:
             normalizer.merge_returns_moments(values, float(seen.numel() * self.dist.world_size))
         if n != 0:  # after the first n collects: the reduced stats, at no extra cost
@@ -758,10 +765,12 @@ class PPO:
             run = run_policy(self.policy, env, obs, num_steps=num_steps or hp.horizon,
                              deterministic=deterministic, generator=self.eval_generator)
             steps = [(step.rewards, step.done) for step in run]
+        records = env.pop_episode_records()
         rewards = torch.stack([r for r, _ in steps], 1).to(self.device)
         dones = torch.stack([d for _, d in steps], 1).to(self.device) if env.episodic else None
         episode_sums = None if dones is None else EpisodeTracker(env.num_envs, self.device).advance(rewards, dones)
-        return rollout_stats(self.dist, rewards, episode_sums)[0]
+        env_episode_sums = records.stat_sums(self.device) if records is not None else None
+        return rollout_stats(self.dist, rewards, episode_sums, env_episode_sums=env_episode_sums)[0]
 
     def _reset_envs_later(self) -> None:
         """Make the next :meth:`collect` reset every env first (in overlap mode: wait for the

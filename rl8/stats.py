@@ -142,6 +142,7 @@ def rollout_stats(
     episode_sums: Mapping[str, torch.Tensor] | None = None,
     sums: Mapping[str, torch.Tensor] | None = None,
     local: Mapping[str, torch.Tensor] | None = None,
+    env_episode_sums: Mapping[str, torch.Tensor] | None = None,
 ) -> tuple[Stats, dict[str, float]]:
     """Rollout stats of ``rewards`` ``[num_envs, T]`` (all ranks), read back in ONE transfer.
 
@@ -156,12 +157,16 @@ def rollout_stats(
         sums: More 0-d tensors to sum over ranks and read back (e.g. the reward normaliser's
             :meth:`~rl8.normalization.RewardNormalizer.returns_moments`).
         local: More 0-d tensors to read back as they are on this rank.
+        env_episode_sums: ``env_episodes/{return_sum,length_sum,count}`` of the episodes that
+            the env recorded itself (:meth:`rl8.episodes.EpisodeRecords.stat_sums`); ``None``
+            for envs that keep no records.
 
     Returns:
         The stats: ``rollout/reward_sum_{min,max,mean,std}`` (each env's sum of rewards),
-        ``rewards/{min,max,mean,std}`` (per step) and, with ``episode_sums``,
-        ``episodes/{return_mean,length_mean,count}`` (NaN means when no episode ended); and
-        every reduced value by name (``sums`` and ``local`` included).
+        ``rewards/{min,max,mean,std}`` (per step), with ``episode_sums``
+        ``episodes/{return_mean,length_mean,count}`` and with ``env_episode_sums``
+        ``env_episodes/{return_mean,length_mean,count}`` (NaN means when no episode ended);
+        and every reduced value by name (``sums`` and ``local`` included).
     """
     f64 = torch.float64
     reward_sums = rewards.sum(1, dtype=f64)  # per env, over the rollout's steps
@@ -171,6 +176,7 @@ def rollout_stats(
         "reward_sq": torch.linalg.vector_norm(rewards, dtype=f64).square(),
     }
     totals.update(episode_sums or {})
+    totals.update(env_episode_sums or {})
     totals.update(sums or {})
     ret_lo, ret_hi = reward_sums.aminmax()
     rew_lo, rew_hi = rewards.aminmax()
@@ -190,12 +196,14 @@ def rollout_stats(
         out[f"{prefix}max"] = values[f"{prefix}max"]
         out[f"{prefix}mean"] = mean
         out[f"{prefix}std"] = max(sum_sq / n - mean * mean, 0.0) ** 0.5
-    if episode_sums is not None:
-        count = values["episodes/count"]
+    for prefix, given in (("episodes/", episode_sums), ("env_episodes/", env_episode_sums)):
+        if given is None:
+            continue
+        count = values[f"{prefix}count"]
         # NaN when no episode ended: stop conditions treat NaN as "not reached".
-        out["episodes/return_mean"] = values["episodes/return_sum"] / count if count > 0 else float("nan")
-        out["episodes/length_mean"] = values["episodes/length_sum"] / count if count > 0 else float("nan")
-        out["episodes/count"] = count
+        out[f"{prefix}return_mean"] = values[f"{prefix}return_sum"] / count if count > 0 else float("nan")
+        out[f"{prefix}length_mean"] = values[f"{prefix}length_sum"] / count if count > 0 else float("nan")
+        out[f"{prefix}count"] = count
     return out, values
 
 

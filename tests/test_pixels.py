@@ -386,33 +386,76 @@ def test_atari_preset_wrappers_and_options():
         env.close()
 
 
+def _five_point_pong(**kwargs):
+    """Pong whose points are worth 5 (registered as ``ALE/FivePointPong-v0`` by the fixture)."""
+    import gymnasium
+
+    return gymnasium.wrappers.TransformReward(gymnasium.make("ALE/Pong-v5", **kwargs), lambda r: 5.0 * r)
+
+
+@pytest.fixture
+def five_point_pong():
+    """The gymnasium id of :func:`_five_point_pong`, registered in this process for the test."""
+    import gymnasium
+
+    gymnasium.register("ALE/FivePointPong-v0", entry_point=_five_point_pong)
+    yield "ALE/FivePointPong-v0"
+    gymnasium.registry.pop("ALE/FivePointPong-v0")
+
+
 @needs_atari
-def test_training_rewards_are_clipped_while_the_episode_return_is_not():
+def test_training_rewards_are_clipped_while_the_episode_return_is_not(five_point_pong):
     """A Pong whose points are worth 5: the training form steps with rewards of -1/+1, while
     the game's own return (RecordEpisodeStatistics, inside the clipping) counts 5 a point."""
     import gymnasium
 
     from rl8.atari import make_atari
 
-    def five_point_pong(**kwargs):
-        return gymnasium.wrappers.TransformReward(gymnasium.make("ALE/Pong-v5", **kwargs), lambda r: 5.0 * r)
+    env = make_atari(five_point_pong, atari_preset={"frame_stack": 1})
+    record = env
+    while not isinstance(record, gymnasium.wrappers.RecordEpisodeStatistics):
+        record = record.env
+    env.reset(seed=0)
+    clipped = []
+    for _ in range(2000):
+        _, reward, terminated, truncated, _ = env.step(env.action_space.sample())
+        if reward:
+            clipped.append(reward)
+        if len(clipped) >= 2 or terminated or truncated:
+            break
+    assert len(clipped) >= 1 and set(clipped) <= {-1.0, 1.0}
+    assert record.episode_returns == 5.0 * sum(clipped)
+    env.close()
 
-    gymnasium.register("ALE/FivePointPong-v0", entry_point=five_point_pong)
+
+@needs_atari
+def test_the_preset_reports_the_unclipped_game_score_as_env_episodes(five_point_pong):
+    """Games of FivePointPong cut at 400 emulator frames: the adapter's records are the games'
+    own score (5 a point) and length in frames, while the envs' rewards are clipped to -1/+1
+    and their episodes count PPO steps (4 frames each)."""
+    from rl8.envs import GymnasiumEnv
+
+    env = GymnasiumEnv(2, env=five_point_pong, env_kwargs={"max_num_frames_per_episode": 400})
     try:
-        env = make_atari("ALE/FivePointPong-v0", atari_preset={"frame_stack": 1})
-        record = env
-        while not isinstance(record, gymnasium.wrappers.RecordEpisodeStatistics):
-            record = record.env
         env.reset(seed=0)
-        clipped = []
-        for _ in range(2000):
-            _, reward, terminated, truncated, _ = env.step(env.action_space.sample())
-            if reward:
-                clipped.append(reward)
-            if len(clipped) >= 2 or terminated or truncated:
+        returns, lengths = torch.zeros(2), torch.zeros(2)
+        ended_returns, ended_lengths = [], []
+        for _ in range(200):
+            out = env.step(torch.randint(0, int(env.action_space.n), (2,)))
+            rewards = out["rewards"][:, 0]
+            assert set(rewards.tolist()) <= {-1.0, 0.0, 1.0}
+            returns += rewards
+            lengths += 1
+            for i in (out["terminated"] | out["truncated"])[:, 0].nonzero()[:, 0].tolist():
+                ended_returns.append(returns[i].item())
+                ended_lengths.append(lengths[i].item())
+                returns[i] = lengths[i] = 0
+            if len(ended_returns) >= 2:
                 break
-        assert len(clipped) >= 1 and set(clipped) <= {-1.0, 1.0}
-        assert record.episode_returns == 5.0 * sum(clipped)
-        env.close()
+        records = env.pop_episode_records()
+        assert records.count == len(ended_returns) >= 2
+        assert records.return_sum == 5.0 * sum(ended_returns)
+        assert records.length_sum == 400.0 * records.count  # emulator frames
+        assert max(ended_lengths) <= 400 / 4  # PPO steps, 4 frames each (some frames go to the resets)
     finally:
-        gymnasium.registry.pop("ALE/FivePointPong-v0")
+        env.close()

@@ -26,9 +26,10 @@ from tensordict import TensorDict, TensorDictBase
 
 from ..atari import is_atari_id, make_atari
 from ..env import Env, new_tensordict
+from ..episodes import EpisodeRecords
 from ..spaces import check_space, space_dtype, zeros_like_space
 
-__all__ = ["GymnasiumConverter", "GymnasiumEnv", "GymnasiumEnvFactory"]
+__all__ = ["GymnasiumConverter", "GymnasiumEnv", "GymnasiumEnvFactory", "ReportEpisodeRecords"]
 
 _MODES = ("sync", "async", "pool")
 _ACTION_MASK = "action_mask"
@@ -108,6 +109,67 @@ def _write_row(tree: _Tree, dst: Any, index: int, value: Any) -> None:
         dst[index] = value
 
 
+#: The info key under which :class:`ReportEpisodeRecords` reports a sub-env's new records.
+EPISODE_RECORDS_KEY = "rl8_episode_records"
+
+
+class ReportEpisodeRecords(gymnasium.Wrapper):
+    """Reports the episodes that a ``RecordEpisodeStatistics`` wrapper inside the chain
+    records, whatever the wrappers between them do to rewards and episode ends.
+
+    After each ``step`` and ``reset`` that completed episodes of ``record``, the info gets
+    ``info["rl8_episode_records"]``: a float64 array ``[return_sum, length_sum, count]`` over
+    those episodes (their ``"r"`` and ``"l"``). Reading ``record``'s counters rather than the
+    ``info["episode"]`` it writes also counts the games that end inside an outer wrapper's
+    ``reset`` (a no-op or FIRE step of the Atari preset), whose info no one returns.
+    :class:`GymnasiumEnv` puts it outermost around every sub-env that has a
+    ``RecordEpisodeStatistics`` (:func:`with_episode_records`) and sums what it reports.
+
+    Args:
+        env: The sub-env, with ``record`` somewhere in its wrapper chain.
+        record: The ``RecordEpisodeStatistics`` wrapper whose episodes are reported.
+    """
+
+    #: Marks the wrapper, for ``has_wrapper_attr`` across processes.
+    reports_episode_records = True
+
+    def __init__(self, env: gymnasium.Env, record: gymnasium.wrappers.RecordEpisodeStatistics) -> None:
+        super().__init__(env)
+        self.record = record
+        self._reported = record.episode_count
+
+    def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return obs, reward, terminated, truncated, self._with_new_records(info)
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        obs, info = self.env.reset(**kwargs)
+        return obs, self._with_new_records(info)
+
+    def _with_new_records(self, info: dict[str, Any]) -> dict[str, Any]:
+        new = self.record.episode_count - self._reported
+        if new == 0:
+            return info
+        self._reported = self.record.episode_count
+        new = min(new, len(self.record.return_queue))  # (more than its buffer_length at once: lost)
+        returns = list(self.record.return_queue)[-new:]
+        lengths = list(self.record.length_queue)[-new:]
+        return {**info, EPISODE_RECORDS_KEY: np.array([sum(returns), sum(lengths), new], dtype=np.float64)}
+
+
+def with_episode_records(env: gymnasium.Env) -> gymnasium.Env:
+    """``env`` in a :class:`ReportEpisodeRecords` of the innermost ``RecordEpisodeStatistics``
+    of its wrapper chain (the closest to the game's own rewards), or ``env`` itself when it
+    has none."""
+    record = None
+    inner = env
+    while isinstance(inner, gymnasium.Wrapper):
+        if isinstance(inner, gymnasium.wrappers.RecordEpisodeStatistics):
+            record = inner
+        inner = inner.env
+    return env if record is None else ReportEpisodeRecords(env, record)
+
+
 def _close_matches(env_id: str) -> list[str]:
     ids = list(gymnasium.registry.keys())
     lower = {i.lower(): i for i in ids}
@@ -127,14 +189,15 @@ def _make_single_env(
     wrappers: Sequence[Callable[[gymnasium.Env], gymnasium.Env]],
 ) -> gymnasium.Env:
     """One env with the wrappers applied, as each sub-env of the vector env is built. ALE ids
-    get the Atari preset (:func:`rl8.atari.make_atari`; ``atari_preset`` in ``kwargs``)."""
+    get the Atari preset (:func:`rl8.atari.make_atari`; ``atari_preset`` in ``kwargs``); an
+    env with a ``RecordEpisodeStatistics`` reports its records (:func:`with_episode_records`)."""
     if is_atari_id(env):
         single = make_atari(env, **kwargs)
     else:
         single = gymnasium.make(env, **kwargs) if isinstance(env, str) else env(**kwargs)
     for wrapper in wrappers:
         single = wrapper(single)
-    return single
+    return with_episode_records(single)
 
 
 def _make_vector_env(
@@ -152,8 +215,8 @@ def _make_vector_env(
     make_single = functools.partial(_make_single_env, env, kwargs, wrappers)
     try:
         if isinstance(env, str) and not is_atari_id(env):
-            return gymnasium.make_vec(env, num_envs, vectorization_mode=mode,
-                                      vector_kwargs=vector_kwargs, wrappers=wrappers, **kwargs)
+            return gymnasium.make_vec(env, num_envs, vectorization_mode=mode, vector_kwargs=vector_kwargs,
+                                      wrappers=[*wrappers, with_episode_records], **kwargs)
         fns = [make_single] * num_envs
         return (AsyncVectorEnv if mode == "async" else SyncVectorEnv)(fns, **vector_kwargs)
     except (gymnasium.error.UnregisteredEnv, gymnasium.error.DeprecatedEnv) as err:
@@ -512,6 +575,9 @@ class GymnasiumEnv(Env):
                 self.vector_env.single_observation_space, self.vector_env.single_action_space,
                 num_envs, self.device, self._name(),
             )
+            reports = self._call(self.vector_env.call, "has_wrapper_attr", "reports_episode_records")
+            # [return_sum, length_sum, count] of the sub-envs' records not yet popped; None: none kept
+            self._episode_records = np.zeros(3) if any(reports) else None
         except BaseException:
             self.close()
             raise
@@ -568,6 +634,7 @@ class GymnasiumEnv(Env):
         seed = self._reset_seed(config, seed)
         obs, _ = self._call(self.vector_env.reset, seed=seed)
         self._needs_reset = False
+        self._forget_episode_records()
         return self.converter.from_reset(obs)
 
     def step(self, action: torch.Tensor | TensorDictBase) -> TensorDictBase:
@@ -592,7 +659,37 @@ class GymnasiumEnv(Env):
         obs, rewards, terminated, truncated, infos = self._call(
             self.vector_env.step, self.converter.to_actions(action)
         )
+        if self._episode_records is not None:
+            self._add_episode_records(infos)
         return self.converter.from_step(obs, rewards, terminated, truncated, infos)
+
+    def pop_episode_records(self) -> EpisodeRecords | None:
+        """The episodes that ended since the last call (or :meth:`reset`) as the sub-envs'
+        ``RecordEpisodeStatistics`` recorded them (the innermost one of each sub-env's wrapper
+        chain: under the Atari preset, whole games with the game's unclipped score and their
+        length in emulator frames), and forget them.
+
+        Returns:
+            Their sums and count (zeros when none ended), or ``None`` when the sub-envs have
+            no ``RecordEpisodeStatistics``.
+        """
+        if self._episode_records is None:
+            return None
+        return_sum, length_sum, count = self._episode_records.tolist()
+        self._forget_episode_records()
+        return EpisodeRecords(return_sum, length_sum, int(count))
+
+    def _add_episode_records(self, infos: dict[str, Any]) -> None:
+        """Add what the sub-envs' :class:`ReportEpisodeRecords` put in a step's infos: the
+        step's own info (under ``final_info`` for sub-envs that ended an episode and were
+        reset, ``SAME_STEP``) and the info of those resets."""
+        for info in (infos, infos.get("final_info")):
+            if info is not None and EPISODE_RECORDS_KEY in info:
+                self._episode_records += info[EPISODE_RECORDS_KEY].sum(0)
+
+    def _forget_episode_records(self) -> None:
+        if self._episode_records is not None:
+            self._episode_records[:] = 0.0
 
     def render(self, index: int = 0) -> np.ndarray:
         """Return an RGB frame (``uint8``, ``[height, width, 3]``) of sub-env ``index``.

@@ -35,7 +35,9 @@ from gymnasium.vector.utils import create_shared_memory, read_from_shared_memory
 from tensordict import TensorDictBase
 
 from ..env import ReadyEnvs
-from .gymnasium import GymnasiumConverter, GymnasiumEnv, _make_single_env, _RemoteTraceback
+from .gymnasium import (
+    EPISODE_RECORDS_KEY, GymnasiumConverter, GymnasiumEnv, ReportEpisodeRecords, _make_single_env, _RemoteTraceback,
+)
 
 __all__ = ["PoolEnv", "PoolWorkerDied"]
 
@@ -109,7 +111,9 @@ def _set_rows(dst: Any, index: np.ndarray, value: Any) -> None:
 
 class _Shared:
     """The shared memory of a pool: each sub-env's observation, last observation before an
-    auto-reset, reward, flags and action, ``num_envs`` rows each."""
+    auto-reset, reward, flags, action and the episode records of its last step
+    (``[return_sum, length_sum, count]``, see :class:`~rl8.envs.gymnasium.ReportEpisodeRecords`;
+    zeros when it has none), ``num_envs`` rows each."""
 
     def __init__(
         self, observation_space: spaces.Space, action_space: spaces.Space, num_envs: int, ctx: Any
@@ -121,6 +125,7 @@ class _Shared:
         self.rewards = ctx.Array("d", num_envs, lock=False)
         self.terminated = ctx.Array("b", num_envs, lock=False)
         self.truncated = ctx.Array("b", num_envs, lock=False)
+        self.episode_records = ctx.Array("d", 3 * num_envs, lock=False)
 
     def views(self) -> dict[str, Any]:
         """numpy views of every array (trees for Dict observation or action spaces)."""
@@ -132,6 +137,7 @@ class _Shared:
             "rewards": np.frombuffer(self.rewards, dtype=np.float64),
             "terminated": np.frombuffer(self.terminated, dtype=np.bool_),
             "truncated": np.frombuffer(self.truncated, dtype=np.bool_),
+            "episode_records": np.frombuffer(self.episode_records, dtype=np.float64).reshape(n, 3),
         }
 
 
@@ -144,16 +150,19 @@ def _worker(
     Commands: ``("step", ids)``: step each sub-env of ``ids`` with its action from shared
     memory, auto-resetting it when its episode ends (``SAME_STEP``: ``final_obs`` gets the last
     observation, ``obs`` the new episode's first), and report ``("stepped", i)`` as soon as
-    sub-env ``i`` is done; ``("reset", [(i, seed), ...])``: reset those sub-envs, report
-    ``("reset", None)``; ``("render", i)``: report ``("frame", array)``. An exception is
-    reported as ``("error", (i, exception, traceback))``. SIGINT is ignored: the learner closes
-    the workers on Ctrl-C.
+    sub-env ``i`` is done (its slot of ``episode_records`` then holds what its step and
+    auto-reset reported, for sub-envs in a :class:`~rl8.envs.gymnasium.ReportEpisodeRecords`);
+    ``("reset", [(i, seed), ...])``: reset those sub-envs, report ``("reset", None)``;
+    ``("render", i)``: report ``("frame", array)``. An exception is reported as
+    ``("error", (i, exception, traceback))``. SIGINT is ignored: the learner closes the
+    workers on Ctrl-C.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     views = shared.views()
     space = shared.observation_space
     envs: dict[int, gymnasium.Env] = {}
     current = env_ids.start
+    records = views["episode_records"]
 
     def report_error(index: int, exc: BaseException) -> None:
         trace = traceback.format_exc()
@@ -171,10 +180,15 @@ def _worker(
             if command == "step":
                 for current in arg:
                     env = envs[current]
-                    obs, reward, terminated, truncated, _ = env.step(_row(views["actions"], current))
+                    obs, reward, terminated, truncated, info = env.step(_row(views["actions"], current))
+                    reports = isinstance(env, ReportEpisodeRecords)
+                    if reports:
+                        records[current] = info.get(EPISODE_RECORDS_KEY, 0.0)
                     if terminated or truncated:
                         write_to_shared_memory(space, current, obs, shared.final_obs)
-                        obs, _ = env.reset()
+                        obs, info = env.reset()
+                        if reports and EPISODE_RECORDS_KEY in info:
+                            records[current] += info[EPISODE_RECORDS_KEY]
                     write_to_shared_memory(space, current, obs, shared.obs)
                     views["rewards"][current] = reward
                     views["terminated"][current] = terminated
@@ -353,6 +367,8 @@ class PoolEnv(GymnasiumEnv, ReadyEnvs):
         probe = make_env()  # the spaces and metadata, before the shared memory is sized
         try:
             single_obs_space, single_action_space = probe.observation_space, probe.action_space
+            # [return_sum, length_sum, count] of the sub-envs' records not yet popped; None: none kept
+            self._episode_records = np.zeros(3) if isinstance(probe, ReportEpisodeRecords) else None
             self.metadata = {**type(self).metadata, **probe.metadata}
             self.metadata.setdefault("render_fps", 30)
         finally:
@@ -421,6 +437,7 @@ class PoolEnv(GymnasiumEnv, ReadyEnvs):
             self._send(w, "reset", [(i, None if seed is None else seed + i) for i in block])
         self._await_replies(range(self.num_workers), "reset")
         self._needs_reset = False
+        self._forget_episode_records()
         return self.converter.from_reset(self._views["obs"])
 
     def step(self, action: torch.Tensor | TensorDictBase) -> TensorDictBase:
@@ -481,6 +498,8 @@ class PoolEnv(GymnasiumEnv, ReadyEnvs):
         taken, self._ready = self._ready[:max_batch_size], self._ready[max_batch_size:]
         ids = np.sort(np.asarray(taken, dtype=np.int64))
         views = self._views
+        if self._episode_records is not None:
+            self._episode_records += views["episode_records"][ids].sum(0)
         ended = views["terminated"][ids] | views["truncated"][ids]
         obs = _rows(views["obs"], ids)
         final = _rows(views["obs"], ids)
