@@ -110,14 +110,16 @@ class Progress:
         if not self.enabled:
             return
         now = time.monotonic()
-        # episodic envs: keep the last mean when no episode ended
+        # episodic envs: keep the last mean when no episode ended; the env's own episode
+        # records (the Atari preset's unclipped games) come before PPO's episodes
         for attr, keys in (
-            ("_latest_return", ["episodes/return_mean", "rollout/reward_sum_mean"]),
-            ("_latest_eval_return", ["eval/episodes/return_mean", "eval/rollout/reward_sum_mean"]),
+            ("_latest_return", ["env_episodes/return_mean", "episodes/return_mean", "rollout/reward_sum_mean"]),
+            ("_latest_eval_return", ["eval/env_episodes/return_mean", "eval/episodes/return_mean",
+                                     "eval/rollout/reward_sum_mean"]),
         ):
-            value = _latest(stats, keys)
-            if value is not None:
-                setattr(self, attr, value)
+            key = next((key for key in keys if key in stats), None)  # the first kind the stats have
+            if key is not None and not _is_nan(stats[key]):
+                setattr(self, attr, float(stats[key]))
         linear = {i: c.progress(stats) for i, c in enumerate(conditions)}
         targets = {i: self._target_fraction(c, stats) for i, c in enumerate(conditions) if linear[i] is None}
         steps = float(stats.get("env/steps", 0.0))

@@ -251,3 +251,23 @@ if __name__ == "__main__":
     import sys
 
     {"actors": _worker_actors}[sys.argv[1]](*sys.argv[2:])
+
+
+def test_the_progress_line_shows_the_envs_own_returns_first():
+    """With both, the progress line shows the env's whole games (unclipped), not PPO's lives;
+    an update in which no game ended keeps the last one shown."""
+    import io
+
+    from rl8.progress import Progress
+    from rl8.stats import Stats
+
+    stream = io.StringIO()
+    progress = Progress(None, stream, interval_s=1e-9)
+    progress.update(Stats({"env/steps": 100, "env_episodes/return_mean": 28.0, "episodes/return_mean": 2.5,
+                           "eval/env_episodes/return_mean": 21.0, "eval/episodes/return_mean": 1.0}), [])
+    first = stream.getvalue()
+    assert "| return 28 " in first and "eval return 21" in first
+    progress.update(Stats({"env/steps": 200, "env_episodes/return_mean": math.nan, "episodes/return_mean": 3.0}), [])
+    second = stream.getvalue()[len(first):]
+    assert "env steps" in second or "200" in second  # a second line was written
+    assert "| return 28 " in second and "| return 3 " not in second
