@@ -10,7 +10,8 @@ building :class:`rl8.PPO`, and ``Trainer(..., actors=N)``) splits the job's rank
   collected it, and sends it to its learner point-to-point: the buffer's tensors packed into
   one byte tensor in a fixed layout (:class:`FlatLayout`, the same on every rank because every
   rank builds the same buffer), after a small ``float64`` header (:data:`HEADER`). Then it
-  waits for its learner's reply: go on, new weights, or stop. It never updates.
+  waits for its learner's reply: go on, new weights, stop, or (for a checkpoint) send its own
+  state (:func:`actor_state`) and wait again. It never updates.
 * A **learner** (:class:`Learner`) receives one rollout from each of its actors into its
   buffer (actor ``k`` always fills the same block of rows), drops those collected with weights
   more than ``max_staleness`` versions behind its own, and runs PPO's update (data-parallel
@@ -195,7 +196,8 @@ def _send_state(algo: PPO, learner: int, rank: int) -> None:
 # ----------------------------------------------------------------------------- actor side
 def run_actor(algo: PPO, config: TrainerConfig, *, env_config: dict[str, Any] | None = None) -> Stats:
     """The actor's loop: wait for its learner's reply, load the weights it sends, collect one
-    rollout, send it; until the learner says stop.
+    rollout, send it; until the learner says stop. Asked for its state (for a checkpoint, at
+    this rollout boundary), it sends :func:`actor_state` and waits for the next reply.
 
     SIGINT and SIGTERM do not stop an actor by themselves (torchrun sends them to every rank):
     the learners stop the job, and the actor then exits with the signal's status.
@@ -503,16 +505,18 @@ class Learner:
         """
         if self.stopped:
             return {}
-        for actor in self.actors:
+        rank = self.roles.rank
+        for actor in self.actors:  # each actor makes its state while the next one is asked
             if not self._waits_for_reply(actor):
                 self._held[actor] = self._receive(actor)
+            with _p2p(actor, f"learner rank {rank}: asking actor rank {actor} for its state"):
+                dist.send(torch.tensor([_STATE, float(self.algo.steps)], dtype=torch.float64), actor, tag=_TAG_REPLY)
         return {actor: self._receive_state(actor) for actor in self.actors}
 
     def _receive_state(self, actor: int) -> dict[str, Any]:
         rank = self.roles.rank
         size = torch.zeros(1, dtype=torch.int64)
         with _p2p(actor, f"learner rank {rank}: receiving the state of actor rank {actor}"):
-            dist.send(torch.tensor([_STATE, float(self.algo.steps)], dtype=torch.float64), actor, tag=_TAG_REPLY)
             dist.recv(size, src=actor, tag=_TAG_STATE_SIZE)
             data = torch.empty(int(size.item()), dtype=torch.uint8)
             dist.recv(data, src=actor, tag=_TAG_STATE)
