@@ -224,6 +224,28 @@ def test_an_actor_resumes_its_own_state_and_an_older_checkpoint_starts_its_envs_
         checkpoint_for_actor(load_checkpoint(file), file, 1)
 
 
+def test_a_checkpoint_holds_every_actors_state_or_none(tmp_path, monkeypatch):
+    """Learner rank 0 of a job of 1 learner and 2 actors writes the ``actors`` entry only with
+    every actor's state: not after the actors were told to stop (``{}``), not with one missing."""
+    import rl8.distributed
+    from rl8 import PPO
+    from rl8._resume import write_checkpoint
+    from rl8.checkpoint import load_checkpoint
+    from rl8.distributed import DistContext, Roles
+    from rl8.envs import CartPole
+
+    algo = PPO(CartPole, num_envs=4, horizon=8, seed=0, device="cpu")
+    monkeypatch.setattr(rl8.distributed, "_roles", Roles(rank=0, world_size=3, actors=2))
+    entry = {"counters": {"collects": 1}}
+
+    def written(actors):
+        path = write_checkpoint({"algo": algo.state_dict()}, tmp_path / "c.pt", None, None, 0, DistContext(), actors)
+        return load_checkpoint(path).get("actors")
+
+    assert written({1: entry, 2: entry}) == {"world_size": 3, "actors": 2, "ranks": {1: entry, 2: entry}}
+    assert written({}) is None and written({1: entry}) is None and written(None) is None
+
+
 def test_cli_takes_the_actor_flags():
     from rl8.cli import build_parser
 
@@ -375,6 +397,8 @@ def _worker_actor_state(out: Path, checkpoint: str) -> None:
 def test_sigterm_stops_every_rank_with_a_checkpoint_and_a_killed_run(tmp_path, mlflow_uri):
     from mlflow.tracking import MlflowClient
 
+    from rl8.checkpoint import load_checkpoint
+
     config = tmp_path / "cartpole.yaml"
     config.write_text(CARTPOLE_CONFIG.replace("max_steps: 200000", "max_steps: 100000000") + "checkpoint_every: 2\n")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc_per_node=3",
@@ -403,7 +427,9 @@ def test_sigterm_stops_every_rank_with_a_checkpoint_and_a_killed_run(tmp_path, m
     runs = client.search_runs([client.get_experiment_by_name("actors").experiment_id])
     assert len(runs) == 1 and runs[0].info.status == "KILLED"
     steps = runs[0].data.metrics["env/steps"]
-    assert (tmp_path / "ckpts" / f"checkpoint-{int(steps):012d}.pt").is_file()  # the stop step's checkpoint
+    stop_checkpoint = tmp_path / "ckpts" / f"checkpoint-{int(steps):012d}.pt"
+    assert stop_checkpoint.is_file()  # the stop step's checkpoint, with the actors' states
+    assert sorted(load_checkpoint(stop_checkpoint)["actors"]["ranks"]) == [1, 2]
 
 
 # --------------------------------------------------------------------------------------------
