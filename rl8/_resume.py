@@ -17,8 +17,8 @@ import torch
 
 from ._resolve import qualified_name
 from .checkpoint import (
-    CHECKPOINT_POINTER_ARTIFACT, CheckpointError, CheckpointManager, checkpoint_for_actor, load_checkpoint, read_checkpoint,
-    resolve_checkpoint, save_checkpoint,
+    CHECKPOINT_POINTER_ARTIFACT, CheckpointError, CheckpointManager, checkpoint_for_actor, load_checkpoint,
+    read_checkpoint, resolve_checkpoint, save_checkpoint,
 )
 from .conditions import Condition, with_current_stat_names
 from .config import TrainerConfig

@@ -1,7 +1,8 @@
 """Actors and learners (``rl8 train --actors N``) on CPU with gloo: 3-process jobs.
 
 A 3-process job (2 actors, 1 learner) solves CartPole with one MLflow run and a policy lag
-within ``max_staleness``, and its resume goes on in the same run; an actor killed mid-run ends
+within ``max_staleness``, and its resume goes on in the same run; its checkpoints hold each
+actor's own state, which each actor gets back exactly on resume; an actor killed mid-run ends
 the job with an error naming it, within a bounded time. The 4-process job and the synchronous
 mode are in ``tests/test_actors_sync.py`` (a second file, so that ``pytest -n 2 --dist
 loadfile`` runs both at once). Each job is bounded by a timeout and its process group killed
