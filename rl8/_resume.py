@@ -17,8 +17,8 @@ import torch
 
 from ._resolve import qualified_name
 from .checkpoint import (
-    CHECKPOINT_POINTER_ARTIFACT, CheckpointError, CheckpointManager, load_checkpoint, read_checkpoint, resolve_checkpoint,
-    save_checkpoint,
+    CHECKPOINT_POINTER_ARTIFACT, CheckpointError, CheckpointManager, checkpoint_for_actor, load_checkpoint,
+    read_checkpoint, resolve_checkpoint, save_checkpoint,
 )
 from .conditions import Condition, with_current_stat_names
 from .config import TrainerConfig
@@ -29,7 +29,10 @@ if TYPE_CHECKING:
     from .ppo import PPO
     from .trainer import Trainer
 
-__all__ = ["RunRecord", "TrainerCheckpoints", "algo_from_checkpoint", "check_finite_policy", "read_trainer_checkpoint"]
+__all__ = [
+    "RunRecord", "TrainerCheckpoints", "algo_from_checkpoint", "check_finite_policy", "rank_entry",
+    "read_trainer_checkpoint",
+]
 
 #: Entries of ``PPO.state_dict()`` that are the same on every rank: stored once (rank 0's
 #: ``algo``), not in the per-rank entries of a data-parallel checkpoint.
@@ -127,18 +130,34 @@ def check_finite_policy(policy: torch.nn.Module, step: int, last_checkpoint: Pat
     )
 
 
+def rank_entry(algo_state: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of a ``PPO.state_dict()`` that is this rank's own (envs, observations, RNG and
+    generator states, episode accumulators, reward-normaliser carry, recurrent and overlap
+    state): what a per-rank entry of a checkpoint holds."""
+    return {k: v for k, v in algo_state.items() if k not in _SHARED_ALGO_KEYS}
+
+
 def write_checkpoint(state: dict[str, Any], path: Any, folder: Path | None, keep_last: int | None, step: int,
-                     dist: DistContext) -> Path:
+                     dist: DistContext, actors: dict[int, dict[str, Any]] | None = None) -> Path:
     """Write a Trainer checkpoint on rank 0 to ``path``, or (``path=None``) as ``folder``'s
     numbered checkpoint keeping the last ``keep_last``; in data-parallel training with every
-    rank's own algo state. Every rank gets the absolute path written, or rank 0's error."""
-    ranks = None
+    rank's own algo state. With actors and learners, ``actors`` is this learner's actors' own
+    states by rank (:meth:`rl8.actors.Learner.actor_states`; ``{}`` when they could not be
+    asked): every learner's are gathered into the file's ``actors`` entry. Every rank gets the
+    absolute path written, or rank 0's error."""
+    ranks, actor_states = None, [actors]
     if dist.enabled:
-        ranks = dist.gather_to_main(to_cpu({k: v for k, v in state["algo"].items() if k not in _SHARED_ALGO_KEYS}))
+        gathered = dist.gather_to_main((to_cpu(rank_entry(state["algo"])), actors))
+        if gathered is not None:
+            ranks, actor_states = [own for own, _ in gathered], [theirs for _, theirs in gathered]
+    roles = current_roles()
 
     def write() -> Path:
         if ranks is not None:
             state["distributed"] = {"world_size": dist.world_size, "ranks": ranks}
+        entries = {rank: entry for states in actor_states or () for rank, entry in (states or {}).items()}
+        if roles is not None and entries and len(entries) == roles.actors:  # all of them or none
+            state["actors"] = {"world_size": roles.world_size, "actors": roles.actors, "ranks": entries}
         if path is None:
             return CheckpointManager(folder, keep_last=keep_last).save(state, step).absolute()
         target = Path(path)
@@ -164,13 +183,14 @@ def log_policy_artifacts(tracker: Any, policy: torch.nn.Module, env: dict[str, A
 
 def read_trainer_checkpoint(ref: str | os.PathLike[str], *, tracking_uri: str | None = None) -> tuple[Path, dict[str, Any]]:
     """:func:`rl8.checkpoint.read_checkpoint`, except on an actor (``rl8 train --actors``),
-    which reads the file itself: the learners' checkpoint holds no state of its own (an actor
-    gets its weights from its learner, see :func:`algo_from_checkpoint`)."""
+    which reads the file itself and gets its own entry as ``"actor"`` (``None`` in a checkpoint
+    without actor states; see :func:`rl8.checkpoint.checkpoint_for_actor` and
+    :func:`algo_from_checkpoint`)."""
     roles = current_roles()
     if roles is None or not roles.is_actor:
         return read_checkpoint(ref, tracking_uri=tracking_uri)
     file = resolve_checkpoint(ref, tracking_uri=tracking_uri)
-    return file, load_checkpoint(file)
+    return file, checkpoint_for_actor(load_checkpoint(file), file, roles.rank)
 
 
 def algo_from_checkpoint(file: Path, state: Mapping[str, Any], *, env: Any, hparams: Mapping[str, Any] | None,
@@ -227,8 +247,13 @@ def algo_from_checkpoint(file: Path, state: Mapping[str, Any], *, env: Any, hpar
         )
     roles = current_roles()
     if roles is not None and roles.is_actor:
-        # an actor's weights come from its learner at the start; its envs start anew, seeded
-        # apart from those of the run before the checkpoint
+        # an actor's weights come from its learner at the start
+        own = state.get("actor")
+        if own is not None:  # its envs, RNG streams and episodes go on where they were
+            algo.load_state_dict({**algo_state, **own})
+            return algo
+        # a checkpoint without actor states: its envs start anew, seeded apart from those of
+        # the run before the checkpoint
         steps = int(algo_state["counters"]["steps"])
         algo.env_seed = derive_seed(algo.env_seed, steps + 1)
         algo.generator.manual_seed(algo.env_seed)
@@ -300,7 +325,9 @@ class TrainerCheckpoints:
         """Write a checkpoint (:meth:`state_dict`) atomically and log the policy and the
         ``rl8/checkpoint.json`` pointer to the MLflow run (queued; see ``docs/checkpoints.md``).
         In data-parallel training every rank calls it at the same step; rank 0 writes one file
-        with every rank's own state, the others get its path.
+        with every rank's own state, the others get its path. With actors and learners the
+        learners call it, and the file also holds every actor's own state (see
+        ``docs/distributed.md``).
 
         Args:
             path: Destination file; ``None``: ``checkpoint_dir/checkpoint-<env steps>.pt``,
@@ -316,7 +343,10 @@ class TrainerCheckpoints:
         step = int(self.algo.env_steps)
         check_finite_policy(self.algo.policy, step, self.last_checkpoint)
         folder = self.checkpoint_dir if path is None else None
-        written = write_checkpoint(self.state_dict(), path, folder, self.config.keep_checkpoints, step, self._dist)
+        # with actors: theirs, at the end of the rollout each is collecting (rl8.actors)
+        actors = self._learner.actor_states() if self._learner is not None else None
+        written = write_checkpoint(self.state_dict(), path, folder, self.config.keep_checkpoints, step, self._dist,
+                                   actors)
         self.last_checkpoint = written
         self._last_checkpoint_step = step
         if self.tracker.enabled and not self.closed:

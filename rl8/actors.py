@@ -10,7 +10,8 @@ building :class:`rl8.PPO`, and ``Trainer(..., actors=N)``) splits the job's rank
   collected it, and sends it to its learner point-to-point: the buffer's tensors packed into
   one byte tensor in a fixed layout (:class:`FlatLayout`, the same on every rank because every
   rank builds the same buffer), after a small ``float64`` header (:data:`HEADER`). Then it
-  waits for its learner's reply: go on, new weights, or stop. It never updates.
+  waits for its learner's reply: go on, new weights, stop, or (for a checkpoint) send its own
+  state (:func:`actor_state`) and wait again. It never updates.
 * A **learner** (:class:`Learner`) receives one rollout from each of its actors into its
   buffer (actor ``k`` always fills the same block of rows), drops those collected with weights
   more than ``max_staleness`` versions behind its own, and runs PPO's update (data-parallel
@@ -26,6 +27,7 @@ See ``docs/distributed.md``.
 from __future__ import annotations
 
 import contextlib
+import io
 import math
 import os
 import signal
@@ -39,7 +41,10 @@ import torch
 import torch.distributed as dist
 from tensordict import TensorDictBase
 
-from .distributed import TIMEOUT_ENV_VAR, DistContext, DistributedError, Roles, collective_timeout_s, current_roles
+from ._resume import rank_entry
+from .distributed import (
+    TIMEOUT_ENV_VAR, DistContext, DistributedError, Roles, collective_timeout_s, current_roles, to_cpu,
+)
 from .stats import Stats, reduce_stats
 
 if TYPE_CHECKING:
@@ -48,7 +53,7 @@ if TYPE_CHECKING:
     from .ppo import PPO
 
 __all__ = [
-    "HEADER", "WEIGHT_SYNC_METHODS", "FlatLayout", "Learner", "check_actor_config", "run_actor",
+    "HEADER", "WEIGHT_SYNC_METHODS", "FlatLayout", "Learner", "actor_state", "check_actor_config", "run_actor",
     "truncated_importance_weights",
 ]
 
@@ -68,10 +73,11 @@ HEADER = (
     "env_steps",  # transitions in it
 )
 
-# reply commands (learner -> actor), a float64 pair [command, version]
-_GO_ON, _WEIGHTS, _STOP = 0.0, 1.0, 2.0
+# reply commands (learner -> actor), a float64 pair [command, version]; _STATE: send your state
+# (for a checkpoint), then wait for the next reply
+_GO_ON, _WEIGHTS, _STOP, _STATE = 0.0, 1.0, 2.0, 3.0
 # point-to-point tags, so that a header and a rollout can never be mistaken for each other
-_TAG_HEADER, _TAG_ROLLOUT, _TAG_REPLY, _TAG_WEIGHTS = 1, 2, 3, 4
+_TAG_HEADER, _TAG_ROLLOUT, _TAG_REPLY, _TAG_WEIGHTS, _TAG_STATE_SIZE, _TAG_STATE = 1, 2, 3, 4, 5, 6
 _WEIGHTS_FILE = "weights.pt"
 _POLL_S = 0.02  # seconds between two reads of the weights file
 
@@ -168,10 +174,32 @@ def _weights(algo: PPO) -> dict[str, torch.Tensor]:
     return dict(algo.policy.state_dict())
 
 
+def actor_state(algo: PPO) -> dict[str, Any]:
+    """An actor's own state, as a checkpoint holds it (its entry in the file's ``actors``):
+    the per-rank part of ``algo.state_dict()`` (its envs' ``state_dict`` and last observations,
+    RNG and generator states, episode accumulators, reward-normaliser carry, recurrent and
+    overlap state) and its own ``counters`` (collects and env resets, which decide when its
+    envs reset; env steps it collected; the version of the weights it holds), on the CPU."""
+    state = algo.state_dict()
+    return to_cpu({**rank_entry(state), "counters": state["counters"]})
+
+
+def _send_state(algo: PPO, learner: int, rank: int) -> None:
+    """Send :func:`actor_state` to the learner: its size, then the bytes of ``torch.save``
+    (which the learner loads with ``weights_only=True``: no code runs)."""
+    buffer = io.BytesIO()
+    torch.save(actor_state(algo), buffer)
+    data = torch.frombuffer(bytearray(buffer.getbuffer()), dtype=torch.uint8)
+    with _p2p(learner, f"actor rank {rank}: sending its state to learner rank {learner}"):
+        dist.send(torch.tensor([data.numel()], dtype=torch.int64), learner, tag=_TAG_STATE_SIZE)
+        dist.send(data, learner, tag=_TAG_STATE)
+
+
 # ----------------------------------------------------------------------------- actor side
 def run_actor(algo: PPO, config: TrainerConfig, *, env_config: dict[str, Any] | None = None) -> Stats:
     """The actor's loop: wait for its learner's reply, load the weights it sends, collect one
-    rollout, send it; until the learner says stop.
+    rollout, send it; until the learner says stop. Asked for its state (for a checkpoint, at
+    this rollout boundary), it sends :func:`actor_state` and waits for the next reply.
 
     SIGINT and SIGTERM do not stop an actor by themselves (torchrun sends them to every rank):
     the learners stop the job, and the actor then exits with the signal's status.
@@ -213,6 +241,9 @@ def run_actor(algo: PPO, config: TrainerConfig, *, env_config: dict[str, Any] | 
             command, version = reply.tolist()
             if command == _STOP:
                 break
+            if command == _STATE:  # for a checkpoint: at this rollout boundary
+                _send_state(algo, learner, rank)
+                continue
             if command == _WEIGHTS:
                 if config.weight_sync == "broadcast":
                     with _p2p(learner, f"actor rank {rank}: receiving weights from learner rank {learner}"):
@@ -339,6 +370,8 @@ class Learner:
         self._weights = self.weights_layout.empty(algo.device)
         self.actor_version = {a: -1 for a in self.actors}  # version of the weights each actor holds
         self.awaiting_reply = {a: False for a in self.actors}
+        # rollouts received for a checkpoint (in staging), by actor: their headers, for the next collect
+        self._held: dict[int, torch.Tensor] = {}
         self.started = self.stopped = False
         self.dropped = 0
         self.received_steps = 0
@@ -371,6 +404,10 @@ class Learner:
             self._reply(actor, weights=True)
         self.started = True
 
+    def _waits_for_reply(self, actor: int) -> bool:
+        """Whether ``actor`` waits for a reply (else it is collecting, or sending, a rollout)."""
+        return not self.started or self.awaiting_reply[actor] or actor in self._held
+
     def _receive(self, actor: int) -> torch.Tensor:
         header = torch.zeros(len(HEADER), dtype=torch.float64)
         rank = self.roles.rank
@@ -396,7 +433,8 @@ class Learner:
                 if actor in fresh:
                     continue
                 t0 = time.perf_counter()
-                header = dict(zip(HEADER, self._receive(actor).tolist()))
+                received = self._held.pop(actor) if actor in self._held else self._receive(actor)
+                header = dict(zip(HEADER, received.tolist()))
                 wait_s += time.perf_counter() - t0
                 for key in sums:
                     sums[key] += header[key]
@@ -466,6 +504,41 @@ class Learner:
             if self.awaiting_reply[actor]:
                 self._reply(actor, weights=True)
 
+    def actor_states(self) -> dict[int, dict[str, Any]]:
+        """Each of this learner's actors' own state (:func:`actor_state`) at a rollout boundary,
+        by actor rank, for a checkpoint; ``{}`` once the actors were told to stop.
+
+        An actor collecting a rollout finishes it and sends it first; the learner keeps that
+        rollout for its next :meth:`collect` (so training loses nothing), and the state is the
+        actor's after it. Each actor then sends its state (``torch.save`` bytes, loaded with
+        ``weights_only=True``) and waits for its next reply.
+
+        Raises:
+            rl8.distributed.DistributedError: An actor died or stalled (the message names it).
+            ValueError: An actor sent something that is not a checkpoint's state.
+        """
+        if self.stopped:
+            return {}
+        rank = self.roles.rank
+        for actor in self.actors:  # each actor makes its state while the next one is asked
+            if not self._waits_for_reply(actor):
+                self._held[actor] = self._receive(actor)
+            with _p2p(actor, f"learner rank {rank}: asking actor rank {actor} for its state"):
+                dist.send(torch.tensor([_STATE, float(self.algo.steps)], dtype=torch.float64), actor, tag=_TAG_REPLY)
+        return {actor: self._receive_state(actor) for actor in self.actors}
+
+    def _receive_state(self, actor: int) -> dict[str, Any]:
+        rank = self.roles.rank
+        size = torch.zeros(1, dtype=torch.int64)
+        with _p2p(actor, f"learner rank {rank}: receiving the state of actor rank {actor}"):
+            dist.recv(size, src=actor, tag=_TAG_STATE_SIZE)
+            data = torch.empty(int(size.item()), dtype=torch.uint8)
+            dist.recv(data, src=actor, tag=_TAG_STATE)
+        state = torch.load(io.BytesIO(data.numpy().tobytes()), weights_only=True, map_location="cpu")
+        if not isinstance(state, dict) or not isinstance(state.get("counters"), dict):
+            raise ValueError(f"learner rank {rank}: actor rank {actor} sent a state without counters")
+        return state
+
     def stop(self) -> None:
         """Tell every actor to stop: an actor collecting now sends its rollout first (received
         and dropped). Idempotent."""
@@ -474,6 +547,6 @@ class Learner:
             return
         self.stopped = True
         for actor in self.actors:
-            if not self.awaiting_reply[actor]:
+            if not self._waits_for_reply(actor):
                 self._receive(actor)
             self._reply(actor, weights=False, stop=True)

@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from .distributed import DistContext
+from .distributed import DistContext, current_roles
 
 try:  # POSIX: a writer holds a lock on its temporary file (see CheckpointManager)
     import fcntl
@@ -39,7 +39,7 @@ except ImportError:  # pragma: no cover - Windows, where an open file cannot be 
 
 __all__ = [
     "CHECKPOINT_POINTER_ARTIFACT", "FORMAT_KEY", "FORMAT_VERSION", "STALE_TMP_SECONDS",
-    "CheckpointError", "CheckpointManager", "load_checkpoint", "read_checkpoint",
+    "CheckpointError", "CheckpointManager", "checkpoint_for_actor", "load_checkpoint", "read_checkpoint",
     "resolve_checkpoint", "save_checkpoint",
 ]
 
@@ -544,8 +544,42 @@ def _checkpoint_for_rank(state: dict[str, Any], file: Path, rank: int, world_siz
             + ("without torchrun" if saved == 1 else f"with {saved} ranks in all, e.g. "
                f"torchrun --nproc_per_node={saved} -m rl8 train --resume ...")
         )
-    if not isinstance(info, Mapping):
-        return state
-    out = {k: v for k, v in state.items() if k != "distributed"}
-    out["algo"] = {**state["algo"], **info["ranks"][rank]}
+    _check_actor_entries(state, file)
+    out = {k: v for k, v in state.items() if k not in ("distributed", "actors")}  # the actors read their own
+    if isinstance(info, Mapping):
+        out["algo"] = {**state["algo"], **info["ranks"][rank]}
     return out
+
+
+def checkpoint_for_actor(state: dict[str, Any], file: Path, rank: int) -> dict[str, Any]:
+    """The checkpoint as actor rank ``rank`` (``rl8 train --actors``) loads it: the learners'
+    entries as written (rank 0's ``algo``, which holds the run's seed, counters and weights),
+    and as ``"actor"`` its own state (the per-rank part of ``PPO.state_dict()`` and its own
+    counters), or ``None`` when the file holds no actor states (written before rl8 saved them,
+    or after the actors were told to stop).
+
+    Raises:
+        CheckpointError: The file holds actor states of a job with another number of actors
+            or processes.
+    """
+    _check_actor_entries(state, file)
+    saved = state.get("actors")
+    out = {k: v for k, v in state.items() if k not in ("distributed", "actors")}
+    out["actor"] = saved["ranks"].get(rank) if isinstance(saved, Mapping) else None
+    return out
+
+
+def _check_actor_entries(state: Mapping[str, Any], file: Path) -> None:
+    """Refuse to resume a checkpoint's actor states in a job of other actors (another number
+    of actors, or of processes)."""
+    saved, roles = state.get("actors"), current_roles()
+    if not isinstance(saved, Mapping) or roles is None:
+        return
+    world_size, actors = int(saved["world_size"]), int(saved["actors"])
+    if (world_size, actors) != (roles.world_size, roles.actors):
+        raise CheckpointError(
+            f"{file} holds the envs and RNG states of the {actors} actors of a job of {world_size} processes, "
+            f"but this job has {roles.actors} actors of {roles.world_size}: every actor resumes its own envs, "
+            f"so resume with the same, e.g. torchrun --nproc_per_node={world_size} -m rl8 train --resume ... "
+            f"--actors {actors}"
+        )

@@ -1,7 +1,8 @@
 """Actors and learners (``rl8 train --actors N``) on CPU with gloo: 3-process jobs.
 
 A 3-process job (2 actors, 1 learner) solves CartPole with one MLflow run and a policy lag
-within ``max_staleness``, and its resume goes on in the same run; an actor killed mid-run ends
+within ``max_staleness``, and its resume goes on in the same run; its checkpoints hold each
+actor's own state, which each actor gets back exactly on resume; an actor killed mid-run ends
 the job with an error naming it, within a bounded time. The 4-process job and the synchronous
 mode are in ``tests/test_actors_sync.py`` (a second file, so that ``pytest -n 2 --dist
 loadfile`` runs both at once). Each job is bounded by a timeout and its process group killed
@@ -155,6 +156,97 @@ def test_bad_actor_options_are_refused_naming_them(monkeypatch):
         Trainer(algo, actors=2, tracking=False)
 
 
+def same_state(a, b, where: str = "state") -> None:
+    """Assert that two nested dicts/lists of tensors and plain values are equal, naming where not."""
+    import torch
+
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b), where
+    elif isinstance(a, dict):
+        assert isinstance(b, dict) and set(a) == set(b), (where, sorted(a), sorted(b))
+        for key in a:
+            same_state(a[key], b[key], f"{where}[{key!r}]")
+    elif isinstance(a, (list, tuple)):
+        assert type(a) is type(b) and len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            same_state(x, y, f"{where}[{i}]")
+    else:
+        assert a == b, (where, a, b)
+
+
+def test_an_actor_resumes_its_own_state_and_an_older_checkpoint_starts_its_envs_anew(tmp_path, monkeypatch):
+    """One process playing actor rank 1 of a 3-process job: its entry of a checkpoint written
+    to disk is loaded exactly (its next rollout is the one it would have collected); without
+    actor entries (a checkpoint of an older rl8) its envs start anew, seeded as before; actor
+    entries of another job shape are refused."""
+    import torch
+
+    import rl8.distributed
+    from rl8 import PPO
+    from rl8._resume import algo_from_checkpoint
+    from rl8.actors import actor_state
+    from rl8.checkpoint import CheckpointError, checkpoint_for_actor, load_checkpoint, save_checkpoint
+    from rl8.distributed import Roles, derive_seed
+    from rl8.envs import CartPole
+
+    learner = PPO(CartPole, num_envs=8, horizon=8, seed=0, device="cpu")  # the learners' 8-env batch
+    learner.steps = 3  # as if 3 updates were done
+    monkeypatch.setattr(rl8.distributed, "_roles", Roles(rank=1, world_size=3, actors=2))
+    actor = PPO(CartPole, num_envs=8, horizon=8, seed=0, device="cpu")
+    assert actor.hparams.num_envs == 4  # its share
+    for _ in range(3):
+        actor.collect()
+    entry = actor_state(actor)
+    assert entry["counters"]["collects"] == 3 and "policy" not in entry and "optimizer" not in entry
+    state = {"algo": learner.state_dict(), "trainer": {}, "env": {"spec": "rl8.envs.CartPole"},
+             "actors": {"world_size": 3, "actors": 2, "ranks": {1: entry, 2: entry}}}
+    file = save_checkpoint(state, tmp_path / "checkpoint.pt")
+
+    view = checkpoint_for_actor(load_checkpoint(file), file, 1)
+    assert "actors" not in view
+    resumed = algo_from_checkpoint(file, view, env=None, hparams=None, trust_code=False)
+    same_state(actor_state(resumed), entry)
+    actor.collect()
+    resumed.collect()
+    for key, value in actor.buffer.data.items():
+        assert torch.equal(resumed.buffer.data[key], value), key
+
+    # a checkpoint without actor entries: fresh envs, seeded from the rank and the update count
+    older = {k: v for k, v in state.items() if k != "actors"}
+    fresh = algo_from_checkpoint(file, checkpoint_for_actor(older, file, 1), env=None, hparams=None, trust_code=False)
+    assert fresh.next_collect_resets and fresh.collects == learner.collects
+    seed = derive_seed(actor.env_seed, 3 + 1)  # the env seed of a new actor, moved on by the update count
+    assert fresh.env_seed == seed
+    assert torch.equal(fresh.generator.get_state(), torch.Generator().manual_seed(seed).get_state())
+
+    monkeypatch.setattr(rl8.distributed, "_roles", Roles(rank=1, world_size=4, actors=3))
+    with pytest.raises(CheckpointError, match="2 actors of a job of 3 processes, but this job has 3 actors of 4.*"
+                                              "--nproc_per_node=3 .* --actors 2"):
+        checkpoint_for_actor(load_checkpoint(file), file, 1)
+
+
+def test_a_checkpoint_holds_every_actors_state_or_none(tmp_path, monkeypatch):
+    """Learner rank 0 of a job of 1 learner and 2 actors writes the ``actors`` entry only with
+    every actor's state: not after the actors were told to stop (``{}``), not with one missing."""
+    import rl8.distributed
+    from rl8 import PPO
+    from rl8._resume import write_checkpoint
+    from rl8.checkpoint import load_checkpoint
+    from rl8.distributed import DistContext, Roles
+    from rl8.envs import CartPole
+
+    algo = PPO(CartPole, num_envs=4, horizon=8, seed=0, device="cpu")
+    monkeypatch.setattr(rl8.distributed, "_roles", Roles(rank=0, world_size=3, actors=2))
+    entry = {"counters": {"collects": 1}}
+
+    def written(actors):
+        path = write_checkpoint({"algo": algo.state_dict()}, tmp_path / "c.pt", None, None, 0, DistContext(), actors)
+        return load_checkpoint(path).get("actors")
+
+    assert written({1: entry, 2: entry}) == {"world_size": 3, "actors": 2, "ranks": {1: entry, 2: entry}}
+    assert written({}) is None and written({1: entry}) is None and written(None) is None
+
+
 def test_cli_takes_the_actor_flags():
     from rl8.cli import build_parser
 
@@ -226,12 +318,87 @@ def test_two_actors_one_learner_solve_cartpole_and_resume_the_same_run(tmp_path,
 
 
 # --------------------------------------------------------------------------------------------
+# the actors' own state in the checkpoint, and back in each actor on resume
+
+
+@pytest.mark.timeout(180)
+def test_checkpoints_hold_each_actors_state_and_resume_restores_it(tmp_path):
+    import torch
+
+    from rl8.checkpoint import CheckpointManager, load_checkpoint
+
+    job = torchrun([THIS_FILE, "actor-state", str(tmp_path), "train"], nproc=3, timeout=120)
+    assert job.returncode == 0, job.output
+    files = CheckpointManager(tmp_path / "ckpts", keep_last=None).list()
+    assert len(files) == 2, files  # at update 2 (actors collecting: their rollouts held) and the final one
+    middle, final = (load_checkpoint(f) for f in files)
+    for state in (middle, final):
+        assert set(state["actors"]) == {"world_size", "actors", "ranks"}
+        assert (state["actors"]["world_size"], state["actors"]["actors"]) == (3, 2)
+        assert sorted(state["actors"]["ranks"]) == [1, 2]
+        one, two = state["actors"]["ranks"][1], state["actors"]["ranks"][2]
+        assert "policy" not in one and one["obs"] is not None and one["env"] is not None
+        assert not torch.equal(one["rng"]["generator"], two["rng"]["generator"])  # each actor its own
+    # the final checkpoint came just before the stop: each actor's entry is its state at its end
+    for rank in (1, 2):
+        same_state(torch.load(tmp_path / f"train-end-{rank}.pt", weights_only=True), final["actors"]["ranks"][rank])
+    # an actor's state at a checkpoint is after the rollout it was collecting: one more than
+    # the learner used (one per update), which the learner held for its next update
+    for state in (middle, final):
+        assert state["actors"]["ranks"][1]["counters"]["collects"] == state["algo"]["counters"]["steps"] + 1
+
+    # resume the job from the middle checkpoint: each actor gets back its own state exactly
+    job = torchrun([THIS_FILE, "actor-state", str(tmp_path), str(files[0])], nproc=3, timeout=120)
+    assert job.returncode == 0, job.output
+    for rank in (1, 2):
+        same_state(torch.load(tmp_path / f"resumed-{rank}.pt", weights_only=True), middle["actors"]["ranks"][rank])
+    last = load_checkpoint(CheckpointManager(tmp_path / "ckpts", keep_last=None).latest())
+    assert last["algo"]["counters"]["steps"] == 4  # it went on: 2 more updates
+    # the actor went on from its 3rd rollout (which the resumed learner never got: skipped),
+    # collected one for each of the 2 updates and one held for the final checkpoint
+    assert last["actors"]["ranks"][1]["counters"]["collects"] == 3 + 2 + 1
+
+
+def _worker_actor_state(out: Path, checkpoint: str) -> None:
+    """2 actors, 1 learner (Python API), checkpoints every 2 updates: ``train`` does 3 updates,
+    anything else resumes that checkpoint for 2 more. Each actor saves its state
+    (:func:`rl8.actors.actor_state`) after resuming and at its end."""
+    import torch
+
+    from rl8 import PPO, Trainer
+    from rl8.actors import actor_state
+    from rl8.conditions import HitsUpperBound
+    from rl8.distributed import init_distributed
+    from rl8.envs import CartPole
+
+    torch.set_num_threads(1)
+    init_distributed(actors=2)
+    rank = int(os.environ["RANK"])
+    options = {"tracking": False, "progress": False}
+    if checkpoint == "train":
+        algo = PPO(CartPole, num_envs=16, horizon=8, seed=0, device="cpu")
+        trainer = Trainer(algo, actors=2, checkpoint_dir=str(out / "ckpts"), checkpoint_every=2, keep_checkpoints=None,
+                          **options)
+        updates = 3
+    else:
+        trainer = Trainer.from_checkpoint(checkpoint, **options)
+        updates = trainer.algo.steps + 2
+        if trainer.is_actor:
+            torch.save(actor_state(trainer.algo), out / f"resumed-{rank}.pt")
+    trainer.run(stop_conditions=HitsUpperBound("algorithm/steps", updates))
+    if trainer.is_actor and checkpoint == "train":
+        torch.save(actor_state(trainer.algo), out / f"train-end-{rank}.pt")
+
+
+# --------------------------------------------------------------------------------------------
 # SIGTERM to the job (what torchrun forwards to every rank on Ctrl-C or from a scheduler)
 
 
 @pytest.mark.timeout(180)
 def test_sigterm_stops_every_rank_with_a_checkpoint_and_a_killed_run(tmp_path, mlflow_uri):
     from mlflow.tracking import MlflowClient
+
+    from rl8.checkpoint import load_checkpoint
 
     config = tmp_path / "cartpole.yaml"
     config.write_text(CARTPOLE_CONFIG.replace("max_steps: 200000", "max_steps: 100000000") + "checkpoint_every: 2\n")
@@ -261,7 +428,9 @@ def test_sigterm_stops_every_rank_with_a_checkpoint_and_a_killed_run(tmp_path, m
     runs = client.search_runs([client.get_experiment_by_name("actors").experiment_id])
     assert len(runs) == 1 and runs[0].info.status == "KILLED"
     steps = runs[0].data.metrics["env/steps"]
-    assert (tmp_path / "ckpts" / f"checkpoint-{int(steps):012d}.pt").is_file()  # the stop step's checkpoint
+    stop_checkpoint = tmp_path / "ckpts" / f"checkpoint-{int(steps):012d}.pt"
+    assert stop_checkpoint.is_file()  # the stop step's checkpoint, with the actors' states
+    assert sorted(load_checkpoint(stop_checkpoint)["actors"]["ranks"]) == [1, 2]
 
 
 # --------------------------------------------------------------------------------------------
@@ -307,4 +476,7 @@ def _worker_die(out: Path) -> None:
 
 
 if __name__ == "__main__":
-    {"die": _worker_die}[sys.argv[1]](Path(sys.argv[2]))
+    if sys.argv[1] == "die":
+        _worker_die(Path(sys.argv[2]))
+    else:
+        _worker_actor_state(Path(sys.argv[2]), sys.argv[3])
