@@ -31,3 +31,16 @@ def report(title: str, rates: dict[str, float], reference: str) -> dict[str, flo
     for name, ratio in ratios.items():
         print(f"  {name:>24}: {ratio:.2f}x")
     return ratios
+
+
+def sb3_collect(model, num_envs: int, horizon: int):
+    """A function that collects one rollout of ``horizon`` steps with SB3's PPO ``model``
+    (``collect_rollouts``, the collection half of its ``learn``) and returns its env steps."""
+    _, callback = model._setup_learn(10**9)  # SB3 has no public way to collect without learning
+    callback.on_training_start(locals(), globals())
+
+    def step(_: object) -> int:
+        model.collect_rollouts(model.env, callback, model.rollout_buffer, n_rollout_steps=horizon)
+        return num_envs * horizon
+
+    return step

@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 import pytest
 import rates
-from rates import report
+from rates import report, sb3_collect
 import torch
 from gymnasium import spaces
 from tensordict import TensorDict
@@ -211,14 +211,7 @@ def sb3_pong_collector(num_envs: int, horizon: int):
     venv = VecFrameStack(venv, 4)
     model = SB3PPO("CnnPolicy", venv, n_steps=horizon, batch_size=num_envs * horizon // 4, n_epochs=1,
                    device="cpu", seed=0)
-    _, callback = model._setup_learn(10**9)
-    callback.on_training_start(locals(), globals())
-
-    def step(_: object) -> int:
-        model.collect_rollouts(model.env, callback, model.rollout_buffer, n_rollout_steps=horizon)
-        return num_envs * horizon
-
-    return step, venv
+    return sb3_collect(model, num_envs, horizon), venv
 
 
 def test_pong_collect_modes_and_sb3(benchmark):

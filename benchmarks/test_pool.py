@@ -48,7 +48,7 @@ import gymnasium
 import numpy as np
 import pytest
 import rates
-from rates import report
+from rates import report, sb3_collect
 import torch
 from gymnasium import spaces
 
@@ -133,14 +133,7 @@ def sb3_collector(num_envs: int, horizon: int):
     venv = make_vec_env("HalfCheetah-v5", n_envs=num_envs, seed=0, vec_env_cls=SubprocVecEnv)
     model = SB3PPO("MlpPolicy", venv, n_steps=horizon, batch_size=num_envs * horizon // 4, n_epochs=2,
                    device="cpu", seed=0)
-    _, callback = model._setup_learn(10**9)
-    callback.on_training_start(locals(), globals())
-
-    def step(_: object) -> int:
-        model.collect_rollouts(model.env, callback, model.rollout_buffer, n_rollout_steps=horizon)
-        return num_envs * horizon
-
-    return step, venv
+    return sb3_collect(model, num_envs, horizon), venv
 
 
 def test_pool_on_halfcheetah(benchmark):
