@@ -6,10 +6,18 @@ Run (from the repository root; SB3 is a reference here, never an rl8 dependency)
     python -m benchmarks.learning.run --report       # adds SB3's columns and curves
 
 Writes ``OUT/curves/sb3/PRESET/seed-S.csv`` in run.py's format: env steps, training wall time
-(seconds, evaluations left out), and the deterministic evaluation's mean return over 10
-episodes, taken at the start of every rollout whose env step count is a multiple of the rl8
-preset's evaluation interval, and at the end. ``torch.set_num_threads(--threads)``, default 1,
-as run.py.
+and the deterministic evaluation's mean return, measured as run.py measures rl8:
+
+* **Wall time**: the time since ``model.learn`` started (building the model and its envs left
+  out), evaluations left out.
+* **Evaluations**: at the start of the first rollout at or after every multiple of the task's
+  ``eval_every`` env steps (``references.py``, the number run.py uses; SB3 can only be
+  evaluated between updates, so where a rollout is longer, at every rollout), and at the end.
+  Each runs the deterministic policy on 10 envs for one whole episode each (as the presets'
+  ``eval_num_envs: 10``), reseeded to the same starts every time (as rl8 puts its eval env back
+  in its first state).
+
+``torch.set_num_threads(--threads)``, default 1, as run.py.
 
 The hyper-parameters are rl-baselines3-zoo's ``hyperparams/ppo.yml`` (commit 22e3ff2, April
 2026), written out below; ``lin_X`` is a learning rate or clip range decaying linearly from X to 0.
@@ -24,24 +32,27 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.learning.run import DEFAULT_OUT, write_curve
+from benchmarks.learning.references import TASKS
+from benchmarks.learning.run import DEFAULT_OUT, next_eval_at, write_curve
 
 
 def _linear(start: float) -> Any:
     return lambda progress_remaining: progress_remaining * start
 
 
-#: (n_envs, n_timesteps, PPO keyword arguments, env steps between evaluations) per task.
-ZOO: dict[str, tuple[int, int, dict[str, Any], int]] = {
+#: (n_envs, n_timesteps, PPO keyword arguments) per task.
+ZOO: dict[str, tuple[int, int, dict[str, Any]]] = {
     "CartPole-v1": (8, 100_000, dict(
         n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20, ent_coef=0.0,
         learning_rate=_linear(1e-3), clip_range=_linear(0.2),
-    ), 5120),  # rl8's preset: 20 updates of 8 x 32
+    )),
     "Pendulum-v1": (4, 100_000, dict(
         n_steps=1024, gae_lambda=0.95, gamma=0.9, n_epochs=10, ent_coef=0.0, learning_rate=1e-3,
         clip_range=0.2, use_sde=True, sde_sample_freq=4,
-    ), 16384),  # rl8's preset: 4 updates of 4 x 1024
+    )),
 }
+#: Envs of the evaluation env: one whole episode each per evaluation.
+EVAL_EPISODES = 10
 
 
 def train(task: str, seed: int, *, out: Path, threads: int = 1, max_steps: int | None = None) -> Path:
@@ -55,16 +66,18 @@ def train(task: str, seed: int, *, out: Path, threads: int = 1, max_steps: int |
     from stable_baselines3.common.evaluation import evaluate_policy
 
     torch.set_num_threads(threads)
-    n_envs, n_timesteps, kwargs, eval_every = ZOO[task]
+    n_envs, n_timesteps, kwargs = ZOO[task]
+    eval_every = TASKS[task].eval_every
     env = make_vec_env(task, n_envs=n_envs, seed=seed)
-    eval_env = make_vec_env(task, n_envs=1, seed=seed + 1000)
+    eval_env = make_vec_env(task, n_envs=EVAL_EPISODES, seed=seed + 1000)
     model = PPO("MlpPolicy", env, seed=seed, verbose=0, device="cpu", **kwargs)
     rows: list[dict[str, float]] = []
-    clock = {"start": time.perf_counter(), "eval_s": 0.0}
+    clock = {"start": time.perf_counter(), "eval_s": 0.0, "next_eval": eval_every}
 
     def evaluate(steps: int) -> None:
         t0 = time.perf_counter()
-        mean, _ = evaluate_policy(model, eval_env, n_eval_episodes=10, deterministic=True)
+        eval_env.seed(seed + 1000)  # the same episode starts at every evaluation
+        mean, _ = evaluate_policy(model, eval_env, n_eval_episodes=EVAL_EPISODES, deterministic=True)
         t1 = time.perf_counter()
         wall_s = t0 - clock["start"] - clock["eval_s"]
         clock["eval_s"] += t1 - t0
@@ -73,12 +86,14 @@ def train(task: str, seed: int, *, out: Path, threads: int = 1, max_steps: int |
 
     class EvalEvery(BaseCallback):
         def _on_rollout_start(self) -> None:
-            if self.num_timesteps and self.num_timesteps % eval_every == 0:
+            if self.num_timesteps >= clock["next_eval"]:
+                clock["next_eval"] = next_eval_at(self.num_timesteps, eval_every)
                 evaluate(self.num_timesteps)
 
         def _on_step(self) -> bool:
             return True
 
+    clock["start"] = time.perf_counter()
     model.learn(total_timesteps=max_steps or n_timesteps, callback=EvalEvery())
     evaluate(model.num_timesteps)
     env.close()
