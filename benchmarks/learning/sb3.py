@@ -17,7 +17,9 @@ and the deterministic evaluation's mean return, measured as run.py measures rl8:
   ``eval_num_envs: 10``), reseeded to the same starts every time (as rl8 puts its eval env back
   in its first state).
 
-``torch.set_num_threads(--threads)``, default 1, as run.py.
+``torch.set_num_threads(--threads)``, default 1, as run.py. ``--max-steps`` is for quick checks
+only: SB3's linear schedules (``lin_X``) decay over the run's ``total_timesteps``, so a shorter
+run is not the zoo's training (rl8's presets schedule over fixed env steps instead).
 
 The hyper-parameters are rl-baselines3-zoo's ``hyperparams/ppo.yml`` (commit 22e3ff2, April
 2026), written out below; ``lin_X`` is a learning rate or clip range decaying linearly from X to 0.
@@ -106,7 +108,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("tasks", nargs="+", choices=sorted(ZOO))
     parser.add_argument("--seeds", type=int, default=3, help="number of seeds (default 3)")
     parser.add_argument("--first-seed", type=int, default=0)
-    parser.add_argument("--max-steps", type=int, help="env steps per run (default: the zoo's n_timesteps)")
+    parser.add_argument("--max-steps", type=int, help="env steps per run (default: the zoo's n_timesteps; "
+                        "a shorter run also shortens the zoo's linear lr and clip schedules)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
