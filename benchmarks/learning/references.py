@@ -32,11 +32,15 @@ class Reference:
 @dataclass(frozen=True)
 class Task:
     """What a preset is judged by: ``threshold`` (an episode return; steps and wall time to reach
-    it are reported), where the threshold comes from, and published reference returns."""
+    it are reported), where the threshold comes from, published reference returns and
+    ``eval_every``: the env steps between the benchmark's evaluations, the same for rl8
+    (``run.py``) and SB3 (``sb3.py``), so that both measure "steps to threshold" at the same
+    granularity whatever their batch shapes (``None``: the preset's ``steps_per_eval``)."""
 
     threshold: float
     threshold_source: str
     references: tuple[Reference, ...] = field(default_factory=tuple)
+    eval_every: int | None = None
 
 
 GYM = "gymnasium reward_threshold"
@@ -45,7 +49,7 @@ TASKS: dict[str, Task] = {
     "CartPole-v1": Task(475.0, GYM, (
         Reference(SB3_ZOO, 500.0, "100k steps"),
         Reference(CLEANRL, 490.04, "ppo.py, 500k steps"),
-    )),
+    ), eval_every=2048),
     "Acrobot-v1": Task(-100.0, GYM, (
         Reference(SB3_ZOO, -73.506, "1M steps"),
         Reference(CLEANRL, -86.36, "ppo.py, 500k steps"),
@@ -53,16 +57,16 @@ TASKS: dict[str, Task] = {
     "MountainCarContinuous-v0": Task(90.0, GYM, (Reference(SB3_ZOO, 88.343, "20k steps, gSDE"),)),
     "Pendulum-v1": Task(-200.0, "none in gymnasium: -200 chosen here", (
         Reference(SB3_ZOO, -172.225, "100k steps, gSDE"),
-    )),
+    ), eval_every=4096),
     "LunarLander-v3": Task(200.0, GYM, (Reference(SB3_ZOO, 242.119, "LunarLander-v2, 1M steps"),)),
     "HalfCheetah-v5": Task(1442.64, "CleanRL's published mean (the issue's target)", (
         Reference(SB3_ZOO, 5819.099, "HalfCheetah-v3, 1M steps, tuned"),
         Reference(CLEANRL, 1442.64, "ppo_continuous_action.py, HalfCheetah-v4, 1M steps"),
-    )),
+    ), eval_every=40960),  # the preset's 20 updates of 2048 steps
     "Hopper-v5": Task(2382.86, "CleanRL's published mean (the issue's target)", (
         Reference(SB3_ZOO, 2410.435, "Hopper-v3, 1M steps, tuned"),
         Reference(CLEANRL, 2382.86, "ppo_continuous_action.py, Hopper-v4, 1M steps"),
-    )),
+    ), eval_every=40960),  # the preset's 20 updates of 2048 steps
     "Walker2d-v5": Task(2287.95, "CleanRL's published mean", (
         Reference(SB3_ZOO, 3478.798, "Walker2d-v3, 1M steps, tuned"),
         Reference(CLEANRL, 2287.95, "ppo_continuous_action.py, Walker2d-v4, 1M steps"),

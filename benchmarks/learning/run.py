@@ -10,11 +10,24 @@ Run (from the repository root)::
 Each (preset, seed) is one MLflow run (experiment: the preset's name; tags ``preset`` and
 ``seed``) in ``--tracking-uri`` (default: rl8's, ``MLFLOW_TRACKING_URI`` else
 ``./mlflow.db``), and one curve file ``OUT/curves/PRESET/seed-S.csv``: after every training step the env steps, the
-training wall time so far (seconds, evaluations left out), the mean return of the training
-episodes that ended in the step and, every ``steps_per_eval`` steps, the deterministic
-evaluation's mean return. Training runs the preset's ``max_steps`` budget (its other stop
-conditions are not used: the curve goes to the end of the budget), unless ``--max-steps``. The
-curve file is rewritten at every evaluation, so a run stopped early leaves its curve so far.
+training wall time so far, the mean return of the training episodes that ended in the step and,
+at evaluations, the deterministic evaluation's mean return. Training runs the preset's
+``max_steps`` budget (its other stop conditions are not used: the curve goes to the end of the
+budget), unless ``--max-steps``. The curve file is rewritten at every evaluation, so a run
+stopped early leaves its curve so far.
+
+How it is measured, the same way in ``sb3.py``:
+
+* **Wall time**: the sum of the training steps' durations (``Trainer.step``: one collect, one
+  update, its MLflow logging); building the algorithm and the envs, and the evaluations, are
+  left out. SB3's: the time since ``learn`` started, its evaluations left out.
+* **Evaluations**: after the first training step at or after every multiple of ``eval_every``
+  env steps (the task's ``eval_every`` in ``references.py``, the same number for SB3; else the
+  preset's ``steps_per_eval`` training steps), and after the last step. Each runs the
+  deterministic policy on the preset's dedicated eval env (``eval_num_envs`` envs of
+  ``eval_num_steps`` steps: 10 envs, one whole episode each for CartPole-v1 and Pendulum-v1),
+  put back in the same first state every time. "Steps to threshold" is the env step count at
+  the first evaluation at or above the threshold: an upper bound at that granularity.
 
 The report (also copied into ``OUT/index.md`` between its two results-table markers) reads
 every curve file there, rl8's and those of ``benchmarks/learning/sb3.py`` (``OUT/curves/sb3/``), so seeds run
@@ -55,7 +68,8 @@ FIELDS = ("env_steps", "wall_s", "train_return", "eval_return")
 
 
 def train(preset: str, seed: int, *, out: Path, tracking_uri: str | None, max_steps: int | None = None,
-          threads: int = 1, overrides: dict[str, Any] | None = None, steps_per_eval: int | None = None) -> Path:
+          threads: int = 1, overrides: dict[str, Any] | None = None, steps_per_eval: int | None = None,
+          eval_every: int | None = None) -> Path:
     """Train ``preset`` with ``seed`` for its budget; write and return its curve file.
 
     Args:
@@ -66,7 +80,10 @@ def train(preset: str, seed: int, *, out: Path, tracking_uri: str | None, max_st
         max_steps: Env steps to train (default: the preset's ``max_steps``).
         threads: ``torch.set_num_threads`` for the run.
         overrides: Hyper-parameters replacing the preset's (for sweeps: ``--set lr=3e-4``).
-        steps_per_eval: Training steps between evaluations (default: the preset's).
+        steps_per_eval: Training steps between evaluations (default: ``eval_every``).
+        eval_every: Env steps between evaluations (default: the task's ``eval_every`` in
+            ``references.py``, else the preset's ``steps_per_eval`` training steps): evaluate
+            after the first training step at or after every multiple, and after the last.
     """
     import torch
 
@@ -74,7 +91,13 @@ def train(preset: str, seed: int, *, out: Path, tracking_uri: str | None, max_st
     config["hparams"] = {**config["hparams"], **(overrides or {}), "seed": seed}
     hparams = rl8.presets.hparams(config)
     budget = max_steps or int(config["max_steps"])
-    steps_per_eval = steps_per_eval or int(config.get("steps_per_eval") or 10)
+    if eval_every is None:
+        task = TASKS.get(preset)
+        if steps_per_eval is None and task is not None and task.eval_every is not None:
+            eval_every = task.eval_every
+        else:
+            steps_per_eval = steps_per_eval or int(config.get("steps_per_eval") or 10)
+            eval_every = steps_per_eval * hparams.num_envs * hparams.horizon
     torch.set_num_threads(threads)
 
     algo = rl8.PPO(config["env"], **hparams.to_dict())
@@ -86,6 +109,7 @@ def train(preset: str, seed: int, *, out: Path, tracking_uri: str | None, max_st
     path = out / "curves" / preset / f"seed-{seed}.csv"
     rows: list[dict[str, float]] = []
     wall_s = 0.0
+    next_eval = eval_every
     try:
         while algo.env_steps < budget:
             start = time.perf_counter()
@@ -93,7 +117,8 @@ def train(preset: str, seed: int, *, out: Path, tracking_uri: str | None, max_st
             wall_s += time.perf_counter() - start
             row = {"env_steps": algo.env_steps, "wall_s": wall_s,
                    "train_return": stats.get("episodes/return_mean", math.nan), "eval_return": math.nan}
-            if algo.steps % steps_per_eval == 0 or algo.env_steps >= budget:
+            if algo.env_steps >= next_eval or algo.env_steps >= budget:
+                next_eval = next_eval_at(algo.env_steps, eval_every)
                 row["eval_return"] = trainer.eval()["eval/episodes/return_mean"]
                 print(f"{preset} seed {seed}: {algo.env_steps} env steps, {wall_s:.0f} s, "
                       f"eval return {row['eval_return']:.1f}", flush=True)
@@ -104,6 +129,12 @@ def train(preset: str, seed: int, *, out: Path, tracking_uri: str | None, max_st
         _set_tags(trainer, {"preset": preset, "seed": str(seed)})
         trainer.close()
     return path
+
+
+def next_eval_at(env_steps: int, eval_every: int) -> int:
+    """The env step count of the next evaluation after one at ``env_steps``: the next multiple
+    of ``eval_every`` (shared with ``sb3.py``)."""
+    return (env_steps // eval_every + 1) * eval_every
 
 
 def _set_tags(trainer: Any, tags: dict[str, str]) -> None:
@@ -332,7 +363,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="replace a hyper-parameter of the preset (repeatable; for sweeps, with --out)")
-    parser.add_argument("--steps-per-eval", type=int, help="training steps between evaluations (default: the preset's)")
+    parser.add_argument("--steps-per-eval", type=int, help="training steps between evaluations (default: --eval-every)")
+    parser.add_argument("--eval-every", type=int, metavar="ENV_STEPS",
+                        help="env steps between evaluations (default: the task's eval_every in references.py, "
+                             "else the preset's steps_per_eval)")
     parser.add_argument("--report", action="store_true", help="only rebuild the tables and plots")
     args = parser.parse_args(argv)
     if args.seeds < 1:
@@ -347,7 +381,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             for seed in range(args.first_seed, args.first_seed + args.seeds):
                 train(preset, seed, out=args.out, tracking_uri=args.tracking_uri,
                       max_steps=args.max_steps, threads=args.threads, overrides=overrides,
-                      steps_per_eval=args.steps_per_eval)
+                      steps_per_eval=args.steps_per_eval, eval_every=args.eval_every)
     print(markdown_table(report(args.out)))
 
 
