@@ -45,7 +45,7 @@ from ._resume import rank_entry
 from .distributed import (
     TIMEOUT_ENV_VAR, DistContext, DistributedError, Roles, collective_timeout_s, current_roles, to_cpu,
 )
-from .stats import Stats, reduce_stats
+from .stats import Stats, episode_means, reduce_stats
 
 if TYPE_CHECKING:
     from .buffer import RolloutBuffer
@@ -479,15 +479,12 @@ class Learner:
                 "profiling/learner_wait_ms": torch.tensor(1000.0 * wait_s, dtype=f64),
             },
         )
-        count = reduced["episode_count"]
-        stats["episodes/count"] = count
-        stats["episodes/return_mean"] = reduced["episode_return_sum"] / count if count else math.nan
-        stats["episodes/length_mean"] = reduced["episode_length_sum"] / count if count else math.nan
+        stats.update(episode_means(
+            "episodes/", reduced["episode_return_sum"], reduced["episode_length_sum"], reduced["episode_count"]
+        ))
         if reduced["env_records"]:  # the actors' envs record episodes themselves
-            count = reduced["env_episode_count"]
-            stats["env_episodes/count"] = count
-            stats["env_episodes/return_mean"] = reduced["env_episode_return_sum"] / count if count else math.nan
-            stats["env_episodes/length_mean"] = reduced["env_episode_length_sum"] / count if count else math.nan
+            stats.update(episode_means("env_episodes/", reduced["env_episode_return_sum"],
+                                       reduced["env_episode_length_sum"], reduced["env_episode_count"]))
         stats["monitors/policy_lag"] = reduced["monitors/policy_lag"]
         stats["actors/dropped_rollouts"] = reduced["dropped"]
         stats["actors/env_steps"] = reduced["received_steps"]

@@ -20,7 +20,7 @@ import torch
 if TYPE_CHECKING:
     from .distributed import DistContext
 
-__all__ = ["RENAMED_STATS", "Stats", "current_stat_name", "reduce_stats", "rollout_stats", "warn_renamed"]
+__all__ = ["RENAMED_STATS", "Stats", "current_stat_name", "episode_means", "reduce_stats", "rollout_stats", "warn_renamed"]
 
 #: 1.0.0 name -> current name, for stats that were renamed (each also under ``eval/``).
 RENAMED_STATS: dict[str, str] = {
@@ -197,14 +197,23 @@ def rollout_stats(
         out[f"{prefix}mean"] = mean
         out[f"{prefix}std"] = max(sum_sq / n - mean * mean, 0.0) ** 0.5
     for prefix, given in (("episodes/", episode_sums), ("env_episodes/", env_episode_sums)):
-        if given is None:
-            continue
-        count = values[f"{prefix}count"]
-        # NaN when no episode ended: stop conditions treat NaN as "not reached".
-        out[f"{prefix}return_mean"] = values[f"{prefix}return_sum"] / count if count > 0 else float("nan")
-        out[f"{prefix}length_mean"] = values[f"{prefix}length_sum"] / count if count > 0 else float("nan")
-        out[f"{prefix}count"] = count
+        if given is not None:
+            out.update(episode_means(
+                prefix, values[f"{prefix}return_sum"], values[f"{prefix}length_sum"], values[f"{prefix}count"]
+            ))
     return out, values
+
+
+def episode_means(prefix: str, return_sum: float, length_sum: float, count: float) -> dict[str, float]:
+    """``{prefix}return_mean``, ``{prefix}length_mean`` and ``{prefix}count`` of ``count``
+    episodes from their summed returns and lengths (already summed over ranks). The means are
+    NaN when no episode ended: stop conditions treat NaN as "not reached"."""
+    nan = float("nan")
+    return {
+        f"{prefix}return_mean": return_sum / count if count > 0 else nan,
+        f"{prefix}length_mean": length_sum / count if count > 0 else nan,
+        f"{prefix}count": count,
+    }
 
 
 def _stack(tensors) -> torch.Tensor:
