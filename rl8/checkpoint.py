@@ -569,11 +569,27 @@ def checkpoint_for_actor(state: dict[str, Any], file: Path, rank: int) -> dict[s
     return out
 
 
+def _shape_of(value: Any) -> str:
+    """A short description of ``value``'s keys and their types, for error messages."""
+    if not isinstance(value, Mapping):
+        return repr(value)[:80]
+    return "{" + ", ".join(f"{k!r}: {type(v).__name__}" for k, v in list(value.items())[:6]) + "}"
+
+
 def _check_actor_entries(state: Mapping[str, Any], file: Path) -> None:
     """Refuse to resume a checkpoint's actor states in a job of other actors (another number
     of actors, or of processes)."""
     saved, roles = state.get("actors"), current_roles()
-    if not isinstance(saved, Mapping) or roles is None:
+    if saved is None:
+        return
+    ranks = saved.get("ranks") if isinstance(saved, Mapping) else None
+    if not (isinstance(ranks, Mapping) and all(isinstance(saved.get(k), int) for k in ("world_size", "actors"))
+            and all(isinstance(r, int) and isinstance(e, Mapping) for r, e in ranks.items())):
+        raise CheckpointError(
+            f"{file}: entry 'actors': expected {{'world_size': int, 'actors': int, 'ranks': {{rank (int): "
+            f"state (dict)}}}}, got {type(saved).__name__} {_shape_of(saved)}"
+        )
+    if roles is None:
         return
     world_size, actors = int(saved["world_size"]), int(saved["actors"])
     if (world_size, actors) != (roles.world_size, roles.actors):

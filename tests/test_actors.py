@@ -224,6 +224,12 @@ def test_an_actor_resumes_its_own_state_and_an_older_checkpoint_starts_its_envs_
                                               "--nproc_per_node=3 .* --actors 2"):
         checkpoint_for_actor(load_checkpoint(file), file, 1)
 
+    # a malformed actors entry (a crafted or damaged file) is named, not a KeyError deep inside
+    for bad in ({"world_size": 3, "actors": 2, "ranks": [entry]}, {"world_size": "3", "actors": 2, "ranks": {}},
+                {"world_size": 3, "actors": 2, "ranks": {"1": entry}}, ["not", "a", "dict"]):
+        with pytest.raises(CheckpointError, match="entry 'actors': expected .*'ranks'.* got "):
+            checkpoint_for_actor({**state, "actors": bad}, file, 1)
+
 
 def test_a_checkpoint_holds_every_actors_state_or_none(tmp_path, monkeypatch):
     """Learner rank 0 of a job of 1 learner and 2 actors writes the ``actors`` entry only with
