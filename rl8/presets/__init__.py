@@ -72,7 +72,9 @@ def load(name: str) -> dict[str, Any]:
         :func:`hparams`).
 
     Raises:
-        ValueError: Unknown name, or a preset that does not validate (a ``ConfigError``).
+        ValueError: Unknown name, or a preset that does not validate (a
+            :class:`rl8.cli.ConfigError` for its keys, a ``ValueError`` naming the preset and
+            the field for a hyper-parameter).
     """
     from ..cli import load_config
 
