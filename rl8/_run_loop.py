@@ -4,36 +4,81 @@ conditions, checkpoints, signals, and how the MLflow run ends when the loop is i
 from __future__ import annotations
 
 import contextlib
-
+import math
 import signal
 import sys
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._signals import StopSignals, signal_exit
-from .conditions import Condition
+from .callbacks import Callback, CallbackLike
+from .conditions import EVAL_PREFIX, Condition, HitsUpperBound, MissingStatError, TimeLimit
 from .progress import Progress
 from .tracking import TrackingWarning
 
 if TYPE_CHECKING:
     from .trainer import Trainer, TrainStats
 
-__all__ = ["as_conditions", "check_record_plan", "log_run_params", "train_until"]
+__all__ = ["as_conditions", "check_eval_stats", "check_record_plan", "log_run_params", "train_until"]
 
 
-def as_conditions(stop_conditions: Condition | Sequence[Condition] | None) -> list[Condition]:
-    """``Trainer.run``'s ``stop_conditions`` as a list, each checked to be a Condition."""
+def _budget(name: str, value: Any, *, integer: bool) -> None:
+    """``max_env_steps`` (an int >= 1) or ``max_seconds`` (a number > 0), or ``None``."""
+    if value is None:
+        return
+    kind = "an int >= 1" if integer else "a number of seconds > 0"
+    ok = not isinstance(value, bool) and isinstance(value, int if integer else (int, float)) and value > 0
+    if not ok or (not integer and not math.isfinite(value)):
+        raise ValueError(f"Trainer.run: {name} must be {kind} or None, got {value!r}")
+
+
+def as_conditions(stop_conditions: Condition | Sequence[Condition] | None, *, max_env_steps: int | None = None,
+                  max_seconds: float | None = None) -> list[Condition]:
+    """``Trainer.run``'s ``stop_conditions`` as a list, each checked to be a Condition, then
+    ``HitsUpperBound("env/steps", max_env_steps)`` and ``TimeLimit(max_seconds)`` when given."""
     if stop_conditions is None:
-        return []
-    conditions = [stop_conditions] if isinstance(stop_conditions, Condition) else list(stop_conditions)
+        conditions = []
+    elif isinstance(stop_conditions, Condition):
+        conditions = [stop_conditions]
+    elif isinstance(stop_conditions, (str, bytes)) or not isinstance(stop_conditions, Iterable):
+        raise TypeError(f"Trainer.run: stop_conditions must be a rl8.conditions.Condition or a list of them, "
+                        f"got {stop_conditions!r}")
+    else:
+        conditions = list(stop_conditions)
     for i, condition in enumerate(conditions):
         if not isinstance(condition, Condition):
             raise TypeError(
                 f"Trainer.run: stop_conditions[{i}] must be a rl8.conditions.Condition, got {condition!r}"
             )
+    _budget("max_env_steps", max_env_steps, integer=True)
+    _budget("max_seconds", max_seconds, integer=False)
+    if max_env_steps is not None:
+        conditions.append(HitsUpperBound("env/steps", max_env_steps))
+    if max_seconds is not None:
+        conditions.append(TimeLimit(max_seconds))
     return conditions
+
+
+def check_eval_stats(conditions: Sequence[Condition], steps_per_eval: int | None) -> None:
+    """Before training: a condition on an ``eval/`` stat needs evaluations (else it would
+    never hold, and the run would train until interrupted).
+
+    Raises:
+        rl8.conditions.MissingStatError: naming the condition, the stat and ``steps_per_eval``.
+    """
+    if steps_per_eval is not None:
+        return
+    for i, condition in enumerate(conditions):
+        for name in condition.stat_names():
+            if name.startswith(EVAL_PREFIX):
+                raise MissingStatError(
+                    f"Trainer.run: stop_conditions[{i}] {condition!r} reads {name!r}, an evaluation "
+                    "stat, but this run never evaluates (steps_per_eval=None), so it could never "
+                    "hold: pass steps_per_eval=N to evaluate every N training steps (rl8 train: "
+                    f"--steps-per-eval N), or bound the training stat {name[len(EVAL_PREFIX):]!r}"
+                )
 
 
 def check_record_plan(trainer: Trainer, steps_per_eval: int | None) -> None:
@@ -101,50 +146,80 @@ def _handle_signals(trainer: Trainer, signals: StopSignals, progress: Progress) 
     if main:
         print(f"rl8: {signal.Signals(signum).name}: checkpoint written to {trainer.last_checkpoint}"
               f"{trainer.tracker.end_report('KILLED')}", file=sys.stderr, flush=True)
+    progress.results(trainer)
     raise signal_exit(signum)
+
+
+def _callback_name(callback: CallbackLike) -> str:
+    return getattr(callback, "__name__", None) or repr(callback)
+
+
+def _run_callbacks(trainer: Trainer, callbacks: Sequence[CallbackLike], stats: TrainStats,
+                   evaluated: bool) -> CallbackLike | None:
+    """Every callback on the step's stats (see :mod:`rl8.callbacks`); the first that asked
+    to stop, or ``None``."""
+    stop = None
+    for callback in callbacks:
+        if isinstance(callback, Callback):
+            asked = bool(callback.on_step(trainer, stats))
+            if evaluated:
+                asked = bool(callback.on_eval(trainer, stats)) or asked
+        else:
+            asked = bool(callback(trainer, stats))
+        if asked and stop is None:
+            stop = callback
+    return stop
 
 
 def train_until(trainer: Trainer, conditions: list[Condition], stats: TrainStats, *, finished: bool,
                 env_config: dict[str, Any] | None, eval_env_config: dict[str, Any] | None,
-                steps_per_eval: int | None) -> TrainStats:
+                steps_per_eval: int | None, callbacks: Sequence[CallbackLike] = ()) -> TrainStats:
     """The body of :meth:`rl8.Trainer.run` once its arguments are checked: steps until a
-    condition holds (none when ``finished``: they held at the checkpoint), with signals
-    handled; returns the last step's stats (``stats`` when no step ran)."""
+    condition holds or a callback asks to stop (none when ``finished``: the conditions held
+    at the checkpoint), with signals handled; returns the last step's stats (``stats`` when
+    no step ran)."""
     algo, config, dist = trainer.algo, trainer.config, trainer._dist
     held_at_checkpoint = finished
     progress = Progress(config.progress if dist.is_main else False, interval_s=config.progress_every_s)
     stop = [False] * len(conditions)  # which conditions held at the latest step
+    stopped_by_callback: CallbackLike | None = None
     signals = StopSignals(dist, lambda: trainer._ignore_stop_signals)
     with signals.installed():
         try:
+            progress.announce(trainer)  # where the results go, once the run has an id
             for condition in conditions:
                 condition.start()
             while not finished:
                 stats = trainer._train_step(env_config)
-                if steps_per_eval and algo.steps % steps_per_eval == 0:
+                evaluated = bool(steps_per_eval) and algo.steps % steps_per_eval == 0
+                if evaluated:
                     stats.update(trainer._eval(eval_env_config, deterministic=True))
                     if config.record_every and (algo.steps // steps_per_eval) % config.record_every == 0:
                         stats.update(_record_eval(trainer, eval_env_config))
+                stopped_by_callback = _run_callbacks(trainer, callbacks, stats, evaluated)
                 trainer._log(stats)
                 stop = [bool(condition(stats)) for condition in conditions]
                 trainer._conditions_met = any(stop)
-                progress.update(stats, conditions)
+                progress.update(stats, conditions, held=stop)
+                progress.announce(trainer)
                 if config.checkpoint_every and algo.steps % config.checkpoint_every == 0:
                     trainer.save_checkpoint()
-                stop_now = signals.agree(any(stop))
+                stop_now = signals.agree(any(stop) or stopped_by_callback is not None)
                 _handle_signals(trainer, signals, progress)
                 if stop_now:
                     break
-            progress.update(stats, conditions, force=True)
+            progress.update(stats, conditions, force=True, held=stop)
             trainer.stopped_by = next((c for c, fired in zip(conditions, stop) if fired), None)
             if held_at_checkpoint and len(conditions) == 1:  # then it is the one that held
                 trainer.stopped_by = conditions[0]
-            progress.summary(stats, trainer.stopped_by, held_at_checkpoint=held_at_checkpoint)
+            progress.summary(stats, trainer.stopped_by, held_at_checkpoint=held_at_checkpoint,
+                             callback=None if stopped_by_callback is None else _callback_name(stopped_by_callback))
             if trainer._last_checkpoint_step != algo.env_steps:
                 trainer.save_checkpoint()
             signals.agree(False)
             _handle_signals(trainer, signals, progress)  # one that arrived during the last checkpoint
             trainer._stop_actors()
+            progress.results(trainer)
         except (KeyboardInterrupt, SystemExit):
             progress.close()
             with contextlib.suppress(Exception):  # a signal's exit: the actors exit with it

@@ -20,10 +20,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
-import importlib.util
 import math
 import os
-import re
 import sys
 import warnings
 from collections.abc import Mapping, Sequence
@@ -31,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import TrainerConfig
+from .config import read_numbers as _numbers
 
 __all__ = ["CONFIG_KEYS", "ConfigError", "build_parser", "load_config", "main", "parse_assignment"]
 
@@ -55,10 +54,6 @@ _RUN_KEYS = ("env_config", "eval_env_config", "steps_per_eval", "stop_conditions
 #: Hyper-parameters that may differ when resuming (they do not change the trained state).
 _RESUMABLE_HPARAMS = ("device", "check_finite_collects")
 
-_INT = re.compile(r"[+-]?\d+")
-_FLOAT = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|[+-]?(inf|nan)", re.IGNORECASE)
-
-
 class ConfigError(ValueError):
     """A mistake in a config file or the command line; the message names the key."""
 
@@ -70,22 +65,6 @@ class ConfigError(ValueError):
 def _close(key: str, names: Sequence[str]) -> str:
     close = difflib.get_close_matches(key, list(names), n=3, cutoff=0.6)
     return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-
-
-def _numbers(value: Any) -> Any:
-    """Numeric strings (``"3e-4"``, which YAML reads as a string) as numbers, recursively."""
-    if isinstance(value, str):
-        text = value.strip()
-        if _INT.fullmatch(text):
-            return int(text)
-        if _FLOAT.fullmatch(text):
-            return float(text)
-        return value
-    if isinstance(value, Mapping):
-        return {k: _numbers(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_numbers(v) for v in value]
-    return value
 
 
 def _parse_value(text: str) -> Any:
@@ -126,21 +105,14 @@ def _hparam_fields() -> dict[str, str]:
 
 
 def _clean_hparams(hparams: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """Check hparam names (close matches on a typo) and turn numeric strings into numbers."""
-    fields = _hparam_fields()
-    out: dict[str, Any] = {}
-    for key, value in hparams.items():
-        if key not in fields:
-            raise ConfigError(
-                f"{where}: unknown hyper-parameter {key!r}{_close(str(key), list(fields))} "
-                f"(valid: {', '.join(fields)})"
-            )
-        value = _numbers(value)
-        kind = fields[key]
-        if isinstance(value, float) and value.is_integer() and "int" in kind and "float" not in kind:
-            value = int(value)
-        out[key] = value
-    return out
+    """Check hparam names (close matches on a typo) and turn numeric strings into numbers
+    (:meth:`rl8.HParams.read_config`)."""
+    from .hparams import HParams
+
+    try:
+        return HParams.read_config(hparams, where)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _int_option(config: Mapping[str, Any], key: str, where: str, minimum: int = 1) -> int | None:
@@ -298,56 +270,21 @@ def _build_hparams(hparams: Mapping[str, Any], where: str) -> Any:
     from .hparams import HParams
 
     try:
-        return HParams.from_kwargs(**_clean_hparams(hparams, where))
+        return HParams.from_config(hparams, where)
     except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{where}: {exc}") from None
+        raise ConfigError(str(exc)) from None
 
 
-def _mlflow_ui_command(uri: str) -> str:
-    """The command that shows the runs of ``uri`` (with what to install first when the UI's
-    server is missing: rl8 itself needs only mlflow-skinny)."""
-    if uri.lower().startswith(("http://", "https://")):
-        return f"open {uri} (the tracking server already serves the UI)"
-    command = f"mlflow ui --backend-store-uri {uri}"
-    if uri.startswith("sqlite:///"):
-        db = Path(uri[len("sqlite:///"):])
-        if db.resolve() == (Path.cwd() / "mlflow.db").resolve():
-            command = "mlflow ui"
-    if importlib.util.find_spec("flask") is None:  # mlflow-skinny: no UI server
-        command += ' (after pip install "rl8[ui]")'
-    return command
-
-
-def _launcher(trainer: Any) -> str:
-    """How to start the same number of ranks again (empty outside torchrun)."""
-    from .distributed import current_roles
+def _summary(trainer: Any) -> None:
+    """With ``--quiet``: what ``Trainer.run`` prints at the end unless quiet (the run id, the
+    tracking URI, the checkpoint, how to resume, ``mlflow ui``: :func:`rl8.progress.results_lines`),
+    which scripts read from stdout."""
+    from .progress import results_lines
 
     dist = getattr(trainer.algo, "dist", None)
-    roles = current_roles()
-    if roles is None and (dist is None or not dist.enabled):
-        return ""
-    world_size = roles.world_size if roles is not None else dist.world_size  # actors included
-    per_node = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
-    nodes = world_size // max(per_node, 1)
-    return f"torchrun {f'--nnodes={nodes} ' if nodes > 1 else ''}--nproc_per_node={per_node} -m "
-
-
-def _summary(trainer: Any, out: Any = None) -> None:
-    dist = getattr(trainer.algo, "dist", None)
-    if dist is not None and not dist.is_main:  # under torchrun only rank 0 prints
-        return
-    out = out or sys.stdout
-    algo = trainer.algo
-    print(f"rl8: {algo.env_steps} env steps, {algo.steps} training steps", file=out)
-    if trainer.run_id:
-        print(f"run id:     {trainer.run_id}", file=out)
-    if trainer.last_checkpoint is not None:
-        print(f"checkpoint: {trainer.last_checkpoint}", file=out)
-        actors = f" --actors {trainer.config.actors}" if trainer.config.actors else ""
-        print(f"resume:     {_launcher(trainer)}rl8 train --resume {trainer.last_checkpoint}{actors}", file=out)
-    if trainer.run_id:
-        print(f"mlflow ui:  {_mlflow_ui_command(trainer.tracker.tracking_uri)}", file=out)
-    out.flush()
+    if trainer.config.progress is not False or (dist is not None and not dist.is_main):
+        return  # Trainer.run printed it; under torchrun only rank 0 prints
+    print("\n".join(results_lines(trainer)), flush=True)
 
 
 def _config_file(arg: str) -> str | os.PathLike[str]:
@@ -834,7 +771,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--set", action="append", metavar="KEY=VALUE",
                        help="set a hyper-parameter (repeatable), e.g. --set lr=3e-4 "
                             "--set model_config.hiddens=[32,32]")
-    train.add_argument("--max-steps", type=_positive_int, metavar="N", help="stop after N env steps")
+    train.add_argument("--max-steps", "--max-env-steps", dest="max_steps", type=_positive_int, metavar="N",
+                       help="stop after N env steps (Trainer.run(max_env_steps=N))")
     train.add_argument("--steps-per-eval", type=_positive_int, metavar="N", help="evaluate every N training steps")
     train.add_argument("--resume", metavar="PATH_OR_RUN_ID",
                        help="continue from a checkpoint file, a checkpoint folder (latest) or an MLflow run id")

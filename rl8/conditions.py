@@ -141,6 +141,13 @@ class Condition(ABC):
         """
         return None
 
+    def stat_names(self) -> list[str]:
+        """The stats this condition reads (its children's for :class:`And` / :class:`Or`),
+        so that :meth:`rl8.Trainer.run` can refuse, before training, a condition on a stat
+        the run never reports (an ``eval/`` stat without evaluations). ``[]`` for a condition
+        that reads none (:class:`TimeLimit`) or does not say (a subclass of your own)."""
+        return []
+
     def state_dict(self) -> dict[str, Any]:
         """The condition's state as plain Python types (for checkpoints)."""
         return {"type": type(self).__name__}
@@ -221,6 +228,9 @@ class _StatCondition(Condition):
             message += (" (eval/ keys may be missing on steps without evaluation, but this step "
                         "has eval stats.)")
         return message
+
+    def stat_names(self) -> list[str]:
+        return [self.key]
 
     def _peek(self, stats: Mapping[str, float]) -> float | None:
         """Like :meth:`_lookup` but ``None`` instead of raising (for :meth:`progress`)."""
@@ -530,6 +540,9 @@ class _Combinator(Condition):
     def reset(self) -> None:
         for condition in self.conditions:
             condition.reset()
+
+    def stat_names(self) -> list[str]:
+        return [name for condition in self.conditions for name in condition.stat_names()]
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "conditions": [condition.state_dict() for condition in self.conditions]}

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
+import re
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +26,33 @@ if TYPE_CHECKING:
     from .distributed import DistContext
     from .ppo import PPO
 
-__all__ = ["TrainerConfig", "run_params"]
+__all__ = ["TrainerConfig", "read_numbers", "run_params"]
+
+_INT = re.compile(r"[+-]?\d+")
+_FLOAT = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|[+-]?(inf|nan)", re.IGNORECASE)
+
+
+def read_numbers(value: Any) -> Any:
+    """``value`` with its numeric strings as numbers, recursively (in dicts and lists): YAML
+    reads ``3e-4`` (no dot) as the string ``"3e-4"``; config files (``rl8 train``, presets)
+    mean the number. ``"12"`` becomes the int 12, ``"3e-4"`` the float; other values are
+    returned as they are.
+
+    Args:
+        value: A value read from a config file.
+    """
+    if isinstance(value, str):
+        text = value.strip()
+        if _INT.fullmatch(text):
+            return int(text)
+        if _FLOAT.fullmatch(text):
+            return float(text)
+        return value
+    if isinstance(value, Mapping):
+        return {k: read_numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [read_numbers(v) for v in value]
+    return value
 
 
 def _int_at_least_1(name: str, value: Any) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -181,6 +182,52 @@ class HParams:
                 hint = f"; did you mean {', '.join(close)}?" if close else ""
                 raise TypeError(f"unknown hyper-parameter {key!r}{hint} (valid: {', '.join(names)})")
         return cls(**kwargs)
+
+    @classmethod
+    def read_config(cls, hparams: Mapping[str, Any], where: str = "hparams") -> dict[str, Any]:
+        """The hyper-parameters of a config file (``rl8 train``'s ``hparams:``, a preset) as
+        keyword arguments of :meth:`from_kwargs`: names checked, numeric strings (``"3e-4"``,
+        which YAML reads as a string) as numbers, whole floats as ints for int fields.
+
+        Args:
+            hparams: ``{name: value}`` as read from YAML.
+            where: Where they come from, for the error message (``"preset 'Hopper-v5': hparams"``).
+
+        Raises:
+            ValueError: An unknown name (with close matches and the valid names).
+        """
+        from .config import read_numbers
+
+        kinds = {f.name: str(f.type) for f in dataclasses.fields(cls)}
+        out: dict[str, Any] = {}
+        for key, value in hparams.items():
+            if key not in kinds:
+                close = difflib.get_close_matches(str(key), list(kinds), n=3, cutoff=0.6)
+                hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+                raise ValueError(f"{where}: unknown hyper-parameter {key!r}{hint} (valid: {', '.join(kinds)})")
+            value = read_numbers(value)
+            kind = kinds[key]
+            if isinstance(value, float) and value.is_integer() and "int" in kind and "float" not in kind:
+                value = int(value)
+            out[key] = value
+        return out
+
+    @classmethod
+    def from_config(cls, hparams: Mapping[str, Any], where: str = "hparams") -> "HParams":
+        """Build from the hyper-parameters of a config file (see :meth:`read_config`).
+
+        Args:
+            hparams: ``{name: value}`` as read from YAML.
+            where: Where they come from, for the error message.
+
+        Raises:
+            ValueError: An unknown name or a bad value; the message starts with ``where``.
+        """
+        kwargs = cls.read_config(hparams, where)
+        try:
+            return cls.from_kwargs(**kwargs)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{where}: {exc}") from None
 
     def replace(self, **changes: Any) -> "HParams":
         """A copy with some fields changed (validated again)."""

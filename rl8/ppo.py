@@ -37,7 +37,7 @@ from .rollout import rollout, rollout_ready_envs
 from .runner import run_policy
 from .stats import Stats, reduce_stats, rollout_stats
 
-__all__ = ["NonFiniteError", "PPO", "make_env"]
+__all__ = ["NonFiniteError", "PPO", "PresetHint", "make_env"]
 
 #: The counters of training progress, saved in checkpoints (see :class:`PPO`, Attributes).
 _COUNTERS = ("env_steps", "env_resets", "collects", "steps")
@@ -352,6 +352,32 @@ def _eval_on_training_envs_error(k: int, collects: int) -> RuntimeError:
     )
 
 
+class PresetHint(UserWarning):
+    """The hint that a gymnasium id given to :class:`PPO` with default hyper-parameters has a
+    tuned preset (``PPO.from_preset(id)``); shown once per id per process. Silence it with
+    ``warnings.filterwarnings("ignore", category=rl8.ppo.PresetHint)``."""
+
+
+#: Hyper-parameters that do not tune learning: given alone, PPO still hints at a preset.
+_UNTUNED_HPARAMS = {"seed", "device"}
+_hinted: set[str] = set()
+
+
+def _hint_preset(env: Any) -> None:
+    """Warn (:class:`PresetHint`, once per id) when ``env`` is a gymnasium id with a preset."""
+    from . import presets
+
+    name = presets.for_env(env)
+    if name is None or name in _hinted:
+        return
+    _hinted.add(name)
+    warnings.warn(
+        f"rl8: {name} has a tuned preset: PPO.from_preset({name!r}) / rl8 train {name} "
+        "(PPO's default hyper-parameters are not tuned for it; see docs/results/index.md)",
+        PresetHint, stacklevel=3,
+    )
+
+
 class PPO:
     """PPO with a preallocated rollout buffer over batched environments.
 
@@ -394,6 +420,8 @@ class PPO:
         self.hparams = hp = _rank_hparams(HParams.from_kwargs(**hparams))
         self.device = hp.resolved_device()
         self.dist = DistContext()
+        if self.dist.is_main and not set(hparams) - _UNTUNED_HPARAMS:
+            _hint_preset(env)
         self.seed = hp.seed if hp.seed is not None else _random_run_seed()
         # The model is initialised from the run's seed (the same on every rank); envs and
         # action sampling then use a seed derived from the run's seed and the rank.
@@ -433,6 +461,29 @@ class PPO:
         self._behaviour_version = 0  # the update count of the weights that collected the buffer
         # [num_envs, horizon] weights of the next update's (normalised) advantages, or None
         self.advantage_weights: torch.Tensor | None = None
+
+    @classmethod
+    def from_preset(cls, name: str, /, **overrides: Any) -> PPO:
+        """PPO on the env of preset ``name`` with its tuned hyper-parameters (``rl8.presets``,
+        the same as ``rl8 train NAME``), ``overrides`` over them.
+
+        The preset's Trainer options and run arguments (evaluation, env-step budget) are
+        :func:`rl8.presets.trainer_options` and :func:`rl8.presets.run_args`.
+
+        Args:
+            name: A preset's name (``rl8.presets.names()``: ``"Pendulum-v1"``, ``"HalfCheetah-v5"``...),
+                with or without ``preset:``.
+            **overrides: Hyper-parameters by name (``seed=1``, ``device="cpu"``), over the
+                preset's; a nested one (``model_config``) replaces the preset's whole value.
+
+        Raises:
+            ValueError: Unknown preset (with close matches), or a bad value.
+            TypeError: An unknown hyper-parameter name.
+        """
+        from . import presets
+
+        config = presets.load(name)
+        return cls(config["env"], **{**presets.hparams(config).to_dict(), **overrides})
 
     def _make_carry(self, policy: Policy, buffer: RolloutBuffer) -> RolloutCarry:
         """``policy``'s carry from step to step over ``buffer`` (a recurrent state, or none)."""

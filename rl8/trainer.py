@@ -29,7 +29,8 @@ import torch
 from ._eval_envs import EvalEnvs, check_eval_plan
 from ._resolve import env_spec_string, is_dotted_path
 from ._resume import RunRecord, TrainerCheckpoints
-from ._run_loop import as_conditions, check_record_plan, log_run_params, train_until
+from ._run_loop import as_conditions, check_eval_stats, check_record_plan, log_run_params, train_until
+from .callbacks import CallbackLike, as_callbacks
 from .checkpoint import CHECKPOINT_POINTER_ARTIFACT
 from .actors import Learner, check_actor_config, run_actor
 from .conditions import Condition
@@ -359,16 +360,24 @@ class Trainer(TrainerCheckpoints):
         eval_env_config: dict[str, Any] | None = None,
         steps_per_eval: int | None = None,
         stop_conditions: Condition | Sequence[Condition] | None = None,
+        max_env_steps: int | None = None,
+        max_seconds: float | None = None,
+        callbacks: CallbackLike | Sequence[CallbackLike] | None = None,
     ) -> TrainStats:
-        """Train until any stop condition holds (until interrupted without one, with a warning).
+        """Train until any stop condition holds or a callback asks to stop (until interrupted
+        without either, with a warning).
 
         Each step is :meth:`step`; every ``steps_per_eval`` steps an evaluation's ``eval/`` stats
-        join the step's (one MLflow request), then the conditions are checked. A checkpoint is
-        written every ``checkpoint_every`` steps and at the end. Resumed from a checkpoint where
-        the same conditions held, it trains zero steps. SIGUSR1: checkpoint and go on;
-        SIGINT/SIGTERM: checkpoint, end the run as ``KILLED``, raise ``KeyboardInterrupt`` /
-        ``SystemExit(143)``; another exception ends the run as ``FAILED``. See
-        ``docs/trainer.md#training-run`` and ``#signals``.
+        join the step's; then the ``callbacks`` run, the stats are logged (one MLflow request)
+        and the conditions are checked. A checkpoint is written every ``checkpoint_every`` steps
+        and at the end. Resumed from a checkpoint where the same conditions held, it trains zero
+        steps. Unless ``progress=False``, it prints where the results go (the MLflow run, the
+        tracking URI, the ``mlflow ui`` command, the checkpoint folder) once the run has an id,
+        a progress line, and at the end the latest checkpoint and how to resume. SIGUSR1:
+        checkpoint and go on; SIGINT/SIGTERM: checkpoint, end the run as ``KILLED``, raise
+        ``KeyboardInterrupt`` / ``SystemExit(143)``; another exception (one raised by a callback
+        included) ends the run as ``FAILED``. See ``docs/trainer.md#training-run``,
+        ``#callbacks`` and ``#signals``.
 
         Args:
             env_config: Env parameters for training resets (see :meth:`step`).
@@ -378,17 +387,32 @@ class Trainer(TrainerCheckpoints):
                 run stops when any holds. All are checked after every step (stateful ones see
                 every step). Conditions on a counter (``env/steps``...) give the ETA. The one
                 that fired is :attr:`stopped_by`.
+            max_env_steps: Stop once ``env/steps`` (env transitions since the start of
+                training, of all envs, a resumed run's included) reaches this, an int >= 1:
+                ``HitsUpperBound("env/steps", max_env_steps)`` added to ``stop_conditions``.
+                ``None``: no such bound.
+            max_seconds: Stop after this many seconds of training (wall clock, a number > 0):
+                ``TimeLimit(max_seconds)`` added to ``stop_conditions``. ``None``: no limit.
+            callbacks: Called after every step (see :mod:`rl8.callbacks`): a callable
+                ``callback(trainer, stats)`` or a :class:`~rl8.callbacks.Callback`, or a list
+                of them, in order. A callback may add stats (logged, seen by the conditions)
+                and returns ``True`` to stop the run after this step.
 
         Returns:
             The stats of the last step (only the counters when no step ran).
 
         Raises:
             ValueError: Before training, when ``steps_per_eval`` is not an int >= 1 or
-                ``None``, ``eval_env_config`` is given without ``steps_per_eval``, or
-                ``record_every`` is set without ``steps_per_eval``.
+                ``None``, ``eval_env_config`` is given without ``steps_per_eval``,
+                ``record_every`` is set without ``steps_per_eval``, or ``max_env_steps`` /
+                ``max_seconds`` is not a positive number.
+            TypeError: Before training, a stop condition that is not a Condition or a
+                callback that is not callable.
             ImportError, NotImplementedError: With ``record_every``, before training: video
                 recording is not installed or the env cannot render (see :meth:`record`).
-            rl8.conditions.MissingStatError: A condition names a stat that steps do not report.
+            rl8.conditions.MissingStatError: Before training, a condition on an ``eval/`` stat
+                without ``steps_per_eval``; at the first step, a condition on a stat that steps
+                do not report (a typo).
         """
         if self.closed:
             raise RuntimeError("this Trainer is closed (its MLflow run has ended)")
@@ -399,7 +423,9 @@ class Trainer(TrainerCheckpoints):
             steps_per_eval=steps_per_eval, eval_env_config=eval_env_config,
         )
         check_record_plan(self, steps_per_eval)
-        conditions = as_conditions(stop_conditions)
+        conditions = as_conditions(stop_conditions, max_env_steps=max_env_steps, max_seconds=max_seconds)
+        check_eval_stats(conditions, steps_per_eval)
+        callbacks = as_callbacks(callbacks)
         if eval_env_config is None:
             eval_env_config = env_config
         self._run_args = {
@@ -411,17 +437,23 @@ class Trainer(TrainerCheckpoints):
         self._conditions = conditions
         self._conditions_met = finished
         log_run_params(self, conditions, steps_per_eval)
-        if not conditions:
+        if not conditions and not callbacks:
             warnings.warn(
                 "Trainer.run: no stop_conditions, so training runs until interrupted (Ctrl-C "
-                "writes a checkpoint and stops); e.g. stop_conditions=HitsUpperBound('env/steps', "
-                "1_000_000)",
+                "writes a checkpoint and stops); e.g. max_env_steps=1_000_000 or "
+                "stop_conditions=HitsUpperBound('episodes/return_mean', 475)",
                 stacklevel=2,
             )
         return train_until(
             self, conditions, TrainStats(self._counters()), finished=finished, env_config=env_config,
-            eval_env_config=eval_env_config, steps_per_eval=steps_per_eval,
+            eval_env_config=eval_env_config, steps_per_eval=steps_per_eval, callbacks=callbacks,
         )
+
+    def learn(self, total_env_steps: int, **run_options: Any) -> TrainStats:
+        """``run(max_env_steps=total_env_steps, **run_options)``: train for a budget of env steps
+        (the name Stable-Baselines3 users look for; ``total_env_steps`` counts from the start of
+        training, so a resumed run trains the rest)."""
+        return self.run(max_env_steps=total_env_steps, **run_options)
 
     # ----------------------------------------------------------------- life cycle
     def close(self, status: str = "FINISHED", *, timeout_s: float | None = None) -> None:

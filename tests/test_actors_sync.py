@@ -94,10 +94,9 @@ def _band() -> None:
         algo = PPO(CartPole, seed=seed, device="cpu", num_envs=64, sgd_minibatch_size=512)
         trainer = Trainer(algo, tracking=False, eval_num_envs=8, progress=False, checkpoint_dir=f"band-{seed}")
         returns: list[float] = []
-        step = trainer._train_step
-        trainer._train_step = lambda env_config: returns.append((s := step(env_config))["episodes/return_mean"]) or s
         trainer.run(steps_per_eval=2, stop_conditions=[HitsUpperBound("eval/episodes/return_mean", 475),
-                                                      HitsUpperBound("env/steps", MAX_STEPS)])
+                                                      HitsUpperBound("env/steps", MAX_STEPS)],
+                    callbacks=[lambda trainer, stats: returns.append(stats["episodes/return_mean"])])
         print(seed, len(returns), sum(v for v in returns if not math.isnan(v)) / len(returns), flush=True)
 
 

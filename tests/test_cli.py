@@ -97,7 +97,7 @@ def test_the_mlflow_ui_hint_names_the_extra_when_the_ui_is_not_installed(monkeyp
     """rl8 needs only mlflow-skinny, whose `mlflow ui` fails for want of flask."""
     import importlib.util
 
-    from rl8.cli import _mlflow_ui_command
+    from rl8.progress import mlflow_ui_command as _mlflow_ui_command
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     find_spec = importlib.util.find_spec

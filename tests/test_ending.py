@@ -33,16 +33,14 @@ def status(mlflow_uri: str, trainer: Trainer) -> str:
     return MlflowClient(mlflow_uri).get_run(trainer.tracker.run_id).info.status
 
 
-def signal_at_first_step(monkeypatch, trainer: Trainer, signum: int) -> None:
-    """The first training step of ``trainer`` sends ``signum`` to this process."""
-    train_step = trainer._train_step
+def signal_at_first_step(signum: int):
+    """A callback of Trainer.run: the first training step sends ``signum`` to this process."""
 
-    def step(env_config):
-        stats = train_step(env_config)
-        signal.raise_signal(signum)
-        return stats
+    def step(trainer, stats):
+        if stats["algorithm/steps"] == 1:
+            signal.raise_signal(signum)
 
-    monkeypatch.setattr(trainer, "_train_step", step)
+    return step
 
 
 def test_close_with_a_bad_status_leaves_the_run_open_for_a_later_close(mlflow_uri):
@@ -59,7 +57,6 @@ def test_a_second_signal_during_a_signal_exit_does_not_stop_the_run_being_marked
 ):
     trainer = make_trainer(checkpoint_dir=tmp_path / "ck")
     trainer.run_id  # the run exists before the signals
-    signal_at_first_step(monkeypatch, trainer, signal.SIGTERM)
     end = Tracker.end
 
     def end_interrupted(self, *args, **kwargs):  # Ctrl-C while the run is being marked KILLED
@@ -68,7 +65,8 @@ def test_a_second_signal_during_a_signal_exit_does_not_stop_the_run_being_marked
 
     monkeypatch.setattr(Tracker, "end", end_interrupted)
     with pytest.raises((SystemExit, KeyboardInterrupt)) as info:  # not the second signal's
-        trainer.run(stop_conditions=HitsUpperBound("algorithm/steps", 100))
+        trainer.run(stop_conditions=HitsUpperBound("algorithm/steps", 100),
+                    callbacks=[signal_at_first_step(signal.SIGTERM)])
     assert isinstance(info.value, SystemExit) and info.value.code == 143
     assert status(mlflow_uri, trainer) == "KILLED"
 
@@ -78,7 +76,6 @@ def test_a_failed_checkpoint_on_a_signal_still_exits_as_the_signal_within_its_li
 ):
     trainer = make_trainer(checkpoint_dir=tmp_path / "ck")
     trainer.run_id
-    signal_at_first_step(monkeypatch, trainer, signal.SIGTERM)
 
     def save_checkpoint(path=None):
         raise OSError("disk full")
@@ -93,7 +90,8 @@ def test_a_failed_checkpoint_on_a_signal_still_exits_as_the_signal_within_its_li
 
     monkeypatch.setattr(Tracker, "end", end_recorded)
     with pytest.raises(SystemExit) as info:
-        trainer.run(stop_conditions=HitsUpperBound("algorithm/steps", 100))
+        trainer.run(stop_conditions=HitsUpperBound("algorithm/steps", 100),
+                    callbacks=[signal_at_first_step(signal.SIGTERM)])
     assert info.value.code == 143
     assert isinstance(info.value.__cause__, OSError)
     assert status(mlflow_uri, trainer) == "KILLED"
@@ -117,13 +115,12 @@ def failed_start(tmp_path) -> Trainer:
 
 
 @pytest.mark.parametrize("error", [KeyboardInterrupt, RuntimeError])
-def test_an_error_in_run_is_not_replaced_by_a_failed_start(monkeypatch, failed_start, error):
-    def step(env_config):
+def test_an_error_in_run_is_not_replaced_by_a_failed_start(failed_start, error):
+    def step(trainer, stats):  # a crash in the first step, before its stats are logged
         raise error("the user's error")
 
-    monkeypatch.setattr(failed_start, "_train_step", step)
     with pytest.warns(TrackingWarning, match="could not be started"), pytest.raises(error):
-        failed_start.run(stop_conditions=HitsUpperBound("algorithm/steps", 1))
+        failed_start.run(stop_conditions=HitsUpperBound("algorithm/steps", 1), callbacks=[step])
     assert failed_start.closed
 
 

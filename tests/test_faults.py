@@ -129,17 +129,20 @@ def test_non_finite_update_without_env_cause_names_the_stat():
 
 
 def count_steps(monkeypatch, limit=6):
-    """Count the training steps of Trainer.run; fail (instead of training forever) past ``limit``."""
+    """Count the training steps of every Trainer.run (the rl8 command's too) with a callback
+    that each run gets; fail (instead of training forever) past ``limit``."""
     steps = []
-    real = Trainer._train_step
+    run = Trainer.run
 
-    def counted(self, env_config):
+    def count(trainer, stats):
         steps.append(1)
         if len(steps) > limit:
             raise AssertionError(f"more than {limit} training steps: the stop conditions were lost")
-        return real(self, env_config)
 
-    monkeypatch.setattr(Trainer, "_train_step", counted)
+    def counted_run(self, *, callbacks=None, **kwargs):
+        return run(self, callbacks=[*(callbacks or []), count], **kwargs)
+
+    monkeypatch.setattr(Trainer, "run", counted_run)
     return steps
 
 

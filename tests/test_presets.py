@@ -18,7 +18,7 @@ import yaml
 
 import rl8
 import rl8.presets
-from rl8.cli import ConfigError, main
+from rl8.cli import main
 
 NEEDS = {  # preset -> the module its env needs, and the extra that installs it
     "LunarLander-v3": ("Box2D", "rl8[box2d]"),
@@ -80,9 +80,12 @@ def test_prefix_is_accepted_by_load():
     assert rl8.presets.load("preset:Memory") == rl8.presets.load("Memory")
 
 
-def test_bad_hparams_are_a_config_error(tmp_path):
-    with pytest.raises(ConfigError, match="horizon"):
+def test_bad_hparams_are_an_error_naming_the_preset_and_the_field(tmp_path):
+    with pytest.raises(ValueError, match="preset 'CartPole-v1': hparams: .*horizon"):
         rl8.presets.hparams({"env": "CartPole-v1", "hparams": {"horizon": 0}})
+    with pytest.raises(ValueError, match="preset 'CartPole-v1': hparams: unknown hyper-parameter 'horizn'; "
+                                         "did you mean 'horizon'"):
+        rl8.presets.hparams({"env": "CartPole-v1", "hparams": {"horizn": 8}})
 
 
 def test_presets_are_plain_yaml_mappings():

@@ -175,13 +175,13 @@ def _with_old_names(value):
 
 
 def _count_steps(monkeypatch):
-    steps, real = [], Trainer._train_step
+    """Count the training steps of every Trainer.run (the rl8 command's too) with a callback."""
+    steps, run = [], Trainer.run
 
-    def counted(self, env_config):
-        steps.append(1)
-        return real(self, env_config)
+    def counted_run(self, *, callbacks=None, **kwargs):
+        return run(self, callbacks=[*(callbacks or []), lambda trainer, stats: steps.append(1)], **kwargs)
 
-    monkeypatch.setattr(Trainer, "_train_step", counted)
+    monkeypatch.setattr(Trainer, "run", counted_run)
     return steps
 
 

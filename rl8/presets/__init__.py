@@ -3,9 +3,15 @@
 A preset is a YAML config file in the format of ``rl8 train CONFIG.yaml`` (``docs/cli.md``):
 the env, PPO's hyper-parameters (with a comment citing where they come from), the env-step
 budget it is meant for (``max_steps``), the evaluation settings and a seed. ``rl8 train
-CartPole-v1`` and ``rl8 train preset:CartPole-v1`` train one; from Python::
+CartPole-v1`` and ``rl8 train preset:CartPole-v1`` train one; from Python, what ``rl8 train
+NAME`` does::
 
     import rl8.presets
+    from rl8 import PPO, Trainer
+
+    name = "Pendulum-v1"
+    trainer = Trainer(PPO.from_preset(name), **rl8.presets.trainer_options(name))
+    trainer.run(**rl8.presets.run_args(name))  # max_env_steps, steps_per_eval...
 
     rl8.presets.names()                     # ['Acrobot-v1', 'Ant-v5', ..., 'Walker2d-v5']
     config = rl8.presets.load("Hopper-v5")  # a checked dict: {'env': 'Hopper-v5', ...}
@@ -21,7 +27,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PREFIX", "load", "names", "path", "hparams"]
+__all__ = ["PREFIX", "for_env", "hparams", "load", "names", "path", "run_args", "trainer_options"]
 
 #: ``rl8 train preset:NAME`` always names a preset (even where a file ``NAME`` exists).
 PREFIX = "preset:"
@@ -66,7 +72,9 @@ def load(name: str) -> dict[str, Any]:
         :func:`hparams`).
 
     Raises:
-        ValueError: Unknown name, or a preset that does not validate (a ``ConfigError``).
+        ValueError: Unknown name, or a preset that does not validate (a
+            :class:`rl8.cli.ConfigError` for its keys, a ``ValueError`` naming the preset and
+            the field for a hyper-parameter).
     """
     from ..cli import load_config
 
@@ -77,11 +85,60 @@ def load(name: str) -> dict[str, Any]:
 
 def hparams(config: dict[str, Any]) -> Any:
     """The :class:`rl8.HParams` of a config dict such as :func:`load` returns (numeric strings
-    read as numbers, as ``rl8 train`` reads them).
+    read as numbers, as ``rl8 train`` reads them: :meth:`rl8.HParams.from_config`).
 
     Raises:
-        ValueError: A hyper-parameter with a bad value (a ``ConfigError`` naming it).
+        ValueError: A hyper-parameter with a bad value (naming the preset and the field).
     """
-    from ..cli import _build_hparams  # the command's reading of hparams, not a copy of it
+    from ..hparams import HParams
 
-    return _build_hparams(config.get("hparams") or {}, f"preset {config.get('env')!r}: hparams")
+    return HParams.from_config(config.get("hparams") or {}, f"preset {config.get('env')!r}: hparams")
+
+
+def trainer_options(name: str) -> dict[str, Any]:
+    """The :class:`rl8.Trainer` options that preset ``name`` sets (``eval_num_envs``,
+    ``eval_num_steps``, ``experiment``...), for ``Trainer(algo, **trainer_options(name))``.
+
+    Args:
+        name: A name from :func:`names`.
+    """
+    import dataclasses
+
+    from ..config import TrainerConfig, read_numbers
+
+    fields = {f.name for f in dataclasses.fields(TrainerConfig)}
+    return {key: read_numbers(value) for key, value in load(name).items() if key in fields}
+
+
+def run_args(name: str) -> dict[str, Any]:
+    """The :meth:`rl8.Trainer.run` arguments that preset ``name`` sets: ``max_env_steps`` (its
+    ``max_steps``), ``steps_per_eval``, ``stop_conditions`` (built with
+    :func:`rl8.conditions.from_config`), ``env_config`` and ``eval_env_config``, those it has.
+
+    Args:
+        name: A name from :func:`names`.
+    """
+    from ..conditions import from_config
+    from ..config import read_numbers
+
+    config = load(name)
+    out: dict[str, Any] = {}
+    if config.get("max_steps") is not None:
+        out["max_env_steps"] = int(read_numbers(config["max_steps"]))
+    for key in ("steps_per_eval", "env_config", "eval_env_config"):
+        if config.get(key) is not None:
+            out[key] = read_numbers(config[key])
+    specs = config.get("stop_conditions") or []
+    if specs:
+        out["stop_conditions"] = [from_config(spec) for spec in ([specs] if isinstance(specs, dict) else specs)]
+    return out
+
+
+def for_env(env: Any) -> str | None:
+    """The name of the preset tuned for ``env`` when ``env`` is a gymnasium id that has one
+    (``"Pendulum-v1"``), else ``None`` (classes, dotted paths and ids without a preset)."""
+    if not isinstance(env, str) or env not in names():
+        return None
+    import yaml
+
+    return env if yaml.safe_load(path(env).read_text()).get("env") == env else None

@@ -1,0 +1,366 @@
+"""Trainer.run as SB3 and CleanRL users look for it: a step budget in one call, presets from
+Python, callbacks; a condition on eval stats without evaluations; where the results went; a
+progress line that tells the truth."""
+
+from __future__ import annotations
+
+import io
+import math
+import re
+import warnings
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+import rl8.presets
+from rl8 import PPO, Trainer
+from rl8.callbacks import Callback
+from rl8.conditions import And, HitsUpperBound, MissingStatError, Or, TimeLimit
+from rl8.envs import CartPole
+from rl8.progress import Progress
+
+pytestmark = pytest.mark.usefixtures("migrated_store", "one_torch_thread")
+
+SMALL = dict(num_envs=16, horizon=8, sgd_minibatch_size=64, num_sgd_iters=1, seed=0)
+STEP = 16 * 8  # env steps per training step
+REPO = Path(__file__).resolve().parents[1]
+
+
+def make_trainer(**options) -> Trainer:
+    return Trainer(PPO(CartPole, **SMALL), **{"progress": False, **options})
+
+
+# --------------------------------------------------------------------------------------------
+# a stop condition on an eval/ stat needs evaluations
+
+
+@pytest.mark.parametrize("condition", [
+    HitsUpperBound("eval/episodes/return_mean", 475),
+    Or([HitsUpperBound("env/steps", 10**9), And([TimeLimit(3600), HitsUpperBound("eval/episodes/return_mean", 475)])]),
+], ids=["plain", "nested"])
+def test_an_eval_condition_without_evaluations_fails_before_the_first_step(condition):
+    with make_trainer(tracking=False) as trainer:
+        with pytest.raises(MissingStatError, match=r"'eval/episodes/return_mean'.*steps_per_eval=None.*"
+                                                   r"steps_per_eval=N"):
+            trainer.run(stop_conditions=condition)
+        assert trainer.algo.steps == 0
+        # with evaluations the same condition is fine
+        trainer.run(stop_conditions=[condition, HitsUpperBound("env/steps", STEP)], steps_per_eval=1)
+        assert trainer.algo.steps == 1
+
+
+def test_rl8_train_refuses_an_eval_condition_without_evaluations(tmp_path, capsys):
+    from rl8.cli import main
+
+    config = tmp_path / "run.yaml"
+    config.write_text("env: rl8.envs.CartPole\nhparams: {num_envs: 16, horizon: 8, sgd_minibatch_size: 64}\n"
+                      "stop_conditions:\n  - hits_upper_bound: {key: eval/episodes/return_mean, bound: 475}\n")
+    assert main(["train", str(config), "--quiet"]) == 2
+    assert "--steps-per-eval N" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------------------------
+# a step budget in one call
+
+
+def test_max_env_steps_max_seconds_and_learn():
+    with make_trainer(tracking=False) as trainer:
+        stats = trainer.run(max_env_steps=2 * STEP)
+        assert stats["env/steps"] == 2 * STEP
+        assert repr(trainer.stopped_by) == f"HitsUpperBound('env/steps', {2 * STEP})"
+        # with stop_conditions: whichever holds first
+        trainer.run(max_env_steps=10 * STEP, stop_conditions=HitsUpperBound("algorithm/steps", 3))
+        assert trainer.algo.steps == 3
+        trainer.run(max_env_steps=4 * STEP, stop_conditions=HitsUpperBound("algorithm/steps", 100))
+        assert trainer.algo.env_steps == 4 * STEP
+        trainer.run(max_seconds=1e-6)  # one step: the time limit holds after it
+        assert trainer.algo.steps == 5 and isinstance(trainer.stopped_by, TimeLimit)
+        trainer.learn(6 * STEP)  # SB3's name: a total of env steps
+        assert trainer.algo.env_steps == 6 * STEP
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"max_env_steps": 0}, "max_env_steps must be an int >= 1 or None, got 0"),
+    ({"max_env_steps": 1.5}, "max_env_steps must be an int >= 1 or None, got 1.5"),
+    ({"max_seconds": -1}, "max_seconds must be a number of seconds > 0 or None, got -1"),
+    ({"max_seconds": math.inf}, "max_seconds must be a number of seconds > 0 or None, got inf"),
+])
+def test_a_bad_budget_is_an_error_naming_it(kwargs, message):
+    with make_trainer(tracking=False) as trainer, pytest.raises(ValueError, match=re.escape(message)):
+        trainer.run(**kwargs)
+
+
+def test_rl8_train_takes_max_env_steps(capsys, mlflow_uri):
+    from rl8.cli import main
+
+    argv = ["train", "--env", "rl8.envs.CartPole", "--set", "num_envs=16", "--set", "horizon=8",
+            "--set", "sgd_minibatch_size=64", "--max-env-steps", str(STEP), "--quiet"]
+    assert main(argv) == 0
+    assert f"rl8: {STEP} env steps, 1 training steps" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------------------------
+# callbacks
+
+
+def test_a_callback_sees_every_step_adds_stats_and_stops_the_run(mlflow_uri):
+    seen = []
+
+    def callback(trainer, stats):
+        seen.append((trainer, stats["algorithm/steps"]))
+        stats["my/double_steps"] = 2.0 * stats["algorithm/steps"]
+        return stats["algorithm/steps"] >= 3
+
+    trainer = make_trainer()
+    # the added stat is seen by the stop conditions (which would stop at 4) and logged
+    stats = trainer.run(callbacks=callback, stop_conditions=HitsUpperBound("my/double_steps", 8))
+    trainer.close()
+    assert seen == [(trainer, 1), (trainer, 2), (trainer, 3)] and trainer.stopped_by is None
+    assert stats["my/double_steps"] == 6.0
+    history = MlflowClient(mlflow_uri).get_metric_history(trainer.run_id, "my/double_steps")
+    assert [m.value for m in history] == [2.0, 4.0, 6.0]
+
+
+def test_the_summary_names_the_callback_that_stopped_the_run(capsys):
+    def enough(trainer, stats):
+        return True
+
+    with make_trainer(progress=None) as trainer:
+        trainer.run(callbacks=[enough])
+    assert "rl8: stopped by the callback enough after 128 env steps" in capsys.readouterr().err
+
+
+def test_a_callback_class_gets_on_eval_on_evaluation_steps_only():
+    class Record(Callback):
+        def __init__(self):
+            self.steps, self.evals = [], []
+
+        def on_step(self, trainer, stats):
+            self.steps.append(stats["algorithm/steps"])
+
+        def on_eval(self, trainer, stats):
+            self.evals.append((stats["algorithm/steps"], "eval/episodes/return_mean" in stats))
+            return len(self.evals) == 2
+
+    record = Record()
+    with Trainer(PPO(CartPole, **SMALL), progress=False, tracking=False, eval_num_envs=2) as trainer:
+        trainer.run(steps_per_eval=2, callbacks=[record], max_env_steps=100 * STEP)
+    assert record.steps == [1, 2, 3, 4] and record.evals == [(2, True), (4, True)]
+
+
+def test_an_exception_in_a_callback_fails_the_run(mlflow_uri):
+    def crash(trainer, stats):
+        if stats["algorithm/steps"] == 2:
+            raise RuntimeError("the user's bug")
+
+    trainer = make_trainer()
+    with pytest.raises(RuntimeError, match="the user's bug"):
+        trainer.run(callbacks=[crash], max_env_steps=10 * STEP)
+    assert trainer.closed and trainer.algo.steps == 2
+    assert MlflowClient(mlflow_uri).get_run(trainer.run_id).info.status == "FAILED"
+
+
+def test_a_nan_that_a_callback_injects_is_not_logged_and_fires_no_condition(mlflow_uri):
+    def nan_return(trainer, stats):
+        stats["episodes/return_mean"] = math.nan
+
+    trainer = make_trainer()
+    trainer.run(callbacks=[nan_return], stop_conditions=[HitsUpperBound("episodes/return_mean", -1e9),
+                                                         HitsUpperBound("env/steps", 2 * STEP)])
+    trainer.close()
+    assert repr(trainer.stopped_by) == f"HitsUpperBound('env/steps', {2 * STEP})"
+    assert MlflowClient(mlflow_uri).get_metric_history(trainer.run_id, "episodes/return_mean") == []
+
+
+def test_a_callback_that_is_not_callable_is_a_type_error():
+    with make_trainer(tracking=False) as trainer, pytest.raises(TypeError, match=r"callbacks\[1\] must be a callable"):
+        trainer.run(callbacks=[lambda t, s: None, "stop"], max_env_steps=STEP)
+    assert trainer.algo.steps == 0
+
+
+# --------------------------------------------------------------------------------------------
+# where the results went
+
+
+def test_run_says_where_the_results_go_at_the_start_and_the_end(capsys, tmp_path):
+    trainer = make_trainer(progress=None, checkpoint_dir=tmp_path / "ck")
+    run_id = trainer.run_id  # started: the start lines come before the first step
+    trainer.run(max_env_steps=STEP)
+    trainer.close()
+    out = capsys.readouterr().out
+    uri = trainer.tracker.tracking_uri
+    start, end = out.split(f"rl8: {STEP} env steps, 1 training steps\n")
+    assert f"rl8: MLflow run {run_id} in {uri} (to see it: mlflow ui" in start
+    assert f"rl8: checkpoints in {tmp_path / 'ck'}" in start
+    checkpoint = tmp_path / "ck" / f"checkpoint-{STEP:012d}.pt"
+    assert f"run id:     {run_id}\ntracking:   {uri}\ncheckpoint: {checkpoint}\n" in end
+    assert f"resume:     Trainer.from_checkpoint('{checkpoint}')" in end
+    assert "mlflow ui:  mlflow ui" in end
+    # quiet: nothing
+    quiet = make_trainer(progress=False)
+    quiet.run(max_env_steps=STEP)
+    quiet.close()
+    assert capsys.readouterr().out == ""
+
+
+@pytest.mark.parametrize("quiet", [True, False])
+def test_rl8_train_prints_where_the_results_went_once(quiet, capsys):
+    from rl8.cli import main
+
+    argv = ["train", "--env", "rl8.envs.CartPole", "--set", "num_envs=16", "--set", "horizon=8",
+            "--set", "sgd_minibatch_size=64", "--max-steps", str(STEP), *(["--quiet"] if quiet else [])]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert out.count("run id:") == 1 and out.count("mlflow ui:") == 1
+    assert re.search(r"^resume:     rl8 train --resume \S+checkpoint-000000000128\.pt$", out, re.M)
+
+
+# --------------------------------------------------------------------------------------------
+# the progress line
+
+
+class Clock:
+    """time.monotonic for rl8.progress, advanced by hand."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    """The clock of the progress line and of time limits."""
+    import types
+
+    import rl8.conditions
+    import rl8.progress
+
+    clock = Clock()
+    for module in (rl8.progress, rl8.conditions):
+        monkeypatch.setattr(module, "time", types.SimpleNamespace(monotonic=clock))
+    return clock
+
+
+def lines(stream: io.StringIO) -> list[str]:
+    return stream.getvalue().splitlines()
+
+
+def test_a_percentage_reaches_100_only_when_the_bound_holds(clock):
+    stream = io.StringIO()
+    progress = Progress(None, stream, interval_s=0)
+    target = [HitsUpperBound("episodes/return_mean", 475)]
+    progress.update({"env/steps": 100, "episodes/return_mean": 10.0}, target)
+    progress.update({"env/steps": 200, "episodes/return_mean": 474.5}, target, held=[False])
+    assert "return 474.5 | 99% to episodes/return_mean >= 475" in lines(stream)[-1]
+    progress.update({"env/steps": 300, "episodes/return_mean": 475.0}, target, held=[True])
+    assert "100% to episodes/return_mean >= 475" in lines(stream)[-1]
+    # rounded down: 99.6% of an env-step budget is 99%
+    stream = io.StringIO()
+    progress = Progress(None, stream, interval_s=0)
+    counter = [HitsUpperBound("env/steps", 1000)]
+    progress.update({"env/steps": 996}, counter, held=[False])
+    assert "99% to env/steps >= 1000" in lines(stream)[-1]
+
+
+def test_the_target_does_not_flicker_between_conditions(clock):
+    stream = io.StringIO()
+    progress = Progress(None, stream, interval_s=0)
+    conditions = [HitsUpperBound("episodes/return_mean", 100), HitsUpperBound("eval/episodes/return_mean", 100)]
+    progress.update({"episodes/return_mean": 0.0, "eval/episodes/return_mean": 0.0}, conditions)
+    for i in range(10):  # the two alternate as the closer one by a few points
+        train, evaluate = (50.0, 47.0) if i % 2 else (47.0, 50.0)
+        progress.update({"episodes/return_mean": train, "eval/episodes/return_mean": evaluate}, conditions)
+    targets = {re.search(r"% to (\S+)", line).group(1) for line in lines(stream)}
+    assert len(targets) == 1
+    # a condition clearly closer becomes the target
+    progress.update({"episodes/return_mean": 40.0, "eval/episodes/return_mean": 90.0}, conditions)
+    assert "90% to eval/episodes/return_mean >= 100" in lines(stream)[-1]
+
+
+def test_the_eta_of_an_env_step_budget_is_the_remaining_steps_at_the_observed_rate(clock):
+    stream = io.StringIO()
+    progress = Progress(None, stream, interval_s=0)
+    conditions = [HitsUpperBound("env/steps", 10_000)]
+    progress.update({"env/steps": 1000}, conditions)
+    clock.now += 10  # 100 env steps/s
+    progress.update({"env/steps": 2000}, conditions)
+    assert lines(stream)[-1].endswith("20% to env/steps >= 1e+04 | ETA 1m20s")
+
+
+def test_a_return_target_has_an_eta_only_from_its_trend_and_the_budget_is_labelled(clock):
+    stream = io.StringIO()
+    progress = Progress(None, stream, interval_s=0)
+    # the issue: a return target and an hour's time limit; the run ends when the return holds
+    conditions = [HitsUpperBound("episodes/return_mean", 475), TimeLimit(3600)]
+    conditions[1].start()
+    for i, value in enumerate([25.0, 75.0, 125.0, 175.0]):  # +50 every 10 s
+        progress.update({"env/steps": 1000 * (i + 1), "episodes/return_mean": value}, conditions)
+        clock.now += 10
+    line = lines(stream)[-1]
+    assert "33% to episodes/return_mean >= 475" in line
+    assert "ETA ~1m00s at the recent trend" in line  # (475 - 175) / 5 per s
+    assert "| budget " in line and "ETA <=" not in line
+    # a return that does not head for the bound (its last 10 values): no ETA at all
+    for value in range(170, 120, -5):
+        progress.update({"env/steps": 5000, "episodes/return_mean": float(value)}, conditions)
+        clock.now += 10
+    assert "ETA" not in lines(stream)[-1]
+
+
+def test_the_readme_loop_that_uses_ppo_directly_prints_progress(capsys):
+    from test_docs import _blocks, _prepared
+
+    block = next(b for b in _blocks(REPO / "README.md") if "algo.collect()" in b.source)
+    source, _ = _prepared(block)
+    exec(compile(source, "README.md", "exec"), {"__name__": "__docs__"})
+    printed = capsys.readouterr().out.splitlines()
+    assert len(printed) >= 2 and "env steps" in printed[0]
+
+
+# --------------------------------------------------------------------------------------------
+# presets from Python
+
+
+def test_ppo_from_preset_with_overrides():
+    config = rl8.presets.load("Pendulum-v1")
+    algo = PPO.from_preset("Pendulum-v1", num_envs=4, seed=3)
+    try:
+        assert algo.env_spec == "Pendulum-v1"
+        assert algo.hparams.num_envs == 4 and algo.hparams.seed == 3
+        assert algo.hparams.lr == config["hparams"]["lr"] and algo.hparams.gamma == config["hparams"]["gamma"]
+    finally:
+        algo.close()
+    with pytest.raises(TypeError, match="unknown hyper-parameter 'nm_envs'; did you mean num_envs"):
+        PPO.from_preset("Pendulum-v1", nm_envs=4)
+    with pytest.raises(ValueError, match="unknown preset 'Pendulum-v2'"):
+        PPO.from_preset("Pendulum-v2")
+
+
+def test_a_presets_trainer_options_and_run_args():
+    assert rl8.presets.trainer_options("CartPole-v1") == {
+        "eval_num_envs": 10, "eval_num_steps": 500, "experiment": "CartPole-v1"}
+    assert rl8.presets.run_args("CartPole-v1") == {"max_env_steps": 100_000, "steps_per_eval": 20}
+
+
+def test_presets_do_not_use_the_commands_private_names():
+    text = (REPO / "rl8" / "presets" / "__init__.py").read_text()
+    assert "_build_hparams" not in text and "cli import _" not in text
+
+
+def test_ppo_on_a_gymnasium_id_with_a_preset_hints_at_it_once(monkeypatch):
+    import rl8.ppo
+
+    monkeypatch.setattr(rl8.ppo, "_hinted", set())
+    with pytest.warns(rl8.ppo.PresetHint, match=re.escape(
+            "rl8: Pendulum-v1 has a tuned preset: PPO.from_preset('Pendulum-v1') / rl8 train Pendulum-v1")):
+        PPO("Pendulum-v1", seed=0).close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        PPO("Pendulum-v1", seed=0).close()  # once
+        monkeypatch.setattr(rl8.ppo, "_hinted", set())
+        PPO("Pendulum-v1", num_envs=8, horizon=16).close()  # tuned by hand: no hint
+        PPO.from_preset("Pendulum-v1", num_envs=8).close()  # the preset itself
+        PPO("MountainCar-v0").close()  # no preset
