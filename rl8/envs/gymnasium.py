@@ -88,17 +88,19 @@ def stop_processes(processes: Sequence[Any], grace_s: float = _CLOSE_TIMEOUT_S) 
     """Wait up to ``grace_s`` seconds for ``processes`` (``multiprocessing`` processes, already
     asked to exit) to end, then terminate, then kill, the ones still running, and reap them
     all. A second Ctrl-C during the wait still terminates them."""
-    try:
+    def join_all(among: Sequence[Any]) -> None:
         deadline = time.monotonic() + grace_s
-        for process in processes:
+        for process in among:
             process.join(max(0.0, deadline - time.monotonic()))
+
+    try:
+        join_all(processes)
     finally:
         for stop in ("terminate", "kill"):
             alive = [p for p in processes if p.is_alive()]
             for process in alive:
                 getattr(process, stop)()
-            for process in alive:
-                process.join(grace_s)
+            join_all(alive)
 
 
 def _close_async(vector_env: AsyncVectorEnv) -> None:
