@@ -18,7 +18,7 @@ import torch
 from gymnasium import spaces
 
 from rl8 import PPO
-from rl8.envs import EnvStepTimeout, EnvWorkerDied, GymnasiumEnv, PoolEnv, PoolWorkerDied
+from rl8.envs import EnvStepTimeout, EnvWorkerDied, GymnasiumEnv, PoolWorkerDied
 
 
 class Stall(gymnasium.Env):
@@ -70,6 +70,12 @@ def alive(pid: int) -> bool:
         return False
 
 
+def run(args: list[str], stdin: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    """Run ``args`` with this rl8 first on the path, bounded in time."""
+    return subprocess.run(args, input=stdin, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+
+
 def zeros(n: int) -> torch.Tensor:
     return torch.zeros(n, dtype=torch.long)
 
@@ -99,7 +105,7 @@ def test_an_async_env_stuck_in_a_step_does_not_keep_the_interpreter_from_exiting
     """Never closed by the script: the workers are ended at exit, even one ignoring SIGTERM."""
     script = textwrap.dedent("""
         import os, signal, time
-        import gymnasium, numpy as np
+        import gymnasium, numpy as np, torch
         from gymnasium import spaces
         from rl8.envs import GymnasiumEnv
 
@@ -116,18 +122,18 @@ def test_an_async_env_stuck_in_a_step_does_not_keep_the_interpreter_from_exiting
         env = GymnasiumEnv(2, env=Stuck, vectorization_mode="async")
         print(*[p.pid for p in env.vector_env.processes], flush=True)
         env.reset(seed=0)
-        env.vector_env.step_async(env.converter.to_actions(__import__("torch").zeros(2, dtype=__import__("torch").long)))
+        env.vector_env.step_async(env.converter.to_actions(torch.zeros(2, dtype=torch.long)))
         time.sleep(0.3)
     """)
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=45,
-                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    result = run([sys.executable, "-c", script], timeout=45)
     pids = [int(pid) for pid in result.stdout.split()]
     assert result.returncode == 0 and len(pids) == 2, result.stderr
     assert not any(alive(pid) for pid in pids)
 
 
 @pytest.mark.timeout(30)
-@pytest.mark.parametrize("how, code", [("exit", r"exit code 3"), ("kill", r"exit code -9 \(killed by signal SIGKILL\)")])
+@pytest.mark.parametrize("how, code", [("exit", r"exit code 3"),
+                                       ("kill", r"exit code -9 \(killed by signal SIGKILL\)")])
 def test_a_dead_async_worker_is_named_with_its_exit_code_not_a_bare_eoferror(how, code):
     at = 2 if how == "exit" else 100
     env = GymnasiumEnv(3, env=Stall, env_kwargs={"token": 1, "how": "exit", "at": at}, vectorization_mode="async")
@@ -216,6 +222,15 @@ def test_bad_step_timeouts_are_refused_naming_the_field_and_value(mode, value, m
         GymnasiumEnv(2, env="CartPole-v1", vectorization_mode=mode, step_timeout_s=value)
 
 
+def test_a_pool_env_that_does_not_pickle_is_refused_before_any_worker_starts():
+    import threading
+
+    with pytest.raises(TypeError, match=r"PoolEnv: the env <class '.*Stall'>, its env_kwargs and wrappers must "
+                                        r"pickle \(with cloudpickle\) to reach the worker processes: "
+                                        r"TypeError: .*lock"):
+        GymnasiumEnv(2, env=Stall, env_kwargs={"token": threading.Lock()}, vectorization_mode="pool")
+
+
 # --- where pool workers cannot start ------------------------------------------------------------
 
 PROGRAM = textwrap.dedent("""
@@ -233,8 +248,9 @@ PROGRAM = textwrap.dedent("""
             return np.zeros(1, np.float32), 1.0, False, False, {{}}
 
     def main():
-        algo = PPO(Corridor, num_envs=2, horizon=4, seed=0,
-                   env_kwargs={{"vectorization_mode": "{mode}", **({{"num_workers": 1}} if "{mode}" == "pool" else {{}})}})
+        mode = "{mode}"
+        env_kwargs = {{"vectorization_mode": mode, **({{"num_workers": 1}} if mode == "pool" else {{}})}}
+        algo = PPO(Corridor, num_envs=2, horizon=4, seed=0, env_kwargs=env_kwargs)
         algo.collect()
         print("collected", algo.env_steps, type(algo.env).__name__)
         algo.env.close()
@@ -242,12 +258,10 @@ PROGRAM = textwrap.dedent("""
 GUARD_HINT = 'if __name__ == "__main__":'
 
 
-def run_program(args, mode: str, tail: str, stdin: bool = False) -> subprocess.CompletedProcess:
+def run_program(args: list[str], mode: str, tail: str, stdin: bool = False) -> subprocess.CompletedProcess:
+    """Run :data:`PROGRAM` in ``mode`` followed by ``tail``, on stdin or as the last argument."""
     source = PROGRAM.format(mode=mode) + tail
-    return subprocess.run(
-        [*args] + ([] if stdin else [source]), input=source if stdin else None, capture_output=True, text=True,
-        timeout=60, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-    )
+    return run(args if stdin else [*args, source], stdin=source if stdin else None)
 
 
 @pytest.mark.timeout(90)
@@ -272,8 +286,7 @@ def test_async_from_stdin_works():
 def test_pool_in_a_script_without_a_main_guard_says_what_to_do(tmp_path):
     script = tmp_path / "unguarded.py"
     script.write_text(PROGRAM.format(mode="pool") + "main()\n")
-    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60,
-                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    result = run([sys.executable, str(script)])
     assert result.returncode != 0
     last = result.stderr.strip().splitlines()[-1]
     line = PROGRAM.count("\n") + 1  # the main() call
@@ -288,9 +301,7 @@ def test_pool_in_a_guarded_script_and_from_python_c_runs_an_env_class_of_the_mai
     covers ``python -c`` where the workers could not import it by name."""
     script = tmp_path / "guarded.py"
     script.write_text(PROGRAM.format(mode="pool") + f"{GUARD_HINT}\n    main()\n")
-    for args in ([sys.executable, str(script)], [sys.executable, "-c"]):
-        result = run_program(args, "pool", "main()\n") if "-c" in args else subprocess.run(
-            args, capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    for result in (run([sys.executable, str(script)]), run_program([sys.executable, "-c"], "pool", "main()\n")):
         assert result.returncode == 0, result.stderr
         assert "collected 8 PoolEnv" in result.stdout
 
@@ -310,8 +321,7 @@ def test_a_pool_worker_that_dies_on_start_points_at_its_own_error(tmp_path):
     PoolWorkerDied says where to look."""
     script = tmp_path / "hidden.py"
     script.write_text(f"exec(compile({PROGRAM.format(mode='pool') + 'main()'!r}, 'elsewhere.py', 'exec'))\n")
-    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=45,
-                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    result = run([sys.executable, str(script)], timeout=45)
     assert result.returncode != 0
     assert "RuntimeError: GymnasiumEnv(Corridor): a pool worker process is running the main script again" \
         in result.stderr

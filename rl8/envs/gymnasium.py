@@ -72,7 +72,7 @@ def _exit_description(code: int | None) -> str:
     return how
 
 
-def check_step_timeout(owner: str, value: Any) -> float | None:
+def _check_step_timeout(owner: str, value: Any) -> float | None:
     """``step_timeout_s`` as a float, or ``None``; anything else than a number of seconds > 0
     (or ``None``) raises a ``ValueError`` naming ``owner`` and the value given."""
     if value is None:
@@ -84,7 +84,7 @@ def check_step_timeout(owner: str, value: Any) -> float | None:
     return float(value)
 
 
-def stop_processes(processes: Sequence[Any], grace_s: float = _CLOSE_TIMEOUT_S) -> None:
+def _stop_processes(processes: Sequence[Any], grace_s: float = _CLOSE_TIMEOUT_S) -> None:
     """Wait up to ``grace_s`` seconds for ``processes`` (``multiprocessing`` processes, already
     asked to exit) to end, then terminate, then kill, the ones still running, and reap them
     all. A second Ctrl-C during the wait still terminates them."""
@@ -105,7 +105,7 @@ def stop_processes(processes: Sequence[Any], grace_s: float = _CLOSE_TIMEOUT_S) 
 
 def _close_async(vector_env: AsyncVectorEnv) -> None:
     """Close an ``AsyncVectorEnv`` without waiting forever: ask every worker to exit (a worker
-    stuck in a step never reads it), then :func:`stop_processes`. Gymnasium's own ``close``
+    stuck in a step never reads it), then ``_stop_processes``. Gymnasium's own ``close``
     first waits, without a limit, for the call in flight. Holds no reference to the
     :class:`GymnasiumEnv`, so that :func:`weakref.finalize` can run it when the env is
     collected or at interpreter exit."""
@@ -116,7 +116,7 @@ def _close_async(vector_env: AsyncVectorEnv) -> None:
         except (OSError, ValueError):
             pass  # its worker is gone
     try:
-        stop_processes(vector_env.processes)
+        _stop_processes(vector_env.processes)
     finally:
         for pipe in pipes:
             pipe.close()
@@ -659,7 +659,7 @@ class GymnasiumEnv(Env):
                 f"GymnasiumEnv: env must be a registered gymnasium id or a callable returning a "
                 f"gymnasium.Env, got {type(env).__name__}"
             )
-        self.step_timeout_s = check_step_timeout("GymnasiumEnv", step_timeout_s)
+        self.step_timeout_s = _check_step_timeout("GymnasiumEnv", step_timeout_s)
         if self.step_timeout_s is not None and mode == "sync":
             raise ValueError(
                 f"GymnasiumEnv: step_timeout_s needs vectorization_mode 'async' or 'pool' (a step in "

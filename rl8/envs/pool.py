@@ -43,7 +43,7 @@ from tensordict import TensorDictBase
 from ..env import ReadyEnvs
 from .gymnasium import (
     _CLOSE_TIMEOUT_S, EPISODE_RECORDS_KEY, EnvStepTimeout, EnvWorkerDied, GymnasiumConverter, GymnasiumEnv,
-    ReportEpisodeRecords, _exit_description, _make_single_env, _RemoteTraceback, check_step_timeout, stop_processes,
+    ReportEpisodeRecords, _exit_description, _make_single_env, _RemoteTraceback, _check_step_timeout, _stop_processes,
 )
 
 __all__ = ["PoolEnv", "PoolWorkerDied"]
@@ -86,21 +86,19 @@ _GUARD_ADVICE = (
 )
 
 
-def _is_main_guard(node: ast.stmt) -> bool:
-    """Whether ``node`` is ``if __name__ == "__main__":`` (either way round)."""
-    if not isinstance(node, ast.If) or not isinstance(node.test, ast.Compare):
+def _is_main_test(node: ast.AST) -> bool:
+    """Whether ``node`` is the comparison ``__name__ == "__main__"`` (either way round)."""
+    if not isinstance(node, ast.Compare) or len(node.ops) != 1 or not isinstance(node.ops[0], ast.Eq):
         return False
-    test = node.test
-    if len(test.ops) != 1 or not isinstance(test.ops[0], ast.Eq):
-        return False
-    sides = {ast.dump(test.left), ast.dump(test.comparators[0])}
+    sides = {ast.dump(node.left), ast.dump(node.comparators[0])}
     return sides == {ast.dump(ast.Name("__name__", ast.Load())), ast.dump(ast.Constant("__main__"))}
 
 
 def _unguarded_line(main: Any) -> int | None:
-    """The line of the main script's top level that is building the pool, when it is not under
-    an ``if __name__ == "__main__":`` guard (every worker would run it again), else ``None``
-    (``None`` too when that cannot be told: no such frame, a source that does not parse)."""
+    """The line of the main script's top level that is building the pool, when it is not in
+    the body of an ``if`` whose condition compares ``__name__ == "__main__"`` (every worker
+    would run it again), else ``None`` (``None`` too when that cannot be told: no such frame,
+    a source that does not parse)."""
     frame = inspect.currentframe()
     while frame is not None and not (frame.f_globals is vars(main) and frame.f_code.co_name == "<module>"):
         frame = frame.f_back
@@ -113,10 +111,11 @@ def _unguarded_line(main: Any) -> int | None:
             tree = ast.parse(f.read())
     except (OSError, SyntaxError, ValueError):
         return None
-    for node in tree.body:
-        if node.lineno <= line <= (node.end_lineno or node.lineno):
-            return None if _is_main_guard(node) else line
-    return None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and node.body and any(_is_main_test(n) for n in ast.walk(node.test)):
+            if node.body[0].lineno <= line <= (node.body[-1].end_lineno or node.body[-1].lineno):
+                return None
+    return line
 
 
 def _check_main_module(label: str) -> None:
@@ -308,7 +307,7 @@ def _worker(worker: int, env_ids: range, make_env_pickle: bytes, shared: _Shared
 
 def _shutdown(processes: list[Any], pipes: list[Connection]) -> None:
     """Ask every worker to close, then terminate (and kill) the ones still alive after
-    :data:`~rl8.envs.gymnasium._CLOSE_TIMEOUT_S` (:func:`~rl8.envs.gymnasium.stop_processes`),
+    ``_CLOSE_TIMEOUT_S`` (``_stop_processes``),
     and reap them all. Holds no reference to the pool, so that :func:`weakref.finalize` can run
     it when the pool is collected or the interpreter exits."""
     for pipe in pipes:
@@ -317,7 +316,7 @@ def _shutdown(processes: list[Any], pipes: list[Connection]) -> None:
         except (OSError, ValueError):
             pass
     try:
-        stop_processes(processes)
+        _stop_processes(processes)
     finally:
         for pipe in pipes:
             pipe.close()
@@ -443,7 +442,7 @@ class PoolEnv(GymnasiumEnv, ReadyEnvs):
         ):
             raise ValueError(f"PoolEnv: max_wait_s must be a number of seconds >= 0 or None, got {max_wait_s!r}")
         self.max_wait_s = None if max_wait_s is None else float(max_wait_s)
-        self.step_timeout_s = check_step_timeout("PoolEnv", step_timeout_s)
+        self.step_timeout_s = _check_step_timeout("PoolEnv", step_timeout_s)
         self.env = env
         self.vectorization_mode = "pool"
         self.env_kwargs = dict(env_kwargs or {})
