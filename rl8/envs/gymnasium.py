@@ -598,11 +598,6 @@ class GymnasiumEnv(Env):
             acts on whichever envs are ready; its keyword arguments ``num_workers``,
             ``min_batch_size``, ``max_batch_size`` and ``max_wait_s`` are described there and
             in ``docs/collection.md``).
-        step_timeout_s: The longest time in seconds one sub-env's step (with its auto-reset)
-            may take in ``"async"`` and ``"pool"`` modes, > 0; a step that takes longer raises
-            :class:`EnvStepTimeout` naming the sub-env, after closing the env and its workers.
-            ``None`` (default): no limit. A step in this process (``"sync"``) cannot be
-            interrupted, so ``"sync"`` refuses a limit.
         env_kwargs: Keyword arguments for the env: passed to ``gymnasium.make`` for an id (so
             ``max_episode_steps=...`` sets the time limit), or to the callable. ALE ids
             (``"ALE/Pong-v5"``) are built with the Atari preset (:func:`rl8.atari.make_atari`),
@@ -611,6 +606,11 @@ class GymnasiumEnv(Env):
         wrappers: Gymnasium wrappers (callables ``env -> env``) applied, in order, to each env.
         render_mode: Gymnasium render mode given to each env; ``"rgb_array"`` enables
             :meth:`render`. Passed as ``render_mode=`` to ``gymnasium.make`` or the callable.
+        step_timeout_s: The longest time in seconds one sub-env's step (with its auto-reset)
+            may take in ``"async"`` and ``"pool"`` modes, > 0; a step that takes longer raises
+            :class:`EnvStepTimeout` naming the sub-env, after closing the env and its workers.
+            ``None`` (default): no limit. A step in this process (``"sync"``) cannot be
+            interrupted, so ``"sync"`` refuses a limit.
 
     Attributes:
         vector_env: The underlying gymnasium vector env.

@@ -307,9 +307,9 @@ def _worker(worker: int, env_ids: range, make_env_pickle: bytes, shared: _Shared
 
 def _shutdown(processes: list[Any], pipes: list[Connection]) -> None:
     """Ask every worker to close, then terminate (and kill) the ones still alive after
-    ``_CLOSE_TIMEOUT_S`` (``_stop_processes``),
-    and reap them all. Holds no reference to the pool, so that :func:`weakref.finalize` can run
-    it when the pool is collected or the interpreter exits."""
+    ``_CLOSE_TIMEOUT_S`` seconds, and reap them all (``_stop_processes``). Holds no reference
+    to the pool, so that :func:`weakref.finalize` can run it when the pool is collected or the
+    interpreter exits."""
     for pipe in pipes:
         try:
             _send_message(pipe, "close", None)
