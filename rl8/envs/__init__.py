@@ -17,6 +17,8 @@ _ENVS = {
     "Memory": "rl8.envs.memory",
     "Catch": "rl8.envs.catch",
     "GymnasiumEnv": "rl8.envs.gymnasium",
+    "EnvWorkerDied": "rl8.envs.gymnasium",
+    "EnvStepTimeout": "rl8.envs.gymnasium",
     "PoolEnv": "rl8.envs.pool",
     "PoolWorkerDied": "rl8.envs.pool",
 }

@@ -13,7 +13,13 @@ from __future__ import annotations
 
 import difflib
 import functools
+import math
+import multiprocessing
+import multiprocessing.connection
+import signal
+import time
 import warnings
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -29,12 +35,92 @@ from ..env import Env, new_tensordict
 from ..episodes import EpisodeRecords
 from ..spaces import check_space, space_dtype, zeros_like_space
 
-__all__ = ["GymnasiumConverter", "GymnasiumEnv", "GymnasiumEnvFactory", "ReportEpisodeRecords"]
+__all__ = [
+    "EnvStepTimeout", "EnvWorkerDied", "GymnasiumConverter", "GymnasiumEnv", "GymnasiumEnvFactory",
+    "ReportEpisodeRecords",
+]
 
 _MODES = ("sync", "async", "pool")
 _ACTION_MASK = "action_mask"
 # A tree mirrors a (possibly nested) Dict space: a dict of trees for Dict, a leaf otherwise.
 _Tree = Any
+
+#: Seconds a closing env waits for its worker processes to exit before terminating (then
+#: killing) them.
+_CLOSE_TIMEOUT_S = 2.0
+
+
+class EnvWorkerDied(RuntimeError):
+    """A worker process of an async :class:`GymnasiumEnv` or of a :class:`rl8.envs.PoolEnv`
+    ended without being asked to (killed, crashed). The message names its sub-envs and exit
+    code; the env and all its workers have been closed."""
+
+
+class EnvStepTimeout(TimeoutError):
+    """A sub-env's step (with its auto-reset) took longer than the env's ``step_timeout_s``.
+    The message names the sub-env; the env and all its workers have been closed."""
+
+
+def _exit_description(code: int | None) -> str:
+    """``exit code 1``, ``exit code -9 (killed by signal SIGKILL)``, for messages."""
+    how = f"exit code {code}"
+    if code is not None and code < 0:
+        try:
+            how += f" (killed by signal {signal.Signals(-code).name})"
+        except ValueError:
+            pass
+    return how
+
+
+def _check_step_timeout(owner: str, value: Any) -> float | None:
+    """``step_timeout_s`` as a float, or ``None``; anything else than a number of seconds > 0
+    (or ``None``) raises a ``ValueError`` naming ``owner`` and the value given."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not (
+        value > 0 and not math.isnan(value)
+    ):
+        raise ValueError(f"{owner}: step_timeout_s must be a number of seconds > 0 or None, got {value!r}")
+    return float(value)
+
+
+def _stop_processes(processes: Sequence[Any], grace_s: float = _CLOSE_TIMEOUT_S) -> None:
+    """Wait up to ``grace_s`` seconds for ``processes`` (``multiprocessing`` processes, already
+    asked to exit) to end, then terminate, then kill, the ones still running, and reap them
+    all. A second Ctrl-C during the wait still terminates them."""
+    def join_all(among: Sequence[Any]) -> None:
+        deadline = time.monotonic() + grace_s
+        for process in among:
+            process.join(max(0.0, deadline - time.monotonic()))
+
+    try:
+        join_all(processes)
+    finally:
+        for stop in ("terminate", "kill"):
+            alive = [p for p in processes if p.is_alive()]
+            for process in alive:
+                getattr(process, stop)()
+            join_all(alive)
+
+
+def _close_async(vector_env: AsyncVectorEnv) -> None:
+    """Close an ``AsyncVectorEnv`` without waiting forever: ask every worker to exit (a worker
+    stuck in a step never reads it), then ``_stop_processes``. Gymnasium's own ``close``
+    first waits, without a limit, for the call in flight. Holds no reference to the
+    :class:`GymnasiumEnv`, so that :func:`weakref.finalize` can run it when the env is
+    collected or at interpreter exit."""
+    pipes = [pipe for pipe in vector_env.parent_pipes if pipe is not None and not pipe.closed]
+    for pipe in pipes:
+        try:
+            pipe.send(("close", None))
+        except (OSError, ValueError):
+            pass  # its worker is gone
+    try:
+        _stop_processes(vector_env.processes)
+    finally:
+        for pipe in pipes:
+            pipe.close()
+        vector_env.closed = True  # gymnasium's close and __del__ have nothing left to do
 
 
 class _RemoteTraceback(Exception):
@@ -234,6 +320,13 @@ def _make_vector_env(
         except Exception:
             new = ValueError(message)
         raise new from err
+    except (EOFError, BrokenPipeError, ConnectionResetError):
+        if mode != "async":
+            raise
+        raise EnvWorkerDied(
+            f"{_env_label(env)}: an async worker process ended while building its env, before it "
+            "could report an error (the worker printed its own error above)"
+        ) from None
     except (TypeError, ValueError):
         # AsyncVectorEnv fails on spaces it cannot put in shared memory before rl8 sees
         # them: name the unsupported space the way the sync path does.
@@ -513,6 +606,11 @@ class GymnasiumEnv(Env):
         wrappers: Gymnasium wrappers (callables ``env -> env``) applied, in order, to each env.
         render_mode: Gymnasium render mode given to each env; ``"rgb_array"`` enables
             :meth:`render`. Passed as ``render_mode=`` to ``gymnasium.make`` or the callable.
+        step_timeout_s: The longest time in seconds one sub-env's step (with its auto-reset)
+            may take in ``"async"`` and ``"pool"`` modes, > 0; a step that takes longer raises
+            :class:`EnvStepTimeout` naming the sub-env, after closing the env and its workers.
+            ``None`` (default): no limit. A step in this process (``"sync"``) cannot be
+            interrupted, so ``"sync"`` refuses a limit.
 
     Attributes:
         vector_env: The underlying gymnasium vector env.
@@ -542,6 +640,7 @@ class GymnasiumEnv(Env):
         env_kwargs: dict[str, Any] | None = None,
         wrappers: Sequence[Callable[[gymnasium.Env], gymnasium.Env]] | None = None,
         render_mode: str | None = None,
+        step_timeout_s: float | None = None,
     ) -> None:
         super().__init__(num_envs, horizon, device=device)
         mode = getattr(vectorization_mode, "value", vectorization_mode)
@@ -560,6 +659,13 @@ class GymnasiumEnv(Env):
                 f"GymnasiumEnv: env must be a registered gymnasium id or a callable returning a "
                 f"gymnasium.Env, got {type(env).__name__}"
             )
+        self.step_timeout_s = _check_step_timeout("GymnasiumEnv", step_timeout_s)
+        if self.step_timeout_s is not None and mode == "sync":
+            raise ValueError(
+                f"GymnasiumEnv: step_timeout_s needs vectorization_mode 'async' or 'pool' (a step in "
+                f"this process cannot be interrupted), got step_timeout_s={step_timeout_s!r} with "
+                f"vectorization_mode={mode!r}"
+            )
         self.env = env
         self.vectorization_mode = mode
         self.env_kwargs = dict(env_kwargs or {})
@@ -568,7 +674,10 @@ class GymnasiumEnv(Env):
         self.vector_env = _make_vector_env(env, num_envs, mode, self._single_kwargs(), self.wrappers)
         self._closed = False
         self._errors: _WorkerErrors | None = None
+        self._finalizer: weakref.finalize | None = None
         if isinstance(self.vector_env, AsyncVectorEnv):
+            # closes the workers when the env is collected or the interpreter exits, in time
+            self._finalizer = weakref.finalize(self, _close_async, self.vector_env)
             self._errors = _WorkerErrors(self.vector_env, self._name())
         try:
             self.converter = GymnasiumConverter(
@@ -657,11 +766,30 @@ class GymnasiumEnv(Env):
         if self._needs_reset:
             raise RuntimeError(f"{self._name()}.step called before reset()")
         obs, rewards, terminated, truncated, infos = self._call(
-            self.vector_env.step, self.converter.to_actions(action)
+            self._step_vector_env, self.converter.to_actions(action)
         )
         if self._episode_records is not None:
             self._add_episode_records(infos)
         return self.converter.from_step(obs, rewards, terminated, truncated, infos)
+
+    def _step_vector_env(self, actions: Any) -> tuple[Any, ...]:
+        """One step of the vector env; in async mode, waiting at most :attr:`step_timeout_s`."""
+        if self.step_timeout_s is None or not isinstance(self.vector_env, AsyncVectorEnv):
+            return self.vector_env.step(actions)
+        self.vector_env.step_async(actions)
+        try:
+            return self.vector_env.step_wait(timeout=self.step_timeout_s)
+        except multiprocessing.TimeoutError:
+            late = [
+                i for i, pipe in enumerate(self.vector_env.parent_pipes) if pipe is not None and not pipe.poll()
+            ]
+            where = f"sub-env {late[0]}" if len(late) == 1 else f"sub-envs {late}"
+            raise EnvStepTimeout(
+                f"{self._name()}: {where} did not finish a step within step_timeout_s="
+                f"{self.step_timeout_s:g} s (stuck, or slower than the limit); the vector env and "
+                "all its workers have been closed. Raise step_timeout_s (PPO: env_kwargs="
+                "{'step_timeout_s': ...}) if its steps are this slow, or set None for no limit."
+            ) from None
 
     def pop_episode_records(self) -> EpisodeRecords | None:
         """The episodes that ended since the last call (or :meth:`reset`) as the sub-envs'
@@ -728,20 +856,18 @@ class GymnasiumEnv(Env):
         return None
 
     def close(self) -> None:
-        """Close every gymnasium env and, in async mode, end and reap the worker processes.
-
-        Safe to call more than once.
+        """Close every gymnasium env and, in async mode, end and reap the worker processes:
+        those that do not exit within 2 s (a worker stuck in a step) are terminated, then
+        killed. Also run when the env is garbage collected and at interpreter exit. Safe to
+        call more than once.
         """
         if getattr(self, "_closed", True):
             return
         self._closed = True
-        try:
+        if self._finalizer is not None:
+            self._finalizer()  # _close_async: workers that do not exit in time are terminated
+        else:
             self.vector_env.close()
-        except Exception:
-            if isinstance(self.vector_env, AsyncVectorEnv):
-                self.vector_env.close(terminate=True)
-            else:
-                raise
 
     def __enter__(self) -> GymnasiumEnv:
         return self
@@ -773,7 +899,8 @@ class GymnasiumEnv(Env):
         Args:
             env: A registered gymnasium id or a callable returning one gymnasium env.
             **kwargs: The other keyword arguments of :class:`GymnasiumEnv`
-                (``vectorization_mode``, ``env_kwargs``, ``wrappers``, ``render_mode``).
+                (``vectorization_mode``, ``env_kwargs``, ``wrappers``, ``render_mode``,
+                ``step_timeout_s``, and those of :class:`rl8.envs.PoolEnv` for ``"pool"``).
         """
         return GymnasiumEnvFactory(cls, env, kwargs)
 
@@ -786,10 +913,36 @@ class GymnasiumEnv(Env):
             )
 
     def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Call into the vector env; on a worker error, close it and raise the worker's error."""
+        """Call into the vector env; on a worker error, close it and raise the worker's error
+        (:class:`EnvWorkerDied` for a worker that ended, :class:`EnvStepTimeout` for a step
+        past :attr:`step_timeout_s`)."""
         if self._errors is None:
             return fn(*args, **kwargs)
-        return self._errors.call(self.close, fn, *args, **kwargs)
+        try:
+            return self._errors.call(self.close, fn, *args, **kwargs)
+        except (EOFError, BrokenPipeError, ConnectionResetError):
+            # gymnasium reads a dead worker's pipe and gets a bare EOFError: say who died
+            raise self._worker_died() from None
+        except EnvStepTimeout:
+            self.close()
+            raise
+
+    def _worker_died(self) -> EnvWorkerDied:
+        """Close the env and return the error naming the async workers that ended."""
+        processes = self.vector_env.processes
+        ended = multiprocessing.connection.wait([p.sentinel for p in processes], timeout=_CLOSE_TIMEOUT_S)
+        dead = []
+        for i, process in enumerate(processes):
+            if process.sentinel in ended:
+                process.join(_CLOSE_TIMEOUT_S)
+                dead.append(f"sub-env {i} (pid {process.pid}) ended unexpectedly with "
+                            f"{_exit_description(process.exitcode)}")
+        self.close()
+        which = "; ".join(dead) or "a worker ended unexpectedly"
+        return EnvWorkerDied(
+            f"{self._name()}: the async worker process of {which}; the vector env and all its "
+            "workers have been closed."
+        )
 
 
 class GymnasiumEnvFactory:

@@ -14,12 +14,16 @@ See ``docs/collection.md`` for when to use it, its knobs and how failures are re
 
 from __future__ import annotations
 
+import ast
+import collections
 import functools
+import inspect
 import multiprocessing as mp
 import os
 import pickle
 import selectors
 import signal
+import sys
 import time
 import traceback
 import weakref
@@ -31,12 +35,15 @@ import gymnasium
 import numpy as np
 import torch
 from gymnasium import spaces
-from gymnasium.vector.utils import create_shared_memory, read_from_shared_memory, write_to_shared_memory
+from gymnasium.vector.utils import (
+    CloudpickleWrapper, create_shared_memory, read_from_shared_memory, write_to_shared_memory,
+)
 from tensordict import TensorDictBase
 
 from ..env import ReadyEnvs
 from .gymnasium import (
-    EPISODE_RECORDS_KEY, GymnasiumConverter, GymnasiumEnv, ReportEpisodeRecords, _make_single_env, _RemoteTraceback,
+    _CLOSE_TIMEOUT_S, EPISODE_RECORDS_KEY, EnvStepTimeout, EnvWorkerDied, GymnasiumConverter, GymnasiumEnv,
+    ReportEpisodeRecords, _exit_description, _make_single_env, _RemoteTraceback, _check_step_timeout, _stop_processes,
 )
 
 __all__ = ["PoolEnv", "PoolWorkerDied"]
@@ -44,8 +51,8 @@ __all__ = ["PoolEnv", "PoolWorkerDied"]
 #: The start method of the worker processes; see :class:`PoolEnv` for why.
 START_METHOD = "forkserver"
 
-#: Seconds a closing pool waits for a worker to exit before terminating (then killing) it.
-_CLOSE_TIMEOUT_S = 2.0
+#: The name of pool worker ``w`` is this prefix and ``w``.
+_WORKER_NAME = "rl8-pool-"
 
 
 # Messages on the pipes are bytes: a step command (the learner's) is _STEP + the int32 sub-env
@@ -68,8 +75,82 @@ def _read_message(data: bytes) -> tuple[str, Any]:
     return pickle.loads(data[1:])
 
 
-class PoolWorkerDied(RuntimeError):
-    """A worker process of a :class:`PoolEnv` ended without being asked to (killed, crashed)."""
+class PoolWorkerDied(EnvWorkerDied):
+    """A worker process of a :class:`PoolEnv` ended without being asked to (killed, crashed):
+    the :class:`~rl8.envs.gymnasium.EnvWorkerDied` of the pool mode."""
+
+
+_GUARD_ADVICE = (
+    "build the pool under an `if __name__ == \"__main__\":` guard in a script file, or use "
+    "vectorization_mode='async', which works from anywhere"
+)
+
+
+def _is_main_test(node: ast.AST) -> bool:
+    """Whether ``node`` is the comparison ``__name__ == "__main__"`` (either way round)."""
+    if not isinstance(node, ast.Compare) or len(node.ops) != 1 or not isinstance(node.ops[0], ast.Eq):
+        return False
+    sides = {ast.dump(node.left), ast.dump(node.comparators[0])}
+    return sides == {ast.dump(ast.Name("__name__", ast.Load())), ast.dump(ast.Constant("__main__"))}
+
+
+def _unguarded_line(main: Any) -> int | None:
+    """The line of the main script's top level that is building the pool, when it is not in
+    the body of an ``if`` whose condition compares ``__name__ == "__main__"`` (every worker
+    would run it again), else ``None`` (``None`` too when that cannot be told: no such frame,
+    a source that does not parse)."""
+    frame = inspect.currentframe()
+    while frame is not None and not (frame.f_globals is vars(main) and frame.f_code.co_name == "<module>"):
+        frame = frame.f_back
+    if frame is None or frame.f_code.co_filename != main.__file__:
+        return None
+    line = frame.f_lineno
+    del frame
+    try:
+        with open(main.__file__, "rb") as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError, ValueError):
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and node.body and any(_is_main_test(n) for n in ast.walk(node.test)):
+            if node.body[0].lineno <= line <= (node.body[-1].end_lineno or node.body[-1].lineno):
+                return None
+    return line
+
+
+def _check_main_module(label: str) -> None:
+    """Refuse, with what to do, to start pool workers from a main program they cannot start from.
+
+    Workers start by ``forkserver``, which, like ``spawn``, first runs the main program again in
+    each worker (as ``__mp_main__``; not ``python -c``, interactive sessions or notebooks, which
+    have no file, nor ``python -m pkg`` of a ``__main__.py``). A program read from stdin cannot
+    be read again, and a script that builds the pool at its top level would build it again in
+    every worker; the workers would die of it with ``exit code 1`` and the real cause only in
+    their own output. Inside a worker that runs such a script again, this raises at once.
+    """
+    if mp.current_process().name.startswith(_WORKER_NAME):  # (a daemon: it cannot start a pool anyway)
+        raise RuntimeError(
+            f"{label}: a pool worker process is running the main script again (as multiprocessing's "
+            "forkserver does on start) and the script builds a pool at its top level; "
+            + _GUARD_ADVICE
+        )
+    main = sys.modules.get("__main__")
+    spec_name = getattr(getattr(main, "__spec__", None), "name", None)
+    path = getattr(main, "__file__", None)
+    if main is None or path is None or spec_name == "__main__" or (spec_name or "").endswith(".__main__"):
+        return
+    if spec_name is None and not os.path.isfile(path):
+        raise RuntimeError(
+            f"{label}: the pool's worker processes start by running the main program again, but its "
+            f"{path!r} is not a file they can read (a program read from stdin); {_GUARD_ADVICE}"
+        )
+    line = _unguarded_line(main)
+    if line is not None:
+        raise RuntimeError(
+            f"{label}: the pool is built at the top level of the script {path} (line {line}) without an "
+            "`if __name__ == \"__main__\":` guard; its worker processes start by running the script again, "
+            f"so each would build a pool of its own: {_GUARD_ADVICE}"
+        )
 
 
 def _split(num_envs: int, num_workers: int) -> list[range]:
@@ -141,10 +222,10 @@ class _Shared:
         }
 
 
-def _worker(
-    worker: int, env_ids: range, make_env: Callable[[], gymnasium.Env], shared: _Shared, pipe: Connection
-) -> None:
-    """A worker process: builds the gymnasium envs ``env_ids`` and serves the learner's
+def _worker(worker: int, env_ids: range, make_env_pickle: bytes, shared: _Shared, pipe: Connection) -> None:
+    """A worker process: builds the gymnasium envs ``env_ids`` with ``make_env_pickle`` (a
+    pickled :class:`~gymnasium.vector.utils.CloudpickleWrapper` of the env maker, unpickled
+    here so that a failure to unpickle is reported like any error) and serves the learner's
     commands on ``pipe`` until ``("close", None)``.
 
     Commands: ``("step", ids)``: step each sub-env of ``ids`` with its action from shared
@@ -172,6 +253,7 @@ def _worker(
             _send_message(pipe, "error", (index, RuntimeError(f"{type(exc).__name__}: {exc}"), trace))
 
     try:
+        make_env = pickle.loads(make_env_pickle)
         for current in env_ids:
             envs[current] = make_env()
         _send_message(pipe, "ready", None)
@@ -225,24 +307,19 @@ def _worker(
 
 def _shutdown(processes: list[Any], pipes: list[Connection]) -> None:
     """Ask every worker to close, then terminate (and kill) the ones still alive after
-    :data:`_CLOSE_TIMEOUT_S`, and reap them all. Holds no reference to the pool, so that
-    :func:`weakref.finalize` can run it when the pool is collected or the interpreter exits."""
+    ``_CLOSE_TIMEOUT_S`` seconds, and reap them all (``_stop_processes``). Holds no reference
+    to the pool, so that :func:`weakref.finalize` can run it when the pool is collected or the
+    interpreter exits."""
     for pipe in pipes:
         try:
             _send_message(pipe, "close", None)
         except (OSError, ValueError):
             pass
-    deadline = time.monotonic() + _CLOSE_TIMEOUT_S
-    for process in processes:
-        process.join(max(0.0, deadline - time.monotonic()))
-    for stop in ("terminate", "kill"):
-        alive = [p for p in processes if p.is_alive()]
-        for process in alive:
-            getattr(process, stop)()
-        for process in alive:
-            process.join(_CLOSE_TIMEOUT_S)
-    for pipe in pipes:
-        pipe.close()
+    try:
+        _stop_processes(processes)
+    finally:
+        for pipe in pipes:
+            pipe.close()
 
 
 def _check_int(name: str, value: Any, low: int, high: str) -> int:
@@ -273,14 +350,20 @@ class PoolEnv(GymnasiumEnv, ReadyEnvs):
     fastest start but unsafe once it runs threads (torch's intra-op pool) or CUDA, and
     ``spawn`` starts a fresh interpreter that imports torch and rl8 for every worker. The fork
     server is one clean process, started once, that imports this module once and forks each
-    worker from it. The env (a gymnasium id, or a callable importable by name) and the wrappers
-    must therefore be picklable.
+    worker from it. The env and the wrappers go to the workers pickled with ``cloudpickle`` (as
+    gymnasium's async mode sends them): lambdas and classes of the main program (a script,
+    ``python -c``, an interactive session, a notebook) go by value. Like ``spawn``, each worker
+    first runs the main script again (as ``__mp_main__``): a script must build the pool under an
+    ``if __name__ == "__main__":`` guard, and a program read from stdin cannot start workers;
+    both are refused with a ``RuntimeError`` saying so, before any worker starts.
 
     Failures: an exception in a worker closes the pool and is raised in the learner with the
     worker's traceback chained and the sub-env named; a worker that dies (a signal, a crash)
     is noticed at once through its process sentinel and reported as :class:`PoolWorkerDied`
-    with its exit code. :meth:`close` (also run when the env is garbage collected and at
-    interpreter exit) ends and reaps every worker; workers ignore SIGINT, so on Ctrl-C the
+    with its exit code. With ``step_timeout_s``, a sub-env step that takes longer raises
+    :class:`~rl8.envs.gymnasium.EnvStepTimeout` naming the sub-env. :meth:`close` (also run
+    when the env is garbage collected and at interpreter exit) ends and reaps every worker,
+    terminating those that do not exit within 2 s; workers ignore SIGINT, so on Ctrl-C the
     learner closes them.
 
     Args:
@@ -302,6 +385,11 @@ class PoolEnv(GymnasiumEnv, ReadyEnvs):
             ``None``: ``num_envs``. Above ``num_envs``: ``num_envs``.
         max_wait_s: The longest wait in seconds for ``min_batch_size`` ready envs before
             acting on the ready ones, >= 0; ``None`` (default): no limit.
+        step_timeout_s: The longest time in seconds one sub-env's step (with its auto-reset)
+            may take, > 0, counted from the moment its worker could start it (the worker steps
+            its sub-envs one after the other); a longer step closes the pool and raises
+            :class:`~rl8.envs.gymnasium.EnvStepTimeout` naming the sub-env. ``None``
+            (default): no limit.
 
     Attributes:
         num_workers: The number of worker processes started.
@@ -324,6 +412,7 @@ class PoolEnv(GymnasiumEnv, ReadyEnvs):
         min_batch_size: int | None = None,
         max_batch_size: int | None = None,
         max_wait_s: float | None = None,
+        step_timeout_s: float | None = None,
     ) -> None:
         self._closed = True  # until the workers run: close() has nothing to do
         super(GymnasiumEnv, self).__init__(num_envs, horizon, device=device)
@@ -353,6 +442,7 @@ class PoolEnv(GymnasiumEnv, ReadyEnvs):
         ):
             raise ValueError(f"PoolEnv: max_wait_s must be a number of seconds >= 0 or None, got {max_wait_s!r}")
         self.max_wait_s = None if max_wait_s is None else float(max_wait_s)
+        self.step_timeout_s = _check_step_timeout("PoolEnv", step_timeout_s)
         self.env = env
         self.vectorization_mode = "pool"
         self.env_kwargs = dict(env_kwargs or {})
@@ -363,7 +453,15 @@ class PoolEnv(GymnasiumEnv, ReadyEnvs):
         self._needs_reset = True
         self._seeded = False
 
+        _check_main_module(self._name())
         make_env = functools.partial(_make_single_env, env, self._single_kwargs(), self.wrappers)
+        try:
+            make_env_pickle = pickle.dumps(CloudpickleWrapper(make_env))
+        except Exception as err:
+            raise TypeError(
+                f"PoolEnv: the env {env!r}, its env_kwargs and wrappers must pickle (with cloudpickle) to "
+                f"reach the worker processes: {type(err).__name__}: {err}"
+            ) from err
         probe = make_env()  # the spaces and metadata, before the shared memory is sized
         try:
             single_obs_space, single_action_space = probe.observation_space, probe.action_space
@@ -389,13 +487,18 @@ class PoolEnv(GymnasiumEnv, ReadyEnvs):
         self._closed = False
         self._stepping = np.zeros(num_envs, dtype=bool)  # sent an action, not yet received
         self._ready: list[int] = []  # done stepping, not yet returned by recv, oldest first
+        # per worker: the sub-envs sent to it and not yet reported, in the order it steps them,
+        # and when it last made progress (reported a step, or was sent one while idle)
+        self._queued = [collections.deque() for _ in range(self.num_workers)]
+        self._progress_at = np.zeros(self.num_workers)
+        self._started = False  # every worker has reported "ready"
         self._replies: dict[int, tuple[str, Any]] = {}  # a worker's answer to reset/render
         try:
             for w, block in enumerate(self.env_blocks):
                 parent, child = ctx.Pipe()
                 process = ctx.Process(
-                    target=_worker, args=(w, block, make_env, self._shared, child),
-                    name=f"rl8-pool-{w}", daemon=True,
+                    target=_worker, args=(w, block, make_env_pickle, self._shared, child),
+                    name=f"{_WORKER_NAME}{w}", daemon=True,
                 )
                 process.start()
                 child.close()
@@ -409,6 +512,7 @@ class PoolEnv(GymnasiumEnv, ReadyEnvs):
                 self._selector.register(self._pipes[w], selectors.EVENT_READ, ("message", w))
                 self._selector.register(process.sentinel, selectors.EVENT_READ, ("ended", w))
             self._await_replies(range(self.num_workers), "ready")
+            self._started = True
         except BaseException:
             self.close()
             raise
@@ -474,8 +578,13 @@ class PoolEnv(GymnasiumEnv, ReadyEnvs):
         _set_rows(self._views["actions"], ids, self.converter.to_actions(actions))
         self._stepping[ids] = True
         owners = self._owner[ids]
-        for w in np.unique(owners):
-            self._send(int(w), "step", ids[owners == w])
+        now = time.monotonic()
+        for w in np.unique(owners).tolist():
+            block = ids[owners == w]
+            if not self._queued[w]:
+                self._progress_at[w] = now
+            self._queued[w].extend(block.tolist())
+            self._send(w, "step", block)
 
     def recv(
         self, min_batch_size: int, max_batch_size: int, max_wait_s: float | None
@@ -494,7 +603,7 @@ class PoolEnv(GymnasiumEnv, ReadyEnvs):
             if deadline is not None and self._ready and time.monotonic() >= deadline:
                 break
             left = None if deadline is None or not self._ready else max(0.0, deadline - time.monotonic())
-            self._poll(left)
+            self._wait_for_steps(left)
         taken, self._ready = self._ready[:max_batch_size], self._ready[max_batch_size:]
         ids = np.sort(np.asarray(taken, dtype=np.int64))
         views = self._views
@@ -546,7 +655,7 @@ class PoolEnv(GymnasiumEnv, ReadyEnvs):
         return (
             f"PoolEnv({self.env!r}, num_envs={self.num_envs}, num_workers={self.num_workers}, "
             f"min_batch_size={self.min_batch_size}, max_batch_size={self.max_batch_size}, "
-            f"max_wait_s={self.max_wait_s}, device={self.device})"
+            f"max_wait_s={self.max_wait_s}, step_timeout_s={self.step_timeout_s}, device={self.device})"
         )
 
     # --- messages ---------------------------------------------------------------------------
@@ -581,6 +690,12 @@ class PoolEnv(GymnasiumEnv, ReadyEnvs):
         if kind == "stepped":
             self._stepping[payload] = False
             self._ready.append(payload)
+            queued = self._queued[worker]
+            if queued and queued[0] == payload:
+                queued.popleft()
+            else:
+                queued.remove(payload)
+            self._progress_at[worker] = time.monotonic()
         elif kind == "error":
             index, exc, trace = payload
             self.close()
@@ -606,8 +721,33 @@ class PoolEnv(GymnasiumEnv, ReadyEnvs):
     def _drain(self) -> None:
         """Wait for the sub-envs still stepping and forget their outputs."""
         while self._stepping.any():
-            self._poll(None)
+            self._wait_for_steps(None)
         self._ready = []
+
+    def _wait_for_steps(self, timeout: float | None) -> None:
+        """:meth:`_poll` for at most ``timeout`` seconds, and at most until the first step
+        deadline (:attr:`step_timeout_s`) of a busy worker; then raise
+        :class:`~rl8.envs.gymnasium.EnvStepTimeout` for a worker past its deadline with
+        nothing to read from it."""
+        if self.step_timeout_s is None:
+            self._poll(timeout)
+            return
+        busy = [w for w in range(self.num_workers) if self._queued[w]]
+        if busy:
+            left = max(0.0, min(self._progress_at[busy]) + self.step_timeout_s - time.monotonic())
+            timeout = left if timeout is None else min(timeout, left)
+        self._poll(timeout)
+        now = time.monotonic()
+        for w in busy:
+            if self._queued[w] and now - self._progress_at[w] >= self.step_timeout_s and not self._pipes[w].poll():
+                stuck = self._queued[w][0]
+                self.close()
+                raise EnvStepTimeout(
+                    f"{self._name()}: sub-env {stuck} (pool worker {w}) did not finish a step within "
+                    f"step_timeout_s={self.step_timeout_s:g} s (stuck, or slower than the limit); the pool "
+                    "and all its workers have been closed. Raise step_timeout_s (PPO: env_kwargs="
+                    "{'step_timeout_s': ...}) if its steps are this slow, or set None for no limit."
+                )
 
     def _worker_died(self, worker: int) -> None:
         pipe = self._pipes[worker]
@@ -618,11 +758,14 @@ class PoolEnv(GymnasiumEnv, ReadyEnvs):
             pass
         process = self._processes[worker]
         process.join(_CLOSE_TIMEOUT_S)
-        code = process.exitcode
         block = self.env_blocks[worker]
-        how = f"exit code {code}"
-        if code is not None and code < 0:
-            how += f" (killed by signal {signal.Signals(-code).name})"
+        how = _exit_description(process.exitcode)
+        if not self._started:
+            how += (
+                " while starting, before it could report an error (its own error is printed above by the "
+                "worker process; one that dies on start is often a main script that the worker runs "
+                f"again: {_GUARD_ADVICE})"
+            )
         self.close()
         raise PoolWorkerDied(
             f"{self._name()}: pool worker {worker} (pid {process.pid}, sub-envs "
