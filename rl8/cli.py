@@ -322,7 +322,7 @@ def _mlflow_ui_command(uri: str) -> str:
         if db.resolve() == (Path.cwd() / "mlflow.db").resolve():
             command = "mlflow ui"
     if importlib.util.find_spec("flask") is None:  # mlflow-skinny: no UI server
-        command += ' (after pip install "rl8[ui]")'
+        command += " (after pip install mlflow)"  # the ui extra; rl8[ui] would fetch rl8 from the index
     return command
 
 
@@ -893,7 +893,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.set_defaults(func=_eval)
 
     record = commands.add_parser(
-        "record", help="record an MP4 video of a saved policy (pip install \"rl8[video]\")",
+        "record", help="record an MP4 video of a saved policy (needs imageio and imageio-ffmpeg: the video extra)",
         description="Run a policy for one episode and write an MP4 video of it (H.264). The "
                     "policy comes from a policy file, a checkpoint (file or folder) or an MLflow run.",
     )
