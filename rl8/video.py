@@ -132,8 +132,8 @@ def _gl_message(env: Any, exc: BaseException) -> str:
         return (f"cannot render {name} with MUJOCO_GL={backend}{by} ({type(exc).__name__}: {first}): "
                 f"install {installs} and set MUJOCO_GL to it, or run with a display")
     return (f"cannot render {name} without an OpenGL backend ({type(exc).__name__}: {first}): on a "
-            f"machine without a display install {installs} (apt-get install libegl1), or set MUJOCO_GL "
-            "to a backend that works here")
+            f"machine without a display install {installs} with apt-get, or set MUJOCO_GL to a backend "
+            "that works here")
 
 
 def _imageio() -> Any:

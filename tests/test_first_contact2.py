@@ -4,6 +4,7 @@ that CI runs from the README."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import stat
@@ -122,12 +123,14 @@ def cheetah_policy(tmp_path_factory):
     from rl8.export import save_policy
     from rl8.ppo import make_env
 
-    env = make_env("HalfCheetah-v5", 1, None, device="cpu")
+    folder = tmp_path_factory.mktemp("cheetah")
+    with contextlib.chdir(folder):  # MuJoCo writes MUJOCO_LOG.TXT into the working folder
+        env = make_env("HalfCheetah-v5", 1, None, device="cpu")
     try:
         policy = Policy(env.observation_space, env.action_space, model_config={"hiddens": [8]})
     finally:
         env.close()
-    return save_policy(policy, tmp_path_factory.mktemp("cheetah") / "cheetah.pt", env={"spec": "HalfCheetah-v5"})
+    return save_policy(policy, folder / "cheetah.pt", env={"spec": "HalfCheetah-v5"})
 
 
 def headless_env(**extra):
@@ -234,3 +237,37 @@ def test_videos_get_the_mode_of_the_umask(tmp_path, umask):
         os.umask(previous)
     assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask
     assert [p.name for p in tmp_path.iterdir()] == ["v.mp4"]  # no temporary file left
+
+
+# --------------------------------------------------------------------------------------------
+# install lines: from the checkout, and the ones CI runs
+
+
+def marked_block(text: str, marker: str) -> list[str]:
+    """The lines of the first code block after ``<!-- marker -->`` (as .ci/run reads them)."""
+    after = text.split(f"<!-- {marker} -->\n", 1)[1]
+    assert after.startswith("```"), f"no code block right after <!-- {marker} -->"
+    return after.split("\n```", 1)[0].splitlines()[1:]
+
+
+def test_install_lines_install_the_checkout_not_the_published_rl8():
+    """`pip install "rl8[ui]"` fetches rl8 1.0.0 from the package index, not this checkout."""
+    pages = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+    by_name = re.compile(r"""pip install +(-\S+ +)*["']?rl8(\[|["'\s]|$)""")
+    wrong = [f"{page.relative_to(REPO)}:{i}: {line.strip()}" for page in pages
+             for i, line in enumerate(page.read_text().splitlines(), start=1) if by_name.search(line)]
+    assert not wrong, "install rl8 from the checkout (pip install -e .[extra]):\n" + "\n".join(wrong)
+
+
+def test_ci_runs_the_install_lines_that_readers_see():
+    readme = (REPO / "README.md").read_text()
+    getting_started = (REPO / "docs" / "getting-started.md").read_text()
+    assert marked_block(readme, "ci:install-command") == ["python -m pip install -e . && python examples/cartpole.py"]
+    extras = [line.split("#")[0].strip() for line in marked_block(getting_started, "ci:install-extras")]
+    assert extras == [f'python -m pip install -e {spec}'
+                      for spec in [".", '".[video]"', '".[ui]"', '".[docs]"', '".[dev]"']]
+    assert marked_block(readme, "ci:test-command")[0].startswith('python -m pip install -q -e ".[dev]" && ')
+    ci = (REPO / ".ci" / "run").read_text()
+    for marker, page in [("ci:test-command", "README.md"), ("ci:install-command", "README.md"),
+                         ("ci:install-extras", "docs/getting-started.md")]:
+        assert f"block {marker} {page}" in ci
