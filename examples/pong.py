@@ -1,6 +1,6 @@
 """Train PPO on Atari Pong with CleanRL's ``ppo_atari`` set-up (the Atari preset of rl8.atari).
 
-Needs ale-py and opencv: ``pip install 'rl8[atari]'``. Run ``python examples/pong.py`` (10M
+Needs ale-py and opencv: ``pip install -e '.[atari]'``. Run ``python examples/pong.py`` (10M
 env steps, 40M emulator frames; ``--steps`` for fewer), then ``mlflow ui`` to watch
 ``episodes/return_mean`` climb from -21 (the opponent wins every point) towards +21.
 

@@ -13,7 +13,7 @@ it for every ``ALE/`` id), so each env is::
     -> ClipReward                # training: rewards clipped to their sign
     -> FrameStackObservation(4)  # [4, 84, 84] uint8
 
-See ``docs/pixels.md`` for what each step does and why. Needs ale-py (``pip install rl8[atari]``).
+See ``docs/pixels.md`` for what each step does and why. Needs ale-py (``pip install ale-py opencv-python-headless``, or ``pip install -e ".[atari]"`` in rl8's checkout).
 """
 
 from __future__ import annotations
@@ -163,12 +163,12 @@ def make_atari(env_id: str, **kwargs: Any) -> gymnasium.Env:
             preset: plain ``gymnasium.make``) or a dict of :class:`AtariPreset` options.
 
     Raises:
-        ImportError: ale-py is not installed (``pip install rl8[atari]``).
+        ImportError: ale-py is not installed (``pip install ale-py opencv-python-headless``, or ``pip install -e ".[atari]"`` in rl8's checkout).
     """
     try:
         import ale_py
     except ImportError as err:
-        raise ImportError(f"{env_id} needs ale-py: pip install 'rl8[atari]' (or ale-py)") from err
+        raise ImportError(f"{env_id} needs ale-py: pip install ale-py opencv-python-headless (or pip install -e '.[atari]' in rl8's checkout)") from err
     gymnasium.register_envs(ale_py)
     kwargs = dict(kwargs)
     preset = AtariPreset.from_value(kwargs.pop(PRESET_KEY, None))

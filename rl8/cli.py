@@ -104,6 +104,13 @@ def _hparam_fields() -> dict[str, str]:
     return {f.name: str(f.type) for f in dataclasses.fields(HParams)}
 
 
+def _unknown_hparam(key: Any, where: str) -> ConfigError:
+    """The error for a hyper-parameter name that :class:`rl8.HParams` does not have."""
+    from .hparams import unknown_hparam_message
+
+    return ConfigError(unknown_hparam_message(key, where))
+
+
 def _clean_hparams(hparams: Mapping[str, Any], where: str) -> dict[str, Any]:
     """Check hparam names (close matches on a typo) and turn numeric strings into numbers
     (:meth:`rl8.HParams.read_config`)."""
@@ -156,8 +163,9 @@ def load_config(path: str | os.PathLike[str]) -> dict[str, Any]:
     try:
         config = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        first = str(exc).replace("\n", " ")
-        raise ConfigError(f"{path}: invalid YAML: {first}") from None
+        # yaml's own lines (what it expected, the line and column, the line with a caret)
+        detail = str(exc).replace('"<unicode string>"', f'"{path}"')
+        raise ConfigError(f"{path}: invalid YAML:\n{detail}") from None
     if config is None:
         config = {}
     if not isinstance(config, dict):
@@ -251,7 +259,7 @@ def _overrides(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]
     for text in args.set or []:
         path, value = parse_assignment(text, "--set")
         if path[0] not in fields:
-            raise ConfigError(f"--set {text}: unknown hyper-parameter {path[0]!r}{_close(path[0], list(fields))}")
+            raise _unknown_hparam(path[0], f"--set {text}")
         _assign(hparams, path, value)
     return config, hparams
 
@@ -290,8 +298,11 @@ def _summary(trainer: Any) -> None:
 def _config_file(arg: str) -> str | os.PathLike[str]:
     """The config file that ``rl8 train ARG`` reads: ``preset:NAME`` is always the preset
     ``NAME``; an existing path is that file (as before presets); any other ``ARG`` that is a
-    preset's name (``HalfCheetah-v5``) is that preset; else the path, which then fails to load
-    with "cannot read config file". See ``rl8.presets``."""
+    preset's name (``HalfCheetah-v5``) is that preset. A missing ``ARG`` that looks like a
+    path (a folder or a ``.yaml`` / ``.yml`` suffix) is returned, to fail with "cannot read
+    config file"; any other name is a :class:`ConfigError` naming the close presets and
+    ``rl8 train --env ARG``, which trains a gymnasium id without a preset. See
+    ``rl8.presets``."""
     from . import presets
 
     if arg.startswith(presets.PREFIX) or (not Path(arg).exists() and arg in presets.names()):
@@ -299,7 +310,21 @@ def _config_file(arg: str) -> str | os.PathLike[str]:
             return presets.path(arg)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-    return arg
+    if Path(arg).exists() or "/" in arg or os.sep in arg or Path(arg).suffix.lower() in (".yaml", ".yml"):
+        return arg
+    raise ConfigError(_no_preset_message(arg, presets.names()))
+
+
+def _no_preset_message(name: str, known: Sequence[str]) -> str:
+    """What ``rl8 train NAME`` says when ``NAME`` is neither a file nor a preset."""
+    import gymnasium
+
+    close = difflib.get_close_matches(name, list(known), n=3, cutoff=0.6)
+    hint = f" Did you mean: {', '.join(close)}?" if close else f" Presets: {', '.join(known)}."
+    if name in gymnasium.registry:
+        return (f"no preset or config file {name!r}; {name} is a gymnasium id without a preset: "
+                f"train it with rl8 train --env {name}.{hint}")
+    return f"no preset or config file {name!r}.{hint} To train a gymnasium id without a preset: rl8 train --env ID"
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -636,17 +661,21 @@ def _eval_steps(policy: Any, env: Any, obs: Any, steps: int, deterministic: bool
 
 
 def _record(args: argparse.Namespace) -> int:
-    from .video import make_recording_env, record_video
+    from .video import RenderError, make_recording_env, prepare_headless_rendering, record_video
 
-    policy, env, _, config = _policy_and_env(
-        args, lambda spec, env_kwargs: make_recording_env(spec, env_kwargs=env_kwargs, device="cpu")
-    )
+    prepare_headless_rendering()  # before an env imports mujoco
+    try:
+        policy, env, _, config = _policy_and_env(
+            args, lambda spec, env_kwargs: make_recording_env(spec, env_kwargs=env_kwargs, device="cpu")
+        )
+    except RenderError as exc:
+        raise ConfigError(str(exc)) from None
     try:
         path = record_video(
             policy, env, args.output, deterministic=not args.stochastic, max_steps=args.max_steps,
             fps=args.fps, env_config=config or None, seed=args.seed,
         )
-    except (NotImplementedError, KeyError, ValueError, TypeError) as exc:  # no render, bad config
+    except (NotImplementedError, KeyError, ValueError, TypeError, RenderError) as exc:  # no render, bad config
         message = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
         raise ConfigError(message) from None
     finally:
@@ -802,7 +831,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.set_defaults(func=_eval)
 
     record = commands.add_parser(
-        "record", help="record an MP4 video of a saved policy (pip install \"rl8[video]\")",
+        "record", help="record an MP4 video of a saved policy (needs imageio and imageio-ffmpeg: the video extra)",
         description="Run a policy for one episode and write an MP4 video of it (H.264). The "
                     "policy comes from a policy file, a checkpoint (file or folder) or an MLflow run.",
     )

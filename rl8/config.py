@@ -184,7 +184,7 @@ class TrainerConfig:
         "(rl8 train stores its config here)", _checkpoint_data, param=False)
     record_every: int | None = _option(
         None, "Trainer.run records a video at every this many-th evaluation (checkpoint_dir/videos/"
-        "eval-<env steps>.mp4, MLflow artifact videos/); None: never; needs rl8[video]",
+        "eval-<env steps>.mp4, MLflow artifact videos/); None: never; needs the video extra (pip install -e '.[video]')",
         _int_at_least_1)
     actors: int | None = _option(
         None, "under torchrun: this many ranks only collect (actors) and the others only update "

@@ -28,6 +28,16 @@ _MAX_SEED = 2**63 - 1
 # (256 envs x 32 steps) minibatches of 2048 transitions.
 _DEFAULT_NUM_MINIBATCHES = 4
 
+#: The names other PPO libraries (SB3, CleanRL) give some hyper-parameters, and rl8's names.
+_OTHER_NAMES = {
+    "learning_rate": "lr", "n_steps": "horizon", "num_steps": "horizon", "n_envs": "num_envs",
+    "batch_size": "sgd_minibatch_size", "minibatch_size": "sgd_minibatch_size",
+    "n_epochs": "num_sgd_iters", "update_epochs": "num_sgd_iters", "clip_range": "clip_param",
+    "clip_coef": "clip_param", "clip_range_vf": "vf_clip_param", "ent_coef": "entropy_coeff",
+    "vf_coef": "vf_coeff", "target_kl": "target_kl_div", "norm_adv": "normalize_advantages",
+    "policy_kwargs": "model_config",
+}
+
 
 def missing_cuda_device(device: torch.device) -> str | None:
     """Why the CUDA ``device`` cannot be used on this machine (``"CUDA is not available on this
@@ -178,7 +188,7 @@ class HParams:
         names = [f.name for f in dataclasses.fields(cls)]
         for key in kwargs:
             if key not in names:
-                close = difflib.get_close_matches(key, names, n=3)
+                close = close_hparam_names(key)
                 hint = f"; did you mean {', '.join(close)}?" if close else ""
                 raise TypeError(f"unknown hyper-parameter {key!r}{hint} (valid: {', '.join(names)})")
         return cls(**kwargs)
@@ -202,9 +212,7 @@ class HParams:
         out: dict[str, Any] = {}
         for key, value in hparams.items():
             if key not in kinds:
-                close = difflib.get_close_matches(str(key), list(kinds), n=3, cutoff=0.6)
-                hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-                raise ValueError(f"{where}: unknown hyper-parameter {key!r}{hint} (valid: {', '.join(kinds)})")
+                raise ValueError(unknown_hparam_message(key, where))
             value = read_numbers(value)
             kind = kinds[key]
             if isinstance(value, float) and value.is_integer() and "int" in kind and "float" not in kind:
@@ -413,3 +421,23 @@ class HParams:
                 )
         if not is_int(self.seqs_per_state_reset) or self.seqs_per_state_reset == 0:
             bad("seqs_per_state_reset", "a non-zero int (k > 0: every k sequences; k < 0: never)")
+
+
+def unknown_hparam_message(name: Any, where: str) -> str:
+    """The error message for a hyper-parameter ``name`` that :class:`HParams` does not have,
+    read at ``where`` (``"--set lr_rate=1"``, ``"hparams"``): its close matches
+    (:func:`close_hparam_names`) and every valid name."""
+    close = close_hparam_names(str(name))
+    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    valid = ", ".join(f.name for f in dataclasses.fields(HParams))
+    return f"{where}: unknown hyper-parameter {name!r}{hint} (valid: {valid})"
+
+
+def close_hparam_names(name: str) -> list[str]:
+    """The hyper-parameter names that a mistyped or foreign ``name`` may mean: rl8's name for
+    another library's (``learning_rate``: ``lr``, ``n_steps``: ``horizon``), then close
+    spellings (``gama``: ``gamma``). Empty when none is close."""
+    names = [f.name for f in dataclasses.fields(HParams)]
+    close = difflib.get_close_matches(str(name), names, n=3)
+    other = _OTHER_NAMES.get(str(name).lower())
+    return [other, *[c for c in close if c != other]] if other else close

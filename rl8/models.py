@@ -10,9 +10,11 @@ A model is any :class:`Model` subclass. PPO builds it as
 from __future__ import annotations
 
 import contextlib
+import difflib
+import inspect
 import math
 import numbers
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import torch
@@ -21,7 +23,7 @@ from gymnasium import spaces
 from tensordict import TensorDictBase
 from torch import nn
 
-__all__ = ["Model", "MLPModel", "flatten_observation", "flat_observation_size", "ACTIVATIONS"]
+__all__ = ["Model", "MLPModel", "flatten_observation", "flat_observation_size", "check_model_config", "ACTIVATIONS"]
 
 #: Activation names accepted by model_config's "activation", mapped to their torch.nn classes.
 ACTIVATIONS: dict[str, type[nn.Module]] = {
@@ -135,6 +137,42 @@ class Model(nn.Module):
         if not self.learned_log_std:
             return head
         return torch.cat([head, self.log_std.to(head.dtype).expand_as(head)], dim=-1)
+
+
+def model_options(model_cls: type) -> list[str] | None:
+    """The names ``model_cls`` takes in ``model_config``: the keyword parameters of its
+    ``__init__`` after the observation space, the action space and the distribution class.
+    ``None`` when it takes any name (a ``**config`` parameter, as :class:`Model` itself)."""
+    parameters = list(inspect.signature(model_cls.__init__).parameters.values())[1:]  # without self
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return None
+    keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return [p.name for p in parameters[3:] if p.kind in keyword]
+
+
+def check_model_config(model_cls: type, model_config: Mapping[str, Any]) -> None:
+    """Check that every key of ``model_config`` is an option of ``model_cls``, before the
+    model is built.
+
+    Args:
+        model_cls: The :class:`Model` subclass that ``model_config`` configures.
+        model_config: Its keyword arguments (PPO's ``model_config`` hyper-parameter).
+
+    Raises:
+        ValueError: A key that ``model_cls.__init__`` does not take; the message names the
+            field (``model_config.hiden``), its close matches and the valid names.
+    """
+    valid = model_options(model_cls)
+    if valid is None:
+        return
+    for key in model_config:
+        if key not in valid:
+            close = difflib.get_close_matches(str(key), valid, n=3, cutoff=0.6)
+            hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+            raise ValueError(
+                f"model_config.{key}: {model_cls.__name__} has no option {key!r}{hint} "
+                f"(valid: {', '.join(valid) or 'none'})"
+            )
 
 
 def resolve_activation(activation: str | type[nn.Module]) -> type[nn.Module]:

@@ -14,7 +14,7 @@ from torch import nn
 
 from .distributions import Distribution, default_distribution_cls
 from .encoders import default_model_cls
-from .models import Model
+from .models import Model, check_model_config
 from .normalization import ObservationNormalizer
 from .spaces import check_space, space_dtype, space_shape, zeros_like_space
 
@@ -75,6 +75,7 @@ class Policy(nn.Module):
             )
         self.model_config = dict(model_config or {})
         self.model_cls = model_cls or default_model_cls(observation_space, self.model_config)
+        check_model_config(self.model_cls, self.model_config)
         self.model = self.model_cls(observation_space, action_space, self.distribution_cls, **self.model_config)
         self.obs_normalizer = (
             ObservationNormalizer(zeros_like_space(observation_space, [1])) if normalize_observations else None

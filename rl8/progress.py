@@ -103,7 +103,7 @@ def mlflow_ui_command(uri: str) -> str:
         if db.resolve() == (Path.cwd() / "mlflow.db").resolve():
             command = "mlflow ui"
     if importlib.util.find_spec("flask") is None:  # mlflow-skinny: no UI server
-        command += ' (after pip install "rl8[ui]")'
+        command += " (after pip install mlflow)"  # the ui extra; rl8[ui] would fetch rl8 from the index
     return command
 
 

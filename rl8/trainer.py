@@ -319,7 +319,7 @@ class Trainer(TrainerCheckpoints):
     ) -> Path:
         """Record a video of one episode of the current policy in a one-env copy of the training
         env (:meth:`~rl8._eval_envs.EvalEnvs.record`; training is not disturbed) and log it as
-        the artifact ``videos/<file name>`` (rank 0). Needs ``pip install "rl8[video]"``.
+        the artifact ``videos/<file name>`` (rank 0). Needs ``pip install -e ".[video]"``.
 
         Args:
             path: The MP4 file to write; ``None``: ``checkpoint_dir/videos/video-<env steps>.mp4``.

@@ -10,14 +10,20 @@
 
 Frames come from :meth:`rl8.Env.render` (``uint8`` RGB). The file is H.264 in an MP4
 container (pixel format ``yuv420p``, which every player reads), written with imageio and
-imageio-ffmpeg: ``pip install "rl8[video]"``. See ``docs/videos.md``.
+imageio-ffmpeg: ``pip install -e ".[video]"`` in rl8's checkout. Without a display, MuJoCo envs
+render through EGL or OSMesa (see :func:`prepare_headless_rendering`). See ``docs/videos.md``.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import ctypes.util
 import os
+import shutil
+import sys
 import tempfile
+import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -30,13 +36,104 @@ from ._resolve import env_target
 from .env import Env
 from .runner import run_policy
 
-__all__ = ["DEFAULT_MAX_STEPS", "make_recording_env", "pad_frame", "record_video"]
+__all__ = ["DEFAULT_MAX_STEPS", "RenderError", "make_recording_env", "pad_frame", "prepare_headless_rendering",
+           "record_video"]
 
 #: Steps recorded at most when ``max_steps`` is not given and the env names no episode limit.
 DEFAULT_MAX_STEPS = 1000
 #: Frame rate (frames per second) when the env's ``metadata`` has no ``render_fps``.
 _FALLBACK_FPS = 30
-_INSTALL = 'pip install "rl8[video]"'
+_INSTALL = 'pip install imageio imageio-ffmpeg "gymnasium[classic-control]"'
+#: Packages whose code raises when OpenGL cannot draw (no display, no EGL or OSMesa library).
+_GL_PACKAGES = ("mujoco", "OpenGL", "glfw")
+#: The libraries (and their Debian/Ubuntu packages) of MuJoCo's headless backends.
+_HEADLESS_BACKENDS = (("egl", "EGL", "libegl1"), ("osmesa", "OSMesa", "libosmesa6"))
+
+
+#: The MUJOCO_GL backend that :func:`prepare_headless_rendering` chose (``None``: it set none).
+_chosen_backend: str | None = None
+
+
+class RenderError(RuntimeError):
+    """An env could not draw a frame for lack of an OpenGL backend (a MuJoCo env on a
+    machine without a display and without the EGL or OSMesa library, or with ``MUJOCO_GL``
+    naming a backend that does not work here). The message says what to install or set."""
+
+
+def prepare_headless_rendering() -> dict[str, str]:
+    """Set up this process's environment variables so that envs render without a display.
+
+    Called by :func:`make_recording_env` and :func:`record_video` before an env draws its
+    first frame. On Linux without a display (neither ``DISPLAY`` nor ``WAYLAND_DISPLAY``) and
+    with ``MUJOCO_GL`` unset, sets ``MUJOCO_GL=egl`` when the EGL library is installed, else
+    ``MUJOCO_GL=osmesa`` when OSMesa is (MuJoCo's default, GLFW, needs a display). When
+    ``XDG_RUNTIME_DIR`` is unset or not a folder, points it at a private temporary folder:
+    otherwise the Wayland client library that EGL loads prints "error: XDG_RUNTIME_DIR is
+    invalid or not set". Variables the user set are never changed.
+
+    Returns:
+        The variables set, ``{name: value}`` (empty when none was).
+    """
+    changed: dict[str, str] = {}
+    headless = not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY")
+    if sys.platform.startswith("linux") and headless and not os.environ.get("MUJOCO_GL"):
+        for backend, library, _ in _HEADLESS_BACKENDS:
+            if ctypes.util.find_library(library):
+                global _chosen_backend
+                changed["MUJOCO_GL"] = _chosen_backend = backend
+                break
+    runtime_dir = os.environ.get("XDG_RUNTIME_DIR")
+    if os.name == "posix" and (not runtime_dir or not os.path.isabs(runtime_dir) or not os.path.isdir(runtime_dir)):
+        changed["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="rl8-runtime-")  # mode 0700
+        atexit.register(shutil.rmtree, changed["XDG_RUNTIME_DIR"], ignore_errors=True)
+    os.environ.update(changed)
+    return changed
+
+
+def _gl_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` (or an exception it was raised from) came out of MuJoCo, PyOpenGL or
+    GLFW: an OpenGL set-up problem rather than a bug of the env."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if type(exc).__module__.split(".")[0] in _GL_PACKAGES:
+            return True
+        tb = exc.__traceback__
+        while tb is not None:
+            if _gl_file(tb.tb_frame.f_code.co_filename):
+                return True
+            tb = tb.tb_next
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def _gl_file(filename: str) -> bool:
+    """Whether ``filename`` is code of MuJoCo's Python package, PyOpenGL, GLFW or gymnasium's
+    MuJoCo renderer (not of a gymnasium MuJoCo env, whose own mistakes are not OpenGL's)."""
+    parts = Path(filename).parts
+    for i, part in enumerate(parts):
+        if part in ("OpenGL", "glfw") or (part == "mujoco" and (i == 0 or parts[i - 1] != "envs")):
+            return True
+    return parts[-1:] == ("mujoco_rendering.py",)
+
+
+def _gl_message(env: Any, exc: BaseException) -> str:
+    """What to install or set when ``env`` (an env, or the spec it is built from) could not
+    render for lack of OpenGL."""
+    if isinstance(env, Env):
+        name = env._name() if hasattr(env, "_name") else type(env).__name__
+    else:
+        name = repr(env)
+    backend = os.environ.get("MUJOCO_GL")
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    installs = " or ".join(f"{package} (MUJOCO_GL={b})" for b, _, package in _HEADLESS_BACKENDS)
+    if backend:
+        by = " (set by rl8: there is no display)" if backend == _chosen_backend else ""
+        return (f"cannot render {name} with MUJOCO_GL={backend}{by} ({type(exc).__name__}: {first}): "
+                f"install {installs} and set MUJOCO_GL to it, or run with a display")
+    return (f"cannot render {name} without an OpenGL backend ({type(exc).__name__}: {first}): on a "
+            f"machine without a display install {installs} with apt-get, or set MUJOCO_GL to a backend "
+            "that works here")
 
 
 def _imageio() -> Any:
@@ -67,10 +164,15 @@ def make_recording_env(spec: Any, *, env_kwargs: Mapping[str, Any] | None = None
 
     Returns:
         An env with ``num_envs=1``; the caller closes it.
+
+    Raises:
+        RenderError: Building the env failed for want of OpenGL (``MUJOCO_GL`` names a
+            backend whose library is missing).
     """
     from .envs.gymnasium import GymnasiumEnvFactory
     from .ppo import make_env
 
+    prepare_headless_rendering()
     kwargs = dict(env_kwargs or {})
     if isinstance(spec, GymnasiumEnvFactory):
         # a factory takes no extra keyword arguments: make one with the render mode set
@@ -80,7 +182,12 @@ def make_recording_env(spec: Any, *, env_kwargs: Mapping[str, Any] | None = None
         return GymnasiumEnvFactory(spec.cls, spec.env, factory_kwargs)(1, horizon, device=device)
     if env_target(spec).gymnasium and kwargs.get("render_mode") is None:
         kwargs["render_mode"] = "rgb_array"
-    return make_env(spec, 1, horizon, device=device, env_kwargs=kwargs)
+    try:
+        return make_env(spec, 1, horizon, device=device, env_kwargs=kwargs)
+    except Exception as exc:  # MUJOCO_GL naming a backend whose library is missing fails here
+        if _gl_failure(exc):
+            raise RenderError(_gl_message(spec, exc)) from exc
+        raise
 
 
 def _check_can_render(env: Env) -> None:
@@ -104,7 +211,9 @@ def _check_can_render(env: Env) -> None:
 
 def _render(env: Env, index: int) -> np.ndarray:
     """The frame of sub-env ``index`` (see :func:`_as_rgb`). A renderer that is not installed
-    (gymnasium's classic-control envs draw with pygame) is an ImportError naming the extra."""
+    (gymnasium's classic-control envs draw with pygame) is an ImportError naming the packages;
+    an OpenGL context that cannot be made (MuJoCo without a display) a :class:`RenderError`
+    saying what to install or set."""
     import gymnasium
 
     try:
@@ -115,6 +224,10 @@ def _render(env: Env, index: int) -> np.ndarray:
             f"cannot render {type(env).__name__}: {missing} is not installed; install what "
             f"gymnasium's renderers need with: {_INSTALL}"
         ) from None
+    except Exception as exc:
+        if _gl_failure(exc):
+            raise RenderError(_gl_message(env, exc)) from exc
+        raise
     return _as_rgb(frame, env)
 
 
@@ -212,12 +325,15 @@ def record_video(policy: Callable[..., torch.Tensor], env: Env | Any, path: str 
 
     Raises:
         ImportError: imageio, imageio-ffmpeg or the env's renderer (pygame for gymnasium's
-            classic-control envs) is missing (``pip install "rl8[video]"``).
+            classic-control envs) is missing (``pip install -e ".[video]"`` in rl8's checkout).
+        RenderError: The env cannot make an OpenGL context (a MuJoCo env without a display
+            and without EGL or OSMesa; see :func:`prepare_headless_rendering`).
         NotImplementedError: The env does not implement ``render``.
         ValueError: A gymnasium env made without ``render_mode="rgb_array"``; a bad
             ``max_steps``, ``fps`` or ``index``; frames that are not ``uint8`` RGB or change size.
     """
     imageio = _imageio()
+    prepare_headless_rendering()
     if max_steps is not None:
         _check_int("max_steps", max_steps, 1)
     if fps is not None and (isinstance(fps, bool) or not isinstance(fps, (int, float)) or not fps > 0):
@@ -263,11 +379,12 @@ def _run(policy: Callable[..., torch.Tensor], env: Env, deterministic: bool, max
 
 
 def _write(imageio: Any, frames: Any, path: Path, fps: float, env: Env) -> None:
-    """Stream ``frames`` into an H.264 MP4 at ``path``, through a temporary file and a rename."""
+    """Stream ``frames`` into an H.264 MP4 at ``path``, through a temporary file and a rename.
+    The temporary file is created with mode ``0o666`` less the umask (as ``open`` creates
+    files, and as checkpoints are written), so the video's mode follows the umask."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp.mp4", dir=path.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
+    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex[:12]}.tmp.mp4"
+    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666))
     try:
         writer = imageio.get_writer(
             tmp,

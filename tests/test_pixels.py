@@ -316,7 +316,7 @@ try:
 
     ATARI_MISSING = None
 except ImportError as err:
-    ATARI_MISSING = f"the Atari preset needs ale-py and opencv (pip install 'rl8[atari]'): {err}"
+    ATARI_MISSING = f"the Atari preset needs ale-py and opencv (pip install -e '.[atari]'): {err}"
 
 needs_atari = pytest.mark.skipif(ATARI_MISSING is not None, reason=ATARI_MISSING or "")
 

@@ -21,8 +21,8 @@ import rl8.presets
 from rl8.cli import main
 
 NEEDS = {  # preset -> the module its env needs, and the extra that installs it
-    "LunarLander-v3": ("Box2D", "rl8[box2d]"),
-    **{name: ("mujoco", "rl8[mujoco]") for name in ("HalfCheetah-v5", "Hopper-v5", "Walker2d-v5", "Ant-v5",
+    "LunarLander-v3": ("Box2D", ".[box2d]"),
+    **{name: ("mujoco", ".[mujoco]") for name in ("HalfCheetah-v5", "Hopper-v5", "Walker2d-v5", "Ant-v5",
                                                     "Humanoid-v5")},
 }
 ISSUE_TASKS = ["CartPole-v1", "Acrobot-v1", "MountainCarContinuous-v0", "Pendulum-v1", "LunarLander-v3",
@@ -34,7 +34,7 @@ def _skip_without_extra(name: str) -> None:
     if name in NEEDS:
         module, extra = NEEDS[name]
         if importlib.util.find_spec(module) is None:
-            pytest.skip(f"preset {name} needs {module}: pip install \"{extra}\"")
+            pytest.skip(f"preset {name} needs {module}: pip install -e \"{extra}\"")
 
 
 def test_names_are_the_issue_tasks():

@@ -203,7 +203,7 @@ def test_errors(tmp_path, monkeypatch):
         record_video(algo.policy, CartPole, tmp_path / "c.mp4", max_steps=0)
     assert list(tmp_path.glob("*.mp4*")) == []  # nothing written on errors
     monkeypatch.setitem(sys.modules, "imageio", None)
-    with pytest.raises(ImportError, match=r'pip install "rl8\[video\]"'):
+    with pytest.raises(ImportError, match=r'pip install imageio imageio-ffmpeg "gymnasium\[classic-control\]"'):
         record_video(algo.policy, CartPole, tmp_path / "c.mp4")
 
 
@@ -305,6 +305,6 @@ def test_cli_record_without_pygame_names_the_extra_in_one_line(tmp_path, capsys,
     assert err.count("\n") == 1 and "Traceback" not in err, err
     assert err == (
         "rl8: error: cannot render GymnasiumEnv: pygame is not installed; install what "
-        'gymnasium\'s renderers need with: pip install "rl8[video]"\n'
+        'gymnasium\'s renderers need with: pip install imageio imageio-ffmpeg "gymnasium[classic-control]"\n'
     )
     assert not (tmp_path / "v.mp4").exists()
