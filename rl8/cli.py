@@ -426,11 +426,34 @@ def _str(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
+def _import_given(name: Any, field: str) -> None:
+    """Import a dotted path that you gave on the command line or in your config file (never one
+    read from a checkpoint or policy file) with the working folder on ``sys.path``, as under
+    ``python -m rl8``: ``rl8 train --env myenv.Reach`` works from the folder holding
+    ``myenv.py``. Gymnasium ids and registered names are left alone.
+
+    Raises:
+        ConfigError: The name cannot be imported.
+    """
+    from . import registry
+    from ._resolve import import_user_path, is_dotted_path
+
+    if not is_dotted_path(name) or registry.lookup(name) is not None:
+        return
+    try:
+        import_user_path(name, field=field, search_working_dir=True)
+    except (ImportError, ValueError) as exc:
+        raise ConfigError(f"cannot import {field} {name!r}: {exc}") from None
+
+
 def _build_algo(env: str, hparams: Any) -> Any:
     import gymnasium
 
     from .ppo import PPO
 
+    _import_given(env, "env")
+    for key in ("model_cls", "distribution_cls", "optimizer_cls"):
+        _import_given(getattr(hparams, key), f"hparam {key}")
     try:
         return PPO(env, **hparams.to_dict())
     except (ValueError, TypeError, ImportError, KeyError, gymnasium.error.Error) as exc:
@@ -455,6 +478,7 @@ def _resume(args: argparse.Namespace, file_config: Mapping[str, Any], cli_config
     stored_config = dict((state["trainer"].get("metadata") or {}).get("config") or {})
     # the model is fixed by the checkpoint: only settings that do not change it may differ
     env = cli_config.get("env") or file_config.get("env")
+    _import_given(env, "env")
     stored_env = (state.get("env") or {}).get("spec")
     if env and stored_env and env != stored_env and _canonical_env(env) != _canonical_env(
         stored_env, source=path, trust_code=args.trust_code
@@ -571,6 +595,7 @@ def _policy_and_env(args: argparse.Namespace, make: Any) -> tuple[Any, Any, str,
     from ._resolve import spec_from_env_info
     from .export import check_env_spaces, policy_from_dict, read_policy
 
+    _import_given(args.env, "--env")
     info = read_policy(args.policy, tracking_uri=args.tracking_uri)
     policy = policy_from_dict(info, map_location="cpu", source=args.policy, trust_code=args.trust_code)
     env_info = info.get("env") or {}
@@ -810,8 +835,9 @@ def _add_policy_run_arguments(parser: argparse.ArgumentParser, *, seed_help: str
     parser.add_argument("--seed", type=int, help=seed_help)
     parser.add_argument("--tracking-uri", help="MLflow tracking URI, for a run id")
     parser.add_argument("--trust-code", action="store_true",
-                        help="trust the file: let it name a plain function as its env factory, which rl8 "
-                             "then calls (off by default; see docs/security.md)")
+                        help="trust the file: import the modules it names that rl8's registry does not "
+                             "hold, and let it name a plain function as its env factory, which rl8 then "
+                             "calls (off by default; see docs/security.md)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -846,9 +872,9 @@ def build_parser() -> argparse.ArgumentParser:
                                metavar="N" if number else None, help=option["doc"])
     train.add_argument("--quiet", action="store_true", help="no progress line")
     train.add_argument("--trust-code", action="store_true",
-                       help="with --resume: trust the checkpoint, letting it name a plain function "
-                            "as its env factory, which rl8 then calls (off by default; see "
-                            "docs/security.md)")
+                       help="with --resume: trust the checkpoint: import the modules it names that "
+                            "rl8's registry does not hold, and let it name a plain function as its "
+                            "env factory, which rl8 then calls (off by default; see docs/security.md)")
     train.set_defaults(func=_train)
 
     evaluate = commands.add_parser(
