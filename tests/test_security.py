@@ -4,7 +4,10 @@ called (docs/security.md)."""
 
 from __future__ import annotations
 
+import importlib
+import subprocess
 import sys
+import textwrap
 
 import gymnasium
 import pytest
@@ -254,6 +257,97 @@ def test_trust_code_imports_a_module_of_the_current_directory(checkpoint, tmp_pa
     with pytest.raises(CheckpointError, match="wrong kind"):  # imported, then refused for its kind
         Trainer.from_checkpoint(evil, tracking=False, trust_code=True)
     assert script_in_working_dir.exists()
+
+
+# ------------------------------------------------------------------- names are never imported
+
+
+@pytest.fixture
+def namespace_trap(tmp_path, monkeypatch):
+    """A working folder holding ``google/rl8poc.py`` and ``opentelemetry/rl8poc.py``, which
+    write a marker file when imported. After ``import mlflow`` the namespace packages ``google``
+    and ``opentelemetry`` are imported, and with the working folder on ``sys.path`` (as under
+    ``python -m rl8``) their ``__path__`` holds its folders: ``import google.rl8poc`` would run
+    the file. Yields the folder and the marker."""
+    import mlflow  # noqa: F401
+
+    work, marker = tmp_path / "work", tmp_path / "PWNED"
+    for package in ("google", "opentelemetry"):
+        (work / package).mkdir(parents=True)
+        (work / package / "rl8poc.py").write_text(f"import pathlib\npathlib.Path({str(marker)!r}).write_text('ran')\n")
+    monkeypatch.chdir(work)
+    monkeypatch.syspath_prepend(str(work))
+    for package in ("google", "opentelemetry"):  # the trap is armed: importing the name would run it
+        assert str(work / package) in list(sys.modules[package].__path__)
+    yield work, marker
+    for package in ("google", "opentelemetry"):
+        sys.modules.pop(f"{package}.rl8poc", None)
+
+
+def assert_not_imported(marker):
+    assert not {"google.rl8poc", "opentelemetry.rl8poc"} & set(sys.modules)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("key, name", [("model_cls", "google.rl8poc.Model"), ("env", "opentelemetry.rl8poc.Env")])
+def test_a_namespace_package_cannot_import_a_file_of_the_working_folder(checkpoint, namespace_trap, key, name):
+    work, marker = namespace_trap
+    evil = craft_checkpoint(checkpoint, work / "evil.pt", **{key: name})
+    with pytest.raises(CheckpointError, match=rf"'{name}', which is not registered.*refused to import it"):
+        Trainer.from_checkpoint(evil, tracking=False)
+    assert_not_imported(marker)
+    if key == "model_cls":
+        with pytest.raises(CheckpointError, match=rf"model_cls = '{name}', which is not registered"):
+            load_policy(evil)
+    else:
+        assert main(["eval", str(evil), "--episodes", "1"]) == 1
+    assert_not_imported(marker)
+
+
+@pytest.mark.parametrize("command", [["eval", "evil.pt", "--episodes", "1"],
+                                     ["train", "--resume", "evil.pt", "--max-steps", "1", "--quiet"]])
+def test_a_namespace_package_cannot_import_a_file_of_the_working_folder_via_python_m_rl8(
+        checkpoint, namespace_trap, command):
+    work, marker = namespace_trap
+    craft_checkpoint(checkpoint, work / "evil.pt", model_cls="google.rl8poc.Model")
+    # python -m rl8 after mlflow is imported (rl8 eval RUN_ID imports it to download the file)
+    code = ("import mlflow, runpy, sys; sys.argv = ['rl8', *sys.argv[1:]]; "
+            "runpy.run_module('rl8', run_name='__main__', alter_sys=True)")
+    done = subprocess.run([sys.executable, "-c", code, *command], cwd=work, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 1, done.stderr
+    assert "'google.rl8poc.Model', which is not registered" in done.stderr
+    assert not marker.exists()
+
+
+def test_a_file_naming_an_unregistered_class_does_not_import_its_module(checkpoint, tmp_path, monkeypatch):
+    folder, marker = tmp_path / "lib", tmp_path / "imported"
+    folder.mkdir()
+    (folder / "rl8_far_envs.py").write_text(textwrap.dedent(f"""
+        import pathlib
+
+        from rl8.envs import CartPole
+
+        pathlib.Path({str(marker)!r}).touch()
+
+
+        class Far(CartPole):
+            \"\"\"An env of a module that the loading process has not imported.\"\"\"
+    """))
+    monkeypatch.syspath_prepend(str(folder))
+    evil = craft_checkpoint(checkpoint, tmp_path / "far.pt", env="rl8_far_envs.Far")
+    assert "rl8_far_envs" not in sys.modules
+    with pytest.raises(CheckpointError, match=r"env = 'rl8_far_envs.Far', which is not registered in this "
+                                              r"process; rl8 refused to import it.*Import rl8_far_envs before"):
+        Trainer.from_checkpoint(evil, tracking=False)
+    assert "rl8_far_envs" not in sys.modules and not marker.exists()
+    try:
+        importlib.import_module("rl8_far_envs")  # importing it registers its Env subclass: it loads
+        resumed = Trainer.from_checkpoint(evil, tracking=False)
+        assert type(resumed.algo.env).__qualname__ == "Far"
+        resumed.close()
+    finally:
+        sys.modules.pop("rl8_far_envs", None)
 
 
 # ------------------------------------------------------------------- legitimate files still load
