@@ -36,19 +36,11 @@ __all__ = [
 
 
 class Kind(NamedTuple):
-    """What a name must resolve to.
-
-    Attributes:
-        description: For messages (``"an rl8 Model subclass (rl8.models.Model)"``).
-        check: ``check(obj) -> bool``: whether ``obj`` is of this kind.
-        registers: How an object of this kind gets registered, for messages (``{attr}``: its
-            name).
-        hand_over: How to hand the object over when loading instead, or ``""``.
-    """
+    """What a name must resolve to: ``description`` for messages, ``check(obj) -> bool``, and
+    ``hand_over``: how to pass such an object when loading instead (``{attr}``: its name)."""
 
     description: str
     check: Callable[[Any], bool]
-    registers: str = "then call rl8.register({attr})"
     hand_over: str = ""
 
 
@@ -57,19 +49,19 @@ def _subclass_of(module: str, name: str) -> Callable[[Any], bool]:
     return lambda obj: isinstance(obj, type) and issubclass(obj, getattr(importlib.import_module(module), name))
 
 
+def _hparam(key: str) -> str:
+    return f"Trainer.from_checkpoint(path, hparams={{{{'{key}': {{attr}}}}}})"
+
+
 #: Model classes (``hparams.model_cls``, a policy file's ``model_cls``).
 MODEL = Kind("an rl8 Model subclass (rl8.models.Model)", _subclass_of("rl8.models", "Model"),
-             "a Model subclass registers itself when defined",
-             "load_policy(path, model_cls={attr}) or Trainer.from_checkpoint(path, hparams={{'model_cls': {attr}}})")
+             f"load_policy(path, model_cls={{attr}}) or {_hparam('model_cls')}")
 #: Distribution classes (``hparams.distribution_cls``).
-DISTRIBUTION = Kind(
-    "an rl8 Distribution subclass (rl8.distributions.Distribution)", _subclass_of("rl8.distributions", "Distribution"),
-    "a Distribution subclass registers itself when defined", "load_policy(path, distribution_cls={attr}) or Trainer.from_checkpoint(path, "
-    "hparams={{'distribution_cls': {attr}}})",
-)
+DISTRIBUTION = Kind("an rl8 Distribution subclass (rl8.distributions.Distribution)",
+                    _subclass_of("rl8.distributions", "Distribution"),
+                    f"load_policy(path, distribution_cls={{attr}}) or {_hparam('distribution_cls')}")
 #: Optimizer classes (``hparams.optimizer_cls``).
-OPTIMIZER = Kind("a torch.optim.Optimizer subclass", _subclass_of("torch.optim", "Optimizer"),
-                 "an Optimizer subclass registers itself when defined", "Trainer.from_checkpoint(path, hparams={{'optimizer_cls': {attr}}})")
+OPTIMIZER = Kind("a torch.optim.Optimizer subclass", _subclass_of("torch.optim", "Optimizer"), _hparam("optimizer_cls"))
 #: Classes inside a model's config (e.g. ``activation=torch.nn.Tanh``).
 MODULE_CLASS = Kind("a torch.nn.Module subclass", _subclass_of("torch.nn", "Module"))
 #: Anything: what a policy file's model config may name with ``trust_code=True``.
@@ -90,9 +82,7 @@ def _is_env_kind(obj: Any) -> bool:
 
 #: What an env spec names: an rl8 env class, a gymnasium env factory or class.
 ENV = Kind("an rl8.Env subclass, a GymnasiumEnv.make_factory(...) factory or a gymnasium.Env subclass",
-           _is_env_kind, "an rl8.Env or gymnasium.Env subclass registers itself when defined; an env "
-           "factory function: rl8.register({attr})",
-           "Trainer.from_checkpoint(path, env={attr}), or --env {module}.{attr} on the command line")
+           _is_env_kind, "Trainer.from_checkpoint(path, env={attr}), or --env {module}.{attr} on the command line")
 
 #: The hyper-parameters that name a class, and the kind each must be.
 HPARAM_KINDS = {"model_cls": MODEL, "distribution_cls": DISTRIBUTION, "optimizer_cls": OPTIMIZER}
@@ -180,19 +170,18 @@ def import_user_path(path: str, *, field: str, search_working_dir: bool = False)
 def _not_registered(name: str, kind: Kind, field: str, source: Any) -> Exception:
     """The refusal of a file's name that the registry does not hold, with how to fix it."""
     module, _, attr = name.rpartition(".")
-    hand_over = kind.hand_over.format(attr=attr, module=module if module != "__main__" else "mymodule")
+    hand_over = kind.hand_over.format(attr=attr, module="mymodule" if module == "__main__" else module)
     hand_over = f", or pass it yourself: {hand_over}" if hand_over else ""
     if module == "__main__":
         fix = (f"It was defined in a script or notebook (__main__): define it in this process, or register "
                f"it under that name with rl8.register({attr}, name={name!r}){hand_over}")
     else:
-        fix = (f"Import {module} before loading ({kind.registers.format(attr=attr)}){hand_over}; "
+        fix = (f"Import {module} before loading (a subclass of rl8.Env, gymnasium.Env, Model, Distribution or "
+               f"torch.optim.Optimizer registers itself when defined; anything else: rl8.register({attr})){hand_over}; "
                "trust_code=True (rl8 --trust-code) imports it, for a file you trust")
-    return _refuse(
-        source,
-        f"the file names {field} = {name!r}, which is not registered in this process; rl8 refused to "
-        f"import it (loading a file never imports a module that the file names). {fix} (see docs/security.md)",
-    )
+    return _refuse(source, f"the file names {field} = {name!r}, which is not registered in this process; rl8 "
+                           f"refused to import it (loading a file never imports a module that the file names). "
+                           f"{fix} (see docs/security.md)")
 
 
 def _named_object(name: str, kind: Kind, field: str, source: Any, trust_code: bool) -> Any:
@@ -251,20 +240,6 @@ def resolve(value: Any, kind: Kind, *, field: str, source: Any = None, trust_cod
 # env specs
 
 
-def _gymnasium_registered(env_id: str) -> bool:
-    """Whether gymnasium's registry holds ``env_id`` (or, for an id without version, a version of it)."""
-    import gymnasium
-    from gymnasium.envs.registration import find_highest_version, parse_env_id
-
-    if env_id in gymnasium.registry:
-        return True
-    try:
-        namespace, name, version = parse_env_id(env_id)
-    except gymnasium.error.Error:
-        return False
-    return version is None and find_highest_version(namespace, name) is not None
-
-
 def _check_gymnasium_id(env_id: str, field: str, source: Any, trust_code: bool) -> None:
     """A gymnasium id read from a file must be in gymnasium's registry of this process (ids
     that imported packages registered); ``"module:EnvId-v0"``, which makes gymnasium import
@@ -285,7 +260,7 @@ def _check_gymnasium_id(env_id: str, field: str, source: Any, trust_code: bool) 
 
     if is_atari_id(env_id):  # rl8's Atari preset registers ale_py's ids itself
         return
-    if not _gymnasium_registered(env_id):
+    if not registry.gymnasium_id_registered(env_id):
         raise _refuse(
             source,
             f"the file names {field} = {env_id!r}, a gymnasium id that is not in gymnasium's registry of "

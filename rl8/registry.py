@@ -161,6 +161,21 @@ def bound_object(path: str) -> Any:
     return None
 
 
+def gymnasium_id_registered(env_id: str) -> bool:
+    """Whether gymnasium's registry holds ``env_id`` (ids that the packages this process
+    imported registered; for an id without version, any version of it). Imports nothing."""
+    import gymnasium
+    from gymnasium.envs.registration import find_highest_version, parse_env_id
+
+    if env_id in gymnasium.registry:
+        return True
+    try:
+        namespace, name, version = parse_env_id(env_id)
+    except gymnasium.error.Error:
+        return False
+    return version is None and find_highest_version(namespace, name) is not None
+
+
 def _rl8_object(name: str) -> Any:
     """The rl8 class ``name`` names: a public class of one of :data:`_RL8_MODULES` (which is
     imported, being rl8's own), under that module's path or the public path ``rl8.X`` /
