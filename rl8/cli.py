@@ -433,17 +433,14 @@ def _import_given(name: Any, field: str) -> None:
     ``myenv.py``. Gymnasium ids and registered names are left alone.
 
     Raises:
-        ConfigError: The name cannot be imported.
+        ImportError: The name cannot be imported.
+        ValueError: It is not a dotted path of Python names.
     """
     from . import registry
     from ._resolve import import_user_path, is_dotted_path
 
-    if not is_dotted_path(name) or registry.lookup(name) is not None:
-        return
-    try:
+    if is_dotted_path(name) and registry.lookup(name) is None:
         import_user_path(name, field=field, search_working_dir=True)
-    except (ImportError, ValueError) as exc:
-        raise ConfigError(f"cannot import {field} {name!r}: {exc}") from None
 
 
 def _build_algo(env: str, hparams: Any) -> Any:
@@ -451,10 +448,10 @@ def _build_algo(env: str, hparams: Any) -> Any:
 
     from .ppo import PPO
 
-    _import_given(env, "env")
-    for key in ("model_cls", "distribution_cls", "optimizer_cls"):
-        _import_given(getattr(hparams, key), f"hparam {key}")
     try:
+        _import_given(env, "env")
+        for key in ("model_cls", "distribution_cls", "optimizer_cls"):
+            _import_given(getattr(hparams, key), f"hparam {key}")
         return PPO(env, **hparams.to_dict())
     except (ValueError, TypeError, ImportError, KeyError, gymnasium.error.Error) as exc:
         message = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
@@ -478,7 +475,10 @@ def _resume(args: argparse.Namespace, file_config: Mapping[str, Any], cli_config
     stored_config = dict((state["trainer"].get("metadata") or {}).get("config") or {})
     # the model is fixed by the checkpoint: only settings that do not change it may differ
     env = cli_config.get("env") or file_config.get("env")
-    _import_given(env, "env")
+    try:
+        _import_given(env, "env")
+    except (ImportError, ValueError) as exc:
+        raise ConfigError(f"--resume: cannot import env {env!r}: {exc}") from None
     stored_env = (state.get("env") or {}).get("spec")
     if env and stored_env and env != stored_env and _canonical_env(env) != _canonical_env(
         stored_env, source=path, trust_code=args.trust_code
@@ -595,7 +595,10 @@ def _policy_and_env(args: argparse.Namespace, make: Any) -> tuple[Any, Any, str,
     from ._resolve import spec_from_env_info
     from .export import check_env_spaces, policy_from_dict, read_policy
 
-    _import_given(args.env, "--env")
+    try:  # first: a module of yours may also define the policy's model class
+        _import_given(args.env, "--env")
+    except (ImportError, ValueError) as exc:
+        raise ConfigError(f"cannot build env {args.env!r}: {exc}") from None
     info = read_policy(args.policy, tracking_uri=args.tracking_uri)
     policy = policy_from_dict(info, map_location="cpu", source=args.policy, trust_code=args.trust_code)
     env_info = info.get("env") or {}
