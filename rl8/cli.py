@@ -480,10 +480,10 @@ def _resume(args: argparse.Namespace, file_config: Mapping[str, Any], cli_config
     except (ImportError, ValueError) as exc:
         raise ConfigError(f"--resume: cannot import env {env!r}: {exc}") from None
     stored_env = (state.get("env") or {}).get("spec")
-    if env and stored_env and env != stored_env and _canonical_env(env) != _canonical_env(
-        stored_env, source=path, trust_code=args.trust_code
-    ):
+    if env and stored_env and not _same_env(env, stored_env, source=path, trust_code=args.trust_code):
         raise ConfigError(f"--resume: the checkpoint was trained on env {stored_env!r}, not {env!r}")
+    # an env class this process lacks (a script's __main__.Reach) is handed over with --env
+    handed = env if env and stored_env and _unregistered(stored_env, args.trust_code) else None
     hparams = _build_hparams(_merge_hparams(stored_hparams, given_hparams), "hparams")
     merged = _plain_hparams(hparams)
     changed = [k for k in merged if merged[k] != stored_hparams.get(k) and k not in _RESUMABLE_HPARAMS]
@@ -507,7 +507,7 @@ def _resume(args: argparse.Namespace, file_config: Mapping[str, Any], cli_config
     stored_config.update({k: v for k, v in config.items() if k in _RUN_KEYS})
     kwargs["metadata"] = {**(state["trainer"].get("metadata") or {}), "config": stored_config}
     trainer = Trainer.from_checkpoint(
-        path, hparams=overrides, tracking_uri=tracking_uri, trust_code=args.trust_code, **kwargs
+        path, env=handed, hparams=overrides, tracking_uri=tracking_uri, trust_code=args.trust_code, **kwargs
     )
     return _run(trainer, conditions, run_args)
 
@@ -533,6 +533,27 @@ def _checkpoint_conditions(saved: Mapping[str, Any], path: Any) -> list[Any]:
         return [from_config(with_current_stat_names(config)) for config in configs]
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"--resume: {path}: stored stop condition: {exc}") from None
+
+
+def _unregistered(stored: str, trust_code: bool) -> bool:
+    """Whether a file's env name is a dotted path that this process's registry lacks (and that
+    ``--trust-code`` does not import)."""
+    from . import registry
+    from ._resolve import is_dotted_path
+
+    return is_dotted_path(stored) and not trust_code and registry.lookup(stored) is None
+
+
+def _same_env(given: str, stored: str, *, source: Any, trust_code: bool) -> bool:
+    """Whether ``--env`` names the env a file stores: the same class (``rl8.envs.CartPole`` and
+    ``rl8.envs.cartpole.CartPole``), or, when the stored class is not registered in this process
+    (a script's ``__main__.Reach``), a class of the same name that you hand over
+    (``myenv.Reach``)."""
+    if given == stored:
+        return True
+    if _unregistered(stored, trust_code):
+        return given.rpartition(".")[2] == stored.rpartition(".")[2]
+    return _canonical_env(given) == _canonical_env(stored, source=source, trust_code=trust_code)
 
 
 def _canonical_env(spec: str, *, source: Any = None, trust_code: bool = False) -> str:
@@ -629,19 +650,18 @@ def _policy_and_env(args: argparse.Namespace, make: Any) -> tuple[Any, Any, str,
 
 def _stored_env_kwargs(args: argparse.Namespace, env_info: Mapping[str, Any]) -> Any:
     """The stored env's arguments when the env used is the stored one (no ``--env``, or an
-    ``--env`` naming the same env), else ``None``: they belong to that env. When ``--env`` is
-    given the stored env and the names inside its arguments are checked here, as
-    :func:`_policy_and_env` checks them without ``--env`` (see docs/security.md)."""
-    from ._resolve import spec_from_env_info
+    ``--env`` naming the same env, see :func:`_same_env`), else ``None``: they belong to that
+    env. When ``--env`` is given the names inside them are checked here for the env it names,
+    as :func:`_policy_and_env` checks them without ``--env`` (see docs/security.md)."""
+    from ._resolve import check_stored_env_kwargs, env_target
 
     if not args.env:
         return env_info.get("env_kwargs")
     stored = env_info.get("spec")
-    if not stored or _canonical_env(args.env) != _canonical_env(
-        stored, source=args.policy, trust_code=args.trust_code
-    ):
+    if not stored or not _same_env(args.env, stored, source=args.policy, trust_code=args.trust_code):
         return None
-    spec_from_env_info(env_info, source=args.policy, trust_code=args.trust_code)
+    check_stored_env_kwargs(env_target(args.env).target, env_info.get("env_kwargs"), source=args.policy,
+                            trust_code=args.trust_code)
     return env_info.get("env_kwargs")
 
 

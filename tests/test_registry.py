@@ -116,6 +116,19 @@ def test_classes_a_process_lacks_are_handed_over_at_load_time(notebook_checkpoin
         load_policy(notebook_checkpoint, model_cls=torch.nn.Linear)
 
 
+def test_the_rl8_command_hands_a_scripts_env_over_with_env(notebook_checkpoint, capsys):
+    rl8.register(Net, name="__main__.Net")  # the model: registered under the name the file uses
+    assert main(["eval", str(notebook_checkpoint), "--episodes", "1"]) == 1
+    assert "--env mymodule.Reach on the command line" in capsys.readouterr().err
+    # --env names the module that defines the class now: it stands for __main__.Reach
+    assert main(["eval", str(notebook_checkpoint), "--env", f"{__name__}.Reach", "--episodes", "1",
+                 "--max-steps", "5"]) == 0
+    assert main(["train", "--resume", str(notebook_checkpoint), "--env", f"{__name__}.Reach", "--max-steps", "128",
+                 "--quiet"]) == 0
+    assert main(["train", "--resume", str(notebook_checkpoint), "--env", "rl8.envs.Pendulum", "--quiet"]) == 2
+    assert "the checkpoint was trained on env '__main__.Reach', not 'rl8.envs.Pendulum'" in capsys.readouterr().err
+
+
 def test_registered_classes_load_under_the_names_a_file_uses(notebook_checkpoint):
     rl8.register(Reach, name="__main__.Reach")
     rl8.register(Net, name="__main__.Net")
