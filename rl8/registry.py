@@ -163,8 +163,8 @@ def bound_object(path: str) -> Any:
 
 def gymnasium_id_registered(env_id: str) -> bool:
     """Whether gymnasium's registry holds ``env_id`` (ids that the packages this process
-    imported registered; for an id without version, any version of it). Imports no module the
-    id names (a ``"module:EnvId-v0"`` id is looked up without its ``module:`` part by callers)."""
+    imported registered; for an id without version, any version of it). ``env_id`` has no
+    ``module:`` part: nothing is imported."""
     import gymnasium
     from gymnasium.envs.registration import find_highest_version, parse_env_id
 
