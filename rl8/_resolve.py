@@ -1,18 +1,13 @@
-"""Names to objects: the one place where rl8 turns a dotted path into a class.
+"""Names to objects: the one place where rl8 turns a dotted path into a class
+(``"rl8.envs.cartpole.CartPole"``, ``"torch.optim.Adam"``). Two rules (``docs/security.md``):
 
-Checkpoints, policy files and hyper-parameters name classes by dotted path
-(``"rl8.envs.cartpole.CartPole"``, ``"torch.optim.Adam"``). Two rules, stated in
-``docs/security.md``:
-
-* A name read from a file (``source`` given) is looked up in :mod:`rl8.registry`, which imports
-  nothing that the name names; a name it does not hold is a
-  :class:`~rl8.checkpoint.CheckpointError` saying how to register it or hand it over. The
-  object found must be of the claimed :class:`Kind` (an ``rl8.Env`` subclass, a ``Model``
-  subclass...) before anything calls it. Only ``trust_code=True`` imports the module a file
-  names.
-* A name you give (in code, on the command line, in your YAML config; ``source=None``) is
-  looked up in the registry too, and else imported (:func:`import_user_path`); a wrong kind is
-  a ``ValueError`` naming the field.
+* A name read from a file (``source`` given) is looked up in :mod:`rl8.registry`, never
+  imported (unless ``trust_code=True``); a name it lacks is a
+  :class:`~rl8.checkpoint.CheckpointError` saying how to register it or hand it over, and the
+  object found must be of the claimed :class:`Kind` before anything calls it.
+* A name you give (in code, on the command line, in your config; ``source=None``) is looked
+  up in the registry, else imported (:func:`import_user_path`); a wrong kind is a
+  ``ValueError`` naming the field.
 """
 
 from __future__ import annotations
@@ -143,16 +138,14 @@ def _import(path: str, field: str) -> Any:
 
 def import_user_path(path: str, *, field: str, search_working_dir: bool = False) -> Any:
     """Import a dotted path that YOU gave (in code, on the command line, in your config file),
-    never one read from a checkpoint or policy file: the longest importable module prefix
-    (which runs its top-level code, as any import does), then attributes. Nothing is called.
+    never one read from a file: the longest importable module prefix (which runs its top-level
+    code, as any import does), then attributes. Nothing is called.
 
     Args:
         path: ``"pkg.module.Qual.Name"``.
         field: Name of the setting, for messages (``"env"``, ``"hparam model_cls"``).
         search_working_dir: Put the current directory first on ``sys.path`` (if it is not on
-            it) before importing, as ``python -m`` does: the ``rl8`` command does so for the
-            names given on its command line or in its config file (``rl8 train --env
-            myenv.Reach`` from the folder holding ``myenv.py``).
+            it), as ``python -m`` does; the ``rl8`` command does so for the names you give it.
 
     Raises:
         ValueError: ``path`` is not a dotted path of Python names.
@@ -290,21 +283,17 @@ def resolve_env(spec: Any, *, field: str = "env", source: Any = None, trust_code
                 env_kwargs: Mapping[str, Any] | None = None) -> Any:
     """An env spec as something :func:`rl8.ppo.make_env` builds, checked before it is called.
 
-    A dotted path is looked up (see the module docstring); other strings are gymnasium ids and
-    stay strings. For a spec read from a file (``source`` given) the object must be an
-    ``rl8.Env`` subclass, a :meth:`GymnasiumEnv.make_factory
-    <rl8.envs.GymnasiumEnv.make_factory>` factory or a ``gymnasium.Env`` subclass; a plain
-    function (your env factory) only when you registered it (``rl8.register``) or with
-    ``trust_code=True``; a gymnasium id, and the ``env`` entry of ``env_kwargs`` for a
-    ``GymnasiumEnv``, must be registered with gymnasium (:func:`check_stored_env_kwargs`).
+    A dotted path is looked up (see the module docstring); other strings are gymnasium ids. A
+    spec read from a file must name an :data:`ENV` object, or a function you registered
+    (``rl8.register``); a gymnasium id, and the ``env`` entry of ``env_kwargs`` for a
+    ``GymnasiumEnv``, must be in gymnasium's registry (:func:`check_stored_env_kwargs`).
 
     Args:
-        spec: The env spec: a dotted path, a gymnasium id, or an object (returned as is when
-            you give it).
+        spec: A dotted path, a gymnasium id, or an object (returned as is when you give it).
         field: Name of the setting, for messages.
         source: The file the spec was read from, or ``None`` for a spec you gave.
-        trust_code: Import a dotted path the registry does not hold, allow a plain function as
-            env factory and any gymnasium id.
+        trust_code: Import a dotted path the registry does not hold, allow any function and
+            any gymnasium id.
         env_kwargs: The env's constructor arguments stored with the spec.
 
     Raises:
@@ -326,14 +315,8 @@ def resolve_env(spec: Any, *, field: str = "env", source: Any = None, trust_code
     if _is_env_kind(obj) or (callable(obj) and (trust_code or registry.is_user_registered(spec, obj))):
         check_stored_env_kwargs(obj, env_kwargs, field=field, source=source, trust_code=trust_code)
         return obj
-    hint = (" A plain function is only called as an env factory when you registered it "
-            f"(rl8.register({spec.rpartition('.')[2]})) or with trust_code=True (rl8 --trust-code), "
-            "for files you trust (see docs/security.md)." if callable(obj) else "")
-    raise _refuse(
-        source,
-        f"the file names {field} = {spec!r}, which is {describe(obj)}, not {ENV.description}: "
-        f"an object of the wrong kind, and rl8 refused to call it.{hint}",
-    )
+    raise _refuse(source, f"the file names {field} = {spec!r}, which is {describe(obj)}, not {ENV.description}: "
+                          "an object of the wrong kind, and rl8 refused to call it")
 
 
 class EnvTarget(NamedTuple):
@@ -356,11 +339,9 @@ def env_target(spec: Any, *, source: Any = None, trust_code: bool = False) -> En
     from what :class:`~rl8.envs.GymnasiumEnv` wraps.
 
     Args:
-        spec: An env spec: an ``rl8.Env`` subclass or a dotted path (``"rl8.envs.CartPole"``)
-            to one, a gymnasium id (``"CartPole-v1"``), a callable making a gymnasium env, or
-            a ``GymnasiumEnv`` factory.
-        source: The file a dotted path was read from (checked as :func:`resolve_env` does),
-            or ``None`` for a spec you gave.
+        spec: An env spec: an ``rl8.Env`` subclass or a dotted path to one, a gymnasium id, a
+            callable making a gymnasium env, or a ``GymnasiumEnv`` factory.
+        source: The file a dotted path was read from, or ``None`` (see :func:`resolve_env`).
         trust_code: See :func:`resolve_env`.
 
     Raises:
