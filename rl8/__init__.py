@@ -39,6 +39,7 @@ _EXPORTS = {
     "load_policy": "rl8.export",
     "save_policy": "rl8.export",
     "record_video": "rl8.video",
+    "register": "rl8.registry",
 }
 
 __all__ = sorted([*_EXPORTS, "__version__"])

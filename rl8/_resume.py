@@ -197,23 +197,27 @@ def algo_from_checkpoint(file: Path, state: Mapping[str, Any], *, env: Any, hpar
                          trust_code: bool) -> PPO:
     """The PPO a Trainer checkpoint describes, with its state loaded.
 
-    Every class the file names is imported and checked for its kind before anything is called
-    (see ``docs/security.md``).
+    Every class the file names is looked up in :mod:`rl8.registry` (no module the file names is
+    imported, unless ``trust_code``) and checked for its kind before anything is called (see
+    ``docs/security.md``).
 
     Args:
         file: The checkpoint file (for messages).
         state: Its content (:func:`rl8.checkpoint.read_checkpoint`).
-        env: The env when the checkpoint could not name it; ``None``: the stored one.
-        hparams: Hyper-parameters to change (e.g. ``{"device": "cuda"}``).
-        trust_code: Let the stored env spec name a plain function, which is then called.
+        env: The env to use instead of the stored one (e.g. a class the registry does not
+            hold); ``None``: the stored one.
+        hparams: Hyper-parameters to change (e.g. ``{"device": "cuda"}``); a class given here
+            (``model_cls``...) replaces the stored name, which is then not looked up.
+        trust_code: Import the modules of the names the registry does not hold, and let the
+            stored env spec name a plain function, which is then called.
 
     Raises:
-        rl8.checkpoint.CheckpointError: Not a Trainer checkpoint, or a stored name of the
-            wrong kind.
+        rl8.checkpoint.CheckpointError: Not a Trainer checkpoint, or a stored name that is not
+            registered or of the wrong kind.
         ValueError: An env that the checkpoint cannot name and that is not given; an env
             whose spaces differ from the checkpoint's.
     """
-    from ._resolve import check_stored_hparams, spec_from_env_info
+    from ._resolve import check_stored_env_kwargs, check_stored_hparams, env_target, spec_from_env_info
     from .ppo import PPO
 
     if not all(isinstance(state.get(k), Mapping) for k in ("algo", "trainer", "env")):
@@ -224,12 +228,14 @@ def algo_from_checkpoint(file: Path, state: Mapping[str, Any], *, env: Any, hpar
     algo_state = state["algo"]
     # (PPO then resolves the same names again: the stored strings stay as they were)
     stored = algo_state.get("hparams")
-    check_stored_hparams(stored, source=file, trust_code=trust_code)
+    check_stored_hparams(stored, source=file, trust_code=trust_code, given=hparams)
     spec = env
     if env is None:
         env_info = {"spec": state["env"].get("spec"), "env_kwargs": stored.get("env_kwargs")}
         if spec_from_env_info(env_info, source=file, trust_code=trust_code) is not None:
             spec = env_info["spec"]
+    else:  # the stored env_kwargs go to your env: a GymnasiumEnv's env id is checked
+        check_stored_env_kwargs(env_target(env).target, stored.get("env_kwargs"), source=file, trust_code=trust_code)
     if spec is None:
         raise ValueError(
             f"{file}: the env was a callable that a checkpoint cannot name; pass it with "
@@ -370,19 +376,24 @@ class TrainerCheckpoints:
         Args:
             path: A checkpoint file, a folder of checkpoints (its latest), or an MLflow run id
                 (the checkpoint recorded in its ``rl8/checkpoint.json`` artifact).
-            env: The env, when the checkpoint could not record it (a lambda or local function).
+            env: The env to use instead of the stored one: when the checkpoint could not
+                record it (a lambda or local function), or names a class this process has not
+                registered (e.g. one a notebook defined, stored as ``__main__.MyEnv``).
             hparams: Hyper-parameters to change, e.g. ``{"device": "cuda"}``; anything that
                 changes shapes (``num_envs``, ``horizon``, the model) cannot load the state.
             tracking_uri: Tracking URI of the run (default: the one stored in the checkpoint).
-            trust_code: Let the file's env spec name a plain function, which rl8 then calls
-                (off: every class it names is checked for its kind; ``docs/security.md``).
+            trust_code: Trust the file: import the modules of the names it holds that the
+                registry (:mod:`rl8.registry`) does not hold, and let its env spec name a plain
+                function, which rl8 then calls. Off: no module the file names is imported, and
+                every class it names is looked up and checked for its kind (``docs/security.md``).
             **kwargs: Other :class:`Trainer` options to change; the others are those stored
                 (the :class:`~rl8.config.TrainerConfig` fields marked ``stored``).
 
         Raises:
             FileNotFoundError: No checkpoint at ``path``.
             rl8.checkpoint.CheckpointError: A corrupt, truncated, foreign or unsafe file, or
-                one that names an object of the wrong kind (e.g. ``subprocess.run`` as env).
+                one that names a class that is not registered, or an object of the wrong kind
+                (e.g. ``subprocess.run`` as env).
             ValueError: The env's observation or action space differs from the checkpoint's.
             rl8.tracking.TrackingError: The stored MLflow run cannot be resumed.
         """

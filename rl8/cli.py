@@ -388,12 +388,32 @@ def _str(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
+def _import_given(name: Any, field: str) -> None:
+    """Import a dotted path that you gave on the command line or in your config file (never one
+    read from a checkpoint or policy file) with the working folder on ``sys.path``, as under
+    ``python -m rl8``: ``rl8 train --env myenv.Reach`` works from the folder holding
+    ``myenv.py``. Gymnasium ids and registered names are left alone.
+
+    Raises:
+        ImportError: The name cannot be imported.
+        ValueError: It is not a dotted path of Python names.
+    """
+    from . import registry
+    from ._resolve import import_user_path, is_dotted_path
+
+    if is_dotted_path(name) and registry.lookup(name) is None:
+        import_user_path(name, field=field, search_working_dir=True)
+
+
 def _build_algo(env: str, hparams: Any) -> Any:
     import gymnasium
 
     from .ppo import PPO
 
     try:
+        _import_given(env, "env")
+        for key in ("model_cls", "distribution_cls", "optimizer_cls"):
+            _import_given(getattr(hparams, key), f"hparam {key}")
         return PPO(env, **hparams.to_dict())
     except (ValueError, TypeError, ImportError, KeyError, gymnasium.error.Error) as exc:
         message = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
@@ -417,11 +437,15 @@ def _resume(args: argparse.Namespace, file_config: Mapping[str, Any], cli_config
     stored_config = dict((state["trainer"].get("metadata") or {}).get("config") or {})
     # the model is fixed by the checkpoint: only settings that do not change it may differ
     env = cli_config.get("env") or file_config.get("env")
+    try:
+        _import_given(env, "env")
+    except (ImportError, ValueError) as exc:
+        raise ConfigError(f"--resume: cannot import env {env!r}: {exc}") from None
     stored_env = (state.get("env") or {}).get("spec")
-    if env and stored_env and env != stored_env and _canonical_env(env) != _canonical_env(
-        stored_env, source=path, trust_code=args.trust_code
-    ):
+    if env and stored_env and not _same_env(env, stored_env, source=path, trust_code=args.trust_code):
         raise ConfigError(f"--resume: the checkpoint was trained on env {stored_env!r}, not {env!r}")
+    # an env class this process lacks (a script's __main__.Reach) is handed over with --env
+    handed = env if env and stored_env and _unregistered(stored_env, args.trust_code) else None
     hparams = _build_hparams(_merge_hparams(stored_hparams, given_hparams), "hparams")
     merged = _plain_hparams(hparams)
     changed = [k for k in merged if merged[k] != stored_hparams.get(k) and k not in _RESUMABLE_HPARAMS]
@@ -445,7 +469,7 @@ def _resume(args: argparse.Namespace, file_config: Mapping[str, Any], cli_config
     stored_config.update({k: v for k, v in config.items() if k in _RUN_KEYS})
     kwargs["metadata"] = {**(state["trainer"].get("metadata") or {}), "config": stored_config}
     trainer = Trainer.from_checkpoint(
-        path, hparams=overrides, tracking_uri=tracking_uri, trust_code=args.trust_code, **kwargs
+        path, env=handed, hparams=overrides, tracking_uri=tracking_uri, trust_code=args.trust_code, **kwargs
     )
     return _run(trainer, conditions, run_args)
 
@@ -471,6 +495,27 @@ def _checkpoint_conditions(saved: Mapping[str, Any], path: Any) -> list[Any]:
         return [from_config(with_current_stat_names(config)) for config in configs]
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"--resume: {path}: stored stop condition: {exc}") from None
+
+
+def _unregistered(stored: str, trust_code: bool) -> bool:
+    """Whether a file's env name is a dotted path that this process's registry lacks (and that
+    ``--trust-code`` does not import)."""
+    from . import registry
+    from ._resolve import is_dotted_path
+
+    return is_dotted_path(stored) and not trust_code and registry.lookup(stored) is None
+
+
+def _same_env(given: str, stored: str, *, source: Any, trust_code: bool) -> bool:
+    """Whether ``--env`` names the env a file stores: the same class (``rl8.envs.CartPole`` and
+    ``rl8.envs.cartpole.CartPole``), or, when the stored class is not registered in this process
+    (a script's ``__main__.Reach``), a class of the same name that you hand over
+    (``myenv.Reach``)."""
+    if given == stored:
+        return True
+    if _unregistered(stored, trust_code):
+        return given.rpartition(".")[2] == stored.rpartition(".")[2]
+    return _canonical_env(given) == _canonical_env(stored, source=source, trust_code=trust_code)
 
 
 def _canonical_env(spec: str, *, source: Any = None, trust_code: bool = False) -> str:
@@ -533,6 +578,10 @@ def _policy_and_env(args: argparse.Namespace, make: Any) -> tuple[Any, Any, str,
     from ._resolve import spec_from_env_info
     from .export import check_env_spaces, policy_from_dict, read_policy
 
+    try:  # first: a module of yours may also define the policy's model class
+        _import_given(args.env, "--env")
+    except (ImportError, ValueError) as exc:
+        raise ConfigError(f"cannot build env {args.env!r}: {exc}") from None
     info = read_policy(args.policy, tracking_uri=args.tracking_uri)
     policy = policy_from_dict(info, map_location="cpu", source=args.policy, trust_code=args.trust_code)
     env_info = info.get("env") or {}
@@ -563,19 +612,18 @@ def _policy_and_env(args: argparse.Namespace, make: Any) -> tuple[Any, Any, str,
 
 def _stored_env_kwargs(args: argparse.Namespace, env_info: Mapping[str, Any]) -> Any:
     """The stored env's arguments when the env used is the stored one (no ``--env``, or an
-    ``--env`` naming the same env), else ``None``: they belong to that env. When ``--env`` is
-    given the stored env and the names inside its arguments are checked here, as
-    :func:`_policy_and_env` checks them without ``--env`` (see docs/security.md)."""
-    from ._resolve import spec_from_env_info
+    ``--env`` naming the same env, see :func:`_same_env`), else ``None``: they belong to that
+    env. When ``--env`` is given the names inside them are checked here for the env it names,
+    as :func:`_policy_and_env` checks them without ``--env`` (see docs/security.md)."""
+    from ._resolve import check_stored_env_kwargs, env_target
 
     if not args.env:
         return env_info.get("env_kwargs")
     stored = env_info.get("spec")
-    if not stored or _canonical_env(args.env) != _canonical_env(
-        stored, source=args.policy, trust_code=args.trust_code
-    ):
+    if not stored or not _same_env(args.env, stored, source=args.policy, trust_code=args.trust_code):
         return None
-    spec_from_env_info(env_info, source=args.policy, trust_code=args.trust_code)
+    check_stored_env_kwargs(env_target(args.env).target, env_info.get("env_kwargs"), source=args.policy,
+                            trust_code=args.trust_code)
     return env_info.get("env_kwargs")
 
 
@@ -776,8 +824,9 @@ def _add_policy_run_arguments(parser: argparse.ArgumentParser, *, seed_help: str
     parser.add_argument("--seed", type=int, help=seed_help)
     parser.add_argument("--tracking-uri", help="MLflow tracking URI, for a run id")
     parser.add_argument("--trust-code", action="store_true",
-                        help="trust the file: let it name a plain function as its env factory, which rl8 "
-                             "then calls (off by default; see docs/security.md)")
+                        help="trust the file: import the modules it names that rl8's registry does not "
+                             "hold, and let it name a plain function as its env factory, which rl8 then "
+                             "calls (off by default; see docs/security.md)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -813,9 +862,9 @@ def build_parser() -> argparse.ArgumentParser:
                                metavar="N" if number else None, help=option["doc"])
     train.add_argument("--quiet", action="store_true", help="no progress line")
     train.add_argument("--trust-code", action="store_true",
-                       help="with --resume: trust the checkpoint, letting it name a plain function "
-                            "as its env factory, which rl8 then calls (off by default; see "
-                            "docs/security.md)")
+                       help="with --resume: trust the checkpoint: import the modules it names that "
+                            "rl8's registry does not hold, and let it name a plain function as its "
+                            "env factory, which rl8 then calls (off by default; see docs/security.md)")
     train.set_defaults(func=_train)
 
     evaluate = commands.add_parser(

@@ -4,10 +4,11 @@ A policy file holds what acting needs and nothing else: the observation and acti
 the model and distribution classes (as dotted paths), the model's keyword arguments, the
 observation-normalisation flag and the weights (``state_dict``), plus optionally the env it was
 trained on. It is written with :func:`rl8.checkpoint.save_checkpoint` (atomic) and read with
-``torch.load(..., weights_only=True)``: loading never unpickles code. Loading does *import* the
-modules that the model and distribution classes live in (by their dotted path), so a policy
-whose model is defined in a script's ``__main__`` can only be loaded where that class can be
-imported; each class is checked to be of its kind before it is called (``docs/security.md``).
+``torch.load(..., weights_only=True)``: loading never unpickles code, nor imports a module the
+file names. The classes it names are looked up in :mod:`rl8.registry` (rl8's own, the ``Model``
+subclasses defined or imported in this process, what you registered) and checked to be of
+their kind before they are called; a class the registry does not hold can be handed over
+(``load_policy(path, model_cls=MyModel)``) (``docs/security.md``).
 
 ::
 
@@ -31,7 +32,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from ._resolve import DISTRIBUTION, MODEL, MODULE_CLASS, import_path, qualified_name, resolve
+from ._resolve import ANY, DISTRIBUTION, MODEL, MODULE_CLASS, qualified_name, resolve
 
 __all__ = [
     "POLICY_ARTIFACT", "POLICY_FORMAT", "check_env_spaces", "load_policy", "policy_from_dict",
@@ -147,20 +148,22 @@ def _from_plain(value: Any, source: Any, trust_code: bool, where: str = "model_c
     must be a ``torch.nn.Module`` subclass (an activation...) unless ``trust_code``."""
     if isinstance(value, Mapping):
         if set(value) == {"__class__"}:
-            if trust_code:
-                return import_path(value["__class__"], field=where, source=source, trust_code=True)
-            return resolve(value["__class__"], MODULE_CLASS, field=where, source=source)
+            kind = ANY if trust_code else MODULE_CLASS
+            return resolve(value["__class__"], kind, field=where, source=source, trust_code=trust_code)
         return {k: _from_plain(v, source, trust_code, f"{where}[{k!r}]") for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return type(value)(_from_plain(v, source, trust_code, f"{where}[{i}]") for i, v in enumerate(value))
     return value
 
 
-def _stored_class(d: Mapping[str, Any], key: str, kind: Any, source: Any, trust_code: bool) -> Any:
+def _stored_class(d: Mapping[str, Any], key: str, kind: Any, source: Any, trust_code: bool, given: Any) -> Any:
     """The class of ``kind`` whose dotted path is stored under ``key`` (a file can hold nothing
-    else there), imported and checked by :func:`rl8._resolve.resolve`."""
+    else there), looked up and checked by :func:`rl8._resolve.resolve`; ``given``, the class
+    you hand over instead, when it is not ``None``."""
     from .checkpoint import CheckpointError
 
+    if given is not None:
+        return resolve(given, kind, field=key)
     value = d.get(key)
     if not isinstance(value, str):
         raise CheckpointError(f"{source}: {key} must be a dotted path (a str), got {type(value).__name__}")
@@ -200,26 +203,32 @@ def policy_to_dict(policy: Any, *, include_state: bool = True, env: dict[str, An
 
 
 def policy_from_dict(d: Mapping[str, Any], *, map_location: Any = "cpu", source: Any = None,
-                     trust_code: bool = False) -> Any:
+                     trust_code: bool = False, model_cls: Any = None, distribution_cls: Any = None) -> Any:
     """Build a :class:`~rl8.policy.Policy` from :func:`policy_to_dict`'s output, in eval mode.
 
-    The classes ``d`` names are imported and checked before anything is called: the model
-    class must be a :class:`~rl8.models.Model` subclass, the distribution class a
-    :class:`~rl8.distributions.Distribution` subclass, classes in the model config
-    ``torch.nn.Module`` subclasses (see ``docs/security.md``).
+    The classes ``d`` names are looked up in :mod:`rl8.registry` (no module is imported) and
+    checked before anything is called: the model class must be a :class:`~rl8.models.Model`
+    subclass, the distribution class a :class:`~rl8.distributions.Distribution` subclass,
+    classes in the model config ``torch.nn.Module`` subclasses (see ``docs/security.md``).
 
     Args:
         d: The description, with its ``state_dict``.
         map_location: Device of the policy's parameters (``"cpu"``, ``"cuda:0"``...).
         source: Where ``d`` was read from (a path, shown in messages); ``None``: "the policy
             description".
-        trust_code: Trust the file: allow private dotted paths and any class in the model
+        trust_code: Trust the file: import the modules of the names the registry does not
+            hold (the only way a file's names are imported) and allow any object in the model
             config (the model and distribution classes are checked all the same).
+        model_cls: The model class (or your dotted path to it) to use instead of the stored
+            one, e.g. a class the registry does not hold; ``None``: the stored one.
+        distribution_cls: Likewise for the distribution class.
 
     Raises:
-        ValueError: ``d`` is not a policy description of a version this rl8 reads.
-        rl8.checkpoint.CheckpointError: ``d`` names an object of the wrong kind.
-        ImportError: The model or distribution class cannot be imported.
+        ValueError: ``d`` is not a policy description of a version this rl8 reads, or a class
+            given is not of its kind.
+        rl8.checkpoint.CheckpointError: ``d`` names a class that is not registered, or an
+            object of the wrong kind.
+        ImportError: With ``trust_code``, a class cannot be imported.
     """
     from .policy import Policy
 
@@ -234,8 +243,8 @@ def policy_from_dict(d: Mapping[str, Any], *, map_location: Any = "cpu", source:
     if "state_dict" not in d:
         raise ValueError("the policy description holds no weights (state_dict)")
     source = "the policy description" if source is None else source
-    model_cls = _stored_class(d, "model_cls", MODEL, source, trust_code)
-    distribution_cls = _stored_class(d, "distribution_cls", DISTRIBUTION, source, trust_code)
+    model_cls = _stored_class(d, "model_cls", MODEL, source, trust_code, model_cls)
+    distribution_cls = _stored_class(d, "distribution_cls", DISTRIBUTION, source, trust_code, distribution_cls)
     model_config = _from_plain(d.get("model_config") or {}, source, trust_code)
     policy = Policy(
         space_from_dict(d["observation_space"]),
@@ -345,7 +354,7 @@ def read_policy(run_id_or_path: str | os.PathLike[str], *, tracking_uri: str | N
 
 
 def load_policy(run_id_or_path: str | os.PathLike[str], *, map_location: Any = "cpu", tracking_uri: str | None = None,
-                trust_code: bool = False) -> Any:
+                trust_code: bool = False, model_cls: Any = None, distribution_cls: Any = None) -> Any:
     """Load a policy that acts on observations, without any training state.
 
     ``policy(obs)`` returns (deterministic) env actions for a batch of observations;
@@ -358,7 +367,11 @@ def load_policy(run_id_or_path: str | os.PathLike[str], *, map_location: Any = "
             each checkpoint and at the end of :meth:`rl8.Trainer.run`).
         map_location: Device for the parameters.
         tracking_uri: MLflow tracking URI used for run ids (``None``: MLflow's default).
-        trust_code: Trust the file (see :func:`policy_from_dict`); off by default.
+        trust_code: Trust the file: the only way to import a module the file names (see
+            :func:`policy_from_dict`); off by default.
+        model_cls: The model class to use instead of the stored one (a class of yours that
+            this process has not registered, e.g. one a notebook defined); ``None``: the stored.
+        distribution_cls: Likewise for the distribution class.
 
     Returns:
         A :class:`rl8.Policy`.
@@ -366,9 +379,11 @@ def load_policy(run_id_or_path: str | os.PathLike[str], *, map_location: Any = "
     Raises:
         FileNotFoundError: Nothing found at ``run_id_or_path``.
         rl8.checkpoint.CheckpointError: A corrupt, truncated, foreign or unsafe file, or one
-            that names an object of the wrong kind (e.g. ``os.system`` as its model class).
-        ImportError: The model's module cannot be imported.
+            that names a class that is not registered (e.g. a model class of a module this
+            process has not imported) or an object of the wrong kind (e.g. ``os.system``).
+        ValueError: ``model_cls`` or ``distribution_cls`` is not of its kind.
+        ImportError: With ``trust_code``, the model's module cannot be imported.
     """
     description = read_policy(run_id_or_path, tracking_uri=tracking_uri)
     return policy_from_dict(description, map_location=map_location, source=os.fspath(run_id_or_path),
-                            trust_code=trust_code)
+                            trust_code=trust_code, model_cls=model_cls, distribution_cls=distribution_cls)

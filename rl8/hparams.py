@@ -392,7 +392,7 @@ class HParams:
                 bad(name, "a dict")
         if "lr" in self.optimizer_kwargs:
             raise ValueError("hparam optimizer_kwargs: set the learning rate with lr=..., not optimizer_kwargs['lr']")
-        # Classes given as objects are checked here; dotted paths when PPO imports them.
+        # Classes given as objects are checked here; dotted paths when PPO resolves them.
         for name, kind in HPARAM_KINDS.items():
             v = getattr(self, name)
             if v is None and name == "optimizer_cls":

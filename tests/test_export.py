@@ -106,7 +106,7 @@ def test_load_policy_errors(tmp_path):
     plain = policy_to_dict(PPO(CartPole, **SMALL).policy)
     plain["model_cls"] = "no_such_module.Model"
     save_checkpoint(plain, tmp_path / "unimportable.pt")
-    with pytest.raises(ImportError, match="no_such_module.Model"):
+    with pytest.raises(CheckpointError, match="'no_such_module.Model', which is not registered"):
         load_policy(tmp_path / "unimportable.pt")
 
 

@@ -1,11 +1,12 @@
-"""rl8._resolve.env_target: the one rule for env specs (dotted path or gymnasium id, rl8 or gymnasium)."""
+"""rl8._resolve.env_target: the one rule for env specs (dotted path or gymnasium id, rl8 or
+gymnasium); gymnasium ids read from a file must be in gymnasium's registry."""
 
 from __future__ import annotations
 
 import gymnasium
 import pytest
 
-from rl8._resolve import env_target
+from rl8._resolve import env_target, resolve_env
 from rl8.checkpoint import CheckpointError
 from rl8.envs import CartPole, GymnasiumEnv
 
@@ -42,3 +43,20 @@ def test_a_file_cannot_name_a_plain_function_as_env():
 def test_anything_else_is_a_type_error_naming_the_field():
     with pytest.raises(TypeError, match=r"env: expected an rl8.Env subclass.*got 3"):
         env_target(3)
+
+
+@pytest.mark.parametrize("spec", ["CartPole-v1", "CartPole", "gymnasium:CartPole-v1", "ALE/Pong-v5"])
+def test_gymnasium_ids_of_a_file_that_gymnasium_registered_are_kept(spec):
+    # an id without version is made at its latest; "module:" of a module imported already imports
+    # nothing; ALE ids are registered by rl8's Atari preset
+    assert resolve_env(spec, source="ck.pt") == spec
+
+
+@pytest.mark.parametrize("spec, words", [
+    ("NoSuchEnv-v0", "'NoSuchEnv-v0', a gymnasium id that is not in gymnasium's registry of this process"),
+    ("rl8_no_such_module:Env-v0", "makes gymnasium import the module 'rl8_no_such_module'; rl8 refused"),
+])
+def test_gymnasium_ids_of_a_file_that_gymnasium_did_not_register_are_refused(spec, words):
+    with pytest.raises(CheckpointError, match=words):
+        resolve_env(spec, source="ck.pt")
+    assert resolve_env(spec, source="ck.pt", trust_code=True) == spec  # trust_code lets gymnasium try

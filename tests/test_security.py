@@ -1,14 +1,19 @@
-"""Loading a file never runs code: names in checkpoints and policy files are checked for their
-kind before anything is called (docs/security.md)."""
+"""Loading a file never runs code: names in checkpoints and policy files are looked up in the
+registry of the running process (never imported) and checked for their kind before anything is
+called (docs/security.md)."""
 
 from __future__ import annotations
 
+import importlib
+import subprocess
 import sys
+import textwrap
 
 import gymnasium
 import pytest
 import torch
 
+import rl8.registry
 from rl8 import PPO, Trainer, load_policy, save_policy
 from rl8.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from rl8.cli import main
@@ -75,7 +80,7 @@ def test_a_crafted_env_spec_does_not_run_through_from_checkpoint(checkpoint, tmp
     marker = tmp_path / "pwned"
     evil = craft_checkpoint(checkpoint, tmp_path / "evil.pt", env="subprocess.run",
                             env_kwargs=shell_payload(marker))
-    with pytest.raises(CheckpointError, match=r"subprocess\.run.*wrong kind.*refused to call it") as info:
+    with pytest.raises(CheckpointError, match=r"subprocess\.run.*not registered.*refused to import it") as info:
         Trainer.from_checkpoint(evil, tracking=False)
     assert "evil.pt" in str(info.value) and "trust_code" in str(info.value)
     assert not marker.exists()
@@ -87,7 +92,7 @@ def test_a_crafted_env_spec_does_not_run_through_rl8_train_resume(checkpoint, tm
                             env_kwargs=shell_payload(marker))
     assert main(["train", "--resume", str(evil), "--max-steps", "1", "--quiet"]) == 1
     err = capsys.readouterr().err
-    assert "'subprocess.run'" in err and "refused to call it" in err
+    assert "'subprocess.run'" in err and "not registered" in err
     assert not marker.exists()
 
 
@@ -96,7 +101,7 @@ def test_a_crafted_env_spec_does_not_run_through_rl8_eval(tmp_path, capsys):
     evil = craft_policy(tmp_path, env="subprocess.run", env_kwargs=shell_payload(marker))
     assert main(["eval", str(evil), "--episodes", "1"]) == 1
     err = capsys.readouterr().err
-    assert "'subprocess.run'" in err and "refused to call it" in err
+    assert "'subprocess.run'" in err and "not registered" in err
     assert not marker.exists()
 
 
@@ -104,7 +109,7 @@ def test_a_crafted_env_spec_does_not_run_through_rl8_record(tmp_path, capsys):
     marker = tmp_path / "pwned"
     evil = craft_policy(tmp_path, env="subprocess.run", env_kwargs=shell_payload(marker))
     assert main(["record", str(evil), "-o", str(tmp_path / "v.mp4")]) == 1
-    assert "refused to call it" in capsys.readouterr().err
+    assert "not registered" in capsys.readouterr().err
     assert not marker.exists()
 
 
@@ -112,14 +117,31 @@ def test_a_crafted_env_spec_does_not_run_through_rl8_record(tmp_path, capsys):
     ("model_cls", "os.system"),
     ("model_cls", "builtins.eval"),
     ("distribution_cls", "builtins.exec"),
-    ("distribution_cls", "subprocess.Popen"),  # a class, but not a Distribution
+    ("distribution_cls", "subprocess.Popen"),
     ("optimizer_cls", "subprocess.run"),
     ("optimizer_cls", "os.system"),
 ])
 def test_crafted_class_paths_in_a_checkpoint_are_refused(checkpoint, tmp_path, key, name):
     evil = craft_checkpoint(checkpoint, tmp_path / "evil.pt", **{key: name})
+    with pytest.raises(CheckpointError, match=rf"{key} = '{name}'.*not registered.*refused to import it"):
+        Trainer.from_checkpoint(evil, tracking=False)
+
+
+@pytest.mark.parametrize("key, name", [
+    ("model_cls", "rl8.envs.CartPole"),            # registered, but an env
+    ("distribution_cls", "torch.nn.Linear"),       # registered, but a torch module
+    ("optimizer_cls", "rl8.models.MLPModel"),
+    ("model_cls", f"{__name__}.make_gym_cartpole"),  # registered below, but a function
+])
+def test_registered_names_of_the_wrong_kind_are_refused(checkpoint, tmp_path, monkeypatch, key, name):
+    monkeypatch.setattr(rl8.registry, "_USER", {})
+    rl8.register(make_gym_cartpole)
+    evil = craft_checkpoint(checkpoint, tmp_path / "evil.pt", **{key: name})
     with pytest.raises(CheckpointError, match=rf"{key} = '{name}'.*wrong kind.*refused to call it"):
         Trainer.from_checkpoint(evil, tracking=False)
+    if key != "optimizer_cls":  # a policy holds no optimizer
+        with pytest.raises(CheckpointError, match="wrong kind"):
+            load_policy(evil)
 
 
 @pytest.mark.parametrize("key, name", [
@@ -129,42 +151,45 @@ def test_crafted_class_paths_in_a_checkpoint_are_refused(checkpoint, tmp_path, k
 ])
 def test_crafted_class_paths_in_a_policy_file_are_refused(tmp_path, key, name):
     evil = craft_policy(tmp_path, **{key: name})
-    with pytest.raises(CheckpointError, match=rf"{key} = '{name}'.*wrong kind.*refused to call it"):
+    with pytest.raises(CheckpointError, match=rf"{key} = '{name}'.*not registered.*refused to import it"):
         load_policy(evil)
 
 
-def test_a_crafted_class_in_the_model_config_is_refused(tmp_path):
+@pytest.mark.parametrize("name, words", [
+    ("subprocess.run", "not registered"),
+    ("torch.optim.Adam", r"torch\.optim\.Adam', which is the class .*, not a torch.nn.Module subclass"),
+])
+def test_a_crafted_class_in_the_model_config_is_refused(tmp_path, name, words):
     marker = tmp_path / "pwned"
-    evil = craft_policy(tmp_path, model_config={"activation": {"__class__": "subprocess.run"},
+    evil = craft_policy(tmp_path, model_config={"activation": {"__class__": name},
                                                 "hiddens": [f"touch {marker}"]})
-    with pytest.raises(CheckpointError, match=r"model_config\['activation'\] = 'subprocess\.run'.*"
-                                              r"torch\.nn\.Module subclass"):
+    with pytest.raises(CheckpointError, match=rf"model_config\['activation'\] = .*{words}"):
         load_policy(evil)
     assert not marker.exists()
 
 
 def test_a_crafted_trainer_checkpoint_is_refused_by_load_policy(checkpoint, tmp_path):
     evil = craft_checkpoint(checkpoint, tmp_path / "evil.pt", model_cls="os.system")
-    with pytest.raises(CheckpointError, match="'os.system'.*refused to call it"):
+    with pytest.raises(CheckpointError, match="'os.system'.*not registered"):
         load_policy(evil)
 
 
-@pytest.mark.parametrize("spec, words", [
-    ("antigravity.Env", "whose import acts on its own"),       # opens a web browser when imported
-    ("test.Env", "whose import acts on its own"),  # the package of test.autotest (runs CPython's tests)
-    ("rl8.__main__.main", "private or special part"),         # would run the rl8 command
-    ("os._exit", "private or special part"),
+@pytest.mark.parametrize("spec", [
+    "antigravity.Env",  # opens a web browser when imported
+    "test.Env",  # the package of test.autotest (runs CPython's tests)
+    "rl8.__main__.main",  # would run the rl8 command
+    "os._exit",
 ])
-def test_file_paths_that_importing_could_abuse_are_refused_before_import(checkpoint, tmp_path, spec, words):
+def test_file_paths_that_importing_could_abuse_are_refused_before_import(checkpoint, tmp_path, spec):
     evil = craft_checkpoint(checkpoint, tmp_path / "evil.pt", env=spec)
-    with pytest.raises(CheckpointError, match=words):
+    with pytest.raises(CheckpointError, match=rf"'{spec}', which is not registered.*refused to import it"):
         Trainer.from_checkpoint(evil, tracking=False)
     assert not {"antigravity", "test", "rl8.__main__"} & set(sys.modules)
 
 
 def test_a_gymnasium_id_that_imports_a_module_is_checked_as_a_path(checkpoint, tmp_path):
     evil = craft_checkpoint(checkpoint, tmp_path / "evil.pt", env="antigravity:Fly-v0")
-    with pytest.raises(CheckpointError, match="antigravity"):
+    with pytest.raises(CheckpointError, match="makes gymnasium import the module 'antigravity'; rl8 refused"):
         Trainer.from_checkpoint(evil, tracking=False)
     assert "antigravity" not in sys.modules
 
@@ -210,8 +235,7 @@ def script_in_working_dir(tmp_path, monkeypatch):
 def test_a_file_cannot_import_a_module_of_the_current_directory(
         checkpoint, tmp_path, script_in_working_dir, spec, env_kwargs):
     evil = craft_checkpoint(checkpoint, tmp_path / "evil.pt", env=spec, env_kwargs=env_kwargs)
-    with pytest.raises(CheckpointError, match=r"'local_script' is not installed but found in the "
-                                              r"current directory.*installed modules only.*trust_code"):
+    with pytest.raises(CheckpointError, match=r"'local_script.*refused to import it.*trust_code"):
         Trainer.from_checkpoint(evil, tracking=False)
     assert not script_in_working_dir.exists() and "local_script" not in sys.modules
 
@@ -224,7 +248,7 @@ def test_env_names_inside_the_stored_env_kwargs_are_checked_when_env_is_given(
     argv = [command, str(policy), "--env", "rl8.envs.GymnasiumEnv", "--max-steps", "2",
             *(["-o", str(tmp_path / "v.mp4")] if command == "record" else [])]
     assert main(argv) == 1
-    assert "env env_kwargs['env'] names 'local_script'" in capsys.readouterr().err
+    assert "env env_kwargs['env'] = 'local_script:Env-v0'" in capsys.readouterr().err
     assert not script_in_working_dir.exists()
 
 
@@ -233,6 +257,97 @@ def test_trust_code_imports_a_module_of_the_current_directory(checkpoint, tmp_pa
     with pytest.raises(CheckpointError, match="wrong kind"):  # imported, then refused for its kind
         Trainer.from_checkpoint(evil, tracking=False, trust_code=True)
     assert script_in_working_dir.exists()
+
+
+# ------------------------------------------------------------------- names are never imported
+
+
+@pytest.fixture
+def namespace_trap(tmp_path, monkeypatch):
+    """A working folder holding ``google/rl8poc.py`` and ``opentelemetry/rl8poc.py``, which
+    write a marker file when imported. After ``import mlflow`` the namespace packages ``google``
+    and ``opentelemetry`` are imported, and with the working folder on ``sys.path`` (as under
+    ``python -m rl8``) their ``__path__`` holds its folders: ``import google.rl8poc`` would run
+    the file. Yields the folder and the marker."""
+    import mlflow  # noqa: F401
+
+    work, marker = tmp_path / "work", tmp_path / "PWNED"
+    for package in ("google", "opentelemetry"):
+        (work / package).mkdir(parents=True)
+        (work / package / "rl8poc.py").write_text(f"import pathlib\npathlib.Path({str(marker)!r}).write_text('ran')\n")
+    monkeypatch.chdir(work)
+    monkeypatch.syspath_prepend(str(work))
+    for package in ("google", "opentelemetry"):  # the trap is armed: importing the name would run it
+        assert str(work / package) in list(sys.modules[package].__path__)
+    yield work, marker
+    for package in ("google", "opentelemetry"):
+        sys.modules.pop(f"{package}.rl8poc", None)
+
+
+def assert_not_imported(marker):
+    assert not {"google.rl8poc", "opentelemetry.rl8poc"} & set(sys.modules)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("key, name", [("model_cls", "google.rl8poc.Model"), ("env", "opentelemetry.rl8poc.Env")])
+def test_a_namespace_package_cannot_import_a_file_of_the_working_folder(checkpoint, namespace_trap, key, name):
+    work, marker = namespace_trap
+    evil = craft_checkpoint(checkpoint, work / "evil.pt", **{key: name})
+    with pytest.raises(CheckpointError, match=rf"'{name}', which is not registered.*refused to import it"):
+        Trainer.from_checkpoint(evil, tracking=False)
+    assert_not_imported(marker)
+    if key == "model_cls":
+        with pytest.raises(CheckpointError, match=rf"model_cls = '{name}', which is not registered"):
+            load_policy(evil)
+    else:
+        assert main(["eval", str(evil), "--episodes", "1"]) == 1
+    assert_not_imported(marker)
+
+
+@pytest.mark.parametrize("command", [["eval", "evil.pt", "--episodes", "1"],
+                                     ["train", "--resume", "evil.pt", "--max-steps", "1", "--quiet"]])
+def test_a_namespace_package_cannot_import_a_file_of_the_working_folder_via_python_m_rl8(
+        checkpoint, namespace_trap, command):
+    work, marker = namespace_trap
+    craft_checkpoint(checkpoint, work / "evil.pt", model_cls="google.rl8poc.Model")
+    # python -m rl8 after mlflow is imported (rl8 eval RUN_ID imports it to download the file)
+    code = ("import mlflow, runpy, sys; sys.argv = ['rl8', *sys.argv[1:]]; "
+            "runpy.run_module('rl8', run_name='__main__', alter_sys=True)")
+    done = subprocess.run([sys.executable, "-c", code, *command], cwd=work, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 1, done.stderr
+    assert "'google.rl8poc.Model', which is not registered" in done.stderr
+    assert not marker.exists()
+
+
+def test_a_file_naming_an_unregistered_class_does_not_import_its_module(checkpoint, tmp_path, monkeypatch):
+    folder, marker = tmp_path / "lib", tmp_path / "imported"
+    folder.mkdir()
+    (folder / "rl8_far_envs.py").write_text(textwrap.dedent(f"""
+        import pathlib
+
+        from rl8.envs import CartPole
+
+        pathlib.Path({str(marker)!r}).touch()
+
+
+        class Far(CartPole):
+            \"\"\"An env of a module that the loading process has not imported.\"\"\"
+    """))
+    monkeypatch.syspath_prepend(str(folder))
+    evil = craft_checkpoint(checkpoint, tmp_path / "far.pt", env="rl8_far_envs.Far")
+    assert "rl8_far_envs" not in sys.modules
+    with pytest.raises(CheckpointError, match=r"env = 'rl8_far_envs.Far', which is not registered in this "
+                                              r"process; rl8 refused to import it.*Import rl8_far_envs before"):
+        Trainer.from_checkpoint(evil, tracking=False)
+    assert "rl8_far_envs" not in sys.modules and not marker.exists()
+    try:
+        importlib.import_module("rl8_far_envs")  # importing it registers its Env subclass: it loads
+        resumed = Trainer.from_checkpoint(evil, tracking=False)
+        assert type(resumed.algo.env).__qualname__ == "Far"
+        resumed.close()
+    finally:
+        sys.modules.pop("rl8_far_envs", None)
 
 
 # ------------------------------------------------------------------- legitimate files still load
@@ -264,11 +379,11 @@ def test_the_stored_forms_of_builtin_envs_load(tmp_path, spec):
     Trainer.from_checkpoint(path, tracking=False).close()
 
 
-def test_an_env_factory_function_needs_trust_code(tmp_path, capsys):
+def test_an_env_factory_function_needs_registering_or_trust_code(tmp_path, capsys, monkeypatch):
     with Trainer(PPO(make_gym_cartpole, **SMALL), tracking=False, checkpoint_dir=tmp_path) as trainer:
         path = trainer.save_checkpoint()
     assert load_checkpoint(path)["env"]["spec"] == f"{__name__}.make_gym_cartpole"
-    with pytest.raises(CheckpointError, match="a function.*refused to call it.*trust_code=True"):
+    with pytest.raises(CheckpointError, match=r"not registered.*rl8.register\(make_gym_cartpole\).*trust_code=True"):
         Trainer.from_checkpoint(path, tracking=False)
     resumed = Trainer.from_checkpoint(path, tracking=False, trust_code=True)
     assert resumed.algo.env.env is make_gym_cartpole
@@ -276,6 +391,11 @@ def test_an_env_factory_function_needs_trust_code(tmp_path, capsys):
     assert main(["eval", str(path), "--episodes", "1", "--max-steps", "5"]) == 1
     assert "--trust-code" in capsys.readouterr().err
     assert main(["eval", str(path), "--episodes", "1", "--max-steps", "5", "--trust-code"]) == 0
+    monkeypatch.setattr(rl8.registry, "_USER", {})
+    rl8.register(make_gym_cartpole)  # you vouch for it: it loads without trust_code
+    resumed = Trainer.from_checkpoint(path, tracking=False)
+    assert resumed.algo.env.env is make_gym_cartpole
+    resumed.close()
 
 
 # ------------------------------------------------------------------- names given in code
