@@ -81,7 +81,7 @@ def _worker(mode: str, out: Path) -> None:
 
     from rl8 import PPO, Trainer
     from rl8.conditions import HitsUpperBound
-    from rl8.distributed import init_distributed
+    from rl8.ppo.distributed import init_distributed
     from rl8.envs import CartPole
 
     torch.set_num_threads(1)

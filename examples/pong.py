@@ -1,4 +1,4 @@
-"""Train PPO on Atari Pong with CleanRL's ``ppo_atari`` set-up (the Atari preset of rl8.atari).
+"""Train PPO on Atari Pong with CleanRL's ``ppo_atari`` set-up (the Atari preset of rl8.envs.atari).
 
 Needs ale-py and opencv: ``pip install -e '.[atari]'``. Run ``python examples/pong.py`` (10M
 env steps, 40M emulator frames; ``--steps`` for fewer), then ``mlflow ui`` to watch

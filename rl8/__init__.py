@@ -14,25 +14,25 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__version__ = "2.0.0.dev0"
+from rl8.version import __version__
 
 # Imported lazily so that ``import rl8`` (and the ``rl8`` command's start-up) stays fast.
 _EXPORTS = {
-    "Env": "rl8.env",
-    "EnvOutputError": "rl8.env",
-    "HParams": "rl8.hparams",
-    "NonFiniteError": "rl8.ppo",
-    "PPO": "rl8.ppo",
-    "Policy": "rl8.policy",
-    "Model": "rl8.models",
-    "MLPModel": "rl8.models",
-    "CNNModel": "rl8.encoders",
-    "MultiInputModel": "rl8.encoders",
-    "RecurrentModel": "rl8.recurrent",
-    "LSTMModel": "rl8.recurrent",
-    "GRUModel": "rl8.recurrent",
-    "Distribution": "rl8.distributions",
-    "Schedule": "rl8.schedules",
+    "Env": "rl8.envs.base",
+    "EnvOutputError": "rl8.envs.base",
+    "HParams": "rl8.ppo.hparams",
+    "NonFiniteError": "rl8.ppo.algorithm",
+    "PPO": "rl8.ppo.algorithm",
+    "Policy": "rl8.policies.policy",
+    "Model": "rl8.policies.models",
+    "MLPModel": "rl8.policies.models",
+    "CNNModel": "rl8.policies.encoders",
+    "MultiInputModel": "rl8.policies.encoders",
+    "RecurrentModel": "rl8.policies.recurrent",
+    "LSTMModel": "rl8.policies.recurrent",
+    "GRUModel": "rl8.policies.recurrent",
+    "Distribution": "rl8.policies.distributions",
+    "Schedule": "rl8.ppo.schedules",
     "Trainer": "rl8.trainer",
     "TrainStats": "rl8.trainer",
     "TrainerConfig": "rl8.config",

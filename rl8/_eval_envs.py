@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 if TYPE_CHECKING:
-    from .ppo import PPO
+    from rl8.ppo.algorithm import PPO
 
 __all__ = ["EvalEnvs", "check_eval_plan"]
 
@@ -111,7 +111,7 @@ class EvalEnvs:
         return self._record.env
 
     def _build_eval_env(self) -> Any:
-        from .ppo import make_env
+        from rl8.ppo.algorithm import make_env
 
         algo = self.algo
         hp = algo.hparams
@@ -120,7 +120,7 @@ class EvalEnvs:
             return make_env(algo.env_spec, size, hp.horizon, device=algo.device, env_kwargs=hp.env_kwargs)
 
     def _build_record_env(self) -> Any:
-        from .video import _check_can_render, make_recording_env
+        from rl8.video import _check_can_render, make_recording_env
 
         algo = self.algo
         with fork_rng(algo.device):  # building it must not move the training RNG
@@ -147,7 +147,7 @@ class EvalEnvs:
             env_config: Env parameters for the evaluation (over ``hparams.env_config``).
             deterministic: Act with the distributions' modes (``False``: sample).
         """
-        from .video import _episode_limit
+        from rl8.video import _episode_limit
 
         algo = self.algo
         hp = algo.hparams
@@ -175,7 +175,7 @@ class EvalEnvs:
     def check_can_record(self) -> None:
         """Raise now what recording would raise later: imageio missing, an env that cannot
         render."""
-        from .video import _imageio
+        from rl8.video import _imageio
 
         _imageio()
         self._record.get(self._build_record_env)
@@ -184,7 +184,7 @@ class EvalEnvs:
                env_config: dict[str, Any] | None, fps: float | None) -> Path:
         """Record one episode of the policy to ``path`` (see :meth:`rl8.Trainer.record` for the
         arguments), torch's RNG kept; returns the path written."""
-        from .video import record_video
+        from rl8.video import record_video
 
         algo = self.algo
         config = {**algo.hparams.env_config, **(env_config or {})}

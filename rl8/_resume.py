@@ -15,19 +15,19 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ._resolve import qualified_name
-from .checkpoint import (
+from rl8.ppo.resolve import qualified_name
+from rl8.checkpoint import (
     CHECKPOINT_POINTER_ARTIFACT, CheckpointError, CheckpointManager, checkpoint_for_actor, load_checkpoint,
     read_checkpoint, resolve_checkpoint, save_checkpoint,
 )
-from .conditions import Condition, with_current_stat_names
-from .config import TrainerConfig
-from .distributed import DistContext, current_roles, derive_seed, rank_device, to_cpu
-from .export import POLICY_ARTIFACT, check_env_spaces, policy_to_dict, save_policy, space_from_dict
+from rl8.conditions import Condition, with_current_stat_names
+from rl8.config import TrainerConfig
+from rl8.ppo.distributed import DistContext, current_roles, derive_seed, rank_device, to_cpu
+from rl8.export import POLICY_ARTIFACT, check_env_spaces, policy_to_dict, save_policy, space_from_dict
 
 if TYPE_CHECKING:
-    from .ppo import PPO
-    from .trainer import Trainer
+    from rl8.ppo.algorithm import PPO
+    from rl8.trainer import Trainer
 
 __all__ = [
     "RunRecord", "TrainerCheckpoints", "algo_from_checkpoint", "check_finite_policy", "rank_entry",
@@ -112,9 +112,9 @@ def check_finite_policy(policy: torch.nn.Module, step: int, last_checkpoint: Pat
         last_checkpoint: The last good checkpoint, named in the message.
 
     Raises:
-        rl8.ppo.NonFiniteError: A floating-point tensor of the policy holds NaN or inf.
+        rl8.ppo.algorithm.NonFiniteError: A floating-point tensor of the policy holds NaN or inf.
     """
-    from .ppo import NonFiniteError
+    from rl8.ppo.algorithm import NonFiniteError
 
     tensors = {k: v for k, v in policy.state_dict().items() if v.is_floating_point()}
     if not tensors:
@@ -217,8 +217,8 @@ def algo_from_checkpoint(file: Path, state: Mapping[str, Any], *, env: Any, hpar
         ValueError: An env that the checkpoint cannot name and that is not given; an env
             whose spaces differ from the checkpoint's.
     """
-    from ._resolve import check_stored_env_kwargs, check_stored_hparams, env_target, spec_from_env_info
-    from .ppo import PPO
+    from rl8.ppo.resolve import check_stored_env_kwargs, check_stored_hparams, env_target, spec_from_env_info
+    from rl8.ppo.algorithm import PPO
 
     if not all(isinstance(state.get(k), Mapping) for k in ("algo", "trainer", "env")):
         raise CheckpointError(
@@ -312,7 +312,7 @@ class TrainerCheckpoints:
 
     def state_dict(self) -> dict[str, Any]:
         """The checkpoint's content: only tensors and plain Python values (see docs/trainer.md)."""
-        from . import __version__
+        from rl8.version import __version__
 
         algo = self.algo
         record = self._run_record()
@@ -343,7 +343,7 @@ class TrainerCheckpoints:
             The path written.
 
         Raises:
-            rl8.ppo.NonFiniteError: The policy's parameters (or normaliser statistics) hold
+            rl8.ppo.algorithm.NonFiniteError: The policy's parameters (or normaliser statistics) hold
                 NaN or inf; nothing is written, so the last good checkpoint is kept.
         """
         step = int(self.algo.env_steps)

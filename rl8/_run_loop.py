@@ -12,14 +12,14 @@ import warnings
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ._signals import StopSignals, signal_exit
-from .callbacks import Callback, CallbackLike
-from .conditions import EVAL_PREFIX, Condition, HitsUpperBound, MissingStatError, TimeLimit
-from .progress import Progress
-from .tracking import TrackingWarning
+from rl8._signals import StopSignals, signal_exit
+from rl8.callbacks import Callback, CallbackLike
+from rl8.conditions import EVAL_PREFIX, Condition, HitsUpperBound, MissingStatError, TimeLimit
+from rl8.progress import Progress
+from rl8.tracking import TrackingWarning
 
 if TYPE_CHECKING:
-    from .trainer import Trainer, TrainStats
+    from rl8.trainer import Trainer, TrainStats
 
 __all__ = ["as_conditions", "check_eval_stats", "check_record_plan", "log_run_params", "train_until"]
 
@@ -116,7 +116,7 @@ def log_run_params(trainer: Trainer, conditions: Sequence[Condition], steps_per_
 
 def _record_eval(trainer: Trainer, env_config: dict[str, Any] | None) -> TrainStats:
     """The video of an evaluation step (``record_every``), on rank 0; its duration in ms."""
-    from .trainer import TrainStats
+    from rl8.trainer import TrainStats
 
     if not trainer._dist.is_main:
         return TrainStats()

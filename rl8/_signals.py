@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from .distributed import DistContext
+from rl8.ppo.distributed import DistContext
 
 __all__ = ["StopSignals", "signal_exit"]
 

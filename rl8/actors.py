@@ -1,8 +1,8 @@
 """Actors and learners: some ranks of a torchrun job only collect, the others only update.
 
-``rl8 train --actors N`` (or :func:`rl8.distributed.init_distributed` with ``actors=N`` before
+``rl8 train --actors N`` (or :func:`rl8.ppo.distributed.init_distributed` with ``actors=N`` before
 building :class:`rl8.PPO`, and ``Trainer(..., actors=N)``) splits the job's ranks
-(:class:`~rl8.distributed.Roles`): ranks ``0 .. L-1`` are learners, the ``N`` others actors.
+(:class:`~rl8.ppo.distributed.Roles`): ranks ``0 .. L-1`` are learners, the ``N`` others actors.
 
 * An **actor** (:func:`run_actor`) has the env (its share, ``num_envs / actors_per_learner``
   envs) and a copy of the policy. It collects rollouts with :meth:`rl8.PPO.collect` (any
@@ -41,26 +41,21 @@ import torch
 import torch.distributed as dist
 from tensordict import TensorDictBase
 
-from ._resume import rank_entry
-from .distributed import (
-    TIMEOUT_ENV_VAR, DistContext, DistributedError, Roles, collective_timeout_s, current_roles, to_cpu,
+from rl8._resume import rank_entry
+from rl8.ppo.distributed import (
+    TIMEOUT_ENV_VAR, WEIGHT_SYNC_METHODS, DistContext, DistributedError, Roles, collective_timeout_s, current_roles, to_cpu,
 )
-from .stats import Stats, episode_means, reduce_stats
+from rl8.ppo.stats import Stats, episode_means, reduce_stats
 
 if TYPE_CHECKING:
-    from .buffer import RolloutBuffer
-    from .config import TrainerConfig
-    from .ppo import PPO
+    from rl8.ppo.buffer import RolloutBuffer
+    from rl8.config import TrainerConfig
+    from rl8.ppo.algorithm import PPO
 
 __all__ = [
     "HEADER", "WEIGHT_SYNC_METHODS", "FlatLayout", "Learner", "actor_state", "check_actor_config", "run_actor",
     "truncated_importance_weights",
 ]
-
-#: The weight-sync methods: ``"broadcast"``: over the process group (each learner sends its
-#: actors the weights point-to-point); ``"checkpoint"``: learner 0 writes them to a file in
-#: ``weight_sync_dir``, which actors read (shared storage).
-WEIGHT_SYNC_METHODS = ("broadcast", "checkpoint")
 
 #: The fields of the ``float64`` header an actor sends before each rollout.
 HEADER = (
@@ -139,7 +134,7 @@ def check_actor_config(config: TrainerConfig, algo: PPO, roles: Roles | None) ->
     can be trained by actors and learners.
 
     Raises:
-        ValueError: ``actors`` differs from the roles :func:`rl8.distributed.init_distributed`
+        ValueError: ``actors`` differs from the roles :func:`rl8.ppo.distributed.init_distributed`
             set up, or the model is recurrent.
     """
     have = roles.actors if roles is not None else None
@@ -213,9 +208,9 @@ def run_actor(algo: PPO, config: TrainerConfig, *, env_config: dict[str, Any] | 
         The stats of the actor's last collect (empty if it collected nothing).
 
     Raises:
-        rl8.distributed.DistributedError: The learner died or stalled (the message names it).
+        rl8.ppo.distributed.DistributedError: The learner died or stalled (the message names it).
     """
-    from ._signals import signal_exit
+    from rl8._signals import signal_exit
 
     roles = current_roles()
     assert roles is not None and roles.is_actor
@@ -511,7 +506,7 @@ class Learner:
         ``weights_only=True``) and waits for its next reply.
 
         Raises:
-            rl8.distributed.DistributedError: An actor died or stalled (the message names it).
+            rl8.ppo.distributed.DistributedError: An actor died or stalled (the message names it).
             ValueError: An actor sent something that is not a checkpoint's state.
         """
         if self.stopped:

@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Union
 
 if TYPE_CHECKING:
-    from .trainer import Trainer
+    from rl8.trainer import Trainer
 
 __all__ = ["Callback", "CallbackLike", "as_callbacks"]
 

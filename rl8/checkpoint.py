@@ -30,7 +30,8 @@ from typing import Any
 
 import torch
 
-from .distributed import DistContext, current_roles
+from rl8.ppo.distributed import DistContext, current_roles
+from rl8.ppo.resolve import CheckpointError
 
 try:  # POSIX: a writer holds a lock on its temporary file (see CheckpointManager)
     import fcntl
@@ -56,10 +57,6 @@ FORMAT_VERSION = 1
 #: Seconds a temporary file of :class:`CheckpointManager` must be left untouched before its
 #: next save removes it (when no live writer holds its lock).
 STALE_TMP_SECONDS = 60.0
-
-
-class CheckpointError(ValueError):
-    """A file cannot be loaded as an rl8 checkpoint (corrupt, foreign, unsafe, or too new)."""
 
 
 # ---- saving ---------------------------------------------------------------------------------
@@ -299,7 +296,7 @@ def _check_device_available(map_location: Any) -> None:
         device = torch.device(map_location)
     except (RuntimeError, TypeError):
         return  # not a device name: torch.load says so
-    from .hparams import missing_cuda_device
+    from rl8.ppo.hparams import missing_cuda_device
 
     problem = missing_cuda_device(device)
     if problem is not None:
@@ -483,7 +480,7 @@ def resolve_checkpoint(ref: str | os.PathLike[str], *, tracking_uri: str | None 
     Raises:
         FileNotFoundError: Nothing found (the message says where it looked).
     """
-    from .export import _download, _is_run_ref
+    from rl8.export import _download, _is_run_ref
 
     text = os.fspath(ref)
     path = Path(text)

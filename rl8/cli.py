@@ -28,8 +28,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .config import TrainerConfig
-from .config import read_numbers as _numbers
+from rl8.config import TrainerConfig
+from rl8.numbers import read_numbers as _numbers
 
 __all__ = ["CONFIG_KEYS", "ConfigError", "build_parser", "load_config", "main", "parse_assignment"]
 
@@ -99,14 +99,14 @@ def _assign(target: dict[str, Any], path: list[str], value: Any) -> None:
 
 
 def _hparam_fields() -> dict[str, str]:
-    from .hparams import HParams
+    from rl8.ppo.hparams import HParams
 
     return {f.name: str(f.type) for f in dataclasses.fields(HParams)}
 
 
 def _unknown_hparam(key: Any, where: str) -> ConfigError:
     """The error for a hyper-parameter name that :class:`rl8.HParams` does not have."""
-    from .hparams import unknown_hparam_message
+    from rl8.ppo.hparams import unknown_hparam_message
 
     return ConfigError(unknown_hparam_message(key, where))
 
@@ -114,7 +114,7 @@ def _unknown_hparam(key: Any, where: str) -> ConfigError:
 def _clean_hparams(hparams: Mapping[str, Any], where: str) -> dict[str, Any]:
     """Check hparam names (close matches on a typo) and turn numeric strings into numbers
     (:meth:`rl8.HParams.read_config`)."""
-    from .hparams import HParams
+    from rl8.ppo.hparams import HParams
 
     try:
         return HParams.read_config(hparams, where)
@@ -221,7 +221,7 @@ def _trainer_options(config: Mapping[str, Any], where: str) -> dict[str, Any]:
 
 
 def _stop_conditions(config: Mapping[str, Any]) -> list[Any]:
-    from .conditions import HitsUpperBound, from_config
+    from rl8.conditions import HitsUpperBound, from_config
 
     specs = config.get("stop_conditions") or []
     if isinstance(specs, Mapping):
@@ -275,7 +275,7 @@ def _merge_hparams(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[st
 
 
 def _build_hparams(hparams: Mapping[str, Any], where: str) -> Any:
-    from .hparams import HParams
+    from rl8.ppo.hparams import HParams
 
     try:
         return HParams.from_config(hparams, where)
@@ -287,7 +287,7 @@ def _summary(trainer: Any) -> None:
     """With ``--quiet``: what ``Trainer.run`` prints at the end unless quiet (the run id, the
     tracking URI, the checkpoint, how to resume, ``mlflow ui``: :func:`rl8.progress.results_lines`),
     which scripts read from stdout."""
-    from .progress import results_lines
+    from rl8.progress import results_lines
 
     dist = getattr(trainer.algo, "dist", None)
     if trainer.config.progress is not False or (dist is not None and not dist.is_main):
@@ -303,7 +303,7 @@ def _config_file(arg: str) -> str | os.PathLike[str]:
     config file"; any other name is a :class:`ConfigError` naming the close presets and
     ``rl8 train --env ARG``, which trains a gymnasium id without a preset. See
     ``rl8.presets``."""
-    from . import presets
+    from rl8 import presets
 
     if arg.startswith(presets.PREFIX) or (not Path(arg).exists() and arg in presets.names()):
         try:
@@ -328,8 +328,8 @@ def _no_preset_message(name: str, known: Sequence[str]) -> str:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from .distributed import init_distributed
-    from .trainer import Trainer
+    from rl8.ppo.distributed import init_distributed
+    from rl8.trainer import Trainer
 
     if args.trust_code and not args.resume:
         raise ConfigError("--trust-code only applies with --resume (it lets a checkpoint you trust "
@@ -378,7 +378,7 @@ def _run_args(config: Mapping[str, Any], stored: Mapping[str, Any] | None = None
 
 def _rank_hparams(hparams: Any) -> Any:
     """Under torchrun with CUDA, each local rank trains on its own GPU (``cuda:LOCAL_RANK``)."""
-    from .distributed import rank_device
+    from rl8.ppo.distributed import rank_device
 
     device = rank_device(hparams.device)
     return hparams if device == hparams.device else hparams.replace(device=device)
@@ -398,8 +398,8 @@ def _import_given(name: Any, field: str) -> None:
         ImportError: The name cannot be imported.
         ValueError: It is not a dotted path of Python names.
     """
-    from . import registry
-    from ._resolve import import_user_path, is_dotted_path
+    from rl8 import registry
+    from rl8.ppo.resolve import import_user_path, is_dotted_path
 
     if is_dotted_path(name) and registry.lookup(name) is None:
         import_user_path(name, field=field, search_working_dir=True)
@@ -408,7 +408,7 @@ def _import_given(name: Any, field: str) -> None:
 def _build_algo(env: str, hparams: Any) -> Any:
     import gymnasium
 
-    from .ppo import PPO
+    from rl8.ppo.algorithm import PPO
 
     try:
         _import_given(env, "env")
@@ -422,15 +422,15 @@ def _build_algo(env: str, hparams: Any) -> Any:
 
 def _resume(args: argparse.Namespace, file_config: Mapping[str, Any], cli_config: Mapping[str, Any],
             given_hparams: Mapping[str, Any], progress: bool | None) -> int:
-    from ._resume import read_trainer_checkpoint
-    from .ppo import _plain_hparams
-    from .trainer import Trainer
+    from rl8._resume import read_trainer_checkpoint
+    from rl8.ppo.algorithm import _plain_hparams
+    from rl8.trainer import Trainer
 
     tracking_uri = _str(cli_config.get("tracking_uri") or file_config.get("tracking_uri"))
     # under torchrun rank 0 reads the file and hands every rank its own part
     path, state = read_trainer_checkpoint(args.resume, tracking_uri=tracking_uri)
     if not isinstance(state.get("algo"), Mapping) or not isinstance(state.get("trainer"), Mapping):
-        from .checkpoint import CheckpointError
+        from rl8.checkpoint import CheckpointError
 
         raise CheckpointError(f"{path} is an rl8 checkpoint but not a Trainer checkpoint")
     stored_hparams = state["algo"]["hparams"]
@@ -478,7 +478,7 @@ def _checkpoint_conditions(saved: Mapping[str, Any], path: Any) -> list[Any]:
     """The stop conditions recorded in a Trainer checkpoint, rebuilt (without their state,
     which ``Trainer.run`` restores) from their stored ``from_config`` mappings (rl8 1.0.0's
     stat names replaced by the current ones)."""
-    from .conditions import from_config, with_current_stat_names
+    from rl8.conditions import from_config, with_current_stat_names
 
     states = saved.get("stop_conditions") or []
     if not states:
@@ -500,8 +500,8 @@ def _checkpoint_conditions(saved: Mapping[str, Any], path: Any) -> list[Any]:
 def _unregistered(stored: str, trust_code: bool) -> bool:
     """Whether a file's env name is a dotted path that this process's registry lacks (and that
     ``--trust-code`` does not import)."""
-    from . import registry
-    from ._resolve import is_dotted_path
+    from rl8 import registry
+    from rl8.ppo.resolve import is_dotted_path
 
     return is_dotted_path(stored) and not trust_code and registry.lookup(stored) is None
 
@@ -521,8 +521,8 @@ def _same_env(given: str, stored: str, *, source: Any, trust_code: bool) -> bool
 def _canonical_env(spec: str, *, source: Any = None, trust_code: bool = False) -> str:
     """``rl8.envs.CartPole`` and ``rl8.envs.cartpole.CartPole`` name the same class. A spec read
     from a file (``source``) is checked for its kind before use (see docs/security.md)."""
-    from ._resolve import env_spec_string, env_target
-    from .checkpoint import CheckpointError
+    from rl8.ppo.resolve import env_spec_string, env_target
+    from rl8.checkpoint import CheckpointError
 
     try:
         return env_spec_string(env_target(spec, source=source, trust_code=trust_code).target) or spec
@@ -533,7 +533,7 @@ def _canonical_env(spec: str, *, source: Any = None, trust_code: bool = False) -
 
 
 def _check_eval_plan(horizons_per_env_reset: int, config: Mapping[str, Any], run_args: Mapping[str, Any]) -> None:
-    from .trainer import check_eval_plan
+    from rl8.trainer import check_eval_plan
 
     try:
         check_eval_plan(
@@ -547,7 +547,7 @@ def _check_eval_plan(horizons_per_env_reset: int, config: Mapping[str, Any], run
 
 
 def _run(trainer: Any, conditions: list[Any], run_args: Mapping[str, Any]) -> int:
-    from .conditions import MissingStatError
+    from rl8.conditions import MissingStatError
 
     try:
         trainer.run(stop_conditions=conditions, **run_args)
@@ -575,8 +575,8 @@ def _policy_and_env(args: argparse.Namespace, make: Any) -> tuple[Any, Any, str,
     ``--env-config``)."""
     import gymnasium
 
-    from ._resolve import spec_from_env_info
-    from .export import check_env_spaces, policy_from_dict, read_policy
+    from rl8.ppo.resolve import spec_from_env_info
+    from rl8.export import check_env_spaces, policy_from_dict, read_policy
 
     try:  # first: a module of yours may also define the policy's model class
         _import_given(args.env, "--env")
@@ -586,7 +586,7 @@ def _policy_and_env(args: argparse.Namespace, make: Any) -> tuple[Any, Any, str,
     policy = policy_from_dict(info, map_location="cpu", source=args.policy, trust_code=args.trust_code)
     env_info = info.get("env") or {}
     if not isinstance(env_info, Mapping):
-        from .checkpoint import CheckpointError
+        from rl8.checkpoint import CheckpointError
 
         raise CheckpointError(f"{args.policy}: the stored env must be a dict, got {type(env_info).__name__}")
     spec = args.env or spec_from_env_info(env_info, source=args.policy, trust_code=args.trust_code)
@@ -615,7 +615,7 @@ def _stored_env_kwargs(args: argparse.Namespace, env_info: Mapping[str, Any]) ->
     ``--env`` naming the same env, see :func:`_same_env`), else ``None``: they belong to that
     env. When ``--env`` is given the names inside them are checked here for the env it names,
     as :func:`_policy_and_env` checks them without ``--env`` (see docs/security.md)."""
-    from ._resolve import check_stored_env_kwargs, env_target
+    from rl8.ppo.resolve import check_stored_env_kwargs, env_target
 
     if not args.env:
         return env_info.get("env_kwargs")
@@ -630,7 +630,7 @@ def _stored_env_kwargs(args: argparse.Namespace, env_info: Mapping[str, Any]) ->
 def _eval(args: argparse.Namespace) -> int:
     import torch
 
-    from .ppo import make_env
+    from rl8.ppo.algorithm import make_env
 
     num_envs = args.num_envs or args.episodes
     policy, env, spec, config = _policy_and_env(
@@ -657,7 +657,7 @@ def _eval(args: argparse.Namespace) -> int:
 def _eval_episodes(policy: Any, env: Any, obs: Any, episodes: int, max_steps: int, deterministic: bool) -> None:
     import torch
 
-    from .runner import run_policy
+    from rl8.policies.runner import run_policy
 
     n = env.num_envs
     quota = math.ceil(episodes / n)  # episodes per env: no env's short episodes dominate
@@ -693,7 +693,7 @@ def _eval_episodes(policy: Any, env: Any, obs: Any, episodes: int, max_steps: in
 def _eval_steps(policy: Any, env: Any, obs: Any, steps: int, deterministic: bool) -> None:
     import torch
 
-    from .runner import run_policy
+    from rl8.policies.runner import run_policy
 
     total = torch.zeros(env.num_envs, dtype=torch.float64)
     for step in run_policy(policy, env, obs, num_steps=steps, deterministic=deterministic):
@@ -709,7 +709,7 @@ def _eval_steps(policy: Any, env: Any, obs: Any, steps: int, deterministic: bool
 
 
 def _record(args: argparse.Namespace) -> int:
-    from .video import RenderError, make_recording_env, prepare_headless_rendering, record_video
+    from rl8.video import RenderError, make_recording_env, prepare_headless_rendering, record_video
 
     prepare_headless_rendering()  # before an env imports mujoco
     try:
@@ -739,7 +739,7 @@ def _record(args: argparse.Namespace) -> int:
 def _runs(args: argparse.Namespace) -> int:
     import time
 
-    from .tracking import clean_runs, running_runs
+    from rl8.tracking import clean_runs, running_runs
 
     if args.older_than is not None and not args.clean:
         raise ConfigError("--older-than only applies with --clean")
@@ -831,7 +831,7 @@ def _add_policy_run_arguments(parser: argparse.ArgumentParser, *, seed_help: str
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``rl8`` argument parser."""
-    from . import __version__
+    from rl8.version import __version__
 
     parser = argparse.ArgumentParser(
         prog="rl8", description="Fast PPO for batched environments: train, resume, evaluate."
@@ -919,8 +919,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
-    from .checkpoint import CheckpointError
-    from .tracking import TrackingError
+    from rl8.checkpoint import CheckpointError
+    from rl8.tracking import TrackingError
 
     try:
         return int(args.func(args) or 0)

@@ -14,7 +14,7 @@ Every condition that reads a stat follows the same rules (``docs/conditions.md``
 stats, evaluation stats and NaN"): a missing key raises :class:`MissingStatError` listing close
 matches; an ``eval/`` key may be absent on steps without eval stats (the check is then ``False``,
 the state unchanged); ``NaN`` carries no information; rl8 1.0.0's name of a renamed stat
-(:data:`rl8.stats.RENAMED_STATS`) is replaced by the current one, with a ``DeprecationWarning``.
+(:data:`rl8.ppo.stats.RENAMED_STATS`) is replaced by the current one, with a ``DeprecationWarning``.
 
 Stateful conditions expose :meth:`Condition.state_dict` / :meth:`Condition.load_state_dict`
 (plain Python types only) so that a resumed run continues its patience counters and clocks.
@@ -31,7 +31,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .stats import current_stat_name, warn_renamed
+from rl8.ppo.stats import current_stat_name, warn_renamed
 
 __all__ = [
     "And", "Condition", "HitsLowerBound", "HitsUpperBound", "MissingStatError", "Or", "Plateaus",

@@ -18,41 +18,16 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
-import re
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from rl8.numbers import read_numbers
+
 if TYPE_CHECKING:
-    from .distributed import DistContext
-    from .ppo import PPO
+    from rl8.ppo.distributed import DistContext
+    from rl8.ppo.algorithm import PPO
 
 __all__ = ["TrainerConfig", "read_numbers", "run_params"]
-
-_INT = re.compile(r"[+-]?\d+")
-_FLOAT = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|[+-]?(inf|nan)", re.IGNORECASE)
-
-
-def read_numbers(value: Any) -> Any:
-    """``value`` with its numeric strings as numbers, recursively (in dicts and lists): YAML
-    reads ``3e-4`` (no dot) as the string ``"3e-4"``; config files (``rl8 train``, presets)
-    mean the number. ``"12"`` becomes the int 12, ``"3e-4"`` the float; other values are
-    returned as they are.
-
-    Args:
-        value: A value read from a config file.
-    """
-    if isinstance(value, str):
-        text = value.strip()
-        if _INT.fullmatch(text):
-            return int(text)
-        if _FLOAT.fullmatch(text):
-            return float(text)
-        return value
-    if isinstance(value, Mapping):
-        return {k: read_numbers(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [read_numbers(v) for v in value]
-    return value
 
 
 def _int_at_least_1(name: str, value: Any) -> None:
@@ -81,7 +56,7 @@ def _positive_or_none(name: str, value: Any) -> None:
 
 
 def _weight_sync(name: str, value: Any) -> None:
-    from .actors import WEIGHT_SYNC_METHODS
+    from rl8.ppo.distributed import WEIGHT_SYNC_METHODS
 
     if value not in WEIGHT_SYNC_METHODS:
         raise ValueError(f"Trainer: {name} must be one of {', '.join(map(repr, WEIGHT_SYNC_METHODS))}, got {value!r}")
@@ -94,7 +69,7 @@ def _seconds(name: str, value: Any) -> None:
 
 def _checkpoint_data(name: str, value: Any) -> None:
     """Plain data a checkpoint can hold, checked now rather than at the first checkpoint."""
-    from .checkpoint import _check_loadable
+    from rl8.checkpoint import _check_loadable
 
     if value is None:
         return
@@ -287,9 +262,9 @@ def run_params(algo: PPO, config: TrainerConfig, env_spec: str | None, dist: Dis
 
     import torch
 
-    from . import __version__
-    from ._resolve import qualified_name
-    from .ppo import _plain_hparams
+    from rl8.version import __version__
+    from rl8.ppo.resolve import qualified_name
+    from rl8.ppo.algorithm import _plain_hparams
 
     policy = algo.policy
     optimizer_kwargs = {**algo.hparams.optimizer_kwargs, "lr": algo.hparams.lr}
@@ -308,7 +283,7 @@ def run_params(algo: PPO, config: TrainerConfig, env_spec: str | None, dist: Dis
     }
     if qualified_name(type(algo.env)) != env:  # a gymnasium id, a factory: the rl8 class around it
         params["env_class"] = qualified_name(type(algo.env))
-    from .distributed import current_roles
+    from rl8.ppo.distributed import current_roles
 
     roles = current_roles()
     if roles is not None:  # actors and learners: num_envs is one learner's batch, split among its actors

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from ._resolve import ANY, DISTRIBUTION, MODEL, MODULE_CLASS, qualified_name, resolve
+from rl8.ppo.resolve import ANY, DISTRIBUTION, MODEL, MODULE_CLASS, qualified_name, resolve
 
 __all__ = [
     "POLICY_ARTIFACT", "POLICY_FORMAT", "check_env_spaces", "load_policy", "policy_from_dict",
@@ -158,9 +158,9 @@ def _from_plain(value: Any, source: Any, trust_code: bool, where: str = "model_c
 
 def _stored_class(d: Mapping[str, Any], key: str, kind: Any, source: Any, trust_code: bool, given: Any) -> Any:
     """The class of ``kind`` whose dotted path is stored under ``key`` (a file can hold nothing
-    else there), looked up and checked by :func:`rl8._resolve.resolve`; ``given``, the class
+    else there), looked up and checked by :func:`rl8.ppo.resolve.resolve`; ``given``, the class
     you hand over instead, when it is not ``None``."""
-    from .checkpoint import CheckpointError
+    from rl8.checkpoint import CheckpointError
 
     if given is not None:
         return resolve(given, kind, field=key)
@@ -175,7 +175,7 @@ def _stored_class(d: Mapping[str, Any], key: str, kind: Any, source: Any, trust_
 
 
 def policy_to_dict(policy: Any, *, include_state: bool = True, env: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Describe a :class:`~rl8.policy.Policy` as plain data (tensors, numbers, strings).
+    """Describe a :class:`~rl8.policies.policy.Policy` as plain data (tensors, numbers, strings).
 
     Args:
         policy: The policy (e.g. ``algo.policy``).
@@ -204,11 +204,11 @@ def policy_to_dict(policy: Any, *, include_state: bool = True, env: dict[str, An
 
 def policy_from_dict(d: Mapping[str, Any], *, map_location: Any = "cpu", source: Any = None,
                      trust_code: bool = False, model_cls: Any = None, distribution_cls: Any = None) -> Any:
-    """Build a :class:`~rl8.policy.Policy` from :func:`policy_to_dict`'s output, in eval mode.
+    """Build a :class:`~rl8.policies.policy.Policy` from :func:`policy_to_dict`'s output, in eval mode.
 
     The classes ``d`` names are looked up in :mod:`rl8.registry` (no module is imported) and
-    checked before anything is called: the model class must be a :class:`~rl8.models.Model`
-    subclass, the distribution class a :class:`~rl8.distributions.Distribution` subclass,
+    checked before anything is called: the model class must be a :class:`~rl8.policies.models.Model`
+    subclass, the distribution class a :class:`~rl8.policies.distributions.Distribution` subclass,
     classes in the model config ``torch.nn.Module`` subclasses (see ``docs/security.md``).
 
     Args:
@@ -230,7 +230,7 @@ def policy_from_dict(d: Mapping[str, Any], *, map_location: Any = "cpu", source:
             object of the wrong kind.
         ImportError: With ``trust_code``, a class cannot be imported.
     """
-    from .policy import Policy
+    from rl8.policies.policy import Policy
 
     if d.get("format") != POLICY_FORMAT:
         raise ValueError(f"not an rl8 policy (format {d.get('format')!r}, expected {POLICY_FORMAT!r})")
@@ -268,7 +268,7 @@ def save_policy(policy: Any, path: str | os.PathLike[str], *, env: dict[str, Any
     """Write a policy file (atomically; loadable with ``weights_only=True``).
 
     Args:
-        policy: A :class:`~rl8.policy.Policy`, e.g. ``algo.policy``.
+        policy: A :class:`~rl8.policies.policy.Policy`, e.g. ``algo.policy``.
         path: Destination file (conventionally ``*.pt``); its folder is created if missing.
         env: Optional description of the env: ``{"spec": "rl8.envs.cartpole.CartPole" or a
             gymnasium id, "env_kwargs": {...}, "env_config": {...}}`` (``rl8 eval`` uses it).
@@ -276,7 +276,7 @@ def save_policy(policy: Any, path: str | os.PathLike[str], *, env: dict[str, Any
     Returns:
         The path written.
     """
-    from .checkpoint import save_checkpoint
+    from rl8.checkpoint import save_checkpoint
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -304,7 +304,7 @@ def _download(ref: str, artifact: str, tracking_uri: str | None, dst: str) -> Pa
 
 
 def _policy_from_checkpoint_state(state: Mapping[str, Any], source: Any) -> dict[str, Any]:
-    from .checkpoint import CheckpointError
+    from rl8.checkpoint import CheckpointError
 
     if state.get("format") == POLICY_FORMAT:
         return dict(state)
@@ -333,7 +333,7 @@ def read_policy(run_id_or_path: str | os.PathLike[str], *, tracking_uri: str | N
         FileNotFoundError: Nothing at that path, and not a run id (or the run has no policy).
         rl8.checkpoint.CheckpointError: The file is corrupt, truncated, foreign or unsafe.
     """
-    from .checkpoint import CheckpointManager, load_checkpoint
+    from rl8.checkpoint import CheckpointManager, load_checkpoint
 
     ref = os.fspath(run_id_or_path)
     path = Path(ref)

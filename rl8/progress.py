@@ -15,10 +15,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from .conditions import Condition, HitsLowerBound, HitsUpperBound, TimeLimit
+from rl8.conditions import Condition, HitsLowerBound, HitsUpperBound, TimeLimit
 
 if TYPE_CHECKING:
-    from .trainer import Trainer
+    from rl8.trainer import Trainer
 
 __all__ = ["Progress", "mlflow_ui_command", "results_lines", "start_lines"]
 
@@ -109,7 +109,7 @@ def mlflow_ui_command(uri: str) -> str:
 
 def _launcher(trainer: Trainer) -> str:
     """How to start the same number of ranks again (empty outside torchrun)."""
-    from .distributed import current_roles
+    from rl8.ppo.distributed import current_roles
 
     dist = getattr(trainer.algo, "dist", None)
     roles = current_roles()

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ._resolve import qualified_name
+from rl8.ppo.resolve import qualified_name
 
 __all__ = [
     "RunProcess", "Tracker", "TrackingError", "TrackingWarning", "clean_runs", "flatten_params",
@@ -180,7 +180,7 @@ def _source_tags(run_name: str | None) -> dict[str, str]:
         tags["mlflow.source.name"] = "<interactive>" if argv0 in ("", "-", "-c") else os.path.abspath(argv0)
     tags.setdefault("mlflow.source.type", "LOCAL")
     # host and pid: the process that keeps the run RUNNING (see running_runs)
-    tags.update({"rl8.version": rl8.__version__, "rl8.host": socket.gethostname(), "rl8.pid": str(os.getpid())})
+    tags.update({"rl8.version": rl8.version.__version__, "rl8.host": socket.gethostname(), "rl8.pid": str(os.getpid())})
     if run_name is not None:
         tags["mlflow.runName"] = run_name
     return tags

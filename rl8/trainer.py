@@ -26,22 +26,22 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ._eval_envs import EvalEnvs, check_eval_plan
-from ._resolve import env_spec_string, is_dotted_path
-from ._resume import RunRecord, TrainerCheckpoints
-from ._run_loop import as_conditions, check_eval_stats, check_record_plan, log_run_params, train_until
-from .callbacks import CallbackLike, as_callbacks
-from .checkpoint import CHECKPOINT_POINTER_ARTIFACT
-from .actors import Learner, check_actor_config, run_actor
-from .conditions import Condition
-from .config import TrainerConfig, run_params
-from .distributed import DistContext, current_roles
-from .progress import _is_nan
-from .stats import Stats
-from .tracking import _TERMINAL_STATUSES, Tracker, TrackingError, TrackingWarning
+from rl8._eval_envs import EvalEnvs, check_eval_plan
+from rl8.ppo.resolve import env_spec_string, is_dotted_path
+from rl8._resume import RunRecord, TrainerCheckpoints
+from rl8._run_loop import as_conditions, check_eval_stats, check_record_plan, log_run_params, train_until
+from rl8.callbacks import CallbackLike, as_callbacks
+from rl8.checkpoint import CHECKPOINT_POINTER_ARTIFACT
+from rl8.actors import Learner, check_actor_config, run_actor
+from rl8.conditions import Condition
+from rl8.config import TrainerConfig, run_params
+from rl8.ppo.distributed import DistContext, current_roles
+from rl8.progress import _is_nan
+from rl8.ppo.stats import Stats
+from rl8.tracking import _TERMINAL_STATUSES, Tracker, TrackingError, TrackingWarning
 
 if TYPE_CHECKING:
-    from .ppo import PPO
+    from rl8.ppo.algorithm import PPO
 
 __all__ = ["CHECKPOINT_POINTER_ARTIFACT", "TrainStats", "Trainer", "check_eval_plan", "env_spec_string"]
 
@@ -50,7 +50,7 @@ __all__ = ["CHECKPOINT_POINTER_ARTIFACT", "TrainStats", "Trainer", "check_eval_p
 SIGNAL_CLOSE_TIMEOUT_S = 6.0
 
 class TrainStats(Stats):
-    """All stats of one training step: a ``dict[str, float]`` (a :class:`rl8.stats.Stats`, in
+    """All stats of one training step: a ``dict[str, float]`` (a :class:`rl8.ppo.stats.Stats`, in
     which rl8 1.0.0's ``returns/*`` names still answer lookups, with a ``DeprecationWarning``):
     counters (``env/steps``...), :meth:`rl8.PPO.collect`'s and :meth:`rl8.PPO.update`'s stats,
     ``profiling/*`` (ms), ``throughput/*``, ``memory/*`` (MiB) and on evaluation steps ``eval/*``;

@@ -31,10 +31,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from ._eval_envs import fork_rng
-from ._resolve import env_target
-from .env import Env
-from .runner import run_policy
+from rl8._eval_envs import fork_rng
+from rl8.ppo.resolve import env_target
+from rl8.envs.base import Env
+from rl8.policies.runner import run_policy
 
 __all__ = ["DEFAULT_MAX_STEPS", "RenderError", "make_recording_env", "pad_frame", "prepare_headless_rendering",
            "record_video"]
@@ -154,7 +154,7 @@ def make_recording_env(spec: Any, *, env_kwargs: Mapping[str, Any] | None = None
     """Build a one-env copy of ``spec`` that can render, for :func:`record_video`.
 
     Args:
-        spec: What :func:`rl8.ppo.make_env` takes: an :class:`~rl8.Env` subclass or a dotted
+        spec: What :func:`rl8.ppo.algorithm.make_env` takes: an :class:`~rl8.Env` subclass or a dotted
             path to one, a gymnasium id, a callable making a gymnasium env, or a
             :meth:`GymnasiumEnv.make_factory <rl8.envs.GymnasiumEnv.make_factory>` factory.
         env_kwargs: The env's constructor arguments (PPO's ``env_kwargs`` hparam). For a
@@ -169,8 +169,8 @@ def make_recording_env(spec: Any, *, env_kwargs: Mapping[str, Any] | None = None
         RenderError: Building the env failed for want of OpenGL (``MUJOCO_GL`` names a
             backend whose library is missing).
     """
-    from .envs.gymnasium import GymnasiumEnvFactory
-    from .ppo import make_env
+    from rl8.envs.gymnasium import GymnasiumEnvFactory
+    from rl8.ppo.algorithm import make_env
 
     prepare_headless_rendering()
     kwargs = dict(env_kwargs or {})
@@ -191,7 +191,7 @@ def make_recording_env(spec: Any, *, env_kwargs: Mapping[str, Any] | None = None
 
 
 def _check_can_render(env: Env) -> None:
-    from .envs.gymnasium import GymnasiumEnv
+    from rl8.envs.gymnasium import GymnasiumEnv
 
     name = type(env).__name__
     if type(env).render is Env.render:
@@ -291,7 +291,7 @@ def record_video(policy: Callable[..., torch.Tensor], env: Env | Any, path: str 
     """Run ``policy`` in ``env`` and write a video of sub-env ``index`` to an MP4 file.
 
     The env is reset, then stepped until sub-env ``index`` ends its episode or ``max_steps``
-    steps have been taken (the policy acts through :func:`rl8.runner.run_policy`). An episode
+    steps have been taken (the policy acts through :func:`rl8.policies.runner.run_policy`). An episode
     of ``T`` steps gives ``T`` frames, one cut by ``max_steps`` gives ``max_steps + 1``: no frame
     after the step that ends the episode, which shows the next one (see ``docs/videos.md``).
 
@@ -299,7 +299,7 @@ def record_video(policy: Callable[..., torch.Tensor], env: Env | Any, path: str 
         policy: A :class:`rl8.Policy` (``algo.policy``, :func:`rl8.load_policy`'s result) or
             any callable ``policy(obs, deterministic=bool) -> env actions``.
         env: An env instance (e.g. ``algo.env``; it is reset, so do not pass envs in the
-            middle of training), or what :func:`rl8.ppo.make_env` takes (an env class, a
+            middle of training), or what :func:`rl8.ppo.algorithm.make_env` takes (an env class, a
             dotted path, a gymnasium id, a gymnasium maker): a one-env copy is then built with
             :func:`make_recording_env` on the policy's device and closed afterwards.
         path: The MP4 file to write (its folder is created). It is written to a temporary file

@@ -20,12 +20,7 @@ import torch
 
 from rl8 import checkpoint as checkpoint_module
 from rl8.checkpoint import (
-    FORMAT_KEY,
-    FORMAT_VERSION,
-    CheckpointError,
-    CheckpointManager,
-    load_checkpoint,
-    save_checkpoint,
+    FORMAT_KEY, FORMAT_VERSION, CheckpointError, CheckpointManager, load_checkpoint, save_checkpoint,
 )
 
 

@@ -265,8 +265,8 @@ def test_version_and_python_dash_m(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["--version"])
     assert exc.value.code == 0
-    assert capsys.readouterr().out.strip() == f"rl8 {rl8.__version__}"
+    assert capsys.readouterr().out.strip() == f"rl8 {rl8.version.__version__}"
     done = subprocess.run([sys.executable, "-m", "rl8", "--version"], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0 and done.stdout.strip() == f"rl8 {rl8.__version__}"
+    assert done.returncode == 0 and done.stdout.strip() == f"rl8 {rl8.version.__version__}"
     done = subprocess.run([sys.executable, "-m", "rl8"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "train" in done.stderr

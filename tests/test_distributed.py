@@ -244,16 +244,12 @@ def test_a_failing_rank_ends_the_job_with_an_error(tmp_path, mode):
         assert "rank 1 stalls on purpose" in job.output
         assert "within 5 s (RL8_DIST_TIMEOUT_S)" in job.output, job.output
     if mode != "raise":  # rank 0 says what went wrong
-        assert "rl8.distributed.DistributedError: rank 0 of 2:" in job.output, job.output
+        assert "rl8.ppo.distributed.DistributedError: rank 0 of 2:" in job.output, job.output
 
 
 def test_rank_device_and_timeout_outside_torchrun(monkeypatch):
-    from rl8.distributed import (
-        DEFAULT_TIMEOUT_S,
-        DistContext,
-        _timeout_from_env,
-        init_distributed,
-        rank_device,
+    from rl8.ppo.distributed import (
+        DEFAULT_TIMEOUT_S, DistContext, _timeout_from_env, init_distributed, rank_device,
     )
 
     monkeypatch.delenv("WORLD_SIZE", raising=False)
@@ -282,7 +278,7 @@ def test_rank_device_and_timeout_outside_torchrun(monkeypatch):
 
 def _join() -> int:
     torch.set_num_threads(1)
-    from rl8.distributed import DistContext, init_distributed
+    from rl8.ppo.distributed import DistContext, init_distributed
 
     assert init_distributed(), "run me with torchrun"
     ctx = DistContext()

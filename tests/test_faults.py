@@ -10,7 +10,7 @@ from mlflow.tracking import MlflowClient
 from tensordict import TensorDict
 
 from rl8 import PPO, Env, EnvOutputError, NonFiniteError, Trainer
-from rl8 import ppo as rl8_ppo
+from rl8.ppo.algorithm import algorithm as rl8_ppo
 from rl8.checkpoint import CheckpointManager, load_checkpoint
 from rl8.conditions import HitsUpperBound, TimeLimit
 from rl8.envs import CartPole

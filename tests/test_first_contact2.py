@@ -78,8 +78,8 @@ def test_an_unknown_model_config_key_names_the_field_and_the_valid_keys(capsys, 
 
 
 def test_model_config_keys_follow_the_model_class():
-    from rl8.models import Model, check_model_config
-    from rl8.recurrent import GRUModel
+    from rl8.policies.models import Model, check_model_config
+    from rl8.policies.recurrent import GRUModel
 
     with pytest.raises(ValueError, match=r"model_config\.hiddens: GRUModel has no option 'hiddens'.*'hidden_size'"):
         check_model_config(GRUModel, {"hiddens": [8]})
@@ -121,7 +121,7 @@ def cheetah_policy(tmp_path_factory):
     pytest.importorskip("mujoco")
     from rl8 import Policy
     from rl8.export import save_policy
-    from rl8.ppo import make_env
+    from rl8.ppo.algorithm import make_env
 
     folder = tmp_path_factory.mktemp("cheetah")
     with contextlib.chdir(folder):  # MuJoCo writes MUJOCO_LOG.TXT into the working folder

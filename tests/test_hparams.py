@@ -9,8 +9,8 @@ import re
 import pytest
 import torch
 
-from rl8.hparams import HParams
-from rl8.schedules import Schedule
+from rl8.ppo.hparams import HParams
+from rl8.ppo.schedules import Schedule
 
 
 def test_defaults_are_valid_and_frozen():
@@ -34,9 +34,9 @@ def test_defaults_are_valid_and_frozen():
         ("seed", 2**70, f"seed: expected an int in [0, 2**63 - 1] or None, got {2**70}"),
         ("seed", -1, "seed: expected an int in [0, 2**63 - 1] or None, got -1"),
         ("distribution_cls", torch.nn.Linear,
-         "distribution_cls: expected an rl8 Distribution subclass (rl8.distributions.Distribution) or "
+         "distribution_cls: expected an rl8 Distribution subclass (rl8.policies.distributions.Distribution) or "
          "its dotted path, got <class 'torch.nn.modules.linear.Linear'> (the class torch.nn.modules.linear.Linear)"),
-        ("model_cls", torch.nn.Linear, "model_cls: expected an rl8 Model subclass (rl8.models.Model) or its dotted "
+        ("model_cls", torch.nn.Linear, "model_cls: expected an rl8 Model subclass (rl8.policies.models.Model) or its dotted "
                                        "path, got"),
         ("optimizer_cls", torch.nn.Linear, "optimizer_cls: expected a torch.optim.Optimizer subclass or its dotted path"),
         ("optimizer_cls", None, "optimizer_cls: expected a torch.optim.Optimizer subclass or its dotted path, got None"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rl8.losses import ppo_loss, reference_ppo_loss
+from rl8.ppo.losses import ppo_loss, reference_ppo_loss
 
 
 def _inputs(n: int, seed: int) -> dict[str, torch.Tensor]:

@@ -11,10 +11,11 @@ from gymnasium import spaces
 from tensordict import TensorDict
 
 from rl8 import PPO, GRUModel, LSTMModel, MLPModel, Policy
-from rl8.encoders import (
-    CNNModel, ImageEncoder, ImpalaCNN, MultiInputModel, NatureCNN, default_model_cls, image_layout, image_shape,
+from rl8.policies.encoders import (
+    CNNModel, ImageEncoder, ImpalaCNN, MultiInputModel, NatureCNN, default_model_cls, image_layout,
+    image_shape,
 )
-from rl8.env import validate_reset_output, validate_step_output
+from rl8.envs.base import validate_reset_output, validate_step_output
 from rl8.envs import Catch
 
 # a small CNN for the 16x16 images of Catch (the Nature CNN's 8x8 stride-4 kernel needs >= 36 px)
@@ -366,7 +367,7 @@ def test_atari_preset_in_the_process_modes(mode):
 
 @needs_atari
 def test_atari_preset_wrappers_and_options():
-    from rl8.atari import make_atari
+    from rl8.envs.atari import make_atari
 
     training = make_atari("ALE/Breakout-v5")
     assert _wrappers(training)[:6] == [
@@ -409,7 +410,7 @@ def test_training_rewards_are_clipped_while_the_episode_return_is_not(five_point
     the game's own return (RecordEpisodeStatistics, inside the clipping) counts 5 a point."""
     import gymnasium
 
-    from rl8.atari import make_atari
+    from rl8.envs.atari import make_atari
 
     env = make_atari(five_point_pong, atari_preset={"frame_stack": 1})
     record = env

@@ -18,7 +18,7 @@ from gymnasium import spaces
 
 from rl8 import PPO
 from rl8.envs import GymnasiumEnv, PoolEnv, PoolWorkerDied
-from rl8.recurrent import LSTMModel
+from rl8.policies.recurrent import LSTMModel
 
 SEED = 11
 

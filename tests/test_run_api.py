@@ -351,16 +351,16 @@ def test_presets_do_not_use_the_commands_private_names():
 
 
 def test_ppo_on_a_gymnasium_id_with_a_preset_hints_at_it_once(monkeypatch):
-    import rl8.ppo
+    import rl8.ppo.algorithm
 
-    monkeypatch.setattr(rl8.ppo, "_hinted", set())
-    with pytest.warns(rl8.ppo.PresetHint, match=re.escape(
+    monkeypatch.setattr(rl8.ppo.algorithm, "_hinted", set())
+    with pytest.warns(rl8.ppo.algorithm.PresetHint, match=re.escape(
             "rl8: Pendulum-v1 has a tuned preset: PPO.from_preset('Pendulum-v1') / rl8 train Pendulum-v1")):
         PPO("Pendulum-v1", seed=0).close()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         PPO("Pendulum-v1", seed=0).close()  # once
-        monkeypatch.setattr(rl8.ppo, "_hinted", set())
+        monkeypatch.setattr(rl8.ppo.algorithm, "_hinted", set())
         PPO("Pendulum-v1", num_envs=8, horizon=16).close()  # tuned by hand: no hint
         PPO.from_preset("Pendulum-v1", num_envs=8).close()  # the preset itself
         PPO("MountainCar-v0").close()  # no preset

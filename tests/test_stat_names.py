@@ -18,7 +18,7 @@ from rl8 import PPO, Env, Trainer
 from rl8.checkpoint import CheckpointManager, load_checkpoint, save_checkpoint
 from rl8.conditions import HitsUpperBound, Plateaus, StopsIncreasing, from_config, with_current_stat_names
 from rl8.envs import CartPole
-from rl8.stats import RENAMED_STATS, Stats, current_stat_name
+from rl8.ppo.stats import RENAMED_STATS, Stats, current_stat_name
 
 SMALL = dict(num_envs=16, horizon=8, sgd_minibatch_size=64, num_sgd_iters=1, seed=0)
 STEP = 16 * 8  # env steps per training step
@@ -243,8 +243,8 @@ def test_reduce_stats_names_each_value_and_refuses_a_name_twice():
     as they are, in float64), and names a stat given in two groups."""
     import torch
 
-    from rl8.distributed import DistContext
-    from rl8.stats import reduce_stats
+    from rl8.ppo.distributed import DistContext
+    from rl8.ppo.stats import reduce_stats
 
     dist = DistContext()
     out = reduce_stats(

@@ -29,12 +29,7 @@ from launch import free_port
 from mlflow.tracking import MlflowClient
 
 import rl8
-from rl8.tracking import (
-    Tracker,
-    TrackingError,
-    TrackingWarning,
-    flatten_params,
-)
+from rl8.tracking import Tracker, TrackingError, TrackingWarning, flatten_params
 
 pytestmark = pytest.mark.usefixtures("migrated_store")
 
@@ -181,7 +176,7 @@ def test_start_creates_experiment_and_run_with_tags(mlflow_uri):
     assert run.info.experiment_id == exp.experiment_id
     assert run.info.status == "RUNNING"
     assert run.data.tags["mlflow.runName"] == "first"
-    assert run.data.tags["rl8.version"] == rl8.__version__
+    assert run.data.tags["rl8.version"] == rl8.version.__version__
     assert run.data.tags["mlflow.source.name"]
     tracker.end()
     assert client.get_run(run_id).info.status == "FINISHED"

@@ -20,13 +20,7 @@ from mlflow.tracking import MlflowClient
 from rl8 import PPO, Trainer, TrainerConfig, TrainStats
 from rl8.checkpoint import CheckpointError, save_checkpoint
 from rl8.conditions import (
-    HitsLowerBound,
-    HitsUpperBound,
-    MissingStatError,
-    Plateaus,
-    StopsDecreasing,
-    StopsIncreasing,
-    TimeLimit,
+    HitsLowerBound, HitsUpperBound, MissingStatError, Plateaus, StopsDecreasing, StopsIncreasing, TimeLimit,
 )
 from rl8.envs import CartPole, DiscreteDummyEnv
 from rl8.tracking import TrackingError
@@ -135,8 +129,8 @@ def test_run_params_and_default_experiment(mlflow_uri):
     assert params["hparams/horizon"] == "8"
     assert params["hparams/optimizer_kwargs/eps"] == "1e-05"
     assert params["env"] == "rl8.envs.cartpole.CartPole"
-    assert params["model/class"] == "rl8.models.MLPModel"
-    assert params["distribution/class"] == "rl8.distributions.Categorical"
+    assert params["model/class"] == "rl8.policies.models.MLPModel"
+    assert params["distribution/class"] == "rl8.policies.distributions.Categorical"
     assert params["optimizer/class"] == "torch.optim.adam.Adam"
     assert params["optimizer/kwargs/lr"] == "0.001"
     assert params["hparams/seed"] == "0" and params["hparams/device"] == "cpu"  # the values in use

@@ -340,7 +340,7 @@ def machine() -> dict[str, str]:
     except OSError:
         pass
     return {"commit": commit, "cpu": cpu, "cores": str(os.cpu_count()), "python": platform.python_version(),
-            "torch": torch.__version__, "rl8": rl8.__version__}
+            "torch": torch.__version__, "rl8": rl8.version.__version__}
 
 
 def _assignment(text: str) -> tuple[str, Any]:

@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from ..env import Env
+from rl8.envs.base import Env
 
 
 class PhysicsEnv(Env):
@@ -20,7 +20,7 @@ class PhysicsEnv(Env):
 
     Args:
         num_envs: Number of systems simulated in parallel.
-        horizon: Unused; accepted for the :class:`~rl8.env.Env` contract.
+        horizon: Unused; accepted for the :class:`~rl8.envs.base.Env` contract.
         device: Torch device of the simulation.
 
     Attributes:

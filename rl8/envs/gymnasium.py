@@ -1,4 +1,4 @@
-"""Any gymnasium environment as an rl8 :class:`~rl8.env.Env`.
+"""Any gymnasium environment as an rl8 :class:`~rl8.envs.base.Env`.
 
 :class:`GymnasiumEnv` runs ``num_envs`` copies of a gymnasium env in a gymnasium vector env
 (:class:`~gymnasium.vector.SyncVectorEnv` in this process, or
@@ -13,11 +13,8 @@ from __future__ import annotations
 
 import difflib
 import functools
-import math
 import multiprocessing
 import multiprocessing.connection
-import signal
-import time
 import warnings
 import weakref
 from collections.abc import Callable, Sequence
@@ -30,10 +27,14 @@ from gymnasium import spaces
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv
 from tensordict import TensorDict, TensorDictBase
 
-from ..atari import is_atari_id, make_atari
-from ..env import Env, new_tensordict
-from ..episodes import EpisodeRecords
-from ..spaces import check_space, space_dtype, zeros_like_space
+from rl8.envs.atari import is_atari_id
+from rl8.envs.base import Env, new_tensordict
+from rl8.envs.episodes import EpisodeRecords
+from rl8.envs.spaces import check_space, space_dtype, zeros_like_space
+from rl8.envs.workers import (
+    CLOSE_TIMEOUT_S, EPISODE_RECORDS_KEY, EnvStepTimeout, EnvWorkerDied, RemoteTraceback, ReportEpisodeRecords,
+    check_step_timeout, exit_description, make_single_env, stop_processes, with_episode_records,
+)
 
 __all__ = [
     "EnvStepTimeout", "EnvWorkerDied", "GymnasiumConverter", "GymnasiumEnv", "GymnasiumEnvFactory",
@@ -45,67 +46,9 @@ _ACTION_MASK = "action_mask"
 # A tree mirrors a (possibly nested) Dict space: a dict of trees for Dict, a leaf otherwise.
 _Tree = Any
 
-#: Seconds a closing env waits for its worker processes to exit before terminating (then
-#: killing) them.
-_CLOSE_TIMEOUT_S = 2.0
-
-
-class EnvWorkerDied(RuntimeError):
-    """A worker process of an async :class:`GymnasiumEnv` or of a :class:`rl8.envs.PoolEnv`
-    ended without being asked to (killed, crashed). The message names its sub-envs and exit
-    code; the env and all its workers have been closed."""
-
-
-class EnvStepTimeout(TimeoutError):
-    """A sub-env's step (with its auto-reset) took longer than the env's ``step_timeout_s``.
-    The message names the sub-env; the env and all its workers have been closed."""
-
-
-def _exit_description(code: int | None) -> str:
-    """``exit code 1``, ``exit code -9 (killed by signal SIGKILL)``, for messages."""
-    how = f"exit code {code}"
-    if code is not None and code < 0:
-        try:
-            how += f" (killed by signal {signal.Signals(-code).name})"
-        except ValueError:
-            pass
-    return how
-
-
-def _check_step_timeout(owner: str, value: Any) -> float | None:
-    """``step_timeout_s`` as a float, or ``None``; anything else than a number of seconds > 0
-    (or ``None``) raises a ``ValueError`` naming ``owner`` and the value given."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not (
-        value > 0 and not math.isnan(value)
-    ):
-        raise ValueError(f"{owner}: step_timeout_s must be a number of seconds > 0 or None, got {value!r}")
-    return float(value)
-
-
-def _stop_processes(processes: Sequence[Any], grace_s: float = _CLOSE_TIMEOUT_S) -> None:
-    """Wait up to ``grace_s`` seconds for ``processes`` (``multiprocessing`` processes, already
-    asked to exit) to end, then terminate, then kill, the ones still running, and reap them
-    all. A second Ctrl-C during the wait still terminates them."""
-    def join_all(among: Sequence[Any]) -> None:
-        deadline = time.monotonic() + grace_s
-        for process in among:
-            process.join(max(0.0, deadline - time.monotonic()))
-
-    try:
-        join_all(processes)
-    finally:
-        for stop in ("terminate", "kill"):
-            alive = [p for p in processes if p.is_alive()]
-            for process in alive:
-                getattr(process, stop)()
-            join_all(alive)
-
-
 def _close_async(vector_env: AsyncVectorEnv) -> None:
     """Close an ``AsyncVectorEnv`` without waiting forever: ask every worker to exit (a worker
-    stuck in a step never reads it), then ``_stop_processes``. Gymnasium's own ``close``
+    stuck in a step never reads it), then ``stop_processes``. Gymnasium's own ``close``
     first waits, without a limit, for the call in flight. Holds no reference to the
     :class:`GymnasiumEnv`, so that :func:`weakref.finalize` can run it when the env is
     collected or at interpreter exit."""
@@ -116,22 +59,11 @@ def _close_async(vector_env: AsyncVectorEnv) -> None:
         except (OSError, ValueError):
             pass  # its worker is gone
     try:
-        _stop_processes(vector_env.processes)
+        stop_processes(vector_env.processes)
     finally:
         for pipe in pipes:
             pipe.close()
         vector_env.closed = True  # gymnasium's close and __del__ have nothing left to do
-
-
-class _RemoteTraceback(Exception):
-    """Carries the formatted traceback of an exception raised in a worker process."""
-
-    def __init__(self, tb: str) -> None:
-        super().__init__(tb)
-        self.tb = tb
-
-    def __str__(self) -> str:
-        return f"\n\"\"\"\n{self.tb}\"\"\""
 
 
 def _torch_dtype(np_dtype: Any) -> torch.dtype:
@@ -150,7 +82,7 @@ def _convert_obs_space(space: spaces.Space, *, top: bool = True) -> tuple[spaces
 
     Float Boxes become float32 (the policy works in float32; halves a float64 buffer), a
     top-level ``action_mask`` entry of a Dict becomes a bool Box; everything else keeps its
-    space and takes the dtype of :func:`rl8.spaces.space_dtype`.
+    space and takes the dtype of :func:`rl8.envs.spaces.space_dtype`.
     """
     if isinstance(space, spaces.Dict):
         converted, tree = {}, {}
@@ -195,67 +127,6 @@ def _write_row(tree: _Tree, dst: Any, index: int, value: Any) -> None:
         dst[index] = value
 
 
-#: The info key under which :class:`ReportEpisodeRecords` reports a sub-env's new records.
-EPISODE_RECORDS_KEY = "rl8_episode_records"
-
-
-class ReportEpisodeRecords(gymnasium.Wrapper):
-    """Reports the episodes that a ``RecordEpisodeStatistics`` wrapper inside the chain
-    records, whatever the wrappers between them do to rewards and episode ends.
-
-    After each ``step`` and ``reset`` that completed episodes of ``record``, the info gets
-    ``info["rl8_episode_records"]``: a float64 array ``[return_sum, length_sum, count]`` over
-    those episodes (their ``"r"`` and ``"l"``). Reading ``record``'s counters rather than the
-    ``info["episode"]`` it writes also counts the games that end inside an outer wrapper's
-    ``reset`` (a no-op or FIRE step of the Atari preset), whose info no one returns.
-    :class:`GymnasiumEnv` puts it outermost around every sub-env that has a
-    ``RecordEpisodeStatistics`` (:func:`with_episode_records`) and sums what it reports.
-
-    Args:
-        env: The sub-env, with ``record`` somewhere in its wrapper chain.
-        record: The ``RecordEpisodeStatistics`` wrapper whose episodes are reported.
-    """
-
-    #: Marks the wrapper, for ``has_wrapper_attr`` across processes.
-    reports_episode_records = True
-
-    def __init__(self, env: gymnasium.Env, record: gymnasium.wrappers.RecordEpisodeStatistics) -> None:
-        super().__init__(env)
-        self.record = record
-        self._reported = record.episode_count
-
-    def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        return obs, reward, terminated, truncated, self._with_new_records(info)
-
-    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
-        obs, info = self.env.reset(**kwargs)
-        return obs, self._with_new_records(info)
-
-    def _with_new_records(self, info: dict[str, Any]) -> dict[str, Any]:
-        new = self.record.episode_count - self._reported
-        if new == 0:
-            return info
-        self._reported = self.record.episode_count
-        new = min(new, len(self.record.return_queue))  # (more than its buffer_length at once: lost)
-        returns = list(self.record.return_queue)[-new:]
-        lengths = list(self.record.length_queue)[-new:]
-        return {**info, EPISODE_RECORDS_KEY: np.array([sum(returns), sum(lengths), new], dtype=np.float64)}
-
-
-def with_episode_records(env: gymnasium.Env) -> gymnasium.Env:
-    """``env`` in a :class:`ReportEpisodeRecords` of the innermost ``RecordEpisodeStatistics``
-    of its wrapper chain (the closest to the game's own rewards), or ``env`` itself when it
-    has none."""
-    record = None
-    inner = env
-    while isinstance(inner, gymnasium.Wrapper):
-        if isinstance(inner, gymnasium.wrappers.RecordEpisodeStatistics):
-            record = inner
-        inner = inner.env
-    return env if record is None else ReportEpisodeRecords(env, record)
-
-
 def _close_matches(env_id: str) -> list[str]:
     ids = list(gymnasium.registry.keys())
     lower = {i.lower(): i for i in ids}
@@ -267,23 +138,6 @@ def _env_label(env: str | Callable[..., gymnasium.Env]) -> str:
     """``GymnasiumEnv(<id or callable name>)``, for messages."""
     name = env if isinstance(env, str) else getattr(env, "__name__", "env")
     return f"GymnasiumEnv({name})"
-
-
-def _make_single_env(
-    env: str | Callable[..., gymnasium.Env],
-    kwargs: dict[str, Any],
-    wrappers: Sequence[Callable[[gymnasium.Env], gymnasium.Env]],
-) -> gymnasium.Env:
-    """One env with the wrappers applied, as each sub-env of the vector env is built. ALE ids
-    get the Atari preset (:func:`rl8.atari.make_atari`; ``atari_preset`` in ``kwargs``); an
-    env with a ``RecordEpisodeStatistics`` reports its records (:func:`with_episode_records`)."""
-    if is_atari_id(env):
-        single = make_atari(env, **kwargs)
-    else:
-        single = gymnasium.make(env, **kwargs) if isinstance(env, str) else env(**kwargs)
-    for wrapper in wrappers:
-        single = wrapper(single)
-    return with_episode_records(single)
 
 
 def _make_vector_env(
@@ -298,7 +152,7 @@ def _make_vector_env(
     vector_kwargs: dict[str, Any] = {"autoreset_mode": AutoresetMode.SAME_STEP, "copy": False}
     if mode == "async":
         vector_kwargs["shared_memory"] = True
-    make_single = functools.partial(_make_single_env, env, kwargs, wrappers)
+    make_single = functools.partial(make_single_env, env, kwargs, wrappers)
     try:
         if isinstance(env, str) and not is_atari_id(env):
             return gymnasium.make_vec(env, num_envs, vectorization_mode=mode, vector_kwargs=vector_kwargs,
@@ -378,7 +232,7 @@ class _WorkerErrors:
                 f"{self.label}: raised in sub-env {index}'s worker process (the worker "
                 "traceback is above); the vector env and all its workers have been closed."
             )
-            raise exc.with_traceback(None) from _RemoteTraceback(trace)
+            raise exc.with_traceback(None) from RemoteTraceback(trace)
 
 
 class GymnasiumConverter:
@@ -578,7 +432,7 @@ class GymnasiumEnv(Env):
     Sub-envs that end an episode are reset inside :meth:`step` (gymnasium's ``SAME_STEP``
     autoreset mode): ``obs`` is then the first observation of the next episode and
     ``final_obs`` the last one of the finished episode. Observations and actions map to
-    tensors as described in :mod:`rl8.spaces`, with two conversions: float Boxes give float32
+    tensors as described in :mod:`rl8.envs.spaces`, with two conversions: float Boxes give float32
     tensors, and a top-level ``action_mask`` entry of a Dict observation gives a bool tensor;
     :attr:`observation_space` describes these tensors (the vector env's own spaces stay on
     :attr:`vector_env`).
@@ -600,7 +454,7 @@ class GymnasiumEnv(Env):
             in ``docs/collection.md``).
         env_kwargs: Keyword arguments for the env: passed to ``gymnasium.make`` for an id (so
             ``max_episode_steps=...`` sets the time limit), or to the callable. ALE ids
-            (``"ALE/Pong-v5"``) are built with the Atari preset (:func:`rl8.atari.make_atari`),
+            (``"ALE/Pong-v5"``) are built with the Atari preset (:func:`rl8.envs.atari.make_atari`),
             which ``{"atari_preset": False}`` turns off and ``{"atari_preset": {...}}``
             configures (``docs/pixels.md``).
         wrappers: Gymnasium wrappers (callables ``env -> env``) applied, in order, to each env.
@@ -623,7 +477,7 @@ class GymnasiumEnv(Env):
         """``GymnasiumEnv(..., vectorization_mode="pool")`` builds a :class:`rl8.envs.PoolEnv`."""
         mode = kwargs.get("vectorization_mode")
         if cls is GymnasiumEnv and getattr(mode, "value", mode) == "pool":
-            from .pool import PoolEnv
+            from rl8.envs.pool import PoolEnv
 
             cls = PoolEnv
         return super().__new__(cls)
@@ -659,7 +513,7 @@ class GymnasiumEnv(Env):
                 f"GymnasiumEnv: env must be a registered gymnasium id or a callable returning a "
                 f"gymnasium.Env, got {type(env).__name__}"
             )
-        self.step_timeout_s = _check_step_timeout("GymnasiumEnv", step_timeout_s)
+        self.step_timeout_s = check_step_timeout("GymnasiumEnv", step_timeout_s)
         if self.step_timeout_s is not None and mode == "sync":
             raise ValueError(
                 f"GymnasiumEnv: step_timeout_s needs vectorization_mode 'async' or 'pool' (a step in "
@@ -750,7 +604,7 @@ class GymnasiumEnv(Env):
         """Step every gymnasium env once; finished envs are reset within the step.
 
         Args:
-            action: A batch of env actions (see :mod:`rl8.spaces`), on any device: ``[N]``
+            action: A batch of env actions (see :mod:`rl8.envs.spaces`), on any device: ``[N]``
                 int64 for Discrete (the space's values, ``start`` included, as the
                 distributions' ``to_env_action`` gives them), ``[N, *shape]`` float for Box
                 (cast to the space's dtype, not clipped), int64 0/1 for MultiBinary (sent as
@@ -930,13 +784,13 @@ class GymnasiumEnv(Env):
     def _worker_died(self) -> EnvWorkerDied:
         """Close the env and return the error naming the async workers that ended."""
         processes = self.vector_env.processes
-        ended = multiprocessing.connection.wait([p.sentinel for p in processes], timeout=_CLOSE_TIMEOUT_S)
+        ended = multiprocessing.connection.wait([p.sentinel for p in processes], timeout=CLOSE_TIMEOUT_S)
         dead = []
         for i, process in enumerate(processes):
             if process.sentinel in ended:
-                process.join(_CLOSE_TIMEOUT_S)
+                process.join(CLOSE_TIMEOUT_S)
                 dead.append(f"sub-env {i} (pid {process.pid}) ended unexpectedly with "
-                            f"{_exit_description(process.exitcode)}")
+                            f"{exit_description(process.exitcode)}")
         self.close()
         which = "; ".join(dead) or "a worker ended unexpectedly"
         return EnvWorkerDied(

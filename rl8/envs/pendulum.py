@@ -10,8 +10,8 @@ import torch
 from gymnasium import spaces
 from tensordict import TensorDict
 
-from ._physics import PhysicsEnv
-from . import _render
+from rl8.envs._physics import PhysicsEnv
+from rl8.envs import _render
 
 __all__ = ["Pendulum"]
 
@@ -31,7 +31,7 @@ class Pendulum(PhysicsEnv):
 
     Args:
         num_envs: Number of pendulums simulated in parallel.
-        horizon: Unused; accepted for the :class:`~rl8.env.Env` contract.
+        horizon: Unused; accepted for the :class:`~rl8.envs.base.Env` contract.
         device: Torch device of the simulation.
 
     Attributes:

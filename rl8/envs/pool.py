@@ -5,8 +5,8 @@ a gymnasium env in ``num_workers`` worker processes, each owning a block of sub-
 observations, rewards, flags and actions of every sub-env live in shared memory (gymnasium's
 :func:`~gymnasium.vector.utils.create_shared_memory`); the pipes to the workers carry only
 small control messages (sub-env ids). A worker reports each sub-env as soon as its step is
-done, so the learner can act on whichever sub-envs are ready (:class:`rl8.env.ReadyEnvs`)
-while the others keep stepping: :func:`rl8.rollout.rollout_ready_envs` does that in
+done, so the learner can act on whichever sub-envs are ready (:class:`rl8.envs.base.ReadyEnvs`)
+while the others keep stepping: :func:`rl8.ppo.rollout.rollout_ready_envs` does that in
 :meth:`PPO.collect <rl8.PPO.collect>`.
 
 See ``docs/collection.md`` for when to use it, its knobs and how failures are reported.
@@ -40,10 +40,11 @@ from gymnasium.vector.utils import (
 )
 from tensordict import TensorDictBase
 
-from ..env import ReadyEnvs
-from .gymnasium import (
-    _CLOSE_TIMEOUT_S, EPISODE_RECORDS_KEY, EnvStepTimeout, EnvWorkerDied, GymnasiumConverter, GymnasiumEnv,
-    ReportEpisodeRecords, _exit_description, _make_single_env, _RemoteTraceback, _check_step_timeout, _stop_processes,
+from rl8.envs.base import ReadyEnvs
+from rl8.envs.gymnasium import GymnasiumConverter, GymnasiumEnv
+from rl8.envs.workers import (
+    CLOSE_TIMEOUT_S, EPISODE_RECORDS_KEY, EnvStepTimeout, EnvWorkerDied, RemoteTraceback, ReportEpisodeRecords,
+    check_step_timeout, exit_description, make_single_env, stop_processes,
 )
 
 __all__ = ["PoolEnv", "PoolWorkerDied"]
@@ -307,7 +308,7 @@ def _worker(worker: int, env_ids: range, make_env_pickle: bytes, shared: _Shared
 
 def _shutdown(processes: list[Any], pipes: list[Connection]) -> None:
     """Ask every worker to close, then terminate (and kill) the ones still alive after
-    ``_CLOSE_TIMEOUT_S`` seconds, and reap them all (``_stop_processes``). Holds no reference
+    ``CLOSE_TIMEOUT_S`` seconds, and reap them all (``stop_processes``). Holds no reference
     to the pool, so that :func:`weakref.finalize` can run it when the pool is collected or the
     interpreter exits."""
     for pipe in pipes:
@@ -316,7 +317,7 @@ def _shutdown(processes: list[Any], pipes: list[Connection]) -> None:
         except (OSError, ValueError):
             pass
     try:
-        _stop_processes(processes)
+        stop_processes(processes)
     finally:
         for pipe in pipes:
             pipe.close()
@@ -340,7 +341,7 @@ class PoolEnv(GymnasiumEnv, ReadyEnvs):
     :meth:`PPO.collect <rl8.PPO.collect>` the learner waits for ``min_batch_size`` ready envs
     (at most ``max_wait_s``), acts on at most ``max_batch_size`` of them with one batched
     forward pass and sends their actions back, while the other envs keep stepping
-    (:func:`rl8.rollout.rollout_ready_envs`). :meth:`step` of all envs works as for any env.
+    (:func:`rl8.ppo.rollout.rollout_ready_envs`). :meth:`step` of all envs works as for any env.
 
     Sub-env ``i`` is seeded with ``seed + i`` and auto-reset in ``SAME_STEP`` mode as in the
     sync and async modes, so with ``min_batch_size == num_envs`` a collect gives exactly the
@@ -442,7 +443,7 @@ class PoolEnv(GymnasiumEnv, ReadyEnvs):
         ):
             raise ValueError(f"PoolEnv: max_wait_s must be a number of seconds >= 0 or None, got {max_wait_s!r}")
         self.max_wait_s = None if max_wait_s is None else float(max_wait_s)
-        self.step_timeout_s = _check_step_timeout("PoolEnv", step_timeout_s)
+        self.step_timeout_s = check_step_timeout("PoolEnv", step_timeout_s)
         self.env = env
         self.vectorization_mode = "pool"
         self.env_kwargs = dict(env_kwargs or {})
@@ -454,7 +455,7 @@ class PoolEnv(GymnasiumEnv, ReadyEnvs):
         self._seeded = False
 
         _check_main_module(self._name())
-        make_env = functools.partial(_make_single_env, env, self._single_kwargs(), self.wrappers)
+        make_env = functools.partial(make_single_env, env, self._single_kwargs(), self.wrappers)
         try:
             make_env_pickle = pickle.dumps(CloudpickleWrapper(make_env))
         except Exception as err:
@@ -563,7 +564,7 @@ class PoolEnv(GymnasiumEnv, ReadyEnvs):
 
     def send(self, env_ids: torch.Tensor, actions: torch.Tensor | TensorDictBase) -> None:
         """Write the actions of the sub-envs ``env_ids`` into shared memory and ask their
-        workers to step them (see :meth:`rl8.env.ReadyEnvs.send`)."""
+        workers to step them (see :meth:`rl8.envs.base.ReadyEnvs.send`)."""
         self._check_open()
         if self._needs_reset:
             raise RuntimeError(f"{self._name()}.send called before reset()")
@@ -590,7 +591,7 @@ class PoolEnv(GymnasiumEnv, ReadyEnvs):
         self, min_batch_size: int, max_batch_size: int, max_wait_s: float | None
     ) -> tuple[torch.Tensor, TensorDictBase]:
         """The step outputs of the sub-envs whose step is done (see
-        :meth:`rl8.env.ReadyEnvs.recv`); the oldest ready ones first when more are ready than
+        :meth:`rl8.envs.base.ReadyEnvs.recv`); the oldest ready ones first when more are ready than
         ``max_batch_size``."""
         self._check_open()
         pending = int(self._stepping.sum()) + len(self._ready)
@@ -703,7 +704,7 @@ class PoolEnv(GymnasiumEnv, ReadyEnvs):
                 f"{self._name()}: raised in sub-env {index} by pool worker {worker} (the worker "
                 "traceback is above); the pool and all its workers have been closed."
             )
-            raise exc.with_traceback(None) from _RemoteTraceback(trace)
+            raise exc.with_traceback(None) from RemoteTraceback(trace)
         else:
             self._replies[worker] = (kind, payload)
 
@@ -757,9 +758,9 @@ class PoolEnv(GymnasiumEnv, ReadyEnvs):
         except (EOFError, OSError):
             pass
         process = self._processes[worker]
-        process.join(_CLOSE_TIMEOUT_S)
+        process.join(CLOSE_TIMEOUT_S)
         block = self.env_blocks[worker]
-        how = _exit_description(process.exitcode)
+        how = exit_description(process.exitcode)
         if not self._started:
             how += (
                 " while starting, before it could report an error (its own error is printed above by the "

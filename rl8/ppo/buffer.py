@@ -18,8 +18,8 @@ import torch
 from gymnasium import spaces
 from tensordict import TensorDict, TensorDictBase
 
-from .episodes import EpisodeRecords
-from .spaces import zeros_like_space
+from rl8.envs.episodes import EpisodeRecords
+from rl8.envs.spaces import zeros_like_space
 
 __all__ = [
     "RecurrentCarry", "RolloutBuffer", "RolloutCarry", "buffer_allocation", "check_buffer_fits", "compute_gae",
@@ -214,7 +214,7 @@ class RolloutCarry:
     the carry it returned (after the step's flags are in the buffer), and :meth:`last` for
     the arguments of the last observation's value.
 
-    A collect whose envs step at their own pace (:func:`rl8.rollout.rollout_ready_envs`) calls
+    A collect whose envs step at their own pace (:func:`rl8.ppo.rollout.rollout_ready_envs`) calls
     the per-env forms instead: :meth:`before_steps`, :meth:`after_steps` (for some envs, each
     at its own step index) and :meth:`last_steps`.
     """

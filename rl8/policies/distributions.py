@@ -4,7 +4,7 @@ A policy is a model plus a distribution class. The model outputs a flat tensor o
 ``param_size(action_space)`` parameters per sample; the distribution built from them samples
 *raw* actions (what the rollout buffer stores and what :meth:`Distribution.log_prob` takes) and
 :meth:`Distribution.to_env_action` maps raw actions to what ``Env.step`` receives (see
-:mod:`rl8.spaces` for the env's action conventions). Each class's docstring gives its action
+:mod:`rl8.envs.spaces` for the env's action conventions). Each class's docstring gives its action
 space, parameter layout and raw actions (a table in ``docs/distributions.md``).
 
 Everything is computed in float32 from raw tensor operations (no ``torch.distributions``
@@ -285,7 +285,7 @@ class Distribution(ABC):
 
     @classmethod
     def to_env_action(cls, actions: Tensor, action_space: spaces.Space) -> Tensor:
-        """Map a batch of raw actions to what ``Env.step`` receives (see :mod:`rl8.spaces`).
+        """Map a batch of raw actions to what ``Env.step`` receives (see :mod:`rl8.envs.spaces`).
 
         Args:
             actions: Raw actions ``[*batch, *raw_action_shape(action_space)]``.

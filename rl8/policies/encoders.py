@@ -31,7 +31,10 @@ from gymnasium import spaces
 from tensordict import TensorDictBase
 from torch import nn
 
-from .models import Model, _linear, _mlp, check_widths, flat_observation_size, flatten_observation, resolve_activation
+from rl8.policies.models import (
+    Model, _linear, _mlp, check_widths, flat_observation_size, flatten_observation, resolve_activation,
+    MLPModel,
+)
 
 __all__ = [
     "ENCODERS", "CNNModel", "ImageEncoder", "ImpalaCNN", "MultiInputModel", "NatureCNN", "ObservationEncoder",
@@ -271,7 +274,7 @@ class ObservationEncoder(nn.Module):
     """Any observation to a feature vector ``[B, features]``: an :class:`ImageEncoder` for an
     image, for a ``Dict`` one per image entry and an MLP per other entry, concatenated in key
     order (an ``action_mask`` entry is left out); other spaces are flattened
-    (:func:`~rl8.models.flatten_observation`), through an MLP when ``vector_hiddens`` is
+    (:func:`~rl8.policies.models.flatten_observation`), through an MLP when ``vector_hiddens`` is
     not empty.
 
     Args:
@@ -387,7 +390,7 @@ class CNNModel(Model):
 
     def _check_space(self, space: spaces.Space, layout: str | None, image_keys: Mapping[str, str] | None) -> None:
         if isinstance(space, spaces.Dict):
-            raise TypeError(f"{type(self).__name__}: Dict observations go to rl8.encoders.MultiInputModel, got {space}")
+            raise TypeError(f"{type(self).__name__}: Dict observations go to rl8.policies.encoders.MultiInputModel, got {space}")
         if image_layout(space, layout) is None:
             raise TypeError(
                 f"{type(self).__name__}: expected an image observation space (a uint8 Box [H, W, C] or [C, H, W], or a "
@@ -421,9 +424,7 @@ class MultiInputModel(CNNModel):
 def default_model_cls(observation_space: spaces.Space, model_config: Mapping[str, Any] | None = None) -> type[Model]:
     """The model a policy gets when none is named: :class:`CNNModel` for an image (a uint8 one,
     or one declared with ``model_config["image_layout"]``), :class:`MultiInputModel` for a
-    ``Dict`` with an image entry (or ``image_keys``), else :class:`~rl8.models.MLPModel`."""
-    from .models import MLPModel
-
+    ``Dict`` with an image entry (or ``image_keys``), else :class:`~rl8.policies.models.MLPModel`."""
     config = dict(model_config or {})
     if isinstance(observation_space, spaces.Dict):
         return MultiInputModel if has_image(observation_space) or config.get("image_keys") else MLPModel

@@ -21,8 +21,8 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
-from .env import Env
-from .policy import Policy
+from rl8.envs.base import Env
+from rl8.policies.policy import Policy
 
 __all__ = ["PolicyStep", "done_flags", "run_policy"]
 

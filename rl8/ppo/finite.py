@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 
-from .buffer import RolloutBuffer
-from .env import EnvOutputError, find_nonfinite
+from rl8.ppo.buffer import RolloutBuffer
+from rl8.envs.base import EnvOutputError, find_nonfinite
 
 __all__ = ["CHECKED_ROLLOUT_STATS", "CHECKED_UPDATE_STATS", "NonFiniteError", "check_buffer_finite", "check_stats_finite"]
 
@@ -28,7 +28,7 @@ class NonFiniteError(FloatingPointError):
 
 
 def check_buffer_finite(buffer: RolloutBuffer, env_name: str, collect: int) -> None:
-    """Raise an :class:`~rl8.env.EnvOutputError` naming the envs and steps where the
+    """Raise an :class:`~rl8.envs.base.EnvOutputError` naming the envs and steps where the
     observations or rewards of ``buffer`` hold NaN or inf.
 
     Args:

@@ -19,23 +19,27 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from ._resolve import DISTRIBUTION, HPARAM_KINDS, MODEL, OPTIMIZER, env_target, qualified_name, resolve
-from .buffer import (
-    MIN_SLOT_BYTES, RecurrentCarry, RolloutBuffer, RolloutCarry, buffer_allocation, check_buffer_fits, compute_gae,
-    slot_bytes,
+from rl8.envs.base import Env, ReadyEnvs, validate_reset_output
+from rl8.envs.episodes import EpisodeTracker
+from rl8.envs.gymnasium import GymnasiumEnv, GymnasiumEnvFactory
+from rl8.policies.policy import Policy
+from rl8.policies.runner import run_policy
+from rl8.ppo import presets
+from rl8.ppo.buffer import (
+    MIN_SLOT_BYTES, RecurrentCarry, RolloutBuffer, RolloutCarry, buffer_allocation, check_buffer_fits,
+    compute_gae, slot_bytes,
 )
-from .distributed import DistContext, agree_on_run_seed, current_roles, derive_seed
-from .env import Env, ReadyEnvs, validate_reset_output
-from .episodes import EpisodeTracker
-from .finite import CHECKED_ROLLOUT_STATS, CHECKED_UPDATE_STATS, NonFiniteError, check_buffer_finite, check_stats_finite
-from .hparams import HParams
-from .losses import ppo_loss
-from .normalization import RewardNormalizer
-from .overlap import OverlapCollector
-from .policy import Policy
-from .rollout import rollout, rollout_ready_envs
-from .runner import run_policy
-from .stats import Stats, reduce_stats, rollout_stats
+from rl8.ppo.distributed import DistContext, agree_on_run_seed, current_roles, derive_seed
+from rl8.ppo.finite import (
+    CHECKED_ROLLOUT_STATS, CHECKED_UPDATE_STATS, NonFiniteError, check_buffer_finite, check_stats_finite,
+)
+from rl8.ppo.hparams import HParams
+from rl8.ppo.losses import ppo_loss
+from rl8.ppo.overlap import OverlapCollector
+from rl8.ppo.resolve import DISTRIBUTION, HPARAM_KINDS, MODEL, OPTIMIZER, env_target, qualified_name, resolve
+from rl8.ppo.rewards import RewardNormalizer
+from rl8.ppo.rollout import rollout, rollout_ready_envs
+from rl8.ppo.stats import Stats, reduce_stats, rollout_stats
 
 __all__ = ["NonFiniteError", "PPO", "PresetHint", "make_env"]
 
@@ -111,8 +115,6 @@ def make_env(
     target, gymnasium = env_target(env)
     if not gymnasium:
         return target(num_envs, horizon, device=device, **kwargs)
-    from .envs.gymnasium import GymnasiumEnv, GymnasiumEnvFactory
-
     if isinstance(target, GymnasiumEnvFactory):
         return target(num_envs, horizon, device=device, **kwargs)
     return GymnasiumEnv(num_envs, horizon, device=device, env=target, **kwargs)
@@ -365,8 +367,6 @@ _hinted: set[str] = set()
 
 def _hint_preset(env: Any) -> None:
     """Warn (:class:`PresetHint`, once per id) when ``env`` is a gymnasium id with a preset."""
-    from . import presets
-
     name = presets.for_env(env)
     if name is None or name in _hinted:
         return
@@ -480,8 +480,6 @@ class PPO:
             ValueError: Unknown preset (with close matches), or a bad value.
             TypeError: An unknown hyper-parameter name.
         """
-        from . import presets
-
         config = presets.load(name)
         return cls(config["env"], **{**presets.hparams(config).to_dict(), **overrides})
 

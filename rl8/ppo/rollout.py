@@ -5,7 +5,7 @@
 (for example in a background thread, with a copy of the policy).
 
 :func:`rollout_ready_envs` fills the same buffer from an env whose sub-envs step at their own
-pace (:class:`rl8.env.ReadyEnvs`, e.g. the worker pool :class:`rl8.envs.PoolEnv`): it acts on
+pace (:class:`rl8.envs.base.ReadyEnvs`, e.g. the worker pool :class:`rl8.envs.PoolEnv`): it acts on
 whichever envs are ready, so rows of the buffer fill at different speeds.
 """
 
@@ -16,9 +16,9 @@ import contextlib
 import torch
 from tensordict import TensorDictBase
 
-from .buffer import RolloutBuffer, RolloutCarry
-from .env import Env, ReadyEnvs, validate_step_output
-from .policy import Policy
+from rl8.ppo.buffer import RolloutBuffer, RolloutCarry
+from rl8.envs.base import Env, ReadyEnvs, validate_step_output
+from rl8.policies.policy import Policy
 
 __all__ = ["rollout", "rollout_ready_envs"]
 
@@ -36,13 +36,13 @@ def rollout(
         env: The batched env, ``buffer.num_envs`` copies.
         buffer: Filled in place: columns ``0..horizon - 1`` of the steps, column ``horizon``
             the last observation and its (bootstrap) value.
-        carry: The policy's carry from step to step (:class:`~rl8.buffer.RolloutCarry`).
+        carry: The policy's carry from step to step (:class:`~rl8.ppo.buffer.RolloutCarry`).
         obs: The envs' current observations (after a reset or the previous rollout).
         generator: Draws the sampled actions.
         deterministic: Take the distributions' modes instead of sampling.
         autocast: Mixed-precision context of the policy's forward passes (``None``: none).
         check_first_step: Validate the first step's output against the step contract
-            (:func:`rl8.env.validate_step_output`).
+            (:func:`rl8.envs.base.validate_step_output`).
 
     Returns:
         The observations after the last step (the next rollout starts from them).
@@ -98,14 +98,14 @@ def rollout_ready_envs(
     sending its action. Each row therefore holds its env's own consecutive transitions, as
     :func:`rollout` gives them, so GAE, the bootstrapping of truncated episodes and the
     recurrent states (through the carry's per-env forms,
-    :meth:`~rl8.buffer.RolloutCarry.before_steps`) work unchanged.
+    :meth:`~rl8.ppo.buffer.RolloutCarry.before_steps`) work unchanged.
 
     Args:
         policy: Acts through :meth:`Policy.rollout_step <rl8.Policy.rollout_step>`.
-        env: A batched env with the :class:`~rl8.env.ReadyEnvs` interface, ``buffer.num_envs``
+        env: A batched env with the :class:`~rl8.envs.base.ReadyEnvs` interface, ``buffer.num_envs``
             sub-envs, none of them stepping.
         buffer: Filled in place, as by :func:`rollout`.
-        carry: The policy's carry from step to step (:class:`~rl8.buffer.RolloutCarry`).
+        carry: The policy's carry from step to step (:class:`~rl8.ppo.buffer.RolloutCarry`).
         obs: The envs' current observations (after a reset or the previous rollout).
         generator: Draws the sampled actions.
         deterministic: Take the distributions' modes instead of sampling.

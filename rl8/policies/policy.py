@@ -12,11 +12,11 @@ from gymnasium import spaces
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
-from .distributions import Distribution, default_distribution_cls
-from .encoders import default_model_cls
-from .models import Model, check_model_config
-from .normalization import ObservationNormalizer
-from .spaces import check_space, space_dtype, space_shape, zeros_like_space
+from rl8.policies.distributions import Distribution, default_distribution_cls
+from rl8.policies.encoders import default_model_cls
+from rl8.policies.models import Model, check_model_config
+from rl8.policies.normalization import ObservationNormalizer
+from rl8.envs.spaces import check_space, space_dtype, space_shape, zeros_like_space
 
 __all__ = ["Policy"]
 
@@ -34,11 +34,11 @@ class Policy(nn.Module):
     Args:
         observation_space: Space of one observation.
         action_space: Space of one action.
-        model_cls: A :class:`~rl8.models.Model` subclass; ``None``: the default for the
-            observation space (:func:`rl8.encoders.default_model_cls`: a CNN for images, a
-            multi-input model for ``Dict`` spaces with images, else :class:`~rl8.models.MLPModel`).
+        model_cls: A :class:`~rl8.policies.models.Model` subclass; ``None``: the default for the
+            observation space (:func:`rl8.policies.encoders.default_model_cls`: a CNN for images, a
+            multi-input model for ``Dict`` spaces with images, else :class:`~rl8.policies.models.MLPModel`).
         model_config: Keyword arguments of ``model_cls``.
-        distribution_cls: A :class:`~rl8.distributions.Distribution` subclass; ``None``: the
+        distribution_cls: A :class:`~rl8.policies.distributions.Distribution` subclass; ``None``: the
             default for the action space.
         normalize_observations: Keep running observation statistics and feed the model
             normalised observations.
@@ -114,7 +114,7 @@ class Policy(nn.Module):
 
     def rollout(self) -> contextlib.AbstractContextManager:
         """A context in which the parameters stay constant: the model's
-        :meth:`~rl8.models.Model.rollout` (PPO enters it around every collect and evaluation)."""
+        :meth:`~rl8.policies.models.Model.rollout` (PPO enters it around every collect and evaluation)."""
         return self.model.rollout()
 
     def initial_state(self, batch_size: int) -> TensorDictBase | None:

@@ -1,7 +1,7 @@
 """Overlapped collection: the next rollout runs in a background thread while PPO updates.
 
 With ``collect_mode="overlap"``, :class:`rl8.PPO` owns an :class:`OverlapCollector`, the actor
-side of the algorithm: a copy of the policy, its own :class:`~rl8.buffer.RolloutBuffer`, carry
+side of the algorithm: a copy of the policy, its own :class:`~rl8.ppo.buffer.RolloutBuffer`, carry
 and ``torch.Generator``, and a daemon thread that runs one rollout on them at a time. torch ops
 and env steps that wait on worker processes release the GIL, so the envs are stepped while the
 learner trains. Each :meth:`PPO.collect <rl8.PPO.collect>` hands the finished rollout over to
@@ -22,9 +22,9 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from .buffer import RolloutBuffer, RolloutCarry
-from .episodes import EpisodeRecords
-from .policy import Policy
+from rl8.ppo.buffer import RolloutBuffer, RolloutCarry
+from rl8.envs.episodes import EpisodeRecords
+from rl8.policies.policy import Policy
 
 __all__ = ["OverlapCollector", "Rollout", "RolloutFn"]
 
@@ -65,7 +65,7 @@ class OverlapCollector:
         run: The rollout function (see :data:`RolloutFn`); the thread runs it on the actor's
             objects.
         make_carry: ``make_carry(policy, buffer)``: the carry of the actor's policy copy over
-            ``buffer`` (:class:`~rl8.buffer.RolloutCarry`).
+            ``buffer`` (:class:`~rl8.ppo.buffer.RolloutCarry`).
 
     Attributes:
         policy: The actor's copy of the policy (no gradients).

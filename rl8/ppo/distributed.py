@@ -28,9 +28,16 @@ import torch.distributed as dist
 from torch import nn
 
 __all__ = [
-    "DEFAULT_TIMEOUT_S", "TIMEOUT_ENV_VAR", "DistContext", "DistributedError", "Roles", "agree_on_run_seed", "collective_timeout_s", "current_roles",
+    "DEFAULT_TIMEOUT_S", "TIMEOUT_ENV_VAR", "WEIGHT_SYNC_METHODS", "DistContext",
+    "DistributedError", "Roles", "agree_on_run_seed", "collective_timeout_s", "current_roles",
     "derive_seed", "init_distributed", "local_rank", "rank_device", "shutdown_distributed", "to_cpu",
 ]
+
+#: The weight-sync methods: ``"broadcast"``: over the process group (each learner sends its
+#: actors the weights point-to-point); ``"checkpoint"``: learner 0 writes them to a file in
+#: ``weight_sync_dir``, which actors read (shared storage).
+WEIGHT_SYNC_METHODS = ("broadcast", "checkpoint")
+
 
 # Seeds of different ranks must not collide with seed + k of a neighbouring run.
 _RANK_SEED_STRIDE = 1_000_003

@@ -1,6 +1,6 @@
 """Recurrent models: models that carry a hidden state from one env step to the next.
 
-A recurrent model is a :class:`~rl8.models.Model` with ``recurrent = True`` that PPO drives
+A recurrent model is a :class:`~rl8.policies.models.Model` with ``recurrent = True`` that PPO drives
 through the same code path as a feedforward one, with two more tensors: the hidden ``state``
 (a TensorDict with the batch dimension first, so the rollout buffer can store it per env) and
 ``firsts`` (where episodes start, so the state is reset exactly there)::
@@ -25,8 +25,8 @@ from gymnasium import spaces
 from tensordict import TensorDict, TensorDictBase
 from torch import Tensor, nn
 
-from .encoders import ObservationEncoder, has_image
-from .models import (
+from rl8.policies.encoders import ObservationEncoder, has_image
+from rl8.policies.models import (
     Model, _linear, _mlp, check_widths, flat_observation_size, flatten_observation, resolve_activation,
 )
 
@@ -231,7 +231,7 @@ class _RNNModel(RecurrentModel):
 _ARGS_DOC = """
     Args:
         observation_space: Space of one observation (flattened with
-            :func:`~rl8.models.flatten_observation`).
+            :func:`~rl8.policies.models.flatten_observation`).
         action_space: Space of one action.
         distribution_cls: The action distribution class.
         hidden_size: Width ``H`` of the recurrent state (>= 1).
@@ -247,10 +247,10 @@ _ARGS_DOC = """
         ortho_init: Orthogonal initialisation with zero biases: gain sqrt(2) for the encoder,
             1 for the recurrent weights, 0.01 for the policy head and 1 for the value head.
         encoder: A convolutional encoder applied before ``encoder_hiddens``: ``"nature"``,
-            ``"impala"`` or an ``nn.Module`` class (see :class:`rl8.encoders.ImageEncoder`);
+            ``"impala"`` or an ``nn.Module`` class (see :class:`rl8.policies.encoders.ImageEncoder`);
             ``None``: ``"nature"`` for image observations (and ``Dict`` ones with an image),
             none for others. ``Dict`` observations get one encoder per image entry and an MLP
-            per other entry (:class:`rl8.encoders.ObservationEncoder`).
+            per other entry (:class:`rl8.policies.encoders.ObservationEncoder`).
         encoder_config: Keyword arguments of the convolutional encoder (``channels``,
             ``kernel_sizes``, ``strides``, ``features``).
         image_layout: ``"HWC"`` or ``"CHW"``: declares a float Box observation an image.

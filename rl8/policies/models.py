@@ -23,6 +23,8 @@ from gymnasium import spaces
 from tensordict import TensorDictBase
 from torch import nn
 
+from rl8.policies.distributions import Normal
+
 __all__ = ["Model", "MLPModel", "flatten_observation", "flat_observation_size", "check_model_config", "ACTIVATIONS"]
 
 #: Activation names accepted by model_config's "activation", mapped to their torch.nn classes.
@@ -121,8 +123,6 @@ class Model(nn.Module):
         parameter (initialised to ``init_log_std``) and its head outputs only the means;
         :meth:`distribution_params` appends the log-std. Otherwise the head outputs all params.
         """
-        from .distributions import Normal
-
         dist = self.distribution_cls
         param_size = dist.param_size(self.action_space)
         gaussian = issubclass(dist, Normal) or bool(getattr(dist, "gaussian", False))

@@ -16,8 +16,9 @@ from typing import Any, Literal
 
 import torch
 
-from ._resolve import HPARAM_KINDS, resolve
-from .schedules import Schedule
+from rl8.numbers import read_numbers
+from rl8.ppo.resolve import HPARAM_KINDS, resolve
+from rl8.ppo.schedules import Schedule
 
 __all__ = ["HParams"]
 
@@ -206,8 +207,6 @@ class HParams:
         Raises:
             ValueError: An unknown name (with close matches and the valid names).
         """
-        from .config import read_numbers
-
         kinds = {f.name: str(f.type) for f in dataclasses.fields(cls)}
         out: dict[str, Any] = {}
         for key, value in hparams.items():

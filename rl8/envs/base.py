@@ -14,8 +14,8 @@ import torch
 from gymnasium import spaces
 from tensordict import TensorDict, TensorDictBase
 
-from .episodes import EpisodeRecords
-from .spaces import space_dtype, space_shape
+from rl8.envs.episodes import EpisodeRecords
+from rl8.envs.spaces import space_dtype, space_shape
 
 __all__ = [
     "Env", "EnvOutputError", "ReadyEnvs", "validate_step_output", "validate_reset_output", "find_nonfinite",
@@ -113,7 +113,7 @@ class Env(ABC):
         """Advance every sub-env by one step.
 
         Args:
-            action: A batch of actions, see :mod:`rl8.spaces` for shapes and dtypes.
+            action: A batch of actions, see :mod:`rl8.envs.spaces` for shapes and dtypes.
 
         Returns:
             A TensorDict with batch size ``[num_envs]``: ``obs`` and ``rewards`` (``[N, 1]``
@@ -170,7 +170,7 @@ class Env(ABC):
         Returns:
             ``None`` (the default): the env keeps no records of its own, and PPO logs no
             ``env_episodes/*``. An env that keeps records returns them at every call, as
-            :class:`~rl8.episodes.EpisodeRecords` with zero counts when no episode ended, so
+            :class:`~rl8.envs.episodes.EpisodeRecords` with zero counts when no episode ended, so
             that every rank of a data-parallel job logs the same stats.
         """
         return None
@@ -278,8 +278,8 @@ class ReadyEnvs(ABC):
     :class:`rl8.envs.PoolEnv`) lets the rollout loop act on whichever sub-envs are ready:
     :meth:`send` hands actions to some sub-envs, which then step while :meth:`recv` returns
     the step outputs of the sub-envs that finished, as they finish.
-    :meth:`PPO.collect <rl8.PPO.collect>` then runs :func:`rl8.rollout.rollout_ready_envs`
-    instead of :func:`rl8.rollout.rollout`. The ordinary :meth:`Env.step` of all sub-envs
+    :meth:`PPO.collect <rl8.PPO.collect>` then runs :func:`rl8.ppo.rollout.rollout_ready_envs`
+    instead of :func:`rl8.ppo.rollout.rollout`. The ordinary :meth:`Env.step` of all sub-envs
     keeps working (send all, receive all, in env order) while no sub-env is stepping.
 
     Attributes:

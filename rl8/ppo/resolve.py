@@ -19,11 +19,19 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
-from . import registry
-from .registry import qualified_name
+import gymnasium
+import torch
+
+from rl8 import registry
+from rl8.envs.atari import is_atari_id
+from rl8.envs.base import Env
+from rl8.envs.gymnasium import GymnasiumEnv, GymnasiumEnvFactory
+from rl8.policies.distributions import Distribution
+from rl8.policies.models import Model
+from rl8.registry import qualified_name
 
 __all__ = [
-    "ANY", "DISTRIBUTION", "ENV", "HPARAM_KINDS", "MODEL", "MODULE_CLASS", "OPTIMIZER", "Kind",
+    "ANY", "CheckpointError", "DISTRIBUTION", "ENV", "HPARAM_KINDS", "MODEL", "MODULE_CLASS", "OPTIMIZER", "Kind",
     "EnvTarget", "check_stored_env_kwargs", "check_stored_hparams", "describe", "env_spec_string",
     "env_target", "import_user_path", "is_dotted_path", "qualified_name", "resolve", "resolve_env",
     "spec_from_env_info",
@@ -39,9 +47,9 @@ class Kind(NamedTuple):
     hand_over: str = ""
 
 
-def _subclass_of(module: str, name: str) -> Callable[[Any], bool]:
-    """``obj`` is a class deriving from ``module.name`` (imported lazily: rl8 imports this module)."""
-    return lambda obj: isinstance(obj, type) and issubclass(obj, getattr(importlib.import_module(module), name))
+def _subclass_of(base: type) -> Callable[[Any], bool]:
+    """``obj`` is a class deriving from ``base``."""
+    return lambda obj: isinstance(obj, type) and issubclass(obj, base)
 
 
 def _hparam(key: str) -> str:
@@ -49,27 +57,22 @@ def _hparam(key: str) -> str:
 
 
 #: Model classes (``hparams.model_cls``, a policy file's ``model_cls``).
-MODEL = Kind("an rl8 Model subclass (rl8.models.Model)", _subclass_of("rl8.models", "Model"),
+MODEL = Kind("an rl8 Model subclass (rl8.policies.models.Model)", _subclass_of(Model),
              f"load_policy(path, model_cls={{attr}}) or {_hparam('model_cls')}")
 #: Distribution classes (``hparams.distribution_cls``).
-DISTRIBUTION = Kind("an rl8 Distribution subclass (rl8.distributions.Distribution)",
-                    _subclass_of("rl8.distributions", "Distribution"),
+DISTRIBUTION = Kind("an rl8 Distribution subclass (rl8.policies.distributions.Distribution)",
+                    _subclass_of(Distribution),
                     f"load_policy(path, distribution_cls={{attr}}) or {_hparam('distribution_cls')}")
 #: Optimizer classes (``hparams.optimizer_cls``).
-OPTIMIZER = Kind("a torch.optim.Optimizer subclass", _subclass_of("torch.optim", "Optimizer"), _hparam("optimizer_cls"))
+OPTIMIZER = Kind("a torch.optim.Optimizer subclass", _subclass_of(torch.optim.Optimizer), _hparam("optimizer_cls"))
 #: Classes inside a model's config (e.g. ``activation=torch.nn.Tanh``).
-MODULE_CLASS = Kind("a torch.nn.Module subclass", _subclass_of("torch.nn", "Module"))
+MODULE_CLASS = Kind("a torch.nn.Module subclass", _subclass_of(torch.nn.Module))
 #: Anything: what a policy file's model config may name with ``trust_code=True``.
 ANY = Kind("any object", lambda obj: True)
 
 
 def _is_env_kind(obj: Any) -> bool:
     """An ``rl8.Env`` subclass, a ``GymnasiumEnv`` factory, or a ``gymnasium.Env`` subclass."""
-    import gymnasium
-
-    from .env import Env
-    from .envs.gymnasium import GymnasiumEnvFactory
-
     if isinstance(obj, GymnasiumEnvFactory):
         return True
     return isinstance(obj, type) and issubclass(obj, (Env, gymnasium.Env))
@@ -103,9 +106,12 @@ def is_dotted_path(spec: Any) -> bool:
     return isinstance(spec, str) and "." in spec and "/" not in spec and not spec[0].isupper()
 
 
-def _refuse(source: Any, message: str) -> Exception:
-    from .checkpoint import CheckpointError
+class CheckpointError(ValueError):
+    """A file cannot be loaded as an rl8 checkpoint (corrupt, foreign, unsafe, or too new).
+    Defined here, where a file's names are refused; :mod:`rl8.checkpoint` exports it."""
 
+
+def _refuse(source: Any, message: str) -> Exception:
     return CheckpointError(f"{source}: {message}")
 
 
@@ -249,8 +255,6 @@ def _check_gymnasium_id(env_id: str, field: str, source: Any, trust_code: bool) 
             "trust_code=True (rl8 --trust-code) imports it, for a file you trust (see docs/security.md)",
         )
     env_id = bare if colon else env_id
-    from .atari import is_atari_id
-
     if is_atari_id(env_id):  # rl8's Atari preset registers ale_py's ids itself
         return
     if not registry.gymnasium_id_registered(env_id):
@@ -273,15 +277,13 @@ def check_stored_env_kwargs(target: Any, env_kwargs: Any, *, field: str = "env",
     if env_kwargs is not None and not isinstance(env_kwargs, Mapping):
         raise _refuse(source, f"{field} env_kwargs must be a dict, got {type(env_kwargs).__name__}")
     inner = (env_kwargs or {}).get("env")
-    from .envs.gymnasium import GymnasiumEnv
-
     if isinstance(target, type) and issubclass(target, GymnasiumEnv) and isinstance(inner, str):
         _check_gymnasium_id(inner, f"{field} env_kwargs['env']", source, trust_code)
 
 
 def resolve_env(spec: Any, *, field: str = "env", source: Any = None, trust_code: bool = False,
                 env_kwargs: Mapping[str, Any] | None = None) -> Any:
-    """An env spec as something :func:`rl8.ppo.make_env` builds, checked before it is called.
+    """An env spec as something :func:`rl8.ppo.algorithm.make_env` builds, checked before it is called.
 
     A dotted path is looked up (see the module docstring); other strings are gymnasium ids. A
     spec read from a file must name an :data:`ENV` object, or a function you registered
@@ -325,7 +327,7 @@ class EnvTarget(NamedTuple):
     Attributes:
         target: The spec with a dotted path resolved: an ``rl8.Env`` subclass, a gymnasium id,
             a callable making a gymnasium env or a ``GymnasiumEnv`` factory.
-        gymnasium: Whether :func:`rl8.ppo.make_env` wraps it in a
+        gymnasium: Whether :func:`rl8.ppo.algorithm.make_env` wraps it in a
             :class:`~rl8.envs.GymnasiumEnv` (a gymnasium id or maker, a factory) rather than
             building an ``rl8.Env`` subclass directly.
     """
@@ -347,8 +349,6 @@ def env_target(spec: Any, *, source: Any = None, trust_code: bool = False) -> En
     Raises:
         TypeError: ``spec`` is none of these (and not a string).
     """
-    from .env import Env
-
     target = resolve_env(spec, source=source, trust_code=trust_code) if is_dotted_path(spec) else spec
     if isinstance(target, type) and issubclass(target, Env):
         return EnvTarget(target, False)
@@ -361,7 +361,7 @@ def env_target(spec: Any, *, source: Any = None, trust_code: bool = False) -> En
 
 
 def env_spec_string(spec: Any) -> str | None:
-    """The env spec as a string that :func:`rl8.ppo.make_env` accepts, or ``None``.
+    """The env spec as a string that :func:`rl8.ppo.algorithm.make_env` accepts, or ``None``.
 
     An :class:`rl8.Env` subclass or a module-level function becomes its dotted path (when
     that path names the object in this process: registered, or bound in its imported module),

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
-    from .distributed import DistContext
+    from rl8.ppo.distributed import DistContext
 
 __all__ = ["RENAMED_STATS", "Stats", "current_stat_name", "episode_means", "reduce_stats", "rollout_stats", "warn_renamed"]
 
@@ -105,7 +105,7 @@ def reduce_stats(
     float64. Nothing else is read or changed.
 
     Args:
-        dist: The run's :class:`~rl8.distributed.DistContext`.
+        dist: The run's :class:`~rl8.ppo.distributed.DistContext`.
         sums: Statistics summed across ranks, ``{name: 0-d tensor}``. A name may appear in
             only one of ``sums``, ``means``, ``mins``, ``maxs`` and ``local``.
         means: Statistics averaged across ranks.
@@ -150,15 +150,15 @@ def rollout_stats(
     reward normaliser and hands their tensors in, to travel in the same transfer.
 
     Args:
-        dist: The run's :class:`~rl8.distributed.DistContext`.
+        dist: The run's :class:`~rl8.ppo.distributed.DistContext`.
         rewards: ``[num_envs, T]`` rewards of the rollout.
         episode_sums: ``episodes/{return_sum,length_sum,count}`` of the episodes that ended
-            (:meth:`rl8.episodes.EpisodeTracker.advance`); ``None`` for envs without episodes.
+            (:meth:`rl8.envs.episodes.EpisodeTracker.advance`); ``None`` for envs without episodes.
         sums: More 0-d tensors to sum over ranks and read back (e.g. the reward normaliser's
-            :meth:`~rl8.normalization.RewardNormalizer.returns_moments`).
+            :meth:`~rl8.ppo.rewards.RewardNormalizer.returns_moments`).
         local: More 0-d tensors to read back as they are on this rank.
         env_episode_sums: ``env_episodes/{return_sum,length_sum,count}`` of the episodes that
-            the env recorded itself (:meth:`rl8.episodes.EpisodeRecords.stat_sums`); ``None``
+            the env recorded itself (:meth:`rl8.envs.episodes.EpisodeRecords.stat_sums`); ``None``
             for envs that keep no records.
 
     Returns:
