@@ -18,7 +18,7 @@ import argparse
 import time
 
 from rl8 import PPO, Trainer
-from rl8.conditions import HitsUpperBound
+from rl8.training.conditions import HitsUpperBound
 
 # CleanRL ppo_atari.py's hyper-parameters in rl8's names
 HPARAMS = dict(

@@ -3,7 +3,7 @@
 The public API::
 
     from rl8 import PPO, Trainer
-    from rl8.conditions import HitsUpperBound
+    from rl8.training.conditions import HitsUpperBound
     from rl8.envs import CartPole
 
     Trainer(PPO(CartPole)).run(stop_conditions=[HitsUpperBound("episodes/return_mean", 475)])
@@ -33,12 +33,12 @@ _EXPORTS = {
     "GRUModel": "rl8.policies.recurrent",
     "Distribution": "rl8.policies.distributions",
     "Schedule": "rl8.ppo.schedules",
-    "Trainer": "rl8.trainer",
-    "TrainStats": "rl8.trainer",
-    "TrainerConfig": "rl8.config",
-    "load_policy": "rl8.export",
-    "save_policy": "rl8.export",
-    "record_video": "rl8.video",
+    "Trainer": "rl8.training.trainer",
+    "TrainStats": "rl8.training.run_loop",
+    "TrainerConfig": "rl8.training.config",
+    "load_policy": "rl8.io.export",
+    "save_policy": "rl8.io.export",
+    "record_video": "rl8.training.video",
     "register": "rl8.registry",
 }
 

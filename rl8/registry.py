@@ -15,7 +15,7 @@ names**: the name is looked up here, among the objects of the running process th
 * what you register: ``rl8.register(MyEnv)``, ``@rl8.register`` on a class or function, or
   ``rl8.register(make_env, name="mypkg.old_module.make_env")`` for a name older files use.
 
-Stop conditions are rebuilt from their names in :data:`rl8.conditions.CONDITIONS`, which is
+Stop conditions are rebuilt from their names in :data:`rl8.training.conditions.CONDITIONS`, which is
 the same idea. Names you give yourself (in code, on the command line, in your YAML config)
 are not limited to the registry: rl8 imports them (see ``docs/security.md``).
 

@@ -63,7 +63,7 @@ def test_flat_layout_round_trips_a_rollout_into_a_block_of_rows():
     import torch
 
     from rl8 import PPO
-    from rl8.actors import FlatLayout, _leaves
+    from rl8.training.actors import FlatLayout, _leaves
     from rl8.envs import CartPole
 
     actor = PPO(CartPole, num_envs=4, horizon=8, seed=1, device="cpu")
@@ -84,7 +84,7 @@ def test_truncated_importance_weights_are_one_on_policy_and_capped_off_policy():
     import torch
 
     from rl8 import PPO
-    from rl8.actors import truncated_importance_weights
+    from rl8.training.actors import truncated_importance_weights
     from rl8.envs import CartPole
 
     def make():
@@ -133,7 +133,7 @@ def test_roles_split_ranks_into_learners_first_then_actors():
 
 def test_bad_actor_options_are_refused_naming_them(monkeypatch):
     from rl8 import PPO, Trainer
-    from rl8.config import TrainerConfig
+    from rl8.training.config import TrainerConfig
     from rl8.ppo.distributed import init_distributed
     from rl8.envs import CartPole
 
@@ -183,9 +183,9 @@ def test_an_actor_resumes_its_own_state_and_an_older_checkpoint_starts_its_envs_
 
     import rl8.ppo.distributed
     from rl8 import PPO
-    from rl8._resume import algo_from_checkpoint
-    from rl8.actors import actor_state
-    from rl8.checkpoint import CheckpointError, checkpoint_for_actor, load_checkpoint, save_checkpoint
+    from rl8.training.resume import algo_from_checkpoint
+    from rl8.training.actors import actor_state
+    from rl8.io.checkpoint import CheckpointError, checkpoint_for_actor, load_checkpoint, save_checkpoint
     from rl8.ppo.distributed import Roles, derive_seed
     from rl8.envs import CartPole
 
@@ -236,8 +236,8 @@ def test_a_checkpoint_holds_every_actors_state_or_none(tmp_path, monkeypatch):
     every actor's state: not after the actors were told to stop (``{}``), not with one missing."""
     import rl8.ppo.distributed
     from rl8 import PPO
-    from rl8._resume import write_checkpoint
-    from rl8.checkpoint import load_checkpoint
+    from rl8.training.resume import write_checkpoint
+    from rl8.io.checkpoint import load_checkpoint
     from rl8.ppo.distributed import DistContext, Roles
     from rl8.envs import CartPole
 
@@ -254,7 +254,7 @@ def test_a_checkpoint_holds_every_actors_state_or_none(tmp_path, monkeypatch):
 
 
 def test_cli_takes_the_actor_flags():
-    from rl8.cli import build_parser
+    from rl8.cli.main import build_parser
 
     args = build_parser().parse_args(
         ["train", "--actors", "2", "--max-staleness", "0", "--weight-sync-interval", "1", "--weight-sync", "checkpoint",
@@ -274,7 +274,7 @@ def test_cli_takes_the_actor_flags():
 def test_two_actors_one_learner_solve_cartpole_and_resume_the_same_run(tmp_path, mlflow_uri):
     from mlflow.tracking import MlflowClient
 
-    from rl8.checkpoint import load_checkpoint
+    from rl8.io.checkpoint import load_checkpoint
 
     config = tmp_path / "cartpole.yaml"
     config.write_text(CARTPOLE_CONFIG)
@@ -331,7 +331,7 @@ def test_two_actors_one_learner_solve_cartpole_and_resume_the_same_run(tmp_path,
 def test_checkpoints_hold_each_actors_state_and_resume_restores_it(tmp_path):
     import torch
 
-    from rl8.checkpoint import CheckpointManager, load_checkpoint
+    from rl8.io.checkpoint import CheckpointManager, load_checkpoint
 
     job = torchrun([THIS_FILE, "actor-state", str(tmp_path), "train"], nproc=3, timeout=120)
     assert job.returncode == 0, job.output
@@ -368,12 +368,12 @@ def test_checkpoints_hold_each_actors_state_and_resume_restores_it(tmp_path):
 def _worker_actor_state(out: Path, checkpoint: str) -> None:
     """2 actors, 1 learner (Python API), checkpoints every 2 updates: ``train`` does 3 updates,
     anything else resumes that checkpoint for 2 more. Each actor saves its state
-    (:func:`rl8.actors.actor_state`) after resuming and at its end."""
+    (:func:`rl8.training.actors.actor_state`) after resuming and at its end."""
     import torch
 
     from rl8 import PPO, Trainer
-    from rl8.actors import actor_state
-    from rl8.conditions import HitsUpperBound
+    from rl8.training.actors import actor_state
+    from rl8.training.conditions import HitsUpperBound
     from rl8.ppo.distributed import init_distributed
     from rl8.envs import CartPole
 
@@ -404,7 +404,7 @@ def _worker_actor_state(out: Path, checkpoint: str) -> None:
 def test_sigterm_stops_every_rank_with_a_checkpoint_and_a_killed_run(tmp_path, mlflow_uri):
     from mlflow.tracking import MlflowClient
 
-    from rl8.checkpoint import load_checkpoint
+    from rl8.io.checkpoint import load_checkpoint
 
     config = tmp_path / "cartpole.yaml"
     config.write_text(CARTPOLE_CONFIG.replace("max_steps: 200000", "max_steps: 100000000") + "checkpoint_every: 2\n")
@@ -460,7 +460,7 @@ def _worker_die(out: Path) -> None:
     import torch
 
     from rl8 import PPO, Trainer
-    from rl8.conditions import HitsUpperBound
+    from rl8.training.conditions import HitsUpperBound
     from rl8.ppo.distributed import init_distributed
     from rl8.envs import CartPole
 

@@ -11,7 +11,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 import rl8
-from rl8.cli import main
+from rl8.cli.main import main
 
 pytestmark = pytest.mark.usefixtures("migrated_store", "one_torch_thread")
 
@@ -97,7 +97,7 @@ def test_the_mlflow_ui_hint_names_the_extra_when_the_ui_is_not_installed(monkeyp
     """rl8 needs only mlflow-skinny, whose `mlflow ui` fails for want of flask."""
     import importlib.util
 
-    from rl8.progress import mlflow_ui_command as _mlflow_ui_command
+    from rl8.training.progress import mlflow_ui_command as _mlflow_ui_command
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     find_spec = importlib.util.find_spec
@@ -179,8 +179,8 @@ def test_resume_continues_the_run(tmp_path, capsys, mlflow_uri):
 
 
 def test_train_options_come_from_trainer_config(capsys):
-    from rl8.cli import CONFIG_KEYS
-    from rl8.config import TrainerConfig
+    from rl8.cli.main import CONFIG_KEYS
+    from rl8.training.config import TrainerConfig
 
     with pytest.raises(SystemExit):
         main(["train", "--help"])
@@ -265,8 +265,8 @@ def test_version_and_python_dash_m(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["--version"])
     assert exc.value.code == 0
-    assert capsys.readouterr().out.strip() == f"rl8 {rl8.version.__version__}"
+    assert capsys.readouterr().out.strip() == f"rl8 {rl8.__version__}"
     done = subprocess.run([sys.executable, "-m", "rl8", "--version"], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0 and done.stdout.strip() == f"rl8 {rl8.version.__version__}"
+    assert done.returncode == 0 and done.stdout.strip() == f"rl8 {rl8.__version__}"
     done = subprocess.run([sys.executable, "-m", "rl8"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "train" in done.stderr

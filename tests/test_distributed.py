@@ -168,7 +168,7 @@ def test_two_rank_rl8_train_solves_cartpole(tmp_path, mlflow_uri):
     assert [m.value for m in steps][:2] == [2 * 64 * 32, 4 * 64 * 32]  # env steps of both ranks
     assert steps[-1].value < 400000
 
-    from rl8.checkpoint import load_checkpoint
+    from rl8.io.checkpoint import load_checkpoint
 
     files = sorted((tmp_path / "ckpts").glob("*.pt"))
     assert len(files) == 1, files  # one file, written by rank 0 only
@@ -196,7 +196,7 @@ def test_two_rank_rl8_train_solves_cartpole(tmp_path, mlflow_uri):
 @pytest.mark.timeout(180)
 def test_signal_checkpoint_and_resume_restore_every_rank(tmp_path):
     from rl8 import Trainer
-    from rl8.checkpoint import CheckpointError, load_checkpoint
+    from rl8.io.checkpoint import CheckpointError, load_checkpoint
 
     job = torchrun([THIS_FILE, "resume", str(tmp_path)])
     assert job.returncode == 0, job.output
@@ -310,7 +310,7 @@ def _worker_one_update(out: str) -> None:
 def _worker_resume(out: str) -> None:
     rank = _join()
     from rl8 import PPO, Trainer
-    from rl8.conditions import HitsUpperBound
+    from rl8.training.conditions import HitsUpperBound
     from rl8.envs import CartPole
 
     out_dir = Path(out)
@@ -353,7 +353,7 @@ def _comparable(stats) -> dict[str, float]:
 def _worker_fail(out: str, mode: str) -> None:
     rank = _join()
     from rl8 import PPO, Trainer
-    from rl8.conditions import HitsUpperBound
+    from rl8.training.conditions import HitsUpperBound
     from rl8.envs import CartPole
 
     algo = PPO(CartPole, num_envs=8, horizon=8, sgd_minibatch_size=32, seed=0, device="cpu")

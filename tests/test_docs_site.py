@@ -125,7 +125,7 @@ def test_sphinx_roles_become_links(site):
     """The docstrings' ``:class:`~rl8.HParams``` roles are links in the reference, none is left
     as text."""
     ppo_page = (site / "api" / "ppo" / "index.html").read_text()
-    assert re.search(r'<a[^>]+href="[^"]*#rl8\.hparams\.HParams"[^>]*>\s*<code>HParams</code>', ppo_page)
+    assert re.search(r'<a[^>]+href="[^"]*#rl8\.ppo\.hparams\.HParams"[^>]*>\s*<code>HParams</code>', ppo_page)
     role = re.compile(r":(?:class|meth|func|attr|mod|data|exc|obj):<code>[^<]*</code>")
     leftover = {match for page in site.rglob("*.html") for match in role.findall(page.read_text())}
     assert not leftover, f"Sphinx roles left as text: {sorted(leftover)[:10]}"

@@ -235,7 +235,7 @@ def _worker_actors(out: str) -> None:
     from pathlib import Path
 
     from rl8 import Trainer
-    from rl8.conditions import HitsUpperBound
+    from rl8.training.conditions import HitsUpperBound
     from rl8.ppo.distributed import init_distributed
 
     torch.set_num_threads(1)
@@ -258,7 +258,7 @@ def test_the_progress_line_shows_the_envs_own_returns_first():
     an update in which no game ended keeps the last one shown."""
     import io
 
-    from rl8.progress import Progress
+    from rl8.training.progress import Progress
     from rl8.ppo.stats import Stats
 
     stream = io.StringIO()

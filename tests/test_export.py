@@ -10,9 +10,9 @@ from gymnasium import spaces
 from torch import nn
 
 from rl8 import PPO, Policy, Trainer, load_policy, save_policy
-from rl8.checkpoint import CheckpointError, save_checkpoint
+from rl8.io.checkpoint import CheckpointError, save_checkpoint
 from rl8.envs import CartPole, ContinuousDummyEnv
-from rl8.export import policy_to_dict, read_policy, space_from_dict, space_to_dict
+from rl8.io.export import policy_to_dict, read_policy, space_from_dict, space_to_dict
 
 pytestmark = pytest.mark.usefixtures("migrated_store", "one_torch_thread")
 
@@ -111,7 +111,7 @@ def test_load_policy_errors(tmp_path):
 
 
 def test_rl8_eval_in_an_env_with_other_spaces_exits_2_naming_both(tmp_path, capsys):
-    from rl8.cli import main
+    from rl8.cli.main import main
 
     path = save_policy(PPO(CartPole, **SMALL).policy, tmp_path / "policy.pt",
                        env={"spec": "rl8.envs.cartpole.CartPole", "env_kwargs": {}, "env_config": {}})

@@ -11,8 +11,8 @@ from tensordict import TensorDict
 
 from rl8 import PPO, Env, EnvOutputError, NonFiniteError, Trainer
 from rl8.ppo.algorithm import algorithm as rl8_ppo
-from rl8.checkpoint import CheckpointManager, load_checkpoint
-from rl8.conditions import HitsUpperBound, TimeLimit
+from rl8.io.checkpoint import CheckpointManager, load_checkpoint
+from rl8.training.conditions import HitsUpperBound, TimeLimit
 from rl8.envs import CartPole
 
 pytestmark = pytest.mark.usefixtures("migrated_store", "one_torch_thread")
@@ -147,7 +147,7 @@ def count_steps(monkeypatch, limit=6):
 
 
 def test_cli_resume_keeps_the_stop_conditions_of_a_run_started_from_python(monkeypatch, tmp_path):
-    from rl8.cli import main
+    from rl8.cli.main import main
 
     stop = [HitsUpperBound("env/steps", 2 * STEP), TimeLimit(3600)]
     with Trainer(PPO(CartPole, **SMALL), progress=False, checkpoint_dir=tmp_path / "ck") as trainer:
@@ -178,8 +178,8 @@ def test_python_resume_of_a_finished_run_trains_zero_steps(monkeypatch, tmp_path
 
 
 def test_cli_resume_refuses_stop_conditions_it_cannot_rebuild(monkeypatch, tmp_path, capsys):
-    from rl8.cli import main
-    from rl8.conditions import Condition
+    from rl8.cli.main import main
+    from rl8.training.conditions import Condition
 
     class AfterTwo(Condition):
         def __call__(self, stats):
@@ -236,8 +236,8 @@ def test_runs_record_their_process_and_rl8_runs_clean_marks_dead_ones_failed(mlf
     import socket
     import subprocess
 
-    from rl8.cli import main
-    from rl8.tracking import Tracker
+    from rl8.cli.main import main
+    from rl8.tracking.tracker import Tracker
 
     client = MlflowClient(mlflow_uri)
     alive = Tracker(experiment="clean")

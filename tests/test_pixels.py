@@ -200,7 +200,7 @@ def test_recurrent_models_on_images(model_cls):
 
 def test_policy_file_round_trip(tmp_path):
     """CNN and multi-input policies save and load (weights_only) with the same outputs."""
-    from rl8.export import load_policy, save_policy
+    from rl8.io.export import load_policy, save_policy
 
     space = spaces.Dict({"image": uint8_box(1, 16, 16), "speed": spaces.Box(-1, 1, (2,), np.float32)})
     obs = TensorDict({"image": torch.randint(0, 256, (3, 1, 16, 16), dtype=torch.uint8),
@@ -266,7 +266,7 @@ def test_catch_follows_the_env_contract_and_scores_landings():
 def test_catch_video_uses_the_envs_own_frames(tmp_path):
     imageio = pytest.importorskip("imageio")
     pytest.importorskip("imageio_ffmpeg")
-    from rl8.video import record_video
+    from rl8.training.video import record_video
 
     env = Catch(1, rows=4, cols=4, scale=2)
     policy = Policy(env.observation_space, env.action_space, model_config=SMALL_CNN)

@@ -7,7 +7,7 @@ import gymnasium
 import pytest
 
 from rl8.ppo.resolve import env_target, resolve_env
-from rl8.checkpoint import CheckpointError
+from rl8.io.checkpoint import CheckpointError
 from rl8.envs import CartPole, GymnasiumEnv
 
 

@@ -15,10 +15,10 @@ from mlflow.tracking import MlflowClient
 
 import rl8.presets
 from rl8 import PPO, Trainer
-from rl8.callbacks import Callback
-from rl8.conditions import And, HitsUpperBound, MissingStatError, Or, TimeLimit
+from rl8.training.callbacks import Callback
+from rl8.training.conditions import And, HitsUpperBound, MissingStatError, Or, TimeLimit
 from rl8.envs import CartPole
-from rl8.progress import Progress
+from rl8.training.progress import Progress
 
 pytestmark = pytest.mark.usefixtures("migrated_store", "one_torch_thread")
 
@@ -51,7 +51,7 @@ def test_an_eval_condition_without_evaluations_fails_before_the_first_step(condi
 
 
 def test_rl8_train_refuses_an_eval_condition_without_evaluations(tmp_path, capsys):
-    from rl8.cli import main
+    from rl8.cli.main import main
 
     config = tmp_path / "run.yaml"
     config.write_text("env: rl8.envs.CartPole\nhparams: {num_envs: 16, horizon: 8, sgd_minibatch_size: 64}\n"
@@ -92,7 +92,7 @@ def test_a_bad_budget_is_an_error_naming_it(kwargs, message):
 
 
 def test_rl8_train_takes_max_env_steps(capsys, mlflow_uri):
-    from rl8.cli import main
+    from rl8.cli.main import main
 
     argv = ["train", "--env", "rl8.envs.CartPole", "--set", "num_envs=16", "--set", "horizon=8",
             "--set", "sgd_minibatch_size=64", "--max-env-steps", str(STEP), "--quiet"]
@@ -206,7 +206,7 @@ def test_run_says_where_the_results_go_at_the_start_and_the_end(capsys, tmp_path
 
 @pytest.mark.parametrize("quiet", [True, False])
 def test_rl8_train_prints_where_the_results_went_once(quiet, capsys):
-    from rl8.cli import main
+    from rl8.cli.main import main
 
     argv = ["train", "--env", "rl8.envs.CartPole", "--set", "num_envs=16", "--set", "horizon=8",
             "--set", "sgd_minibatch_size=64", "--max-steps", str(STEP), *(["--quiet"] if quiet else [])]
@@ -221,7 +221,7 @@ def test_rl8_train_prints_where_the_results_went_once(quiet, capsys):
 
 
 class Clock:
-    """time.monotonic for rl8.progress, advanced by hand."""
+    """time.monotonic for rl8.training.progress, advanced by hand."""
 
     def __init__(self):
         self.now = 1000.0
@@ -235,11 +235,11 @@ def clock(monkeypatch):
     """The clock of the progress line and of time limits."""
     import types
 
-    import rl8.conditions
-    import rl8.progress
+    import rl8.training.conditions
+    import rl8.training.progress
 
     clock = Clock()
-    for module in (rl8.progress, rl8.conditions):
+    for module in (rl8.training.progress, rl8.training.conditions):
         monkeypatch.setattr(module, "time", types.SimpleNamespace(monotonic=clock))
     return clock
 

@@ -15,8 +15,10 @@ from mlflow.tracking import MlflowClient
 from tensordict import TensorDict
 
 from rl8 import PPO, Env, Trainer
-from rl8.checkpoint import CheckpointManager, load_checkpoint, save_checkpoint
-from rl8.conditions import HitsUpperBound, Plateaus, StopsIncreasing, from_config, with_current_stat_names
+from rl8.io.checkpoint import CheckpointManager, load_checkpoint, save_checkpoint
+from rl8.training.conditions import (
+    HitsUpperBound, Plateaus, StopsIncreasing, from_config, with_current_stat_names,
+)
 from rl8.envs import CartPole
 from rl8.ppo.stats import RENAMED_STATS, Stats, current_stat_name
 
@@ -115,7 +117,7 @@ def test_trainer_logs_the_new_names_only_and_answers_the_old(tmp_path):
 
 
 def test_the_progress_line_of_an_env_without_episodes_shows_its_reward_sum():
-    from rl8.progress import Progress
+    from rl8.training.progress import Progress
 
     stream = io.StringIO()
     progress = Progress(None, stream, interval_s=1e-9)
@@ -151,7 +153,7 @@ def test_from_config_accepts_the_old_eval_name_with_a_warning():
 
 
 def test_cli_config_with_an_old_name_prints_the_warning(capsys):
-    from rl8.cli import _stop_conditions
+    from rl8.cli.main import _stop_conditions
 
     (condition,) = _stop_conditions({"stop_conditions": [{"hits_upper_bound": {"key": "returns/mean", "bound": 1}}]})
     assert condition.key == "rollout/reward_sum_mean"
@@ -187,7 +189,7 @@ def _count_steps(monkeypatch):
 
 @pytest.mark.usefixtures("migrated_store", "one_torch_thread")
 def test_a_checkpoint_with_conditions_on_old_names_resumes(monkeypatch, tmp_path):
-    from rl8.cli import main
+    from rl8.cli.main import main
 
     stop = [StopsIncreasing("eval/rollout/reward_sum_mean", patience=100), HitsUpperBound("env/steps", 2 * STEP)]
     with Trainer(PPO(CartPole, **SMALL), progress=False, checkpoint_dir=tmp_path / "ck") as trainer:

@@ -18,12 +18,12 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from rl8 import PPO, Trainer, TrainerConfig, TrainStats
-from rl8.checkpoint import CheckpointError, save_checkpoint
-from rl8.conditions import (
+from rl8.io.checkpoint import CheckpointError, save_checkpoint
+from rl8.training.conditions import (
     HitsLowerBound, HitsUpperBound, MissingStatError, Plateaus, StopsDecreasing, StopsIncreasing, TimeLimit,
 )
 from rl8.envs import CartPole, DiscreteDummyEnv
-from rl8.tracking import TrackingError
+from rl8.tracking.tracker import TrackingError
 
 pytestmark = pytest.mark.usefixtures("migrated_store", "one_torch_thread")
 
@@ -175,7 +175,7 @@ def test_trainer_config_and_keyword_options_make_the_same_trainer():
         Trainer(algo, checkpoint_evry=2)
     with pytest.raises(ValueError, match="Trainer: keep_checkpoints must be an int >= 1 or None, got 0"):
         Trainer(algo, TrainerConfig(tracking=False), keep_checkpoints=0)
-    with pytest.raises(TypeError, match="config must be a rl8.config.TrainerConfig or None, got 'x'"):
+    with pytest.raises(TypeError, match="config must be a rl8.training.config.TrainerConfig or None, got 'x'"):
         Trainer(algo, "x")
 
 

@@ -340,11 +340,11 @@ def machine() -> dict[str, str]:
     except OSError:
         pass
     return {"commit": commit, "cpu": cpu, "cores": str(os.cpu_count()), "python": platform.python_version(),
-            "torch": torch.__version__, "rl8": rl8.version.__version__}
+            "torch": torch.__version__, "rl8": rl8.__version__}
 
 
 def _assignment(text: str) -> tuple[str, Any]:
-    from rl8.cli import parse_assignment
+    from rl8.cli.main import parse_assignment
 
     path, value = parse_assignment(text, "--set")
     if len(path) != 1:

@@ -10,8 +10,8 @@ import torch
 from gymnasium import spaces
 from tensordict import TensorDict
 
-from rl8.envs._physics import PhysicsEnv
 from rl8.envs import _render
+from rl8.envs._physics import PhysicsEnv
 
 __all__ = ["CartPole"]
 

@@ -32,8 +32,9 @@ from rl8.envs.base import Env, new_tensordict
 from rl8.envs.episodes import EpisodeRecords
 from rl8.envs.spaces import check_space, space_dtype, zeros_like_space
 from rl8.envs.workers import (
-    CLOSE_TIMEOUT_S, EPISODE_RECORDS_KEY, EnvStepTimeout, EnvWorkerDied, RemoteTraceback, ReportEpisodeRecords,
-    check_step_timeout, exit_description, make_single_env, stop_processes, with_episode_records,
+    CLOSE_TIMEOUT_S, EPISODE_RECORDS_KEY, EnvStepTimeout, EnvWorkerDied, RemoteTraceback,
+    ReportEpisodeRecords, check_step_timeout, exit_description, make_single_env, stop_processes,
+    with_episode_records,
 )
 
 __all__ = [

@@ -43,8 +43,8 @@ from tensordict import TensorDictBase
 from rl8.envs.base import ReadyEnvs
 from rl8.envs.gymnasium import GymnasiumConverter, GymnasiumEnv
 from rl8.envs.workers import (
-    CLOSE_TIMEOUT_S, EPISODE_RECORDS_KEY, EnvStepTimeout, EnvWorkerDied, RemoteTraceback, ReportEpisodeRecords,
-    check_step_timeout, exit_description, make_single_env, stop_processes,
+    CLOSE_TIMEOUT_S, EPISODE_RECORDS_KEY, EnvStepTimeout, EnvWorkerDied, RemoteTraceback,
+    ReportEpisodeRecords, check_step_timeout, exit_description, make_single_env, stop_processes,
 )
 
 __all__ = ["PoolEnv", "PoolWorkerDied"]

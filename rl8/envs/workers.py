@@ -28,7 +28,7 @@ CLOSE_TIMEOUT_S = 2.0
 
 
 class EnvWorkerDied(RuntimeError):
-    """A worker process of an async :class:`GymnasiumEnv` or of a :class:`rl8.envs.PoolEnv`
+    """A worker process of an async :class:`~rl8.envs.gymnasium.GymnasiumEnv` or of a :class:`rl8.envs.PoolEnv`
     ended without being asked to (killed, crashed). The message names its sub-envs and exit
     code; the env and all its workers have been closed."""
 
@@ -104,7 +104,7 @@ class ReportEpisodeRecords(gymnasium.Wrapper):
     those episodes (their ``"r"`` and ``"l"``). Reading ``record``'s counters rather than the
     ``info["episode"]`` it writes also counts the games that end inside an outer wrapper's
     ``reset`` (a no-op or FIRE step of the Atari preset), whose info no one returns.
-    :class:`GymnasiumEnv` puts it outermost around every sub-env that has a
+    :class:`~rl8.envs.gymnasium.GymnasiumEnv` puts it outermost around every sub-env that has a
     ``RecordEpisodeStatistics`` (:func:`with_episode_records`) and sums what it reports.
 
     Args:

@@ -12,11 +12,11 @@ from gymnasium import spaces
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
+from rl8.envs.spaces import check_space, space_dtype, space_shape, zeros_like_space
 from rl8.policies.distributions import Distribution, default_distribution_cls
 from rl8.policies.encoders import default_model_cls
 from rl8.policies.models import Model, check_model_config
 from rl8.policies.normalization import ObservationNormalizer
-from rl8.envs.spaces import check_space, space_dtype, space_shape, zeros_like_space
 
 __all__ = ["Policy"]
 

@@ -1,6 +1,6 @@
 """The one episode runner: a policy acting in a batched env, step after step.
 
-``rl8 eval``, :func:`rl8.video.record_video` and :meth:`rl8.PPO.evaluate` all run a policy
+``rl8 eval``, :func:`rl8.training.video.record_video` and :meth:`rl8.PPO.evaluate` all run a policy
 the same way: act on the observations, step the env, read its done flags, reset a recurrent
 state where an episode ended. :func:`run_policy` does that and yields each step; the caller
 keeps what it needs (returns, frames, stats) and stops when it has enough::

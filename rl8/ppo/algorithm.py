@@ -357,7 +357,7 @@ def _eval_on_training_envs_error(k: int, collects: int) -> RuntimeError:
 class PresetHint(UserWarning):
     """The hint that a gymnasium id given to :class:`PPO` with default hyper-parameters has a
     tuned preset (``PPO.from_preset(id)``); shown once per id per process. Silence it with
-    ``warnings.filterwarnings("ignore", category=rl8.ppo.PresetHint)``."""
+    ``warnings.filterwarnings("ignore", category=rl8.ppo.algorithm.PresetHint)``."""
 
 
 #: Hyper-parameters that do not tune learning: given alone, PPO still hints at a preset.
@@ -392,9 +392,9 @@ class PPO:
         env: The batched env instance.
         policy: The :class:`~rl8.Policy` (model + distribution + normaliser).
         optimizer: The torch optimizer.
-        buffer: The :class:`~rl8.buffer.RolloutBuffer`.
+        buffer: The :class:`~rl8.ppo.buffer.RolloutBuffer`.
         collector: With ``collect_mode="overlap"``, the
-            :class:`~rl8.overlap.OverlapCollector` (the actor side, which collects in the
+            :class:`~rl8.ppo.overlap.OverlapCollector` (the actor side, which collects in the
             background); ``None`` in sync mode.
         minibatch_size: Transitions per minibatch of an update (see
             :meth:`HParams.minibatch_size_for <rl8.HParams.minibatch_size_for>`).
@@ -405,7 +405,7 @@ class PPO:
         steps: Number of :meth:`update` calls (optimisation steps of the policy).
         advantage_weights: ``None``, or ``[num_envs, horizon]`` per-transition weights by which
             the next :meth:`update` multiplies the (normalised) advantages, then resets to
-            ``None``; :mod:`rl8.actors` sets truncated importance weights here (feedforward
+            ``None``; :mod:`rl8.training.actors` sets truncated importance weights here (feedforward
             models).
 
     Example:
@@ -554,7 +554,7 @@ class PPO:
             deterministic: Take the distributions' modes instead of sampling.
 
         Returns:
-            Rollout stats (a :class:`~rl8.stats.Stats` dict; see ``docs/trainer.md``,
+            Rollout stats (a :class:`~rl8.ppo.stats.Stats` dict; see ``docs/trainer.md``,
             Metrics): ``rollout/reward_sum_*`` (each env's sum of rewards over the ``horizon``
             steps), ``rewards/*`` (per step), for episodic envs
             ``episodes/{return_mean,length_mean,count}``, and for envs that record episodes
@@ -581,12 +581,12 @@ class PPO:
     def behaviour_version(self) -> int:
         """The update count (:attr:`steps`) of the weights that collected the buffer's rollout
         (in overlap mode the rollout ran before the last update; an actor of
-        :mod:`rl8.actors` sets ``steps`` to the version of the weights it received)."""
+        :mod:`rl8.training.actors` sets ``steps`` to the version of the weights it received)."""
         return self._behaviour_version
 
     @torch.no_grad()
     def collect_received(self, fill: Callable[[RolloutBuffer], None]) -> Stats:
-        """The learner's collect in a job of actors and learners (:mod:`rl8.actors`):
+        """The learner's collect in a job of actors and learners (:mod:`rl8.training.actors`):
         ``fill(self.buffer)`` writes rollouts that other processes collected into the buffer
         (every row and column, as :meth:`collect` would); then the counters advance and the
         rollout stats, NaN/inf checks and reward normaliser run as after :meth:`collect`.
@@ -678,7 +678,7 @@ class PPO:
         check_buffer_finite(self.buffer, type(self.env).__name__, self.collects)
 
     def _check_stats_finite(self, stats: dict[str, float], names: tuple[str, ...], where: str) -> None:
-        """:func:`~rl8.finite.check_stats_finite`, naming envs and steps when the last collect's
+        """:func:`~rl8.ppo.finite.check_stats_finite`, naming envs and steps when the last collect's
         observations or rewards are the cause (unless ``check_finite_collects=0``)."""
         find_cause = self._check_buffer_finite if self.hparams.check_finite_collects != 0 else None
         check_stats_finite(stats, names, where, self.env_steps, find_cause)
@@ -715,7 +715,7 @@ class PPO:
 
         Raises:
             NonFiniteError: ``losses/total`` or ``monitors/grad_norm`` (the latter only without a
-                gradient scaler) is NaN or inf (an :class:`~rl8.env.EnvOutputError` when the
+                gradient scaler) is NaN or inf (an :class:`~rl8.envs.base.EnvOutputError` when the
                 collect's observations or rewards are the cause); the message names the stat and
                 step.
         """

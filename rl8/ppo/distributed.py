@@ -19,6 +19,7 @@ import dataclasses
 import datetime
 import math
 import os
+import pickle
 import time
 from collections.abc import Callable
 from typing import Any
@@ -181,7 +182,7 @@ def init_distributed(
             that stalls ends the others with an error instead of a hang; ``None``: the
             ``RL8_DIST_TIMEOUT_S`` environment variable, else :data:`DEFAULT_TIMEOUT_S`.
         actors: Make this many ranks actors, which only collect, and the others learners
-            (see :class:`Roles` and :mod:`rl8.actors`); every :class:`DistContext` made
+            (see :class:`Roles` and :mod:`rl8.training.actors`); every :class:`DistContext` made
             afterwards is then the learners' group on a learner and a one-process context on an
             actor. ``None``: data-parallel training (every rank collects and learns).
 
@@ -414,8 +415,6 @@ class DistContext:
 
 def _picklable(exc: BaseException) -> BaseException:
     """``exc``, or a RuntimeError with its message when it cannot be sent to another rank."""
-    import pickle
-
     try:
         pickle.loads(pickle.dumps(exc))
         return exc

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 
-from rl8.ppo.buffer import RolloutBuffer
 from rl8.envs.base import EnvOutputError, find_nonfinite
+from rl8.ppo.buffer import RolloutBuffer
 
 __all__ = ["CHECKED_ROLLOUT_STATS", "CHECKED_UPDATE_STATS", "NonFiniteError", "check_buffer_finite", "check_stats_finite"]
 

@@ -126,7 +126,7 @@ class HParams:
             (``"torch.optim.Adam"``).
         optimizer_kwargs: Extra keyword arguments of the optimizer (``lr`` is set from
             ``lr``). Default: Adam's ``eps=1e-5`` as in the 37 details.
-        model_cls: A :class:`rl8.Model` subclass (see :mod:`rl8.models`), its dotted path, or
+        model_cls: A :class:`rl8.Model` subclass (see :mod:`rl8.policies.models`), its dotted path, or
             ``None`` for the default.
         model_config: Keyword arguments of the model class.
         distribution_cls: A :class:`rl8.Distribution` subclass, its dotted path, or ``None``

@@ -22,9 +22,9 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from rl8.ppo.buffer import RolloutBuffer, RolloutCarry
 from rl8.envs.episodes import EpisodeRecords
 from rl8.policies.policy import Policy
+from rl8.ppo.buffer import RolloutBuffer, RolloutCarry
 
 __all__ = ["OverlapCollector", "Rollout", "RolloutFn"]
 

@@ -3,7 +3,7 @@
 
 * A name read from a file (``source`` given) is looked up in :mod:`rl8.registry`, never
   imported (unless ``trust_code=True``); a name it lacks is a
-  :class:`~rl8.checkpoint.CheckpointError` saying how to register it or hand it over, and the
+  :class:`~rl8.io.checkpoint.CheckpointError` saying how to register it or hand it over, and the
   object found must be of the claimed :class:`Kind` before anything calls it.
 * A name you give (in code, on the command line, in your config; ``source=None``) is looked
   up in the registry, else imported (:func:`import_user_path`); a wrong kind is a
@@ -108,7 +108,7 @@ def is_dotted_path(spec: Any) -> bool:
 
 class CheckpointError(ValueError):
     """A file cannot be loaded as an rl8 checkpoint (corrupt, foreign, unsafe, or too new).
-    Defined here, where a file's names are refused; :mod:`rl8.checkpoint` exports it."""
+    Defined here, where a file's names are refused; :mod:`rl8.io.checkpoint` exports it."""
 
 
 def _refuse(source: Any, message: str) -> Exception:
@@ -215,7 +215,7 @@ def resolve(value: Any, kind: Kind, *, field: str, source: Any = None, trust_cod
             kind is checked all the same).
 
     Raises:
-        rl8.checkpoint.CheckpointError: ``source`` is given and the name is not registered
+        rl8.io.checkpoint.CheckpointError: ``source`` is given and the name is not registered
             (without ``trust_code``) or names an object not of ``kind``.
         ValueError: ``source`` is ``None`` and the object is not of ``kind``.
         ImportError: A name to import cannot be imported.
@@ -272,7 +272,7 @@ def check_stored_env_kwargs(target: Any, env_kwargs: Any, *, field: str = "env",
     is a gymnasium id that :func:`_check_gymnasium_id` accepts.
 
     Raises:
-        rl8.checkpoint.CheckpointError: They are not a dict, or name a refused gymnasium id.
+        rl8.io.checkpoint.CheckpointError: They are not a dict, or name a refused gymnasium id.
     """
     if env_kwargs is not None and not isinstance(env_kwargs, Mapping):
         raise _refuse(source, f"{field} env_kwargs must be a dict, got {type(env_kwargs).__name__}")
@@ -299,7 +299,7 @@ def resolve_env(spec: Any, *, field: str = "env", source: Any = None, trust_code
         env_kwargs: The env's constructor arguments stored with the spec.
 
     Raises:
-        rl8.checkpoint.CheckpointError: A spec from a file is not registered or names an object
+        rl8.io.checkpoint.CheckpointError: A spec from a file is not registered or names an object
             of the wrong kind.
         ValueError: A spec you gave names something that is neither an env class nor callable.
         ImportError: A path to import cannot be imported.

@@ -3,6 +3,7 @@ return (part of PPO: it needs the discount factor and the rollout's shape)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch

@@ -16,9 +16,9 @@ import contextlib
 import torch
 from tensordict import TensorDictBase
 
-from rl8.ppo.buffer import RolloutBuffer, RolloutCarry
 from rl8.envs.base import Env, ReadyEnvs, validate_step_output
 from rl8.policies.policy import Policy
+from rl8.ppo.buffer import RolloutBuffer, RolloutCarry
 
 __all__ = ["rollout", "rollout_ready_envs"]
 

@@ -5,7 +5,7 @@ std}``, which reads like an episode return and is not one (it is ``horizon`` on 
 the policy). It is now ``rollout/reward_sum_{min,max,mean,std}``; episode returns are
 ``episodes/return_mean``. The old names still work, with a ``DeprecationWarning`` naming the new
 one, wherever a stat is looked up by name: in the dicts that :meth:`rl8.PPO.collect` and the
-Trainer return (:class:`Stats`), and in stop conditions (:mod:`rl8.conditions`). Only the new
+Trainer return (:class:`Stats`), and in stop conditions (:mod:`rl8.training.conditions`). Only the new
 names are logged to MLflow. See ``docs/trainer.md`` (Metrics).
 """
 

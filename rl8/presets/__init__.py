@@ -22,9 +22,14 @@ preset reaches and ``docs/results/sweeps.md`` for how its hyper-parameters were 
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
+from rl8.numbers import read_numbers
 from rl8.ppo.presets import PREFIX, for_env, hparams, names, path
+from rl8.presets.config_file import load_config
+from rl8.training.conditions import from_config
+from rl8.training.config import TrainerConfig
 
 __all__ = ["PREFIX", "for_env", "hparams", "load", "names", "path", "run_args", "trainer_options"]
 
@@ -45,8 +50,6 @@ def load(name: str) -> dict[str, Any]:
             :class:`rl8.cli.ConfigError` for its keys, a ``ValueError`` naming the preset and
             the field for a hyper-parameter).
     """
-    from rl8.cli import load_config
-
     config = load_config(path(name))
     hparams(config)  # the values too, not only the names
     return config
@@ -59,11 +62,6 @@ def trainer_options(name: str) -> dict[str, Any]:
     Args:
         name: A name from :func:`names`.
     """
-    import dataclasses
-
-    from rl8.config import TrainerConfig
-    from rl8.numbers import read_numbers
-
     fields = {f.name for f in dataclasses.fields(TrainerConfig)}
     return {key: read_numbers(value) for key, value in load(name).items() if key in fields}
 
@@ -71,14 +69,11 @@ def trainer_options(name: str) -> dict[str, Any]:
 def run_args(name: str) -> dict[str, Any]:
     """The :meth:`rl8.Trainer.run` arguments that preset ``name`` sets: ``max_env_steps`` (its
     ``max_steps``), ``steps_per_eval``, ``stop_conditions`` (built with
-    :func:`rl8.conditions.from_config`), ``env_config`` and ``eval_env_config``, those it has.
+    :func:`rl8.training.conditions.from_config`), ``env_config`` and ``eval_env_config``, those it has.
 
     Args:
         name: A name from :func:`names`.
     """
-    from rl8.conditions import from_config
-    from rl8.numbers import read_numbers
-
     config = load(name)
     out: dict[str, Any] = {}
     if config.get("max_steps") is not None:

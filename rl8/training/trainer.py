@@ -26,19 +26,21 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from rl8._eval_envs import EvalEnvs, check_eval_plan
-from rl8.ppo.resolve import env_spec_string, is_dotted_path
-from rl8._resume import RunRecord, TrainerCheckpoints
-from rl8._run_loop import as_conditions, check_eval_stats, check_record_plan, log_run_params, train_until
-from rl8.callbacks import CallbackLike, as_callbacks
-from rl8.checkpoint import CHECKPOINT_POINTER_ARTIFACT
-from rl8.actors import Learner, check_actor_config, run_actor
-from rl8.conditions import Condition
-from rl8.config import TrainerConfig, run_params
+from rl8.io.checkpoint import CHECKPOINT_POINTER_ARTIFACT
 from rl8.ppo.distributed import DistContext, current_roles
-from rl8.progress import _is_nan
+from rl8.ppo.resolve import env_spec_string, is_dotted_path
 from rl8.ppo.stats import Stats
-from rl8.tracking import _TERMINAL_STATUSES, Tracker, TrackingError, TrackingWarning
+from rl8.tracking.tracker import TERMINAL_STATUSES, Tracker, TrackingError, TrackingWarning
+from rl8.training.actors import Learner, check_actor_config, run_actor
+from rl8.training.callbacks import CallbackLike, as_callbacks
+from rl8.training.conditions import Condition
+from rl8.training.config import TrainerConfig, run_params
+from rl8.training.eval_envs import EvalEnvs, check_eval_plan
+from rl8.training.progress import is_nan
+from rl8.training.resume import RunRecord, TrainerCheckpoints
+from rl8.training.run_loop import (
+    TrainStats, as_conditions, check_eval_stats, check_record_plan, log_run_params, train_until,
+)
 
 if TYPE_CHECKING:
     from rl8.ppo.algorithm import PPO
@@ -48,14 +50,6 @@ __all__ = ["CHECKPOINT_POINTER_ARTIFACT", "TrainStats", "Trainer", "check_eval_p
 #: Seconds a SIGINT/SIGTERM exit may spend on ending the MLflow run (delivering what is queued,
 #: setting the status), whatever the tracking server does.
 SIGNAL_CLOSE_TIMEOUT_S = 6.0
-
-class TrainStats(Stats):
-    """All stats of one training step: a ``dict[str, float]`` (a :class:`rl8.ppo.stats.Stats`, in
-    which rl8 1.0.0's ``returns/*`` names still answer lookups, with a ``DeprecationWarning``):
-    counters (``env/steps``...), :meth:`rl8.PPO.collect`'s and :meth:`rl8.PPO.update`'s stats,
-    ``profiling/*`` (ms), ``throughput/*``, ``memory/*`` (MiB) and on evaluation steps ``eval/*``;
-    the full list with units is in ``docs/trainer.md#metrics``."""
-
 
 def _env_name(spec: Any) -> str:
     if isinstance(spec, str):
@@ -87,7 +81,7 @@ def _memory_stats(device: torch.device) -> dict[str, float]:
 
 class Trainer(TrainerCheckpoints):
     """Train a :class:`~rl8.PPO` algorithm with stop conditions, MLflow tracking and checkpoints
-    (those from :class:`~rl8._resume.TrainerCheckpoints`).
+    (those from :class:`~rl8.training.resume.TrainerCheckpoints`).
 
     Creating a Trainer starts its MLflow run (an unreachable server is an error here; a new run
     in a local store with ``async_logging`` starts in the logging thread, its error raised by the
@@ -97,18 +91,18 @@ class Trainer(TrainerCheckpoints):
 
     Args:
         algo: The algorithm; the Trainer reads its counters and never copies it.
-        config: The options (a :class:`~rl8.config.TrainerConfig`); ``None``: the defaults.
+        config: The options (a :class:`~rl8.training.config.TrainerConfig`); ``None``: the defaults.
         **options: Options by name, over ``config`` (e.g. ``experiment="cartpole"``,
             ``checkpoint_every=100``); every option, its default and meaning is a field of
-            :class:`~rl8.config.TrainerConfig`. An unknown name is a ``TypeError``, a bad value
+            :class:`~rl8.training.config.TrainerConfig`. An unknown name is a ``TypeError``, a bad value
             a ``ValueError`` naming the option.
 
     Attributes:
         algo: The :class:`~rl8.PPO` algorithm.
-        config: The :class:`~rl8.config.TrainerConfig` as given.
+        config: The :class:`~rl8.training.config.TrainerConfig` as given.
         experiment: The MLflow experiment name (``config.experiment`` or the env's name).
         metadata: ``config.metadata`` as a dict (stored in every checkpoint).
-        tracker: The :class:`~rl8.tracking.Tracker` of the MLflow run.
+        tracker: The :class:`~rl8.tracking.tracker.Tracker` of the MLflow run.
         last_checkpoint: Path of the latest checkpoint written or loaded, or ``None``.
         stopped_by: The stop condition that ended the latest :meth:`run`, or ``None`` (for a
             resumed run whose conditions held at the checkpoint: the condition if only one).
@@ -116,7 +110,7 @@ class Trainer(TrainerCheckpoints):
 
     def __init__(self, algo: PPO, config: TrainerConfig | None = None, **options: Any) -> None:
         if config is not None and not isinstance(config, TrainerConfig):
-            raise TypeError(f"Trainer: config must be a rl8.config.TrainerConfig or None, got {config!r}")
+            raise TypeError(f"Trainer: config must be a rl8.training.config.TrainerConfig or None, got {config!r}")
         self.config = config = (config or TrainerConfig()).replace(**options)
         # the names that the tracking block below reads
         run_name, tracking_uri, tracking, run_id = config.run_name, config.tracking_uri, config.tracking, config.run_id
@@ -138,7 +132,7 @@ class Trainer(TrainerCheckpoints):
 
         # data-parallel training: only rank 0 talks to MLflow and writes checkpoints
         self._dist: DistContext = getattr(algo, "dist", None) or DistContext()
-        # actors and learners (rl8.actors): actors only collect, in run(); learners receive
+        # actors and learners (rl8.training.actors): actors only collect, in run(); learners receive
         roles = current_roles()
         check_actor_config(config, algo, roles)
         self.is_actor = roles is not None and roles.is_actor
@@ -186,7 +180,7 @@ class Trainer(TrainerCheckpoints):
         """The MLflow run id (``None`` without tracking); waits for a run still starting.
 
         Raises:
-            rl8.tracking.TrackingError: The run could not be started in the background.
+            rl8.tracking.tracker.TrackingError: The run could not be started in the background.
         """
         self._check_run_start(wait=True)
         return self._run_id
@@ -197,7 +191,7 @@ class Trainer(TrainerCheckpoints):
         by the run id.
 
         Raises:
-            rl8.tracking.TrackingError: The run could not be started in the background.
+            rl8.tracking.tracker.TrackingError: The run could not be started in the background.
         """
         if self._checkpoint_dir is None:
             self._check_run_start(wait=True)
@@ -230,7 +224,7 @@ class Trainer(TrainerCheckpoints):
                 "Trainer.run (call run() on every rank)"
             )
         t0 = time.perf_counter()
-        # with actors, the learner's collect receives their rollouts (rl8.actors.Learner)
+        # with actors, the learner's collect receives their rollouts (rl8.training.actors.Learner)
         collect = learner.collect(env_config) if learner is not None else algo.collect(env_config=env_config)
         t1 = time.perf_counter()
         update = algo.update()
@@ -260,12 +254,12 @@ class Trainer(TrainerCheckpoints):
         if self.closed:
             raise RuntimeError("this Trainer is closed (its MLflow run has ended)")
         self._check_run_start()
-        metrics = {k: float(v) for k, v in stats.items() if not _is_nan(v)}
+        metrics = {k: float(v) for k, v in stats.items() if not is_nan(v)}
         self.tracker.log_metrics(metrics, step=int(self.algo.env_steps))
 
     def flush(self) -> None:
         """Wait until the metrics of every step so far are sent (or queued by the Tracker after
-        a failure; see :meth:`rl8.tracking.Tracker.flush`)."""
+        a failure; see :meth:`rl8.tracking.tracker.Tracker.flush`)."""
         self.tracker.flush()
         self._check_run_start()
 
@@ -294,7 +288,7 @@ class Trainer(TrainerCheckpoints):
     def eval(self, *, env_config: dict[str, Any] | None = None, deterministic: bool = True) -> TrainStats:
         """Evaluate the policy without touching training state (torch's RNG included), and log
         the stats: on the training envs at a reset boundary, else on a dedicated eval env (see
-        :class:`~rl8._eval_envs.EvalEnvs` and ``docs/trainer.md#evaluation-eval``).
+        :class:`~rl8.training.eval_envs.EvalEnvs` and ``docs/trainer.md#evaluation-eval``).
 
         Args:
             env_config: Env parameters for the evaluation (over ``hparams.env_config``).
@@ -318,14 +312,14 @@ class Trainer(TrainerCheckpoints):
         fps: float | None = None,
     ) -> Path:
         """Record a video of one episode of the current policy in a one-env copy of the training
-        env (:meth:`~rl8._eval_envs.EvalEnvs.record`; training is not disturbed) and log it as
+        env (:meth:`~rl8.training.eval_envs.EvalEnvs.record`; training is not disturbed) and log it as
         the artifact ``videos/<file name>`` (rank 0). Needs ``pip install -e ".[video]"``.
 
         Args:
             path: The MP4 file to write; ``None``: ``checkpoint_dir/videos/video-<env steps>.mp4``.
             deterministic: Act with the distributions' modes (``False``: sample).
             max_steps: Env steps at most; ``None``: one episode, bounded by the env's episode
-                limit or 1000 steps (see :func:`~rl8.video.record_video`).
+                limit or 1000 steps (see :func:`~rl8.training.video.record_video`).
             env_config: Env parameters for the recording (over ``hparams.env_config``).
             fps: Frame rate in frames per second; ``None``: the env's ``metadata["render_fps"]``.
 
@@ -383,7 +377,7 @@ class Trainer(TrainerCheckpoints):
             env_config: Env parameters for training resets (see :meth:`step`).
             eval_env_config: Env parameters for evaluations; default ``env_config``.
             steps_per_eval: Evaluate every this many steps; ``None``: never.
-            stop_conditions: One :class:`~rl8.conditions.Condition` or a list of them; the
+            stop_conditions: One :class:`~rl8.training.conditions.Condition` or a list of them; the
                 run stops when any holds. All are checked after every step (stateful ones see
                 every step). Conditions on a counter (``env/steps``...) give the ETA. The one
                 that fired is :attr:`stopped_by`.
@@ -393,8 +387,8 @@ class Trainer(TrainerCheckpoints):
                 ``None``: no such bound.
             max_seconds: Stop after this many seconds of training (wall clock, a number > 0):
                 ``TimeLimit(max_seconds)`` added to ``stop_conditions``. ``None``: no limit.
-            callbacks: Called after every step (see :mod:`rl8.callbacks`): a callable
-                ``callback(trainer, stats)`` or a :class:`~rl8.callbacks.Callback`, or a list
+            callbacks: Called after every step (see :mod:`rl8.training.callbacks`): a callable
+                ``callback(trainer, stats)`` or a :class:`~rl8.training.callbacks.Callback`, or a list
                 of them, in order. A callback may add stats (logged, seen by the conditions)
                 and returns ``True`` to stop the run after this step.
 
@@ -410,7 +404,7 @@ class Trainer(TrainerCheckpoints):
                 callback that is not callable.
             ImportError, NotImplementedError: With ``record_every``, before training: video
                 recording is not installed or the env cannot render (see :meth:`record`).
-            rl8.conditions.MissingStatError: Before training, a condition on an ``eval/`` stat
+            rl8.training.conditions.MissingStatError: Before training, a condition on an ``eval/`` stat
                 without ``steps_per_eval``; at the first step, a condition on a stat that steps
                 do not report (a typo).
         """
@@ -470,15 +464,15 @@ class Trainer(TrainerCheckpoints):
 
         Raises:
             ValueError: ``status`` is not one of the three (nothing is ended).
-            rl8.tracking.TrackingError: The run could not be started in the background (unless
+            rl8.tracking.tracker.TrackingError: The run could not be started in the background (unless
                 raised before).
 
         When ending the run raises, the Trainer stays open (the exit hook still ends the run).
         """
         if self.closed:
             return
-        if str(status).upper() not in _TERMINAL_STATUSES:
-            raise ValueError(f"Trainer.close: status must be one of {_TERMINAL_STATUSES}, got {status!r}")
+        if str(status).upper() not in TERMINAL_STATUSES:
+            raise ValueError(f"Trainer.close: status must be one of {TERMINAL_STATUSES}, got {status!r}")
         try:
             self.tracker.end(status, timeout_s=timeout_s)
         finally:
@@ -490,7 +484,7 @@ class Trainer(TrainerCheckpoints):
 
     def _close_while_raising(self, status: str, timeout_s: float | None = None) -> None:
         """:meth:`close` while another exception propagates: a run start that failed in the
-        background is a :class:`~rl8.tracking.TrackingWarning`, not an error replacing it."""
+        background is a :class:`~rl8.tracking.tracker.TrackingWarning`, not an error replacing it."""
         try:
             self.close(status, timeout_s=timeout_s)
         except TrackingError as exc:

@@ -15,19 +15,22 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from rl8.ppo.resolve import qualified_name
-from rl8.checkpoint import (
+from rl8.io.checkpoint import (
     CHECKPOINT_POINTER_ARTIFACT, CheckpointError, CheckpointManager, checkpoint_for_actor, load_checkpoint,
     read_checkpoint, resolve_checkpoint, save_checkpoint,
 )
-from rl8.conditions import Condition, with_current_stat_names
-from rl8.config import TrainerConfig
+from rl8.io.export import POLICY_ARTIFACT, check_env_spaces, policy_to_dict, save_policy, space_from_dict
+from rl8.ppo.algorithm import PPO, NonFiniteError
 from rl8.ppo.distributed import DistContext, current_roles, derive_seed, rank_device, to_cpu
-from rl8.export import POLICY_ARTIFACT, check_env_spaces, policy_to_dict, save_policy, space_from_dict
+from rl8.ppo.resolve import (
+    qualified_name, check_stored_env_kwargs, check_stored_hparams, env_target, spec_from_env_info,
+)
+from rl8.training.conditions import Condition, with_current_stat_names
+from rl8.training.config import TrainerConfig
+from rl8.version import __version__
 
 if TYPE_CHECKING:
-    from rl8.ppo.algorithm import PPO
-    from rl8.trainer import Trainer
+    from rl8.training.trainer import Trainer
 
 __all__ = [
     "RunRecord", "TrainerCheckpoints", "algo_from_checkpoint", "check_finite_policy", "rank_entry",
@@ -114,8 +117,6 @@ def check_finite_policy(policy: torch.nn.Module, step: int, last_checkpoint: Pat
     Raises:
         rl8.ppo.algorithm.NonFiniteError: A floating-point tensor of the policy holds NaN or inf.
     """
-    from rl8.ppo.algorithm import NonFiniteError
-
     tensors = {k: v for k, v in policy.state_dict().items() if v.is_floating_point()}
     if not tensors:
         return
@@ -142,7 +143,7 @@ def write_checkpoint(state: dict[str, Any], path: Any, folder: Path | None, keep
     """Write a Trainer checkpoint on rank 0 to ``path``, or (``path=None``) as ``folder``'s
     numbered checkpoint keeping the last ``keep_last``; in data-parallel training with every
     rank's own algo state. With actors and learners, ``actors`` is this learner's actors' own
-    states by rank (:meth:`rl8.actors.Learner.actor_states`; ``{}`` when they could not be
+    states by rank (:meth:`rl8.training.actors.Learner.actor_states`; ``{}`` when they could not be
     asked): every learner's are gathered into the file's ``actors`` entry. Every rank gets the
     absolute path written, or rank 0's error."""
     ranks, actor_states = None, [actors]
@@ -182,9 +183,9 @@ def log_policy_artifacts(tracker: Any, policy: torch.nn.Module, env: dict[str, A
 
 
 def read_trainer_checkpoint(ref: str | os.PathLike[str], *, tracking_uri: str | None = None) -> tuple[Path, dict[str, Any]]:
-    """:func:`rl8.checkpoint.read_checkpoint`, except on an actor (``rl8 train --actors``),
+    """:func:`rl8.io.checkpoint.read_checkpoint`, except on an actor (``rl8 train --actors``),
     which reads the file itself and gets its own entry as ``"actor"`` (``None`` in a checkpoint
-    without actor states; see :func:`rl8.checkpoint.checkpoint_for_actor` and
+    without actor states; see :func:`rl8.io.checkpoint.checkpoint_for_actor` and
     :func:`algo_from_checkpoint`)."""
     roles = current_roles()
     if roles is None or not roles.is_actor:
@@ -203,7 +204,7 @@ def algo_from_checkpoint(file: Path, state: Mapping[str, Any], *, env: Any, hpar
 
     Args:
         file: The checkpoint file (for messages).
-        state: Its content (:func:`rl8.checkpoint.read_checkpoint`).
+        state: Its content (:func:`rl8.io.checkpoint.read_checkpoint`).
         env: The env to use instead of the stored one (e.g. a class the registry does not
             hold); ``None``: the stored one.
         hparams: Hyper-parameters to change (e.g. ``{"device": "cuda"}``); a class given here
@@ -212,14 +213,11 @@ def algo_from_checkpoint(file: Path, state: Mapping[str, Any], *, env: Any, hpar
             stored env spec name a plain function, which is then called.
 
     Raises:
-        rl8.checkpoint.CheckpointError: Not a Trainer checkpoint, or a stored name that is not
+        rl8.io.checkpoint.CheckpointError: Not a Trainer checkpoint, or a stored name that is not
             registered or of the wrong kind.
         ValueError: An env that the checkpoint cannot name and that is not given; an env
             whose spaces differ from the checkpoint's.
     """
-    from rl8.ppo.resolve import check_stored_env_kwargs, check_stored_hparams, env_target, spec_from_env_info
-    from rl8.ppo.algorithm import PPO
-
     if not all(isinstance(state.get(k), Mapping) for k in ("algo", "trainer", "env")):
         raise CheckpointError(
             f"{file} is an rl8 checkpoint but not a Trainer checkpoint (it has no "
@@ -312,8 +310,6 @@ class TrainerCheckpoints:
 
     def state_dict(self) -> dict[str, Any]:
         """The checkpoint's content: only tensors and plain Python values (see docs/trainer.md)."""
-        from rl8.version import __version__
-
         algo = self.algo
         record = self._run_record()
         return {
@@ -349,7 +345,7 @@ class TrainerCheckpoints:
         step = int(self.algo.env_steps)
         check_finite_policy(self.algo.policy, step, self.last_checkpoint)
         folder = self.checkpoint_dir if path is None else None
-        # with actors: theirs, at the end of the rollout each is collecting (rl8.actors)
+        # with actors: theirs, at the end of the rollout each is collecting (rl8.training.actors)
         actors = self._learner.actor_states() if self._learner is not None else None
         written = write_checkpoint(self.state_dict(), path, folder, self.config.keep_checkpoints, step, self._dist,
                                    actors)
@@ -387,15 +383,15 @@ class TrainerCheckpoints:
                 function, which rl8 then calls. Off: no module the file names is imported, and
                 every class it names is looked up and checked for its kind (``docs/security.md``).
             **kwargs: Other :class:`Trainer` options to change; the others are those stored
-                (the :class:`~rl8.config.TrainerConfig` fields marked ``stored``).
+                (the :class:`~rl8.training.config.TrainerConfig` fields marked ``stored``).
 
         Raises:
             FileNotFoundError: No checkpoint at ``path``.
-            rl8.checkpoint.CheckpointError: A corrupt, truncated, foreign or unsafe file, or
+            rl8.io.checkpoint.CheckpointError: A corrupt, truncated, foreign or unsafe file, or
                 one that names a class that is not registered, or an object of the wrong kind
                 (e.g. ``subprocess.run`` as env).
             ValueError: The env's observation or action space differs from the checkpoint's.
-            rl8.tracking.TrackingError: The stored MLflow run cannot be resumed.
+            rl8.tracking.tracker.TrackingError: The stored MLflow run cannot be resumed.
         """
         file, state = read_trainer_checkpoint(path, tracking_uri=tracking_uri)
         algo = algo_from_checkpoint(file, state, env=env, hparams=hparams, trust_code=trust_code)

@@ -18,229 +18,24 @@ checkpoint) exit with status 1; SIGINT exits with 130 and SIGTERM with 143 after
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import difflib
 import math
 import os
 import sys
+import time
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from rl8.config import TrainerConfig
 from rl8.numbers import read_numbers as _numbers
+from rl8.presets.config_file import (
+    CONFIG_KEYS, RESUMABLE_HPARAMS, RUN_KEYS, TRAINER_OPTIONS, ConfigError, assign, check_config, hparam_fields,
+    int_option, load_config, mapping_option, optional_str, parse_assignment, stop_conditions, trainer_options,
+    unknown_hparam,
+)
 
-__all__ = ["CONFIG_KEYS", "ConfigError", "build_parser", "load_config", "main", "parse_assignment"]
-
-#: The Trainer options that ``rl8 train`` takes (in a config file; those marked ``"flag"`` also
-#: as flags), declared in :class:`rl8.config.TrainerConfig`.
-_TRAINER_OPTIONS = {f.name: f.metadata for f in dataclasses.fields(TrainerConfig) if f.metadata["cli"]}
-
-#: Top-level keys of a ``rl8 train`` config file.
-CONFIG_KEYS: dict[str, str] = {
-    "env": "the env: a dotted path to an rl8.Env subclass (rl8.envs.CartPole) or a gymnasium id",
-    "hparams": "PPO's hyper-parameters (see rl8.HParams)",
-    "env_config": "env parameters for training resets (Trainer.run(env_config=...))",
-    "eval_env_config": "env parameters for evaluations (default: env_config)",
-    "steps_per_eval": "evaluate every this many training steps",
-    "stop_conditions": "list of stop conditions (rl8.conditions.from_config specs)",
-    "max_steps": "stop after this many env steps (adds hits_upper_bound on env/steps)",
-    **{name: option["doc"] for name, option in _TRAINER_OPTIONS.items()},
-}
-
-#: Keys that describe *how to run* (they may change when resuming); the rest define the model.
-_RUN_KEYS = ("env_config", "eval_env_config", "steps_per_eval", "stop_conditions", "max_steps")
-#: Hyper-parameters that may differ when resuming (they do not change the trained state).
-_RESUMABLE_HPARAMS = ("device", "check_finite_collects")
-
-class ConfigError(ValueError):
-    """A mistake in a config file or the command line; the message names the key."""
-
-
-# --------------------------------------------------------------------------------------------
-# values
-
-
-def _close(key: str, names: Sequence[str]) -> str:
-    close = difflib.get_close_matches(key, list(names), n=3, cutoff=0.6)
-    return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-
-
-def _parse_value(text: str) -> Any:
-    """A ``--set`` value: YAML (``[64, 64]``, ``true``, ``null``), numbers from numeric strings."""
-    import yaml
-
-    if text.strip() in ("None", "none"):  # Python's spelling of null
-        return None
-    try:
-        value = yaml.safe_load(text)
-    except yaml.YAMLError:
-        value = text  # e.g. an unbalanced bracket: keep the text, HParams will say what is wrong
-    return _numbers(value)
-
-
-def parse_assignment(text: str, option: str) -> tuple[list[str], Any]:
-    """Split ``"a.b=value"`` into ``(["a", "b"], parsed value)``."""
-    key, sep, value = text.partition("=")
-    key = key.strip()
-    if not sep or not key:
-        raise ConfigError(f"{option} {text!r}: expected KEY=VALUE, e.g. {option} lr=3e-4")
-    return key.split("."), _parse_value(value)
-
-
-def _assign(target: dict[str, Any], path: list[str], value: Any) -> None:
-    for part in path[:-1]:
-        node = target.get(part)
-        if not isinstance(node, dict):
-            node = target[part] = dict(node) if isinstance(node, Mapping) else {}
-        target = node
-    target[path[-1]] = value
-
-
-def _hparam_fields() -> dict[str, str]:
-    from rl8.ppo.hparams import HParams
-
-    return {f.name: str(f.type) for f in dataclasses.fields(HParams)}
-
-
-def _unknown_hparam(key: Any, where: str) -> ConfigError:
-    """The error for a hyper-parameter name that :class:`rl8.HParams` does not have."""
-    from rl8.ppo.hparams import unknown_hparam_message
-
-    return ConfigError(unknown_hparam_message(key, where))
-
-
-def _clean_hparams(hparams: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """Check hparam names (close matches on a typo) and turn numeric strings into numbers
-    (:meth:`rl8.HParams.read_config`)."""
-    from rl8.ppo.hparams import HParams
-
-    try:
-        return HParams.read_config(hparams, where)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-
-
-def _int_option(config: Mapping[str, Any], key: str, where: str, minimum: int = 1) -> int | None:
-    value = _numbers(config.get(key))
-    if value is None:
-        return None
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"{where}: {key} must be an int >= {minimum}, got {config.get(key)!r}")
-    return value
-
-
-def _mapping_option(config: Mapping[str, Any], key: str, where: str) -> dict[str, Any] | None:
-    value = config.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"{where}: {key} must be a mapping (key: value), got {value!r}")
-    return _numbers(dict(value))
-
-
-# --------------------------------------------------------------------------------------------
-# config files
-
-
-def load_config(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read a ``rl8 train`` YAML config (``yaml.safe_load``) and check its top-level keys.
-
-    Raises:
-        ConfigError: Unreadable file, invalid YAML, not a mapping, or an unknown key (the
-            message names it and its close matches).
-    """
-    import yaml
-
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
-    try:
-        config = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        # yaml's own lines (what it expected, the line and column, the line with a caret)
-        detail = str(exc).replace('"<unicode string>"', f'"{path}"')
-        raise ConfigError(f"{path}: invalid YAML:\n{detail}") from None
-    if config is None:
-        config = {}
-    if not isinstance(config, dict):
-        raise ConfigError(
-            f"{path}: expected a mapping of keys ({', '.join(CONFIG_KEYS)}), "
-            f"got {type(config).__name__}"
-        )
-    check_config(config, str(path))
-    return config
-
-
-def check_config(config: Mapping[str, Any], where: str) -> None:
-    """Raise :class:`ConfigError` for an unknown top-level key or a badly typed section."""
-    for key in config:
-        if key not in CONFIG_KEYS:
-            raise ConfigError(
-                f"{where}: unknown key {key!r}{_close(str(key), list(CONFIG_KEYS))} "
-                f"(valid keys: {', '.join(CONFIG_KEYS)})"
-            )
-    if config.get("env") is not None and not isinstance(config["env"], str):
-        raise ConfigError(f"{where}: env must be a string (a dotted path or a gymnasium id), got {config['env']!r}")
-    if config.get("hparams") is not None:
-        if not isinstance(config["hparams"], Mapping):
-            raise ConfigError(f"{where}: hparams must be a mapping, got {config['hparams']!r}")
-        _clean_hparams(config["hparams"], f"{where}: hparams")
-    for key in ("env_config", "eval_env_config"):
-        _mapping_option(config, key, where)
-    for key in ("steps_per_eval", "max_steps"):
-        _int_option(config, key, where)
-    stops = config.get("stop_conditions")
-    if stops is not None and not isinstance(stops, (list, Mapping)):
-        raise ConfigError(f"{where}: stop_conditions must be a list of conditions, got {stops!r}")
-    _trainer_options(config, where)
-
-
-def _trainer_options(config: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """The Trainer options that ``config`` gives (see :data:`_TRAINER_OPTIONS`), read as the
-    command reads them (``1e3`` is the int 1000); a wrong type is a :class:`ConfigError`."""
-    out: dict[str, Any] = {}
-    for key in [name for name in _TRAINER_OPTIONS if name in config]:
-        if _TRAINER_OPTIONS[key]["cli_type"] is int:
-            out[key] = _int_option(config, key, where, _TRAINER_OPTIONS[key]["cli_min"])
-        elif _TRAINER_OPTIONS[key]["cli_type"] is float and config[key] is not None:
-            value = _numbers(config[key])
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ConfigError(f"{where}: {key} must be a number, got {config[key]!r}")
-            out[key] = float(value)
-        elif config[key] is not None and not isinstance(config[key], (str, int, float)):
-            raise ConfigError(f"{where}: {key} must be a string, got {config[key]!r}")
-        else:
-            out[key] = _str(config[key])
-    return out
-
-
-def _stop_conditions(config: Mapping[str, Any]) -> list[Any]:
-    from rl8.conditions import HitsUpperBound, from_config
-
-    specs = config.get("stop_conditions") or []
-    if isinstance(specs, Mapping):
-        specs = [specs]
-    conditions = []
-    for i, spec in enumerate(specs):
-        try:
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always", DeprecationWarning)
-                conditions.append(from_config(spec))
-        except (ValueError, TypeError) as exc:
-            raise ConfigError(f"stop_conditions[{i}]: {exc}") from None
-        for warning in caught:  # e.g. an rl8 1.0.0 stat name, shown (Python hides them)
-            print(f"rl8: warning: stop_conditions[{i}]: {warning.message}", file=sys.stderr)
-    max_steps = _int_option(config, "max_steps", "config")
-    if max_steps is not None:
-        conditions.append(HitsUpperBound("env/steps", max_steps))
-    return conditions
-
+__all__ = ["build_parser", "main"]
 
 # --------------------------------------------------------------------------------------------
 # rl8 train
@@ -249,18 +44,18 @@ def _stop_conditions(config: Mapping[str, Any]) -> list[Any]:
 def _overrides(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
     """(config keys, hparams) given on the command line."""
     config: dict[str, Any] = {}
-    flags = [name for name, option in _TRAINER_OPTIONS.items() if option["cli"] == "flag"]
+    flags = [name for name, option in TRAINER_OPTIONS.items() if option["cli"] == "flag"]
     for key in ("env", "max_steps", "steps_per_eval", *flags):
         value = getattr(args, key, None)
         if value is not None:
             config[key] = value
     hparams: dict[str, Any] = {}
-    fields = _hparam_fields()
+    fields = hparam_fields()
     for text in args.set or []:
         path, value = parse_assignment(text, "--set")
         if path[0] not in fields:
-            raise _unknown_hparam(path[0], f"--set {text}")
-        _assign(hparams, path, value)
+            raise unknown_hparam(path[0], f"--set {text}")
+        assign(hparams, path, value)
     return config, hparams
 
 
@@ -285,9 +80,9 @@ def _build_hparams(hparams: Mapping[str, Any], where: str) -> Any:
 
 def _summary(trainer: Any) -> None:
     """With ``--quiet``: what ``Trainer.run`` prints at the end unless quiet (the run id, the
-    tracking URI, the checkpoint, how to resume, ``mlflow ui``: :func:`rl8.progress.results_lines`),
+    tracking URI, the checkpoint, how to resume, ``mlflow ui``: :func:`rl8.training.progress.results_lines`),
     which scripts read from stdout."""
-    from rl8.progress import results_lines
+    from rl8.training.progress import results_lines
 
     dist = getattr(trainer.algo, "dist", None)
     if trainer.config.progress is not False or (dist is not None and not dist.is_main):
@@ -329,7 +124,7 @@ def _no_preset_message(name: str, known: Sequence[str]) -> str:
 
 def _train(args: argparse.Namespace) -> int:
     from rl8.ppo.distributed import init_distributed
-    from rl8.trainer import Trainer
+    from rl8.training.trainer import Trainer
 
     if args.trust_code and not args.resume:
         raise ConfigError("--trust-code only applies with --resume (it lets a checkpoint you trust "
@@ -340,7 +135,7 @@ def _train(args: argparse.Namespace) -> int:
     # learner); a no-op otherwise
     actors = cli_config.get("actors", file_config.get("actors"))
     try:
-        init_distributed(actors=_int_option({"actors": actors}, "actors", "config") if actors is not None else None)
+        init_distributed(actors=int_option({"actors": actors}, "actors", "config") if actors is not None else None)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     given_hparams = _merge_hparams(file_config.get("hparams") or {}, cli_hparams)
@@ -356,14 +151,14 @@ def _train(args: argparse.Namespace) -> int:
         raise ConfigError("no env: name one in the config file (env: rl8.envs.CartPole) or with --env")
     hparams = _build_hparams(given_hparams, "hparams")
     hparams = _rank_hparams(hparams)
-    conditions = _stop_conditions(config)
+    conditions = stop_conditions(config)
     run_args = _run_args(config)
     _check_eval_plan(hparams.horizons_per_env_reset, config, run_args)
     algo = _build_algo(env, hparams)
-    stored = {k: v for k, v in config.items() if k in _RUN_KEYS or k == "env"}
+    stored = {k: v for k, v in config.items() if k in RUN_KEYS or k == "env"}
     stored["hparams"] = given_hparams
     # an option set to null in the file keeps the Trainer's default
-    options = {k: v for k, v in _trainer_options(config, "config").items() if v is not None}
+    options = {k: v for k, v in trainer_options(config, "config").items() if v is not None}
     trainer = Trainer(algo, progress=progress, metadata={"config": stored}, **options)
     return _run(trainer, conditions, run_args)
 
@@ -371,7 +166,7 @@ def _train(args: argparse.Namespace) -> int:
 def _run_args(config: Mapping[str, Any], stored: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The arguments of ``Trainer.run`` that ``config`` gives, else those ``stored`` (how a
     checkpoint's run was called)."""
-    read = {"env_config": _mapping_option, "eval_env_config": _mapping_option, "steps_per_eval": _int_option}
+    read = {"env_config": mapping_option, "eval_env_config": mapping_option, "steps_per_eval": int_option}
     stored = stored or {}
     return {key: option(config, key, "config") if key in config else stored.get(key) for key, option in read.items()}
 
@@ -382,10 +177,6 @@ def _rank_hparams(hparams: Any) -> Any:
 
     device = rank_device(hparams.device)
     return hparams if device == hparams.device else hparams.replace(device=device)
-
-
-def _str(value: Any) -> str | None:
-    return None if value is None else str(value)
 
 
 def _import_given(name: Any, field: str) -> None:
@@ -422,15 +213,15 @@ def _build_algo(env: str, hparams: Any) -> Any:
 
 def _resume(args: argparse.Namespace, file_config: Mapping[str, Any], cli_config: Mapping[str, Any],
             given_hparams: Mapping[str, Any], progress: bool | None) -> int:
-    from rl8._resume import read_trainer_checkpoint
+    from rl8.training.resume import read_trainer_checkpoint
     from rl8.ppo.algorithm import _plain_hparams
-    from rl8.trainer import Trainer
+    from rl8.training.trainer import Trainer
 
-    tracking_uri = _str(cli_config.get("tracking_uri") or file_config.get("tracking_uri"))
+    tracking_uri = optional_str(cli_config.get("tracking_uri") or file_config.get("tracking_uri"))
     # under torchrun rank 0 reads the file and hands every rank its own part
     path, state = read_trainer_checkpoint(args.resume, tracking_uri=tracking_uri)
     if not isinstance(state.get("algo"), Mapping) or not isinstance(state.get("trainer"), Mapping):
-        from rl8.checkpoint import CheckpointError
+        from rl8.io.checkpoint import CheckpointError
 
         raise CheckpointError(f"{path} is an rl8 checkpoint but not a Trainer checkpoint")
     stored_hparams = state["algo"]["hparams"]
@@ -448,25 +239,25 @@ def _resume(args: argparse.Namespace, file_config: Mapping[str, Any], cli_config
     handed = env if env and stored_env and _unregistered(stored_env, args.trust_code) else None
     hparams = _build_hparams(_merge_hparams(stored_hparams, given_hparams), "hparams")
     merged = _plain_hparams(hparams)
-    changed = [k for k in merged if merged[k] != stored_hparams.get(k) and k not in _RESUMABLE_HPARAMS]
+    changed = [k for k in merged if merged[k] != stored_hparams.get(k) and k not in RESUMABLE_HPARAMS]
     if changed:
         detail = ", ".join(f"{k} (checkpoint: {stored_hparams.get(k)!r}, given: {merged[k]!r})" for k in changed)
         raise ConfigError(f"--resume: hyper-parameters cannot change when resuming: {detail}")
-    overrides = {k: merged[k] for k in _RESUMABLE_HPARAMS if merged[k] != stored_hparams.get(k)}
+    overrides = {k: merged[k] for k in RESUMABLE_HPARAMS if merged[k] != stored_hparams.get(k)}
 
     config = {**stored_config, **{k: v for k, v in file_config.items() if k != "hparams"}, **cli_config}
     check_config({k: v for k, v in config.items() if k != "hparams"}, "config")
     # the config's conditions, else those the checkpoint's run used (also when run from Python)
-    conditions = _stop_conditions(config) or _checkpoint_conditions(state["trainer"], path)
+    conditions = stop_conditions(config) or _checkpoint_conditions(state["trainer"], path)
     # how the checkpoint's run() was called, unless the config or flags say otherwise
     run_args = _run_args(config, state["trainer"].get("run") or {})
     eval_config = {"eval_num_envs": state["trainer"].get("eval_num_envs"), **config}
     _check_eval_plan(hparams.horizons_per_env_reset, eval_config, run_args)
     # the options given change the resumed Trainer's, except those naming its MLflow run
-    given = _trainer_options({**file_config, **cli_config}, "config")
-    kwargs: dict[str, Any] = {k: v for k, v in given.items() if not _TRAINER_OPTIONS[k]["names_run"]}
+    given = trainer_options({**file_config, **cli_config}, "config")
+    kwargs: dict[str, Any] = {k: v for k, v in given.items() if not TRAINER_OPTIONS[k]["names_run"]}
     kwargs["progress"] = progress
-    stored_config.update({k: v for k, v in config.items() if k in _RUN_KEYS})
+    stored_config.update({k: v for k, v in config.items() if k in RUN_KEYS})
     kwargs["metadata"] = {**(state["trainer"].get("metadata") or {}), "config": stored_config}
     trainer = Trainer.from_checkpoint(
         path, env=handed, hparams=overrides, tracking_uri=tracking_uri, trust_code=args.trust_code, **kwargs
@@ -478,7 +269,7 @@ def _checkpoint_conditions(saved: Mapping[str, Any], path: Any) -> list[Any]:
     """The stop conditions recorded in a Trainer checkpoint, rebuilt (without their state,
     which ``Trainer.run`` restores) from their stored ``from_config`` mappings (rl8 1.0.0's
     stat names replaced by the current ones)."""
-    from rl8.conditions import from_config, with_current_stat_names
+    from rl8.training.conditions import from_config, with_current_stat_names
 
     states = saved.get("stop_conditions") or []
     if not states:
@@ -522,7 +313,7 @@ def _canonical_env(spec: str, *, source: Any = None, trust_code: bool = False) -
     """``rl8.envs.CartPole`` and ``rl8.envs.cartpole.CartPole`` name the same class. A spec read
     from a file (``source``) is checked for its kind before use (see docs/security.md)."""
     from rl8.ppo.resolve import env_spec_string, env_target
-    from rl8.checkpoint import CheckpointError
+    from rl8.io.checkpoint import CheckpointError
 
     try:
         return env_spec_string(env_target(spec, source=source, trust_code=trust_code).target) or spec
@@ -533,12 +324,12 @@ def _canonical_env(spec: str, *, source: Any = None, trust_code: bool = False) -
 
 
 def _check_eval_plan(horizons_per_env_reset: int, config: Mapping[str, Any], run_args: Mapping[str, Any]) -> None:
-    from rl8.trainer import check_eval_plan
+    from rl8.training.trainer import check_eval_plan
 
     try:
         check_eval_plan(
             horizons_per_env_reset,
-            eval_num_envs=_int_option(config, "eval_num_envs", "config"),
+            eval_num_envs=int_option(config, "eval_num_envs", "config"),
             steps_per_eval=run_args["steps_per_eval"],
             eval_env_config=run_args["eval_env_config"],
         )
@@ -547,7 +338,7 @@ def _check_eval_plan(horizons_per_env_reset: int, config: Mapping[str, Any], run
 
 
 def _run(trainer: Any, conditions: list[Any], run_args: Mapping[str, Any]) -> int:
-    from rl8.conditions import MissingStatError
+    from rl8.training.conditions import MissingStatError
 
     try:
         trainer.run(stop_conditions=conditions, **run_args)
@@ -576,7 +367,7 @@ def _policy_and_env(args: argparse.Namespace, make: Any) -> tuple[Any, Any, str,
     import gymnasium
 
     from rl8.ppo.resolve import spec_from_env_info
-    from rl8.export import check_env_spaces, policy_from_dict, read_policy
+    from rl8.io.export import check_env_spaces, policy_from_dict, read_policy
 
     try:  # first: a module of yours may also define the policy's model class
         _import_given(args.env, "--env")
@@ -586,7 +377,7 @@ def _policy_and_env(args: argparse.Namespace, make: Any) -> tuple[Any, Any, str,
     policy = policy_from_dict(info, map_location="cpu", source=args.policy, trust_code=args.trust_code)
     env_info = info.get("env") or {}
     if not isinstance(env_info, Mapping):
-        from rl8.checkpoint import CheckpointError
+        from rl8.io.checkpoint import CheckpointError
 
         raise CheckpointError(f"{args.policy}: the stored env must be a dict, got {type(env_info).__name__}")
     spec = args.env or spec_from_env_info(env_info, source=args.policy, trust_code=args.trust_code)
@@ -595,7 +386,7 @@ def _policy_and_env(args: argparse.Namespace, make: Any) -> tuple[Any, Any, str,
     config = dict(env_info.get("env_config") or {})
     for text in args.env_config or []:
         path, value = parse_assignment(text, "--env-config")
-        _assign(config, path, value)
+        assign(config, path, value)
     env_kwargs = _stored_env_kwargs(args, env_info)
     try:
         env = make(spec, env_kwargs)
@@ -709,7 +500,7 @@ def _eval_steps(policy: Any, env: Any, obs: Any, steps: int, deterministic: bool
 
 
 def _record(args: argparse.Namespace) -> int:
-    from rl8.video import RenderError, make_recording_env, prepare_headless_rendering, record_video
+    from rl8.training.video import RenderError, make_recording_env, prepare_headless_rendering, record_video
 
     prepare_headless_rendering()  # before an env imports mujoco
     try:
@@ -737,9 +528,7 @@ def _record(args: argparse.Namespace) -> int:
 
 
 def _runs(args: argparse.Namespace) -> int:
-    import time
-
-    from rl8.tracking import clean_runs, running_runs
+    from rl8.tracking.tracker import clean_runs, running_runs
 
     if args.older_than is not None and not args.clean:
         raise ConfigError("--older-than only applies with --clean")
@@ -854,7 +643,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--steps-per-eval", type=_positive_int, metavar="N", help="evaluate every N training steps")
     train.add_argument("--resume", metavar="PATH_OR_RUN_ID",
                        help="continue from a checkpoint file, a checkpoint folder (latest) or an MLflow run id")
-    for name, option in _TRAINER_OPTIONS.items():
+    for name, option in TRAINER_OPTIONS.items():
         if option["cli"] == "flag":
             number = option["cli_type"] is int
             int_type = _positive_int if option["cli_min"] == 1 else _nonnegative_int
@@ -919,8 +708,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
-    from rl8.checkpoint import CheckpointError
-    from rl8.tracking import TrackingError
+    from rl8.io.checkpoint import CheckpointError
+    from rl8.tracking.tracker import TrackingError
 
     try:
         return int(args.func(args) or 0)

@@ -8,6 +8,7 @@ one bounded queue (see :class:`Tracker`). See ``docs/tracking.md``.
 from __future__ import annotations
 
 import atexit
+import concurrent.futures.thread
 import dataclasses
 import enum
 import functools
@@ -28,7 +29,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from rl8.ppo.resolve import qualified_name
+from rl8.registry import qualified_name
+from rl8.version import __version__
 
 __all__ = [
     "RunProcess", "Tracker", "TrackingError", "TrackingWarning", "clean_runs", "flatten_params",
@@ -67,7 +69,8 @@ _HOLD_STEPS = 20
 #: Seconds that ending a run left open at exit may take at most (``Tracker(end_at_exit=True)``).
 EXIT_CLOSE_TIMEOUT_S = 30.0
 
-_TERMINAL_STATUSES = ("FINISHED", "FAILED", "KILLED")
+#: The statuses that end an MLflow run.
+TERMINAL_STATUSES = ("FINISHED", "FAILED", "KILLED")
 # MLflow error codes that mean "the store refused this request": retrying cannot help.
 _REJECTED_CODES = frozenset({
     "INVALID_PARAMETER_VALUE", "BAD_REQUEST", "RESOURCE_DOES_NOT_EXIST", "INVALID_STATE",
@@ -167,8 +170,6 @@ def _status_after(error: type[BaseException] | None) -> str:
 
 
 def _source_tags(run_name: str | None) -> dict[str, str]:
-    import rl8
-
     try:  # the same context tags mlflow.start_run records: user, source, git commit
         from mlflow.tracking.context.registry import resolve_tags
 
@@ -180,7 +181,7 @@ def _source_tags(run_name: str | None) -> dict[str, str]:
         tags["mlflow.source.name"] = "<interactive>" if argv0 in ("", "-", "-c") else os.path.abspath(argv0)
     tags.setdefault("mlflow.source.type", "LOCAL")
     # host and pid: the process that keeps the run RUNNING (see running_runs)
-    tags.update({"rl8.version": rl8.version.__version__, "rl8.host": socket.gethostname(), "rl8.pid": str(os.getpid())})
+    tags.update({"rl8.version": __version__, "rl8.host": socket.gethostname(), "rl8.pid": str(os.getpid())})
     if run_name is not None:
         tags["mlflow.runName"] = run_name
     return tags
@@ -760,8 +761,6 @@ class _Run:
         if self._thread is None:
             raise TrackingError("start_in_background() needs a Tracker made with asynchronous=True")
         # MLflow's import makes thread pools, refused at shutdown: let a start at exit complete
-        import concurrent.futures.thread  # noqa: F401
-
         self._hook_exit()
         self._start_done.clear()
         self._thread.launch(start_run=True)
@@ -813,8 +812,8 @@ class _Run:
         and reported as lost in a :class:`TrackingWarning`, as is a status that could not be set.
         """
         status = str(status).upper()
-        if status not in _TERMINAL_STATUSES:
-            raise ValueError(f"status must be one of {_TERMINAL_STATUSES}, got {status!r}")
+        if status not in TERMINAL_STATUSES:
+            raise ValueError(f"status must be one of {TERMINAL_STATUSES}, got {status!r}")
         if not self.enabled:
             return False
         if self._exit_hook:

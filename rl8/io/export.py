@@ -3,7 +3,7 @@
 A policy file holds what acting needs and nothing else: the observation and action spaces,
 the model and distribution classes (as dotted paths), the model's keyword arguments, the
 observation-normalisation flag and the weights (``state_dict``), plus optionally the env it was
-trained on. It is written with :func:`rl8.checkpoint.save_checkpoint` (atomic) and read with
+trained on. It is written with :func:`rl8.io.checkpoint.save_checkpoint` (atomic) and read with
 ``torch.load(..., weights_only=True)``: loading never unpickles code, nor imports a module the
 file names. The classes it names are looked up in :mod:`rl8.registry` (rl8's own, the ``Model``
 subclasses defined or imported in this process, what you registered) and checked to be of
@@ -22,7 +22,6 @@ their kind before they are called; a class the registry does not hold can be han
 from __future__ import annotations
 
 import os
-import re
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -32,6 +31,10 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
+from rl8.io.checkpoint import (
+    CheckpointError, CheckpointManager, download_artifact, is_run_ref, load_checkpoint, save_checkpoint,
+)
+from rl8.policies.policy import Policy
 from rl8.ppo.resolve import ANY, DISTRIBUTION, MODEL, MODULE_CLASS, qualified_name, resolve
 
 __all__ = [
@@ -46,7 +49,6 @@ POLICY_VERSION = 1
 #: Where the Trainer stores the policy among an MLflow run's artifacts.
 POLICY_ARTIFACT = "policy/policy.pt"
 
-_RUN_ID = re.compile(r"[0-9a-f]{32}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -160,8 +162,6 @@ def _stored_class(d: Mapping[str, Any], key: str, kind: Any, source: Any, trust_
     """The class of ``kind`` whose dotted path is stored under ``key`` (a file can hold nothing
     else there), looked up and checked by :func:`rl8.ppo.resolve.resolve`; ``given``, the class
     you hand over instead, when it is not ``None``."""
-    from rl8.checkpoint import CheckpointError
-
     if given is not None:
         return resolve(given, kind, field=key)
     value = d.get(key)
@@ -226,12 +226,10 @@ def policy_from_dict(d: Mapping[str, Any], *, map_location: Any = "cpu", source:
     Raises:
         ValueError: ``d`` is not a policy description of a version this rl8 reads, or a class
             given is not of its kind.
-        rl8.checkpoint.CheckpointError: ``d`` names a class that is not registered, or an
+        rl8.io.checkpoint.CheckpointError: ``d`` names a class that is not registered, or an
             object of the wrong kind.
         ImportError: With ``trust_code``, a class cannot be imported.
     """
-    from rl8.policies.policy import Policy
-
     if d.get("format") != POLICY_FORMAT:
         raise ValueError(f"not an rl8 policy (format {d.get('format')!r}, expected {POLICY_FORMAT!r})")
     version = d.get("version")
@@ -276,36 +274,12 @@ def save_policy(policy: Any, path: str | os.PathLike[str], *, env: dict[str, Any
     Returns:
         The path written.
     """
-    from rl8.checkpoint import save_checkpoint
-
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     return save_checkpoint(policy_to_dict(policy, env=env), path)
 
 
-def _is_run_ref(ref: str) -> bool:
-    return ref.startswith("runs:/") or _RUN_ID.fullmatch(ref) is not None
-
-
-def _download(ref: str, artifact: str, tracking_uri: str | None, dst: str) -> Path:
-    """Download one artifact of an MLflow run (``ref``: a run id or a ``runs:/`` URI)."""
-    import mlflow.artifacts
-
-    where = {"artifact_uri": ref} if ref.startswith("runs:/") else {"run_id": ref, "artifact_path": artifact}
-    try:
-        local = mlflow.artifacts.download_artifacts(**where, tracking_uri=tracking_uri, dst_path=dst)
-    except Exception as exc:
-        uri = tracking_uri or mlflow.get_tracking_uri()
-        raise FileNotFoundError(
-            f"cannot download {artifact!r} of MLflow run {ref!r} from {uri!r}: "
-            f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
-        ) from exc
-    return Path(local)
-
-
 def _policy_from_checkpoint_state(state: Mapping[str, Any], source: Any) -> dict[str, Any]:
-    from rl8.checkpoint import CheckpointError
-
     if state.get("format") == POLICY_FORMAT:
         return dict(state)
     trainer = state.get("trainer")
@@ -331,10 +305,8 @@ def read_policy(run_id_or_path: str | os.PathLike[str], *, tracking_uri: str | N
 
     Raises:
         FileNotFoundError: Nothing at that path, and not a run id (or the run has no policy).
-        rl8.checkpoint.CheckpointError: The file is corrupt, truncated, foreign or unsafe.
+        rl8.io.checkpoint.CheckpointError: The file is corrupt, truncated, foreign or unsafe.
     """
-    from rl8.checkpoint import CheckpointManager, load_checkpoint
-
     ref = os.fspath(run_id_or_path)
     path = Path(ref)
     if path.is_dir():
@@ -345,10 +317,10 @@ def read_policy(run_id_or_path: str | os.PathLike[str], *, tracking_uri: str | N
                 raise FileNotFoundError(f"{path} holds neither checkpoint-*.pt files nor a policy.pt")
         path = latest
     elif not path.exists():
-        if not _is_run_ref(ref):
+        if not is_run_ref(ref):
             raise FileNotFoundError(f"no policy at {ref!r}: not a file or folder, nor an MLflow run id")
         with tempfile.TemporaryDirectory(prefix="rl8-policy-") as tmp:
-            local = _download(ref, POLICY_ARTIFACT, tracking_uri, tmp)
+            local = download_artifact(ref, POLICY_ARTIFACT, tracking_uri, tmp)
             return _policy_from_checkpoint_state(load_checkpoint(local), f"run {ref}")
     return _policy_from_checkpoint_state(load_checkpoint(path), path)
 
@@ -378,7 +350,7 @@ def load_policy(run_id_or_path: str | os.PathLike[str], *, map_location: Any = "
 
     Raises:
         FileNotFoundError: Nothing found at ``run_id_or_path``.
-        rl8.checkpoint.CheckpointError: A corrupt, truncated, foreign or unsafe file, or one
+        rl8.io.checkpoint.CheckpointError: A corrupt, truncated, foreign or unsafe file, or one
             that names a class that is not registered (e.g. a model class of a module this
             process has not imported) or an object of the wrong kind (e.g. ``os.system``).
         ValueError: ``model_cls`` or ``distribution_cls`` is not of its kind.

@@ -2,7 +2,7 @@
 
 ::
 
-    from rl8.video import record_video
+    from rl8.training.video import record_video
 
     record_video(algo.policy, CartPole, "cartpole.mp4")           # an env class: a 1-env copy
     record_video(policy, "CartPole-v1", "cartpole.mp4")           # gymnasium: rgb_array is set
@@ -31,13 +31,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from rl8._eval_envs import fork_rng
-from rl8.ppo.resolve import env_target
 from rl8.envs.base import Env
+from rl8.envs.gymnasium import GymnasiumEnvFactory, GymnasiumEnv
 from rl8.policies.runner import run_policy
+from rl8.ppo.algorithm import make_env
+from rl8.ppo.resolve import env_target
 
-__all__ = ["DEFAULT_MAX_STEPS", "RenderError", "make_recording_env", "pad_frame", "prepare_headless_rendering",
-           "record_video"]
+__all__ = [
+    "DEFAULT_MAX_STEPS", "RenderError", "check_can_render", "episode_limit", "fork_rng", "import_imageio",
+    "make_recording_env", "pad_frame", "prepare_headless_rendering", "record_video",
+]
 
 #: Steps recorded at most when ``max_steps`` is not given and the env names no episode limit.
 DEFAULT_MAX_STEPS = 1000
@@ -58,6 +61,12 @@ class RenderError(RuntimeError):
     """An env could not draw a frame for lack of an OpenGL backend (a MuJoCo env on a
     machine without a display and without the EGL or OSMesa library, or with ``MUJOCO_GL``
     naming a backend that does not work here). The message says what to install or set."""
+
+
+
+def fork_rng(device: torch.device) -> contextlib.AbstractContextManager:
+    """Run a block without changing torch's RNG streams (CPU, and the CUDA device in use)."""
+    return torch.random.fork_rng(devices=[device] if device.type == "cuda" else [])
 
 
 def prepare_headless_rendering() -> dict[str, str]:
@@ -136,7 +145,7 @@ def _gl_message(env: Any, exc: BaseException) -> str:
             "that works here")
 
 
-def _imageio() -> Any:
+def import_imageio() -> Any:
     """The imageio module, with its ffmpeg backend; a clear ImportError when missing."""
     try:
         import imageio
@@ -169,9 +178,6 @@ def make_recording_env(spec: Any, *, env_kwargs: Mapping[str, Any] | None = None
         RenderError: Building the env failed for want of OpenGL (``MUJOCO_GL`` names a
             backend whose library is missing).
     """
-    from rl8.envs.gymnasium import GymnasiumEnvFactory
-    from rl8.ppo.algorithm import make_env
-
     prepare_headless_rendering()
     kwargs = dict(env_kwargs or {})
     if isinstance(spec, GymnasiumEnvFactory):
@@ -190,9 +196,9 @@ def make_recording_env(spec: Any, *, env_kwargs: Mapping[str, Any] | None = None
         raise
 
 
-def _check_can_render(env: Env) -> None:
-    from rl8.envs.gymnasium import GymnasiumEnv
-
+def check_can_render(env: Env) -> None:
+    """Raise ``NotImplementedError`` naming ``env``'s class when it cannot render frames (no
+    ``render``, or a gymnasium env not built with ``render_mode="rgb_array"``)."""
     name = type(env).__name__
     if type(env).render is Env.render:
         raise NotImplementedError(
@@ -231,7 +237,7 @@ def _render(env: Env, index: int) -> np.ndarray:
     return _as_rgb(frame, env)
 
 
-def _episode_limit(env: Env, config: Mapping[str, Any] | None) -> int | None:
+def episode_limit(env: Env, config: Mapping[str, Any] | None) -> int | None:
     """Steps after which the env truncates an episode, when it says so (else ``None``)."""
     for source in (config, getattr(env, "params", None)):
         if isinstance(source, Mapping) and "max_episode_steps" in source:
@@ -332,7 +338,7 @@ def record_video(policy: Callable[..., torch.Tensor], env: Env | Any, path: str 
         ValueError: A gymnasium env made without ``render_mode="rgb_array"``; a bad
             ``max_steps``, ``fps`` or ``index``; frames that are not ``uint8`` RGB or change size.
     """
-    imageio = _imageio()
+    imageio = import_imageio()
     prepare_headless_rendering()
     if max_steps is not None:
         _check_int("max_steps", max_steps, 1)
@@ -344,12 +350,12 @@ def record_video(policy: Callable[..., torch.Tensor], env: Env | Any, path: str 
     if owned:
         env = make_recording_env(env, env_kwargs=env_kwargs, device=device or "cpu")
     try:
-        _check_can_render(env)
+        check_can_render(env)
         _check_int("index", index, 0)
         if index >= env.num_envs:
             raise ValueError(f"record_video: index must be < num_envs={env.num_envs}, got {index}")
         if max_steps is None:
-            max_steps = _episode_limit(env, env_config) or DEFAULT_MAX_STEPS
+            max_steps = episode_limit(env, env_config) or DEFAULT_MAX_STEPS
         if fps is None:
             fps = (getattr(env, "metadata", None) or {}).get("render_fps") or _FALLBACK_FPS
         seeded = seed is not None and not deterministic

@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Union
 
 if TYPE_CHECKING:
-    from rl8.trainer import Trainer
+    from rl8.training.trainer import Trainer
 
 __all__ = ["Callback", "CallbackLike", "as_callbacks"]
 
@@ -93,6 +93,6 @@ def as_callbacks(callbacks: CallbackLike | Sequence[CallbackLike] | None) -> lis
         if not callable(callback):
             raise TypeError(
                 f"Trainer.run: callbacks[{i}] must be a callable callback(trainer, stats) or a "
-                f"rl8.callbacks.Callback, got {callback!r}"
+                f"rl8.training.callbacks.Callback, got {callback!r}"
             )
     return out

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from rl8.ppo.distributed import DistContext, current_roles
+from rl8.ppo.hparams import missing_cuda_device
 from rl8.ppo.resolve import CheckpointError
 
 try:  # POSIX: a writer holds a lock on its temporary file (see CheckpointManager)
@@ -40,7 +41,8 @@ except ImportError:  # pragma: no cover - Windows, where an open file cannot be 
 
 __all__ = [
     "CHECKPOINT_POINTER_ARTIFACT", "FORMAT_KEY", "FORMAT_VERSION", "STALE_TMP_SECONDS",
-    "CheckpointError", "CheckpointManager", "checkpoint_for_actor", "load_checkpoint", "read_checkpoint",
+    "CheckpointError", "CheckpointManager", "check_loadable", "checkpoint_for_actor", "download_artifact", "is_run_ref",
+    "load_checkpoint", "read_checkpoint",
     "resolve_checkpoint", "save_checkpoint",
 ]
 
@@ -67,8 +69,14 @@ _DICT_TYPES = (dict, collections.OrderedDict)
 _SEQUENCE_TYPES = (list, tuple)
 
 
-def _check_loadable(value: Any, where: str, active: set[int]) -> None:
-    """Raise ``TypeError`` when ``value`` holds something ``weights_only`` loading refuses."""
+def check_loadable(value: Any, where: str, active: set[int]) -> None:
+    """Raise ``TypeError`` when ``value`` holds something ``weights_only`` loading refuses.
+
+    Args:
+        value: The data to check (nested dicts, lists, tuples of tensors and plain values).
+        where: Its name in messages (``"state"``, ``"metadata"``).
+        active: The ids of the containers being checked (to find reference cycles): ``set()``.
+    """
     kind = type(value)
     if kind in _LEAF_TYPES or kind in _TENSOR_TYPES:
         return
@@ -81,10 +89,10 @@ def _check_loadable(value: Any, where: str, active: set[int]) -> None:
                 if type(key) not in _LEAF_TYPES:
                     raise TypeError(f"{where} has a key {key!r} of type {type(key).__name__}; "
                                     "keys must be str, int, float, bool or None")
-                _check_loadable(item, f"{where}[{key!r}]", active)
+                check_loadable(item, f"{where}[{key!r}]", active)
         else:
             for i, item in enumerate(value):
-                _check_loadable(item, f"{where}[{i}]", active)
+                check_loadable(item, f"{where}[{i}]", active)
         active.discard(id(value))
         return
     hint = ""
@@ -141,7 +149,7 @@ def save_checkpoint(state: Mapping[str, Any], path: str | os.PathLike[str]) -> P
         raise TypeError(f"save_checkpoint: state must be a dict, got {type(state).__name__}")
     payload = dict(state)
     payload[FORMAT_KEY] = FORMAT_VERSION
-    _check_loadable(payload, "state", set())
+    check_loadable(payload, "state", set())
     directory = path.parent
     if not directory.is_dir():
         raise FileNotFoundError(f"cannot save checkpoint {path}: directory {directory} does not exist")
@@ -296,8 +304,6 @@ def _check_device_available(map_location: Any) -> None:
         device = torch.device(map_location)
     except (RuntimeError, TypeError):
         return  # not a device name: torch.load says so
-    from rl8.ppo.hparams import missing_cuda_device
-
     problem = missing_cuda_device(device)
     if problem is not None:
         raise ValueError(f"load_checkpoint: map_location={str(map_location)!r} names a CUDA device, "
@@ -480,8 +486,6 @@ def resolve_checkpoint(ref: str | os.PathLike[str], *, tracking_uri: str | None 
     Raises:
         FileNotFoundError: Nothing found (the message says where it looked).
     """
-    from rl8.export import _download, _is_run_ref
-
     text = os.fspath(ref)
     path = Path(text)
     if path.is_dir():
@@ -491,10 +495,10 @@ def resolve_checkpoint(ref: str | os.PathLike[str], *, tracking_uri: str | None 
         return latest
     if path.exists():
         return path
-    if not _is_run_ref(text):
+    if not is_run_ref(text):
         raise FileNotFoundError(f"no checkpoint at {text!r}: not a file or folder, nor an MLflow run id")
     with tempfile.TemporaryDirectory(prefix="rl8-resume-") as tmp:
-        pointer = _download(text, CHECKPOINT_POINTER_ARTIFACT, tracking_uri, tmp)
+        pointer = download_artifact(text, CHECKPOINT_POINTER_ARTIFACT, tracking_uri, tmp)
         info = json.loads(pointer.read_text())
     found = Path(info["path"])
     if not found.is_file():
@@ -596,3 +600,27 @@ def _check_actor_entries(state: Mapping[str, Any], file: Path) -> None:
             f"so resume with the same, e.g. torchrun --nproc_per_node={world_size} -m rl8 train --resume ... "
             f"--actors {actors}"
         )
+
+
+_RUN_ID = re.compile(r"[0-9a-f]{32}")
+
+
+def is_run_ref(ref: str) -> bool:
+    """Whether ``ref`` names an MLflow run (a 32-hex-digit run id or a ``runs:/`` URI), not a path."""
+    return ref.startswith("runs:/") or _RUN_ID.fullmatch(ref) is not None
+
+
+def download_artifact(ref: str, artifact: str, tracking_uri: str | None, dst: str) -> Path:
+    """Download one artifact of an MLflow run (``ref``: a run id or a ``runs:/`` URI)."""
+    import mlflow.artifacts
+
+    where = {"artifact_uri": ref} if ref.startswith("runs:/") else {"run_id": ref, "artifact_path": artifact}
+    try:
+        local = mlflow.artifacts.download_artifacts(**where, tracking_uri=tracking_uri, dst_path=dst)
+    except Exception as exc:
+        uri = tracking_uri or mlflow.get_tracking_uri()
+        raise FileNotFoundError(
+            f"cannot download {artifact!r} of MLflow run {ref!r} from {uri!r}: "
+            f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+        ) from exc
+    return Path(local)

@@ -4,7 +4,7 @@ A :class:`Condition` is called by the Trainer after every training step with tha
 (the flat ``{name: number}`` mapping of ``docs/conditions.md``, e.g. ``"episodes/return_mean"``,
 ``"env/steps"``, ``"eval/episodes/return_mean"``) and returns ``True`` when training should stop::
 
-    from rl8.conditions import HitsUpperBound, Plateaus, TimeLimit
+    from rl8.training.conditions import HitsUpperBound, Plateaus, TimeLimit
 
     stop = HitsUpperBound("episodes/return_mean", 475) | TimeLimit(3600)
     stop = from_config({"or": [{"hits_upper_bound": {"key": "env/steps", "bound": 1_000_000}},

@@ -21,7 +21,12 @@ import os
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from rl8.io.checkpoint import check_loadable as _check_loadable
 from rl8.numbers import read_numbers
+from rl8.ppo.algorithm import _plain_hparams
+from rl8.ppo.distributed import WEIGHT_SYNC_METHODS, current_roles
+from rl8.ppo.resolve import qualified_name
+from rl8.version import __version__
 
 if TYPE_CHECKING:
     from rl8.ppo.distributed import DistContext
@@ -56,8 +61,6 @@ def _positive_or_none(name: str, value: Any) -> None:
 
 
 def _weight_sync(name: str, value: Any) -> None:
-    from rl8.ppo.distributed import WEIGHT_SYNC_METHODS
-
     if value not in WEIGHT_SYNC_METHODS:
         raise ValueError(f"Trainer: {name} must be one of {', '.join(map(repr, WEIGHT_SYNC_METHODS))}, got {value!r}")
 
@@ -69,8 +72,6 @@ def _seconds(name: str, value: Any) -> None:
 
 def _checkpoint_data(name: str, value: Any) -> None:
     """Plain data a checkpoint can hold, checked now rather than at the first checkpoint."""
-    from rl8.checkpoint import _check_loadable
-
     if value is None:
         return
     if not isinstance(value, Mapping):
@@ -262,10 +263,6 @@ def run_params(algo: PPO, config: TrainerConfig, env_spec: str | None, dist: Dis
 
     import torch
 
-    from rl8.version import __version__
-    from rl8.ppo.resolve import qualified_name
-    from rl8.ppo.algorithm import _plain_hparams
-
     policy = algo.policy
     optimizer_kwargs = {**algo.hparams.optimizer_kwargs, "lr": algo.hparams.lr}
     # each param once: hparams/seed and hparams/device are the values in use (a seed drawn
@@ -283,8 +280,6 @@ def run_params(algo: PPO, config: TrainerConfig, env_spec: str | None, dist: Dis
     }
     if qualified_name(type(algo.env)) != env:  # a gymnasium id, a factory: the rl8 class around it
         params["env_class"] = qualified_name(type(algo.env))
-    from rl8.ppo.distributed import current_roles
-
     roles = current_roles()
     if roles is not None:  # actors and learners: num_envs is one learner's batch, split among its actors
         params["distributed"] = {"world_size": roles.world_size, "actors": roles.actors, "learners": roles.learners}

@@ -8,11 +8,16 @@ from __future__ import annotations
 
 import contextlib
 import os
-from pathlib import Path
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
+
+from rl8.ppo.algorithm import make_env
+from rl8.training.video import (
+    check_can_render, episode_limit, fork_rng, import_imageio, make_recording_env, record_video,
+)
 
 if TYPE_CHECKING:
     from rl8.ppo.algorithm import PPO
@@ -24,9 +29,6 @@ __all__ = ["EvalEnvs", "check_eval_plan"]
 _ON_DEMAND_EVAL_ENVS = 16
 
 
-def fork_rng(device: torch.device) -> contextlib.AbstractContextManager:
-    """Run a block without changing torch's RNG streams (CPU, and the CUDA device in use)."""
-    return torch.random.fork_rng(devices=[device] if device.type == "cuda" else [])
 
 
 def check_eval_plan(horizons_per_env_reset: int, *, eval_num_envs: int | None, steps_per_eval: int | None,
@@ -111,8 +113,6 @@ class EvalEnvs:
         return self._record.env
 
     def _build_eval_env(self) -> Any:
-        from rl8.ppo.algorithm import make_env
-
         algo = self.algo
         hp = algo.hparams
         size = self.num_envs if self.num_envs is not None else min(hp.num_envs, _ON_DEMAND_EVAL_ENVS)
@@ -120,8 +120,6 @@ class EvalEnvs:
             return make_env(algo.env_spec, size, hp.horizon, device=algo.device, env_kwargs=hp.env_kwargs)
 
     def _build_record_env(self) -> Any:
-        from rl8.video import _check_can_render, make_recording_env
-
         algo = self.algo
         with fork_rng(algo.device):  # building it must not move the training RNG
             env = make_recording_env(
@@ -129,7 +127,7 @@ class EvalEnvs:
                 device=algo.device,
             )
         try:
-            _check_can_render(env)
+            check_can_render(env)
         except BaseException:
             env.close()
             raise
@@ -147,8 +145,6 @@ class EvalEnvs:
             env_config: Env parameters for the evaluation (over ``hparams.env_config``).
             deterministic: Act with the distributions' modes (``False``: sample).
         """
-        from rl8.video import _episode_limit
-
         algo = self.algo
         hp = algo.hparams
         default_steps = hp.horizon * max(1, hp.horizons_per_env_reset)
@@ -169,23 +165,19 @@ class EvalEnvs:
             steps = self.num_steps
             if steps is None:
                 config = {**hp.env_config, **(env_config or {})}
-                steps = (_episode_limit(env, config) if env.episodic else None) or default_steps
+                steps = (episode_limit(env, config) if env.episodic else None) or default_steps
             return algo.evaluate(env, env_config=env_config, deterministic=deterministic, num_steps=steps)
 
     def check_can_record(self) -> None:
         """Raise now what recording would raise later: imageio missing, an env that cannot
         render."""
-        from rl8.video import _imageio
-
-        _imageio()
+        import_imageio()
         self._record.get(self._build_record_env)
 
     def record(self, path: str | os.PathLike[str], *, deterministic: bool, max_steps: int | None,
                env_config: dict[str, Any] | None, fps: float | None) -> Path:
         """Record one episode of the policy to ``path`` (see :meth:`rl8.Trainer.record` for the
         arguments), torch's RNG kept; returns the path written."""
-        from rl8.video import record_video
-
         algo = self.algo
         config = {**algo.hparams.env_config, **(env_config or {})}
         with fork_rng(algo.device):

@@ -12,16 +12,25 @@ import warnings
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from rl8._signals import StopSignals, signal_exit
-from rl8.callbacks import Callback, CallbackLike
-from rl8.conditions import EVAL_PREFIX, Condition, HitsUpperBound, MissingStatError, TimeLimit
-from rl8.progress import Progress
-from rl8.tracking import TrackingWarning
+from rl8.ppo.stats import Stats
+from rl8.tracking.tracker import TrackingWarning
+from rl8.training.callbacks import Callback, CallbackLike
+from rl8.training.conditions import EVAL_PREFIX, Condition, HitsUpperBound, MissingStatError, TimeLimit
+from rl8.training.progress import Progress
+from rl8.training.signals import StopSignals, signal_exit
 
 if TYPE_CHECKING:
-    from rl8.trainer import Trainer, TrainStats
+    from rl8.training.trainer import Trainer
 
-__all__ = ["as_conditions", "check_eval_stats", "check_record_plan", "log_run_params", "train_until"]
+__all__ = ["TrainStats", "as_conditions", "check_eval_stats", "check_record_plan", "log_run_params", "train_until"]
+
+
+class TrainStats(Stats):
+    """All stats of one training step: a ``dict[str, float]`` (a :class:`rl8.ppo.stats.Stats`, in
+    which rl8 1.0.0's ``returns/*`` names still answer lookups, with a ``DeprecationWarning``):
+    counters (``env/steps``...), :meth:`rl8.PPO.collect`'s and :meth:`rl8.PPO.update`'s stats,
+    ``profiling/*`` (ms), ``throughput/*``, ``memory/*`` (MiB) and on evaluation steps ``eval/*``;
+    the full list with units is in ``docs/trainer.md#metrics``."""
 
 
 def _budget(name: str, value: Any, *, integer: bool) -> None:
@@ -43,14 +52,14 @@ def as_conditions(stop_conditions: Condition | Sequence[Condition] | None, *, ma
     elif isinstance(stop_conditions, Condition):
         conditions = [stop_conditions]
     elif isinstance(stop_conditions, (str, bytes)) or not isinstance(stop_conditions, Iterable):
-        raise TypeError(f"Trainer.run: stop_conditions must be a rl8.conditions.Condition or a list of them, "
+        raise TypeError(f"Trainer.run: stop_conditions must be a rl8.training.conditions.Condition or a list of them, "
                         f"got {stop_conditions!r}")
     else:
         conditions = list(stop_conditions)
     for i, condition in enumerate(conditions):
         if not isinstance(condition, Condition):
             raise TypeError(
-                f"Trainer.run: stop_conditions[{i}] must be a rl8.conditions.Condition, got {condition!r}"
+                f"Trainer.run: stop_conditions[{i}] must be a rl8.training.conditions.Condition, got {condition!r}"
             )
     _budget("max_env_steps", max_env_steps, integer=True)
     _budget("max_seconds", max_seconds, integer=False)
@@ -66,7 +75,7 @@ def check_eval_stats(conditions: Sequence[Condition], steps_per_eval: int | None
     never hold, and the run would train until interrupted).
 
     Raises:
-        rl8.conditions.MissingStatError: naming the condition, the stat and ``steps_per_eval``.
+        rl8.training.conditions.MissingStatError: naming the condition, the stat and ``steps_per_eval``.
     """
     if steps_per_eval is not None:
         return
@@ -116,8 +125,6 @@ def log_run_params(trainer: Trainer, conditions: Sequence[Condition], steps_per_
 
 def _record_eval(trainer: Trainer, env_config: dict[str, Any] | None) -> TrainStats:
     """The video of an evaluation step (``record_every``), on rank 0; its duration in ms."""
-    from rl8.trainer import TrainStats
-
     if not trainer._dist.is_main:
         return TrainStats()
     t0 = time.perf_counter()
@@ -127,7 +134,7 @@ def _record_eval(trainer: Trainer, env_config: dict[str, Any] | None) -> TrainSt
 
 
 def _handle_signals(trainer: Trainer, signals: StopSignals, progress: Progress) -> None:
-    """Act on the signals received (see :class:`~rl8._signals.StopSignals`): a checkpoint for
+    """Act on the signals received (see :class:`~rl8.training.signals.StopSignals`): a checkpoint for
     SIGUSR1; for SIGINT/SIGTERM a checkpoint, the run ended as ``KILLED``, and the signal's
     exception."""
     checkpoint, signum = signals.take()
@@ -156,7 +163,7 @@ def _callback_name(callback: CallbackLike) -> str:
 
 def _run_callbacks(trainer: Trainer, callbacks: Sequence[CallbackLike], stats: TrainStats,
                    evaluated: bool) -> CallbackLike | None:
-    """Every callback on the step's stats (see :mod:`rl8.callbacks`); the first that asked
+    """Every callback on the step's stats (see :mod:`rl8.training.callbacks`); the first that asked
     to stop, or ``None``."""
     stop = None
     for callback in callbacks:

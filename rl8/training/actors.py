@@ -41,15 +41,17 @@ import torch
 import torch.distributed as dist
 from tensordict import TensorDictBase
 
-from rl8._resume import rank_entry
 from rl8.ppo.distributed import (
-    TIMEOUT_ENV_VAR, WEIGHT_SYNC_METHODS, DistContext, DistributedError, Roles, collective_timeout_s, current_roles, to_cpu,
+    TIMEOUT_ENV_VAR, WEIGHT_SYNC_METHODS, DistContext, DistributedError, Roles, collective_timeout_s,
+    current_roles, to_cpu,
 )
 from rl8.ppo.stats import Stats, episode_means, reduce_stats
+from rl8.training.resume import rank_entry
+from rl8.training.signals import signal_exit
 
 if TYPE_CHECKING:
     from rl8.ppo.buffer import RolloutBuffer
-    from rl8.config import TrainerConfig
+    from rl8.training.config import TrainerConfig
     from rl8.ppo.algorithm import PPO
 
 __all__ = [
@@ -210,8 +212,6 @@ def run_actor(algo: PPO, config: TrainerConfig, *, env_config: dict[str, Any] | 
     Raises:
         rl8.ppo.distributed.DistributedError: The learner died or stalled (the message names it).
     """
-    from rl8._signals import signal_exit
-
     roles = current_roles()
     assert roles is not None and roles.is_actor
     rank, learner = roles.rank, roles.learner_of(roles.rank)

@@ -15,12 +15,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from rl8.conditions import Condition, HitsLowerBound, HitsUpperBound, TimeLimit
+from rl8.ppo.distributed import current_roles
+from rl8.training.conditions import Condition, HitsLowerBound, HitsUpperBound, TimeLimit
 
 if TYPE_CHECKING:
-    from rl8.trainer import Trainer
+    from rl8.training.trainer import Trainer
 
-__all__ = ["Progress", "mlflow_ui_command", "results_lines", "start_lines"]
+__all__ = ["Progress", "is_nan", "mlflow_ui_command", "results_lines", "start_lines"]
 
 #: Another condition becomes the progress line's target only when it is this much closer to
 #: holding (a fraction of the way) than the current target: the target does not flicker.
@@ -47,7 +48,8 @@ def _format_count(x: float) -> str:
     return f"{x:.0f}"
 
 
-def _is_nan(value: Any) -> bool:
+def is_nan(value: Any) -> bool:
+    """Whether ``value`` is a float NaN (a stat that has no value at this step)."""
     return isinstance(value, float) and math.isnan(value)
 
 
@@ -66,7 +68,7 @@ def _latest(stats: Mapping[str, float], keys: Sequence[str]) -> float | None:
     """The first of ``keys`` in ``stats`` that is a number (not NaN), else ``None``."""
     for key in keys:
         value = stats.get(key)
-        if value is not None and not _is_nan(value):
+        if value is not None and not is_nan(value):
             return float(value)
     return None
 
@@ -109,8 +111,6 @@ def mlflow_ui_command(uri: str) -> str:
 
 def _launcher(trainer: Trainer) -> str:
     """How to start the same number of ranks again (empty outside torchrun)."""
-    from rl8.ppo.distributed import current_roles
-
     dist = getattr(trainer.algo, "dist", None)
     roles = current_roles()
     if roles is None and (dist is None or not dist.enabled):
@@ -182,7 +182,7 @@ class Progress:
     0.25 s); otherwise a plain line every ``interval_s`` seconds. ``False``: never (quiet).
 
     The line names one target: the stop condition closest to holding, kept until another is
-    :data:`SWITCH_MARGIN` closer (or holds). How close: :meth:`~rl8.conditions.Condition.progress`
+    :data:`SWITCH_MARGIN` closer (or holds). How close: :meth:`~rl8.training.conditions.Condition.progress`
     when the condition knows (counters such as ``env/steps``, time limits); for a bound on
     another stat (a return target), the fraction of the gap between the first value seen in
     this run and the bound that has been closed. The percentage is rounded down and reads 100%
@@ -299,7 +299,7 @@ class Progress:
                                      "eval/rollout/reward_sum_mean"]),
         ):
             key = next((key for key in keys if key in stats), None)  # the first kind the stats have
-            if key is not None and not _is_nan(stats[key]):
+            if key is not None and not is_nan(stats[key]):
                 setattr(self, attr, float(stats[key]))
         linear = {i: c.progress(stats) for i, c in enumerate(conditions)}
         linear = {i: f for i, f in linear.items() if f is not None}
