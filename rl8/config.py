@@ -36,8 +36,8 @@ _COUNT = optional(int_at_least(1))
 _BOOL = check("True or False", lambda v: isinstance(v, bool))
 _TEXT = optional(check("a string", lambda v: isinstance(v, str)))
 _PATH = optional(check("a path (a string or os.PathLike)", lambda v: isinstance(v, (str, os.PathLike))))
-_SECONDS = check("a number of seconds > 0", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0)
-_POSITIVE = optional(check("a number > 0", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0))
+_SECONDS = check("a number of seconds > 0", lambda v: (is_int(v) or isinstance(v, float)) and v > 0)
+_POSITIVE = optional(check("a number > 0", lambda v: (is_int(v) or isinstance(v, float)) and v > 0))
 
 
 def _weight_sync(value: Any, name: str) -> str | None:

@@ -21,7 +21,9 @@ from typing import Any, Literal
 
 import torch
 
-from ._fields import Check, attributes_doc, check, first_invalid, int_at_least, is_int, is_number, one_of, optional, read_numbers
+from ._fields import (
+    Check, attributes_doc, check, first_invalid, int_at_least, is_int, is_number, one_of, optional, read_numbers,
+)
 from ._resolve import HPARAM_KINDS, qualified_name, resolve
 from .schedules import Schedule
 
