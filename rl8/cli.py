@@ -28,8 +28,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ._fields import read_numbers
 from .config import TrainerConfig
-from .config import read_numbers as _numbers
 
 __all__ = ["CONFIG_KEYS", "ConfigError", "build_parser", "load_config", "main", "parse_assignment"]
 
@@ -77,7 +77,7 @@ def _parse_value(text: str) -> Any:
         value = yaml.safe_load(text)
     except yaml.YAMLError:
         value = text  # e.g. an unbalanced bracket: keep the text, HParams will say what is wrong
-    return _numbers(value)
+    return read_numbers(value)
 
 
 def parse_assignment(text: str, option: str) -> tuple[list[str], Any]:
@@ -98,10 +98,10 @@ def _assign(target: dict[str, Any], path: list[str], value: Any) -> None:
     target[path[-1]] = value
 
 
-def _hparam_fields() -> dict[str, str]:
+def _hparam_names() -> list[str]:
     from .hparams import HParams
 
-    return {f.name: str(f.type) for f in dataclasses.fields(HParams)}
+    return [f.name for f in dataclasses.fields(HParams)]
 
 
 def _unknown_hparam(key: Any, where: str) -> ConfigError:
@@ -123,11 +123,9 @@ def _clean_hparams(hparams: Mapping[str, Any], where: str) -> dict[str, Any]:
 
 
 def _int_option(config: Mapping[str, Any], key: str, where: str, minimum: int = 1) -> int | None:
-    value = _numbers(config.get(key))
+    value = read_numbers(config.get(key), whole_as_int=True)
     if value is None:
         return None
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ConfigError(f"{where}: {key} must be an int >= {minimum}, got {config.get(key)!r}")
     return value
@@ -139,7 +137,7 @@ def _mapping_option(config: Mapping[str, Any], key: str, where: str) -> dict[str
         return None
     if not isinstance(value, Mapping):
         raise ConfigError(f"{where}: {key} must be a mapping (key: value), got {value!r}")
-    return _numbers(dict(value))
+    return read_numbers(dict(value))
 
 
 # --------------------------------------------------------------------------------------------
@@ -202,21 +200,15 @@ def check_config(config: Mapping[str, Any], where: str) -> None:
 
 
 def _trainer_options(config: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """The Trainer options that ``config`` gives (see :data:`_TRAINER_OPTIONS`), read as the
-    command reads them (``1e3`` is the int 1000); a wrong type is a :class:`ConfigError`."""
+    """The Trainer options that ``config`` gives (see :data:`_TRAINER_OPTIONS`), read and
+    checked as their fields say (:meth:`TrainerConfig.read_option`: ``1e3`` is the int 1000);
+    ``None`` (the Trainer's default) stays ``None``; a bad value is a :class:`ConfigError`."""
     out: dict[str, Any] = {}
     for key in [name for name in _TRAINER_OPTIONS if name in config]:
-        if _TRAINER_OPTIONS[key]["cli_type"] is int:
-            out[key] = _int_option(config, key, where, _TRAINER_OPTIONS[key]["cli_min"])
-        elif _TRAINER_OPTIONS[key]["cli_type"] is float and config[key] is not None:
-            value = _numbers(config[key])
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ConfigError(f"{where}: {key} must be a number, got {config[key]!r}")
-            out[key] = float(value)
-        elif config[key] is not None and not isinstance(config[key], (str, int, float)):
-            raise ConfigError(f"{where}: {key} must be a string, got {config[key]!r}")
-        else:
-            out[key] = _str(config[key])
+        try:
+            out[key] = None if config[key] is None else TrainerConfig.read_option(key, config[key])
+        except ValueError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
     return out
 
 
@@ -255,7 +247,7 @@ def _overrides(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]
         if value is not None:
             config[key] = value
     hparams: dict[str, Any] = {}
-    fields = _hparam_fields()
+    fields = _hparam_names()
     for text in args.set or []:
         path, value = parse_assignment(text, "--set")
         if path[0] not in fields:
@@ -423,7 +415,6 @@ def _build_algo(env: str, hparams: Any) -> Any:
 def _resume(args: argparse.Namespace, file_config: Mapping[str, Any], cli_config: Mapping[str, Any],
             given_hparams: Mapping[str, Any], progress: bool | None) -> int:
     from ._resume import read_trainer_checkpoint
-    from .ppo import _plain_hparams
     from .trainer import Trainer
 
     tracking_uri = _str(cli_config.get("tracking_uri") or file_config.get("tracking_uri"))
@@ -447,7 +438,7 @@ def _resume(args: argparse.Namespace, file_config: Mapping[str, Any], cli_config
     # an env class this process lacks (a script's __main__.Reach) is handed over with --env
     handed = env if env and stored_env and _unregistered(stored_env, args.trust_code) else None
     hparams = _build_hparams(_merge_hparams(stored_hparams, given_hparams), "hparams")
-    merged = _plain_hparams(hparams)
+    merged = hparams.to_plain()
     changed = [k for k in merged if merged[k] != stored_hparams.get(k) and k not in _RESUMABLE_HPARAMS]
     if changed:
         detail = ", ".join(f"{k} (checkpoint: {stored_hparams.get(k)!r}, given: {merged[k]!r})" for k in changed)
@@ -793,21 +784,23 @@ def _positive_float(text: str) -> float:
 # parser and entry point
 
 
-def _nonnegative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
-    return value
+def _option_flag(name: str) -> Any:
+    """The ``type`` of the ``rl8 train`` flag of Trainer option ``name``: the text read and
+    checked as the option's field says (:meth:`TrainerConfig.read_option`)."""
+
+    def read(text: str) -> Any:
+        try:
+            return TrainerConfig.read_option(name, text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    read.__name__ = name
+    return read
 
 
 def _positive_int(text: str) -> int:
     try:
-        value = _numbers(text)
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
+        value = read_numbers(text, whole_as_int=True)
         if not isinstance(value, int) or value < 1:
             raise ValueError
     except ValueError:
@@ -854,12 +847,11 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--steps-per-eval", type=_positive_int, metavar="N", help="evaluate every N training steps")
     train.add_argument("--resume", metavar="PATH_OR_RUN_ID",
                        help="continue from a checkpoint file, a checkpoint folder (latest) or an MLflow run id")
-    for name, option in _TRAINER_OPTIONS.items():
-        if option["cli"] == "flag":
-            number = option["cli_type"] is int
-            int_type = _positive_int if option["cli_min"] == 1 else _nonnegative_int
-            train.add_argument("--" + name.replace("_", "-"), type=int_type if number else None,
-                               metavar="N" if number else None, help=option["doc"])
+    for field in dataclasses.fields(TrainerConfig):  # the options marked cli="flag"
+        if field.metadata["cli"] == "flag":
+            number = str(field.type).startswith(("int", "float"))
+            train.add_argument("--" + field.name.replace("_", "-"), type=_option_flag(field.name),
+                               metavar="N" if number else None, help=field.metadata["doc"])
     train.add_argument("--quiet", action="store_true", help="no progress line")
     train.add_argument("--trust-code", action="store_true",
                        help="with --resume: trust the checkpoint: import the modules it names that "

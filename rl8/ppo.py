@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from ._resolve import DISTRIBUTION, HPARAM_KINDS, MODEL, OPTIMIZER, env_target, qualified_name, resolve
+from ._resolve import DISTRIBUTION, MODEL, OPTIMIZER, env_target, qualified_name, resolve
 from .buffer import (
     MIN_SLOT_BYTES, RecurrentCarry, RolloutBuffer, RolloutCarry, buffer_allocation, check_buffer_fits, compute_gae,
     slot_bytes,
@@ -73,18 +73,6 @@ def _keyword_defaults(cls: type) -> str:
         f"{p.name}={p.default!r}" for p in parameters
         if p.name not in ("params", "lr") and p.default is not inspect.Parameter.empty
     )
-
-
-def _plain_hparams(hp: HParams) -> dict[str, Any]:
-    """Hyper-parameters as plain values (classes as dotted paths), for checkpoints and MLflow."""
-    out = {}
-    for key, value in hp.to_dict().items():
-        if key in HPARAM_KINDS:
-            value = value if value is None or isinstance(value, str) else qualified_name(value)
-        elif key == "device":
-            value = str(value)
-        out[key] = value
-    return out
 
 
 def make_env(
@@ -841,7 +829,7 @@ class PPO:
         """
         self._settle()
         return {
-            "hparams": _plain_hparams(self.hparams),
+            "hparams": self.hparams.to_plain(),
             "seed": self.seed,
             "policy": self.policy.state_dict(),
             "optimizer": self.optimizer.state_dict(),

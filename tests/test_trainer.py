@@ -207,6 +207,8 @@ def test_unreachable_tracking_server_fails_before_training():
         ({"metadata": {"config": {"lr": torch.zeros(1).numpy()}}}, TypeError,
          "metadata['config']['lr'] is a numpy.ndarray, which a checkpoint cannot hold"),
         ({"metadata": ["a"]}, TypeError, "Trainer: metadata must be a mapping or None, got ['a']"),
+        ({"weight_sync_interval": None}, ValueError, "Trainer: weight_sync_interval must be an int >= 1, got None"),
+        ({"experiment": 3}, ValueError, "Trainer: experiment must be a string or None, got 3"),
     ],
 )
 def test_bad_arguments_are_refused_before_the_run_starts(mlflow_uri, kwargs, error, message):

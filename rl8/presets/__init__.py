@@ -104,10 +104,10 @@ def trainer_options(name: str) -> dict[str, Any]:
     """
     import dataclasses
 
-    from ..config import TrainerConfig, read_numbers
+    from ..config import TrainerConfig
 
     fields = {f.name for f in dataclasses.fields(TrainerConfig)}
-    return {key: read_numbers(value) for key, value in load(name).items() if key in fields}
+    return {key: TrainerConfig.read_option(key, value) for key, value in load(name).items() if key in fields}
 
 
 def run_args(name: str) -> dict[str, Any]:
@@ -119,12 +119,12 @@ def run_args(name: str) -> dict[str, Any]:
         name: A name from :func:`names`.
     """
     from ..conditions import from_config
-    from ..config import read_numbers
+    from .._fields import read_numbers
 
     config = load(name)
     out: dict[str, Any] = {}
     if config.get("max_steps") is not None:
-        out["max_env_steps"] = int(read_numbers(config["max_steps"]))
+        out["max_env_steps"] = int(read_numbers(config["max_steps"], whole_as_int=True))
     for key in ("steps_per_eval", "env_config", "eval_env_config"):
         if config.get(key) is not None:
             out[key] = read_numbers(config[key])
