@@ -169,16 +169,30 @@ def write_checkpoint(state: dict[str, Any], path: Any, folder: Path | None, keep
 
 def log_policy_artifacts(tracker: Any, policy: torch.nn.Module, env: dict[str, Any], checkpoint: Path, step: int) -> None:
     """Log the policy file and the ``rl8/checkpoint.json`` pointer to ``checkpoint`` (written at
-    env step ``step``) to the ``tracker``'s run (copied and queued with ``async_logging``)."""
-    tmp = Path(tempfile.mkdtemp(prefix="rl8-artifacts-"))
-    policy_file = save_policy(policy, tmp / Path(POLICY_ARTIFACT).name, env=env)
-    pointer = tmp / Path(CHECKPOINT_POINTER_ARTIFACT).name
-    pointer.write_text(json.dumps({"path": str(checkpoint), "env/steps": step}))
+    env step ``step``) to the ``tracker``'s run (copied and queued with ``async_logging``).
+
+    Tracking never fails training: when the files cannot be staged (a full or unwritable
+    temporary folder) nothing is uploaded, with a :class:`~rl8.tracking.TrackingWarning`; the
+    checkpoint itself is written already."""
+    from .tracking import TrackingWarning
+
+    tmp = None
     try:
+        tmp = Path(tempfile.mkdtemp(prefix="rl8-artifacts-"))
+        policy_file = save_policy(policy, tmp / Path(POLICY_ARTIFACT).name, env=env)
+        pointer = tmp / Path(CHECKPOINT_POINTER_ARTIFACT).name
+        pointer.write_text(json.dumps({"path": str(checkpoint), "env/steps": step}))
         tracker.log_artifact(policy_file, str(Path(POLICY_ARTIFACT).parent))
         tracker.log_artifact(pointer, str(Path(CHECKPOINT_POINTER_ARTIFACT).parent))
+    except OSError as exc:
+        warnings.warn(
+            f"the policy and checkpoint pointer of {checkpoint} were not logged to MLflow run "
+            f"{tracker.run_id}: staging them in the temporary folder {tempfile.gettempdir()} "
+            f"failed ({exc}); the checkpoint is written and training goes on",
+            TrackingWarning, stacklevel=3)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def read_trainer_checkpoint(ref: str | os.PathLike[str], *, tracking_uri: str | None = None) -> tuple[Path, dict[str, Any]]:

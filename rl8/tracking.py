@@ -448,9 +448,13 @@ class _Outbox:
                 self._staging = Path(tempfile.mkdtemp(prefix="rl8-artifacts-"))
             self._staged += 1
             staged = self._staging / str(self._staged) / source.name
-        staged.parent.mkdir()
         is_file = method == "log_artifact"
-        (shutil.copyfile if is_file else shutil.copytree)(source, staged)
+        try:
+            staged.parent.mkdir()
+            (shutil.copyfile if is_file else shutil.copytree)(source, staged)
+        except OSError:  # e.g. a full disk: no partial copy is left
+            shutil.rmtree(staged.parent, ignore_errors=True)
+            raise
         # files replace a waiting file of the same destination; folders are merged by MLflow,
         # so each upload of one is kept
         key = (artifact_path, source.name) if is_file else staged
@@ -1158,7 +1162,8 @@ class Tracker(_Run):
             artifact_path: Folder inside the run's artifacts (e.g. ``"checkpoints"``);
                 ``None``: the root.
 
-        A missing file is a :class:`TrackingWarning`, not an error; so is an upload the store
+        A missing file is a :class:`TrackingWarning`, not an error; so are a copy that cannot be
+        made (a full temporary folder: the file is not uploaded) and an upload the store
         refuses, and artifacts still queued at :meth:`end` are reported as lost.
         """
         self._upload("log_artifact", local_path, artifact_path)
@@ -1179,7 +1184,14 @@ class Tracker(_Run):
                 f"at {self.tracking_uri!r}: no such {'file' if is_file else 'folder'}",
                 TrackingWarning, stacklevel=3)
             return
-        self._outbox.stage(method, source, artifact_path)
+        try:
+            self._outbox.stage(method, source, artifact_path)
+        except OSError as exc:  # a full or unwritable temporary folder: tracking never fails training
+            warnings.warn(
+                f"could not log {str(local)!r} to MLflow run {self.run_id}: staging a copy in "
+                f"the temporary folder {tempfile.gettempdir()} failed ({exc}); it is not uploaded",
+                TrackingWarning, stacklevel=3)
+            return
         self._queued(False)
 
     def __repr__(self) -> str:
