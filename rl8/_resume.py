@@ -3,6 +3,7 @@ the algorithm and the Trainer from one (:class:`TrainerCheckpoints`, the Trainer
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import json
 import os
@@ -31,8 +32,18 @@ if TYPE_CHECKING:
 
 __all__ = [
     "RunRecord", "TrainerCheckpoints", "algo_from_checkpoint", "check_finite_policy", "rank_entry",
-    "read_trainer_checkpoint",
+    "read_trainer_checkpoint", "resuming_from",
 ]
+
+#: The checkpoint file that the Trainer being built by ``from_checkpoint`` resumes from.
+_RESUMING_FROM: contextvars.ContextVar[Path | None] = contextvars.ContextVar("rl8_resuming_from", default=None)
+
+
+def resuming_from() -> Path | None:
+    """The checkpoint file that :meth:`TrainerCheckpoints.from_checkpoint` is resuming from
+    while it builds its Trainer, else ``None``: a Trainer resuming from a checkpoint of its
+    folder may write into that folder (see :class:`rl8.checkpoint.CheckpointDirLock`)."""
+    return _RESUMING_FROM.get()
 
 #: Entries of ``PPO.state_dict()`` that are the same on every rank: stored once (rank 0's
 #: ``algo``), not in the per-rank entries of a data-parallel checkpoint.
@@ -357,6 +368,8 @@ class TrainerCheckpoints:
         step = int(self.algo.env_steps)
         check_finite_policy(self.algo.policy, step, self.last_checkpoint)
         folder = self.checkpoint_dir if path is None else None
+        if folder is not None and self._dir_lock is not None:  # rank 0: the folder's lock names the run
+            self._dir_lock.set_run_id(self.run_id)
         # with actors: theirs, at the end of the rollout each is collecting (rl8.actors)
         actors = self._learner.actor_states() if self._learner is not None else None
         written = write_checkpoint(self.state_dict(), path, folder, self.config.keep_checkpoints, step, self._dist,
@@ -409,7 +422,11 @@ class TrainerCheckpoints:
             tracking=tracking, run_id=config.run_id if tracking else None,
             tracking_uri=tracking_uri or config.tracking_uri,
         )
-        trainer = cls(algo, config, **kwargs)
+        token = _RESUMING_FROM.set(file.absolute())
+        try:
+            trainer = cls(algo, config, **kwargs)
+        finally:
+            _RESUMING_FROM.reset(token)
         trainer._resumed = RunRecord.from_checkpoint(saved)
         trainer.last_checkpoint = file.absolute()
         trainer._last_checkpoint_step = int(algo.env_steps)

@@ -903,12 +903,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
-    from .checkpoint import CheckpointError
+    from .checkpoint import CheckpointDirError, CheckpointError
     from .tracking import TrackingError
 
     try:
         return int(args.func(args) or 0)
-    except ConfigError as exc:
+    except (ConfigError, CheckpointDirError) as exc:  # CheckpointDirError: an unusable checkpoint_dir
         print(f"rl8: error: {exc}", file=sys.stderr)
         return 2
     except (TrackingError, CheckpointError, FileNotFoundError, ImportError) as exc:

@@ -4,6 +4,7 @@ data, malformed files and configs are clear errors, and tracking never fails tra
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -87,3 +88,132 @@ def test_an_artifact_that_cannot_be_staged_is_a_warning(tmp_path, migrated_store
         with pytest.warns(TrackingWarning, match="staging a copy in the temporary folder .* failed"):
             tracker.log_artifact(tmp_path / "notes.txt")
         assert tracker.pending_artifacts == 0
+
+
+# ---- one run per checkpoint folder ----------------------------------------------------------
+
+TINY_SET = ["--set", "num_envs=16", "--set", "horizon=8", "--set", "sgd_minibatch_size=64",
+            "--set", "num_sgd_iters=1", "--set", "seed=0"]  # fmt: skip
+
+
+def _runs(uri):
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    return client.search_runs([e.experiment_id for e in client.search_experiments()])
+
+
+def _small_trainer(**options):
+    from rl8 import PPO, Trainer
+    from rl8.envs import CartPole
+
+    return Trainer(PPO(CartPole, **SMALL), progress=False, **options)
+
+
+def test_a_folder_written_by_a_live_process_is_refused_and_taken_over_once_it_died(tmp_path):
+    from rl8.checkpoint import CHECKPOINT_DIR_LOCK, CheckpointDirError, CheckpointDirLock
+
+    folder = tmp_path / "shared"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys\nfrom rl8.checkpoint import CheckpointDirLock\n"
+         f"lock = CheckpointDirLock({str(folder)!r}, run_id='a' * 32)\nprint('held', flush=True)\n"
+         "sys.stdin.read()"],
+        env=_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(CheckpointDirError, match=rf"{folder} is in use by run a{{32}} \(pid {holder.pid} on "):
+            CheckpointDirLock(folder)
+    finally:
+        holder.kill()  # no release: the lock file stays, naming a dead process
+        holder.wait()
+    assert (folder / CHECKPOINT_DIR_LOCK).is_file()
+    with pytest.warns(UserWarning, match=rf"was locked by run a{{32}} \(pid {holder.pid} .*ended without releasing"):
+        lock = CheckpointDirLock(folder)
+    lock.release()
+    assert not (folder / CHECKPOINT_DIR_LOCK).exists()
+
+
+def test_two_trainers_never_share_a_checkpoint_folder(tmp_path, migrated_store):
+    from rl8 import Trainer
+    from rl8.checkpoint import CheckpointDirError
+
+    first = _small_trainer(checkpoint_dir=tmp_path / "ck", async_logging=False)
+    first.step()
+    written = first.save_checkpoint()
+    # while the first is open: refused, before a second MLflow run is created
+    with pytest.raises(CheckpointDirError, match=rf"{tmp_path / 'ck'} is in use by run {first.run_id}.*close\(\) it first"):
+        _small_trainer(checkpoint_dir=tmp_path / "ck")
+    assert len(_runs(migrated_store)) == 1
+    first.close()
+    # after it ended: a new run would overwrite and prune its checkpoints (the same step names)
+    with pytest.raises(CheckpointDirError, match=rf"already holds 1 checkpoint\(s\) of another run "
+                                                 rf"\(latest: {written.name}\).*rl8 train --resume"):
+        _small_trainer(checkpoint_dir=tmp_path / "ck")
+    assert len(_runs(migrated_store)) == 1
+    # resuming that run may: from the folder, the file, or the run id
+    for ref in (tmp_path / "ck", written, first.run_id):
+        with Trainer.from_checkpoint(ref, progress=False) as resumed:
+            assert resumed.checkpoint_dir == tmp_path / "ck" and resumed.run_id == first.run_id
+            resumed.step()
+            resumed.save_checkpoint()
+    # the same without tracking (no run id): resuming from the folder's checkpoint
+    untracked = _small_trainer(checkpoint_dir=tmp_path / "quiet", tracking=False)
+    untracked.save_checkpoint()
+    untracked.close()
+    with pytest.raises(CheckpointDirError, match="quiet already holds 1 checkpoint"):
+        _small_trainer(checkpoint_dir=tmp_path / "quiet", tracking=False)
+    Trainer.from_checkpoint(tmp_path / "quiet", progress=False).close()
+
+
+def test_default_folders_of_untracked_runs_are_unique(tmp_path):
+    first, second = _small_trainer(tracking=False), _small_trainer(tracking=False)
+    assert first.checkpoint_dir != second.checkpoint_dir
+    assert first.checkpoint_dir.parent == second.checkpoint_dir.parent == tmp_path / "checkpoints"
+    first.close()
+    second.close()
+
+
+@pytest.mark.parametrize("where", ["under a file", "a file"])
+def test_an_unwritable_checkpoint_dir_is_refused_before_training(tmp_path, migrated_store, where):
+    from rl8.checkpoint import CheckpointDirError
+
+    (tmp_path / "afile").write_text("a file, not a folder")  # root ignores chmod: a file stops it
+    folder = tmp_path / "afile" / "ck" if where == "under a file" else tmp_path / "afile"
+    with pytest.raises(CheckpointDirError, match=rf"checkpoint_dir {folder} cannot be used for checkpoints"):
+        _small_trainer(checkpoint_dir=folder)
+    assert _runs(migrated_store) == []
+
+
+def test_an_unwritable_default_checkpoint_folder_is_refused_before_training(tmp_path, migrated_store):
+    from rl8.checkpoint import CheckpointDirError
+
+    (tmp_path / "checkpoints").write_text("a file where the default folder goes")
+    with pytest.raises(CheckpointDirError, match=rf"checkpoint folder {tmp_path / 'checkpoints'} cannot be used"):
+        _small_trainer()
+    assert _runs(migrated_store) == []
+
+
+def test_rl8_train_with_an_unwritable_checkpoint_dir_exits_2_before_training(tmp_path, migrated_store, capsys):
+    from rl8.cli import main
+
+    (tmp_path / "afile").write_text("a file, not a folder")
+    code = main(["train", "--env", "rl8.envs.CartPole", *TINY_SET, "--max-steps", "128", "--quiet",
+                 "--checkpoint-dir", str(tmp_path / "afile" / "ck")])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert f"checkpoint_dir {tmp_path / 'afile' / 'ck'} cannot be used" in err
+    assert err.count("\n") == 1  # one line, no traceback
+    assert _runs(migrated_store) == []
+
+
+def test_rl8_train_into_the_folder_of_another_run_exits_2_and_resume_goes_on(tmp_path, migrated_store, capsys):
+    from rl8.cli import main
+
+    argv = ["train", "--env", "rl8.envs.CartPole", *TINY_SET, "--max-steps", "128", "--quiet",
+            "--checkpoint-dir", str(tmp_path / "ck")]
+    assert main(argv) == 0
+    capsys.readouterr()
+    assert main(argv[:-2] + ["--set", "seed=1", "--checkpoint-dir", str(tmp_path / "ck")]) == 2
+    assert re.search(r"ck already holds \d checkpoint\(s\) of another run", capsys.readouterr().err)
+    assert main(["train", "--resume", str(tmp_path / "ck"), "--max-steps", "256", "--quiet"]) == 0
+    assert len(_runs(migrated_store)) == 1
