@@ -514,7 +514,8 @@ def _describe_owner(record: Mapping[str, Any]) -> str:
     """``run 0a1b... (pid 123 on host)`` from a lock file's record."""
     run = record.get("run_id")
     who = f"run {run}" if run else "a run without MLflow tracking"
-    return f"{who} (pid {record.get('pid', '?')} on {record.get('host', '?')})"
+    ended = ", ended" if record.get("released") else ""
+    return f"{who} (pid {record.get('pid', '?')} on {record.get('host', '?')}{ended})"
 
 
 class CheckpointDirLock:
@@ -536,7 +537,9 @@ class CheckpointDirLock:
        this run's MLflow ``run_id``. Within one process, such a Trainer also takes the claim over
        from an open Trainer of the same run (a Trainer of another run is refused).
 
-    :meth:`release` removes the lock file (a file left behind names a process that died).
+    :meth:`release` marks the record released and unlocks the file, which stays (naming the
+    run whose checkpoints the folder holds); a record not marked released names a process
+    that died.
 
     Args:
         directory: The checkpoint folder.
@@ -586,7 +589,7 @@ class CheckpointDirLock:
             raise
         self._fd = fd
         _held_locks[self.directory] = self
-        if previous and previous.get("pid") != os.getpid():
+        if previous and not previous.get("released") and previous.get("pid") != os.getpid():
             warnings.warn(
                 f"checkpoint_dir {self.directory} was locked by {_describe_owner(previous)}, whose "
                 "process ended without releasing it (killed or crashed); this run takes it over",
@@ -679,8 +682,9 @@ class CheckpointDirLock:
             return {}
         return record if isinstance(record, dict) else {}
 
-    def _write(self, fd: int) -> None:
-        record = {"run_id": self.run_id, "pid": os.getpid(), "host": self._host, "since": time.time()}
+    def _write(self, fd: int, released: bool = False) -> None:
+        record = {"run_id": self.run_id, "pid": os.getpid(), "host": self._host, "since": time.time(),
+                  "released": released}
         data = json.dumps(record).encode()
         try:
             os.ftruncate(fd, 0)
@@ -705,12 +709,13 @@ class CheckpointDirLock:
                 self._write(self._fd)
 
     def release(self) -> None:
-        """Give the folder up (idempotent): the lock file is removed, then unlocked."""
+        """Give the folder up (idempotent): the lock file records that the run released it
+        (and still names the run: its checkpoints stay its own), then is unlocked."""
         fd, self._fd = self._fd, None
         if fd is None:
             return
-        with contextlib.suppress(OSError):
-            self._path.unlink()
+        with contextlib.suppress(CheckpointDirError):
+            self._write(fd, released=True)
         os.close(fd)
 
     def __del__(self) -> None:  # the OS releases the lock with the file; this only closes it

@@ -441,6 +441,7 @@ def _build_algo(env: str, hparams: Any) -> Any:
 def _resume(args: argparse.Namespace, file_config: Mapping[str, Any], cli_config: Mapping[str, Any],
             given_hparams: Mapping[str, Any], progress: bool | None) -> int:
     from ._resume import read_trainer_checkpoint
+    from .hparams import HParams
     from .ppo import _plain_hparams
     from .trainer import Trainer
 
@@ -462,11 +463,13 @@ def _resume(args: argparse.Namespace, file_config: Mapping[str, Any], cli_config
         raise ConfigError(f"--resume: the checkpoint was trained on env {stored_env!r}, not {env!r}")
     hparams = _build_hparams(_merge_hparams(stored_hparams, given_hparams), "hparams")
     merged = _plain_hparams(hparams)
-    changed = [k for k in merged if merged[k] != stored_hparams.get(k) and k not in _RESUMABLE_HPARAMS]
+    # a hyper-parameter newer than the checkpoint has its default there (as from_checkpoint reads it)
+    saved = {**_plain_hparams(HParams()), **stored_hparams}
+    changed = [k for k in merged if merged[k] != saved.get(k) and k not in _RESUMABLE_HPARAMS]
     if changed:
-        detail = ", ".join(f"{k} (checkpoint: {stored_hparams.get(k)!r}, given: {merged[k]!r})" for k in changed)
+        detail = ", ".join(f"{k} (checkpoint: {saved.get(k)!r}, given: {merged[k]!r})" for k in changed)
         raise ConfigError(f"--resume: hyper-parameters cannot change when resuming: {detail}")
-    overrides = {k: merged[k] for k in _RESUMABLE_HPARAMS if merged[k] != stored_hparams.get(k)}
+    overrides = {k: merged[k] for k in _RESUMABLE_HPARAMS if merged[k] != saved.get(k)}
 
     config = {**stored_config, **{k: v for k, v in file_config.items() if k != "hparams"}, **cli_config}
     check_config({k: v for k, v in config.items() if k != "hparams"}, "config")

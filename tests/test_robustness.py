@@ -3,11 +3,13 @@ data, malformed files and configs are clear errors, and tracking never fails tra
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import pytest
@@ -130,7 +132,10 @@ def test_a_folder_written_by_a_live_process_is_refused_and_taken_over_once_it_di
     with pytest.warns(UserWarning, match=rf"was locked by run a{{32}} \(pid {holder.pid} .*ended without releasing"):
         lock = CheckpointDirLock(folder)
     lock.release()
-    assert not (folder / CHECKPOINT_DIR_LOCK).exists()
+    assert json.loads((folder / CHECKPOINT_DIR_LOCK).read_text())["released"] is True
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a released folder is taken without a warning
+        CheckpointDirLock(folder).release()
 
 
 def test_two_trainers_never_share_a_checkpoint_folder(tmp_path, migrated_store):
@@ -146,8 +151,9 @@ def test_two_trainers_never_share_a_checkpoint_folder(tmp_path, migrated_store):
     assert len(_runs(migrated_store)) == 1
     first.close()
     # after it ended: a new run would overwrite and prune its checkpoints (the same step names)
-    with pytest.raises(CheckpointDirError, match=rf"already holds 1 checkpoint\(s\) of another run "
-                                                 rf"\(latest: {written.name}\).*rl8 train --resume"):
+    with pytest.raises(CheckpointDirError, match=rf"already holds 1 checkpoint\(s\) of run {first.run_id} "
+                                                 rf"\(pid {os.getpid()} on .*, ended\) \(latest: {written.name}\).*"
+                                                 "rl8 train --resume"):
         _small_trainer(checkpoint_dir=tmp_path / "ck")
     assert len(_runs(migrated_store)) == 1
     # resuming that run may: from the folder, the file, or the run id
@@ -160,7 +166,7 @@ def test_two_trainers_never_share_a_checkpoint_folder(tmp_path, migrated_store):
     untracked = _small_trainer(checkpoint_dir=tmp_path / "quiet", tracking=False)
     untracked.save_checkpoint()
     untracked.close()
-    with pytest.raises(CheckpointDirError, match="quiet already holds 1 checkpoint"):
+    with pytest.raises(CheckpointDirError, match="quiet already holds 1 checkpoint.* of a run without MLflow tracking"):
         _small_trainer(checkpoint_dir=tmp_path / "quiet", tracking=False)
     Trainer.from_checkpoint(tmp_path / "quiet", progress=False).close()
 
@@ -214,6 +220,30 @@ def test_rl8_train_into_the_folder_of_another_run_exits_2_and_resume_goes_on(tmp
     assert main(argv) == 0
     capsys.readouterr()
     assert main(argv[:-2] + ["--set", "seed=1", "--checkpoint-dir", str(tmp_path / "ck")]) == 2
-    assert re.search(r"ck already holds \d checkpoint\(s\) of another run", capsys.readouterr().err)
+    assert re.search(r"ck already holds \d checkpoint\(s\) of run [0-9a-f]{32} ", capsys.readouterr().err)
     assert main(["train", "--resume", str(tmp_path / "ck"), "--max-steps", "256", "--quiet"]) == 0
     assert len(_runs(migrated_store)) == 1
+
+
+# ---- an older checkpoint, without a newer hyper-parameter -----------------------------------
+
+
+def test_an_older_checkpoint_without_a_newer_hparam_resumes_from_the_cli_as_from_python(tmp_path, capsys):
+    from rl8 import Trainer
+    from rl8.checkpoint import load_checkpoint, save_checkpoint
+    from rl8.cli import main
+
+    trainer = _small_trainer(checkpoint_dir=tmp_path / "ck", tracking=False)
+    trainer.step()
+    path = trainer.save_checkpoint()
+    trainer.close()
+    state = load_checkpoint(path)
+    for newer in ("horizons_per_env_reset", "seqs_per_state_reset"):  # defaults -1: "given: -1"
+        del state["algo"]["hparams"][newer]
+    save_checkpoint(state, path)
+    Trainer.from_checkpoint(path, progress=False).close()
+    code = main(["train", "--resume", str(path), "--max-steps", "256", "--quiet"])
+    assert code == 0, capsys.readouterr().err
+    # a value given that differs from the default the checkpoint implies is still an error
+    assert main(["train", "--resume", str(path), "--set", "horizons_per_env_reset=2", "--quiet"]) == 2
+    assert "horizons_per_env_reset (checkpoint: -1, given: 2)" in capsys.readouterr().err
