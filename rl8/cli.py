@@ -32,7 +32,10 @@ from typing import Any
 
 from .config import TrainerConfig
 
-__all__ = ["CONFIG_KEYS", "ConfigError", "build_parser", "load_config", "main", "parse_assignment"]
+__all__ = [
+    "CONFIG_KEYS", "MAX_YAML_DEPTH", "MAX_YAML_VALUES", "ConfigError", "build_parser", "load_config", "main",
+    "parse_assignment",
+]
 
 #: The Trainer options that ``rl8 train`` takes (in a config file; those marked ``"flag"`` also
 #: as flags), declared in :class:`rl8.config.TrainerConfig`.
@@ -88,6 +91,64 @@ def _numbers(value: Any) -> Any:
     return value
 
 
+#: Most levels of nesting (mappings and lists inside one another) a YAML config may have.
+MAX_YAML_DEPTH = 100
+#: Most values (scalars, mappings, lists) a YAML config may hold once its aliases (``*name``)
+#: are expanded: an alias repeats a whole node, so a few lines can stand for billions of values.
+MAX_YAML_VALUES = 100_000
+
+
+def _safe_yaml(text: str, where: str) -> Any:
+    """``yaml.safe_load(text)`` (no code runs, no object is built), refusing a document nested
+    deeper than :data:`MAX_YAML_DEPTH` or holding more than :data:`MAX_YAML_VALUES` values
+    once aliases are expanded (the "billion laughs"), or that contains itself, with a
+    :class:`ConfigError` naming ``where``; those would end in a ``RecursionError`` or
+    ``MemoryError`` when the config is read. Invalid YAML raises ``yaml.YAMLError``."""
+    import yaml
+
+    class BoundedLoader(yaml.SafeLoader):
+        depth = 0
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            self.depth += 1
+            if self.depth > MAX_YAML_DEPTH:
+                mark = self.peek_event().start_mark
+                raise ConfigError(f"{where}: the YAML is nested deeper than {MAX_YAML_DEPTH} levels "
+                                  f"(line {mark.line + 1}); rl8 reads configs up to that depth")
+            try:
+                return super().compose_node(parent, index)
+            finally:
+                self.depth -= 1
+
+    loader = BoundedLoader(text)
+    try:
+        value = loader.get_single_data()
+    finally:
+        loader.dispose()
+    sizes: dict[int, int] = {}  # values under each list/mapping, aliases counted each time
+
+    def size(node: Any) -> int:
+        if not isinstance(node, (list, dict)):
+            return 1
+        if id(node) in sizes:
+            if sizes[id(node)] < 0:
+                raise ConfigError(f"{where}: the YAML contains itself (an alias inside its own anchor)")
+            return sizes[id(node)]
+        sizes[id(node)] = -1
+        items = list(node.keys()) + list(node.values()) if isinstance(node, dict) else node
+        total = 1 + sum(size(item) for item in items)
+        if total > MAX_YAML_VALUES:
+            raise ConfigError(
+                f"{where}: the YAML holds more than {MAX_YAML_VALUES} values once its aliases (*name) "
+                "are expanded; rl8 reads configs up to that size"
+            )
+        sizes[id(node)] = total
+        return total
+
+    size(value)
+    return value
+
+
 def _parse_value(text: str) -> Any:
     """A ``--set`` value: YAML (``[64, 64]``, ``true``, ``null``), numbers from numeric strings."""
     import yaml
@@ -95,7 +156,7 @@ def _parse_value(text: str) -> Any:
     if text.strip() in ("None", "none"):  # Python's spelling of null
         return None
     try:
-        value = yaml.safe_load(text)
+        value = _safe_yaml(text, f"--set value {text[:40]!r}")
     except yaml.YAMLError:
         value = text  # e.g. an unbalanced bracket: keep the text, HParams will say what is wrong
     return _numbers(value)
@@ -171,8 +232,10 @@ def load_config(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read a ``rl8 train`` YAML config (``yaml.safe_load``) and check its top-level keys.
 
     Raises:
-        ConfigError: Unreadable file, invalid YAML, not a mapping, or an unknown key (the
-            message names it and its close matches).
+        ConfigError: Unreadable file, invalid YAML, YAML nested deeper than
+            :data:`MAX_YAML_DEPTH` levels or holding more than :data:`MAX_YAML_VALUES` values
+            once its aliases are expanded, not a mapping, or an unknown key (the message names
+            it and its close matches).
     """
     import yaml
 
@@ -182,7 +245,7 @@ def load_config(path: str | os.PathLike[str]) -> dict[str, Any]:
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
     try:
-        config = yaml.safe_load(text)
+        config = _safe_yaml(text, str(path))
     except yaml.YAMLError as exc:
         first = str(exc).replace("\n", " ")
         raise ConfigError(f"{path}: invalid YAML: {first}") from None

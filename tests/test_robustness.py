@@ -247,3 +247,59 @@ def test_an_older_checkpoint_without_a_newer_hparam_resumes_from_the_cli_as_from
     # a value given that differs from the default the checkpoint implies is still an error
     assert main(["train", "--resume", str(path), "--set", "horizons_per_env_reset=2", "--quiet"]) == 2
     assert "horizons_per_env_reset (checkpoint: -1, given: 2)" in capsys.readouterr().err
+
+
+# ---- configs that would exhaust memory or the stack ------------------------------------------
+
+BILLION_LAUGHS = "env: rl8.envs.CartPole\nhparams:\n  model_config:\n    a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"    {c}: &{c} [{', '.join(['*' + p] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
+
+
+def test_a_yaml_alias_bomb_is_a_config_error(tmp_path, capsys):
+    from rl8.cli import ConfigError, load_config, main
+
+    path = tmp_path / "bomb.yaml"
+    path.write_text(BILLION_LAUGHS)  # 9**9 values once expanded
+    with pytest.raises(ConfigError, match=r"bomb.yaml: the YAML holds more than 100000 values once its aliases"):
+        load_config(path)
+    assert main(["train", str(path)]) == 2
+    assert "more than 100000 values" in capsys.readouterr().err
+    assert main(["train", "--env", "rl8.envs.CartPole", "--set",
+                 "model_config={a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1, 1], b: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a], "
+                 "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b], d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c], "
+                 "e: [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d]}"]) == 2
+    assert "--set value" in capsys.readouterr().err
+
+
+def test_a_yaml_that_contains_itself_is_a_config_error(tmp_path):
+    from rl8.cli import ConfigError, load_config
+
+    path = tmp_path / "loop.yaml"
+    path.write_text("env: rl8.envs.CartPole\nenv_config: &a {inner: [*a]}\n")
+    with pytest.raises(ConfigError, match="contains itself"):
+        load_config(path)
+
+
+def test_a_deeply_nested_or_is_a_config_error(tmp_path, capsys):
+    from rl8.cli import main
+    from rl8.conditions import MAX_CONDITION_DEPTH, from_config
+
+    path = tmp_path / "deep.yaml"
+    path.write_text("env: rl8.envs.CartPole\nstop_conditions:\n  - "
+                    + "{or: [" * 400 + "{time_limit: {seconds: 1}}" + "]}" * 400 + "\n")
+    assert main(["train", str(path)]) == 2  # was a RecursionError
+    assert "deep.yaml: the YAML is nested deeper than 100 levels (line 3)" in capsys.readouterr().err
+    # within the YAML bound, the conditions' own bound (also for specs built in Python)
+    path.write_text("env: rl8.envs.CartPole\nstop_conditions:\n  - "
+                    + "{or: [" * 40 + "{time_limit: {seconds: 1}}" + "]}" * 40 + "\n")
+    assert main(["train", str(path)]) == 2
+    assert "nested deeper than 32 levels" in capsys.readouterr().err
+    spec = {"time_limit": {"seconds": 1}}
+    for _ in range(400):
+        spec = {"or": [spec]}
+    with pytest.raises(ValueError, match=f"nested deeper than {MAX_CONDITION_DEPTH} levels"):
+        from_config(spec)
+    shallow = {"time_limit": {"seconds": 1}}
+    for _ in range(MAX_CONDITION_DEPTH - 1):  # at the bound: built
+        shallow = {"or": [shallow]}
+    from_config(shallow)
