@@ -275,7 +275,7 @@ def algo_from_checkpoint(file: Path, state: Mapping[str, Any], *, env: Any, hpar
         # an actor's weights come from its learner at the start
         own = state.get("actor")
         if own is not None:  # its envs, RNG streams and episodes go on where they were
-            algo.load_state_dict({**algo_state, **own})
+            _load_algo_state(algo, {**algo_state, **own}, file)
             return algo
         # a checkpoint without actor states: its envs start anew, seeded apart from those of
         # the run before the checkpoint
@@ -283,8 +283,31 @@ def algo_from_checkpoint(file: Path, state: Mapping[str, Any], *, env: Any, hpar
         algo.env_seed = derive_seed(algo.env_seed, steps + 1)
         algo.generator.manual_seed(algo.env_seed)
         return algo
-    algo.load_state_dict(algo_state)
+    _load_algo_state(algo, algo_state, file)
     return algo
+
+
+def _load_algo_state(algo: PPO, algo_state: Mapping[str, Any], file: Path) -> None:
+    """``algo.load_state_dict(algo_state)``, refusing weights that hold NaN or inf or that do
+    not fit the model the stored hyper-parameters describe, with a
+    :class:`~rl8.checkpoint.CheckpointError` naming the entry."""
+    from .export import _check_finite_weights
+
+    weights = algo_state.get("policy")
+    if not isinstance(weights, Mapping) or not all(isinstance(v, torch.Tensor) for v in weights.values()):
+        raise CheckpointError(f"{file}: entry 'algo.policy' must be a dict of tensors by name, "
+                              f"got {type(weights).__name__}")
+    _check_finite_weights(weights, f"{file}: entry 'algo.policy':")
+    try:
+        algo.load_state_dict(algo_state)
+    except (RuntimeError, KeyError, TypeError, ValueError) as exc:
+        if isinstance(exc, CheckpointError):
+            raise
+        detail = " ".join(line.strip() for line in str(exc).splitlines()[:4])
+        raise CheckpointError(
+            f"{file}: entry 'algo' does not fit the PPO its hyper-parameters (entry 'algo.hparams') "
+            f"describe: {type(exc).__name__}: {detail}"
+        ) from None
 
 
 def _absolute_uri(uri: str) -> str:

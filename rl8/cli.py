@@ -515,7 +515,12 @@ def _resume(args: argparse.Namespace, file_config: Mapping[str, Any], cli_config
         from .checkpoint import CheckpointError
 
         raise CheckpointError(f"{path} is an rl8 checkpoint but not a Trainer checkpoint")
-    stored_hparams = state["algo"]["hparams"]
+    stored_hparams = state["algo"].get("hparams")
+    if not isinstance(stored_hparams, Mapping):
+        from .checkpoint import CheckpointError
+
+        raise CheckpointError(f"{path}: entry 'algo.hparams' must be a dict of hyper-parameters, "
+                              f"got {type(stored_hparams).__name__}")
     stored_config = dict((state["trainer"].get("metadata") or {}).get("config") or {})
     # the model is fixed by the checkpoint: only settings that do not change it may differ
     env = cli_config.get("env") or file_config.get("env")

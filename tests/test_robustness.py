@@ -303,3 +303,110 @@ def test_a_deeply_nested_or_is_a_config_error(tmp_path, capsys):
     for _ in range(MAX_CONDITION_DEPTH - 1):  # at the bound: built
         shallow = {"or": [shallow]}
     from_config(shallow)
+
+
+# ---- malformed or non-finite policy files and checkpoints -----------------------------------
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """A policy file and a Trainer checkpoint of CartPole, and their content."""
+    from rl8 import PPO, Trainer, save_policy
+    from rl8.checkpoint import load_checkpoint
+    from rl8.envs import CartPole
+
+    folder = tmp_path_factory.mktemp("saved")
+    algo = PPO(CartPole, **SMALL)
+    policy = save_policy(algo.policy, folder / "policy.pt", env={"spec": "rl8.envs.CartPole"})
+    with Trainer(algo, tracking=False, checkpoint_dir=folder / "ck", progress=False) as trainer:
+        checkpoint = trainer.save_checkpoint()
+    return {"policy": load_checkpoint(policy), "checkpoint": load_checkpoint(checkpoint)}
+
+
+def _first_weight(state):
+    return next(iter(state))
+
+
+def _fill(value):
+    return lambda d, weight: d["state_dict"][weight].fill_(value)
+
+
+def _wrong_shape(d, weight):
+    import torch
+
+    d["state_dict"][weight] = torch.zeros(3, 3)
+
+
+def _set(entry, value):
+    return lambda d, weight: d.__setitem__(entry, value)
+
+
+#: (what, how the policy description is changed (given it and its first weight's name), the error)
+BAD_POLICIES = [
+    ("weights nan", _fill(float("nan")), r"the policy's weights hold NaN or inf: state_dict\['{weight}'\]"),
+    ("weights inf", _fill(float("inf")), r"the policy's weights hold NaN or inf: state_dict\['{weight}'\]"),
+    ("wrong shape", _wrong_shape, r"entry 'state_dict' does not match the model .*size mismatch for {weight}"),
+    ("weights not a dict", _set("state_dict", [1, 2]), "entry 'state_dict' must be a dict of tensors by name, got list"),
+    ("model_config not a dict", _set("model_config", [64, 64]), "entry 'model_config' must be a dict, got list"),
+    ("model_config bad", _set("model_config", {"hiddens": "wide"}),
+     "cannot be built .*model_config hiddens: expected a sequence of ints"),
+    ("observations 2**30", lambda d, weight: d["observation_space"].__setitem__("shape", [2**30]),
+     r"entry 'observation_space': the space declares 1073741824 elements, more than rl8 loads "
+     r"\(MAX_SPACE_ELEMENTS = 16777216\)"),
+    ("actions 2**30", lambda d, weight: d["action_space"].__setitem__("n", 2**30),
+     "entry 'action_space': the space declares 1073741824 elements"),
+    ("space not a dict", _set("observation_space", 4), "entry 'observation_space': expected a space description"),
+    ("box without low", lambda d, weight: d["observation_space"].pop("low"),
+     "entry 'observation_space': 'low' must be a tensor"),
+]
+
+
+@pytest.mark.parametrize("what,change,match", BAD_POLICIES, ids=[case[0] for case in BAD_POLICIES])
+def test_a_malformed_policy_file_is_a_checkpoint_error_naming_the_entry(tmp_path, saved, what, change, match, capsys):
+    import copy
+
+    from rl8 import load_policy
+    from rl8.checkpoint import CheckpointError, save_checkpoint
+    from rl8.cli import main
+
+    policy = copy.deepcopy(saved["policy"])
+    weight = _first_weight(policy["state_dict"])
+    change(policy, weight)
+    path = save_checkpoint(policy, tmp_path / "policy.pt")
+    with pytest.raises(CheckpointError, match=match.format(weight=weight)):
+        load_policy(path)
+    assert main(["eval", str(path), "--episodes", "1"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"rl8: error: {path}") and err.count("\n") == 1, err
+
+
+def test_a_malformed_trainer_checkpoint_is_a_checkpoint_error_naming_the_entry(tmp_path, saved, capsys):
+    import copy
+
+    from rl8 import Trainer
+    from rl8.checkpoint import CheckpointError, save_checkpoint
+    from rl8.cli import main
+
+    state = saved["checkpoint"]
+    weight = _first_weight(state["algo"]["policy"])
+    cases = {
+        "hparams not a dict": (lambda s: s["algo"].__setitem__("hparams", "wide"),
+                               "hyper-parameters must be a dict", "entry 'algo.hparams' must be a dict"),
+        "weights not fitting the hparams": (
+            lambda s: s["algo"]["hparams"].__setitem__("model_config", {"hiddens": [8]}),
+            r"entry 'algo' does not fit the PPO its hyper-parameters \(entry 'algo.hparams'\) describe",
+            "entry 'algo' does not fit"),
+        "weights nan": (lambda s: s["algo"]["policy"][weight].fill_(float("nan")),
+                        rf"entry 'algo.policy': the policy's weights hold NaN or inf: state_dict\['{weight}'\]",
+                        "hold NaN or inf"),
+    }
+    for what, (change, python_match, cli_match) in cases.items():
+        broken = copy.deepcopy(state)
+        change(broken)
+        (tmp_path / what.replace(" ", "-")).mkdir()
+        path = save_checkpoint(broken, tmp_path / what.replace(" ", "-") / "checkpoint-000000000128.pt")
+        with pytest.raises(CheckpointError, match=python_match):
+            Trainer.from_checkpoint(path, progress=False)
+        assert main(["train", "--resume", str(path), "--max-steps", "256", "--quiet"]) == 1, what
+        err = capsys.readouterr().err
+        assert cli_match in err and err.count("\n") == 1, (what, err)
