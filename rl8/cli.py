@@ -461,6 +461,7 @@ def _train(args: argparse.Namespace) -> int:
     run_args = _run_args(config)
     _check_eval_plan(hparams.horizons_per_env_reset, config, run_args)
     algo = _build_algo(env, hparams)
+    _check_env_configs(algo, run_args)
     stored = {k: v for k, v in config.items() if k in _RUN_KEYS or k == "env"}
     stored["hparams"] = given_hparams
     # an option set to null in the file keeps the Trainer's default
@@ -499,6 +500,35 @@ def _build_algo(env: str, hparams: Any) -> Any:
     except (ValueError, TypeError, ImportError, KeyError, gymnasium.error.Error) as exc:
         message = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
         raise ConfigError(f"cannot build PPO for env {env!r}: {message}") from None
+
+
+def _check_env_configs(algo: Any, run_args: Mapping[str, Any]) -> None:
+    """Reset a one-env copy of ``algo``'s env (on the CPU) with each env config the run will
+    use (``hparams.env_config``, and over it ``env_config`` and ``eval_env_config``), so that a
+    mistake (an unknown key, a bad value) is a :class:`ConfigError` before the MLflow run is
+    created, not an error at the first step. Nothing is built when no env config is given."""
+    from .ppo import make_env
+
+    base = dict(algo.hparams.env_config or {})
+    checks = [("hparams: env_config", base)] if base else []
+    for key in ("env_config", "eval_env_config"):
+        if run_args.get(key):
+            checks.append((key, {**base, **run_args[key]}))
+    if not checks:
+        return
+    try:
+        env = make_env(algo.env_spec, 1, algo.hparams.horizon, device="cpu", env_kwargs=algo.hparams.env_kwargs)
+    except Exception:  # noqa: BLE001 - the training env was built: let it report its own problems
+        return
+    try:
+        for where, config in checks:
+            try:
+                env.reset(config=config, seed=0)
+            except (KeyError, ValueError, TypeError) as exc:
+                message = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+                raise ConfigError(f"{where}: {message}") from None
+    finally:
+        env.close()
 
 
 def _resume(args: argparse.Namespace, file_config: Mapping[str, Any], cli_config: Mapping[str, Any],

@@ -410,3 +410,23 @@ def test_a_malformed_trainer_checkpoint_is_a_checkpoint_error_naming_the_entry(t
         assert main(["train", "--resume", str(path), "--max-steps", "256", "--quiet"]) == 1, what
         err = capsys.readouterr().err
         assert cli_match in err and err.count("\n") == 1, (what, err)
+
+
+# ---- env_config mistakes: before the run starts ---------------------------------------------
+
+
+@pytest.mark.parametrize("config,argv,where", [
+    ("env_config: {nope: 1}\n", [], "env_config"),
+    ("steps_per_eval: 1\neval_env_config: {nope: 1}\n", [], "eval_env_config"),
+    ("", ["--set", "env_config.nope=1"], "hparams: env_config"),
+], ids=["env_config", "eval_env_config", "--set env_config"])
+def test_an_env_config_mistake_exits_2_before_anything_is_tracked(tmp_path, migrated_store, capsys, config, argv, where):
+    from rl8.cli import main
+
+    path = tmp_path / "config.yaml"
+    path.write_text("env: rl8.envs.CartPole\nmax_steps: 128\n" + config)
+    assert main(["train", str(path), *TINY_SET, *argv, "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"rl8: error: {where}: CartPole.reset: unknown config key 'nope'; allowed keys: "
+                   "['force_mag', 'gravity', 'length', 'masscart', 'masspole', 'max_episode_steps', 'tau']\n")
+    assert _runs(migrated_store) == []  # no MLflow run was created
