@@ -171,7 +171,7 @@ class Trainer(TrainerCheckpoints):
 
         def claim_folder() -> None:
             """Rank 0: claim an explicit checkpoint folder, or check that the default's root
-            can be written; every rank raises rank 0's :class:`CheckpointDirError`."""
+            can be written; every rank raises rank 0's ``CheckpointDirError``."""
             if checkpoint_dir is not None:
                 self._dir_lock = CheckpointDirLock(self._checkpoint_dir, run_id=run_id,
                                                    resumed_from=self._resumed_from)
