@@ -171,7 +171,10 @@ class Trainer(TrainerCheckpoints):
 
         def claim_folder() -> None:
             """Rank 0: claim an explicit checkpoint folder, or check that the default's root
-            can be written; every rank raises rank 0's ``CheckpointDirError``."""
+            can be written; every rank raises rank 0's ``CheckpointDirError``. Actors write
+            no checkpoints (their learners do): they claim nothing."""
+            if self.is_actor:
+                return
             if checkpoint_dir is not None:
                 self._dir_lock = CheckpointDirLock(self._checkpoint_dir, run_id=run_id,
                                                    resumed_from=self._resumed_from)
@@ -191,12 +194,14 @@ class Trainer(TrainerCheckpoints):
                 self._release_folder()
                 raise
             if checkpoint_dir is not None:
-                self._dir_lock.set_run_id(started)
+                if self._dir_lock is not None:
+                    self._dir_lock.set_run_id(started)
                 return started, self._checkpoint_dir
             # without tracking: a time stamp and a random suffix, unique to this Trainer
             name = started or f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
             folder = (self._checkpoints_root / name).absolute()
-            self._dir_lock = CheckpointDirLock(folder, run_id=started, resumed_from=self._resumed_from)
+            if not self.is_actor:
+                self._dir_lock = CheckpointDirLock(folder, run_id=started, resumed_from=self._resumed_from)
             return started, folder
 
         self._run_id, self._checkpoint_dir = self._dist.on_main(start_run)
