@@ -31,7 +31,10 @@ from typing import Any
 from ._fields import read_numbers
 from .config import TrainerConfig
 
-__all__ = ["CONFIG_KEYS", "ConfigError", "build_parser", "load_config", "main", "parse_assignment"]
+__all__ = [
+    "CONFIG_KEYS", "MAX_YAML_DEPTH", "MAX_YAML_VALUES", "ConfigError", "build_parser", "load_config", "main",
+    "parse_assignment",
+]
 
 #: The Trainer options that ``rl8 train`` takes (in a config file; those marked ``"flag"`` also
 #: as flags), declared in :class:`rl8.config.TrainerConfig`.
@@ -67,6 +70,64 @@ def _close(key: str, names: Sequence[str]) -> str:
     return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
 
 
+#: Most levels of nesting (mappings and lists inside one another) a YAML config may have.
+MAX_YAML_DEPTH = 100
+#: Most values (scalars, mappings, lists) a YAML config may hold once its aliases (``*name``)
+#: are expanded: an alias repeats a whole node, so a few lines can stand for billions of values.
+MAX_YAML_VALUES = 100_000
+
+
+def _safe_yaml(text: str, where: str) -> Any:
+    """``yaml.safe_load(text)`` (no code runs, no object is built), refusing a document nested
+    deeper than :data:`MAX_YAML_DEPTH` or holding more than :data:`MAX_YAML_VALUES` values
+    once aliases are expanded (the "billion laughs"), or that contains itself, with a
+    :class:`ConfigError` naming ``where``; those would end in a ``RecursionError`` or
+    ``MemoryError`` when the config is read. Invalid YAML raises ``yaml.YAMLError``."""
+    import yaml
+
+    class BoundedLoader(yaml.SafeLoader):
+        depth = 0
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            self.depth += 1
+            if self.depth > MAX_YAML_DEPTH:
+                mark = self.peek_event().start_mark
+                raise ConfigError(f"{where}: the YAML is nested deeper than {MAX_YAML_DEPTH} levels "
+                                  f"(line {mark.line + 1}); rl8 reads configs up to that depth")
+            try:
+                return super().compose_node(parent, index)
+            finally:
+                self.depth -= 1
+
+    loader = BoundedLoader(text)
+    try:
+        value = loader.get_single_data()
+    finally:
+        loader.dispose()
+    sizes: dict[int, int] = {}  # values under each list/mapping, aliases counted each time
+
+    def size(node: Any) -> int:
+        if not isinstance(node, (list, dict)):
+            return 1
+        if id(node) in sizes:
+            if sizes[id(node)] < 0:
+                raise ConfigError(f"{where}: the YAML contains itself (an alias inside its own anchor)")
+            return sizes[id(node)]
+        sizes[id(node)] = -1
+        items = list(node.keys()) + list(node.values()) if isinstance(node, dict) else node
+        total = 1 + sum(size(item) for item in items)
+        if total > MAX_YAML_VALUES:
+            raise ConfigError(
+                f"{where}: the YAML holds more than {MAX_YAML_VALUES} values once its aliases (*name) "
+                "are expanded; rl8 reads configs up to that size"
+            )
+        sizes[id(node)] = total
+        return total
+
+    size(value)
+    return value
+
+
 def _parse_value(text: str) -> Any:
     """A ``--set`` value: YAML (``[64, 64]``, ``true``, ``null``), numbers from numeric strings."""
     import yaml
@@ -74,7 +135,7 @@ def _parse_value(text: str) -> Any:
     if text.strip() in ("None", "none"):  # Python's spelling of null
         return None
     try:
-        value = yaml.safe_load(text)
+        value = _safe_yaml(text, f"--set value {text[:40]!r}")
     except yaml.YAMLError:
         value = text  # e.g. an unbalanced bracket: keep the text, HParams will say what is wrong
     return read_numbers(value)
@@ -148,8 +209,10 @@ def load_config(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read a ``rl8 train`` YAML config (``yaml.safe_load``) and check its top-level keys.
 
     Raises:
-        ConfigError: Unreadable file, invalid YAML, not a mapping, or an unknown key (the
-            message names it and its close matches).
+        ConfigError: Unreadable file, invalid YAML, YAML nested deeper than
+            :data:`MAX_YAML_DEPTH` levels or holding more than :data:`MAX_YAML_VALUES` values
+            once its aliases are expanded, not a mapping, or an unknown key (the message names
+            it and its close matches).
     """
     import yaml
 
@@ -159,7 +222,7 @@ def load_config(path: str | os.PathLike[str]) -> dict[str, Any]:
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
     try:
-        config = yaml.safe_load(text)
+        config = _safe_yaml(text, str(path))
     except yaml.YAMLError as exc:
         # yaml's own lines (what it expected, the line and column, the line with a caret)
         detail = str(exc).replace('"<unicode string>"', f'"{path}"')
@@ -352,6 +415,7 @@ def _train(args: argparse.Namespace) -> int:
     run_args = _run_args(config)
     _check_eval_plan(hparams.horizons_per_env_reset, config, run_args)
     algo = _build_algo(env, hparams)
+    _check_env_configs(algo, run_args)
     stored = {k: v for k, v in config.items() if k in _RUN_KEYS or k == "env"}
     stored["hparams"] = given_hparams
     # an option set to null in the file keeps the Trainer's default
@@ -412,9 +476,39 @@ def _build_algo(env: str, hparams: Any) -> Any:
         raise ConfigError(f"cannot build PPO for env {env!r}: {message}") from None
 
 
+def _check_env_configs(algo: Any, run_args: Mapping[str, Any]) -> None:
+    """Reset a one-env copy of ``algo``'s env (on the CPU) with each env config the run will
+    use (``hparams.env_config``, and over it ``env_config`` and ``eval_env_config``), so that a
+    mistake (an unknown key, a bad value) is a :class:`ConfigError` before the MLflow run is
+    created, not an error at the first step. Nothing is built when no env config is given."""
+    from .ppo import make_env
+
+    base = dict(algo.hparams.env_config or {})
+    checks = [("hparams: env_config", base)] if base else []
+    for key in ("env_config", "eval_env_config"):
+        if run_args.get(key):
+            checks.append((key, {**base, **run_args[key]}))
+    if not checks:
+        return
+    try:
+        env = make_env(algo.env_spec, 1, algo.hparams.horizon, device="cpu", env_kwargs=algo.hparams.env_kwargs)
+    except Exception:  # noqa: BLE001 - the training env was built: let it report its own problems
+        return
+    try:
+        for where, config in checks:
+            try:
+                env.reset(config=config, seed=0)
+            except (KeyError, ValueError, TypeError) as exc:
+                message = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+                raise ConfigError(f"{where}: {message}") from None
+    finally:
+        env.close()
+
+
 def _resume(args: argparse.Namespace, file_config: Mapping[str, Any], cli_config: Mapping[str, Any],
             given_hparams: Mapping[str, Any], progress: bool | None) -> int:
     from ._resume import read_trainer_checkpoint
+    from .hparams import HParams
     from .trainer import Trainer
 
     tracking_uri = _str(cli_config.get("tracking_uri") or file_config.get("tracking_uri"))
@@ -424,7 +518,12 @@ def _resume(args: argparse.Namespace, file_config: Mapping[str, Any], cli_config
         from .checkpoint import CheckpointError
 
         raise CheckpointError(f"{path} is an rl8 checkpoint but not a Trainer checkpoint")
-    stored_hparams = state["algo"]["hparams"]
+    stored_hparams = state["algo"].get("hparams")
+    if not isinstance(stored_hparams, Mapping):
+        from .checkpoint import CheckpointError
+
+        raise CheckpointError(f"{path}: entry 'algo.hparams' must be a dict of hyper-parameters, "
+                              f"got {type(stored_hparams).__name__}")
     stored_config = dict((state["trainer"].get("metadata") or {}).get("config") or {})
     # the model is fixed by the checkpoint: only settings that do not change it may differ
     env = cli_config.get("env") or file_config.get("env")
@@ -439,11 +538,13 @@ def _resume(args: argparse.Namespace, file_config: Mapping[str, Any], cli_config
     handed = env if env and stored_env and _unregistered(stored_env, args.trust_code) else None
     hparams = _build_hparams(_merge_hparams(stored_hparams, given_hparams), "hparams")
     merged = hparams.to_plain()
-    changed = [k for k in merged if merged[k] != stored_hparams.get(k) and k not in _RESUMABLE_HPARAMS]
+    # a hyper-parameter newer than the checkpoint has its default there (as from_checkpoint reads it)
+    saved = {**HParams().to_plain(), **stored_hparams}
+    changed = [k for k in merged if merged[k] != saved.get(k) and k not in _RESUMABLE_HPARAMS]
     if changed:
-        detail = ", ".join(f"{k} (checkpoint: {stored_hparams.get(k)!r}, given: {merged[k]!r})" for k in changed)
+        detail = ", ".join(f"{k} (checkpoint: {saved.get(k)!r}, given: {merged[k]!r})" for k in changed)
         raise ConfigError(f"--resume: hyper-parameters cannot change when resuming: {detail}")
-    overrides = {k: merged[k] for k in _RESUMABLE_HPARAMS if merged[k] != stored_hparams.get(k)}
+    overrides = {k: merged[k] for k in _RESUMABLE_HPARAMS if merged[k] != saved.get(k)}
 
     config = {**stored_config, **{k: v for k, v in file_config.items() if k != "hparams"}, **cli_config}
     check_config({k: v for k, v in config.items() if k != "hparams"}, "config")
@@ -911,12 +1012,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
-    from .checkpoint import CheckpointError
+    from .checkpoint import CheckpointDirError, CheckpointError
     from .tracking import TrackingError
 
     try:
         return int(args.func(args) or 0)
-    except ConfigError as exc:
+    except (ConfigError, CheckpointDirError) as exc:  # CheckpointDirError: an unusable checkpoint_dir
         print(f"rl8: error: {exc}", file=sys.stderr)
         return 2
     except (TrackingError, CheckpointError, FileNotFoundError, ImportError) as exc:

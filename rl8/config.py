@@ -105,8 +105,9 @@ class TrainerConfig:
         None, "continue this existing MLflow run instead of creating one (from_checkpoint sets it)",
         _TEXT, param=False, names_run=True)
     checkpoint_dir: str | os.PathLike[str] | None = _option(
-        None, "folder of the numbered checkpoints, made on the first one; None: checkpoints/<run id> "
-        "in the current folder (checkpoints/<time stamp> without tracking)", _PATH, param=False, cli="flag")
+        None, "folder of the numbered checkpoints, made and claimed (one run's alone) when the Trainer "
+        "is made; None: checkpoints/<run id> in the current folder (checkpoints/<time stamp>-<random> "
+        "without tracking)", _PATH, param=False, cli="flag")
     checkpoint_every: int | None = _option(
         None, "Trainer.run writes a checkpoint every this many training steps; None: only at the "
         "end of the run and on signals", _COUNT, cli="flag")

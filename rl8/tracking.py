@@ -8,6 +8,7 @@ one bounded queue (see :class:`Tracker`). See ``docs/tracking.md``.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import dataclasses
 import enum
 import functools
@@ -29,6 +30,11 @@ from pathlib import Path
 from typing import Any
 
 from ._resolve import qualified_name
+
+try:  # POSIX: processes creating one SQLite store take turns (see _ready_store)
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
 
 __all__ = [
     "RunProcess", "Tracker", "TrackingError", "TrackingWarning", "clean_runs", "flatten_params",
@@ -228,6 +234,78 @@ class _HttpPolicy:
             _ENV_LOCK.release()
 
 
+# ---- creating a local store ------------------------------------------------------------------
+
+#: Loggers that report the creation of a new SQLite store at INFO level (silenced meanwhile).
+_STORE_LOGGERS = ("mlflow.store.db.utils", "alembic")
+#: Attempts at creating a SQLite store that a process outside rl8's lock creates at the same time.
+_STORE_ATTEMPTS = 3
+_ready_lock = threading.Lock()  # threads of one process (flock locks a process's own fd only)
+
+
+def _sqlite_file(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` URI; ``None`` for other stores and ``:memory:``."""
+    if not uri.lower().startswith("sqlite:///"):
+        return None
+    path = uri[len("sqlite:///"):].split("?", 1)[0]
+    return Path(path) if path and path != ":memory:" else None
+
+
+@contextlib.contextmanager
+def _quiet_store_loggers():
+    """Raise MLflow's and alembic's store-creation loggers to WARNING for the block (MLflow
+    prints "Creating initial MLflow database tables..." at INFO on every new store)."""
+    loggers = [logging.getLogger(name) for name in _STORE_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(max(logger.getEffectiveLevel(), logging.WARNING))
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path):
+    """Hold an exclusive ``flock`` on ``path`` (created if missing) for the block; without one
+    (Windows, a folder that does not exist or cannot be written), the block runs unlocked."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError:
+        fd = None
+    try:
+        if fd is not None and fcntl is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # released when closed, or when the process dies
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def _ready_store(uri: str) -> None:
+    """Create a ``sqlite:///`` store (its tables: seconds of migrations) before first use, quietly, under a lock on ``<database>.lock`` beside it: several processes
+    started at once in a fresh folder would otherwise run the migrations together and fail
+    (``table _alembic_tmp_experiments already exists``). A creation that still fails (a
+    creator outside rl8, e.g. ``mlflow ui``) is tried again, :data:`_STORE_ATTEMPTS` times in
+    all. Other stores are left to MLflow."""
+    db = _sqlite_file(uri)
+    if db is None:
+        return
+    from mlflow.tracking import MlflowClient
+
+    with _ready_lock, _quiet_store_loggers(), _file_lock(db.with_name(db.name + ".lock")):
+        for attempt in range(1, _STORE_ATTEMPTS + 1):
+            try:
+                MlflowClient(uri).search_experiments(max_results=1)
+                break
+            except Exception as exc:  # MLflow raises several kinds here
+                if attempt == _STORE_ATTEMPTS:
+                    raise
+                _logger.debug("creating the MLflow store %s failed (%s); trying again", uri, exc)
+                time.sleep(0.5 * attempt)
+
+
 # ---- opening a run ---------------------------------------------------------------------------
 
 
@@ -247,6 +325,7 @@ def _open_run(uri: str, experiment: str, run_name: str | None, resume_id: str | 
 
     http = _is_http(uri)
     try:
+        _ready_store(uri)
         client = MlflowClient(uri)
         if http:
             with _HttpPolicy(http, _PROBE_RETRIES, 0, _PROBE_TIMEOUT_S, force=True):
@@ -369,9 +448,13 @@ class _Outbox:
                 self._staging = Path(tempfile.mkdtemp(prefix="rl8-artifacts-"))
             self._staged += 1
             staged = self._staging / str(self._staged) / source.name
-        staged.parent.mkdir()
         is_file = method == "log_artifact"
-        (shutil.copyfile if is_file else shutil.copytree)(source, staged)
+        try:
+            staged.parent.mkdir()
+            (shutil.copyfile if is_file else shutil.copytree)(source, staged)
+        except OSError:  # e.g. a full disk: no partial copy is left
+            shutil.rmtree(staged.parent, ignore_errors=True)
+            raise
         # files replace a waiting file of the same destination; folders are merged by MLflow,
         # so each upload of one is kept
         key = (artifact_path, source.name) if is_file else staged
@@ -1079,7 +1162,8 @@ class Tracker(_Run):
             artifact_path: Folder inside the run's artifacts (e.g. ``"checkpoints"``);
                 ``None``: the root.
 
-        A missing file is a :class:`TrackingWarning`, not an error; so is an upload the store
+        A missing file is a :class:`TrackingWarning`, not an error; so are a copy that cannot be
+        made (a full temporary folder: the file is not uploaded) and an upload the store
         refuses, and artifacts still queued at :meth:`end` are reported as lost.
         """
         self._upload("log_artifact", local_path, artifact_path)
@@ -1100,7 +1184,14 @@ class Tracker(_Run):
                 f"at {self.tracking_uri!r}: no such {'file' if is_file else 'folder'}",
                 TrackingWarning, stacklevel=3)
             return
-        self._outbox.stage(method, source, artifact_path)
+        try:
+            self._outbox.stage(method, source, artifact_path)
+        except OSError as exc:  # a full or unwritable temporary folder: tracking never fails training
+            warnings.warn(
+                f"could not log {str(local)!r} to MLflow run {self.run_id}: staging a copy in "
+                f"the temporary folder {tempfile.gettempdir()} failed ({exc}); it is not uploaded",
+                TrackingWarning, stacklevel=3)
+            return
         self._queued(False)
 
     def __repr__(self) -> str:
@@ -1170,6 +1261,9 @@ def running_runs(tracking_uri: str | None = None, *, experiment: str | None = No
     from mlflow.entities import ViewType
     from mlflow.tracking import MlflowClient
 
+    import mlflow
+
+    _ready_store(tracking_uri or mlflow.get_tracking_uri())
     client = MlflowClient(tracking_uri)
     if experiment is None:
         experiments = client.search_experiments(view_type=ViewType.ACTIVE_ONLY)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+import uuid
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -28,10 +29,10 @@ import torch
 
 from ._eval_envs import EvalEnvs, check_eval_plan
 from ._resolve import env_spec_string, is_dotted_path
-from ._resume import RunRecord, TrainerCheckpoints
+from ._resume import RunRecord, TrainerCheckpoints, resuming_from
 from ._run_loop import as_conditions, check_eval_stats, check_record_plan, log_run_params, train_until
 from .callbacks import CallbackLike, as_callbacks
-from .checkpoint import CHECKPOINT_POINTER_ARTIFACT
+from .checkpoint import CHECKPOINT_POINTER_ARTIFACT, CheckpointDirLock, check_writable_folder
 from .actors import Learner, check_actor_config, run_actor
 from .conditions import Condition
 from .config import TrainerConfig, run_params
@@ -160,20 +161,49 @@ class Trainer(TrainerCheckpoints):
             and not self._dist.enabled
         )
         self._checkpoint_dir: Path | None = None
+        # the checkpoint folder belongs to this run alone (rank 0 holds the claim): claimed
+        # before the MLflow run starts, so that an unusable folder creates no run
+        self._dir_lock: CheckpointDirLock | None = None
+        self._resumed_from = resuming_from()
         if checkpoint_dir is not None:
             self._checkpoint_dir = Path(checkpoint_dir).absolute()
-        elif background:  # checkpoints/<run id> once the run id is known, in this folder
+        else:  # checkpoints/<run id> once the run id is known, in this folder
             self._checkpoints_root = Path("checkpoints").absolute()
+
+        def claim_folder() -> None:
+            """Rank 0: claim an explicit checkpoint folder, or check that the default's root
+            can be written; every rank raises rank 0's ``CheckpointDirError``. Actors write
+            no checkpoints (their learners do): they claim nothing."""
+            if self.is_actor:
+                return
+            if checkpoint_dir is not None:
+                self._dir_lock = CheckpointDirLock(self._checkpoint_dir, run_id=run_id,
+                                                   resumed_from=self._resumed_from)
+            else:
+                check_writable_folder(self._checkpoints_root)
+
+        self._dist.on_main(claim_folder)
 
         def start_run() -> tuple[str | None, Path | None]:
             """Rank 0: start the run now (unless it starts in the background); every rank
             learns the run id and the checkpoint folder, or raises rank 0's error."""
             if background:
                 return None, self._checkpoint_dir
-            started = self.tracker.start()
+            try:
+                started = self.tracker.start()
+            except BaseException:
+                self._release_folder()
+                raise
             if checkpoint_dir is not None:
+                if self._dir_lock is not None:
+                    self._dir_lock.set_run_id(started)
                 return started, self._checkpoint_dir
-            return started, (Path("checkpoints") / (started or time.strftime("%Y%m%d-%H%M%S"))).absolute()
+            # without tracking: a time stamp and a random suffix, unique to this Trainer
+            name = started or f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+            folder = (self._checkpoints_root / name).absolute()
+            if not self.is_actor:
+                self._dir_lock = CheckpointDirLock(folder, run_id=started, resumed_from=self._resumed_from)
+            return started, folder
 
         self._run_id, self._checkpoint_dir = self._dist.on_main(start_run)
         if background:
@@ -201,8 +231,15 @@ class Trainer(TrainerCheckpoints):
         """
         if self._checkpoint_dir is None:
             self._check_run_start(wait=True)
-            self._checkpoint_dir = self._checkpoints_root / str(self._run_id)
+            folder = self._checkpoints_root / str(self._run_id)
+            self._dir_lock = CheckpointDirLock(folder, run_id=self._run_id, resumed_from=self._resumed_from)
+            self._checkpoint_dir = folder
         return self._checkpoint_dir
+
+    def _release_folder(self) -> None:
+        """Give up the claim on the checkpoint folder (rank 0; a no-op elsewhere)."""
+        if self._dir_lock is not None:
+            self._dir_lock.release()
 
     def _check_run_start(self, *, wait: bool = False, unless_reported: bool = False) -> None:
         """Raise the error of a run start that failed in the background; ``wait``: for a start
@@ -482,6 +519,7 @@ class Trainer(TrainerCheckpoints):
         try:
             self.tracker.end(status, timeout_s=timeout_s)
         finally:
+            self._release_folder()
             self._envs.close()
             self.algo.close()
         # only now: when ending the run raised, the exit hook still ends it

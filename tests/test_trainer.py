@@ -432,7 +432,8 @@ def test_checkpoints_keep_last_n_and_log_the_policy(tmp_path, mlflow_uri):
     trainer.run(stop_conditions=HitsUpperBound("algorithm/steps", 4))
     trainer.close()
     files = sorted(p.name for p in (tmp_path / "ck").iterdir())
-    assert files == [f"checkpoint-{3 * STEP:012d}.pt", f"checkpoint-{4 * STEP:012d}.pt"]  # no .tmp left
+    # no .tmp left; the lock file names the run that owns the folder (rl8.checkpoint.CheckpointDirLock)
+    assert files == [".rl8.lock", f"checkpoint-{3 * STEP:012d}.pt", f"checkpoint-{4 * STEP:012d}.pt"]
     client = MlflowClient(mlflow_uri)
     artifacts = {f.path for d in ("policy", "rl8") for f in client.list_artifacts(trainer.run_id, d)}
     assert artifacts == {"policy/policy.pt", "rl8/checkpoint.json"}
