@@ -33,7 +33,7 @@ import torch
 
 from rl8 import PPO, Trainer
 from rl8.envs import CartPole
-from rl8.tracking.tracker import Tracker
+from rl8.tracking import Tracker
 
 ROUNDS = 6
 CHUNK = 8

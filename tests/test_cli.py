@@ -190,6 +190,21 @@ def test_train_options_come_from_trainer_config(capsys):
     assert set(flags + TrainerConfig.names(cli="config")) <= set(CONFIG_KEYS)
 
 
+def test_train_options_are_read_and_checked_as_their_fields_say(tmp_path, capsys):
+    """Flags and config keys of Trainer options are read by the field's type and checked by
+    the field's check (the same words as ``Trainer(...)``)."""
+    from rl8.training.config import TrainerConfig
+
+    with pytest.raises(SystemExit):
+        main(["train", "--env", "rl8.envs.CartPole", "--max-staleness", "-1"])
+    assert "argument --max-staleness: max_staleness must be an int >= 0, got -1" in capsys.readouterr().err
+    config = write(tmp_path, "env: rl8.envs.CartPole\nimportance_weight_cap: -1\n")
+    assert main(["train", config]) == 2
+    assert "importance_weight_cap must be a number > 0 or None, got -1.0" in capsys.readouterr().err
+    assert TrainerConfig.read_option("checkpoint_every", "1e3") == 1000
+    assert TrainerConfig.read_option("experiment", 2024) == "2024"
+
+
 def test_resume_takes_the_trainer_options_of_a_config_file(tmp_path, capsys, mlflow_uri):
     ck = tmp_path / "ck"
     argv = ["train", "--env", "rl8.envs.CartPole", *TINY_SET, "--max-steps", "256", "--quiet",
@@ -265,8 +280,8 @@ def test_version_and_python_dash_m(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["--version"])
     assert exc.value.code == 0
-    assert capsys.readouterr().out.strip() == f"rl8 {rl8.__version__}"
+    assert capsys.readouterr().out.strip() == f"rl8 {rl8.version.__version__}"
     done = subprocess.run([sys.executable, "-m", "rl8", "--version"], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0 and done.stdout.strip() == f"rl8 {rl8.__version__}"
+    assert done.returncode == 0 and done.stdout.strip() == f"rl8 {rl8.version.__version__}"
     done = subprocess.run([sys.executable, "-m", "rl8"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "train" in done.stderr

@@ -165,7 +165,10 @@ def _toy_package(tmp_path):
         '    """Uses :meth:`collect`, :class:`~rl8.Algo`, :data:`LIMIT`, :meth:`run <rl8.Algo.collect>`,\n'
         "    :class:`Tensor`, :exc:`TimeoutError` and :meth:`missing`."""
         '"""\n\n'
-        '    def collect(self):\n        """Collect (see :attr:`Algo.nope`)."""\n'
+        '    def collect(self):\n        """Collect (see :attr:`Algo.nope`)."""\n\n'
+        'class Config:\n    """Options."""\n\n'
+        '    steps: int = _option(1, "steps per :class:`Algo`", _check)\n'
+        '    mode: str = _hparam("sync", _check, doc="how it runs")\n'
     )
     extension = _docstrings_extension()
     extensions = griffe.load_extensions(extension.RL8Docstrings)
@@ -184,6 +187,9 @@ def test_docstrings_extension_links_roles_and_reads_shared_and_comment_docstring
     assert package["algo.Shared"].docstring.value.startswith("Shared part.")
     assert "x: A value." in package["algo.Shared"].docstring.value
     assert "| [`Algo`][rl8.algo.Algo] | [`rl8.algo`][rl8.algo] |" in package.docstring.value  # the exports
+    # fields that carry their doc (HParams, TrainerConfig) are listed as the class's attributes
+    config = package["algo.Config"].docstring.value
+    assert "Attributes:\n    steps: steps per [`Algo`][rl8.algo.Algo]\n    mode: how it runs" in config
     # the roles that name no rl8 object are warnings (which fail the strict build)
     assert "unresolved cross-reference rl8.algo.Algo: missing" in caplog.text
     assert "unresolved cross-reference rl8.algo.Algo.collect: Algo.nope" in caplog.text

@@ -10,7 +10,7 @@ from mlflow.tracking import MlflowClient
 from tensordict import TensorDict
 
 from rl8 import PPO, Env, EnvOutputError, NonFiniteError, Trainer
-from rl8.ppo.algorithm import algorithm as rl8_ppo
+from rl8.ppo import algorithm as rl8_ppo
 from rl8.io.checkpoint import CheckpointManager, load_checkpoint
 from rl8.training.conditions import HitsUpperBound, TimeLimit
 from rl8.envs import CartPole
@@ -237,7 +237,7 @@ def test_runs_record_their_process_and_rl8_runs_clean_marks_dead_ones_failed(mlf
     import subprocess
 
     from rl8.cli.main import main
-    from rl8.tracking.tracker import Tracker
+    from rl8.tracking import Tracker
 
     client = MlflowClient(mlflow_uri)
     alive = Tracker(experiment="clean")

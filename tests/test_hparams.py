@@ -168,3 +168,34 @@ def test_step_and_linear_schedules():
     assert late(0) == 2.0 and late(15) == pytest.approx(3.0)
     hp = HParams(lr=3e-4)
     assert hp.lr_at()(12345) == 3e-4
+
+
+def test_each_field_declares_its_check_and_doc():
+    """A hyper-parameter is one field: its check makes the error, its doc the docstring line."""
+    for f in dataclasses.fields(HParams):
+        assert callable(f.metadata["check"]) and f.metadata["doc"], f.name
+        assert f"        {f.name}: {f.metadata['doc']}" in HParams.__doc__
+    # the message is made from the field's check
+    expected = dataclasses.fields(HParams)[0].metadata["check"](0, "num_envs")
+    with pytest.raises(ValueError, match=re.escape(f"hparam num_envs: expected {expected}, got 0")):
+        HParams(num_envs=0)
+
+
+def test_to_plain_is_what_checkpoints_store_and_reads_back():
+    from rl8.policies.models import MLPModel
+
+    hp = HParams(model_cls=MLPModel, lr_schedule=[[0, 1e-3], [10, 1e-4]], num_envs=4, horizon=8)
+    plain = hp.to_plain()
+    assert plain["model_cls"] == "rl8.policies.models.MLPModel" and plain["optimizer_cls"] == "torch.optim.Adam"
+    assert plain["device"] == "auto" and plain["lr_schedule"] == ((0, 1e-3), (10, 1e-4))
+    assert HParams.from_config(plain).to_plain() == plain
+
+
+def test_config_numbers_are_read_once_for_every_reader():
+    from rl8.fields import read_numbers
+
+    assert read_numbers({"a": ["3e-4", "12", "x"], "b": 2.0}) == {"a": [3e-4, 12, "x"], "b": 2.0}
+    assert read_numbers(["1e3", 2.0, 2.5], whole_as_int=True) == [1000, 2, 2.5]
+    # int fields take whole floats (YAML's 1e3 or 1.0e3), float fields keep them
+    assert HParams.read_config({"num_envs": "1e1", "horizon": 8.0, "lr": "1e-3", "gamma": 1.0}) == {
+        "num_envs": 10, "horizon": 8, "lr": 1e-3, "gamma": 1.0}

@@ -2,7 +2,7 @@
 
 The files in tests/fixtures/legacy/ were written by tests/fixtures/legacy/make_fixtures.py at
 commit 13e50a1: they name classes by their old module paths (``rl8.envs.cartpole.CartPole``,
-``rl8.policies.models.MLPModel``, ``rl8.policies.distributions.Categorical``, ``rl8.policies.recurrent.LSTMModel``), which
+``rl8.models.MLPModel``, ``rl8.distributions.Categorical``, ``rl8.recurrent.LSTMModel``), which
 rl8.registry resolves to today's classes.
 """
 

@@ -19,7 +19,7 @@ from mlflow.tracking import MlflowClient
 
 from rl8 import PPO, Trainer
 from rl8.envs import CartPole
-from rl8.tracking.tracker import Tracker, TrackingError, TrackingWarning
+from rl8.tracking import Tracker, TrackingError, TrackingWarning
 
 pytestmark = pytest.mark.usefixtures("migrated_store", "one_torch_thread")
 
@@ -123,7 +123,7 @@ def test_creating_a_tracker_does_not_import_mlflow(mlflow_uri):
     code = textwrap.dedent("""
         import sys
         from rl8 import Trainer
-        from rl8.tracking.tracker import Tracker
+        from rl8.tracking import Tracker
         tracker = Tracker(experiment="x")
         assert tracker.is_local
         print(sorted(m for m in sys.modules if m.split(".")[0] == "mlflow"))

@@ -153,9 +153,9 @@ def test_from_config_accepts_the_old_eval_name_with_a_warning():
 
 
 def test_cli_config_with_an_old_name_prints_the_warning(capsys):
-    from rl8.cli.main import _stop_conditions
+    from rl8.training.config_file import stop_conditions
 
-    (condition,) = _stop_conditions({"stop_conditions": [{"hits_upper_bound": {"key": "returns/mean", "bound": 1}}]})
+    (condition,) = stop_conditions({"stop_conditions": [{"hits_upper_bound": {"key": "returns/mean", "bound": 1}}]})
     assert condition.key == "rollout/reward_sum_mean"
     assert ("rl8: warning: stop_conditions[0]: stat 'returns/mean' is now called 'rollout/reward_sum_mean'"
             in capsys.readouterr().err)

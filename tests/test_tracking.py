@@ -29,7 +29,7 @@ from launch import free_port
 from mlflow.tracking import MlflowClient
 
 import rl8
-from rl8.tracking.tracker import Tracker, TrackingError, TrackingWarning, flatten_params
+from rl8.tracking import Tracker, TrackingError, TrackingWarning, flatten_params
 
 pytestmark = pytest.mark.usefixtures("migrated_store")
 
@@ -789,7 +789,7 @@ def test_asynchronous_tracker_sends_held_steps_together_in_order(mlflow_uri, mon
 def test_a_tracker_ending_at_exit_ends_its_run_with_the_status_of_the_exit(mlflow_uri):
     code = textwrap.dedent("""
         import sys
-        from rl8.tracking.tracker import Tracker
+        from rl8.tracking import Tracker
 
         def train():  # the tracker is dropped when train() returns; its exit hook holds it
             tracker = Tracker(experiment="exit", run_name=sys.argv[1], end_at_exit=True, asynchronous=True)

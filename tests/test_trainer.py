@@ -23,7 +23,7 @@ from rl8.training.conditions import (
     HitsLowerBound, HitsUpperBound, MissingStatError, Plateaus, StopsDecreasing, StopsIncreasing, TimeLimit,
 )
 from rl8.envs import CartPole, DiscreteDummyEnv
-from rl8.tracking.tracker import TrackingError
+from rl8.tracking import TrackingError
 
 pytestmark = pytest.mark.usefixtures("migrated_store", "one_torch_thread")
 
@@ -201,6 +201,8 @@ def test_unreachable_tracking_server_fails_before_training():
         ({"metadata": {"config": {"lr": torch.zeros(1).numpy()}}}, TypeError,
          "metadata['config']['lr'] is a numpy.ndarray, which a checkpoint cannot hold"),
         ({"metadata": ["a"]}, TypeError, "Trainer: metadata must be a mapping or None, got ['a']"),
+        ({"weight_sync_interval": None}, ValueError, "Trainer: weight_sync_interval must be an int >= 1, got None"),
+        ({"experiment": 3}, ValueError, "Trainer: experiment must be a string or None, got 3"),
     ],
 )
 def test_bad_arguments_are_refused_before_the_run_starts(mlflow_uri, kwargs, error, message):
@@ -424,7 +426,8 @@ def test_checkpoints_keep_last_n_and_log_the_policy(tmp_path, mlflow_uri):
     trainer.run(stop_conditions=HitsUpperBound("algorithm/steps", 4))
     trainer.close()
     files = sorted(p.name for p in (tmp_path / "ck").iterdir())
-    assert files == [f"checkpoint-{3 * STEP:012d}.pt", f"checkpoint-{4 * STEP:012d}.pt"]  # no .tmp left
+    # no .tmp left; the lock file names the run that owns the folder (rl8.io.checkpoint.CheckpointDirLock)
+    assert files == [".rl8.lock", f"checkpoint-{3 * STEP:012d}.pt", f"checkpoint-{4 * STEP:012d}.pt"]
     client = MlflowClient(mlflow_uri)
     artifacts = {f.path for d in ("policy", "rl8") for f in client.list_artifacts(trainer.run_id, d)}
     assert artifacts == {"policy/policy.pt", "rl8/checkpoint.json"}

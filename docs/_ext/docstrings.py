@@ -14,8 +14,10 @@ this extension:
   shows the title. A role whose target is outside rl8 (``torch.Tensor``) is printed as code; one
   that names no rl8 object is a warning, which fails ``mkdocs build --strict``;
 * drops reStructuredText's ``::`` before literal blocks (:func:`literal_markers`);
-* reads the ``#:`` comments above module constants (:func:`comment_docstrings`) and docstrings
-  assembled from shared text, ``__doc__ = "..." + _ARGS_DOC`` (:func:`assigned_docstrings`);
+* reads the ``#:`` comments above module constants (:func:`comment_docstrings`), docstrings
+  assembled from shared text, ``__doc__ = "..." + _ARGS_DOC`` (:func:`assigned_docstrings`),
+  and the docs of fields declared with their own (``_hparam(..., doc="...")``), listed as the
+  class's attributes (:func:`field_docstrings`);
 * lists the names that ``rl8`` and ``rl8.envs`` export lazily, linked to their entries, in the
   docstrings of those packages (:func:`export_tables`).
 
@@ -208,6 +210,41 @@ def assigned_docstrings(root: Any) -> None:
         del obj.members["__doc__"]
 
 
+def _field_doc(source: str) -> str | None:
+    """The ``doc`` of a field declared as ``_hparam(default, check, doc="...")`` or
+    ``_option(default, "doc", ...)``: the string literal given as the keyword ``doc``, else as
+    the second positional argument; None for anything else."""
+    try:
+        call = ast.parse(source, mode="eval").body
+    except SyntaxError:
+        return None
+    if not isinstance(call, ast.Call):
+        return None
+    given = [k.value for k in call.keywords if k.arg == "doc"] or call.args[1:2]
+    if given and isinstance(given[0], ast.Constant) and isinstance(given[0].value, str):
+        return given[0].value
+    return None
+
+
+def field_docstrings(root: Any) -> None:
+    """Give the classes whose fields carry their own docs (``HParams``, ``TrainerConfig``: the
+    docstring the class assembles at import, ``__doc__ += attributes_doc(cls)``) an
+    ``Attributes:`` section listing each field with its doc."""
+    for obj in _objects(root):
+        if not obj.is_class:
+            continue
+        rows = []
+        for name, member in obj.members.items():
+            if member.is_alias or not member.is_attribute or member.value is None:
+                continue
+            doc = _field_doc(str(member.value))
+            if doc is not None:
+                rows.append(f"    {name}: {doc}")
+        if rows:
+            text = (obj.docstring.value if obj.docstring is not None else "") + "\n\nAttributes:\n" + "\n".join(rows)
+            obj.docstring = griffe.Docstring(text, lineno=obj.lineno, parent=obj)
+
+
 def literal_markers(text: str) -> str:
     """``text`` without reStructuredText's ``::`` before a literal block: ``example::`` ends
     with ``example:``, a ``::`` line goes (the indented block after it is code in Markdown too)."""
@@ -276,6 +313,7 @@ class RL8Docstrings(griffe.Extension):
             return
         comment_docstrings(pkg)
         assigned_docstrings(pkg)
+        field_docstrings(pkg)
         export_tables(pkg)
         for problem in link_roles(pkg):
             griffe.logger.warning("unresolved cross-reference %s", problem)

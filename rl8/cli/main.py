@@ -18,536 +18,20 @@ checkpoint) exit with status 1; SIGINT exits with 130 and SIGTERM with 143 after
 from __future__ import annotations
 
 import argparse
-import difflib
+import dataclasses
 import math
-import os
 import sys
-import time
-import warnings
-from collections.abc import Mapping, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
-from rl8.numbers import read_numbers as _numbers
-from rl8.presets.config_file import (
-    CONFIG_KEYS, RESUMABLE_HPARAMS, RUN_KEYS, TRAINER_OPTIONS, ConfigError, assign, check_config, hparam_fields,
-    int_option, load_config, mapping_option, optional_str, parse_assignment, stop_conditions, trainer_options,
-    unknown_hparam,
+from rl8.cli import (
+    evaluate as evaluate_command, record as record_command, runs as runs_command, train as train_command,
 )
+from rl8.fields import read_numbers
+from rl8.training.config_file import CONFIG_KEYS, ConfigError
+from rl8.training.config import TrainerConfig
 
 __all__ = ["build_parser", "main"]
-
-# --------------------------------------------------------------------------------------------
-# rl8 train
-
-
-def _overrides(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(config keys, hparams) given on the command line."""
-    config: dict[str, Any] = {}
-    flags = [name for name, option in TRAINER_OPTIONS.items() if option["cli"] == "flag"]
-    for key in ("env", "max_steps", "steps_per_eval", *flags):
-        value = getattr(args, key, None)
-        if value is not None:
-            config[key] = value
-    hparams: dict[str, Any] = {}
-    fields = hparam_fields()
-    for text in args.set or []:
-        path, value = parse_assignment(text, "--set")
-        if path[0] not in fields:
-            raise unknown_hparam(path[0], f"--set {text}")
-        assign(hparams, path, value)
-    return config, hparams
-
-
-def _merge_hparams(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in extra.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
-            out[key] = _merge_hparams(out[key], value)
-        else:
-            out[key] = value
-    return out
-
-
-def _build_hparams(hparams: Mapping[str, Any], where: str) -> Any:
-    from rl8.ppo.hparams import HParams
-
-    try:
-        return HParams.from_config(hparams, where)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(str(exc)) from None
-
-
-def _summary(trainer: Any) -> None:
-    """With ``--quiet``: what ``Trainer.run`` prints at the end unless quiet (the run id, the
-    tracking URI, the checkpoint, how to resume, ``mlflow ui``: :func:`rl8.training.progress.results_lines`),
-    which scripts read from stdout."""
-    from rl8.training.progress import results_lines
-
-    dist = getattr(trainer.algo, "dist", None)
-    if trainer.config.progress is not False or (dist is not None and not dist.is_main):
-        return  # Trainer.run printed it; under torchrun only rank 0 prints
-    print("\n".join(results_lines(trainer)), flush=True)
-
-
-def _config_file(arg: str) -> str | os.PathLike[str]:
-    """The config file that ``rl8 train ARG`` reads: ``preset:NAME`` is always the preset
-    ``NAME``; an existing path is that file (as before presets); any other ``ARG`` that is a
-    preset's name (``HalfCheetah-v5``) is that preset. A missing ``ARG`` that looks like a
-    path (a folder or a ``.yaml`` / ``.yml`` suffix) is returned, to fail with "cannot read
-    config file"; any other name is a :class:`ConfigError` naming the close presets and
-    ``rl8 train --env ARG``, which trains a gymnasium id without a preset. See
-    ``rl8.presets``."""
-    from rl8 import presets
-
-    if arg.startswith(presets.PREFIX) or (not Path(arg).exists() and arg in presets.names()):
-        try:
-            return presets.path(arg)
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
-    if Path(arg).exists() or "/" in arg or os.sep in arg or Path(arg).suffix.lower() in (".yaml", ".yml"):
-        return arg
-    raise ConfigError(_no_preset_message(arg, presets.names()))
-
-
-def _no_preset_message(name: str, known: Sequence[str]) -> str:
-    """What ``rl8 train NAME`` says when ``NAME`` is neither a file nor a preset."""
-    import gymnasium
-
-    close = difflib.get_close_matches(name, list(known), n=3, cutoff=0.6)
-    hint = f" Did you mean: {', '.join(close)}?" if close else f" Presets: {', '.join(known)}."
-    if name in gymnasium.registry:
-        return (f"no preset or config file {name!r}; {name} is a gymnasium id without a preset: "
-                f"train it with rl8 train --env {name}.{hint}")
-    return f"no preset or config file {name!r}.{hint} To train a gymnasium id without a preset: rl8 train --env ID"
-
-
-def _train(args: argparse.Namespace) -> int:
-    from rl8.ppo.distributed import init_distributed
-    from rl8.training.trainer import Trainer
-
-    if args.trust_code and not args.resume:
-        raise ConfigError("--trust-code only applies with --resume (it lets a checkpoint you trust "
-                          "name a plain function as its env factory)")
-    file_config = load_config(_config_file(args.config)) if args.config else {}
-    cli_config, cli_hparams = _overrides(args)
-    # under torchrun (WORLD_SIZE > 1): join the process group (with --actors: as actor or
-    # learner); a no-op otherwise
-    actors = cli_config.get("actors", file_config.get("actors"))
-    try:
-        init_distributed(actors=int_option({"actors": actors}, "actors", "config") if actors is not None else None)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-    given_hparams = _merge_hparams(file_config.get("hparams") or {}, cli_hparams)
-    progress = False if args.quiet else None
-
-    if args.resume:
-        return _resume(args, file_config, cli_config, given_hparams, progress)
-
-    config = {**file_config, **cli_config}
-    check_config({k: v for k, v in config.items() if k != "hparams"}, "config")
-    env = config.get("env")
-    if not env:
-        raise ConfigError("no env: name one in the config file (env: rl8.envs.CartPole) or with --env")
-    hparams = _build_hparams(given_hparams, "hparams")
-    hparams = _rank_hparams(hparams)
-    conditions = stop_conditions(config)
-    run_args = _run_args(config)
-    _check_eval_plan(hparams.horizons_per_env_reset, config, run_args)
-    algo = _build_algo(env, hparams)
-    stored = {k: v for k, v in config.items() if k in RUN_KEYS or k == "env"}
-    stored["hparams"] = given_hparams
-    # an option set to null in the file keeps the Trainer's default
-    options = {k: v for k, v in trainer_options(config, "config").items() if v is not None}
-    trainer = Trainer(algo, progress=progress, metadata={"config": stored}, **options)
-    return _run(trainer, conditions, run_args)
-
-
-def _run_args(config: Mapping[str, Any], stored: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The arguments of ``Trainer.run`` that ``config`` gives, else those ``stored`` (how a
-    checkpoint's run was called)."""
-    read = {"env_config": mapping_option, "eval_env_config": mapping_option, "steps_per_eval": int_option}
-    stored = stored or {}
-    return {key: option(config, key, "config") if key in config else stored.get(key) for key, option in read.items()}
-
-
-def _rank_hparams(hparams: Any) -> Any:
-    """Under torchrun with CUDA, each local rank trains on its own GPU (``cuda:LOCAL_RANK``)."""
-    from rl8.ppo.distributed import rank_device
-
-    device = rank_device(hparams.device)
-    return hparams if device == hparams.device else hparams.replace(device=device)
-
-
-def _import_given(name: Any, field: str) -> None:
-    """Import a dotted path that you gave on the command line or in your config file (never one
-    read from a checkpoint or policy file) with the working folder on ``sys.path``, as under
-    ``python -m rl8``: ``rl8 train --env myenv.Reach`` works from the folder holding
-    ``myenv.py``. Gymnasium ids and registered names are left alone.
-
-    Raises:
-        ImportError: The name cannot be imported.
-        ValueError: It is not a dotted path of Python names.
-    """
-    from rl8 import registry
-    from rl8.ppo.resolve import import_user_path, is_dotted_path
-
-    if is_dotted_path(name) and registry.lookup(name) is None:
-        import_user_path(name, field=field, search_working_dir=True)
-
-
-def _build_algo(env: str, hparams: Any) -> Any:
-    import gymnasium
-
-    from rl8.ppo.algorithm import PPO
-
-    try:
-        _import_given(env, "env")
-        for key in ("model_cls", "distribution_cls", "optimizer_cls"):
-            _import_given(getattr(hparams, key), f"hparam {key}")
-        return PPO(env, **hparams.to_dict())
-    except (ValueError, TypeError, ImportError, KeyError, gymnasium.error.Error) as exc:
-        message = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
-        raise ConfigError(f"cannot build PPO for env {env!r}: {message}") from None
-
-
-def _resume(args: argparse.Namespace, file_config: Mapping[str, Any], cli_config: Mapping[str, Any],
-            given_hparams: Mapping[str, Any], progress: bool | None) -> int:
-    from rl8.training.resume import read_trainer_checkpoint
-    from rl8.ppo.algorithm import _plain_hparams
-    from rl8.training.trainer import Trainer
-
-    tracking_uri = optional_str(cli_config.get("tracking_uri") or file_config.get("tracking_uri"))
-    # under torchrun rank 0 reads the file and hands every rank its own part
-    path, state = read_trainer_checkpoint(args.resume, tracking_uri=tracking_uri)
-    if not isinstance(state.get("algo"), Mapping) or not isinstance(state.get("trainer"), Mapping):
-        from rl8.io.checkpoint import CheckpointError
-
-        raise CheckpointError(f"{path} is an rl8 checkpoint but not a Trainer checkpoint")
-    stored_hparams = state["algo"]["hparams"]
-    stored_config = dict((state["trainer"].get("metadata") or {}).get("config") or {})
-    # the model is fixed by the checkpoint: only settings that do not change it may differ
-    env = cli_config.get("env") or file_config.get("env")
-    try:
-        _import_given(env, "env")
-    except (ImportError, ValueError) as exc:
-        raise ConfigError(f"--resume: cannot import env {env!r}: {exc}") from None
-    stored_env = (state.get("env") or {}).get("spec")
-    if env and stored_env and not _same_env(env, stored_env, source=path, trust_code=args.trust_code):
-        raise ConfigError(f"--resume: the checkpoint was trained on env {stored_env!r}, not {env!r}")
-    # an env class this process lacks (a script's __main__.Reach) is handed over with --env
-    handed = env if env and stored_env and _unregistered(stored_env, args.trust_code) else None
-    hparams = _build_hparams(_merge_hparams(stored_hparams, given_hparams), "hparams")
-    merged = _plain_hparams(hparams)
-    changed = [k for k in merged if merged[k] != stored_hparams.get(k) and k not in RESUMABLE_HPARAMS]
-    if changed:
-        detail = ", ".join(f"{k} (checkpoint: {stored_hparams.get(k)!r}, given: {merged[k]!r})" for k in changed)
-        raise ConfigError(f"--resume: hyper-parameters cannot change when resuming: {detail}")
-    overrides = {k: merged[k] for k in RESUMABLE_HPARAMS if merged[k] != stored_hparams.get(k)}
-
-    config = {**stored_config, **{k: v for k, v in file_config.items() if k != "hparams"}, **cli_config}
-    check_config({k: v for k, v in config.items() if k != "hparams"}, "config")
-    # the config's conditions, else those the checkpoint's run used (also when run from Python)
-    conditions = stop_conditions(config) or _checkpoint_conditions(state["trainer"], path)
-    # how the checkpoint's run() was called, unless the config or flags say otherwise
-    run_args = _run_args(config, state["trainer"].get("run") or {})
-    eval_config = {"eval_num_envs": state["trainer"].get("eval_num_envs"), **config}
-    _check_eval_plan(hparams.horizons_per_env_reset, eval_config, run_args)
-    # the options given change the resumed Trainer's, except those naming its MLflow run
-    given = trainer_options({**file_config, **cli_config}, "config")
-    kwargs: dict[str, Any] = {k: v for k, v in given.items() if not TRAINER_OPTIONS[k]["names_run"]}
-    kwargs["progress"] = progress
-    stored_config.update({k: v for k, v in config.items() if k in RUN_KEYS})
-    kwargs["metadata"] = {**(state["trainer"].get("metadata") or {}), "config": stored_config}
-    trainer = Trainer.from_checkpoint(
-        path, env=handed, hparams=overrides, tracking_uri=tracking_uri, trust_code=args.trust_code, **kwargs
-    )
-    return _run(trainer, conditions, run_args)
-
-
-def _checkpoint_conditions(saved: Mapping[str, Any], path: Any) -> list[Any]:
-    """The stop conditions recorded in a Trainer checkpoint, rebuilt (without their state,
-    which ``Trainer.run`` restores) from their stored ``from_config`` mappings (rl8 1.0.0's
-    stat names replaced by the current ones)."""
-    from rl8.training.conditions import from_config, with_current_stat_names
-
-    states = saved.get("stop_conditions") or []
-    if not states:
-        return []
-    configs = saved.get("stop_condition_configs")
-    if not isinstance(configs, list) or len(configs) != len(states) or None in configs:
-        kinds = ", ".join(str(s.get("type") if isinstance(s, Mapping) else s) for s in states)
-        raise ConfigError(
-            f"--resume: {path} was trained with stop conditions ({kinds}) that it cannot "
-            "rebuild (a condition class of your own, or a checkpoint of an older rl8); give "
-            "the stop conditions again with --max-steps or a config file's stop_conditions"
-        )
-    try:
-        return [from_config(with_current_stat_names(config)) for config in configs]
-    except (ValueError, TypeError) as exc:
-        raise ConfigError(f"--resume: {path}: stored stop condition: {exc}") from None
-
-
-def _unregistered(stored: str, trust_code: bool) -> bool:
-    """Whether a file's env name is a dotted path that this process's registry lacks (and that
-    ``--trust-code`` does not import)."""
-    from rl8 import registry
-    from rl8.ppo.resolve import is_dotted_path
-
-    return is_dotted_path(stored) and not trust_code and registry.lookup(stored) is None
-
-
-def _same_env(given: str, stored: str, *, source: Any, trust_code: bool) -> bool:
-    """Whether ``--env`` names the env a file stores: the same class (``rl8.envs.CartPole`` and
-    ``rl8.envs.cartpole.CartPole``), or, when the stored class is not registered in this process
-    (a script's ``__main__.Reach``), a class of the same name that you hand over
-    (``myenv.Reach``)."""
-    if given == stored:
-        return True
-    if _unregistered(stored, trust_code):
-        return given.rpartition(".")[2] == stored.rpartition(".")[2]
-    return _canonical_env(given) == _canonical_env(stored, source=source, trust_code=trust_code)
-
-
-def _canonical_env(spec: str, *, source: Any = None, trust_code: bool = False) -> str:
-    """``rl8.envs.CartPole`` and ``rl8.envs.cartpole.CartPole`` name the same class. A spec read
-    from a file (``source``) is checked for its kind before use (see docs/security.md)."""
-    from rl8.ppo.resolve import env_spec_string, env_target
-    from rl8.io.checkpoint import CheckpointError
-
-    try:
-        return env_spec_string(env_target(spec, source=source, trust_code=trust_code).target) or spec
-    except CheckpointError:
-        raise
-    except (ValueError, ImportError):
-        return spec
-
-
-def _check_eval_plan(horizons_per_env_reset: int, config: Mapping[str, Any], run_args: Mapping[str, Any]) -> None:
-    from rl8.training.trainer import check_eval_plan
-
-    try:
-        check_eval_plan(
-            horizons_per_env_reset,
-            eval_num_envs=int_option(config, "eval_num_envs", "config"),
-            steps_per_eval=run_args["steps_per_eval"],
-            eval_env_config=run_args["eval_env_config"],
-        )
-    except ValueError as exc:
-        raise ConfigError(str(exc).replace("Trainer.run: ", "")) from None
-
-
-def _run(trainer: Any, conditions: list[Any], run_args: Mapping[str, Any]) -> int:
-    from rl8.training.conditions import MissingStatError
-
-    try:
-        trainer.run(stop_conditions=conditions, **run_args)
-    except KeyboardInterrupt:
-        _summary(trainer)
-        return 130
-    except SystemExit:
-        _summary(trainer)
-        raise
-    except MissingStatError as exc:  # a stop condition names a stat that does not exist
-        raise ConfigError(f"stop_conditions: {exc}") from None
-    trainer.close("FINISHED")
-    _summary(trainer)
-    return 0
-
-
-# --------------------------------------------------------------------------------------------
-# rl8 eval
-
-
-def _policy_and_env(args: argparse.Namespace, make: Any) -> tuple[Any, Any, str, dict[str, Any]]:
-    """The saved policy named on the command line, the env ``make(spec, env_kwargs)`` builds
-    for it (its spaces checked against the policy's), the env spec used (``--env``, or the
-    stored one checked for its kind, see docs/security.md) and the env config (stored, then
-    ``--env-config``)."""
-    import gymnasium
-
-    from rl8.ppo.resolve import spec_from_env_info
-    from rl8.io.export import check_env_spaces, policy_from_dict, read_policy
-
-    try:  # first: a module of yours may also define the policy's model class
-        _import_given(args.env, "--env")
-    except (ImportError, ValueError) as exc:
-        raise ConfigError(f"cannot build env {args.env!r}: {exc}") from None
-    info = read_policy(args.policy, tracking_uri=args.tracking_uri)
-    policy = policy_from_dict(info, map_location="cpu", source=args.policy, trust_code=args.trust_code)
-    env_info = info.get("env") or {}
-    if not isinstance(env_info, Mapping):
-        from rl8.io.checkpoint import CheckpointError
-
-        raise CheckpointError(f"{args.policy}: the stored env must be a dict, got {type(env_info).__name__}")
-    spec = args.env or spec_from_env_info(env_info, source=args.policy, trust_code=args.trust_code)
-    if not spec:
-        raise ConfigError("the policy does not name its env; pass --env (e.g. --env rl8.envs.CartPole)")
-    config = dict(env_info.get("env_config") or {})
-    for text in args.env_config or []:
-        path, value = parse_assignment(text, "--env-config")
-        assign(config, path, value)
-    env_kwargs = _stored_env_kwargs(args, env_info)
-    try:
-        env = make(spec, env_kwargs)
-    except (ValueError, TypeError, KeyError, ImportError, gymnasium.error.Error) as exc:
-        raise ConfigError(f"cannot build env {spec!r}: {exc}") from None
-    try:
-        check_env_spaces(env, policy.observation_space, policy.action_space,
-                         what=f"the env {args.env or env_info.get('spec')!r}", source=args.policy)
-    except ValueError as exc:
-        env.close()
-        raise ConfigError(str(exc)) from None
-    return policy, env, spec, config
-
-
-def _stored_env_kwargs(args: argparse.Namespace, env_info: Mapping[str, Any]) -> Any:
-    """The stored env's arguments when the env used is the stored one (no ``--env``, or an
-    ``--env`` naming the same env, see :func:`_same_env`), else ``None``: they belong to that
-    env. When ``--env`` is given the names inside them are checked here for the env it names,
-    as :func:`_policy_and_env` checks them without ``--env`` (see docs/security.md)."""
-    from rl8.ppo.resolve import check_stored_env_kwargs, env_target
-
-    if not args.env:
-        return env_info.get("env_kwargs")
-    stored = env_info.get("spec")
-    if not stored or not _same_env(args.env, stored, source=args.policy, trust_code=args.trust_code):
-        return None
-    check_stored_env_kwargs(env_target(args.env).target, env_info.get("env_kwargs"), source=args.policy,
-                            trust_code=args.trust_code)
-    return env_info.get("env_kwargs")
-
-
-def _eval(args: argparse.Namespace) -> int:
-    import torch
-
-    from rl8.ppo.algorithm import make_env
-
-    num_envs = args.num_envs or args.episodes
-    policy, env, spec, config = _policy_and_env(
-        args, lambda spec, env_kwargs: make_env(spec, num_envs, None, device="cpu", env_kwargs=env_kwargs)
-    )
-    try:
-        obs = env.reset(config=config or None, seed=args.seed)
-    except (ValueError, TypeError, KeyError) as exc:
-        env.close()
-        raise ConfigError(f"cannot evaluate in env {spec!r}: {exc}") from None
-    deterministic = not args.stochastic
-    if args.seed is not None:
-        torch.manual_seed(args.seed)
-    try:
-        if env.episodic:
-            _eval_episodes(policy, env, obs, args.episodes, args.max_steps or 100_000, deterministic)
-        else:
-            _eval_steps(policy, env, obs, args.max_steps or 1000, deterministic)
-    finally:
-        env.close()
-    return 0
-
-
-def _eval_episodes(policy: Any, env: Any, obs: Any, episodes: int, max_steps: int, deterministic: bool) -> None:
-    import torch
-
-    from rl8.policies.runner import run_policy
-
-    n = env.num_envs
-    quota = math.ceil(episodes / n)  # episodes per env: no env's short episodes dominate
-    ep_return = torch.zeros(n, dtype=torch.float64)
-    ep_length = torch.zeros(n, dtype=torch.int64)
-    done_per_env = [0] * n
-    results: list[tuple[int, int, float, int]] = []  # (k-th episode of env, env, return, length)
-    for step in run_policy(policy, env, obs, num_steps=max_steps, deterministic=deterministic):
-        ep_return += step.rewards.double().cpu()
-        ep_length += 1
-        if step.done is not None:
-            for i in step.done.nonzero()[:, 0].tolist():
-                if done_per_env[i] < quota:
-                    results.append((done_per_env[i], i, float(ep_return[i]), int(ep_length[i])))
-                done_per_env[i] += 1
-                ep_return[i] = 0.0
-                ep_length[i] = 0
-        if sum(min(c, quota) for c in done_per_env) >= episodes:
-            break
-    results = sorted(results)[:episodes]
-    returns = [r for _, _, r, _ in results]
-    for k, (_, env_index, ret, length) in enumerate(results, start=1):
-        print(f"episode {k}: return {ret:.6g}, length {length} (env {env_index})")
-    if not returns:
-        print(f"no episode ended within {max_steps} steps (raise --max-steps)")
-        return
-    mean = sum(returns) / len(returns)
-    std = (sum((r - mean) ** 2 for r in returns) / len(returns)) ** 0.5
-    note = f" (stopped at --max-steps {max_steps})" if len(returns) < episodes else ""
-    print(f"mean return over {len(returns)} episodes: {mean:.6g} (std {std:.3g}){note}")
-
-
-def _eval_steps(policy: Any, env: Any, obs: Any, steps: int, deterministic: bool) -> None:
-    import torch
-
-    from rl8.policies.runner import run_policy
-
-    total = torch.zeros(env.num_envs, dtype=torch.float64)
-    for step in run_policy(policy, env, obs, num_steps=steps, deterministic=deterministic):
-        total += step.rewards.double().cpu()
-    print(f"{type(env).__name__} does not end episodes: returns over {steps} steps per env")
-    for i, ret in enumerate(total.tolist()):
-        print(f"env {i}: return {ret:.6g}")
-    print(f"mean return over {env.num_envs} envs: {float(total.mean()):.6g}")
-
-
-# --------------------------------------------------------------------------------------------
-# rl8 record
-
-
-def _record(args: argparse.Namespace) -> int:
-    from rl8.training.video import RenderError, make_recording_env, prepare_headless_rendering, record_video
-
-    prepare_headless_rendering()  # before an env imports mujoco
-    try:
-        policy, env, _, config = _policy_and_env(
-            args, lambda spec, env_kwargs: make_recording_env(spec, env_kwargs=env_kwargs, device="cpu")
-        )
-    except RenderError as exc:
-        raise ConfigError(str(exc)) from None
-    try:
-        path = record_video(
-            policy, env, args.output, deterministic=not args.stochastic, max_steps=args.max_steps,
-            fps=args.fps, env_config=config or None, seed=args.seed,
-        )
-    except (NotImplementedError, KeyError, ValueError, TypeError, RenderError) as exc:  # no render, bad config
-        message = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
-        raise ConfigError(message) from None
-    finally:
-        env.close()
-    print(path)
-    return 0
-
-
-# --------------------------------------------------------------------------------------------
-# rl8 runs
-
-
-def _runs(args: argparse.Namespace) -> int:
-    from rl8.tracking.tracker import clean_runs, running_runs
-
-    if args.older_than is not None and not args.clean:
-        raise ConfigError("--older-than only applies with --clean")
-    if args.dry_run and not args.clean:
-        raise ConfigError("--dry-run only applies with --clean")
-    uri = args.tracking_uri
-    if args.clean:
-        runs = clean_runs(uri, experiment=args.experiment, older_than_s=args.older_than, dry_run=args.dry_run)
-        verb = "would mark" if args.dry_run else "marked"
-        print(f"rl8: {verb} {len(runs)} RUNNING run(s) FAILED (their process is gone)", file=sys.stderr)
-    else:
-        runs = running_runs(uri, experiment=args.experiment)
-        print(f"rl8: {len(runs)} RUNNING run(s)", file=sys.stderr)
-    for run in runs:
-        owner = f"{run.host}:{run.pid}" if run.host else "-"
-        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.start_time_s))
-        print(f"{run.run_id}  {run.experiment}  {run.run_name or '-'}  {owner}  "
-              f"process {run.process}  started {started}")
-    return 0
 
 
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -578,25 +62,23 @@ def _positive_float(text: str) -> float:
     return value
 
 
-# --------------------------------------------------------------------------------------------
-# parser and entry point
+def _option_flag(name: str) -> Any:
+    """The ``type`` of the ``rl8 train`` flag of Trainer option ``name``: the text read and
+    checked as the option's field says (:meth:`TrainerConfig.read_option`)."""
 
+    def read(text: str) -> Any:
+        try:
+            return TrainerConfig.read_option(name, text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
 
-def _nonnegative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
-    return value
+    read.__name__ = name
+    return read
 
 
 def _positive_int(text: str) -> int:
     try:
-        value = _numbers(text)
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
+        value = read_numbers(text, whole_as_int=True)
         if not isinstance(value, int) or value < 1:
             raise ValueError
     except ValueError:
@@ -643,18 +125,17 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--steps-per-eval", type=_positive_int, metavar="N", help="evaluate every N training steps")
     train.add_argument("--resume", metavar="PATH_OR_RUN_ID",
                        help="continue from a checkpoint file, a checkpoint folder (latest) or an MLflow run id")
-    for name, option in TRAINER_OPTIONS.items():
-        if option["cli"] == "flag":
-            number = option["cli_type"] is int
-            int_type = _positive_int if option["cli_min"] == 1 else _nonnegative_int
-            train.add_argument("--" + name.replace("_", "-"), type=int_type if number else None,
-                               metavar="N" if number else None, help=option["doc"])
+    for field in dataclasses.fields(TrainerConfig):  # the options marked cli="flag"
+        if field.metadata["cli"] == "flag":
+            number = str(field.type).startswith(("int", "float"))
+            train.add_argument("--" + field.name.replace("_", "-"), type=_option_flag(field.name),
+                               metavar="N" if number else None, help=field.metadata["doc"])
     train.add_argument("--quiet", action="store_true", help="no progress line")
     train.add_argument("--trust-code", action="store_true",
                        help="with --resume: trust the checkpoint: import the modules it names that "
                             "rl8's registry does not hold, and let it name a plain function as its "
                             "env factory, which rl8 then calls (off by default; see docs/security.md)")
-    train.set_defaults(func=_train)
+    train.set_defaults(func=train_command.run)
 
     evaluate = commands.add_parser(
         "eval", help="run a saved policy and print episode returns",
@@ -666,7 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--num-envs", type=_positive_int, metavar="N", help="envs in parallel (default: --episodes)")
     evaluate.add_argument("--max-steps", type=_positive_int, metavar="N",
                           help="steps per env at most (default 100000; 1000 for envs without episodes)")
-    evaluate.set_defaults(func=_eval)
+    evaluate.set_defaults(func=evaluate_command.run)
 
     record = commands.add_parser(
         "record", help="record an MP4 video of a saved policy (needs imageio and imageio-ffmpeg: the video extra)",
@@ -681,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "limit, else 1000)")
     record.add_argument("--fps", type=_positive_float, metavar="N",
                         help="frames per second (default: the env's metadata['render_fps'])")
-    record.set_defaults(func=_record)
+    record.set_defaults(func=record_command.run)
 
     runs = commands.add_parser(
         "runs", help="list RUNNING MLflow runs and their process; --clean marks dead ones FAILED",
@@ -697,7 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     runs.add_argument("--experiment", help="only this experiment (default: all)")
     runs.add_argument("--tracking-uri",
                       help="MLflow tracking URI (default: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
-    runs.set_defaults(func=_runs)
+    runs.set_defaults(func=runs_command.run)
     return parser
 
 
@@ -708,12 +189,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
-    from rl8.io.checkpoint import CheckpointError
+    from rl8.io.checkpoint import CheckpointDirError, CheckpointError
     from rl8.tracking.tracker import TrackingError
 
     try:
         return int(args.func(args) or 0)
-    except ConfigError as exc:
+    except (ConfigError, CheckpointDirError) as exc:  # CheckpointDirError: an unusable checkpoint_dir
         print(f"rl8: error: {exc}", file=sys.stderr)
         return 2
     except (TrackingError, CheckpointError, FileNotFoundError, ImportError) as exc:

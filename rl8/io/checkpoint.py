@@ -13,15 +13,19 @@ from __future__ import annotations
 import collections
 import contextlib
 import errno
+import gc
 import json
 import os
 import pickle
 import pickletools
 import re
+import socket
 import struct
 import tempfile
 import time
 import uuid
+import warnings
+import weakref
 import zipfile
 import zlib
 from collections.abc import Mapping
@@ -40,10 +44,10 @@ except ImportError:  # pragma: no cover - Windows, where an open file cannot be 
     fcntl = None  # type: ignore[assignment]
 
 __all__ = [
-    "CHECKPOINT_POINTER_ARTIFACT", "FORMAT_KEY", "FORMAT_VERSION", "STALE_TMP_SECONDS",
-    "CheckpointError", "CheckpointManager", "check_loadable", "checkpoint_for_actor", "download_artifact", "is_run_ref",
-    "load_checkpoint", "read_checkpoint",
-    "resolve_checkpoint", "save_checkpoint",
+    "CHECKPOINT_DIR_LOCK", "CHECKPOINT_POINTER_ARTIFACT", "FORMAT_KEY", "FORMAT_VERSION", "STALE_TMP_SECONDS",
+    "CheckpointDirError", "CheckpointDirLock", "CheckpointError", "CheckpointManager", "check_loadable",
+    "check_writable_folder", "checkpoint_for_actor", "download_artifact", "is_run_ref", "load_checkpoint",
+    "read_checkpoint", "resolve_checkpoint", "save_checkpoint",
 ]
 
 #: MLflow artifact (JSON) with the path and step of a run's latest checkpoint (for resuming).
@@ -59,6 +63,15 @@ FORMAT_VERSION = 1
 #: Seconds a temporary file of :class:`CheckpointManager` must be left untouched before its
 #: next save removes it (when no live writer holds its lock).
 STALE_TMP_SECONDS = 60.0
+
+
+#: The lock file of a checkpoint folder (see :class:`CheckpointDirLock`).
+CHECKPOINT_DIR_LOCK = ".rl8.lock"
+
+
+class CheckpointDirError(ValueError):
+    """A checkpoint folder cannot be used: it cannot be created or written, another live run
+    writes there, or it holds another run's checkpoints (the message names the folder)."""
 
 
 # ---- saving ---------------------------------------------------------------------------------
@@ -470,6 +483,250 @@ class CheckpointManager:
     def __repr__(self) -> str:
         return (f"CheckpointManager({str(self.directory)!r}, keep_last={self.keep_last!r}, "
                 f"prefix={self.prefix!r})")
+
+
+# ---- one run per checkpoint folder ------------------------------------------------------------
+
+#: The folders this process holds, by absolute path (``flock`` is per open file: this process
+#: could not lock them a second time).
+_held_locks: weakref.WeakValueDictionary[Path, CheckpointDirLock] = weakref.WeakValueDictionary()
+
+
+def check_writable_folder(directory: str | os.PathLike[str]) -> Path:
+    """Create ``directory`` (with parents) and write and remove a probe file in it.
+
+    Returns:
+        The folder, absolute.
+
+    Raises:
+        CheckpointDirError: It cannot be created (a file on its path) or written.
+    """
+    directory = Path(directory).absolute()
+    probe = directory / f".rl8-probe-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"rl8")
+        probe.unlink()
+    except OSError as exc:
+        raise CheckpointDirError(
+            f"checkpoint folder {directory} cannot be used: {exc.strerror or exc} "
+            f"({exc.filename or directory}); choose a folder this process can write"
+        ) from None
+    return directory
+
+
+def _describe_owner(record: Mapping[str, Any]) -> str:
+    """``run 0a1b... (pid 123 on host)`` from a lock file's record."""
+    run = record.get("run_id")
+    who = f"run {run}" if run else "a run without MLflow tracking"
+    ended = ", ended" if record.get("released") else ""
+    return f"{who} (pid {record.get('pid', '?')} on {record.get('host', '?')}{ended})"
+
+
+class CheckpointDirLock:
+    """The claim of one run on its checkpoint folder, held until :meth:`release` (or until
+    the process ends): two jobs never write, prune or resume each other's checkpoints.
+
+    Claiming, before the first training step:
+
+    1. creates the folder (with parents) and writes the lock file :data:`CHECKPOINT_DIR_LOCK`
+       in it, so that a folder that cannot be created or written (a path under a file, a
+       read-only disk) is an error now rather than after the run;
+    2. locks that file (POSIX ``flock``, released by the OS when the process dies; elsewhere
+       the process id it names is checked). A folder locked by a live process is refused, its
+       run and process named. A record left by a process that died without releasing it is
+       taken over, with a warning;
+    3. refuses a folder that holds numbered checkpoints (``checkpoint-*.pt``) of another run:
+       a new run there would replace and prune them. The checkpoints belong to this run when it
+       resumes from one of them (``resumed_from`` in this folder) or when the lock file names
+       this run's MLflow ``run_id``. Within one process, such a Trainer also takes the claim over
+       from an open Trainer of the same run (a Trainer of another run is refused).
+
+    :meth:`release` marks the record released and unlocks the file, which stays (naming the
+    run whose checkpoints the folder holds); a record not marked released names a process
+    that died.
+
+    Args:
+        directory: The checkpoint folder.
+        run_id: The MLflow run id of the run claiming it, when known (``None``: a new run, or
+            no tracking); see :meth:`set_run_id`.
+        resumed_from: The checkpoint file this run resumes from, ``None`` for a new run.
+
+    Raises:
+        CheckpointDirError: The folder cannot be created or written, is locked by a live
+            process, or holds another run's checkpoints.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str], *, run_id: str | None = None,
+                 resumed_from: str | os.PathLike[str] | None = None) -> None:
+        self.directory = Path(directory).absolute()
+        self.run_id = run_id
+        self._host = socket.gethostname()
+        self._fd: int | None = None
+        self._path = path = self.directory / CHECKPOINT_DIR_LOCK
+        holder = _held_locks.get(self.directory)
+        if holder is not None and holder.held and not self._same_run(holder.run_id, run_id, resumed_from):
+            gc.collect()  # a Trainer of this process that nothing references any more
+            holder = _held_locks.get(self.directory)
+        if holder is not None and holder.held:  # this process holds it already
+            if not self._same_run(holder.run_id, run_id, resumed_from):
+                raise self._busy({"run_id": holder.run_id, "pid": os.getpid(), "host": self._host})
+            # the same run resumed in this process (a Trainer left open): the claim moves here
+            fd, holder._fd, previous = holder._fd, None, {}
+        else:
+            fd = self._open_locked(path)
+            try:
+                previous = self._read(fd)
+                if fcntl is None and self._alive(previous):
+                    raise self._busy(previous)
+                if not self._same_run(previous.get("run_id"), run_id, resumed_from):
+                    self._check_no_checkpoints(previous)
+            except BaseException:
+                os.close(fd)
+                raise
+        try:
+            self._write(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+        _held_locks[self.directory] = self
+        if previous and not previous.get("released") and previous.get("pid") != os.getpid():
+            warnings.warn(
+                f"checkpoint_dir {self.directory} was locked by {_describe_owner(previous)}, whose "
+                "process ended without releasing it (killed or crashed); this run takes it over",
+                stacklevel=3,
+            )
+
+    def _open_locked(self, path: Path) -> int:
+        """Open and lock the lock file; a file that a releasing owner removed meanwhile (a
+        different file now, or none) is opened again."""
+        while True:
+            try:
+                self.directory.mkdir(parents=True, exist_ok=True)
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+            except OSError as exc:
+                raise CheckpointDirError(
+                    f"checkpoint_dir {self.directory} cannot be used for checkpoints: {exc.strerror or exc} "
+                    f"({exc.filename or path}); choose a folder this process can write"
+                ) from None
+            try:
+                if not self._lock(fd):
+                    raise self._busy(self._read(fd))
+                try:
+                    same = os.stat(path).st_ino == os.fstat(fd).st_ino
+                except FileNotFoundError:
+                    same = False
+            except BaseException:
+                os.close(fd)
+                raise
+            if same:
+                return fd
+            os.close(fd)
+
+    @staticmethod
+    def _lock(fd: int) -> bool:
+        if fcntl is None:
+            return True
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except OSError:
+            return False
+
+    def _alive(self, record: Mapping[str, Any]) -> bool:
+        """Whether the process a record names runs on this host (no file locks: Windows)."""
+        pid = record.get("pid")
+        if record.get("host") != self._host or not isinstance(pid, int) or pid == os.getpid():
+            return False
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except OSError:
+            pass
+        return True
+
+    def _busy(self, record: Mapping[str, Any]) -> CheckpointDirError:
+        mine = " (a Trainer of this process: close() it first)" if record.get("pid") == os.getpid() else ""
+        return CheckpointDirError(
+            f"checkpoint_dir {self.directory} is in use by {_describe_owner(record)}{mine}; two runs "
+            "writing into one folder would overwrite and prune each other's checkpoints. Give this "
+            "run another checkpoint_dir (e.g. --checkpoint-dir), or wait for that run to end"
+        )
+
+    def _same_run(self, owner: str | None, run_id: str | None, resumed_from: Any) -> bool:
+        """Whether the run claiming the folder continues its owner's: it resumes from a
+        checkpoint in the folder, or continues the MLflow run ``owner``."""
+        if resumed_from is not None and Path(resumed_from).absolute().parent == self.directory:
+            return True
+        return run_id is not None and owner == run_id
+
+    def _check_no_checkpoints(self, previous: Mapping[str, Any]) -> None:
+        found = CheckpointManager(self.directory, keep_last=None).list()
+        if not found:
+            return
+        owner = _describe_owner(previous) if previous else "another run"
+        raise CheckpointDirError(
+            f"checkpoint_dir {self.directory} already holds {len(found)} checkpoint(s) of {owner} "
+            f"(latest: {found[-1].name}); a new run there would overwrite and prune them. Resume that "
+            f"run (rl8 train --resume {self.directory}, Trainer.from_checkpoint), give this run "
+            "another checkpoint_dir, or delete those checkpoints"
+        )
+
+    @staticmethod
+    def _read(fd: int) -> dict[str, Any]:
+        try:
+            os.lseek(fd, 0, os.SEEK_SET)
+            data = os.read(fd, 1 << 16)
+            record = json.loads(data) if data.strip() else {}
+        except (OSError, ValueError):
+            return {}
+        return record if isinstance(record, dict) else {}
+
+    def _write(self, fd: int, released: bool = False) -> None:
+        record = {"run_id": self.run_id, "pid": os.getpid(), "host": self._host, "since": time.time(),
+                  "released": released}
+        data = json.dumps(record).encode()
+        try:
+            os.ftruncate(fd, 0)
+            os.lseek(fd, 0, os.SEEK_SET)
+            os.write(fd, data)
+        except OSError as exc:
+            raise CheckpointDirError(
+                f"checkpoint_dir {self.directory} cannot be used for checkpoints: writing "
+                f"{CHECKPOINT_DIR_LOCK} there failed: {exc.strerror or exc}"
+            ) from None
+
+    @property
+    def held(self) -> bool:
+        """Whether this claim is still held (not released)."""
+        return self._fd is not None
+
+    def set_run_id(self, run_id: str | None) -> None:
+        """Record the MLflow run id once known (a run created after the claim)."""
+        if self._fd is not None and run_id != self.run_id:
+            self.run_id = run_id
+            with contextlib.suppress(CheckpointDirError):
+                self._write(self._fd)
+
+    def release(self) -> None:
+        """Give the folder up (idempotent): the lock file records that the run released it
+        (and still names the run: its checkpoints stay its own), then is unlocked."""
+        fd, self._fd = self._fd, None
+        if fd is None:
+            return
+        with contextlib.suppress(CheckpointDirError):
+            self._write(fd, released=True)
+        os.close(fd)
+
+    def __del__(self) -> None:  # the OS releases the lock with the file; this only closes it
+        with contextlib.suppress(Exception):
+            if self._fd is not None:
+                os.close(self._fd)
+
+    def __repr__(self) -> str:
+        return f"CheckpointDirLock({str(self.directory)!r}, run_id={self.run_id!r}, held={self.held})"
 
 
 # ---- finding and reading a checkpoint to resume from ------------------------------------------

@@ -38,7 +38,8 @@ from rl8.policies.policy import Policy
 from rl8.ppo.resolve import ANY, DISTRIBUTION, MODEL, MODULE_CLASS, qualified_name, resolve
 
 __all__ = [
-    "POLICY_ARTIFACT", "POLICY_FORMAT", "check_env_spaces", "load_policy", "policy_from_dict",
+    "MAX_SPACE_ELEMENTS", "POLICY_ARTIFACT", "POLICY_FORMAT", "check_env_spaces", "check_finite_weights",
+    "load_policy", "policy_from_dict",
     "policy_to_dict", "read_policy", "save_policy", "space_from_dict", "space_to_dict",
 ]
 
@@ -90,23 +91,95 @@ def space_to_dict(space: spaces.Space) -> dict[str, Any]:
     raise TypeError(f"cannot save a {type(space).__name__} space ({space}) in a policy file")
 
 
-def space_from_dict(d: Mapping[str, Any]) -> spaces.Space:
-    """Rebuild a space saved by :func:`space_to_dict`."""
-    kind = d.get("type") if isinstance(d, Mapping) else None
+#: Most elements a space read from a file may declare (a ``Box``'s values, a ``Discrete``'s
+#: actions, the sum of a ``MultiDiscrete``'s, a ``MultiBinary``'s bits; a ``Dict``'s in all):
+#: checked before anything is allocated, so that a crafted file cannot ask for gigabytes.
+MAX_SPACE_ELEMENTS = 2**24
+
+
+def _space_elements(d: Any, where: str) -> int:
+    """The elements a space description declares, checked to be well formed (no allocation)."""
+    def bad(message: str) -> CheckpointError:
+        return CheckpointError(f"{where}: {message}")
+
+    def count(value: Any, name: str) -> int:
+        if isinstance(value, torch.Tensor):
+            if value.dtype.is_floating_point or value.dtype.is_complex or value.dim() > 1:
+                raise bad(f"{name} must be a 1-d integer tensor, got {value.dtype} of shape {list(value.shape)}")
+            value = value.tolist()
+        items = value if isinstance(value, (list, tuple)) else [value]
+        if not all(type(x) is int and x >= 0 for x in items):  # [] : a scalar Box
+            raise bad(f"{name} must be an int >= 0 or a list of them, got {value!r:.80}")
+        total = 1
+        for x in items:
+            total *= x
+        return total
+
+    if not isinstance(d, Mapping):
+        raise bad(f"expected a space description (a dict), got {type(d).__name__}")
+    kind = d.get("type")
     if kind == "Box":
-        dtype = np.dtype(d["dtype"])
-        low = d["low"].numpy().astype(dtype)
-        high = d["high"].numpy().astype(dtype)
-        return spaces.Box(low, high, tuple(d["shape"]), dtype)
+        for key in ("low", "high"):
+            if not isinstance(d.get(key), torch.Tensor):
+                raise bad(f"'{key}' must be a tensor, got {type(d.get(key)).__name__}")
+        return count(d.get("shape"), "'shape'")
     if kind == "Discrete":
-        return spaces.Discrete(int(d["n"]), start=int(d["start"]))
+        return count(d.get("n"), "'n'")
     if kind == "MultiDiscrete":
-        return spaces.MultiDiscrete(d["nvec"].numpy(), dtype=np.dtype(d["dtype"]), start=d["start"].numpy())
+        nvec = d.get("nvec")
+        if not isinstance(nvec, torch.Tensor) or nvec.dtype.is_floating_point or nvec.numel() > MAX_SPACE_ELEMENTS:
+            raise bad(f"'nvec' must be an integer tensor of at most {MAX_SPACE_ELEMENTS} values")
+        if bool((nvec < 0).any()):
+            raise bad("'nvec' must hold ints >= 0")
+        return int(nvec.sum())
     if kind == "MultiBinary":
-        return spaces.MultiBinary(d["n"])
+        return count(d.get("n"), "'n'")
     if kind == "Dict":
-        return spaces.Dict({key: space_from_dict(sub) for key, sub in d["spaces"]})
-    raise ValueError(f"unknown space description {kind!r} in a policy file")
+        subs = d.get("spaces")
+        if not isinstance(subs, (list, tuple)) or not all(
+                isinstance(s, (list, tuple)) and len(s) == 2 and isinstance(s[0], str) for s in subs):
+            raise bad("'spaces' must be a list of [name, space] pairs")
+        return sum(_space_elements(sub, f"{where}[{key!r}]") for key, sub in subs)
+    raise bad(f"unknown space description {kind!r}")
+
+
+def space_from_dict(d: Mapping[str, Any], *, where: str = "space") -> spaces.Space:
+    """Rebuild a space saved by :func:`space_to_dict`.
+
+    Args:
+        d: The description.
+        where: What ``d`` is, for messages (e.g. ``"policy.pt: observation_space"``).
+
+    Raises:
+        rl8.io.checkpoint.CheckpointError: ``d`` is not a space description this rl8 reads, or
+            declares more than :data:`MAX_SPACE_ELEMENTS` elements (checked before anything
+            is allocated); the message names ``where``.
+    """
+    elements = _space_elements(d, where)
+    if elements > MAX_SPACE_ELEMENTS:
+        raise CheckpointError(
+            f"{where}: the space declares {elements} elements, more than rl8 loads "
+            f"(MAX_SPACE_ELEMENTS = {MAX_SPACE_ELEMENTS}); the file is damaged or crafted"
+        )
+    kind = d["type"]
+    try:
+        if kind == "Box":
+            dtype = np.dtype(d["dtype"])
+            low = d["low"].numpy().astype(dtype)
+            high = d["high"].numpy().astype(dtype)
+            return spaces.Box(low, high, tuple(d["shape"]), dtype)
+        if kind == "Discrete":
+            return spaces.Discrete(int(d["n"]), start=int(d["start"]))
+        if kind == "MultiDiscrete":
+            return spaces.MultiDiscrete(d["nvec"].numpy(), dtype=np.dtype(d["dtype"]), start=d["start"].numpy())
+        if kind == "MultiBinary":
+            return spaces.MultiBinary(d["n"])
+        return spaces.Dict({key: space_from_dict(sub, where=f"{where}[{key!r}]") for key, sub in d["spaces"]})
+    except CheckpointError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError, RuntimeError) as exc:
+        missing = f"no entry {exc}" if isinstance(exc, KeyError) else str(exc).splitlines()[0] if str(exc) else ""
+        raise CheckpointError(f"{where}: not a valid {kind} space description ({type(exc).__name__}: {missing})") from None
 
 
 def check_env_spaces(env: Any, observation_space: spaces.Space, action_space: spaces.Space, *,
@@ -226,10 +299,14 @@ def policy_from_dict(d: Mapping[str, Any], *, map_location: Any = "cpu", source:
     Raises:
         ValueError: ``d`` is not a policy description of a version this rl8 reads, or a class
             given is not of its kind.
-        rl8.io.checkpoint.CheckpointError: ``d`` names a class that is not registered, or an
-            object of the wrong kind.
+        rl8.io.checkpoint.CheckpointError: ``d`` names a class that is not registered or an object
+            of the wrong kind, its weights hold NaN or inf (the entry is named) or do not match
+            the model it describes, or an entry is malformed (a space declaring more than
+            :data:`MAX_SPACE_ELEMENTS` elements included); the message names the entry.
         ImportError: With ``trust_code``, a class cannot be imported.
     """
+    if not isinstance(d, Mapping):
+        raise ValueError(f"not an rl8 policy (a {type(d).__name__}, expected a dict)")
     if d.get("format") != POLICY_FORMAT:
         raise ValueError(f"not an rl8 policy (format {d.get('format')!r}, expected {POLICY_FORMAT!r})")
     version = d.get("version")
@@ -241,21 +318,52 @@ def policy_from_dict(d: Mapping[str, Any], *, map_location: Any = "cpu", source:
     if "state_dict" not in d:
         raise ValueError("the policy description holds no weights (state_dict)")
     source = "the policy description" if source is None else source
+    state = d["state_dict"]
+    if not isinstance(state, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()):
+        raise CheckpointError(f"{source}: entry 'state_dict' must be a dict of tensors by name, "
+                              f"got {type(state).__name__}")
+    check_finite_weights(state, f"{source}:")
+    if not isinstance(d.get("model_config") or {}, Mapping):
+        raise CheckpointError(f"{source}: entry 'model_config' must be a dict, got {type(d['model_config']).__name__}")
     model_cls = _stored_class(d, "model_cls", MODEL, source, trust_code, model_cls)
     distribution_cls = _stored_class(d, "distribution_cls", DISTRIBUTION, source, trust_code, distribution_cls)
     model_config = _from_plain(d.get("model_config") or {}, source, trust_code)
-    policy = Policy(
-        space_from_dict(d["observation_space"]),
-        space_from_dict(d["action_space"]),
-        model_cls=model_cls,
-        model_config=model_config,
-        distribution_cls=distribution_cls,
-        normalize_observations=bool(d.get("normalize_observations", False)),
-        device=map_location,
-    )
-    policy.load_state_dict(d["state_dict"])
+    observation_space = space_from_dict(d.get("observation_space"), where=f"{source}: entry 'observation_space'")
+    action_space = space_from_dict(d.get("action_space"), where=f"{source}: entry 'action_space'")
+    try:
+        policy = Policy(
+            observation_space,
+            action_space,
+            model_cls=model_cls,
+            model_config=model_config,
+            distribution_cls=distribution_cls,
+            normalize_observations=bool(d.get("normalize_observations", False)),
+            device=map_location,
+        )
+    except (TypeError, ValueError, KeyError) as exc:  # what the file's model_config asks for
+        raise CheckpointError(f"{source}: the policy it describes cannot be built (entry 'model_config' "
+                              f"{d.get('model_config')!r:.200}): {exc}") from None
+    try:
+        policy.load_state_dict(state)
+    except RuntimeError as exc:  # missing, unexpected or differently shaped weights
+        detail = " ".join(line.strip() for line in str(exc).splitlines()[1:4])
+        raise CheckpointError(f"{source}: entry 'state_dict' does not match the model that its "
+                              f"'model_config' and spaces describe: {detail}") from None
     policy.eval()
     return policy
+
+
+def check_finite_weights(state: Mapping[str, torch.Tensor], where: str) -> None:
+    """Refuse weights holding NaN or inf (a policy that acts at random, or not at all);
+    ``where`` begins the message (``"policy.pt:"``)."""
+    bad = [k for k, v in state.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+    if bad:
+        raise CheckpointError(
+            f"{where} the policy's weights hold NaN or inf: state_dict[{bad[0]!r}]"
+            + (f" and {len(bad) - 1} more" if len(bad) > 1 else "")
+            + " (written by a run that diverged, or damaged); use an earlier checkpoint"
+        )
 
 
 # --------------------------------------------------------------------------------------------

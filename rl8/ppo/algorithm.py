@@ -36,7 +36,7 @@ from rl8.ppo.finite import (
 from rl8.ppo.hparams import HParams
 from rl8.ppo.losses import ppo_loss
 from rl8.ppo.overlap import OverlapCollector
-from rl8.ppo.resolve import DISTRIBUTION, HPARAM_KINDS, MODEL, OPTIMIZER, env_target, qualified_name, resolve
+from rl8.ppo.resolve import DISTRIBUTION, MODEL, OPTIMIZER, env_target, qualified_name, resolve
 from rl8.ppo.rewards import RewardNormalizer
 from rl8.ppo.rollout import rollout, rollout_ready_envs
 from rl8.ppo.stats import Stats, reduce_stats, rollout_stats
@@ -77,18 +77,6 @@ def _keyword_defaults(cls: type) -> str:
         f"{p.name}={p.default!r}" for p in parameters
         if p.name not in ("params", "lr") and p.default is not inspect.Parameter.empty
     )
-
-
-def _plain_hparams(hp: HParams) -> dict[str, Any]:
-    """Hyper-parameters as plain values (classes as dotted paths), for checkpoints and MLflow."""
-    out = {}
-    for key, value in hp.to_dict().items():
-        if key in HPARAM_KINDS:
-            value = value if value is None or isinstance(value, str) else qualified_name(value)
-        elif key == "device":
-            value = str(value)
-        out[key] = value
-    return out
 
 
 def make_env(
@@ -839,7 +827,7 @@ class PPO:
         """
         self._settle()
         return {
-            "hparams": _plain_hparams(self.hparams),
+            "hparams": self.hparams.to_plain(),
             "seed": self.seed,
             "policy": self.policy.state_dict(),
             "optimizer": self.optimizer.state_dict(),

@@ -3,6 +3,11 @@
 Defaults follow "The 37 Implementation Details of PPO" (Huang et al., 2022) and SB3's
 rl-zoo, tuned so that ``PPO(CartPole)`` solves CartPole in seconds on a laptop CPU; see
 ``docs/hparams.md`` for each field and where rl8 differs from SB3 and CleanRL.
+
+Each hyper-parameter is declared once, as one field: its type, its default, its check and its
+meaning (``doc``). The error messages (``hparam NAME: expected ..., got ...``), the class
+docstring, checkpoints and MLflow params (:meth:`HParams.to_plain`), ``rl8 train --set`` and
+config files (:meth:`HParams.read_config`) all derive from the fields.
 """
 
 from __future__ import annotations
@@ -10,17 +15,20 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
 
-from rl8.numbers import read_numbers
-from rl8.ppo.resolve import HPARAM_KINDS, resolve
+from rl8.fields import (
+    Check, attributes_doc, check, first_invalid, int_at_least, is_int, is_number, one_of, optional,
+    read_numbers,
+)
+from rl8.ppo.resolve import HPARAM_KINDS, qualified_name, resolve
 from rl8.ppo.schedules import Schedule
 
-__all__ = ["HParams"]
+__all__ = ["HParams", "close_hparam_names", "missing_cuda_device", "unknown_hparam_message"]
 
 # Seeds are stored as int64 (tensors, checkpoints) and handed to torch.manual_seed.
 _MAX_SEED = 2**63 - 1
@@ -38,7 +46,6 @@ _OTHER_NAMES = {
     "vf_coef": "vf_coeff", "target_kl": "target_kl_div", "norm_adv": "normalize_advantages",
     "policy_kwargs": "model_config",
 }
-
 
 def missing_cuda_device(device: torch.device) -> str | None:
     """Why the CUDA ``device`` cannot be used on this machine (``"CUDA is not available on this
@@ -72,119 +79,218 @@ def _or(values: Any) -> str:
     return " or ".join(str(v) for v in values)
 
 
+# ---------------------------------------------------------------------------------- checks
+# The checks of the fields (see rl8.fields.Check): None when a value is valid, else what the
+# field expects, for "hparam NAME: expected ..., got VALUE".
+
+
+def _nonzero_int(meaning: str) -> Check:
+    return check(f"a non-zero int ({meaning})", lambda v: is_int(v) and v != 0)
+
+
+def _number(expected: str, ok: Callable[[float], bool]) -> Check:
+    """A finite number (not a bool) for which ``ok`` holds."""
+    return check(expected, lambda v: is_number(v) and ok(v))
+
+
+_BOOL = check("a bool", lambda v: isinstance(v, bool))
+_DICT = check("a dict", lambda v: isinstance(v, dict))
+_UNIT = _number("a number in [0, 1]", lambda v: 0.0 <= v <= 1.0)
+_POSITIVE = _number("a finite number > 0", lambda v: v > 0)
+_WEIGHT = _number("a number >= 0", lambda v: v >= 0)
+_DEVICE = "'auto', 'cpu', 'cuda', 'cuda:N' or a torch.device"
+
+
+def _schedule(expected: str, ok: Callable[[float], bool]) -> Check:
+    """``[(env_steps, value), ...]`` (see :class:`~rl8.ppo.schedules.Schedule`) whose values
+    satisfy ``ok``, or ``None``."""
+    def schedule(points: Any, name: str) -> str | None:
+        if points is None:
+            return None
+        Schedule(points, field=name)  # raises on a bad point
+        return None if all(ok(p[1]) for p in points) else expected
+    return schedule
+
+
+def _points(value: Any) -> Any:
+    """A schedule as a tuple of tuples (hashable, as in the frozen dataclass), or ``None``."""
+    return None if value is None else tuple(tuple(p) for p in value)
+
+
+def _class_or_path(value: Any, name: str) -> str | None:
+    """A class of the kind ``HPARAM_KINDS[name]`` (checked now) or its dotted path (looked up
+    when PPO is built); ``None`` for the default, except for ``optimizer_cls``."""
+    kind = HPARAM_KINDS[name]
+    if value is None and name == "optimizer_cls":
+        return f"{kind.description} or its dotted path"
+    if value is not None and not isinstance(value, str):
+        resolve(value, kind, field=f"hparam {name}")  # raises naming the field
+    return None
+
+
+def _optimizer_kwargs(value: Any, name: str) -> str | None:
+    if not isinstance(value, dict):
+        return "a dict"
+    if "lr" in value:
+        raise ValueError(f"hparam {name}: set the learning rate with lr=..., not {name}['lr']")
+    return None
+
+
+def _device(value: Any, name: str) -> str | None:
+    if value == "auto":
+        return None
+    try:
+        device = torch.device(value) if isinstance(value, (str, torch.device)) else None
+    except (RuntimeError, TypeError):
+        device = None
+    if device is None:
+        return _DEVICE
+    problem = missing_cuda_device(device)
+    return None if problem is None else f"a device that exists ({problem})"
+
+
+def _hparam(default: Any, check: Check, *, doc: str, convert: Callable[[Any], Any] | None = None) -> Any:
+    """An :class:`HParams` field: its ``default`` (a dict default is copied for each instance),
+    its ``check`` (see :data:`Check`), its meaning ``doc`` (in the class docstring and the API
+    reference) and ``convert``, applied to a given value before the check."""
+    metadata = {"check": check, "doc": doc, "convert": convert}
+    if isinstance(default, dict):
+        return dataclasses.field(default_factory=lambda: dict(default), metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
 @dataclass(frozen=True, kw_only=True)
 class HParams:
     """Hyper-parameters of :class:`rl8.PPO` (all keyword-only; see ``docs/hparams.md``).
 
-    Attributes:
-        num_envs: Number of environments simulated in parallel.
-        horizon: Env steps collected per env between updates; the buffer holds
-            ``num_envs * horizon`` transitions.
-        horizons_per_env_reset: ``k > 0``: PPO resets every env every ``k`` collects;
-            ``k < 0``: only once, before the first collect. ``0`` is invalid. Episodic envs
-            also reset finished sub-envs themselves.
-        collect_mode: ``"sync"``: :meth:`PPO.collect <rl8.PPO.collect>` steps the envs, then
-            :meth:`PPO.update <rl8.PPO.update>` trains on what it collected. ``"overlap"``: the
-            next collect runs in a background thread while the update runs, with a copy of
-            the policy synced after every update, so each batch is collected with weights one
-            update old (``monitors/policy_lag``; the PPO ratio uses the stored behaviour
-            log-probs). See ``docs/collection.md`` ("Overlapped collection").
-        gamma: Discount factor in [0, 1].
-        gae_lambda: GAE's lambda in [0, 1].
-        num_sgd_iters: Passes (epochs) over the buffer per update.
-        sgd_minibatch_size: Transitions per minibatch; must divide ``num_envs * horizon``
-            (and, for recurrent models, be a multiple of the sequence length). ``None``: the
-            whole buffer as one minibatch. ``"auto"`` (default): the buffer split into
-            ``num_minibatches`` equal minibatches.
-        num_minibatches: With ``sgd_minibatch_size="auto"``: minibatches per pass; must
-            divide the number of samples (transitions, or sequences for recurrent models).
-            ``None`` (default): 4, as in CleanRL's ``ppo.py``, or the largest count below 4
-            that divides the samples (1: the whole buffer), so that every batch shape works.
-        shuffle_minibatches: Draw minibatches from a fresh random permutation every pass.
-        clip_param: PPO's ratio clip epsilon (> 0).
-        dual_clip_param: Dual-clip constant c > 1 (Ye et al., 2020) bounding the loss of
-            negative-advantage samples, or ``None`` to disable.
-        vf_clip_param: Clip the value update to ``old_value +- vf_clip_param`` (PPO2-style
-            value clipping), or ``None`` to disable.
-        vf_coeff: Weight of the value loss in the total loss.
-        entropy_coeff: Weight of the entropy bonus (constant unless a schedule is given).
-        entropy_coeff_schedule: ``[(env_steps, coeff), ...]`` overriding ``entropy_coeff``.
-        lr: Learning rate of the optimizer, finite and > 0 (constant unless a schedule is given).
-        lr_schedule: ``[(env_steps, lr), ...]`` overriding ``lr``.
-        schedule_kind: ``"step"`` or ``"linear"`` interpolation of both schedules.
-        target_kl_div: Stop the update's remaining minibatches once the approximate KL
-            divergence of a minibatch exceeds this, or ``None``.
-        max_grad_norm: Clip the global gradient norm to this, or ``None``.
-        normalize_advantages: Normalise advantages per minibatch (zero mean, unit std).
-        normalize_rewards: Scale rewards by the running std of the discounted return.
-        normalize_observations: Normalise float observations with running mean/variance.
-        accumulate_grads: Accumulate gradients over all minibatches of a pass and take one
-            optimizer step per pass (instead of one per minibatch).
-        enable_amp: Mixed precision: bfloat16 autocast on CPU, float16 with a gradient
-            scaler on CUDA.
-        optimizer_cls: A ``torch.optim.Optimizer`` subclass or its dotted path
-            (``"torch.optim.Adam"``).
-        optimizer_kwargs: Extra keyword arguments of the optimizer (``lr`` is set from
-            ``lr``). Default: Adam's ``eps=1e-5`` as in the 37 details.
-        model_cls: A :class:`rl8.Model` subclass (see :mod:`rl8.policies.models`), its dotted path, or
-            ``None`` for the default.
-        model_config: Keyword arguments of the model class.
-        distribution_cls: A :class:`rl8.Distribution` subclass, its dotted path, or ``None``
-            for the one the action space implies.
-        device: ``"auto"`` (CUDA when available, else CPU) or an explicit torch device.
-        seed: Seed of torch's RNG and the envs, an int in [0, 2**63 - 1]; ``None`` draws one
-            from the OS.
-        env_config: Env parameters applied at every env reset (see ``Env.reset``).
-        env_kwargs: Extra keyword arguments for the env's constructor.
-        check_finite_collects: Check observations and rewards for NaN/inf during this many
-            first collects (``-1``: always, ``0``: never).
-        seq_len: Steps per training sequence for recurrent models (must divide ``horizon``);
-            ``None``: the horizon.
-        seqs_per_state_reset: Recurrent models: reset the hidden state every ``k`` sequences
-            (``k > 0``) or only at episode ends and env resets (``k < 0``).
+    Each field below is declared with its default, its check and its meaning; a bad value is a
+    ``ValueError`` naming the field, what it expects and the value given.
     """
 
-    num_envs: int = 256
-    horizon: int = 32
-    horizons_per_env_reset: int = -1
-    collect_mode: Literal["sync", "overlap"] = "sync"
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
-    num_sgd_iters: int = 8
-    sgd_minibatch_size: int | Literal["auto"] | None = "auto"
-    num_minibatches: int | None = None
-    shuffle_minibatches: bool = True
-    clip_param: float = 0.2
-    dual_clip_param: float | None = None
-    vf_clip_param: float | None = None
-    vf_coeff: float = 0.5
-    entropy_coeff: float = 0.0
-    entropy_coeff_schedule: tuple[tuple[int, float], ...] | None = None
-    lr: float = 1e-3
-    lr_schedule: tuple[tuple[int, float], ...] | None = None
-    schedule_kind: Literal["step", "linear"] = "step"
-    target_kl_div: float | None = None
-    max_grad_norm: float | None = 0.5
-    normalize_advantages: bool = True
-    normalize_rewards: bool = True
-    normalize_observations: bool = False
-    accumulate_grads: bool = False
-    enable_amp: bool = False
-    optimizer_cls: Any = "torch.optim.Adam"
-    optimizer_kwargs: dict[str, Any] = field(default_factory=lambda: {"eps": 1e-5})
-    model_cls: Any = None
-    model_config: dict[str, Any] = field(default_factory=dict)
-    distribution_cls: Any = None
-    device: str = "auto"
-    seed: int | None = None
-    env_config: dict[str, Any] = field(default_factory=dict)
-    env_kwargs: dict[str, Any] = field(default_factory=dict)
-    check_finite_collects: int = 2
-    seq_len: int | None = None
-    seqs_per_state_reset: int = -1
+    num_envs: int = _hparam(256, int_at_least(1), doc="Number of environments simulated in parallel.")
+    horizon: int = _hparam(32, int_at_least(1), doc=(
+        "Env steps collected per env between updates; the buffer holds ``num_envs * horizon`` "
+        "transitions."))
+    horizons_per_env_reset: int = _hparam(-1, _nonzero_int("k > 0: every k collects; k < 0: once"), doc=(
+        "``k > 0``: PPO resets every env every ``k`` collects; ``k < 0``: only once, before the "
+        "first collect. ``0`` is invalid. Episodic envs also reset finished sub-envs themselves."))
+    collect_mode: Literal["sync", "overlap"] = _hparam("sync", one_of("sync", "overlap"), doc=(
+        "``\"sync\"``: :meth:`PPO.collect <rl8.PPO.collect>` steps the envs, then "
+        ":meth:`PPO.update <rl8.PPO.update>` trains on what it collected. ``\"overlap\"``: the "
+        "next collect runs in a background thread while the update runs, with a copy of the "
+        "policy synced after every update, so each batch is collected with weights one update "
+        "old (``monitors/policy_lag``; the PPO ratio uses the stored behaviour log-probs). See "
+        "``docs/collection.md`` (\"Overlapped collection\")."))
+    gamma: float = _hparam(0.99, _UNIT, doc="Discount factor in [0, 1].")
+    gae_lambda: float = _hparam(0.95, _UNIT, doc="GAE's lambda in [0, 1].")
+    num_sgd_iters: int = _hparam(8, int_at_least(1), doc="Passes (epochs) over the buffer per update.")
+    sgd_minibatch_size: int | Literal["auto"] | None = _hparam(
+        "auto",
+        check("an int >= 1, 'auto' or None", lambda v: v is None or v == "auto" or is_int(v) and v >= 1),
+        doc=("Transitions per minibatch; must divide ``num_envs * horizon`` (and, for recurrent "
+             "models, be a multiple of the sequence length). ``None``: the whole buffer as one "
+             "minibatch. ``\"auto\"`` (default): the buffer split into ``num_minibatches`` equal "
+             "minibatches."))
+    num_minibatches: int | None = _hparam(None, optional(int_at_least(1)), doc=(
+        "With ``sgd_minibatch_size=\"auto\"``: minibatches per pass; must divide the number of "
+        "samples (transitions, or sequences for recurrent models). ``None`` (default): 4, as in "
+        "CleanRL's ``ppo.py``, or the largest count below 4 that divides the samples (1: the "
+        "whole buffer), so that every batch shape works."))
+    shuffle_minibatches: bool = _hparam(True, _BOOL, doc=(
+        "Draw minibatches from a fresh random permutation every pass."))
+    clip_param: float = _hparam(0.2, _POSITIVE, doc="PPO's ratio clip epsilon (> 0).")
+    dual_clip_param: float | None = _hparam(None, optional(_number("a number > 1", lambda v: v > 1)), doc=(
+        "Dual-clip constant c > 1 (Ye et al., 2020) bounding the loss of negative-advantage "
+        "samples, or ``None`` to disable."))
+    vf_clip_param: float | None = _hparam(None, optional(_number("a number > 0", lambda v: v > 0)), doc=(
+        "Clip the value update to ``old_value +- vf_clip_param`` (PPO2-style value clipping), "
+        "or ``None`` to disable."))
+    vf_coeff: float = _hparam(0.5, _WEIGHT, doc="Weight of the value loss in the total loss.")
+    entropy_coeff: float = _hparam(0.0, _WEIGHT, doc=(
+        "Weight of the entropy bonus (constant unless a schedule is given)."))
+    entropy_coeff_schedule: tuple[tuple[int, float], ...] | None = _hparam(
+        None, _schedule("coefficients >= 0", lambda c: c >= 0), convert=_points,
+        doc="``[(env_steps, coeff), ...]`` overriding ``entropy_coeff``.")
+    lr: float = _hparam(1e-3, _POSITIVE, doc=(
+        "Learning rate of the optimizer, finite and > 0 (constant unless a schedule is given)."))
+    lr_schedule: tuple[tuple[int, float], ...] | None = _hparam(
+        None, _schedule("learning rates > 0", lambda lr: lr > 0), convert=_points,
+        doc="``[(env_steps, lr), ...]`` overriding ``lr``.")
+    schedule_kind: Literal["step", "linear"] = _hparam("step", one_of("step", "linear"), doc=(
+        "``\"step\"`` or ``\"linear\"`` interpolation of both schedules."))
+    target_kl_div: float | None = _hparam(None, optional(_number("a number > 0", lambda v: v > 0)), doc=(
+        "Stop the update's remaining minibatches once the approximate KL divergence of a "
+        "minibatch exceeds this, or ``None``."))
+    max_grad_norm: float | None = _hparam(0.5, optional(_number("a number > 0", lambda v: v > 0)), doc=(
+        "Clip the global gradient norm to this, or ``None``."))
+    normalize_advantages: bool = _hparam(True, _BOOL, doc=(
+        "Normalise advantages per minibatch (zero mean, unit std)."))
+    normalize_rewards: bool = _hparam(True, _BOOL, doc=(
+        "Scale rewards by the running std of the discounted return."))
+    normalize_observations: bool = _hparam(False, _BOOL, doc=(
+        "Normalise float observations with running mean/variance."))
+    accumulate_grads: bool = _hparam(False, _BOOL, doc=(
+        "Accumulate gradients over all minibatches of a pass and take one optimizer step per "
+        "pass (instead of one per minibatch)."))
+    enable_amp: bool = _hparam(False, _BOOL, doc=(
+        "Mixed precision: bfloat16 autocast on CPU, float16 with a gradient scaler on CUDA."))
+    optimizer_cls: Any = _hparam("torch.optim.Adam", _class_or_path, doc=(
+        "A ``torch.optim.Optimizer`` subclass or its dotted path (``\"torch.optim.Adam\"``)."))
+    optimizer_kwargs: dict[str, Any] = _hparam({"eps": 1e-5}, _optimizer_kwargs, doc=(
+        "Extra keyword arguments of the optimizer (``lr`` is set from ``lr``). Default: Adam's "
+        "``eps=1e-5`` as in the 37 details."))
+    model_cls: Any = _hparam(None, _class_or_path, doc=(
+        "A :class:`rl8.Model` subclass (see :mod:`rl8.policies.models`), its dotted path, or ``None`` for "
+        "the default."))
+    model_config: dict[str, Any] = _hparam({}, _DICT, doc="Keyword arguments of the model class.")
+    distribution_cls: Any = _hparam(None, _class_or_path, doc=(
+        "A :class:`rl8.Distribution` subclass, its dotted path, or ``None`` for the one the "
+        "action space implies."))
+    device: str = _hparam("auto", _device, doc=(
+        "``\"auto\"`` (CUDA when available, else CPU) or an explicit torch device."))
+    seed: int | None = _hparam(
+        None, optional(check("an int in [0, 2**63 - 1]", lambda v: is_int(v) and 0 <= v <= _MAX_SEED)),
+        doc=("Seed of torch's RNG and the envs, an int in [0, 2**63 - 1]; ``None`` draws one "
+             "from the OS."))
+    env_config: dict[str, Any] = _hparam({}, _DICT, doc=(
+        "Env parameters applied at every env reset (see ``Env.reset``)."))
+    env_kwargs: dict[str, Any] = _hparam({}, _DICT, doc="Extra keyword arguments for the env's constructor.")
+    check_finite_collects: int = _hparam(2, int_at_least(-1), doc=(
+        "Check observations and rewards for NaN/inf during this many first collects (``-1``: "
+        "always, ``0``: never)."))
+    seq_len: int | None = _hparam(None, optional(int_at_least(1)), doc=(
+        "Steps per training sequence for recurrent models (must divide ``horizon``); ``None``: "
+        "the horizon."))
+    seqs_per_state_reset: int = _hparam(-1, _nonzero_int("k > 0: every k sequences; k < 0: never"), doc=(
+        "Recurrent models: reset the hidden state every ``k`` sequences (``k > 0``) or only at "
+        "episode ends and env resets (``k < 0``)."))
 
+    # ------------------------------------------------------------------ validation
+    def __post_init__(self) -> None:
+        """Check every field with its own check, then :meth:`_check_together`."""
+        invalid = first_invalid(self)
+        if invalid is not None:
+            raise ValueError(f"hparam {invalid.name}: expected {invalid.expected}, got {invalid.value!r}")
+        self._check_together()
+
+    def _check_together(self) -> None:
+        """The checks that involve several fields: the minibatch size or count against the
+        buffer, the sequence length against the horizon."""
+        if self.num_minibatches is not None and self.sgd_minibatch_size != "auto":
+            raise ValueError(
+                f"hparam num_minibatches: only applies with sgd_minibatch_size='auto', but "
+                f"sgd_minibatch_size={self.sgd_minibatch_size!r} was given; set one of the two"
+            )
+        self.minibatch_size_for(1)  # a size or count that does not divide the buffer
+        if self.seq_len is not None and self.horizon % self.seq_len:
+            raise ValueError(
+                f"hparam seq_len: expected an int >= 1 that divides horizon={self.horizon}, "
+                f"got {self.seq_len!r}"
+            )
+
+    # ------------------------------------------------------------------ building
     @classmethod
-    def from_kwargs(cls, **kwargs: Any) -> "HParams":
+    def from_kwargs(cls, **kwargs: Any) -> HParams:
         """Build from keyword arguments; an unknown name is an error listing close matches."""
         names = [f.name for f in dataclasses.fields(cls)]
         for key in kwargs:
@@ -196,9 +302,9 @@ class HParams:
 
     @classmethod
     def read_config(cls, hparams: Mapping[str, Any], where: str = "hparams") -> dict[str, Any]:
-        """The hyper-parameters of a config file (``rl8 train``'s ``hparams:``, a preset) as
-        keyword arguments of :meth:`from_kwargs`: names checked, numeric strings (``"3e-4"``,
-        which YAML reads as a string) as numbers, whole floats as ints for int fields.
+        """The hyper-parameters of a config file (``rl8 train``'s ``hparams:``, a preset,
+        ``--set``) as keyword arguments of :meth:`from_kwargs`: names checked, numbers read by
+        :func:`~rl8.fields.read_numbers` (whole floats as ints for the int fields).
 
         Args:
             hparams: ``{name: value}`` as read from YAML.
@@ -212,15 +318,12 @@ class HParams:
         for key, value in hparams.items():
             if key not in kinds:
                 raise ValueError(unknown_hparam_message(key, where))
-            value = read_numbers(value)
-            kind = kinds[key]
-            if isinstance(value, float) and value.is_integer() and "int" in kind and "float" not in kind:
-                value = int(value)
-            out[key] = value
+            whole = "int" in kinds[key] and "float" not in kinds[key]  # an int field
+            out[key] = read_numbers(value, whole_as_int=whole)
         return out
 
     @classmethod
-    def from_config(cls, hparams: Mapping[str, Any], where: str = "hparams") -> "HParams":
+    def from_config(cls, hparams: Mapping[str, Any], where: str = "hparams") -> HParams:
         """Build from the hyper-parameters of a config file (see :meth:`read_config`).
 
         Args:
@@ -236,7 +339,7 @@ class HParams:
         except (TypeError, ValueError) as exc:
             raise ValueError(f"{where}: {exc}") from None
 
-    def replace(self, **changes: Any) -> "HParams":
+    def replace(self, **changes: Any) -> HParams:
         """A copy with some fields changed (validated again)."""
         return dataclasses.replace(self, **changes)
 
@@ -244,6 +347,18 @@ class HParams:
         """The fields as a plain dict (classes stay classes)."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
+    def to_plain(self) -> dict[str, Any]:
+        """The fields as plain values, as checkpoints store them and MLflow logs them
+        (``hparams/<name>``): classes as their dotted paths, the device as a string.
+        :meth:`from_config` reads them back."""
+        out = self.to_dict()
+        for key in HPARAM_KINDS:
+            if out[key] is not None and not isinstance(out[key], str):
+                out[key] = qualified_name(out[key])
+        out["device"] = str(self.device)
+        return out
+
+    # ------------------------------------------------------------------ derived values
     @property
     def batch_size(self) -> int:
         """Transitions per update: ``num_envs * horizon``."""
@@ -320,106 +435,8 @@ class HParams:
             field="entropy_coeff_schedule",
         )
 
-    # ------------------------------------------------------------------ validation
-    def __post_init__(self) -> None:
-        def bad(name: str, expected: str) -> None:
-            raise ValueError(f"hparam {name}: expected {expected}, got {getattr(self, name)!r}")
 
-        def is_int(v: Any) -> bool:
-            return isinstance(v, int) and not isinstance(v, bool)
-
-        def is_num(v: Any) -> bool:
-            return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-        for name in ("num_envs", "horizon", "num_sgd_iters"):
-            if not is_int(getattr(self, name)) or getattr(self, name) < 1:
-                bad(name, "an int >= 1")
-        if not is_int(self.horizons_per_env_reset) or self.horizons_per_env_reset == 0:
-            bad("horizons_per_env_reset", "a non-zero int (k > 0: every k collects; k < 0: once)")
-        if self.collect_mode not in ("sync", "overlap"):
-            bad("collect_mode", "'sync' or 'overlap'")
-        for name in ("gamma", "gae_lambda"):
-            v = getattr(self, name)
-            if not is_num(v) or not 0.0 <= v <= 1.0:
-                bad(name, "a number in [0, 1]")
-        size = self.sgd_minibatch_size
-        if size is not None and size != "auto" and (not is_int(size) or size < 1):
-            bad("sgd_minibatch_size", "an int >= 1, 'auto' or None")
-        if self.num_minibatches is not None:
-            if not is_int(self.num_minibatches) or self.num_minibatches < 1:
-                bad("num_minibatches", "an int >= 1 or None")
-            if size != "auto":
-                raise ValueError(
-                    f"hparam num_minibatches: only applies with sgd_minibatch_size='auto', but "
-                    f"sgd_minibatch_size={size!r} was given; set one of the two"
-                )
-        self.minibatch_size_for(1)  # a size or count that does not divide the buffer
-        for name in ("clip_param", "lr"):
-            v = getattr(self, name)
-            if not is_num(v) or v <= 0:
-                bad(name, "a finite number > 0")
-        if self.dual_clip_param is not None and (not is_num(self.dual_clip_param) or self.dual_clip_param <= 1):
-            bad("dual_clip_param", "a number > 1 or None")
-        for name in ("vf_clip_param", "target_kl_div", "max_grad_norm"):
-            v = getattr(self, name)
-            if v is not None and (not is_num(v) or v <= 0):
-                bad(name, "a number > 0 or None")
-        for name in ("vf_coeff", "entropy_coeff"):
-            v = getattr(self, name)
-            if not is_num(v) or v < 0:
-                bad(name, "a number >= 0")
-        if self.schedule_kind not in ("step", "linear"):
-            bad("schedule_kind", "'step' or 'linear'")
-        for name in ("lr_schedule", "entropy_coeff_schedule"):
-            v = getattr(self, name)
-            if v is not None:
-                points = tuple(tuple(p) for p in v)
-                object.__setattr__(self, name, points)
-                Schedule(points, self.schedule_kind, field=name)  # validates
-                if name == "lr_schedule" and any(p[1] <= 0 for p in points):
-                    bad(name, "learning rates > 0")
-                if name == "entropy_coeff_schedule" and any(p[1] < 0 for p in points):
-                    bad(name, "coefficients >= 0")
-        for name in (
-            "shuffle_minibatches", "normalize_advantages", "normalize_rewards",
-            "normalize_observations", "accumulate_grads", "enable_amp",
-        ):
-            if not isinstance(getattr(self, name), bool):
-                bad(name, "a bool")
-        for name in ("optimizer_kwargs", "model_config", "env_config", "env_kwargs"):
-            if not isinstance(getattr(self, name), dict):
-                bad(name, "a dict")
-        if "lr" in self.optimizer_kwargs:
-            raise ValueError("hparam optimizer_kwargs: set the learning rate with lr=..., not optimizer_kwargs['lr']")
-        # Classes given as objects are checked here; dotted paths when PPO resolves them.
-        for name, kind in HPARAM_KINDS.items():
-            v = getattr(self, name)
-            if v is None and name == "optimizer_cls":
-                bad(name, f"{kind.description} or its dotted path")
-            if not isinstance(v, str):
-                resolve(v, kind, field=f"hparam {name}")
-        if not isinstance(self.device, (str, torch.device)):
-            bad("device", "'auto', 'cpu', 'cuda', 'cuda:N' or a torch.device")
-        if self.device != "auto":
-            try:
-                dev = torch.device(self.device)
-            except (RuntimeError, TypeError):
-                bad("device", "'auto', 'cpu', 'cuda', 'cuda:N' or a torch.device")
-            problem = missing_cuda_device(dev)
-            if problem is not None:
-                bad("device", f"a device that exists ({problem})")
-        if self.seed is not None and (not is_int(self.seed) or not 0 <= self.seed <= _MAX_SEED):
-            bad("seed", "an int in [0, 2**63 - 1] or None")
-        if not is_int(self.check_finite_collects) or self.check_finite_collects < -1:
-            bad("check_finite_collects", "an int >= -1")
-        if self.seq_len is not None:
-            if not is_int(self.seq_len) or self.seq_len < 1 or self.horizon % self.seq_len:
-                raise ValueError(
-                    f"hparam seq_len: expected an int >= 1 that divides horizon={self.horizon}, "
-                    f"got {self.seq_len!r}"
-                )
-        if not is_int(self.seqs_per_state_reset) or self.seqs_per_state_reset == 0:
-            bad("seqs_per_state_reset", "a non-zero int (k > 0: every k sequences; k < 0: never)")
+HParams.__doc__ = (HParams.__doc__ or "") + attributes_doc(HParams)
 
 
 def unknown_hparam_message(name: Any, where: str) -> str:

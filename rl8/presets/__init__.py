@@ -25,9 +25,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from rl8.numbers import read_numbers
+from rl8.fields import read_numbers
 from rl8.ppo.presets import PREFIX, for_env, hparams, names, path
-from rl8.presets.config_file import load_config
+from rl8.training.config_file import load_config
 from rl8.training.conditions import from_config
 from rl8.training.config import TrainerConfig
 
@@ -63,7 +63,7 @@ def trainer_options(name: str) -> dict[str, Any]:
         name: A name from :func:`names`.
     """
     fields = {f.name for f in dataclasses.fields(TrainerConfig)}
-    return {key: read_numbers(value) for key, value in load(name).items() if key in fields}
+    return {key: TrainerConfig.read_option(key, value) for key, value in load(name).items() if key in fields}
 
 
 def run_args(name: str) -> dict[str, Any]:
@@ -77,7 +77,7 @@ def run_args(name: str) -> dict[str, Any]:
     config = load(name)
     out: dict[str, Any] = {}
     if config.get("max_steps") is not None:
-        out["max_env_steps"] = int(read_numbers(config["max_steps"]))
+        out["max_env_steps"] = int(read_numbers(config["max_steps"], whole_as_int=True))
     for key in ("steps_per_eval", "env_config", "eval_env_config"):
         if config.get(key) is not None:
             out[key] = read_numbers(config[key])

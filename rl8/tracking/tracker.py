@@ -8,86 +8,41 @@ one bounded queue (see :class:`Tracker`). See ``docs/tracking.md``.
 from __future__ import annotations
 
 import atexit
-import concurrent.futures.thread
-import dataclasses
+# imported now, not when a run starts at interpreter exit: MLflow's import makes thread pools,
+# which concurrent.futures refuses at shutdown
+import concurrent.futures.thread  # noqa: F401
 import enum
 import functools
-import itertools
-import logging
 import math
 import os
-import shutil
-import socket
 import sys
 import tempfile
 import threading
 import time
 import types
 import warnings
-from collections import deque
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from rl8.registry import qualified_name
-from rl8.version import __version__
+from rl8.tracking.common import DEGRADED_TIMEOUT_S, TrackingError, TrackingWarning
+from rl8.tracking.delivery import Courier, LogThread, Outbox, warn_overflow
+from rl8.tracking.store import open_run
 
-__all__ = [
-    "RunProcess", "Tracker", "TrackingError", "TrackingWarning", "clean_runs", "flatten_params",
-    "running_runs",
-]
+__all__ = ["Tracker", "flatten_params"]
 
-_logger = logging.getLogger(__name__)
 
-#: MLflow's limits (``mlflow.utils.validation``): metrics per ``log_batch`` request, params per
-#: request, characters per param value.
-MAX_METRICS_PER_BATCH = 1000
-MAX_PARAMS_PER_BATCH = 100
+#: MLflow's limit on the length of a param's value (``mlflow.utils.validation``); longer ones
+#: are cut (see :func:`flatten_params`).
 MAX_PARAM_VALUE_LENGTH = 6000
 
-#: HTTP policy of the probe in :meth:`Tracker.start`: no retry, seconds per request.
-_PROBE_RETRIES = 0
-_PROBE_TIMEOUT_S = 5
-#: HTTP policy of logging calls unless the user set MLflow's variables: quick retries for blips,
-#: not MLflow's default of 7 retries with back-off and a 120 s timeout (it would stall training).
-_LOG_RETRIES = 2
-_LOG_BACKOFF = 1
-_LOG_TIMEOUT_S = 10
-#: HTTP policy while the server is known to be down (retrying the queue): one attempt.
-_DEGRADED_RETRIES = 0
-_DEGRADED_TIMEOUT_S = 5
-
-_HTTP_ENV_VARS = tuple(f"MLFLOW_HTTP_REQUEST_{k}" for k in ("MAX_RETRIES", "BACKOFF_FACTOR",
-                                                              "BACKOFF_JITTER", "TIMEOUT"))
-# os.environ is process-wide: trackers in several threads must not interleave their changes.
-_ENV_LOCK = threading.RLock()
-
-#: An asynchronous tracker holds metrics at most this many seconds or steps (one request for several).
-_HOLD_S = 1.0
-_HOLD_STEPS = 20
 
 #: Seconds that ending a run left open at exit may take at most (``Tracker(end_at_exit=True)``).
 EXIT_CLOSE_TIMEOUT_S = 30.0
 
 #: The statuses that end an MLflow run.
 TERMINAL_STATUSES = ("FINISHED", "FAILED", "KILLED")
-# MLflow error codes that mean "the store refused this request": retrying cannot help.
-_REJECTED_CODES = frozenset({
-    "INVALID_PARAMETER_VALUE", "BAD_REQUEST", "RESOURCE_DOES_NOT_EXIST", "INVALID_STATE",
-    "RESOURCE_ALREADY_EXISTS", "PERMISSION_DENIED", "UNAUTHENTICATED",
-})
-
-
-class TrackingError(RuntimeError):
-    """The tracking store cannot be used (unreachable, unknown run id or experiment, bad URI),
-    or a call came in the wrong order; failures during a run are :class:`TrackingWarning`."""
-
-
-class TrackingWarning(RuntimeWarning):
-    """Logging to MLflow failed during a run; the data is kept and retried, or was lost."""
-
-
-# ---- params ----------------------------------------------------------------------------------
 
 
 def _param_str(value: Any) -> str:
@@ -132,24 +87,12 @@ def flatten_params(obj: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
     return out
 
 
-# ---- helpers ---------------------------------------------------------------------------------
-
-
 def _configured_uri() -> str | None:
     """The configured tracking URI (``None``: MLflow's default), without importing mlflow."""
     mlflow = sys.modules.get("mlflow")
     if mlflow is not None:
         return mlflow.get_tracking_uri()
     return os.environ.get("MLFLOW_TRACKING_URI") or None
-
-
-def _is_http(uri: str) -> bool:
-    return uri.lower().startswith(("http://", "https://"))
-
-
-def _is_rejection(exc: BaseException) -> bool:
-    """True when the store answered and refused the request (bad key, value...)."""
-    return getattr(exc, "error_code", None) in _REJECTED_CODES
 
 
 def _to_float(key: str, value: Any) -> float:
@@ -167,484 +110,6 @@ def _status_after(error: type[BaseException] | None) -> str:
     if error is None:
         return "FINISHED"
     return "KILLED" if issubclass(error, KeyboardInterrupt) else "FAILED"
-
-
-def _source_tags(run_name: str | None) -> dict[str, str]:
-    try:  # the same context tags mlflow.start_run records: user, source, git commit
-        from mlflow.tracking.context.registry import resolve_tags
-
-        tags = {k: str(v) for k, v in resolve_tags({}).items()}
-    except Exception:  # pragma: no cover - context providers are best effort
-        tags = {}
-    if tags.get("mlflow.source.name", "-") == "-":  # MLflow's answer for stdin / notebooks
-        argv0 = sys.argv[0] if sys.argv else ""
-        tags["mlflow.source.name"] = "<interactive>" if argv0 in ("", "-", "-c") else os.path.abspath(argv0)
-    tags.setdefault("mlflow.source.type", "LOCAL")
-    # host and pid: the process that keeps the run RUNNING (see running_runs)
-    tags.update({"rl8.version": __version__, "rl8.host": socket.gethostname(), "rl8.pid": str(os.getpid())})
-    if run_name is not None:
-        tags["mlflow.runName"] = run_name
-    return tags
-
-
-class _HttpPolicy:
-    """MLflow's HTTP retry/timeout environment variables (:data:`_HTTP_ENV_VARS`, the client's
-    only knobs), set under :data:`_ENV_LOCK` around some calls and restored after. User values
-    are kept unless ``force``; waiting for the lock past ``deadline`` (``time.monotonic()``)
-    raises :class:`TimeoutError`; ``timeout_s``: seconds per request (``http(s)`` stores only)."""
-
-    def __init__(self, http: bool, retries: int, backoff: int, timeout_s: int, force: bool,
-                 deadline: float = math.inf) -> None:
-        self.http = http
-        self.wanted = dict(zip(_HTTP_ENV_VARS, (retries, backoff, 0.0, timeout_s)))
-        self.timeout_s = timeout_s if http else 0
-        self.force = force
-        self.deadline = deadline
-        self._saved: dict[str, str | None] = {}
-
-    def __enter__(self) -> _HttpPolicy:
-        if not self.http:
-            return self
-        wait = self.deadline - time.monotonic()
-        if not _ENV_LOCK.acquire(timeout=-1 if wait == math.inf else max(0.0, wait)):
-            raise TimeoutError("another request to the tracking server did not finish in time")
-        self._saved = {k: os.environ.get(k) for k in _HTTP_ENV_VARS}
-        for key, value in self.wanted.items():
-            if self.force or self._saved[key] is None:
-                # MLflow parses all but the jitter as int ("0.5" is an error)
-                as_int = not key.endswith("JITTER")
-                os.environ[key] = str(int(value) if as_int else float(value))
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if not self.http:
-            return
-        try:
-            for key, value in self._saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
-        finally:
-            _ENV_LOCK.release()
-
-
-# ---- opening a run ---------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class _OpenedRun:
-    client: Any  # the MlflowClient that opened it
-    run_id: str
-    run_name: str | None
-    experiment_id: str
-    params: dict[str, str]  # what the run held already (a resumed run)
-
-
-def _open_run(uri: str, experiment: str, run_name: str | None, resume_id: str | None) -> _OpenedRun:
-    """Probe an ``http(s)`` store, then create a run in ``experiment`` or resume ``resume_id``;
-    every failure is a :class:`TrackingError` naming ``uri`` and the cause."""
-    from mlflow.tracking import MlflowClient
-
-    http = _is_http(uri)
-    try:
-        client = MlflowClient(uri)
-        if http:
-            with _HttpPolicy(http, _PROBE_RETRIES, 0, _PROBE_TIMEOUT_S, force=True):
-                client.search_experiments(max_results=1)
-    except Exception as exc:
-        raise TrackingError(
-            f"cannot reach the MLflow tracking store at {uri!r}: {exc}. Start the "
-            f"server (`mlflow server --host HOST --port PORT`), fix `tracking_uri` / "
-            f"MLFLOW_TRACKING_URI, or disable tracking."
-        ) from exc
-    try:
-        with _HttpPolicy(http, _LOG_RETRIES, _LOG_BACKOFF, _LOG_TIMEOUT_S, force=False):
-            if resume_id is not None:
-                return _resume_run(client, uri, experiment, run_name, resume_id)
-            experiment_id = _experiment_id(client, uri, experiment)
-            run = client.create_run(experiment_id, run_name=run_name, tags=_source_tags(run_name))
-            return _OpenedRun(client, run.info.run_id, run.info.run_name, experiment_id, {})
-    except TrackingError:
-        raise
-    except Exception as exc:
-        raise TrackingError(f"cannot start an MLflow run in {uri!r} (experiment {experiment!r}): {exc}") from exc
-
-
-def _experiment_id(client: Any, uri: str, experiment: str) -> str:
-    exp = client.get_experiment_by_name(experiment)
-    if exp is not None:
-        if exp.lifecycle_stage == "deleted":
-            raise TrackingError(
-                f"experiment {experiment!r} is deleted in {uri!r}; "
-                f"restore it (`mlflow experiments restore`) or use another name"
-            )
-        return exp.experiment_id
-    try:
-        return client.create_experiment(experiment)
-    except Exception as exc:  # created by someone else in between (e.g. another rank)
-        exp = client.get_experiment_by_name(experiment)
-        if exp is None:
-            raise
-        _logger.debug("experiment %r created concurrently: %s", experiment, exc)
-        return exp.experiment_id
-
-
-def _resume_run(client: Any, uri: str, experiment: str, run_name: str | None, run_id: str) -> _OpenedRun:
-    from mlflow.entities import RunTag
-
-    try:
-        run = client.get_run(run_id)
-    except Exception as exc:
-        code = getattr(exc, "error_code", None)
-        if code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
-            raise TrackingError(f"cannot resume run {run_id!r}: it does not exist in {uri!r}") from exc
-        raise
-    if run.info.lifecycle_stage == "deleted":
-        raise TrackingError(
-            f"cannot resume run {run_id!r} in {uri!r}: the run is deleted "
-            f"(restore it with `mlflow runs restore --run-id {run_id}`)"
-        )
-    experiment_id = run.info.experiment_id
-    exp = client.get_experiment(experiment_id)
-    if exp.name != experiment:
-        _logger.warning(
-            "resuming run %s, which belongs to experiment %r, not %r; it stays there",
-            run_id, exp.name, experiment,
-        )
-    tags = _source_tags(run_name)  # no mlflow.runName unless a new name is given
-    client.update_run(run_id, status="RUNNING", name=run_name)
-    client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()], synchronous=True)
-    name = run.info.run_name if run_name is None else run_name
-    return _OpenedRun(client, run_id, name, experiment_id, dict(run.data.params))
-
-
-# ---- the queue of what waits for the store ---------------------------------------------------
-
-
-class _Outbox:
-    """The one queue of a :class:`Tracker`, oldest first: params, metric values and staged
-    artifact uploads. Deliverers take chunks and put back what failed; :attr:`changed` guards
-    it and is notified on every addition; at most ``max_pending`` metric values are kept."""
-
-    def __init__(self, max_pending: int) -> None:
-        self.max_pending = max_pending
-        self.changed = threading.Condition()
-        self.params: dict[str, str] = {}
-        self.metrics: deque[tuple[str, float, int, int]] = deque()  # (key, value, ms, step)
-        # uploads: key -> (MlflowClient method, staged copy, artifact path)
-        self.artifacts: dict[Any, tuple[str, Path, str | None]] = {}
-        self.steps = 0  # logging calls since the last delivery: an asynchronous tracker batches
-        self.first_at = math.inf  # time.monotonic() of the first of them
-        self.dropped = 0  # metric values dropped since the last successful delivery
-        self.overflowing = False
-        self._staging: Path | None = None  # folder of the staged copies
-        self._staged = 0  # copies made so far (names their sub-folders)
-
-    def empty(self) -> bool:
-        return not (self.params or self.metrics or self.artifacts)
-
-    def counts(self) -> dict[str, int]:
-        """What waits (metric values dropped included): ``{"metrics", "params", "artifacts"}``."""
-        with self.changed:
-            return {"metrics": len(self.metrics) + self.dropped, "params": len(self.params),
-                    "artifacts": len(self.artifacts)}
-
-    def add(self, *, params: Mapping[str, str] | None = None, metrics: Iterable[tuple] = (),
-            steps: int = 0) -> bool:
-        """Queue params and metric values (``(key, value, ms, step)``) of ``steps`` logging
-        calls; returns whether old metric values began to be dropped."""
-        with self.changed:
-            self.params.update(params or {})
-            self.metrics.extend(metrics)
-            if steps and not self.steps:
-                self.first_at = time.monotonic()
-            self.steps += steps
-            self.changed.notify_all()
-            return self._trim()
-
-    def stage(self, method: str, source: Path, artifact_path: str | None) -> None:
-        """Queue a copy of ``source`` (file or folder, as ``method``): the caller may delete it."""
-        with self.changed:
-            if self._staging is None:
-                self._staging = Path(tempfile.mkdtemp(prefix="rl8-artifacts-"))
-            self._staged += 1
-            staged = self._staging / str(self._staged) / source.name
-        staged.parent.mkdir()
-        is_file = method == "log_artifact"
-        (shutil.copyfile if is_file else shutil.copytree)(source, staged)
-        # files replace a waiting file of the same destination; folders are merged by MLflow,
-        # so each upload of one is kept
-        key = (artifact_path, source.name) if is_file else staged
-        with self.changed:
-            replaced = self.artifacts.pop(key, None)
-            self.artifacts[key] = (method, staged, artifact_path)
-            self.changed.notify_all()
-        if replaced is not None:
-            shutil.rmtree(replaced[1].parent, ignore_errors=True)
-
-    def take(self, name: str, n: int) -> list:
-        """Remove and return the oldest ``n`` entries of ``name`` (an attribute of this box)."""
-        with self.changed:
-            if name == "metrics":
-                self.steps = 0
-                return [self.metrics.popleft() for _ in range(min(n, len(self.metrics)))]
-            box = getattr(self, name)
-            return [(key, box.pop(key)) for key in list(itertools.islice(box, n))]
-
-    def put_back(self, name: str, chunk: list) -> bool:
-        """Return a chunk taken by :meth:`take` to the front (a newer artifact of the same
-        destination wins); returns whether old metric values began to be dropped."""
-        with self.changed:
-            if name == "metrics":
-                self.metrics.extendleft(reversed(chunk))
-                return self._trim()
-            box = getattr(self, name)
-            for key, entry in chunk:
-                if name == "artifacts" and key in box:
-                    shutil.rmtree(entry[1].parent, ignore_errors=True)
-            setattr(self, name, {**dict(chunk), **box})
-            return False
-
-    def clear(self) -> None:
-        """Forget everything queued and remove the staged copies."""
-        with self.changed:
-            self.params.clear()
-            self.metrics.clear()
-            self.artifacts.clear()
-            self.steps = 0
-            if self._staging is not None:
-                shutil.rmtree(self._staging, ignore_errors=True)
-                self._staging = None
-
-    def _trim(self) -> bool:
-        excess = len(self.metrics) - self.max_pending
-        if excess <= 0:
-            return False
-        for _ in range(excess):
-            self.metrics.popleft()
-        self.dropped += excess
-        started, self.overflowing = not self.overflowing, True
-        return started
-
-
-def _warn_overflow(outbox: _Outbox, uri: str, stacklevel: int) -> None:
-    warnings.warn(
-        f"more than {outbox.max_pending} metric values are waiting for the MLflow tracking "
-        f"store at {uri!r}; the oldest are being dropped",
-        TrackingWarning, stacklevel=stacklevel)
-
-
-# ---- delivery: the HTTP retry policy ---------------------------------------------------------
-
-
-class _Courier:
-    """Sends an :class:`_Outbox` to one run: quick retries while the store answers; after a
-    failure (one warning per outage) one short attempt per ``retry_interval_s``, doubling up to
-    ``max(60, retry_interval_s)`` s; with a deadline, attempts short enough to end before it."""
-
-    def __init__(self, client: Any, run_id: str, uri: str, retry_interval_s: float) -> None:
-        self.client = client
-        self.run_id = run_id
-        self.uri = uri
-        self.http = _is_http(uri)
-        self.retry_interval_s = retry_interval_s
-        self.degraded = False  # True from a failed delivery until the queue is empty again
-        self.last_attempt = -math.inf  # time.monotonic() at the end of the last failed attempt
-        self.interval_s = retry_interval_s  # current wait between attempts (backs off)
-
-    def due_in(self) -> float:
-        """Seconds until the next attempt is due: 0 while healthy."""
-        if not self.degraded:
-            return 0.0
-        return max(0.0, self.last_attempt + self.interval_s - time.monotonic())
-
-    def policy(self, deadline: float = math.inf, requests: int = 1) -> _HttpPolicy:
-        """The HTTP policy of the next requests: before a ``deadline``, one attempt each, short
-        enough that ``requests`` of them end in time (at least 1 s: MLflow counts whole s)."""
-        if deadline < math.inf:
-            left = deadline - time.monotonic()
-            timeout_s = int(min(_DEGRADED_TIMEOUT_S, max(1.0, left / (2 * requests))))
-            return _HttpPolicy(self.http, _DEGRADED_RETRIES, 0, timeout_s, True, deadline)
-        if self.degraded:
-            return _HttpPolicy(self.http, _DEGRADED_RETRIES, 0, _DEGRADED_TIMEOUT_S, True)
-        return _HttpPolicy(self.http, _LOG_RETRIES, _LOG_BACKOFF, _LOG_TIMEOUT_S, False)
-
-    def deliver(self, outbox: _Outbox, *, force: bool, deadline: float = math.inf, stacklevel: int = 3) -> None:
-        """Send params, metrics (oldest first), artifacts; stop at the first failure. Unless
-        ``force``, only when due. Before a ``deadline``, each request gets at most half the
-        time left (the rest is for the run's status)."""
-        if outbox.empty() or (not force and self.due_in() > 0):
-            return
-        from mlflow.entities import Metric, Param
-
-        was_degraded = self.degraded
-        policy = self.policy(deadline, requests=2)
-
-        def send_all(name: str, n: int, send: Any) -> int:
-            sent = 0
-            while chunk := outbox.take(name, n):
-                try:
-                    if time.monotonic() + policy.timeout_s > deadline - policy.timeout_s:
-                        raise TimeoutError("no time left before the deadline")
-                    send(chunk)
-                except BaseException:
-                    if outbox.put_back(name, chunk):
-                        _warn_overflow(outbox, self.uri, stacklevel)
-                    raise
-                sent += len(chunk)
-            return sent
-
-        try:
-            with policy:
-                send_all("params", MAX_PARAMS_PER_BATCH,
-                         lambda chunk: self._send(params=[Param(k, v) for k, v in chunk], what="params"))
-                delivered = send_all("metrics", MAX_METRICS_PER_BATCH,
-                                     lambda chunk: self._send(metrics=[Metric(*m) for m in chunk], what="metrics"))
-                send_all("artifacts", 1, lambda chunk: self._send_artifact(*chunk[0][1]))
-        except Exception as exc:
-            self.last_attempt = time.monotonic()
-            if self.degraded:  # still down: wait longer before the next attempt
-                self.interval_s = min(2 * self.interval_s, max(60.0, self.retry_interval_s))
-                return
-            self.degraded = True
-            self.interval_s = self.retry_interval_s
-            warnings.warn(
-                f"logging to the MLflow tracking store at {self.uri!r} failed ({exc}); training "
-                f"goes on, {len(outbox.metrics)} metric values and {len(outbox.artifacts)} "
-                f"artifacts are kept and will be retried (first in {self.retry_interval_s:g} s)",
-                TrackingWarning, stacklevel=stacklevel)
-            return
-        self.degraded = False
-        outbox.overflowing = False
-        if was_degraded:
-            dropped = f" ({outbox.dropped} were dropped)" if outbox.dropped else ""
-            _logger.warning(
-                "MLflow tracking store at %r is reachable again: delivered %d pending metric "
-                "values%s",
-                self.uri, delivered, dropped,
-            )
-            outbox.dropped = 0
-
-    def _send_artifact(self, method: str, staged: Path, artifact_path: str | None) -> None:
-        """One upload (then its staged copy is removed); a refused one is dropped with a warning."""
-        try:
-            getattr(self.client, method)(self.run_id, str(staged), artifact_path)
-        except Exception as exc:
-            if not _is_rejection(exc):
-                raise
-            warnings.warn(
-                f"MLflow rejected the artifact {staged.name!r} for run {self.run_id}: {exc}",
-                TrackingWarning, stacklevel=5)
-        shutil.rmtree(staged.parent, ignore_errors=True)
-
-    def _send(self, *, what: str, metrics=(), params=()) -> None:
-        """One ``log_batch`` request; a request the store refuses is dropped, not retried."""
-        try:
-            self.client.log_batch(self.run_id, metrics=metrics, params=params, synchronous=True)
-        except Exception as exc:
-            if not _is_rejection(exc):
-                raise
-            names = sorted({e.key for e in (metrics or params)})
-            warnings.warn(
-                f"MLflow rejected {len(metrics) or len(params)} {what} ({', '.join(names[:5])}"
-                f"{', ...' if len(names) > 5 else ''}) for run {self.run_id}: {exc}",
-                TrackingWarning, stacklevel=5)
-
-    def set_status(self, status: str, *, deadline: float = math.inf, when: str = "") -> bool:
-        """Mark the run ``status`` (not past ``deadline``); a failure is a warning. Returns
-        whether the status was set."""
-        try:
-            if time.monotonic() >= deadline:
-                raise TimeoutError("no time was left for it")
-            with self.policy(deadline, requests=1):
-                self.client.set_terminated(self.run_id, status=status)
-            return True
-        except Exception as exc:
-            warnings.warn(
-                f"could not set the status of MLflow run {self.run_id} at {self.uri!r} "
-                f"to {status}{when}: {exc}",
-                TrackingWarning, stacklevel=4)
-            return False
-
-
-# ---- the logging thread of an asynchronous tracker -------------------------------------------
-
-
-class _LogThread:
-    """The ``rl8-mlflow-logger`` thread of an asynchronous :class:`Tracker`: starts the run if
-    asked, then delivers the outbox once it holds params, artifacts, :data:`_HOLD_STEPS` steps or
-    metrics older than :data:`_HOLD_S`, or on :meth:`flush`; while the store is down, when due."""
-
-    def __init__(self, tracker: Tracker) -> None:
-        self.tracker = tracker
-        self.outbox = tracker._outbox
-        self.stopping = False
-        self.flush_wanted = 0  # flush requests made; guarded by outbox.changed
-        self.flushed = 0  # flush requests done
-        self.finished = False  # the thread has ended (or is ending)
-        self._thread: threading.Thread | None = None
-
-    def launch(self, *, start_run: bool) -> None:
-        """Start the thread (once); with ``start_run``, its first job is ``tracker.start()``."""
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._loop, args=(start_run,),
-                                            name="rl8-mlflow-logger", daemon=True)
-            self._thread.start()
-
-    def alive(self) -> bool:
-        return self._thread is not None and not self.finished
-
-    def flush(self, timeout_s: float | None) -> bool:
-        """Have everything queued so far tried once; False when ``timeout_s`` passed first."""
-        with self.outbox.changed:
-            self.flush_wanted += 1
-            wanted = self.flush_wanted
-            self.outbox.changed.notify_all()
-            return self.outbox.changed.wait_for(lambda: self.flushed >= wanted or not self.alive(), timeout_s)
-
-    def stop(self) -> None:
-        """No more deliveries: the thread ends after its current request."""
-        with self.outbox.changed:
-            self.stopping = True
-            self.outbox.changed.notify_all()
-
-    def _wait_s(self) -> float | None:
-        """Seconds until the next delivery is due (<= 0: now; ``None``: not before news)."""
-        if self.flush_wanted > self.flushed:
-            return 0.0
-        if self.outbox.empty():
-            return None
-        courier = self.tracker._courier
-        if courier is not None and courier.degraded:
-            return courier.due_in()
-        if self.outbox.params or self.outbox.artifacts or self.outbox.steps >= _HOLD_STEPS:
-            return 0.0
-        return self.outbox.first_at + _HOLD_S - time.monotonic()
-
-    def _loop(self, start_run: bool) -> None:
-        tracker, changed = self.tracker, self.outbox.changed
-        try:
-            if start_run and not tracker._start_in_thread():
-                return
-            while True:
-                with changed:
-                    while not self.stopping and not ((wait := self._wait_s()) is not None and wait <= 0):
-                        changed.wait(wait)
-                    if self.stopping:
-                        return
-                    wanted = self.flush_wanted
-                tracker._deliver(force=wanted > self.flushed, stacklevel=4)
-                with changed:
-                    self.flushed = wanted
-                    changed.notify_all()
-        finally:
-            with changed:
-                self.finished = True
-                changed.notify_all()  # flush() waits no longer
-
-
-# ---- the tracker -----------------------------------------------------------------------------
 
 
 class _Run:
@@ -683,9 +148,9 @@ class _Run:
         # the status an end() that gave up waiting for a start leaves for that start to set
         self._wanted_status: str | None = None
         self._params: dict[str, str] = {}  # what the run holds (or will, once delivered)
-        self._outbox = _Outbox(max_pending)
-        self._courier: _Courier | None = None  # once started
-        self._thread = _LogThread(self) if asynchronous else None
+        self._outbox = Outbox(max_pending)
+        self._courier: Courier | None = None  # once started
+        self._thread = LogThread(self) if asynchronous else None
         self._start_done = threading.Event()  # cleared while a background start is in progress
         self._start_done.set()
         self._start_error_reported = self._exit_hook = False
@@ -735,17 +200,17 @@ class _Run:
             if self._ended and self._start_done.is_set():  # not a background start end() let go
                 raise TrackingError("this Tracker has ended; create a new one")
             uri = self.tracking_uri
-            run = _open_run(uri, self.experiment, self.run_name, self._resume_id)
+            run = open_run(uri, self.experiment, self.run_name, self._resume_id)
             with self._outbox.changed:
                 self._params.update(run.params)
-                self._courier = _Courier(run.client, run.run_id, uri, self.retry_interval_s)
+                self._courier = Courier(run.client, run.run_id, uri, self.retry_interval_s)
                 self.run_id, self.run_name, self.experiment_id = run.run_id, run.run_name, run.experiment_id
                 wanted = self._wanted_status
             if self._start_done.is_set():  # a background start registered it already
                 self._hook_exit()
             if wanted is not None:  # end() gave up waiting for this start
                 self._ended = True  # one short attempt: that end() has returned already
-                short = time.monotonic() + 2 * _DEGRADED_TIMEOUT_S
+                short = time.monotonic() + 2 * DEGRADED_TIMEOUT_S
                 if self._courier.set_status(wanted, deadline=short, when=" once its start completed"):
                     self.final_status = wanted
             elif self._thread is not None:
@@ -980,7 +445,7 @@ class Tracker(_Run):
     def _queued(self, overflow: bool) -> None:
         """After adding to the outbox: send now, or leave it to the logging thread."""
         if overflow:
-            _warn_overflow(self._outbox, self.tracking_uri, stacklevel=4)
+            warn_overflow(self._outbox, self.tracking_uri, stacklevel=4)
         if self._thread is None:
             self._deliver(force=False, stacklevel=5)
 
@@ -1078,7 +543,8 @@ class Tracker(_Run):
             artifact_path: Folder inside the run's artifacts (e.g. ``"checkpoints"``);
                 ``None``: the root.
 
-        A missing file is a :class:`TrackingWarning`, not an error; so is an upload the store
+        A missing file is a :class:`TrackingWarning`, not an error; so are a copy that cannot be
+        made (a full temporary folder: the file is not uploaded) and an upload the store
         refuses, and artifacts still queued at :meth:`end` are reported as lost.
         """
         self._upload("log_artifact", local_path, artifact_path)
@@ -1099,138 +565,16 @@ class Tracker(_Run):
                 f"at {self.tracking_uri!r}: no such {'file' if is_file else 'folder'}",
                 TrackingWarning, stacklevel=3)
             return
-        self._outbox.stage(method, source, artifact_path)
+        try:
+            self._outbox.stage(method, source, artifact_path)
+        except OSError as exc:  # a full or unwritable temporary folder: tracking never fails training
+            warnings.warn(
+                f"could not log {str(local)!r} to MLflow run {self.run_id}: staging a copy in "
+                f"the temporary folder {tempfile.gettempdir()} failed ({exc}); it is not uploaded",
+                TrackingWarning, stacklevel=3)
+            return
         self._queued(False)
 
     def __repr__(self) -> str:
         state = "disabled" if not self.enabled else (self.run_id or "not started")
         return f"Tracker(experiment={self.experiment!r}, uri={self.tracking_uri!r}, run={state})"
-
-
-# ---- runs left RUNNING by a process that died ------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class RunProcess:
-    """A ``RUNNING`` MLflow run and what is known about the process that owns it.
-
-    Attributes:
-        run_id: The MLflow run id.
-        experiment: The name of its experiment.
-        run_name: Its display name.
-        host: Host name of the process that started (or last resumed) it: tag ``rl8.host``;
-            ``None`` for runs not made by rl8.
-        pid: That process's id: tag ``rl8.pid``; ``None`` when unknown.
-        start_time_s: When the run started, in seconds since the epoch.
-        process: ``"alive"`` (a process with that pid exists on this host), ``"dead"`` (none
-            does) or ``"unknown"`` (another host, or no tags).
-    """
-
-    run_id: str
-    experiment: str
-    run_name: str
-    host: str | None
-    pid: int | None
-    start_time_s: float
-    process: str
-
-
-def _process_state(host: str | None, pid: int | None) -> str:
-    if host != socket.gethostname() or pid is None or pid <= 0:
-        return "unknown"
-    try:
-        os.kill(pid, 0)  # signal 0: only checks that the process exists
-    except ProcessLookupError:
-        return "dead"
-    except PermissionError:  # it exists, owned by another user
-        pass
-    return "alive"
-
-
-def running_runs(tracking_uri: str | None = None, *, experiment: str | None = None) -> list[RunProcess]:
-    """The ``RUNNING`` runs of a tracking store, with the state of their process.
-
-    A run started by rl8 records the host name and process id of its process as the tags
-    ``rl8.host`` and ``rl8.pid``; on that host, a run whose process no longer exists was
-    killed before it could end its run (``kill -9``, a crash, an out-of-memory kill). A pid
-    reused by a newer process makes the run look alive (never the other way round).
-
-    Args:
-        tracking_uri: The store (default: MLflow's, i.e. ``MLFLOW_TRACKING_URI`` or
-            ``sqlite:///mlflow.db``).
-        experiment: Only this experiment's runs; ``None``: every experiment.
-
-    Returns:
-        The runs, oldest first.
-
-    Raises:
-        TrackingError: The experiment does not exist.
-    """
-    from mlflow.entities import ViewType
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri)
-    if experiment is None:
-        experiments = client.search_experiments(view_type=ViewType.ACTIVE_ONLY)
-    else:
-        found = client.get_experiment_by_name(experiment)
-        if found is None:
-            raise TrackingError(f"no experiment {experiment!r} in {client.tracking_uri!r}")
-        experiments = [found]
-    names = {e.experiment_id: e.name for e in experiments}
-    out: list[RunProcess] = []
-    token = None
-    while names:
-        page = client.search_runs(
-            list(names), filter_string="attributes.status = 'RUNNING'",
-            max_results=1000, page_token=token,
-        )
-        for run in page:
-            host, pid_text = run.data.tags.get("rl8.host"), run.data.tags.get("rl8.pid", "")
-            pid = int(pid_text) if pid_text.isdigit() else None
-            info = run.info
-            out.append(RunProcess(info.run_id, names.get(info.experiment_id, info.experiment_id),
-                                  info.run_name or "", host, pid, (info.start_time or 0) / 1000,
-                                  _process_state(host, pid)))
-        if not (token := page.token):
-            break
-    return sorted(out, key=lambda r: r.start_time_s)
-
-
-def clean_runs(tracking_uri: str | None = None, *, experiment: str | None = None, older_than_s: float | None = None,
-               dry_run: bool = False) -> list[RunProcess]:
-    """Mark ``FAILED`` the ``RUNNING`` runs whose process is gone (see :func:`running_runs`).
-
-    A run is cleaned when its process is ``"dead"`` (it ran on this host and no process has
-    its pid), or, with ``older_than_s``, when it started more than that many seconds ago and
-    its process is not known to be alive (runs of other hosts, runs not made by rl8). A run
-    whose process is alive is never touched. A cleaned run gets the tag ``rl8.cleaned`` with
-    the reason.
-
-    Args:
-        tracking_uri: The store (default: MLflow's).
-        experiment: Only this experiment's runs; ``None``: every experiment.
-        older_than_s: Also clean runs of unknown process started more than this many seconds
-            ago; ``None``: only runs whose process is known dead.
-        dry_run: Only return the runs that would be cleaned.
-
-    Returns:
-        The runs cleaned (or that would be).
-    """
-    from mlflow.tracking import MlflowClient
-
-    if older_than_s is not None and not (isinstance(older_than_s, (int, float)) and older_than_s >= 0):
-        raise ValueError(f"older_than_s must be a number of seconds >= 0, got {older_than_s!r}")
-    now = time.time()
-    chosen = []
-    for run in running_runs(tracking_uri, experiment=experiment):
-        if run.process == "dead":
-            chosen.append((run, f"process {run.pid} on {run.host} is gone"))
-        elif run.process == "unknown" and older_than_s is not None and now - run.start_time_s > older_than_s:
-            chosen.append((run, f"started {now - run.start_time_s:.0f} s ago, process unknown"))
-    if not dry_run:
-        client = MlflowClient(tracking_uri)
-        for run, reason in chosen:
-            client.set_tag(run.run_id, "rl8.cleaned", reason)
-            client.set_terminated(run.run_id, status="FAILED")
-    return [run for run, _ in chosen]

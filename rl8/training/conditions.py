@@ -36,7 +36,7 @@ from rl8.ppo.stats import current_stat_name, warn_renamed
 __all__ = [
     "And", "Condition", "HitsLowerBound", "HitsUpperBound", "MissingStatError", "Or", "Plateaus",
     "StopsDecreasing", "StopsIncreasing", "TimeLimit", "from_config", "with_current_stat_names",
-    "COUNTER_PREFIXES", "EVAL_PREFIX",
+    "COUNTER_PREFIXES", "EVAL_PREFIX", "MAX_CONDITION_DEPTH",
 ]
 
 #: Keys with these prefixes are monotone counters (``env/steps``, ``algorithm/collects``...);
@@ -625,7 +625,11 @@ CONDITIONS: dict[str, type[Condition]] = {
 _FLOAT_FIELDS = {"bound", "rtol", "atol", "min_delta", "seconds"}
 
 
-def from_config(spec: Mapping[str, Any], *, _path: str = "") -> Condition:
+#: Most levels of ``and`` / ``or`` inside one another that :func:`from_config` builds.
+MAX_CONDITION_DEPTH = 32
+
+
+def from_config(spec: Mapping[str, Any], *, _path: str = "", _depth: int = 1) -> Condition:
     """Build a condition from a YAML/JSON-friendly mapping.
 
     The mapping has exactly one key, the condition's name (see :data:`CONDITIONS`), whose value
@@ -647,9 +651,13 @@ def from_config(spec: Mapping[str, Any], *, _path: str = "") -> Condition:
 
     Raises:
         ValueError: For an unknown name (listing close matches and the valid names), a missing
-            or unknown field, or an invalid value; the message says where in ``spec`` it is.
+            or unknown field, an invalid value, or ``and`` / ``or`` nested deeper than
+            :data:`MAX_CONDITION_DEPTH` levels; the message says where in ``spec`` it is.
     """
     where = f"stop condition config{' at ' + _path if _path else ''}"
+    if _depth > MAX_CONDITION_DEPTH:
+        raise ValueError(f"{where}: 'and' / 'or' conditions are nested deeper than {MAX_CONDITION_DEPTH} "
+                         "levels; rl8 builds conditions up to that depth")
     if not isinstance(spec, Mapping) or len(spec) != 1:
         raise ValueError(
             f"{where}: expected a mapping with exactly one key, the condition's name (one of "
@@ -668,7 +676,7 @@ def from_config(spec: Mapping[str, Any], *, _path: str = "") -> Condition:
     if cls in (And, Or):
         if isinstance(args, (str, bytes, Mapping)) or not isinstance(args, Iterable):
             raise ValueError(f"{where}: expected a list of conditions, got {args!r}")
-        children = [from_config(child, _path=f"{path}[{i}]") for i, child in enumerate(args)]
+        children = [from_config(child, _path=f"{path}[{i}]", _depth=_depth + 1) for i, child in enumerate(args)]
         if not children:
             raise ValueError(f"{where}: expected a non-empty list of conditions, got []")
         return cls(children)

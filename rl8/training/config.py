@@ -1,7 +1,8 @@
 """The Trainer's options, declared once: :class:`TrainerConfig`.
 
-Each option is one field of a frozen dataclass, with its default, its meaning and its check.
-Where an option goes is read from the field, never listed again:
+Each option is one field of a frozen dataclass, with its default, its meaning (``doc``) and its
+check (a :data:`rl8.fields.Check`). Where an option goes is read from the field, never listed
+again:
 
 * ``param``: logged as the MLflow param ``trainer/<name>``;
 * ``stored``: written in the checkpoint's ``trainer`` section and restored by
@@ -9,8 +10,8 @@ Where an option goes is read from the field, never listed again:
 * ``names_run``: says which MLflow run the Trainer writes to, so a resumed Trainer keeps the
   checkpoint's value unless the caller of ``from_checkpoint`` passes another;
 * ``cli``: ``"flag"`` (an ``rl8 train`` flag and a config file key), ``"config"`` (a config
-  file key only) or ``None``, with ``cli_type`` (``int``, ``float`` or ``str``) the type the command
-  reads it as (``cli_min``: the smallest int the flag takes).
+  file key only) or ``None``. The command reads the value as the field's type says (an int,
+  a float or a string: :meth:`TrainerConfig.read_option`) and checks it with the field's check.
 """
 
 from __future__ import annotations
@@ -18,87 +19,66 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from rl8.io.checkpoint import check_loadable as _check_loadable
-from rl8.numbers import read_numbers
-from rl8.ppo.algorithm import _plain_hparams
-from rl8.ppo.distributed import WEIGHT_SYNC_METHODS, current_roles
-from rl8.ppo.resolve import qualified_name
+from rl8.fields import (
+    Check, attributes_doc, check, first_invalid, int_at_least, is_int, optional, read_numbers,
+)
+from rl8.registry import qualified_name
 from rl8.version import __version__
 
 if TYPE_CHECKING:
     from rl8.ppo.distributed import DistContext
     from rl8.ppo.algorithm import PPO
 
-__all__ = ["TrainerConfig", "read_numbers", "run_params"]
+__all__ = ["TrainerConfig", "run_params"]
+
+# The checks of the options (see rl8.fields.Check): None when a value is valid, else what the
+# option must be, for "Trainer: NAME must be ..., got VALUE".
+_COUNT = optional(int_at_least(1))
+_BOOL = check("True or False", lambda v: isinstance(v, bool))
+_TEXT = optional(check("a string", lambda v: isinstance(v, str)))
+_PATH = optional(check("a path (a string or os.PathLike)", lambda v: isinstance(v, (str, os.PathLike))))
+_SECONDS = check("a number of seconds > 0", lambda v: (is_int(v) or isinstance(v, float)) and v > 0)
+_POSITIVE = optional(check("a number > 0", lambda v: (is_int(v) or isinstance(v, float)) and v > 0))
 
 
-def _int_at_least_1(name: str, value: Any) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise ValueError(f"Trainer: {name} must be an int >= 1 or None, got {value!r}")
+def _weight_sync(value: Any, name: str) -> str | None:
+    from rl8.ppo.distributed import WEIGHT_SYNC_METHODS
+
+    return None if value in WEIGHT_SYNC_METHODS else f"one of {', '.join(map(repr, WEIGHT_SYNC_METHODS))}"
 
 
-def _bool_or_none(name: str, value: Any) -> None:
-    if value is not None and not isinstance(value, bool):
-        raise ValueError(f"Trainer: {name} must be None, True or False, got {value!r}")
-
-
-def _bool(name: str, value: Any) -> None:
-    if not isinstance(value, bool):
-        raise ValueError(f"Trainer: {name} must be True or False, got {value!r}")
-
-
-def _int_at_least_0(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"Trainer: {name} must be an int >= 0, got {value!r}")
-
-
-def _positive_or_none(name: str, value: Any) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
-        raise ValueError(f"Trainer: {name} must be a number > 0 or None, got {value!r}")
-
-
-def _weight_sync(name: str, value: Any) -> None:
-    if value not in WEIGHT_SYNC_METHODS:
-        raise ValueError(f"Trainer: {name} must be one of {', '.join(map(repr, WEIGHT_SYNC_METHODS))}, got {value!r}")
-
-
-def _seconds(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not (isinstance(value, (int, float)) and value > 0):
-        raise ValueError(f"Trainer: {name} must be a number of seconds > 0, got {value!r}")
-
-
-def _checkpoint_data(name: str, value: Any) -> None:
+def _checkpoint_data(value: Any, name: str) -> str | None:
     """Plain data a checkpoint can hold, checked now rather than at the first checkpoint."""
+    from rl8.io.checkpoint import check_loadable as _check_loadable
+
     if value is None:
-        return
+        return None
     if not isinstance(value, Mapping):
         raise TypeError(f"Trainer: {name} must be a mapping or None, got {value!r}")
     try:
         _check_loadable(dict(value), name, set())
     except TypeError as err:
         raise TypeError(f"Trainer: {name} cannot be stored in a checkpoint: {err}") from None
+    return None
 
 
 def _option(
     default: Any,
     doc: str,
-    check: Callable[[str, Any], None] | None = None,
+    check: Check | None = None,
     *,
     param: bool = True,
     stored: bool = True,
     names_run: bool = False,
     cli: str | None = None,
-    cli_type: type = str,
-    cli_min: int = 1,
 ) -> Any:
     """A :class:`TrainerConfig` field: its default, its one-line meaning (``doc``, also the
-    ``rl8 train`` help), its check (``check(name, value)`` raising ``ValueError`` or
-    ``TypeError``) and where it goes (see the module docstring)."""
-    metadata = {"doc": doc, "check": check, "param": param, "stored": stored,
-                "names_run": names_run, "cli": cli, "cli_type": cli_type, "cli_min": cli_min}
+    ``rl8 train`` help), its check (see :data:`rl8.fields.Check`; ``None``: any value) and
+    where it goes (see the module docstring)."""
+    metadata = {"doc": doc, "check": check, "param": param, "stored": stored, "names_run": names_run, "cli": cli}
     return dataclasses.field(default=default, metadata=metadata)
 
 
@@ -115,64 +95,65 @@ class TrainerConfig:
     """
 
     experiment: str | None = _option(
-        None, "MLflow experiment name; None: the env's name (CartPole, CartPole-v1)",
+        None, "MLflow experiment name; None: the env's name (CartPole, CartPole-v1)", _TEXT,
         param=False, names_run=True, cli="flag")
     run_name: str | None = _option(
-        None, "MLflow run name; None: MLflow picks one", param=False, names_run=True, cli="flag")
+        None, "MLflow run name; None: MLflow picks one", _TEXT, param=False, names_run=True, cli="flag")
     tracking_uri: str | None = _option(
         None, "where runs go (http://host:port, sqlite:///file.db, a folder); None: "
-        "MLFLOW_TRACKING_URI, else sqlite:///mlflow.db in the current folder",
+        "MLFLOW_TRACKING_URI, else sqlite:///mlflow.db in the current folder", _TEXT,
         param=False, names_run=True, cli="flag")
     tracking: bool = _option(
-        True, "False: no MLflow at all (no run, nothing logged)", _bool, param=False, names_run=True)
+        True, "False: no MLflow at all (no run, nothing logged)", _BOOL, param=False, names_run=True)
     run_id: str | None = _option(
         None, "continue this existing MLflow run instead of creating one (from_checkpoint sets it)",
-        param=False, names_run=True)
+        _TEXT, param=False, names_run=True)
     checkpoint_dir: str | os.PathLike[str] | None = _option(
-        None, "folder of the numbered checkpoints, made on the first one; None: checkpoints/<run id> "
-        "in the current folder (checkpoints/<time stamp> without tracking)", param=False, cli="flag")
+        None, "folder of the numbered checkpoints, made and claimed (one run's alone) when the Trainer "
+        "is made; None: checkpoints/<run id> in the current folder (checkpoints/<time stamp>-<random> "
+        "without tracking)", _PATH, param=False, cli="flag")
     checkpoint_every: int | None = _option(
         None, "Trainer.run writes a checkpoint every this many training steps; None: only at the "
-        "end of the run and on signals", _int_at_least_1, cli="flag", cli_type=int)
+        "end of the run and on signals", _COUNT, cli="flag")
     keep_checkpoints: int | None = _option(
         5, "how many checkpoints to keep in checkpoint_dir (the latest); None: all",
-        _int_at_least_1, param=False, cli="config", cli_type=int)
+        _COUNT, param=False, cli="config")
     eval_num_envs: int | None = _option(
         None, "envs of a dedicated eval env; None: evaluate on the training envs at env-reset "
         "boundaries, else on min(num_envs, 16) envs built on demand",
-        _int_at_least_1, cli="flag", cli_type=int)
+        _COUNT, cli="flag")
     eval_num_steps: int | None = _option(
         None, "steps per env of one evaluation; None: horizon * max(1, horizons_per_env_reset), "
         "or on a dedicated env of an episodic env its episode limit",
-        _int_at_least_1, cli="config", cli_type=int)
+        _COUNT, cli="config")
     progress: bool | None = _option(
         None, "progress line on stderr during Trainer.run, and a summary line: None or True: in "
         "place on a terminal, else a plain line every progress_every_s; False: nothing",
-        _bool_or_none, param=False, stored=False)
+        optional(_BOOL), param=False, stored=False)
     progress_every_s: float = _option(
-        10.0, "seconds between two plain progress lines when stderr is not a terminal", _seconds,
+        10.0, "seconds between two plain progress lines when stderr is not a terminal", _SECONDS,
         param=False, stored=False)
     async_logging: bool = _option(
         True, "send metrics to MLflow from a background thread; False: before Trainer.step returns",
-        _bool, param=False, stored=False)
+        _BOOL, param=False, stored=False)
     metadata: Mapping[str, Any] | None = _option(
         None, "plain data (dicts, lists, numbers, strings, tensors) stored in every checkpoint "
         "(rl8 train stores its config here)", _checkpoint_data, param=False)
     record_every: int | None = _option(
         None, "Trainer.run records a video at every this many-th evaluation (checkpoint_dir/videos/"
         "eval-<env steps>.mp4, MLflow artifact videos/); None: never; needs the video extra (pip install -e '.[video]')",
-        _int_at_least_1)
+        _COUNT)
     actors: int | None = _option(
         None, "under torchrun: this many ranks only collect (actors) and the others only update "
         "(learners; see docs/distributed.md); None: data-parallel, every rank collects and updates",
-        _int_at_least_1, cli="flag", cli_type=int)
+        _COUNT, cli="flag")
     weight_sync_interval: int = _option(
         1, "with actors: learner updates between two weight syncs of an actor (an actor also gets "
-        "weights whenever it would exceed max_staleness)", _int_at_least_1, cli="flag", cli_type=int)
+        "weights whenever it would exceed max_staleness)", int_at_least(1), cli="flag")
     max_staleness: int = _option(
         1, "with actors: a rollout collected with weights more than this many updates behind the "
         "learner's is dropped; 0: synchronous (actors wait for every update)",
-        _int_at_least_0, cli="flag", cli_type=int, cli_min=0)
+        int_at_least(0), cli="flag")
     weight_sync: str = _option(
         "broadcast", "with actors: how weights reach the actors: 'broadcast' (over the process "
         "group) or 'checkpoint' (a file in weight_sync_dir that actors read)", _weight_sync,
@@ -181,16 +162,20 @@ class TrainerConfig:
         None, "with actors: truncated importance weights: the clipped ratio is taken against the "
         "learner's weights at the start of the update and each transition's advantage is weighted "
         "by min(cap, their probability / the behaviour probability); None: the ratio is against the "
-        "behaviour policy, unweighted", _positive_or_none, cli="config", cli_type=float)
+        "behaviour policy, unweighted", _POSITIVE, cli="config")
     weight_sync_dir: str | None = _option(
         None, "with weight_sync='checkpoint': the folder of the weights file, on storage every "
-        "rank sees", cli="flag")
+        "rank sees", _TEXT, cli="flag")
 
     def __post_init__(self) -> None:
-        for field in dataclasses.fields(self):
-            check = field.metadata["check"]
-            if check is not None:
-                check(field.name, getattr(self, field.name))
+        """Check every option with its own check, then :meth:`_check_together`."""
+        invalid = first_invalid(self)
+        if invalid is not None:
+            raise ValueError(f"Trainer: {invalid.name} must be {invalid.expected}, got {invalid.value!r}")
+        self._check_together()
+
+    def _check_together(self) -> None:
+        """The checks that involve several options: the actors' weight syncs."""
         if self.max_staleness < self.weight_sync_interval - 1:
             raise ValueError(
                 f"Trainer: max_staleness must be >= weight_sync_interval - 1 (actors keep weights for "
@@ -218,6 +203,32 @@ class TrainerConfig:
                 hint = f"; did you mean {', '.join(close)}?" if close else ""
                 raise TypeError(f"{where}: unknown option {key!r}{hint} (valid: {', '.join(names)})")
 
+    @classmethod
+    def read_option(cls, name: str, value: Any) -> Any:
+        """Option ``name`` as a config file or a command-line flag gives it, read as its type
+        says: for an int or float option, numeric strings as numbers (``"1e3"``: 1000, see
+        :func:`rl8.fields.read_numbers`); for a string option, a YAML number as a string;
+        then checked.
+
+        Args:
+            name: An option (a field of this class).
+            value: As read from YAML, or the text of a flag.
+
+        Raises:
+            ValueError: ``"NAME must be ..., got VALUE"`` when the option's check refuses it.
+        """
+        field = next(f for f in dataclasses.fields(cls) if f.name == name)
+        kind = str(field.type).split(" ")[0]  # "int | None" -> "int"
+        if kind in ("int", "float"):
+            value = read_numbers(value, whole_as_int=kind == "int")
+            value = float(value) if kind == "float" and is_int(value) else value
+        elif kind == "str" and isinstance(value, (int, float)):
+            value = str(value)
+        expected = field.metadata["check"](value, name) if field.metadata["check"] else None
+        if expected is not None:
+            raise ValueError(f"{name} must be {expected}, got {value!r}")
+        return value
+
     def replace(self, **options: Any) -> TrainerConfig:
         """A copy with ``options`` changed (checked like a new config)."""
         self.check_names(options)
@@ -243,9 +254,7 @@ class TrainerConfig:
         return cls(**{name: saved[name] for name in cls.names(stored=True) if name in saved})
 
 
-TrainerConfig.__doc__ = (TrainerConfig.__doc__ or "") + "\n    Attributes:\n" + "".join(
-    f"        {field.name}: {field.metadata['doc']}\n" for field in dataclasses.fields(TrainerConfig)
-)
+TrainerConfig.__doc__ = (TrainerConfig.__doc__ or "") + attributes_doc(TrainerConfig)
 
 
 def run_params(algo: PPO, config: TrainerConfig, env_spec: str | None, dist: DistContext) -> dict[str, Any]:
@@ -263,11 +272,12 @@ def run_params(algo: PPO, config: TrainerConfig, env_spec: str | None, dist: Dis
 
     import torch
 
+
     policy = algo.policy
     optimizer_kwargs = {**algo.hparams.optimizer_kwargs, "lr": algo.hparams.lr}
     # each param once: hparams/seed and hparams/device are the values in use (a seed drawn
     # at random, the device "auto" resolved to)
-    hparams = {**_plain_hparams(algo.hparams), "seed": algo.seed, "device": str(algo.device)}
+    hparams = {**algo.hparams.to_plain(), "seed": algo.seed, "device": str(algo.device)}
     env = env_spec if env_spec is not None else repr(algo.env_spec)
     params = {
         "hparams": hparams,
@@ -280,6 +290,8 @@ def run_params(algo: PPO, config: TrainerConfig, env_spec: str | None, dist: Dis
     }
     if qualified_name(type(algo.env)) != env:  # a gymnasium id, a factory: the rl8 class around it
         params["env_class"] = qualified_name(type(algo.env))
+    from rl8.ppo.distributed import current_roles
+
     roles = current_roles()
     if roles is not None:  # actors and learners: num_envs is one learner's batch, split among its actors
         params["distributed"] = {"world_size": roles.world_size, "actors": roles.actors, "learners": roles.learners}

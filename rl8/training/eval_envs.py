@@ -12,7 +12,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import torch
 
 from rl8.ppo.algorithm import make_env
 from rl8.training.video import (

@@ -3,6 +3,7 @@ the algorithm and the Trainer from one (:class:`TrainerCheckpoints`, the Trainer
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import json
 import os
@@ -19,12 +20,15 @@ from rl8.io.checkpoint import (
     CHECKPOINT_POINTER_ARTIFACT, CheckpointError, CheckpointManager, checkpoint_for_actor, load_checkpoint,
     read_checkpoint, resolve_checkpoint, save_checkpoint,
 )
-from rl8.io.export import POLICY_ARTIFACT, check_env_spaces, policy_to_dict, save_policy, space_from_dict
+from rl8.io.export import (
+    POLICY_ARTIFACT, check_env_spaces, check_finite_weights, policy_to_dict, save_policy, space_from_dict,
+)
 from rl8.ppo.algorithm import PPO, NonFiniteError
 from rl8.ppo.distributed import DistContext, current_roles, derive_seed, rank_device, to_cpu
 from rl8.ppo.resolve import (
     qualified_name, check_stored_env_kwargs, check_stored_hparams, env_target, spec_from_env_info,
 )
+from rl8.tracking.common import TrackingWarning
 from rl8.training.conditions import Condition, with_current_stat_names
 from rl8.training.config import TrainerConfig
 from rl8.version import __version__
@@ -34,8 +38,18 @@ if TYPE_CHECKING:
 
 __all__ = [
     "RunRecord", "TrainerCheckpoints", "algo_from_checkpoint", "check_finite_policy", "rank_entry",
-    "read_trainer_checkpoint",
+    "read_trainer_checkpoint", "resuming_from",
 ]
+
+#: The checkpoint file that the Trainer being built by ``from_checkpoint`` resumes from.
+_RESUMING_FROM: contextvars.ContextVar[Path | None] = contextvars.ContextVar("rl8_resuming_from", default=None)
+
+
+def resuming_from() -> Path | None:
+    """The checkpoint file that :meth:`TrainerCheckpoints.from_checkpoint` is resuming from
+    while it builds its Trainer, else ``None``: a Trainer resuming from a checkpoint of its
+    folder may write into that folder (see :class:`rl8.io.checkpoint.CheckpointDirLock`)."""
+    return _RESUMING_FROM.get()
 
 #: Entries of ``PPO.state_dict()`` that are the same on every rank: stored once (rank 0's
 #: ``algo``), not in the per-rank entries of a data-parallel checkpoint.
@@ -170,16 +184,28 @@ def write_checkpoint(state: dict[str, Any], path: Any, folder: Path | None, keep
 
 def log_policy_artifacts(tracker: Any, policy: torch.nn.Module, env: dict[str, Any], checkpoint: Path, step: int) -> None:
     """Log the policy file and the ``rl8/checkpoint.json`` pointer to ``checkpoint`` (written at
-    env step ``step``) to the ``tracker``'s run (copied and queued with ``async_logging``)."""
-    tmp = Path(tempfile.mkdtemp(prefix="rl8-artifacts-"))
-    policy_file = save_policy(policy, tmp / Path(POLICY_ARTIFACT).name, env=env)
-    pointer = tmp / Path(CHECKPOINT_POINTER_ARTIFACT).name
-    pointer.write_text(json.dumps({"path": str(checkpoint), "env/steps": step}))
+    env step ``step``) to the ``tracker``'s run (copied and queued with ``async_logging``).
+
+    Tracking never fails training: when the files cannot be staged (a full or unwritable
+    temporary folder) nothing is uploaded, with a :class:`~rl8.tracking.TrackingWarning`; the
+    checkpoint itself is written already."""
+    tmp = None
     try:
+        tmp = Path(tempfile.mkdtemp(prefix="rl8-artifacts-"))
+        policy_file = save_policy(policy, tmp / Path(POLICY_ARTIFACT).name, env=env)
+        pointer = tmp / Path(CHECKPOINT_POINTER_ARTIFACT).name
+        pointer.write_text(json.dumps({"path": str(checkpoint), "env/steps": step}))
         tracker.log_artifact(policy_file, str(Path(POLICY_ARTIFACT).parent))
         tracker.log_artifact(pointer, str(Path(CHECKPOINT_POINTER_ARTIFACT).parent))
+    except OSError as exc:
+        warnings.warn(
+            f"the policy and checkpoint pointer of {checkpoint} were not logged to MLflow run "
+            f"{tracker.run_id}: staging them in the temporary folder {tempfile.gettempdir()} "
+            f"failed ({exc}); the checkpoint is written and training goes on",
+            TrackingWarning, stacklevel=3)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def read_trainer_checkpoint(ref: str | os.PathLike[str], *, tracking_uri: str | None = None) -> tuple[Path, dict[str, Any]]:
@@ -254,7 +280,7 @@ def algo_from_checkpoint(file: Path, state: Mapping[str, Any], *, env: Any, hpar
         # an actor's weights come from its learner at the start
         own = state.get("actor")
         if own is not None:  # its envs, RNG streams and episodes go on where they were
-            algo.load_state_dict({**algo_state, **own})
+            _load_algo_state(algo, {**algo_state, **own}, file)
             return algo
         # a checkpoint without actor states: its envs start anew, seeded apart from those of
         # the run before the checkpoint
@@ -262,8 +288,29 @@ def algo_from_checkpoint(file: Path, state: Mapping[str, Any], *, env: Any, hpar
         algo.env_seed = derive_seed(algo.env_seed, steps + 1)
         algo.generator.manual_seed(algo.env_seed)
         return algo
-    algo.load_state_dict(algo_state)
+    _load_algo_state(algo, algo_state, file)
     return algo
+
+
+def _load_algo_state(algo: PPO, algo_state: Mapping[str, Any], file: Path) -> None:
+    """``algo.load_state_dict(algo_state)``, refusing weights that hold NaN or inf or that do
+    not fit the model the stored hyper-parameters describe, with a
+    :class:`~rl8.io.checkpoint.CheckpointError` naming the entry."""
+    weights = algo_state.get("policy")
+    if not isinstance(weights, Mapping) or not all(isinstance(v, torch.Tensor) for v in weights.values()):
+        raise CheckpointError(f"{file}: entry 'algo.policy' must be a dict of tensors by name, "
+                              f"got {type(weights).__name__}")
+    check_finite_weights(weights, f"{file}: entry 'algo.policy':")
+    try:
+        algo.load_state_dict(algo_state)
+    except (RuntimeError, KeyError, TypeError, ValueError) as exc:
+        if isinstance(exc, CheckpointError):
+            raise
+        detail = " ".join(line.strip() for line in str(exc).splitlines()[:4])
+        raise CheckpointError(
+            f"{file}: entry 'algo' does not fit the PPO its hyper-parameters (entry 'algo.hparams') "
+            f"describe: {type(exc).__name__}: {detail}"
+        ) from None
 
 
 def _absolute_uri(uri: str) -> str:
@@ -345,6 +392,8 @@ class TrainerCheckpoints:
         step = int(self.algo.env_steps)
         check_finite_policy(self.algo.policy, step, self.last_checkpoint)
         folder = self.checkpoint_dir if path is None else None
+        if folder is not None and self._dir_lock is not None:  # rank 0: the folder's lock names the run
+            self._dir_lock.set_run_id(self.run_id)
         # with actors: theirs, at the end of the rollout each is collecting (rl8.training.actors)
         actors = self._learner.actor_states() if self._learner is not None else None
         written = write_checkpoint(self.state_dict(), path, folder, self.config.keep_checkpoints, step, self._dist,
@@ -391,7 +440,7 @@ class TrainerCheckpoints:
                 one that names a class that is not registered, or an object of the wrong kind
                 (e.g. ``subprocess.run`` as env).
             ValueError: The env's observation or action space differs from the checkpoint's.
-            rl8.tracking.tracker.TrackingError: The stored MLflow run cannot be resumed.
+            rl8.tracking.TrackingError: The stored MLflow run cannot be resumed.
         """
         file, state = read_trainer_checkpoint(path, tracking_uri=tracking_uri)
         algo = algo_from_checkpoint(file, state, env=env, hparams=hparams, trust_code=trust_code)
@@ -402,7 +451,11 @@ class TrainerCheckpoints:
             tracking=tracking, run_id=config.run_id if tracking else None,
             tracking_uri=tracking_uri or config.tracking_uri,
         )
-        trainer = cls(algo, config, **kwargs)
+        token = _RESUMING_FROM.set(file.absolute())
+        try:
+            trainer = cls(algo, config, **kwargs)
+        finally:
+            _RESUMING_FROM.reset(token)
         trainer._resumed = RunRecord.from_checkpoint(saved)
         trainer.last_checkpoint = file.absolute()
         trainer._last_checkpoint_step = int(algo.env_steps)

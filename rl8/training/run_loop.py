@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rl8.ppo.stats import Stats
-from rl8.tracking.tracker import TrackingWarning
+from rl8.tracking.common import TrackingWarning
 from rl8.training.callbacks import Callback, CallbackLike
 from rl8.training.conditions import EVAL_PREFIX, Condition, HitsUpperBound, MissingStatError, TimeLimit
 from rl8.training.progress import Progress

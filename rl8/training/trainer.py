@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+import uuid
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -26,18 +27,18 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from rl8.io.checkpoint import CHECKPOINT_POINTER_ARTIFACT
+from rl8.io.checkpoint import CHECKPOINT_POINTER_ARTIFACT, CheckpointDirLock, check_writable_folder
 from rl8.ppo.distributed import DistContext, current_roles
 from rl8.ppo.resolve import env_spec_string, is_dotted_path
-from rl8.ppo.stats import Stats
-from rl8.tracking.tracker import TERMINAL_STATUSES, Tracker, TrackingError, TrackingWarning
+from rl8.tracking.tracker import TERMINAL_STATUSES, Tracker
+from rl8.tracking.common import TrackingError, TrackingWarning
 from rl8.training.actors import Learner, check_actor_config, run_actor
 from rl8.training.callbacks import CallbackLike, as_callbacks
 from rl8.training.conditions import Condition
 from rl8.training.config import TrainerConfig, run_params
 from rl8.training.eval_envs import EvalEnvs, check_eval_plan
 from rl8.training.progress import is_nan
-from rl8.training.resume import RunRecord, TrainerCheckpoints
+from rl8.training.resume import RunRecord, TrainerCheckpoints, resuming_from
 from rl8.training.run_loop import (
     TrainStats, as_conditions, check_eval_stats, check_record_plan, log_run_params, train_until,
 )
@@ -102,7 +103,7 @@ class Trainer(TrainerCheckpoints):
         config: The :class:`~rl8.training.config.TrainerConfig` as given.
         experiment: The MLflow experiment name (``config.experiment`` or the env's name).
         metadata: ``config.metadata`` as a dict (stored in every checkpoint).
-        tracker: The :class:`~rl8.tracking.tracker.Tracker` of the MLflow run.
+        tracker: The :class:`~rl8.tracking.Tracker` of the MLflow run.
         last_checkpoint: Path of the latest checkpoint written or loaded, or ``None``.
         stopped_by: The stop condition that ended the latest :meth:`run`, or ``None`` (for a
             resumed run whose conditions held at the checkpoint: the condition if only one).
@@ -154,20 +155,49 @@ class Trainer(TrainerCheckpoints):
             and not self._dist.enabled
         )
         self._checkpoint_dir: Path | None = None
+        # the checkpoint folder belongs to this run alone (rank 0 holds the claim): claimed
+        # before the MLflow run starts, so that an unusable folder creates no run
+        self._dir_lock: CheckpointDirLock | None = None
+        self._resumed_from = resuming_from()
         if checkpoint_dir is not None:
             self._checkpoint_dir = Path(checkpoint_dir).absolute()
-        elif background:  # checkpoints/<run id> once the run id is known, in this folder
+        else:  # checkpoints/<run id> once the run id is known, in this folder
             self._checkpoints_root = Path("checkpoints").absolute()
+
+        def claim_folder() -> None:
+            """Rank 0: claim an explicit checkpoint folder, or check that the default's root
+            can be written; every rank raises rank 0's ``CheckpointDirError``. Actors write
+            no checkpoints (their learners do): they claim nothing."""
+            if self.is_actor:
+                return
+            if checkpoint_dir is not None:
+                self._dir_lock = CheckpointDirLock(self._checkpoint_dir, run_id=run_id,
+                                                   resumed_from=self._resumed_from)
+            else:
+                check_writable_folder(self._checkpoints_root)
+
+        self._dist.on_main(claim_folder)
 
         def start_run() -> tuple[str | None, Path | None]:
             """Rank 0: start the run now (unless it starts in the background); every rank
             learns the run id and the checkpoint folder, or raises rank 0's error."""
             if background:
                 return None, self._checkpoint_dir
-            started = self.tracker.start()
+            try:
+                started = self.tracker.start()
+            except BaseException:
+                self._release_folder()
+                raise
             if checkpoint_dir is not None:
+                if self._dir_lock is not None:
+                    self._dir_lock.set_run_id(started)
                 return started, self._checkpoint_dir
-            return started, (Path("checkpoints") / (started or time.strftime("%Y%m%d-%H%M%S"))).absolute()
+            # without tracking: a time stamp and a random suffix, unique to this Trainer
+            name = started or f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+            folder = (self._checkpoints_root / name).absolute()
+            if not self.is_actor:
+                self._dir_lock = CheckpointDirLock(folder, run_id=started, resumed_from=self._resumed_from)
+            return started, folder
 
         self._run_id, self._checkpoint_dir = self._dist.on_main(start_run)
         if background:
@@ -180,7 +210,7 @@ class Trainer(TrainerCheckpoints):
         """The MLflow run id (``None`` without tracking); waits for a run still starting.
 
         Raises:
-            rl8.tracking.tracker.TrackingError: The run could not be started in the background.
+            rl8.tracking.TrackingError: The run could not be started in the background.
         """
         self._check_run_start(wait=True)
         return self._run_id
@@ -191,12 +221,19 @@ class Trainer(TrainerCheckpoints):
         by the run id.
 
         Raises:
-            rl8.tracking.tracker.TrackingError: The run could not be started in the background.
+            rl8.tracking.TrackingError: The run could not be started in the background.
         """
         if self._checkpoint_dir is None:
             self._check_run_start(wait=True)
-            self._checkpoint_dir = self._checkpoints_root / str(self._run_id)
+            folder = self._checkpoints_root / str(self._run_id)
+            self._dir_lock = CheckpointDirLock(folder, run_id=self._run_id, resumed_from=self._resumed_from)
+            self._checkpoint_dir = folder
         return self._checkpoint_dir
+
+    def _release_folder(self) -> None:
+        """Give up the claim on the checkpoint folder (rank 0; a no-op elsewhere)."""
+        if self._dir_lock is not None:
+            self._dir_lock.release()
 
     def _check_run_start(self, *, wait: bool = False, unless_reported: bool = False) -> None:
         """Raise the error of a run start that failed in the background; ``wait``: for a start
@@ -259,7 +296,7 @@ class Trainer(TrainerCheckpoints):
 
     def flush(self) -> None:
         """Wait until the metrics of every step so far are sent (or queued by the Tracker after
-        a failure; see :meth:`rl8.tracking.tracker.Tracker.flush`)."""
+        a failure; see :meth:`rl8.tracking.Tracker.flush`)."""
         self.tracker.flush()
         self._check_run_start()
 
@@ -464,7 +501,7 @@ class Trainer(TrainerCheckpoints):
 
         Raises:
             ValueError: ``status`` is not one of the three (nothing is ended).
-            rl8.tracking.tracker.TrackingError: The run could not be started in the background (unless
+            rl8.tracking.TrackingError: The run could not be started in the background (unless
                 raised before).
 
         When ending the run raises, the Trainer stays open (the exit hook still ends the run).
@@ -476,6 +513,7 @@ class Trainer(TrainerCheckpoints):
         try:
             self.tracker.end(status, timeout_s=timeout_s)
         finally:
+            self._release_folder()
             self._envs.close()
             self.algo.close()
         # only now: when ending the run raised, the exit hook still ends it
@@ -484,7 +522,7 @@ class Trainer(TrainerCheckpoints):
 
     def _close_while_raising(self, status: str, timeout_s: float | None = None) -> None:
         """:meth:`close` while another exception propagates: a run start that failed in the
-        background is a :class:`~rl8.tracking.tracker.TrackingWarning`, not an error replacing it."""
+        background is a :class:`~rl8.tracking.TrackingWarning`, not an error replacing it."""
         try:
             self.close(status, timeout_s=timeout_s)
         except TrackingError as exc:

@@ -1,9 +1,10 @@
 """``rl8 train`` config files: their keys (:data:`CONFIG_KEYS`), reading and checking one
-(:func:`load_config`), ``--set KEY=VALUE`` values, and the Trainer options and stop conditions
-a config holds. The presets are such files; the ``rl8`` command reads them through here.
+(:func:`load_config`: ``yaml.safe_load``, bounded), ``--set KEY=VALUE`` values, and the Trainer
+options and stop conditions a config holds. The presets are such files; the ``rl8`` command and
+:mod:`rl8.presets` read them through here.
 
-The hyper-parameters and the stop conditions are imported where a config is checked (not at
-the top): ``rl8 --help`` and the config's first checks start without torch.
+The hyper-parameters and stop conditions are imported where a config is checked, not at the
+top: ``rl8 --help`` and the first checks of a config start without torch.
 """
 
 from __future__ import annotations
@@ -17,14 +18,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from rl8.numbers import read_numbers as _numbers
+from rl8.fields import read_numbers
 from rl8.training.config import TrainerConfig
 
 __all__ = [
-    "CONFIG_KEYS", "RESUMABLE_HPARAMS", "RUN_KEYS", "TRAINER_OPTIONS", "ConfigError", "assign", "check_config",
-    "hparam_fields", "int_option", "load_config", "mapping_option", "optional_str", "parse_assignment", "stop_conditions",
-    "trainer_options", "unknown_hparam",
+    "CONFIG_KEYS", "ConfigError", "MAX_YAML_DEPTH", "MAX_YAML_VALUES", "RESUMABLE_HPARAMS", "RUN_KEYS",
+    "TRAINER_OPTIONS", "assign", "check_config", "hparam_names", "int_option", "load_config",
+    "mapping_option", "parse_assignment", "stop_conditions", "trainer_options", "unknown_hparam",
 ]
+
 
 #: The Trainer options that ``rl8 train`` takes (in a config file; those marked ``"flag"`` also
 #: as flags), declared in :class:`rl8.training.config.TrainerConfig`.
@@ -51,13 +53,67 @@ class ConfigError(ValueError):
     """A mistake in a config file or the command line; the message names the key."""
 
 
-# --------------------------------------------------------------------------------------------
-# values
-
-
 def _close(key: str, names: Sequence[str]) -> str:
     close = difflib.get_close_matches(key, list(names), n=3, cutoff=0.6)
     return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+
+
+#: Most levels of nesting (mappings and lists inside one another) a YAML config may have.
+MAX_YAML_DEPTH = 100
+#: Most values (scalars, mappings, lists) a YAML config may hold once its aliases (``*name``)
+#: are expanded: an alias repeats a whole node, so a few lines can stand for billions of values.
+MAX_YAML_VALUES = 100_000
+
+
+def _safe_yaml(text: str, where: str) -> Any:
+    """``yaml.safe_load(text)`` (no code runs, no object is built), refusing a document nested
+    deeper than :data:`MAX_YAML_DEPTH` or holding more than :data:`MAX_YAML_VALUES` values
+    once aliases are expanded (the "billion laughs"), or that contains itself, with a
+    :class:`ConfigError` naming ``where``; those would end in a ``RecursionError`` or
+    ``MemoryError`` when the config is read. Invalid YAML raises ``yaml.YAMLError``."""
+    import yaml
+
+    class BoundedLoader(yaml.SafeLoader):
+        depth = 0
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            self.depth += 1
+            if self.depth > MAX_YAML_DEPTH:
+                mark = self.peek_event().start_mark
+                raise ConfigError(f"{where}: the YAML is nested deeper than {MAX_YAML_DEPTH} levels "
+                                  f"(line {mark.line + 1}); rl8 reads configs up to that depth")
+            try:
+                return super().compose_node(parent, index)
+            finally:
+                self.depth -= 1
+
+    loader = BoundedLoader(text)
+    try:
+        value = loader.get_single_data()
+    finally:
+        loader.dispose()
+    sizes: dict[int, int] = {}  # values under each list/mapping, aliases counted each time
+
+    def size(node: Any) -> int:
+        if not isinstance(node, (list, dict)):
+            return 1
+        if id(node) in sizes:
+            if sizes[id(node)] < 0:
+                raise ConfigError(f"{where}: the YAML contains itself (an alias inside its own anchor)")
+            return sizes[id(node)]
+        sizes[id(node)] = -1
+        items = list(node.keys()) + list(node.values()) if isinstance(node, dict) else node
+        total = 1 + sum(size(item) for item in items)
+        if total > MAX_YAML_VALUES:
+            raise ConfigError(
+                f"{where}: the YAML holds more than {MAX_YAML_VALUES} values once its aliases (*name) "
+                "are expanded; rl8 reads configs up to that size"
+            )
+        sizes[id(node)] = total
+        return total
+
+    size(value)
+    return value
 
 
 def _parse_value(text: str) -> Any:
@@ -67,15 +123,10 @@ def _parse_value(text: str) -> Any:
     if text.strip() in ("None", "none"):  # Python's spelling of null
         return None
     try:
-        value = yaml.safe_load(text)
+        value = _safe_yaml(text, f"--set value {text[:40]!r}")
     except yaml.YAMLError:
         value = text  # e.g. an unbalanced bracket: keep the text, HParams will say what is wrong
-    return _numbers(value)
-
-
-def optional_str(value: Any) -> str | None:
-    """``value`` as a string (a number in YAML stays the text it was), ``None`` as ``None``."""
-    return None if value is None else str(value)
+    return read_numbers(value)
 
 
 def parse_assignment(text: str, option: str) -> tuple[list[str], Any]:
@@ -97,11 +148,11 @@ def assign(target: dict[str, Any], path: list[str], value: Any) -> None:
     target[path[-1]] = value
 
 
-def hparam_fields() -> dict[str, str]:
-    """The names of :class:`rl8.HParams`' fields and their types as text."""
+def hparam_names() -> list[str]:
+    """The names of :class:`rl8.HParams`' fields."""
     from rl8.ppo.hparams import HParams
 
-    return {f.name: str(f.type) for f in dataclasses.fields(HParams)}
+    return [f.name for f in dataclasses.fields(HParams)]
 
 
 def unknown_hparam(key: Any, where: str) -> ConfigError:
@@ -125,11 +176,9 @@ def _clean_hparams(hparams: Mapping[str, Any], where: str) -> dict[str, Any]:
 def int_option(config: Mapping[str, Any], key: str, where: str, minimum: int = 1) -> int | None:
     """``config[key]`` as an int >= ``minimum`` (numeric strings read as numbers), or ``None``;
     else a :class:`ConfigError` naming ``where`` and ``key``."""
-    value = _numbers(config.get(key))
+    value = read_numbers(config.get(key), whole_as_int=True)
     if value is None:
         return None
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ConfigError(f"{where}: {key} must be an int >= {minimum}, got {config.get(key)!r}")
     return value
@@ -143,19 +192,17 @@ def mapping_option(config: Mapping[str, Any], key: str, where: str) -> dict[str,
         return None
     if not isinstance(value, Mapping):
         raise ConfigError(f"{where}: {key} must be a mapping (key: value), got {value!r}")
-    return _numbers(dict(value))
-
-
-# --------------------------------------------------------------------------------------------
-# config files
+    return read_numbers(dict(value))
 
 
 def load_config(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read a ``rl8 train`` YAML config (``yaml.safe_load``) and check its top-level keys.
 
     Raises:
-        ConfigError: Unreadable file, invalid YAML, not a mapping, or an unknown key (the
-            message names it and its close matches).
+        ConfigError: Unreadable file, invalid YAML, YAML nested deeper than
+            :data:`MAX_YAML_DEPTH` levels or holding more than :data:`MAX_YAML_VALUES` values
+            once its aliases are expanded, not a mapping, or an unknown key (the message names
+            it and its close matches).
     """
     import yaml
 
@@ -165,7 +212,7 @@ def load_config(path: str | os.PathLike[str]) -> dict[str, Any]:
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
     try:
-        config = yaml.safe_load(text)
+        config = _safe_yaml(text, str(path))
     except yaml.YAMLError as exc:
         # yaml's own lines (what it expected, the line and column, the line with a caret)
         detail = str(exc).replace('"<unicode string>"', f'"{path}"')
@@ -206,27 +253,22 @@ def check_config(config: Mapping[str, Any], where: str) -> None:
 
 
 def trainer_options(config: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """The Trainer options that ``config`` gives (see :data:`TRAINER_OPTIONS`), read as the
-    command reads them (``1e3`` is the int 1000); a wrong type is a :class:`ConfigError`."""
+    """The Trainer options that ``config`` gives (see :data:`TRAINER_OPTIONS`), read and
+    checked as their fields say (:meth:`TrainerConfig.read_option`: ``1e3`` is the int 1000);
+    ``None`` (the Trainer's default) stays ``None``; a bad value is a :class:`ConfigError`."""
     out: dict[str, Any] = {}
     for key in [name for name in TRAINER_OPTIONS if name in config]:
-        if TRAINER_OPTIONS[key]["cli_type"] is int:
-            out[key] = int_option(config, key, where, TRAINER_OPTIONS[key]["cli_min"])
-        elif TRAINER_OPTIONS[key]["cli_type"] is float and config[key] is not None:
-            value = _numbers(config[key])
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ConfigError(f"{where}: {key} must be a number, got {config[key]!r}")
-            out[key] = float(value)
-        elif config[key] is not None and not isinstance(config[key], (str, int, float)):
-            raise ConfigError(f"{where}: {key} must be a string, got {config[key]!r}")
-        else:
-            out[key] = optional_str(config[key])
+        try:
+            out[key] = None if config[key] is None else TrainerConfig.read_option(key, config[key])
+        except ValueError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
     return out
 
 
 def stop_conditions(config: Mapping[str, Any]) -> list[Any]:
-    """The stop conditions of a config: its ``stop_conditions`` (:func:`rl8.training.conditions.from_config`)
-    and ``max_steps`` (a ``HitsUpperBound`` on ``env/steps``)."""
+    """The stop conditions of a config: its ``stop_conditions``
+    (:func:`rl8.training.conditions.from_config`) and ``max_steps`` (a ``HitsUpperBound`` on
+    ``env/steps``)."""
     from rl8.training.conditions import HitsUpperBound, from_config
 
     specs = config.get("stop_conditions") or []
