@@ -45,7 +45,8 @@ _USER: dict[str, Any] = {}
 _RL8_MODULES = (
     "rl8.envs.base", "rl8.envs.cartpole", "rl8.envs.pendulum", "rl8.envs.dummy", "rl8.envs.memory",
     "rl8.envs.catch", "rl8.envs.gymnasium", "rl8.envs.pool", "rl8.policies.models", "rl8.policies.encoders",
-    "rl8.policies.recurrent", "rl8.policies.distributions",
+    "rl8.policies.recurrent", "rl8.policies.distributions", "rl8.policies.distributions.base",
+    "rl8.policies.distributions.discrete", "rl8.policies.distributions.continuous",
 )
 #: Module paths that files written before rl8's modules moved into packages (rl8 < 2.0, up to
 #: commit 13e50a1) name, and where those classes live now: ``"rl8.models.MLPModel"`` is

@@ -185,7 +185,8 @@ def test_an_actor_resumes_its_own_state_and_an_older_checkpoint_starts_its_envs_
     from rl8 import PPO
     from rl8.training.resume import algo_from_checkpoint
     from rl8.training.actors import actor_state
-    from rl8.io.checkpoint import CheckpointError, checkpoint_for_actor, load_checkpoint, save_checkpoint
+    from rl8.io.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+    from rl8.io.checkpoint_dir import checkpoint_for_actor
     from rl8.ppo.distributed import Roles, derive_seed
     from rl8.envs import CartPole
 
@@ -331,7 +332,8 @@ def test_two_actors_one_learner_solve_cartpole_and_resume_the_same_run(tmp_path,
 def test_checkpoints_hold_each_actors_state_and_resume_restores_it(tmp_path):
     import torch
 
-    from rl8.io.checkpoint import CheckpointManager, load_checkpoint
+    from rl8.io.checkpoint_dir import CheckpointManager
+    from rl8.io.checkpoint import load_checkpoint
 
     job = torchrun([THIS_FILE, "actor-state", str(tmp_path), "train"], nproc=3, timeout=120)
     assert job.returncode == 0, job.output

@@ -347,7 +347,7 @@ def test_masked_actions_are_never_sampled_nor_chosen():
 def test_inverse_cdf_never_picks_a_zero_probability_choice_at_the_edges(monkeypatch, u):
     """rand() returns [0, 1): at both ends the first and last (masked) choices stay unpicked,
     even without the fallback used for masked rows."""
-    from rl8.policies import distributions
+    from rl8.policies.distributions import discrete as distributions
 
     logits = torch.tensor([[_NEG, 0.0, 1.0, _NEG], [_NEG, _NEG, 2.0, _NEG]])
     log_probs = torch.log_softmax(logits, -1)
@@ -372,7 +372,7 @@ CHOICE_MAJOR_CASES = [
 def test_choice_major_log_softmax_matches_row_major(monkeypatch, cls, space, masked):
     """Short rows of big batches are computed choice-major (a faster CPU kernel): the same
     samples from the same generator, and the same log-probs, entropies and gradients."""
-    from rl8.policies import distributions
+    from rl8.policies.distributions import discrete as distributions
 
     batch, size = 1024, cls.param_size(space)
     torch.manual_seed(13)
@@ -414,7 +414,7 @@ def test_choice_major_log_softmax_matches_row_major(monkeypatch, cls, space, mas
 
 @pytest.mark.parametrize("u", [0.0, 1.0 - 2.0**-24])
 def test_choice_major_sampling_never_picks_a_zero_probability_choice_at_the_edges(monkeypatch, u):
-    from rl8.policies import distributions
+    from rl8.policies.distributions import discrete as distributions
 
     logits = torch.tensor([[_NEG, 0.0, 1.0, _NEG], [_NEG, _NEG, 2.0, _NEG]]).repeat(256, 1)
     log_probs, by_choice = distributions._log_softmax(logits)

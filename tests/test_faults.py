@@ -11,7 +11,8 @@ from tensordict import TensorDict
 
 from rl8 import PPO, Env, EnvOutputError, NonFiniteError, Trainer
 from rl8.ppo import algorithm as rl8_ppo
-from rl8.io.checkpoint import CheckpointManager, load_checkpoint
+from rl8.io.checkpoint_dir import CheckpointManager
+from rl8.io.checkpoint import load_checkpoint
 from rl8.training.conditions import HitsUpperBound, TimeLimit
 from rl8.envs import CartPole
 

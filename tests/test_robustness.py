@@ -113,11 +113,11 @@ def _small_trainer(**options):
 
 
 def test_a_folder_written_by_a_live_process_is_refused_and_taken_over_once_it_died(tmp_path):
-    from rl8.io.checkpoint import CHECKPOINT_DIR_LOCK, CheckpointDirError, CheckpointDirLock
+    from rl8.io.checkpoint_dir import CHECKPOINT_DIR_LOCK, CheckpointDirError, CheckpointDirLock
 
     folder = tmp_path / "shared"
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys\nfrom rl8.io.checkpoint import CheckpointDirLock\n"
+        [sys.executable, "-c", "import sys\nfrom rl8.io.checkpoint_dir import CheckpointDirLock\n"
          f"lock = CheckpointDirLock({str(folder)!r}, run_id='a' * 32)\nprint('held', flush=True)\n"
          "sys.stdin.read()"],
         env=_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -140,7 +140,7 @@ def test_a_folder_written_by_a_live_process_is_refused_and_taken_over_once_it_di
 
 def test_two_trainers_never_share_a_checkpoint_folder(tmp_path, migrated_store):
     from rl8 import Trainer
-    from rl8.io.checkpoint import CheckpointDirError
+    from rl8.io.checkpoint_dir import CheckpointDirError
 
     first = _small_trainer(checkpoint_dir=tmp_path / "ck", async_logging=False)
     first.step()
@@ -181,7 +181,7 @@ def test_default_folders_of_untracked_runs_are_unique(tmp_path):
 
 @pytest.mark.parametrize("where", ["under a file", "a file"])
 def test_an_unwritable_checkpoint_dir_is_refused_before_training(tmp_path, migrated_store, where):
-    from rl8.io.checkpoint import CheckpointDirError
+    from rl8.io.checkpoint_dir import CheckpointDirError
 
     (tmp_path / "afile").write_text("a file, not a folder")  # root ignores chmod: a file stops it
     folder = tmp_path / "afile" / "ck" if where == "under a file" else tmp_path / "afile"
@@ -191,7 +191,7 @@ def test_an_unwritable_checkpoint_dir_is_refused_before_training(tmp_path, migra
 
 
 def test_an_unwritable_default_checkpoint_folder_is_refused_before_training(tmp_path, migrated_store):
-    from rl8.io.checkpoint import CheckpointDirError
+    from rl8.io.checkpoint_dir import CheckpointDirError
 
     (tmp_path / "checkpoints").write_text("a file where the default folder goes")
     with pytest.raises(CheckpointDirError, match=rf"checkpoint folder {tmp_path / 'checkpoints'} cannot be used"):

@@ -235,11 +235,11 @@ def clock(monkeypatch):
     """The clock of the progress line and of time limits."""
     import types
 
-    import rl8.training.conditions
+    import rl8.training.conditions.clock
     import rl8.training.progress
 
     clock = Clock()
-    for module in (rl8.training.progress, rl8.training.conditions):
+    for module in (rl8.training.progress, rl8.training.conditions.clock):
         monkeypatch.setattr(module, "time", types.SimpleNamespace(monotonic=clock))
     return clock
 

@@ -17,7 +17,7 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
-from rl8.io.checkpoint import CheckpointManager
+from rl8.io.checkpoint_dir import CheckpointManager
 
 
 pytestmark = [

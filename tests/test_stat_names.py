@@ -15,7 +15,8 @@ from mlflow.tracking import MlflowClient
 from tensordict import TensorDict
 
 from rl8 import PPO, Env, Trainer
-from rl8.io.checkpoint import CheckpointManager, load_checkpoint, save_checkpoint
+from rl8.io.checkpoint_dir import CheckpointManager
+from rl8.io.checkpoint import load_checkpoint, save_checkpoint
 from rl8.training.conditions import (
     HitsUpperBound, Plateaus, StopsIncreasing, from_config, with_current_stat_names,
 )

@@ -130,7 +130,7 @@ def test_run_params_and_default_experiment(mlflow_uri):
     assert params["hparams/optimizer_kwargs/eps"] == "1e-05"
     assert params["env"] == "rl8.envs.cartpole.CartPole"
     assert params["model/class"] == "rl8.policies.models.MLPModel"
-    assert params["distribution/class"] == "rl8.policies.distributions.Categorical"
+    assert params["distribution/class"] == "rl8.policies.distributions.discrete.Categorical"
     assert params["optimizer/class"] == "torch.optim.adam.Adam"
     assert params["optimizer/kwargs/lr"] == "0.001"
     assert params["hparams/seed"] == "0" and params["hparams/device"] == "cpu"  # the values in use
@@ -426,7 +426,7 @@ def test_checkpoints_keep_last_n_and_log_the_policy(tmp_path, mlflow_uri):
     trainer.run(stop_conditions=HitsUpperBound("algorithm/steps", 4))
     trainer.close()
     files = sorted(p.name for p in (tmp_path / "ck").iterdir())
-    # no .tmp left; the lock file names the run that owns the folder (rl8.io.checkpoint.CheckpointDirLock)
+    # no .tmp left; the lock file names the run that owns the folder (rl8.io.checkpoint_dir.CheckpointDirLock)
     assert files == [".rl8.lock", f"checkpoint-{3 * STEP:012d}.pt", f"checkpoint-{4 * STEP:012d}.pt"]
     client = MlflowClient(mlflow_uri)
     artifacts = {f.path for d in ("policy", "rl8") for f in client.list_artifacts(trainer.run_id, d)}

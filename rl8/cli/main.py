@@ -189,7 +189,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
-    from rl8.io.checkpoint import CheckpointDirError, CheckpointError
+    from rl8.io.checkpoint_dir import CheckpointDirError
+    from rl8.io.checkpoint import CheckpointError
     from rl8.tracking.tracker import TrackingError
 
     try:

@@ -31,9 +31,8 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from rl8.io.checkpoint import (
-    CheckpointError, CheckpointManager, download_artifact, is_run_ref, load_checkpoint, save_checkpoint,
-)
+from rl8.io.checkpoint import CheckpointError, download_artifact, is_run_ref, load_checkpoint, save_checkpoint
+from rl8.io.checkpoint_dir import CheckpointManager
 from rl8.policies.policy import Policy
 from rl8.ppo.resolve import ANY, DISTRIBUTION, MODEL, MODULE_CLASS, qualified_name, resolve
 

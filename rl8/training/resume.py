@@ -16,10 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from rl8.io.checkpoint import (
-    CHECKPOINT_POINTER_ARTIFACT, CheckpointError, CheckpointManager, checkpoint_for_actor, load_checkpoint,
-    read_checkpoint, resolve_checkpoint, save_checkpoint,
-)
+from rl8.io.checkpoint import CHECKPOINT_POINTER_ARTIFACT, CheckpointError, load_checkpoint, save_checkpoint
+from rl8.io.checkpoint_dir import CheckpointManager, checkpoint_for_actor, read_checkpoint, resolve_checkpoint
 from rl8.io.export import (
     POLICY_ARTIFACT, check_env_spaces, check_finite_weights, policy_to_dict, save_policy, space_from_dict,
 )
@@ -48,7 +46,7 @@ _RESUMING_FROM: contextvars.ContextVar[Path | None] = contextvars.ContextVar("rl
 def resuming_from() -> Path | None:
     """The checkpoint file that :meth:`TrainerCheckpoints.from_checkpoint` is resuming from
     while it builds its Trainer, else ``None``: a Trainer resuming from a checkpoint of its
-    folder may write into that folder (see :class:`rl8.io.checkpoint.CheckpointDirLock`)."""
+    folder may write into that folder (see :class:`rl8.io.checkpoint_dir.CheckpointDirLock`)."""
     return _RESUMING_FROM.get()
 
 #: Entries of ``PPO.state_dict()`` that are the same on every rank: stored once (rank 0's
@@ -209,9 +207,9 @@ def log_policy_artifacts(tracker: Any, policy: torch.nn.Module, env: dict[str, A
 
 
 def read_trainer_checkpoint(ref: str | os.PathLike[str], *, tracking_uri: str | None = None) -> tuple[Path, dict[str, Any]]:
-    """:func:`rl8.io.checkpoint.read_checkpoint`, except on an actor (``rl8 train --actors``),
+    """:func:`rl8.io.checkpoint_dir.read_checkpoint`, except on an actor (``rl8 train --actors``),
     which reads the file itself and gets its own entry as ``"actor"`` (``None`` in a checkpoint
-    without actor states; see :func:`rl8.io.checkpoint.checkpoint_for_actor` and
+    without actor states; see :func:`rl8.io.checkpoint_dir.checkpoint_for_actor` and
     :func:`algo_from_checkpoint`)."""
     roles = current_roles()
     if roles is None or not roles.is_actor:
@@ -230,7 +228,7 @@ def algo_from_checkpoint(file: Path, state: Mapping[str, Any], *, env: Any, hpar
 
     Args:
         file: The checkpoint file (for messages).
-        state: Its content (:func:`rl8.io.checkpoint.read_checkpoint`).
+        state: Its content (:func:`rl8.io.checkpoint_dir.read_checkpoint`).
         env: The env to use instead of the stored one (e.g. a class the registry does not
             hold); ``None``: the stored one.
         hparams: Hyper-parameters to change (e.g. ``{"device": "cuda"}``); a class given here

@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from rl8.io.checkpoint import CHECKPOINT_POINTER_ARTIFACT, CheckpointDirLock, check_writable_folder
+from rl8.io.checkpoint import CHECKPOINT_POINTER_ARTIFACT
+from rl8.io.checkpoint_dir import CheckpointDirLock, check_writable_folder
 from rl8.ppo.distributed import DistContext, current_roles
 from rl8.ppo.resolve import env_spec_string, is_dotted_path
 from rl8.tracking.tracker import TERMINAL_STATUSES, Tracker
