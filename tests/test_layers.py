@@ -35,12 +35,6 @@ FUNCTION_LEVEL_ALLOWED = {
     "platform": "rl8/training/config.py: read where the run's params are made",
 }
 
-#: The one cycle left: ``GymnasiumEnv(..., vectorization_mode="pool")`` returns a ``PoolEnv``,
-#: a subclass of ``GymnasiumEnv`` (its ``__new__`` imports ``rl8.envs.pool``). Breaking it
-#: needs a base class both share (or a factory instead of ``__new__``): issue 25, to do.
-KNOWN_CYCLES = [["rl8.envs.gymnasium", "rl8.envs.pool"]]
-KNOWN_FUNCTION_LEVEL = ["rl8.envs.gymnasium: rl8.envs.pool"]  # the same
-
 #: Modules whose functions may import rl8's modules: the ``rl8`` command starts (``--help``, a
 #: config's first checks) without torch, so each command imports what it runs, and the config
 #: file and the Trainer's options (which the command reads at start-up) import the modules that
@@ -176,12 +170,12 @@ def test_the_graph_sees_function_level_imports_and_lazy_exports():
 
 
 def test_no_import_cycles():
-    found = [cycle for cycle in cycles(import_graph()) if cycle not in KNOWN_CYCLES]
+    found = cycles(import_graph())
     assert not found, "import cycles (function-level imports included):\n" + "\n".join(" -> ".join(c) for c in found)
 
 
 def test_function_level_imports_are_only_of_optional_heavy_dependencies():
-    found = [line for line in function_level_imports() if line not in KNOWN_FUNCTION_LEVEL]
+    found = function_level_imports()
     assert not found, ("imports inside functions (move them to the top of the module, or add an optional heavy "
                        "dependency to FUNCTION_LEVEL_ALLOWED with its reason):\n" + "\n".join(found))
 
