@@ -255,7 +255,7 @@ def test_a_checkpoint_holds_every_actors_state_or_none(tmp_path, monkeypatch):
 
 
 def test_cli_takes_the_actor_flags():
-    from rl8.cli.main import build_parser
+    from rl8.cli import build_parser
 
     args = build_parser().parse_args(
         ["train", "--actors", "2", "--max-staleness", "0", "--weight-sync-interval", "1", "--weight-sync", "checkpoint",

@@ -11,7 +11,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 import rl8
-from rl8.cli.main import main
+from rl8.cli import main
 
 pytestmark = pytest.mark.usefixtures("migrated_store", "one_torch_thread")
 
@@ -179,7 +179,7 @@ def test_resume_continues_the_run(tmp_path, capsys, mlflow_uri):
 
 
 def test_train_options_come_from_trainer_config(capsys):
-    from rl8.cli.main import CONFIG_KEYS
+    from rl8.cli import CONFIG_KEYS
     from rl8.training.config import TrainerConfig
 
     with pytest.raises(SystemExit):

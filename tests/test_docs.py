@@ -192,7 +192,7 @@ SHELL_BLOCKS = [b for path in DOCS for b in _blocks(path) if b.lang in ("bash", 
 
 @pytest.mark.parametrize("block", SHELL_BLOCKS, ids=lambda b: b.where)
 def test_rl8_commands_parse(block, capsys):
-    from rl8.cli.main import build_parser
+    from rl8.cli import build_parser
 
     for line, command in _commands(block):
         argv = _rl8_argv(command)

@@ -111,7 +111,7 @@ def test_load_policy_errors(tmp_path):
 
 
 def test_rl8_eval_in_an_env_with_other_spaces_exits_2_naming_both(tmp_path, capsys):
-    from rl8.cli.main import main
+    from rl8.cli import main
 
     path = save_policy(PPO(CartPole, **SMALL).policy, tmp_path / "policy.pt",
                        env={"spec": "rl8.envs.cartpole.CartPole", "env_kwargs": {}, "env_config": {}})

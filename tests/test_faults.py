@@ -148,7 +148,7 @@ def count_steps(monkeypatch, limit=6):
 
 
 def test_cli_resume_keeps_the_stop_conditions_of_a_run_started_from_python(monkeypatch, tmp_path):
-    from rl8.cli.main import main
+    from rl8.cli import main
 
     stop = [HitsUpperBound("env/steps", 2 * STEP), TimeLimit(3600)]
     with Trainer(PPO(CartPole, **SMALL), progress=False, checkpoint_dir=tmp_path / "ck") as trainer:
@@ -179,7 +179,7 @@ def test_python_resume_of_a_finished_run_trains_zero_steps(monkeypatch, tmp_path
 
 
 def test_cli_resume_refuses_stop_conditions_it_cannot_rebuild(monkeypatch, tmp_path, capsys):
-    from rl8.cli.main import main
+    from rl8.cli import main
     from rl8.training.conditions import Condition
 
     class AfterTwo(Condition):
@@ -237,7 +237,7 @@ def test_runs_record_their_process_and_rl8_runs_clean_marks_dead_ones_failed(mlf
     import socket
     import subprocess
 
-    from rl8.cli.main import main
+    from rl8.cli import main
     from rl8.tracking import Tracker
 
     client = MlflowClient(mlflow_uri)

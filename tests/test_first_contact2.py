@@ -16,7 +16,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from rl8 import PPO
-from rl8.cli.main import main
+from rl8.cli import main
 from rl8.envs import CartPole
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -154,12 +154,19 @@ def function_level_imports() -> list[str]:
 
 
 def private_imports() -> list[str]:
-    """``module: source._name`` for each private name a module imports from another rl8 module."""
-    return [
-        f"{module}: {source}.{name}" for module in MODULES for source, name, _ in _imports(module)
-        if name and name.startswith("_") and not name.startswith("__")
-        and source.partition(".")[0] == "rl8" and (source, name) not in PRIVATE_ALLOWED
-    ]
+    """``module: source._name`` for each private name (or private module) a module imports from
+    another rl8 module."""
+    found = []
+    for module in MODULES:
+        for source, name, _ in _imports(module):
+            if source.partition(".")[0] != "rl8":
+                continue
+            if name is None:  # a module: private when a part of its path is
+                if any(part.startswith("_") and not part.startswith("__") for part in source.split(".")):
+                    found.append(f"{module}: {source}")
+            elif name.startswith("_") and not name.startswith("__") and (source, name) not in PRIVATE_ALLOWED:
+                found.append(f"{module}: {source}.{name}")
+    return found
 
 
 def test_the_graph_sees_function_level_imports_and_lazy_exports():

@@ -18,7 +18,7 @@ import yaml
 
 import rl8
 import rl8.presets
-from rl8.cli.main import main
+from rl8.cli import main
 
 NEEDS = {  # preset -> the module its env needs, and the extra that installs it
     "LunarLander-v3": ("Box2D", ".[box2d]"),

@@ -13,7 +13,7 @@ import torch
 import rl8
 from rl8 import PPO, Trainer, load_policy, registry
 from rl8.io.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from rl8.cli.main import main
+from rl8.cli import main
 from rl8.policies.distributions import Normal
 from rl8.envs import CartPole
 from rl8.policies.models import MLPModel
@@ -165,7 +165,7 @@ def test_the_rl8_script_imports_an_env_you_name_from_the_working_folder(tmp_path
     (tmp_path / "tiny.yaml").write_text(TINY)
     # what the installed rl8 script runs: sys.path holds its own folder, not the working folder
     script = ("import os, sys; sys.path[:] = [p for p in sys.path if p and os.path.abspath(p) != os.getcwd()]; "
-              "from rl8.cli.main import main; sys.exit(main())")
+              "from rl8.cli import main; sys.exit(main())")
 
     def rl8_script(*argv):
         return subprocess.run([sys.executable, "-c", script, *argv], cwd=tmp_path, capture_output=True, text=True,

@@ -51,7 +51,7 @@ def test_an_eval_condition_without_evaluations_fails_before_the_first_step(condi
 
 
 def test_rl8_train_refuses_an_eval_condition_without_evaluations(tmp_path, capsys):
-    from rl8.cli.main import main
+    from rl8.cli import main
 
     config = tmp_path / "run.yaml"
     config.write_text("env: rl8.envs.CartPole\nhparams: {num_envs: 16, horizon: 8, sgd_minibatch_size: 64}\n"
@@ -92,7 +92,7 @@ def test_a_bad_budget_is_an_error_naming_it(kwargs, message):
 
 
 def test_rl8_train_takes_max_env_steps(capsys, mlflow_uri):
-    from rl8.cli.main import main
+    from rl8.cli import main
 
     argv = ["train", "--env", "rl8.envs.CartPole", "--set", "num_envs=16", "--set", "horizon=8",
             "--set", "sgd_minibatch_size=64", "--max-env-steps", str(STEP), "--quiet"]
@@ -206,7 +206,7 @@ def test_run_says_where_the_results_go_at_the_start_and_the_end(capsys, tmp_path
 
 @pytest.mark.parametrize("quiet", [True, False])
 def test_rl8_train_prints_where_the_results_went_once(quiet, capsys):
-    from rl8.cli.main import main
+    from rl8.cli import main
 
     argv = ["train", "--env", "rl8.envs.CartPole", "--set", "num_envs=16", "--set", "horizon=8",
             "--set", "sgd_minibatch_size=64", "--max-steps", str(STEP), *(["--quiet"] if quiet else [])]

@@ -16,7 +16,7 @@ import torch
 import rl8.registry
 from rl8 import PPO, Trainer, load_policy, save_policy
 from rl8.io.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from rl8.cli.main import main
+from rl8.cli import main
 from rl8.envs import CartPole
 from rl8.policies.models import MLPModel
 

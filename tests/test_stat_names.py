@@ -190,7 +190,7 @@ def _count_steps(monkeypatch):
 
 @pytest.mark.usefixtures("migrated_store", "one_torch_thread")
 def test_a_checkpoint_with_conditions_on_old_names_resumes(monkeypatch, tmp_path):
-    from rl8.cli.main import main
+    from rl8.cli import main
 
     stop = [StopsIncreasing("eval/rollout/reward_sum_mean", patience=100), HitsUpperBound("env/steps", 2 * STEP)]
     with Trainer(PPO(CartPole, **SMALL), progress=False, checkpoint_dir=tmp_path / "ck") as trainer:

@@ -14,7 +14,7 @@ imageio = pytest.importorskip("imageio")
 pytest.importorskip("imageio_ffmpeg")
 
 from rl8 import PPO, Policy, Trainer
-from rl8.cli.main import main
+from rl8.cli import main
 from rl8.training.conditions import HitsUpperBound
 from rl8.envs import CartPole, GymnasiumEnv, Memory, Pendulum
 from rl8.io.export import save_policy

@@ -344,7 +344,7 @@ def machine() -> dict[str, str]:
 
 
 def _assignment(text: str) -> tuple[str, Any]:
-    from rl8.cli.main import parse_assignment
+    from rl8.cli import parse_assignment
 
     path, value = parse_assignment(text, "--set")
     if len(path) != 1:
