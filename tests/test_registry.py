@@ -90,7 +90,7 @@ def notebook_checkpoint(tmp_path):
     state = load_checkpoint(path)
     state["env"]["spec"] = state["trainer"]["policy"]["env"]["spec"] = "__main__.Reach"
     state["algo"]["hparams"]["model_cls"] = state["trainer"]["policy"]["model_cls"] = "__main__.Net"
-    return save_checkpoint(state, tmp_path / "notebook.pt")
+    return save_checkpoint(state, path)  # in place: the run's own folder holds it
 
 
 def test_a_class_of_a_script_is_refused_with_the_advice_to_hand_it_over(notebook_checkpoint, capsys):

@@ -343,7 +343,8 @@ def test_a_file_naming_an_unregistered_class_does_not_import_its_module(checkpoi
     assert "rl8_far_envs" not in sys.modules and not marker.exists()
     try:
         importlib.import_module("rl8_far_envs")  # importing it registers its Env subclass: it loads
-        resumed = Trainer.from_checkpoint(evil, tracking=False)
+        # a copy of the run's checkpoint, resumed into a folder of its own (the run's holds the original)
+        resumed = Trainer.from_checkpoint(evil, tracking=False, checkpoint_dir=tmp_path / "resumed")
         assert type(resumed.algo.env).__qualname__ == "Far"
         resumed.close()
     finally:
