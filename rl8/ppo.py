@@ -1,31 +1,29 @@
-"""Proximal Policy Optimization over batched environments.
+"""Proximal Policy Optimization over batched environments, read top to bottom in :class:`PPO`.
 
-The algorithm reads top to bottom in :class:`PPO`: :meth:`PPO.collect` fills the preallocated
-buffer by stepping the envs ``horizon`` times (:mod:`rl8.rollout`); :meth:`PPO.update` computes
-GAE advantages (:mod:`rl8.buffer`) and runs ``num_sgd_iters`` passes of minibatch SGD on the
-loss of :mod:`rl8.losses`. Both return flat ``dict[str, float]`` stats named as listed in
-docs/trainer.md (Metrics). The helpers that build PPO's parts follow the class.
+:meth:`PPO.collect` fills the buffer by stepping the envs ``horizon`` times (:mod:`rl8.rollout`);
+:meth:`PPO.update` computes GAE advantages (:mod:`rl8.buffer`) and runs ``num_sgd_iters`` passes
+of minibatch SGD on :func:`rl8.losses.ppo_loss`. Both return flat ``dict[str, float]`` stats
+(docs/trainer.md, Metrics).
 """
 
 from __future__ import annotations
 
 import contextlib
-import inspect
 import math
 import secrets
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from ._resolve import DISTRIBUTION, HPARAM_KINDS, MODEL, OPTIMIZER, qualified_name, resolve
+from ._resolve import DISTRIBUTION, HPARAM_KINDS, MODEL, qualified_name, resolve
 from .buffer import (
     MIN_SLOT_BYTES, RecurrentCarry, RolloutBuffer, RolloutCarry, buffer_allocation, check_buffer_fits, compute_gae,
     make_rollout_buffer, minibatches,
 )
-from .distributed import DistContext, agree_on_run_seed, current_roles, derive_seed
+from .distributed import DistContext, agree_on_run_seed, derive_seed
 from .env import Env, ReadyEnvs, validate_reset_output
 from .episodes import EpisodeTracker
 from .finite import CHECKED_ROLLOUT_STATS, CHECKED_UPDATE_STATS, NonFiniteError, check_buffer_finite, check_stats_finite
@@ -35,8 +33,8 @@ from .normalization import RewardNormalizer
 from .overlap import OverlapCollector
 from .policy import Policy
 from .rollout import (
-    env_state, evaluate_rollout, final_values, load_env_state, make_env, rollout, rollout_buffer_stats,
-    rollout_ready_envs,
+    env_state, evaluate_rollout, final_values, load_env_state, load_rng_state, make_env, rank_hparams, rng_state,
+    rollout, rollout_buffer_stats, rollout_ready_envs,
 )
 from .stats import Stats, update_stats
 
@@ -52,9 +50,8 @@ class PPO:
     """PPO with a preallocated rollout buffer over batched environments.
 
     Args:
-        env: The environment: an :class:`rl8.Env` subclass (built with ``num_envs`` and
-            ``horizon``), a gymnasium id such as ``"CartPole-v1"``, or a callable that makes a
-            gymnasium env.
+        env: An :class:`rl8.Env` subclass (built with ``num_envs`` and ``horizon``), a gymnasium
+            id such as ``"CartPole-v1"``, or a callable that makes a gymnasium env.
         **hparams: Hyper-parameters, see :class:`rl8.HParams` (an unknown name is an error).
 
     Attributes:
@@ -63,20 +60,15 @@ class PPO:
         policy: The :class:`~rl8.Policy` (model + distribution + normaliser).
         optimizer: The torch optimizer.
         buffer: The :class:`~rl8.buffer.RolloutBuffer`.
-        collector: With ``collect_mode="overlap"``, the
-            :class:`~rl8.overlap.OverlapCollector` (the actor side, which collects in the
-            background); ``None`` in sync mode.
-        minibatch_size: Transitions per minibatch of an update (see
-            :meth:`HParams.minibatch_size_for <rl8.HParams.minibatch_size_for>`).
-        env_steps: Env transitions collected so far (all envs together, of every rank in
-            data-parallel training: schedules and ``env/steps`` count the whole job).
+        collector: With ``collect_mode="overlap"``, the :class:`~rl8.overlap.OverlapCollector`
+            (the actor side, which collects in the background); ``None`` in sync mode.
+        minibatch_size: Transitions per minibatch (:meth:`HParams.minibatch_size_for <rl8.HParams.minibatch_size_for>`).
+        env_steps: Env transitions collected so far (all envs of every rank: the whole job).
         env_resets: Times PPO reset all envs.
         collects: Number of :meth:`collect` calls.
         steps: Number of :meth:`update` calls (optimisation steps of the policy).
-        advantage_weights: ``None``, or ``[num_envs, horizon]`` per-transition weights by which
-            the next :meth:`update` multiplies the (normalised) advantages, then resets to
-            ``None``; :mod:`rl8.actors` sets truncated importance weights here (feedforward
-            models).
+        advantage_weights: ``None``, or ``[num_envs, horizon]`` weights of the (normalised)
+            advantages in the next :meth:`update` only (:mod:`rl8.actors`: importance weights).
 
     Example:
         >>> from rl8 import PPO
@@ -87,7 +79,7 @@ class PPO:
     """
 
     def __init__(self, env: type[Env] | str | Callable[..., Any], /, **hparams: Any) -> None:
-        self.hparams = hp = _rank_hparams(HParams.from_kwargs(**hparams))
+        self.hparams = hp = rank_hparams(HParams.from_kwargs(**hparams))
         self.device = hp.resolved_device()
         self.dist = DistContext()
         if self.dist.is_main and not set(hparams) - _UNTUNED_HPARAMS:
@@ -102,7 +94,12 @@ class PPO:
         check_buffer_fits(hp.num_envs, hp.horizon, self.device, MIN_SLOT_BYTES)  # before the env allocates per env
         with buffer_allocation(hp.num_envs, hp.horizon, None):
             self.env = make_env(env, hp.num_envs, hp.horizon, device=self.device, env_kwargs=hp.env_kwargs)
-        self.policy = _make_policy(hp, self.env, self.device)
+        self.policy = Policy(
+            self.env.observation_space, self.env.action_space,
+            model_cls=resolve(hp.model_cls, MODEL, field="hparam model_cls"), model_config=hp.model_config,
+            distribution_cls=resolve(hp.distribution_cls, DISTRIBUTION, field="hparam distribution_cls"),
+            normalize_observations=hp.normalize_observations, device=self.device,
+        )
         self.dist.broadcast_module(self.policy)
         # Action sampling and minibatch shuffling draw from this object's own generator, so
         # two PPO objects (or user code) in one process never disturb each other's streams.
@@ -136,23 +133,19 @@ class PPO:
 
     @classmethod
     def from_preset(cls, name: str, /, **overrides: Any) -> PPO:
-        """PPO on the env of preset ``name`` with its tuned hyper-parameters (``rl8.presets``,
-        the same as ``rl8 train NAME``), ``overrides`` over them.
-
-        The preset's Trainer options and run arguments (evaluation, env-step budget) are
-        :func:`rl8.presets.trainer_options` and :func:`rl8.presets.run_args`.
+        """PPO on the env of preset ``name`` with its tuned hyper-parameters (as ``rl8 train NAME``;
+        its Trainer options: :func:`rl8.presets.trainer_options`), ``overrides`` over them.
 
         Args:
-            name: A preset's name (``rl8.presets.names()``: ``"Pendulum-v1"``, ``"HalfCheetah-v5"``...),
-                with or without ``preset:``.
-            **overrides: Hyper-parameters by name (``seed=1``, ``device="cpu"``), over the
-                preset's; a nested one (``model_config``) replaces the preset's whole value.
+            name: A preset's name (``rl8.presets.names()``: ``"Pendulum-v1"``...), with or without ``preset:``.
+            **overrides: Hyper-parameters by name (``seed=1``), over the preset's; a nested one
+                (``model_config``) replaces the preset's whole value.
 
         Raises:
             ValueError: Unknown preset (with close matches), or a bad value.
             TypeError: An unknown hyper-parameter name.
         """
-        from . import presets
+        from . import presets  # the presets read hyper-parameters and Trainer options
 
         config = presets.load(name)
         return cls(config["env"], **{**presets.hparams(config).to_dict(), **overrides})
@@ -162,31 +155,24 @@ class PPO:
     def collect(self, *, env_config: dict[str, Any] | None = None, deterministic: bool = False) -> Stats:
         """Step the envs ``horizon`` times, filling the rollout buffer in place.
 
-        Envs are reset first when the reset rule says so (before the first collect, then
-        every ``horizons_per_env_reset`` collects when that is positive).
-
-        With ``collect_mode="overlap"`` the buffer gets the rollout that ran in the background
-        since the previous collect (with the weights before the last update), and the next one
-        starts before this returns (see ``docs/collection.md`` ("Overlapped collection")).
+        Envs are reset first when the reset rule says so (before the first collect, then every
+        ``horizons_per_env_reset`` collects when that is positive). With
+        ``collect_mode="overlap"`` the buffer gets the rollout that ran in the background since
+        the previous collect, and the next one starts before this returns (docs/collection.md).
 
         Args:
-            env_config: Env parameters applied if the envs are reset before this collect
-                (merged over ``hparams.env_config``).
+            env_config: Env parameters if the envs are reset first (over ``hparams.env_config``).
             deterministic: Take the distributions' modes instead of sampling.
 
         Returns:
-            Rollout stats (a :class:`~rl8.stats.Stats` dict; see ``docs/trainer.md``,
-            Metrics): ``rollout/reward_sum_*`` (each env's sum of rewards over the ``horizon``
-            steps), ``rewards/*`` (per step), for episodic envs
-            ``episodes/{return_mean,length_mean,count}``, and for envs that record episodes
-            themselves (:meth:`rl8.Env.pop_episode_records`: a gymnasium env with a
-            ``RecordEpisodeStatistics``, such as the Atari preset's)
-            ``env_episodes/{return_mean,length_mean,count}``.
+            Rollout stats (a :class:`~rl8.stats.Stats` dict; docs/trainer.md, Metrics):
+            ``rollout/reward_sum_*`` (each env's sum of rewards over the ``horizon`` steps),
+            ``rewards/*``, ``episodes/*`` (episodic envs), ``env_episodes/*`` (envs that record
+            episodes themselves, :meth:`rl8.Env.pop_episode_records`).
 
         Raises:
-            EnvOutputError: NaN/inf in the observations or rewards, naming the envs and steps
-                (every value is checked during the first ``check_finite_collects`` collects,
-                afterwards the reduced reward stats).
+            EnvOutputError: NaN/inf in the observations or rewards, naming the envs and steps (every
+                value checked in the first ``check_finite_collects`` collects, then the reduced stats).
             NonFiniteError: The reduced reward stats are NaN/inf though every reward is finite.
         """
         if self.collector is not None:
@@ -199,25 +185,21 @@ class PPO:
         return self._collect_stats()
 
     def update(self) -> dict[str, float]:
-        """Run the PPO update on the last collect's buffer (:meth:`collect` then ``update`` is
-        one training iteration; :meth:`rl8.Trainer.step` does both and logs them).
-
-        Computes GAE advantages (stopping at ``terminated``, bootstrapping from the value of
-        ``final_obs`` at ``truncated``), then ``num_sgd_iters`` passes of minibatch SGD on the
-        clipped surrogate, (optionally clipped) value loss and entropy bonus.
+        """The PPO update on the last collect's buffer (:meth:`rl8.Trainer.step` collects, updates
+        and logs): GAE advantages (stopping at ``terminated``, bootstrapping from the value of
+        ``final_obs`` at ``truncated``), then ``num_sgd_iters`` passes of minibatch SGD on
+        :func:`~rl8.losses.ppo_loss`.
 
         Returns:
             Update stats: ``losses/{policy,vf,entropy,total}``,
             ``monitors/{kl_div,clip_fraction,explained_variance,grad_norm}``,
             ``coefficients/{entropy,vf,lr}``; with ``collect_mode="overlap"`` also
-            ``monitors/policy_lag`` (updates between the weights that collected the buffer
-            and those at the start of this update: 0 for the first update, then 1).
+            ``monitors/policy_lag`` (updates since the weights that collected the buffer: 0, then 1).
 
         Raises:
             NonFiniteError: ``losses/total`` or ``monitors/grad_norm`` (the latter only without a
-                gradient scaler) is NaN or inf (an :class:`~rl8.env.EnvOutputError` when the
-                collect's observations or rewards are the cause); the message names the stat and
-                step.
+                gradient scaler) is NaN or inf, naming the stat and step (an
+                :class:`~rl8.env.EnvOutputError` when the collect's data is the cause).
         """
         if self.collects == 0:
             raise RuntimeError("PPO.update() needs a collect() first: the rollout buffer is empty")
@@ -254,10 +236,8 @@ class PPO:
 
     # ----------------------------------------------------------------- the update, step by step
     def _training_samples(self) -> tuple[TensorDict, torch.Tensor]:
-        """The buffer's samples (:meth:`RolloutBuffer.training_samples
-        <rl8.buffer.RolloutBuffer.training_samples>`: transitions, or for recurrent models
-        sequences of ``seq_len`` steps) with their GAE advantages and returns, and the explained
-        variance of the collected values."""
+        """The buffer's training samples (transitions, or ``seq_len``-step sequences) with their
+        GAE advantages and returns, and the explained variance of the collected values."""
         with torch.no_grad():
             advantages, returns = self._advantages()
             old_values = self.buffer.data["values"][:, : self.hparams.horizon]
@@ -287,10 +267,9 @@ class PPO:
     def _sgd_pass(
         self, samples: TensorDict, entropy_coeff: float, losses: list[PPOLoss], grad_norms: list[torch.Tensor],
     ) -> bool:
-        """One pass (epoch) over ``samples`` in minibatches: per minibatch the loss, its
-        backward pass and (every ``minibatches_per_step`` minibatches) an optimizer step.
-        Appends each minibatch's :class:`~rl8.losses.PPOLoss` to ``losses`` and each step's
-        gradient norm to ``grad_norms``; returns whether to stop early (KL above target)."""
+        """One pass (epoch) over ``samples`` in minibatches, appending each minibatch's loss to
+        ``losses`` and each optimizer step's gradient norm to ``grad_norms``; returns whether to
+        stop early (the approximate KL above ``target_kl_div``)."""
         hp = self.hparams
         num_minibatches = samples.batch_size[0] * self.seq_len // self.minibatch_size
         # accumulate_grads: one optimizer step per pass, on the mean of its minibatches' losses
@@ -353,9 +332,8 @@ class PPO:
         self, policy: Policy, buffer: RolloutBuffer, carry: RolloutCarry, obs: torch.Tensor | TensorDictBase,
         generator: torch.Generator, deterministic: bool,
     ) -> torch.Tensor | TensorDictBase:
-        """One rollout of the training envs with ``policy`` into ``buffer`` (the learner's
-        objects in sync mode, the actor side's in overlap mode, in its thread). Envs that step
-        at their own pace (a worker pool) are acted on as they get ready."""
+        """One rollout of the training envs with ``policy`` into ``buffer`` (the actor side's in
+        overlap mode); envs that step at their own pace (a worker pool) are acted on when ready."""
         collect_from = rollout_ready_envs if isinstance(self.env, ReadyEnvs) else rollout
         obs = collect_from(
             policy, self.env, buffer, carry, obs, generator=generator, deterministic=deterministic,
@@ -370,10 +348,9 @@ class PPO:
         self.collects += 1
 
     def _collect_overlapped(self, env_config: dict[str, Any] | None, deterministic: bool) -> Stats:
-        """Overlap mode's collect: hand the rollout that ran in the background over to the
-        learner (one runs now when none did: first collect, after a reset or a load), sync the
-        actor's weights and start the next rollout (unless the envs reset before it: that
-        rollout waits for the next collect's ``env_config``), then the stats."""
+        """Overlap mode's collect: hand the background rollout over (one runs now when none did),
+        sync the actor's weights and start the next rollout (unless the envs reset before it:
+        it waits for the next collect's ``env_config``), then the stats."""
         collector = self.collector
         if not collector.idle and collector.deterministic != deterministic:
             raise ValueError(
@@ -409,31 +386,22 @@ class PPO:
         check_buffer_finite(self.buffer, type(self.env).__name__, self.collects)
 
     def _check_stats_finite(self, stats: dict[str, float], names: tuple[str, ...], where: str) -> None:
-        """:func:`~rl8.finite.check_stats_finite`, naming envs and steps when the last collect's
-        observations or rewards are the cause (unless ``check_finite_collects=0``)."""
+        """:func:`~rl8.finite.check_stats_finite`, naming the collect's bad data as the cause if any."""
         find_cause = self._check_buffer_finite if self.hparams.check_finite_collects != 0 else None
         check_stats_finite(stats, names, where, self.env_steps, find_cause)
 
     @property
     def behaviour_version(self) -> int:
-        """The update count (:attr:`steps`) of the weights that collected the buffer's rollout
-        (in overlap mode the rollout ran before the last update; an actor of
-        :mod:`rl8.actors` sets ``steps`` to the version of the weights it received)."""
+        """The update count (:attr:`steps`) of the weights that collected the buffer's rollout (in
+        overlap mode: before the last update; an actor sets ``steps`` to its weights' version)."""
         return self._behaviour_version
 
     @torch.no_grad()
     def collect_received(self, fill: Callable[[RolloutBuffer], None]) -> Stats:
-        """The learner's collect in a job of actors and learners (:mod:`rl8.actors`):
-        ``fill(self.buffer)`` writes rollouts that other processes collected into the buffer
-        (every row and column, as :meth:`collect` would); then the counters advance and the
-        rollout stats, NaN/inf checks and reward normaliser run as after :meth:`collect`.
-
-        Args:
-            fill: Writes the received rollouts into the buffer it is given, in place.
-
-        Returns:
-            The rollout stats of :meth:`collect`, over the buffer's rows.
-        """
+        """The learner's collect in a job of actors and learners (:mod:`rl8.actors`): ``fill``
+        writes rollouts that other processes collected into the buffer it is given, in place
+        (every row and column); then counters, stats, checks and normaliser run as after
+        :meth:`collect`, whose rollout stats it returns."""
         fill(self.buffer)
         self.buffer.env_episodes = None  # the actors report their envs' records themselves
         self._behaviour_version = self.steps
@@ -444,16 +412,14 @@ class PPO:
     # ----------------------------------------------------------------- envs
     @property
     def next_collect_resets(self) -> bool:
-        """Whether the next :meth:`collect` starts by resetting every env: before the first
-        collect, after a reset-forcing :meth:`evaluate`, and every ``horizons_per_env_reset = k
-        > 0`` collects. Only then can the training envs be evaluated."""
+        """Whether the next :meth:`collect` resets every env first (before the first collect, after
+        an :meth:`evaluate` on them, every ``horizons_per_env_reset = k > 0`` collects)."""
         k = self.hparams.horizons_per_env_reset
         return self._obs is None or (k > 0 and self.collects % k == 0)
 
     def reset_envs(self, *, env_config: dict[str, Any] | None = None) -> None:
-        """Reset every env (applying ``hparams.env_config`` updated with ``env_config``). In
-        overlap mode a rollout collected in the background and not yet handed over is dropped
-        (it was collected before the reset)."""
+        """Reset every env (with ``env_config`` over ``hparams.env_config``); in overlap mode a
+        rollout collected in the background and not yet handed over is dropped."""
         if self.collector is not None:
             self.collector.discard()
         config = {**self.hparams.env_config, **(env_config or {})}
@@ -467,15 +433,13 @@ class PPO:
         self._env_carry.reset()
 
     def _reset_envs_later(self) -> None:
-        """Make the next :meth:`collect` reset every env first (in overlap mode: wait for the
-        rollout in flight and drop it), so the training envs are free until then."""
+        """Make the next :meth:`collect` reset every env first (dropping a background rollout)."""
         if self.collector is not None:
             self.collector.discard()
         self._obs = None
 
     def _settle(self) -> None:
-        """Overlap mode: wait for the rollout in flight, so that the training envs are idle
-        and ``_obs`` are their observations (it stays ready for the next collect)."""
+        """Overlap mode: wait for the rollout in flight (kept for the next collect): the envs idle."""
         if self.collector is not None and self.collector.in_flight:
             self._obs = self.collector.wait().obs
 
@@ -497,8 +461,9 @@ class PPO:
 
     def _make_buffer(self) -> RolloutBuffer:
         hp = self.hparams
+        buffers = 2 if hp.collect_mode == "overlap" else 1  # the learner's and the collector's
         return make_rollout_buffer(self.env, self.policy, hp.num_envs, hp.horizon, self.device, seq_len=self.seq_len,
-                                   buffers=2 if hp.collect_mode == "overlap" else 1)
+                                   buffers=buffers)
 
     def _make_collector(self) -> OverlapCollector:
         """The actor side of overlapped collection: its own buffer, carry and generator."""
@@ -508,34 +473,31 @@ class PPO:
 
     # ----------------------------------------------------------------- eval
     @torch.no_grad()
-    def evaluate(
-        self,
-        env: Env | None = None,
-        *,
-        env_config: dict[str, Any] | None = None,
-        deterministic: bool = True,
-        num_steps: int | None = None,
-    ) -> Stats:
+    def evaluate(self, env: Env | None = None, *, env_config: dict[str, Any] | None = None, deterministic: bool = True,
+                 num_steps: int | None = None) -> Stats:
         """Run the policy without touching training state (buffer, counters, normalisers).
 
         Args:
-            env: A dedicated eval env (see :func:`make_env`); it is reset first. ``None``
-                uses the training envs, which is only allowed when they are about to be reset
-                anyway (before the first collect, or when ``horizons_per_env_reset > 0`` and the
-                next collect resets them); the next training collect then resets them again.
+            env: A dedicated eval env (see :func:`make_env`), reset first. ``None`` uses the
+                training envs, only when the next collect resets them anyway
+                (:attr:`next_collect_resets`); that collect then resets them again.
             env_config: Env parameters for the eval reset (over ``hparams.env_config``).
             deterministic: Act with the distributions' modes.
-            num_steps: Steps per env; default ``horizon``. For episodic envs every episode
-                that ends within them is counted.
+            num_steps: Steps per env; default ``horizon`` (every episode ending within them counts).
 
         Returns:
-            The rollout stats of :meth:`collect` (without an ``eval/`` prefix); here
-            ``rollout/reward_sum_*`` sum each env's rewards over the ``num_steps`` steps.
+            The rollout stats of :meth:`collect` (no ``eval/`` prefix) over the ``num_steps`` steps.
         """
         hp = self.hparams
         if env is None:
             if not self.next_collect_resets:
-                raise _eval_on_training_envs_error(hp.horizons_per_env_reset, self.collects)
+                k = hp.horizons_per_env_reset
+                raise RuntimeError(
+                    "eval on the training envs is only possible at an env-reset boundary (horizons_per_env_reset="
+                    f"{k}: the envs reset " + ("only once, before the first collect" if k < 0 else f"every {k} collects")
+                    + f"; {self.collects} collects done so far). Use a dedicated eval env "
+                    "(Trainer(eval_num_envs=...)) to evaluate at any time."
+                )
             env = self.env
             self._reset_envs_later()  # the next training collect resets the envs
         config = {**hp.env_config, **(env_config or {})}
@@ -547,13 +509,9 @@ class PPO:
 
     # ----------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:
-        """Everything needed to continue training exactly: see ``docs/checkpoints.md``.
-
-        Holds only tensors and plain Python values, so it loads with
-        ``torch.load(weights_only=True)``. In overlap mode it first waits for the rollout in
-        flight, which it includes (``"overlap"``): a resumed run hands it over at its first
-        collect, exactly as the uninterrupted run does.
-        """
+        """Everything needed to continue training exactly (docs/checkpoints.md): only tensors and
+        plain values, so it loads with ``torch.load(weights_only=True)``. In overlap mode it
+        waits for the rollout in flight and includes it, as the uninterrupted run hands it over."""
         self._settle()
         return {
             "hparams": _plain_hparams(self.hparams),
@@ -566,12 +524,7 @@ class PPO:
             "recurrent": self._env_carry.state_dict(),
             **self.episodes.state_dict(),
             **env_state(self.env, self._obs),
-            "rng": {  # PPO's generators and torch's global (CPU and CUDA) random states
-                "generator": self.generator.get_state(),
-                "eval_generator": self.eval_generator.get_state(),
-                "torch": torch.get_rng_state(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-            },
+            "rng": rng_state(generator=self.generator, eval_generator=self.eval_generator),
             "overlap": self.collector.state_dict() if self.collector is not None else None,
         }
 
@@ -592,22 +545,15 @@ class PPO:
         self._env_carry.load_state_dict(state.get("recurrent"))
         self._obs = load_env_state(self.env, state, self.device)
         self._validated = False  # the first step after a resume is checked like any first step
-        rng = state["rng"]
-        self.generator.set_state(rng["generator"])
-        self.eval_generator.set_state(rng["eval_generator"])
-        torch.set_rng_state(rng["torch"])
-        if rng["cuda"] and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(rng["cuda"])
+        load_rng_state(state["rng"], generator=self.generator, eval_generator=self.eval_generator)
         if self.collector is not None and state.get("overlap") is not None:
             self.collector.load_state_dict(state["overlap"], self._obs)
             self._behaviour_version = self.steps  # the collector's rollout (if any) brings its own
 
     def close(self) -> None:
-        """Stop collecting in the background (overlap mode): wait for the rollout in flight and
-        join its thread. A rollout that finished is kept for the next :meth:`collect` (its error,
-        if it failed, raised there), so closing loses nothing and the object stays usable. The
-        training envs stay open (``algo.env.close()`` closes them). Idempotent; a no-op in sync
-        mode. :class:`rl8.Trainer` calls it when it closes."""
+        """Overlap mode: wait for the rollout in flight and join its thread; a finished rollout
+        (or its error) is kept for the next :meth:`collect`, so the object stays usable. The
+        training envs stay open (``algo.env.close()``). Idempotent; a no-op in sync mode."""
         if self.collector is not None:
             self.collector.join()
 
@@ -615,34 +561,7 @@ class PPO:
         return f"PPO(env={self.env!r}, device={self.device}, policy={self.policy.model_cls.__name__})"
 
 
-# ----------------------------------------------------------------- building PPO's parts
-def _rank_hparams(hp: HParams) -> HParams:
-    """``hp`` as this rank uses them: an actor (``rl8 train --actors N``) runs its share of
-    ``num_envs`` (its learner's buffer holds ``num_envs`` rows, one block per actor) and
-    never updates (no minibatch size to check)."""
-    roles = current_roles()
-    if roles is None or not roles.is_actor:
-        return hp
-    share = roles.actors_per_learner
-    if hp.num_envs % share:
-        raise ValueError(
-            f"hparam num_envs: with {roles.actors} actors and {roles.learners} learners each learner "
-            f"combines {share} actors' rollouts, so num_envs (the envs of one learner's batch) must "
-            f"be a multiple of {share}, got {hp.num_envs}"
-        )
-    return hp.replace(num_envs=hp.num_envs // share, sgd_minibatch_size=None, num_minibatches=None)
-
-
-def _make_policy(hp: HParams, env: Env, device: torch.device) -> Policy:
-    """The policy of ``hp``'s model, distribution and normaliser for ``env``'s spaces."""
-    return Policy(
-        env.observation_space, env.action_space,
-        model_cls=resolve(hp.model_cls, MODEL, field="hparam model_cls"), model_config=hp.model_config,
-        distribution_cls=resolve(hp.distribution_cls, DISTRIBUTION, field="hparam distribution_cls"),
-        normalize_observations=hp.normalize_observations, device=device,
-    )
-
-
+# ----------------------------------------------------------------- helpers
 def _plain_hparams(hp: HParams) -> dict[str, Any]:
     """Hyper-parameters as plain values (classes as dotted paths), for checkpoints and MLflow."""
     out = {}
@@ -653,17 +572,6 @@ def _plain_hparams(hp: HParams) -> dict[str, Any]:
             value = str(value)
         out[key] = value
     return out
-
-
-def _eval_on_training_envs_error(k: int, collects: int) -> RuntimeError:
-    """Why :meth:`PPO.evaluate` cannot use the training envs now (``k``: ``horizons_per_env_reset``)."""
-    return RuntimeError(
-        "eval on the training envs is only possible at an env-reset boundary "
-        f"(horizons_per_env_reset={k}: the envs reset "
-        + ("only once, before the first collect" if k < 0 else f"every {k} collects")
-        + f"; {collects} collects done so far). Use a dedicated eval env "
-        "(Trainer(eval_num_envs=...)) to evaluate at any time."
-    )
 
 
 class PresetHint(UserWarning):

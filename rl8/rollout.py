@@ -8,8 +8,8 @@
 pace (:class:`rl8.env.ReadyEnvs`, e.g. the worker pool :class:`rl8.envs.PoolEnv`): it acts on
 whichever envs are ready, so rows of the buffer fill at different speeds.
 
-:func:`make_env` builds the batched env a rollout steps; :func:`env_state` and
-:func:`load_env_state` save and restore where its rollouts are (for checkpoints);
+:func:`make_env` builds the batched env a rollout steps (:func:`rank_hparams`: this rank's share); :func:`env_state`, :func:`rng_state` and
+their ``load_`` counterparts save and restore where its rollouts are (for checkpoints);
 :func:`final_values` values the observations at which episodes were truncated.
 :func:`rollout_buffer_stats` gives a filled buffer's stats; :func:`evaluate_rollout` runs a policy
 without a buffer, for evaluation.
@@ -27,14 +27,15 @@ from tensordict import TensorDict, TensorDictBase
 from ._resolve import env_target
 from .buffer import RolloutBuffer, RolloutCarry
 from .env import Env, ReadyEnvs, validate_step_output
-from .distributed import DistContext
+from .distributed import DistContext, current_roles
 from .episodes import EpisodeTracker
+from .hparams import HParams
 from .normalization import RewardNormalizer
 from .policy import Policy
 from .runner import run_policy
 from .stats import Stats, rollout_stats
 
-__all__ = ["env_state", "evaluate_rollout", "final_values", "load_env_state", "make_env", "rollout", "rollout_buffer_stats",
+__all__ = ["env_state", "evaluate_rollout", "final_values", "load_env_state", "load_rng_state", "make_env", "rank_hparams", "rng_state", "rollout", "rollout_buffer_stats",
            "rollout_ready_envs"]
 
 
@@ -246,6 +247,23 @@ def make_env(
     return GymnasiumEnv(num_envs, horizon, device=device, env=target, **kwargs)
 
 
+def rank_hparams(hp: HParams) -> HParams:
+    """``hp`` as this rank uses them: an actor (``rl8 train --actors N``) steps its share of
+    ``num_envs`` (its learner's buffer holds ``num_envs`` rows, one block per actor) and
+    never updates (no minibatch size to check). ``hp``: the run's hyper-parameters."""
+    roles = current_roles()
+    if roles is None or not roles.is_actor:
+        return hp
+    share = roles.actors_per_learner
+    if hp.num_envs % share:
+        raise ValueError(
+            f"hparam num_envs: with {roles.actors} actors and {roles.learners} learners each learner "
+            f"combines {share} actors' rollouts, so num_envs (the envs of one learner's batch) must "
+            f"be a multiple of {share}, got {hp.num_envs}"
+        )
+    return hp.replace(num_envs=hp.num_envs // share, sgd_minibatch_size=None, num_minibatches=None)
+
+
 def env_state(env: Env, obs: torch.Tensor | TensorDictBase | None) -> dict[str, Any]:
     """The checkpoint's ``obs`` (the envs' last observations) and ``env`` (the env's
     ``state_dict``): both ``None`` before the first reset or for an env that saves no state."""
@@ -266,6 +284,24 @@ def load_env_state(env: Env, state: dict[str, Any], device: torch.device) -> tor
     if "tensordict" in obs:
         return TensorDict(obs["tensordict"], batch_size=[env.num_envs]).to(device)
     return obs["tensor"].to(device)
+
+
+def rng_state(**generators: torch.Generator) -> dict[str, Any]:
+    """The states of ``generators`` (by name) and torch's global CPU and CUDA random states."""
+    return {
+        **{name: generator.get_state() for name, generator in generators.items()},
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+
+
+def load_rng_state(state: dict[str, Any], **generators: torch.Generator) -> None:
+    """Restore :func:`rng_state` into ``generators`` (by name) and torch's global random states."""
+    for name, generator in generators.items():
+        generator.set_state(state[name])
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 def final_values(
