@@ -3,6 +3,8 @@ tracking server that hangs, runs left RUNNING by a dead process."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from gymnasium import spaces
@@ -59,10 +61,11 @@ def test_nan_loss_mid_run_fails_the_run_and_keeps_the_last_good_checkpoint(monke
 
     def loss_that_goes_nan(*args, **kwargs):  # one minibatch per update: NaN from update 4 on
         calls.append(1)
-        total, monitors = real_loss(*args, **kwargs)
+        loss = real_loss(*args, **kwargs)
         if len(calls) >= 4:
-            total, monitors = total * float("nan"), monitors * float("nan")
-        return total, monitors
+            loss = dataclasses.replace(loss, **{f.name: getattr(loss, f.name) * float("nan")
+                                                for f in dataclasses.fields(loss)})
+        return loss
 
     monkeypatch.setattr(rl8_ppo, "ppo_loss", loss_that_goes_nan)
     algo = PPO(CartPole, **{**SMALL, "sgd_minibatch_size": STEP})

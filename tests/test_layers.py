@@ -41,13 +41,6 @@ FUNCTION_LEVEL_ALLOWED = {
 #: need torch where they check or use a value.
 RL8_FUNCTION_LEVEL_ALLOWED_IN = ("rl8.cli.", "rl8.training.config_file", "rl8.training.config")
 
-#: Private names imported across modules, each with why (to make public later).
-PRIVATE_ALLOWED = {
-    ("rl8.policies.models", "_linear"): "rl8/policies/models.py is rewritten on branch algo: make public there",
-    ("rl8.policies.models", "_mlp"): "rl8/policies/models.py is rewritten on branch algo: make public there",
-}
-
-
 def _modules() -> dict[str, tuple[Path, bool]]:
     out = {}
     for path in sorted(PACKAGE.rglob("*.py")):
@@ -164,7 +157,7 @@ def private_imports() -> list[str]:
             if name is None:  # a module: private when a part of its path is
                 if any(part.startswith("_") and not part.startswith("__") for part in source.split(".")):
                     found.append(f"{module}: {source}")
-            elif name.startswith("_") and not name.startswith("__") and (source, name) not in PRIVATE_ALLOWED:
+            elif name.startswith("_") and not name.startswith("__"):
                 found.append(f"{module}: {source}.{name}")
     return found
 

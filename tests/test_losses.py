@@ -1,92 +1,99 @@
-"""The one-node PPO loss against its plain autograd definition."""
+"""PPO's loss against its terms worked out by hand on a tiny batch."""
 
 from __future__ import annotations
+
+import dataclasses
+import math
 
 import pytest
 import torch
 
-from rl8.ppo.losses import ppo_loss, reference_ppo_loss
+from rl8.ppo.losses import PPOLoss, ppo_loss
+
+# Four samples: ratios 1.5 and 3.0 (above 1 + eps), 1.1 (inside) and 0.25 (below 1 - eps).
+RATIOS = [1.5, 3.0, 1.1, 0.25]
+ADVANTAGES = [2.0, -1.0, 3.0, -2.0]
+OLD_VALUES = [0.0, 1.0, 2.0, 0.0]
+VALUES = [1.0, 1.0, 3.0, -2.0]  # changes 1, 0, 1, -2 from the old values
+RETURNS = [0.0, 2.0, 2.0, -3.0]
+ENTROPY = [0.5, 1.0, 1.5, 1.0]
 
 
-def _inputs(n: int, seed: int) -> dict[str, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    old_logp = torch.randn(n, generator=g) * 0.5 - 1.0
-    # ratios spread well beyond the clip range on both sides, advantages of both signs
-    logp = old_logp + torch.randn(n, generator=g) * 0.4
-    old_values = torch.randn(n, generator=g)
-    values = old_values + torch.randn(n, generator=g) * 2.0
-    return {
-        "logp": logp, "values": values, "old_logp": old_logp,
-        "advantages": torch.randn(n, generator=g) * 2.0, "old_values": old_values,
-        "returns": old_values + torch.randn(n, generator=g) * 3.0,
-    }
+def _loss(**kwargs):
+    old_logp = torch.tensor([-1.0, -2.0, -0.5, -1.5], dtype=torch.float64)
+    logp = (old_logp + torch.tensor(RATIOS, dtype=torch.float64).log()).requires_grad_()
+    values = torch.tensor(VALUES, dtype=torch.float64, requires_grad=True)
+    entropy = torch.tensor(ENTROPY, dtype=torch.float64, requires_grad=True)
+    loss = ppo_loss(
+        logp, values, entropy, old_logp, torch.tensor(ADVANTAGES, dtype=torch.float64),
+        torch.tensor(OLD_VALUES, dtype=torch.float64), torch.tensor(RETURNS, dtype=torch.float64), **kwargs,
+    )
+    loss.total.backward()
+    return loss, logp.grad, values.grad, entropy.grad
 
 
-@pytest.mark.parametrize("dual_clip_param", [None, 3.0])
-@pytest.mark.parametrize("vf_clip_param", [None, 0.5])
-@pytest.mark.parametrize("vf_coeff", [0.5, 2.0])
-def test_matches_reference_values_and_gradients(dual_clip_param, vf_clip_param, vf_coeff):
-    data = _inputs(4096, seed=1)
-    kwargs = dict(clip_param=0.2, dual_clip_param=dual_clip_param, vf_clip_param=vf_clip_param, vf_coeff=vf_coeff)
-    results = []
-    for fn in (ppo_loss, reference_ppo_loss):
-        logp = data["logp"].clone().requires_grad_()
-        values = data["values"].clone().requires_grad_()
-        total, monitors = fn(logp, values, data["old_logp"], data["advantages"], data["old_values"], data["returns"], **kwargs)
-        (3.0 * total).backward()  # a non-unit upstream gradient
-        results.append((total.detach(), monitors, logp.grad, values.grad))
-    (total, monitors, g_logp, g_values), (ref_total, ref_monitors, ref_g_logp, ref_g_values) = results
-    torch.testing.assert_close(total, ref_total, rtol=1e-6, atol=1e-7)
-    torch.testing.assert_close(monitors, ref_monitors, rtol=1e-6, atol=1e-7)
-    torch.testing.assert_close(g_logp, ref_g_logp, rtol=1e-5, atol=1e-9)
-    torch.testing.assert_close(g_values, ref_g_values, rtol=1e-5, atol=1e-9)
-    # the data exercised every branch: clipped ratios, clipped values, active dual clip
-    ratio = (data["logp"] - data["old_logp"]).exp()
-    assert 0.1 < monitors[3].item() < 0.9
-    assert ((ratio - 1).abs() > 0.2).any() and ((ratio - 1).abs() < 0.2).any()
-    if vf_clip_param is not None:
-        assert (ref_g_values == 0).any() and (ref_g_values != 0).any()
-    if dual_clip_param is not None:
-        adv = data["advantages"]
-        assert ((adv < 0) & (adv * ratio < dual_clip_param * adv)).any()
+def test_terms_by_hand():
+    loss, grad_logp, grad_values, grad_entropy = _loss(clip_param=0.2, vf_coeff=0.5, entropy_coeff=0.1)
+    # surrogates min(r A, clip(r) A): min(3, 2.4), min(-3, -1.2), min(3.3, 3.3), min(-0.5, -1.6)
+    assert loss.policy_loss.item() == pytest.approx(-(2.4 - 3.0 + 3.3 - 1.6) / 4)
+    # squared errors 1, 1, 1, 1
+    assert loss.value_loss.item() == pytest.approx(0.5 * 1.0)
+    assert loss.entropy.item() == pytest.approx(1.0)
+    kl = sum(r - 1 - math.log(r) for r in RATIOS) / 4
+    assert loss.approx_kl.item() == pytest.approx(kl)
+    assert loss.clip_fraction.item() == pytest.approx(3 / 4)  # all but 1.1
+    assert loss.total.item() == pytest.approx(-(2.4 - 3.0 + 3.3 - 1.6) / 4 + 0.5 * 0.5 - 0.1 * 1.0)
+    # d/dlogp of -mean(surrogate): -r A / 4 where the unclipped term is the minimum (samples 2
+    # and 3, where it ties with the clipped one inside the range), 0 where the clipped one is
+    torch.testing.assert_close(grad_logp, torch.tensor([0.0, 3.0 / 4, -1.1 * 3.0 / 4, 0.0], dtype=torch.float64))
+    # d/dV of 0.5 * 0.5 * mean((V - R)^2) = 0.5 * (V - R) / 4
+    torch.testing.assert_close(grad_values, torch.tensor([1.0, -1.0, 1.0, 1.0], dtype=torch.float64) * 0.5 / 4)
+    torch.testing.assert_close(grad_entropy, torch.full((4,), -0.1 / 4, dtype=torch.float64))
+
+
+def test_dual_clip_and_value_clip_by_hand():
+    loss, grad_logp, grad_values, _ = _loss(clip_param=0.2, dual_clip_param=2.0, vf_clip_param=0.5)
+    # negative advantages: max(surrogate, c A): max(-3, -2) = -2 (capped), max(-1.6, -4) = -1.6
+    assert loss.policy_loss.item() == pytest.approx(-(2.4 - 2.0 + 3.3 - 1.6) / 4)
+    assert grad_logp.tolist() == pytest.approx([0.0, 0.0, -1.1 * 3.0 / 4, 0.0])  # the cap passes no gradient
+    # clipped values old + clip(V - old, +-0.5): 0.5, 1, 2.5, -0.5; their errors 0.5, -1, 0.5, 2.5;
+    # max of the squares: max(1, 0.25), max(1, 1), max(1, 0.25), max(1, 6.25)
+    assert loss.value_loss.item() == pytest.approx(0.5 * (1 + 1 + 1 + 6.25) / 4)
+    # d/dV of 0.5 * mean(max(...)): (V - R) / 4 where the unclipped error wins; 0 for sample 4,
+    # where the clipped one wins with its clamp active
+    assert grad_values.tolist() == pytest.approx([1.0 / 4, -1.0 / 4, 1.0 / 4, 0.0])
+
+
+def test_terms_are_named_detached_scalars():
+    loss, *_ = _loss(clip_param=0.2)
+    assert isinstance(loss, PPOLoss)
+    assert [f.name for f in dataclasses.fields(loss)] == [
+        "total", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction"]
+    for f in dataclasses.fields(loss)[1:]:
+        value = getattr(loss, f.name)
+        assert value.shape == () and not value.requires_grad, f.name
+    assert loss.total.requires_grad
 
 
 def test_gradcheck_in_double_precision():
-    data = {k: v[:64].double() for k, v in _inputs(64, seed=2).items()}
-    logp = data.pop("logp").requires_grad_()
-    values = data.pop("values").requires_grad_()
+    g = torch.Generator().manual_seed(2)
+    old_logp, adv, old_values, returns = (torch.randn(64, generator=g, dtype=torch.float64) for _ in range(4))
+    logp = (old_logp + 0.4 * torch.randn(64, generator=g, dtype=torch.float64)).requires_grad_()
+    values = (old_values + torch.randn(64, generator=g, dtype=torch.float64)).requires_grad_()
+    entropy = torch.rand(64, generator=g, dtype=torch.float64).requires_grad_()
 
-    def total(logp, values):
-        return ppo_loss(
-            logp, values, data["old_logp"], data["advantages"], data["old_values"], data["returns"],
-            clip_param=0.2, dual_clip_param=3.0, vf_clip_param=0.5, vf_coeff=0.7,
-        )[0]
+    def total(logp, values, entropy):
+        return ppo_loss(logp, values, entropy, old_logp, adv, old_values, returns, clip_param=0.2,
+                        dual_clip_param=3.0, vf_clip_param=0.5, vf_coeff=0.7, entropy_coeff=0.01).total
 
-    # away from the kinks the loss is smooth, so finite differences check the analytic gradient
-    assert torch.autograd.gradcheck(total, (logp, values), eps=1e-7, atol=1e-6)
-
-
-def test_monitors_are_detached_and_named_in_order():
-    data = _inputs(256, seed=3)
-    logp = data["logp"].clone().requires_grad_()
-    values = data["values"].clone().requires_grad_()
-    total, monitors = ppo_loss(
-        logp, values, data["old_logp"], data["advantages"], data["old_values"], data["returns"],
-        clip_param=0.1, vf_coeff=0.5,
-    )
-    assert total.requires_grad and not monitors.requires_grad
-    policy_loss, vf_loss, kl, clip_fraction = monitors.tolist()
-    assert total.item() == pytest.approx(policy_loss + 0.5 * vf_loss, rel=1e-6)
-    assert vf_loss == pytest.approx(0.5 * (data["values"] - data["returns"]).square().mean().item(), rel=1e-6)
-    assert kl >= 0 and 0 <= clip_fraction <= 1
+    # away from the kinks the loss is smooth, so finite differences check the autograd gradient
+    assert torch.autograd.gradcheck(total, (logp, values, entropy), eps=1e-7, atol=1e-6)
 
 
-def test_frozen_values_get_no_gradient():
-    data = _inputs(128, seed=4)
-    logp = data["logp"].clone().requires_grad_()
-    total, _ = ppo_loss(
-        logp, data["values"], data["old_logp"], data["advantages"], data["old_values"], data["returns"],
-        clip_param=0.2,
-    )
-    total.backward()
+def test_frozen_values_and_entropy_get_no_gradient():
+    g = torch.Generator().manual_seed(4)
+    logp = torch.randn(16, generator=g).requires_grad_()
+    rest = [torch.randn(16, generator=g) for _ in range(6)]
+    loss = ppo_loss(logp, *rest, clip_param=0.2)
+    loss.total.backward()
     assert logp.grad is not None and logp.grad.abs().sum() > 0

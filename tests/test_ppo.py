@@ -13,7 +13,8 @@ from tensordict import TensorDict
 
 from rl8 import PPO, Env, EnvOutputError
 from rl8.envs import CartPole, ContinuousDummyEnv, DiscreteDummyEnv, Pendulum
-from rl8.ppo.algorithm import _final_values, normalized_advantages
+from rl8.ppo.buffer import normalized_advantages
+from rl8.ppo.rollout import final_values
 
 SMALL = dict(num_envs=16, horizon=8, sgd_minibatch_size=32, num_sgd_iters=2, seed=0)
 
@@ -248,7 +249,7 @@ def test_truncation_bootstraps_from_final_obs_value():
     algo = PPO(EpisodeEnv, env_kwargs={"length": 3}, **SMALL)
     algo.collect()
     trunc = algo.buffer["truncated"][:, :8]
-    final = _final_values(algo.policy, algo.buffer, algo.carry, trunc, contextlib.nullcontext())
+    final = final_values(algo.policy, algo.buffer, algo.carry, trunc, contextlib.nullcontext())
     expected = algo.policy.value(algo.buffer["final_obs"][:, :8].reshape(-1, 1)).reshape(16, 8)
     torch.testing.assert_close(final[trunc], expected[trunc])
     assert (final[~trunc] == 0).all()
@@ -376,24 +377,6 @@ def test_unknown_hparam_is_an_error():
         PPO(CartPole, horizn=8)
 
 
-@pytest.mark.parametrize("activation", ["relu", "tanh", "elu"])
-def test_functional_mlp_matches_the_modules(activation):
-    from rl8.policies.distributions import Categorical
-    from rl8.policies.models import MLPModel, run_mlp
-
-    model = MLPModel(spaces.Box(-1, 1, (3,)), spaces.Discrete(2), Categorical, activation=activation)
-    x = torch.randn(16, 3, requires_grad=True)
-    expected = model.pi(x)
-    got = run_mlp(x, model.pi)
-    torch.testing.assert_close(got, expected)
-    got.sum().backward()
-    grad = x.grad.clone()
-    x.grad = None
-    expected.sum().backward()
-    torch.testing.assert_close(grad, x.grad)
-
-
-
 def test_each_ppo_object_owns_its_random_stream():
     def losses(algo, n=2):
         out = []
@@ -412,37 +395,38 @@ def test_each_ppo_object_owns_its_random_stream():
     assert interleaved == alone
 
 
-def test_mlp_rollout_fuses_first_layers_without_changing_outputs():
-    """Inside Model.rollout() the separate networks' first layers run as one matmul; the
-    outputs equal the plain forward, and leaving the context (or autograd) restores it."""
+@pytest.mark.parametrize("shared", [False, True])
+def test_mlp_model_is_plain_sequential_networks(shared):
+    """MLPModel's policy and value are plain modules called directly: the outputs (with and
+    without autograd, inside and outside Model.rollout()) are those of pi and vf."""
     from rl8.policies.distributions import Categorical
     from rl8.policies.models import MLPModel
 
     env = CartPole(64)
-    for activation in ("relu", "tanh", "elu"):
-        model = MLPModel(env.observation_space, env.action_space, Categorical, hiddens=(32, 16), activation=activation)
-        obs = torch.randn(64, 4)
-        with torch.no_grad():
-            params, value = model(obs)
-            with model.rollout():
-                fused = model._fused_first
-                fused_params, fused_value = model(obs)
-            assert model._fused_first is None
-        assert (fused is not None) == (activation != "elu")  # only in-place-able activations fuse
-        torch.testing.assert_close(fused_params, params, rtol=1e-6, atol=1e-6)
-        torch.testing.assert_close(fused_value, value, rtol=1e-6, atol=1e-6)
-        with model.rollout():  # with autograd on, the plain (differentiable) path runs
-            params_grad, _ = model(obs)
-        params_grad.sum().backward()
-        assert model.pi[0].weight.grad is not None
-    shared = MLPModel(env.observation_space, env.action_space, Categorical, shared=True)
-    with shared.rollout():
-        assert shared._fused_first is None
+    model = MLPModel(env.observation_space, env.action_space, Categorical, hiddens=(32, 16), activation="relu",
+                     shared=shared)
+    obs = torch.randn(64, 4)
+    if shared:
+        assert isinstance(model.trunk, torch.nn.Sequential)
+        assert isinstance(model.pi, torch.nn.Linear) and isinstance(model.vf, torch.nn.Linear)
+        expected = model.pi(model.trunk(obs)), model.vf(model.trunk(obs))[:, 0]
+    else:
+        assert isinstance(model.pi, torch.nn.Sequential) and isinstance(model.vf, torch.nn.Sequential)
+        assert [type(m) for m in model.pi] == [torch.nn.Linear, torch.nn.ReLU] * 2 + [torch.nn.Linear]
+        expected = model.pi(obs), model.vf(obs)[:, 0]
+    params, value = model(obs)
+    torch.testing.assert_close(params, expected[0])
+    torch.testing.assert_close(value, expected[1])
+    torch.testing.assert_close(model.value(obs), expected[1])
+    with torch.no_grad(), model.rollout():
+        rollout_params, rollout_value = model(obs)
+    torch.testing.assert_close(rollout_params, expected[0])
+    torch.testing.assert_close(rollout_value, expected[1])
 
 
 def test_collect_sees_parameters_updated_by_step():
-    """The fused weights are rebuilt every collect, so a collect after step() acts with the
-    updated parameters: its stored log-probs equal a fresh evaluation of the new policy."""
+    """A collect after update() acts with the updated parameters: its stored log-probs equal a
+    fresh evaluation of the new policy."""
     algo = PPO(CartPole, num_envs=32, horizon=8, sgd_minibatch_size=64, seed=0)
     algo.collect()
     algo.update()
@@ -475,10 +459,8 @@ def test_rollout_stats_values(env_cls):
 @pytest.mark.parametrize("accumulate_grads", [False, True])
 def test_update_stats_values(accumulate_grads):
     """losses/* and monitors/* of step() are the minibatch means of the plain PPO losses,
-    checked against the reference loss and an autograd gradient norm: one minibatch, or two
-    whose gradients are accumulated into one optimizer step (so both see the same weights)."""
-    from rl8.ppo.losses import reference_ppo_loss
-
+    checked against the loss written out here and an autograd gradient norm: one minibatch, or
+    two whose gradients are accumulated into one optimizer step (so both see the same weights)."""
     minibatches = 2 if accumulate_grads else 1
     hp = dict(
         num_envs=8, horizon=6, num_sgd_iters=1, sgd_minibatch_size=48 // minibatches,
@@ -508,13 +490,17 @@ def test_update_stats_values(accumulate_grads):
         rows = slice(j * size, (j + 1) * size)
         minibatch = TensorDict(obs=obs[rows], actions=actions[rows], batch_size=[size])
         logp, entropy, values = policy.evaluate(minibatch)
-        loss, monitors = reference_ppo_loss(
-            logp, values, old_logp[rows], advantages[rows], old_values[rows], returns[rows],
-            clip_param=0.2, vf_clip_param=0.5, vf_coeff=0.7,
-        )
-        total = loss - 0.05 * entropy.mean()
-        for key, value in zip(("policy", "vf", "kl", "clip"), monitors.tolist()):
-            expected[key] += value / minibatches
+        ratio, adv, ret = (logp - old_logp[rows]).exp(), advantages[rows], returns[rows]
+        terms = {
+            "policy": -torch.min(ratio * adv, ratio.clamp(0.8, 1.2) * adv).mean(),
+            "vf": 0.5 * torch.max((values - ret) ** 2,
+                                  (old_values[rows] + (values - old_values[rows]).clamp(-0.5, 0.5) - ret) ** 2).mean(),
+            "kl": (ratio - 1 - ratio.log()).mean(),
+            "clip": ((ratio - 1).abs() > 0.2).float().mean(),
+        }
+        total = terms["policy"] + 0.7 * terms["vf"] - 0.05 * entropy.mean()
+        for key, value in terms.items():
+            expected[key] += value.item() / minibatches
         expected["entropy"] += -entropy.mean().item() / minibatches
         expected["total"] += total.item() / minibatches
         for g, d in zip(grads, torch.autograd.grad(total / minibatches, list(policy.parameters()))):
@@ -717,13 +703,13 @@ def test_an_env_constructor_out_of_memory_is_reported_for_the_envs():
 
 
 def test_a_failed_allocation_names_num_envs_horizon_and_bytes(monkeypatch):
-    import rl8.ppo.algorithm
+    import rl8.ppo.buffer
 
     def fail(*args, **kwargs):
         raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate "
                            "memory: you tried to allocate 123 bytes.")
 
-    monkeypatch.setattr(rl8.ppo.algorithm, "RolloutBuffer", fail)
+    monkeypatch.setattr(rl8.ppo.buffer, "RolloutBuffer", fail)
     with pytest.raises(ValueError, match=r"num_envs=16 envs x \(horizon=8 \+ 1\) steps needs about \d+ bytes .*"
                        r"allocating memory failed \(.*can't allocate memory: you tried to allocate 123 bytes.\)"):
         PPO(CartPole, **SMALL)
@@ -731,7 +717,7 @@ def test_a_failed_allocation_names_num_envs_horizon_and_bytes(monkeypatch):
     def other(*args, **kwargs):
         raise RuntimeError("something else")
 
-    monkeypatch.setattr(rl8.ppo.algorithm, "RolloutBuffer", other)
+    monkeypatch.setattr(rl8.ppo.buffer, "RolloutBuffer", other)
     with pytest.raises(RuntimeError, match="^something else$"):
         PPO(CartPole, **SMALL)
 

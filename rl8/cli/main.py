@@ -191,7 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     from rl8.io.checkpoint_dir import CheckpointDirError
     from rl8.io.checkpoint import CheckpointError
-    from rl8.tracking.tracker import TrackingError
+    from rl8.tracking import TrackingError
 
     try:
         return int(args.func(args) or 0)

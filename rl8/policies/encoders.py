@@ -32,7 +32,7 @@ from tensordict import TensorDictBase
 from torch import nn
 
 from rl8.policies.models import (
-    Model, _linear, _mlp, check_widths, flat_observation_size, flatten_observation, resolve_activation,
+    Model, make_linear, make_mlp, check_widths, flat_observation_size, flatten_observation, resolve_activation,
     MLPModel,
 )
 
@@ -165,7 +165,7 @@ class NatureCNN(nn.Module):
             layers += [_conv(c, out, k, s), nn.ReLU()]
             c = out
         self.convs = nn.Sequential(*layers)
-        self.linear = _linear(c * h * w, features, math.sqrt(2), True)
+        self.linear = make_linear(c * h * w, features, math.sqrt(2), True)
         self.features = features
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
@@ -208,7 +208,7 @@ class ImpalaCNN(nn.Module):
             ))
             c, h, w = out, (h + 1) // 2, (w + 1) // 2
         self.stacks = nn.Sequential(*stacks)
-        self.linear = _linear(c * h * w, features, math.sqrt(2), True)
+        self.linear = make_linear(c * h * w, features, math.sqrt(2), True)
         self.features = features
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
@@ -314,7 +314,7 @@ class ObservationEncoder(nn.Module):
                 self.kinds[key] = "image"
             else:
                 sizes = [flat_observation_size(sub), *vector_hiddens]
-                module = nn.Sequential(*_mlp(sizes, act, True))
+                module = nn.Sequential(*make_mlp(sizes, act, True))
                 width = sizes[-1]
                 self.kinds[key] = "vector"
             self.encoders[key] = module
@@ -379,14 +379,14 @@ class CNNModel(Model):
             enc = ObservationEncoder(observation_space, encoder=encoder, encoder_config=encoder_config,
                                      image_layout=image_layout, image_keys=image_keys,
                                      vector_hiddens=vector_hiddens, activation=activation)
-            return nn.Sequential(enc, *_mlp([enc.features, *hiddens], act, True))
+            return nn.Sequential(enc, *make_mlp([enc.features, *hiddens], act, True))
 
         self.shared = bool(shared)
         self.pi_body = body()
         self.vf_body = None if self.shared else body()
         width = hiddens[-1] if hiddens else self.pi_body[0].features
-        self.pi = _linear(width, head_size, 0.01, True)
-        self.vf = _linear(width, 1, 1.0, True)
+        self.pi = make_linear(width, head_size, 0.01, True)
+        self.vf = make_linear(width, 1, 1.0, True)
 
     def _check_space(self, space: spaces.Space, layout: str | None, image_keys: Mapping[str, str] | None) -> None:
         if isinstance(space, spaces.Dict):

@@ -107,9 +107,9 @@ class Model(nn.Module):
     def rollout(self) -> contextlib.AbstractContextManager:
         """A context in which the parameters stay constant (PPO's collect and evaluate).
 
-        A model may prepare something for its forward passes without autograd here, such as
-        weights fused for the whole rollout; it must leave the results unchanged. The default
-        does nothing.
+        A model may prepare something for its forward passes without autograd here (computed
+        once per rollout, since the parameters stay constant); it must leave the results
+        unchanged. The default, used by every built-in model, does nothing.
         """
         return contextlib.nullcontext()
 
@@ -194,7 +194,7 @@ def check_widths(name: str, value: Any) -> tuple[int, ...]:
     return tuple(int(h) for h in value)
 
 
-def _linear(in_features: int, out_features: int, gain: float, ortho_init: bool) -> nn.Linear:
+def make_linear(in_features: int, out_features: int, gain: float, ortho_init: bool) -> nn.Linear:
     """A Linear layer; with ``ortho_init``, orthogonal weights of ``gain`` and zero biases."""
     linear = nn.Linear(in_features, out_features)
     if ortho_init:
@@ -203,53 +203,21 @@ def _linear(in_features: int, out_features: int, gain: float, ortho_init: bool) 
     return linear
 
 
-def _mlp(sizes: Sequence[int], activation: type[nn.Module], ortho_init: bool) -> list[nn.Module]:
+def make_mlp(sizes: Sequence[int], activation: type[nn.Module], ortho_init: bool) -> list[nn.Module]:
+    """The layers of an MLP through ``sizes``: Linear layers (orthogonal, gain sqrt(2), with
+    ``ortho_init``), each followed by an ``activation``."""
     layers: list[nn.Module] = []
     for i in range(len(sizes) - 1):
-        layers += [_linear(sizes[i], sizes[i + 1], math.sqrt(2), ortho_init), activation()]
+        layers += [make_linear(sizes[i], sizes[i + 1], math.sqrt(2), ortho_init), activation()]
     return layers
-
-
-_FUNCTIONAL_ACTIVATIONS = {
-    nn.Tanh: torch.tanh,
-    nn.ReLU: torch.relu,
-    nn.SiLU: F.silu,
-    nn.GELU: F.gelu,
-    nn.ELU: F.elu,
-}
-# Activations whose autograd formula needs only their output, so they may overwrite the
-# output of the Linear layer before them (which nothing else holds).
-_INPLACE_ACTIVATIONS = {nn.Tanh: torch.tanh_, nn.ReLU: torch.relu_}
-
-
-def run_mlp(x: torch.Tensor, layers: nn.Sequential) -> torch.Tensor:
-    """Apply ``layers`` (Linear and activation modules) to ``x`` with functional calls.
-
-    Equivalent to ``layers(x)``, without the per-module call overhead (hooks, tracing
-    checks) that dominates small networks in the rollout loop. ReLU and tanh after a Linear
-    layer run in place on its fresh output: for large batches that saves allocating (and
-    page-faulting) one activation-sized buffer per layer. Modules it does not know are called
-    normally.
-    """
-    fresh = False  # whether x is an intermediate result that nothing else references
-    for layer in layers:
-        kind = type(layer)
-        if kind is nn.Linear:
-            x = F.linear(x, layer.weight, layer.bias)
-            fresh = True
-            continue
-        if fresh and kind in _INPLACE_ACTIVATIONS:
-            x = _INPLACE_ACTIVATIONS[kind](x)
-        elif kind in _FUNCTIONAL_ACTIVATIONS and not getattr(layer, "inplace", False):
-            x = _FUNCTIONAL_ACTIVATIONS[kind](x)
-        else:
-            x = layer(x)
-        fresh = False
-    return x
 
 
 class MLPModel(Model):
     """The default model: multi-layer perceptrons for the policy and the value.
+
+    With ``shared=False`` the policy and the value are two plain ``nn.Sequential`` networks,
+    :attr:`pi` and :attr:`vf`, each reading the flattened observation; with ``shared=True`` a
+    trunk ``nn.Sequential`` feeds two ``nn.Linear`` heads, :attr:`pi` and :attr:`vf`.
 
     Args:
         observation_space: Space of one observation (flattened with
@@ -283,55 +251,22 @@ class MLPModel(Model):
         sizes = [in_features, *hiddens]
         last = sizes[-1]
         self.shared = bool(shared)
-        self._fused_first: tuple | None = None  # set inside rollout()
         if self.shared:
-            self.trunk = nn.Sequential(*_mlp(sizes, act, ortho_init))
-            self.pi = _linear(last, head_size, 0.01, ortho_init)
-            self.vf = _linear(last, 1, 1.0, ortho_init)
+            self.trunk = nn.Sequential(*make_mlp(sizes, act, ortho_init))
+            self.pi = make_linear(last, head_size, 0.01, ortho_init)
+            self.vf = make_linear(last, 1, 1.0, ortho_init)
         else:
-            self.pi = nn.Sequential(*_mlp(sizes, act, ortho_init), _linear(last, head_size, 0.01, ortho_init))
-            self.vf = nn.Sequential(*_mlp(sizes, act, ortho_init), _linear(last, 1, 1.0, ortho_init))
-
-    @contextlib.contextmanager
-    def rollout(self):
-        """Within: forward passes without autograd run the first layers of the separate policy
-        and value networks as ONE matmul over weights concatenated once per rollout (they
-        read the same input): one Linear and one activation fewer per env step."""
-        previous = self._fused_first
-        self._fused_first = self._fuse_first_layers()
-        try:
-            yield
-        finally:
-            self._fused_first = previous
-
-    def _fuse_first_layers(self) -> tuple | None:
-        if self.shared:
-            return None
-        pi, vf = list(self.pi), list(self.vf)
-        if len(pi) < 3 or len(vf) < 3 or type(pi[0]) is not nn.Linear or type(vf[0]) is not nn.Linear:
-            return None
-        act = type(pi[1])  # Tanh or ReLU (parameter-free) after both first layers
-        if type(vf[1]) is not act or act not in _INPLACE_ACTIVATIONS:
-            return None
-        with torch.no_grad():
-            weight = torch.cat([pi[0].weight, vf[0].weight])
-            bias = torch.cat([pi[0].bias, vf[0].bias])
-        return weight, bias, _INPLACE_ACTIVATIONS[act], pi[0].out_features, pi[2:], vf[2:]
+            self.pi = nn.Sequential(*make_mlp(sizes, act, ortho_init), make_linear(last, head_size, 0.01, ortho_init))
+            self.vf = nn.Sequential(*make_mlp(sizes, act, ortho_init), make_linear(last, 1, 1.0, ortho_init))
 
     def forward(self, obs: torch.Tensor | TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
         x = flatten_observation(obs, self.observation_space)
-        fused = self._fused_first
-        if fused is not None and not torch.is_grad_enabled():
-            weight, bias, activation_, width, pi_rest, vf_rest = fused
-            h = activation_(F.linear(x, weight, bias))
-            return self.distribution_params(run_mlp(h[:, :width], pi_rest)), run_mlp(h[:, width:], vf_rest)[:, 0]
         if self.shared:
-            h = run_mlp(x, self.trunk)
-            return self.distribution_params(F.linear(h, self.pi.weight, self.pi.bias)), F.linear(h, self.vf.weight, self.vf.bias)[:, 0]
-        return self.distribution_params(run_mlp(x, self.pi)), run_mlp(x, self.vf)[:, 0]
+            x = self.trunk(x)
+        return self.distribution_params(self.pi(x)), self.vf(x)[:, 0]
 
     def value(self, obs: torch.Tensor | TensorDictBase) -> torch.Tensor:
         x = flatten_observation(obs, self.observation_space)
         if self.shared:
-            return F.linear(run_mlp(x, self.trunk), self.vf.weight, self.vf.bias)[:, 0]
-        return run_mlp(x, self.vf)[:, 0]
+            x = self.trunk(x)
+        return self.vf(x)[:, 0]

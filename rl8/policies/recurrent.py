@@ -27,7 +27,7 @@ from torch import Tensor, nn
 
 from rl8.policies.encoders import ObservationEncoder, has_image
 from rl8.policies.models import (
-    Model, _linear, _mlp, check_widths, flat_observation_size, flatten_observation, resolve_activation,
+    Model, make_linear, make_mlp, check_widths, flat_observation_size, flatten_observation, resolve_activation,
 )
 
 __all__ = ["RecurrentModel", "LSTMModel", "GRUModel"]
@@ -139,7 +139,7 @@ class _RNNModel(RecurrentModel):
             sizes = [self.image_encoder.features, *encoder_hiddens]
         else:
             sizes = [flat_observation_size(observation_space), *encoder_hiddens]
-        self.encoder = nn.Sequential(*_mlp(sizes, act, ortho_init))
+        self.encoder = nn.Sequential(*make_mlp(sizes, act, ortho_init))
         self.rnn = self._rnn_cls(sizes[-1], hidden_size, num_layers, batch_first=True)
         if ortho_init:
             for name, param in self.rnn.named_parameters():
@@ -147,8 +147,8 @@ class _RNNModel(RecurrentModel):
                     nn.init.orthogonal_(param, 1.0)
                 else:
                     nn.init.zeros_(param)
-        self.pi = _linear(hidden_size, head_size, 0.01, ortho_init)
-        self.vf = _linear(hidden_size, 1, 1.0, ortho_init)
+        self.pi = make_linear(hidden_size, head_size, 0.01, ortho_init)
+        self.vf = make_linear(hidden_size, 1, 1.0, ortho_init)
 
     # -- state ---------------------------------------------------------------------------------
 

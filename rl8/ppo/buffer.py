@@ -12,7 +12,7 @@ import functools
 import math
 import os
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from gymnasium import spaces
@@ -21,9 +21,14 @@ from tensordict import TensorDict, TensorDictBase
 from rl8.envs.episodes import EpisodeRecords
 from rl8.envs.spaces import zeros_like_space
 
+if TYPE_CHECKING:
+    from rl8.ppo.distributed import DistContext
+    from rl8.envs.base import Env
+    from rl8.policies.policy import Policy
+
 __all__ = [
     "RecurrentCarry", "RolloutBuffer", "RolloutCarry", "buffer_allocation", "check_buffer_fits", "compute_gae",
-    "slot_bytes",
+    "make_rollout_buffer", "minibatches", "normalized_advantages", "slot_bytes",
 ]
 
 #: Observations up to this size per step (all envs) are kept through a collect and stacked into
@@ -433,6 +438,34 @@ def buffer_allocation(num_envs: int, horizon: int, slot_bytes: int | None) -> It
         raise _buffer_size_error(num_envs, horizon, need, f"allocating memory failed ({reason})") from err
 
 
+def make_rollout_buffer(
+    env: Env, policy: Policy, num_envs: int, horizon: int, device: torch.device, *, seq_len: int = 1, buffers: int = 1,
+) -> RolloutBuffer:
+    """The rollout buffer of ``env``'s spaces and ``policy``'s raw actions, refused before
+    allocating when it could never fit and named by ``num_envs`` and ``horizon`` when
+    allocating it fails.
+
+    Args:
+        env: The batched env (its spaces, whether it is episodic).
+        policy: The policy (its distribution's raw actions, its recurrent state).
+        num_envs: Envs (rows) of the buffer.
+        horizon: Steps per collect.
+        device: Where the buffer lives.
+        seq_len: Steps per training sequence of a recurrent policy (1 for transitions).
+        buffers: Buffers of this size the run holds (2 with ``collect_mode="overlap"``): the
+            size check counts them all.
+    """
+    dist, space = policy.distribution_cls, env.action_space
+    action_shape, action_dtype = tuple(dist.raw_action_shape(space)), dist.raw_action_dtype(space)
+    slot = slot_bytes(env.observation_space, action_shape, action_dtype, env.episodic)
+    check_buffer_fits(num_envs, horizon, device, slot, buffers=buffers)
+    with buffer_allocation(num_envs, horizon, slot):
+        return RolloutBuffer(
+            env.observation_space, action_shape, action_dtype, num_envs, horizon, device=device,
+            episodic=env.episodic, state_example=policy.initial_state(num_envs), seq_len=seq_len,
+        )
+
+
 def _as_rows(x: torch.Tensor | TensorDictBase, seq_len: int) -> torch.Tensor | TensorDictBase:
     """``[num_envs, T, ...]`` -> ``[num_envs * T, ...]`` transitions (``seq_len == 1``) or
     ``[num_envs * T / seq_len, seq_len, ...]`` sequences of consecutive steps of one env."""
@@ -503,3 +536,54 @@ def compute_gae(
         last = torch.addcmul(deltas_tm[t], carry[t], last, out=advantages_tm[t])
     advantages = advantages_tm.t()
     return advantages, advantages + values[:, :-1]
+
+
+def minibatches(
+    samples: TensorDict, num_minibatches: int, *, seq_len: int, shuffle: bool, normalize_advantages: bool,
+    dist: DistContext, generator: torch.Generator,
+) -> Iterator[TensorDict]:
+    """One pass (epoch) over ``samples`` in ``num_minibatches`` equal minibatches.
+
+    Args:
+        samples: The training samples (:meth:`RolloutBuffer.training_samples`), ``[S]``.
+        num_minibatches: Minibatches per pass; must divide ``S``.
+        seq_len: Steps per sample (1 for transitions, ``seq_len`` for recurrent sequences).
+        shuffle: Draw the minibatches from a fresh random permutation of the samples.
+        normalize_advantages: Normalise the advantages per minibatch
+            (:func:`normalized_advantages`).
+        dist: The run's :class:`~rl8.ppo.distributed.DistContext` (moments over all ranks).
+        generator: Draws the permutation.
+
+    A per-sample ``advantage_weights`` key (:attr:`rl8.PPO.advantage_weights`) multiplies the
+    (normalised) advantages.
+    """
+    if num_minibatches > 1 and shuffle:
+        samples = samples[torch.randperm(samples.batch_size[0], device=samples.device, generator=generator)]
+    else:
+        samples = samples.clone(recurse=False)  # the advantages below replace a key
+    if normalize_advantages and samples.batch_size[0] * seq_len > num_minibatches:
+        samples["advantages"] = normalized_advantages(samples["advantages"], num_minibatches, dist)
+    if "advantage_weights" in samples.keys():
+        samples["advantages"] = samples["advantages"] * samples["advantage_weights"]
+    yield from samples.split(samples.batch_size[0] // num_minibatches)
+
+
+def normalized_advantages(advantages: torch.Tensor, num_minibatches: int, dist: DistContext) -> torch.Tensor:
+    """Each minibatch's advantages (rows ``j * mb:(j + 1) * mb`` of ``advantages``, ``[B, ...]``)
+    centred and divided by their own sample std (+ 1e-8), for all minibatches of a pass in a
+    few ops. In data-parallel training (``dist``: the run's
+    :class:`~rl8.ppo.distributed.DistContext`) the moments of minibatch ``j`` cover every rank's
+    minibatch ``j``, with ONE all-reduce per pass."""
+    adv = advantages.reshape(num_minibatches, -1)
+    if not dist.enabled:
+        # two-pass std (sample, n - 1): torch.std's one-pass kernel is slower on a CPU
+        centred = adv - adv.mean(1, keepdim=True)
+        std = centred.square().sum(1, keepdim=True).div_(max(adv.shape[1] - 1, 1)).sqrt_()
+        return centred.div_(std.add_(1e-8)).reshape(advantages.shape)
+    x = adv.double()
+    moments = torch.stack([torch.full_like(x[:, 0], x.shape[1]), x.sum(1), x.square().sum(1)], 1)
+    n, s, ss = dist.all_reduce_(moments).unbind(1)
+    mean = s / n
+    std = ((ss - n * mean * mean) / (n - 1).clamp(min=1)).clamp(min=0).sqrt()
+    out = (adv - mean[:, None].to(adv.dtype)) / (std[:, None].to(adv.dtype) + 1e-8)
+    return out.reshape(advantages.shape)

@@ -1,124 +1,66 @@
-"""The PPO surrogate and value losses as one autograd node.
+"""PPO's loss in plain autograd (the clipped surrogate, the value loss and the entropy bonus),
+and the optimizer that minimises it.
 
-Written with autograd, the clipped surrogate, the dual clip and the clipped value loss are
-about twenty small element-wise operations whose backward passes (``min``/``max``/``clamp``
-masks, broadcasts) add as many again. :func:`ppo_loss` computes the same losses in a forward
-pass that also works out their (piecewise-linear) gradients with respect to the new
-log-probabilities and values, so the backward pass is two multiplications. The KL and
-clip-fraction monitors come from the same ratios, at no extra cost.
-
-Gradients follow the usual sub-gradient choices at the kinks: where the unclipped and clipped
-surrogates tie, the gradient is the unclipped one (this is what autograd yields too, since the
-tie is only possible inside the clip range or where the advantage is 0); where the clipped and
-unclipped value errors tie, the unclipped one. Ties of floating-point values away from those
-cases have probability zero.
+:func:`ppo_loss` returns a :class:`PPOLoss`: the differentiable total and each term by name,
+with the approximate KL and clip-fraction monitors. :func:`make_optimizer` builds the optimizer
+of the ``optimizer_cls``, ``lr`` and ``optimizer_kwargs`` hyper-parameters.
 """
 
 from __future__ import annotations
 
-import functools
+import inspect
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
 
-__all__ = ["ppo_loss", "reference_ppo_loss"]
+from rl8.ppo.resolve import OPTIMIZER, qualified_name, resolve
+
+__all__ = ["PPOLoss", "make_optimizer", "ppo_loss"]
 
 
-@functools.lru_cache(maxsize=64)
-def _monitor_map(vf_coeff: float, dtype: torch.dtype, device: torch.device) -> tuple[Tensor, Tensor]:
-    """``(W, b)`` with ``W @ means + b`` = policy loss, vf loss, KL, clip fraction and total
-    from the means of (surrogate, squared error, ratio, log-ratio, clipped)."""
-    weights = torch.tensor(
-        [
-            [-1.0, 0.0, 0.0, 0.0, 0.0],  # policy_loss = -mean(surrogate)
-            [0.0, 0.5, 0.0, 0.0, 0.0],  # vf_loss = mean(error^2) / 2
-            [0.0, 0.0, 1.0, -1.0, 0.0],  # kl = mean(ratio) - mean(log_ratio) - 1
-            [0.0, 0.0, 0.0, 0.0, 1.0],  # clip_fraction
-            [-1.0, 0.5 * vf_coeff, 0.0, 0.0, 0.0],  # total = policy_loss + vf_coeff * vf_loss
-        ],
-        dtype=dtype, device=device,
-    )
-    offsets = torch.tensor([0.0, 0.0, -1.0, 0.0, 0.0], dtype=dtype, device=device)
-    return weights, offsets
+@dataclass(frozen=True)
+class PPOLoss:
+    """PPO's loss on one minibatch, by term (scalars, float32).
+
+    Attributes:
+        total: The differentiable loss minimised:
+            ``policy_loss + vf_coeff * value_loss - entropy_coeff * entropy``.
+        policy_loss: Minus the mean clipped surrogate (detached).
+        value_loss: Half the mean squared value error, clipped if asked (detached).
+        entropy: Mean entropy of the action distributions (detached).
+        approx_kl: Approximate KL divergence from the collecting policy,
+            ``mean((ratio - 1) - log ratio)`` (detached).
+        clip_fraction: Fraction of samples whose ratio was clipped, ``|ratio - 1| > clip_param``.
+    """
+
+    total: Tensor
+    policy_loss: Tensor
+    value_loss: Tensor
+    entropy: Tensor
+    approx_kl: Tensor
+    clip_fraction: Tensor
 
 
-class _PPOLoss(torch.autograd.Function):
-    @staticmethod
-    def forward(  # type: ignore[override]
-        ctx: Any, logp: Tensor, values: Tensor, old_logp: Tensor, advantages: Tensor, old_values: Tensor,
-        returns: Tensor, clip_param: float, dual_clip_param: float | None, vf_clip_param: float | None, vf_coeff: float,
-    ) -> tuple[Tensor, Tensor]:
-        n = logp.numel()
-        # Rows whose means are the monitors: surrogate, squared value error, ratio, log-ratio,
-        # and whether the ratio was clipped. One reduction and one small matmul then give all
-        # the scalars (fewer ops than one mean per stat: these tensors are small).
-        rows = torch.empty((5, n), dtype=logp.dtype, device=logp.device)
-        log_ratio = torch.sub(logp, old_logp, out=rows[3])
-        ratio = torch.exp(log_ratio, out=rows[2])
-        clamped = ratio.clamp(1.0 - clip_param, 1.0 + clip_param)
-        torch.ne(clamped, ratio, out=rows[4])  # clipped (|ratio - 1| > clip_param)
-        unclipped = advantages * ratio
-        clipped = clamped.mul_(advantages)
-        # the gradient flows through the unclipped term wherever it is the minimum
-        active = unclipped <= clipped
-        if dual_clip_param is None:
-            torch.minimum(unclipped, clipped, out=rows[0])
-        else:
-            surrogate = torch.minimum(unclipped, clipped)
-            floor = advantages * dual_clip_param
-            capped = (advantages < 0) & (surrogate < floor)
-            torch.where(capped, floor, surrogate, out=rows[0])
-            active &= ~capped
-        # d(policy_loss)/d(logp) = -advantages * ratio / n where active (d ratio = ratio d logp)
-        grad_logp = unclipped.mul_(active).mul_(-1.0 / n)
+def ppo_loss(
+    logp: Tensor, values: Tensor, entropy: Tensor, old_logp: Tensor, advantages: Tensor, old_values: Tensor,
+    returns: Tensor, *, clip_param: float, dual_clip_param: float | None = None, vf_clip_param: float | None = None,
+    vf_coeff: float = 1.0, entropy_coeff: float = 0.0,
+) -> PPOLoss:
+    """PPO's clipped surrogate, plus the weighted (optionally clipped) value loss, minus the
+    weighted entropy bonus.
 
-        error = values - returns
-        if vf_clip_param is None:
-            torch.square(error, out=rows[1])
-        else:
-            square = error.square()
-            change = values - old_values
-            clipped_error = change.clamp(-vf_clip_param, vf_clip_param).add_(old_values).sub_(returns)
-            clipped_square = clipped_error.square()
-            # max(square, clipped_square); the clipped branch passes a gradient only where its
-            # clamp is inactive (there the two differ by rounding alone)
-            use_clipped = clipped_square > square
-            torch.where(use_clipped, clipped_square, square, out=rows[1])
-            error = torch.where(use_clipped, clipped_error.mul_(change.abs_() <= vf_clip_param), error)
-        # d(vf_coeff * vf_loss)/d(values) = vf_coeff * error / n
-        grad_values = error.mul_(vf_coeff / n)
-
-        weights, offsets = _monitor_map(vf_coeff, rows.dtype, rows.device)
-        # [policy_loss, vf_loss, kl, clip_fraction, total]
-        out = torch.addmv(offsets, weights, rows.mean(1))
-        monitors, total = out[:4], out[4].clone()
-        ctx.save_for_backward(grad_logp, grad_values)
-        ctx.mark_non_differentiable(monitors)
-        return total, monitors
-
-    @staticmethod
-    def backward(ctx: Any, grad_total: Tensor, grad_monitors: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
-        grad_logp, grad_values = ctx.saved_tensors
-        return (
-            grad_logp * grad_total if ctx.needs_input_grad[0] else None,
-            grad_values * grad_total if ctx.needs_input_grad[1] else None,
-            None, None, None, None, None, None, None, None,
-        )
-
-
-def ppo_loss(logp: Tensor, values: Tensor, old_logp: Tensor, advantages: Tensor, old_values: Tensor, returns: Tensor,
-             *, clip_param: float, dual_clip_param: float | None = None, vf_clip_param: float | None = None,
-             vf_coeff: float = 1.0) -> tuple[Tensor, Tensor]:
-    """PPO's clipped surrogate plus the weighted (optionally clipped) value loss.
-
-    All tensors are float32 ``[B]``: ``logp`` and ``values`` from the current policy (they
-    carry the gradient), the rest from the rollout (``advantages`` already normalised if
-    wanted).
+    All tensors are float32 ``[B]``: ``logp``, ``values`` and ``entropy`` from the current
+    policy (they carry the gradient), the rest from the rollout (``advantages`` already
+    normalised if wanted).
 
     Args:
         logp: Log-probabilities of the taken actions under the current policy.
         values: Value predictions of the current policy.
+        entropy: Entropies of the current policy's action distributions (it may be detached:
+            then it is only reported).
         old_logp: Log-probabilities of the same actions when they were collected.
         advantages: Advantage estimates.
         old_values: Value predictions when the actions were collected.
@@ -129,41 +71,76 @@ def ppo_loss(logp: Tensor, values: Tensor, old_logp: Tensor, advantages: Tensor,
         vf_clip_param: Clip of the value change ``|values - old_values|`` in the clipped value
             loss (same unit as the rewards); ``None`` = plain squared error.
         vf_coeff: Weight of the value loss in the total.
+        entropy_coeff: Weight of the entropy bonus in the total.
 
     Returns:
-        ``(total, monitors)``: the differentiable scalar
-        ``policy_loss + vf_coeff * vf_loss``, and a detached float32 ``[4]`` tensor of
-        ``policy_loss``, ``vf_loss`` (half the mean squared error), the approximate KL
-        ``mean((ratio - 1) - log ratio)`` and the clip fraction ``mean(|ratio - 1| > eps)``.
+        The :class:`PPOLoss`: the differentiable total and its detached terms and monitors.
     """
-    return _PPOLoss.apply(
-        logp, values, old_logp, advantages, old_values, returns,
-        float(clip_param),
-        None if dual_clip_param is None else float(dual_clip_param),
-        None if vf_clip_param is None else float(vf_clip_param),
-        float(vf_coeff),
-    )
-
-
-def reference_ppo_loss(
-    logp: Tensor, values: Tensor, old_logp: Tensor, advantages: Tensor, old_values: Tensor, returns: Tensor, *,
-    clip_param: float, dual_clip_param: float | None = None, vf_clip_param: float | None = None, vf_coeff: float = 1.0,
-) -> tuple[Tensor, Tensor]:
-    """:func:`ppo_loss` written plainly with autograd (the definition the fast one is tested
-    against; same arguments and results)."""
     log_ratio = logp - old_logp
     ratio = log_ratio.exp()
     surrogate = torch.min(advantages * ratio, advantages * ratio.clamp(1 - clip_param, 1 + clip_param))
     if dual_clip_param is not None:
         surrogate = torch.where(advantages < 0, torch.max(surrogate, dual_clip_param * advantages), surrogate)
     policy_loss = -surrogate.mean()
-    vf_error = (values - returns).square()
+
+    value_error = (values - returns).square()
     if vf_clip_param is not None:
-        clipped = old_values + (values - old_values).clamp(-vf_clip_param, vf_clip_param)
-        vf_error = torch.max(vf_error, (clipped - returns).square())
-    vf_loss = 0.5 * vf_error.mean()
+        clipped_values = old_values + (values - old_values).clamp(-vf_clip_param, vf_clip_param)
+        value_error = torch.max(value_error, (clipped_values - returns).square())
+    value_loss = 0.5 * value_error.mean()
+
+    mean_entropy = entropy.mean()
+    total = policy_loss + vf_coeff * value_loss - entropy_coeff * mean_entropy
     with torch.no_grad():
-        kl = ((ratio - 1) - log_ratio).mean()
+        approx_kl = ((ratio - 1) - log_ratio).mean()
         clip_fraction = ((ratio - 1).abs() > clip_param).float().mean()
-        monitors = torch.stack([policy_loss, vf_loss, kl, clip_fraction])
-    return policy_loss + vf_coeff * vf_loss, monitors
+    return PPOLoss(
+        total=total, policy_loss=policy_loss.detach(), value_loss=value_loss.detach(),
+        entropy=mean_entropy.detach(), approx_kl=approx_kl, clip_fraction=clip_fraction,
+    )
+
+
+def make_optimizer(
+    optimizer_cls: type[torch.optim.Optimizer] | str, params: Iterable[torch.nn.Parameter], *, lr: float,
+    optimizer_kwargs: dict[str, Any], device: torch.device,
+) -> torch.optim.Optimizer:
+    """The optimizer of ``params``; Adam(W) is fused on CPU and CUDA unless ``optimizer_kwargs``
+    choose an implementation.
+
+    Args:
+        optimizer_cls: A ``torch.optim.Optimizer`` class, or its name or dotted path (the
+            ``optimizer_cls`` hyper-parameter).
+        params: The parameters to optimise.
+        lr: The learning rate.
+        optimizer_kwargs: More keyword arguments of ``optimizer_cls``.
+        device: Where the parameters live.
+
+    Raises:
+        ValueError: ``optimizer_cls`` refused ``optimizer_kwargs``; the message names them and
+            the keyword arguments it takes.
+    """
+    cls = resolve(optimizer_cls, OPTIMIZER, field="hparam optimizer_cls")
+    kwargs = dict(optimizer_kwargs)
+    if cls in (torch.optim.Adam, torch.optim.AdamW) and not {"fused", "foreach"} & set(kwargs):
+        # One fused kernel per parameter group instead of a loop of small ops: the same
+        # maths, several times faster for the small networks PPO uses.
+        kwargs["fused"] = device.type in ("cpu", "cuda")
+    try:
+        return cls(params, lr=lr, **kwargs)
+    except (TypeError, ValueError) as err:
+        raise ValueError(
+            f"hparam optimizer_kwargs: {qualified_name(cls)} refused {optimizer_kwargs!r} "
+            f"({err}); expected its keyword arguments: {_keyword_defaults(cls)}"
+        ) from err
+
+
+def _keyword_defaults(cls: type) -> str:
+    """``name=default`` of the keyword arguments of ``cls`` (an optimizer: not params, lr)."""
+    try:
+        parameters = inspect.signature(cls).parameters.values()
+    except (TypeError, ValueError):
+        return "see its documentation"
+    return ", ".join(
+        f"{p.name}={p.default!r}" for p in parameters
+        if p.name not in ("params", "lr") and p.default is not inspect.Parameter.empty
+    )

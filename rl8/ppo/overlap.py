@@ -13,9 +13,11 @@ update old (none for the first). See ``docs/collection.md`` ("Overlapped collect
 
 from __future__ import annotations
 
+import atexit
 import copy
 import dataclasses
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -27,6 +29,21 @@ from rl8.policies.policy import Policy
 from rl8.ppo.buffer import RolloutBuffer, RolloutCarry
 
 __all__ = ["OverlapCollector", "Rollout", "RolloutFn"]
+
+#: How long the interpreter waits at exit for a rollout still in flight (seconds).
+EXIT_JOIN_TIMEOUT_S = 30.0
+#: The collectors of this process, for the wait at exit.
+_COLLECTORS: weakref.WeakSet[OverlapCollector] = weakref.WeakSet()
+
+
+@atexit.register
+def _join_at_exit() -> None:
+    """Let a rollout still in flight at exit (a script that never called close) finish before
+    the interpreter tears down: a daemon thread stopped inside a torch op aborts the process."""
+    for collector in list(_COLLECTORS):
+        thread = collector._thread
+        if thread is not None:
+            thread.join(EXIT_JOIN_TIMEOUT_S)
 
 #: ``run(policy, buffer, carry, obs, generator, deterministic) -> obs``: one rollout of the
 #: training envs that fills ``buffer`` (what :meth:`rl8.PPO.collect` runs in sync mode).
@@ -92,6 +109,7 @@ class OverlapCollector:
         self._run = run
         self._thread: threading.Thread | None = None
         self._deterministic = False  # of the rollout in flight
+        _COLLECTORS.add(self)
         self._done: Rollout | None = None
         self._error: BaseException | None = None
 

@@ -19,8 +19,10 @@ import torch
 
 if TYPE_CHECKING:
     from rl8.ppo.distributed import DistContext
+    from rl8.ppo.losses import PPOLoss
 
-__all__ = ["RENAMED_STATS", "Stats", "current_stat_name", "episode_means", "reduce_stats", "rollout_stats", "warn_renamed"]
+__all__ = ["RENAMED_STATS", "Stats", "current_stat_name", "episode_means", "reduce_stats", "rollout_stats", "update_stats",
+           "warn_renamed"]
 
 #: 1.0.0 name -> current name, for stats that were renamed (each also under ``eval/``).
 RENAMED_STATS: dict[str, str] = {
@@ -219,3 +221,41 @@ def episode_means(prefix: str, return_sum: float, length_sum: float, count: floa
 def _stack(tensors) -> torch.Tensor:
     """0-d tensors of any dtypes as one float64 vector (one stack, one cast)."""
     return torch.stack(list(tensors)).double()
+
+
+def update_stats(
+    dist: DistContext, losses: list[PPOLoss], grad_norms: list[torch.Tensor], explained_variance: torch.Tensor,
+    vf_coeff: float, entropy_coeff: float, lr: float,
+) -> dict[str, float]:
+    """The stats of :meth:`rl8.PPO.update` (docs/trainer.md, Metrics), reduced over ranks with
+    one host transfer.
+
+    Args:
+        dist: The run's :class:`~rl8.ppo.distributed.DistContext`.
+        losses: Each minibatch's :class:`~rl8.ppo.losses.PPOLoss` (the stats are their means).
+        grad_norms: Each optimizer step's gradient norm before clipping, 0-d tensors.
+        explained_variance: ``1 - Var(returns - values) / Var(returns)`` of the collect, 0-d.
+        vf_coeff: The value-loss weight of the update.
+        entropy_coeff: The entropy weight of the update.
+        lr: The learning rate of the update.
+    """
+    terms = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
+    means = {name: torch.stack([getattr(loss, name) for loss in losses]).mean() for name in terms}
+    means["explained_variance"] = explained_variance
+    means["grad_norm"] = torch.stack(grad_norms).mean()
+    out = reduce_stats(dist, means=means)
+    policy_loss, vf_loss, entropy = out["policy_loss"], out["value_loss"], out["entropy"]
+    return {
+        "losses/policy": policy_loss,
+        "losses/vf": vf_loss,
+        "losses/entropy": -entropy,
+        # the mean of the minibatches' total losses, from the means of their (linear) terms
+        "losses/total": policy_loss + vf_coeff * vf_loss - entropy_coeff * entropy,
+        "monitors/kl_div": out["approx_kl"],
+        "monitors/clip_fraction": out["clip_fraction"],
+        "monitors/explained_variance": out["explained_variance"],
+        "monitors/grad_norm": out["grad_norm"],
+        "coefficients/entropy": entropy_coeff,
+        "coefficients/vf": vf_coeff,
+        "coefficients/lr": lr,
+    }
