@@ -56,7 +56,7 @@ elif name == "gym-cartpole":
     algo = PPO("CartPole-v1", num_envs=64, horizon=32, device="cpu", seed=0)
 elif name == "recurrent":
     from rl8.envs import Memory
-    from rl8.recurrent import LSTMModel
+    from rl8.policies.recurrent import LSTMModel
     algo = PPO(Memory, num_envs=64, horizon=32, seq_len=8, model_cls=LSTMModel,
                model_config={{"hidden_size": 64}}, device="cpu", seed=0)
 else:

@@ -69,7 +69,7 @@ def one_thread():
 @pytest.fixture
 def two_ranks(monkeypatch, one_thread):
     """This process as rank 0 of a gloo group of 2; ``start(task)`` launches rank 1."""
-    from rl8.distributed import init_distributed, shutdown_distributed
+    from rl8.ppo.distributed import init_distributed, shutdown_distributed
 
     port = _free_port()
     env = {"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
@@ -169,7 +169,7 @@ def _grads_ready():
 
 def _helper(task: str) -> None:
     torch.set_num_threads(1)
-    from rl8.distributed import init_distributed
+    from rl8.ppo.distributed import init_distributed
 
     assert init_distributed(timeout_s=60)
     if task == "update":

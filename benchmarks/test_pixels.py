@@ -8,7 +8,7 @@ Two workloads:
 
 * ``StackedCatch``: :class:`rl8.envs.Catch` on a 12x12 grid drawn at 7 pixels a cell (84x84),
   its last 4 frames stacked, ``[4, 84, 84]`` uint8 (env steps cost next to nothing, so this
-  measures the policy). 8 envs, horizon 64, the default :class:`rl8.encoders.CNNModel` (Nature
+  measures the policy). 8 envs, horizon 64, the default :class:`rl8.policies.encoders.CNNModel` (Nature
   CNN, shared trunk), 4 minibatches of 128, 1 epoch. Collect and collect + update throughput
   (env steps/s) for ``enable_amp=False`` (fp32) and ``True`` (bf16 autocast on CPU), beside
   the floor: the same Nature CNN and heads in plain torch (``nn.Sequential``), its forward

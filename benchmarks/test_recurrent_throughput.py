@@ -14,7 +14,7 @@ import torch
 
 from rl8 import PPO
 from rl8.envs import DiscreteDummyEnv
-from rl8.recurrent import LSTMModel
+from rl8.policies.recurrent import LSTMModel
 
 THREADS = int(os.environ.get("RL8_BENCH_THREADS", "2"))
 NUM_ENVS, HORIZON = 2048, 32

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 
 from rl8 import PPO, Trainer
-from rl8.conditions import HitsUpperBound
+from rl8.training.conditions import HitsUpperBound
 from rl8.envs import CartPole
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 from rl8 import PPO, Trainer
-from rl8.conditions import HitsUpperBound
+from rl8.training.conditions import HitsUpperBound
 
 HPARAMS = dict(num_envs=16, horizon=64, sgd_minibatch_size=256, num_sgd_iters=8, seed=0)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 from rl8 import PPO, Trainer
-from rl8.conditions import HitsUpperBound
+from rl8.training.conditions import HitsUpperBound
 
 HPARAMS = dict(
     num_envs=64, horizon=128, gamma=0.95, lr=3e-3, num_sgd_iters=8, sgd_minibatch_size=2048, seed=0

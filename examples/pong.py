@@ -1,4 +1,4 @@
-"""Train PPO on Atari Pong with CleanRL's ``ppo_atari`` set-up (the Atari preset of rl8.atari).
+"""Train PPO on Atari Pong with CleanRL's ``ppo_atari`` set-up (the Atari preset of rl8.envs.atari).
 
 Needs ale-py and opencv: ``pip install -e '.[atari]'``. Run ``python examples/pong.py`` (10M
 env steps, 40M emulator frames; ``--steps`` for fewer), then ``mlflow ui`` to watch
@@ -18,7 +18,7 @@ import argparse
 import time
 
 from rl8 import PPO, Trainer
-from rl8.conditions import HitsUpperBound
+from rl8.training.conditions import HitsUpperBound
 
 # CleanRL ppo_atari.py's hyper-parameters in rl8's names
 HPARAMS = dict(

@@ -3,7 +3,7 @@
 The public API::
 
     from rl8 import PPO, Trainer
-    from rl8.conditions import HitsUpperBound
+    from rl8.training.conditions import HitsUpperBound
     from rl8.envs import CartPole
 
     Trainer(PPO(CartPole)).run(stop_conditions=[HitsUpperBound("episodes/return_mean", 475)])
@@ -14,31 +14,31 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__version__ = "2.0.0.dev0"
+from rl8.version import __version__
 
 # Imported lazily so that ``import rl8`` (and the ``rl8`` command's start-up) stays fast.
 _EXPORTS = {
-    "Env": "rl8.env",
-    "EnvOutputError": "rl8.env",
-    "HParams": "rl8.hparams",
-    "NonFiniteError": "rl8.ppo",
-    "PPO": "rl8.ppo",
-    "Policy": "rl8.policy",
-    "Model": "rl8.models",
-    "MLPModel": "rl8.models",
-    "CNNModel": "rl8.encoders",
-    "MultiInputModel": "rl8.encoders",
-    "RecurrentModel": "rl8.recurrent",
-    "LSTMModel": "rl8.recurrent",
-    "GRUModel": "rl8.recurrent",
-    "Distribution": "rl8.distributions",
-    "Schedule": "rl8.schedules",
-    "Trainer": "rl8.trainer",
-    "TrainStats": "rl8.trainer",
-    "TrainerConfig": "rl8.config",
-    "load_policy": "rl8.export",
-    "save_policy": "rl8.export",
-    "record_video": "rl8.video",
+    "Env": "rl8.envs.base",
+    "EnvOutputError": "rl8.envs.base",
+    "HParams": "rl8.ppo.hparams",
+    "NonFiniteError": "rl8.ppo.algorithm",
+    "PPO": "rl8.ppo.algorithm",
+    "Policy": "rl8.policies.policy",
+    "Model": "rl8.policies.models",
+    "MLPModel": "rl8.policies.models",
+    "CNNModel": "rl8.policies.encoders",
+    "MultiInputModel": "rl8.policies.encoders",
+    "RecurrentModel": "rl8.policies.recurrent",
+    "LSTMModel": "rl8.policies.recurrent",
+    "GRUModel": "rl8.policies.recurrent",
+    "Distribution": "rl8.policies.distributions",
+    "Schedule": "rl8.ppo.schedules",
+    "Trainer": "rl8.training.trainer",
+    "TrainStats": "rl8.training.run_loop",
+    "TrainerConfig": "rl8.training.config",
+    "load_policy": "rl8.io.export",
+    "save_policy": "rl8.io.export",
+    "record_video": "rl8.training.video",
     "register": "rl8.registry",
 }
 

@@ -1,4 +1,4 @@
-"""``python -m rl8``: the same as the ``rl8`` command (see :mod:`rl8.cli`)."""
+"""``python -m rl8``: the same as the ``rl8`` command (see :mod:`rl8.cli.main`)."""
 
 import sys
 

@@ -8,14 +8,14 @@ names**: the name is looked up here, among the objects of the running process th
 * rl8's own envs, models, encoders and distributions, the optimizers of ``torch.optim`` and
   the module classes of ``torch.nn`` (activations...), under the paths of the modules that
   define them and under their public paths (``rl8.envs.CartPole``, ``torch.optim.Adam``);
-* every subclass of :class:`rl8.Env`, ``gymnasium.Env``, :class:`rl8.models.Model`,
-  :class:`rl8.distributions.Distribution` and ``torch.optim.Optimizer`` that exists in this
+* every subclass of :class:`rl8.Env`, ``gymnasium.Env``, :class:`rl8.policies.models.Model`,
+  :class:`rl8.policies.distributions.Distribution` and ``torch.optim.Optimizer`` that exists in this
   process (defined in it, or in a module it imported), under its qualified name
   (``module.QualName``): defining or importing such a class registers it;
 * what you register: ``rl8.register(MyEnv)``, ``@rl8.register`` on a class or function, or
   ``rl8.register(make_env, name="mypkg.old_module.make_env")`` for a name older files use.
 
-Stop conditions are rebuilt from their names in :data:`rl8.conditions.CONDITIONS`, which is
+Stop conditions are rebuilt from their names in :data:`rl8.training.conditions.CONDITIONS`, which is
 the same idea. Names you give yourself (in code, on the command line, in your YAML config)
 are not limited to the registry: rl8 imports them (see ``docs/security.md``).
 
@@ -43,14 +43,28 @@ __all__ = ["lookup", "register"]
 _USER: dict[str, Any] = {}
 #: rl8's modules whose public classes files may name (one is imported when a file names it).
 _RL8_MODULES = (
-    "rl8.env", "rl8.envs.cartpole", "rl8.envs.pendulum", "rl8.envs.dummy", "rl8.envs.memory",
-    "rl8.envs.catch", "rl8.envs.gymnasium", "rl8.envs.pool", "rl8.models", "rl8.encoders",
-    "rl8.recurrent", "rl8.distributions",
+    "rl8.envs.base", "rl8.envs.cartpole", "rl8.envs.pendulum", "rl8.envs.dummy", "rl8.envs.memory",
+    "rl8.envs.catch", "rl8.envs.gymnasium", "rl8.envs.pool", "rl8.policies.models", "rl8.policies.encoders",
+    "rl8.policies.recurrent", "rl8.policies.distributions", "rl8.policies.distributions.base",
+    "rl8.policies.distributions.discrete", "rl8.policies.distributions.continuous",
 )
+#: Module paths that files written before rl8's modules moved into packages (rl8 < 2.0, up to
+#: commit 13e50a1) name, and where those classes live now: ``"rl8.models.MLPModel"`` is
+#: :class:`rl8.policies.models.MLPModel` (tests/test_legacy_files.py proves it).
+MOVED_MODULES = {
+    "rl8.env": "rl8.envs.base",
+    "rl8.models": "rl8.policies.models",
+    "rl8.encoders": "rl8.policies.encoders",
+    "rl8.recurrent": "rl8.policies.recurrent",
+    "rl8.distributions": "rl8.policies.distributions",
+}
+#: rl8's public namespaces (``rl8.X``, ``rl8.envs.X``) and the name of their table of lazy
+#: exports (name -> defining module), read through ``importlib`` (they are rl8's own modules).
+_PUBLIC = {"rl8": "_EXPORTS", "rl8.envs": "_ENVS"}
 #: Base classes whose subclasses are registered by existing (see the module docstring).
 _AUTO_BASES = (
-    ("rl8.env", "Env"), ("gymnasium", "Env"), ("rl8.models", "Model"),
-    ("rl8.distributions", "Distribution"), ("torch.optim", "Optimizer"),
+    ("rl8.envs.base", "Env"), ("gymnasium", "Env"), ("rl8.policies.models", "Model"),
+    ("rl8.policies.distributions", "Distribution"), ("torch.optim", "Optimizer"),
 )
 
 
@@ -179,15 +193,13 @@ def gymnasium_id_registered(env_id: str) -> bool:
 
 def _rl8_object(name: str) -> Any:
     """The rl8 class ``name`` names: a public class of one of :data:`_RL8_MODULES` (which is
-    imported, being rl8's own), under that module's path or the public path ``rl8.X`` /
-    ``rl8.envs.X``; else ``None``."""
-    import rl8
-    import rl8.envs
-
+    imported, being rl8's own), under that module's path, the public path ``rl8.X`` /
+    ``rl8.envs.X`` or the path it had before it moved (:data:`MOVED_MODULES`); else ``None``."""
     module_name, _, attr = name.rpartition(".")
-    exports = {"rl8": rl8._EXPORTS, "rl8.envs": rl8.envs._ENVS}.get(module_name, {})
-    if attr in exports:
-        module_name = exports[attr]
+    module_name = MOVED_MODULES.get(module_name, module_name)
+    if module_name in _PUBLIC:
+        exports = getattr(importlib.import_module(module_name), _PUBLIC[module_name])
+        module_name = exports.get(attr, "")
     if module_name not in _RL8_MODULES:
         return None
     module = importlib.import_module(module_name)

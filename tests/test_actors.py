@@ -63,7 +63,7 @@ def test_flat_layout_round_trips_a_rollout_into_a_block_of_rows():
     import torch
 
     from rl8 import PPO
-    from rl8.actors import FlatLayout, _leaves
+    from rl8.training.actors import FlatLayout, _leaves
     from rl8.envs import CartPole
 
     actor = PPO(CartPole, num_envs=4, horizon=8, seed=1, device="cpu")
@@ -84,7 +84,7 @@ def test_truncated_importance_weights_are_one_on_policy_and_capped_off_policy():
     import torch
 
     from rl8 import PPO
-    from rl8.actors import truncated_importance_weights
+    from rl8.training.actors import truncated_importance_weights
     from rl8.envs import CartPole
 
     def make():
@@ -118,7 +118,7 @@ def test_truncated_importance_weights_are_one_on_policy_and_capped_off_policy():
 
 
 def test_roles_split_ranks_into_learners_first_then_actors():
-    from rl8.distributed import Roles
+    from rl8.ppo.distributed import Roles
 
     roles = Roles(rank=0, world_size=6, actors=4)
     assert roles.learners == 2 and roles.actors_per_learner == 2 and not roles.is_actor
@@ -133,8 +133,8 @@ def test_roles_split_ranks_into_learners_first_then_actors():
 
 def test_bad_actor_options_are_refused_naming_them(monkeypatch):
     from rl8 import PPO, Trainer
-    from rl8.config import TrainerConfig
-    from rl8.distributed import init_distributed
+    from rl8.training.config import TrainerConfig
+    from rl8.ppo.distributed import init_distributed
     from rl8.envs import CartPole
 
     with pytest.raises(ValueError, match="max_staleness must be an int >= 0, got -1"):
@@ -181,17 +181,18 @@ def test_an_actor_resumes_its_own_state_and_an_older_checkpoint_starts_its_envs_
     entries of another job shape are refused."""
     import torch
 
-    import rl8.distributed
+    import rl8.ppo.distributed
     from rl8 import PPO
-    from rl8._resume import algo_from_checkpoint
-    from rl8.actors import actor_state
-    from rl8.checkpoint import CheckpointError, checkpoint_for_actor, load_checkpoint, save_checkpoint
-    from rl8.distributed import Roles, derive_seed
+    from rl8.training.resume import algo_from_checkpoint
+    from rl8.training.actors import actor_state
+    from rl8.io.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+    from rl8.io.checkpoint_dir import checkpoint_for_actor
+    from rl8.ppo.distributed import Roles, derive_seed
     from rl8.envs import CartPole
 
     learner = PPO(CartPole, num_envs=8, horizon=8, seed=0, device="cpu")  # the learners' 8-env batch
     learner.steps = 3  # as if 3 updates were done
-    monkeypatch.setattr(rl8.distributed, "_roles", Roles(rank=1, world_size=3, actors=2))
+    monkeypatch.setattr(rl8.ppo.distributed, "_roles", Roles(rank=1, world_size=3, actors=2))
     actor = PPO(CartPole, num_envs=8, horizon=8, seed=0, device="cpu")
     assert actor.hparams.num_envs == 4  # its share
     for _ in range(3):
@@ -219,7 +220,7 @@ def test_an_actor_resumes_its_own_state_and_an_older_checkpoint_starts_its_envs_
     assert fresh.env_seed == seed
     assert torch.equal(fresh.generator.get_state(), torch.Generator().manual_seed(seed).get_state())
 
-    monkeypatch.setattr(rl8.distributed, "_roles", Roles(rank=1, world_size=4, actors=3))
+    monkeypatch.setattr(rl8.ppo.distributed, "_roles", Roles(rank=1, world_size=4, actors=3))
     with pytest.raises(CheckpointError, match="2 actors of a job of 3 processes, but this job has 3 actors of 4.*"
                                               "--nproc_per_node=3 .* --actors 2"):
         checkpoint_for_actor(load_checkpoint(file), file, 1)
@@ -234,15 +235,15 @@ def test_an_actor_resumes_its_own_state_and_an_older_checkpoint_starts_its_envs_
 def test_a_checkpoint_holds_every_actors_state_or_none(tmp_path, monkeypatch):
     """Learner rank 0 of a job of 1 learner and 2 actors writes the ``actors`` entry only with
     every actor's state: not after the actors were told to stop (``{}``), not with one missing."""
-    import rl8.distributed
+    import rl8.ppo.distributed
     from rl8 import PPO
-    from rl8._resume import write_checkpoint
-    from rl8.checkpoint import load_checkpoint
-    from rl8.distributed import DistContext, Roles
+    from rl8.training.resume import write_checkpoint
+    from rl8.io.checkpoint import load_checkpoint
+    from rl8.ppo.distributed import DistContext, Roles
     from rl8.envs import CartPole
 
     algo = PPO(CartPole, num_envs=4, horizon=8, seed=0, device="cpu")
-    monkeypatch.setattr(rl8.distributed, "_roles", Roles(rank=0, world_size=3, actors=2))
+    monkeypatch.setattr(rl8.ppo.distributed, "_roles", Roles(rank=0, world_size=3, actors=2))
     entry = {"counters": {"collects": 1}}
 
     def written(actors):
@@ -274,7 +275,7 @@ def test_cli_takes_the_actor_flags():
 def test_two_actors_one_learner_solve_cartpole_and_resume_the_same_run(tmp_path, mlflow_uri):
     from mlflow.tracking import MlflowClient
 
-    from rl8.checkpoint import load_checkpoint
+    from rl8.io.checkpoint import load_checkpoint
 
     config = tmp_path / "cartpole.yaml"
     config.write_text(CARTPOLE_CONFIG)
@@ -331,7 +332,8 @@ def test_two_actors_one_learner_solve_cartpole_and_resume_the_same_run(tmp_path,
 def test_checkpoints_hold_each_actors_state_and_resume_restores_it(tmp_path):
     import torch
 
-    from rl8.checkpoint import CheckpointManager, load_checkpoint
+    from rl8.io.checkpoint_dir import CheckpointManager
+    from rl8.io.checkpoint import load_checkpoint
 
     job = torchrun([THIS_FILE, "actor-state", str(tmp_path), "train"], nproc=3, timeout=120)
     assert job.returncode == 0, job.output
@@ -368,13 +370,13 @@ def test_checkpoints_hold_each_actors_state_and_resume_restores_it(tmp_path):
 def _worker_actor_state(out: Path, checkpoint: str) -> None:
     """2 actors, 1 learner (Python API), checkpoints every 2 updates: ``train`` does 3 updates,
     anything else resumes that checkpoint for 2 more. Each actor saves its state
-    (:func:`rl8.actors.actor_state`) after resuming and at its end."""
+    (:func:`rl8.training.actors.actor_state`) after resuming and at its end."""
     import torch
 
     from rl8 import PPO, Trainer
-    from rl8.actors import actor_state
-    from rl8.conditions import HitsUpperBound
-    from rl8.distributed import init_distributed
+    from rl8.training.actors import actor_state
+    from rl8.training.conditions import HitsUpperBound
+    from rl8.ppo.distributed import init_distributed
     from rl8.envs import CartPole
 
     torch.set_num_threads(1)
@@ -404,7 +406,7 @@ def _worker_actor_state(out: Path, checkpoint: str) -> None:
 def test_sigterm_stops_every_rank_with_a_checkpoint_and_a_killed_run(tmp_path, mlflow_uri):
     from mlflow.tracking import MlflowClient
 
-    from rl8.checkpoint import load_checkpoint
+    from rl8.io.checkpoint import load_checkpoint
 
     config = tmp_path / "cartpole.yaml"
     config.write_text(CARTPOLE_CONFIG.replace("max_steps: 200000", "max_steps: 100000000") + "checkpoint_every: 2\n")
@@ -460,8 +462,8 @@ def _worker_die(out: Path) -> None:
     import torch
 
     from rl8 import PPO, Trainer
-    from rl8.conditions import HitsUpperBound
-    from rl8.distributed import init_distributed
+    from rl8.training.conditions import HitsUpperBound
+    from rl8.ppo.distributed import init_distributed
     from rl8.envs import CartPole
 
     torch.set_num_threads(1)

@@ -86,7 +86,7 @@ def _band() -> None:
     import torch
 
     from rl8 import PPO, Trainer
-    from rl8.conditions import HitsUpperBound
+    from rl8.training.conditions import HitsUpperBound
     from rl8.envs import CartPole
 
     torch.set_num_threads(1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from gymnasium import spaces
 
-from rl8.buffer import RolloutBuffer, compute_gae
+from rl8.ppo.buffer import RolloutBuffer, compute_gae
 
 
 def reference_gae(rewards, values, terminated, truncated, final_values, gamma, lam):

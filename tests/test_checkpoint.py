@@ -18,15 +18,10 @@ import numpy as np
 import pytest
 import torch
 
-from rl8 import checkpoint as checkpoint_module
-from rl8.checkpoint import (
-    FORMAT_KEY,
-    FORMAT_VERSION,
-    CheckpointError,
-    CheckpointManager,
-    load_checkpoint,
-    save_checkpoint,
-)
+from rl8.io import checkpoint as checkpoint_module
+from rl8.io import checkpoint_dir as checkpoint_dir_module
+from rl8.io.checkpoint import FORMAT_KEY, FORMAT_VERSION, CheckpointError, load_checkpoint, save_checkpoint
+from rl8.io.checkpoint_dir import CheckpointManager
 
 
 def trainer_like_state() -> dict:
@@ -505,7 +500,7 @@ def test_manager_keeps_the_temporary_file_of_a_live_writer_and_removes_it_after_
     process lives (it holds the file's lock), and removed on the next save after kill -9."""
     writer = subprocess.Popen([sys.executable, "-c", f"""
 import time, torch
-from rl8.checkpoint import CheckpointManager
+from rl8.io.checkpoint_dir import CheckpointManager
 def stuck(obj, file, *args, **kwargs):
     file.write(b"partial"); file.flush(); print("writing", flush=True); time.sleep(60)
 torch.save = stuck
@@ -546,5 +541,5 @@ def test_manager_rejects_bad_steps(tmp_path, step):
 
 
 def test_module_exports():
-    assert set(checkpoint_module.__all__) >= {"save_checkpoint", "load_checkpoint",
-                                              "CheckpointManager", "CheckpointError"}
+    assert set(checkpoint_module.__all__) >= {"save_checkpoint", "load_checkpoint", "CheckpointError"}
+    assert "CheckpointManager" in checkpoint_dir_module.__all__

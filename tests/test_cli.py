@@ -97,7 +97,7 @@ def test_the_mlflow_ui_hint_names_the_extra_when_the_ui_is_not_installed(monkeyp
     """rl8 needs only mlflow-skinny, whose `mlflow ui` fails for want of flask."""
     import importlib.util
 
-    from rl8.progress import mlflow_ui_command as _mlflow_ui_command
+    from rl8.training.progress import mlflow_ui_command as _mlflow_ui_command
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     find_spec = importlib.util.find_spec
@@ -180,7 +180,7 @@ def test_resume_continues_the_run(tmp_path, capsys, mlflow_uri):
 
 def test_train_options_come_from_trainer_config(capsys):
     from rl8.cli import CONFIG_KEYS
-    from rl8.config import TrainerConfig
+    from rl8.training.config import TrainerConfig
 
     with pytest.raises(SystemExit):
         main(["train", "--help"])
@@ -193,7 +193,7 @@ def test_train_options_come_from_trainer_config(capsys):
 def test_train_options_are_read_and_checked_as_their_fields_say(tmp_path, capsys):
     """Flags and config keys of Trainer options are read by the field's type and checked by
     the field's check (the same words as ``Trainer(...)``)."""
-    from rl8.config import TrainerConfig
+    from rl8.training.config import TrainerConfig
 
     with pytest.raises(SystemExit):
         main(["train", "--env", "rl8.envs.CartPole", "--max-staleness", "-1"])
@@ -280,8 +280,8 @@ def test_version_and_python_dash_m(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["--version"])
     assert exc.value.code == 0
-    assert capsys.readouterr().out.strip() == f"rl8 {rl8.__version__}"
+    assert capsys.readouterr().out.strip() == f"rl8 {rl8.version.__version__}"
     done = subprocess.run([sys.executable, "-m", "rl8", "--version"], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0 and done.stdout.strip() == f"rl8 {rl8.__version__}"
+    assert done.returncode == 0 and done.stdout.strip() == f"rl8 {rl8.version.__version__}"
     done = subprocess.run([sys.executable, "-m", "rl8"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "train" in done.stderr

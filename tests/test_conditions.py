@@ -8,19 +8,9 @@ import time
 import pytest
 import yaml
 
-from rl8.conditions import (
-    CONDITIONS,
-    And,
-    Condition,
-    HitsLowerBound,
-    HitsUpperBound,
-    MissingStatError,
-    Or,
-    Plateaus,
-    StopsDecreasing,
-    StopsIncreasing,
-    TimeLimit,
-    from_config,
+from rl8.training.conditions import (
+    CONDITIONS, And, Condition, HitsLowerBound, HitsUpperBound, MissingStatError, Or, Plateaus,
+    StopsDecreasing, StopsIncreasing, TimeLimit, from_config,
 )
 
 KEY = "episodes/return_mean"
@@ -281,7 +271,7 @@ def test_plateaus_state_round_trip():
 
 
 def test_nested_state_round_trip_through_a_checkpoint(tmp_path, clock):
-    from rl8.checkpoint import load_checkpoint, save_checkpoint
+    from rl8.io.checkpoint import load_checkpoint, save_checkpoint
 
     def build():
         return Or([And([Plateaus(KEY, patience=5, rtol=0.1), TimeLimit(100)]),

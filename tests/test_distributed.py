@@ -168,7 +168,7 @@ def test_two_rank_rl8_train_solves_cartpole(tmp_path, mlflow_uri):
     assert [m.value for m in steps][:2] == [2 * 64 * 32, 4 * 64 * 32]  # env steps of both ranks
     assert steps[-1].value < 400000
 
-    from rl8.checkpoint import load_checkpoint
+    from rl8.io.checkpoint import load_checkpoint
 
     files = sorted((tmp_path / "ckpts").glob("*.pt"))
     assert len(files) == 1, files  # one file, written by rank 0 only
@@ -196,7 +196,7 @@ def test_two_rank_rl8_train_solves_cartpole(tmp_path, mlflow_uri):
 @pytest.mark.timeout(180)
 def test_signal_checkpoint_and_resume_restore_every_rank(tmp_path):
     from rl8 import Trainer
-    from rl8.checkpoint import CheckpointError, load_checkpoint
+    from rl8.io.checkpoint import CheckpointError, load_checkpoint
 
     job = torchrun([THIS_FILE, "resume", str(tmp_path)])
     assert job.returncode == 0, job.output
@@ -244,16 +244,12 @@ def test_a_failing_rank_ends_the_job_with_an_error(tmp_path, mode):
         assert "rank 1 stalls on purpose" in job.output
         assert "within 5 s (RL8_DIST_TIMEOUT_S)" in job.output, job.output
     if mode != "raise":  # rank 0 says what went wrong
-        assert "rl8.distributed.DistributedError: rank 0 of 2:" in job.output, job.output
+        assert "rl8.ppo.distributed.DistributedError: rank 0 of 2:" in job.output, job.output
 
 
 def test_rank_device_and_timeout_outside_torchrun(monkeypatch):
-    from rl8.distributed import (
-        DEFAULT_TIMEOUT_S,
-        DistContext,
-        _timeout_from_env,
-        init_distributed,
-        rank_device,
+    from rl8.ppo.distributed import (
+        DEFAULT_TIMEOUT_S, DistContext, _timeout_from_env, init_distributed, rank_device,
     )
 
     monkeypatch.delenv("WORLD_SIZE", raising=False)
@@ -282,7 +278,7 @@ def test_rank_device_and_timeout_outside_torchrun(monkeypatch):
 
 def _join() -> int:
     torch.set_num_threads(1)
-    from rl8.distributed import DistContext, init_distributed
+    from rl8.ppo.distributed import DistContext, init_distributed
 
     assert init_distributed(), "run me with torchrun"
     ctx = DistContext()
@@ -314,7 +310,7 @@ def _worker_one_update(out: str) -> None:
 def _worker_resume(out: str) -> None:
     rank = _join()
     from rl8 import PPO, Trainer
-    from rl8.conditions import HitsUpperBound
+    from rl8.training.conditions import HitsUpperBound
     from rl8.envs import CartPole
 
     out_dir = Path(out)
@@ -357,7 +353,7 @@ def _comparable(stats) -> dict[str, float]:
 def _worker_fail(out: str, mode: str) -> None:
     rank = _join()
     from rl8 import PPO, Trainer
-    from rl8.conditions import HitsUpperBound
+    from rl8.training.conditions import HitsUpperBound
     from rl8.envs import CartPole
 
     algo = PPO(CartPole, num_envs=8, horizon=8, sgd_minibatch_size=32, seed=0, device="cpu")

@@ -1,4 +1,4 @@
-"""Tests for rl8.distributions: agreement with torch.distributions, sampling, masks, errors."""
+"""Tests for rl8.policies.distributions: agreement with torch.distributions, sampling, masks, errors."""
 
 from __future__ import annotations
 
@@ -10,15 +10,8 @@ import torch
 import torch.distributions as td
 from gymnasium import spaces
 
-from rl8.distributions import (
-    LOG_STD_MAX,
-    LOG_STD_MIN,
-    Bernoulli,
-    Categorical,
-    Distribution,
-    MultiCategorical,
-    Normal,
-    SquashedNormal,
+from rl8.policies.distributions import (
+    LOG_STD_MAX, LOG_STD_MIN, Bernoulli, Categorical, Distribution, MultiCategorical, Normal, SquashedNormal,
     default_distribution_cls,
 )
 
@@ -354,7 +347,7 @@ def test_masked_actions_are_never_sampled_nor_chosen():
 def test_inverse_cdf_never_picks_a_zero_probability_choice_at_the_edges(monkeypatch, u):
     """rand() returns [0, 1): at both ends the first and last (masked) choices stay unpicked,
     even without the fallback used for masked rows."""
-    from rl8 import distributions
+    from rl8.policies.distributions import discrete as distributions
 
     logits = torch.tensor([[_NEG, 0.0, 1.0, _NEG], [_NEG, _NEG, 2.0, _NEG]])
     log_probs = torch.log_softmax(logits, -1)
@@ -379,7 +372,7 @@ CHOICE_MAJOR_CASES = [
 def test_choice_major_log_softmax_matches_row_major(monkeypatch, cls, space, masked):
     """Short rows of big batches are computed choice-major (a faster CPU kernel): the same
     samples from the same generator, and the same log-probs, entropies and gradients."""
-    from rl8 import distributions
+    from rl8.policies.distributions import discrete as distributions
 
     batch, size = 1024, cls.param_size(space)
     torch.manual_seed(13)
@@ -421,7 +414,7 @@ def test_choice_major_log_softmax_matches_row_major(monkeypatch, cls, space, mas
 
 @pytest.mark.parametrize("u", [0.0, 1.0 - 2.0**-24])
 def test_choice_major_sampling_never_picks_a_zero_probability_choice_at_the_edges(monkeypatch, u):
-    from rl8 import distributions
+    from rl8.policies.distributions import discrete as distributions
 
     logits = torch.tensor([[_NEG, 0.0, 1.0, _NEG], [_NEG, _NEG, 2.0, _NEG]]).repeat(256, 1)
     log_probs, by_choice = distributions._log_softmax(logits)

@@ -102,8 +102,8 @@ def _prepared(block: Block) -> tuple[str, type[BaseException] | None]:
 @pytest.fixture
 def step_budget(monkeypatch):
     """Every ``Trainer.run`` also stops after ``STEP_BUDGET`` env steps."""
-    from rl8.conditions import Condition, HitsUpperBound
-    from rl8.trainer import Trainer
+    from rl8.training.conditions import Condition, HitsUpperBound
+    from rl8.training.trainer import Trainer
 
     run = Trainer.run
 
@@ -118,7 +118,7 @@ def step_budget(monkeypatch):
 
 def _run_page(path: Path) -> None:
     """Run the python blocks of a markdown file in order, in one namespace (see the module)."""
-    from rl8.trainer import Trainer
+    from rl8.training.trainer import Trainer
 
     namespace: dict = {"__name__": "__docs__"}
     try:

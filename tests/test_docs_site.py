@@ -102,21 +102,21 @@ def test_site_builds_strict_and_offline(site):
 
 def test_api_reference_has_every_public_name(site):
     """Every module that declares ``__all__`` has its entry in the API reference, and so does
-    each of its names (``rl8.PPO`` under ``rl8.ppo.PPO``, where it is defined)."""
+    each of its names (``rl8.PPO`` under ``rl8.ppo.algorithm.PPO``, where it is defined)."""
     anchors = _anchors(site)
     modules = public_names()
     lazy = {"rl8": "rl8/__init__.py", "rl8.envs": "rl8/envs/__init__.py"}
     expected = []
     for module, names in modules.items():
         expected.append(module)
-        if module in lazy:  # documented where they are defined: rl8.PPO is rl8.ppo.PPO
+        if module in lazy:  # documented where they are defined: rl8.PPO is rl8.ppo.algorithm.PPO
             tree = ast.parse((ROOT / lazy[module]).read_text())
             table = next(ast.literal_eval(node.value) for node in tree.body if isinstance(node, ast.Assign)
                          and getattr(node.targets[0], "id", "") in ("_EXPORTS", "_ENVS"))
             expected += [f"{table[name]}.{name}" for name in names]
         else:
             expected += [f"{module}.{name}" for name in names]
-    assert "rl8.ppo.PPO" in expected and "rl8.envs.cartpole.CartPole" in expected
+    assert "rl8.ppo.algorithm.PPO" in expected and "rl8.envs.cartpole.CartPole" in expected
     missing = [name for name in expected if name not in anchors]
     assert not missing, f"not in the API reference (docs/api/*.md, or a docstring missing): {missing}"
 
@@ -125,7 +125,7 @@ def test_sphinx_roles_become_links(site):
     """The docstrings' ``:class:`~rl8.HParams``` roles are links in the reference, none is left
     as text."""
     ppo_page = (site / "api" / "ppo" / "index.html").read_text()
-    assert re.search(r'<a[^>]+href="[^"]*#rl8\.hparams\.HParams"[^>]*>\s*<code>HParams</code>', ppo_page)
+    assert re.search(r'<a[^>]+href="[^"]*#rl8\.ppo\.hparams\.HParams"[^>]*>\s*<code>HParams</code>', ppo_page)
     role = re.compile(r":(?:class|meth|func|attr|mod|data|exc|obj):<code>[^<]*</code>")
     leftover = {match for page in site.rglob("*.html") for match in role.findall(page.read_text())}
     assert not leftover, f"Sphinx roles left as text: {sorted(leftover)[:10]}"

@@ -12,7 +12,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from rl8 import PPO, Trainer
-from rl8.conditions import HitsUpperBound
+from rl8.training.conditions import HitsUpperBound
 from rl8.envs import CartPole
 from rl8.tracking import Tracker, TrackingWarning
 

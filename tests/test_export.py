@@ -10,9 +10,9 @@ from gymnasium import spaces
 from torch import nn
 
 from rl8 import PPO, Policy, Trainer, load_policy, save_policy
-from rl8.checkpoint import CheckpointError, save_checkpoint
+from rl8.io.checkpoint import CheckpointError, save_checkpoint
 from rl8.envs import CartPole, ContinuousDummyEnv
-from rl8.export import policy_to_dict, read_policy, space_from_dict, space_to_dict
+from rl8.io.export import policy_to_dict, read_policy, space_from_dict, space_to_dict
 
 pytestmark = pytest.mark.usefixtures("migrated_store", "one_torch_thread")
 

@@ -12,9 +12,10 @@ from mlflow.tracking import MlflowClient
 from tensordict import TensorDict
 
 from rl8 import PPO, Env, EnvOutputError, NonFiniteError, Trainer
-from rl8 import ppo as rl8_ppo
-from rl8.checkpoint import CheckpointManager, load_checkpoint
-from rl8.conditions import HitsUpperBound, TimeLimit
+from rl8.ppo import algorithm as rl8_ppo
+from rl8.io.checkpoint_dir import CheckpointManager
+from rl8.io.checkpoint import load_checkpoint
+from rl8.training.conditions import HitsUpperBound, TimeLimit
 from rl8.envs import CartPole
 
 pytestmark = pytest.mark.usefixtures("migrated_store", "one_torch_thread")
@@ -182,7 +183,7 @@ def test_python_resume_of_a_finished_run_trains_zero_steps(monkeypatch, tmp_path
 
 def test_cli_resume_refuses_stop_conditions_it_cannot_rebuild(monkeypatch, tmp_path, capsys):
     from rl8.cli import main
-    from rl8.conditions import Condition
+    from rl8.training.conditions import Condition
 
     class AfterTwo(Condition):
         def __call__(self, stats):

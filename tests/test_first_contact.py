@@ -14,9 +14,9 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from rl8 import PPO, Trainer
-from rl8.conditions import HitsUpperBound
+from rl8.training.conditions import HitsUpperBound
 from rl8.envs import CartPole
-from rl8.progress import Progress
+from rl8.training.progress import Progress
 
 pytestmark = pytest.mark.usefixtures("migrated_store", "one_torch_thread")
 
@@ -37,7 +37,7 @@ SCRIPT = """
 import sys
 import torch
 from rl8 import PPO, Trainer
-from rl8.conditions import HitsUpperBound
+from rl8.training.conditions import HitsUpperBound
 from rl8.envs import CartPole
 
 torch.set_num_threads(1)

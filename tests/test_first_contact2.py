@@ -78,8 +78,8 @@ def test_an_unknown_model_config_key_names_the_field_and_the_valid_keys(capsys, 
 
 
 def test_model_config_keys_follow_the_model_class():
-    from rl8.models import Model, check_model_config
-    from rl8.recurrent import GRUModel
+    from rl8.policies.models import Model, check_model_config
+    from rl8.policies.recurrent import GRUModel
 
     with pytest.raises(ValueError, match=r"model_config\.hiddens: GRUModel has no option 'hiddens'.*'hidden_size'"):
         check_model_config(GRUModel, {"hiddens": [8]})
@@ -120,8 +120,8 @@ def cheetah_policy(tmp_path_factory):
     pytest.importorskip("imageio_ffmpeg")
     pytest.importorskip("mujoco")
     from rl8 import Policy
-    from rl8.export import save_policy
-    from rl8.ppo import make_env
+    from rl8.io.export import save_policy
+    from rl8.ppo.algorithm import make_env
 
     folder = tmp_path_factory.mktemp("cheetah")
     with contextlib.chdir(folder):  # MuJoCo writes MUJOCO_LOG.TXT into the working folder
@@ -175,8 +175,8 @@ def unset(monkeypatch, *names):
 
 
 def test_an_opengl_failure_is_a_render_error_naming_mujoco_gl(tmp_path, capsys, monkeypatch):
-    from rl8.export import save_policy
-    from rl8.video import RenderError, record_video
+    from rl8.io.export import save_policy
+    from rl8.training.video import RenderError, record_video
 
     def no_context(self, index=0):
         raise FatalError("an OpenGL platform library has not been loaded into this process")
@@ -199,7 +199,7 @@ def test_an_opengl_failure_is_a_render_error_naming_mujoco_gl(tmp_path, capsys, 
 def test_headless_rendering_picks_a_backend_only_when_nothing_is_set(monkeypatch, tmp_path):
     import ctypes.util
 
-    from rl8.video import prepare_headless_rendering
+    from rl8.training.video import prepare_headless_rendering
 
     libraries = {"EGL": None, "OSMesa": "libOSMesa.so.8"}
     monkeypatch.setattr(ctypes.util, "find_library", lambda name: libraries.get(name))
@@ -227,7 +227,7 @@ def test_headless_rendering_picks_a_backend_only_when_nothing_is_set(monkeypatch
 @pytest.mark.parametrize("umask", [0o022, 0o027])
 def test_videos_get_the_mode_of_the_umask(tmp_path, umask):
     pytest.importorskip("imageio_ffmpeg")
-    from rl8.video import record_video
+    from rl8.training.video import record_video
 
     policy = PPO(CartPole, **SMALL).policy
     previous = os.umask(umask)

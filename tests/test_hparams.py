@@ -9,8 +9,8 @@ import re
 import pytest
 import torch
 
-from rl8.hparams import HParams
-from rl8.schedules import Schedule
+from rl8.ppo.hparams import HParams
+from rl8.ppo.schedules import Schedule
 
 
 def test_defaults_are_valid_and_frozen():
@@ -34,9 +34,9 @@ def test_defaults_are_valid_and_frozen():
         ("seed", 2**70, f"seed: expected an int in [0, 2**63 - 1] or None, got {2**70}"),
         ("seed", -1, "seed: expected an int in [0, 2**63 - 1] or None, got -1"),
         ("distribution_cls", torch.nn.Linear,
-         "distribution_cls: expected an rl8 Distribution subclass (rl8.distributions.Distribution) or "
+         "distribution_cls: expected an rl8 Distribution subclass (rl8.policies.distributions.Distribution) or "
          "its dotted path, got <class 'torch.nn.modules.linear.Linear'> (the class torch.nn.modules.linear.Linear)"),
-        ("model_cls", torch.nn.Linear, "model_cls: expected an rl8 Model subclass (rl8.models.Model) or its dotted "
+        ("model_cls", torch.nn.Linear, "model_cls: expected an rl8 Model subclass (rl8.policies.models.Model) or its dotted "
                                        "path, got"),
         ("optimizer_cls", torch.nn.Linear, "optimizer_cls: expected a torch.optim.Optimizer subclass or its dotted path"),
         ("optimizer_cls", None, "optimizer_cls: expected a torch.optim.Optimizer subclass or its dotted path, got None"),
@@ -182,17 +182,17 @@ def test_each_field_declares_its_check_and_doc():
 
 
 def test_to_plain_is_what_checkpoints_store_and_reads_back():
-    from rl8.models import MLPModel
+    from rl8.policies.models import MLPModel
 
     hp = HParams(model_cls=MLPModel, lr_schedule=[[0, 1e-3], [10, 1e-4]], num_envs=4, horizon=8)
     plain = hp.to_plain()
-    assert plain["model_cls"] == "rl8.models.MLPModel" and plain["optimizer_cls"] == "torch.optim.Adam"
+    assert plain["model_cls"] == "rl8.policies.models.MLPModel" and plain["optimizer_cls"] == "torch.optim.Adam"
     assert plain["device"] == "auto" and plain["lr_schedule"] == ((0, 1e-3), (10, 1e-4))
     assert HParams.from_config(plain).to_plain() == plain
 
 
 def test_config_numbers_are_read_once_for_every_reader():
-    from rl8._fields import read_numbers
+    from rl8.fields import read_numbers
 
     assert read_numbers({"a": ["3e-4", "12", "x"], "b": 2.0}) == {"a": [3e-4, 12, "x"], "b": 2.0}
     assert read_numbers(["1e3", 2.0, 2.5], whole_as_int=True) == [1000, 2, 2.5]

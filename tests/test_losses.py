@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from rl8.losses import PPOLoss, ppo_loss
+from rl8.ppo.losses import PPOLoss, ppo_loss
 
 # Four samples: ratios 1.5 and 3.0 (above 1 + eps), 1.1 (inside) and 0.25 (below 1 - eps).
 RATIOS = [1.5, 3.0, 1.1, 0.25]

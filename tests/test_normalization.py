@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDict
 
-from rl8.normalization import ObservationNormalizer, RewardNormalizer, RunningMeanStd
+from rl8.policies.normalization import ObservationNormalizer, RunningMeanStd
+from rl8.ppo.rewards import RewardNormalizer
 
 
 def test_running_mean_std_equals_batch_statistics():
@@ -107,8 +108,8 @@ def test_ppo_reward_statistics_cover_every_running_return():
 def test_reward_normalizer_merges_returns_moments_read_back():
     """returns_moments + merge_returns_moments fold a collect's running returns into the
     statistics exactly like update() does."""
-    from rl8.distributed import DistContext
-    from rl8.stats import reduce_stats
+    from rl8.ppo.distributed import DistContext
+    from rl8.ppo.stats import reduce_stats
 
     torch.manual_seed(0)
     rewards = torch.randn(4, 6)

@@ -23,9 +23,9 @@ from gymnasium import spaces
 from tensordict import TensorDict
 
 from rl8 import PPO, Env, HParams, Trainer
-from rl8.conditions import Condition, HitsUpperBound
+from rl8.training.conditions import Condition, HitsUpperBound
 from rl8.envs import CartPole, GymnasiumEnv, Pendulum
-from rl8.recurrent import GRUModel
+from rl8.policies.recurrent import GRUModel
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -274,7 +274,7 @@ def test_a_sigterm_checkpoints_the_rollout_in_flight_and_the_resumed_trainer_goe
 def _worker_data_parallel() -> None:
     """torchrun worker: 3 updates, a checkpoint, 3 more; a copy resumed from the checkpoint
     gives the same losses; every rank prints what it saw."""
-    from rl8.distributed import init_distributed
+    from rl8.ppo.distributed import init_distributed
 
     torch.set_num_threads(1)
     init_distributed()

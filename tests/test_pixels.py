@@ -11,10 +11,11 @@ from gymnasium import spaces
 from tensordict import TensorDict
 
 from rl8 import PPO, GRUModel, LSTMModel, MLPModel, Policy
-from rl8.encoders import (
-    CNNModel, ImageEncoder, ImpalaCNN, MultiInputModel, NatureCNN, default_model_cls, image_layout, image_shape,
+from rl8.policies.encoders import (
+    CNNModel, ImageEncoder, ImpalaCNN, MultiInputModel, NatureCNN, default_model_cls, image_layout,
+    image_shape,
 )
-from rl8.env import validate_reset_output, validate_step_output
+from rl8.envs.base import validate_reset_output, validate_step_output
 from rl8.envs import Catch
 
 # a small CNN for the 16x16 images of Catch (the Nature CNN's 8x8 stride-4 kernel needs >= 36 px)
@@ -199,7 +200,7 @@ def test_recurrent_models_on_images(model_cls):
 
 def test_policy_file_round_trip(tmp_path):
     """CNN and multi-input policies save and load (weights_only) with the same outputs."""
-    from rl8.export import load_policy, save_policy
+    from rl8.io.export import load_policy, save_policy
 
     space = spaces.Dict({"image": uint8_box(1, 16, 16), "speed": spaces.Box(-1, 1, (2,), np.float32)})
     obs = TensorDict({"image": torch.randint(0, 256, (3, 1, 16, 16), dtype=torch.uint8),
@@ -265,7 +266,7 @@ def test_catch_follows_the_env_contract_and_scores_landings():
 def test_catch_video_uses_the_envs_own_frames(tmp_path):
     imageio = pytest.importorskip("imageio")
     pytest.importorskip("imageio_ffmpeg")
-    from rl8.video import record_video
+    from rl8.training.video import record_video
 
     env = Catch(1, rows=4, cols=4, scale=2)
     policy = Policy(env.observation_space, env.action_space, model_config=SMALL_CNN)
@@ -366,7 +367,7 @@ def test_atari_preset_in_the_process_modes(mode):
 
 @needs_atari
 def test_atari_preset_wrappers_and_options():
-    from rl8.atari import make_atari
+    from rl8.envs.atari import make_atari
 
     training = make_atari("ALE/Breakout-v5")
     assert _wrappers(training)[:6] == [
@@ -409,7 +410,7 @@ def test_training_rewards_are_clipped_while_the_episode_return_is_not(five_point
     the game's own return (RecordEpisodeStatistics, inside the clipping) counts 5 a point."""
     import gymnasium
 
-    from rl8.atari import make_atari
+    from rl8.envs.atari import make_atari
 
     env = make_atari(five_point_pong, atari_preset={"frame_stack": 1})
     record = env

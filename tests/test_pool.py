@@ -18,7 +18,7 @@ from gymnasium import spaces
 
 from rl8 import PPO
 from rl8.envs import GymnasiumEnv, PoolEnv, PoolWorkerDied
-from rl8.recurrent import LSTMModel
+from rl8.policies.recurrent import LSTMModel
 
 SEED = 11
 
@@ -310,7 +310,7 @@ def test_bad_pool_settings_are_refused_naming_field_and_value(kwargs, message):
 
 def test_settings_above_num_envs_build_the_one_env_copies_of_videos_and_evals(tmp_path):
     pytest.importorskip("imageio_ffmpeg")
-    from rl8.video import make_recording_env, record_video
+    from rl8.training.video import make_recording_env, record_video
 
     pool = {"vectorization_mode": "pool", "num_workers": 4, "min_batch_size": 8, "max_batch_size": 16}
     algo = PPO("CartPole-v1", num_envs=16, horizon=8, seed=0, env_kwargs=pool)

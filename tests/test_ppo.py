@@ -13,8 +13,8 @@ from tensordict import TensorDict
 
 from rl8 import PPO, Env, EnvOutputError
 from rl8.envs import CartPole, ContinuousDummyEnv, DiscreteDummyEnv, Pendulum
-from rl8.buffer import normalized_advantages
-from rl8.rollout import final_values
+from rl8.ppo.buffer import normalized_advantages
+from rl8.ppo.rollout import final_values
 
 SMALL = dict(num_envs=16, horizon=8, sgd_minibatch_size=32, num_sgd_iters=2, seed=0)
 
@@ -399,8 +399,8 @@ def test_each_ppo_object_owns_its_random_stream():
 def test_mlp_model_is_plain_sequential_networks(shared):
     """MLPModel's policy and value are plain modules called directly: the outputs (with and
     without autograd, inside and outside Model.rollout()) are those of pi and vf."""
-    from rl8.distributions import Categorical
-    from rl8.models import MLPModel
+    from rl8.policies.distributions import Categorical
+    from rl8.policies.models import MLPModel
 
     env = CartPole(64)
     model = MLPModel(env.observation_space, env.action_space, Categorical, hiddens=(32, 16), activation="relu",
@@ -522,7 +522,7 @@ def test_stacked_and_per_step_buffer_writes_agree(monkeypatch, env_cls):
     """Small observations, values and rewards are kept through a collect and stacked into the
     buffer once; big observations (here: any, via the size limit) are copied step by step.
     Both fill the buffer identically, over collects that do and do not reset the envs."""
-    from rl8 import buffer as buffer_module
+    from rl8.ppo import buffer as buffer_module
 
     def run():
         algo = PPO(env_cls, num_envs=6, horizon=5, sgd_minibatch_size=10, horizons_per_env_reset=2, seed=9)
@@ -667,27 +667,27 @@ def test_a_buffer_larger_than_memory_is_refused_before_allocating():
 
 
 def test_the_buffer_estimate_counts_the_spaces(monkeypatch):
-    import rl8.buffer
+    import rl8.ppo.buffer
 
     # 16 envs x 9 steps: CartPole obs + final_obs 2 * 16 B, action 8 B, 12 B, flags 2 B
     need = 16 * 9 * (32 + 8 + 12 + 2)
-    monkeypatch.setattr(rl8.buffer, "_device_memory", lambda device: need - 1)
+    monkeypatch.setattr(rl8.ppo.buffer, "_device_memory", lambda device: need - 1)
     with pytest.raises(ValueError, match=rf"needs about {need} bytes"):
         PPO(CartPole, **SMALL)
-    monkeypatch.setattr(rl8.buffer, "_device_memory", lambda device: need)
+    monkeypatch.setattr(rl8.ppo.buffer, "_device_memory", lambda device: need)
     PPO(CartPole, **SMALL)
 
 
 def test_overlap_mode_counts_both_buffers(monkeypatch):
-    import rl8.buffer
+    import rl8.ppo.buffer
 
     # collect_mode="overlap" allocates a second buffer for the collector: twice the estimate above
     need = 2 * 16 * 9 * (32 + 8 + 12 + 2)
-    monkeypatch.setattr(rl8.buffer, "_device_memory", lambda device: need - 1)
+    monkeypatch.setattr(rl8.ppo.buffer, "_device_memory", lambda device: need - 1)
     with pytest.raises(ValueError, match=rf"2 rollout buffers \(collect_mode='overlap'\) of num_envs=16 .* "
                                          rf"need about {need} bytes"):
         PPO(CartPole, collect_mode="overlap", **SMALL)
-    monkeypatch.setattr(rl8.buffer, "_device_memory", lambda device: need)
+    monkeypatch.setattr(rl8.ppo.buffer, "_device_memory", lambda device: need)
     PPO(CartPole, collect_mode="overlap", **SMALL).close()
 
 
@@ -703,13 +703,13 @@ def test_an_env_constructor_out_of_memory_is_reported_for_the_envs():
 
 
 def test_a_failed_allocation_names_num_envs_horizon_and_bytes(monkeypatch):
-    import rl8.buffer
+    import rl8.ppo.buffer
 
     def fail(*args, **kwargs):
         raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate "
                            "memory: you tried to allocate 123 bytes.")
 
-    monkeypatch.setattr(rl8.buffer, "RolloutBuffer", fail)
+    monkeypatch.setattr(rl8.ppo.buffer, "RolloutBuffer", fail)
     with pytest.raises(ValueError, match=r"num_envs=16 envs x \(horizon=8 \+ 1\) steps needs about \d+ bytes .*"
                        r"allocating memory failed \(.*can't allocate memory: you tried to allocate 123 bytes.\)"):
         PPO(CartPole, **SMALL)
@@ -717,7 +717,7 @@ def test_a_failed_allocation_names_num_envs_horizon_and_bytes(monkeypatch):
     def other(*args, **kwargs):
         raise RuntimeError("something else")
 
-    monkeypatch.setattr(rl8.buffer, "RolloutBuffer", other)
+    monkeypatch.setattr(rl8.ppo.buffer, "RolloutBuffer", other)
     with pytest.raises(RuntimeError, match="^something else$"):
         PPO(CartPole, **SMALL)
 
@@ -787,7 +787,7 @@ def test_step_is_a_deprecated_name_of_update():
 def test_episode_tracker_carries_episodes_across_collects():
     """EpisodeTracker sums whole episodes that end in a collect (steps of earlier collects
     included) and carries the unfinished ones, through its state_dict too."""
-    from rl8.episodes import EpisodeTracker
+    from rl8.envs.episodes import EpisodeTracker
 
     tracker = EpisodeTracker(2, "cpu")
     rewards = torch.tensor([[1.0, 2.0, 3.0], [1.0, 1.0, 1.0]])
@@ -806,9 +806,9 @@ def test_episode_tracker_carries_episodes_across_collects():
 def test_rollout_stats_is_a_pure_function():
     """rollout_stats reads its arguments only: the same call twice gives the same stats and
     leaves the episode tracker (advanced by the caller) as it was."""
-    from rl8.distributed import DistContext
-    from rl8.episodes import EpisodeTracker
-    from rl8.stats import rollout_stats
+    from rl8.ppo.distributed import DistContext
+    from rl8.envs.episodes import EpisodeTracker
+    from rl8.ppo.stats import rollout_stats
 
     rewards = torch.arange(12.0).reshape(3, 4)
     dones = torch.tensor([[0, 1, 0, 0], [0, 0, 0, 1], [0, 0, 0, 0]], dtype=torch.bool)

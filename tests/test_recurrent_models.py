@@ -8,9 +8,9 @@ import torch
 from gymnasium import spaces
 from tensordict import TensorDict
 
-from rl8.distributions import Categorical, Normal
-from rl8.models import Model
-from rl8.recurrent import GRUModel, LSTMModel, RecurrentModel
+from rl8.policies.distributions import Categorical, Normal
+from rl8.policies.models import Model
+from rl8.policies.recurrent import GRUModel, LSTMModel, RecurrentModel
 
 MODELS = [LSTMModel, GRUModel]
 OBS = spaces.Box(-1.0, 1.0, (5,), np.float32)

@@ -9,7 +9,7 @@ import torch
 
 from rl8 import PPO
 from rl8.envs import CartPole, Memory
-from rl8.recurrent import GRUModel, LSTMModel
+from rl8.policies.recurrent import GRUModel, LSTMModel
 
 RECURRENT = dict(
     num_envs=64, horizon=16, seq_len=8, sgd_minibatch_size=256, num_sgd_iters=4, lr=3e-3,
@@ -174,7 +174,7 @@ def test_rollout_step_carries_the_state_and_resets_it_at_episode_starts():
 def test_recurrent_carry_keeps_sequence_states_episode_starts_and_its_state():
     """The carry of a recurrent PPO: the state before each sequence goes to buffer.states,
     episode ends become the next step's episode starts, and its state_dict restores it."""
-    from rl8.buffer import RecurrentCarry
+    from rl8.ppo.buffer import RecurrentCarry
 
     algo = PPO(CartPole, model_cls=GRUModel, num_envs=8, horizon=16, seq_len=4, seed=1)
     assert isinstance(algo.carry, RecurrentCarry)

@@ -12,11 +12,11 @@ import torch
 
 import rl8
 from rl8 import PPO, Trainer, load_policy, registry
-from rl8.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from rl8.io.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from rl8.cli import main
-from rl8.distributions import Normal
+from rl8.policies.distributions import Normal
 from rl8.envs import CartPole
-from rl8.models import MLPModel
+from rl8.policies.models import MLPModel
 
 SMALL = dict(num_envs=16, horizon=8, sgd_minibatch_size=64, num_sgd_iters=1, seed=0)
 
@@ -47,8 +47,8 @@ class Net(MLPModel):
 
 def test_rl8_and_torch_classes_are_found_under_their_defining_and_public_paths():
     assert registry.lookup("rl8.envs.CartPole") is CartPole is registry.lookup("rl8.envs.cartpole.CartPole")
-    assert registry.lookup("rl8.MLPModel") is MLPModel is registry.lookup("rl8.models.MLPModel")
-    assert registry.lookup("rl8.distributions.Normal") is Normal
+    assert registry.lookup("rl8.MLPModel") is MLPModel is registry.lookup("rl8.policies.models.MLPModel")
+    assert registry.lookup("rl8.policies.distributions.Normal") is Normal
     assert registry.lookup("torch.optim.Adam") is torch.optim.Adam is registry.lookup("torch.optim.adam.Adam")
     assert registry.lookup("torch.nn.Tanh") is torch.nn.Tanh is registry.lookup("torch.nn.modules.activation.Tanh")
     assert registry.lookup(f"{__name__}.Reach") is Reach and registry.lookup(f"{__name__}.Net") is Net

@@ -1,4 +1,4 @@
-"""rl8._resolve.env_target: the one rule for env specs (dotted path or gymnasium id, rl8 or
+"""rl8.ppo.resolve.env_target: the one rule for env specs (dotted path or gymnasium id, rl8 or
 gymnasium); gymnasium ids read from a file must be in gymnasium's registry."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import gymnasium
 import pytest
 
-from rl8._resolve import env_target, resolve_env
-from rl8.checkpoint import CheckpointError
+from rl8.ppo.resolve import env_target, resolve_env
+from rl8.io.checkpoint import CheckpointError
 from rl8.envs import CartPole, GymnasiumEnv
 
 

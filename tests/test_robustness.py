@@ -62,7 +62,7 @@ def test_a_checkpoint_whose_policy_cannot_be_staged_for_mlflow_ends_the_run_fini
     from mlflow.tracking import MlflowClient
 
     from rl8 import PPO, Trainer
-    from rl8.conditions import HitsUpperBound
+    from rl8.training.conditions import HitsUpperBound
     from rl8.envs import CartPole
     from rl8.tracking import TrackingWarning
 
@@ -113,11 +113,11 @@ def _small_trainer(**options):
 
 
 def test_a_folder_written_by_a_live_process_is_refused_and_taken_over_once_it_died(tmp_path):
-    from rl8.checkpoint import CHECKPOINT_DIR_LOCK, CheckpointDirError, CheckpointDirLock
+    from rl8.io.checkpoint_dir import CHECKPOINT_DIR_LOCK, CheckpointDirError, CheckpointDirLock
 
     folder = tmp_path / "shared"
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys\nfrom rl8.checkpoint import CheckpointDirLock\n"
+        [sys.executable, "-c", "import sys\nfrom rl8.io.checkpoint_dir import CheckpointDirLock\n"
          f"lock = CheckpointDirLock({str(folder)!r}, run_id='a' * 32)\nprint('held', flush=True)\n"
          "sys.stdin.read()"],
         env=_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -140,7 +140,7 @@ def test_a_folder_written_by_a_live_process_is_refused_and_taken_over_once_it_di
 
 def test_two_trainers_never_share_a_checkpoint_folder(tmp_path, migrated_store):
     from rl8 import Trainer
-    from rl8.checkpoint import CheckpointDirError
+    from rl8.io.checkpoint_dir import CheckpointDirError
 
     first = _small_trainer(checkpoint_dir=tmp_path / "ck", async_logging=False)
     first.step()
@@ -181,7 +181,7 @@ def test_default_folders_of_untracked_runs_are_unique(tmp_path):
 
 @pytest.mark.parametrize("where", ["under a file", "a file"])
 def test_an_unwritable_checkpoint_dir_is_refused_before_training(tmp_path, migrated_store, where):
-    from rl8.checkpoint import CheckpointDirError
+    from rl8.io.checkpoint_dir import CheckpointDirError
 
     (tmp_path / "afile").write_text("a file, not a folder")  # root ignores chmod: a file stops it
     folder = tmp_path / "afile" / "ck" if where == "under a file" else tmp_path / "afile"
@@ -191,7 +191,7 @@ def test_an_unwritable_checkpoint_dir_is_refused_before_training(tmp_path, migra
 
 
 def test_an_unwritable_default_checkpoint_folder_is_refused_before_training(tmp_path, migrated_store):
-    from rl8.checkpoint import CheckpointDirError
+    from rl8.io.checkpoint_dir import CheckpointDirError
 
     (tmp_path / "checkpoints").write_text("a file where the default folder goes")
     with pytest.raises(CheckpointDirError, match=rf"checkpoint folder {tmp_path / 'checkpoints'} cannot be used"):
@@ -230,7 +230,7 @@ def test_rl8_train_into_the_folder_of_another_run_exits_2_and_resume_goes_on(tmp
 
 def test_an_older_checkpoint_without_a_newer_hparam_resumes_from_the_cli_as_from_python(tmp_path, capsys):
     from rl8 import Trainer
-    from rl8.checkpoint import load_checkpoint, save_checkpoint
+    from rl8.io.checkpoint import load_checkpoint, save_checkpoint
     from rl8.cli import main
 
     trainer = _small_trainer(checkpoint_dir=tmp_path / "ck", tracking=False)
@@ -282,7 +282,7 @@ def test_a_yaml_that_contains_itself_is_a_config_error(tmp_path):
 
 def test_a_deeply_nested_or_is_a_config_error(tmp_path, capsys):
     from rl8.cli import main
-    from rl8.conditions import MAX_CONDITION_DEPTH, from_config
+    from rl8.training.conditions import MAX_CONDITION_DEPTH, from_config
 
     path = tmp_path / "deep.yaml"
     path.write_text("env: rl8.envs.CartPole\nstop_conditions:\n  - "
@@ -312,7 +312,7 @@ def test_a_deeply_nested_or_is_a_config_error(tmp_path, capsys):
 def saved(tmp_path_factory):
     """A policy file and a Trainer checkpoint of CartPole, and their content."""
     from rl8 import PPO, Trainer, save_policy
-    from rl8.checkpoint import load_checkpoint
+    from rl8.io.checkpoint import load_checkpoint
     from rl8.envs import CartPole
 
     folder = tmp_path_factory.mktemp("saved")
@@ -366,7 +366,7 @@ def test_a_malformed_policy_file_is_a_checkpoint_error_naming_the_entry(tmp_path
     import copy
 
     from rl8 import load_policy
-    from rl8.checkpoint import CheckpointError, save_checkpoint
+    from rl8.io.checkpoint import CheckpointError, save_checkpoint
     from rl8.cli import main
 
     policy = copy.deepcopy(saved["policy"])
@@ -384,7 +384,7 @@ def test_a_malformed_trainer_checkpoint_is_a_checkpoint_error_naming_the_entry(t
     import copy
 
     from rl8 import Trainer
-    from rl8.checkpoint import CheckpointError, save_checkpoint
+    from rl8.io.checkpoint import CheckpointError, save_checkpoint
     from rl8.cli import main
 
     state = saved["checkpoint"]

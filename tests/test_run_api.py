@@ -15,10 +15,10 @@ from mlflow.tracking import MlflowClient
 
 import rl8.presets
 from rl8 import PPO, Trainer
-from rl8.callbacks import Callback
-from rl8.conditions import And, HitsUpperBound, MissingStatError, Or, TimeLimit
+from rl8.training.callbacks import Callback
+from rl8.training.conditions import And, HitsUpperBound, MissingStatError, Or, TimeLimit
 from rl8.envs import CartPole
-from rl8.progress import Progress
+from rl8.training.progress import Progress
 
 pytestmark = pytest.mark.usefixtures("migrated_store", "one_torch_thread")
 
@@ -221,7 +221,7 @@ def test_rl8_train_prints_where_the_results_went_once(quiet, capsys):
 
 
 class Clock:
-    """time.monotonic for rl8.progress, advanced by hand."""
+    """time.monotonic for rl8.training.progress, advanced by hand."""
 
     def __init__(self):
         self.now = 1000.0
@@ -235,11 +235,11 @@ def clock(monkeypatch):
     """The clock of the progress line and of time limits."""
     import types
 
-    import rl8.conditions
-    import rl8.progress
+    import rl8.training.conditions.clock
+    import rl8.training.progress
 
     clock = Clock()
-    for module in (rl8.progress, rl8.conditions):
+    for module in (rl8.training.progress, rl8.training.conditions.clock):
         monkeypatch.setattr(module, "time", types.SimpleNamespace(monotonic=clock))
     return clock
 
@@ -351,16 +351,16 @@ def test_presets_do_not_use_the_commands_private_names():
 
 
 def test_ppo_on_a_gymnasium_id_with_a_preset_hints_at_it_once(monkeypatch):
-    import rl8.ppo
+    import rl8.ppo.algorithm
 
-    monkeypatch.setattr(rl8.ppo, "_hinted", set())
-    with pytest.warns(rl8.ppo.PresetHint, match=re.escape(
+    monkeypatch.setattr(rl8.ppo.algorithm, "_hinted", set())
+    with pytest.warns(rl8.ppo.algorithm.PresetHint, match=re.escape(
             "rl8: Pendulum-v1 has a tuned preset: PPO.from_preset('Pendulum-v1') / rl8 train Pendulum-v1")):
         PPO("Pendulum-v1", seed=0).close()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         PPO("Pendulum-v1", seed=0).close()  # once
-        monkeypatch.setattr(rl8.ppo, "_hinted", set())
+        monkeypatch.setattr(rl8.ppo.algorithm, "_hinted", set())
         PPO("Pendulum-v1", num_envs=8, horizon=16).close()  # tuned by hand: no hint
         PPO.from_preset("Pendulum-v1", num_envs=8).close()  # the preset itself
         PPO("MountainCar-v0").close()  # no preset

@@ -1,4 +1,4 @@
-"""The one episode runner (rl8.runner.run_policy) for feedforward, recurrent and plain policies."""
+"""The one episode runner (rl8.policies.runner.run_policy) for feedforward, recurrent and plain policies."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import torch
 
 from rl8 import PPO
 from rl8.envs import CartPole, Pendulum
-from rl8.recurrent import GRUModel
-from rl8.runner import done_flags, run_policy
+from rl8.policies.recurrent import GRUModel
+from rl8.policies.runner import done_flags, run_policy
 
 SMALL = dict(num_envs=4, horizon=8, sgd_minibatch_size=16, num_sgd_iters=1, seed=0)
 GRU = dict(model_cls=GRUModel, model_config={"hidden_size": 8}, seq_len=4)

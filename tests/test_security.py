@@ -15,10 +15,10 @@ import torch
 
 import rl8.registry
 from rl8 import PPO, Trainer, load_policy, save_policy
-from rl8.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from rl8.io.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from rl8.cli import main
 from rl8.envs import CartPole
-from rl8.models import MLPModel
+from rl8.policies.models import MLPModel
 
 SMALL = dict(num_envs=16, horizon=8, sgd_minibatch_size=64, num_sgd_iters=1, seed=0)
 
@@ -130,7 +130,7 @@ def test_crafted_class_paths_in_a_checkpoint_are_refused(checkpoint, tmp_path, k
 @pytest.mark.parametrize("key, name", [
     ("model_cls", "rl8.envs.CartPole"),            # registered, but an env
     ("distribution_cls", "torch.nn.Linear"),       # registered, but a torch module
-    ("optimizer_cls", "rl8.models.MLPModel"),
+    ("optimizer_cls", "rl8.policies.models.MLPModel"),
     ("model_cls", f"{__name__}.make_gym_cartpole"),  # registered below, but a function
 ])
 def test_registered_names_of_the_wrong_kind_are_refused(checkpoint, tmp_path, monkeypatch, key, name):
@@ -404,9 +404,9 @@ def test_an_env_factory_function_needs_registering_or_trust_code(tmp_path, capsy
 
 @pytest.mark.parametrize("key, value, expected", [
     ("model_cls", "os.system",
-     r"hparam model_cls: expected an rl8 Model subclass \(rl8.models.Model\) or its dotted path, got 'os.system'"),
+     r"hparam model_cls: expected an rl8 Model subclass \(rl8.policies.models.Model\) or its dotted path, got 'os.system'"),
     ("distribution_cls", torch.nn.Linear,
-     r"hparam distribution_cls: expected an rl8 Distribution subclass \(rl8.distributions.Distribution\) or its "
+     r"hparam distribution_cls: expected an rl8 Distribution subclass \(rl8.policies.distributions.Distribution\) or its "
      r"dotted path, got .*Linear"),
     ("optimizer_cls", "builtins.eval",
      r"hparam optimizer_cls: expected a torch.optim.Optimizer subclass or its dotted path, got 'builtins.eval'"),

@@ -17,7 +17,7 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
-from rl8.checkpoint import CheckpointManager
+from rl8.io.checkpoint_dir import CheckpointManager
 
 
 pytestmark = [
@@ -31,7 +31,7 @@ SCRIPT = textwrap.dedent(
     import torch
     torch.set_num_threads(1)
     from rl8 import PPO, Trainer
-    from rl8.conditions import Condition
+    from rl8.training.conditions import Condition
     from rl8.envs import CartPole
 
     class Report(Condition):

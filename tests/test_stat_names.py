@@ -15,10 +15,13 @@ from mlflow.tracking import MlflowClient
 from tensordict import TensorDict
 
 from rl8 import PPO, Env, Trainer
-from rl8.checkpoint import CheckpointManager, load_checkpoint, save_checkpoint
-from rl8.conditions import HitsUpperBound, Plateaus, StopsIncreasing, from_config, with_current_stat_names
+from rl8.io.checkpoint_dir import CheckpointManager
+from rl8.io.checkpoint import load_checkpoint, save_checkpoint
+from rl8.training.conditions import (
+    HitsUpperBound, Plateaus, StopsIncreasing, from_config, with_current_stat_names,
+)
 from rl8.envs import CartPole
-from rl8.stats import RENAMED_STATS, Stats, current_stat_name
+from rl8.ppo.stats import RENAMED_STATS, Stats, current_stat_name
 
 SMALL = dict(num_envs=16, horizon=8, sgd_minibatch_size=64, num_sgd_iters=1, seed=0)
 STEP = 16 * 8  # env steps per training step
@@ -115,7 +118,7 @@ def test_trainer_logs_the_new_names_only_and_answers_the_old(tmp_path):
 
 
 def test_the_progress_line_of_an_env_without_episodes_shows_its_reward_sum():
-    from rl8.progress import Progress
+    from rl8.training.progress import Progress
 
     stream = io.StringIO()
     progress = Progress(None, stream, interval_s=1e-9)
@@ -151,9 +154,9 @@ def test_from_config_accepts_the_old_eval_name_with_a_warning():
 
 
 def test_cli_config_with_an_old_name_prints_the_warning(capsys):
-    from rl8.cli import _stop_conditions
+    from rl8.training.config_file import stop_conditions
 
-    (condition,) = _stop_conditions({"stop_conditions": [{"hits_upper_bound": {"key": "returns/mean", "bound": 1}}]})
+    (condition,) = stop_conditions({"stop_conditions": [{"hits_upper_bound": {"key": "returns/mean", "bound": 1}}]})
     assert condition.key == "rollout/reward_sum_mean"
     assert ("rl8: warning: stop_conditions[0]: stat 'returns/mean' is now called 'rollout/reward_sum_mean'"
             in capsys.readouterr().err)
@@ -243,8 +246,8 @@ def test_reduce_stats_names_each_value_and_refuses_a_name_twice():
     as they are, in float64), and names a stat given in two groups."""
     import torch
 
-    from rl8.distributed import DistContext
-    from rl8.stats import reduce_stats
+    from rl8.ppo.distributed import DistContext
+    from rl8.ppo.stats import reduce_stats
 
     dist = DistContext()
     out = reduce_stats(

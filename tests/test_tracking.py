@@ -1,4 +1,4 @@
-"""Tests of rl8.tracking: runs, batched metrics, params, resume, statuses, outages.
+"""Tests of rl8.tracking.tracker: runs, batched metrics, params, resume, statuses, outages.
 
 Most tests use the temporary SQLite store that ``conftest.mlflow_uri`` sets up; the
 ``live_server`` tests start a real ``mlflow server`` subprocess on a free local port.
@@ -29,12 +29,7 @@ from launch import free_port
 from mlflow.tracking import MlflowClient
 
 import rl8
-from rl8.tracking import (
-    Tracker,
-    TrackingError,
-    TrackingWarning,
-    flatten_params,
-)
+from rl8.tracking import Tracker, TrackingError, TrackingWarning, flatten_params
 
 pytestmark = pytest.mark.usefixtures("migrated_store")
 
@@ -444,7 +439,7 @@ def test_outage_queues_metrics_warns_once_and_redelivers_in_order(
         assert tracker.pending == 10
 
         state["down"] = False
-        with caplog.at_level(logging.WARNING, logger="rl8.tracking"):
+        with caplog.at_level(logging.WARNING, logger="rl8.tracking.tracker"):
             tracker.log_metrics({"a": 6.0}, step=6)
         assert "delivered 11 pending metric values" in caplog.text
         assert tracker.pending == 0
@@ -472,7 +467,7 @@ def test_outage_retries_at_most_every_interval_and_flush_forces(monkeypatch):
 
 def test_retry_interval_doubles_while_the_server_stays_down(monkeypatch):
     clock = {"t": 1000.0}
-    monkeypatch.setattr("rl8.tracking.time.monotonic", lambda: clock["t"])
+    monkeypatch.setattr("rl8.tracking.tracker.time.monotonic", lambda: clock["t"])
     with Tracker(experiment="backoff", retry_interval_s=1) as tracker:
         state = _break_log_batch(monkeypatch)
         attempts = []
@@ -549,7 +544,7 @@ def test_live_server_logs_survives_a_restart_and_redelivers(live_server, tmp_pat
         assert tracker.pending == 6
 
         live_server.start()  # back, same port and database
-        with caplog.at_level(logging.WARNING, logger="rl8.tracking"):
+        with caplog.at_level(logging.WARNING, logger="rl8.tracking.tracker"):
             tracker.flush()
         assert tracker.pending == 0
         assert "delivered 6 pending metric values" in caplog.text
@@ -606,7 +601,7 @@ import sys
 import torch
 torch.set_num_threads(1)
 from rl8 import PPO, Trainer
-from rl8.conditions import Condition
+from rl8.training.conditions import Condition
 from rl8.envs import CartPole
 
 class Report(Condition):

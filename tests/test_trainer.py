@@ -18,15 +18,9 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from rl8 import PPO, Trainer, TrainerConfig, TrainStats
-from rl8.checkpoint import CheckpointError, save_checkpoint
-from rl8.conditions import (
-    HitsLowerBound,
-    HitsUpperBound,
-    MissingStatError,
-    Plateaus,
-    StopsDecreasing,
-    StopsIncreasing,
-    TimeLimit,
+from rl8.io.checkpoint import CheckpointError, save_checkpoint
+from rl8.training.conditions import (
+    HitsLowerBound, HitsUpperBound, MissingStatError, Plateaus, StopsDecreasing, StopsIncreasing, TimeLimit,
 )
 from rl8.envs import CartPole, DiscreteDummyEnv
 from rl8.tracking import TrackingError
@@ -135,8 +129,8 @@ def test_run_params_and_default_experiment(mlflow_uri):
     assert params["hparams/horizon"] == "8"
     assert params["hparams/optimizer_kwargs/eps"] == "1e-05"
     assert params["env"] == "rl8.envs.cartpole.CartPole"
-    assert params["model/class"] == "rl8.models.MLPModel"
-    assert params["distribution/class"] == "rl8.distributions.Categorical"
+    assert params["model/class"] == "rl8.policies.models.MLPModel"
+    assert params["distribution/class"] == "rl8.policies.distributions.discrete.Categorical"
     assert params["optimizer/class"] == "torch.optim.adam.Adam"
     assert params["optimizer/kwargs/lr"] == "0.001"
     assert params["hparams/seed"] == "0" and params["hparams/device"] == "cpu"  # the values in use
@@ -181,7 +175,7 @@ def test_trainer_config_and_keyword_options_make_the_same_trainer():
         Trainer(algo, checkpoint_evry=2)
     with pytest.raises(ValueError, match="Trainer: keep_checkpoints must be an int >= 1 or None, got 0"):
         Trainer(algo, TrainerConfig(tracking=False), keep_checkpoints=0)
-    with pytest.raises(TypeError, match="config must be a rl8.config.TrainerConfig or None, got 'x'"):
+    with pytest.raises(TypeError, match="config must be a rl8.training.config.TrainerConfig or None, got 'x'"):
         Trainer(algo, "x")
 
 
@@ -432,7 +426,7 @@ def test_checkpoints_keep_last_n_and_log_the_policy(tmp_path, mlflow_uri):
     trainer.run(stop_conditions=HitsUpperBound("algorithm/steps", 4))
     trainer.close()
     files = sorted(p.name for p in (tmp_path / "ck").iterdir())
-    # no .tmp left; the lock file names the run that owns the folder (rl8.checkpoint.CheckpointDirLock)
+    # no .tmp left; the lock file names the run that owns the folder (rl8.io.checkpoint_dir.CheckpointDirLock)
     assert files == [".rl8.lock", f"checkpoint-{3 * STEP:012d}.pt", f"checkpoint-{4 * STEP:012d}.pt"]
     client = MlflowClient(mlflow_uri)
     artifacts = {f.path for d in ("policy", "rl8") for f in client.list_artifacts(trainer.run_id, d)}

@@ -6,7 +6,7 @@ the roles as they are. Loaded by ``mkdocs.yml``, once Griffe has loaded the ``rl
 this extension:
 
 * rewrites each role as an autorefs link to the object's own entry in the API reference,
-  ``[`HParams`][rl8.hparams.HParams]`` (:func:`link_roles`). A target is looked up the way
+  ``[`HParams`][rl8.ppo.hparams.HParams]`` (:func:`link_roles`). A target is looked up the way
   Sphinx does: a dotted path from ``rl8`` (the names that ``rl8/__init__.py`` and
   ``rl8/envs/__init__.py`` export lazily are mapped to the modules that define them), else a
   name in the scope of the documented object, then its parents' (a method's class, its module,
@@ -40,7 +40,7 @@ _TITLED = re.compile(r"^(.*?)\s*<([^<>]+)>$")
 def lazy_exports(root: Any) -> dict[str, str]:
     """The public paths that rl8's packages export lazily (their ``_EXPORTS`` and ``_ENVS``
     tables, read from the source), mapped to where each object is defined:
-    ``{"rl8.PPO": "rl8.ppo.PPO", "rl8.envs.CartPole": "rl8.envs.cartpole.CartPole", ...}``."""
+    ``{"rl8.PPO": "rl8.ppo.algorithm.PPO", "rl8.envs.CartPole": "rl8.envs.cartpole.CartPole", ...}``."""
     exports = {}
     for package, table in ((root, "_EXPORTS"), (root.members["envs"], "_ENVS")):
         for name, module in ast.literal_eval(str(package.members[table].value)).items():
@@ -100,7 +100,7 @@ def resolve(target: str, scope: Any, root: Any, exports: dict[str, str]) -> Any 
         exports: :func:`lazy_exports` of ``root``.
     """
     target = target.lstrip(".")
-    for public, defined in exports.items():  # rl8.PPO.collect -> rl8.ppo.PPO.collect
+    for public, defined in exports.items():  # rl8.PPO.collect -> rl8.ppo.algorithm.PPO.collect
         if target == public or target.startswith(public + "."):
             target = defined + target[len(public):]
             break

@@ -17,8 +17,8 @@ _ENVS = {
     "Memory": "rl8.envs.memory",
     "Catch": "rl8.envs.catch",
     "GymnasiumEnv": "rl8.envs.gymnasium",
-    "EnvWorkerDied": "rl8.envs.gymnasium",
-    "EnvStepTimeout": "rl8.envs.gymnasium",
+    "EnvWorkerDied": "rl8.envs.workers",
+    "EnvStepTimeout": "rl8.envs.workers",
     "PoolEnv": "rl8.envs.pool",
     "PoolWorkerDied": "rl8.envs.pool",
 }

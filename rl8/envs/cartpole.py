@@ -10,8 +10,8 @@ import torch
 from gymnasium import spaces
 from tensordict import TensorDict
 
-from ._physics import PhysicsEnv
-from . import _render
+from rl8.envs import drawing
+from rl8.envs.physics import PhysicsEnv
 
 __all__ = ["CartPole"]
 
@@ -34,7 +34,7 @@ class CartPole(PhysicsEnv):
 
     Args:
         num_envs: Number of carts simulated in parallel.
-        horizon: Unused; accepted for the :class:`~rl8.env.Env` contract.
+        horizon: Unused; accepted for the :class:`~rl8.envs.base.Env` contract.
         device: Torch device of the simulation.
 
     Attributes:
@@ -130,13 +130,13 @@ class CartPole(PhysicsEnv):
         cart_w, cart_h, axle = 50.0, 30.0, 7.5
         cart_x = x * scale + width / 2.0
         track_y = height - 100.0
-        img = _render.canvas(height, width)
-        _render.draw_line(img, 0, track_y, width, track_y, 1.0, (0, 0, 0))
+        img = drawing.canvas(height, width)
+        drawing.draw_line(img, 0, track_y, width, track_y, 1.0, (0, 0, 0))
         left, top = cart_x - cart_w / 2, track_y - cart_h / 2
-        _render.fill_rect(img, left, top, left + cart_w, top + cart_h, (0, 0, 0))
+        drawing.fill_rect(img, left, top, left + cart_w, top + cart_h, (0, 0, 0))
         axle_y = track_y - axle
         tip_x = cart_x + pole_len * math.sin(theta)
         tip_y = axle_y - pole_len * math.cos(theta)
-        _render.draw_line(img, cart_x, axle_y, tip_x, tip_y, 10.0, (202, 152, 101))
-        _render.fill_circle(img, cart_x, axle_y, 5.0, (129, 132, 203))
+        drawing.draw_line(img, cart_x, axle_y, tip_x, tip_y, 10.0, (202, 152, 101))
+        drawing.fill_circle(img, cart_x, axle_y, 5.0, (129, 132, 203))
         return img

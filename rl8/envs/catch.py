@@ -10,7 +10,7 @@ import torch
 from gymnasium import spaces
 from tensordict import TensorDict
 
-from ..env import Env
+from rl8.envs.base import Env
 
 __all__ = ["Catch"]
 
@@ -39,7 +39,7 @@ class Catch(Env):
 
     Args:
         num_envs: Number of games played in parallel.
-        horizon: Unused; accepted for the :class:`~rl8.env.Env` contract.
+        horizon: Unused; accepted for the :class:`~rl8.envs.base.Env` contract.
         device: Torch device of the simulation and the images.
         rows: Rows of the grid (>= 2); an episode lasts ``rows - 1`` steps.
         cols: Columns of the grid (>= 2).

@@ -16,7 +16,7 @@ import torch
 from gymnasium import spaces
 from tensordict import TensorDict
 
-from ..env import Env
+from rl8.envs.base import Env
 
 __all__ = ["DiscreteDummyEnv", "ContinuousDummyEnv"]
 
@@ -82,7 +82,7 @@ class DiscreteDummyEnv(_DummyEnv):
 
     Args:
         num_envs: Number of points simulated in parallel.
-        horizon: Unused; accepted for the :class:`~rl8.env.Env` contract.
+        horizon: Unused; accepted for the :class:`~rl8.envs.base.Env` contract.
         device: Torch device of the simulation.
     """
 
@@ -116,7 +116,7 @@ class ContinuousDummyEnv(_DummyEnv):
 
     Args:
         num_envs: Number of points simulated in parallel.
-        horizon: Unused; accepted for the :class:`~rl8.env.Env` contract.
+        horizon: Unused; accepted for the :class:`~rl8.envs.base.Env` contract.
         device: Torch device of the simulation.
     """
 

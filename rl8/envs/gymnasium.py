@@ -1,4 +1,4 @@
-"""Any gymnasium environment as an rl8 :class:`~rl8.env.Env`.
+"""Any gymnasium environment as an rl8 :class:`~rl8.envs.base.Env`.
 
 :class:`GymnasiumEnv` runs ``num_envs`` copies of a gymnasium env in a gymnasium vector env
 (:class:`~gymnasium.vector.SyncVectorEnv` in this process, or
@@ -13,12 +13,8 @@ from __future__ import annotations
 
 import difflib
 import functools
-import math
 import multiprocessing
 import multiprocessing.connection
-import signal
-import time
-import warnings
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -26,86 +22,28 @@ from typing import Any
 import gymnasium
 import numpy as np
 import torch
-from gymnasium import spaces
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 
-from ..atari import is_atari_id, make_atari
-from ..env import Env, new_tensordict
-from ..episodes import EpisodeRecords
-from ..spaces import check_space, space_dtype, zeros_like_space
+from rl8.envs.atari import is_atari_id
+from rl8.envs.converter import GymnasiumConverter
+from rl8.envs.gymnasium_base import GymnasiumEnvBase, GymnasiumEnvFactory, env_label
+from rl8.envs.pool import PoolEnv
+from rl8.envs.spaces import check_space
+from rl8.envs.workers import (
+    CLOSE_TIMEOUT_S, EnvStepTimeout, EnvWorkerDied, RemoteTraceback, check_step_timeout, exit_description,
+    make_single_env, stop_processes, with_episode_records,
+)
 
-__all__ = [
-    "EnvStepTimeout", "EnvWorkerDied", "GymnasiumConverter", "GymnasiumEnv", "GymnasiumEnvFactory",
-    "ReportEpisodeRecords",
-]
+__all__ = ["GymnasiumEnv", "GymnasiumEnvFactory"]
+
 
 _MODES = ("sync", "async", "pool")
-_ACTION_MASK = "action_mask"
-# A tree mirrors a (possibly nested) Dict space: a dict of trees for Dict, a leaf otherwise.
-_Tree = Any
-
-#: Seconds a closing env waits for its worker processes to exit before terminating (then
-#: killing) them.
-_CLOSE_TIMEOUT_S = 2.0
-
-
-class EnvWorkerDied(RuntimeError):
-    """A worker process of an async :class:`GymnasiumEnv` or of a :class:`rl8.envs.PoolEnv`
-    ended without being asked to (killed, crashed). The message names its sub-envs and exit
-    code; the env and all its workers have been closed."""
-
-
-class EnvStepTimeout(TimeoutError):
-    """A sub-env's step (with its auto-reset) took longer than the env's ``step_timeout_s``.
-    The message names the sub-env; the env and all its workers have been closed."""
-
-
-def _exit_description(code: int | None) -> str:
-    """``exit code 1``, ``exit code -9 (killed by signal SIGKILL)``, for messages."""
-    how = f"exit code {code}"
-    if code is not None and code < 0:
-        try:
-            how += f" (killed by signal {signal.Signals(-code).name})"
-        except ValueError:
-            pass
-    return how
-
-
-def _check_step_timeout(owner: str, value: Any) -> float | None:
-    """``step_timeout_s`` as a float, or ``None``; anything else than a number of seconds > 0
-    (or ``None``) raises a ``ValueError`` naming ``owner`` and the value given."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not (
-        value > 0 and not math.isnan(value)
-    ):
-        raise ValueError(f"{owner}: step_timeout_s must be a number of seconds > 0 or None, got {value!r}")
-    return float(value)
-
-
-def _stop_processes(processes: Sequence[Any], grace_s: float = _CLOSE_TIMEOUT_S) -> None:
-    """Wait up to ``grace_s`` seconds for ``processes`` (``multiprocessing`` processes, already
-    asked to exit) to end, then terminate, then kill, the ones still running, and reap them
-    all. A second Ctrl-C during the wait still terminates them."""
-    def join_all(among: Sequence[Any]) -> None:
-        deadline = time.monotonic() + grace_s
-        for process in among:
-            process.join(max(0.0, deadline - time.monotonic()))
-
-    try:
-        join_all(processes)
-    finally:
-        for stop in ("terminate", "kill"):
-            alive = [p for p in processes if p.is_alive()]
-            for process in alive:
-                getattr(process, stop)()
-            join_all(alive)
 
 
 def _close_async(vector_env: AsyncVectorEnv) -> None:
     """Close an ``AsyncVectorEnv`` without waiting forever: ask every worker to exit (a worker
-    stuck in a step never reads it), then ``_stop_processes``. Gymnasium's own ``close``
+    stuck in a step never reads it), then ``stop_processes``. Gymnasium's own ``close``
     first waits, without a limit, for the call in flight. Holds no reference to the
     :class:`GymnasiumEnv`, so that :func:`weakref.finalize` can run it when the env is
     collected or at interpreter exit."""
@@ -116,144 +54,11 @@ def _close_async(vector_env: AsyncVectorEnv) -> None:
         except (OSError, ValueError):
             pass  # its worker is gone
     try:
-        _stop_processes(vector_env.processes)
+        stop_processes(vector_env.processes)
     finally:
         for pipe in pipes:
             pipe.close()
         vector_env.closed = True  # gymnasium's close and __del__ have nothing left to do
-
-
-class _RemoteTraceback(Exception):
-    """Carries the formatted traceback of an exception raised in a worker process."""
-
-    def __init__(self, tb: str) -> None:
-        super().__init__(tb)
-        self.tb = tb
-
-    def __str__(self) -> str:
-        return f"\n\"\"\"\n{self.tb}\"\"\""
-
-
-def _torch_dtype(np_dtype: Any) -> torch.dtype:
-    return torch.from_numpy(np.zeros((), dtype=np_dtype)).dtype
-
-
-def _map(tree: _Tree, fn: Callable[..., Any], *data: Any) -> Any:
-    """Apply ``fn(leaf, *leaf_data)`` over a tree, returning a nested dict for Dict nodes."""
-    if isinstance(tree, dict):
-        return {key: _map(sub, fn, *(d[key] for d in data)) for key, sub in tree.items()}
-    return fn(tree, *data)
-
-
-def _convert_obs_space(space: spaces.Space, *, top: bool = True) -> tuple[spaces.Space, _Tree]:
-    """The space of the tensors rl8 gets, and the tree of their torch dtypes.
-
-    Float Boxes become float32 (the policy works in float32; halves a float64 buffer), a
-    top-level ``action_mask`` entry of a Dict becomes a bool Box; everything else keeps its
-    space and takes the dtype of :func:`rl8.spaces.space_dtype`.
-    """
-    if isinstance(space, spaces.Dict):
-        converted, tree = {}, {}
-        for key, sub in space.spaces.items():
-            if top and key == _ACTION_MASK:
-                if not isinstance(sub, (spaces.MultiBinary, spaces.Box)):
-                    raise TypeError(
-                        f"observation_space[{key!r}]: an action mask must be a MultiBinary or a "
-                        f"Box of 0/1, got {sub}"
-                    )
-                converted[key] = spaces.Box(0, 1, tuple(sub.shape), np.bool_)
-                tree[key] = torch.bool
-            else:
-                converted[key], tree[key] = _convert_obs_space(sub, top=False)
-        return spaces.Dict(converted), tree
-    if (
-        isinstance(space, spaces.Box)
-        and np.issubdtype(space.dtype, np.floating)
-        and space.dtype != np.float32
-    ):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # "precision lowered by casting" is what we want
-            space = spaces.Box(
-                space.low.astype(np.float32), space.high.astype(np.float32), space.shape, np.float32
-            )
-    return space, space_dtype(space)
-
-
-def _action_tree(space: spaces.Space) -> _Tree:
-    """The torch dtypes of the numpy actions gymnasium wants (a tree for Dict spaces)."""
-    if isinstance(space, spaces.Dict):
-        return {key: _action_tree(sub) for key, sub in space.spaces.items()}
-    return _torch_dtype(space.dtype)
-
-
-def _write_row(tree: _Tree, dst: Any, index: int, value: Any) -> None:
-    """Write one env's observation (numpy, or a dict of them) into row ``index`` of a batch."""
-    if isinstance(tree, dict):
-        for key, sub in tree.items():
-            _write_row(sub, dst[key], index, value[key])
-    else:
-        dst[index] = value
-
-
-#: The info key under which :class:`ReportEpisodeRecords` reports a sub-env's new records.
-EPISODE_RECORDS_KEY = "rl8_episode_records"
-
-
-class ReportEpisodeRecords(gymnasium.Wrapper):
-    """Reports the episodes that a ``RecordEpisodeStatistics`` wrapper inside the chain
-    records, whatever the wrappers between them do to rewards and episode ends.
-
-    After each ``step`` and ``reset`` that completed episodes of ``record``, the info gets
-    ``info["rl8_episode_records"]``: a float64 array ``[return_sum, length_sum, count]`` over
-    those episodes (their ``"r"`` and ``"l"``). Reading ``record``'s counters rather than the
-    ``info["episode"]`` it writes also counts the games that end inside an outer wrapper's
-    ``reset`` (a no-op or FIRE step of the Atari preset), whose info no one returns.
-    :class:`GymnasiumEnv` puts it outermost around every sub-env that has a
-    ``RecordEpisodeStatistics`` (:func:`with_episode_records`) and sums what it reports.
-
-    Args:
-        env: The sub-env, with ``record`` somewhere in its wrapper chain.
-        record: The ``RecordEpisodeStatistics`` wrapper whose episodes are reported.
-    """
-
-    #: Marks the wrapper, for ``has_wrapper_attr`` across processes.
-    reports_episode_records = True
-
-    def __init__(self, env: gymnasium.Env, record: gymnasium.wrappers.RecordEpisodeStatistics) -> None:
-        super().__init__(env)
-        self.record = record
-        self._reported = record.episode_count
-
-    def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        return obs, reward, terminated, truncated, self._with_new_records(info)
-
-    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
-        obs, info = self.env.reset(**kwargs)
-        return obs, self._with_new_records(info)
-
-    def _with_new_records(self, info: dict[str, Any]) -> dict[str, Any]:
-        new = self.record.episode_count - self._reported
-        if new == 0:
-            return info
-        self._reported = self.record.episode_count
-        new = min(new, len(self.record.return_queue))  # (more than its buffer_length at once: lost)
-        returns = list(self.record.return_queue)[-new:]
-        lengths = list(self.record.length_queue)[-new:]
-        return {**info, EPISODE_RECORDS_KEY: np.array([sum(returns), sum(lengths), new], dtype=np.float64)}
-
-
-def with_episode_records(env: gymnasium.Env) -> gymnasium.Env:
-    """``env`` in a :class:`ReportEpisodeRecords` of the innermost ``RecordEpisodeStatistics``
-    of its wrapper chain (the closest to the game's own rewards), or ``env`` itself when it
-    has none."""
-    record = None
-    inner = env
-    while isinstance(inner, gymnasium.Wrapper):
-        if isinstance(inner, gymnasium.wrappers.RecordEpisodeStatistics):
-            record = inner
-        inner = inner.env
-    return env if record is None else ReportEpisodeRecords(env, record)
 
 
 def _close_matches(env_id: str) -> list[str]:
@@ -261,29 +66,6 @@ def _close_matches(env_id: str) -> list[str]:
     lower = {i.lower(): i for i in ids}
     found = difflib.get_close_matches(env_id.lower(), list(lower), n=5, cutoff=0.6)
     return [lower[f] for f in found]
-
-
-def _env_label(env: str | Callable[..., gymnasium.Env]) -> str:
-    """``GymnasiumEnv(<id or callable name>)``, for messages."""
-    name = env if isinstance(env, str) else getattr(env, "__name__", "env")
-    return f"GymnasiumEnv({name})"
-
-
-def _make_single_env(
-    env: str | Callable[..., gymnasium.Env],
-    kwargs: dict[str, Any],
-    wrappers: Sequence[Callable[[gymnasium.Env], gymnasium.Env]],
-) -> gymnasium.Env:
-    """One env with the wrappers applied, as each sub-env of the vector env is built. ALE ids
-    get the Atari preset (:func:`rl8.atari.make_atari`; ``atari_preset`` in ``kwargs``); an
-    env with a ``RecordEpisodeStatistics`` reports its records (:func:`with_episode_records`)."""
-    if is_atari_id(env):
-        single = make_atari(env, **kwargs)
-    else:
-        single = gymnasium.make(env, **kwargs) if isinstance(env, str) else env(**kwargs)
-    for wrapper in wrappers:
-        single = wrapper(single)
-    return with_episode_records(single)
 
 
 def _make_vector_env(
@@ -298,7 +80,7 @@ def _make_vector_env(
     vector_kwargs: dict[str, Any] = {"autoreset_mode": AutoresetMode.SAME_STEP, "copy": False}
     if mode == "async":
         vector_kwargs["shared_memory"] = True
-    make_single = functools.partial(_make_single_env, env, kwargs, wrappers)
+    make_single = functools.partial(make_single_env, env, kwargs, wrappers)
     try:
         if isinstance(env, str) and not is_atari_id(env):
             return gymnasium.make_vec(env, num_envs, vectorization_mode=mode, vector_kwargs=vector_kwargs,
@@ -324,7 +106,7 @@ def _make_vector_env(
         if mode != "async":
             raise
         raise EnvWorkerDied(
-            f"{_env_label(env)}: an async worker process ended while building its env, before it "
+            f"{env_label(env)}: an async worker process ended while building its env, before it "
             "could report an error (the worker printed its own error above)"
         ) from None
     except (TypeError, ValueError):
@@ -333,8 +115,8 @@ def _make_vector_env(
         if mode == "async":
             single = make_single()
             try:
-                check_space(single.observation_space, field=f"{_env_label(env)} observation_space")
-                check_space(single.action_space, field=f"{_env_label(env)} action_space")
+                check_space(single.observation_space, field=f"{env_label(env)} observation_space")
+                check_space(single.action_space, field=f"{env_label(env)} action_space")
             finally:
                 single.close()
         raise
@@ -378,207 +160,16 @@ class _WorkerErrors:
                 f"{self.label}: raised in sub-env {index}'s worker process (the worker "
                 "traceback is above); the vector env and all its workers have been closed."
             )
-            raise exc.with_traceback(None) from _RemoteTraceback(trace)
+            raise exc.with_traceback(None) from RemoteTraceback(trace)
 
 
-class GymnasiumConverter:
-    """numpy <-> torch for a :class:`GymnasiumEnv`: its spaces, observations, step outputs and
-    actions.
-
-    Gymnasium's vector envs run with ``copy=False``, so the observation arrays they return are
-    their own buffers, overwritten by the next step. Each observation leaf is copied exactly
-    once, into a fresh array of the rl8 dtype (the copy also converts the dtype), and
-    ``torch.from_numpy`` shares that memory. Rewards are converted to float32 (a copy anyway);
-    the terminated/truncated arrays are fresh per step and shared as they are. When
-    :attr:`staged`, the same copies go into staging buffers (pinned on CUDA), allocated once,
-    then to the device without blocking.
-
-    Args:
-        observation_space: The gymnasium env's (single) observation space.
-        action_space: Its (single) action space.
-        num_envs: The batch size.
-        device: Torch device of the tensors.
-        label: The env's name, for messages.
-
-    Attributes:
-        observation_space: The space of the observation tensors (float Boxes as float32, a
-            top-level ``action_mask`` as bool).
-        staged: Whether outputs go through staging buffers (``True`` for non-CPU devices).
-    """
-
-    def __init__(
-        self, observation_space: spaces.Space, action_space: spaces.Space, num_envs: int,
-        device: torch.device, label: str,
-    ) -> None:
-        check_space(observation_space, field=f"{label} observation_space")
-        check_space(action_space, field=f"{label} action_space")
-        self.observation_space, obs_tree = _convert_obs_space(observation_space)
-        self._np_tree = _map(obs_tree, lambda dtype: torch.empty(0, dtype=dtype).numpy().dtype)
-        self._act_tree = _action_tree(action_space)
-        if isinstance(observation_space, spaces.Dict) and _ACTION_MASK in observation_space.spaces:
-            mask_shape = tuple(observation_space[_ACTION_MASK].shape)
-            if isinstance(action_space, spaces.Discrete) and mask_shape != (int(action_space.n),):
-                raise ValueError(
-                    f"{label}: observation_space['action_mask'] has shape {mask_shape}, "
-                    f"expected ({int(action_space.n)},) for the action space {action_space}"
-                )
-        self.num_envs = num_envs
-        self.device = device
-        self._batch_size = torch.Size([num_envs])
-        self.staged = device.type != "cpu"
-        self._staging: tuple[TensorDict, dict[str, Any]] | None = None
-        self._staged_copy: torch.cuda.Event | None = None
-
-    def from_reset(self, obs: Any) -> torch.Tensor | TensorDictBase:
-        """The observations of a vector env's reset, as tensors on the device."""
-        if not self.staged:
-            return self._obs_to_torch(self._fresh_obs(obs))
-        stage, views = self._stage()
-        self._fill_obs(views["obs"], obs)
-        return self._to_device(stage["obs"])
-
-    def from_step(
-        self, obs: Any, rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
-        infos: dict[str, Any],
-    ) -> TensorDictBase:
-        """A vector env's step as the step contract's TensorDict; ``final_obs`` is ``obs``
-        with the rows of the envs that ended an episode replaced by their last observation."""
-        if self.staged:
-            return self._output_staged(obs, rewards, terminated, truncated, infos)
-        n = self.num_envs
-        obs = self._fresh_obs(obs)
-        final = _map(self._np_tree, lambda dtype, array: array.copy(), obs)
-        self._write_final(final, infos)
-        return new_tensordict(
-            {
-                "obs": self._obs_to_torch(obs),
-                "rewards": torch.from_numpy(rewards.astype(np.float32).reshape(n, 1)),
-                "terminated": torch.from_numpy(terminated.reshape(n, 1)),
-                "truncated": torch.from_numpy(truncated.reshape(n, 1)),
-                "final_obs": self._obs_to_torch(final),
-            },
-            self._batch_size,
-            self.device,
-        )
-
-    def from_rows(
-        self, obs: Any, final_obs: Any, rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
-    ) -> TensorDictBase:
-        """The step output of ``K = len(rewards)`` sub-envs (any ``K``, not only ``num_envs``)
-        from arrays of their own (fresh copies, as the worker pool gathers them): ``obs`` and
-        ``final_obs`` (the observation before the auto-reset where an episode ended, else
-        ``obs``), numpy arrays (dicts of them for Dict spaces) with ``K`` rows."""
-        n = len(rewards)
-        batch_size = torch.Size([n])
-        def convert(value: Any) -> Any:
-            return self._obs_to_torch(_map(self._np_tree, lambda dtype, a: a.astype(dtype, copy=False), value),
-                                      batch_size)
-        out = new_tensordict(
-            {
-                "obs": convert(obs),
-                "rewards": torch.from_numpy(rewards.astype(np.float32).reshape(n, 1)),
-                "terminated": torch.from_numpy(terminated.reshape(n, 1)),
-                "truncated": torch.from_numpy(truncated.reshape(n, 1)),
-                "final_obs": convert(final_obs),
-            },
-            batch_size,
-            None,
-        )
-        return out.to(self.device, non_blocking=self.staged)
-
-    def to_actions(self, action: torch.Tensor | TensorDictBase) -> Any:
-        """Env actions as the numpy arrays (a dict of them for Dict spaces) gymnasium wants."""
-        def leaf(dtype: torch.dtype, value: torch.Tensor) -> np.ndarray:
-            if value.requires_grad:
-                value = value.detach()
-            # a copy of its own: PPO passes rows of its rollout buffer, which a gymnasium env
-            # (or wrapper) that keeps its action array must not see change later
-            return value.to(dtype).cpu().numpy().copy()
-
-        return _map(self._act_tree, leaf, action)
-
-    def _fresh_obs(self, obs: Any) -> Any:
-        return _map(self._np_tree, lambda dtype, array: np.array(array, dtype=dtype), obs)
-
-    def _write_final(self, final: Any, infos: dict[str, Any]) -> None:
-        """Overwrite the rows of the envs that ended an episode with their last observation."""
-        mask = infos.get("_final_obs")
-        if mask is None or not mask.any():
-            return
-        values = infos["final_obs"]
-        for i in np.flatnonzero(mask):  # a few rows per step: row writes beat np.stack
-            _write_row(self._np_tree, final, i, values[i])
-
-    def _obs_to_torch(self, obs: Any, batch_size: torch.Size | None = None) -> torch.Tensor | TensorDict:
-        tensors = _map(self._np_tree, lambda dtype, array: torch.from_numpy(array), obs)
-        if isinstance(tensors, dict):
-            if batch_size is not None:  # CPU tensors of some of the envs (from_rows)
-                return new_tensordict(tensors, batch_size, None)
-            return new_tensordict(tensors, self._batch_size, self.device)
-        return tensors
-
-    def _stage(self) -> tuple[TensorDict, dict[str, Any]]:
-        """Staging buffers for one step output (pinned on CUDA), allocated on first use.
-
-        Returns the TensorDict and numpy views of its leaves (``obs``/``final_obs`` as trees).
-        """
-        if self._staging is None:
-            n = self.num_envs
-            stage = TensorDict(
-                {
-                    "obs": zeros_like_space(self.observation_space, [n]),
-                    "rewards": torch.zeros(n, 1),
-                    "terminated": torch.zeros(n, 1, dtype=torch.bool),
-                    "truncated": torch.zeros(n, 1, dtype=torch.bool),
-                    "final_obs": zeros_like_space(self.observation_space, [n]),
-                },
-                batch_size=[n],
-            )
-            if self.device.type == "cuda" and torch.cuda.is_available():
-                stage = stage.pin_memory()
-            views = {
-                key: _map(self._np_tree, lambda dtype, t: t.numpy(), stage[key])
-                for key in ("obs", "final_obs")
-            }
-            for key in ("rewards", "terminated", "truncated"):
-                views[key] = stage[key].numpy()[:, 0]
-            self._staging = (stage, views)
-        elif self._staged_copy is not None:
-            # The previous non-blocking copy must have left the buffers before we refill them.
-            self._staged_copy.synchronize()
-        return self._staging
-
-    def _to_device(self, staged: torch.Tensor | TensorDictBase) -> Any:
-        out = staged.to(self.device, non_blocking=True)
-        if self.device.type == "cuda":
-            self._staged_copy = torch.cuda.Event()
-            self._staged_copy.record()
-        return out
-
-    def _fill_obs(self, dst: Any, obs: Any) -> None:
-        _map(self._np_tree, lambda dtype, d, a: np.copyto(d, a, casting="unsafe"), dst, obs)
-
-    def _output_staged(
-        self, obs: Any, rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
-        infos: dict[str, Any],
-    ) -> TensorDictBase:
-        stage, views = self._stage()
-        self._fill_obs(views["obs"], obs)
-        self._fill_obs(views["final_obs"], views["obs"])
-        self._write_final(views["final_obs"], infos)
-        np.copyto(views["rewards"], rewards, casting="unsafe")
-        np.copyto(views["terminated"], terminated)
-        np.copyto(views["truncated"], truncated)
-        return self._to_device(stage)
-
-
-class GymnasiumEnv(Env):
+class GymnasiumEnv(GymnasiumEnvBase):
     """``num_envs`` copies of a gymnasium env, batched through a gymnasium vector env.
 
     Sub-envs that end an episode are reset inside :meth:`step` (gymnasium's ``SAME_STEP``
     autoreset mode): ``obs`` is then the first observation of the next episode and
     ``final_obs`` the last one of the finished episode. Observations and actions map to
-    tensors as described in :mod:`rl8.spaces`, with two conversions: float Boxes give float32
+    tensors as described in :mod:`rl8.envs.spaces`, with two conversions: float Boxes give float32
     tensors, and a top-level ``action_mask`` entry of a Dict observation gives a bool tensor;
     :attr:`observation_space` describes these tensors (the vector env's own spaces stay on
     :attr:`vector_env`).
@@ -600,7 +191,7 @@ class GymnasiumEnv(Env):
             in ``docs/collection.md``).
         env_kwargs: Keyword arguments for the env: passed to ``gymnasium.make`` for an id (so
             ``max_episode_steps=...`` sets the time limit), or to the callable. ALE ids
-            (``"ALE/Pong-v5"``) are built with the Atari preset (:func:`rl8.atari.make_atari`),
+            (``"ALE/Pong-v5"``) are built with the Atari preset (:func:`rl8.envs.atari.make_atari`),
             which ``{"atari_preset": False}`` turns off and ``{"atari_preset": {...}}``
             configures (``docs/pixels.md``).
         wrappers: Gymnasium wrappers (callables ``env -> env``) applied, in order, to each env.
@@ -617,15 +208,12 @@ class GymnasiumEnv(Env):
         converter: The :class:`GymnasiumConverter` of its observations, outputs and actions.
     """
 
-    episodic = True
-
     def __new__(cls, *args: Any, **kwargs: Any) -> GymnasiumEnv:
-        """``GymnasiumEnv(..., vectorization_mode="pool")`` builds a :class:`rl8.envs.PoolEnv`."""
+        """``GymnasiumEnv(..., vectorization_mode="pool")`` builds a :class:`rl8.envs.PoolEnv`
+        (registered as a virtual subclass: ``isinstance(env, GymnasiumEnv)`` holds for it)."""
         mode = kwargs.get("vectorization_mode")
         if cls is GymnasiumEnv and getattr(mode, "value", mode) == "pool":
-            from .pool import PoolEnv
-
-            cls = PoolEnv
+            return PoolEnv(*args, **kwargs)
         return super().__new__(cls)
 
     def __init__(
@@ -659,7 +247,7 @@ class GymnasiumEnv(Env):
                 f"GymnasiumEnv: env must be a registered gymnasium id or a callable returning a "
                 f"gymnasium.Env, got {type(env).__name__}"
             )
-        self.step_timeout_s = _check_step_timeout("GymnasiumEnv", step_timeout_s)
+        self.step_timeout_s = check_step_timeout("GymnasiumEnv", step_timeout_s)
         if self.step_timeout_s is not None and mode == "sync":
             raise ValueError(
                 f"GymnasiumEnv: step_timeout_s needs vectorization_mode 'async' or 'pool' (a step in "
@@ -697,31 +285,6 @@ class GymnasiumEnv(Env):
         self._needs_reset = True
         self._seeded = False
 
-    def _reset_seed(self, config: dict[str, Any] | None, seed: int | None) -> int | None:
-        """Check :meth:`reset`'s arguments and return the seed of sub-env 0 (sub-env ``i``
-        takes ``seed + i``), drawn from torch's global generator on the first reset."""
-        self._check_open()
-        if config:
-            raise KeyError(
-                f"{self._name()}.reset: config {sorted(config)} is not supported; gymnasium envs "
-                "are configured once through GymnasiumEnv(..., env_kwargs={...})"
-            )
-        if seed is None and not self._seeded:
-            seed = int(torch.randint(0, 2**31 - 1, ()).item())
-        if seed is not None:
-            seed = int(seed)
-            self._seeded = True
-        return seed
-
-    def _single_kwargs(self) -> dict[str, Any]:
-        kwargs = dict(self.env_kwargs)
-        if self.render_mode is not None:
-            kwargs["render_mode"] = self.render_mode
-        return kwargs
-
-    def _name(self) -> str:
-        return _env_label(self.env)
-
     # --- public API -------------------------------------------------------------------------
 
     def reset(
@@ -750,7 +313,7 @@ class GymnasiumEnv(Env):
         """Step every gymnasium env once; finished envs are reset within the step.
 
         Args:
-            action: A batch of env actions (see :mod:`rl8.spaces`), on any device: ``[N]``
+            action: A batch of env actions (see :mod:`rl8.envs.spaces`), on any device: ``[N]``
                 int64 for Discrete (the space's values, ``start`` included, as the
                 distributions' ``to_env_action`` gives them), ``[N, *shape]`` float for Box
                 (cast to the space's dtype, not clipped), int64 0/1 for MultiBinary (sent as
@@ -791,34 +354,6 @@ class GymnasiumEnv(Env):
                 "{'step_timeout_s': ...}) if its steps are this slow, or set None for no limit."
             ) from None
 
-    def pop_episode_records(self) -> EpisodeRecords | None:
-        """The episodes that ended since the last call (or :meth:`reset`) as the sub-envs'
-        ``RecordEpisodeStatistics`` recorded them (the innermost one of each sub-env's wrapper
-        chain: under the Atari preset, whole games with the game's unclipped score and their
-        length in emulator frames), and forget them.
-
-        Returns:
-            Their sums and count (zeros when none ended), or ``None`` when the sub-envs have
-            no ``RecordEpisodeStatistics``.
-        """
-        if self._episode_records is None:
-            return None
-        return_sum, length_sum, count = self._episode_records.tolist()
-        self._forget_episode_records()
-        return EpisodeRecords(return_sum, length_sum, int(count))
-
-    def _add_episode_records(self, infos: dict[str, Any]) -> None:
-        """Add what the sub-envs' :class:`ReportEpisodeRecords` put in a step's infos: the
-        step's own info (under ``final_info`` for sub-envs that ended an episode and were
-        reset, ``SAME_STEP``) and the info of those resets."""
-        for info in (infos, infos.get("final_info")):
-            if info is not None and EPISODE_RECORDS_KEY in info:
-                self._episode_records += info[EPISODE_RECORDS_KEY].sum(0)
-
-    def _forget_episode_records(self) -> None:
-        if self._episode_records is not None:
-            self._episode_records[:] = 0.0
-
     def render(self, index: int = 0) -> np.ndarray:
         """Return an RGB frame (``uint8``, ``[height, width, 3]``) of sub-env ``index``.
 
@@ -850,11 +385,6 @@ class GymnasiumEnv(Env):
             )
         return frame
 
-    def state_dict(self) -> None:
-        """``None``: the simulators live in gymnasium (and maybe subprocesses) and cannot be
-        saved, so PPO resets these envs when training resumes from a checkpoint."""
-        return None
-
     def close(self) -> None:
         """Close every gymnasium env and, in async mode, end and reap the worker processes:
         those that do not exit within 2 s (a worker stuck in a step) are terminated, then
@@ -869,40 +399,11 @@ class GymnasiumEnv(Env):
         else:
             self.vector_env.close()
 
-    def __enter__(self) -> GymnasiumEnv:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
-
     def __repr__(self) -> str:
         return (
             f"GymnasiumEnv({self.env!r}, num_envs={self.num_envs}, "
             f"vectorization_mode={self.vectorization_mode!r}, device={self.device})"
         )
-
-    @classmethod
-    def make_factory(
-        cls, env: str | Callable[..., gymnasium.Env], **kwargs: Any
-    ) -> GymnasiumEnvFactory:
-        """A callable ``f(num_envs, horizon=None, *, device="cpu")`` that builds the env.
-
-        ``PPO("CartPole-v1")`` calls ``GymnasiumEnv.make_factory("CartPole-v1")`` and uses the
-        result as its env class.
-
-        Args:
-            env: A registered gymnasium id or a callable returning one gymnasium env.
-            **kwargs: The other keyword arguments of :class:`GymnasiumEnv`
-                (``vectorization_mode``, ``env_kwargs``, ``wrappers``, ``render_mode``,
-                ``step_timeout_s``, and those of :class:`rl8.envs.PoolEnv` for ``"pool"``).
-        """
-        return GymnasiumEnvFactory(cls, env, kwargs)
 
     # --- errors -----------------------------------------------------------------------------
 
@@ -930,13 +431,13 @@ class GymnasiumEnv(Env):
     def _worker_died(self) -> EnvWorkerDied:
         """Close the env and return the error naming the async workers that ended."""
         processes = self.vector_env.processes
-        ended = multiprocessing.connection.wait([p.sentinel for p in processes], timeout=_CLOSE_TIMEOUT_S)
+        ended = multiprocessing.connection.wait([p.sentinel for p in processes], timeout=CLOSE_TIMEOUT_S)
         dead = []
         for i, process in enumerate(processes):
             if process.sentinel in ended:
-                process.join(_CLOSE_TIMEOUT_S)
+                process.join(CLOSE_TIMEOUT_S)
                 dead.append(f"sub-env {i} (pid {process.pid}) ended unexpectedly with "
-                            f"{_exit_description(process.exitcode)}")
+                            f"{exit_description(process.exitcode)}")
         self.close()
         which = "; ".join(dead) or "a worker ended unexpectedly"
         return EnvWorkerDied(
@@ -945,35 +446,5 @@ class GymnasiumEnv(Env):
         )
 
 
-class GymnasiumEnvFactory:
-    """Builds :class:`GymnasiumEnv` instances: ``f(num_envs, horizon=None, *, device="cpu")``.
-
-    A plain (picklable, for a string id) object rather than a closure, carrying the class
-    attributes PPO reads from an env class (``episodic``, ``max_num_envs``, ``max_horizon``,
-    ``metadata``).
-
-    Args:
-        cls: The env class to build (``GymnasiumEnv`` or a subclass).
-        env: A registered gymnasium id or a callable returning one gymnasium env.
-        kwargs: The other keyword arguments of the class.
-    """
-
-    def __init__(self, cls: type[GymnasiumEnv], env: Any, kwargs: dict[str, Any]) -> None:
-        self.cls = cls
-        self.env = env
-        self.kwargs = dict(kwargs)
-        self.episodic = cls.episodic
-        self.max_num_envs = cls.max_num_envs
-        self.max_horizon = cls.max_horizon
-        self.metadata = cls.metadata
-        name = env if isinstance(env, str) else getattr(env, "__name__", type(env).__name__)
-        self.__name__ = self.__qualname__ = f"{cls.__name__}[{name}]"
-
-    def __call__(
-        self, num_envs: int, horizon: int | None = None, *, device: torch.device | str = "cpu"
-    ) -> GymnasiumEnv:
-        return self.cls(num_envs, horizon, device=device, env=self.env, **self.kwargs)
-
-    def __repr__(self) -> str:
-        extra = "".join(f", {k}={v!r}" for k, v in self.kwargs.items())
-        return f"{self.cls.__name__}.make_factory({self.env!r}{extra})"
+# a PoolEnv is a GymnasiumEnv of vectorization_mode="pool" (isinstance and issubclass hold)
+GymnasiumEnv.register(PoolEnv)

@@ -10,7 +10,7 @@ import torch
 from gymnasium import spaces
 from tensordict import TensorDict
 
-from ..env import Env
+from rl8.envs.base import Env
 
 __all__ = ["Memory"]
 
@@ -35,7 +35,7 @@ class Memory(Env):
 
     Args:
         num_envs: Number of episodes played in parallel.
-        horizon: Unused; accepted for the :class:`~rl8.env.Env` contract.
+        horizon: Unused; accepted for the :class:`~rl8.envs.base.Env` contract.
         device: Torch device of the simulation.
         delay: Steps between the cue and the answer (the episode lasts ``delay + 1`` steps).
         num_cues: Number of distinct cues (and of actions), >= 2.

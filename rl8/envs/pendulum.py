@@ -10,8 +10,8 @@ import torch
 from gymnasium import spaces
 from tensordict import TensorDict
 
-from ._physics import PhysicsEnv
-from . import _render
+from rl8.envs import drawing
+from rl8.envs.physics import PhysicsEnv
 
 __all__ = ["Pendulum"]
 
@@ -31,7 +31,7 @@ class Pendulum(PhysicsEnv):
 
     Args:
         num_envs: Number of pendulums simulated in parallel.
-        horizon: Unused; accepted for the :class:`~rl8.env.Env` contract.
+        horizon: Unused; accepted for the :class:`~rl8.envs.base.Env` contract.
         device: Torch device of the simulation.
 
     Attributes:
@@ -122,7 +122,7 @@ class Pendulum(PhysicsEnv):
         c = size / 2.0
         tip_x = c - rod * math.sin(theta)
         tip_y = c - rod * math.cos(theta)
-        img = _render.canvas(size, size)
-        _render.draw_line(img, c, c, tip_x, tip_y, 0.2 * scale, (204, 77, 77))
-        _render.fill_circle(img, c, c, 0.05 * scale, (0, 0, 0))
+        img = drawing.canvas(size, size)
+        drawing.draw_line(img, c, c, tip_x, tip_y, 0.2 * scale, (204, 77, 77))
+        drawing.fill_circle(img, c, c, 0.05 * scale, (0, 0, 0))
         return img

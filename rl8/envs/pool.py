@@ -5,8 +5,8 @@ a gymnasium env in ``num_workers`` worker processes, each owning a block of sub-
 observations, rewards, flags and actions of every sub-env live in shared memory (gymnasium's
 :func:`~gymnasium.vector.utils.create_shared_memory`); the pipes to the workers carry only
 small control messages (sub-env ids). A worker reports each sub-env as soon as its step is
-done, so the learner can act on whichever sub-envs are ready (:class:`rl8.env.ReadyEnvs`)
-while the others keep stepping: :func:`rl8.rollout.rollout_ready_envs` does that in
+done, so the learner can act on whichever sub-envs are ready (:class:`rl8.envs.base.ReadyEnvs`)
+while the others keep stepping: :func:`rl8.ppo.rollout.rollout_ready_envs` does that in
 :meth:`PPO.collect <rl8.PPO.collect>`.
 
 See ``docs/collection.md`` for when to use it, its knobs and how failures are reported.
@@ -14,18 +14,13 @@ See ``docs/collection.md`` for when to use it, its knobs and how failures are re
 
 from __future__ import annotations
 
-import ast
 import collections
 import functools
-import inspect
 import multiprocessing as mp
 import os
 import pickle
 import selectors
-import signal
-import sys
 import time
-import traceback
 import weakref
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
@@ -34,292 +29,31 @@ from typing import Any
 import gymnasium
 import numpy as np
 import torch
-from gymnasium import spaces
-from gymnasium.vector.utils import (
-    CloudpickleWrapper, create_shared_memory, read_from_shared_memory, write_to_shared_memory,
-)
+from gymnasium.vector.utils import CloudpickleWrapper
 from tensordict import TensorDictBase
 
-from ..env import ReadyEnvs
-from .gymnasium import (
-    _CLOSE_TIMEOUT_S, EPISODE_RECORDS_KEY, EnvStepTimeout, EnvWorkerDied, GymnasiumConverter, GymnasiumEnv,
-    ReportEpisodeRecords, _exit_description, _make_single_env, _RemoteTraceback, _check_step_timeout, _stop_processes,
+from rl8.envs.base import ReadyEnvs
+from rl8.envs.converter import GymnasiumConverter
+from rl8.envs.gymnasium_base import GymnasiumEnvBase
+from rl8.envs.pool_worker import (
+    GUARD_ADVICE, STEP, Shared, WORKER_NAME, check_main_module, read_message, rows, send_message, set_rows,
+    shutdown, split, worker,
+)
+from rl8.envs.workers import (
+    CLOSE_TIMEOUT_S, EnvStepTimeout, EnvWorkerDied, RemoteTraceback, ReportEpisodeRecords, check_step_timeout,
+    exit_description, make_single_env,
 )
 
 __all__ = ["PoolEnv", "PoolWorkerDied"]
 
+
 #: The start method of the worker processes; see :class:`PoolEnv` for why.
 START_METHOD = "forkserver"
-
-#: The name of pool worker ``w`` is this prefix and ``w``.
-_WORKER_NAME = "rl8-pool-"
-
-
-# Messages on the pipes are bytes: a step command (the learner's) is _STEP + the int32 sub-env
-# ids, a step report (a worker's) _STEPPED + one int32 sub-env id: neither pickles anything.
-# Every other message, rare, is _PICKLED + a pickled (kind, payload).
-_STEP, _STEPPED, _PICKLED = b"S", b"D", b"P"
-
-
-def _send_message(pipe: Connection, kind: str, payload: Any) -> None:
-    pipe.send_bytes(_PICKLED + pickle.dumps((kind, payload)))
-
-
-def _read_message(data: bytes) -> tuple[str, Any]:
-    """``(kind, payload)`` of a message received as bytes (see :data:`_STEP`)."""
-    tag = data[:1]
-    if tag == _STEPPED:
-        return "stepped", int.from_bytes(data[1:], "little")
-    if tag == _STEP:
-        return "step", np.frombuffer(data, dtype=np.int32, offset=1).tolist()
-    return pickle.loads(data[1:])
 
 
 class PoolWorkerDied(EnvWorkerDied):
     """A worker process of a :class:`PoolEnv` ended without being asked to (killed, crashed):
-    the :class:`~rl8.envs.gymnasium.EnvWorkerDied` of the pool mode."""
-
-
-_GUARD_ADVICE = (
-    "build the pool under an `if __name__ == \"__main__\":` guard in a script file, or use "
-    "vectorization_mode='async', which works from anywhere"
-)
-
-
-def _is_main_test(node: ast.AST) -> bool:
-    """Whether ``node`` is the comparison ``__name__ == "__main__"`` (either way round)."""
-    if not isinstance(node, ast.Compare) or len(node.ops) != 1 or not isinstance(node.ops[0], ast.Eq):
-        return False
-    sides = {ast.dump(node.left), ast.dump(node.comparators[0])}
-    return sides == {ast.dump(ast.Name("__name__", ast.Load())), ast.dump(ast.Constant("__main__"))}
-
-
-def _unguarded_line(main: Any) -> int | None:
-    """The line of the main script's top level that is building the pool, when it is not in
-    the body of an ``if`` whose condition compares ``__name__ == "__main__"`` (every worker
-    would run it again), else ``None`` (``None`` too when that cannot be told: no such frame,
-    a source that does not parse)."""
-    frame = inspect.currentframe()
-    while frame is not None and not (frame.f_globals is vars(main) and frame.f_code.co_name == "<module>"):
-        frame = frame.f_back
-    if frame is None or frame.f_code.co_filename != main.__file__:
-        return None
-    line = frame.f_lineno
-    del frame
-    try:
-        with open(main.__file__, "rb") as f:
-            tree = ast.parse(f.read())
-    except (OSError, SyntaxError, ValueError):
-        return None
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and node.body and any(_is_main_test(n) for n in ast.walk(node.test)):
-            if node.body[0].lineno <= line <= (node.body[-1].end_lineno or node.body[-1].lineno):
-                return None
-    return line
-
-
-def _check_main_module(label: str) -> None:
-    """Refuse, with what to do, to start pool workers from a main program they cannot start from.
-
-    Workers start by ``forkserver``, which, like ``spawn``, first runs the main program again in
-    each worker (as ``__mp_main__``; not ``python -c``, interactive sessions or notebooks, which
-    have no file, nor ``python -m pkg`` of a ``__main__.py``). A program read from stdin cannot
-    be read again, and a script that builds the pool at its top level would build it again in
-    every worker; the workers would die of it with ``exit code 1`` and the real cause only in
-    their own output. Inside a worker that runs such a script again, this raises at once.
-    """
-    if mp.current_process().name.startswith(_WORKER_NAME):  # (a daemon: it cannot start a pool anyway)
-        raise RuntimeError(
-            f"{label}: a pool worker process is running the main script again (as multiprocessing's "
-            "forkserver does on start) and the script builds a pool at its top level; "
-            + _GUARD_ADVICE
-        )
-    main = sys.modules.get("__main__")
-    spec_name = getattr(getattr(main, "__spec__", None), "name", None)
-    path = getattr(main, "__file__", None)
-    if main is None or path is None or spec_name == "__main__" or (spec_name or "").endswith(".__main__"):
-        return
-    if spec_name is None and not os.path.isfile(path):
-        raise RuntimeError(
-            f"{label}: the pool's worker processes start by running the main program again, but its "
-            f"{path!r} is not a file they can read (a program read from stdin); {_GUARD_ADVICE}"
-        )
-    line = _unguarded_line(main)
-    if line is not None:
-        raise RuntimeError(
-            f"{label}: the pool is built at the top level of the script {path} (line {line}) without an "
-            "`if __name__ == \"__main__\":` guard; its worker processes start by running the script again, "
-            f"so each would build a pool of its own: {_GUARD_ADVICE}"
-        )
-
-
-def _split(num_envs: int, num_workers: int) -> list[range]:
-    """Consecutive blocks of sub-envs, one per worker, whose sizes differ by at most one
-    (the first ``num_envs % num_workers`` workers own one more)."""
-    size, extra = divmod(num_envs, num_workers)
-    blocks, start = [], 0
-    for w in range(num_workers):
-        stop = start + size + (w < extra)
-        blocks.append(range(start, stop))
-        start = stop
-    return blocks
-
-
-def _row(value: Any, index: int) -> Any:
-    """Row ``index`` of a batch of numpy arrays (a dict or tuple of them for Dict/Tuple spaces)."""
-    if isinstance(value, dict):
-        return {key: _row(sub, index) for key, sub in value.items()}
-    if isinstance(value, tuple):
-        return tuple(_row(sub, index) for sub in value)
-    return value[index]
-
-
-def _rows(value: Any, index: np.ndarray) -> Any:
-    """Rows ``index`` of a batch of numpy arrays, as fresh arrays (a tree for Dict spaces)."""
-    if isinstance(value, dict):
-        return {key: _rows(sub, index) for key, sub in value.items()}
-    return value[index]
-
-
-def _set_rows(dst: Any, index: np.ndarray, value: Any) -> None:
-    """Write ``value`` (``[K, ...]``, a tree for Dict spaces) into rows ``index`` of ``dst``."""
-    if isinstance(dst, dict):
-        for key, sub in dst.items():
-            _set_rows(sub, index, value[key])
-    else:
-        dst[index] = value
-
-
-class _Shared:
-    """The shared memory of a pool: each sub-env's observation, last observation before an
-    auto-reset, reward, flags, action and the episode records of its last step
-    (``[return_sum, length_sum, count]``, see :class:`~rl8.envs.gymnasium.ReportEpisodeRecords`;
-    zeros when it has none), ``num_envs`` rows each."""
-
-    def __init__(
-        self, observation_space: spaces.Space, action_space: spaces.Space, num_envs: int, ctx: Any
-    ) -> None:
-        self.observation_space, self.action_space, self.num_envs = observation_space, action_space, num_envs
-        self.obs = create_shared_memory(observation_space, num_envs, ctx)
-        self.final_obs = create_shared_memory(observation_space, num_envs, ctx)
-        self.actions = create_shared_memory(action_space, num_envs, ctx)
-        self.rewards = ctx.Array("d", num_envs, lock=False)
-        self.terminated = ctx.Array("b", num_envs, lock=False)
-        self.truncated = ctx.Array("b", num_envs, lock=False)
-        self.episode_records = ctx.Array("d", 3 * num_envs, lock=False)
-
-    def views(self) -> dict[str, Any]:
-        """numpy views of every array (trees for Dict observation or action spaces)."""
-        n = self.num_envs
-        return {
-            "obs": read_from_shared_memory(self.observation_space, self.obs, n),
-            "final_obs": read_from_shared_memory(self.observation_space, self.final_obs, n),
-            "actions": read_from_shared_memory(self.action_space, self.actions, n),
-            "rewards": np.frombuffer(self.rewards, dtype=np.float64),
-            "terminated": np.frombuffer(self.terminated, dtype=np.bool_),
-            "truncated": np.frombuffer(self.truncated, dtype=np.bool_),
-            "episode_records": np.frombuffer(self.episode_records, dtype=np.float64).reshape(n, 3),
-        }
-
-
-def _worker(worker: int, env_ids: range, make_env_pickle: bytes, shared: _Shared, pipe: Connection) -> None:
-    """A worker process: builds the gymnasium envs ``env_ids`` with ``make_env_pickle`` (a
-    pickled :class:`~gymnasium.vector.utils.CloudpickleWrapper` of the env maker, unpickled
-    here so that a failure to unpickle is reported like any error) and serves the learner's
-    commands on ``pipe`` until ``("close", None)``.
-
-    Commands: ``("step", ids)``: step each sub-env of ``ids`` with its action from shared
-    memory, auto-resetting it when its episode ends (``SAME_STEP``: ``final_obs`` gets the last
-    observation, ``obs`` the new episode's first), and report ``("stepped", i)`` as soon as
-    sub-env ``i`` is done (its slot of ``episode_records`` then holds what its step and
-    auto-reset reported, for sub-envs in a :class:`~rl8.envs.gymnasium.ReportEpisodeRecords`);
-    ``("reset", [(i, seed), ...])``: reset those sub-envs, report ``("reset", None)``;
-    ``("render", i)``: report ``("frame", array)``. An exception is reported as
-    ``("error", (i, exception, traceback))``. SIGINT is ignored: the learner closes the
-    workers on Ctrl-C.
-    """
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    views = shared.views()
-    space = shared.observation_space
-    envs: dict[int, gymnasium.Env] = {}
-    current = env_ids.start
-    records = views["episode_records"]
-
-    def report_error(index: int, exc: BaseException) -> None:
-        trace = traceback.format_exc()
-        try:
-            _send_message(pipe, "error", (index, exc, trace))
-        except Exception:  # an exception that does not pickle: its text and type name
-            _send_message(pipe, "error", (index, RuntimeError(f"{type(exc).__name__}: {exc}"), trace))
-
-    try:
-        make_env = pickle.loads(make_env_pickle)
-        for current in env_ids:
-            envs[current] = make_env()
-        _send_message(pipe, "ready", None)
-        while True:
-            command, arg = _read_message(pipe.recv_bytes())
-            if command == "step":
-                for current in arg:
-                    env = envs[current]
-                    obs, reward, terminated, truncated, info = env.step(_row(views["actions"], current))
-                    reports = isinstance(env, ReportEpisodeRecords)
-                    if reports:
-                        records[current] = info.get(EPISODE_RECORDS_KEY, 0.0)
-                    if terminated or truncated:
-                        write_to_shared_memory(space, current, obs, shared.final_obs)
-                        obs, info = env.reset()
-                        if reports and EPISODE_RECORDS_KEY in info:
-                            records[current] += info[EPISODE_RECORDS_KEY]
-                    write_to_shared_memory(space, current, obs, shared.obs)
-                    views["rewards"][current] = reward
-                    views["terminated"][current] = terminated
-                    views["truncated"][current] = truncated
-                    pipe.send_bytes(_STEPPED + current.to_bytes(4, "little"))
-            elif command == "reset":
-                for current, seed in arg:
-                    obs, _ = envs[current].reset(seed=seed)
-                    write_to_shared_memory(space, current, obs, shared.obs)
-                _send_message(pipe, "reset", None)
-            elif command == "render":
-                current = arg
-                _send_message(pipe, "frame", envs[current].render())
-            elif command == "close":
-                break
-    except (KeyboardInterrupt, EOFError, BrokenPipeError):
-        pass  # the learner is gone or going: nothing to report to
-    except Exception as exc:
-        report_error(current, exc)
-        # the learner closes the pool on an error: wait for it (or for the pipe to close)
-        try:
-            while _read_message(pipe.recv_bytes())[0] != "close":
-                pass
-        except (EOFError, OSError, KeyboardInterrupt):
-            pass
-    finally:
-        for env in envs.values():
-            try:
-                env.close()
-            except Exception:
-                pass
-        pipe.close()
-
-
-def _shutdown(processes: list[Any], pipes: list[Connection]) -> None:
-    """Ask every worker to close, then terminate (and kill) the ones still alive after
-    ``_CLOSE_TIMEOUT_S`` seconds, and reap them all (``_stop_processes``). Holds no reference
-    to the pool, so that :func:`weakref.finalize` can run it when the pool is collected or the
-    interpreter exits."""
-    for pipe in pipes:
-        try:
-            _send_message(pipe, "close", None)
-        except (OSError, ValueError):
-            pass
-    try:
-        _stop_processes(processes)
-    finally:
-        for pipe in pipes:
-            pipe.close()
+    the :class:`~rl8.envs.workers.EnvWorkerDied` of the pool mode."""
 
 
 def _check_int(name: str, value: Any, low: int, high: str) -> int:
@@ -328,7 +62,7 @@ def _check_int(name: str, value: Any, low: int, high: str) -> int:
     return int(value)
 
 
-class PoolEnv(GymnasiumEnv, ReadyEnvs):
+class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
     """``num_envs`` gymnasium envs stepped by ``num_workers`` worker processes, with
     observations and actions in shared memory, that PPO collects from as the envs get ready.
 
@@ -340,7 +74,7 @@ class PoolEnv(GymnasiumEnv, ReadyEnvs):
     :meth:`PPO.collect <rl8.PPO.collect>` the learner waits for ``min_batch_size`` ready envs
     (at most ``max_wait_s``), acts on at most ``max_batch_size`` of them with one batched
     forward pass and sends their actions back, while the other envs keep stepping
-    (:func:`rl8.rollout.rollout_ready_envs`). :meth:`step` of all envs works as for any env.
+    (:func:`rl8.ppo.rollout.rollout_ready_envs`). :meth:`step` of all envs works as for any env.
 
     Sub-env ``i`` is seeded with ``seed + i`` and auto-reset in ``SAME_STEP`` mode as in the
     sync and async modes, so with ``min_batch_size == num_envs`` a collect gives exactly the
@@ -361,7 +95,7 @@ class PoolEnv(GymnasiumEnv, ReadyEnvs):
     worker's traceback chained and the sub-env named; a worker that dies (a signal, a crash)
     is noticed at once through its process sentinel and reported as :class:`PoolWorkerDied`
     with its exit code. With ``step_timeout_s``, a sub-env step that takes longer raises
-    :class:`~rl8.envs.gymnasium.EnvStepTimeout` naming the sub-env. :meth:`close` (also run
+    :class:`~rl8.envs.workers.EnvStepTimeout` naming the sub-env. :meth:`close` (also run
     when the env is garbage collected and at interpreter exit) ends and reaps every worker,
     terminating those that do not exit within 2 s; workers ignore SIGINT, so on Ctrl-C the
     learner closes them.
@@ -388,7 +122,7 @@ class PoolEnv(GymnasiumEnv, ReadyEnvs):
         step_timeout_s: The longest time in seconds one sub-env's step (with its auto-reset)
             may take, > 0, counted from the moment its worker could start it (the worker steps
             its sub-envs one after the other); a longer step closes the pool and raises
-            :class:`~rl8.envs.gymnasium.EnvStepTimeout` naming the sub-env. ``None``
+            :class:`~rl8.envs.workers.EnvStepTimeout` naming the sub-env. ``None``
             (default): no limit.
 
     Attributes:
@@ -415,7 +149,7 @@ class PoolEnv(GymnasiumEnv, ReadyEnvs):
         step_timeout_s: float | None = None,
     ) -> None:
         self._closed = True  # until the workers run: close() has nothing to do
-        super(GymnasiumEnv, self).__init__(num_envs, horizon, device=device)
+        super().__init__(num_envs, horizon, device=device)
         if getattr(vectorization_mode, "value", vectorization_mode) != "pool":
             raise ValueError(f"PoolEnv: vectorization_mode must be 'pool', got {vectorization_mode!r}")
         if not isinstance(env, str) and not callable(env):
@@ -442,7 +176,7 @@ class PoolEnv(GymnasiumEnv, ReadyEnvs):
         ):
             raise ValueError(f"PoolEnv: max_wait_s must be a number of seconds >= 0 or None, got {max_wait_s!r}")
         self.max_wait_s = None if max_wait_s is None else float(max_wait_s)
-        self.step_timeout_s = _check_step_timeout("PoolEnv", step_timeout_s)
+        self.step_timeout_s = check_step_timeout("PoolEnv", step_timeout_s)
         self.env = env
         self.vectorization_mode = "pool"
         self.env_kwargs = dict(env_kwargs or {})
@@ -453,8 +187,8 @@ class PoolEnv(GymnasiumEnv, ReadyEnvs):
         self._needs_reset = True
         self._seeded = False
 
-        _check_main_module(self._name())
-        make_env = functools.partial(_make_single_env, env, self._single_kwargs(), self.wrappers)
+        check_main_module(self._name())
+        make_env = functools.partial(make_single_env, env, self._single_kwargs(), self.wrappers)
         try:
             make_env_pickle = pickle.dumps(CloudpickleWrapper(make_env))
         except Exception as err:
@@ -477,13 +211,13 @@ class PoolEnv(GymnasiumEnv, ReadyEnvs):
 
         ctx = mp.get_context(START_METHOD)
         ctx.set_forkserver_preload([__name__])  # the fork server imports rl8 once
-        self._shared = _Shared(single_obs_space, single_action_space, num_envs, ctx)
+        self._shared = Shared(single_obs_space, single_action_space, num_envs, ctx)
         self._views = self._shared.views()
-        self.env_blocks = _split(num_envs, self.num_workers)
+        self.env_blocks = split(num_envs, self.num_workers)
         self._owner = np.concatenate([np.full(len(b), w) for w, b in enumerate(self.env_blocks)])
         self._pipes: list[Connection] = []
         self._processes: list[Any] = []
-        self._finalizer = weakref.finalize(self, _shutdown, self._processes, self._pipes)
+        self._finalizer = weakref.finalize(self, shutdown, self._processes, self._pipes)
         self._closed = False
         self._stepping = np.zeros(num_envs, dtype=bool)  # sent an action, not yet received
         self._ready: list[int] = []  # done stepping, not yet returned by recv, oldest first
@@ -497,8 +231,8 @@ class PoolEnv(GymnasiumEnv, ReadyEnvs):
             for w, block in enumerate(self.env_blocks):
                 parent, child = ctx.Pipe()
                 process = ctx.Process(
-                    target=_worker, args=(w, block, make_env_pickle, self._shared, child),
-                    name=f"{_WORKER_NAME}{w}", daemon=True,
+                    target=worker, args=(w, block, make_env_pickle, self._shared, child),
+                    name=f"{WORKER_NAME}{w}", daemon=True,
                 )
                 process.start()
                 child.close()
@@ -527,7 +261,7 @@ class PoolEnv(GymnasiumEnv, ReadyEnvs):
         Sub-envs still stepping (a collect cut short) finish that step first, unused.
 
         Args:
-            config: Only ``None`` or ``{}`` (see :meth:`GymnasiumEnv.reset`).
+            config: Only ``None`` or ``{}`` (see :meth:`~rl8.envs.gymnasium.GymnasiumEnv.reset`).
             seed: Sub-env ``i`` is reset with seed ``seed + i``; ``None`` continues each env's
                 stream, except on the first reset where a seed is drawn from torch's global
                 generator.
@@ -548,10 +282,10 @@ class PoolEnv(GymnasiumEnv, ReadyEnvs):
         """Step every sub-env once (send all, receive all); finished envs are auto-reset.
 
         Args:
-            action: A batch of ``num_envs`` env actions (see :meth:`GymnasiumEnv.step`).
+            action: A batch of ``num_envs`` env actions (see :meth:`~rl8.envs.gymnasium.GymnasiumEnv.step`).
 
         Returns:
-            The step output of all sub-envs in env order (see :meth:`GymnasiumEnv.step`).
+            The step output of all sub-envs in env order (see :meth:`~rl8.envs.gymnasium.GymnasiumEnv.step`).
         """
         if self._stepping.any() or self._ready:
             raise RuntimeError(f"{self._name()}.step: sub-envs are stepping (send/recv in use); "
@@ -563,7 +297,7 @@ class PoolEnv(GymnasiumEnv, ReadyEnvs):
 
     def send(self, env_ids: torch.Tensor, actions: torch.Tensor | TensorDictBase) -> None:
         """Write the actions of the sub-envs ``env_ids`` into shared memory and ask their
-        workers to step them (see :meth:`rl8.env.ReadyEnvs.send`)."""
+        workers to step them (see :meth:`rl8.envs.base.ReadyEnvs.send`)."""
         self._check_open()
         if self._needs_reset:
             raise RuntimeError(f"{self._name()}.send called before reset()")
@@ -575,7 +309,7 @@ class PoolEnv(GymnasiumEnv, ReadyEnvs):
         if busy:
             raise RuntimeError(f"{self._name()}.send: sub-envs {busy} have not been received (recv) since "
                                "their last action")
-        _set_rows(self._views["actions"], ids, self.converter.to_actions(actions))
+        set_rows(self._views["actions"], ids, self.converter.to_actions(actions))
         self._stepping[ids] = True
         owners = self._owner[ids]
         now = time.monotonic()
@@ -590,7 +324,7 @@ class PoolEnv(GymnasiumEnv, ReadyEnvs):
         self, min_batch_size: int, max_batch_size: int, max_wait_s: float | None
     ) -> tuple[torch.Tensor, TensorDictBase]:
         """The step outputs of the sub-envs whose step is done (see
-        :meth:`rl8.env.ReadyEnvs.recv`); the oldest ready ones first when more are ready than
+        :meth:`rl8.envs.base.ReadyEnvs.recv`); the oldest ready ones first when more are ready than
         ``max_batch_size``."""
         self._check_open()
         pending = int(self._stepping.sum()) + len(self._ready)
@@ -610,10 +344,10 @@ class PoolEnv(GymnasiumEnv, ReadyEnvs):
         if self._episode_records is not None:
             self._episode_records += views["episode_records"][ids].sum(0)
         ended = views["terminated"][ids] | views["truncated"][ids]
-        obs = _rows(views["obs"], ids)
-        final = _rows(views["obs"], ids)
+        obs = rows(views["obs"], ids)
+        final = rows(views["obs"], ids)
         if ended.any():
-            _set_rows(final, np.flatnonzero(ended), _rows(views["final_obs"], ids[ended]))
+            set_rows(final, np.flatnonzero(ended), rows(views["final_obs"], ids[ended]))
         out = self.converter.from_rows(obs, final, views["rewards"][ids], views["terminated"][ids],
                                        views["truncated"][ids])
         return torch.from_numpy(ids), out
@@ -663,9 +397,9 @@ class PoolEnv(GymnasiumEnv, ReadyEnvs):
     def _send(self, worker: int, command: str, arg: Any) -> None:
         try:
             if command == "step":
-                self._pipes[worker].send_bytes(_STEP + arg.astype(np.int32).tobytes())
+                self._pipes[worker].send_bytes(STEP + arg.astype(np.int32).tobytes())
             else:
-                _send_message(self._pipes[worker], command, arg)
+                send_message(self._pipes[worker], command, arg)
         except (BrokenPipeError, ConnectionResetError, EOFError):
             self._worker_died(worker)
 
@@ -680,7 +414,7 @@ class PoolEnv(GymnasiumEnv, ReadyEnvs):
                 continue
             try:
                 # one message; the next select sees the rest
-                self._handle(w, *_read_message(key.fileobj.recv_bytes()))
+                self._handle(w, *read_message(key.fileobj.recv_bytes()))
             except (EOFError, ConnectionResetError):
                 died.append(w)
         for w in died:
@@ -703,7 +437,7 @@ class PoolEnv(GymnasiumEnv, ReadyEnvs):
                 f"{self._name()}: raised in sub-env {index} by pool worker {worker} (the worker "
                 "traceback is above); the pool and all its workers have been closed."
             )
-            raise exc.with_traceback(None) from _RemoteTraceback(trace)
+            raise exc.with_traceback(None) from RemoteTraceback(trace)
         else:
             self._replies[worker] = (kind, payload)
 
@@ -727,7 +461,7 @@ class PoolEnv(GymnasiumEnv, ReadyEnvs):
     def _wait_for_steps(self, timeout: float | None) -> None:
         """:meth:`_poll` for at most ``timeout`` seconds, and at most until the first step
         deadline (:attr:`step_timeout_s`) of a busy worker; then raise
-        :class:`~rl8.envs.gymnasium.EnvStepTimeout` for a worker past its deadline with
+        :class:`~rl8.envs.workers.EnvStepTimeout` for a worker past its deadline with
         nothing to read from it."""
         if self.step_timeout_s is None:
             self._poll(timeout)
@@ -753,18 +487,18 @@ class PoolEnv(GymnasiumEnv, ReadyEnvs):
         pipe = self._pipes[worker]
         try:  # what it sent before it ended (an error names its cause better than its exit)
             while pipe.poll():
-                self._handle(worker, *_read_message(pipe.recv_bytes()))
+                self._handle(worker, *read_message(pipe.recv_bytes()))
         except (EOFError, OSError):
             pass
         process = self._processes[worker]
-        process.join(_CLOSE_TIMEOUT_S)
+        process.join(CLOSE_TIMEOUT_S)
         block = self.env_blocks[worker]
-        how = _exit_description(process.exitcode)
+        how = exit_description(process.exitcode)
         if not self._started:
             how += (
                 " while starting, before it could report an error (its own error is printed above by the "
                 "worker process; one that dies on start is often a main script that the worker runs "
-                f"again: {_GUARD_ADVICE})"
+                f"again: {GUARD_ADVICE})"
             )
         self.close()
         raise PoolWorkerDied(
@@ -776,4 +510,3 @@ class PoolEnv(GymnasiumEnv, ReadyEnvs):
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError(f"{self._name()} is closed (by close(), or after a worker failed)")
-

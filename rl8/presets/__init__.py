@@ -22,42 +22,16 @@ preset reaches and ``docs/results/sweeps.md`` for how its hyper-parameters were 
 
 from __future__ import annotations
 
-import difflib
-from importlib import resources
-from pathlib import Path
+import dataclasses
 from typing import Any
 
+from rl8.fields import read_numbers
+from rl8.ppo.presets import PREFIX, for_env, hparams, names, path
+from rl8.training.config_file import load_config
+from rl8.training.conditions import from_config
+from rl8.training.config import TrainerConfig
+
 __all__ = ["PREFIX", "for_env", "hparams", "load", "names", "path", "run_args", "trainer_options"]
-
-#: ``rl8 train preset:NAME`` always names a preset (even where a file ``NAME`` exists).
-PREFIX = "preset:"
-
-
-def _folder() -> Path:
-    return Path(str(resources.files(__name__)))
-
-
-def names() -> list[str]:
-    """The names of the presets shipped with rl8 (their file names without ``.yaml``), sorted."""
-    return sorted(p.stem for p in _folder().glob("*.yaml"))
-
-
-def path(name: str) -> Path:
-    """The YAML file of preset ``name`` (with or without the ``preset:`` prefix).
-
-    Raises:
-        ValueError: No preset has this name; the message lists close matches and all names.
-    """
-    if not isinstance(name, str):
-        raise ValueError(f"preset name: expected a string, got {type(name).__name__} {name!r}")
-    if name.startswith(PREFIX):
-        name = name[len(PREFIX):]
-    known = names()
-    if name not in known:
-        close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
-        hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-        raise ValueError(f"unknown preset {name!r}{hint} (presets: {', '.join(known)})")
-    return _folder() / f"{name}.yaml"
 
 
 def load(name: str) -> dict[str, Any]:
@@ -76,23 +50,9 @@ def load(name: str) -> dict[str, Any]:
             :class:`rl8.cli.ConfigError` for its keys, a ``ValueError`` naming the preset and
             the field for a hyper-parameter).
     """
-    from ..cli import load_config
-
     config = load_config(path(name))
     hparams(config)  # the values too, not only the names
     return config
-
-
-def hparams(config: dict[str, Any]) -> Any:
-    """The :class:`rl8.HParams` of a config dict such as :func:`load` returns (numeric strings
-    read as numbers, as ``rl8 train`` reads them: :meth:`rl8.HParams.from_config`).
-
-    Raises:
-        ValueError: A hyper-parameter with a bad value (naming the preset and the field).
-    """
-    from ..hparams import HParams
-
-    return HParams.from_config(config.get("hparams") or {}, f"preset {config.get('env')!r}: hparams")
 
 
 def trainer_options(name: str) -> dict[str, Any]:
@@ -102,10 +62,6 @@ def trainer_options(name: str) -> dict[str, Any]:
     Args:
         name: A name from :func:`names`.
     """
-    import dataclasses
-
-    from ..config import TrainerConfig
-
     fields = {f.name for f in dataclasses.fields(TrainerConfig)}
     return {key: TrainerConfig.read_option(key, value) for key, value in load(name).items() if key in fields}
 
@@ -113,14 +69,11 @@ def trainer_options(name: str) -> dict[str, Any]:
 def run_args(name: str) -> dict[str, Any]:
     """The :meth:`rl8.Trainer.run` arguments that preset ``name`` sets: ``max_env_steps`` (its
     ``max_steps``), ``steps_per_eval``, ``stop_conditions`` (built with
-    :func:`rl8.conditions.from_config`), ``env_config`` and ``eval_env_config``, those it has.
+    :func:`rl8.training.conditions.from_config`), ``env_config`` and ``eval_env_config``, those it has.
 
     Args:
         name: A name from :func:`names`.
     """
-    from ..conditions import from_config
-    from .._fields import read_numbers
-
     config = load(name)
     out: dict[str, Any] = {}
     if config.get("max_steps") is not None:
@@ -132,13 +85,3 @@ def run_args(name: str) -> dict[str, Any]:
     if specs:
         out["stop_conditions"] = [from_config(spec) for spec in ([specs] if isinstance(specs, dict) else specs)]
     return out
-
-
-def for_env(env: Any) -> str | None:
-    """The name of the preset tuned for ``env`` when ``env`` is a gymnasium id that has one
-    (``"Pendulum-v1"``), else ``None`` (classes, dotted paths and ids without a preset)."""
-    if not isinstance(env, str) or env not in names():
-        return None
-    import yaml
-
-    return env if yaml.safe_load(path(env).read_text()).get("env") == env else None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rl8.env import validate_step_output
+from rl8.envs.base import validate_step_output
 from rl8.envs import ContinuousDummyEnv, DiscreteDummyEnv
 
 
@@ -121,7 +121,7 @@ def test_step_output_is_the_contract_tensordict(monkeypatch, unchecked):
     unchecked constructor."""
     from tensordict import TensorDict
 
-    from rl8 import env as env_module
+    from rl8.envs import base as env_module
 
     if not unchecked:
         monkeypatch.setattr(env_module, "_new_unsafe", None)

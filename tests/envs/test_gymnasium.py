@@ -14,7 +14,7 @@ import torch
 from gymnasium import spaces
 from tensordict import TensorDictBase
 
-from rl8.env import validate_step_output
+from rl8.envs.base import validate_step_output
 from rl8.envs import GymnasiumEnv
 
 MODES = ["sync", "async"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rl8.env import validate_step_output
+from rl8.envs.base import validate_step_output
 from rl8.envs import Memory
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from rl8.env import validate_step_output
+from rl8.envs.base import validate_step_output
 from rl8.envs import Pendulum
 
 

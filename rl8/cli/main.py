@@ -1,0 +1,207 @@
+"""The ``rl8`` command: train from a YAML config or flags, resume, evaluate a saved policy.
+
+::
+
+    rl8 train examples/cartpole.yaml
+    rl8 train --env rl8.envs.CartPole --set horizon=64 --set lr=3e-4 --max-steps 200000
+    rl8 train --resume checkpoints/<run id>            # or a checkpoint file, or a run id
+    rl8 eval <run id or policy/checkpoint path> --episodes 10
+    rl8 record <run id or policy/checkpoint path> -o cartpole.mp4
+    rl8 runs --clean                                   # mark runs of dead processes FAILED
+    python -m rl8 --version
+
+See ``docs/cli.md``. Configuration mistakes (an unknown key, a bad value) print one line on
+stderr and exit with status 2; other known failures (tracking server down, missing or corrupt
+checkpoint) exit with status 1; SIGINT exits with 130 and SIGTERM with 143 after a checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from rl8.cli import (
+    evaluate as evaluate_command, record as record_command, runs as runs_command, train as train_command,
+)
+from rl8.fields import read_numbers
+from rl8.training.config_file import CONFIG_KEYS, ConfigError
+from rl8.training.config import TrainerConfig
+
+__all__ = ["build_parser", "main"]
+
+
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _duration(text: str) -> float:
+    """Seconds from ``90``, ``90s``, ``30m``, ``12h`` or ``2d``."""
+    unit = text[-1:].lower() if text[-1:].lower() in _DURATION_UNITS else "s"
+    number = text[:-1] if text[-1:].lower() in _DURATION_UNITS else text
+    try:
+        value = float(number) * _DURATION_UNITS[unit]
+        if not value >= 0 or math.isinf(value):
+            raise ValueError
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a duration >= 0 (seconds, or with a unit: 30m, 12h, 2d), got {text!r}"
+        ) from None
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+        if not value > 0 or math.isinf(value):
+            raise ValueError
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
+    return value
+
+
+def _option_flag(name: str) -> Any:
+    """The ``type`` of the ``rl8 train`` flag of Trainer option ``name``: the text read and
+    checked as the option's field says (:meth:`TrainerConfig.read_option`)."""
+
+    def read(text: str) -> Any:
+        try:
+            return TrainerConfig.read_option(name, text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    read.__name__ = name
+    return read
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = read_numbers(text, whole_as_int=True)
+        if not isinstance(value, int) or value < 1:
+            raise ValueError
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an int >= 1, got {text!r}") from None
+    return value
+
+
+def _add_policy_run_arguments(parser: argparse.ArgumentParser, *, seed_help: str) -> None:
+    """The arguments ``rl8 eval`` and ``rl8 record`` share: which policy, in which env, how."""
+    parser.add_argument("policy", metavar="PATH_OR_RUN_ID")
+    parser.add_argument("--env", help="env to run in (default: the one the policy was trained on)")
+    parser.add_argument("--env-config", action="append", metavar="KEY=VALUE", help="env parameter (repeatable)")
+    parser.add_argument("--stochastic", action="store_true", help="sample actions instead of taking the modes")
+    parser.add_argument("--seed", type=int, help=seed_help)
+    parser.add_argument("--tracking-uri", help="MLflow tracking URI, for a run id")
+    parser.add_argument("--trust-code", action="store_true",
+                        help="trust the file: import the modules it names that rl8's registry does not "
+                             "hold, and let it name a plain function as its env factory, which rl8 then "
+                             "calls (off by default; see docs/security.md)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``rl8`` argument parser."""
+    from rl8.version import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="rl8", description="Fast PPO for batched environments: train, resume, evaluate."
+    )
+    parser.add_argument("--version", action="version", version=f"rl8 {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    train = commands.add_parser(
+        "train", help="train a policy (from a YAML config and/or flags)",
+        description="Train with PPO. Flags override the config file. See docs/cli.md.",
+    )
+    train.add_argument("config", nargs="?", help="YAML config file, or a preset: NAME or preset:NAME "
+                       "(rl8.presets.names()) (keys: " + ", ".join(CONFIG_KEYS) + ")")
+    train.add_argument("--env", help="env: dotted path (rl8.envs.CartPole) or gymnasium id (CartPole-v1)")
+    train.add_argument("--set", action="append", metavar="KEY=VALUE",
+                       help="set a hyper-parameter (repeatable), e.g. --set lr=3e-4 "
+                            "--set model_config.hiddens=[32,32]")
+    train.add_argument("--max-steps", "--max-env-steps", dest="max_steps", type=_positive_int, metavar="N",
+                       help="stop after N env steps (Trainer.run(max_env_steps=N))")
+    train.add_argument("--steps-per-eval", type=_positive_int, metavar="N", help="evaluate every N training steps")
+    train.add_argument("--resume", metavar="PATH_OR_RUN_ID",
+                       help="continue from a checkpoint file, a checkpoint folder (latest) or an MLflow run id")
+    for field in dataclasses.fields(TrainerConfig):  # the options marked cli="flag"
+        if field.metadata["cli"] == "flag":
+            number = str(field.type).startswith(("int", "float"))
+            train.add_argument("--" + field.name.replace("_", "-"), type=_option_flag(field.name),
+                               metavar="N" if number else None, help=field.metadata["doc"])
+    train.add_argument("--quiet", action="store_true", help="no progress line")
+    train.add_argument("--trust-code", action="store_true",
+                       help="with --resume: trust the checkpoint: import the modules it names that "
+                            "rl8's registry does not hold, and let it name a plain function as its "
+                            "env factory, which rl8 then calls (off by default; see docs/security.md)")
+    train.set_defaults(func=train_command.run)
+
+    evaluate = commands.add_parser(
+        "eval", help="run a saved policy and print episode returns",
+        description="Run a policy from a policy file, a checkpoint (file or folder) or an MLflow run.",
+    )
+    _add_policy_run_arguments(evaluate, seed_help="seed of the env and of sampling")
+    evaluate.add_argument("--episodes", type=_positive_int, default=10, metavar="N",
+                          help="episodes to run (default 10)")
+    evaluate.add_argument("--num-envs", type=_positive_int, metavar="N", help="envs in parallel (default: --episodes)")
+    evaluate.add_argument("--max-steps", type=_positive_int, metavar="N",
+                          help="steps per env at most (default 100000; 1000 for envs without episodes)")
+    evaluate.set_defaults(func=evaluate_command.run)
+
+    record = commands.add_parser(
+        "record", help="record an MP4 video of a saved policy (needs imageio and imageio-ffmpeg: the video extra)",
+        description="Run a policy for one episode and write an MP4 video of it (H.264). The "
+                    "policy comes from a policy file, a checkpoint (file or folder) or an MLflow run.",
+    )
+    _add_policy_run_arguments(record, seed_help="seed of the env's reset and of sampling")
+    record.add_argument("-o", "--output", default="video.mp4", metavar="FILE",
+                        help="the MP4 file to write (default video.mp4)")
+    record.add_argument("--max-steps", type=_positive_int, metavar="N",
+                        help="env steps at most (default: one episode, at most the env's episode "
+                             "limit, else 1000)")
+    record.add_argument("--fps", type=_positive_float, metavar="N",
+                        help="frames per second (default: the env's metadata['render_fps'])")
+    record.set_defaults(func=record_command.run)
+
+    runs = commands.add_parser(
+        "runs", help="list RUNNING MLflow runs and their process; --clean marks dead ones FAILED",
+        description="List the RUNNING MLflow runs with the host and pid of their process (alive, "
+                    "dead or unknown). --clean marks FAILED those whose process on this host is "
+                    "gone (killed before it could end its run).",
+    )
+    runs.add_argument("--clean", action="store_true", help="mark the runs of dead processes FAILED")
+    runs.add_argument("--older-than", type=_duration, metavar="AGE",
+                      help="with --clean: also runs of unknown process (another host, not rl8) "
+                           "started more than AGE ago (seconds, or 30m, 12h, 2d)")
+    runs.add_argument("--dry-run", action="store_true", help="with --clean: only list what it would mark")
+    runs.add_argument("--experiment", help="only this experiment (default: all)")
+    runs.add_argument("--tracking-uri",
+                      help="MLflow tracking URI (default: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
+    runs.set_defaults(func=runs_command.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``rl8`` command; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    from rl8.io.checkpoint_dir import CheckpointDirError
+    from rl8.io.checkpoint import CheckpointError
+    from rl8.tracking import TrackingError
+
+    try:
+        return int(args.func(args) or 0)
+    except (ConfigError, CheckpointDirError) as exc:  # CheckpointDirError: an unusable checkpoint_dir
+        print(f"rl8: error: {exc}", file=sys.stderr)
+        return 2
+    except (TrackingError, CheckpointError, FileNotFoundError, ImportError) as exc:
+        print(f"rl8: error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

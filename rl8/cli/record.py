@@ -1,0 +1,39 @@
+"""``rl8 record``: write an MP4 video of one episode of a saved policy."""
+
+from __future__ import annotations
+
+import argparse
+
+from rl8.cli.common import policy_and_env
+from rl8.training.config_file import ConfigError
+
+__all__ = ["run"]
+
+
+def run(args: argparse.Namespace) -> int:
+    """``rl8 record``: write the video; returns the exit status.
+
+    Args:
+        args: The parsed command line (see :func:`rl8.cli.main.build_parser`).
+    """
+    from rl8.training.video import RenderError, make_recording_env, prepare_headless_rendering, record_video
+
+    prepare_headless_rendering()  # before an env imports mujoco
+    try:
+        policy, env, _, config = policy_and_env(
+            args, lambda spec, env_kwargs: make_recording_env(spec, env_kwargs=env_kwargs, device="cpu")
+        )
+    except RenderError as exc:
+        raise ConfigError(str(exc)) from None
+    try:
+        path = record_video(
+            policy, env, args.output, deterministic=not args.stochastic, max_steps=args.max_steps,
+            fps=args.fps, env_config=config or None, seed=args.seed,
+        )
+    except (NotImplementedError, KeyError, ValueError, TypeError, RenderError) as exc:  # no render, bad config
+        message = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+        raise ConfigError(message) from None
+    finally:
+        env.close()
+    print(path)
+    return 0

@@ -1,0 +1,328 @@
+"""``rl8 train``: train from a YAML config (or a preset) and flags, or resume from a checkpoint
+(``docs/cli.md``)."""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from rl8.cli.common import import_given, same_env, unregistered
+from rl8.training.config_file import (
+    ConfigError, RESUMABLE_HPARAMS, RUN_KEYS, TRAINER_OPTIONS, assign, check_config, hparam_names, int_option,
+    load_config, mapping_option, parse_assignment, stop_conditions, trainer_options, unknown_hparam,
+)
+
+__all__ = ["run"]
+
+
+def _overrides(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(config keys, hparams) given on the command line."""
+    config: dict[str, Any] = {}
+    flags = [name for name, option in TRAINER_OPTIONS.items() if option["cli"] == "flag"]
+    for key in ("env", "max_steps", "steps_per_eval", *flags):
+        value = getattr(args, key, None)
+        if value is not None:
+            config[key] = value
+    hparams: dict[str, Any] = {}
+    fields = hparam_names()
+    for text in args.set or []:
+        path, value = parse_assignment(text, "--set")
+        if path[0] not in fields:
+            raise unknown_hparam(path[0], f"--set {text}")
+        assign(hparams, path, value)
+    return config, hparams
+
+
+def _merge_hparams(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = _merge_hparams(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _build_hparams(hparams: Mapping[str, Any], where: str) -> Any:
+    from rl8.ppo.hparams import HParams
+
+    try:
+        return HParams.from_config(hparams, where)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _summary(trainer: Any) -> None:
+    """With ``--quiet``: what ``Trainer.run`` prints at the end unless quiet (the run id, the
+    tracking URI, the checkpoint, how to resume, ``mlflow ui``: :func:`rl8.training.progress.results_lines`),
+    which scripts read from stdout."""
+    from rl8.training.progress import results_lines
+
+    dist = getattr(trainer.algo, "dist", None)
+    if trainer.config.progress is not False or (dist is not None and not dist.is_main):
+        return  # Trainer.run printed it; under torchrun only rank 0 prints
+    print("\n".join(results_lines(trainer)), flush=True)
+
+
+def _config_file(arg: str) -> str | os.PathLike[str]:
+    """The config file that ``rl8 train ARG`` reads: ``preset:NAME`` is always the preset
+    ``NAME``; an existing path is that file (as before presets); any other ``ARG`` that is a
+    preset's name (``HalfCheetah-v5``) is that preset. A missing ``ARG`` that looks like a
+    path (a folder or a ``.yaml`` / ``.yml`` suffix) is returned, to fail with "cannot read
+    config file"; any other name is a :class:`ConfigError` naming the close presets and
+    ``rl8 train --env ARG``, which trains a gymnasium id without a preset. See
+    ``rl8.presets``."""
+    from rl8 import presets
+
+    if arg.startswith(presets.PREFIX) or (not Path(arg).exists() and arg in presets.names()):
+        try:
+            return presets.path(arg)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+    if Path(arg).exists() or "/" in arg or os.sep in arg or Path(arg).suffix.lower() in (".yaml", ".yml"):
+        return arg
+    raise ConfigError(_no_preset_message(arg, presets.names()))
+
+
+def _no_preset_message(name: str, known: Sequence[str]) -> str:
+    """What ``rl8 train NAME`` says when ``NAME`` is neither a file nor a preset."""
+    import gymnasium
+
+    close = difflib.get_close_matches(name, list(known), n=3, cutoff=0.6)
+    hint = f" Did you mean: {', '.join(close)}?" if close else f" Presets: {', '.join(known)}."
+    if name in gymnasium.registry:
+        return (f"no preset or config file {name!r}; {name} is a gymnasium id without a preset: "
+                f"train it with rl8 train --env {name}.{hint}")
+    return f"no preset or config file {name!r}.{hint} To train a gymnasium id without a preset: rl8 train --env ID"
+
+
+def run(args: argparse.Namespace) -> int:
+    """``rl8 train``: train (or resume) and print where the results are; returns the exit
+    status.
+
+    Args:
+        args: The parsed command line (see :func:`rl8.cli.main.build_parser`).
+    """
+    from rl8.ppo.distributed import init_distributed
+    from rl8.training.trainer import Trainer
+
+    if args.trust_code and not args.resume:
+        raise ConfigError("--trust-code only applies with --resume (it lets a checkpoint you trust "
+                          "name a plain function as its env factory)")
+    file_config = load_config(_config_file(args.config)) if args.config else {}
+    cli_config, cli_hparams = _overrides(args)
+    # under torchrun (WORLD_SIZE > 1): join the process group (with --actors: as actor or
+    # learner); a no-op otherwise
+    actors = cli_config.get("actors", file_config.get("actors"))
+    try:
+        init_distributed(actors=int_option({"actors": actors}, "actors", "config") if actors is not None else None)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    given_hparams = _merge_hparams(file_config.get("hparams") or {}, cli_hparams)
+    progress = False if args.quiet else None
+
+    if args.resume:
+        return _resume(args, file_config, cli_config, given_hparams, progress)
+
+    config = {**file_config, **cli_config}
+    check_config({k: v for k, v in config.items() if k != "hparams"}, "config")
+    env = config.get("env")
+    if not env:
+        raise ConfigError("no env: name one in the config file (env: rl8.envs.CartPole) or with --env")
+    hparams = _build_hparams(given_hparams, "hparams")
+    hparams = _rank_hparams(hparams)
+    conditions = stop_conditions(config)
+    run_args = _run_args(config)
+    _check_eval_plan(hparams.horizons_per_env_reset, config, run_args)
+    algo = _build_algo(env, hparams)
+    _check_env_configs(algo, run_args)
+    stored = {k: v for k, v in config.items() if k in RUN_KEYS or k == "env"}
+    stored["hparams"] = given_hparams
+    # an option set to null in the file keeps the Trainer's default
+    options = {k: v for k, v in trainer_options(config, "config").items() if v is not None}
+    trainer = Trainer(algo, progress=progress, metadata={"config": stored}, **options)
+    return _run(trainer, conditions, run_args)
+
+
+def _run_args(config: Mapping[str, Any], stored: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The arguments of ``Trainer.run`` that ``config`` gives, else those ``stored`` (how a
+    checkpoint's run was called)."""
+    read = {"env_config": mapping_option, "eval_env_config": mapping_option, "steps_per_eval": int_option}
+    stored = stored or {}
+    return {key: option(config, key, "config") if key in config else stored.get(key) for key, option in read.items()}
+
+
+def _rank_hparams(hparams: Any) -> Any:
+    """Under torchrun with CUDA, each local rank trains on its own GPU (``cuda:LOCAL_RANK``)."""
+    from rl8.ppo.distributed import rank_device
+
+    device = rank_device(hparams.device)
+    return hparams if device == hparams.device else hparams.replace(device=device)
+
+
+def _str(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _build_algo(env: str, hparams: Any) -> Any:
+    import gymnasium
+
+    from rl8.ppo.algorithm import PPO
+
+    try:
+        import_given(env, "env")
+        for key in ("model_cls", "distribution_cls", "optimizer_cls"):
+            import_given(getattr(hparams, key), f"hparam {key}")
+        return PPO(env, **hparams.to_dict())
+    except (ValueError, TypeError, ImportError, KeyError, gymnasium.error.Error) as exc:
+        message = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+        raise ConfigError(f"cannot build PPO for env {env!r}: {message}") from None
+
+
+def _check_env_configs(algo: Any, run_args: Mapping[str, Any]) -> None:
+    """Reset a one-env copy of ``algo``'s env (on the CPU) with each env config the run will
+    use (``hparams.env_config``, and over it ``env_config`` and ``eval_env_config``), so that a
+    mistake (an unknown key, a bad value) is a :class:`ConfigError` before the MLflow run is
+    created, not an error at the first step. Nothing is built when no env config is given."""
+    from rl8.ppo.algorithm import make_env
+
+    base = dict(algo.hparams.env_config or {})
+    checks = [("hparams: env_config", base)] if base else []
+    for key in ("env_config", "eval_env_config"):
+        if run_args.get(key):
+            checks.append((key, {**base, **run_args[key]}))
+    if not checks:
+        return
+    try:
+        env = make_env(algo.env_spec, 1, algo.hparams.horizon, device="cpu", env_kwargs=algo.hparams.env_kwargs)
+    except Exception:  # noqa: BLE001 - the training env was built: let it report its own problems
+        return
+    try:
+        for where, config in checks:
+            try:
+                env.reset(config=config, seed=0)
+            except (KeyError, ValueError, TypeError) as exc:
+                message = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+                raise ConfigError(f"{where}: {message}") from None
+    finally:
+        env.close()
+
+
+def _resume(args: argparse.Namespace, file_config: Mapping[str, Any], cli_config: Mapping[str, Any],
+            given_hparams: Mapping[str, Any], progress: bool | None) -> int:
+    from rl8.training.resume import read_trainer_checkpoint
+    from rl8.ppo.hparams import HParams
+    from rl8.training.trainer import Trainer
+
+    tracking_uri = _str(cli_config.get("tracking_uri") or file_config.get("tracking_uri"))
+    # under torchrun rank 0 reads the file and hands every rank its own part
+    path, state = read_trainer_checkpoint(args.resume, tracking_uri=tracking_uri)
+    if not isinstance(state.get("algo"), Mapping) or not isinstance(state.get("trainer"), Mapping):
+        from rl8.io.checkpoint import CheckpointError
+
+        raise CheckpointError(f"{path} is an rl8 checkpoint but not a Trainer checkpoint")
+    stored_hparams = state["algo"].get("hparams")
+    if not isinstance(stored_hparams, Mapping):
+        from rl8.io.checkpoint import CheckpointError
+
+        raise CheckpointError(f"{path}: entry 'algo.hparams' must be a dict of hyper-parameters, "
+                              f"got {type(stored_hparams).__name__}")
+    stored_config = dict((state["trainer"].get("metadata") or {}).get("config") or {})
+    # the model is fixed by the checkpoint: only settings that do not change it may differ
+    env = cli_config.get("env") or file_config.get("env")
+    try:
+        import_given(env, "env")
+    except (ImportError, ValueError) as exc:
+        raise ConfigError(f"--resume: cannot import env {env!r}: {exc}") from None
+    stored_env = (state.get("env") or {}).get("spec")
+    if env and stored_env and not same_env(env, stored_env, source=path, trust_code=args.trust_code):
+        raise ConfigError(f"--resume: the checkpoint was trained on env {stored_env!r}, not {env!r}")
+    # an env class this process lacks (a script's __main__.Reach) is handed over with --env
+    handed = env if env and stored_env and unregistered(stored_env, args.trust_code) else None
+    hparams = _build_hparams(_merge_hparams(stored_hparams, given_hparams), "hparams")
+    merged = hparams.to_plain()
+    # a hyper-parameter newer than the checkpoint has its default there (as from_checkpoint reads it)
+    saved = {**HParams().to_plain(), **stored_hparams}
+    changed = [k for k in merged if merged[k] != saved.get(k) and k not in RESUMABLE_HPARAMS]
+    if changed:
+        detail = ", ".join(f"{k} (checkpoint: {saved.get(k)!r}, given: {merged[k]!r})" for k in changed)
+        raise ConfigError(f"--resume: hyper-parameters cannot change when resuming: {detail}")
+    overrides = {k: merged[k] for k in RESUMABLE_HPARAMS if merged[k] != saved.get(k)}
+
+    config = {**stored_config, **{k: v for k, v in file_config.items() if k != "hparams"}, **cli_config}
+    check_config({k: v for k, v in config.items() if k != "hparams"}, "config")
+    # the config's conditions, else those the checkpoint's run used (also when run from Python)
+    conditions = stop_conditions(config) or _checkpoint_conditions(state["trainer"], path)
+    # how the checkpoint's run() was called, unless the config or flags say otherwise
+    run_args = _run_args(config, state["trainer"].get("run") or {})
+    eval_config = {"eval_num_envs": state["trainer"].get("eval_num_envs"), **config}
+    _check_eval_plan(hparams.horizons_per_env_reset, eval_config, run_args)
+    # the options given change the resumed Trainer's, except those naming its MLflow run
+    given = trainer_options({**file_config, **cli_config}, "config")
+    kwargs: dict[str, Any] = {k: v for k, v in given.items() if not TRAINER_OPTIONS[k]["names_run"]}
+    kwargs["progress"] = progress
+    stored_config.update({k: v for k, v in config.items() if k in RUN_KEYS})
+    kwargs["metadata"] = {**(state["trainer"].get("metadata") or {}), "config": stored_config}
+    trainer = Trainer.from_checkpoint(
+        path, env=handed, hparams=overrides, tracking_uri=tracking_uri, trust_code=args.trust_code, **kwargs
+    )
+    return _run(trainer, conditions, run_args)
+
+
+def _checkpoint_conditions(saved: Mapping[str, Any], path: Any) -> list[Any]:
+    """The stop conditions recorded in a Trainer checkpoint, rebuilt (without their state,
+    which ``Trainer.run`` restores) from their stored ``from_config`` mappings (rl8 1.0.0's
+    stat names replaced by the current ones)."""
+    from rl8.training.conditions import from_config, with_current_stat_names
+
+    states = saved.get("stop_conditions") or []
+    if not states:
+        return []
+    configs = saved.get("stop_condition_configs")
+    if not isinstance(configs, list) or len(configs) != len(states) or None in configs:
+        kinds = ", ".join(str(s.get("type") if isinstance(s, Mapping) else s) for s in states)
+        raise ConfigError(
+            f"--resume: {path} was trained with stop conditions ({kinds}) that it cannot "
+            "rebuild (a condition class of your own, or a checkpoint of an older rl8); give "
+            "the stop conditions again with --max-steps or a config file's stop_conditions"
+        )
+    try:
+        return [from_config(with_current_stat_names(config)) for config in configs]
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"--resume: {path}: stored stop condition: {exc}") from None
+
+
+def _check_eval_plan(horizons_per_env_reset: int, config: Mapping[str, Any], run_args: Mapping[str, Any]) -> None:
+    from rl8.training.trainer import check_eval_plan
+
+    try:
+        check_eval_plan(
+            horizons_per_env_reset,
+            eval_num_envs=int_option(config, "eval_num_envs", "config"),
+            steps_per_eval=run_args["steps_per_eval"],
+            eval_env_config=run_args["eval_env_config"],
+        )
+    except ValueError as exc:
+        raise ConfigError(str(exc).replace("Trainer.run: ", "")) from None
+
+
+def _run(trainer: Any, conditions: list[Any], run_args: Mapping[str, Any]) -> int:
+    from rl8.training.conditions import MissingStatError
+
+    try:
+        trainer.run(stop_conditions=conditions, **run_args)
+    except KeyboardInterrupt:
+        _summary(trainer)
+        return 130
+    except SystemExit:
+        _summary(trainer)
+        raise
+    except MissingStatError as exc:  # a stop condition names a stat that does not exist
+        raise ConfigError(f"stop_conditions: {exc}") from None
+    trainer.close("FINISHED")
+    _summary(trainer)
+    return 0

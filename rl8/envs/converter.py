@@ -1,0 +1,276 @@
+"""Gymnasium's numpy data as rl8's tensors: :class:`GymnasiumConverter` turns a vector env's
+observations, step outputs and rows into the TensorDicts of the step contract, and actions back
+into numpy (the conversions of the gymnasium adapters, ``docs/gymnasium.md``)."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from tensordict import TensorDict, TensorDictBase
+
+from rl8.envs.base import new_tensordict
+from rl8.envs.spaces import check_space, space_dtype, zeros_like_space
+
+__all__ = ["GymnasiumConverter"]
+
+
+_ACTION_MASK = "action_mask"
+# A tree mirrors a (possibly nested) Dict space: a dict of trees for Dict, a leaf otherwise.
+_Tree = Any
+
+
+def _torch_dtype(np_dtype: Any) -> torch.dtype:
+    return torch.from_numpy(np.zeros((), dtype=np_dtype)).dtype
+
+
+def _map(tree: _Tree, fn: Callable[..., Any], *data: Any) -> Any:
+    """Apply ``fn(leaf, *leaf_data)`` over a tree, returning a nested dict for Dict nodes."""
+    if isinstance(tree, dict):
+        return {key: _map(sub, fn, *(d[key] for d in data)) for key, sub in tree.items()}
+    return fn(tree, *data)
+
+
+def _convert_obs_space(space: spaces.Space, *, top: bool = True) -> tuple[spaces.Space, _Tree]:
+    """The space of the tensors rl8 gets, and the tree of their torch dtypes.
+
+    Float Boxes become float32 (the policy works in float32; halves a float64 buffer), a
+    top-level ``action_mask`` entry of a Dict becomes a bool Box; everything else keeps its
+    space and takes the dtype of :func:`rl8.envs.spaces.space_dtype`.
+    """
+    if isinstance(space, spaces.Dict):
+        converted, tree = {}, {}
+        for key, sub in space.spaces.items():
+            if top and key == _ACTION_MASK:
+                if not isinstance(sub, (spaces.MultiBinary, spaces.Box)):
+                    raise TypeError(
+                        f"observation_space[{key!r}]: an action mask must be a MultiBinary or a "
+                        f"Box of 0/1, got {sub}"
+                    )
+                converted[key] = spaces.Box(0, 1, tuple(sub.shape), np.bool_)
+                tree[key] = torch.bool
+            else:
+                converted[key], tree[key] = _convert_obs_space(sub, top=False)
+        return spaces.Dict(converted), tree
+    if (
+        isinstance(space, spaces.Box)
+        and np.issubdtype(space.dtype, np.floating)
+        and space.dtype != np.float32
+    ):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "precision lowered by casting" is what we want
+            space = spaces.Box(
+                space.low.astype(np.float32), space.high.astype(np.float32), space.shape, np.float32
+            )
+    return space, space_dtype(space)
+
+
+def _action_tree(space: spaces.Space) -> _Tree:
+    """The torch dtypes of the numpy actions gymnasium wants (a tree for Dict spaces)."""
+    if isinstance(space, spaces.Dict):
+        return {key: _action_tree(sub) for key, sub in space.spaces.items()}
+    return _torch_dtype(space.dtype)
+
+
+def _write_row(tree: _Tree, dst: Any, index: int, value: Any) -> None:
+    """Write one env's observation (numpy, or a dict of them) into row ``index`` of a batch."""
+    if isinstance(tree, dict):
+        for key, sub in tree.items():
+            _write_row(sub, dst[key], index, value[key])
+    else:
+        dst[index] = value
+
+
+class GymnasiumConverter:
+    """numpy <-> torch for a :class:`~rl8.envs.gymnasium.GymnasiumEnv`: its spaces, observations, step outputs and
+    actions.
+
+    Gymnasium's vector envs run with ``copy=False``, so the observation arrays they return are
+    their own buffers, overwritten by the next step. Each observation leaf is copied exactly
+    once, into a fresh array of the rl8 dtype (the copy also converts the dtype), and
+    ``torch.from_numpy`` shares that memory. Rewards are converted to float32 (a copy anyway);
+    the terminated/truncated arrays are fresh per step and shared as they are. When
+    :attr:`staged`, the same copies go into staging buffers (pinned on CUDA), allocated once,
+    then to the device without blocking.
+
+    Args:
+        observation_space: The gymnasium env's (single) observation space.
+        action_space: Its (single) action space.
+        num_envs: The batch size.
+        device: Torch device of the tensors.
+        label: The env's name, for messages.
+
+    Attributes:
+        observation_space: The space of the observation tensors (float Boxes as float32, a
+            top-level ``action_mask`` as bool).
+        staged: Whether outputs go through staging buffers (``True`` for non-CPU devices).
+    """
+
+    def __init__(
+        self, observation_space: spaces.Space, action_space: spaces.Space, num_envs: int,
+        device: torch.device, label: str,
+    ) -> None:
+        check_space(observation_space, field=f"{label} observation_space")
+        check_space(action_space, field=f"{label} action_space")
+        self.observation_space, obs_tree = _convert_obs_space(observation_space)
+        self._np_tree = _map(obs_tree, lambda dtype: torch.empty(0, dtype=dtype).numpy().dtype)
+        self._act_tree = _action_tree(action_space)
+        if isinstance(observation_space, spaces.Dict) and _ACTION_MASK in observation_space.spaces:
+            mask_shape = tuple(observation_space[_ACTION_MASK].shape)
+            if isinstance(action_space, spaces.Discrete) and mask_shape != (int(action_space.n),):
+                raise ValueError(
+                    f"{label}: observation_space['action_mask'] has shape {mask_shape}, "
+                    f"expected ({int(action_space.n)},) for the action space {action_space}"
+                )
+        self.num_envs = num_envs
+        self.device = device
+        self._batch_size = torch.Size([num_envs])
+        self.staged = device.type != "cpu"
+        self._staging: tuple[TensorDict, dict[str, Any]] | None = None
+        self._staged_copy: torch.cuda.Event | None = None
+
+    def from_reset(self, obs: Any) -> torch.Tensor | TensorDictBase:
+        """The observations of a vector env's reset, as tensors on the device."""
+        if not self.staged:
+            return self._obs_to_torch(self._fresh_obs(obs))
+        stage, views = self._stage()
+        self._fill_obs(views["obs"], obs)
+        return self._to_device(stage["obs"])
+
+    def from_step(
+        self, obs: Any, rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
+        infos: dict[str, Any],
+    ) -> TensorDictBase:
+        """A vector env's step as the step contract's TensorDict; ``final_obs`` is ``obs``
+        with the rows of the envs that ended an episode replaced by their last observation."""
+        if self.staged:
+            return self._output_staged(obs, rewards, terminated, truncated, infos)
+        n = self.num_envs
+        obs = self._fresh_obs(obs)
+        final = _map(self._np_tree, lambda dtype, array: array.copy(), obs)
+        self._write_final(final, infos)
+        return new_tensordict(
+            {
+                "obs": self._obs_to_torch(obs),
+                "rewards": torch.from_numpy(rewards.astype(np.float32).reshape(n, 1)),
+                "terminated": torch.from_numpy(terminated.reshape(n, 1)),
+                "truncated": torch.from_numpy(truncated.reshape(n, 1)),
+                "final_obs": self._obs_to_torch(final),
+            },
+            self._batch_size,
+            self.device,
+        )
+
+    def from_rows(
+        self, obs: Any, final_obs: Any, rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
+    ) -> TensorDictBase:
+        """The step output of ``K = len(rewards)`` sub-envs (any ``K``, not only ``num_envs``)
+        from arrays of their own (fresh copies, as the worker pool gathers them): ``obs`` and
+        ``final_obs`` (the observation before the auto-reset where an episode ended, else
+        ``obs``), numpy arrays (dicts of them for Dict spaces) with ``K`` rows."""
+        n = len(rewards)
+        batch_size = torch.Size([n])
+        def convert(value: Any) -> Any:
+            return self._obs_to_torch(_map(self._np_tree, lambda dtype, a: a.astype(dtype, copy=False), value),
+                                      batch_size)
+        out = new_tensordict(
+            {
+                "obs": convert(obs),
+                "rewards": torch.from_numpy(rewards.astype(np.float32).reshape(n, 1)),
+                "terminated": torch.from_numpy(terminated.reshape(n, 1)),
+                "truncated": torch.from_numpy(truncated.reshape(n, 1)),
+                "final_obs": convert(final_obs),
+            },
+            batch_size,
+            None,
+        )
+        return out.to(self.device, non_blocking=self.staged)
+
+    def to_actions(self, action: torch.Tensor | TensorDictBase) -> Any:
+        """Env actions as the numpy arrays (a dict of them for Dict spaces) gymnasium wants."""
+        def leaf(dtype: torch.dtype, value: torch.Tensor) -> np.ndarray:
+            if value.requires_grad:
+                value = value.detach()
+            # a copy of its own: PPO passes rows of its rollout buffer, which a gymnasium env
+            # (or wrapper) that keeps its action array must not see change later
+            return value.to(dtype).cpu().numpy().copy()
+
+        return _map(self._act_tree, leaf, action)
+
+    def _fresh_obs(self, obs: Any) -> Any:
+        return _map(self._np_tree, lambda dtype, array: np.array(array, dtype=dtype), obs)
+
+    def _write_final(self, final: Any, infos: dict[str, Any]) -> None:
+        """Overwrite the rows of the envs that ended an episode with their last observation."""
+        mask = infos.get("_final_obs")
+        if mask is None or not mask.any():
+            return
+        values = infos["final_obs"]
+        for i in np.flatnonzero(mask):  # a few rows per step: row writes beat np.stack
+            _write_row(self._np_tree, final, i, values[i])
+
+    def _obs_to_torch(self, obs: Any, batch_size: torch.Size | None = None) -> torch.Tensor | TensorDict:
+        tensors = _map(self._np_tree, lambda dtype, array: torch.from_numpy(array), obs)
+        if isinstance(tensors, dict):
+            if batch_size is not None:  # CPU tensors of some of the envs (from_rows)
+                return new_tensordict(tensors, batch_size, None)
+            return new_tensordict(tensors, self._batch_size, self.device)
+        return tensors
+
+    def _stage(self) -> tuple[TensorDict, dict[str, Any]]:
+        """Staging buffers for one step output (pinned on CUDA), allocated on first use.
+
+        Returns the TensorDict and numpy views of its leaves (``obs``/``final_obs`` as trees).
+        """
+        if self._staging is None:
+            n = self.num_envs
+            stage = TensorDict(
+                {
+                    "obs": zeros_like_space(self.observation_space, [n]),
+                    "rewards": torch.zeros(n, 1),
+                    "terminated": torch.zeros(n, 1, dtype=torch.bool),
+                    "truncated": torch.zeros(n, 1, dtype=torch.bool),
+                    "final_obs": zeros_like_space(self.observation_space, [n]),
+                },
+                batch_size=[n],
+            )
+            if self.device.type == "cuda" and torch.cuda.is_available():
+                stage = stage.pin_memory()
+            views = {
+                key: _map(self._np_tree, lambda dtype, t: t.numpy(), stage[key])
+                for key in ("obs", "final_obs")
+            }
+            for key in ("rewards", "terminated", "truncated"):
+                views[key] = stage[key].numpy()[:, 0]
+            self._staging = (stage, views)
+        elif self._staged_copy is not None:
+            # The previous non-blocking copy must have left the buffers before we refill them.
+            self._staged_copy.synchronize()
+        return self._staging
+
+    def _to_device(self, staged: torch.Tensor | TensorDictBase) -> Any:
+        out = staged.to(self.device, non_blocking=True)
+        if self.device.type == "cuda":
+            self._staged_copy = torch.cuda.Event()
+            self._staged_copy.record()
+        return out
+
+    def _fill_obs(self, dst: Any, obs: Any) -> None:
+        _map(self._np_tree, lambda dtype, d, a: np.copyto(d, a, casting="unsafe"), dst, obs)
+
+    def _output_staged(
+        self, obs: Any, rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
+        infos: dict[str, Any],
+    ) -> TensorDictBase:
+        stage, views = self._stage()
+        self._fill_obs(views["obs"], obs)
+        self._fill_obs(views["final_obs"], views["obs"])
+        self._write_final(views["final_obs"], infos)
+        np.copyto(views["rewards"], rewards, casting="unsafe")
+        np.copyto(views["terminated"], terminated)
+        np.copyto(views["truncated"], truncated)
+        return self._to_device(stage)

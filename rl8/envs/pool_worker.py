@@ -1,0 +1,290 @@
+"""The worker processes of :class:`~rl8.envs.pool.PoolEnv`: their loop (:func:`worker`), the
+shared memory of observations and actions, the messages on their pipes, how the sub-envs are
+split among them, stopping them, and the check that the main module can be imported by them."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import multiprocessing as mp
+import os
+import pickle
+import signal
+import sys
+import traceback
+from multiprocessing.connection import Connection
+from typing import Any
+
+import gymnasium
+import numpy as np
+from gymnasium import spaces
+from gymnasium.vector.utils import create_shared_memory, read_from_shared_memory, write_to_shared_memory
+
+from rl8.envs.workers import EPISODE_RECORDS_KEY, ReportEpisodeRecords, stop_processes
+
+__all__: list[str] = []  # PoolEnv's internals
+
+
+#: The name of pool worker ``w`` is this prefix and ``w``.
+WORKER_NAME = "rl8-pool-"
+
+# Messages on the pipes are bytes: a step command (the learner's) is STEP + the int32 sub-env
+# ids, a step report (a worker's) _STEPPED + one int32 sub-env id: neither pickles anything.
+# Every other message, rare, is _PICKLED + a pickled (kind, payload).
+STEP, _STEPPED, _PICKLED = b"S", b"D", b"P"
+
+
+def send_message(pipe: Connection, kind: str, payload: Any) -> None:
+    pipe.send_bytes(_PICKLED + pickle.dumps((kind, payload)))
+
+
+def read_message(data: bytes) -> tuple[str, Any]:
+    """``(kind, payload)`` of a message received as bytes (see ``STEP``)."""
+    tag = data[:1]
+    if tag == _STEPPED:
+        return "stepped", int.from_bytes(data[1:], "little")
+    if tag == STEP:
+        return "step", np.frombuffer(data, dtype=np.int32, offset=1).tolist()
+    return pickle.loads(data[1:])
+
+
+GUARD_ADVICE = (
+    "build the pool under an `if __name__ == \"__main__\":` guard in a script file, or use "
+    "vectorization_mode='async', which works from anywhere"
+)
+
+
+def _is_main_test(node: ast.AST) -> bool:
+    """Whether ``node`` is the comparison ``__name__ == "__main__"`` (either way round)."""
+    if not isinstance(node, ast.Compare) or len(node.ops) != 1 or not isinstance(node.ops[0], ast.Eq):
+        return False
+    sides = {ast.dump(node.left), ast.dump(node.comparators[0])}
+    return sides == {ast.dump(ast.Name("__name__", ast.Load())), ast.dump(ast.Constant("__main__"))}
+
+
+def _unguarded_line(main: Any) -> int | None:
+    """The line of the main script's top level that is building the pool, when it is not in
+    the body of an ``if`` whose condition compares ``__name__ == "__main__"`` (every worker
+    would run it again), else ``None`` (``None`` too when that cannot be told: no such frame,
+    a source that does not parse)."""
+    frame = inspect.currentframe()
+    while frame is not None and not (frame.f_globals is vars(main) and frame.f_code.co_name == "<module>"):
+        frame = frame.f_back
+    if frame is None or frame.f_code.co_filename != main.__file__:
+        return None
+    line = frame.f_lineno
+    del frame
+    try:
+        with open(main.__file__, "rb") as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError, ValueError):
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and node.body and any(_is_main_test(n) for n in ast.walk(node.test)):
+            if node.body[0].lineno <= line <= (node.body[-1].end_lineno or node.body[-1].lineno):
+                return None
+    return line
+
+
+def check_main_module(label: str) -> None:
+    """Refuse, with what to do, to start pool workers from a main program they cannot start from.
+
+    Workers start by ``forkserver``, which, like ``spawn``, first runs the main program again in
+    each worker (as ``__mp_main__``; not ``python -c``, interactive sessions or notebooks, which
+    have no file, nor ``python -m pkg`` of a ``__main__.py``). A program read from stdin cannot
+    be read again, and a script that builds the pool at its top level would build it again in
+    every worker; the workers would die of it with ``exit code 1`` and the real cause only in
+    their own output. Inside a worker that runs such a script again, this raises at once.
+    """
+    if mp.current_process().name.startswith(WORKER_NAME):  # (a daemon: it cannot start a pool anyway)
+        raise RuntimeError(
+            f"{label}: a pool worker process is running the main script again (as multiprocessing's "
+            "forkserver does on start) and the script builds a pool at its top level; "
+            + GUARD_ADVICE
+        )
+    main = sys.modules.get("__main__")
+    spec_name = getattr(getattr(main, "__spec__", None), "name", None)
+    path = getattr(main, "__file__", None)
+    if main is None or path is None or spec_name == "__main__" or (spec_name or "").endswith(".__main__"):
+        return
+    if spec_name is None and not os.path.isfile(path):
+        raise RuntimeError(
+            f"{label}: the pool's worker processes start by running the main program again, but its "
+            f"{path!r} is not a file they can read (a program read from stdin); {GUARD_ADVICE}"
+        )
+    line = _unguarded_line(main)
+    if line is not None:
+        raise RuntimeError(
+            f"{label}: the pool is built at the top level of the script {path} (line {line}) without an "
+            "`if __name__ == \"__main__\":` guard; its worker processes start by running the script again, "
+            f"so each would build a pool of its own: {GUARD_ADVICE}"
+        )
+
+
+def split(num_envs: int, num_workers: int) -> list[range]:
+    """Consecutive blocks of sub-envs, one per worker, whose sizes differ by at most one
+    (the first ``num_envs % num_workers`` workers own one more)."""
+    size, extra = divmod(num_envs, num_workers)
+    blocks, start = [], 0
+    for w in range(num_workers):
+        stop = start + size + (w < extra)
+        blocks.append(range(start, stop))
+        start = stop
+    return blocks
+
+
+def _row(value: Any, index: int) -> Any:
+    """Row ``index`` of a batch of numpy arrays (a dict or tuple of them for Dict/Tuple spaces)."""
+    if isinstance(value, dict):
+        return {key: _row(sub, index) for key, sub in value.items()}
+    if isinstance(value, tuple):
+        return tuple(_row(sub, index) for sub in value)
+    return value[index]
+
+
+def rows(value: Any, index: np.ndarray) -> Any:
+    """Rows ``index`` of a batch of numpy arrays, as fresh arrays (a tree for Dict spaces)."""
+    if isinstance(value, dict):
+        return {key: rows(sub, index) for key, sub in value.items()}
+    return value[index]
+
+
+def set_rows(dst: Any, index: np.ndarray, value: Any) -> None:
+    """Write ``value`` (``[K, ...]``, a tree for Dict spaces) into rows ``index`` of ``dst``."""
+    if isinstance(dst, dict):
+        for key, sub in dst.items():
+            set_rows(sub, index, value[key])
+    else:
+        dst[index] = value
+
+
+class Shared:
+    """The shared memory of a pool: each sub-env's observation, last observation before an
+    auto-reset, reward, flags, action and the episode records of its last step
+    (``[return_sum, length_sum, count]``, see :class:`~rl8.envs.workers.ReportEpisodeRecords`;
+    zeros when it has none), ``num_envs`` rows each."""
+
+    def __init__(
+        self, observation_space: spaces.Space, action_space: spaces.Space, num_envs: int, ctx: Any
+    ) -> None:
+        self.observation_space, self.action_space, self.num_envs = observation_space, action_space, num_envs
+        self.obs = create_shared_memory(observation_space, num_envs, ctx)
+        self.final_obs = create_shared_memory(observation_space, num_envs, ctx)
+        self.actions = create_shared_memory(action_space, num_envs, ctx)
+        self.rewards = ctx.Array("d", num_envs, lock=False)
+        self.terminated = ctx.Array("b", num_envs, lock=False)
+        self.truncated = ctx.Array("b", num_envs, lock=False)
+        self.episode_records = ctx.Array("d", 3 * num_envs, lock=False)
+
+    def views(self) -> dict[str, Any]:
+        """numpy views of every array (trees for Dict observation or action spaces)."""
+        n = self.num_envs
+        return {
+            "obs": read_from_shared_memory(self.observation_space, self.obs, n),
+            "final_obs": read_from_shared_memory(self.observation_space, self.final_obs, n),
+            "actions": read_from_shared_memory(self.action_space, self.actions, n),
+            "rewards": np.frombuffer(self.rewards, dtype=np.float64),
+            "terminated": np.frombuffer(self.terminated, dtype=np.bool_),
+            "truncated": np.frombuffer(self.truncated, dtype=np.bool_),
+            "episode_records": np.frombuffer(self.episode_records, dtype=np.float64).reshape(n, 3),
+        }
+
+
+def worker(worker: int, env_ids: range, make_env_pickle: bytes, shared: Shared, pipe: Connection) -> None:
+    """A worker process: builds the gymnasium envs ``env_ids`` with ``make_env_pickle`` (a
+    pickled :class:`~gymnasium.vector.utils.CloudpickleWrapper` of the env maker, unpickled
+    here so that a failure to unpickle is reported like any error) and serves the learner's
+    commands on ``pipe`` until ``("close", None)``.
+
+    Commands: ``("step", ids)``: step each sub-env of ``ids`` with its action from shared
+    memory, auto-resetting it when its episode ends (``SAME_STEP``: ``final_obs`` gets the last
+    observation, ``obs`` the new episode's first), and report ``("stepped", i)`` as soon as
+    sub-env ``i`` is done (its slot of ``episode_records`` then holds what its step and
+    auto-reset reported, for sub-envs in a :class:`~rl8.envs.workers.ReportEpisodeRecords`);
+    ``("reset", [(i, seed), ...])``: reset those sub-envs, report ``("reset", None)``;
+    ``("render", i)``: report ``("frame", array)``. An exception is reported as
+    ``("error", (i, exception, traceback))``. SIGINT is ignored: the learner closes the
+    workers on Ctrl-C.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    views = shared.views()
+    space = shared.observation_space
+    envs: dict[int, gymnasium.Env] = {}
+    current = env_ids.start
+    records = views["episode_records"]
+
+    def report_error(index: int, exc: BaseException) -> None:
+        trace = traceback.format_exc()
+        try:
+            send_message(pipe, "error", (index, exc, trace))
+        except Exception:  # an exception that does not pickle: its text and type name
+            send_message(pipe, "error", (index, RuntimeError(f"{type(exc).__name__}: {exc}"), trace))
+
+    try:
+        make_env = pickle.loads(make_env_pickle)
+        for current in env_ids:
+            envs[current] = make_env()
+        send_message(pipe, "ready", None)
+        while True:
+            command, arg = read_message(pipe.recv_bytes())
+            if command == "step":
+                for current in arg:
+                    env = envs[current]
+                    obs, reward, terminated, truncated, info = env.step(_row(views["actions"], current))
+                    reports = isinstance(env, ReportEpisodeRecords)
+                    if reports:
+                        records[current] = info.get(EPISODE_RECORDS_KEY, 0.0)
+                    if terminated or truncated:
+                        write_to_shared_memory(space, current, obs, shared.final_obs)
+                        obs, info = env.reset()
+                        if reports and EPISODE_RECORDS_KEY in info:
+                            records[current] += info[EPISODE_RECORDS_KEY]
+                    write_to_shared_memory(space, current, obs, shared.obs)
+                    views["rewards"][current] = reward
+                    views["terminated"][current] = terminated
+                    views["truncated"][current] = truncated
+                    pipe.send_bytes(_STEPPED + current.to_bytes(4, "little"))
+            elif command == "reset":
+                for current, seed in arg:
+                    obs, _ = envs[current].reset(seed=seed)
+                    write_to_shared_memory(space, current, obs, shared.obs)
+                send_message(pipe, "reset", None)
+            elif command == "render":
+                current = arg
+                send_message(pipe, "frame", envs[current].render())
+            elif command == "close":
+                break
+    except (KeyboardInterrupt, EOFError, BrokenPipeError):
+        pass  # the learner is gone or going: nothing to report to
+    except Exception as exc:
+        report_error(current, exc)
+        # the learner closes the pool on an error: wait for it (or for the pipe to close)
+        try:
+            while read_message(pipe.recv_bytes())[0] != "close":
+                pass
+        except (EOFError, OSError, KeyboardInterrupt):
+            pass
+    finally:
+        for env in envs.values():
+            try:
+                env.close()
+            except Exception:
+                pass
+        pipe.close()
+
+
+def shutdown(processes: list[Any], pipes: list[Connection]) -> None:
+    """Ask every worker to close, then terminate (and kill) the ones still alive after
+    ``CLOSE_TIMEOUT_S`` seconds, and reap them all (``stop_processes``). Holds no reference
+    to the pool, so that :func:`weakref.finalize` can run it when the pool is collected or the
+    interpreter exits."""
+    for pipe in pipes:
+        try:
+            send_message(pipe, "close", None)
+        except (OSError, ValueError):
+            pass
+    try:
+        stop_processes(processes)
+    finally:
+        for pipe in pipes:
+            pipe.close()

@@ -1,0 +1,169 @@
+"""Worker processes of the gymnasium adapters (async :class:`~rl8.envs.gymnasium.GymnasiumEnv`
+and :class:`~rl8.envs.pool.PoolEnv`): building one sub-env, reporting its episodes, the errors
+of dead or stalled workers, and stopping processes within a bounded time."""
+
+from __future__ import annotations
+
+import math
+import signal
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import gymnasium
+import numpy as np
+
+from rl8.envs.atari import is_atari_id, make_atari
+
+__all__ = [
+    "CLOSE_TIMEOUT_S", "EPISODE_RECORDS_KEY", "EnvStepTimeout", "EnvWorkerDied", "RemoteTraceback",
+    "ReportEpisodeRecords", "check_step_timeout", "exit_description", "make_single_env", "stop_processes",
+    "with_episode_records",
+]
+
+
+#: Seconds a closing env waits for its worker processes to exit before terminating (then
+#: killing) them.
+CLOSE_TIMEOUT_S = 2.0
+
+
+class EnvWorkerDied(RuntimeError):
+    """A worker process of an async :class:`~rl8.envs.gymnasium.GymnasiumEnv` or of a :class:`rl8.envs.PoolEnv`
+    ended without being asked to (killed, crashed). The message names its sub-envs and exit
+    code; the env and all its workers have been closed."""
+
+
+class EnvStepTimeout(TimeoutError):
+    """A sub-env's step (with its auto-reset) took longer than the env's ``step_timeout_s``.
+    The message names the sub-env; the env and all its workers have been closed."""
+
+
+def exit_description(code: int | None) -> str:
+    """``exit code 1``, ``exit code -9 (killed by signal SIGKILL)``, for messages."""
+    how = f"exit code {code}"
+    if code is not None and code < 0:
+        try:
+            how += f" (killed by signal {signal.Signals(-code).name})"
+        except ValueError:
+            pass
+    return how
+
+
+def check_step_timeout(owner: str, value: Any) -> float | None:
+    """``step_timeout_s`` as a float, or ``None``; anything else than a number of seconds > 0
+    (or ``None``) raises a ``ValueError`` naming ``owner`` and the value given."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not (
+        value > 0 and not math.isnan(value)
+    ):
+        raise ValueError(f"{owner}: step_timeout_s must be a number of seconds > 0 or None, got {value!r}")
+    return float(value)
+
+
+def stop_processes(processes: Sequence[Any], grace_s: float = CLOSE_TIMEOUT_S) -> None:
+    """Wait up to ``grace_s`` seconds for ``processes`` (``multiprocessing`` processes, already
+    asked to exit) to end, then terminate, then kill, the ones still running, and reap them
+    all. A second Ctrl-C during the wait still terminates them."""
+    def join_all(among: Sequence[Any]) -> None:
+        deadline = time.monotonic() + grace_s
+        for process in among:
+            process.join(max(0.0, deadline - time.monotonic()))
+
+    try:
+        join_all(processes)
+    finally:
+        for stop in ("terminate", "kill"):
+            alive = [p for p in processes if p.is_alive()]
+            for process in alive:
+                getattr(process, stop)()
+            join_all(alive)
+
+
+class RemoteTraceback(Exception):
+    """Carries the formatted traceback of an exception raised in a worker process."""
+
+    def __init__(self, tb: str) -> None:
+        super().__init__(tb)
+        self.tb = tb
+
+    def __str__(self) -> str:
+        return f"\n\"\"\"\n{self.tb}\"\"\""
+
+
+#: The info key under which :class:`ReportEpisodeRecords` reports a sub-env's new records.
+EPISODE_RECORDS_KEY = "rl8_episode_records"
+
+
+class ReportEpisodeRecords(gymnasium.Wrapper):
+    """Reports the episodes that a ``RecordEpisodeStatistics`` wrapper inside the chain
+    records, whatever the wrappers between them do to rewards and episode ends.
+
+    After each ``step`` and ``reset`` that completed episodes of ``record``, the info gets
+    ``info["rl8_episode_records"]``: a float64 array ``[return_sum, length_sum, count]`` over
+    those episodes (their ``"r"`` and ``"l"``). Reading ``record``'s counters rather than the
+    ``info["episode"]`` it writes also counts the games that end inside an outer wrapper's
+    ``reset`` (a no-op or FIRE step of the Atari preset), whose info no one returns.
+    :class:`~rl8.envs.gymnasium.GymnasiumEnv` puts it outermost around every sub-env that has a
+    ``RecordEpisodeStatistics`` (:func:`with_episode_records`) and sums what it reports.
+
+    Args:
+        env: The sub-env, with ``record`` somewhere in its wrapper chain.
+        record: The ``RecordEpisodeStatistics`` wrapper whose episodes are reported.
+    """
+
+    #: Marks the wrapper, for ``has_wrapper_attr`` across processes.
+    reports_episode_records = True
+
+    def __init__(self, env: gymnasium.Env, record: gymnasium.wrappers.RecordEpisodeStatistics) -> None:
+        super().__init__(env)
+        self.record = record
+        self._reported = record.episode_count
+
+    def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return obs, reward, terminated, truncated, self._with_new_records(info)
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        obs, info = self.env.reset(**kwargs)
+        return obs, self._with_new_records(info)
+
+    def _with_new_records(self, info: dict[str, Any]) -> dict[str, Any]:
+        new = self.record.episode_count - self._reported
+        if new == 0:
+            return info
+        self._reported = self.record.episode_count
+        new = min(new, len(self.record.return_queue))  # (more than its buffer_length at once: lost)
+        returns = list(self.record.return_queue)[-new:]
+        lengths = list(self.record.length_queue)[-new:]
+        return {**info, EPISODE_RECORDS_KEY: np.array([sum(returns), sum(lengths), new], dtype=np.float64)}
+
+
+def with_episode_records(env: gymnasium.Env) -> gymnasium.Env:
+    """``env`` in a :class:`ReportEpisodeRecords` of the innermost ``RecordEpisodeStatistics``
+    of its wrapper chain (the closest to the game's own rewards), or ``env`` itself when it
+    has none."""
+    record = None
+    inner = env
+    while isinstance(inner, gymnasium.Wrapper):
+        if isinstance(inner, gymnasium.wrappers.RecordEpisodeStatistics):
+            record = inner
+        inner = inner.env
+    return env if record is None else ReportEpisodeRecords(env, record)
+
+
+def make_single_env(
+    env: str | Callable[..., gymnasium.Env],
+    kwargs: dict[str, Any],
+    wrappers: Sequence[Callable[[gymnasium.Env], gymnasium.Env]],
+) -> gymnasium.Env:
+    """One env with the wrappers applied, as each sub-env of the vector env is built. ALE ids
+    get the Atari preset (:func:`rl8.envs.atari.make_atari`; ``atari_preset`` in ``kwargs``); an
+    env with a ``RecordEpisodeStatistics`` reports its records (:func:`with_episode_records`)."""
+    if is_atari_id(env):
+        single = make_atari(env, **kwargs)
+    else:
+        single = gymnasium.make(env, **kwargs) if isinstance(env, str) else env(**kwargs)
+    for wrapper in wrappers:
+        single = wrapper(single)
+    return with_episode_records(single)

@@ -1,0 +1,129 @@
+"""Configs declared as dataclass fields: checks, docs and numbers from config files.
+
+:class:`rl8.HParams` and :class:`rl8.training.config.TrainerConfig` declare each option once, as a
+dataclass field whose ``metadata`` holds its ``check`` (see :data:`Check`) and its ``doc``
+(one sentence). This module holds what both use: the checks they share, the loop that runs
+them (:func:`first_invalid`), the docstring section made from the docs
+(:func:`attributes_doc`) and rl8's one reader of numbers from YAML and the command line
+(:func:`read_numbers`). It imports nothing of rl8.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
+
+__all__ = [
+    "Check", "Invalid", "attributes_doc", "check", "first_invalid", "int_at_least", "is_int",
+    "is_number", "one_of", "optional", "read_numbers",
+]
+
+_INT = re.compile(r"[+-]?\d+")
+_FLOAT = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|[+-]?(inf|nan)", re.IGNORECASE)
+
+
+def read_numbers(value: Any, *, whole_as_int: bool = False) -> Any:
+    """``value`` as a config file means it: its numeric strings as numbers, recursively (in
+    dicts and lists). YAML reads ``3e-4`` (no dot) as the string ``"3e-4"``; config files
+    (``rl8 train``, presets) and ``--set`` mean the number. ``"12"`` becomes the int 12,
+    ``"3e-4"`` the float; other values are returned as they are.
+
+    Args:
+        value: A value read from a config file or the command line.
+        whole_as_int: Also turn whole floats into ints (``1e3`` and ``"1e3"`` into 1000), for
+            a value that must be an int (a count of steps, of envs...).
+    """
+    if isinstance(value, str):
+        text = value.strip()
+        if _INT.fullmatch(text):
+            return int(text)
+        if not _FLOAT.fullmatch(text):
+            return value
+        value = float(text)
+    if isinstance(value, float) and whole_as_int and value.is_integer():
+        return int(value)
+    if isinstance(value, Mapping):
+        return {k: read_numbers(v, whole_as_int=whole_as_int) for k, v in value.items()}
+    if isinstance(value, list):
+        return [read_numbers(v, whole_as_int=whole_as_int) for v in value]
+    return value
+
+
+#: A field's check: ``check(value, name)`` is ``None`` when ``value`` is valid for the field
+#: ``name``, else what the field expects (``"an int >= 1"``: the middle of the error message).
+#: A check may also raise an error of its own that says more (a schedule's bad point).
+Check = Callable[[Any, str], "str | None"]
+
+
+def is_int(value: Any) -> bool:
+    """Whether ``value`` is an int (``True`` and ``False`` are not)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value: Any) -> bool:
+    """Whether ``value`` is a finite int or float (not a bool)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def check(expected: str, ok: Callable[[Any], bool]) -> Check:
+    """The check that accepts the values for which ``ok(value)`` is true.
+
+    Args:
+        expected: What the field expects, for the error message (``"a number in [0, 1]"``).
+        ok: Whether a value is valid.
+    """
+    return lambda value, name: None if ok(value) else expected
+
+
+def int_at_least(low: int) -> Check:
+    """An int (not a bool) ``>= low``."""
+    return check(f"an int >= {low}", lambda v: is_int(v) and v >= low)
+
+
+def one_of(*choices: str) -> Check:
+    """One of the strings ``choices`` (``'sync' or 'overlap'``)."""
+    return check(" or ".join(map(repr, choices)), lambda v: isinstance(v, str) and v in choices)
+
+
+def optional(inner: Check) -> Check:
+    """``None``, or a value that ``inner`` accepts (``"an int >= 1 or None"``)."""
+
+    def check_optional(value: Any, name: str) -> str | None:
+        expected = None if value is None else inner(value, name)
+        return None if expected is None else f"{expected} or None"
+
+    return check_optional
+
+
+class Invalid(NamedTuple):
+    """The first field of a config whose value its check refuses."""
+
+    name: str
+    expected: str
+    value: Any
+
+
+def first_invalid(config: Any) -> Invalid | None:
+    """Run the ``check`` of every field of the frozen dataclass instance ``config``, in
+    declaration order, after its ``convert`` (when the field's metadata has one: the value is
+    replaced by ``convert(value)``); the first field refused, or ``None``."""
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if f.metadata.get("convert") is not None:
+            value = f.metadata["convert"](value)
+            object.__setattr__(config, f.name, value)
+        expected = f.metadata["check"](value, f.name) if f.metadata.get("check") else None
+        if expected is not None:
+            return Invalid(f.name, expected, value)
+    return None
+
+
+def attributes_doc(cls: type) -> str:
+    """The ``Attributes:`` section of a Google-style docstring listing each field of the
+    dataclass ``cls`` with its metadata's ``doc``."""
+    return "\n    Attributes:\n" + "".join(
+        f"        {f.name}: {f.metadata['doc']}\n" for f in dataclasses.fields(cls)
+    )

@@ -1,0 +1,377 @@
+"""Checkpoint files: atomic writes, safe reads, and a directory of numbered checkpoints.
+
+This module only moves a ``dict`` between memory and disk; what the dict holds is the
+Trainer's business (see ``docs/checkpoints.md``). A checkpoint holds nested dicts, lists and
+tuples of tensors, ``torch.Size``, dtypes, devices, ``int``, ``float``, ``bool``, ``complex``,
+``str``, ``bytes`` and ``None``: exactly what ``torch.load(..., weights_only=True)`` reads back
+without executing code from the file. Anything else (numpy arrays, custom classes) is refused
+when saving, naming where it is, rather than producing a file that cannot be loaded.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import errno
+import os
+import pickle
+import pickletools
+import re
+import struct
+import uuid
+import zipfile
+import zlib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rl8.ppo.hparams import missing_cuda_device
+from rl8.ppo.resolve import CheckpointError
+
+__all__ = [
+    "CHECKPOINT_POINTER_ARTIFACT", "FORMAT_KEY", "FORMAT_VERSION", "STALE_TMP_SECONDS", "CheckpointError",
+    "check_loadable", "download_artifact", "is_run_ref", "load_checkpoint", "save_checkpoint",
+]
+
+
+try:  # POSIX: a writer holds a lock on its temporary file (see CheckpointManager)
+    import fcntl
+except ImportError:  # pragma: no cover - Windows, where an open file cannot be deleted
+    fcntl = None  # type: ignore[assignment]
+
+
+#: MLflow artifact (JSON) with the path and step of a run's latest checkpoint (for resuming).
+CHECKPOINT_POINTER_ARTIFACT = "rl8/checkpoint.json"
+
+#: Entry added to every saved dict; its value is the format version. Reserved: a user entry
+#: with this name is overwritten on save and removed on load.
+FORMAT_KEY = "__rl8_checkpoint__"
+
+#: Version of the checkpoint format this rl8 writes (and the newest it reads).
+FORMAT_VERSION = 1
+
+#: Seconds a temporary file of :class:`~rl8.io.checkpoint_dir.CheckpointManager` must be left
+#: untouched before its next save removes it (when no live writer holds its lock).
+STALE_TMP_SECONDS = 60.0
+
+
+_LEAF_TYPES = (int, float, bool, complex, str, bytes, type(None), torch.Size, torch.dtype, torch.device)
+_TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
+_DICT_TYPES = (dict, collections.OrderedDict)
+_SEQUENCE_TYPES = (list, tuple)
+
+
+def check_loadable(value: Any, where: str, active: set[int]) -> None:
+    """Raise ``TypeError`` when ``value`` holds something ``weights_only`` loading refuses.
+
+    Args:
+        value: The data to check (nested dicts, lists, tuples of tensors and plain values).
+        where: Its name in messages (``"state"``, ``"metadata"``).
+        active: The ids of the containers being checked (to find reference cycles): ``set()``.
+    """
+    kind = type(value)
+    if kind in _LEAF_TYPES or kind in _TENSOR_TYPES:
+        return
+    if kind in _DICT_TYPES or kind in _SEQUENCE_TYPES:
+        if id(value) in active:
+            raise TypeError(f"{where} contains itself (a reference cycle); a checkpoint must be a tree")
+        active.add(id(value))
+        if kind in _DICT_TYPES:
+            for key, item in value.items():
+                if type(key) not in _LEAF_TYPES:
+                    raise TypeError(f"{where} has a key {key!r} of type {type(key).__name__}; "
+                                    "keys must be str, int, float, bool or None")
+                check_loadable(item, f"{where}[{key!r}]", active)
+        else:
+            for i, item in enumerate(value):
+                check_loadable(item, f"{where}[{i}]", active)
+        active.discard(id(value))
+        return
+    hint = ""
+    if kind.__module__ == "numpy":
+        hint = " Convert numpy values first: torch.from_numpy(array) for arrays, int(x)/float(x) for scalars."
+    elif isinstance(value, torch.Tensor):
+        hint = " Convert tensor subclasses to plain tensors (tensor.as_subclass(torch.Tensor))."
+    elif hasattr(value, "state_dict"):
+        hint = " Save its state_dict() instead of the object."
+    raise TypeError(
+        f"{where} is a {kind.__module__}.{kind.__qualname__}, which a checkpoint cannot hold "
+        "(loading uses torch.load(weights_only=True), which only reads tensors, torch.Size, "
+        "dtypes, devices, numbers, str, bytes, None and dicts/lists/tuples of them)." + hint
+    )
+
+
+def _fsync_directory(directory: Path) -> None:
+    """Make a rename in ``directory`` durable (POSIX; a no-op where directories can't be opened)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        with contextlib.suppress(OSError):
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def save_checkpoint(state: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
+    """Write ``state`` to ``path`` atomically.
+
+    ``torch.save`` writes a temporary file in the same directory (``.{name}.{random}.tmp``),
+    fsynced, then renamed onto ``path``: a crash at any point leaves the old file or the new
+    one, never a partial file (and removes the temporary file when it can).
+
+    Args:
+        state: A dict of tensors, numbers, strings, ``None``, ``torch.Size``, and nested
+            dicts/lists/tuples of them. The entry :data:`FORMAT_KEY` is added to the saved copy
+            (``state`` itself is not modified).
+        path: Destination file; its directory must exist. An existing file is replaced.
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+
+    Raises:
+        TypeError: When ``state`` is not a dict or holds a value that
+            ``torch.load(weights_only=True)`` could not read back (the message says where).
+        FileNotFoundError: When the directory of ``path`` does not exist.
+        OSError: When writing fails (a full disk: ``errno.ENOSPC``); the message names ``path``.
+    """
+    path = Path(path)
+    if not isinstance(state, Mapping):
+        raise TypeError(f"save_checkpoint: state must be a dict, got {type(state).__name__}")
+    payload = dict(state)
+    payload[FORMAT_KEY] = FORMAT_VERSION
+    check_loadable(payload, "state", set())
+    directory = path.parent
+    if not directory.is_dir():
+        raise FileNotFoundError(f"cannot save checkpoint {path}: directory {directory} does not exist")
+
+    tmp = directory / f".{path.name}.{uuid.uuid4().hex[:12]}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+    try:
+        if fcntl is not None:  # held until the file is closed: tells a live writer from a dead one
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        with os.fdopen(fd, "wb") as file:
+            torch.save(payload, file)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(tmp, path)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        cause = _os_error_in(exc)
+        if cause is None:
+            raise
+        # torch reports a failed write as RuntimeError("[enforce fail at inline_container...")
+        raise OSError(cause.errno, f"cannot write checkpoint {path}: {cause.strerror or cause}", str(path)) from exc
+    _fsync_directory(directory)
+    return path
+
+
+def _os_error_in(exc: BaseException) -> OSError | None:
+    """The ``OSError`` that ``exc`` is or was raised while handling (torch wraps write errors)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, OSError) and exc.errno is not None:
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+_UNSAFE_PATTERN = re.compile(
+    r"(Unsupported global: GLOBAL \S+|unsupported GLOBAL \S+|Trying to call reduce[^\n]*|"
+    r"Can only create new object[^\n]*|Can only build[^\n]*)"
+)
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0][:200]}" if text else type(err).__name__
+
+
+def _pickle_globals(path: Path) -> list[str] | None:
+    """The globals a plain pickle stream names (``["posix.system"]``), read without executing
+    it; ``None`` when the file is not a complete pickle stream (random or damaged bytes)."""
+    try:
+        data = path.read_bytes()
+        if not data.startswith(b"\x80"):  # PROTO: every pickle of protocol 2 and later
+            return None
+        names: list[str] = []
+        strings: list[str] = []
+        for opcode, arg, _ in pickletools.genops(data):
+            if opcode.name == "GLOBAL":
+                names.append(str(arg).replace(" ", "."))
+            elif opcode.name == "STACK_GLOBAL" and len(strings) >= 2:
+                names.append(".".join(strings[-2:]))
+            elif isinstance(arg, str):
+                strings.append(arg)
+        return names
+    except (ValueError, OSError):
+        return None
+
+
+def _load_error(path: Path, err: Exception) -> CheckpointError:
+    """Turn what ``torch.load`` raised into a :class:`CheckpointError` that says what it means."""
+    unsafe = _UNSAFE_PATTERN.search(str(err)) if isinstance(err, pickle.UnpicklingError) else None
+    if unsafe:
+        return CheckpointError(
+            f"{path} is not a safe rl8 checkpoint: loading it would need to run code or rebuild "
+            f"objects named in the file ({unsafe.group(0)}), and rl8 refuses to execute code "
+            "from a checkpoint (it loads with weights_only=True). Only load such a file with "
+            "torch.load(weights_only=False) if you trust its source."
+        )
+    names = _pickle_globals(path) if isinstance(err, pickle.UnpicklingError) else None
+    if names is not None:  # a whole pickle stream that weights_only refused to read
+        named = f"; it names {', '.join(names[:3])}" if names else ""
+        return CheckpointError(
+            f"{path} is not a safe rl8 checkpoint: it is a plain pickle (not a torch.save file) "
+            f"that torch.load(weights_only=True) refuses to read{named}, and rl8 refuses to "
+            "execute code from a checkpoint. Only load such a file with "
+            "torch.load(weights_only=False) if you trust its source."
+        )
+    # torch raises UnpicklingError, RuntimeError, EOFError, KeyError, OSError... for bad bytes
+    return CheckpointError(f"{path} is corrupt or truncated (not a readable torch file: {_first_line(err)})")
+
+
+def load_checkpoint(path: str | os.PathLike[str], *, map_location: Any = "cpu") -> dict[str, Any]:
+    """Read a checkpoint written by :func:`save_checkpoint`, without executing code from it
+    (``torch.load(weights_only=True)`` only: loading an untrusted file cannot run code).
+
+    Args:
+        path: The checkpoint file.
+        map_location: Where to put the tensors (``"cpu"``, ``"cuda:0"``, a ``torch.device``,
+            or anything ``torch.load`` accepts).
+
+    Returns:
+        The saved dict, without the :data:`FORMAT_KEY` entry.
+
+    Before ``torch.load`` the file's zip entries are read once and checked against the CRC-32
+    each entry was written with, so that damaged bytes (a bit flip on disk or in a copy) are
+    refused instead of loading as wrong numbers; this reads the file twice.
+
+    Raises:
+        FileNotFoundError: The file does not exist.
+        OSError: The file cannot be opened or read (e.g. ``PermissionError``).
+        ValueError: ``map_location`` names a device this machine does not have (no CUDA).
+        CheckpointError: The file is corrupt or truncated (an entry fails its CRC check: the
+            entry is named), is not an rl8 checkpoint, would need to execute code to be
+            loaded, or was written by a newer rl8.
+    """
+    _check_device_available(map_location)
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(2, f"checkpoint file not found: {path}", str(path))
+    if path.is_dir():
+        raise IsADirectoryError(21, f"checkpoint path is a directory, not a file: {path}", str(path))
+    # Open the file ourselves so that real I/O errors (permissions...) surface as OSError; past
+    # this point torch reports bad bytes with many exception types, OSError(EINVAL) included.
+    with open(path, "rb") as file:
+        _verify_entries(path, file)
+        file.seek(0)
+        try:
+            state = torch.load(file, map_location=map_location, weights_only=True)
+        except Exception as err:
+            raise _load_error(path, err) from err
+
+    if not isinstance(state, dict) or FORMAT_KEY not in state:
+        raise CheckpointError(f"{path} is a torch file but not an rl8 checkpoint (it has no "
+                              f"{FORMAT_KEY!r} entry; it was not written by save_checkpoint)")
+    version = state.pop(FORMAT_KEY)
+    if type(version) is not int or version < 1:
+        raise CheckpointError(f"{path} is not an rl8 checkpoint: invalid format version {version!r}")
+    if version > FORMAT_VERSION:
+        raise CheckpointError(f"{path} uses checkpoint format {version}, but this rl8 reads "
+                              f"formats up to {FORMAT_VERSION}; upgrade rl8 to load it")
+    return state
+
+
+def _check_device_available(map_location: Any) -> None:
+    """Raise ``ValueError`` when ``map_location`` names a CUDA device this machine lacks."""
+    if not isinstance(map_location, (str, torch.device)):
+        return  # a dict or a function: torch.load applies it
+    try:
+        device = torch.device(map_location)
+    except (RuntimeError, TypeError):
+        return  # not a device name: torch.load says so
+    problem = missing_cuda_device(device)
+    if problem is not None:
+        raise ValueError(f"load_checkpoint: map_location={str(map_location)!r} names a CUDA device, "
+                         f"but {problem}; load with map_location='cpu'")
+
+
+#: Errors of Python's zipfile on damaged archive bytes (EINVAL: a damaged offset to seek to).
+_ZIP_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, ValueError, NotImplementedError,
+               RuntimeError, struct.error)
+#: The MS-DOS "directory" bit of a zip entry's external attributes (torch skips such entries).
+_DOS_DIRECTORY = 0x10
+
+
+def _verify_entries(path: Path, file: Any) -> None:
+    """Read every entry of the zip archive and check it against its CRC-32.
+
+    A file that does not start like a zip archive is left to ``torch.load``, which names what it
+    is. The entries are also checked to be plain files: torch reads a damaged "directory" flag
+    as an empty entry without any error. Compressed entries are refused before anything is read:
+    torch stores every entry as is, and decompressing a crafted entry could cost gigabytes.
+    """
+    if file.read(4) != b"PK\x03\x04":
+        return
+    file.seek(0)
+    try:
+        archive = zipfile.ZipFile(file)
+    except (*_ZIP_ERRORS, OSError) as err:
+        if isinstance(err, OSError) and err.errno not in (None, errno.EINVAL):
+            raise
+        raise CheckpointError(f"{path} is corrupt or truncated (its zip directory cannot be "
+                              f"read: {_first_line(err)})") from err
+    with archive:
+        for info in archive.infolist():  # before reading any: a compressed entry may be a zip bomb
+            if info.compress_type != zipfile.ZIP_STORED:
+                method = zipfile.compressor_names.get(info.compress_type, str(info.compress_type))
+                raise CheckpointError(
+                    f"{path} is not an rl8 checkpoint as torch writes it: its entry "
+                    f"{info.filename!r} is compressed ({method}), and torch never compresses "
+                    "entries; rl8 refused to decompress it"
+                )
+        for info in archive.infolist():
+            try:
+                if info.is_dir() or info.external_attr & _DOS_DIRECTORY:
+                    raise zipfile.BadZipFile("marked as a directory")
+                with archive.open(info) as entry:
+                    while entry.read(1 << 24):
+                        pass
+            except (*_ZIP_ERRORS, OSError) as err:
+                if isinstance(err, OSError) and err.errno not in (None, errno.EINVAL):
+                    raise
+                raise CheckpointError(
+                    f"{path} is corrupt: its entry {info.filename!r} fails the zip integrity check "
+                    f"({_first_line(err)}); the bytes changed after the file was written (a disk "
+                    "or copy error). Use an older checkpoint."
+                ) from err
+
+
+_RUN_ID = re.compile(r"[0-9a-f]{32}")
+
+
+def is_run_ref(ref: str) -> bool:
+    """Whether ``ref`` names an MLflow run (a 32-hex-digit run id or a ``runs:/`` URI), not a path."""
+    return ref.startswith("runs:/") or _RUN_ID.fullmatch(ref) is not None
+
+
+def download_artifact(ref: str, artifact: str, tracking_uri: str | None, dst: str) -> Path:
+    """Download one artifact of an MLflow run (``ref``: a run id or a ``runs:/`` URI)."""
+    import mlflow.artifacts
+
+    where = {"artifact_uri": ref} if ref.startswith("runs:/") else {"run_id": ref, "artifact_path": artifact}
+    try:
+        local = mlflow.artifacts.download_artifacts(**where, tracking_uri=tracking_uri, dst_path=dst)
+    except Exception as exc:
+        uri = tracking_uri or mlflow.get_tracking_uri()
+        raise FileNotFoundError(
+            f"cannot download {artifact!r} of MLflow run {ref!r} from {uri!r}: "
+            f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+        ) from exc
+    return Path(local)

@@ -1,0 +1,524 @@
+"""Folders of checkpoints: numbered files of which the latest are kept (:class:`CheckpointManager`),
+one run per folder (:class:`CheckpointDirLock`), and finding and reading the checkpoint to resume
+from (a file, a folder's latest or an MLflow run's; :func:`read_checkpoint`), with each rank's or
+actor's part of it."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import json
+import os
+import re
+import socket
+import tempfile
+import time
+import uuid
+import warnings
+import weakref
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from rl8.io.checkpoint import (
+    CHECKPOINT_POINTER_ARTIFACT, STALE_TMP_SECONDS, download_artifact, is_run_ref, load_checkpoint,
+    save_checkpoint,
+)
+from rl8.ppo.distributed import DistContext, current_roles
+from rl8.ppo.resolve import CheckpointError
+
+try:  # POSIX: locks tell a live writer or run from a dead one (see CheckpointManager, CheckpointDirLock)
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = [
+    "CHECKPOINT_DIR_LOCK", "CheckpointDirError", "CheckpointDirLock", "CheckpointManager",
+    "check_writable_folder", "checkpoint_for_actor", "read_checkpoint", "resolve_checkpoint",
+]
+
+
+#: The lock file of a checkpoint folder (see :class:`CheckpointDirLock`).
+CHECKPOINT_DIR_LOCK = ".rl8.lock"
+
+
+class CheckpointDirError(ValueError):
+    """A checkpoint folder cannot be used: it cannot be created or written, another live run
+    writes there, or it holds another run's checkpoints (the message names the folder)."""
+
+
+class CheckpointManager:
+    """Numbered checkpoints in one directory, keeping the most recent ones.
+
+    Files are named ``{prefix}-{step:012d}.pt`` (e.g. ``checkpoint-000000100000.pt``), written
+    atomically with :func:`save_checkpoint`. Only files matching this pattern are ever listed or
+    deleted; anything else in the directory is left alone. Each save also removes the
+    temporary files (``.{prefix}-{step}.pt.{random}.tmp``) that a killed writer left behind:
+    those untouched for :data:`STALE_TMP_SECONDS` and, where the OS has file locks, not locked
+    by a live writer (another process saving into the same directory keeps its own).
+
+    Args:
+        directory: Folder of the checkpoints; created (with parents) if missing.
+        keep_last: How many checkpoints to keep (the highest steps); older ones are deleted
+            after each save. ``None`` keeps all. An int >= 1.
+        prefix: File name prefix; non-empty, without path separators.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str], *, keep_last: int | None = 5,
+                 prefix: str = "checkpoint") -> None:
+        if keep_last is not None and (type(keep_last) is not int or keep_last < 1):
+            raise ValueError(f"CheckpointManager: keep_last must be an int >= 1 or None, got {keep_last!r}")
+        if not isinstance(prefix, str) or not prefix or "/" in prefix or "\\" in prefix:
+            raise ValueError(f"CheckpointManager: prefix must be a non-empty str without path "
+                             f"separators, got {prefix!r}")
+        self.directory = Path(directory)
+        self.keep_last = keep_last
+        self.prefix = prefix
+        self._pattern = re.compile(rf"{re.escape(prefix)}-(\d{{12,}})\.pt")
+        self._tmp_pattern = re.compile(rf"\.{re.escape(prefix)}-\d{{12,}}\.pt\.[0-9a-f]{{12}}\.tmp")
+        self.directory.mkdir(parents=True, exist_ok=True)
+
+    def path_for(self, step: int) -> Path:
+        """The file name used for ``step``."""
+        return self.directory / f"{self.prefix}-{step:012d}.pt"
+
+    def step_of(self, path: str | os.PathLike[str]) -> int | None:
+        """The step encoded in a file name of this manager, ``None`` for other files."""
+        match = self._pattern.fullmatch(Path(path).name)
+        return int(match.group(1)) if match else None
+
+    def save(self, state: Mapping[str, Any], step: int) -> Path:
+        """Write ``state`` as the checkpoint of ``step``, then prune old checkpoints.
+
+        Pruning keeps the ``keep_last`` highest steps and never deletes the file just written
+        (even when ``step`` is lower than existing ones, e.g. after resuming from an older
+        checkpoint).
+
+        Args:
+            state: See :func:`save_checkpoint`.
+            step: Training progress the checkpoint belongs to (e.g. ``env/steps``), an int >= 0.
+
+        Returns:
+            The path written.
+        """
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise ValueError(f"CheckpointManager.save: step must be an int >= 0, got {step!r}")
+        path = save_checkpoint(state, self.path_for(step))
+        self._remove_stale_tmp_files()
+        if self.keep_last is not None:
+            paths = self.list()
+            for old in paths[: max(0, len(paths) - self.keep_last)]:
+                if old != path:
+                    old.unlink(missing_ok=True)
+        return path
+
+    def _remove_stale_tmp_files(self) -> None:
+        """Delete this manager's temporary files that no live writer holds (see the class)."""
+        now = time.time()
+        for entry in self.directory.iterdir():
+            if not self._tmp_pattern.fullmatch(entry.name):
+                continue
+            try:
+                if now - entry.stat().st_mtime < STALE_TMP_SECONDS:
+                    continue  # possibly a writer between creating and locking it
+                fd = os.open(entry, os.O_RDONLY)
+            except OSError:
+                continue
+            try:
+                if fcntl is not None:
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    except OSError:
+                        continue  # a live writer holds it
+                entry.unlink()  # on Windows an open file cannot be deleted: OSError, kept
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+
+    def list(self) -> list[Path]:
+        """This manager's checkpoint files, sorted by step (oldest first)."""
+        found = [(self.step_of(e), e) for e in self.directory.iterdir() if self.step_of(e) is not None]
+        return [entry for _, entry in sorted(found) if entry.is_file()]
+
+    def latest(self) -> Path | None:
+        """The checkpoint with the highest step, or ``None`` when there is none."""
+        return next(reversed(self.list()), None)
+
+    def load_latest(self, *, map_location: Any = "cpu") -> dict[str, Any] | None:
+        """Load the checkpoint with the highest step (see :func:`load_checkpoint`), or ``None``."""
+        path = self.latest()
+        return None if path is None else load_checkpoint(path, map_location=map_location)
+
+    def __repr__(self) -> str:
+        return (f"CheckpointManager({str(self.directory)!r}, keep_last={self.keep_last!r}, "
+                f"prefix={self.prefix!r})")
+
+
+#: The folders this process holds, by absolute path (``flock`` is per open file: this process
+#: could not lock them a second time).
+_held_locks: weakref.WeakValueDictionary[Path, CheckpointDirLock] = weakref.WeakValueDictionary()
+
+
+def check_writable_folder(directory: str | os.PathLike[str]) -> Path:
+    """Create ``directory`` (with parents) and write and remove a probe file in it.
+
+    Returns:
+        The folder, absolute.
+
+    Raises:
+        CheckpointDirError: It cannot be created (a file on its path) or written.
+    """
+    directory = Path(directory).absolute()
+    probe = directory / f".rl8-probe-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"rl8")
+        probe.unlink()
+    except OSError as exc:
+        raise CheckpointDirError(
+            f"checkpoint folder {directory} cannot be used: {exc.strerror or exc} "
+            f"({exc.filename or directory}); choose a folder this process can write"
+        ) from None
+    return directory
+
+
+def _describe_owner(record: Mapping[str, Any]) -> str:
+    """``run 0a1b... (pid 123 on host)`` from a lock file's record."""
+    run = record.get("run_id")
+    who = f"run {run}" if run else "a run without MLflow tracking"
+    ended = ", ended" if record.get("released") else ""
+    return f"{who} (pid {record.get('pid', '?')} on {record.get('host', '?')}{ended})"
+
+
+class CheckpointDirLock:
+    """The claim of one run on its checkpoint folder, held until :meth:`release` (or until
+    the process ends): two jobs never write, prune or resume each other's checkpoints.
+
+    Claiming, before the first training step:
+
+    1. creates the folder (with parents) and writes the lock file :data:`CHECKPOINT_DIR_LOCK`
+       in it, so that a folder that cannot be created or written (a path under a file, a
+       read-only disk) is an error now rather than after the run;
+    2. locks that file (POSIX ``flock``, released by the OS when the process dies; elsewhere
+       the process id it names is checked). A folder locked by a live process is refused, its
+       run and process named. A record left by a process that died without releasing it is
+       taken over, with a warning;
+    3. refuses a folder that holds numbered checkpoints (``checkpoint-*.pt``) of another run:
+       a new run there would replace and prune them. The checkpoints belong to this run when it
+       resumes from one of them (``resumed_from`` in this folder) or when the lock file names
+       this run's MLflow ``run_id``. Within one process, such a Trainer also takes the claim over
+       from an open Trainer of the same run (a Trainer of another run is refused).
+
+    :meth:`release` marks the record released and unlocks the file, which stays (naming the
+    run whose checkpoints the folder holds); a record not marked released names a process
+    that died.
+
+    Args:
+        directory: The checkpoint folder.
+        run_id: The MLflow run id of the run claiming it, when known (``None``: a new run, or
+            no tracking); see :meth:`set_run_id`.
+        resumed_from: The checkpoint file this run resumes from, ``None`` for a new run.
+
+    Raises:
+        CheckpointDirError: The folder cannot be created or written, is locked by a live
+            process, or holds another run's checkpoints.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str], *, run_id: str | None = None,
+                 resumed_from: str | os.PathLike[str] | None = None) -> None:
+        self.directory = Path(directory).absolute()
+        self.run_id = run_id
+        self._host = socket.gethostname()
+        self._fd: int | None = None
+        self._path = path = self.directory / CHECKPOINT_DIR_LOCK
+        holder = _held_locks.get(self.directory)
+        if holder is not None and holder.held and not self._same_run(holder.run_id, run_id, resumed_from):
+            gc.collect()  # a Trainer of this process that nothing references any more
+            holder = _held_locks.get(self.directory)
+        if holder is not None and holder.held:  # this process holds it already
+            if not self._same_run(holder.run_id, run_id, resumed_from):
+                raise self._busy({"run_id": holder.run_id, "pid": os.getpid(), "host": self._host})
+            # the same run resumed in this process (a Trainer left open): the claim moves here
+            fd, holder._fd, previous = holder._fd, None, {}
+        else:
+            fd = self._open_locked(path)
+            try:
+                previous = self._read(fd)
+                if fcntl is None and self._alive(previous):
+                    raise self._busy(previous)
+                if not self._same_run(previous.get("run_id"), run_id, resumed_from):
+                    self._check_no_checkpoints(previous)
+            except BaseException:
+                os.close(fd)
+                raise
+        try:
+            self._write(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+        _held_locks[self.directory] = self
+        if previous and not previous.get("released") and previous.get("pid") != os.getpid():
+            warnings.warn(
+                f"checkpoint_dir {self.directory} was locked by {_describe_owner(previous)}, whose "
+                "process ended without releasing it (killed or crashed); this run takes it over",
+                stacklevel=3,
+            )
+
+    def _open_locked(self, path: Path) -> int:
+        """Open and lock the lock file; a file that a releasing owner removed meanwhile (a
+        different file now, or none) is opened again."""
+        while True:
+            try:
+                self.directory.mkdir(parents=True, exist_ok=True)
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+            except OSError as exc:
+                raise CheckpointDirError(
+                    f"checkpoint_dir {self.directory} cannot be used for checkpoints: {exc.strerror or exc} "
+                    f"({exc.filename or path}); choose a folder this process can write"
+                ) from None
+            try:
+                if not self._lock(fd):
+                    raise self._busy(self._read(fd))
+                try:
+                    same = os.stat(path).st_ino == os.fstat(fd).st_ino
+                except FileNotFoundError:
+                    same = False
+            except BaseException:
+                os.close(fd)
+                raise
+            if same:
+                return fd
+            os.close(fd)
+
+    @staticmethod
+    def _lock(fd: int) -> bool:
+        if fcntl is None:
+            return True
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except OSError:
+            return False
+
+    def _alive(self, record: Mapping[str, Any]) -> bool:
+        """Whether the process a record names runs on this host (no file locks: Windows)."""
+        pid = record.get("pid")
+        if record.get("host") != self._host or not isinstance(pid, int) or pid == os.getpid():
+            return False
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except OSError:
+            pass
+        return True
+
+    def _busy(self, record: Mapping[str, Any]) -> CheckpointDirError:
+        mine = " (a Trainer of this process: close() it first)" if record.get("pid") == os.getpid() else ""
+        return CheckpointDirError(
+            f"checkpoint_dir {self.directory} is in use by {_describe_owner(record)}{mine}; two runs "
+            "writing into one folder would overwrite and prune each other's checkpoints. Give this "
+            "run another checkpoint_dir (e.g. --checkpoint-dir), or wait for that run to end"
+        )
+
+    def _same_run(self, owner: str | None, run_id: str | None, resumed_from: Any) -> bool:
+        """Whether the run claiming the folder continues its owner's: it resumes from a
+        checkpoint in the folder, or continues the MLflow run ``owner``."""
+        if resumed_from is not None and Path(resumed_from).absolute().parent == self.directory:
+            return True
+        return run_id is not None and owner == run_id
+
+    def _check_no_checkpoints(self, previous: Mapping[str, Any]) -> None:
+        found = CheckpointManager(self.directory, keep_last=None).list()
+        if not found:
+            return
+        owner = _describe_owner(previous) if previous else "another run"
+        raise CheckpointDirError(
+            f"checkpoint_dir {self.directory} already holds {len(found)} checkpoint(s) of {owner} "
+            f"(latest: {found[-1].name}); a new run there would overwrite and prune them. Resume that "
+            f"run (rl8 train --resume {self.directory}, Trainer.from_checkpoint), give this run "
+            "another checkpoint_dir, or delete those checkpoints"
+        )
+
+    @staticmethod
+    def _read(fd: int) -> dict[str, Any]:
+        try:
+            os.lseek(fd, 0, os.SEEK_SET)
+            data = os.read(fd, 1 << 16)
+            record = json.loads(data) if data.strip() else {}
+        except (OSError, ValueError):
+            return {}
+        return record if isinstance(record, dict) else {}
+
+    def _write(self, fd: int, released: bool = False) -> None:
+        record = {"run_id": self.run_id, "pid": os.getpid(), "host": self._host, "since": time.time(),
+                  "released": released}
+        data = json.dumps(record).encode()
+        try:
+            os.ftruncate(fd, 0)
+            os.lseek(fd, 0, os.SEEK_SET)
+            os.write(fd, data)
+        except OSError as exc:
+            raise CheckpointDirError(
+                f"checkpoint_dir {self.directory} cannot be used for checkpoints: writing "
+                f"{CHECKPOINT_DIR_LOCK} there failed: {exc.strerror or exc}"
+            ) from None
+
+    @property
+    def held(self) -> bool:
+        """Whether this claim is still held (not released)."""
+        return self._fd is not None
+
+    def set_run_id(self, run_id: str | None) -> None:
+        """Record the MLflow run id once known (a run created after the claim)."""
+        if self._fd is not None and run_id != self.run_id:
+            self.run_id = run_id
+            with contextlib.suppress(CheckpointDirError):
+                self._write(self._fd)
+
+    def release(self) -> None:
+        """Give the folder up (idempotent): the lock file records that the run released it
+        (and still names the run: its checkpoints stay its own), then is unlocked."""
+        fd, self._fd = self._fd, None
+        if fd is None:
+            return
+        with contextlib.suppress(CheckpointDirError):
+            self._write(fd, released=True)
+        os.close(fd)
+
+    def __del__(self) -> None:  # the OS releases the lock with the file; this only closes it
+        with contextlib.suppress(Exception):
+            if self._fd is not None:
+                os.close(self._fd)
+
+    def __repr__(self) -> str:
+        return f"CheckpointDirLock({str(self.directory)!r}, run_id={self.run_id!r}, held={self.held})"
+
+
+def resolve_checkpoint(ref: str | os.PathLike[str], *, tracking_uri: str | None = None) -> Path:
+    """The checkpoint file named by a path, a folder (its latest) or an MLflow run id (through
+    the run's :data:`CHECKPOINT_POINTER_ARTIFACT`).
+
+    Args:
+        ref: A checkpoint file, a folder of numbered checkpoints, or an MLflow run id.
+        tracking_uri: The MLflow store of the run id; ``None``: MLflow's default.
+
+    Raises:
+        FileNotFoundError: Nothing found (the message says where it looked).
+    """
+    text = os.fspath(ref)
+    path = Path(text)
+    if path.is_dir():
+        latest = CheckpointManager(path, keep_last=None).latest()
+        if latest is None:
+            raise FileNotFoundError(f"no checkpoint-*.pt file in {path}")
+        return latest
+    if path.exists():
+        return path
+    if not is_run_ref(text):
+        raise FileNotFoundError(f"no checkpoint at {text!r}: not a file or folder, nor an MLflow run id")
+    with tempfile.TemporaryDirectory(prefix="rl8-resume-") as tmp:
+        pointer = download_artifact(text, CHECKPOINT_POINTER_ARTIFACT, tracking_uri, tmp)
+        info = json.loads(pointer.read_text())
+    found = Path(info["path"])
+    if not found.is_file():
+        raise FileNotFoundError(
+            f"MLflow run {text} records its latest checkpoint at {found}, which does not "
+            "exist on this machine; pass the checkpoint's path instead"
+        )
+    return found
+
+
+def read_checkpoint(ref: str | os.PathLike[str], *, tracking_uri: str | None = None) -> tuple[Path, dict[str, Any]]:
+    """Resolve (:func:`resolve_checkpoint`) and load a checkpoint, as this rank sees it.
+
+    In data-parallel training rank 0 alone reads the file (and asks MLflow for a run id) and
+    sends every rank its view (rank 0's entries updated with the rank's own), or its error.
+    ``ref`` and ``tracking_uri``: as for :func:`resolve_checkpoint`.
+
+    Returns:
+        The file and its content as this rank loads it.
+
+    Raises:
+        CheckpointError: The checkpoint was written by another number of ranks (or as for
+            :func:`load_checkpoint`).
+    """
+    ctx = DistContext()
+
+    def read_for_every_rank() -> list[tuple[Path, dict[str, Any]]]:
+        file = resolve_checkpoint(ref, tracking_uri=tracking_uri)
+        state = load_checkpoint(file)
+        return [(file, _checkpoint_for_rank(state, file, r, ctx.world_size)) for r in range(ctx.world_size)]
+
+    return ctx.on_main(read_for_every_rank, scatter=True)
+
+
+def _checkpoint_for_rank(state: dict[str, Any], file: Path, rank: int, world_size: int) -> dict[str, Any]:
+    """The checkpoint as rank ``rank`` of ``world_size`` loads it: rank 0's ``algo`` entry
+    updated with this rank's own (envs, RNG...); an error when the world size differs."""
+    info = state.get("distributed")
+    saved = int(info["world_size"]) if isinstance(info, Mapping) else 1
+    if isinstance(state.get("algo"), Mapping) and saved != world_size:
+        raise CheckpointError(
+            f"{file} was written by a run of {saved} rank(s) (data-parallel processes) but "
+            f"this run has {world_size}: every rank resumes its own envs and RNG, so resume "
+            + ("without torchrun" if saved == 1 else f"with {saved} ranks in all, e.g. "
+               f"torchrun --nproc_per_node={saved} -m rl8 train --resume ...")
+        )
+    _check_actor_entries(state, file)
+    out = {k: v for k, v in state.items() if k not in ("distributed", "actors")}  # the actors read their own
+    if isinstance(info, Mapping):
+        out["algo"] = {**state["algo"], **info["ranks"][rank]}
+    return out
+
+
+def checkpoint_for_actor(state: dict[str, Any], file: Path, rank: int) -> dict[str, Any]:
+    """The checkpoint as actor rank ``rank`` (``rl8 train --actors``) loads it: the learners'
+    entries as written (rank 0's ``algo``, which holds the run's seed, counters and weights),
+    and as ``"actor"`` its own state (the per-rank part of ``PPO.state_dict()`` and its own
+    counters), or ``None`` when the file holds no actor states (written before rl8 saved them,
+    or after the actors were told to stop).
+
+    Raises:
+        CheckpointError: The file holds actor states of a job with another number of actors
+            or processes.
+    """
+    _check_actor_entries(state, file)
+    saved = state.get("actors")
+    out = {k: v for k, v in state.items() if k not in ("distributed", "actors")}
+    out["actor"] = saved["ranks"].get(rank) if isinstance(saved, Mapping) else None
+    return out
+
+
+def _shape_of(value: Any) -> str:
+    """A short description of ``value``'s keys and their types, for error messages."""
+    if not isinstance(value, Mapping):
+        return repr(value)[:80]
+    return "{" + ", ".join(f"{k!r}: {type(v).__name__}" for k, v in list(value.items())[:6]) + "}"
+
+
+def _check_actor_entries(state: Mapping[str, Any], file: Path) -> None:
+    """Refuse to resume a checkpoint's actor states in a job of other actors (another number
+    of actors, or of processes)."""
+    saved, roles = state.get("actors"), current_roles()
+    if saved is None:
+        return
+    ranks = saved.get("ranks") if isinstance(saved, Mapping) else None
+    if not (isinstance(ranks, Mapping) and all(isinstance(saved.get(k), int) for k in ("world_size", "actors"))
+            and all(isinstance(r, int) and isinstance(e, Mapping) for r, e in ranks.items())):
+        raise CheckpointError(
+            f"{file}: entry 'actors': expected {{'world_size': int, 'actors': int, 'ranks': {{rank (int): "
+            f"state (dict)}}}}, got {type(saved).__name__} {_shape_of(saved)}"
+        )
+    if roles is None:
+        return
+    world_size, actors = int(saved["world_size"]), int(saved["actors"])
+    if (world_size, actors) != (roles.world_size, roles.actors):
+        raise CheckpointError(
+            f"{file} holds the envs and RNG states of the {actors} actors of a job of {world_size} processes, "
+            f"but this job has {roles.actors} actors of {roles.world_size}: every actor resumes its own envs, "
+            f"so resume with the same, e.g. torchrun --nproc_per_node={world_size} -m rl8 train --resume ... "
+            f"--actors {actors}"
+        )

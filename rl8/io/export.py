@@ -1,0 +1,468 @@
+"""Policy files: save a trained policy, load it back without any training state.
+
+A policy file holds what acting needs and nothing else: the observation and action spaces,
+the model and distribution classes (as dotted paths), the model's keyword arguments, the
+observation-normalisation flag and the weights (``state_dict``), plus optionally the env it was
+trained on. It is written with :func:`rl8.io.checkpoint.save_checkpoint` (atomic) and read with
+``torch.load(..., weights_only=True)``: loading never unpickles code, nor imports a module the
+file names. The classes it names are looked up in :mod:`rl8.registry` (rl8's own, the ``Model``
+subclasses defined or imported in this process, what you registered) and checked to be of
+their kind before they are called; a class the registry does not hold can be handed over
+(``load_policy(path, model_cls=MyModel)``) (``docs/security.md``).
+
+::
+
+    from rl8 import load_policy, save_policy
+
+    save_policy(algo.policy, "policy.pt")
+    policy = load_policy("policy.pt")            # or a Trainer checkpoint, a folder, a run id
+    actions = policy(obs)                        # deterministic env actions
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium import spaces
+
+from rl8.io.checkpoint import CheckpointError, download_artifact, is_run_ref, load_checkpoint, save_checkpoint
+from rl8.io.checkpoint_dir import CheckpointManager
+from rl8.policies.policy import Policy
+from rl8.ppo.resolve import ANY, DISTRIBUTION, MODEL, MODULE_CLASS, qualified_name, resolve
+
+__all__ = [
+    "MAX_SPACE_ELEMENTS", "POLICY_ARTIFACT", "POLICY_FORMAT", "check_env_spaces", "check_finite_weights",
+    "load_policy", "policy_from_dict",
+    "policy_to_dict", "read_policy", "save_policy", "space_from_dict", "space_to_dict",
+]
+
+#: Value of the ``"format"`` entry of a policy file.
+POLICY_FORMAT = "rl8-policy"
+#: Version of the policy file layout.
+POLICY_VERSION = 1
+#: Where the Trainer stores the policy among an MLflow run's artifacts.
+POLICY_ARTIFACT = "policy/policy.pt"
+
+
+
+# --------------------------------------------------------------------------------------------
+# spaces <-> plain dicts
+
+
+def space_to_dict(space: spaces.Space) -> dict[str, Any]:
+    """A gymnasium space as a dict of tensors and plain values (``weights_only``-safe).
+
+    Supports ``Box`` (``low``/``high`` as tensors, ``shape``, ``dtype`` as a string),
+    ``Discrete`` (``n``, ``start``), ``MultiDiscrete`` (``nvec``, ``start`` as tensors),
+    ``MultiBinary`` (``n``) and ``Dict`` (its sub-spaces, in order).
+
+    Raises:
+        TypeError: For any other space.
+    """
+    if isinstance(space, spaces.Box):
+        return {
+            "type": "Box",
+            "low": torch.from_numpy(np.array(space.low, copy=True)),
+            "high": torch.from_numpy(np.array(space.high, copy=True)),
+            "shape": list(space.shape),
+            "dtype": str(np.dtype(space.dtype)),
+        }
+    if isinstance(space, spaces.Discrete):
+        return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}
+    if isinstance(space, spaces.MultiDiscrete):
+        return {
+            "type": "MultiDiscrete",
+            "nvec": torch.from_numpy(np.array(space.nvec, dtype=np.int64)),
+            "start": torch.from_numpy(np.array(space.start, dtype=np.int64)),
+            "dtype": str(np.dtype(space.dtype)),
+        }
+    if isinstance(space, spaces.MultiBinary):
+        n = space.n
+        return {"type": "MultiBinary", "n": int(n) if np.isscalar(n) else [int(x) for x in n]}
+    if isinstance(space, spaces.Dict):
+        return {"type": "Dict", "spaces": [[key, space_to_dict(sub)] for key, sub in space.spaces.items()]}
+    raise TypeError(f"cannot save a {type(space).__name__} space ({space}) in a policy file")
+
+
+#: Most elements a space read from a file may declare (a ``Box``'s values, a ``Discrete``'s
+#: actions, the sum of a ``MultiDiscrete``'s, a ``MultiBinary``'s bits; a ``Dict``'s in all):
+#: checked before anything is allocated, so that a crafted file cannot ask for gigabytes.
+MAX_SPACE_ELEMENTS = 2**24
+
+
+def _space_elements(d: Any, where: str) -> int:
+    """The elements a space description declares, checked to be well formed (no allocation)."""
+    def bad(message: str) -> CheckpointError:
+        return CheckpointError(f"{where}: {message}")
+
+    def count(value: Any, name: str) -> int:
+        if isinstance(value, torch.Tensor):
+            if value.dtype.is_floating_point or value.dtype.is_complex or value.dim() > 1:
+                raise bad(f"{name} must be a 1-d integer tensor, got {value.dtype} of shape {list(value.shape)}")
+            value = value.tolist()
+        items = value if isinstance(value, (list, tuple)) else [value]
+        if not all(type(x) is int and x >= 0 for x in items):  # [] : a scalar Box
+            raise bad(f"{name} must be an int >= 0 or a list of them, got {value!r:.80}")
+        total = 1
+        for x in items:
+            total *= x
+        return total
+
+    if not isinstance(d, Mapping):
+        raise bad(f"expected a space description (a dict), got {type(d).__name__}")
+    kind = d.get("type")
+    if kind == "Box":
+        for key in ("low", "high"):
+            if not isinstance(d.get(key), torch.Tensor):
+                raise bad(f"'{key}' must be a tensor, got {type(d.get(key)).__name__}")
+        return count(d.get("shape"), "'shape'")
+    if kind == "Discrete":
+        return count(d.get("n"), "'n'")
+    if kind == "MultiDiscrete":
+        nvec = d.get("nvec")
+        if not isinstance(nvec, torch.Tensor) or nvec.dtype.is_floating_point or nvec.numel() > MAX_SPACE_ELEMENTS:
+            raise bad(f"'nvec' must be an integer tensor of at most {MAX_SPACE_ELEMENTS} values")
+        if bool((nvec < 0).any()):
+            raise bad("'nvec' must hold ints >= 0")
+        return int(nvec.sum())
+    if kind == "MultiBinary":
+        return count(d.get("n"), "'n'")
+    if kind == "Dict":
+        subs = d.get("spaces")
+        if not isinstance(subs, (list, tuple)) or not all(
+                isinstance(s, (list, tuple)) and len(s) == 2 and isinstance(s[0], str) for s in subs):
+            raise bad("'spaces' must be a list of [name, space] pairs")
+        return sum(_space_elements(sub, f"{where}[{key!r}]") for key, sub in subs)
+    raise bad(f"unknown space description {kind!r}")
+
+
+def space_from_dict(d: Mapping[str, Any], *, where: str = "space") -> spaces.Space:
+    """Rebuild a space saved by :func:`space_to_dict`.
+
+    Args:
+        d: The description.
+        where: What ``d`` is, for messages (e.g. ``"policy.pt: observation_space"``).
+
+    Raises:
+        rl8.io.checkpoint.CheckpointError: ``d`` is not a space description this rl8 reads, or
+            declares more than :data:`MAX_SPACE_ELEMENTS` elements (checked before anything
+            is allocated); the message names ``where``.
+    """
+    elements = _space_elements(d, where)
+    if elements > MAX_SPACE_ELEMENTS:
+        raise CheckpointError(
+            f"{where}: the space declares {elements} elements, more than rl8 loads "
+            f"(MAX_SPACE_ELEMENTS = {MAX_SPACE_ELEMENTS}); the file is damaged or crafted"
+        )
+    kind = d["type"]
+    try:
+        if kind == "Box":
+            dtype = np.dtype(d["dtype"])
+            low = d["low"].numpy().astype(dtype)
+            high = d["high"].numpy().astype(dtype)
+            return spaces.Box(low, high, tuple(d["shape"]), dtype)
+        if kind == "Discrete":
+            return spaces.Discrete(int(d["n"]), start=int(d["start"]))
+        if kind == "MultiDiscrete":
+            return spaces.MultiDiscrete(d["nvec"].numpy(), dtype=np.dtype(d["dtype"]), start=d["start"].numpy())
+        if kind == "MultiBinary":
+            return spaces.MultiBinary(d["n"])
+        return spaces.Dict({key: space_from_dict(sub, where=f"{where}[{key!r}]") for key, sub in d["spaces"]})
+    except CheckpointError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError, RuntimeError) as exc:
+        missing = f"no entry {exc}" if isinstance(exc, KeyError) else str(exc).splitlines()[0] if str(exc) else ""
+        raise CheckpointError(f"{where}: not a valid {kind} space description ({type(exc).__name__}: {missing})") from None
+
+
+def check_env_spaces(env: Any, observation_space: spaces.Space, action_space: spaces.Space, *,
+                     what: str, source: Any) -> None:
+    """Raise ``ValueError`` when ``env``'s spaces differ from those a policy was trained on.
+
+    Args:
+        env: The env (an :class:`rl8.Env`: its ``observation_space`` and ``action_space``).
+        observation_space: The policy's observation space.
+        action_space: The policy's action space.
+        what: The env as the caller names it in the message (``"--env CartPole-v1"``).
+        source: Where the policy comes from (a path), for the message.
+    """
+    for name, expected in (("observation", observation_space), ("action", action_space)):
+        given = getattr(env, f"{name}_space")
+        if given != expected:
+            raise ValueError(
+                f"{what} has the {name} space {given}, but the policy of {source} was trained "
+                f"on the {name} space {expected}; the policy can only act in an env with the "
+                "same spaces"
+            )
+
+
+# --------------------------------------------------------------------------------------------
+# classes and configs <-> plain values
+
+
+def _to_plain(value: Any) -> Any:
+    """Model config values as plain data: classes and functions become ``{"__class__": path}``."""
+    if isinstance(value, Mapping):
+        return {str(k): _to_plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_plain(v) for v in value)
+    if isinstance(value, type) or callable(value) and hasattr(value, "__qualname__"):
+        return {"__class__": qualified_name(value)}
+    return value
+
+
+def _from_plain(value: Any, source: Any, trust_code: bool, where: str = "model_config") -> Any:
+    """Model config values from plain data: ``{"__class__": path}`` becomes the class, which
+    must be a ``torch.nn.Module`` subclass (an activation...) unless ``trust_code``."""
+    if isinstance(value, Mapping):
+        if set(value) == {"__class__"}:
+            kind = ANY if trust_code else MODULE_CLASS
+            return resolve(value["__class__"], kind, field=where, source=source, trust_code=trust_code)
+        return {k: _from_plain(v, source, trust_code, f"{where}[{k!r}]") for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_from_plain(v, source, trust_code, f"{where}[{i}]") for i, v in enumerate(value))
+    return value
+
+
+def _stored_class(d: Mapping[str, Any], key: str, kind: Any, source: Any, trust_code: bool, given: Any) -> Any:
+    """The class of ``kind`` whose dotted path is stored under ``key`` (a file can hold nothing
+    else there), looked up and checked by :func:`rl8.ppo.resolve.resolve`; ``given``, the class
+    you hand over instead, when it is not ``None``."""
+    if given is not None:
+        return resolve(given, kind, field=key)
+    value = d.get(key)
+    if not isinstance(value, str):
+        raise CheckpointError(f"{source}: {key} must be a dotted path (a str), got {type(value).__name__}")
+    return resolve(value, kind, field=key, source=source, trust_code=trust_code)
+
+
+# --------------------------------------------------------------------------------------------
+# policy <-> dict
+
+
+def policy_to_dict(policy: Any, *, include_state: bool = True, env: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Describe a :class:`~rl8.policies.policy.Policy` as plain data (tensors, numbers, strings).
+
+    Args:
+        policy: The policy (e.g. ``algo.policy``).
+        include_state: Include the weights (``state_dict``, moved to the CPU).
+        env: Optional description of the env the policy acts in, kept as is (the Trainer
+            stores ``{"spec": ..., "env_kwargs": ..., "env_config": ...}``; ``rl8 eval`` uses it).
+
+    Returns:
+        The dict a policy file holds (without the checkpoint format entry).
+    """
+    out = {
+        "format": POLICY_FORMAT,
+        "version": POLICY_VERSION,
+        "observation_space": space_to_dict(policy.observation_space),
+        "action_space": space_to_dict(policy.action_space),
+        "model_cls": qualified_name(policy.model_cls),
+        "model_config": _to_plain(policy.model_config),
+        "distribution_cls": qualified_name(policy.distribution_cls),
+        "normalize_observations": policy.obs_normalizer is not None,
+        "env": _to_plain(env) if env is not None else None,
+    }
+    if include_state:
+        out["state_dict"] = {k: v.detach().cpu().clone() for k, v in policy.state_dict().items()}
+    return out
+
+
+def policy_from_dict(d: Mapping[str, Any], *, map_location: Any = "cpu", source: Any = None,
+                     trust_code: bool = False, model_cls: Any = None, distribution_cls: Any = None) -> Any:
+    """Build a :class:`~rl8.policies.policy.Policy` from :func:`policy_to_dict`'s output, in eval mode.
+
+    The classes ``d`` names are looked up in :mod:`rl8.registry` (no module is imported) and
+    checked before anything is called: the model class must be a :class:`~rl8.policies.models.Model`
+    subclass, the distribution class a :class:`~rl8.policies.distributions.Distribution` subclass,
+    classes in the model config ``torch.nn.Module`` subclasses (see ``docs/security.md``).
+
+    Args:
+        d: The description, with its ``state_dict``.
+        map_location: Device of the policy's parameters (``"cpu"``, ``"cuda:0"``...).
+        source: Where ``d`` was read from (a path, shown in messages); ``None``: "the policy
+            description".
+        trust_code: Trust the file: import the modules of the names the registry does not
+            hold (the only way a file's names are imported) and allow any object in the model
+            config (the model and distribution classes are checked all the same).
+        model_cls: The model class (or your dotted path to it) to use instead of the stored
+            one, e.g. a class the registry does not hold; ``None``: the stored one.
+        distribution_cls: Likewise for the distribution class.
+
+    Raises:
+        ValueError: ``d`` is not a policy description of a version this rl8 reads, or a class
+            given is not of its kind.
+        rl8.io.checkpoint.CheckpointError: ``d`` names a class that is not registered or an object
+            of the wrong kind, its weights hold NaN or inf (the entry is named) or do not match
+            the model it describes, or an entry is malformed (a space declaring more than
+            :data:`MAX_SPACE_ELEMENTS` elements included); the message names the entry.
+        ImportError: With ``trust_code``, a class cannot be imported.
+    """
+    if not isinstance(d, Mapping):
+        raise ValueError(f"not an rl8 policy (a {type(d).__name__}, expected a dict)")
+    if d.get("format") != POLICY_FORMAT:
+        raise ValueError(f"not an rl8 policy (format {d.get('format')!r}, expected {POLICY_FORMAT!r})")
+    version = d.get("version")
+    if not isinstance(version, int) or version > POLICY_VERSION:
+        raise ValueError(
+            f"policy format version {version!r} is not supported (this rl8 reads up to "
+            f"{POLICY_VERSION}); upgrade rl8"
+        )
+    if "state_dict" not in d:
+        raise ValueError("the policy description holds no weights (state_dict)")
+    source = "the policy description" if source is None else source
+    state = d["state_dict"]
+    if not isinstance(state, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()):
+        raise CheckpointError(f"{source}: entry 'state_dict' must be a dict of tensors by name, "
+                              f"got {type(state).__name__}")
+    check_finite_weights(state, f"{source}:")
+    if not isinstance(d.get("model_config") or {}, Mapping):
+        raise CheckpointError(f"{source}: entry 'model_config' must be a dict, got {type(d['model_config']).__name__}")
+    model_cls = _stored_class(d, "model_cls", MODEL, source, trust_code, model_cls)
+    distribution_cls = _stored_class(d, "distribution_cls", DISTRIBUTION, source, trust_code, distribution_cls)
+    model_config = _from_plain(d.get("model_config") or {}, source, trust_code)
+    observation_space = space_from_dict(d.get("observation_space"), where=f"{source}: entry 'observation_space'")
+    action_space = space_from_dict(d.get("action_space"), where=f"{source}: entry 'action_space'")
+    try:
+        policy = Policy(
+            observation_space,
+            action_space,
+            model_cls=model_cls,
+            model_config=model_config,
+            distribution_cls=distribution_cls,
+            normalize_observations=bool(d.get("normalize_observations", False)),
+            device=map_location,
+        )
+    except (TypeError, ValueError, KeyError) as exc:  # what the file's model_config asks for
+        raise CheckpointError(f"{source}: the policy it describes cannot be built (entry 'model_config' "
+                              f"{d.get('model_config')!r:.200}): {exc}") from None
+    try:
+        policy.load_state_dict(state)
+    except RuntimeError as exc:  # missing, unexpected or differently shaped weights
+        detail = " ".join(line.strip() for line in str(exc).splitlines()[1:4])
+        raise CheckpointError(f"{source}: entry 'state_dict' does not match the model that its "
+                              f"'model_config' and spaces describe: {detail}") from None
+    policy.eval()
+    return policy
+
+
+def check_finite_weights(state: Mapping[str, torch.Tensor], where: str) -> None:
+    """Refuse weights holding NaN or inf (a policy that acts at random, or not at all);
+    ``where`` begins the message (``"policy.pt:"``)."""
+    bad = [k for k, v in state.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+    if bad:
+        raise CheckpointError(
+            f"{where} the policy's weights hold NaN or inf: state_dict[{bad[0]!r}]"
+            + (f" and {len(bad) - 1} more" if len(bad) > 1 else "")
+            + " (written by a run that diverged, or damaged); use an earlier checkpoint"
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# files, folders and MLflow runs
+
+
+def save_policy(policy: Any, path: str | os.PathLike[str], *, env: dict[str, Any] | None = None) -> Path:
+    """Write a policy file (atomically; loadable with ``weights_only=True``).
+
+    Args:
+        policy: A :class:`~rl8.policies.policy.Policy`, e.g. ``algo.policy``.
+        path: Destination file (conventionally ``*.pt``); its folder is created if missing.
+        env: Optional description of the env: ``{"spec": "rl8.envs.cartpole.CartPole" or a
+            gymnasium id, "env_kwargs": {...}, "env_config": {...}}`` (``rl8 eval`` uses it).
+
+    Returns:
+        The path written.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return save_checkpoint(policy_to_dict(policy, env=env), path)
+
+
+def _policy_from_checkpoint_state(state: Mapping[str, Any], source: Any) -> dict[str, Any]:
+    if state.get("format") == POLICY_FORMAT:
+        return dict(state)
+    trainer = state.get("trainer")
+    algo = state.get("algo")
+    if isinstance(trainer, Mapping) and isinstance(algo, Mapping) and "policy" in trainer:
+        return {**trainer["policy"], "state_dict": algo["policy"]}
+    raise CheckpointError(
+        f"{source} is an rl8 checkpoint but holds no policy (neither a policy file nor a "
+        f"Trainer checkpoint)"
+    )
+
+
+def read_policy(run_id_or_path: str | os.PathLike[str], *, tracking_uri: str | None = None) -> dict[str, Any]:
+    """The policy description (see :func:`policy_to_dict`) from a file, folder or MLflow run.
+
+    Args:
+        run_id_or_path: A policy file; a Trainer checkpoint file (its policy is taken); a
+            folder (its latest ``checkpoint-*.pt``, else its ``policy.pt``); an MLflow run id
+            (32 hex digits) or ``runs:/<run id>/<path>`` URI, whose ``policy/policy.pt``
+            artifact (or the given path) is downloaded.
+        tracking_uri: MLflow tracking URI for run ids; ``None``: MLflow's default
+            (``MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db``).
+
+    Raises:
+        FileNotFoundError: Nothing at that path, and not a run id (or the run has no policy).
+        rl8.io.checkpoint.CheckpointError: The file is corrupt, truncated, foreign or unsafe.
+    """
+    ref = os.fspath(run_id_or_path)
+    path = Path(ref)
+    if path.is_dir():
+        latest = CheckpointManager(path, keep_last=None).latest()
+        if latest is None:
+            latest = path / "policy.pt"
+            if not latest.is_file():
+                raise FileNotFoundError(f"{path} holds neither checkpoint-*.pt files nor a policy.pt")
+        path = latest
+    elif not path.exists():
+        if not is_run_ref(ref):
+            raise FileNotFoundError(f"no policy at {ref!r}: not a file or folder, nor an MLflow run id")
+        with tempfile.TemporaryDirectory(prefix="rl8-policy-") as tmp:
+            local = download_artifact(ref, POLICY_ARTIFACT, tracking_uri, tmp)
+            return _policy_from_checkpoint_state(load_checkpoint(local), f"run {ref}")
+    return _policy_from_checkpoint_state(load_checkpoint(path), path)
+
+
+def load_policy(run_id_or_path: str | os.PathLike[str], *, map_location: Any = "cpu", tracking_uri: str | None = None,
+                trust_code: bool = False, model_cls: Any = None, distribution_cls: Any = None) -> Any:
+    """Load a policy that acts on observations, without any training state.
+
+    ``policy(obs)`` returns (deterministic) env actions for a batch of observations;
+    ``policy(obs, deterministic=False)`` samples. The policy is in eval mode.
+
+    Args:
+        run_id_or_path: A policy file written by :func:`save_policy`; a Trainer checkpoint
+            file; a folder of checkpoints (the latest is used); an MLflow run id or
+            ``runs:/`` URI (the run's ``policy/policy.pt`` artifact, which the Trainer logs at
+            each checkpoint and at the end of :meth:`rl8.Trainer.run`).
+        map_location: Device for the parameters.
+        tracking_uri: MLflow tracking URI used for run ids (``None``: MLflow's default).
+        trust_code: Trust the file: the only way to import a module the file names (see
+            :func:`policy_from_dict`); off by default.
+        model_cls: The model class to use instead of the stored one (a class of yours that
+            this process has not registered, e.g. one a notebook defined); ``None``: the stored.
+        distribution_cls: Likewise for the distribution class.
+
+    Returns:
+        A :class:`rl8.Policy`.
+
+    Raises:
+        FileNotFoundError: Nothing found at ``run_id_or_path``.
+        rl8.io.checkpoint.CheckpointError: A corrupt, truncated, foreign or unsafe file, or one
+            that names a class that is not registered (e.g. a model class of a module this
+            process has not imported) or an object of the wrong kind (e.g. ``os.system``).
+        ValueError: ``model_cls`` or ``distribution_cls`` is not of its kind.
+        ImportError: With ``trust_code``, the model's module cannot be imported.
+    """
+    description = read_policy(run_id_or_path, tracking_uri=tracking_uri)
+    return policy_from_dict(description, map_location=map_location, source=os.fspath(run_id_or_path),
+                            trust_code=trust_code, model_cls=model_cls, distribution_cls=distribution_cls)

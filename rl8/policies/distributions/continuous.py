@@ -1,0 +1,180 @@
+"""Distributions of continuous actions (``Box``): :class:`Normal` (clipped to the bounds by
+:meth:`~Normal.to_env_action`) and :class:`SquashedNormal` (tanh-squashed into the bounds)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from gymnasium import spaces
+from torch import Tensor
+
+from rl8.policies.distributions.base import (
+    Distribution, HALF_LOG_2PI, LOG_2, LOG_STD_MAX, LOG_STD_MIN, cached, is_float_box,
+)
+
+__all__ = ["Normal", "SquashedNormal"]
+
+
+class _BoxBounds:
+    """Affine map from a normalised action to a Box, on one device (built once per space)."""
+
+    __slots__ = ("center", "half_range", "low", "high", "log_half_range_sum", "affine", "clip")
+
+    def __init__(self, space: spaces.Box, device: torch.device) -> None:
+        low = np.asarray(space.low, dtype=np.float64)
+        high = np.asarray(space.high, dtype=np.float64)
+        finite = np.isfinite(low) & np.isfinite(high)
+        low_f, high_f = np.where(finite, low, -1.0), np.where(finite, high, 1.0)
+        center, half = (high_f + low_f) / 2.0, (high_f - low_f) / 2.0  # 0 and 1 if unbounded
+
+        def t(x: np.ndarray) -> Tensor:
+            return torch.as_tensor(x, dtype=torch.float32, device=device)
+
+        self.center, self.half_range, self.low, self.high = t(center), t(half), t(low), t(high)
+        self.affine = bool(finite.any())
+        self.clip = bool(np.isfinite(low).any() or np.isfinite(high).any())
+        with np.errstate(divide="ignore"):
+            self.log_half_range_sum = float(np.log(half).sum())
+
+    @staticmethod
+    def get(space: spaces.Box, device: torch.device) -> _BoxBounds:
+        return cached(space, ("box_bounds", device), lambda: _BoxBounds(space, device))
+
+
+def _box_dim(space: spaces.Box) -> int:
+    return int(np.prod(space.shape, dtype=np.int64))
+
+
+class Normal(Distribution):
+    """A diagonal Gaussian over a float ``Box``, acting in a normalised action space.
+
+    Params are ``[mean (d), log_std (d)]`` with ``d = prod(shape)``; ``log_std`` is clamped to
+    ``[LOG_STD_MIN, LOG_STD_MAX]`` = ``[-20, 2]``. A state-independent standard deviation is
+    the model's business (it concatenates a learned parameter to the mean).
+
+    Raw actions are the Gaussian samples, float32 ``[B, *shape]``; :meth:`to_env_action`
+    maps them onto the bounds (``center + half_range * raw``, clipped). :meth:`log_prob` and
+    :meth:`entropy` are those of the raw Gaussian, summed over action dimensions.
+
+    Attributes:
+        mean: ``[B, d]`` float32.
+        log_std: ``[B, d]`` float32, clamped.
+    """
+
+    def __init__(self, params: Tensor, action_space: spaces.Space, *, action_mask: Tensor | None = None) -> None:
+        super().__init__(params, action_space, action_mask=action_mask)
+        params = params.float()
+        d = params.shape[-1] // 2
+        self.mean = params[..., :d]
+        self.log_std = params[..., d:].clamp(LOG_STD_MIN, LOG_STD_MAX)
+        self._event_shape = tuple(action_space.shape)
+
+    @classmethod
+    def supports(cls, action_space: spaces.Space) -> bool:
+        """``Box`` spaces with a floating dtype."""
+        return is_float_box(action_space)
+
+    @classmethod
+    def param_size(cls, action_space: spaces.Space) -> int:
+        """``2 * prod(shape)``: the means, then the log standard deviations."""
+        return 2 * _box_dim(action_space)
+
+    @classmethod
+    def raw_action_shape(cls, action_space: spaces.Space) -> tuple[int, ...]:
+        """The Box's shape."""
+        return tuple(action_space.shape)
+
+    @classmethod
+    def raw_action_dtype(cls, action_space: spaces.Space) -> torch.dtype:
+        """float32."""
+        return torch.float32
+
+    @classmethod
+    def to_env_action(cls, actions: Tensor, action_space: spaces.Space) -> Tensor:
+        """Map raw Gaussian actions onto the Box, float32 ``[B, *shape]``.
+
+        Dimensions with both bounds finite: ``clip(center + half_range * raw, low, high)``
+        with ``center = (high + low) / 2`` and ``half_range = (high - low) / 2``, so the raw
+        range ``[-1, 1]`` covers the Box. Other dimensions: ``raw``, clipped to the one finite
+        bound if there is one.
+        """
+        bounds = _BoxBounds.get(action_space, actions.device)
+        actions = actions.float()
+        if bounds.affine:
+            actions = torch.addcmul(bounds.center, bounds.half_range, actions)
+        if bounds.clip:
+            actions = torch.clamp(actions, bounds.low, bounds.high)
+        return actions
+
+    def _flat(self, actions: Tensor) -> Tensor:
+        return actions.reshape(self.mean.shape).float()
+
+    def _rsample_flat(self, generator: torch.Generator | None = None) -> Tensor:
+        noise = torch.randn(self.mean.shape, generator=generator, device=self.mean.device, dtype=self.mean.dtype)
+        return torch.addcmul(self.mean, self.log_std.exp(), noise)
+
+    def _log_prob_flat(self, x: Tensor) -> Tensor:
+        z = (x - self.mean) * torch.exp(-self.log_std)
+        return (-0.5 * z.square() - self.log_std).sum(-1) - self.mean.shape[-1] * HALF_LOG_2PI
+
+    def sample(self, generator: torch.Generator | None = None) -> Tensor:
+        """``mean + std * N(0, 1)``, float32 ``[B, *shape]``."""
+        return self._rsample_flat(generator).reshape(self.batch_shape + self._event_shape)
+
+    def deterministic_sample(self) -> Tensor:
+        """The mean, float32 ``[B, *shape]``."""
+        return self.mean.reshape(self.batch_shape + self._event_shape)
+
+    def log_prob(self, actions: Tensor) -> Tensor:
+        """Log-density of raw Gaussian actions ``[B, *shape]``, summed over dimensions, ``[B]``."""
+        return self._log_prob_flat(self._flat(actions))
+
+    def entropy(self) -> Tensor:
+        """Exact entropy of the Gaussian, ``sum(0.5 + 0.5 * log(2 pi) + log_std)``, ``[B]``."""
+        return self.log_std.sum(-1) + self.mean.shape[-1] * (0.5 + HALF_LOG_2PI)
+
+
+class SquashedNormal(Normal):
+    """A Gaussian squashed by ``tanh`` onto a ``Box`` with finite bounds (as in SAC).
+
+    Params are those of :class:`Normal`. The raw action is the pre-tanh Gaussian sample ``u``
+    (storing ``u`` instead of the env action avoids ``atanh`` of values at the bounds); the env
+    action is ``center + half_range * tanh(u)``.
+
+    :meth:`log_prob` is the log-density of the ENV action:
+    ``Normal.log_prob(u) - sum(log(half_range) + log(1 - tanh(u)^2))``, with
+    ``log(1 - tanh(u)^2) = 2 * (log 2 - u - softplus(-2u))`` (stable for large ``|u|``).
+    It has no closed-form entropy: :meth:`entropy` is a one-sample, reparameterised estimate.
+    """
+
+    @classmethod
+    def supports(cls, action_space: spaces.Space) -> bool:
+        """Float ``Box`` spaces whose bounds are all finite with ``low < high``."""
+        if not is_float_box(action_space):
+            return False
+
+        def make() -> bool:
+            low, high = np.asarray(action_space.low), np.asarray(action_space.high)
+            return bool(np.isfinite(low).all() and np.isfinite(high).all() and (low < high).all())
+
+        return cached(action_space, "squashable", make)
+
+    @classmethod
+    def to_env_action(cls, actions: Tensor, action_space: spaces.Space) -> Tensor:
+        """``clip(center + half_range * tanh(raw), low, high)``, float32 ``[B, *shape]``."""
+        bounds = _BoxBounds.get(action_space, actions.device)
+        env = torch.addcmul(bounds.center, bounds.half_range, torch.tanh(actions.float()))
+        return torch.clamp(env, bounds.low, bounds.high)
+
+    def _log_prob_flat(self, u: Tensor) -> Tensor:
+        log_det = (2.0 * (LOG_2 - u - F.softplus(-2.0 * u))).sum(-1)
+        bounds = _BoxBounds.get(self.action_space, u.device)
+        return super()._log_prob_flat(u) - log_det - bounds.log_half_range_sum
+
+    def entropy(self, generator: torch.Generator | None = None) -> Tensor:
+        """One-sample estimate ``-log_prob(u)`` with ``u = mean + std * eps`` (reparameterised).
+
+        Unbiased but noisy, differentiable through ``u``, and it draws from the RNG.
+        """
+        return -self._log_prob_flat(self._rsample_flat(generator))

@@ -1,0 +1,393 @@
+"""Distributions of discrete actions: :class:`Categorical` (``Discrete``), :class:`MultiCategorical`
+(``MultiDiscrete``) with action masks, and :class:`Bernoulli` (``MultiBinary``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from gymnasium import spaces
+from torch import Tensor
+
+from rl8.policies.distributions.base import Distribution, MASKED_LOGIT, cached, check_mask, to_out
+
+__all__ = ["Bernoulli", "Categorical", "MultiCategorical"]
+
+
+# Short rows of a big batch are computed choice-major: torch's CPU softmax over the last dim
+# vectorises along that dim, so rows shorter than a vector register leave most lanes idle; over
+# dim 0 of a contiguous [n, ...] copy it vectorises along the batch. A full register of choices
+# or a small batch (fixed costs dominate) is better row-major, hence the bounds.
+_CHOICE_MAJOR_MAX_CHOICES = 15
+_CHOICE_MAJOR_MIN_ROWS = 256
+
+
+def _log_softmax(logits: Tensor) -> tuple[Tensor, Tensor | None]:
+    """``log_softmax(logits, -1)`` and, when it was computed choice-major (short rows of a big
+    batch), the contiguous ``[n, ...]`` tensor it is a view of (else ``None``). Either way the
+    first result has the values and shape of ``log_softmax(logits, -1)``."""
+    n = logits.shape[-1]
+    if 1 < n <= _CHOICE_MAJOR_MAX_CHOICES and logits.numel() >= _CHOICE_MAJOR_MIN_ROWS * n:
+        by_choice = torch.log_softmax(logits.T if logits.dim() == 2 else logits.movedim(-1, 0), 0)
+        return (by_choice.T if logits.dim() == 2 else by_choice.movedim(0, -1)), by_choice
+    return torch.log_softmax(logits, -1), None
+
+
+def _categorical_sample(log_probs: Tensor, generator: torch.Generator | None, guard_logits: Tensor | None,
+                        masked: bool | None = None, by_choice: Tensor | None = None) -> Tensor:
+    """Sampled indices ``[...]`` (see :func:`_categorical_sample_index`)."""
+    if by_choice is not None:
+        return _categorical_sample_by_choice(by_choice, generator, guard_logits, masked)
+    return _categorical_sample_index(log_probs, generator, guard_logits, masked).squeeze(-1)
+
+
+def _categorical_sample_index(log_probs: Tensor, generator: torch.Generator | None, guard_logits: Tensor | None,
+                              masked: bool | None = None) -> Tensor:
+    """Inverse-CDF sampling (one uniform per row instead of one per choice as Gumbel-max or
+    multinomial need, and no logs): index ``[..., 1]`` of the first cumulative probability
+    >= u, u ~ U(0, total].
+
+    ``masked`` (default: whether ``guard_logits`` is given) selects the exact path below for
+    rows that may hold zero probabilities; unmasked rows take a two-op-shorter path. ``u`` is
+    drawn in ``(0, total]`` so a zero-probability (masked) action can never be selected: that
+    needs ``c[j-1] < u <= c[j] == c[j-1]`` (or ``u <= c[0] == 0``), both impossible.
+    """
+    probs = log_probs.exp()
+    cdf = probs.cumsum(-1)
+    u = torch.rand(cdf.shape[:-1] + (1,), generator=generator, device=cdf.device, dtype=cdf.dtype)
+    # The action is the number of cumulative probabilities below u: ``(cdf < u).sum(-1)``,
+    # which for a non-decreasing cdf is exactly a left-sided binary search (one op, not two).
+    if not (guard_logits is not None if masked is None else masked):
+        # No mask: every action has p > 0, so u in [0, 1) needs no rescaling; the clamp only
+        # catches u >= cdf[-1] when rounding leaves the total a hair below 1. Two fewer ops
+        # per rollout step than the masked path.
+        return torch.searchsorted(cdf, u).clamp_(max=cdf.shape[-1] - 1)
+    u = torch.mul(1.0 - u, cdf[..., -1:])  # (0, total]: rand is [0, 1)
+    index = torch.searchsorted(cdf, u)
+    if guard_logits is not None and cdf.device.type != "cpu":
+        # For masked rows off the CPU: a parallel (GPU) cumsum does not promise
+        # cdf[j] == cdf[j-1] bit for bit when p[j] == 0, so fall back to the mode (allowed
+        # whenever any action is) should a zero-probability choice come out. The CPU cumsum
+        # accumulates each row sequentially (in double), which makes the argument above exact.
+        chosen = probs.gather(-1, index)
+        index = torch.where(chosen > 0, index, guard_logits.argmax(-1, keepdim=True))
+    return index
+
+
+def _writable_rows(out: tuple[Tensor, Tensor], dtype: torch.dtype) -> bool:
+    """Whether the categorical kernels can write actions and log-probs into ``out`` directly."""
+    actions, logp = out
+    return (
+        actions.dtype == torch.int64 and logp.dtype == dtype
+        and actions.is_contiguous() and logp.is_contiguous()
+    )
+
+
+def _categorical_sample_by_choice(by_choice: Tensor, generator: torch.Generator | None, guard_logits: Tensor | None,
+                                  masked: bool | None, out: Tensor | None = None) -> Tensor:
+    """:func:`_categorical_sample_index` on choice-major log-probs ``[n, ...]``: the same
+    draws (one uniform per row, in row order) and the same indices, but ``[...]``. The index
+    is the number of cumulative probabilities below u, which for a non-decreasing cdf is the
+    left-sided binary search of the row-major path."""
+    probs = by_choice.exp()
+    cdf = probs.cumsum(0)  # sequential along dim 0 on the CPU too, as the row-major cumsum
+    u = torch.rand(cdf.shape[1:], generator=generator, device=cdf.device, dtype=cdf.dtype)
+    if not (guard_logits is not None if masked is None else masked):
+        # only the first n - 1 cumulative probabilities count: the index is at most n - 1
+        # without a clamp
+        return torch.sum(cdf[:-1] < u, 0, out=out)
+    u = torch.mul(1.0 - u, cdf[-1])
+    index = (cdf < u).sum(0)
+    if guard_logits is not None and cdf.device.type != "cpu":
+        chosen = probs.gather(0, index.unsqueeze(0)).squeeze(0)
+        index = torch.where(chosen > 0, index, guard_logits.argmax(-1))
+    return index if out is None else out.copy_(index)
+
+
+def _categorical_log_prob(log_probs: Tensor, actions: Tensor) -> Tensor:
+    return log_probs.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+
+
+def _categorical_entropy(log_probs: Tensor) -> Tensor:
+    # Masked entries have p == 0 and a finite log_prob, so p * log_p == 0 (no 0 * -inf NaN).
+    return -(log_probs.exp() * log_probs).sum(-1)
+
+
+class _CategoricalBase(Distribution):
+    """Shared lazily-cached log-softmax for the categorical families."""
+
+    supports_action_mask = True
+    logits: Tensor
+
+    def _init_logits(self, logits: Tensor, guard: bool) -> None:
+        self.logits = logits
+        self._guard = logits if guard else None  # the guard_logits of the samplers
+        self._log_probs: Tensor | None = None
+        self._by_choice: Tensor | None = None  # see _log_softmax
+        self._log_probs_mode: tuple[bool, bool] | None = None
+
+    @property
+    def log_probs(self) -> Tensor:
+        """Normalised log-probabilities of every choice (computed once, cached).
+
+        The cache is keyed on the grad / inference mode, so a distribution first sampled under
+        ``torch.inference_mode`` still yields differentiable log-probs outside it; a cache made
+        with autograd on serves ``no_grad`` callers too (it only carries more history).
+        """
+        mode = (torch.is_grad_enabled(), torch.is_inference_mode_enabled())
+        cached = self._log_probs_mode
+        if self._log_probs is None or (cached != mode and not (cached == (True, False) and not mode[0])):
+            self._log_probs, self._by_choice = _log_softmax(self.logits)
+            self._log_probs_mode = mode
+        return self._log_probs
+
+    @property
+    def probs(self) -> Tensor:
+        """Probabilities of every choice (exactly 0 for masked actions)."""
+        return self.log_probs.exp()
+
+    @classmethod
+    def raw_action_dtype(cls, action_space: spaces.Space) -> torch.dtype:
+        """int64, like the env's action."""
+        return torch.int64
+
+    def _sample(self, generator: torch.Generator | None) -> Tensor:
+        log_probs = self.log_probs  # sets _by_choice
+        return _categorical_sample(log_probs, generator, self._guard, by_choice=self._by_choice)
+
+
+class Categorical(_CategoricalBase):
+    """A categorical distribution over ``Discrete(n)`` actions.
+
+    Params are ``n`` unnormalised logits. Raw actions are int64 ``[B]`` and equal the env's
+    action (plus the space's ``start`` when it is not 0).
+
+    With ``action_mask`` (bool ``[B, n]``, ``True`` = allowed), masked-out actions get
+    probability exactly 0: they are never sampled, never the deterministic choice and add
+    nothing to the entropy. Every row must allow at least one action; a row with none
+    becomes uniform over all actions (no NaN, but the sample is then not allowed).
+    """
+
+    def __init__(self, params: Tensor, action_space: spaces.Space, *, action_mask: Tensor | None = None) -> None:
+        super().__init__(params, action_space, action_mask=action_mask)
+        logits = params.float()
+        if action_mask is not None:
+            check_mask(action_mask, logits.shape, "Categorical")
+            logits = logits.masked_fill(~action_mask, MASKED_LOGIT)
+        self._init_logits(logits, guard=action_mask is not None)
+
+    @classmethod
+    def supports(cls, action_space: spaces.Space) -> bool:
+        """``Discrete`` spaces."""
+        return isinstance(action_space, spaces.Discrete)
+
+    @classmethod
+    def param_size(cls, action_space: spaces.Space) -> int:
+        """``n``: one logit per action."""
+        return int(action_space.n)
+
+    @classmethod
+    def raw_action_shape(cls, action_space: spaces.Space) -> tuple[int, ...]:
+        """``()``: one index per sample."""
+        return ()
+
+    @classmethod
+    def to_env_action(cls, actions: Tensor, action_space: spaces.Space) -> Tensor:
+        """Identity (adds ``action_space.start`` when it is not 0)."""
+        start = int(action_space.start)
+        return actions + start if start else actions
+
+    def sample(self, generator: torch.Generator | None = None) -> Tensor:
+        """Draw one action index per row (inverse-CDF sampling), int64 ``[B]``."""
+        return self._sample(generator)
+
+    def deterministic_sample(self) -> Tensor:
+        """The most likely allowed action, int64 ``[B]``."""
+        return self.logits.argmax(-1)
+
+    def sample_with_log_prob(self, generator: torch.Generator | None = None, *, deterministic: bool = False,
+                             out: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
+        """Actions and their log-probabilities from one log-softmax and one gather, written
+        straight into ``out`` when it is a pair of contiguous int64 / float32 tensors."""
+        log_probs = self.log_probs
+        guard, by_choice = self._guard, self._by_choice
+        if deterministic:
+            index = self.logits.argmax(-1, keepdim=True)
+        elif by_choice is not None:
+            if out is not None and _writable_rows(out, by_choice.dtype):
+                actions, logp = out
+                _categorical_sample_by_choice(by_choice, generator, guard, None, out=actions)
+                torch.gather(by_choice, 0, actions.unsqueeze(0), out=logp.unsqueeze(0))
+                return out
+            index = _categorical_sample_by_choice(by_choice, generator, guard, None)
+            return to_out((index, by_choice.gather(0, index.unsqueeze(0)).squeeze_(0)), out)
+        else:
+            index = _categorical_sample_index(log_probs, generator, guard)
+        return to_out((index.squeeze(-1), log_probs.gather(-1, index).squeeze(-1)), out)
+
+    def log_prob(self, actions: Tensor) -> Tensor:
+        """Log-probability of action indices ``[B]`` (masked actions: a huge negative number)."""
+        return _categorical_log_prob(self.log_probs, actions)
+
+    def entropy(self) -> Tensor:
+        """``-sum(p * log p)`` over the allowed actions, ``[B]``."""
+        return _categorical_entropy(self.log_probs)
+
+
+class MultiCategorical(_CategoricalBase):
+    """Independent categorical distributions, one per component of a ``MultiDiscrete(nvec)``.
+
+    ``nvec`` may have any shape; it is flattened in C order. Params are the ``sum(nvec)``
+    logits of the components one after another. Raw actions are int64
+    ``[B, *nvec.shape]`` (plus the space's ``start`` for the env when it is not 0).
+    :meth:`log_prob` and :meth:`entropy` are summed over components.
+
+    ``action_mask`` is bool ``[B, sum(nvec)]`` laid out like the params; each component must
+    allow at least one of its choices.
+    """
+
+    def __init__(self, params: Tensor, action_space: spaces.Space, *, action_mask: Tensor | None = None) -> None:
+        super().__init__(params, action_space, action_mask=action_mask)
+        layout = self._layout(action_space)
+        num, width, pad_index = layout["num"], layout["width"], layout["pad_index"]
+        logits = params.float()
+        if action_mask is not None:
+            check_mask(action_mask, logits.shape, "MultiCategorical")
+            logits = logits.masked_fill(~action_mask, MASKED_LOGIT)
+        if pad_index is not None:
+            # Components of different sizes: append one zero-probability logit and gather a
+            # [*, num * width] layout in which short components repeat it as padding, so all
+            # components share one [*, num, width] tensor (one gather, no filled tensor).
+            index = pad_index.get(logits.device)
+            if index is None:
+                index = pad_index[logits.device] = layout["pad_index_cpu"].to(logits.device)
+            logits = F.pad(logits, (0, 1), value=MASKED_LOGIT).index_select(-1, index)
+        logits = logits.reshape(self.batch_shape + (num, width))
+        self._init_logits(logits, guard=action_mask is not None or pad_index is not None)
+
+    @staticmethod
+    def _layout(action_space: spaces.MultiDiscrete) -> dict[str, Any]:
+        def make() -> dict[str, Any]:
+            nvec = np.asarray(action_space.nvec, dtype=np.int64).reshape(-1)
+            num, width = int(nvec.size), int(nvec.max()) if nvec.size else 0
+            layout: dict[str, Any] = {"num": num, "width": width, "pad_index": None}
+            if nvec.size and not (nvec == width).all():
+                # For each padded slot: its source column in the params, or the appended pad.
+                index = np.full((num, width), nvec.sum(), dtype=np.int64)
+                offsets = np.concatenate([[0], np.cumsum(nvec)[:-1]])
+                for k, (offset, n) in enumerate(zip(offsets, nvec)):
+                    index[k, :n] = offset + np.arange(n)
+                index = index.reshape(-1)
+                layout["pad_index"] = {}
+                layout["pad_index_cpu"] = torch.as_tensor(index, dtype=torch.int64)
+            start = np.asarray(action_space.start, dtype=np.int64)
+            layout["start"] = start if start.any() else None
+            layout["start_t"] = {}
+            return layout
+
+        return cached(action_space, "multicategorical", make)
+
+    @classmethod
+    def supports(cls, action_space: spaces.Space) -> bool:
+        """``MultiDiscrete`` spaces of any shape with at least one component."""
+        return isinstance(action_space, spaces.MultiDiscrete) and action_space.nvec.size > 0
+
+    @classmethod
+    def param_size(cls, action_space: spaces.Space) -> int:
+        """``sum(nvec)``: the logits of each component, one component after another."""
+        return int(np.asarray(action_space.nvec).sum())
+
+    @classmethod
+    def raw_action_shape(cls, action_space: spaces.Space) -> tuple[int, ...]:
+        """``nvec.shape``."""
+        return tuple(action_space.nvec.shape)
+
+    @classmethod
+    def to_env_action(cls, actions: Tensor, action_space: spaces.Space) -> Tensor:
+        """Identity (adds ``action_space.start`` when it is not 0)."""
+        layout = cls._layout(action_space)
+        if layout["start"] is None:
+            return actions
+        start = layout["start_t"].get(actions.device)
+        if start is None:
+            start = layout["start_t"][actions.device] = torch.as_tensor(layout["start"], device=actions.device)
+        return actions + start
+
+    def _shape_actions(self, actions: Tensor) -> Tensor:
+        return actions.reshape(self.batch_shape + self.action_space.nvec.shape)
+
+    def sample(self, generator: torch.Generator | None = None) -> Tensor:
+        """Draw one choice per component, int64 ``[B, *nvec.shape]``."""
+        return self._shape_actions(self._sample(generator))
+
+    def deterministic_sample(self) -> Tensor:
+        """The most likely allowed choice of every component, int64 ``[B, *nvec.shape]``."""
+        return self._shape_actions(self.logits.argmax(-1))
+
+    def log_prob(self, actions: Tensor) -> Tensor:
+        """Sum over components of the log-probability of their choices, ``[B]``."""
+        flat = actions.reshape(self.batch_shape + (self.logits.shape[-2],))
+        return _categorical_log_prob(self.log_probs, flat).sum(-1)
+
+    def entropy(self) -> Tensor:
+        """Sum over components of their entropies, ``[B]``."""
+        return _categorical_entropy(self.log_probs).sum(-1)
+
+
+class Bernoulli(Distribution):
+    """Independent Bernoulli variables for a ``MultiBinary(shape)`` space.
+
+    Params are ``prod(shape)`` logits (log-odds of a 1). Raw actions are int64 0/1
+    ``[B, *shape]`` and equal the env's action. :meth:`log_prob` and :meth:`entropy` are
+    summed over the variables.
+
+    Attributes:
+        logits: ``[B, prod(shape)]`` float32.
+    """
+
+    def __init__(
+        self, params: Tensor, action_space: spaces.Space, *, action_mask: Tensor | None = None
+    ) -> None:
+        super().__init__(params, action_space, action_mask=action_mask)
+        self.logits = params.float()
+        self._event_shape = tuple(action_space.shape)
+
+    @classmethod
+    def supports(cls, action_space: spaces.Space) -> bool:
+        """``MultiBinary`` spaces of any shape."""
+        return isinstance(action_space, spaces.MultiBinary)
+
+    @classmethod
+    def param_size(cls, action_space: spaces.Space) -> int:
+        """``prod(shape)``: one logit per variable."""
+        return int(np.prod(action_space.shape, dtype=np.int64))
+
+    @classmethod
+    def raw_action_shape(cls, action_space: spaces.Space) -> tuple[int, ...]:
+        """The MultiBinary's shape."""
+        return tuple(action_space.shape)
+
+    @classmethod
+    def raw_action_dtype(cls, action_space: spaces.Space) -> torch.dtype:
+        """int64 (0/1), like the env's action."""
+        return torch.int64
+
+    def sample(self, generator: torch.Generator | None = None) -> Tensor:
+        """``1`` with probability ``sigmoid(logit)``, int64 ``[B, *shape]``."""
+        u = torch.rand(self.logits.shape, generator=generator, device=self.logits.device, dtype=torch.float32)
+        return (u < torch.sigmoid(self.logits)).long().reshape(self.batch_shape + self._event_shape)
+
+    def deterministic_sample(self) -> Tensor:
+        """``1`` where the logit is positive, int64 ``[B, *shape]``."""
+        return (self.logits > 0).long().reshape(self.batch_shape + self._event_shape)
+
+    def log_prob(self, actions: Tensor) -> Tensor:
+        """Sum of ``log p`` (for 1s) and ``log(1 - p)`` (for 0s), ``[B]``."""
+        target = actions.reshape(self.logits.shape).float()
+        return -F.binary_cross_entropy_with_logits(self.logits, target, reduction="none").sum(-1)
+
+    def entropy(self) -> Tensor:
+        """Sum over variables of ``softplus(l) - l * sigmoid(l)``, ``[B]``."""
+        return (F.softplus(self.logits) - self.logits * torch.sigmoid(self.logits)).sum(-1)

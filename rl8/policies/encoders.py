@@ -1,0 +1,433 @@
+"""Image observations and the networks that encode them: convolutional encoders, and models
+built on them for image (``CNNModel``) and mixed ``Dict`` (``MultiInputModel``) observations.
+
+An observation is an **image** when it is a ``Box`` of ``uint8`` with 2 (``[H, W]``) or 3
+dimensions (``[H, W, C]`` or ``[C, H, W]``, told apart by :func:`image_layout`), or a float
+``Box`` of 3 dimensions declared as an image with the ``image_layout`` model option. ``uint8``
+images stay ``uint8`` in the env's outputs and the rollout buffer; the encoders scale them to
+``[0, 1]`` in their forward pass. See ``docs/pixels.md``.
+
+Encoders (``encoder=`` in ``model_config``):
+
+* ``"nature"``: the CNN of the Nature DQN paper (Mnih et al., 2015), which CleanRL's and SB3's
+  Atari PPO use: three convolutions (32 8x8 stride 4, 64 4x4 stride 2, 64 3x3 stride 1), ReLU,
+  and a 512-unit linear layer;
+* ``"impala"``: the ResNet encoder of IMPALA (Espeholt et al., 2018): per stack a 3x3
+  convolution, a 3x3 max-pool of stride 2 and two residual blocks (16, 32, 32 channels), then a
+  256-unit linear layer.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from gymnasium import spaces
+from tensordict import TensorDictBase
+from torch import nn
+
+from rl8.policies.models import (
+    Model, make_linear, make_mlp, check_widths, flat_observation_size, flatten_observation, resolve_activation,
+    MLPModel,
+)
+
+__all__ = [
+    "ENCODERS", "CNNModel", "ImageEncoder", "ImpalaCNN", "MultiInputModel", "NatureCNN", "ObservationEncoder",
+    "default_model_cls", "has_image", "image_layout", "image_shape",
+]
+
+LAYOUTS = ("HWC", "CHW")
+
+
+def image_layout(space: spaces.Space, declared: str | None = None) -> str | None:
+    """The layout of an image space: ``"HWC"``, ``"CHW"``, or ``None`` when ``space`` is not
+    an image.
+
+    A ``uint8`` Box of 2 dimensions is a one-channel ``"HW"`` image (reported as ``"HWC"``
+    with ``C = 1``). A ``uint8`` Box of 3 dimensions is ``"CHW"`` when its first dimension is
+    smaller than its last (``[4, 84, 84]``: a stack of 4 gray frames), else ``"HWC"``
+    (``[84, 84, 3]``, ``[64, 64, 12]``). A float Box is an image only when declared.
+
+    Args:
+        space: A gymnasium space of one observation.
+        declared: ``"HWC"`` or ``"CHW"`` to declare a 3-dimensional Box (of any dtype) an
+            image of that layout; ``None``: detect ``uint8`` images only.
+
+    Raises:
+        ValueError: ``declared`` is not one of ``"HWC"``, ``"CHW"``, ``None``, or names a
+            space that is not a 3-dimensional Box.
+    """
+    if declared is not None:
+        if declared not in LAYOUTS:
+            raise ValueError(f"model_config image_layout: expected one of {list(LAYOUTS)} or None, got {declared!r}")
+        if not isinstance(space, spaces.Box) or len(space.shape) != 3:
+            raise ValueError(
+                f"model_config image_layout: expected a 3-dimensional Box observation to declare an image, got {space}"
+            )
+        return declared
+    if not isinstance(space, spaces.Box) or space.dtype != np.uint8 or len(space.shape) not in (2, 3):
+        return None
+    if len(space.shape) == 2:
+        return "HWC"
+    return "CHW" if space.shape[0] < space.shape[-1] else "HWC"
+
+
+_layout_of = image_layout  # for scopes where a parameter named image_layout hides the function
+
+
+def image_shape(space: spaces.Box, layout: str) -> tuple[int, int, int]:
+    """``(channels, height, width)`` of one image of ``space`` in ``layout``."""
+    shape = tuple(space.shape)
+    if len(shape) == 2:
+        return 1, shape[0], shape[1]
+    if layout == "CHW":
+        return shape[0], shape[1], shape[2]
+    return shape[2], shape[0], shape[1]
+
+
+def has_image(space: spaces.Space, declared: str | None = None) -> bool:
+    """Whether ``space`` is an image or a ``Dict`` with an image entry (see :func:`image_layout`;
+    ``declared`` applies to a non-``Dict`` space)."""
+    if isinstance(space, spaces.Dict):
+        return any(image_layout(s) is not None for s in space.spaces.values())
+    return image_layout(space, declared) is not None
+
+
+def _ints(name: str, value: Any, minimum: int = 1) -> tuple[int, ...]:
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or not value or any(
+        isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < minimum for v in value
+    ):
+        raise ValueError(f"encoder_config {name}: expected a non-empty sequence of ints >= {minimum}, got {value!r}")
+    return tuple(int(v) for v in value)
+
+
+def _int(name: str, value: Any, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ValueError(f"encoder_config {name}: expected an int >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def _conv(in_channels: int, out_channels: int, kernel_size: int, stride: int, padding: int = 0) -> nn.Conv2d:
+    """A convolution with orthogonal weights of gain sqrt(2) and zero biases (CleanRL's init)."""
+    conv = nn.Conv2d(in_channels, out_channels, kernel_size, stride, padding)
+    nn.init.orthogonal_(conv.weight, math.sqrt(2))
+    nn.init.zeros_(conv.bias)
+    return conv
+
+
+class NatureCNN(nn.Module):
+    """The Nature-DQN convolutional encoder: ``[B, C, H, W]`` float images -> ``[B, features]``.
+
+    Args:
+        in_channels: Channels ``C`` of the input images.
+        height: Image height ``H``, in pixels.
+        width: Image width ``W``, in pixels.
+        channels: Output channels of each convolution.
+        kernel_sizes: Kernel size of each convolution, in pixels.
+        strides: Stride of each convolution, in pixels.
+        features: Width of the linear layer after the convolutions (the encoder's output).
+
+    Every convolution and the linear layer are followed by a ReLU.
+
+    Raises:
+        ValueError: Lists of different lengths, or an image too small for the convolutions
+            (the message gives the size after each layer).
+    """
+
+    def __init__(self, in_channels: int, height: int, width: int, *, channels: Sequence[int] = (32, 64, 64),
+                 kernel_sizes: Sequence[int] = (8, 4, 3), strides: Sequence[int] = (4, 2, 1),
+                 features: int = 512) -> None:
+        super().__init__()
+        channels, kernel_sizes, strides = _ints("channels", channels), _ints("kernel_sizes", kernel_sizes), _ints("strides", strides)
+        features = _int("features", features)
+        if not len(channels) == len(kernel_sizes) == len(strides):
+            raise ValueError(
+                f"encoder_config channels, kernel_sizes, strides: expected lists of one length, got "
+                f"{list(channels)}, {list(kernel_sizes)}, {list(strides)}"
+            )
+        layers: list[nn.Module] = []
+        c, h, w = in_channels, height, width
+        sizes = [(h, w)]
+        for out, k, s in zip(channels, kernel_sizes, strides):
+            h, w = (h - k) // s + 1, (w - k) // s + 1
+            sizes.append((h, w))
+            if h < 1 or w < 1:
+                raise ValueError(
+                    f"encoder_config kernel_sizes, strides: a {height}x{width} image is too small for "
+                    f"kernels {list(kernel_sizes)} with strides {list(strides)} (sizes after each layer: {sizes}); "
+                    "use smaller kernels or strides"
+                )
+            layers += [_conv(c, out, k, s), nn.ReLU()]
+            c = out
+        self.convs = nn.Sequential(*layers)
+        self.linear = make_linear(c * h * w, features, math.sqrt(2), True)
+        self.features = features
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return F.relu(self.linear(self.convs(images).flatten(1)))
+
+
+class _ResidualBlock(nn.Module):
+    """``x + conv(relu(conv(relu(x))))`` with 3x3 convolutions that keep the shape."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.conv0 = _conv(channels, channels, 3, 1, 1)
+        self.conv1 = _conv(channels, channels, 3, 1, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.conv1(F.relu(self.conv0(F.relu(x))))
+
+
+class ImpalaCNN(nn.Module):
+    """The IMPALA ResNet encoder: ``[B, C, H, W]`` float images -> ``[B, features]``.
+
+    Args:
+        in_channels: Channels ``C`` of the input images.
+        height: Image height ``H``, in pixels.
+        width: Image width ``W``, in pixels.
+        channels: Channels of each stack (a 3x3 convolution, a 3x3 max-pool of stride 2 that
+            halves the size, rounding up, and two residual blocks).
+        features: Width of the linear layer after the stacks (the encoder's output).
+    """
+
+    def __init__(self, in_channels: int, height: int, width: int, *, channels: Sequence[int] = (16, 32, 32),
+                 features: int = 256) -> None:
+        super().__init__()
+        channels, features = _ints("channels", channels), _int("features", features)
+        stacks: list[nn.Module] = []
+        c, h, w = in_channels, height, width
+        for out in channels:
+            stacks.append(nn.Sequential(
+                _conv(c, out, 3, 1, 1), nn.MaxPool2d(3, 2, padding=1), _ResidualBlock(out), _ResidualBlock(out),
+            ))
+            c, h, w = out, (h + 1) // 2, (w + 1) // 2
+        self.stacks = nn.Sequential(*stacks)
+        self.linear = make_linear(c * h * w, features, math.sqrt(2), True)
+        self.features = features
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return F.relu(self.linear(F.relu(self.stacks(images)).flatten(1)))
+
+
+#: Encoder names of ``model_config["encoder"]`` and their classes.
+ENCODERS: dict[str, type[nn.Module]] = {"nature": NatureCNN, "impala": ImpalaCNN}
+
+
+def _encoder_cls(encoder: str | type[nn.Module]) -> type[nn.Module]:
+    if not isinstance(encoder, str):
+        return encoder
+    if encoder not in ENCODERS:
+        raise ValueError(f"model_config encoder: expected one of {sorted(ENCODERS)}, got {encoder!r}")
+    return ENCODERS[encoder]
+
+
+class ImageEncoder(nn.Module):
+    """Images of one space in, features out: layout to ``[B, C, H, W]``, ``uint8`` scaled to
+    ``[0, 1]``, then a convolutional encoder.
+
+    Args:
+        space: The image Box (see :func:`image_layout`).
+        layout: ``"HWC"`` or ``"CHW"``; ``None``: detected.
+        encoder: ``"nature"``, ``"impala"``, or an ``nn.Module`` class called as
+            ``cls(in_channels, height, width, **encoder_config)`` with a ``features`` attribute.
+        encoder_config: Keyword arguments of the encoder (``channels``, ``kernel_sizes``,
+            ``strides``, ``features`` for ``"nature"``; ``channels``, ``features`` for ``"impala"``).
+
+    The input is a ``[B, *space.shape]`` tensor; ``uint8`` is divided by 255 here, so the
+    buffer never holds float copies of the images; float inputs are used as they are.
+    """
+
+    def __init__(self, space: spaces.Box, layout: str | None = None, encoder: str | type[nn.Module] = "nature",
+                 encoder_config: Mapping[str, Any] | None = None) -> None:
+        super().__init__()
+        found = image_layout(space, layout)
+        if found is None:
+            raise ValueError(f"ImageEncoder: expected an image space (a uint8 Box [H, W, C] or [C, H, W]), got {space}")
+        self.layout = found
+        self.ndim = len(space.shape)
+        c, h, w = image_shape(space, found)
+        try:
+            self.cnn = _encoder_cls(encoder)(c, h, w, **dict(encoder_config or {}))
+        except TypeError as err:
+            raise ValueError(f"model_config encoder_config: {dict(encoder_config or {})!r} refused by {encoder!r} ({err})") from err
+        self.features = int(self.cnn.features)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        """``[B, *space.shape]`` images -> ``[B, features]``."""
+        # uint8 pixels to [0, 1]; float inputs (declared float images, or images an observation
+        # normaliser already turned into floats) are used as they are
+        x = images.float().mul_(1.0 / 255.0) if images.dtype == torch.uint8 else images.float()
+        if self.ndim == 2:
+            x = x.unsqueeze(1)
+        elif self.layout == "HWC":
+            x = x.permute(0, 3, 1, 2)
+        return self.cnn(x)
+
+
+class ObservationEncoder(nn.Module):
+    """Any observation to a feature vector ``[B, features]``: an :class:`ImageEncoder` for an
+    image, for a ``Dict`` one per image entry and an MLP per other entry, concatenated in key
+    order (an ``action_mask`` entry is left out); other spaces are flattened
+    (:func:`~rl8.policies.models.flatten_observation`), through an MLP when ``vector_hiddens`` is
+    not empty.
+
+    Args:
+        space: The observation space.
+        encoder: The image encoder (see :class:`ImageEncoder`).
+        encoder_config: Its keyword arguments.
+        image_layout: Declares a non-``Dict`` 3-dimensional Box an image of this layout.
+        image_keys: ``Dict`` spaces: keys of float 3-dimensional Boxes to encode as images
+            (mapped to their layout, ``{"camera": "HWC"}``); uint8 images are found anyway.
+        vector_hiddens: Widths of the MLP of each non-image entry (``()``: flattened only).
+        activation: Activation of those MLPs.
+    """
+
+    def __init__(self, space: spaces.Space, *, encoder: str | type[nn.Module] = "nature",
+                 encoder_config: Mapping[str, Any] | None = None, image_layout: str | None = None,
+                 image_keys: Mapping[str, str] | None = None, vector_hiddens: Sequence[int] = (64,),
+                 activation: str | type[nn.Module] = "relu") -> None:
+        super().__init__()
+        act = resolve_activation(activation)
+        vector_hiddens = check_widths("vector_hiddens", vector_hiddens)
+        image_keys = dict(image_keys or {})
+        self.space = space
+        self.encoders = nn.ModuleDict()
+        self.kinds: dict[str, str] = {}
+        entries = space.spaces if isinstance(space, spaces.Dict) else {"obs": space}
+        unknown = sorted(set(image_keys) - set(entries))
+        if unknown:
+            raise ValueError(f"model_config image_keys: {unknown} are not keys of the observation space {list(entries)}")
+        self.features = 0
+        for key, sub in entries.items():
+            if key == "action_mask" and isinstance(space, spaces.Dict):
+                continue
+            declared = image_layout if not isinstance(space, spaces.Dict) else image_keys.get(key)
+            if _layout_of(sub, declared) is not None:
+                module: nn.Module = ImageEncoder(sub, declared, encoder, encoder_config)
+                width = module.features
+                self.kinds[key] = "image"
+            else:
+                sizes = [flat_observation_size(sub), *vector_hiddens]
+                module = nn.Sequential(*make_mlp(sizes, act, True))
+                width = sizes[-1]
+                self.kinds[key] = "vector"
+            self.encoders[key] = module
+            self.features += width
+
+    def forward(self, obs: torch.Tensor | TensorDictBase) -> torch.Tensor:
+        """``[B, ...]`` observations -> ``[B, features]``."""
+        if not isinstance(self.space, spaces.Dict):
+            return self._encode("obs", obs, self.space)
+        parts = [self._encode(key, obs[key], self.space[key]) for key in self.encoders]
+        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
+
+    def _encode(self, key: str, x: torch.Tensor, space: spaces.Space) -> torch.Tensor:
+        if self.kinds[key] == "image":
+            return self.encoders[key](x)
+        return self.encoders[key](flatten_observation(x, space))
+
+
+class CNNModel(Model):
+    """A convolutional encoder and linear policy and value heads: the default model for image
+    observations (what CleanRL's ``ppo_atari`` and SB3's ``CnnPolicy`` use).
+
+    Args:
+        observation_space: Space of one observation: an image (see :func:`image_layout`), or
+            with :class:`MultiInputModel` a ``Dict``.
+        action_space: Space of one action.
+        distribution_cls: The action distribution class.
+        encoder: ``"nature"`` (default), ``"impala"``, or an ``nn.Module`` class (see
+            :class:`ImageEncoder`).
+        encoder_config: Keyword arguments of the encoder: ``channels`` (output channels per
+            layer), ``kernel_sizes`` and ``strides`` (pixels, ``"nature"`` only) and
+            ``features`` (output width).
+        image_layout: ``"HWC"`` or ``"CHW"`` to declare a float Box an image (uint8 images are
+            detected).
+        image_keys: ``Dict`` observations: float image entries and their layouts.
+        vector_hiddens: ``Dict`` observations: MLP widths of each non-image entry.
+        hiddens: Widths of an MLP between the encoder and the heads (``()``: none).
+        activation: Activation of those MLPs.
+        shared: ``True`` (default): one encoder for the policy and the value (CleanRL's Atari
+            PPO); ``False``: one each.
+        state_dependent_std: Gaussian policies: the network outputs the log-std.
+        init_log_std: Initial state-independent log-std.
+    """
+
+    def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, distribution_cls: type, /, *,
+                 encoder: str | type[nn.Module] = "nature", encoder_config: Mapping[str, Any] | None = None,
+                 image_layout: str | None = None, image_keys: Mapping[str, str] | None = None,
+                 vector_hiddens: Sequence[int] = (64,), hiddens: Sequence[int] = (), activation: str = "relu",
+                 shared: bool = True, state_dependent_std: bool = False, init_log_std: float = 0.0) -> None:
+        hiddens = check_widths("hiddens", hiddens)
+        super().__init__(
+            observation_space, action_space, distribution_cls, encoder=encoder,
+            encoder_config=dict(encoder_config or {}), image_layout=image_layout, image_keys=dict(image_keys or {}),
+            vector_hiddens=tuple(vector_hiddens), hiddens=hiddens, activation=activation, shared=shared,
+            state_dependent_std=state_dependent_std, init_log_std=init_log_std,
+        )
+        self._check_space(observation_space, image_layout, image_keys)
+        act = resolve_activation(activation)
+        head_size = self.init_policy_head(state_dependent_std, init_log_std)
+
+        def body() -> nn.Sequential:
+            enc = ObservationEncoder(observation_space, encoder=encoder, encoder_config=encoder_config,
+                                     image_layout=image_layout, image_keys=image_keys,
+                                     vector_hiddens=vector_hiddens, activation=activation)
+            return nn.Sequential(enc, *make_mlp([enc.features, *hiddens], act, True))
+
+        self.shared = bool(shared)
+        self.pi_body = body()
+        self.vf_body = None if self.shared else body()
+        width = hiddens[-1] if hiddens else self.pi_body[0].features
+        self.pi = make_linear(width, head_size, 0.01, True)
+        self.vf = make_linear(width, 1, 1.0, True)
+
+    def _check_space(self, space: spaces.Space, layout: str | None, image_keys: Mapping[str, str] | None) -> None:
+        if isinstance(space, spaces.Dict):
+            raise TypeError(f"{type(self).__name__}: Dict observations go to rl8.policies.encoders.MultiInputModel, got {space}")
+        if image_layout(space, layout) is None:
+            raise TypeError(
+                f"{type(self).__name__}: expected an image observation space (a uint8 Box [H, W, C] or [C, H, W], or a "
+                f"float Box declared with model_config image_layout), got {space}"
+            )
+
+    def forward(self, obs: torch.Tensor | TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
+        h = self.pi_body(obs)
+        hv = h if self.vf_body is None else self.vf_body(obs)
+        return self.distribution_params(self.pi(h)), self.vf(hv)[:, 0]
+
+    def value(self, obs: torch.Tensor | TensorDictBase) -> torch.Tensor:
+        return self.vf((self.pi_body if self.vf_body is None else self.vf_body)(obs))[:, 0]
+
+
+class MultiInputModel(CNNModel):
+    """:class:`CNNModel` for ``Dict`` observations that mix images and vectors (SB3's
+    ``MultiInputPolicy``): an image encoder per image entry, an MLP (``vector_hiddens``) per
+    other entry, concatenated in key order, then the heads. An ``action_mask`` entry goes to
+    the distribution, not the network. Arguments as of :class:`CNNModel`; ``image_keys``
+    maps float image entries to their layout (``{"depth": "CHW"}``).
+    """
+
+    def _check_space(self, space: spaces.Space, layout: str | None, image_keys: Mapping[str, str] | None) -> None:
+        if not isinstance(space, spaces.Dict):
+            raise TypeError(f"MultiInputModel: expected a Dict observation space, got {space}")
+        if layout is not None:
+            raise ValueError("model_config image_layout: Dict observations declare float images with image_keys")
+
+
+def default_model_cls(observation_space: spaces.Space, model_config: Mapping[str, Any] | None = None) -> type[Model]:
+    """The model a policy gets when none is named: :class:`CNNModel` for an image (a uint8 one,
+    or one declared with ``model_config["image_layout"]``), :class:`MultiInputModel` for a
+    ``Dict`` with an image entry (or ``image_keys``), else :class:`~rl8.policies.models.MLPModel`."""
+    config = dict(model_config or {})
+    if isinstance(observation_space, spaces.Dict):
+        return MultiInputModel if has_image(observation_space) or config.get("image_keys") else MLPModel
+    if has_image(observation_space, config.get("image_layout")):
+        return CNNModel
+    return MLPModel

@@ -1,0 +1,272 @@
+"""Models: networks that map observations to distribution parameters and a value.
+
+A model is any :class:`Model` subclass. PPO builds it as
+``model_cls(observation_space, action_space, distribution_cls, **model_config)`` and calls
+``forward(obs) -> (params, value)`` where ``params`` has shape
+``[B, distribution_cls.param_size(action_space)]`` and ``value`` has shape ``[B]``. See
+``docs/models.md`` for writing one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import inspect
+import math
+import numbers
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from gymnasium import spaces
+from tensordict import TensorDictBase
+from torch import nn
+
+from rl8.policies.distributions import Normal
+
+__all__ = ["Model", "MLPModel", "flatten_observation", "flat_observation_size", "check_model_config", "ACTIVATIONS"]
+
+#: Activation names accepted by model_config's "activation", mapped to their torch.nn classes.
+ACTIVATIONS: dict[str, type[nn.Module]] = {
+    "tanh": nn.Tanh,
+    "relu": nn.ReLU,
+    "elu": nn.ELU,
+    "gelu": nn.GELU,
+    "silu": nn.SiLU,
+    "leaky_relu": nn.LeakyReLU,
+}
+
+
+def flat_observation_size(space: spaces.Space) -> int:
+    """Number of features :func:`flatten_observation` produces for one observation."""
+    if isinstance(space, spaces.Dict):
+        return sum(flat_observation_size(s) for k, s in space.spaces.items() if k != "action_mask")
+    if isinstance(space, spaces.Discrete):
+        return int(space.n)
+    if isinstance(space, spaces.MultiDiscrete):
+        return int(space.nvec.sum())
+    if isinstance(space, (spaces.Box, spaces.MultiBinary)):
+        return int(math.prod(space.shape))
+    raise TypeError(f"flat_observation_size: unsupported observation space {space}")
+
+
+def flatten_observation(obs: torch.Tensor | TensorDictBase, space: spaces.Space) -> torch.Tensor:
+    """Turn a batch of observations into float features ``[B, flat_observation_size(space)]``.
+
+    Box and MultiBinary values are flattened and cast to float32; Discrete and MultiDiscrete
+    values are one-hot encoded; ``Dict`` observations are the concatenation of their entries
+    in the space's key order, leaving out an ``action_mask``.
+    """
+    if isinstance(space, spaces.Dict):
+        parts = [flatten_observation(obs[k], s) for k, s in space.spaces.items() if k != "action_mask"]
+        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
+    if isinstance(space, spaces.Discrete):
+        return F.one_hot(obs.long() - int(space.start), int(space.n)).float()
+    if isinstance(space, spaces.MultiDiscrete):
+        flat = obs.reshape(obs.shape[0], -1).long()
+        nvec = space.nvec.reshape(-1).tolist()
+        return torch.cat([F.one_hot(flat[:, i], n) for i, n in enumerate(nvec)], dim=-1).float()
+    if obs.dim() != 2:
+        obs = obs.reshape(obs.shape[0], -1)
+    return obs if obs.dtype == torch.float32 else obs.float()
+
+
+class Model(nn.Module):
+    """Base class of models: observations in, distribution parameters and value out.
+
+    Args:
+        observation_space: Space of one observation.
+        action_space: Space of one action.
+        distribution_cls: The action distribution class; the model's first output has width
+            ``distribution_cls.param_size(action_space)``.
+        **config: Model-specific options (``model_config`` in PPO's hyper-parameters).
+
+    Subclasses implement :meth:`forward`. Override :meth:`value` when the value can be
+    computed more cheaply than the full forward pass.
+    """
+
+    recurrent: ClassVar[bool] = False
+
+    def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, distribution_cls: type, /,
+                 **config: Any) -> None:
+        super().__init__()
+        self.observation_space = observation_space
+        self.action_space = action_space
+        self.distribution_cls = distribution_cls
+        self.config = dict(config)
+
+    def forward(self, obs: torch.Tensor | TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
+        """Compute distribution parameters ``[B, P]`` and values ``[B]`` for a batch of obs."""
+        raise NotImplementedError
+
+    def value(self, obs: torch.Tensor | TensorDictBase) -> torch.Tensor:
+        """Values ``[B]`` of a batch of observations."""
+        return self(obs)[1]
+
+    def rollout(self) -> contextlib.AbstractContextManager:
+        """A context in which the parameters stay constant (PPO's collect and evaluate).
+
+        A model may prepare something for its forward passes without autograd here (computed
+        once per rollout, since the parameters stay constant); it must leave the results
+        unchanged. The default, used by every built-in model, does nothing.
+        """
+        return contextlib.nullcontext()
+
+    learned_log_std: bool = False
+
+    def init_policy_head(self, state_dependent_std: bool, init_log_std: float) -> int:
+        """Set up the log-std of Gaussian distributions; return the policy head's width.
+
+        For a Gaussian distribution (params ``[mean, log_std]``) with
+        ``state_dependent_std=False``, the model learns one state-independent log-std
+        parameter (initialised to ``init_log_std``) and its head outputs only the means;
+        :meth:`distribution_params` appends the log-std. Otherwise the head outputs all params.
+        """
+        dist = self.distribution_cls
+        param_size = dist.param_size(self.action_space)
+        gaussian = issubclass(dist, Normal) or bool(getattr(dist, "gaussian", False))
+        self.learned_log_std = gaussian and not state_dependent_std
+        if not self.learned_log_std:
+            return param_size
+        self.log_std = nn.Parameter(torch.full((param_size // 2,), float(init_log_std)))
+        return param_size // 2
+
+    def distribution_params(self, head: torch.Tensor) -> torch.Tensor:
+        """The distribution params from the policy head's output (see :meth:`init_policy_head`)."""
+        if not self.learned_log_std:
+            return head
+        return torch.cat([head, self.log_std.to(head.dtype).expand_as(head)], dim=-1)
+
+
+def model_options(model_cls: type) -> list[str] | None:
+    """The names ``model_cls`` takes in ``model_config``: the keyword parameters of its
+    ``__init__`` after the observation space, the action space and the distribution class.
+    ``None`` when it takes any name (a ``**config`` parameter, as :class:`Model` itself)."""
+    parameters = list(inspect.signature(model_cls.__init__).parameters.values())[1:]  # without self
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return None
+    keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return [p.name for p in parameters[3:] if p.kind in keyword]
+
+
+def check_model_config(model_cls: type, model_config: Mapping[str, Any]) -> None:
+    """Check that every key of ``model_config`` is an option of ``model_cls``, before the
+    model is built.
+
+    Args:
+        model_cls: The :class:`Model` subclass that ``model_config`` configures.
+        model_config: Its keyword arguments (PPO's ``model_config`` hyper-parameter).
+
+    Raises:
+        ValueError: A key that ``model_cls.__init__`` does not take; the message names the
+            field (``model_config.hiden``), its close matches and the valid names.
+    """
+    valid = model_options(model_cls)
+    if valid is None:
+        return
+    for key in model_config:
+        if key not in valid:
+            close = difflib.get_close_matches(str(key), valid, n=3, cutoff=0.6)
+            hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+            raise ValueError(
+                f"model_config.{key}: {model_cls.__name__} has no option {key!r}{hint} "
+                f"(valid: {', '.join(valid) or 'none'})"
+            )
+
+
+def resolve_activation(activation: str | type[nn.Module]) -> type[nn.Module]:
+    """The activation module class for a name in :data:`ACTIVATIONS` (or the class itself)."""
+    if not isinstance(activation, str):
+        return activation
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"model_config activation: expected one of {sorted(ACTIVATIONS)}, got {activation!r}")
+    return ACTIVATIONS[activation]
+
+
+def check_widths(name: str, value: Any) -> tuple[int, ...]:
+    """Layer widths given in ``model_config[name]`` as a tuple of ints, or a ``ValueError``
+    naming the option, the expected and the given value."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or any(
+        isinstance(h, bool) or not isinstance(h, numbers.Integral) or h < 1 for h in value
+    ):
+        raise ValueError(f"model_config {name}: expected a sequence of ints >= 1, got {value!r}")
+    return tuple(int(h) for h in value)
+
+
+def make_linear(in_features: int, out_features: int, gain: float, ortho_init: bool) -> nn.Linear:
+    """A Linear layer; with ``ortho_init``, orthogonal weights of ``gain`` and zero biases."""
+    linear = nn.Linear(in_features, out_features)
+    if ortho_init:
+        nn.init.orthogonal_(linear.weight, gain)
+        nn.init.zeros_(linear.bias)
+    return linear
+
+
+def make_mlp(sizes: Sequence[int], activation: type[nn.Module], ortho_init: bool) -> list[nn.Module]:
+    """The layers of an MLP through ``sizes``: Linear layers (orthogonal, gain sqrt(2), with
+    ``ortho_init``), each followed by an ``activation``."""
+    layers: list[nn.Module] = []
+    for i in range(len(sizes) - 1):
+        layers += [make_linear(sizes[i], sizes[i + 1], math.sqrt(2), ortho_init), activation()]
+    return layers
+
+
+class MLPModel(Model):
+    """The default model: multi-layer perceptrons for the policy and the value.
+
+    With ``shared=False`` the policy and the value are two plain ``nn.Sequential`` networks,
+    :attr:`pi` and :attr:`vf`, each reading the flattened observation; with ``shared=True`` a
+    trunk ``nn.Sequential`` feeds two ``nn.Linear`` heads, :attr:`pi` and :attr:`vf`.
+
+    Args:
+        observation_space: Space of one observation (flattened with
+            :func:`flatten_observation`).
+        action_space: Space of one action.
+        distribution_cls: The action distribution class.
+        hiddens: Widths of the hidden layers, e.g. ``(64, 64)``.
+        activation: One of ``"tanh"``, ``"relu"``, ``"elu"``, ``"gelu"``, ``"silu"``,
+            ``"leaky_relu"``, or an ``nn.Module`` class.
+        shared: ``False`` (default): separate policy and value networks; ``True``: one trunk
+            with two heads.
+        state_dependent_std: For Gaussian distributions: the network outputs the log-std
+            (``True``) or a learned state-independent log-std is used (``False``, default).
+        init_log_std: Initial value of the state-independent log-std.
+        ortho_init: Orthogonal initialisation (gain sqrt(2) for hidden layers, 0.01 for the
+            policy head, 1 for the value head) with zero biases.
+    """
+
+    def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, distribution_cls: type, /, *,
+                 hiddens: Sequence[int] = (64, 64), activation: str | type[nn.Module] = "tanh", shared: bool = False,
+                 state_dependent_std: bool = False, init_log_std: float = 0.0, ortho_init: bool = True) -> None:
+        hiddens = check_widths("hiddens", hiddens)
+        super().__init__(
+            observation_space, action_space, distribution_cls,
+            hiddens=hiddens, activation=activation, shared=shared,
+            state_dependent_std=state_dependent_std, init_log_std=init_log_std, ortho_init=ortho_init,
+        )
+        act = resolve_activation(activation)
+        in_features = flat_observation_size(observation_space)
+        head_size = self.init_policy_head(state_dependent_std, init_log_std)
+        sizes = [in_features, *hiddens]
+        last = sizes[-1]
+        self.shared = bool(shared)
+        if self.shared:
+            self.trunk = nn.Sequential(*make_mlp(sizes, act, ortho_init))
+            self.pi = make_linear(last, head_size, 0.01, ortho_init)
+            self.vf = make_linear(last, 1, 1.0, ortho_init)
+        else:
+            self.pi = nn.Sequential(*make_mlp(sizes, act, ortho_init), make_linear(last, head_size, 0.01, ortho_init))
+            self.vf = nn.Sequential(*make_mlp(sizes, act, ortho_init), make_linear(last, 1, 1.0, ortho_init))
+
+    def forward(self, obs: torch.Tensor | TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
+        x = flatten_observation(obs, self.observation_space)
+        if self.shared:
+            x = self.trunk(x)
+        return self.distribution_params(self.pi(x)), self.vf(x)[:, 0]
+
+    def value(self, obs: torch.Tensor | TensorDictBase) -> torch.Tensor:
+        x = flatten_observation(obs, self.observation_space)
+        if self.shared:
+            x = self.trunk(x)
+        return self.vf(x)[:, 0]

@@ -1,0 +1,164 @@
+"""Running statistics and observation normalisation (the reward normaliser is PPO's:
+:mod:`rl8.ppo.rewards`).
+
+Every statistic is kept as (mean, var, count), so that statistics from several processes can
+be merged exactly (see :meth:`RunningMeanStd.merge_`), which is what data-parallel training
+needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+from torch import nn
+
+__all__ = ["RunningMeanStd", "ObservationNormalizer"]
+
+
+class RunningMeanStd(nn.Module):
+    """Mean and variance of a stream of batches, per feature, in float64.
+
+    Args:
+        shape: Shape of one sample (the feature shape); batches have extra leading dims.
+        device: Device of the statistics.
+    """
+
+    def __init__(self, shape: tuple[int, ...] = (), *, device: torch.device | str = "cpu") -> None:
+        super().__init__()
+        self.shape = tuple(shape)
+        self.register_buffer("mean", torch.zeros(self.shape, dtype=torch.float64, device=device))
+        self.register_buffer("var", torch.ones(self.shape, dtype=torch.float64, device=device))
+        self.register_buffer("count", torch.zeros((), dtype=torch.float64, device=device))
+
+    @torch.no_grad()
+    def update(self, batch: torch.Tensor, all_reduce: Callable[[torch.Tensor], Any] | None = None) -> None:
+        """Fold a batch ``[..., *shape]`` into the statistics (no host synchronisation).
+
+        Args:
+            batch: Samples with the feature shape as trailing dims.
+            all_reduce: In data-parallel training, a function that sums a tensor across
+                ranks in place; the statistics then cover every rank's batch, identically on
+                every rank.
+        """
+        x = batch.reshape(-1, *self.shape).to(torch.float64)
+        n = x.shape[0]
+        if all_reduce is not None:
+            packed = torch.cat([x.new_full((1,), float(n)), x.sum(0).reshape(-1), x.square().sum(0).reshape(-1)])
+            all_reduce(packed)
+            size = (packed.numel() - 1) // 2
+            count = packed[0]
+            mean = (packed[1 : 1 + size] / count.clamp(min=1)).reshape(self.shape)
+            var = (packed[1 + size :] / count.clamp(min=1)).reshape(self.shape) - mean.square()
+            self.merge_(mean, var.clamp(min=0), count)
+            return
+        if n == 0:
+            return
+        # two reductions: torch.var_mean is slower on the CPU
+        mean = x.mean(0)
+        var = x.var(0, unbiased=False) if n > 1 else torch.zeros_like(mean)
+        self.merge_(mean, var, torch.tensor(float(n), dtype=torch.float64, device=x.device))
+
+    @torch.no_grad()
+    def merge_(self, mean: torch.Tensor, var: torch.Tensor, count: torch.Tensor) -> None:
+        """Merge another set of statistics (Chan et al.'s parallel algorithm), in place."""
+        total = self.count + count
+        w = count / total.clamp(min=1.0)  # weight of the new statistics (0 when both are empty)
+        delta = mean - self.mean
+        # var = (1 - w) var_a + w var_b + w (1 - w) delta^2: the pooled M2 over the total count
+        self.var.lerp_(var, w).add_(delta.square().mul_(w * (1.0 - w)))
+        self.mean.add_(delta.mul_(w))
+        self.count.copy_(total)
+
+    @torch.no_grad()
+    def merge_moments_(self, current: tuple[float, float, float], count: float, total: float,
+                       total_sq: float) -> None:
+        """Merge a batch given by its moments, with the arithmetic on the host.
+
+        For scalar statistics (``shape == ()``) whose current values the caller has already
+        read back: ``current`` is ``(mean, var, count)`` as they are now; ``count``,
+        ``total`` and ``total_sq`` are the batch's size, sum and sum of squares (float64
+        accuracy). Three fills replace a dozen device ops.
+        """
+        mean_a, var_a, count_a = current
+        if count <= 0:
+            return
+        mean_b = total / count
+        var_b = max(total_sq / count - mean_b * mean_b, 0.0)
+        n = count_a + count
+        w = count / n
+        delta = mean_b - mean_a
+        self.mean.fill_(mean_a + delta * w)
+        self.var.fill_((1.0 - w) * var_a + w * var_b + w * (1.0 - w) * delta * delta)
+        self.count.fill_(n)
+
+    def std(self, eps: float = 1e-8) -> torch.Tensor:
+        """Standard deviation with ``eps`` added to the variance."""
+        return (self.var + eps).sqrt()
+
+    def extra_repr(self) -> str:
+        return f"shape={self.shape}"
+
+
+class ObservationNormalizer(nn.Module):
+    """Normalises observations with running mean and variance: ``clip((x - mean) / std)``.
+
+    Only floating-point leaves are normalised; integer leaves (e.g. images stored as uint8,
+    discrete observations) and an ``action_mask`` pass through unchanged.
+
+    Args:
+        example: One batch of observations ``[B, ...]`` (a tensor or TensorDict) that fixes the
+            feature shapes.
+        clip: Normalised values are clipped to ``[-clip, clip]``.
+        eps: Added to the variance before the square root.
+    """
+
+    def __init__(self, example: torch.Tensor | TensorDictBase, *, clip: float = 10.0, eps: float = 1e-8) -> None:
+        super().__init__()
+        self.clip = float(clip)
+        self.eps = float(eps)
+        self.stats = nn.ModuleDict()
+        for key, leaf in self._leaves(example):
+            self.stats[self._name(key)] = RunningMeanStd(tuple(leaf.shape[1:]), device=leaf.device)
+
+    @staticmethod
+    def _name(key: str | tuple[str, ...]) -> str:
+        return "obs" if key == () else "__".join(key if isinstance(key, tuple) else (key,))
+
+    @staticmethod
+    def _leaves(obs):
+        if isinstance(obs, TensorDictBase):
+            for key, leaf in obs.items(include_nested=True, leaves_only=True):
+                key = key if isinstance(key, tuple) else (key,)
+                if key[-1] == "action_mask" or not leaf.is_floating_point():
+                    continue
+                yield key, leaf
+        elif obs.is_floating_point():
+            yield (), obs
+
+    @torch.no_grad()
+    def update(self, obs: torch.Tensor | TensorDictBase, batch_dims: int = 1,
+               all_reduce: Callable[[torch.Tensor], Any] | None = None) -> None:
+        """Fold observations with ``batch_dims`` leading batch dims into the statistics
+        (``all_reduce``: see :meth:`RunningMeanStd.update`)."""
+        for key, leaf in self._leaves(obs):
+            rms = self.stats[self._name(key)]
+            rms.update(leaf.reshape(-1, *leaf.shape[batch_dims:]), all_reduce)
+
+    def forward(self, obs: torch.Tensor | TensorDictBase) -> torch.Tensor | TensorDictBase:
+        """Return normalised observations (a new tensor / TensorDict; the input is untouched)."""
+        if isinstance(obs, TensorDictBase):
+            out = obs.clone(recurse=False)
+            for key, leaf in self._leaves(obs):
+                out.set(key, self._normalize(self.stats[self._name(key)], leaf))
+            return out
+        if not obs.is_floating_point():
+            return obs
+        return self._normalize(self.stats["obs"], obs)
+
+    def _normalize(self, rms: RunningMeanStd, x: torch.Tensor) -> torch.Tensor:
+        mean = rms.mean.to(x.dtype)
+        inv_std = rms.var.add(self.eps).rsqrt().to(x.dtype)
+        return ((x - mean) * inv_std).clamp(-self.clip, self.clip)

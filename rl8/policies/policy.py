@@ -1,0 +1,380 @@
+"""The policy: a model, an action distribution and (optionally) observation normalisation."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from tensordict import TensorDict, TensorDictBase
+from torch import nn
+
+from rl8.envs.spaces import check_space, space_dtype, space_shape, zeros_like_space
+from rl8.policies.distributions import Distribution, default_distribution_cls
+from rl8.policies.encoders import default_model_cls
+from rl8.policies.models import Model, check_model_config
+from rl8.policies.normalization import ObservationNormalizer
+
+__all__ = ["Policy"]
+
+
+def _entropy(dist: Distribution, grad: bool) -> torch.Tensor:
+    if grad:
+        return dist.entropy()
+    with torch.no_grad():
+        return dist.entropy()
+
+
+class Policy(nn.Module):
+    """Acts on observations: the model's outputs parameterise an action distribution.
+
+    Args:
+        observation_space: Space of one observation.
+        action_space: Space of one action.
+        model_cls: A :class:`~rl8.policies.models.Model` subclass; ``None``: the default for the
+            observation space (:func:`rl8.policies.encoders.default_model_cls`: a CNN for images, a
+            multi-input model for ``Dict`` spaces with images, else :class:`~rl8.policies.models.MLPModel`).
+        model_config: Keyword arguments of ``model_cls``.
+        distribution_cls: A :class:`~rl8.policies.distributions.Distribution` subclass; ``None``: the
+            default for the action space.
+        normalize_observations: Keep running observation statistics and feed the model
+            normalised observations.
+        device: Device of the parameters.
+
+    Calling the policy (``policy(obs)``) returns env actions for a batch of tensor
+    observations, ready for ``Env.step``; :meth:`predict` acts on numpy or torch observations,
+    one or a batch, and returns numpy actions, ready for a gymnasium env.
+    """
+
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        *,
+        model_cls: type[Model] | None = None,
+        model_config: dict[str, Any] | None = None,
+        distribution_cls: type[Distribution] | None = None,
+        normalize_observations: bool = False,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        super().__init__()
+        check_space(observation_space, field="observation_space")
+        check_space(action_space, field="action_space")
+        if isinstance(action_space, spaces.Dict):
+            raise TypeError("action_space: Dict action spaces are not supported; use MultiDiscrete or Box")
+        self.observation_space = observation_space
+        self.action_space = action_space
+        self.distribution_cls = distribution_cls or default_distribution_cls(action_space)
+        if not self.distribution_cls.supports(action_space):
+            raise TypeError(
+                f"distribution_cls: {self.distribution_cls.__name__} does not support the "
+                f"action space {action_space}"
+            )
+        self.model_config = dict(model_config or {})
+        self.model_cls = model_cls or default_model_cls(observation_space, self.model_config)
+        check_model_config(self.model_cls, self.model_config)
+        self.model = self.model_cls(observation_space, action_space, self.distribution_cls, **self.model_config)
+        self.obs_normalizer = (
+            ObservationNormalizer(zeros_like_space(observation_space, [1])) if normalize_observations else None
+        )
+        # only TensorDict observations can carry an action mask; others skip the lookup
+        self._may_mask = isinstance(observation_space, spaces.Dict)
+        self.to(device)
+
+    @property
+    def device(self) -> torch.device:
+        """Device of the policy's parameters."""
+        return next(self.parameters()).device
+
+    @property
+    def recurrent(self) -> bool:
+        """Whether the model carries a hidden state between steps."""
+        return bool(getattr(self.model, "recurrent", False))
+
+    def preprocess(self, obs: torch.Tensor | TensorDictBase) -> torch.Tensor | TensorDictBase:
+        """Normalise observations when observation normalisation is on."""
+        return obs if self.obs_normalizer is None else self.obs_normalizer(obs)
+
+    @staticmethod
+    def action_mask(obs: torch.Tensor | TensorDictBase) -> torch.Tensor | None:
+        """The ``action_mask`` entry of a TensorDict observation, if any."""
+        if isinstance(obs, TensorDictBase) and "action_mask" in obs.keys():
+            mask = obs.get("action_mask")
+            return mask if mask.dtype == torch.bool else mask.bool()
+        return None
+
+    def distribution(self, obs: torch.Tensor | TensorDictBase) -> tuple[Distribution, torch.Tensor]:
+        """The action distribution and the values ``[B]`` for a batch of observations."""
+        params, value = self.model(obs if self.obs_normalizer is None else self.obs_normalizer(obs))
+        mask = self.action_mask(obs) if self._may_mask else None
+        return self.distribution_cls(params, self.action_space, action_mask=mask), value
+
+    def rollout(self) -> contextlib.AbstractContextManager:
+        """A context in which the parameters stay constant: the model's
+        :meth:`~rl8.policies.models.Model.rollout` (PPO enters it around every collect and evaluation)."""
+        return self.model.rollout()
+
+    def initial_state(self, batch_size: int) -> TensorDictBase | None:
+        """The recurrent model's initial state for ``batch_size`` envs (``None`` if feedforward)."""
+        if not self.recurrent:
+            return None
+        return self.model.initial_state(batch_size, self.device)
+
+    def rollout_step(
+        self,
+        obs: torch.Tensor | TensorDictBase,
+        carry: TensorDictBase | None,
+        starts: torch.Tensor | None = None,
+    ) -> tuple[Distribution, torch.Tensor, TensorDictBase | None]:
+        """One environment step of the policy for a batch of envs, for both kinds of model.
+
+        Args:
+            obs: Observations ``[B, ...]``.
+            carry: What the model carries from step to step: the recurrent state before this
+                step (:meth:`initial_state`), ``None`` for feedforward models.
+            starts: ``[B]`` bool, True where an episode starts at ``obs`` (that env's carry
+                is reset first); ``None``: none does. Ignored by feedforward models.
+
+        Returns:
+            The action distribution, the values ``[B]`` and the carry after the step.
+        """
+        if carry is None:
+            dist, value = self.distribution(obs)
+            return dist, value, None
+        params, values, carry = self.model(self.preprocess(obs)[:, None], carry, self._starts(obs, starts)[:, None])
+        dist = self.distribution_cls(params[:, 0], self.action_space, action_mask=self.action_mask(obs))
+        return dist, values[:, 0], carry
+
+    def rollout_value(
+        self,
+        obs: torch.Tensor | TensorDictBase,
+        carry: TensorDictBase | None,
+        starts: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Values ``[B]`` of one step from ``carry`` (arguments as of :meth:`rollout_step`)."""
+        if carry is None:
+            return self.value(obs)
+        return self.model.value(self.preprocess(obs)[:, None], carry, self._starts(obs, starts)[:, None])[:, 0]
+
+    def _starts(self, obs: torch.Tensor | TensorDictBase, starts: torch.Tensor | None) -> torch.Tensor:
+        """``starts``, or no episode start for any of the ``[B]`` envs."""
+        return torch.zeros(obs.shape[0], dtype=torch.bool, device=self.device) if starts is None else starts
+
+    def reset_state(self, mask: torch.Tensor | None = None) -> None:
+        """Recurrent policies: forget the state kept between calls of the policy.
+
+        Args:
+            mask: ``[B]`` bool of the envs to reset; ``None`` resets all of them.
+        """
+        if mask is None or getattr(self, "_state", None) is None:
+            self._state = None
+            return
+        initial = self.initial_state(mask.shape[0])
+        m = mask.to(self.device)
+        self._state = self._state.apply(
+            lambda cur, init: torch.where(m.reshape(-1, *([1] * (cur.dim() - 1))), init, cur), initial
+        )
+
+    def act(
+        self, obs: torch.Tensor | TensorDictBase, *, deterministic: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Sample raw actions with their log-probabilities ``[B]`` and values ``[B]``.
+
+        Raw actions are what the rollout buffer stores; :meth:`to_env_action` maps them to
+        the env's action space.
+        """
+        dist, value = self.distribution(obs)
+        actions = dist.deterministic_sample() if deterministic else dist.sample()
+        return actions, dist.log_prob(actions), value
+
+    def evaluate(
+        self, minibatch: TensorDictBase, *, entropy_grad: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Log-probabilities, entropies and values of the raw actions of a minibatch, each
+        flattened to one entry per step (``[B]``, or ``[S * T]`` for sequences).
+
+        Args:
+            minibatch: A TensorDict with ``obs`` and ``actions`` (raw actions); rows are
+                transitions (``[B, ...]``) for feedforward models and sequences of ``T``
+                consecutive steps (``[S, T, ...]``) for recurrent ones, which also need
+                ``state`` (``[S]``: the state before each sequence's first step) and
+                ``firsts`` (``[S, T]`` bool: an episode starts there, the state is reset
+                before it). Other keys are ignored.
+            entropy_grad: ``False`` computes the entropies without recording them for
+                autograd (for a loss that only reports them).
+        """
+        obs, actions = minibatch["obs"], minibatch["actions"]
+        if not self.recurrent:
+            dist, value = self.distribution(obs)
+            return dist.log_prob(actions), _entropy(dist, entropy_grad), value
+        # replay each sequence from its stored initial state
+        params, values, _ = self.model(self.preprocess(obs), minibatch["state"], minibatch["firsts"])
+        s, t = params.shape[:2]
+        mask = self.action_mask(obs)
+        if mask is not None:
+            mask = mask.reshape(s * t, *mask.shape[2:])
+        dist = self.distribution_cls(params.reshape(s * t, -1), self.action_space, action_mask=mask)
+        actions = actions.reshape(s * t, *actions.shape[2:])
+        return dist.log_prob(actions), _entropy(dist, entropy_grad), values.reshape(s * t)
+
+    def value(self, obs: torch.Tensor | TensorDictBase) -> torch.Tensor:
+        """Values ``[B]`` of a batch of observations."""
+        return self.model.value(self.preprocess(obs))
+
+    def to_env_action(self, actions: torch.Tensor) -> torch.Tensor:
+        """Map raw actions to the env's action space (e.g. scale to a Box's bounds)."""
+        return self.distribution_cls.to_env_action(actions, self.action_space)
+
+    @torch.no_grad()
+    def forward(self, obs: torch.Tensor | TensorDictBase, *, deterministic: bool = True) -> torch.Tensor:
+        """Env actions for a batch of observations (deterministic by default).
+
+        A recurrent policy keeps its state between calls (one call = one env step); call
+        :meth:`reset_state` when episodes end or the batch changes.
+        """
+        if not self.recurrent:
+            actions, _, _ = self.act(obs, deterministic=deterministic)
+            return self.to_env_action(actions)
+        batch = obs.shape[0]
+        state = getattr(self, "_state", None)
+        if state is None or state.batch_size[0] != batch:
+            state = self.initial_state(batch)
+        dist, _, self._state = self.rollout_step(obs, state)
+        actions = dist.deterministic_sample() if deterministic else dist.sample()
+        return self.to_env_action(actions)
+
+    @torch.no_grad()
+    def predict(
+        self,
+        obs: Any,
+        *,
+        deterministic: bool = True,
+        state: TensorDictBase | None = None,
+        episode_start: Any = None,
+    ) -> tuple[np.ndarray, TensorDictBase | None]:
+        """Actions for one observation or a batch of them, as numpy (in the spirit of SB3).
+
+        Args:
+            obs: One observation of :attr:`observation_space` or a batch of them (a leading
+                batch dimension); a numpy array, a torch tensor, a Python number or list, or
+                for ``Dict`` spaces a dict (or TensorDict) of those, one entry per key.
+            deterministic: The distribution's mode (``True``) or a sample (``False``).
+            state: Recurrent policies: the state :meth:`predict` returned at the previous step
+                of the same episodes; ``None`` starts new episodes. Ignored by feedforward
+                policies.
+            episode_start: Recurrent policies: a bool, or bool ``[B]`` for a batch, ``True``
+                where a new episode starts at ``obs`` (that env's state is reset first);
+                ``None``: no reset beyond ``state=None``.
+
+        Returns:
+            ``(actions, state)``: actions as a numpy array of the action space's dtype, without
+            a batch dimension for one observation (a 0-d array for ``Discrete``), and the
+            recurrent state to pass back at the next step (``None`` for feedforward policies).
+            ``Box`` actions are clipped to the space's bounds, so ``action_space.contains``
+            holds for each of them.
+
+        Raises:
+            ValueError: ``obs`` (or an entry of it) has neither the shape of one observation
+                nor that of a batch, or a ``Dict`` observation has missing or extra keys; the
+                message names the entry, the expected and the given shape.
+        """
+        obs, batch = _as_batch(obs, self.observation_space, self.device)
+        if self.recurrent:
+            size = 1 if batch is None else batch
+            if state is None:
+                state = self.initial_state(size)
+            elif state.batch_size[0] != size:
+                raise ValueError(
+                    f"state: expected the state of {size} env(s) (batch size [{size}]), "
+                    f"got batch size {list(state.batch_size)}"
+                )
+            starts = None
+            if episode_start is not None:
+                starts = torch.as_tensor(episode_start, dtype=torch.bool, device=self.device).reshape(size)
+            dist, _, state = self.rollout_step(obs, state, starts)
+        else:
+            dist, _ = self.distribution(obs)
+            state = None
+        raw = dist.deterministic_sample() if deterministic else dist.sample()
+        actions = self.to_env_action(raw).cpu().numpy().astype(self.action_space.dtype, copy=False)
+        if isinstance(self.action_space, spaces.Box):
+            actions = np.clip(actions, self.action_space.low, self.action_space.high)
+        return (actions[0] if batch is None else actions), state
+
+
+def _as_batch(
+    obs: Any, space: spaces.Space, device: torch.device
+) -> tuple[torch.Tensor | TensorDict, int | None]:
+    """One observation or a batch of them as a batched tensor (TensorDict for ``Dict`` spaces)
+    on ``device``, and the batch size (``None`` for one observation, now a batch of one)."""
+    leaves: dict[tuple[str, ...], tuple[torch.Tensor, spaces.Space]] = {}
+    _collect_leaves(obs, space, (), device, leaves)
+    batches = {name: _leaf_batch(tensor, sub, name) for name, (tensor, sub) in leaves.items()}
+    kinds = set(batches.values())
+    if len(kinds) > 1:
+        given = ", ".join(f"{_leaf_name(name)}: {tuple(leaves[name][0].shape)}" for name in leaves)
+        raise ValueError(
+            f"obs: expected one observation or a batch of the same size in every entry, "
+            f"got shapes {given}"
+        )
+    batch = kinds.pop()
+
+    def batched(tensor: torch.Tensor) -> torch.Tensor:
+        return tensor.unsqueeze(0) if batch is None else tensor
+
+    if not isinstance(space, spaces.Dict):
+        return batched(leaves[()][0]), batch
+    out = TensorDict({}, batch_size=[1 if batch is None else batch], device=device)
+    for name, (tensor, _) in leaves.items():
+        out.set(name, batched(tensor))
+    return out, batch
+
+
+def _leaf_name(name: tuple[str, ...]) -> str:
+    return "obs" + "".join(f"[{key!r}]" for key in name)
+
+
+def _collect_leaves(
+    obs: Any, space: spaces.Space, name: tuple[str, ...], device: torch.device, out: dict
+) -> None:
+    """Each entry of ``obs`` as a tensor of its space's dtype on ``device``:
+    ``out[name] = (tensor, space)``."""
+    if isinstance(space, spaces.Dict):
+        if not isinstance(obs, (Mapping, TensorDictBase)):
+            raise ValueError(
+                f"{_leaf_name(name)}: expected a dict with the keys {list(space.spaces)}, "
+                f"got {type(obs).__name__}"
+            )
+        given = list(obs.keys())
+        missing = [key for key in space.spaces if key not in given]
+        extra = [key for key in given if key not in space.spaces]
+        if missing or extra:
+            problems = [f"{what} {keys}" for what, keys in (("missing", missing), ("unexpected", extra)) if keys]
+            raise ValueError(
+                f"{_leaf_name(name)}: expected the keys {list(space.spaces)}, got {given} "
+                f"({', '.join(problems)})"
+            )
+        for key, sub in space.spaces.items():
+            _collect_leaves(obs[key], sub, (*name, key), device, out)
+        return
+    dtype = torch.bool if name == ("action_mask",) else space_dtype(space)
+    tensor = obs if torch.is_tensor(obs) else torch.as_tensor(np.asarray(obs))
+    out[name] = (tensor.to(device=device, dtype=dtype), space)
+
+
+def _leaf_batch(tensor: torch.Tensor, space: spaces.Space, name: tuple[str, ...]) -> int | None:
+    """``None`` for one observation of ``space``, the batch size for a batch; else an error."""
+    expected = space_shape(space)
+    shape = tuple(tensor.shape)
+    if shape == expected:
+        return None
+    if len(shape) == len(expected) + 1 and shape[1:] == expected:
+        return shape[0]
+    batched = "(B" + "".join(f", {size}" for size in expected) + ")"
+    raise ValueError(
+        f"{_leaf_name(name)}: expected shape {expected} (one observation) or {batched} (a batch "
+        f"of B), got {shape}"
+    )

@@ -1,0 +1,284 @@
+"""Recurrent models: models that carry a hidden state from one env step to the next.
+
+A recurrent model is a :class:`~rl8.policies.models.Model` with ``recurrent = True`` that PPO drives
+through the same code path as a feedforward one, with two more tensors: the hidden ``state``
+(a TensorDict with the batch dimension first, so the rollout buffer can store it per env) and
+``firsts`` (where episodes start, so the state is reset exactly there)::
+
+    state = model.initial_state(B, device)                   # TensorDict [B] of zeros
+    params, values, state = model(obs, state, firsts)        # obs [B, T, ...], firsts [B, T]
+
+Collection calls the model with ``T = 1`` and chains the returned state; training replays
+``seq_len``-step sequences from each sequence's stored initial state. Both give the same
+outputs, which is what makes the PPO ratio of a recurrent policy correct. See
+``docs/recurrent.md``.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import torch
+from gymnasium import spaces
+from tensordict import TensorDict, TensorDictBase
+from torch import Tensor, nn
+
+from rl8.policies.encoders import ObservationEncoder, has_image
+from rl8.policies.models import (
+    Model, make_linear, make_mlp, check_widths, flat_observation_size, flatten_observation, resolve_activation,
+)
+
+__all__ = ["RecurrentModel", "LSTMModel", "GRUModel"]
+
+
+class RecurrentModel(Model):
+    """Base class of recurrent models: ``(obs, state, firsts) -> (params, values, state)``.
+
+    Args:
+        observation_space: Space of one observation.
+        action_space: Space of one action.
+        distribution_cls: The action distribution class; ``params`` has width
+            ``distribution_cls.param_size(action_space)``.
+        **config: Model-specific options (``model_config`` in PPO's hyper-parameters).
+
+    Subclasses implement :meth:`initial_state` and :meth:`forward`, and may override
+    :meth:`value` when values are cheaper than the full forward pass.
+
+    PPO relies on the contract of ``docs/recurrent.md``: the state is a TensorDict ``[B]`` (batch
+    dimension first in every entry, so the rollout buffer stores it per env), and a sequence in
+    one call gives the same outputs as step by step (``T = 1`` calls chaining the state).
+    """
+
+    recurrent: ClassVar[bool] = True
+
+    def initial_state(self, batch_size: int, device: torch.device | str = "cpu") -> TensorDict:
+        """The state before the first step of an episode, for ``batch_size`` envs.
+
+        Args:
+            batch_size: Number of envs (rows) ``B``.
+            device: Device of the returned tensors.
+
+        Returns:
+            TensorDict with batch size ``[B]`` (float32 zeros for the built-in models).
+        """
+        raise NotImplementedError
+
+    def forward(  # type: ignore[override]
+        self, obs: Tensor | TensorDictBase, state: TensorDictBase, firsts: Tensor
+    ) -> tuple[Tensor, Tensor, TensorDict]:
+        """Run ``T`` steps for ``B`` envs.
+
+        Args:
+            obs: Observations ``[B, T, *obs_shape]`` (a TensorDict with batch size ``[B, T]``
+                for ``Dict`` spaces).
+            state: TensorDict ``[B]``: the state before step 0 of the sequence.
+            firsts: bool ``[B, T]``; True at ``[b, t]`` resets row ``b``'s state to the initial
+                state right before step ``t``.
+
+        Returns:
+            Distribution parameters ``[B, T, P]``, values ``[B, T]`` and the state after the
+            last step (TensorDict ``[B]``).
+        """
+        raise NotImplementedError
+
+    def value(  # type: ignore[override]
+        self, obs: Tensor | TensorDictBase, state: TensorDictBase, firsts: Tensor
+    ) -> Tensor:
+        """Values ``[B, T]`` of a sequence (same arguments as :meth:`forward`)."""
+        return self(obs, state, firsts)[1]
+
+
+def _check_int(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ValueError(f"model_config {name}: expected an int >= {minimum}, got {value!r}")
+    return int(value)
+
+
+class _RNNModel(RecurrentModel):
+    """Shared body of :class:`LSTMModel` and :class:`GRUModel`: MLP encoder -> RNN -> heads."""
+
+    _rnn_cls: ClassVar[type[nn.RNNBase]]
+    _state_keys: ClassVar[tuple[str, ...]]
+
+    def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, distribution_cls: type, /, *,
+                 hidden_size: int = 128, num_layers: int = 1, encoder_hiddens: Sequence[int] = (64,),
+                 activation: str | type[nn.Module] = "tanh", state_dependent_std: bool = False,
+                 init_log_std: float = 0.0, ortho_init: bool = True, encoder: str | type[nn.Module] | None = None,
+                 encoder_config: dict[str, Any] | None = None, image_layout: str | None = None,
+                 image_keys: dict[str, str] | None = None) -> None:
+        hidden_size = _check_int("hidden_size", hidden_size, 1)
+        num_layers = _check_int("num_layers", num_layers, 1)
+        encoder_hiddens = check_widths("encoder_hiddens", encoder_hiddens)
+        super().__init__(
+            observation_space, action_space, distribution_cls,
+            hidden_size=hidden_size, num_layers=num_layers, encoder_hiddens=encoder_hiddens,
+            activation=activation, state_dependent_std=state_dependent_std,
+            init_log_std=init_log_std, ortho_init=ortho_init, encoder=encoder,
+            encoder_config=dict(encoder_config or {}), image_layout=image_layout, image_keys=dict(image_keys or {}),
+        )
+        act = resolve_activation(activation)
+        self.hidden_size = hidden_size
+        self.num_layers = num_layers
+        head_size = self.init_policy_head(state_dependent_std, init_log_std)
+
+        # images (or encoder="nature"/"impala"): a convolutional encoder before the MLP encoder
+        self.image_encoder: ObservationEncoder | None = None
+        images = has_image(observation_space, image_layout) or bool(image_keys)
+        if encoder is not None and not images:
+            raise ValueError(
+                f"model_config encoder: {encoder!r} encodes images, but the observation space has none "
+                f"({observation_space}); declare float images with image_layout or image_keys"
+            )
+        if images:
+            self.image_encoder = ObservationEncoder(
+                observation_space, encoder=encoder or "nature", encoder_config=encoder_config,
+                image_layout=image_layout, image_keys=image_keys, activation=activation,
+            )
+            sizes = [self.image_encoder.features, *encoder_hiddens]
+        else:
+            sizes = [flat_observation_size(observation_space), *encoder_hiddens]
+        self.encoder = nn.Sequential(*make_mlp(sizes, act, ortho_init))
+        self.rnn = self._rnn_cls(sizes[-1], hidden_size, num_layers, batch_first=True)
+        if ortho_init:
+            for name, param in self.rnn.named_parameters():
+                if name.startswith("weight"):
+                    nn.init.orthogonal_(param, 1.0)
+                else:
+                    nn.init.zeros_(param)
+        self.pi = make_linear(hidden_size, head_size, 0.01, ortho_init)
+        self.vf = make_linear(hidden_size, 1, 1.0, ortho_init)
+
+    # -- state ---------------------------------------------------------------------------------
+
+    def initial_state(self, batch_size: int, device: torch.device | str = "cpu") -> TensorDict:
+        shape = (batch_size, self.num_layers, self.hidden_size)
+        zeros = {k: torch.zeros(shape, dtype=torch.float32, device=device) for k in self._state_keys}
+        return TensorDict(zeros, batch_size=[batch_size], device=device)
+
+    def _to_rnn(self, state: TensorDictBase) -> tuple[Tensor, ...]:
+        """Batch-first state entries ``[B, L, H]`` -> the RNN's layout ``[L, B, H]``."""
+        return tuple(state.get(k).transpose(0, 1).contiguous() for k in self._state_keys)
+
+    def _from_rnn(self, hx: tuple[Tensor, ...], like: TensorDictBase) -> TensorDict:
+        # Keep the incoming dtype (autocast may return bfloat16/float16 states).
+        entries = {k: h.transpose(0, 1).to(like.get(k).dtype) for k, h in zip(self._state_keys, hx)}
+        return TensorDict(entries, batch_size=[hx[0].shape[1]], device=hx[0].device)
+
+    # -- forward -------------------------------------------------------------------------------
+
+    def _encode(self, obs: Tensor | TensorDictBase) -> Tensor:
+        b, t = obs.shape[:2]
+        flat = obs.reshape(b * t) if isinstance(obs, TensorDictBase) else obs.reshape(b * t, *obs.shape[2:])
+        if self.image_encoder is not None:
+            x = self.encoder(self.image_encoder(flat))
+        else:
+            x = self.encoder(flatten_observation(flat, self.observation_space))
+        return x.reshape(b, t, x.shape[-1])
+
+    def _run(self, x: Tensor, state: TensorDictBase, firsts: Tensor,
+             starts: Sequence[int]) -> tuple[Tensor, TensorDict]:
+        """Run the RNN over ``x`` ``[B, T, F]`` in segments beginning at ``starts`` (0 first).
+
+        Every step where some row has ``firsts`` True must begin a segment: the state of those
+        rows is reset at the segment start, and each segment is one RNN call. ``starts = [0]``
+        is the fast path, ``starts = range(T)`` the step-by-step loop; all give the same result.
+        """
+        bounds = [*starts, x.shape[1]]
+        hx = self._to_rnn(state)
+        outs = []
+        for start, end in zip(bounds[:-1], bounds[1:]):
+            keep = (~firsts[:, start]).reshape(1, -1, 1)
+            hx = tuple(torch.where(keep, h, torch.zeros((), dtype=h.dtype, device=h.device)) for h in hx)
+            out, hx = self.rnn(x[:, start:end], hx if len(hx) > 1 else hx[0])
+            hx = hx if isinstance(hx, tuple) else (hx,)
+            outs.append(out)
+        y = outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)
+        return y, self._from_rnn(hx, state)
+
+    def _core(self, obs: Tensor | TensorDictBase, state: TensorDictBase, firsts: Tensor) -> tuple[Tensor, TensorDict]:
+        b, t = firsts.shape
+        if tuple(obs.shape[:2]) != (b, t) or tuple(state.batch_size) != (b,):
+            raise ValueError(
+                f"{type(self).__name__}: expected obs [B, T, ...], state [B] and firsts [B, T] with the "
+                f"same B and T, got obs {tuple(obs.shape)}, state {tuple(state.batch_size)}, "
+                f"firsts {tuple(firsts.shape)}"
+            )
+        x = self._encode(obs)
+        if t == 1:
+            starts: list[int] = [0]  # collection: no host synchronisation
+        else:
+            # One host sync: steps (after 0) where any row starts an episode split the sequence
+            # into segments; none (the usual case for long episodes) is the one-call fast path.
+            inner = firsts[:, 1:].any(0).nonzero().flatten().tolist()
+            starts = [0, *(i + 1 for i in inner)]
+        return self._run(x, state, firsts, starts)
+
+    def forward(  # type: ignore[override]
+        self, obs: Tensor | TensorDictBase, state: TensorDictBase, firsts: Tensor
+    ) -> tuple[Tensor, Tensor, TensorDict]:
+        y, new_state = self._core(obs, state, firsts)
+        return self.distribution_params(self.pi(y)), self.vf(y).squeeze(-1), new_state
+
+    def value(  # type: ignore[override]
+        self, obs: Tensor | TensorDictBase, state: TensorDictBase, firsts: Tensor
+    ) -> Tensor:
+        y, _ = self._core(obs, state, firsts)
+        return self.vf(y).squeeze(-1)
+
+
+_ARGS_DOC = """
+    Args:
+        observation_space: Space of one observation (flattened with
+            :func:`~rl8.policies.models.flatten_observation`).
+        action_space: Space of one action.
+        distribution_cls: The action distribution class.
+        hidden_size: Width ``H`` of the recurrent state (>= 1).
+        num_layers: Number of stacked recurrent layers ``L`` (>= 1).
+        encoder_hiddens: Widths of the MLP encoder applied to each observation before the
+            recurrent layers, e.g. ``(64,)``; ``()`` feeds the flat observation directly.
+        activation: Activation of the encoder: one of ``"tanh"``, ``"relu"``, ``"elu"``,
+            ``"gelu"``, ``"silu"``, ``"leaky_relu"``, or an ``nn.Module`` class.
+        state_dependent_std: For Gaussian distributions: the policy head outputs the log-std
+            (``True``) or a learned state-independent log-std is used (``False``, default;
+            params are ``[mean, log_std]``).
+        init_log_std: Initial value of the state-independent log-std.
+        ortho_init: Orthogonal initialisation with zero biases: gain sqrt(2) for the encoder,
+            1 for the recurrent weights, 0.01 for the policy head and 1 for the value head.
+        encoder: A convolutional encoder applied before ``encoder_hiddens``: ``"nature"``,
+            ``"impala"`` or an ``nn.Module`` class (see :class:`rl8.policies.encoders.ImageEncoder`);
+            ``None``: ``"nature"`` for image observations (and ``Dict`` ones with an image),
+            none for others. ``Dict`` observations get one encoder per image entry and an MLP
+            per other entry (:class:`rl8.policies.encoders.ObservationEncoder`).
+        encoder_config: Keyword arguments of the convolutional encoder (``channels``,
+            ``kernel_sizes``, ``strides``, ``features``).
+        image_layout: ``"HWC"`` or ``"CHW"``: declares a float Box observation an image.
+        image_keys: ``Dict`` observations: float image entries and their layouts.
+"""
+
+
+class LSTMModel(_RNNModel):
+    __doc__ = (
+        """An MLP encoder, an ``nn.LSTM`` and linear policy and value heads on its output.
+
+    The state is ``{"h": [B, L, H], "c": [B, L, H]}`` (hidden and cell states, batch first).
+"""
+        + _ARGS_DOC
+    )
+
+    _rnn_cls = nn.LSTM
+    _state_keys = ("h", "c")
+
+
+class GRUModel(_RNNModel):
+    __doc__ = (
+        """An MLP encoder, an ``nn.GRU`` and linear policy and value heads on its output.
+
+    The state is ``{"h": [B, L, H]}`` (batch first).
+"""
+        + _ARGS_DOC
+    )
+
+    _rnn_cls = nn.GRU
+    _state_keys = ("h",)

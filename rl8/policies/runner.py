@@ -1,0 +1,144 @@
+"""The one episode runner: a policy acting in a batched env, step after step.
+
+``rl8 eval``, :func:`rl8.training.video.record_video` and :meth:`rl8.PPO.evaluate` all run a policy
+the same way: act on the observations, step the env, read its done flags, reset a recurrent
+state where an episode ended. :func:`run_policy` does that and yields each step; the caller
+keeps what it needs (returns, frames, stats) and stops when it has enough::
+
+    obs = env.reset(seed=0)
+    for step in run_policy(policy, env, obs, num_steps=1000):
+        total += step.rewards
+        if step.done is not None and bool(step.done.all()):
+            break
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+
+from rl8.envs.base import Env
+from rl8.policies.policy import Policy
+
+__all__ = ["PolicyStep", "done_flags", "run_policy"]
+
+Observations = torch.Tensor | TensorDictBase
+
+
+@dataclass(frozen=True)
+class PolicyStep:
+    """One env step of :func:`run_policy`.
+
+    Attributes:
+        obs: The observations ``[N, ...]`` the policy acted on (on the policy's device).
+        actions: The env actions ``[N, ...]`` taken (on the env's device).
+        out: The env's :meth:`~rl8.Env.step` output (``obs``, ``rewards``, ``terminated``...).
+        rewards: ``[N]`` rewards of this step (``out["rewards"][:, 0]``).
+        done: ``[N]`` bool, True where the step ended an episode (``terminated`` or
+            ``truncated``); ``None`` for envs that never end episodes.
+    """
+
+    obs: Observations
+    actions: torch.Tensor | TensorDictBase
+    out: TensorDictBase
+    rewards: torch.Tensor
+    done: torch.Tensor | None
+
+
+def done_flags(out: TensorDictBase) -> torch.Tensor | None:
+    """``[N]`` bool, ``terminated | truncated`` of an env's step output (``None`` when it
+    has neither, as from envs that never end episodes)."""
+    done = None
+    for key in ("terminated", "truncated"):
+        flag = out.get(key, None)
+        if flag is not None:
+            done = flag[:, 0] if done is None else done | flag[:, 0]
+    return done
+
+
+def _rl8_actor(policy: Policy, num_envs: int, deterministic: bool,
+               generator: torch.Generator | None) -> Callable[[Observations, torch.Tensor], torch.Tensor]:
+    """Acting with an :class:`rl8.Policy`: its recurrent state is kept here (``None`` for a
+    feedforward model), so the policy's own state between calls is left alone."""
+    state = policy.initial_state(num_envs)
+
+    def act(obs: Observations, firsts: torch.Tensor) -> torch.Tensor:
+        nonlocal state
+        dist, _, state = policy.rollout_step(obs, state, firsts)
+        actions = dist.deterministic_sample() if deterministic else dist.sample(generator)
+        return policy.to_env_action(actions)
+
+    return act
+
+
+def _callable_actor(policy: Callable[..., Any], deterministic: bool) -> Callable[[Observations, torch.Tensor], Any]:
+    """Acting with any ``policy(obs, deterministic=bool)``: one with a ``reset_state(mask)``
+    (a state kept between calls) has it reset for the envs whose episode ended."""
+    reset_state = getattr(policy, "reset_state", None)
+
+    def act(obs: Observations, firsts: torch.Tensor) -> Any:
+        if reset_state is not None and bool(firsts.any()):
+            reset_state(firsts)
+        return policy(obs, deterministic=deterministic)
+
+    return act
+
+
+def run_policy(policy: Policy | Callable[..., Any], env: Env, obs: Observations, *, num_steps: int | None = None,
+               deterministic: bool = True, generator: torch.Generator | None = None) -> Iterator[PolicyStep]:
+    """Run ``policy`` in ``env`` from the observations ``obs`` and yield every step.
+
+    Observations are moved to the policy's device and actions to the env's. A recurrent state
+    starts fresh and is reset for each env whose episode ended at the previous step. The
+    policy acts and the env steps without autograd; the caller may enter other contexts
+    (autocast, :meth:`rl8.Policy.rollout`) around the loop.
+
+    Args:
+        policy: A :class:`rl8.Policy` (its state between calls is not touched), or any
+            callable ``policy(obs, deterministic=bool) -> env actions``; such a callable's
+            ``reset_state(mask=None)``, when it has one, is called before the first step, with
+            the ``[N]`` bool mask of the envs whose episode ended, and when the run ends.
+        env: The batched env, already reset.
+        obs: Its observations ``[N, ...]`` from that reset.
+        num_steps: Env steps at most (per env); ``None``: until the caller stops iterating.
+        deterministic: Act with the distributions' modes (``False``: sample actions).
+        generator: Random generator of the action sampling of an :class:`rl8.Policy`
+            (``None``: torch's global one).
+
+    Yields:
+        A :class:`PolicyStep` per env step.
+    """
+    reset_state = None
+    if isinstance(policy, Policy):
+        act = _rl8_actor(policy, env.num_envs, deterministic, generator)
+        device = policy.device
+    else:
+        act = _callable_actor(policy, deterministic)
+        device = getattr(policy, "device", None)
+        reset_state = getattr(policy, "reset_state", None)
+    if reset_state is not None:
+        reset_state()
+    firsts = torch.zeros(env.num_envs, dtype=torch.bool, device=device)
+    t = 0
+    try:
+        while num_steps is None or t < num_steps:
+            if device is not None and obs.device != torch.device(device):
+                obs = obs.to(device)
+            with torch.no_grad():
+                actions = act(obs, firsts)
+                if isinstance(actions, (torch.Tensor, TensorDictBase)) and actions.device != env.device:
+                    actions = actions.to(env.device)
+                out = env.step(actions)
+            done = done_flags(out)
+            yield PolicyStep(obs, actions, out, out["rewards"][:, 0], done)
+            if done is not None:
+                firsts = done if device is None else done.to(device)
+            obs = out["obs"]
+            t += 1
+    finally:
+        if reset_state is not None:
+            reset_state()  # the run's state must not leak into later calls

@@ -1,0 +1,585 @@
+"""Proximal Policy Optimization over batched environments, read top to bottom in :class:`PPO`.
+
+:meth:`PPO.collect` fills the buffer by stepping the envs ``horizon`` times (:mod:`rl8.ppo.rollout`);
+:meth:`PPO.update` computes GAE advantages (:mod:`rl8.ppo.buffer`) and runs ``num_sgd_iters`` passes
+of minibatch SGD on :func:`rl8.ppo.losses.ppo_loss`. Both return flat ``dict[str, float]`` stats
+(docs/trainer.md, Metrics).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import secrets
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+from rl8.envs.base import Env, ReadyEnvs, validate_reset_output
+from rl8.envs.episodes import EpisodeTracker
+from rl8.policies.policy import Policy
+from rl8.ppo import presets
+from rl8.ppo.buffer import (
+    MIN_SLOT_BYTES, RecurrentCarry, RolloutBuffer, RolloutCarry, buffer_allocation, check_buffer_fits,
+    compute_gae, make_rollout_buffer, minibatches,
+)
+from rl8.ppo.distributed import DistContext, agree_on_run_seed, derive_seed
+from rl8.ppo.finite import (
+    CHECKED_ROLLOUT_STATS, CHECKED_UPDATE_STATS, NonFiniteError, check_buffer_finite, check_stats_finite,
+)
+from rl8.ppo.hparams import HParams
+from rl8.ppo.losses import PPOLoss, make_optimizer, ppo_loss
+from rl8.ppo.overlap import OverlapCollector
+from rl8.ppo.resolve import DISTRIBUTION, MODEL, resolve
+from rl8.ppo.rewards import RewardNormalizer
+from rl8.ppo.rollout import (
+    env_state, evaluate_rollout, final_values, load_env_state, load_rng_state, make_env, rank_hparams,
+    rng_state, rollout, rollout_buffer_stats, rollout_ready_envs,
+)
+from rl8.ppo.stats import Stats, update_stats
+
+__all__ = ["NonFiniteError", "PPO", "PresetHint", "make_env"]
+
+#: The counters of training progress, saved in checkpoints (see :class:`PPO`, Attributes).
+_COUNTERS = ("env_steps", "env_resets", "collects", "steps")
+#: Hyper-parameters that do not tune learning: given alone, PPO still hints at a preset.
+_UNTUNED_HPARAMS = {"seed", "device"}
+
+
+class PPO:
+    """PPO with a preallocated rollout buffer over batched environments.
+
+    Args:
+        env: An :class:`rl8.Env` subclass (built with ``num_envs`` and ``horizon``), a gymnasium
+            id such as ``"CartPole-v1"``, or a callable that makes a gymnasium env.
+        **hparams: Hyper-parameters, see :class:`rl8.HParams` (an unknown name is an error).
+
+    Attributes:
+        hparams: The frozen, validated :class:`~rl8.HParams`.
+        env: The batched env instance.
+        policy: The :class:`~rl8.Policy` (model + distribution + normaliser).
+        optimizer: The torch optimizer.
+        buffer: The :class:`~rl8.ppo.buffer.RolloutBuffer`.
+        collector: With ``collect_mode="overlap"``, the :class:`~rl8.ppo.overlap.OverlapCollector`
+            (the actor side, which collects in the background); ``None`` in sync mode.
+        minibatch_size: Transitions per minibatch (:meth:`HParams.minibatch_size_for <rl8.HParams.minibatch_size_for>`).
+        env_steps: Env transitions collected so far (all envs of every rank: the whole job).
+        env_resets: Times PPO reset all envs.
+        collects: Number of :meth:`collect` calls.
+        steps: Number of :meth:`update` calls (optimisation steps of the policy).
+        advantage_weights: ``None``, or ``[num_envs, horizon]`` weights of the (normalised)
+            advantages in the next :meth:`update` only (:mod:`rl8.training.actors`: importance weights).
+
+    Example:
+        >>> from rl8 import PPO
+        >>> from rl8.envs import CartPole
+        >>> algo = PPO(CartPole, num_envs=64, horizon=16, seed=0)
+        >>> rollout_stats = algo.collect()
+        >>> update_stats = algo.update()
+    """
+
+    def __init__(self, env: type[Env] | str | Callable[..., Any], /, **hparams: Any) -> None:
+        self.hparams = hp = rank_hparams(HParams.from_kwargs(**hparams))
+        self.device = hp.resolved_device()
+        self.dist = DistContext()
+        if self.dist.is_main and not set(hparams) - _UNTUNED_HPARAMS:
+            _hint_preset(env)
+        # without a seed: a random one for the whole run (every rank of the job takes the largest drawn)
+        self.seed = hp.seed if hp.seed is not None else agree_on_run_seed(secrets.randbits(31))
+        # The model is initialised from the run's seed (the same on every rank); envs and
+        # action sampling then use a seed derived from the run's seed and the rank.
+        self.env_seed = derive_seed(self.seed, self.dist.global_rank)
+        torch.manual_seed(self.seed)
+        self.env_spec = env
+        check_buffer_fits(hp.num_envs, hp.horizon, self.device, MIN_SLOT_BYTES)  # before the env allocates per env
+        with buffer_allocation(hp.num_envs, hp.horizon, None):
+            self.env = make_env(env, hp.num_envs, hp.horizon, device=self.device, env_kwargs=hp.env_kwargs)
+        self.policy = Policy(
+            self.env.observation_space, self.env.action_space,
+            model_cls=resolve(hp.model_cls, MODEL, field="hparam model_cls"), model_config=hp.model_config,
+            distribution_cls=resolve(hp.distribution_cls, DISTRIBUTION, field="hparam distribution_cls"),
+            normalize_observations=hp.normalize_observations, device=self.device,
+        )
+        self.dist.broadcast_module(self.policy)
+        # Action sampling and minibatch shuffling draw from this object's own generator, so
+        # two PPO objects (or user code) in one process never disturb each other's streams.
+        self.generator = torch.Generator(device=self.device).manual_seed(self.env_seed)
+        self.eval_generator = torch.Generator(device=self.device).manual_seed(derive_seed(self.env_seed, 1))
+        torch.manual_seed(self.env_seed)
+        self.optimizer = make_optimizer(hp.optimizer_cls, self.policy.parameters(), lr=hp.lr,
+                                        optimizer_kwargs=hp.optimizer_kwargs, device=self.device)
+        self.recurrent = self.policy.recurrent
+        self.seq_len = (hp.seq_len or hp.horizon) if self.recurrent else 1
+        # transitions per minibatch: whole sequences of seq_len steps for recurrent models
+        self.minibatch_size = hp.minibatch_size_for(self.seq_len)
+        self.buffer = self._make_buffer()
+        # the policy's carry from step to step (a recurrent state) and what the buffer keeps of it
+        self.carry = self._make_carry(self.policy, self.buffer)
+        self.reward_normalizer = (RewardNormalizer(hp.num_envs, hp.gamma, device=self.device)
+                                  if hp.normalize_rewards else None)
+        self.lr_schedule = hp.lr_at()
+        self.entropy_coeff_schedule = hp.entropy_coeff_at()
+        self.amp_dtype = torch.float16 if self.device.type == "cuda" else torch.bfloat16
+        self.grad_scaler = torch.amp.GradScaler("cuda") if hp.enable_amp and self.device.type == "cuda" else None
+        self.env_steps = self.env_resets = self.collects = self.steps = 0
+        self._obs: torch.Tensor | TensorDictBase | None = None
+        self._validated = False
+        self.episodes = EpisodeTracker(hp.num_envs, self.device)
+        # collect_mode="overlap": the actor side, which collects in the background
+        self.collector = self._make_collector() if hp.collect_mode == "overlap" else None
+        self._behaviour_version = 0  # the update count of the weights that collected the buffer
+        # [num_envs, horizon] weights of the next update's (normalised) advantages, or None
+        self.advantage_weights: torch.Tensor | None = None
+
+    @classmethod
+    def from_preset(cls, name: str, /, **overrides: Any) -> PPO:
+        """PPO on the env of preset ``name`` with its tuned hyper-parameters (as ``rl8 train NAME``;
+        its Trainer options: :func:`rl8.presets.trainer_options`), ``overrides`` over them.
+
+        Args:
+            name: A preset's name (``rl8.presets.names()``: ``"Pendulum-v1"``...), with or without ``preset:``.
+            **overrides: Hyper-parameters by name (``seed=1``), over the preset's; a nested one
+                (``model_config``) replaces the preset's whole value.
+
+        Raises:
+            ValueError: Unknown preset (with close matches), or a bad value.
+            TypeError: An unknown hyper-parameter name.
+        """
+        config = presets.load(name)
+        return cls(config["env"], **{**presets.hparams(config).to_dict(), **overrides})
+
+    # ----------------------------------------------------------------- one iteration: collect, then update
+    @torch.no_grad()
+    def collect(self, *, env_config: dict[str, Any] | None = None, deterministic: bool = False) -> Stats:
+        """Step the envs ``horizon`` times, filling the rollout buffer in place.
+
+        Envs are reset first when the reset rule says so (before the first collect, then every
+        ``horizons_per_env_reset`` collects when that is positive). With
+        ``collect_mode="overlap"`` the buffer gets the rollout that ran in the background since
+        the previous collect, and the next one starts before this returns (docs/collection.md).
+
+        Args:
+            env_config: Env parameters if the envs are reset first (over ``hparams.env_config``).
+            deterministic: Take the distributions' modes instead of sampling.
+
+        Returns:
+            Rollout stats (a :class:`~rl8.ppo.stats.Stats` dict; docs/trainer.md, Metrics):
+            ``rollout/reward_sum_*`` (each env's sum of rewards over the ``horizon`` steps),
+            ``rewards/*``, ``episodes/*`` (episodic envs), ``env_episodes/*`` (envs that record
+            episodes themselves, :meth:`rl8.Env.pop_episode_records`).
+
+        Raises:
+            EnvOutputError: NaN/inf in the observations or rewards, naming the envs and steps (every
+                value checked in the first ``check_finite_collects`` collects, then the reduced stats).
+            NonFiniteError: The reduced reward stats are NaN/inf though every reward is finite.
+        """
+        if self.collector is not None:
+            return self._collect_overlapped(env_config, deterministic)
+        if self.next_collect_resets:
+            self.reset_envs(env_config=env_config)
+        self._obs = self._rollout(self.policy, self.buffer, self.carry, self._obs, self.generator, deterministic)
+        self._behaviour_version = self.steps
+        self._count_collect()
+        return self._collect_stats()
+
+    def update(self) -> dict[str, float]:
+        """The PPO update on the last collect's buffer (:meth:`rl8.Trainer.step` collects, updates
+        and logs): GAE advantages (stopping at ``terminated``, bootstrapping from the value of
+        ``final_obs`` at ``truncated``), then ``num_sgd_iters`` passes of minibatch SGD on
+        :func:`~rl8.ppo.losses.ppo_loss`.
+
+        Returns:
+            Update stats: ``losses/{policy,vf,entropy,total}``,
+            ``monitors/{kl_div,clip_fraction,explained_variance,grad_norm}``,
+            ``coefficients/{entropy,vf,lr}``; with ``collect_mode="overlap"`` also
+            ``monitors/policy_lag`` (updates since the weights that collected the buffer: 0, then 1).
+
+        Raises:
+            NonFiniteError: ``losses/total`` or ``monitors/grad_norm`` (the latter only without a
+                gradient scaler) is NaN or inf, naming the stat and step (an
+                :class:`~rl8.envs.base.EnvOutputError` when the collect's data is the cause).
+        """
+        if self.collects == 0:
+            raise RuntimeError("PPO.update() needs a collect() first: the rollout buffer is empty")
+        hp = self.hparams
+        policy_lag = self.steps - self._behaviour_version  # updates since the buffer's weights
+        samples, explained_variance = self._training_samples()
+        lr, entropy_coeff = self.lr_schedule(self.env_steps), self.entropy_coeff_schedule(self.env_steps)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        losses: list[PPOLoss] = []  # one per minibatch
+        grad_norms: list[torch.Tensor] = []  # one per optimizer step
+        for _ in range(hp.num_sgd_iters):
+            stop_early = self._sgd_pass(samples, entropy_coeff, losses, grad_norms)
+            if stop_early:
+                break
+        if self.policy.obs_normalizer is not None:  # after the update: a collect and its update see the same
+            obs = self.buffer.data["obs"][:, : hp.horizon]
+            self.policy.obs_normalizer.update(obs, batch_dims=2, all_reduce=self.dist.all_reduce_ if self.dist.enabled else None)
+        self.steps += 1
+        if not grad_norms:  # a KL stop before the first accumulated optimizer step
+            grad_norms.append(torch.zeros((), device=self.device))
+        stats = update_stats(self.dist, losses, grad_norms, explained_variance, hp.vf_coeff, entropy_coeff, lr)
+        if self.collector is not None:
+            stats["monitors/policy_lag"] = float(policy_lag)
+        checked = CHECKED_UPDATE_STATS if self.grad_scaler is None else ("losses/total",)
+        self._check_stats_finite(stats, checked, f"update step {self.steps}")
+        return stats
+
+    def step(self) -> dict[str, float]:
+        """Deprecated name of :meth:`update` (it was easy to confuse with
+        :meth:`rl8.Trainer.step`, which collects and updates)."""
+        warnings.warn("PPO.step() is renamed PPO.update()", DeprecationWarning, stacklevel=2)
+        return self.update()
+
+    # ----------------------------------------------------------------- the update, step by step
+    def _training_samples(self) -> tuple[TensorDict, torch.Tensor]:
+        """The buffer's training samples (transitions, or ``seq_len``-step sequences) with their
+        GAE advantages and returns, and the explained variance of the collected values."""
+        with torch.no_grad():
+            advantages, returns = self._advantages()
+            old_values = self.buffer.data["values"][:, : self.hparams.horizon]
+            explained_variance = 1 - (returns - old_values).var() / returns.var().clamp(min=1e-8)
+        samples = self.buffer.training_samples(advantages, returns)
+        if self.advantage_weights is not None:  # for this update only
+            samples["advantage_weights"] = self.advantage_weights.reshape(-1)
+            self.advantage_weights = None
+        return samples, explained_variance
+
+    def _advantages(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """GAE advantages and returns ``[num_envs, horizon]`` of the buffer (rewards scaled by the
+        reward normaliser; the values of ``final_obs`` bootstrapped at truncated steps)."""
+        hp, data, h = self.hparams, self.buffer.data, self.hparams.horizon
+        rewards = data["rewards"][:, :h]
+        if self.reward_normalizer is not None:
+            rewards = self.reward_normalizer(rewards)
+        terminated = truncated = truncated_values = None
+        if self.env.episodic:
+            terminated, truncated = data["terminated"][:, :h], data["truncated"][:, :h]
+            truncated_values = final_values(self.policy, self.buffer, self.carry, truncated, self._autocast())
+        return compute_gae(
+            rewards, data["values"], gamma=hp.gamma, gae_lambda=hp.gae_lambda,
+            terminated=terminated, truncated=truncated, final_values=truncated_values,
+        )
+
+    def _sgd_pass(
+        self, samples: TensorDict, entropy_coeff: float, losses: list[PPOLoss], grad_norms: list[torch.Tensor],
+    ) -> bool:
+        """One pass (epoch) over ``samples`` in minibatches, appending each minibatch's loss to
+        ``losses`` and each optimizer step's gradient norm to ``grad_norms``; returns whether to
+        stop early (the approximate KL above ``target_kl_div``)."""
+        hp = self.hparams
+        num_minibatches = samples.batch_size[0] * self.seq_len // self.minibatch_size
+        # accumulate_grads: one optimizer step per pass, on the mean of its minibatches' losses
+        minibatches_per_step = num_minibatches if hp.accumulate_grads else 1
+        batches = minibatches(
+            samples, num_minibatches, seq_len=self.seq_len, shuffle=hp.shuffle_minibatches,
+            normalize_advantages=hp.normalize_advantages, dist=self.dist, generator=self.generator,
+        )
+        for j, minibatch in enumerate(batches):
+            if j % minibatches_per_step == 0:
+                self.optimizer.zero_grad()
+            loss = self._minibatch_loss(minibatch, entropy_coeff)
+            total = loss.total / minibatches_per_step
+            (total if self.grad_scaler is None else self.grad_scaler.scale(total)).backward()
+            losses.append(loss)
+            if (j + 1) % minibatches_per_step == 0:
+                grad_norms.append(self._optimizer_step())
+            stop_early = hp.target_kl_div is not None and self._mean_over_ranks(loss.approx_kl) > hp.target_kl_div
+            if stop_early:
+                return True
+        return False
+
+    def _minibatch_loss(self, minibatch: TensorDict, entropy_coeff: float) -> PPOLoss:
+        """:func:`~rl8.ppo.losses.ppo_loss` of the current policy on ``minibatch``."""
+        hp = self.hparams
+        # With a zero entropy coefficient the entropy is only a reported stat: keep it out of
+        # the graph so the backward pass does not differentiate it.
+        with self._autocast():
+            logp, entropy, values = self.policy.evaluate(minibatch, entropy_grad=entropy_coeff != 0)
+        old = {key: minibatch[key].reshape(-1) for key in ("logp", "values", "advantages", "returns")}
+        return ppo_loss(
+            logp.float(), values.float(), entropy.float(), old["logp"], old["advantages"], old["values"], old["returns"],
+            clip_param=hp.clip_param, dual_clip_param=hp.dual_clip_param, vf_clip_param=hp.vf_clip_param,
+            vf_coeff=hp.vf_coeff, entropy_coeff=entropy_coeff,
+        )
+
+    def _optimizer_step(self) -> torch.Tensor:
+        """Average the gradients across ranks, clip them to ``max_grad_norm`` and step the
+        optimizer; returns the gradient norm before clipping."""
+        params = [p for p in self.policy.parameters() if p.requires_grad]
+        self.dist.average_gradients(params)  # data-parallel: one all-reduce per optimizer step
+        if self.grad_scaler is not None:
+            self.grad_scaler.unscale_(self.optimizer)
+        # max_grad_norm None: the norm is only measured (an infinite bound never scales)
+        max_norm = math.inf if self.hparams.max_grad_norm is None else self.hparams.max_grad_norm
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
+        if self.grad_scaler is not None:
+            self.grad_scaler.step(self.optimizer)
+            self.grad_scaler.update()
+        else:
+            self.optimizer.step()
+        return grad_norm.detach().float()
+
+    def _mean_over_ranks(self, value: torch.Tensor) -> float:
+        """The mean of a 0-d tensor over all ranks (itself in one process), on the host."""
+        return (self.dist.all_reduce_(value.clone()) / self.dist.world_size).item()
+
+    # ----------------------------------------------------------------- the collect, step by step
+    def _rollout(
+        self, policy: Policy, buffer: RolloutBuffer, carry: RolloutCarry, obs: torch.Tensor | TensorDictBase,
+        generator: torch.Generator, deterministic: bool,
+    ) -> torch.Tensor | TensorDictBase:
+        """One rollout of the training envs with ``policy`` into ``buffer`` (the actor side's in
+        overlap mode); envs that step at their own pace (a worker pool) are acted on when ready."""
+        collect_from = rollout_ready_envs if isinstance(self.env, ReadyEnvs) else rollout
+        obs = collect_from(
+            policy, self.env, buffer, carry, obs, generator=generator, deterministic=deterministic,
+            autocast=self._autocast(), check_first_step=not self._validated,
+        )
+        self._validated = True
+        buffer.env_episodes = self.env.pop_episode_records()  # the episodes of this rollout
+        return obs
+
+    def _count_collect(self) -> None:
+        self.env_steps += self.hparams.batch_size * self.dist.world_size  # every rank's envs
+        self.collects += 1
+
+    def _collect_overlapped(self, env_config: dict[str, Any] | None, deterministic: bool) -> Stats:
+        """Overlap mode's collect: hand the background rollout over (one runs now when none did),
+        sync the actor's weights and start the next rollout (unless the envs reset before it:
+        it waits for the next collect's ``env_config``), then the stats."""
+        collector = self.collector
+        if not collector.idle and collector.deterministic != deterministic:
+            raise ValueError(
+                f"PPO.collect: deterministic={deterministic}, but in collect_mode='overlap' the "
+                f"rollout for this collect was started by the previous one with "
+                f"deterministic={collector.deterministic}; pass the same value to consecutive collects"
+            )
+        if collector.idle:
+            if self.next_collect_resets:
+                self.reset_envs(env_config=env_config)
+            collector.sync(self.policy, self.steps)
+            collector.start(self._obs, deterministic, background=False)
+        done = collector.hand_over(self.buffer)
+        self._obs, self._behaviour_version = done.obs, done.version
+        self._count_collect()
+        if not self.next_collect_resets:
+            collector.sync(self.policy, self.steps)
+            collector.start(self._obs, deterministic)
+        return self._collect_stats()
+
+    def _collect_stats(self) -> Stats:
+        """The last collect's rollout stats (:func:`~rl8.ppo.rollout.rollout_buffer_stats`), after its
+        NaN/inf checks."""
+        n = self.hparams.check_finite_collects
+        if n == -1 or self.collects <= n:
+            self._check_buffer_finite()
+        stats = rollout_buffer_stats(self.buffer, self.episodes, self.reward_normalizer, self.dist)
+        if n != 0:  # after the first n collects: the reduced stats, at no extra cost
+            self._check_stats_finite(stats, CHECKED_ROLLOUT_STATS, f"collect {self.collects}")
+        return stats
+
+    def _check_buffer_finite(self) -> None:
+        check_buffer_finite(self.buffer, type(self.env).__name__, self.collects)
+
+    def _check_stats_finite(self, stats: dict[str, float], names: tuple[str, ...], where: str) -> None:
+        """:func:`~rl8.ppo.finite.check_stats_finite`, naming the collect's bad data as the cause if any."""
+        find_cause = self._check_buffer_finite if self.hparams.check_finite_collects != 0 else None
+        check_stats_finite(stats, names, where, self.env_steps, find_cause)
+
+    @property
+    def behaviour_version(self) -> int:
+        """The update count (:attr:`steps`) of the weights that collected the buffer's rollout (in
+        overlap mode: before the last update; an actor sets ``steps`` to its weights' version)."""
+        return self._behaviour_version
+
+    @torch.no_grad()
+    def collect_received(self, fill: Callable[[RolloutBuffer], None]) -> Stats:
+        """The learner's collect in a job of actors and learners (:mod:`rl8.training.actors`): ``fill``
+        writes rollouts that other processes collected into the buffer it is given, in place
+        (every row and column); then counters, stats, checks and normaliser run as after
+        :meth:`collect`, whose rollout stats it returns."""
+        fill(self.buffer)
+        self.buffer.env_episodes = None  # the actors report their envs' records themselves
+        self._behaviour_version = self.steps
+        self._validated = True
+        self._count_collect()
+        return self._collect_stats()
+
+    # ----------------------------------------------------------------- envs
+    @property
+    def next_collect_resets(self) -> bool:
+        """Whether the next :meth:`collect` resets every env first (before the first collect, after
+        an :meth:`evaluate` on them, every ``horizons_per_env_reset = k > 0`` collects)."""
+        k = self.hparams.horizons_per_env_reset
+        return self._obs is None or (k > 0 and self.collects % k == 0)
+
+    def reset_envs(self, *, env_config: dict[str, Any] | None = None) -> None:
+        """Reset every env (with ``env_config`` over ``hparams.env_config``); in overlap mode a
+        rollout collected in the background and not yet handed over is dropped."""
+        if self.collector is not None:
+            self.collector.discard()
+        config = {**self.hparams.env_config, **(env_config or {})}
+        seed = self.env_seed if self.env_resets == 0 else None
+        self._obs = self.env.reset(config=config or None, seed=seed)
+        validate_reset_output(self._obs, self.env)  # once per reset: cheap
+        self.env_resets += 1
+        self.episodes.reset()
+        if self.reward_normalizer is not None:
+            self.reward_normalizer.reset()
+        self._env_carry.reset()
+
+    def _reset_envs_later(self) -> None:
+        """Make the next :meth:`collect` reset every env first (dropping a background rollout)."""
+        if self.collector is not None:
+            self.collector.discard()
+        self._obs = None
+
+    def _settle(self) -> None:
+        """Overlap mode: wait for the rollout in flight (kept for the next collect): the envs idle."""
+        if self.collector is not None and self.collector.in_flight:
+            self._obs = self.collector.wait().obs
+
+    @property
+    def _env_carry(self) -> RolloutCarry:
+        """The carry that goes on with the training envs (the actor side's in overlap mode)."""
+        return self.collector.carry if self.collector is not None else self.carry
+
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        if not self.hparams.enable_amp:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.amp_dtype)
+
+    def _make_carry(self, policy: Policy, buffer: RolloutBuffer) -> RolloutCarry:
+        """``policy``'s carry from step to step over ``buffer`` (a recurrent state, or none)."""
+        if not self.recurrent:
+            return RolloutCarry()
+        return RecurrentCarry(policy.initial_state, buffer, self.hparams.seqs_per_state_reset)
+
+    def _make_buffer(self) -> RolloutBuffer:
+        hp = self.hparams
+        buffers = 2 if hp.collect_mode == "overlap" else 1  # the learner's and the collector's
+        return make_rollout_buffer(self.env, self.policy, hp.num_envs, hp.horizon, self.device, seq_len=self.seq_len,
+                                   buffers=buffers)
+
+    def _make_collector(self) -> OverlapCollector:
+        """The actor side of overlapped collection: its own buffer, carry and generator."""
+        buffer = self._make_buffer()
+        generator = torch.Generator(device=self.device).manual_seed(derive_seed(self.env_seed, 2))
+        return OverlapCollector(self.policy, buffer, generator, run=self._rollout, make_carry=self._make_carry)
+
+    # ----------------------------------------------------------------- eval
+    @torch.no_grad()
+    def evaluate(self, env: Env | None = None, *, env_config: dict[str, Any] | None = None, deterministic: bool = True,
+                 num_steps: int | None = None) -> Stats:
+        """Run the policy without touching training state (buffer, counters, normalisers).
+
+        Args:
+            env: A dedicated eval env (see :func:`make_env`), reset first. ``None`` uses the
+                training envs, only when the next collect resets them anyway
+                (:attr:`next_collect_resets`); that collect then resets them again.
+            env_config: Env parameters for the eval reset (over ``hparams.env_config``).
+            deterministic: Act with the distributions' modes.
+            num_steps: Steps per env; default ``horizon`` (every episode ending within them counts).
+
+        Returns:
+            The rollout stats of :meth:`collect` (no ``eval/`` prefix) over the ``num_steps`` steps.
+        """
+        hp = self.hparams
+        if env is None:
+            if not self.next_collect_resets:
+                k = hp.horizons_per_env_reset
+                raise RuntimeError(
+                    "eval on the training envs is only possible at an env-reset boundary (horizons_per_env_reset="
+                    f"{k}: the envs reset " + ("only once, before the first collect" if k < 0 else f"every {k} collects")
+                    + f"; {self.collects} collects done so far). Use a dedicated eval env "
+                    "(Trainer(eval_num_envs=...)) to evaluate at any time."
+                )
+            env = self.env
+            self._reset_envs_later()  # the next training collect resets the envs
+        config = {**hp.env_config, **(env_config or {})}
+        obs = env.reset(config=config or None)
+        validate_reset_output(obs, env)
+        with self._autocast():
+            return evaluate_rollout(self.policy, env, obs, num_steps=num_steps or hp.horizon, deterministic=deterministic,
+                                    generator=self.eval_generator, dist=self.dist)
+
+    # ----------------------------------------------------------------- state
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue training exactly (docs/checkpoints.md): only tensors and
+        plain values, so it loads with ``torch.load(weights_only=True)``. In overlap mode it
+        waits for the rollout in flight and includes it, as the uninterrupted run hands it over."""
+        self._settle()
+        return {
+            "hparams": self.hparams.to_plain(),
+            "seed": self.seed,
+            "policy": self.policy.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "grad_scaler": self.grad_scaler.state_dict() if self.grad_scaler is not None else None,
+            "reward_normalizer": self.reward_normalizer.state_dict() if self.reward_normalizer is not None else None,
+            "counters": {name: getattr(self, name) for name in _COUNTERS},
+            "recurrent": self._env_carry.state_dict(),
+            **self.episodes.state_dict(),
+            **env_state(self.env, self._obs),
+            "rng": rng_state(generator=self.generator, eval_generator=self.eval_generator),
+            "overlap": self.collector.state_dict() if self.collector is not None else None,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` (the hyper-parameters must already match)."""
+        if self.collector is not None:
+            self.collector.discard()
+        self.seed = int(state["seed"])
+        self.policy.load_state_dict(state["policy"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.grad_scaler is not None and state.get("grad_scaler"):
+            self.grad_scaler.load_state_dict(state["grad_scaler"])
+        if self.reward_normalizer is not None and state.get("reward_normalizer") is not None:
+            self.reward_normalizer.load_state_dict(state["reward_normalizer"])
+        for name in _COUNTERS:
+            setattr(self, name, int(state["counters"][name]))
+        self.episodes.load_state_dict(state)
+        self._env_carry.load_state_dict(state.get("recurrent"))
+        self._obs = load_env_state(self.env, state, self.device)
+        self._validated = False  # the first step after a resume is checked like any first step
+        load_rng_state(state["rng"], generator=self.generator, eval_generator=self.eval_generator)
+        if self.collector is not None and state.get("overlap") is not None:
+            self.collector.load_state_dict(state["overlap"], self._obs)
+            self._behaviour_version = self.steps  # the collector's rollout (if any) brings its own
+
+    def close(self) -> None:
+        """Overlap mode: wait for the rollout in flight and join its thread; a finished rollout
+        (or its error) is kept for the next :meth:`collect`, so the object stays usable. The
+        training envs stay open (``algo.env.close()``). Idempotent; a no-op in sync mode."""
+        if self.collector is not None:
+            self.collector.join()
+
+    def __repr__(self) -> str:
+        return f"PPO(env={self.env!r}, device={self.device}, policy={self.policy.model_cls.__name__})"
+
+
+# ----------------------------------------------------------------- helpers
+class PresetHint(UserWarning):
+    """The hint that a gymnasium id given to :class:`PPO` with default hyper-parameters has a
+    tuned preset (``PPO.from_preset(id)``); shown once per id per process. Silence it with
+    ``warnings.filterwarnings("ignore", category=rl8.ppo.algorithm.PresetHint)``."""
+
+
+_hinted: set[str] = set()
+
+
+def _hint_preset(env: Any) -> None:
+    """Warn (:class:`PresetHint`, once per id) when ``env`` is a gymnasium id with a preset."""
+    name = presets.for_env(env)
+    if name is None or name in _hinted:
+        return
+    _hinted.add(name)
+    warnings.warn(
+        f"rl8: {name} has a tuned preset: PPO.from_preset({name!r}) / rl8 train {name} "
+        "(PPO's default hyper-parameters are not tuned for it; see docs/results/index.md)",
+        PresetHint, stacklevel=3,
+    )

@@ -1,0 +1,589 @@
+"""The preallocated rollout buffer and generalised advantage estimation.
+
+Layout (docs/ppo.md): a :class:`~tensordict.TensorDict` of batch size ``[num_envs, horizon + 1]``.
+Index ``t`` holds the observation at ``t`` and the action, log-probability, value and reward
+taken there; column ``horizon`` holds the last observation and its value.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+import os
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import torch
+from gymnasium import spaces
+from tensordict import TensorDict, TensorDictBase
+
+from rl8.envs.episodes import EpisodeRecords
+from rl8.envs.spaces import zeros_like_space
+
+if TYPE_CHECKING:
+    from rl8.ppo.distributed import DistContext
+    from rl8.envs.base import Env
+    from rl8.policies.policy import Policy
+
+__all__ = [
+    "RecurrentCarry", "RolloutBuffer", "RolloutCarry", "buffer_allocation", "check_buffer_fits", "compute_gae",
+    "make_rollout_buffer", "minibatches", "normalized_advantages", "slot_bytes",
+]
+
+#: Observations up to this size per step (all envs) are kept through a collect and stacked into
+#: the buffer once; bigger ones (images) are copied step by step, not held horizon times over.
+STACKED_OBS_MAX_BYTES = 1 << 20
+
+#: Bytes of one buffer slot (one env, one step) whatever the spaces: the float32 log-prob,
+#: value and reward.
+MIN_SLOT_BYTES = 12
+
+
+class RolloutBuffer:
+    """Storage for one collect, allocated once and written in place.
+
+    Args:
+        observation_space: Space of one observation.
+        action_shape: Per-sample shape of the raw actions the distribution produces.
+        action_dtype: Dtype of the raw actions.
+        num_envs: Number of envs (first batch dim).
+        horizon: Steps per collect (the second batch dim is ``horizon + 1``).
+        device: Device of the storage.
+        episodic: Also store ``terminated``, ``truncated`` and ``final_obs``.
+        state_example: For recurrent models, the initial state of ``num_envs`` envs (a
+            TensorDict ``[num_envs]``); adds the recurrent storage below.
+        seq_len: Recurrent models: steps per training sequence (divides ``horizon``).
+
+    Tensors are stored time-major (``[horizon + 1, num_envs, ...]`` in memory) and held in
+    :attr:`data` as ``[num_envs, horizon + 1, ...]`` transposed views, so every per-step view
+    is contiguous (Dict observations are stored env-major); flatten with ``reshape``.
+
+    :attr:`columns` maps each key to its ``horizon + 1`` per-step views (``[num_envs, ...]``;
+    ``[num_envs, 1]`` for rewards and flags), which the rollout loop writes into.
+    :attr:`stacked` maps ``values`` (``horizon + 1`` steps), ``rewards`` (``horizon``) and,
+    while one step of them is at most :data:`STACKED_OBS_MAX_BYTES`, ``obs`` (``horizon + 1``)
+    to their time-major storage, which a collect fills with one :meth:`stack` per key.
+
+    Keys of :attr:`data`: ``obs``, ``actions``, ``logp``, ``values``, ``rewards``, and for
+    episodic envs ``terminated``, ``truncated`` (bool) and ``final_obs``; for recurrent
+    models ``firsts`` (bool: an episode starts at that step, the state is reset before it).
+    Recurrent models also get :attr:`states` (``[num_envs, horizon // seq_len]``: the state
+    before each sequence's first step) and, for episodic envs, :attr:`post_states`
+    (``[num_envs, horizon]``: the state after each step, to value ``final_obs``).
+
+    :attr:`env_episodes` is what the env recorded itself of the episodes that ended during the
+    rollout in the buffer (:meth:`rl8.Env.pop_episode_records`; ``None`` for envs that keep no
+    records), set by the collect that fills it.
+    """
+
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_shape: tuple[int, ...],
+        action_dtype: torch.dtype,
+        num_envs: int,
+        horizon: int,
+        *,
+        device: torch.device | str = "cpu",
+        episodic: bool = False,
+        state_example: TensorDictBase | None = None,
+        seq_len: int = 1,
+    ) -> None:
+        self.num_envs = num_envs
+        self.horizon = horizon
+        self.episodic = episodic
+        shape = [num_envs, horizon + 1]
+
+        def steps_first(tail: tuple[int, ...] = (), dtype: torch.dtype = torch.float32) -> torch.Tensor:
+            # [num_envs, horizon + 1, *tail] stored step by step: the rollout loop writes one
+            # contiguous row per step instead of num_envs scattered elements
+            return torch.zeros((horizon + 1, num_envs, *tail), dtype=dtype, device=device).transpose(0, 1)
+
+        def obs_like() -> torch.Tensor | TensorDictBase:
+            if isinstance(observation_space, spaces.Dict):
+                return zeros_like_space(observation_space, shape, device=device)
+            return zeros_like_space(observation_space, [horizon + 1, num_envs], device=device).transpose(0, 1)
+
+        data = {
+            "obs": obs_like(),
+            "actions": steps_first(tuple(action_shape), action_dtype),
+            "logp": steps_first(),
+            "values": steps_first(),
+            "rewards": steps_first(),
+        }
+        if episodic:
+            data["terminated"] = steps_first(dtype=torch.bool)
+            data["truncated"] = steps_first(dtype=torch.bool)
+            data["final_obs"] = obs_like()
+        self.seq_len = seq_len
+        self.states: TensorDictBase | None = None
+        self.post_states: TensorDictBase | None = None
+        if state_example is not None:
+            data["firsts"] = steps_first(dtype=torch.bool)
+            zeros = state_example.unsqueeze(1).to(device)
+            self.states = zeros.expand(num_envs, horizon // seq_len).clone().zero_()
+            if episodic:
+                self.post_states = zeros.expand(num_envs, horizon).clone().zero_()
+        self.data = TensorDict(data, batch_size=shape, device=device)
+        self.env_episodes: EpisodeRecords | None = None
+        # Per-step views, made once: writing through them costs a copy and no indexing.
+        # rewards/terminated/truncated columns keep a trailing dim of 1, like env outputs.
+        keep_dim = {"rewards", "terminated", "truncated"}
+        self.columns = {
+            key: [
+                value[:, t : t + 1] if key in keep_dim else value[:, t]
+                for t in range(horizon + 1)
+            ]
+            for key, value in self.data.items()
+        }
+        # Columns written by ONE stack per collect instead of a copy per step: the loop keeps
+        # the step's tensors (new ones each step: the env's outputs are never mutated later,
+        # see docs/envs.md, and neither are the model's), then stacks them into the
+        # time-major storage. Observations only while small: the loop holds horizon of them.
+        self.stacked = {"values": self.time_major("values"), "rewards": self.time_major("rewards")[:horizon, :, None]}
+        obs_steps = self.time_major("obs")
+        if obs_steps is not None and obs_steps[0].nbytes <= STACKED_OBS_MAX_BYTES:
+            self.stacked["obs"] = obs_steps
+
+    def __getitem__(self, key: str) -> torch.Tensor | TensorDictBase:
+        return self.data[key]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the buffer holds: :attr:`data` and the recurrent :attr:`states` and
+        :attr:`post_states`."""
+        parts = [self.data, self.states, self.post_states]
+        return sum(t.nbytes for td in parts if td is not None for t in td.values(True, True))
+
+    @property
+    def bytes_per_transition(self) -> float:
+        """Bytes of storage per env step (:attr:`nbytes` over ``num_envs * (horizon + 1)``):
+        the observation in its own dtype (``uint8`` images stay ``uint8``), an episodic env's
+        ``final_obs`` and flags, the raw action, log-prob, value and reward, and a recurrent
+        model's stored states. See ``docs/pixels.md`` for images."""
+        return self.nbytes / (self.num_envs * (self.horizon + 1))
+
+    def stack(self, kept: dict[str, list[torch.Tensor]]) -> None:
+        """Write each key's per-step tensors ``kept[key]`` (all its steps) into :attr:`stacked`."""
+        for key, steps in kept.items():
+            torch.stack(steps, out=self.stacked[key])
+
+    def write_episode_ends(self, t: int, out: TensorDictBase) -> None:
+        """Copy step ``t``'s ``terminated`` and ``truncated`` flags and ``final_obs`` (those the
+        env's step output ``out`` has) into the buffer."""
+        terminated, truncated = out.get("terminated", None), out.get("truncated", None)
+        if terminated is not None:
+            self.columns["terminated"][t].copy_(terminated)
+        if truncated is not None:
+            self.columns["truncated"][t].copy_(truncated)
+            self.columns["final_obs"][t].copy_(out["final_obs"])
+
+    def training_samples(self, advantages: torch.Tensor, returns: torch.Tensor) -> TensorDict:
+        """The collected steps as training samples, one row per sample: a TensorDict
+        ``[num_envs * horizon]`` of transitions, or for recurrent models (``seq_len``) one
+        ``[num_envs * horizon / seq_len]`` of sequences of ``seq_len`` consecutive steps of
+        one env.
+
+        Keys: ``obs``, ``actions``, ``logp``, ``values`` (as collected), ``advantages`` and
+        ``returns`` (the given ``[num_envs, horizon]`` tensors), and for recurrent models
+        ``state`` (the state before each sequence) and ``firsts``.
+        """
+        h, seq_len = self.horizon, self.seq_len
+        columns = {key: self.data[key][:, :h] for key in ("obs", "actions", "logp", "values")}
+        columns.update(advantages=advantages, returns=returns)
+        if self.states is not None:
+            columns["firsts"] = self.data["firsts"][:, :h]
+        samples = {key: _as_rows(value, seq_len) for key, value in columns.items()}
+        if self.states is not None:
+            samples["state"] = self.states.reshape(-1)
+        return TensorDict(samples, batch_size=[self.num_envs * h // seq_len], device=self.data.device)
+
+    def time_major(self, key: str) -> torch.Tensor | None:
+        """The contiguous ``[horizon + 1, num_envs, ...]`` storage behind ``data[key]`` (the
+        same memory, steps first), or ``None`` for Dict observations (stored env-major)."""
+        value = self.data[key]
+        if not isinstance(value, torch.Tensor):
+            return None
+        steps = value.transpose(0, 1)
+        return steps if steps.is_contiguous() else None
+
+
+class RolloutCarry:
+    """What the policy carries from one env step to the next through collects, and what the
+    buffer keeps of it. This base class is the feedforward case: no carry (``None``), nothing
+    kept; :class:`RecurrentCarry` is a recurrent model's.
+
+    A collect calls :meth:`before_step` for the arguments of
+    :meth:`Policy.rollout_step <rl8.Policy.rollout_step>` at step ``t``, :meth:`after_step` with
+    the carry it returned (after the step's flags are in the buffer), and :meth:`last` for
+    the arguments of the last observation's value.
+
+    A collect whose envs step at their own pace (:func:`rl8.ppo.rollout.rollout_ready_envs`) calls
+    the per-env forms instead: :meth:`before_steps`, :meth:`after_steps` (for some envs, each
+    at its own step index) and :meth:`last_steps`.
+    """
+
+    def reset(self) -> None:
+        """Every env starts a new episode (all envs were reset)."""
+
+    def before_step(self, t: int) -> tuple[TensorDictBase | None, torch.Tensor | None]:
+        """The carry and the ``[num_envs]`` episode starts for step ``t`` of a collect."""
+        return None, None
+
+    def after_step(self, t: int, carry: TensorDictBase | None) -> None:
+        """Keep ``carry``, the policy's carry after step ``t``."""
+
+    def last(self) -> tuple[TensorDictBase | None, torch.Tensor | None]:
+        """The carry and episode starts after the last step (to value the last observation)."""
+        return None, None
+
+    def after(self, index: torch.Tensor) -> TensorDictBase | None:
+        """The carries after the steps ``index`` (``[K, 2]``: env, step), which value those
+        steps' ``final_obs``."""
+        return None
+
+    def before_steps(
+        self, env_ids: torch.Tensor, t: torch.Tensor
+    ) -> tuple[TensorDictBase | None, torch.Tensor | None]:
+        """The carry and the ``[K]`` episode starts of envs ``env_ids`` (``[K]`` int64) before
+        their steps ``t`` (``[K]`` int64, each env's own step index in the collect)."""
+        return None, None
+
+    def after_steps(self, env_ids: torch.Tensor, t: torch.Tensor, carry: TensorDictBase | None) -> None:
+        """Keep ``carry`` (``[K]``), the policy's carry of envs ``env_ids`` after their steps
+        ``t``; called after those steps' flags are in the buffer."""
+
+    def last_steps(self) -> tuple[TensorDictBase | None, torch.Tensor | None]:
+        """:meth:`last` at the end of a collect made of :meth:`before_steps` and
+        :meth:`after_steps` (every env has made ``horizon`` steps)."""
+        return None, None
+
+    def state_dict(self) -> dict[str, Any] | None:
+        """The carry between collects (``None``: nothing to save)."""
+        return None
+
+    def load_state_dict(self, state: dict[str, Any] | None) -> None:
+        """Restore :meth:`state_dict`."""
+
+
+class RecurrentCarry(RolloutCarry):
+    """A recurrent model's state through collects, kept in ``buffer``'s recurrent storage:
+    at the start of each sequence of ``buffer.seq_len`` steps the state goes to
+    ``buffer.states`` (after being reset to the initial state every ``seqs_per_state_reset``
+    sequences when that is positive), after each step to ``buffer.post_states`` (episodic envs),
+    and the episode starts to the ``firsts`` column: an episode starts after a step that
+    terminated or truncated.
+
+    Args:
+        initial_state: ``initial_state(num_envs)``: the model's initial state, a TensorDict
+            ``[num_envs]``.
+        buffer: A :class:`RolloutBuffer` with recurrent storage (``state_example``).
+        seqs_per_state_reset: ``k > 0``: reset the state every ``k`` sequences; ``k < 0``:
+            only at env resets and (through the episode starts) episode ends.
+    """
+
+    def __init__(
+        self, initial_state: Callable[[int], TensorDictBase], buffer: RolloutBuffer, seqs_per_state_reset: int
+    ) -> None:
+        self.initial_state = initial_state
+        self.buffer = buffer
+        self.seqs_per_state_reset = seqs_per_state_reset
+        self.state = initial_state(buffer.num_envs)
+        self.firsts = torch.zeros(buffer.num_envs, dtype=torch.bool, device=buffer.data.device)
+        self.sequences = 0  # sequences collected so far
+
+    def reset(self) -> None:
+        self.state = self.initial_state(self.buffer.num_envs)
+        self.firsts = torch.zeros_like(self.firsts)  # a new tensor: a carry handed out stays as it was
+
+    def before_step(self, t: int) -> tuple[TensorDictBase, torch.Tensor]:
+        seq_len, k = self.buffer.seq_len, self.seqs_per_state_reset
+        if t % seq_len == 0:
+            if k > 0 and self.sequences % k == 0:
+                self.state = self.initial_state(self.buffer.num_envs)
+            self.buffer.states[:, t // seq_len] = self.state
+            self.sequences += 1
+        self.buffer.columns["firsts"][t].copy_(self.firsts)
+        return self.state, self.firsts
+
+    def after_step(self, t: int, carry: TensorDictBase) -> None:
+        self.state = carry
+        if self.buffer.episodic:
+            self.buffer.post_states[:, t] = carry
+            columns = self.buffer.columns
+            self.firsts = (columns["terminated"][t] | columns["truncated"][t])[:, 0]
+
+    def last(self) -> tuple[TensorDictBase, torch.Tensor]:
+        self.buffer.columns["firsts"][self.buffer.horizon].copy_(self.firsts)
+        return self.state, self.firsts
+
+    def after(self, index: torch.Tensor) -> TensorDictBase:
+        return self.buffer.post_states[index[:, 0], index[:, 1]]
+
+    # Per-env forms: the same rules as before_step/after_step/last, each env at its own step
+    # index. The state and episode starts are replaced by updated copies (never written in
+    # place), so a carry handed out stays as it was.
+
+    def before_steps(self, env_ids: torch.Tensor, t: torch.Tensor) -> tuple[TensorDictBase, torch.Tensor]:
+        seq_len, k = self.buffer.seq_len, self.seqs_per_state_reset
+        starts_sequence = t % seq_len == 0
+        if bool(starts_sequence.any()):
+            ids, seq = env_ids[starts_sequence], t[starts_sequence] // seq_len
+            if k > 0:
+                # each env's sequence number since training began: self.sequences counts
+                # the sequences of the collects before this one
+                reset = ids[(self.sequences + seq) % k == 0]
+                if reset.numel():
+                    state = self.state.clone()
+                    state[reset] = self.initial_state(reset.numel())
+                    self.state = state
+            self.buffer.states[ids, seq] = self.state[ids]
+        firsts = self.firsts[env_ids]
+        self.buffer.data["firsts"][env_ids, t] = firsts
+        return self.state[env_ids], firsts
+
+    def after_steps(self, env_ids: torch.Tensor, t: torch.Tensor, carry: TensorDictBase) -> None:
+        state = self.state.clone()
+        state[env_ids] = carry
+        self.state = state
+        if self.buffer.episodic:
+            self.buffer.post_states[env_ids, t] = carry
+            data = self.buffer.data
+            firsts = self.firsts.clone()
+            firsts[env_ids] = data["terminated"][env_ids, t] | data["truncated"][env_ids, t]
+            self.firsts = firsts
+
+    def last_steps(self) -> tuple[TensorDictBase, torch.Tensor]:
+        self.sequences += self.buffer.horizon // self.buffer.seq_len
+        return self.last()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"state": self.state.to_dict(), "firsts": self.firsts.clone(), "sequences": self.sequences}
+
+    def load_state_dict(self, state: dict[str, Any] | None) -> None:
+        if state is None:
+            return
+        device = self.buffer.data.device
+        self.state = TensorDict(state["state"], batch_size=[self.buffer.num_envs]).to(device)
+        self.firsts = state["firsts"].to(device)
+        self.sequences = int(state["sequences"])
+
+
+def _device_memory(device: torch.device) -> int | None:
+    """Total memory of ``device`` in bytes, or ``None`` where it cannot be told."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[1]
+    if device.type == "cpu" and hasattr(os, "sysconf"):
+        try:
+            return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (ValueError, OSError):
+            return None
+    return None
+
+
+def slot_bytes(
+    observation_space: spaces.Space, action_shape: tuple[int, ...], action_dtype: torch.dtype, episodic: bool
+) -> int:
+    """Bytes of one :class:`RolloutBuffer` slot (one env, one step): the observation (and
+    ``final_obs`` and flags of an episodic env), the raw action, log-prob, value and reward."""
+    obs = zeros_like_space(observation_space, [1])
+    obs_bytes = sum(t.nbytes for t in (obs.values(True, True) if isinstance(obs, TensorDictBase) else [obs]))
+    return obs_bytes * (1 + episodic) + math.prod(action_shape) * action_dtype.itemsize + MIN_SLOT_BYTES + 2 * episodic
+
+
+def _buffer_size_error(num_envs: int, horizon: int, need: int, problem: str, buffers: int = 1) -> ValueError:
+    what = "a rollout buffer" if buffers == 1 else f"{buffers} rollout buffers (collect_mode='overlap')"
+    return ValueError(
+        f"hparam num_envs, horizon: {what} of num_envs={num_envs} envs x "
+        f"(horizon={horizon} + 1) steps need{'s' if buffers == 1 else ''} about {need} bytes ({need / 2**30:.1f} GiB); "
+        f"{problem}. Use fewer envs or a shorter horizon"
+    )
+
+
+def check_buffer_fits(num_envs: int, horizon: int, device: torch.device, slot_bytes: int, buffers: int = 1) -> None:
+    """Refuse, before allocating anything, ``buffers`` buffers of ``num_envs`` envs x
+    ``horizon + 1`` steps of ``slot_bytes`` bytes each that are together larger than the whole
+    memory of ``device`` (they could never be allocated): a ``ValueError`` naming ``num_envs``,
+    ``horizon`` and the bytes. ``buffers`` is 2 under ``collect_mode="overlap"`` (the learner's
+    buffer and the collector's)."""
+    need = buffers * num_envs * (horizon + 1) * slot_bytes
+    total = _device_memory(device)
+    if total is not None and need > total:
+        raise _buffer_size_error(
+            num_envs, horizon, need, f"{device} has {total} bytes ({total / 2**30:.1f} GiB) in all", buffers
+        )
+
+
+@contextlib.contextmanager
+def buffer_allocation(num_envs: int, horizon: int, slot_bytes: int | None) -> Iterator[None]:
+    """Re-raise a failed allocation (torch's allocators, ``MemoryError``) as a ``ValueError``
+    naming ``num_envs``, ``horizon`` and the bytes of a buffer of ``slot_bytes`` bytes per env
+    and step; ``slot_bytes=None``: the allocation is the envs' own (their constructor), and
+    the error names ``num_envs`` only. Other errors pass unchanged."""
+    try:
+        yield
+    except (MemoryError, RuntimeError) as err:
+        text = str(err).strip()
+        out_of_memory = isinstance(err, (MemoryError, torch.cuda.OutOfMemoryError)) or (
+            "can't allocate memory" in text or "out of memory" in text
+        )
+        if not out_of_memory:
+            raise
+        reason = text.splitlines()[-1] if text else type(err).__name__
+        if slot_bytes is None:
+            raise ValueError(f"hparam num_envs: building num_envs={num_envs} envs ran out of memory "
+                             f"({reason}). Use fewer envs") from err
+        need = num_envs * (horizon + 1) * slot_bytes
+        raise _buffer_size_error(num_envs, horizon, need, f"allocating memory failed ({reason})") from err
+
+
+def make_rollout_buffer(
+    env: Env, policy: Policy, num_envs: int, horizon: int, device: torch.device, *, seq_len: int = 1, buffers: int = 1,
+) -> RolloutBuffer:
+    """The rollout buffer of ``env``'s spaces and ``policy``'s raw actions, refused before
+    allocating when it could never fit and named by ``num_envs`` and ``horizon`` when
+    allocating it fails.
+
+    Args:
+        env: The batched env (its spaces, whether it is episodic).
+        policy: The policy (its distribution's raw actions, its recurrent state).
+        num_envs: Envs (rows) of the buffer.
+        horizon: Steps per collect.
+        device: Where the buffer lives.
+        seq_len: Steps per training sequence of a recurrent policy (1 for transitions).
+        buffers: Buffers of this size the run holds (2 with ``collect_mode="overlap"``): the
+            size check counts them all.
+    """
+    dist, space = policy.distribution_cls, env.action_space
+    action_shape, action_dtype = tuple(dist.raw_action_shape(space)), dist.raw_action_dtype(space)
+    slot = slot_bytes(env.observation_space, action_shape, action_dtype, env.episodic)
+    check_buffer_fits(num_envs, horizon, device, slot, buffers=buffers)
+    with buffer_allocation(num_envs, horizon, slot):
+        return RolloutBuffer(
+            env.observation_space, action_shape, action_dtype, num_envs, horizon, device=device,
+            episodic=env.episodic, state_example=policy.initial_state(num_envs), seq_len=seq_len,
+        )
+
+
+def _as_rows(x: torch.Tensor | TensorDictBase, seq_len: int) -> torch.Tensor | TensorDictBase:
+    """``[num_envs, T, ...]`` -> ``[num_envs * T, ...]`` transitions (``seq_len == 1``) or
+    ``[num_envs * T / seq_len, seq_len, ...]`` sequences of consecutive steps of one env."""
+    rows = (-1,) if seq_len == 1 else (-1, seq_len)
+    return x.reshape(*rows) if isinstance(x, TensorDictBase) else x.reshape(*rows, *x.shape[2:])
+
+
+@functools.lru_cache(maxsize=16)
+def discount_matrix(t_len: int, c: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """``D[k, t] = c^(k - t)`` for ``k >= t``, else 0 (``[T, T]``; cached, do not modify).
+
+    For ``x`` of shape ``[N, T]``, ``x @ D`` is the discounted sum of the future,
+    ``sum_{k >= t} c^(k - t) x_k``, and ``x @ D.T`` the discounted sum of the past,
+    ``sum_{k <= t} c^(t - k) x_k``: each a whole recursion over time in one matmul.
+    """
+    steps = torch.arange(t_len, device=device, dtype=torch.float64)
+    lag = steps[:, None] - steps[None, :]  # k - t
+    return torch.where(lag >= 0, c ** lag.clamp(min=0), 0.0).to(dtype)
+
+
+def compute_gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    *,
+    gamma: float,
+    gae_lambda: float,
+    terminated: torch.Tensor | None = None,
+    truncated: torch.Tensor | None = None,
+    final_values: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised advantage estimation over ``[num_envs, T]`` rollouts.
+
+    Args:
+        rewards: ``[N, T]`` rewards.
+        values: ``[N, T + 1]`` values of the observations at ``0..T`` (``T``: the last obs).
+        gamma: Discount factor.
+        gae_lambda: GAE's lambda.
+        terminated: ``[N, T]`` bool: the episode ended in a true terminal state at step ``t``;
+            nothing is bootstrapped after it.
+        truncated: ``[N, T]`` bool: the episode was cut at step ``t`` (time limit); the value
+            of the observation before the auto-reset, ``final_values[:, t]``, is bootstrapped.
+        final_values: ``[N, T]`` values of ``final_obs`` (only read where ``truncated``).
+
+    Returns:
+        ``(advantages, returns)``, each ``[N, T]``; ``returns = advantages + values[:, :T]``.
+    """
+    n, t_len = rewards.shape
+    next_values = values[:, 1:]
+    if truncated is not None and final_values is not None:
+        next_values = torch.where(truncated, final_values, next_values)
+    if terminated is not None:
+        next_values = next_values.masked_fill(terminated, 0.0)
+    deltas = rewards + gamma * next_values - values[:, :-1]
+    c = gamma * gae_lambda
+    if terminated is None and truncated is None:
+        # Infinite horizon: A_t = sum_{k >= t} c^(k - t) delta_k with one constant c, which is
+        # ONE [N, T] @ [T, T] matmul instead of T sequential steps (512 x 32: ~15 us, not ~250).
+        advantages = deltas @ discount_matrix(t_len, c, rewards.dtype, rewards.device)
+        return advantages, advantages + values[:, :-1]
+    done = terminated if truncated is None else truncated if terminated is None else terminated | truncated
+    # A_t = delta_t + c * (1 - done_t) * A_{t+1}, swept backwards over time-major copies so
+    # each step is one fused op writing a contiguous row.
+    carry = ((~done).to(rewards.dtype) * c).t().contiguous()
+    deltas_tm = deltas.t().contiguous()
+    advantages_tm = torch.empty_like(deltas_tm)
+    last = torch.zeros(n, dtype=rewards.dtype, device=rewards.device)
+    for t in range(t_len - 1, -1, -1):
+        last = torch.addcmul(deltas_tm[t], carry[t], last, out=advantages_tm[t])
+    advantages = advantages_tm.t()
+    return advantages, advantages + values[:, :-1]
+
+
+def minibatches(
+    samples: TensorDict, num_minibatches: int, *, seq_len: int, shuffle: bool, normalize_advantages: bool,
+    dist: DistContext, generator: torch.Generator,
+) -> Iterator[TensorDict]:
+    """One pass (epoch) over ``samples`` in ``num_minibatches`` equal minibatches.
+
+    Args:
+        samples: The training samples (:meth:`RolloutBuffer.training_samples`), ``[S]``.
+        num_minibatches: Minibatches per pass; must divide ``S``.
+        seq_len: Steps per sample (1 for transitions, ``seq_len`` for recurrent sequences).
+        shuffle: Draw the minibatches from a fresh random permutation of the samples.
+        normalize_advantages: Normalise the advantages per minibatch
+            (:func:`normalized_advantages`).
+        dist: The run's :class:`~rl8.ppo.distributed.DistContext` (moments over all ranks).
+        generator: Draws the permutation.
+
+    A per-sample ``advantage_weights`` key (:attr:`rl8.PPO.advantage_weights`) multiplies the
+    (normalised) advantages.
+    """
+    if num_minibatches > 1 and shuffle:
+        samples = samples[torch.randperm(samples.batch_size[0], device=samples.device, generator=generator)]
+    else:
+        samples = samples.clone(recurse=False)  # the advantages below replace a key
+    if normalize_advantages and samples.batch_size[0] * seq_len > num_minibatches:
+        samples["advantages"] = normalized_advantages(samples["advantages"], num_minibatches, dist)
+    if "advantage_weights" in samples.keys():
+        samples["advantages"] = samples["advantages"] * samples["advantage_weights"]
+    yield from samples.split(samples.batch_size[0] // num_minibatches)
+
+
+def normalized_advantages(advantages: torch.Tensor, num_minibatches: int, dist: DistContext) -> torch.Tensor:
+    """Each minibatch's advantages (rows ``j * mb:(j + 1) * mb`` of ``advantages``, ``[B, ...]``)
+    centred and divided by their own sample std (+ 1e-8), for all minibatches of a pass in a
+    few ops. In data-parallel training (``dist``: the run's
+    :class:`~rl8.ppo.distributed.DistContext`) the moments of minibatch ``j`` cover every rank's
+    minibatch ``j``, with ONE all-reduce per pass."""
+    adv = advantages.reshape(num_minibatches, -1)
+    if not dist.enabled:
+        # two-pass std (sample, n - 1): torch.std's one-pass kernel is slower on a CPU
+        centred = adv - adv.mean(1, keepdim=True)
+        std = centred.square().sum(1, keepdim=True).div_(max(adv.shape[1] - 1, 1)).sqrt_()
+        return centred.div_(std.add_(1e-8)).reshape(advantages.shape)
+    x = adv.double()
+    moments = torch.stack([torch.full_like(x[:, 0], x.shape[1]), x.sum(1), x.square().sum(1)], 1)
+    n, s, ss = dist.all_reduce_(moments).unbind(1)
+    mean = s / n
+    std = ((ss - n * mean * mean) / (n - 1).clamp(min=1)).clamp(min=0).sqrt()
+    out = (adv - mean[:, None].to(adv.dtype)) / (std[:, None].to(adv.dtype) + 1e-8)
+    return out.reshape(advantages.shape)

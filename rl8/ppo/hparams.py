@@ -1,0 +1,459 @@
+"""PPO's hyper-parameters: one frozen, validated dataclass.
+
+Defaults follow "The 37 Implementation Details of PPO" (Huang et al., 2022) and SB3's
+rl-zoo, tuned so that ``PPO(CartPole)`` solves CartPole in seconds on a laptop CPU; see
+``docs/hparams.md`` for each field and where rl8 differs from SB3 and CleanRL.
+
+Each hyper-parameter is declared once, as one field: its type, its default, its check and its
+meaning (``doc``). The error messages (``hparam NAME: expected ..., got ...``), the class
+docstring, checkpoints and MLflow params (:meth:`HParams.to_plain`), ``rl8 train --set`` and
+config files (:meth:`HParams.read_config`) all derive from the fields.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+
+from rl8.fields import (
+    Check, attributes_doc, check, first_invalid, int_at_least, is_int, is_number, one_of, optional,
+    read_numbers,
+)
+from rl8.ppo.resolve import HPARAM_KINDS, qualified_name, resolve
+from rl8.ppo.schedules import Schedule
+
+__all__ = ["HParams", "close_hparam_names", "missing_cuda_device", "unknown_hparam_message"]
+
+# Seeds are stored as int64 (tensors, checkpoints) and handed to torch.manual_seed.
+_MAX_SEED = 2**63 - 1
+
+# Minibatches per pass by default (CleanRL's ``num_minibatches``); at the default batch shape
+# (256 envs x 32 steps) minibatches of 2048 transitions.
+_DEFAULT_NUM_MINIBATCHES = 4
+
+#: The names other PPO libraries (SB3, CleanRL) give some hyper-parameters, and rl8's names.
+_OTHER_NAMES = {
+    "learning_rate": "lr", "n_steps": "horizon", "num_steps": "horizon", "n_envs": "num_envs",
+    "batch_size": "sgd_minibatch_size", "minibatch_size": "sgd_minibatch_size",
+    "n_epochs": "num_sgd_iters", "update_epochs": "num_sgd_iters", "clip_range": "clip_param",
+    "clip_coef": "clip_param", "clip_range_vf": "vf_clip_param", "ent_coef": "entropy_coeff",
+    "vf_coef": "vf_coeff", "target_kl": "target_kl_div", "norm_adv": "normalize_advantages",
+    "policy_kwargs": "model_config",
+}
+
+def missing_cuda_device(device: torch.device) -> str | None:
+    """Why the CUDA ``device`` cannot be used on this machine (``"CUDA is not available on this
+    machine"``, or the devices it has when the index is out of range), or ``None`` when it can
+    (and for every device that is not CUDA)."""
+    if device.type != "cuda":
+        return None
+    if not torch.cuda.is_available():
+        return "CUDA is not available on this machine"
+    count = torch.cuda.device_count()
+    if device.index is not None and device.index >= count:
+        return f"this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}"
+    return None
+
+
+def _divisors(n: int) -> list[int]:
+    """The divisors of ``n >= 1``, ascending."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]
+
+
+def _nearest_divisors(n: int, value: float) -> list[int]:
+    """The divisors of ``n`` closest to ``value`` from below and from above (one or two)."""
+    divisors = _divisors(n)
+    below = [d for d in divisors if d < value]
+    above = [d for d in divisors if d > value]
+    return [*below[-1:], *above[:1]]
+
+
+def _or(values: Any) -> str:
+    return " or ".join(str(v) for v in values)
+
+
+# ---------------------------------------------------------------------------------- checks
+# The checks of the fields (see rl8.fields.Check): None when a value is valid, else what the
+# field expects, for "hparam NAME: expected ..., got VALUE".
+
+
+def _nonzero_int(meaning: str) -> Check:
+    return check(f"a non-zero int ({meaning})", lambda v: is_int(v) and v != 0)
+
+
+def _number(expected: str, ok: Callable[[float], bool]) -> Check:
+    """A finite number (not a bool) for which ``ok`` holds."""
+    return check(expected, lambda v: is_number(v) and ok(v))
+
+
+_BOOL = check("a bool", lambda v: isinstance(v, bool))
+_DICT = check("a dict", lambda v: isinstance(v, dict))
+_UNIT = _number("a number in [0, 1]", lambda v: 0.0 <= v <= 1.0)
+_POSITIVE = _number("a finite number > 0", lambda v: v > 0)
+_WEIGHT = _number("a number >= 0", lambda v: v >= 0)
+_DEVICE = "'auto', 'cpu', 'cuda', 'cuda:N' or a torch.device"
+
+
+def _schedule(expected: str, ok: Callable[[float], bool]) -> Check:
+    """``[(env_steps, value), ...]`` (see :class:`~rl8.ppo.schedules.Schedule`) whose values
+    satisfy ``ok``, or ``None``."""
+    def schedule(points: Any, name: str) -> str | None:
+        if points is None:
+            return None
+        Schedule(points, field=name)  # raises on a bad point
+        return None if all(ok(p[1]) for p in points) else expected
+    return schedule
+
+
+def _points(value: Any) -> Any:
+    """A schedule as a tuple of tuples (hashable, as in the frozen dataclass), or ``None``."""
+    return None if value is None else tuple(tuple(p) for p in value)
+
+
+def _class_or_path(value: Any, name: str) -> str | None:
+    """A class of the kind ``HPARAM_KINDS[name]`` (checked now) or its dotted path (looked up
+    when PPO is built); ``None`` for the default, except for ``optimizer_cls``."""
+    kind = HPARAM_KINDS[name]
+    if value is None and name == "optimizer_cls":
+        return f"{kind.description} or its dotted path"
+    if value is not None and not isinstance(value, str):
+        resolve(value, kind, field=f"hparam {name}")  # raises naming the field
+    return None
+
+
+def _optimizer_kwargs(value: Any, name: str) -> str | None:
+    if not isinstance(value, dict):
+        return "a dict"
+    if "lr" in value:
+        raise ValueError(f"hparam {name}: set the learning rate with lr=..., not {name}['lr']")
+    return None
+
+
+def _device(value: Any, name: str) -> str | None:
+    if value == "auto":
+        return None
+    try:
+        device = torch.device(value) if isinstance(value, (str, torch.device)) else None
+    except (RuntimeError, TypeError):
+        device = None
+    if device is None:
+        return _DEVICE
+    problem = missing_cuda_device(device)
+    return None if problem is None else f"a device that exists ({problem})"
+
+
+def _hparam(default: Any, check: Check, *, doc: str, convert: Callable[[Any], Any] | None = None) -> Any:
+    """An :class:`HParams` field: its ``default`` (a dict default is copied for each instance),
+    its ``check`` (see :data:`Check`), its meaning ``doc`` (in the class docstring and the API
+    reference) and ``convert``, applied to a given value before the check."""
+    metadata = {"check": check, "doc": doc, "convert": convert}
+    if isinstance(default, dict):
+        return dataclasses.field(default_factory=lambda: dict(default), metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+@dataclass(frozen=True, kw_only=True)
+class HParams:
+    """Hyper-parameters of :class:`rl8.PPO` (all keyword-only; see ``docs/hparams.md``).
+
+    Each field below is declared with its default, its check and its meaning; a bad value is a
+    ``ValueError`` naming the field, what it expects and the value given.
+    """
+
+    num_envs: int = _hparam(256, int_at_least(1), doc="Number of environments simulated in parallel.")
+    horizon: int = _hparam(32, int_at_least(1), doc=(
+        "Env steps collected per env between updates; the buffer holds ``num_envs * horizon`` "
+        "transitions."))
+    horizons_per_env_reset: int = _hparam(-1, _nonzero_int("k > 0: every k collects; k < 0: once"), doc=(
+        "``k > 0``: PPO resets every env every ``k`` collects; ``k < 0``: only once, before the "
+        "first collect. ``0`` is invalid. Episodic envs also reset finished sub-envs themselves."))
+    collect_mode: Literal["sync", "overlap"] = _hparam("sync", one_of("sync", "overlap"), doc=(
+        "``\"sync\"``: :meth:`PPO.collect <rl8.PPO.collect>` steps the envs, then "
+        ":meth:`PPO.update <rl8.PPO.update>` trains on what it collected. ``\"overlap\"``: the "
+        "next collect runs in a background thread while the update runs, with a copy of the "
+        "policy synced after every update, so each batch is collected with weights one update "
+        "old (``monitors/policy_lag``; the PPO ratio uses the stored behaviour log-probs). See "
+        "``docs/collection.md`` (\"Overlapped collection\")."))
+    gamma: float = _hparam(0.99, _UNIT, doc="Discount factor in [0, 1].")
+    gae_lambda: float = _hparam(0.95, _UNIT, doc="GAE's lambda in [0, 1].")
+    num_sgd_iters: int = _hparam(8, int_at_least(1), doc="Passes (epochs) over the buffer per update.")
+    sgd_minibatch_size: int | Literal["auto"] | None = _hparam(
+        "auto",
+        check("an int >= 1, 'auto' or None", lambda v: v is None or v == "auto" or is_int(v) and v >= 1),
+        doc=("Transitions per minibatch; must divide ``num_envs * horizon`` (and, for recurrent "
+             "models, be a multiple of the sequence length). ``None``: the whole buffer as one "
+             "minibatch. ``\"auto\"`` (default): the buffer split into ``num_minibatches`` equal "
+             "minibatches."))
+    num_minibatches: int | None = _hparam(None, optional(int_at_least(1)), doc=(
+        "With ``sgd_minibatch_size=\"auto\"``: minibatches per pass; must divide the number of "
+        "samples (transitions, or sequences for recurrent models). ``None`` (default): 4, as in "
+        "CleanRL's ``ppo.py``, or the largest count below 4 that divides the samples (1: the "
+        "whole buffer), so that every batch shape works."))
+    shuffle_minibatches: bool = _hparam(True, _BOOL, doc=(
+        "Draw minibatches from a fresh random permutation every pass."))
+    clip_param: float = _hparam(0.2, _POSITIVE, doc="PPO's ratio clip epsilon (> 0).")
+    dual_clip_param: float | None = _hparam(None, optional(_number("a number > 1", lambda v: v > 1)), doc=(
+        "Dual-clip constant c > 1 (Ye et al., 2020) bounding the loss of negative-advantage "
+        "samples, or ``None`` to disable."))
+    vf_clip_param: float | None = _hparam(None, optional(_number("a number > 0", lambda v: v > 0)), doc=(
+        "Clip the value update to ``old_value +- vf_clip_param`` (PPO2-style value clipping), "
+        "or ``None`` to disable."))
+    vf_coeff: float = _hparam(0.5, _WEIGHT, doc="Weight of the value loss in the total loss.")
+    entropy_coeff: float = _hparam(0.0, _WEIGHT, doc=(
+        "Weight of the entropy bonus (constant unless a schedule is given)."))
+    entropy_coeff_schedule: tuple[tuple[int, float], ...] | None = _hparam(
+        None, _schedule("coefficients >= 0", lambda c: c >= 0), convert=_points,
+        doc="``[(env_steps, coeff), ...]`` overriding ``entropy_coeff``.")
+    lr: float = _hparam(1e-3, _POSITIVE, doc=(
+        "Learning rate of the optimizer, finite and > 0 (constant unless a schedule is given)."))
+    lr_schedule: tuple[tuple[int, float], ...] | None = _hparam(
+        None, _schedule("learning rates > 0", lambda lr: lr > 0), convert=_points,
+        doc="``[(env_steps, lr), ...]`` overriding ``lr``.")
+    schedule_kind: Literal["step", "linear"] = _hparam("step", one_of("step", "linear"), doc=(
+        "``\"step\"`` or ``\"linear\"`` interpolation of both schedules."))
+    target_kl_div: float | None = _hparam(None, optional(_number("a number > 0", lambda v: v > 0)), doc=(
+        "Stop the update's remaining minibatches once the approximate KL divergence of a "
+        "minibatch exceeds this, or ``None``."))
+    max_grad_norm: float | None = _hparam(0.5, optional(_number("a number > 0", lambda v: v > 0)), doc=(
+        "Clip the global gradient norm to this, or ``None``."))
+    normalize_advantages: bool = _hparam(True, _BOOL, doc=(
+        "Normalise advantages per minibatch (zero mean, unit std)."))
+    normalize_rewards: bool = _hparam(True, _BOOL, doc=(
+        "Scale rewards by the running std of the discounted return."))
+    normalize_observations: bool = _hparam(False, _BOOL, doc=(
+        "Normalise float observations with running mean/variance."))
+    accumulate_grads: bool = _hparam(False, _BOOL, doc=(
+        "Accumulate gradients over all minibatches of a pass and take one optimizer step per "
+        "pass (instead of one per minibatch)."))
+    enable_amp: bool = _hparam(False, _BOOL, doc=(
+        "Mixed precision: bfloat16 autocast on CPU, float16 with a gradient scaler on CUDA."))
+    optimizer_cls: Any = _hparam("torch.optim.Adam", _class_or_path, doc=(
+        "A ``torch.optim.Optimizer`` subclass or its dotted path (``\"torch.optim.Adam\"``)."))
+    optimizer_kwargs: dict[str, Any] = _hparam({"eps": 1e-5}, _optimizer_kwargs, doc=(
+        "Extra keyword arguments of the optimizer (``lr`` is set from ``lr``). Default: Adam's "
+        "``eps=1e-5`` as in the 37 details."))
+    model_cls: Any = _hparam(None, _class_or_path, doc=(
+        "A :class:`rl8.Model` subclass (see :mod:`rl8.policies.models`), its dotted path, or ``None`` for "
+        "the default."))
+    model_config: dict[str, Any] = _hparam({}, _DICT, doc="Keyword arguments of the model class.")
+    distribution_cls: Any = _hparam(None, _class_or_path, doc=(
+        "A :class:`rl8.Distribution` subclass, its dotted path, or ``None`` for the one the "
+        "action space implies."))
+    device: str = _hparam("auto", _device, doc=(
+        "``\"auto\"`` (CUDA when available, else CPU) or an explicit torch device."))
+    seed: int | None = _hparam(
+        None, optional(check("an int in [0, 2**63 - 1]", lambda v: is_int(v) and 0 <= v <= _MAX_SEED)),
+        doc=("Seed of torch's RNG and the envs, an int in [0, 2**63 - 1]; ``None`` draws one "
+             "from the OS."))
+    env_config: dict[str, Any] = _hparam({}, _DICT, doc=(
+        "Env parameters applied at every env reset (see ``Env.reset``)."))
+    env_kwargs: dict[str, Any] = _hparam({}, _DICT, doc="Extra keyword arguments for the env's constructor.")
+    check_finite_collects: int = _hparam(2, int_at_least(-1), doc=(
+        "Check observations and rewards for NaN/inf during this many first collects (``-1``: "
+        "always, ``0``: never)."))
+    seq_len: int | None = _hparam(None, optional(int_at_least(1)), doc=(
+        "Steps per training sequence for recurrent models (must divide ``horizon``); ``None``: "
+        "the horizon."))
+    seqs_per_state_reset: int = _hparam(-1, _nonzero_int("k > 0: every k sequences; k < 0: never"), doc=(
+        "Recurrent models: reset the hidden state every ``k`` sequences (``k > 0``) or only at "
+        "episode ends and env resets (``k < 0``)."))
+
+    # ------------------------------------------------------------------ validation
+    def __post_init__(self) -> None:
+        """Check every field with its own check, then :meth:`_check_together`."""
+        invalid = first_invalid(self)
+        if invalid is not None:
+            raise ValueError(f"hparam {invalid.name}: expected {invalid.expected}, got {invalid.value!r}")
+        self._check_together()
+
+    def _check_together(self) -> None:
+        """The checks that involve several fields: the minibatch size or count against the
+        buffer, the sequence length against the horizon."""
+        if self.num_minibatches is not None and self.sgd_minibatch_size != "auto":
+            raise ValueError(
+                f"hparam num_minibatches: only applies with sgd_minibatch_size='auto', but "
+                f"sgd_minibatch_size={self.sgd_minibatch_size!r} was given; set one of the two"
+            )
+        self.minibatch_size_for(1)  # a size or count that does not divide the buffer
+        if self.seq_len is not None and self.horizon % self.seq_len:
+            raise ValueError(
+                f"hparam seq_len: expected an int >= 1 that divides horizon={self.horizon}, "
+                f"got {self.seq_len!r}"
+            )
+
+    # ------------------------------------------------------------------ building
+    @classmethod
+    def from_kwargs(cls, **kwargs: Any) -> HParams:
+        """Build from keyword arguments; an unknown name is an error listing close matches."""
+        names = [f.name for f in dataclasses.fields(cls)]
+        for key in kwargs:
+            if key not in names:
+                close = close_hparam_names(key)
+                hint = f"; did you mean {', '.join(close)}?" if close else ""
+                raise TypeError(f"unknown hyper-parameter {key!r}{hint} (valid: {', '.join(names)})")
+        return cls(**kwargs)
+
+    @classmethod
+    def read_config(cls, hparams: Mapping[str, Any], where: str = "hparams") -> dict[str, Any]:
+        """The hyper-parameters of a config file (``rl8 train``'s ``hparams:``, a preset,
+        ``--set``) as keyword arguments of :meth:`from_kwargs`: names checked, numbers read by
+        :func:`~rl8.fields.read_numbers` (whole floats as ints for the int fields).
+
+        Args:
+            hparams: ``{name: value}`` as read from YAML.
+            where: Where they come from, for the error message (``"preset 'Hopper-v5': hparams"``).
+
+        Raises:
+            ValueError: An unknown name (with close matches and the valid names).
+        """
+        kinds = {f.name: str(f.type) for f in dataclasses.fields(cls)}
+        out: dict[str, Any] = {}
+        for key, value in hparams.items():
+            if key not in kinds:
+                raise ValueError(unknown_hparam_message(key, where))
+            whole = "int" in kinds[key] and "float" not in kinds[key]  # an int field
+            out[key] = read_numbers(value, whole_as_int=whole)
+        return out
+
+    @classmethod
+    def from_config(cls, hparams: Mapping[str, Any], where: str = "hparams") -> HParams:
+        """Build from the hyper-parameters of a config file (see :meth:`read_config`).
+
+        Args:
+            hparams: ``{name: value}`` as read from YAML.
+            where: Where they come from, for the error message.
+
+        Raises:
+            ValueError: An unknown name or a bad value; the message starts with ``where``.
+        """
+        kwargs = cls.read_config(hparams, where)
+        try:
+            return cls.from_kwargs(**kwargs)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{where}: {exc}") from None
+
+    def replace(self, **changes: Any) -> HParams:
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as a plain dict (classes stay classes)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    def to_plain(self) -> dict[str, Any]:
+        """The fields as plain values, as checkpoints store them and MLflow logs them
+        (``hparams/<name>``): classes as their dotted paths, the device as a string.
+        :meth:`from_config` reads them back."""
+        out = self.to_dict()
+        for key in HPARAM_KINDS:
+            if out[key] is not None and not isinstance(out[key], str):
+                out[key] = qualified_name(out[key])
+        out["device"] = str(self.device)
+        return out
+
+    # ------------------------------------------------------------------ derived values
+    @property
+    def batch_size(self) -> int:
+        """Transitions per update: ``num_envs * horizon``."""
+        return self.num_envs * self.horizon
+
+    @property
+    def minibatch_size(self) -> int:
+        """Transitions per minibatch of a feedforward model (see :meth:`minibatch_size_for`)."""
+        return self.minibatch_size_for(1)
+
+    def minibatch_size_for(self, seq_len: int) -> int:
+        """Transitions per minibatch when the samples are sequences of ``seq_len`` steps.
+
+        Args:
+            seq_len: Steps per training sample: 1 for feedforward models, the sequence length
+                for recurrent ones (it divides ``horizon``).
+
+        Returns:
+            ``sgd_minibatch_size`` when it is an int, the whole buffer when it is ``None``,
+            else ``batch_size`` divided by the number of minibatches (``num_minibatches``, or
+            the default count, see :class:`HParams`). A size that does not fit the samples is
+            a ``ValueError`` that lists the nearest valid values.
+        """
+        samples = self.batch_size // seq_len
+        if self.sgd_minibatch_size is None:
+            return self.batch_size
+        if self.sgd_minibatch_size != "auto":
+            size = self.sgd_minibatch_size
+            if size % seq_len or samples % (size // seq_len):
+                nearest = _nearest_divisors(samples, size / seq_len)
+                what = f"a divisor of num_envs * horizon = {self._batch_formula()}"
+                if seq_len > 1:
+                    what = (
+                        f"a multiple of seq_len={seq_len} (a recurrent model trains on whole "
+                        f"sequences) that divides num_envs * horizon = {self._batch_formula()}"
+                    )
+                raise ValueError(
+                    f"hparam sgd_minibatch_size: expected {what}, got {size}; nearest valid: "
+                    f"{_or(d * seq_len for d in nearest)} (or leave it at 'auto' and set "
+                    "num_minibatches)"
+                )
+            return size
+        if self.num_minibatches is None:
+            count = max(d for d in _divisors(samples) if d <= _DEFAULT_NUM_MINIBATCHES)
+        else:
+            count = self.num_minibatches
+            if samples % count:
+                unit = "transitions" if seq_len == 1 else f"sequences of seq_len={seq_len} steps"
+                raise ValueError(
+                    f"hparam num_minibatches: expected a divisor of the {samples} {unit} in the "
+                    f"buffer (num_envs * horizon = {self._batch_formula()}), got {count}; "
+                    f"nearest valid: {_or(_nearest_divisors(samples, count))}"
+                )
+        return self.batch_size // count
+
+    def _batch_formula(self) -> str:
+        return f"{self.num_envs} * {self.horizon} = {self.batch_size}"
+
+    def resolved_device(self) -> torch.device:
+        """The torch device: ``"auto"`` is CUDA when available, else CPU."""
+        if self.device == "auto":
+            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return torch.device(self.device)
+
+    def lr_at(self) -> Schedule:
+        """The learning-rate schedule (constant ``lr`` when no schedule is given)."""
+        return Schedule(self.lr_schedule or [(0, self.lr)], self.schedule_kind, field="lr_schedule")
+
+    def entropy_coeff_at(self) -> Schedule:
+        """The entropy-coefficient schedule (constant when no schedule is given)."""
+        return Schedule(
+            self.entropy_coeff_schedule or [(0, self.entropy_coeff)],
+            self.schedule_kind,
+            field="entropy_coeff_schedule",
+        )
+
+
+HParams.__doc__ = (HParams.__doc__ or "") + attributes_doc(HParams)
+
+
+def unknown_hparam_message(name: Any, where: str) -> str:
+    """The error message for a hyper-parameter ``name`` that :class:`HParams` does not have,
+    read at ``where`` (``"--set lr_rate=1"``, ``"hparams"``): its close matches
+    (:func:`close_hparam_names`) and every valid name."""
+    close = close_hparam_names(str(name))
+    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    valid = ", ".join(f.name for f in dataclasses.fields(HParams))
+    return f"{where}: unknown hyper-parameter {name!r}{hint} (valid: {valid})"
+
+
+def close_hparam_names(name: str) -> list[str]:
+    """The hyper-parameter names that a mistyped or foreign ``name`` may mean: rl8's name for
+    another library's (``learning_rate``: ``lr``, ``n_steps``: ``horizon``), then close
+    spellings (``gama``: ``gamma``). Empty when none is close."""
+    names = [f.name for f in dataclasses.fields(HParams)]
+    close = difflib.get_close_matches(str(name), names, n=3)
+    other = _OTHER_NAMES.get(str(name).lower())
+    return [other, *[c for c in close if c != other]] if other else close

@@ -1,0 +1,146 @@
+"""PPO's loss in plain autograd (the clipped surrogate, the value loss and the entropy bonus),
+and the optimizer that minimises it.
+
+:func:`ppo_loss` returns a :class:`PPOLoss`: the differentiable total and each term by name,
+with the approximate KL and clip-fraction monitors. :func:`make_optimizer` builds the optimizer
+of the ``optimizer_cls``, ``lr`` and ``optimizer_kwargs`` hyper-parameters.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from rl8.ppo.resolve import OPTIMIZER, qualified_name, resolve
+
+__all__ = ["PPOLoss", "make_optimizer", "ppo_loss"]
+
+
+@dataclass(frozen=True)
+class PPOLoss:
+    """PPO's loss on one minibatch, by term (scalars, float32).
+
+    Attributes:
+        total: The differentiable loss minimised:
+            ``policy_loss + vf_coeff * value_loss - entropy_coeff * entropy``.
+        policy_loss: Minus the mean clipped surrogate (detached).
+        value_loss: Half the mean squared value error, clipped if asked (detached).
+        entropy: Mean entropy of the action distributions (detached).
+        approx_kl: Approximate KL divergence from the collecting policy,
+            ``mean((ratio - 1) - log ratio)`` (detached).
+        clip_fraction: Fraction of samples whose ratio was clipped, ``|ratio - 1| > clip_param``.
+    """
+
+    total: Tensor
+    policy_loss: Tensor
+    value_loss: Tensor
+    entropy: Tensor
+    approx_kl: Tensor
+    clip_fraction: Tensor
+
+
+def ppo_loss(
+    logp: Tensor, values: Tensor, entropy: Tensor, old_logp: Tensor, advantages: Tensor, old_values: Tensor,
+    returns: Tensor, *, clip_param: float, dual_clip_param: float | None = None, vf_clip_param: float | None = None,
+    vf_coeff: float = 1.0, entropy_coeff: float = 0.0,
+) -> PPOLoss:
+    """PPO's clipped surrogate, plus the weighted (optionally clipped) value loss, minus the
+    weighted entropy bonus.
+
+    All tensors are float32 ``[B]``: ``logp``, ``values`` and ``entropy`` from the current
+    policy (they carry the gradient), the rest from the rollout (``advantages`` already
+    normalised if wanted).
+
+    Args:
+        logp: Log-probabilities of the taken actions under the current policy.
+        values: Value predictions of the current policy.
+        entropy: Entropies of the current policy's action distributions (it may be detached:
+            then it is only reported).
+        old_logp: Log-probabilities of the same actions when they were collected.
+        advantages: Advantage estimates.
+        old_values: Value predictions when the actions were collected.
+        returns: Value targets (advantages + old values, before normalisation).
+        clip_param: Epsilon of the ratio clip ``[1 - eps, 1 + eps]`` (> 0).
+        dual_clip_param: Dual-clip constant ``c > 1`` (Ye et al., 2020): for negative
+            advantages the surrogate is bounded below by ``c * advantage``; ``None`` = off.
+        vf_clip_param: Clip of the value change ``|values - old_values|`` in the clipped value
+            loss (same unit as the rewards); ``None`` = plain squared error.
+        vf_coeff: Weight of the value loss in the total.
+        entropy_coeff: Weight of the entropy bonus in the total.
+
+    Returns:
+        The :class:`PPOLoss`: the differentiable total and its detached terms and monitors.
+    """
+    log_ratio = logp - old_logp
+    ratio = log_ratio.exp()
+    surrogate = torch.min(advantages * ratio, advantages * ratio.clamp(1 - clip_param, 1 + clip_param))
+    if dual_clip_param is not None:
+        surrogate = torch.where(advantages < 0, torch.max(surrogate, dual_clip_param * advantages), surrogate)
+    policy_loss = -surrogate.mean()
+
+    value_error = (values - returns).square()
+    if vf_clip_param is not None:
+        clipped_values = old_values + (values - old_values).clamp(-vf_clip_param, vf_clip_param)
+        value_error = torch.max(value_error, (clipped_values - returns).square())
+    value_loss = 0.5 * value_error.mean()
+
+    mean_entropy = entropy.mean()
+    total = policy_loss + vf_coeff * value_loss - entropy_coeff * mean_entropy
+    with torch.no_grad():
+        approx_kl = ((ratio - 1) - log_ratio).mean()
+        clip_fraction = ((ratio - 1).abs() > clip_param).float().mean()
+    return PPOLoss(
+        total=total, policy_loss=policy_loss.detach(), value_loss=value_loss.detach(),
+        entropy=mean_entropy.detach(), approx_kl=approx_kl, clip_fraction=clip_fraction,
+    )
+
+
+def make_optimizer(
+    optimizer_cls: type[torch.optim.Optimizer] | str, params: Iterable[torch.nn.Parameter], *, lr: float,
+    optimizer_kwargs: dict[str, Any], device: torch.device,
+) -> torch.optim.Optimizer:
+    """The optimizer of ``params``; Adam(W) is fused on CPU and CUDA unless ``optimizer_kwargs``
+    choose an implementation.
+
+    Args:
+        optimizer_cls: A ``torch.optim.Optimizer`` class, or its name or dotted path (the
+            ``optimizer_cls`` hyper-parameter).
+        params: The parameters to optimise.
+        lr: The learning rate.
+        optimizer_kwargs: More keyword arguments of ``optimizer_cls``.
+        device: Where the parameters live.
+
+    Raises:
+        ValueError: ``optimizer_cls`` refused ``optimizer_kwargs``; the message names them and
+            the keyword arguments it takes.
+    """
+    cls = resolve(optimizer_cls, OPTIMIZER, field="hparam optimizer_cls")
+    kwargs = dict(optimizer_kwargs)
+    if cls in (torch.optim.Adam, torch.optim.AdamW) and not {"fused", "foreach"} & set(kwargs):
+        # One fused kernel per parameter group instead of a loop of small ops: the same
+        # maths, several times faster for the small networks PPO uses.
+        kwargs["fused"] = device.type in ("cpu", "cuda")
+    try:
+        return cls(params, lr=lr, **kwargs)
+    except (TypeError, ValueError) as err:
+        raise ValueError(
+            f"hparam optimizer_kwargs: {qualified_name(cls)} refused {optimizer_kwargs!r} "
+            f"({err}); expected its keyword arguments: {_keyword_defaults(cls)}"
+        ) from err
+
+
+def _keyword_defaults(cls: type) -> str:
+    """``name=default`` of the keyword arguments of ``cls`` (an optimizer: not params, lr)."""
+    try:
+        parameters = inspect.signature(cls).parameters.values()
+    except (TypeError, ValueError):
+        return "see its documentation"
+    return ", ".join(
+        f"{p.name}={p.default!r}" for p in parameters
+        if p.name not in ("params", "lr") and p.default is not inspect.Parameter.empty
+    )

@@ -1,0 +1,251 @@
+"""Overlapped collection: the next rollout runs in a background thread while PPO updates.
+
+With ``collect_mode="overlap"``, :class:`rl8.PPO` owns an :class:`OverlapCollector`, the actor
+side of the algorithm: a copy of the policy, its own :class:`~rl8.ppo.buffer.RolloutBuffer`, carry
+and ``torch.Generator``, and a daemon thread that runs one rollout on them at a time. torch ops
+and env steps that wait on worker processes release the GIL, so the envs are stepped while the
+learner trains. Each :meth:`PPO.collect <rl8.PPO.collect>` hands the finished rollout over to
+the learner (:meth:`OverlapCollector.hand_over`), syncs the actor's weights and
+observation-normaliser statistics from the learner (:meth:`OverlapCollector.sync`) and starts
+the next rollout, which the next collect hands over: every batch is collected with weights one
+update old (none for the first). See ``docs/collection.md`` ("Overlapped collection").
+"""
+
+from __future__ import annotations
+
+import atexit
+import copy
+import dataclasses
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+from rl8.envs.episodes import EpisodeRecords
+from rl8.policies.policy import Policy
+from rl8.ppo.buffer import RolloutBuffer, RolloutCarry
+
+__all__ = ["OverlapCollector", "Rollout", "RolloutFn"]
+
+#: How long the interpreter waits at exit for a rollout still in flight (seconds).
+EXIT_JOIN_TIMEOUT_S = 30.0
+#: The collectors of this process, for the wait at exit.
+_COLLECTORS: weakref.WeakSet[OverlapCollector] = weakref.WeakSet()
+
+
+@atexit.register
+def _join_at_exit() -> None:
+    """Let a rollout still in flight at exit (a script that never called close) finish before
+    the interpreter tears down: a daemon thread stopped inside a torch op aborts the process."""
+    for collector in list(_COLLECTORS):
+        thread = collector._thread
+        if thread is not None:
+            thread.join(EXIT_JOIN_TIMEOUT_S)
+
+#: ``run(policy, buffer, carry, obs, generator, deterministic) -> obs``: one rollout of the
+#: training envs that fills ``buffer`` (what :meth:`rl8.PPO.collect` runs in sync mode).
+RolloutFn = Callable[
+    [Policy, RolloutBuffer, RolloutCarry, "torch.Tensor | TensorDictBase", torch.Generator, bool],
+    "torch.Tensor | TensorDictBase",
+]
+
+
+@dataclasses.dataclass
+class Rollout:
+    """A finished rollout in the actor's buffer, not yet handed over.
+
+    Attributes:
+        obs: The envs' observations after its last step (the next rollout starts there).
+        version: The learner's update count (``PPO.steps``) whose weights collected it.
+        deterministic: Whether it took the distributions' modes.
+    """
+
+    obs: torch.Tensor | TensorDictBase
+    version: int
+    deterministic: bool
+
+
+class OverlapCollector:
+    """The actor side of overlapped collection: a rollout at a time, in the background.
+
+    It is in one of three states: idle (nothing to hand over), in flight (a rollout runs in its
+    thread: :attr:`in_flight`) or ready (a finished rollout waits in :attr:`buffer`:
+    :attr:`ready`). Only the thread that calls its methods (PPO's) touches the learner.
+
+    Args:
+        policy: The learner's policy; the actor acts with a copy of it (see :meth:`sync`).
+        buffer: The actor's rollout buffer (the same layout as the learner's).
+        generator: Draws the actor's sampled actions (seed it from the run's seed).
+        run: The rollout function (see :data:`RolloutFn`); the thread runs it on the actor's
+            objects.
+        make_carry: ``make_carry(policy, buffer)``: the carry of the actor's policy copy over
+            ``buffer`` (:class:`~rl8.ppo.buffer.RolloutCarry`).
+
+    Attributes:
+        policy: The actor's copy of the policy (no gradients).
+        buffer, generator: As given.
+        carry: The actor's carry: the policy's carry from step to step, which goes on with the
+            training envs from one rollout to the next.
+        version: The learner's update count of the weights last synced into :attr:`policy`.
+
+    On CUDA the background rollout enqueues its kernels on the default stream, like the
+    learner: what overlaps is the host side (env steps, Python, kernel launches). A stream of
+    its own would let the caching allocator hand the learner memory that the actor's stream
+    still reads (env state or carry tensors made on the learner's stream and dropped by the
+    actor), which only ``record_stream`` on tensors the collector does not own could prevent.
+    """
+
+    def __init__(
+        self, policy: Policy, buffer: RolloutBuffer, generator: torch.Generator, *, run: RolloutFn,
+        make_carry: Callable[[Policy, RolloutBuffer], RolloutCarry],
+    ) -> None:
+        self.policy = copy.deepcopy(policy).requires_grad_(False)
+        self.buffer, self.generator = buffer, generator
+        self.carry = make_carry(self.policy, buffer)
+        self.version = 0
+        self._run = run
+        self._thread: threading.Thread | None = None
+        self._deterministic = False  # of the rollout in flight
+        _COLLECTORS.add(self)
+        self._done: Rollout | None = None
+        self._error: BaseException | None = None
+
+    @property
+    def in_flight(self) -> bool:
+        """Whether a rollout was started and not yet waited for (:meth:`wait`)."""
+        return self._thread is not None
+
+    @property
+    def ready(self) -> bool:
+        """Whether a finished rollout waits to be handed over (or its error to be raised)."""
+        return not self.in_flight and (self._done is not None or self._error is not None)
+
+    @property
+    def idle(self) -> bool:
+        """Neither in flight nor ready: a collect has to run a rollout now."""
+        return not self.in_flight and not self.ready
+
+    def sync(self, policy: Policy, version: int) -> None:
+        """Copy the learner ``policy``'s weights and buffers (the observation normaliser's
+        statistics) into the actor's copy; ``version`` is the learner's update count. Only
+        while no rollout is in flight."""
+        if self.in_flight:
+            raise RuntimeError("OverlapCollector.sync: a rollout is in flight; wait() for it first")
+        self.policy.load_state_dict(policy.state_dict())
+        self.version = version
+
+    def start(self, obs: torch.Tensor | TensorDictBase, deterministic: bool, *, background: bool = True) -> None:
+        """Run a rollout from ``obs`` with the actor's objects: in the background thread, or
+        with ``background=False`` in the caller's thread (then it is ready, or raised, on return).
+
+        Args:
+            obs: The envs' current observations.
+            deterministic: Take the distributions' modes instead of sampling.
+            background: Run it in the background thread.
+        """
+        if not self.idle:
+            raise RuntimeError("OverlapCollector.start: the previous rollout was not handed over")
+        self._deterministic = deterministic
+        if not background:
+            self._done = Rollout(self._run_rollout(obs, deterministic), self.version, deterministic)
+            return
+        self._thread = threading.Thread(
+            target=self._background, args=(obs, deterministic), name="rl8-overlap-collector", daemon=True
+        )
+        self._thread.start()
+
+    def _run_rollout(self, obs: torch.Tensor | TensorDictBase, deterministic: bool) -> torch.Tensor | TensorDictBase:
+        return self._run(self.policy, self.buffer, self.carry, obs, self.generator, deterministic)
+
+    def _background(self, obs: torch.Tensor | TensorDictBase, deterministic: bool) -> None:
+        try:
+            self._done = Rollout(self._run_rollout(obs, deterministic), self.version, deterministic)
+        except BaseException as exc:  # raised by the next wait(), in the caller's thread
+            self._error = exc
+
+    @property
+    def deterministic(self) -> bool:
+        """Whether the rollout in flight (or ready) takes the distributions' modes."""
+        return self._deterministic
+
+    def wait(self) -> Rollout:
+        """Wait for the rollout in flight (if any) and return the finished one.
+
+        Raises:
+            RuntimeError: Nothing was started.
+            BaseException: What the rollout raised, with its traceback (the rollout is then
+                dropped and the collector idle).
+        """
+        self.join()
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+        if self._done is None:
+            raise RuntimeError("OverlapCollector.wait: no rollout was started")
+        return self._done
+
+    def join(self) -> None:
+        """Wait for the background thread to end (a no-op when none runs); what the rollout
+        returned or raised is kept for :meth:`wait`."""
+        if self._thread is None:
+            return
+        self._thread.join()
+        self._thread = None
+
+    def hand_over(self, buffer: RolloutBuffer) -> Rollout:
+        """Copy the finished rollout into the learner's ``buffer`` (its recurrent states and
+        the env's episode records included) and return it; the collector is idle afterwards."""
+        done = self.wait()
+        buffer.data.update_(self.buffer.data)
+        buffer.env_episodes = self.buffer.env_episodes
+        if self.buffer.states is not None:
+            buffer.states.update_(self.buffer.states)
+        if self.buffer.post_states is not None:
+            buffer.post_states.update_(self.buffer.post_states)
+        self._done = None
+        return done
+
+    def discard(self) -> None:
+        """Wait for the rollout in flight and drop it (or its error): the collector is idle."""
+        self.join()
+        self._done = self._error = None
+
+    # ----------------------------------------------------------------- checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        """The actor's generator and the finished rollout not yet handed over (``None``: none),
+        plain tensors and values. Waits for the rollout in flight (raising its error)."""
+        rollout = None
+        if not self.idle:
+            done = self.wait()
+            done_records = self.buffer.env_episodes  # the env's own records of that rollout
+            rollout = {
+                "data": self.buffer.data.clone().to_dict(),
+                "states": None if self.buffer.states is None else self.buffer.states.clone().to_dict(),
+                "post_states": None if self.buffer.post_states is None else self.buffer.post_states.clone().to_dict(),
+                "env_episodes": None if done_records is None else dataclasses.asdict(done_records),
+                "version": done.version,
+                "deterministic": done.deterministic,
+            }
+        return {"generator": self.generator.get_state(), "rollout": rollout}
+
+    def load_state_dict(self, state: dict[str, Any], obs: torch.Tensor | TensorDictBase | None) -> None:
+        """Restore :meth:`state_dict`; ``obs`` are the envs' observations after the saved rollout
+        (``None``: the envs are reset by the next collect, so the saved rollout is dropped)."""
+        self.discard()
+        self.generator.set_state(state["generator"])
+        rollout = state["rollout"]
+        if rollout is None or obs is None:
+            return
+        device = self.buffer.data.device
+        self.buffer.data.update_(TensorDict(rollout["data"], batch_size=self.buffer.data.batch_size).to(device))
+        for name in ("states", "post_states"):
+            if rollout[name] is not None:
+                target = getattr(self.buffer, name)
+                target.update_(TensorDict(rollout[name], batch_size=target.batch_size).to(device))
+        env_episodes = rollout.get("env_episodes")  # (absent from checkpoints before rl8 kept them)
+        self.buffer.env_episodes = None if env_episodes is None else EpisodeRecords(**env_episodes)
+        self._deterministic = bool(rollout["deterministic"])
+        self._done = Rollout(obs, int(rollout["version"]), self._deterministic)

@@ -1,0 +1,410 @@
+"""Names to objects: the one place where rl8 turns a dotted path into a class
+(``"rl8.envs.cartpole.CartPole"``, ``"torch.optim.Adam"``). Two rules (``docs/security.md``):
+
+* A name read from a file (``source`` given) is looked up in :mod:`rl8.registry`, never
+  imported (unless ``trust_code=True``); a name it lacks is a
+  :class:`~rl8.io.checkpoint.CheckpointError` saying how to register it or hand it over, and the
+  object found must be of the claimed :class:`Kind` before anything calls it.
+* A name you give (in code, on the command line, in your config; ``source=None``) is looked
+  up in the registry, else imported (:func:`import_user_path`); a wrong kind is a
+  ``ValueError`` naming the field.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
+
+import gymnasium
+import torch
+
+from rl8 import registry
+from rl8.envs.atari import is_atari_id
+from rl8.envs.base import Env
+from rl8.envs.gymnasium import GymnasiumEnv, GymnasiumEnvFactory
+from rl8.policies.distributions import Distribution
+from rl8.policies.models import Model
+from rl8.registry import qualified_name
+
+__all__ = [
+    "ANY", "CheckpointError", "DISTRIBUTION", "ENV", "HPARAM_KINDS", "MODEL", "MODULE_CLASS", "OPTIMIZER", "Kind",
+    "EnvTarget", "check_stored_env_kwargs", "check_stored_hparams", "describe", "env_spec_string",
+    "env_target", "import_user_path", "is_dotted_path", "qualified_name", "resolve", "resolve_env",
+    "spec_from_env_info",
+]
+
+
+class Kind(NamedTuple):
+    """What a name must resolve to: ``description`` for messages, ``check(obj) -> bool``, and
+    ``hand_over``: how to pass such an object when loading instead (``{attr}``: its name)."""
+
+    description: str
+    check: Callable[[Any], bool]
+    hand_over: str = ""
+
+
+def _subclass_of(base: type) -> Callable[[Any], bool]:
+    """``obj`` is a class deriving from ``base``."""
+    return lambda obj: isinstance(obj, type) and issubclass(obj, base)
+
+
+def _hparam(key: str) -> str:
+    return f"Trainer.from_checkpoint(path, hparams={{{{'{key}': {{attr}}}}}})"
+
+
+#: Model classes (``hparams.model_cls``, a policy file's ``model_cls``).
+MODEL = Kind("an rl8 Model subclass (rl8.policies.models.Model)", _subclass_of(Model),
+             f"load_policy(path, model_cls={{attr}}) or {_hparam('model_cls')}")
+#: Distribution classes (``hparams.distribution_cls``).
+DISTRIBUTION = Kind("an rl8 Distribution subclass (rl8.policies.distributions.Distribution)",
+                    _subclass_of(Distribution),
+                    f"load_policy(path, distribution_cls={{attr}}) or {_hparam('distribution_cls')}")
+#: Optimizer classes (``hparams.optimizer_cls``).
+OPTIMIZER = Kind("a torch.optim.Optimizer subclass", _subclass_of(torch.optim.Optimizer), _hparam("optimizer_cls"))
+#: Classes inside a model's config (e.g. ``activation=torch.nn.Tanh``).
+MODULE_CLASS = Kind("a torch.nn.Module subclass", _subclass_of(torch.nn.Module))
+#: Anything: what a policy file's model config may name with ``trust_code=True``.
+ANY = Kind("any object", lambda obj: True)
+
+
+def _is_env_kind(obj: Any) -> bool:
+    """An ``rl8.Env`` subclass, a ``GymnasiumEnv`` factory, or a ``gymnasium.Env`` subclass."""
+    if isinstance(obj, GymnasiumEnvFactory):
+        return True
+    return isinstance(obj, type) and issubclass(obj, (Env, gymnasium.Env))
+
+
+#: What an env spec names: an rl8 env class, a gymnasium env factory or class.
+ENV = Kind("an rl8.Env subclass, a GymnasiumEnv.make_factory(...) factory or a gymnasium.Env subclass",
+           _is_env_kind, "Trainer.from_checkpoint(path, env={attr}), or --env {module}.{attr} on the command line")
+
+#: The hyper-parameters that name a class, and the kind each must be.
+HPARAM_KINDS = {"model_cls": MODEL, "distribution_cls": DISTRIBUTION, "optimizer_cls": OPTIMIZER}
+
+
+def describe(obj: Any) -> str:
+    """What ``obj`` is, in a few words, for error messages (``"a builtin function"``...)."""
+    if inspect.isclass(obj):
+        return f"the class {qualified_name(obj)}"
+    if inspect.isbuiltin(obj):
+        return "a builtin function"
+    if inspect.isfunction(obj) or inspect.ismethod(obj):
+        return "a function"
+    if inspect.ismodule(obj):
+        return "a module"
+    return f"a {qualified_name(type(obj))} object"
+
+
+def is_dotted_path(spec: Any) -> bool:
+    """Whether an env spec string is a dotted path (``"rl8.envs.CartPole"``) rather than a
+    gymnasium id (``"CartPole-v1"``, ``"ALE/Pong-v5"``): it has a dot, no slash, and does not
+    start with an upper-case letter (gymnasium ids do; Python module names do not)."""
+    return isinstance(spec, str) and "." in spec and "/" not in spec and not spec[0].isupper()
+
+
+class CheckpointError(ValueError):
+    """A file cannot be loaded as an rl8 checkpoint (corrupt, foreign, unsafe, or too new).
+    Defined here, where a file's names are refused; :mod:`rl8.io.checkpoint` exports it."""
+
+
+def _refuse(source: Any, message: str) -> Exception:
+    return CheckpointError(f"{source}: {message}")
+
+
+# --------------------------------------------------------------------------------------------
+# importing: names you give, or names of a file you trust
+
+
+def _import(path: str, field: str) -> Any:
+    """Import ``"pkg.module.Qual.Name"``: the longest importable module prefix, then attributes."""
+    parts = path.split(".")
+    error: BaseException | None = None
+    for i in range(len(parts) - 1, 0, -1):
+        module = ".".join(parts[:i])
+        try:
+            obj: Any = importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name and not (module + ".").startswith(exc.name + "."):
+                raise  # the module exists but one of its own imports is missing
+            error = exc
+            continue
+        try:
+            for name in parts[i:]:
+                obj = getattr(obj, name)
+        except AttributeError as exc:
+            error = exc
+            break
+        return obj
+    raise ImportError(f"cannot import the {field} {path!r} ({error})")
+
+
+def import_user_path(path: str, *, field: str, search_working_dir: bool = False) -> Any:
+    """Import a dotted path that YOU gave (in code, on the command line, in your config file),
+    never one read from a file: the longest importable module prefix (which runs its top-level
+    code, as any import does), then attributes. Nothing is called.
+
+    Args:
+        path: ``"pkg.module.Qual.Name"``.
+        field: Name of the setting, for messages (``"env"``, ``"hparam model_cls"``).
+        search_working_dir: Put the current directory first on ``sys.path`` (if it is not on
+            it), as ``python -m`` does; the ``rl8`` command does so for the names you give it.
+
+    Raises:
+        ValueError: ``path`` is not a dotted path of Python names.
+        ImportError: Nothing of that name can be imported.
+    """
+    if not registry.is_name(path):
+        raise ValueError(f"{field} {path!r} is not a dotted path of Python names")
+    if search_working_dir:
+        cwd = os.getcwd()
+        if not any(os.path.abspath(entry or os.curdir) == cwd for entry in sys.path):
+            sys.path.insert(0, cwd)
+    return _import(path, field)
+
+
+def _not_registered(name: str, kind: Kind, field: str, source: Any) -> Exception:
+    """The refusal of a file's name that the registry does not hold, with how to fix it."""
+    module, _, attr = name.rpartition(".")
+    hand_over = kind.hand_over.format(attr=attr, module="mymodule" if module == "__main__" else module)
+    hand_over = f", or pass it yourself: {hand_over}" if hand_over else ""
+    if module == "__main__":
+        fix = (f"It was defined in a script or notebook (__main__): define it in this process, or register "
+               f"it under that name with rl8.register({attr}, name={name!r}){hand_over}")
+    else:
+        fix = (f"Import {module} before loading (a subclass of rl8.Env, gymnasium.Env, Model, Distribution or "
+               f"torch.optim.Optimizer registers itself when defined; anything else: rl8.register({attr})){hand_over}; "
+               "trust_code=True (rl8 --trust-code) imports it, for a file you trust")
+    return _refuse(source, f"the file names {field} = {name!r}, which is not registered in this process; rl8 "
+                           f"refused to import it (loading a file never imports a module that the file names). "
+                           f"{fix} (see docs/security.md)")
+
+
+def _named_object(name: str, kind: Kind, field: str, source: Any, trust_code: bool) -> Any:
+    """The object ``name`` names: from the registry; else, for a name you gave (``source`` is
+    ``None``) or with ``trust_code``, imported; else refused (:func:`_not_registered`)."""
+    if not registry.is_name(name):
+        message = f"{field} {name!r} is not a dotted path of Python names"
+        raise _refuse(source, message) if source is not None else ValueError(message)
+    obj = registry.lookup(name)
+    if obj is not None:
+        return obj
+    if source is None:
+        return import_user_path(name, field=field)
+    if trust_code:
+        return _import(name, f"{field} named in {source}")
+    raise _not_registered(name, kind, field, source)
+
+
+def resolve(value: Any, kind: Kind, *, field: str, source: Any = None, trust_code: bool = False) -> Any:
+    """``value`` as an object of ``kind``: a dotted path is looked up (see the module
+    docstring), an object kept; ``None`` stays ``None`` (the default is used). The kind is
+    checked before anything is called.
+
+    Args:
+        value: A dotted path (``"torch.optim.Adam"``), the object itself, or ``None``.
+        kind: What the object must be (:data:`MODEL`, :data:`DISTRIBUTION`, :data:`OPTIMIZER`,
+            :data:`MODULE_CLASS`, :data:`ANY`).
+        field: Name of the setting, for messages (``"hparam model_cls"``).
+        source: Where the name was read (a file path, shown in messages), or ``None`` for a
+            value you gave.
+        trust_code: For a name from a file: import it when the registry does not hold it (the
+            kind is checked all the same).
+
+    Raises:
+        rl8.io.checkpoint.CheckpointError: ``source`` is given and the name is not registered
+            (without ``trust_code``) or names an object not of ``kind``.
+        ValueError: ``source`` is ``None`` and the object is not of ``kind``.
+        ImportError: A name to import cannot be imported.
+    """
+    if value is None:
+        return None
+    obj = _named_object(value, kind, field, source, trust_code) if isinstance(value, str) else value
+    if kind.check(obj):
+        return obj
+    if source is None:
+        raise ValueError(f"{field}: expected {kind.description} or its dotted path, got "
+                         f"{value!r} ({describe(obj)})")
+    raise _refuse(
+        source,
+        f"the file names {field} = {value!r}, which is {describe(obj)}, not "
+        f"{kind.description}: an object of the wrong kind, and rl8 refused to call it",
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# env specs
+
+
+def _check_gymnasium_id(env_id: str, field: str, source: Any, trust_code: bool) -> None:
+    """A gymnasium id read from a file must be in gymnasium's registry of this process (ids
+    that imported packages registered); ``"module:EnvId-v0"``, which makes gymnasium import
+    ``module``, only when ``module`` is imported already. ``trust_code`` lifts both rules."""
+    if trust_code:
+        return
+    module, colon, bare = env_id.partition(":")
+    if colon and module not in sys.modules:
+        raise _refuse(
+            source,
+            f"the file names {field} = {env_id!r}, a gymnasium id that makes gymnasium import the module "
+            f"{module!r}; rl8 refused to import it (loading a file never imports a module that the file "
+            f"names). Import {module} before loading (it registers {bare!r} with gymnasium); "
+            "trust_code=True (rl8 --trust-code) imports it, for a file you trust (see docs/security.md)",
+        )
+    env_id = bare if colon else env_id
+    if is_atari_id(env_id):  # rl8's Atari preset registers ale_py's ids itself
+        return
+    if not registry.gymnasium_id_registered(env_id):
+        raise _refuse(
+            source,
+            f"the file names {field} = {env_id!r}, a gymnasium id that is not in gymnasium's registry of "
+            "this process; import the package that registers it before loading (see docs/security.md)",
+        )
+
+
+def check_stored_env_kwargs(target: Any, env_kwargs: Any, *, field: str = "env", source: Any,
+                            trust_code: bool = False) -> None:
+    """Check the constructor arguments stored for the env ``target`` that a file names or that
+    you hand over: a dict, whose ``env`` entry, for a :class:`~rl8.envs.GymnasiumEnv` (sub)class,
+    is a gymnasium id that :func:`_check_gymnasium_id` accepts.
+
+    Raises:
+        rl8.io.checkpoint.CheckpointError: They are not a dict, or name a refused gymnasium id.
+    """
+    if env_kwargs is not None and not isinstance(env_kwargs, Mapping):
+        raise _refuse(source, f"{field} env_kwargs must be a dict, got {type(env_kwargs).__name__}")
+    inner = (env_kwargs or {}).get("env")
+    if isinstance(target, type) and issubclass(target, GymnasiumEnv) and isinstance(inner, str):
+        _check_gymnasium_id(inner, f"{field} env_kwargs['env']", source, trust_code)
+
+
+def resolve_env(spec: Any, *, field: str = "env", source: Any = None, trust_code: bool = False,
+                env_kwargs: Mapping[str, Any] | None = None) -> Any:
+    """An env spec as something :func:`rl8.ppo.algorithm.make_env` builds, checked before it is called.
+
+    A dotted path is looked up (see the module docstring); other strings are gymnasium ids. A
+    spec read from a file must name an :data:`ENV` object, or a function you registered
+    (``rl8.register``); a gymnasium id, and the ``env`` entry of ``env_kwargs`` for a
+    ``GymnasiumEnv``, must be in gymnasium's registry (:func:`check_stored_env_kwargs`).
+
+    Args:
+        spec: A dotted path, a gymnasium id, or an object (returned as is when you give it).
+        field: Name of the setting, for messages.
+        source: The file the spec was read from, or ``None`` for a spec you gave.
+        trust_code: Import a dotted path the registry does not hold, allow any function and
+            any gymnasium id.
+        env_kwargs: The env's constructor arguments stored with the spec.
+
+    Raises:
+        rl8.io.checkpoint.CheckpointError: A spec from a file is not registered or names an object
+            of the wrong kind.
+        ValueError: A spec you gave names something that is neither an env class nor callable.
+        ImportError: A path to import cannot be imported.
+    """
+    if isinstance(spec, str) and not is_dotted_path(spec):
+        if source is not None:
+            _check_gymnasium_id(spec, field, source, trust_code)
+        return spec
+    obj = _named_object(spec, ENV, field, source, trust_code) if isinstance(spec, str) else spec
+    if source is None:
+        if _is_env_kind(obj) or callable(obj):
+            return obj
+        raise ValueError(f"{field}: expected an rl8.Env subclass, a gymnasium id or a callable "
+                         f"making a gymnasium env, got {spec!r} ({describe(obj)})")
+    if _is_env_kind(obj) or (callable(obj) and (trust_code or registry.is_user_registered(spec, obj))):
+        check_stored_env_kwargs(obj, env_kwargs, field=field, source=source, trust_code=trust_code)
+        return obj
+    raise _refuse(source, f"the file names {field} = {spec!r}, which is {describe(obj)}, not {ENV.description}: "
+                          "an object of the wrong kind, and rl8 refused to call it")
+
+
+class EnvTarget(NamedTuple):
+    """What an env spec builds (see :func:`env_target`).
+
+    Attributes:
+        target: The spec with a dotted path resolved: an ``rl8.Env`` subclass, a gymnasium id,
+            a callable making a gymnasium env or a ``GymnasiumEnv`` factory.
+        gymnasium: Whether :func:`rl8.ppo.algorithm.make_env` wraps it in a
+            :class:`~rl8.envs.GymnasiumEnv` (a gymnasium id or maker, a factory) rather than
+            building an ``rl8.Env`` subclass directly.
+    """
+
+    target: Any
+    gymnasium: bool
+
+
+def env_target(spec: Any, *, source: Any = None, trust_code: bool = False) -> EnvTarget:
+    """The one rule telling a dotted path from a gymnasium id, and an ``rl8.Env`` subclass
+    from what :class:`~rl8.envs.GymnasiumEnv` wraps.
+
+    Args:
+        spec: An env spec: an ``rl8.Env`` subclass or a dotted path to one, a gymnasium id, a
+            callable making a gymnasium env, or a ``GymnasiumEnv`` factory.
+        source: The file a dotted path was read from, or ``None`` (see :func:`resolve_env`).
+        trust_code: See :func:`resolve_env`.
+
+    Raises:
+        TypeError: ``spec`` is none of these (and not a string).
+    """
+    target = resolve_env(spec, source=source, trust_code=trust_code) if is_dotted_path(spec) else spec
+    if isinstance(target, type) and issubclass(target, Env):
+        return EnvTarget(target, False)
+    if isinstance(target, str) or callable(target):
+        return EnvTarget(target, True)
+    raise TypeError(
+        f"env: expected an rl8.Env subclass, a gymnasium id or a callable making a gymnasium "
+        f"env, got {spec!r}"
+    )
+
+
+def env_spec_string(spec: Any) -> str | None:
+    """The env spec as a string that :func:`rl8.ppo.algorithm.make_env` accepts, or ``None``.
+
+    An :class:`rl8.Env` subclass or a module-level function becomes its dotted path (when
+    that path names the object in this process: registered, or bound in its imported module),
+    a gymnasium id stays as is; anything else (lambdas, local functions, factory objects)
+    cannot be named and gives ``None``. Imports nothing.
+    """
+    if isinstance(spec, str):
+        return spec
+    if not (isinstance(spec, type) or inspect.isfunction(spec)):
+        return None
+    path = qualified_name(spec)
+    if "<" in path:  # <lambda>, <locals>
+        return None
+    if registry.lookup(path) is not spec and registry.bound_object(path) is not spec:
+        return None  # nested classes, objects replaced at import...
+    # a dotted path is told from a gymnasium id by its lower-case start
+    return path if is_dotted_path(path) else None
+
+
+def spec_from_env_info(info: Mapping[str, Any] | None, *, source: Any, trust_code: bool) -> Any:
+    """The checked env of a stored ``{"spec": ..., "env_kwargs": ...}`` entry (``None`` when it
+    names none)."""
+    info = info or {}
+    spec = info.get("spec")
+    if spec is None:
+        return None
+    if not isinstance(spec, str):
+        raise _refuse(source, f"the stored env spec must be a string, got {type(spec).__name__}")
+    return resolve_env(spec, source=source, trust_code=trust_code, env_kwargs=info.get("env_kwargs"))
+
+
+def check_stored_hparams(hparams: Any, *, source: Any, trust_code: bool = False,
+                         given: Mapping[str, Any] | None = None) -> None:
+    """Look up and check the classes named by hyper-parameters read from a file
+    (``model_cls``, ``distribution_cls``, ``optimizer_cls``, see :func:`resolve`), except those
+    you hand over in ``given`` (which replace them); the names stay as stored (PPO resolves
+    them again, to the same objects, from the registry)."""
+    if not isinstance(hparams, Mapping):
+        raise _refuse(source, f"the stored hyper-parameters must be a dict, got {type(hparams).__name__}")
+    for key, kind in HPARAM_KINDS.items():
+        value = hparams.get(key)
+        if given is not None and given.get(key) is not None:
+            continue
+        if value is not None and not isinstance(value, str):
+            raise _refuse(source, f"hparam {key} must be a dotted path (a str), got {type(value).__name__}")
+        resolve(value, kind, field=f"hparam {key}", source=source, trust_code=trust_code)

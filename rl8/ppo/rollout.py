@@ -1,0 +1,359 @@
+"""The rollout loop: step batched envs with a policy and fill a rollout buffer.
+
+:func:`rollout` is the body of :meth:`rl8.PPO.collect`, as a function of the objects it works on
+(policy, env, buffer, carry, generator) so that a collection mode can run it on its own copies
+(for example in a background thread, with a copy of the policy).
+
+:func:`rollout_ready_envs` fills the same buffer from an env whose sub-envs step at their own
+pace (:class:`rl8.envs.base.ReadyEnvs`, e.g. the worker pool :class:`rl8.envs.PoolEnv`): it acts on
+whichever envs are ready, so rows of the buffer fill at different speeds.
+
+:func:`make_env` builds the batched env a rollout steps (:func:`rank_hparams`: this rank's share); :func:`env_state`, :func:`rng_state` and
+their ``load_`` counterparts save and restore where its rollouts are (for checkpoints);
+:func:`final_values` values the observations at which episodes were truncated.
+:func:`rollout_buffer_stats` gives a filled buffer's stats; :func:`evaluate_rollout` runs a policy
+without a buffer, for evaluation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+from rl8.envs.base import Env, ReadyEnvs, validate_step_output
+from rl8.envs.episodes import EpisodeTracker
+from rl8.envs.gymnasium import GymnasiumEnv, GymnasiumEnvFactory
+from rl8.policies.policy import Policy
+from rl8.policies.runner import run_policy
+from rl8.ppo.buffer import RolloutBuffer, RolloutCarry
+from rl8.ppo.distributed import DistContext, current_roles
+from rl8.ppo.hparams import HParams
+from rl8.ppo.resolve import env_target
+from rl8.ppo.rewards import RewardNormalizer
+from rl8.ppo.stats import Stats, rollout_stats
+
+__all__ = ["env_state", "evaluate_rollout", "final_values", "load_env_state", "load_rng_state", "make_env", "rank_hparams", "rng_state", "rollout", "rollout_buffer_stats",
+           "rollout_ready_envs"]
+
+
+@torch.no_grad()
+def rollout(
+    policy: Policy, env: Env, buffer: RolloutBuffer, carry: RolloutCarry,
+    obs: torch.Tensor | TensorDictBase, *, generator: torch.Generator, deterministic: bool = False,
+    autocast: contextlib.AbstractContextManager | None = None, check_first_step: bool = False,
+) -> torch.Tensor | TensorDictBase:
+    """Step ``env`` ``buffer.horizon`` times from ``obs`` and fill every column of ``buffer``.
+
+    Args:
+        policy: Acts through :meth:`Policy.rollout_step <rl8.Policy.rollout_step>`.
+        env: The batched env, ``buffer.num_envs`` copies.
+        buffer: Filled in place: columns ``0..horizon - 1`` of the steps, column ``horizon``
+            the last observation and its (bootstrap) value.
+        carry: The policy's carry from step to step (:class:`~rl8.ppo.buffer.RolloutCarry`).
+        obs: The envs' current observations (after a reset or the previous rollout).
+        generator: Draws the sampled actions.
+        deterministic: Take the distributions' modes instead of sampling.
+        autocast: Mixed-precision context of the policy's forward passes (``None``: none).
+        check_first_step: Validate the first step's output against the step contract
+            (:func:`rl8.envs.base.validate_step_output`).
+
+    Returns:
+        The observations after the last step (the next rollout starts from them).
+    """
+    to_env_action, space, columns = policy.distribution_cls.to_env_action, env.action_space, buffer.columns
+    kept: dict[str, list[torch.Tensor]] = {key: [] for key in buffer.stacked}  # stacked once at the end
+    with autocast or contextlib.nullcontext(), policy.rollout():
+        for t in range(buffer.horizon):
+            if "obs" in kept:
+                kept["obs"].append(obs)
+            else:
+                columns["obs"][t].copy_(obs)
+            dist, value, policy_carry = policy.rollout_step(obs, *carry.before_step(t))
+            # written into the buffer rows (the env gets row t: it must not keep it)
+            actions, _ = dist.sample_with_log_prob(
+                generator, deterministic=deterministic, out=(columns["actions"][t], columns["logp"][t])
+            )
+            out = env.step(to_env_action(actions, space))
+            if check_first_step and t == 0:
+                validate_step_output(out, env)
+            if env.episodic:
+                buffer.write_episode_ends(t, out)
+            carry.after_step(t, policy_carry)
+            kept["values"].append(value)
+            kept["rewards"].append(out["rewards"])
+            obs = out["obs"]
+        # column horizon: the last obs and its (bootstrap) value
+        kept["values"].append(policy.rollout_value(obs, *carry.last()))
+        if "obs" in kept:
+            kept["obs"].append(obs)
+        else:
+            columns["obs"][buffer.horizon].copy_(obs)
+        buffer.stack(kept)
+    return obs
+
+
+@torch.no_grad()
+def rollout_ready_envs(
+    policy: Policy, env: ReadyEnvs, buffer: RolloutBuffer, carry: RolloutCarry,
+    obs: torch.Tensor | TensorDictBase, *, generator: torch.Generator, deterministic: bool = False,
+    autocast: contextlib.AbstractContextManager | None = None, check_first_step: bool = False,
+) -> torch.Tensor | TensorDictBase:
+    """Fill every row of ``buffer`` with ``buffer.horizon`` steps of its env, acting on the
+    envs as they get ready.
+
+    Every env starts the collect with an action for ``obs``. Then, until every env has made
+    ``horizon`` steps: take the step outputs of the ready envs (``env.recv`` with the env's
+    ``min_batch_size``, ``max_batch_size`` and ``max_wait_s``), write each into its env's row
+    at that env's own step index, and act on those envs that still have steps to make with
+    ONE batched forward pass, while the other envs keep stepping. An env that has made its
+    ``horizon`` steps is not stepped again in this collect: its last observation is column
+    ``horizon`` (valued at the end with every other env's), and the next collect starts by
+    sending its action. Each row therefore holds its env's own consecutive transitions, as
+    :func:`rollout` gives them, so GAE, the bootstrapping of truncated episodes and the
+    recurrent states (through the carry's per-env forms,
+    :meth:`~rl8.ppo.buffer.RolloutCarry.before_steps`) work unchanged.
+
+    Args:
+        policy: Acts through :meth:`Policy.rollout_step <rl8.Policy.rollout_step>`.
+        env: A batched env with the :class:`~rl8.envs.base.ReadyEnvs` interface, ``buffer.num_envs``
+            sub-envs, none of them stepping.
+        buffer: Filled in place, as by :func:`rollout`.
+        carry: The policy's carry from step to step (:class:`~rl8.ppo.buffer.RolloutCarry`).
+        obs: The envs' current observations (after a reset or the previous rollout).
+        generator: Draws the sampled actions.
+        deterministic: Take the distributions' modes instead of sampling.
+        autocast: Mixed-precision context of the policy's forward passes (``None``: none).
+        check_first_step: Validate the first step output received against the step contract.
+
+    Returns:
+        The observations after each env's last step (column ``horizon``).
+    """
+    to_env_action, space, data = policy.distribution_cls.to_env_action, env.action_space, buffer.data
+    n, horizon = buffer.num_envs, buffer.horizon
+    device = data.device
+    steps = torch.zeros(n, dtype=torch.long, device=device)  # each env's own step index
+    carries: TensorDictBase | None = None  # each env's carry after its step in flight
+    stepping = 0  # envs with an action sent and no output received yet
+
+    def act(env_ids: torch.Tensor, t: torch.Tensor, env_obs: torch.Tensor | TensorDictBase) -> None:
+        """Sample the actions of envs ``env_ids`` at their steps ``t`` and send them."""
+        nonlocal carries, stepping
+        data["obs"][env_ids, t] = env_obs
+        dist, value, policy_carry = policy.rollout_step(env_obs, *carry.before_steps(env_ids, t))
+        actions, logp = dist.sample_with_log_prob(generator, deterministic=deterministic)
+        data["actions"][env_ids, t] = actions
+        data["logp"][env_ids, t] = logp
+        data["values"][env_ids, t] = value.to(data["values"].dtype)
+        if policy_carry is not None:
+            if carries is None:
+                carries = policy_carry[:1].expand(n).clone()
+            carries[env_ids] = policy_carry
+        env.send(env_ids, to_env_action(actions, space))
+        stepping += env_ids.numel()
+
+    with autocast or contextlib.nullcontext(), policy.rollout():
+        act(torch.arange(n, device=device), steps.clone(), obs.to(device))
+        while stepping:
+            env_ids, out = env.recv(env.min_batch_size, env.max_batch_size, env.max_wait_s)
+            stepping -= env_ids.numel()
+            if check_first_step:
+                validate_step_output(out, env, batch_size=env_ids.numel())
+                check_first_step = False
+            env_ids, out = env_ids.to(device), out.to(device)
+            t = steps[env_ids]
+            data["rewards"][env_ids, t] = out["rewards"][:, 0]
+            if env.episodic:
+                for key in ("terminated", "truncated"):
+                    if key in out.keys():
+                        data[key][env_ids, t] = out[key][:, 0]
+                if "truncated" in out.keys():
+                    data["final_obs"][env_ids, t] = out["final_obs"]
+            carry.after_steps(env_ids, t, None if carries is None else carries[env_ids])
+            t = t + 1
+            steps[env_ids] = t
+            going = t < horizon
+            done = ~going
+            if bool(done.any()):  # column horizon: the last obs of the envs that are done
+                data["obs"][env_ids[done], t[done]] = out["obs"][done]
+            if bool(going.any()):
+                act(env_ids[going], t[going], out["obs"][going])
+        # column horizon: every env's last obs and its (bootstrap) value
+        last_obs = data["obs"][:, horizon]
+        data["values"][:, horizon] = policy.rollout_value(last_obs, *carry.last_steps())
+    return last_obs.clone()
+
+
+def rollout_buffer_stats(
+    buffer: RolloutBuffer, episodes: EpisodeTracker, reward_normalizer: RewardNormalizer | None, dist: DistContext,
+) -> Stats:
+    """The rollout stats of :meth:`rl8.PPO.collect` over ``buffer``'s last rollout; advances
+    the episode tracker and the reward normaliser's running returns over it.
+
+    Args:
+        buffer: The filled rollout buffer (its rewards, episode ends and env-recorded episodes).
+        episodes: Tracks the episodes that span collects (advanced for episodic envs).
+        reward_normalizer: Advanced and merged with the rollout's returns (``None``: none).
+        dist: The run's :class:`~rl8.ppo.distributed.DistContext` (stats over all ranks).
+    """
+    data, h, device = buffer.data, buffer.horizon, buffer.data.device
+    rewards = data["rewards"][:, :h]
+    dones = data["terminated"][:, :h] | data["truncated"][:, :h] if buffer.episodic else None
+    # the normaliser's running returns advance on the device; their moments travel with
+    # the rollout stats (one transfer) and are merged on the host
+    episode_sums = episodes.advance(rewards, dones) if dones is not None else None
+    moments, current = {}, {}
+    if reward_normalizer is not None:
+        seen = reward_normalizer.advance(rewards, dones)
+        moments, current = reward_normalizer.returns_moments(seen)
+    records = buffer.env_episodes
+    env_episode_sums = records.stat_sums(device) if records is not None else None
+    stats, values = rollout_stats(dist, rewards, episode_sums, moments, current, env_episode_sums)
+    if reward_normalizer is not None:
+        reward_normalizer.merge_returns_moments(values, float(seen.numel() * dist.world_size))
+    return stats
+
+
+def make_env(
+    env: type[Env] | str | Callable[..., Any],
+    num_envs: int,
+    horizon: int | None,
+    *,
+    device: torch.device | str,
+    env_kwargs: dict[str, Any] | None = None,
+) -> Env:
+    """Build a batched env from an :class:`Env` subclass, a gymnasium id or a gymnasium maker.
+
+    Args:
+        env: An :class:`Env` subclass (or a dotted path to one); a registered gymnasium id
+            such as ``"CartPole-v1"``; a callable returning a ``gymnasium.Env``; or a
+            :meth:`GymnasiumEnv.make_factory <rl8.envs.GymnasiumEnv.make_factory>` factory.
+        num_envs: Number of parallel envs.
+        horizon: PPO's horizon, handed to the env.
+        device: Device of the env's tensors.
+        env_kwargs: Extra keyword arguments of the env's constructor (for gymnasium envs: of
+            :class:`rl8.envs.GymnasiumEnv`, e.g. ``vectorization_mode`` or ``env_kwargs``).
+    """
+    kwargs = dict(env_kwargs or {})
+    target, gymnasium = env_target(env)
+    if not gymnasium:
+        return target(num_envs, horizon, device=device, **kwargs)
+    if isinstance(target, GymnasiumEnvFactory):
+        return target(num_envs, horizon, device=device, **kwargs)
+    return GymnasiumEnv(num_envs, horizon, device=device, env=target, **kwargs)
+
+
+def rank_hparams(hp: HParams) -> HParams:
+    """``hp`` as this rank uses them: an actor (``rl8 train --actors N``) steps its share of
+    ``num_envs`` (its learner's buffer holds ``num_envs`` rows, one block per actor) and
+    never updates (no minibatch size to check). ``hp``: the run's hyper-parameters."""
+    roles = current_roles()
+    if roles is None or not roles.is_actor:
+        return hp
+    share = roles.actors_per_learner
+    if hp.num_envs % share:
+        raise ValueError(
+            f"hparam num_envs: with {roles.actors} actors and {roles.learners} learners each learner "
+            f"combines {share} actors' rollouts, so num_envs (the envs of one learner's batch) must "
+            f"be a multiple of {share}, got {hp.num_envs}"
+        )
+    return hp.replace(num_envs=hp.num_envs // share, sgd_minibatch_size=None, num_minibatches=None)
+
+
+def env_state(env: Env, obs: torch.Tensor | TensorDictBase | None) -> dict[str, Any]:
+    """The checkpoint's ``obs`` (the envs' last observations) and ``env`` (the env's
+    ``state_dict``): both ``None`` before the first reset or for an env that saves no state."""
+    env_state = env.state_dict() if obs is not None else None
+    if env_state is None:
+        return {"obs": None, "env": None}
+    return {"obs": {"tensordict": obs.to_dict()} if isinstance(obs, TensorDictBase) else {"tensor": obs}, "env": env_state}
+
+
+def load_env_state(env: Env, state: dict[str, Any], device: torch.device) -> torch.Tensor | TensorDictBase | None:
+    """Restore :func:`env_state` into ``env``; returns the observations to go on from
+    (``None``: the next collect resets the envs)."""
+    obs, env_state = state.get("obs"), state.get("env")
+    # an env that saves no state (GymnasiumEnv) is reset, whatever the file holds
+    if obs is None or env_state is None or env.state_dict() is None:
+        return None
+    env.load_state_dict(env_state)
+    if "tensordict" in obs:
+        return TensorDict(obs["tensordict"], batch_size=[env.num_envs]).to(device)
+    return obs["tensor"].to(device)
+
+
+def rng_state(**generators: torch.Generator) -> dict[str, Any]:
+    """The states of ``generators`` (by name) and torch's global CPU and CUDA random states."""
+    return {
+        **{name: generator.get_state() for name, generator in generators.items()},
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+
+
+def load_rng_state(state: dict[str, Any], **generators: torch.Generator) -> None:
+    """Restore :func:`rng_state` into ``generators`` (by name) and torch's global random states."""
+    for name, generator in generators.items():
+        generator.set_state(state[name])
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def final_values(
+    policy: Policy, buffer: RolloutBuffer, carry: RolloutCarry, truncated: torch.Tensor,
+    autocast: contextlib.AbstractContextManager,
+) -> torch.Tensor | None:
+    """Values of ``final_obs`` at the ``[num_envs, T]`` ``truncated`` steps, in one batched
+    forward pass, as a ``[num_envs, T]`` tensor (0 elsewhere; ``None`` when no step was
+    truncated).
+
+    Args:
+        policy: Values the observations (:meth:`Policy.rollout_value <rl8.Policy.rollout_value>`).
+        buffer: The collect's buffer, with its ``final_obs``.
+        carry: The policy's carry over that buffer (a recurrent state after each step).
+        truncated: ``[num_envs, T]`` bool, the steps at which an episode was truncated.
+        autocast: Mixed-precision context of the forward pass.
+    """
+    index = truncated.nonzero()
+    if index.shape[0] == 0:
+        return None
+    final_obs = buffer.data["final_obs"][index[:, 0], index[:, 1]]
+    with autocast:
+        values = policy.rollout_value(final_obs, carry.after(index)).float()
+    out = torch.zeros(truncated.shape, device=values.device)
+    out[index[:, 0], index[:, 1]] = values
+    return out
+
+
+@torch.no_grad()
+def evaluate_rollout(
+    policy: Policy, env: Env, obs: torch.Tensor | TensorDictBase, *, num_steps: int, deterministic: bool,
+    generator: torch.Generator, dist: DistContext,
+) -> Stats:
+    """Run ``policy`` on ``env`` for ``num_steps`` steps from ``obs``, storing nothing, and
+    return the rollout stats of :meth:`rl8.PPO.collect` over those steps (every episode that
+    ends within them is counted).
+
+    Args:
+        policy: Acts on the observations (:func:`rl8.policies.runner.run_policy`).
+        env: The batched env, already reset (``obs`` are its observations).
+        obs: The observations to start from.
+        num_steps: Steps per env.
+        deterministic: Act with the distributions' modes.
+        generator: Draws the sampled actions.
+        dist: The run's :class:`~rl8.ppo.distributed.DistContext` (stats over all ranks).
+    """
+    with policy.rollout():
+        run = run_policy(policy, env, obs, num_steps=num_steps, deterministic=deterministic, generator=generator)
+        steps = [(step.rewards, step.done) for step in run]
+    device = policy.device
+    records = env.pop_episode_records()
+    rewards = torch.stack([r for r, _ in steps], 1).to(device)
+    dones = torch.stack([d for _, d in steps], 1).to(device) if env.episodic else None
+    episode_sums = None if dones is None else EpisodeTracker(env.num_envs, device).advance(rewards, dones)
+    env_episode_sums = records.stat_sums(device) if records is not None else None
+    return rollout_stats(dist, rewards, episode_sums, env_episode_sums=env_episode_sums)[0]

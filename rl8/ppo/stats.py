@@ -1,0 +1,261 @@
+"""Names of the training stats, and the 1.0.0 names that still answer as aliases.
+
+rl8 1.0.0 reported the sum of each env's rewards over a collect as ``returns/{min,max,mean,
+std}``, which reads like an episode return and is not one (it is ``horizon`` on CartPole, whatever
+the policy). It is now ``rollout/reward_sum_{min,max,mean,std}``; episode returns are
+``episodes/return_mean``. The old names still work, with a ``DeprecationWarning`` naming the new
+one, wherever a stat is looked up by name: in the dicts that :meth:`rl8.PPO.collect` and the
+Trainer return (:class:`Stats`), and in stop conditions (:mod:`rl8.training.conditions`). Only the new
+names are logged to MLflow. See ``docs/trainer.md`` (Metrics).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from rl8.ppo.distributed import DistContext
+    from rl8.ppo.losses import PPOLoss
+
+__all__ = ["RENAMED_STATS", "Stats", "current_stat_name", "episode_means", "reduce_stats", "rollout_stats", "update_stats",
+           "warn_renamed"]
+
+#: 1.0.0 name -> current name, for stats that were renamed (each also under ``eval/``).
+RENAMED_STATS: dict[str, str] = {
+    f"returns/{stat}": f"rollout/reward_sum_{stat}" for stat in ("min", "max", "mean", "std")
+}
+
+_EVAL_PREFIX = "eval/"
+
+
+def current_stat_name(key: str) -> str | None:
+    """The current name of a stat that rl8 1.0.0 called ``key``, or ``None`` when ``key`` was
+    not renamed.
+
+    Args:
+        key: A stat name, e.g. ``"returns/mean"`` or ``"eval/returns/mean"``.
+
+    Returns:
+        E.g. ``"rollout/reward_sum_mean"`` / ``"eval/rollout/reward_sum_mean"``.
+    """
+    if not isinstance(key, str):
+        return None
+    prefix = _EVAL_PREFIX if key.startswith(_EVAL_PREFIX) else ""
+    new = RENAMED_STATS.get(key[len(prefix):])
+    return None if new is None else prefix + new
+
+
+def warn_renamed(key: str, new: str, *, stacklevel: int = 2) -> None:
+    """The ``DeprecationWarning`` for a 1.0.0 stat name ``key`` used where ``new`` is meant."""
+    episodes = (_EVAL_PREFIX if key.startswith(_EVAL_PREFIX) else "") + "episodes/return_mean"
+    warnings.warn(
+        f"stat {key!r} is now called {new!r} (the sum of each env's rewards over the rollout, "
+        f"not an episode return: that is {episodes!r}); the old name will be removed",
+        DeprecationWarning,
+        stacklevel=stacklevel + 1,
+    )
+
+
+class Stats(dict[str, float]):
+    """A ``{stat name: number}`` dict in which rl8 1.0.0's names of renamed stats
+    (:data:`RENAMED_STATS`, also under ``eval/``) still answer lookups (``[]``, ``get``,
+    ``in``) with a ``DeprecationWarning``. Iteration, ``keys()`` and ``len`` see the current
+    names only, so nothing is logged twice."""
+
+    def _alias(self, key: object) -> str | None:
+        new = current_stat_name(key) if isinstance(key, str) else None
+        if new is None or not dict.__contains__(self, new):
+            return None
+        warn_renamed(key, new, stacklevel=3)  # type: ignore[arg-type]
+        return new
+
+    def __missing__(self, key: str) -> float:
+        new = self._alias(key)
+        if new is None:
+            raise KeyError(key)
+        return dict.__getitem__(self, new)
+
+    def get(self, key: str, default: float | None = None) -> float | None:  # type: ignore[override]
+        if dict.__contains__(self, key):
+            return dict.__getitem__(self, key)
+        new = self._alias(key)
+        return default if new is None else dict.__getitem__(self, new)
+
+    def __contains__(self, key: object) -> bool:
+        return dict.__contains__(self, key) or self._alias(key) is not None
+
+
+def reduce_stats(
+    dist: DistContext,
+    *,
+    sums: Mapping[str, torch.Tensor] | None = None,
+    means: Mapping[str, torch.Tensor] | None = None,
+    mins: Mapping[str, torch.Tensor] | None = None,
+    maxs: Mapping[str, torch.Tensor] | None = None,
+    local: Mapping[str, torch.Tensor] | None = None,
+) -> dict[str, float]:
+    """``{name: 0-d tensor}`` statistics as ``{name: float}``, read back with ONE host transfer.
+
+    In data-parallel training (``dist.enabled``) each group is reduced across ranks first:
+    ``sums`` are summed, ``means`` averaged (both in one all-reduce), ``mins`` and ``maxs``
+    take the smallest and largest value (one all-reduce each); ``local`` values are this
+    rank's own. In one process every value is returned as it is. Values are reduced in
+    float64. Nothing else is read or changed.
+
+    Args:
+        dist: The run's :class:`~rl8.ppo.distributed.DistContext`.
+        sums: Statistics summed across ranks, ``{name: 0-d tensor}``. A name may appear in
+            only one of ``sums``, ``means``, ``mins``, ``maxs`` and ``local``.
+        means: Statistics averaged across ranks.
+        mins: Statistics that take the smallest value of the ranks.
+        maxs: Statistics that take the largest value of the ranks.
+        local: This rank's own statistics, not reduced.
+    """
+    groups = {kind: dict(values or {}) for kind, values in
+              (("sums", sums), ("means", means), ("mins", mins), ("maxs", maxs), ("local", local))}
+    names = [name for values in groups.values() for name in values]
+    if not names:
+        return {}
+    if len(set(names)) != len(names):
+        raise ValueError(f"reduce_stats: expected each stat name once, got {names}")
+    if not dist.enabled:
+        return dict(zip(names, _stack([t for group in groups.values() for t in group.values()]).tolist()))
+    parts = []
+    added = [*groups["sums"].values(), *groups["means"].values()]
+    if added:
+        summed = dist.all_reduce_(_stack(added))
+        summed[len(groups["sums"]):] /= dist.world_size
+        parts.append(summed)
+    for kind, op in (("mins", "min"), ("maxs", "max")):
+        if groups[kind]:
+            parts.append(dist.all_reduce_(_stack(groups[kind].values()), op))
+    if groups["local"]:
+        parts.append(_stack(groups["local"].values()))
+    return dict(zip(names, torch.cat(parts).tolist()))
+
+
+def rollout_stats(
+    dist: DistContext,
+    rewards: torch.Tensor,
+    episode_sums: Mapping[str, torch.Tensor] | None = None,
+    sums: Mapping[str, torch.Tensor] | None = None,
+    local: Mapping[str, torch.Tensor] | None = None,
+    env_episode_sums: Mapping[str, torch.Tensor] | None = None,
+) -> tuple[Stats, dict[str, float]]:
+    """Rollout stats of ``rewards`` ``[num_envs, T]`` (all ranks), read back in ONE transfer.
+
+    Reads and changes nothing but its arguments: the caller advances its episode tracker and
+    reward normaliser and hands their tensors in, to travel in the same transfer.
+
+    Args:
+        dist: The run's :class:`~rl8.ppo.distributed.DistContext`.
+        rewards: ``[num_envs, T]`` rewards of the rollout.
+        episode_sums: ``episodes/{return_sum,length_sum,count}`` of the episodes that ended
+            (:meth:`rl8.envs.episodes.EpisodeTracker.advance`); ``None`` for envs without episodes.
+        sums: More 0-d tensors to sum over ranks and read back (e.g. the reward normaliser's
+            :meth:`~rl8.ppo.rewards.RewardNormalizer.returns_moments`).
+        local: More 0-d tensors to read back as they are on this rank.
+        env_episode_sums: ``env_episodes/{return_sum,length_sum,count}`` of the episodes that
+            the env recorded itself (:meth:`rl8.envs.episodes.EpisodeRecords.stat_sums`); ``None``
+            for envs that keep no records.
+
+    Returns:
+        The stats: ``rollout/reward_sum_{min,max,mean,std}`` (each env's sum of rewards),
+        ``rewards/{min,max,mean,std}`` (per step), with ``episode_sums``
+        ``episodes/{return_mean,length_mean,count}`` and with ``env_episode_sums``
+        ``env_episodes/{return_mean,length_mean,count}`` (NaN means when no episode ended);
+        and every reduced value by name (``sums`` and ``local`` included).
+    """
+    f64 = torch.float64
+    reward_sums = rewards.sum(1, dtype=f64)  # per env, over the rollout's steps
+    totals = {  # (the sum of all rewards is the sum of the reward sums)
+        "reward_sum": reward_sums.sum(),
+        "reward_sum_sq": reward_sums.dot(reward_sums),
+        "reward_sq": torch.linalg.vector_norm(rewards, dtype=f64).square(),
+    }
+    totals.update(episode_sums or {})
+    totals.update(env_episode_sums or {})
+    totals.update(sums or {})
+    ret_lo, ret_hi = reward_sums.aminmax()
+    rew_lo, rew_hi = rewards.aminmax()
+    values = reduce_stats(
+        dist, sums=totals, local=dict(local or {}),
+        mins={"rollout/reward_sum_min": ret_lo, "rewards/min": rew_lo},
+        maxs={"rollout/reward_sum_max": ret_hi, "rewards/max": rew_hi},
+    )
+    world = dist.world_size
+    out = Stats()
+    for prefix, n, sum_sq in (
+        ("rollout/reward_sum_", reward_sums.numel() * world, values["reward_sum_sq"]),
+        ("rewards/", rewards.numel() * world, values["reward_sq"]),
+    ):
+        mean = values["reward_sum"] / n
+        out[f"{prefix}min"] = values[f"{prefix}min"]
+        out[f"{prefix}max"] = values[f"{prefix}max"]
+        out[f"{prefix}mean"] = mean
+        out[f"{prefix}std"] = max(sum_sq / n - mean * mean, 0.0) ** 0.5
+    for prefix, given in (("episodes/", episode_sums), ("env_episodes/", env_episode_sums)):
+        if given is not None:
+            out.update(episode_means(
+                prefix, values[f"{prefix}return_sum"], values[f"{prefix}length_sum"], values[f"{prefix}count"]
+            ))
+    return out, values
+
+
+def episode_means(prefix: str, return_sum: float, length_sum: float, count: float) -> dict[str, float]:
+    """``{prefix}return_mean``, ``{prefix}length_mean`` and ``{prefix}count`` of ``count``
+    episodes from their summed returns and lengths (already summed over ranks). The means are
+    NaN when no episode ended: stop conditions treat NaN as "not reached"."""
+    nan = float("nan")
+    return {
+        f"{prefix}return_mean": return_sum / count if count > 0 else nan,
+        f"{prefix}length_mean": length_sum / count if count > 0 else nan,
+        f"{prefix}count": count,
+    }
+
+
+def _stack(tensors) -> torch.Tensor:
+    """0-d tensors of any dtypes as one float64 vector (one stack, one cast)."""
+    return torch.stack(list(tensors)).double()
+
+
+def update_stats(
+    dist: DistContext, losses: list[PPOLoss], grad_norms: list[torch.Tensor], explained_variance: torch.Tensor,
+    vf_coeff: float, entropy_coeff: float, lr: float,
+) -> dict[str, float]:
+    """The stats of :meth:`rl8.PPO.update` (docs/trainer.md, Metrics), reduced over ranks with
+    one host transfer.
+
+    Args:
+        dist: The run's :class:`~rl8.ppo.distributed.DistContext`.
+        losses: Each minibatch's :class:`~rl8.ppo.losses.PPOLoss` (the stats are their means).
+        grad_norms: Each optimizer step's gradient norm before clipping, 0-d tensors.
+        explained_variance: ``1 - Var(returns - values) / Var(returns)`` of the collect, 0-d.
+        vf_coeff: The value-loss weight of the update.
+        entropy_coeff: The entropy weight of the update.
+        lr: The learning rate of the update.
+    """
+    terms = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
+    means = {name: torch.stack([getattr(loss, name) for loss in losses]).mean() for name in terms}
+    means["explained_variance"] = explained_variance
+    means["grad_norm"] = torch.stack(grad_norms).mean()
+    out = reduce_stats(dist, means=means)
+    policy_loss, vf_loss, entropy = out["policy_loss"], out["value_loss"], out["entropy"]
+    return {
+        "losses/policy": policy_loss,
+        "losses/vf": vf_loss,
+        "losses/entropy": -entropy,
+        # the mean of the minibatches' total losses, from the means of their (linear) terms
+        "losses/total": policy_loss + vf_coeff * vf_loss - entropy_coeff * entropy,
+        "monitors/kl_div": out["approx_kl"],
+        "monitors/clip_fraction": out["clip_fraction"],
+        "monitors/explained_variance": out["explained_variance"],
+        "monitors/grad_norm": out["grad_norm"],
+        "coefficients/entropy": entropy_coeff,
+        "coefficients/vf": vf_coeff,
+        "coefficients/lr": lr,
+    }

@@ -1,0 +1,86 @@
+"""What rl8's tracking modules share: the errors, the limits of MLflow's requests, the
+environment variables of MLflow's HTTP client (:class:`HttpPolicy`), run tags, and params as
+MLflow stores them (:func:`flatten_params`)."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import threading
+import time
+from typing import Any
+
+__all__ = ["TrackingError", "TrackingWarning"]
+
+
+logger = logging.getLogger(__name__)
+
+
+#: HTTP policy of logging calls unless the user set MLflow's variables: quick retries for blips,
+#: not MLflow's default of 7 retries with back-off and a 120 s timeout (it would stall training).
+LOG_RETRIES = 2
+LOG_BACKOFF = 1
+LOG_TIMEOUT_S = 10
+
+DEGRADED_TIMEOUT_S = 5
+
+_HTTP_ENV_VARS = tuple(f"MLFLOW_HTTP_REQUEST_{k}" for k in ("MAX_RETRIES", "BACKOFF_FACTOR",
+                                                              "BACKOFF_JITTER", "TIMEOUT"))
+# os.environ is process-wide: trackers in several threads must not interleave their changes.
+_ENV_LOCK = threading.RLock()
+
+
+class TrackingError(RuntimeError):
+    """The tracking store cannot be used (unreachable, unknown run id or experiment, bad URI),
+    or a call came in the wrong order; failures during a run are :class:`TrackingWarning`."""
+
+
+class TrackingWarning(RuntimeWarning):
+    """Logging to MLflow failed during a run; the data is kept and retried, or was lost."""
+
+
+def is_http(uri: str) -> bool:
+    return uri.lower().startswith(("http://", "https://"))
+
+
+class HttpPolicy:
+    """MLflow's HTTP retry/timeout environment variables (:data:`_HTTP_ENV_VARS`, the client's
+    only knobs), set under :data:`_ENV_LOCK` around some calls and restored after. User values
+    are kept unless ``force``; waiting for the lock past ``deadline`` (``time.monotonic()``)
+    raises :class:`TimeoutError`; ``timeout_s``: seconds per request (``http(s)`` stores only)."""
+
+    def __init__(self, http: bool, retries: int, backoff: int, timeout_s: int, force: bool,
+                 deadline: float = math.inf) -> None:
+        self.http = http
+        self.wanted = dict(zip(_HTTP_ENV_VARS, (retries, backoff, 0.0, timeout_s)))
+        self.timeout_s = timeout_s if http else 0
+        self.force = force
+        self.deadline = deadline
+        self._saved: dict[str, str | None] = {}
+
+    def __enter__(self) -> HttpPolicy:
+        if not self.http:
+            return self
+        wait = self.deadline - time.monotonic()
+        if not _ENV_LOCK.acquire(timeout=-1 if wait == math.inf else max(0.0, wait)):
+            raise TimeoutError("another request to the tracking server did not finish in time")
+        self._saved = {k: os.environ.get(k) for k in _HTTP_ENV_VARS}
+        for key, value in self.wanted.items():
+            if self.force or self._saved[key] is None:
+                # MLflow parses all but the jitter as int ("0.5" is an error)
+                as_int = not key.endswith("JITTER")
+                os.environ[key] = str(int(value) if as_int else float(value))
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if not self.http:
+            return
+        try:
+            for key, value in self._saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+        finally:
+            _ENV_LOCK.release()

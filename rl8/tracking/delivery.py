@@ -1,0 +1,373 @@
+"""What waits for the tracking store: the bounded queue of metrics and params (:class:`Outbox`),
+the courier that delivers it with MLflow's retries (:class:`Courier`) and the logging thread
+of an asynchronous tracker (:class:`LogThread`)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import shutil
+import tempfile
+import threading
+import time
+import warnings
+from collections import deque
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rl8.tracking.common import (
+    DEGRADED_TIMEOUT_S, HttpPolicy, LOG_BACKOFF, LOG_RETRIES, LOG_TIMEOUT_S, TrackingWarning, is_http, logger,
+)
+
+if TYPE_CHECKING:
+    from rl8.tracking.tracker import Tracker
+
+__all__: list[str] = []  # the Tracker's internals
+
+
+#: MLflow's limits (``mlflow.utils.validation``): metrics per ``log_batch`` request, params per
+#: request.
+MAX_METRICS_PER_BATCH = 1000
+MAX_PARAMS_PER_BATCH = 100
+
+
+#: HTTP policy while the server is known to be down (retrying the queue): one attempt.
+_DEGRADED_RETRIES = 0
+
+
+#: An asynchronous tracker holds metrics at most this many seconds or steps (one request for several).
+_HOLD_S = 1.0
+_HOLD_STEPS = 20
+
+
+# MLflow error codes that mean "the store refused this request": retrying cannot help.
+_REJECTED_CODES = frozenset({
+    "INVALID_PARAMETER_VALUE", "BAD_REQUEST", "RESOURCE_DOES_NOT_EXIST", "INVALID_STATE",
+    "RESOURCE_ALREADY_EXISTS", "PERMISSION_DENIED", "UNAUTHENTICATED",
+})
+
+
+def _is_rejection(exc: BaseException) -> bool:
+    """True when the store answered and refused the request (bad key, value...)."""
+    return getattr(exc, "error_code", None) in _REJECTED_CODES
+
+
+class Outbox:
+    """The one queue of a :class:`Tracker`, oldest first: params, metric values and staged
+    artifact uploads. Deliverers take chunks and put back what failed; :attr:`changed` guards
+    it and is notified on every addition; at most ``max_pending`` metric values are kept."""
+
+    def __init__(self, max_pending: int) -> None:
+        self.max_pending = max_pending
+        self.changed = threading.Condition()
+        self.params: dict[str, str] = {}
+        self.metrics: deque[tuple[str, float, int, int]] = deque()  # (key, value, ms, step)
+        # uploads: key -> (MlflowClient method, staged copy, artifact path)
+        self.artifacts: dict[Any, tuple[str, Path, str | None]] = {}
+        self.steps = 0  # logging calls since the last delivery: an asynchronous tracker batches
+        self.first_at = math.inf  # time.monotonic() of the first of them
+        self.dropped = 0  # metric values dropped since the last successful delivery
+        self.overflowing = False
+        self._staging: Path | None = None  # folder of the staged copies
+        self._staged = 0  # copies made so far (names their sub-folders)
+
+    def empty(self) -> bool:
+        return not (self.params or self.metrics or self.artifacts)
+
+    def counts(self) -> dict[str, int]:
+        """What waits (metric values dropped included): ``{"metrics", "params", "artifacts"}``."""
+        with self.changed:
+            return {"metrics": len(self.metrics) + self.dropped, "params": len(self.params),
+                    "artifacts": len(self.artifacts)}
+
+    def add(self, *, params: Mapping[str, str] | None = None, metrics: Iterable[tuple] = (),
+            steps: int = 0) -> bool:
+        """Queue params and metric values (``(key, value, ms, step)``) of ``steps`` logging
+        calls; returns whether old metric values began to be dropped."""
+        with self.changed:
+            self.params.update(params or {})
+            self.metrics.extend(metrics)
+            if steps and not self.steps:
+                self.first_at = time.monotonic()
+            self.steps += steps
+            self.changed.notify_all()
+            return self._trim()
+
+    def stage(self, method: str, source: Path, artifact_path: str | None) -> None:
+        """Queue a copy of ``source`` (file or folder, as ``method``): the caller may delete it."""
+        with self.changed:
+            if self._staging is None:
+                self._staging = Path(tempfile.mkdtemp(prefix="rl8-artifacts-"))
+            self._staged += 1
+            staged = self._staging / str(self._staged) / source.name
+        is_file = method == "log_artifact"
+        try:
+            staged.parent.mkdir()
+            (shutil.copyfile if is_file else shutil.copytree)(source, staged)
+        except OSError:  # e.g. a full disk: no partial copy is left
+            shutil.rmtree(staged.parent, ignore_errors=True)
+            raise
+        # files replace a waiting file of the same destination; folders are merged by MLflow,
+        # so each upload of one is kept
+        key = (artifact_path, source.name) if is_file else staged
+        with self.changed:
+            replaced = self.artifacts.pop(key, None)
+            self.artifacts[key] = (method, staged, artifact_path)
+            self.changed.notify_all()
+        if replaced is not None:
+            shutil.rmtree(replaced[1].parent, ignore_errors=True)
+
+    def take(self, name: str, n: int) -> list:
+        """Remove and return the oldest ``n`` entries of ``name`` (an attribute of this box)."""
+        with self.changed:
+            if name == "metrics":
+                self.steps = 0
+                return [self.metrics.popleft() for _ in range(min(n, len(self.metrics)))]
+            box = getattr(self, name)
+            return [(key, box.pop(key)) for key in list(itertools.islice(box, n))]
+
+    def put_back(self, name: str, chunk: list) -> bool:
+        """Return a chunk taken by :meth:`take` to the front (a newer artifact of the same
+        destination wins); returns whether old metric values began to be dropped."""
+        with self.changed:
+            if name == "metrics":
+                self.metrics.extendleft(reversed(chunk))
+                return self._trim()
+            box = getattr(self, name)
+            for key, entry in chunk:
+                if name == "artifacts" and key in box:
+                    shutil.rmtree(entry[1].parent, ignore_errors=True)
+            setattr(self, name, {**dict(chunk), **box})
+            return False
+
+    def clear(self) -> None:
+        """Forget everything queued and remove the staged copies."""
+        with self.changed:
+            self.params.clear()
+            self.metrics.clear()
+            self.artifacts.clear()
+            self.steps = 0
+            if self._staging is not None:
+                shutil.rmtree(self._staging, ignore_errors=True)
+                self._staging = None
+
+    def _trim(self) -> bool:
+        excess = len(self.metrics) - self.max_pending
+        if excess <= 0:
+            return False
+        for _ in range(excess):
+            self.metrics.popleft()
+        self.dropped += excess
+        started, self.overflowing = not self.overflowing, True
+        return started
+
+
+def warn_overflow(outbox: Outbox, uri: str, stacklevel: int) -> None:
+    warnings.warn(
+        f"more than {outbox.max_pending} metric values are waiting for the MLflow tracking "
+        f"store at {uri!r}; the oldest are being dropped",
+        TrackingWarning, stacklevel=stacklevel)
+
+
+class Courier:
+    """Sends an :class:`Outbox` to one run: quick retries while the store answers; after a
+    failure (one warning per outage) one short attempt per ``retry_interval_s``, doubling up to
+    ``max(60, retry_interval_s)`` s; with a deadline, attempts short enough to end before it."""
+
+    def __init__(self, client: Any, run_id: str, uri: str, retry_interval_s: float) -> None:
+        self.client = client
+        self.run_id = run_id
+        self.uri = uri
+        self.http = is_http(uri)
+        self.retry_interval_s = retry_interval_s
+        self.degraded = False  # True from a failed delivery until the queue is empty again
+        self.last_attempt = -math.inf  # time.monotonic() at the end of the last failed attempt
+        self.interval_s = retry_interval_s  # current wait between attempts (backs off)
+
+    def due_in(self) -> float:
+        """Seconds until the next attempt is due: 0 while healthy."""
+        if not self.degraded:
+            return 0.0
+        return max(0.0, self.last_attempt + self.interval_s - time.monotonic())
+
+    def policy(self, deadline: float = math.inf, requests: int = 1) -> HttpPolicy:
+        """The HTTP policy of the next requests: before a ``deadline``, one attempt each, short
+        enough that ``requests`` of them end in time (at least 1 s: MLflow counts whole s)."""
+        if deadline < math.inf:
+            left = deadline - time.monotonic()
+            timeout_s = int(min(DEGRADED_TIMEOUT_S, max(1.0, left / (2 * requests))))
+            return HttpPolicy(self.http, _DEGRADED_RETRIES, 0, timeout_s, True, deadline)
+        if self.degraded:
+            return HttpPolicy(self.http, _DEGRADED_RETRIES, 0, DEGRADED_TIMEOUT_S, True)
+        return HttpPolicy(self.http, LOG_RETRIES, LOG_BACKOFF, LOG_TIMEOUT_S, False)
+
+    def deliver(self, outbox: Outbox, *, force: bool, deadline: float = math.inf, stacklevel: int = 3) -> None:
+        """Send params, metrics (oldest first), artifacts; stop at the first failure. Unless
+        ``force``, only when due. Before a ``deadline``, each request gets at most half the
+        time left (the rest is for the run's status)."""
+        if outbox.empty() or (not force and self.due_in() > 0):
+            return
+        from mlflow.entities import Metric, Param
+
+        was_degraded = self.degraded
+        policy = self.policy(deadline, requests=2)
+
+        def send_all(name: str, n: int, send: Any) -> int:
+            sent = 0
+            while chunk := outbox.take(name, n):
+                try:
+                    if time.monotonic() + policy.timeout_s > deadline - policy.timeout_s:
+                        raise TimeoutError("no time left before the deadline")
+                    send(chunk)
+                except BaseException:
+                    if outbox.put_back(name, chunk):
+                        warn_overflow(outbox, self.uri, stacklevel)
+                    raise
+                sent += len(chunk)
+            return sent
+
+        try:
+            with policy:
+                send_all("params", MAX_PARAMS_PER_BATCH,
+                         lambda chunk: self._send(params=[Param(k, v) for k, v in chunk], what="params"))
+                delivered = send_all("metrics", MAX_METRICS_PER_BATCH,
+                                     lambda chunk: self._send(metrics=[Metric(*m) for m in chunk], what="metrics"))
+                send_all("artifacts", 1, lambda chunk: self._send_artifact(*chunk[0][1]))
+        except Exception as exc:
+            self.last_attempt = time.monotonic()
+            if self.degraded:  # still down: wait longer before the next attempt
+                self.interval_s = min(2 * self.interval_s, max(60.0, self.retry_interval_s))
+                return
+            self.degraded = True
+            self.interval_s = self.retry_interval_s
+            warnings.warn(
+                f"logging to the MLflow tracking store at {self.uri!r} failed ({exc}); training "
+                f"goes on, {len(outbox.metrics)} metric values and {len(outbox.artifacts)} "
+                f"artifacts are kept and will be retried (first in {self.retry_interval_s:g} s)",
+                TrackingWarning, stacklevel=stacklevel)
+            return
+        self.degraded = False
+        outbox.overflowing = False
+        if was_degraded:
+            dropped = f" ({outbox.dropped} were dropped)" if outbox.dropped else ""
+            logger.warning(
+                "MLflow tracking store at %r is reachable again: delivered %d pending metric "
+                "values%s",
+                self.uri, delivered, dropped,
+            )
+            outbox.dropped = 0
+
+    def _send_artifact(self, method: str, staged: Path, artifact_path: str | None) -> None:
+        """One upload (then its staged copy is removed); a refused one is dropped with a warning."""
+        try:
+            getattr(self.client, method)(self.run_id, str(staged), artifact_path)
+        except Exception as exc:
+            if not _is_rejection(exc):
+                raise
+            warnings.warn(
+                f"MLflow rejected the artifact {staged.name!r} for run {self.run_id}: {exc}",
+                TrackingWarning, stacklevel=5)
+        shutil.rmtree(staged.parent, ignore_errors=True)
+
+    def _send(self, *, what: str, metrics=(), params=()) -> None:
+        """One ``log_batch`` request; a request the store refuses is dropped, not retried."""
+        try:
+            self.client.log_batch(self.run_id, metrics=metrics, params=params, synchronous=True)
+        except Exception as exc:
+            if not _is_rejection(exc):
+                raise
+            names = sorted({e.key for e in (metrics or params)})
+            warnings.warn(
+                f"MLflow rejected {len(metrics) or len(params)} {what} ({', '.join(names[:5])}"
+                f"{', ...' if len(names) > 5 else ''}) for run {self.run_id}: {exc}",
+                TrackingWarning, stacklevel=5)
+
+    def set_status(self, status: str, *, deadline: float = math.inf, when: str = "") -> bool:
+        """Mark the run ``status`` (not past ``deadline``); a failure is a warning. Returns
+        whether the status was set."""
+        try:
+            if time.monotonic() >= deadline:
+                raise TimeoutError("no time was left for it")
+            with self.policy(deadline, requests=1):
+                self.client.set_terminated(self.run_id, status=status)
+            return True
+        except Exception as exc:
+            warnings.warn(
+                f"could not set the status of MLflow run {self.run_id} at {self.uri!r} "
+                f"to {status}{when}: {exc}",
+                TrackingWarning, stacklevel=4)
+            return False
+
+
+class LogThread:
+    """The ``rl8-mlflow-logger`` thread of an asynchronous :class:`Tracker`: starts the run if
+    asked, then delivers the outbox once it holds params, artifacts, :data:`_HOLD_STEPS` steps or
+    metrics older than :data:`_HOLD_S`, or on :meth:`flush`; while the store is down, when due."""
+
+    def __init__(self, tracker: Tracker) -> None:
+        self.tracker = tracker
+        self.outbox = tracker._outbox
+        self.stopping = False
+        self.flush_wanted = 0  # flush requests made; guarded by outbox.changed
+        self.flushed = 0  # flush requests done
+        self.finished = False  # the thread has ended (or is ending)
+        self._thread: threading.Thread | None = None
+
+    def launch(self, *, start_run: bool) -> None:
+        """Start the thread (once); with ``start_run``, its first job is ``tracker.start()``."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, args=(start_run,),
+                                            name="rl8-mlflow-logger", daemon=True)
+            self._thread.start()
+
+    def alive(self) -> bool:
+        return self._thread is not None and not self.finished
+
+    def flush(self, timeout_s: float | None) -> bool:
+        """Have everything queued so far tried once; False when ``timeout_s`` passed first."""
+        with self.outbox.changed:
+            self.flush_wanted += 1
+            wanted = self.flush_wanted
+            self.outbox.changed.notify_all()
+            return self.outbox.changed.wait_for(lambda: self.flushed >= wanted or not self.alive(), timeout_s)
+
+    def stop(self) -> None:
+        """No more deliveries: the thread ends after its current request."""
+        with self.outbox.changed:
+            self.stopping = True
+            self.outbox.changed.notify_all()
+
+    def _wait_s(self) -> float | None:
+        """Seconds until the next delivery is due (<= 0: now; ``None``: not before news)."""
+        if self.flush_wanted > self.flushed:
+            return 0.0
+        if self.outbox.empty():
+            return None
+        courier = self.tracker._courier
+        if courier is not None and courier.degraded:
+            return courier.due_in()
+        if self.outbox.params or self.outbox.artifacts or self.outbox.steps >= _HOLD_STEPS:
+            return 0.0
+        return self.outbox.first_at + _HOLD_S - time.monotonic()
+
+    def _loop(self, start_run: bool) -> None:
+        tracker, changed = self.tracker, self.outbox.changed
+        try:
+            if start_run and not tracker._start_in_thread():
+                return
+            while True:
+                with changed:
+                    while not self.stopping and not ((wait := self._wait_s()) is not None and wait <= 0):
+                        changed.wait(wait)
+                    if self.stopping:
+                        return
+                    wanted = self.flush_wanted
+                tracker._deliver(force=wanted > self.flushed, stacklevel=4)
+                with changed:
+                    self.flushed = wanted
+                    changed.notify_all()
+        finally:
+            with changed:
+                self.finished = True
+                changed.notify_all()  # flush() waits no longer

@@ -1,0 +1,143 @@
+"""Runs left RUNNING by a process that died: :func:`running_runs` lists the RUNNING runs and
+their process, :func:`clean_runs` marks those of dead processes FAILED (``rl8 runs``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import time
+
+from rl8.tracking.common import TrackingError
+from rl8.tracking.store import ready_store
+
+__all__ = ["RunProcess", "clean_runs", "running_runs"]
+
+
+@dataclasses.dataclass(frozen=True)
+class RunProcess:
+    """A ``RUNNING`` MLflow run and what is known about the process that owns it.
+
+    Attributes:
+        run_id: The MLflow run id.
+        experiment: The name of its experiment.
+        run_name: Its display name.
+        host: Host name of the process that started (or last resumed) it: tag ``rl8.host``;
+            ``None`` for runs not made by rl8.
+        pid: That process's id: tag ``rl8.pid``; ``None`` when unknown.
+        start_time_s: When the run started, in seconds since the epoch.
+        process: ``"alive"`` (a process with that pid exists on this host), ``"dead"`` (none
+            does) or ``"unknown"`` (another host, or no tags).
+    """
+
+    run_id: str
+    experiment: str
+    run_name: str
+    host: str | None
+    pid: int | None
+    start_time_s: float
+    process: str
+
+
+def _process_state(host: str | None, pid: int | None) -> str:
+    if host != socket.gethostname() or pid is None or pid <= 0:
+        return "unknown"
+    try:
+        os.kill(pid, 0)  # signal 0: only checks that the process exists
+    except ProcessLookupError:
+        return "dead"
+    except PermissionError:  # it exists, owned by another user
+        pass
+    return "alive"
+
+
+def running_runs(tracking_uri: str | None = None, *, experiment: str | None = None) -> list[RunProcess]:
+    """The ``RUNNING`` runs of a tracking store, with the state of their process.
+
+    A run started by rl8 records the host name and process id of its process as the tags
+    ``rl8.host`` and ``rl8.pid``; on that host, a run whose process no longer exists was
+    killed before it could end its run (``kill -9``, a crash, an out-of-memory kill). A pid
+    reused by a newer process makes the run look alive (never the other way round).
+
+    Args:
+        tracking_uri: The store (default: MLflow's, i.e. ``MLFLOW_TRACKING_URI`` or
+            ``sqlite:///mlflow.db``).
+        experiment: Only this experiment's runs; ``None``: every experiment.
+
+    Returns:
+        The runs, oldest first.
+
+    Raises:
+        TrackingError: The experiment does not exist.
+    """
+    from mlflow.entities import ViewType
+    from mlflow.tracking import MlflowClient
+
+    import mlflow
+
+    ready_store(tracking_uri or mlflow.get_tracking_uri())
+    client = MlflowClient(tracking_uri)
+    if experiment is None:
+        experiments = client.search_experiments(view_type=ViewType.ACTIVE_ONLY)
+    else:
+        found = client.get_experiment_by_name(experiment)
+        if found is None:
+            raise TrackingError(f"no experiment {experiment!r} in {client.tracking_uri!r}")
+        experiments = [found]
+    names = {e.experiment_id: e.name for e in experiments}
+    out: list[RunProcess] = []
+    token = None
+    while names:
+        page = client.search_runs(
+            list(names), filter_string="attributes.status = 'RUNNING'",
+            max_results=1000, page_token=token,
+        )
+        for run in page:
+            host, pid_text = run.data.tags.get("rl8.host"), run.data.tags.get("rl8.pid", "")
+            pid = int(pid_text) if pid_text.isdigit() else None
+            info = run.info
+            out.append(RunProcess(info.run_id, names.get(info.experiment_id, info.experiment_id),
+                                  info.run_name or "", host, pid, (info.start_time or 0) / 1000,
+                                  _process_state(host, pid)))
+        if not (token := page.token):
+            break
+    return sorted(out, key=lambda r: r.start_time_s)
+
+
+def clean_runs(tracking_uri: str | None = None, *, experiment: str | None = None, older_than_s: float | None = None,
+               dry_run: bool = False) -> list[RunProcess]:
+    """Mark ``FAILED`` the ``RUNNING`` runs whose process is gone (see :func:`running_runs`).
+
+    A run is cleaned when its process is ``"dead"`` (it ran on this host and no process has
+    its pid), or, with ``older_than_s``, when it started more than that many seconds ago and
+    its process is not known to be alive (runs of other hosts, runs not made by rl8). A run
+    whose process is alive is never touched. A cleaned run gets the tag ``rl8.cleaned`` with
+    the reason.
+
+    Args:
+        tracking_uri: The store (default: MLflow's).
+        experiment: Only this experiment's runs; ``None``: every experiment.
+        older_than_s: Also clean runs of unknown process started more than this many seconds
+            ago; ``None``: only runs whose process is known dead.
+        dry_run: Only return the runs that would be cleaned.
+
+    Returns:
+        The runs cleaned (or that would be).
+    """
+    from mlflow.tracking import MlflowClient
+
+    if older_than_s is not None and not (isinstance(older_than_s, (int, float)) and older_than_s >= 0):
+        raise ValueError(f"older_than_s must be a number of seconds >= 0, got {older_than_s!r}")
+    now = time.time()
+    chosen = []
+    for run in running_runs(tracking_uri, experiment=experiment):
+        if run.process == "dead":
+            chosen.append((run, f"process {run.pid} on {run.host} is gone"))
+        elif run.process == "unknown" and older_than_s is not None and now - run.start_time_s > older_than_s:
+            chosen.append((run, f"started {now - run.start_time_s:.0f} s ago, process unknown"))
+    if not dry_run:
+        client = MlflowClient(tracking_uri)
+        for run, reason in chosen:
+            client.set_tag(run.run_id, "rl8.cleaned", reason)
+            client.set_terminated(run.run_id, status="FAILED")
+    return [run for run, _ in chosen]

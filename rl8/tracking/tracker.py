@@ -1,0 +1,580 @@
+"""MLflow tracking: the only module of rl8 that talks to MLflow.
+
+A :class:`Tracker` owns one MLflow run through its own ``MlflowClient`` (never MLflow's global
+active run), checks the store before training, and keeps what a down server cannot take in
+one bounded queue (see :class:`Tracker`). See ``docs/tracking.md``.
+"""
+
+from __future__ import annotations
+
+import atexit
+# imported now, not when a run starts at interpreter exit: MLflow's import makes thread pools,
+# which concurrent.futures refuses at shutdown
+import concurrent.futures.thread  # noqa: F401
+import enum
+import functools
+import math
+import os
+import sys
+import tempfile
+import threading
+import time
+import types
+import warnings
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from rl8.registry import qualified_name
+from rl8.tracking.common import DEGRADED_TIMEOUT_S, TrackingError, TrackingWarning
+from rl8.tracking.delivery import Courier, LogThread, Outbox, warn_overflow
+from rl8.tracking.store import open_run
+
+__all__ = ["Tracker", "flatten_params"]
+
+
+#: MLflow's limit on the length of a param's value (``mlflow.utils.validation``); longer ones
+#: are cut (see :func:`flatten_params`).
+MAX_PARAM_VALUE_LENGTH = 6000
+
+
+#: Seconds that ending a run left open at exit may take at most (``Tracker(end_at_exit=True)``).
+EXIT_CLOSE_TIMEOUT_S = 30.0
+
+#: The statuses that end an MLflow run.
+TERMINAL_STATUSES = ("FINISHED", "FAILED", "KILLED")
+
+
+def _param_str(value: Any) -> str:
+    """One param value as MLflow stores it: a string; classes and functions by dotted name."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, enum.Enum):
+        return f"{type(value).__name__}.{value.name}"
+    if isinstance(value, functools.partial):
+        return f"partial({_param_str(value.func)})"
+    if isinstance(value, (type, types.FunctionType, types.BuiltinFunctionType, types.MethodType)):
+        return qualified_name(value)
+    if isinstance(value, (list, tuple)):
+        items = ", ".join(repr(v) if isinstance(v, str) else _param_str(v) for v in value)
+        if isinstance(value, tuple):
+            return f"({items},)" if len(value) == 1 else f"({items})"
+        return f"[{items}]"
+    return str(value)
+
+
+def flatten_params(obj: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """Flatten nested mappings into MLflow params: ``{"a": {"b": 1}}`` -> ``{"a/b": "1"}``.
+
+    Args:
+        obj: A mapping whose values are scalars, sequences, classes or nested mappings (e.g.
+            the hyper-parameters of a ``PPO`` object).
+        prefix: Prepended to every key, joined with ``"/"`` (e.g. ``"hparams"`` gives
+            ``"hparams/lr"``). Empty: no prefix.
+
+    Returns:
+        A flat dict of strings: values as ``str`` (classes and functions as
+        ``"module.QualName"``, enums as ``"Enum.NAME"``, sequences element by element), cut to
+        MLflow's limit of 6000 characters.
+    """
+    out: dict[str, str] = {}
+    for key, value in obj.items():
+        name = f"{prefix}/{key}" if prefix else str(key)
+        if isinstance(value, Mapping):
+            out.update(flatten_params(value, name))
+        else:
+            out[name] = _param_str(value)[:MAX_PARAM_VALUE_LENGTH]
+    return out
+
+
+def _configured_uri() -> str | None:
+    """The configured tracking URI (``None``: MLflow's default), without importing mlflow."""
+    mlflow = sys.modules.get("mlflow")
+    if mlflow is not None:
+        return mlflow.get_tracking_uri()
+    return os.environ.get("MLFLOW_TRACKING_URI") or None
+
+
+def _to_float(key: str, value: Any) -> float:
+    try:
+        return float(value)  # python/numpy scalars, 0-d and one-element tensors
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise TypeError(
+            f"metric {key!r} must be a number (python, numpy or one-element tensor), "
+            f"got {type(value).__name__}: {value!r:.80}"
+        ) from exc
+
+
+def _status_after(error: type[BaseException] | None) -> str:
+    """The status of a run that ``error`` (an exception type; ``None``: none) ended."""
+    if error is None:
+        return "FINISHED"
+    return "KILLED" if issubclass(error, KeyboardInterrupt) else "FAILED"
+
+
+class _Run:
+    """The life cycle of one MLflow run (start, end, report); the base of :class:`Tracker`,
+    whose docstring describes the arguments and which does the logging."""
+
+    def __init__(self, *, experiment: str, run_name: str | None = None, tracking_uri: str | None = None,
+                 run_id: str | None = None, enabled: bool = True, max_pending: int = 100_000,
+                 retry_interval_s: float = 5.0, asynchronous: bool = False, end_at_exit: bool = False) -> None:
+        if not isinstance(experiment, str) or not experiment:
+            raise ValueError(f"experiment must be a non-empty string, got {experiment!r}")
+        if isinstance(max_pending, bool) or not isinstance(max_pending, int) or max_pending < 0:
+            raise ValueError(f"max_pending must be an int >= 0, got {max_pending!r}")
+        if not (isinstance(retry_interval_s, (int, float)) and retry_interval_s >= 0):
+            raise ValueError(f"retry_interval_s must be a number >= 0, got {retry_interval_s!r}")
+        for name, value in (("asynchronous", asynchronous), ("end_at_exit", end_at_exit)):
+            if not isinstance(value, bool):
+                raise ValueError(f"{name} must be True or False, got {value!r}")
+        self.experiment = experiment
+        self.run_name = run_name
+        # resolved without importing mlflow when the URI is given or set in the environment
+        self._tracking_uri = str(tracking_uri) if tracking_uri else _configured_uri()
+        self.enabled = bool(enabled)
+        self.max_pending = max_pending
+        self.retry_interval_s = float(retry_interval_s)
+        self.asynchronous = asynchronous
+        self.end_at_exit = end_at_exit
+        self.run_id: str | None = None
+        self.experiment_id: str | None = None
+        self.start_error: TrackingError | None = None
+        self.final_status: str | None = None
+        self.undelivered: dict[str, int] = {"metrics": 0, "params": 0, "artifacts": 0}
+        self._resume_id = run_id
+        self._lock = threading.RLock()  # held by whoever makes requests (start, send, end)
+        self._ended = False
+        # the status an end() that gave up waiting for a start leaves for that start to set
+        self._wanted_status: str | None = None
+        self._params: dict[str, str] = {}  # what the run holds (or will, once delivered)
+        self._outbox = Outbox(max_pending)
+        self._courier: Courier | None = None  # once started
+        self._thread = LogThread(self) if asynchronous else None
+        self._start_done = threading.Event()  # cleared while a background start is in progress
+        self._start_done.set()
+        self._start_error_reported = self._exit_hook = False
+
+    @property
+    def tracking_uri(self) -> str:
+        """The resolved tracking URI (never ``None``)."""
+        if self._tracking_uri is None:
+            import mlflow
+
+            self._tracking_uri = mlflow.get_tracking_uri()
+        return self._tracking_uri
+
+    @property
+    def is_local(self) -> bool:
+        """Whether the store is a local SQLite database or folder, not a server."""
+        uri = self._tracking_uri
+        if uri is None:
+            return True
+        if "://" not in uri:  # a folder, or "databricks" (a Databricks workspace)
+            return not uri.lower().startswith("databricks")
+        return uri.split(":", 1)[0].lower() in ("sqlite", "file")
+
+    # ---- life cycle -------------------------------------------------------------------------
+
+    def start(self) -> str | None:
+        """Create (or resume) the run, after one quick request (no retry, 5 s timeout) to an
+        ``http(s)`` store so that a dead server fails here, not after training.
+
+        Sets the tags ``mlflow.runName``, ``mlflow.source.name``, ``mlflow.user``,
+        ``rl8.version``, ``rl8.host`` and ``rl8.pid`` (see :func:`running_runs`). Calling it
+        again returns the same run id; a run whose :meth:`end` gave up waiting for this start
+        is ended at once with the status asked for.
+
+        Returns:
+            The run id; ``None`` when the tracker is disabled.
+
+        Raises:
+            TrackingError: The store is unreachable or unusable, or ``run_id`` does not name
+                an existing, non-deleted run. The message names the URI and the cause.
+        """
+        if not self.enabled:
+            return None
+        with self._lock:
+            if self.run_id is not None:
+                return self.run_id
+            if self._ended and self._start_done.is_set():  # not a background start end() let go
+                raise TrackingError("this Tracker has ended; create a new one")
+            uri = self.tracking_uri
+            run = open_run(uri, self.experiment, self.run_name, self._resume_id)
+            with self._outbox.changed:
+                self._params.update(run.params)
+                self._courier = Courier(run.client, run.run_id, uri, self.retry_interval_s)
+                self.run_id, self.run_name, self.experiment_id = run.run_id, run.run_name, run.experiment_id
+                wanted = self._wanted_status
+            if self._start_done.is_set():  # a background start registered it already
+                self._hook_exit()
+            if wanted is not None:  # end() gave up waiting for this start
+                self._ended = True  # one short attempt: that end() has returned already
+                short = time.monotonic() + 2 * DEGRADED_TIMEOUT_S
+                if self._courier.set_status(wanted, deadline=short, when=" once its start completed"):
+                    self.final_status = wanted
+            elif self._thread is not None:
+                self._thread.launch(start_run=False)
+            return self.run_id
+
+    def start_in_background(self) -> None:
+        """:meth:`start` in the logging thread (``asynchronous`` only); returns at once, and what
+        is logged meanwhile is queued. A failure disables the tracker (dropping the queue) and
+        is kept in :attr:`start_error`, raised by :meth:`check_start`."""
+        if not self.enabled:
+            return
+        if self._thread is None:
+            raise TrackingError("start_in_background() needs a Tracker made with asynchronous=True")
+        # MLflow's import makes thread pools, refused at shutdown: let a start at exit complete
+        self._hook_exit()
+        self._start_done.clear()
+        self._thread.launch(start_run=True)
+
+    def _start_in_thread(self) -> bool:
+        try:
+            self.start()
+            return not self._ended
+        except BaseException as exc:  # noqa: BLE001 - raised by check_start in the owner's thread
+            self.start_error = TrackingError(
+                f"the MLflow run (started in the background) could not be started: {exc}")
+            self.start_error.__cause__ = exc
+            self.enabled = False
+            self._outbox.clear()
+            return False
+        finally:
+            self._start_done.set()
+
+    def wait_started(self, timeout_s: float | None = None) -> bool:
+        """Wait at most ``timeout_s`` seconds (``None``: no limit) for a background start to
+        end; returns whether none is in progress any more."""
+        return self._start_done.wait(timeout_s)
+
+    def check_start(self, *, once: bool = False) -> None:
+        """Raise :attr:`start_error` when a background start has failed (not waiting for one
+        in progress); with ``once``, only if it was never raised before."""
+        if self.start_error is None or not self._start_done.is_set():
+            return
+        if not (once and self._start_error_reported):
+            self._start_error_reported = True
+            raise self.start_error
+
+    def end(self, status: str = "FINISHED", *, timeout_s: float | None = None) -> bool:
+        """Deliver what is pending and close the run with ``status``. Idempotent.
+
+        Args:
+            status: Terminal status: ``"FINISHED"`` (normal end), ``"FAILED"`` (an exception
+                stopped training) or ``"KILLED"`` (interrupted by the user or a signal).
+            timeout_s: Seconds this call may take at most, whatever the server does (each
+                request then waits at most half the time left, without retry); ``None``: the
+                usual HTTP policy. Signal exits use it.
+
+        Returns:
+            Whether the run's status is now ``status`` in the store (also
+            :attr:`final_status`); ``False`` when disabled or never started.
+
+        Waits for a background start in progress. Never raises on tracking failures: metrics,
+        params and artifacts that still cannot be delivered are counted in :attr:`undelivered`
+        and reported as lost in a :class:`TrackingWarning`, as is a status that could not be set.
+        """
+        status = str(status).upper()
+        if status not in TERMINAL_STATUSES:
+            raise ValueError(f"status must be one of {TERMINAL_STATUSES}, got {status!r}")
+        if not self.enabled:
+            return False
+        if self._exit_hook:
+            atexit.unregister(self._end_at_exit)
+            self._exit_hook = False
+        deadline = math.inf if timeout_s is None else time.monotonic() + max(0.0, timeout_s)
+        if self._thread is not None:
+            self._thread.stop()  # from now on only end() sends
+        started = self._start_done.wait(None if timeout_s is None else max(0.0, timeout_s))
+        left = -1 if timeout_s is None else max(0.0, deadline - time.monotonic())
+        if not (started and self._lock.acquire(timeout=left)):  # a start or a request hangs
+            self._give_up(status, timeout_s)
+            return False
+        try:
+            ended, self._ended = self._ended, True
+            if ended or not self.enabled or self.run_id is None:
+                return self.final_status == status
+            self._courier.deliver(self._outbox, force=True, deadline=deadline)
+            self.undelivered = self._outbox.counts()
+            if any(self.undelivered.values()):
+                lost = self.undelivered
+                warnings.warn(
+                    f"MLflow run {self.run_id} at {self.tracking_uri!r}: {lost['metrics']} "
+                    f"metric values, {lost['params']} params and {lost['artifacts']} artifacts "
+                    f"could not be delivered and are lost",
+                    TrackingWarning, stacklevel=2)
+            self._outbox.clear()
+            if self._courier.set_status(status, deadline=deadline):
+                self.final_status = status
+            return self.final_status == status
+        finally:
+            self._lock.release()
+
+    def _give_up(self, status: str, timeout_s: float | None) -> None:
+        """:meth:`end` ran out of time waiting for a start or a request of another thread."""
+        self._ended = True
+        self.undelivered = self._outbox.counts()
+        with self._outbox.changed:  # a start completing reads _wanted_status under this lock
+            starting = self.run_id is None
+            if starting:
+                self._wanted_status = status
+        if starting:
+            message = (f"the MLflow run at {self.tracking_uri!r} was still starting after "
+                       f"{timeout_s:g} s; it is marked {status} as soon as its start completes")
+        else:
+            message = (f"could not set the status of MLflow run {self.run_id} at "
+                       f"{self.tracking_uri!r} to {status}: a request to the server did not finish "
+                       f"within {timeout_s:g} s; the run stays RUNNING (`rl8 runs --clean` marks "
+                       "such runs FAILED) and what was still queued is lost")
+        warnings.warn(message, TrackingWarning, stacklevel=3)
+
+    def end_report(self, status: str) -> str:
+        """What :meth:`end` with ``status`` achieved, as a clause for a message (``"; MLflow run
+        ID ended as KILLED"``, or why not, and what was not delivered); empty without a run."""
+        if not self.run_id:
+            if not self._start_done.is_set():
+                return f"; the MLflow run was still starting: it is marked {status} once started"
+            return ""
+        if self.final_status == status:
+            report = f"; MLflow run {self.run_id} ended as {status}"
+        else:
+            report = (
+                f"; MLflow run {self.run_id} could NOT be marked {status} (the tracking server "
+                "did not answer in time): it shows RUNNING until `rl8 runs --clean` marks it FAILED"
+            )
+        names = {"metrics": "metric values", "params": "params", "artifacts": "artifacts"}
+        lost = [f"{n} {names[what]}" for what, n in self.undelivered.items() if n]
+        return report + (f"; not delivered: {', '.join(lost)}" if lost else "")
+
+    def _hook_exit(self) -> None:
+        if self.end_at_exit and not self._exit_hook and not self._ended:
+            self._exit_hook = True
+            atexit.register(self._end_at_exit)
+
+    def _end_at_exit(self) -> None:
+        """The exit hook of ``end_at_exit``; warns of a failed background start never raised."""
+        error = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+        self._exit_hook = False  # running now: end() does not unregister it
+        self.end(_status_after(None if error is None else type(error)), timeout_s=EXIT_CLOSE_TIMEOUT_S)
+        if self.start_error is not None and not self._start_error_reported:
+            warnings.warn(str(self.start_error), TrackingWarning, stacklevel=2)
+
+    def __enter__(self) -> Tracker:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        self.end(_status_after(exc_type))
+        return False
+
+    def _deliver(self, force: bool, stacklevel: int = 4) -> None:
+        """Send the outbox (unless ``force``, only when due)."""
+        with self._lock:
+            stopped = self._thread is not None and self._thread.stopping
+            if not (self._ended or stopped) and self._courier is not None:
+                self._courier.deliver(self._outbox, force=force, stacklevel=stacklevel)
+
+
+class Tracker(_Run):
+    """One MLflow run: params, per-step metrics, artifacts and its final status.
+
+    The tracker talks to the store through its own ``MlflowClient``; it never touches MLflow's
+    global active run. ``with Tracker(...) as tracker:`` starts the run and ends it on exit
+    (``docs/tracking.md`` has an example). Everything logged goes through one queue: sent at
+    once by the calling thread, or, when ``asynchronous``, by the tracker's logging thread
+    (``rl8-mlflow-logger``), so that a slow or hung store never holds up the caller.
+
+    Args:
+        experiment: Name of the MLflow experiment the run goes to; created when absent.
+            Ignored when resuming (``run_id``): the run stays in its experiment.
+        run_name: Display name of the run (tag ``mlflow.runName``). ``None``: MLflow picks a
+            random name for a new run; a resumed run keeps its name.
+        tracking_uri: Where runs are stored: ``http(s)://host:port`` for a tracking server,
+            ``sqlite:///path.db``, or a folder. ``None``: MLflow's default, i.e. the
+            ``MLFLOW_TRACKING_URI`` environment variable, else ``sqlite:///mlflow.db`` in the
+            current directory.
+        run_id: Resume this existing run instead of creating one: its status goes back to
+            ``RUNNING`` and metrics are appended to its history (use steps after the last one).
+        enabled: ``False`` makes every method a no-op and :attr:`run_id` stays ``None``; used
+            on non-zero ranks of distributed training.
+        max_pending: Most metric values (one key at one step each) kept while the server is
+            unreachable; when more arrive the oldest are dropped, with a warning.
+        retry_interval_s: Seconds between attempts to deliver pending metrics (and artifacts)
+            while the server is unreachable; doubles after each failed attempt, up to
+            ``max(60, retry_interval_s)`` s (one short attempt each). :meth:`flush` and
+            :meth:`end` always try.
+        asynchronous: ``True``: logging calls only queue; the logging thread sends, holding
+            metrics up to 1 s (or 20 steps) so that several steps share one request, and
+            :meth:`start_in_background` can create the run there. ``False``: each call sends
+            before it returns.
+        end_at_exit: ``True``: a run still open when the process exits is ended then (within
+            :data:`EXIT_CLOSE_TIMEOUT_S` seconds): ``FAILED`` after an uncaught exception,
+            ``KILLED`` after an uncaught ``KeyboardInterrupt``, else ``FINISHED``. The exit
+            hook holds the tracker, so this holds for a tracker its owner dropped.
+
+    Attributes:
+        run_id: The MLflow run id once started; ``None`` before, and always when disabled.
+        experiment_id: The MLflow experiment id once started.
+        start_error: The :class:`TrackingError` of a background start that failed, else ``None``.
+        final_status: Terminal status recorded in the store by :meth:`end`; ``None`` until
+            then, or when setting it failed.
+        undelivered: What :meth:`end` could not deliver: ``{"metrics": n, "params": n,
+            "artifacts": n}``.
+    """
+
+    @property
+    def pending(self) -> int:
+        """Number of metric values waiting to be delivered (0 when all went through)."""
+        return len(self._outbox.metrics)
+
+    @property
+    def pending_artifacts(self) -> int:
+        """Number of artifact uploads waiting to be delivered."""
+        return len(self._outbox.artifacts)
+
+    # ---- logging ----------------------------------------------------------------------------
+
+    def _check_started(self) -> None:
+        if self.run_id is None and self._start_done.is_set():
+            raise TrackingError("Tracker.start() must be called before logging")
+        if self._ended:
+            raise TrackingError(f"MLflow run {self.run_id} has ended; nothing more can be logged")
+
+    def _queued(self, overflow: bool) -> None:
+        """After adding to the outbox: send now, or leave it to the logging thread."""
+        if overflow:
+            warn_overflow(self._outbox, self.tracking_uri, stacklevel=4)
+        if self._thread is None:
+            self._deliver(force=False, stacklevel=5)
+
+    def log_params(self, params: Mapping[str, Any]) -> None:
+        """Record the run's configuration as MLflow params.
+
+        Flattened by :func:`flatten_params` (``"hparams/lr"``), sent in batches of 100. MLflow
+        params cannot change once logged: a param logged again with the same value is skipped;
+        a changed value is logged as ``"resumed/<key>"`` on a resumed run (once), else dropped
+        with a :class:`TrackingWarning` (see ``docs/tracking.md``, "Resuming a run").
+
+        Args:
+            params: A (possibly nested) mapping of names to values.
+        """
+        if not self.enabled:
+            return
+        self._check_started()
+        new: dict[str, str] = {}
+        with self._outbox.changed:
+            for key, value in flatten_params(params).items():
+                old = self._params.get(key)
+                if old is None:
+                    new[key] = value
+                elif old != value:
+                    alt = f"resumed/{key}"
+                    if self._resume_id is None or self._params.get(alt, value) != value:
+                        warnings.warn(
+                            f"MLflow param {key!r} is already {old!r} in run {self.run_id}; "
+                            f"the new value {value!r} is not recorded (params cannot change)",
+                            TrackingWarning, stacklevel=2)
+                    elif alt not in self._params:
+                        new[alt] = value
+            self._params.update(new)
+        if new:
+            self._queued(self._outbox.add(params=new))
+
+    def log_metrics(self, metrics: Mapping[str, Any], step: int) -> None:
+        """Record the metrics of one step, in one request (chunks of 1000 metrics).
+
+        Values (Python or numpy numbers, one-element tensors) become ``float`` (NaN and inf are
+        kept), stamped with the wall-clock time in ms. While the store cannot be reached they
+        are queued and retried as the class docstring says (``max_pending``,
+        ``retry_interval_s``); a log message reports their delivery.
+
+        Args:
+            metrics: ``{name: value}``; names like ``"losses/policy"``.
+            step: The x-axis value of this point; the Trainer uses ``env/steps`` (total env
+                transitions collected so far).
+
+        Raises:
+            TypeError: A value is not a number.
+        """
+        self.log_metrics_many([(metrics, step)])
+
+    def log_metrics_many(self, items: Iterable[tuple[Mapping[str, Any], int]]) -> None:
+        """Record the metrics of several steps with one delivery (chunks of 1000 metrics).
+
+        Like :meth:`log_metrics` for each ``(metrics, step)`` pair, but every pair is queued
+        first and the queue is then delivered at once (a request's fixed cost dominates).
+
+        Args:
+            items: ``(metrics, step)`` pairs, oldest first; see :meth:`log_metrics`.
+        """
+        if not self.enabled:
+            return
+        self._check_started()
+        ms = int(time.time() * 1000)
+        values, steps = [], 0
+        for metrics, step in items:
+            values.extend((str(k), _to_float(k, v), ms, int(step)) for k, v in metrics.items())
+            steps += 1
+        if values:
+            self._queued(self._outbox.add(metrics=values, steps=steps))
+
+    def flush(self, timeout_s: float | None = None) -> bool:
+        """Try now to deliver everything queued (asynchronous: wait at most ``timeout_s``
+        seconds, ``None``: no limit, for the logging thread to try). Never raises on tracking
+        failures; returns whether nothing waits any more."""
+        if not self.enabled:
+            return True
+        if self._thread is None or not self._thread.alive():
+            self._deliver(force=True)
+        elif not self._thread.flush(timeout_s):
+            return False
+        return self._outbox.empty()
+
+    def log_artifact(self, local_path: str | Path, artifact_path: str | None = None) -> None:
+        """Upload one file to the run's artifacts, or queue it while the server is down.
+
+        The file is copied first (the caller may delete it at once) and queued like metrics; a
+        newer file for the same destination (``artifact_path`` and name) replaces a queued one.
+
+        Args:
+            local_path: The file to upload.
+            artifact_path: Folder inside the run's artifacts (e.g. ``"checkpoints"``);
+                ``None``: the root.
+
+        A missing file is a :class:`TrackingWarning`, not an error; so are a copy that cannot be
+        made (a full temporary folder: the file is not uploaded) and an upload the store
+        refuses, and artifacts still queued at :meth:`end` are reported as lost.
+        """
+        self._upload("log_artifact", local_path, artifact_path)
+
+    def log_artifacts(self, local_dir: str | Path, artifact_path: str | None = None) -> None:
+        """Like :meth:`log_artifact` for every file (recursively) of the folder ``local_dir``."""
+        self._upload("log_artifacts", local_dir, artifact_path)
+
+    def _upload(self, method: str, local: str | Path, artifact_path: str | None) -> None:
+        if not self.enabled:
+            return
+        self._check_started()
+        source = Path(local)
+        is_file = method == "log_artifact"
+        if not (source.is_file() if is_file else source.is_dir()):
+            warnings.warn(
+                f"could not log artifacts from {str(local)!r} to MLflow run {self.run_id} "
+                f"at {self.tracking_uri!r}: no such {'file' if is_file else 'folder'}",
+                TrackingWarning, stacklevel=3)
+            return
+        try:
+            self._outbox.stage(method, source, artifact_path)
+        except OSError as exc:  # a full or unwritable temporary folder: tracking never fails training
+            warnings.warn(
+                f"could not log {str(local)!r} to MLflow run {self.run_id}: staging a copy in "
+                f"the temporary folder {tempfile.gettempdir()} failed ({exc}); it is not uploaded",
+                TrackingWarning, stacklevel=3)
+            return
+        self._queued(False)
+
+    def __repr__(self) -> str:
+        state = "disabled" if not self.enabled else (self.run_id or "not started")
+        return f"Tracker(experiment={self.experiment!r}, uri={self.tracking_uri!r}, run={state})"

@@ -1,0 +1,300 @@
+"""The Trainer's options, declared once: :class:`TrainerConfig`.
+
+Each option is one field of a frozen dataclass, with its default, its meaning (``doc``) and its
+check (a :data:`rl8.fields.Check`). Where an option goes is read from the field, never listed
+again:
+
+* ``param``: logged as the MLflow param ``trainer/<name>``;
+* ``stored``: written in the checkpoint's ``trainer`` section and restored by
+  :meth:`rl8.Trainer.from_checkpoint`;
+* ``names_run``: says which MLflow run the Trainer writes to, so a resumed Trainer keeps the
+  checkpoint's value unless the caller of ``from_checkpoint`` passes another;
+* ``cli``: ``"flag"`` (an ``rl8 train`` flag and a config file key), ``"config"`` (a config
+  file key only) or ``None``. The command reads the value as the field's type says (an int,
+  a float or a string: :meth:`TrainerConfig.read_option`) and checks it with the field's check.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from rl8.fields import (
+    Check, attributes_doc, check, first_invalid, int_at_least, is_int, optional, read_numbers,
+)
+from rl8.registry import qualified_name
+from rl8.version import __version__
+
+if TYPE_CHECKING:
+    from rl8.ppo.distributed import DistContext
+    from rl8.ppo.algorithm import PPO
+
+__all__ = ["TrainerConfig", "run_params"]
+
+# The checks of the options (see rl8.fields.Check): None when a value is valid, else what the
+# option must be, for "Trainer: NAME must be ..., got VALUE".
+_COUNT = optional(int_at_least(1))
+_BOOL = check("True or False", lambda v: isinstance(v, bool))
+_TEXT = optional(check("a string", lambda v: isinstance(v, str)))
+_PATH = optional(check("a path (a string or os.PathLike)", lambda v: isinstance(v, (str, os.PathLike))))
+_SECONDS = check("a number of seconds > 0", lambda v: (is_int(v) or isinstance(v, float)) and v > 0)
+_POSITIVE = optional(check("a number > 0", lambda v: (is_int(v) or isinstance(v, float)) and v > 0))
+
+
+def _weight_sync(value: Any, name: str) -> str | None:
+    from rl8.ppo.distributed import WEIGHT_SYNC_METHODS
+
+    return None if value in WEIGHT_SYNC_METHODS else f"one of {', '.join(map(repr, WEIGHT_SYNC_METHODS))}"
+
+
+def _checkpoint_data(value: Any, name: str) -> str | None:
+    """Plain data a checkpoint can hold, checked now rather than at the first checkpoint."""
+    from rl8.io.checkpoint import check_loadable as _check_loadable
+
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise TypeError(f"Trainer: {name} must be a mapping or None, got {value!r}")
+    try:
+        _check_loadable(dict(value), name, set())
+    except TypeError as err:
+        raise TypeError(f"Trainer: {name} cannot be stored in a checkpoint: {err}") from None
+    return None
+
+
+def _option(
+    default: Any,
+    doc: str,
+    check: Check | None = None,
+    *,
+    param: bool = True,
+    stored: bool = True,
+    names_run: bool = False,
+    cli: str | None = None,
+) -> Any:
+    """A :class:`TrainerConfig` field: its default, its one-line meaning (``doc``, also the
+    ``rl8 train`` help), its check (see :data:`rl8.fields.Check`; ``None``: any value) and
+    where it goes (see the module docstring)."""
+    metadata = {"doc": doc, "check": check, "param": param, "stored": stored, "names_run": names_run, "cli": cli}
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainerConfig:
+    """Every option of a :class:`rl8.Trainer`, checked when made.
+
+    ``Trainer(algo, experiment="x")`` and ``Trainer(algo, TrainerConfig(experiment="x"))`` are
+    the same Trainer. A bad value is a ``ValueError`` (a ``TypeError`` for ``metadata``) naming
+    the option, what it must be and the value given.
+
+    The options, their defaults and meanings are the fields below (``help(TrainerConfig)``
+    lists them with their meanings).
+    """
+
+    experiment: str | None = _option(
+        None, "MLflow experiment name; None: the env's name (CartPole, CartPole-v1)", _TEXT,
+        param=False, names_run=True, cli="flag")
+    run_name: str | None = _option(
+        None, "MLflow run name; None: MLflow picks one", _TEXT, param=False, names_run=True, cli="flag")
+    tracking_uri: str | None = _option(
+        None, "where runs go (http://host:port, sqlite:///file.db, a folder); None: "
+        "MLFLOW_TRACKING_URI, else sqlite:///mlflow.db in the current folder", _TEXT,
+        param=False, names_run=True, cli="flag")
+    tracking: bool = _option(
+        True, "False: no MLflow at all (no run, nothing logged)", _BOOL, param=False, names_run=True)
+    run_id: str | None = _option(
+        None, "continue this existing MLflow run instead of creating one (from_checkpoint sets it)",
+        _TEXT, param=False, names_run=True)
+    checkpoint_dir: str | os.PathLike[str] | None = _option(
+        None, "folder of the numbered checkpoints, made and claimed (one run's alone) when the Trainer "
+        "is made; None: checkpoints/<run id> in the current folder (checkpoints/<time stamp>-<random> "
+        "without tracking)", _PATH, param=False, cli="flag")
+    checkpoint_every: int | None = _option(
+        None, "Trainer.run writes a checkpoint every this many training steps; None: only at the "
+        "end of the run and on signals", _COUNT, cli="flag")
+    keep_checkpoints: int | None = _option(
+        5, "how many checkpoints to keep in checkpoint_dir (the latest); None: all",
+        _COUNT, param=False, cli="config")
+    eval_num_envs: int | None = _option(
+        None, "envs of a dedicated eval env; None: evaluate on the training envs at env-reset "
+        "boundaries, else on min(num_envs, 16) envs built on demand",
+        _COUNT, cli="flag")
+    eval_num_steps: int | None = _option(
+        None, "steps per env of one evaluation; None: horizon * max(1, horizons_per_env_reset), "
+        "or on a dedicated env of an episodic env its episode limit",
+        _COUNT, cli="config")
+    progress: bool | None = _option(
+        None, "progress line on stderr during Trainer.run, and a summary line: None or True: in "
+        "place on a terminal, else a plain line every progress_every_s; False: nothing",
+        optional(_BOOL), param=False, stored=False)
+    progress_every_s: float = _option(
+        10.0, "seconds between two plain progress lines when stderr is not a terminal", _SECONDS,
+        param=False, stored=False)
+    async_logging: bool = _option(
+        True, "send metrics to MLflow from a background thread; False: before Trainer.step returns",
+        _BOOL, param=False, stored=False)
+    metadata: Mapping[str, Any] | None = _option(
+        None, "plain data (dicts, lists, numbers, strings, tensors) stored in every checkpoint "
+        "(rl8 train stores its config here)", _checkpoint_data, param=False)
+    record_every: int | None = _option(
+        None, "Trainer.run records a video at every this many-th evaluation (checkpoint_dir/videos/"
+        "eval-<env steps>.mp4, MLflow artifact videos/); None: never; needs the video extra (pip install -e '.[video]')",
+        _COUNT)
+    actors: int | None = _option(
+        None, "under torchrun: this many ranks only collect (actors) and the others only update "
+        "(learners; see docs/distributed.md); None: data-parallel, every rank collects and updates",
+        _COUNT, cli="flag")
+    weight_sync_interval: int = _option(
+        1, "with actors: learner updates between two weight syncs of an actor (an actor also gets "
+        "weights whenever it would exceed max_staleness)", int_at_least(1), cli="flag")
+    max_staleness: int = _option(
+        1, "with actors: a rollout collected with weights more than this many updates behind the "
+        "learner's is dropped; 0: synchronous (actors wait for every update)",
+        int_at_least(0), cli="flag")
+    weight_sync: str = _option(
+        "broadcast", "with actors: how weights reach the actors: 'broadcast' (over the process "
+        "group) or 'checkpoint' (a file in weight_sync_dir that actors read)", _weight_sync,
+        cli="flag")
+    importance_weight_cap: float | None = _option(
+        None, "with actors: truncated importance weights: the clipped ratio is taken against the "
+        "learner's weights at the start of the update and each transition's advantage is weighted "
+        "by min(cap, their probability / the behaviour probability); None: the ratio is against the "
+        "behaviour policy, unweighted", _POSITIVE, cli="config")
+    weight_sync_dir: str | None = _option(
+        None, "with weight_sync='checkpoint': the folder of the weights file, on storage every "
+        "rank sees", _TEXT, cli="flag")
+
+    def __post_init__(self) -> None:
+        """Check every option with its own check, then :meth:`_check_together`."""
+        invalid = first_invalid(self)
+        if invalid is not None:
+            raise ValueError(f"Trainer: {invalid.name} must be {invalid.expected}, got {invalid.value!r}")
+        self._check_together()
+
+    def _check_together(self) -> None:
+        """The checks that involve several options: the actors' weight syncs."""
+        if self.max_staleness < self.weight_sync_interval - 1:
+            raise ValueError(
+                f"Trainer: max_staleness must be >= weight_sync_interval - 1 (actors keep weights for "
+                f"weight_sync_interval updates, so their rollouts are that stale), got max_staleness="
+                f"{self.max_staleness} with weight_sync_interval={self.weight_sync_interval}"
+            )
+        if self.weight_sync == "checkpoint" and self.weight_sync_dir is None:
+            raise ValueError("Trainer: weight_sync='checkpoint' needs weight_sync_dir (a folder every rank sees), got None")
+
+    @classmethod
+    def names(cls, **where: Any) -> list[str]:
+        """The options whose field metadata match ``where`` (e.g. ``names(param=True)``), in
+        declaration order."""
+        return [f.name for f in dataclasses.fields(cls)
+                if all(f.metadata[key] == value for key, value in where.items())]
+
+    @classmethod
+    def check_names(cls, options: Mapping[str, Any], where: str = "Trainer") -> None:
+        """Raise ``TypeError`` naming an option of ``options`` that is not a field, with its
+        close matches."""
+        names = cls.names()
+        for key in options:
+            if key not in names:
+                close = difflib.get_close_matches(str(key), names, n=3)
+                hint = f"; did you mean {', '.join(close)}?" if close else ""
+                raise TypeError(f"{where}: unknown option {key!r}{hint} (valid: {', '.join(names)})")
+
+    @classmethod
+    def read_option(cls, name: str, value: Any) -> Any:
+        """Option ``name`` as a config file or a command-line flag gives it, read as its type
+        says: for an int or float option, numeric strings as numbers (``"1e3"``: 1000, see
+        :func:`rl8.fields.read_numbers`); for a string option, a YAML number as a string;
+        then checked.
+
+        Args:
+            name: An option (a field of this class).
+            value: As read from YAML, or the text of a flag.
+
+        Raises:
+            ValueError: ``"NAME must be ..., got VALUE"`` when the option's check refuses it.
+        """
+        field = next(f for f in dataclasses.fields(cls) if f.name == name)
+        kind = str(field.type).split(" ")[0]  # "int | None" -> "int"
+        if kind in ("int", "float"):
+            value = read_numbers(value, whole_as_int=kind == "int")
+            value = float(value) if kind == "float" and is_int(value) else value
+        elif kind == "str" and isinstance(value, (int, float)):
+            value = str(value)
+        expected = field.metadata["check"](value, name) if field.metadata["check"] else None
+        if expected is not None:
+            raise ValueError(f"{name} must be {expected}, got {value!r}")
+        return value
+
+    def replace(self, **options: Any) -> TrainerConfig:
+        """A copy with ``options`` changed (checked like a new config)."""
+        self.check_names(options)
+        return dataclasses.replace(self, **options)
+
+    def params(self) -> dict[str, Any]:
+        """The options logged as the MLflow params ``trainer/<name>``."""
+        return {name: getattr(self, name) for name in self.names(param=True)}
+
+    def stored(self) -> dict[str, Any]:
+        """The options written in a checkpoint's ``trainer`` section (plain values)."""
+        out = {name: getattr(self, name) for name in self.names(stored=True)}
+        if out.get("checkpoint_dir") is not None:
+            out["checkpoint_dir"] = os.fspath(out["checkpoint_dir"])
+        if out.get("metadata") is not None:
+            out["metadata"] = dict(out["metadata"])
+        return out
+
+    @classmethod
+    def from_stored(cls, saved: Mapping[str, Any]) -> TrainerConfig:
+        """The config a checkpoint's ``trainer`` section records (:meth:`stored`); an option
+        that an older checkpoint lacks gets its default."""
+        return cls(**{name: saved[name] for name in cls.names(stored=True) if name in saved})
+
+
+TrainerConfig.__doc__ = (TrainerConfig.__doc__ or "") + attributes_doc(TrainerConfig)
+
+
+def run_params(algo: PPO, config: TrainerConfig, env_spec: str | None, dist: DistContext) -> dict[str, Any]:
+    """A training run's configuration as nested MLflow params: hyper-parameters (the values in
+    use), env, model, distribution, optimizer, versions, the Trainer options marked ``param``
+    and, in data-parallel training, the world size.
+
+    Args:
+        algo: The algorithm.
+        config: The Trainer's options.
+        env_spec: The env as a dotted path or gymnasium id (``None``: one a file cannot name).
+        dist: The process group.
+    """
+    import platform
+
+    import torch
+
+
+    policy = algo.policy
+    optimizer_kwargs = {**algo.hparams.optimizer_kwargs, "lr": algo.hparams.lr}
+    # each param once: hparams/seed and hparams/device are the values in use (a seed drawn
+    # at random, the device "auto" resolved to)
+    hparams = {**algo.hparams.to_plain(), "seed": algo.seed, "device": str(algo.device)}
+    env = env_spec if env_spec is not None else repr(algo.env_spec)
+    params = {
+        "hparams": hparams,
+        "env": env,
+        "model": {"class": qualified_name(policy.model_cls), "config": dict(policy.model_config)},
+        "distribution": {"class": qualified_name(policy.distribution_cls)},
+        "optimizer": {"class": qualified_name(type(algo.optimizer)), "kwargs": optimizer_kwargs},
+        "versions": {"rl8": __version__, "torch": str(torch.__version__), "python": platform.python_version()},
+        "trainer": config.params(),
+    }
+    if qualified_name(type(algo.env)) != env:  # a gymnasium id, a factory: the rl8 class around it
+        params["env_class"] = qualified_name(type(algo.env))
+    from rl8.ppo.distributed import current_roles
+
+    roles = current_roles()
+    if roles is not None:  # actors and learners: num_envs is one learner's batch, split among its actors
+        params["distributed"] = {"world_size": roles.world_size, "actors": roles.actors, "learners": roles.learners}
+    elif dist.enabled:  # hparams are per rank (num_envs: each rank's envs)
+        params["distributed"] = {"world_size": dist.world_size}
+    return params

@@ -1,0 +1,290 @@
+"""``rl8 train`` config files: their keys (:data:`CONFIG_KEYS`), reading and checking one
+(:func:`load_config`: ``yaml.safe_load``, bounded), ``--set KEY=VALUE`` values, and the Trainer
+options and stop conditions a config holds. The presets are such files; the ``rl8`` command and
+:mod:`rl8.presets` read them through here.
+
+The hyper-parameters and stop conditions are imported where a config is checked, not at the
+top: ``rl8 --help`` and the first checks of a config start without torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import sys
+import warnings
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from rl8.fields import read_numbers
+from rl8.training.config import TrainerConfig
+
+__all__ = [
+    "CONFIG_KEYS", "ConfigError", "MAX_YAML_DEPTH", "MAX_YAML_VALUES", "RESUMABLE_HPARAMS", "RUN_KEYS",
+    "TRAINER_OPTIONS", "assign", "check_config", "hparam_names", "int_option", "load_config",
+    "mapping_option", "parse_assignment", "stop_conditions", "trainer_options", "unknown_hparam",
+]
+
+
+#: The Trainer options that ``rl8 train`` takes (in a config file; those marked ``"flag"`` also
+#: as flags), declared in :class:`rl8.training.config.TrainerConfig`.
+TRAINER_OPTIONS = {f.name: f.metadata for f in dataclasses.fields(TrainerConfig) if f.metadata["cli"]}
+
+#: Top-level keys of a ``rl8 train`` config file.
+CONFIG_KEYS: dict[str, str] = {
+    "env": "the env: a dotted path to an rl8.Env subclass (rl8.envs.CartPole) or a gymnasium id",
+    "hparams": "PPO's hyper-parameters (see rl8.HParams)",
+    "env_config": "env parameters for training resets (Trainer.run(env_config=...))",
+    "eval_env_config": "env parameters for evaluations (default: env_config)",
+    "steps_per_eval": "evaluate every this many training steps",
+    "stop_conditions": "list of stop conditions (rl8.training.conditions.from_config specs)",
+    "max_steps": "stop after this many env steps (adds hits_upper_bound on env/steps)",
+    **{name: option["doc"] for name, option in TRAINER_OPTIONS.items()},
+}
+
+#: Keys that describe *how to run* (they may change when resuming); the rest define the model.
+RUN_KEYS = ("env_config", "eval_env_config", "steps_per_eval", "stop_conditions", "max_steps")
+#: Hyper-parameters that may differ when resuming (they do not change the trained state).
+RESUMABLE_HPARAMS = ("device", "check_finite_collects")
+
+class ConfigError(ValueError):
+    """A mistake in a config file or the command line; the message names the key."""
+
+
+def _close(key: str, names: Sequence[str]) -> str:
+    close = difflib.get_close_matches(key, list(names), n=3, cutoff=0.6)
+    return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+
+
+#: Most levels of nesting (mappings and lists inside one another) a YAML config may have.
+MAX_YAML_DEPTH = 100
+#: Most values (scalars, mappings, lists) a YAML config may hold once its aliases (``*name``)
+#: are expanded: an alias repeats a whole node, so a few lines can stand for billions of values.
+MAX_YAML_VALUES = 100_000
+
+
+def _safe_yaml(text: str, where: str) -> Any:
+    """``yaml.safe_load(text)`` (no code runs, no object is built), refusing a document nested
+    deeper than :data:`MAX_YAML_DEPTH` or holding more than :data:`MAX_YAML_VALUES` values
+    once aliases are expanded (the "billion laughs"), or that contains itself, with a
+    :class:`ConfigError` naming ``where``; those would end in a ``RecursionError`` or
+    ``MemoryError`` when the config is read. Invalid YAML raises ``yaml.YAMLError``."""
+    import yaml
+
+    class BoundedLoader(yaml.SafeLoader):
+        depth = 0
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            self.depth += 1
+            if self.depth > MAX_YAML_DEPTH:
+                mark = self.peek_event().start_mark
+                raise ConfigError(f"{where}: the YAML is nested deeper than {MAX_YAML_DEPTH} levels "
+                                  f"(line {mark.line + 1}); rl8 reads configs up to that depth")
+            try:
+                return super().compose_node(parent, index)
+            finally:
+                self.depth -= 1
+
+    loader = BoundedLoader(text)
+    try:
+        value = loader.get_single_data()
+    finally:
+        loader.dispose()
+    sizes: dict[int, int] = {}  # values under each list/mapping, aliases counted each time
+
+    def size(node: Any) -> int:
+        if not isinstance(node, (list, dict)):
+            return 1
+        if id(node) in sizes:
+            if sizes[id(node)] < 0:
+                raise ConfigError(f"{where}: the YAML contains itself (an alias inside its own anchor)")
+            return sizes[id(node)]
+        sizes[id(node)] = -1
+        items = list(node.keys()) + list(node.values()) if isinstance(node, dict) else node
+        total = 1 + sum(size(item) for item in items)
+        if total > MAX_YAML_VALUES:
+            raise ConfigError(
+                f"{where}: the YAML holds more than {MAX_YAML_VALUES} values once its aliases (*name) "
+                "are expanded; rl8 reads configs up to that size"
+            )
+        sizes[id(node)] = total
+        return total
+
+    size(value)
+    return value
+
+
+def _parse_value(text: str) -> Any:
+    """A ``--set`` value: YAML (``[64, 64]``, ``true``, ``null``), numbers from numeric strings."""
+    import yaml
+
+    if text.strip() in ("None", "none"):  # Python's spelling of null
+        return None
+    try:
+        value = _safe_yaml(text, f"--set value {text[:40]!r}")
+    except yaml.YAMLError:
+        value = text  # e.g. an unbalanced bracket: keep the text, HParams will say what is wrong
+    return read_numbers(value)
+
+
+def parse_assignment(text: str, option: str) -> tuple[list[str], Any]:
+    """Split ``"a.b=value"`` into ``(["a", "b"], parsed value)``."""
+    key, sep, value = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError(f"{option} {text!r}: expected KEY=VALUE, e.g. {option} lr=3e-4")
+    return key.split("."), _parse_value(value)
+
+
+def assign(target: dict[str, Any], path: list[str], value: Any) -> None:
+    """Set ``target[path[0]][path[1]]... = value``, making the dicts on the way (``--set a.b=1``)."""
+    for part in path[:-1]:
+        node = target.get(part)
+        if not isinstance(node, dict):
+            node = target[part] = dict(node) if isinstance(node, Mapping) else {}
+        target = node
+    target[path[-1]] = value
+
+
+def hparam_names() -> list[str]:
+    """The names of :class:`rl8.HParams`' fields."""
+    from rl8.ppo.hparams import HParams
+
+    return [f.name for f in dataclasses.fields(HParams)]
+
+
+def unknown_hparam(key: Any, where: str) -> ConfigError:
+    """The error for a hyper-parameter name that :class:`rl8.HParams` does not have."""
+    from rl8.ppo.hparams import unknown_hparam_message
+
+    return ConfigError(unknown_hparam_message(key, where))
+
+
+def _clean_hparams(hparams: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """Check hparam names (close matches on a typo) and turn numeric strings into numbers
+    (:meth:`rl8.HParams.read_config`)."""
+    from rl8.ppo.hparams import HParams
+
+    try:
+        return HParams.read_config(hparams, where)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def int_option(config: Mapping[str, Any], key: str, where: str, minimum: int = 1) -> int | None:
+    """``config[key]`` as an int >= ``minimum`` (numeric strings read as numbers), or ``None``;
+    else a :class:`ConfigError` naming ``where`` and ``key``."""
+    value = read_numbers(config.get(key), whole_as_int=True)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{where}: {key} must be an int >= {minimum}, got {config.get(key)!r}")
+    return value
+
+
+def mapping_option(config: Mapping[str, Any], key: str, where: str) -> dict[str, Any] | None:
+    """``config[key]`` as a dict (numeric strings read as numbers), or ``None``; else a
+    :class:`ConfigError` naming ``where`` and ``key``."""
+    value = config.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where}: {key} must be a mapping (key: value), got {value!r}")
+    return read_numbers(dict(value))
+
+
+def load_config(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a ``rl8 train`` YAML config (``yaml.safe_load``) and check its top-level keys.
+
+    Raises:
+        ConfigError: Unreadable file, invalid YAML, YAML nested deeper than
+            :data:`MAX_YAML_DEPTH` levels or holding more than :data:`MAX_YAML_VALUES` values
+            once its aliases are expanded, not a mapping, or an unknown key (the message names
+            it and its close matches).
+    """
+    import yaml
+
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+    try:
+        config = _safe_yaml(text, str(path))
+    except yaml.YAMLError as exc:
+        # yaml's own lines (what it expected, the line and column, the line with a caret)
+        detail = str(exc).replace('"<unicode string>"', f'"{path}"')
+        raise ConfigError(f"{path}: invalid YAML:\n{detail}") from None
+    if config is None:
+        config = {}
+    if not isinstance(config, dict):
+        raise ConfigError(
+            f"{path}: expected a mapping of keys ({', '.join(CONFIG_KEYS)}), "
+            f"got {type(config).__name__}"
+        )
+    check_config(config, str(path))
+    return config
+
+
+def check_config(config: Mapping[str, Any], where: str) -> None:
+    """Raise :class:`ConfigError` for an unknown top-level key or a badly typed section."""
+    for key in config:
+        if key not in CONFIG_KEYS:
+            raise ConfigError(
+                f"{where}: unknown key {key!r}{_close(str(key), list(CONFIG_KEYS))} "
+                f"(valid keys: {', '.join(CONFIG_KEYS)})"
+            )
+    if config.get("env") is not None and not isinstance(config["env"], str):
+        raise ConfigError(f"{where}: env must be a string (a dotted path or a gymnasium id), got {config['env']!r}")
+    if config.get("hparams") is not None:
+        if not isinstance(config["hparams"], Mapping):
+            raise ConfigError(f"{where}: hparams must be a mapping, got {config['hparams']!r}")
+        _clean_hparams(config["hparams"], f"{where}: hparams")
+    for key in ("env_config", "eval_env_config"):
+        mapping_option(config, key, where)
+    for key in ("steps_per_eval", "max_steps"):
+        int_option(config, key, where)
+    stops = config.get("stop_conditions")
+    if stops is not None and not isinstance(stops, (list, Mapping)):
+        raise ConfigError(f"{where}: stop_conditions must be a list of conditions, got {stops!r}")
+    trainer_options(config, where)
+
+
+def trainer_options(config: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """The Trainer options that ``config`` gives (see :data:`TRAINER_OPTIONS`), read and
+    checked as their fields say (:meth:`TrainerConfig.read_option`: ``1e3`` is the int 1000);
+    ``None`` (the Trainer's default) stays ``None``; a bad value is a :class:`ConfigError`."""
+    out: dict[str, Any] = {}
+    for key in [name for name in TRAINER_OPTIONS if name in config]:
+        try:
+            out[key] = None if config[key] is None else TrainerConfig.read_option(key, config[key])
+        except ValueError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+    return out
+
+
+def stop_conditions(config: Mapping[str, Any]) -> list[Any]:
+    """The stop conditions of a config: its ``stop_conditions``
+    (:func:`rl8.training.conditions.from_config`) and ``max_steps`` (a ``HitsUpperBound`` on
+    ``env/steps``)."""
+    from rl8.training.conditions import HitsUpperBound, from_config
+
+    specs = config.get("stop_conditions") or []
+    if isinstance(specs, Mapping):
+        specs = [specs]
+    conditions = []
+    for i, spec in enumerate(specs):
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", DeprecationWarning)
+                conditions.append(from_config(spec))
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"stop_conditions[{i}]: {exc}") from None
+        for warning in caught:  # e.g. an rl8 1.0.0 stat name, shown (Python hides them)
+            print(f"rl8: warning: stop_conditions[{i}]: {warning.message}", file=sys.stderr)
+    max_steps = int_option(config, "max_steps", "config")
+    if max_steps is not None:
+        conditions.append(HitsUpperBound("env/steps", max_steps))
+    return conditions

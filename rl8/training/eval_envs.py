@@ -1,0 +1,191 @@
+"""The envs that a Trainer evaluates and records videos in, apart from training.
+
+Each is built once (without moving torch's RNG) and put back in its first state before every
+use, so evaluations and videos differ by the policy only; training is never disturbed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+
+from rl8.ppo.algorithm import make_env
+from rl8.training.video import (
+    check_can_render, episode_limit, fork_rng, import_imageio, make_recording_env, record_video,
+)
+
+if TYPE_CHECKING:
+    from rl8.ppo.algorithm import PPO
+
+__all__ = ["EvalEnvs", "check_eval_plan"]
+
+#: Most envs of the eval env built on demand (without ``eval_num_envs``) when the training
+#: envs cannot be evaluated.
+_ON_DEMAND_EVAL_ENVS = 16
+
+
+
+
+def check_eval_plan(horizons_per_env_reset: int, *, eval_num_envs: int | None, steps_per_eval: int | None,
+                    eval_env_config: Mapping[str, Any] | None) -> None:
+    """Check, before training, that :meth:`Trainer.run` can evaluate as asked.
+
+    Any cadence works: evaluations that do not fall on an env-reset boundary of the training
+    envs run on a dedicated eval env (``eval_num_envs``, or one built on demand, see
+    :meth:`Trainer.eval`). So only ``steps_per_eval`` and ``eval_env_config`` are checked.
+
+    Args:
+        horizons_per_env_reset: Not used (the algorithm's hparam; any reset cadence works).
+            Kept so that existing calls still work.
+        eval_num_envs: Not used (the Trainer's dedicated eval env size); kept likewise.
+        steps_per_eval: Evaluate every this many training steps, ``None``: never.
+        eval_env_config: Env parameters for evaluations.
+
+    Raises:
+        ValueError: ``steps_per_eval`` is not an int >= 1; an ``eval_env_config`` without
+            ``steps_per_eval``.
+    """
+    if steps_per_eval is not None and (
+        isinstance(steps_per_eval, bool) or not isinstance(steps_per_eval, int) or steps_per_eval < 1
+    ):
+        raise ValueError(f"Trainer.run: steps_per_eval must be an int >= 1 or None, got {steps_per_eval!r}")
+    if eval_env_config and steps_per_eval is None:
+        raise ValueError(
+            "Trainer.run: eval_env_config is given but steps_per_eval is None, so no "
+            "evaluation would use it; set steps_per_eval"
+        )
+
+
+class _FirstState:
+    """An env built once by ``build()``, reset to its state just after building at every
+    :meth:`get`."""
+
+    def __init__(self) -> None:
+        self.env: Any = None
+        self._state: Any = None
+
+    def get(self, build: Any) -> Any:
+        if self.env is None:
+            self.env = build()
+            self._state = self.env.state_dict()
+        elif self._state is not None:
+            self.env.load_state_dict(self._state)
+        return self.env
+
+    def close(self) -> None:
+        if self.env is not None:
+            with contextlib.suppress(Exception):
+                self.env.close()
+            self.env = None
+
+
+class EvalEnvs:
+    """Where :meth:`rl8.Trainer.eval` and :meth:`rl8.Trainer.record` run.
+
+    Args:
+        algo: The algorithm; its env spec, ``env_kwargs``, ``env_config`` and device.
+        num_envs: Envs of a dedicated eval env (``eval_num_envs``); ``None``: the training
+            envs at env-reset boundaries, else an env of ``min(num_envs, 16)`` built on demand.
+        num_steps: Steps per env of one evaluation (``eval_num_steps``); ``None``: see
+            :meth:`evaluate`.
+    """
+
+    def __init__(self, algo: PPO, num_envs: int | None, num_steps: int | None) -> None:
+        self.algo = algo
+        self.num_envs = num_envs
+        self.num_steps = num_steps
+        self._eval = _FirstState()
+        self._record = _FirstState()
+
+    @property
+    def eval_env(self) -> Any:
+        """The dedicated eval env, or ``None`` until an evaluation needed one."""
+        return self._eval.env
+
+    @property
+    def record_env(self) -> Any:
+        """The one-env copy of the training env that videos are recorded in, or ``None``."""
+        return self._record.env
+
+    def _build_eval_env(self) -> Any:
+        algo = self.algo
+        hp = algo.hparams
+        size = self.num_envs if self.num_envs is not None else min(hp.num_envs, _ON_DEMAND_EVAL_ENVS)
+        with fork_rng(algo.device):  # building it must not move the training RNG
+            return make_env(algo.env_spec, size, hp.horizon, device=algo.device, env_kwargs=hp.env_kwargs)
+
+    def _build_record_env(self) -> Any:
+        algo = self.algo
+        with fork_rng(algo.device):  # building it must not move the training RNG
+            env = make_recording_env(
+                algo.env_spec, env_kwargs=algo.hparams.env_kwargs, horizon=algo.hparams.horizon,
+                device=algo.device,
+            )
+        try:
+            check_can_render(env)
+        except BaseException:
+            env.close()
+            raise
+        return env
+
+    def evaluate(self, env_config: dict[str, Any] | None, deterministic: bool) -> dict[str, float]:
+        """The rollout stats of one evaluation (:meth:`rl8.PPO.evaluate`), torch's RNG kept.
+
+        On the training envs when ``num_envs`` is ``None`` and PPO resets them before the next
+        collect anyway (``PPO.next_collect_resets``), for ``num_steps`` or ``horizon * max(1,
+        horizons_per_env_reset)`` steps, their state restored afterwards; otherwise on the
+        dedicated eval env, for ``num_steps`` or, for an episodic env, its episode limit.
+
+        Args:
+            env_config: Env parameters for the evaluation (over ``hparams.env_config``).
+            deterministic: Act with the distributions' modes (``False``: sample).
+        """
+        algo = self.algo
+        hp = algo.hparams
+        default_steps = hp.horizon * max(1, hp.horizons_per_env_reset)
+        with fork_rng(algo.device):
+            if self.num_envs is None and algo.next_collect_resets:
+                saved = algo.env.state_dict()
+                try:
+                    return algo.evaluate(
+                        None, env_config=env_config, deterministic=deterministic,
+                        num_steps=self.num_steps or default_steps,
+                    )
+                finally:
+                    # the next training collect resets the envs; restoring their state (RNG,
+                    # config) makes that reset the one it would have been without the eval
+                    if saved is not None:
+                        algo.env.load_state_dict(saved)
+            env = self._eval.get(self._build_eval_env)
+            steps = self.num_steps
+            if steps is None:
+                config = {**hp.env_config, **(env_config or {})}
+                steps = (episode_limit(env, config) if env.episodic else None) or default_steps
+            return algo.evaluate(env, env_config=env_config, deterministic=deterministic, num_steps=steps)
+
+    def check_can_record(self) -> None:
+        """Raise now what recording would raise later: imageio missing, an env that cannot
+        render."""
+        import_imageio()
+        self._record.get(self._build_record_env)
+
+    def record(self, path: str | os.PathLike[str], *, deterministic: bool, max_steps: int | None,
+               env_config: dict[str, Any] | None, fps: float | None) -> Path:
+        """Record one episode of the policy to ``path`` (see :meth:`rl8.Trainer.record` for the
+        arguments), torch's RNG kept; returns the path written."""
+        algo = self.algo
+        config = {**algo.hparams.env_config, **(env_config or {})}
+        with fork_rng(algo.device):
+            return record_video(
+                algo.policy, self._record.get(self._build_record_env), path, deterministic=deterministic,
+                max_steps=max_steps, fps=fps, env_config=config or None, seed=algo.seed,
+            )
+
+    def close(self) -> None:
+        """Close the envs built here (the training envs stay open)."""
+        self._eval.close()
+        self._record.close()

@@ -1,0 +1,413 @@
+"""What :meth:`rl8.Trainer.run` prints: a progress line (env steps, steps/s, latest returns,
+the stop condition closest to holding and an ETA), where the results go (the MLflow run, the
+tracking URI, the ``mlflow ui`` command, the checkpoints) at the start and the end, and a
+summary line. The ``rl8`` command prints the same lines (:func:`results_lines`)."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import sys
+import time
+from collections import deque
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+from rl8.ppo.distributed import current_roles
+from rl8.training.conditions import Condition, HitsLowerBound, HitsUpperBound, TimeLimit
+
+if TYPE_CHECKING:
+    from rl8.training.trainer import Trainer
+
+__all__ = ["Progress", "is_nan", "mlflow_ui_command", "results_lines", "start_lines"]
+
+#: Another condition becomes the progress line's target only when it is this much closer to
+#: holding (a fraction of the way) than the current target: the target does not flicker.
+SWITCH_MARGIN = 0.1
+#: Values of a target stat kept for its trend (the ETA of a return target).
+TREND_POINTS = 10
+
+
+def _format_duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, seconds = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    if minutes:
+        return f"{minutes}m{seconds:02d}s"
+    return f"{seconds}s"
+
+
+def _format_count(x: float) -> str:
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(x) >= scale:
+            return f"{x / scale:.2f}{unit}"
+    return f"{x:.0f}"
+
+
+def is_nan(value: Any) -> bool:
+    """Whether ``value`` is a float NaN (a stat that has no value at this step)."""
+    return isinstance(value, float) and math.isnan(value)
+
+
+def _condition_label(condition: Condition) -> str:
+    """A short name of a stop condition for the progress line."""
+    if isinstance(condition, HitsUpperBound):
+        return f"{condition.key} >= {condition.bound:.4g}"
+    if isinstance(condition, HitsLowerBound):
+        return f"{condition.key} <= {condition.bound:.4g}"
+    if isinstance(condition, TimeLimit):
+        return f"time limit {_format_duration(condition.seconds)}"
+    return repr(condition)
+
+
+def _latest(stats: Mapping[str, float], keys: Sequence[str]) -> float | None:
+    """The first of ``keys`` in ``stats`` that is a number (not NaN), else ``None``."""
+    for key in keys:
+        value = stats.get(key)
+        if value is not None and not is_nan(value):
+            return float(value)
+    return None
+
+
+def _slope(points: Sequence[tuple[float, float]]) -> float:
+    """The least-squares slope of ``(time, value)`` points (value per second)."""
+    n = len(points)
+    mean_t = sum(t for t, _ in points) / n
+    mean_v = sum(v for _, v in points) / n
+    var = sum((t - mean_t) ** 2 for t, _ in points)
+    if var <= 0:
+        return 0.0
+    return sum((t - mean_t) * (v - mean_v) for t, v in points) / var
+
+
+# --------------------------------------------------------------------------------------------
+# where the results go
+
+
+def mlflow_ui_command(uri: str) -> str:
+    """The command that shows the runs of the tracking URI ``uri``: ``mlflow ui`` for
+    ``mlflow.db`` in the current folder, ``mlflow ui --backend-store-uri URI`` for another store,
+    the server's address for a tracking server; with what to install first when MLflow's UI
+    server is missing (rl8 itself needs only mlflow-skinny).
+
+    Args:
+        uri: The resolved tracking URI (``trainer.tracker.tracking_uri``).
+    """
+    if uri.lower().startswith(("http://", "https://")):
+        return f"open {uri} (the tracking server already serves the UI)"
+    command = f"mlflow ui --backend-store-uri {uri}"
+    if uri.startswith("sqlite:///"):
+        db = Path(uri[len("sqlite:///"):])
+        if db.resolve() == (Path.cwd() / "mlflow.db").resolve():
+            command = "mlflow ui"
+    if importlib.util.find_spec("flask") is None:  # mlflow-skinny: no UI server
+        command += " (after pip install mlflow)"  # the ui extra; rl8[ui] would fetch rl8 from the index
+    return command
+
+
+def _launcher(trainer: Trainer) -> str:
+    """How to start the same number of ranks again (empty outside torchrun)."""
+    dist = getattr(trainer.algo, "dist", None)
+    roles = current_roles()
+    if roles is None and (dist is None or not dist.enabled):
+        return ""
+    world_size = roles.world_size if roles is not None else dist.world_size  # actors included
+    per_node = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+    nodes = world_size // max(per_node, 1)
+    return f"torchrun {f'--nnodes={nodes} ' if nodes > 1 else ''}--nproc_per_node={per_node} -m "
+
+
+def _resume_command(trainer: Trainer, checkpoint: Path) -> str:
+    """How to go on from ``checkpoint``: ``rl8 train --resume`` for a run of the ``rl8``
+    command (its Trainer's metadata holds the command's config), else the Python call."""
+    if "config" in trainer.metadata:
+        actors = f" --actors {trainer.config.actors}" if trainer.config.actors else ""
+        return f"{_launcher(trainer)}rl8 train --resume {checkpoint}{actors}"
+    return f"Trainer.from_checkpoint({str(checkpoint)!r})"
+
+
+def _known_run_id(trainer: Trainer) -> str | None:
+    """The run id if the run has started, without waiting for a start in progress."""
+    return trainer.tracker.run_id or trainer._run_id
+
+
+def start_lines(trainer: Trainer) -> list[str] | None:
+    """Where the results of a run go, printed when :meth:`rl8.Trainer.run` starts: the MLflow
+    run, its tracking URI and the command that shows it, and the checkpoint folder. ``None``
+    while a run starting in the background has no id yet (never waits)."""
+    tracker = trainer.tracker
+    run_id = _known_run_id(trainer)
+    if (tracker.enabled and run_id is None) or tracker.start_error is not None:
+        return None  # starting, or failed to start (an error the next step raises)
+    lines = []
+    if run_id is not None:
+        uri = tracker.tracking_uri
+        lines.append(f"rl8: MLflow run {run_id} in {uri} (to see it: {mlflow_ui_command(uri)})")
+    lines.append(f"rl8: checkpoints in {trainer.checkpoint_dir}")
+    return lines
+
+
+def results_lines(trainer: Trainer) -> list[str]:
+    """Where the results of a run went, printed when :meth:`rl8.Trainer.run` ends (and by
+    ``rl8 train``): env and training steps, the MLflow run id and tracking URI, the latest
+    checkpoint and how to resume from it, and the ``mlflow ui`` command. Never waits or
+    raises for a run that failed to start."""
+    algo = trainer.algo
+    lines = [f"rl8: {algo.env_steps} env steps, {algo.steps} training steps"]
+    run_id = _known_run_id(trainer)
+    uri = trainer.tracker.tracking_uri if run_id else None
+    if run_id:
+        lines += [f"run id:     {run_id}", f"tracking:   {uri}"]
+    if trainer.last_checkpoint is not None:
+        lines.append(f"checkpoint: {trainer.last_checkpoint}")
+        lines.append(f"resume:     {_resume_command(trainer, trainer.last_checkpoint)}")
+    if uri:
+        lines.append(f"mlflow ui:  {mlflow_ui_command(uri)}")
+    return lines
+
+
+# --------------------------------------------------------------------------------------------
+# the progress line
+
+
+class Progress:
+    """One status line for long runs, a summary line when the run stops, and where the results
+    go (:func:`start_lines`, :func:`results_lines`).
+
+    ``mode=None`` or ``True``: on a terminal, one line updated in place (``\r``, at most every
+    0.25 s); otherwise a plain line every ``interval_s`` seconds. ``False``: never (quiet).
+
+    The line names one target: the stop condition closest to holding, kept until another is
+    :data:`SWITCH_MARGIN` closer (or holds). How close: :meth:`~rl8.training.conditions.Condition.progress`
+    when the condition knows (counters such as ``env/steps``, time limits); for a bound on
+    another stat (a return target), the fraction of the gap between the first value seen in
+    this run and the bound that has been closed. The percentage is rounded down and reads 100%
+    only once the condition holds.
+
+    The ETA: for a target that knows its progress, the time left at the pace observed since
+    the first step (remaining env steps / env steps per second for ``env/steps``); for a
+    return target, ``~`` the time left at its recent trend (a line fitted to its last
+    :data:`TREND_POINTS` values), shown only while the trend heads for the bound; and then
+    ``budget`` the time left of the nearest counter or time limit, which ends the run at the
+    latest.
+
+    Args:
+        mode: ``None``/``True``: show; ``False``: quiet.
+        stream: Where the progress and summary lines go (default ``sys.stderr``).
+        interval_s: Seconds between two plain lines (not a terminal).
+        out: Where the results lines go (default ``sys.stdout``).
+    """
+
+    def __init__(self, mode: bool | None, stream: TextIO | None = None, *, interval_s: float = 10.0,
+                 out: TextIO | None = None) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        self.out = out
+        try:
+            self.tty = bool(self.stream.isatty())
+        except (AttributeError, ValueError):
+            self.tty = False
+        self.enabled = mode is not False
+        self.interval = 0.25 if self.tty else interval_s
+        self._last_write = -math.inf
+        self._width = 0
+        self._start: tuple[float, float] | None = None  # (time, env steps) when run() began
+        self._paces: dict[int, tuple[float, float]] = {}  # condition: (time, progress) first seen
+        self._first_values: dict[int, float] = {}  # condition: its stat's first value
+        self._trends: dict[int, deque[tuple[float, float]]] = {}  # condition: (time, value)s
+        self._target: int | None = None  # the condition the line names
+        self._latest_return: float | None = None
+        self._latest_eval_return: float | None = None
+        self._wrote = False
+        self._announced = False
+
+    def _target_fraction(self, i: int, condition: Condition, stats: Mapping[str, float],
+                         now: float) -> float | None:
+        """Fraction of the gap from the stat's first value to the bound closed so far (its
+        values also feed the trend)."""
+        if not isinstance(condition, (HitsUpperBound, HitsLowerBound)):
+            return None
+        value = _latest(stats, [condition.key])
+        if value is None:
+            return None
+        trend = self._trends.setdefault(i, deque(maxlen=TREND_POINTS))
+        trend.append((now, value))
+        first = self._first_values.setdefault(i, value)
+        gap = condition.bound - first
+        if gap == 0 or (gap < 0) == isinstance(condition, HitsUpperBound):  # at or past the bound
+            return 1.0
+        return min(1.0, max(0.0, (value - first) / gap))
+
+    def _pace_eta(self, i: int, fraction: float, now: float) -> float | None:
+        """Seconds until ``fraction`` reaches 1 at the pace since it was first seen."""
+        t1, f1 = self._paces.setdefault(i, (now, fraction))
+        if fraction >= 1.0:
+            return 0.0
+        if fraction > f1 and now > t1:
+            return (now - t1) * (1 - fraction) / (fraction - f1)
+        return None
+
+    def _trend_eta(self, i: int, condition: Condition) -> float | None:
+        """Seconds until the target stat reaches its bound at its recent trend, or ``None``
+        (too few values, or the trend heads away from the bound)."""
+        points = self._trends.get(i)
+        if not points or len(points) < 3:
+            return None
+        slope = _slope(points)
+        remaining = condition.bound - points[-1][1]  # type: ignore[attr-defined]
+        if slope == 0 or (remaining > 0) != (slope > 0):
+            return None
+        seconds = remaining / slope
+        return seconds if seconds < 100 * 86400 else None
+
+    def _choose_target(self, closeness: Mapping[int, float], held: Sequence[bool]) -> int | None:
+        """The condition to name: one that holds, else the current target unless another is
+        clearly closer (:data:`SWITCH_MARGIN`) or the target's closeness is unknown."""
+        fired = [i for i, h in enumerate(held) if h]
+        if fired:
+            return fired[0]
+        if not closeness:
+            return None
+        nearest = max(closeness, key=closeness.__getitem__)
+        current = self._target
+        if current in closeness and closeness[nearest] < closeness[current] + SWITCH_MARGIN:
+            return current
+        return nearest
+
+    def update(self, stats: Mapping[str, float], conditions: Sequence[Condition], *, force: bool = False,
+               held: Sequence[bool] | None = None) -> None:
+        """Record a step's stats; redraw the line if the last draw is old enough (or ``force``).
+
+        Args:
+            stats: The step's stats.
+            conditions: The run's stop conditions.
+            force: Draw now (the final state of a run).
+            held: Whether each condition held at this step (``None``: none did).
+        """
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        held = list(held) if held is not None else [False] * len(conditions)
+        # episodic envs: keep the last mean when no episode ended; the env's own episode
+        # records (the Atari preset's unclipped games) come before PPO's episodes
+        for attr, keys in (
+            ("_latest_return", ["env_episodes/return_mean", "episodes/return_mean", "rollout/reward_sum_mean"]),
+            ("_latest_eval_return", ["eval/env_episodes/return_mean", "eval/episodes/return_mean",
+                                     "eval/rollout/reward_sum_mean"]),
+        ):
+            key = next((key for key in keys if key in stats), None)  # the first kind the stats have
+            if key is not None and not is_nan(stats[key]):
+                setattr(self, attr, float(stats[key]))
+        linear = {i: c.progress(stats) for i, c in enumerate(conditions)}
+        linear = {i: f for i, f in linear.items() if f is not None}
+        targets = {i: self._target_fraction(i, c, stats, now) for i, c in enumerate(conditions) if i not in linear}
+        etas = {i: self._pace_eta(i, f, now) for i, f in linear.items()}  # every step: the pace
+        steps = float(stats.get("env/steps", 0.0))
+        if self._start is None:
+            # the run started one step ago: that step's duration is in its profiling stats
+            seconds = (stats.get("profiling/collect_ms", 0.0) + stats.get("profiling/step_ms", 0.0)) / 1e3
+            rate = stats.get("throughput/env_steps_per_s", 0.0)
+            self._start = (now - seconds, steps - rate * seconds)
+        closeness = {**linear, **{i: f for i, f in targets.items() if f is not None}}
+        self._target = self._choose_target(closeness, held)
+        if not force and now - self._last_write < self.interval:
+            return
+        self._last_write = now
+        t0, steps0 = self._start
+        rate = (steps - steps0) / max(now - t0, 1e-9)
+        parts = [f"rl8 {_format_count(steps)} env steps", f"{_format_count(rate)} steps/s"]
+        if self._latest_return is not None:
+            parts.append(f"return {self._latest_return:.4g}")
+        if self._latest_eval_return is not None:
+            parts.append(f"eval return {self._latest_eval_return:.4g}")
+        target = self._target
+        if target is not None and target in closeness:
+            percent = 100 if held[target] else min(99, math.floor(100 * closeness[target]))
+            parts.append(f"{percent}% to {_condition_label(conditions[target])}")
+            if target in linear:
+                eta = 0.0 if held[target] else etas[target]
+                if eta is not None:
+                    parts.append(f"ETA {_format_duration(eta)}")
+            else:
+                eta = None if held[target] else self._trend_eta(target, conditions[target])
+                if eta is not None:
+                    parts.append(f"ETA ~{_format_duration(eta)} at the recent trend")
+                budget = [e for e in etas.values() if e is not None]
+                if budget and not held[target]:
+                    parts.append(f"budget {_format_duration(min(budget))} left")
+        self._write(" | ".join(parts))
+
+    def _write(self, line: str) -> None:
+        if self.tty:
+            pad = max(0, self._width - len(line))
+            self.stream.write("\r" + line + " " * pad)
+            self._width = len(line)
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+        self._wrote = True
+
+    def _print(self, lines: Sequence[str]) -> None:
+        """Lines on ``out`` (stdout), after ending an in-place progress line."""
+        self.close()
+        out = self.out if self.out is not None else sys.stdout
+        for line in lines:
+            print(line, file=out)
+        out.flush()
+
+    def announce(self, trainer: Trainer) -> None:
+        """Once per run, as soon as the MLflow run has an id (never waits): where the results
+        go (:func:`start_lines`)."""
+        if not self.enabled or self._announced:
+            return
+        lines = start_lines(trainer)
+        if lines is not None:
+            self._announced = True
+            self._print(lines)
+
+    def results(self, trainer: Trainer) -> None:
+        """At the end of a run: where the results went (:func:`results_lines`)."""
+        if self.enabled:
+            self._print(results_lines(trainer))
+
+    def summary(self, stats: Mapping[str, float], stopped_by: Condition | None, *,
+                held_at_checkpoint: bool = False, callback: str | None = None) -> None:
+        """The last line of a run: which condition stopped it, after how many env steps and
+        how long, with the latest returns. ``held_at_checkpoint``: the run was resumed from a
+        checkpoint where the stop conditions already held (``stopped_by``: the one that did,
+        when known). ``callback``: the name of the callback that asked to stop."""
+        if not self.enabled:
+            return
+        self.close()
+        steps = float(stats.get("env/steps", 0.0))
+        seconds = time.monotonic() - self._start[0] if self._start is not None else 0.0
+        if held_at_checkpoint:
+            cause = (f"stopped by {stopped_by!r}, which already held at the checkpoint's step"
+                     if stopped_by is not None
+                     else "stopped: the stop conditions already held at the checkpoint's step")
+        elif stopped_by is not None:
+            cause = f"stopped by {stopped_by!r}"
+        elif callback is not None:
+            cause = f"stopped by the callback {callback}"
+        else:
+            cause = "stopped"
+        line = f"rl8: {cause} after {_format_count(steps)} env steps in {_format_duration(seconds)}"
+        returns = [
+            f"{name} {value:.4g}"
+            for name, value in (("return", self._latest_return), ("eval return", self._latest_eval_return))
+            if value is not None
+        ]
+        if returns:
+            line += f" ({', '.join(returns)})"
+        self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        """End the in-place line (a newline on a terminal)."""
+        if self.enabled and self.tty and self._wrote:
+            self.stream.write("\n")
+            self.stream.flush()
+        self._wrote = False

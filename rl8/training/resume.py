@@ -1,0 +1,468 @@
+"""The Trainer's checkpoints: what one records beyond the algorithm, writing it, and rebuilding
+the algorithm and the Trainer from one (:class:`TrainerCheckpoints`, the Trainer's base class)."""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+import json
+import os
+import shutil
+import tempfile
+import warnings
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from rl8.io.checkpoint import CHECKPOINT_POINTER_ARTIFACT, CheckpointError, load_checkpoint, save_checkpoint
+from rl8.io.checkpoint_dir import CheckpointManager, checkpoint_for_actor, read_checkpoint, resolve_checkpoint
+from rl8.io.export import (
+    POLICY_ARTIFACT, check_env_spaces, check_finite_weights, policy_to_dict, save_policy, space_from_dict,
+)
+from rl8.ppo.algorithm import PPO, NonFiniteError
+from rl8.ppo.distributed import DistContext, current_roles, derive_seed, rank_device, to_cpu
+from rl8.ppo.resolve import (
+    qualified_name, check_stored_env_kwargs, check_stored_hparams, env_target, spec_from_env_info,
+)
+from rl8.tracking.common import TrackingWarning
+from rl8.training.conditions import Condition, with_current_stat_names
+from rl8.training.config import TrainerConfig
+from rl8.version import __version__
+
+if TYPE_CHECKING:
+    from rl8.training.trainer import Trainer
+
+__all__ = [
+    "RunRecord", "TrainerCheckpoints", "algo_from_checkpoint", "check_finite_policy", "rank_entry",
+    "read_trainer_checkpoint", "resuming_from",
+]
+
+#: The checkpoint file that the Trainer being built by ``from_checkpoint`` resumes from.
+_RESUMING_FROM: contextvars.ContextVar[Path | None] = contextvars.ContextVar("rl8_resuming_from", default=None)
+
+
+def resuming_from() -> Path | None:
+    """The checkpoint file that :meth:`TrainerCheckpoints.from_checkpoint` is resuming from
+    while it builds its Trainer, else ``None``: a Trainer resuming from a checkpoint of its
+    folder may write into that folder (see :class:`rl8.io.checkpoint_dir.CheckpointDirLock`)."""
+    return _RESUMING_FROM.get()
+
+#: Entries of ``PPO.state_dict()`` that are the same on every rank: stored once (rank 0's
+#: ``algo``), not in the per-rank entries of a data-parallel checkpoint.
+_SHARED_ALGO_KEYS = ("hparams", "seed", "policy", "optimizer", "grad_scaler", "counters")
+
+
+@dataclasses.dataclass
+class RunRecord:
+    """What a checkpoint records about :meth:`rl8.Trainer.run`.
+
+    Attributes:
+        run: Its ``env_config``, ``eval_env_config`` and ``steps_per_eval``, or ``None``.
+        stop_conditions: The stop conditions' states (``Condition.state_dict``), or ``None``.
+        stop_condition_configs: Their ``Condition.to_config()`` mappings (``None`` for one
+            that has none).
+        stop_conditions_met: Whether one of them held at the checkpoint's step.
+    """
+
+    run: dict[str, Any] | None = None
+    stop_conditions: list[dict[str, Any]] | None = None
+    stop_condition_configs: list[Any] | None = None
+    stop_conditions_met: bool = False
+
+    @classmethod
+    def of_run(cls, run: dict[str, Any] | None, conditions: Sequence[Condition], met: bool) -> RunRecord:
+        """The record of a run: its arguments, its conditions and whether one held."""
+        return cls(run, [c.state_dict() for c in conditions], [c.to_config() for c in conditions], met)
+
+    @classmethod
+    def from_checkpoint(cls, saved: Mapping[str, Any]) -> RunRecord:
+        """The record in a checkpoint's ``trainer`` section (rl8 1.0.0's stat names replaced by
+        the current ones)."""
+        return cls(
+            run=saved.get("run"),
+            stop_conditions=with_current_stat_names(saved.get("stop_conditions")),
+            stop_condition_configs=with_current_stat_names(saved.get("stop_condition_configs")),
+            stop_conditions_met=bool(saved.get("stop_conditions_met")),
+        )
+
+    def restore(self, conditions: Sequence[Condition]) -> bool:
+        """Load the recorded states into ``conditions`` (once: the record then forgets them).
+
+        Conditions that do not match the record start afresh, with a warning.
+
+        Returns:
+            Whether they are the very conditions that already held at the checkpoint's step
+            (same ``to_config()``), i.e. the run is finished.
+        """
+        saved = self.stop_conditions
+        if not saved or not conditions:
+            return False
+        self.stop_conditions = None
+        try:
+            if len(saved) != len(conditions):
+                raise ValueError(f"{len(saved)} conditions saved, {len(conditions)} given")
+            for condition, state in zip(conditions, saved):
+                condition.load_state_dict(state)
+        except (ValueError, TypeError, KeyError) as exc:
+            for condition in conditions:
+                condition.reset()
+            warnings.warn(
+                f"the stop conditions differ from those saved in the checkpoint ({exc}); they "
+                "start afresh (patience counters and clocks at zero)",
+                stacklevel=3,
+            )
+            return False
+        configs = [condition.to_config() for condition in conditions]
+        return self.stop_conditions_met and None not in configs and configs == self.stop_condition_configs
+
+
+def check_finite_policy(policy: torch.nn.Module, step: int, last_checkpoint: Path | None) -> None:
+    """Refuse to checkpoint a policy holding NaN/inf (one check for all its tensors).
+
+    Args:
+        policy: The policy about to be written.
+        step: The env step of the checkpoint (for the message).
+        last_checkpoint: The last good checkpoint, named in the message.
+
+    Raises:
+        rl8.ppo.algorithm.NonFiniteError: A floating-point tensor of the policy holds NaN or inf.
+    """
+    tensors = {k: v for k, v in policy.state_dict().items() if v.is_floating_point()}
+    if not tensors:
+        return
+    finite = torch.stack([torch.isfinite(v).all() for v in tensors.values()]).tolist()
+    if all(finite):
+        return
+    bad = [name for name, ok in zip(tensors, finite) if not ok]
+    kept = f"; the last good checkpoint is {last_checkpoint}" if last_checkpoint else ""
+    raise NonFiniteError(
+        f"refusing to write a checkpoint at env step {step}: the policy's "
+        f"{', '.join(bad[:5])}{' ...' if len(bad) > 5 else ''} hold NaN or inf{kept}"
+    )
+
+
+def rank_entry(algo_state: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of a ``PPO.state_dict()`` that is this rank's own (envs, observations, RNG and
+    generator states, episode accumulators, reward-normaliser carry, recurrent and overlap
+    state): what a per-rank entry of a checkpoint holds."""
+    return {k: v for k, v in algo_state.items() if k not in _SHARED_ALGO_KEYS}
+
+
+def write_checkpoint(state: dict[str, Any], path: Any, folder: Path | None, keep_last: int | None, step: int,
+                     dist: DistContext, actors: dict[int, dict[str, Any]] | None = None) -> Path:
+    """Write a Trainer checkpoint on rank 0 to ``path``, or (``path=None``) as ``folder``'s
+    numbered checkpoint keeping the last ``keep_last``; in data-parallel training with every
+    rank's own algo state. With actors and learners, ``actors`` is this learner's actors' own
+    states by rank (:meth:`rl8.training.actors.Learner.actor_states`; ``{}`` when they could not be
+    asked): every learner's are gathered into the file's ``actors`` entry. Every rank gets the
+    absolute path written, or rank 0's error."""
+    ranks, actor_states = None, [actors]
+    if dist.enabled:
+        gathered = dist.gather_to_main((to_cpu(rank_entry(state["algo"])), actors))
+        if gathered is not None:
+            ranks, actor_states = [own for own, _ in gathered], [theirs for _, theirs in gathered]
+    roles = current_roles()
+
+    def write() -> Path:
+        if ranks is not None:
+            state["distributed"] = {"world_size": dist.world_size, "ranks": ranks}
+        entries = {rank: entry for states in actor_states or () for rank, entry in (states or {}).items()}
+        if roles is not None and entries and len(entries) == roles.actors:  # all of them or none
+            state["actors"] = {"world_size": roles.world_size, "actors": roles.actors, "ranks": entries}
+        if path is None:
+            return CheckpointManager(folder, keep_last=keep_last).save(state, step).absolute()
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        return save_checkpoint(state, target).absolute()
+
+    return dist.on_main(write)
+
+
+def log_policy_artifacts(tracker: Any, policy: torch.nn.Module, env: dict[str, Any], checkpoint: Path, step: int) -> None:
+    """Log the policy file and the ``rl8/checkpoint.json`` pointer to ``checkpoint`` (written at
+    env step ``step``) to the ``tracker``'s run (copied and queued with ``async_logging``).
+
+    Tracking never fails training: when the files cannot be staged (a full or unwritable
+    temporary folder) nothing is uploaded, with a :class:`~rl8.tracking.TrackingWarning`; the
+    checkpoint itself is written already."""
+    tmp = None
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix="rl8-artifacts-"))
+        policy_file = save_policy(policy, tmp / Path(POLICY_ARTIFACT).name, env=env)
+        pointer = tmp / Path(CHECKPOINT_POINTER_ARTIFACT).name
+        pointer.write_text(json.dumps({"path": str(checkpoint), "env/steps": step}))
+        tracker.log_artifact(policy_file, str(Path(POLICY_ARTIFACT).parent))
+        tracker.log_artifact(pointer, str(Path(CHECKPOINT_POINTER_ARTIFACT).parent))
+    except OSError as exc:
+        warnings.warn(
+            f"the policy and checkpoint pointer of {checkpoint} were not logged to MLflow run "
+            f"{tracker.run_id}: staging them in the temporary folder {tempfile.gettempdir()} "
+            f"failed ({exc}); the checkpoint is written and training goes on",
+            TrackingWarning, stacklevel=3)
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def read_trainer_checkpoint(ref: str | os.PathLike[str], *, tracking_uri: str | None = None) -> tuple[Path, dict[str, Any]]:
+    """:func:`rl8.io.checkpoint_dir.read_checkpoint`, except on an actor (``rl8 train --actors``),
+    which reads the file itself and gets its own entry as ``"actor"`` (``None`` in a checkpoint
+    without actor states; see :func:`rl8.io.checkpoint_dir.checkpoint_for_actor` and
+    :func:`algo_from_checkpoint`)."""
+    roles = current_roles()
+    if roles is None or not roles.is_actor:
+        return read_checkpoint(ref, tracking_uri=tracking_uri)
+    file = resolve_checkpoint(ref, tracking_uri=tracking_uri)
+    return file, checkpoint_for_actor(load_checkpoint(file), file, roles.rank)
+
+
+def algo_from_checkpoint(file: Path, state: Mapping[str, Any], *, env: Any, hparams: Mapping[str, Any] | None,
+                         trust_code: bool) -> PPO:
+    """The PPO a Trainer checkpoint describes, with its state loaded.
+
+    Every class the file names is looked up in :mod:`rl8.registry` (no module the file names is
+    imported, unless ``trust_code``) and checked for its kind before anything is called (see
+    ``docs/security.md``).
+
+    Args:
+        file: The checkpoint file (for messages).
+        state: Its content (:func:`rl8.io.checkpoint_dir.read_checkpoint`).
+        env: The env to use instead of the stored one (e.g. a class the registry does not
+            hold); ``None``: the stored one.
+        hparams: Hyper-parameters to change (e.g. ``{"device": "cuda"}``); a class given here
+            (``model_cls``...) replaces the stored name, which is then not looked up.
+        trust_code: Import the modules of the names the registry does not hold, and let the
+            stored env spec name a plain function, which is then called.
+
+    Raises:
+        rl8.io.checkpoint.CheckpointError: Not a Trainer checkpoint, or a stored name that is not
+            registered or of the wrong kind.
+        ValueError: An env that the checkpoint cannot name and that is not given; an env
+            whose spaces differ from the checkpoint's.
+    """
+    if not all(isinstance(state.get(k), Mapping) for k in ("algo", "trainer", "env")):
+        raise CheckpointError(
+            f"{file} is an rl8 checkpoint but not a Trainer checkpoint (it has no "
+            "'algo', 'trainer' and 'env' entries)"
+        )
+    algo_state = state["algo"]
+    # (PPO then resolves the same names again: the stored strings stay as they were)
+    stored = algo_state.get("hparams")
+    check_stored_hparams(stored, source=file, trust_code=trust_code, given=hparams)
+    spec = env
+    if env is None:
+        env_info = {"spec": state["env"].get("spec"), "env_kwargs": stored.get("env_kwargs")}
+        if spec_from_env_info(env_info, source=file, trust_code=trust_code) is not None:
+            spec = env_info["spec"]
+    else:  # the stored env_kwargs go to your env: a GymnasiumEnv's env id is checked
+        check_stored_env_kwargs(env_target(env).target, stored.get("env_kwargs"), source=file, trust_code=trust_code)
+    if spec is None:
+        raise ValueError(
+            f"{file}: the env was a callable that a checkpoint cannot name; pass it with "
+            "Trainer.from_checkpoint(path, env=...)"
+        )
+    hp = {**stored, **dict(hparams or {})}
+    hp["device"] = rank_device(hp.get("device", "auto"))  # torchrun: cuda:LOCAL_RANK
+    algo = PPO(spec, **hp)
+    policy_info = state["trainer"].get("policy")
+    if isinstance(policy_info, Mapping) and env is not None:
+        check_env_spaces(
+            algo.env, space_from_dict(policy_info["observation_space"]),
+            space_from_dict(policy_info["action_space"]),
+            what=f"Trainer.from_checkpoint: env={env!r}", source=file,
+        )
+    roles = current_roles()
+    if roles is not None and roles.is_actor:
+        # an actor's weights come from its learner at the start
+        own = state.get("actor")
+        if own is not None:  # its envs, RNG streams and episodes go on where they were
+            _load_algo_state(algo, {**algo_state, **own}, file)
+            return algo
+        # a checkpoint without actor states: its envs start anew, seeded apart from those of
+        # the run before the checkpoint
+        steps = int(algo_state["counters"]["steps"])
+        algo.env_seed = derive_seed(algo.env_seed, steps + 1)
+        algo.generator.manual_seed(algo.env_seed)
+        return algo
+    _load_algo_state(algo, algo_state, file)
+    return algo
+
+
+def _load_algo_state(algo: PPO, algo_state: Mapping[str, Any], file: Path) -> None:
+    """``algo.load_state_dict(algo_state)``, refusing weights that hold NaN or inf or that do
+    not fit the model the stored hyper-parameters describe, with a
+    :class:`~rl8.io.checkpoint.CheckpointError` naming the entry."""
+    weights = algo_state.get("policy")
+    if not isinstance(weights, Mapping) or not all(isinstance(v, torch.Tensor) for v in weights.values()):
+        raise CheckpointError(f"{file}: entry 'algo.policy' must be a dict of tensors by name, "
+                              f"got {type(weights).__name__}")
+    check_finite_weights(weights, f"{file}: entry 'algo.policy':")
+    try:
+        algo.load_state_dict(algo_state)
+    except (RuntimeError, KeyError, TypeError, ValueError) as exc:
+        if isinstance(exc, CheckpointError):
+            raise
+        detail = " ".join(line.strip() for line in str(exc).splitlines()[:4])
+        raise CheckpointError(
+            f"{file}: entry 'algo' does not fit the PPO its hyper-parameters (entry 'algo.hparams') "
+            f"describe: {type(exc).__name__}: {detail}"
+        ) from None
+
+
+def _absolute_uri(uri: str) -> str:
+    """A tracking URI that still names the same store from another working directory."""
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+        path = uri[len("sqlite:///"):]
+        if path and path != ":memory:":
+            return "sqlite:///" + str(Path(path).absolute())
+    elif "://" not in uri and Path(uri).is_dir():  # a plain folder (file store)
+        return str(Path(uri).absolute())
+    return uri
+
+
+class TrainerCheckpoints:
+    """The checkpoint half of :class:`rl8.Trainer` (its base class, using the Trainer's ``algo``,
+    ``config``, ``tracker`` and run state): what a checkpoint holds, writing it, and rebuilding a
+    Trainer from one (see ``docs/checkpoints.md``)."""
+
+    def resolved_config(self) -> TrainerConfig:
+        """:attr:`config` with what this Trainer resolved: its MLflow run (id, experiment, name,
+        absolute tracking URI, whether it is tracked) and its checkpoint folder, i.e. what a
+        checkpoint stores. Waits for a run still starting."""
+        return self.config.replace(
+            run_id=self.run_id, experiment=self.experiment, run_name=self.tracker.run_name,
+            tracking_uri=_absolute_uri(self.tracker.tracking_uri), tracking=self.tracker.enabled,
+            checkpoint_dir=str(self.checkpoint_dir), metadata=self.metadata,
+        )
+
+    def _env_info(self) -> dict[str, Any]:
+        """The env as a policy file records it: spec, ``env_kwargs`` and ``env_config``."""
+        hp = self.algo.hparams
+        return {"spec": self.env_spec, "env_kwargs": dict(hp.env_kwargs), "env_config": dict(hp.env_config)}
+
+    def _run_record(self) -> RunRecord:
+        """The record of the latest :meth:`~rl8.Trainer.run`; for what it has not set (its
+        arguments, its stop conditions), that of the checkpoint this Trainer resumed from."""
+        record = RunRecord.of_run(self._run_args, self._conditions, self._conditions_met)
+        saved = self._resumed
+        if saved is not None and not self._conditions and saved.stop_conditions:
+            record = dataclasses.replace(saved, run=record.run)
+        if saved is not None and record.run is None:
+            record.run = saved.run
+        return record
+
+    def state_dict(self) -> dict[str, Any]:
+        """The checkpoint's content: only tensors and plain Python values (see docs/trainer.md)."""
+        algo = self.algo
+        record = self._run_record()
+        return {
+            "algo": algo.state_dict(),
+            "env": {"spec": self.env_spec, "class": qualified_name(type(algo.env))},
+            "trainer": {
+                **self.resolved_config().stored(),
+                **dataclasses.asdict(record),
+                "policy": policy_to_dict(algo.policy, include_state=False, env=self._env_info()),
+            },
+            "versions": {"rl8": __version__, "torch": str(torch.__version__)},
+        }
+
+    def save_checkpoint(self, path: str | os.PathLike[str] | None = None) -> Path:
+        """Write a checkpoint (:meth:`state_dict`) atomically and log the policy and the
+        ``rl8/checkpoint.json`` pointer to the MLflow run (queued; see ``docs/checkpoints.md``).
+        In data-parallel training every rank calls it at the same step; rank 0 writes one file
+        with every rank's own state, the others get its path. With actors and learners the
+        learners call it, and the file also holds every actor's own state (see
+        ``docs/distributed.md``).
+
+        Args:
+            path: Destination file; ``None``: ``checkpoint_dir/checkpoint-<env steps>.pt``,
+                keeping the last ``keep_checkpoints`` there.
+
+        Returns:
+            The path written.
+
+        Raises:
+            rl8.ppo.algorithm.NonFiniteError: The policy's parameters (or normaliser statistics) hold
+                NaN or inf; nothing is written, so the last good checkpoint is kept.
+        """
+        step = int(self.algo.env_steps)
+        check_finite_policy(self.algo.policy, step, self.last_checkpoint)
+        folder = self.checkpoint_dir if path is None else None
+        if folder is not None and self._dir_lock is not None:  # rank 0: the folder's lock names the run
+            self._dir_lock.set_run_id(self.run_id)
+        # with actors: theirs, at the end of the rollout each is collecting (rl8.training.actors)
+        actors = self._learner.actor_states() if self._learner is not None else None
+        written = write_checkpoint(self.state_dict(), path, folder, self.config.keep_checkpoints, step, self._dist,
+                                   actors)
+        self.last_checkpoint = written
+        self._last_checkpoint_step = step
+        if self.tracker.enabled and not self.closed:
+            log_policy_artifacts(self.tracker, self.algo.policy, self._env_info(), written, step)
+        return written
+
+    @classmethod
+    def from_checkpoint(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        env: Any = None,
+        hparams: Mapping[str, Any] | None = None,
+        tracking_uri: str | None = None,
+        trust_code: bool = False,
+        **kwargs: Any,
+    ) -> Trainer:
+        """Rebuild a Trainer (and its PPO, state loaded: same losses on CPU as an uninterrupted
+        run) from a checkpoint and continue its MLflow run (see ``docs/trainer.md``).
+
+        Args:
+            path: A checkpoint file, a folder of checkpoints (its latest), or an MLflow run id
+                (the checkpoint recorded in its ``rl8/checkpoint.json`` artifact).
+            env: The env to use instead of the stored one: when the checkpoint could not
+                record it (a lambda or local function), or names a class this process has not
+                registered (e.g. one a notebook defined, stored as ``__main__.MyEnv``).
+            hparams: Hyper-parameters to change, e.g. ``{"device": "cuda"}``; anything that
+                changes shapes (``num_envs``, ``horizon``, the model) cannot load the state.
+            tracking_uri: Tracking URI of the run (default: the one stored in the checkpoint).
+            trust_code: Trust the file: import the modules of the names it holds that the
+                registry (:mod:`rl8.registry`) does not hold, and let its env spec name a plain
+                function, which rl8 then calls. Off: no module the file names is imported, and
+                every class it names is looked up and checked for its kind (``docs/security.md``).
+            **kwargs: Other :class:`Trainer` options to change; the others are those stored
+                (the :class:`~rl8.training.config.TrainerConfig` fields marked ``stored``).
+
+        Raises:
+            FileNotFoundError: No checkpoint at ``path``.
+            rl8.io.checkpoint.CheckpointError: A corrupt, truncated, foreign or unsafe file, or
+                one that names a class that is not registered, or an object of the wrong kind
+                (e.g. ``subprocess.run`` as env).
+            ValueError: The env's observation or action space differs from the checkpoint's.
+            rl8.tracking.TrackingError: The stored MLflow run cannot be resumed.
+        """
+        file, state = read_trainer_checkpoint(path, tracking_uri=tracking_uri)
+        algo = algo_from_checkpoint(file, state, env=env, hparams=hparams, trust_code=trust_code)
+        saved = state["trainer"]
+        config = TrainerConfig.from_stored(saved)
+        tracking = kwargs.pop("tracking", config.tracking)
+        config = config.replace(
+            tracking=tracking, run_id=config.run_id if tracking else None,
+            tracking_uri=tracking_uri or config.tracking_uri,
+        )
+        token = _RESUMING_FROM.set(file.absolute())
+        try:
+            trainer = cls(algo, config, **kwargs)
+        finally:
+            _RESUMING_FROM.reset(token)
+        trainer._resumed = RunRecord.from_checkpoint(saved)
+        trainer.last_checkpoint = file.absolute()
+        trainer._last_checkpoint_step = int(algo.env_steps)
+        return trainer
+
+    @property
+    def run_args(self) -> dict[str, Any] | None:
+        """``env_config``, ``eval_env_config`` and ``steps_per_eval`` of the latest
+        :meth:`~rl8.Trainer.run` (for a resumed trainer before its first run: those stored in the
+        checkpoint)."""
+        run = self._run_record().run
+        return None if run is None else dict(run)

@@ -1,0 +1,249 @@
+"""The loop of :meth:`rl8.Trainer.run`: steps, evaluations and videos on schedule, stop
+conditions, checkpoints, signals, and how the MLflow run ends when the loop is interrupted."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import signal
+import sys
+import time
+import warnings
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from rl8.ppo.stats import Stats
+from rl8.tracking.common import TrackingWarning
+from rl8.training.callbacks import Callback, CallbackLike
+from rl8.training.conditions import EVAL_PREFIX, Condition, HitsUpperBound, MissingStatError, TimeLimit
+from rl8.training.progress import Progress
+from rl8.training.signals import StopSignals, signal_exit
+
+if TYPE_CHECKING:
+    from rl8.training.trainer import Trainer
+
+__all__ = ["TrainStats", "as_conditions", "check_eval_stats", "check_record_plan", "log_run_params", "train_until"]
+
+
+class TrainStats(Stats):
+    """All stats of one training step: a ``dict[str, float]`` (a :class:`rl8.ppo.stats.Stats`, in
+    which rl8 1.0.0's ``returns/*`` names still answer lookups, with a ``DeprecationWarning``):
+    counters (``env/steps``...), :meth:`rl8.PPO.collect`'s and :meth:`rl8.PPO.update`'s stats,
+    ``profiling/*`` (ms), ``throughput/*``, ``memory/*`` (MiB) and on evaluation steps ``eval/*``;
+    the full list with units is in ``docs/trainer.md#metrics``."""
+
+
+def _budget(name: str, value: Any, *, integer: bool) -> None:
+    """``max_env_steps`` (an int >= 1) or ``max_seconds`` (a number > 0), or ``None``."""
+    if value is None:
+        return
+    kind = "an int >= 1" if integer else "a number of seconds > 0"
+    ok = not isinstance(value, bool) and isinstance(value, int if integer else (int, float)) and value > 0
+    if not ok or (not integer and not math.isfinite(value)):
+        raise ValueError(f"Trainer.run: {name} must be {kind} or None, got {value!r}")
+
+
+def as_conditions(stop_conditions: Condition | Sequence[Condition] | None, *, max_env_steps: int | None = None,
+                  max_seconds: float | None = None) -> list[Condition]:
+    """``Trainer.run``'s ``stop_conditions`` as a list, each checked to be a Condition, then
+    ``HitsUpperBound("env/steps", max_env_steps)`` and ``TimeLimit(max_seconds)`` when given."""
+    if stop_conditions is None:
+        conditions = []
+    elif isinstance(stop_conditions, Condition):
+        conditions = [stop_conditions]
+    elif isinstance(stop_conditions, (str, bytes)) or not isinstance(stop_conditions, Iterable):
+        raise TypeError(f"Trainer.run: stop_conditions must be a rl8.training.conditions.Condition or a list of them, "
+                        f"got {stop_conditions!r}")
+    else:
+        conditions = list(stop_conditions)
+    for i, condition in enumerate(conditions):
+        if not isinstance(condition, Condition):
+            raise TypeError(
+                f"Trainer.run: stop_conditions[{i}] must be a rl8.training.conditions.Condition, got {condition!r}"
+            )
+    _budget("max_env_steps", max_env_steps, integer=True)
+    _budget("max_seconds", max_seconds, integer=False)
+    if max_env_steps is not None:
+        conditions.append(HitsUpperBound("env/steps", max_env_steps))
+    if max_seconds is not None:
+        conditions.append(TimeLimit(max_seconds))
+    return conditions
+
+
+def check_eval_stats(conditions: Sequence[Condition], steps_per_eval: int | None) -> None:
+    """Before training: a condition on an ``eval/`` stat needs evaluations (else it would
+    never hold, and the run would train until interrupted).
+
+    Raises:
+        rl8.training.conditions.MissingStatError: naming the condition, the stat and ``steps_per_eval``.
+    """
+    if steps_per_eval is not None:
+        return
+    for i, condition in enumerate(conditions):
+        for name in condition.stat_names():
+            if name.startswith(EVAL_PREFIX):
+                raise MissingStatError(
+                    f"Trainer.run: stop_conditions[{i}] {condition!r} reads {name!r}, an evaluation "
+                    "stat, but this run never evaluates (steps_per_eval=None), so it could never "
+                    "hold: pass steps_per_eval=N to evaluate every N training steps (rl8 train: "
+                    f"--steps-per-eval N), or bound the training stat {name[len(EVAL_PREFIX):]!r}"
+                )
+
+
+def check_record_plan(trainer: Trainer, steps_per_eval: int | None) -> None:
+    """Before training: ``record_every`` needs evaluations, imageio and an env that renders."""
+    record_every = trainer.config.record_every
+    if record_every is None:
+        return
+    if steps_per_eval is None:
+        raise ValueError(
+            f"Trainer.run: record_every={record_every} records a video at every "
+            f"{record_every}-th evaluation, but steps_per_eval is None (no evaluations); "
+            "set steps_per_eval"
+        )
+    if trainer._dist.is_main:
+        trainer.eval_envs.check_can_record()
+
+
+def log_run_params(trainer: Trainer, conditions: Sequence[Condition], steps_per_eval: int | None) -> None:
+    """The run's arguments and stop conditions as MLflow params ``run/*``."""
+    args = trainer._run_args or {}
+    params = {
+        "run": {
+            "env_config": args.get("env_config") or {},
+            "eval_env_config": args.get("eval_env_config") or {},
+            "steps_per_eval": steps_per_eval,
+            "stop_conditions": repr(list(conditions)),
+        }
+    }
+    with warnings.catch_warnings():
+        # a resumed run records a changed value once as "resumed/run/..."; later changes
+        # (resumed again with other stop conditions) are expected, not worth a warning
+        warnings.filterwarnings("ignore", message="MLflow param 'run/", category=TrackingWarning)
+        trainer.tracker.log_params(params)  # queued with async_logging
+
+
+def _record_eval(trainer: Trainer, env_config: dict[str, Any] | None) -> TrainStats:
+    """The video of an evaluation step (``record_every``), on rank 0; its duration in ms."""
+    if not trainer._dist.is_main:
+        return TrainStats()
+    t0 = time.perf_counter()
+    trainer.record(trainer.checkpoint_dir / "videos" / f"eval-{int(trainer.algo.env_steps)}.mp4",
+                   env_config=env_config)
+    return TrainStats({"profiling/record_ms": 1000.0 * (time.perf_counter() - t0)})
+
+
+def _handle_signals(trainer: Trainer, signals: StopSignals, progress: Progress) -> None:
+    """Act on the signals received (see :class:`~rl8.training.signals.StopSignals`): a checkpoint for
+    SIGUSR1; for SIGINT/SIGTERM a checkpoint, the run ended as ``KILLED``, and the signal's
+    exception."""
+    checkpoint, signum = signals.take()
+    main = trainer._dist.is_main
+    if checkpoint:
+        path = trainer.save_checkpoint()
+        progress.close()
+        if main:
+            print(f"rl8: SIGUSR1: checkpoint written to {path}", file=sys.stderr, flush=True)
+    if signum is None:
+        return
+    progress.close()
+    if trainer._last_checkpoint_step != trainer.algo.env_steps:
+        trainer.save_checkpoint()
+    trainer._close_killed()
+    if main:
+        print(f"rl8: {signal.Signals(signum).name}: checkpoint written to {trainer.last_checkpoint}"
+              f"{trainer.tracker.end_report('KILLED')}", file=sys.stderr, flush=True)
+    progress.results(trainer)
+    raise signal_exit(signum)
+
+
+def _callback_name(callback: CallbackLike) -> str:
+    return getattr(callback, "__name__", None) or repr(callback)
+
+
+def _run_callbacks(trainer: Trainer, callbacks: Sequence[CallbackLike], stats: TrainStats,
+                   evaluated: bool) -> CallbackLike | None:
+    """Every callback on the step's stats (see :mod:`rl8.training.callbacks`); the first that asked
+    to stop, or ``None``."""
+    stop = None
+    for callback in callbacks:
+        if isinstance(callback, Callback):
+            asked = bool(callback.on_step(trainer, stats))
+            if evaluated:
+                asked = bool(callback.on_eval(trainer, stats)) or asked
+        else:
+            asked = bool(callback(trainer, stats))
+        if asked and stop is None:
+            stop = callback
+    return stop
+
+
+def train_until(trainer: Trainer, conditions: list[Condition], stats: TrainStats, *, finished: bool,
+                env_config: dict[str, Any] | None, eval_env_config: dict[str, Any] | None,
+                steps_per_eval: int | None, callbacks: Sequence[CallbackLike] = ()) -> TrainStats:
+    """The body of :meth:`rl8.Trainer.run` once its arguments are checked: steps until a
+    condition holds or a callback asks to stop (none when ``finished``: the conditions held
+    at the checkpoint), with signals handled; returns the last step's stats (``stats`` when
+    no step ran)."""
+    algo, config, dist = trainer.algo, trainer.config, trainer._dist
+    held_at_checkpoint = finished
+    progress = Progress(config.progress if dist.is_main else False, interval_s=config.progress_every_s)
+    stop = [False] * len(conditions)  # which conditions held at the latest step
+    stopped_by_callback: CallbackLike | None = None
+    signals = StopSignals(dist, lambda: trainer._ignore_stop_signals)
+    with signals.installed():
+        try:
+            progress.announce(trainer)  # where the results go, once the run has an id
+            for condition in conditions:
+                condition.start()
+            while not finished:
+                stats = trainer._train_step(env_config)
+                evaluated = bool(steps_per_eval) and algo.steps % steps_per_eval == 0
+                if evaluated:
+                    stats.update(trainer._eval(eval_env_config, deterministic=True))
+                    if config.record_every and (algo.steps // steps_per_eval) % config.record_every == 0:
+                        stats.update(_record_eval(trainer, eval_env_config))
+                stopped_by_callback = _run_callbacks(trainer, callbacks, stats, evaluated)
+                trainer._log(stats)
+                stop = [bool(condition(stats)) for condition in conditions]
+                trainer._conditions_met = any(stop)
+                progress.update(stats, conditions, held=stop)
+                progress.announce(trainer)
+                if config.checkpoint_every and algo.steps % config.checkpoint_every == 0:
+                    trainer.save_checkpoint()
+                stop_now = signals.agree(any(stop) or stopped_by_callback is not None)
+                _handle_signals(trainer, signals, progress)
+                if stop_now:
+                    break
+            progress.update(stats, conditions, force=True, held=stop)
+            trainer.stopped_by = next((c for c, fired in zip(conditions, stop) if fired), None)
+            if held_at_checkpoint and len(conditions) == 1:  # then it is the one that held
+                trainer.stopped_by = conditions[0]
+            progress.summary(stats, trainer.stopped_by, held_at_checkpoint=held_at_checkpoint,
+                             callback=None if stopped_by_callback is None else _callback_name(stopped_by_callback))
+            if trainer._last_checkpoint_step != algo.env_steps:
+                trainer.save_checkpoint()
+            signals.agree(False)
+            _handle_signals(trainer, signals, progress)  # one that arrived during the last checkpoint
+            trainer._stop_actors()
+            progress.results(trainer)
+        except (KeyboardInterrupt, SystemExit):
+            progress.close()
+            with contextlib.suppress(Exception):  # a signal's exit: the actors exit with it
+                trainer._stop_actors()
+            trainer._close_killed()
+            raise
+        except BaseException as exc:
+            progress.close()
+            signum = signals.stop_signal
+            if signum is None:
+                trainer._close_while_raising("FAILED")
+                raise
+            # stopping on a signal failed (e.g. its checkpoint): still the signal's exit
+            trainer._close_killed()
+            if dist.is_main:
+                print(f"rl8: {signal.Signals(signum).name}: {type(exc).__name__}: {exc} while "
+                      f"stopping; latest checkpoint: {trainer.last_checkpoint}"
+                      f"{trainer.tracker.end_report('KILLED')}", file=sys.stderr, flush=True)
+            raise signal_exit(signum) from exc
+    return stats

@@ -1,0 +1,103 @@
+"""Signals during :meth:`rl8.Trainer.run`: SIGUSR1 asks for a checkpoint, SIGINT/SIGTERM for a
+checkpoint and a stop. Handlers only set flags; the Trainer acts on them between steps, after
+every rank of a data-parallel run agreed on them with one small collective."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from rl8.ppo.distributed import DistContext
+
+__all__ = ["StopSignals", "signal_exit"]
+
+
+def signal_exit(signum: int) -> BaseException:
+    """What a stop signal raises: ``KeyboardInterrupt`` for SIGINT, else
+    ``SystemExit(128 + signum)`` (exit status 143 for SIGTERM)."""
+    return KeyboardInterrupt() if signum == signal.SIGINT else SystemExit(128 + signum)
+
+
+class StopSignals:
+    """What SIGUSR1, SIGINT and SIGTERM asked for during one :meth:`rl8.Trainer.run`.
+
+    Args:
+        dist: The run's process group (agreement between ranks; a no-op in one process).
+        ignore_stop: Whether a SIGINT/SIGTERM is ignored now (while a signal exit marks the
+            MLflow run ``KILLED``, within a time limit).
+
+    Attributes:
+        stop_signal: The SIGINT/SIGTERM received (by any rank, once agreed), or ``None``.
+    """
+
+    def __init__(self, dist: DistContext, ignore_stop: Callable[[], bool]) -> None:
+        self.dist = dist
+        self._ignore_stop = ignore_stop
+        self.stop_signal: int | None = None
+        self._checkpoint_requested = False
+        self._agreed: tuple[bool, int | None] = (False, None)
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        """Handle the signals in this block (only from the main thread; the previous handlers
+        are restored at its end)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        wanted = [signal.SIGINT, signal.SIGTERM]
+        if hasattr(signal, "SIGUSR1"):
+            wanted.append(signal.SIGUSR1)
+        previous: dict[int, Any] = {}
+        try:
+            for signum in wanted:
+                previous[signum] = signal.signal(signum, self._on_signal)
+            yield
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        if signum == getattr(signal, "SIGUSR1", None):
+            self._checkpoint_requested = True
+            return
+        if self._ignore_stop():
+            return
+        if self.stop_signal is not None:  # second request: stop now, without a checkpoint
+            raise signal_exit(signum)
+        self.stop_signal = signum
+
+    def agree(self, stop: bool) -> bool:
+        """In data-parallel training, make the step-boundary decisions the same on every rank
+        with ONE small collective: rank 0's stop decision (its clock decides time limits) and
+        the signals any rank received since the last call (kept for :meth:`take`).
+
+        Args:
+            stop: Whether the stop conditions hold on this rank.
+
+        Returns:
+            Whether to stop (rank 0's ``stop``; ``stop`` itself in one process).
+        """
+        if not self.dist.enabled:
+            return stop
+        requested = self._checkpoint_requested
+        flags = self.dist.max([float(stop and self.dist.is_main), float(requested), float(self.stop_signal or 0)])
+        if requested:
+            self._checkpoint_requested = False
+        self._agreed = (bool(flags[1]), int(flags[2]) or None)
+        return bool(flags[0])
+
+    def take(self) -> tuple[bool, int | None]:
+        """What to act on now: whether a checkpoint was asked for (consumed) and the stop
+        signal (``None``: none), as every rank agreed in :meth:`agree`."""
+        if self.dist.enabled:
+            checkpoint, signum = self._agreed
+            self._agreed = (False, None)
+        else:
+            checkpoint, signum = self._checkpoint_requested, self.stop_signal
+            self._checkpoint_requested = False
+        if signum is not None:
+            self.stop_signal = signum  # in data-parallel training, maybe another rank's
+        return checkpoint, signum

@@ -1,0 +1,559 @@
+"""The Trainer: run PPO for hours, stop on a condition, resume after a crash, compare in MLflow.
+
+A :class:`Trainer` wraps a :class:`~rl8.PPO` object and adds what a long training job needs:
+
+* :meth:`Trainer.step` (one collect + one update) returning :class:`TrainStats`, logged to one
+  MLflow run per Trainer, all stats of a step in one request, with step = ``env/steps``;
+* :meth:`Trainer.eval` on the training envs (only at env-reset boundaries) or on a dedicated
+  eval env (``eval_num_envs``), stats under ``eval/``;
+* :meth:`Trainer.run`: loop until a stop condition holds, evaluating every
+  ``steps_per_eval`` steps, with a progress line on the terminal;
+* checkpoints (:meth:`Trainer.save_checkpoint`, :meth:`Trainer.from_checkpoint`) and signals
+  (SIGUSR1: checkpoint and continue; SIGINT/SIGTERM: checkpoint, close the run, exit).
+
+See ``docs/trainer.md``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import uuid
+import warnings
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from rl8.io.checkpoint import CHECKPOINT_POINTER_ARTIFACT
+from rl8.io.checkpoint_dir import CheckpointDirLock, check_writable_folder
+from rl8.ppo.distributed import DistContext, current_roles
+from rl8.ppo.resolve import env_spec_string, is_dotted_path
+from rl8.tracking.tracker import TERMINAL_STATUSES, Tracker
+from rl8.tracking.common import TrackingError, TrackingWarning
+from rl8.training.actors import Learner, check_actor_config, run_actor
+from rl8.training.callbacks import CallbackLike, as_callbacks
+from rl8.training.conditions import Condition
+from rl8.training.config import TrainerConfig, run_params
+from rl8.training.eval_envs import EvalEnvs, check_eval_plan
+from rl8.training.progress import is_nan
+from rl8.training.resume import RunRecord, TrainerCheckpoints, resuming_from
+from rl8.training.run_loop import (
+    TrainStats, as_conditions, check_eval_stats, check_record_plan, log_run_params, train_until,
+)
+
+if TYPE_CHECKING:
+    from rl8.ppo.algorithm import PPO
+
+__all__ = ["CHECKPOINT_POINTER_ARTIFACT", "TrainStats", "Trainer", "check_eval_plan", "env_spec_string"]
+
+#: Seconds a SIGINT/SIGTERM exit may spend on ending the MLflow run (delivering what is queued,
+#: setting the status), whatever the tracking server does.
+SIGNAL_CLOSE_TIMEOUT_S = 6.0
+
+def _env_name(spec: Any) -> str:
+    if isinstance(spec, str):
+        return spec.rsplit(".", 1)[-1] if is_dotted_path(spec) else spec
+    return getattr(spec, "__name__", None) or type(spec).__name__
+
+
+def _memory_stats(device: torch.device) -> dict[str, float]:
+    """Resident memory of this process (MiB) and, on CUDA, the device memory of torch."""
+    out: dict[str, float] = {}
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            resident_pages = int(f.read().split()[1])
+        out["memory/rss_mb"] = resident_pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError, IndexError, AttributeError):
+        pass
+    try:
+        import resource
+
+        maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        out["memory/max_rss_mb"] = maxrss / (2**20 if sys.platform == "darwin" else 2**10)
+    except (ImportError, OSError):  # pragma: no cover - Windows
+        pass
+    if device.type == "cuda":
+        out["memory/cuda_allocated_mb"] = torch.cuda.memory_allocated(device) / 2**20
+        out["memory/cuda_max_allocated_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
+    return out
+
+
+class Trainer(TrainerCheckpoints):
+    """Train a :class:`~rl8.PPO` algorithm with stop conditions, MLflow tracking and checkpoints
+    (those from :class:`~rl8.training.resume.TrainerCheckpoints`).
+
+    Creating a Trainer starts its MLflow run (an unreachable server is an error here; a new run
+    in a local store with ``async_logging`` starts in the logging thread, its error raised by the
+    next :meth:`step`, :meth:`flush` or :meth:`close`) and logs the config as params. The run
+    stays open until :meth:`close` (or a ``with`` block, or the process's end); see
+    ``docs/trainer.md``.
+
+    Args:
+        algo: The algorithm; the Trainer reads its counters and never copies it.
+        config: The options (a :class:`~rl8.training.config.TrainerConfig`); ``None``: the defaults.
+        **options: Options by name, over ``config`` (e.g. ``experiment="cartpole"``,
+            ``checkpoint_every=100``); every option, its default and meaning is a field of
+            :class:`~rl8.training.config.TrainerConfig`. An unknown name is a ``TypeError``, a bad value
+            a ``ValueError`` naming the option.
+
+    Attributes:
+        algo: The :class:`~rl8.PPO` algorithm.
+        config: The :class:`~rl8.training.config.TrainerConfig` as given.
+        experiment: The MLflow experiment name (``config.experiment`` or the env's name).
+        metadata: ``config.metadata`` as a dict (stored in every checkpoint).
+        tracker: The :class:`~rl8.tracking.Tracker` of the MLflow run.
+        last_checkpoint: Path of the latest checkpoint written or loaded, or ``None``.
+        stopped_by: The stop condition that ended the latest :meth:`run`, or ``None`` (for a
+            resumed run whose conditions held at the checkpoint: the condition if only one).
+    """
+
+    def __init__(self, algo: PPO, config: TrainerConfig | None = None, **options: Any) -> None:
+        if config is not None and not isinstance(config, TrainerConfig):
+            raise TypeError(f"Trainer: config must be a rl8.training.config.TrainerConfig or None, got {config!r}")
+        self.config = config = (config or TrainerConfig()).replace(**options)
+        # the names that the tracking block below reads
+        run_name, tracking_uri, tracking, run_id = config.run_name, config.tracking_uri, config.tracking, config.run_id
+        checkpoint_dir, async_logging = config.checkpoint_dir, config.async_logging
+        self.algo = algo
+        self.env_spec = env_spec_string(algo.env_spec)
+        self.experiment = config.experiment or _env_name(algo.env_spec)
+        self._envs = EvalEnvs(algo, config.eval_num_envs, config.eval_num_steps)
+        self.stopped_by: Condition | None = None
+        self.metadata = dict(config.metadata or {})
+        self.last_checkpoint: Path | None = None
+        self.closed = False
+        self._last_checkpoint_step: int | None = None
+        self._run_args: dict[str, Any] | None = None
+        self._conditions: list[Condition] = []
+        self._conditions_met = False  # whether the stop conditions held at the latest step
+        self._resumed: RunRecord | None = None  # what the checkpoint resumed from records
+        self._ignore_stop_signals = False  # while a signal exit ends the run (bounded)
+
+        # data-parallel training: only rank 0 talks to MLflow and writes checkpoints
+        self._dist: DistContext = getattr(algo, "dist", None) or DistContext()
+        # actors and learners (rl8.training.actors): actors only collect, in run(); learners receive
+        roles = current_roles()
+        check_actor_config(config, algo, roles)
+        self.is_actor = roles is not None and roles.is_actor
+        self._learner = Learner(algo, config) if roles is not None and not self.is_actor else None
+        self.tracker = Tracker(
+            experiment=self.experiment,
+            run_name=run_name,
+            tracking_uri=tracking_uri,
+            run_id=run_id,
+            enabled=tracking and self._dist.is_main,
+            asynchronous=async_logging,
+            end_at_exit=True,
+        )
+        self._run_id: str | None = None
+        # a new run in a local store (SQLite, a folder) starts in the logging thread, while the
+        # first steps run: importing MLflow and migrating a new store take seconds
+        background = (
+            async_logging and self.tracker.enabled and self.tracker.is_local and run_id is None
+            and not self._dist.enabled
+        )
+        self._checkpoint_dir: Path | None = None
+        # the checkpoint folder belongs to this run alone (rank 0 holds the claim): claimed
+        # before the MLflow run starts, so that an unusable folder creates no run
+        self._dir_lock: CheckpointDirLock | None = None
+        self._resumed_from = resuming_from()
+        if checkpoint_dir is not None:
+            self._checkpoint_dir = Path(checkpoint_dir).absolute()
+        else:  # checkpoints/<run id> once the run id is known, in this folder
+            self._checkpoints_root = Path("checkpoints").absolute()
+
+        def claim_folder() -> None:
+            """Rank 0: claim an explicit checkpoint folder, or check that the default's root
+            can be written; every rank raises rank 0's ``CheckpointDirError``. Actors write
+            no checkpoints (their learners do): they claim nothing."""
+            if self.is_actor:
+                return
+            if checkpoint_dir is not None:
+                self._dir_lock = CheckpointDirLock(self._checkpoint_dir, run_id=run_id,
+                                                   resumed_from=self._resumed_from)
+            else:
+                check_writable_folder(self._checkpoints_root)
+
+        self._dist.on_main(claim_folder)
+
+        def start_run() -> tuple[str | None, Path | None]:
+            """Rank 0: start the run now (unless it starts in the background); every rank
+            learns the run id and the checkpoint folder, or raises rank 0's error."""
+            if background:
+                return None, self._checkpoint_dir
+            try:
+                started = self.tracker.start()
+            except BaseException:
+                self._release_folder()
+                raise
+            if checkpoint_dir is not None:
+                if self._dir_lock is not None:
+                    self._dir_lock.set_run_id(started)
+                return started, self._checkpoint_dir
+            # without tracking: a time stamp and a random suffix, unique to this Trainer
+            name = started or f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+            folder = (self._checkpoints_root / name).absolute()
+            if not self.is_actor:
+                self._dir_lock = CheckpointDirLock(folder, run_id=started, resumed_from=self._resumed_from)
+            return started, folder
+
+        self._run_id, self._checkpoint_dir = self._dist.on_main(start_run)
+        if background:
+            self.tracker.start_in_background()
+        # queued until a run starting in the background exists
+        self.tracker.log_params(run_params(self.algo, self.config, self.env_spec, self._dist))
+
+    @property
+    def run_id(self) -> str | None:
+        """The MLflow run id (``None`` without tracking); waits for a run still starting.
+
+        Raises:
+            rl8.tracking.TrackingError: The run could not be started in the background.
+        """
+        self._check_run_start(wait=True)
+        return self._run_id
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        """The checkpoint folder (absolute); waits for a run still starting when it is named
+        by the run id.
+
+        Raises:
+            rl8.tracking.TrackingError: The run could not be started in the background.
+        """
+        if self._checkpoint_dir is None:
+            self._check_run_start(wait=True)
+            folder = self._checkpoints_root / str(self._run_id)
+            self._dir_lock = CheckpointDirLock(folder, run_id=self._run_id, resumed_from=self._resumed_from)
+            self._checkpoint_dir = folder
+        return self._checkpoint_dir
+
+    def _release_folder(self) -> None:
+        """Give up the claim on the checkpoint folder (rank 0; a no-op elsewhere)."""
+        if self._dir_lock is not None:
+            self._dir_lock.release()
+
+    def _check_run_start(self, *, wait: bool = False, unless_reported: bool = False) -> None:
+        """Raise the error of a run start that failed in the background; ``wait``: for a start
+        in progress (which passes otherwise); ``unless_reported``: unless raised before."""
+        if wait:
+            self.tracker.wait_started()
+        self.tracker.check_start(once=unless_reported)
+        self._run_id = self.tracker.run_id or self._run_id
+
+    # ----------------------------------------------------------------- steps
+    def _counters(self) -> dict[str, float]:
+        algo = self.algo
+        return {
+            "env/steps": algo.env_steps,
+            "env/resets": algo.env_resets,
+            "algorithm/collects": algo.collects,
+            "algorithm/steps": algo.steps,
+        }
+
+    def _train_step(self, env_config: dict[str, Any] | None) -> TrainStats:
+        algo, learner = self.algo, self._learner
+        if self.is_actor:
+            raise RuntimeError(
+                f"Trainer.step on actor rank {self._dist.global_rank}: an actor only collects, in "
+                "Trainer.run (call run() on every rank)"
+            )
+        t0 = time.perf_counter()
+        # with actors, the learner's collect receives their rollouts (rl8.training.actors.Learner)
+        collect = learner.collect(env_config) if learner is not None else algo.collect(env_config=env_config)
+        t1 = time.perf_counter()
+        update = algo.update()
+        if learner is not None:
+            learner.after_update()
+        t2 = time.perf_counter()
+        stats = TrainStats(collect)
+        stats.update(update)
+        stats.update(self._counters())
+        hp = algo.hparams
+        stats["profiling/collect_ms"] = 1000.0 * (t1 - t0)
+        stats["profiling/step_ms"] = 1000.0 * (t2 - t1)
+        # every rank's envs (timings are this rank's: rank 0's in MLflow); with actors: the
+        # transitions the learners used
+        steps = hp.num_envs * hp.horizon * self._dist.world_size
+        stats["throughput/env_steps_per_s"] = steps / max(t2 - t0, 1e-9)
+        stats.update(_memory_stats(algo.device))
+        return stats
+
+    def _stop_actors(self) -> None:
+        """With actors: tell this learner's actors to stop (a no-op otherwise)."""
+        if self._learner is not None:
+            self._learner.stop()
+
+    def _log(self, stats: Mapping[str, float]) -> None:
+        """All stats in one request, at step ``env/steps``; NaN values are left out."""
+        if self.closed:
+            raise RuntimeError("this Trainer is closed (its MLflow run has ended)")
+        self._check_run_start()
+        metrics = {k: float(v) for k, v in stats.items() if not is_nan(v)}
+        self.tracker.log_metrics(metrics, step=int(self.algo.env_steps))
+
+    def flush(self) -> None:
+        """Wait until the metrics of every step so far are sent (or queued by the Tracker after
+        a failure; see :meth:`rl8.tracking.Tracker.flush`)."""
+        self.tracker.flush()
+        self._check_run_start()
+
+    def step(self, *, env_config: dict[str, Any] | None = None) -> TrainStats:
+        """One training step: one collect and one update, logged to MLflow.
+
+        Args:
+            env_config: Env parameters applied when the envs are reset before this collect
+                (merged over ``hparams.env_config``; see :meth:`rl8.PPO.collect`).
+
+        Returns:
+            The step's :class:`TrainStats` (NaN values included; they are not logged).
+        """
+        stats = self._train_step(env_config)
+        self._log(stats)
+        return stats
+
+    # ----------------------------------------------------------------- eval
+    def _eval(self, env_config: dict[str, Any] | None, deterministic: bool) -> TrainStats:
+        t0 = time.perf_counter()
+        raw = self._envs.evaluate(env_config, deterministic)
+        stats = TrainStats({f"eval/{k}": v for k, v in raw.items()})
+        stats["profiling/eval_ms"] = 1000.0 * (time.perf_counter() - t0)
+        return stats
+
+    def eval(self, *, env_config: dict[str, Any] | None = None, deterministic: bool = True) -> TrainStats:
+        """Evaluate the policy without touching training state (torch's RNG included), and log
+        the stats: on the training envs at a reset boundary, else on a dedicated eval env (see
+        :class:`~rl8.training.eval_envs.EvalEnvs` and ``docs/trainer.md#evaluation-eval``).
+
+        Args:
+            env_config: Env parameters for the evaluation (over ``hparams.env_config``).
+            deterministic: Act with the distributions' modes (``False``: sample).
+
+        Returns:
+            ``eval/<rollout stat>`` and ``profiling/eval_ms``, logged at the current ``env/steps``.
+        """
+        stats = self._eval(env_config, deterministic)
+        self._log(stats)
+        return stats
+
+    # ----------------------------------------------------------------- videos
+    def record(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        deterministic: bool = True,
+        max_steps: int | None = None,
+        env_config: dict[str, Any] | None = None,
+        fps: float | None = None,
+    ) -> Path:
+        """Record a video of one episode of the current policy in a one-env copy of the training
+        env (:meth:`~rl8.training.eval_envs.EvalEnvs.record`; training is not disturbed) and log it as
+        the artifact ``videos/<file name>`` (rank 0). Needs ``pip install -e ".[video]"``.
+
+        Args:
+            path: The MP4 file to write; ``None``: ``checkpoint_dir/videos/video-<env steps>.mp4``.
+            deterministic: Act with the distributions' modes (``False``: sample).
+            max_steps: Env steps at most; ``None``: one episode, bounded by the env's episode
+                limit or 1000 steps (see :func:`~rl8.training.video.record_video`).
+            env_config: Env parameters for the recording (over ``hparams.env_config``).
+            fps: Frame rate in frames per second; ``None``: the env's ``metadata["render_fps"]``.
+
+        Returns:
+            The path of the video written.
+
+        Raises:
+            ImportError: imageio / imageio-ffmpeg missing.
+            NotImplementedError: The env cannot render.
+            RuntimeError: The Trainer is closed.
+        """
+        if self.closed:
+            raise RuntimeError("this Trainer is closed (its MLflow run has ended)")
+        if path is None:
+            path = self.checkpoint_dir / "videos" / f"video-{int(self.algo.env_steps)}.mp4"
+        written = self._envs.record(path, deterministic=deterministic, max_steps=max_steps,
+                                    env_config=env_config, fps=fps)
+        if self.tracker.enabled and self._dist.is_main:
+            self.tracker.log_artifact(written, "videos")  # queued with async_logging
+        return written
+
+    @property
+    def eval_envs(self) -> EvalEnvs:
+        """The envs that :meth:`eval` and :meth:`record` run in (``eval_envs.eval_env``: the
+        dedicated eval env, ``None`` until an evaluation needed one)."""
+        return self._envs
+
+    def run(
+        self,
+        *,
+        env_config: dict[str, Any] | None = None,
+        eval_env_config: dict[str, Any] | None = None,
+        steps_per_eval: int | None = None,
+        stop_conditions: Condition | Sequence[Condition] | None = None,
+        max_env_steps: int | None = None,
+        max_seconds: float | None = None,
+        callbacks: CallbackLike | Sequence[CallbackLike] | None = None,
+    ) -> TrainStats:
+        """Train until any stop condition holds or a callback asks to stop (until interrupted
+        without either, with a warning).
+
+        Each step is :meth:`step`; every ``steps_per_eval`` steps an evaluation's ``eval/`` stats
+        join the step's; then the ``callbacks`` run, the stats are logged (one MLflow request)
+        and the conditions are checked. A checkpoint is written every ``checkpoint_every`` steps
+        and at the end. Resumed from a checkpoint where the same conditions held, it trains zero
+        steps. Unless ``progress=False``, it prints where the results go (the MLflow run, the
+        tracking URI, the ``mlflow ui`` command, the checkpoint folder) once the run has an id,
+        a progress line, and at the end the latest checkpoint and how to resume. SIGUSR1:
+        checkpoint and go on; SIGINT/SIGTERM: checkpoint, end the run as ``KILLED``, raise
+        ``KeyboardInterrupt`` / ``SystemExit(143)``; another exception (one raised by a callback
+        included) ends the run as ``FAILED``. See ``docs/trainer.md#training-run``,
+        ``#callbacks`` and ``#signals``.
+
+        Args:
+            env_config: Env parameters for training resets (see :meth:`step`).
+            eval_env_config: Env parameters for evaluations; default ``env_config``.
+            steps_per_eval: Evaluate every this many steps; ``None``: never.
+            stop_conditions: One :class:`~rl8.training.conditions.Condition` or a list of them; the
+                run stops when any holds. All are checked after every step (stateful ones see
+                every step). Conditions on a counter (``env/steps``...) give the ETA. The one
+                that fired is :attr:`stopped_by`.
+            max_env_steps: Stop once ``env/steps`` (env transitions since the start of
+                training, of all envs, a resumed run's included) reaches this, an int >= 1:
+                ``HitsUpperBound("env/steps", max_env_steps)`` added to ``stop_conditions``.
+                ``None``: no such bound.
+            max_seconds: Stop after this many seconds of training (wall clock, a number > 0):
+                ``TimeLimit(max_seconds)`` added to ``stop_conditions``. ``None``: no limit.
+            callbacks: Called after every step (see :mod:`rl8.training.callbacks`): a callable
+                ``callback(trainer, stats)`` or a :class:`~rl8.training.callbacks.Callback`, or a list
+                of them, in order. A callback may add stats (logged, seen by the conditions)
+                and returns ``True`` to stop the run after this step.
+
+        Returns:
+            The stats of the last step (only the counters when no step ran).
+
+        Raises:
+            ValueError: Before training, when ``steps_per_eval`` is not an int >= 1 or
+                ``None``, ``eval_env_config`` is given without ``steps_per_eval``,
+                ``record_every`` is set without ``steps_per_eval``, or ``max_env_steps`` /
+                ``max_seconds`` is not a positive number.
+            TypeError: Before training, a stop condition that is not a Condition or a
+                callback that is not callable.
+            ImportError, NotImplementedError: With ``record_every``, before training: video
+                recording is not installed or the env cannot render (see :meth:`record`).
+            rl8.training.conditions.MissingStatError: Before training, a condition on an ``eval/`` stat
+                without ``steps_per_eval``; at the first step, a condition on a stat that steps
+                do not report (a typo).
+        """
+        if self.closed:
+            raise RuntimeError("this Trainer is closed (its MLflow run has ended)")
+        if self.is_actor:  # collect until the learners stop the job
+            return TrainStats(run_actor(self.algo, self.config, env_config=env_config))
+        check_eval_plan(
+            self.algo.hparams.horizons_per_env_reset, eval_num_envs=self.config.eval_num_envs,
+            steps_per_eval=steps_per_eval, eval_env_config=eval_env_config,
+        )
+        check_record_plan(self, steps_per_eval)
+        conditions = as_conditions(stop_conditions, max_env_steps=max_env_steps, max_seconds=max_seconds)
+        check_eval_stats(conditions, steps_per_eval)
+        callbacks = as_callbacks(callbacks)
+        if eval_env_config is None:
+            eval_env_config = env_config
+        self._run_args = {
+            "env_config": dict(env_config) if env_config else None,
+            "eval_env_config": dict(eval_env_config) if eval_env_config else None,
+            "steps_per_eval": steps_per_eval,
+        }
+        finished = self._resumed is not None and self._resumed.restore(conditions)  # held: no step
+        self._conditions = conditions
+        self._conditions_met = finished
+        log_run_params(self, conditions, steps_per_eval)
+        if not conditions and not callbacks:
+            warnings.warn(
+                "Trainer.run: no stop_conditions, so training runs until interrupted (Ctrl-C "
+                "writes a checkpoint and stops); e.g. max_env_steps=1_000_000 or "
+                "stop_conditions=HitsUpperBound('episodes/return_mean', 475)",
+                stacklevel=2,
+            )
+        return train_until(
+            self, conditions, TrainStats(self._counters()), finished=finished, env_config=env_config,
+            eval_env_config=eval_env_config, steps_per_eval=steps_per_eval, callbacks=callbacks,
+        )
+
+    def learn(self, total_env_steps: int, **run_options: Any) -> TrainStats:
+        """``run(max_env_steps=total_env_steps, **run_options)``: train for a budget of env steps
+        (the name Stable-Baselines3 users look for; ``total_env_steps`` counts from the start of
+        training, so a resumed run trains the rest)."""
+        return self.run(max_env_steps=total_env_steps, **run_options)
+
+    # ----------------------------------------------------------------- life cycle
+    def close(self, status: str = "FINISHED", *, timeout_s: float | None = None) -> None:
+        """End the MLflow run with ``status`` (``FINISHED``, ``FAILED`` or ``KILLED``), close
+        the dedicated eval env and :meth:`close <rl8.PPO.close>` the algorithm (its background
+        collection, ``collect_mode="overlap"``, stops: no thread is left running). Idempotent;
+        the training envs (owned by ``algo``) stay open.
+
+        Args:
+            status: The run's terminal status.
+            timeout_s: Seconds that delivering what is queued and setting the status may take
+                at most; ``None``: the tracker's HTTP policy. What was not delivered is in
+                ``tracker.undelivered`` and ``tracker.final_status`` (and a warning).
+
+        Raises:
+            ValueError: ``status`` is not one of the three (nothing is ended).
+            rl8.tracking.TrackingError: The run could not be started in the background (unless
+                raised before).
+
+        When ending the run raises, the Trainer stays open (the exit hook still ends the run).
+        """
+        if self.closed:
+            return
+        if str(status).upper() not in TERMINAL_STATUSES:
+            raise ValueError(f"Trainer.close: status must be one of {TERMINAL_STATUSES}, got {status!r}")
+        try:
+            self.tracker.end(status, timeout_s=timeout_s)
+        finally:
+            self._release_folder()
+            self._envs.close()
+            self.algo.close()
+        # only now: when ending the run raised, the exit hook still ends it
+        self.closed = True
+        self._check_run_start(unless_reported=True)
+
+    def _close_while_raising(self, status: str, timeout_s: float | None = None) -> None:
+        """:meth:`close` while another exception propagates: a run start that failed in the
+        background is a :class:`~rl8.tracking.TrackingWarning`, not an error replacing it."""
+        try:
+            self.close(status, timeout_s=timeout_s)
+        except TrackingError as exc:
+            warnings.warn(str(exc), TrackingWarning, stacklevel=3)
+
+    def _close_killed(self) -> None:
+        """End the run as ``KILLED`` within :data:`SIGNAL_CLOSE_TIMEOUT_S` (a signal exit); a
+        further SIGINT/SIGTERM meanwhile is ignored, so the run is still marked."""
+        self._ignore_stop_signals = True
+        try:
+            self._close_while_raising("KILLED", timeout_s=SIGNAL_CLOSE_TIMEOUT_S)
+        finally:
+            self._ignore_stop_signals = False
+
+    def __enter__(self) -> Trainer:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc_type is None:
+            self.close("FINISHED")
+        elif issubclass(exc_type, (KeyboardInterrupt, SystemExit)):
+            self._close_while_raising("KILLED")
+        else:
+            self._close_while_raising("FAILED")
+        return False
+
+    def __repr__(self) -> str:
+        run_id = self.tracker.run_id or self._run_id
+        checkpoint_dir = self._checkpoint_dir or self._checkpoints_root / str(run_id or "<run id>")
+        return (
+            f"Trainer(algo={self.algo!r}, experiment={self.experiment!r}, run_id={run_id!r}, "
+            f"checkpoint_dir={str(checkpoint_dir)!r})"
+        )

@@ -1,0 +1,422 @@
+"""Videos of a policy acting in an env: run one episode, render every step, write an MP4.
+
+::
+
+    from rl8.training.video import record_video
+
+    record_video(algo.policy, CartPole, "cartpole.mp4")           # an env class: a 1-env copy
+    record_video(policy, "CartPole-v1", "cartpole.mp4")           # gymnasium: rgb_array is set
+    record_video(policy, env, "run.mp4", index=3, max_steps=200)  # an env instance, sub-env 3
+
+Frames come from :meth:`rl8.Env.render` (``uint8`` RGB). The file is H.264 in an MP4
+container (pixel format ``yuv420p``, which every player reads), written with imageio and
+imageio-ffmpeg: ``pip install -e ".[video]"`` in rl8's checkout. Without a display, MuJoCo envs
+render through EGL or OSMesa (see :func:`prepare_headless_rendering`). See ``docs/videos.md``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes.util
+import os
+import shutil
+import sys
+import tempfile
+import uuid
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from rl8.envs.base import Env
+from rl8.envs.gymnasium import GymnasiumEnvFactory, GymnasiumEnv
+from rl8.policies.runner import run_policy
+from rl8.ppo.algorithm import make_env
+from rl8.ppo.resolve import env_target
+
+__all__ = [
+    "DEFAULT_MAX_STEPS", "RenderError", "check_can_render", "episode_limit", "fork_rng", "import_imageio",
+    "make_recording_env", "pad_frame", "prepare_headless_rendering", "record_video",
+]
+
+#: Steps recorded at most when ``max_steps`` is not given and the env names no episode limit.
+DEFAULT_MAX_STEPS = 1000
+#: Frame rate (frames per second) when the env's ``metadata`` has no ``render_fps``.
+_FALLBACK_FPS = 30
+_INSTALL = 'pip install imageio imageio-ffmpeg "gymnasium[classic-control]"'
+#: Packages whose code raises when OpenGL cannot draw (no display, no EGL or OSMesa library).
+_GL_PACKAGES = ("mujoco", "OpenGL", "glfw")
+#: The libraries (and their Debian/Ubuntu packages) of MuJoCo's headless backends.
+_HEADLESS_BACKENDS = (("egl", "EGL", "libegl1"), ("osmesa", "OSMesa", "libosmesa6"))
+
+
+#: The MUJOCO_GL backend that :func:`prepare_headless_rendering` chose (``None``: it set none).
+_chosen_backend: str | None = None
+
+
+class RenderError(RuntimeError):
+    """An env could not draw a frame for lack of an OpenGL backend (a MuJoCo env on a
+    machine without a display and without the EGL or OSMesa library, or with ``MUJOCO_GL``
+    naming a backend that does not work here). The message says what to install or set."""
+
+
+
+def fork_rng(device: torch.device) -> contextlib.AbstractContextManager:
+    """Run a block without changing torch's RNG streams (CPU, and the CUDA device in use)."""
+    return torch.random.fork_rng(devices=[device] if device.type == "cuda" else [])
+
+
+def prepare_headless_rendering() -> dict[str, str]:
+    """Set up this process's environment variables so that envs render without a display.
+
+    Called by :func:`make_recording_env` and :func:`record_video` before an env draws its
+    first frame. On Linux without a display (neither ``DISPLAY`` nor ``WAYLAND_DISPLAY``) and
+    with ``MUJOCO_GL`` unset, sets ``MUJOCO_GL=egl`` when the EGL library is installed, else
+    ``MUJOCO_GL=osmesa`` when OSMesa is (MuJoCo's default, GLFW, needs a display). When
+    ``XDG_RUNTIME_DIR`` is unset or not a folder, points it at a private temporary folder:
+    otherwise the Wayland client library that EGL loads prints "error: XDG_RUNTIME_DIR is
+    invalid or not set". Variables the user set are never changed.
+
+    Returns:
+        The variables set, ``{name: value}`` (empty when none was).
+    """
+    changed: dict[str, str] = {}
+    headless = not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY")
+    if sys.platform.startswith("linux") and headless and not os.environ.get("MUJOCO_GL"):
+        for backend, library, _ in _HEADLESS_BACKENDS:
+            if ctypes.util.find_library(library):
+                global _chosen_backend
+                changed["MUJOCO_GL"] = _chosen_backend = backend
+                break
+    runtime_dir = os.environ.get("XDG_RUNTIME_DIR")
+    if os.name == "posix" and (not runtime_dir or not os.path.isabs(runtime_dir) or not os.path.isdir(runtime_dir)):
+        changed["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="rl8-runtime-")  # mode 0700
+        atexit.register(shutil.rmtree, changed["XDG_RUNTIME_DIR"], ignore_errors=True)
+    os.environ.update(changed)
+    return changed
+
+
+def _gl_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` (or an exception it was raised from) came out of MuJoCo, PyOpenGL or
+    GLFW: an OpenGL set-up problem rather than a bug of the env."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if type(exc).__module__.split(".")[0] in _GL_PACKAGES:
+            return True
+        tb = exc.__traceback__
+        while tb is not None:
+            if _gl_file(tb.tb_frame.f_code.co_filename):
+                return True
+            tb = tb.tb_next
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def _gl_file(filename: str) -> bool:
+    """Whether ``filename`` is code of MuJoCo's Python package, PyOpenGL, GLFW or gymnasium's
+    MuJoCo renderer (not of a gymnasium MuJoCo env, whose own mistakes are not OpenGL's)."""
+    parts = Path(filename).parts
+    for i, part in enumerate(parts):
+        if part in ("OpenGL", "glfw") or (part == "mujoco" and (i == 0 or parts[i - 1] != "envs")):
+            return True
+    return parts[-1:] == ("mujoco_rendering.py",)
+
+
+def _gl_message(env: Any, exc: BaseException) -> str:
+    """What to install or set when ``env`` (an env, or the spec it is built from) could not
+    render for lack of OpenGL."""
+    if isinstance(env, Env):
+        name = env._name() if hasattr(env, "_name") else type(env).__name__
+    else:
+        name = repr(env)
+    backend = os.environ.get("MUJOCO_GL")
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    installs = " or ".join(f"{package} (MUJOCO_GL={b})" for b, _, package in _HEADLESS_BACKENDS)
+    if backend:
+        by = " (set by rl8: there is no display)" if backend == _chosen_backend else ""
+        return (f"cannot render {name} with MUJOCO_GL={backend}{by} ({type(exc).__name__}: {first}): "
+                f"install {installs} and set MUJOCO_GL to it, or run with a display")
+    return (f"cannot render {name} without an OpenGL backend ({type(exc).__name__}: {first}): on a "
+            f"machine without a display install {installs} with apt-get, or set MUJOCO_GL to a backend "
+            "that works here")
+
+
+def import_imageio() -> Any:
+    """The imageio module, with its ffmpeg backend; a clear ImportError when missing."""
+    try:
+        import imageio
+        import imageio_ffmpeg  # noqa: F401  (the ffmpeg binary imageio writes MP4s with)
+    except ImportError as exc:
+        raise ImportError(
+            f"recording videos needs imageio and imageio-ffmpeg ({exc}); install them with: "
+            f"{_INSTALL}"
+        ) from exc
+    return imageio
+
+
+def make_recording_env(spec: Any, *, env_kwargs: Mapping[str, Any] | None = None, horizon: int | None = None,
+                       device: torch.device | str = "cpu") -> Env:
+    """Build a one-env copy of ``spec`` that can render, for :func:`record_video`.
+
+    Args:
+        spec: What :func:`rl8.ppo.algorithm.make_env` takes: an :class:`~rl8.Env` subclass or a dotted
+            path to one, a gymnasium id, a callable making a gymnasium env, or a
+            :meth:`GymnasiumEnv.make_factory <rl8.envs.GymnasiumEnv.make_factory>` factory.
+        env_kwargs: The env's constructor arguments (PPO's ``env_kwargs`` hparam). For a
+            gymnasium env ``render_mode="rgb_array"`` is added unless another mode is given.
+        horizon: Handed to the env's constructor (some envs size their state with it).
+        device: Device of the env's tensors.
+
+    Returns:
+        An env with ``num_envs=1``; the caller closes it.
+
+    Raises:
+        RenderError: Building the env failed for want of OpenGL (``MUJOCO_GL`` names a
+            backend whose library is missing).
+    """
+    prepare_headless_rendering()
+    kwargs = dict(env_kwargs or {})
+    if isinstance(spec, GymnasiumEnvFactory):
+        # a factory takes no extra keyword arguments: make one with the render mode set
+        factory_kwargs = {**spec.kwargs, **kwargs}
+        if factory_kwargs.get("render_mode") is None:
+            factory_kwargs["render_mode"] = "rgb_array"
+        return GymnasiumEnvFactory(spec.cls, spec.env, factory_kwargs)(1, horizon, device=device)
+    if env_target(spec).gymnasium and kwargs.get("render_mode") is None:
+        kwargs["render_mode"] = "rgb_array"
+    try:
+        return make_env(spec, 1, horizon, device=device, env_kwargs=kwargs)
+    except Exception as exc:  # MUJOCO_GL naming a backend whose library is missing fails here
+        if _gl_failure(exc):
+            raise RenderError(_gl_message(spec, exc)) from exc
+        raise
+
+
+def check_can_render(env: Env) -> None:
+    """Raise ``NotImplementedError`` naming ``env``'s class when it cannot render frames (no
+    ``render``, or a gymnasium env not built with ``render_mode="rgb_array"``)."""
+    name = type(env).__name__
+    if type(env).render is Env.render:
+        raise NotImplementedError(
+            f"{name} cannot be recorded: it does not implement render() (an Env subclass "
+            "must return a uint8 [height, width, 3] RGB frame of one sub-env from "
+            "render(index))"
+        )
+    if isinstance(env, GymnasiumEnv) and env.render_mode != "rgb_array":
+        raise ValueError(
+            f"{env._name()} cannot be recorded: it was made with render_mode="
+            f"{env.render_mode!r}, recording needs render_mode='rgb_array'. Pass "
+            "env_kwargs={'render_mode': 'rgb_array'} to PPO (or make_env), or "
+            "GymnasiumEnv(..., render_mode='rgb_array')"
+        )
+
+
+def _render(env: Env, index: int) -> np.ndarray:
+    """The frame of sub-env ``index`` (see :func:`_as_rgb`). A renderer that is not installed
+    (gymnasium's classic-control envs draw with pygame) is an ImportError naming the packages;
+    an OpenGL context that cannot be made (MuJoCo without a display) a :class:`RenderError`
+    saying what to install or set."""
+    import gymnasium
+
+    try:
+        frame = env.render(index)
+    except gymnasium.error.DependencyNotInstalled as exc:
+        missing = getattr(exc.__cause__, "name", None) or "the package it draws with"
+        raise ImportError(
+            f"cannot render {type(env).__name__}: {missing} is not installed; install what "
+            f"gymnasium's renderers need with: {_INSTALL}"
+        ) from None
+    except Exception as exc:
+        if _gl_failure(exc):
+            raise RenderError(_gl_message(env, exc)) from exc
+        raise
+    return _as_rgb(frame, env)
+
+
+def episode_limit(env: Env, config: Mapping[str, Any] | None) -> int | None:
+    """Steps after which the env truncates an episode, when it says so (else ``None``)."""
+    for source in (config, getattr(env, "params", None)):
+        if isinstance(source, Mapping) and "max_episode_steps" in source:
+            with contextlib.suppress(TypeError, ValueError):
+                limit = int(source["max_episode_steps"])
+                if limit > 0:
+                    return limit
+    vector_env = getattr(env, "vector_env", None)
+    candidates = [getattr(vector_env, "spec", None)]
+    with contextlib.suppress(Exception):
+        candidates.append(vector_env.envs[0].spec)  # type: ignore[union-attr]
+    for spec in candidates:
+        limit = getattr(spec, "max_episode_steps", None)
+        if isinstance(limit, int) and limit > 0:
+            return limit
+    return None
+
+
+def pad_frame(frame: np.ndarray, multiple: int = 2) -> np.ndarray:
+    """Pad an RGB frame at the bottom and right (repeating the edge pixels) so that its height
+    and width are multiples of ``multiple`` (H.264 in ``yuv420p`` needs even sizes).
+
+    Args:
+        frame: ``uint8`` array ``[height, width, 3]``.
+        multiple: The block size, in pixels.
+    """
+    h, w = frame.shape[:2]
+    pad_h, pad_w = -h % multiple, -w % multiple
+    if not pad_h and not pad_w:
+        return frame
+    return np.pad(frame, ((0, pad_h), (0, pad_w), (0, 0)), mode="edge")
+
+
+def _as_rgb(frame: Any, env: Env) -> np.ndarray:
+    frame = np.asarray(frame)
+    if frame.dtype == np.uint8 and frame.ndim == 2:
+        frame = np.repeat(frame[:, :, None], 3, axis=2)
+    elif frame.dtype == np.uint8 and frame.ndim == 3 and frame.shape[2] == 4:
+        frame = frame[:, :, :3]
+    if frame.dtype != np.uint8 or frame.ndim != 3 or frame.shape[2] != 3 or 0 in frame.shape:
+        raise ValueError(
+            f"{type(env).__name__}.render returned an array of shape {frame.shape} and dtype "
+            f"{frame.dtype}, expected uint8 [height, width, 3]"
+        )
+    return np.ascontiguousarray(frame)
+
+
+def _check_int(name: str, value: Any, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"record_video: {name} must be an int >= {low}, got {value!r}")
+
+
+def record_video(policy: Callable[..., torch.Tensor], env: Env | Any, path: str | os.PathLike[str], *,
+                 deterministic: bool = True, max_steps: int | None = None, fps: float | None = None, index: int = 0,
+                 env_config: dict[str, Any] | None = None, seed: int | None = None,
+                 env_kwargs: Mapping[str, Any] | None = None) -> Path:
+    """Run ``policy`` in ``env`` and write a video of sub-env ``index`` to an MP4 file.
+
+    The env is reset, then stepped until sub-env ``index`` ends its episode or ``max_steps``
+    steps have been taken (the policy acts through :func:`rl8.policies.runner.run_policy`). An episode
+    of ``T`` steps gives ``T`` frames, one cut by ``max_steps`` gives ``max_steps + 1``: no frame
+    after the step that ends the episode, which shows the next one (see ``docs/videos.md``).
+
+    Args:
+        policy: A :class:`rl8.Policy` (``algo.policy``, :func:`rl8.load_policy`'s result) or
+            any callable ``policy(obs, deterministic=bool) -> env actions``.
+        env: An env instance (e.g. ``algo.env``; it is reset, so do not pass envs in the
+            middle of training), or what :func:`rl8.ppo.algorithm.make_env` takes (an env class, a
+            dotted path, a gymnasium id, a gymnasium maker): a one-env copy is then built with
+            :func:`make_recording_env` on the policy's device and closed afterwards.
+        path: The MP4 file to write (its folder is created). It is written to a temporary file
+            next to it and renamed, so a reader never sees a partial video.
+        deterministic: Act with the distributions' modes (``False``: sample actions).
+        max_steps: Env steps at most. ``None``: the env's episode limit
+            (``max_episode_steps`` in ``env_config``, the env's parameters or its gymnasium
+            spec), else :data:`DEFAULT_MAX_STEPS` (1000) steps, which also bounds envs that
+            never end episodes.
+        fps: Frame rate of the video, in frames per second. ``None``:
+            ``env.metadata["render_fps"]`` (CartPole: 50, Pendulum: 30), else 30.
+        index: Which sub-env to film, ``0 <= index < env.num_envs``.
+        env_config: Env parameters for the reset (``env.reset(config=...)``), e.g.
+            ``{"length": 1.0}``.
+        seed: Seed of the env's reset; with ``deterministic=False`` also of the action
+            sampling (torch's global RNG is then restored afterwards). ``None``: the current
+            streams.
+        env_kwargs: Constructor arguments when ``env`` is not an instance (see
+            :func:`make_recording_env`).
+
+    Returns:
+        The path of the video written.
+
+    Raises:
+        ImportError: imageio, imageio-ffmpeg or the env's renderer (pygame for gymnasium's
+            classic-control envs) is missing (``pip install -e ".[video]"`` in rl8's checkout).
+        RenderError: The env cannot make an OpenGL context (a MuJoCo env without a display
+            and without EGL or OSMesa; see :func:`prepare_headless_rendering`).
+        NotImplementedError: The env does not implement ``render``.
+        ValueError: A gymnasium env made without ``render_mode="rgb_array"``; a bad
+            ``max_steps``, ``fps`` or ``index``; frames that are not ``uint8`` RGB or change size.
+    """
+    imageio = import_imageio()
+    prepare_headless_rendering()
+    if max_steps is not None:
+        _check_int("max_steps", max_steps, 1)
+    if fps is not None and (isinstance(fps, bool) or not isinstance(fps, (int, float)) or not fps > 0):
+        raise ValueError(f"record_video: fps must be a number > 0 (frames per second), got {fps!r}")
+    path = Path(path)
+    device = getattr(policy, "device", None)
+    owned = not isinstance(env, Env)
+    if owned:
+        env = make_recording_env(env, env_kwargs=env_kwargs, device=device or "cpu")
+    try:
+        check_can_render(env)
+        _check_int("index", index, 0)
+        if index >= env.num_envs:
+            raise ValueError(f"record_video: index must be < num_envs={env.num_envs}, got {index}")
+        if max_steps is None:
+            max_steps = episode_limit(env, env_config) or DEFAULT_MAX_STEPS
+        if fps is None:
+            fps = (getattr(env, "metadata", None) or {}).get("render_fps") or _FALLBACK_FPS
+        seeded = seed is not None and not deterministic
+        with fork_rng(torch.device(device or "cpu")) if seeded else contextlib.nullcontext():
+            if seeded:
+                torch.manual_seed(seed)
+            frames = _run(policy, env, deterministic, max_steps, index, env_config, seed)
+            with contextlib.closing(frames):
+                _write(imageio, frames, path, float(fps), env)
+    finally:
+        if owned:
+            env.close()
+    return path
+
+
+def _run(policy: Callable[..., torch.Tensor], env: Env, deterministic: bool, max_steps: int, index: int,
+         env_config: dict[str, Any] | None, seed: int | None) -> Any:
+    """Yield the frames of one recorded episode (a generator: frames are written as they come)."""
+    obs = env.reset(config=env_config or None, seed=seed)
+    yield _render(env, index)
+    steps = run_policy(policy, env, obs, num_steps=max_steps, deterministic=deterministic)
+    with contextlib.closing(steps):
+        for step in steps:
+            if step.done is not None and bool(step.done[index]):
+                return
+            yield _render(env, index)
+
+
+def _write(imageio: Any, frames: Any, path: Path, fps: float, env: Env) -> None:
+    """Stream ``frames`` into an H.264 MP4 at ``path``, through a temporary file and a rename.
+    The temporary file is created with mode ``0o666`` less the umask (as ``open`` creates
+    files, and as checkpoints are written), so the video's mode follows the umask."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex[:12]}.tmp.mp4"
+    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666))
+    try:
+        writer = imageio.get_writer(
+            tmp,
+            format="FFMPEG",
+            mode="I",
+            fps=fps,
+            codec="libx264",
+            pixelformat="yuv420p",
+            macro_block_size=1,  # frames are padded to even sizes here, never resized
+            ffmpeg_log_level="error",
+        )
+        try:
+            shape = None
+            for frame in frames:
+                frame = pad_frame(frame)
+                if shape is None:
+                    shape = frame.shape
+                elif frame.shape != shape:
+                    raise ValueError(
+                        f"{type(env).__name__}.render: frames changed size during the recording "
+                        f"(first {shape[:2]}, now {frame.shape[:2]} after padding to even sizes)"
+                    )
+                writer.append_data(frame)
+        finally:
+            writer.close()
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
