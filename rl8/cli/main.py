@@ -109,7 +109,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"rl8 {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _add_train_command(commands)
+    _add_eval_command(commands)
+    _add_record_command(commands)
+    _add_runs_command(commands)
+    return parser
 
+
+def _add_train_command(commands) -> None:
+    """Add the ``train`` subcommand to ``commands`` (the parser's subparsers)."""
     train = commands.add_parser(
         "train", help="train a policy (from a YAML config and/or flags)",
         description="Train with PPO. Flags override the config file. See docs/cli.md.",
@@ -137,6 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "env factory, which rl8 then calls (off by default; see docs/security.md)")
     train.set_defaults(func=train_command.run)
 
+
+def _add_eval_command(commands) -> None:
+    """Add the ``eval`` subcommand to ``commands`` (the parser's subparsers)."""
     evaluate = commands.add_parser(
         "eval", help="run a saved policy and print episode returns",
         description="Run a policy from a policy file, a checkpoint (file or folder) or an MLflow run.",
@@ -149,6 +160,9 @@ def build_parser() -> argparse.ArgumentParser:
                           help="steps per env at most (default 100000; 1000 for envs without episodes)")
     evaluate.set_defaults(func=evaluate_command.run)
 
+
+def _add_record_command(commands) -> None:
+    """Add the ``record`` subcommand to ``commands`` (the parser's subparsers)."""
     record = commands.add_parser(
         "record", help="record an MP4 video of a saved policy (needs imageio and imageio-ffmpeg: the video extra)",
         description="Run a policy for one episode and write an MP4 video of it (H.264). The "
@@ -164,6 +178,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="frames per second (default: the env's metadata['render_fps'])")
     record.set_defaults(func=record_command.run)
 
+
+def _add_runs_command(commands) -> None:
+    """Add the ``runs`` subcommand to ``commands`` (the parser's subparsers)."""
     runs = commands.add_parser(
         "runs", help="list RUNNING MLflow runs and their process; --clean marks dead ones FAILED",
         description="List the RUNNING MLflow runs with the host and pid of their process (alive, "
@@ -179,7 +196,6 @@ def build_parser() -> argparse.ArgumentParser:
     runs.add_argument("--tracking-uri",
                       help="MLflow tracking URI (default: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
     runs.set_defaults(func=runs_command.run)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
