@@ -403,6 +403,23 @@ def validate_step_output(out: Any, env: Env, *, batch_size: int | None = None) -
     """
     name = type(env).__name__
     n = env.num_envs if batch_size is None else batch_size
+    _check_step_container(out, name, n)
+    keys = set(out.keys())
+    _check_value("obs", out["obs"], env.observation_space, n, f"{name}.step")
+    _check_step_rewards(out["rewards"], name, n)
+    _check_step_flags(out, keys, name, n)
+    _check_step_final_obs(out, keys, env, name, n)
+    _check_step_episodic(keys, env, name, n)
+    unknown = keys - {"obs", "rewards", "terminated", "truncated", "final_obs", "info"}
+    if unknown:
+        raise EnvOutputError(
+            f"{name}.step: unknown keys {sorted(unknown)}; allowed: obs, rewards, terminated, "
+            "truncated, final_obs, info"
+        )
+
+
+def _check_step_container(out: Any, name: str, n: int) -> None:
+    """Check that ``out`` is a TensorDict of batch size ``(n,)`` with ``obs`` and ``rewards``."""
     if not isinstance(out, TensorDictBase):
         raise EnvOutputError(f"{name}.step must return a TensorDict, got {type(out).__name__}")
     if tuple(out.batch_size) != (n,):
@@ -415,8 +432,10 @@ def validate_step_output(out: Any, env: Env, *, batch_size: int | None = None) -
             raise EnvOutputError(
                 f"{name}.step: missing key {key!r}; the step output has keys {sorted(keys)}"
             )
-    _check_value("obs", out["obs"], env.observation_space, n, f"{name}.step")
-    rewards = out["rewards"]
+
+
+def _check_step_rewards(rewards: torch.Tensor, name: str, n: int) -> None:
+    """Check that ``rewards`` is ``[n, 1]`` float32."""
     if tuple(rewards.shape) != (n, 1):
         raise EnvOutputError(
             f"{name}.step: 'rewards' has shape {tuple(rewards.shape)}, expected ({n}, 1)"
@@ -425,6 +444,10 @@ def validate_step_output(out: Any, env: Env, *, batch_size: int | None = None) -
         raise EnvOutputError(
             f"{name}.step: 'rewards' has dtype {rewards.dtype}, expected torch.float32"
         )
+
+
+def _check_step_flags(out: TensorDictBase, keys: set, name: str, n: int) -> None:
+    """Check that ``terminated`` and ``truncated``, where given, are ``[n, 1]`` bool."""
     for key in ("terminated", "truncated"):
         if key in keys:
             flag = out[key]
@@ -436,6 +459,10 @@ def validate_step_output(out: Any, env: Env, *, batch_size: int | None = None) -
                 raise EnvOutputError(
                     f"{name}.step: {key!r} has dtype {flag.dtype}, expected torch.bool"
                 )
+
+
+def _check_step_final_obs(out: TensorDictBase, keys: set, env: Env, name: str, n: int) -> None:
+    """Check ``final_obs``: it comes with the episode flags, and ``truncated`` comes with it."""
     if "final_obs" in keys:
         if "terminated" not in keys and "truncated" not in keys:
             raise EnvOutputError(
@@ -447,6 +474,10 @@ def validate_step_output(out: Any, env: Env, *, batch_size: int | None = None) -
             f"{name}.step: 'truncated' is given without 'final_obs'; truncated steps bootstrap "
             "from the value of the observation before the auto-reset"
         )
+
+
+def _check_step_episodic(keys: set, env: Env, name: str, n: int) -> None:
+    """Check that an episodic env returns both flags and a non-episodic one neither."""
     has_flags = "terminated" in keys or "truncated" in keys
     if env.episodic and not has_flags:
         raise EnvOutputError(
@@ -465,12 +496,6 @@ def validate_step_output(out: Any, env: Env, *, batch_size: int | None = None) -
         raise EnvOutputError(
             f"{name}.step: returned 'terminated'/'truncated' but the env declares "
             "episodic=False; set the class attribute episodic = True"
-        )
-    unknown = keys - {"obs", "rewards", "terminated", "truncated", "final_obs", "info"}
-    if unknown:
-        raise EnvOutputError(
-            f"{name}.step: unknown keys {sorted(unknown)}; allowed: obs, rewards, terminated, "
-            "truncated, final_obs, info"
         )
 
 
