@@ -114,9 +114,6 @@ class Trainer(TrainerCheckpoints):
         if config is not None and not isinstance(config, TrainerConfig):
             raise TypeError(f"Trainer: config must be a rl8.training.config.TrainerConfig or None, got {config!r}")
         self.config = config = (config or TrainerConfig()).replace(**options)
-        # the names that the tracking block below reads
-        run_name, tracking_uri, tracking, run_id = config.run_name, config.tracking_uri, config.tracking, config.run_id
-        checkpoint_dir, async_logging = config.checkpoint_dir, config.async_logging
         self.algo = algo
         self.env_spec = env_spec_string(algo.env_spec)
         self.experiment = config.experiment or _env_name(algo.env_spec)
@@ -139,72 +136,76 @@ class Trainer(TrainerCheckpoints):
         check_actor_config(config, algo, roles)
         self.is_actor = roles is not None and roles.is_actor
         self._learner = Learner(algo, config) if roles is not None and not self.is_actor else None
+        self._start_tracking()
+
+    def _start_tracking(self) -> None:
+        """Make the tracker, claim the checkpoint folder and start the MLflow run (or have it
+        start in the background), then queue the run's params."""
+        config = self.config
         self.tracker = Tracker(
             experiment=self.experiment,
-            run_name=run_name,
-            tracking_uri=tracking_uri,
-            run_id=run_id,
-            enabled=tracking and self._dist.is_main,
-            asynchronous=async_logging,
+            run_name=config.run_name,
+            tracking_uri=config.tracking_uri,
+            run_id=config.run_id,
+            enabled=config.tracking and self._dist.is_main,
+            asynchronous=config.async_logging,
             end_at_exit=True,
         )
         self._run_id: str | None = None
         # a new run in a local store (SQLite, a folder) starts in the logging thread, while the
         # first steps run: importing MLflow and migrating a new store take seconds
         background = (
-            async_logging and self.tracker.enabled and self.tracker.is_local and run_id is None
-            and not self._dist.enabled
+            config.async_logging and self.tracker.enabled and self.tracker.is_local
+            and config.run_id is None and not self._dist.enabled
         )
         self._checkpoint_dir: Path | None = None
         # the checkpoint folder belongs to this run alone (rank 0 holds the claim): claimed
         # before the MLflow run starts, so that an unusable folder creates no run
         self._dir_lock: CheckpointDirLock | None = None
         self._resumed_from = resuming_from()
-        if checkpoint_dir is not None:
-            self._checkpoint_dir = Path(checkpoint_dir).absolute()
+        if config.checkpoint_dir is not None:
+            self._checkpoint_dir = Path(config.checkpoint_dir).absolute()
         else:  # checkpoints/<run id> once the run id is known, in this folder
             self._checkpoints_root = Path("checkpoints").absolute()
-
-        def claim_folder() -> None:
-            """Rank 0: claim an explicit checkpoint folder, or check that the default's root
-            can be written; every rank raises rank 0's ``CheckpointDirError``. Actors write
-            no checkpoints (their learners do): they claim nothing."""
-            if self.is_actor:
-                return
-            if checkpoint_dir is not None:
-                self._dir_lock = CheckpointDirLock(self._checkpoint_dir, run_id=run_id,
-                                                   resumed_from=self._resumed_from)
-            else:
-                check_writable_folder(self._checkpoints_root)
-
-        self._dist.on_main(claim_folder)
-
-        def start_run() -> tuple[str | None, Path | None]:
-            """Rank 0: start the run now (unless it starts in the background); every rank
-            learns the run id and the checkpoint folder, or raises rank 0's error."""
-            if background:
-                return None, self._checkpoint_dir
-            try:
-                started = self.tracker.start()
-            except BaseException:
-                self._release_folder()
-                raise
-            if checkpoint_dir is not None:
-                if self._dir_lock is not None:
-                    self._dir_lock.set_run_id(started)
-                return started, self._checkpoint_dir
-            # without tracking: a time stamp and a random suffix, unique to this Trainer
-            name = started or f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
-            folder = (self._checkpoints_root / name).absolute()
-            if not self.is_actor:
-                self._dir_lock = CheckpointDirLock(folder, run_id=started, resumed_from=self._resumed_from)
-            return started, folder
-
-        self._run_id, self._checkpoint_dir = self._dist.on_main(start_run)
+        self._dist.on_main(self._claim_folder)
+        self._run_id, self._checkpoint_dir = self._dist.on_main(lambda: self._start_run(background))
         if background:
             self.tracker.start_in_background()
         # queued until a run starting in the background exists
         self.tracker.log_params(run_params(self.algo, self.config, self.env_spec, self._dist))
+
+    def _claim_folder(self) -> None:
+        """Rank 0: claim an explicit checkpoint folder, or check that the default's root
+        can be written; every rank raises rank 0's ``CheckpointDirError``. Actors write
+        no checkpoints (their learners do): they claim nothing."""
+        if self.is_actor:
+            return
+        if self.config.checkpoint_dir is not None:
+            self._dir_lock = CheckpointDirLock(self._checkpoint_dir, run_id=self.config.run_id,
+                                               resumed_from=self._resumed_from)
+        else:
+            check_writable_folder(self._checkpoints_root)
+
+    def _start_run(self, background: bool) -> tuple[str | None, Path | None]:
+        """Rank 0: start the run now (unless it starts in the ``background``); every rank
+        learns the run id and the checkpoint folder, or raises rank 0's error."""
+        if background:
+            return None, self._checkpoint_dir
+        try:
+            started = self.tracker.start()
+        except BaseException:
+            self._release_folder()
+            raise
+        if self.config.checkpoint_dir is not None:
+            if self._dir_lock is not None:
+                self._dir_lock.set_run_id(started)
+            return started, self._checkpoint_dir
+        # without tracking: a time stamp and a random suffix, unique to this Trainer
+        name = started or f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+        folder = (self._checkpoints_root / name).absolute()
+        if not self.is_actor:
+            self._dir_lock = CheckpointDirLock(folder, run_id=started, resumed_from=self._resumed_from)
+        return started, folder
 
     @property
     def run_id(self) -> str | None:
