@@ -157,6 +157,39 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
                 f"PoolEnv: env must be a registered gymnasium id or a callable returning a "
                 f"gymnasium.Env, got {type(env).__name__}"
             )
+        self._set_batching(num_envs, num_workers, min_batch_size, max_batch_size, max_wait_s)
+        self.step_timeout_s = check_step_timeout("PoolEnv", step_timeout_s)
+        self.env = env
+        self.vectorization_mode = "pool"
+        self.env_kwargs = dict(env_kwargs or {})
+        self.wrappers = list(wrappers or [])
+        self.render_mode = render_mode
+        self.vector_env = None
+        self._errors = None
+        self._needs_reset = True
+        self._seeded = False
+
+        check_main_module(self._name())
+        make_env, make_env_pickle = self._env_factory()
+        single_obs_space, single_action_space = self._probe_env(make_env)
+        self.converter = GymnasiumConverter(single_obs_space, single_action_space, num_envs, self.device, self._name())
+        self.observation_space = self.converter.observation_space
+        self.action_space = single_action_space
+
+        ctx = mp.get_context(START_METHOD)
+        ctx.set_forkserver_preload([__name__])  # the fork server imports rl8 once
+        self._init_workers_state(single_obs_space, single_action_space, ctx)
+        try:
+            self._start_workers(ctx, make_env_pickle)
+        except BaseException:
+            self.close()
+            raise
+
+    def _set_batching(
+        self, num_envs: int, num_workers: int | None, min_batch_size: int | None,
+        max_batch_size: int | None, max_wait_s: float | None,
+    ) -> None:
+        """Check the worker and batch options (see the class) and set them, capped at ``num_envs``."""
         if num_workers is None:
             num_workers = min(num_envs, os.cpu_count() or 1)
         self.num_workers = min(_check_int("num_workers", num_workers, 1, " or None"), num_envs)
@@ -176,27 +209,23 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
         ):
             raise ValueError(f"PoolEnv: max_wait_s must be a number of seconds >= 0 or None, got {max_wait_s!r}")
         self.max_wait_s = None if max_wait_s is None else float(max_wait_s)
-        self.step_timeout_s = check_step_timeout("PoolEnv", step_timeout_s)
-        self.env = env
-        self.vectorization_mode = "pool"
-        self.env_kwargs = dict(env_kwargs or {})
-        self.wrappers = list(wrappers or [])
-        self.render_mode = render_mode
-        self.vector_env = None
-        self._errors = None
-        self._needs_reset = True
-        self._seeded = False
 
-        check_main_module(self._name())
-        make_env = functools.partial(make_single_env, env, self._single_kwargs(), self.wrappers)
+    def _env_factory(self) -> tuple[Callable[[], gymnasium.Env], bytes]:
+        """The function that makes one sub-env, and that function pickled for the workers."""
+        make_env = functools.partial(make_single_env, self.env, self._single_kwargs(), self.wrappers)
         try:
             make_env_pickle = pickle.dumps(CloudpickleWrapper(make_env))
         except Exception as err:
             raise TypeError(
-                f"PoolEnv: the env {env!r}, its env_kwargs and wrappers must pickle (with cloudpickle) to "
+                f"PoolEnv: the env {self.env!r}, its env_kwargs and wrappers must pickle (with cloudpickle) to "
                 f"reach the worker processes: {type(err).__name__}: {err}"
             ) from err
-        probe = make_env()  # the spaces and metadata, before the shared memory is sized
+        return make_env, make_env_pickle
+
+    def _probe_env(self, make_env: Callable[[], gymnasium.Env]) -> tuple[gymnasium.Space, gymnasium.Space]:
+        """Make one sub-env here to read its spaces and metadata (before the shared memory is
+        sized), then close it; returns its observation and action spaces."""
+        probe = make_env()
         try:
             single_obs_space, single_action_space = probe.observation_space, probe.action_space
             # [return_sum, length_sum, count] of the sub-envs' records not yet popped; None: none kept
@@ -205,12 +234,13 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
             self.metadata.setdefault("render_fps", 30)
         finally:
             probe.close()
-        self.converter = GymnasiumConverter(single_obs_space, single_action_space, num_envs, self.device, self._name())
-        self.observation_space = self.converter.observation_space
-        self.action_space = single_action_space
+        return single_obs_space, single_action_space
 
-        ctx = mp.get_context(START_METHOD)
-        ctx.set_forkserver_preload([__name__])  # the fork server imports rl8 once
+    def _init_workers_state(
+        self, single_obs_space: gymnasium.Space, single_action_space: gymnasium.Space, ctx: Any
+    ) -> None:
+        """Make the shared memory and the bookkeeping of the workers, before they start."""
+        num_envs = self.num_envs
         self._shared = Shared(single_obs_space, single_action_space, num_envs, ctx)
         self._views = self._shared.views()
         self.env_blocks = split(num_envs, self.num_workers)
@@ -227,29 +257,28 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
         self._progress_at = np.zeros(self.num_workers)
         self._started = False  # every worker has reported "ready"
         self._replies: dict[int, tuple[str, Any]] = {}  # a worker's answer to reset/render
-        try:
-            for w, block in enumerate(self.env_blocks):
-                parent, child = ctx.Pipe()
-                process = ctx.Process(
-                    target=worker, args=(w, block, make_env_pickle, self._shared, child),
-                    name=f"{WORKER_NAME}{w}", daemon=True,
-                )
-                process.start()
-                child.close()
-                self._pipes.append(parent)
-                self._processes.append(process)
-            # every pipe and every process sentinel (readable once the process has ended),
-            # registered once: what multiprocessing.connection.wait watches, without
-            # registering them all again at each of the thousands of waits of a collect
-            self._selector = selectors.DefaultSelector()
-            for w, process in enumerate(self._processes):
-                self._selector.register(self._pipes[w], selectors.EVENT_READ, ("message", w))
-                self._selector.register(process.sentinel, selectors.EVENT_READ, ("ended", w))
-            self._await_replies(range(self.num_workers), "ready")
-            self._started = True
-        except BaseException:
-            self.close()
-            raise
+
+    def _start_workers(self, ctx: Any, make_env_pickle: bytes) -> None:
+        """Start one worker process per block of sub-envs and wait until each reports ready."""
+        for w, block in enumerate(self.env_blocks):
+            parent, child = ctx.Pipe()
+            process = ctx.Process(
+                target=worker, args=(w, block, make_env_pickle, self._shared, child),
+                name=f"{WORKER_NAME}{w}", daemon=True,
+            )
+            process.start()
+            child.close()
+            self._pipes.append(parent)
+            self._processes.append(process)
+        # every pipe and every process sentinel (readable once the process has ended),
+        # registered once: what multiprocessing.connection.wait watches, without
+        # registering them all again at each of the thousands of waits of a collect
+        self._selector = selectors.DefaultSelector()
+        for w, process in enumerate(self._processes):
+            self._selector.register(self._pipes[w], selectors.EVENT_READ, ("message", w))
+            self._selector.register(process.sentinel, selectors.EVENT_READ, ("ended", w))
+        self._await_replies(range(self.num_workers), "ready")
+        self._started = True
 
     # --- the batched Env interface ----------------------------------------------------------
 
