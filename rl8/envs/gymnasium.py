@@ -231,6 +231,35 @@ class GymnasiumEnv(GymnasiumEnvBase):
         step_timeout_s: float | None = None,
     ) -> None:
         super().__init__(num_envs, horizon, device=device)
+        mode = self._check_mode(vectorization_mode, env, step_timeout_s)
+        self.env = env
+        self.vectorization_mode = mode
+        self.env_kwargs = dict(env_kwargs or {})
+        self.wrappers = list(wrappers or [])
+        self.render_mode = render_mode
+        self.vector_env = _make_vector_env(env, num_envs, mode, self._single_kwargs(), self.wrappers)
+        self._closed = False
+        self._errors: _WorkerErrors | None = None
+        self._finalizer: weakref.finalize | None = None
+        if isinstance(self.vector_env, AsyncVectorEnv):
+            # closes the workers when the env is collected or the interpreter exits, in time
+            self._finalizer = weakref.finalize(self, _close_async, self.vector_env)
+            self._errors = _WorkerErrors(self.vector_env, self._name())
+        try:
+            self._read_vector_env()
+        except BaseException:
+            self.close()
+            raise
+        self.observation_space = self.converter.observation_space
+        self.action_space = self.vector_env.single_action_space
+        self.metadata = {**type(self).metadata, **self.vector_env.metadata}
+        self.metadata.setdefault("render_fps", 30)
+        self._needs_reset = True
+        self._seeded = False
+
+    def _check_mode(self, vectorization_mode: str, env: Any, step_timeout_s: float | None) -> str:
+        """Check ``vectorization_mode``, ``env`` and ``step_timeout_s`` (see the class); set
+        :attr:`step_timeout_s` and return the mode as a string."""
         mode = getattr(vectorization_mode, "value", vectorization_mode)
         if mode not in _MODES:
             raise ValueError(
@@ -254,36 +283,18 @@ class GymnasiumEnv(GymnasiumEnvBase):
                 f"this process cannot be interrupted), got step_timeout_s={step_timeout_s!r} with "
                 f"vectorization_mode={mode!r}"
             )
-        self.env = env
-        self.vectorization_mode = mode
-        self.env_kwargs = dict(env_kwargs or {})
-        self.wrappers = list(wrappers or [])
-        self.render_mode = render_mode
-        self.vector_env = _make_vector_env(env, num_envs, mode, self._single_kwargs(), self.wrappers)
-        self._closed = False
-        self._errors: _WorkerErrors | None = None
-        self._finalizer: weakref.finalize | None = None
-        if isinstance(self.vector_env, AsyncVectorEnv):
-            # closes the workers when the env is collected or the interpreter exits, in time
-            self._finalizer = weakref.finalize(self, _close_async, self.vector_env)
-            self._errors = _WorkerErrors(self.vector_env, self._name())
-        try:
-            self.converter = GymnasiumConverter(
-                self.vector_env.single_observation_space, self.vector_env.single_action_space,
-                num_envs, self.device, self._name(),
-            )
-            reports = self._call(self.vector_env.call, "has_wrapper_attr", "reports_episode_records")
-            # [return_sum, length_sum, count] of the sub-envs' records not yet popped; None: none kept
-            self._episode_records = np.zeros(3) if any(reports) else None
-        except BaseException:
-            self.close()
-            raise
-        self.observation_space = self.converter.observation_space
-        self.action_space = self.vector_env.single_action_space
-        self.metadata = {**type(self).metadata, **self.vector_env.metadata}
-        self.metadata.setdefault("render_fps", 30)
-        self._needs_reset = True
-        self._seeded = False
+        return mode
+
+    def _read_vector_env(self) -> None:
+        """Make the converter from the vector env's spaces, and learn whether the sub-envs
+        report episode records."""
+        self.converter = GymnasiumConverter(
+            self.vector_env.single_observation_space, self.vector_env.single_action_space,
+            self.num_envs, self.device, self._name(),
+        )
+        reports = self._call(self.vector_env.call, "has_wrapper_attr", "reports_episode_records")
+        # [return_sum, length_sum, count] of the sub-envs' records not yet popped; None: none kept
+        self._episode_records = np.zeros(3) if any(reports) else None
 
     # --- public API -------------------------------------------------------------------------
 
