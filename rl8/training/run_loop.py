@@ -178,6 +178,41 @@ def _run_callbacks(trainer: Trainer, callbacks: Sequence[CallbackLike], stats: T
     return stop
 
 
+def _step_and_evaluate(trainer: Trainer, env_config: dict[str, Any] | None,
+                       eval_env_config: dict[str, Any] | None,
+                       steps_per_eval: int | None) -> tuple[TrainStats, bool]:
+    """One training step, then an evaluation (and a recorded video) when one is due; returns
+    the step's stats and whether it evaluated."""
+    algo, config = trainer.algo, trainer.config
+    stats = trainer._train_step(env_config)
+    evaluated = bool(steps_per_eval) and algo.steps % steps_per_eval == 0
+    if evaluated:
+        stats.update(trainer._eval(eval_env_config, deterministic=True))
+        if config.record_every and (algo.steps // steps_per_eval) % config.record_every == 0:
+            stats.update(_record_eval(trainer, eval_env_config))
+    return stats, evaluated
+
+
+def _finish_run(trainer: Trainer, conditions: list[Condition], stats: TrainStats, stop: list[bool],
+                progress: Progress, signals: StopSignals, *, held_at_checkpoint: bool,
+                stopped_by_callback: CallbackLike | None) -> None:
+    """After the last step: set ``trainer.stopped_by``, print the summary, write the last
+    checkpoint (unless it exists), handle a late signal, stop the actors, print the results.
+    ``stop``: which conditions held at the last step."""
+    progress.update(stats, conditions, force=True, held=stop)
+    trainer.stopped_by = next((c for c, fired in zip(conditions, stop) if fired), None)
+    if held_at_checkpoint and len(conditions) == 1:  # then it is the one that held
+        trainer.stopped_by = conditions[0]
+    progress.summary(stats, trainer.stopped_by, held_at_checkpoint=held_at_checkpoint,
+                     callback=None if stopped_by_callback is None else _callback_name(stopped_by_callback))
+    if trainer._last_checkpoint_step != trainer.algo.env_steps:
+        trainer.save_checkpoint()
+    signals.agree(False)
+    _handle_signals(trainer, signals, progress)  # one that arrived during the last checkpoint
+    trainer._stop_actors()
+    progress.results(trainer)
+
+
 def train_until(trainer: Trainer, conditions: list[Condition], stats: TrainStats, *, finished: bool,
                 env_config: dict[str, Any] | None, eval_env_config: dict[str, Any] | None,
                 steps_per_eval: int | None, callbacks: Sequence[CallbackLike] = ()) -> TrainStats:
@@ -197,12 +232,7 @@ def train_until(trainer: Trainer, conditions: list[Condition], stats: TrainStats
             for condition in conditions:
                 condition.start()
             while not finished:
-                stats = trainer._train_step(env_config)
-                evaluated = bool(steps_per_eval) and algo.steps % steps_per_eval == 0
-                if evaluated:
-                    stats.update(trainer._eval(eval_env_config, deterministic=True))
-                    if config.record_every and (algo.steps // steps_per_eval) % config.record_every == 0:
-                        stats.update(_record_eval(trainer, eval_env_config))
+                stats, evaluated = _step_and_evaluate(trainer, env_config, eval_env_config, steps_per_eval)
                 stopped_by_callback = _run_callbacks(trainer, callbacks, stats, evaluated)
                 trainer._log(stats)
                 stop = [bool(condition(stats)) for condition in conditions]
@@ -215,18 +245,8 @@ def train_until(trainer: Trainer, conditions: list[Condition], stats: TrainStats
                 _handle_signals(trainer, signals, progress)
                 if stop_now:
                     break
-            progress.update(stats, conditions, force=True, held=stop)
-            trainer.stopped_by = next((c for c, fired in zip(conditions, stop) if fired), None)
-            if held_at_checkpoint and len(conditions) == 1:  # then it is the one that held
-                trainer.stopped_by = conditions[0]
-            progress.summary(stats, trainer.stopped_by, held_at_checkpoint=held_at_checkpoint,
-                             callback=None if stopped_by_callback is None else _callback_name(stopped_by_callback))
-            if trainer._last_checkpoint_step != algo.env_steps:
-                trainer.save_checkpoint()
-            signals.agree(False)
-            _handle_signals(trainer, signals, progress)  # one that arrived during the last checkpoint
-            trainer._stop_actors()
-            progress.results(trainer)
+            _finish_run(trainer, conditions, stats, stop, progress, signals,
+                        held_at_checkpoint=held_at_checkpoint, stopped_by_callback=stopped_by_callback)
         except (KeyboardInterrupt, SystemExit):
             progress.close()
             with contextlib.suppress(Exception):  # a signal's exit: the actors exit with it
