@@ -240,32 +240,10 @@ def run_actor(algo: PPO, config: TrainerConfig, *, env_config: dict[str, Any] | 
                 _send_state(algo, learner, rank)
                 continue
             if command == _WEIGHTS:
-                if config.weight_sync == "broadcast":
-                    with _p2p(learner, f"actor rank {rank}: receiving weights from learner rank {learner}"):
-                        dist.recv(weights, src=learner, tag=_TAG_WEIGHTS)
-                    weights_layout.unpack(weights, _weights(algo))
-                else:
-                    _load_weights_file(algo, Path(config.weight_sync_dir), int(version))
-                algo.steps = int(version)
+                _receive_weights(algo, config, learner, rank, weights, weights_layout, int(version))
             t1 = time.perf_counter()
             stats = algo.collect(env_config=env_config)
-            t2 = time.perf_counter()
-            count = stats.get("episodes/count", 0.0)
-            count = 0.0 if math.isnan(count) else count
-            records = algo.buffer.env_episodes  # the env's own records of the rollout (or None)
-            header = {
-                "version": algo.behaviour_version,
-                "episode_return_sum": stats.get("episodes/return_mean", 0.0) * count if count else 0.0,
-                "episode_length_sum": stats.get("episodes/length_mean", 0.0) * count if count else 0.0,
-                "episode_count": count,
-                "env_records": float(records is not None),
-                "env_episode_return_sum": records.return_sum if records is not None else 0.0,
-                "env_episode_length_sum": records.length_sum if records is not None else 0.0,
-                "env_episode_count": float(records.count) if records is not None else 0.0,
-                "collect_s": t2 - t1,
-                "wait_s": t1 - t0,
-                "env_steps": algo.hparams.batch_size,
-            }
+            header = _rollout_header(algo, stats, wait_s=t1 - t0, collect_s=time.perf_counter() - t1)
             with _p2p(learner, f"actor rank {rank}: sending a rollout to learner rank {learner}"):
                 dist.send(torch.tensor([header[k] for k in HEADER], dtype=torch.float64), learner, tag=_TAG_HEADER)
                 dist.send(layout.pack(_leaves(algo.buffer.data), payload), learner, tag=_TAG_ROLLOUT)
@@ -276,6 +254,40 @@ def run_actor(algo: PPO, config: TrainerConfig, *, env_config: dict[str, Any] | 
     if received_signal[0] is not None:
         raise signal_exit(received_signal[0])
     return stats
+
+
+def _receive_weights(algo: PPO, config: TrainerConfig, learner: int, rank: int, weights: torch.Tensor,
+                     weights_layout: FlatLayout, version: int) -> None:
+    """Actor side: load the learner's weights of ``version`` (broadcast into ``weights``, or
+    from the weights file), and set ``algo.steps`` to it."""
+    if config.weight_sync == "broadcast":
+        with _p2p(learner, f"actor rank {rank}: receiving weights from learner rank {learner}"):
+            dist.recv(weights, src=learner, tag=_TAG_WEIGHTS)
+        weights_layout.unpack(weights, _weights(algo))
+    else:
+        _load_weights_file(algo, Path(config.weight_sync_dir), version)
+    algo.steps = version
+
+
+def _rollout_header(algo: PPO, stats: Stats, *, wait_s: float, collect_s: float) -> dict[str, float]:
+    """Actor side: the header sent with a rollout (the keys of ``HEADER``): its policy version,
+    its episodes' sums, the env's own records, and the time spent waiting and collecting (s)."""
+    count = stats.get("episodes/count", 0.0)
+    count = 0.0 if math.isnan(count) else count
+    records = algo.buffer.env_episodes  # the env's own records of the rollout (or None)
+    return {
+        "version": algo.behaviour_version,
+        "episode_return_sum": stats.get("episodes/return_mean", 0.0) * count if count else 0.0,
+        "episode_length_sum": stats.get("episodes/length_mean", 0.0) * count if count else 0.0,
+        "episode_count": count,
+        "env_records": float(records is not None),
+        "env_episode_return_sum": records.return_sum if records is not None else 0.0,
+        "env_episode_length_sum": records.length_sum if records is not None else 0.0,
+        "env_episode_count": float(records.count) if records is not None else 0.0,
+        "collect_s": collect_s,
+        "wait_s": wait_s,
+        "env_steps": algo.hparams.batch_size,
+    }
 
 
 def _load_weights_file(algo: PPO, folder: Path, version: int) -> None:
@@ -459,6 +471,14 @@ class Learner:
         if cfg.importance_weight_cap is not None:
             weights = truncated_importance_weights(self.algo, cfg.importance_weight_cap)
             stats["monitors/importance_weight_mean"] = reduce_stats(self.dist, means={"w": weights.double().mean()})["w"]
+        self._add_actor_stats(stats, sums, fresh, actor_waits, wait_s)
+        return stats
+
+    def _add_actor_stats(self, stats: Stats, sums: dict[str, float], fresh: dict[int, float],
+                         actor_waits: list[float], wait_s: float) -> None:
+        """Reduce the actors' numbers over the learners and add them to ``stats``: their
+        episodes' ``sums``, the lag of each ``fresh`` rollout, the actors' waits and this
+        learner's ``wait_s`` (s)."""
         f64 = torch.float64
         reduced = reduce_stats(
             self.dist,
@@ -486,7 +506,6 @@ class Learner:
         stats["throughput/actor_env_steps_per_s"] = reduced["actor_rate"]
         stats["profiling/actor_wait_ms"] = reduced["profiling/actor_wait_ms"]
         stats["profiling/learner_wait_ms"] = reduced["profiling/learner_wait_ms"]
-        return stats
 
     def after_update(self) -> None:
         """Reply to the actors whose next rollout had to wait for this update: with its
