@@ -190,6 +190,25 @@ class Shared:
         }
 
 
+def _step_env(env: gymnasium.Env, current: int, shared: Shared, views: dict[str, np.ndarray]) -> None:
+    """In a worker: step sub-env ``current`` (``env``) with its action from shared memory,
+    auto-resetting it when its episode ends, and write what it returned to shared memory."""
+    space, records = shared.observation_space, views["episode_records"]
+    obs, reward, terminated, truncated, info = env.step(_row(views["actions"], current))
+    reports = isinstance(env, ReportEpisodeRecords)
+    if reports:
+        records[current] = info.get(EPISODE_RECORDS_KEY, 0.0)
+    if terminated or truncated:
+        write_to_shared_memory(space, current, obs, shared.final_obs)
+        obs, info = env.reset()
+        if reports and EPISODE_RECORDS_KEY in info:
+            records[current] += info[EPISODE_RECORDS_KEY]
+    write_to_shared_memory(space, current, obs, shared.obs)
+    views["rewards"][current] = reward
+    views["terminated"][current] = terminated
+    views["truncated"][current] = truncated
+
+
 def worker(worker: int, env_ids: range, make_env_pickle: bytes, shared: Shared, pipe: Connection) -> None:
     """A worker process: builds the gymnasium envs ``env_ids`` with ``make_env_pickle`` (a
     pickled :class:`~gymnasium.vector.utils.CloudpickleWrapper` of the env maker, unpickled
@@ -211,7 +230,6 @@ def worker(worker: int, env_ids: range, make_env_pickle: bytes, shared: Shared, 
     space = shared.observation_space
     envs: dict[int, gymnasium.Env] = {}
     current = env_ids.start
-    records = views["episode_records"]
 
     def report_error(index: int, exc: BaseException) -> None:
         trace = traceback.format_exc()
@@ -229,20 +247,7 @@ def worker(worker: int, env_ids: range, make_env_pickle: bytes, shared: Shared, 
             command, arg = read_message(pipe.recv_bytes())
             if command == "step":
                 for current in arg:
-                    env = envs[current]
-                    obs, reward, terminated, truncated, info = env.step(_row(views["actions"], current))
-                    reports = isinstance(env, ReportEpisodeRecords)
-                    if reports:
-                        records[current] = info.get(EPISODE_RECORDS_KEY, 0.0)
-                    if terminated or truncated:
-                        write_to_shared_memory(space, current, obs, shared.final_obs)
-                        obs, info = env.reset()
-                        if reports and EPISODE_RECORDS_KEY in info:
-                            records[current] += info[EPISODE_RECORDS_KEY]
-                    write_to_shared_memory(space, current, obs, shared.obs)
-                    views["rewards"][current] = reward
-                    views["terminated"][current] = terminated
-                    views["truncated"][current] = truncated
+                    _step_env(envs[current], current, shared, views)
                     pipe.send_bytes(_STEPPED + current.to_bytes(4, "little"))
             elif command == "reset":
                 for current, seed in arg:
