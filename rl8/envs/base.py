@@ -406,8 +406,10 @@ def validate_step_output(out: Any, env: Env, *, batch_size: int | None = None) -
     _check_step_container(out, name, n)
     keys = set(out.keys())
     _check_value("obs", out["obs"], env.observation_space, n, f"{name}.step")
-    _check_step_rewards(out["rewards"], name, n)
-    _check_step_flags(out, keys, name, n)
+    _check_step_column(out["rewards"], "rewards", torch.float32, name, n)
+    for flag in ("terminated", "truncated"):
+        if flag in keys:
+            _check_step_column(out[flag], flag, torch.bool, name, n)
     _check_step_final_obs(out, keys, env, name, n)
     _check_step_episodic(keys, env, name, n)
     unknown = keys - {"obs", "rewards", "terminated", "truncated", "final_obs", "info"}
@@ -434,31 +436,13 @@ def _check_step_container(out: Any, name: str, n: int) -> None:
             )
 
 
-def _check_step_rewards(rewards: torch.Tensor, name: str, n: int) -> None:
-    """Check that ``rewards`` is ``[n, 1]`` float32."""
-    if tuple(rewards.shape) != (n, 1):
-        raise EnvOutputError(
-            f"{name}.step: 'rewards' has shape {tuple(rewards.shape)}, expected ({n}, 1)"
-        )
-    if rewards.dtype != torch.float32:
-        raise EnvOutputError(
-            f"{name}.step: 'rewards' has dtype {rewards.dtype}, expected torch.float32"
-        )
-
-
-def _check_step_flags(out: TensorDictBase, keys: set, name: str, n: int) -> None:
-    """Check that ``terminated`` and ``truncated``, where given, are ``[n, 1]`` bool."""
-    for key in ("terminated", "truncated"):
-        if key in keys:
-            flag = out[key]
-            if tuple(flag.shape) != (n, 1):
-                raise EnvOutputError(
-                    f"{name}.step: {key!r} has shape {tuple(flag.shape)}, expected ({n}, 1)"
-                )
-            if flag.dtype != torch.bool:
-                raise EnvOutputError(
-                    f"{name}.step: {key!r} has dtype {flag.dtype}, expected torch.bool"
-                )
+def _check_step_column(value: torch.Tensor, key: str, dtype: torch.dtype, name: str, n: int) -> None:
+    """Check that the step output ``key`` (``rewards``, ``terminated``, ``truncated``) is
+    ``[n, 1]`` of ``dtype``."""
+    if tuple(value.shape) != (n, 1):
+        raise EnvOutputError(f"{name}.step: {key!r} has shape {tuple(value.shape)}, expected ({n}, 1)")
+    if value.dtype != dtype:
+        raise EnvOutputError(f"{name}.step: {key!r} has dtype {value.dtype}, expected {dtype}")
 
 
 def _check_step_final_obs(out: TensorDictBase, keys: set, env: Env, name: str, n: int) -> None:
