@@ -137,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
     hparams = _rank_hparams(hparams)
     conditions = stop_conditions(config)
     run_args = _run_args(config)
-    _check_eval_plan(hparams.horizons_per_env_reset, config, run_args)
+    _check_eval_plan(run_args)
     algo = _build_algo(env, hparams)
     _check_env_configs(algo, run_args)
     stored = {k: v for k, v in config.items() if k in RUN_KEYS or k == "env"}
@@ -259,8 +259,7 @@ def _resume(args: argparse.Namespace, file_config: Mapping[str, Any], cli_config
     conditions = stop_conditions(config) or _checkpoint_conditions(state["trainer"], path)
     # how the checkpoint's run() was called, unless the config or flags say otherwise
     run_args = _run_args(config, state["trainer"].get("run") or {})
-    eval_config = {"eval_num_envs": state["trainer"].get("eval_num_envs"), **config}
-    _check_eval_plan(hparams.horizons_per_env_reset, eval_config, run_args)
+    _check_eval_plan(run_args)
     # the options given change the resumed Trainer's, except those naming its MLflow run
     given = trainer_options({**file_config, **cli_config}, "config")
     kwargs: dict[str, Any] = {k: v for k, v in given.items() if not TRAINER_OPTIONS[k]["names_run"]}
@@ -296,16 +295,11 @@ def _checkpoint_conditions(saved: Mapping[str, Any], path: Any) -> list[Any]:
         raise ConfigError(f"--resume: {path}: stored stop condition: {exc}") from None
 
 
-def _check_eval_plan(horizons_per_env_reset: int, config: Mapping[str, Any], run_args: Mapping[str, Any]) -> None:
-    from rl8.training.trainer import check_eval_plan
+def _check_eval_plan(run_args: Mapping[str, Any]) -> None:
+    from rl8.training.run_loop import check_eval_plan
 
     try:
-        check_eval_plan(
-            horizons_per_env_reset,
-            eval_num_envs=int_option(config, "eval_num_envs", "config"),
-            steps_per_eval=run_args["steps_per_eval"],
-            eval_env_config=run_args["eval_env_config"],
-        )
+        check_eval_plan(run_args["steps_per_eval"], run_args["eval_env_config"])
     except ValueError as exc:
         raise ConfigError(str(exc).replace("Trainer.run: ", "")) from None
 
