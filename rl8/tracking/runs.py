@@ -105,7 +105,6 @@ def clean_runs(tracking_uri: str | None = None, *, experiment: str | None = None
         dry_run: Only return the runs that would be cleaned.
     """
     from mlflow.tracking import MlflowClient
-
     if older_than_s is not None and not (isinstance(older_than_s, (int, float)) and older_than_s >= 0):
         raise ValueError(f"older_than_s must be a number of seconds >= 0, got {older_than_s!r}")
     now = time.time()

@@ -39,7 +39,6 @@ _ready_lock = threading.Lock()  # threads of one process (flock locks a process'
 def _source_tags(run_name: str | None) -> dict[str, str]:
     try:  # the same context tags mlflow.start_run records: user, source, git commit
         from mlflow.tracking.context.registry import resolve_tags
-
         tags = {k: str(v) for k, v in resolve_tags({}).items()}
     except Exception:  # pragma: no cover - context providers are best effort
         tags = {}
@@ -101,7 +100,6 @@ def ready_store(uri: str) -> None:
     if db is None:
         return
     from mlflow.tracking import MlflowClient
-
     with _ready_lock, _quiet_store_loggers(), _file_lock(db.with_name(db.name + ".lock")):
         for attempt in range(1, _STORE_ATTEMPTS + 1):
             try:
@@ -127,7 +125,6 @@ def open_run(uri: str, experiment: str, run_name: str | None, resume_id: str | N
     """Probe an ``http(s)`` store, then create a run in ``experiment`` or resume ``resume_id``;
     every failure is a :class:`TrackingError` naming ``uri`` and the cause."""
     from mlflow.tracking import MlflowClient
-
     http = is_http(uri)
     try:
         ready_store(uri)
@@ -175,7 +172,6 @@ def _experiment_id(client: Any, uri: str, experiment: str) -> str:
 
 def _resume_run(client: Any, uri: str, experiment: str, run_name: str | None, run_id: str) -> _OpenedRun:
     from mlflow.entities import RunTag
-
     try:
         run = client.get_run(run_id)
     except Exception as exc:

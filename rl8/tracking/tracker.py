@@ -147,7 +147,6 @@ class _Run:
         """The resolved tracking URI (never ``None``)."""
         if self._tracking_uri is None:
             import mlflow
-
             self._tracking_uri = mlflow.get_tracking_uri()
         return self._tracking_uri
 

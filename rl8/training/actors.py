@@ -21,8 +21,8 @@ import torch.distributed as dist
 from tensordict import TensorDictBase
 
 from rl8.ppo.distributed import (
-    TIMEOUT_ENV_VAR, WEIGHT_SYNC_METHODS, DistContext, DistributedError, Roles, collective_timeout_s,
-    current_roles, to_cpu,
+    TIMEOUT_ENV_VAR, DistContext, DistributedError, Roles, collective_timeout_s, current_roles,
+    to_cpu,
 )
 from rl8.ppo.stats import Stats, episode_means, reduce_stats
 from rl8.training.resume import rank_entry
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from rl8.ppo.algorithm import PPO
 
 __all__ = [
-    "HEADER", "WEIGHT_SYNC_METHODS", "FlatLayout", "Learner", "actor_state", "check_actor_config", "run_actor",
+    "HEADER", "FlatLayout", "Learner", "actor_state", "check_actor_config", "run_actor",
     "truncated_importance_weights",
 ]
 

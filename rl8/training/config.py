@@ -35,14 +35,12 @@ _POSITIVE = optional(check("a number > 0", lambda v: (is_int(v) or isinstance(v,
 
 def _weight_sync(value: Any, name: str) -> str | None:
     from rl8.ppo.distributed import WEIGHT_SYNC_METHODS
-
     return None if value in WEIGHT_SYNC_METHODS else f"one of {', '.join(map(repr, WEIGHT_SYNC_METHODS))}"
 
 
 def _checkpoint_data(value: Any, name: str) -> str | None:
     """Plain data a checkpoint can hold, checked now rather than at the first checkpoint."""
     from rl8.io.checkpoint import check_loadable
-
     if value is None:
         return None
     if not isinstance(value, Mapping):

@@ -106,7 +106,6 @@ def _safe_yaml(text: str, where: str) -> Any:
 def _parse_value(text: str) -> Any:
     """A ``--set`` value: YAML (``[64, 64]``, ``true``, ``null``), numbers from numeric strings."""
     import yaml
-
     if text.strip() in ("None", "none"):  # Python's spelling of null
         return None
     try:
@@ -138,21 +137,18 @@ def assign(target: dict[str, Any], path: list[str], value: Any) -> None:
 def hparam_names() -> list[str]:
     """The names of :class:`rl8.HParams`' fields."""
     from rl8.ppo.hparams import HParams
-
     return [f.name for f in dataclasses.fields(HParams)]
 
 
 def unknown_hparam(key: Any, where: str) -> ConfigError:
     """The error for a hyper-parameter name that :class:`rl8.HParams` does not have."""
     from rl8.ppo.hparams import unknown_hparam_message
-
     return ConfigError(unknown_hparam_message(key, where))
 
 
 def _clean_hparams(hparams: Mapping[str, Any], where: str) -> dict[str, Any]:
     """:meth:`rl8.HParams.read_config`: names checked, numeric strings as numbers."""
     from rl8.ppo.hparams import HParams
-
     try:
         return HParams.read_config(hparams, where)
     except ValueError as exc:
@@ -186,7 +182,6 @@ def load_config(path: str | os.PathLike[str]) -> dict[str, Any]:
     keys; a :class:`ConfigError` for an unreadable file, invalid or too large YAML, not a
     mapping, or an unknown key (with close matches)."""
     import yaml
-
     path = Path(path)
     try:
         text = path.read_text()
@@ -248,7 +243,6 @@ def stop_conditions(config: Mapping[str, Any]) -> list[Any]:
     """The stop conditions of a config: its ``stop_conditions`` and ``max_steps`` (a
     ``HitsUpperBound`` on ``env/steps``)."""
     from rl8.training.conditions import HitsUpperBound, from_config
-
     specs = config.get("stop_conditions") or []
     if isinstance(specs, Mapping):
         specs = [specs]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 

@@ -58,7 +58,6 @@ def _memory_stats(device: torch.device) -> dict[str, float]:
         pass
     try:
         import resource
-
         maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         out["memory/max_rss_mb"] = maxrss / (2**20 if sys.platform == "darwin" else 2**10)
     except (ImportError, OSError):  # pragma: no cover - Windows

@@ -191,7 +191,6 @@ def _render(env: Env, index: int) -> np.ndarray:
     """The frame of sub-env ``index``: an ImportError for a renderer that is not installed
     (pygame), a :class:`RenderError` for an OpenGL context that cannot be made."""
     import gymnasium
-
     try:
         frame = env.render(index)
     except gymnasium.error.DependencyNotInstalled as exc:
