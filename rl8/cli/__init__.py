@@ -1,8 +1,5 @@
-"""The ``rl8`` command (``rl8 = "rl8.cli:main"``; ``python -m rl8``, ``python -m rl8.cli``):
-one module per command (:mod:`~rl8.cli.train`, :mod:`~rl8.cli.evaluate`, :mod:`~rl8.cli.record`,
-:mod:`~rl8.cli.runs`, what they share in :mod:`~rl8.cli.common`), the parser and entry point in
-:mod:`~rl8.cli.main`; config files are read by :mod:`rl8.training.config_file`. See
-``docs/cli.md``."""
+"""The ``rl8`` command (``python -m rl8``): one module per command, the parser and entry point in
+:mod:`~rl8.cli.main`. See ``docs/cli.md``."""
 
 from rl8.cli.main import build_parser, main
 from rl8.training.config_file import CONFIG_KEYS, ConfigError, load_config, parse_assignment

@@ -1,5 +1,5 @@
-"""What the ``rl8`` commands share: the names given on the command line (imported from the
-working folder), the env a checkpoint or policy file names, and a saved policy with its env."""
+"""What the ``rl8`` commands share: names given on the command line (imported from the working
+folder), the env a checkpoint or policy file names, a saved policy with its env."""
 
 from __future__ import annotations
 
@@ -13,18 +13,11 @@ __all__ = ["canonical_env", "import_given", "policy_and_env", "same_env", "store
 
 
 def import_given(name: Any, field: str) -> None:
-    """Import a dotted path that you gave on the command line or in your config file (never one
-    read from a checkpoint or policy file) with the working folder on ``sys.path``, as under
-    ``python -m rl8``: ``rl8 train --env myenv.Reach`` works from the folder holding
-    ``myenv.py``. Gymnasium ids and registered names are left alone.
-
-    Raises:
-        ImportError: The name cannot be imported.
-        ValueError: It is not a dotted path of Python names.
-    """
+    """Import a dotted path given on the command line or in a config file (never one read from
+    a file) with the working folder on ``sys.path`` (``--env myenv.Reach`` beside ``myenv.py``);
+    gymnasium ids and registered names are left alone. ``field`` names it in errors."""
     from rl8 import registry
     from rl8.ppo.resolve import import_user_path, is_dotted_path
-
     if is_dotted_path(name) and registry.lookup(name) is None:
         import_user_path(name, field=field, search_working_dir=True)
 
@@ -34,15 +27,12 @@ def unregistered(stored: str, trust_code: bool) -> bool:
     ``--trust-code`` does not import)."""
     from rl8 import registry
     from rl8.ppo.resolve import is_dotted_path
-
     return is_dotted_path(stored) and not trust_code and registry.lookup(stored) is None
 
 
 def same_env(given: str, stored: str, *, source: Any, trust_code: bool) -> bool:
-    """Whether ``--env`` names the env a file stores: the same class (``rl8.envs.CartPole`` and
-    ``rl8.envs.cartpole.CartPole``), or, when the stored class is not registered in this process
-    (a script's ``__main__.Reach``), a class of the same name that you hand over
-    (``myenv.Reach``)."""
+    """Whether ``--env`` names the env a file stores: the same class, or one of the same name when
+    the stored class is not registered here (a script's ``__main__.Reach``)."""
     if given == stored:
         return True
     if unregistered(stored, trust_code):
@@ -51,11 +41,10 @@ def same_env(given: str, stored: str, *, source: Any, trust_code: bool) -> bool:
 
 
 def canonical_env(spec: str, *, source: Any = None, trust_code: bool = False) -> str:
-    """``rl8.envs.CartPole`` and ``rl8.envs.cartpole.CartPole`` name the same class. A spec read
-    from a file (``source``) is checked for its kind before use (see docs/security.md)."""
+    """One name for a class (``rl8.envs.CartPole`` for ``rl8.envs.cartpole.CartPole``); a spec
+    read from a file (``source``) is checked for its kind first."""
     from rl8.ppo.resolve import env_spec_string, env_target
     from rl8.io.checkpoint import CheckpointError
-
     try:
         return env_spec_string(env_target(spec, source=source, trust_code=trust_code).target) or spec
     except CheckpointError:
@@ -65,14 +54,13 @@ def canonical_env(spec: str, *, source: Any = None, trust_code: bool = False) ->
 
 
 def policy_and_env(args: argparse.Namespace, make: Any) -> tuple[Any, Any, str, dict[str, Any]]:
-    """The saved policy named on the command line, the env ``make(spec, env_kwargs)`` builds
-    for it (its spaces checked against the policy's), the env spec used (``--env``, or the
-    stored one checked for its kind, see docs/security.md) and the env config (stored, then
-    ``--env-config``)."""
+    """The saved policy named on the command line, the env ``make(spec, env_kwargs)`` builds for
+    it (spaces checked), the env spec used and the env config (stored, then ``--env-config``)."""
     import gymnasium
 
-    from rl8.ppo.resolve import spec_from_env_info
+    from rl8.io.checkpoint import CheckpointError
     from rl8.io.export import check_env_spaces, policy_from_dict, read_policy
+    from rl8.ppo.resolve import spec_from_env_info
 
     try:  # first: a module of yours may also define the policy's model class
         import_given(args.env, "--env")
@@ -82,8 +70,6 @@ def policy_and_env(args: argparse.Namespace, make: Any) -> tuple[Any, Any, str, 
     policy = policy_from_dict(info, map_location="cpu", source=args.policy, trust_code=args.trust_code)
     env_info = info.get("env") or {}
     if not isinstance(env_info, Mapping):
-        from rl8.io.checkpoint import CheckpointError
-
         raise CheckpointError(f"{args.policy}: the stored env must be a dict, got {type(env_info).__name__}")
     spec = args.env or spec_from_env_info(env_info, source=args.policy, trust_code=args.trust_code)
     if not spec:
@@ -107,12 +93,9 @@ def policy_and_env(args: argparse.Namespace, make: Any) -> tuple[Any, Any, str, 
 
 
 def stored_env_kwargs(args: argparse.Namespace, env_info: Mapping[str, Any]) -> Any:
-    """The stored env's arguments when the env used is the stored one (no ``--env``, or an
-    ``--env`` naming the same env, see :func:`same_env`), else ``None``: they belong to that
-    env. When ``--env`` is given the names inside them are checked here for the env it names,
-    as :func:`policy_and_env` checks them without ``--env`` (see docs/security.md)."""
+    """The stored env's arguments (the names inside checked) when the env used is the stored one,
+    else ``None``: they belong to that env."""
     from rl8.ppo.resolve import check_stored_env_kwargs, env_target
-
     if not args.env:
         return env_info.get("env_kwargs")
     stored = env_info.get("spec")

@@ -14,7 +14,7 @@ __all__ = ["run"]
 
 
 def run(args: argparse.Namespace) -> int:
-    """``rl8 eval``: run the policy and print its episode returns; returns the exit status.
+    """``rl8 eval``: run the policy and print its episode returns; the exit status.
 
     Args:
         args: The parsed command line (see :func:`rl8.cli.main.build_parser`).
@@ -22,7 +22,6 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from rl8.ppo.algorithm import make_env
-
     num_envs = args.num_envs or args.episodes
     policy, env, spec, config = policy_and_env(
         args, lambda spec, env_kwargs: make_env(spec, num_envs, None, device="cpu", env_kwargs=env_kwargs)
@@ -85,7 +84,6 @@ def _eval_steps(policy: Any, env: Any, obs: Any, steps: int, deterministic: bool
     import torch
 
     from rl8.policies.runner import run_policy
-
     total = torch.zeros(env.num_envs, dtype=torch.float64)
     for step in run_policy(policy, env, obs, num_steps=steps, deterministic=deterministic):
         total += step.rewards.double().cpu()

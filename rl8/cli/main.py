@@ -1,19 +1,5 @@
-"""The ``rl8`` command: train from a YAML config or flags, resume, evaluate a saved policy.
-
-::
-
-    rl8 train examples/cartpole.yaml
-    rl8 train --env rl8.envs.CartPole --set horizon=64 --set lr=3e-4 --max-steps 200000
-    rl8 train --resume checkpoints/<run id>            # or a checkpoint file, or a run id
-    rl8 eval <run id or policy/checkpoint path> --episodes 10
-    rl8 record <run id or policy/checkpoint path> -o cartpole.mp4
-    rl8 runs --clean                                   # mark runs of dead processes FAILED
-    python -m rl8 --version
-
-See ``docs/cli.md``. Configuration mistakes (an unknown key, a bad value) print one line on
-stderr and exit with status 2; other known failures (tracking server down, missing or corrupt
-checkpoint) exit with status 1; SIGINT exits with 130 and SIGTERM with 143 after a checkpoint.
-"""
+"""The ``rl8`` command's parser and entry point (see ``docs/cli.md``): configuration mistakes
+exit with status 2, other known failures (tracking server down, missing checkpoint) with 1."""
 
 from __future__ import annotations
 
@@ -32,7 +18,6 @@ from rl8.training.config_file import CONFIG_KEYS, ConfigError
 from rl8.training.config import TrainerConfig
 
 __all__ = ["build_parser", "main"]
-
 
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -63,8 +48,8 @@ def _positive_float(text: str) -> float:
 
 
 def _option_flag(name: str) -> Any:
-    """The ``type`` of the ``rl8 train`` flag of Trainer option ``name``: the text read and
-    checked as the option's field says (:meth:`TrainerConfig.read_option`)."""
+    """The ``type`` of the ``rl8 train`` flag of Trainer option ``name``
+    (:meth:`TrainerConfig.read_option`)."""
 
     def read(text: str) -> Any:
         try:
@@ -87,7 +72,7 @@ def _positive_int(text: str) -> int:
 
 
 def _add_policy_run_arguments(parser: argparse.ArgumentParser, *, seed_help: str) -> None:
-    """The arguments ``rl8 eval`` and ``rl8 record`` share: which policy, in which env, how."""
+    """The arguments of ``rl8 eval`` and ``rl8 record``: which policy, in which env, how."""
     parser.add_argument("policy", metavar="PATH_OR_RUN_ID")
     parser.add_argument("--env", help="env to run in (default: the one the policy was trained on)")
     parser.add_argument("--env-config", action="append", metavar="KEY=VALUE", help="env parameter (repeatable)")
@@ -103,7 +88,6 @@ def _add_policy_run_arguments(parser: argparse.ArgumentParser, *, seed_help: str
 def build_parser() -> argparse.ArgumentParser:
     """The ``rl8`` argument parser."""
     from rl8.version import __version__
-
     parser = argparse.ArgumentParser(
         prog="rl8", description="Fast PPO for batched environments: train, resume, evaluate."
     )
@@ -117,7 +101,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_train_command(commands) -> None:
-    """Add the ``train`` subcommand to ``commands`` (the parser's subparsers)."""
     train = commands.add_parser(
         "train", help="train a policy (from a YAML config and/or flags)",
         description="Train with PPO. Flags override the config file. See docs/cli.md.",
@@ -147,7 +130,6 @@ def _add_train_command(commands) -> None:
 
 
 def _add_eval_command(commands) -> None:
-    """Add the ``eval`` subcommand to ``commands`` (the parser's subparsers)."""
     evaluate = commands.add_parser(
         "eval", help="run a saved policy and print episode returns",
         description="Run a policy from a policy file, a checkpoint (file or folder) or an MLflow run.",
@@ -162,7 +144,6 @@ def _add_eval_command(commands) -> None:
 
 
 def _add_record_command(commands) -> None:
-    """Add the ``record`` subcommand to ``commands`` (the parser's subparsers)."""
     record = commands.add_parser(
         "record", help="record an MP4 video of a saved policy (needs imageio and imageio-ffmpeg: the video extra)",
         description="Run a policy for one episode and write an MP4 video of it (H.264). The "
@@ -180,7 +161,6 @@ def _add_record_command(commands) -> None:
 
 
 def _add_runs_command(commands) -> None:
-    """Add the ``runs`` subcommand to ``commands`` (the parser's subparsers)."""
     runs = commands.add_parser(
         "runs", help="list RUNNING MLflow runs and their process; --clean marks dead ones FAILED",
         description="List the RUNNING MLflow runs with the host and pid of their process (alive, "
@@ -208,7 +188,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     from rl8.io.checkpoint_dir import CheckpointDirError
     from rl8.io.checkpoint import CheckpointError
     from rl8.tracking import TrackingError
-
     try:
         return int(args.func(args) or 0)
     except (ConfigError, CheckpointDirError) as exc:  # CheckpointDirError: an unusable checkpoint_dir

@@ -11,13 +11,12 @@ __all__ = ["run"]
 
 
 def run(args: argparse.Namespace) -> int:
-    """``rl8 record``: write the video; returns the exit status.
+    """``rl8 record``: write the video; the exit status.
 
     Args:
         args: The parsed command line (see :func:`rl8.cli.main.build_parser`).
     """
     from rl8.training.video import RenderError, make_recording_env, prepare_headless_rendering, record_video
-
     prepare_headless_rendering()  # before an env imports mujoco
     try:
         policy, env, _, config = policy_and_env(

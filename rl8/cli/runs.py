@@ -13,14 +13,13 @@ __all__ = ["run"]
 
 
 def run(args: argparse.Namespace) -> int:
-    """``rl8 runs``: list the RUNNING runs (``--clean``: mark those of dead processes FAILED);
-    returns the exit status.
+    """``rl8 runs``: list the RUNNING runs (``--clean``: mark those of dead processes FAILED); the
+    exit status.
 
     Args:
         args: The parsed command line (see :func:`rl8.cli.main.build_parser`).
     """
     from rl8.tracking.runs import clean_runs, running_runs
-
     if args.older_than is not None and not args.clean:
         raise ConfigError("--older-than only applies with --clean")
     if args.dry_run and not args.clean:

@@ -49,7 +49,6 @@ def _merge_hparams(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[st
 
 def _build_hparams(hparams: Mapping[str, Any], where: str) -> Any:
     from rl8.ppo.hparams import HParams
-
     try:
         return HParams.from_config(hparams, where)
     except (TypeError, ValueError) as exc:
@@ -57,11 +56,8 @@ def _build_hparams(hparams: Mapping[str, Any], where: str) -> Any:
 
 
 def _summary(trainer: Any) -> None:
-    """With ``--quiet``: what ``Trainer.run`` prints at the end unless quiet (the run id, the
-    tracking URI, the checkpoint, how to resume, ``mlflow ui``: :func:`rl8.training.progress.results_lines`),
-    which scripts read from stdout."""
+    """With ``--quiet``: what ``Trainer.run`` prints at the end unless quiet (scripts read it)."""
     from rl8.training.progress import results_lines
-
     dist = getattr(trainer.algo, "dist", None)
     if trainer.config.progress is not False or (dist is not None and not dist.is_main):
         return  # Trainer.run printed it; under torchrun only rank 0 prints
@@ -69,15 +65,9 @@ def _summary(trainer: Any) -> None:
 
 
 def _config_file(arg: str) -> str | os.PathLike[str]:
-    """The config file that ``rl8 train ARG`` reads: ``preset:NAME`` is always the preset
-    ``NAME``; an existing path is that file (as before presets); any other ``ARG`` that is a
-    preset's name (``HalfCheetah-v5``) is that preset. A missing ``ARG`` that looks like a
-    path (a folder or a ``.yaml`` / ``.yml`` suffix) is returned, to fail with "cannot read
-    config file"; any other name is a :class:`ConfigError` naming the close presets and
-    ``rl8 train --env ARG``, which trains a gymnasium id without a preset. See
-    ``rl8.presets``."""
+    """The config file that ``rl8 train ARG`` reads (see ``docs/cli.md#presets``): a preset or a
+    path; a name that is neither is a :class:`ConfigError` naming the close presets."""
     from rl8 import presets
-
     if arg.startswith(presets.PREFIX) or (not Path(arg).exists() and arg in presets.names()):
         try:
             return presets.path(arg)
@@ -91,7 +81,6 @@ def _config_file(arg: str) -> str | os.PathLike[str]:
 def _no_preset_message(name: str, known: Sequence[str]) -> str:
     """What ``rl8 train NAME`` says when ``NAME`` is neither a file nor a preset."""
     import gymnasium
-
     close = difflib.get_close_matches(name, list(known), n=3, cutoff=0.6)
     hint = f" Did you mean: {', '.join(close)}?" if close else f" Presets: {', '.join(known)}."
     if name in gymnasium.registry:
@@ -101,8 +90,7 @@ def _no_preset_message(name: str, known: Sequence[str]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    """``rl8 train``: train (or resume) and print where the results are; returns the exit
-    status.
+    """``rl8 train``: train (or resume) and print where the results are; the exit status.
 
     Args:
         args: The parsed command line (see :func:`rl8.cli.main.build_parser`).
@@ -115,8 +103,7 @@ def run(args: argparse.Namespace) -> int:
                           "name a plain function as its env factory)")
     file_config = load_config(_config_file(args.config)) if args.config else {}
     cli_config, cli_hparams = _overrides(args)
-    # under torchrun (WORLD_SIZE > 1): join the process group (with --actors: as actor or
-    # learner); a no-op otherwise
+    # under torchrun: join the process group (with --actors: as actor or learner)
     actors = cli_config.get("actors", file_config.get("actors"))
     try:
         init_distributed(actors=int_option({"actors": actors}, "actors", "config") if actors is not None else None)
@@ -137,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     hparams = _rank_hparams(hparams)
     conditions = stop_conditions(config)
     run_args = _run_args(config)
-    _check_eval_plan(hparams.horizons_per_env_reset, config, run_args)
+    _check_eval_plan(run_args)
     algo = _build_algo(env, hparams)
     _check_env_configs(algo, run_args)
     stored = {k: v for k, v in config.items() if k in RUN_KEYS or k == "env"}
@@ -149,8 +136,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_args(config: Mapping[str, Any], stored: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The arguments of ``Trainer.run`` that ``config`` gives, else those ``stored`` (how a
-    checkpoint's run was called)."""
+    """The arguments of ``Trainer.run`` that ``config`` gives, else those ``stored``."""
     read = {"env_config": mapping_option, "eval_env_config": mapping_option, "steps_per_eval": int_option}
     stored = stored or {}
     return {key: option(config, key, "config") if key in config else stored.get(key) for key, option in read.items()}
@@ -159,20 +145,14 @@ def _run_args(config: Mapping[str, Any], stored: Mapping[str, Any] | None = None
 def _rank_hparams(hparams: Any) -> Any:
     """Under torchrun with CUDA, each local rank trains on its own GPU (``cuda:LOCAL_RANK``)."""
     from rl8.ppo.distributed import rank_device
-
     device = rank_device(hparams.device)
     return hparams if device == hparams.device else hparams.replace(device=device)
-
-
-def _str(value: Any) -> str | None:
-    return None if value is None else str(value)
 
 
 def _build_algo(env: str, hparams: Any) -> Any:
     import gymnasium
 
     from rl8.ppo.algorithm import PPO
-
     try:
         import_given(env, "env")
         for key in ("model_cls", "distribution_cls", "optimizer_cls"):
@@ -184,12 +164,9 @@ def _build_algo(env: str, hparams: Any) -> Any:
 
 
 def _check_env_configs(algo: Any, run_args: Mapping[str, Any]) -> None:
-    """Reset a one-env copy of ``algo``'s env (on the CPU) with each env config the run will
-    use (``hparams.env_config``, and over it ``env_config`` and ``eval_env_config``), so that a
-    mistake (an unknown key, a bad value) is a :class:`ConfigError` before the MLflow run is
-    created, not an error at the first step. Nothing is built when no env config is given."""
+    """Reset a one-env CPU copy of ``algo``'s env with each env config the run will use, so that
+    a mistake is a :class:`ConfigError` before the MLflow run is created."""
     from rl8.ppo.algorithm import make_env
-
     base = dict(algo.hparams.env_config or {})
     checks = [("hparams: env_config", base)] if base else []
     for key in ("env_config", "eval_env_config"):
@@ -214,21 +191,19 @@ def _check_env_configs(algo: Any, run_args: Mapping[str, Any]) -> None:
 
 def _resume(args: argparse.Namespace, file_config: Mapping[str, Any], cli_config: Mapping[str, Any],
             given_hparams: Mapping[str, Any], progress: bool | None) -> int:
-    from rl8.training.resume import read_trainer_checkpoint
+    from rl8.io.checkpoint import CheckpointError
     from rl8.ppo.hparams import HParams
+    from rl8.training.resume import read_trainer_checkpoint
     from rl8.training.trainer import Trainer
 
-    tracking_uri = _str(cli_config.get("tracking_uri") or file_config.get("tracking_uri"))
+    tracking_uri = cli_config.get("tracking_uri") or file_config.get("tracking_uri")
+    tracking_uri = None if tracking_uri is None else str(tracking_uri)
     # under torchrun rank 0 reads the file and hands every rank its own part
     path, state = read_trainer_checkpoint(args.resume, tracking_uri=tracking_uri)
     if not isinstance(state.get("algo"), Mapping) or not isinstance(state.get("trainer"), Mapping):
-        from rl8.io.checkpoint import CheckpointError
-
         raise CheckpointError(f"{path} is an rl8 checkpoint but not a Trainer checkpoint")
     stored_hparams = state["algo"].get("hparams")
     if not isinstance(stored_hparams, Mapping):
-        from rl8.io.checkpoint import CheckpointError
-
         raise CheckpointError(f"{path}: entry 'algo.hparams' must be a dict of hyper-parameters, "
                               f"got {type(stored_hparams).__name__}")
     stored_config = dict((state["trainer"].get("metadata") or {}).get("config") or {})
@@ -259,8 +234,7 @@ def _resume(args: argparse.Namespace, file_config: Mapping[str, Any], cli_config
     conditions = stop_conditions(config) or _checkpoint_conditions(state["trainer"], path)
     # how the checkpoint's run() was called, unless the config or flags say otherwise
     run_args = _run_args(config, state["trainer"].get("run") or {})
-    eval_config = {"eval_num_envs": state["trainer"].get("eval_num_envs"), **config}
-    _check_eval_plan(hparams.horizons_per_env_reset, eval_config, run_args)
+    _check_eval_plan(run_args)
     # the options given change the resumed Trainer's, except those naming its MLflow run
     given = trainer_options({**file_config, **cli_config}, "config")
     kwargs: dict[str, Any] = {k: v for k, v in given.items() if not TRAINER_OPTIONS[k]["names_run"]}
@@ -274,11 +248,9 @@ def _resume(args: argparse.Namespace, file_config: Mapping[str, Any], cli_config
 
 
 def _checkpoint_conditions(saved: Mapping[str, Any], path: Any) -> list[Any]:
-    """The stop conditions recorded in a Trainer checkpoint, rebuilt (without their state,
-    which ``Trainer.run`` restores) from their stored ``from_config`` mappings (rl8 1.0.0's
-    stat names replaced by the current ones)."""
+    """The stop conditions recorded in a Trainer checkpoint, rebuilt from their stored
+    ``from_config`` mappings (``Trainer.run`` restores their state)."""
     from rl8.training.conditions import from_config, with_current_stat_names
-
     states = saved.get("stop_conditions") or []
     if not states:
         return []
@@ -296,23 +268,16 @@ def _checkpoint_conditions(saved: Mapping[str, Any], path: Any) -> list[Any]:
         raise ConfigError(f"--resume: {path}: stored stop condition: {exc}") from None
 
 
-def _check_eval_plan(horizons_per_env_reset: int, config: Mapping[str, Any], run_args: Mapping[str, Any]) -> None:
-    from rl8.training.trainer import check_eval_plan
-
+def _check_eval_plan(run_args: Mapping[str, Any]) -> None:
+    from rl8.training.run_loop import check_eval_plan
     try:
-        check_eval_plan(
-            horizons_per_env_reset,
-            eval_num_envs=int_option(config, "eval_num_envs", "config"),
-            steps_per_eval=run_args["steps_per_eval"],
-            eval_env_config=run_args["eval_env_config"],
-        )
+        check_eval_plan(run_args["steps_per_eval"], run_args["eval_env_config"])
     except ValueError as exc:
         raise ConfigError(str(exc).replace("Trainer.run: ", "")) from None
 
 
 def _run(trainer: Any, conditions: list[Any], run_args: Mapping[str, Any]) -> int:
     from rl8.training.conditions import MissingStatError
-
     try:
         trainer.run(stop_conditions=conditions, **run_args)
     except KeyboardInterrupt:

@@ -13,18 +13,13 @@ from typing import Any
 
 __all__ = ["TrackingError", "TrackingWarning"]
 
-
 logger = logging.getLogger(__name__)
-
-
 #: HTTP policy of logging calls unless the user set MLflow's variables: quick retries for blips,
 #: not MLflow's default of 7 retries with back-off and a 120 s timeout (it would stall training).
 LOG_RETRIES = 2
 LOG_BACKOFF = 1
 LOG_TIMEOUT_S = 10
-
-DEGRADED_TIMEOUT_S = 5
-
+DEGRADED_TIMEOUT_S = 5  # seconds per request while the server is known to be down
 _HTTP_ENV_VARS = tuple(f"MLFLOW_HTTP_REQUEST_{k}" for k in ("MAX_RETRIES", "BACKOFF_FACTOR",
                                                               "BACKOFF_JITTER", "TIMEOUT"))
 # os.environ is process-wide: trackers in several threads must not interleave their changes.

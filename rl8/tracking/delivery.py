@@ -25,22 +25,14 @@ if TYPE_CHECKING:
 
 __all__: list[str] = []  # the Tracker's internals
 
-
-#: MLflow's limits (``mlflow.utils.validation``): metrics per ``log_batch`` request, params per
-#: request.
+#: MLflow's limits (``mlflow.utils.validation``): metrics, params per ``log_batch`` request.
 MAX_METRICS_PER_BATCH = 1000
 MAX_PARAMS_PER_BATCH = 100
-
-
 #: HTTP policy while the server is known to be down (retrying the queue): one attempt.
 _DEGRADED_RETRIES = 0
-
-
 #: An asynchronous tracker holds metrics at most this many seconds or steps (one request for several).
 _HOLD_S = 1.0
 _HOLD_STEPS = 20
-
-
 # MLflow error codes that mean "the store refused this request": retrying cannot help.
 _REJECTED_CODES = frozenset({
     "INVALID_PARAMETER_VALUE", "BAD_REQUEST", "RESOURCE_DOES_NOT_EXIST", "INVALID_STATE",
@@ -48,15 +40,14 @@ _REJECTED_CODES = frozenset({
 })
 
 
-def _is_rejection(exc: BaseException) -> bool:
-    """True when the store answered and refused the request (bad key, value...)."""
+def _is_rejection(exc: BaseException) -> bool:  # the store answered and refused the request
     return getattr(exc, "error_code", None) in _REJECTED_CODES
 
 
 class Outbox:
     """The one queue of a :class:`Tracker`, oldest first: params, metric values and staged
-    artifact uploads. Deliverers take chunks and put back what failed; :attr:`changed` guards
-    it and is notified on every addition; at most ``max_pending`` metric values are kept."""
+    artifact uploads (at most ``max_pending`` metric values); :attr:`changed` guards it and is
+    notified on every addition."""
 
     def __init__(self, max_pending: int) -> None:
         self.max_pending = max_pending
@@ -76,7 +67,7 @@ class Outbox:
         return not (self.params or self.metrics or self.artifacts)
 
     def counts(self) -> dict[str, int]:
-        """What waits (metric values dropped included): ``{"metrics", "params", "artifacts"}``."""
+        """What waits (dropped metric values included), by kind."""
         with self.changed:
             return {"metrics": len(self.metrics) + self.dropped, "params": len(self.params),
                     "artifacts": len(self.artifacts)}
@@ -84,7 +75,7 @@ class Outbox:
     def add(self, *, params: Mapping[str, str] | None = None, metrics: Iterable[tuple] = (),
             steps: int = 0) -> bool:
         """Queue params and metric values (``(key, value, ms, step)``) of ``steps`` logging
-        calls; returns whether old metric values began to be dropped."""
+        calls; whether old metric values began to be dropped."""
         with self.changed:
             self.params.update(params or {})
             self.metrics.extend(metrics)
@@ -108,8 +99,7 @@ class Outbox:
         except OSError:  # e.g. a full disk: no partial copy is left
             shutil.rmtree(staged.parent, ignore_errors=True)
             raise
-        # files replace a waiting file of the same destination; folders are merged by MLflow,
-        # so each upload of one is kept
+        # a file replaces a waiting one of the same destination; MLflow merges folders: all kept
         key = (artifact_path, source.name) if is_file else staged
         with self.changed:
             replaced = self.artifacts.pop(key, None)
@@ -129,7 +119,7 @@ class Outbox:
 
     def put_back(self, name: str, chunk: list) -> bool:
         """Return a chunk taken by :meth:`take` to the front (a newer artifact of the same
-        destination wins); returns whether old metric values began to be dropped."""
+        destination wins); whether old metric values began to be dropped."""
         with self.changed:
             if name == "metrics":
                 self.metrics.extendleft(reversed(chunk))
@@ -173,7 +163,7 @@ def warn_overflow(outbox: Outbox, uri: str, stacklevel: int) -> None:
 class Courier:
     """Sends an :class:`Outbox` to one run: quick retries while the store answers; after a
     failure (one warning per outage) one short attempt per ``retry_interval_s``, doubling up to
-    ``max(60, retry_interval_s)`` s; with a deadline, attempts short enough to end before it."""
+    ``max(60, retry_interval_s)`` s."""
 
     def __init__(self, client: Any, run_id: str, uri: str, retry_interval_s: float) -> None:
         self.client = client
@@ -186,14 +176,14 @@ class Courier:
         self.interval_s = retry_interval_s  # current wait between attempts (backs off)
 
     def due_in(self) -> float:
-        """Seconds until the next attempt is due: 0 while healthy."""
+        """Seconds until the next attempt is due (0 while healthy)."""
         if not self.degraded:
             return 0.0
         return max(0.0, self.last_attempt + self.interval_s - time.monotonic())
 
     def policy(self, deadline: float = math.inf, requests: int = 1) -> HttpPolicy:
         """The HTTP policy of the next requests: before a ``deadline``, one attempt each, short
-        enough that ``requests`` of them end in time (at least 1 s: MLflow counts whole s)."""
+        enough that ``requests`` of them end in time (at least 1 s)."""
         if deadline < math.inf:
             left = deadline - time.monotonic()
             timeout_s = int(min(DEGRADED_TIMEOUT_S, max(1.0, left / (2 * requests))))
@@ -203,7 +193,7 @@ class Courier:
         return HttpPolicy(self.http, LOG_RETRIES, LOG_BACKOFF, LOG_TIMEOUT_S, False)
 
     def deliver(self, outbox: Outbox, *, force: bool, deadline: float = math.inf, stacklevel: int = 3) -> None:
-        """Send params, metrics (oldest first), artifacts; stop at the first failure. Unless
+        """Send params, metrics (oldest first), artifacts until the first failure; unless
         ``force``, only when due. Before a ``deadline``, each request gets at most half the
         time left (the rest is for the run's status)."""
         if outbox.empty() or (not force and self.due_in() > 0):
@@ -284,8 +274,7 @@ class Courier:
                 TrackingWarning, stacklevel=5)
 
     def set_status(self, status: str, *, deadline: float = math.inf, when: str = "") -> bool:
-        """Mark the run ``status`` (not past ``deadline``); a failure is a warning. Returns
-        whether the status was set."""
+        """Mark the run ``status`` (not past ``deadline``); whether it was set (else a warning)."""
         try:
             if time.monotonic() >= deadline:
                 raise TimeoutError("no time was left for it")
@@ -303,7 +292,7 @@ class Courier:
 class LogThread:
     """The ``rl8-mlflow-logger`` thread of an asynchronous :class:`Tracker`: starts the run if
     asked, then delivers the outbox once it holds params, artifacts, :data:`_HOLD_STEPS` steps or
-    metrics older than :data:`_HOLD_S`, or on :meth:`flush`; while the store is down, when due."""
+    metrics older than :data:`_HOLD_S`, or on :meth:`flush` (while the store is down: when due)."""
 
     def __init__(self, tracker: Tracker) -> None:
         self.tracker = tracker

@@ -22,12 +22,10 @@ class RunProcess:
         run_id: The MLflow run id.
         experiment: The name of its experiment.
         run_name: Its display name.
-        host: Host name of the process that started (or last resumed) it: tag ``rl8.host``;
-            ``None`` for runs not made by rl8.
-        pid: That process's id: tag ``rl8.pid``; ``None`` when unknown.
+        host: Host name of its process (tag ``rl8.host``); ``None`` for runs not made by rl8.
+        pid: That process's id (tag ``rl8.pid``); ``None`` when unknown.
         start_time_s: When the run started, in seconds since the epoch.
-        process: ``"alive"`` (a process with that pid exists on this host), ``"dead"`` (none
-            does) or ``"unknown"`` (another host, or no tags).
+        process: ``"alive"``, ``"dead"`` (no process with that pid on this host) or ``"unknown"``.
     """
 
     run_id: str
@@ -52,23 +50,12 @@ def _process_state(host: str | None, pid: int | None) -> str:
 
 
 def running_runs(tracking_uri: str | None = None, *, experiment: str | None = None) -> list[RunProcess]:
-    """The ``RUNNING`` runs of a tracking store, with the state of their process.
-
-    A run started by rl8 records the host name and process id of its process as the tags
-    ``rl8.host`` and ``rl8.pid``; on that host, a run whose process no longer exists was
-    killed before it could end its run (``kill -9``, a crash, an out-of-memory kill). A pid
-    reused by a newer process makes the run look alive (never the other way round).
+    """The ``RUNNING`` runs of a tracking store, oldest first, with the state of their process
+    (see ``docs/cli.md``); a ``TrackingError`` for an experiment that does not exist.
 
     Args:
-        tracking_uri: The store (default: MLflow's, i.e. ``MLFLOW_TRACKING_URI`` or
-            ``sqlite:///mlflow.db``).
+        tracking_uri: The store (default: MLflow's).
         experiment: Only this experiment's runs; ``None``: every experiment.
-
-    Returns:
-        The runs, oldest first.
-
-    Raises:
-        TrackingError: The experiment does not exist.
     """
     from mlflow.entities import ViewType
     from mlflow.tracking import MlflowClient
@@ -106,13 +93,9 @@ def running_runs(tracking_uri: str | None = None, *, experiment: str | None = No
 
 def clean_runs(tracking_uri: str | None = None, *, experiment: str | None = None, older_than_s: float | None = None,
                dry_run: bool = False) -> list[RunProcess]:
-    """Mark ``FAILED`` the ``RUNNING`` runs whose process is gone (see :func:`running_runs`).
-
-    A run is cleaned when its process is ``"dead"`` (it ran on this host and no process has
-    its pid), or, with ``older_than_s``, when it started more than that many seconds ago and
-    its process is not known to be alive (runs of other hosts, runs not made by rl8). A run
-    whose process is alive is never touched. A cleaned run gets the tag ``rl8.cleaned`` with
-    the reason.
+    """Mark ``FAILED`` (with the tag ``rl8.cleaned``) the ``RUNNING`` runs whose process is gone
+    (see :func:`running_runs`); a run whose process is alive is never touched. Returns the runs
+    cleaned (or that would be).
 
     Args:
         tracking_uri: The store (default: MLflow's).
@@ -120,12 +103,8 @@ def clean_runs(tracking_uri: str | None = None, *, experiment: str | None = None
         older_than_s: Also clean runs of unknown process started more than this many seconds
             ago; ``None``: only runs whose process is known dead.
         dry_run: Only return the runs that would be cleaned.
-
-    Returns:
-        The runs cleaned (or that would be).
     """
     from mlflow.tracking import MlflowClient
-
     if older_than_s is not None and not (isinstance(older_than_s, (int, float)) and older_than_s >= 0):
         raise ValueError(f"older_than_s must be a number of seconds >= 0, got {older_than_s!r}")
     now = time.time()

@@ -26,16 +26,19 @@ except ImportError:  # pragma: no cover - Windows
 
 __all__: list[str] = []  # the Tracker's internals
 
-
 #: HTTP policy of the probe in :meth:`rl8.tracking.Tracker.start`: no retry, seconds per request.
 _PROBE_RETRIES = 0
 _PROBE_TIMEOUT_S = 5
+#: Loggers that report the creation of a new SQLite store at INFO level (silenced meanwhile).
+_STORE_LOGGERS = ("mlflow.store.db.utils", "alembic")
+#: Attempts at creating a SQLite store that a process outside rl8's lock creates at the same time.
+_STORE_ATTEMPTS = 3
+_ready_lock = threading.Lock()  # threads of one process (flock locks a process's own fd only)
 
 
 def _source_tags(run_name: str | None) -> dict[str, str]:
     try:  # the same context tags mlflow.start_run records: user, source, git commit
         from mlflow.tracking.context.registry import resolve_tags
-
         tags = {k: str(v) for k, v in resolve_tags({}).items()}
     except Exception:  # pragma: no cover - context providers are best effort
         tags = {}
@@ -50,13 +53,6 @@ def _source_tags(run_name: str | None) -> dict[str, str]:
     return tags
 
 
-#: Loggers that report the creation of a new SQLite store at INFO level (silenced meanwhile).
-_STORE_LOGGERS = ("mlflow.store.db.utils", "alembic")
-#: Attempts at creating a SQLite store that a process outside rl8's lock creates at the same time.
-_STORE_ATTEMPTS = 3
-_ready_lock = threading.Lock()  # threads of one process (flock locks a process's own fd only)
-
-
 def _sqlite_file(uri: str) -> Path | None:
     """The database file of a ``sqlite:///`` URI; ``None`` for other stores and ``:memory:``."""
     if not uri.lower().startswith("sqlite:///"):
@@ -67,8 +63,7 @@ def _sqlite_file(uri: str) -> Path | None:
 
 @contextlib.contextmanager
 def _quiet_store_loggers():
-    """Raise MLflow's and alembic's store-creation loggers to WARNING for the block (MLflow
-    prints "Creating initial MLflow database tables..." at INFO on every new store)."""
+    """Raise MLflow's and alembic's store-creation loggers to WARNING for the block."""
     loggers = [logging.getLogger(name) for name in _STORE_LOGGERS]
     levels = [logger.level for logger in loggers]
     for logger in loggers:
@@ -82,8 +77,7 @@ def _quiet_store_loggers():
 
 @contextlib.contextmanager
 def _file_lock(path: Path):
-    """Hold an exclusive ``flock`` on ``path`` (created if missing) for the block; without one
-    (Windows, a folder that does not exist or cannot be written), the block runs unlocked."""
+    """Hold an exclusive ``flock`` on ``path`` (created if missing) for the block, if possible."""
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     except OSError:
@@ -98,16 +92,14 @@ def _file_lock(path: Path):
 
 
 def ready_store(uri: str) -> None:
-    """Create a ``sqlite:///`` store (its tables: seconds of migrations) before first use, quietly, under a lock on ``<database>.lock`` beside it: several processes
-    started at once in a fresh folder would otherwise run the migrations together and fail
-    (``table _alembic_tmp_experiments already exists``). A creation that still fails (a
-    creator outside rl8, e.g. ``mlflow ui``) is tried again, :data:`_STORE_ATTEMPTS` times in
-    all. Other stores are left to MLflow."""
+    """Create a ``sqlite:///`` store before first use, quietly, under a lock on
+    ``<database>.lock``: processes started together would otherwise run the migrations together
+    and fail. A creation that still fails (``mlflow ui`` creating it) is tried again, up to
+    :data:`_STORE_ATTEMPTS` times. Other stores are left to MLflow."""
     db = _sqlite_file(uri)
     if db is None:
         return
     from mlflow.tracking import MlflowClient
-
     with _ready_lock, _quiet_store_loggers(), _file_lock(db.with_name(db.name + ".lock")):
         for attempt in range(1, _STORE_ATTEMPTS + 1):
             try:
@@ -133,7 +125,6 @@ def open_run(uri: str, experiment: str, run_name: str | None, resume_id: str | N
     """Probe an ``http(s)`` store, then create a run in ``experiment`` or resume ``resume_id``;
     every failure is a :class:`TrackingError` naming ``uri`` and the cause."""
     from mlflow.tracking import MlflowClient
-
     http = is_http(uri)
     try:
         ready_store(uri)
@@ -181,7 +172,6 @@ def _experiment_id(client: Any, uri: str, experiment: str) -> str:
 
 def _resume_run(client: Any, uri: str, experiment: str, run_name: str | None, run_id: str) -> _OpenedRun:
     from mlflow.entities import RunTag
-
     try:
         run = client.get_run(run_id)
     except Exception as exc:

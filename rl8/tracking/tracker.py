@@ -1,9 +1,6 @@
-"""MLflow tracking: the only module of rl8 that talks to MLflow.
-
-A :class:`Tracker` owns one MLflow run through its own ``MlflowClient`` (never MLflow's global
-active run), checks the store before training, and keeps what a down server cannot take in
-one bounded queue (see :class:`Tracker`). See ``docs/tracking.md``.
-"""
+"""The :class:`Tracker` of one MLflow run, through its own ``MlflowClient`` (never MLflow's
+global active run), with one bounded queue for what a down server cannot take (see
+``docs/tracking.md``)."""
 
 from __future__ import annotations
 
@@ -32,15 +29,11 @@ from rl8.tracking.store import open_run
 
 __all__ = ["Tracker", "flatten_params"]
 
-
 #: MLflow's limit on the length of a param's value (``mlflow.utils.validation``); longer ones
 #: are cut (see :func:`flatten_params`).
 MAX_PARAM_VALUE_LENGTH = 6000
-
-
 #: Seconds that ending a run left open at exit may take at most (``Tracker(end_at_exit=True)``).
 EXIT_CLOSE_TIMEOUT_S = 30.0
-
 #: The statuses that end an MLflow run.
 TERMINAL_STATUSES = ("FINISHED", "FAILED", "KILLED")
 
@@ -64,18 +57,13 @@ def _param_str(value: Any) -> str:
 
 
 def flatten_params(obj: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
-    """Flatten nested mappings into MLflow params: ``{"a": {"b": 1}}`` -> ``{"a/b": "1"}``.
+    """Flatten nested mappings into MLflow params: ``{"a": {"b": 1}}`` -> ``{"a/b": "1"}``; values
+    as strings (classes and functions by dotted name, enums as ``"Enum.NAME"``), cut to
+    MLflow's limit of 6000 characters.
 
     Args:
-        obj: A mapping whose values are scalars, sequences, classes or nested mappings (e.g.
-            the hyper-parameters of a ``PPO`` object).
-        prefix: Prepended to every key, joined with ``"/"`` (e.g. ``"hparams"`` gives
-            ``"hparams/lr"``). Empty: no prefix.
-
-    Returns:
-        A flat dict of strings: values as ``str`` (classes and functions as
-        ``"module.QualName"``, enums as ``"Enum.NAME"``, sequences element by element), cut to
-        MLflow's limit of 6000 characters.
+        obj: A mapping of scalars, sequences, classes or nested mappings.
+        prefix: Prepended to every key, joined with ``"/"`` (empty: no prefix).
     """
     out: dict[str, str] = {}
     for key, value in obj.items():
@@ -113,8 +101,7 @@ def _status_after(error: type[BaseException] | None) -> str:
 
 
 class _Run:
-    """The life cycle of one MLflow run (start, end, report); the base of :class:`Tracker`,
-    whose docstring describes the arguments and which does the logging."""
+    """The life cycle of one MLflow run (start, end, report); the base of :class:`Tracker`."""
 
     def __init__(self, *, experiment: str, run_name: str | None = None, tracking_uri: str | None = None,
                  run_id: str | None = None, enabled: bool = True, max_pending: int = 100_000,
@@ -145,7 +132,7 @@ class _Run:
         self._resume_id = run_id
         self._lock = threading.RLock()  # held by whoever makes requests (start, send, end)
         self._ended = False
-        # the status an end() that gave up waiting for a start leaves for that start to set
+        # the status left for a start by an end() that gave up waiting for it
         self._wanted_status: str | None = None
         self._params: dict[str, str] = {}  # what the run holds (or will, once delivered)
         self._outbox = Outbox(max_pending)
@@ -160,7 +147,6 @@ class _Run:
         """The resolved tracking URI (never ``None``)."""
         if self._tracking_uri is None:
             import mlflow
-
             self._tracking_uri = mlflow.get_tracking_uri()
         return self._tracking_uri
 
@@ -174,23 +160,14 @@ class _Run:
             return not uri.lower().startswith("databricks")
         return uri.split(":", 1)[0].lower() in ("sqlite", "file")
 
-    # ---- life cycle -------------------------------------------------------------------------
-
     def start(self) -> str | None:
-        """Create (or resume) the run, after one quick request (no retry, 5 s timeout) to an
-        ``http(s)`` store so that a dead server fails here, not after training.
-
-        Sets the tags ``mlflow.runName``, ``mlflow.source.name``, ``mlflow.user``,
-        ``rl8.version``, ``rl8.host`` and ``rl8.pid`` (see :func:`running_runs`). Calling it
-        again returns the same run id; a run whose :meth:`end` gave up waiting for this start
-        is ended at once with the status asked for.
-
-        Returns:
-            The run id; ``None`` when the tracker is disabled.
+        """Create (or resume) the run, after one quick request to an ``http(s)`` store so that a
+        dead server fails here; the run id (``None`` when disabled). Calling it again returns the
+        same id.
 
         Raises:
-            TrackingError: The store is unreachable or unusable, or ``run_id`` does not name
-                an existing, non-deleted run. The message names the URI and the cause.
+            TrackingError: The store is unreachable or unusable, or ``run_id`` does not name an
+                existing, non-deleted run.
         """
         if not self.enabled:
             return None
@@ -218,9 +195,8 @@ class _Run:
             return self.run_id
 
     def start_in_background(self) -> None:
-        """:meth:`start` in the logging thread (``asynchronous`` only); returns at once, and what
-        is logged meanwhile is queued. A failure disables the tracker (dropping the queue) and
-        is kept in :attr:`start_error`, raised by :meth:`check_start`."""
+        """:meth:`start` in the logging thread (``asynchronous`` only), queueing what is logged
+        meanwhile; a failure disables the tracker and is raised by :meth:`check_start`."""
         if not self.enabled:
             return
         if self._thread is None:
@@ -245,13 +221,12 @@ class _Run:
             self._start_done.set()
 
     def wait_started(self, timeout_s: float | None = None) -> bool:
-        """Wait at most ``timeout_s`` seconds (``None``: no limit) for a background start to
-        end; returns whether none is in progress any more."""
+        """Wait at most ``timeout_s`` seconds (``None``: no limit) for a background start; whether
+        none is in progress any more."""
         return self._start_done.wait(timeout_s)
 
     def check_start(self, *, once: bool = False) -> None:
-        """Raise :attr:`start_error` when a background start has failed (not waiting for one
-        in progress); with ``once``, only if it was never raised before."""
+        """Raise the error of a failed background start; ``once``: unless raised before."""
         if self.start_error is None or not self._start_done.is_set():
             return
         if not (once and self._start_error_reported):
@@ -259,22 +234,14 @@ class _Run:
             raise self.start_error
 
     def end(self, status: str = "FINISHED", *, timeout_s: float | None = None) -> bool:
-        """Deliver what is pending and close the run with ``status``. Idempotent.
+        """Deliver what is pending and close the run with ``status`` (idempotent); whether the
+        run's status is now ``status`` in the store. Never raises on tracking failures (what is
+        lost is in :attr:`undelivered` and a :class:`TrackingWarning`).
 
         Args:
-            status: Terminal status: ``"FINISHED"`` (normal end), ``"FAILED"`` (an exception
-                stopped training) or ``"KILLED"`` (interrupted by the user or a signal).
-            timeout_s: Seconds this call may take at most, whatever the server does (each
-                request then waits at most half the time left, without retry); ``None``: the
-                usual HTTP policy. Signal exits use it.
-
-        Returns:
-            Whether the run's status is now ``status`` in the store (also
-            :attr:`final_status`); ``False`` when disabled or never started.
-
-        Waits for a background start in progress. Never raises on tracking failures: metrics,
-        params and artifacts that still cannot be delivered are counted in :attr:`undelivered`
-        and reported as lost in a :class:`TrackingWarning`, as is a status that could not be set.
+            status: ``"FINISHED"``, ``"FAILED"`` (an exception stopped training) or ``"KILLED"``.
+            timeout_s: Seconds this call may take at most, whatever the server does; ``None``:
+                the usual HTTP policy.
         """
         status = str(status).upper()
         if status not in TERMINAL_STATUSES:
@@ -332,7 +299,7 @@ class _Run:
 
     def end_report(self, status: str) -> str:
         """What :meth:`end` with ``status`` achieved, as a clause for a message (``"; MLflow run
-        ID ended as KILLED"``, or why not, and what was not delivered); empty without a run."""
+        ID ended as KILLED"``, or why not); empty without a run."""
         if not self.run_id:
             if not self._start_done.is_set():
                 return f"; the MLflow run was still starting: it is marked {status} once started"
@@ -354,7 +321,7 @@ class _Run:
             atexit.register(self._end_at_exit)
 
     def _end_at_exit(self) -> None:
-        """The exit hook of ``end_at_exit``; warns of a failed background start never raised."""
+        """The exit hook of ``end_at_exit``."""
         error = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
         self._exit_hook = False  # running now: end() does not unregister it
         self.end(_status_after(None if error is None else type(error)), timeout_s=EXIT_CLOSE_TIMEOUT_S)
@@ -378,48 +345,30 @@ class _Run:
 
 
 class Tracker(_Run):
-    """One MLflow run: params, per-step metrics, artifacts and its final status.
-
-    The tracker talks to the store through its own ``MlflowClient``; it never touches MLflow's
-    global active run. ``with Tracker(...) as tracker:`` starts the run and ends it on exit
-    (``docs/tracking.md`` has an example). Everything logged goes through one queue: sent at
-    once by the calling thread, or, when ``asynchronous``, by the tracker's logging thread
-    (``rl8-mlflow-logger``), so that a slow or hung store never holds up the caller.
+    """One MLflow run: params, per-step metrics, artifacts and its final status, all through one
+    queue (see ``docs/tracking.md``); ``with Tracker(...) as tracker:`` starts and ends the run.
 
     Args:
-        experiment: Name of the MLflow experiment the run goes to; created when absent.
-            Ignored when resuming (``run_id``): the run stays in its experiment.
-        run_name: Display name of the run (tag ``mlflow.runName``). ``None``: MLflow picks a
-            random name for a new run; a resumed run keeps its name.
-        tracking_uri: Where runs are stored: ``http(s)://host:port`` for a tracking server,
-            ``sqlite:///path.db``, or a folder. ``None``: MLflow's default, i.e. the
-            ``MLFLOW_TRACKING_URI`` environment variable, else ``sqlite:///mlflow.db`` in the
-            current directory.
-        run_id: Resume this existing run instead of creating one: its status goes back to
-            ``RUNNING`` and metrics are appended to its history (use steps after the last one).
-        enabled: ``False`` makes every method a no-op and :attr:`run_id` stays ``None``; used
-            on non-zero ranks of distributed training.
-        max_pending: Most metric values (one key at one step each) kept while the server is
-            unreachable; when more arrive the oldest are dropped, with a warning.
-        retry_interval_s: Seconds between attempts to deliver pending metrics (and artifacts)
-            while the server is unreachable; doubles after each failed attempt, up to
-            ``max(60, retry_interval_s)`` s (one short attempt each). :meth:`flush` and
-            :meth:`end` always try.
-        asynchronous: ``True``: logging calls only queue; the logging thread sends, holding
-            metrics up to 1 s (or 20 steps) so that several steps share one request, and
-            :meth:`start_in_background` can create the run there. ``False``: each call sends
-            before it returns.
+        experiment: Name of the MLflow experiment of a new run; created when absent.
+        run_name: Display name of the run; ``None``: MLflow's for a new run, a resumed one's.
+        tracking_uri: Where runs are stored (``http(s)://host:port``, ``sqlite:///path.db``, a
+            folder); ``None``: ``MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db``.
+        run_id: Resume this existing run instead of creating one.
+        enabled: ``False`` makes every method a no-op (non-zero ranks of distributed training).
+        max_pending: Most metric values kept while the server is unreachable (then the oldest
+            are dropped, with a warning).
+        retry_interval_s: Seconds between delivery attempts while the server is unreachable
+            (doubling up to ``max(60, retry_interval_s)``).
+        asynchronous: ``True``: logging calls only queue and the logging thread sends;
+            ``False``: each call sends before it returns.
         end_at_exit: ``True``: a run still open when the process exits is ended then (within
-            :data:`EXIT_CLOSE_TIMEOUT_S` seconds): ``FAILED`` after an uncaught exception,
-            ``KILLED`` after an uncaught ``KeyboardInterrupt``, else ``FINISHED``. The exit
-            hook holds the tracker, so this holds for a tracker its owner dropped.
+            :data:`EXIT_CLOSE_TIMEOUT_S` seconds; ``FAILED`` after an uncaught exception).
 
     Attributes:
         run_id: The MLflow run id once started; ``None`` before, and always when disabled.
         experiment_id: The MLflow experiment id once started.
         start_error: The :class:`TrackingError` of a background start that failed, else ``None``.
-        final_status: Terminal status recorded in the store by :meth:`end`; ``None`` until
-            then, or when setting it failed.
+        final_status: Terminal status recorded in the store by :meth:`end`, else ``None``.
         undelivered: What :meth:`end` could not deliver: ``{"metrics": n, "params": n,
             "artifacts": n}``.
     """
@@ -433,8 +382,6 @@ class Tracker(_Run):
     def pending_artifacts(self) -> int:
         """Number of artifact uploads waiting to be delivered."""
         return len(self._outbox.artifacts)
-
-    # ---- logging ----------------------------------------------------------------------------
 
     def _check_started(self) -> None:
         if self.run_id is None and self._start_done.is_set():
@@ -450,12 +397,9 @@ class Tracker(_Run):
             self._deliver(force=False, stacklevel=5)
 
     def log_params(self, params: Mapping[str, Any]) -> None:
-        """Record the run's configuration as MLflow params.
-
-        Flattened by :func:`flatten_params` (``"hparams/lr"``), sent in batches of 100. MLflow
-        params cannot change once logged: a param logged again with the same value is skipped;
-        a changed value is logged as ``"resumed/<key>"`` on a resumed run (once), else dropped
-        with a :class:`TrackingWarning` (see ``docs/tracking.md``, "Resuming a run").
+        """Record the run's configuration as MLflow params (:func:`flatten_params`). A param logged
+        again with another value is logged as ``"resumed/<key>"`` on a resumed run (once), else
+        dropped with a :class:`TrackingWarning` (see ``docs/tracking.md``).
 
         Args:
             params: A (possibly nested) mapping of names to values.
@@ -483,28 +427,17 @@ class Tracker(_Run):
             self._queued(self._outbox.add(params=new))
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int) -> None:
-        """Record the metrics of one step, in one request (chunks of 1000 metrics).
-
-        Values (Python or numpy numbers, one-element tensors) become ``float`` (NaN and inf are
-        kept), stamped with the wall-clock time in ms. While the store cannot be reached they
-        are queued and retried as the class docstring says (``max_pending``,
-        ``retry_interval_s``); a log message reports their delivery.
+        """Record the metrics of one step (values become ``float``; queued while the store cannot
+        be reached).
 
         Args:
-            metrics: ``{name: value}``; names like ``"losses/policy"``.
-            step: The x-axis value of this point; the Trainer uses ``env/steps`` (total env
-                transitions collected so far).
-
-        Raises:
-            TypeError: A value is not a number.
+            metrics: ``{name: value}`` (Python or numpy numbers, one-element tensors).
+            step: The x-axis value of this point (the Trainer uses ``env/steps``).
         """
         self.log_metrics_many([(metrics, step)])
 
     def log_metrics_many(self, items: Iterable[tuple[Mapping[str, Any], int]]) -> None:
-        """Record the metrics of several steps with one delivery (chunks of 1000 metrics).
-
-        Like :meth:`log_metrics` for each ``(metrics, step)`` pair, but every pair is queued
-        first and the queue is then delivered at once (a request's fixed cost dominates).
+        """Record the metrics of several steps with one delivery.
 
         Args:
             items: ``(metrics, step)`` pairs, oldest first; see :meth:`log_metrics`.
@@ -521,9 +454,8 @@ class Tracker(_Run):
             self._queued(self._outbox.add(metrics=values, steps=steps))
 
     def flush(self, timeout_s: float | None = None) -> bool:
-        """Try now to deliver everything queued (asynchronous: wait at most ``timeout_s``
-        seconds, ``None``: no limit, for the logging thread to try). Never raises on tracking
-        failures; returns whether nothing waits any more."""
+        """Try now to deliver everything queued (asynchronous: wait at most ``timeout_s`` seconds,
+        ``None``: no limit); whether nothing waits any more. Never raises on tracking failures."""
         if not self.enabled:
             return True
         if self._thread is None or not self._thread.alive():
@@ -533,19 +465,12 @@ class Tracker(_Run):
         return self._outbox.empty()
 
     def log_artifact(self, local_path: str | Path, artifact_path: str | None = None) -> None:
-        """Upload one file to the run's artifacts, or queue it while the server is down.
-
-        The file is copied first (the caller may delete it at once) and queued like metrics; a
-        newer file for the same destination (``artifact_path`` and name) replaces a queued one.
+        """Upload a copy of one file to the run's artifacts (queued like metrics; a newer file for
+        the same destination replaces a queued one). A missing file is a warning.
 
         Args:
             local_path: The file to upload.
-            artifact_path: Folder inside the run's artifacts (e.g. ``"checkpoints"``);
-                ``None``: the root.
-
-        A missing file is a :class:`TrackingWarning`, not an error; so are a copy that cannot be
-        made (a full temporary folder: the file is not uploaded) and an upload the store
-        refuses, and artifacts still queued at :meth:`end` are reported as lost.
+            artifact_path: Folder inside the run's artifacts (``None``: the root).
         """
         self._upload("log_artifact", local_path, artifact_path)
 

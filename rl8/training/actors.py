@@ -1,28 +1,7 @@
-"""Actors and learners: some ranks of a torchrun job only collect, the others only update.
-
-``rl8 train --actors N`` (or :func:`rl8.ppo.distributed.init_distributed` with ``actors=N`` before
-building :class:`rl8.PPO`, and ``Trainer(..., actors=N)``) splits the job's ranks
-(:class:`~rl8.ppo.distributed.Roles`): ranks ``0 .. L-1`` are learners, the ``N`` others actors.
-
-* An **actor** (:func:`run_actor`) has the env (its share, ``num_envs / actors_per_learner``
-  envs) and a copy of the policy. It collects rollouts with :meth:`rl8.PPO.collect` (any
-  ``collect_mode``), tags each with the version (learner update count) of the weights that
-  collected it, and sends it to its learner point-to-point: the buffer's tensors packed into
-  one byte tensor in a fixed layout (:class:`FlatLayout`, the same on every rank because every
-  rank builds the same buffer), after a small ``float64`` header (:data:`HEADER`). Then it
-  waits for its learner's reply: go on, new weights, stop, or (for a checkpoint) send its own
-  state (:func:`actor_state`) and wait again. It never updates.
-* A **learner** (:class:`Learner`) receives one rollout from each of its actors into its
-  buffer (actor ``k`` always fills the same block of rows), drops those collected with weights
-  more than ``max_staleness`` versions behind its own, and runs PPO's update (data-parallel
-  among the learners). It replies to each actor as soon as the actor's next rollout will still
-  be fresh enough when used, and otherwise after the update; a reply carries the new weights
-  when the actor's are ``weight_sync_interval`` or more versions old (or would be too stale).
-
-With ``max_staleness=0`` every reply waits for the update and carries its weights: actors and
-learners take turns, and training is synchronous (like one process with all the envs).
-See ``docs/distributed.md``.
-"""
+"""Actors and learners (``rl8 train --actors N``): some ranks of a torchrun job only collect
+(:func:`run_actor`) and send their rollouts point-to-point to their learner, the others only
+update (:class:`Learner`), dropping rollouts more than ``max_staleness`` updates old and sending
+new weights every ``weight_sync_interval`` updates. See ``docs/distributed.md``."""
 
 from __future__ import annotations
 
@@ -42,8 +21,8 @@ import torch.distributed as dist
 from tensordict import TensorDictBase
 
 from rl8.ppo.distributed import (
-    TIMEOUT_ENV_VAR, WEIGHT_SYNC_METHODS, DistContext, DistributedError, Roles, collective_timeout_s,
-    current_roles, to_cpu,
+    TIMEOUT_ENV_VAR, DistContext, DistributedError, Roles, collective_timeout_s, current_roles,
+    to_cpu,
 )
 from rl8.ppo.stats import Stats, episode_means, reduce_stats
 from rl8.training.resume import rank_entry
@@ -55,7 +34,7 @@ if TYPE_CHECKING:
     from rl8.ppo.algorithm import PPO
 
 __all__ = [
-    "HEADER", "WEIGHT_SYNC_METHODS", "FlatLayout", "Learner", "actor_state", "check_actor_config", "run_actor",
+    "HEADER", "FlatLayout", "Learner", "actor_state", "check_actor_config", "run_actor",
     "truncated_importance_weights",
 ]
 
@@ -80,15 +59,12 @@ _POLL_S = 0.02  # seconds between two reads of the weights file
 
 
 class FlatLayout:
-    """A fixed layout of named tensors in one contiguous byte tensor, for point-to-point sends.
-
-    Each tensor takes ``numel * element_size`` bytes at an offset aligned to 8 bytes, in the
-    order of the mapping it is made from; two processes that build the layout from tensors of
-    the same names, shapes and dtypes agree on it without exchanging it.
+    """A fixed layout of named tensors in one contiguous byte tensor, for point-to-point sends:
+    each tensor at an offset aligned to 8 bytes, in the mapping's order, so that two processes
+    with tensors of the same names, shapes and dtypes agree on it without exchanging it.
 
     Args:
-        tensors: ``{name: tensor}`` (a TensorDict's leaves, a ``state_dict``); only the names,
-            shapes and dtypes are kept.
+        tensors: ``{name: tensor}``; only the names, shapes and dtypes are kept.
 
     Attributes:
         nbytes: Size of the packed byte tensor.
@@ -118,7 +94,7 @@ class FlatLayout:
         return out
 
     def unpack(self, flat: torch.Tensor, into: Mapping[str, torch.Tensor]) -> None:
-        """Copy the packed ``flat`` into the tensors ``into`` (in place; views are fine)."""
+        """Copy the packed ``flat`` into the tensors ``into`` (in place)."""
         for name, view in self._views(flat):
             into[name].copy_(view)
 
@@ -132,13 +108,8 @@ def _leaves(td: TensorDictBase) -> dict[str, torch.Tensor]:
 
 
 def check_actor_config(config: TrainerConfig, algo: PPO, roles: Roles | None) -> None:
-    """Check that the Trainer's ``actors`` option matches the job's roles and that ``algo``
-    can be trained by actors and learners.
-
-    Raises:
-        ValueError: ``actors`` differs from the roles :func:`rl8.ppo.distributed.init_distributed`
-            set up, or the model is recurrent.
-    """
+    """A ``ValueError`` when the Trainer's ``actors`` option differs from the job's ``roles``
+    or ``algo`` is recurrent (not supported with actors)."""
     have = roles.actors if roles is not None else None
     if config.actors != have:
         how = (f"init_distributed(actors={config.actors}) before building PPO (rl8 train --actors "
@@ -153,8 +124,7 @@ def check_actor_config(config: TrainerConfig, algo: PPO, roles: Roles | None) ->
 
 @contextlib.contextmanager
 def _p2p(peer: int, what: str) -> Iterator[None]:
-    """Turn a failed point-to-point transfer with rank ``peer`` into an error naming both
-    ranks (``what`` names this one)."""
+    """A failed point-to-point transfer with rank ``peer`` as an error naming both ranks."""
     try:
         yield
     except RuntimeError as exc:
@@ -172,18 +142,14 @@ def _weights(algo: PPO) -> dict[str, torch.Tensor]:
 
 
 def actor_state(algo: PPO) -> dict[str, Any]:
-    """An actor's own state, as a checkpoint holds it (its entry in the file's ``actors``):
-    the per-rank part of ``algo.state_dict()`` (its envs' ``state_dict`` and last observations,
-    RNG and generator states, episode accumulators, reward-normaliser carry, recurrent and
-    overlap state) and its own ``counters`` (collects and env resets, which decide when its
-    envs reset; env steps it collected; the version of the weights it holds), on the CPU."""
+    """An actor's own state as a checkpoint holds it (its entry in ``actors``), on the CPU: the
+    per-rank part of ``algo.state_dict()`` and its own ``counters``."""
     state = algo.state_dict()
     return to_cpu({**rank_entry(state), "counters": state["counters"]})
 
 
 def _send_state(algo: PPO, learner: int, rank: int) -> None:
-    """Send :func:`actor_state` to the learner: its size, then the bytes of ``torch.save``
-    (which the learner loads with ``weights_only=True``: no code runs)."""
+    """Send :func:`actor_state` to the learner: its size, then the bytes of ``torch.save``."""
     buffer = io.BytesIO()
     torch.save(actor_state(algo), buffer)
     data = torch.frombuffer(bytearray(buffer.getbuffer()), dtype=torch.uint8)
@@ -192,14 +158,10 @@ def _send_state(algo: PPO, learner: int, rank: int) -> None:
         dist.send(data, learner, tag=_TAG_STATE)
 
 
-# ----------------------------------------------------------------------------- actor side
 def run_actor(algo: PPO, config: TrainerConfig, *, env_config: dict[str, Any] | None = None) -> Stats:
     """The actor's loop: wait for its learner's reply, load the weights it sends, collect one
-    rollout, send it; until the learner says stop. Asked for its state (for a checkpoint, at
-    this rollout boundary), it sends :func:`actor_state` and waits for the next reply.
-
-    SIGINT and SIGTERM do not stop an actor by themselves (torchrun sends them to every rank):
-    the learners stop the job, and the actor then exits with the signal's status.
+    rollout, send it; until the learner says stop (asked for its state, it sends it). SIGINT
+    and SIGTERM wait for the learners to stop the job, then exit with the signal's status.
 
     Args:
         algo: This actor's PPO (its envs, its policy copy; never updated).
@@ -208,9 +170,6 @@ def run_actor(algo: PPO, config: TrainerConfig, *, env_config: dict[str, Any] | 
 
     Returns:
         The stats of the actor's last collect (empty if it collected nothing).
-
-    Raises:
-        rl8.ppo.distributed.DistributedError: The learner died or stalled (the message names it).
     """
     roles = current_roles()
     assert roles is not None and roles.is_actor
@@ -258,8 +217,8 @@ def run_actor(algo: PPO, config: TrainerConfig, *, env_config: dict[str, Any] | 
 
 def _receive_weights(algo: PPO, config: TrainerConfig, learner: int, rank: int, weights: torch.Tensor,
                      weights_layout: FlatLayout, version: int) -> None:
-    """Actor side: load the learner's weights of ``version`` (broadcast into ``weights``, or
-    from the weights file), and set ``algo.steps`` to it."""
+    """Load the learner's weights of ``version`` (sent into ``weights``, or from the weights
+    file), and set ``algo.steps`` to it."""
     if config.weight_sync == "broadcast":
         with _p2p(learner, f"actor rank {rank}: receiving weights from learner rank {learner}"):
             dist.recv(weights, src=learner, tag=_TAG_WEIGHTS)
@@ -270,8 +229,7 @@ def _receive_weights(algo: PPO, config: TrainerConfig, learner: int, rank: int, 
 
 
 def _rollout_header(algo: PPO, stats: Stats, *, wait_s: float, collect_s: float) -> dict[str, float]:
-    """Actor side: the header sent with a rollout (the keys of ``HEADER``): its policy version,
-    its episodes' sums, the env's own records, and the time spent waiting and collecting (s)."""
+    """The header sent with a rollout (the keys of ``HEADER``)."""
     count = stats.get("episodes/count", 0.0)
     count = 0.0 if math.isnan(count) else count
     records = algo.buffer.env_episodes  # the env's own records of the rollout (or None)
@@ -291,8 +249,7 @@ def _rollout_header(algo: PPO, stats: Stats, *, wait_s: float, collect_s: float)
 
 
 def _load_weights_file(algo: PPO, folder: Path, version: int) -> None:
-    """Wait until ``folder``'s weights file holds ``version`` or a later one, and load it (safe:
-    ``weights_only``, checked to be a dict of tensors)."""
+    """Wait until ``folder``'s weights file holds ``version`` or a later one, and load it."""
     path = folder / _WEIGHTS_FILE
     deadline = time.monotonic() + collective_timeout_s()
     while True:
@@ -321,15 +278,12 @@ def _write_weights_file(algo: PPO, folder: Path) -> None:
     os.replace(tmp, folder / _WEIGHTS_FILE)
 
 
-# ----------------------------------------------------------------------------- learner side
 @torch.no_grad()
 def truncated_importance_weights(algo: PPO, cap: float) -> torch.Tensor:
     """Prepare the next update of ``algo`` for rollouts collected with older weights, as
-    decoupled PPO does (Hilton et al., 2021, "Batch size-invariance for policy optimization"):
-    the buffer's ``logp`` become the log-probabilities of its actions under the current
-    weights (the *proximal* policy the clipped ratio is then taken against), and
-    :attr:`rl8.PPO.advantage_weights` the truncated importance weights
-    ``min(cap, pi_prox(a|s) / mu(a|s))`` of the behaviour policy ``mu`` that collected them.
+    decoupled PPO does (Hilton et al., 2021): the buffer's ``logp`` become those of its actions
+    under the current weights (the proximal policy), and :attr:`rl8.PPO.advantage_weights` the
+    truncated importance weights ``min(cap, pi_prox(a|s) / mu(a|s))`` of the behaviour policy.
 
     Args:
         algo: The learner's PPO, its buffer filled (a feedforward model).
@@ -377,14 +331,13 @@ class Learner:
         self._weights = self.weights_layout.empty(algo.device)
         self.actor_version = {a: -1 for a in self.actors}  # version of the weights each actor holds
         self.awaiting_reply = {a: False for a in self.actors}
-        # rollouts received for a checkpoint (in staging), by actor: their headers, for the next collect
+        # headers of the rollouts received for a checkpoint (in staging), for the next collect
         self._held: dict[int, torch.Tensor] = {}
         self.started = self.stopped = False
         self.dropped = 0
         self.received_steps = 0
         self._actor_rates: dict[int, float] = {}
 
-    # -- replies
     def _reply(self, actor: int, *, weights: bool, stop: bool = False) -> None:
         version = self.algo.steps
         command = _STOP if stop else _WEIGHTS if weights else _GO_ON
@@ -424,11 +377,8 @@ class Learner:
         return header
 
     def collect(self, env_config: dict[str, Any] | None = None) -> Stats:
-        """Receive one fresh rollout from each actor into the buffer and return the collect's
-        stats (PPO's rollout stats over the buffer, the actors' episodes (``episodes/*``, and
-        ``env_episodes/*`` when their envs record episodes themselves), and the
-        ``monitors/policy_lag``, ``actors/*``, ``throughput/actor_env_steps_per_s`` and
-        ``profiling/*_wait_ms`` stats of ``docs/distributed.md``)."""
+        """Receive one fresh rollout from each actor into the buffer; the collect's stats
+        (PPO's, the actors' episodes, and those of ``docs/distributed.md``)."""
         self.start()
         version, cfg = self.algo.steps, self.config
         fresh: dict[int, float] = {}  # actor -> lag of its rollout in this batch
@@ -476,23 +426,22 @@ class Learner:
 
     def _add_actor_stats(self, stats: Stats, sums: dict[str, float], fresh: dict[int, float],
                          actor_waits: list[float], wait_s: float) -> None:
-        """Reduce the actors' numbers over the learners and add them to ``stats``: their
-        episodes' ``sums``, the lag of each ``fresh`` rollout, the actors' waits and this
-        learner's ``wait_s`` (s)."""
+        """Reduce the actors' numbers over the learners into ``stats``: their episodes' ``sums``,
+        the lag of each ``fresh`` rollout, the actors' waits and this learner's ``wait_s`` (s)."""
+        counts = {
+            "actors/dropped_rollouts": float(self.dropped),
+            "actors/env_steps": float(self.received_steps),
+            "throughput/actor_env_steps_per_s": sum(self._actor_rates.values()),
+        }
+        means = {
+            "monitors/policy_lag": sum(fresh.values()) / len(fresh),
+            "profiling/actor_wait_ms": 1000.0 * sum(actor_waits) / len(actor_waits),
+            "profiling/learner_wait_ms": 1000.0 * wait_s,
+        }
         f64 = torch.float64
         reduced = reduce_stats(
-            self.dist,
-            sums={
-                **{k: torch.tensor(v, dtype=f64) for k, v in sums.items()},
-                "dropped": torch.tensor(float(self.dropped), dtype=f64),
-                "received_steps": torch.tensor(float(self.received_steps), dtype=f64),
-                "actor_rate": torch.tensor(sum(self._actor_rates.values()), dtype=f64),
-            },
-            means={
-                "monitors/policy_lag": torch.tensor(sum(fresh.values()) / len(fresh), dtype=f64),
-                "profiling/actor_wait_ms": torch.tensor(1000.0 * sum(actor_waits) / len(actor_waits), dtype=f64),
-                "profiling/learner_wait_ms": torch.tensor(1000.0 * wait_s, dtype=f64),
-            },
+            self.dist, sums={k: torch.tensor(v, dtype=f64) for k, v in {**sums, **counts}.items()},
+            means={k: torch.tensor(v, dtype=f64) for k, v in means.items()},
         )
         stats.update(episode_means(
             "episodes/", reduced["episode_return_sum"], reduced["episode_length_sum"], reduced["episode_count"]
@@ -500,34 +449,19 @@ class Learner:
         if reduced["env_records"]:  # the actors' envs record episodes themselves
             stats.update(episode_means("env_episodes/", reduced["env_episode_return_sum"],
                                        reduced["env_episode_length_sum"], reduced["env_episode_count"]))
-        stats["monitors/policy_lag"] = reduced["monitors/policy_lag"]
-        stats["actors/dropped_rollouts"] = reduced["dropped"]
-        stats["actors/env_steps"] = reduced["received_steps"]
-        stats["throughput/actor_env_steps_per_s"] = reduced["actor_rate"]
-        stats["profiling/actor_wait_ms"] = reduced["profiling/actor_wait_ms"]
-        stats["profiling/learner_wait_ms"] = reduced["profiling/learner_wait_ms"]
+        stats.update({k: reduced[k] for k in [*counts, *means]})
 
     def after_update(self) -> None:
-        """Reply to the actors whose next rollout had to wait for this update: with its
-        weights."""
+        """Reply with the new weights to the actors whose next rollout waited for this update."""
         self._publish_weights()
         for actor in self.actors:
             if self.awaiting_reply[actor]:
                 self._reply(actor, weights=True)
 
     def actor_states(self) -> dict[int, dict[str, Any]]:
-        """Each of this learner's actors' own state (:func:`actor_state`) at a rollout boundary,
-        by actor rank, for a checkpoint; ``{}`` once the actors were told to stop.
-
-        An actor collecting a rollout finishes it and sends it first; the learner keeps that
-        rollout for its next :meth:`collect` (so training loses nothing), and the state is the
-        actor's after it. Each actor then sends its state (``torch.save`` bytes, loaded with
-        ``weights_only=True``) and waits for its next reply.
-
-        Raises:
-            rl8.ppo.distributed.DistributedError: An actor died or stalled (the message names it).
-            ValueError: An actor sent something that is not a checkpoint's state.
-        """
+        """Each of this learner's actors' own state (:func:`actor_state`) by actor rank, for a
+        checkpoint; ``{}`` once the actors were told to stop. A rollout an actor was collecting
+        is kept for the next :meth:`collect`, and the state is the actor's after it."""
         if self.stopped:
             return {}
         rank = self.roles.rank
@@ -551,8 +485,7 @@ class Learner:
         return state
 
     def stop(self) -> None:
-        """Tell every actor to stop: an actor collecting now sends its rollout first (received
-        and dropped). Idempotent."""
+        """Tell every actor to stop (a rollout being collected is received and dropped)."""
         if self.stopped or not self.started:
             self.stopped = True
             return

@@ -1,25 +1,7 @@
-"""Callbacks: your code after every training step of :meth:`rl8.Trainer.run`.
-
-A callback is either a plain callable ``callback(trainer, stats)`` or a :class:`Callback`
-(``on_step`` after every step, ``on_eval`` after the steps that evaluated)::
-
-    def log_every_10(trainer, stats):
-        if stats["algorithm/steps"] % 10 == 0:
-            print(stats["env/steps"], stats["episodes/return_mean"])
-
-    trainer.run(max_env_steps=100_000, callbacks=[log_every_10])
-
-What a callback can do, in order of the loop (``docs/trainer.md#callbacks``):
-
-* read the step's stats (``eval/*`` included on evaluation steps) and the Trainer
-  (``trainer.algo``, ``trainer.save_checkpoint()``...);
-* add or change stats: ``stats["my/metric"] = 1.0`` is logged to MLflow with the step's other
-  stats and seen by the stop conditions (which run after the callbacks);
-* ask the run to stop: return ``True`` (the step is logged, the final checkpoint written, and
-  :attr:`rl8.Trainer.stopped_by` stays ``None``; the summary names the callback);
-* fail the run: an exception ends the MLflow run as ``FAILED`` and propagates, like any error
-  in a training step.
-"""
+"""Callbacks: your code after every training step of :meth:`rl8.Trainer.run`, a plain callable
+``callback(trainer, stats)`` or a :class:`Callback`. A callback may read and add stats (logged,
+seen by the stop conditions), return ``True`` to stop the run, or raise to fail it (see
+``docs/trainer.md#callbacks``)."""
 
 from __future__ import annotations
 
@@ -34,35 +16,24 @@ __all__ = ["Callback", "CallbackLike", "as_callbacks"]
 
 class Callback:
     """A callback with one method per moment of :meth:`rl8.Trainer.run`; override those you need.
-
-    Each method receives the Trainer and the step's stats (a mutable ``dict[str, float]``:
-    entries you add are logged and seen by the stop conditions) and returns ``True`` to stop
-    the run after this step (``None`` or ``False``: go on).
-    """
+    Each returns ``True`` to stop the run after this step."""
 
     def on_step(self, trainer: Trainer, stats: dict[str, float]) -> bool | None:
-        """After every training step (one collect and one update, and its evaluation if the
-        step had one), before the stats are logged and the stop conditions checked.
+        """After every training step (and its evaluation), before the stats are logged and the
+        stop conditions checked.
 
         Args:
             trainer: The Trainer that runs.
-            stats: The step's stats (:class:`rl8.TrainStats`).
-
-        Returns:
-            ``True`` to stop the run after this step.
+            stats: The step's stats (:class:`rl8.TrainStats`; entries added are logged).
         """
         return None
 
     def on_eval(self, trainer: Trainer, stats: dict[str, float]) -> bool | None:
-        """After :meth:`on_step`, on the steps that evaluated (every ``steps_per_eval``): the
-        ``eval/*`` stats are in ``stats``.
+        """After :meth:`on_step`, on the steps that evaluated (every ``steps_per_eval``).
 
         Args:
             trainer: The Trainer that runs.
             stats: The step's stats, ``eval/*`` included.
-
-        Returns:
-            ``True`` to stop the run after this step.
         """
         return None
 
@@ -79,11 +50,7 @@ CallbackLike = Union[Callback, Callable[["Trainer", dict[str, float]], Any]]
 
 
 def as_callbacks(callbacks: CallbackLike | Sequence[CallbackLike] | None) -> list[CallbackLike]:
-    """``Trainer.run``'s ``callbacks`` as a list, each checked to be callable.
-
-    Raises:
-        TypeError: An entry is not callable (naming its index and value).
-    """
+    """``Trainer.run``'s ``callbacks`` as a list; a ``TypeError`` for one that is not callable."""
     if callbacks is None:
         return []
     if callable(callbacks) or isinstance(callbacks, (str, bytes, Mapping)):

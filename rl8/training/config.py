@@ -1,18 +1,8 @@
-"""The Trainer's options, declared once: :class:`TrainerConfig`.
-
-Each option is one field of a frozen dataclass, with its default, its meaning (``doc``) and its
-check (a :data:`rl8.fields.Check`). Where an option goes is read from the field, never listed
-again:
-
-* ``param``: logged as the MLflow param ``trainer/<name>``;
-* ``stored``: written in the checkpoint's ``trainer`` section and restored by
-  :meth:`rl8.Trainer.from_checkpoint`;
-* ``names_run``: says which MLflow run the Trainer writes to, so a resumed Trainer keeps the
-  checkpoint's value unless the caller of ``from_checkpoint`` passes another;
-* ``cli``: ``"flag"`` (an ``rl8 train`` flag and a config file key), ``"config"`` (a config
-  file key only) or ``None``. The command reads the value as the field's type says (an int,
-  a float or a string: :meth:`TrainerConfig.read_option`) and checks it with the field's check.
-"""
+"""The Trainer's options, declared once: :class:`TrainerConfig`, one frozen dataclass field per
+option with its default, ``doc`` and ``check``, and where it goes: ``param`` (the MLflow param
+``trainer/<name>``), ``stored`` (in checkpoints), ``names_run`` (names the MLflow run, so a
+resumed Trainer keeps it), ``cli`` (``"flag"``: an ``rl8 train`` flag and config key,
+``"config"``: a config key only)."""
 
 from __future__ import annotations
 
@@ -34,8 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = ["TrainerConfig", "run_params"]
 
-# The checks of the options (see rl8.fields.Check): None when a value is valid, else what the
-# option must be, for "Trainer: NAME must be ..., got VALUE".
+# the checks of the options (see rl8.fields.Check)
 _COUNT = optional(int_at_least(1))
 _BOOL = check("True or False", lambda v: isinstance(v, bool))
 _TEXT = optional(check("a string", lambda v: isinstance(v, str)))
@@ -46,53 +35,36 @@ _POSITIVE = optional(check("a number > 0", lambda v: (is_int(v) or isinstance(v,
 
 def _weight_sync(value: Any, name: str) -> str | None:
     from rl8.ppo.distributed import WEIGHT_SYNC_METHODS
-
     return None if value in WEIGHT_SYNC_METHODS else f"one of {', '.join(map(repr, WEIGHT_SYNC_METHODS))}"
 
 
 def _checkpoint_data(value: Any, name: str) -> str | None:
     """Plain data a checkpoint can hold, checked now rather than at the first checkpoint."""
-    from rl8.io.checkpoint import check_loadable as _check_loadable
-
+    from rl8.io.checkpoint import check_loadable
     if value is None:
         return None
     if not isinstance(value, Mapping):
         raise TypeError(f"Trainer: {name} must be a mapping or None, got {value!r}")
     try:
-        _check_loadable(dict(value), name, set())
+        check_loadable(dict(value), name, set())
     except TypeError as err:
         raise TypeError(f"Trainer: {name} cannot be stored in a checkpoint: {err}") from None
     return None
 
 
-def _option(
-    default: Any,
-    doc: str,
-    check: Check | None = None,
-    *,
-    param: bool = True,
-    stored: bool = True,
-    names_run: bool = False,
-    cli: str | None = None,
-) -> Any:
+def _option(default: Any, doc: str, check: Check | None = None, *, param: bool = True,
+            stored: bool = True, names_run: bool = False, cli: str | None = None) -> Any:
     """A :class:`TrainerConfig` field: its default, its one-line meaning (``doc``, also the
-    ``rl8 train`` help), its check (see :data:`rl8.fields.Check`; ``None``: any value) and
-    where it goes (see the module docstring)."""
+    ``rl8 train`` help), its check (``None``: any value) and where it goes (module docstring)."""
     metadata = {"doc": doc, "check": check, "param": param, "stored": stored, "names_run": names_run, "cli": cli}
     return dataclasses.field(default=default, metadata=metadata)
 
 
 @dataclasses.dataclass(frozen=True)
 class TrainerConfig:
-    """Every option of a :class:`rl8.Trainer`, checked when made.
-
-    ``Trainer(algo, experiment="x")`` and ``Trainer(algo, TrainerConfig(experiment="x"))`` are
-    the same Trainer. A bad value is a ``ValueError`` (a ``TypeError`` for ``metadata``) naming
-    the option, what it must be and the value given.
-
-    The options, their defaults and meanings are the fields below (``help(TrainerConfig)``
-    lists them with their meanings).
-    """
+    """Every option of a :class:`rl8.Trainer` (``Trainer(algo, experiment="x")`` is
+    ``Trainer(algo, TrainerConfig(experiment="x"))``), checked when made: a bad value is a
+    ``ValueError`` (a ``TypeError`` for ``metadata``) naming the option."""
 
     experiment: str | None = _option(
         None, "MLflow experiment name; None: the env's name (CartPole, CartPole-v1)", _TEXT,
@@ -168,14 +140,13 @@ class TrainerConfig:
         "rank sees", _TEXT, cli="flag")
 
     def __post_init__(self) -> None:
-        """Check every option with its own check, then :meth:`_check_together`."""
         invalid = first_invalid(self)
         if invalid is not None:
             raise ValueError(f"Trainer: {invalid.name} must be {invalid.expected}, got {invalid.value!r}")
         self._check_together()
 
     def _check_together(self) -> None:
-        """The checks that involve several options: the actors' weight syncs."""
+        """The checks of several options: the actors' weight syncs."""
         if self.max_staleness < self.weight_sync_interval - 1:
             raise ValueError(
                 f"Trainer: max_staleness must be >= weight_sync_interval - 1 (actors keep weights for "
@@ -187,15 +158,13 @@ class TrainerConfig:
 
     @classmethod
     def names(cls, **where: Any) -> list[str]:
-        """The options whose field metadata match ``where`` (e.g. ``names(param=True)``), in
-        declaration order."""
+        """The options whose field metadata match ``where`` (``names(param=True)``), in order."""
         return [f.name for f in dataclasses.fields(cls)
                 if all(f.metadata[key] == value for key, value in where.items())]
 
     @classmethod
     def check_names(cls, options: Mapping[str, Any], where: str = "Trainer") -> None:
-        """Raise ``TypeError`` naming an option of ``options`` that is not a field, with its
-        close matches."""
+        """A ``TypeError`` naming an option of ``options`` that is not a field (close matches)."""
         names = cls.names()
         for key in options:
             if key not in names:
@@ -205,17 +174,13 @@ class TrainerConfig:
 
     @classmethod
     def read_option(cls, name: str, value: Any) -> Any:
-        """Option ``name`` as a config file or a command-line flag gives it, read as its type
-        says: for an int or float option, numeric strings as numbers (``"1e3"``: 1000, see
-        :func:`rl8.fields.read_numbers`); for a string option, a YAML number as a string;
-        then checked.
+        """Option ``name`` as a config file or a flag gives it, read as its type says (numeric
+        strings as numbers, ``"1e3"``: 1000; a YAML number as a string for a string option)
+        and checked (a ``ValueError`` ``"NAME must be ..., got VALUE"``).
 
         Args:
             name: An option (a field of this class).
             value: As read from YAML, or the text of a flag.
-
-        Raises:
-            ValueError: ``"NAME must be ..., got VALUE"`` when the option's check refuses it.
         """
         field = next(f for f in dataclasses.fields(cls) if f.name == name)
         kind = str(field.type).split(" ")[0]  # "int | None" -> "int"
@@ -249,8 +214,7 @@ class TrainerConfig:
 
     @classmethod
     def from_stored(cls, saved: Mapping[str, Any]) -> TrainerConfig:
-        """The config a checkpoint's ``trainer`` section records (:meth:`stored`); an option
-        that an older checkpoint lacks gets its default."""
+        """The config a checkpoint's ``trainer`` section records (defaults for missing options)."""
         return cls(**{name: saved[name] for name in cls.names(stored=True) if name in saved})
 
 
@@ -259,8 +223,7 @@ TrainerConfig.__doc__ = (TrainerConfig.__doc__ or "") + attributes_doc(TrainerCo
 
 def run_params(algo: PPO, config: TrainerConfig, env_spec: str | None, dist: DistContext) -> dict[str, Any]:
     """A training run's configuration as nested MLflow params: hyper-parameters (the values in
-    use), env, model, distribution, optimizer, versions, the Trainer options marked ``param``
-    and, in data-parallel training, the world size.
+    use), env, model, distribution, optimizer, versions, Trainer options and the world size.
 
     Args:
         algo: The algorithm.
@@ -272,11 +235,9 @@ def run_params(algo: PPO, config: TrainerConfig, env_spec: str | None, dist: Dis
 
     import torch
 
-
     policy = algo.policy
     optimizer_kwargs = {**algo.hparams.optimizer_kwargs, "lr": algo.hparams.lr}
-    # each param once: hparams/seed and hparams/device are the values in use (a seed drawn
-    # at random, the device "auto" resolved to)
+    # hparams/seed and hparams/device are the values in use (a random seed, "auto" resolved)
     hparams = {**algo.hparams.to_plain(), "seed": algo.seed, "device": str(algo.device)}
     env = env_spec if env_spec is not None else repr(algo.env_spec)
     params = {

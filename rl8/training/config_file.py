@@ -1,11 +1,7 @@
-"""``rl8 train`` config files: their keys (:data:`CONFIG_KEYS`), reading and checking one
-(:func:`load_config`: ``yaml.safe_load``, bounded), ``--set KEY=VALUE`` values, and the Trainer
-options and stop conditions a config holds. The presets are such files; the ``rl8`` command and
-:mod:`rl8.presets` read them through here.
-
-The hyper-parameters and stop conditions are imported where a config is checked, not at the
-top: ``rl8 --help`` and the first checks of a config start without torch.
-"""
+"""``rl8 train`` config files (presets too): their keys, reading one safely
+(:func:`load_config`), ``--set KEY=VALUE`` values, and the Trainer options and stop conditions a
+config holds. HParams and the conditions are imported where a config is checked, so that
+``rl8 --help`` and the first checks start without torch."""
 
 from __future__ import annotations
 
@@ -14,7 +10,7 @@ import difflib
 import os
 import sys
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +22,6 @@ __all__ = [
     "TRAINER_OPTIONS", "assign", "check_config", "hparam_names", "int_option", "load_config",
     "mapping_option", "parse_assignment", "stop_conditions", "trainer_options", "unknown_hparam",
 ]
-
 
 #: The Trainer options that ``rl8 train`` takes (in a config file; those marked ``"flag"`` also
 #: as flags), declared in :class:`rl8.training.config.TrainerConfig`.
@@ -48,16 +43,6 @@ CONFIG_KEYS: dict[str, str] = {
 RUN_KEYS = ("env_config", "eval_env_config", "steps_per_eval", "stop_conditions", "max_steps")
 #: Hyper-parameters that may differ when resuming (they do not change the trained state).
 RESUMABLE_HPARAMS = ("device", "check_finite_collects")
-
-class ConfigError(ValueError):
-    """A mistake in a config file or the command line; the message names the key."""
-
-
-def _close(key: str, names: Sequence[str]) -> str:
-    close = difflib.get_close_matches(key, list(names), n=3, cutoff=0.6)
-    return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-
-
 #: Most levels of nesting (mappings and lists inside one another) a YAML config may have.
 MAX_YAML_DEPTH = 100
 #: Most values (scalars, mappings, lists) a YAML config may hold once its aliases (``*name``)
@@ -65,12 +50,14 @@ MAX_YAML_DEPTH = 100
 MAX_YAML_VALUES = 100_000
 
 
+class ConfigError(ValueError):
+    """A mistake in a config file or the command line; the message names the key."""
+
+
 def _safe_yaml(text: str, where: str) -> Any:
-    """``yaml.safe_load(text)`` (no code runs, no object is built), refusing a document nested
-    deeper than :data:`MAX_YAML_DEPTH` or holding more than :data:`MAX_YAML_VALUES` values
-    once aliases are expanded (the "billion laughs"), or that contains itself, with a
-    :class:`ConfigError` naming ``where``; those would end in a ``RecursionError`` or
-    ``MemoryError`` when the config is read. Invalid YAML raises ``yaml.YAMLError``."""
+    """``yaml.safe_load(text)``, refusing with a :class:`ConfigError` naming ``where`` a document
+    nested deeper than :data:`MAX_YAML_DEPTH`, holding more than :data:`MAX_YAML_VALUES` values
+    once aliases are expanded (the "billion laughs"), or containing itself."""
     import yaml
 
     class BoundedLoader(yaml.SafeLoader):
@@ -119,7 +106,6 @@ def _safe_yaml(text: str, where: str) -> Any:
 def _parse_value(text: str) -> Any:
     """A ``--set`` value: YAML (``[64, 64]``, ``true``, ``null``), numbers from numeric strings."""
     import yaml
-
     if text.strip() in ("None", "none"):  # Python's spelling of null
         return None
     try:
@@ -151,22 +137,18 @@ def assign(target: dict[str, Any], path: list[str], value: Any) -> None:
 def hparam_names() -> list[str]:
     """The names of :class:`rl8.HParams`' fields."""
     from rl8.ppo.hparams import HParams
-
     return [f.name for f in dataclasses.fields(HParams)]
 
 
 def unknown_hparam(key: Any, where: str) -> ConfigError:
     """The error for a hyper-parameter name that :class:`rl8.HParams` does not have."""
     from rl8.ppo.hparams import unknown_hparam_message
-
     return ConfigError(unknown_hparam_message(key, where))
 
 
 def _clean_hparams(hparams: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """Check hparam names (close matches on a typo) and turn numeric strings into numbers
-    (:meth:`rl8.HParams.read_config`)."""
+    """:meth:`rl8.HParams.read_config`: names checked, numeric strings as numbers."""
     from rl8.ppo.hparams import HParams
-
     try:
         return HParams.read_config(hparams, where)
     except ValueError as exc:
@@ -174,8 +156,8 @@ def _clean_hparams(hparams: Mapping[str, Any], where: str) -> dict[str, Any]:
 
 
 def int_option(config: Mapping[str, Any], key: str, where: str, minimum: int = 1) -> int | None:
-    """``config[key]`` as an int >= ``minimum`` (numeric strings read as numbers), or ``None``;
-    else a :class:`ConfigError` naming ``where`` and ``key``."""
+    """``config[key]`` as an int >= ``minimum`` (numeric strings as numbers) or ``None``, else a
+    :class:`ConfigError` naming ``where`` and ``key``."""
     value = read_numbers(config.get(key), whole_as_int=True)
     if value is None:
         return None
@@ -185,7 +167,7 @@ def int_option(config: Mapping[str, Any], key: str, where: str, minimum: int = 1
 
 
 def mapping_option(config: Mapping[str, Any], key: str, where: str) -> dict[str, Any] | None:
-    """``config[key]`` as a dict (numeric strings read as numbers), or ``None``; else a
+    """``config[key]`` as a dict (numeric strings as numbers) or ``None``, else a
     :class:`ConfigError` naming ``where`` and ``key``."""
     value = config.get(key)
     if value is None:
@@ -196,16 +178,10 @@ def mapping_option(config: Mapping[str, Any], key: str, where: str) -> dict[str,
 
 
 def load_config(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read a ``rl8 train`` YAML config (``yaml.safe_load``) and check its top-level keys.
-
-    Raises:
-        ConfigError: Unreadable file, invalid YAML, YAML nested deeper than
-            :data:`MAX_YAML_DEPTH` levels or holding more than :data:`MAX_YAML_VALUES` values
-            once its aliases are expanded, not a mapping, or an unknown key (the message names
-            it and its close matches).
-    """
+    """Read a ``rl8 train`` YAML config (``yaml.safe_load``, bounded) and check its top-level
+    keys; a :class:`ConfigError` for an unreadable file, invalid or too large YAML, not a
+    mapping, or an unknown key (with close matches)."""
     import yaml
-
     path = Path(path)
     try:
         text = path.read_text()
@@ -213,8 +189,7 @@ def load_config(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
     try:
         config = _safe_yaml(text, str(path))
-    except yaml.YAMLError as exc:
-        # yaml's own lines (what it expected, the line and column, the line with a caret)
+    except yaml.YAMLError as exc:  # yaml's own lines (what it expected, where)
         detail = str(exc).replace('"<unicode string>"', f'"{path}"')
         raise ConfigError(f"{path}: invalid YAML:\n{detail}") from None
     if config is None:
@@ -232,10 +207,10 @@ def check_config(config: Mapping[str, Any], where: str) -> None:
     """Raise :class:`ConfigError` for an unknown top-level key or a badly typed section."""
     for key in config:
         if key not in CONFIG_KEYS:
-            raise ConfigError(
-                f"{where}: unknown key {key!r}{_close(str(key), list(CONFIG_KEYS))} "
-                f"(valid keys: {', '.join(CONFIG_KEYS)})"
-            )
+            close = difflib.get_close_matches(str(key), list(CONFIG_KEYS), n=3, cutoff=0.6)
+            hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+            valid = ", ".join(CONFIG_KEYS)
+            raise ConfigError(f"{where}: unknown key {key!r}{hint} (valid keys: {valid})")
     if config.get("env") is not None and not isinstance(config["env"], str):
         raise ConfigError(f"{where}: env must be a string (a dotted path or a gymnasium id), got {config['env']!r}")
     if config.get("hparams") is not None:
@@ -253,9 +228,8 @@ def check_config(config: Mapping[str, Any], where: str) -> None:
 
 
 def trainer_options(config: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """The Trainer options that ``config`` gives (see :data:`TRAINER_OPTIONS`), read and
-    checked as their fields say (:meth:`TrainerConfig.read_option`: ``1e3`` is the int 1000);
-    ``None`` (the Trainer's default) stays ``None``; a bad value is a :class:`ConfigError`."""
+    """The Trainer options that ``config`` gives, read and checked as their fields say
+    (:meth:`TrainerConfig.read_option`); ``None`` (the default) stays ``None``."""
     out: dict[str, Any] = {}
     for key in [name for name in TRAINER_OPTIONS if name in config]:
         try:
@@ -266,11 +240,9 @@ def trainer_options(config: Mapping[str, Any], where: str) -> dict[str, Any]:
 
 
 def stop_conditions(config: Mapping[str, Any]) -> list[Any]:
-    """The stop conditions of a config: its ``stop_conditions``
-    (:func:`rl8.training.conditions.from_config`) and ``max_steps`` (a ``HitsUpperBound`` on
-    ``env/steps``)."""
+    """The stop conditions of a config: its ``stop_conditions`` and ``max_steps`` (a
+    ``HitsUpperBound`` on ``env/steps``)."""
     from rl8.training.conditions import HitsUpperBound, from_config
-
     specs = config.get("stop_conditions") or []
     if isinstance(specs, Mapping):
         specs = [specs]

@@ -1,17 +1,12 @@
-"""The envs that a Trainer evaluates and records videos in, apart from training.
-
-Each is built once (without moving torch's RNG) and put back in its first state before every
-use, so evaluations and videos differ by the policy only; training is never disturbed.
-"""
+"""The envs that a Trainer evaluates and records videos in, apart from training: each built
+once (without moving torch's RNG) and put back in its first state before every use."""
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
 
 from rl8.ppo.algorithm import make_env
 from rl8.training.video import (
@@ -21,48 +16,14 @@ from rl8.training.video import (
 if TYPE_CHECKING:
     from rl8.ppo.algorithm import PPO
 
-__all__ = ["EvalEnvs", "check_eval_plan"]
+__all__ = ["EvalEnvs"]
 
-#: Most envs of the eval env built on demand (without ``eval_num_envs``) when the training
-#: envs cannot be evaluated.
+#: Most envs of the eval env built on demand (without ``eval_num_envs``).
 _ON_DEMAND_EVAL_ENVS = 16
 
 
-
-
-def check_eval_plan(horizons_per_env_reset: int, *, eval_num_envs: int | None, steps_per_eval: int | None,
-                    eval_env_config: Mapping[str, Any] | None) -> None:
-    """Check, before training, that :meth:`Trainer.run` can evaluate as asked.
-
-    Any cadence works: evaluations that do not fall on an env-reset boundary of the training
-    envs run on a dedicated eval env (``eval_num_envs``, or one built on demand, see
-    :meth:`Trainer.eval`). So only ``steps_per_eval`` and ``eval_env_config`` are checked.
-
-    Args:
-        horizons_per_env_reset: Not used (the algorithm's hparam; any reset cadence works).
-            Kept so that existing calls still work.
-        eval_num_envs: Not used (the Trainer's dedicated eval env size); kept likewise.
-        steps_per_eval: Evaluate every this many training steps, ``None``: never.
-        eval_env_config: Env parameters for evaluations.
-
-    Raises:
-        ValueError: ``steps_per_eval`` is not an int >= 1; an ``eval_env_config`` without
-            ``steps_per_eval``.
-    """
-    if steps_per_eval is not None and (
-        isinstance(steps_per_eval, bool) or not isinstance(steps_per_eval, int) or steps_per_eval < 1
-    ):
-        raise ValueError(f"Trainer.run: steps_per_eval must be an int >= 1 or None, got {steps_per_eval!r}")
-    if eval_env_config and steps_per_eval is None:
-        raise ValueError(
-            "Trainer.run: eval_env_config is given but steps_per_eval is None, so no "
-            "evaluation would use it; set steps_per_eval"
-        )
-
-
 class _FirstState:
-    """An env built once by ``build()``, reset to its state just after building at every
-    :meth:`get`."""
+    """An env built once by ``build()``, put back in its first state at every :meth:`get`."""
 
     def __init__(self) -> None:
         self.env: Any = None
@@ -133,12 +94,10 @@ class EvalEnvs:
         return env
 
     def evaluate(self, env_config: dict[str, Any] | None, deterministic: bool) -> dict[str, float]:
-        """The rollout stats of one evaluation (:meth:`rl8.PPO.evaluate`), torch's RNG kept.
-
-        On the training envs when ``num_envs`` is ``None`` and PPO resets them before the next
-        collect anyway (``PPO.next_collect_resets``), for ``num_steps`` or ``horizon * max(1,
-        horizons_per_env_reset)`` steps, their state restored afterwards; otherwise on the
-        dedicated eval env, for ``num_steps`` or, for an episodic env, its episode limit.
+        """The rollout stats of one evaluation (:meth:`rl8.PPO.evaluate`), torch's RNG kept: on
+        the training envs when ``num_envs`` is ``None`` and the next collect resets them anyway
+        (their state restored afterwards), else on the dedicated eval env (for ``num_steps``
+        steps or, for an episodic env, its episode limit; see ``docs/trainer.md``).
 
         Args:
             env_config: Env parameters for the evaluation (over ``hparams.env_config``).
@@ -156,8 +115,7 @@ class EvalEnvs:
                         num_steps=self.num_steps or default_steps,
                     )
                 finally:
-                    # the next training collect resets the envs; restoring their state (RNG,
-                    # config) makes that reset the one it would have been without the eval
+                    # the next collect's reset is then the one it would have been without the eval
                     if saved is not None:
                         algo.env.load_state_dict(saved)
             env = self._eval.get(self._build_eval_env)
@@ -168,8 +126,7 @@ class EvalEnvs:
             return algo.evaluate(env, env_config=env_config, deterministic=deterministic, num_steps=steps)
 
     def check_can_record(self) -> None:
-        """Raise now what recording would raise later: imageio missing, an env that cannot
-        render."""
+        """Raise now what recording would raise later (no imageio, an env that cannot render)."""
         import_imageio()
         self._record.get(self._build_record_env)
 

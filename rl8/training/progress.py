@@ -1,7 +1,6 @@
-"""What :meth:`rl8.Trainer.run` prints: a progress line (env steps, steps/s, latest returns,
-the stop condition closest to holding and an ETA), where the results go (the MLflow run, the
-tracking URI, the ``mlflow ui`` command, the checkpoints) at the start and the end, and a
-summary line. The ``rl8`` command prints the same lines (:func:`results_lines`)."""
+"""What :meth:`rl8.Trainer.run` prints: a progress line with an ETA, where the results go at
+the start and the end (the ``rl8`` command prints the same: :func:`results_lines`), and a
+summary line. See ``docs/trainer.md#progress``."""
 
 from __future__ import annotations
 
@@ -24,7 +23,7 @@ if TYPE_CHECKING:
 __all__ = ["Progress", "is_nan", "mlflow_ui_command", "results_lines", "start_lines"]
 
 #: Another condition becomes the progress line's target only when it is this much closer to
-#: holding (a fraction of the way) than the current target: the target does not flicker.
+#: holding (a fraction of the way) than the current target.
 SWITCH_MARGIN = 0.1
 #: Values of a target stat kept for its trend (the ETA of a return target).
 TREND_POINTS = 10
@@ -64,15 +63,6 @@ def _condition_label(condition: Condition) -> str:
     return repr(condition)
 
 
-def _latest(stats: Mapping[str, float], keys: Sequence[str]) -> float | None:
-    """The first of ``keys`` in ``stats`` that is a number (not NaN), else ``None``."""
-    for key in keys:
-        value = stats.get(key)
-        if value is not None and not is_nan(value):
-            return float(value)
-    return None
-
-
 def _slope(points: Sequence[tuple[float, float]]) -> float:
     """The least-squares slope of ``(time, value)`` points (value per second)."""
     n = len(points)
@@ -84,15 +74,10 @@ def _slope(points: Sequence[tuple[float, float]]) -> float:
     return sum((t - mean_t) * (v - mean_v) for t, v in points) / var
 
 
-# --------------------------------------------------------------------------------------------
-# where the results go
-
-
 def mlflow_ui_command(uri: str) -> str:
-    """The command that shows the runs of the tracking URI ``uri``: ``mlflow ui`` for
-    ``mlflow.db`` in the current folder, ``mlflow ui --backend-store-uri URI`` for another store,
-    the server's address for a tracking server; with what to install first when MLflow's UI
-    server is missing (rl8 itself needs only mlflow-skinny).
+    """The command that shows the runs of the tracking URI ``uri`` (``mlflow ui``, with
+    ``--backend-store-uri URI`` for another store than ``./mlflow.db``, or the server's address),
+    with what to install first when MLflow's UI server is missing.
 
     Args:
         uri: The resolved tracking URI (``trainer.tracker.tracking_uri``).
@@ -122,23 +107,21 @@ def _launcher(trainer: Trainer) -> str:
 
 
 def _resume_command(trainer: Trainer, checkpoint: Path) -> str:
-    """How to go on from ``checkpoint``: ``rl8 train --resume`` for a run of the ``rl8``
-    command (its Trainer's metadata holds the command's config), else the Python call."""
+    """How to go on from ``checkpoint``: ``rl8 train --resume`` for a run of the ``rl8`` command
+    (its metadata holds the command's config), else the Python call."""
     if "config" in trainer.metadata:
         actors = f" --actors {trainer.config.actors}" if trainer.config.actors else ""
         return f"{_launcher(trainer)}rl8 train --resume {checkpoint}{actors}"
     return f"Trainer.from_checkpoint({str(checkpoint)!r})"
 
 
-def _known_run_id(trainer: Trainer) -> str | None:
-    """The run id if the run has started, without waiting for a start in progress."""
+def _known_run_id(trainer: Trainer) -> str | None:  # never waits for a start in progress
     return trainer.tracker.run_id or trainer._run_id
 
 
 def start_lines(trainer: Trainer) -> list[str] | None:
-    """Where the results of a run go, printed when :meth:`rl8.Trainer.run` starts: the MLflow
-    run, its tracking URI and the command that shows it, and the checkpoint folder. ``None``
-    while a run starting in the background has no id yet (never waits)."""
+    """Where the results of a run go (the MLflow run, its tracking URI and the command that shows
+    it, the checkpoint folder); ``None`` while a run starting in the background has no id yet."""
     tracker = trainer.tracker
     run_id = _known_run_id(trainer)
     if (tracker.enabled and run_id is None) or tracker.start_error is not None:
@@ -152,10 +135,8 @@ def start_lines(trainer: Trainer) -> list[str] | None:
 
 
 def results_lines(trainer: Trainer) -> list[str]:
-    """Where the results of a run went, printed when :meth:`rl8.Trainer.run` ends (and by
-    ``rl8 train``): env and training steps, the MLflow run id and tracking URI, the latest
-    checkpoint and how to resume from it, and the ``mlflow ui`` command. Never waits or
-    raises for a run that failed to start."""
+    """Where the results of a run went (steps, the MLflow run, the latest checkpoint and how to
+    resume from it, the ``mlflow ui`` command); never waits or raises."""
     algo = trainer.algo
     lines = [f"rl8: {algo.env_steps} env steps, {algo.steps} training steps"]
     run_id = _known_run_id(trainer)
@@ -170,33 +151,13 @@ def results_lines(trainer: Trainer) -> list[str]:
     return lines
 
 
-# --------------------------------------------------------------------------------------------
-# the progress line
-
-
 class Progress:
-    """One status line for long runs, a summary line when the run stops, and where the results
-    go (:func:`start_lines`, :func:`results_lines`).
-
-    ``mode=None`` or ``True``: on a terminal, one line updated in place (``\r``, at most every
-    0.25 s); otherwise a plain line every ``interval_s`` seconds. ``False``: never (quiet).
-
-    The line names one target: the stop condition closest to holding, kept until another is
-    :data:`SWITCH_MARGIN` closer (or holds). How close: :meth:`~rl8.training.conditions.Condition.progress`
-    when the condition knows (counters such as ``env/steps``, time limits); for a bound on
-    another stat (a return target), the fraction of the gap between the first value seen in
-    this run and the bound that has been closed. The percentage is rounded down and reads 100%
-    only once the condition holds.
-
-    The ETA: for a target that knows its progress, the time left at the pace observed since
-    the first step (remaining env steps / env steps per second for ``env/steps``); for a
-    return target, ``~`` the time left at its recent trend (a line fitted to its last
-    :data:`TREND_POINTS` values), shown only while the trend heads for the bound; and then
-    ``budget`` the time left of the nearest counter or time limit, which ends the run at the
-    latest.
+    """One status line for long runs (naming the stop condition closest to holding and an ETA),
+    a summary line when the run stops, and where the results go (see ``docs/trainer.md#progress``).
 
     Args:
-        mode: ``None``/``True``: show; ``False``: quiet.
+        mode: ``None``/``True``: show (in place on a terminal, at most every 0.25 s, else a
+            plain line every ``interval_s``); ``False``: quiet.
         stream: Where the progress and summary lines go (default ``sys.stderr``).
         interval_s: Seconds between two plain lines (not a terminal).
         out: Where the results lines go (default ``sys.stdout``).
@@ -227,12 +188,13 @@ class Progress:
     def _target_fraction(self, i: int, condition: Condition, stats: Mapping[str, float],
                          now: float) -> float | None:
         """Fraction of the gap from the stat's first value to the bound closed so far (its
-        values also feed the trend)."""
+        values feed the trend)."""
         if not isinstance(condition, (HitsUpperBound, HitsLowerBound)):
             return None
-        value = _latest(stats, [condition.key])
-        if value is None:
+        value = stats.get(condition.key)
+        if value is None or is_nan(value):
             return None
+        value = float(value)
         trend = self._trends.setdefault(i, deque(maxlen=TREND_POINTS))
         trend.append((now, value))
         first = self._first_values.setdefault(i, value)
@@ -251,8 +213,7 @@ class Progress:
         return None
 
     def _trend_eta(self, i: int, condition: Condition) -> float | None:
-        """Seconds until the target stat reaches its bound at its recent trend, or ``None``
-        (too few values, or the trend heads away from the bound)."""
+        """Seconds until the target stat reaches its bound at its recent trend, or ``None``."""
         points = self._trends.get(i)
         if not points or len(points) < 3:
             return None
@@ -265,7 +226,7 @@ class Progress:
 
     def _choose_target(self, closeness: Mapping[int, float], held: Sequence[bool]) -> int | None:
         """The condition to name: one that holds, else the current target unless another is
-        clearly closer (:data:`SWITCH_MARGIN`) or the target's closeness is unknown."""
+        :data:`SWITCH_MARGIN` closer or the target's closeness is unknown."""
         fired = [i for i, h in enumerate(held) if h]
         if fired:
             return fired[0]
@@ -279,7 +240,7 @@ class Progress:
 
     def update(self, stats: Mapping[str, float], conditions: Sequence[Condition], *, force: bool = False,
                held: Sequence[bool] | None = None) -> None:
-        """Record a step's stats; redraw the line if the last draw is old enough (or ``force``).
+        """Record a step's stats; redraw the line if the last draw is old enough.
 
         Args:
             stats: The step's stats.
@@ -291,8 +252,7 @@ class Progress:
             return
         now = time.monotonic()
         held = list(held) if held is not None else [False] * len(conditions)
-        # episodic envs: keep the last mean when no episode ended; the env's own episode
-        # records (the Atari preset's unclipped games) come before PPO's episodes
+        # keep the last mean when no episode ended; the env's own records come before PPO's
         for attr, keys in (
             ("_latest_return", ["env_episodes/return_mean", "episodes/return_mean", "rollout/reward_sum_mean"]),
             ("_latest_eval_return", ["eval/env_episodes/return_mean", "eval/episodes/return_mean",
@@ -306,8 +266,7 @@ class Progress:
         targets = {i: self._target_fraction(i, c, stats, now) for i, c in enumerate(conditions) if i not in linear}
         etas = {i: self._pace_eta(i, f, now) for i, f in linear.items()}  # every step: the pace
         steps = float(stats.get("env/steps", 0.0))
-        if self._start is None:
-            # the run started one step ago: that step's duration is in its profiling stats
+        if self._start is None:  # the run started one step ago, which took this long
             seconds = (stats.get("profiling/collect_ms", 0.0) + stats.get("profiling/step_ms", 0.0)) / 1e3
             rate = stats.get("throughput/env_steps_per_s", 0.0)
             self._start = (now - seconds, steps - rate * seconds)
@@ -351,7 +310,6 @@ class Progress:
         self._wrote = True
 
     def _print(self, lines: Sequence[str]) -> None:
-        """Lines on ``out`` (stdout), after ending an in-place progress line."""
         self.close()
         out = self.out if self.out is not None else sys.stdout
         for line in lines:
@@ -359,8 +317,7 @@ class Progress:
         out.flush()
 
     def announce(self, trainer: Trainer) -> None:
-        """Once per run, as soon as the MLflow run has an id (never waits): where the results
-        go (:func:`start_lines`)."""
+        """Once per run, as soon as the MLflow run has an id: where the results go."""
         if not self.enabled or self._announced:
             return
         lines = start_lines(trainer)
@@ -369,16 +326,15 @@ class Progress:
             self._print(lines)
 
     def results(self, trainer: Trainer) -> None:
-        """At the end of a run: where the results went (:func:`results_lines`)."""
+        """At the end of a run: where the results went."""
         if self.enabled:
             self._print(results_lines(trainer))
 
     def summary(self, stats: Mapping[str, float], stopped_by: Condition | None, *,
                 held_at_checkpoint: bool = False, callback: str | None = None) -> None:
-        """The last line of a run: which condition stopped it, after how many env steps and
-        how long, with the latest returns. ``held_at_checkpoint``: the run was resumed from a
-        checkpoint where the stop conditions already held (``stopped_by``: the one that did,
-        when known). ``callback``: the name of the callback that asked to stop."""
+        """The last line of a run: what stopped it (``stopped_by``, the conditions that held at
+        the checkpoint resumed from, or the ``callback`` named), after how many env steps and
+        how long, with the latest returns."""
         if not self.enabled:
             return
         self.close()

@@ -44,10 +44,10 @@ _RESUMING_FROM: contextvars.ContextVar[Path | None] = contextvars.ContextVar("rl
 
 
 def resuming_from() -> Path | None:
-    """The checkpoint file that :meth:`TrainerCheckpoints.from_checkpoint` is resuming from
-    while it builds its Trainer, else ``None``: a Trainer resuming from a checkpoint of its
-    folder may write into that folder (see :class:`rl8.io.checkpoint_dir.CheckpointDirLock`)."""
+    """The checkpoint file that :meth:`TrainerCheckpoints.from_checkpoint` resumes from while it
+    builds its Trainer (which may then write into that file's folder), else ``None``."""
     return _RESUMING_FROM.get()
+
 
 #: Entries of ``PPO.state_dict()`` that are the same on every rank: stored once (rank 0's
 #: ``algo``), not in the per-rank entries of a data-parallel checkpoint.
@@ -78,8 +78,7 @@ class RunRecord:
 
     @classmethod
     def from_checkpoint(cls, saved: Mapping[str, Any]) -> RunRecord:
-        """The record in a checkpoint's ``trainer`` section (rl8 1.0.0's stat names replaced by
-        the current ones)."""
+        """The record in a checkpoint's ``trainer`` section (with the current stat names)."""
         return cls(
             run=saved.get("run"),
             stop_conditions=with_current_stat_names(saved.get("stop_conditions")),
@@ -88,14 +87,9 @@ class RunRecord:
         )
 
     def restore(self, conditions: Sequence[Condition]) -> bool:
-        """Load the recorded states into ``conditions`` (once: the record then forgets them).
-
-        Conditions that do not match the record start afresh, with a warning.
-
-        Returns:
-            Whether they are the very conditions that already held at the checkpoint's step
-            (same ``to_config()``), i.e. the run is finished.
-        """
+        """Load the recorded states into ``conditions`` (once: the record then forgets them);
+        conditions that do not match start afresh, with a warning. Returns whether they are
+        the very conditions that held at the checkpoint's step (the run is finished)."""
         saved = self.stop_conditions
         if not saved or not conditions:
             return False
@@ -119,16 +113,8 @@ class RunRecord:
 
 
 def check_finite_policy(policy: torch.nn.Module, step: int, last_checkpoint: Path | None) -> None:
-    """Refuse to checkpoint a policy holding NaN/inf (one check for all its tensors).
-
-    Args:
-        policy: The policy about to be written.
-        step: The env step of the checkpoint (for the message).
-        last_checkpoint: The last good checkpoint, named in the message.
-
-    Raises:
-        rl8.ppo.algorithm.NonFiniteError: A floating-point tensor of the policy holds NaN or inf.
-    """
+    """Refuse to checkpoint a policy holding NaN/inf: a :class:`~rl8.ppo.algorithm.NonFiniteError`
+    naming the env ``step`` and the ``last_checkpoint`` (the last good one, or ``None``)."""
     tensors = {k: v for k, v in policy.state_dict().items() if v.is_floating_point()}
     if not tensors:
         return
@@ -144,20 +130,17 @@ def check_finite_policy(policy: torch.nn.Module, step: int, last_checkpoint: Pat
 
 
 def rank_entry(algo_state: Mapping[str, Any]) -> dict[str, Any]:
-    """The part of a ``PPO.state_dict()`` that is this rank's own (envs, observations, RNG and
-    generator states, episode accumulators, reward-normaliser carry, recurrent and overlap
-    state): what a per-rank entry of a checkpoint holds."""
+    """The part of a ``PPO.state_dict()`` that is this rank's own (envs, RNG streams,
+    episodes...): what a per-rank entry of a checkpoint holds."""
     return {k: v for k, v in algo_state.items() if k not in _SHARED_ALGO_KEYS}
 
 
 def write_checkpoint(state: dict[str, Any], path: Any, folder: Path | None, keep_last: int | None, step: int,
                      dist: DistContext, actors: dict[int, dict[str, Any]] | None = None) -> Path:
-    """Write a Trainer checkpoint on rank 0 to ``path``, or (``path=None``) as ``folder``'s
-    numbered checkpoint keeping the last ``keep_last``; in data-parallel training with every
-    rank's own algo state. With actors and learners, ``actors`` is this learner's actors' own
-    states by rank (:meth:`rl8.training.actors.Learner.actor_states`; ``{}`` when they could not be
-    asked): every learner's are gathered into the file's ``actors`` entry. Every rank gets the
-    absolute path written, or rank 0's error."""
+    """Write a Trainer checkpoint on rank 0 to ``path``, or (``None``) as ``folder``'s numbered
+    checkpoint keeping the last ``keep_last``, with every rank's own algo state and every
+    learner's ``actors`` states by rank (:meth:`rl8.training.actors.Learner.actor_states`).
+    Every rank gets the absolute path written, or rank 0's error."""
     ranks, actor_states = None, [actors]
     if dist.enabled:
         gathered = dist.gather_to_main((to_cpu(rank_entry(state["algo"])), actors))
@@ -181,12 +164,9 @@ def write_checkpoint(state: dict[str, Any], path: Any, folder: Path | None, keep
 
 
 def log_policy_artifacts(tracker: Any, policy: torch.nn.Module, env: dict[str, Any], checkpoint: Path, step: int) -> None:
-    """Log the policy file and the ``rl8/checkpoint.json`` pointer to ``checkpoint`` (written at
-    env step ``step``) to the ``tracker``'s run (copied and queued with ``async_logging``).
-
-    Tracking never fails training: when the files cannot be staged (a full or unwritable
-    temporary folder) nothing is uploaded, with a :class:`~rl8.tracking.TrackingWarning`; the
-    checkpoint itself is written already."""
+    """Log the policy file and the ``rl8/checkpoint.json`` pointer to ``checkpoint`` (of env step
+    ``step``) to the ``tracker``'s run; files that cannot be staged are a warning, never an
+    error (the checkpoint is written already)."""
     tmp = None
     try:
         tmp = Path(tempfile.mkdtemp(prefix="rl8-artifacts-"))
@@ -207,10 +187,8 @@ def log_policy_artifacts(tracker: Any, policy: torch.nn.Module, env: dict[str, A
 
 
 def read_trainer_checkpoint(ref: str | os.PathLike[str], *, tracking_uri: str | None = None) -> tuple[Path, dict[str, Any]]:
-    """:func:`rl8.io.checkpoint_dir.read_checkpoint`, except on an actor (``rl8 train --actors``),
-    which reads the file itself and gets its own entry as ``"actor"`` (``None`` in a checkpoint
-    without actor states; see :func:`rl8.io.checkpoint_dir.checkpoint_for_actor` and
-    :func:`algo_from_checkpoint`)."""
+    """:func:`rl8.io.checkpoint_dir.read_checkpoint`, except on an actor, which reads the file
+    itself and gets its own entry as ``"actor"`` (``None`` without actor states)."""
     roles = current_roles()
     if roles is None or not roles.is_actor:
         return read_checkpoint(ref, tracking_uri=tracking_uri)
@@ -220,27 +198,22 @@ def read_trainer_checkpoint(ref: str | os.PathLike[str], *, tracking_uri: str | 
 
 def algo_from_checkpoint(file: Path, state: Mapping[str, Any], *, env: Any, hparams: Mapping[str, Any] | None,
                          trust_code: bool) -> PPO:
-    """The PPO a Trainer checkpoint describes, with its state loaded.
-
-    Every class the file names is looked up in :mod:`rl8.registry` (no module the file names is
-    imported, unless ``trust_code``) and checked for its kind before anything is called (see
-    ``docs/security.md``).
+    """The PPO a Trainer checkpoint describes, with its state loaded; every class the file names
+    is looked up in :mod:`rl8.registry` and checked for its kind (``docs/security.md``).
 
     Args:
         file: The checkpoint file (for messages).
         state: Its content (:func:`rl8.io.checkpoint_dir.read_checkpoint`).
-        env: The env to use instead of the stored one (e.g. a class the registry does not
-            hold); ``None``: the stored one.
-        hparams: Hyper-parameters to change (e.g. ``{"device": "cuda"}``); a class given here
-            (``model_cls``...) replaces the stored name, which is then not looked up.
+        env: The env to use instead of the stored one; ``None``: the stored one.
+        hparams: Hyper-parameters to change (a class given here replaces the stored name).
         trust_code: Import the modules of the names the registry does not hold, and let the
             stored env spec name a plain function, which is then called.
 
     Raises:
         rl8.io.checkpoint.CheckpointError: Not a Trainer checkpoint, or a stored name that is not
             registered or of the wrong kind.
-        ValueError: An env that the checkpoint cannot name and that is not given; an env
-            whose spaces differ from the checkpoint's.
+        ValueError: An env that the checkpoint cannot name and that is not given, or whose
+            spaces differ from the checkpoint's.
     """
     if not all(isinstance(state.get(k), Mapping) for k in ("algo", "trainer", "env")):
         raise CheckpointError(
@@ -248,7 +221,6 @@ def algo_from_checkpoint(file: Path, state: Mapping[str, Any], *, env: Any, hpar
             "'algo', 'trainer' and 'env' entries)"
         )
     algo_state = state["algo"]
-    # (PPO then resolves the same names again: the stored strings stay as they were)
     stored = algo_state.get("hparams")
     check_stored_hparams(stored, source=file, trust_code=trust_code, given=hparams)
     spec = env
@@ -274,14 +246,12 @@ def algo_from_checkpoint(file: Path, state: Mapping[str, Any], *, env: Any, hpar
             what=f"Trainer.from_checkpoint: env={env!r}", source=file,
         )
     roles = current_roles()
-    if roles is not None and roles.is_actor:
-        # an actor's weights come from its learner at the start
+    if roles is not None and roles.is_actor:  # its weights come from its learner
         own = state.get("actor")
         if own is not None:  # its envs, RNG streams and episodes go on where they were
             _load_algo_state(algo, {**algo_state, **own}, file)
             return algo
-        # a checkpoint without actor states: its envs start anew, seeded apart from those of
-        # the run before the checkpoint
+        # no actor states: its envs start anew, seeded apart from those before the checkpoint
         steps = int(algo_state["counters"]["steps"])
         algo.env_seed = derive_seed(algo.env_seed, steps + 1)
         algo.generator.manual_seed(algo.env_seed)
@@ -291,9 +261,8 @@ def algo_from_checkpoint(file: Path, state: Mapping[str, Any], *, env: Any, hpar
 
 
 def _load_algo_state(algo: PPO, algo_state: Mapping[str, Any], file: Path) -> None:
-    """``algo.load_state_dict(algo_state)``, refusing weights that hold NaN or inf or that do
-    not fit the model the stored hyper-parameters describe, with a
-    :class:`~rl8.io.checkpoint.CheckpointError` naming the entry."""
+    """``algo.load_state_dict(algo_state)``; a :class:`~rl8.io.checkpoint.CheckpointError` naming
+    the entry for weights that hold NaN or inf or do not fit the model."""
     weights = algo_state.get("policy")
     if not isinstance(weights, Mapping) or not all(isinstance(v, torch.Tensor) for v in weights.values()):
         raise CheckpointError(f"{file}: entry 'algo.policy' must be a dict of tensors by name, "
@@ -323,28 +292,25 @@ def _absolute_uri(uri: str) -> str:
 
 
 class TrainerCheckpoints:
-    """The checkpoint half of :class:`rl8.Trainer` (its base class, using the Trainer's ``algo``,
-    ``config``, ``tracker`` and run state): what a checkpoint holds, writing it, and rebuilding a
-    Trainer from one (see ``docs/checkpoints.md``)."""
+    """The checkpoint half of :class:`rl8.Trainer` (its base class): what a checkpoint holds,
+    writing it, and rebuilding a Trainer from one (see ``docs/checkpoints.md``)."""
 
     def resolved_config(self) -> TrainerConfig:
-        """:attr:`config` with what this Trainer resolved: its MLflow run (id, experiment, name,
-        absolute tracking URI, whether it is tracked) and its checkpoint folder, i.e. what a
-        checkpoint stores. Waits for a run still starting."""
+        """:attr:`config` with what this Trainer resolved (its MLflow run, absolute tracking URI,
+        checkpoint folder): what a checkpoint stores. Waits for a run still starting."""
         return self.config.replace(
             run_id=self.run_id, experiment=self.experiment, run_name=self.tracker.run_name,
             tracking_uri=_absolute_uri(self.tracker.tracking_uri), tracking=self.tracker.enabled,
             checkpoint_dir=str(self.checkpoint_dir), metadata=self.metadata,
         )
 
-    def _env_info(self) -> dict[str, Any]:
-        """The env as a policy file records it: spec, ``env_kwargs`` and ``env_config``."""
+    def _env_info(self) -> dict[str, Any]:  # as a policy file records it
         hp = self.algo.hparams
         return {"spec": self.env_spec, "env_kwargs": dict(hp.env_kwargs), "env_config": dict(hp.env_config)}
 
     def _run_record(self) -> RunRecord:
-        """The record of the latest :meth:`~rl8.Trainer.run`; for what it has not set (its
-        arguments, its stop conditions), that of the checkpoint this Trainer resumed from."""
+        """The record of the latest :meth:`~rl8.Trainer.run`, completed by that of the checkpoint
+        this Trainer resumed from."""
         record = RunRecord.of_run(self._run_args, self._conditions, self._conditions_met)
         saved = self._resumed
         if saved is not None and not self._conditions and saved.stop_conditions:
@@ -370,11 +336,8 @@ class TrainerCheckpoints:
 
     def save_checkpoint(self, path: str | os.PathLike[str] | None = None) -> Path:
         """Write a checkpoint (:meth:`state_dict`) atomically and log the policy and the
-        ``rl8/checkpoint.json`` pointer to the MLflow run (queued; see ``docs/checkpoints.md``).
-        In data-parallel training every rank calls it at the same step; rank 0 writes one file
-        with every rank's own state, the others get its path. With actors and learners the
-        learners call it, and the file also holds every actor's own state (see
-        ``docs/distributed.md``).
+        ``rl8/checkpoint.json`` pointer to the MLflow run (see ``docs/checkpoints.md``). In
+        data-parallel training every rank calls it at the same step (rank 0 writes).
 
         Args:
             path: Destination file; ``None``: ``checkpoint_dir/checkpoint-<env steps>.pt``,
@@ -384,15 +347,13 @@ class TrainerCheckpoints:
             The path written.
 
         Raises:
-            rl8.ppo.algorithm.NonFiniteError: The policy's parameters (or normaliser statistics) hold
-                NaN or inf; nothing is written, so the last good checkpoint is kept.
+            rl8.ppo.algorithm.NonFiniteError: The policy holds NaN or inf (nothing is written).
         """
         step = int(self.algo.env_steps)
         check_finite_policy(self.algo.policy, step, self.last_checkpoint)
         folder = self.checkpoint_dir if path is None else None
         if folder is not None and self._dir_lock is not None:  # rank 0: the folder's lock names the run
             self._dir_lock.set_run_id(self.run_id)
-        # with actors: theirs, at the end of the rollout each is collecting (rl8.training.actors)
         actors = self._learner.actor_states() if self._learner is not None else None
         written = write_checkpoint(self.state_dict(), path, folder, self.config.keep_checkpoints, step, self._dist,
                                    actors)
@@ -413,30 +374,23 @@ class TrainerCheckpoints:
         trust_code: bool = False,
         **kwargs: Any,
     ) -> Trainer:
-        """Rebuild a Trainer (and its PPO, state loaded: same losses on CPU as an uninterrupted
-        run) from a checkpoint and continue its MLflow run (see ``docs/trainer.md``).
+        """Rebuild a Trainer (and its PPO, state loaded) from a checkpoint and continue its
+        MLflow run (see ``docs/checkpoints.md``).
 
         Args:
-            path: A checkpoint file, a folder of checkpoints (its latest), or an MLflow run id
-                (the checkpoint recorded in its ``rl8/checkpoint.json`` artifact).
-            env: The env to use instead of the stored one: when the checkpoint could not
-                record it (a lambda or local function), or names a class this process has not
-                registered (e.g. one a notebook defined, stored as ``__main__.MyEnv``).
-            hparams: Hyper-parameters to change, e.g. ``{"device": "cuda"}``; anything that
-                changes shapes (``num_envs``, ``horizon``, the model) cannot load the state.
+            path: A checkpoint file, a folder of checkpoints (its latest), or an MLflow run id.
+            env: The env to use instead of the stored one (one the checkpoint could not record,
+                or a class this process has not registered).
+            hparams: Hyper-parameters to change, e.g. ``{"device": "cuda"}``.
             tracking_uri: Tracking URI of the run (default: the one stored in the checkpoint).
-            trust_code: Trust the file: import the modules of the names it holds that the
-                registry (:mod:`rl8.registry`) does not hold, and let its env spec name a plain
-                function, which rl8 then calls. Off: no module the file names is imported, and
-                every class it names is looked up and checked for its kind (``docs/security.md``).
-            **kwargs: Other :class:`Trainer` options to change; the others are those stored
-                (the :class:`~rl8.training.config.TrainerConfig` fields marked ``stored``).
+            trust_code: Trust the file: import the modules of names the registry
+                (:mod:`rl8.registry`) does not hold, and let its env spec name a plain function
+                (see ``docs/security.md``).
+            **kwargs: Other :class:`Trainer` options to change (the others are those stored).
 
         Raises:
             FileNotFoundError: No checkpoint at ``path``.
-            rl8.io.checkpoint.CheckpointError: A corrupt, truncated, foreign or unsafe file, or
-                one that names a class that is not registered, or an object of the wrong kind
-                (e.g. ``subprocess.run`` as env).
+            rl8.io.checkpoint.CheckpointError: A corrupt, foreign or unsafe file.
             ValueError: The env's observation or action space differs from the checkpoint's.
             rl8.tracking.TrackingError: The stored MLflow run cannot be resumed.
         """
@@ -462,7 +416,6 @@ class TrainerCheckpoints:
     @property
     def run_args(self) -> dict[str, Any] | None:
         """``env_config``, ``eval_env_config`` and ``steps_per_eval`` of the latest
-        :meth:`~rl8.Trainer.run` (for a resumed trainer before its first run: those stored in the
-        checkpoint)."""
+        :meth:`~rl8.Trainer.run` (or of the checkpoint's run, before a resumed one's first)."""
         run = self._run_record().run
         return None if run is None else dict(run)

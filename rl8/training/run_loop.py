@@ -4,14 +4,14 @@ conditions, checkpoints, signals, and how the MLflow run ends when the loop is i
 from __future__ import annotations
 
 import contextlib
-import math
 import signal
 import sys
 import time
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from rl8.fields import check, int_at_least, is_number, optional
 from rl8.ppo.stats import Stats
 from rl8.tracking.common import TrackingWarning
 from rl8.training.callbacks import Callback, CallbackLike
@@ -22,25 +22,49 @@ from rl8.training.signals import StopSignals, signal_exit
 if TYPE_CHECKING:
     from rl8.training.trainer import Trainer
 
-__all__ = ["TrainStats", "as_conditions", "check_eval_stats", "check_record_plan", "log_run_params", "train_until"]
+__all__ = [
+    "TrainStats", "as_conditions", "check_eval_plan", "check_eval_stats", "check_record_plan",
+    "log_run_params", "train_until",
+]
+
+# the checks of Trainer.run's numbers (see rl8.fields.Check)
+_RUN_CHECKS = {
+    "steps_per_eval": optional(int_at_least(1)),
+    "max_env_steps": optional(int_at_least(1)),
+    "max_seconds": optional(check("a number of seconds > 0", lambda v: is_number(v) and v > 0)),
+}
 
 
 class TrainStats(Stats):
-    """All stats of one training step: a ``dict[str, float]`` (a :class:`rl8.ppo.stats.Stats`, in
-    which rl8 1.0.0's ``returns/*`` names still answer lookups, with a ``DeprecationWarning``):
-    counters (``env/steps``...), :meth:`rl8.PPO.collect`'s and :meth:`rl8.PPO.update`'s stats,
-    ``profiling/*`` (ms), ``throughput/*``, ``memory/*`` (MiB) and on evaluation steps ``eval/*``;
-    the full list with units is in ``docs/trainer.md#metrics``."""
+    """All stats of one training step, a ``dict[str, float]`` (a :class:`rl8.ppo.stats.Stats`):
+    counters, the collect's and update's stats, ``profiling/*`` (ms), ``throughput/*``,
+    ``memory/*`` (MiB) and on evaluation steps ``eval/*`` (see ``docs/trainer.md#metrics``)."""
 
 
-def _budget(name: str, value: Any, *, integer: bool) -> None:
-    """``max_env_steps`` (an int >= 1) or ``max_seconds`` (a number > 0), or ``None``."""
-    if value is None:
-        return
-    kind = "an int >= 1" if integer else "a number of seconds > 0"
-    ok = not isinstance(value, bool) and isinstance(value, int if integer else (int, float)) and value > 0
-    if not ok or (not integer and not math.isfinite(value)):
-        raise ValueError(f"Trainer.run: {name} must be {kind} or None, got {value!r}")
+def _check_arg(name: str, value: Any) -> None:
+    expected = _RUN_CHECKS[name](value, name)
+    if expected is not None:
+        raise ValueError(f"Trainer.run: {name} must be {expected}, got {value!r}")
+
+
+def check_eval_plan(steps_per_eval: int | None, eval_env_config: Mapping[str, Any] | None) -> None:
+    """Check before training that :meth:`rl8.Trainer.run` can evaluate as asked (any cadence
+    works: evaluations off an env-reset boundary run on a dedicated eval env).
+
+    Args:
+        steps_per_eval: Evaluate every this many training steps, ``None``: never.
+        eval_env_config: Env parameters for evaluations.
+
+    Raises:
+        ValueError: ``steps_per_eval`` is not an int >= 1 or ``None``; an ``eval_env_config``
+            without ``steps_per_eval``.
+    """
+    _check_arg("steps_per_eval", steps_per_eval)
+    if eval_env_config and steps_per_eval is None:
+        raise ValueError(
+            "Trainer.run: eval_env_config is given but steps_per_eval is None, so no "
+            "evaluation would use it; set steps_per_eval"
+        )
 
 
 def as_conditions(stop_conditions: Condition | Sequence[Condition] | None, *, max_env_steps: int | None = None,
@@ -61,8 +85,8 @@ def as_conditions(stop_conditions: Condition | Sequence[Condition] | None, *, ma
             raise TypeError(
                 f"Trainer.run: stop_conditions[{i}] must be a rl8.training.conditions.Condition, got {condition!r}"
             )
-    _budget("max_env_steps", max_env_steps, integer=True)
-    _budget("max_seconds", max_seconds, integer=False)
+    _check_arg("max_env_steps", max_env_steps)
+    _check_arg("max_seconds", max_seconds)
     if max_env_steps is not None:
         conditions.append(HitsUpperBound("env/steps", max_env_steps))
     if max_seconds is not None:
@@ -71,12 +95,8 @@ def as_conditions(stop_conditions: Condition | Sequence[Condition] | None, *, ma
 
 
 def check_eval_stats(conditions: Sequence[Condition], steps_per_eval: int | None) -> None:
-    """Before training: a condition on an ``eval/`` stat needs evaluations (else it would
-    never hold, and the run would train until interrupted).
-
-    Raises:
-        rl8.training.conditions.MissingStatError: naming the condition, the stat and ``steps_per_eval``.
-    """
+    """Before training: a ``MissingStatError`` for a condition on an ``eval/`` stat in a run
+    without evaluations (it could never hold)."""
     if steps_per_eval is not None:
         return
     for i, condition in enumerate(conditions):
@@ -117,8 +137,7 @@ def log_run_params(trainer: Trainer, conditions: Sequence[Condition], steps_per_
         }
     }
     with warnings.catch_warnings():
-        # a resumed run records a changed value once as "resumed/run/..."; later changes
-        # (resumed again with other stop conditions) are expected, not worth a warning
+        # a resumed run records a changed value once as "resumed/run/..."; later ones are expected
         warnings.filterwarnings("ignore", message="MLflow param 'run/", category=TrackingWarning)
         trainer.tracker.log_params(params)  # queued with async_logging
 
@@ -134,9 +153,8 @@ def _record_eval(trainer: Trainer, env_config: dict[str, Any] | None) -> TrainSt
 
 
 def _handle_signals(trainer: Trainer, signals: StopSignals, progress: Progress) -> None:
-    """Act on the signals received (see :class:`~rl8.training.signals.StopSignals`): a checkpoint for
-    SIGUSR1; for SIGINT/SIGTERM a checkpoint, the run ended as ``KILLED``, and the signal's
-    exception."""
+    """Act on the signals received: a checkpoint for SIGUSR1; for SIGINT/SIGTERM a checkpoint,
+    the run ended as ``KILLED``, and the signal's exception."""
     checkpoint, signum = signals.take()
     main = trainer._dist.is_main
     if checkpoint:
@@ -163,8 +181,7 @@ def _callback_name(callback: CallbackLike) -> str:
 
 def _run_callbacks(trainer: Trainer, callbacks: Sequence[CallbackLike], stats: TrainStats,
                    evaluated: bool) -> CallbackLike | None:
-    """Every callback on the step's stats (see :mod:`rl8.training.callbacks`); the first that asked
-    to stop, or ``None``."""
+    """Run every callback on the step's stats; the first that asked to stop, or ``None``."""
     stop = None
     for callback in callbacks:
         if isinstance(callback, Callback):
@@ -181,8 +198,8 @@ def _run_callbacks(trainer: Trainer, callbacks: Sequence[CallbackLike], stats: T
 def _step_and_evaluate(trainer: Trainer, env_config: dict[str, Any] | None,
                        eval_env_config: dict[str, Any] | None,
                        steps_per_eval: int | None) -> tuple[TrainStats, bool]:
-    """One training step, then an evaluation (and a recorded video) when one is due; returns
-    the step's stats and whether it evaluated."""
+    """One training step, then an evaluation (and a video) when due; the stats and whether it
+    evaluated."""
     algo, config = trainer.algo, trainer.config
     stats = trainer._train_step(env_config)
     evaluated = bool(steps_per_eval) and algo.steps % steps_per_eval == 0
@@ -196,9 +213,8 @@ def _step_and_evaluate(trainer: Trainer, env_config: dict[str, Any] | None,
 def _finish_run(trainer: Trainer, conditions: list[Condition], stats: TrainStats, stop: list[bool],
                 progress: Progress, signals: StopSignals, *, held_at_checkpoint: bool,
                 stopped_by_callback: CallbackLike | None) -> None:
-    """After the last step: set ``trainer.stopped_by``, print the summary, write the last
-    checkpoint (unless it exists), handle a late signal, stop the actors, print the results.
-    ``stop``: which conditions held at the last step."""
+    """After the last step (``stop``: which conditions held): set ``trainer.stopped_by``, print
+    the summary, write the last checkpoint, handle a late signal, stop the actors."""
     progress.update(stats, conditions, force=True, held=stop)
     trainer.stopped_by = next((c for c, fired in zip(conditions, stop) if fired), None)
     if held_at_checkpoint and len(conditions) == 1:  # then it is the one that held
@@ -217,9 +233,8 @@ def train_until(trainer: Trainer, conditions: list[Condition], stats: TrainStats
                 env_config: dict[str, Any] | None, eval_env_config: dict[str, Any] | None,
                 steps_per_eval: int | None, callbacks: Sequence[CallbackLike] = ()) -> TrainStats:
     """The body of :meth:`rl8.Trainer.run` once its arguments are checked: steps until a
-    condition holds or a callback asks to stop (none when ``finished``: the conditions held
-    at the checkpoint), with signals handled; returns the last step's stats (``stats`` when
-    no step ran)."""
+    condition holds or a callback asks to stop (none when ``finished``), signals handled; the
+    last step's stats (``stats`` when no step ran)."""
     algo, config, dist = trainer.algo, trainer.config, trainer._dist
     held_at_checkpoint = finished
     progress = Progress(config.progress if dist.is_main else False, interval_s=config.progress_every_s)

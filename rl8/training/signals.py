@@ -42,8 +42,7 @@ class StopSignals:
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
-        """Handle the signals in this block (only from the main thread; the previous handlers
-        are restored at its end)."""
+        """Handle the signals in this block (only in the main thread)."""
         if threading.current_thread() is not threading.main_thread():
             yield
             return
@@ -70,15 +69,12 @@ class StopSignals:
         self.stop_signal = signum
 
     def agree(self, stop: bool) -> bool:
-        """In data-parallel training, make the step-boundary decisions the same on every rank
-        with ONE small collective: rank 0's stop decision (its clock decides time limits) and
-        the signals any rank received since the last call (kept for :meth:`take`).
+        """Whether to stop: in data-parallel training rank 0's ``stop`` (its clock decides time
+        limits), agreed with ONE small collective that also shares the signals any rank received
+        (kept for :meth:`take`).
 
         Args:
             stop: Whether the stop conditions hold on this rank.
-
-        Returns:
-            Whether to stop (rank 0's ``stop``; ``stop`` itself in one process).
         """
         if not self.dist.enabled:
             return stop
@@ -90,8 +86,8 @@ class StopSignals:
         return bool(flags[0])
 
     def take(self) -> tuple[bool, int | None]:
-        """What to act on now: whether a checkpoint was asked for (consumed) and the stop
-        signal (``None``: none), as every rank agreed in :meth:`agree`."""
+        """What to act on now, as every rank agreed: whether a checkpoint was asked for (consumed)
+        and the stop signal (``None``: none)."""
         if self.dist.enabled:
             checkpoint, signum = self._agreed
             self._agreed = (False, None)

@@ -1,18 +1,5 @@
-"""The Trainer: run PPO for hours, stop on a condition, resume after a crash, compare in MLflow.
-
-A :class:`Trainer` wraps a :class:`~rl8.PPO` object and adds what a long training job needs:
-
-* :meth:`Trainer.step` (one collect + one update) returning :class:`TrainStats`, logged to one
-  MLflow run per Trainer, all stats of a step in one request, with step = ``env/steps``;
-* :meth:`Trainer.eval` on the training envs (only at env-reset boundaries) or on a dedicated
-  eval env (``eval_num_envs``), stats under ``eval/``;
-* :meth:`Trainer.run`: loop until a stop condition holds, evaluating every
-  ``steps_per_eval`` steps, with a progress line on the terminal;
-* checkpoints (:meth:`Trainer.save_checkpoint`, :meth:`Trainer.from_checkpoint`) and signals
-  (SIGUSR1: checkpoint and continue; SIGINT/SIGTERM: checkpoint, close the run, exit).
-
-See ``docs/trainer.md``.
-"""
+"""The :class:`Trainer`: PPO for hours, with stop conditions, evaluations, MLflow tracking,
+checkpoints, resuming and signals (see ``docs/trainer.md``)."""
 
 from __future__ import annotations
 
@@ -27,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from rl8.io.checkpoint import CHECKPOINT_POINTER_ARTIFACT
 from rl8.io.checkpoint_dir import CheckpointDirLock, check_writable_folder
 from rl8.ppo.distributed import DistContext, current_roles
 from rl8.ppo.resolve import env_spec_string, is_dotted_path
@@ -37,21 +23,23 @@ from rl8.training.actors import Learner, check_actor_config, run_actor
 from rl8.training.callbacks import CallbackLike, as_callbacks
 from rl8.training.conditions import Condition
 from rl8.training.config import TrainerConfig, run_params
-from rl8.training.eval_envs import EvalEnvs, check_eval_plan
+from rl8.training.eval_envs import EvalEnvs
 from rl8.training.progress import is_nan
 from rl8.training.resume import RunRecord, TrainerCheckpoints, resuming_from
 from rl8.training.run_loop import (
-    TrainStats, as_conditions, check_eval_stats, check_record_plan, log_run_params, train_until,
+    TrainStats, as_conditions, check_eval_plan, check_eval_stats, check_record_plan, log_run_params,
+    train_until,
 )
 
 if TYPE_CHECKING:
     from rl8.ppo.algorithm import PPO
 
-__all__ = ["CHECKPOINT_POINTER_ARTIFACT", "TrainStats", "Trainer", "check_eval_plan", "env_spec_string"]
+__all__ = ["TrainStats", "Trainer"]
 
 #: Seconds a SIGINT/SIGTERM exit may spend on ending the MLflow run (delivering what is queued,
 #: setting the status), whatever the tracking server does.
 SIGNAL_CLOSE_TIMEOUT_S = 6.0
+
 
 def _env_name(spec: Any) -> str:
     if isinstance(spec, str):
@@ -70,7 +58,6 @@ def _memory_stats(device: torch.device) -> dict[str, float]:
         pass
     try:
         import resource
-
         maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         out["memory/max_rss_mb"] = maxrss / (2**20 if sys.platform == "darwin" else 2**10)
     except (ImportError, OSError):  # pragma: no cover - Windows
@@ -83,21 +70,14 @@ def _memory_stats(device: torch.device) -> dict[str, float]:
 
 class Trainer(TrainerCheckpoints):
     """Train a :class:`~rl8.PPO` algorithm with stop conditions, MLflow tracking and checkpoints
-    (those from :class:`~rl8.training.resume.TrainerCheckpoints`).
-
-    Creating a Trainer starts its MLflow run (an unreachable server is an error here; a new run
-    in a local store with ``async_logging`` starts in the logging thread, its error raised by the
-    next :meth:`step`, :meth:`flush` or :meth:`close`) and logs the config as params. The run
-    stays open until :meth:`close` (or a ``with`` block, or the process's end); see
-    ``docs/trainer.md``.
+    (:class:`~rl8.training.resume.TrainerCheckpoints`). Creating it starts its MLflow run (see
+    ``docs/trainer.md``), which stays open until :meth:`close` (or a ``with`` block's end).
 
     Args:
         algo: The algorithm; the Trainer reads its counters and never copies it.
-        config: The options (a :class:`~rl8.training.config.TrainerConfig`); ``None``: the defaults.
-        **options: Options by name, over ``config`` (e.g. ``experiment="cartpole"``,
-            ``checkpoint_every=100``); every option, its default and meaning is a field of
-            :class:`~rl8.training.config.TrainerConfig`. An unknown name is a ``TypeError``, a bad value
-            a ``ValueError`` naming the option.
+        config: The options (a :class:`~rl8.training.config.TrainerConfig`); ``None``: defaults.
+        **options: Options by name, over ``config`` (``experiment="cartpole"``): the fields of
+            :class:`~rl8.training.config.TrainerConfig`.
 
     Attributes:
         algo: The :class:`~rl8.PPO` algorithm.
@@ -106,8 +86,7 @@ class Trainer(TrainerCheckpoints):
         metadata: ``config.metadata`` as a dict (stored in every checkpoint).
         tracker: The :class:`~rl8.tracking.Tracker` of the MLflow run.
         last_checkpoint: Path of the latest checkpoint written or loaded, or ``None``.
-        stopped_by: The stop condition that ended the latest :meth:`run`, or ``None`` (for a
-            resumed run whose conditions held at the checkpoint: the condition if only one).
+        stopped_by: The stop condition that ended the latest :meth:`run`, or ``None``.
     """
 
     def __init__(self, algo: PPO, config: TrainerConfig | None = None, **options: Any) -> None:
@@ -128,19 +107,17 @@ class Trainer(TrainerCheckpoints):
         self._conditions_met = False  # whether the stop conditions held at the latest step
         self._resumed: RunRecord | None = None  # what the checkpoint resumed from records
         self._ignore_stop_signals = False  # while a signal exit ends the run (bounded)
-
         # data-parallel training: only rank 0 talks to MLflow and writes checkpoints
         self._dist: DistContext = getattr(algo, "dist", None) or DistContext()
-        # actors and learners (rl8.training.actors): actors only collect, in run(); learners receive
-        roles = current_roles()
+        roles = current_roles()  # with actors: they only collect, in run(); learners receive
         check_actor_config(config, algo, roles)
         self.is_actor = roles is not None and roles.is_actor
         self._learner = Learner(algo, config) if roles is not None and not self.is_actor else None
         self._start_tracking()
 
     def _start_tracking(self) -> None:
-        """Make the tracker, claim the checkpoint folder and start the MLflow run (or have it
-        start in the background), then queue the run's params."""
+        """Claim the checkpoint folder, start the MLflow run (maybe in the background), queue
+        the run's params."""
         config = self.config
         self.tracker = Tracker(
             experiment=self.experiment,
@@ -175,9 +152,8 @@ class Trainer(TrainerCheckpoints):
         self.tracker.log_params(run_params(self.algo, self.config, self.env_spec, self._dist))
 
     def _claim_folder(self) -> None:
-        """Rank 0: claim an explicit checkpoint folder, or check that the default's root
-        can be written; every rank raises rank 0's ``CheckpointDirError``. Actors write
-        no checkpoints (their learners do): they claim nothing."""
+        """Rank 0: claim an explicit checkpoint folder, or check that the default's root can be
+        written (actors write no checkpoints: they claim nothing)."""
         if self.is_actor:
             return
         if self.config.checkpoint_dir is not None:
@@ -187,8 +163,8 @@ class Trainer(TrainerCheckpoints):
             check_writable_folder(self._checkpoints_root)
 
     def _start_run(self, background: bool) -> tuple[str | None, Path | None]:
-        """Rank 0: start the run now (unless it starts in the ``background``); every rank
-        learns the run id and the checkpoint folder, or raises rank 0's error."""
+        """Rank 0: start the run now (unless in the ``background``); the run id and the
+        checkpoint folder."""
         if background:
             return None, self._checkpoint_dir
         try:
@@ -219,8 +195,7 @@ class Trainer(TrainerCheckpoints):
 
     @property
     def checkpoint_dir(self) -> Path:
-        """The checkpoint folder (absolute); waits for a run still starting when it is named
-        by the run id.
+        """The checkpoint folder (absolute); waits for a run still starting that names it.
 
         Raises:
             rl8.tracking.TrackingError: The run could not be started in the background.
@@ -233,19 +208,17 @@ class Trainer(TrainerCheckpoints):
         return self._checkpoint_dir
 
     def _release_folder(self) -> None:
-        """Give up the claim on the checkpoint folder (rank 0; a no-op elsewhere)."""
         if self._dir_lock is not None:
             self._dir_lock.release()
 
     def _check_run_start(self, *, wait: bool = False, unless_reported: bool = False) -> None:
-        """Raise the error of a run start that failed in the background; ``wait``: for a start
-        in progress (which passes otherwise); ``unless_reported``: unless raised before."""
+        """Raise the error of a background run start that failed; ``wait``: for one in
+        progress; ``unless_reported``: unless raised before."""
         if wait:
             self.tracker.wait_started()
         self.tracker.check_start(once=unless_reported)
         self._run_id = self.tracker.run_id or self._run_id
 
-    # ----------------------------------------------------------------- steps
     def _counters(self) -> dict[str, float]:
         algo = self.algo
         return {
@@ -263,7 +236,6 @@ class Trainer(TrainerCheckpoints):
                 "Trainer.run (call run() on every rank)"
             )
         t0 = time.perf_counter()
-        # with actors, the learner's collect receives their rollouts (rl8.training.actors.Learner)
         collect = learner.collect(env_config) if learner is not None else algo.collect(env_config=env_config)
         t1 = time.perf_counter()
         update = algo.update()
@@ -284,7 +256,6 @@ class Trainer(TrainerCheckpoints):
         return stats
 
     def _stop_actors(self) -> None:
-        """With actors: tell this learner's actors to stop (a no-op otherwise)."""
         if self._learner is not None:
             self._learner.stop()
 
@@ -297,8 +268,7 @@ class Trainer(TrainerCheckpoints):
         self.tracker.log_metrics(metrics, step=int(self.algo.env_steps))
 
     def flush(self) -> None:
-        """Wait until the metrics of every step so far are sent (or queued by the Tracker after
-        a failure; see :meth:`rl8.tracking.Tracker.flush`)."""
+        """Wait until the metrics of every step so far are sent (or queued after a failure)."""
         self.tracker.flush()
         self._check_run_start()
 
@@ -316,7 +286,6 @@ class Trainer(TrainerCheckpoints):
         self._log(stats)
         return stats
 
-    # ----------------------------------------------------------------- eval
     def _eval(self, env_config: dict[str, Any] | None, deterministic: bool) -> TrainStats:
         t0 = time.perf_counter()
         raw = self._envs.evaluate(env_config, deterministic)
@@ -325,9 +294,8 @@ class Trainer(TrainerCheckpoints):
         return stats
 
     def eval(self, *, env_config: dict[str, Any] | None = None, deterministic: bool = True) -> TrainStats:
-        """Evaluate the policy without touching training state (torch's RNG included), and log
-        the stats: on the training envs at a reset boundary, else on a dedicated eval env (see
-        :class:`~rl8.training.eval_envs.EvalEnvs` and ``docs/trainer.md#evaluation-eval``).
+        """Evaluate the policy without touching training state (torch's RNG included) and log the
+        stats (see :class:`~rl8.training.eval_envs.EvalEnvs`, ``docs/trainer.md``).
 
         Args:
             env_config: Env parameters for the evaluation (over ``hparams.env_config``).
@@ -340,7 +308,6 @@ class Trainer(TrainerCheckpoints):
         self._log(stats)
         return stats
 
-    # ----------------------------------------------------------------- videos
     def record(
         self,
         path: str | os.PathLike[str] | None = None,
@@ -351,24 +318,19 @@ class Trainer(TrainerCheckpoints):
         fps: float | None = None,
     ) -> Path:
         """Record a video of one episode of the current policy in a one-env copy of the training
-        env (:meth:`~rl8.training.eval_envs.EvalEnvs.record`; training is not disturbed) and log it as
-        the artifact ``videos/<file name>`` (rank 0). Needs ``pip install -e ".[video]"``.
+        env (training is not disturbed) and log it as the artifact ``videos/<file name>``. Needs
+        the ``video`` extra (see ``docs/videos.md``).
 
         Args:
             path: The MP4 file to write; ``None``: ``checkpoint_dir/videos/video-<env steps>.mp4``.
             deterministic: Act with the distributions' modes (``False``: sample).
             max_steps: Env steps at most; ``None``: one episode, bounded by the env's episode
-                limit or 1000 steps (see :func:`~rl8.training.video.record_video`).
+                limit or 1000 steps.
             env_config: Env parameters for the recording (over ``hparams.env_config``).
             fps: Frame rate in frames per second; ``None``: the env's ``metadata["render_fps"]``.
 
         Returns:
             The path of the video written.
-
-        Raises:
-            ImportError: imageio / imageio-ffmpeg missing.
-            NotImplementedError: The env cannot render.
-            RuntimeError: The Trainer is closed.
         """
         if self.closed:
             raise RuntimeError("this Trainer is closed (its MLflow run has ended)")
@@ -382,8 +344,7 @@ class Trainer(TrainerCheckpoints):
 
     @property
     def eval_envs(self) -> EvalEnvs:
-        """The envs that :meth:`eval` and :meth:`record` run in (``eval_envs.eval_env``: the
-        dedicated eval env, ``None`` until an evaluation needed one)."""
+        """The envs that :meth:`eval` and :meth:`record` run in."""
         return self._envs
 
     def run(
@@ -397,64 +358,38 @@ class Trainer(TrainerCheckpoints):
         max_seconds: float | None = None,
         callbacks: CallbackLike | Sequence[CallbackLike] | None = None,
     ) -> TrainStats:
-        """Train until any stop condition holds or a callback asks to stop (until interrupted
-        without either, with a warning).
-
-        Each step is :meth:`step`; every ``steps_per_eval`` steps an evaluation's ``eval/`` stats
-        join the step's; then the ``callbacks`` run, the stats are logged (one MLflow request)
-        and the conditions are checked. A checkpoint is written every ``checkpoint_every`` steps
-        and at the end. Resumed from a checkpoint where the same conditions held, it trains zero
-        steps. Unless ``progress=False``, it prints where the results go (the MLflow run, the
-        tracking URI, the ``mlflow ui`` command, the checkpoint folder) once the run has an id,
-        a progress line, and at the end the latest checkpoint and how to resume. SIGUSR1:
-        checkpoint and go on; SIGINT/SIGTERM: checkpoint, end the run as ``KILLED``, raise
-        ``KeyboardInterrupt`` / ``SystemExit(143)``; another exception (one raised by a callback
-        included) ends the run as ``FAILED``. See ``docs/trainer.md#training-run``,
-        ``#callbacks`` and ``#signals``.
+        """Train until a stop condition holds or a callback asks to stop: steps, evaluations every
+        ``steps_per_eval`` steps, callbacks, logging, checkpoints every ``checkpoint_every`` steps
+        and at the end, signals (see ``docs/trainer.md#training-run``). An exception ends the
+        MLflow run as ``FAILED``, SIGINT/SIGTERM as ``KILLED``.
 
         Args:
             env_config: Env parameters for training resets (see :meth:`step`).
             eval_env_config: Env parameters for evaluations; default ``env_config``.
             steps_per_eval: Evaluate every this many steps; ``None``: never.
-            stop_conditions: One :class:`~rl8.training.conditions.Condition` or a list of them; the
-                run stops when any holds. All are checked after every step (stateful ones see
-                every step). Conditions on a counter (``env/steps``...) give the ETA. The one
-                that fired is :attr:`stopped_by`.
-            max_env_steps: Stop once ``env/steps`` (env transitions since the start of
-                training, of all envs, a resumed run's included) reaches this, an int >= 1:
-                ``HitsUpperBound("env/steps", max_env_steps)`` added to ``stop_conditions``.
-                ``None``: no such bound.
-            max_seconds: Stop after this many seconds of training (wall clock, a number > 0):
-                ``TimeLimit(max_seconds)`` added to ``stop_conditions``. ``None``: no limit.
+            stop_conditions: A :class:`~rl8.training.conditions.Condition` or a list of them;
+                the run stops when any holds (it becomes :attr:`stopped_by`).
+            max_env_steps: Stop once ``env/steps`` (a resumed run's included) reaches this, an
+                int >= 1 (adds ``HitsUpperBound("env/steps", max_env_steps)``).
+            max_seconds: Stop after this many seconds of training, a number > 0 (adds
+                ``TimeLimit(max_seconds)``).
             callbacks: Called after every step (see :mod:`rl8.training.callbacks`): a callable
-                ``callback(trainer, stats)`` or a :class:`~rl8.training.callbacks.Callback`, or a list
-                of them, in order. A callback may add stats (logged, seen by the conditions)
-                and returns ``True`` to stop the run after this step.
+                ``callback(trainer, stats)`` or a :class:`~rl8.training.callbacks.Callback`, or a
+                list of them; one that returns ``True`` stops the run.
 
         Returns:
             The stats of the last step (only the counters when no step ran).
 
         Raises:
-            ValueError: Before training, when ``steps_per_eval`` is not an int >= 1 or
-                ``None``, ``eval_env_config`` is given without ``steps_per_eval``,
-                ``record_every`` is set without ``steps_per_eval``, or ``max_env_steps`` /
-                ``max_seconds`` is not a positive number.
-            TypeError: Before training, a stop condition that is not a Condition or a
-                callback that is not callable.
-            ImportError, NotImplementedError: With ``record_every``, before training: video
-                recording is not installed or the env cannot render (see :meth:`record`).
-            rl8.training.conditions.MissingStatError: Before training, a condition on an ``eval/`` stat
-                without ``steps_per_eval``; at the first step, a condition on a stat that steps
-                do not report (a typo).
+            ValueError, TypeError: Before training, a bad argument (the message names it).
+            rl8.training.conditions.MissingStatError: A condition on a stat that the run never
+                reports (an ``eval/`` stat without ``steps_per_eval``, a typo).
         """
         if self.closed:
             raise RuntimeError("this Trainer is closed (its MLflow run has ended)")
         if self.is_actor:  # collect until the learners stop the job
             return TrainStats(run_actor(self.algo, self.config, env_config=env_config))
-        check_eval_plan(
-            self.algo.hparams.horizons_per_env_reset, eval_num_envs=self.config.eval_num_envs,
-            steps_per_eval=steps_per_eval, eval_env_config=eval_env_config,
-        )
+        check_eval_plan(steps_per_eval, eval_env_config)
         check_record_plan(self, steps_per_eval)
         conditions = as_conditions(stop_conditions, max_env_steps=max_env_steps, max_seconds=max_seconds)
         check_eval_stats(conditions, steps_per_eval)
@@ -488,25 +423,15 @@ class Trainer(TrainerCheckpoints):
         training, so a resumed run trains the rest)."""
         return self.run(max_env_steps=total_env_steps, **run_options)
 
-    # ----------------------------------------------------------------- life cycle
     def close(self, status: str = "FINISHED", *, timeout_s: float | None = None) -> None:
-        """End the MLflow run with ``status`` (``FINISHED``, ``FAILED`` or ``KILLED``), close
-        the dedicated eval env and :meth:`close <rl8.PPO.close>` the algorithm (its background
-        collection, ``collect_mode="overlap"``, stops: no thread is left running). Idempotent;
-        the training envs (owned by ``algo``) stay open.
+        """End the MLflow run with ``status``, close the dedicated eval env and
+        :meth:`close <rl8.PPO.close>` the algorithm (the training envs stay open). Idempotent;
+        when ending the run raises, the Trainer stays open.
 
         Args:
-            status: The run's terminal status.
+            status: The run's terminal status: ``FINISHED``, ``FAILED`` or ``KILLED``.
             timeout_s: Seconds that delivering what is queued and setting the status may take
-                at most; ``None``: the tracker's HTTP policy. What was not delivered is in
-                ``tracker.undelivered`` and ``tracker.final_status`` (and a warning).
-
-        Raises:
-            ValueError: ``status`` is not one of the three (nothing is ended).
-            rl8.tracking.TrackingError: The run could not be started in the background (unless
-                raised before).
-
-        When ending the run raises, the Trainer stays open (the exit hook still ends the run).
+                at most; ``None``: the tracker's HTTP policy.
         """
         if self.closed:
             return
@@ -523,16 +448,16 @@ class Trainer(TrainerCheckpoints):
         self._check_run_start(unless_reported=True)
 
     def _close_while_raising(self, status: str, timeout_s: float | None = None) -> None:
-        """:meth:`close` while another exception propagates: a run start that failed in the
-        background is a :class:`~rl8.tracking.TrackingWarning`, not an error replacing it."""
+        """:meth:`close` while another exception propagates: a failed background run start is a
+        :class:`~rl8.tracking.TrackingWarning`, not an error replacing it."""
         try:
             self.close(status, timeout_s=timeout_s)
         except TrackingError as exc:
             warnings.warn(str(exc), TrackingWarning, stacklevel=3)
 
     def _close_killed(self) -> None:
-        """End the run as ``KILLED`` within :data:`SIGNAL_CLOSE_TIMEOUT_S` (a signal exit); a
-        further SIGINT/SIGTERM meanwhile is ignored, so the run is still marked."""
+        """End the run as ``KILLED`` within :data:`SIGNAL_CLOSE_TIMEOUT_S`, ignoring a further
+        SIGINT/SIGTERM meanwhile."""
         self._ignore_stop_signals = True
         try:
             self._close_while_raising("KILLED", timeout_s=SIGNAL_CLOSE_TIMEOUT_S)

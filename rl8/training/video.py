@@ -1,18 +1,6 @@
-"""Videos of a policy acting in an env: run one episode, render every step, write an MP4.
-
-::
-
-    from rl8.training.video import record_video
-
-    record_video(algo.policy, CartPole, "cartpole.mp4")           # an env class: a 1-env copy
-    record_video(policy, "CartPole-v1", "cartpole.mp4")           # gymnasium: rgb_array is set
-    record_video(policy, env, "run.mp4", index=3, max_steps=200)  # an env instance, sub-env 3
-
-Frames come from :meth:`rl8.Env.render` (``uint8`` RGB). The file is H.264 in an MP4
-container (pixel format ``yuv420p``, which every player reads), written with imageio and
-imageio-ffmpeg: ``pip install -e ".[video]"`` in rl8's checkout. Without a display, MuJoCo envs
-render through EGL or OSMesa (see :func:`prepare_headless_rendering`). See ``docs/videos.md``.
-"""
+"""Videos of a policy acting in an env: run one episode, render every step, write an H.264 MP4
+with imageio (the ``video`` extra); MuJoCo envs render without a display through EGL or OSMesa.
+See ``docs/videos.md``."""
 
 from __future__ import annotations
 
@@ -32,7 +20,7 @@ import numpy as np
 import torch
 
 from rl8.envs.base import Env
-from rl8.envs.gymnasium import GymnasiumEnvFactory, GymnasiumEnv
+from rl8.envs.gymnasium import GymnasiumEnv, GymnasiumEnvFactory
 from rl8.policies.runner import run_policy
 from rl8.ppo.algorithm import make_env
 from rl8.ppo.resolve import env_target
@@ -51,17 +39,13 @@ _INSTALL = 'pip install imageio imageio-ffmpeg "gymnasium[classic-control]"'
 _GL_PACKAGES = ("mujoco", "OpenGL", "glfw")
 #: The libraries (and their Debian/Ubuntu packages) of MuJoCo's headless backends.
 _HEADLESS_BACKENDS = (("egl", "EGL", "libegl1"), ("osmesa", "OSMesa", "libosmesa6"))
-
-
 #: The MUJOCO_GL backend that :func:`prepare_headless_rendering` chose (``None``: it set none).
 _chosen_backend: str | None = None
 
 
 class RenderError(RuntimeError):
-    """An env could not draw a frame for lack of an OpenGL backend (a MuJoCo env on a
-    machine without a display and without the EGL or OSMesa library, or with ``MUJOCO_GL``
-    naming a backend that does not work here). The message says what to install or set."""
-
+    """An env could not draw a frame for lack of an OpenGL backend (a MuJoCo env without a
+    display and without EGL or OSMesa); the message says what to install or set."""
 
 
 def fork_rng(device: torch.device) -> contextlib.AbstractContextManager:
@@ -70,18 +54,13 @@ def fork_rng(device: torch.device) -> contextlib.AbstractContextManager:
 
 
 def prepare_headless_rendering() -> dict[str, str]:
-    """Set up this process's environment variables so that envs render without a display.
-
-    Called by :func:`make_recording_env` and :func:`record_video` before an env draws its
-    first frame. On Linux without a display (neither ``DISPLAY`` nor ``WAYLAND_DISPLAY``) and
-    with ``MUJOCO_GL`` unset, sets ``MUJOCO_GL=egl`` when the EGL library is installed, else
-    ``MUJOCO_GL=osmesa`` when OSMesa is (MuJoCo's default, GLFW, needs a display). When
-    ``XDG_RUNTIME_DIR`` is unset or not a folder, points it at a private temporary folder:
-    otherwise the Wayland client library that EGL loads prints "error: XDG_RUNTIME_DIR is
-    invalid or not set". Variables the user set are never changed.
+    """Set this process's environment variables so that envs render without a display: on
+    Linux without ``DISPLAY``/``WAYLAND_DISPLAY`` and ``MUJOCO_GL``, ``MUJOCO_GL=egl`` (or
+    ``osmesa``) when its library is installed; a private ``XDG_RUNTIME_DIR`` when it is unset
+    or not a folder. Variables the user set are never changed (see ``docs/videos.md``).
 
     Returns:
-        The variables set, ``{name: value}`` (empty when none was).
+        The variables set, ``{name: value}``.
     """
     changed: dict[str, str] = {}
     headless = not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY")
@@ -100,8 +79,8 @@ def prepare_headless_rendering() -> dict[str, str]:
 
 
 def _gl_failure(exc: BaseException) -> bool:
-    """Whether ``exc`` (or an exception it was raised from) came out of MuJoCo, PyOpenGL or
-    GLFW: an OpenGL set-up problem rather than a bug of the env."""
+    """Whether ``exc`` (or its cause) came out of MuJoCo, PyOpenGL or GLFW: an OpenGL set-up
+    problem rather than a bug of the env."""
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
@@ -117,8 +96,8 @@ def _gl_failure(exc: BaseException) -> bool:
 
 
 def _gl_file(filename: str) -> bool:
-    """Whether ``filename`` is code of MuJoCo's Python package, PyOpenGL, GLFW or gymnasium's
-    MuJoCo renderer (not of a gymnasium MuJoCo env, whose own mistakes are not OpenGL's)."""
+    """Whether ``filename`` is code of MuJoCo, PyOpenGL, GLFW or gymnasium's MuJoCo renderer
+    (not of a gymnasium MuJoCo env, whose own mistakes are not OpenGL's)."""
     parts = Path(filename).parts
     for i, part in enumerate(parts):
         if part in ("OpenGL", "glfw") or (part == "mujoco" and (i == 0 or parts[i - 1] != "envs")):
@@ -127,8 +106,7 @@ def _gl_file(filename: str) -> bool:
 
 
 def _gl_message(env: Any, exc: BaseException) -> str:
-    """What to install or set when ``env`` (an env, or the spec it is built from) could not
-    render for lack of OpenGL."""
+    """What to install or set when ``env`` (or its spec) could not render for lack of OpenGL."""
     if isinstance(env, Env):
         name = env._name() if hasattr(env, "_name") else type(env).__name__
     else:
@@ -160,28 +138,22 @@ def import_imageio() -> Any:
 
 def make_recording_env(spec: Any, *, env_kwargs: Mapping[str, Any] | None = None, horizon: int | None = None,
                        device: torch.device | str = "cpu") -> Env:
-    """Build a one-env copy of ``spec`` that can render, for :func:`record_video`.
+    """A one-env copy of ``spec`` that can render (the caller closes it), for
+    :func:`record_video`; a gymnasium env gets ``render_mode="rgb_array"`` unless another is given.
 
     Args:
-        spec: What :func:`rl8.ppo.algorithm.make_env` takes: an :class:`~rl8.Env` subclass or a dotted
-            path to one, a gymnasium id, a callable making a gymnasium env, or a
-            :meth:`GymnasiumEnv.make_factory <rl8.envs.GymnasiumEnv.make_factory>` factory.
-        env_kwargs: The env's constructor arguments (PPO's ``env_kwargs`` hparam). For a
-            gymnasium env ``render_mode="rgb_array"`` is added unless another mode is given.
+        spec: What :func:`rl8.ppo.algorithm.make_env` takes (an env class or dotted path, a
+            gymnasium id or maker, a ``GymnasiumEnv.make_factory`` factory).
+        env_kwargs: The env's constructor arguments (PPO's ``env_kwargs`` hparam).
         horizon: Handed to the env's constructor (some envs size their state with it).
         device: Device of the env's tensors.
 
-    Returns:
-        An env with ``num_envs=1``; the caller closes it.
-
     Raises:
-        RenderError: Building the env failed for want of OpenGL (``MUJOCO_GL`` names a
-            backend whose library is missing).
+        RenderError: Building the env failed for want of OpenGL.
     """
     prepare_headless_rendering()
     kwargs = dict(env_kwargs or {})
-    if isinstance(spec, GymnasiumEnvFactory):
-        # a factory takes no extra keyword arguments: make one with the render mode set
+    if isinstance(spec, GymnasiumEnvFactory):  # it takes no extra arguments: make one
         factory_kwargs = {**spec.kwargs, **kwargs}
         if factory_kwargs.get("render_mode") is None:
             factory_kwargs["render_mode"] = "rgb_array"
@@ -216,12 +188,9 @@ def check_can_render(env: Env) -> None:
 
 
 def _render(env: Env, index: int) -> np.ndarray:
-    """The frame of sub-env ``index`` (see :func:`_as_rgb`). A renderer that is not installed
-    (gymnasium's classic-control envs draw with pygame) is an ImportError naming the packages;
-    an OpenGL context that cannot be made (MuJoCo without a display) a :class:`RenderError`
-    saying what to install or set."""
+    """The frame of sub-env ``index``: an ImportError for a renderer that is not installed
+    (pygame), a :class:`RenderError` for an OpenGL context that cannot be made."""
     import gymnasium
-
     try:
         frame = env.render(index)
     except gymnasium.error.DependencyNotInstalled as exc:
@@ -257,8 +226,8 @@ def episode_limit(env: Env, config: Mapping[str, Any] | None) -> int | None:
 
 
 def pad_frame(frame: np.ndarray, multiple: int = 2) -> np.ndarray:
-    """Pad an RGB frame at the bottom and right (repeating the edge pixels) so that its height
-    and width are multiples of ``multiple`` (H.264 in ``yuv420p`` needs even sizes).
+    """Pad an RGB frame at the bottom and right (repeating the edge pixels) to a height and
+    width that are multiples of ``multiple`` (H.264 in ``yuv420p`` needs even sizes).
 
     Args:
         frame: ``uint8`` array ``[height, width, 3]``.
@@ -294,49 +263,34 @@ def record_video(policy: Callable[..., torch.Tensor], env: Env | Any, path: str 
                  deterministic: bool = True, max_steps: int | None = None, fps: float | None = None, index: int = 0,
                  env_config: dict[str, Any] | None = None, seed: int | None = None,
                  env_kwargs: Mapping[str, Any] | None = None) -> Path:
-    """Run ``policy`` in ``env`` and write a video of sub-env ``index`` to an MP4 file.
-
-    The env is reset, then stepped until sub-env ``index`` ends its episode or ``max_steps``
-    steps have been taken (the policy acts through :func:`rl8.policies.runner.run_policy`). An episode
-    of ``T`` steps gives ``T`` frames, one cut by ``max_steps`` gives ``max_steps + 1``: no frame
-    after the step that ends the episode, which shows the next one (see ``docs/videos.md``).
+    """Run ``policy`` in ``env`` until sub-env ``index`` ends its episode (or ``max_steps``) and
+    write a video of it to an MP4 file (see ``docs/videos.md``).
 
     Args:
-        policy: A :class:`rl8.Policy` (``algo.policy``, :func:`rl8.load_policy`'s result) or
-            any callable ``policy(obs, deterministic=bool) -> env actions``.
-        env: An env instance (e.g. ``algo.env``; it is reset, so do not pass envs in the
-            middle of training), or what :func:`rl8.ppo.algorithm.make_env` takes (an env class, a
-            dotted path, a gymnasium id, a gymnasium maker): a one-env copy is then built with
-            :func:`make_recording_env` on the policy's device and closed afterwards.
-        path: The MP4 file to write (its folder is created). It is written to a temporary file
-            next to it and renamed, so a reader never sees a partial video.
+        policy: A :class:`rl8.Policy` or any callable ``policy(obs, deterministic=bool) ->
+            env actions``.
+        env: An env instance (it is reset), or what :func:`rl8.ppo.algorithm.make_env` takes: a
+            one-env copy is then built (:func:`make_recording_env`) and closed afterwards.
+        path: The MP4 file to write (written to a temporary file next to it and renamed).
         deterministic: Act with the distributions' modes (``False``: sample actions).
-        max_steps: Env steps at most. ``None``: the env's episode limit
-            (``max_episode_steps`` in ``env_config``, the env's parameters or its gymnasium
-            spec), else :data:`DEFAULT_MAX_STEPS` (1000) steps, which also bounds envs that
-            never end episodes.
-        fps: Frame rate of the video, in frames per second. ``None``:
-            ``env.metadata["render_fps"]`` (CartPole: 50, Pendulum: 30), else 30.
+        max_steps: Env steps at most; ``None``: the env's episode limit, else
+            :data:`DEFAULT_MAX_STEPS`.
+        fps: Frame rate in frames per second; ``None``: ``env.metadata["render_fps"]``, else 30.
         index: Which sub-env to film, ``0 <= index < env.num_envs``.
-        env_config: Env parameters for the reset (``env.reset(config=...)``), e.g.
-            ``{"length": 1.0}``.
-        seed: Seed of the env's reset; with ``deterministic=False`` also of the action
-            sampling (torch's global RNG is then restored afterwards). ``None``: the current
-            streams.
-        env_kwargs: Constructor arguments when ``env`` is not an instance (see
-            :func:`make_recording_env`).
+        env_config: Env parameters for the reset (``env.reset(config=...)``).
+        seed: Seed of the env's reset and, with ``deterministic=False``, of the sampling
+            (torch's RNG is restored afterwards); ``None``: the current streams.
+        env_kwargs: Constructor arguments when ``env`` is not an instance.
 
     Returns:
         The path of the video written.
 
     Raises:
-        ImportError: imageio, imageio-ffmpeg or the env's renderer (pygame for gymnasium's
-            classic-control envs) is missing (``pip install -e ".[video]"`` in rl8's checkout).
-        RenderError: The env cannot make an OpenGL context (a MuJoCo env without a display
-            and without EGL or OSMesa; see :func:`prepare_headless_rendering`).
+        ImportError: imageio, imageio-ffmpeg or the env's renderer is missing.
+        RenderError: The env cannot make an OpenGL context.
         NotImplementedError: The env does not implement ``render``.
-        ValueError: A gymnasium env made without ``render_mode="rgb_array"``; a bad
-            ``max_steps``, ``fps`` or ``index``; frames that are not ``uint8`` RGB or change size.
+        ValueError: A gymnasium env not made with ``render_mode="rgb_array"``; a bad argument;
+            frames that are not ``uint8`` RGB or change size.
     """
     imageio = import_imageio()
     prepare_headless_rendering()
@@ -385,22 +339,15 @@ def _run(policy: Callable[..., torch.Tensor], env: Env, deterministic: bool, max
 
 
 def _write(imageio: Any, frames: Any, path: Path, fps: float, env: Env) -> None:
-    """Stream ``frames`` into an H.264 MP4 at ``path``, through a temporary file and a rename.
-    The temporary file is created with mode ``0o666`` less the umask (as ``open`` creates
-    files, and as checkpoints are written), so the video's mode follows the umask."""
+    """Stream ``frames`` into an H.264 MP4 at ``path``, through a temporary file (mode ``0o666``
+    less the umask, as checkpoints) and a rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.{uuid.uuid4().hex[:12]}.tmp.mp4"
     os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666))
     try:
-        writer = imageio.get_writer(
-            tmp,
-            format="FFMPEG",
-            mode="I",
-            fps=fps,
-            codec="libx264",
-            pixelformat="yuv420p",
-            macro_block_size=1,  # frames are padded to even sizes here, never resized
-            ffmpeg_log_level="error",
+        writer = imageio.get_writer(  # macro_block_size=1: frames are padded here, never resized
+            tmp, format="FFMPEG", mode="I", fps=fps, codec="libx264", pixelformat="yuv420p",
+            macro_block_size=1, ffmpeg_log_level="error",
         )
         try:
             shape = None

@@ -1,6 +1,5 @@
-"""The :class:`Condition` contract, conditions on a stat (:class:`StatCondition`, the base of
-:mod:`~rl8.training.conditions.stats`), the combinators :class:`And` and :class:`Or` (what
-``a & b`` and ``a | b`` build), and the checks of their arguments."""
+"""The :class:`Condition` contract, :class:`StatCondition` (a condition on one stat), the
+combinators :class:`And` and :class:`Or` (``a & b``, ``a | b``) and the checks of arguments."""
 
 from __future__ import annotations
 
@@ -16,23 +15,17 @@ from rl8.ppo.stats import current_stat_name, warn_renamed
 
 __all__ = ["And", "COUNTER_PREFIXES", "Condition", "EVAL_PREFIX", "MissingStatError", "Or", "StatCondition"]
 
-
 #: Keys with these prefixes are monotone counters (``env/steps``, ``algorithm/collects``...);
 #: an upper bound on one of them reports :meth:`Condition.progress`.
 COUNTER_PREFIXES: tuple[str, ...] = ("env/", "algorithm/")
-
 #: Keys with this prefix are only reported on evaluation steps and may be absent otherwise.
 EVAL_PREFIX = "eval/"
-
 _MAX_LISTED_KEYS = 30
 
 
 class MissingStatError(KeyError):
-    """A stop condition needs a stat that the step did not report.
-
-    The message lists close matches among the reported keys (and all of them when there are
-    few). Subclass of ``KeyError``.
-    """
+    """A stop condition needs a stat that the step did not report; the message lists close
+    matches among the reported keys (all of them when there are few)."""
 
     def __str__(self) -> str:  # KeyError would show the message in quotes
         return str(self.args[0]) if self.args else ""
@@ -50,7 +43,9 @@ def _check_key(owner: str, key: Any) -> str:
 
 
 def check_number(owner: str, field: str, value: Any, *, minimum: float | None = None,
-                  strictly_positive: bool = False) -> float | int:
+                 strictly_positive: bool = False) -> float | int:
+    """``value`` as a finite int or float, else a ``TypeError``/``ValueError`` naming ``owner``
+    and ``field``; ``minimum``: the least value; ``strictly_positive``: > 0."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{owner}: {field} must be a finite number, got {value!r} ({type(value).__name__})")
     if not math.isfinite(float(value)):
@@ -59,11 +54,12 @@ def check_number(owner: str, field: str, value: Any, *, minimum: float | None = 
         raise ValueError(f"{owner}: {field} must be > 0, got {value!r}")
     if minimum is not None and value < minimum:
         raise ValueError(f"{owner}: {field} must be >= {minimum}, got {value!r}")
-    # Keep ints as ints (so repr shows 475, not 475.0) but drop numpy/torch scalar types.
+    # ints stay ints (repr shows 475, not 475.0); numpy/torch scalar types are dropped
     return int(value) if isinstance(value, numbers.Integral) else float(value)
 
 
 def check_patience(owner: str, patience: Any) -> int:
+    """``patience`` as an int >= 1, else a ``TypeError``/``ValueError`` naming ``owner``."""
     if isinstance(patience, bool) or not isinstance(patience, numbers.Integral):
         raise TypeError(f"{owner}: patience must be an int >= 1 (a number of checks), got "
                         f"{patience!r} ({type(patience).__name__})")
@@ -73,45 +69,29 @@ def check_patience(owner: str, patience: Any) -> int:
 
 
 class Condition(ABC):
-    """Base class of stop conditions.
+    """Base class of stop conditions: subclasses implement :meth:`__call__`, stateful ones also
+    :meth:`reset`, :meth:`state_dict` and :meth:`load_state_dict`. ``&`` builds :class:`And`,
+    ``|`` builds :class:`Or`."""
 
-    Subclasses implement :meth:`__call__`; stateful ones also override :meth:`reset`,
-    :meth:`state_dict` and :meth:`load_state_dict`. Conditions combine with ``&``
-    (:class:`And`) and ``|`` (:class:`Or`).
-    """
-
-    #: The name :func:`~rl8.training.conditions.from_config` knows this class by (a key of
-    #: :data:`~rl8.training.conditions.CONDITIONS`), declared by each built-in class (a subclass
-    #: does not inherit it: it has none of its own); ``None``: a class defined elsewhere.
+    #: The name :func:`~rl8.training.conditions.from_config` knows this class by, declared by
+    #: each built-in class (not inherited); ``None``: a class defined elsewhere.
     config_name: ClassVar[str | None] = None
 
     @abstractmethod
     def __call__(self, stats: Mapping[str, float]) -> bool:
-        """Check one training step's stats.
-
-        Args:
-            stats: The step's flat ``{stat name: number}`` mapping.
-
-        Returns:
-            ``True`` when training should stop.
-        """
+        """Whether training should stop after the step whose flat ``{name: number}`` stats
+        are ``stats``."""
 
     def start(self) -> None:
-        """Mark the start of training (optional; a no-op except for clocks).
-
-        The Trainer may call this right before the first training step so that
-        :class:`TimeLimit` counts that step too; without it, clocks start at the first check.
-        """
+        """Mark the start of training (a no-op except for clocks, which otherwise start at the
+        first check)."""
 
     def reset(self) -> None:
         """Forget all state (patience counters, best values, clocks), as if newly built."""
 
     def progress(self, stats: Mapping[str, float]) -> float | None:
-        """Fraction of the way to stopping, in ``[0, 1]``, or ``None`` when unknown.
-
-        Only conditions that bound a monotone quantity (an upper bound on a counter such as
-        ``env/steps``, or a :class:`TimeLimit`) know how far along they are; the Trainer uses
-        it for an ETA. Never raises for a missing key (returns ``None``).
+        """Fraction of the way to stopping, in ``[0, 1]``, or ``None`` when unknown (only
+        bounds on a monotone quantity know it); never raises for a missing key.
 
         Args:
             stats: The latest step's stats.
@@ -119,10 +99,8 @@ class Condition(ABC):
         return None
 
     def stat_names(self) -> list[str]:
-        """The stats this condition reads (its children's for :class:`And` / :class:`Or`),
-        so that :meth:`rl8.Trainer.run` can refuse, before training, a condition on a stat
-        the run never reports (an ``eval/`` stat without evaluations). ``[]`` for a condition
-        that reads none (:class:`TimeLimit`) or does not say (a subclass of your own)."""
+        """The stats this condition reads (``[]``: none, or it does not say), so that
+        :meth:`rl8.Trainer.run` refuses an ``eval/`` stat in a run without evaluations."""
         return []
 
     def state_dict(self) -> dict[str, Any]:
@@ -130,10 +108,8 @@ class Condition(ABC):
         return {"type": type(self).__name__}
 
     def to_config(self) -> dict[str, Any] | None:
-        """The :func:`~rl8.training.conditions.config.from_config` mapping that builds this condition again (without its
-        state), or ``None`` for a condition :func:`from_config` cannot build (a subclass
-        defined elsewhere). Checkpoints store it so that ``rl8 train --resume`` can rebuild
-        the conditions of a run started from Python."""
+        """The :func:`~rl8.training.conditions.config.from_config` mapping that builds this
+        condition again (without its state), or ``None`` for a class defined elsewhere."""
         name = self._config_name()
         if name is None:
             return None
@@ -141,16 +117,11 @@ class Condition(ABC):
         return {name: {field: getattr(self, field) for field in fields}}
 
     def _config_name(self) -> str | None:
-        """This class's name in :data:`CONDITIONS` (its own ``config_name``, not one it
-        inherits); ``None`` for a class defined elsewhere."""
-        return type(self).__dict__.get("config_name")
+        return type(self).__dict__.get("config_name")  # its own, not an inherited one
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore the state returned by :meth:`state_dict` (e.g. when resuming a run).
-
-        Raises:
-            ValueError: When ``state`` was saved by a different kind of condition.
-        """
+        """Restore the state returned by :meth:`state_dict`; a ``ValueError`` for the state of
+        another kind of condition."""
         self._check_state(state)
 
     def _check_state(self, state: Mapping[str, Any]) -> None:
@@ -169,7 +140,7 @@ class Condition(ABC):
 
 
 class StatCondition(Condition):
-    """A condition on one stat, with the shared missing-key / eval / NaN rules."""
+    """A condition on the stat ``key``, with the shared missing-key / eval / NaN rules."""
 
     def __init__(self, key: str) -> None:
         self.key = _check_key(type(self).__name__, key)
@@ -179,9 +150,8 @@ class StatCondition(Condition):
         try:
             value = stats[self.key]
         except KeyError:
-            if self.key.startswith(EVAL_PREFIX) and not any(
-                str(k).startswith(EVAL_PREFIX) for k in stats
-            ):
+            eval_step = any(str(k).startswith(EVAL_PREFIX) for k in stats)
+            if self.key.startswith(EVAL_PREFIX) and not eval_step:
                 return None
             raise MissingStatError(self._missing_message(stats)) from None
         try:
@@ -242,8 +212,7 @@ class _Combinator(Condition):
                                 f"{condition!r} ({type(condition).__name__})")
 
     def _evaluate(self, stats: Mapping[str, float]) -> list[bool]:
-        # Every child is called on every check (no short-circuit) so that stateful children
-        # (patience counters, clocks) see every step.
+        # no short-circuit: stateful children (patience counters, clocks) see every step
         return [bool(condition(stats)) for condition in self.conditions]
 
     def start(self) -> None:
@@ -281,11 +250,8 @@ class _Combinator(Condition):
 
 
 class And(_Combinator):
-    """Stop when every condition holds on the same check.
-
-    All conditions are evaluated on every check, so stateful ones stay up to date.
-    :meth:`progress` is the smallest of the conditions' progress, or ``None`` if any of them
-    does not know its progress.
+    """Stop when every condition holds on the same check (all are called on every check).
+    :meth:`progress` is the smallest of theirs, ``None`` if any does not know it.
 
     Args:
         conditions: Non-empty list of conditions.
@@ -298,17 +264,12 @@ class And(_Combinator):
 
     def progress(self, stats: Mapping[str, float]) -> float | None:
         values = [condition.progress(stats) for condition in self.conditions]
-        if any(value is None for value in values):
-            return None
-        return min(values)  # type: ignore[type-var]
+        return None if None in values else min(values)  # type: ignore[type-var]
 
 
 class Or(_Combinator):
-    """Stop when any condition holds.
-
-    All conditions are evaluated on every check (no short-circuit), so stateful ones stay up
-    to date. :meth:`progress` is the largest known progress among the conditions (``None`` when
-    none knows): the run ends no later than that condition's ETA.
+    """Stop when any condition holds (all are called on every check). :meth:`progress` is the
+    largest known progress among them (``None`` when none knows it).
 
     Args:
         conditions: Non-empty list of conditions.

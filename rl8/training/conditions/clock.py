@@ -12,15 +12,9 @@ __all__ = ["TimeLimit"]
 
 
 class TimeLimit(Condition):
-    """Stop when ``seconds`` of wall-clock time have elapsed.
-
-    The clock (``time.monotonic``) starts at the first check, or at :meth:`start` when the
-    Trainer calls it before the first training step, whichever comes first. Time spent before
-    that (building envs, compiling) is not counted. :meth:`state_dict` keeps the elapsed time,
-    so a resumed run continues counting from there (the clock resumes at the resumed run's
-    first check or :meth:`start`; the time between the two runs is not counted).
-
-    :meth:`progress` is the elapsed fraction of ``seconds``.
+    """Stop when ``seconds`` of wall-clock time have elapsed since the first check or
+    :meth:`start`; :meth:`progress` is the elapsed fraction. A checkpoint keeps the elapsed time
+    (the time between two runs is not counted; see ``docs/conditions.md``).
 
     Args:
         seconds: Wall-clock budget in seconds, a finite number > 0.

@@ -17,7 +17,6 @@ from rl8.training.conditions.stats import (
 
 __all__ = ["CONDITIONS", "MAX_CONDITION_DEPTH", "from_config", "with_current_stat_names"]
 
-
 CONDITIONS: dict[str, type[Condition]] = {
     cls.config_name: cls
     for cls in (HitsUpperBound, HitsLowerBound, Plateaus, StopsIncreasing, StopsDecreasing, TimeLimit, And, Or)
@@ -25,35 +24,23 @@ CONDITIONS: dict[str, type[Condition]] = {
 """Names accepted by :func:`from_config` and the classes they build."""
 
 _FLOAT_FIELDS = {"bound", "rtol", "atol", "min_delta", "seconds"}
-
 #: Most levels of ``and`` / ``or`` inside one another that :func:`from_config` builds.
 MAX_CONDITION_DEPTH = 32
 
 
 def from_config(spec: Mapping[str, Any], *, _path: str = "", _depth: int = 1) -> Condition:
-    """Build a condition from a YAML/JSON-friendly mapping.
-
-    The mapping has exactly one key, the condition's name (see :data:`CONDITIONS`), whose value
-    is the constructor's keyword arguments, or for ``and`` / ``or`` a list of such mappings::
-
-        {"hits_upper_bound": {"key": "episodes/return_mean", "bound": 475}}
-        {"time_limit": {"seconds": 3600}}
-        {"or": [{"plateaus": {"key": "episodes/return_mean", "patience": 20, "rtol": 0.01}},
-                {"hits_upper_bound": {"key": "env/steps", "bound": 1.0e6}}]}
-
-    Numeric fields (``bound``, ``rtol``, ``atol``, ``min_delta``, ``seconds``) also accept
-    strings that parse as numbers, because YAML reads ``1e6`` (without a dot) as a string.
+    """Build a condition from a YAML/JSON-friendly mapping with one key, the condition's name
+    (see :data:`CONDITIONS`), whose value is the constructor's keyword arguments, or for ``and``
+    / ``or`` a list of such mappings: ``{"time_limit": {"seconds": 3600}}``. Numeric fields also
+    accept numeric strings (YAML reads ``1e6`` as a string). See ``docs/conditions.md``.
 
     Args:
         spec: The mapping, e.g. from ``yaml.safe_load``.
 
-    Returns:
-        The condition.
-
     Raises:
-        ValueError: For an unknown name (listing close matches and the valid names), a missing
-            or unknown field, an invalid value, or ``and`` / ``or`` nested deeper than
-            :data:`MAX_CONDITION_DEPTH` levels; the message says where in ``spec`` it is.
+        ValueError: An unknown name (with close matches), a missing or unknown field, an invalid
+            value, or ``and`` / ``or`` nested deeper than :data:`MAX_CONDITION_DEPTH`; the
+            message says where in ``spec``.
     """
     where = f"stop condition config{' at ' + _path if _path else ''}"
     if _depth > MAX_CONDITION_DEPTH:
@@ -73,7 +60,6 @@ def from_config(spec: Mapping[str, Any], *, _path: str = "", _depth: int = 1) ->
     path = f"{_path}.{name}" if _path else name
     where = f"stop condition config at {path}"
     cls = CONDITIONS[name]
-
     if cls in (And, Or):
         if isinstance(args, (str, bytes, Mapping)) or not isinstance(args, Iterable):
             raise ValueError(f"{where}: expected a list of conditions, got {args!r}")
@@ -81,7 +67,6 @@ def from_config(spec: Mapping[str, Any], *, _path: str = "", _depth: int = 1) ->
         if not children:
             raise ValueError(f"{where}: expected a non-empty list of conditions, got []")
         return cls(children)
-
     if not isinstance(args, Mapping):
         raise ValueError(f"{where}: expected a mapping of arguments, got {args!r}")
     parameters = dict(inspect.signature(cls.__init__).parameters)
@@ -111,14 +96,12 @@ def from_config(spec: Mapping[str, Any], *, _path: str = "", _depth: int = 1) ->
 
 
 def with_current_stat_names(spec: Any) -> Any:
-    """A copy of a stored condition config (:meth:`Condition.to_config`) or state
-    (:meth:`Condition.state_dict`) in which rl8 1.0.0's names of renamed stats are replaced by
-    the current ones, without a warning: checkpoints written before the rename resume as
-    they are.
+    """A copy of a stored :meth:`Condition.to_config` or :meth:`Condition.state_dict` (or a list
+    of them; other values are returned as they are) with rl8 1.0.0's names of renamed stats
+    replaced by the current ones, without a warning: old checkpoints resume as they are.
 
     Args:
-        spec: A mapping or list of them, as read from a checkpoint; other values are returned
-            unchanged.
+        spec: A mapping or list of them, as read from a checkpoint.
     """
     if isinstance(spec, Mapping):
         return {

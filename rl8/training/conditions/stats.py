@@ -12,25 +12,26 @@ from rl8.training.conditions.base import COUNTER_PREFIXES, StatCondition, check_
 __all__ = ["HitsLowerBound", "HitsUpperBound", "Plateaus", "StopsDecreasing", "StopsIncreasing"]
 
 
-class HitsUpperBound(StatCondition):
-    """Stop when ``stats[key] >= bound``.
+class _Bound(StatCondition):
+    def __init__(self, key: str, bound: float) -> None:
+        super().__init__(key)
+        self.bound = check_number(type(self).__name__, "bound", bound)
 
-    An upper bound on a counter (a key starting with ``env/`` or ``algorithm/``) reports
-    :meth:`progress` as ``value / bound``, which the Trainer turns into an ETA.
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.key!r}, {self.bound!r})"
+
+
+class HitsUpperBound(_Bound):
+    """Stop when ``stats[key] >= bound`` (``HitsUpperBound("env/steps", 1_000_000)``: after a
+    million env steps). On a counter (``env/``, ``algorithm/``), :meth:`progress` is
+    ``value / bound``, which the Trainer turns into an ETA.
 
     Args:
         key: Stat name, e.g. ``"episodes/return_mean"`` or ``"env/steps"``.
         bound: Finite number in the stat's own unit (e.g. environment steps).
-
-    Example:
-        ``HitsUpperBound("env/steps", 1_000_000)`` stops after one million environment steps.
     """
 
     config_name = "hits_upper_bound"
-
-    def __init__(self, key: str, bound: float) -> None:
-        super().__init__(key)
-        self.bound = check_number(type(self).__name__, "bound", bound)
 
     def __call__(self, stats: Mapping[str, float]) -> bool:
         value = self._lookup(stats)
@@ -46,44 +47,26 @@ class HitsUpperBound(StatCondition):
             return 1.0 if value >= self.bound else 0.0
         return min(1.0, max(0.0, value / self.bound))
 
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.key!r}, {self.bound!r})"
 
-
-class HitsLowerBound(StatCondition):
+class HitsLowerBound(_Bound):
     """Stop when ``stats[key] <= bound``.
 
     Args:
-        key: Stat name, e.g. ``"losses/vf"``.
+        key: Stat name, e.g. ``"losses/vf"`` or ``"eval/episodes/length_mean"``.
         bound: Finite number in the stat's own unit.
-
-    Example:
-        ``HitsLowerBound("eval/episodes/length_mean", 50)`` stops once evaluation episodes are
-        50 steps or shorter (e.g. a goal is reached quickly).
     """
 
     config_name = "hits_lower_bound"
-
-    def __init__(self, key: str, bound: float) -> None:
-        super().__init__(key)
-        self.bound = check_number(type(self).__name__, "bound", bound)
 
     def __call__(self, stats: Mapping[str, float]) -> bool:
         value = self._lookup(stats)
         return value is not None and value <= self.bound
 
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.key!r}, {self.bound!r})"
-
 
 class _Patience(StatCondition):
-    """Shared logic of the conditions that stop after ``patience`` consecutive checks without
-    progress (:class:`Plateaus`, :class:`StopsIncreasing`, :class:`StopsDecreasing`).
-
-    Each non-NaN value either counts (``count`` goes up by one) or becomes the new mark, the
-    value later ones are compared with (``count`` back to 0); the first value is a mark. The
-    mark is the attribute and state entry named :attr:`_mark`.
-    """
+    """Stop after ``patience`` consecutive checks without progress: each non-NaN value either
+    counts (``count += 1``) or becomes the new mark (the attribute and state entry named
+    ``_mark``) that later values are compared with (``count = 0``); the first value is a mark."""
 
     _mark: str  # "reference" or "best"
 
@@ -122,33 +105,18 @@ class _Patience(StatCondition):
 
 
 class Plateaus(_Patience):
-    """Stop when a stat has stayed within a tolerance of a reference for ``patience`` checks.
-
-    Precisely: the first (non-NaN) value seen becomes the *reference* ``r`` and the counter is 0.
-    At each later check with value ``v``:
-
-    * if ``|v - r| <= rtol * |r| + atol`` the counter goes up by one;
-    * otherwise ``v`` becomes the new reference and the counter goes back to 0.
-
-    The condition is ``True`` once the counter reaches ``patience``, i.e. after ``patience + 1``
-    consecutive values that all lie within the tolerance of the first of them. The reference is
-    not updated while values stay within tolerance, so a slow drift (each step close to the
-    previous one) still resets the counter once it has moved ``rtol`` away from the reference.
+    """Stop when a stat has stayed within a tolerance of a reference for ``patience`` checks:
+    ``patience + 1`` consecutive values within ``rtol * |r| + atol`` of the first of them, ``r``
+    (a value outside becomes the new reference; see ``docs/conditions.md``).
 
     Args:
         key: Stat name, e.g. ``"episodes/return_mean"``.
-        patience: Number of consecutive checks (after the reference) within the tolerance;
-            an int >= 1.
+        patience: Consecutive checks (after the reference) within the tolerance; an int >= 1.
         rtol: Relative tolerance, >= 0 (``0.01``: within 1 % of the reference).
-        atol: Absolute tolerance in the stat's unit, >= 0 (default 0). Useful when the
-            reference may be 0, where a purely relative tolerance only accepts exact equality.
-
-    Example:
-        ``Plateaus("episodes/return_mean", patience=20, rtol=0.01)``
+        atol: Absolute tolerance in the stat's unit, >= 0 (for a reference that may be 0).
     """
 
     config_name = "plateaus"
-
     _mark = "reference"
 
     def __init__(self, key: str, *, patience: int, rtol: float, atol: float = 0.0) -> None:
@@ -166,8 +134,6 @@ class Plateaus(_Patience):
 
 
 class _NoNewBest(_Patience):
-    """Shared logic of :class:`StopsIncreasing` and :class:`StopsDecreasing`."""
-
     _mark = "best"
     _sign: float  # +1: a best is a maximum, -1: a minimum
 
@@ -184,38 +150,28 @@ class _NoNewBest(_Patience):
 
 
 class StopsIncreasing(_NoNewBest):
-    """Stop when a stat has not set a new maximum for ``patience`` consecutive checks.
-
-    The first (non-NaN) value is the initial maximum. A value counts as a new maximum when it
-    exceeds the best so far by more than ``min_delta``; it then becomes the best and the counter
-    goes back to 0, otherwise the counter goes up by one. ``True`` once the counter reaches
-    ``patience`` (early stopping).
+    """Stop when a stat has not set a new maximum (the best so far plus more than
+    ``min_delta``) for ``patience`` consecutive checks (early stopping).
 
     Args:
         key: Stat name, e.g. ``"eval/episodes/return_mean"``.
-        patience: Number of consecutive checks without a new maximum; an int >= 1.
-        min_delta: Smallest improvement that counts, in the stat's unit, >= 0 (default 0:
-            any strict increase).
+        patience: Consecutive checks without a new maximum; an int >= 1.
+        min_delta: Smallest improvement that counts, in the stat's unit, >= 0.
     """
 
     config_name = "stops_increasing"
-
     _sign = 1.0
 
 
 class StopsDecreasing(_NoNewBest):
-    """Stop when a stat has not set a new minimum for ``patience`` consecutive checks.
-
-    The mirror image of :class:`StopsIncreasing`: a value counts as a new minimum when it is
-    below the best so far by more than ``min_delta``.
+    """Stop when a stat has not set a new minimum (the best so far less more than
+    ``min_delta``) for ``patience`` consecutive checks.
 
     Args:
         key: Stat name, e.g. ``"losses/vf"``.
-        patience: Number of consecutive checks without a new minimum; an int >= 1.
-        min_delta: Smallest improvement that counts, in the stat's unit, >= 0 (default 0:
-            any strict decrease).
+        patience: Consecutive checks without a new minimum; an int >= 1.
+        min_delta: Smallest improvement that counts, in the stat's unit, >= 0.
     """
 
     config_name = "stops_decreasing"
-
     _sign = -1.0
