@@ -13,6 +13,17 @@ and adapter run interleaved in chunks of 20 steps, alternating which goes first,
 from other processes hits both alike; the ratio is the median over rounds of the per-round
 ratio, stored in ``benchmark.extra_info["ratio"]``. The machine is noisy, so only with
 ``RL8_BENCH_ASSERT=1`` does the test also assert ratio <= 1.15.
+
+Figures of one run (a shared 2-core CPU machine, one torch thread):
+
+=====  ===============  ===============  ===================================================
+mode   raw              adapter          adapter / raw
+=====  ===============  ===============  ===================================================
+sync   363 us/step      383 us/step      1.06 (1.055-1.06 over rounds and runs)
+async  5.2-5.9 ms/step  4.0-5.7 ms/step  0.8-1.0 (noise: 64 workers on 2 busy cores)
+=====  ===============  ===============  ===================================================
+
+The adapter adds about 15-25 us per step for 64 envs, whatever the env's own cost.
 """
 
 from __future__ import annotations

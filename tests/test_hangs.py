@@ -179,7 +179,7 @@ def test_async_step_timeout_names_the_stuck_sub_env_and_reaps_the_workers():
 def test_pool_step_timeout_names_the_stuck_sub_env_and_its_worker():
     env = GymnasiumEnv(4, env=Stall, env_kwargs={"token": 3}, vectorization_mode="pool", num_workers=2,
                        step_timeout_s=0.5)
-    pids = [p.pid for p in env._processes]
+    pids = list(env.worker_pids)
     env.reset(seed=0)
     for _ in range(2):
         assert env.step(zeros(4))["obs"].shape == (4, 2)
@@ -194,7 +194,7 @@ def test_pool_step_timeout_in_a_collect_acting_on_ready_envs():
     algo = PPO(Stall, num_envs=4, horizon=8, seed=0,
                env_kwargs={"vectorization_mode": "pool", "num_workers": 2, "min_batch_size": 1,
                            "step_timeout_s": 0.5, "env_kwargs": {"at": 5}})
-    pids = [p.pid for p in algo.env._processes]
+    pids = list(algo.env.worker_pids)
     with pytest.raises(EnvStepTimeout, match=r"sub-env \d \(pool worker \d\) did not finish a step"):
         algo.collect()
     assert not any(alive(pid) for pid in pids)

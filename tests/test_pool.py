@@ -199,7 +199,7 @@ def test_rows_filling_at_different_speeds_hold_each_envs_own_trajectory():
                         assert final[i, t, 1] == count + 1
             hp = algo.hparams
             with torch.no_grad():
-                advantages, _ = algo._advantages()
+                advantages, _ = algo.compute_advantages()
                 truncated = data["truncated"][:, :h]
                 final_values = torch.zeros(8, h)
                 for i, t in truncated.nonzero().tolist():
@@ -252,7 +252,7 @@ def test_a_worker_exception_names_the_sub_env_and_carries_its_traceback():
             env.step(torch.zeros(6, dtype=torch.long))
     assert any("sub-env 3 by pool worker 1" in note for note in info.value.__notes__)
     assert "in step" in str(info.value.__cause__) and "Traceback" in str(info.value.__cause__)
-    assert not any(p.is_alive() for p in env._processes)  # closed on the error
+    assert not any(alive(pid) for pid in env.worker_pids)  # closed on the error
 
 
 @pytest.mark.timeout(60)
@@ -261,30 +261,25 @@ def test_a_killed_worker_is_reported_with_its_exit_code_not_a_hang():
     env.reset(seed=SEED)
     env.send(torch.arange(4), torch.zeros(4, dtype=torch.long))
     env.recv(4, 4, None)
-    os.kill(env._processes[1].pid, signal.SIGKILL)
+    os.kill(env.worker_pids[1], signal.SIGKILL)
     env.send(torch.arange(4), torch.zeros(4, dtype=torch.long))
     died = r"pool worker 1 .*sub-envs 2\.\.3.*exit code -9 \(killed by signal SIGKILL\)"
     with pytest.raises(PoolWorkerDied, match=died):  # the timeout mark guards against a hang
         while True:
-            env.recv(1, 4, None)
-            env.send(*_zeros_for(env))
-    assert not any(p.is_alive() for p in env._processes)
-
-
-def _zeros_for(env):
-    ids = torch.from_numpy(np.flatnonzero(~env._stepping))
-    return ids, torch.zeros(len(ids), dtype=torch.long)
+            ids, _ = env.recv(1, 4, None)
+            env.send(ids, torch.zeros(len(ids), dtype=torch.long))
+    assert not any(alive(pid) for pid in env.worker_pids)
 
 
 @pytest.mark.timeout(60)
 def test_workers_ignore_sigint_and_close_reaps_them_all():
     env = GymnasiumEnv(4, env="CartPole-v1", vectorization_mode="pool", num_workers=2)
     env.reset(seed=SEED)
-    for process in env._processes:
-        os.kill(process.pid, signal.SIGINT)  # Ctrl-C reaches the whole process group
+    for pid in env.worker_pids:
+        os.kill(pid, signal.SIGINT)  # Ctrl-C reaches the whole process group
     time.sleep(0.2)
     assert env.step(torch.zeros(4, dtype=torch.long))["obs"].shape == (4, 4)
-    pids = [p.pid for p in env._processes]
+    pids = env.worker_pids
     env.close()
     env.close()
     assert not any(alive(pid) for pid in pids)
@@ -349,7 +344,7 @@ def test_ctrl_c_during_a_collect_ends_the_learner_and_reaps_the_workers():
         from rl8 import PPO
         algo = PPO("CartPole-v1", num_envs=4, horizon=8, seed=0,
                    env_kwargs={"vectorization_mode": "pool", "num_workers": 2, "min_batch_size": 1})
-        print(*[p.pid for p in algo.env._processes], flush=True)
+        print(*algo.env.worker_pids, flush=True)
         while True:
             algo.collect()
     """)

@@ -479,7 +479,7 @@ def test_update_stats_values(accumulate_grads):
     policy = copy.deepcopy(algo.policy)
     data = algo.buffer.data
     with torch.no_grad():
-        advantages, returns = algo._advantages()
+        advantages, returns = algo.compute_advantages()
     flat = lambda x: x[:, :6].reshape(48, *x.shape[2:])  # noqa: E731
     obs, actions, old_logp, old_values = (flat(data[k]) for k in ("obs", "actions", "logp", "values"))
     advantages, returns = advantages.reshape(-1), returns.reshape(-1)

@@ -117,13 +117,13 @@ def test_recurrent_policy_keeps_state_between_calls():
     obs = torch.zeros(4, algo.env.observation_space.shape[0])
     obs[:, 0] = 1.0
     policy(obs)
-    first = policy._state["h"].clone()
+    first = policy.state["h"].clone()
     policy(torch.zeros_like(obs))
-    assert not torch.equal(policy._state["h"], first)
+    assert not torch.equal(policy.state["h"], first)
     policy.reset_state(torch.tensor([True, False, False, False]))
-    assert (policy._state["h"][0] == 0).all() and (policy._state["h"][1] != 0).any()
+    assert (policy.state["h"][0] == 0).all() and (policy.state["h"][1] != 0).any()
     policy.reset_state()
-    assert policy._state is None
+    assert policy.state is None
 
 
 def test_trainer_checkpoint_and_saved_policy_with_a_recurrent_model(tmp_path):
@@ -144,7 +144,7 @@ def test_trainer_checkpoint_and_saved_policy_with_a_recurrent_model(tmp_path):
     assert policy.recurrent
     obs = torch.zeros(3, algo.env.observation_space.shape[0])
     first = policy(obs)
-    assert first.shape == (3,) and policy._state is not None
+    assert first.shape == (3,) and policy.state is not None
 
 
 def test_rollout_step_carries_the_state_and_resets_it_at_episode_starts():

@@ -120,7 +120,7 @@ def test_recurrent_policy(tmp_path):
     policy = algo.policy
     assert policy.recurrent
     path = record_video(policy, CartPole, tmp_path / "gru.mp4", seed=1)
-    assert getattr(policy, "_state", None) is None  # the recording's state does not linger
+    assert policy.state is None  # the recording's state does not linger
     steps, _ = episode_steps(policy, CartPole(1), seed=1)
     frames, _ = read_video(path)
     assert frames.shape[0] == steps

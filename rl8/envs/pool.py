@@ -280,6 +280,12 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
         self._await_replies(range(self.num_workers), "ready")
         self._started = True
 
+    @property
+    def worker_pids(self) -> tuple[int, ...]:
+        """Process ids of the worker processes, worker 0 first (they stay listed after
+        :meth:`close`, which reaps them)."""
+        return tuple(process.pid for process in self._processes)
+
     # --- the batched Env interface ----------------------------------------------------------
 
     def reset(

@@ -90,6 +90,12 @@ class Policy(nn.Module):
         return next(self.parameters()).device
 
     @property
+    def state(self) -> TensorDictBase | None:
+        """The recurrent state carried between :meth:`act` calls (``None`` for feedforward models,
+        and until the first call or after :meth:`reset_state` without a mask). Read-only."""
+        return getattr(self, "_state", None)
+
+    @property
     def recurrent(self) -> bool:
         """Whether the model carries a hidden state between steps."""
         return bool(getattr(self.model, "recurrent", False))

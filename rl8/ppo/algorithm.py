@@ -240,7 +240,7 @@ class PPO:
         """The buffer's training samples (transitions, or ``seq_len``-step sequences) with their
         GAE advantages and returns, and the explained variance of the collected values."""
         with torch.no_grad():
-            advantages, returns = self._advantages()
+            advantages, returns = self.compute_advantages()
             old_values = self.buffer.data["values"][:, : self.hparams.horizon]
             explained_variance = 1 - (returns - old_values).var() / returns.var().clamp(min=1e-8)
         samples = self.buffer.training_samples(advantages, returns)
@@ -249,8 +249,9 @@ class PPO:
             self.advantage_weights = None
         return samples, explained_variance
 
-    def _advantages(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """GAE advantages and returns ``[num_envs, horizon]`` of the buffer (rewards scaled by the
+    def compute_advantages(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """GAE advantages and returns ``[num_envs, horizon]`` of the last collect (``update`` calls
+        it; call it under ``torch.no_grad()``) (rewards scaled by the
         reward normaliser; the values of ``final_obs`` bootstrapped at truncated steps)."""
         hp, data, h = self.hparams, self.buffer.data, self.hparams.horizon
         rewards = data["rewards"][:, :h]
