@@ -9,8 +9,7 @@ from typing import Literal
 
 __all__ = ["Schedule", "ScheduleKind"]
 
-#: How a schedule goes from one point to the next: ``"step"`` holds each value until the next
-#: point, ``"linear"`` interpolates between points.
+#: How a schedule goes from one point to the next (see :class:`Schedule`).
 ScheduleKind = Literal["step", "linear"]
 
 
@@ -18,16 +17,11 @@ class Schedule:
     """A value that changes with the number of environment steps taken.
 
     Args:
-        points: ``[(env_steps, value), ...]`` with strictly increasing ``env_steps`` (an int
-            count of environment transitions, starting at 0) and finite values.
-        kind: ``"step"``: the value of the last point whose ``env_steps`` is <= the current
-            count; ``"linear"``: linear interpolation between neighbouring points. Before the
-            first point the first value holds, after the last point the last value holds.
+        points: ``[(env_steps, value), ...]`` with strictly increasing ``env_steps`` (env
+            transitions, from 0) and finite values.
+        kind: ``"step"``: the value of the last point reached; ``"linear"``: interpolated
+            between neighbouring points (the first and last values hold outside them).
         field: Name of the hyper-parameter, used in error messages.
-
-    Example:
-        ``Schedule([(0, 3e-4), (1_000_000, 0.0)], "linear")`` anneals a learning rate to zero
-        over one million env steps.
     """
 
     def __init__(self, points: Sequence[Sequence[float]], kind: ScheduleKind = "step", *,
