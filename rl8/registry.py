@@ -173,15 +173,10 @@ def _torch_object(name: str) -> Any:
 
 
 def _subclasses(base: type) -> Iterator[type]:
-    """Every subclass of ``base`` that exists, at any depth."""
-    seen: set[type] = set()
-    stack = [base]
-    while stack:
-        for sub in type.__subclasses__(stack.pop()):
-            if sub not in seen:
-                seen.add(sub)
-                stack.append(sub)
-                yield sub
+    """Every subclass of ``base`` that exists, at any depth (one may come twice)."""
+    for sub in type.__subclasses__(base):
+        yield sub
+        yield from _subclasses(sub)
 
 
 def _existing_subclass(name: str) -> Any:

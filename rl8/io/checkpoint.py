@@ -101,15 +101,11 @@ def _fsync_directory(directory: Path) -> None:
 
 def save_checkpoint(state: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
     """Write ``state`` to ``path`` atomically (a temporary file renamed onto it); returns ``path``.
+    A value that ``weights_only`` loading refuses is a ``TypeError`` saying where.
 
     Args:
         state: A dict of tensors, plain values and nested dicts/lists/tuples of them.
         path: Destination file; its directory must exist. An existing file is replaced.
-
-    Raises:
-        TypeError: ``state`` holds a value that ``weights_only`` loading refuses (says where).
-        FileNotFoundError: The directory of ``path`` does not exist.
-        OSError: Writing fails (a full disk); the message names ``path``.
     """
     path = Path(path)
     if not isinstance(state, Mapping):
@@ -210,18 +206,12 @@ def _load_error(path: Path, err: Exception) -> CheckpointError:
 
 def load_checkpoint(path: str | os.PathLike[str], *, map_location: Any = "cpu") -> dict[str, Any]:
     """The dict :func:`save_checkpoint` wrote, read with ``torch.load(weights_only=True)`` after
-    a CRC check of every zip entry (so damaged bytes never load as wrong numbers).
+    a CRC check of every zip entry; a :class:`CheckpointError` for a corrupt, foreign, unsafe or
+    too new file, an ``OSError`` if it cannot be read.
 
     Args:
         path: The checkpoint file.
         map_location: Where to put the tensors (anything ``torch.load`` accepts).
-
-    Raises:
-        FileNotFoundError: The file does not exist.
-        OSError: The file cannot be opened or read.
-        ValueError: ``map_location`` names a device this machine does not have.
-        CheckpointError: The file is corrupt or truncated, not an rl8 checkpoint, would need to
-            execute code to be loaded, or was written by a newer rl8.
     """
     _check_device_available(map_location)
     path = Path(path)

@@ -191,7 +191,7 @@ class CheckpointDirLock:
         self.run_id = run_id
         self._host = socket.gethostname()
         self._fd: int | None = None
-        self._path = path = self.directory / CHECKPOINT_DIR_LOCK
+        path = self.directory / CHECKPOINT_DIR_LOCK
         holder = _held_locks.get(self.directory)
         if holder is not None and holder.held and not self._same_run(holder.run_id, run_id, resumed_from):
             gc.collect()  # a Trainer of this process that nothing references any more

@@ -235,11 +235,9 @@ def policy_from_dict(d: Mapping[str, Any], *, map_location: Any = "cpu", source:
         distribution_cls: Likewise for the distribution class.
 
     Raises:
-        ValueError: ``d`` is not a policy description this rl8 reads, or a class given is not
-            of its kind.
+        ValueError: Not a policy description this rl8 reads, or a class given of another kind.
         rl8.io.checkpoint.CheckpointError: A class is not registered or of the wrong kind, or an
             entry is malformed, non-finite or does not match the model; the message names it.
-        ImportError: With ``trust_code``, a class cannot be imported.
     """
     if not isinstance(d, Mapping):
         raise ValueError(f"not an rl8 policy (a {type(d).__name__}, expected a dict)")
@@ -329,15 +327,12 @@ def _policy_from_checkpoint_state(state: Mapping[str, Any], source: Any) -> dict
 
 
 def read_policy(run_id_or_path: str | os.PathLike[str], *, tracking_uri: str | None = None) -> dict[str, Any]:
-    """The policy description (see :func:`policy_to_dict`) from a file, folder or MLflow run.
+    """The policy description (see :func:`policy_to_dict`) from a file, folder or MLflow run
+    (errors as :func:`load_policy`).
 
     Args:
         run_id_or_path: See :func:`load_policy` (a folder without checkpoints: its ``policy.pt``).
         tracking_uri: MLflow tracking URI for run ids; ``None``: MLflow's default.
-
-    Raises:
-        FileNotFoundError: Nothing at that path, and not a run id (or the run has no policy).
-        rl8.io.checkpoint.CheckpointError: The file is corrupt, truncated, foreign or unsafe.
     """
     ref = os.fspath(run_id_or_path)
     path = Path(ref)
@@ -376,8 +371,6 @@ def load_policy(run_id_or_path: str | os.PathLike[str], *, map_location: Any = "
         FileNotFoundError: Nothing found at ``run_id_or_path``.
         rl8.io.checkpoint.CheckpointError: A corrupt, truncated, foreign or unsafe file, or one
             that names a class that is not registered or of the wrong kind.
-        ValueError: ``model_cls`` or ``distribution_cls`` is not of its kind.
-        ImportError: With ``trust_code``, the model's module cannot be imported.
     """
     description = read_policy(run_id_or_path, tracking_uri=tracking_uri)
     return policy_from_dict(description, map_location=map_location, source=os.fspath(run_id_or_path),

@@ -195,9 +195,7 @@ def resolve(value: Any, kind: Kind, *, field: str, source: Any = None, trust_cod
         trust_code: For a name from a file: import it when the registry does not hold it.
 
     Raises:
-        rl8.io.checkpoint.CheckpointError: A name from a file is not registered or of the
-            wrong kind.
-        ValueError: A value you gave is not of ``kind``.
+        rl8.io.checkpoint.CheckpointError: A name from a file is refused (``ValueError`` for yours).
         ImportError: A name to import cannot be imported.
     """
     if value is None:
@@ -266,8 +264,7 @@ def resolve_env(spec: Any, *, field: str = "env", source: Any = None, trust_code
         env_kwargs: The env's constructor arguments stored with the spec.
 
     Raises:
-        rl8.io.checkpoint.CheckpointError: A spec from a file is refused.
-        ValueError: A spec you gave is neither an env class nor callable.
+        rl8.io.checkpoint.CheckpointError: A spec from a file is refused (``ValueError`` for yours).
         ImportError: A path to import cannot be imported.
     """
     if isinstance(spec, str) and not is_dotted_path(spec):
