@@ -124,11 +124,11 @@ class PPO:
 
     @classmethod
     def from_preset(cls, name: str, /, **overrides: Any) -> PPO:
-        """PPO on the env of preset ``name`` with its tuned hyper-parameters (as ``rl8 train NAME``).
+        """PPO on the env of preset ``name`` with its tuned hyper-parameters (``rl8 train NAME``).
 
         Args:
             name: A preset's name (``rl8.presets.names()``), with or without ``preset:``.
-            **overrides: Hyper-parameters by name over the preset's (a dict replaces the whole value).
+            **overrides: Hyper-parameters over the preset's (a dict replaces the whole value).
         """
         config = presets.load(name)
         return cls(config["env"], **{**presets.hparams(config).to_dict(), **overrides})
@@ -267,7 +267,7 @@ class PPO:
         )
 
     def _optimizer_step(self) -> torch.Tensor:
-        """Average the gradients across ranks, clip them and step; returns the norm before clipping."""
+        """Average the gradients across ranks, clip and step; returns the norm before clipping."""
         params = [p for p in self.policy.parameters() if p.requires_grad]
         self.dist.average_gradients(params)  # data-parallel: one all-reduce per optimizer step
         if self.grad_scaler is not None:
@@ -370,7 +370,7 @@ class PPO:
         return self._obs is None or (k > 0 and self.collects % k == 0)
 
     def reset_envs(self, *, env_config: dict[str, Any] | None = None) -> None:
-        """Reset every env (``env_config`` over ``hparams.env_config``), dropping a background rollout."""
+        """Reset every env (``env_config`` over the hparams'), dropping a background rollout."""
         if self.collector is not None:
             self.collector.discard()
         config = {**self.hparams.env_config, **(env_config or {})}

@@ -341,7 +341,7 @@ class DistContext:
         return received
 
     def gather_to_main(self, obj: Any) -> list[Any] | None:
-        """Every rank's ``obj`` (picklable; tensors on the CPU) as a list on rank 0, else ``None``."""
+        """Every rank's ``obj`` (picklable, tensors on the CPU) in a list on rank 0, else None."""
         if not self.enabled:
             return [obj]
         out = [None] * self.world_size if self.is_main else None

@@ -394,11 +394,8 @@ class HParams:
 
     def entropy_coeff_at(self) -> Schedule:
         """The entropy-coefficient schedule (constant when no schedule is given)."""
-        return Schedule(
-            self.entropy_coeff_schedule or [(0, self.entropy_coeff)],
-            self.schedule_kind,
-            field="entropy_coeff_schedule",
-        )
+        points = self.entropy_coeff_schedule or [(0, self.entropy_coeff)]
+        return Schedule(points, self.schedule_kind, field="entropy_coeff_schedule")
 
 
 HParams.__doc__ = (HParams.__doc__ or "") + attributes_doc(HParams)

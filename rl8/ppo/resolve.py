@@ -1,4 +1,4 @@
-"""Names to objects: the one place where rl8 turns a dotted path into a class (``docs/security.md``).
+"""Names to objects: the one place where rl8 turns a dotted path into a class (docs/security.md).
 
 A name read from a file (``source`` given) is looked up in :mod:`rl8.registry`, never imported
 (unless ``trust_code``), and must be of its :class:`Kind`; a name you give (``source=None``) is

@@ -230,7 +230,7 @@ def env_state(env: Env, obs: torch.Tensor | TensorDictBase | None) -> dict[str, 
 
 
 def load_env_state(env: Env, state: dict[str, Any], device: torch.device) -> torch.Tensor | TensorDictBase | None:
-    """Restore :func:`env_state` into ``env``; returns the observations to go on from, or ``None``."""
+    """Restore :func:`env_state` into ``env``; returns the observations to go on from, or None."""
     obs, env_state = state.get("obs"), state.get("env")
     # an env that saves no state (GymnasiumEnv) is reset, whatever the file holds
     if obs is None or env_state is None or env.state_dict() is None:

@@ -30,21 +30,20 @@ class Schedule:
             raise ValueError(f"{field}: kind must be 'step' or 'linear', got {kind!r}")
         if len(points) == 0:
             raise ValueError(f"{field}: expected at least one (env_steps, value) point, got []")
-        steps: list[float] = []
-        values: list[float] = []
+        self.kind: ScheduleKind = kind
+        self.steps: list[float] = []
+        self.values: list[float] = []
         for i, point in enumerate(points):
             if len(point) != 2:
                 raise ValueError(f"{field}[{i}]: expected an (env_steps, value) pair, got {point!r}")
             s, v = float(point[0]), float(point[1])
             if not (math.isfinite(s) and math.isfinite(v)) or s < 0:
                 raise ValueError(f"{field}[{i}]: expected env_steps >= 0 and a finite value, got {tuple(point)!r}")
-            if steps and s <= steps[-1]:
-                raise ValueError(f"{field}: env_steps must be strictly increasing, got {steps[-1]:g} then {s:g}")
-            steps.append(s)
-            values.append(v)
-        self.kind: ScheduleKind = kind
-        self.steps = steps
-        self.values = values
+            if self.steps and s <= self.steps[-1]:
+                raise ValueError(f"{field}: env_steps must be strictly increasing, got "
+                                 f"{self.steps[-1]:g} then {s:g}")
+            self.steps.append(s)
+            self.values.append(v)
 
     def __call__(self, env_steps: int) -> float:
         """The value after ``env_steps`` environment transitions."""

@@ -143,10 +143,8 @@ def rollout_stats(
         "reward_sum": reward_sums.sum(),
         "reward_sum_sq": reward_sums.dot(reward_sums),
         "reward_sq": torch.linalg.vector_norm(rewards, dtype=f64).square(),
+        **(episode_sums or {}), **(env_episode_sums or {}), **(sums or {}),
     }
-    totals.update(episode_sums or {})
-    totals.update(env_episode_sums or {})
-    totals.update(sums or {})
     ret_lo, ret_hi = reward_sums.aminmax()
     rew_lo, rew_hi = rewards.aminmax()
     values = reduce_stats(

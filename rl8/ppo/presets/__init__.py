@@ -55,7 +55,7 @@ def hparams(config: dict[str, Any]) -> HParams:
 
 
 def for_env(env: Any) -> str | None:
-    """The name of the preset tuned for ``env`` when it is a gymnasium id that has one, else ``None``."""
+    """The name of the preset tuned for ``env`` (a gymnasium id), or ``None``."""
     if not isinstance(env, str) or env not in names():
         return None
     return env if yaml.safe_load(path(env).read_text()).get("env") == env else None
