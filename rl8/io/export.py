@@ -267,13 +267,9 @@ def policy_from_dict(d: Mapping[str, Any], *, map_location: Any = "cpu", source:
     action_space = space_from_dict(d.get("action_space"), where=f"{source}: entry 'action_space'")
     try:
         policy = Policy(
-            observation_space,
-            action_space,
-            model_cls=model_cls,
-            model_config=model_config,
-            distribution_cls=distribution_cls,
+            observation_space, action_space, model_cls=model_cls, model_config=model_config,
+            distribution_cls=distribution_cls, device=map_location,
             normalize_observations=bool(d.get("normalize_observations", False)),
-            device=map_location,
         )
     except (TypeError, ValueError, KeyError) as exc:  # what the file's model_config asks for
         raise CheckpointError(f"{source}: the policy it describes cannot be built (entry 'model_config' "

@@ -58,17 +58,9 @@ class RolloutBuffer:
     """
 
     def __init__(
-        self,
-        observation_space: spaces.Space,
-        action_shape: tuple[int, ...],
-        action_dtype: torch.dtype,
-        num_envs: int,
-        horizon: int,
-        *,
-        device: torch.device | str = "cpu",
-        episodic: bool = False,
-        state_example: TensorDictBase | None = None,
-        seq_len: int = 1,
+        self, observation_space: spaces.Space, action_shape: tuple[int, ...],
+        action_dtype: torch.dtype, num_envs: int, horizon: int, *, device: torch.device | str = "cpu",
+        episodic: bool = False, state_example: TensorDictBase | None = None, seq_len: int = 1,
     ) -> None:
         self.num_envs = num_envs
         self.horizon = horizon
@@ -420,13 +412,8 @@ def discount_matrix(t_len: int, c: float, dtype: torch.dtype, device: torch.devi
 
 
 def compute_gae(
-    rewards: torch.Tensor,
-    values: torch.Tensor,
-    *,
-    gamma: float,
-    gae_lambda: float,
-    terminated: torch.Tensor | None = None,
-    truncated: torch.Tensor | None = None,
+    rewards: torch.Tensor, values: torch.Tensor, *, gamma: float, gae_lambda: float,
+    terminated: torch.Tensor | None = None, truncated: torch.Tensor | None = None,
     final_values: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Generalised advantage estimation over ``[num_envs, T]`` rollouts.

@@ -178,12 +178,8 @@ def rollout_buffer_stats(
 
 
 def make_env(
-    env: type[Env] | str | Callable[..., Any],
-    num_envs: int,
-    horizon: int | None,
-    *,
-    device: torch.device | str,
-    env_kwargs: dict[str, Any] | None = None,
+    env: type[Env] | str | Callable[..., Any], num_envs: int, horizon: int | None, *,
+    device: torch.device | str, env_kwargs: dict[str, Any] | None = None,
 ) -> Env:
     """Build a batched env.
 

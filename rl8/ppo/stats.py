@@ -75,13 +75,9 @@ class Stats(dict[str, float]):
 
 
 def reduce_stats(
-    dist: DistContext,
-    *,
-    sums: Mapping[str, torch.Tensor] | None = None,
-    means: Mapping[str, torch.Tensor] | None = None,
-    mins: Mapping[str, torch.Tensor] | None = None,
-    maxs: Mapping[str, torch.Tensor] | None = None,
-    local: Mapping[str, torch.Tensor] | None = None,
+    dist: DistContext, *, sums: Mapping[str, torch.Tensor] | None = None,
+    means: Mapping[str, torch.Tensor] | None = None, mins: Mapping[str, torch.Tensor] | None = None,
+    maxs: Mapping[str, torch.Tensor] | None = None, local: Mapping[str, torch.Tensor] | None = None,
 ) -> dict[str, float]:
     """``{name: 0-d tensor}`` statistics as ``{name: float}`` (float64), reduced across ranks
     and read back with ONE host transfer; each name in one group only.
@@ -118,11 +114,9 @@ def reduce_stats(
 
 
 def rollout_stats(
-    dist: DistContext,
-    rewards: torch.Tensor,
+    dist: DistContext, rewards: torch.Tensor,
     episode_sums: Mapping[str, torch.Tensor] | None = None,
-    sums: Mapping[str, torch.Tensor] | None = None,
-    local: Mapping[str, torch.Tensor] | None = None,
+    sums: Mapping[str, torch.Tensor] | None = None, local: Mapping[str, torch.Tensor] | None = None,
     env_episode_sums: Mapping[str, torch.Tensor] | None = None,
 ) -> tuple[Stats, dict[str, float]]:
     """Rollout stats of ``rewards`` (all ranks), read back in ONE transfer; returns the
