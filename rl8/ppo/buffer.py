@@ -59,8 +59,9 @@ class RolloutBuffer:
 
     def __init__(
         self, observation_space: spaces.Space, action_shape: tuple[int, ...],
-        action_dtype: torch.dtype, num_envs: int, horizon: int, *, device: torch.device | str = "cpu",
-        episodic: bool = False, state_example: TensorDictBase | None = None, seq_len: int = 1,
+        action_dtype: torch.dtype, num_envs: int, horizon: int, *,
+        device: torch.device | str = "cpu", episodic: bool = False,
+        state_example: TensorDictBase | None = None, seq_len: int = 1,
     ) -> None:
         self.num_envs = num_envs
         self.horizon = horizon
