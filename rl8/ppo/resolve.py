@@ -106,6 +106,11 @@ def _refuse(source: Any, message: str) -> Exception:
     return CheckpointError(f"{source}: {message}")
 
 
+def _wrong_kind(source: Any, field: str, name: Any, obj: Any, kind: Kind) -> Exception:
+    return _refuse(source, f"the file names {field} = {name!r}, which is {describe(obj)}, not "
+                           f"{kind.description}: an object of the wrong kind, and rl8 refused to call it")
+
+
 def _import(path: str, field: str) -> Any:
     """Import ``"pkg.module.Qual.Name"``: the longest importable module prefix, then attributes."""
     parts = path.split(".")
@@ -206,11 +211,7 @@ def resolve(value: Any, kind: Kind, *, field: str, source: Any = None, trust_cod
     if source is None:
         raise ValueError(f"{field}: expected {kind.description} or its dotted path, got "
                          f"{value!r} ({describe(obj)})")
-    raise _refuse(
-        source,
-        f"the file names {field} = {value!r}, which is {describe(obj)}, not "
-        f"{kind.description}: an object of the wrong kind, and rl8 refused to call it",
-    )
+    raise _wrong_kind(source, field, value, obj, kind)
 
 
 def _check_gymnasium_id(env_id: str, field: str, source: Any, trust_code: bool) -> None:
@@ -280,8 +281,7 @@ def resolve_env(spec: Any, *, field: str = "env", source: Any = None, trust_code
     if _is_env_kind(obj) or (callable(obj) and (trust_code or registry.is_user_registered(spec, obj))):
         check_stored_env_kwargs(obj, env_kwargs, field=field, source=source, trust_code=trust_code)
         return obj
-    raise _refuse(source, f"the file names {field} = {spec!r}, which is {describe(obj)}, not {ENV.description}: "
-                          "an object of the wrong kind, and rl8 refused to call it")
+    raise _wrong_kind(source, field, spec, obj, ENV)
 
 
 class EnvTarget(NamedTuple):
