@@ -1,13 +1,4 @@
-"""rl8: fast PPO for batched environments.
-
-The public API::
-
-    from rl8 import PPO, Trainer
-    from rl8.training.conditions import HitsUpperBound
-    from rl8.envs import CartPole
-
-    Trainer(PPO(CartPole)).run(stop_conditions=[HitsUpperBound("episodes/return_mean", 475)])
-"""
+"""rl8: fast PPO for batched environments (``Trainer(PPO(CartPole)).run()``; see docs/)."""
 
 from __future__ import annotations
 

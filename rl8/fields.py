@@ -1,11 +1,6 @@
-"""Configs declared as dataclass fields: checks, docs and numbers from config files.
-
-:class:`rl8.HParams` and :class:`rl8.training.config.TrainerConfig` declare each option once, as a
-dataclass field whose ``metadata`` holds its ``check`` (see :data:`Check`) and its ``doc``
-(one sentence). This module holds what both use: the checks they share, the loop that runs
-them (:func:`first_invalid`), the docstring section made from the docs
-(:func:`attributes_doc`) and rl8's one reader of numbers from YAML and the command line
-(:func:`read_numbers`). It imports nothing of rl8.
+"""Configs declared as dataclass fields (:class:`rl8.HParams`, ``TrainerConfig``): each field's
+``metadata`` holds its ``check`` (:data:`Check`) and its ``doc``. The shared checks, the loop that
+runs them, the docstring made from the docs and rl8's one reader of numbers from config files.
 """
 
 from __future__ import annotations
@@ -26,15 +21,12 @@ _FLOAT = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|[+-]?(inf|nan)", re.
 
 
 def read_numbers(value: Any, *, whole_as_int: bool = False) -> Any:
-    """``value`` as a config file means it: its numeric strings as numbers, recursively (in
-    dicts and lists). YAML reads ``3e-4`` (no dot) as the string ``"3e-4"``; config files
-    (``rl8 train``, presets) and ``--set`` mean the number. ``"12"`` becomes the int 12,
-    ``"3e-4"`` the float; other values are returned as they are.
+    """``value`` with its numeric strings as numbers, recursively (YAML reads ``3e-4`` as a
+    string): ``"12"`` becomes the int 12, ``"3e-4"`` the float; other values stay as they are.
 
     Args:
         value: A value read from a config file or the command line.
-        whole_as_int: Also turn whole floats into ints (``1e3`` and ``"1e3"`` into 1000), for
-            a value that must be an int (a count of steps, of envs...).
+        whole_as_int: Also turn whole floats into ints (``1e3`` and ``"1e3"`` into 1000).
     """
     if isinstance(value, str):
         text = value.strip()
@@ -53,8 +45,7 @@ def read_numbers(value: Any, *, whole_as_int: bool = False) -> Any:
 
 
 #: A field's check: ``check(value, name)`` is ``None`` when ``value`` is valid for the field
-#: ``name``, else what the field expects (``"an int >= 1"``: the middle of the error message).
-#: A check may also raise an error of its own that says more (a schedule's bad point).
+#: ``name``, else what it expects (``"an int >= 1"``); it may also raise an error of its own.
 Check = Callable[[Any, str], "str | None"]
 
 
@@ -90,11 +81,9 @@ def one_of(*choices: str) -> Check:
 
 def optional(inner: Check) -> Check:
     """``None``, or a value that ``inner`` accepts (``"an int >= 1 or None"``)."""
-
     def check_optional(value: Any, name: str) -> str | None:
         expected = None if value is None else inner(value, name)
         return None if expected is None else f"{expected} or None"
-
     return check_optional
 
 
@@ -107,9 +96,8 @@ class Invalid(NamedTuple):
 
 
 def first_invalid(config: Any) -> Invalid | None:
-    """Run the ``check`` of every field of the frozen dataclass instance ``config``, in
-    declaration order, after its ``convert`` (when the field's metadata has one: the value is
-    replaced by ``convert(value)``); the first field refused, or ``None``."""
+    """The first field of the frozen dataclass instance ``config`` that its ``check`` refuses,
+    or ``None``; a field's ``convert`` (metadata), if any, replaces its value first."""
     for f in dataclasses.fields(config):
         value = getattr(config, f.name)
         if f.metadata.get("convert") is not None:
@@ -122,8 +110,7 @@ def first_invalid(config: Any) -> Invalid | None:
 
 
 def attributes_doc(cls: type) -> str:
-    """The ``Attributes:`` section of a Google-style docstring listing each field of the
-    dataclass ``cls`` with its metadata's ``doc``."""
+    """The ``Attributes:`` docstring section of dataclass ``cls``: each field's ``doc``."""
     return "\n    Attributes:\n" + "".join(
         f"        {f.name}: {f.metadata['doc']}\n" for f in dataclasses.fields(cls)
     )

@@ -1,31 +1,8 @@
-"""The names that checkpoints and policy files may use for classes.
+"""The names that checkpoints and policy files may use for classes (``docs/security.md``).
 
-A checkpoint or policy file names the classes rl8 builds (the env, the model, the action
-distribution, the optimizer, an activation in a model's config) by their dotted path, such as
-``"rl8.envs.cartpole.CartPole"``. **Loading a file never imports a module that the file
-names**: the name is looked up here, among the objects of the running process that rl8 knows:
-
-* rl8's own envs, models, encoders and distributions, the optimizers of ``torch.optim`` and
-  the module classes of ``torch.nn`` (activations...), under the paths of the modules that
-  define them and under their public paths (``rl8.envs.CartPole``, ``torch.optim.Adam``);
-* every subclass of :class:`rl8.Env`, ``gymnasium.Env``, :class:`rl8.policies.models.Model`,
-  :class:`rl8.policies.distributions.Distribution` and ``torch.optim.Optimizer`` that exists in this
-  process (defined in it, or in a module it imported), under its qualified name
-  (``module.QualName``): defining or importing such a class registers it;
-* what you register: ``rl8.register(MyEnv)``, ``@rl8.register`` on a class or function, or
-  ``rl8.register(make_env, name="mypkg.old_module.make_env")`` for a name older files use.
-
-Stop conditions are rebuilt from their names in :data:`rl8.training.conditions.CONDITIONS`, which is
-the same idea. Names you give yourself (in code, on the command line, in your YAML config)
-are not limited to the registry: rl8 imports them (see ``docs/security.md``).
-
-::
-
-    import rl8
-
-    @rl8.register
-    def make_my_env(**kwargs):          # an env factory named by a checkpoint
-        ...
+A file names the classes rl8 builds by their dotted path; loading it never imports a module the
+file names: the name is looked up here, among rl8's own classes, torch's optimizers and modules,
+the existing subclasses of rl8's and torch's base classes, and what you :func:`register`.
 """
 
 from __future__ import annotations
@@ -39,8 +16,7 @@ from typing import Any
 
 __all__ = ["lookup", "register"]
 
-#: What you registered: name -> object.
-_USER: dict[str, Any] = {}
+_USER: dict[str, Any] = {}  # what you registered: name -> object
 #: rl8's modules whose public classes files may name (one is imported when a file names it).
 _RL8_MODULES = (
     "rl8.envs.base", "rl8.envs.cartpole", "rl8.envs.pendulum", "rl8.envs.dummy", "rl8.envs.memory",
@@ -58,10 +34,9 @@ MOVED_MODULES = {
     "rl8.recurrent": "rl8.policies.recurrent",
     "rl8.distributions": "rl8.policies.distributions",
 }
-#: rl8's public namespaces (``rl8.X``, ``rl8.envs.X``) and the name of their table of lazy
-#: exports (name -> defining module), read through ``importlib`` (they are rl8's own modules).
+#: rl8's public namespaces (``rl8.X``, ``rl8.envs.X``) and the name of their table of lazy exports.
 _PUBLIC = {"rl8": "_EXPORTS", "rl8.envs": "_ENVS"}
-#: Base classes whose subclasses are registered by existing (see the module docstring).
+#: Base classes whose subclasses are registered by existing.
 _AUTO_BASES = (
     ("rl8.envs.base", "Env"), ("gymnasium", "Env"), ("rl8.policies.models", "Model"),
     ("rl8.policies.distributions", "Distribution"), ("torch.optim", "Optimizer"),
@@ -69,8 +44,7 @@ _AUTO_BASES = (
 
 
 def qualified_name(obj: Any) -> str:
-    """The dotted path of a class or function (``"rl8.envs.cartpole.CartPole"``); builtins by
-    their bare name; anything without a name by its ``repr``."""
+    """The dotted path of a class or function; builtins by their bare name; else the ``repr``."""
     module = getattr(obj, "__module__", None)
     name = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)
     if name is None:
@@ -86,27 +60,18 @@ def is_name(name: Any) -> bool:
 
 
 def register(obj: Any = None, name: str | None = None) -> Any:
-    """Let checkpoints and policy files name ``obj``: a class of your own (an env, a model, an
-    optimizer, an activation...) or an env factory function.
-
-    Returns ``obj``, so it also works as a decorator: ``@rl8.register`` or
-    ``@rl8.register(name="mypkg.old_module.MyEnv")``. Subclasses of ``rl8.Env``,
-    ``gymnasium.Env``, ``Model``, ``Distribution`` and ``torch.optim.Optimizer`` need no
-    registration: defining or importing them is enough. Registering a name again with another
-    object of the same qualified name (a class defined again, as when a notebook cell is run
-    again) replaces it.
+    """Let checkpoints and policy files name ``obj`` (a class of yours or an env factory
+    function); returns ``obj``, so it also works as a decorator. A name registered again for
+    an object of the same qualified name (a notebook cell run again) is replaced.
 
     Args:
         obj: The class or function.
-        name: The dotted path files use for it; ``None``: its qualified name
-            (``module.QualName``, what rl8 writes into files). A name given here is an extra
-            name (e.g. the path of a module the class was moved from): ``obj`` is registered
-            under its qualified name too.
+        name: An extra dotted path files use for it (e.g. its module before a move); it is
+            registered under its qualified name in any case.
 
     Raises:
-        ValueError: ``name`` is not a dotted path of Python names, or is registered already
-            for an object of another qualified name.
-        TypeError: ``obj`` is not a class or function (it has no qualified name).
+        ValueError: ``name`` is not a dotted path, or is registered for another object.
+        TypeError: ``obj`` is not a class or module-level function.
     """
     if obj is None:
         return lambda target: register(target, name)
@@ -132,15 +97,8 @@ def register(obj: Any = None, name: str | None = None) -> Any:
 
 
 def lookup(name: str) -> Any:
-    """The object that files may name ``name`` in this process, or ``None``.
-
-    Looks in what you registered, among rl8's own classes and those of ``torch.optim`` and
-    ``torch.nn``, then among the existing subclasses of the base classes listed in the module
-    docstring. Imports no module, except one of rl8's own when ``name`` names a class of it.
-
-    Args:
-        name: A dotted path (``"rl8.envs.CartPole"``).
-    """
+    """The object that files may name ``name`` (a dotted path) in this process, or ``None``.
+    Imports no module, except one of rl8's own when ``name`` names a class of it."""
     if not is_name(name):
         return None
     if name in _USER:
@@ -153,14 +111,13 @@ def lookup(name: str) -> Any:
 
 
 def is_user_registered(name: str, obj: Any) -> bool:
-    """Whether you registered ``obj`` under ``name`` (:func:`register`), which lets a file name
-    a plain function as its env factory."""
+    """Whether you registered ``obj`` under ``name`` (a file may then name it as env factory)."""
     return _USER.get(name) is obj
 
 
 def bound_object(path: str) -> Any:
-    """The object at ``path`` in a module that is already imported (``sys.modules``), read
-    without importing anything or calling a module's ``__getattr__``; ``None`` if there is none."""
+    """The object at ``path`` in an already imported module, read without importing or calling
+    ``__getattr__``; ``None`` if there is none."""
     parts = path.split(".")
     for i in range(len(parts) - 1, 0, -1):
         module = sys.modules.get(".".join(parts[:i]))
@@ -176,9 +133,7 @@ def bound_object(path: str) -> Any:
 
 
 def gymnasium_id_registered(env_id: str) -> bool:
-    """Whether gymnasium's registry holds ``env_id`` (ids that the packages this process
-    imported registered; for an id without version, any version of it). ``env_id`` has no
-    ``module:`` part: nothing is imported."""
+    """Whether gymnasium's registry holds ``env_id`` (any version of an id without one)."""
     import gymnasium
     from gymnasium.envs.registration import find_highest_version, parse_env_id
 
@@ -192,9 +147,8 @@ def gymnasium_id_registered(env_id: str) -> bool:
 
 
 def _rl8_object(name: str) -> Any:
-    """The rl8 class ``name`` names: a public class of one of :data:`_RL8_MODULES` (which is
-    imported, being rl8's own), under that module's path, the public path ``rl8.X`` /
-    ``rl8.envs.X`` or the path it had before it moved (:data:`MOVED_MODULES`); else ``None``."""
+    """The public class of :data:`_RL8_MODULES` that ``name`` names (by its module's path, its
+    public path or its path before the move, :data:`MOVED_MODULES`), else ``None``."""
     module_name, _, attr = name.rpartition(".")
     module_name = MOVED_MODULES.get(module_name, module_name)
     if module_name in _PUBLIC:
@@ -208,8 +162,7 @@ def _rl8_object(name: str) -> Any:
 
 
 def _torch_object(name: str) -> Any:
-    """The ``torch.optim`` optimizer class or ``torch.nn`` module class ``name`` names (by its
-    public or defining path; torch imported them already), else ``None``."""
+    """The ``torch.optim`` optimizer or ``torch.nn`` module class ``name`` names, else ``None``."""
     import torch
 
     for prefix, base in (("torch.optim.", torch.optim.Optimizer), ("torch.nn.", torch.nn.Module)):
@@ -220,21 +173,15 @@ def _torch_object(name: str) -> Any:
 
 
 def _subclasses(base: type) -> Iterator[type]:
-    """Every subclass of ``base`` that exists, at any depth."""
-    seen: set[type] = set()
-    stack = [base]
-    while stack:
-        for sub in type.__subclasses__(stack.pop()):
-            if sub not in seen:
-                seen.add(sub)
-                stack.append(sub)
-                yield sub
+    """Every subclass of ``base`` that exists, at any depth (one may come twice)."""
+    for sub in type.__subclasses__(base):
+        yield sub
+        yield from _subclasses(sub)
 
 
 def _existing_subclass(name: str) -> Any:
     """The subclass of one of :data:`_AUTO_BASES` whose qualified name is ``name``; of several
-    (a class defined again), the one its module binds to that name now. A base whose module is
-    not imported has no subclasses yet."""
+    (a class defined again), the one its module binds to that name now."""
     found: list[type] = []
     for module_name, attr in _AUTO_BASES:
         module = sys.modules.get(module_name)

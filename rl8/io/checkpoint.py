@@ -1,12 +1,5 @@
-"""Checkpoint files: atomic writes, safe reads, and a directory of numbered checkpoints.
-
-This module only moves a ``dict`` between memory and disk; what the dict holds is the
-Trainer's business (see ``docs/checkpoints.md``). A checkpoint holds nested dicts, lists and
-tuples of tensors, ``torch.Size``, dtypes, devices, ``int``, ``float``, ``bool``, ``complex``,
-``str``, ``bytes`` and ``None``: exactly what ``torch.load(..., weights_only=True)`` reads back
-without executing code from the file. Anything else (numpy arrays, custom classes) is refused
-when saving, naming where it is, rather than producing a file that cannot be loaded.
-"""
+"""Checkpoint files (``docs/checkpoints.md``): atomic writes of a dict of what
+``torch.load(weights_only=True)`` reads back, and safe reads that never execute code."""
 
 from __future__ import annotations
 
@@ -35,27 +28,20 @@ __all__ = [
     "check_loadable", "download_artifact", "is_run_ref", "load_checkpoint", "save_checkpoint",
 ]
 
-
 try:  # POSIX: a writer holds a lock on its temporary file (see CheckpointManager)
     import fcntl
 except ImportError:  # pragma: no cover - Windows, where an open file cannot be deleted
     fcntl = None  # type: ignore[assignment]
 
-
 #: MLflow artifact (JSON) with the path and step of a run's latest checkpoint (for resuming).
 CHECKPOINT_POINTER_ARTIFACT = "rl8/checkpoint.json"
 
-#: Entry added to every saved dict; its value is the format version. Reserved: a user entry
-#: with this name is overwritten on save and removed on load.
+#: Entry added to every saved dict (reserved); its value is the format version.
 FORMAT_KEY = "__rl8_checkpoint__"
-
 #: Version of the checkpoint format this rl8 writes (and the newest it reads).
 FORMAT_VERSION = 1
-
-#: Seconds a temporary file of :class:`~rl8.io.checkpoint_dir.CheckpointManager` must be left
-#: untouched before its next save removes it (when no live writer holds its lock).
+#: Seconds a temporary file of a ``CheckpointManager`` stays untouched before a save removes it.
 STALE_TMP_SECONDS = 60.0
-
 
 _LEAF_TYPES = (int, float, bool, complex, str, bytes, type(None), torch.Size, torch.dtype, torch.device)
 _TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
@@ -68,8 +54,8 @@ def check_loadable(value: Any, where: str, active: set[int]) -> None:
 
     Args:
         value: The data to check (nested dicts, lists, tuples of tensors and plain values).
-        where: Its name in messages (``"state"``, ``"metadata"``).
-        active: The ids of the containers being checked (to find reference cycles): ``set()``.
+        where: Its name in messages (``"state"``).
+        active: The ids of the containers being checked (to find cycles): ``set()``.
     """
     kind = type(value)
     if kind in _LEAF_TYPES or kind in _TENSOR_TYPES:
@@ -105,38 +91,21 @@ def check_loadable(value: Any, where: str, active: set[int]) -> None:
 
 def _fsync_directory(directory: Path) -> None:
     """Make a rename in ``directory`` durable (POSIX; a no-op where directories can't be opened)."""
-    try:
+    with contextlib.suppress(OSError):
         fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        with contextlib.suppress(OSError):
+        try:
             os.fsync(fd)
-    finally:
-        os.close(fd)
+        finally:
+            os.close(fd)
 
 
 def save_checkpoint(state: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
-    """Write ``state`` to ``path`` atomically.
-
-    ``torch.save`` writes a temporary file in the same directory (``.{name}.{random}.tmp``),
-    fsynced, then renamed onto ``path``: a crash at any point leaves the old file or the new
-    one, never a partial file (and removes the temporary file when it can).
+    """Write ``state`` to ``path`` atomically (a temporary file renamed onto it); returns ``path``.
+    A value that ``weights_only`` loading refuses is a ``TypeError`` saying where.
 
     Args:
-        state: A dict of tensors, numbers, strings, ``None``, ``torch.Size``, and nested
-            dicts/lists/tuples of them. The entry :data:`FORMAT_KEY` is added to the saved copy
-            (``state`` itself is not modified).
+        state: A dict of tensors, plain values and nested dicts/lists/tuples of them.
         path: Destination file; its directory must exist. An existing file is replaced.
-
-    Returns:
-        ``path`` as a :class:`~pathlib.Path`.
-
-    Raises:
-        TypeError: When ``state`` is not a dict or holds a value that
-            ``torch.load(weights_only=True)`` could not read back (the message says where).
-        FileNotFoundError: When the directory of ``path`` does not exist.
-        OSError: When writing fails (a full disk: ``errno.ENOSPC``); the message names ``path``.
     """
     path = Path(path)
     if not isinstance(state, Mapping):
@@ -147,7 +116,6 @@ def save_checkpoint(state: Mapping[str, Any], path: str | os.PathLike[str]) -> P
     directory = path.parent
     if not directory.is_dir():
         raise FileNotFoundError(f"cannot save checkpoint {path}: directory {directory} does not exist")
-
     tmp = directory / f".{path.name}.{uuid.uuid4().hex[:12]}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
     try:
@@ -194,7 +162,7 @@ def _first_line(err: BaseException) -> str:
 
 def _pickle_globals(path: Path) -> list[str] | None:
     """The globals a plain pickle stream names (``["posix.system"]``), read without executing
-    it; ``None`` when the file is not a complete pickle stream (random or damaged bytes)."""
+    it; ``None`` when the file is not a complete pickle stream."""
     try:
         data = path.read_bytes()
         if not data.startswith(b"\x80"):  # PROTO: every pickle of protocol 2 and later
@@ -237,28 +205,13 @@ def _load_error(path: Path, err: Exception) -> CheckpointError:
 
 
 def load_checkpoint(path: str | os.PathLike[str], *, map_location: Any = "cpu") -> dict[str, Any]:
-    """Read a checkpoint written by :func:`save_checkpoint`, without executing code from it
-    (``torch.load(weights_only=True)`` only: loading an untrusted file cannot run code).
+    """The dict :func:`save_checkpoint` wrote, read with ``torch.load(weights_only=True)`` after
+    a CRC check of every zip entry; a :class:`CheckpointError` for a corrupt, foreign, unsafe or
+    too new file, an ``OSError`` if it cannot be read.
 
     Args:
         path: The checkpoint file.
-        map_location: Where to put the tensors (``"cpu"``, ``"cuda:0"``, a ``torch.device``,
-            or anything ``torch.load`` accepts).
-
-    Returns:
-        The saved dict, without the :data:`FORMAT_KEY` entry.
-
-    Before ``torch.load`` the file's zip entries are read once and checked against the CRC-32
-    each entry was written with, so that damaged bytes (a bit flip on disk or in a copy) are
-    refused instead of loading as wrong numbers; this reads the file twice.
-
-    Raises:
-        FileNotFoundError: The file does not exist.
-        OSError: The file cannot be opened or read (e.g. ``PermissionError``).
-        ValueError: ``map_location`` names a device this machine does not have (no CUDA).
-        CheckpointError: The file is corrupt or truncated (an entry fails its CRC check: the
-            entry is named), is not an rl8 checkpoint, would need to execute code to be
-            loaded, or was written by a newer rl8.
+        map_location: Where to put the tensors (anything ``torch.load`` accepts).
     """
     _check_device_available(map_location)
     path = Path(path)
@@ -275,7 +228,6 @@ def load_checkpoint(path: str | os.PathLike[str], *, map_location: Any = "cpu") 
             state = torch.load(file, map_location=map_location, weights_only=True)
         except Exception as err:
             raise _load_error(path, err) from err
-
     if not isinstance(state, dict) or FORMAT_KEY not in state:
         raise CheckpointError(f"{path} is a torch file but not an rl8 checkpoint (it has no "
                               f"{FORMAT_KEY!r} entry; it was not written by save_checkpoint)")
@@ -289,7 +241,6 @@ def load_checkpoint(path: str | os.PathLike[str], *, map_location: Any = "cpu") 
 
 
 def _check_device_available(map_location: Any) -> None:
-    """Raise ``ValueError`` when ``map_location`` names a CUDA device this machine lacks."""
     if not isinstance(map_location, (str, torch.device)):
         return  # a dict or a function: torch.load applies it
     try:
@@ -310,12 +261,9 @@ _DOS_DIRECTORY = 0x10
 
 
 def _verify_entries(path: Path, file: Any) -> None:
-    """Read every entry of the zip archive and check it against its CRC-32.
-
-    A file that does not start like a zip archive is left to ``torch.load``, which names what it
-    is. The entries are also checked to be plain files: torch reads a damaged "directory" flag
-    as an empty entry without any error. Compressed entries are refused before anything is read:
-    torch stores every entry as is, and decompressing a crafted entry could cost gigabytes.
+    """Read every entry of the zip archive and check it against its CRC-32 (other files are
+    left to ``torch.load``). Entries must be plain files (torch reads a damaged "directory"
+    flag as an empty entry) and stored, not compressed (a crafted entry could cost gigabytes).
     """
     if file.read(4) != b"PK\x03\x04":
         return
@@ -357,7 +305,7 @@ _RUN_ID = re.compile(r"[0-9a-f]{32}")
 
 
 def is_run_ref(ref: str) -> bool:
-    """Whether ``ref`` names an MLflow run (a 32-hex-digit run id or a ``runs:/`` URI), not a path."""
+    """Whether ``ref`` names an MLflow run (a run id or a ``runs:/`` URI), not a path."""
     return ref.startswith("runs:/") or _RUN_ID.fullmatch(ref) is not None
 
 

@@ -1,7 +1,5 @@
-"""Folders of checkpoints: numbered files of which the latest are kept (:class:`CheckpointManager`),
-one run per folder (:class:`CheckpointDirLock`), and finding and reading the checkpoint to resume
-from (a file, a folder's latest or an MLflow run's; :func:`read_checkpoint`), with each rank's or
-actor's part of it."""
+"""Folders of checkpoints (``docs/checkpoints.md``): numbered files of which the latest are kept,
+one run per folder, and finding and reading the checkpoint to resume from."""
 
 from __future__ import annotations
 
@@ -37,7 +35,6 @@ __all__ = [
     "check_writable_folder", "checkpoint_for_actor", "read_checkpoint", "resolve_checkpoint",
 ]
 
-
 #: The lock file of a checkpoint folder (see :class:`CheckpointDirLock`).
 CHECKPOINT_DIR_LOCK = ".rl8.lock"
 
@@ -48,19 +45,12 @@ class CheckpointDirError(ValueError):
 
 
 class CheckpointManager:
-    """Numbered checkpoints in one directory, keeping the most recent ones.
-
-    Files are named ``{prefix}-{step:012d}.pt`` (e.g. ``checkpoint-000000100000.pt``), written
-    atomically with :func:`save_checkpoint`. Only files matching this pattern are ever listed or
-    deleted; anything else in the directory is left alone. Each save also removes the
-    temporary files (``.{prefix}-{step}.pt.{random}.tmp``) that a killed writer left behind:
-    those untouched for :data:`STALE_TMP_SECONDS` and, where the OS has file locks, not locked
-    by a live writer (another process saving into the same directory keeps its own).
+    """Numbered checkpoints ``{prefix}-{step:012d}.pt`` in one directory, keeping the most
+    recent ones; other files are never touched.
 
     Args:
         directory: Folder of the checkpoints; created (with parents) if missing.
-        keep_last: How many checkpoints to keep (the highest steps); older ones are deleted
-            after each save. ``None`` keeps all. An int >= 1.
+        keep_last: How many checkpoints to keep (the highest steps; an int >= 1), or ``None``: all.
         prefix: File name prefix; non-empty, without path separators.
     """
 
@@ -88,18 +78,12 @@ class CheckpointManager:
         return int(match.group(1)) if match else None
 
     def save(self, state: Mapping[str, Any], step: int) -> Path:
-        """Write ``state`` as the checkpoint of ``step``, then prune old checkpoints.
-
-        Pruning keeps the ``keep_last`` highest steps and never deletes the file just written
-        (even when ``step`` is lower than existing ones, e.g. after resuming from an older
-        checkpoint).
+        """Write ``state`` as the checkpoint of ``step``, then prune old checkpoints (never the
+        one just written) and stale temporary files; returns the path written.
 
         Args:
             state: See :func:`save_checkpoint`.
             step: Training progress the checkpoint belongs to (e.g. ``env/steps``), an int >= 0.
-
-        Returns:
-            The path written.
         """
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
             raise ValueError(f"CheckpointManager.save: step must be an int >= 0, got {step!r}")
@@ -113,7 +97,7 @@ class CheckpointManager:
         return path
 
     def _remove_stale_tmp_files(self) -> None:
-        """Delete this manager's temporary files that no live writer holds (see the class)."""
+        """Delete this manager's old temporary files that no live writer holds."""
         now = time.time()
         for entry in self.directory.iterdir():
             if not self._tmp_pattern.fullmatch(entry.name):
@@ -155,20 +139,13 @@ class CheckpointManager:
                 f"prefix={self.prefix!r})")
 
 
-#: The folders this process holds, by absolute path (``flock`` is per open file: this process
-#: could not lock them a second time).
+#: The folders this process holds (``flock`` is per open file: it could not lock them again).
 _held_locks: weakref.WeakValueDictionary[Path, CheckpointDirLock] = weakref.WeakValueDictionary()
 
 
 def check_writable_folder(directory: str | os.PathLike[str]) -> Path:
-    """Create ``directory`` (with parents) and write and remove a probe file in it.
-
-    Returns:
-        The folder, absolute.
-
-    Raises:
-        CheckpointDirError: It cannot be created (a file on its path) or written.
-    """
+    """Create ``directory`` (with parents), write and remove a probe file in it, and return it
+    absolute; else raise :class:`CheckpointDirError`."""
     directory = Path(directory).absolute()
     probe = directory / f".rl8-probe-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
@@ -192,27 +169,10 @@ def _describe_owner(record: Mapping[str, Any]) -> str:
 
 
 class CheckpointDirLock:
-    """The claim of one run on its checkpoint folder, held until :meth:`release` (or until
-    the process ends): two jobs never write, prune or resume each other's checkpoints.
-
-    Claiming, before the first training step:
-
-    1. creates the folder (with parents) and writes the lock file :data:`CHECKPOINT_DIR_LOCK`
-       in it, so that a folder that cannot be created or written (a path under a file, a
-       read-only disk) is an error now rather than after the run;
-    2. locks that file (POSIX ``flock``, released by the OS when the process dies; elsewhere
-       the process id it names is checked). A folder locked by a live process is refused, its
-       run and process named. A record left by a process that died without releasing it is
-       taken over, with a warning;
-    3. refuses a folder that holds numbered checkpoints (``checkpoint-*.pt``) of another run:
-       a new run there would replace and prune them. The checkpoints belong to this run when it
-       resumes from one of them (``resumed_from`` in this folder) or when the lock file names
-       this run's MLflow ``run_id``. Within one process, such a Trainer also takes the claim over
-       from an open Trainer of the same run (a Trainer of another run is refused).
-
-    :meth:`release` marks the record released and unlocks the file, which stays (naming the
-    run whose checkpoints the folder holds); a record not marked released names a process
-    that died.
+    """The claim of one run on its checkpoint folder, held until :meth:`release` or the end of
+    the process (docs/trainer.md, one run per checkpoint folder): it writes and locks the lock
+    file :data:`CHECKPOINT_DIR_LOCK`, refusing a folder locked by a live process or holding
+    another run's checkpoints; a lock left by a dead process is taken over with a warning.
 
     Args:
         directory: The checkpoint folder.
@@ -231,7 +191,7 @@ class CheckpointDirLock:
         self.run_id = run_id
         self._host = socket.gethostname()
         self._fd: int | None = None
-        self._path = path = self.directory / CHECKPOINT_DIR_LOCK
+        path = self.directory / CHECKPOINT_DIR_LOCK
         holder = _held_locks.get(self.directory)
         if holder is not None and holder.held and not self._same_run(holder.run_id, run_id, resumed_from):
             gc.collect()  # a Trainer of this process that nothing references any more
@@ -267,8 +227,7 @@ class CheckpointDirLock:
             )
 
     def _open_locked(self, path: Path) -> int:
-        """Open and lock the lock file; a file that a releasing owner removed meanwhile (a
-        different file now, or none) is opened again."""
+        """Open and lock the lock file (again if its owner replaced or removed it meanwhile)."""
         while True:
             try:
                 self.directory.mkdir(parents=True, exist_ok=True)
@@ -303,7 +262,7 @@ class CheckpointDirLock:
             return False
 
     def _alive(self, record: Mapping[str, Any]) -> bool:
-        """Whether the process a record names runs on this host (no file locks: Windows)."""
+        """Whether the process a record names runs on this host (without file locks: Windows)."""
         pid = record.get("pid")
         if record.get("host") != self._host or not isinstance(pid, int) or pid == os.getpid():
             return False
@@ -324,8 +283,8 @@ class CheckpointDirLock:
         )
 
     def _same_run(self, owner: str | None, run_id: str | None, resumed_from: Any) -> bool:
-        """Whether the run claiming the folder continues its owner's: it resumes from a
-        checkpoint in the folder, or continues the MLflow run ``owner``."""
+        """Whether the run claiming the folder continues its owner's (resumes from a checkpoint
+        there, or continues the MLflow run ``owner``)."""
         if resumed_from is not None and Path(resumed_from).absolute().parent == self.directory:
             return True
         return run_id is not None and owner == run_id
@@ -379,8 +338,7 @@ class CheckpointDirLock:
                 self._write(self._fd)
 
     def release(self) -> None:
-        """Give the folder up (idempotent): the lock file records that the run released it
-        (and still names the run: its checkpoints stay its own), then is unlocked."""
+        """Give the folder up (idempotent): the lock file, marked released, still names the run."""
         fd, self._fd = self._fd, None
         if fd is None:
             return
@@ -398,15 +356,12 @@ class CheckpointDirLock:
 
 
 def resolve_checkpoint(ref: str | os.PathLike[str], *, tracking_uri: str | None = None) -> Path:
-    """The checkpoint file named by a path, a folder (its latest) or an MLflow run id (through
-    the run's :data:`CHECKPOINT_POINTER_ARTIFACT`).
+    """The checkpoint file named by a path, a folder (its latest) or an MLflow run id
+    (``FileNotFoundError`` if none).
 
     Args:
         ref: A checkpoint file, a folder of numbered checkpoints, or an MLflow run id.
         tracking_uri: The MLflow store of the run id; ``None``: MLflow's default.
-
-    Raises:
-        FileNotFoundError: Nothing found (the message says where it looked).
     """
     text = os.fspath(ref)
     path = Path(text)
@@ -432,18 +387,12 @@ def resolve_checkpoint(ref: str | os.PathLike[str], *, tracking_uri: str | None 
 
 
 def read_checkpoint(ref: str | os.PathLike[str], *, tracking_uri: str | None = None) -> tuple[Path, dict[str, Any]]:
-    """Resolve (:func:`resolve_checkpoint`) and load a checkpoint, as this rank sees it.
+    """The file of :func:`resolve_checkpoint` and its content as this rank loads it (rank 0
+    reads it for every rank); a ``CheckpointError`` if it was written by another number of ranks.
 
-    In data-parallel training rank 0 alone reads the file (and asks MLflow for a run id) and
-    sends every rank its view (rank 0's entries updated with the rank's own), or its error.
-    ``ref`` and ``tracking_uri``: as for :func:`resolve_checkpoint`.
-
-    Returns:
-        The file and its content as this rank loads it.
-
-    Raises:
-        CheckpointError: The checkpoint was written by another number of ranks (or as for
-            :func:`load_checkpoint`).
+    Args:
+        ref: As for :func:`resolve_checkpoint`.
+        tracking_uri: As for :func:`resolve_checkpoint`.
     """
     ctx = DistContext()
 
@@ -456,8 +405,7 @@ def read_checkpoint(ref: str | os.PathLike[str], *, tracking_uri: str | None = N
 
 
 def _checkpoint_for_rank(state: dict[str, Any], file: Path, rank: int, world_size: int) -> dict[str, Any]:
-    """The checkpoint as rank ``rank`` of ``world_size`` loads it: rank 0's ``algo`` entry
-    updated with this rank's own (envs, RNG...); an error when the world size differs."""
+    """The checkpoint as rank ``rank`` loads it: rank 0's ``algo`` entry updated with its own."""
     info = state.get("distributed")
     saved = int(info["world_size"]) if isinstance(info, Mapping) else 1
     if isinstance(state.get("algo"), Mapping) and saved != world_size:
@@ -475,15 +423,13 @@ def _checkpoint_for_rank(state: dict[str, Any], file: Path, rank: int, world_siz
 
 
 def checkpoint_for_actor(state: dict[str, Any], file: Path, rank: int) -> dict[str, Any]:
-    """The checkpoint as actor rank ``rank`` (``rl8 train --actors``) loads it: the learners'
-    entries as written (rank 0's ``algo``, which holds the run's seed, counters and weights),
-    and as ``"actor"`` its own state (the per-rank part of ``PPO.state_dict()`` and its own
-    counters), or ``None`` when the file holds no actor states (written before rl8 saved them,
-    or after the actors were told to stop).
+    """The checkpoint as actor rank ``rank`` loads it: the learners' entries, and as
+    ``"actor"`` its own state or ``None``; a ``CheckpointError`` for a job of other actors.
 
-    Raises:
-        CheckpointError: The file holds actor states of a job with another number of actors
-            or processes.
+    Args:
+        state: The loaded checkpoint.
+        file: Its path, for messages.
+        rank: The actor's rank.
     """
     _check_actor_entries(state, file)
     saved = state.get("actors")
@@ -493,15 +439,13 @@ def checkpoint_for_actor(state: dict[str, Any], file: Path, rank: int) -> dict[s
 
 
 def _shape_of(value: Any) -> str:
-    """A short description of ``value``'s keys and their types, for error messages."""
     if not isinstance(value, Mapping):
         return repr(value)[:80]
     return "{" + ", ".join(f"{k!r}: {type(v).__name__}" for k, v in list(value.items())[:6]) + "}"
 
 
 def _check_actor_entries(state: Mapping[str, Any], file: Path) -> None:
-    """Refuse to resume a checkpoint's actor states in a job of other actors (another number
-    of actors, or of processes)."""
+    """Refuse to resume a checkpoint's actor states in a job of other actors."""
     saved, roles = state.get("actors"), current_roles()
     if saved is None:
         return

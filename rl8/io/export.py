@@ -1,26 +1,10 @@
-"""Policy files: save a trained policy, load it back without any training state.
-
-A policy file holds what acting needs and nothing else: the observation and action spaces,
-the model and distribution classes (as dotted paths), the model's keyword arguments, the
-observation-normalisation flag and the weights (``state_dict``), plus optionally the env it was
-trained on. It is written with :func:`rl8.io.checkpoint.save_checkpoint` (atomic) and read with
-``torch.load(..., weights_only=True)``: loading never unpickles code, nor imports a module the
-file names. The classes it names are looked up in :mod:`rl8.registry` (rl8's own, the ``Model``
-subclasses defined or imported in this process, what you registered) and checked to be of
-their kind before they are called; a class the registry does not hold can be handed over
-(``load_policy(path, model_cls=MyModel)``) (``docs/security.md``).
-
-::
-
-    from rl8 import load_policy, save_policy
-
-    save_policy(algo.policy, "policy.pt")
-    policy = load_policy("policy.pt")            # or a Trainer checkpoint, a folder, a run id
-    actions = policy(obs)                        # deterministic env actions
-"""
+"""Policy files (``docs/trainer.md``, ``docs/security.md``): what acting needs (spaces, classes
+by dotted path, model config, weights), written atomically and read without executing code or
+importing a module the file names (the classes are looked up in :mod:`rl8.registry`)."""
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 from collections.abc import Mapping
@@ -48,23 +32,14 @@ POLICY_FORMAT = "rl8-policy"
 POLICY_VERSION = 1
 #: Where the Trainer stores the policy among an MLflow run's artifacts.
 POLICY_ARTIFACT = "policy/policy.pt"
-
-
-
-# --------------------------------------------------------------------------------------------
-# spaces <-> plain dicts
+#: Most elements a space read from a file may declare (in all), checked before anything is
+#: allocated, so that a crafted file cannot ask for gigabytes.
+MAX_SPACE_ELEMENTS = 2**24
 
 
 def space_to_dict(space: spaces.Space) -> dict[str, Any]:
-    """A gymnasium space as a dict of tensors and plain values (``weights_only``-safe).
-
-    Supports ``Box`` (``low``/``high`` as tensors, ``shape``, ``dtype`` as a string),
-    ``Discrete`` (``n``, ``start``), ``MultiDiscrete`` (``nvec``, ``start`` as tensors),
-    ``MultiBinary`` (``n``) and ``Dict`` (its sub-spaces, in order).
-
-    Raises:
-        TypeError: For any other space.
-    """
+    """A ``Box``, ``Discrete``, ``MultiDiscrete``, ``MultiBinary`` or ``Dict`` space as a dict
+    of tensors and plain values (``TypeError`` for any other space)."""
     if isinstance(space, spaces.Box):
         return {
             "type": "Box",
@@ -90,12 +65,6 @@ def space_to_dict(space: spaces.Space) -> dict[str, Any]:
     raise TypeError(f"cannot save a {type(space).__name__} space ({space}) in a policy file")
 
 
-#: Most elements a space read from a file may declare (a ``Box``'s values, a ``Discrete``'s
-#: actions, the sum of a ``MultiDiscrete``'s, a ``MultiBinary``'s bits; a ``Dict``'s in all):
-#: checked before anything is allocated, so that a crafted file cannot ask for gigabytes.
-MAX_SPACE_ELEMENTS = 2**24
-
-
 def _space_elements(d: Any, where: str) -> int:
     """The elements a space description declares, checked to be well formed (no allocation)."""
     def bad(message: str) -> CheckpointError:
@@ -109,10 +78,7 @@ def _space_elements(d: Any, where: str) -> int:
         items = value if isinstance(value, (list, tuple)) else [value]
         if not all(type(x) is int and x >= 0 for x in items):  # [] : a scalar Box
             raise bad(f"{name} must be an int >= 0 or a list of them, got {value!r:.80}")
-        total = 1
-        for x in items:
-            total *= x
-        return total
+        return math.prod(items)
 
     if not isinstance(d, Mapping):
         raise bad(f"expected a space description (a dict), got {type(d).__name__}")
@@ -122,7 +88,7 @@ def _space_elements(d: Any, where: str) -> int:
             if not isinstance(d.get(key), torch.Tensor):
                 raise bad(f"'{key}' must be a tensor, got {type(d.get(key)).__name__}")
         return count(d.get("shape"), "'shape'")
-    if kind == "Discrete":
+    if kind in ("Discrete", "MultiBinary"):
         return count(d.get("n"), "'n'")
     if kind == "MultiDiscrete":
         nvec = d.get("nvec")
@@ -131,8 +97,6 @@ def _space_elements(d: Any, where: str) -> int:
         if bool((nvec < 0).any()):
             raise bad("'nvec' must hold ints >= 0")
         return int(nvec.sum())
-    if kind == "MultiBinary":
-        return count(d.get("n"), "'n'")
     if kind == "Dict":
         subs = d.get("spaces")
         if not isinstance(subs, (list, tuple)) or not all(
@@ -143,16 +107,12 @@ def _space_elements(d: Any, where: str) -> int:
 
 
 def space_from_dict(d: Mapping[str, Any], *, where: str = "space") -> spaces.Space:
-    """Rebuild a space saved by :func:`space_to_dict`.
+    """Rebuild a space saved by :func:`space_to_dict`; a ``CheckpointError`` naming ``where``
+    for a bad description or one of more than :data:`MAX_SPACE_ELEMENTS` elements.
 
     Args:
         d: The description.
         where: What ``d`` is, for messages (e.g. ``"policy.pt: observation_space"``).
-
-    Raises:
-        rl8.io.checkpoint.CheckpointError: ``d`` is not a space description this rl8 reads, or
-            declares more than :data:`MAX_SPACE_ELEMENTS` elements (checked before anything
-            is allocated); the message names ``where``.
     """
     elements = _space_elements(d, where)
     if elements > MAX_SPACE_ELEMENTS:
@@ -202,10 +162,6 @@ def check_env_spaces(env: Any, observation_space: spaces.Space, action_space: sp
             )
 
 
-# --------------------------------------------------------------------------------------------
-# classes and configs <-> plain values
-
-
 def _to_plain(value: Any) -> Any:
     """Model config values as plain data: classes and functions become ``{"__class__": path}``."""
     if isinstance(value, Mapping):
@@ -231,9 +187,7 @@ def _from_plain(value: Any, source: Any, trust_code: bool, where: str = "model_c
 
 
 def _stored_class(d: Mapping[str, Any], key: str, kind: Any, source: Any, trust_code: bool, given: Any) -> Any:
-    """The class of ``kind`` whose dotted path is stored under ``key`` (a file can hold nothing
-    else there), looked up and checked by :func:`rl8.ppo.resolve.resolve`; ``given``, the class
-    you hand over instead, when it is not ``None``."""
+    """The class of ``kind`` whose dotted path is stored under ``key``, or ``given`` (yours)."""
     if given is not None:
         return resolve(given, kind, field=key)
     value = d.get(key)
@@ -242,21 +196,13 @@ def _stored_class(d: Mapping[str, Any], key: str, kind: Any, source: Any, trust_
     return resolve(value, kind, field=key, source=source, trust_code=trust_code)
 
 
-# --------------------------------------------------------------------------------------------
-# policy <-> dict
-
-
 def policy_to_dict(policy: Any, *, include_state: bool = True, env: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Describe a :class:`~rl8.policies.policy.Policy` as plain data (tensors, numbers, strings).
+    """The dict a policy file holds: a :class:`~rl8.policies.policy.Policy` as plain data.
 
     Args:
         policy: The policy (e.g. ``algo.policy``).
         include_state: Include the weights (``state_dict``, moved to the CPU).
-        env: Optional description of the env the policy acts in, kept as is (the Trainer
-            stores ``{"spec": ..., "env_kwargs": ..., "env_config": ...}``; ``rl8 eval`` uses it).
-
-    Returns:
-        The dict a policy file holds (without the checkpoint format entry).
+        env: Optional description of the env the policy acts in (see :func:`save_policy`).
     """
     out = {
         "format": POLICY_FORMAT,
@@ -276,33 +222,22 @@ def policy_to_dict(policy: Any, *, include_state: bool = True, env: dict[str, An
 
 def policy_from_dict(d: Mapping[str, Any], *, map_location: Any = "cpu", source: Any = None,
                      trust_code: bool = False, model_cls: Any = None, distribution_cls: Any = None) -> Any:
-    """Build a :class:`~rl8.policies.policy.Policy` from :func:`policy_to_dict`'s output, in eval mode.
-
-    The classes ``d`` names are looked up in :mod:`rl8.registry` (no module is imported) and
-    checked before anything is called: the model class must be a :class:`~rl8.policies.models.Model`
-    subclass, the distribution class a :class:`~rl8.policies.distributions.Distribution` subclass,
-    classes in the model config ``torch.nn.Module`` subclasses (see ``docs/security.md``).
+    """Build a :class:`~rl8.policies.policy.Policy` (in eval mode) from :func:`policy_to_dict`'s
+    output, its classes looked up in :mod:`rl8.registry` and checked before anything is called.
 
     Args:
         d: The description, with its ``state_dict``.
-        map_location: Device of the policy's parameters (``"cpu"``, ``"cuda:0"``...).
-        source: Where ``d`` was read from (a path, shown in messages); ``None``: "the policy
-            description".
-        trust_code: Trust the file: import the modules of the names the registry does not
-            hold (the only way a file's names are imported) and allow any object in the model
-            config (the model and distribution classes are checked all the same).
-        model_cls: The model class (or your dotted path to it) to use instead of the stored
-            one, e.g. a class the registry does not hold; ``None``: the stored one.
+        map_location: Device of the policy's parameters.
+        source: Where ``d`` was read from (a path, shown in messages), or ``None``.
+        trust_code: Trust the file: import the names the registry does not hold and allow any
+            object in the model config.
+        model_cls: The model class (or your dotted path to it) to use instead of the stored one.
         distribution_cls: Likewise for the distribution class.
 
     Raises:
-        ValueError: ``d`` is not a policy description of a version this rl8 reads, or a class
-            given is not of its kind.
-        rl8.io.checkpoint.CheckpointError: ``d`` names a class that is not registered or an object
-            of the wrong kind, its weights hold NaN or inf (the entry is named) or do not match
-            the model it describes, or an entry is malformed (a space declaring more than
-            :data:`MAX_SPACE_ELEMENTS` elements included); the message names the entry.
-        ImportError: With ``trust_code``, a class cannot be imported.
+        ValueError: Not a policy description this rl8 reads, or a class given of another kind.
+        rl8.io.checkpoint.CheckpointError: A class is not registered or of the wrong kind, or an
+            entry is malformed, non-finite or does not match the model; the message names it.
     """
     if not isinstance(d, Mapping):
         raise ValueError(f"not an rl8 policy (a {type(d).__name__}, expected a dict)")
@@ -332,13 +267,9 @@ def policy_from_dict(d: Mapping[str, Any], *, map_location: Any = "cpu", source:
     action_space = space_from_dict(d.get("action_space"), where=f"{source}: entry 'action_space'")
     try:
         policy = Policy(
-            observation_space,
-            action_space,
-            model_cls=model_cls,
-            model_config=model_config,
-            distribution_cls=distribution_cls,
+            observation_space, action_space, model_cls=model_cls, model_config=model_config,
+            distribution_cls=distribution_cls, device=map_location,
             normalize_observations=bool(d.get("normalize_observations", False)),
-            device=map_location,
         )
     except (TypeError, ValueError, KeyError) as exc:  # what the file's model_config asks for
         raise CheckpointError(f"{source}: the policy it describes cannot be built (entry 'model_config' "
@@ -354,8 +285,7 @@ def policy_from_dict(d: Mapping[str, Any], *, map_location: Any = "cpu", source:
 
 
 def check_finite_weights(state: Mapping[str, torch.Tensor], where: str) -> None:
-    """Refuse weights holding NaN or inf (a policy that acts at random, or not at all);
-    ``where`` begins the message (``"policy.pt:"``)."""
+    """Refuse (``CheckpointError``) weights holding NaN or inf; ``where`` begins the message."""
     bad = [k for k, v in state.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
     if bad:
         raise CheckpointError(
@@ -365,21 +295,14 @@ def check_finite_weights(state: Mapping[str, torch.Tensor], where: str) -> None:
         )
 
 
-# --------------------------------------------------------------------------------------------
-# files, folders and MLflow runs
-
-
 def save_policy(policy: Any, path: str | os.PathLike[str], *, env: dict[str, Any] | None = None) -> Path:
-    """Write a policy file (atomically; loadable with ``weights_only=True``).
+    """Write a policy file atomically; returns the path written.
 
     Args:
         policy: A :class:`~rl8.policies.policy.Policy`, e.g. ``algo.policy``.
         path: Destination file (conventionally ``*.pt``); its folder is created if missing.
-        env: Optional description of the env: ``{"spec": "rl8.envs.cartpole.CartPole" or a
-            gymnasium id, "env_kwargs": {...}, "env_config": {...}}`` (``rl8 eval`` uses it).
-
-    Returns:
-        The path written.
+        env: Optional description of the env, ``{"spec": ..., "env_kwargs": ...,
+            "env_config": ...}`` (``rl8 eval`` uses it).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -400,19 +323,12 @@ def _policy_from_checkpoint_state(state: Mapping[str, Any], source: Any) -> dict
 
 
 def read_policy(run_id_or_path: str | os.PathLike[str], *, tracking_uri: str | None = None) -> dict[str, Any]:
-    """The policy description (see :func:`policy_to_dict`) from a file, folder or MLflow run.
+    """The policy description (see :func:`policy_to_dict`) from a file, folder or MLflow run
+    (errors as :func:`load_policy`).
 
     Args:
-        run_id_or_path: A policy file; a Trainer checkpoint file (its policy is taken); a
-            folder (its latest ``checkpoint-*.pt``, else its ``policy.pt``); an MLflow run id
-            (32 hex digits) or ``runs:/<run id>/<path>`` URI, whose ``policy/policy.pt``
-            artifact (or the given path) is downloaded.
-        tracking_uri: MLflow tracking URI for run ids; ``None``: MLflow's default
-            (``MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db``).
-
-    Raises:
-        FileNotFoundError: Nothing at that path, and not a run id (or the run has no policy).
-        rl8.io.checkpoint.CheckpointError: The file is corrupt, truncated, foreign or unsafe.
+        run_id_or_path: See :func:`load_policy` (a folder without checkpoints: its ``policy.pt``).
+        tracking_uri: MLflow tracking URI for run ids; ``None``: MLflow's default.
     """
     ref = os.fspath(run_id_or_path)
     path = Path(ref)
@@ -434,34 +350,23 @@ def read_policy(run_id_or_path: str | os.PathLike[str], *, tracking_uri: str | N
 
 def load_policy(run_id_or_path: str | os.PathLike[str], *, map_location: Any = "cpu", tracking_uri: str | None = None,
                 trust_code: bool = False, model_cls: Any = None, distribution_cls: Any = None) -> Any:
-    """Load a policy that acts on observations, without any training state.
-
-    ``policy(obs)`` returns (deterministic) env actions for a batch of observations;
-    ``policy(obs, deterministic=False)`` samples. The policy is in eval mode.
+    """Load a :class:`rl8.Policy` (in eval mode; ``policy(obs)`` gives deterministic env
+    actions) without any training state.
 
     Args:
-        run_id_or_path: A policy file written by :func:`save_policy`; a Trainer checkpoint
-            file; a folder of checkpoints (the latest is used); an MLflow run id or
-            ``runs:/`` URI (the run's ``policy/policy.pt`` artifact, which the Trainer logs at
-            each checkpoint and at the end of :meth:`rl8.Trainer.run`).
+        run_id_or_path: A policy file, a Trainer checkpoint file, a folder of checkpoints (the
+            latest), or an MLflow run id or ``runs:/`` URI (its ``policy/policy.pt`` artifact).
         map_location: Device for the parameters.
         tracking_uri: MLflow tracking URI used for run ids (``None``: MLflow's default).
-        trust_code: Trust the file: the only way to import a module the file names (see
-            :func:`policy_from_dict`); off by default.
-        model_cls: The model class to use instead of the stored one (a class of yours that
-            this process has not registered, e.g. one a notebook defined); ``None``: the stored.
+        trust_code: Trust the file: the only way to import a module the file names.
+        model_cls: The model class to use instead of the stored one (e.g. one a notebook
+            defined); ``None``: the stored one.
         distribution_cls: Likewise for the distribution class.
-
-    Returns:
-        A :class:`rl8.Policy`.
 
     Raises:
         FileNotFoundError: Nothing found at ``run_id_or_path``.
         rl8.io.checkpoint.CheckpointError: A corrupt, truncated, foreign or unsafe file, or one
-            that names a class that is not registered (e.g. a model class of a module this
-            process has not imported) or an object of the wrong kind (e.g. ``os.system``).
-        ValueError: ``model_cls`` or ``distribution_cls`` is not of its kind.
-        ImportError: With ``trust_code``, the model's module cannot be imported.
+            that names a class that is not registered or of the wrong kind.
     """
     description = read_policy(run_id_or_path, tracking_uri=tracking_uri)
     return policy_from_dict(description, map_location=map_location, source=os.fspath(run_id_or_path),

@@ -1,9 +1,6 @@
-"""Proximal Policy Optimization over batched environments, read top to bottom in :class:`PPO`.
-
-:meth:`PPO.collect` fills the buffer by stepping the envs ``horizon`` times (:mod:`rl8.ppo.rollout`);
-:meth:`PPO.update` computes GAE advantages (:mod:`rl8.ppo.buffer`) and runs ``num_sgd_iters`` passes
-of minibatch SGD on :func:`rl8.ppo.losses.ppo_loss`. Both return flat ``dict[str, float]`` stats
-(docs/trainer.md, Metrics).
+"""Proximal Policy Optimization over batched environments, read top to bottom in :class:`PPO`:
+:meth:`PPO.collect` fills the rollout buffer, :meth:`PPO.update` computes GAE advantages and runs
+``num_sgd_iters`` passes of minibatch SGD on :func:`rl8.ppo.losses.ppo_loss`.
 """
 
 from __future__ import annotations
@@ -43,9 +40,7 @@ from rl8.ppo.stats import Stats, update_stats
 
 __all__ = ["NonFiniteError", "PPO", "PresetHint", "make_env"]
 
-#: The counters of training progress, saved in checkpoints (see :class:`PPO`, Attributes).
 _COUNTERS = ("env_steps", "env_resets", "collects", "steps")
-#: Hyper-parameters that do not tune learning: given alone, PPO still hints at a preset.
 _UNTUNED_HPARAMS = {"seed", "device"}
 
 
@@ -71,14 +66,7 @@ class PPO:
         collects: Number of :meth:`collect` calls.
         steps: Number of :meth:`update` calls (optimisation steps of the policy).
         advantage_weights: ``None``, or ``[num_envs, horizon]`` weights of the (normalised)
-            advantages in the next :meth:`update` only (:mod:`rl8.training.actors`: importance weights).
-
-    Example:
-        >>> from rl8 import PPO
-        >>> from rl8.envs import CartPole
-        >>> algo = PPO(CartPole, num_envs=64, horizon=16, seed=0)
-        >>> rollout_stats = algo.collect()
-        >>> update_stats = algo.update()
+            advantages in the next :meth:`update` only (importance weights of actors).
     """
 
     def __init__(self, env: type[Env] | str | Callable[..., Any], /, **hparams: Any) -> None:
@@ -87,7 +75,7 @@ class PPO:
         self.dist = DistContext()
         if self.dist.is_main and not set(hparams) - _UNTUNED_HPARAMS:
             _hint_preset(env)
-        # without a seed: a random one for the whole run (every rank of the job takes the largest drawn)
+        # without a seed: a random one, the same on every rank
         self.seed = hp.seed if hp.seed is not None else agree_on_run_seed(secrets.randbits(31))
         # The model is initialised from the run's seed (the same on every rank); envs and
         # action sampling then use a seed derived from the run's seed and the rank.
@@ -136,17 +124,11 @@ class PPO:
 
     @classmethod
     def from_preset(cls, name: str, /, **overrides: Any) -> PPO:
-        """PPO on the env of preset ``name`` with its tuned hyper-parameters (as ``rl8 train NAME``;
-        its Trainer options: :func:`rl8.presets.trainer_options`), ``overrides`` over them.
+        """PPO on the env of preset ``name`` with its tuned hyper-parameters (``rl8 train NAME``).
 
         Args:
-            name: A preset's name (``rl8.presets.names()``: ``"Pendulum-v1"``...), with or without ``preset:``.
-            **overrides: Hyper-parameters by name (``seed=1``), over the preset's; a nested one
-                (``model_config``) replaces the preset's whole value.
-
-        Raises:
-            ValueError: Unknown preset (with close matches), or a bad value.
-            TypeError: An unknown hyper-parameter name.
+            name: A preset's name (``rl8.presets.names()``), with or without ``preset:``.
+            **overrides: Hyper-parameters over the preset's (a dict replaces the whole value).
         """
         config = presets.load(name)
         return cls(config["env"], **{**presets.hparams(config).to_dict(), **overrides})
@@ -154,26 +136,16 @@ class PPO:
     # ----------------------------------------------------------------- one iteration: collect, then update
     @torch.no_grad()
     def collect(self, *, env_config: dict[str, Any] | None = None, deterministic: bool = False) -> Stats:
-        """Step the envs ``horizon`` times, filling the rollout buffer in place.
-
-        Envs are reset first when the reset rule says so (before the first collect, then every
-        ``horizons_per_env_reset`` collects when that is positive). With
-        ``collect_mode="overlap"`` the buffer gets the rollout that ran in the background since
-        the previous collect, and the next one starts before this returns (docs/collection.md).
+        """Step the envs ``horizon`` times (after a reset when :attr:`next_collect_resets`),
+        filling the rollout buffer; returns the rollout stats (docs/trainer.md, Metrics).
+        In overlap mode the buffer gets the background rollout (docs/collection.md).
 
         Args:
             env_config: Env parameters if the envs are reset first (over ``hparams.env_config``).
             deterministic: Take the distributions' modes instead of sampling.
 
-        Returns:
-            Rollout stats (a :class:`~rl8.ppo.stats.Stats` dict; docs/trainer.md, Metrics):
-            ``rollout/reward_sum_*`` (each env's sum of rewards over the ``horizon`` steps),
-            ``rewards/*``, ``episodes/*`` (episodic envs), ``env_episodes/*`` (envs that record
-            episodes themselves, :meth:`rl8.Env.pop_episode_records`).
-
         Raises:
-            EnvOutputError: NaN/inf in the observations or rewards, naming the envs and steps (every
-                value checked in the first ``check_finite_collects`` collects, then the reduced stats).
+            EnvOutputError: NaN/inf in the observations or rewards (naming the envs and steps).
             NonFiniteError: The reduced reward stats are NaN/inf though every reward is finite.
         """
         if self.collector is not None:
@@ -186,21 +158,11 @@ class PPO:
         return self._collect_stats()
 
     def update(self) -> dict[str, float]:
-        """The PPO update on the last collect's buffer (:meth:`rl8.Trainer.step` collects, updates
-        and logs): GAE advantages (stopping at ``terminated``, bootstrapping from the value of
-        ``final_obs`` at ``truncated``), then ``num_sgd_iters`` passes of minibatch SGD on
-        :func:`~rl8.ppo.losses.ppo_loss`.
-
-        Returns:
-            Update stats: ``losses/{policy,vf,entropy,total}``,
-            ``monitors/{kl_div,clip_fraction,explained_variance,grad_norm}``,
-            ``coefficients/{entropy,vf,lr}``; with ``collect_mode="overlap"`` also
-            ``monitors/policy_lag`` (updates since the weights that collected the buffer: 0, then 1).
+        """The PPO update on the last collect's buffer: GAE advantages, then ``num_sgd_iters``
+        passes of minibatch SGD; returns the update stats (docs/trainer.md, Metrics).
 
         Raises:
-            NonFiniteError: ``losses/total`` or ``monitors/grad_norm`` (the latter only without a
-                gradient scaler) is NaN or inf, naming the stat and step (an
-                :class:`~rl8.envs.base.EnvOutputError` when the collect's data is the cause).
+            NonFiniteError: ``losses/total`` or ``monitors/grad_norm`` is NaN or inf.
         """
         if self.collects == 0:
             raise RuntimeError("PPO.update() needs a collect() first: the rollout buffer is empty")
@@ -230,15 +192,14 @@ class PPO:
         return stats
 
     def step(self) -> dict[str, float]:
-        """Deprecated name of :meth:`update` (it was easy to confuse with
-        :meth:`rl8.Trainer.step`, which collects and updates)."""
+        """Deprecated name of :meth:`update`."""
         warnings.warn("PPO.step() is renamed PPO.update()", DeprecationWarning, stacklevel=2)
         return self.update()
 
     # ----------------------------------------------------------------- the update, step by step
     def _training_samples(self) -> tuple[TensorDict, torch.Tensor]:
-        """The buffer's training samples (transitions, or ``seq_len``-step sequences) with their
-        GAE advantages and returns, and the explained variance of the collected values."""
+        """The buffer's training samples with their advantages and returns, and the explained
+        variance of the collected values."""
         with torch.no_grad():
             advantages, returns = self.compute_advantages()
             old_values = self.buffer.data["values"][:, : self.hparams.horizon]
@@ -250,9 +211,8 @@ class PPO:
         return samples, explained_variance
 
     def compute_advantages(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """GAE advantages and returns ``[num_envs, horizon]`` of the last collect (``update`` calls
-        it; call it under ``torch.no_grad()``) (rewards scaled by the
-        reward normaliser; the values of ``final_obs`` bootstrapped at truncated steps)."""
+        """GAE advantages and returns ``[num_envs, horizon]`` of the last collect, truncated steps
+        bootstrapped (``update`` calls it; call it under ``torch.no_grad()``)."""
         hp, data, h = self.hparams, self.buffer.data, self.hparams.horizon
         rewards = data["rewards"][:, :h]
         if self.reward_normalizer is not None:
@@ -269,9 +229,8 @@ class PPO:
     def _sgd_pass(
         self, samples: TensorDict, entropy_coeff: float, losses: list[PPOLoss], grad_norms: list[torch.Tensor],
     ) -> bool:
-        """One pass (epoch) over ``samples`` in minibatches, appending each minibatch's loss to
-        ``losses`` and each optimizer step's gradient norm to ``grad_norms``; returns whether to
-        stop early (the approximate KL above ``target_kl_div``)."""
+        """One pass over ``samples`` in minibatches, appending to ``losses`` and ``grad_norms``;
+        returns whether to stop early (the approximate KL above ``target_kl_div``)."""
         hp = self.hparams
         num_minibatches = samples.batch_size[0] * self.seq_len // self.minibatch_size
         # accumulate_grads: one optimizer step per pass, on the mean of its minibatches' losses
@@ -309,8 +268,7 @@ class PPO:
         )
 
     def _optimizer_step(self) -> torch.Tensor:
-        """Average the gradients across ranks, clip them to ``max_grad_norm`` and step the
-        optimizer; returns the gradient norm before clipping."""
+        """Average the gradients across ranks, clip and step; returns the norm before clipping."""
         params = [p for p in self.policy.parameters() if p.requires_grad]
         self.dist.average_gradients(params)  # data-parallel: one all-reduce per optimizer step
         if self.grad_scaler is not None:
@@ -326,7 +284,7 @@ class PPO:
         return grad_norm.detach().float()
 
     def _mean_over_ranks(self, value: torch.Tensor) -> float:
-        """The mean of a 0-d tensor over all ranks (itself in one process), on the host."""
+        """The mean of a 0-d tensor over all ranks, on the host."""
         return (self.dist.all_reduce_(value.clone()) / self.dist.world_size).item()
 
     # ----------------------------------------------------------------- the collect, step by step
@@ -334,8 +292,7 @@ class PPO:
         self, policy: Policy, buffer: RolloutBuffer, carry: RolloutCarry, obs: torch.Tensor | TensorDictBase,
         generator: torch.Generator, deterministic: bool,
     ) -> torch.Tensor | TensorDictBase:
-        """One rollout of the training envs with ``policy`` into ``buffer`` (the actor side's in
-        overlap mode); envs that step at their own pace (a worker pool) are acted on when ready."""
+        """One rollout of the training envs with ``policy`` into ``buffer``."""
         collect_from = rollout_ready_envs if isinstance(self.env, ReadyEnvs) else rollout
         obs = collect_from(
             policy, self.env, buffer, carry, obs, generator=generator, deterministic=deterministic,
@@ -350,9 +307,8 @@ class PPO:
         self.collects += 1
 
     def _collect_overlapped(self, env_config: dict[str, Any] | None, deterministic: bool) -> Stats:
-        """Overlap mode's collect: hand the background rollout over (one runs now when none did),
-        sync the actor's weights and start the next rollout (unless the envs reset before it:
-        it waits for the next collect's ``env_config``), then the stats."""
+        """Overlap mode's collect: hand the background rollout over (or run one now), sync the
+        actor's weights and start the next rollout (unless the envs reset before it)."""
         collector = self.collector
         if not collector.idle and collector.deterministic != deterministic:
             raise ValueError(
@@ -374,8 +330,7 @@ class PPO:
         return self._collect_stats()
 
     def _collect_stats(self) -> Stats:
-        """The last collect's rollout stats (:func:`~rl8.ppo.rollout.rollout_buffer_stats`), after its
-        NaN/inf checks."""
+        """The last collect's rollout stats, after its NaN/inf checks."""
         n = self.hparams.check_finite_collects
         if n == -1 or self.collects <= n:
             self._check_buffer_finite()
@@ -388,22 +343,19 @@ class PPO:
         check_buffer_finite(self.buffer, type(self.env).__name__, self.collects)
 
     def _check_stats_finite(self, stats: dict[str, float], names: tuple[str, ...], where: str) -> None:
-        """:func:`~rl8.ppo.finite.check_stats_finite`, naming the collect's bad data as the cause if any."""
+        """:func:`~rl8.ppo.finite.check_stats_finite`, naming bad collected data as the cause."""
         find_cause = self._check_buffer_finite if self.hparams.check_finite_collects != 0 else None
         check_stats_finite(stats, names, where, self.env_steps, find_cause)
 
     @property
     def behaviour_version(self) -> int:
-        """The update count (:attr:`steps`) of the weights that collected the buffer's rollout (in
-        overlap mode: before the last update; an actor sets ``steps`` to its weights' version)."""
+        """The update count (:attr:`steps`) of the weights that collected the buffer's rollout."""
         return self._behaviour_version
 
     @torch.no_grad()
     def collect_received(self, fill: Callable[[RolloutBuffer], None]) -> Stats:
-        """The learner's collect in a job of actors and learners (:mod:`rl8.training.actors`): ``fill``
-        writes rollouts that other processes collected into the buffer it is given, in place
-        (every row and column); then counters, stats, checks and normaliser run as after
-        :meth:`collect`, whose rollout stats it returns."""
+        """A learner's collect (:mod:`rl8.training.actors`): ``fill`` writes the rollouts other
+        processes collected into the buffer it is given; returns the stats as :meth:`collect`."""
         fill(self.buffer)
         self.buffer.env_episodes = None  # the actors report their envs' records themselves
         self._behaviour_version = self.steps
@@ -414,14 +366,12 @@ class PPO:
     # ----------------------------------------------------------------- envs
     @property
     def next_collect_resets(self) -> bool:
-        """Whether the next :meth:`collect` resets every env first (before the first collect, after
-        an :meth:`evaluate` on them, every ``horizons_per_env_reset = k > 0`` collects)."""
+        """Whether the next :meth:`collect` resets every env first."""
         k = self.hparams.horizons_per_env_reset
         return self._obs is None or (k > 0 and self.collects % k == 0)
 
     def reset_envs(self, *, env_config: dict[str, Any] | None = None) -> None:
-        """Reset every env (with ``env_config`` over ``hparams.env_config``); in overlap mode a
-        rollout collected in the background and not yet handed over is dropped."""
+        """Reset every env (``env_config`` over the hparams'), dropping a background rollout."""
         if self.collector is not None:
             self.collector.discard()
         config = {**self.hparams.env_config, **(env_config or {})}
@@ -435,19 +385,17 @@ class PPO:
         self._env_carry.reset()
 
     def _reset_envs_later(self) -> None:
-        """Make the next :meth:`collect` reset every env first (dropping a background rollout)."""
         if self.collector is not None:
             self.collector.discard()
         self._obs = None
 
     def _settle(self) -> None:
-        """Overlap mode: wait for the rollout in flight (kept for the next collect): the envs idle."""
+        """Overlap mode: wait for the rollout in flight (kept for the next collect)."""
         if self.collector is not None and self.collector.in_flight:
             self._obs = self.collector.wait().obs
 
     @property
     def _env_carry(self) -> RolloutCarry:
-        """The carry that goes on with the training envs (the actor side's in overlap mode)."""
         return self.collector.carry if self.collector is not None else self.carry
 
     def _autocast(self) -> contextlib.AbstractContextManager:
@@ -456,7 +404,6 @@ class PPO:
         return torch.autocast(self.device.type, dtype=self.amp_dtype)
 
     def _make_carry(self, policy: Policy, buffer: RolloutBuffer) -> RolloutCarry:
-        """``policy``'s carry from step to step over ``buffer`` (a recurrent state, or none)."""
         if not self.recurrent:
             return RolloutCarry()
         return RecurrentCarry(policy.initial_state, buffer, self.hparams.seqs_per_state_reset)
@@ -468,7 +415,6 @@ class PPO:
                                    buffers=buffers)
 
     def _make_collector(self) -> OverlapCollector:
-        """The actor side of overlapped collection: its own buffer, carry and generator."""
         buffer = self._make_buffer()
         generator = torch.Generator(device=self.device).manual_seed(derive_seed(self.env_seed, 2))
         return OverlapCollector(self.policy, buffer, generator, run=self._rollout, make_carry=self._make_carry)
@@ -477,18 +423,15 @@ class PPO:
     @torch.no_grad()
     def evaluate(self, env: Env | None = None, *, env_config: dict[str, Any] | None = None, deterministic: bool = True,
                  num_steps: int | None = None) -> Stats:
-        """Run the policy without touching training state (buffer, counters, normalisers).
+        """Run the policy without touching training state; returns the rollout stats of
+        :meth:`collect` over the ``num_steps`` steps.
 
         Args:
-            env: A dedicated eval env (see :func:`make_env`), reset first. ``None`` uses the
-                training envs, only when the next collect resets them anyway
-                (:attr:`next_collect_resets`); that collect then resets them again.
+            env: A dedicated eval env (see :func:`make_env`), reset first; ``None``: the training
+                envs, only when the next collect resets them anyway (:attr:`next_collect_resets`).
             env_config: Env parameters for the eval reset (over ``hparams.env_config``).
             deterministic: Act with the distributions' modes.
-            num_steps: Steps per env; default ``horizon`` (every episode ending within them counts).
-
-        Returns:
-            The rollout stats of :meth:`collect` (no ``eval/`` prefix) over the ``num_steps`` steps.
+            num_steps: Steps per env; default ``horizon``.
         """
         hp = self.hparams
         if env is None:
@@ -511,9 +454,8 @@ class PPO:
 
     # ----------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:
-        """Everything needed to continue training exactly (docs/checkpoints.md): only tensors and
-        plain values, so it loads with ``torch.load(weights_only=True)``. In overlap mode it
-        waits for the rollout in flight and includes it, as the uninterrupted run hands it over."""
+        """Everything needed to continue training exactly, as tensors and plain values
+        (docs/checkpoints.md); in overlap mode the rollout in flight included."""
         self._settle()
         return {
             "hparams": self.hparams.to_plain(),
@@ -553,9 +495,8 @@ class PPO:
             self._behaviour_version = self.steps  # the collector's rollout (if any) brings its own
 
     def close(self) -> None:
-        """Overlap mode: wait for the rollout in flight and join its thread; a finished rollout
-        (or its error) is kept for the next :meth:`collect`, so the object stays usable. The
-        training envs stay open (``algo.env.close()``). Idempotent; a no-op in sync mode."""
+        """Overlap mode: join the rollout thread (its rollout kept for the next :meth:`collect`).
+        The training envs stay open (``algo.env.close()``)."""
         if self.collector is not None:
             self.collector.join()
 
@@ -563,18 +504,15 @@ class PPO:
         return f"PPO(env={self.env!r}, device={self.device}, policy={self.policy.model_cls.__name__})"
 
 
-# ----------------------------------------------------------------- helpers
 class PresetHint(UserWarning):
-    """The hint that a gymnasium id given to :class:`PPO` with default hyper-parameters has a
-    tuned preset (``PPO.from_preset(id)``); shown once per id per process. Silence it with
-    ``warnings.filterwarnings("ignore", category=rl8.ppo.algorithm.PresetHint)``."""
+    """The hint, once per id, that a gymnasium id given to :class:`PPO` with default
+    hyper-parameters has a tuned preset (``PPO.from_preset(id)``)."""
 
 
 _hinted: set[str] = set()
 
 
 def _hint_preset(env: Any) -> None:
-    """Warn (:class:`PresetHint`, once per id) when ``env`` is a gymnasium id with a preset."""
     name = presets.for_env(env)
     if name is None or name in _hinted:
         return

@@ -1,14 +1,6 @@
-"""Data-parallel training over torch.distributed (torchrun), for PPO and the Trainer.
-
-Every rank owns its envs and collects; the update averages gradients across ranks with one
-all-reduce of the flattened gradients per optimizer step, so every rank holds the same model
-after each update. Running statistics and reported stats are reduced across ranks. Outside a
-process group every operation here is a no-op, so single-process code pays nothing. A failed
-collective (a rank died, raised, or stalled past ``RL8_DIST_TIMEOUT_S``) raises
-:class:`DistributedError` instead of hanging.
-
-Launch with ``torchrun --nproc_per_node=N -m rl8 train CONFIG.yaml``; see
-``docs/distributed.md``.
+"""Data-parallel training over torch.distributed (torchrun; ``docs/distributed.md``): every
+rank collects, gradients and stats are averaged across ranks. Outside a process group every
+operation here is a no-op; a failed collective raises :class:`DistributedError`, never hangs.
 """
 
 from __future__ import annotations
@@ -34,19 +26,15 @@ __all__ = [
     "derive_seed", "init_distributed", "local_rank", "rank_device", "shutdown_distributed", "to_cpu",
 ]
 
-#: The weight-sync methods: ``"broadcast"``: over the process group (each learner sends its
-#: actors the weights point-to-point); ``"checkpoint"``: learner 0 writes them to a file in
-#: ``weight_sync_dir``, which actors read (shared storage).
+#: How learners send actors their weights: over the process group, or a file that actors read.
 WEIGHT_SYNC_METHODS = ("broadcast", "checkpoint")
-
 
 # Seeds of different ranks must not collide with seed + k of a neighbouring run.
 _RANK_SEED_STRIDE = 1_000_003
 
 #: Environment variable: seconds a collective waits for a peer before raising.
 TIMEOUT_ENV_VAR = "RL8_DIST_TIMEOUT_S"
-#: Default of :data:`TIMEOUT_ENV_VAR`: long enough for a slow checkpoint or eval on rank 0,
-#: short enough that a stalled rank ends the job within minutes.
+#: Default of :data:`TIMEOUT_ENV_VAR`: longer than a slow checkpoint or eval on rank 0.
 DEFAULT_TIMEOUT_S = 120.0
 _timeout_s: float | None = None  # the timeout init_distributed used
 _roles: Roles | None = None  # set by init_distributed(actors=N)
@@ -59,13 +47,8 @@ class DistributedError(RuntimeError):
 
 @dataclasses.dataclass(frozen=True)
 class Roles:
-    """Who does what in a job of actors and learners (``rl8 train --actors N``).
-
-    Ranks ``0 .. learners - 1`` are learners (rank 0, the first learner, tracks the MLflow run
-    and writes the checkpoints); ranks ``learners .. world_size - 1`` are actors. Actor ``a``
-    (its rank) sends its rollouts to learner ``(a - learners) % learners``, which combines
-    the rollouts of its ``actors_per_learner`` actors into one update batch, each actor's in
-    the same rows of its buffer every time (its *slot*).
+    """Who does what in a job of actors and learners (``rl8 train --actors N``): ranks
+    ``0 .. learners - 1`` learn, the others act (docs/distributed.md).
 
     Attributes:
         rank: This process's rank in the job.
@@ -92,7 +75,7 @@ class Roles:
 
     @property
     def learners(self) -> int:
-        """Learner processes (ranks ``0 .. learners - 1``)."""
+        """Learner processes."""
         return self.world_size - self.actors
 
     @property
@@ -110,8 +93,7 @@ class Roles:
         return (actor - self.learners) % self.learners
 
     def slot_of(self, actor: int) -> int:
-        """Which block of ``num_envs / actors_per_learner`` rows of its learner's buffer actor
-        rank ``actor`` fills."""
+        """Which block of rows of its learner's buffer actor rank ``actor`` fills."""
         return (actor - self.learners) // self.learners
 
     def actors_of(self, learner: int) -> list[int]:
@@ -120,8 +102,7 @@ class Roles:
 
 
 def collective_timeout_s() -> float:
-    """Seconds a collective or point-to-point transfer waits for a peer before raising (what
-    :func:`init_distributed` set, else :data:`DEFAULT_TIMEOUT_S`)."""
+    """Seconds a collective or transfer waits for a peer before raising."""
     return _timeout_s if _timeout_s is not None else DEFAULT_TIMEOUT_S
 
 
@@ -141,9 +122,8 @@ def local_rank() -> int:
 
 
 def rank_device(device: str | torch.device) -> str | torch.device:
-    """The device a rank trains on: under torchrun with CUDA, ``"auto"`` and ``"cuda"`` (or
-    any ``"cuda:N"``) become ``"cuda:LOCAL_RANK"`` (one GPU per local rank); anything else,
-    and every device outside torchrun, is returned unchanged."""
+    """The device a rank trains on: under torchrun with CUDA, ``"auto"`` and ``"cuda[:N]"``
+    become ``"cuda:LOCAL_RANK"``; anything else is returned unchanged."""
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or not torch.cuda.is_available():
         return device
     if str(device) == "auto" or str(device).startswith("cuda"):
@@ -167,31 +147,19 @@ def _timeout_from_env() -> float:
 def init_distributed(
     *, backend: str | None = None, timeout_s: float | None = None, actors: int | None = None,
 ) -> bool:
-    """Join the process group that torchrun describes in the environment, if any.
-
-    Reads ``WORLD_SIZE``/``RANK``/``LOCAL_RANK``/``MASTER_ADDR``/``MASTER_PORT`` (set by
-    torchrun). Does nothing and returns ``False`` when ``WORLD_SIZE`` is unset or 1; returns
-    ``True`` at once when a group is already initialised. The group is destroyed at interpreter
-    exit (without that, gloo aborts the process when it exits).
+    """Join the process group that torchrun describes in the environment, if any (destroyed
+    at exit); returns whether a process group is active.
 
     Args:
-        backend: A torch.distributed backend; ``None``: ``"cpu:gloo,cuda:nccl"`` when CUDA is
-            available (nccl for CUDA tensors, gloo for the few CPU ones), else ``"gloo"``.
-            With CUDA, the current device is set to ``cuda:LOCAL_RANK``.
-        timeout_s: Seconds a collective may wait for a peer before raising, so that a rank
-            that stalls ends the others with an error instead of a hang; ``None``: the
+        backend: A torch.distributed backend; ``None``: ``"cpu:gloo,cuda:nccl"`` with CUDA,
+            else ``"gloo"``.
+        timeout_s: Seconds a collective may wait for a peer before raising; ``None``: the
             ``RL8_DIST_TIMEOUT_S`` environment variable, else :data:`DEFAULT_TIMEOUT_S`.
-        actors: Make this many ranks actors, which only collect, and the others learners
-            (see :class:`Roles` and :mod:`rl8.training.actors`); every :class:`DistContext` made
-            afterwards is then the learners' group on a learner and a one-process context on an
-            actor. ``None``: data-parallel training (every rank collects and learns).
-
-    Returns:
-        Whether a process group is active after the call.
+        actors: Make this many ranks actors, which only collect (:class:`Roles`); ``None``:
+            data-parallel training.
 
     Raises:
-        ValueError: ``actors`` given outside torchrun, or not from 1 to ``WORLD_SIZE - 1``, or
-            not a multiple of the number of learners.
+        ValueError: ``actors`` given outside torchrun, or not a valid count (:class:`Roles`).
     """
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if actors is not None and world_size <= 1:
@@ -225,7 +193,7 @@ def init_distributed(
 
 
 def _set_roles(actors: int) -> None:
-    """Record the roles and make the learners' group (every rank takes part in making it)."""
+    """Record the roles and make the learners' group (every rank takes part)."""
     global _roles, _learner_group
     roles = Roles(dist.get_rank(), dist.get_world_size(), actors)
     _learner_group = dist.new_group(list(range(roles.learners)))
@@ -234,22 +202,17 @@ def _set_roles(actors: int) -> None:
 
 def shutdown_distributed() -> None:
     """Destroy the process group, if any (idempotent; errors of a broken group are ignored).
-
-    Called at interpreter exit by :func:`init_distributed`. gloo's worker threads first get a
-    moment to drop their last tensor references, else the process aborts while Python
-    finalises. No collective here: a rank that exits on an error must not wait for the others.
-    """
+    No collective: a rank that exits on an error must not wait for the others."""
     global _roles, _learner_group
     _roles = _learner_group = None
     if dist.is_available() and dist.is_initialized():
         with contextlib.suppress(Exception):  # a peer may be gone already
-            time.sleep(0.05)
+            time.sleep(0.05)  # else gloo's threads may abort the process while Python finalises
             dist.destroy_process_group()
 
 
 def agree_on_run_seed(seed: int) -> int:
-    """The largest ``seed`` over every rank of the job (actors included), or ``seed`` outside
-    torch.distributed: one random run seed for all."""
+    """The largest ``seed`` over every rank of the job: one random run seed for all."""
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return int(seed)
     t = torch.tensor([seed], dtype=torch.int64, device=DistContext().device)
@@ -258,18 +221,14 @@ def agree_on_run_seed(seed: int) -> int:
 
 
 class DistContext:
-    """The process group PPO trains in (a no-op outside torch.distributed).
-
-    In data-parallel training that is every rank of the job. With actors and learners
-    (:func:`init_distributed` with ``actors``) it is the learners' group on a learner, and on
-    an actor a context of one process (``enabled`` false: an actor never joins the update).
+    """The process group PPO trains in: every rank, or with actors the learners' group (on an
+    actor a context of one process); a no-op outside torch.distributed.
 
     Attributes:
         enabled: Whether a group with more than one rank is active.
         rank: This process's rank in that group (0 when not distributed).
         world_size: Number of ranks in that group (1 when not distributed).
-        global_rank: This process's rank in the whole job (0 when not distributed): what
-            seeds its envs.
+        global_rank: This process's rank in the whole job (0 when not distributed).
         group: The torch.distributed group of the collectives (``None``: every rank).
     """
 
@@ -304,7 +263,7 @@ class DistContext:
 
     @property
     def is_main(self) -> bool:
-        """Whether this is rank 0 of the job (the rank that tracks and checkpoints)."""
+        """Whether this is rank 0 of the job (which tracks and checkpoints)."""
         return self.global_rank == 0
 
     def all_reduce_(self, tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
@@ -342,8 +301,7 @@ class DistContext:
                 dist.broadcast(tensor, src, group=self.group)
 
     def max(self, values: list[float]) -> list[float]:
-        """The element-wise maximum of ``values`` over ranks (ONE collective; every rank must
-        call it with a list of the same length)."""
+        """The element-wise maximum of ``values`` (the same length on every rank) over ranks."""
         if not self.enabled:
             return list(values)
         t = torch.tensor(values, dtype=torch.float64, device=self.device)
@@ -361,22 +319,12 @@ class DistContext:
         return box[0]
 
     def on_main(self, call: Callable[[], Any], *, scatter: bool = False) -> Any:
-        """Run ``call()`` on rank 0 only and hand its result, or its exception, to every rank.
-
-        What only rank 0 does (write a checkpoint, read one) must not leave the other ranks
-        waiting in the next collective when it fails: they raise the same error instead.
+        """Run ``call()`` on rank 0 only and return its result, or raise its exception, on
+        every rank (so that no rank waits for a rank 0 that failed).
 
         Args:
             call: What rank 0 does; what it returns must be picklable.
-            scatter: ``call()`` returns a list with one item per rank, and rank ``r`` gets
-                item ``r`` (``False``: every rank gets the whole result).
-
-        Returns:
-            ``call()``'s result (with ``scatter``, this rank's item of it).
-
-        Raises:
-            BaseException: What ``call()`` raised on rank 0 (a ``RuntimeError`` with its
-                message on the other ranks when it cannot be pickled).
+            scatter: ``call()`` returns one item per rank, and rank ``r`` gets item ``r``.
         """
         if not self.enabled:
             result = call()
@@ -393,8 +341,7 @@ class DistContext:
         return received
 
     def gather_to_main(self, obj: Any) -> list[Any] | None:
-        """Every rank's ``obj`` (picklable) as a list indexed by rank on rank 0, ``None`` on
-        the other ranks. Move tensors to the CPU first (see :func:`to_cpu`)."""
+        """Every rank's ``obj`` (picklable, tensors on the CPU) in a list on rank 0, else None."""
         if not self.enabled:
             return [obj]
         out = [None] * self.world_size if self.is_main else None
@@ -423,8 +370,7 @@ def _picklable(exc: BaseException) -> BaseException:
 
 
 def to_cpu(obj: Any) -> Any:
-    """``obj`` with every tensor in its nested dicts, lists and tuples moved to the CPU (so
-    that another rank can unpickle it without this rank's GPU)."""
+    """``obj`` with every tensor in its nested dicts, lists and tuples moved to the CPU."""
     if isinstance(obj, torch.Tensor):
         return obj.detach().cpu()
     if isinstance(obj, dict):

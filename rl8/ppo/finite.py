@@ -10,21 +10,16 @@ from rl8.ppo.buffer import RolloutBuffer
 
 __all__ = ["CHECKED_ROLLOUT_STATS", "CHECKED_UPDATE_STATS", "NonFiniteError", "check_buffer_finite", "check_stats_finite"]
 
-#: Update stats checked for NaN/inf after every :meth:`PPO.update <rl8.PPO.update>` (the grad
-#: norm only without a gradient scaler: with one, an inf grad norm is a skipped step, not a failure).
+#: Update stats checked for NaN/inf after every update (the grad norm only without a gradient
+#: scaler: with one, an inf grad norm is a skipped step).
 CHECKED_UPDATE_STATS = ("losses/total", "monitors/grad_norm")
 #: Rollout stats checked for NaN/inf after every collect (they reduce every reward).
 CHECKED_ROLLOUT_STATS = ("rollout/reward_sum_mean", "rollout/reward_sum_std", "rewards/min", "rewards/max")
 
 
 class NonFiniteError(FloatingPointError):
-    """Training produced NaN or inf: a loss, the gradient norm or a rollout statistic.
-
-    Raised by :meth:`PPO.update <rl8.PPO.update>` and :meth:`PPO.collect <rl8.PPO.collect>`;
-    the message names the stat, its value and the step. The optimizer step that produced it
-    may already have made the parameters non-finite, so the Trainer never checkpoints them
-    (resume from an earlier checkpoint).
-    """
+    """Training produced NaN or inf (a loss, the gradient norm or a rollout statistic); the
+    parameters may be non-finite already, so the Trainer never checkpoints them."""
 
 
 def check_buffer_finite(buffer: RolloutBuffer, env_name: str, collect: int) -> None:
@@ -49,16 +44,14 @@ def check_buffer_finite(buffer: RolloutBuffer, env_name: str, collect: int) -> N
 
 def check_stats_finite(stats: Mapping[str, float], names: tuple[str, ...], where: str, env_steps: int,
                        find_cause: Callable[[], None] | None = None) -> None:
-    """Raise a :class:`NonFiniteError` when one of the (reduced) ``stats`` named ``names`` is
-    NaN or inf.
+    """Raise a :class:`NonFiniteError` when one of the ``stats`` named ``names`` is NaN or inf.
 
     Args:
         stats: ``{name: value}``.
         names: The names to check (names not in ``stats`` are skipped).
         where: Where in training, for the message (``"collect 3"``, ``"update step 4"``).
         env_steps: Env steps so far, for the message.
-        find_cause: Called first when a stat is bad; it raises a more precise error when it
-            finds the cause (e.g. :func:`check_buffer_finite`).
+        find_cause: Called first when a stat is bad; it may raise a more precise error.
     """
     bad = [name for name in names if name in stats and not math.isfinite(stats[name])]
     if not bad:

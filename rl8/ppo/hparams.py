@@ -1,13 +1,6 @@
-"""PPO's hyper-parameters: one frozen, validated dataclass.
-
-Defaults follow "The 37 Implementation Details of PPO" (Huang et al., 2022) and SB3's
-rl-zoo, tuned so that ``PPO(CartPole)`` solves CartPole in seconds on a laptop CPU; see
-``docs/hparams.md`` for each field and where rl8 differs from SB3 and CleanRL.
-
-Each hyper-parameter is declared once, as one field: its type, its default, its check and its
-meaning (``doc``). The error messages (``hparam NAME: expected ..., got ...``), the class
-docstring, checkpoints and MLflow params (:meth:`HParams.to_plain`), ``rl8 train --set`` and
-config files (:meth:`HParams.read_config`) all derive from the fields.
+"""PPO's hyper-parameters: one frozen, validated dataclass (``docs/hparams.md``). Each is one
+field (type, default, check, doc), from which error messages, the docstring, checkpoints, MLflow
+params and config files derive.
 """
 
 from __future__ import annotations
@@ -30,12 +23,8 @@ from rl8.ppo.schedules import Schedule
 
 __all__ = ["HParams", "close_hparam_names", "missing_cuda_device", "unknown_hparam_message"]
 
-# Seeds are stored as int64 (tensors, checkpoints) and handed to torch.manual_seed.
-_MAX_SEED = 2**63 - 1
-
-# Minibatches per pass by default (CleanRL's ``num_minibatches``); at the default batch shape
-# (256 envs x 32 steps) minibatches of 2048 transitions.
-_DEFAULT_NUM_MINIBATCHES = 4
+_MAX_SEED = 2**63 - 1  # seeds are stored as int64
+_DEFAULT_NUM_MINIBATCHES = 4  # CleanRL's num_minibatches
 
 #: The names other PPO libraries (SB3, CleanRL) give some hyper-parameters, and rl8's names.
 _OTHER_NAMES = {
@@ -47,10 +36,10 @@ _OTHER_NAMES = {
     "policy_kwargs": "model_config",
 }
 
+
 def missing_cuda_device(device: torch.device) -> str | None:
-    """Why the CUDA ``device`` cannot be used on this machine (``"CUDA is not available on this
-    machine"``, or the devices it has when the index is out of range), or ``None`` when it can
-    (and for every device that is not CUDA)."""
+    """Why the CUDA ``device`` cannot be used on this machine, or ``None`` when it can (and
+    for every device that is not CUDA)."""
     if device.type != "cuda":
         return None
     if not torch.cuda.is_available():
@@ -62,7 +51,6 @@ def missing_cuda_device(device: torch.device) -> str | None:
 
 
 def _divisors(n: int) -> list[int]:
-    """The divisors of ``n >= 1``, ascending."""
     small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
     return small + [n // d for d in reversed(small) if d * d != n]
 
@@ -79,17 +67,11 @@ def _or(values: Any) -> str:
     return " or ".join(str(v) for v in values)
 
 
-# ---------------------------------------------------------------------------------- checks
-# The checks of the fields (see rl8.fields.Check): None when a value is valid, else what the
-# field expects, for "hparam NAME: expected ..., got VALUE".
-
-
 def _nonzero_int(meaning: str) -> Check:
     return check(f"a non-zero int ({meaning})", lambda v: is_int(v) and v != 0)
 
 
 def _number(expected: str, ok: Callable[[float], bool]) -> Check:
-    """A finite number (not a bool) for which ``ok`` holds."""
     return check(expected, lambda v: is_number(v) and ok(v))
 
 
@@ -102,8 +84,7 @@ _DEVICE = "'auto', 'cpu', 'cuda', 'cuda:N' or a torch.device"
 
 
 def _schedule(expected: str, ok: Callable[[float], bool]) -> Check:
-    """``[(env_steps, value), ...]`` (see :class:`~rl8.ppo.schedules.Schedule`) whose values
-    satisfy ``ok``, or ``None``."""
+    """A :class:`~rl8.ppo.schedules.Schedule`'s points whose values satisfy ``ok``, or ``None``."""
     def schedule(points: Any, name: str) -> str | None:
         if points is None:
             return None
@@ -118,8 +99,8 @@ def _points(value: Any) -> Any:
 
 
 def _class_or_path(value: Any, name: str) -> str | None:
-    """A class of the kind ``HPARAM_KINDS[name]`` (checked now) or its dotted path (looked up
-    when PPO is built); ``None`` for the default, except for ``optimizer_cls``."""
+    """A class of the kind ``HPARAM_KINDS[name]`` or its dotted path (looked up when PPO is
+    built); ``None`` for the default, except for ``optimizer_cls``."""
     kind = HPARAM_KINDS[name]
     if value is None and name == "optimizer_cls":
         return f"{kind.description} or its dotted path"
@@ -150,9 +131,8 @@ def _device(value: Any, name: str) -> str | None:
 
 
 def _hparam(default: Any, check: Check, *, doc: str, convert: Callable[[Any], Any] | None = None) -> Any:
-    """An :class:`HParams` field: its ``default`` (a dict default is copied for each instance),
-    its ``check`` (see :data:`Check`), its meaning ``doc`` (in the class docstring and the API
-    reference) and ``convert``, applied to a given value before the check."""
+    """An :class:`HParams` field: its ``default`` (a dict copied for each instance), ``check``,
+    meaning ``doc`` and ``convert``, applied to a given value before the check."""
     metadata = {"check": check, "doc": doc, "convert": convert}
     if isinstance(default, dict):
         return dataclasses.field(default_factory=lambda: dict(default), metadata=metadata)
@@ -161,10 +141,8 @@ def _hparam(default: Any, check: Check, *, doc: str, convert: Callable[[Any], An
 
 @dataclass(frozen=True, kw_only=True)
 class HParams:
-    """Hyper-parameters of :class:`rl8.PPO` (all keyword-only; see ``docs/hparams.md``).
-
-    Each field below is declared with its default, its check and its meaning; a bad value is a
-    ``ValueError`` naming the field, what it expects and the value given.
+    """Hyper-parameters of :class:`rl8.PPO` (all keyword-only; see ``docs/hparams.md``); a bad
+    value is a ``ValueError`` naming the field, what it expects and the value given.
     """
 
     num_envs: int = _hparam(256, int_at_least(1), doc="Number of environments simulated in parallel.")
@@ -274,8 +252,7 @@ class HParams:
         self._check_together()
 
     def _check_together(self) -> None:
-        """The checks that involve several fields: the minibatch size or count against the
-        buffer, the sequence length against the horizon."""
+        """The checks that involve several fields."""
         if self.num_minibatches is not None and self.sgd_minibatch_size != "auto":
             raise ValueError(
                 f"hparam num_minibatches: only applies with sgd_minibatch_size='auto', but "
@@ -302,16 +279,12 @@ class HParams:
 
     @classmethod
     def read_config(cls, hparams: Mapping[str, Any], where: str = "hparams") -> dict[str, Any]:
-        """The hyper-parameters of a config file (``rl8 train``'s ``hparams:``, a preset,
-        ``--set``) as keyword arguments of :meth:`from_kwargs`: names checked, numbers read by
-        :func:`~rl8.fields.read_numbers` (whole floats as ints for the int fields).
+        """The hyper-parameters of a config file as keyword arguments of :meth:`from_kwargs`:
+        names checked (``ValueError``), numbers read by :func:`~rl8.fields.read_numbers`.
 
         Args:
             hparams: ``{name: value}`` as read from YAML.
             where: Where they come from, for the error message (``"preset 'Hopper-v5': hparams"``).
-
-        Raises:
-            ValueError: An unknown name (with close matches and the valid names).
         """
         kinds = {f.name: str(f.type) for f in dataclasses.fields(cls)}
         out: dict[str, Any] = {}
@@ -324,14 +297,12 @@ class HParams:
 
     @classmethod
     def from_config(cls, hparams: Mapping[str, Any], where: str = "hparams") -> HParams:
-        """Build from the hyper-parameters of a config file (see :meth:`read_config`).
+        """Build from the hyper-parameters of a config file (see :meth:`read_config`); an
+        unknown name or bad value is a ``ValueError`` starting with ``where``.
 
         Args:
             hparams: ``{name: value}`` as read from YAML.
             where: Where they come from, for the error message.
-
-        Raises:
-            ValueError: An unknown name or a bad value; the message starts with ``where``.
         """
         kwargs = cls.read_config(hparams, where)
         try:
@@ -348,9 +319,8 @@ class HParams:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
     def to_plain(self) -> dict[str, Any]:
-        """The fields as plain values, as checkpoints store them and MLflow logs them
-        (``hparams/<name>``): classes as their dotted paths, the device as a string.
-        :meth:`from_config` reads them back."""
+        """The fields as plain values (classes as dotted paths), as checkpoints and MLflow store
+        them; :meth:`from_config` reads them back."""
         out = self.to_dict()
         for key in HPARAM_KINDS:
             if out[key] is not None and not isinstance(out[key], str):
@@ -370,17 +340,12 @@ class HParams:
         return self.minibatch_size_for(1)
 
     def minibatch_size_for(self, seq_len: int) -> int:
-        """Transitions per minibatch when the samples are sequences of ``seq_len`` steps.
+        """Transitions per minibatch when the samples are sequences of ``seq_len`` steps (1
+        for feedforward models); a size that does not fit is a ``ValueError`` listing the
+        nearest valid values.
 
         Args:
-            seq_len: Steps per training sample: 1 for feedforward models, the sequence length
-                for recurrent ones (it divides ``horizon``).
-
-        Returns:
-            ``sgd_minibatch_size`` when it is an int, the whole buffer when it is ``None``,
-            else ``batch_size`` divided by the number of minibatches (``num_minibatches``, or
-            the default count, see :class:`HParams`). A size that does not fit the samples is
-            a ``ValueError`` that lists the nearest valid values.
+            seq_len: Steps per training sample (it divides ``horizon``).
         """
         samples = self.batch_size // seq_len
         if self.sgd_minibatch_size is None:
@@ -429,20 +394,16 @@ class HParams:
 
     def entropy_coeff_at(self) -> Schedule:
         """The entropy-coefficient schedule (constant when no schedule is given)."""
-        return Schedule(
-            self.entropy_coeff_schedule or [(0, self.entropy_coeff)],
-            self.schedule_kind,
-            field="entropy_coeff_schedule",
-        )
+        points = self.entropy_coeff_schedule or [(0, self.entropy_coeff)]
+        return Schedule(points, self.schedule_kind, field="entropy_coeff_schedule")
 
 
 HParams.__doc__ = (HParams.__doc__ or "") + attributes_doc(HParams)
 
 
 def unknown_hparam_message(name: Any, where: str) -> str:
-    """The error message for a hyper-parameter ``name`` that :class:`HParams` does not have,
-    read at ``where`` (``"--set lr_rate=1"``, ``"hparams"``): its close matches
-    (:func:`close_hparam_names`) and every valid name."""
+    """The error message for an unknown hyper-parameter ``name`` read at ``where``
+    (``"--set lr_rate=1"``), with its close matches and every valid name."""
     close = close_hparam_names(str(name))
     hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
     valid = ", ".join(f.name for f in dataclasses.fields(HParams))
@@ -450,9 +411,8 @@ def unknown_hparam_message(name: Any, where: str) -> str:
 
 
 def close_hparam_names(name: str) -> list[str]:
-    """The hyper-parameter names that a mistyped or foreign ``name`` may mean: rl8's name for
-    another library's (``learning_rate``: ``lr``, ``n_steps``: ``horizon``), then close
-    spellings (``gama``: ``gamma``). Empty when none is close."""
+    """The hyper-parameter names a mistyped or foreign ``name`` may mean: rl8's name for
+    another library's (``n_steps``: ``horizon``), then close spellings."""
     names = [f.name for f in dataclasses.fields(HParams)]
     close = difflib.get_close_matches(str(name), names, n=3)
     other = _OTHER_NAMES.get(str(name).lower())

@@ -1,10 +1,5 @@
-"""PPO's loss in plain autograd (the clipped surrogate, the value loss and the entropy bonus),
-and the optimizer that minimises it.
-
-:func:`ppo_loss` returns a :class:`PPOLoss`: the differentiable total and each term by name,
-with the approximate KL and clip-fraction monitors. :func:`make_optimizer` builds the optimizer
-of the ``optimizer_cls``, ``lr`` and ``optimizer_kwargs`` hyper-parameters.
-"""
+"""PPO's loss in plain autograd (:func:`ppo_loss`: each term and monitor by name) and the
+optimizer that minimises it."""
 
 from __future__ import annotations
 
@@ -50,31 +45,23 @@ def ppo_loss(
     vf_coeff: float = 1.0, entropy_coeff: float = 0.0,
 ) -> PPOLoss:
     """PPO's clipped surrogate, plus the weighted (optionally clipped) value loss, minus the
-    weighted entropy bonus.
-
-    All tensors are float32 ``[B]``: ``logp``, ``values`` and ``entropy`` from the current
-    policy (they carry the gradient), the rest from the rollout (``advantages`` already
-    normalised if wanted).
+    weighted entropy bonus, over float32 ``[B]`` tensors.
 
     Args:
         logp: Log-probabilities of the taken actions under the current policy.
         values: Value predictions of the current policy.
-        entropy: Entropies of the current policy's action distributions (it may be detached:
-            then it is only reported).
+        entropy: Entropies of the current policy's action distributions (detached: reported only).
         old_logp: Log-probabilities of the same actions when they were collected.
-        advantages: Advantage estimates.
+        advantages: Advantage estimates (normalised if wanted).
         old_values: Value predictions when the actions were collected.
         returns: Value targets (advantages + old values, before normalisation).
         clip_param: Epsilon of the ratio clip ``[1 - eps, 1 + eps]`` (> 0).
-        dual_clip_param: Dual-clip constant ``c > 1`` (Ye et al., 2020): for negative
-            advantages the surrogate is bounded below by ``c * advantage``; ``None`` = off.
-        vf_clip_param: Clip of the value change ``|values - old_values|`` in the clipped value
-            loss (same unit as the rewards); ``None`` = plain squared error.
+        dual_clip_param: Dual-clip constant ``c > 1`` (Ye et al., 2020) bounding the surrogate
+            of negative advantages by ``c * advantage``; ``None`` = off.
+        vf_clip_param: Clip of the value change ``|values - old_values|`` (the rewards' unit);
+            ``None`` = plain squared error.
         vf_coeff: Weight of the value loss in the total.
         entropy_coeff: Weight of the entropy bonus in the total.
-
-    Returns:
-        The :class:`PPOLoss`: the differentiable total and its detached terms and monitors.
     """
     log_ratio = logp - old_logp
     ratio = log_ratio.exp()
@@ -104,26 +91,22 @@ def make_optimizer(
     optimizer_cls: type[torch.optim.Optimizer] | str, params: Iterable[torch.nn.Parameter], *, lr: float,
     optimizer_kwargs: dict[str, Any], device: torch.device,
 ) -> torch.optim.Optimizer:
-    """The optimizer of ``params``; Adam(W) is fused on CPU and CUDA unless ``optimizer_kwargs``
-    choose an implementation.
+    """The optimizer of ``params`` (Adam(W) fused unless ``optimizer_kwargs`` choose otherwise).
 
     Args:
-        optimizer_cls: A ``torch.optim.Optimizer`` class, or its name or dotted path (the
-            ``optimizer_cls`` hyper-parameter).
+        optimizer_cls: A ``torch.optim.Optimizer`` class or its dotted path.
         params: The parameters to optimise.
         lr: The learning rate.
         optimizer_kwargs: More keyword arguments of ``optimizer_cls``.
         device: Where the parameters live.
 
     Raises:
-        ValueError: ``optimizer_cls`` refused ``optimizer_kwargs``; the message names them and
-            the keyword arguments it takes.
+        ValueError: ``optimizer_cls`` refused ``optimizer_kwargs`` (naming the ones it takes).
     """
     cls = resolve(optimizer_cls, OPTIMIZER, field="hparam optimizer_cls")
     kwargs = dict(optimizer_kwargs)
     if cls in (torch.optim.Adam, torch.optim.AdamW) and not {"fused", "foreach"} & set(kwargs):
-        # One fused kernel per parameter group instead of a loop of small ops: the same
-        # maths, several times faster for the small networks PPO uses.
+        # one fused kernel instead of a loop of small ops: the same maths, several times faster
         kwargs["fused"] = device.type in ("cpu", "cuda")
     try:
         return cls(params, lr=lr, **kwargs)
@@ -135,7 +118,7 @@ def make_optimizer(
 
 
 def _keyword_defaults(cls: type) -> str:
-    """``name=default`` of the keyword arguments of ``cls`` (an optimizer: not params, lr)."""
+    """``name=default`` of the keyword arguments of optimizer ``cls`` (not params, lr)."""
     try:
         parameters = inspect.signature(cls).parameters.values()
     except (TypeError, ValueError):

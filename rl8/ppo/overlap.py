@@ -1,14 +1,5 @@
-"""Overlapped collection: the next rollout runs in a background thread while PPO updates.
-
-With ``collect_mode="overlap"``, :class:`rl8.PPO` owns an :class:`OverlapCollector`, the actor
-side of the algorithm: a copy of the policy, its own :class:`~rl8.ppo.buffer.RolloutBuffer`, carry
-and ``torch.Generator``, and a daemon thread that runs one rollout on them at a time. torch ops
-and env steps that wait on worker processes release the GIL, so the envs are stepped while the
-learner trains. Each :meth:`PPO.collect <rl8.PPO.collect>` hands the finished rollout over to
-the learner (:meth:`OverlapCollector.hand_over`), syncs the actor's weights and
-observation-normaliser statistics from the learner (:meth:`OverlapCollector.sync`) and starts
-the next rollout, which the next collect hands over: every batch is collected with weights one
-update old (none for the first). See ``docs/collection.md`` ("Overlapped collection").
+"""Overlapped collection (``collect_mode="overlap"``, ``docs/collection.md``): the next rollout
+runs in a background thread, with a copy of the policy one update old, while PPO updates.
 """
 
 from __future__ import annotations
@@ -32,18 +23,18 @@ __all__ = ["OverlapCollector", "Rollout", "RolloutFn"]
 
 #: How long the interpreter waits at exit for a rollout still in flight (seconds).
 EXIT_JOIN_TIMEOUT_S = 30.0
-#: The collectors of this process, for the wait at exit.
 _COLLECTORS: weakref.WeakSet[OverlapCollector] = weakref.WeakSet()
 
 
 @atexit.register
 def _join_at_exit() -> None:
-    """Let a rollout still in flight at exit (a script that never called close) finish before
-    the interpreter tears down: a daemon thread stopped inside a torch op aborts the process."""
+    """Let a rollout still in flight at exit finish: a daemon thread stopped inside a torch op
+    aborts the process."""
     for collector in list(_COLLECTORS):
         thread = collector._thread
         if thread is not None:
             thread.join(EXIT_JOIN_TIMEOUT_S)
+
 
 #: ``run(policy, buffer, carry, obs, generator, deterministic) -> obs``: one rollout of the
 #: training envs that fills ``buffer`` (what :meth:`rl8.PPO.collect` runs in sync mode).
@@ -69,33 +60,20 @@ class Rollout:
 
 
 class OverlapCollector:
-    """The actor side of overlapped collection: a rollout at a time, in the background.
-
-    It is in one of three states: idle (nothing to hand over), in flight (a rollout runs in its
-    thread: :attr:`in_flight`) or ready (a finished rollout waits in :attr:`buffer`:
-    :attr:`ready`). Only the thread that calls its methods (PPO's) touches the learner.
+    """The actor side of overlapped collection: one rollout at a time, in the background;
+    idle, :attr:`in_flight` or :attr:`ready` (a finished rollout waits in :attr:`buffer`).
 
     Args:
         policy: The learner's policy; the actor acts with a copy of it (see :meth:`sync`).
         buffer: The actor's rollout buffer (the same layout as the learner's).
-        generator: Draws the actor's sampled actions (seed it from the run's seed).
-        run: The rollout function (see :data:`RolloutFn`); the thread runs it on the actor's
-            objects.
-        make_carry: ``make_carry(policy, buffer)``: the carry of the actor's policy copy over
-            ``buffer`` (:class:`~rl8.ppo.buffer.RolloutCarry`).
+        generator: Draws the actor's sampled actions.
+        run: The rollout function (see :data:`RolloutFn`), run on the actor's objects.
+        make_carry: ``make_carry(policy, buffer)``: the carry of the actor's policy copy.
 
     Attributes:
         policy: The actor's copy of the policy (no gradients).
-        buffer, generator: As given.
-        carry: The actor's carry: the policy's carry from step to step, which goes on with the
-            training envs from one rollout to the next.
+        carry: The actor's carry, which goes on with the training envs.
         version: The learner's update count of the weights last synced into :attr:`policy`.
-
-    On CUDA the background rollout enqueues its kernels on the default stream, like the
-    learner: what overlaps is the host side (env steps, Python, kernel launches). A stream of
-    its own would let the caching allocator hand the learner memory that the actor's stream
-    still reads (env state or carry tensors made on the learner's stream and dropped by the
-    actor), which only ``record_stream`` on tensors the collector does not own could prevent.
     """
 
     def __init__(
@@ -107,6 +85,8 @@ class OverlapCollector:
         self.carry = make_carry(self.policy, buffer)
         self.version = 0
         self._run = run
+        # On CUDA the thread uses the default stream, like the learner (what overlaps is the host
+        # side): a stream of its own would let the allocator hand the learner memory it still reads.
         self._thread: threading.Thread | None = None
         self._deterministic = False  # of the rollout in flight
         _COLLECTORS.add(self)
@@ -120,7 +100,7 @@ class OverlapCollector:
 
     @property
     def ready(self) -> bool:
-        """Whether a finished rollout waits to be handed over (or its error to be raised)."""
+        """Whether a finished rollout (or its error) waits to be handed over."""
         return not self.in_flight and (self._done is not None or self._error is not None)
 
     @property
@@ -129,22 +109,20 @@ class OverlapCollector:
         return not self.in_flight and not self.ready
 
     def sync(self, policy: Policy, version: int) -> None:
-        """Copy the learner ``policy``'s weights and buffers (the observation normaliser's
-        statistics) into the actor's copy; ``version`` is the learner's update count. Only
-        while no rollout is in flight."""
+        """Copy the learner ``policy``'s weights and buffers into the actor's copy (none in
+        flight); ``version`` is the learner's update count."""
         if self.in_flight:
             raise RuntimeError("OverlapCollector.sync: a rollout is in flight; wait() for it first")
         self.policy.load_state_dict(policy.state_dict())
         self.version = version
 
     def start(self, obs: torch.Tensor | TensorDictBase, deterministic: bool, *, background: bool = True) -> None:
-        """Run a rollout from ``obs`` with the actor's objects: in the background thread, or
-        with ``background=False`` in the caller's thread (then it is ready, or raised, on return).
+        """Run a rollout from ``obs`` with the actor's objects.
 
         Args:
             obs: The envs' current observations.
             deterministic: Take the distributions' modes instead of sampling.
-            background: Run it in the background thread.
+            background: Run it in the background thread (else in the caller's).
         """
         if not self.idle:
             raise RuntimeError("OverlapCollector.start: the previous rollout was not handed over")
@@ -172,13 +150,8 @@ class OverlapCollector:
         return self._deterministic
 
     def wait(self) -> Rollout:
-        """Wait for the rollout in flight (if any) and return the finished one.
-
-        Raises:
-            RuntimeError: Nothing was started.
-            BaseException: What the rollout raised, with its traceback (the rollout is then
-                dropped and the collector idle).
-        """
+        """Wait for the rollout in flight (if any) and return the finished one, or raise what
+        it raised (the collector is then idle)."""
         self.join()
         if self._error is not None:
             error, self._error = self._error, None
@@ -188,16 +161,14 @@ class OverlapCollector:
         return self._done
 
     def join(self) -> None:
-        """Wait for the background thread to end (a no-op when none runs); what the rollout
-        returned or raised is kept for :meth:`wait`."""
+        """Wait for the background thread to end; its outcome is kept for :meth:`wait`."""
         if self._thread is None:
             return
         self._thread.join()
         self._thread = None
 
     def hand_over(self, buffer: RolloutBuffer) -> Rollout:
-        """Copy the finished rollout into the learner's ``buffer`` (its recurrent states and
-        the env's episode records included) and return it; the collector is idle afterwards."""
+        """Copy the finished rollout into the learner's ``buffer`` and return it (idle after)."""
         done = self.wait()
         buffer.data.update_(self.buffer.data)
         buffer.env_episodes = self.buffer.env_episodes
@@ -209,14 +180,13 @@ class OverlapCollector:
         return done
 
     def discard(self) -> None:
-        """Wait for the rollout in flight and drop it (or its error): the collector is idle."""
+        """Wait for the rollout in flight and drop it (or its error)."""
         self.join()
         self._done = self._error = None
 
     # ----------------------------------------------------------------- checkpoints
     def state_dict(self) -> dict[str, Any]:
-        """The actor's generator and the finished rollout not yet handed over (``None``: none),
-        plain tensors and values. Waits for the rollout in flight (raising its error)."""
+        """The actor's generator and the finished rollout not yet handed over (waited for)."""
         rollout = None
         if not self.idle:
             done = self.wait()
@@ -232,8 +202,8 @@ class OverlapCollector:
         return {"generator": self.generator.get_state(), "rollout": rollout}
 
     def load_state_dict(self, state: dict[str, Any], obs: torch.Tensor | TensorDictBase | None) -> None:
-        """Restore :meth:`state_dict`; ``obs`` are the envs' observations after the saved rollout
-        (``None``: the envs are reset by the next collect, so the saved rollout is dropped)."""
+        """Restore :meth:`state_dict`; ``obs``: the envs' observations after the saved rollout
+        (``None``: the envs reset, the rollout is dropped)."""
         self.discard()
         self.generator.set_state(state["generator"])
         rollout = state["rollout"]

@@ -1,13 +1,8 @@
-"""Names to objects: the one place where rl8 turns a dotted path into a class
-(``"rl8.envs.cartpole.CartPole"``, ``"torch.optim.Adam"``). Two rules (``docs/security.md``):
+"""Names to objects: the one place where rl8 turns a dotted path into a class (docs/security.md).
 
-* A name read from a file (``source`` given) is looked up in :mod:`rl8.registry`, never
-  imported (unless ``trust_code=True``); a name it lacks is a
-  :class:`~rl8.io.checkpoint.CheckpointError` saying how to register it or hand it over, and the
-  object found must be of the claimed :class:`Kind` before anything calls it.
-* A name you give (in code, on the command line, in your config; ``source=None``) is looked
-  up in the registry, else imported (:func:`import_user_path`); a wrong kind is a
-  ``ValueError`` naming the field.
+A name read from a file (``source`` given) is looked up in :mod:`rl8.registry`, never imported
+(unless ``trust_code``), and must be of its :class:`Kind`; a name you give (``source=None``) is
+looked up, else imported.
 """
 
 from __future__ import annotations
@@ -48,7 +43,6 @@ class Kind(NamedTuple):
 
 
 def _subclass_of(base: type) -> Callable[[Any], bool]:
-    """``obj`` is a class deriving from ``base``."""
     return lambda obj: isinstance(obj, type) and issubclass(obj, base)
 
 
@@ -72,7 +66,6 @@ ANY = Kind("any object", lambda obj: True)
 
 
 def _is_env_kind(obj: Any) -> bool:
-    """An ``rl8.Env`` subclass, a ``GymnasiumEnv`` factory, or a ``gymnasium.Env`` subclass."""
     if isinstance(obj, GymnasiumEnvFactory):
         return True
     return isinstance(obj, type) and issubclass(obj, (Env, gymnasium.Env))
@@ -87,7 +80,7 @@ HPARAM_KINDS = {"model_cls": MODEL, "distribution_cls": DISTRIBUTION, "optimizer
 
 
 def describe(obj: Any) -> str:
-    """What ``obj`` is, in a few words, for error messages (``"a builtin function"``...)."""
+    """What ``obj`` is, in a few words, for error messages."""
     if inspect.isclass(obj):
         return f"the class {qualified_name(obj)}"
     if inspect.isbuiltin(obj):
@@ -101,22 +94,21 @@ def describe(obj: Any) -> str:
 
 def is_dotted_path(spec: Any) -> bool:
     """Whether an env spec string is a dotted path (``"rl8.envs.CartPole"``) rather than a
-    gymnasium id (``"CartPole-v1"``, ``"ALE/Pong-v5"``): it has a dot, no slash, and does not
-    start with an upper-case letter (gymnasium ids do; Python module names do not)."""
+    gymnasium id (``"CartPole-v1"``, ``"ALE/Pong-v5"``, which start with an upper-case letter)."""
     return isinstance(spec, str) and "." in spec and "/" not in spec and not spec[0].isupper()
 
 
 class CheckpointError(ValueError):
-    """A file cannot be loaded as an rl8 checkpoint (corrupt, foreign, unsafe, or too new).
-    Defined here, where a file's names are refused; :mod:`rl8.io.checkpoint` exports it."""
+    """A file cannot be loaded as an rl8 checkpoint (corrupt, foreign, unsafe, or too new)."""
 
 
 def _refuse(source: Any, message: str) -> Exception:
     return CheckpointError(f"{source}: {message}")
 
 
-# --------------------------------------------------------------------------------------------
-# importing: names you give, or names of a file you trust
+def _wrong_kind(source: Any, field: str, name: Any, obj: Any, kind: Kind) -> Exception:
+    return _refuse(source, f"the file names {field} = {name!r}, which is {describe(obj)}, not "
+                           f"{kind.description}: an object of the wrong kind, and rl8 refused to call it")
 
 
 def _import(path: str, field: str) -> Any:
@@ -143,15 +135,12 @@ def _import(path: str, field: str) -> Any:
 
 
 def import_user_path(path: str, *, field: str, search_working_dir: bool = False) -> Any:
-    """Import a dotted path that YOU gave (in code, on the command line, in your config file),
-    never one read from a file: the longest importable module prefix (which runs its top-level
-    code, as any import does), then attributes. Nothing is called.
+    """Import a dotted path that YOU gave (never one read from a file); nothing is called.
 
     Args:
         path: ``"pkg.module.Qual.Name"``.
         field: Name of the setting, for messages (``"env"``, ``"hparam model_cls"``).
-        search_working_dir: Put the current directory first on ``sys.path`` (if it is not on
-            it), as ``python -m`` does; the ``rl8`` command does so for the names you give it.
+        search_working_dir: Put the current directory first on ``sys.path``, as ``python -m`` does.
 
     Raises:
         ValueError: ``path`` is not a dotted path of Python names.
@@ -167,7 +156,7 @@ def import_user_path(path: str, *, field: str, search_working_dir: bool = False)
 
 
 def _not_registered(name: str, kind: Kind, field: str, source: Any) -> Exception:
-    """The refusal of a file's name that the registry does not hold, with how to fix it."""
+    """The refusal of a file's name that the registry does not hold, saying how to fix it."""
     module, _, attr = name.rpartition(".")
     hand_over = kind.hand_over.format(attr=attr, module="mymodule" if module == "__main__" else module)
     hand_over = f", or pass it yourself: {hand_over}" if hand_over else ""
@@ -184,8 +173,8 @@ def _not_registered(name: str, kind: Kind, field: str, source: Any) -> Exception
 
 
 def _named_object(name: str, kind: Kind, field: str, source: Any, trust_code: bool) -> Any:
-    """The object ``name`` names: from the registry; else, for a name you gave (``source`` is
-    ``None``) or with ``trust_code``, imported; else refused (:func:`_not_registered`)."""
+    """The object ``name`` names: from the registry, else imported (a name you gave, or
+    ``trust_code``), else refused."""
     if not registry.is_name(name):
         message = f"{field} {name!r} is not a dotted path of Python names"
         raise _refuse(source, message) if source is not None else ValueError(message)
@@ -200,24 +189,18 @@ def _named_object(name: str, kind: Kind, field: str, source: Any, trust_code: bo
 
 
 def resolve(value: Any, kind: Kind, *, field: str, source: Any = None, trust_code: bool = False) -> Any:
-    """``value`` as an object of ``kind``: a dotted path is looked up (see the module
-    docstring), an object kept; ``None`` stays ``None`` (the default is used). The kind is
+    """``value`` (a dotted path, the object, or ``None``, kept) as an object of ``kind``,
     checked before anything is called.
 
     Args:
         value: A dotted path (``"torch.optim.Adam"``), the object itself, or ``None``.
-        kind: What the object must be (:data:`MODEL`, :data:`DISTRIBUTION`, :data:`OPTIMIZER`,
-            :data:`MODULE_CLASS`, :data:`ANY`).
+        kind: What the object must be (:data:`MODEL`, :data:`OPTIMIZER`...).
         field: Name of the setting, for messages (``"hparam model_cls"``).
-        source: Where the name was read (a file path, shown in messages), or ``None`` for a
-            value you gave.
-        trust_code: For a name from a file: import it when the registry does not hold it (the
-            kind is checked all the same).
+        source: Where the name was read (a file path), or ``None`` for a value you gave.
+        trust_code: For a name from a file: import it when the registry does not hold it.
 
     Raises:
-        rl8.io.checkpoint.CheckpointError: ``source`` is given and the name is not registered
-            (without ``trust_code``) or names an object not of ``kind``.
-        ValueError: ``source`` is ``None`` and the object is not of ``kind``.
+        rl8.io.checkpoint.CheckpointError: A name from a file is refused (``ValueError`` for yours).
         ImportError: A name to import cannot be imported.
     """
     if value is None:
@@ -228,21 +211,12 @@ def resolve(value: Any, kind: Kind, *, field: str, source: Any = None, trust_cod
     if source is None:
         raise ValueError(f"{field}: expected {kind.description} or its dotted path, got "
                          f"{value!r} ({describe(obj)})")
-    raise _refuse(
-        source,
-        f"the file names {field} = {value!r}, which is {describe(obj)}, not "
-        f"{kind.description}: an object of the wrong kind, and rl8 refused to call it",
-    )
-
-
-# --------------------------------------------------------------------------------------------
-# env specs
+    raise _wrong_kind(source, field, value, obj, kind)
 
 
 def _check_gymnasium_id(env_id: str, field: str, source: Any, trust_code: bool) -> None:
-    """A gymnasium id read from a file must be in gymnasium's registry of this process (ids
-    that imported packages registered); ``"module:EnvId-v0"``, which makes gymnasium import
-    ``module``, only when ``module`` is imported already. ``trust_code`` lifts both rules."""
+    """A gymnasium id read from a file must be in gymnasium's registry, and the module of a
+    ``"module:EnvId-v0"`` imported already (unless ``trust_code``)."""
     if trust_code:
         return
     module, colon, bare = env_id.partition(":")
@@ -267,13 +241,9 @@ def _check_gymnasium_id(env_id: str, field: str, source: Any, trust_code: bool) 
 
 def check_stored_env_kwargs(target: Any, env_kwargs: Any, *, field: str = "env", source: Any,
                             trust_code: bool = False) -> None:
-    """Check the constructor arguments stored for the env ``target`` that a file names or that
-    you hand over: a dict, whose ``env`` entry, for a :class:`~rl8.envs.GymnasiumEnv` (sub)class,
-    is a gymnasium id that :func:`_check_gymnasium_id` accepts.
-
-    Raises:
-        rl8.io.checkpoint.CheckpointError: They are not a dict, or name a refused gymnasium id.
-    """
+    """Check the constructor arguments stored for the env ``target`` (a dict; for a
+    ``GymnasiumEnv``, its ``env`` entry a gymnasium id as a file may name), else raise a
+    ``CheckpointError``."""
     if env_kwargs is not None and not isinstance(env_kwargs, Mapping):
         raise _refuse(source, f"{field} env_kwargs must be a dict, got {type(env_kwargs).__name__}")
     inner = (env_kwargs or {}).get("env")
@@ -283,12 +253,8 @@ def check_stored_env_kwargs(target: Any, env_kwargs: Any, *, field: str = "env",
 
 def resolve_env(spec: Any, *, field: str = "env", source: Any = None, trust_code: bool = False,
                 env_kwargs: Mapping[str, Any] | None = None) -> Any:
-    """An env spec as something :func:`rl8.ppo.algorithm.make_env` builds, checked before it is called.
-
-    A dotted path is looked up (see the module docstring); other strings are gymnasium ids. A
-    spec read from a file must name an :data:`ENV` object, or a function you registered
-    (``rl8.register``); a gymnasium id, and the ``env`` entry of ``env_kwargs`` for a
-    ``GymnasiumEnv``, must be in gymnasium's registry (:func:`check_stored_env_kwargs`).
+    """An env spec as something :func:`rl8.ppo.algorithm.make_env` builds, checked before it
+    is called (a spec from a file names an :data:`ENV` object or a function you registered).
 
     Args:
         spec: A dotted path, a gymnasium id, or an object (returned as is when you give it).
@@ -299,9 +265,7 @@ def resolve_env(spec: Any, *, field: str = "env", source: Any = None, trust_code
         env_kwargs: The env's constructor arguments stored with the spec.
 
     Raises:
-        rl8.io.checkpoint.CheckpointError: A spec from a file is not registered or names an object
-            of the wrong kind.
-        ValueError: A spec you gave names something that is neither an env class nor callable.
+        rl8.io.checkpoint.CheckpointError: A spec from a file is refused (``ValueError`` for yours).
         ImportError: A path to import cannot be imported.
     """
     if isinstance(spec, str) and not is_dotted_path(spec):
@@ -317,37 +281,25 @@ def resolve_env(spec: Any, *, field: str = "env", source: Any = None, trust_code
     if _is_env_kind(obj) or (callable(obj) and (trust_code or registry.is_user_registered(spec, obj))):
         check_stored_env_kwargs(obj, env_kwargs, field=field, source=source, trust_code=trust_code)
         return obj
-    raise _refuse(source, f"the file names {field} = {spec!r}, which is {describe(obj)}, not {ENV.description}: "
-                          "an object of the wrong kind, and rl8 refused to call it")
+    raise _wrong_kind(source, field, spec, obj, ENV)
 
 
 class EnvTarget(NamedTuple):
-    """What an env spec builds (see :func:`env_target`).
-
-    Attributes:
-        target: The spec with a dotted path resolved: an ``rl8.Env`` subclass, a gymnasium id,
-            a callable making a gymnasium env or a ``GymnasiumEnv`` factory.
-        gymnasium: Whether :func:`rl8.ppo.algorithm.make_env` wraps it in a
-            :class:`~rl8.envs.GymnasiumEnv` (a gymnasium id or maker, a factory) rather than
-            building an ``rl8.Env`` subclass directly.
-    """
+    """What an env spec builds: ``target`` (a dotted path resolved) and whether it is
+    ``gymnasium``'s (wrapped by :class:`~rl8.envs.GymnasiumEnv`) rather than an ``rl8.Env``."""
 
     target: Any
     gymnasium: bool
 
 
 def env_target(spec: Any, *, source: Any = None, trust_code: bool = False) -> EnvTarget:
-    """The one rule telling a dotted path from a gymnasium id, and an ``rl8.Env`` subclass
-    from what :class:`~rl8.envs.GymnasiumEnv` wraps.
+    """The :class:`EnvTarget` of an env spec (``TypeError`` if it is none).
 
     Args:
-        spec: An env spec: an ``rl8.Env`` subclass or a dotted path to one, a gymnasium id, a
-            callable making a gymnasium env, or a ``GymnasiumEnv`` factory.
+        spec: An ``rl8.Env`` subclass or a dotted path to one, a gymnasium id, a callable
+            making a gymnasium env, or a ``GymnasiumEnv`` factory.
         source: The file a dotted path was read from, or ``None`` (see :func:`resolve_env`).
         trust_code: See :func:`resolve_env`.
-
-    Raises:
-        TypeError: ``spec`` is none of these (and not a string).
     """
     target = resolve_env(spec, source=source, trust_code=trust_code) if is_dotted_path(spec) else spec
     if isinstance(target, type) and issubclass(target, Env):
@@ -361,13 +313,8 @@ def env_target(spec: Any, *, source: Any = None, trust_code: bool = False) -> En
 
 
 def env_spec_string(spec: Any) -> str | None:
-    """The env spec as a string that :func:`rl8.ppo.algorithm.make_env` accepts, or ``None``.
-
-    An :class:`rl8.Env` subclass or a module-level function becomes its dotted path (when
-    that path names the object in this process: registered, or bound in its imported module),
-    a gymnasium id stays as is; anything else (lambdas, local functions, factory objects)
-    cannot be named and gives ``None``. Imports nothing.
-    """
+    """The env spec as a string that :func:`rl8.ppo.algorithm.make_env` accepts (a class or
+    module-level function by its dotted path), or ``None`` when it cannot be named."""
     if isinstance(spec, str):
         return spec
     if not (isinstance(spec, type) or inspect.isfunction(spec)):
@@ -382,8 +329,7 @@ def env_spec_string(spec: Any) -> str | None:
 
 
 def spec_from_env_info(info: Mapping[str, Any] | None, *, source: Any, trust_code: bool) -> Any:
-    """The checked env of a stored ``{"spec": ..., "env_kwargs": ...}`` entry (``None`` when it
-    names none)."""
+    """The checked env of a stored ``{"spec": ..., "env_kwargs": ...}`` entry, or ``None``."""
     info = info or {}
     spec = info.get("spec")
     if spec is None:
@@ -395,10 +341,8 @@ def spec_from_env_info(info: Mapping[str, Any] | None, *, source: Any, trust_cod
 
 def check_stored_hparams(hparams: Any, *, source: Any, trust_code: bool = False,
                          given: Mapping[str, Any] | None = None) -> None:
-    """Look up and check the classes named by hyper-parameters read from a file
-    (``model_cls``, ``distribution_cls``, ``optimizer_cls``, see :func:`resolve`), except those
-    you hand over in ``given`` (which replace them); the names stay as stored (PPO resolves
-    them again, to the same objects, from the registry)."""
+    """Check the classes that hyper-parameters read from a file name (:func:`resolve`),
+    except those you hand over in ``given``."""
     if not isinstance(hparams, Mapping):
         raise _refuse(source, f"the stored hyper-parameters must be a dict, got {type(hparams).__name__}")
     for key, kind in HPARAM_KINDS.items():

@@ -1,5 +1,4 @@
-"""Reward normalisation: rewards scaled by the running standard deviation of the discounted
-return (part of PPO: it needs the discount factor and the rollout's shape)."""
+"""Reward normalisation by the running standard deviation of the discounted return."""
 
 from __future__ import annotations
 
@@ -16,11 +15,8 @@ __all__ = ["RewardNormalizer"]
 
 
 class RewardNormalizer(nn.Module):
-    """Scales rewards by the running standard deviation of the discounted return.
-
-    As in SB3's ``VecNormalize`` and the "37 implementation details": each env keeps a
-    discounted return ``G <- gamma * G * (1 - done) + r``; the variance of ``G`` over all envs
-    and steps seen so far scales the rewards (they are not centred).
+    """Scales rewards (not centred) by the running std of each env's discounted return
+    ``G <- gamma * G * (1 - done) + r``, as SB3's ``VecNormalize``.
 
     Args:
         num_envs: Number of envs (one running return each).
@@ -46,20 +42,15 @@ class RewardNormalizer(nn.Module):
 
         Args:
             rewards: ``[num_envs, T]`` rewards of one collect.
-            dones: ``[num_envs, T]`` bool, True where an episode ended at that step (its
-                running return restarts after it), or ``None`` for infinite-horizon envs.
+            dones: ``[num_envs, T]`` bool, where an episode ended, or ``None`` (no episodes).
             all_reduce: See :meth:`RunningMeanStd.update`.
         """
         self.stats.update(self.advance(rewards, dones).reshape(-1), all_reduce)
 
     @torch.no_grad()
     def advance(self, rewards: torch.Tensor, dones: torch.Tensor | None) -> torch.Tensor:
-        """Advance the running returns over a collect WITHOUT touching the statistics.
-
-        Returns the running return after every step, ``[num_envs, T]`` float32: the samples
-        :meth:`update` folds into :attr:`stats` (PPO folds their moments in itself, with the
-        rollout stats, to read everything back from the device at once).
-        """
+        """Advance the running returns over a collect WITHOUT touching the statistics; returns
+        the running return after every step, ``[num_envs, T]`` (see :meth:`update`)."""
         if dones is None:
             seen = self._discounted_without_resets(rewards.float())
             g = seen[:, -1]
@@ -74,19 +65,15 @@ class RewardNormalizer(nn.Module):
         return seen
 
     def _discounted_without_resets(self, rewards: torch.Tensor) -> torch.Tensor:
-        """``G_t = gamma * G_{t-1} + r_t`` for all ``t`` at once: one ``[N, T] @ [T, T]`` matmul
-        with the (transposed) discount matrix of :func:`rl8.ppo.buffer.discount_matrix`, instead of
-        ``T`` sequential steps of small ops."""
+        """``G_t = gamma * G_{t-1} + r_t`` for all ``t`` in one matmul."""
         discount = discount_matrix(rewards.shape[1], self.gamma, rewards.dtype, rewards.device)
         # G_t = gamma^(t+1) G_-1 + sum_{k<=t} gamma^(t-k) r_k; column 0 of the matrix is gamma^t
         carry = torch.outer(self.returns, discount[:, 0])
         return torch.addmm(carry, rewards, discount.T, beta=self.gamma)
 
     def returns_moments(self, seen: torch.Tensor) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-        """The moments of running returns ``seen`` (from :meth:`advance`) to fold into the
-        statistics, and the statistics as they are now, as 0-d tensors to read back with
-        other stats (:func:`rl8.ppo.stats.reduce_stats`: the first dict as ``sums``, the second as
-        ``local``); :meth:`merge_returns_moments` then folds them in."""
+        """The moments of running returns ``seen`` (from :meth:`advance`) and the statistics as
+        they are now, as 0-d tensors to read back with the rollout stats (``sums``, ``local``)."""
         f64 = torch.float64
         sums = {"reward_normalizer/sum": seen.sum(dtype=f64),
                 "reward_normalizer/sum_sq": torch.linalg.vector_norm(seen, dtype=f64).square()}
@@ -95,8 +82,8 @@ class RewardNormalizer(nn.Module):
                       "reward_normalizer/count": stats.count}
 
     def merge_returns_moments(self, values: dict[str, float], count: float) -> None:
-        """Fold :meth:`returns_moments`, read back (and summed over ranks) as ``values``, into
-        the statistics; ``count``: the number of running returns they cover (all ranks)."""
+        """Fold :meth:`returns_moments`, read back as ``values``, into the statistics; ``count``:
+        the number of running returns they cover (all ranks)."""
         current = tuple(values[f"reward_normalizer/{key}"] for key in ("mean", "var", "count"))
         self.stats.merge_moments_(current, count, values["reward_normalizer/sum"], values["reward_normalizer/sum_sq"])
 

@@ -1,18 +1,6 @@
-"""The rollout loop: step batched envs with a policy and fill a rollout buffer.
-
-:func:`rollout` is the body of :meth:`rl8.PPO.collect`, as a function of the objects it works on
-(policy, env, buffer, carry, generator) so that a collection mode can run it on its own copies
-(for example in a background thread, with a copy of the policy).
-
-:func:`rollout_ready_envs` fills the same buffer from an env whose sub-envs step at their own
-pace (:class:`rl8.envs.base.ReadyEnvs`, e.g. the worker pool :class:`rl8.envs.PoolEnv`): it acts on
-whichever envs are ready, so rows of the buffer fill at different speeds.
-
-:func:`make_env` builds the batched env a rollout steps (:func:`rank_hparams`: this rank's share); :func:`env_state`, :func:`rng_state` and
-their ``load_`` counterparts save and restore where its rollouts are (for checkpoints);
-:func:`final_values` values the observations at which episodes were truncated.
-:func:`rollout_buffer_stats` gives a filled buffer's stats; :func:`evaluate_rollout` runs a policy
-without a buffer, for evaluation.
+"""The rollout loops (:func:`rollout`, and :func:`rollout_ready_envs` for envs that step at their
+own pace), functions of the objects they work on so that a collection mode can run them on its
+own copies; and what goes with them: building the env, its checkpoint state, stats, evaluation.
 """
 
 from __future__ import annotations
@@ -36,8 +24,10 @@ from rl8.ppo.resolve import env_target
 from rl8.ppo.rewards import RewardNormalizer
 from rl8.ppo.stats import Stats, rollout_stats
 
-__all__ = ["env_state", "evaluate_rollout", "final_values", "load_env_state", "load_rng_state", "make_env", "rank_hparams", "rng_state", "rollout", "rollout_buffer_stats",
-           "rollout_ready_envs"]
+__all__ = [
+    "env_state", "evaluate_rollout", "final_values", "load_env_state", "load_rng_state", "make_env",
+    "rank_hparams", "rng_state", "rollout", "rollout_buffer_stats", "rollout_ready_envs",
+]
 
 
 @torch.no_grad()
@@ -46,23 +36,19 @@ def rollout(
     obs: torch.Tensor | TensorDictBase, *, generator: torch.Generator, deterministic: bool = False,
     autocast: contextlib.AbstractContextManager | None = None, check_first_step: bool = False,
 ) -> torch.Tensor | TensorDictBase:
-    """Step ``env`` ``buffer.horizon`` times from ``obs`` and fill every column of ``buffer``.
+    """Step ``env`` ``buffer.horizon`` times from ``obs``, filling ``buffer``; returns the
+    observations after the last step.
 
     Args:
         policy: Acts through :meth:`Policy.rollout_step <rl8.Policy.rollout_step>`.
         env: The batched env, ``buffer.num_envs`` copies.
-        buffer: Filled in place: columns ``0..horizon - 1`` of the steps, column ``horizon``
-            the last observation and its (bootstrap) value.
+        buffer: Filled in place; column ``horizon``: the last observation and its value.
         carry: The policy's carry from step to step (:class:`~rl8.ppo.buffer.RolloutCarry`).
         obs: The envs' current observations (after a reset or the previous rollout).
         generator: Draws the sampled actions.
         deterministic: Take the distributions' modes instead of sampling.
         autocast: Mixed-precision context of the policy's forward passes (``None``: none).
-        check_first_step: Validate the first step's output against the step contract
-            (:func:`rl8.envs.base.validate_step_output`).
-
-    Returns:
-        The observations after the last step (the next rollout starts from them).
+        check_first_step: Validate the first step's output against the step contract.
     """
     to_env_action, space, columns = policy.distribution_cls.to_env_action, env.action_space, buffer.columns
     kept: dict[str, list[torch.Tensor]] = {key: [] for key in buffer.stacked}  # stacked once at the end
@@ -102,35 +88,10 @@ def rollout_ready_envs(
     obs: torch.Tensor | TensorDictBase, *, generator: torch.Generator, deterministic: bool = False,
     autocast: contextlib.AbstractContextManager | None = None, check_first_step: bool = False,
 ) -> torch.Tensor | TensorDictBase:
-    """Fill every row of ``buffer`` with ``buffer.horizon`` steps of its env, acting on the
-    envs as they get ready.
-
-    Every env starts the collect with an action for ``obs``. Then, until every env has made
-    ``horizon`` steps: take the step outputs of the ready envs (``env.recv`` with the env's
-    ``min_batch_size``, ``max_batch_size`` and ``max_wait_s``), write each into its env's row
-    at that env's own step index, and act on those envs that still have steps to make with
-    ONE batched forward pass, while the other envs keep stepping. An env that has made its
-    ``horizon`` steps is not stepped again in this collect: its last observation is column
-    ``horizon`` (valued at the end with every other env's), and the next collect starts by
-    sending its action. Each row therefore holds its env's own consecutive transitions, as
-    :func:`rollout` gives them, so GAE, the bootstrapping of truncated episodes and the
-    recurrent states (through the carry's per-env forms,
-    :meth:`~rl8.ppo.buffer.RolloutCarry.before_steps`) work unchanged.
-
-    Args:
-        policy: Acts through :meth:`Policy.rollout_step <rl8.Policy.rollout_step>`.
-        env: A batched env with the :class:`~rl8.envs.base.ReadyEnvs` interface, ``buffer.num_envs``
-            sub-envs, none of them stepping.
-        buffer: Filled in place, as by :func:`rollout`.
-        carry: The policy's carry from step to step (:class:`~rl8.ppo.buffer.RolloutCarry`).
-        obs: The envs' current observations (after a reset or the previous rollout).
-        generator: Draws the sampled actions.
-        deterministic: Take the distributions' modes instead of sampling.
-        autocast: Mixed-precision context of the policy's forward passes (``None``: none).
-        check_first_step: Validate the first step output received against the step contract.
-
-    Returns:
-        The observations after each env's last step (column ``horizon``).
+    """:func:`rollout` for an env whose sub-envs step at their own pace
+    (:class:`~rl8.envs.base.ReadyEnvs`, none stepping): the envs that are ready are acted on
+    with ONE batched forward pass while the others step, each row filled at its env's own step
+    index, until every env has made ``horizon`` steps. The arguments are :func:`rollout`'s.
     """
     to_env_action, space, data = policy.distribution_cls.to_env_action, env.action_space, buffer.data
     n, horizon = buffer.num_envs, buffer.horizon
@@ -190,11 +151,10 @@ def rollout_ready_envs(
 def rollout_buffer_stats(
     buffer: RolloutBuffer, episodes: EpisodeTracker, reward_normalizer: RewardNormalizer | None, dist: DistContext,
 ) -> Stats:
-    """The rollout stats of :meth:`rl8.PPO.collect` over ``buffer``'s last rollout; advances
-    the episode tracker and the reward normaliser's running returns over it.
+    """The rollout stats of :meth:`rl8.PPO.collect` over ``buffer``'s last rollout.
 
     Args:
-        buffer: The filled rollout buffer (its rewards, episode ends and env-recorded episodes).
+        buffer: The filled rollout buffer.
         episodes: Tracks the episodes that span collects (advanced for episodic envs).
         reward_normalizer: Advanced and merged with the rollout's returns (``None``: none).
         dist: The run's :class:`~rl8.ppo.distributed.DistContext` (stats over all ranks).
@@ -218,24 +178,19 @@ def rollout_buffer_stats(
 
 
 def make_env(
-    env: type[Env] | str | Callable[..., Any],
-    num_envs: int,
-    horizon: int | None,
-    *,
-    device: torch.device | str,
-    env_kwargs: dict[str, Any] | None = None,
+    env: type[Env] | str | Callable[..., Any], num_envs: int, horizon: int | None, *,
+    device: torch.device | str, env_kwargs: dict[str, Any] | None = None,
 ) -> Env:
-    """Build a batched env from an :class:`Env` subclass, a gymnasium id or a gymnasium maker.
+    """Build a batched env.
 
     Args:
-        env: An :class:`Env` subclass (or a dotted path to one); a registered gymnasium id
-            such as ``"CartPole-v1"``; a callable returning a ``gymnasium.Env``; or a
-            :meth:`GymnasiumEnv.make_factory <rl8.envs.GymnasiumEnv.make_factory>` factory.
+        env: An :class:`Env` subclass (or a dotted path to one), a gymnasium id, a callable
+            returning a ``gymnasium.Env``, or a ``GymnasiumEnv.make_factory`` factory.
         num_envs: Number of parallel envs.
         horizon: PPO's horizon, handed to the env.
         device: Device of the env's tensors.
-        env_kwargs: Extra keyword arguments of the env's constructor (for gymnasium envs: of
-            :class:`rl8.envs.GymnasiumEnv`, e.g. ``vectorization_mode`` or ``env_kwargs``).
+        env_kwargs: Extra keyword arguments of the env's constructor (of
+            :class:`rl8.envs.GymnasiumEnv` for gymnasium envs).
     """
     kwargs = dict(env_kwargs or {})
     target, gymnasium = env_target(env)
@@ -247,9 +202,8 @@ def make_env(
 
 
 def rank_hparams(hp: HParams) -> HParams:
-    """``hp`` as this rank uses them: an actor (``rl8 train --actors N``) steps its share of
-    ``num_envs`` (its learner's buffer holds ``num_envs`` rows, one block per actor) and
-    never updates (no minibatch size to check). ``hp``: the run's hyper-parameters."""
+    """The run's hyper-parameters ``hp`` as this rank uses them: an actor steps its share of
+    ``num_envs`` and never updates."""
     roles = current_roles()
     if roles is None or not roles.is_actor:
         return hp
@@ -264,8 +218,7 @@ def rank_hparams(hp: HParams) -> HParams:
 
 
 def env_state(env: Env, obs: torch.Tensor | TensorDictBase | None) -> dict[str, Any]:
-    """The checkpoint's ``obs`` (the envs' last observations) and ``env`` (the env's
-    ``state_dict``): both ``None`` before the first reset or for an env that saves no state."""
+    """The checkpoint's ``obs`` and ``env`` (the env's ``state_dict``), or ``None``s."""
     env_state = env.state_dict() if obs is not None else None
     if env_state is None:
         return {"obs": None, "env": None}
@@ -273,8 +226,7 @@ def env_state(env: Env, obs: torch.Tensor | TensorDictBase | None) -> dict[str, 
 
 
 def load_env_state(env: Env, state: dict[str, Any], device: torch.device) -> torch.Tensor | TensorDictBase | None:
-    """Restore :func:`env_state` into ``env``; returns the observations to go on from
-    (``None``: the next collect resets the envs)."""
+    """Restore :func:`env_state` into ``env``; returns the observations to go on from, or None."""
     obs, env_state = state.get("obs"), state.get("env")
     # an env that saves no state (GymnasiumEnv) is reset, whatever the file holds
     if obs is None or env_state is None or env.state_dict() is None:
@@ -286,7 +238,7 @@ def load_env_state(env: Env, state: dict[str, Any], device: torch.device) -> tor
 
 
 def rng_state(**generators: torch.Generator) -> dict[str, Any]:
-    """The states of ``generators`` (by name) and torch's global CPU and CUDA random states."""
+    """The states of ``generators`` (by name) and torch's global random states."""
     return {
         **{name: generator.get_state() for name, generator in generators.items()},
         "torch": torch.get_rng_state(),
@@ -307,14 +259,13 @@ def final_values(
     policy: Policy, buffer: RolloutBuffer, carry: RolloutCarry, truncated: torch.Tensor,
     autocast: contextlib.AbstractContextManager,
 ) -> torch.Tensor | None:
-    """Values of ``final_obs`` at the ``[num_envs, T]`` ``truncated`` steps, in one batched
-    forward pass, as a ``[num_envs, T]`` tensor (0 elsewhere; ``None`` when no step was
-    truncated).
+    """Values of ``final_obs`` at the ``truncated`` steps, ``[num_envs, T]`` (0 elsewhere;
+    ``None`` when none), in one forward pass.
 
     Args:
-        policy: Values the observations (:meth:`Policy.rollout_value <rl8.Policy.rollout_value>`).
+        policy: Values the observations.
         buffer: The collect's buffer, with its ``final_obs``.
-        carry: The policy's carry over that buffer (a recurrent state after each step).
+        carry: The policy's carry over that buffer.
         truncated: ``[num_envs, T]`` bool, the steps at which an episode was truncated.
         autocast: Mixed-precision context of the forward pass.
     """
@@ -334,13 +285,12 @@ def evaluate_rollout(
     policy: Policy, env: Env, obs: torch.Tensor | TensorDictBase, *, num_steps: int, deterministic: bool,
     generator: torch.Generator, dist: DistContext,
 ) -> Stats:
-    """Run ``policy`` on ``env`` for ``num_steps`` steps from ``obs``, storing nothing, and
-    return the rollout stats of :meth:`rl8.PPO.collect` over those steps (every episode that
-    ends within them is counted).
+    """The rollout stats of :meth:`rl8.PPO.collect` of ``policy`` run on ``env`` for
+    ``num_steps`` steps from ``obs``, storing nothing.
 
     Args:
-        policy: Acts on the observations (:func:`rl8.policies.runner.run_policy`).
-        env: The batched env, already reset (``obs`` are its observations).
+        policy: Acts on the observations.
+        env: The batched env, already reset.
         obs: The observations to start from.
         num_steps: Steps per env.
         deterministic: Act with the distributions' modes.

@@ -9,8 +9,7 @@ from typing import Literal
 
 __all__ = ["Schedule", "ScheduleKind"]
 
-#: How a schedule goes from one point to the next: ``"step"`` holds each value until the next
-#: point, ``"linear"`` interpolates between points.
+#: How a schedule goes from one point to the next (see :class:`Schedule`).
 ScheduleKind = Literal["step", "linear"]
 
 
@@ -18,16 +17,11 @@ class Schedule:
     """A value that changes with the number of environment steps taken.
 
     Args:
-        points: ``[(env_steps, value), ...]`` with strictly increasing ``env_steps`` (an int
-            count of environment transitions, starting at 0) and finite values.
-        kind: ``"step"``: the value of the last point whose ``env_steps`` is <= the current
-            count; ``"linear"``: linear interpolation between neighbouring points. Before the
-            first point the first value holds, after the last point the last value holds.
+        points: ``[(env_steps, value), ...]`` with strictly increasing ``env_steps`` (env
+            transitions, from 0) and finite values.
+        kind: ``"step"``: the value of the last point reached; ``"linear"``: interpolated
+            between neighbouring points (the first and last values hold outside them).
         field: Name of the hyper-parameter, used in error messages.
-
-    Example:
-        ``Schedule([(0, 3e-4), (1_000_000, 0.0)], "linear")`` anneals a learning rate to zero
-        over one million env steps.
     """
 
     def __init__(self, points: Sequence[Sequence[float]], kind: ScheduleKind = "step", *,
@@ -36,21 +30,20 @@ class Schedule:
             raise ValueError(f"{field}: kind must be 'step' or 'linear', got {kind!r}")
         if len(points) == 0:
             raise ValueError(f"{field}: expected at least one (env_steps, value) point, got []")
-        steps: list[float] = []
-        values: list[float] = []
+        self.kind: ScheduleKind = kind
+        self.steps: list[float] = []
+        self.values: list[float] = []
         for i, point in enumerate(points):
             if len(point) != 2:
                 raise ValueError(f"{field}[{i}]: expected an (env_steps, value) pair, got {point!r}")
             s, v = float(point[0]), float(point[1])
             if not (math.isfinite(s) and math.isfinite(v)) or s < 0:
                 raise ValueError(f"{field}[{i}]: expected env_steps >= 0 and a finite value, got {tuple(point)!r}")
-            if steps and s <= steps[-1]:
-                raise ValueError(f"{field}: env_steps must be strictly increasing, got {steps[-1]:g} then {s:g}")
-            steps.append(s)
-            values.append(v)
-        self.kind: ScheduleKind = kind
-        self.steps = steps
-        self.values = values
+            if self.steps and s <= self.steps[-1]:
+                raise ValueError(f"{field}: env_steps must be strictly increasing, got "
+                                 f"{self.steps[-1]:g} then {s:g}")
+            self.steps.append(s)
+            self.values.append(v)
 
     def __call__(self, env_steps: int) -> float:
         """The value after ``env_steps`` environment transitions."""

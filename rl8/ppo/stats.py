@@ -1,12 +1,5 @@
-"""Names of the training stats, and the 1.0.0 names that still answer as aliases.
-
-rl8 1.0.0 reported the sum of each env's rewards over a collect as ``returns/{min,max,mean,
-std}``, which reads like an episode return and is not one (it is ``horizon`` on CartPole, whatever
-the policy). It is now ``rollout/reward_sum_{min,max,mean,std}``; episode returns are
-``episodes/return_mean``. The old names still work, with a ``DeprecationWarning`` naming the new
-one, wherever a stat is looked up by name: in the dicts that :meth:`rl8.PPO.collect` and the
-Trainer return (:class:`Stats`), and in stop conditions (:mod:`rl8.training.conditions`). Only the new
-names are logged to MLflow. See ``docs/trainer.md`` (Metrics).
+"""The training stats (``docs/trainer.md``, Metrics), reduced over ranks in one host transfer,
+and rl8 1.0.0's names of renamed stats, which still answer lookups with a ``DeprecationWarning``.
 """
 
 from __future__ import annotations
@@ -33,15 +26,8 @@ _EVAL_PREFIX = "eval/"
 
 
 def current_stat_name(key: str) -> str | None:
-    """The current name of a stat that rl8 1.0.0 called ``key``, or ``None`` when ``key`` was
-    not renamed.
-
-    Args:
-        key: A stat name, e.g. ``"returns/mean"`` or ``"eval/returns/mean"``.
-
-    Returns:
-        E.g. ``"rollout/reward_sum_mean"`` / ``"eval/rollout/reward_sum_mean"``.
-    """
+    """The current name of a stat that rl8 1.0.0 called ``key`` (``"eval/returns/mean"``:
+    ``"eval/rollout/reward_sum_mean"``), or ``None`` when ``key`` was not renamed."""
     if not isinstance(key, str):
         return None
     prefix = _EVAL_PREFIX if key.startswith(_EVAL_PREFIX) else ""
@@ -61,10 +47,9 @@ def warn_renamed(key: str, new: str, *, stacklevel: int = 2) -> None:
 
 
 class Stats(dict[str, float]):
-    """A ``{stat name: number}`` dict in which rl8 1.0.0's names of renamed stats
-    (:data:`RENAMED_STATS`, also under ``eval/``) still answer lookups (``[]``, ``get``,
-    ``in``) with a ``DeprecationWarning``. Iteration, ``keys()`` and ``len`` see the current
-    names only, so nothing is logged twice."""
+    """A ``{stat name: number}`` dict in which the names of :data:`RENAMED_STATS` still answer
+    lookups (``[]``, ``get``, ``in``) with a ``DeprecationWarning``; iteration sees the current
+    names only."""
 
     def _alias(self, key: object) -> str | None:
         new = current_stat_name(key) if isinstance(key, str) else None
@@ -90,26 +75,16 @@ class Stats(dict[str, float]):
 
 
 def reduce_stats(
-    dist: DistContext,
-    *,
-    sums: Mapping[str, torch.Tensor] | None = None,
-    means: Mapping[str, torch.Tensor] | None = None,
-    mins: Mapping[str, torch.Tensor] | None = None,
-    maxs: Mapping[str, torch.Tensor] | None = None,
-    local: Mapping[str, torch.Tensor] | None = None,
+    dist: DistContext, *, sums: Mapping[str, torch.Tensor] | None = None,
+    means: Mapping[str, torch.Tensor] | None = None, mins: Mapping[str, torch.Tensor] | None = None,
+    maxs: Mapping[str, torch.Tensor] | None = None, local: Mapping[str, torch.Tensor] | None = None,
 ) -> dict[str, float]:
-    """``{name: 0-d tensor}`` statistics as ``{name: float}``, read back with ONE host transfer.
-
-    In data-parallel training (``dist.enabled``) each group is reduced across ranks first:
-    ``sums`` are summed, ``means`` averaged (both in one all-reduce), ``mins`` and ``maxs``
-    take the smallest and largest value (one all-reduce each); ``local`` values are this
-    rank's own. In one process every value is returned as it is. Values are reduced in
-    float64. Nothing else is read or changed.
+    """``{name: 0-d tensor}`` statistics as ``{name: float}`` (float64), reduced across ranks
+    and read back with ONE host transfer; each name in one group only.
 
     Args:
         dist: The run's :class:`~rl8.ppo.distributed.DistContext`.
-        sums: Statistics summed across ranks, ``{name: 0-d tensor}``. A name may appear in
-            only one of ``sums``, ``means``, ``mins``, ``maxs`` and ``local``.
+        sums: Statistics summed across ranks, ``{name: 0-d tensor}``.
         means: Statistics averaged across ranks.
         mins: Statistics that take the smallest value of the ranks.
         maxs: Statistics that take the largest value of the ranks.
@@ -139,36 +114,22 @@ def reduce_stats(
 
 
 def rollout_stats(
-    dist: DistContext,
-    rewards: torch.Tensor,
+    dist: DistContext, rewards: torch.Tensor,
     episode_sums: Mapping[str, torch.Tensor] | None = None,
-    sums: Mapping[str, torch.Tensor] | None = None,
-    local: Mapping[str, torch.Tensor] | None = None,
+    sums: Mapping[str, torch.Tensor] | None = None, local: Mapping[str, torch.Tensor] | None = None,
     env_episode_sums: Mapping[str, torch.Tensor] | None = None,
 ) -> tuple[Stats, dict[str, float]]:
-    """Rollout stats of ``rewards`` ``[num_envs, T]`` (all ranks), read back in ONE transfer.
-
-    Reads and changes nothing but its arguments: the caller advances its episode tracker and
-    reward normaliser and hands their tensors in, to travel in the same transfer.
+    """Rollout stats of ``rewards`` (all ranks), read back in ONE transfer; returns the
+    :class:`Stats` and every reduced value by name (``sums`` and ``local`` included).
 
     Args:
         dist: The run's :class:`~rl8.ppo.distributed.DistContext`.
         rewards: ``[num_envs, T]`` rewards of the rollout.
-        episode_sums: ``episodes/{return_sum,length_sum,count}`` of the episodes that ended
-            (:meth:`rl8.envs.episodes.EpisodeTracker.advance`); ``None`` for envs without episodes.
-        sums: More 0-d tensors to sum over ranks and read back (e.g. the reward normaliser's
-            :meth:`~rl8.ppo.rewards.RewardNormalizer.returns_moments`).
+        episode_sums: ``episodes/{return_sum,length_sum,count}`` of the episodes that ended;
+            ``None`` for envs without episodes.
+        sums: More 0-d tensors to sum over ranks and read back.
         local: More 0-d tensors to read back as they are on this rank.
-        env_episode_sums: ``env_episodes/{return_sum,length_sum,count}`` of the episodes that
-            the env recorded itself (:meth:`rl8.envs.episodes.EpisodeRecords.stat_sums`); ``None``
-            for envs that keep no records.
-
-    Returns:
-        The stats: ``rollout/reward_sum_{min,max,mean,std}`` (each env's sum of rewards),
-        ``rewards/{min,max,mean,std}`` (per step), with ``episode_sums``
-        ``episodes/{return_mean,length_mean,count}`` and with ``env_episode_sums``
-        ``env_episodes/{return_mean,length_mean,count}`` (NaN means when no episode ended);
-        and every reduced value by name (``sums`` and ``local`` included).
+        env_episode_sums: ``env_episodes/{...}`` sums of the episodes the env recorded itself.
     """
     f64 = torch.float64
     reward_sums = rewards.sum(1, dtype=f64)  # per env, over the rollout's steps
@@ -176,10 +137,8 @@ def rollout_stats(
         "reward_sum": reward_sums.sum(),
         "reward_sum_sq": reward_sums.dot(reward_sums),
         "reward_sq": torch.linalg.vector_norm(rewards, dtype=f64).square(),
+        **(episode_sums or {}), **(env_episode_sums or {}), **(sums or {}),
     }
-    totals.update(episode_sums or {})
-    totals.update(env_episode_sums or {})
-    totals.update(sums or {})
     ret_lo, ret_hi = reward_sums.aminmax()
     rew_lo, rew_hi = rewards.aminmax()
     values = reduce_stats(
@@ -208,8 +167,7 @@ def rollout_stats(
 
 def episode_means(prefix: str, return_sum: float, length_sum: float, count: float) -> dict[str, float]:
     """``{prefix}return_mean``, ``{prefix}length_mean`` and ``{prefix}count`` of ``count``
-    episodes from their summed returns and lengths (already summed over ranks). The means are
-    NaN when no episode ended: stop conditions treat NaN as "not reached"."""
+    episodes from their summed returns and lengths (NaN means when none ended)."""
     nan = float("nan")
     return {
         f"{prefix}return_mean": return_sum / count if count > 0 else nan,
@@ -227,12 +185,11 @@ def update_stats(
     dist: DistContext, losses: list[PPOLoss], grad_norms: list[torch.Tensor], explained_variance: torch.Tensor,
     vf_coeff: float, entropy_coeff: float, lr: float,
 ) -> dict[str, float]:
-    """The stats of :meth:`rl8.PPO.update` (docs/trainer.md, Metrics), reduced over ranks with
-    one host transfer.
+    """The stats of :meth:`rl8.PPO.update`, reduced over ranks in one host transfer.
 
     Args:
         dist: The run's :class:`~rl8.ppo.distributed.DistContext`.
-        losses: Each minibatch's :class:`~rl8.ppo.losses.PPOLoss` (the stats are their means).
+        losses: Each minibatch's :class:`~rl8.ppo.losses.PPOLoss` (the stats are means).
         grad_norms: Each optimizer step's gradient norm before clipping, 0-d tensors.
         explained_variance: ``1 - Var(returns - values) / Var(returns)`` of the collect, 0-d.
         vf_coeff: The value-loss weight of the update.

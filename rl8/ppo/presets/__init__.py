@@ -1,9 +1,5 @@
-"""The preset files: ``rl8 train`` config files shipped with rl8, one per task (this folder's
-``*.yaml``), read at the PPO layer for :meth:`rl8.PPO.from_preset` and the preset hint.
-
-:mod:`rl8.presets` is the public module: it checks a whole file as ``rl8 train`` does and
-builds the Trainer's options and run arguments. The files are read with ``yaml.safe_load`` only.
-"""
+"""The preset files (this folder's ``*.yaml``, read with ``yaml.safe_load``), for
+:meth:`rl8.PPO.from_preset`; :mod:`rl8.presets` is the public module."""
 
 from __future__ import annotations
 
@@ -32,11 +28,7 @@ def names() -> list[str]:
 
 
 def path(name: str) -> Path:
-    """The YAML file of preset ``name`` (with or without the ``preset:`` prefix).
-
-    Raises:
-        ValueError: No preset has this name; the message lists close matches and all names.
-    """
+    """The YAML file of preset ``name`` (with or without ``preset:``; ``ValueError`` if none)."""
     if not isinstance(name, str):
         raise ValueError(f"preset name: expected a string, got {type(name).__name__} {name!r}")
     if name.startswith(PREFIX):
@@ -50,33 +42,20 @@ def path(name: str) -> Path:
 
 
 def load(name: str) -> dict[str, Any]:
-    """Preset ``name`` as a dict (``yaml.safe_load``), its ``hparams`` checked (:func:`hparams`).
-    :func:`rl8.presets.load` checks its other keys too.
-
-    Args:
-        name: A name from :func:`names` (``"HalfCheetah-v5"``), with or without ``preset:``.
-
-    Raises:
-        ValueError: Unknown name, or a hyper-parameter with a bad value.
-    """
+    """Preset ``name`` (from :func:`names`, with or without ``preset:``) as a dict, its
+    ``hparams`` checked (``ValueError``)."""
     config = yaml.safe_load(path(name).read_text()) or {}
     hparams(config)
     return config
 
 
 def hparams(config: dict[str, Any]) -> HParams:
-    """The :class:`rl8.HParams` of a config dict such as :func:`load` returns (numeric strings
-    read as numbers, as ``rl8 train`` reads them: :meth:`rl8.HParams.from_config`).
-
-    Raises:
-        ValueError: A hyper-parameter with a bad value (naming the preset and the field).
-    """
+    """The :class:`rl8.HParams` of a config dict such as :func:`load` returns."""
     return HParams.from_config(config.get("hparams") or {}, f"preset {config.get('env')!r}: hparams")
 
 
 def for_env(env: Any) -> str | None:
-    """The name of the preset tuned for ``env`` when ``env`` is a gymnasium id that has one
-    (``"Pendulum-v1"``), else ``None`` (classes, dotted paths and ids without a preset)."""
+    """The name of the preset tuned for ``env`` (a gymnasium id), or ``None``."""
     if not isinstance(env, str) or env not in names():
         return None
     return env if yaml.safe_load(path(env).read_text()).get("env") == env else None
