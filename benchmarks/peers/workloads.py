@@ -31,22 +31,22 @@ WORKLOADS: dict[str, dict] = {
     "pendulum-1024": dict(
         kind="batched", env="rl8.envs.Pendulum", num_envs=1024, horizon=24, hiddens=(128, 128, 128),
         activation="elu", epochs=5, minibatches=4, lr=1e-3, gamma=0.99, gae_lambda=0.95,
-        clip=0.2, vf_coeff=1.0, max_grad_norm=1.0, warmup=2, iters=8, quick_warmup=1, quick_iters=2,
+        clip=0.2, vf_coeff=1.0, max_grad_norm=1.0, warmup=1, iters=5, quick_warmup=1, quick_iters=2,
     ),
     "pendulum-4096": dict(
         kind="batched", env="rl8.envs.Pendulum", num_envs=4096, horizon=24, hiddens=(128, 128, 128),
         activation="elu", epochs=5, minibatches=4, lr=1e-3, gamma=0.99, gae_lambda=0.95,
-        clip=0.2, vf_coeff=1.0, max_grad_norm=1.0, warmup=1, iters=3, quick_warmup=1, quick_iters=1,
+        clip=0.2, vf_coeff=1.0, max_grad_norm=1.0, warmup=1, iters=2, quick_warmup=1, quick_iters=1,
     ),
     "CartPole-v1": dict(
         kind="gym", env="CartPole-v1", num_envs=8, horizon=128, hiddens=(64, 64), activation="tanh",
         epochs=4, minibatches=4, lr=3e-4, gamma=0.99, gae_lambda=0.95, clip=0.2, vf_coeff=0.5,
-        max_grad_norm=0.5, warmup=2, iters=8, quick_warmup=1, quick_iters=2,
+        max_grad_norm=0.5, warmup=2, iters=6, quick_warmup=1, quick_iters=2,
     ),
     "HalfCheetah-v5": dict(
         kind="gym", env="HalfCheetah-v5", num_envs=8, horizon=256, hiddens=(64, 64), activation="tanh",
         epochs=10, minibatches=32, lr=3e-4, gamma=0.99, gae_lambda=0.95, clip=0.2, vf_coeff=0.5,
-        max_grad_norm=0.5, warmup=1, iters=3, quick_warmup=1, quick_iters=1,
+        max_grad_norm=0.5, warmup=1, iters=2, quick_warmup=1, quick_iters=1,
     ),
 }
 
@@ -73,7 +73,7 @@ def minibatch_size(workload: dict) -> int:
 # in a fresh process; its last line of output is one JSON object (see :func:`emit`).
 
 
-def parse_side_args(argv: list[str] | None = None, settings: tuple[str, ...] = ("default",)) -> argparse.Namespace:
+def parse_side_args(argv: list[str] | None = None, settings: tuple[str, ...] = ("fp32",)) -> argparse.Namespace:
     """The command line of a side's script: the workload's name, ``--quick``, ``--threads``
     (torch threads, set before anything is built) and ``--setting`` (one of ``settings``,
     e.g. ``fp32``/``bf16``)."""
