@@ -306,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     print(f"Machine: {cpu_model()}, {os.cpu_count()} cores; torch {torch.__version__} on every side, "
-          f"{args.threads} torch threads each; rl8 commit {rl8_commit()}; {start:%Y-%m-%d %H:%M}; "
+          f"torch threads: {args.threads} per side; rl8 commit {rl8_commit()}; {start:%Y-%m-%d %H:%M}; "
           f"{rounds} round(s){' (--quick)' if args.quick else ''}; {minutes:.1f} min")
     if versions:
         print("Peers: " + "; ".join(versions.values()))
