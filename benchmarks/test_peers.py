@@ -154,3 +154,21 @@ def test_rsl_rl_vecenv_adapter_follows_rsl_rls_contract():
     cfg["num_steps_per_env"] = 4
     runner = OnPolicyRunner(env, cfg, log_dir=None, device="cpu")
     runner.learn(1)
+
+
+def test_a_venv_that_fails_to_install_gives_pips_reason(tmp_path, monkeypatch):
+    monkeypatch.setenv("RL8_PEERS_VENVS", str(tmp_path))
+    pip_error = "WARNING: something\nERROR: No matching distribution found for rsl-rl-lib==99\n"
+    calls = []
+
+    def fake_run(cmd, **kwargs):
+        calls.append(cmd)
+        failed = "pip" in cmd and "rsl-rl-lib==99" in cmd
+        return run.subprocess.CompletedProcess(cmd, 1 if failed else 0, "", pip_error if failed else "")
+
+    monkeypatch.setattr(run.subprocess, "run", fake_run)
+    python, reason = run.ensure_venv(run.Venv("broken", ("rsl-rl-lib==99",), "rsl_rl"), log=lambda msg: None)
+    assert python is None
+    assert reason == "ERROR: No matching distribution found for rsl-rl-lib==99"
+    assert calls[1][-1] == run.TORCH  # torch first, on its own
+    assert not (tmp_path / "broken" / "rl8-peers-installed.txt").exists()

@@ -16,7 +16,7 @@ checkout on ``PYTHONPATH`` (its env is ``rl8.envs.Pendulum``) and rl8.envs' own 
 
 Usage (from the repository root)::
 
-    python benchmarks/peers/run.py                # the full table, about 10 minutes on 2 cores
+    python benchmarks/peers/run.py                # the full table: 3 rounds, 15 minutes on 2 busy cores
     python benchmarks/peers/run.py --quick        # a try: 1 round, fewer iterations
     python benchmarks/peers/run.py --workload CartPole-v1 --side rl8 --side sb3 --rounds 5
 """
