@@ -1,0 +1,76 @@
+"""rl8's side of the peers benchmark: ``PPO.collect()`` + ``PPO.update()`` on a workload.
+
+Runs in rl8's own environment with the checkout first on ``PYTHONPATH`` (``run.py`` sets it
+and checks that the rl8 imported is the checkout's). Settings: ``fp32``, ``bf16``
+(``enable_amp=True``: bfloat16 autocast on CPU), and, where this rl8 has the ``compile``
+hyper-parameter, ``compile`` and ``compile-bf16``.
+
+    python benchmarks/peers/side_rl8.py pendulum-4096 --setting bf16 --threads 2
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from workloads import WORKLOADS, batch_size, emit, iterations, parse_side_args
+
+SETTINGS = ("fp32", "bf16", "compile", "compile-bf16")
+
+
+def has_compile() -> bool:
+    """Whether this rl8's PPO has a ``compile`` hyper-parameter."""
+    from rl8 import HParams
+
+    return "compile" in {f.name for f in dataclasses.fields(HParams)}
+
+
+def hparams(name: str, setting: str) -> dict:
+    """rl8's hyper-parameters for workload ``name`` in ``setting`` (see :data:`SETTINGS`)."""
+    w = WORKLOADS[name]
+    hp = dict(
+        num_envs=w["num_envs"], horizon=w["horizon"], num_sgd_iters=w["epochs"],
+        num_minibatches=w["minibatches"], lr=w["lr"], gamma=w["gamma"], gae_lambda=w["gae_lambda"],
+        clip_param=w["clip"], vf_coeff=w["vf_coeff"], entropy_coeff=0.0, max_grad_norm=w["max_grad_norm"],
+        normalize_advantages=True, normalize_rewards=False,
+        model_config={"hiddens": tuple(w["hiddens"]), "activation": w["activation"]},
+        enable_amp=setting.endswith("bf16"), device="cpu", seed=0,
+    )
+    if w["kind"] == "batched":
+        hp["vf_clip_param"] = w["clip"]  # rsl_rl's default use_clipped_value_loss=True
+    else:
+        hp["env_kwargs"] = {"vectorization_mode": "sync"}
+    if setting.startswith("compile"):
+        hp["compile"] = True
+    return hp
+
+
+def main() -> None:
+    """Time collect + update of one workload and print the JSON line of ``emit``."""
+    args = parse_side_args(settings=SETTINGS)
+    import rl8
+    from rl8 import PPO
+
+    if args.setting.startswith("compile") and not has_compile():
+        raise SystemExit("this rl8 has no compile hyper-parameter")
+    w = WORKLOADS[args.workload]
+    if w["kind"] == "batched":
+        from rl8.envs import Pendulum as env
+    else:
+        env = w["env"]
+    algo = PPO(env, **hparams(args.workload, args.setting))
+    warmup, iters = iterations(w, args.quick)
+    for _ in range(warmup):
+        algo.collect()
+        algo.update()
+    start = time.perf_counter()
+    for _ in range(iters):
+        algo.collect()
+        algo.update()
+    seconds = time.perf_counter() - start
+    algo.close()
+    emit(iters * batch_size(w), seconds, rl8=rl8.__version__, rl8_file=rl8.__file__)
+
+
+if __name__ == "__main__":
+    main()

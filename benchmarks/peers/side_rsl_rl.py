@@ -1,0 +1,73 @@
+"""rsl_rl's side of the peers benchmark: its ``OnPolicyRunner`` + ``PPO`` on ``RslPendulum``.
+
+Runs in rsl_rl's virtualenv with the checkout on ``PYTHONPATH`` (for ``rl8.envs``). The
+runner's config is rsl_rl's own format, with the workload's hyper-parameters (the same rl8
+gets): the fixed learning rate (``schedule="fixed"``: rl8's is constant), advantages
+normalised per minibatch (as rl8), no entropy bonus, clipped value loss (rsl_rl's default),
+rsl_rl's defaults elsewhere (``check_for_nan=True``; Gaussian policy with a learned scalar
+std). ``log_dir=None``: no TensorBoard writer, so no logging cost. Settings: ``fp32`` and
+``bf16`` (``use_mixed_precision=True``: bfloat16 autocast of the update).
+
+    python benchmarks/peers/side_rsl_rl.py pendulum-4096 --setting bf16 --threads 2
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import inspect
+import json
+import time
+
+from workloads import WORKLOADS, batch_size, emit, iterations, parse_side_args
+
+
+def train_cfg(name: str, bf16: bool) -> dict:
+    """rsl_rl's runner config for workload ``name`` (``bf16``: ``use_mixed_precision``)."""
+    w = WORKLOADS[name]
+    model = {"class_name": "MLPModel", "hidden_dims": list(w["hiddens"]), "activation": w["activation"],
+             "obs_normalization": False}
+    return {
+        "num_steps_per_env": w["horizon"],
+        "save_interval": 10**9,
+        "obs_groups": {"actor": ["policy"], "critic": ["policy"]},
+        "algorithm": {
+            "class_name": "PPO", "num_learning_epochs": w["epochs"], "num_mini_batches": w["minibatches"],
+            "clip_param": w["clip"], "gamma": w["gamma"], "lam": w["gae_lambda"],
+            "value_loss_coef": w["vf_coeff"], "entropy_coef": 0.0, "learning_rate": w["lr"],
+            "max_grad_norm": w["max_grad_norm"], "use_clipped_value_loss": True, "schedule": "fixed",
+            "normalize_advantage_per_mini_batch": True, "use_mixed_precision": bf16,
+        },
+        "actor": {**model, "distribution_cfg": {"class_name": "GaussianDistribution", "init_std": 1.0}},
+        "critic": model,
+    }
+
+
+def main() -> None:
+    """Time ``runner.learn`` on one batched workload and print the JSON line of ``emit``."""
+    args = parse_side_args(settings=("fp32", "bf16"))
+    import rl8
+    import torch
+    from rsl_rl.algorithms import PPO
+    from rsl_rl.runners import OnPolicyRunner
+
+    from rsl_rl_env import RslPendulum
+
+    version = importlib.metadata.version("rsl-rl-lib")
+    bf16 = args.setting == "bf16"
+    if bf16 and "use_mixed_precision" not in inspect.signature(PPO.__init__).parameters:
+        print(json.dumps({"unavailable": f"rsl-rl-lib {version} has no use_mixed_precision"}))
+        return
+    w = WORKLOADS[args.workload]
+    torch.manual_seed(0)
+    env = RslPendulum(w["num_envs"], device="cpu", seed=0)
+    runner = OnPolicyRunner(env, train_cfg(args.workload, bf16), log_dir=None, device="cpu")
+    warmup, iters = iterations(w, args.quick)
+    runner.learn(warmup)
+    start = time.perf_counter()
+    runner.learn(iters)
+    seconds = time.perf_counter() - start
+    emit(iters * batch_size(w), seconds, **{"rsl-rl-lib": version, "rl8_file": rl8.__file__})
+
+
+if __name__ == "__main__":
+    main()

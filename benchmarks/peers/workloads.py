@@ -1,0 +1,102 @@
+"""The workloads of the peers benchmark, one definition that every side reads (stdlib only).
+
+Every side of a workload gets the same sizes and hyper-parameters from here; ``run.py`` passes
+the workload's name to each side's script, which looks it up in :data:`WORKLOADS`.
+
+Two kinds:
+
+* ``batched``: rsl_rl's workload. A batched torch Pendulum (``rl8.envs.Pendulum``, simulated
+  in torch for all envs at once), actor and critic 128x128x128 ELU, 5 epochs of 4
+  minibatches, lr 1e-3, gamma 0.99, lambda 0.95, clip 0.2, value loss coefficient 1.0,
+  entropy coefficient 0, gradient norm clipped to 1.0 (rsl_rl's defaults where the issue sets
+  nothing), no observation normalisation, value loss clipping on (rsl_rl's default
+  ``use_clipped_value_loss=True``; rl8 ``vf_clip_param=0.2``).
+* ``gym``: SB3's default network (separate actor and critic, 64x64 tanh, orthogonal init),
+  gymnasium envs in one process (a sync vector env; SB3's ``DummyVecEnv``), Adam lr 3e-4
+  (eps 1e-5), gamma 0.99, lambda 0.95, clip 0.2, no value clipping, value coefficient 0.5,
+  entropy 0, gradient norm 0.5, advantages normalised per minibatch, no observation or
+  reward normalisation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+#: name -> the workload. ``num_envs`` envs x ``horizon`` steps per iteration; ``epochs``
+#: passes over the batch in ``minibatches`` minibatches; ``warmup``/``iters`` (and the
+#: ``quick_`` ones for ``--quick``): untimed and timed iterations in each measurement.
+WORKLOADS: dict[str, dict] = {
+    "pendulum-1024": dict(
+        kind="batched", env="rl8.envs.Pendulum", num_envs=1024, horizon=24, hiddens=(128, 128, 128),
+        activation="elu", epochs=5, minibatches=4, lr=1e-3, gamma=0.99, gae_lambda=0.95,
+        clip=0.2, vf_coeff=1.0, max_grad_norm=1.0, warmup=1, iters=5, quick_warmup=1, quick_iters=2,
+    ),
+    "pendulum-4096": dict(
+        kind="batched", env="rl8.envs.Pendulum", num_envs=4096, horizon=24, hiddens=(128, 128, 128),
+        activation="elu", epochs=5, minibatches=4, lr=1e-3, gamma=0.99, gae_lambda=0.95,
+        clip=0.2, vf_coeff=1.0, max_grad_norm=1.0, warmup=1, iters=2, quick_warmup=1, quick_iters=1,
+    ),
+    "CartPole-v1": dict(
+        kind="gym", env="CartPole-v1", num_envs=8, horizon=128, hiddens=(64, 64), activation="tanh",
+        epochs=4, minibatches=4, lr=3e-4, gamma=0.99, gae_lambda=0.95, clip=0.2, vf_coeff=0.5,
+        max_grad_norm=0.5, warmup=2, iters=6, quick_warmup=1, quick_iters=2,
+    ),
+    "HalfCheetah-v5": dict(
+        kind="gym", env="HalfCheetah-v5", num_envs=8, horizon=256, hiddens=(64, 64), activation="tanh",
+        epochs=10, minibatches=32, lr=3e-4, gamma=0.99, gae_lambda=0.95, clip=0.2, vf_coeff=0.5,
+        max_grad_norm=0.5, warmup=1, iters=2, quick_warmup=1, quick_iters=1,
+    ),
+}
+
+
+def iterations(workload: dict, quick: bool) -> tuple[int, int]:
+    """``(warm-up, timed)`` iterations of a workload's measurement (fewer with ``quick``)."""
+    if quick:
+        return workload["quick_warmup"], workload["quick_iters"]
+    return workload["warmup"], workload["iters"]
+
+
+def batch_size(workload: dict) -> int:
+    """Env steps (transitions) per iteration: ``num_envs * horizon``."""
+    return workload["num_envs"] * workload["horizon"]
+
+
+def minibatch_size(workload: dict) -> int:
+    """Transitions per minibatch: the batch split into ``minibatches`` equal parts."""
+    return batch_size(workload) // workload["minibatches"]
+
+
+# ------------------------------------------------------------------ the sides' common protocol
+# Each side is a script run as ``python SIDE.py WORKLOAD [--quick] [--threads N] [--setting S]``
+# in a fresh process; its last line of output is one JSON object (see :func:`emit`).
+
+
+def parse_side_args(argv: list[str] | None = None, settings: tuple[str, ...] = ("fp32",)) -> argparse.Namespace:
+    """The command line of a side's script: the workload's name, ``--quick``, ``--threads``
+    (torch threads, set before anything is built) and ``--setting`` (one of ``settings``,
+    e.g. ``fp32``/``bf16``)."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("workload", choices=sorted(WORKLOADS))
+    parser.add_argument("--quick", action="store_true", help="fewer iterations")
+    parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
+    parser.add_argument("--setting", choices=settings, default=settings[0])
+    args = parser.parse_args(argv)
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    import torch
+
+    torch.set_num_threads(args.threads)
+    return args
+
+
+def emit(env_steps: int, seconds: float, **extra: object) -> None:
+    """Print the measurement as one JSON line: ``env_steps`` collected and trained on in
+    ``seconds`` of wall time (warm-up left out), env steps per second, the torch threads in
+    use and ``extra`` (versions, settings)."""
+    import torch
+
+    print(json.dumps({
+        "env_steps": env_steps, "seconds": seconds, "steps_per_s": env_steps / seconds,
+        "torch_threads": torch.get_num_threads(), "torch": torch.__version__, **extra,
+    }), flush=True)
