@@ -284,7 +284,8 @@ class MultiCategorical(_CategoricalBase):
         if start is None:
             return actions
         device = actions.device
-        return actions + cached(action_space, ("start", device), lambda: torch.as_tensor(start, device=device))
+        return actions + cached(action_space, ("start", device),
+                                lambda: torch.as_tensor(start, device=device))
 
     def _shape_actions(self, actions: Tensor) -> Tensor:
         return actions.reshape(self.batch_shape + self.action_space.nvec.shape)
