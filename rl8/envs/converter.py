@@ -90,11 +90,8 @@ def _step_output(obs: Any, final: Any, rewards: np.ndarray, terminated: np.ndarr
 
 class GymnasiumConverter:
     """numpy <-> torch for the gymnasium adapters: spaces, observations, step outputs, actions.
-
-    The vector envs run with ``copy=False`` (their arrays are overwritten by the next step), so
-    each observation leaf is copied once, into a fresh array of the rl8 dtype that
-    ``torch.from_numpy`` shares; when :attr:`staged`, into staging buffers (pinned on CUDA)
-    copied to the device without blocking.
+    Each observation leaf is copied once (the vector envs reuse their arrays): into a fresh
+    array of the rl8 dtype, or when :attr:`staged` into staging buffers (pinned on CUDA).
 
     Args:
         observation_space: The gymnasium env's (single) observation space.

@@ -51,13 +51,9 @@ def _check_int(name: str, value: Any, low: int, high: str) -> int:
 
 
 class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
-    """``num_envs`` gymnasium envs stepped by ``num_workers`` worker processes, that PPO
-    collects from as the envs get ready (``GymnasiumEnv(..., vectorization_mode="pool")``).
-
-    Each worker owns a block of consecutive sub-envs and reports each as soon as its step is
-    done; sub-env ``i`` is seeded with ``seed + i`` and auto-reset (``SAME_STEP``). Workers
-    start by ``forkserver`` and get the env by ``cloudpickle``; a script must build the pool
-    under an ``if __name__ == "__main__":`` guard (``docs/collection.md``).
+    """``num_envs`` gymnasium envs stepped by ``num_workers`` worker processes, each owning a
+    block of sub-envs, that PPO collects from as they get ready; a script must build it under an
+    ``if __name__ == "__main__":`` guard (``docs/collection.md``).
 
     Args:
         num_envs: Number of gymnasium envs (the batch size), >= 1.
