@@ -1,20 +1,6 @@
-"""The Atari preset: the preprocessing of CleanRL's ``ppo_atari`` for ``ALE/...`` gymnasium ids.
-
-``PPO("ALE/Pong-v5")`` builds its envs through :func:`make_atari` (the gymnasium adapter calls
-it for every ``ALE/`` id), so each env is::
-
-    gymnasium.make(id, frameskip=1, repeat_action_probability=0.0)
-    -> RecordEpisodeStatistics   # the game's own score and length, before any change
-                                 # (PPO's env_episodes/* stats)
-    -> AtariPreprocessing        # noop reset (up to 30), frame skip 4 with a max over the
-                                 # last 2 frames, 84x84, grayscale
-    -> EpisodicLife              # training: an episode ends at every lost life
-    -> FireReset                 # games with a FIRE action: press it after each reset
-    -> ClipReward                # training: rewards clipped to their sign
-    -> FrameStackObservation(4)  # [4, 84, 84] uint8
-
-See ``docs/pixels.md`` for what each step does and why. Needs ale-py (``pip install ale-py opencv-python-headless``, or ``pip install -e ".[atari]"`` in rl8's checkout).
-"""
+"""The Atari preset: the preprocessing of CleanRL's ``ppo_atari`` for ``ALE/...`` gymnasium ids,
+which the gymnasium adapter builds through :func:`make_atari` (the wrappers and why:
+``docs/pixels.md``). Needs ale-py (``pip install -e ".[atari]"``)."""
 
 from __future__ import annotations
 
@@ -28,7 +14,7 @@ import numpy as np
 
 __all__ = ["AtariPreset", "ClipReward", "EpisodicLife", "FireReset", "is_atari_id", "make_atari"]
 
-#: The key of a gymnasium env's keyword arguments that configures the preset (see make_atari).
+#: The key of a gymnasium env's keyword arguments that configures the preset.
 PRESET_KEY = "atari_preset"
 
 
@@ -42,21 +28,17 @@ class AtariPreset:
     """The options of the Atari preset (``env_kwargs={"env_kwargs": {"atari_preset": {...}}}``).
 
     Args:
-        training: ``True``: the training form (life loss ends an episode, rewards clipped);
-            ``False``: the evaluation form, with neither (whole games, the game's score as
-            reward), whatever ``terminal_on_life_loss`` and ``clip_rewards`` say.
-        noop_max: At most this many no-op actions (a random number) after each reset.
-        frame_skip: Emulator frames per env step (the action repeats; the observation is the
-            pixel-wise max of the last two frames, which removes sprite flicker).
+        training: ``True``: the training form; ``False``: whole games with the game's score
+            (whatever ``terminal_on_life_loss`` and ``clip_rewards`` say).
+        noop_max: At most this many (a random number of) no-op actions after each reset.
+        frame_skip: Emulator frames per env step (observed: the max of the last two frames).
         screen_size: Side of the square observation, in pixels.
         grayscale: Gray (one channel) observations, else RGB.
         terminal_on_life_loss: Training: an episode ends when a life is lost (the game goes on).
         clip_rewards: Training: rewards become their sign (-1, 0, +1).
-        fire_reset: Press FIRE after each reset in games that have it (Breakout); ``None``:
-            when the game's action meanings include FIRE.
+        fire_reset: Press FIRE after each reset; ``None``: in games that have FIRE.
         frame_stack: Frames stacked per observation (``[frame_stack, H, W]``); 1: none.
-        repeat_action_probability: ALE's sticky actions (v5's own default is 0.25; CleanRL's
-            ``ppo_atari`` runs without, 0.0).
+        repeat_action_probability: ALE's sticky actions (CleanRL runs without: 0.0).
     """
 
     training: bool = True
@@ -87,8 +69,12 @@ class AtariPreset:
 
     @classmethod
     def from_value(cls, value: Any) -> AtariPreset | None:
-        """The preset a value of ``atari_preset`` names: ``None`` or ``True``: the defaults;
-        ``False``: no preset; a mapping: those options."""
+        """The preset of an ``atari_preset`` value: ``None``/``True`` the defaults, ``False``
+        none, a mapping those options.
+
+        Args:
+            value: The value given.
+        """
         if value is None or value is True:
             return cls()
         if value is False:
@@ -105,9 +91,8 @@ class AtariPreset:
 
 
 class EpisodicLife(gymnasium.Wrapper):
-    """An episode ends (``terminated``) when a life is lost; the game itself goes on: ``reset``
-    after a lost life takes one no-op step instead of restarting the game (it restarts only
-    when the game is over). Values then do not count on the lives left, as in the DQN paper."""
+    """An episode ends (``terminated``) when a life is lost; the game goes on: ``reset`` then
+    takes one no-op step, restarting only a game that is over (DQN's trick)."""
 
     def __init__(self, env: gymnasium.Env) -> None:
         super().__init__(env)
@@ -154,16 +139,13 @@ class ClipReward(gymnasium.RewardWrapper):
 
 
 def make_atari(env_id: str, **kwargs: Any) -> gymnasium.Env:
-    """One ALE env with the preset's wrappers (see the module docstring).
+    """One ALE env with the preset's wrappers (``ImportError`` without ale-py).
 
     Args:
         env_id: An ALE id such as ``"ALE/Pong-v5"``.
-        **kwargs: Keyword arguments of ``gymnasium.make`` (``render_mode``, ``full_action_space``,
-            ...), and ``atari_preset``: ``True`` or ``None`` (the default preset), ``False`` (no
-            preset: plain ``gymnasium.make``) or a dict of :class:`AtariPreset` options.
-
-    Raises:
-        ImportError: ale-py is not installed (``pip install ale-py opencv-python-headless``, or ``pip install -e ".[atari]"`` in rl8's checkout).
+        **kwargs: Keyword arguments of ``gymnasium.make``, and ``atari_preset``: ``True`` or
+            ``None`` (the default preset), ``False`` (none) or a dict of :class:`AtariPreset`
+            options.
     """
     try:
         import ale_py

@@ -1,13 +1,12 @@
-"""The batched environment contract and the validation of what an env returns.
-
-An :class:`Env` simulates ``num_envs`` copies of one environment at once, on one device. See
-``docs/envs.md`` for a walk-through of writing one.
-"""
+"""The batched environment contract (:class:`Env`, ``docs/envs.md``) and the validation of what
+an env returns."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
+
+import numbers
 
 import numpy as np
 import torch
@@ -22,6 +21,13 @@ __all__ = [
 ]
 
 
+def check_int(owner: str, name: str, value: Any, minimum: int) -> int:
+    """``value`` as an int >= ``minimum``, else a ``ValueError`` naming ``owner`` and ``name``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ValueError(f"{owner}: {name} must be an int >= {minimum}, got {value!r}")
+    return int(value)
+
+
 class EnvOutputError(ValueError):
     """An env returned data that breaks the step contract (missing key, shape, dtype, NaN)."""
 
@@ -29,33 +35,20 @@ class EnvOutputError(ValueError):
 class Env(ABC):
     """A batch of ``num_envs`` environments simulated together on one device.
 
-    Subclasses set the class (or instance) attributes :attr:`observation_space` and
-    :attr:`action_space` to the spaces of ONE environment (the batch dimension is implied)
-    and implement :meth:`reset` and :meth:`step`.
-
-    Two kinds of env exist:
-
-    * **episodic** envs return ``terminated`` and/or ``truncated`` from :meth:`step` and reset
-      the finished sub-envs themselves inside ``step`` (returning the observation before the
-      reset as ``final_obs``);
-    * **infinite-horizon** envs return neither; PPO resets all of them every
-      ``horizons_per_env_reset`` collects.
+    Subclasses set :attr:`observation_space` and :attr:`action_space` to the spaces of ONE
+    environment and implement :meth:`reset` and :meth:`step` (``docs/envs.md``).
 
     Args:
         num_envs: Number of environments simulated in parallel (the batch size), >= 1.
-        horizon: Number of steps PPO collects per env between updates, or ``None`` when the
-            env does not care. Envs may use it, e.g. to size their own state.
+        horizon: Steps PPO collects per env between updates, or ``None``; envs may use it.
         device: Torch device the env's tensors live on.
 
     Attributes:
-        max_num_envs: Class attribute; the largest ``num_envs`` the env supports (``None``:
-            no limit).
-        max_horizon: Class attribute; the largest ``horizon`` the env supports (``None``: no
-            limit).
-        episodic: Class attribute; ``True`` for envs that end episodes themselves (their
-            ``step`` returns ``terminated``/``truncated``), ``False`` for infinite-horizon envs.
-        metadata: Class attribute; ``render_fps`` is the frame rate (frames per second) of
-            videos recorded from :meth:`render`.
+        max_num_envs: Class attribute; the largest ``num_envs`` supported (``None``: no limit).
+        max_horizon: Class attribute; the largest ``horizon`` supported (``None``: no limit).
+        episodic: Class attribute; ``True`` for envs whose ``step`` ends (and auto-resets)
+            episodes, returning ``terminated``/``truncated``; ``False`` for infinite horizons.
+        metadata: Class attribute; ``render_fps`` is the frame rate of videos of :meth:`render`.
     """
 
     observation_space: spaces.Space
@@ -65,14 +58,8 @@ class Env(ABC):
     episodic: ClassVar[bool] = False
     metadata: ClassVar[dict[str, Any]] = {"render_fps": 30}
 
-    def __init__(
-        self,
-        num_envs: int,
-        /,
-        horizon: int | None = None,
-        *,
-        device: torch.device | str = "cpu",
-    ) -> None:
+    def __init__(self, num_envs: int, /, horizon: int | None = None, *,
+                 device: torch.device | str = "cpu") -> None:
         cls = type(self).__name__
         if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
             raise ValueError(f"{cls}: num_envs must be an int >= 1, got {num_envs!r}")
@@ -92,57 +79,39 @@ class Env(ABC):
         self.device = torch.device(device)
 
     @abstractmethod
-    def reset(
-        self, *, config: dict[str, Any] | None = None, seed: int | None = None
-    ) -> torch.Tensor | TensorDictBase:
-        """Reset every sub-env and return the first observations.
+    def reset(self, *, config: dict[str, Any] | None = None,
+              seed: int | None = None) -> torch.Tensor | TensorDictBase:
+        """Reset every sub-env and return the first observations, ``[num_envs, *obs_shape]``
+        (a TensorDict for ``Dict`` spaces).
 
         Args:
-            config: Env parameters to apply from now on (e.g. ``{"gravity": 9.8}``), for domain
-                randomisation. ``None`` keeps the current ones. An unknown key is an error.
-            seed: Seed of the env's random number generator; ``None`` continues the current
-                stream.
-
-        Returns:
-            Observations of shape ``[num_envs, *observation_space.shape]`` (a TensorDict with
-            batch size ``[num_envs]`` for ``Dict`` observation spaces).
+            config: Env parameters to use from now on (``{"gravity": 9.8}``); ``None`` keeps
+                the current ones. An unknown key is an error.
+            seed: Seed of the env's random number generator; ``None`` continues its stream.
         """
 
     @abstractmethod
     def step(self, action: torch.Tensor | TensorDictBase) -> TensorDictBase:
-        """Advance every sub-env by one step.
+        """Advance every sub-env by one step and return the step contract's TensorDict
+        (``docs/envs.md``).
 
         Args:
             action: A batch of actions, see :mod:`rl8.envs.spaces` for shapes and dtypes.
-
-        Returns:
-            A TensorDict with batch size ``[num_envs]``: ``obs`` and ``rewards`` (``[N, 1]``
-            float) always; ``terminated``/``truncated`` (``[N, 1]`` bool) and ``final_obs``
-            for episodic envs. See ``docs/envs.md``.
         """
 
     def step_output(self, entries: dict[str, Any]) -> TensorDict:
-        """Wrap one step's tensors in the TensorDict that :meth:`step` returns.
-
-        For the step of an env written in torch: ``entries`` are already on :attr:`device`
-        with leading dim ``num_envs`` (``obs`` may be a dict for ``Dict`` spaces). It skips
-        the per-entry checks of ``TensorDict(...)`` (about 2 us per step on a CPU, a visible
-        share of a cheap env's step) when tensordict offers the unchecked constructor; PPO
-        checks the first step output of every env against the contract anyway (keys, shapes,
-        dtypes, see :func:`validate_step_output`).
+        """Wrap one step's tensors in the TensorDict that :meth:`step` returns, without the
+        per-entry checks of ``TensorDict(...)`` (PPO validates the first step anyway).
 
         Args:
             entries: ``obs``, ``rewards`` and, for episodic envs, ``terminated``,
-                ``truncated`` and ``final_obs`` (see :meth:`step`).
+                ``truncated`` and ``final_obs``, on :attr:`device` with leading dim ``num_envs``.
         """
         return new_tensordict(entries, torch.Size([self.num_envs]), self.device)
 
     def make_generator(self) -> torch.Generator:
-        """A random generator on the env's device, seeded from torch's global RNG.
-
-        Envs draw their randomness from their own generator (reseeded by ``reset(seed=...)``);
-        seeding it from the global RNG makes ``torch.manual_seed`` reproduce a run.
-        """
+        """A random generator on the env's device, seeded from torch's global RNG (so
+        ``torch.manual_seed`` reproduces a run)."""
         generator = torch.Generator(device=self.device)
         generator.manual_seed(int(torch.randint(0, 2**62, (1,)).item()))
         return generator
@@ -155,34 +124,18 @@ class Env(ABC):
         """Release resources (subprocesses, windows). The default does nothing."""
 
     def pop_episode_records(self) -> EpisodeRecords | None:
-        """The episodes that ended since the last call, as the env records them itself, and
-        forget them.
+        """The episodes that ended since the last call as the env records them itself (PPO's
+        ``env_episodes/*``), forgotten; ``None`` (the default): the env keeps no records.
 
-        An env whose own account of episodes differs from the rewards and episode ends it
-        returns (the Atari preset: whole games and their unclipped score, while PPO gets
-        clipped rewards and an episode end at each lost life) returns it here: PPO logs it as
-        ``env_episodes/{return_mean,length_mean,count}`` next to its own ``episodes/*``.
-        :class:`rl8.envs.GymnasiumEnv` reports the records of a gymnasium
-        ``RecordEpisodeStatistics`` wrapper in each sub-env's chain. PPO calls it once at the
-        end of each collect (from the thread that steps the env); :meth:`reset` should forget
-        the records not yet taken.
-
-        Returns:
-            ``None`` (the default): the env keeps no records of its own, and PPO logs no
-            ``env_episodes/*``. An env that keeps records returns them at every call, as
-            :class:`~rl8.envs.episodes.EpisodeRecords` with zero counts when no episode ended, so
-            that every rank of a data-parallel job logs the same stats.
+        An env that keeps records returns them at every call (zero counts when no episode
+        ended), so that every rank of a data-parallel job logs the same stats (``docs/envs.md``).
         """
         return None
 
     def state_dict(self) -> dict[str, Any] | None:
-        """The env's simulation state, for checkpoints (``None``: the env cannot save it).
-
-        The default saves every tensor attribute, the state of every ``torch.Generator``
-        attribute and plain scalar/str/dict attributes, which covers envs written in pure
-        torch. An env whose state lives elsewhere (subprocesses, a simulator) returns
-        ``None``; PPO then resets it when training resumes from a checkpoint.
-        """
+        """The env's simulation state, for checkpoints; ``None``: the env cannot save it, and
+        PPO resets it on resume. The default saves the tensor, ``torch.Generator``, plain
+        scalar/str and dict-of-plain attributes: enough for envs written in pure torch."""
         state: dict[str, Any] = {}
         for key, value in vars(self).items():
             if key in ("num_envs", "horizon", "device"):
@@ -198,18 +151,12 @@ class Env(ABC):
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore what :meth:`state_dict` returned.
-
-        Only the entries this env's own :meth:`state_dict` produces are accepted, each of the
-        same sort (a tensor of the same dtype, a generator state, a plain value): a stored
-        state cannot set other attributes.
+        """Restore what :meth:`state_dict` returned; only its own entries, each of the same
+        sort, are accepted (a ``ValueError`` names any other), so a stored state cannot set
+        other attributes.
 
         Args:
             state: The env state read from a checkpoint.
-
-        Raises:
-            ValueError: The env cannot restore a state (its ``state_dict()`` is ``None``), or an
-                entry is not one this env saves, or of another sort; the message names the key.
         """
         own = self.state_dict()
         if own is None:
@@ -245,14 +192,12 @@ class Env(ABC):
                 setattr(self, key, value)
 
     def apply_config(self, config: dict[str, Any] | None, allowed: dict[str, Any]) -> dict[str, Any]:
-        """Merge ``config`` into ``allowed`` (the current parameters), rejecting unknown keys.
+        """A new dict: ``allowed`` (the current parameters) updated with ``config``; a key of
+        ``config`` not in ``allowed`` raises ``KeyError``.
 
         Args:
             config: User-given parameters, or ``None``.
             allowed: The env's current parameters; its keys are the only allowed keys.
-
-        Returns:
-            A new dict with the merged parameters.
         """
         merged = dict(allowed)
         for key, value in (config or {}).items():
@@ -265,22 +210,16 @@ class Env(ABC):
         return merged
 
     def __repr__(self) -> str:
-        return (
-            f"{type(self).__name__}(num_envs={self.num_envs}, horizon={self.horizon}, "
-            f"device={self.device})"
-        )
+        return (f"{type(self).__name__}(num_envs={self.num_envs}, horizon={self.horizon}, "
+                f"device={self.device})")
 
 
 class ReadyEnvs(ABC):
     """The asynchronous interface of a batched env whose sub-envs step at their own pace.
 
-    An :class:`Env` that also derives from this class (for example the worker pool of
-    :class:`rl8.envs.PoolEnv`) lets the rollout loop act on whichever sub-envs are ready:
-    :meth:`send` hands actions to some sub-envs, which then step while :meth:`recv` returns
-    the step outputs of the sub-envs that finished, as they finish.
-    :meth:`PPO.collect <rl8.PPO.collect>` then runs :func:`rl8.ppo.rollout.rollout_ready_envs`
-    instead of :func:`rl8.ppo.rollout.rollout`. The ordinary :meth:`Env.step` of all sub-envs
-    keeps working (send all, receive all, in env order) while no sub-env is stepping.
+    :meth:`send` starts some sub-envs' steps and :meth:`recv` returns the outputs of those
+    that finished; an :class:`Env` that also derives from it (:class:`rl8.envs.PoolEnv`) is
+    collected by :func:`rl8.ppo.rollout.rollout_ready_envs` (``docs/collection.md``).
 
     Attributes:
         min_batch_size: The fewest sub-envs :meth:`recv` returns in the rollout loop (it takes
@@ -309,23 +248,14 @@ class ReadyEnvs(ABC):
     def recv(
         self, min_batch_size: int, max_batch_size: int, max_wait_s: float | None
     ) -> tuple[torch.Tensor, TensorDictBase]:
-        """The step outputs of sub-envs whose step (started by :meth:`send`) is done.
-
-        Waits until ``min_batch_size`` sub-envs are done (or all those stepping, when fewer
-        are), or at most ``max_wait_s`` seconds, after which it takes the done ones if there
-        are any (else it waits for the first).
+        """``(env_ids, out)``: ``[K]`` int64 indices, increasing, of sub-envs whose step is
+        done, and their step output (batch size ``[K]``).
 
         Args:
-            min_batch_size: Sub-envs to wait for, >= 1.
-            max_batch_size: The most sub-envs to return, >= ``min_batch_size``; the others
-                stay ready for the next call.
-            max_wait_s: The longest wait in seconds for ``min_batch_size`` sub-envs; ``None``:
-                no limit.
-
-        Returns:
-            ``(env_ids, out)``: ``[K]`` int64 sub-env indices in increasing order and their
-            step output, a TensorDict with batch size ``[K]`` as :meth:`Env.step` returns it
-            (row ``k`` for sub-env ``env_ids[k]``).
+            min_batch_size: Sub-envs to wait for (or all those stepping, when fewer), >= 1.
+            max_batch_size: The most sub-envs to return; the others stay ready for later.
+            max_wait_s: The longest wait in seconds for ``min_batch_size`` sub-envs, after
+                which the done ones are taken (else the first to finish); ``None``: no limit.
         """
 
 
@@ -342,10 +272,8 @@ def _sort_of(value: Any) -> str:
 
 
 def _check_value(name: str, value: Any, space: spaces.Space, num_envs: int, where: str) -> None:
-    """Check one observation-like value against ``space`` batched ``num_envs`` times.
-
-    ``where`` starts every message (``"CartPole.step"``, ``"CartPole.reset"``).
-    """
+    """Check one observation-like value against ``space`` batched ``num_envs`` times; ``where``
+    starts every message (``"CartPole.step"``)."""
     if isinstance(space, spaces.Dict):
         if not isinstance(value, TensorDictBase):
             raise EnvOutputError(
@@ -366,8 +294,7 @@ def _check_value(name: str, value: Any, space: spaces.Space, num_envs: int, wher
     if tuple(value.shape) != expected:
         raise EnvOutputError(f"{where}: {name!r} has shape {tuple(value.shape)}, expected {expected}")
     want = space_dtype(space)
-    # float values must have the buffer's dtype exactly (a float64 obs in a float32 space would
-    # be cast silently); integer spaces accept any integer dtype
+    # floats must have the buffer's dtype exactly (else a silent cast); integers any int dtype
     if want.is_floating_point != value.dtype.is_floating_point or (
         want.is_floating_point and value.dtype != want
     ):
@@ -377,9 +304,8 @@ def _check_value(name: str, value: Any, space: spaces.Space, num_envs: int, wher
 def new_tensordict(
     tensors: dict[str, Any], batch_size: torch.Size, device: torch.device | None
 ) -> TensorDict:
-    """A TensorDict of tensors already on ``device`` with the right batch size, built
-    without the public constructor's per-entry checks when tensordict offers the unchecked
-    constructor (tensordict 0.15: ``TensorDict._new_unsafe``), else with the public one."""
+    """A TensorDict of tensors already on ``device``, built without the per-entry checks when
+    tensordict offers the unchecked constructor (0.15: ``TensorDict._new_unsafe``)."""
     if _new_unsafe is not None:
         return _new_unsafe(tensors, batch_size=batch_size, device=device)
     return TensorDict(tensors, batch_size=batch_size, device=device)
@@ -389,12 +315,8 @@ _new_unsafe = getattr(TensorDict, "_new_unsafe", None)
 
 
 def validate_step_output(out: Any, env: Env, *, batch_size: int | None = None) -> None:
-    """Check one ``step`` output against the contract; raise :class:`EnvOutputError` if broken.
-
-    Checks the type, the batch size, the presence of ``obs`` and ``rewards``, the shape and
-    dtype of every key (``rewards`` float32, float observations the space's dtype), that an
-    episodic env returns both ``terminated`` and ``truncated``, and that ``final_obs`` comes
-    with them.
+    """Check one ``step`` output against the contract of ``docs/envs.md`` (keys, batch size,
+    shapes, dtypes, presence rules); raise :class:`EnvOutputError` if broken.
 
     Args:
         out: What ``env.step`` returned (or :meth:`ReadyEnvs.recv`, for some of the envs).
@@ -437,8 +359,7 @@ def _check_step_container(out: Any, name: str, n: int) -> None:
 
 
 def _check_step_column(value: torch.Tensor, key: str, dtype: torch.dtype, name: str, n: int) -> None:
-    """Check that the step output ``key`` (``rewards``, ``terminated``, ``truncated``) is
-    ``[n, 1]`` of ``dtype``."""
+    """Check that the column ``key`` of the step output is ``[n, 1]`` of ``dtype``."""
     if tuple(value.shape) != (n, 1):
         raise EnvOutputError(f"{name}.step: {key!r} has shape {tuple(value.shape)}, expected ({n}, 1)")
     if value.dtype != dtype:
@@ -484,10 +405,8 @@ def _check_step_episodic(keys: set, env: Env, name: str, n: int) -> None:
 
 
 def validate_reset_output(obs: Any, env: Env) -> None:
-    """Check what ``env.reset`` returned; raise :class:`EnvOutputError` if it breaks the contract.
-
-    The observations must be a tensor of shape ``[num_envs, *observation_space.shape]`` with
-    the space's dtype (a TensorDict with batch size ``[num_envs]`` for ``Dict`` spaces).
+    """Check that ``env.reset`` returned ``[num_envs, *obs_shape]`` of the space's dtype (a
+    TensorDict for ``Dict`` spaces); raise :class:`EnvOutputError` if not.
 
     Args:
         obs: What ``env.reset`` returned.
@@ -503,15 +422,12 @@ def validate_reset_output(obs: Any, env: Env) -> None:
 
 
 def find_nonfinite(value: torch.Tensor | TensorDictBase, batch_dims: int = 1) -> torch.Tensor | None:
-    """Indices over the first ``batch_dims`` dims where ``value`` holds NaN or inf.
+    """``[K, batch_dims]`` int64 indices over the leading dims where ``value`` holds NaN or
+    inf, or ``None`` when everything is finite.
 
     Args:
         value: A tensor or TensorDict whose leading ``batch_dims`` dims are batch dims.
         batch_dims: How many leading dims index envs (and time steps).
-
-    Returns:
-        ``None`` when everything is finite, else an int64 tensor of shape ``[K, batch_dims]``
-        with the offending indices.
     """
     tensors = value.values(True, True) if isinstance(value, TensorDictBase) else [value]
     bad = None

@@ -20,17 +20,12 @@ _THETA_THRESHOLD = 12 * 2 * math.pi / 360  # rad, 12 degrees
 
 
 class CartPole(PhysicsEnv):
-    """Balance a pole on a cart by pushing the cart left or right (gymnasium's CartPole-v1).
+    """Balance a pole on a cart by pushing the cart left or right: gymnasium's CartPole-v1
+    (dynamics, spaces, reward, termination and truncation; ``docs/envs.md``).
 
-    The dynamics (explicit Euler), the constants, the spaces, the reward (1.0 per step), the
-    termination (``|x| > 2.4`` m or ``|theta| > 12`` degrees) and the 500-step truncation are
-    those of ``gymnasium.make("CartPole-v1")``, tabulated in ``docs/envs.md``; finished sub-envs
-    are reset inside :meth:`step`.
-
-    Parameters set with ``reset(config={...})`` (scalars, the same for all sub-envs):
-    ``gravity`` (m/s^2, 9.8), ``masscart`` (kg, 1.0), ``masspole`` (kg, 0.1), ``length``
-    (half the pole's length, m, 0.5), ``force_mag`` (N, 10.0), ``tau`` (s per step, 0.02),
-    ``max_episode_steps`` (steps, 500).
+    ``reset(config={...})`` sets ``gravity`` (m/s^2, 9.8), ``masscart`` (kg, 1.0), ``masspole``
+    (kg, 0.1), ``length`` (half the pole's length, m, 0.5), ``force_mag`` (N, 10.0), ``tau``
+    (s per step, 0.02) and ``max_episode_steps`` (500), the same for all sub-envs.
 
     Args:
         num_envs: Number of carts simulated in parallel.
@@ -38,9 +33,8 @@ class CartPole(PhysicsEnv):
         device: Torch device of the simulation.
 
     Attributes:
-        state: ``[num_envs, 4]`` float32 tensor ``(x, x_dot, theta, theta_dot)``. Writing a new
-            tensor to it sets the state of every sub-env (used by tests).
-        steps: ``[num_envs, 1]`` int64 tensor, steps taken in each sub-env's current episode.
+        state: ``[num_envs, 4]`` float32 ``(x, x_dot, theta, theta_dot)``; assign to set it.
+        steps: ``[num_envs, 1]`` int64, steps taken in each sub-env's current episode.
     """
 
     episodic: ClassVar[bool] = True
@@ -49,13 +43,8 @@ class CartPole(PhysicsEnv):
     action_space = spaces.Discrete(2)
 
     default_params: ClassVar[dict[str, float | int]] = {
-        "gravity": 9.8,
-        "masscart": 1.0,
-        "masspole": 0.1,
-        "length": 0.5,
-        "force_mag": 10.0,
-        "tau": 0.02,
-        "max_episode_steps": 500,
+        "gravity": 9.8, "masscart": 1.0, "masspole": 0.1, "length": 0.5, "force_mag": 10.0,
+        "tau": 0.02, "max_episode_steps": 500,
     }
 
     def _use_params(self, p: dict[str, Any]) -> None:
@@ -81,10 +70,6 @@ class CartPole(PhysicsEnv):
 
         Args:
             action: ``[num_envs]`` int64 tensor of 0 (push left) or 1 (push right).
-
-        Returns:
-            TensorDict with ``obs``, ``rewards``, ``terminated``, ``truncated`` and ``final_obs``
-            as described in ``docs/envs.md``.
         """
         p = self.params
         n = self.num_envs
@@ -118,10 +103,11 @@ class CartPole(PhysicsEnv):
         })
 
     def render(self, index: int = 0) -> np.ndarray:
-        """Draw sub-env ``index`` as a ``uint8`` RGB frame of shape ``[400, 600, 3]``.
+        """Draw sub-env ``index`` as a ``uint8`` RGB frame ``[400, 600, 3]`` spanning
+        ``[-2.4, 2.4]`` m, in gymnasium's colours.
 
-        The view spans ``[-2.4, 2.4]`` m horizontally: a black cart on a track line and the
-        pole as a thick brown line (gymnasium's colours).
+        Args:
+            index: Which sub-env to draw.
         """
         x, _, theta, _ = (float(v) for v in self.state[index].cpu())
         height, width = 400, 600

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numbers
 from typing import Any, ClassVar
 
 import numpy as np
@@ -10,32 +9,19 @@ import torch
 from gymnasium import spaces
 from tensordict import TensorDict
 
-from rl8.envs.base import Env
+from rl8.envs.base import Env, check_int
 
 __all__ = ["Catch"]
 
 
-def _check_int(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ValueError(f"Catch: {name} must be an int >= {minimum}, got {value!r}")
-    return int(value)
-
-
 class Catch(Env):
-    """Catch a falling ball with a paddle, observed as one-channel ``uint8`` images.
+    """Catch a falling ball with a paddle, observed as one-channel ``uint8`` images (bsuite's
+    "catch" task drawn as pixels, to test pixel policies; ``docs/envs.md``).
 
-    A grid of ``rows x cols`` cells: a ball starts in a random column of the top row and falls
-    one row per step; a paddle one cell wide moves along the bottom row (actions 0: left,
-    1: stay, 2: right; it stops at the walls). When the ball reaches the bottom row, after
-    ``rows - 1`` steps, the episode ends (``terminated``) with a reward of +1 if the paddle is
-    under the ball and -1 otherwise (0 on the other steps), and the sub-env starts a new one.
-    The paddle starts in the middle column.
-
-    The observation is the grid drawn as an image ``[1, rows * scale, cols * scale]`` (channels
-    first), each cell ``scale x scale`` pixels: 255 for the ball and the paddle, 0 elsewhere.
-    The optimal return is +1; a random policy gets about ``-1 + 2 / cols`` or a little more.
-    One frame shows the whole state, so no frame stacking is needed. This is the "catch" task
-    of DeepMind's bsuite, drawn as pixels; it exists to test and benchmark pixel policies.
+    A ball falls one row per step from a random column of the top row; the paddle moves along
+    the bottom row (0: left, 1: stay, 2: right). When the ball lands, after ``rows - 1`` steps,
+    the episode ends with +1 if caught, else -1. Observations are ``[1, rows * scale,
+    cols * scale]``: 255 for the ball and the paddle, 0 elsewhere.
 
     Args:
         num_envs: Number of games played in parallel.
@@ -53,9 +39,9 @@ class Catch(Env):
     def __init__(self, num_envs: int, /, horizon: int | None = None, *, device: torch.device | str = "cpu",
                  rows: int = 8, cols: int = 8, scale: int = 2) -> None:
         super().__init__(num_envs, horizon, device=device)
-        self.rows = _check_int("rows", rows, 2)
-        self.cols = _check_int("cols", cols, 2)
-        self.scale = _check_int("scale", scale, 1)
+        self.rows = check_int("Catch", "rows", rows, 2)
+        self.cols = check_int("Catch", "cols", cols, 2)
+        self.scale = check_int("Catch", "scale", scale, 1)
         self.observation_space = spaces.Box(0, 255, (1, self.rows * self.scale, self.cols * self.scale), np.uint8)
         self._generator = self.make_generator()
         self._envs = torch.arange(num_envs, device=self.device)
@@ -79,12 +65,8 @@ class Catch(Env):
         """Start a new game in every sub-env and return the first images.
 
         Args:
-            config: Must be empty or ``None``: Catch has no parameters to change (its sizes
-                change the spaces, so they are constructor arguments).
+            config: Empty or ``None``: Catch has no parameters to change.
             seed: Seed of the env's random number generator; ``None`` continues its stream.
-
-        Returns:
-            ``[num_envs, 1, rows * scale, cols * scale]`` uint8 images.
         """
         self.apply_config(config, {})
         if seed is not None:
@@ -99,11 +81,6 @@ class Catch(Env):
 
         Args:
             action: ``[num_envs]`` int64 tensor of 0 (left), 1 (stay) or 2 (right).
-
-        Returns:
-            TensorDict with ``obs`` (uint8 images), ``rewards``, ``terminated``, ``truncated``
-            (always false) and ``final_obs`` (the image when the ball landed, for the games
-            that just ended).
         """
         paddle = (self.paddle + action.reshape(self.num_envs) - 1).clamp_(0, self.cols - 1)
         ball_row = self.ball_row + 1
@@ -124,8 +101,12 @@ class Catch(Env):
         })
 
     def render(self, index: int = 0) -> np.ndarray:
-        """Sub-env ``index``'s own observation as an RGB frame (``uint8`` ``[H, W, 3]``), each
-        pixel drawn as an 8x8 block: what the policy sees, enlarged for a video."""
+        """Sub-env ``index``'s observation as an RGB frame (``uint8`` ``[H, W, 3]``), each pixel
+        an 8x8 block.
+
+        Args:
+            index: Which sub-env to draw.
+        """
         frame = self._frames(self.ball_row, self.ball_col, self.paddle)[index, 0].cpu().numpy()
         frame = np.kron(frame, np.ones((8, 8), dtype=np.uint8))
         return np.repeat(frame[:, :, None], 3, axis=2)

@@ -18,7 +18,6 @@ from rl8.envs.spaces import check_space, space_dtype, zeros_like_space
 
 __all__ = ["GymnasiumConverter"]
 
-
 _ACTION_MASK = "action_mask"
 # A tree mirrors a (possibly nested) Dict space: a dict of trees for Dict, a leaf otherwise.
 _Tree = Any
@@ -36,12 +35,8 @@ def _map(tree: _Tree, fn: Callable[..., Any], *data: Any) -> Any:
 
 
 def _convert_obs_space(space: spaces.Space, *, top: bool = True) -> tuple[spaces.Space, _Tree]:
-    """The space of the tensors rl8 gets, and the tree of their torch dtypes.
-
-    Float Boxes become float32 (the policy works in float32; halves a float64 buffer), a
-    top-level ``action_mask`` entry of a Dict becomes a bool Box; everything else keeps its
-    space and takes the dtype of :func:`rl8.envs.spaces.space_dtype`.
-    """
+    """The space of the tensors rl8 gets, and the tree of their torch dtypes: float Boxes
+    become float32 (as the policy computes), a top-level ``action_mask`` a bool Box."""
     if isinstance(space, spaces.Dict):
         converted, tree = {}, {}
         for key, sub in space.spaces.items():
@@ -56,16 +51,12 @@ def _convert_obs_space(space: spaces.Space, *, top: bool = True) -> tuple[spaces
             else:
                 converted[key], tree[key] = _convert_obs_space(sub, top=False)
         return spaces.Dict(converted), tree
-    if (
-        isinstance(space, spaces.Box)
-        and np.issubdtype(space.dtype, np.floating)
-        and space.dtype != np.float32
-    ):
+    is_float = isinstance(space, spaces.Box) and np.issubdtype(space.dtype, np.floating)
+    if is_float and space.dtype != np.float32:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "precision lowered by casting" is what we want
-            space = spaces.Box(
-                space.low.astype(np.float32), space.high.astype(np.float32), space.shape, np.float32
-            )
+            low, high = space.low.astype(np.float32), space.high.astype(np.float32)
+            space = spaces.Box(low, high, space.shape, np.float32)
     return space, space_dtype(space)
 
 
@@ -85,17 +76,22 @@ def _write_row(tree: _Tree, dst: Any, index: int, value: Any) -> None:
         dst[index] = value
 
 
-class GymnasiumConverter:
-    """numpy <-> torch for a :class:`~rl8.envs.gymnasium.GymnasiumEnv`: its spaces, observations, step outputs and
-    actions.
+def _step_output(obs: Any, final: Any, rewards: np.ndarray, terminated: np.ndarray,
+                 truncated: np.ndarray, batch_size: torch.Size, device: Any) -> TensorDict:
+    n = len(rewards)
+    return new_tensordict({
+        "obs": obs,
+        "rewards": torch.from_numpy(rewards.astype(np.float32).reshape(n, 1)),
+        "terminated": torch.from_numpy(terminated.reshape(n, 1)),
+        "truncated": torch.from_numpy(truncated.reshape(n, 1)),
+        "final_obs": final,
+    }, batch_size, device)
 
-    Gymnasium's vector envs run with ``copy=False``, so the observation arrays they return are
-    their own buffers, overwritten by the next step. Each observation leaf is copied exactly
-    once, into a fresh array of the rl8 dtype (the copy also converts the dtype), and
-    ``torch.from_numpy`` shares that memory. Rewards are converted to float32 (a copy anyway);
-    the terminated/truncated arrays are fresh per step and shared as they are. When
-    :attr:`staged`, the same copies go into staging buffers (pinned on CUDA), allocated once,
-    then to the device without blocking.
+
+class GymnasiumConverter:
+    """numpy <-> torch for the gymnasium adapters: spaces, observations, step outputs, actions.
+    Each observation leaf is copied once (the vector envs reuse their arrays): into a fresh
+    array of the rl8 dtype, or when :attr:`staged` into staging buffers (pinned on CUDA).
 
     Args:
         observation_space: The gymnasium env's (single) observation space.
@@ -110,10 +106,8 @@ class GymnasiumConverter:
         staged: Whether outputs go through staging buffers (``True`` for non-CPU devices).
     """
 
-    def __init__(
-        self, observation_space: spaces.Space, action_space: spaces.Space, num_envs: int,
-        device: torch.device, label: str,
-    ) -> None:
+    def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, num_envs: int,
+                 device: torch.device, label: str) -> None:
         check_space(observation_space, field=f"{label} observation_space")
         check_space(action_space, field=f"{label} action_space")
         self.observation_space, obs_tree = _convert_obs_space(observation_space)
@@ -134,64 +128,65 @@ class GymnasiumConverter:
         self._staged_copy: torch.cuda.Event | None = None
 
     def from_reset(self, obs: Any) -> torch.Tensor | TensorDictBase:
-        """The observations of a vector env's reset, as tensors on the device."""
+        """The observations of a vector env's reset, as tensors on the device.
+
+        Args:
+            obs: The numpy observations (a dict of them for Dict spaces).
+        """
         if not self.staged:
             return self._obs_to_torch(self._fresh_obs(obs))
         stage, views = self._stage()
         self._fill_obs(views["obs"], obs)
         return self._to_device(stage["obs"])
 
-    def from_step(
-        self, obs: Any, rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
-        infos: dict[str, Any],
-    ) -> TensorDictBase:
-        """A vector env's step as the step contract's TensorDict; ``final_obs`` is ``obs``
-        with the rows of the envs that ended an episode replaced by their last observation."""
+    def from_step(self, obs: Any, rewards: np.ndarray, terminated: np.ndarray,
+                  truncated: np.ndarray, infos: dict[str, Any]) -> TensorDictBase:
+        """A vector env's step as the step contract's TensorDict.
+
+        Args:
+            obs: The numpy observations after the step (and auto-reset).
+            rewards: ``[num_envs]`` rewards.
+            terminated: ``[num_envs]`` bool.
+            truncated: ``[num_envs]`` bool.
+            infos: The step's infos; ``final_obs`` takes their last observations of the envs
+                that ended an episode (else ``obs``).
+        """
         if self.staged:
             return self._output_staged(obs, rewards, terminated, truncated, infos)
-        n = self.num_envs
         obs = self._fresh_obs(obs)
         final = _map(self._np_tree, lambda dtype, array: array.copy(), obs)
         self._write_final(final, infos)
-        return new_tensordict(
-            {
-                "obs": self._obs_to_torch(obs),
-                "rewards": torch.from_numpy(rewards.astype(np.float32).reshape(n, 1)),
-                "terminated": torch.from_numpy(terminated.reshape(n, 1)),
-                "truncated": torch.from_numpy(truncated.reshape(n, 1)),
-                "final_obs": self._obs_to_torch(final),
-            },
-            self._batch_size,
-            self.device,
-        )
+        return _step_output(self._obs_to_torch(obs), self._obs_to_torch(final), rewards, terminated,
+                            truncated, self._batch_size, self.device)
 
-    def from_rows(
-        self, obs: Any, final_obs: Any, rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
-    ) -> TensorDictBase:
-        """The step output of ``K = len(rewards)`` sub-envs (any ``K``, not only ``num_envs``)
-        from arrays of their own (fresh copies, as the worker pool gathers them): ``obs`` and
-        ``final_obs`` (the observation before the auto-reset where an episode ended, else
-        ``obs``), numpy arrays (dicts of them for Dict spaces) with ``K`` rows."""
-        n = len(rewards)
-        batch_size = torch.Size([n])
+    def from_rows(self, obs: Any, final_obs: Any, rewards: np.ndarray, terminated: np.ndarray,
+                  truncated: np.ndarray) -> TensorDictBase:
+        """The step output of ``K = len(rewards)`` sub-envs from fresh numpy arrays of their
+        own (as the worker pool gathers them), ``K`` rows each.
+
+        Args:
+            obs: Their observations (dicts of arrays for Dict spaces).
+            final_obs: Their observations before an auto-reset (else ``obs``).
+            rewards: ``[K]`` rewards.
+            terminated: ``[K]`` bool.
+            truncated: ``[K]`` bool.
+        """
+        batch_size = torch.Size([len(rewards)])
+
         def convert(value: Any) -> Any:
             return self._obs_to_torch(_map(self._np_tree, lambda dtype, a: a.astype(dtype, copy=False), value),
                                       batch_size)
-        out = new_tensordict(
-            {
-                "obs": convert(obs),
-                "rewards": torch.from_numpy(rewards.astype(np.float32).reshape(n, 1)),
-                "terminated": torch.from_numpy(terminated.reshape(n, 1)),
-                "truncated": torch.from_numpy(truncated.reshape(n, 1)),
-                "final_obs": convert(final_obs),
-            },
-            batch_size,
-            None,
-        )
+
+        out = _step_output(convert(obs), convert(final_obs), rewards, terminated, truncated,
+                           batch_size, None)
         return out.to(self.device, non_blocking=self.staged)
 
     def to_actions(self, action: torch.Tensor | TensorDictBase) -> Any:
-        """Env actions as the numpy arrays (a dict of them for Dict spaces) gymnasium wants."""
+        """Env actions as the numpy arrays (a dict of them for Dict spaces) gymnasium wants.
+
+        Args:
+            action: A batch of env actions (a TensorDict for Dict spaces).
+        """
         def leaf(dtype: torch.dtype, value: torch.Tensor) -> np.ndarray:
             if value.requires_grad:
                 value = value.detach()
@@ -222,10 +217,8 @@ class GymnasiumConverter:
         return tensors
 
     def _stage(self) -> tuple[TensorDict, dict[str, Any]]:
-        """Staging buffers for one step output (pinned on CUDA), allocated on first use.
-
-        Returns the TensorDict and numpy views of its leaves (``obs``/``final_obs`` as trees).
-        """
+        """Staging buffers of one step output (pinned on CUDA), allocated on first use, and
+        numpy views of their leaves."""
         if self._staging is None:
             n = self.num_envs
             stage = TensorDict(
@@ -262,10 +255,8 @@ class GymnasiumConverter:
     def _fill_obs(self, dst: Any, obs: Any) -> None:
         _map(self._np_tree, lambda dtype, d, a: np.copyto(d, a, casting="unsafe"), dst, obs)
 
-    def _output_staged(
-        self, obs: Any, rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
-        infos: dict[str, Any],
-    ) -> TensorDictBase:
+    def _output_staged(self, obs: Any, rewards: np.ndarray, terminated: np.ndarray,
+                       truncated: np.ndarray, infos: dict[str, Any]) -> TensorDictBase:
         stage, views = self._stage()
         self._fill_obs(views["obs"], obs)
         self._fill_obs(views["final_obs"], views["obs"])

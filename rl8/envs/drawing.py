@@ -1,9 +1,5 @@
-"""Tiny numpy drawing helpers for the built-in envs' ``render`` (no pygame, no display).
-
-Coordinates are in pixels with the origin at the top-left corner of the image, ``x`` to the
-right and ``y`` down. Every helper draws in place on an ``uint8`` array of shape
-``[height, width, 3]`` and clips to the image, so shapes may lie partly outside it.
-"""
+"""Tiny numpy drawing helpers for the built-in envs' ``render``: in place on an ``uint8``
+``[height, width, 3]`` image, in pixels from the top-left corner (``y`` down), clipped."""
 
 from __future__ import annotations
 

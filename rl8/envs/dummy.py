@@ -1,10 +1,5 @@
-"""Two trivial 1-D infinite-horizon envs for tests and throughput benchmarks.
-
-A point ``x`` on a segment ``[-bounds, bounds]`` is moved by ``step_size`` times the action and
-clamped to the segment; the reward is ``-|x|`` after the move, so the best policy walks to the
-origin and stays there. Only PPO resets the envs. A step is a handful of tensor ops, which makes
-these envs the baseline of the throughput benchmarks.
-"""
+"""Two trivial 1-D infinite-horizon envs for tests and throughput benchmarks: a point ``x`` on
+``[-bounds, bounds]`` moves by ``step_size`` times the action, for a reward ``-|x|``."""
 
 from __future__ import annotations
 
@@ -22,14 +17,10 @@ __all__ = ["DiscreteDummyEnv", "ContinuousDummyEnv"]
 
 
 class _DummyEnv(Env):
-    """Shared state, reset and config of the dummy envs.
-
-    Parameters set with ``reset(config={...})``: ``bounds`` (half the length of the segment,
-    1.0) and ``step_size`` (distance moved by a full action, 0.1).
+    """Shared state, reset and config (``bounds``, 1.0, and ``step_size``, 0.1) of the dummy envs.
 
     Attributes:
-        x: ``[num_envs, 1]`` float32 tensor, the positions. Replaced (never modified in place)
-            by every step, so observations handed out stay valid.
+        x: ``[num_envs, 1]`` float32 positions, replaced (never modified in place) by each step.
     """
 
     episodic: ClassVar[bool] = False
@@ -52,8 +43,7 @@ class _DummyEnv(Env):
         """Draw every ``x`` uniformly in ``[-bounds, bounds]`` and return it, ``[num_envs, 1]``.
 
         Args:
-            config: ``bounds`` and/or ``step_size`` to use from now on (positive numbers);
-                ``None`` keeps the current ones. An unknown key raises ``KeyError``.
+            config: ``bounds`` and/or ``step_size`` (positive numbers); ``None`` keeps them.
             seed: Seed of the env's random number generator; ``None`` continues its stream.
         """
         if config:
@@ -75,10 +65,7 @@ class _DummyEnv(Env):
 
 
 class DiscreteDummyEnv(_DummyEnv):
-    """Walk left, stay or walk right on a segment; reward ``-|x|``. Infinite horizon.
-
-    The action ``Discrete(3)`` moves ``x`` by ``step_size * (a - 1)`` (0 left, 1 stay, 2
-    right); see the module docstring and ``docs/envs.md`` for the rest.
+    """Walk left, stay or walk right (``Discrete(3)``) on a segment; reward ``-|x|``.
 
     Args:
         num_envs: Number of points simulated in parallel.
@@ -93,9 +80,6 @@ class DiscreteDummyEnv(_DummyEnv):
 
         Args:
             action: ``[num_envs]`` int64 tensor of 0 (left), 1 (stay) or 2 (right).
-
-        Returns:
-            TensorDict with ``obs`` (``[num_envs, 1]``) and ``rewards`` (``[num_envs, 1]``).
         """
         b = self.params["bounds"]
         # the move of each action (-step_size, 0, +step_size) looked up in one op, [N, 1]
@@ -109,10 +93,7 @@ class DiscreteDummyEnv(_DummyEnv):
 
 
 class ContinuousDummyEnv(_DummyEnv):
-    """Move by a continuous amount on a segment; reward ``-|x|``. Infinite horizon.
-
-    The action ``Box(-1, 1, (1,), float32)`` moves ``x`` by ``step_size * clip(a, -1, 1)``; see
-    the module docstring and ``docs/envs.md`` for the rest.
+    """Move by ``step_size * clip(a, -1, 1)`` (``Box(-1, 1, (1,))``) on a segment; reward ``-|x|``.
 
     Args:
         num_envs: Number of points simulated in parallel.
@@ -127,9 +108,6 @@ class ContinuousDummyEnv(_DummyEnv):
 
         Args:
             action: ``[num_envs, 1]`` float tensor; values outside ``[-1, 1]`` are clipped.
-
-        Returns:
-            TensorDict with ``obs`` (``[num_envs, 1]``) and ``rewards`` (``[num_envs, 1]``).
         """
         b = self.params["bounds"]
         move = action.reshape(self.num_envs, 1).clamp(-1.0, 1.0)

@@ -13,16 +13,12 @@ __all__ = ["EpisodeRecords", "EpisodeTracker"]
 
 @dataclasses.dataclass(frozen=True)
 class EpisodeRecords:
-    """Sums over episodes as an env records them itself, which may differ from what PPO sees
-    (:meth:`rl8.Env.pop_episode_records`): under the Atari preset, whole games with the game's
-    unclipped score, while PPO trains on clipped rewards over episodes that end at each lost
-    life.
+    """Sums over episodes as an env records them itself (:meth:`rl8.Env.pop_episode_records`),
+    which may differ from what PPO sees (the Atari preset's whole games and unclipped score).
 
     Attributes:
-        return_sum: The sum of the episodes' returns, in the env's own reward (under the Atari
-            preset: game score points).
-        length_sum: The sum of their lengths, in the env's own steps (under the Atari preset:
-            emulator frames, 4 per PPO step).
+        return_sum: The sum of the episodes' returns, in the env's own reward.
+        length_sum: The sum of their lengths, in the env's own steps (Atari: emulator frames).
         count: How many episodes.
     """
 
@@ -31,15 +27,17 @@ class EpisodeRecords:
     count: int = 0
 
     def stat_sums(self, device: torch.device | str) -> dict[str, torch.Tensor]:
-        """``env_episodes/{return_sum,length_sum,count}`` as 0-d float64 tensors on ``device``
-        (one host-to-device copy), to be summed over ranks like ``episodes/*``."""
+        """``env_episodes/{return_sum,length_sum,count}`` as 0-d float64 tensors on ``device``.
+
+        Args:
+            device: Where the tensors go (one host-to-device copy).
+        """
         values = torch.tensor([self.return_sum, self.length_sum, self.count], dtype=torch.float64).to(device)
         return dict(zip(("env_episodes/return_sum", "env_episodes/length_sum", "env_episodes/count"), values.unbind()))
 
 
 class EpisodeTracker:
-    """The return and length so far of each env's current episode, carried from one collect
-    to the next, and the sums over the episodes that end within a collect.
+    """The return and length so far of each env's current episode, across collects.
 
     Args:
         num_envs: Number of envs.
@@ -56,16 +54,12 @@ class EpisodeTracker:
         self.lengths.zero_()
 
     def advance(self, rewards: torch.Tensor, dones: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Advance over one collect and sum up the episodes that ended in it, vectorised.
+        """Advance over one collect; return the sums over the (whole) episodes that ended in
+        it: 0-d float64 ``episodes/return_sum``, ``episodes/length_sum`` and ``episodes/count``.
 
         Args:
             rewards: ``[num_envs, T]`` rewards of the collect.
             dones: ``[num_envs, T]`` bool, True where an episode ended at that step.
-
-        Returns:
-            0-d float64 tensors: ``episodes/return_sum`` and ``episodes/length_sum`` (sums
-            over the ended episodes, whole episodes including steps of earlier collects) and
-            ``episodes/count`` (how many ended).
         """
         n, h = rewards.shape
         steps = torch.arange(h, device=rewards.device)
@@ -96,7 +90,11 @@ class EpisodeTracker:
         return {"episode_return": self.returns.clone(), "episode_length": self.lengths.clone()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`."""
+        """Restore :meth:`state_dict`.
+
+        Args:
+            state: What :meth:`state_dict` returned.
+        """
         device = self.returns.device
         self.returns = state["episode_return"].to(device)
         self.lengths = state["episode_length"].to(device)

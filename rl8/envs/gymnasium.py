@@ -1,13 +1,5 @@
-"""Any gymnasium environment as an rl8 :class:`~rl8.envs.base.Env`.
-
-:class:`GymnasiumEnv` runs ``num_envs`` copies of a gymnasium env in a gymnasium vector env
-(:class:`~gymnasium.vector.SyncVectorEnv` in this process, or
-:class:`~gymnasium.vector.AsyncVectorEnv` with one subprocess per copy) in the ``SAME_STEP``
-autoreset mode, and turns its numpy outputs into the TensorDict of the step contract.
-``PPO("CartPole-v1")`` builds one through :meth:`GymnasiumEnv.make_factory`.
-
-See ``docs/gymnasium.md`` for a walk-through.
-"""
+"""Any gymnasium environment as an rl8 :class:`~rl8.envs.base.Env`, through a gymnasium vector
+env (``docs/gymnasium.md``)."""
 
 from __future__ import annotations
 
@@ -37,27 +29,17 @@ from rl8.envs.workers import (
 
 __all__ = ["GymnasiumEnv", "GymnasiumEnvFactory"]
 
-
 _MODES = ("sync", "async", "pool")
 
 
 def _close_async(vector_env: AsyncVectorEnv) -> None:
-    """Close an ``AsyncVectorEnv`` without waiting forever: ask every worker to exit (a worker
-    stuck in a step never reads it), then ``stop_processes``. Gymnasium's own ``close``
-    first waits, without a limit, for the call in flight. Holds no reference to the
-    :class:`GymnasiumEnv`, so that :func:`weakref.finalize` can run it when the env is
-    collected or at interpreter exit."""
+    """Close an ``AsyncVectorEnv`` within a bounded time (gymnasium's ``close`` first waits,
+    without a limit, for the call in flight); holds no reference to the env, for
+    :func:`weakref.finalize`."""
     pipes = [pipe for pipe in vector_env.parent_pipes if pipe is not None and not pipe.closed]
-    for pipe in pipes:
-        try:
-            pipe.send(("close", None))
-        except (OSError, ValueError):
-            pass  # its worker is gone
     try:
-        stop_processes(vector_env.processes)
+        stop_processes(vector_env.processes, pipes, lambda pipe: pipe.send(("close", None)))
     finally:
-        for pipe in pipes:
-            pipe.close()
         vector_env.closed = True  # gymnasium's close and __del__ have nothing left to do
 
 
@@ -68,15 +50,11 @@ def _close_matches(env_id: str) -> list[str]:
     return [lower[f] for f in found]
 
 
-def _make_vector_env(
-    env: str | Callable[..., gymnasium.Env],
-    num_envs: int,
-    mode: str,
-    kwargs: dict[str, Any],
-    wrappers: Sequence[Callable[[gymnasium.Env], gymnasium.Env]],
-) -> VectorEnv:
-    """The gymnasium vector env of ``num_envs`` copies (``SAME_STEP`` autoreset, no copies of
-    the outputs); an unknown id names the closest registered ones."""
+def _make_vector_env(env: str | Callable[..., gymnasium.Env], num_envs: int, mode: str,
+                     kwargs: dict[str, Any],
+                     wrappers: Sequence[Callable[[gymnasium.Env], gymnasium.Env]]) -> VectorEnv:
+    """The vector env of ``num_envs`` copies (``SAME_STEP`` autoreset, outputs not copied); an
+    unknown id names the closest registered ones."""
     vector_kwargs: dict[str, Any] = {"autoreset_mode": AutoresetMode.SAME_STEP, "copy": False}
     if mode == "async":
         vector_kwargs["shared_memory"] = True
@@ -91,11 +69,8 @@ def _make_vector_env(
         if not isinstance(env, str):
             raise
         matches = _close_matches(env)
-        hint = (
-            f"closest registered ids: {', '.join(matches)}"
-            if matches
-            else "see gymnasium.pprint_registry() for the registered ids"
-        )
+        hint = (f"closest registered ids: {', '.join(matches)}" if matches
+                else "see gymnasium.pprint_registry() for the registered ids")
         message = f"GymnasiumEnv: unknown gymnasium env id {env!r}; {hint} ({err})"
         try:
             new = type(err)(message)
@@ -123,13 +98,9 @@ def _make_vector_env(
 
 
 class _WorkerErrors:
-    """Takes the place of an AsyncVectorEnv's ``error_queue`` to remember the worker errors
-    it hands out.
-
-    Gymnasium re-raises a worker's exception in the main process as ``type(exc)(exc)`` and
-    only logs the worker's traceback as a warning; the recorded queue items let :meth:`call`
-    raise the original exception with the worker's traceback chained to it.
-    """
+    """Takes the place of an AsyncVectorEnv's ``error_queue`` to record the worker errors, so
+    that :meth:`call` raises the original exception with the worker's traceback chained
+    (gymnasium raises ``type(exc)(exc)`` and only logs the traceback)."""
 
     def __init__(self, vector_env: AsyncVectorEnv, label: str) -> None:
         self._queue = vector_env.error_queue
@@ -166,42 +137,25 @@ class _WorkerErrors:
 class GymnasiumEnv(GymnasiumEnvBase):
     """``num_envs`` copies of a gymnasium env, batched through a gymnasium vector env.
 
-    Sub-envs that end an episode are reset inside :meth:`step` (gymnasium's ``SAME_STEP``
-    autoreset mode): ``obs`` is then the first observation of the next episode and
-    ``final_obs`` the last one of the finished episode. Observations and actions map to
-    tensors as described in :mod:`rl8.envs.spaces`, with two conversions: float Boxes give float32
-    tensors, and a top-level ``action_mask`` entry of a Dict observation gives a bool tensor;
-    :attr:`observation_space` describes these tensors (the vector env's own spaces stay on
-    :attr:`vector_env`).
+    Finished sub-envs are reset inside :meth:`step` (``SAME_STEP``). Float Boxes give float32
+    tensors and a top-level ``action_mask`` a bool one; :attr:`observation_space` describes
+    these tensors (``docs/gymnasium.md``).
 
     Args:
         num_envs: Number of gymnasium envs stepped together (the batch size), >= 1.
-        horizon: Number of steps PPO collects per env between updates; unused by the adapter.
-        device: Torch device of the returned tensors. On CUDA the numpy outputs go through
-            pinned staging buffers (allocated once) and are copied without blocking.
-        env: A registered gymnasium id (e.g. ``"CartPole-v1"`` or ``"module:Env-v0"``), or a
-            callable (a function or a ``gymnasium.Env`` subclass) that returns one env.
-        vectorization_mode: ``"sync"`` steps every env in this process, one after the other;
-            ``"async"`` runs each env in its own subprocess (with shared-memory observations).
-            Async pays off when one env step is slow (physics, rendering, > ~0.1 ms); for cheap
-            envs like CartPole sync is faster. ``"pool"`` builds a :class:`rl8.envs.PoolEnv`
-            instead (a few worker processes, each stepping several envs, and a rollout that
-            acts on whichever envs are ready; its keyword arguments ``num_workers``,
-            ``min_batch_size``, ``max_batch_size`` and ``max_wait_s`` are described there and
-            in ``docs/collection.md``).
-        env_kwargs: Keyword arguments for the env: passed to ``gymnasium.make`` for an id (so
-            ``max_episode_steps=...`` sets the time limit), or to the callable. ALE ids
-            (``"ALE/Pong-v5"``) are built with the Atari preset (:func:`rl8.envs.atari.make_atari`),
-            which ``{"atari_preset": False}`` turns off and ``{"atari_preset": {...}}``
-            configures (``docs/pixels.md``).
+        horizon: Steps PPO collects per env between updates; unused by the adapter.
+        device: Torch device of the returned tensors (from CUDA, via pinned staging buffers).
+        env: A registered gymnasium id (``"CartPole-v1"``, ``"module:Env-v0"``), or a callable
+            (a function or a ``gymnasium.Env`` subclass) that returns one env.
+        vectorization_mode: ``"sync"`` (every env in this process), ``"async"`` (one
+            subprocess per env) or ``"pool"``: a :class:`rl8.envs.PoolEnv` instead.
+        env_kwargs: Keyword arguments for ``gymnasium.make`` (for an id) or the callable; ALE
+            ids get the Atari preset, configured by ``"atari_preset"`` (``docs/pixels.md``).
         wrappers: Gymnasium wrappers (callables ``env -> env``) applied, in order, to each env.
-        render_mode: Gymnasium render mode given to each env; ``"rgb_array"`` enables
-            :meth:`render`. Passed as ``render_mode=`` to ``gymnasium.make`` or the callable.
-        step_timeout_s: The longest time in seconds one sub-env's step (with its auto-reset)
-            may take in ``"async"`` and ``"pool"`` modes, > 0; a step that takes longer raises
-            :class:`EnvStepTimeout` naming the sub-env, after closing the env and its workers.
-            ``None`` (default): no limit. A step in this process (``"sync"``) cannot be
-            interrupted, so ``"sync"`` refuses a limit.
+        render_mode: Gymnasium render mode of each env; ``"rgb_array"`` enables :meth:`render`.
+        step_timeout_s: ``"async"`` and ``"pool"``: the longest time in seconds one sub-env's
+            step (with its auto-reset) may take, > 0, else :class:`EnvStepTimeout` (the env
+            closed); ``None`` (default): no limit.
 
     Attributes:
         vector_env: The underlying gymnasium vector env.
@@ -216,27 +170,23 @@ class GymnasiumEnv(GymnasiumEnvBase):
             return PoolEnv(*args, **kwargs)
         return super().__new__(cls)
 
-    def __init__(
-        self,
-        num_envs: int,
-        /,
-        horizon: int | None = None,
-        *,
-        device: torch.device | str = "cpu",
-        env: str | Callable[..., gymnasium.Env],
-        vectorization_mode: str = "sync",
-        env_kwargs: dict[str, Any] | None = None,
-        wrappers: Sequence[Callable[[gymnasium.Env], gymnasium.Env]] | None = None,
-        render_mode: str | None = None,
-        step_timeout_s: float | None = None,
-    ) -> None:
+    def __init__(self, num_envs: int, /, horizon: int | None = None, *,
+                 device: torch.device | str = "cpu", env: str | Callable[..., gymnasium.Env],
+                 vectorization_mode: str = "sync",
+                 env_kwargs: dict[str, Any] | None = None,
+                 wrappers: Sequence[Callable[[gymnasium.Env], gymnasium.Env]] | None = None,
+                 render_mode: str | None = None, step_timeout_s: float | None = None) -> None:
         super().__init__(num_envs, horizon, device=device)
-        mode = self._check_mode(vectorization_mode, env, step_timeout_s)
-        self.env = env
+        mode = self._check_mode(vectorization_mode)
+        self._set_env("GymnasiumEnv", env, env_kwargs, wrappers, render_mode)
+        self.step_timeout_s = check_step_timeout("GymnasiumEnv", step_timeout_s)
+        if self.step_timeout_s is not None and mode == "sync":
+            raise ValueError(
+                f"GymnasiumEnv: step_timeout_s needs vectorization_mode 'async' or 'pool' (a step in "
+                f"this process cannot be interrupted), got step_timeout_s={step_timeout_s!r} with "
+                f"vectorization_mode={mode!r}"
+            )
         self.vectorization_mode = mode
-        self.env_kwargs = dict(env_kwargs or {})
-        self.wrappers = list(wrappers or [])
-        self.render_mode = render_mode
         self.vector_env = _make_vector_env(env, num_envs, mode, self._single_kwargs(), self.wrappers)
         self._closed = False
         self._errors: _WorkerErrors | None = None
@@ -252,14 +202,9 @@ class GymnasiumEnv(GymnasiumEnvBase):
             raise
         self.observation_space = self.converter.observation_space
         self.action_space = self.vector_env.single_action_space
-        self.metadata = {**type(self).metadata, **self.vector_env.metadata}
-        self.metadata.setdefault("render_fps", 30)
-        self._needs_reset = True
-        self._seeded = False
+        self._set_metadata(self.vector_env.metadata)
 
-    def _check_mode(self, vectorization_mode: str, env: Any, step_timeout_s: float | None) -> str:
-        """Check ``vectorization_mode``, ``env`` and ``step_timeout_s`` (see the class); set
-        :attr:`step_timeout_s` and return the mode as a string."""
+    def _check_mode(self, vectorization_mode: str) -> str:
         mode = getattr(vectorization_mode, "value", vectorization_mode)
         if mode not in _MODES:
             raise ValueError(
@@ -271,23 +216,10 @@ class GymnasiumEnv(GymnasiumEnvBase):
                 f"{type(self).__name__}: vectorization_mode='pool' builds rl8.envs.PoolEnv, which a "
                 "subclass of GymnasiumEnv cannot be; use 'sync' or 'async', or PoolEnv itself"
             )
-        if not isinstance(env, str) and not callable(env):
-            raise TypeError(
-                f"GymnasiumEnv: env must be a registered gymnasium id or a callable returning a "
-                f"gymnasium.Env, got {type(env).__name__}"
-            )
-        self.step_timeout_s = check_step_timeout("GymnasiumEnv", step_timeout_s)
-        if self.step_timeout_s is not None and mode == "sync":
-            raise ValueError(
-                f"GymnasiumEnv: step_timeout_s needs vectorization_mode 'async' or 'pool' (a step in "
-                f"this process cannot be interrupted), got step_timeout_s={step_timeout_s!r} with "
-                f"vectorization_mode={mode!r}"
-            )
         return mode
 
     def _read_vector_env(self) -> None:
-        """Make the converter from the vector env's spaces, and learn whether the sub-envs
-        report episode records."""
+        """Make the converter, and learn whether the sub-envs report episode records."""
         self.converter = GymnasiumConverter(
             self.vector_env.single_observation_space, self.vector_env.single_action_space,
             self.num_envs, self.device, self._name(),
@@ -296,23 +228,14 @@ class GymnasiumEnv(GymnasiumEnvBase):
         # [return_sum, length_sum, count] of the sub-envs' records not yet popped; None: none kept
         self._episode_records = np.zeros(3) if any(reports) else None
 
-    # --- public API -------------------------------------------------------------------------
-
-    def reset(
-        self, *, config: dict[str, Any] | None = None, seed: int | None = None
-    ) -> torch.Tensor | TensorDictBase:
-        """Reset every gymnasium env and return the first observations.
+    def reset(self, *, config: dict[str, Any] | None = None,
+              seed: int | None = None) -> torch.Tensor | TensorDictBase:
+        """Reset every gymnasium env and return the first observations ``[num_envs, ...]``.
 
         Args:
-            config: Only ``None`` or ``{}``: gymnasium envs take their parameters once, through
-                ``env_kwargs``. Anything else raises ``KeyError``.
-            seed: Sub-env ``i`` is reset with seed ``seed + i`` (distinct per env). ``None``
-                continues each env's stream, except on the first reset where a seed is drawn
-                from torch's global generator, so ``torch.manual_seed`` makes runs repeat.
-
-        Returns:
-            Observations ``[num_envs, *obs_shape]`` (a TensorDict for Dict spaces), on
-            :attr:`device`.
+            config: Only ``None`` or ``{}`` (gymnasium envs are configured by ``env_kwargs``).
+            seed: Sub-env ``i`` gets ``seed + i``; ``None`` continues each env's stream, except
+                on the first reset, seeded from torch's global generator.
         """
         seed = self._reset_seed(config, seed)
         obs, _ = self._call(self.vector_env.reset, seed=seed)
@@ -321,20 +244,12 @@ class GymnasiumEnv(GymnasiumEnvBase):
         return self.converter.from_reset(obs)
 
     def step(self, action: torch.Tensor | TensorDictBase) -> TensorDictBase:
-        """Step every gymnasium env once; finished envs are reset within the step.
+        """Step every gymnasium env once (finished envs auto-reset) and return the step
+        output on :attr:`device`; ``final_obs`` is a tensor of its own, not a view of ``obs``.
 
         Args:
-            action: A batch of env actions (see :mod:`rl8.envs.spaces`), on any device: ``[N]``
-                int64 for Discrete (the space's values, ``start`` included, as the
-                distributions' ``to_env_action`` gives them), ``[N, *shape]`` float for Box
-                (cast to the space's dtype, not clipped), int64 0/1 for MultiBinary (sent as
-                int8). A TensorDict for Dict action spaces.
-
-        Returns:
-            A TensorDict with batch size ``[num_envs]`` on :attr:`device`: ``obs``,
-            ``rewards`` ``[N, 1]`` float32, ``terminated``/``truncated`` ``[N, 1]`` bool and
-            ``final_obs`` (the observation before the auto-reset for envs that finished,
-            equal to ``obs`` for the others; a tensor of its own, not a view of ``obs``).
+            action: A batch of env actions (:mod:`rl8.envs.spaces`) on any device, cast to the
+                space's dtype (not clipped); a TensorDict for Dict action spaces.
         """
         self._check_open()
         if self._needs_reset:
@@ -347,7 +262,7 @@ class GymnasiumEnv(GymnasiumEnvBase):
         return self.converter.from_step(obs, rewards, terminated, truncated, infos)
 
     def _step_vector_env(self, actions: Any) -> tuple[Any, ...]:
-        """One step of the vector env; in async mode, waiting at most :attr:`step_timeout_s`."""
+        """One step of the vector env, in async mode waiting at most :attr:`step_timeout_s`."""
         if self.step_timeout_s is None or not isinstance(self.vector_env, AsyncVectorEnv):
             return self.vector_env.step(actions)
         self.vector_env.step_async(actions)
@@ -358,50 +273,23 @@ class GymnasiumEnv(GymnasiumEnvBase):
                 i for i, pipe in enumerate(self.vector_env.parent_pipes) if pipe is not None and not pipe.poll()
             ]
             where = f"sub-env {late[0]}" if len(late) == 1 else f"sub-envs {late}"
-            raise EnvStepTimeout(
-                f"{self._name()}: {where} did not finish a step within step_timeout_s="
-                f"{self.step_timeout_s:g} s (stuck, or slower than the limit); the vector env and "
-                "all its workers have been closed. Raise step_timeout_s (PPO: env_kwargs="
-                "{'step_timeout_s': ...}) if its steps are this slow, or set None for no limit."
-            ) from None
+            raise self._step_timeout(where, "the vector env") from None
 
     def render(self, index: int = 0) -> np.ndarray:
-        """Return an RGB frame (``uint8``, ``[height, width, 3]``) of sub-env ``index``.
-
-        Needs ``render_mode="rgb_array"``. In async mode every sub-env renders (gymnasium has
-        no per-worker call) and the frame of ``index`` is kept.
+        """An RGB frame (``uint8``, ``[height, width, 3]``) of sub-env ``index`` (needs
+        ``render_mode="rgb_array"``; in async mode every sub-env renders).
 
         Args:
             index: Which sub-env to draw, ``0 <= index < num_envs``.
         """
-        self._check_open()
-        if self.render_mode != "rgb_array":
-            raise RuntimeError(
-                f"{self._name()}.render needs render_mode='rgb_array', got "
-                f"render_mode={self.render_mode!r}; pass GymnasiumEnv(..., render_mode='rgb_array')"
-            )
-        if not 0 <= index < self.num_envs:
-            raise IndexError(f"{self._name()}.render: index {index} not in [0, {self.num_envs})")
-        if self._needs_reset:
-            raise RuntimeError(f"{self._name()}.render called before reset()")
+        self._check_render(index)
         if isinstance(self.vector_env, SyncVectorEnv):
-            frame = self.vector_env.envs[index].render()
-        else:
-            frame = self._call(self.vector_env.call, "render")[index]
-        frame = np.asarray(frame)
-        if frame.dtype != np.uint8 or frame.ndim != 3 or frame.shape[-1] != 3:
-            raise ValueError(
-                f"{self._name()}.render: the env returned an array of shape {frame.shape} and "
-                f"dtype {frame.dtype}, expected uint8 [height, width, 3]"
-            )
-        return frame
+            return self._checked_frame(self.vector_env.envs[index].render())
+        return self._checked_frame(self._call(self.vector_env.call, "render")[index])
 
     def close(self) -> None:
-        """Close every gymnasium env and, in async mode, end and reap the worker processes:
-        those that do not exit within 2 s (a worker stuck in a step) are terminated, then
-        killed. Also run when the env is garbage collected and at interpreter exit. Safe to
-        call more than once.
-        """
+        """Close every gymnasium env and end the async workers (terminated, then killed, after
+        2 s); also run on garbage collection and at exit. Safe to call more than once."""
         if getattr(self, "_closed", True):
             return
         self._closed = True
@@ -416,8 +304,6 @@ class GymnasiumEnv(GymnasiumEnvBase):
             f"vectorization_mode={self.vectorization_mode!r}, device={self.device})"
         )
 
-    # --- errors -----------------------------------------------------------------------------
-
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError(
@@ -426,8 +312,7 @@ class GymnasiumEnv(GymnasiumEnvBase):
 
     def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Call into the vector env; on a worker error, close it and raise the worker's error
-        (:class:`EnvWorkerDied` for a worker that ended, :class:`EnvStepTimeout` for a step
-        past :attr:`step_timeout_s`)."""
+        (:class:`EnvWorkerDied` for a worker that ended)."""
         if self._errors is None:
             return fn(*args, **kwargs)
         try:

@@ -4,15 +4,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium
+import numpy as np
 import torch
 
 from rl8.envs.base import Env
 from rl8.envs.episodes import EpisodeRecords
-from rl8.envs.workers import EPISODE_RECORDS_KEY
+from rl8.envs.workers import EPISODE_RECORDS_KEY, EnvStepTimeout
 
 __all__ = ["GymnasiumEnvBase", "GymnasiumEnvFactory", "env_label"]
 
@@ -24,13 +25,31 @@ def env_label(env: str | Callable[..., gymnasium.Env]) -> str:
 
 
 class GymnasiumEnvBase(Env):
-    """What the gymnasium adapters share (:class:`~rl8.envs.gymnasium.GymnasiumEnv` and
-    :class:`~rl8.envs.pool.PoolEnv`): the seeds of a reset, the episode records of the
-    sub-envs, a state that is not saved, closing on exit, and :meth:`make_factory`. A subclass
-    sets ``env``, ``env_kwargs``, ``wrappers``, ``render_mode`` and ``converter`` in its
-    ``__init__``."""
+    """What the gymnasium adapters share: their arguments, the seeds of a reset, the episode
+    records of the sub-envs, rendering checks, a state that is not saved, closing on exit, and
+    :meth:`make_factory`. A subclass also sets ``converter`` in its ``__init__``."""
 
     episodic = True
+
+    def _set_env(self, label: str, env: Any, env_kwargs: dict[str, Any] | None,
+                 wrappers: Sequence[Callable[[gymnasium.Env], gymnasium.Env]] | None,
+                 render_mode: str | None) -> None:
+        """Check ``env`` and keep the arguments (see :class:`~rl8.envs.gymnasium.GymnasiumEnv`)."""
+        if not isinstance(env, str) and not callable(env):
+            raise TypeError(
+                f"{label}: env must be a registered gymnasium id or a callable returning a "
+                f"gymnasium.Env, got {type(env).__name__}"
+            )
+        self.env = env
+        self.env_kwargs = dict(env_kwargs or {})
+        self.wrappers = list(wrappers or [])
+        self.render_mode = render_mode
+        self._needs_reset = True
+        self._seeded = False
+
+    def _set_metadata(self, metadata: dict[str, Any]) -> None:
+        self.metadata = {**type(self).metadata, **metadata}
+        self.metadata.setdefault("render_fps", 30)
 
     def _reset_seed(self, config: dict[str, Any] | None, seed: int | None) -> int | None:
         """Check :meth:`reset`'s arguments and return the seed of sub-env 0 (sub-env ``i``
@@ -57,16 +76,39 @@ class GymnasiumEnvBase(Env):
     def _name(self) -> str:
         return env_label(self.env)
 
-    def pop_episode_records(self) -> EpisodeRecords | None:
-        """The episodes that ended since the last call (or :meth:`reset`) as the sub-envs'
-        ``RecordEpisodeStatistics`` recorded them (the innermost one of each sub-env's wrapper
-        chain: under the Atari preset, whole games with the game's unclipped score and their
-        length in emulator frames), and forget them.
+    def _check_render(self, index: int) -> None:
+        self._check_open()
+        if self.render_mode != "rgb_array":
+            raise RuntimeError(
+                f"{self._name()}.render needs render_mode='rgb_array', got "
+                f"render_mode={self.render_mode!r}; pass GymnasiumEnv(..., render_mode='rgb_array')"
+            )
+        if not 0 <= index < self.num_envs:
+            raise IndexError(f"{self._name()}.render: index {index} not in [0, {self.num_envs})")
+        if self._needs_reset:
+            raise RuntimeError(f"{self._name()}.render called before reset()")
 
-        Returns:
-            Their sums and count (zeros when none ended), or ``None`` when the sub-envs have
-            no ``RecordEpisodeStatistics``.
-        """
+    def _checked_frame(self, frame: Any) -> np.ndarray:
+        frame = np.asarray(frame)
+        if frame.dtype != np.uint8 or frame.ndim != 3 or frame.shape[-1] != 3:
+            raise ValueError(
+                f"{self._name()}.render: the env returned an array of shape {frame.shape} and "
+                f"dtype {frame.dtype}, expected uint8 [height, width, 3]"
+            )
+        return frame
+
+    def _step_timeout(self, where: str, closed: str) -> EnvStepTimeout:
+        return EnvStepTimeout(
+            f"{self._name()}: {where} did not finish a step within step_timeout_s="
+            f"{self.step_timeout_s:g} s (stuck, or slower than the limit); {closed} and all its "
+            "workers have been closed. Raise step_timeout_s (PPO: env_kwargs="
+            "{'step_timeout_s': ...}) if its steps are this slow, or set None for no limit."
+        )
+
+    def pop_episode_records(self) -> EpisodeRecords | None:
+        """The episodes that ended since the last call (or :meth:`reset`), forgotten, as the
+        innermost ``RecordEpisodeStatistics`` of each sub-env's wrapper chain recorded them
+        (zeros when none ended); ``None`` when the sub-envs have none."""
         if self._episode_records is None:
             return None
         return_sum, length_sum, count = self._episode_records.tolist()
@@ -74,9 +116,8 @@ class GymnasiumEnvBase(Env):
         return EpisodeRecords(return_sum, length_sum, int(count))
 
     def _add_episode_records(self, infos: dict[str, Any]) -> None:
-        """Add what the sub-envs' :class:`ReportEpisodeRecords` put in a step's infos: the
-        step's own info (under ``final_info`` for sub-envs that ended an episode and were
-        reset, ``SAME_STEP``) and the info of those resets."""
+        """Add what :class:`~rl8.envs.workers.ReportEpisodeRecords` put in a step's infos (and,
+        under ``final_info``, in those of the sub-envs' auto-resets)."""
         for info in (infos, infos.get("final_info")):
             if info is not None and EPISODE_RECORDS_KEY in info:
                 self._episode_records += info[EPISODE_RECORDS_KEY].sum(0)
@@ -86,8 +127,7 @@ class GymnasiumEnvBase(Env):
             self._episode_records[:] = 0.0
 
     def state_dict(self) -> None:
-        """``None``: the simulators live in gymnasium (and maybe subprocesses) and cannot be
-        saved, so PPO resets these envs when training resumes from a checkpoint."""
+        """``None``: gymnasium simulators cannot be saved; PPO resets these envs on resume."""
         return None
 
     def __enter__(self) -> GymnasiumEnvBase:
@@ -103,29 +143,21 @@ class GymnasiumEnvBase(Env):
             pass
 
     @classmethod
-    def make_factory(
-        cls, env: str | Callable[..., gymnasium.Env], **kwargs: Any
-    ) -> GymnasiumEnvFactory:
-        """A callable ``f(num_envs, horizon=None, *, device="cpu")`` that builds the env.
-
-        ``PPO("CartPole-v1")`` calls ``GymnasiumEnv.make_factory("CartPole-v1")`` and uses the
-        result as its env class.
+    def make_factory(cls, env: str | Callable[..., gymnasium.Env],
+                     **kwargs: Any) -> GymnasiumEnvFactory:
+        """A callable ``f(num_envs, horizon=None, *, device="cpu")`` that builds the env (what
+        ``PPO("CartPole-v1")`` uses as its env class).
 
         Args:
             env: A registered gymnasium id or a callable returning one gymnasium env.
-            **kwargs: The other keyword arguments of :class:`~rl8.envs.gymnasium.GymnasiumEnv`
-                (``vectorization_mode``, ``env_kwargs``, ``wrappers``, ``render_mode``,
-                ``step_timeout_s``, and those of :class:`rl8.envs.PoolEnv` for ``"pool"``).
+            **kwargs: The other keyword arguments of the class.
         """
         return GymnasiumEnvFactory(cls, env, kwargs)
 
 
 class GymnasiumEnvFactory:
-    """Builds :class:`~rl8.envs.gymnasium.GymnasiumEnv` instances: ``f(num_envs, horizon=None, *, device="cpu")``.
-
-    A plain (picklable, for a string id) object rather than a closure, carrying the class
-    attributes PPO reads from an env class (``episodic``, ``max_num_envs``, ``max_horizon``,
-    ``metadata``).
+    """Builds gymnasium adapter envs: ``f(num_envs, horizon=None, *, device="cpu")``; a
+    picklable object with the class attributes PPO reads from an env class.
 
     Args:
         cls: The env class to build (``GymnasiumEnv`` or a subclass).
@@ -144,9 +176,8 @@ class GymnasiumEnvFactory:
         name = env if isinstance(env, str) else getattr(env, "__name__", type(env).__name__)
         self.__name__ = self.__qualname__ = f"{cls.__name__}[{name}]"
 
-    def __call__(
-        self, num_envs: int, horizon: int | None = None, *, device: torch.device | str = "cpu"
-    ) -> GymnasiumEnvBase:
+    def __call__(self, num_envs: int, horizon: int | None = None, *,
+                 device: torch.device | str = "cpu") -> GymnasiumEnvBase:
         return self.cls(num_envs, horizon, device=device, env=self.env, **self.kwargs)
 
     def __repr__(self) -> str:

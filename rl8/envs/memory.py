@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numbers
 from typing import Any, ClassVar
 
 import numpy as np
@@ -10,7 +9,7 @@ import torch
 from gymnasium import spaces
 from tensordict import TensorDict
 
-from rl8.envs.base import Env
+from rl8.envs.base import Env, check_int
 
 __all__ = ["Memory"]
 
@@ -18,20 +17,10 @@ __all__ = ["Memory"]
 class Memory(Env):
     """Remember which of ``num_cues`` cues was shown and name it ``delay`` steps later.
 
-    An episode lasts ``delay + 1`` steps. On its first step the observation shows the cue (a
-    one-hot vector); on the following steps the cue entries are zero. The last entry of the
-    observation is 1.0 on the final step, when the agent must answer, else 0.0. Only the
-    answer counts: the reward is 1.0 when the action on the final step equals the cue and 0.0
-    on every other step. The episode then ends (``terminated``) and the sub-env resets itself
-    with a new cue.
-
-    The optimal mean episode return is 1.0; a policy without memory cannot beat chance,
-    ``1 / num_cues`` (except with ``delay = 0``). The spaces are tabulated in ``docs/envs.md``.
-    All sub-envs are reset together and episodes have a fixed length, so the sub-envs stay in
-    step with each other.
-
-    Config key (``reset(config={...})``): ``delay`` (steps between the cue and the answer, an
-    int >= 0). ``num_cues`` changes the spaces, so it is a constructor argument only.
+    The first observation of an episode shows the cue (one-hot); the last entry is 1.0 on the
+    final step, when the action must name the cue for a reward of 1.0 (``docs/envs.md``). A
+    policy without memory cannot beat ``1 / num_cues``. ``reset(config={"delay": ...})`` sets
+    the delay.
 
     Args:
         num_envs: Number of episodes played in parallel.
@@ -46,9 +35,7 @@ class Memory(Env):
     def __init__(self, num_envs: int, /, horizon: int | None = None, *, device: torch.device | str = "cpu",
                  delay: int = 4, num_cues: int = 2) -> None:
         super().__init__(num_envs, horizon, device=device)
-        if isinstance(num_cues, bool) or not isinstance(num_cues, numbers.Integral) or num_cues < 2:
-            raise ValueError(f"Memory: num_cues must be an int >= 2, got {num_cues!r}")
-        self.num_cues = int(num_cues)
+        self.num_cues = check_int("Memory", "num_cues", num_cues, 2)
         self.observation_space = spaces.Box(0.0, 1.0, (self.num_cues + 1,), np.float32)
         self.action_space = spaces.Discrete(self.num_cues)
         self._generator = self.make_generator()
@@ -58,11 +45,9 @@ class Memory(Env):
         self._t = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
 
     def _set_params(self, params: dict[str, Any]) -> None:
-        delay = params["delay"]
-        if isinstance(delay, bool) or not isinstance(delay, numbers.Integral) or delay < 0:
-            raise ValueError(f"Memory: delay must be an int >= 0, got {delay!r}")
-        self.params = {"delay": int(delay)}
-        k, d = self.num_cues, int(delay)
+        d = check_int("Memory", "delay", params["delay"], 0)
+        self.params = {"delay": d}
+        k = self.num_cues
         # _table[cue, t] is the observation at step t of an episode with that cue; row
         # t = delay + 1 (past the answer) is all zeros and serves as the terminal observation.
         table = torch.zeros(k, d + 2, k + 1, dtype=torch.float32)
@@ -74,15 +59,11 @@ class Memory(Env):
         return torch.randint(self.num_cues, (self.num_envs,), generator=self._generator, device=self.device)
 
     def reset(self, *, config: dict[str, Any] | None = None, seed: int | None = None) -> torch.Tensor:
-        """Start a new episode with a new cue in every sub-env and return the first observations.
+        """Start a new episode with a new cue in every sub-env; return the first observations.
 
         Args:
-            config: ``{"delay": int}`` to use from now on; ``None`` keeps the current delay. An
-                unknown key raises ``KeyError``.
+            config: ``{"delay": int}`` to use from now on; ``None`` keeps the current delay.
             seed: Seed of the env's random number generator; ``None`` continues its stream.
-
-        Returns:
-            ``[num_envs, num_cues + 1]`` float32 observations (the one-hot cues).
         """
         if config:
             self._set_params(self.apply_config(config, self.params))
@@ -97,10 +78,6 @@ class Memory(Env):
 
         Args:
             action: ``[num_envs]`` int64 tensor of cue indices (the answer).
-
-        Returns:
-            TensorDict with ``obs``, ``rewards``, ``terminated``, ``truncated`` (always false)
-            and ``final_obs`` (all zeros for episodes that just ended).
         """
         n = self.num_envs
         answer = self._t == self.params["delay"]

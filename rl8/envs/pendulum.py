@@ -17,17 +17,12 @@ __all__ = ["Pendulum"]
 
 
 class Pendulum(PhysicsEnv):
-    """Swing a pendulum up and keep it upright with a limited torque (gymnasium's Pendulum-v1).
+    """Swing a pendulum up and keep it upright with a limited torque: gymnasium's Pendulum-v1
+    (dynamics, spaces and reward; ``docs/envs.md``). It never terminates, only truncates.
 
-    The dynamics, constants, spaces and reward are those of ``gymnasium.make("Pendulum-v1")``,
-    tabulated in ``docs/envs.md``: the observation is ``(cos(theta), sin(theta), theta_dot)``
-    with ``theta`` 0 upright, the action a torque (N m) clipped to ``[-max_torque, max_torque]``
-    (the action space keeps its bounds of ±2). It never terminates; finished (truncated) sub-envs
-    are reset inside :meth:`step`.
-
-    Parameters set with ``reset(config={...})`` (scalars, the same for all sub-envs): ``g``
-    (m/s^2, 10.0), ``m`` (kg, 1.0), ``l`` (m, 1.0), ``dt`` (s per step, 0.05), ``max_speed``
-    (rad/s, 8.0), ``max_torque`` (N m, 2.0), ``max_episode_steps`` (steps, 200).
+    ``reset(config={...})`` sets ``g`` (m/s^2, 10.0), ``m`` (kg, 1.0), ``l`` (m, 1.0), ``dt``
+    (s per step, 0.05), ``max_speed`` (rad/s, 8.0), ``max_torque`` (N m, 2.0) and
+    ``max_episode_steps`` (200), the same for all sub-envs.
 
     Args:
         num_envs: Number of pendulums simulated in parallel.
@@ -35,10 +30,9 @@ class Pendulum(PhysicsEnv):
         device: Torch device of the simulation.
 
     Attributes:
-        state: ``[num_envs, 2]`` float32 tensor ``(theta, theta_dot)``. Writing a new tensor to
-            it sets the state of every sub-env (used by tests). ``theta`` is not wrapped, as in
-            gymnasium.
-        steps: ``[num_envs, 1]`` int64 tensor, steps taken in each sub-env's current episode.
+        state: ``[num_envs, 2]`` float32 ``(theta, theta_dot)``, ``theta`` not wrapped; assign
+            to set it.
+        steps: ``[num_envs, 1]`` int64, steps taken in each sub-env's current episode.
     """
 
     episodic: ClassVar[bool] = True
@@ -48,12 +42,7 @@ class Pendulum(PhysicsEnv):
     action_space = spaces.Box(-2.0, 2.0, (1,), np.float32)
 
     default_params: ClassVar[dict[str, float | int]] = {
-        "g": 10.0,
-        "m": 1.0,
-        "l": 1.0,
-        "dt": 0.05,
-        "max_speed": 8.0,
-        "max_torque": 2.0,
+        "g": 10.0, "m": 1.0, "l": 1.0, "dt": 0.05, "max_speed": 8.0, "max_torque": 2.0,
         "max_episode_steps": 200,
     }
 
@@ -74,12 +63,7 @@ class Pendulum(PhysicsEnv):
         """Apply a torque to every pendulum and advance the simulation by ``dt`` seconds.
 
         Args:
-            action: ``[num_envs, 1]`` float tensor of torques (N m); clipped to
-                ``[-max_torque, max_torque]``.
-
-        Returns:
-            TensorDict with ``obs``, ``rewards``, ``terminated`` (always false), ``truncated``
-            and ``final_obs`` as described in ``docs/envs.md``.
+            action: ``[num_envs, 1]`` float torques (N m), clipped to ``[-max_torque, max_torque]``.
         """
         p = self.params
         n = self.num_envs
@@ -110,10 +94,11 @@ class Pendulum(PhysicsEnv):
         })
 
     def render(self, index: int = 0) -> np.ndarray:
-        """Draw sub-env ``index`` as a ``uint8`` RGB frame of shape ``[500, 500, 3]``.
+        """Draw sub-env ``index`` as a ``uint8`` RGB frame ``[500, 500, 3]`` spanning
+        ``[-2.2, 2.2]`` m around the pivot.
 
-        The view spans ``[-2.2, 2.2]`` m around the pivot: the rod as a thick red line, upright
-        at ``theta = 0``, and the pivot as a black dot.
+        Args:
+            index: Which sub-env to draw.
         """
         theta = float(self.state[index, 0].cpu())
         size = 500

@@ -9,14 +9,12 @@ from typing import Any, ClassVar
 
 import torch
 
-from rl8.envs.base import Env
+from rl8.envs.base import Env, check_int
 
 
 class PhysicsEnv(Env):
-    """A batch of simulations of one physical system.
-
-    Subclasses set :attr:`default_params` (numbers, and ``max_episode_steps``) and implement
-    :meth:`_initial_state`, :meth:`_observe` and :meth:`_use_params`.
+    """A batch of simulations of one physical system. Subclasses set :attr:`default_params`
+    and implement :meth:`_initial_state`, :meth:`_observe` and :meth:`_use_params`.
 
     Args:
         num_envs: Number of systems simulated in parallel.
@@ -43,11 +41,9 @@ class PhysicsEnv(Env):
         for key, value in params.items():
             if key != "max_episode_steps" and (not isinstance(value, numbers.Real) or isinstance(value, bool)):
                 raise TypeError(f"{name}: config {key!r} must be a number, got {value!r}")
-        steps = params["max_episode_steps"]
-        if isinstance(steps, bool) or not isinstance(steps, numbers.Integral) or steps < 1:
-            raise ValueError(f"{name}: config 'max_episode_steps' must be an int >= 1, got {steps!r}")
         p: dict[str, Any] = {k: float(v) for k, v in params.items() if k != "max_episode_steps"}
-        p["max_episode_steps"] = int(steps)
+        steps = params["max_episode_steps"]
+        p["max_episode_steps"] = check_int(name, "config 'max_episode_steps'", steps, 1)
         self.params = p
         self._use_params(p)
 
@@ -59,15 +55,13 @@ class PhysicsEnv(Env):
         raise NotImplementedError
 
     def _observe(self, state: torch.Tensor) -> torch.Tensor:
-        """The observations of ``state``."""
         raise NotImplementedError
 
     def reset(self, *, config: dict[str, Any] | None = None, seed: int | None = None) -> torch.Tensor:
         """Reset every sub-env and return the first observations.
 
         Args:
-            config: Physical parameters to use from now on (keys listed in the class
-                docstring); ``None`` keeps the current ones. An unknown key raises ``KeyError``.
+            config: Physical parameters to use from now on (see the class); ``None`` keeps them.
             seed: Seed of the env's random number generator; ``None`` continues its stream.
         """
         if config:

@@ -1,16 +1,6 @@
-"""A pool of worker processes stepping gymnasium envs, with batched inference over ready envs.
-
-:class:`PoolEnv` (``GymnasiumEnv(..., vectorization_mode="pool")``) runs ``num_envs`` copies of
-a gymnasium env in ``num_workers`` worker processes, each owning a block of sub-envs. The
-observations, rewards, flags and actions of every sub-env live in shared memory (gymnasium's
-:func:`~gymnasium.vector.utils.create_shared_memory`); the pipes to the workers carry only
-small control messages (sub-env ids). A worker reports each sub-env as soon as its step is
-done, so the learner can act on whichever sub-envs are ready (:class:`rl8.envs.base.ReadyEnvs`)
-while the others keep stepping: :func:`rl8.ppo.rollout.rollout_ready_envs` does that in
-:meth:`PPO.collect <rl8.PPO.collect>`.
-
-See ``docs/collection.md`` for when to use it, its knobs and how failures are reported.
-"""
+"""A pool of worker processes stepping gymnasium envs, with batched inference over ready envs:
+:class:`PoolEnv` (``docs/collection.md``). Observations and actions live in shared memory; the
+pipes carry only sub-env ids."""
 
 from __future__ import annotations
 
@@ -37,23 +27,21 @@ from rl8.envs.converter import GymnasiumConverter
 from rl8.envs.gymnasium_base import GymnasiumEnvBase
 from rl8.envs.pool_worker import (
     GUARD_ADVICE, STEP, Shared, WORKER_NAME, check_main_module, read_message, rows, send_message, set_rows,
-    shutdown, split, worker,
+    send_close, split, worker,
 )
 from rl8.envs.workers import (
-    CLOSE_TIMEOUT_S, EnvStepTimeout, EnvWorkerDied, RemoteTraceback, ReportEpisodeRecords, check_step_timeout,
-    exit_description, make_single_env,
+    CLOSE_TIMEOUT_S, EnvWorkerDied, RemoteTraceback, ReportEpisodeRecords, check_step_timeout,
+    exit_description, make_single_env, stop_processes,
 )
 
 __all__ = ["PoolEnv", "PoolWorkerDied"]
 
-
-#: The start method of the worker processes; see :class:`PoolEnv` for why.
+#: The start method of the worker processes (``docs/collection.md`` says why).
 START_METHOD = "forkserver"
 
 
 class PoolWorkerDied(EnvWorkerDied):
-    """A worker process of a :class:`PoolEnv` ended without being asked to (killed, crashed):
-    the :class:`~rl8.envs.workers.EnvWorkerDied` of the pool mode."""
+    """A worker process of a :class:`PoolEnv` ended without being asked to (killed, crashed)."""
 
 
 def _check_int(name: str, value: Any, low: int, high: str) -> int:
@@ -63,42 +51,9 @@ def _check_int(name: str, value: Any, low: int, high: str) -> int:
 
 
 class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
-    """``num_envs`` gymnasium envs stepped by ``num_workers`` worker processes, with
-    observations and actions in shared memory, that PPO collects from as the envs get ready.
-
-    ``GymnasiumEnv(..., vectorization_mode="pool")`` (so ``PPO("HalfCheetah-v5",
-    env_kwargs={"vectorization_mode": "pool", ...})``) builds one. Each worker owns a block of
-    consecutive sub-envs (``num_envs / num_workers`` each; when ``num_workers`` does not divide
-    ``num_envs`` the first ``num_envs % num_workers`` workers own one more) and steps the ones
-    it is sent actions for, reporting each as soon as its step is done. In
-    :meth:`PPO.collect <rl8.PPO.collect>` the learner waits for ``min_batch_size`` ready envs
-    (at most ``max_wait_s``), acts on at most ``max_batch_size`` of them with one batched
-    forward pass and sends their actions back, while the other envs keep stepping
-    (:func:`rl8.ppo.rollout.rollout_ready_envs`). :meth:`step` of all envs works as for any env.
-
-    Sub-env ``i`` is seeded with ``seed + i`` and auto-reset in ``SAME_STEP`` mode as in the
-    sync and async modes, so with ``min_batch_size == num_envs`` a collect gives exactly the
-    transitions of the sync mode.
-
-    Workers start with the ``forkserver`` method: forking the learner itself (``fork``) is the
-    fastest start but unsafe once it runs threads (torch's intra-op pool) or CUDA, and
-    ``spawn`` starts a fresh interpreter that imports torch and rl8 for every worker. The fork
-    server is one clean process, started once, that imports this module once and forks each
-    worker from it. The env and the wrappers go to the workers pickled with ``cloudpickle`` (as
-    gymnasium's async mode sends them): lambdas and classes of the main program (a script,
-    ``python -c``, an interactive session, a notebook) go by value. Like ``spawn``, each worker
-    first runs the main script again (as ``__mp_main__``): a script must build the pool under an
-    ``if __name__ == "__main__":`` guard, and a program read from stdin cannot start workers;
-    both are refused with a ``RuntimeError`` saying so, before any worker starts.
-
-    Failures: an exception in a worker closes the pool and is raised in the learner with the
-    worker's traceback chained and the sub-env named; a worker that dies (a signal, a crash)
-    is noticed at once through its process sentinel and reported as :class:`PoolWorkerDied`
-    with its exit code. With ``step_timeout_s``, a sub-env step that takes longer raises
-    :class:`~rl8.envs.workers.EnvStepTimeout` naming the sub-env. :meth:`close` (also run
-    when the env is garbage collected and at interpreter exit) ends and reaps every worker,
-    terminating those that do not exit within 2 s; workers ignore SIGINT, so on Ctrl-C the
-    learner closes them.
+    """``num_envs`` gymnasium envs stepped by ``num_workers`` worker processes, each owning a
+    block of sub-envs, that PPO collects from as they get ready; a script must build it under an
+    ``if __name__ == "__main__":`` guard (``docs/collection.md``).
 
     Args:
         num_envs: Number of gymnasium envs (the batch size), >= 1.
@@ -109,73 +64,45 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
         env_kwargs: Keyword arguments of each gymnasium env.
         wrappers: Picklable gymnasium wrappers applied, in order, to each env.
         render_mode: Gymnasium render mode of each env (``"rgb_array"`` enables :meth:`render`).
-        num_workers: Worker processes, >= 1; ``None``: ``min(num_envs, os.cpu_count())``. A
-            value above ``num_envs`` starts ``num_envs`` workers (one env each), so that one
-            ``env_kwargs`` also builds the smaller eval and one-env video copies of the env.
-        min_batch_size: The fewest ready envs the rollout acts on at once, >= 1; ``None``:
-            ``max(1, num_envs // 2)``. Above ``num_envs``: ``num_envs``. ``num_envs`` makes
-            every step of the rollout wait for all envs (the sync mode's transitions).
-        max_batch_size: The most envs one forward pass acts on, >= ``min_batch_size``;
-            ``None``: ``num_envs``. Above ``num_envs``: ``num_envs``.
+        num_workers: Worker processes, >= 1, at most ``num_envs``; ``None``:
+            ``min(num_envs, os.cpu_count())``.
+        min_batch_size: The fewest ready envs the rollout acts on at once, >= 1, at most
+            ``num_envs`` (every env: the sync mode's transitions); ``None``: ``num_envs // 2``.
+        max_batch_size: The most envs one forward pass acts on, >= ``min_batch_size``, at
+            most ``num_envs``; ``None``: ``num_envs``.
         max_wait_s: The longest wait in seconds for ``min_batch_size`` ready envs before
             acting on the ready ones, >= 0; ``None`` (default): no limit.
-        step_timeout_s: The longest time in seconds one sub-env's step (with its auto-reset)
-            may take, > 0, counted from the moment its worker could start it (the worker steps
-            its sub-envs one after the other); a longer step closes the pool and raises
-            :class:`~rl8.envs.workers.EnvStepTimeout` naming the sub-env. ``None``
-            (default): no limit.
+        step_timeout_s: The longest time in seconds one sub-env's step may take from when its
+            worker could start it, > 0, else :class:`~rl8.envs.workers.EnvStepTimeout` (the
+            pool closed); ``None`` (default): no limit.
 
     Attributes:
         num_workers: The number of worker processes started.
         env_blocks: ``env_blocks[w]``: the sub-envs worker ``w`` owns (a ``range``).
     """
 
-    def __init__(
-        self,
-        num_envs: int,
-        /,
-        horizon: int | None = None,
-        *,
-        device: torch.device | str = "cpu",
-        env: str | Callable[..., gymnasium.Env],
-        vectorization_mode: str = "pool",
-        env_kwargs: dict[str, Any] | None = None,
-        wrappers: Sequence[Callable[[gymnasium.Env], gymnasium.Env]] | None = None,
-        render_mode: str | None = None,
-        num_workers: int | None = None,
-        min_batch_size: int | None = None,
-        max_batch_size: int | None = None,
-        max_wait_s: float | None = None,
-        step_timeout_s: float | None = None,
-    ) -> None:
+    def __init__(self, num_envs: int, /, horizon: int | None = None, *,
+                 device: torch.device | str = "cpu", env: str | Callable[..., gymnasium.Env],
+                 vectorization_mode: str = "pool",
+                 env_kwargs: dict[str, Any] | None = None,
+                 wrappers: Sequence[Callable[[gymnasium.Env], gymnasium.Env]] | None = None,
+                 render_mode: str | None = None, num_workers: int | None = None,
+                 min_batch_size: int | None = None, max_batch_size: int | None = None,
+                 max_wait_s: float | None = None, step_timeout_s: float | None = None) -> None:
         self._closed = True  # until the workers run: close() has nothing to do
         super().__init__(num_envs, horizon, device=device)
         if getattr(vectorization_mode, "value", vectorization_mode) != "pool":
             raise ValueError(f"PoolEnv: vectorization_mode must be 'pool', got {vectorization_mode!r}")
-        if not isinstance(env, str) and not callable(env):
-            raise TypeError(
-                f"PoolEnv: env must be a registered gymnasium id or a callable returning a "
-                f"gymnasium.Env, got {type(env).__name__}"
-            )
+        self._set_env("PoolEnv", env, env_kwargs, wrappers, render_mode)
         self._set_batching(num_envs, num_workers, min_batch_size, max_batch_size, max_wait_s)
         self.step_timeout_s = check_step_timeout("PoolEnv", step_timeout_s)
-        self.env = env
         self.vectorization_mode = "pool"
-        self.env_kwargs = dict(env_kwargs or {})
-        self.wrappers = list(wrappers or [])
-        self.render_mode = render_mode
-        self.vector_env = None
-        self._errors = None
-        self._needs_reset = True
-        self._seeded = False
-
         check_main_module(self._name())
         make_env, make_env_pickle = self._env_factory()
         single_obs_space, single_action_space = self._probe_env(make_env)
         self.converter = GymnasiumConverter(single_obs_space, single_action_space, num_envs, self.device, self._name())
         self.observation_space = self.converter.observation_space
         self.action_space = single_action_space
-
         ctx = mp.get_context(START_METHOD)
         ctx.set_forkserver_preload([__name__])  # the fork server imports rl8 once
         self._init_workers_state(single_obs_space, single_action_space, ctx)
@@ -185,10 +112,8 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
             self.close()
             raise
 
-    def _set_batching(
-        self, num_envs: int, num_workers: int | None, min_batch_size: int | None,
-        max_batch_size: int | None, max_wait_s: float | None,
-    ) -> None:
+    def _set_batching(self, num_envs: int, num_workers: int | None, min_batch_size: int | None,
+                      max_batch_size: int | None, max_wait_s: float | None) -> None:
         """Check the worker and batch options (see the class) and set them, capped at ``num_envs``."""
         if num_workers is None:
             num_workers = min(num_envs, os.cpu_count() or 1)
@@ -223,22 +148,20 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
         return make_env, make_env_pickle
 
     def _probe_env(self, make_env: Callable[[], gymnasium.Env]) -> tuple[gymnasium.Space, gymnasium.Space]:
-        """Make one sub-env here to read its spaces and metadata (before the shared memory is
-        sized), then close it; returns its observation and action spaces."""
+        """Make one sub-env here to read its spaces and metadata, then close it; returns its
+        observation and action spaces."""
         probe = make_env()
         try:
             single_obs_space, single_action_space = probe.observation_space, probe.action_space
             # [return_sum, length_sum, count] of the sub-envs' records not yet popped; None: none kept
             self._episode_records = np.zeros(3) if isinstance(probe, ReportEpisodeRecords) else None
-            self.metadata = {**type(self).metadata, **probe.metadata}
-            self.metadata.setdefault("render_fps", 30)
+            self._set_metadata(probe.metadata)
         finally:
             probe.close()
         return single_obs_space, single_action_space
 
-    def _init_workers_state(
-        self, single_obs_space: gymnasium.Space, single_action_space: gymnasium.Space, ctx: Any
-    ) -> None:
+    def _init_workers_state(self, single_obs_space: gymnasium.Space,
+                            single_action_space: gymnasium.Space, ctx: Any) -> None:
         """Make the shared memory and the bookkeeping of the workers, before they start."""
         num_envs = self.num_envs
         self._shared = Shared(single_obs_space, single_action_space, num_envs, ctx)
@@ -247,7 +170,8 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
         self._owner = np.concatenate([np.full(len(b), w) for w, b in enumerate(self.env_blocks)])
         self._pipes: list[Connection] = []
         self._processes: list[Any] = []
-        self._finalizer = weakref.finalize(self, shutdown, self._processes, self._pipes)
+        self._finalizer = weakref.finalize(self, stop_processes, self._processes, self._pipes,
+                                           send_close)
         self._closed = False
         self._stepping = np.zeros(num_envs, dtype=bool)  # sent an action, not yet received
         self._ready: list[int] = []  # done stepping, not yet returned by recv, oldest first
@@ -270,9 +194,8 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
             child.close()
             self._pipes.append(parent)
             self._processes.append(process)
-        # every pipe and every process sentinel (readable once the process has ended),
-        # registered once: what multiprocessing.connection.wait watches, without
-        # registering them all again at each of the thousands of waits of a collect
+        # every pipe and process sentinel (readable once the process has ended), registered
+        # once rather than at each of the thousands of waits of a collect
         self._selector = selectors.DefaultSelector()
         for w, process in enumerate(self._processes):
             self._selector.register(self._pipes[w], selectors.EVENT_READ, ("message", w))
@@ -282,27 +205,18 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
 
     @property
     def worker_pids(self) -> tuple[int, ...]:
-        """Process ids of the worker processes, worker 0 first (they stay listed after
-        :meth:`close`, which reaps them)."""
+        """Process ids of the workers, worker 0 first (still listed after :meth:`close`)."""
         return tuple(process.pid for process in self._processes)
 
-    # --- the batched Env interface ----------------------------------------------------------
-
-    def reset(
-        self, *, config: dict[str, Any] | None = None, seed: int | None = None
-    ) -> torch.Tensor | TensorDictBase:
-        """Reset every sub-env and return the first observations.
-
-        Sub-envs still stepping (a collect cut short) finish that step first, unused.
+    def reset(self, *, config: dict[str, Any] | None = None,
+              seed: int | None = None) -> torch.Tensor | TensorDictBase:
+        """Reset every sub-env (those still stepping finish first) and return the first
+        observations, as :meth:`GymnasiumEnv.reset <rl8.envs.gymnasium.GymnasiumEnv.reset>`.
 
         Args:
-            config: Only ``None`` or ``{}`` (see :meth:`~rl8.envs.gymnasium.GymnasiumEnv.reset`).
-            seed: Sub-env ``i`` is reset with seed ``seed + i``; ``None`` continues each env's
-                stream, except on the first reset where a seed is drawn from torch's global
-                generator.
-
-        Returns:
-            Observations ``[num_envs, *obs_shape]`` (a TensorDict for Dict spaces).
+            config: Only ``None`` or ``{}``.
+            seed: Sub-env ``i`` gets ``seed + i``; ``None`` continues each env's stream, except
+                on the first reset, seeded from torch's global generator.
         """
         seed = self._reset_seed(config, seed)
         self._drain()
@@ -314,13 +228,10 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
         return self.converter.from_reset(self._views["obs"])
 
     def step(self, action: torch.Tensor | TensorDictBase) -> TensorDictBase:
-        """Step every sub-env once (send all, receive all); finished envs are auto-reset.
+        """Step every sub-env once (send all, receive all) and return their step output.
 
         Args:
-            action: A batch of ``num_envs`` env actions (see :meth:`~rl8.envs.gymnasium.GymnasiumEnv.step`).
-
-        Returns:
-            The step output of all sub-envs in env order (see :meth:`~rl8.envs.gymnasium.GymnasiumEnv.step`).
+            action: A batch of ``num_envs`` env actions.
         """
         if self._stepping.any() or self._ready:
             raise RuntimeError(f"{self._name()}.step: sub-envs are stepping (send/recv in use); "
@@ -332,7 +243,7 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
 
     def send(self, env_ids: torch.Tensor, actions: torch.Tensor | TensorDictBase) -> None:
         """Write the actions of the sub-envs ``env_ids`` into shared memory and ask their
-        workers to step them (see :meth:`rl8.envs.base.ReadyEnvs.send`)."""
+        workers to step them (:meth:`rl8.envs.base.ReadyEnvs.send`)."""
         self._check_open()
         if self._needs_reset:
             raise RuntimeError(f"{self._name()}.send called before reset()")
@@ -358,9 +269,8 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
     def recv(
         self, min_batch_size: int, max_batch_size: int, max_wait_s: float | None
     ) -> tuple[torch.Tensor, TensorDictBase]:
-        """The step outputs of the sub-envs whose step is done (see
-        :meth:`rl8.envs.base.ReadyEnvs.recv`); the oldest ready ones first when more are ready than
-        ``max_batch_size``."""
+        """The step outputs of sub-envs whose step is done, the oldest first
+        (:meth:`rl8.envs.base.ReadyEnvs.recv`)."""
         self._check_open()
         pending = int(self._stepping.sum()) + len(self._ready)
         if pending == 0:
@@ -388,31 +298,20 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
         return torch.from_numpy(ids), out
 
     def render(self, index: int = 0) -> np.ndarray:
-        """Return an RGB frame (``uint8``, ``[height, width, 3]``) of sub-env ``index``, drawn
-        by its worker (needs ``render_mode="rgb_array"``)."""
-        self._check_open()
-        if self.render_mode != "rgb_array":
-            raise RuntimeError(
-                f"{self._name()}.render needs render_mode='rgb_array', got "
-                f"render_mode={self.render_mode!r}; pass GymnasiumEnv(..., render_mode='rgb_array')"
-            )
-        if not 0 <= index < self.num_envs:
-            raise IndexError(f"{self._name()}.render: index {index} not in [0, {self.num_envs})")
-        if self._needs_reset:
-            raise RuntimeError(f"{self._name()}.render called before reset()")
+        """An RGB frame (``uint8``, ``[height, width, 3]``) of sub-env ``index``, drawn by its
+        worker (needs ``render_mode="rgb_array"``).
+
+        Args:
+            index: Which sub-env to draw, ``0 <= index < num_envs``.
+        """
+        self._check_render(index)
         w = int(self._owner[index])
         self._send(w, "render", index)
-        frame = np.asarray(self._await_replies([w], "frame")[w])
-        if frame.dtype != np.uint8 or frame.ndim != 3 or frame.shape[-1] != 3:
-            raise ValueError(
-                f"{self._name()}.render: the env returned an array of shape {frame.shape} and "
-                f"dtype {frame.dtype}, expected uint8 [height, width, 3]"
-            )
-        return frame
+        return self._checked_frame(self._await_replies([w], "frame")[w])
 
     def close(self) -> None:
-        """Ask every worker to exit, terminate (then kill) those still running after a
-        grace period, and reap them all. Safe to call more than once."""
+        """Ask every worker to exit, terminate (then kill) those still running after 2 s, and
+        reap them all; also run on garbage collection and at exit. Safe to call more than once."""
         if getattr(self, "_closed", True):
             return
         self._closed = True
@@ -426,8 +325,6 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
             f"min_batch_size={self.min_batch_size}, max_batch_size={self.max_batch_size}, "
             f"max_wait_s={self.max_wait_s}, step_timeout_s={self.step_timeout_s}, device={self.device})"
         )
-
-    # --- messages ---------------------------------------------------------------------------
 
     def _send(self, worker: int, command: str, arg: Any) -> None:
         try:
@@ -494,10 +391,8 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
         self._ready = []
 
     def _wait_for_steps(self, timeout: float | None) -> None:
-        """:meth:`_poll` for at most ``timeout`` seconds, and at most until the first step
-        deadline (:attr:`step_timeout_s`) of a busy worker; then raise
-        :class:`~rl8.envs.workers.EnvStepTimeout` for a worker past its deadline with
-        nothing to read from it."""
+        """:meth:`_poll` for at most ``timeout`` seconds and the first step deadline of a busy
+        worker; then raise ``EnvStepTimeout`` for a worker past it with nothing to read."""
         if self.step_timeout_s is None:
             self._poll(timeout)
             return
@@ -511,12 +406,7 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
             if self._queued[w] and now - self._progress_at[w] >= self.step_timeout_s and not self._pipes[w].poll():
                 stuck = self._queued[w][0]
                 self.close()
-                raise EnvStepTimeout(
-                    f"{self._name()}: sub-env {stuck} (pool worker {w}) did not finish a step within "
-                    f"step_timeout_s={self.step_timeout_s:g} s (stuck, or slower than the limit); the pool "
-                    "and all its workers have been closed. Raise step_timeout_s (PPO: env_kwargs="
-                    "{'step_timeout_s': ...}) if its steps are this slow, or set None for no limit."
-                )
+                raise self._step_timeout(f"sub-env {stuck} (pool worker {w})", "the pool")
 
     def _worker_died(self, worker: int) -> None:
         pipe = self._pipes[worker]

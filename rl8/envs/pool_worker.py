@@ -1,6 +1,5 @@
-"""The worker processes of :class:`~rl8.envs.pool.PoolEnv`: their loop (:func:`worker`), the
-shared memory of observations and actions, the messages on their pipes, how the sub-envs are
-split among them, stopping them, and the check that the main module can be imported by them."""
+"""The worker processes of :class:`~rl8.envs.pool.PoolEnv`: their loop (:func:`worker`), shared
+memory, pipe messages, the split of sub-envs, stopping them, and the main-module check."""
 
 from __future__ import annotations
 
@@ -20,10 +19,9 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector.utils import create_shared_memory, read_from_shared_memory, write_to_shared_memory
 
-from rl8.envs.workers import EPISODE_RECORDS_KEY, ReportEpisodeRecords, stop_processes
+from rl8.envs.workers import EPISODE_RECORDS_KEY, ReportEpisodeRecords
 
 __all__: list[str] = []  # PoolEnv's internals
-
 
 #: The name of pool worker ``w`` is this prefix and ``w``.
 WORKER_NAME = "rl8-pool-"
@@ -55,7 +53,7 @@ GUARD_ADVICE = (
 
 
 def _is_main_test(node: ast.AST) -> bool:
-    """Whether ``node`` is the comparison ``__name__ == "__main__"`` (either way round)."""
+    """Whether ``node`` is ``__name__ == "__main__"`` (either way round)."""
     if not isinstance(node, ast.Compare) or len(node.ops) != 1 or not isinstance(node.ops[0], ast.Eq):
         return False
     sides = {ast.dump(node.left), ast.dump(node.comparators[0])}
@@ -63,10 +61,9 @@ def _is_main_test(node: ast.AST) -> bool:
 
 
 def _unguarded_line(main: Any) -> int | None:
-    """The line of the main script's top level that is building the pool, when it is not in
-    the body of an ``if`` whose condition compares ``__name__ == "__main__"`` (every worker
-    would run it again), else ``None`` (``None`` too when that cannot be told: no such frame,
-    a source that does not parse)."""
+    """The top-level line of the main script that is building the pool when it is outside an
+    ``if __name__ == "__main__":`` body (every worker would run it again), else (or when that
+    cannot be told) ``None``."""
     frame = inspect.currentframe()
     while frame is not None and not (frame.f_globals is vars(main) and frame.f_code.co_name == "<module>"):
         frame = frame.f_back
@@ -87,14 +84,12 @@ def _unguarded_line(main: Any) -> int | None:
 
 
 def check_main_module(label: str) -> None:
-    """Refuse, with what to do, to start pool workers from a main program they cannot start from.
+    """Refuse, saying what to do, to start pool workers from a main program that each worker
+    would run again (``forkserver``) and could not: one read from stdin, or a script that
+    builds the pool at its top level (``docs/collection.md``).
 
-    Workers start by ``forkserver``, which, like ``spawn``, first runs the main program again in
-    each worker (as ``__mp_main__``; not ``python -c``, interactive sessions or notebooks, which
-    have no file, nor ``python -m pkg`` of a ``__main__.py``). A program read from stdin cannot
-    be read again, and a script that builds the pool at its top level would build it again in
-    every worker; the workers would die of it with ``exit code 1`` and the real cause only in
-    their own output. Inside a worker that runs such a script again, this raises at once.
+    Args:
+        label: The env's name, for the message.
     """
     if mp.current_process().name.startswith(WORKER_NAME):  # (a daemon: it cannot start a pool anyway)
         raise RuntimeError(
@@ -122,28 +117,15 @@ def check_main_module(label: str) -> None:
 
 
 def split(num_envs: int, num_workers: int) -> list[range]:
-    """Consecutive blocks of sub-envs, one per worker, whose sizes differ by at most one
-    (the first ``num_envs % num_workers`` workers own one more)."""
+    """Consecutive blocks of sub-envs, one per worker; the first ``num_envs % num_workers``
+    workers own one more."""
     size, extra = divmod(num_envs, num_workers)
-    blocks, start = [], 0
-    for w in range(num_workers):
-        stop = start + size + (w < extra)
-        blocks.append(range(start, stop))
-        start = stop
-    return blocks
+    starts = [w * size + min(w, extra) for w in range(num_workers + 1)]
+    return [range(start, stop) for start, stop in zip(starts, starts[1:])]
 
 
-def _row(value: Any, index: int) -> Any:
-    """Row ``index`` of a batch of numpy arrays (a dict or tuple of them for Dict/Tuple spaces)."""
-    if isinstance(value, dict):
-        return {key: _row(sub, index) for key, sub in value.items()}
-    if isinstance(value, tuple):
-        return tuple(_row(sub, index) for sub in value)
-    return value[index]
-
-
-def rows(value: Any, index: np.ndarray) -> Any:
-    """Rows ``index`` of a batch of numpy arrays, as fresh arrays (a tree for Dict spaces)."""
+def rows(value: Any, index: np.ndarray | int) -> Any:
+    """Rows ``index`` of a batch of numpy arrays (a tree for Dict spaces)."""
     if isinstance(value, dict):
         return {key: rows(sub, index) for key, sub in value.items()}
     return value[index]
@@ -159,14 +141,12 @@ def set_rows(dst: Any, index: np.ndarray, value: Any) -> None:
 
 
 class Shared:
-    """The shared memory of a pool: each sub-env's observation, last observation before an
-    auto-reset, reward, flags, action and the episode records of its last step
-    (``[return_sum, length_sum, count]``, see :class:`~rl8.envs.workers.ReportEpisodeRecords`;
-    zeros when it has none), ``num_envs`` rows each."""
+    """The shared memory of a pool, ``num_envs`` rows each: observations, last observations
+    before an auto-reset, rewards, flags, actions and the episode records of the last step
+    (``[return_sum, length_sum, count]``, zeros when none)."""
 
-    def __init__(
-        self, observation_space: spaces.Space, action_space: spaces.Space, num_envs: int, ctx: Any
-    ) -> None:
+    def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, num_envs: int,
+                 ctx: Any) -> None:
         self.observation_space, self.action_space, self.num_envs = observation_space, action_space, num_envs
         self.obs = create_shared_memory(observation_space, num_envs, ctx)
         self.final_obs = create_shared_memory(observation_space, num_envs, ctx)
@@ -194,7 +174,7 @@ def _step_env(env: gymnasium.Env, current: int, shared: Shared, views: dict[str,
     """In a worker: step sub-env ``current`` (``env``) with its action from shared memory,
     auto-resetting it when its episode ends, and write what it returned to shared memory."""
     space, records = shared.observation_space, views["episode_records"]
-    obs, reward, terminated, truncated, info = env.step(_row(views["actions"], current))
+    obs, reward, terminated, truncated, info = env.step(rows(views["actions"], current))
     reports = isinstance(env, ReportEpisodeRecords)
     if reports:
         records[current] = info.get(EPISODE_RECORDS_KEY, 0.0)
@@ -210,33 +190,25 @@ def _step_env(env: gymnasium.Env, current: int, shared: Shared, views: dict[str,
 
 
 def worker(worker: int, env_ids: range, make_env_pickle: bytes, shared: Shared, pipe: Connection) -> None:
-    """A worker process: builds the gymnasium envs ``env_ids`` with ``make_env_pickle`` (a
-    pickled :class:`~gymnasium.vector.utils.CloudpickleWrapper` of the env maker, unpickled
-    here so that a failure to unpickle is reported like any error) and serves the learner's
-    commands on ``pipe`` until ``("close", None)``.
+    """A worker process: builds the sub-envs ``env_ids`` with ``make_env_pickle`` (a pickled
+    ``CloudpickleWrapper``, unpickled here so that its failure is reported like any error) and
+    serves the learner's commands on ``pipe`` until ``("close", None)``: ``("step", ids)``
+    (each sub-env reported by ``("stepped", i)`` when done), ``("reset", [(i, seed), ...])``
+    and ``("render", i)``; an exception is reported as ``("error", (i, exc, traceback))``.
+    SIGINT is ignored: the learner closes the workers on Ctrl-C.
 
-    Commands: ``("step", ids)``: step each sub-env of ``ids`` with its action from shared
-    memory, auto-resetting it when its episode ends (``SAME_STEP``: ``final_obs`` gets the last
-    observation, ``obs`` the new episode's first), and report ``("stepped", i)`` as soon as
-    sub-env ``i`` is done (its slot of ``episode_records`` then holds what its step and
-    auto-reset reported, for sub-envs in a :class:`~rl8.envs.workers.ReportEpisodeRecords`);
-    ``("reset", [(i, seed), ...])``: reset those sub-envs, report ``("reset", None)``;
-    ``("render", i)``: report ``("frame", array)``. An exception is reported as
-    ``("error", (i, exception, traceback))``. SIGINT is ignored: the learner closes the
-    workers on Ctrl-C.
+    Args:
+        worker: The worker's index.
+        env_ids: The sub-envs it owns.
+        make_env_pickle: The pickled env maker.
+        shared: The pool's shared memory.
+        pipe: The worker's end of its pipe to the learner.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     views = shared.views()
     space = shared.observation_space
     envs: dict[int, gymnasium.Env] = {}
     current = env_ids.start
-
-    def report_error(index: int, exc: BaseException) -> None:
-        trace = traceback.format_exc()
-        try:
-            send_message(pipe, "error", (index, exc, trace))
-        except Exception:  # an exception that does not pickle: its text and type name
-            send_message(pipe, "error", (index, RuntimeError(f"{type(exc).__name__}: {exc}"), trace))
 
     try:
         make_env = pickle.loads(make_env_pickle)
@@ -262,7 +234,12 @@ def worker(worker: int, env_ids: range, make_env_pickle: bytes, shared: Shared, 
     except (KeyboardInterrupt, EOFError, BrokenPipeError):
         pass  # the learner is gone or going: nothing to report to
     except Exception as exc:
-        report_error(current, exc)
+        trace = traceback.format_exc()
+        try:
+            send_message(pipe, "error", (current, exc, trace))
+        except Exception:  # an exception that does not pickle: its text and type name
+            unpicklable = RuntimeError(f"{type(exc).__name__}: {exc}")
+            send_message(pipe, "error", (current, unpicklable, trace))
         # the learner closes the pool on an error: wait for it (or for the pipe to close)
         try:
             while read_message(pipe.recv_bytes())[0] != "close":
@@ -278,18 +255,5 @@ def worker(worker: int, env_ids: range, make_env_pickle: bytes, shared: Shared, 
         pipe.close()
 
 
-def shutdown(processes: list[Any], pipes: list[Connection]) -> None:
-    """Ask every worker to close, then terminate (and kill) the ones still alive after
-    ``CLOSE_TIMEOUT_S`` seconds, and reap them all (``stop_processes``). Holds no reference
-    to the pool, so that :func:`weakref.finalize` can run it when the pool is collected or the
-    interpreter exits."""
-    for pipe in pipes:
-        try:
-            send_message(pipe, "close", None)
-        except (OSError, ValueError):
-            pass
-    try:
-        stop_processes(processes)
-    finally:
-        for pipe in pipes:
-            pipe.close()
+def send_close(pipe: Connection) -> None:
+    send_message(pipe, "close", None)

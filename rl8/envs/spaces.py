@@ -1,21 +1,7 @@
-"""Gymnasium spaces as batched torch tensors.
-
-rl8 describes the data with gymnasium spaces (one env's observation and action). These helpers
-turn a space into the shape and dtype of the tensors that hold a batch of its values, and
-allocate zero-filled batches of them (a nested :class:`~tensordict.TensorDict` for ``Dict``
-spaces).
-
-Conventions for actions (what a policy hands to ``Env.step``):
-
-============== ================================ ==========
-space          batched action shape              dtype
-============== ================================ ==========
-Discrete(n)    ``[N]``                          int64
-MultiDiscrete  ``[N, *nvec.shape]``              int64
-MultiBinary(n) ``[N, *shape]``                   int64 (0/1)
-Box            ``[N, *shape]``                   float32
-============== ================================ ==========
-"""
+"""Gymnasium spaces (one env's observation or action) as batched torch tensors: their shapes,
+dtypes and zero-filled batches. Actions, as a policy hands them to ``Env.step``: ``[N]`` int64
+for ``Discrete``, ``[N, *shape]`` int64 for ``MultiDiscrete`` (``nvec.shape``) and
+``MultiBinary`` (0/1), ``[N, *shape]`` float32 for ``Box``."""
 
 from __future__ import annotations
 
@@ -28,8 +14,7 @@ from tensordict import TensorDict
 
 __all__ = ["SUPPORTED_SPACES", "check_space", "space_dtype", "space_shape", "zeros_like_space"]
 
-#: The gymnasium space classes rl8 supports as observation and action spaces (``Dict`` of
-#: these, nested).
+#: The gymnasium space classes rl8 supports as observation and action spaces (``Dict`` nested).
 SUPPORTED_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary, spaces.Dict)
 
 
@@ -64,12 +49,8 @@ def space_shape(space: spaces.Space) -> tuple[int, ...]:
 
 
 def space_dtype(space: spaces.Space) -> torch.dtype:
-    """Torch dtype that rl8 uses for values of a non-``Dict`` space.
-
-    Discrete, MultiDiscrete and MultiBinary values are int64; Box values keep a floating
-    dtype (float32 unless the space is float64), and integer Boxes (e.g. images) keep their
-    integer dtype (uint8 stays uint8) so that no memory is wasted in the rollout buffer.
-    """
+    """Torch dtype of the values of a non-``Dict`` space: int64 for Discrete, MultiDiscrete and
+    MultiBinary; a Box's own dtype (float32 unless float64; uint8 images stay uint8)."""
     if isinstance(space, (spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)):
         return torch.int64
     if isinstance(space, spaces.Box):
@@ -83,17 +64,14 @@ def space_dtype(space: spaces.Space) -> torch.dtype:
 
 def zeros_like_space(space: spaces.Space, batch_size: Sequence[int], *, device: torch.device | str = "cpu",
                      dtype: torch.dtype | None = None) -> torch.Tensor | TensorDict:
-    """Allocate a zero-filled batch of values of ``space``.
+    """A zero-filled batch ``[*batch_size, *space_shape(space)]`` of values of ``space`` (a
+    TensorDict for ``Dict`` spaces, whose ``action_mask`` is bool).
 
     Args:
         space: The space of one value.
-        batch_size: Leading batch dimensions, e.g. ``[num_envs]`` or ``[num_envs, horizon + 1]``.
+        batch_size: Leading batch dimensions, e.g. ``[num_envs]``.
         device: Device to allocate on.
-        dtype: Override the dtype of a non-``Dict`` space (e.g. float32 for a Box of float64).
-
-    Returns:
-        A tensor of shape ``[*batch_size, *space_shape(space)]``, or a TensorDict with batch
-        size ``batch_size`` for ``Dict`` spaces (whose ``action_mask`` entry, if any, is bool).
+        dtype: Override the dtype of a non-``Dict`` space.
     """
     batch_size = list(batch_size)
     if isinstance(space, spaces.Dict):

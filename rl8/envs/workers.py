@@ -21,21 +21,17 @@ __all__ = [
     "with_episode_records",
 ]
 
-
-#: Seconds a closing env waits for its worker processes to exit before terminating (then
-#: killing) them.
+#: Seconds a closing env waits for its workers to exit before terminating (then killing) them.
 CLOSE_TIMEOUT_S = 2.0
 
 
 class EnvWorkerDied(RuntimeError):
-    """A worker process of an async :class:`~rl8.envs.gymnasium.GymnasiumEnv` or of a :class:`rl8.envs.PoolEnv`
-    ended without being asked to (killed, crashed). The message names its sub-envs and exit
-    code; the env and all its workers have been closed."""
+    """A worker process of an async :class:`~rl8.envs.gymnasium.GymnasiumEnv` or a
+    :class:`rl8.envs.PoolEnv` ended unasked (killed, crashed); the env has been closed."""
 
 
 class EnvStepTimeout(TimeoutError):
-    """A sub-env's step (with its auto-reset) took longer than the env's ``step_timeout_s``.
-    The message names the sub-env; the env and all its workers have been closed."""
+    """A sub-env's step took longer than the env's ``step_timeout_s``; the env has been closed."""
 
 
 def exit_description(code: int | None) -> str:
@@ -50,8 +46,7 @@ def exit_description(code: int | None) -> str:
 
 
 def check_step_timeout(owner: str, value: Any) -> float | None:
-    """``step_timeout_s`` as a float, or ``None``; anything else than a number of seconds > 0
-    (or ``None``) raises a ``ValueError`` naming ``owner`` and the value given."""
+    """``step_timeout_s`` as a float or ``None``; else a ``ValueError`` naming ``owner``."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not (
@@ -61,12 +56,20 @@ def check_step_timeout(owner: str, value: Any) -> float | None:
     return float(value)
 
 
-def stop_processes(processes: Sequence[Any], grace_s: float = CLOSE_TIMEOUT_S) -> None:
-    """Wait up to ``grace_s`` seconds for ``processes`` (``multiprocessing`` processes, already
-    asked to exit) to end, then terminate, then kill, the ones still running, and reap them
-    all. A second Ctrl-C during the wait still terminates them."""
+def stop_processes(processes: Sequence[Any], pipes: Sequence[Any],
+                   send_close: Callable[[Any], None]) -> None:
+    """Ask worker ``processes`` to exit (``send_close(pipe)`` on each of their ``pipes``), wait up
+    to ``CLOSE_TIMEOUT_S`` seconds, then terminate, then kill, those still running; reap them
+    all and close the pipes (a second Ctrl-C during the wait still terminates them). Holds no
+    reference to the env, so that :func:`weakref.finalize` can run it."""
+    for pipe in pipes:
+        try:
+            send_close(pipe)
+        except (OSError, ValueError):
+            pass  # its worker is gone
+
     def join_all(among: Sequence[Any]) -> None:
-        deadline = time.monotonic() + grace_s
+        deadline = time.monotonic() + CLOSE_TIMEOUT_S
         for process in among:
             process.join(max(0.0, deadline - time.monotonic()))
 
@@ -78,6 +81,8 @@ def stop_processes(processes: Sequence[Any], grace_s: float = CLOSE_TIMEOUT_S) -
             for process in alive:
                 getattr(process, stop)()
             join_all(alive)
+        for pipe in pipes:
+            pipe.close()
 
 
 class RemoteTraceback(Exception):
@@ -91,21 +96,18 @@ class RemoteTraceback(Exception):
         return f"\n\"\"\"\n{self.tb}\"\"\""
 
 
-#: The info key under which :class:`ReportEpisodeRecords` reports a sub-env's new records.
+#: The info key of the new records that :class:`ReportEpisodeRecords` reports.
 EPISODE_RECORDS_KEY = "rl8_episode_records"
 
 
 class ReportEpisodeRecords(gymnasium.Wrapper):
-    """Reports the episodes that a ``RecordEpisodeStatistics`` wrapper inside the chain
-    records, whatever the wrappers between them do to rewards and episode ends.
+    """Reports the episodes that a ``RecordEpisodeStatistics`` inside the chain records,
+    whatever the wrappers between them do to rewards and episode ends.
 
-    After each ``step`` and ``reset`` that completed episodes of ``record``, the info gets
-    ``info["rl8_episode_records"]``: a float64 array ``[return_sum, length_sum, count]`` over
-    those episodes (their ``"r"`` and ``"l"``). Reading ``record``'s counters rather than the
-    ``info["episode"]`` it writes also counts the games that end inside an outer wrapper's
-    ``reset`` (a no-op or FIRE step of the Atari preset), whose info no one returns.
-    :class:`~rl8.envs.gymnasium.GymnasiumEnv` puts it outermost around every sub-env that has a
-    ``RecordEpisodeStatistics`` (:func:`with_episode_records`) and sums what it reports.
+    After each ``step`` and ``reset`` that completed episodes, ``info["rl8_episode_records"]``
+    is a float64 ``[return_sum, length_sum, count]`` over them. It reads ``record``'s counters,
+    not its ``info["episode"]``, to also count the games that end inside an outer wrapper's
+    ``reset`` (the Atari preset's no-op or FIRE step), whose info no one returns.
 
     Args:
         env: The sub-env, with ``record`` somewhere in its wrapper chain.
@@ -141,8 +143,7 @@ class ReportEpisodeRecords(gymnasium.Wrapper):
 
 def with_episode_records(env: gymnasium.Env) -> gymnasium.Env:
     """``env`` in a :class:`ReportEpisodeRecords` of the innermost ``RecordEpisodeStatistics``
-    of its wrapper chain (the closest to the game's own rewards), or ``env`` itself when it
-    has none."""
+    of its wrapper chain (the closest to the game's rewards), or ``env`` when it has none."""
     record = None
     inner = env
     while isinstance(inner, gymnasium.Wrapper):
@@ -152,14 +153,16 @@ def with_episode_records(env: gymnasium.Env) -> gymnasium.Env:
     return env if record is None else ReportEpisodeRecords(env, record)
 
 
-def make_single_env(
-    env: str | Callable[..., gymnasium.Env],
-    kwargs: dict[str, Any],
-    wrappers: Sequence[Callable[[gymnasium.Env], gymnasium.Env]],
-) -> gymnasium.Env:
-    """One env with the wrappers applied, as each sub-env of the vector env is built. ALE ids
-    get the Atari preset (:func:`rl8.envs.atari.make_atari`; ``atari_preset`` in ``kwargs``); an
-    env with a ``RecordEpisodeStatistics`` reports its records (:func:`with_episode_records`)."""
+def make_single_env(env: str | Callable[..., gymnasium.Env], kwargs: dict[str, Any],
+                    wrappers: Sequence[Callable[[gymnasium.Env], gymnasium.Env]]) -> gymnasium.Env:
+    """One sub-env with the wrappers applied (ALE ids get the Atari preset), in
+    :func:`with_episode_records`.
+
+    Args:
+        env: A registered gymnasium id or a callable returning one env.
+        kwargs: Its keyword arguments.
+        wrappers: Wrappers applied in order.
+    """
     if is_atari_id(env):
         single = make_atari(env, **kwargs)
     else:

@@ -1,21 +1,7 @@
 """Image observations and the networks that encode them: convolutional encoders, and models
 built on them for image (``CNNModel``) and mixed ``Dict`` (``MultiInputModel``) observations.
-
-An observation is an **image** when it is a ``Box`` of ``uint8`` with 2 (``[H, W]``) or 3
-dimensions (``[H, W, C]`` or ``[C, H, W]``, told apart by :func:`image_layout`), or a float
-``Box`` of 3 dimensions declared as an image with the ``image_layout`` model option. ``uint8``
-images stay ``uint8`` in the env's outputs and the rollout buffer; the encoders scale them to
-``[0, 1]`` in their forward pass. See ``docs/pixels.md``.
-
-Encoders (``encoder=`` in ``model_config``):
-
-* ``"nature"``: the CNN of the Nature DQN paper (Mnih et al., 2015), which CleanRL's and SB3's
-  Atari PPO use: three convolutions (32 8x8 stride 4, 64 4x4 stride 2, 64 3x3 stride 1), ReLU,
-  and a 512-unit linear layer;
-* ``"impala"``: the ResNet encoder of IMPALA (Espeholt et al., 2018): per stack a 3x3
-  convolution, a 3x3 max-pool of stride 2 and two residual blocks (16, 32, 32 channels), then a
-  256-unit linear layer.
-"""
+``uint8`` images stay ``uint8`` up to the encoders, which scale them to ``[0, 1]``
+(``docs/pixels.md``)."""
 
 from __future__ import annotations
 
@@ -32,8 +18,8 @@ from tensordict import TensorDictBase
 from torch import nn
 
 from rl8.policies.models import (
-    Model, make_linear, make_mlp, check_widths, flat_observation_size, flatten_observation, resolve_activation,
-    MLPModel,
+    Model, make_linear, make_mlp, check_int, check_widths, flat_observation_size,
+    flatten_observation, resolve_activation, MLPModel,
 )
 
 __all__ = [
@@ -45,22 +31,14 @@ LAYOUTS = ("HWC", "CHW")
 
 
 def image_layout(space: spaces.Space, declared: str | None = None) -> str | None:
-    """The layout of an image space: ``"HWC"``, ``"CHW"``, or ``None`` when ``space`` is not
-    an image.
-
-    A ``uint8`` Box of 2 dimensions is a one-channel ``"HW"`` image (reported as ``"HWC"``
-    with ``C = 1``). A ``uint8`` Box of 3 dimensions is ``"CHW"`` when its first dimension is
-    smaller than its last (``[4, 84, 84]``: a stack of 4 gray frames), else ``"HWC"``
-    (``[84, 84, 3]``, ``[64, 64, 12]``). A float Box is an image only when declared.
+    """The layout of an image space, ``"HWC"`` or ``"CHW"``, or ``None`` when ``space`` is not
+    an image: a ``uint8`` Box ``[H, W]`` (``"HWC"``), or ``[A, B, C]`` (``"CHW"`` when
+    ``A < C``, else ``"HWC"``), or a 3-dimensional Box declared an image.
 
     Args:
         space: A gymnasium space of one observation.
         declared: ``"HWC"`` or ``"CHW"`` to declare a 3-dimensional Box (of any dtype) an
             image of that layout; ``None``: detect ``uint8`` images only.
-
-    Raises:
-        ValueError: ``declared`` is not one of ``"HWC"``, ``"CHW"``, ``None``, or names a
-            space that is not a 3-dimensional Box.
     """
     if declared is not None:
         if declared not in LAYOUTS:
@@ -81,17 +59,16 @@ _layout_of = image_layout  # for scopes where a parameter named image_layout hid
 
 
 def image_shape(space: spaces.Box, layout: str) -> tuple[int, int, int]:
-    """``(channels, height, width)`` of one image of ``space`` in ``layout``."""
+    """``(channels, height, width)`` of one image of the Box ``space`` in ``layout`` (``"HWC"`` or
+    ``"CHW"``)."""
     shape = tuple(space.shape)
     if len(shape) == 2:
         return 1, shape[0], shape[1]
-    if layout == "CHW":
-        return shape[0], shape[1], shape[2]
-    return shape[2], shape[0], shape[1]
+    return shape if layout == "CHW" else (shape[2], shape[0], shape[1])
 
 
 def has_image(space: spaces.Space, declared: str | None = None) -> bool:
-    """Whether ``space`` is an image or a ``Dict`` with an image entry (see :func:`image_layout`;
+    """Whether ``space`` is an image or a ``Dict`` with an image entry (:func:`image_layout`;
     ``declared`` applies to a non-``Dict`` space)."""
     if isinstance(space, spaces.Dict):
         return any(image_layout(s) is not None for s in space.spaces.values())
@@ -106,12 +83,6 @@ def _ints(name: str, value: Any, minimum: int = 1) -> tuple[int, ...]:
     return tuple(int(v) for v in value)
 
 
-def _int(name: str, value: Any, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ValueError(f"encoder_config {name}: expected an int >= {minimum}, got {value!r}")
-    return int(value)
-
-
 def _conv(in_channels: int, out_channels: int, kernel_size: int, stride: int, padding: int = 0) -> nn.Conv2d:
     """A convolution with orthogonal weights of gain sqrt(2) and zero biases (CleanRL's init)."""
     conv = nn.Conv2d(in_channels, out_channels, kernel_size, stride, padding)
@@ -121,7 +92,8 @@ def _conv(in_channels: int, out_channels: int, kernel_size: int, stride: int, pa
 
 
 class NatureCNN(nn.Module):
-    """The Nature-DQN convolutional encoder: ``[B, C, H, W]`` float images -> ``[B, features]``.
+    """The Nature-DQN convolutional encoder: ``[B, C, H, W]`` float images -> ``[B, features]``,
+    a ReLU after every layer.
 
     Args:
         in_channels: Channels ``C`` of the input images.
@@ -131,12 +103,6 @@ class NatureCNN(nn.Module):
         kernel_sizes: Kernel size of each convolution, in pixels.
         strides: Stride of each convolution, in pixels.
         features: Width of the linear layer after the convolutions (the encoder's output).
-
-    Every convolution and the linear layer are followed by a ReLU.
-
-    Raises:
-        ValueError: Lists of different lengths, or an image too small for the convolutions
-            (the message gives the size after each layer).
     """
 
     def __init__(self, in_channels: int, height: int, width: int, *, channels: Sequence[int] = (32, 64, 64),
@@ -144,7 +110,7 @@ class NatureCNN(nn.Module):
                  features: int = 512) -> None:
         super().__init__()
         channels, kernel_sizes, strides = _ints("channels", channels), _ints("kernel_sizes", kernel_sizes), _ints("strides", strides)
-        features = _int("features", features)
+        features = check_int("encoder_config features", features, 1)
         if not len(channels) == len(kernel_sizes) == len(strides):
             raise ValueError(
                 f"encoder_config channels, kernel_sizes, strides: expected lists of one length, got "
@@ -199,7 +165,8 @@ class ImpalaCNN(nn.Module):
     def __init__(self, in_channels: int, height: int, width: int, *, channels: Sequence[int] = (16, 32, 32),
                  features: int = 256) -> None:
         super().__init__()
-        channels, features = _ints("channels", channels), _int("features", features)
+        channels = _ints("channels", channels)
+        features = check_int("encoder_config features", features, 1)
         stacks: list[nn.Module] = []
         c, h, w = in_channels, height, width
         for out in channels:
@@ -228,19 +195,15 @@ def _encoder_cls(encoder: str | type[nn.Module]) -> type[nn.Module]:
 
 
 class ImageEncoder(nn.Module):
-    """Images of one space in, features out: layout to ``[B, C, H, W]``, ``uint8`` scaled to
-    ``[0, 1]``, then a convolutional encoder.
+    """Images ``[B, *space.shape]`` in, features out: layout to ``[B, C, H, W]``, ``uint8``
+    scaled to ``[0, 1]`` (float inputs as they are), then a convolutional encoder.
 
     Args:
         space: The image Box (see :func:`image_layout`).
         layout: ``"HWC"`` or ``"CHW"``; ``None``: detected.
         encoder: ``"nature"``, ``"impala"``, or an ``nn.Module`` class called as
             ``cls(in_channels, height, width, **encoder_config)`` with a ``features`` attribute.
-        encoder_config: Keyword arguments of the encoder (``channels``, ``kernel_sizes``,
-            ``strides``, ``features`` for ``"nature"``; ``channels``, ``features`` for ``"impala"``).
-
-    The input is a ``[B, *space.shape]`` tensor; ``uint8`` is divided by 255 here, so the
-    buffer never holds float copies of the images; float inputs are used as they are.
+        encoder_config: Keyword arguments of the encoder.
     """
 
     def __init__(self, space: spaces.Box, layout: str | None = None, encoder: str | type[nn.Module] = "nature",
@@ -259,9 +222,7 @@ class ImageEncoder(nn.Module):
         self.features = int(self.cnn.features)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        """``[B, *space.shape]`` images -> ``[B, features]``."""
-        # uint8 pixels to [0, 1]; float inputs (declared float images, or images an observation
-        # normaliser already turned into floats) are used as they are
+        # float inputs (declared float images, or normalised ones) are used as they are
         x = images.float().mul_(1.0 / 255.0) if images.dtype == torch.uint8 else images.float()
         if self.ndim == 2:
             x = x.unsqueeze(1)
@@ -271,11 +232,8 @@ class ImageEncoder(nn.Module):
 
 
 class ObservationEncoder(nn.Module):
-    """Any observation to a feature vector ``[B, features]``: an :class:`ImageEncoder` for an
-    image, for a ``Dict`` one per image entry and an MLP per other entry, concatenated in key
-    order (an ``action_mask`` entry is left out); other spaces are flattened
-    (:func:`~rl8.policies.models.flatten_observation`), through an MLP when ``vector_hiddens`` is
-    not empty.
+    """Any observation to features ``[B, features]``: an :class:`ImageEncoder` per image (entry),
+    an MLP per other (flattened) entry, concatenated in key order without ``action_mask``.
 
     Args:
         space: The observation space.
@@ -309,19 +267,16 @@ class ObservationEncoder(nn.Module):
                 continue
             declared = image_layout if not isinstance(space, spaces.Dict) else image_keys.get(key)
             if _layout_of(sub, declared) is not None:
-                module: nn.Module = ImageEncoder(sub, declared, encoder, encoder_config)
-                width = module.features
                 self.kinds[key] = "image"
+                self.encoders[key] = ImageEncoder(sub, declared, encoder, encoder_config)
+                self.features += self.encoders[key].features
             else:
                 sizes = [flat_observation_size(sub), *vector_hiddens]
-                module = nn.Sequential(*make_mlp(sizes, act, True))
-                width = sizes[-1]
                 self.kinds[key] = "vector"
-            self.encoders[key] = module
-            self.features += width
+                self.encoders[key] = nn.Sequential(*make_mlp(sizes, act, True))
+                self.features += sizes[-1]
 
     def forward(self, obs: torch.Tensor | TensorDictBase) -> torch.Tensor:
-        """``[B, ...]`` observations -> ``[B, features]``."""
         if not isinstance(self.space, spaces.Dict):
             return self._encode("obs", obs, self.space)
         parts = [self._encode(key, obs[key], self.space[key]) for key in self.encoders]
@@ -335,26 +290,22 @@ class ObservationEncoder(nn.Module):
 
 class CNNModel(Model):
     """A convolutional encoder and linear policy and value heads: the default model for image
-    observations (what CleanRL's ``ppo_atari`` and SB3's ``CnnPolicy`` use).
+    observations (CleanRL's ``ppo_atari``, SB3's ``CnnPolicy``).
 
     Args:
-        observation_space: Space of one observation: an image (see :func:`image_layout`), or
-            with :class:`MultiInputModel` a ``Dict``.
+        observation_space: Space of one observation: an image (a ``Dict`` for
+            :class:`MultiInputModel`).
         action_space: Space of one action.
         distribution_cls: The action distribution class.
         encoder: ``"nature"`` (default), ``"impala"``, or an ``nn.Module`` class (see
             :class:`ImageEncoder`).
-        encoder_config: Keyword arguments of the encoder: ``channels`` (output channels per
-            layer), ``kernel_sizes`` and ``strides`` (pixels, ``"nature"`` only) and
-            ``features`` (output width).
-        image_layout: ``"HWC"`` or ``"CHW"`` to declare a float Box an image (uint8 images are
-            detected).
+        encoder_config: Keyword arguments of the encoder (``docs/pixels.md``).
+        image_layout: ``"HWC"`` or ``"CHW"`` to declare a float Box an image.
         image_keys: ``Dict`` observations: float image entries and their layouts.
         vector_hiddens: ``Dict`` observations: MLP widths of each non-image entry.
         hiddens: Widths of an MLP between the encoder and the heads (``()``: none).
         activation: Activation of those MLPs.
-        shared: ``True`` (default): one encoder for the policy and the value (CleanRL's Atari
-            PPO); ``False``: one each.
+        shared: One encoder for the policy and the value (default, as CleanRL), else one each.
         state_dependent_std: Gaussian policies: the network outputs the log-std.
         init_log_std: Initial state-independent log-std.
     """
@@ -408,11 +359,7 @@ class CNNModel(Model):
 
 class MultiInputModel(CNNModel):
     """:class:`CNNModel` for ``Dict`` observations that mix images and vectors (SB3's
-    ``MultiInputPolicy``): an image encoder per image entry, an MLP (``vector_hiddens``) per
-    other entry, concatenated in key order, then the heads. An ``action_mask`` entry goes to
-    the distribution, not the network. Arguments as of :class:`CNNModel`; ``image_keys``
-    maps float image entries to their layout (``{"depth": "CHW"}``).
-    """
+    ``MultiInputPolicy``; see :class:`ObservationEncoder`). Arguments as of :class:`CNNModel`."""
 
     def _check_space(self, space: spaces.Space, layout: str | None, image_keys: Mapping[str, str] | None) -> None:
         if not isinstance(space, spaces.Dict):
@@ -422,9 +369,13 @@ class MultiInputModel(CNNModel):
 
 
 def default_model_cls(observation_space: spaces.Space, model_config: Mapping[str, Any] | None = None) -> type[Model]:
-    """The model a policy gets when none is named: :class:`CNNModel` for an image (a uint8 one,
-    or one declared with ``model_config["image_layout"]``), :class:`MultiInputModel` for a
-    ``Dict`` with an image entry (or ``image_keys``), else :class:`~rl8.policies.models.MLPModel`."""
+    """The model a policy gets when none is named: :class:`CNNModel` for an image,
+    :class:`MultiInputModel` for a ``Dict`` with one, else :class:`~rl8.policies.models.MLPModel`.
+
+    Args:
+        observation_space: Space of one observation.
+        model_config: The model options (``image_layout`` and ``image_keys`` declare images).
+    """
     config = dict(model_config or {})
     if isinstance(observation_space, spaces.Dict):
         return MultiInputModel if has_image(observation_space) or config.get("image_keys") else MLPModel

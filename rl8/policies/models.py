@@ -1,11 +1,5 @@
-"""Models: networks that map observations to distribution parameters and a value.
-
-A model is any :class:`Model` subclass. PPO builds it as
-``model_cls(observation_space, action_space, distribution_cls, **model_config)`` and calls
-``forward(obs) -> (params, value)`` where ``params`` has shape
-``[B, distribution_cls.param_size(action_space)]`` and ``value`` has shape ``[B]``. See
-``docs/models.md`` for writing one.
-"""
+"""Models: networks that map observations to distribution parameters and a value (the
+:class:`Model` contract and the default :class:`MLPModel`; ``docs/models.md``)."""
 
 from __future__ import annotations
 
@@ -29,17 +23,13 @@ __all__ = ["Model", "MLPModel", "flatten_observation", "flat_observation_size", 
 
 #: Activation names accepted by model_config's "activation", mapped to their torch.nn classes.
 ACTIVATIONS: dict[str, type[nn.Module]] = {
-    "tanh": nn.Tanh,
-    "relu": nn.ReLU,
-    "elu": nn.ELU,
-    "gelu": nn.GELU,
-    "silu": nn.SiLU,
+    "tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "gelu": nn.GELU, "silu": nn.SiLU,
     "leaky_relu": nn.LeakyReLU,
 }
 
 
 def flat_observation_size(space: spaces.Space) -> int:
-    """Number of features :func:`flatten_observation` produces for one observation."""
+    """Number of features :func:`flatten_observation` produces for one observation of ``space``."""
     if isinstance(space, spaces.Dict):
         return sum(flat_observation_size(s) for k, s in space.spaces.items() if k != "action_mask")
     if isinstance(space, spaces.Discrete):
@@ -52,11 +42,13 @@ def flat_observation_size(space: spaces.Space) -> int:
 
 
 def flatten_observation(obs: torch.Tensor | TensorDictBase, space: spaces.Space) -> torch.Tensor:
-    """Turn a batch of observations into float features ``[B, flat_observation_size(space)]``.
+    """A batch of observations as float features ``[B, flat_observation_size(space)]``: Box and
+    MultiBinary flattened, Discrete and MultiDiscrete one-hot, ``Dict`` entries concatenated in
+    key order (without ``action_mask``).
 
-    Box and MultiBinary values are flattened and cast to float32; Discrete and MultiDiscrete
-    values are one-hot encoded; ``Dict`` observations are the concatenation of their entries
-    in the space's key order, leaving out an ``action_mask``.
+    Args:
+        obs: Observations ``[B, ...]`` (a TensorDict for ``Dict`` spaces).
+        space: Their space.
     """
     if isinstance(space, spaces.Dict):
         parts = [flatten_observation(obs[k], s) for k, s in space.spaces.items() if k != "action_mask"]
@@ -74,16 +66,14 @@ def flatten_observation(obs: torch.Tensor | TensorDictBase, space: spaces.Space)
 
 class Model(nn.Module):
     """Base class of models: observations in, distribution parameters and value out.
+    Subclasses implement :meth:`forward`, and :meth:`value` when it is cheaper.
 
     Args:
         observation_space: Space of one observation.
         action_space: Space of one action.
-        distribution_cls: The action distribution class; the model's first output has width
+        distribution_cls: The action distribution class; the parameters' width is
             ``distribution_cls.param_size(action_space)``.
         **config: Model-specific options (``model_config`` in PPO's hyper-parameters).
-
-    Subclasses implement :meth:`forward`. Override :meth:`value` when the value can be
-    computed more cheaply than the full forward pass.
     """
 
     recurrent: ClassVar[bool] = False
@@ -97,31 +87,27 @@ class Model(nn.Module):
         self.config = dict(config)
 
     def forward(self, obs: torch.Tensor | TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
-        """Compute distribution parameters ``[B, P]`` and values ``[B]`` for a batch of obs."""
+        """Distribution parameters ``[B, P]`` and values ``[B]`` of observations ``[B, ...]``."""
         raise NotImplementedError
 
     def value(self, obs: torch.Tensor | TensorDictBase) -> torch.Tensor:
-        """Values ``[B]`` of a batch of observations."""
+        """Values ``[B]`` of observations ``obs`` ``[B, ...]``."""
         return self(obs)[1]
 
     def rollout(self) -> contextlib.AbstractContextManager:
-        """A context in which the parameters stay constant (PPO's collect and evaluate).
-
-        A model may prepare something for its forward passes without autograd here (computed
-        once per rollout, since the parameters stay constant); it must leave the results
-        unchanged. The default, used by every built-in model, does nothing.
-        """
+        """A context in which the parameters stay constant (PPO's collect and evaluate), where a
+        model may precompute something, leaving its outputs unchanged; the default does nothing."""
         return contextlib.nullcontext()
 
     learned_log_std: bool = False
 
     def init_policy_head(self, state_dependent_std: bool, init_log_std: float) -> int:
-        """Set up the log-std of Gaussian distributions; return the policy head's width.
+        """Set up the log-std of Gaussian distributions; return the policy head's width (the
+        means only when a state-independent log-std is learned, see :meth:`distribution_params`).
 
-        For a Gaussian distribution (params ``[mean, log_std]``) with
-        ``state_dependent_std=False``, the model learns one state-independent log-std
-        parameter (initialised to ``init_log_std``) and its head outputs only the means;
-        :meth:`distribution_params` appends the log-std. Otherwise the head outputs all params.
+        Args:
+            state_dependent_std: The head outputs the log-std too (else a learned parameter).
+            init_log_std: Initial value of the learned log-std.
         """
         dist = self.distribution_cls
         param_size = dist.param_size(self.action_space)
@@ -133,16 +119,15 @@ class Model(nn.Module):
         return param_size // 2
 
     def distribution_params(self, head: torch.Tensor) -> torch.Tensor:
-        """The distribution params from the policy head's output (see :meth:`init_policy_head`)."""
+        """The distribution params from the policy head's output (:meth:`init_policy_head`)."""
         if not self.learned_log_std:
             return head
         return torch.cat([head, self.log_std.to(head.dtype).expand_as(head)], dim=-1)
 
 
 def model_options(model_cls: type) -> list[str] | None:
-    """The names ``model_cls`` takes in ``model_config``: the keyword parameters of its
-    ``__init__`` after the observation space, the action space and the distribution class.
-    ``None`` when it takes any name (a ``**config`` parameter, as :class:`Model` itself)."""
+    """The keyword parameters of ``model_cls.__init__`` after its three positional ones, or
+    ``None`` when it takes any name (``**config``)."""
     parameters = list(inspect.signature(model_cls.__init__).parameters.values())[1:]  # without self
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
         return None
@@ -151,16 +136,12 @@ def model_options(model_cls: type) -> list[str] | None:
 
 
 def check_model_config(model_cls: type, model_config: Mapping[str, Any]) -> None:
-    """Check that every key of ``model_config`` is an option of ``model_cls``, before the
-    model is built.
+    """Raise a ``ValueError`` naming any key of ``model_config`` that ``model_cls`` does not
+    take, its close matches and the valid names, before the model is built.
 
     Args:
         model_cls: The :class:`Model` subclass that ``model_config`` configures.
         model_config: Its keyword arguments (PPO's ``model_config`` hyper-parameter).
-
-    Raises:
-        ValueError: A key that ``model_cls.__init__`` does not take; the message names the
-            field (``model_config.hiden``), its close matches and the valid names.
     """
     valid = model_options(model_cls)
     if valid is None:
@@ -185,13 +166,19 @@ def resolve_activation(activation: str | type[nn.Module]) -> type[nn.Module]:
 
 
 def check_widths(name: str, value: Any) -> tuple[int, ...]:
-    """Layer widths given in ``model_config[name]`` as a tuple of ints, or a ``ValueError``
-    naming the option, the expected and the given value."""
+    """Layer widths given in ``model_config[name]`` as a tuple of ints, else a ``ValueError``."""
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or any(
         isinstance(h, bool) or not isinstance(h, numbers.Integral) or h < 1 for h in value
     ):
         raise ValueError(f"model_config {name}: expected a sequence of ints >= 1, got {value!r}")
     return tuple(int(h) for h in value)
+
+
+def check_int(field: str, value: Any, minimum: int) -> int:
+    """``value`` as an int >= ``minimum``, else a ``ValueError`` naming ``field``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ValueError(f"{field}: expected an int >= {minimum}, got {value!r}")
+    return int(value)
 
 
 def make_linear(in_features: int, out_features: int, gain: float, ortho_init: bool) -> nn.Linear:
@@ -213,24 +200,18 @@ def make_mlp(sizes: Sequence[int], activation: type[nn.Module], ortho_init: bool
 
 
 class MLPModel(Model):
-    """The default model: multi-layer perceptrons for the policy and the value.
-
-    With ``shared=False`` the policy and the value are two plain ``nn.Sequential`` networks,
-    :attr:`pi` and :attr:`vf`, each reading the flattened observation; with ``shared=True`` a
-    trunk ``nn.Sequential`` feeds two ``nn.Linear`` heads, :attr:`pi` and :attr:`vf`.
+    """The default model: two plain ``nn.Sequential`` MLPs, :attr:`pi` and :attr:`vf`, on the
+    flattened observation, or (``shared=True``) a :attr:`trunk` with two ``nn.Linear`` heads.
 
     Args:
-        observation_space: Space of one observation (flattened with
-            :func:`flatten_observation`).
+        observation_space: Space of one observation (see :func:`flatten_observation`).
         action_space: Space of one action.
         distribution_cls: The action distribution class.
         hiddens: Widths of the hidden layers, e.g. ``(64, 64)``.
-        activation: One of ``"tanh"``, ``"relu"``, ``"elu"``, ``"gelu"``, ``"silu"``,
-            ``"leaky_relu"``, or an ``nn.Module`` class.
-        shared: ``False`` (default): separate policy and value networks; ``True``: one trunk
-            with two heads.
-        state_dependent_std: For Gaussian distributions: the network outputs the log-std
-            (``True``) or a learned state-independent log-std is used (``False``, default).
+        activation: A name of :data:`ACTIVATIONS` or an ``nn.Module`` class.
+        shared: One trunk with two heads (else separate networks, the default).
+        state_dependent_std: Gaussian policies: the network outputs the log-std (else a
+            learned, state-independent log-std, the default).
         init_log_std: Initial value of the state-independent log-std.
         ortho_init: Orthogonal initialisation (gain sqrt(2) for hidden layers, 0.01 for the
             policy head, 1 for the value head) with zero biases.

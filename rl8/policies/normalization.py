@@ -1,10 +1,5 @@
-"""Running statistics and observation normalisation (the reward normaliser is PPO's:
-:mod:`rl8.ppo.rewards`).
-
-Every statistic is kept as (mean, var, count), so that statistics from several processes can
-be merged exactly (see :meth:`RunningMeanStd.merge_`), which is what data-parallel training
-needs.
-"""
+"""Running statistics, kept as (mean, var, count) so that several processes' merge exactly, and
+observation normalisation (the reward normaliser is PPO's: :mod:`rl8.ppo.rewards`)."""
 
 from __future__ import annotations
 
@@ -39,9 +34,8 @@ class RunningMeanStd(nn.Module):
 
         Args:
             batch: Samples with the feature shape as trailing dims.
-            all_reduce: In data-parallel training, a function that sums a tensor across
-                ranks in place; the statistics then cover every rank's batch, identically on
-                every rank.
+            all_reduce: Data-parallel training: a function that sums a tensor across ranks in
+                place, so that the statistics cover every rank's batch.
         """
         x = batch.reshape(-1, *self.shape).to(torch.float64)
         n = x.shape[0]
@@ -63,7 +57,8 @@ class RunningMeanStd(nn.Module):
 
     @torch.no_grad()
     def merge_(self, mean: torch.Tensor, var: torch.Tensor, count: torch.Tensor) -> None:
-        """Merge another set of statistics (Chan et al.'s parallel algorithm), in place."""
+        """Merge the statistics ``mean``, ``var``, ``count`` (0-d) of other samples, in place
+        (Chan et al.'s parallel algorithm)."""
         total = self.count + count
         w = count / total.clamp(min=1.0)  # weight of the new statistics (0 when both are empty)
         delta = mean - self.mean
@@ -75,12 +70,14 @@ class RunningMeanStd(nn.Module):
     @torch.no_grad()
     def merge_moments_(self, current: tuple[float, float, float], count: float, total: float,
                        total_sq: float) -> None:
-        """Merge a batch given by its moments, with the arithmetic on the host.
+        """Merge a batch given by its moments, with the arithmetic on the host (scalar
+        statistics whose values the caller has read back: three fills, not a dozen device ops).
 
-        For scalar statistics (``shape == ()``) whose current values the caller has already
-        read back: ``current`` is ``(mean, var, count)`` as they are now; ``count``,
-        ``total`` and ``total_sq`` are the batch's size, sum and sum of squares (float64
-        accuracy). Three fills replace a dozen device ops.
+        Args:
+            current: ``(mean, var, count)`` as they are now.
+            count: The batch's size.
+            total: Its sum.
+            total_sq: Its sum of squares.
         """
         mean_a, var_a, count_a = current
         if count <= 0:
@@ -103,10 +100,8 @@ class RunningMeanStd(nn.Module):
 
 
 class ObservationNormalizer(nn.Module):
-    """Normalises observations with running mean and variance: ``clip((x - mean) / std)``.
-
-    Only floating-point leaves are normalised; integer leaves (e.g. images stored as uint8,
-    discrete observations) and an ``action_mask`` pass through unchanged.
+    """Normalises observations with running mean and variance, ``clip((x - mean) / std)``;
+    integer leaves (uint8 images, discrete observations) and ``action_mask`` pass through.
 
     Args:
         example: One batch of observations ``[B, ...]`` (a tensor or TensorDict) that fixes the
@@ -141,14 +136,14 @@ class ObservationNormalizer(nn.Module):
     @torch.no_grad()
     def update(self, obs: torch.Tensor | TensorDictBase, batch_dims: int = 1,
                all_reduce: Callable[[torch.Tensor], Any] | None = None) -> None:
-        """Fold observations with ``batch_dims`` leading batch dims into the statistics
+        """Fold observations ``obs`` with ``batch_dims`` leading batch dims into the statistics
         (``all_reduce``: see :meth:`RunningMeanStd.update`)."""
         for key, leaf in self._leaves(obs):
             rms = self.stats[self._name(key)]
             rms.update(leaf.reshape(-1, *leaf.shape[batch_dims:]), all_reduce)
 
     def forward(self, obs: torch.Tensor | TensorDictBase) -> torch.Tensor | TensorDictBase:
-        """Return normalised observations (a new tensor / TensorDict; the input is untouched)."""
+        """Normalised observations (a new tensor or TensorDict; the input is untouched)."""
         if isinstance(obs, TensorDictBase):
             out = obs.clone(recurse=False)
             for key, leaf in self._leaves(obs):

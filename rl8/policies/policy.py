@@ -30,23 +30,18 @@ def _entropy(dist: Distribution, grad: bool) -> torch.Tensor:
 
 class Policy(nn.Module):
     """Acts on observations: the model's outputs parameterise an action distribution.
+    ``policy(obs)`` gives env actions for a batch of tensors; :meth:`predict` numpy actions.
 
     Args:
         observation_space: Space of one observation.
         action_space: Space of one action.
         model_cls: A :class:`~rl8.policies.models.Model` subclass; ``None``: the default for the
-            observation space (:func:`rl8.policies.encoders.default_model_cls`: a CNN for images, a
-            multi-input model for ``Dict`` spaces with images, else :class:`~rl8.policies.models.MLPModel`).
+            observation space (:func:`rl8.policies.encoders.default_model_cls`).
         model_config: Keyword arguments of ``model_cls``.
-        distribution_cls: A :class:`~rl8.policies.distributions.Distribution` subclass; ``None``: the
-            default for the action space.
-        normalize_observations: Keep running observation statistics and feed the model
-            normalised observations.
+        distribution_cls: A :class:`~rl8.policies.distributions.Distribution` subclass; ``None``:
+            the default for the action space.
+        normalize_observations: Feed the model observations normalised by running statistics.
         device: Device of the parameters.
-
-    Calling the policy (``policy(obs)``) returns env actions for a batch of tensor
-    observations, ready for ``Env.step``; :meth:`predict` acts on numpy or torch observations,
-    one or a batch, and returns numpy actions, ready for a gymnasium env.
     """
 
     def __init__(
@@ -119,8 +114,7 @@ class Policy(nn.Module):
         return self.distribution_cls(params, self.action_space, action_mask=mask), value
 
     def rollout(self) -> contextlib.AbstractContextManager:
-        """A context in which the parameters stay constant: the model's
-        :meth:`~rl8.policies.models.Model.rollout` (PPO enters it around every collect and evaluation)."""
+        """The model's :meth:`~rl8.policies.models.Model.rollout` context (parameters constant)."""
         return self.model.rollout()
 
     def initial_state(self, batch_size: int) -> TensorDictBase | None:
@@ -135,17 +129,15 @@ class Policy(nn.Module):
         carry: TensorDictBase | None,
         starts: torch.Tensor | None = None,
     ) -> tuple[Distribution, torch.Tensor, TensorDictBase | None]:
-        """One environment step of the policy for a batch of envs, for both kinds of model.
+        """One env step of the policy for a batch of envs: the action distribution, the values
+        ``[B]`` and the carry after the step.
 
         Args:
             obs: Observations ``[B, ...]``.
-            carry: What the model carries from step to step: the recurrent state before this
-                step (:meth:`initial_state`), ``None`` for feedforward models.
-            starts: ``[B]`` bool, True where an episode starts at ``obs`` (that env's carry
-                is reset first); ``None``: none does. Ignored by feedforward models.
-
-        Returns:
-            The action distribution, the values ``[B]`` and the carry after the step.
+            carry: The recurrent state before this step (:meth:`initial_state`); ``None`` for
+                feedforward models.
+            starts: ``[B]`` bool, True where an episode starts at ``obs`` (its carry is reset
+                first); ``None``: none does.
         """
         if carry is None:
             dist, value = self.distribution(obs)
@@ -187,11 +179,8 @@ class Policy(nn.Module):
     def act(
         self, obs: torch.Tensor | TensorDictBase, *, deterministic: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Sample raw actions with their log-probabilities ``[B]`` and values ``[B]``.
-
-        Raw actions are what the rollout buffer stores; :meth:`to_env_action` maps them to
-        the env's action space.
-        """
+        """Sample raw actions (:meth:`to_env_action` maps them to env actions) with their
+        log-probabilities ``[B]`` and values ``[B]``."""
         dist, value = self.distribution(obs)
         actions = dist.deterministic_sample() if deterministic else dist.sample()
         return actions, dist.log_prob(actions), value
@@ -199,18 +188,15 @@ class Policy(nn.Module):
     def evaluate(
         self, minibatch: TensorDictBase, *, entropy_grad: bool = True
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Log-probabilities, entropies and values of the raw actions of a minibatch, each
-        flattened to one entry per step (``[B]``, or ``[S * T]`` for sequences).
+        """Log-probabilities, entropies and values of the raw actions of a minibatch, one
+        entry per step (``[B]``, or ``[S * T]`` for sequences).
 
         Args:
-            minibatch: A TensorDict with ``obs`` and ``actions`` (raw actions); rows are
-                transitions (``[B, ...]``) for feedforward models and sequences of ``T``
-                consecutive steps (``[S, T, ...]``) for recurrent ones, which also need
-                ``state`` (``[S]``: the state before each sequence's first step) and
-                ``firsts`` (``[S, T]`` bool: an episode starts there, the state is reset
-                before it). Other keys are ignored.
-            entropy_grad: ``False`` computes the entropies without recording them for
-                autograd (for a loss that only reports them).
+            minibatch: ``obs`` and raw ``actions``: transitions ``[B, ...]``, or for recurrent
+                models sequences ``[S, T, ...]`` with ``state`` ``[S]`` (before each sequence)
+                and ``firsts`` ``[S, T]`` (episode starts).
+            entropy_grad: ``False``: entropies without autograd (for a loss that only reports
+                them).
         """
         obs, actions = minibatch["obs"], minibatch["actions"]
         if not self.recurrent:
@@ -236,11 +222,8 @@ class Policy(nn.Module):
 
     @torch.no_grad()
     def forward(self, obs: torch.Tensor | TensorDictBase, *, deterministic: bool = True) -> torch.Tensor:
-        """Env actions for a batch of observations (deterministic by default).
-
-        A recurrent policy keeps its state between calls (one call = one env step); call
-        :meth:`reset_state` when episodes end or the batch changes.
-        """
+        """Env actions for a batch of observations (deterministic by default); a recurrent
+        policy keeps its state between calls, see :meth:`reset_state`."""
         if not self.recurrent:
             actions, _, _ = self.act(obs, deterministic=deterministic)
             return self.to_env_action(actions)
@@ -261,31 +244,18 @@ class Policy(nn.Module):
         state: TensorDictBase | None = None,
         episode_start: Any = None,
     ) -> tuple[np.ndarray, TensorDictBase | None]:
-        """Actions for one observation or a batch of them, as numpy (in the spirit of SB3).
+        """``(actions, state)`` for one observation or a batch (in the spirit of SB3): numpy
+        actions of the action space's dtype (``Box`` ones clipped to the bounds), without a batch
+        dimension for one observation, and the recurrent state for the next call (else ``None``).
 
         Args:
-            obs: One observation of :attr:`observation_space` or a batch of them (a leading
-                batch dimension); a numpy array, a torch tensor, a Python number or list, or
-                for ``Dict`` spaces a dict (or TensorDict) of those, one entry per key.
+            obs: One observation or a batch: numpy, torch, Python numbers or lists (a dict of
+                those for ``Dict`` spaces).
             deterministic: The distribution's mode (``True``) or a sample (``False``).
-            state: Recurrent policies: the state :meth:`predict` returned at the previous step
-                of the same episodes; ``None`` starts new episodes. Ignored by feedforward
-                policies.
-            episode_start: Recurrent policies: a bool, or bool ``[B]`` for a batch, ``True``
-                where a new episode starts at ``obs`` (that env's state is reset first);
-                ``None``: no reset beyond ``state=None``.
-
-        Returns:
-            ``(actions, state)``: actions as a numpy array of the action space's dtype, without
-            a batch dimension for one observation (a 0-d array for ``Discrete``), and the
-            recurrent state to pass back at the next step (``None`` for feedforward policies).
-            ``Box`` actions are clipped to the space's bounds, so ``action_space.contains``
-            holds for each of them.
-
-        Raises:
-            ValueError: ``obs`` (or an entry of it) has neither the shape of one observation
-                nor that of a batch, or a ``Dict`` observation has missing or extra keys; the
-                message names the entry, the expected and the given shape.
+            state: Recurrent policies: the state of the previous call; ``None`` starts new
+                episodes.
+            episode_start: Recurrent policies: bool (``[B]`` for a batch), ``True`` where an
+                episode starts at ``obs`` (its state is reset first).
         """
         obs, batch = _as_batch(obs, self.observation_space, self.device)
         if self.recurrent:
@@ -314,8 +284,8 @@ class Policy(nn.Module):
 def _as_batch(
     obs: Any, space: spaces.Space, device: torch.device
 ) -> tuple[torch.Tensor | TensorDict, int | None]:
-    """One observation or a batch of them as a batched tensor (TensorDict for ``Dict`` spaces)
-    on ``device``, and the batch size (``None`` for one observation, now a batch of one)."""
+    """One observation or a batch as a batched tensor (TensorDict for ``Dict`` spaces) on
+    ``device``, and the batch size (``None`` for one observation)."""
     leaves: dict[tuple[str, ...], tuple[torch.Tensor, spaces.Space]] = {}
     _collect_leaves(obs, space, (), device, leaves)
     batches = {name: _leaf_batch(tensor, sub, name) for name, (tensor, sub) in leaves.items()}
@@ -346,8 +316,7 @@ def _leaf_name(name: tuple[str, ...]) -> str:
 def _collect_leaves(
     obs: Any, space: spaces.Space, name: tuple[str, ...], device: torch.device, out: dict
 ) -> None:
-    """Each entry of ``obs`` as a tensor of its space's dtype on ``device``:
-    ``out[name] = (tensor, space)``."""
+    """``out[name] = (tensor, space)`` per entry of ``obs``, in its space's dtype on ``device``."""
     if isinstance(space, spaces.Dict):
         if not isinstance(obs, (Mapping, TensorDictBase)):
             raise ValueError(

@@ -1,22 +1,8 @@
-"""Recurrent models: models that carry a hidden state from one env step to the next.
-
-A recurrent model is a :class:`~rl8.policies.models.Model` with ``recurrent = True`` that PPO drives
-through the same code path as a feedforward one, with two more tensors: the hidden ``state``
-(a TensorDict with the batch dimension first, so the rollout buffer can store it per env) and
-``firsts`` (where episodes start, so the state is reset exactly there)::
-
-    state = model.initial_state(B, device)                   # TensorDict [B] of zeros
-    params, values, state = model(obs, state, firsts)        # obs [B, T, ...], firsts [B, T]
-
-Collection calls the model with ``T = 1`` and chains the returned state; training replays
-``seq_len``-step sequences from each sequence's stored initial state. Both give the same
-outputs, which is what makes the PPO ratio of a recurrent policy correct. See
-``docs/recurrent.md``.
-"""
+"""Recurrent models: models that carry a hidden state from one env step to the next,
+``params, values, state = model(obs, state, firsts)`` (``docs/recurrent.md``)."""
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -27,7 +13,8 @@ from torch import Tensor, nn
 
 from rl8.policies.encoders import ObservationEncoder, has_image
 from rl8.policies.models import (
-    Model, make_linear, make_mlp, check_widths, flat_observation_size, flatten_observation, resolve_activation,
+    Model, make_linear, make_mlp, check_int, check_widths, flat_observation_size,
+    flatten_observation, resolve_activation,
 )
 
 __all__ = ["RecurrentModel", "LSTMModel", "GRUModel"]
@@ -36,64 +23,44 @@ __all__ = ["RecurrentModel", "LSTMModel", "GRUModel"]
 class RecurrentModel(Model):
     """Base class of recurrent models: ``(obs, state, firsts) -> (params, values, state)``.
 
+    Subclasses implement :meth:`initial_state` and :meth:`forward` (and maybe :meth:`value`)
+    under the contract of ``docs/recurrent.md``: the state is a TensorDict ``[B]``, and a
+    sequence in one call gives the same outputs as step by step.
+
     Args:
         observation_space: Space of one observation.
         action_space: Space of one action.
-        distribution_cls: The action distribution class; ``params`` has width
-            ``distribution_cls.param_size(action_space)``.
+        distribution_cls: The action distribution class.
         **config: Model-specific options (``model_config`` in PPO's hyper-parameters).
-
-    Subclasses implement :meth:`initial_state` and :meth:`forward`, and may override
-    :meth:`value` when values are cheaper than the full forward pass.
-
-    PPO relies on the contract of ``docs/recurrent.md``: the state is a TensorDict ``[B]`` (batch
-    dimension first in every entry, so the rollout buffer stores it per env), and a sequence in
-    one call gives the same outputs as step by step (``T = 1`` calls chaining the state).
     """
 
     recurrent: ClassVar[bool] = True
 
     def initial_state(self, batch_size: int, device: torch.device | str = "cpu") -> TensorDict:
-        """The state before the first step of an episode, for ``batch_size`` envs.
+        """The state before the first step of an episode, a TensorDict ``[B]``.
 
         Args:
             batch_size: Number of envs (rows) ``B``.
             device: Device of the returned tensors.
-
-        Returns:
-            TensorDict with batch size ``[B]`` (float32 zeros for the built-in models).
         """
         raise NotImplementedError
 
-    def forward(  # type: ignore[override]
-        self, obs: Tensor | TensorDictBase, state: TensorDictBase, firsts: Tensor
-    ) -> tuple[Tensor, Tensor, TensorDict]:
-        """Run ``T`` steps for ``B`` envs.
+    def forward(self, obs: Tensor | TensorDictBase, state: TensorDictBase,  # type: ignore[override]
+                firsts: Tensor) -> tuple[Tensor, Tensor, TensorDict]:
+        """Run ``T`` steps for ``B`` envs: distribution parameters ``[B, T, P]``, values
+        ``[B, T]`` and the state after the last step.
 
         Args:
-            obs: Observations ``[B, T, *obs_shape]`` (a TensorDict with batch size ``[B, T]``
-                for ``Dict`` spaces).
+            obs: Observations ``[B, T, *obs_shape]`` (a TensorDict ``[B, T]`` for ``Dict``).
             state: TensorDict ``[B]``: the state before step 0 of the sequence.
-            firsts: bool ``[B, T]``; True at ``[b, t]`` resets row ``b``'s state to the initial
-                state right before step ``t``.
-
-        Returns:
-            Distribution parameters ``[B, T, P]``, values ``[B, T]`` and the state after the
-            last step (TensorDict ``[B]``).
+            firsts: bool ``[B, T]``, True where the state is reset right before that step.
         """
         raise NotImplementedError
 
-    def value(  # type: ignore[override]
-        self, obs: Tensor | TensorDictBase, state: TensorDictBase, firsts: Tensor
-    ) -> Tensor:
+    def value(self, obs: Tensor | TensorDictBase, state: TensorDictBase,  # type: ignore[override]
+              firsts: Tensor) -> Tensor:
         """Values ``[B, T]`` of a sequence (same arguments as :meth:`forward`)."""
         return self(obs, state, firsts)[1]
-
-
-def _check_int(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ValueError(f"model_config {name}: expected an int >= {minimum}, got {value!r}")
-    return int(value)
 
 
 class _RNNModel(RecurrentModel):
@@ -108,8 +75,8 @@ class _RNNModel(RecurrentModel):
                  init_log_std: float = 0.0, ortho_init: bool = True, encoder: str | type[nn.Module] | None = None,
                  encoder_config: dict[str, Any] | None = None, image_layout: str | None = None,
                  image_keys: dict[str, str] | None = None) -> None:
-        hidden_size = _check_int("hidden_size", hidden_size, 1)
-        num_layers = _check_int("num_layers", num_layers, 1)
+        hidden_size = check_int("model_config hidden_size", hidden_size, 1)
+        num_layers = check_int("model_config num_layers", num_layers, 1)
         encoder_hiddens = check_widths("encoder_hiddens", encoder_hiddens)
         super().__init__(
             observation_space, action_space, distribution_cls,
@@ -122,7 +89,6 @@ class _RNNModel(RecurrentModel):
         self.hidden_size = hidden_size
         self.num_layers = num_layers
         head_size = self.init_policy_head(state_dependent_std, init_log_std)
-
         # images (or encoder="nature"/"impala"): a convolutional encoder before the MLP encoder
         self.image_encoder: ObservationEncoder | None = None
         images = has_image(observation_space, image_layout) or bool(image_keys)
@@ -150,8 +116,6 @@ class _RNNModel(RecurrentModel):
         self.pi = make_linear(hidden_size, head_size, 0.01, ortho_init)
         self.vf = make_linear(hidden_size, 1, 1.0, ortho_init)
 
-    # -- state ---------------------------------------------------------------------------------
-
     def initial_state(self, batch_size: int, device: torch.device | str = "cpu") -> TensorDict:
         shape = (batch_size, self.num_layers, self.hidden_size)
         zeros = {k: torch.zeros(shape, dtype=torch.float32, device=device) for k in self._state_keys}
@@ -166,8 +130,6 @@ class _RNNModel(RecurrentModel):
         entries = {k: h.transpose(0, 1).to(like.get(k).dtype) for k, h in zip(self._state_keys, hx)}
         return TensorDict(entries, batch_size=[hx[0].shape[1]], device=hx[0].device)
 
-    # -- forward -------------------------------------------------------------------------------
-
     def _encode(self, obs: Tensor | TensorDictBase) -> Tensor:
         b, t = obs.shape[:2]
         flat = obs.reshape(b * t) if isinstance(obs, TensorDictBase) else obs.reshape(b * t, *obs.shape[2:])
@@ -179,12 +141,9 @@ class _RNNModel(RecurrentModel):
 
     def _run(self, x: Tensor, state: TensorDictBase, firsts: Tensor,
              starts: Sequence[int]) -> tuple[Tensor, TensorDict]:
-        """Run the RNN over ``x`` ``[B, T, F]`` in segments beginning at ``starts`` (0 first).
-
-        Every step where some row has ``firsts`` True must begin a segment: the state of those
-        rows is reset at the segment start, and each segment is one RNN call. ``starts = [0]``
-        is the fast path, ``starts = range(T)`` the step-by-step loop; all give the same result.
-        """
+        """Run the RNN over ``x`` ``[B, T, F]`` in segments beginning at ``starts`` (0 first;
+        every step where a row has ``firsts`` must begin one), one RNN call each, resetting the
+        state of those rows at the segment start."""
         bounds = [*starts, x.shape[1]]
         hx = self._to_rnn(state)
         outs = []
@@ -215,70 +174,53 @@ class _RNNModel(RecurrentModel):
             starts = [0, *(i + 1 for i in inner)]
         return self._run(x, state, firsts, starts)
 
-    def forward(  # type: ignore[override]
-        self, obs: Tensor | TensorDictBase, state: TensorDictBase, firsts: Tensor
-    ) -> tuple[Tensor, Tensor, TensorDict]:
+    def forward(self, obs: Tensor | TensorDictBase, state: TensorDictBase,  # type: ignore[override]
+                firsts: Tensor) -> tuple[Tensor, Tensor, TensorDict]:
         y, new_state = self._core(obs, state, firsts)
         return self.distribution_params(self.pi(y)), self.vf(y).squeeze(-1), new_state
 
-    def value(  # type: ignore[override]
-        self, obs: Tensor | TensorDictBase, state: TensorDictBase, firsts: Tensor
-    ) -> Tensor:
+    def value(self, obs: Tensor | TensorDictBase, state: TensorDictBase,  # type: ignore[override]
+              firsts: Tensor) -> Tensor:
         y, _ = self._core(obs, state, firsts)
         return self.vf(y).squeeze(-1)
 
 
 _ARGS_DOC = """
     Args:
-        observation_space: Space of one observation (flattened with
-            :func:`~rl8.policies.models.flatten_observation`).
+        observation_space: Space of one observation.
         action_space: Space of one action.
         distribution_cls: The action distribution class.
         hidden_size: Width ``H`` of the recurrent state (>= 1).
         num_layers: Number of stacked recurrent layers ``L`` (>= 1).
-        encoder_hiddens: Widths of the MLP encoder applied to each observation before the
-            recurrent layers, e.g. ``(64,)``; ``()`` feeds the flat observation directly.
-        activation: Activation of the encoder: one of ``"tanh"``, ``"relu"``, ``"elu"``,
-            ``"gelu"``, ``"silu"``, ``"leaky_relu"``, or an ``nn.Module`` class.
-        state_dependent_std: For Gaussian distributions: the policy head outputs the log-std
-            (``True``) or a learned state-independent log-std is used (``False``, default;
-            params are ``[mean, log_std]``).
+        encoder_hiddens: Widths of the MLP encoder before the recurrent layers (``()``: none).
+        activation: Activation of the encoder: a name of ``ACTIVATIONS`` or an ``nn.Module`` class.
+        state_dependent_std: Gaussian policies: the policy head outputs the log-std (else a
+            learned, state-independent log-std, the default).
         init_log_std: Initial value of the state-independent log-std.
         ortho_init: Orthogonal initialisation with zero biases: gain sqrt(2) for the encoder,
             1 for the recurrent weights, 0.01 for the policy head and 1 for the value head.
-        encoder: A convolutional encoder applied before ``encoder_hiddens``: ``"nature"``,
-            ``"impala"`` or an ``nn.Module`` class (see :class:`rl8.policies.encoders.ImageEncoder`);
-            ``None``: ``"nature"`` for image observations (and ``Dict`` ones with an image),
-            none for others. ``Dict`` observations get one encoder per image entry and an MLP
-            per other entry (:class:`rl8.policies.encoders.ObservationEncoder`).
-        encoder_config: Keyword arguments of the convolutional encoder (``channels``,
-            ``kernel_sizes``, ``strides``, ``features``).
+        encoder: A convolutional encoder before ``encoder_hiddens`` (see
+            :class:`rl8.policies.encoders.ObservationEncoder`); ``None``: ``"nature"`` for
+            image observations (and ``Dict`` ones with an image), none for others.
+        encoder_config: Keyword arguments of the convolutional encoder.
         image_layout: ``"HWC"`` or ``"CHW"``: declares a float Box observation an image.
         image_keys: ``Dict`` observations: float image entries and their layouts.
 """
 
 
 class LSTMModel(_RNNModel):
-    __doc__ = (
-        """An MLP encoder, an ``nn.LSTM`` and linear policy and value heads on its output.
-
-    The state is ``{"h": [B, L, H], "c": [B, L, H]}`` (hidden and cell states, batch first).
-"""
-        + _ARGS_DOC
-    )
+    __doc__ = """An MLP encoder, an ``nn.LSTM`` and linear policy and value heads on its output; the
+    state is ``{"h": [B, L, H], "c": [B, L, H]}`` (batch first).
+""" + _ARGS_DOC
 
     _rnn_cls = nn.LSTM
     _state_keys = ("h", "c")
 
 
 class GRUModel(_RNNModel):
-    __doc__ = (
-        """An MLP encoder, an ``nn.GRU`` and linear policy and value heads on its output.
-
-    The state is ``{"h": [B, L, H]}`` (batch first).
-"""
-        + _ARGS_DOC
-    )
+    __doc__ = """An MLP encoder, an ``nn.GRU`` and linear policy and value heads on its output; the
+    state is ``{"h": [B, L, H]}`` (batch first).
+""" + _ARGS_DOC
 
     _rnn_cls = nn.GRU
     _state_keys = ("h",)

@@ -1,16 +1,6 @@
-"""The one episode runner: a policy acting in a batched env, step after step.
-
-``rl8 eval``, :func:`rl8.training.video.record_video` and :meth:`rl8.PPO.evaluate` all run a policy
-the same way: act on the observations, step the env, read its done flags, reset a recurrent
-state where an episode ended. :func:`run_policy` does that and yields each step; the caller
-keeps what it needs (returns, frames, stats) and stops when it has enough::
-
-    obs = env.reset(seed=0)
-    for step in run_policy(policy, env, obs, num_steps=1000):
-        total += step.rewards
-        if step.done is not None and bool(step.done.all()):
-            break
-"""
+"""The one episode runner: :func:`run_policy`, a policy acting in a batched env step after
+step, as ``rl8 eval``, :func:`rl8.training.video.record_video` and :meth:`rl8.PPO.evaluate`
+run it; the caller keeps what it needs from each step and stops when it has enough."""
 
 from __future__ import annotations
 
@@ -50,8 +40,8 @@ class PolicyStep:
 
 
 def done_flags(out: TensorDictBase) -> torch.Tensor | None:
-    """``[N]`` bool, ``terminated | truncated`` of an env's step output (``None`` when it
-    has neither, as from envs that never end episodes)."""
+    """``[N]`` bool, ``terminated | truncated`` of an env's step output ``out`` (``None`` when it
+    has neither)."""
     done = None
     for key in ("terminated", "truncated"):
         flag = out.get(key, None)
@@ -62,8 +52,8 @@ def done_flags(out: TensorDictBase) -> torch.Tensor | None:
 
 def _rl8_actor(policy: Policy, num_envs: int, deterministic: bool,
                generator: torch.Generator | None) -> Callable[[Observations, torch.Tensor], torch.Tensor]:
-    """Acting with an :class:`rl8.Policy`: its recurrent state is kept here (``None`` for a
-    feedforward model), so the policy's own state between calls is left alone."""
+    """Acting with an :class:`rl8.Policy`, its recurrent state kept here (the policy's own left
+    alone)."""
     state = policy.initial_state(num_envs)
 
     def act(obs: Observations, firsts: torch.Tensor) -> torch.Tensor:
@@ -76,8 +66,8 @@ def _rl8_actor(policy: Policy, num_envs: int, deterministic: bool,
 
 
 def _callable_actor(policy: Callable[..., Any], deterministic: bool) -> Callable[[Observations, torch.Tensor], Any]:
-    """Acting with any ``policy(obs, deterministic=bool)``: one with a ``reset_state(mask)``
-    (a state kept between calls) has it reset for the envs whose episode ended."""
+    """Acting with any ``policy(obs, deterministic=bool)``; its ``reset_state(mask)``, if any, is
+    called for the envs whose episode ended."""
     reset_state = getattr(policy, "reset_state", None)
 
     def act(obs: Observations, firsts: torch.Tensor) -> Any:
@@ -90,27 +80,19 @@ def _callable_actor(policy: Callable[..., Any], deterministic: bool) -> Callable
 
 def run_policy(policy: Policy | Callable[..., Any], env: Env, obs: Observations, *, num_steps: int | None = None,
                deterministic: bool = True, generator: torch.Generator | None = None) -> Iterator[PolicyStep]:
-    """Run ``policy`` in ``env`` from the observations ``obs`` and yield every step.
-
-    Observations are moved to the policy's device and actions to the env's. A recurrent state
-    starts fresh and is reset for each env whose episode ended at the previous step. The
-    policy acts and the env steps without autograd; the caller may enter other contexts
-    (autocast, :meth:`rl8.Policy.rollout`) around the loop.
+    """Run ``policy`` in ``env`` from the observations ``obs`` and yield a :class:`PolicyStep`
+    per env step, without autograd; a recurrent state starts fresh and is reset for each env
+    whose episode ended (``docs/videos.md``).
 
     Args:
         policy: A :class:`rl8.Policy` (its state between calls is not touched), or any
-            callable ``policy(obs, deterministic=bool) -> env actions``; such a callable's
-            ``reset_state(mask=None)``, when it has one, is called before the first step, with
-            the ``[N]`` bool mask of the envs whose episode ended, and when the run ends.
+            callable ``policy(obs, deterministic=bool) -> env actions``, whose
+            ``reset_state(mask=None)``, if any, is called before, during and after the run.
         env: The batched env, already reset.
         obs: Its observations ``[N, ...]`` from that reset.
         num_steps: Env steps at most (per env); ``None``: until the caller stops iterating.
         deterministic: Act with the distributions' modes (``False``: sample actions).
-        generator: Random generator of the action sampling of an :class:`rl8.Policy`
-            (``None``: torch's global one).
-
-    Yields:
-        A :class:`PolicyStep` per env step.
+        generator: Random generator of an :class:`rl8.Policy`'s sampling (``None``: global).
     """
     reset_state = None
     if isinstance(policy, Policy):

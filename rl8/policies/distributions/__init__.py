@@ -1,20 +1,8 @@
 """Action distributions: what turns a model's flat output into actions, log-probs and entropy.
 
-A policy is a model plus a distribution class. The model outputs a flat tensor of
-``param_size(action_space)`` parameters per sample; the distribution built from them samples
-*raw* actions (what the rollout buffer stores and what :meth:`Distribution.log_prob` takes) and
-:meth:`Distribution.to_env_action` maps raw actions to what ``Env.step`` receives (see
-:mod:`rl8.envs.spaces` for the env's action conventions). Each class's docstring gives its action
-space, parameter layout and raw actions (a table in ``docs/distributions.md``).
-
-Everything is computed in float32 from raw tensor operations (no ``torch.distributions``
-objects in the hot loop), and sampling draws from the global torch RNG unless a
-``generator`` is given, so ``torch.manual_seed`` makes rollouts reproducible.
-
-The parameters may carry any number of leading batch dimensions (``[B, P]``, ``[B, T, P]``);
-results keep them. The classes live in :mod:`~rl8.policies.distributions.base` (the contract),
-:mod:`~rl8.policies.distributions.discrete` and :mod:`~rl8.policies.distributions.continuous`;
-this package exports them. See ``docs/distributions.md`` for a walk-through.
+The contract is :mod:`~rl8.policies.distributions.base`; the classes live in
+:mod:`~rl8.policies.distributions.discrete` and :mod:`~rl8.policies.distributions.continuous`.
+See ``docs/distributions.md`` for each class's action space, parameters and raw actions.
 """
 
 from __future__ import annotations
@@ -30,7 +18,6 @@ __all__ = [
     "SquashedNormal", "default_distribution_cls",
 ]
 
-
 _DEFAULTS: tuple[tuple[type[spaces.Space], type[Distribution]], ...] = (
     (spaces.Discrete, Categorical),
     (spaces.MultiDiscrete, MultiCategorical),
@@ -40,13 +27,12 @@ _DEFAULTS: tuple[tuple[type[spaces.Space], type[Distribution]], ...] = (
 
 
 def default_distribution_cls(action_space: spaces.Space) -> type[Distribution]:
-    """The distribution class rl8 uses for ``action_space`` unless told otherwise.
+    """The distribution class for ``action_space``: ``Discrete`` -> :class:`Categorical`,
+    ``MultiDiscrete`` -> :class:`MultiCategorical`, float ``Box`` -> :class:`Normal`,
+    ``MultiBinary`` -> :class:`Bernoulli`; ``TypeError`` for any other space.
 
-    ``Discrete`` -> :class:`Categorical`, ``MultiDiscrete`` -> :class:`MultiCategorical`,
-    float ``Box`` -> :class:`Normal`, ``MultiBinary`` -> :class:`Bernoulli`.
-
-    Raises:
-        TypeError: For any other space (including integer ``Box`` and ``Dict`` action spaces).
+    Args:
+        action_space: The action space of one env.
     """
     for space_cls, dist_cls in _DEFAULTS:
         if isinstance(action_space, space_cls) and dist_cls.supports(action_space):

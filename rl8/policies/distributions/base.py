@@ -15,46 +15,26 @@ from torch import Tensor
 
 __all__ = ["Distribution", "LOG_STD_MAX", "LOG_STD_MIN"]
 
-
+#: Lower clamp of the log standard deviation of the Gaussian distributions.
 LOG_STD_MIN = -20.0
-"""Lower clamp of the log standard deviation of
-:class:`~rl8.policies.distributions.continuous.Normal` and
-:class:`~rl8.policies.distributions.continuous.SquashedNormal`."""
+#: Upper clamp of the log standard deviation of the Gaussian distributions.
 LOG_STD_MAX = 2.0
-"""Upper clamp of the log standard deviation of
-:class:`~rl8.policies.distributions.continuous.Normal` and
-:class:`~rl8.policies.distributions.continuous.SquashedNormal`."""
-
-# Logit given to masked-out (and padding) actions. The most negative finite float32 rather
-# than -inf: its probability is exactly 0 after softmax, yet 0 * log_prob stays 0 (no NaN in the
-# entropy or its gradient) and a row with every action masked degrades to a uniform
-# distribution instead of NaN.
+# Logit of masked-out (and padding) actions: the most negative finite float32 rather than -inf,
+# so its probability is exactly 0 after softmax yet 0 * log_prob stays 0 (no NaN in the entropy
+# or its gradient), and a row with every action masked becomes uniform instead of NaN.
 MASKED_LOGIT = torch.finfo(torch.float32).min
 HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 LOG_2 = math.log(2.0)
 
-
-_SPACE_CACHE: dict[int, tuple[weakref.ref, dict[Any, Any]]] = {}
-
-
-def _space_cache(space: spaces.Space) -> dict[Any, Any]:
-    key = id(space)
-    entry = _SPACE_CACHE.get(key)
-    if entry is not None and entry[0]() is space:
-        return entry[1]
-    store: dict[Any, Any] = {}
-
-    def _drop(ref: weakref.ref, key: int = key) -> None:
-        current = _SPACE_CACHE.get(key)
-        if current is not None and current[0] is ref:
-            del _SPACE_CACHE[key]
-
-    _SPACE_CACHE[key] = (weakref.ref(space, _drop), store)
-    return store
+_SPACE_CACHE: dict[int, dict[Any, Any]] = {}
 
 
 def cached(space: spaces.Space, name: Any, make) -> Any:
-    store = _space_cache(space)
+    """``make()``, computed once per ``name`` and space object (forgotten with the space)."""
+    store = _SPACE_CACHE.get(id(space))
+    if store is None:
+        store = _SPACE_CACHE[id(space)] = {}
+        weakref.finalize(space, _SPACE_CACHE.pop, id(space), None)
     if name not in store:
         store[name] = make()
     return store[name]
@@ -90,24 +70,14 @@ def check_mask(mask: Tensor, expected_shape: torch.Size, cls_name: str) -> None:
 class Distribution(ABC):
     """A batch of action distributions whose parameters a model outputs.
 
-    Subclasses implement the classmethods that describe an action space (:meth:`supports`,
-    :meth:`param_size`, :meth:`raw_action_shape`, :meth:`raw_action_dtype`,
-    :meth:`to_env_action`) and the per-batch methods (:meth:`sample`,
-    :meth:`deterministic_sample`, :meth:`log_prob`, :meth:`entropy`).
+    Subclasses implement the classmethods that describe an action space and the per-batch
+    methods; all compute in float32 (see ``docs/distributions.md``).
 
     Args:
-        params: The model's output, ``[B, param_size(action_space)]`` (any leading batch
-            dimensions and any float dtype, e.g. bfloat16 under autocast; the distribution
-            computes in float32).
+        params: The model's output, ``[*batch, param_size(action_space)]``, any float dtype.
         action_space: The action space of ONE env.
-        action_mask: Optional bool tensor ``[B, n]``, ``True`` where an action is allowed; only
-            for the discrete families (:attr:`supports_action_mask`). At least one action per
-            row (per component for :class:`MultiCategorical`) must be allowed.
-
-    Raises:
-        ValueError: ``action_space`` is not supported by this class, ``params`` does not have
-            ``param_size(action_space)`` entries in its last dimension, or an ``action_mask``
-            is given to a class that does not support one or has the wrong shape/dtype.
+        action_mask: Optional bool ``[*batch, n]``, ``True`` where an action is allowed; only
+            for the discrete families (:attr:`supports_action_mask`).
 
     Attributes:
         params: The parameters as given.
@@ -138,8 +108,6 @@ class Distribution(ABC):
         self.action_space = action_space
         self.batch_shape = params.shape[:-1]
 
-    # -- describing the action space ----------------------------------------------------------
-
     @classmethod
     @abstractmethod
     def supports(cls, action_space: spaces.Space) -> bool:
@@ -162,27 +130,20 @@ class Distribution(ABC):
 
     @classmethod
     def to_env_action(cls, actions: Tensor, action_space: spaces.Space) -> Tensor:
-        """Map a batch of raw actions to what ``Env.step`` receives (see :mod:`rl8.envs.spaces`).
+        """Map raw actions to what ``Env.step`` receives (the default is the identity).
 
         Args:
             actions: Raw actions ``[*batch, *raw_action_shape(action_space)]``.
             action_space: The action space of ONE env.
-
-        The default is the identity.
         """
         return actions
 
-    # -- per-batch methods -------------------------------------------------------------------
-
     @abstractmethod
     def sample(self, generator: torch.Generator | None = None) -> Tensor:
-        """Draw one raw action per sample, ``[*batch_shape, *raw_action_shape]``.
-
-        Meant for rollouts (under ``torch.inference_mode``); no gradient flows.
+        """Draw one raw action per sample, ``[*batch_shape, *raw_action_shape]``, without gradient.
 
         Args:
-            generator: Random number generator to draw from; ``None`` uses torch's global RNG
-                (seeded by ``torch.manual_seed``).
+            generator: Random number generator to draw from; ``None``: torch's global one.
         """
 
     @abstractmethod
@@ -191,28 +152,20 @@ class Distribution(ABC):
 
     def sample_with_log_prob(self, generator: torch.Generator | None = None, *, deterministic: bool = False,
                              out: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
-        """Draw raw actions (:meth:`sample`, or the modes when ``deterministic``) together
-        with their :meth:`log_prob`, ``([*batch_shape, *raw_action_shape], [*batch_shape])``.
-
-        What the rollout loop calls once per step; subclasses may share work between the
-        two (the categorical families reuse one log-softmax) and write straight into ``out``.
+        """Raw actions (:meth:`sample`, or the modes) with their :meth:`log_prob`, at once.
 
         Args:
             generator: Random number generator to draw from (see :meth:`sample`).
             deterministic: Take the modes instead of sampling.
-            out: Tensors of those shapes to write the actions and log-probs into (PPO passes
-                its rollout buffer's rows); they are returned. ``None``: new tensors.
+            out: Tensors of those shapes to write the pair into and return; ``None``: new ones.
         """
         actions = self.deterministic_sample() if deterministic else self.sample(generator)
         return to_out((actions, self.log_prob(actions)), out)
 
     @abstractmethod
     def log_prob(self, actions: Tensor) -> Tensor:
-        """Log-probability (density) of raw ``actions``, float32 ``[*batch_shape]``.
-
-        Differentiable with respect to ``params``; multi-dimensional actions are summed over
-        their components.
-        """
+        """Log-probability (density) of raw ``actions``, float32 ``[*batch_shape]``, summed over
+        action components and differentiable with respect to ``params``."""
 
     @abstractmethod
     def entropy(self) -> Tensor:

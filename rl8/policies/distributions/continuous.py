@@ -42,20 +42,12 @@ class _BoxBounds:
         return cached(space, ("box_bounds", device), lambda: _BoxBounds(space, device))
 
 
-def _box_dim(space: spaces.Box) -> int:
-    return int(np.prod(space.shape, dtype=np.int64))
-
-
 class Normal(Distribution):
     """A diagonal Gaussian over a float ``Box``, acting in a normalised action space.
 
-    Params are ``[mean (d), log_std (d)]`` with ``d = prod(shape)``; ``log_std`` is clamped to
-    ``[LOG_STD_MIN, LOG_STD_MAX]`` = ``[-20, 2]``. A state-independent standard deviation is
-    the model's business (it concatenates a learned parameter to the mean).
-
-    Raw actions are the Gaussian samples, float32 ``[B, *shape]``; :meth:`to_env_action`
-    maps them onto the bounds (``center + half_range * raw``, clipped). :meth:`log_prob` and
-    :meth:`entropy` are those of the raw Gaussian, summed over action dimensions.
+    Params are ``[mean (d), log_std (d)]`` with ``d = prod(shape)``, ``log_std`` clamped to
+    ``[LOG_STD_MIN, LOG_STD_MAX]``. Raw actions are the Gaussian samples, float32
+    ``[B, *shape]``; :meth:`log_prob` and :meth:`entropy` are those of the raw Gaussian.
 
     Attributes:
         mean: ``[B, d]`` float32.
@@ -78,7 +70,7 @@ class Normal(Distribution):
     @classmethod
     def param_size(cls, action_space: spaces.Space) -> int:
         """``2 * prod(shape)``: the means, then the log standard deviations."""
-        return 2 * _box_dim(action_space)
+        return 2 * int(np.prod(action_space.shape, dtype=np.int64))
 
     @classmethod
     def raw_action_shape(cls, action_space: spaces.Space) -> tuple[int, ...]:
@@ -92,13 +84,8 @@ class Normal(Distribution):
 
     @classmethod
     def to_env_action(cls, actions: Tensor, action_space: spaces.Space) -> Tensor:
-        """Map raw Gaussian actions onto the Box, float32 ``[B, *shape]``.
-
-        Dimensions with both bounds finite: ``clip(center + half_range * raw, low, high)``
-        with ``center = (high + low) / 2`` and ``half_range = (high - low) / 2``, so the raw
-        range ``[-1, 1]`` covers the Box. Other dimensions: ``raw``, clipped to the one finite
-        bound if there is one.
-        """
+        """``clip(center + half_range * raw, low, high)`` where both bounds are finite (raw
+        ``[-1, 1]`` covers the Box), else ``raw`` clipped to its finite bound; float32."""
         bounds = _BoxBounds.get(action_space, actions.device)
         actions = actions.float()
         if bounds.affine:
@@ -106,9 +93,6 @@ class Normal(Distribution):
         if bounds.clip:
             actions = torch.clamp(actions, bounds.low, bounds.high)
         return actions
-
-    def _flat(self, actions: Tensor) -> Tensor:
-        return actions.reshape(self.mean.shape).float()
 
     def _rsample_flat(self, generator: torch.Generator | None = None) -> Tensor:
         noise = torch.randn(self.mean.shape, generator=generator, device=self.mean.device, dtype=self.mean.dtype)
@@ -128,7 +112,7 @@ class Normal(Distribution):
 
     def log_prob(self, actions: Tensor) -> Tensor:
         """Log-density of raw Gaussian actions ``[B, *shape]``, summed over dimensions, ``[B]``."""
-        return self._log_prob_flat(self._flat(actions))
+        return self._log_prob_flat(actions.reshape(self.mean.shape).float())
 
     def entropy(self) -> Tensor:
         """Exact entropy of the Gaussian, ``sum(0.5 + 0.5 * log(2 pi) + log_std)``, ``[B]``."""
@@ -138,14 +122,9 @@ class Normal(Distribution):
 class SquashedNormal(Normal):
     """A Gaussian squashed by ``tanh`` onto a ``Box`` with finite bounds (as in SAC).
 
-    Params are those of :class:`Normal`. The raw action is the pre-tanh Gaussian sample ``u``
-    (storing ``u`` instead of the env action avoids ``atanh`` of values at the bounds); the env
-    action is ``center + half_range * tanh(u)``.
-
-    :meth:`log_prob` is the log-density of the ENV action:
-    ``Normal.log_prob(u) - sum(log(half_range) + log(1 - tanh(u)^2))``, with
-    ``log(1 - tanh(u)^2) = 2 * (log 2 - u - softplus(-2u))`` (stable for large ``|u|``).
-    It has no closed-form entropy: :meth:`entropy` is a one-sample, reparameterised estimate.
+    Params are those of :class:`Normal`; the raw action is the pre-tanh sample ``u``, the env
+    action ``center + half_range * tanh(u)``, and :meth:`log_prob` the log-density of the env
+    action (``docs/distributions.md``).
     """
 
     @classmethod
@@ -168,13 +147,16 @@ class SquashedNormal(Normal):
         return torch.clamp(env, bounds.low, bounds.high)
 
     def _log_prob_flat(self, u: Tensor) -> Tensor:
+        # log(1 - tanh(u)^2) = 2 * (log 2 - u - softplus(-2u)), stable for large |u|
         log_det = (2.0 * (LOG_2 - u - F.softplus(-2.0 * u))).sum(-1)
         bounds = _BoxBounds.get(self.action_space, u.device)
         return super()._log_prob_flat(u) - log_det - bounds.log_half_range_sum
 
     def entropy(self, generator: torch.Generator | None = None) -> Tensor:
-        """One-sample estimate ``-log_prob(u)`` with ``u = mean + std * eps`` (reparameterised).
+        """A one-sample, reparameterised estimate ``-log_prob(u)``, ``u = mean + std * eps``
+        (no closed form; it draws from the RNG).
 
-        Unbiased but noisy, differentiable through ``u``, and it draws from the RNG.
+        Args:
+            generator: Random number generator to draw ``eps`` from; ``None``: torch's global one.
         """
         return -self._log_prob_flat(self._rsample_flat(generator))

@@ -15,7 +15,6 @@ from rl8.policies.distributions.base import Distribution, MASKED_LOGIT, cached, 
 
 __all__ = ["Bernoulli", "Categorical", "MultiCategorical"]
 
-
 # Short rows of a big batch are computed choice-major: torch's CPU softmax over the last dim
 # vectorises along that dim, so rows shorter than a vector register leave most lanes idle; over
 # dim 0 of a contiguous [n, ...] copy it vectorises along the batch. A full register of choices
@@ -25,9 +24,8 @@ _CHOICE_MAJOR_MIN_ROWS = 256
 
 
 def _log_softmax(logits: Tensor) -> tuple[Tensor, Tensor | None]:
-    """``log_softmax(logits, -1)`` and, when it was computed choice-major (short rows of a big
-    batch), the contiguous ``[n, ...]`` tensor it is a view of (else ``None``). Either way the
-    first result has the values and shape of ``log_softmax(logits, -1)``."""
+    """``log_softmax(logits, -1)`` and, when computed choice-major, the contiguous ``[n, ...]``
+    tensor it is a view of (else ``None``)."""
     n = logits.shape[-1]
     if 1 < n <= _CHOICE_MAJOR_MAX_CHOICES and logits.numel() >= _CHOICE_MAJOR_MIN_ROWS * n:
         by_choice = torch.log_softmax(logits.T if logits.dim() == 2 else logits.movedim(-1, 0), 0)
@@ -45,32 +43,25 @@ def _categorical_sample(log_probs: Tensor, generator: torch.Generator | None, gu
 
 def _categorical_sample_index(log_probs: Tensor, generator: torch.Generator | None, guard_logits: Tensor | None,
                               masked: bool | None = None) -> Tensor:
-    """Inverse-CDF sampling (one uniform per row instead of one per choice as Gumbel-max or
-    multinomial need, and no logs): index ``[..., 1]`` of the first cumulative probability
-    >= u, u ~ U(0, total].
+    """Inverse-CDF sampling, one uniform per row: index ``[..., 1]`` of the first cumulative
+    probability >= u (a left-sided binary search).
 
-    ``masked`` (default: whether ``guard_logits`` is given) selects the exact path below for
-    rows that may hold zero probabilities; unmasked rows take a two-op-shorter path. ``u`` is
-    drawn in ``(0, total]`` so a zero-probability (masked) action can never be selected: that
-    needs ``c[j-1] < u <= c[j] == c[j-1]`` (or ``u <= c[0] == 0``), both impossible.
+    ``masked`` (default: whether ``guard_logits`` is given) takes the exact path for rows that
+    may hold zero probabilities: u is drawn in ``(0, total]``, so a zero-probability choice
+    would need ``c[j-1] < u <= c[j] == c[j-1]`` (or ``u <= c[0] == 0``), both impossible.
     """
     probs = log_probs.exp()
     cdf = probs.cumsum(-1)
     u = torch.rand(cdf.shape[:-1] + (1,), generator=generator, device=cdf.device, dtype=cdf.dtype)
-    # The action is the number of cumulative probabilities below u: ``(cdf < u).sum(-1)``,
-    # which for a non-decreasing cdf is exactly a left-sided binary search (one op, not two).
     if not (guard_logits is not None if masked is None else masked):
-        # No mask: every action has p > 0, so u in [0, 1) needs no rescaling; the clamp only
-        # catches u >= cdf[-1] when rounding leaves the total a hair below 1. Two fewer ops
-        # per rollout step than the masked path.
+        # every p > 0: the clamp only catches a total that rounding leaves a hair below 1
         return torch.searchsorted(cdf, u).clamp_(max=cdf.shape[-1] - 1)
     u = torch.mul(1.0 - u, cdf[..., -1:])  # (0, total]: rand is [0, 1)
     index = torch.searchsorted(cdf, u)
     if guard_logits is not None and cdf.device.type != "cpu":
-        # For masked rows off the CPU: a parallel (GPU) cumsum does not promise
-        # cdf[j] == cdf[j-1] bit for bit when p[j] == 0, so fall back to the mode (allowed
-        # whenever any action is) should a zero-probability choice come out. The CPU cumsum
-        # accumulates each row sequentially (in double), which makes the argument above exact.
+        # A parallel (GPU) cumsum does not promise cdf[j] == cdf[j-1] bit for bit when p[j] == 0
+        # (the CPU one accumulates each row in order): should a zero-probability choice come
+        # out, take the mode, which is allowed whenever any action is.
         chosen = probs.gather(-1, index)
         index = torch.where(chosen > 0, index, guard_logits.argmax(-1, keepdim=True))
     return index
@@ -87,16 +78,13 @@ def _writable_rows(out: tuple[Tensor, Tensor], dtype: torch.dtype) -> bool:
 
 def _categorical_sample_by_choice(by_choice: Tensor, generator: torch.Generator | None, guard_logits: Tensor | None,
                                   masked: bool | None, out: Tensor | None = None) -> Tensor:
-    """:func:`_categorical_sample_index` on choice-major log-probs ``[n, ...]``: the same
-    draws (one uniform per row, in row order) and the same indices, but ``[...]``. The index
-    is the number of cumulative probabilities below u, which for a non-decreasing cdf is the
-    left-sided binary search of the row-major path."""
+    """:func:`_categorical_sample_index` on choice-major log-probs ``[n, ...]``: the same draws
+    and indices, shaped ``[...]``; the index is the number of cumulative probabilities below u."""
     probs = by_choice.exp()
     cdf = probs.cumsum(0)  # sequential along dim 0 on the CPU too, as the row-major cumsum
     u = torch.rand(cdf.shape[1:], generator=generator, device=cdf.device, dtype=cdf.dtype)
     if not (guard_logits is not None if masked is None else masked):
-        # only the first n - 1 cumulative probabilities count: the index is at most n - 1
-        # without a clamp
+        # only the first n - 1 cumulative probabilities count: at most n - 1 without a clamp
         return torch.sum(cdf[:-1] < u, 0, out=out)
     u = torch.mul(1.0 - u, cdf[-1])
     index = (cdf < u).sum(0)
@@ -130,12 +118,8 @@ class _CategoricalBase(Distribution):
 
     @property
     def log_probs(self) -> Tensor:
-        """Normalised log-probabilities of every choice (computed once, cached).
-
-        The cache is keyed on the grad / inference mode, so a distribution first sampled under
-        ``torch.inference_mode`` still yields differentiable log-probs outside it; a cache made
-        with autograd on serves ``no_grad`` callers too (it only carries more history).
-        """
+        """Normalised log-probabilities of every choice, cached per grad / inference mode (a
+        cache made with autograd on also serves ``no_grad`` callers)."""
         mode = (torch.is_grad_enabled(), torch.is_inference_mode_enabled())
         cached = self._log_probs_mode
         if self._log_probs is None or (cached != mode and not (cached == (True, False) and not mode[0])):
@@ -161,13 +145,9 @@ class _CategoricalBase(Distribution):
 class Categorical(_CategoricalBase):
     """A categorical distribution over ``Discrete(n)`` actions.
 
-    Params are ``n`` unnormalised logits. Raw actions are int64 ``[B]`` and equal the env's
-    action (plus the space's ``start`` when it is not 0).
-
-    With ``action_mask`` (bool ``[B, n]``, ``True`` = allowed), masked-out actions get
-    probability exactly 0: they are never sampled, never the deterministic choice and add
-    nothing to the entropy. Every row must allow at least one action; a row with none
-    becomes uniform over all actions (no NaN, but the sample is then not allowed).
+    Params are ``n`` unnormalised logits; raw actions are int64 ``[B]``. ``action_mask`` (bool
+    ``[B, n]``, ``True`` = allowed) gives masked actions probability exactly 0; every row must
+    allow one action (``docs/distributions.md``).
     """
 
     def __init__(self, params: Tensor, action_space: spaces.Space, *, action_mask: Tensor | None = None) -> None:
@@ -239,32 +219,28 @@ class Categorical(_CategoricalBase):
 class MultiCategorical(_CategoricalBase):
     """Independent categorical distributions, one per component of a ``MultiDiscrete(nvec)``.
 
-    ``nvec`` may have any shape; it is flattened in C order. Params are the ``sum(nvec)``
-    logits of the components one after another. Raw actions are int64
-    ``[B, *nvec.shape]`` (plus the space's ``start`` for the env when it is not 0).
-    :meth:`log_prob` and :meth:`entropy` are summed over components.
-
-    ``action_mask`` is bool ``[B, sum(nvec)]`` laid out like the params; each component must
-    allow at least one of its choices.
+    ``nvec`` (any shape) is flattened in C order; params are the ``sum(nvec)`` logits of the
+    components one after another, and so is ``action_mask`` (each component must allow one
+    choice). Raw actions are int64 ``[B, *nvec.shape]``; :meth:`log_prob` and :meth:`entropy`
+    are summed over components.
     """
 
     def __init__(self, params: Tensor, action_space: spaces.Space, *, action_mask: Tensor | None = None) -> None:
         super().__init__(params, action_space, action_mask=action_mask)
         layout = self._layout(action_space)
-        num, width, pad_index = layout["num"], layout["width"], layout["pad_index"]
         logits = params.float()
         if action_mask is not None:
             check_mask(action_mask, logits.shape, "MultiCategorical")
             logits = logits.masked_fill(~action_mask, MASKED_LOGIT)
+        pad_index = layout["pad_index"]
         if pad_index is not None:
             # Components of different sizes: append one zero-probability logit and gather a
             # [*, num * width] layout in which short components repeat it as padding, so all
             # components share one [*, num, width] tensor (one gather, no filled tensor).
-            index = pad_index.get(logits.device)
-            if index is None:
-                index = pad_index[logits.device] = layout["pad_index_cpu"].to(logits.device)
+            device = logits.device
+            index = cached(action_space, ("pad_index", device), lambda: pad_index.to(device))
             logits = F.pad(logits, (0, 1), value=MASKED_LOGIT).index_select(-1, index)
-        logits = logits.reshape(self.batch_shape + (num, width))
+        logits = logits.reshape(self.batch_shape + (layout["num"], layout["width"]))
         self._init_logits(logits, guard=action_mask is not None or pad_index is not None)
 
     @staticmethod
@@ -279,12 +255,9 @@ class MultiCategorical(_CategoricalBase):
                 offsets = np.concatenate([[0], np.cumsum(nvec)[:-1]])
                 for k, (offset, n) in enumerate(zip(offsets, nvec)):
                     index[k, :n] = offset + np.arange(n)
-                index = index.reshape(-1)
-                layout["pad_index"] = {}
-                layout["pad_index_cpu"] = torch.as_tensor(index, dtype=torch.int64)
+                layout["pad_index"] = torch.as_tensor(index.reshape(-1), dtype=torch.int64)
             start = np.asarray(action_space.start, dtype=np.int64)
             layout["start"] = start if start.any() else None
-            layout["start_t"] = {}
             return layout
 
         return cached(action_space, "multicategorical", make)
@@ -307,13 +280,12 @@ class MultiCategorical(_CategoricalBase):
     @classmethod
     def to_env_action(cls, actions: Tensor, action_space: spaces.Space) -> Tensor:
         """Identity (adds ``action_space.start`` when it is not 0)."""
-        layout = cls._layout(action_space)
-        if layout["start"] is None:
-            return actions
-        start = layout["start_t"].get(actions.device)
+        start = cls._layout(action_space)["start"]
         if start is None:
-            start = layout["start_t"][actions.device] = torch.as_tensor(layout["start"], device=actions.device)
-        return actions + start
+            return actions
+        device = actions.device
+        return actions + cached(action_space, ("start", device),
+                                lambda: torch.as_tensor(start, device=device))
 
     def _shape_actions(self, actions: Tensor) -> Tensor:
         return actions.reshape(self.batch_shape + self.action_space.nvec.shape)
@@ -339,17 +311,14 @@ class MultiCategorical(_CategoricalBase):
 class Bernoulli(Distribution):
     """Independent Bernoulli variables for a ``MultiBinary(shape)`` space.
 
-    Params are ``prod(shape)`` logits (log-odds of a 1). Raw actions are int64 0/1
-    ``[B, *shape]`` and equal the env's action. :meth:`log_prob` and :meth:`entropy` are
-    summed over the variables.
+    Params are ``prod(shape)`` logits (log-odds of a 1); raw actions are int64 0/1
+    ``[B, *shape]``; :meth:`log_prob` and :meth:`entropy` are summed over the variables.
 
     Attributes:
         logits: ``[B, prod(shape)]`` float32.
     """
 
-    def __init__(
-        self, params: Tensor, action_space: spaces.Space, *, action_mask: Tensor | None = None
-    ) -> None:
+    def __init__(self, params: Tensor, action_space: spaces.Space, *, action_mask: Tensor | None = None) -> None:
         super().__init__(params, action_space, action_mask=action_mask)
         self.logits = params.float()
         self._event_shape = tuple(action_space.shape)
