@@ -45,6 +45,7 @@ def rollout(
     policy: Policy, env: Env, buffer: RolloutBuffer, carry: RolloutCarry,
     obs: torch.Tensor | TensorDictBase, *, generator: torch.Generator, deterministic: bool = False,
     autocast: contextlib.AbstractContextManager | None = None, check_first_step: bool = False,
+    rollout_step: Callable[..., Any] | None = None,
 ) -> torch.Tensor | TensorDictBase:
     """Step ``env`` ``buffer.horizon`` times from ``obs`` and fill every column of ``buffer``.
 
@@ -60,11 +61,14 @@ def rollout(
         autocast: Mixed-precision context of the policy's forward passes (``None``: none).
         check_first_step: Validate the first step's output against the step contract
             (:func:`rl8.envs.base.validate_step_output`).
+        rollout_step: Called instead of ``policy.rollout_step`` with the same arguments (the
+            compiled step of ``compile=True``, :class:`~rl8.ppo.compiled.CompiledSteps`); ``None``: the policy's.
 
     Returns:
         The observations after the last step (the next rollout starts from them).
     """
     to_env_action, space, columns = policy.distribution_cls.to_env_action, env.action_space, buffer.columns
+    rollout_step = rollout_step or policy.rollout_step
     kept: dict[str, list[torch.Tensor]] = {key: [] for key in buffer.stacked}  # stacked once at the end
     with autocast or contextlib.nullcontext(), policy.rollout():
         for t in range(buffer.horizon):
@@ -72,7 +76,7 @@ def rollout(
                 kept["obs"].append(obs)
             else:
                 columns["obs"][t].copy_(obs)
-            dist, value, policy_carry = policy.rollout_step(obs, *carry.before_step(t))
+            dist, value, policy_carry = rollout_step(obs, *carry.before_step(t))
             # written into the buffer rows (the env gets row t: it must not keep it)
             actions, _ = dist.sample_with_log_prob(
                 generator, deterministic=deterministic, out=(columns["actions"][t], columns["logp"][t])
@@ -101,6 +105,7 @@ def rollout_ready_envs(
     policy: Policy, env: ReadyEnvs, buffer: RolloutBuffer, carry: RolloutCarry,
     obs: torch.Tensor | TensorDictBase, *, generator: torch.Generator, deterministic: bool = False,
     autocast: contextlib.AbstractContextManager | None = None, check_first_step: bool = False,
+    rollout_step: Callable[..., Any] | None = None,
 ) -> torch.Tensor | TensorDictBase:
     """Fill every row of ``buffer`` with ``buffer.horizon`` steps of its env, acting on the
     envs as they get ready.
@@ -128,11 +133,13 @@ def rollout_ready_envs(
         deterministic: Take the distributions' modes instead of sampling.
         autocast: Mixed-precision context of the policy's forward passes (``None``: none).
         check_first_step: Validate the first step output received against the step contract.
+        rollout_step: Called instead of ``policy.rollout_step``, as in :func:`rollout`.
 
     Returns:
         The observations after each env's last step (column ``horizon``).
     """
     to_env_action, space, data = policy.distribution_cls.to_env_action, env.action_space, buffer.data
+    rollout_step = rollout_step or policy.rollout_step
     n, horizon = buffer.num_envs, buffer.horizon
     device = data.device
     steps = torch.zeros(n, dtype=torch.long, device=device)  # each env's own step index
@@ -143,7 +150,7 @@ def rollout_ready_envs(
         """Sample the actions of envs ``env_ids`` at their steps ``t`` and send them."""
         nonlocal carries, stepping
         data["obs"][env_ids, t] = env_obs
-        dist, value, policy_carry = policy.rollout_step(env_obs, *carry.before_steps(env_ids, t))
+        dist, value, policy_carry = rollout_step(env_obs, *carry.before_steps(env_ids, t))
         actions, logp = dist.sample_with_log_prob(generator, deterministic=deterministic)
         data["actions"][env_ids, t] = actions
         data["logp"][env_ids, t] = logp

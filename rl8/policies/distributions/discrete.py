@@ -136,7 +136,8 @@ class _CategoricalBase(Distribution):
         ``torch.inference_mode`` still yields differentiable log-probs outside it; a cache made
         with autograd on serves ``no_grad`` callers too (it only carries more history).
         """
-        mode = (torch.is_grad_enabled(), torch.is_inference_mode_enabled())
+        # torch.compile traces no inference mode (it cannot read it): only the grad mode there
+        mode = (torch.is_grad_enabled(), not torch.compiler.is_compiling() and torch.is_inference_mode_enabled())
         cached = self._log_probs_mode
         if self._log_probs is None or (cached != mode and not (cached == (True, False) and not mode[0])):
             self._log_probs, self._by_choice = _log_softmax(self.logits)
