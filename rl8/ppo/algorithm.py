@@ -19,6 +19,7 @@ from rl8.envs.base import Env, ReadyEnvs, validate_reset_output
 from rl8.envs.episodes import EpisodeTracker
 from rl8.policies.policy import Policy
 from rl8.ppo import presets
+from rl8.ppo.compiled import CompiledSteps, check_compile_options
 from rl8.ppo.buffer import (
     MIN_SLOT_BYTES, RecurrentCarry, RolloutBuffer, RolloutCarry, buffer_allocation, check_buffer_fits,
     compute_gae, make_rollout_buffer, minibatches,
@@ -30,6 +31,7 @@ from rl8.ppo.finite import (
 from rl8.ppo.hparams import HParams
 from rl8.ppo.losses import PPOLoss, make_optimizer, ppo_loss
 from rl8.ppo.overlap import OverlapCollector
+from rl8.ppo.precision import choose_amp_dtype
 from rl8.ppo.resolve import DISTRIBUTION, MODEL, resolve
 from rl8.ppo.rewards import RewardNormalizer
 from rl8.ppo.rollout import (
@@ -58,6 +60,9 @@ class PPO:
         policy: The :class:`~rl8.Policy` (model + distribution + normaliser).
         optimizer: The torch optimizer.
         buffer: The :class:`~rl8.ppo.buffer.RolloutBuffer`.
+        amp_dtype: The dtype of the forward passes' autocast (:func:`~rl8.ppo.precision.choose_amp_dtype`):
+            ``torch.float32`` (no autocast) unless ``enable_amp``.
+        compiled: With ``compile=True``, the :class:`~rl8.ppo.compiled.CompiledSteps`; else ``None``.
         collector: With ``collect_mode="overlap"``, the :class:`~rl8.ppo.overlap.OverlapCollector`
             (the actor side, which collects in the background); ``None`` in sync mode.
         minibatch_size: Transitions per minibatch (:meth:`HParams.minibatch_size_for <rl8.HParams.minibatch_size_for>`).
@@ -71,6 +76,8 @@ class PPO:
 
     def __init__(self, env: type[Env] | str | Callable[..., Any], /, **hparams: Any) -> None:
         self.hparams = hp = rank_hparams(HParams.from_kwargs(**hparams))
+        if hp.compile:
+            check_compile_options(hp.collect_mode)
         self.device = hp.resolved_device()
         self.dist = DistContext()
         if self.dist.is_main and not set(hparams) - _UNTUNED_HPARAMS:
@@ -110,8 +117,11 @@ class PPO:
                                   if hp.normalize_rewards else None)
         self.lr_schedule = hp.lr_at()
         self.entropy_coeff_schedule = hp.entropy_coeff_at()
-        self.amp_dtype = torch.float16 if self.device.type == "cuda" else torch.bfloat16
-        self.grad_scaler = torch.amp.GradScaler("cuda") if hp.enable_amp and self.device.type == "cuda" else None
+        self.amp_dtype = choose_amp_dtype(self.device, hp.enable_amp)  # float32: no autocast
+        self.grad_scaler = torch.amp.GradScaler("cuda") if self.amp_dtype == torch.float16 else None
+        # compile=True: the compiled rollout step and minibatch loss (rl8.ppo.compiled), else None
+        self.compiled = (CompiledSteps(self.policy.rollout_step, self._minibatch_loss, self.device)
+                         if hp.compile else None)
         self.env_steps = self.env_resets = self.collects = self.steps = 0
         self._obs: torch.Tensor | TensorDictBase | None = None
         self._validated = False
@@ -187,6 +197,8 @@ class PPO:
         stats = update_stats(self.dist, losses, grad_norms, explained_variance, hp.vf_coeff, entropy_coeff, lr)
         if self.collector is not None:
             stats["monitors/policy_lag"] = float(policy_lag)
+        if self.compiled is not None:
+            stats.update(self.compiled.report_once())  # profiling/compile_ms, after the first update
         checked = CHECKED_UPDATE_STATS if self.grad_scaler is None else ("losses/total",)
         self._check_stats_finite(stats, checked, f"update step {self.steps}")
         return stats
@@ -242,7 +254,8 @@ class PPO:
         for j, minibatch in enumerate(batches):
             if j % minibatches_per_step == 0:
                 self.optimizer.zero_grad()
-            loss = self._minibatch_loss(minibatch, entropy_coeff)
+            minibatch_loss = self._minibatch_loss if self.compiled is None else self.compiled.minibatch_loss
+            loss = minibatch_loss(minibatch, entropy_coeff)
             total = loss.total / minibatches_per_step
             (total if self.grad_scaler is None else self.grad_scaler.scale(total)).backward()
             losses.append(loss)
@@ -297,6 +310,7 @@ class PPO:
         obs = collect_from(
             policy, self.env, buffer, carry, obs, generator=generator, deterministic=deterministic,
             autocast=self._autocast(), check_first_step=not self._validated,
+            rollout_step=None if self.compiled is None else self.compiled.rollout_step,
         )
         self._validated = True
         buffer.env_episodes = self.env.pop_episode_records()  # the episodes of this rollout
@@ -399,7 +413,7 @@ class PPO:
         return self.collector.carry if self.collector is not None else self.carry
 
     def _autocast(self) -> contextlib.AbstractContextManager:
-        if not self.hparams.enable_amp:
+        if self.amp_dtype == torch.float32:  # enable_amp off, or no fast bfloat16 on this CPU
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=self.amp_dtype)
 

@@ -35,6 +35,7 @@ def rollout(
     policy: Policy, env: Env, buffer: RolloutBuffer, carry: RolloutCarry,
     obs: torch.Tensor | TensorDictBase, *, generator: torch.Generator, deterministic: bool = False,
     autocast: contextlib.AbstractContextManager | None = None, check_first_step: bool = False,
+    rollout_step: Callable[..., Any] | None = None,
 ) -> torch.Tensor | TensorDictBase:
     """Step ``env`` ``buffer.horizon`` times from ``obs``, filling ``buffer``; returns the
     observations after the last step.
@@ -49,8 +50,11 @@ def rollout(
         deterministic: Take the distributions' modes instead of sampling.
         autocast: Mixed-precision context of the policy's forward passes (``None``: none).
         check_first_step: Validate the first step's output against the step contract.
+        rollout_step: Called instead of ``policy.rollout_step`` with the same arguments (the
+            compiled step of ``compile=True``); ``None``: the policy's.
     """
     to_env_action, space, columns = policy.distribution_cls.to_env_action, env.action_space, buffer.columns
+    rollout_step = rollout_step or policy.rollout_step
     kept: dict[str, list[torch.Tensor]] = {key: [] for key in buffer.stacked}  # stacked once at the end
     with autocast or contextlib.nullcontext(), policy.rollout():
         for t in range(buffer.horizon):
@@ -58,7 +62,7 @@ def rollout(
                 kept["obs"].append(obs)
             else:
                 columns["obs"][t].copy_(obs)
-            dist, value, policy_carry = policy.rollout_step(obs, *carry.before_step(t))
+            dist, value, policy_carry = rollout_step(obs, *carry.before_step(t))
             # written into the buffer rows (the env gets row t: it must not keep it)
             actions, _ = dist.sample_with_log_prob(
                 generator, deterministic=deterministic, out=(columns["actions"][t], columns["logp"][t])
@@ -87,6 +91,7 @@ def rollout_ready_envs(
     policy: Policy, env: ReadyEnvs, buffer: RolloutBuffer, carry: RolloutCarry,
     obs: torch.Tensor | TensorDictBase, *, generator: torch.Generator, deterministic: bool = False,
     autocast: contextlib.AbstractContextManager | None = None, check_first_step: bool = False,
+    rollout_step: Callable[..., Any] | None = None,
 ) -> torch.Tensor | TensorDictBase:
     """:func:`rollout` for an env whose sub-envs step at their own pace
     (:class:`~rl8.envs.base.ReadyEnvs`, none stepping): the envs that are ready are acted on
@@ -94,6 +99,7 @@ def rollout_ready_envs(
     index, until every env has made ``horizon`` steps. The arguments are :func:`rollout`'s.
     """
     to_env_action, space, data = policy.distribution_cls.to_env_action, env.action_space, buffer.data
+    rollout_step = rollout_step or policy.rollout_step
     n, horizon = buffer.num_envs, buffer.horizon
     device = data.device
     steps = torch.zeros(n, dtype=torch.long, device=device)  # each env's own step index
@@ -104,7 +110,7 @@ def rollout_ready_envs(
         """Sample the actions of envs ``env_ids`` at their steps ``t`` and send them."""
         nonlocal carries, stepping
         data["obs"][env_ids, t] = env_obs
-        dist, value, policy_carry = policy.rollout_step(env_obs, *carry.before_steps(env_ids, t))
+        dist, value, policy_carry = rollout_step(env_obs, *carry.before_steps(env_ids, t))
         actions, logp = dist.sample_with_log_prob(generator, deterministic=deterministic)
         data["actions"][env_ids, t] = actions
         data["logp"][env_ids, t] = logp

@@ -248,6 +248,7 @@ def run_params(algo: PPO, config: TrainerConfig, env_spec: str | None, dist: Dis
         "optimizer": {"class": qualified_name(type(algo.optimizer)), "kwargs": optimizer_kwargs},
         "versions": {"rl8": __version__, "torch": str(torch.__version__), "python": platform.python_version()},
         "trainer": config.params(),
+        "amp_dtype": str(algo.amp_dtype).removeprefix("torch."),  # enable_amp's choice (float32: off)
     }
     if qualified_name(type(algo.env)) != env:  # a gymnasium id, a factory: the rl8 class around it
         params["env_class"] = qualified_name(type(algo.env))

@@ -89,21 +89,23 @@ class Distribution(ABC):
     supports_action_mask: ClassVar[bool] = False
 
     def __init__(self, params: Tensor, action_space: spaces.Space, *, action_mask: Tensor | None = None) -> None:
-        name = type(self).__name__
-        if not self.supports(action_space):
-            raise ValueError(f"{name} does not support the action space {space_name(action_space)}")
-        expected = self.param_size(action_space)
-        given = params.shape[-1] if params.ndim > 0 else None
-        if given != expected:
-            raise ValueError(
-                f"{name}: params must have {expected} entries in the last dimension for "
-                f"{space_name(action_space)}, got {given} (params shape {list(params.shape)})"
-            )
-        if action_mask is not None and not self.supports_action_mask:
-            raise ValueError(
-                f"{name} does not accept an action_mask (only the discrete families "
-                "Categorical and MultiCategorical do)"
-            )
+        # compile=True (rl8.ppo.compiled) traces no checks: they read numpy scalars of the space
+        if not torch.compiler.is_compiling():
+            name = type(self).__name__
+            if not self.supports(action_space):
+                raise ValueError(f"{name} does not support the action space {space_name(action_space)}")
+            expected = self.param_size(action_space)
+            given = params.shape[-1] if params.ndim > 0 else None
+            if given != expected:
+                raise ValueError(
+                    f"{name}: params must have {expected} entries in the last dimension for "
+                    f"{space_name(action_space)}, got {given} (params shape {list(params.shape)})"
+                )
+            if action_mask is not None and not self.supports_action_mask:
+                raise ValueError(
+                    f"{name} does not accept an action_mask (only the discrete families "
+                    "Categorical and MultiCategorical do)"
+                )
         self.params = params
         self.action_space = action_space
         self.batch_shape = params.shape[:-1]

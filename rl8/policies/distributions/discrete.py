@@ -120,7 +120,8 @@ class _CategoricalBase(Distribution):
     def log_probs(self) -> Tensor:
         """Normalised log-probabilities of every choice, cached per grad / inference mode (a
         cache made with autograd on also serves ``no_grad`` callers)."""
-        mode = (torch.is_grad_enabled(), torch.is_inference_mode_enabled())
+        # torch.compile cannot read the inference mode: only the grad mode keys the cache there
+        mode = (torch.is_grad_enabled(), not torch.compiler.is_compiling() and torch.is_inference_mode_enabled())
         cached = self._log_probs_mode
         if self._log_probs is None or (cached != mode and not (cached == (True, False) and not mode[0])):
             self._log_probs, self._by_choice = _log_softmax(self.logits)

@@ -1,0 +1,55 @@
+"""The dtype of ``enable_amp``'s autocast: float16 on CUDA, bfloat16 on CPUs that run it fast,
+else float32 (no autocast) with a warning that says why."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+
+import torch
+
+__all__ = ["choose_amp_dtype", "cpu_bf16_problem"]
+
+logger = logging.getLogger(__name__)
+
+#: Prefixes of ``torch.backends.cpu.get_cpu_capability()`` whose vector units run bfloat16
+#: matmuls fast (oneDNN: AVX-512 and its successors on x86, SVE on Arm).
+_BF16_CAPABILITIES = ("AVX512", "AMX", "SVE")
+
+
+def cpu_bf16_problem() -> str | None:
+    """Why bfloat16 autocast would not speed this CPU up, or ``None`` when it would: the vector
+    capability torch dispatches to (``torch.backends.cpu.get_cpu_capability()``) must be one
+    of AVX-512 (or AMX) on x86 or SVE on Arm."""
+    capability = torch.backends.cpu.get_cpu_capability()
+    if capability.upper().startswith(_BF16_CAPABILITIES):
+        return None
+    return (
+        f"this CPU's vector capability is {capability!r} (torch.backends.cpu.get_cpu_capability()); "
+        f"fast bfloat16 matmuls need one of {', '.join(_BF16_CAPABILITIES)}"
+    )
+
+
+def choose_amp_dtype(device: torch.device, enable_amp: bool) -> torch.dtype:
+    """The dtype PPO's forward passes autocast to, logged once per call.
+
+    Args:
+        device: The device PPO trains on.
+        enable_amp: The ``enable_amp`` hyper-parameter; ``False`` gives float32 (no autocast).
+
+    Returns:
+        ``torch.float16`` on CUDA; on CPU ``torch.bfloat16`` when :func:`cpu_bf16_problem` finds
+        none, else ``torch.float32`` with a ``UserWarning`` naming the reason; ``torch.float32``
+        without ``enable_amp``.
+    """
+    if not enable_amp:
+        return torch.float32
+    if device.type == "cuda":
+        dtype = torch.float16
+    elif device.type == "cpu" and (problem := cpu_bf16_problem()) is not None:
+        warnings.warn(f"hparam enable_amp: training in float32 instead of bfloat16: {problem}", stacklevel=3)
+        dtype = torch.float32
+    else:
+        dtype = torch.bfloat16
+    logger.info("rl8: enable_amp on %s: autocast dtype %s", device, str(dtype).removeprefix("torch."))
+    return dtype
