@@ -25,6 +25,9 @@ ALLOWED = {
     ("test_distributions.py", "_log_softmax"): "choice-major log-softmax against row-major",
     ("test_distributions.py", "_by_choice"): "choice-major log-softmax against row-major",
     ("test_distributions.py", "_CHOICE_MAJOR_MIN_ROWS"): "forces the row-major reference",
+    ("test_compile.py", "_training_samples"): "compiled against eager loss on the same batch",
+    ("test_compile.py", "_minibatch_loss"): "compiled against eager loss on the same batch",
+    ("test_compile.py", "_autocast"): "compiled against eager loss on the same batch",
     # faults and process-wide state that no public hook can reach
     ("test_actors.py", "_roles"): "simulates a torchrun rank without starting processes",
     ("test_actors.py", "_leaves"): "the flat layout's round trip of a rollout's tensors",
