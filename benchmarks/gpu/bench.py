@@ -56,9 +56,10 @@ def why_no_compile() -> str | None:
     return None if out.stdout.strip() == "True" else "this rl8's HParams has no compile field"
 
 
-def measure(side: str, num_envs: int, setting: str, args: argparse.Namespace) -> dict:
-    """One measurement of ``side`` (``rl8``/``rsl_rl``) in a fresh process: the side's JSON
-    line (``steps_per_s``...), or ``{"error": ...}``."""
+def measure(side: str, num_envs: int, setting: str, args: argparse.Namespace, timeout: float) -> dict:
+    """One measurement of ``side`` (``rl8``/``rsl_rl``) at ``num_envs`` envs in ``setting``, in
+    a fresh process stopped after ``timeout`` seconds: the side's JSON line (``steps_per_s``...),
+    or ``{"error": ...}``."""
     python = args.rsl_rl_python if side == "rsl_rl" else sys.executable
     cmd = [python, str(PEERS / run.SIDES[side].script), WORKLOAD, "--setting", setting,
            "--device", args.device, "--threads", str(args.threads), "--num-envs", str(num_envs),
@@ -68,9 +69,9 @@ def measure(side: str, num_envs: int, setting: str, args: argparse.Namespace) ->
         env["MLFLOW_TRACKING_URI"] = f"sqlite:///{tmp}/mlflow.db"
         try:
             out = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True,
-                                 timeout=args.timeout, check=False)
+                                 timeout=timeout, check=False)
         except subprocess.TimeoutExpired:
-            return {"error": f"timed out after {args.timeout:.0f} s"}
+            return {"error": f"timed out after {timeout:.0f} s"}
     lines = out.stdout.strip().splitlines()
     if out.returncode != 0 or not lines:
         err = [ln for ln in out.stderr.strip().splitlines() if ln.strip()] or ["no output"]
@@ -99,9 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=3, help="untimed iterations per measurement (default 3)")
     parser.add_argument("--iters", type=int, default=10, help="timed iterations per measurement (default 10)")
     parser.add_argument("--threads", type=int, default=4, help="torch CPU threads of every side (default 4)")
-    parser.add_argument("--timeout", type=float, default=150.0, help="seconds one measurement may take (default 150)")
-    parser.add_argument("--budget", type=float, default=330.0,
-                        help="seconds for all measurements: no round starts after it (default 330)")
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds one measurement may take (default 120)")
+    parser.add_argument("--budget", type=float, default=300.0,
+                        help="seconds for all measurements: the one running then is stopped, later ones left out (default 300)")
     parser.add_argument("--rsl-rl-python", default=sys.executable,
                         help="the Python that runs rsl_rl's side (default: this one, as on the GPU machine)")
     parser.add_argument("--no-compile", action="store_true", help="leave out rl8's compile=True rows")
@@ -119,23 +120,25 @@ def main(argv: list[str] | None = None) -> int:
     no_compile = "--no-compile" if args.no_compile else why_no_compile()
     compiles = no_compile is None
     rl8_settings = ["fp32", "bf16"] + (["compile"] if compiles else [])
-    rows: list[tuple[str, run.Side, str]] = []
-    results: dict[tuple[str, str, str], list[dict]] = {}
+    blocks = {}  # label -> its measurements, in the order of a round
     for n in envs:
         label = f"pendulum x{n:,}"
-        todo = [(label, n, "rl8", s) for s in rl8_settings] + [(label, n, "rsl_rl", s) for s in ("fp32", "bf16")]
-        rows += [(lb, run.SIDES[side], s) for lb, _, side, s in todo]
-        for r in range(args.rounds):
-            if r > 0 and time.monotonic() - start > args.budget:
-                print(f"# {label}: round {r + 1} left out (time budget of {args.budget:.0f} s spent)",
-                      file=sys.stderr, flush=True)
-                break
+        blocks[label] = [(n, "rl8", s) for s in rl8_settings] + [(n, "rsl_rl", s) for s in ("fp32", "bf16")]
+    rows = [(label, run.SIDES[side], s) for label, todo in blocks.items() for _, side, s in todo]
+    results: dict[tuple[str, str, str], list[dict]] = {}
+    # round after round over every env count, so that a spent budget still leaves each measured
+    for r in range(args.rounds):
+        for label, todo in blocks.items():
             shift = r % len(todo)
-            for lb, num_envs, side, setting in todo[shift:] + todo[:shift]:
-                result = measure(side, num_envs, setting, args)
-                results.setdefault((lb, side, setting), []).append(result)
+            for num_envs, side, setting in todo[shift:] + todo[:shift]:
+                left = args.budget - (time.monotonic() - start)
+                if left < 5:
+                    result = {"error": f"not measured: the time budget of {args.budget:.0f} s was spent"}
+                else:
+                    result = measure(side, num_envs, setting, args, timeout=min(args.timeout, left))
+                results.setdefault((label, side, setting), []).append(result)
                 shown = run.fmt_rate(result["steps_per_s"]) if "steps_per_s" in result else result
-                print(f"# round {r + 1}/{args.rounds} {lb} {side} {setting}: {shown}", file=sys.stderr, flush=True)
+                print(f"# round {r + 1}/{args.rounds} {label} {side} {setting}: {shown}", file=sys.stderr, flush=True)
 
     import torch
 
