@@ -12,6 +12,7 @@
 # Environment: PYTHON (default python3), RL8_WHEELS (the wheels' folder, default .whl at the
 # repository root), RL8_SITE (where they are installed, default /tmp/site; a temporary folder
 # in the dry run), RL8_RSL_RL_PYTHON (the Python of rsl_rl's side, default PYTHON),
+# RL8_COMMIT (the commit the table names, where the copied checkout has no .git),
 # RL8_GPU_TESTS (what pytest collects, default tests), RL8_GPU_DRY_ENVS (the dry run's env
 # counts, default "64 128"), OUT (a folder for the table and the log).
 set -uo pipefail
@@ -34,7 +35,12 @@ start=$SECONDS
 step() { echo; echo "== $* (at $((SECONDS - start)) s)"; }
 
 step "1/4 the wheels ($wheels)"
-if [ $dry = 1 ]; then site="${RL8_SITE:-$(mktemp -d)}"; else site="${RL8_SITE:-/tmp/site}"; fi
+if [ $dry = 1 ] && [ -z "${RL8_SITE:-}" ]; then
+    site="$(mktemp -d)"
+    trap 'rm -rf "$site"' EXIT
+else
+    site="${RL8_SITE:-/tmp/site}"
+fi
 if compgen -G "$wheels/*.whl" >/dev/null; then
     if [ $dry = 1 ] && ! "$py" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))'; then
         echo "dry run: $py is not Python 3.12 (the wheels' Python): not installed; using its own packages"
@@ -42,7 +48,8 @@ if compgen -G "$wheels/*.whl" >/dev/null; then
         "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
             --target "$site" "$wheels"/*.whl || { echo "installing the wheels into $site failed" >&2; exit 1; }
         export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
-        echo "installed $(ls "$wheels"/*.whl | wc -l) wheels into $site"
+        echo "installed $(ls "$wheels"/*.whl | wc -l) wheels into $site; pip check (for information):"
+        "$py" -m pip check 2>&1 | head -n 20
     fi
 elif [ $dry = 1 ]; then
     echo "dry run: no wheels in $wheels; using $py's own packages"
