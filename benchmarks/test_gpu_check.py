@@ -63,9 +63,11 @@ def test_bench_table_ratios_compile_line_and_time_budget(monkeypatch, capsys, tm
 
     monkeypatch.setattr(bench, "measure", fake_measure)
     monkeypatch.setattr(bench, "why_no_compile", lambda: None)
+    monkeypatch.setenv("RL8_COMMIT", "abc1234")
     out = tmp_path / "table.md"
     assert bench.main(["--device", "cpu", "--envs", "1", "--envs", "2", "--rounds", "2", "--out", str(out)]) == 0
     table = out.read_text()
+    assert "rl8 commit abc1234;" in table and "rsl-rl-lib 5.5.1;" in table
     assert "| pendulum x1 | rsl_rl | fp32 | 100 | 2.00x | 2.00-2.00 |" in table
     assert "| pendulum x2 | rsl_rl | bf16 | 800 | 0.75x | 0.75-0.75 |" in table
     assert "- pendulum x2, rl8 compile (CUDA graphs) / rsl_rl at its best: 2.00x" in table

@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     versions = {r.get("rsl-rl-lib") for runs in results.values() for r in runs if r.get("rsl-rl-lib")}
     report = [
         f"Device: {device_name(args.device)} ({args.device}); torch {torch.__version__} (CUDA {torch.version.cuda}); "
-        f"rsl-rl-lib {', '.join(sorted(versions)) or 'not measured'}; rl8 commit {os.environ.get("RL8_COMMIT") or run.rl8_commit()}; "
+        f"rsl-rl-lib {', '.join(sorted(versions)) or 'not measured'}; rl8 commit {os.environ.get('RL8_COMMIT') or run.rl8_commit()}; "
         f"{stamp:%Y-%m-%d %H:%M} UTC; {args.rounds} round(s) of {args.warmup} warm-up + {args.iters} timed "
         f"iterations (24 steps each), {args.threads} torch CPU threads per side; {minutes:.1f} min",
         "",
