@@ -2,7 +2,7 @@
 
 Runs in rl8's own environment with the checkout first on ``PYTHONPATH`` (``run.py`` sets it
 and checks that the rl8 imported is the checkout's). Settings: ``fp32``, ``bf16``
-(``enable_amp=True``: bfloat16 autocast on CPU), and, where this rl8 has the ``compile``
+(``enable_amp=True``: bfloat16 autocast on CPU, float16 with a gradient scaler on CUDA), and, where this rl8 has the ``compile``
 hyper-parameter, ``compile`` and ``compile-bf16``.
 
     python benchmarks/peers/side_rl8.py pendulum-4096 --setting bf16 --threads 2
@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from workloads import WORKLOADS, batch_size, emit, iterations, parse_side_args
+from workloads import WORKLOADS, batch_size, emit, iterations, parse_side_args, synchronize
 
 SETTINGS = ("fp32", "bf16", "compile", "compile-bf16")
 
@@ -25,8 +25,9 @@ def has_compile() -> bool:
     return "compile" in {f.name for f in dataclasses.fields(HParams)}
 
 
-def hparams(name: str, setting: str) -> dict:
-    """rl8's hyper-parameters for workload ``name`` in ``setting`` (see :data:`SETTINGS`)."""
+def hparams(name: str, setting: str, device: str = "cpu") -> dict:
+    """rl8's hyper-parameters for workload ``name`` in ``setting`` (see :data:`SETTINGS`) on the
+    torch ``device``."""
     w = WORKLOADS[name]
     hp = dict(
         num_envs=w["num_envs"], horizon=w["horizon"], num_sgd_iters=w["epochs"],
@@ -34,7 +35,7 @@ def hparams(name: str, setting: str) -> dict:
         clip_param=w["clip"], vf_coeff=w["vf_coeff"], entropy_coeff=0.0, max_grad_norm=w["max_grad_norm"],
         normalize_advantages=True, normalize_rewards=False,
         model_config={"hiddens": tuple(w["hiddens"]), "activation": w["activation"]},
-        enable_amp=setting.endswith("bf16"), device="cpu", seed=0,
+        enable_amp=setting.endswith("bf16"), device=device, seed=0,
     )
     if w["kind"] == "batched":
         hp["vf_clip_param"] = w["clip"]  # rsl_rl's default use_clipped_value_loss=True
@@ -58,18 +59,20 @@ def main() -> None:
         from rl8.envs import Pendulum as env
     else:
         env = w["env"]
-    algo = PPO(env, **hparams(args.workload, args.setting))
+    algo = PPO(env, **hparams(args.workload, args.setting, args.device))
     warmup, iters = iterations(w, args.quick)
     for _ in range(warmup):
         algo.collect()
         algo.update()
+    synchronize(args.device)
     start = time.perf_counter()
     for _ in range(iters):
         algo.collect()
         algo.update()
+    synchronize(args.device)
     seconds = time.perf_counter() - start
     algo.close()
-    emit(iters * batch_size(w), seconds, rl8=rl8.__version__, rl8_file=rl8.__file__)
+    emit(iters * batch_size(w), seconds, rl8=rl8.__version__, rl8_file=rl8.__file__, device=args.device)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ import inspect
 import json
 import time
 
-from workloads import WORKLOADS, batch_size, emit, iterations, parse_side_args
+from workloads import WORKLOADS, batch_size, emit, iterations, parse_side_args, synchronize
 
 
 def train_cfg(name: str, bf16: bool) -> dict:
@@ -59,14 +59,16 @@ def main() -> None:
         return
     w = WORKLOADS[args.workload]
     torch.manual_seed(0)
-    env = RslPendulum(w["num_envs"], device="cpu", seed=0)
-    runner = OnPolicyRunner(env, train_cfg(args.workload, bf16), log_dir=None, device="cpu")
+    env = RslPendulum(w["num_envs"], device=args.device, seed=0)
+    runner = OnPolicyRunner(env, train_cfg(args.workload, bf16), log_dir=None, device=args.device)
     warmup, iters = iterations(w, args.quick)
     runner.learn(warmup)
+    synchronize(args.device)
     start = time.perf_counter()
     runner.learn(iters)
+    synchronize(args.device)
     seconds = time.perf_counter() - start
-    emit(iters * batch_size(w), seconds, **{"rsl-rl-lib": version, "rl8_file": rl8.__file__})
+    emit(iters * batch_size(w), seconds, **{"rsl-rl-lib": version, "rl8_file": rl8.__file__, "device": args.device})
 
 
 if __name__ == "__main__":

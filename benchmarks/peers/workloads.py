@@ -75,19 +75,43 @@ def minibatch_size(workload: dict) -> int:
 
 def parse_side_args(argv: list[str] | None = None, settings: tuple[str, ...] = ("fp32",)) -> argparse.Namespace:
     """The command line of a side's script: the workload's name, ``--quick``, ``--threads``
-    (torch threads, set before anything is built) and ``--setting`` (one of ``settings``,
-    e.g. ``fp32``/``bf16``)."""
+    (torch threads, set before anything is built), ``--setting`` (one of ``settings``,
+    e.g. ``fp32``/``bf16``) and ``--device`` (torch device of the env and the networks:
+    ``cpu``, ``cuda``...). ``--num-envs``, ``--warmup`` and ``--iters`` replace the workload's
+    own values in this process's :data:`WORKLOADS` (the GPU check, ``benchmarks/gpu``, runs
+    ``pendulum-4096`` at 16,384 envs and more iterations this way)."""
     parser = argparse.ArgumentParser()
     parser.add_argument("workload", choices=sorted(WORKLOADS))
     parser.add_argument("--quick", action="store_true", help="fewer iterations")
     parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
     parser.add_argument("--setting", choices=settings, default=settings[0])
+    parser.add_argument("--device", default="cpu", help="torch device of the env and the networks (default cpu)")
+    for name, what in (("num-envs", "envs"), ("warmup", "untimed iterations"), ("iters", "timed iterations")):
+        parser.add_argument(f"--{name}", type=int, help=f"{what} instead of the workload's own (>= 1)")
     args = parser.parse_args(argv)
+    changes = {"num_envs": args.num_envs, "warmup": args.warmup, "iters": args.iters}
+    for key, value in changes.items():
+        if value is not None and value < 1:
+            parser.error(f"--{key.replace('_', '-')} must be >= 1, got {value}")
+    changes = {k: v for k, v in changes.items() if v is not None}
+    if changes:
+        # the quick counts too, so that --quick cannot undo --warmup/--iters
+        changes.update({f"quick_{k}": v for k, v in changes.items() if k != "num_envs"})
+        WORKLOADS[args.workload] = {**WORKLOADS[args.workload], **changes}
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
     import torch
 
     torch.set_num_threads(args.threads)
     return args
+
+
+def synchronize(device: str) -> None:
+    """Wait for the work queued on ``device`` (a CUDA device runs asynchronously), so that a
+    timer read next counts it; nothing on the CPU."""
+    import torch
+
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def emit(env_steps: int, seconds: float, **extra: object) -> None:
