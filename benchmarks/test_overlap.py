@@ -45,22 +45,22 @@ import os
 import statistics
 import time
 
-import gymnasium
 import pytest
 import torch
 
 from rl8 import PPO
 from rl8.envs import CartPole
+from test_pool import Sleepy
 
 TORCH_SLEEP_S = 0.002
-GYM_SLEEP_S = 0.002
 STEPS = 3
 ROUNDS = 6
 MIN_RATIO = 1.4
 SETUPS = {
     "torch": dict(num_envs=64, horizon=64, sgd_minibatch_size=1024, num_sgd_iters=16),
-    "gymnasium-async": dict(num_envs=4, horizon=128, sgd_minibatch_size=128, num_sgd_iters=48,
-                            env_kwargs={"vectorization_mode": "async"}),
+    # the issue's workload: 32 async envs sleeping 0-4 ms; a 256x256 MLP, 10 epochs of minibatches of 256
+    "gymnasium-async": dict(num_envs=32, horizon=64, sgd_minibatch_size=256, num_sgd_iters=10,
+                            model_config={"hiddens": (256, 256)}, env_kwargs={"vectorization_mode": "async"}),
 }
 
 
@@ -70,18 +70,6 @@ class SleepyCartPole(CartPole):
     def step(self, action):
         time.sleep(TORCH_SLEEP_S)
         return super().step(action)
-
-
-class SleepyGymnasium(gymnasium.Wrapper):
-    """A gymnasium env whose every step also sleeps ``GYM_SLEEP_S``."""
-
-    def step(self, action):
-        time.sleep(GYM_SLEEP_S)
-        return self.env.step(action)
-
-
-def make_sleepy_gymnasium_cartpole() -> gymnasium.Env:
-    return SleepyGymnasium(gymnasium.make("CartPole-v1"))
 
 
 @pytest.fixture(autouse=True)
@@ -112,7 +100,7 @@ def train(algo: PPO, steps: int, parts: list[float] | None = None) -> float:
 
 @pytest.mark.parametrize("setup", list(SETUPS))
 def test_overlap_throughput(benchmark, setup):
-    env = SleepyCartPole if setup == "torch" else make_sleepy_gymnasium_cartpole
+    env = SleepyCartPole if setup == "torch" else Sleepy
     sync = PPO(env, seed=0, **SETUPS[setup])
     overlap = PPO(env, seed=0, collect_mode="overlap", **SETUPS[setup])
     try:
