@@ -40,19 +40,6 @@ __all__ = ["PoolEnv", "PoolWorkerDied"]
 START_METHOD = "forkserver"
 
 
-#: The most bytes one read of a worker's pipe takes (a step report is 9).
-_READ_SIZE = 65536
-
-
-def _write_message(pipe: Connection, data: bytes) -> None:
-    """Send ``data`` on ``pipe`` framed as ``Connection.send_bytes`` frames it (the worker
-    reads it with ``recv_bytes``), with fewer Python calls: one per sub-env step."""
-    data = len(data).to_bytes(4, "big", signed=True) + data
-    fd = pipe.fileno()
-    while data:
-        data = data[os.write(fd, data):]
-
-
 class PoolWorkerDied(EnvWorkerDied):
     """A worker process of a :class:`PoolEnv` ended without being asked to (killed, crashed)."""
 
@@ -182,8 +169,6 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
         self.env_blocks = split(num_envs, self.num_workers)
         self._owner = np.concatenate([np.full(len(b), w) for w, b in enumerate(self.env_blocks)])
         self._pipes: list[Connection] = []
-        # per worker: bytes read from its pipe that do not yet make a whole message
-        self._inbox = [bytearray() for _ in range(self.num_workers)]
         self._processes: list[Any] = []
         self._finalizer = weakref.finalize(self, stop_processes, self._processes, self._pipes,
                                            send_close)
@@ -272,15 +257,14 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
                                "their last action")
         set_rows(self._views["actions"], ids, self.converter.to_actions(actions))
         self._stepping[ids] = True
-        blocks: dict[int, list[int]] = {}  # the sub-envs sent to each worker, in order
-        for i, w in zip(ids.tolist(), self._owner[ids].tolist()):
-            blocks.setdefault(w, []).append(i)
+        owners = self._owner[ids]
         now = time.monotonic()
-        for w, block in blocks.items():
+        for w in np.unique(owners).tolist():
+            block = ids[owners == w]
             if not self._queued[w]:
                 self._progress_at[w] = now
-            self._queued[w].extend(block)
-            self._send(w, "step", np.asarray(block, dtype=np.int32))
+            self._queued[w].extend(block.tolist())
+            self._send(w, "step", block)
 
     def recv(
         self, min_batch_size: int, max_batch_size: int, max_wait_s: float | None
@@ -345,7 +329,7 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
     def _send(self, worker: int, command: str, arg: Any) -> None:
         try:
             if command == "step":
-                _write_message(self._pipes[worker], STEP + arg.astype(np.int32).tobytes())
+                self._pipes[worker].send_bytes(STEP + arg.astype(np.int32).tobytes())
             else:
                 send_message(self._pipes[worker], command, arg)
         except (BrokenPipeError, ConnectionResetError, EOFError):
@@ -361,32 +345,12 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
                 died.append(w)
                 continue
             try:
-                self._read_messages(w)
+                # one message; the next select sees the rest
+                self._handle(w, *read_message(key.fileobj.recv_bytes()))
             except (EOFError, ConnectionResetError):
                 died.append(w)
         for w in died:
             self._worker_died(w)
-
-    def _read_messages(self, worker: int) -> None:
-        """Read what worker ``worker``'s pipe holds (one read) and handle every whole message
-        in it; raise ``EOFError`` when the pipe is closed. The messages are framed as
-        ``Connection.send_bytes`` frames them (a 4-byte big-endian length, then the bytes); reading
-        them here, several at once, saves the learner two system calls and a few Python calls
-        per sub-env step (``benchmarks/test_pool.py``)."""
-        data = os.read(self._pipes[worker].fileno(), _READ_SIZE)
-        if not data:
-            raise EOFError
-        inbox = self._inbox[worker]
-        inbox += data
-        start = 0
-        while len(inbox) - start >= 4:
-            size = int.from_bytes(inbox[start:start + 4], "big", signed=True)
-            if len(inbox) - start - 4 < size:
-                break
-            message = bytes(inbox[start + 4:start + 4 + size])
-            start += 4 + size
-            self._handle(worker, *read_message(message))
-        del inbox[:start]
 
     def _handle(self, worker: int, kind: str, payload: Any) -> None:
         if kind == "stepped":
@@ -448,7 +412,7 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
         pipe = self._pipes[worker]
         try:  # what it sent before it ended (an error names its cause better than its exit)
             while pipe.poll():
-                self._read_messages(worker)
+                self._handle(worker, *read_message(pipe.recv_bytes()))
         except (EOFError, OSError):
             pass
         process = self._processes[worker]
