@@ -137,6 +137,28 @@ def collect_update(algo: PPO) -> int:
     return algo.hparams.num_envs * algo.hparams.horizon
 
 
+def worker_pids(algo: PPO) -> list[int]:
+    """The process ids of ``algo``'s env workers (pool or gymnasium async)."""
+    env = algo.env
+    if hasattr(env, "worker_pids"):
+        return list(env.worker_pids)
+    return [process.pid for process in env.vector_env.processes]
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """CPU seconds (user + system) that the processes ``pids`` used so far, from Linux's
+    ``/proc`` (0 where it is missing)."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime (clock ticks)
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def test_pool_on_an_env_of_variable_latency(benchmark):
     num_envs, horizon = 32, 64
     sizes = (4, 16)
@@ -144,14 +166,30 @@ def test_pool_on_an_env_of_variable_latency(benchmark):
     for size in sizes:
         algos[f"pool {size}"] = make_ppo(Sleepy, "pool", num_envs, horizon, num_workers=num_envs,
                                          min_batch_size=size)
+    names = {id(algo): name for name, algo in algos.items()}
+    cpu = {name: [0.0, 0.0, 0] for name in algos}  # learner seconds, workers' seconds, env steps
+
+    def timed_collect(algo: PPO) -> int:
+        pids = worker_pids(algo)
+        learner, workers = time.process_time(), cpu_seconds(pids)
+        steps = collect(algo)
+        used = cpu[names[id(algo)]]
+        used[0] += time.process_time() - learner
+        used[1] += cpu_seconds(pids) - workers
+        used[2] += steps
+        return steps
+
     try:
-        rates = measure(algos, collect)
+        rates = measure(algos, timed_collect)
         ratios = report(f"Sleepy (CartPole-v1, 0-4 ms per step), {num_envs} envs, horizon {horizon}, collect",
                         rates, "async")
         simulated = {f"pool {size}/async": simulated_ratio(num_envs, horizon, size) for size in sizes}
         for name, ratio in simulated.items():
             print(f"  {name:>24}: {ratio:.2f}x with zero overhead (simulated)")
-        benchmark.extra_info.update(rates=rates, ratios=ratios, simulated=simulated)
+        per_step = {name: (1e6 * learner / steps, 1e6 * workers / steps) for name, (learner, workers, steps) in cpu.items()}
+        for name, (learner, workers) in per_step.items():
+            print(f"  {name:>24}: CPU per env step: learner {learner:.0f} us, workers {workers:.0f} us")
+        benchmark.extra_info.update(rates=rates, ratios=ratios, simulated=simulated, cpu_us_per_step=per_step)
         benchmark.pedantic(collect, args=(algos["pool 4"],), rounds=2, iterations=1)
         if os.environ.get("RL8_BENCH_ASSERT") == "1":
             assert ratios["pool 4/async"] >= MIN_POOL_OVER_ASYNC
