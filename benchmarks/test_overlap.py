@@ -107,13 +107,14 @@ def test_overlap_throughput(benchmark, setup):
         train(sync, 1), train(overlap, 1)  # warm-up (the first overlap collect runs in the foreground)
         sync_s, overlap_s = [], []
         sync_parts = [0.0, 0.0]  # seconds of the sync collects, of the sync updates
+        overlap_parts = [0.0, 0.0]  # seconds of the overlap collects (waits), of its updates
         for i in range(ROUNDS):
             if i % 2:
-                overlap_s.append(train(overlap, STEPS))
+                overlap_s.append(train(overlap, STEPS, overlap_parts))
                 sync_s.append(train(sync, STEPS, sync_parts))
             else:
                 sync_s.append(train(sync, STEPS, sync_parts))
-                overlap_s.append(train(overlap, STEPS))
+                overlap_s.append(train(overlap, STEPS, overlap_parts))
         benchmark.pedantic(train, args=(overlap, STEPS), rounds=1, iterations=1)
     finally:
         overlap.close()
@@ -123,6 +124,9 @@ def test_overlap_throughput(benchmark, setup):
     ms = 1000.0 / (ROUNDS * STEPS)  # per training step
     print(f"\n{setup}: overlap/sync throughput {ratio:.2f}x (median of {ROUNDS} rounds; per training step: "
           f"sync {sum(sync_s) * ms:.0f} ms = collect {sync_parts[0] * ms:.0f} + update {sync_parts[1] * ms:.0f}; "
-          f"overlap {sum(overlap_s) * ms:.0f} ms)")
+          f"overlap {sum(overlap_s) * ms:.0f} ms = collect {overlap_parts[0] * ms:.0f} + update (beside the "
+          f"background rollout) {overlap_parts[1] * ms:.0f} + the last rollout's wait)")
+    benchmark.extra_info["sync_ms"] = [part * ms for part in sync_parts]
+    benchmark.extra_info["overlap_ms"] = [part * ms for part in overlap_parts]
     if setup == "torch" and os.environ.get("RL8_BENCH_ASSERT") == "1":
         assert ratio >= MIN_RATIO
