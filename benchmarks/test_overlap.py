@@ -54,8 +54,10 @@ costs: the update beside a thread that only releases and takes the GIL 5,000 tim
 Python's switch interval (``sys.setswitchinterval(0.0005)``) left the overlapped step at
 901 ms against 919 ms. The rollout thread's own torch threads are not it either (one
 intra-op thread here); and ``torch.set_num_threads`` cannot give the background thread fewer
-threads than the learner: called in the rollout thread, it also set the learner's (measured:
-the main thread read 1 after the rollout thread set 1), so no such change was made. Overlap
+threads than the learner reliably: called in the rollout thread its effect on the learner
+depends on the threading backend and on what ran before (a bare check left the main
+thread's count at 2; with two PPOs running, the main thread read 1 afterwards), so no such
+change was made. Overlap
 reaches its ideal when the machine has a core for the update beside the cores the rollout's
 envs and forward passes use.
 """
