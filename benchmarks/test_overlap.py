@@ -10,7 +10,7 @@ most 2x):
   the calling thread; PPO ``horizon=64``, ``num_sgd_iters=16`` over 4 minibatches of 1024
   transitions (64 optimizer steps of the default MLP).
 * ``gymnasium-async``: issue 26's workload: 32 ``Sleepy`` envs (gymnasium's CartPole-v1
-  sleeping 0-4 ms at random per step, from ``test_pool.py``) in worker processes through the
+  sleeping 0-4 ms at random per step, ``rates.Sleepy``) in worker processes through the
   async adapter (``vectorization_mode="async"``; the main process waits on pipes),
   ``horizon=64``; a 256x256 MLP (``model_config={"hiddens": (256, 256)}``),
   ``num_sgd_iters=10`` over minibatches of 256 (80 optimizer steps). On a quiet machine its
@@ -73,7 +73,7 @@ import torch
 
 from rl8 import PPO
 from rl8.envs import CartPole
-from test_pool import Sleepy
+from rates import Sleepy
 
 TORCH_SLEEP_S = 0.002
 STEPS = 3

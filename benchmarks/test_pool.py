@@ -37,13 +37,15 @@ run                   async   pool 4  pool 16
 ====================  ======  ======  =======
 1                     4324    4708    5165
 2                     4456    4773    4194
+3                     3422    4177    3621
 ratio to async, 1               1.09x   1.19x
 ratio to async, 2               1.07x   0.94x
+ratio to async, 3               1.22x   1.06x
 zero-overhead sim.              1.58x   1.28x
 ====================  ======  ======  =======
 
-CPU per env step (run 2): async: learner 64 us + workers 214 us; pool 4: 98 + 210; pool 16:
-90 + 193. Earlier runs on a quieter machine (issue 26) gave pool 4 1.30-1.62x and pool 16
+CPU per env step: async: learner 64-69 us + workers 214-264 us; pool 4: 98 + 210-217;
+pool 16: 89-90 + 193-212 (runs 2 and 3). Earlier runs on a quieter machine (issue 26) gave pool 4 1.30-1.62x and pool 16
 1.46x against async.
 
 Why not 1.5x here. The target assumes the collect is bound by the envs' latency: with zero
@@ -81,38 +83,16 @@ from __future__ import annotations
 import os
 import time
 
-import gymnasium
 import numpy as np
 import pytest
 import rates
-from rates import report, sb3_collect
+from rates import SLEEP_S, Sleepy, report, sb3_collect
 import torch
-from gymnasium import spaces
 
 from rl8 import PPO
 
 ROUNDS = 3
 MIN_POOL_OVER_ASYNC = 1.5
-SLEEP_S = 4e-3  # the longest sleep of a Sleepy step
-
-
-class Sleepy(gymnasium.Wrapper):
-    """gymnasium's CartPole-v1 whose every step first sleeps 0-``SLEEP_S`` s at random
-    (uniform, from the wrapper's own generator, seeded at the first seeded reset): latency
-    without CPU."""
-
-    def __init__(self, env: gymnasium.Env | None = None):
-        super().__init__(env or gymnasium.make("CartPole-v1"))
-        self.sleep_rng = np.random.default_rng()
-
-    def reset(self, *, seed=None, options=None):
-        if seed is not None:
-            self.sleep_rng = np.random.default_rng(seed)
-        return self.env.reset(seed=seed, options=options)
-
-    def step(self, action):
-        time.sleep(self.sleep_rng.uniform(0.0, SLEEP_S))
-        return self.env.step(action)
 
 
 def simulated_ratio(num_envs: int, horizon: int, min_batch_size: int, rounds: int = 20, seed: int = 0) -> float:
@@ -223,7 +203,8 @@ def test_pool_on_an_env_of_variable_latency(benchmark):
         simulated = {f"pool {size}/async": simulated_ratio(num_envs, horizon, size) for size in sizes}
         for name, ratio in simulated.items():
             print(f"  {name:>24}: {ratio:.2f}x with zero overhead (simulated)")
-        per_step = {name: (1e6 * learner / steps, 1e6 * workers / steps) for name, (learner, workers, steps) in cpu.items()}
+        per_step = {name: (1e6 * learner / steps, 1e6 * workers / steps)
+                    for name, (learner, workers, steps) in cpu.items()}
         for name, (learner, workers) in per_step.items():
             print(f"  {name:>24}: CPU per env step: learner {learner:.0f} us, workers {workers:.0f} us")
         benchmark.extra_info.update(rates=rates, ratios=ratios, simulated=simulated, cpu_us_per_step=per_step)
