@@ -36,9 +36,10 @@ two runs (per training step):
 
 * ``torch``: 1.70x (sync 403 ms = collect 181 + update 222; overlap 242 ms) and 1.52x (sync
   452 = 187 + 265; overlap 287 ms, of which the update beside the background rollout 284).
-* ``gymnasium-async``: 1.05x (sync 896 ms = collect 471 + update 424; overlap 860 ms) and
+* ``gymnasium-async``: 1.05x (sync 896 ms = collect 471 + update 424; overlap 860 ms),
   1.14x (sync 1112 = 635 + 478; overlap 962 ms, of which the update beside the background
-  rollout 956: twice the update alone). Issue 26 measured 1.18-1.35x on a quieter machine,
+  rollout 956: twice the update alone) and, in a third run of this setup alone, 1.05x (sync
+  1107 = 658 + 450; overlap 1040, the update beside the rollout 1036). Issue 26 measured 1.18-1.35x on a quieter machine,
   the update slowing from about 220 to 540 ms.
 
 Why the update slows beside the rollout (profile of the ``gymnasium-async`` setup, same
