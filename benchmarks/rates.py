@@ -1,9 +1,33 @@
-"""Throughput of variants measured in turns, and their ratios printed (shared by the
-benchmarks that compare collection modes)."""
+"""Throughput of variants measured in turns, and their ratios printed; the ``Sleepy`` env
+(shared by the benchmarks that compare collection modes)."""
 
 from __future__ import annotations
 
 import time
+
+import gymnasium
+import numpy as np
+
+SLEEP_S = 4e-3  # the longest sleep of a Sleepy step
+
+
+class Sleepy(gymnasium.Wrapper):
+    """gymnasium's CartPole-v1 whose every step first sleeps 0-``SLEEP_S`` s at random
+    (uniform, from the wrapper's own generator, seeded at the first seeded reset): latency
+    without CPU."""
+
+    def __init__(self, env: gymnasium.Env | None = None):
+        super().__init__(env or gymnasium.make("CartPole-v1"))
+        self.sleep_rng = np.random.default_rng()
+
+    def reset(self, *, seed=None, options=None):
+        if seed is not None:
+            self.sleep_rng = np.random.default_rng(seed)
+        return self.env.reset(seed=seed, options=options)
+
+    def step(self, action):
+        time.sleep(self.sleep_rng.uniform(0.0, SLEEP_S))
+        return self.env.step(action)
 
 
 def measure(variants: dict, step, rounds: int) -> dict[str, float]:
