@@ -338,6 +338,13 @@ def test_ppo_with_a_pool_learns_cartpole():
 
 
 @pytest.mark.timeout(60)
+def terminal_signals() -> None:
+    """In the child: SIGINT as a program started from a terminal has it (default, unblocked),
+    whatever the test process's worker left ignored or blocked (both are inherited)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def test_ctrl_c_during_a_collect_ends_the_learner_and_reaps_the_workers():
     """The pool is never closed by the script: its workers end with the interpreter."""
     script = textwrap.dedent("""
@@ -349,7 +356,7 @@ def test_ctrl_c_during_a_collect_ends_the_learner_and_reaps_the_workers():
             algo.collect()
     """)
     learner = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, start_new_session=True,
+                               text=True, start_new_session=True, preexec_fn=terminal_signals,
                                env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     try:
         pids = [int(pid) for pid in learner.stdout.readline().split()]
