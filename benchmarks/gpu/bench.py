@@ -18,12 +18,10 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -65,18 +63,9 @@ def measure(side: str, num_envs: int, setting: str, args: argparse.Namespace, ti
            "--device", args.device, "--threads", str(args.threads), "--num-envs", str(num_envs),
            "--warmup", str(args.warmup), "--iters", str(args.iters)]
     env = {**os.environ, "PYTHONPATH": pythonpath(), "OMP_NUM_THREADS": str(args.threads)}
-    with tempfile.TemporaryDirectory(prefix="rl8-gpu-") as tmp:
-        env["MLFLOW_TRACKING_URI"] = f"sqlite:///{tmp}/mlflow.db"
-        try:
-            out = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True,
-                                 timeout=timeout, check=False)
-        except subprocess.TimeoutExpired:
-            return {"error": f"timed out after {timeout:.0f} s"}
-    lines = out.stdout.strip().splitlines()
-    if out.returncode != 0 or not lines:
-        err = [ln for ln in out.stderr.strip().splitlines() if ln.strip()] or ["no output"]
-        return {"error": f"exit {out.returncode}: {err[-1][:200]}"}
-    result = json.loads(lines[-1])
+    result = run.run_side(cmd, env, timeout)
+    if "error" in result:
+        return result
     if not result.get("rl8_file", "").startswith(str(ROOT / "rl8")):
         return {"error": f"imported rl8 from {result.get('rl8_file')}, not from {ROOT}"}
     return result

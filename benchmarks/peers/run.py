@@ -130,20 +130,32 @@ def measure(python: Path, side: Side, workload: str, setting: str, args: argpars
     env["OMP_NUM_THREADS"] = str(args.threads)
     if side.needs_rl8:
         env["PYTHONPATH"] = str(ROOT)
+    result = run_side(cmd, env, args.timeout)
+    if side.needs_rl8 and "rl8_file" in result and not result["rl8_file"].startswith(str(ROOT / "rl8")):
+        return {"error": f"imported rl8 from {result['rl8_file']}, not from {ROOT}"}
+    return result
+
+
+def run_side(cmd: list[str], env: dict[str, str], timeout: float) -> dict:
+    """Run one side's command in a fresh temporary folder (its own MLflow store) and return its
+    last stdout line as JSON, or ``{"error": ...}`` naming the timeout or the last stderr line.
+
+    Args:
+        cmd: The side's command line.
+        env: Its environment variables.
+        timeout: Seconds it may run.
+    """
     with tempfile.TemporaryDirectory(prefix="rl8-peers-") as tmp:
-        env["MLFLOW_TRACKING_URI"] = f"file://{tmp}/mlruns"
+        env = {**env, "MLFLOW_TRACKING_URI": f"file://{tmp}/mlruns"}
         try:
-            out = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=args.timeout, check=False)
+            out = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=timeout, check=False)
         except subprocess.TimeoutExpired:
-            return {"error": f"timed out after {args.timeout} s"}
+            return {"error": f"timed out after {timeout:.0f} s"}
     lines = out.stdout.strip().splitlines()
     if out.returncode != 0 or not lines:
         err = [ln for ln in out.stderr.strip().splitlines() if ln.strip()] or ["no output"]
         return {"error": f"exit {out.returncode}: {err[-1][:200]}"}
-    result = json.loads(lines[-1])
-    if side.needs_rl8 and "rl8_file" in result and not result["rl8_file"].startswith(str(ROOT / "rl8")):
-        return {"error": f"imported rl8 from {result['rl8_file']}, not from {ROOT}"}
-    return result
+    return json.loads(lines[-1])
 
 
 def rl8_commit() -> str:
