@@ -134,8 +134,8 @@ def benchmarks_importable(monkeypatch):
 
 
 def _rows(points, wall_per_step=1.0):
-    return [{"env_steps": s, "wall_s": s * wall_per_step, "train_return": math.nan, "eval_return": v}
-            for s, v in points]
+    return [{"env_steps": s, "wall_s": s * wall_per_step, "train_return": math.nan, "eval_return": v,
+             "resumed": 0.0} for s, v in points]
 
 
 def test_summarize_final_return_and_time_to_threshold(benchmarks_importable):
@@ -171,3 +171,39 @@ def test_report_writes_tables_and_plots(tmp_path, benchmarks_importable):
     page = (tmp_path / "index.md").read_text()
     assert table in page and "old table" not in page and page.endswith(f"{END}\n\nmore text\n")
     assert (tmp_path / "plots" / "CartPole-v1.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_stopped_learning_run_resumes_from_its_checkpoint(tmp_path, benchmarks_importable, capsys):
+    """The learning benchmark's runs resume: a seed stopped short of its budget continues from
+    its latest checkpoint in the same MLflow run; a finished one is skipped; other
+    hyper-parameters are refused."""
+    from benchmarks.learning.run import read_curve, report, train
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    common = dict(out=tmp_path, tracking_uri=uri, eval_every=2048)
+    path = train("CartPole-v1", 0, max_steps=4096, **common)  # the first sitting stops at 4096
+    first = read_curve(path)
+    checkpoints = sorted((tmp_path / ".checkpoints" / "CartPole-v1" / "seed-0").glob("checkpoint-*.pt"))
+    assert [int(p.stem.split("-")[1]) for p in checkpoints] == [2048, 4096]  # the last two kept
+
+    train("CartPole-v1", 0, max_steps=8192, **common)  # the next sitting continues it
+    rows = read_curve(path)
+    assert "resuming at 4096 env steps" in capsys.readouterr().out
+    assert rows[: len(first)] == first
+    resumed = [r for r in rows if r["resumed"] == 1.0]
+    assert [r["env_steps"] for r in resumed] == [first[-1]["env_steps"] + 256]  # CartPole-v1: 8 envs x 32 steps
+    assert rows[-1]["env_steps"] == 8192 and not math.isnan(rows[-1]["eval_return"])
+    assert all(b["wall_s"] > a["wall_s"] for a, b in zip(rows, rows[1:]))  # the wall time adds up
+    from mlflow import MlflowClient
+
+    (run,) = MlflowClient(uri).search_runs(MlflowClient(uri).get_experiment_by_name("CartPole-v1").experiment_id)
+    assert run.data.metrics["env/steps"] == 8192  # one MLflow run across both sittings
+
+    mtime = path.stat().st_mtime_ns
+    train("CartPole-v1", 0, max_steps=8192, **common)
+    assert "done (8192 env steps" in capsys.readouterr().out and path.stat().st_mtime_ns == mtime
+    with pytest.raises(SystemExit, match=r"other hyper-parameters \(lr: checkpoint 0.002, now 0.0005\)"):
+        train("CartPole-v1", 0, max_steps=16384, overrides={"lr": 5e-4}, **common)
+    (row,) = report(tmp_path)
+    assert row["resumed"] == 1 and row["resumed_at"] == [[4352]]
+    assert "| 1/1 |" in (tmp_path / "results.md").read_text()

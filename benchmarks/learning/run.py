@@ -16,6 +16,17 @@ at evaluations, the deterministic evaluation's mean return. Training runs the pr
 budget), unless ``--max-steps``. The curve file is rewritten at every evaluation, so a run
 stopped early leaves its curve so far.
 
+**Resuming.** After every evaluation the run also writes a Trainer checkpoint (the last two are
+kept) in ``OUT/.checkpoints/PRESET/seed-S/``, after its curve. Run the same command again and
+each seed whose curve ends short of its budget continues from its latest checkpoint, through
+:meth:`rl8.Trainer.from_checkpoint` (what ``rl8 train --resume`` uses), in the same MLflow run;
+its curve keeps the rows up to that checkpoint and marks the first row after it (column
+``resumed``), and the table says how many seeds were resumed. The training wall time adds up
+across sittings; the envs start new episodes where the run resumes (gymnasium envs cannot be
+saved), as with ``rl8 train --resume``. A seed whose curve reached its budget is skipped;
+``--restart`` trains it again from scratch (its curve and checkpoints are replaced). A
+checkpoint made with other hyper-parameters than the command's is refused, naming them.
+
 How it is measured, the same way in ``sb3.py``:
 
 * **Wall time**: the sum of the training steps' durations (``Trainer.step``: one collect, one
@@ -51,16 +62,21 @@ import subprocess
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import rl8
 import rl8.presets
 from benchmarks.learning.references import TASKS
 
+if TYPE_CHECKING:
+    from rl8 import Trainer
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 DEFAULT_OUT = ROOT / "docs" / "results"
-FIELDS = ("env_steps", "wall_s", "train_return", "eval_return")
+FIELDS = ("env_steps", "wall_s", "train_return", "eval_return", "resumed")
+#: Trainer checkpoints kept per run (the latest), for resuming.
+KEEP_CHECKPOINTS = 2
 
 
 # --------------------------------------------------------------------------------------------
@@ -69,13 +85,14 @@ FIELDS = ("env_steps", "wall_s", "train_return", "eval_return")
 
 def train(preset: str, seed: int, *, out: Path, tracking_uri: str | None, max_steps: int | None = None,
           threads: int = 1, overrides: dict[str, Any] | None = None, steps_per_eval: int | None = None,
-          eval_every: int | None = None) -> Path:
-    """Train ``preset`` with ``seed`` for its budget; write and return its curve file.
+          eval_every: int | None = None, restart: bool = False) -> Path:
+    """Train ``preset`` with ``seed`` for its budget, or resume it; write and return its curve file.
 
     Args:
         preset: A name from :func:`rl8.presets.names`.
         seed: The run's ``hparams.seed`` (replaces the preset's).
-        out: Results folder; the curve goes to ``out/curves/PRESET/seed-SEED.csv``.
+        out: Results folder; the curve goes to ``out/curves/PRESET/seed-SEED.csv``, the
+            checkpoints to ``out/.checkpoints/PRESET/seed-SEED/``.
         tracking_uri: MLflow tracking URI of the run (``None``: rl8's default).
         max_steps: Env steps to train (default: the preset's ``max_steps``).
         threads: ``torch.set_num_threads`` for the run.
@@ -84,6 +101,11 @@ def train(preset: str, seed: int, *, out: Path, tracking_uri: str | None, max_st
         eval_every: Env steps between evaluations (default: the task's ``eval_every`` in
             ``references.py``, else the preset's ``steps_per_eval`` training steps): evaluate
             after the first training step at or after every multiple, and after the last.
+        restart: Train from scratch even where a curve or checkpoint of this seed exists
+            (default: skip a seed whose curve reached the budget, resume one that stopped short).
+
+    Raises:
+        SystemExit: The seed's checkpoint was made with other hyper-parameters.
     """
     import torch
 
@@ -100,23 +122,42 @@ def train(preset: str, seed: int, *, out: Path, tracking_uri: str | None, max_st
             eval_every = steps_per_eval * hparams.num_envs * hparams.horizon
     torch.set_num_threads(threads)
 
-    algo = rl8.PPO(config["env"], **hparams.to_dict())
-    trainer = rl8.Trainer(
-        algo, tracking_uri=tracking_uri, experiment=preset, run_name=f"{preset}-seed{seed}",
-        eval_num_envs=config.get("eval_num_envs"), eval_num_steps=config.get("eval_num_steps"),
-        progress=False, metadata={"config": config, "preset": preset},
-    )
     path = out / "curves" / preset / f"seed-{seed}.csv"
-    rows: list[dict[str, float]] = []
-    wall_s = 0.0
-    next_eval = eval_every
+    folder = out / ".checkpoints" / preset / f"seed-{seed}"
+    rows = [] if restart or not path.exists() else read_curve(path)
+    if rows and rows[-1]["env_steps"] >= budget:
+        print(f"{preset} seed {seed}: done ({rows[-1]['env_steps']:.0f} env steps in {path}); "
+              "--restart trains it again", flush=True)
+        return path
+    trainer = None if restart else _resume(folder, hparams.to_dict(), tracking_uri)
+    if trainer is None:
+        if rows:
+            print(f"{preset} seed {seed}: no checkpoint in {folder}; training again from scratch", flush=True)
+        _remove_checkpoints(folder)
+        rows = []
+        algo = rl8.PPO(config["env"], **hparams.to_dict())
+        trainer = rl8.Trainer(
+            algo, tracking_uri=tracking_uri, experiment=preset, run_name=f"{preset}-seed{seed}",
+            eval_num_envs=config.get("eval_num_envs"), eval_num_steps=config.get("eval_num_steps"),
+            progress=False, metadata={"config": config, "preset": preset}, checkpoint_dir=folder,
+            keep_checkpoints=KEEP_CHECKPOINTS,
+        )
+    else:
+        algo = trainer.algo
+        rows = [r for r in rows if r["env_steps"] <= algo.env_steps]
+        print(f"{preset} seed {seed}: resuming at {algo.env_steps} env steps from {trainer.last_checkpoint}",
+              flush=True)
+    resumed = bool(rows)
+    wall_s = rows[-1]["wall_s"] if rows else 0.0
+    next_eval = next_eval_at(algo.env_steps, eval_every)
     try:
         while algo.env_steps < budget:
             start = time.perf_counter()
             stats = trainer.step()
             wall_s += time.perf_counter() - start
-            row = {"env_steps": algo.env_steps, "wall_s": wall_s,
-                   "train_return": stats.get("episodes/return_mean", math.nan), "eval_return": math.nan}
+            row = {"env_steps": algo.env_steps, "wall_s": wall_s, "eval_return": math.nan,
+                   "train_return": stats.get("episodes/return_mean", math.nan), "resumed": float(resumed)}
+            resumed = False
             if algo.env_steps >= next_eval or algo.env_steps >= budget:
                 next_eval = next_eval_at(algo.env_steps, eval_every)
                 row["eval_return"] = trainer.eval()["eval/episodes/return_mean"]
@@ -124,11 +165,33 @@ def train(preset: str, seed: int, *, out: Path, tracking_uri: str | None, max_st
                       f"eval return {row['eval_return']:.1f}", flush=True)
             rows.append(row)
             if not math.isnan(row["eval_return"]):
-                write_curve(path, rows)
+                write_curve(path, rows)  # the curve first: a checkpoint never runs ahead of it
+                trainer.save_checkpoint()
     finally:
         _set_tags(trainer, {"preset": preset, "seed": str(seed)})
         trainer.close()
     return path
+
+
+def _resume(folder: Path, hparams: dict[str, Any], tracking_uri: str | None) -> Trainer | None:
+    """The Trainer of the latest checkpoint in ``folder`` (``None`` if there is none); exits if
+    it was trained with other hyper-parameters than ``hparams``."""
+    if not any(folder.glob("checkpoint-*.pt")):
+        return None
+    trainer = rl8.Trainer.from_checkpoint(folder, tracking_uri=tracking_uri, progress=False)
+    stored = trainer.algo.hparams.to_dict()
+    changed = sorted(k for k in hparams if k in stored and hparams[k] != stored[k])
+    if changed:
+        trainer.close()
+        detail = ", ".join(f"{k}: checkpoint {stored[k]!r}, now {hparams[k]!r}" for k in changed)
+        raise SystemExit(f"{folder}: the checkpoint was trained with other hyper-parameters ({detail}); "
+                         "run with the same --set values, or --restart to train again from scratch")
+    return trainer
+
+
+def _remove_checkpoints(folder: Path) -> None:
+    for file in folder.glob("checkpoint-*.pt"):
+        file.unlink()
 
 
 def next_eval_at(env_steps: int, eval_every: int) -> int:
@@ -159,8 +222,11 @@ def write_curve(path: Path, rows: Sequence[dict[str, float]]) -> Path:
 def read_curve(path: Path) -> list[dict[str, float]]:
     """The rows :func:`write_curve` wrote, as floats (NaN where there was no value)."""
     with path.open() as f:
-        return [{k: float(row[k]) if row[k] not in ("", "nan") else math.nan for k in FIELDS}
+        rows = [{k: float(row[k]) if row.get(k) not in (None, "", "nan") else math.nan for k in FIELDS}
                 for row in csv.DictReader(f)]
+    for row in rows:  # curves written before resuming existed, and SB3's, have no "resumed"
+        row["resumed"] = 0.0 if math.isnan(row["resumed"]) else row["resumed"]
+    return rows
 
 
 # --------------------------------------------------------------------------------------------
@@ -175,10 +241,12 @@ def summarize(curves: Sequence[Sequence[dict[str, float]]], threshold: float) ->
     the population std, 0 for one seed); ``reached`` (seeds whose evaluation return reached
     ``threshold``); ``steps_to_threshold`` and ``wall_s_to_threshold`` (means over those seeds
     of the env steps and training seconds at the first such evaluation; NaN if none did);
-    ``wall_s`` (mean training seconds of the whole curve).
+    ``wall_s`` (mean training seconds of the whole curve); ``resumed`` (seeds resumed from a
+    checkpoint at least once, with the env steps where: ``resumed_at``).
     """
-    finals, steps_at, walls_at, walls = [], [], [], []
+    finals, steps_at, walls_at, walls, resumed_at = [], [], [], [], []
     for rows in curves:
+        resumed_at.append([int(r["env_steps"]) for r in rows if r.get("resumed", 0.0) == 1.0])
         evals = [r for r in rows if not math.isnan(r["eval_return"])]
         finals.append(evals[-1]["eval_return"] if evals else math.nan)
         walls.append(rows[-1]["wall_s"])
@@ -196,6 +264,8 @@ def summarize(curves: Sequence[Sequence[dict[str, float]]], threshold: float) ->
         "steps_to_threshold": mean(steps_at),
         "wall_s_to_threshold": mean(walls_at),
         "wall_s": mean(walls),
+        "resumed": sum(1 for at in resumed_at if at),
+        "resumed_at": resumed_at,
     }
 
 
@@ -234,7 +304,7 @@ def report(out: Path) -> list[dict[str, Any]]:
     (out / "results.json").write_text(json.dumps({"machine": machine(), "rows": rows}, indent=1) + "\n")
     columns = ["preset", "threshold", "seeds", "env_steps", "final_mean", "final_std", "reached",
                "steps_to_threshold", "wall_s_to_threshold", "wall_s", "sb3_seeds", "sb3_final_mean",
-               "sb3_wall_s_to_threshold", "wall_ratio"]
+               "sb3_wall_s_to_threshold", "wall_ratio", "resumed"]
     with (out / "results.csv").open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
         writer.writeheader()
@@ -268,8 +338,8 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
     lines = [
         "| preset | threshold | seeds | env steps | final return (mean ± std) | reached | "
         "steps to threshold | wall s to threshold | wall s total | SB3 wall s to threshold | "
-        "rl8 / SB3 wall time | published references |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "rl8 / SB3 wall time | resumed | published references |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows:
         refs = "; ".join(f"{name}: {value:g}" for name, value in r["references"].items()) or "-"
@@ -278,7 +348,7 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
             f"{_fmt(r['final_mean'])} ± {_fmt(r['final_std'])} | {r['reached']}/{r['seeds']} | "
             f"{_steps(r['steps_to_threshold'])} | {_fmt(r['wall_s_to_threshold'])} | {_fmt(r['wall_s'])} | "
             f"{_fmt(r.get('sb3_wall_s_to_threshold', math.nan))} | {_fmt(r.get('wall_ratio', math.nan), 2)} | "
-            f"{refs} |"
+            f"{r.get('resumed', 0)}/{r['seeds']} | {refs} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -367,6 +437,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--eval-every", type=int, metavar="ENV_STEPS",
                         help="env steps between evaluations (default: the task's eval_every in references.py, "
                              "else the preset's steps_per_eval)")
+    parser.add_argument("--restart", action="store_true",
+                        help="train again from scratch seeds whose curve or checkpoint exists (default: skip "
+                             "finished seeds, resume unfinished ones from their latest checkpoint)")
     parser.add_argument("--report", action="store_true", help="only rebuild the tables and plots")
     args = parser.parse_args(argv)
     if args.seeds < 1:
@@ -381,7 +454,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             for seed in range(args.first_seed, args.first_seed + args.seeds):
                 train(preset, seed, out=args.out, tracking_uri=args.tracking_uri,
                       max_steps=args.max_steps, threads=args.threads, overrides=overrides,
-                      steps_per_eval=args.steps_per_eval, eval_every=args.eval_every)
+                      steps_per_eval=args.steps_per_eval, eval_every=args.eval_every, restart=args.restart)
     print(markdown_table(report(args.out)))
 
 
