@@ -62,19 +62,21 @@ TASKS: dict[str, Task] = {
     "HalfCheetah-v5": Task(1442.64, "CleanRL's published mean (the issue's target)", (
         Reference(SB3_ZOO, 5819.099, "HalfCheetah-v3, 1M steps, tuned"),
         Reference(CLEANRL, 1442.64, "ppo_continuous_action.py, HalfCheetah-v4, 1M steps"),
-    ), eval_every=40960),  # the preset's 20 updates of 2048 steps
+    ), eval_every=40960),  # about every 41k env steps (the old presets' 20 updates of 2048)
     "Hopper-v5": Task(2382.86, "CleanRL's published mean (the issue's target)", (
         Reference(SB3_ZOO, 2410.435, "Hopper-v3, 1M steps, tuned"),
         Reference(CLEANRL, 2382.86, "ppo_continuous_action.py, Hopper-v4, 1M steps"),
-    ), eval_every=40960),  # the preset's 20 updates of 2048 steps
+    ), eval_every=40960),  # about every 41k env steps (the old presets' 20 updates of 2048)
     "Walker2d-v5": Task(2287.95, "CleanRL's published mean", (
         Reference(SB3_ZOO, 3478.798, "Walker2d-v3, 1M steps, tuned"),
         Reference(CLEANRL, 2287.95, "ppo_continuous_action.py, Walker2d-v4, 1M steps"),
-    )),
-    "Ant-v5": Task(1327.158, "SB3 zoo's PPO return", (Reference(SB3_ZOO, 1327.158, "Ant-v3, 1M steps"),)),
+    ), eval_every=40960),  # as HalfCheetah-v5 and Hopper-v5
+    "Ant-v5": Task(1327.158, "SB3 zoo's PPO return", (
+        Reference(SB3_ZOO, 1327.158, "Ant-v3, 1M steps"),
+    ), eval_every=40960),
     "Humanoid-v5": Task(716.11, "CleanRL's published mean", (
         Reference(CLEANRL, 716.11, "ppo_continuous_action.py, Humanoid-v4, 1M steps"),
-    )),
+    ), eval_every=40960),
     "CartPole": Task(475.0, "CartPole-v1's reward_threshold", ()),
     "Pendulum": Task(-200.0, "as Pendulum-v1", ()),
     "Memory": Task(0.95, "success rate (1.0: always right; chance: 0.5)", ()),

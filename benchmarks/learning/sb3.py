@@ -4,6 +4,7 @@ Run (from the repository root; SB3 is a reference here, never an rl8 dependency)
 
     python -m benchmarks.learning.sb3 CartPole-v1 Pendulum-v1 --seeds 3
     python -m benchmarks.learning.run --report       # adds SB3's columns and curves
+    python -m benchmarks.learning.sb3 Hopper-v5 --seeds 1 --stop-at-threshold  # only the time to threshold
 
 Writes ``OUT/curves/sb3/PRESET/seed-S.csv`` in run.py's format: env steps, training wall time
 and the deterministic evaluation's mean return, measured as run.py measures rl8:
@@ -70,19 +71,42 @@ ZOO: dict[str, tuple[int, int, dict[str, Any]]] = {
         clip_range=0.2, n_epochs=5, gae_lambda=0.99, max_grad_norm=0.7, vf_coef=0.835671,
         policy_kwargs=_ZOO_MUJOCO_NET,
     )),
+    "Walker2d-v5": (1, 1_000_000, dict(  # no policy_kwargs: SB3's 64 x 64 tanh MlpPolicy
+        n_steps=512, batch_size=32, gamma=0.99, learning_rate=5.05041e-05, ent_coef=0.000585045,
+        clip_range=0.1, n_epochs=20, gae_lambda=0.95, max_grad_norm=1.0, vf_coef=0.871923,
+    )),
+    # Ant-v3 is the zoo's "mujoco-defaults": SB3's PPO defaults (2048 steps, batch 64, 10 epochs,
+    # lr 3e-4, 64 x 64 tanh) with normalisation.
+    "Ant-v5": (1, 1_000_000, dict()),
+    # The zoo trains Humanoid-v3 for 1e7 steps; compared here at 1M, as CleanRL's mean.
+    "Humanoid-v5": (1, 1_000_000, dict(
+        n_steps=512, batch_size=256, gamma=0.95, learning_rate=3.56987e-05, ent_coef=0.00238306,
+        clip_range=0.3, n_epochs=5, gae_lambda=0.9, max_grad_norm=2.0, vf_coef=0.431892,
+        policy_kwargs=_ZOO_MUJOCO_NET,
+    )),
 }
 #: Envs of the evaluation env: one whole episode each per evaluation.
 EVAL_EPISODES = 10
 
 #: Tasks the zoo trains with ``normalize: true``: observations and rewards normalised by
 #: ``VecNormalize`` (evaluations see normalised observations and raw rewards).
-NORMALIZED = {"HalfCheetah-v5", "Hopper-v5"}
+NORMALIZED = {"HalfCheetah-v5", "Hopper-v5", "Walker2d-v5", "Ant-v5", "Humanoid-v5"}
 
 
-def train(task: str, seed: int, *, out: Path, threads: int = 1, max_steps: int | None = None) -> Path:
+def train(task: str, seed: int, *, out: Path, threads: int = 1, max_steps: int | None = None,
+          stop_at_threshold: bool = False) -> Path:
     """Train SB3's PPO on ``task`` with the zoo's hyper-parameters and ``seed``; write the curve
-    to ``out/curves/sb3/TASK/seed-SEED.csv`` and return its path. ``max_steps``: env steps
-    (default: the zoo's ``n_timesteps``)."""
+    to ``out/curves/sb3/TASK/seed-SEED.csv`` and return its path.
+
+    Args:
+        task: A key of :data:`ZOO`.
+        seed: SB3's seed (the eval env's is ``seed + 1000``).
+        out: Results folder.
+        threads: ``torch.set_num_threads`` for the run.
+        max_steps: Env steps (default: the zoo's ``n_timesteps``).
+        stop_at_threshold: End training at the first evaluation at or above the task's
+            threshold (``references.py``): enough for the table's SB3 wall time to threshold.
+    """
     import torch
     from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import BaseCallback
@@ -102,7 +126,7 @@ def train(task: str, seed: int, *, out: Path, threads: int = 1, max_steps: int |
     model = PPO("MlpPolicy", env, seed=seed, verbose=0, device="cpu", **kwargs)
     path = out / "curves" / "sb3" / task / f"seed-{seed}.csv"
     rows: list[dict[str, float]] = []
-    clock = {"start": time.perf_counter(), "eval_s": 0.0, "next_eval": eval_every}
+    clock = {"start": time.perf_counter(), "eval_s": 0.0, "next_eval": eval_every, "reached": False}
 
     def evaluate(steps: int) -> None:
         t0 = time.perf_counter()
@@ -115,6 +139,7 @@ def train(task: str, seed: int, *, out: Path, threads: int = 1, max_steps: int |
         write_curve(path, rows)  # after every evaluation, so that a stopped run keeps its curve
         clock["eval_s"] += time.perf_counter() - t0
         print(f"sb3 {task} seed {seed}: {steps} env steps, {wall_s:.0f} s, eval return {mean:.1f}", flush=True)
+        clock["reached"] = mean >= TASKS[task].threshold
 
     class EvalEvery(BaseCallback):
         def _on_rollout_start(self) -> None:
@@ -123,11 +148,12 @@ def train(task: str, seed: int, *, out: Path, threads: int = 1, max_steps: int |
                 evaluate(self.num_timesteps)
 
         def _on_step(self) -> bool:
-            return True
+            return not (stop_at_threshold and clock["reached"])
 
     clock["start"] = time.perf_counter()
     model.learn(total_timesteps=max_steps or n_timesteps, callback=EvalEvery())
-    evaluate(model.num_timesteps)
+    if not clock["reached"]:
+        evaluate(model.num_timesteps)
     env.close()
     eval_env.close()
     return path
@@ -142,10 +168,13 @@ def main(argv: Sequence[str] | None = None) -> None:
                         "a shorter run also shortens the zoo's linear lr and clip schedules)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--stop-at-threshold", action="store_true",
+                        help="end each run at its first evaluation at or above the task's threshold")
     args = parser.parse_args(argv)
     for task in args.tasks:
         for seed in range(args.first_seed, args.first_seed + args.seeds):
-            train(task, seed, out=args.out, threads=args.threads, max_steps=args.max_steps)
+            train(task, seed, out=args.out, threads=args.threads, max_steps=args.max_steps,
+                  stop_at_threshold=args.stop_at_threshold)
 
 
 if __name__ == "__main__":
