@@ -35,7 +35,6 @@ import statistics
 import time
 
 import pytest
-import torch
 
 from rl8 import PPO
 from rl8.envs import Pendulum
@@ -50,12 +49,7 @@ VARIANTS = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _threads():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(THREADS)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.torch_threads(THREADS)
 
 
 def make_algo(num_envs: int, **variant) -> PPO:

@@ -51,6 +51,8 @@ ROUNDS = 10
 WARMUP = 1
 ALL_REDUCE_ROUNDS = 200
 
+pytestmark = pytest.mark.torch_threads(1)
+
 
 def make_algo(num_envs: int, minibatch: int):
     from rl8 import PPO
@@ -69,15 +71,7 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-def one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
-
-
-@pytest.fixture
-def two_ranks(monkeypatch, one_thread):
+def two_ranks(monkeypatch):
     """This process as rank 0 of a gloo group of 2; ``start(task)`` launches rank 1."""
     from rl8.ppo.distributed import init_distributed, shutdown_distributed
 
@@ -117,7 +111,6 @@ def _update_info(algo, world_size: int) -> dict:
 @pytest.mark.parametrize("ranks", [1, 2], ids=["1 rank", "2 ranks"])
 def test_update(benchmark, request, ranks):
     if ranks == 1:
-        request.getfixturevalue("one_thread")
         algo = make_algo(N_ENVS, GLOBAL_MINIBATCH)
     else:
         request.getfixturevalue("two_ranks")("update")

@@ -46,12 +46,7 @@ CHUNK = 20
 MAX_RATIO = 1.15
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.torch_threads(1)
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])

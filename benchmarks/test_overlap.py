@@ -70,7 +70,6 @@ import statistics
 import time
 
 import pytest
-import torch
 
 from rl8 import PPO
 from rl8.envs import CartPole
@@ -96,12 +95,7 @@ class SleepyCartPole(CartPole):
         return super().step(action)
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.torch_threads(1)
 
 
 def train(algo: PPO, steps: int, parts: list[float] | None = None) -> float:

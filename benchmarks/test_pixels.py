@@ -167,29 +167,25 @@ def collect_update(algo: Any) -> int:
     return algo.hparams.num_envs * algo.hparams.horizon
 
 
+@pytest.mark.torch_threads(1)
 def test_nature_cnn_on_84x84x4_images(benchmark):
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        variants = {
-            "rl8 fp32": make_catch_ppo(False), "floor fp32": Floor(False),
-            "rl8 bf16": make_catch_ppo(True), "floor bf16": Floor(True),
-        }
-        assert type(variants["rl8 fp32"].policy.model).__name__ == "CNNModel"
-        title = f"StackedCatch [4, 84, 84] uint8, Nature CNN, {NUM_ENVS} envs, horizon {HORIZON}"
-        rates = measure(variants, collect)
-        ratios = {**report(f"{title}, collect", {k: rates[k] for k in ("rl8 fp32", "floor fp32")}, "floor fp32"),
-                  **report(f"{title}, collect (bf16)", {k: rates[k] for k in ("rl8 bf16", "floor bf16")}, "floor bf16")}
-        updated = measure(variants, collect_update)
-        update_ratios = {
-            **report(f"{title}, collect + update", {k: updated[k] for k in ("rl8 fp32", "floor fp32")}, "floor fp32"),
-            **report(f"{title}, collect + update (bf16)", {k: updated[k] for k in ("rl8 bf16", "floor bf16")},
-                     "floor bf16"),
-        }
-        benchmark.extra_info.update(collect=rates, ratios=ratios, collect_update=updated, update_ratios=update_ratios)
-        benchmark.pedantic(collect, args=(variants["rl8 fp32"],), rounds=1, iterations=1)
-    finally:
-        torch.set_num_threads(threads)
+    variants = {
+        "rl8 fp32": make_catch_ppo(False), "floor fp32": Floor(False),
+        "rl8 bf16": make_catch_ppo(True), "floor bf16": Floor(True),
+    }
+    assert type(variants["rl8 fp32"].policy.model).__name__ == "CNNModel"
+    title = f"StackedCatch [4, 84, 84] uint8, Nature CNN, {NUM_ENVS} envs, horizon {HORIZON}"
+    rates = measure(variants, collect)
+    ratios = {**report(f"{title}, collect", {k: rates[k] for k in ("rl8 fp32", "floor fp32")}, "floor fp32"),
+              **report(f"{title}, collect (bf16)", {k: rates[k] for k in ("rl8 bf16", "floor bf16")}, "floor bf16")}
+    updated = measure(variants, collect_update)
+    update_ratios = {
+        **report(f"{title}, collect + update", {k: updated[k] for k in ("rl8 fp32", "floor fp32")}, "floor fp32"),
+        **report(f"{title}, collect + update (bf16)", {k: updated[k] for k in ("rl8 bf16", "floor bf16")},
+                 "floor bf16"),
+    }
+    benchmark.extra_info.update(collect=rates, ratios=ratios, collect_update=updated, update_ratios=update_ratios)
+    benchmark.pedantic(collect, args=(variants["rl8 fp32"],), rounds=1, iterations=1)
 
 
 # --- Atari Pong ------------------------------------------------------------------------------
@@ -214,12 +210,11 @@ def sb3_pong_collector(num_envs: int, horizon: int):
     return sb3_collect(model, num_envs, horizon), venv
 
 
+@pytest.mark.torch_threads(1)
 def test_pong_collect_modes_and_sb3(benchmark):
     pytest.importorskip("ale_py")
     pytest.importorskip("cv2")
     pytest.importorskip("stable_baselines3")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
     cores = os.cpu_count() or 1
     pool = {"num_workers": min(cores, NUM_ENVS), "min_batch_size": NUM_ENVS // 2}
     algos: dict[str, Any] = {}
@@ -236,7 +231,6 @@ def test_pong_collect_modes_and_sb3(benchmark):
         benchmark.extra_info.update(collect=rates, ratios=ratios, pool=pool)
         benchmark.pedantic(collect, args=(algos["pool"],), rounds=1, iterations=1)
     finally:
-        torch.set_num_threads(threads)
         if venv is not None:
             venv.close()
         for algo in algos.values():

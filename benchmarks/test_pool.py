@@ -94,7 +94,6 @@ import numpy as np
 import pytest
 import rates
 from rates import SLEEP_S, Sleepy, report, sb3_collect
-import torch
 
 from rl8 import PPO
 
@@ -131,12 +130,7 @@ def simulated_ratio(num_envs: int, horizon: int, min_batch_size: int, rounds: in
     return lock_step / pool
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.torch_threads(1)
 
 
 def measure(variants: dict, step, rounds: int = ROUNDS) -> dict[str, float]:

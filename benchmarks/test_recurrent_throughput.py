@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 
 import pytest
-import torch
 
 from rl8 import PPO
 from rl8.envs import DiscreteDummyEnv
@@ -20,12 +19,7 @@ THREADS = int(os.environ.get("RL8_BENCH_THREADS", "2"))
 NUM_ENVS, HORIZON = 2048, 32
 
 
-@pytest.fixture(autouse=True)
-def _threads():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(THREADS)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.torch_threads(THREADS)
 
 
 def make_algo() -> PPO:

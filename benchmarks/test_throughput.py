@@ -45,12 +45,7 @@ WORKLOADS = {
 TARGETS = {"small": (0.85, 0.90), "large": (0.95, 0.95)}
 
 
-@pytest.fixture(autouse=True)
-def _threads():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(THREADS)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.torch_threads(THREADS)
 
 
 def make_algo(w: dict) -> PPO:

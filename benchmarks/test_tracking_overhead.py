@@ -29,7 +29,6 @@ import statistics
 import time
 
 import pytest
-import torch
 
 from rl8 import PPO, Trainer
 from rl8.envs import CartPole
@@ -40,12 +39,7 @@ CHUNK = 8
 MAX_RATIO = 1.05
 
 
-@pytest.fixture(autouse=True)
-def two_torch_threads():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.torch_threads(2)
 
 
 def test_tracking_overhead_per_step(benchmark, tmp_path):

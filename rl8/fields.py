@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import re
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 __all__ = [
-    "Check", "Invalid", "attributes_doc", "check", "first_invalid", "int_at_least", "is_int",
+    "Check", "Invalid", "attributes_doc", "check", "check_int", "first_invalid", "int_at_least", "is_int",
     "is_number", "one_of", "optional", "read_numbers",
 ]
 
@@ -57,6 +58,20 @@ def is_int(value: Any) -> bool:
 def is_number(value: Any) -> bool:
     """Whether ``value`` is a finite int or float (not a bool)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def check_int(name: str, value: Any, minimum: int) -> int:
+    """``value`` as an int when it is an integer (numpy's too, not a bool) ``>= minimum``, else
+    ``ValueError("{name} must be an int >= {minimum}, got {value!r}")``.
+
+    Args:
+        name: What the message calls the value (``"Catch: rows"``, ``"model_config hidden_size"``).
+        value: The given value.
+        minimum: The smallest allowed value.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+    return int(value)
 
 
 def check(expected: str, ok: Callable[[Any], bool]) -> Check:

@@ -358,74 +358,7 @@ def test_inverse_cdf_never_picks_a_zero_probability_choice_at_the_edges(monkeypa
     assert actions.tolist() == expected
 
 
-CHOICE_MAJOR_CASES = [
-    (Categorical, spaces.Discrete(2)),
-    (Categorical, spaces.Discrete(3)),
-    (Categorical, spaces.Discrete(15)),
-    (MultiCategorical, spaces.MultiDiscrete([3, 3])),
-    (MultiCategorical, spaces.MultiDiscrete([3, 2, 4])),  # padded components
-]
-
-
-@pytest.mark.parametrize("masked", [False, True])
-@pytest.mark.parametrize(("cls", "space"), CHOICE_MAJOR_CASES, ids=lambda x: str(x))
-def test_choice_major_log_softmax_matches_row_major(monkeypatch, cls, space, masked):
-    """Short rows of big batches are computed choice-major (a faster CPU kernel): the same
-    samples from the same generator, and the same log-probs, entropies and gradients."""
-    from rl8.policies.distributions import discrete as distributions
-
-    batch, size = 1024, cls.param_size(space)
-    torch.manual_seed(13)
-    params = (3 * torch.randn(batch, size)).requires_grad_()
-    mask = torch.rand(batch, size) < 0.7
-    if cls is Categorical:
-        mask[:, 0] = True
-    else:  # every component keeps its first choice
-        offsets = np.concatenate([[0], np.cumsum(space.nvec)[:-1]])
-        mask[:, offsets] = True
-    kw = {"action_mask": mask} if masked else {}
-
-    def run():
-        dist = cls(params, space, **kw)
-        g = torch.Generator().manual_seed(5)
-        actions, logp = dist.sample_with_log_prob(g)
-        again = dist.sample(torch.Generator().manual_seed(5))
-        ent = dist.entropy()
-        (grad,) = torch.autograd.grad((dist.log_prob(actions) + ent).sum(), params)
-        return dist, actions, again, logp, ent, grad
-
-    fast = run()
-    assert fast[0]._by_choice is not None  # the choice-major path ran
-    monkeypatch.setattr(distributions, "_CHOICE_MAJOR_MIN_ROWS", 10**9)
-    slow = run()
-    assert slow[0]._by_choice is None
-    assert torch.equal(fast[1], slow[1]) and torch.equal(fast[2], slow[2])
-    assert torch.equal(fast[1], fast[2])
-    for a, b in zip(fast[3:], slow[3:]):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
-    if masked:  # never a masked choice
-        flat = fast[1].reshape(batch, -1)
-        if cls is Categorical:
-            assert mask.gather(1, flat).all()
-        else:
-            offsets = torch.as_tensor(np.concatenate([[0], np.cumsum(space.nvec)[:-1]]))
-            assert mask.gather(1, flat + offsets).all()
-
-
-@pytest.mark.parametrize("u", [0.0, 1.0 - 2.0**-24])
-def test_choice_major_sampling_never_picks_a_zero_probability_choice_at_the_edges(monkeypatch, u):
-    from rl8.policies.distributions import discrete as distributions
-
-    logits = torch.tensor([[_NEG, 0.0, 1.0, _NEG], [_NEG, _NEG, 2.0, _NEG]]).repeat(256, 1)
-    log_probs, by_choice = distributions._log_softmax(logits)
-    assert by_choice is not None
-    monkeypatch.setattr(distributions.torch, "rand", lambda shape, **kw: torch.full(shape, u))
-    actions = distributions._categorical_sample(log_probs, None, None, masked=True, by_choice=by_choice)
-    expected = [2, 2] if u == 0.0 else [1, 2]
-    assert actions.reshape(256, 2).tolist() == [expected] * 256
-
-
-@pytest.mark.parametrize("batch", [8, 1024])  # row-major and choice-major categorical paths
+@pytest.mark.parametrize("batch", [8, 1024])
 @pytest.mark.parametrize("deterministic", [False, True])
 @pytest.mark.parametrize(
     ("cls", "space", "masked"),

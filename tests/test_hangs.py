@@ -11,63 +11,12 @@ import sys
 import textwrap
 import time
 
-import gymnasium
-import numpy as np
 import pytest
 import torch
-from gymnasium import spaces
 
 from rl8 import PPO
 from rl8.envs import EnvStepTimeout, EnvWorkerDied, GymnasiumEnv, PoolWorkerDied
-
-
-class Stall(gymnasium.Env):
-    """obs = [token, count] (``token``: the seed of the first reset, ``seed + i`` for sub-env
-    ``i``). At step ``at`` of the sub-env whose token is ``token`` (every sub-env when
-    ``None``) it does ``how``: ``"sleep"`` (forever), ``"sleep_ignoring_term"`` (forever, with
-    SIGTERM ignored, so that only SIGKILL ends it) or ``"exit"`` (``os._exit(3)``).
-    ``die_in_worker``: ``os._exit(4)`` when built in a child process."""
-
-    observation_space = spaces.Box(0, 1e6, (2,), np.float32)
-    action_space = spaces.Discrete(2)
-
-    def __init__(self, token: int | None = None, how: str = "sleep", at: int = 3, die_in_worker: bool = False):
-        import multiprocessing
-
-        if die_in_worker and multiprocessing.parent_process() is not None:
-            os._exit(4)
-        self.stall_token, self.how, self.at = token, how, at
-        self.token, self.count = 0, 0
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        if seed is not None:
-            self.token = seed
-        self.count = 0
-        return self._obs(), {}
-
-    def step(self, action):
-        self.count += 1
-        if self.count == self.at and self.stall_token in (None, self.token):
-            if self.how == "exit":
-                os._exit(3)
-            if self.how == "sleep_ignoring_term":
-                signal.signal(signal.SIGTERM, signal.SIG_IGN)
-            while True:
-                time.sleep(1)
-        return self._obs(), 0.0, False, self.count >= 10, {}
-
-    def _obs(self):
-        return np.array([self.token, self.count], dtype=np.float32)
-
-
-def alive(pid: int) -> bool:
-    """Whether process ``pid`` runs (a zombie counts as ended)."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            return not any(line.startswith("State:") and "Z" in line for line in f)
-    except FileNotFoundError:
-        return False
+from toy_envs import Stall, alive
 
 
 def run(args: list[str], stdin: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess:

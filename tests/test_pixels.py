@@ -118,7 +118,7 @@ def test_encoder_config_errors_name_the_field():
         NatureCNN(1, 16, 16)
     with pytest.raises(ValueError, match="one length"):
         NatureCNN(1, 84, 84, channels=(32, 64), kernel_sizes=(8, 4, 3))
-    with pytest.raises(ValueError, match=r"encoder_config features: expected an int >= 1, got 0"):
+    with pytest.raises(ValueError, match=r"encoder_config features must be an int >= 1, got 0"):
         NatureCNN(1, 84, 84, features=0)
     with pytest.raises(ValueError, match="model_config encoder: expected one of"):
         ImageEncoder(uint8_box(1, 84, 84), encoder="resnet")

@@ -14,70 +14,17 @@ import gymnasium
 import numpy as np
 import pytest
 import torch
-from gymnasium import spaces
 
 from rl8 import PPO
 from rl8.envs import GymnasiumEnv, PoolEnv, PoolWorkerDied
 from rl8.policies.recurrent import LSTMModel
+from toy_envs import Counter, DictCounter, alive
 
 SEED = 11
 
 
-class Counter(gymnasium.Env):
-    """obs = [token, count]: ``token`` is the seed of the first reset (``seed + i`` for sub-env
-    ``i``, so it names the sub-env), ``count`` the steps since the episode began; reward =
-    count + action; the episode is truncated after ``4 + token % 3`` steps. A step sleeps
-    ``(token % 4)`` ms, so sub-envs step at different speeds."""
-
-    observation_space = spaces.Box(0, 1e6, (2,), np.float32)
-    action_space = spaces.Discrete(2)
-
-    def __init__(self, fail_at: int | None = None) -> None:
-        self.token, self.count, self.fail_at = 0, 0, fail_at
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        if seed is not None:
-            self.token = seed
-        self.count = 0
-        return self._obs(), {}
-
-    def step(self, action):
-        time.sleep((self.token % 4) * 1e-3)
-        if self.fail_at is not None and self.token == self.fail_at and self.count == 2:
-            raise ValueError(f"boom in env with token {self.token}")
-        reward = float(self.count + int(action))
-        self.count += 1
-        return self._obs(), reward, False, self.count >= 4 + self.token % 3, {}
-
-    def _obs(self):
-        return np.array([self.token, self.count], dtype=np.float32)
-
-
-class DictCounter(Counter):
-    """Counter with a Dict observation: ``{"token": [token], "state": [count, count ** 2, 1]}``."""
-
-    observation_space = spaces.Dict({
-        "token": spaces.Box(0, 1e6, (1,), np.float32),
-        "state": spaces.Box(0, 1e6, (3,), np.float32),
-    })
-
-    def _obs(self):
-        return {"token": np.array([self.token], dtype=np.float32),
-                "state": np.array([self.count, self.count**2, 1.0], dtype=np.float32)}
-
-
 def make_failing() -> gymnasium.Env:
     return Counter(fail_at=SEED + 3)
-
-
-def alive(pid: int) -> bool:
-    """Whether process ``pid`` runs (a zombie counts as ended)."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            return not any(line.startswith("State:") and "Z" in line for line in f)
-    except FileNotFoundError:
-        return False
 
 
 def ppo(env, mode: str, **kwargs) -> PPO:

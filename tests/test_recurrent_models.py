@@ -295,22 +295,22 @@ def test_autocast_keeps_state_dtype():
 
 
 @pytest.mark.parametrize(
-    "config, field, given",
+    "config, field, expected, given",
     [
-        ({"hidden_size": 0}, "hidden_size", "0"),
-        ({"hidden_size": 2.5}, "hidden_size", "2.5"),
-        ({"num_layers": 0}, "num_layers", "0"),
-        ({"num_layers": True}, "num_layers", "True"),
-        ({"encoder_hiddens": (8, 0)}, "encoder_hiddens", "(8, 0)"),
-        ({"activation": "nope"}, "activation", "'nope'"),
+        ({"hidden_size": 0}, "hidden_size", "must be an int >= 1", "0"),
+        ({"hidden_size": 2.5}, "hidden_size", "must be an int >= 1", "2.5"),
+        ({"num_layers": 0}, "num_layers", "must be an int >= 1", "0"),
+        ({"num_layers": True}, "num_layers", "must be an int >= 1", "True"),
+        ({"encoder_hiddens": (8, 0)}, "encoder_hiddens", "expected a sequence of ints >= 1", "(8, 0)"),
+        ({"activation": "nope"}, "activation", "expected one of", "'nope'"),
     ],
 )
 @pytest.mark.parametrize("model_cls", MODELS)
-def test_config_errors_name_the_field(model_cls, config, field, given):
+def test_config_errors_name_the_field(model_cls, config, field, expected, given):
     with pytest.raises(ValueError) as info:
         model_cls(OBS, DISCRETE, Categorical, **config)
     message = str(info.value)
-    assert field in message and "expected" in message and given in message
+    assert field in message and expected in message and given in message
 
 
 def test_mismatched_shapes_raise():

@@ -6,8 +6,6 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
-import numbers
-
 import numpy as np
 import torch
 from gymnasium import spaces
@@ -15,17 +13,11 @@ from tensordict import TensorDict, TensorDictBase
 
 from rl8.envs.episodes import EpisodeRecords
 from rl8.envs.spaces import space_dtype, space_shape
+from rl8.fields import check_int
 
 __all__ = [
     "Env", "EnvOutputError", "ReadyEnvs", "validate_step_output", "validate_reset_output", "find_nonfinite",
 ]
-
-
-def check_int(owner: str, name: str, value: Any, minimum: int) -> int:
-    """``value`` as an int >= ``minimum``, else a ``ValueError`` naming ``owner`` and ``name``."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ValueError(f"{owner}: {name} must be an int >= {minimum}, got {value!r}")
-    return int(value)
 
 
 class EnvOutputError(ValueError):
@@ -61,8 +53,7 @@ class Env(ABC):
     def __init__(self, num_envs: int, /, horizon: int | None = None, *,
                  device: torch.device | str = "cpu") -> None:
         cls = type(self).__name__
-        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
-            raise ValueError(f"{cls}: num_envs must be an int >= 1, got {num_envs!r}")
+        num_envs = check_int(f"{cls}: num_envs", num_envs, 1)
         if self.max_num_envs is not None and num_envs > self.max_num_envs:
             raise ValueError(
                 f"{cls}: num_envs must be <= max_num_envs={self.max_num_envs}, got {num_envs}"
@@ -208,6 +199,16 @@ class Env(ABC):
                 )
             merged[key] = value
         return merged
+
+    def _apply_reset_args(self, config: dict[str, Any] | None, seed: int | None) -> None:
+        """``reset``'s arguments applied, for the built-in envs that keep their parameters in the
+        dict ``self.params``, check and set them with ``self._set_params(params)`` and draw from
+        ``self._generator``: ``config`` merged into the parameters (:meth:`apply_config`) and set,
+        the generator seeded with ``seed``; ``None`` (or an empty ``config``) leaves each as is."""
+        if config:
+            self._set_params(self.apply_config(config, self.params))
+        if seed is not None:
+            self._generator.manual_seed(seed)
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(num_envs={self.num_envs}, horizon={self.horizon}, "

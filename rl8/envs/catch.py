@@ -9,7 +9,8 @@ import torch
 from gymnasium import spaces
 from tensordict import TensorDict
 
-from rl8.envs.base import Env, check_int
+from rl8.envs.base import Env
+from rl8.fields import check_int
 
 __all__ = ["Catch"]
 
@@ -39,9 +40,9 @@ class Catch(Env):
     def __init__(self, num_envs: int, /, horizon: int | None = None, *, device: torch.device | str = "cpu",
                  rows: int = 8, cols: int = 8, scale: int = 2) -> None:
         super().__init__(num_envs, horizon, device=device)
-        self.rows = check_int("Catch", "rows", rows, 2)
-        self.cols = check_int("Catch", "cols", cols, 2)
-        self.scale = check_int("Catch", "scale", scale, 1)
+        self.rows = check_int("Catch: rows", rows, 2)
+        self.cols = check_int("Catch: cols", cols, 2)
+        self.scale = check_int("Catch: scale", scale, 1)
         self.observation_space = spaces.Box(0, 255, (1, self.rows * self.scale, self.cols * self.scale), np.uint8)
         self._generator = self.make_generator()
         self._envs = torch.arange(num_envs, device=self.device)

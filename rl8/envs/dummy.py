@@ -32,8 +32,11 @@ class _DummyEnv(Env):
         self._set_params({"bounds": 1.0, "step_size": 0.1})
         self.x = self._initial_state()
 
-    def _set_params(self, params: dict[str, float]) -> None:
-        self.params: dict[str, float] = params
+    def _set_params(self, params: dict[str, Any]) -> None:
+        for key, value in params.items():
+            if not isinstance(value, numbers.Real) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"{type(self).__name__}: config {key!r} must be a positive number, got {value!r}")
+        self.params: dict[str, float] = {k: float(v) for k, v in params.items()}
 
     def _initial_state(self) -> torch.Tensor:
         b = self.params["bounds"]
@@ -46,17 +49,7 @@ class _DummyEnv(Env):
             config: ``bounds`` and/or ``step_size`` (positive numbers); ``None`` keeps them.
             seed: Seed of the env's random number generator; ``None`` continues its stream.
         """
-        if config:
-            params = self.apply_config(config, self.params)
-            for key, value in params.items():
-                if not isinstance(value, numbers.Real) or isinstance(value, bool) or value <= 0:
-                    raise ValueError(
-                        f"{type(self).__name__}: config {key!r} must be a positive number, "
-                        f"got {value!r}"
-                    )
-            self._set_params({k: float(v) for k, v in params.items()})
-        if seed is not None:
-            self._generator.manual_seed(seed)
+        self._apply_reset_args(config, seed)
         self.x = self._initial_state()
         return self.x
 
@@ -87,9 +80,9 @@ class DiscreteDummyEnv(_DummyEnv):
         self.x = self._moves.index_select(0, index).add_(self.x).clamp_(-b, b)
         return self._output()
 
-    def _set_params(self, params: dict[str, float]) -> None:
+    def _set_params(self, params: dict[str, Any]) -> None:
         super()._set_params(params)
-        self._moves = torch.tensor([[-1.0], [0.0], [1.0]], device=self.device).mul_(params["step_size"])
+        self._moves = torch.tensor([[-1.0], [0.0], [1.0]], device=self.device).mul_(self.params["step_size"])
 
 
 class ContinuousDummyEnv(_DummyEnv):

@@ -9,7 +9,8 @@ import torch
 from gymnasium import spaces
 from tensordict import TensorDict
 
-from rl8.envs.base import Env, check_int
+from rl8.envs.base import Env
+from rl8.fields import check_int
 
 __all__ = ["Memory"]
 
@@ -35,7 +36,7 @@ class Memory(Env):
     def __init__(self, num_envs: int, /, horizon: int | None = None, *, device: torch.device | str = "cpu",
                  delay: int = 4, num_cues: int = 2) -> None:
         super().__init__(num_envs, horizon, device=device)
-        self.num_cues = check_int("Memory", "num_cues", num_cues, 2)
+        self.num_cues = check_int("Memory: num_cues", num_cues, 2)
         self.observation_space = spaces.Box(0.0, 1.0, (self.num_cues + 1,), np.float32)
         self.action_space = spaces.Discrete(self.num_cues)
         self._generator = self.make_generator()
@@ -45,7 +46,7 @@ class Memory(Env):
         self._t = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
 
     def _set_params(self, params: dict[str, Any]) -> None:
-        d = check_int("Memory", "delay", params["delay"], 0)
+        d = check_int("Memory: delay", params["delay"], 0)
         self.params = {"delay": d}
         k = self.num_cues
         # _table[cue, t] is the observation at step t of an episode with that cue; row
@@ -65,10 +66,7 @@ class Memory(Env):
             config: ``{"delay": int}`` to use from now on; ``None`` keeps the current delay.
             seed: Seed of the env's random number generator; ``None`` continues its stream.
         """
-        if config:
-            self._set_params(self.apply_config(config, self.params))
-        if seed is not None:
-            self._generator.manual_seed(seed)
+        self._apply_reset_args(config, seed)
         self._cue = self._new_cues()
         self._t = torch.zeros_like(self._t)
         return self._table[self._cue, self._t]

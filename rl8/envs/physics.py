@@ -9,7 +9,8 @@ from typing import Any, ClassVar
 
 import torch
 
-from rl8.envs.base import Env, check_int
+from rl8.envs.base import Env
+from rl8.fields import check_int
 
 
 class PhysicsEnv(Env):
@@ -43,7 +44,7 @@ class PhysicsEnv(Env):
                 raise TypeError(f"{name}: config {key!r} must be a number, got {value!r}")
         p: dict[str, Any] = {k: float(v) for k, v in params.items() if k != "max_episode_steps"}
         steps = params["max_episode_steps"]
-        p["max_episode_steps"] = check_int(name, "config 'max_episode_steps'", steps, 1)
+        p["max_episode_steps"] = check_int(f"{name}: config 'max_episode_steps'", steps, 1)
         self.params = p
         self._use_params(p)
 
@@ -64,10 +65,7 @@ class PhysicsEnv(Env):
             config: Physical parameters to use from now on (see the class); ``None`` keeps them.
             seed: Seed of the env's random number generator; ``None`` continues its stream.
         """
-        if config:
-            self._set_params(self.apply_config(config, self.params))
-        if seed is not None:
-            self._generator.manual_seed(seed)
+        self._apply_reset_args(config, seed)
         self.state = self._initial_state()
         self.steps.zero_()
         return self._observe(self.state)

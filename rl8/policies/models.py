@@ -174,13 +174,6 @@ def check_widths(name: str, value: Any) -> tuple[int, ...]:
     return tuple(int(h) for h in value)
 
 
-def check_int(field: str, value: Any, minimum: int) -> int:
-    """``value`` as an int >= ``minimum``, else a ``ValueError`` naming ``field``."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ValueError(f"{field}: expected an int >= {minimum}, got {value!r}")
-    return int(value)
-
-
 def make_linear(in_features: int, out_features: int, gain: float, ortho_init: bool) -> nn.Linear:
     """A Linear layer; with ``ortho_init``, orthogonal weights of ``gain`` and zero biases."""
     linear = nn.Linear(in_features, out_features)

@@ -11,9 +11,10 @@ from gymnasium import spaces
 from tensordict import TensorDict, TensorDictBase
 from torch import Tensor, nn
 
+from rl8.fields import check_int
 from rl8.policies.encoders import ObservationEncoder, has_image
 from rl8.policies.models import (
-    Model, make_linear, make_mlp, check_int, check_widths, flat_observation_size,
+    Model, make_linear, make_mlp, check_widths, flat_observation_size,
     flatten_observation, resolve_activation,
 )
 

@@ -21,6 +21,7 @@ import torch
 
 from rl8.envs.base import Env
 from rl8.envs.gymnasium import GymnasiumEnv, GymnasiumEnvFactory
+from rl8.fields import check_int
 from rl8.policies.runner import run_policy
 from rl8.ppo.algorithm import make_env
 from rl8.ppo.resolve import env_target
@@ -254,11 +255,6 @@ def _as_rgb(frame: Any, env: Env) -> np.ndarray:
     return np.ascontiguousarray(frame)
 
 
-def _check_int(name: str, value: Any, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"record_video: {name} must be an int >= {low}, got {value!r}")
-
-
 def record_video(policy: Callable[..., torch.Tensor], env: Env | Any, path: str | os.PathLike[str], *,
                  deterministic: bool = True, max_steps: int | None = None, fps: float | None = None, index: int = 0,
                  env_config: dict[str, Any] | None = None, seed: int | None = None,
@@ -295,7 +291,7 @@ def record_video(policy: Callable[..., torch.Tensor], env: Env | Any, path: str 
     imageio = import_imageio()
     prepare_headless_rendering()
     if max_steps is not None:
-        _check_int("max_steps", max_steps, 1)
+        check_int("record_video: max_steps", max_steps, 1)
     if fps is not None and (isinstance(fps, bool) or not isinstance(fps, (int, float)) or not fps > 0):
         raise ValueError(f"record_video: fps must be a number > 0 (frames per second), got {fps!r}")
     path = Path(path)
@@ -305,7 +301,7 @@ def record_video(policy: Callable[..., torch.Tensor], env: Env | Any, path: str 
         env = make_recording_env(env, env_kwargs=env_kwargs, device=device or "cpu")
     try:
         check_can_render(env)
-        _check_int("index", index, 0)
+        check_int("record_video: index", index, 0)
         if index >= env.num_envs:
             raise ValueError(f"record_video: index must be < num_envs={env.num_envs}, got {index}")
         if max_steps is None:

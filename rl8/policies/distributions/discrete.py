@@ -15,29 +15,9 @@ from rl8.policies.distributions.base import Distribution, MASKED_LOGIT, cached, 
 
 __all__ = ["Bernoulli", "Categorical", "MultiCategorical"]
 
-# Short rows of a big batch are computed choice-major: torch's CPU softmax over the last dim
-# vectorises along that dim, so rows shorter than a vector register leave most lanes idle; over
-# dim 0 of a contiguous [n, ...] copy it vectorises along the batch. A full register of choices
-# or a small batch (fixed costs dominate) is better row-major, hence the bounds.
-_CHOICE_MAJOR_MAX_CHOICES = 15
-_CHOICE_MAJOR_MIN_ROWS = 256
-
-
-def _log_softmax(logits: Tensor) -> tuple[Tensor, Tensor | None]:
-    """``log_softmax(logits, -1)`` and, when computed choice-major, the contiguous ``[n, ...]``
-    tensor it is a view of (else ``None``)."""
-    n = logits.shape[-1]
-    if 1 < n <= _CHOICE_MAJOR_MAX_CHOICES and logits.numel() >= _CHOICE_MAJOR_MIN_ROWS * n:
-        by_choice = torch.log_softmax(logits.T if logits.dim() == 2 else logits.movedim(-1, 0), 0)
-        return (by_choice.T if logits.dim() == 2 else by_choice.movedim(0, -1)), by_choice
-    return torch.log_softmax(logits, -1), None
-
-
 def _categorical_sample(log_probs: Tensor, generator: torch.Generator | None, guard_logits: Tensor | None,
-                        masked: bool | None = None, by_choice: Tensor | None = None) -> Tensor:
+                        masked: bool | None = None) -> Tensor:
     """Sampled indices ``[...]`` (see :func:`_categorical_sample_index`)."""
-    if by_choice is not None:
-        return _categorical_sample_by_choice(by_choice, generator, guard_logits, masked)
     return _categorical_sample_index(log_probs, generator, guard_logits, masked).squeeze(-1)
 
 
@@ -67,33 +47,6 @@ def _categorical_sample_index(log_probs: Tensor, generator: torch.Generator | No
     return index
 
 
-def _writable_rows(out: tuple[Tensor, Tensor], dtype: torch.dtype) -> bool:
-    """Whether the categorical kernels can write actions and log-probs into ``out`` directly."""
-    actions, logp = out
-    return (
-        actions.dtype == torch.int64 and logp.dtype == dtype
-        and actions.is_contiguous() and logp.is_contiguous()
-    )
-
-
-def _categorical_sample_by_choice(by_choice: Tensor, generator: torch.Generator | None, guard_logits: Tensor | None,
-                                  masked: bool | None, out: Tensor | None = None) -> Tensor:
-    """:func:`_categorical_sample_index` on choice-major log-probs ``[n, ...]``: the same draws
-    and indices, shaped ``[...]``; the index is the number of cumulative probabilities below u."""
-    probs = by_choice.exp()
-    cdf = probs.cumsum(0)  # sequential along dim 0 on the CPU too, as the row-major cumsum
-    u = torch.rand(cdf.shape[1:], generator=generator, device=cdf.device, dtype=cdf.dtype)
-    if not (guard_logits is not None if masked is None else masked):
-        # only the first n - 1 cumulative probabilities count: at most n - 1 without a clamp
-        return torch.sum(cdf[:-1] < u, 0, out=out)
-    u = torch.mul(1.0 - u, cdf[-1])
-    index = (cdf < u).sum(0)
-    if guard_logits is not None and cdf.device.type != "cpu":
-        chosen = probs.gather(0, index.unsqueeze(0)).squeeze(0)
-        index = torch.where(chosen > 0, index, guard_logits.argmax(-1))
-    return index if out is None else out.copy_(index)
-
-
 def _categorical_log_prob(log_probs: Tensor, actions: Tensor) -> Tensor:
     return log_probs.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
 
@@ -113,7 +66,6 @@ class _CategoricalBase(Distribution):
         self.logits = logits
         self._guard = logits if guard else None  # the guard_logits of the samplers
         self._log_probs: Tensor | None = None
-        self._by_choice: Tensor | None = None  # see _log_softmax
         self._log_probs_mode: tuple[bool, bool] | None = None
 
     @property
@@ -124,7 +76,7 @@ class _CategoricalBase(Distribution):
         mode = (torch.is_grad_enabled(), not torch.compiler.is_compiling() and torch.is_inference_mode_enabled())
         cached = self._log_probs_mode
         if self._log_probs is None or (cached != mode and not (cached == (True, False) and not mode[0])):
-            self._log_probs, self._by_choice = _log_softmax(self.logits)
+            self._log_probs = torch.log_softmax(self.logits, -1)
             self._log_probs_mode = mode
         return self._log_probs
 
@@ -139,8 +91,7 @@ class _CategoricalBase(Distribution):
         return torch.int64
 
     def _sample(self, generator: torch.Generator | None) -> Tensor:
-        log_probs = self.log_probs  # sets _by_choice
-        return _categorical_sample(log_probs, generator, self._guard, by_choice=self._by_choice)
+        return _categorical_sample(self.log_probs, generator, self._guard)
 
 
 class Categorical(_CategoricalBase):
@@ -190,22 +141,13 @@ class Categorical(_CategoricalBase):
 
     def sample_with_log_prob(self, generator: torch.Generator | None = None, *, deterministic: bool = False,
                              out: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
-        """Actions and their log-probabilities from one log-softmax and one gather, written
-        straight into ``out`` when it is a pair of contiguous int64 / float32 tensors."""
+        """Actions and their log-probabilities from one log-softmax and one gather (copied into
+        ``out`` when given)."""
         log_probs = self.log_probs
-        guard, by_choice = self._guard, self._by_choice
         if deterministic:
             index = self.logits.argmax(-1, keepdim=True)
-        elif by_choice is not None:
-            if out is not None and _writable_rows(out, by_choice.dtype):
-                actions, logp = out
-                _categorical_sample_by_choice(by_choice, generator, guard, None, out=actions)
-                torch.gather(by_choice, 0, actions.unsqueeze(0), out=logp.unsqueeze(0))
-                return out
-            index = _categorical_sample_by_choice(by_choice, generator, guard, None)
-            return to_out((index, by_choice.gather(0, index.unsqueeze(0)).squeeze_(0)), out)
         else:
-            index = _categorical_sample_index(log_probs, generator, guard)
+            index = _categorical_sample_index(log_probs, generator, self._guard)
         return to_out((index.squeeze(-1), log_probs.gather(-1, index).squeeze(-1)), out)
 
     def log_prob(self, actions: Tensor) -> Tensor:

@@ -1,0 +1,35 @@
+"""rl8.fields' shared checks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rl8.envs import CartPole, Catch
+from rl8.fields import check_int
+from rl8.policies.recurrent import LSTMModel
+
+
+@pytest.mark.parametrize("value", [3, np.int64(3), np.int32(5)])
+def test_check_int_returns_a_python_int(value):
+    result = check_int("Catch: rows", value, 2)
+    assert result == value and type(result) is int
+
+
+@pytest.mark.parametrize("value, given", [(1, "1"), (2.0, "2.0"), (True, "True"), ("3", "'3'"), (None, "None")])
+def test_check_int_names_the_field_the_expected_and_the_given_value(value, given):
+    with pytest.raises(ValueError) as info:
+        check_int("model_config hidden_size", value, 2)
+    assert str(info.value) == f"model_config hidden_size must be an int >= 2, got {given}"
+
+
+def test_envs_and_models_say_the_same():
+    """One check for envs and models: the message of the env's field and of the model's."""
+    with pytest.raises(ValueError, match=r"^Catch: cols must be an int >= 2, got 0$"):
+        Catch(2, cols=0)
+    with pytest.raises(ValueError, match=r"^CartPole: num_envs must be an int >= 1, got 0$"):
+        CartPole(0)
+    env = CartPole(np.int64(2))  # numpy's ints are ints
+    assert type(env.num_envs) is int
+    with pytest.raises(ValueError, match=r"^model_config num_layers must be an int >= 1, got 0$"):
+        LSTMModel(env.observation_space, env.action_space, None, num_layers=0)
