@@ -252,11 +252,11 @@ class PPO:
             normalize_advantages=hp.normalize_advantages, dist=self.dist, generator=self.generator,
         )
         for j, minibatch in enumerate(batches):
-            if j % minibatches_per_step == 0:
-                self.optimizer.zero_grad()
             minibatch_loss = self._minibatch_loss if self.compiled is None else self.compiled.minibatch_loss
             loss = minibatch_loss(minibatch, entropy_coeff)
             total = loss.total / minibatches_per_step
+            if j % minibatches_per_step == 0:
+                self.optimizer.zero_grad()
             (total if self.grad_scaler is None else self.grad_scaler.scale(total)).backward()
             losses.append(loss)
             if (j + 1) % minibatches_per_step == 0:
