@@ -19,7 +19,10 @@ from torch import nn
 
 from rl8.policies.distributions import Normal
 
-__all__ = ["Model", "MLPModel", "flatten_observation", "flat_observation_size", "check_model_config", "ACTIVATIONS"]
+__all__ = [
+    "Model", "MLPModel", "flatten_observation", "flat_observation_size", "check_model_config", "ACTIVATIONS",
+    "INPLACE_ACTIVATIONS",
+]
 
 #: Activation names accepted by model_config's "activation", mapped to their torch.nn classes.
 ACTIVATIONS: dict[str, type[nn.Module]] = {

@@ -256,6 +256,10 @@ class PPO:
             loss = minibatch_loss(minibatch, entropy_coeff)
             total = loss.total / minibatches_per_step
             if j % minibatches_per_step == 0:
+                # after the forward pass, not before: the previous gradients, allocated among
+                # the last minibatch's activations, then live through this forward pass, so that
+                # the allocator keeps that memory for its activations instead of returning it
+                # to the OS and page-faulting it in again (glibc on the CPU)
                 self.optimizer.zero_grad()
             (total if self.grad_scaler is None else self.grad_scaler.scale(total)).backward()
             losses.append(loss)
