@@ -424,6 +424,39 @@ def test_mlp_model_is_plain_sequential_networks(shared):
     torch.testing.assert_close(rollout_value, expected[1])
 
 
+@pytest.mark.parametrize("shared", [False, True])
+@pytest.mark.parametrize("activation", ["elu", "relu", "leaky_relu", "tanh"])
+def test_mlp_activations_in_place_give_the_out_of_place_outputs_and_gradients(activation, shared):
+    """ELU, ReLU and LeakyReLU run in place on their Linear layer's output (no output of their
+    own to allocate; ELU's backward reads its output instead of taking an exp); the outputs and
+    gradients are those of the same model with out-of-place activations."""
+    from rl8.policies.distributions import Normal
+    from rl8.policies.models import INPLACE_ACTIVATIONS, MLPModel
+
+    env = Pendulum(64)
+    torch.manual_seed(0)
+    model = MLPModel(env.observation_space, env.action_space, Normal, hiddens=(32, 16), activation=activation,
+                     shared=shared)
+    activations = [m for m in model.modules() if isinstance(m, INPLACE_ACTIVATIONS + (torch.nn.Tanh,))]
+    assert len(activations) == (2 if shared else 4)
+    assert all(getattr(m, "inplace", False) == (activation != "tanh") for m in activations)
+    reference = copy.deepcopy(model)
+    for module in reference.modules():
+        if getattr(module, "inplace", False):
+            module.inplace = False
+    obs = torch.randn(64, 3) * 3
+    outputs = []
+    for net in (model, reference):
+        params, value = net(obs)
+        (params.square().sum() + value.square().sum()).backward()
+        outputs.append((params, value, [p.grad for p in net.parameters()]))
+    (params, value, grads), (ref_params, ref_value, ref_grads) = outputs
+    torch.testing.assert_close(params, ref_params, rtol=0, atol=0)
+    torch.testing.assert_close(value, ref_value, rtol=0, atol=0)
+    for grad, ref_grad in zip(grads, ref_grads):
+        torch.testing.assert_close(grad, ref_grad, rtol=1e-5, atol=1e-6)
+
+
 def test_collect_sees_parameters_updated_by_step():
     """A collect after update() acts with the updated parameters: its stored log-probs equal a
     fresh evaluation of the new policy."""

@@ -19,13 +19,22 @@ from torch import nn
 
 from rl8.policies.distributions import Normal
 
-__all__ = ["Model", "MLPModel", "flatten_observation", "flat_observation_size", "check_model_config", "ACTIVATIONS"]
+__all__ = [
+    "Model", "MLPModel", "flatten_observation", "flat_observation_size", "check_model_config", "ACTIVATIONS",
+    "INPLACE_ACTIVATIONS",
+]
 
 #: Activation names accepted by model_config's "activation", mapped to their torch.nn classes.
 ACTIVATIONS: dict[str, type[nn.Module]] = {
     "tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "gelu": nn.GELU, "silu": nn.SiLU,
     "leaky_relu": nn.LeakyReLU,
 }
+
+#: Activations that :func:`make_mlp` runs in place on their Linear layer's output (which the
+#: Linear's backward pass does not need): their backward reads their own output, so in place
+#: they allocate no output of their own, and ELU's backward needs no ``exp``. The values and
+#: gradients are those of the out-of-place modules (up to float rounding).
+INPLACE_ACTIVATIONS: tuple[type[nn.Module], ...] = (nn.ELU, nn.ReLU, nn.LeakyReLU)
 
 
 def flat_observation_size(space: spaces.Space) -> int:
@@ -185,10 +194,12 @@ def make_linear(in_features: int, out_features: int, gain: float, ortho_init: bo
 
 def make_mlp(sizes: Sequence[int], activation: type[nn.Module], ortho_init: bool) -> list[nn.Module]:
     """The layers of an MLP through ``sizes``: Linear layers (orthogonal, gain sqrt(2), with
-    ``ortho_init``), each followed by an ``activation``."""
+    ``ortho_init``), each followed by an ``activation`` (in place for those of
+    :data:`INPLACE_ACTIVATIONS`)."""
     layers: list[nn.Module] = []
     for i in range(len(sizes) - 1):
-        layers += [make_linear(sizes[i], sizes[i + 1], math.sqrt(2), ortho_init), activation()]
+        act = activation(inplace=True) if activation in INPLACE_ACTIVATIONS else activation()
+        layers += [make_linear(sizes[i], sizes[i + 1], math.sqrt(2), ortho_init), act]
     return layers
 
 

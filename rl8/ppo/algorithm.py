@@ -252,11 +252,15 @@ class PPO:
             normalize_advantages=hp.normalize_advantages, dist=self.dist, generator=self.generator,
         )
         for j, minibatch in enumerate(batches):
-            if j % minibatches_per_step == 0:
-                self.optimizer.zero_grad()
             minibatch_loss = self._minibatch_loss if self.compiled is None else self.compiled.minibatch_loss
             loss = minibatch_loss(minibatch, entropy_coeff)
             total = loss.total / minibatches_per_step
+            if j % minibatches_per_step == 0:
+                # after the forward pass, not before: the previous gradients, allocated among
+                # the last minibatch's activations, then live through this forward pass, so that
+                # the allocator keeps that memory for its activations instead of returning it
+                # to the OS and page-faulting it in again (glibc on the CPU)
+                self.optimizer.zero_grad()
             (total if self.grad_scaler is None else self.grad_scaler.scale(total)).backward()
             losses.append(loss)
             if (j + 1) % minibatches_per_step == 0:
