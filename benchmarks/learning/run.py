@@ -67,6 +67,7 @@ from typing import TYPE_CHECKING, Any
 import rl8
 import rl8.presets
 from benchmarks.learning.references import TASKS
+from rl8.io.checkpoint_dir import CheckpointManager
 
 if TYPE_CHECKING:
     from rl8 import Trainer
@@ -176,7 +177,7 @@ def train(preset: str, seed: int, *, out: Path, tracking_uri: str | None, max_st
 def _resume(folder: Path, hparams: dict[str, Any], tracking_uri: str | None) -> Trainer | None:
     """The Trainer of the latest checkpoint in ``folder`` (``None`` if there is none); exits if
     it was trained with other hyper-parameters than ``hparams``."""
-    if not any(folder.glob("checkpoint-*.pt")):
+    if not folder.is_dir() or CheckpointManager(folder, keep_last=None).latest() is None:
         return None
     trainer = rl8.Trainer.from_checkpoint(folder, tracking_uri=tracking_uri, progress=False)
     stored = trainer.algo.hparams.to_dict()
@@ -190,8 +191,9 @@ def _resume(folder: Path, hparams: dict[str, Any], tracking_uri: str | None) -> 
 
 
 def _remove_checkpoints(folder: Path) -> None:
-    for file in folder.glob("checkpoint-*.pt"):
-        file.unlink()
+    if folder.is_dir():
+        for file in CheckpointManager(folder, keep_last=None).list():
+            file.unlink()
 
 
 def next_eval_at(env_steps: int, eval_every: int) -> int:

@@ -152,7 +152,7 @@ def train(task: str, seed: int, *, out: Path, threads: int = 1, max_steps: int |
 
     clock["start"] = time.perf_counter()
     model.learn(total_timesteps=max_steps or n_timesteps, callback=EvalEvery())
-    if not clock["reached"]:
+    if not (stop_at_threshold and clock["reached"]):  # else its last evaluation ended it
         evaluate(model.num_timesteps)
     env.close()
     eval_env.close()

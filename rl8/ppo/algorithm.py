@@ -251,15 +251,13 @@ class PPO:
             samples, num_minibatches, seq_len=self.seq_len, shuffle=hp.shuffle_minibatches,
             normalize_advantages=hp.normalize_advantages, dist=self.dist, generator=self.generator,
         )
+        minibatch_loss = self._minibatch_loss if self.compiled is None else self.compiled.minibatch_loss
         for j, minibatch in enumerate(batches):
-            minibatch_loss = self._minibatch_loss if self.compiled is None else self.compiled.minibatch_loss
             loss = minibatch_loss(minibatch, entropy_coeff)
             total = loss.total / minibatches_per_step
             if j % minibatches_per_step == 0:
-                # after the forward pass, not before: the previous gradients, allocated among
-                # the last minibatch's activations, then live through this forward pass, so that
-                # the allocator keeps that memory for its activations instead of returning it
-                # to the OS and page-faulting it in again (glibc on the CPU)
+                # after the forward pass, as rsl_rl and CleanRL do: the old gradients' memory
+                # stays allocated for this pass's activations instead of being freed and refetched
                 self.optimizer.zero_grad()
             (total if self.grad_scaler is None else self.grad_scaler.scale(total)).backward()
             losses.append(loss)
