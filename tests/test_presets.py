@@ -173,6 +173,20 @@ def test_report_writes_tables_and_plots(tmp_path, benchmarks_importable):
     assert (tmp_path / "plots" / "CartPole-v1.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_report_bounds_the_ratio_when_sb3_never_reached_the_threshold(tmp_path, benchmarks_importable):
+    """An SB3 run that trained 1,200 s without reaching the threshold, where rl8 took 200 s: the
+    table says so and gives the ratio as an upper bound."""
+    from benchmarks.learning.run import report, write_curve
+
+    write_curve(tmp_path / "curves" / "CartPole-v1" / "seed-0.csv", _rows([(100, 300.0), (200, 480.0)]))
+    write_curve(tmp_path / "curves" / "sb3" / "CartPole-v1" / "seed-0.csv",
+                _rows([(100, 100.0), (200, 200.0), (300, 300.0)], 4.0))
+    (result,) = report(tmp_path)
+    assert result["sb3_reached"] == 0 and math.isnan(result["wall_ratio"])
+    assert result["wall_ratio_below"] == pytest.approx(200.0 / 1200.0)
+    assert "| not in 1,200.0 | < 0.17 |" in (tmp_path / "results.md").read_text()
+
+
 def test_a_stopped_learning_run_resumes_from_its_checkpoint(tmp_path, benchmarks_importable, capsys):
     """The learning benchmark's runs resume: a seed stopped short of its budget continues from
     its latest checkpoint in the same MLflow run; a finished one is skipped; other

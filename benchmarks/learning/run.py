@@ -300,13 +300,15 @@ def report(out: Path) -> list[dict[str, Any]]:
             theirs = summarize(sb3, task.threshold)
             row.update({f"sb3_{k}": v for k, v in theirs.items()})
             row["wall_ratio"] = row["wall_s_to_threshold"] / theirs["wall_s_to_threshold"]
+            if not theirs["reached"]:  # SB3 trained this long without reaching it: an upper bound
+                row["wall_ratio_below"] = row["wall_s_to_threshold"] / theirs["wall_s"]
         row["references"] = {f"{r.source} ({r.note})": r.value for r in task.references}
         rows.append(row)
         plot(out / "plots" / f"{folder.name}.png", folder.name, curves, task, sb3)
     (out / "results.json").write_text(json.dumps({"machine": machine(), "rows": rows}, indent=1) + "\n")
     columns = ["preset", "threshold", "seeds", "env_steps", "final_mean", "final_std", "reached",
                "steps_to_threshold", "wall_s_to_threshold", "wall_s", "sb3_seeds", "sb3_final_mean",
-               "sb3_wall_s_to_threshold", "wall_ratio", "resumed"]
+               "sb3_wall_s", "sb3_wall_s_to_threshold", "wall_ratio", "wall_ratio_below", "resumed"]
     with (out / "results.csv").open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
         writer.writeheader()
@@ -349,10 +351,26 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
             f"| {r['preset']} | {r['threshold']:g} | {r['seeds']} | {_steps(r['env_steps'])} | "
             f"{_fmt(r['final_mean'])} ± {_fmt(r['final_std'])} | {r['reached']}/{r['seeds']} | "
             f"{_steps(r['steps_to_threshold'])} | {_fmt(r['wall_s_to_threshold'])} | {_fmt(r['wall_s'])} | "
-            f"{_fmt(r.get('sb3_wall_s_to_threshold', math.nan))} | {_fmt(r.get('wall_ratio', math.nan), 2)} | "
+            f"{_sb3_wall(r)} | {_ratio(r)} | "
             f"{r.get('resumed', 0)}/{r['seeds']} | {refs} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _sb3_wall(row: dict[str, Any]) -> str:
+    """SB3's mean wall time to the threshold, or, where no SB3 seed reached it, how long they
+    trained without ("not in N")."""
+    if row.get("sb3_seeds") and not row["sb3_reached"]:
+        return f"not in {_fmt(row['sb3_wall_s'])}"
+    return _fmt(row.get("sb3_wall_s_to_threshold", math.nan))
+
+
+def _ratio(row: dict[str, Any]) -> str:
+    """rl8's wall time to the threshold over SB3's, or its upper bound ("< r") where SB3 did
+    not reach the threshold."""
+    if not math.isnan(row.get("wall_ratio_below", math.nan)):
+        return f"< {row['wall_ratio_below']:.2f}"
+    return _fmt(row.get("wall_ratio", math.nan), 2)
 
 
 def plot(path: Path, preset: str, curves: Sequence[Sequence[dict[str, float]]], task: Any,

@@ -5,6 +5,7 @@ Run (from the repository root; SB3 is a reference here, never an rl8 dependency)
     python -m benchmarks.learning.sb3 CartPole-v1 Pendulum-v1 --seeds 3
     python -m benchmarks.learning.run --report       # adds SB3's columns and curves
     python -m benchmarks.learning.sb3 Hopper-v5 --seeds 1 --stop-at-threshold  # only the time to threshold
+    python -m benchmarks.learning.sb3 Ant-v5 --seeds 1 --stop-at-threshold --max-wall-s 1500
 
 Writes ``OUT/curves/sb3/PRESET/seed-S.csv`` in run.py's format: env steps, training wall time
 and the deterministic evaluation's mean return, measured as run.py measures rl8:
@@ -92,9 +93,13 @@ EVAL_EPISODES = 10
 #: ``VecNormalize`` (evaluations see normalised observations and raw rewards).
 NORMALIZED = {"HalfCheetah-v5", "Hopper-v5", "Walker2d-v5", "Ant-v5", "Humanoid-v5"}
 
+#: ``gymnasium.make`` arguments, the same as rl8's preset for the task gives its env, so that
+#: both sides learn the same task (Ant-v5: without the 78 contact forces in the observation).
+ENV_KWARGS: dict[str, dict[str, Any]] = {"Ant-v5": {"include_cfrc_ext_in_observation": False}}
+
 
 def train(task: str, seed: int, *, out: Path, threads: int = 1, max_steps: int | None = None,
-          stop_at_threshold: bool = False) -> Path:
+          stop_at_threshold: bool = False, max_wall_s: float | None = None) -> Path:
     """Train SB3's PPO on ``task`` with the zoo's hyper-parameters and ``seed``; write the curve
     to ``out/curves/sb3/TASK/seed-SEED.csv`` and return its path.
 
@@ -106,6 +111,10 @@ def train(task: str, seed: int, *, out: Path, threads: int = 1, max_steps: int |
         max_steps: Env steps (default: the zoo's ``n_timesteps``).
         stop_at_threshold: End training at the first evaluation at or above the task's
             threshold (``references.py``): enough for the table's SB3 wall time to threshold.
+        max_wall_s: End training at the first evaluation after this many seconds of training
+            wall time (as the curve counts it). Enough to bound the table's rl8 / SB3 ratio
+            when SB3 has not reached the threshold by then: the ratio is below rl8's time over
+            this run's.
     """
     import torch
     from stable_baselines3 import PPO
@@ -118,15 +127,16 @@ def train(task: str, seed: int, *, out: Path, threads: int = 1, max_steps: int |
 
     n_envs, n_timesteps, kwargs = ZOO[task]
     eval_every = TASKS[task].eval_every
-    env = make_vec_env(task, n_envs=n_envs, seed=seed)
-    eval_env = make_vec_env(task, n_envs=EVAL_EPISODES, seed=seed + 1000)
+    env_kwargs = ENV_KWARGS.get(task)
+    env = make_vec_env(task, n_envs=n_envs, seed=seed, env_kwargs=env_kwargs)
+    eval_env = make_vec_env(task, n_envs=EVAL_EPISODES, seed=seed + 1000, env_kwargs=env_kwargs)
     if task in NORMALIZED:
         env = VecNormalize(env)
         eval_env = VecNormalize(eval_env, training=False, norm_reward=False)
     model = PPO("MlpPolicy", env, seed=seed, verbose=0, device="cpu", **kwargs)
     path = out / "curves" / "sb3" / task / f"seed-{seed}.csv"
     rows: list[dict[str, float]] = []
-    clock = {"start": time.perf_counter(), "eval_s": 0.0, "next_eval": eval_every, "reached": False}
+    clock = {"start": time.perf_counter(), "eval_s": 0.0, "next_eval": eval_every, "stop": False}
 
     def evaluate(steps: int) -> None:
         t0 = time.perf_counter()
@@ -139,7 +149,8 @@ def train(task: str, seed: int, *, out: Path, threads: int = 1, max_steps: int |
         write_curve(path, rows)  # after every evaluation, so that a stopped run keeps its curve
         clock["eval_s"] += time.perf_counter() - t0
         print(f"sb3 {task} seed {seed}: {steps} env steps, {wall_s:.0f} s, eval return {mean:.1f}", flush=True)
-        clock["reached"] = mean >= TASKS[task].threshold
+        reached = stop_at_threshold and mean >= TASKS[task].threshold
+        clock["stop"] = reached or (max_wall_s is not None and wall_s >= max_wall_s)
 
     class EvalEvery(BaseCallback):
         def _on_rollout_start(self) -> None:
@@ -148,11 +159,11 @@ def train(task: str, seed: int, *, out: Path, threads: int = 1, max_steps: int |
                 evaluate(self.num_timesteps)
 
         def _on_step(self) -> bool:
-            return not (stop_at_threshold and clock["reached"])
+            return not clock["stop"]
 
     clock["start"] = time.perf_counter()
     model.learn(total_timesteps=max_steps or n_timesteps, callback=EvalEvery())
-    if not (stop_at_threshold and clock["reached"]):  # else its last evaluation ended it
+    if not clock["stop"]:  # else its last evaluation ended it
         evaluate(model.num_timesteps)
     env.close()
     eval_env.close()
@@ -170,11 +181,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--stop-at-threshold", action="store_true",
                         help="end each run at its first evaluation at or above the task's threshold")
+    parser.add_argument("--max-wall-s", type=float, metavar="SECONDS",
+                        help="end each run at its first evaluation after this much training wall time")
     args = parser.parse_args(argv)
     for task in args.tasks:
         for seed in range(args.first_seed, args.first_seed + args.seeds):
             train(task, seed, out=args.out, threads=args.threads, max_steps=args.max_steps,
-                  stop_at_threshold=args.stop_at_threshold)
+                  stop_at_threshold=args.stop_at_threshold, max_wall_s=args.max_wall_s)
 
 
 if __name__ == "__main__":
