@@ -1,17 +1,34 @@
 """``compile=True``: :func:`torch.compile` of PPO's two hot steps, beside their plain versions.
 
 The plain steps stay what :class:`rl8.PPO` runs by default: :meth:`rl8.Policy.rollout_step`
-(the policy's forward pass at every env step of a collect) and ``PPO._minibatch_loss`` (the
-forward pass and :func:`~rl8.ppo.losses.ppo_loss` of one minibatch). :class:`CompiledSteps`
-holds their compiled versions; autograd then runs the backward pass of the compiled loss as
-one compiled graph too. Action sampling (it draws from PPO's own ``torch.Generator``, which
-compiled code cannot take), the optimizer step (already one fused kernel for Adam) and the
-gradient clipping stay eager.
+(the policy's forward pass at every env step of a collect) and the update's minibatch step
+(``PPO._minibatch_loss``, the forward pass and :func:`~rl8.ppo.losses.ppo_loss` of one
+minibatch, then ``backward()``, the grad-norm clip and the optimizer step). :class:`CompiledSteps`
+holds their compiled versions. The minibatch step is compiled one of two ways
+(:attr:`CompiledSteps.train_step_kind`):
+
+* ``"fused"``: :class:`FusedTrainStep`, the whole step as one compiled function: the forward
+  pass and loss, the gradients by :func:`torch.func.grad_and_value` of
+  :func:`torch.func.functional_call`, the grad-norm clip and the Adam/AdamW update in place on
+  the parameters and the optimizer's own state tensors (so ``optimizer.state_dict()`` and
+  checkpoints are the plain step's). It saves the Python and dispatcher work of the autograd
+  engine, ``clip_grad_norm_``, ``zero_grad`` and the optimizer per minibatch, which dominates
+  small minibatches: on the peers benchmark at one thread (docs/performance.md) it made
+  ``compile=True`` about XXX.
+* ``"loss"``: the compiled minibatch loss (autograd runs its backward pass as one compiled graph
+  too) with the eager clip and optimizer step, wherever the fused step would not be exactly the
+  plain one (:func:`fused_step_problem` says why: another optimizer or Adam options it does not
+  implement, a gradient scaler, data-parallel gradients, ``accumulate_grads``, a recurrent
+  model) or torch refuses to compile it (found at its first call, nothing changed then).
+
+Action sampling stays eager (it draws from PPO's own ``torch.Generator``, which compiled code
+cannot take).
 
 Compilation happens at the first call of each step (the first collect and the first update)
 and its time is reported once (:attr:`CompiledSteps.compile_s`, the ``profiling/compile_ms``
-stat of the first update, and one log line). Inductor caches what it compiles on disk, in the
-folder ``TORCHINDUCTOR_CACHE_DIR`` names (docs/hparams.md), so a later process compiles faster.
+stat of the first update, and one log line that also names the minibatch step). Inductor
+caches what it compiles on disk, in the folder ``TORCHINDUCTOR_CACHE_DIR`` names
+(docs/hparams.md), so a later process compiles faster.
 """
 
 from __future__ import annotations
