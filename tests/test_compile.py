@@ -165,6 +165,8 @@ def test_fused_step_matches_the_plain_step(optimizer, max_grad_norm):
     fused = FusedTrainStep(fused_algo.policy, fused_algo.optimizer, fused_algo._minibatch_loss, max_grad_norm)
     for lr in (1e-3, 3e-3):  # a new lr (a schedule) between the updates
         for algo in (plain, fused_algo):
+            # as a resume does: new param group dicts and state tensors, which the fused step must follow
+            algo.optimizer.load_state_dict(algo.optimizer.state_dict())
             algo.optimizer.param_groups[0]["lr"] = lr
         for minibatch in _minibatches(plain, 4) * 2:
             plain_loss, plain_norm = _plain_step(plain, minibatch, 0.01)

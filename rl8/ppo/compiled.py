@@ -256,12 +256,10 @@ class FusedTrainStep:
         max_grad_norm: float | None,
     ) -> None:
         self.optimizer = optimizer
-        self.group = optimizer.param_groups[0]
-        self.decoupled_weight_decay = bool(self.group.get("decoupled_weight_decay", isinstance(optimizer, torch.optim.AdamW)))
         self.max_grad_norm = max_grad_norm
         self.loss_module = _LossModule(policy, minibatch_loss)
         name_of = {p: name for name, p in self.loss_module.named_parameters()}
-        self.params = [p for p in self.group["params"] if p.requires_grad]
+        self.params = [p for p in optimizer.param_groups[0]["params"] if p.requires_grad]
         self.names = [name_of[p] for p in self.params]
         device = self.params[0].device
         # lr and the entropy coefficient follow schedules: tensors, so that a new value does not recompile
@@ -272,21 +270,25 @@ class FusedTrainStep:
     def __call__(self, minibatch: Any, entropy_coeff: float) -> tuple[PPOLoss, torch.Tensor]:
         """One optimizer step on ``minibatch``; returns its :class:`~rl8.ppo.losses.PPOLoss`
         (computed before the step, as the plain step's) and the gradient norm before clipping."""
-        states = [self._state(p) for p in self.params]
-        self.lr.fill_(self.group["lr"])
+        # read at every call: optimizer.load_state_dict replaces the group and the state tensors
+        group = self.optimizer.param_groups[0]
+        states = [self._state(p, group) for p in self.params]
+        self.lr.fill_(group["lr"])
         self.entropy_coeff.fill_(entropy_coeff)
+        adam = dict(betas=tuple(group["betas"]), eps=group["eps"], weight_decay=group["weight_decay"],
+                    decoupled_weight_decay=bool(group.get("decoupled_weight_decay", isinstance(self.optimizer, torch.optim.AdamW))))
         total, monitors, grad_norm = self.step(
-            minibatch, self.entropy_coeff, entropy_coeff != 0, self.lr, [p.detach() for p in self.params],
+            minibatch, self.entropy_coeff, entropy_coeff != 0, self.lr, adam, [p.detach() for p in self.params],
             [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states], [s["step"] for s in states],
         )
         return PPOLoss(total, *monitors), grad_norm
 
-    def _state(self, p: nn.Parameter) -> dict[str, torch.Tensor]:
+    def _state(self, p: nn.Parameter, group: dict[str, Any]) -> dict[str, torch.Tensor]:
         """``optimizer.state[p]``, created as ``torch.optim.Adam`` creates it at its first step."""
         state = self.optimizer.state[p]
         if not state:
-            on_device = self.group["capturable"] or self.group["fused"]
-            scalar_dtype = torch.float64 if torch.get_default_dtype() == torch.float64 and not self.group["fused"] else torch.float32
+            on_device = group["capturable"] or group["fused"]
+            scalar_dtype = torch.float64 if torch.get_default_dtype() == torch.float64 and not group["fused"] else torch.float32
             state["step"] = torch.zeros((), dtype=scalar_dtype, device=p.device if on_device else "cpu")
             state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
             state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
@@ -294,7 +296,7 @@ class FusedTrainStep:
 
     def _step(
         self, minibatch: Any, entropy_coeff: torch.Tensor, entropy_grad: bool, lr: torch.Tensor,
-        params: list[torch.Tensor], exp_avgs: list[torch.Tensor], exp_avg_sqs: list[torch.Tensor],
+        adam: dict[str, Any], params: list[torch.Tensor], exp_avgs: list[torch.Tensor], exp_avg_sqs: list[torch.Tensor],
         steps: list[torch.Tensor],
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...], torch.Tensor]:
         """The compiled function: loss, gradients, clip, Adam; updates its tensor arguments in place."""
@@ -314,12 +316,12 @@ class FusedTrainStep:
             grads = [g * clip_coeff for g in grads]
 
         # as torch.optim.Adam / AdamW (amsgrad and maximize off)
-        beta1, beta2 = self.group["betas"]
-        eps, weight_decay = self.group["eps"], self.group["weight_decay"]
+        beta1, beta2 = adam["betas"]
+        eps, weight_decay = adam["eps"], adam["weight_decay"]
         for param, grad, exp_avg, exp_avg_sq, step in zip(params, grads, exp_avgs, exp_avg_sqs, steps, strict=True):
             step.add_(1)
             if weight_decay != 0:
-                if self.decoupled_weight_decay:
+                if adam["decoupled_weight_decay"]:
                     param.mul_(1 - lr * weight_decay)
                 else:
                     grad = grad + weight_decay * param
