@@ -93,8 +93,9 @@ def test_compile_time_is_reported_once(compiled_cartpole, caplog):
 
 
 def test_compiled_checkpoints_keep_plain_keys_both_ways(compiled_cartpole, tmp_path):
-    """A compile=True checkpoint loads into compile=False and the other way round; the policy's
-    keys are the plain module's (no ``_orig_mod.``)."""
+    """A compile=True checkpoint (after fused steps) loads into compile=False, which steps on from
+    its Adam state, and the other way round; the policy's keys are the plain module's (no
+    ``_orig_mod.``)."""
     algo, _, _ = compiled_cartpole
     torch.save(algo.state_dict(), tmp_path / "compiled.pt")
     state = torch.load(tmp_path / "compiled.pt", weights_only=True)
@@ -113,9 +114,12 @@ def test_compiled_checkpoints_keep_plain_keys_both_ways(compiled_cartpole, tmp_p
     torch.save(plain.state_dict(), tmp_path / "plain.pt")
     again = PPO(CartPole, seed=0, compile=True)
     again.load_state_dict(torch.load(tmp_path / "plain.pt", weights_only=True))
-    torch.testing.assert_close(again.policy.value(obs), algo.policy.value(obs))
+    torch.testing.assert_close(again.policy.value(obs), plain.policy.value(obs))
+    steps = float(plain.optimizer.state_dict()["state"][0]["step"])
     again.collect()
     assert torch.isfinite(torch.tensor(again.update()["losses/total"]))
+    assert again.compiled.train_step_kind == "fused"
+    assert float(again.optimizer.state_dict()["state"][0]["step"]) > steps
 
 
 def test_compile_with_a_recurrent_model_and_amp(caplog):
