@@ -188,8 +188,9 @@ def test_fused_step_matches_the_plain_step(optimizer, max_grad_norm):
     for i, state in plain_state["state"].items():
         assert set(fused_state["state"][i]) == set(state)
         for key, value in state.items():
-            assert fused_state["state"][i][key].dtype == value.dtype and fused_state["state"][i][key].device == value.device
-            torch.testing.assert_close(fused_state["state"][i][key], value, rtol=1e-4, atol=1e-6, msg=f"{i} {key}")
+            fused_value = fused_state["state"][i][key]
+            assert fused_value.dtype == value.dtype and fused_value.device == value.device
+            torch.testing.assert_close(fused_value, value, rtol=1e-4, atol=1e-6, msg=f"{i} {key}")
     assert float(fused_state["state"][0]["step"]) == 16
 
 

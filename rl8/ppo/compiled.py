@@ -132,7 +132,8 @@ class CompiledSteps:
             return self._fused_step(minibatch, entropy_coeff)
         except Exception as err:  # torch.func or torch.compile refused the model: a graph break, an op
             self._fused_step, self._fused_problem = None, f"torch refused it: {type(err).__name__}: {err}"
-            logger.warning("rl8: compile=True runs the compiled loss with an eager optimizer step: %s", self._fused_problem)
+            logger.warning("rl8: compile=True runs the compiled loss with an eager optimizer step: %s",
+                           self._fused_problem)
             return None
 
     @property
@@ -276,8 +277,9 @@ class FusedTrainStep:
         states = [self._state(p, group) for p in self.params]
         self.lr.fill_(group["lr"])
         self.entropy_coeff.fill_(entropy_coeff)
+        decoupled = group.get("decoupled_weight_decay", isinstance(self.optimizer, torch.optim.AdamW))
         adam = dict(betas=tuple(group["betas"]), eps=group["eps"], weight_decay=group["weight_decay"],
-                    decoupled_weight_decay=bool(group.get("decoupled_weight_decay", isinstance(self.optimizer, torch.optim.AdamW))))
+                    decoupled_weight_decay=bool(decoupled))
         total, monitors, grad_norm = self.step(
             minibatch, self.entropy_coeff, entropy_coeff != 0, self.lr, adam, [p.detach() for p in self.params],
             [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states], [s["step"] for s in states],
@@ -289,7 +291,8 @@ class FusedTrainStep:
         state = self.optimizer.state[p]
         if not state:
             on_device = group["capturable"] or group["fused"]
-            scalar_dtype = torch.float64 if torch.get_default_dtype() == torch.float64 and not group["fused"] else torch.float32
+            float64 = torch.get_default_dtype() == torch.float64 and not group["fused"]
+            scalar_dtype = torch.float64 if float64 else torch.float32
             state["step"] = torch.zeros((), dtype=scalar_dtype, device=p.device if on_device else "cpu")
             state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
             state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
@@ -304,10 +307,9 @@ class FusedTrainStep:
 
         def total_loss(named_params: dict[str, torch.Tensor]) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
             loss = torch.func.functional_call(self.loss_module, named_params, (minibatch, entropy_coeff, entropy_grad))
-            monitors = (loss.policy_loss, loss.value_loss, loss.entropy, loss.approx_kl, loss.clip_fraction)
-            return loss.total, (loss.total, monitors)
+            return loss.total, (loss.policy_loss, loss.value_loss, loss.entropy, loss.approx_kl, loss.clip_fraction)
 
-        grads, (total, monitors) = torch.func.grad(total_loss, has_aux=True)(dict(zip(self.names, params)))
+        grads, (total, monitors) = torch.func.grad_and_value(total_loss, has_aux=True)(dict(zip(self.names, params)))
         grads = [grads[name] for name in self.names]
 
         # as torch.nn.utils.clip_grad_norm_
