@@ -24,6 +24,7 @@ ALLOWED = {
     ("test_compile.py", "_training_samples"): "compiled against eager loss on the same batch",
     ("test_compile.py", "_minibatch_loss"): "compiled against eager loss on the same batch",
     ("test_compile.py", "_autocast"): "compiled against eager loss on the same batch",
+    ("test_compile.py", "_optimizer_step"): "the fused compiled step against the plain step on the same batches",
     # faults and process-wide state that no public hook can reach
     ("test_actors.py", "_roles"): "simulates a torchrun rank without starting processes",
     ("test_actors.py", "_leaves"): "the flat layout's round trip of a rollout's tensors",

@@ -19,7 +19,7 @@ from rl8.envs.base import Env, ReadyEnvs, validate_reset_output
 from rl8.envs.episodes import EpisodeTracker
 from rl8.policies.policy import Policy
 from rl8.ppo import presets
-from rl8.ppo.compiled import CompiledSteps, check_compile_options
+from rl8.ppo.compiled import CompiledSteps, FusedTrainStep, check_compile_options, fused_step_problem
 from rl8.ppo.buffer import (
     MIN_SLOT_BYTES, RecurrentCarry, RolloutBuffer, RolloutCarry, buffer_allocation, check_buffer_fits,
     compute_gae, make_rollout_buffer, minibatches,
@@ -119,9 +119,8 @@ class PPO:
         self.entropy_coeff_schedule = hp.entropy_coeff_at()
         self.amp_dtype = choose_amp_dtype(self.device, hp.enable_amp)  # float32: no autocast
         self.grad_scaler = torch.amp.GradScaler("cuda") if self.amp_dtype == torch.float16 else None
-        # compile=True: the compiled rollout step and minibatch loss (rl8.ppo.compiled), else None
-        self.compiled = (CompiledSteps(self.policy.rollout_step, self._minibatch_loss, self.device)
-                         if hp.compile else None)
+        # compile=True: the compiled rollout step and minibatch step (rl8.ppo.compiled), else None
+        self.compiled = self._make_compiled() if hp.compile else None
         self.env_steps = self.env_resets = self.collects = self.steps = 0
         self._obs: torch.Tensor | TensorDictBase | None = None
         self._validated = False
@@ -253,28 +252,40 @@ class PPO:
         )
         minibatch_loss = self._minibatch_loss if self.compiled is None else self.compiled.minibatch_loss
         for j, minibatch in enumerate(batches):
-            loss = minibatch_loss(minibatch, entropy_coeff)
-            total = loss.total / minibatches_per_step
-            if j % minibatches_per_step == 0:
-                # after the forward pass, as rsl_rl and CleanRL do: the old gradients' memory
-                # stays allocated for this pass's activations instead of being freed and refetched
-                self.optimizer.zero_grad()
-            (total if self.grad_scaler is None else self.grad_scaler.scale(total)).backward()
+            # compile=True where it is exact: loss, backward, clip and Adam step as one compiled function
+            fused = None if self.compiled is None else self.compiled.train_step(minibatch, entropy_coeff)
+            if fused is not None:
+                loss, grad_norm = fused
+                grad_norms.append(grad_norm)
+            else:
+                loss = minibatch_loss(minibatch, entropy_coeff)
+                total = loss.total / minibatches_per_step
+                if j % minibatches_per_step == 0:
+                    # after the forward pass, as rsl_rl and CleanRL do: the old gradients' memory
+                    # stays allocated for this pass's activations instead of being freed and refetched
+                    self.optimizer.zero_grad()
+                (total if self.grad_scaler is None else self.grad_scaler.scale(total)).backward()
+                if (j + 1) % minibatches_per_step == 0:
+                    grad_norms.append(self._optimizer_step())
             losses.append(loss)
-            if (j + 1) % minibatches_per_step == 0:
-                grad_norms.append(self._optimizer_step())
             stop_early = hp.target_kl_div is not None and self._mean_over_ranks(loss.approx_kl) > hp.target_kl_div
             if stop_early:
                 return True
         return False
 
-    def _minibatch_loss(self, minibatch: TensorDict, entropy_coeff: float) -> PPOLoss:
-        """:func:`~rl8.ppo.losses.ppo_loss` of the current policy on ``minibatch``."""
+    def _minibatch_loss(
+        self, minibatch: TensorDict, entropy_coeff: float | torch.Tensor, *, entropy_grad: bool | None = None,
+    ) -> PPOLoss:
+        """:func:`~rl8.ppo.losses.ppo_loss` of the current policy on ``minibatch``; ``entropy_grad``
+        (default ``entropy_coeff != 0``) says whether the entropy is differentiated (the fused
+        compiled step passes ``entropy_coeff`` as a tensor, and ``entropy_grad`` with it)."""
         hp = self.hparams
         # With a zero entropy coefficient the entropy is only a reported stat: keep it out of
         # the graph so the backward pass does not differentiate it.
+        if entropy_grad is None:
+            entropy_grad = entropy_coeff != 0
         with self._autocast():
-            logp, entropy, values = self.policy.evaluate(minibatch, entropy_grad=entropy_coeff != 0)
+            logp, entropy, values = self.policy.evaluate(minibatch, entropy_grad=entropy_grad)
         old = {key: minibatch[key].reshape(-1) for key in ("logp", "values", "advantages", "returns")}
         return ppo_loss(
             logp.float(), values.float(), entropy.float(), old["logp"], old["advantages"], old["values"], old["returns"],
@@ -297,6 +308,18 @@ class PPO:
         else:
             self.optimizer.step()
         return grad_norm.detach().float()
+
+    def _make_compiled(self) -> CompiledSteps:
+        """compile=True's steps: the fused minibatch step where it is exactly the plain one
+        (:func:`~rl8.ppo.compiled.fused_step_problem`), else the compiled loss."""
+        problem = fused_step_problem(
+            self.optimizer, grad_scaler=self.grad_scaler is not None, distributed=self.dist.enabled,
+            accumulate_grads=self.hparams.accumulate_grads, recurrent=self.recurrent,
+        )
+        fused = (FusedTrainStep(self.policy, self.optimizer, self._minibatch_loss, self.hparams.max_grad_norm)
+                 if problem is None else None)
+        return CompiledSteps(self.policy.rollout_step, self._minibatch_loss, self.device,
+                             fused_step=fused, fused_problem=problem)
 
     def _mean_over_ranks(self, value: torch.Tensor) -> float:
         """The mean of a 0-d tensor over all ranks, on the host."""

@@ -214,10 +214,12 @@ class HParams:
         "Mixed precision: float16 autocast with a gradient scaler on CUDA; bfloat16 autocast on "
         "CPUs with AVX-512 or SVE, float32 with a warning on others (``PPO.amp_dtype``)."))
     compile: bool = _hparam(False, _BOOL, doc=(
-        "``torch.compile`` the policy's rollout step and the update's minibatch loss (its "
-        "backward pass too); CUDA graphs for the rollout step on CUDA. Compiles at the first "
-        "collect and update (``profiling/compile_ms``); not with ``collect_mode=\"overlap\"``. "
-        "See ``docs/hparams.md`` (Speed)."))
+        "``torch.compile`` the policy's rollout step and the update's minibatch step: loss, "
+        "gradients, grad-norm clip and Adam/AdamW step as one compiled function where that is "
+        "exact, else the loss (its backward pass too) with an eager optimizer step "
+        "(``PPO.compiled.train_step_kind``); CUDA graphs for the rollout step on CUDA. Compiles "
+        "at the first collect and update (``profiling/compile_ms``); not with "
+        "``collect_mode=\"overlap\"``. See ``docs/hparams.md`` (Speed)."))
     optimizer_cls: Any = _hparam("torch.optim.Adam", _class_or_path, doc=(
         "A ``torch.optim.Optimizer`` subclass or its dotted path (``\"torch.optim.Adam\"``)."))
     optimizer_kwargs: dict[str, Any] = _hparam({"eps": 1e-5}, _optimizer_kwargs, doc=(
