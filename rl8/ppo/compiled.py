@@ -13,9 +13,8 @@ holds their compiled versions. The minibatch step is compiled one of two ways
   the parameters and the optimizer's own state tensors (so ``optimizer.state_dict()`` and
   checkpoints are the plain step's). It saves the Python and dispatcher work of the autograd
   engine, ``clip_grad_norm_``, ``zero_grad`` and the optimizer per minibatch, which dominates
-  small minibatches: on the peers benchmark's HalfCheetah-v5 workload (32 minibatches of 64)
-  at one thread it made the update 2.2x and a whole iteration 1.55x faster than the compiled
-  loss alone; on pendulum-4096's minibatches of 24,576 it is level (docs/performance.md).
+  small minibatches (the peers benchmark's figures, with and without it, are in
+  docs/performance.md).
 * ``"loss"``: the compiled minibatch loss (autograd runs its backward pass as one compiled graph
   too) with the eager clip and optimizer step, wherever the fused step would not be exactly the
   plain one (:func:`fused_step_problem` says why: another optimizer or Adam options it does not
