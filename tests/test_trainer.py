@@ -398,6 +398,9 @@ def test_progress_line(monkeypatch, progress, tty, shown):
     stream = _Tty() if tty else io.StringIO()
     monkeypatch.setattr(sys, "stderr", stream)
     trainer = Trainer(make_algo(), progress=progress)
+    # the MLflow run starts in the background; on a busy machine it may get its id only after
+    # the first step, and the "where the results go" lines then end the in-place line early
+    assert trainer.tracker.wait_started(timeout_s=60)
     trainer.run(stop_conditions=[HitsUpperBound("env/steps", 3 * STEP)])
     trainer.close()
     text = stream.getvalue()
