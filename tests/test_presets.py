@@ -221,3 +221,17 @@ def test_a_stopped_learning_run_resumes_from_its_checkpoint(tmp_path, benchmarks
     (row,) = report(tmp_path)
     assert row["resumed"] == 1 and row["resumed_at"] == [[4352]]
     assert "| 1/1 |" in (tmp_path / "results.md").read_text()
+
+
+def test_sb3_runner_stops_at_max_wall_s(tmp_path, benchmarks_importable):
+    """``sb3.py --max-wall-s``: the run ends at its first evaluation past the wall time (here 0 s:
+    the first one), so its curve stops short of the env-step budget. SB3 is a reference, not
+    an rl8 dependency: skipped where it is not installed (as in CI)."""
+    pytest.importorskip("stable_baselines3")
+    from benchmarks.learning.run import read_curve
+    from benchmarks.learning.sb3 import train
+
+    capped = read_curve(train("CartPole-v1", 0, out=tmp_path / "capped", max_steps=8192, max_wall_s=0.0))
+    assert len(capped) == 1 and capped[0]["env_steps"] < 8192
+    full = read_curve(train("CartPole-v1", 0, out=tmp_path / "full", max_steps=8192))
+    assert full[-1]["env_steps"] >= 8192 and len(full) > 1
