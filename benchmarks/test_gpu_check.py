@@ -53,7 +53,7 @@ def test_check_sh_cpu_dry_run_prints_and_writes_one_table(tmp_path):
 
 
 def test_bench_table_ratios_compile_line_and_time_budget(monkeypatch, capsys, tmp_path):
-    rates = {("rl8", "fp32"): 200.0, ("rl8", "bf16"): 300.0, ("rl8", "compile"): 800.0,
+    rates = {("rl8", "fp32"): 200.0, ("rl8", "bf16"): 300.0, ("rl8", "compile"): 800.0, ("rl8", "compile-bf16"): 700.0,
              ("rsl_rl", "fp32"): 100.0, ("rsl_rl", "bf16"): 400.0}
     calls = []
 
@@ -73,10 +73,10 @@ def test_bench_table_ratios_compile_line_and_time_budget(monkeypatch, capsys, tm
     assert "- pendulum x2, rl8 compile (CUDA graphs) / rsl_rl at its best: 2.00x" in table
     assert table.strip() in capsys.readouterr().out
     # rounds over every env count in turn, each round starting with another measurement
-    assert calls[:5] == [(1, "rl8", "fp32"), (1, "rl8", "bf16"), (1, "rl8", "compile"),
+    assert calls[:6] == [(1, "rl8", "fp32"), (1, "rl8", "bf16"), (1, "rl8", "compile"), (1, "rl8", "compile-bf16"),
                          (1, "rsl_rl", "fp32"), (1, "rsl_rl", "bf16")]
-    assert calls[10] == (1, "rl8", "bf16")
-    assert len(calls) == 20
+    assert calls[12] == (1, "rl8", "bf16")
+    assert len(calls) == 24
 
     calls.clear()
     assert bench.main(["--device", "cpu", "--envs", "1", "--budget", "0", "--no-compile", "--out", str(out)]) == 0

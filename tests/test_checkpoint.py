@@ -274,8 +274,22 @@ def test_a_cuda_map_location_without_cuda_says_so(tmp_path, device):
 def test_a_cuda_device_beyond_the_count_is_named(tmp_path):
     path = save_checkpoint({"w": torch.zeros(3)}, tmp_path / "c.pt")
     index = torch.cuda.device_count()
-    with pytest.raises(ValueError, match=f"cuda:{index}' is not available"):
+    with pytest.raises(ValueError, match=rf"map_location='cuda:{index}' names a CUDA device, but "
+                                         rf"this machine has {index} CUDA device\(s\), "
+                                         rf"cuda:0 to cuda:{index - 1}"):
         load_checkpoint(path, map_location=f"cuda:{index}")
+
+
+def test_a_cuda_device_beyond_the_count_is_named_without_a_gpu(tmp_path, monkeypatch):
+    """The same message on a machine without CUDA, where torch is told there are two devices
+    (the branch that needs a GPU also runs in CI)."""
+    path = save_checkpoint({"w": torch.zeros(3)}, tmp_path / "c.pt")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    with pytest.raises(ValueError, match=r"map_location='cuda:2' names a CUDA device, but this "
+                                         r"machine has 2 CUDA device\(s\), cuda:0 to cuda:1; "
+                                         r"load with map_location='cpu'"):
+        load_checkpoint(path, map_location="cuda:2")
 
 
 def flip(data: bytes, offset: int, length: int = 1) -> bytes:

@@ -304,6 +304,30 @@ def test_enable_amp_on_cpu_reports_its_dtype(monkeypatch, caplog, capability, dt
         assert torch.is_autocast_enabled("cpu") == (dtype == torch.bfloat16)
 
 
+@pytest.mark.parametrize("capability, dtype", [((9, 0), torch.bfloat16), ((8, 0), torch.bfloat16),
+                                               ((7, 5), torch.float16)])
+def test_enable_amp_on_cuda_chooses_bfloat16_from_ampere_on(monkeypatch, capability, dtype):
+    """bfloat16 (no gradient scaler) on GPUs that run it natively; float16 on older ones. The
+    GPU is simulated: CI has none (the real one: test_enable_amp_on_this_gpu)."""
+    from rl8.ppo.precision import choose_amp_dtype, cuda_amp_dtype
+
+    monkeypatch.setattr(torch.version, "hip", None)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    assert cuda_amp_dtype(torch.device("cuda", 0)) == dtype
+    assert choose_amp_dtype(torch.device("cuda", 0), enable_amp=True) == dtype
+    assert choose_amp_dtype(torch.device("cuda", 0), enable_amp=False) == torch.float32
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_enable_amp_on_this_gpu():
+    """On a real GPU: bfloat16 without a scaler where it runs natively, and then the fused
+    compiled step is not refused for a scaler."""
+    algo = PPO(CartPole, num_envs=4, horizon=4, device="cuda", enable_amp=True)
+    major, _ = torch.cuda.get_device_capability()
+    assert algo.amp_dtype == (torch.bfloat16 if major >= 8 else torch.float16)
+    assert (algo.grad_scaler is None) == (major >= 8)
+
+
 def test_amp_off_is_float32_without_autocast():
     algo = PPO(CartPole, num_envs=4, horizon=4, device="cpu")
     assert algo.amp_dtype == torch.float32

@@ -5,9 +5,10 @@ Each measurement is a fresh process of ``benchmarks/peers/side_rl8.py`` or ``sid
 (the same scripts as the CPU table of docs/performance.md) run by this Python, with this
 checkout first on ``PYTHONPATH`` (and the caller's ``PYTHONPATH`` after it: on the GPU machine
 the carried wheels are there); the sides take turns round after round, each round starting with
-a different one. Settings: rl8 ``fp32``, ``bf16`` (``enable_amp=True``, which on CUDA is
-float16 with a gradient scaler) and ``compile`` (``compile=True``: on CUDA the rollout runs as
-CUDA graphs) where this rl8 has that hyper-parameter; rsl_rl ``fp32`` and ``bf16`` (its
+a different one. Settings: rl8 ``fp32``, ``bf16`` (``enable_amp=True``: bfloat16 autocast on
+GPUs of compute capability 8.0 and later, float16 with a gradient scaler on older ones),
+``compile`` and ``compile-bf16`` (``compile=True``: on CUDA the rollout runs as CUDA graphs)
+where this rl8 has that hyper-parameter; rsl_rl ``fp32`` and ``bf16`` (its
 ``use_mixed_precision``: bfloat16 autocast of the update). ``benchmarks/gpu/check.sh`` runs it::
 
     python benchmarks/gpu/bench.py --device cuda --out gpu_table.md
@@ -90,8 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iters", type=int, default=10, help="timed iterations per measurement (default 10)")
     parser.add_argument("--threads", type=int, default=4, help="torch CPU threads of every side (default 4)")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds one measurement may take (default 120)")
-    parser.add_argument("--budget", type=float, default=300.0,
-                        help="seconds for all measurements: the one running then is stopped, later ones left out (default 300)")
+    parser.add_argument("--budget", type=float, default=330.0,
+                        help="seconds for all measurements: the one running then is stopped, later ones left out (default 330)")
     parser.add_argument("--rsl-rl-python", default=sys.executable,
                         help="the Python that runs rsl_rl's side (default: this one, as on the GPU machine)")
     parser.add_argument("--no-compile", action="store_true", help="leave out rl8's compile=True rows")
@@ -108,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     stamp = datetime.datetime.now(datetime.timezone.utc)
     no_compile = "--no-compile" if args.no_compile else why_no_compile()
     compiles = no_compile is None
-    rl8_settings = ["fp32", "bf16"] + (["compile"] if compiles else [])
+    rl8_settings = ["fp32", "bf16"] + (["compile", "compile-bf16"] if compiles else [])
     blocks = {}  # label -> its measurements, in the order of a round
     for n in envs:
         label = f"pendulum x{n:,}"
@@ -140,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
         f"iterations (24 steps each), {args.threads} torch CPU threads per side; {minutes:.1f} min",
         "",
         "Workload: `pendulum-4096` of benchmarks/peers/workloads.py at the env counts below. rl8 `bf16` is "
-        "`enable_amp=True` (float16 with a gradient scaler on CUDA, bfloat16 on CPU); rsl_rl `bf16` is its "
+        "`enable_amp=True` (bfloat16 autocast; on CUDA GPUs older than compute capability 8.0 float16 with a "
+        "gradient scaler); rsl_rl `bf16` is its "
         "`use_mixed_precision` (bfloat16). A ratio compares rl8 and rsl_rl at the same precision, eager.",
     ]
     if not compiles:

@@ -2,8 +2,8 @@
 # The prepared GPU check (benchmarks/gpu/README.md), for a machine with one NVIDIA GPU, torch
 # installed, no network, and the wheels of benchmarks/gpu/prepare_wheels.sh carried beside the
 # checkout. In under 8 minutes: installs the wheels, prints the GPU and the torch/CUDA
-# versions, runs the CUDA tests (at most 120 s), then rl8 against rsl_rl on the GPU
-# (benchmarks/gpu/bench.py, at most 300 s of measurements) and prints one table, also written
+# versions, runs the CUDA tests (at most 90 s), then rl8 against rsl_rl on the GPU
+# (benchmarks/gpu/bench.py, at most 330 s of measurements) and prints one table, also written
 # to $OUT/gpu_table.md when OUT is set (with the whole log in $OUT/gpu_check.log).
 #
 #   benchmarks/gpu/check.sh                  # on the GPU machine, from anywhere in the checkout
@@ -91,11 +91,11 @@ else:
     sys.exit("torch sees no CUDA device: stopping")
 EOF
 
-step "3/4 the CUDA tests (pytest -k 'cuda or gpu', at most 120 s)"
+step "3/4 the CUDA tests (pytest -k 'cuda or gpu', at most 90 s)"
 # shellcheck disable=SC2086  # RL8_GPU_TESTS may name several paths
-timeout 120 "$py" -m pytest ${RL8_GPU_TESTS:-tests} -q -p no:cacheprovider -k "cuda or gpu" -rs \
+timeout 90 "$py" -m pytest ${RL8_GPU_TESTS:-tests} -q -p no:cacheprovider -k "cuda or gpu" -rs \
     --continue-on-collection-errors
-echo "pytest exit status: $? (0: passed; 5: none selected; 124: stopped at 120 s)"
+echo "pytest exit status: $? (0: passed; 5: none selected; 124: stopped at 90 s)"
 
 step "4/4 rl8 against rsl_rl (benchmarks/gpu/bench.py)"
 if [ $dry = 1 ]; then
@@ -104,7 +104,7 @@ if [ $dry = 1 ]; then
 else
     bench=(--device cuda)
 fi
-timeout 330 "$py" benchmarks/gpu/bench.py "${bench[@]}" --rsl-rl-python "${RL8_RSL_RL_PYTHON:-$py}" \
+timeout 360 "$py" benchmarks/gpu/bench.py "${bench[@]}" --rsl-rl-python "${RL8_RSL_RL_PYTHON:-$py}" \
     ${out:+--out "$out/gpu_table.md"}
 status=$?
 step "done: bench.py exit status $status"

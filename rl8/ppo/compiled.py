@@ -194,7 +194,7 @@ def fused_step_problem(
     Args:
         optimizer: PPO's optimizer: a ``torch.optim.Adam`` or ``AdamW`` with one parameter group
             and ``amsgrad``, ``maximize`` and ``differentiable`` off.
-        grad_scaler: Whether PPO scales its losses (``enable_amp`` on CUDA: float16).
+        grad_scaler: Whether PPO scales its losses (``enable_amp`` on a CUDA GPU older than compute capability 8.0: float16).
         distributed: Whether PPO averages gradients over ranks between backward and step.
         accumulate_grads: The ``accumulate_grads`` hyper-parameter (one step per pass).
         recurrent: Whether the policy's model is recurrent (torch.compile does not trace
@@ -211,7 +211,7 @@ def fused_step_problem(
     if torch.is_tensor(group["lr"]) or any(torch.is_tensor(beta) for beta in group["betas"]):
         return "the optimizer's lr or betas are tensors"
     if grad_scaler:
-        return "a gradient scaler (enable_amp on CUDA) unscales the gradients between backward and step"
+        return "a gradient scaler (enable_amp in float16 on CUDA) unscales the gradients between backward and step"
     if distributed:
         return "data-parallel training averages the gradients over ranks between backward and step"
     if accumulate_grads:

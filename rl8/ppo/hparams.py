@@ -211,8 +211,9 @@ class HParams:
         "Accumulate gradients over all minibatches of a pass and take one optimizer step per "
         "pass (instead of one per minibatch)."))
     enable_amp: bool = _hparam(False, _BOOL, doc=(
-        "Mixed precision: float16 autocast with a gradient scaler on CUDA; bfloat16 autocast on "
-        "CPUs with AVX-512 or SVE, float32 with a warning on others (``PPO.amp_dtype``)."))
+        "Mixed precision: bfloat16 autocast on CUDA GPUs of compute capability 8.0 and later and "
+        "on CPUs with AVX-512, AMX or SVE; float16 autocast with a gradient scaler on older CUDA "
+        "GPUs; float32 with a warning on other CPUs (``PPO.amp_dtype`` says which)."))
     compile: bool = _hparam(False, _BOOL, doc=(
         "``torch.compile`` the policy's rollout step and the update's minibatch step: loss, "
         "gradients, grad-norm clip and Adam/AdamW step as one compiled function where that is "

@@ -1,5 +1,6 @@
-"""The dtype of ``enable_amp``'s autocast: float16 on CUDA, bfloat16 on CPUs that run it fast,
-else float32 (no autocast) with a warning that says why."""
+"""The dtype of ``enable_amp``'s autocast: bfloat16 where the device runs it natively (CUDA GPUs
+of compute capability 8.0 and later, CPUs with AVX-512, AMX or SVE), float16 with a gradient
+scaler on older CUDA GPUs, else float32 (no autocast) with a warning that says why."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import warnings
 
 import torch
 
-__all__ = ["choose_amp_dtype", "cpu_bf16_problem"]
+__all__ = ["choose_amp_dtype", "cpu_bf16_problem", "cuda_amp_dtype"]
 
 logger = logging.getLogger(__name__)
 
@@ -30,6 +31,16 @@ def cpu_bf16_problem() -> str | None:
     )
 
 
+def cuda_amp_dtype(device: torch.device) -> torch.dtype:
+    """``torch.bfloat16`` when the CUDA ``device`` runs it natively (compute capability 8.0,
+    Ampere, and later; every ROCm GPU torch supports), else ``torch.float16``, which needs a
+    gradient scaler: its range is too small for the gradients of small losses."""
+    if torch.version.hip is not None:
+        return torch.bfloat16
+    major, _ = torch.cuda.get_device_capability(device)
+    return torch.bfloat16 if major >= 8 else torch.float16
+
+
 def choose_amp_dtype(device: torch.device, enable_amp: bool) -> torch.dtype:
     """The dtype PPO's forward passes autocast to, logged once per call.
 
@@ -38,14 +49,15 @@ def choose_amp_dtype(device: torch.device, enable_amp: bool) -> torch.dtype:
         enable_amp: The ``enable_amp`` hyper-parameter; ``False`` gives float32 (no autocast).
 
     Returns:
-        ``torch.float16`` on CUDA; on CPU ``torch.bfloat16`` when :func:`cpu_bf16_problem` finds
+        On CUDA ``torch.bfloat16`` where the GPU runs it natively
+        (:func:`cuda_amp_dtype`: compute capability 8.0 and later), else ``torch.float16`` (PPO then scales its losses); on CPU ``torch.bfloat16`` when :func:`cpu_bf16_problem` finds
         none, else ``torch.float32`` with a ``UserWarning`` naming the reason; ``torch.float32``
         without ``enable_amp``.
     """
     if not enable_amp:
         return torch.float32
     if device.type == "cuda":
-        dtype = torch.float16
+        dtype = cuda_amp_dtype(device)
     elif device.type == "cpu" and (problem := cpu_bf16_problem()) is not None:
         warnings.warn(f"hparam enable_amp: training in float32 instead of bfloat16: {problem}", stacklevel=3)
         dtype = torch.float32
