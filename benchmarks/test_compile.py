@@ -81,3 +81,47 @@ def test_collect_and_update(benchmark, num_envs):
     steps_per_s = {name: round(num_envs * HORIZON / s) for name, s in seconds.items()}
     benchmark.extra_info.update(torch_threads=THREADS, env_steps_per_s=steps_per_s)
     print(f"\n{num_envs} envs, {THREADS} threads, env steps/s of collect + update: {steps_per_s}")
+
+
+# ------------------------------------------------- the rollout step on CPU: compiled or plain
+#: (env, envs, horizon, model) of the rollout-step comparison: a few gymnasium envs stepping in
+#: Python (the peers' CartPole-v1 workload) and the batched torch Pendulum (the peers' workload
+#: above) at 8, 64 and 4,096 envs.
+ROLLOUT_CASES = {
+    "CartPole-v1 x8": ("CartPole-v1", 8, 128, {"hiddens": (64, 64), "activation": "tanh"}),
+    "Pendulum x8": (Pendulum, 8, HORIZON, {"hiddens": (128, 128, 128), "activation": "elu"}),
+    "Pendulum x64": (Pendulum, 64, HORIZON, {"hiddens": (128, 128, 128), "activation": "elu"}),
+    "Pendulum x4096": (Pendulum, 4096, HORIZON, {"hiddens": (128, 128, 128), "activation": "elu"}),
+}
+
+
+def _collect_seconds(case: str, rounds: int) -> dict[str, float]:
+    """Median seconds of one ``collect()`` with the compiled and with the plain rollout step
+    (``CompiledSteps.cpu_rollout_min_envs`` set to 1 or past the env count), taking turns."""
+    env, num_envs, horizon, model = ROLLOUT_CASES[case]
+    algos = {}
+    for kind, min_envs in (("compiled", 1), ("plain", num_envs + 1)):
+        algo = PPO(env, num_envs=num_envs, horizon=horizon, model_config=model,
+                   device="cpu", seed=0, compile=True)
+        algo.compiled.cpu_rollout_min_envs = min_envs
+        algo.collect()  # compiles (or not)
+        algos[kind] = algo
+    times: dict[str, list[float]] = {kind: [] for kind in algos}
+    for _ in range(rounds):
+        for kind, algo in algos.items():
+            start = time.perf_counter()
+            algo.collect()
+            times[kind].append(time.perf_counter() - start)
+    return {kind: statistics.median(t) for kind, t in times.items()}
+
+
+@pytest.mark.parametrize("case", list(ROLLOUT_CASES))
+def test_rollout_step_compiled_or_plain(benchmark, case):
+    """The rule of ``rl8.ppo.compiled.CPU_COMPILED_ROLLOUT_MIN_ENVS``: where the compiled rollout
+    step pays on CPU. ``extra_info``: ms per collect of each and compiled / plain."""
+    seconds = benchmark.pedantic(_collect_seconds, args=(case, 7), rounds=1, iterations=1)
+    ms = {kind: round(1000 * s, 2) for kind, s in seconds.items()}
+    benchmark.extra_info.update(torch_threads=THREADS, collect_ms=ms,
+                                compiled_over_plain=round(seconds["compiled"] / seconds["plain"], 3))
+    print(f"\n{case}, {THREADS} threads, ms per collect: {ms}, compiled / plain "
+          f"{seconds['compiled'] / seconds['plain']:.2f}")

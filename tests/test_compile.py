@@ -61,6 +61,29 @@ def test_compiled_steps_match_eager_without_graph_breaks(env):
     torch.testing.assert_close(compiled_dist.log_prob(actions), dist.log_prob(actions), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("min_envs, kind", [(None, "plain"), (4, "compiled")])
+def test_cpu_rollout_step_compiled_only_from_enough_envs(caplog, min_envs, kind):
+    """On CPU the rollout step runs plain below ``cpu_rollout_min_envs`` envs (said once in the
+    log; nothing compiled for it) and compiled from there; either way the collect fills the
+    buffer and the update runs compiled."""
+    algo = PPO(CartPole, **{**TINY, "num_envs": 4}, compile=True)
+    if min_envs is not None:
+        algo.compiled.cpu_rollout_min_envs = min_envs
+    caplog.set_level(logging.INFO, logger="rl8.ppo.compiled")
+    algo.collect()
+    algo.collect()
+    assert algo.compiled.rollout_step_kind == kind
+    plain_lines = [r.message for r in caplog.records if "the rollout step runs plain" in r.message]
+    if kind == "plain":
+        assert plain_lines == ["rl8: compile=True: the rollout step runs plain: 4 envs, fewer than "
+                               "the 64 for which compiling it pays on CPU"]
+        assert algo.compiled.compile_s == 0.0  # the update has not run yet, the rollout never compiles
+    else:
+        assert not plain_lines and algo.compiled.compile_s > 0
+    assert torch.isfinite(torch.tensor(algo.update()["losses/total"]))
+    assert algo.compiled.train_step_kind == "fused"
+
+
 @pytest.fixture(scope="module")
 def compiled_cartpole():
     """PPO(CartPole) with the defaults and compile=True, trained as in

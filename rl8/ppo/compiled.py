@@ -22,7 +22,10 @@ holds their compiled versions. The minibatch step is compiled one of two ways
   model) or torch refuses to compile it (found at its first call, nothing changed then).
 
 Action sampling stays eager (it draws from PPO's own ``torch.Generator``, which compiled code
-cannot take).
+cannot take). On CPU the rollout step runs compiled only for batches of at least
+:data:`CPU_COMPILED_ROLLOUT_MIN_ENVS` envs (:attr:`CompiledSteps.rollout_step_kind` says which
+runs): for a few envs its per-call cost (guards, results rebuilt in Python) is larger than what
+the fused kernels save (``benchmarks/test_compile.py`` measures both).
 
 Compilation happens at the first call of each step (the first collect and the first update)
 and its time is reported once (:attr:`CompiledSteps.compile_s`, the ``profiling/compile_ms``
@@ -43,9 +46,16 @@ from torch import nn
 
 from rl8.ppo.losses import PPOLoss
 
-__all__ = ["CompiledSteps", "FusedTrainStep", "check_compile_options", "fused_step_problem"]
+__all__ = [
+    "CPU_COMPILED_ROLLOUT_MIN_ENVS", "CompiledSteps", "FusedTrainStep", "check_compile_options",
+    "fused_step_problem",
+]
 
 logger = logging.getLogger(__name__)
+
+#: On CPU, the fewest envs (rows of a rollout step's batch) for which the rollout step runs
+#: compiled; with fewer it runs plain (see the module docstring).
+CPU_COMPILED_ROLLOUT_MIN_ENVS = 64
 
 
 def check_compile_options(collect_mode: str) -> None:
@@ -92,8 +102,12 @@ class CompiledSteps:
         fused_problem: With ``fused_step`` ``None``: why it is not used (logged once).
 
     Attributes:
-        rollout_step: Called like the plain rollout step.
         minibatch_loss: Called like the plain minibatch loss.
+        cpu_rollout_min_envs: On CPU, the fewest envs for which :meth:`rollout_step` runs the
+            compiled step (default :data:`CPU_COMPILED_ROLLOUT_MIN_ENVS`; read at its first call).
+        rollout_step_kind: Which rollout step runs, set at the first call of
+            :meth:`rollout_step`: ``"cuda-graphs"``, ``"compiled"`` or ``"plain"`` (``None``
+            before).
     """
 
     def __init__(
@@ -102,7 +116,10 @@ class CompiledSteps:
     ) -> None:
         self.cuda_graphs = device.type == "cuda"
         mode = "reduce-overhead" if self.cuda_graphs else None
+        self._plain_rollout_step = rollout_step
         self._rollout_step = _FirstCallTimer(torch.compile(rollout_step, mode=mode))
+        self.cpu_rollout_min_envs = CPU_COMPILED_ROLLOUT_MIN_ENVS
+        self.rollout_step_kind: str | None = None
         self.minibatch_loss = _FirstCallTimer(torch.compile(minibatch_loss))
         self._fused_step = None if fused_step is None else _FirstCallTimer(fused_step)
         self._fused_problem = fused_problem if fused_step is None else None
@@ -111,12 +128,26 @@ class CompiledSteps:
     def rollout_step(self, obs: Any, carry: Any, starts: torch.Tensor | None = None) -> tuple[Any, torch.Tensor, Any]:
         """:meth:`rl8.Policy.rollout_step`, compiled. With CUDA graphs the outputs live in the
         graph's memory, which the next replay overwrites: the value and carry that the rollout
-        keeps are copied out (the distribution is sampled before the next step)."""
+        keeps are copied out (the distribution is sampled before the next step). On CPU, with
+        fewer than :attr:`cpu_rollout_min_envs` envs, the plain step instead."""
+        if self.rollout_step_kind is None:
+            self.rollout_step_kind = self._choose_rollout_step(len(obs))
+        if self.rollout_step_kind == "plain":
+            return self._plain_rollout_step(obs, carry, starts)
         if not self.cuda_graphs:
             return self._rollout_step(obs, carry, starts)
         torch.compiler.cudagraph_mark_step_begin()
         dist, value, carry = self._rollout_step(obs, carry, starts)
         return dist, value.clone(), None if carry is None else carry.clone()
+
+    def _choose_rollout_step(self, num_envs: int) -> str:
+        if self.cuda_graphs:
+            return "cuda-graphs"
+        if num_envs >= self.cpu_rollout_min_envs:
+            return "compiled"
+        logger.info("rl8: compile=True: the rollout step runs plain: %d envs, fewer than the %d for which "
+                    "compiling it pays on CPU", num_envs, self.cpu_rollout_min_envs)
+        return "plain"
 
     def train_step(self, minibatch: Any, entropy_coeff: float) -> tuple[PPOLoss, torch.Tensor] | None:
         """The fused step (:class:`FusedTrainStep`) on ``minibatch``: its loss and the gradient
