@@ -379,12 +379,17 @@ def resolve_checkpoint(ref: str | os.PathLike[str], *, tracking_uri: str | None 
 
 def read_checkpoint(ref: str | os.PathLike[str], *, tracking_uri: str | None = None) -> tuple[Path, dict[str, Any]]:
     """The file of :func:`resolve_checkpoint` and its content as this rank loads it (rank 0
-    reads it for every rank); a ``CheckpointError`` if it was written by another number of ranks.
+    reads it for every rank; an actor reads it itself and gets its own entry as ``"actor"``,
+    ``None`` without actor states); a ``CheckpointError`` if it was written by another job.
 
     Args:
         ref: As for :func:`resolve_checkpoint`.
         tracking_uri: As for :func:`resolve_checkpoint`.
     """
+    roles = current_roles()
+    if roles is not None and roles.is_actor:
+        file = resolve_checkpoint(ref, tracking_uri=tracking_uri)
+        return file, checkpoint_for_actor(load_checkpoint(file), file, roles.rank)
     ctx = DistContext()
 
     def read_for_every_rank() -> list[tuple[Path, dict[str, Any]]]:

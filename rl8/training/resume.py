@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from rl8.io.checkpoint import CHECKPOINT_POINTER_ARTIFACT, CheckpointError, load_checkpoint, save_checkpoint
-from rl8.io.checkpoint_dir import CheckpointManager, checkpoint_for_actor, read_checkpoint, resolve_checkpoint
+from rl8.io.checkpoint import CHECKPOINT_POINTER_ARTIFACT, CheckpointError, save_checkpoint
+from rl8.io.checkpoint_dir import CheckpointManager
+from rl8.io.checkpoint_dir import read_checkpoint as read_trainer_checkpoint  # rl8 train imports it here
 from rl8.io.export import (
     POLICY_ARTIFACT, check_env_spaces, check_finite_weights, policy_to_dict, save_policy, space_from_dict,
 )
@@ -181,16 +182,6 @@ def log_policy_artifacts(tracker: Any, policy: torch.nn.Module, env: dict[str, A
             f"{tracker.run_id}: staging them in the temporary folder {tempfile.gettempdir()} "
             f"failed ({exc}); the checkpoint is written and training goes on",
             TrackingWarning, stacklevel=3)
-
-
-def read_trainer_checkpoint(ref: str | os.PathLike[str], *, tracking_uri: str | None = None) -> tuple[Path, dict[str, Any]]:
-    """:func:`rl8.io.checkpoint_dir.read_checkpoint`, except on an actor, which reads the file
-    itself and gets its own entry as ``"actor"`` (``None`` without actor states)."""
-    roles = current_roles()
-    if roles is None or not roles.is_actor:
-        return read_checkpoint(ref, tracking_uri=tracking_uri)
-    file = resolve_checkpoint(ref, tracking_uri=tracking_uri)
-    return file, checkpoint_for_actor(load_checkpoint(file), file, roles.rank)
 
 
 def algo_from_checkpoint(file: Path, state: Mapping[str, Any], *, env: Any, hparams: Mapping[str, Any] | None,
