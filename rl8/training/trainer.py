@@ -117,13 +117,9 @@ class Trainer(TrainerCheckpoints):
         the run's params."""
         config = self.config
         self.tracker = Tracker(
-            experiment=self.experiment,
-            run_name=config.run_name,
-            tracking_uri=config.tracking_uri,
-            run_id=config.run_id,
-            enabled=config.tracking and self._dist.is_main,
-            asynchronous=config.async_logging,
-            end_at_exit=True,
+            experiment=self.experiment, run_name=config.run_name, tracking_uri=config.tracking_uri,
+            run_id=config.run_id, enabled=config.tracking and self._dist.is_main,
+            asynchronous=config.async_logging, end_at_exit=True,
         )
         self._run_id: str | None = None
         # a new run in a local store (SQLite, a folder) starts in the logging thread, while the
@@ -132,15 +128,13 @@ class Trainer(TrainerCheckpoints):
             config.async_logging and self.tracker.enabled and self.tracker.is_local
             and config.run_id is None and not self._dist.enabled
         )
-        self._checkpoint_dir: Path | None = None
         # the checkpoint folder belongs to this run alone (rank 0 holds the claim): claimed
         # before the MLflow run starts, so that an unusable folder creates no run
         self._dir_lock: CheckpointDirLock | None = None
         self._resumed_from = resuming_from()
-        if config.checkpoint_dir is not None:
-            self._checkpoint_dir = Path(config.checkpoint_dir).absolute()
-        else:  # checkpoints/<run id> once the run id is known, in this folder
-            self._checkpoints_root = Path("checkpoints").absolute()
+        given = config.checkpoint_dir  # None: checkpoints/<run id> once the run id is known
+        self._checkpoint_dir: Path | None = None if given is None else Path(given).absolute()
+        self._checkpoints_root = Path("checkpoints").absolute()
         self._dist.on_main(self._claim_folder)
         self._run_id, self._checkpoint_dir = self._dist.on_main(lambda: self._start_run(background))
         if background:
