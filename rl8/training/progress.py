@@ -160,13 +160,10 @@ class Progress:
             plain line every ``interval_s``); ``False``: quiet.
         stream: Where the progress and summary lines go (default ``sys.stderr``).
         interval_s: Seconds between two plain lines (not a terminal).
-        out: Where the results lines go (default ``sys.stdout``).
     """
 
-    def __init__(self, mode: bool | None, stream: TextIO | None = None, *, interval_s: float = 10.0,
-                 out: TextIO | None = None) -> None:
+    def __init__(self, mode: bool | None, stream: TextIO | None = None, *, interval_s: float = 10.0) -> None:
         self.stream = stream if stream is not None else sys.stderr
-        self.out = out
         try:
             self.tty = bool(self.stream.isatty())
         except (AttributeError, ValueError):
@@ -306,10 +303,7 @@ class Progress:
 
     def _print(self, lines: Sequence[str]) -> None:
         self.close()
-        out = self.out if self.out is not None else sys.stdout
-        for line in lines:
-            print(line, file=out)
-        out.flush()
+        print(*lines, sep="\n", flush=True)  # on stdout, where the rl8 command prints them too
 
     def announce(self, trainer: Trainer) -> None:
         """Once per run, as soon as the MLflow run has an id: where the results go."""
