@@ -44,9 +44,7 @@ FORMAT_VERSION = 1
 STALE_TMP_SECONDS = 60.0
 
 _LEAF_TYPES = (int, float, bool, complex, str, bytes, type(None), torch.Size, torch.dtype, torch.device)
-_TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
-_DICT_TYPES = (dict, collections.OrderedDict)
-_SEQUENCE_TYPES = (list, tuple)
+_CONTAINER_TYPES = (dict, collections.OrderedDict, list, tuple)
 
 
 def check_loadable(value: Any, where: str, active: set[int]) -> None:
@@ -58,21 +56,18 @@ def check_loadable(value: Any, where: str, active: set[int]) -> None:
         active: The ids of the containers being checked (to find cycles): ``set()``.
     """
     kind = type(value)
-    if kind in _LEAF_TYPES or kind in _TENSOR_TYPES:
+    if kind in _LEAF_TYPES or kind in (torch.Tensor, torch.nn.Parameter):
         return
-    if kind in _DICT_TYPES or kind in _SEQUENCE_TYPES:
+    if kind in _CONTAINER_TYPES:
         if id(value) in active:
             raise TypeError(f"{where} contains itself (a reference cycle); a checkpoint must be a tree")
         active.add(id(value))
-        if kind in _DICT_TYPES:
-            for key, item in value.items():
-                if type(key) not in _LEAF_TYPES:
-                    raise TypeError(f"{where} has a key {key!r} of type {type(key).__name__}; "
-                                    "keys must be str, int, float, bool or None")
-                check_loadable(item, f"{where}[{key!r}]", active)
-        else:
-            for i, item in enumerate(value):
-                check_loadable(item, f"{where}[{i}]", active)
+        is_dict = isinstance(value, dict)
+        for key, item in value.items() if is_dict else enumerate(value):
+            if is_dict and type(key) not in _LEAF_TYPES:
+                raise TypeError(f"{where} has a key {key!r} of type {type(key).__name__}; "
+                                "keys must be str, int, float, bool or None")
+            check_loadable(item, f"{where}[{key!r}]", active)
         active.discard(id(value))
         return
     hint = ""

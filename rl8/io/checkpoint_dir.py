@@ -102,23 +102,16 @@ class CheckpointManager:
         for entry in self.directory.iterdir():
             if not self._tmp_pattern.fullmatch(entry.name):
                 continue
-            try:
+            with contextlib.suppress(OSError):  # a live writer's lock; Windows: an open file
                 if now - entry.stat().st_mtime < STALE_TMP_SECONDS:
                     continue  # possibly a writer between creating and locking it
                 fd = os.open(entry, os.O_RDONLY)
-            except OSError:
-                continue
-            try:
-                if fcntl is not None:
-                    try:
+                try:
+                    if fcntl is not None:
                         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    except OSError:
-                        continue  # a live writer holds it
-                entry.unlink()  # on Windows an open file cannot be deleted: OSError, kept
-            except OSError:
-                pass
-            finally:
-                os.close(fd)
+                    entry.unlink()
+                finally:
+                    os.close(fd)
 
     def list(self) -> list[Path]:
         """This manager's checkpoint files, sorted by step (oldest first)."""
@@ -253,13 +246,11 @@ class CheckpointDirLock:
 
     @staticmethod
     def _lock(fd: int) -> bool:
-        if fcntl is None:
+        with contextlib.suppress(OSError):
+            if fcntl is not None:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return True
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return True
-        except OSError:
-            return False
+        return False
 
     def _alive(self, record: Mapping[str, Any]) -> bool:
         """Whether the process a record names runs on this host (without file locks: Windows)."""
@@ -388,12 +379,17 @@ def resolve_checkpoint(ref: str | os.PathLike[str], *, tracking_uri: str | None 
 
 def read_checkpoint(ref: str | os.PathLike[str], *, tracking_uri: str | None = None) -> tuple[Path, dict[str, Any]]:
     """The file of :func:`resolve_checkpoint` and its content as this rank loads it (rank 0
-    reads it for every rank); a ``CheckpointError`` if it was written by another number of ranks.
+    reads it for every rank; an actor reads it itself and gets its own entry as ``"actor"``,
+    ``None`` without actor states); a ``CheckpointError`` if it was written by another job.
 
     Args:
         ref: As for :func:`resolve_checkpoint`.
         tracking_uri: As for :func:`resolve_checkpoint`.
     """
+    roles = current_roles()
+    if roles is not None and roles.is_actor:
+        file = resolve_checkpoint(ref, tracking_uri=tracking_uri)
+        return file, checkpoint_for_actor(load_checkpoint(file), file, roles.rank)
     ctx = DistContext()
 
     def read_for_every_rank() -> list[tuple[Path, dict[str, Any]]]:

@@ -41,22 +41,15 @@ def space_to_dict(space: spaces.Space) -> dict[str, Any]:
     """A ``Box``, ``Discrete``, ``MultiDiscrete``, ``MultiBinary`` or ``Dict`` space as a dict
     of tensors and plain values (``TypeError`` for any other space)."""
     if isinstance(space, spaces.Box):
-        return {
-            "type": "Box",
-            "low": torch.from_numpy(np.array(space.low, copy=True)),
-            "high": torch.from_numpy(np.array(space.high, copy=True)),
-            "shape": list(space.shape),
-            "dtype": str(np.dtype(space.dtype)),
-        }
+        return {"type": "Box", "low": torch.from_numpy(np.array(space.low, copy=True)),
+                "high": torch.from_numpy(np.array(space.high, copy=True)), "shape": list(space.shape),
+                "dtype": str(np.dtype(space.dtype))}
     if isinstance(space, spaces.Discrete):
         return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}
     if isinstance(space, spaces.MultiDiscrete):
-        return {
-            "type": "MultiDiscrete",
-            "nvec": torch.from_numpy(np.array(space.nvec, dtype=np.int64)),
-            "start": torch.from_numpy(np.array(space.start, dtype=np.int64)),
-            "dtype": str(np.dtype(space.dtype)),
-        }
+        return {"type": "MultiDiscrete", "nvec": torch.from_numpy(np.array(space.nvec, dtype=np.int64)),
+                "start": torch.from_numpy(np.array(space.start, dtype=np.int64)),
+                "dtype": str(np.dtype(space.dtype))}
     if isinstance(space, spaces.MultiBinary):
         n = space.n
         return {"type": "MultiBinary", "n": int(n) if np.isscalar(n) else [int(x) for x in n]}

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from rl8.fields import read_numbers
+from rl8.fields import int_at_least, read_numbers
 from rl8.training.config import TrainerConfig
 
 __all__ = [
@@ -159,9 +159,7 @@ def int_option(config: Mapping[str, Any], key: str, where: str, minimum: int = 1
     """``config[key]`` as an int >= ``minimum`` (numeric strings as numbers) or ``None``, else a
     :class:`ConfigError` naming ``where`` and ``key``."""
     value = read_numbers(config.get(key), whole_as_int=True)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+    if value is not None and int_at_least(minimum)(value, key) is not None:
         raise ConfigError(f"{where}: {key} must be an int >= {minimum}, got {config.get(key)!r}")
     return value
 

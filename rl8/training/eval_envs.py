@@ -25,13 +25,15 @@ _ON_DEMAND_EVAL_ENVS = 16
 class _FirstState:
     """An env built once by ``build()``, put back in its first state at every :meth:`get`."""
 
-    def __init__(self) -> None:
+    def __init__(self, device: Any) -> None:
+        self.device = device
         self.env: Any = None
         self._state: Any = None
 
     def get(self, build: Any) -> Any:
         if self.env is None:
-            self.env = build()
+            with fork_rng(self.device):  # building it must not move the training RNG
+                self.env = build()
             self._state = self.env.state_dict()
         elif self._state is not None:
             self.env.load_state_dict(self._state)
@@ -59,8 +61,8 @@ class EvalEnvs:
         self.algo = algo
         self.num_envs = num_envs
         self.num_steps = num_steps
-        self._eval = _FirstState()
-        self._record = _FirstState()
+        self._eval = _FirstState(algo.device)
+        self._record = _FirstState(algo.device)
 
     @property
     def eval_env(self) -> Any:
@@ -73,19 +75,15 @@ class EvalEnvs:
         return self._record.env
 
     def _build_eval_env(self) -> Any:
-        algo = self.algo
-        hp = algo.hparams
+        algo, hp = self.algo, self.algo.hparams
         size = self.num_envs if self.num_envs is not None else min(hp.num_envs, _ON_DEMAND_EVAL_ENVS)
-        with fork_rng(algo.device):  # building it must not move the training RNG
-            return make_env(algo.env_spec, size, hp.horizon, device=algo.device, env_kwargs=hp.env_kwargs)
+        return make_env(algo.env_spec, size, hp.horizon, device=algo.device,
+                        env_kwargs=hp.env_kwargs)
 
     def _build_record_env(self) -> Any:
-        algo = self.algo
-        with fork_rng(algo.device):  # building it must not move the training RNG
-            env = make_recording_env(
-                algo.env_spec, env_kwargs=algo.hparams.env_kwargs, horizon=algo.hparams.horizon,
-                device=algo.device,
-            )
+        algo, hp = self.algo, self.algo.hparams
+        env = make_recording_env(algo.env_spec, env_kwargs=hp.env_kwargs, horizon=hp.horizon,
+                                 device=algo.device)
         try:
             check_can_render(env)
         except BaseException:

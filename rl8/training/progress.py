@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import os
+import statistics
 import sys
 import time
 from collections import deque
@@ -27,6 +28,8 @@ __all__ = ["Progress", "is_nan", "mlflow_ui_command", "results_lines", "start_li
 SWITCH_MARGIN = 0.1
 #: Values of a target stat kept for its trend (the ETA of a return target).
 TREND_POINTS = 10
+#: The stats a line shows as the return, the first the stats have (the env's own records first).
+_RETURN_KEYS = ("env_episodes/return_mean", "episodes/return_mean", "rollout/reward_sum_mean")
 
 
 def _format_duration(seconds: float) -> str:
@@ -65,13 +68,10 @@ def _condition_label(condition: Condition) -> str:
 
 def _slope(points: Sequence[tuple[float, float]]) -> float:
     """The least-squares slope of ``(time, value)`` points (value per second)."""
-    n = len(points)
-    mean_t = sum(t for t, _ in points) / n
-    mean_v = sum(v for _, v in points) / n
-    var = sum((t - mean_t) ** 2 for t, _ in points)
-    if var <= 0:
+    try:
+        return statistics.linear_regression(*zip(*points)).slope
+    except statistics.StatisticsError:  # all at one time
         return 0.0
-    return sum((t - mean_t) * (v - mean_v) for t, v in points) / var
 
 
 def mlflow_ui_command(uri: str) -> str:
@@ -160,13 +160,10 @@ class Progress:
             plain line every ``interval_s``); ``False``: quiet.
         stream: Where the progress and summary lines go (default ``sys.stderr``).
         interval_s: Seconds between two plain lines (not a terminal).
-        out: Where the results lines go (default ``sys.stdout``).
     """
 
-    def __init__(self, mode: bool | None, stream: TextIO | None = None, *, interval_s: float = 10.0,
-                 out: TextIO | None = None) -> None:
+    def __init__(self, mode: bool | None, stream: TextIO | None = None, *, interval_s: float = 10.0) -> None:
         self.stream = stream if stream is not None else sys.stderr
-        self.out = out
         try:
             self.tty = bool(self.stream.isatty())
         except (AttributeError, ValueError):
@@ -252,14 +249,9 @@ class Progress:
             return
         now = time.monotonic()
         held = list(held) if held is not None else [False] * len(conditions)
-        # keep the last mean when no episode ended; the env's own records come before PPO's
-        for attr, keys in (
-            ("_latest_return", ["env_episodes/return_mean", "episodes/return_mean", "rollout/reward_sum_mean"]),
-            ("_latest_eval_return", ["eval/env_episodes/return_mean", "eval/episodes/return_mean",
-                                     "eval/rollout/reward_sum_mean"]),
-        ):
-            key = next((key for key in keys if key in stats), None)  # the first kind the stats have
-            if key is not None and not is_nan(stats[key]):
+        for attr, prefix in (("_latest_return", ""), ("_latest_eval_return", "eval/")):
+            key = next((prefix + key for key in _RETURN_KEYS if prefix + key in stats), None)
+            if key is not None and not is_nan(stats[key]):  # else the last mean: no episode ended
                 setattr(self, attr, float(stats[key]))
         linear = {i: c.progress(stats) for i, c in enumerate(conditions)}
         linear = {i: f for i, f in linear.items() if f is not None}
@@ -277,11 +269,7 @@ class Progress:
         self._last_write = now
         t0, steps0 = self._start
         rate = (steps - steps0) / max(now - t0, 1e-9)
-        parts = [f"rl8 {_format_count(steps)} env steps", f"{_format_count(rate)} steps/s"]
-        if self._latest_return is not None:
-            parts.append(f"return {self._latest_return:.4g}")
-        if self._latest_eval_return is not None:
-            parts.append(f"eval return {self._latest_eval_return:.4g}")
+        parts = [f"rl8 {_format_count(steps)} env steps", f"{_format_count(rate)} steps/s", *self._returns()]
         target = self._target
         if target is not None and target in closeness:
             percent = 100 if held[target] else min(99, math.floor(100 * closeness[target]))
@@ -299,6 +287,10 @@ class Progress:
                     parts.append(f"budget {_format_duration(min(budget))} left")
         self._write(" | ".join(parts))
 
+    def _returns(self) -> list[str]:
+        pairs = (("return", self._latest_return), ("eval return", self._latest_eval_return))
+        return [f"{name} {value:.4g}" for name, value in pairs if value is not None]
+
     def _write(self, line: str) -> None:
         if self.tty:
             pad = max(0, self._width - len(line))
@@ -311,10 +303,7 @@ class Progress:
 
     def _print(self, lines: Sequence[str]) -> None:
         self.close()
-        out = self.out if self.out is not None else sys.stdout
-        for line in lines:
-            print(line, file=out)
-        out.flush()
+        print(*lines, sep="\n", flush=True)  # on stdout, where the rl8 command prints them too
 
     def announce(self, trainer: Trainer) -> None:
         """Once per run, as soon as the MLflow run has an id: where the results go."""
@@ -351,13 +340,8 @@ class Progress:
         else:
             cause = "stopped"
         line = f"rl8: {cause} after {_format_count(steps)} env steps in {_format_duration(seconds)}"
-        returns = [
-            f"{name} {value:.4g}"
-            for name, value in (("return", self._latest_return), ("eval return", self._latest_eval_return))
-            if value is not None
-        ]
-        if returns:
-            line += f" ({', '.join(returns)})"
+        if self._returns():
+            line += f" ({', '.join(self._returns())})"
         self.stream.write(line + "\n")
         self.stream.flush()
 

@@ -7,7 +7,6 @@ import contextvars
 import dataclasses
 import json
 import os
-import shutil
 import tempfile
 import warnings
 from collections.abc import Mapping, Sequence
@@ -16,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from rl8.io.checkpoint import CHECKPOINT_POINTER_ARTIFACT, CheckpointError, load_checkpoint, save_checkpoint
-from rl8.io.checkpoint_dir import CheckpointManager, checkpoint_for_actor, read_checkpoint, resolve_checkpoint
+from rl8.io.checkpoint import CHECKPOINT_POINTER_ARTIFACT, CheckpointError, save_checkpoint
+from rl8.io.checkpoint_dir import CheckpointManager
+from rl8.io.checkpoint_dir import read_checkpoint as read_trainer_checkpoint  # rl8 train imports it here
 from rl8.io.export import (
     POLICY_ARTIFACT, check_env_spaces, check_finite_weights, policy_to_dict, save_policy, space_from_dict,
 )
@@ -167,33 +167,21 @@ def log_policy_artifacts(tracker: Any, policy: torch.nn.Module, env: dict[str, A
     """Log the policy file and the ``rl8/checkpoint.json`` pointer to ``checkpoint`` (of env step
     ``step``) to the ``tracker``'s run; files that cannot be staged are a warning, never an
     error (the checkpoint is written already)."""
-    tmp = None
     try:
-        tmp = Path(tempfile.mkdtemp(prefix="rl8-artifacts-"))
-        policy_file = save_policy(policy, tmp / Path(POLICY_ARTIFACT).name, env=env)
-        pointer = tmp / Path(CHECKPOINT_POINTER_ARTIFACT).name
-        pointer.write_text(json.dumps({"path": str(checkpoint), "env/steps": step}))
-        tracker.log_artifact(policy_file, str(Path(POLICY_ARTIFACT).parent))
-        tracker.log_artifact(pointer, str(Path(CHECKPOINT_POINTER_ARTIFACT).parent))
+        staging = tempfile.TemporaryDirectory(prefix="rl8-artifacts-", ignore_cleanup_errors=True)
+        with staging as name:
+            tmp = Path(name)
+            policy_file = save_policy(policy, tmp / Path(POLICY_ARTIFACT).name, env=env)
+            pointer = tmp / Path(CHECKPOINT_POINTER_ARTIFACT).name
+            pointer.write_text(json.dumps({"path": str(checkpoint), "env/steps": step}))
+            tracker.log_artifact(policy_file, str(Path(POLICY_ARTIFACT).parent))
+            tracker.log_artifact(pointer, str(Path(CHECKPOINT_POINTER_ARTIFACT).parent))
     except OSError as exc:
         warnings.warn(
             f"the policy and checkpoint pointer of {checkpoint} were not logged to MLflow run "
             f"{tracker.run_id}: staging them in the temporary folder {tempfile.gettempdir()} "
             f"failed ({exc}); the checkpoint is written and training goes on",
             TrackingWarning, stacklevel=3)
-    finally:
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
-
-
-def read_trainer_checkpoint(ref: str | os.PathLike[str], *, tracking_uri: str | None = None) -> tuple[Path, dict[str, Any]]:
-    """:func:`rl8.io.checkpoint_dir.read_checkpoint`, except on an actor, which reads the file
-    itself and gets its own entry as ``"actor"`` (``None`` without actor states)."""
-    roles = current_roles()
-    if roles is None or not roles.is_actor:
-        return read_checkpoint(ref, tracking_uri=tracking_uri)
-    file = resolve_checkpoint(ref, tracking_uri=tracking_uri)
-    return file, checkpoint_for_actor(load_checkpoint(file), file, roles.rank)
 
 
 def algo_from_checkpoint(file: Path, state: Mapping[str, Any], *, env: Any, hparams: Mapping[str, Any] | None,
@@ -246,17 +234,13 @@ def algo_from_checkpoint(file: Path, state: Mapping[str, Any], *, env: Any, hpar
             what=f"Trainer.from_checkpoint: env={env!r}", source=file,
         )
     roles = current_roles()
-    if roles is not None and roles.is_actor:  # its weights come from its learner
-        own = state.get("actor")
-        if own is not None:  # its envs, RNG streams and episodes go on where they were
-            _load_algo_state(algo, {**algo_state, **own}, file)
-            return algo
+    is_actor = roles is not None and roles.is_actor  # its weights come from its learner
+    if is_actor and state.get("actor") is None:
         # no actor states: its envs start anew, seeded apart from those before the checkpoint
-        steps = int(algo_state["counters"]["steps"])
-        algo.env_seed = derive_seed(algo.env_seed, steps + 1)
+        algo.env_seed = derive_seed(algo.env_seed, int(algo_state["counters"]["steps"]) + 1)
         algo.generator.manual_seed(algo.env_seed)
-        return algo
-    _load_algo_state(algo, algo_state, file)
+    else:  # an actor's envs, RNG streams and episodes go on where they were
+        _load_algo_state(algo, {**algo_state, **(state["actor"] if is_actor else {})}, file)
     return algo
 
 

@@ -3,6 +3,7 @@ checkpoints, resuming and signals (see ``docs/trainer.md``)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -50,18 +51,14 @@ def _env_name(spec: Any) -> str:
 def _memory_stats(device: torch.device) -> dict[str, float]:
     """Resident memory of this process (MiB) and, on CUDA, the device memory of torch."""
     out: dict[str, float] = {}
-    try:
+    with contextlib.suppress(OSError, ValueError, IndexError, AttributeError):
         with open("/proc/self/statm", "rb") as f:
             resident_pages = int(f.read().split()[1])
         out["memory/rss_mb"] = resident_pages * os.sysconf("SC_PAGE_SIZE") / 2**20
-    except (OSError, ValueError, IndexError, AttributeError):
-        pass
-    try:
+    with contextlib.suppress(ImportError, OSError):  # no resource module: Windows
         import resource
         maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         out["memory/max_rss_mb"] = maxrss / (2**20 if sys.platform == "darwin" else 2**10)
-    except (ImportError, OSError):  # pragma: no cover - Windows
-        pass
     if device.type == "cuda":
         out["memory/cuda_allocated_mb"] = torch.cuda.memory_allocated(device) / 2**20
         out["memory/cuda_max_allocated_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
@@ -120,13 +117,9 @@ class Trainer(TrainerCheckpoints):
         the run's params."""
         config = self.config
         self.tracker = Tracker(
-            experiment=self.experiment,
-            run_name=config.run_name,
-            tracking_uri=config.tracking_uri,
-            run_id=config.run_id,
-            enabled=config.tracking and self._dist.is_main,
-            asynchronous=config.async_logging,
-            end_at_exit=True,
+            experiment=self.experiment, run_name=config.run_name, tracking_uri=config.tracking_uri,
+            run_id=config.run_id, enabled=config.tracking and self._dist.is_main,
+            asynchronous=config.async_logging, end_at_exit=True,
         )
         self._run_id: str | None = None
         # a new run in a local store (SQLite, a folder) starts in the logging thread, while the
@@ -135,15 +128,13 @@ class Trainer(TrainerCheckpoints):
             config.async_logging and self.tracker.enabled and self.tracker.is_local
             and config.run_id is None and not self._dist.enabled
         )
-        self._checkpoint_dir: Path | None = None
         # the checkpoint folder belongs to this run alone (rank 0 holds the claim): claimed
         # before the MLflow run starts, so that an unusable folder creates no run
         self._dir_lock: CheckpointDirLock | None = None
         self._resumed_from = resuming_from()
-        if config.checkpoint_dir is not None:
-            self._checkpoint_dir = Path(config.checkpoint_dir).absolute()
-        else:  # checkpoints/<run id> once the run id is known, in this folder
-            self._checkpoints_root = Path("checkpoints").absolute()
+        given = config.checkpoint_dir  # None: checkpoints/<run id> once the run id is known
+        self._checkpoint_dir: Path | None = None if given is None else Path(given).absolute()
+        self._checkpoints_root = Path("checkpoints").absolute()
         self._dist.on_main(self._claim_folder)
         self._run_id, self._checkpoint_dir = self._dist.on_main(lambda: self._start_run(background))
         if background:
@@ -157,8 +148,7 @@ class Trainer(TrainerCheckpoints):
         if self.is_actor:
             return
         if self.config.checkpoint_dir is not None:
-            self._dir_lock = CheckpointDirLock(self._checkpoint_dir, run_id=self.config.run_id,
-                                               resumed_from=self._resumed_from)
+            self._dir_lock = self._claim(self._checkpoint_dir, self.config.run_id)
         else:
             check_writable_folder(self._checkpoints_root)
 
@@ -178,9 +168,9 @@ class Trainer(TrainerCheckpoints):
             return started, self._checkpoint_dir
         # without tracking: a time stamp and a random suffix, unique to this Trainer
         name = started or f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
-        folder = (self._checkpoints_root / name).absolute()
+        folder = self._checkpoints_root / name
         if not self.is_actor:
-            self._dir_lock = CheckpointDirLock(folder, run_id=started, resumed_from=self._resumed_from)
+            self._dir_lock = self._claim(folder, started)
         return started, folder
 
     @property
@@ -203,9 +193,16 @@ class Trainer(TrainerCheckpoints):
         if self._checkpoint_dir is None:
             self._check_run_start(wait=True)
             folder = self._checkpoints_root / str(self._run_id)
-            self._dir_lock = CheckpointDirLock(folder, run_id=self._run_id, resumed_from=self._resumed_from)
+            self._dir_lock = self._claim(folder, self._run_id)
             self._checkpoint_dir = folder
         return self._checkpoint_dir
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise RuntimeError("this Trainer is closed (its MLflow run has ended)")
+
+    def _claim(self, folder: Path, run_id: str | None) -> CheckpointDirLock:
+        return CheckpointDirLock(folder, run_id=run_id, resumed_from=self._resumed_from)
 
     def _release_folder(self) -> None:
         if self._dir_lock is not None:
@@ -261,8 +258,7 @@ class Trainer(TrainerCheckpoints):
 
     def _log(self, stats: Mapping[str, float]) -> None:
         """All stats in one request, at step ``env/steps``; NaN values are left out."""
-        if self.closed:
-            raise RuntimeError("this Trainer is closed (its MLflow run has ended)")
+        self._check_open()
         self._check_run_start()
         metrics = {k: float(v) for k, v in stats.items() if not is_nan(v)}
         self.tracker.log_metrics(metrics, step=int(self.algo.env_steps))
@@ -332,8 +328,7 @@ class Trainer(TrainerCheckpoints):
         Returns:
             The path of the video written.
         """
-        if self.closed:
-            raise RuntimeError("this Trainer is closed (its MLflow run has ended)")
+        self._check_open()
         if path is None:
             path = self.checkpoint_dir / "videos" / f"video-{int(self.algo.env_steps)}.mp4"
         written = self._envs.record(path, deterministic=deterministic, max_steps=max_steps,
@@ -385,8 +380,7 @@ class Trainer(TrainerCheckpoints):
             rl8.training.conditions.MissingStatError: A condition on a stat that the run never
                 reports (an ``eval/`` stat without ``steps_per_eval``, a typo).
         """
-        if self.closed:
-            raise RuntimeError("this Trainer is closed (its MLflow run has ended)")
+        self._check_open()
         if self.is_actor:  # collect until the learners stop the job
             return TrainStats(run_actor(self.algo, self.config, env_config=env_config))
         check_eval_plan(steps_per_eval, eval_env_config)

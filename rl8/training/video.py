@@ -153,14 +153,12 @@ def make_recording_env(spec: Any, *, env_kwargs: Mapping[str, Any] | None = None
         RenderError: Building the env failed for want of OpenGL.
     """
     prepare_headless_rendering()
-    kwargs = dict(env_kwargs or {})
-    if isinstance(spec, GymnasiumEnvFactory):  # it takes no extra arguments: make one
-        factory_kwargs = {**spec.kwargs, **kwargs}
-        if factory_kwargs.get("render_mode") is None:
-            factory_kwargs["render_mode"] = "rgb_array"
-        return GymnasiumEnvFactory(spec.cls, spec.env, factory_kwargs)(1, horizon, device=device)
-    if env_target(spec).gymnasium and kwargs.get("render_mode") is None:
+    factory = isinstance(spec, GymnasiumEnvFactory)
+    kwargs = {**(spec.kwargs if factory else {}), **(env_kwargs or {})}
+    if (factory or env_target(spec).gymnasium) and kwargs.get("render_mode") is None:
         kwargs["render_mode"] = "rgb_array"
+    if factory:  # it takes no extra arguments: make one
+        return GymnasiumEnvFactory(spec.cls, spec.env, kwargs)(1, horizon, device=device)
     try:
         return make_env(spec, 1, horizon, device=device, env_kwargs=kwargs)
     except Exception as exc:  # MUJOCO_GL naming a backend whose library is missing fails here

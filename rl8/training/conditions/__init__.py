@@ -1,9 +1,5 @@
-"""Stop conditions: when to end a training run (see ``docs/conditions.md``).
-
-The contract and ``And``/``Or`` live in :mod:`~rl8.training.conditions.base`, the conditions in
-:mod:`~rl8.training.conditions.stats` and :mod:`~rl8.training.conditions.clock`, building them
-from config files in :mod:`~rl8.training.conditions.config`; this package exports them.
-"""
+"""Stop conditions: when to end a training run (see ``docs/conditions.md``); this package
+exports those of its modules."""
 
 from rl8.training.conditions.base import (
     COUNTER_PREFIXES, EVAL_PREFIX, And, Condition, MissingStatError, Or, StatCondition,

@@ -69,8 +69,7 @@ def from_config(spec: Mapping[str, Any], *, _path: str = "", _depth: int = 1) ->
         return cls(children)
     if not isinstance(args, Mapping):
         raise ValueError(f"{where}: expected a mapping of arguments, got {args!r}")
-    parameters = dict(inspect.signature(cls.__init__).parameters)
-    parameters.pop("self")
+    parameters = inspect.signature(cls).parameters
     unknown = [field for field in args if field not in parameters]
     if unknown:
         field = unknown[0]
