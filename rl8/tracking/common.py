@@ -1,6 +1,4 @@
-"""What rl8's tracking modules share: the errors, the limits of MLflow's requests, the
-environment variables of MLflow's HTTP client (:func:`http_policy`), run tags, and params as
-MLflow stores them (:func:`flatten_params`)."""
+"""What rl8's tracking modules share: the errors and the HTTP policy of MLflow's client."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""What waits for the tracking store: the bounded queue of metrics and params (:class:`Outbox`),
-the courier that delivers it with MLflow's retries (:class:`Courier`) and the logging thread
-of an asynchronous tracker (:class:`LogThread`)."""
+"""What waits for the tracking store: the bounded queue (:class:`Outbox`), the :class:`Courier`
+that delivers it and the logging thread of an asynchronous tracker (:class:`LogThread`)."""
 
 from __future__ import annotations
 

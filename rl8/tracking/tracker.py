@@ -1,6 +1,4 @@
-"""The :class:`Tracker` of one MLflow run, through its own ``MlflowClient`` (never MLflow's
-global active run), with one bounded queue for what a down server cannot take (see
-``docs/tracking.md``)."""
+"""The :class:`Tracker` of one MLflow run, through its own ``MlflowClient`` (docs/tracking.md)."""
 
 from __future__ import annotations
 
@@ -440,13 +438,11 @@ class Tracker:
         if not self.enabled:
             return
         self._check_started()
-        ms = int(time.time() * 1000)
-        values, steps = [], 0
-        for metrics, step in items:
-            values.extend((str(k), _to_float(k, v), ms, int(step)) for k, v in metrics.items())
-            steps += 1
+        ms, items = int(time.time() * 1000), list(items)
+        values = [(str(k), _to_float(k, v), ms, int(step))
+                  for metrics, step in items for k, v in metrics.items()]
         if values:
-            self._queued(self._outbox.add(metrics=values, steps=steps))
+            self._queued(self._outbox.add(metrics=values, steps=len(items)))
 
     def flush(self, timeout_s: float | None = None) -> bool:
         """Try now to deliver everything queued (asynchronous: wait at most ``timeout_s`` seconds,
