@@ -1,7 +1,5 @@
-"""Proximal Policy Optimization over batched environments, read top to bottom in :class:`PPO`:
-:meth:`PPO.collect` fills the rollout buffer, :meth:`PPO.update` computes GAE advantages and runs
-``num_sgd_iters`` passes of minibatch SGD on :func:`rl8.ppo.losses.ppo_loss`.
-"""
+"""Proximal Policy Optimization over batched environments: :meth:`PPO.collect` fills the rollout
+buffer, :meth:`PPO.update` computes GAE advantages and runs minibatch SGD on the PPO loss."""
 
 from __future__ import annotations
 
