@@ -103,11 +103,7 @@ def lookup(name: str) -> Any:
         return None
     if name in _USER:
         return _USER[name]
-    for find in (_rl8_object, _torch_object, _existing_subclass):
-        obj = find(name)
-        if obj is not None:
-            return obj
-    return None
+    return _rl8_object(name) or _torch_object(name) or _existing_subclass(name)
 
 
 def is_user_registered(name: str, obj: Any) -> bool:
@@ -184,8 +180,7 @@ def _existing_subclass(name: str) -> Any:
     (a class defined again), the one its module binds to that name now."""
     found: list[type] = []
     for module_name, attr in _AUTO_BASES:
-        module = sys.modules.get(module_name)
-        base = getattr(module, attr, None) if module is not None else None
+        base = getattr(sys.modules.get(module_name), attr, None)
         if base is not None:
             found += [cls for cls in _subclasses(base) if qualified_name(cls) == name and cls not in found]
     if not found:

@@ -1,7 +1,5 @@
-"""Proximal Policy Optimization over batched environments, read top to bottom in :class:`PPO`:
-:meth:`PPO.collect` fills the rollout buffer, :meth:`PPO.update` computes GAE advantages and runs
-``num_sgd_iters`` passes of minibatch SGD on :func:`rl8.ppo.losses.ppo_loss`.
-"""
+"""Proximal Policy Optimization over batched environments: :meth:`PPO.collect` fills the rollout
+buffer, :meth:`PPO.update` computes GAE advantages and runs minibatch SGD on the PPO loss."""
 
 from __future__ import annotations
 
@@ -60,16 +58,15 @@ class PPO:
         policy: The :class:`~rl8.Policy` (model + distribution + normaliser).
         optimizer: The torch optimizer.
         buffer: The :class:`~rl8.ppo.buffer.RolloutBuffer`.
-        amp_dtype: The dtype of the forward passes' autocast (:func:`~rl8.ppo.precision.choose_amp_dtype`):
-            ``torch.float32`` (no autocast) unless ``enable_amp``.
+        amp_dtype: The forward passes' autocast dtype (``torch.float32``: none; see ``enable_amp``).
         compiled: With ``compile=True``, the :class:`~rl8.ppo.compiled.CompiledSteps`; else ``None``.
-        collector: With ``collect_mode="overlap"``, the :class:`~rl8.ppo.overlap.OverlapCollector`
-            (the actor side, which collects in the background); ``None`` in sync mode.
+        collector: With ``collect_mode="overlap"``, the :class:`~rl8.ppo.overlap.OverlapCollector`.
         minibatch_size: Transitions per minibatch (:meth:`HParams.minibatch_size_for <rl8.HParams.minibatch_size_for>`).
         env_steps: Env transitions collected so far (all envs of every rank: the whole job).
         env_resets: Times PPO reset all envs.
         collects: Number of :meth:`collect` calls.
         steps: Number of :meth:`update` calls (optimisation steps of the policy).
+        behaviour_version: The :attr:`steps` count of the weights that collected the buffer.
         advantage_weights: ``None``, or ``[num_envs, horizon]`` weights of the (normalised)
             advantages in the next :meth:`update` only (importance weights of actors).
     """
@@ -119,16 +116,13 @@ class PPO:
         self.entropy_coeff_schedule = hp.entropy_coeff_at()
         self.amp_dtype = choose_amp_dtype(self.device, hp.enable_amp)  # float32: no autocast
         self.grad_scaler = torch.amp.GradScaler("cuda") if self.amp_dtype == torch.float16 else None
-        # compile=True: the compiled rollout step and minibatch step (rl8.ppo.compiled), else None
         self.compiled = self._make_compiled() if hp.compile else None
         self.env_steps = self.env_resets = self.collects = self.steps = 0
         self._obs: torch.Tensor | TensorDictBase | None = None
         self._validated = False
         self.episodes = EpisodeTracker(hp.num_envs, self.device)
-        # collect_mode="overlap": the actor side, which collects in the background
         self.collector = self._make_collector() if hp.collect_mode == "overlap" else None
-        self._behaviour_version = 0  # the update count of the weights that collected the buffer
-        # [num_envs, horizon] weights of the next update's (normalised) advantages, or None
+        self.behaviour_version = 0
         self.advantage_weights: torch.Tensor | None = None
 
     @classmethod
@@ -162,7 +156,7 @@ class PPO:
         if self.next_collect_resets:
             self.reset_envs(env_config=env_config)
         self._obs = self._rollout(self.policy, self.buffer, self.carry, self._obs, self.generator, deterministic)
-        self._behaviour_version = self.steps
+        self.behaviour_version = self.steps
         self._count_collect()
         return self._collect_stats()
 
@@ -176,7 +170,7 @@ class PPO:
         if self.collects == 0:
             raise RuntimeError("PPO.update() needs a collect() first: the rollout buffer is empty")
         hp = self.hparams
-        policy_lag = self.steps - self._behaviour_version  # updates since the buffer's weights
+        policy_lag = self.steps - self.behaviour_version  # updates since the buffer's weights
         samples, explained_variance = self._training_samples()
         lr, entropy_coeff = self.lr_schedule(self.env_steps), self.entropy_coeff_schedule(self.env_steps)
         for group in self.optimizer.param_groups:
@@ -361,7 +355,7 @@ class PPO:
             collector.sync(self.policy, self.steps)
             collector.start(self._obs, deterministic, background=False)
         done = collector.hand_over(self.buffer)
-        self._obs, self._behaviour_version = done.obs, done.version
+        self._obs, self.behaviour_version = done.obs, done.version
         self._count_collect()
         if not self.next_collect_resets:
             collector.sync(self.policy, self.steps)
@@ -386,18 +380,13 @@ class PPO:
         find_cause = self._check_buffer_finite if self.hparams.check_finite_collects != 0 else None
         check_stats_finite(stats, names, where, self.env_steps, find_cause)
 
-    @property
-    def behaviour_version(self) -> int:
-        """The update count (:attr:`steps`) of the weights that collected the buffer's rollout."""
-        return self._behaviour_version
-
     @torch.no_grad()
     def collect_received(self, fill: Callable[[RolloutBuffer], None]) -> Stats:
         """A learner's collect (:mod:`rl8.training.actors`): ``fill`` writes the rollouts other
         processes collected into the buffer it is given; returns the stats as :meth:`collect`."""
         fill(self.buffer)
         self.buffer.env_episodes = None  # the actors report their envs' records themselves
-        self._behaviour_version = self.steps
+        self.behaviour_version = self.steps
         self._validated = True
         self._count_collect()
         return self._collect_stats()
@@ -422,16 +411,6 @@ class PPO:
         if self.reward_normalizer is not None:
             self.reward_normalizer.reset()
         self._env_carry.reset()
-
-    def _reset_envs_later(self) -> None:
-        if self.collector is not None:
-            self.collector.discard()
-        self._obs = None
-
-    def _settle(self) -> None:
-        """Overlap mode: wait for the rollout in flight (kept for the next collect)."""
-        if self.collector is not None and self.collector.in_flight:
-            self._obs = self.collector.wait().obs
 
     @property
     def _env_carry(self) -> RolloutCarry:
@@ -483,7 +462,9 @@ class PPO:
                     "(Trainer(eval_num_envs=...)) to evaluate at any time."
                 )
             env = self.env
-            self._reset_envs_later()  # the next training collect resets the envs
+            if self.collector is not None:
+                self.collector.discard()
+            self._obs = None  # the next training collect resets the envs
         config = {**hp.env_config, **(env_config or {})}
         obs = env.reset(config=config or None)
         validate_reset_output(obs, env)
@@ -495,7 +476,8 @@ class PPO:
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue training exactly, as tensors and plain values
         (docs/checkpoints.md); in overlap mode the rollout in flight included."""
-        self._settle()
+        if self.collector is not None and self.collector.in_flight:  # kept for the next collect
+            self._obs = self.collector.wait().obs
         return {
             "hparams": self.hparams.to_plain(),
             "seed": self.seed,
@@ -531,7 +513,7 @@ class PPO:
         load_rng_state(state["rng"], generator=self.generator, eval_generator=self.eval_generator)
         if self.collector is not None and state.get("overlap") is not None:
             self.collector.load_state_dict(state["overlap"], self._obs)
-            self._behaviour_version = self.steps  # the collector's rollout (if any) brings its own
+            self.behaviour_version = self.steps  # the collector's rollout (if any) brings its own
 
     def close(self) -> None:
         """Overlap mode: join the rollout thread (its rollout kept for the next :meth:`collect`).

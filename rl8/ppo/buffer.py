@@ -52,8 +52,7 @@ class RolloutBuffer:
     Attributes:
         data: ``[num_envs, horizon + 1]`` views of time-major storage (flatten with ``reshape``).
         columns: Each key's ``horizon + 1`` per-step views, which the rollout loop writes into.
-        stacked: The time-major storage of ``values``, ``rewards`` and small ``obs``, which a
-            collect fills with one :meth:`stack` per key.
+        stacked: The storage of ``values``, ``rewards`` and small ``obs``, filled by :meth:`stack`.
         env_episodes: The env's own records of the episodes of the rollout, or ``None``.
     """
 
@@ -63,9 +62,7 @@ class RolloutBuffer:
         device: torch.device | str = "cpu", episodic: bool = False,
         state_example: TensorDictBase | None = None, seq_len: int = 1,
     ) -> None:
-        self.num_envs = num_envs
-        self.horizon = horizon
-        self.episodic = episodic
+        self.num_envs, self.horizon, self.episodic, self.seq_len = num_envs, horizon, episodic, seq_len
         shape = [num_envs, horizon + 1]
 
         def steps_first(tail: tuple[int, ...] = (), dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -88,7 +85,6 @@ class RolloutBuffer:
             data["terminated"] = steps_first(dtype=torch.bool)
             data["truncated"] = steps_first(dtype=torch.bool)
             data["final_obs"] = obs_like()
-        self.seq_len = seq_len
         self.states: TensorDictBase | None = None
         self.post_states: TensorDictBase | None = None
         if state_example is not None:
@@ -312,11 +308,9 @@ def _device_memory(device: torch.device) -> int | None:
     """Total memory of ``device`` in bytes, or ``None`` where it cannot be told."""
     if device.type == "cuda":
         return torch.cuda.mem_get_info(device)[1]
-    if device.type == "cpu" and hasattr(os, "sysconf"):
-        try:
+    with contextlib.suppress(AttributeError, ValueError, OSError):  # no sysconf, or no answer
+        if device.type == "cpu":
             return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        except (ValueError, OSError):
-            return None
     return None
 
 

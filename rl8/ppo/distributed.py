@@ -1,7 +1,5 @@
-"""Data-parallel training over torch.distributed (torchrun; ``docs/distributed.md``): every
-rank collects, gradients and stats are averaged across ranks. Outside a process group every
-operation here is a no-op; a failed collective raises :class:`DistributedError`, never hangs.
-"""
+"""Data-parallel training over torch.distributed (torchrun; ``docs/distributed.md``); outside a
+process group every operation is a no-op, a failed collective raises :class:`DistributedError`."""
 
 from __future__ import annotations
 
@@ -9,7 +7,6 @@ import atexit
 import contextlib
 import dataclasses
 import datetime
-import math
 import os
 import pickle
 import time
@@ -19,6 +16,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
+
+from rl8.fields import is_number, read_numbers
 
 __all__ = [
     "DEFAULT_TIMEOUT_S", "TIMEOUT_ENV_VAR", "WEIGHT_SYNC_METHODS", "DistContext",
@@ -135,13 +134,10 @@ def _timeout_from_env() -> float:
     text = os.environ.get(TIMEOUT_ENV_VAR, "")
     if not text.strip():
         return DEFAULT_TIMEOUT_S
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0 < value < math.inf:
+    value = read_numbers(text)
+    if not (is_number(value) and value > 0):
         raise ValueError(f"{TIMEOUT_ENV_VAR}: expected a number of seconds > 0, got {text!r}")
-    return value
+    return float(value)
 
 
 def init_distributed(
@@ -278,19 +274,15 @@ class DistContext:
         """Average the gradients of ``params`` across ranks with ONE all-reduce."""
         if not self.enabled:
             return
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-        flat = torch.cat([g.reshape(-1) for g in grads])
+        for p in params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        flat = torch.cat([p.grad.reshape(-1) for p in params])
         with self._collective("the all-reduce of gradients"):
             dist.all_reduce(flat, group=self.group)
         flat.div_(self.world_size)
-        offset = 0
-        for p, g in zip(params, grads):
-            n = g.numel()
-            if p.grad is None:
-                p.grad = flat[offset : offset + n].view_as(p).clone()
-            else:
-                p.grad.copy_(flat[offset : offset + n].view_as(p))
-            offset += n
+        for p, averaged in zip(params, flat.split([p.numel() for p in params])):
+            p.grad.copy_(averaged.view_as(p))
 
     def broadcast_module(self, module: nn.Module, src: int = 0) -> None:
         """Make every rank's parameters and buffers equal to rank ``src``'s."""

@@ -1,7 +1,5 @@
-"""PPO's hyper-parameters: one frozen, validated dataclass (``docs/hparams.md``). Each is one
-field (type, default, check, doc), from which error messages, the docstring, checkpoints, MLflow
-params and config files derive.
-"""
+"""PPO's hyper-parameters: one frozen, validated dataclass of fields (type, default, check, doc),
+from which messages, the docstring, checkpoints and MLflow params derive (``docs/hparams.md``)."""
 
 from __future__ import annotations
 
@@ -58,9 +56,7 @@ def _divisors(n: int) -> list[int]:
 def _nearest_divisors(n: int, value: float) -> list[int]:
     """The divisors of ``n`` closest to ``value`` from below and from above (one or two)."""
     divisors = _divisors(n)
-    below = [d for d in divisors if d < value]
-    above = [d for d in divisors if d > value]
-    return [*below[-1:], *above[:1]]
+    return [*[d for d in divisors if d < value][-1:], *[d for d in divisors if d > value][:1]]
 
 
 def _or(values: Any) -> str:
@@ -80,7 +76,6 @@ _DICT = check("a dict", lambda v: isinstance(v, dict))
 _UNIT = _number("a number in [0, 1]", lambda v: 0.0 <= v <= 1.0)
 _POSITIVE = _number("a finite number > 0", lambda v: v > 0)
 _WEIGHT = _number("a number >= 0", lambda v: v >= 0)
-_DEVICE = "'auto', 'cpu', 'cuda', 'cuda:N' or a torch.device"
 
 
 def _schedule(expected: str, ok: Callable[[float], bool]) -> Check:
@@ -125,7 +120,7 @@ def _device(value: Any, name: str) -> str | None:
     except (RuntimeError, TypeError):
         device = None
     if device is None:
-        return _DEVICE
+        return "'auto', 'cpu', 'cuda', 'cuda:N' or a torch.device"
     problem = missing_cuda_device(device)
     return None if problem is None else f"a device that exists ({problem})"
 
@@ -150,30 +145,21 @@ class HParams:
         "Env steps collected per env between updates; the buffer holds ``num_envs * horizon`` "
         "transitions."))
     horizons_per_env_reset: int = _hparam(-1, _nonzero_int("k > 0: every k collects; k < 0: once"), doc=(
-        "``k > 0``: PPO resets every env every ``k`` collects; ``k < 0``: only once, before the "
-        "first collect. ``0`` is invalid. Episodic envs also reset finished sub-envs themselves."))
+        "``k > 0``: PPO resets every env every ``k`` collects; ``k < 0``: only before the first."))
     collect_mode: Literal["sync", "overlap"] = _hparam("sync", one_of("sync", "overlap"), doc=(
-        "``\"sync\"``: :meth:`PPO.collect <rl8.PPO.collect>` steps the envs, then "
-        ":meth:`PPO.update <rl8.PPO.update>` trains on what it collected. ``\"overlap\"``: the "
-        "next collect runs in a background thread while the update runs, with a copy of the "
-        "policy synced after every update, so each batch is collected with weights one update "
-        "old (``monitors/policy_lag``; the PPO ratio uses the stored behaviour log-probs). See "
-        "``docs/collection.md`` (\"Overlapped collection\")."))
+        "``\"sync\"``, or ``\"overlap\"``: the next collect runs in a background thread with a "
+        "copy of the policy one update old, while the update runs (``docs/collection.md``)."))
     gamma: float = _hparam(0.99, _UNIT, doc="Discount factor in [0, 1].")
     gae_lambda: float = _hparam(0.95, _UNIT, doc="GAE's lambda in [0, 1].")
     num_sgd_iters: int = _hparam(8, int_at_least(1), doc="Passes (epochs) over the buffer per update.")
     sgd_minibatch_size: int | Literal["auto"] | None = _hparam(
         "auto",
         check("an int >= 1, 'auto' or None", lambda v: v is None or v == "auto" or is_int(v) and v >= 1),
-        doc=("Transitions per minibatch; must divide ``num_envs * horizon`` (and, for recurrent "
-             "models, be a multiple of the sequence length). ``None``: the whole buffer as one "
-             "minibatch. ``\"auto\"`` (default): the buffer split into ``num_minibatches`` equal "
-             "minibatches."))
+        doc=("Transitions per minibatch, a divisor of ``num_envs * horizon``; ``None``: the whole "
+             "buffer; ``\"auto\"``: the buffer split into ``num_minibatches``."))
     num_minibatches: int | None = _hparam(None, optional(int_at_least(1)), doc=(
-        "With ``sgd_minibatch_size=\"auto\"``: minibatches per pass; must divide the number of "
-        "samples (transitions, or sequences for recurrent models). ``None`` (default): 4, as in "
-        "CleanRL's ``ppo.py``, or the largest count below 4 that divides the samples (1: the "
-        "whole buffer), so that every batch shape works."))
+        "With ``sgd_minibatch_size=\"auto\"``: minibatches per pass; ``None``: 4 (CleanRL's), or "
+        "the largest count below that divides the samples."))
     shuffle_minibatches: bool = _hparam(True, _BOOL, doc=(
         "Draw minibatches from a fresh random permutation every pass."))
     clip_param: float = _hparam(0.2, _POSITIVE, doc="PPO's ratio clip epsilon (> 0).")
@@ -211,21 +197,15 @@ class HParams:
         "Accumulate gradients over all minibatches of a pass and take one optimizer step per "
         "pass (instead of one per minibatch)."))
     enable_amp: bool = _hparam(False, _BOOL, doc=(
-        "Mixed precision: bfloat16 autocast on CUDA GPUs of compute capability 8.0 and later and "
-        "on CPUs with AVX-512, AMX or SVE; float16 autocast with a gradient scaler on older CUDA "
-        "GPUs; float32 with a warning on other CPUs (``PPO.amp_dtype`` says which)."))
+        "Mixed precision: bfloat16 (float16 on CUDA before 8.0) autocast where the device runs "
+        "it fast, else float32 with a warning (``PPO.amp_dtype`` says which)."))
     compile: bool = _hparam(False, _BOOL, doc=(
-        "``torch.compile`` the policy's rollout step and the update's minibatch step: loss, "
-        "gradients, grad-norm clip and Adam/AdamW step as one compiled function where that is "
-        "exact, else the loss (its backward pass too) with an eager optimizer step "
-        "(``PPO.compiled.train_step_kind``); CUDA graphs for the rollout step on CUDA. Compiles "
-        "at the first collect and update (``profiling/compile_ms``); not with "
-        "``collect_mode=\"overlap\"``. See ``docs/hparams.md`` (Speed)."))
+        "``torch.compile`` the rollout step and the update's minibatch step (not with "
+        "``collect_mode=\"overlap\"``; ``docs/hparams.md``, Speed)."))
     optimizer_cls: Any = _hparam("torch.optim.Adam", _class_or_path, doc=(
         "A ``torch.optim.Optimizer`` subclass or its dotted path (``\"torch.optim.Adam\"``)."))
     optimizer_kwargs: dict[str, Any] = _hparam({"eps": 1e-5}, _optimizer_kwargs, doc=(
-        "Extra keyword arguments of the optimizer (``lr`` is set from ``lr``). Default: Adam's "
-        "``eps=1e-5`` as in the 37 details."))
+        "Extra keyword arguments of the optimizer (not ``lr``); default Adam's ``eps=1e-5``."))
     model_cls: Any = _hparam(None, _class_or_path, doc=(
         "A :class:`rl8.Model` subclass (see :mod:`rl8.policies.models`), its dotted path, or ``None`` for "
         "the default."))
@@ -254,14 +234,10 @@ class HParams:
 
     # ------------------------------------------------------------------ validation
     def __post_init__(self) -> None:
-        """Check every field with its own check, then :meth:`_check_together`."""
+        """Check every field with its own check, then those that involve several fields."""
         invalid = first_invalid(self)
         if invalid is not None:
             raise ValueError(f"hparam {invalid.name}: expected {invalid.expected}, got {invalid.value!r}")
-        self._check_together()
-
-    def _check_together(self) -> None:
-        """The checks that involve several fields."""
         if self.num_minibatches is not None and self.sgd_minibatch_size != "auto":
             raise ValueError(
                 f"hparam num_minibatches: only applies with sgd_minibatch_size='auto', but "
@@ -349,47 +325,42 @@ class HParams:
         return self.minibatch_size_for(1)
 
     def minibatch_size_for(self, seq_len: int) -> int:
-        """Transitions per minibatch when the samples are sequences of ``seq_len`` steps (1
-        for feedforward models); a size that does not fit is a ``ValueError`` listing the
-        nearest valid values.
+        """Transitions per minibatch when the samples are sequences of ``seq_len`` steps (1 for
+        feedforward models); a size that does not fit is a ``ValueError`` naming the nearest.
 
         Args:
             seq_len: Steps per training sample (it divides ``horizon``).
         """
-        samples = self.batch_size // seq_len
-        if self.sgd_minibatch_size is None:
+        size, count = self.sgd_minibatch_size, self.num_minibatches
+        samples = self.batch_size // seq_len  # training samples: transitions or sequences
+        formula = f"{self.num_envs} * {self.horizon} = {self.batch_size}"
+        if size is None:
             return self.batch_size
-        if self.sgd_minibatch_size != "auto":
-            size = self.sgd_minibatch_size
-            if size % seq_len or samples % (size // seq_len):
-                nearest = _nearest_divisors(samples, size / seq_len)
-                what = f"a divisor of num_envs * horizon = {self._batch_formula()}"
-                if seq_len > 1:
-                    what = (
-                        f"a multiple of seq_len={seq_len} (a recurrent model trains on whole "
-                        f"sequences) that divides num_envs * horizon = {self._batch_formula()}"
-                    )
-                raise ValueError(
-                    f"hparam sgd_minibatch_size: expected {what}, got {size}; nearest valid: "
-                    f"{_or(d * seq_len for d in nearest)} (or leave it at 'auto' and set "
-                    "num_minibatches)"
-                )
-            return size
-        if self.num_minibatches is None:
-            count = max(d for d in _divisors(samples) if d <= _DEFAULT_NUM_MINIBATCHES)
-        else:
-            count = self.num_minibatches
+        if size == "auto" and count is None:
+            count = max(d for d in range(1, _DEFAULT_NUM_MINIBATCHES + 1) if samples % d == 0)
+            return self.batch_size // count
+        if size == "auto":
             if samples % count:
                 unit = "transitions" if seq_len == 1 else f"sequences of seq_len={seq_len} steps"
                 raise ValueError(
                     f"hparam num_minibatches: expected a divisor of the {samples} {unit} in the "
-                    f"buffer (num_envs * horizon = {self._batch_formula()}), got {count}; "
+                    f"buffer (num_envs * horizon = {formula}), got {count}; "
                     f"nearest valid: {_or(_nearest_divisors(samples, count))}"
                 )
-        return self.batch_size // count
-
-    def _batch_formula(self) -> str:
-        return f"{self.num_envs} * {self.horizon} = {self.batch_size}"
+            return self.batch_size // count
+        if size % seq_len or samples % (size // seq_len):
+            what = f"a divisor of num_envs * horizon = {formula}"
+            if seq_len > 1:
+                what = (
+                    f"a multiple of seq_len={seq_len} (a recurrent model trains on whole "
+                    f"sequences) that divides num_envs * horizon = {formula}"
+                )
+            raise ValueError(
+                f"hparam sgd_minibatch_size: expected {what}, got {size}; nearest valid: "
+                f"{_or(d * seq_len for d in _nearest_divisors(samples, size / seq_len))} (or leave "
+                "it at 'auto' and set num_minibatches)"
+            )
+        return size
 
     def resolved_device(self) -> torch.device:
         """The torch device: ``"auto"`` is CUDA when available, else CPU."""

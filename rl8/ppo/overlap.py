@@ -24,6 +24,7 @@ __all__ = ["OverlapCollector", "Rollout", "RolloutFn"]
 #: How long the interpreter waits at exit for a rollout still in flight (seconds).
 EXIT_JOIN_TIMEOUT_S = 30.0
 _COLLECTORS: weakref.WeakSet[OverlapCollector] = weakref.WeakSet()
+_STORAGE = ("data", "states", "post_states")  # the tensordicts of a RolloutBuffer
 
 
 @atexit.register
@@ -128,19 +129,20 @@ class OverlapCollector:
             raise RuntimeError("OverlapCollector.start: the previous rollout was not handed over")
         self._deterministic = deterministic
         if not background:
-            self._done = Rollout(self._run_rollout(obs, deterministic), self.version, deterministic)
+            self._run_rollout(obs, deterministic)
             return
         self._thread = threading.Thread(
             target=self._background, args=(obs, deterministic), name="rl8-overlap-collector", daemon=True
         )
         self._thread.start()
 
-    def _run_rollout(self, obs: torch.Tensor | TensorDictBase, deterministic: bool) -> torch.Tensor | TensorDictBase:
-        return self._run(self.policy, self.buffer, self.carry, obs, self.generator, deterministic)
+    def _run_rollout(self, obs: torch.Tensor | TensorDictBase, deterministic: bool) -> None:
+        obs = self._run(self.policy, self.buffer, self.carry, obs, self.generator, deterministic)
+        self._done = Rollout(obs, self.version, deterministic)
 
     def _background(self, obs: torch.Tensor | TensorDictBase, deterministic: bool) -> None:
         try:
-            self._done = Rollout(self._run_rollout(obs, deterministic), self.version, deterministic)
+            self._run_rollout(obs, deterministic)
         except BaseException as exc:  # raised by the next wait(), in the caller's thread
             self._error = exc
 
@@ -170,12 +172,11 @@ class OverlapCollector:
     def hand_over(self, buffer: RolloutBuffer) -> Rollout:
         """Copy the finished rollout into the learner's ``buffer`` and return it (idle after)."""
         done = self.wait()
-        buffer.data.update_(self.buffer.data)
         buffer.env_episodes = self.buffer.env_episodes
-        if self.buffer.states is not None:
-            buffer.states.update_(self.buffer.states)
-        if self.buffer.post_states is not None:
-            buffer.post_states.update_(self.buffer.post_states)
+        for name in _STORAGE:
+            source = getattr(self.buffer, name)
+            if source is not None:
+                getattr(buffer, name).update_(source)
         self._done = None
         return done
 
@@ -191,10 +192,9 @@ class OverlapCollector:
         if not self.idle:
             done = self.wait()
             done_records = self.buffer.env_episodes  # the env's own records of that rollout
+            storage = {name: getattr(self.buffer, name) for name in _STORAGE}
             rollout = {
-                "data": self.buffer.data.clone().to_dict(),
-                "states": None if self.buffer.states is None else self.buffer.states.clone().to_dict(),
-                "post_states": None if self.buffer.post_states is None else self.buffer.post_states.clone().to_dict(),
+                **{name: None if td is None else td.clone().to_dict() for name, td in storage.items()},
                 "env_episodes": None if done_records is None else dataclasses.asdict(done_records),
                 "version": done.version,
                 "deterministic": done.deterministic,
@@ -210,8 +210,7 @@ class OverlapCollector:
         if rollout is None or obs is None:
             return
         device = self.buffer.data.device
-        self.buffer.data.update_(TensorDict(rollout["data"], batch_size=self.buffer.data.batch_size).to(device))
-        for name in ("states", "post_states"):
+        for name in _STORAGE:
             if rollout[name] is not None:
                 target = getattr(self.buffer, name)
                 target.update_(TensorDict(rollout[name], batch_size=target.batch_size).to(device))

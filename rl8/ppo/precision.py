@@ -1,6 +1,4 @@
-"""The dtype of ``enable_amp``'s autocast: bfloat16 where the device runs it natively (CUDA GPUs
-of compute capability 8.0 and later, CPUs with AVX-512, AMX or SVE), float16 with a gradient
-scaler on older CUDA GPUs, else float32 (no autocast) with a warning that says why."""
+"""The dtype of ``enable_amp``'s autocast (``docs/hparams.md``, Speed)."""
 
 from __future__ import annotations
 
@@ -19,9 +17,8 @@ _BF16_CAPABILITIES = ("AVX512", "AMX", "SVE")
 
 
 def cpu_bf16_problem() -> str | None:
-    """Why bfloat16 autocast would not speed this CPU up, or ``None`` when it would: the vector
-    capability torch dispatches to (``torch.backends.cpu.get_cpu_capability()``) must be one
-    of AVX-512 (or AMX) on x86 or SVE on Arm."""
+    """Why bfloat16 autocast would not speed this CPU up (its vector capability is none of
+    ``_BF16_CAPABILITIES``), or ``None`` when it would."""
     capability = torch.backends.cpu.get_cpu_capability()
     if capability.upper().startswith(_BF16_CAPABILITIES):
         return None
@@ -42,17 +39,13 @@ def cuda_amp_dtype(device: torch.device) -> torch.dtype:
 
 
 def choose_amp_dtype(device: torch.device, enable_amp: bool) -> torch.dtype:
-    """The dtype PPO's forward passes autocast to, logged once per call.
+    """The dtype PPO's forward passes autocast to, logged: on CUDA :func:`cuda_amp_dtype`, on CPU
+    ``torch.bfloat16`` unless :func:`cpu_bf16_problem` names a problem (then ``torch.float32``
+    with a ``UserWarning``); ``torch.float32`` without ``enable_amp``.
 
     Args:
         device: The device PPO trains on.
-        enable_amp: The ``enable_amp`` hyper-parameter; ``False`` gives float32 (no autocast).
-
-    Returns:
-        On CUDA ``torch.bfloat16`` where the GPU runs it natively
-        (:func:`cuda_amp_dtype`: compute capability 8.0 and later), else ``torch.float16`` (PPO then scales its losses); on CPU ``torch.bfloat16`` when :func:`cpu_bf16_problem` finds
-        none, else ``torch.float32`` with a ``UserWarning`` naming the reason; ``torch.float32``
-        without ``enable_amp``.
+        enable_amp: The ``enable_amp`` hyper-parameter.
     """
     if not enable_amp:
         return torch.float32

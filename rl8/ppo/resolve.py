@@ -1,9 +1,5 @@
-"""Names to objects: the one place where rl8 turns a dotted path into a class (docs/security.md).
-
-A name read from a file (``source`` given) is looked up in :mod:`rl8.registry`, never imported
-(unless ``trust_code``), and must be of its :class:`Kind`; a name you give (``source=None``) is
-looked up, else imported.
-"""
+"""Names to objects: the one place where rl8 turns a dotted path into a class; a name read from a
+file is looked up in :mod:`rl8.registry`, never imported (``docs/security.md``)."""
 
 from __future__ import annotations
 
@@ -42,7 +38,7 @@ class Kind(NamedTuple):
     hand_over: str = ""
 
 
-def _subclass_of(base: type) -> Callable[[Any], bool]:
+def _subclass_of(base: type | tuple[type, ...]) -> Callable[[Any], bool]:
     return lambda obj: isinstance(obj, type) and issubclass(obj, base)
 
 
@@ -66,9 +62,7 @@ ANY = Kind("any object", lambda obj: True)
 
 
 def _is_env_kind(obj: Any) -> bool:
-    if isinstance(obj, GymnasiumEnvFactory):
-        return True
-    return isinstance(obj, type) and issubclass(obj, (Env, gymnasium.Env))
+    return isinstance(obj, GymnasiumEnvFactory) or _subclass_of((Env, gymnasium.Env))(obj)
 
 
 #: What an env spec names: an rl8 env class, a gymnasium env factory or class.
@@ -102,7 +96,7 @@ class CheckpointError(ValueError):
     """A file cannot be loaded as an rl8 checkpoint (corrupt, foreign, unsafe, or too new)."""
 
 
-def _refuse(source: Any, message: str) -> Exception:
+def _refuse(source: Any, message: str) -> CheckpointError:
     return CheckpointError(f"{source}: {message}")
 
 

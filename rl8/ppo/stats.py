@@ -1,6 +1,5 @@
 """The training stats (``docs/trainer.md``, Metrics), reduced over ranks in one host transfer,
-and rl8 1.0.0's names of renamed stats, which still answer lookups with a ``DeprecationWarning``.
-"""
+and rl8 1.0.0's names of renamed stats, which still answer with a ``DeprecationWarning``."""
 
 from __future__ import annotations
 

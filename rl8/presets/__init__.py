@@ -1,7 +1,5 @@
-"""Presets: ``rl8 train`` config files shipped with rl8, one per task (``rl8 train CartPole-v1``),
-read with ``yaml.safe_load`` only; from Python, ``Trainer(PPO.from_preset(name),
-**trainer_options(name)).run(**run_args(name))``. See ``docs/cli.md#presets`` and
-``docs/results/index.md``."""
+"""Presets: ``rl8 train`` config files shipped with rl8, one per task; from Python,
+``Trainer(PPO.from_preset(name), **trainer_options(name)).run(**run_args(name))`` (docs/cli.md)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""MLflow tracking, the only part of rl8 that talks to MLflow: the :class:`Tracker` of a run
-(:mod:`~rl8.tracking.tracker`), what waits for the store (:mod:`~rl8.tracking.delivery`), the
-store and opening a run (:mod:`~rl8.tracking.store`), runs left RUNNING by dead processes
-(:mod:`~rl8.tracking.runs`) and what they share (:mod:`~rl8.tracking.common`). It knows
-nothing of PPO. See ``docs/tracking.md``."""
+"""MLflow tracking, the only part of rl8 that talks to MLflow (``docs/tracking.md``): the
+:class:`Tracker` of a run and the runs left RUNNING by dead processes; it knows nothing of PPO."""
 
 from rl8.tracking.common import TrackingError, TrackingWarning
 from rl8.tracking.runs import RunProcess, clean_runs, running_runs

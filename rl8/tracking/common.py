@@ -1,15 +1,14 @@
-"""What rl8's tracking modules share: the errors, the limits of MLflow's requests, the
-environment variables of MLflow's HTTP client (:class:`HttpPolicy`), run tags, and params as
-MLflow stores them (:func:`flatten_params`)."""
+"""What rl8's tracking modules share: the errors and the HTTP policy of MLflow's client."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
 import threading
 import time
-from typing import Any
+from collections.abc import Iterator
 
 __all__ = ["TrackingError", "TrackingWarning"]
 
@@ -39,43 +38,30 @@ def is_http(uri: str) -> bool:
     return uri.lower().startswith(("http://", "https://"))
 
 
-class HttpPolicy:
-    """MLflow's HTTP retry/timeout environment variables (:data:`_HTTP_ENV_VARS`, the client's
-    only knobs), set under :data:`_ENV_LOCK` around some calls and restored after. User values
-    are kept unless ``force``; waiting for the lock past ``deadline`` (``time.monotonic()``)
-    raises :class:`TimeoutError`; ``timeout_s``: seconds per request (``http(s)`` stores only)."""
-
-    def __init__(self, http: bool, retries: int, backoff: int, timeout_s: int, force: bool,
-                 deadline: float = math.inf) -> None:
-        self.http = http
-        self.wanted = dict(zip(_HTTP_ENV_VARS, (retries, backoff, 0.0, timeout_s)))
-        self.timeout_s = timeout_s if http else 0
-        self.force = force
-        self.deadline = deadline
-        self._saved: dict[str, str | None] = {}
-
-    def __enter__(self) -> HttpPolicy:
-        if not self.http:
-            return self
-        wait = self.deadline - time.monotonic()
-        if not _ENV_LOCK.acquire(timeout=-1 if wait == math.inf else max(0.0, wait)):
-            raise TimeoutError("another request to the tracking server did not finish in time")
-        self._saved = {k: os.environ.get(k) for k in _HTTP_ENV_VARS}
-        for key, value in self.wanted.items():
-            if self.force or self._saved[key] is None:
+@contextlib.contextmanager
+def http_policy(http: bool, retries: int, backoff: int, timeout_s: int, force: bool,
+                deadline: float = math.inf) -> Iterator[None]:
+    """Set MLflow's HTTP retry/timeout environment variables (:data:`_HTTP_ENV_VARS`, the client's
+    only knobs) under :data:`_ENV_LOCK` for the block (``http(s)`` stores only); user values are
+    kept unless ``force``; waiting for the lock past ``deadline`` (``time.monotonic()``) raises
+    :class:`TimeoutError`; ``timeout_s``: seconds per request."""
+    if not http:
+        yield
+        return
+    wait = deadline - time.monotonic()
+    if not _ENV_LOCK.acquire(timeout=-1 if wait == math.inf else max(0.0, wait)):
+        raise TimeoutError("another request to the tracking server did not finish in time")
+    saved = {k: os.environ.get(k) for k in _HTTP_ENV_VARS}
+    try:
+        for key, value in zip(_HTTP_ENV_VARS, (retries, backoff, 0.0, timeout_s)):
+            if force or saved[key] is None:
                 # MLflow parses all but the jitter as int ("0.5" is an error)
-                as_int = not key.endswith("JITTER")
-                os.environ[key] = str(int(value) if as_int else float(value))
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if not self.http:
-            return
-        try:
-            for key, value in self._saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
-        finally:
-            _ENV_LOCK.release()
+                os.environ[key] = str(float(value) if key.endswith("JITTER") else int(value))
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        _ENV_LOCK.release()

@@ -1,6 +1,5 @@
-"""What waits for the tracking store: the bounded queue of metrics and params (:class:`Outbox`),
-the courier that delivers it with MLflow's retries (:class:`Courier`) and the logging thread
-of an asynchronous tracker (:class:`LogThread`)."""
+"""What waits for the tracking store: the bounded queue (:class:`Outbox`), the :class:`Courier`
+that delivers it and the logging thread of an asynchronous tracker (:class:`LogThread`)."""
 
 from __future__ import annotations
 
@@ -13,11 +12,13 @@ import time
 import warnings
 from collections import deque
 from collections.abc import Iterable, Mapping
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rl8.tracking.common import (
-    DEGRADED_TIMEOUT_S, HttpPolicy, LOG_BACKOFF, LOG_RETRIES, LOG_TIMEOUT_S, TrackingWarning, is_http, logger,
+    DEGRADED_TIMEOUT_S, LOG_BACKOFF, LOG_RETRIES, LOG_TIMEOUT_S, TrackingWarning, http_policy,
+    is_http, logger,
 )
 
 if TYPE_CHECKING:
@@ -181,16 +182,19 @@ class Courier:
             return 0.0
         return max(0.0, self.last_attempt + self.interval_s - time.monotonic())
 
-    def policy(self, deadline: float = math.inf, requests: int = 1) -> HttpPolicy:
-        """The HTTP policy of the next requests: before a ``deadline``, one attempt each, short
-        enough that ``requests`` of them end in time (at least 1 s)."""
+    def policy(self, deadline: float = math.inf, requests: int = 1) -> tuple[int, AbstractContextManager]:
+        """The seconds per request (0 without HTTP) and the :func:`http_policy` of the next
+        requests: before a ``deadline``, one attempt each, short enough that ``requests`` of them
+        end in time (at least 1 s)."""
         if deadline < math.inf:
             left = deadline - time.monotonic()
             timeout_s = int(min(DEGRADED_TIMEOUT_S, max(1.0, left / (2 * requests))))
-            return HttpPolicy(self.http, _DEGRADED_RETRIES, 0, timeout_s, True, deadline)
-        if self.degraded:
-            return HttpPolicy(self.http, _DEGRADED_RETRIES, 0, DEGRADED_TIMEOUT_S, True)
-        return HttpPolicy(self.http, LOG_RETRIES, LOG_BACKOFF, LOG_TIMEOUT_S, False)
+            args = (_DEGRADED_RETRIES, 0, timeout_s, True)
+        elif self.degraded:
+            args = (_DEGRADED_RETRIES, 0, DEGRADED_TIMEOUT_S, True)
+        else:
+            args = (LOG_RETRIES, LOG_BACKOFF, LOG_TIMEOUT_S, False)
+        return (args[2] if self.http else 0), http_policy(self.http, *args, deadline=deadline)
 
     def deliver(self, outbox: Outbox, *, force: bool, deadline: float = math.inf, stacklevel: int = 3) -> None:
         """Send params, metrics (oldest first), artifacts until the first failure; unless
@@ -201,13 +205,13 @@ class Courier:
         from mlflow.entities import Metric, Param
 
         was_degraded = self.degraded
-        policy = self.policy(deadline, requests=2)
+        timeout_s, policy = self.policy(deadline, requests=2)
 
         def send_all(name: str, n: int, send: Any) -> int:
             sent = 0
             while chunk := outbox.take(name, n):
                 try:
-                    if time.monotonic() + policy.timeout_s > deadline - policy.timeout_s:
+                    if time.monotonic() + timeout_s > deadline - timeout_s:
                         raise TimeoutError("no time left before the deadline")
                     send(chunk)
                 except BaseException:
@@ -278,7 +282,7 @@ class Courier:
         try:
             if time.monotonic() >= deadline:
                 raise TimeoutError("no time was left for it")
-            with self.policy(deadline, requests=1):
+            with self.policy(deadline, requests=1)[1]:
                 self.client.set_terminated(self.run_id, status=status)
             return True
         except Exception as exc:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rl8.tracking.common import (
-    HttpPolicy, LOG_BACKOFF, LOG_RETRIES, LOG_TIMEOUT_S, TrackingError, is_http, logger,
+    LOG_BACKOFF, LOG_RETRIES, LOG_TIMEOUT_S, TrackingError, http_policy, is_http, logger,
 )
 from rl8.version import __version__
 
@@ -130,7 +130,7 @@ def open_run(uri: str, experiment: str, run_name: str | None, resume_id: str | N
         ready_store(uri)
         client = MlflowClient(uri)
         if http:
-            with HttpPolicy(http, _PROBE_RETRIES, 0, _PROBE_TIMEOUT_S, force=True):
+            with http_policy(http, _PROBE_RETRIES, 0, _PROBE_TIMEOUT_S, force=True):
                 client.search_experiments(max_results=1)
     except Exception as exc:
         raise TrackingError(
@@ -139,7 +139,7 @@ def open_run(uri: str, experiment: str, run_name: str | None, resume_id: str | N
             f"MLFLOW_TRACKING_URI, or disable tracking."
         ) from exc
     try:
-        with HttpPolicy(http, LOG_RETRIES, LOG_BACKOFF, LOG_TIMEOUT_S, force=False):
+        with http_policy(http, LOG_RETRIES, LOG_BACKOFF, LOG_TIMEOUT_S, force=False):
             if resume_id is not None:
                 return _resume_run(client, uri, experiment, run_name, resume_id)
             experiment_id = _experiment_id(client, uri, experiment)

@@ -1,6 +1,4 @@
-"""The :class:`Tracker` of one MLflow run, through its own ``MlflowClient`` (never MLflow's
-global active run), with one bounded queue for what a down server cannot take (see
-``docs/tracking.md``)."""
+"""The :class:`Tracker` of one MLflow run, through its own ``MlflowClient`` (docs/tracking.md)."""
 
 from __future__ import annotations
 
@@ -22,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from rl8.fields import check_int
 from rl8.registry import qualified_name
 from rl8.tracking.common import DEGRADED_TIMEOUT_S, TrackingError, TrackingWarning
 from rl8.tracking.delivery import Courier, LogThread, Outbox, warn_overflow
@@ -100,16 +99,41 @@ def _status_after(error: type[BaseException] | None) -> str:
     return "KILLED" if issubclass(error, KeyboardInterrupt) else "FAILED"
 
 
-class _Run:
-    """The life cycle of one MLflow run (start, end, report); the base of :class:`Tracker`."""
+class Tracker:
+    """One MLflow run: params, per-step metrics, artifacts and its final status, all through one
+    queue (see ``docs/tracking.md``); ``with Tracker(...) as tracker:`` starts and ends the run.
+
+    Args:
+        experiment: Name of the MLflow experiment of a new run; created when absent.
+        run_name: Display name of the run; ``None``: MLflow's for a new run, a resumed one's.
+        tracking_uri: Where runs are stored (``http(s)://host:port``, ``sqlite:///path.db``, a
+            folder); ``None``: ``MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db``.
+        run_id: Resume this existing run instead of creating one.
+        enabled: ``False`` makes every method a no-op (non-zero ranks of distributed training).
+        max_pending: Most metric values kept while the server is unreachable (then the oldest
+            are dropped, with a warning).
+        retry_interval_s: Seconds between delivery attempts while the server is unreachable
+            (doubling up to ``max(60, retry_interval_s)``).
+        asynchronous: ``True``: logging calls only queue and the logging thread sends;
+            ``False``: each call sends before it returns.
+        end_at_exit: ``True``: a run still open when the process exits is ended then (within
+            :data:`EXIT_CLOSE_TIMEOUT_S` seconds; ``FAILED`` after an uncaught exception).
+
+    Attributes:
+        run_id: The MLflow run id once started; ``None`` before, and always when disabled.
+        experiment_id: The MLflow experiment id once started.
+        start_error: The :class:`TrackingError` of a background start that failed, else ``None``.
+        final_status: Terminal status recorded in the store by :meth:`end`, else ``None``.
+        undelivered: What :meth:`end` could not deliver: ``{"metrics": n, "params": n,
+            "artifacts": n}``.
+    """
 
     def __init__(self, *, experiment: str, run_name: str | None = None, tracking_uri: str | None = None,
                  run_id: str | None = None, enabled: bool = True, max_pending: int = 100_000,
                  retry_interval_s: float = 5.0, asynchronous: bool = False, end_at_exit: bool = False) -> None:
         if not isinstance(experiment, str) or not experiment:
             raise ValueError(f"experiment must be a non-empty string, got {experiment!r}")
-        if isinstance(max_pending, bool) or not isinstance(max_pending, int) or max_pending < 0:
-            raise ValueError(f"max_pending must be an int >= 0, got {max_pending!r}")
+        check_int("max_pending", max_pending, 0)
         if not (isinstance(retry_interval_s, (int, float)) and retry_interval_s >= 0):
             raise ValueError(f"retry_interval_s must be a number >= 0, got {retry_interval_s!r}")
         for name, value in (("asynchronous", asynchronous), ("end_at_exit", end_at_exit)):
@@ -120,7 +144,6 @@ class _Run:
         # resolved without importing mlflow when the URI is given or set in the environment
         self._tracking_uri = str(tracking_uri) if tracking_uri else _configured_uri()
         self.enabled = bool(enabled)
-        self.max_pending = max_pending
         self.retry_interval_s = float(retry_interval_s)
         self.asynchronous = asynchronous
         self.end_at_exit = end_at_exit
@@ -343,36 +366,6 @@ class _Run:
             if not (self._ended or stopped) and self._courier is not None:
                 self._courier.deliver(self._outbox, force=force, stacklevel=stacklevel)
 
-
-class Tracker(_Run):
-    """One MLflow run: params, per-step metrics, artifacts and its final status, all through one
-    queue (see ``docs/tracking.md``); ``with Tracker(...) as tracker:`` starts and ends the run.
-
-    Args:
-        experiment: Name of the MLflow experiment of a new run; created when absent.
-        run_name: Display name of the run; ``None``: MLflow's for a new run, a resumed one's.
-        tracking_uri: Where runs are stored (``http(s)://host:port``, ``sqlite:///path.db``, a
-            folder); ``None``: ``MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db``.
-        run_id: Resume this existing run instead of creating one.
-        enabled: ``False`` makes every method a no-op (non-zero ranks of distributed training).
-        max_pending: Most metric values kept while the server is unreachable (then the oldest
-            are dropped, with a warning).
-        retry_interval_s: Seconds between delivery attempts while the server is unreachable
-            (doubling up to ``max(60, retry_interval_s)``).
-        asynchronous: ``True``: logging calls only queue and the logging thread sends;
-            ``False``: each call sends before it returns.
-        end_at_exit: ``True``: a run still open when the process exits is ended then (within
-            :data:`EXIT_CLOSE_TIMEOUT_S` seconds; ``FAILED`` after an uncaught exception).
-
-    Attributes:
-        run_id: The MLflow run id once started; ``None`` before, and always when disabled.
-        experiment_id: The MLflow experiment id once started.
-        start_error: The :class:`TrackingError` of a background start that failed, else ``None``.
-        final_status: Terminal status recorded in the store by :meth:`end`, else ``None``.
-        undelivered: What :meth:`end` could not deliver: ``{"metrics": n, "params": n,
-            "artifacts": n}``.
-    """
-
     @property
     def pending(self) -> int:
         """Number of metric values waiting to be delivered (0 when all went through)."""
@@ -445,13 +438,11 @@ class Tracker(_Run):
         if not self.enabled:
             return
         self._check_started()
-        ms = int(time.time() * 1000)
-        values, steps = [], 0
-        for metrics, step in items:
-            values.extend((str(k), _to_float(k, v), ms, int(step)) for k, v in metrics.items())
-            steps += 1
+        ms, items = int(time.time() * 1000), list(items)
+        values = [(str(k), _to_float(k, v), ms, int(step))
+                  for metrics, step in items for k, v in metrics.items()]
         if values:
-            self._queued(self._outbox.add(metrics=values, steps=steps))
+            self._queued(self._outbox.add(metrics=values, steps=len(items)))
 
     def flush(self, timeout_s: float | None = None) -> bool:
         """Try now to deliver everything queued (asynchronous: wait at most ``timeout_s`` seconds,
