@@ -50,9 +50,7 @@ def image_layout(space: spaces.Space, declared: str | None = None) -> str | None
         return declared
     if not isinstance(space, spaces.Box) or space.dtype != np.uint8 or len(space.shape) not in (2, 3):
         return None
-    if len(space.shape) == 2:
-        return "HWC"
-    return "CHW" if space.shape[0] < space.shape[-1] else "HWC"
+    return "CHW" if len(space.shape) == 3 and space.shape[0] < space.shape[-1] else "HWC"
 
 
 _layout_of = image_layout  # for scopes where a parameter named image_layout hides the function
