@@ -40,9 +40,12 @@ class PoolWorkerDied(EnvWorkerDied):
     """A worker process of a :class:`PoolEnv` ended without being asked to (killed, crashed)."""
 
 
-def _check_int(name: str, value: Any, low: int, high: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise ValueError(f"PoolEnv: {name} must be an int >= {low}{high}, got {value!r}")
+def _int_or(name: str, value: Any, default: int) -> int:
+    """``value`` as an int >= 1, or ``default`` for ``None``."""
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"PoolEnv: {name} must be an int >= 1 or None, got {value!r}")
     return int(value)
 
 
@@ -124,15 +127,11 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
     def _set_batching(self, num_envs: int, num_workers: int | None, min_batch_size: int | None,
                       max_batch_size: int | None, max_wait_s: float | None) -> None:
         """Check the worker and batch options (see the class) and set them, capped at ``num_envs``."""
-        if num_workers is None:
-            num_workers = min(num_envs, os.cpu_count() or 1)
-        self.num_workers = min(_check_int("num_workers", num_workers, 1, " or None"), num_envs)
-        if min_batch_size is None:
-            min_batch_size = max(1, num_envs // 2)
-        self.min_batch_size = min(_check_int("min_batch_size", min_batch_size, 1, " or None"), num_envs)
-        if max_batch_size is None:
-            max_batch_size = num_envs
-        given_max = _check_int("max_batch_size", max_batch_size, 1, " or None")
+        num_workers = _int_or("num_workers", num_workers, min(num_envs, os.cpu_count() or 1))
+        self.num_workers = min(num_workers, num_envs)
+        min_batch_size = _int_or("min_batch_size", min_batch_size, max(1, num_envs // 2))
+        self.min_batch_size = min(min_batch_size, num_envs)
+        given_max = _int_or("max_batch_size", max_batch_size, num_envs)
         if given_max < min_batch_size:
             raise ValueError(
                 f"PoolEnv: max_batch_size must be >= min_batch_size={min_batch_size}, got {given_max}"
