@@ -22,7 +22,8 @@ __all__ = ["build_parser", "main"]
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
-def _arg_type(read: Callable[[str], Any], ok: Callable[[Any], bool], expected: str) -> Callable[[str], Any]:
+def _arg_type(read: Callable[[str], Any], ok: Callable[[Any], bool],
+              expected: str) -> Callable[[str], Any]:
     """An argparse ``type``: ``read(text)`` where ``ok`` says it is valid, else an error saying
     what was ``expected``."""
 

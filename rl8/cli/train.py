@@ -123,7 +123,8 @@ def run(args: argparse.Namespace) -> int:
     _check_eval_plan(run_args)
     algo = _build_algo(env, hparams)
     _check_env_configs(algo, run_args)
-    stored = {**{k: v for k, v in config.items() if k in RUN_KEYS or k == "env"}, "hparams": given_hparams}
+    stored = {k: v for k, v in config.items() if k in RUN_KEYS or k == "env"}
+    stored["hparams"] = given_hparams
     # an option set to null in the file keeps the Trainer's default
     options = {k: v for k, v in trainer_options(config, "config").items() if v is not None}
     trainer = Trainer(algo, progress=progress, metadata={"config": stored}, **options)

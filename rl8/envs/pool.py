@@ -97,23 +97,25 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
         self.step_timeout_s = check_step_timeout("PoolEnv", step_timeout_s)
         self.vectorization_mode = "pool"
         check_main_module(self._name())
-        make_env = functools.partial(make_single_env, self.env, self._single_kwargs(), self.wrappers)
+        make_env = functools.partial(make_single_env, self.env, self._single_kwargs(),
+                                     self.wrappers)
         try:
             make_env_pickle = pickle.dumps(CloudpickleWrapper(make_env))
         except Exception as err:
             raise TypeError(
-                f"PoolEnv: the env {self.env!r}, its env_kwargs and wrappers must pickle (with cloudpickle) to "
-                f"reach the worker processes: {type(err).__name__}: {err}"
+                f"PoolEnv: the env {self.env!r}, its env_kwargs and wrappers must pickle (with "
+                f"cloudpickle) to reach the worker processes: {type(err).__name__}: {err}"
             ) from err
         probe = make_env()  # made here for its spaces and metadata
         try:
             obs_space, action_space = probe.observation_space, probe.action_space
-            # [return_sum, length_sum, count] of the sub-envs' records not yet popped; None: none kept
+            # [return_sum, length_sum, count] of records not yet popped; None: none kept
             self._episode_records = np.zeros(3) if isinstance(probe, ReportEpisodeRecords) else None
             self._set_metadata(probe.metadata)
         finally:
             probe.close()
-        self.converter = GymnasiumConverter(obs_space, action_space, num_envs, self.device, self._name())
+        self.converter = GymnasiumConverter(obs_space, action_space, num_envs, self.device,
+                                            self._name())
         self.observation_space = self.converter.observation_space
         self.action_space = action_space
         ctx = mp.get_context("forkserver")  # docs/collection.md says why

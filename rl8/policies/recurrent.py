@@ -14,7 +14,8 @@ from torch import Tensor, nn
 from rl8.fields import check_int
 from rl8.policies.encoders import ObservationEncoder, has_image
 from rl8.policies.models import (
-    ACTIVATIONS, Model, check_widths, flat_observation_size, flatten_observation, lookup, make_linear, make_mlp,
+    ACTIVATIONS, Model, check_widths, flat_observation_size, flatten_observation, lookup,
+    make_linear, make_mlp,
 )
 
 __all__ = ["RecurrentModel", "LSTMModel", "GRUModel"]
@@ -147,7 +148,8 @@ class _RNNModel(RecurrentModel):
             outs.append(out)
         y = outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)
         # back to [B, L, H], in the incoming dtype (autocast may return bfloat16/float16 states)
-        entries = {k: h.transpose(0, 1).to(state.get(k).dtype) for k, h in zip(self._state_keys, hx)}
+        entries = {k: h.transpose(0, 1).to(state.get(k).dtype)
+                   for k, h in zip(self._state_keys, hx)}
         return y, TensorDict(entries, batch_size=[hx[0].shape[1]], device=hx[0].device)
 
     def _core(self, obs: Tensor | TensorDictBase, state: TensorDictBase, firsts: Tensor) -> tuple[Tensor, TensorDict]:
