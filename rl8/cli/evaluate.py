@@ -65,7 +65,7 @@ def _eval_episodes(policy: Any, env: Any, obs: Any, episodes: int, max_steps: in
                 done_per_env[i] += 1
                 ep_return[i] = 0.0
                 ep_length[i] = 0
-        if sum(min(c, quota) for c in done_per_env) >= episodes:
+        if len(results) >= episodes:
             break
     results = sorted(results)[:episodes]
     returns = [r for _, _, r, _ in results]

@@ -7,7 +7,7 @@ import argparse
 import dataclasses
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from rl8.cli import (
@@ -22,29 +22,34 @@ __all__ = ["build_parser", "main"]
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
-def _duration(text: str) -> float:
+def _arg_type(read: Callable[[str], Any], ok: Callable[[Any], bool],
+              expected: str) -> Callable[[str], Any]:
+    """An argparse ``type``: ``read(text)`` where ``ok`` says it is valid, else an error saying
+    what was ``expected``."""
+
+    def convert(text: str) -> Any:
+        try:
+            value = read(text)
+        except ValueError:
+            value = None
+        if value is None or not ok(value):
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+        return value
+
+    return convert
+
+
+def _seconds(text: str) -> float:
     """Seconds from ``90``, ``90s``, ``30m``, ``12h`` or ``2d``."""
-    unit = text[-1:].lower() if text[-1:].lower() in _DURATION_UNITS else "s"
-    number = text[:-1] if text[-1:].lower() in _DURATION_UNITS else text
-    try:
-        value = float(number) * _DURATION_UNITS[unit]
-        if not value >= 0 or math.isinf(value):
-            raise ValueError
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected a duration >= 0 (seconds, or with a unit: 30m, 12h, 2d), got {text!r}"
-        ) from None
-    return value
+    unit = text[-1:].lower()
+    return float(text[:-1]) * _DURATION_UNITS[unit] if unit in _DURATION_UNITS else float(text)
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-        if not value > 0 or math.isinf(value):
-            raise ValueError
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
-    return value
+_duration = _arg_type(_seconds, lambda value: 0 <= value < math.inf,
+                      "a duration >= 0 (seconds, or with a unit: 30m, 12h, 2d)")
+_positive_float = _arg_type(float, lambda value: 0 < value < math.inf, "a number > 0")
+_positive_int = _arg_type(lambda text: read_numbers(text, whole_as_int=True),
+                          lambda value: isinstance(value, int) and value >= 1, "an int >= 1")
 
 
 def _option_flag(name: str) -> Any:
@@ -59,16 +64,6 @@ def _option_flag(name: str) -> Any:
 
     read.__name__ = name
     return read
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = read_numbers(text, whole_as_int=True)
-        if not isinstance(value, int) or value < 1:
-            raise ValueError
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an int >= 1, got {text!r}") from None
-    return value
 
 
 def _add_policy_run_arguments(parser: argparse.ArgumentParser, *, seed_help: str) -> None:
@@ -190,12 +185,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from rl8.tracking import TrackingError
     try:
         return int(args.func(args) or 0)
-    except (ConfigError, CheckpointDirError) as exc:  # CheckpointDirError: an unusable checkpoint_dir
+    except (ConfigError, CheckpointDirError, TrackingError, CheckpointError, FileNotFoundError,
+            ImportError) as exc:
         print(f"rl8: error: {exc}", file=sys.stderr)
-        return 2
-    except (TrackingError, CheckpointError, FileNotFoundError, ImportError) as exc:
-        print(f"rl8: error: {exc}", file=sys.stderr)
-        return 1
+        # configuration mistakes (CheckpointDirError: an unusable checkpoint_dir) exit with 2
+        return 2 if isinstance(exc, (ConfigError, CheckpointDirError)) else 1
 
 
 if __name__ == "__main__":  # pragma: no cover

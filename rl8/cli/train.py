@@ -21,12 +21,9 @@ __all__ = ["run"]
 
 def _overrides(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
     """(config keys, hparams) given on the command line."""
-    config: dict[str, Any] = {}
     flags = [name for name, option in TRAINER_OPTIONS.items() if option["cli"] == "flag"]
-    for key in ("env", "max_steps", "steps_per_eval", *flags):
-        value = getattr(args, key, None)
-        if value is not None:
-            config[key] = value
+    keys = ("env", "max_steps", "steps_per_eval", *flags)
+    config = {key: getattr(args, key) for key in keys if getattr(args, key, None) is not None}
     hparams: dict[str, Any] = {}
     fields = hparam_names()
     for text in args.set or []:
@@ -120,8 +117,7 @@ def run(args: argparse.Namespace) -> int:
     env = config.get("env")
     if not env:
         raise ConfigError("no env: name one in the config file (env: rl8.envs.CartPole) or with --env")
-    hparams = _build_hparams(given_hparams, "hparams")
-    hparams = _rank_hparams(hparams)
+    hparams = _rank_hparams(_build_hparams(given_hparams, "hparams"))
     conditions = stop_conditions(config)
     run_args = _run_args(config)
     _check_eval_plan(run_args)

@@ -165,10 +165,8 @@ def make_atari(env_id: str, **kwargs: Any) -> gymnasium.Env:
     )
     if preset.training and preset.terminal_on_life_loss:
         env = EpisodicLife(env)
-    fire = preset.fire_reset
-    if fire is None:
-        fire = "FIRE" in env.unwrapped.get_action_meanings()
-    if fire:
+    has_fire = "FIRE" in env.unwrapped.get_action_meanings()
+    if preset.fire_reset or (preset.fire_reset is None and has_fire):
         env = FireReset(env)
     if preset.training and preset.clip_rewards:
         env = ClipReward(env)

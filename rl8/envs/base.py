@@ -91,8 +91,7 @@ class Env(ABC):
         """
 
     def step_output(self, entries: dict[str, Any]) -> TensorDict:
-        """Wrap one step's tensors in the TensorDict that :meth:`step` returns, without the
-        per-entry checks of ``TensorDict(...)`` (PPO validates the first step anyway).
+        """The TensorDict :meth:`step` returns, built without ``TensorDict``'s per-entry checks.
 
         Args:
             entries: ``obs``, ``rewards`` and, for episodic envs, ``terminated``,
@@ -115,12 +114,8 @@ class Env(ABC):
         """Release resources (subprocesses, windows). The default does nothing."""
 
     def pop_episode_records(self) -> EpisodeRecords | None:
-        """The episodes that ended since the last call as the env records them itself (PPO's
-        ``env_episodes/*``), forgotten; ``None`` (the default): the env keeps no records.
-
-        An env that keeps records returns them at every call (zero counts when no episode
-        ended), so that every rank of a data-parallel job logs the same stats (``docs/envs.md``).
-        """
+        """The episodes that ended since the last call as the env records them itself, forgotten
+        (``docs/envs.md``); ``None`` (the default): the env keeps no records."""
         return None
 
     def state_dict(self) -> dict[str, Any] | None:
@@ -143,8 +138,7 @@ class Env(ABC):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what :meth:`state_dict` returned; only its own entries, each of the same
-        sort, are accepted (a ``ValueError`` names any other), so a stored state cannot set
-        other attributes.
+        sort, are accepted (a ``ValueError`` names any other).
 
         Args:
             state: The env state read from a checkpoint.
@@ -160,27 +154,27 @@ class Env(ABC):
                 raise ValueError(f"env state: {key!r} is not an entry of {type(self).__name__}'s "
                                  f"state; expected some of {sorted(own)}")
             expected = own[key]
+            generator = isinstance(expected, dict) and "__generator__" in expected
             if isinstance(expected, torch.Tensor):
-                if not isinstance(value, torch.Tensor) or value.dtype != expected.dtype:
-                    raise ValueError(f"env state: {key!r} must be a {expected.dtype} tensor, got "
-                                     f"{_sort_of(value)}")
-                setattr(self, key, value.to(self.device))
-            elif isinstance(expected, dict) and "__generator__" in expected:
-                generator_state = value.get("__generator__") if isinstance(value, dict) else None
-                if not isinstance(generator_state, torch.Tensor) or generator_state.dtype != torch.uint8:
-                    raise ValueError(f"env state: {key!r} must be a generator state "
-                                     f"({{'__generator__': uint8 tensor}}), got {_sort_of(value)}")
-                getattr(self, key).set_state(generator_state)
+                what = f"a {expected.dtype} tensor"
+                ok = isinstance(value, torch.Tensor) and value.dtype == expected.dtype
+            elif generator:
+                what = "a generator state ({'__generator__': uint8 tensor})"
+                inner = value.get("__generator__") if isinstance(value, dict) else None
+                ok = isinstance(inner, torch.Tensor) and inner.dtype == torch.uint8
             elif isinstance(expected, dict):
-                if not (isinstance(value, dict) and all(_is_plain(v) for v in value.values())):
-                    raise ValueError(f"env state: {key!r} must be a dict of plain values, got "
-                                     f"{_sort_of(value)}")
-                setattr(self, key, dict(value))
+                what = "a dict of plain values"
+                ok = isinstance(value, dict) and all(_is_plain(v) for v in value.values())
             else:
-                if not _is_plain(value):
-                    raise ValueError(f"env state: {key!r} must be a bool, int, float, str or None, "
-                                     f"got {_sort_of(value)}")
-                setattr(self, key, value)
+                what, ok = "a bool, int, float, str or None", _is_plain(value)
+            if not ok:
+                raise ValueError(f"env state: {key!r} must be {what}, got {_sort_of(value)}")
+            if generator:
+                getattr(self, key).set_state(inner)
+            elif isinstance(expected, torch.Tensor):
+                setattr(self, key, value.to(self.device))
+            else:
+                setattr(self, key, dict(value) if isinstance(value, dict) else value)
 
     def apply_config(self, config: dict[str, Any] | None, allowed: dict[str, Any]) -> dict[str, Any]:
         """A new dict: ``allowed`` (the current parameters) updated with ``config``; a key of
@@ -201,10 +195,8 @@ class Env(ABC):
         return merged
 
     def _apply_reset_args(self, config: dict[str, Any] | None, seed: int | None) -> None:
-        """``reset``'s arguments applied, for the built-in envs that keep their parameters in the
-        dict ``self.params``, check and set them with ``self._set_params(params)`` and draw from
-        ``self._generator``: ``config`` merged into the parameters (:meth:`apply_config`) and set,
-        the generator seeded with ``seed``; ``None`` (or an empty ``config``) leaves each as is."""
+        """Apply ``reset``'s arguments in the built-in envs (``self.params``, ``self._set_params``
+        and ``self._generator``): merge and set ``config``, seed with ``seed``."""
         if config:
             self._set_params(self.apply_config(config, self.params))
         if seed is not None:
@@ -326,25 +318,6 @@ def validate_step_output(out: Any, env: Env, *, batch_size: int | None = None) -
     """
     name = type(env).__name__
     n = env.num_envs if batch_size is None else batch_size
-    _check_step_container(out, name, n)
-    keys = set(out.keys())
-    _check_value("obs", out["obs"], env.observation_space, n, f"{name}.step")
-    _check_step_column(out["rewards"], "rewards", torch.float32, name, n)
-    for flag in ("terminated", "truncated"):
-        if flag in keys:
-            _check_step_column(out[flag], flag, torch.bool, name, n)
-    _check_step_final_obs(out, keys, env, name, n)
-    _check_step_episodic(keys, env, name, n)
-    unknown = keys - {"obs", "rewards", "terminated", "truncated", "final_obs", "info"}
-    if unknown:
-        raise EnvOutputError(
-            f"{name}.step: unknown keys {sorted(unknown)}; allowed: obs, rewards, terminated, "
-            "truncated, final_obs, info"
-        )
-
-
-def _check_step_container(out: Any, name: str, n: int) -> None:
-    """Check that ``out`` is a TensorDict of batch size ``(n,)`` with ``obs`` and ``rewards``."""
     if not isinstance(out, TensorDictBase):
         raise EnvOutputError(f"{name}.step must return a TensorDict, got {type(out).__name__}")
     if tuple(out.batch_size) != (n,):
@@ -357,18 +330,18 @@ def _check_step_container(out: Any, name: str, n: int) -> None:
             raise EnvOutputError(
                 f"{name}.step: missing key {key!r}; the step output has keys {sorted(keys)}"
             )
-
-
-def _check_step_column(value: torch.Tensor, key: str, dtype: torch.dtype, name: str, n: int) -> None:
-    """Check that the column ``key`` of the step output is ``[n, 1]`` of ``dtype``."""
-    if tuple(value.shape) != (n, 1):
-        raise EnvOutputError(f"{name}.step: {key!r} has shape {tuple(value.shape)}, expected ({n}, 1)")
-    if value.dtype != dtype:
-        raise EnvOutputError(f"{name}.step: {key!r} has dtype {value.dtype}, expected {dtype}")
-
-
-def _check_step_final_obs(out: TensorDictBase, keys: set, env: Env, name: str, n: int) -> None:
-    """Check ``final_obs``: it comes with the episode flags, and ``truncated`` comes with it."""
+    _check_value("obs", out["obs"], env.observation_space, n, f"{name}.step")
+    columns = {"rewards": torch.float32, "terminated": torch.bool, "truncated": torch.bool}
+    for key, dtype in columns.items():
+        if key not in keys:
+            continue
+        value = out[key]
+        if tuple(value.shape) != (n, 1):
+            raise EnvOutputError(
+                f"{name}.step: {key!r} has shape {tuple(value.shape)}, expected ({n}, 1)"
+            )
+        if value.dtype != dtype:
+            raise EnvOutputError(f"{name}.step: {key!r} has dtype {value.dtype}, expected {dtype}")
     if "final_obs" in keys:
         if "terminated" not in keys and "truncated" not in keys:
             raise EnvOutputError(
@@ -380,29 +353,37 @@ def _check_step_final_obs(out: TensorDictBase, keys: set, env: Env, name: str, n
             f"{name}.step: 'truncated' is given without 'final_obs'; truncated steps bootstrap "
             "from the value of the observation before the auto-reset"
         )
+    _check_episode_flags(keys, env, name, n)
+    unknown = keys - {"obs", "rewards", "terminated", "truncated", "final_obs", "info"}
+    if unknown:
+        raise EnvOutputError(
+            f"{name}.step: unknown keys {sorted(unknown)}; allowed: obs, rewards, terminated, "
+            "truncated, final_obs, info"
+        )
 
 
-def _check_step_episodic(keys: set, env: Env, name: str, n: int) -> None:
+def _check_episode_flags(keys: set, env: Env, name: str, n: int) -> None:
     """Check that an episodic env returns both flags and a non-episodic one neither."""
     has_flags = "terminated" in keys or "truncated" in keys
-    if env.episodic and not has_flags:
+    if not env.episodic:
+        if has_flags:
+            raise EnvOutputError(
+                f"{name}.step: returned 'terminated'/'truncated' but the env declares "
+                "episodic=False; set the class attribute episodic = True"
+            )
+        return
+    if not has_flags:
         raise EnvOutputError(
             f"{name}.step: the env declares episodic=True but returned neither 'terminated' "
             "nor 'truncated'"
         )
-    if env.episodic:
-        for key in ("terminated", "truncated"):
-            if key not in keys:
-                raise EnvOutputError(
-                    f"{name}.step: missing key {key!r}; an episodic env returns both "
-                    f"'terminated' and 'truncated' ([{n}, 1] bool, all False where it never "
-                    f"ends that way), got keys {sorted(keys)}"
-                )
-    if not env.episodic and has_flags:
-        raise EnvOutputError(
-            f"{name}.step: returned 'terminated'/'truncated' but the env declares "
-            "episodic=False; set the class attribute episodic = True"
-        )
+    for key in ("terminated", "truncated"):
+        if key not in keys:
+            raise EnvOutputError(
+                f"{name}.step: missing key {key!r}; an episodic env returns both "
+                f"'terminated' and 'truncated' ([{n}, 1] bool, all False where it never "
+                f"ends that way), got keys {sorted(keys)}"
+            )
 
 
 def validate_reset_output(obs: Any, env: Env) -> None:

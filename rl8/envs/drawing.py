@@ -10,9 +10,7 @@ Color = tuple[int, int, int]
 
 def canvas(height: int, width: int, color: Color = (255, 255, 255)) -> np.ndarray:
     """A new ``uint8`` RGB image of ``height`` x ``width`` pixels filled with ``color``."""
-    img = np.empty((height, width, 3), dtype=np.uint8)
-    img[:] = color
-    return img
+    return np.full((height, width, 3), color, dtype=np.uint8)
 
 
 def fill_rect(img: np.ndarray, x0: float, y0: float, x1: float, y1: float, color: Color) -> None:
@@ -37,10 +35,8 @@ def draw_line(img: np.ndarray, x0: float, y0: float, x1: float, y1: float, width
     ys, xs = np.mgrid[r0:r1, c0:c1].astype(np.float64) + 0.5
     dx, dy = x1 - x0, y1 - y0
     length2 = dx * dx + dy * dy
-    if length2 == 0.0:
-        t = np.zeros_like(xs)
-    else:
-        t = np.clip(((xs - x0) * dx + (ys - y0) * dy) / length2, 0.0, 1.0)
+    # where along the segment each pixel's nearest point is, in [0, 1] (0 for a point)
+    t = np.clip(((xs - x0) * dx + (ys - y0) * dy) / (length2 or 1.0), 0.0, 1.0)
     dist2 = (xs - (x0 + t * dx)) ** 2 + (ys - (y0 + t * dy)) ** 2
     img[r0:r1, c0:c1][dist2 <= half * half] = color
 

@@ -66,19 +66,17 @@ class EpisodeTracker:
         cum_ret = self.returns[:, None] + rewards.float().cumsum(1)
         cum_len = self.lengths[:, None] + (steps + 1).float()
         last_done = torch.where(dones, steps, -1).cummax(1).values
-        prev_done = torch.cat([torch.full((n, 1), -1, device=rewards.device), last_done[:, :-1]], 1)
+        # [n, h + 1]: the last step that ended an episode before each step, and after the collect
+        prev_done = torch.cat([torch.full((n, 1), -1, device=rewards.device), last_done], 1)
         has_prev = prev_done >= 0
         idx = prev_done.clamp(min=0)
         start_ret = torch.where(has_prev, cum_ret.gather(1, idx), 0.0)
         start_len = torch.where(has_prev, cum_len.gather(1, idx), 0.0)
         done_f = dones.float()
-        ret_sum = ((cum_ret - start_ret) * done_f).sum()
-        len_sum = ((cum_len - start_len) * done_f).sum()
-        final = last_done[:, -1:]
-        ended = final >= 0
-        fidx = final.clamp(min=0)
-        self.returns = (cum_ret[:, -1:] - torch.where(ended, cum_ret.gather(1, fidx), 0.0))[:, 0]
-        self.lengths = (cum_len[:, -1:] - torch.where(ended, cum_len.gather(1, fidx), 0.0))[:, 0]
+        ret_sum = ((cum_ret - start_ret[:, :-1]) * done_f).sum()
+        len_sum = ((cum_len - start_len[:, :-1]) * done_f).sum()
+        self.returns = cum_ret[:, -1] - start_ret[:, -1]
+        self.lengths = cum_len[:, -1] - start_len[:, -1]
         return {
             "episodes/return_sum": ret_sum.double(),
             "episodes/length_sum": len_sum.double(),

@@ -36,17 +36,16 @@ from rl8.envs.workers import (
 
 __all__ = ["PoolEnv", "PoolWorkerDied"]
 
-#: The start method of the worker processes (``docs/collection.md`` says why).
-START_METHOD = "forkserver"
-
-
 class PoolWorkerDied(EnvWorkerDied):
     """A worker process of a :class:`PoolEnv` ended without being asked to (killed, crashed)."""
 
 
-def _check_int(name: str, value: Any, low: int, high: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise ValueError(f"PoolEnv: {name} must be an int >= {low}{high}, got {value!r}")
+def _int_or(name: str, value: Any, default: int) -> int:
+    """``value`` as an int >= 1, or ``default`` for ``None``."""
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"PoolEnv: {name} must be an int >= 1 or None, got {value!r}")
     return int(value)
 
 
@@ -98,16 +97,31 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
         self.step_timeout_s = check_step_timeout("PoolEnv", step_timeout_s)
         self.vectorization_mode = "pool"
         check_main_module(self._name())
-        make_env, make_env_pickle = self._env_factory()
-        single_obs_space, single_action_space = self._probe_env(make_env)
-        self.converter = GymnasiumConverter(single_obs_space, single_action_space, num_envs, self.device, self._name())
-        self.observation_space = self.converter.observation_space
-        self.action_space = single_action_space
-        ctx = mp.get_context(START_METHOD)
-        ctx.set_forkserver_preload([__name__])  # the fork server imports rl8 once
-        self._init_workers_state(single_obs_space, single_action_space, ctx)
+        make_env = functools.partial(make_single_env, self.env, self._single_kwargs(),
+                                     self.wrappers)
         try:
-            self._start_workers(ctx, make_env_pickle)
+            make_env_pickle = pickle.dumps(CloudpickleWrapper(make_env))
+        except Exception as err:
+            raise TypeError(
+                f"PoolEnv: the env {self.env!r}, its env_kwargs and wrappers must pickle (with "
+                f"cloudpickle) to reach the worker processes: {type(err).__name__}: {err}"
+            ) from err
+        probe = make_env()  # made here for its spaces and metadata
+        try:
+            obs_space, action_space = probe.observation_space, probe.action_space
+            # [return_sum, length_sum, count] of records not yet popped; None: none kept
+            self._episode_records = np.zeros(3) if isinstance(probe, ReportEpisodeRecords) else None
+            self._set_metadata(probe.metadata)
+        finally:
+            probe.close()
+        self.converter = GymnasiumConverter(obs_space, action_space, num_envs, self.device,
+                                            self._name())
+        self.observation_space = self.converter.observation_space
+        self.action_space = action_space
+        ctx = mp.get_context("forkserver")  # docs/collection.md says why
+        ctx.set_forkserver_preload([__name__])  # the fork server imports rl8 once
+        try:
+            self._start_workers(obs_space, action_space, ctx, make_env_pickle)
         except BaseException:
             self.close()
             raise
@@ -115,15 +129,11 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
     def _set_batching(self, num_envs: int, num_workers: int | None, min_batch_size: int | None,
                       max_batch_size: int | None, max_wait_s: float | None) -> None:
         """Check the worker and batch options (see the class) and set them, capped at ``num_envs``."""
-        if num_workers is None:
-            num_workers = min(num_envs, os.cpu_count() or 1)
-        self.num_workers = min(_check_int("num_workers", num_workers, 1, " or None"), num_envs)
-        if min_batch_size is None:
-            min_batch_size = max(1, num_envs // 2)
-        self.min_batch_size = min(_check_int("min_batch_size", min_batch_size, 1, " or None"), num_envs)
-        if max_batch_size is None:
-            max_batch_size = num_envs
-        given_max = _check_int("max_batch_size", max_batch_size, 1, " or None")
+        num_workers = _int_or("num_workers", num_workers, min(num_envs, os.cpu_count() or 1))
+        self.num_workers = min(num_workers, num_envs)
+        min_batch_size = _int_or("min_batch_size", min_batch_size, max(1, num_envs // 2))
+        self.min_batch_size = min(min_batch_size, num_envs)
+        given_max = _int_or("max_batch_size", max_batch_size, num_envs)
         if given_max < min_batch_size:
             raise ValueError(
                 f"PoolEnv: max_batch_size must be >= min_batch_size={min_batch_size}, got {given_max}"
@@ -135,36 +145,12 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
             raise ValueError(f"PoolEnv: max_wait_s must be a number of seconds >= 0 or None, got {max_wait_s!r}")
         self.max_wait_s = None if max_wait_s is None else float(max_wait_s)
 
-    def _env_factory(self) -> tuple[Callable[[], gymnasium.Env], bytes]:
-        """The function that makes one sub-env, and that function pickled for the workers."""
-        make_env = functools.partial(make_single_env, self.env, self._single_kwargs(), self.wrappers)
-        try:
-            make_env_pickle = pickle.dumps(CloudpickleWrapper(make_env))
-        except Exception as err:
-            raise TypeError(
-                f"PoolEnv: the env {self.env!r}, its env_kwargs and wrappers must pickle (with cloudpickle) to "
-                f"reach the worker processes: {type(err).__name__}: {err}"
-            ) from err
-        return make_env, make_env_pickle
-
-    def _probe_env(self, make_env: Callable[[], gymnasium.Env]) -> tuple[gymnasium.Space, gymnasium.Space]:
-        """Make one sub-env here to read its spaces and metadata, then close it; returns its
-        observation and action spaces."""
-        probe = make_env()
-        try:
-            single_obs_space, single_action_space = probe.observation_space, probe.action_space
-            # [return_sum, length_sum, count] of the sub-envs' records not yet popped; None: none kept
-            self._episode_records = np.zeros(3) if isinstance(probe, ReportEpisodeRecords) else None
-            self._set_metadata(probe.metadata)
-        finally:
-            probe.close()
-        return single_obs_space, single_action_space
-
-    def _init_workers_state(self, single_obs_space: gymnasium.Space,
-                            single_action_space: gymnasium.Space, ctx: Any) -> None:
-        """Make the shared memory and the bookkeeping of the workers, before they start."""
+    def _start_workers(self, obs_space: gymnasium.Space, action_space: gymnasium.Space, ctx: Any,
+                       make_env_pickle: bytes) -> None:
+        """Make the shared memory and the bookkeeping of the workers, start one worker process
+        per block of sub-envs and wait until each reports ready."""
         num_envs = self.num_envs
-        self._shared = Shared(single_obs_space, single_action_space, num_envs, ctx)
+        self._shared = Shared(obs_space, action_space, num_envs, ctx)
         self._views = self._shared.views()
         self.env_blocks = split(num_envs, self.num_workers)
         self._owner = np.concatenate([np.full(len(b), w) for w, b in enumerate(self.env_blocks)])
@@ -181,9 +167,6 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
         self._progress_at = np.zeros(self.num_workers)
         self._started = False  # every worker has reported "ready"
         self._replies: dict[int, tuple[str, Any]] = {}  # a worker's answer to reset/render
-
-    def _start_workers(self, ctx: Any, make_env_pickle: bytes) -> None:
-        """Start one worker process per block of sub-envs and wait until each reports ready."""
         for w, block in enumerate(self.env_blocks):
             parent, child = ctx.Pipe()
             process = ctx.Process(
@@ -238,8 +221,7 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
                                "receive them all first")
         n = self.num_envs
         self.send(torch.arange(n), action)
-        env_ids, out = self.recv(n, n, None)
-        return out
+        return self.recv(n, n, None)[1]
 
     def send(self, env_ids: torch.Tensor, actions: torch.Tensor | TensorDictBase) -> None:
         """Write the actions of the sub-envs ``env_ids`` into shared memory and ask their
@@ -356,11 +338,7 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
         if kind == "stepped":
             self._stepping[payload] = False
             self._ready.append(payload)
-            queued = self._queued[worker]
-            if queued and queued[0] == payload:
-                queued.popleft()
-            else:
-                queued.remove(payload)
+            self._queued[worker].remove(payload)  # (the first, as a rule: O(1))
             self._progress_at[worker] = time.monotonic()
         elif kind == "error":
             index, exc, trace = payload

@@ -54,10 +54,7 @@ GUARD_ADVICE = (
 
 def _is_main_test(node: ast.AST) -> bool:
     """Whether ``node`` is ``__name__ == "__main__"`` (either way round)."""
-    if not isinstance(node, ast.Compare) or len(node.ops) != 1 or not isinstance(node.ops[0], ast.Eq):
-        return False
-    sides = {ast.dump(node.left), ast.dump(node.comparators[0])}
-    return sides == {ast.dump(ast.Name("__name__", ast.Load())), ast.dump(ast.Constant("__main__"))}
+    return ast.unparse(node) in ("__name__ == '__main__'", "'__main__' == __name__")
 
 
 def _unguarded_line(main: Any) -> int | None:

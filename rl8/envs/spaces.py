@@ -56,8 +56,6 @@ def space_dtype(space: spaces.Space) -> torch.dtype:
     if isinstance(space, spaces.Box):
         if np.issubdtype(space.dtype, np.floating):
             return torch.float64 if space.dtype == np.float64 else torch.float32
-        if space.dtype == np.bool_:
-            return torch.bool
         return torch.from_numpy(np.zeros((), dtype=space.dtype)).dtype
     raise TypeError(f"space_dtype: no tensor dtype for {type(space).__name__}")
 

@@ -6,7 +6,6 @@ built on them for image (``CNNModel``) and mixed ``Dict`` (``MultiInputModel``) 
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -19,8 +18,8 @@ from torch import nn
 
 from rl8.fields import check_int
 from rl8.policies.models import (
-    Model, make_linear, make_mlp, check_widths, flat_observation_size,
-    flatten_observation, resolve_activation, MLPModel,
+    ACTIVATIONS, MLPModel, Model, check_widths, flat_observation_size, flatten_observation, lookup,
+    make_linear, make_mlp,
 )
 
 __all__ = [
@@ -51,9 +50,7 @@ def image_layout(space: spaces.Space, declared: str | None = None) -> str | None
         return declared
     if not isinstance(space, spaces.Box) or space.dtype != np.uint8 or len(space.shape) not in (2, 3):
         return None
-    if len(space.shape) == 2:
-        return "HWC"
-    return "CHW" if space.shape[0] < space.shape[-1] else "HWC"
+    return "CHW" if len(space.shape) == 3 and space.shape[0] < space.shape[-1] else "HWC"
 
 
 _layout_of = image_layout  # for scopes where a parameter named image_layout hides the function
@@ -76,12 +73,8 @@ def has_image(space: spaces.Space, declared: str | None = None) -> bool:
     return image_layout(space, declared) is not None
 
 
-def _ints(name: str, value: Any, minimum: int = 1) -> tuple[int, ...]:
-    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or not value or any(
-        isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < minimum for v in value
-    ):
-        raise ValueError(f"encoder_config {name}: expected a non-empty sequence of ints >= {minimum}, got {value!r}")
-    return tuple(int(v) for v in value)
+def _ints(name: str, value: Any) -> tuple[int, ...]:
+    return check_widths(f"encoder_config {name}", value, non_empty=True)
 
 
 def _conv(in_channels: int, out_channels: int, kernel_size: int, stride: int, padding: int = 0) -> nn.Conv2d:
@@ -187,14 +180,6 @@ class ImpalaCNN(nn.Module):
 ENCODERS: dict[str, type[nn.Module]] = {"nature": NatureCNN, "impala": ImpalaCNN}
 
 
-def _encoder_cls(encoder: str | type[nn.Module]) -> type[nn.Module]:
-    if not isinstance(encoder, str):
-        return encoder
-    if encoder not in ENCODERS:
-        raise ValueError(f"model_config encoder: expected one of {sorted(ENCODERS)}, got {encoder!r}")
-    return ENCODERS[encoder]
-
-
 class ImageEncoder(nn.Module):
     """Images ``[B, *space.shape]`` in, features out: layout to ``[B, C, H, W]``, ``uint8``
     scaled to ``[0, 1]`` (float inputs as they are), then a convolutional encoder.
@@ -217,7 +202,7 @@ class ImageEncoder(nn.Module):
         self.ndim = len(space.shape)
         c, h, w = image_shape(space, found)
         try:
-            self.cnn = _encoder_cls(encoder)(c, h, w, **dict(encoder_config or {}))
+            self.cnn = lookup("encoder", ENCODERS, encoder)(c, h, w, **dict(encoder_config or {}))
         except TypeError as err:
             raise ValueError(f"model_config encoder_config: {dict(encoder_config or {})!r} refused by {encoder!r} ({err})") from err
         self.features = int(self.cnn.features)
@@ -252,8 +237,8 @@ class ObservationEncoder(nn.Module):
                  image_keys: Mapping[str, str] | None = None, vector_hiddens: Sequence[int] = (64,),
                  activation: str | type[nn.Module] = "relu") -> None:
         super().__init__()
-        act = resolve_activation(activation)
-        vector_hiddens = check_widths("vector_hiddens", vector_hiddens)
+        act = lookup("activation", ACTIVATIONS, activation)
+        vector_hiddens = check_widths("model_config vector_hiddens", vector_hiddens)
         image_keys = dict(image_keys or {})
         self.space = space
         self.encoders = nn.ModuleDict()
@@ -316,7 +301,7 @@ class CNNModel(Model):
                  image_layout: str | None = None, image_keys: Mapping[str, str] | None = None,
                  vector_hiddens: Sequence[int] = (64,), hiddens: Sequence[int] = (), activation: str = "relu",
                  shared: bool = True, state_dependent_std: bool = False, init_log_std: float = 0.0) -> None:
-        hiddens = check_widths("hiddens", hiddens)
+        hiddens = check_widths("model_config hiddens", hiddens)
         super().__init__(
             observation_space, action_space, distribution_cls, encoder=encoder,
             encoder_config=dict(encoder_config or {}), image_layout=image_layout, image_keys=dict(image_keys or {}),
@@ -324,7 +309,7 @@ class CNNModel(Model):
             state_dependent_std=state_dependent_std, init_log_std=init_log_std,
         )
         self._check_space(observation_space, image_layout, image_keys)
-        act = resolve_activation(activation)
+        act = lookup("activation", ACTIVATIONS, activation)
         head_size = self.init_policy_head(state_dependent_std, init_log_std)
 
         def body() -> nn.Sequential:

@@ -30,10 +30,8 @@ ACTIVATIONS: dict[str, type[nn.Module]] = {
     "leaky_relu": nn.LeakyReLU,
 }
 
-#: Activations that :func:`make_mlp` runs in place on their Linear layer's output (which the
-#: Linear's backward pass does not need): their backward reads their own output, so in place
-#: they allocate no output of their own, and ELU's backward needs no ``exp``. The values and
-#: gradients are those of the out-of-place modules (up to float rounding).
+#: Activations that :func:`make_mlp` runs in place on their Linear layer's output: their
+#: backward reads their own output, so in place they allocate none (same values and gradients).
 INPLACE_ACTIVATIONS: tuple[type[nn.Module], ...] = (nn.ELU, nn.ReLU, nn.LeakyReLU)
 
 
@@ -134,16 +132,6 @@ class Model(nn.Module):
         return torch.cat([head, self.log_std.to(head.dtype).expand_as(head)], dim=-1)
 
 
-def model_options(model_cls: type) -> list[str] | None:
-    """The keyword parameters of ``model_cls.__init__`` after its three positional ones, or
-    ``None`` when it takes any name (``**config``)."""
-    parameters = list(inspect.signature(model_cls.__init__).parameters.values())[1:]  # without self
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
-        return None
-    keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    return [p.name for p in parameters[3:] if p.kind in keyword]
-
-
 def check_model_config(model_cls: type, model_config: Mapping[str, Any]) -> None:
     """Raise a ``ValueError`` naming any key of ``model_config`` that ``model_cls`` does not
     take, its close matches and the valid names, before the model is built.
@@ -152,9 +140,11 @@ def check_model_config(model_cls: type, model_config: Mapping[str, Any]) -> None
         model_cls: The :class:`Model` subclass that ``model_config`` configures.
         model_config: Its keyword arguments (PPO's ``model_config`` hyper-parameter).
     """
-    valid = model_options(model_cls)
-    if valid is None:
-        return
+    parameters = list(inspect.signature(model_cls.__init__).parameters.values())[1:]  # without self
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return  # it takes any name (**config)
+    keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    valid = [p.name for p in parameters[3:] if p.kind in keyword]  # after the three positional ones
     for key in model_config:
         if key not in valid:
             close = difflib.get_close_matches(str(key), valid, n=3, cutoff=0.6)
@@ -165,21 +155,25 @@ def check_model_config(model_cls: type, model_config: Mapping[str, Any]) -> None
             )
 
 
-def resolve_activation(activation: str | type[nn.Module]) -> type[nn.Module]:
-    """The activation module class for a name in :data:`ACTIVATIONS` (or the class itself)."""
-    if not isinstance(activation, str):
-        return activation
-    if activation not in ACTIVATIONS:
-        raise ValueError(f"model_config activation: expected one of {sorted(ACTIVATIONS)}, got {activation!r}")
-    return ACTIVATIONS[activation]
+def lookup(field: str, table: Mapping[str, Any], value: Any) -> Any:
+    """``table[value]`` for a name (anything else, a class, is returned as is), else a
+    ``ValueError`` naming ``model_config``'s ``field`` and the names of ``table``."""
+    if not isinstance(value, str):
+        return value
+    if value not in table:
+        raise ValueError(f"model_config {field}: expected one of {sorted(table)}, got {value!r}")
+    return table[value]
 
 
-def check_widths(name: str, value: Any) -> tuple[int, ...]:
-    """Layer widths given in ``model_config[name]`` as a tuple of ints, else a ``ValueError``."""
-    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or any(
-        isinstance(h, bool) or not isinstance(h, numbers.Integral) or h < 1 for h in value
-    ):
-        raise ValueError(f"model_config {name}: expected a sequence of ints >= 1, got {value!r}")
+def check_widths(name: str, value: Any, *, non_empty: bool = False) -> tuple[int, ...]:
+    """Layer widths given as the config entry ``name`` (``"model_config hiddens"``) as a tuple of
+    ints >= 1 (at least one with ``non_empty``), else a ``ValueError``."""
+    ints = not isinstance(value, (str, bytes)) and isinstance(value, Sequence) and all(
+        not isinstance(h, bool) and isinstance(h, numbers.Integral) and h >= 1 for h in value
+    )
+    if not ints or (non_empty and not value):
+        size = "non-empty " if non_empty else ""
+        raise ValueError(f"{name}: expected a {size}sequence of ints >= 1, got {value!r}")
     return tuple(int(h) for h in value)
 
 
@@ -224,13 +218,13 @@ class MLPModel(Model):
     def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, distribution_cls: type, /, *,
                  hiddens: Sequence[int] = (64, 64), activation: str | type[nn.Module] = "tanh", shared: bool = False,
                  state_dependent_std: bool = False, init_log_std: float = 0.0, ortho_init: bool = True) -> None:
-        hiddens = check_widths("hiddens", hiddens)
+        hiddens = check_widths("model_config hiddens", hiddens)
         super().__init__(
             observation_space, action_space, distribution_cls,
             hiddens=hiddens, activation=activation, shared=shared,
             state_dependent_std=state_dependent_std, init_log_std=init_log_std, ortho_init=ortho_init,
         )
-        act = resolve_activation(activation)
+        act = lookup("activation", ACTIVATIONS, activation)
         in_features = flat_observation_size(observation_space)
         head_size = self.init_policy_head(state_dependent_std, init_log_std)
         sizes = [in_features, *hiddens]

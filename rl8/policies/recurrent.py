@@ -14,8 +14,8 @@ from torch import Tensor, nn
 from rl8.fields import check_int
 from rl8.policies.encoders import ObservationEncoder, has_image
 from rl8.policies.models import (
-    Model, make_linear, make_mlp, check_widths, flat_observation_size,
-    flatten_observation, resolve_activation,
+    ACTIVATIONS, Model, check_widths, flat_observation_size, flatten_observation, lookup,
+    make_linear, make_mlp,
 )
 
 __all__ = ["RecurrentModel", "LSTMModel", "GRUModel"]
@@ -78,7 +78,7 @@ class _RNNModel(RecurrentModel):
                  image_keys: dict[str, str] | None = None) -> None:
         hidden_size = check_int("model_config hidden_size", hidden_size, 1)
         num_layers = check_int("model_config num_layers", num_layers, 1)
-        encoder_hiddens = check_widths("encoder_hiddens", encoder_hiddens)
+        encoder_hiddens = check_widths("model_config encoder_hiddens", encoder_hiddens)
         super().__init__(
             observation_space, action_space, distribution_cls,
             hidden_size=hidden_size, num_layers=num_layers, encoder_hiddens=encoder_hiddens,
@@ -86,7 +86,7 @@ class _RNNModel(RecurrentModel):
             init_log_std=init_log_std, ortho_init=ortho_init, encoder=encoder,
             encoder_config=dict(encoder_config or {}), image_layout=image_layout, image_keys=dict(image_keys or {}),
         )
-        act = resolve_activation(activation)
+        act = lookup("activation", ACTIVATIONS, activation)
         self.hidden_size = hidden_size
         self.num_layers = num_layers
         head_size = self.init_policy_head(state_dependent_std, init_log_std)
@@ -122,15 +122,6 @@ class _RNNModel(RecurrentModel):
         zeros = {k: torch.zeros(shape, dtype=torch.float32, device=device) for k in self._state_keys}
         return TensorDict(zeros, batch_size=[batch_size], device=device)
 
-    def _to_rnn(self, state: TensorDictBase) -> tuple[Tensor, ...]:
-        """Batch-first state entries ``[B, L, H]`` -> the RNN's layout ``[L, B, H]``."""
-        return tuple(state.get(k).transpose(0, 1).contiguous() for k in self._state_keys)
-
-    def _from_rnn(self, hx: tuple[Tensor, ...], like: TensorDictBase) -> TensorDict:
-        # Keep the incoming dtype (autocast may return bfloat16/float16 states).
-        entries = {k: h.transpose(0, 1).to(like.get(k).dtype) for k, h in zip(self._state_keys, hx)}
-        return TensorDict(entries, batch_size=[hx[0].shape[1]], device=hx[0].device)
-
     def _encode(self, obs: Tensor | TensorDictBase) -> Tensor:
         b, t = obs.shape[:2]
         flat = obs.reshape(b * t) if isinstance(obs, TensorDictBase) else obs.reshape(b * t, *obs.shape[2:])
@@ -146,7 +137,8 @@ class _RNNModel(RecurrentModel):
         every step where a row has ``firsts`` must begin one), one RNN call each, resetting the
         state of those rows at the segment start."""
         bounds = [*starts, x.shape[1]]
-        hx = self._to_rnn(state)
+        # the state's entries [B, L, H] in the RNN's layout [L, B, H]
+        hx = tuple(state.get(k).transpose(0, 1).contiguous() for k in self._state_keys)
         outs = []
         for start, end in zip(bounds[:-1], bounds[1:]):
             keep = (~firsts[:, start]).reshape(1, -1, 1)
@@ -155,7 +147,10 @@ class _RNNModel(RecurrentModel):
             hx = hx if isinstance(hx, tuple) else (hx,)
             outs.append(out)
         y = outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)
-        return y, self._from_rnn(hx, state)
+        # back to [B, L, H], in the incoming dtype (autocast may return bfloat16/float16 states)
+        entries = {k: h.transpose(0, 1).to(state.get(k).dtype)
+                   for k, h in zip(self._state_keys, hx)}
+        return y, TensorDict(entries, batch_size=[hx[0].shape[1]], device=hx[0].device)
 
     def _core(self, obs: Tensor | TensorDictBase, state: TensorDictBase, firsts: Tensor) -> tuple[Tensor, TensorDict]:
         b, t = firsts.shape

@@ -18,12 +18,10 @@ __all__ = [
     "SquashedNormal", "default_distribution_cls",
 ]
 
-_DEFAULTS: tuple[tuple[type[spaces.Space], type[Distribution]], ...] = (
-    (spaces.Discrete, Categorical),
-    (spaces.MultiDiscrete, MultiCategorical),
-    (spaces.Box, Normal),
-    (spaces.MultiBinary, Bernoulli),
-)
+_DEFAULTS: dict[type[spaces.Space], type[Distribution]] = {
+    spaces.Discrete: Categorical, spaces.MultiDiscrete: MultiCategorical, spaces.Box: Normal,
+    spaces.MultiBinary: Bernoulli,
+}
 
 
 def default_distribution_cls(action_space: spaces.Space) -> type[Distribution]:
@@ -34,10 +32,10 @@ def default_distribution_cls(action_space: spaces.Space) -> type[Distribution]:
     Args:
         action_space: The action space of one env.
     """
-    for space_cls, dist_cls in _DEFAULTS:
+    for space_cls, dist_cls in _DEFAULTS.items():
         if isinstance(action_space, space_cls) and dist_cls.supports(action_space):
             return dist_cls
-    supported = ", ".join(f"{s.__name__} -> {d.__name__}" for s, d in _DEFAULTS)
+    supported = ", ".join(f"{s.__name__} -> {d.__name__}" for s, d in _DEFAULTS.items())
     raise TypeError(
         f"no default action distribution for {space_name(action_space)}; supported: "
         f"{supported} (Box must have a floating dtype). Pass distribution_cls= for others."
