@@ -38,8 +38,8 @@ ASSERT = os.environ.get("RL8_BENCH_ASSERT") == "1"
 
 WORKLOADS = {
     "small": dict(num_envs=512, horizon=32, hidden=64, minibatch=4096, amp=False, rounds=20, block=4),
-    "large": dict(num_envs=8192, horizon=32, hidden=256, minibatch=None, amp=False, rounds=6, block=2),
-    "large-bf16": dict(num_envs=8192, horizon=32, hidden=256, minibatch=None, amp=True, rounds=6, block=2),
+    "large": dict(num_envs=8192, horizon=32, hidden=256, minibatch=None, amp=False, rounds=4, block=2),
+    "large-bf16": dict(num_envs=8192, horizon=32, hidden=256, minibatch=None, amp=True, rounds=4, block=2),
 }
 # Targets from the issue: fraction of the floor for collect and for collect+step.
 TARGETS = {"small": (0.85, 0.90), "large": (0.95, 0.95)}
