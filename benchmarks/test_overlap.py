@@ -42,6 +42,11 @@ two runs (per training step):
   1107 = 658 + 450; overlap 1040, the update beside the rollout 1036). Issue 26 measured 1.18-1.35x on a quieter machine,
   the update slowing from about 220 to 540 ms.
 
+On a quiet machine (nothing else running; 2026-11-26, rl8 ``e002525``), one run: ``torch``
+1.76x (sync 476 ms = collect 189 + update 286; overlap 292 ms) and ``gymnasium-async`` 1.39x
+(sync 1039 ms = collect 534 + update 505; overlap 763 ms, the update beside the background
+rollout 758): issue 26's 1.3x met when the machine has its cores to itself.
+
 Why the update slows beside the rollout (profile of the ``gymnasium-async`` setup, same
 machine): the update is CPU-bound (wall 543 ms, CPU 506 ms), and the async collect is not
 free of CPU: per collect the learner thread uses 120-165 ms of CPU (forward passes and

@@ -46,7 +46,12 @@ zero-overhead sim.              1.58x   1.28x
 
 CPU per env step: async: learner 64-69 us + workers 214-264 us; pool 4: 98 + 210-217;
 pool 16: 89-90 + 193-212 (runs 2 and 3). Earlier runs on a quieter machine (issue 26) gave pool 4 1.30-1.62x and pool 16
-1.46x against async.
+1.46x against async. On a quiet machine (nothing else running; 2026-11-26, rl8 ``e002525``),
+three runs of ``-k variable``: pool 4/async 1.46x, 1.34x and 1.36x (async 4848 and pool 4 7071
+env steps/s in the first), pool 16/async 1.23x, 1.21x and 1.26x; the zero-overhead simulation
+1.58x and 1.28x; CPU per env step: async learner 55 us + workers 199 us, pool 4 99 + 145,
+pool 16 74 + 154. Issue 26's 1.5x is missed here too, by 3-11%: the simulated ceiling at
+horizon 64 is 1.58x.
 
 Why not 1.5x here. The target assumes the collect is bound by the envs' latency: with zero
 overhead the lock-step loop waits for the slowest of 32 sleeps per step (about 3.9 ms, 250 ms
