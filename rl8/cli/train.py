@@ -189,13 +189,13 @@ def _resume(args: argparse.Namespace, file_config: Mapping[str, Any], cli_config
             given_hparams: Mapping[str, Any], progress: bool | None) -> int:
     from rl8.io.checkpoint import CheckpointError
     from rl8.ppo.hparams import HParams
-    from rl8.training.resume import read_trainer_checkpoint
+    from rl8.io.checkpoint_dir import read_checkpoint
     from rl8.training.trainer import Trainer
 
     tracking_uri = cli_config.get("tracking_uri") or file_config.get("tracking_uri")
     tracking_uri = None if tracking_uri is None else str(tracking_uri)
     # under torchrun rank 0 reads the file and hands every rank its own part
-    path, state = read_trainer_checkpoint(args.resume, tracking_uri=tracking_uri)
+    path, state = read_checkpoint(args.resume, tracking_uri=tracking_uri)
     if not isinstance(state.get("algo"), Mapping) or not isinstance(state.get("trainer"), Mapping):
         raise CheckpointError(f"{path} is an rl8 checkpoint but not a Trainer checkpoint")
     stored_hparams = state["algo"].get("hparams")

@@ -212,6 +212,8 @@ class CompiledSteps:
 
 
 # ----------------------------------------------------------------- the fused train step
+#: The fields of :class:`~rl8.ppo.losses.PPOLoss` besides ``total`` (detached monitors).
+_MONITORS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
 _ADAM_OPTIONS = {"amsgrad": False, "maximize": False, "differentiable": False}
 
 
@@ -225,7 +227,8 @@ def fused_step_problem(
     Args:
         optimizer: PPO's optimizer: a ``torch.optim.Adam`` or ``AdamW`` with one parameter group
             and ``amsgrad``, ``maximize`` and ``differentiable`` off.
-        grad_scaler: Whether PPO scales its losses (``enable_amp`` on a CUDA GPU older than compute capability 8.0: float16).
+        grad_scaler: Whether PPO scales its losses (``enable_amp`` in float16, on CUDA GPUs older
+            than compute capability 8.0).
         distributed: Whether PPO averages gradients over ranks between backward and step.
         accumulate_grads: The ``accumulate_grads`` hyper-parameter (one step per pass).
         recurrent: Whether the policy's model is recurrent (torch.compile does not trace
@@ -242,7 +245,8 @@ def fused_step_problem(
     if torch.is_tensor(group["lr"]) or any(torch.is_tensor(beta) for beta in group["betas"]):
         return "the optimizer's lr or betas are tensors"
     if grad_scaler:
-        return "a gradient scaler (enable_amp in float16 on CUDA) unscales the gradients between backward and step"
+        return ("a gradient scaler (enable_amp in float16 on CUDA) unscales the gradients between "
+                "backward and step")
     if distributed:
         return "data-parallel training averages the gradients over ranks between backward and step"
     if accumulate_grads:
@@ -314,7 +318,7 @@ class FusedTrainStep:
             minibatch, self.entropy_coeff, entropy_coeff != 0, self.lr, adam, [p.detach() for p in self.params],
             [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states], [s["step"] for s in states],
         )
-        return PPOLoss(total, *monitors), grad_norm
+        return PPOLoss(total=total, **monitors), grad_norm
 
     def _state(self, p: nn.Parameter, group: dict[str, Any]) -> dict[str, torch.Tensor]:
         """``optimizer.state[p]``, created as ``torch.optim.Adam`` creates it at its first step."""
@@ -330,16 +334,18 @@ class FusedTrainStep:
 
     def _step(
         self, minibatch: Any, entropy_coeff: torch.Tensor, entropy_grad: bool, lr: torch.Tensor,
-        adam: dict[str, Any], params: list[torch.Tensor], exp_avgs: list[torch.Tensor], exp_avg_sqs: list[torch.Tensor],
-        steps: list[torch.Tensor],
-    ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...], torch.Tensor]:
-        """The compiled function: loss, gradients, clip, Adam; updates its tensor arguments in place."""
+        adam: dict[str, Any], params: list[torch.Tensor], exp_avgs: list[torch.Tensor],
+        exp_avg_sqs: list[torch.Tensor], steps: list[torch.Tensor],
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
+        """The compiled function: loss, gradients, clip, Adam; updates its tensor arguments in
+        place. Returns the loss, the monitors by name (:data:`_MONITORS`) and the grad norm."""
 
-        def total_loss(named_params: dict[str, torch.Tensor]) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+        def total_loss(named_params: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
             loss = torch.func.functional_call(self.loss_module, named_params, (minibatch, entropy_coeff, entropy_grad))
-            return loss.total, (loss.policy_loss, loss.value_loss, loss.entropy, loss.approx_kl, loss.clip_fraction)
+            return loss.total, {name: getattr(loss, name) for name in _MONITORS}
 
-        grads, (total, monitors) = torch.func.grad_and_value(total_loss, has_aux=True)(dict(zip(self.names, params)))
+        loss_grads = torch.func.grad_and_value(total_loss, has_aux=True)
+        grads, (total, monitors) = loss_grads(dict(zip(self.names, params)))
         grads = [grads[name] for name in self.names]
 
         # as torch.nn.utils.clip_grad_norm_

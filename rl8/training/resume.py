@@ -17,7 +17,7 @@ import torch
 
 from rl8.io.checkpoint import CHECKPOINT_POINTER_ARTIFACT, CheckpointError, save_checkpoint
 from rl8.io.checkpoint_dir import CheckpointManager
-from rl8.io.checkpoint_dir import read_checkpoint as read_trainer_checkpoint  # rl8 train imports it here
+from rl8.io.checkpoint_dir import read_checkpoint
 from rl8.io.export import (
     POLICY_ARTIFACT, check_env_spaces, check_finite_weights, policy_to_dict, save_policy, space_from_dict,
 )
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "RunRecord", "TrainerCheckpoints", "algo_from_checkpoint", "check_finite_policy", "rank_entry",
-    "read_trainer_checkpoint", "resuming_from",
+    "resuming_from",
 ]
 
 #: The checkpoint file that the Trainer being built by ``from_checkpoint`` resumes from.
@@ -378,7 +378,7 @@ class TrainerCheckpoints:
             ValueError: The env's observation or action space differs from the checkpoint's.
             rl8.tracking.TrackingError: The stored MLflow run cannot be resumed.
         """
-        file, state = read_trainer_checkpoint(path, tracking_uri=tracking_uri)
+        file, state = read_checkpoint(path, tracking_uri=tracking_uri)
         algo = algo_from_checkpoint(file, state, env=env, hparams=hparams, trust_code=trust_code)
         saved = state["trainer"]
         config = TrainerConfig.from_stored(saved)
