@@ -3,6 +3,7 @@ and the TorchScript file give the actions of ``Policy.predict(obs, deterministic
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 
@@ -216,17 +217,21 @@ class Untraceable(Model):
         return self.pi(obs) * scale, obs[:, 0]
 
 
-def test_what_cannot_be_exported_is_refused(tmp_path):
+def test_what_cannot_be_exported_is_refused(tmp_path, monkeypatch):
     with pytest.raises(ExportError, match="NoMode has no deterministic action"):
         Policy(BOX, spaces.Box(-1.0, 1.0, (2,), np.float32), distribution_cls=NoMode).export(tmp_path / "a.onnx")
     policy = Policy(BOX, spaces.Discrete(3), model_cls=Untraceable)
-    with pytest.raises(ExportError, match="cannot export Untraceable with Categorical as onnx.*try format='torchscript'"):
+    message = "cannot export Untraceable with Categorical as onnx .*; try format='torchscript'"
+    with pytest.raises(ExportError, match=message):
         policy.export(tmp_path / "b.onnx")
     with pytest.raises(ExportError, match="cannot export Untraceable .* as torchscript.*try format='onnx'"):
         policy.export(tmp_path / "b.pt", "torchscript")
     with pytest.raises(ValueError, match=r"format: expected one of \['onnx', 'torchscript'\], got 'tflite'"):
         policy.export(tmp_path / "c.tflite", "tflite")
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing half-written
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None if name == "onnxscript" else True)
+    with pytest.raises(ImportError, match=r'ONNX export needs onnx and onnxscript: pip install "rl8\[onnx\]"'):
+        policy.export(tmp_path / "d.onnx")
 
 
 # --------------------------------------------------------------------------------------------

@@ -26,7 +26,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("-o/--output: expected a file name, got an empty string")
     path = Path(output)
     if path.is_dir():
-        raise ConfigError(f"-o/--output: {output} is a folder; give a file name (e.g. {path / DEFAULT_OUTPUTS[args.format]})")
+        example = path / DEFAULT_OUTPUTS[args.format]
+        raise ConfigError(f"-o/--output: {output} is a folder; give a file name (e.g. {example})")
     from rl8.io.export import load_policy
     from rl8.policies.deploy import ExportError, read_export_metadata
     if path.exists() and not args.force and read_export_metadata(path) is None:

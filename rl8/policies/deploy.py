@@ -5,6 +5,7 @@ in, the actions :meth:`Policy.predict <rl8.policies.policy.Policy.predict>` take
 from __future__ import annotations
 
 import copy
+import importlib.util
 import json
 import math
 import os
@@ -133,8 +134,8 @@ class DeterministicActor(nn.Module):
         outputs = outputs if isinstance(outputs, tuple) else (outputs,)
 
         def described(names: tuple[str, ...], tensors: tuple[torch.Tensor, ...]) -> str:
-            return json.dumps([{"name": name, "shape": ["B", *t.shape[1:]], "dtype": str(t.dtype).removeprefix("torch.")}
-                               for name, t in zip(names, tensors)])
+            return json.dumps([{"name": name, "shape": ["B", *t.shape[1:]],
+                                "dtype": str(t.dtype).removeprefix("torch.")} for name, t in zip(names, tensors)])
 
         policy = self.policy
         return {
@@ -177,30 +178,38 @@ def export_policy(policy: Any, path: str | os.PathLike[str], format: str = "onnx
     """
     if format not in EXPORT_FORMATS:
         raise ValueError(f"format: expected one of {list(EXPORT_FORMATS)}, got {format!r}")
+    if format == "onnx" and not all(importlib.util.find_spec(name) for name in ("onnx", "onnxscript")):
+        raise ImportError('ONNX export needs onnx and onnxscript: pip install "rl8[onnx]"')
     actor = DeterministicActor(policy)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
+        _write(actor, format, tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def _write(actor: DeterministicActor, format: str, path: Path) -> None:
+    """Trace ``actor`` into a file of ``format``; what fails to trace is an :class:`ExportError`."""
+    try:
         metadata = actor.metadata()
         with warnings.catch_warnings():  # torch's notes on tracing (the trace is checked instead)
             for category in (torch.jit.TracerWarning, FutureWarning, DeprecationWarning):
                 warnings.simplefilter("ignore", category)
-            (_write_onnx if format == "onnx" else _write_torchscript)(actor, tmp, metadata)
-        os.replace(tmp, path)
-    except ImportError as exc:
-        raise ImportError(f"ONNX export needs onnx and onnxscript: pip install \"rl8[onnx]\" ({exc})") from exc
+            (_write_onnx if format == "onnx" else _write_torchscript)(actor, path, metadata)
+    except OSError:
+        raise
     except Exception as exc:
         other, cause = EXPORT_FORMATS[format == "onnx"], exc
         while cause.__cause__ is not None:  # torch.onnx wraps the error of torch.export
             cause = cause.__cause__
         first = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
-        raise ExportError(f"cannot export {type(policy.model).__name__} with "
-                          f"{policy.distribution_cls.__name__} as {format} ({first}); try format={other!r}, "
-                          "or a model of plain torch operations") from exc
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
+        policy = actor.policy
+        raise ExportError(f"cannot export {type(policy.model).__name__} with {policy.distribution_cls.__name__} "
+                          f"as {format} ({first}); try format={other!r}, or a model of plain torch operations") from exc
 
 
 def _write_onnx(actor: DeterministicActor, path: Path, metadata: dict[str, str]) -> None:
@@ -225,15 +234,13 @@ def read_export_metadata(path: str | os.PathLike[str]) -> dict[str, str] | None:
     Args:
         path: An ``.onnx`` or TorchScript file.
     """
-    path = Path(path)
-    if zipfile.is_zipfile(path):
-        with zipfile.ZipFile(path) as archive:
-            names = [n for n in archive.namelist() if n.endswith(f"/extra/{TORCHSCRIPT_METADATA}")]
-            return json.loads(archive.read(names[0])) if names else None
     try:
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as archive:
+                names = [n for n in archive.namelist() if n.endswith(f"/extra/{TORCHSCRIPT_METADATA}")]
+                return json.loads(archive.read(names[0])) if names else None
         import onnx  # optional (rl8[onnx])
-        model = onnx.load(str(path), load_external_data=False)
-    except Exception:  # not installed (then no ONNX file counts as an export), or not ONNX
+        props = {p.key: p.value for p in onnx.load(str(path), load_external_data=False).metadata_props}
+    except Exception:  # onnx not installed (no ONNX file counts as an export then), or another kind of file
         return None
-    props = {p.key: p.value for p in model.metadata_props}
     return props if "rl8_version" in props else None
