@@ -199,6 +199,7 @@ def _write(actor: DeterministicActor, format: str, path: Path) -> None:
         with warnings.catch_warnings():  # torch's notes on tracing (the trace is checked instead)
             for category in (torch.jit.TracerWarning, FutureWarning, DeprecationWarning):
                 warnings.simplefilter("ignore", category)
+            warnings.filterwarnings("ignore", "The tensor attributes .* were assigned during export")  # nn.LSTM
             (_write_onnx if format == "onnx" else _write_torchscript)(actor, path, metadata)
     except OSError:
         raise
