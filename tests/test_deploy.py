@@ -101,24 +101,21 @@ def run_onnx(path, inputs):
     return session.run(None, {i.name: inputs[i.name] for i in session.get_inputs()})
 
 
-def feeds(obs, names):
-    return {"obs": obs} if len(names) == 1 and names[0] == "obs" else {k: obs[k] for k in names}
-
-
-def as_onnx_inputs(metadata, obs):
-    names = [i["name"] for i in json.loads(metadata["inputs"])]
-    return {k: (v.astype(bool) if k == "action_mask" else v) for k, v in feeds(obs, names).items()}, names
+def actor_inputs(path, obs):
+    """An exported actor's inputs by name, in its order, from observations as ``predict`` takes them."""
+    names = [i["name"] for i in json.loads(read_export_metadata(path)["inputs"])]
+    if names == ["obs"]:
+        return {"obs": obs}
+    return {k: obs[k].astype(bool) if k == "action_mask" else obs[k] for k in names}
 
 
 def check_same_actions(policy, path, format, obs):
     expected, _ = policy.predict(obs, deterministic=True)
-    metadata = read_export_metadata(path)
-    inputs, names = as_onnx_inputs(metadata, obs)
+    inputs = actor_inputs(path, obs)
     if format == "onnx":
         actions = run_onnx(path, inputs)[0]
     else:
-        actor = torch.jit.load(str(path))
-        actions = actor(*(torch.as_tensor(inputs[k]) for k in names)).numpy()
+        actions = torch.jit.load(str(path))(*(torch.as_tensor(x) for x in inputs.values())).numpy()
     assert actions.dtype == expected.dtype and actions.shape == expected.shape
     assert np.abs(actions.astype(np.float64) - expected).max() <= 1e-5
 
