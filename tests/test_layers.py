@@ -33,6 +33,7 @@ FUNCTION_LEVEL_ALLOWED = {
     "yaml": "the rl8 command's start-up: only when a config is read",
     "resource": "POSIX only: peak memory of the process",
     "platform": "rl8/training/config.py: read where the run's params are made",
+    "onnx": "optional (rl8[onnx]): reading an exported actor's metadata",
 }
 
 #: Modules whose functions may import rl8's modules: the ``rl8`` command starts (``--help``, a

@@ -13,6 +13,7 @@ from typing import Any
 from rl8.cli import (
     evaluate as evaluate_command, record as record_command, runs as runs_command, train as train_command,
 )
+from rl8.cli import export as export_command
 from rl8.fields import read_numbers
 from rl8.training.config_file import CONFIG_KEYS, ConfigError
 from rl8.training.config import TrainerConfig
@@ -92,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_eval_command(commands)
     _add_record_command(commands)
     _add_runs_command(commands)
+    _add_export_command(commands)
     return parser
 
 
@@ -171,6 +173,26 @@ def _add_runs_command(commands) -> None:
     runs.add_argument("--tracking-uri",
                       help="MLflow tracking URI (default: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
     runs.set_defaults(func=runs_command.run)
+
+
+def _add_export_command(commands) -> None:
+    export = commands.add_parser(
+        "export", help="write a saved policy's deterministic actor as ONNX or TorchScript (for a robot)",
+        description="Write the deterministic actor of a policy file, a checkpoint (file or folder) or an "
+                    "MLflow run, observation normalisation included, as an ONNX or TorchScript file. "
+                    "See docs/export.md.",
+    )
+    export.add_argument("policy", metavar="PATH_OR_RUN_ID")
+    export.add_argument("--format", choices=export_command.DEFAULT_OUTPUTS, default="onnx",
+                        help="onnx (needs the onnx extra) or torchscript (default onnx)")
+    export.add_argument("-o", "--output", metavar="FILE",
+                        help="the file to write (default policy.onnx, or policy.pt for torchscript)")
+    export.add_argument("--force", action="store_true", help="overwrite FILE even if it is not an rl8 export")
+    export.add_argument("--tracking-uri", help="MLflow tracking URI, for a run id")
+    export.add_argument("--trust-code", action="store_true",
+                        help="trust the file: import the modules it names that rl8's registry does not hold "
+                             "(off by default; see docs/security.md)")
+    export.set_defaults(func=export_command.run)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -6,13 +6,14 @@ for ``Discrete``, ``[N, *shape]`` int64 for ``MultiDiscrete`` (``nvec.shape``) a
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
 from gymnasium import spaces
 from tensordict import TensorDict
 
-__all__ = ["SUPPORTED_SPACES", "check_space", "space_dtype", "space_shape", "zeros_like_space"]
+__all__ = ["SUPPORTED_SPACES", "check_space", "space_dtype", "space_shape", "zeros_like_space", "space_to_dict"]
 
 #: The gymnasium space classes rl8 supports as observation and action spaces (``Dict`` nested).
 SUPPORTED_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary, spaces.Dict)
@@ -77,3 +78,25 @@ def zeros_like_space(space: spaces.Space, batch_size: Sequence[int], *, device: 
                    for k, s in space.spaces.items()}
         return TensorDict(entries, batch_size=batch_size, device=device)
     return torch.zeros((*batch_size, *space_shape(space)), dtype=dtype or space_dtype(space), device=device)
+
+
+def space_to_dict(space: spaces.Space) -> dict[str, Any]:
+    """A ``Box``, ``Discrete``, ``MultiDiscrete``, ``MultiBinary`` or ``Dict`` space as a dict
+    of tensors and plain values (``TypeError`` for any other space), as policy files
+    (:mod:`rl8.io.export`) and exported actors (:mod:`rl8.policies.deploy`) describe it."""
+    if isinstance(space, spaces.Box):
+        return {"type": "Box", "low": torch.from_numpy(np.array(space.low, copy=True)),
+                "high": torch.from_numpy(np.array(space.high, copy=True)), "shape": list(space.shape),
+                "dtype": str(np.dtype(space.dtype))}
+    if isinstance(space, spaces.Discrete):
+        return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}
+    if isinstance(space, spaces.MultiDiscrete):
+        return {"type": "MultiDiscrete", "nvec": torch.from_numpy(np.array(space.nvec, dtype=np.int64)),
+                "start": torch.from_numpy(np.array(space.start, dtype=np.int64)),
+                "dtype": str(np.dtype(space.dtype))}
+    if isinstance(space, spaces.MultiBinary):
+        n = space.n
+        return {"type": "MultiBinary", "n": int(n) if np.isscalar(n) else [int(x) for x in n]}
+    if isinstance(space, spaces.Dict):
+        return {"type": "Dict", "spaces": [[key, space_to_dict(sub)] for key, sub in space.spaces.items()]}
+    raise TypeError(f"cannot save a {type(space).__name__} space ({space}) in a policy file")

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
+from rl8.envs.spaces import space_to_dict
 from rl8.io.checkpoint import CheckpointError, download_artifact, is_run_ref, load_checkpoint, save_checkpoint
 from rl8.io.checkpoint_dir import CheckpointManager
 from rl8.policies.policy import Policy
@@ -35,27 +36,6 @@ POLICY_ARTIFACT = "policy/policy.pt"
 #: Most elements a space read from a file may declare (in all), checked before anything is
 #: allocated, so that a crafted file cannot ask for gigabytes.
 MAX_SPACE_ELEMENTS = 2**24
-
-
-def space_to_dict(space: spaces.Space) -> dict[str, Any]:
-    """A ``Box``, ``Discrete``, ``MultiDiscrete``, ``MultiBinary`` or ``Dict`` space as a dict
-    of tensors and plain values (``TypeError`` for any other space)."""
-    if isinstance(space, spaces.Box):
-        return {"type": "Box", "low": torch.from_numpy(np.array(space.low, copy=True)),
-                "high": torch.from_numpy(np.array(space.high, copy=True)), "shape": list(space.shape),
-                "dtype": str(np.dtype(space.dtype))}
-    if isinstance(space, spaces.Discrete):
-        return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}
-    if isinstance(space, spaces.MultiDiscrete):
-        return {"type": "MultiDiscrete", "nvec": torch.from_numpy(np.array(space.nvec, dtype=np.int64)),
-                "start": torch.from_numpy(np.array(space.start, dtype=np.int64)),
-                "dtype": str(np.dtype(space.dtype))}
-    if isinstance(space, spaces.MultiBinary):
-        n = space.n
-        return {"type": "MultiBinary", "n": int(n) if np.isscalar(n) else [int(x) for x in n]}
-    if isinstance(space, spaces.Dict):
-        return {"type": "Dict", "spaces": [[key, space_to_dict(sub)] for key, sub in space.spaces.items()]}
-    raise TypeError(f"cannot save a {type(space).__name__} space ({space}) in a policy file")
 
 
 def _space_elements(d: Any, where: str) -> int:

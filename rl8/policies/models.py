@@ -101,6 +101,15 @@ class Model(nn.Module):
         """Values ``[B]`` of observations ``obs`` ``[B, ...]``."""
         return self(obs)[1]
 
+    #: The keys of a ``Dict`` observation that the actor reads (``None``: all of them); an
+    #: exported actor takes only these (asymmetric actor-critic, docs/models.md).
+    actor_groups: tuple[str, ...] | None = None
+
+    def actor_params(self, obs: torch.Tensor | TensorDictBase) -> torch.Tensor:
+        """Distribution parameters ``[B, P]`` of observations ``[B, ...]`` from the actor alone
+        (no value): what an exported policy runs."""
+        return self(obs)[0]
+
     def rollout(self) -> contextlib.AbstractContextManager:
         """A context in which the parameters stay constant (PPO's collect and evaluate), where a
         model may precompute something, leaving its outputs unchanged; the default does nothing."""

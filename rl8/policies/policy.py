@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -13,6 +15,7 @@ from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
 from rl8.envs.spaces import check_space, space_dtype, space_shape, zeros_like_space
+from rl8.policies.deploy import export_policy
 from rl8.policies.distributions import Distribution, default_distribution_cls
 from rl8.policies.encoders import default_model_cls
 from rl8.policies.models import Model, check_model_config
@@ -279,6 +282,22 @@ class Policy(nn.Module):
         if isinstance(self.action_space, spaces.Box):
             actions = np.clip(actions, self.action_space.low, self.action_space.high)
         return (actions[0] if batch is None else actions), state
+
+    def export(self, path: str | os.PathLike[str], format: str = "onnx") -> Path:
+        """Write the deterministic actor, observation normalisation folded in, as an ONNX or
+        TorchScript file for a robot; returns the path (``docs/export.md``). The file computes
+        the actions of ``predict(obs, deterministic=True)`` from batched observations (and, for
+        recurrent models, the state: inputs ``state_<key>``, outputs ``next_state_<key>``).
+
+        Args:
+            path: The file to write (replaced atomically).
+            format: ``"onnx"`` (needs ``pip install "rl8[onnx]"``) or ``"torchscript"``.
+
+        Raises:
+            rl8.policies.deploy.ExportError: What cannot be exported (e.g. a distribution
+                without a deterministic action, a model that does not trace), and why.
+        """
+        return export_policy(self, path, format)
 
 
 def _as_batch(
