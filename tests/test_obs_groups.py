@@ -148,11 +148,13 @@ def test_noise_std_type_scalar_learns_the_std():
 
 @pytest.mark.slow
 def test_asymmetric_cartpole_learns():
+    """Balancing for all 200 steps of a deterministic evaluation (a reward of 1 per step) within
+    100k env steps (about 25k with seed 0)."""
     algo = PPO(GroupCartPole, num_envs=32, horizon=64, seed=0, device="cpu")
-    eval_env = GroupCartPole(16)
-    while algo.env_steps < 300_000:
+    eval_env, best = GroupCartPole(16), 0.0
+    while algo.env_steps < 100_000 and best < 199:
         algo.collect()
         algo.update()
-        if algo.steps % 4 == 0 and algo.evaluate(eval_env, num_steps=500)["episodes/return_mean"] >= 475:
-            break
-    assert algo.evaluate(eval_env, num_steps=500)["episodes/return_mean"] >= 475, algo.env_steps
+        if algo.steps % 4 == 0:
+            best = max(best, algo.evaluate(eval_env, num_steps=200)["rollout/reward_sum_mean"])
+    assert best >= 199, (best, algo.env_steps)
