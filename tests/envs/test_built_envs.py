@@ -12,6 +12,8 @@ from rl8 import PPO, Trainer
 from rl8.envs import CartPole
 from rl8.envs import tasks
 from rl8.envs.rsl_rl import RslRlEnv
+from rl8.ppo.distributed import DistContext
+from rl8.training.config import run_params
 
 
 def test_num_envs_and_device_come_from_the_env():
@@ -71,6 +73,9 @@ def test_resume_a_run_of_a_built_env():
     with Trainer(algo, tracking=False, progress=False) as trainer:
         trainer.step()
         path = trainer.save_checkpoint()
+        assert run_params(algo, trainer.config, trainer.env_spec, DistContext())["env"] == \
+            "a sim_fakes.PointMassVecEnv object"
+        assert torch.load(path, weights_only=True)["env"] == {"spec": None, "class": "rl8.envs.rsl_rl.RslRlEnv"}
     with pytest.raises(ValueError, match=r"Trainer.from_checkpoint\(path, env=...\)"):
         Trainer.from_checkpoint(path, tracking=False)
     env = PointMassVecEnv(8)
