@@ -155,11 +155,12 @@ class RslRlEnv(Env):
 
 
 def _action_space(vec_env: Any) -> spaces.Space:
-    """The env's ``single_action_space`` (or its ``unwrapped``'s) as float32, else an unbounded
-    ``Box`` of ``num_actions``."""
+    """The env's ``single_action_space`` or ``action_space`` (or its ``unwrapped``'s) of
+    ``num_actions`` values as float32, else an unbounded ``Box`` of ``num_actions``."""
     num_actions = int(vec_env.num_actions)
     for owner in (vec_env, getattr(vec_env, "unwrapped", None)):
-        box = float32_box(getattr(owner, "single_action_space", None))
-        if box is not None and box.shape == (num_actions,):
-            return box
+        for name in ("single_action_space", "action_space"):
+            box = float32_box(getattr(owner, name, None))
+            if box is not None and box.shape == (num_actions,):
+                return box
     return spaces.Box(-np.inf, np.inf, (num_actions,), np.float32)

@@ -31,6 +31,10 @@ def test_spaces_and_step_output():
     validate_reset_output(env.reset(), env)
     out = _step(env)
     assert out["rewards"].dtype == torch.float32 and out["truncated"].shape == (4, 1)
+    vec = PointMassVecEnv(4)
+    vec.action_space = spaces.Box(-2.0, 2.0, (4, 1))  # batched, as the wrappers' action_space: not read
+    vec.single_action_space = spaces.Box(-1.0, 1.0, (1,), dtype="float64")
+    assert RslRlEnv(vec).action_space == spaces.Box(-1.0, 1.0, (1,))
 
 
 def test_plain_tensor_observations_and_rsl_rl_2_groups():
