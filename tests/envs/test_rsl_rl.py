@@ -148,6 +148,9 @@ def test_logged_episode_values_are_averaged_until_popped():
     assert log["Episode_Termination/time_out"] == 2.0 and set(log) == {"Episode_Reward/return",
                                                                       "Episode_Termination/time_out"}
     assert env.pop_log() == {}
+    for _ in range(600):  # 300 logging steps: summed once on the way, then at the pop
+        _step(env)
+    assert env.pop_log()["Episode_Termination/time_out"] == 2.0
 
 
 @pytest.mark.slow
