@@ -52,6 +52,14 @@ def _checkpoint_data(value: Any, name: str) -> str | None:
     return None
 
 
+def _system_metrics(value: Any, name: str) -> str | None:
+    import importlib.util
+
+    if not isinstance(value, bool):
+        return "True or False"
+    return "False without psutil (pip install 'rl8[system]')" if value and not importlib.util.find_spec("psutil") else None
+
+
 def _option(default: Any, doc: str, check: Check | None = None, *, param: bool = True,
             stored: bool = True, names_run: bool = False, cli: str | None = None) -> Any:
     """A :class:`TrainerConfig` field: its default, its one-line meaning (``doc``, also the
@@ -139,6 +147,21 @@ class TrainerConfig:
         None, "with weight_sync='checkpoint': the folder of the weights file, on storage every "
         "rank sees", _TEXT, cli="flag")
 
+    register_as: str | None = _option(
+        None, "at the end of Trainer.run, register the run's best checkpoint (by register_metric) in "
+        "MLflow's Model Registry under this name, as a new version with the alias 'best' "
+        "(models:/NAME@best); None: no registration", _TEXT, cli="flag")
+    register_metric: str = _option(
+        "eval/episodes/return_mean", "the stat that ranks the checkpoints for register_as (an eval/ stat "
+        "is linked to the checkpoints written at evaluation steps)", _TEXT, cli="config")
+    register_mode: str = _option(
+        "max", "'max' or 'min': which value of register_metric is best",
+        check("'max' or 'min'", lambda v: v in ("max", "min")), cli="config")
+    system_metrics: bool = _option(
+        False, "log MLflow's system metrics (system/*: CPU, memory, disk, network; GPU with nvidia-ml-py) "
+        "every 10 s (MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL); needs psutil (pip install 'rl8[system]')",
+        _system_metrics, param=False, stored=False, cli="config")
+
     def __post_init__(self) -> None:
         invalid = first_invalid(self)
         if invalid is not None:
@@ -153,6 +176,9 @@ class TrainerConfig:
                 f"weight_sync_interval updates, so their rollouts are that stale), got max_staleness="
                 f"{self.max_staleness} with weight_sync_interval={self.weight_sync_interval}"
             )
+        if self.register_as is not None and not self.tracking:
+            raise ValueError(f"Trainer: register_as={self.register_as!r} registers in MLflow's Model Registry, "
+                             "but tracking=False")
         if self.weight_sync == "checkpoint" and self.weight_sync_dir is None:
             raise ValueError("Trainer: weight_sync='checkpoint' needs weight_sync_dir (a folder every rank sees), got None")
 
