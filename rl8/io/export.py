@@ -368,6 +368,7 @@ def read_policy(run_id_or_path: str | os.PathLike[str], *, tracking_uri: str | N
             raise FileNotFoundError(f"no policy at {ref!r}: not a file or folder, nor an MLflow run id")
         with tempfile.TemporaryDirectory(prefix="rl8-policy-") as tmp:
             local = download_artifact(ref, POLICY_ARTIFACT, tracking_uri, tmp)
+            local = _model_policy_file(local, ref) if (local / "MLmodel").is_file() else local  # runs:/ID/policy
             return _policy_from_checkpoint_state(load_checkpoint(local), f"run {ref}")
     return _policy_from_checkpoint_state(load_checkpoint(path), path)
 

@@ -125,14 +125,14 @@ class PolicyModel:
                 for a ``Dict`` space, one column per entry).
             params: ``{"deterministic": False}`` samples actions (default: the modes).
         """
-        space = self.policy.observation_space
-        if hasattr(model_input, "to_numpy"):  # a pandas DataFrame
-            if isinstance(space, spaces.Dict):
-                model_input = {k: np.stack(list(model_input[k])).reshape(-1, *space[k].shape) for k in space.spaces}
-            else:
-                model_input = model_input.to_numpy().reshape(-1, *space.shape)
+        space, frame = self.policy.observation_space, hasattr(model_input, "to_numpy")  # a pandas DataFrame
+        if isinstance(space, spaces.Dict):  # copies: MLflow hands over read-only arrays
+            obs = {k: np.array(list(model_input[k]) if frame else model_input[k]).reshape(-1, *sub.shape)
+                   for k, sub in space.spaces.items()}
+        else:
+            obs = np.array(model_input.to_numpy() if frame else model_input).reshape(-1, *space.shape)
         deterministic = bool((params or {}).get("deterministic", True))
-        actions, _ = self.policy.predict(model_input, deterministic=deterministic)
+        actions, _ = self.policy.predict(obs, deterministic=deterministic)
         return actions
 
 

@@ -544,8 +544,9 @@ class Tracker:
                         "written at evaluation steps)")
                 if not client.search_registered_models(filter_string=f"name = '{name}'"):
                     client.create_registered_model(name)
+                # the source by location: MLflow resolves a models:/ source in the default store
                 version = client.create_model_version(
-                    name, f"models:/{found[0].model_id}", run_id=self.run_id, model_id=found[0].model_id,
+                    name, found[0].artifact_location, run_id=self.run_id, model_id=found[0].model_id,
                     description=f"{found[0].name} of run {self.run_id}: {metric} = {values[metric]:g} ({mode})").version
                 client.set_registered_model_alias(name, alias, version)
         except (ValueError, TrackingError):
