@@ -7,8 +7,10 @@ through cloudpickle."""
 from __future__ import annotations
 
 import copy
+import datetime
 import json
 import platform
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,7 @@ from gymnasium import spaces
 from rl8.io.export import MODEL_FLAVOR, MODEL_POLICY_FILE, load_policy, save_policy
 from rl8.version import __version__
 
-__all__ = ["PolicyModel", "model_signature", "save_model"]
+__all__ = ["PolicyModel", "save_model"]
 
 
 def _tensor(space: spaces.Space, name: str | None = None) -> Any:
@@ -32,46 +34,33 @@ def _tensor(space: spaces.Space, name: str | None = None) -> Any:
     return TensorSpec(np.dtype(space.dtype), (-1, *space.shape), name)
 
 
-def _schema(space: spaces.Space) -> Any:
+def _schema(space: spaces.Space) -> str:
+    """A space's batch as the JSON of an MLflow tensor schema (named tensors for a ``Dict``)."""
     from mlflow.types import Schema
 
     if isinstance(space, spaces.Dict):
-        return Schema([_tensor(sub, key) for key, sub in space.spaces.items()])
-    return Schema([_tensor(space)])
-
-
-def model_signature(observation_space: spaces.Space, action_space: spaces.Space) -> Any:
-    """The MLflow ``ModelSignature`` of a policy: a batch of observations ``[-1, *obs_shape]``
-    (named tensors for a ``Dict`` space) in, a batch of env actions out, and the param
-    ``deterministic`` (default ``True``: the distributions' modes)."""
-    from mlflow.models.signature import ModelSignature
-    from mlflow.types import ParamSchema, ParamSpec
-
-    params = ParamSchema([ParamSpec("deterministic", "boolean", True)])
-    return ModelSignature(_schema(observation_space), _schema(action_space), params)
+        return Schema([_tensor(sub, key) for key, sub in space.spaces.items()]).to_json()
+    return Schema([_tensor(space)]).to_json()
 
 
 def _input_example(space: spaces.Space, n: int = 2) -> Any:
-    """``n`` observations sampled from (a copy of) ``space`` with seed 0, as a batch."""
+    """``n`` observations sampled from (a copy of) ``space`` with seed 0, as plain lists."""
     space = copy.deepcopy(space)
     space.seed(0)
     samples = [space.sample() for _ in range(n)]
     if isinstance(space, spaces.Dict):
-        return {key: np.stack([s[key] for s in samples]) for key in space.spaces}
-    return np.stack(samples)
-
-
-def _plain(example: Any) -> Any:
-    if isinstance(example, dict):
-        return {key: value.tolist() for key, value in example.items()}
-    return example.tolist()
+        return {key: np.stack([s[key] for s in samples]).tolist() for key in space.spaces}
+    return np.stack(samples).tolist()
 
 
 def save_model(policy: Any, path: str | Path, *, env: dict[str, Any] | None = None) -> Path:
-    """Write ``policy`` as an MLflow model folder: ``policy.pt`` (:func:`rl8.save_policy`),
-    ``MLmodel`` (flavors ``rl8`` and ``python_function``, the signature of
-    :func:`model_signature`), an input example of two observations, ``requirements.txt`` and
-    ``python_env.yaml``. Returns the folder.
+    """Write ``policy`` as an MLflow model folder: ``policy.pt`` (:func:`rl8.save_policy`) and
+    ``MLmodel`` with the flavors ``rl8`` and ``python_function`` (loader module
+    ``rl8.io.mlflow_model``) and a signature: a batch of observations ``[-1, *obs_shape]`` (named
+    tensors for a ``Dict`` space) in, env actions out, the param ``deterministic`` (default
+    ``True``: the distributions' modes); an input example of two observations,
+    ``requirements.txt`` and ``python_env.yaml``. Returns the folder. Needs only
+    ``mlflow-skinny`` (loading it as a pyfunc needs the full ``mlflow``: ``rl8[ui]``).
 
     Args:
         policy: A :class:`rl8.Policy`, e.g. ``algo.policy``.
@@ -79,28 +68,34 @@ def save_model(policy: Any, path: str | Path, *, env: dict[str, Any] | None = No
         env: Optional description of the env (see :func:`rl8.save_policy`).
     """
     import mlflow
-    import mlflow.pyfunc
-    from mlflow.models import Model
+    import yaml
 
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     save_policy(policy, path / MODEL_POLICY_FILE, env=env)
-    model = Model(signature=model_signature(policy.observation_space, policy.action_space))
-    model.add_flavor(MODEL_FLAVOR, data=MODEL_POLICY_FILE, rl8_version=__version__)
-    mlflow.pyfunc.add_to_model(model, loader_module=__name__, data=MODEL_POLICY_FILE,
-                               python_env="python_env.yaml")
-    example = _plain(_input_example(policy.observation_space))
+    example = _input_example(policy.observation_space)
     (path / "input_example.json").write_text(json.dumps(example))
     (path / "serving_input_example.json").write_text(json.dumps({"inputs": example}))
-    model.saved_input_example_info = {"artifact_path": "input_example.json", "type": "ndarray",
-                                      "serving_input_path": "serving_input_example.json"}
     versions = {"rl8": __version__, "torch": torch.__version__.split("+")[0], "mlflow": mlflow.__version__,
                 "gymnasium": gymnasium.__version__, "tensordict": tensordict.__version__, "numpy": np.__version__}
     (path / "requirements.txt").write_text("".join(f"{k}=={v}\n" for k, v in versions.items()))
-    (path / "python_env.yaml").write_text(
-        f"python: {platform.python_version()}\nbuild_dependencies:\n  - pip\n"
-        "dependencies:\n  - -r requirements.txt\n")
-    model.save(str(path / "MLmodel"))
+    (path / "python_env.yaml").write_text(f"python: {platform.python_version()}\nbuild_dependencies:\n"
+                                          "  - pip\ndependencies:\n  - -r requirements.txt\n")
+    meta = {
+        "flavors": {
+            "python_function": {"loader_module": __name__, "data": MODEL_POLICY_FILE,
+                                "env": {"virtualenv": "python_env.yaml"}, "python_version": platform.python_version()},
+            MODEL_FLAVOR: {"data": MODEL_POLICY_FILE, "rl8_version": __version__},
+        },
+        "signature": {"inputs": _schema(policy.observation_space), "outputs": _schema(policy.action_space),
+                      "params": json.dumps([{"name": "deterministic", "type": "boolean", "default": True, "shape": None}])},
+        "saved_input_example_info": {"artifact_path": "input_example.json", "type": "ndarray",
+                                     "serving_input_path": "serving_input_example.json"},
+        "mlflow_version": mlflow.__version__,
+        "model_uuid": uuid.uuid4().hex,
+        "utc_time_created": str(datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)),
+    }
+    (path / "MLmodel").write_text(yaml.safe_dump(meta, sort_keys=False))
     return path
 
 

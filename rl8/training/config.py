@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib.util
 import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -53,8 +54,6 @@ def _checkpoint_data(value: Any, name: str) -> str | None:
 
 
 def _system_metrics(value: Any, name: str) -> str | None:
-    import importlib.util
-
     if not isinstance(value, bool):
         return "True or False"
     return "False without psutil (pip install 'rl8[system]')" if value and not importlib.util.find_spec("psutil") else None
