@@ -29,7 +29,7 @@ from mlflow import MlflowClient
 from mlflow.entities import LoggedModelStatus
 
 from rl8 import PPO, Trainer, load_policy
-from rl8.cli.main import build_parser
+from rl8.cli.main import build_parser, main
 from rl8.envs import CartPole
 from rl8.io.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from rl8.io.mlflow_model import save_model
@@ -133,6 +133,7 @@ def test_the_best_checkpoint_is_registered_with_the_alias_best(store):
         assert all(torch.equal(a, b) for a, b in zip(policy.state_dict().values(), by_id.state_dict().values()))
     assert np.array_equal(mlflow.pyfunc.load_model("models:/cartpole-ppo@best").predict(OBS), by_id.predict(OBS)[0])
     assert "no logged model (checkpoint)" in str(store["missing"])
+    assert main(["eval", "models:/cartpole-ppo@best", "--episodes", "2", "--tracking-uri", store["uri"]]) == 0
 
 
 def test_system_metrics_are_logged_when_asked(store):
@@ -141,11 +142,14 @@ def test_system_metrics_are_logged_when_asked(store):
     assert TrainerConfig().system_metrics is False  # opt-in
 
 
-def test_registering_an_eval_stat_needs_checkpoints_at_evaluation_steps(migrated_store, tmp_path):
+def test_registering_an_eval_stat_needs_checkpoints_at_evaluation_steps(migrated_store, capsys):
     with Trainer(PPO(CartPole, **SMALL), register_as="x", checkpoint_every=3, progress=False) as trainer:
         with pytest.raises(ValueError, match=r"checkpoint_every \(now 3\) to a multiple of steps_per_eval \(now 2\)"):
             trainer.run(max_env_steps=256, steps_per_eval=2)
     assert build_parser().parse_args(["train", "--register", "cartpole-ppo"]).register_as == "cartpole-ppo"
+    argv = ["train", "--env", "rl8.envs.CartPole", "--max-steps", "64", "--steps-per-eval", "2", "--register", "x"]
+    assert main(argv) == 2
+    assert "checkpoint_every (now None) to a multiple of steps_per_eval (now 2)" in capsys.readouterr().err
     with pytest.raises(ValueError, match="register_as='x' registers in MLflow's Model Registry, but tracking=False"):
         Trainer(PPO(CartPole, **SMALL), register_as="x", tracking=False)
 

@@ -23,7 +23,7 @@ from rl8.tracking.common import TrackingError, TrackingWarning
 from rl8.training.actors import Learner, check_actor_config, run_actor
 from rl8.training.callbacks import CallbackLike, as_callbacks
 from rl8.training.conditions import Condition
-from rl8.training.config import TrainerConfig, run_params
+from rl8.training.config import TrainerConfig, check_register_plan, run_params
 from rl8.training.eval_envs import EvalEnvs
 from rl8.training.progress import is_nan
 from rl8.training.resume import RunRecord, TrainerCheckpoints, resuming_from
@@ -387,7 +387,7 @@ class Trainer(TrainerCheckpoints):
         check_record_plan(self, steps_per_eval)
         conditions = as_conditions(stop_conditions, max_env_steps=max_env_steps, max_seconds=max_seconds)
         check_eval_stats(conditions, steps_per_eval)
-        self._check_register_plan(steps_per_eval)
+        check_register_plan(self.config, steps_per_eval)
         callbacks = as_callbacks(callbacks)
         if eval_env_config is None:
             eval_env_config = env_config
@@ -414,20 +414,6 @@ class Trainer(TrainerCheckpoints):
         if self.config.register_as is not None and self.tracker.enabled:
             self.register_best()
         return stats
-
-    def _check_register_plan(self, steps_per_eval: int | None) -> None:
-        """Before training: ``register_as`` on an eval stat needs checkpoints at evaluation steps."""
-        config = self.config
-        if config.register_as is None or not config.register_metric.startswith("eval/"):
-            return
-        every = config.checkpoint_every
-        if steps_per_eval is None or every is None or every % steps_per_eval:
-            raise ValueError(
-                f"Trainer.run: register_as={config.register_as!r} ranks the checkpoints by "
-                f"{config.register_metric!r}, an evaluation stat, which only the checkpoints written at "
-                f"evaluation steps have: set checkpoint_every (now {every}) to a multiple of steps_per_eval "
-                f"(now {steps_per_eval}), e.g. both to 10 (rl8 train: --checkpoint-every 10 --steps-per-eval 10)"
-            )
 
     def register_best(self, name: str | None = None, *, metric: str | None = None,
                       mode: str | None = None) -> str | None:
