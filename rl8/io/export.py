@@ -21,7 +21,8 @@ from rl8.policies.policy import Policy
 from rl8.ppo.resolve import ANY, DISTRIBUTION, MODEL, MODULE_CLASS, qualified_name, resolve
 
 __all__ = [
-    "MAX_SPACE_ELEMENTS", "MODEL_FLAVOR", "MODEL_POLICY_FILE", "POLICY_ARTIFACT", "POLICY_FORMAT", "check_env_spaces", "check_finite_weights",
+    "MAX_SPACE_ELEMENTS", "MODEL_FLAVOR", "MODEL_POLICY_FILE", "POLICY_ARTIFACT", "POLICY_FORMAT",
+    "check_env_spaces", "check_finite_weights",
     "load_policy", "policy_from_dict",
     "policy_to_dict", "read_policy", "save_policy", "space_from_dict", "space_to_dict",
 ]

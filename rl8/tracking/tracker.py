@@ -503,7 +503,8 @@ class Tracker:
             step: The step the model belongs to (the Trainer's: ``env/steps``).
         """
         latest, values = self._step_metrics
-        self._upload("log_model", local_dir, None, ModelLink(name, int(step), list(values.values()) if latest == step else []))
+        linked = list(values.values()) if latest == step else []
+        self._upload("log_model", local_dir, None, ModelLink(name, int(step), linked))
 
     def register_best(self, name: str, metric: str, *, mode: str = "max", alias: str = "best") -> tuple[str, float]:
         """Register the run's logged model with the best value of ``metric`` as a new version of

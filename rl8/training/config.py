@@ -56,7 +56,8 @@ def _checkpoint_data(value: Any, name: str) -> str | None:
 def _system_metrics(value: Any, name: str) -> str | None:
     if not isinstance(value, bool):
         return "True or False"
-    return "False without psutil (pip install 'rl8[system]')" if value and not importlib.util.find_spec("psutil") else None
+    missing = value and importlib.util.find_spec("psutil") is None
+    return "False without psutil (pip install 'rl8[system]')" if missing else None
 
 
 def _option(default: Any, doc: str, check: Check | None = None, *, param: bool = True,
