@@ -33,9 +33,9 @@ POLICY_FORMAT = "rl8-policy"
 POLICY_VERSION = 1
 #: Where the Trainer stores the policy among an MLflow run's artifacts.
 POLICY_ARTIFACT = "policy/policy.pt"
-#: The flavor of an rl8 policy in an MLflow model folder's ``MLmodel`` (:mod:`rl8.io.mlflow_model`),
-#: and the policy file it names.
+#: The flavor of an rl8 policy in an MLflow model folder's ``MLmodel`` (:mod:`rl8.io.mlflow_model`).
 MODEL_FLAVOR = "rl8"
+#: The policy file of an MLflow model folder, the only file its ``rl8`` flavor may name.
 MODEL_POLICY_FILE = "policy.pt"
 #: Most elements a space read from a file may declare (in all), checked before anything is
 #: allocated, so that a crafted file cannot ask for gigabytes.
