@@ -33,6 +33,7 @@ from rl8.cli.main import build_parser, main
 from rl8.envs import CartPole
 from rl8.io.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from rl8.io.mlflow_model import save_model
+from rl8.tracking import Tracker
 from rl8.tracking.common import TrackingWarning
 from rl8.training import resume
 from rl8.training.config import TrainerConfig
@@ -163,6 +164,27 @@ def test_a_failure_to_log_the_model_keeps_the_checkpoint(migrated_store, monkeyp
         with pytest.warns(TrackingWarning, match="disk on fire.*the checkpoint is written"):
             path = trainer.save_checkpoint()
     assert load_checkpoint(path)["algo"]["counters"] is not None
+
+
+def test_a_model_delivery_that_fails_midway_goes_on_without_a_second_model(migrated_store, tmp_path, monkeypatch):
+    folder = save_model(PPO(CartPole, **SMALL).policy, tmp_path / "m")
+    upload, calls = MlflowClient.log_model_artifacts, []
+
+    def flaky(self, *args, **kwargs):
+        calls.append(args)
+        if len(calls) == 1:
+            raise ConnectionError("server went away")
+        return upload(self, *args, **kwargs)
+
+    monkeypatch.setattr(MlflowClient, "log_model_artifacts", flaky)
+    with Tracker(experiment="flaky", retry_interval_s=0.0) as tracker:
+        tracker.log_metrics({"eval/episodes/return_mean": 7.0}, step=64)
+        with pytest.warns(TrackingWarning, match="server went away"):
+            tracker.log_model(folder, "checkpoint-64", step=64)
+        assert tracker.pending_artifacts == 1 and tracker.flush() and len(calls) == 2
+    models = mlflow.search_logged_models(experiment_ids=[tracker.experiment_id], output_format="list")
+    assert [(m.name, m.status, [(x.key, x.value, x.step) for x in m.metrics]) for m in models] == [
+        ("checkpoint-64", LoggedModelStatus.READY, [("eval/episodes/return_mean", 7.0, 64)])]
 
 
 # ------------------------------------------------------------ model folders that cannot run code
