@@ -22,13 +22,14 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from gymnasium import spaces
 
 import mlflow
 import mlflow.pyfunc
 from mlflow import MlflowClient
 from mlflow.entities import LoggedModelStatus
 
-from rl8 import PPO, Trainer, load_policy
+from rl8 import PPO, Policy, Trainer, load_policy
 from rl8.cli.main import build_parser, main
 from rl8.envs import CartPole
 from rl8.io.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
@@ -119,6 +120,19 @@ def test_the_pyfunc_predicts_what_load_policy_predicts(store, tmp_path):
     assert np.asarray(model.input_example).shape == (2, 4)
     folder = save_model(load_policy(f"models:/{best.model_id}", tracking_uri=store["uri"]), tmp_path / "m")
     assert np.array_equal(mlflow.pyfunc.load_model(str(folder)).predict(OBS), load_policy(folder).predict(OBS)[0])
+
+
+def test_a_dict_observation_policy_is_a_pyfunc_of_named_tensors(tmp_path):
+    observation_space = spaces.Dict({"token": spaces.Box(0, 9, (1,), np.float32),
+                                     "state": spaces.Box(-1, 1, (3,), np.float32)})
+    folder = save_model(Policy(observation_space, spaces.Box(-1, 1, (2,), np.float32)), tmp_path / "m")
+    model = mlflow.pyfunc.load_model(str(folder))
+    batch = {"token": np.arange(3, dtype=np.float32).reshape(3, 1), "state": OBS[:3, :3]}
+    expected = load_policy(folder).predict(batch)[0]
+    assert expected.shape == (3, 2) and np.array_equal(model.predict(batch), expected)
+    frame = pd.DataFrame({"token": list(batch["token"]), "state": list(batch["state"])})
+    assert np.array_equal(model.predict(frame), expected)
+    assert sorted(s.name for s in model.metadata.signature.inputs.inputs) == ["state", "token"]
 
 
 def test_the_best_checkpoint_is_registered_with_the_alias_best(store):
