@@ -228,7 +228,9 @@ def test_save_checkpoint_does_not_wait_for_the_tracking_backlog(monkeypatch, tmp
     trainer.close()
     client = MlflowClient(trainer.tracker.tracking_uri)
     artifacts = {f.path for d in ("policy", "rl8") for f in client.list_artifacts(trainer.run_id, d)}
-    assert artifacts == {"policy/policy.pt", "rl8/checkpoint.json"}  # uploaded in the background
+    assert artifacts == {"rl8/checkpoint.json", *(f"policy/{name}" for name in (  # an MLflow model folder
+        "MLmodel", "policy.pt", "input_example.json", "serving_input_example.json", "requirements.txt",
+        "python_env.yaml"))}  # uploaded in the background
 
 
 # --------------------------------------------------------------------------------------------

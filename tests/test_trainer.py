@@ -433,7 +433,9 @@ def test_checkpoints_keep_last_n_and_log_the_policy(tmp_path, mlflow_uri):
     assert files == [".rl8.lock", f"checkpoint-{3 * STEP:012d}.pt", f"checkpoint-{4 * STEP:012d}.pt"]
     client = MlflowClient(mlflow_uri)
     artifacts = {f.path for d in ("policy", "rl8") for f in client.list_artifacts(trainer.run_id, d)}
-    assert artifacts == {"policy/policy.pt", "rl8/checkpoint.json"}
+    assert artifacts == {"rl8/checkpoint.json", *(f"policy/{name}" for name in (  # an MLflow model folder
+        "MLmodel", "policy.pt", "input_example.json", "serving_input_example.json", "requirements.txt",
+        "python_env.yaml"))}
     assert trainer.last_checkpoint == (tmp_path / "ck" / files[-1]).absolute()
     state = torch.load(trainer.last_checkpoint, weights_only=True)  # plain data only
     assert state["trainer"]["run_id"] == trainer.run_id

@@ -116,7 +116,8 @@ def _add_train_command(commands) -> None:
     for field in dataclasses.fields(TrainerConfig):  # the options marked cli="flag"
         if field.metadata["cli"] == "flag":
             number = str(field.type).startswith(("int", "float"))
-            train.add_argument("--" + field.name.replace("_", "-"), type=_option_flag(field.name),
+            aliases = ["--register"] if field.name == "register_as" else []  # the name rl-zoo users look for
+            train.add_argument("--" + field.name.replace("_", "-"), *aliases, type=_option_flag(field.name),
                                metavar="N" if number else None, help=field.metadata["doc"])
     train.add_argument("--quiet", action="store_true", help="no progress line")
     train.add_argument("--trust-code", action="store_true",

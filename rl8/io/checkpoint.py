@@ -304,17 +304,38 @@ def is_run_ref(ref: str) -> bool:
     return ref.startswith("runs:/") or _RUN_ID.fullmatch(ref) is not None
 
 
+def _model_location(ref: str, tracking_uri: str | None) -> str:
+    """Where the folder of ``models:/ID``, ``models:/NAME/VERSION`` or ``models:/NAME@ALIAS`` is
+    stored (the store at ``tracking_uri`` is also the registry)."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri, registry_uri=tracking_uri)
+    name = ref[len("models:/"):].strip("/")
+    if "@" in name:
+        name, alias = name.split("@", 1)
+        version = client.get_model_version_by_alias(name, alias).version
+    elif "/" in name:
+        name, version = name.split("/", 1)
+    else:
+        return client.get_logged_model(name).artifact_location
+    return client.get_model_version_download_uri(name, version)
+
+
 def download_artifact(ref: str, artifact: str, tracking_uri: str | None, dst: str) -> Path:
-    """Download one artifact of an MLflow run (``ref``: a run id or a ``runs:/`` URI)."""
+    """Download one artifact of an MLflow run (``ref``: a run id or a ``runs:/`` URI), or the
+    folder of a ``models:/`` URI (the registry is the tracking store)."""
     import mlflow.artifacts
 
     where = {"artifact_uri": ref} if ref.startswith("runs:/") else {"run_id": ref, "artifact_path": artifact}
     try:
+        if ref.startswith("models:/"):
+            where = {"artifact_uri": _model_location(ref, tracking_uri)}
         local = mlflow.artifacts.download_artifacts(**where, tracking_uri=tracking_uri, dst_path=dst)
     except Exception as exc:
         uri = tracking_uri or mlflow.get_tracking_uri()
         raise FileNotFoundError(
-            f"cannot download {artifact!r} of MLflow run {ref!r} from {uri!r}: "
+            f"cannot download {artifact or 'the folder'!r} of MLflow "
+            f"{'model' if ref.startswith('models:/') else 'run'} {ref!r} from {uri!r}: "
             f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
         ) from exc
     return Path(local)

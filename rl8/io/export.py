@@ -22,7 +22,8 @@ from rl8.policies.policy import Policy
 from rl8.ppo.resolve import ANY, DISTRIBUTION, MODEL, MODULE_CLASS, qualified_name, resolve
 
 __all__ = [
-    "MAX_SPACE_ELEMENTS", "POLICY_ARTIFACT", "POLICY_FORMAT", "check_env_spaces", "check_finite_weights",
+    "MAX_SPACE_ELEMENTS", "MODEL_FLAVOR", "MODEL_POLICY_FILE", "POLICY_ARTIFACT", "POLICY_FORMAT",
+    "check_env_spaces", "check_finite_weights",
     "load_policy", "policy_from_dict",
     "policy_to_dict", "read_policy", "save_policy", "space_from_dict", "space_to_dict",
 ]
@@ -33,6 +34,10 @@ POLICY_FORMAT = "rl8-policy"
 POLICY_VERSION = 1
 #: Where the Trainer stores the policy among an MLflow run's artifacts.
 POLICY_ARTIFACT = "policy/policy.pt"
+#: The flavor of an rl8 policy in an MLflow model folder's ``MLmodel`` (:mod:`rl8.io.mlflow_model`).
+MODEL_FLAVOR = "rl8"
+#: The policy file of an MLflow model folder, the only file its ``rl8`` flavor may name.
+MODEL_POLICY_FILE = "policy.pt"
 #: Most elements a space read from a file may declare (in all), checked before anything is
 #: allocated, so that a crafted file cannot ask for gigabytes.
 MAX_SPACE_ELEMENTS = 2**24
@@ -295,6 +300,27 @@ def _policy_from_checkpoint_state(state: Mapping[str, Any], source: Any) -> dict
     )
 
 
+def _model_policy_file(folder: Path, source: Any) -> Path:
+    """The policy file of an MLflow model folder, after checking that its ``MLmodel`` (read as
+    YAML data: nothing imported, no pickle) names the ``rl8`` flavor with ``policy.pt``."""
+    import yaml
+
+    try:
+        meta = yaml.safe_load((folder / "MLmodel").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise CheckpointError(f"{source}: its MLmodel file cannot be read ({type(exc).__name__}: {exc})") from None
+    flavors = meta.get("flavors") if isinstance(meta, Mapping) else None
+    flavor = flavors.get(MODEL_FLAVOR) if isinstance(flavors, Mapping) else None
+    if not isinstance(flavor, Mapping) or flavor.get("data") != MODEL_POLICY_FILE:
+        names = sorted(map(str, flavors)) if isinstance(flavors, Mapping) else []
+        raise CheckpointError(
+            f"{source} is an MLflow model folder but not an rl8 policy: its MLmodel has no "
+            f"{MODEL_FLAVOR!r} flavor with data {MODEL_POLICY_FILE!r} (flavors: {names}); rl8 loads "
+            "only its own flavor's policy file, never a pickled python_model or a loader module"
+        )
+    return folder / MODEL_POLICY_FILE
+
+
 def read_policy(run_id_or_path: str | os.PathLike[str], *, tracking_uri: str | None = None) -> dict[str, Any]:
     """The policy description (see :func:`policy_to_dict`) from a file, folder or MLflow run
     (errors as :func:`load_policy`).
@@ -305,7 +331,13 @@ def read_policy(run_id_or_path: str | os.PathLike[str], *, tracking_uri: str | N
     """
     ref = os.fspath(run_id_or_path)
     path = Path(ref)
-    if path.is_dir():
+    if ref.startswith("models:/"):
+        with tempfile.TemporaryDirectory(prefix="rl8-policy-") as tmp:
+            local = download_artifact(ref, "", tracking_uri, tmp)
+            return _policy_from_checkpoint_state(load_checkpoint(_model_policy_file(local, ref)), ref)
+    if (path / "MLmodel").is_file():
+        path = _model_policy_file(path, path)
+    elif path.is_dir():
         latest = CheckpointManager(path, keep_last=None).latest()
         if latest is None:
             latest = path / "policy.pt"
@@ -317,6 +349,7 @@ def read_policy(run_id_or_path: str | os.PathLike[str], *, tracking_uri: str | N
             raise FileNotFoundError(f"no policy at {ref!r}: not a file or folder, nor an MLflow run id")
         with tempfile.TemporaryDirectory(prefix="rl8-policy-") as tmp:
             local = download_artifact(ref, POLICY_ARTIFACT, tracking_uri, tmp)
+            local = _model_policy_file(local, ref) if (local / "MLmodel").is_file() else local  # runs:/ID/policy
             return _policy_from_checkpoint_state(load_checkpoint(local), f"run {ref}")
     return _policy_from_checkpoint_state(load_checkpoint(path), path)
 
@@ -328,9 +361,14 @@ def load_policy(run_id_or_path: str | os.PathLike[str], *, map_location: Any = "
 
     Args:
         run_id_or_path: A policy file, a Trainer checkpoint file, a folder of checkpoints (the
-            latest), or an MLflow run id or ``runs:/`` URI (its ``policy/policy.pt`` artifact).
+            latest), an MLflow model folder of the ``rl8`` flavor, an MLflow run id or
+            ``runs:/`` URI (its ``policy/policy.pt`` artifact), or a ``models:/`` URI: a logged
+            model (``models:/m-...``), a registered version (``models:/NAME/VERSION``) or alias
+            (``models:/NAME@ALIAS``); a model folder's ``MLmodel`` must name the ``rl8`` flavor
+            (see ``docs/security.md``).
         map_location: Device for the parameters.
-        tracking_uri: MLflow tracking URI used for run ids (``None``: MLflow's default).
+        tracking_uri: MLflow tracking URI (and registry) of run ids and ``models:/`` URIs
+            (``None``: MLflow's default).
         trust_code: Trust the file: the only way to import a module the file names.
         model_cls: The model class to use instead of the stored one (e.g. one a notebook
             defined); ``None``: the stored one.

@@ -3,6 +3,7 @@ that delivers it and the logging thread of an asynchronous tracker (:class:`LogT
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import shutil
@@ -25,6 +26,19 @@ if TYPE_CHECKING:
     from rl8.tracking.tracker import Tracker
 
 __all__: list[str] = []  # the Tracker's internals
+
+
+@dataclasses.dataclass
+class ModelLink:
+    """A logged model waiting in the :class:`Outbox`: its name, the env step it belongs to, the
+    metric values logged at that step (``(key, value, ms, step)``) and how far its delivery got
+    (so that a retry does not create it twice)."""
+
+    name: str
+    step: int
+    metrics: list[tuple[str, float, int, int]]
+    model_id: str | None = None
+    done: int = 0
 
 #: MLflow's limits (``mlflow.utils.validation``): metrics, params per ``log_batch`` request.
 MAX_METRICS_PER_BATCH = 1000
@@ -55,8 +69,8 @@ class Outbox:
         self.changed = threading.Condition()
         self.params: dict[str, str] = {}
         self.metrics: deque[tuple[str, float, int, int]] = deque()  # (key, value, ms, step)
-        # uploads: key -> (MlflowClient method, staged copy, artifact path)
-        self.artifacts: dict[Any, tuple[str, Path, str | None]] = {}
+        # uploads: key -> (MlflowClient method, staged copy, artifact path, ModelLink of a model)
+        self.artifacts: dict[Any, tuple[str, Path, str | None, ModelLink | None]] = {}
         self.steps = 0  # logging calls since the last delivery: an asynchronous tracker batches
         self.first_at = math.inf  # time.monotonic() of the first of them
         self.dropped = 0  # metric values dropped since the last successful delivery
@@ -86,8 +100,9 @@ class Outbox:
             self.changed.notify_all()
             return self._trim()
 
-    def stage(self, method: str, source: Path, artifact_path: str | None) -> None:
-        """Queue a copy of ``source`` (file or folder, as ``method``): the caller may delete it."""
+    def stage(self, method: str, source: Path, artifact_path: str | None, link: ModelLink | None = None) -> None:
+        """Queue a copy of ``source`` (file or folder, as ``method``; ``"log_model"``: a folder
+        logged as the model ``link``): the caller may delete it."""
         with self.changed:
             if self._staging is None:
                 self._staging = Path(tempfile.mkdtemp(prefix="rl8-artifacts-"))
@@ -104,7 +119,7 @@ class Outbox:
         key = (artifact_path, source.name) if is_file else staged
         with self.changed:
             replaced = self.artifacts.pop(key, None)
-            self.artifacts[key] = (method, staged, artifact_path)
+            self.artifacts[key] = (method, staged, artifact_path, link)
             self.changed.notify_all()
         if replaced is not None:
             shutil.rmtree(replaced[1].parent, ignore_errors=True)
@@ -166,9 +181,10 @@ class Courier:
     failure (one warning per outage) one short attempt per ``retry_interval_s``, doubling up to
     ``max(60, retry_interval_s)`` s."""
 
-    def __init__(self, client: Any, run_id: str, uri: str, retry_interval_s: float) -> None:
+    def __init__(self, client: Any, run_id: str, uri: str, retry_interval_s: float, experiment_id: str = "") -> None:
         self.client = client
         self.run_id = run_id
+        self.experiment_id = experiment_id
         self.uri = uri
         self.http = is_http(uri)
         self.retry_interval_s = retry_interval_s
@@ -252,10 +268,13 @@ class Courier:
             )
             outbox.dropped = 0
 
-    def _send_artifact(self, method: str, staged: Path, artifact_path: str | None) -> None:
+    def _send_artifact(self, method: str, staged: Path, artifact_path: str | None, link: ModelLink | None) -> None:
         """One upload (then its staged copy is removed); a refused one is dropped with a warning."""
         try:
-            getattr(self.client, method)(self.run_id, str(staged), artifact_path)
+            if link is None:
+                getattr(self.client, method)(self.run_id, str(staged), artifact_path)
+            else:
+                self._send_model(staged, link)
         except Exception as exc:
             if not _is_rejection(exc):
                 raise
@@ -263,6 +282,30 @@ class Courier:
                 f"MLflow rejected the artifact {staged.name!r} for run {self.run_id}: {exc}",
                 TrackingWarning, stacklevel=5)
         shutil.rmtree(staged.parent, ignore_errors=True)
+
+    def _send_model(self, folder: Path, link: ModelLink) -> None:
+        """Create the logged model of ``link`` (MLflow 3) from ``folder``, a run output at its
+        step with its step's metrics, then mark it READY; a retry goes on from the failed request."""
+        from mlflow.entities import LoggedModelOutput, Metric
+
+        client = self.client
+
+        def create() -> None:
+            link.model_id = client.create_logged_model(
+                self.experiment_id, name=link.name, source_run_id=self.run_id,
+                tags={"rl8.env_steps": str(link.step)}).model_id
+
+        requests = (
+            create,
+            lambda: client.log_model_artifacts(link.model_id, str(folder)),
+            lambda: client.log_outputs(self.run_id, [LoggedModelOutput(link.model_id, link.step)]),
+            lambda: client.log_batch(self.run_id, metrics=[Metric(*m, model_id=link.model_id) for m in link.metrics],
+                                     synchronous=True),
+            lambda: client.finalize_logged_model(link.model_id, "READY"),
+        )
+        for request in requests[link.done:]:
+            request()
+            link.done += 1
 
     def _send(self, *, what: str, metrics=(), params=()) -> None:
         """One ``log_batch`` request; a request the store refuses is dropped, not retried."""

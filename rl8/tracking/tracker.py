@@ -23,7 +23,7 @@ from typing import Any
 from rl8.fields import check_int
 from rl8.registry import qualified_name
 from rl8.tracking.common import DEGRADED_TIMEOUT_S, TrackingError, TrackingWarning
-from rl8.tracking.delivery import Courier, LogThread, Outbox, warn_overflow
+from rl8.tracking.delivery import Courier, LogThread, ModelLink, Outbox, warn_overflow
 from rl8.tracking.store import open_run
 
 __all__ = ["Tracker", "flatten_params"]
@@ -118,6 +118,9 @@ class Tracker:
             ``False``: each call sends before it returns.
         end_at_exit: ``True``: a run still open when the process exits is ended then (within
             :data:`EXIT_CLOSE_TIMEOUT_S` seconds; ``FAILED`` after an uncaught exception).
+        system_metrics: ``True``: MLflow's system metrics (``system/*``: CPU, memory, disk,
+            network, GPU with ``nvidia-ml-py``) are logged from its own thread while the run is
+            open (needs ``psutil``).
 
     Attributes:
         run_id: The MLflow run id once started; ``None`` before, and always when disabled.
@@ -130,13 +133,15 @@ class Tracker:
 
     def __init__(self, *, experiment: str, run_name: str | None = None, tracking_uri: str | None = None,
                  run_id: str | None = None, enabled: bool = True, max_pending: int = 100_000,
-                 retry_interval_s: float = 5.0, asynchronous: bool = False, end_at_exit: bool = False) -> None:
+                 retry_interval_s: float = 5.0, asynchronous: bool = False, end_at_exit: bool = False,
+                 system_metrics: bool = False) -> None:
         if not isinstance(experiment, str) or not experiment:
             raise ValueError(f"experiment must be a non-empty string, got {experiment!r}")
         check_int("max_pending", max_pending, 0)
         if not (isinstance(retry_interval_s, (int, float)) and retry_interval_s >= 0):
             raise ValueError(f"retry_interval_s must be a number >= 0, got {retry_interval_s!r}")
-        for name, value in (("asynchronous", asynchronous), ("end_at_exit", end_at_exit)):
+        for name, value in (("asynchronous", asynchronous), ("end_at_exit", end_at_exit),
+                            ("system_metrics", system_metrics)):
             if not isinstance(value, bool):
                 raise ValueError(f"{name} must be True or False, got {value!r}")
         self.experiment = experiment
@@ -147,6 +152,9 @@ class Tracker:
         self.retry_interval_s = float(retry_interval_s)
         self.asynchronous = asynchronous
         self.end_at_exit = end_at_exit
+        self.system_metrics = system_metrics
+        self._monitor: Any = None  # MLflow's SystemMetricsMonitor, while the run is open
+        self._step_metrics: tuple[int, dict[str, tuple]] = (-1, {})  # what the latest step logged
         self.run_id: str | None = None
         self.experiment_id: str | None = None
         self.start_error: TrackingError | None = None
@@ -203,7 +211,7 @@ class Tracker:
             run = open_run(uri, self.experiment, self.run_name, self._resume_id)
             with self._outbox.changed:
                 self._params.update(run.params)
-                self._courier = Courier(run.client, run.run_id, uri, self.retry_interval_s)
+                self._courier = Courier(run.client, run.run_id, uri, self.retry_interval_s, run.experiment_id)
                 self.run_id, self.run_name, self.experiment_id = run.run_id, run.run_name, run.experiment_id
                 wanted = self._wanted_status
             if self._start_done.is_set():  # a background start registered it already
@@ -215,6 +223,12 @@ class Tracker:
                     self.final_status = wanted
             elif self._thread is not None:
                 self._thread.launch(start_run=False)
+            if self.system_metrics and wanted is None:
+                from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+                self._monitor = SystemMetricsMonitor(self.run_id, resume_logging=self._resume_id is not None,
+                                                     tracking_uri=uri)
+                self._monitor.start()
             return self.run_id
 
     def start_in_background(self) -> None:
@@ -277,6 +291,11 @@ class Tracker:
         deadline = math.inf if timeout_s is None else time.monotonic() + max(0.0, timeout_s)
         if self._thread is not None:
             self._thread.stop()  # from now on only end() sends
+        if self._monitor is not None:  # its last request may hang: not waited for past the deadline
+            stopper = threading.Thread(target=self._monitor.finish, name="rl8-system-metrics-stop", daemon=True)
+            stopper.start()
+            stopper.join(min(EXIT_CLOSE_TIMEOUT_S, max(0.0, deadline - time.monotonic())))
+            self._monitor = None
         started = self._start_done.wait(None if timeout_s is None else max(0.0, timeout_s))
         left = -1 if timeout_s is None else max(0.0, deadline - time.monotonic())
         if not (started and self._lock.acquire(timeout=left)):  # a start or a request hangs
@@ -441,6 +460,10 @@ class Tracker:
         ms, items = int(time.time() * 1000), list(items)
         values = [(str(k), _to_float(k, v), ms, int(step))
                   for metrics, step in items for k, v in metrics.items()]
+        for value in values:  # the values of the latest step, which log_model links
+            if value[3] != self._step_metrics[0]:
+                self._step_metrics = (value[3], {})
+            self._step_metrics[1][value[0]] = value
         if values:
             self._queued(self._outbox.add(metrics=values, steps=len(items)))
 
@@ -469,7 +492,72 @@ class Tracker:
         """Like :meth:`log_artifact` for every file (recursively) of the folder ``local_dir``."""
         self._upload("log_artifacts", local_dir, artifact_path)
 
-    def _upload(self, method: str, local: str | Path, artifact_path: str | None) -> None:
+    def log_model(self, local_dir: str | Path, name: str, step: int) -> None:
+        """Log an MLflow model folder as an MLflow 3 logged model of the run (queued like
+        artifacts): named ``name``, a run output at ``step``, with the metrics this tracker
+        logged at ``step`` linked to it (so ``search_logged_models`` can rank models by them).
+
+        Args:
+            local_dir: The model folder (with its ``MLmodel``).
+            name: The model's name (the Trainer's: ``checkpoint-<env steps>``).
+            step: The step the model belongs to (the Trainer's: ``env/steps``).
+        """
+        latest, values = self._step_metrics
+        linked = list(values.values()) if latest == step else []
+        self._upload("log_model", local_dir, None, ModelLink(name, int(step), linked))
+
+    def register_best(self, name: str, metric: str, *, mode: str = "max", alias: str = "best") -> tuple[str, float]:
+        """Register the run's logged model with the best value of ``metric`` as a new version of
+        the registered model ``name`` (created when missing) in the store's Model Registry,
+        and point ``alias`` at it; waits until what is queued is delivered. Returns the version
+        and the metric's value.
+
+        Args:
+            name: The registered model's name.
+            metric: A metric linked to the logged models, e.g. ``"eval/episodes/return_mean"``.
+            mode: ``"max"`` or ``"min"``: which value is best.
+            alias: The alias that names the new version (``models:/NAME@ALIAS``).
+
+        Raises:
+            ValueError: A bad ``mode``, or no logged model of the run has ``metric``.
+            TrackingError: Queued models could not be delivered, or the store refused a request.
+        """
+        if mode not in ("max", "min"):
+            raise ValueError(f"mode must be 'max' or 'min', got {mode!r}")
+        self._check_started()
+        if not self.flush() or self._outbox.artifacts:
+            raise TrackingError(f"MLflow run {self.run_id}: {len(self._outbox.artifacts)} logged models or "
+                                f"artifacts are not delivered to {self.tracking_uri!r} yet; nothing was registered")
+        from mlflow import MlflowClient
+
+        client = MlflowClient(self.tracking_uri, registry_uri=self.tracking_uri)
+        try:
+            with self._lock, self._courier.policy()[1]:
+                found = client.search_logged_models(
+                    [self.experiment_id], filter_string=f"source_run_id = '{self.run_id}'", max_results=1,
+                    order_by=[{"field_name": f"metrics.{metric}", "ascending": mode == "min"}])
+                values = {m.key: m.value for m in found[0].metrics or ()} if found else {}
+                if metric not in values:
+                    raise ValueError(
+                        f"no logged model (checkpoint) of MLflow run {self.run_id} has the stat {metric!r}, so "
+                        f"none can be registered as {name!r}; the best has {sorted(values)[:8] or 'no stats'}"
+                        f"{' ...' if len(values) > 8 else ''} (an eval/ stat is linked to the checkpoints "
+                        "written at evaluation steps)")
+                if not client.search_registered_models(filter_string=f"name = '{name}'"):
+                    client.create_registered_model(name)
+                # the source by location: MLflow resolves a models:/ source in the default store
+                version = client.create_model_version(
+                    name, found[0].artifact_location, run_id=self.run_id, model_id=found[0].model_id,
+                    description=f"{found[0].name} of run {self.run_id}: {metric} = {values[metric]:g} ({mode})").version
+                client.set_registered_model_alias(name, alias, version)
+        except (ValueError, TrackingError):
+            raise
+        except Exception as exc:
+            raise TrackingError(f"registering the best checkpoint of MLflow run {self.run_id} as {name!r} in "
+                                f"{self.tracking_uri!r} failed: {exc}") from exc
+        return str(version), values[metric]
+
+    def _upload(self, method: str, local: str | Path, artifact_path: str | None, link: ModelLink | None = None) -> None:
         if not self.enabled:
             return
         self._check_started()
@@ -482,7 +570,7 @@ class Tracker:
                 TrackingWarning, stacklevel=3)
             return
         try:
-            self._outbox.stage(method, source, artifact_path)
+            self._outbox.stage(method, source, artifact_path, link)
         except OSError as exc:  # a full or unwritable temporary folder: tracking never fails training
             warnings.warn(
                 f"could not log {str(local)!r} to MLflow run {self.run_id}: staging a copy in "

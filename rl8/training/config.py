@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib.util
 import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
     from rl8.ppo.distributed import DistContext
     from rl8.ppo.algorithm import PPO
 
-__all__ = ["TrainerConfig", "run_params"]
+__all__ = ["TrainerConfig", "check_register_plan", "run_params"]
 
 # the checks of the options (see rl8.fields.Check)
 _COUNT = optional(int_at_least(1))
@@ -50,6 +51,13 @@ def _checkpoint_data(value: Any, name: str) -> str | None:
     except TypeError as err:
         raise TypeError(f"Trainer: {name} cannot be stored in a checkpoint: {err}") from None
     return None
+
+
+def _system_metrics(value: Any, name: str) -> str | None:
+    if not isinstance(value, bool):
+        return "True or False"
+    missing = value and importlib.util.find_spec("psutil") is None
+    return "False without psutil (pip install 'rl8[system]')" if missing else None
 
 
 def _option(default: Any, doc: str, check: Check | None = None, *, param: bool = True,
@@ -139,6 +147,21 @@ class TrainerConfig:
         None, "with weight_sync='checkpoint': the folder of the weights file, on storage every "
         "rank sees", _TEXT, cli="flag")
 
+    register_as: str | None = _option(
+        None, "at the end of Trainer.run, register the run's best checkpoint (by register_metric) in "
+        "MLflow's Model Registry under this name, as a new version with the alias 'best' "
+        "(models:/NAME@best); None: no registration", _TEXT, cli="flag")
+    register_metric: str = _option(
+        "eval/episodes/return_mean", "the stat that ranks the checkpoints for register_as (an eval/ stat "
+        "is linked to the checkpoints written at evaluation steps)", _TEXT, cli="config")
+    register_mode: str = _option(
+        "max", "'max' or 'min': which value of register_metric is best",
+        check("'max' or 'min'", lambda v: v in ("max", "min")), cli="config")
+    system_metrics: bool = _option(
+        False, "log MLflow's system metrics (system/*: CPU, memory, disk, network; GPU with nvidia-ml-py) "
+        "every 10 s (MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL); needs psutil (pip install 'rl8[system]')",
+        _system_metrics, param=False, stored=False, cli="config")
+
     def __post_init__(self) -> None:
         invalid = first_invalid(self)
         if invalid is not None:
@@ -153,6 +176,9 @@ class TrainerConfig:
                 f"weight_sync_interval updates, so their rollouts are that stale), got max_staleness="
                 f"{self.max_staleness} with weight_sync_interval={self.weight_sync_interval}"
             )
+        if self.register_as is not None and not self.tracking:
+            raise ValueError(f"Trainer: register_as={self.register_as!r} registers in MLflow's Model Registry, "
+                             "but tracking=False")
         if self.weight_sync == "checkpoint" and self.weight_sync_dir is None:
             raise ValueError("Trainer: weight_sync='checkpoint' needs weight_sync_dir (a folder every rank sees), got None")
 
@@ -219,6 +245,22 @@ class TrainerConfig:
 
 
 TrainerConfig.__doc__ = (TrainerConfig.__doc__ or "") + attributes_doc(TrainerConfig)
+
+
+def check_register_plan(config: TrainerConfig, steps_per_eval: int | None) -> None:
+    """Before training: a ``ValueError`` when ``register_as`` ranks the checkpoints by an
+    ``eval/`` stat but they are not written at evaluation steps (``config.checkpoint_every`` a
+    multiple of ``steps_per_eval``, the evaluation period of :meth:`rl8.Trainer.run`)."""
+    if config.register_as is None or not config.register_metric.startswith("eval/"):
+        return
+    every = config.checkpoint_every
+    if steps_per_eval is None or every is None or every % steps_per_eval:
+        raise ValueError(
+            f"Trainer.run: register_as={config.register_as!r} ranks the checkpoints by "
+            f"{config.register_metric!r}, an evaluation stat, which only the checkpoints written at "
+            f"evaluation steps have: set checkpoint_every (now {every}) to a multiple of steps_per_eval "
+            f"(now {steps_per_eval}), e.g. both to 10 (rl8 train: --checkpoint-every 10 --steps-per-eval 10)"
+        )
 
 
 def run_params(algo: PPO, config: TrainerConfig, env_spec: str | None, dist: DistContext) -> dict[str, Any]:

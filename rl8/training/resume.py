@@ -19,8 +19,9 @@ from rl8.io.checkpoint import CHECKPOINT_POINTER_ARTIFACT, CheckpointError, save
 from rl8.io.checkpoint_dir import CheckpointManager
 from rl8.io.checkpoint_dir import read_checkpoint
 from rl8.io.export import (
-    POLICY_ARTIFACT, check_env_spaces, check_finite_weights, policy_to_dict, save_policy, space_from_dict,
+    POLICY_ARTIFACT, check_env_spaces, check_finite_weights, policy_to_dict, space_from_dict,
 )
+from rl8.io.mlflow_model import save_model
 from rl8.ppo.algorithm import PPO, NonFiniteError
 from rl8.ppo.distributed import DistContext, current_roles, derive_seed, rank_device, to_cpu
 from rl8.ppo.resolve import (
@@ -164,23 +165,25 @@ def write_checkpoint(state: dict[str, Any], path: Any, folder: Path | None, keep
 
 
 def log_policy_artifacts(tracker: Any, policy: torch.nn.Module, env: dict[str, Any], checkpoint: Path, step: int) -> None:
-    """Log the policy file and the ``rl8/checkpoint.json`` pointer to ``checkpoint`` (of env step
-    ``step``) to the ``tracker``'s run; files that cannot be staged are a warning, never an
-    error (the checkpoint is written already)."""
+    """Log the policy as an MLflow model folder (:func:`rl8.io.mlflow_model.save_model`: the
+    run's ``policy/`` artifacts and the logged model ``checkpoint-<step>``, linked to the
+    metrics of env step ``step``) and the ``rl8/checkpoint.json`` pointer to ``checkpoint``;
+    a failure is a warning, never an error (the checkpoint is written already)."""
     try:
         staging = tempfile.TemporaryDirectory(prefix="rl8-artifacts-", ignore_cleanup_errors=True)
         with staging as name:
             tmp = Path(name)
-            policy_file = save_policy(policy, tmp / Path(POLICY_ARTIFACT).name, env=env)
             pointer = tmp / Path(CHECKPOINT_POINTER_ARTIFACT).name
             pointer.write_text(json.dumps({"path": str(checkpoint), "env/steps": step}))
-            tracker.log_artifact(policy_file, str(Path(POLICY_ARTIFACT).parent))
             tracker.log_artifact(pointer, str(Path(CHECKPOINT_POINTER_ARTIFACT).parent))
-    except OSError as exc:
+            folder = save_model(policy, tmp / Path(POLICY_ARTIFACT).parent, env=env)
+            tracker.log_artifacts(folder, str(Path(POLICY_ARTIFACT).parent))
+            tracker.log_model(folder, f"checkpoint-{step}", step)
+    except Exception as exc:  # noqa: BLE001 - tracking never fails training
         warnings.warn(
-            f"the policy and checkpoint pointer of {checkpoint} were not logged to MLflow run "
-            f"{tracker.run_id}: staging them in the temporary folder {tempfile.gettempdir()} "
-            f"failed ({exc}); the checkpoint is written and training goes on",
+            f"the policy and checkpoint pointer of {checkpoint} were not (all) logged to MLflow run "
+            f"{tracker.run_id}: {type(exc).__name__}: {exc} (staging folder {tempfile.gettempdir()}); "
+            "the checkpoint is written and training goes on",
             TrackingWarning, stacklevel=3)
 
 

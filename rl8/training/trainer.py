@@ -23,7 +23,7 @@ from rl8.tracking.common import TrackingError, TrackingWarning
 from rl8.training.actors import Learner, check_actor_config, run_actor
 from rl8.training.callbacks import CallbackLike, as_callbacks
 from rl8.training.conditions import Condition
-from rl8.training.config import TrainerConfig, run_params
+from rl8.training.config import TrainerConfig, check_register_plan, run_params
 from rl8.training.eval_envs import EvalEnvs
 from rl8.training.progress import is_nan
 from rl8.training.resume import RunRecord, TrainerCheckpoints, resuming_from
@@ -119,7 +119,7 @@ class Trainer(TrainerCheckpoints):
         self.tracker = Tracker(
             experiment=self.experiment, run_name=config.run_name, tracking_uri=config.tracking_uri,
             run_id=config.run_id, enabled=config.tracking and self._dist.is_main,
-            asynchronous=config.async_logging, end_at_exit=True,
+            asynchronous=config.async_logging, end_at_exit=True, system_metrics=config.system_metrics,
         )
         self._run_id: str | None = None
         # a new run in a local store (SQLite, a folder) starts in the logging thread, while the
@@ -387,6 +387,7 @@ class Trainer(TrainerCheckpoints):
         check_record_plan(self, steps_per_eval)
         conditions = as_conditions(stop_conditions, max_env_steps=max_env_steps, max_seconds=max_seconds)
         check_eval_stats(conditions, steps_per_eval)
+        check_register_plan(self.config, steps_per_eval)
         callbacks = as_callbacks(callbacks)
         if eval_env_config is None:
             eval_env_config = env_config
@@ -406,10 +407,46 @@ class Trainer(TrainerCheckpoints):
                 "stop_conditions=HitsUpperBound('episodes/return_mean', 475)",
                 stacklevel=2,
             )
-        return train_until(
+        stats = train_until(
             self, conditions, TrainStats(self._counters()), finished=finished, env_config=env_config,
             eval_env_config=eval_env_config, steps_per_eval=steps_per_eval, callbacks=callbacks,
         )
+        if self.config.register_as is not None and self.tracker.enabled:
+            self.register_best()
+        return stats
+
+    def register_best(self, name: str | None = None, *, metric: str | None = None,
+                      mode: str | None = None) -> str | None:
+        """Register the run's best checkpoint (its logged model with the best ``metric``) in
+        MLflow's Model Registry as a new version of ``name`` with the alias ``best``
+        (``load_policy("models:/NAME@best")``); :meth:`run` calls it when ``register_as`` is set.
+
+        Args:
+            name: The registered model; ``None``: ``register_as``.
+            metric: The stat that ranks the checkpoints; ``None``: ``register_metric``.
+            mode: ``"max"`` or ``"min"``; ``None``: ``register_mode``.
+
+        Returns:
+            The new version, or ``None`` when the store could not be reached (a
+            :class:`~rl8.tracking.TrackingWarning` says why).
+
+        Raises:
+            ValueError: No checkpoint of the run has ``metric``, or no name is given.
+        """
+        self._check_open()
+        name = name or self.config.register_as
+        if not name or not self.tracker.enabled:
+            raise ValueError(f"Trainer.register_best: needs a name (register_as) and tracking, got name={name!r}")
+        metric = metric or self.config.register_metric
+        try:
+            version, value = self.tracker.register_best(name, metric, mode=mode or self.config.register_mode)
+        except TrackingError as exc:
+            warnings.warn(str(exc), TrackingWarning, stacklevel=2)
+            return None
+        if self.config.progress is not False:
+            print(f"rl8: registered models:/{name}/{version} (alias best): {metric} = {value:g}",
+                  file=sys.stderr, flush=True)
+        return version
 
     def learn(self, total_env_steps: int, **run_options: Any) -> TrainStats:
         """``run(max_env_steps=total_env_steps, **run_options)``: train for a budget of env steps

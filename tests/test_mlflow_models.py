@@ -1,0 +1,340 @@
+"""Policies as MLflow models (docs/tracking.md#policies-as-mlflow-models): every checkpoint a
+logged model linked to its step's stats, the rl8 pyfunc flavor, the Model Registry, serving, and
+model folders that cannot run code (docs/security.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from gymnasium import spaces
+
+import mlflow
+import mlflow.pyfunc
+from mlflow import MlflowClient
+from mlflow.entities import LoggedModelStatus
+
+from rl8 import PPO, Policy, Trainer, load_policy
+from rl8.cli.main import build_parser, main
+from rl8.envs import CartPole
+from rl8.io.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from rl8.io.mlflow_model import save_model
+from rl8.tracking import Tracker
+from rl8.tracking.common import TrackingWarning
+from rl8.training import resume
+from rl8.training.config import TrainerConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+RETURN = "eval/episodes/return_mean"
+SMALL = dict(num_envs=8, horizon=16, sgd_minibatch_size=64, num_sgd_iters=1, seed=0)
+OBS = np.random.default_rng(0).normal(size=(6, 4)).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, template_db):
+    """One tiny CartPole run shared by the module: 6 steps, evaluations and checkpoints every 2
+    (3 logged models), registered as ``cartpole-ppo``, with system metrics."""
+    folder = tmp_path_factory.mktemp("mlflow-models")
+    shutil.copy(template_db, folder / "mlflow.db")
+    uri = f"sqlite:///{folder / 'mlflow.db'}"
+    saved = os.environ.get("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL")
+    os.environ["MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL"] = "0.2"
+    torch.set_num_threads(1)
+    try:
+        with Trainer(PPO(CartPole, **SMALL), tracking_uri=uri, experiment="models", checkpoint_dir=folder / "ckpt",
+                     register_as="cartpole-ppo", checkpoint_every=2, eval_num_envs=4, eval_num_steps=64,
+                     progress=False,
+                     system_metrics=True) as trainer:
+            trainer.run(max_env_steps=6 * 8 * 16, steps_per_eval=2)
+            with pytest.raises(ValueError, match="has the stat 'eval/never'") as missing:
+                trainer.register_best(metric="eval/never")
+            run_id, experiment_id = trainer.run_id, trainer.tracker.experiment_id
+    finally:
+        if saved is None:
+            del os.environ["MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL"]
+        else:
+            os.environ["MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL"] = saved
+    return {"uri": uri, "run_id": run_id, "experiment_id": experiment_id, "missing": missing.value,
+            "folder": folder}
+
+
+@pytest.fixture
+def store(run, monkeypatch):
+    """The shared run's store as MLflow's default (for mlflow.pyfunc.load_model)."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", run["uri"])
+    mlflow.set_tracking_uri(run["uri"])
+    return run
+
+
+def logged_models(run):
+    return mlflow.search_logged_models(
+        experiment_ids=[run["experiment_id"]], filter_string=f"source_run_id = '{run['run_id']}'",
+        order_by=[{"field_name": f"metrics.{RETURN}", "ascending": False}], output_format="list")
+
+
+def test_every_checkpoint_is_a_logged_model_linked_to_its_step_stats(store):
+    models = logged_models(store)
+    assert sorted(m.name for m in models) == ["checkpoint-256", "checkpoint-512", "checkpoint-768"]
+    assert all(m.status == LoggedModelStatus.READY for m in models)
+    client = MlflowClient(store["uri"])
+    history = {m.step: m.value for m in client.get_metric_history(store["run_id"], RETURN)}
+    ranked = []
+    for model in models:
+        step = int(model.name.split("-")[1])
+        linked = {m.key: m for m in model.metrics}
+        assert linked[RETURN].value == history[step] and linked[RETURN].step == step
+        assert {"losses/total", "env/steps"} <= set(linked) and linked["env/steps"].value == step
+        ranked.append(linked[RETURN].value)
+    assert ranked == sorted(ranked, reverse=True)  # search_logged_models ranks them by the stat
+    assert len(history) == 3  # linking logged no second copy of the values in the run
+    outputs = client.get_run(store["run_id"]).outputs.model_outputs
+    assert sorted(o.step for o in outputs) == [256, 512, 768]
+
+
+def test_the_pyfunc_predicts_what_load_policy_predicts(store, tmp_path):
+    best = logged_models(store)[0]
+    for uri in (f"models:/{best.model_id}", f"runs:/{store['run_id']}/policy"):
+        model = mlflow.pyfunc.load_model(uri)
+        expected, _ = load_policy(uri, tracking_uri=store["uri"]).predict(OBS)
+        assert np.array_equal(model.predict(OBS), expected)
+        assert np.array_equal(model.predict(pd.DataFrame(OBS)), expected)
+        assert model.predict(OBS, params={"deterministic": False}).shape == (6,)
+    signature = model.metadata.signature
+    assert [(s.type, s.shape) for s in signature.inputs.inputs] == [(np.dtype("float32"), (-1, 4))]
+    assert [(s.type, s.shape) for s in signature.outputs.inputs] == [(np.dtype("int64"), (-1,))]
+    assert np.asarray(model.input_example).shape == (2, 4)
+    folder = save_model(load_policy(f"models:/{best.model_id}", tracking_uri=store["uri"]), tmp_path / "m")
+    assert np.array_equal(mlflow.pyfunc.load_model(str(folder)).predict(OBS), load_policy(folder).predict(OBS)[0])
+
+
+def test_a_dict_observation_policy_is_a_pyfunc_of_named_tensors(tmp_path):
+    observation_space = spaces.Dict({"token": spaces.Box(0, 9, (1,), np.float32),
+                                     "state": spaces.Box(-1, 1, (3,), np.float32)})
+    folder = save_model(Policy(observation_space, spaces.Box(-1, 1, (2,), np.float32)), tmp_path / "m")
+    model = mlflow.pyfunc.load_model(str(folder))
+    batch = {"token": np.arange(3, dtype=np.float32).reshape(3, 1), "state": OBS[:3, :3]}
+    expected = load_policy(folder).predict(batch)[0]
+    assert expected.shape == (3, 2) and np.array_equal(model.predict(batch), expected)
+    frame = pd.DataFrame({"token": list(batch["token"]), "state": list(batch["state"])})
+    assert np.array_equal(model.predict(frame), expected)
+    assert sorted(s.name for s in model.metadata.signature.inputs.inputs) == ["state", "token"]
+
+
+def test_the_best_checkpoint_is_registered_with_the_alias_best(store):
+    client = MlflowClient(store["uri"], registry_uri=store["uri"])
+    version = client.get_model_version_by_alias("cartpole-ppo", "best")
+    best = logged_models(store)[0]
+    assert str(version.version) == "1" and version.source == best.artifact_location
+    assert version.run_id == store["run_id"]
+    by_alias = load_policy("models:/cartpole-ppo@best", tracking_uri=store["uri"])
+    by_version = load_policy("models:/cartpole-ppo/1", tracking_uri=store["uri"])
+    by_id = load_policy(f"models:/{best.model_id}", tracking_uri=store["uri"])
+    for policy in (by_alias, by_version):
+        assert all(torch.equal(a, b) for a, b in zip(policy.state_dict().values(), by_id.state_dict().values()))
+    assert np.array_equal(mlflow.pyfunc.load_model("models:/cartpole-ppo@best").predict(OBS), by_id.predict(OBS)[0])
+    assert "no logged model (checkpoint)" in str(store["missing"])
+    assert main(["eval", "models:/cartpole-ppo@best", "--episodes", "2", "--tracking-uri", store["uri"]]) == 0
+
+
+def test_system_metrics_are_logged_when_asked(store):
+    metrics = MlflowClient(store["uri"]).get_run(store["run_id"]).data.metrics
+    assert {"system/cpu_utilization_percentage", "system/system_memory_usage_megabytes"} <= set(metrics)
+    assert TrainerConfig().system_metrics is False  # opt-in
+
+
+def test_registering_an_eval_stat_needs_checkpoints_at_evaluation_steps(migrated_store, capsys):
+    with Trainer(PPO(CartPole, **SMALL), register_as="x", checkpoint_every=3, progress=False) as trainer:
+        with pytest.raises(ValueError, match=r"checkpoint_every \(now 3\) to a multiple of steps_per_eval \(now 2\)"):
+            trainer.run(max_env_steps=256, steps_per_eval=2)
+    assert build_parser().parse_args(["train", "--register", "cartpole-ppo"]).register_as == "cartpole-ppo"
+    argv = ["train", "--env", "rl8.envs.CartPole", "--max-steps", "64", "--steps-per-eval", "2", "--register", "x"]
+    assert main(argv) == 2
+    assert "checkpoint_every (now None) to a multiple of steps_per_eval (now 2)" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="register_as='x' registers in MLflow's Model Registry, but tracking=False"):
+        Trainer(PPO(CartPole, **SMALL), register_as="x", tracking=False)
+
+
+def test_a_failure_to_log_the_model_keeps_the_checkpoint(migrated_store, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(resume, "save_model", broken)
+    with Trainer(PPO(CartPole, **SMALL), progress=False) as trainer:
+        with pytest.warns(TrackingWarning, match="disk on fire.*the checkpoint is written"):
+            path = trainer.save_checkpoint()
+    assert load_checkpoint(path)["algo"]["counters"] is not None
+
+
+def test_a_model_delivery_that_fails_midway_goes_on_without_a_second_model(migrated_store, tmp_path, monkeypatch):
+    folder = save_model(PPO(CartPole, **SMALL).policy, tmp_path / "m")
+    upload, calls = MlflowClient.log_model_artifacts, []
+
+    def flaky(self, *args, **kwargs):
+        calls.append(args)
+        if len(calls) == 1:
+            raise ConnectionError("server went away")
+        return upload(self, *args, **kwargs)
+
+    monkeypatch.setattr(MlflowClient, "log_model_artifacts", flaky)
+    with Tracker(experiment="flaky", retry_interval_s=0.0) as tracker:
+        tracker.log_metrics({"eval/episodes/return_mean": 7.0}, step=64)
+        with pytest.warns(TrackingWarning, match="server went away"):
+            tracker.log_model(folder, "checkpoint-64", step=64)
+        assert tracker.pending_artifacts == 1 and tracker.flush() and len(calls) == 2
+    models = mlflow.search_logged_models(experiment_ids=[tracker.experiment_id], output_format="list")
+    assert [(m.name, m.status, [(x.key, x.value, x.step) for x in m.metrics]) for m in models] == [
+        ("checkpoint-64", LoggedModelStatus.READY, [("eval/episodes/return_mean", 7.0, 64)])]
+
+
+# ------------------------------------------------------------ model folders that cannot run code
+
+
+class Payload:
+    """Unpickling it would touch the marker file (what a crafted python_model.pkl does)."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (Path(self.marker),))
+
+
+def pickled_python_model(folder: Path, marker: Path) -> Path:
+    """A model folder as mlflow.pyfunc.log_model(python_model=...) writes it: a cloudpickle."""
+    folder.mkdir(parents=True)
+    (folder / "python_model.pkl").write_bytes(pickle.dumps(Payload(marker)))
+    (folder / "MLmodel").write_text(textwrap.dedent("""
+        flavors:
+          python_function:
+            cloudpickle_version: 3.0.0
+            loader_module: mlflow.pyfunc.model
+            python_model: python_model.pkl
+            python_version: 3.11.7
+    """))
+    return folder
+
+
+def test_a_pickled_python_model_folder_is_refused(store, tmp_path):
+    marker = tmp_path / "ran"
+    folder = pickled_python_model(tmp_path / "evil", marker)
+    with pytest.raises(CheckpointError, match=r"not an rl8 policy: its MLmodel has no 'rl8' flavor.*"
+                                              r"flavors: \['python_function'\]"):
+        load_policy(folder)
+    client = MlflowClient(store["uri"])
+    model = client.create_logged_model(store["experiment_id"], name="evil")
+    client.log_model_artifacts(model.model_id, str(folder))
+    with pytest.raises(CheckpointError, match="never a pickled python_model"):
+        load_policy(f"models:/{model.model_id}", tracking_uri=store["uri"])
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("flavor", ["{data: ../policy.pt}", "{data: /etc/passwd}", "[]", "{}"])
+def test_an_rl8_flavor_naming_another_file_is_refused(tmp_path, flavor):
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "MLmodel").write_text(f"flavors:\n  rl8: {flavor}\n")
+    with pytest.raises(CheckpointError, match="with data 'policy.pt'"):
+        load_policy(folder)
+
+
+def test_an_rl8_model_folder_naming_an_unregistered_class_imports_nothing(store, tmp_path, monkeypatch):
+    lib, marker = tmp_path / "lib", tmp_path / "imported"
+    lib.mkdir()
+    (lib / "rl8_evil_models.py").write_text(f"import pathlib\npathlib.Path({str(marker)!r}).touch()\n")
+    monkeypatch.syspath_prepend(str(lib))
+    folder = save_model(PPO(CartPole, **SMALL).policy, tmp_path / "m")
+    state = load_checkpoint(folder / "policy.pt")
+    state["model_cls"] = "rl8_evil_models.Model"
+    save_checkpoint(state, folder / "policy.pt")
+    for load in (load_policy, mlflow.pyfunc.load_model):  # MLflow's loader goes through load_policy
+        with pytest.raises(CheckpointError, match="'rl8_evil_models.Model', which is not registered"):
+            load(str(folder))
+    assert "rl8_evil_models" not in sys.modules and not marker.exists()
+
+
+# ------------------------------------------------------------------------------------ serving
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def post(port: int, body: dict) -> dict:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/invocations", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        return json.loads(answer.read())
+
+
+def wait_until_up(port: int, timeout_s: float, alive=lambda: True) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and alive():
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=2):
+                return
+        except OSError:
+            time.sleep(0.2)
+    raise AssertionError(f"the scoring server on port {port} did not answer within {timeout_s} s")
+
+
+def test_the_scoring_server_app_answers_in_process(store):
+    import uvicorn
+    from mlflow.pyfunc import scoring_server
+
+    best = logged_models(store)[0]
+    app = scoring_server.init(mlflow.pyfunc.load_model(f"models:/{best.model_id}"))
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        wait_until_up(port, 20)
+        expected = load_policy(f"models:/{best.model_id}", tracking_uri=store["uri"]).predict(OBS)[0]
+        assert post(port, {"inputs": OBS.tolist()}) == {"predictions": expected.tolist()}
+        frame = {"dataframe_split": {"columns": list("abcd"), "data": OBS.tolist()}}
+        assert post(port, frame) == {"predictions": expected.tolist()}
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+@pytest.mark.slow
+def test_mlflow_models_serve_serves_a_logged_policy(store, tmp_path):
+    """``mlflow models serve --env-manager local`` (no network: no virtualenv is built)."""
+    best = logged_models(store)[0]
+    port = free_port()
+    env = {**os.environ, "MLFLOW_TRACKING_URI": store["uri"], "PYTHONPATH": str(ROOT)}
+    log = open(tmp_path / "serve.log", "wb")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "models", "serve", "-m", f"models:/{best.model_id}", "--env-manager",
+         "local", "-h", "127.0.0.1", "-p", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT,
+        start_new_session=True)
+    try:
+        wait_until_up(port, 120, alive=lambda: server.poll() is None)
+        expected = load_policy(f"models:/{best.model_id}", tracking_uri=store["uri"]).predict(OBS)[0]
+        assert post(port, {"inputs": OBS.tolist()}) == {"predictions": expected.tolist()}
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)  # the server's process group: mlflow and its uvicorn
+        try:
+            server.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait(5)
+        log.close()
