@@ -33,6 +33,8 @@ FUNCTION_LEVEL_ALLOWED = {
     "yaml": "the rl8 command's start-up: only when a config is read",
     "resource": "POSIX only: peak memory of the process",
     "platform": "rl8/training/config.py: read where the run's params are made",
+    "optuna": "optional (rl8[sweep]): rl8 sweep's studies",
+    "matplotlib": "optional (rl8[sweep]): the plots of a sweep",
 }
 
 #: Modules whose functions may import rl8's modules: the ``rl8`` command starts (``--help``, a

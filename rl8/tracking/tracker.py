@@ -118,6 +118,8 @@ class Tracker:
             ``False``: each call sends before it returns.
         end_at_exit: ``True``: a run still open when the process exits is ended then (within
             :data:`EXIT_CLOSE_TIMEOUT_S` seconds; ``FAILED`` after an uncaught exception).
+        tags: Tags of a new run besides the source tags (``{"mlflow.parentRunId": id}``: a
+            nested run); ``None``: none.
 
     Attributes:
         run_id: The MLflow run id once started; ``None`` before, and always when disabled.
@@ -130,7 +132,8 @@ class Tracker:
 
     def __init__(self, *, experiment: str, run_name: str | None = None, tracking_uri: str | None = None,
                  run_id: str | None = None, enabled: bool = True, max_pending: int = 100_000,
-                 retry_interval_s: float = 5.0, asynchronous: bool = False, end_at_exit: bool = False) -> None:
+                 retry_interval_s: float = 5.0, asynchronous: bool = False, end_at_exit: bool = False,
+                 tags: dict[str, str] | None = None) -> None:
         if not isinstance(experiment, str) or not experiment:
             raise ValueError(f"experiment must be a non-empty string, got {experiment!r}")
         check_int("max_pending", max_pending, 0)
@@ -153,6 +156,7 @@ class Tracker:
         self.final_status: str | None = None
         self.undelivered: dict[str, int] = {"metrics": 0, "params": 0, "artifacts": 0}
         self._resume_id = run_id
+        self._tags = dict(tags or {})
         self._lock = threading.RLock()  # held by whoever makes requests (start, send, end)
         self._ended = False
         # the status left for a start by an end() that gave up waiting for it
@@ -200,7 +204,7 @@ class Tracker:
             if self._ended and self._start_done.is_set():  # not a background start end() let go
                 raise TrackingError("this Tracker has ended; create a new one")
             uri = self.tracking_uri
-            run = open_run(uri, self.experiment, self.run_name, self._resume_id)
+            run = open_run(uri, self.experiment, self.run_name, self._resume_id, self._tags)
             with self._outbox.changed:
                 self._params.update(run.params)
                 self._courier = Courier(run.client, run.run_id, uri, self.retry_interval_s)
