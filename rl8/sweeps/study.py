@@ -33,8 +33,9 @@ __all__ = ["PRUNERS", "TrialReport", "read_config", "sweep"]
 
 #: The pruners ``rl8 sweep --pruner`` names: Optuna's MedianPruner, SuccessiveHalvingPruner, none.
 PRUNERS = ("median", "halving", "none")
-#: The modules a trial's process needs, imported once by the forkserver that forks the trials.
-_PRELOAD = ["optuna", "rl8.sweeps.study"]
+#: The heavy modules of a trial's process, imported once by the forkserver that forks the trials
+#: (not rl8: a trial imports the rl8 of the sweep's sys.path).
+_PRELOAD = ["torch", "optuna"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,8 +79,6 @@ class TrialReport(Callback):
 
     def on_step(self, trainer: Any, stats: dict[str, float]) -> bool | None:
         """Report the stat when the step has it; ``True`` (stop) when the trial is pruned."""
-        if self.value is None and trainer.run_id is not None:
-            self.trial.set_user_attr("mlflow_run_id", trainer.run_id)
         value = stats.get(self.stat)
         if value is None or not math.isfinite(value):
             return None
@@ -239,6 +238,8 @@ def _train(trial: Any, spec: _TrialSpec) -> TrialReport:
     trainer = Trainer(algo, **{**options, "experiment": spec.experiment, "tracking_uri": spec.tracking_uri,
                                "parent_run_id": spec.parent_run_id, "run_name": f"{spec.study}-{trial.number}",
                                "progress": False})
+    if trainer.run_id is not None:
+        trial.set_user_attr("mlflow_run_id", trainer.run_id)
     report = TrialReport(trial, spec.objective)
     budget = {**config, "max_steps": spec.max_env_steps or config.get("max_steps")}
     trainer.run(stop_conditions=stop_conditions(budget), max_seconds=spec.max_seconds, callbacks=[report],
