@@ -122,7 +122,8 @@ def sweep(config: str | os.PathLike[str], space: str | os.PathLike[str] | Mappin
         objective: The stat to optimise: its value at the trial's last evaluation.
         direction: ``"maximize"`` or ``"minimize"``.
         pruner: ``"median"``, ``"halving"``, ``"none"`` (:data:`PRUNERS`) or an ``optuna`` pruner.
-        startup_trials: Trials sampled at random (TPE after) and never pruned by ``"median"``.
+        startup_trials: Trials sampled at random (TPE after) and never pruned by ``"median"``,
+            which prunes from a third of ``max_env_steps`` on.
         max_env_steps: Each trial's budget in env steps; default: the config's ``max_steps``.
         max_seconds: Each trial's budget in seconds of training.
         seed: Seed of the sampler (trial ``i`` of the study samples with ``seed + i``); the
@@ -147,7 +148,8 @@ def sweep(config: str | os.PathLike[str], space: str | os.PathLike[str] | Mappin
                      run_id=the_study.user_attrs.get("mlflow_run_id"), tags={"rl8.sweep.study": the_study.study_name})
     the_study.set_user_attr("mlflow_run_id", parent.start())
     parent.log_params({"sweep": {"config": name, "objective": objective, "direction": direction, "storage": storage}})
-    spec = _TrialSpec(config, distributions, the_study.study_name, storage, _pruner(pruner, startup_trials),
+    budget = max_env_steps or int_option(config, "max_steps", "config") or 0
+    spec = _TrialSpec(config, distributions, the_study.study_name, storage, _pruner(pruner, startup_trials, budget),
                       startup_trials, objective, parent.experiment, parent.tracking_uri, parent.run_id, max_env_steps,
                       max_seconds, max(1, (os.cpu_count() or 1) // jobs), os.getcwd())
     status = "KILLED"
@@ -161,13 +163,14 @@ def sweep(config: str | os.PathLike[str], space: str | os.PathLike[str] | Mappin
     return the_study
 
 
-def _pruner(pruner: Any, startup_trials: int) -> Any:
+def _pruner(pruner: Any, startup_trials: int, budget: int) -> Any:
+    """The pruner named; ``"median"`` prunes from a third of the trials' budget (as rl-zoo)."""
     import optuna
     if not isinstance(pruner, str):
         return pruner
     if pruner not in PRUNERS:
         raise ConfigError(f"sweep: pruner must be one of {', '.join(PRUNERS)} or an optuna pruner, got {pruner!r}")
-    return {"median": lambda: optuna.pruners.MedianPruner(n_startup_trials=startup_trials),
+    return {"median": lambda: optuna.pruners.MedianPruner(n_startup_trials=startup_trials, n_warmup_steps=budget // 3),
             "halving": optuna.pruners.SuccessiveHalvingPruner, "none": optuna.pruners.NopPruner}[pruner]()
 
 
