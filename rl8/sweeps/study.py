@@ -140,6 +140,7 @@ def sweep(config: str | os.PathLike[str], space: str | os.PathLike[str] | Mappin
         raise ConfigError(f"sweep: direction must be 'maximize' or 'minimize', got {direction!r}")
     if objective.startswith("eval/") and not config.get("steps_per_eval"):
         raise ConfigError(f"sweep: the objective {objective!r} is an evaluation stat: the config needs steps_per_eval")
+    pruner = _pruner(pruner, startup_trials, max_env_steps or int_option(config, "max_steps", "config") or 0)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage = storage or f"sqlite:///{Path('optuna.db').resolve()}"
     the_study = optuna.create_study(storage=storage, study_name=study or name, direction=direction, load_if_exists=True)
@@ -148,8 +149,7 @@ def sweep(config: str | os.PathLike[str], space: str | os.PathLike[str] | Mappin
                      run_id=the_study.user_attrs.get("mlflow_run_id"), tags={"rl8.sweep.study": the_study.study_name})
     the_study.set_user_attr("mlflow_run_id", parent.start())
     parent.log_params({"sweep": {"config": name, "objective": objective, "direction": direction, "storage": storage}})
-    budget = max_env_steps or int_option(config, "max_steps", "config") or 0
-    spec = _TrialSpec(config, distributions, the_study.study_name, storage, _pruner(pruner, startup_trials, budget),
+    spec = _TrialSpec(config, distributions, the_study.study_name, storage, pruner,
                       startup_trials, objective, parent.experiment, parent.tracking_uri, parent.run_id, max_env_steps,
                       max_seconds, max(1, (os.cpu_count() or 1) // jobs), os.getcwd())
     status = "KILLED"
