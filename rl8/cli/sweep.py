@@ -19,14 +19,13 @@ def run(args: argparse.Namespace) -> int:
     except ImportError:
         raise ImportError("rl8 sweep needs Optuna: pip install 'rl8[sweep]'") from None
     from rl8.sweeps.study import sweep
-    study = sweep(args.config, args.space, trials=args.trials, jobs=args.jobs, study=args.study,
-                  storage=args.storage, objective=args.objective, direction=args.direction, pruner=args.pruner,
-                  startup_trials=args.startup_trials, max_env_steps=args.max_env_steps,
-                  max_seconds=args.max_seconds, seed=args.seed)
-    states = ", ".join(f"{sum(t.state.name == s for t in study.trials)} {s.lower()}" for s in ("COMPLETE", "PRUNED", "FAIL"))
-    print(f"rl8: study {study.study_name}: {len(study.trials)} trials ({states})")
-    if any(t.state.name == "COMPLETE" for t in study.trials):
-        best = study.best_trial
-        print(f"rl8: best: trial {best.number}: {args.objective} = {best.value:.6g} with {best.params}")
+    options = ("jobs", "study", "storage", "objective", "direction", "pruner", "startup_trials", "max_env_steps",
+               "max_seconds", "seed")
+    study = sweep(args.config, args.space, trials=args.trials, **{key: getattr(args, key) for key in options})
+    states = [t.state.name for t in study.trials]
+    counts = ", ".join(f"{states.count(s)} {s.lower()}" for s in ("COMPLETE", "PRUNED", "FAIL"))
+    print(f"rl8: study {study.study_name}: {len(states)} trials ({counts})")
+    if "COMPLETE" in states:
+        print(f"rl8: best: trial {study.best_trial.number}: {args.objective} = {study.best_value:.6g} with {study.best_params}")
     print(f"rl8: the study's MLflow run: {study.user_attrs['mlflow_run_id']} (its trials are nested under it)")
     return 0

@@ -124,14 +124,14 @@ def clean_runs(tracking_uri: str | None = None, *, experiment: str | None = None
 
 
 def tag_run(tracking_uri: str, run_id: str, tags: dict[str, Any], *, fail_if_running: bool = False) -> None:
-    """Set ``tags`` (values as strings) on run ``run_id`` of another process (``rl8 sweep``'s
-    trials and study run).
+    """Set ``tags`` (as strings) on run ``run_id`` of another process (``rl8 sweep``'s trials);
+    ``fail_if_running``: first mark it ``FAILED`` if still ``RUNNING`` (its process died).
 
     Args:
         tracking_uri: The store.
         run_id: The run.
         tags: ``{name: value}``.
-        fail_if_running: First mark the run ``FAILED`` if it is still ``RUNNING`` (its process died).
+        fail_if_running: Whether to end a ``RUNNING`` run ``FAILED``.
     """
     from mlflow.entities import RunTag
     from mlflow.tracking import MlflowClient
