@@ -31,6 +31,7 @@ _EXPORTS = {
     "save_policy": "rl8.io.export",
     "record_video": "rl8.training.video",
     "register": "rl8.registry",
+    "sweep": "rl8.sweeps.study",
 }
 
 __all__ = sorted([*_EXPORTS, "__version__"])

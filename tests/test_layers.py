@@ -34,6 +34,8 @@ FUNCTION_LEVEL_ALLOWED = {
     "resource": "POSIX only: peak memory of the process",
     "platform": "rl8/training/config.py: read where the run's params are made",
     "onnx": "optional (rl8[onnx]): reading an exported actor's metadata",
+    "optuna": "optional (rl8[sweep]): rl8 sweep's studies",
+    "matplotlib": "optional (rl8[sweep]): the plots of a sweep",
 }
 
 #: Modules whose functions may import rl8's modules: the ``rl8`` command starts (``--help``, a

@@ -14,6 +14,7 @@ from rl8.cli import (
     evaluate as evaluate_command, record as record_command, runs as runs_command, train as train_command,
 )
 from rl8.cli import export as export_command
+from rl8.cli import sweep as sweep_command
 from rl8.fields import read_numbers
 from rl8.training.config_file import CONFIG_KEYS, ConfigError
 from rl8.training.config import TrainerConfig
@@ -94,6 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_record_command(commands)
     _add_runs_command(commands)
     _add_export_command(commands)
+    _add_sweep_command(commands)
     return parser
 
 
@@ -194,6 +196,31 @@ def _add_export_command(commands) -> None:
                         help="trust the file: import the modules it names that rl8's registry does not hold "
                              "(off by default; see docs/security.md)")
     export.set_defaults(func=export_command.run)
+def _add_sweep_command(commands) -> None:
+    sweep = commands.add_parser(
+        "sweep", help="search hyper-parameters with Optuna, each trial a nested MLflow run (the sweep extra)",
+        description="Sample a config's hyper-parameters from a search space (YAML) and train each trial in a "
+                    "process of its own, JOBS at once, pruning from its evaluations; the study is kept in an "
+                    "RDB storage, so running the command again continues it. See docs/sweeps.md.",
+    )
+    sweep.add_argument("config", help="YAML config file of rl8 train, or a preset: NAME or preset:NAME")
+    sweep.add_argument("--space", required=True, metavar="SPACE.yaml",
+                       help="search space: hparam: {type: float|int|categorical, low, high, log, step, choices}")
+    sweep.add_argument("--trials", type=_positive_int, required=True, metavar="N", help="trials to run (added to the study's)")
+    sweep.add_argument("--jobs", type=_positive_int, default=1, metavar="J", help="trials at once, in processes (default 1)")
+    sweep.add_argument("--study", help="study name (default: the config file's stem or the preset's name)")
+    sweep.add_argument("--storage", metavar="URL", help="Optuna storage, an SQLAlchemy URL (default: sqlite:///optuna.db here)")
+    sweep.add_argument("--objective", default="eval/episodes/return_mean", metavar="STAT",
+                       help="the stat optimised: its value at a trial's last evaluation (default eval/episodes/return_mean)")
+    sweep.add_argument("--direction", choices=("maximize", "minimize"), default="maximize")
+    sweep.add_argument("--pruner", choices=("median", "halving", "none"), default="median",
+                       help="Optuna's MedianPruner, SuccessiveHalvingPruner, or none (default median)")
+    sweep.add_argument("--startup-trials", type=_arg_type(int, lambda value: value >= 0, "an int >= 0"), default=5,
+                       metavar="N", help="trials sampled at random before TPE and not pruned by median (default 5)")
+    sweep.add_argument("--max-env-steps", type=_positive_int, metavar="N", help="each trial's budget (default: the config's max_steps)")
+    sweep.add_argument("--max-seconds", type=_duration, metavar="TIME", help="each trial's budget in seconds (or 30m, 2h)")
+    sweep.add_argument("--seed", type=int, help="seed of the sampler (the trials train with the config's seed)")
+    sweep.set_defaults(func=sweep_command.run)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

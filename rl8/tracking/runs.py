@@ -7,11 +7,12 @@ import dataclasses
 import os
 import socket
 import time
+from typing import Any
 
 from rl8.tracking.common import TrackingError
 from rl8.tracking.store import ready_store
 
-__all__ = ["RunProcess", "clean_runs", "running_runs"]
+__all__ = ["RunProcess", "clean_runs", "running_runs", "tag_run"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,3 +121,21 @@ def clean_runs(tracking_uri: str | None = None, *, experiment: str | None = None
             client.set_tag(run.run_id, "rl8.cleaned", reason)
             client.set_terminated(run.run_id, status="FAILED")
     return [run for run, _ in chosen]
+
+
+def tag_run(tracking_uri: str, run_id: str, tags: dict[str, Any], *, fail_if_running: bool = False) -> None:
+    """Set ``tags`` (as strings) on run ``run_id`` of another process (``rl8 sweep``'s trials);
+    ``fail_if_running``: first mark it ``FAILED`` if still ``RUNNING`` (its process died).
+
+    Args:
+        tracking_uri: The store.
+        run_id: The run.
+        tags: ``{name: value}``.
+        fail_if_running: Whether to end a ``RUNNING`` run ``FAILED``.
+    """
+    from mlflow.entities import RunTag
+    from mlflow.tracking import MlflowClient
+    client = MlflowClient(tracking_uri)
+    if fail_if_running and client.get_run(run_id).info.status == "RUNNING":
+        client.set_terminated(run_id, status="FAILED")
+    client.log_batch(run_id, tags=[RunTag(key, str(value)) for key, value in tags.items()])

@@ -121,9 +121,11 @@ class _OpenedRun:
     params: dict[str, str]  # what the run held already (a resumed run)
 
 
-def open_run(uri: str, experiment: str, run_name: str | None, resume_id: str | None) -> _OpenedRun:
-    """Probe an ``http(s)`` store, then create a run in ``experiment`` or resume ``resume_id``;
-    every failure is a :class:`TrackingError` naming ``uri`` and the cause."""
+def open_run(uri: str, experiment: str, run_name: str | None, resume_id: str | None,
+             tags: dict[str, str] | None = None) -> _OpenedRun:
+    """Probe an ``http(s)`` store, then create a run in ``experiment`` (with ``tags`` besides the
+    source tags) or resume ``resume_id``; every failure is a :class:`TrackingError` naming ``uri``
+    and the cause."""
     from mlflow.tracking import MlflowClient
     http = is_http(uri)
     try:
@@ -143,7 +145,7 @@ def open_run(uri: str, experiment: str, run_name: str | None, resume_id: str | N
             if resume_id is not None:
                 return _resume_run(client, uri, experiment, run_name, resume_id)
             experiment_id = _experiment_id(client, uri, experiment)
-            run = client.create_run(experiment_id, run_name=run_name, tags=_source_tags(run_name))
+            run = client.create_run(experiment_id, run_name=run_name, tags={**_source_tags(run_name), **(tags or {})})
             return _OpenedRun(client, run.info.run_id, run.info.run_name, experiment_id, {})
     except TrackingError:
         raise

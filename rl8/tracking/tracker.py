@@ -121,6 +121,8 @@ class Tracker:
         system_metrics: ``True``: MLflow's system metrics (``system/*``: CPU, memory, disk,
             network, GPU with ``nvidia-ml-py``) are logged from its own thread while the run is
             open (needs ``psutil``).
+        tags: Tags of a new run besides the source tags (``{"mlflow.parentRunId": id}``: a
+            nested run); ``None``: none.
 
     Attributes:
         run_id: The MLflow run id once started; ``None`` before, and always when disabled.
@@ -134,7 +136,7 @@ class Tracker:
     def __init__(self, *, experiment: str, run_name: str | None = None, tracking_uri: str | None = None,
                  run_id: str | None = None, enabled: bool = True, max_pending: int = 100_000,
                  retry_interval_s: float = 5.0, asynchronous: bool = False, end_at_exit: bool = False,
-                 system_metrics: bool = False) -> None:
+                 system_metrics: bool = False, tags: dict[str, str] | None = None) -> None:
         if not isinstance(experiment, str) or not experiment:
             raise ValueError(f"experiment must be a non-empty string, got {experiment!r}")
         check_int("max_pending", max_pending, 0)
@@ -161,6 +163,7 @@ class Tracker:
         self.final_status: str | None = None
         self.undelivered: dict[str, int] = {"metrics": 0, "params": 0, "artifacts": 0}
         self._resume_id = run_id
+        self._tags = dict(tags or {})
         self._lock = threading.RLock()  # held by whoever makes requests (start, send, end)
         self._ended = False
         # the status left for a start by an end() that gave up waiting for it
@@ -208,7 +211,7 @@ class Tracker:
             if self._ended and self._start_done.is_set():  # not a background start end() let go
                 raise TrackingError("this Tracker has ended; create a new one")
             uri = self.tracking_uri
-            run = open_run(uri, self.experiment, self.run_name, self._resume_id)
+            run = open_run(uri, self.experiment, self.run_name, self._resume_id, self._tags)
             with self._outbox.changed:
                 self._params.update(run.params)
                 self._courier = Courier(run.client, run.run_id, uri, self.retry_interval_s, run.experiment_id)

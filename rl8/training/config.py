@@ -88,6 +88,9 @@ class TrainerConfig:
     run_id: str | None = _option(
         None, "continue this existing MLflow run instead of creating one (from_checkpoint sets it)",
         _TEXT, param=False, names_run=True)
+    parent_run_id: str | None = _option(
+        None, "a new MLflow run is nested under this run (the tag mlflow.parentRunId; rl8 sweep's "
+        "trials under their study's run)", _TEXT, param=False, stored=False, names_run=True)
     checkpoint_dir: str | os.PathLike[str] | None = _option(
         None, "folder of the numbered checkpoints, made and claimed (one run's alone) when the Trainer "
         "is made; None: checkpoints/<run id> in the current folder (checkpoints/<time stamp>-<random> "

@@ -120,6 +120,7 @@ class Trainer(TrainerCheckpoints):
             experiment=self.experiment, run_name=config.run_name, tracking_uri=config.tracking_uri,
             run_id=config.run_id, enabled=config.tracking and self._dist.is_main,
             asynchronous=config.async_logging, end_at_exit=True, system_metrics=config.system_metrics,
+            tags={"mlflow.parentRunId": config.parent_run_id} if config.parent_run_id else None,
         )
         self._run_id: str | None = None
         # a new run in a local store (SQLite, a folder) starts in the logging thread, while the
