@@ -71,7 +71,8 @@ def test_an_unknown_model_config_key_names_the_field_and_the_valid_keys(capsys, 
     assert main(argv) == 2
     line = one_error_line(capsys.readouterr().err)
     assert "model_config.hiden" in line and "did you mean 'hiddens'?" in line
-    assert "(valid: hiddens, activation, shared, state_dependent_std, init_log_std, ortho_init)" in line
+    assert ("(valid: hiddens, critic_hiddens, activation, shared, state_dependent_std, init_log_std, "
+            "init_noise_std, noise_std_type, ortho_init, obs_groups)") in line
     assert no_runs(migrated_store)  # checked before the run starts
     with pytest.raises(ValueError, match=r"model_config\.hiden: MLPModel has no option 'hiden'; did you mean 'hiddens'\?"):
         PPO(CartPole, model_config={"hiden": [32, 32]}, **SMALL)
