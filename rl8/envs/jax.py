@@ -274,9 +274,9 @@ class PlaygroundEnv(JaxEnv):
     """A MuJoCo Playground task (``mujoco_playground.registry.load(env_id)``), batched with
     ``jax.vmap``; the adapter counts the episode's steps and auto-resets.
 
-    An episode ends when the task says ``done`` (``terminated``) or after the config's
-    ``episode_length`` steps (``truncated``); ``final_obs`` is the observation the step
-    reached. Finished envs restart from a fresh ``reset`` with a new key (computed only on
+    An episode ends when the task says ``done`` (``terminated``) or after ``episode_length``
+    steps (``truncated``; the task config's value, and :meth:`reset`'s only config key, traced
+    by ``jax.jit``); ``final_obs`` is the observation the step reached. Finished envs restart from a fresh ``reset`` with a new key (computed only on
     steps where some env finished). Observations that are a dict of groups (``state``,
     ``privileged_state``) make a ``Dict`` space; actions are ``Box(-1, 1)``, clipped.
 
@@ -300,13 +300,21 @@ class PlaygroundEnv(JaxEnv):
         self.config = registry.get_default_config(env_id)
         self.env = registry.load(env_id, config=self.config, config_overrides=config_overrides)
         self.env_id = env_id
-        self.episode_length, self.action_repeat = int(self.config.episode_length), int(self.config.action_repeat)
+        self.action_repeat = int(self.config.action_repeat)
         sizes = self.env.observation_size
         box = lambda size: spaces.Box(-np.inf, np.inf, (size,) if isinstance(size, int) else tuple(size), np.float32)
         self.observation_space = (spaces.Dict({k: box(v) for k, v in sizes.items()}) if isinstance(sizes, dict)
                                   else box(sizes))
         self.action_space = spaces.Box(-1.0, 1.0, (self.env.action_size,), np.float32)
         super().__init__(num_envs, horizon, device=device)
+        self.params = {"episode_length": int(self.config.episode_length)}
+
+    def configure(self, config: dict[str, Any] | None) -> Any:
+        """``{"episode_length": steps}`` updated with ``config``."""
+        params = self.apply_config(config, self.params)
+        if isinstance(params["episode_length"], bool) or not isinstance(params["episode_length"], int):
+            raise ValueError(f"config episode_length: expected an int, got {params['episode_length']!r}")
+        return params
 
     def reset_batch(self, keys: Any, params: Any) -> tuple[Any, Any]:
         import jax
@@ -325,7 +333,7 @@ class PlaygroundEnv(JaxEnv):
             sim = jax.vmap(self.env.step)(sim, action)
             reward = reward + sim.reward
         steps = steps + self.action_repeat
-        terminated, truncated = sim.done > 0, steps >= self.episode_length
+        terminated, truncated = sim.done > 0, steps >= params["episode_length"]
         done = terminated | truncated
 
         def restart(stepped: Any) -> Any:
