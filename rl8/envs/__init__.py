@@ -21,6 +21,8 @@ _ENVS = {
     "EnvStepTimeout": "rl8.envs.workers",
     "PoolEnv": "rl8.envs.pool",
     "PoolWorkerDied": "rl8.envs.pool",
+    "GymnaxEnv": "rl8.envs.jax",
+    "PlaygroundEnv": "rl8.envs.jax",
 }
 
 __all__ = sorted(_ENVS)
