@@ -107,6 +107,12 @@ class JaxEnv(Env):
             params: The env parameters (:attr:`params`, a pytree).
         """
 
+    @property
+    def max_episode_steps(self) -> int | None:
+        """Steps after which an episode is truncated (``None``: no limit known); evaluations run
+        this long."""
+        return None
+
     def configure(self, config: dict[str, Any] | None) -> Any:
         """The parameters :meth:`reset` uses given its ``config`` (default: none accepted)."""
         self.apply_config(config, {})
@@ -250,6 +256,11 @@ class GymnaxEnv(JaxEnv):
         super().__init__(num_envs, horizon, device=device)
         self.params = params
 
+    @property
+    def max_episode_steps(self) -> int | None:
+        """gymnax's time limit, ``max_steps_in_episode``."""
+        return int(self.params.max_steps_in_episode)
+
     def configure(self, config: dict[str, Any] | None) -> Any:
         """``EnvParams`` with the fields ``config`` names replaced."""
         current = {field.name: getattr(self.params, field.name) for field in dataclasses.fields(self.params)}
@@ -308,6 +319,11 @@ class PlaygroundEnv(JaxEnv):
         self.action_space = spaces.Box(-1.0, 1.0, (self.env.action_size,), np.float32)
         super().__init__(num_envs, horizon, device=device)
         self.params = {"episode_length": int(self.config.episode_length)}
+
+    @property
+    def max_episode_steps(self) -> int | None:
+        """The episode length, ``episode_length``."""
+        return self.params["episode_length"]
 
     def configure(self, config: dict[str, Any] | None) -> Any:
         """``{"episode_length": steps}`` updated with ``config``."""

@@ -13,7 +13,7 @@ from rl8.envs.base import validate_reset_output, validate_step_output
 
 jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
-from rl8.envs.jax import GymnaxEnv, JaxEnv, jax_device, make_gymnax_env, make_playground_env  # noqa: E402
+from rl8.envs.jax import GymnaxEnv, JaxEnv, PlaygroundEnv, jax_device, make_gymnax_env, make_playground_env  # noqa: E402
 
 
 _BUILT: dict = {}  # one env per kind, reused: each new env compiles its reset and step
@@ -203,3 +203,38 @@ def test_playground_truncates_with_the_true_final_observation():
     assert torch.equal(outs[3]["obs"], outs[3]["final_obs"])
     with pytest.raises(ValueError, match="config episode_length: expected an int, got 2.5"):
         env.reset(config={"episode_length": 2.5})
+
+
+def train_until(algo, eval_env, *, target, max_env_steps, eval_steps, eval_every):
+    """Train; every ``eval_every`` updates evaluate deterministically; the env steps at ``target``."""
+    best = -float("inf")
+    while algo.env_steps < max_env_steps:
+        algo.collect()
+        algo.update()
+        if algo.steps % eval_every == 0:
+            best = max(best, algo.evaluate(eval_env, num_steps=eval_steps)["episodes/return_mean"])
+            if best >= target:
+                return algo.env_steps
+    pytest.fail(f"the eval return reached only {best:.1f} < {target} within {max_env_steps} env steps")
+
+
+@pytest.mark.slow
+def test_gymnax_cartpole_is_solved_with_ppo_defaults():
+    pytest.importorskip("gymnax")
+    from rl8 import PPO
+
+    algo = PPO(GymnaxEnv, env_kwargs={"env_id": "CartPole-v1"}, seed=0)
+    assert train_until(algo, gymnax_env(num_envs=32), target=475, max_env_steps=300_000,
+                       eval_steps=500, eval_every=2) <= 300_000  # seed 0: about 115k
+
+
+@pytest.mark.slow
+def test_playground_cartpole_balance_is_learned():
+    pytest.importorskip("mujoco_playground")
+    from rl8 import PPO
+
+    algo = PPO(PlaygroundEnv, env_kwargs={"env_id": "CartpoleBalance", "config_overrides": {"impl": "jax"}},
+               seed=0, num_envs=256, horizon=32, model_config={"hiddens": (64, 64)})
+    eval_env = make_playground_env("CartpoleBalance", 16, None, device="cpu", config_overrides={"impl": "jax"})
+    assert train_until(algo, eval_env, target=900, max_env_steps=700_000,
+                       eval_steps=1000, eval_every=5) <= 700_000  # seed 0: about 450k
