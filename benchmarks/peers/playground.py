@@ -63,13 +63,14 @@ def run_rsl_rl(warmup: int, iters: int) -> tuple[int, float]:
     """``(env steps, seconds)`` of ``iters`` iterations of rsl_rl's runner on RSLRLBraxWrapper."""
     import torch
     from mujoco_playground import registry
-    from mujoco_playground.wrapper_torch import RSLRLBraxWrapper
+    from mujoco_playground import wrapper_torch
     from rsl_rl.runners import OnPolicyRunner
 
     torch.manual_seed(0)
     config = registry.get_default_config(TASK["env_id"])
     env = registry.load(TASK["env_id"], config=config, config_overrides=TASK["config_overrides"])
-    vec_env = RSLRLBraxWrapper(env, NUM_ENVS, 0, config.episode_length, config.action_repeat)
+    vec_env = wrapper_torch.RSLRLBraxWrapper(env, NUM_ENVS, 0, config.episode_length, config.action_repeat)
+    vec_env.cfg = config.to_dict()  # rsl_rl 5's runner reads env.cfg (for its logger), which the wrapper lacks
     model = {"class_name": "MLPModel", "hidden_dims": list(HIDDENS), "activation": "elu", "obs_normalization": False}
     cfg = {
         "num_steps_per_env": HORIZON, "save_interval": 10**9,

@@ -157,6 +157,22 @@ def test_observation_groups_become_a_tensordict_and_the_state_round_trips():
         env.load_state_dict({"leaves": [saved["leaves"][0], torch.zeros(5)]})
 
 
+@pytest.mark.skipif(not torch.cuda.is_available() or not any(d.platform == "gpu" for d in jax.devices()),
+                    reason="needs CUDA in torch and in JAX")
+def test_dlpack_hands_cuda_buffers_both_ways_without_copies():
+    env = Groups(16, device="cuda")
+    env.reset(seed=0)
+    action = torch.ones(16, dtype=torch.int64, device="cuda")
+    validate_step_output(env.step(action), env)
+    _, _, out = env.step_jit(env.key, env.sim_state, env.to_jax(action), env.params)
+    for name in ("state", "privileged_state"):
+        assert env.to_torch(out["obs"])[name].data_ptr() == out["obs"][name].unsafe_buffer_pointer()
+    floats = torch.linspace(-1, 1, 64, device="cuda").reshape(16, 4)
+    as_jax = env.to_jax(floats)
+    assert as_jax.unsafe_buffer_pointer() == floats.data_ptr()
+    assert torch.equal(torch.from_dlpack(as_jax), floats)
+
+
 def test_unknown_env_ids_and_devices_are_clear_errors():
     with pytest.raises(ValueError, match="unknown gymnax env 'CartPole-v9'.*CartPole-v1"):
         gymnax_env("CartPole-v9")
