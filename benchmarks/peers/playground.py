@@ -70,7 +70,8 @@ def run_rsl_rl(warmup: int, iters: int) -> tuple[int, float]:
     config = registry.get_default_config(TASK["env_id"])
     env = registry.load(TASK["env_id"], config=config, config_overrides=TASK["config_overrides"])
     vec_env = wrapper_torch.RSLRLBraxWrapper(env, NUM_ENVS, 0, config.episode_length, config.action_repeat)
-    vec_env.cfg = config.to_dict()  # rsl_rl 5's runner reads env.cfg (for its logger), which the wrapper lacks
+    # rsl_rl 5's runner reads env.cfg (for its logger) and env.device, which the wrapper lacks on a CPU
+    vec_env.cfg, vec_env.device = config.to_dict(), "cpu"
     model = {"class_name": "MLPModel", "hidden_dims": list(HIDDENS), "activation": "elu", "obs_normalization": False}
     cfg = {
         "num_steps_per_env": HORIZON, "save_interval": 10**9,

@@ -287,9 +287,10 @@ class PlaygroundEnv(JaxEnv):
 
     An episode ends when the task says ``done`` (``terminated``) or after ``episode_length``
     steps (``truncated``; the task config's value, and :meth:`reset`'s only config key, traced
-    by ``jax.jit``); ``final_obs`` is the observation the step reached. Finished envs restart from a fresh ``reset`` with a new key (computed only on
-    steps where some env finished). Observations that are a dict of groups (``state``,
-    ``privileged_state``) make a ``Dict`` space; actions are ``Box(-1, 1)``, clipped.
+    by ``jax.jit``); ``final_obs`` is the observation the step reached. Finished envs restart
+    from a fresh ``reset`` with a new key (computed only on steps where some env finished).
+    Observations that are a dict of groups (``state``, ``privileged_state``) make a ``Dict``
+    space; actions are ``Box(-1, 1)``, clipped.
 
     Args:
         num_envs: Number of environments simulated in parallel.
