@@ -19,9 +19,11 @@ it need not be installed beside rl8::
     pip install --no-deps --target /work/venvs/rsl_rl_pkgs rsl-rl-lib tensorboard tensorboard-data-server
     python benchmarks/peers/playground.py --rounds 3 --threads 2
 
-A run on 2 shared cores of this CPU (load about 12 from other jobs, so absolute figures are
-low and noisy), ``--rounds 3 --threads 1``, JAX 0.10.2, rsl-rl-lib 5.5.1, torch 2.13.0: see
-the report of the branch that added this file (figures in docs/simulators_jax.md).
+One run (``--rounds 2 --warmup 1 --iters 5 --threads 1``; JAX 0.10.2, rsl-rl-lib 5.5.1,
+torch 2.13.0) on this project's 2-core CPU while other jobs kept its load at 12-16, so every
+figure is a few times below a quiet machine's and the rounds disagree: rl8 6,481 and 31,531,
+rsl_rl 13,258 and 20,024 env steps/s (medians 19,006 and 16,641; rl8 / rsl_rl 1.03x, rounds
+0.49-1.57x); rl8 on gymnax CartPole-v1 3,033 and 9,896. Rerun it on a quiet machine.
 """
 
 from __future__ import annotations
