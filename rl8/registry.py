@@ -20,7 +20,7 @@ _USER: dict[str, Any] = {}  # what you registered: name -> object
 #: rl8's modules whose public classes files may name (one is imported when a file names it).
 _RL8_MODULES = (
     "rl8.envs.base", "rl8.envs.cartpole", "rl8.envs.pendulum", "rl8.envs.dummy", "rl8.envs.memory",
-    "rl8.envs.catch", "rl8.envs.gymnasium", "rl8.envs.pool", "rl8.policies.models", "rl8.policies.encoders",
+    "rl8.envs.catch", "rl8.envs.gymnasium", "rl8.envs.pool", "rl8.envs.jax", "rl8.policies.models", "rl8.policies.encoders",
     "rl8.policies.recurrent", "rl8.policies.distributions", "rl8.policies.distributions.base",
     "rl8.policies.distributions.discrete", "rl8.policies.distributions.continuous",
 )

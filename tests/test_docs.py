@@ -14,13 +14,16 @@ An HTML comment on the line before a block changes how it is run:
 * ``<!-- test: replace "range(100)" with "range(2)" -->``: run with that text replaced (a
   shorter loop that trains by hand); the text must occur in the block;
 * ``<!-- file: run.yaml -->`` (on a block of any language): written to that file before the
-  python blocks after it run (a config file that the next block reads).
+  python blocks after it run (a config file that the next block reads);
+* ``<!-- requires: gymnax -->``: not run where that module is not installed (an optional
+  simulator's extra).
 
 A failure names the file and the line of the block.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import shlex
 import traceback
@@ -41,6 +44,7 @@ _MARK = re.compile(r"^<!--\s*(.*?)\s*-->$")
 _REPLACE = re.compile(r'^test: replace "(.*)" with "(.*)"$')
 _RAISES = re.compile(r"^raises: (\w+)$")
 _FILE = re.compile(r"^file: (\S+)$")
+_REQUIRES = re.compile(r"^requires: ([\w.]+)$")
 
 
 @dataclass
@@ -94,7 +98,7 @@ def _prepared(block: Block) -> tuple[str, type[BaseException] | None]:
             import builtins
 
             raises = getattr(builtins, expected.group(1))
-        elif mark != "no-run" and not _FILE.match(mark):
+        elif mark != "no-run" and not _FILE.match(mark) and not _REQUIRES.match(mark):
             pytest.fail(f"{block.where}: unknown docs-test mark {mark!r}")
     return source, raises
 
@@ -126,6 +130,8 @@ def _run_page(path: Path) -> None:
             for name in (m.group(1) for m in map(_FILE.match, block.marks) if m):
                 Path(name).write_text(block.source)
             if block.lang != "python" or "no-run" in block.marks:
+                continue
+            if any(importlib.util.find_spec(m.group(1)) is None for m in map(_REQUIRES.match, block.marks) if m):
                 continue
             source, raises = _prepared(block)
             try:

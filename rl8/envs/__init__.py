@@ -23,6 +23,8 @@ _ENVS = {
     "PoolWorkerDied": "rl8.envs.pool",
     "RslRlEnv": "rl8.envs.rsl_rl",
     "TorchVectorEnv": "rl8.envs.torch_vector",
+    "GymnaxEnv": "rl8.envs.jax",
+    "PlaygroundEnv": "rl8.envs.jax",
 }
 
 __all__ = sorted(_ENVS)

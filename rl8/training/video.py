@@ -213,6 +213,9 @@ def episode_limit(env: Env, config: Mapping[str, Any] | None) -> int | None:
                 limit = int(source["max_episode_steps"])
                 if limit > 0:
                     return limit
+    limit = getattr(env, "max_episode_steps", None)  # rl8.envs.jax's envs
+    if isinstance(limit, int) and limit > 0:
+        return limit
     vector_env = getattr(env, "vector_env", None)
     candidates = [getattr(vector_env, "spec", None)]
     with contextlib.suppress(Exception):
