@@ -18,6 +18,17 @@ torch.set_num_threads(THREADS)
 os.environ.setdefault("OMP_NUM_THREADS", str(THREADS))
 
 
+def pytest_collection_modifyitems(config, items):
+    """Skip the ``heavy_sim`` tests (simulators that compile for minutes on a CPU, such as MJX)
+    unless ``RL8_HEAVY_SIM_TESTS=1``: CI runs the cheap simulator tests, a developer all."""
+    if os.environ.get("RL8_HEAVY_SIM_TESTS") == "1":
+        return
+    skip = pytest.mark.skip(reason="a heavy simulator test: set RL8_HEAVY_SIM_TESTS=1 to run it")
+    for item in items:
+        if "heavy_sim" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture(autouse=True)
 def mlflow_uri(tmp_path, monkeypatch):
     """Point MLflow at a throw-away SQLite store so no test writes to the user's store.

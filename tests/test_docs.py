@@ -16,7 +16,7 @@ An HTML comment on the line before a block changes how it is run:
 * ``<!-- file: run.yaml -->`` (on a block of any language): written to that file before the
   python blocks after it run (a config file that the next block reads);
 * ``<!-- requires: gymnax -->``: not run where that module is not installed (an optional
-  simulator's extra).
+  simulator's extra); a module of ``HEAVY_SIM_MODULES`` needs ``RL8_HEAVY_SIM_TESTS=1`` too.
 
 A failure names the file and the line of the block.
 """
@@ -24,6 +24,7 @@ A failure names the file and the line of the block.
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import shlex
 import traceback
@@ -45,6 +46,13 @@ _REPLACE = re.compile(r'^test: replace "(.*)" with "(.*)"$')
 _RAISES = re.compile(r"^raises: (\w+)$")
 _FILE = re.compile(r"^file: (\S+)$")
 _REQUIRES = re.compile(r"^requires: ([\w.]+)$")
+#: Simulators whose blocks compile for minutes on a CPU: run only with RL8_HEAVY_SIM_TESTS=1.
+HEAVY_SIM_MODULES = {"mujoco_playground"}
+
+
+def _missing(module: str) -> bool:
+    heavy = module in HEAVY_SIM_MODULES and os.environ.get("RL8_HEAVY_SIM_TESTS") != "1"
+    return heavy or importlib.util.find_spec(module) is None
 
 
 @dataclass
@@ -131,7 +139,7 @@ def _run_page(path: Path) -> None:
                 Path(name).write_text(block.source)
             if block.lang != "python" or "no-run" in block.marks:
                 continue
-            if any(importlib.util.find_spec(m.group(1)) is None for m in map(_REQUIRES.match, block.marks) if m):
+            if any(_missing(m.group(1)) for m in map(_REQUIRES.match, block.marks) if m):
                 continue
             source, raises = _prepared(block)
             try:

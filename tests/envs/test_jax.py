@@ -204,6 +204,7 @@ def test_ppo_resumes_a_gymnax_run_from_its_state_dict():
     assert rollout_stats(resumed.collect()) == rollout_stats(expected) != {}
 
 
+@pytest.mark.heavy_sim
 def test_playground_truncates_with_the_true_final_observation():
     env, actions = playground_env(), [torch.full((4, 1), 0.5)] * 6
     env.reset(seed=2, config={"episode_length": 50})
@@ -245,6 +246,7 @@ def test_gymnax_cartpole_is_solved_with_ppo_defaults():
 
 
 @pytest.mark.slow
+@pytest.mark.heavy_sim
 def test_playground_cartpole_balance_is_learned():
     pytest.importorskip("mujoco_playground")
     from rl8 import PPO
