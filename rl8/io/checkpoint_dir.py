@@ -9,6 +9,7 @@ import json
 import os
 import re
 import socket
+import stat
 import tempfile
 import time
 import uuid
@@ -224,13 +225,19 @@ class CheckpointDirLock:
         while True:
             try:
                 self.directory.mkdir(parents=True, exist_ok=True)
-                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o666)
             except OSError as exc:
+                if path.is_symlink():
+                    raise CheckpointDirError(f"checkpoint_dir {self.directory}: its lock file {path} is a "
+                                             "symbolic link, which rl8 never follows; remove it") from None
                 raise CheckpointDirError(
                     f"checkpoint_dir {self.directory} cannot be used for checkpoints: {exc.strerror or exc} "
                     f"({exc.filename or path}); choose a folder this process can write"
                 ) from None
             try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    raise CheckpointDirError(f"checkpoint_dir {self.directory}: its lock file {path} is "
+                                             "not a regular file; remove it")
                 if not self._lock(fd):
                     raise self._busy(self._read(fd))
                 try:
