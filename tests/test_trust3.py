@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
+from pathlib import Path
 
 import pytest
 
+from rl8.cli import main
 from rl8.io.checkpoint_dir import CHECKPOINT_DIR_LOCK, CheckpointDirError, CheckpointDirLock
 
 
@@ -26,3 +30,43 @@ def test_a_lock_file_that_is_not_a_regular_file_is_refused(tmp_path):
     os.mkfifo(tmp_path / "ck" / CHECKPOINT_DIR_LOCK)
     with pytest.raises(CheckpointDirError, match="is not a regular file"):
         CheckpointDirLock(tmp_path / "ck")
+
+
+def _run_with_pointer(content: str) -> str:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient()
+    run = client.create_run(client.create_experiment("pointers")).info.run_id
+    Path("checkpoint.json").write_text(content)
+    client.log_artifact(run, "checkpoint.json", "rl8")
+    return run
+
+
+@pytest.mark.parametrize("content, words", [
+    ("{not json", "must be a JSON object"), ('["a"]', "must be a JSON object"),
+    ('{"path": "../elsewhere/checkpoint-000000000001.pt"}', "absolute path of a checkpoint, without '..'"),
+    ('{"path": "/tmp/../etc/checkpoint-000000000001.pt"}', "without '..'"),
+    ("[" * 100000 + "]" * 100000, "must be a JSON object"),
+], ids=["not-json", "a-list", "relative", "dotdot", "deep"])
+def test_a_malformed_or_escaping_checkpoint_pointer_is_refused(migrated_store, content, words):
+    from rl8 import Trainer
+    from rl8.io.checkpoint import CheckpointError
+
+    run = _run_with_pointer(content)
+    with pytest.raises(CheckpointError, match=re.escape(words)):
+        Trainer.from_checkpoint(run)
+
+
+def test_a_pointer_to_another_runs_checkpoint_is_refused(migrated_store, tmp_path, capsys):
+    from rl8 import PPO, Trainer
+    from rl8.envs import CartPole
+    from rl8.io.checkpoint import CheckpointError
+
+    with Trainer(PPO(CartPole, num_envs=4, horizon=4, sgd_minibatch_size=16), tracking=False,
+                 progress=False, checkpoint_dir=tmp_path / "other") as trainer:
+        written = trainer.save_checkpoint()
+    run = _run_with_pointer(json.dumps({"path": str(written), "env/steps": 0}))
+    with pytest.raises(CheckpointError, match=f"points at the checkpoint {written}, which belongs to run None"):
+        Trainer.from_checkpoint(run)
+    assert main(["train", "--resume", run]) != 0
+    assert "rl8 refused to resume another run into it" in capsys.readouterr().err
