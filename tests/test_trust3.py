@@ -70,3 +70,27 @@ def test_a_pointer_to_another_runs_checkpoint_is_refused(migrated_store, tmp_pat
         Trainer.from_checkpoint(run)
     assert main(["train", "--resume", run]) != 0
     assert "rl8 refused to resume another run into it" in capsys.readouterr().err
+
+
+def test_rl8_record_never_writes_over_a_file_that_is_not_a_video(tmp_path, capsys):
+    from rl8 import Policy
+    from rl8.envs import CartPole
+    from rl8.io.export import save_policy
+
+    env = CartPole(1)
+    policy = save_policy(Policy(env.observation_space, env.action_space), tmp_path / "policy.pt",
+                         env={"spec": "rl8.envs.cartpole.CartPole", "env_kwargs": {}, "env_config": {}})
+    before = policy.read_bytes()
+    (tmp_path / "ckpt.pt").write_bytes(b"PK\x03\x04 a checkpoint")
+    for output in (str(policy), str(tmp_path / "ckpt.pt")):
+        assert main(["record", str(policy), "-o", output]) == 2
+        assert f"{output} exists and is not an MP4 video; rl8 refused to write over it (--force" in capsys.readouterr().err
+    assert policy.read_bytes() == before and (tmp_path / "ckpt.pt").read_bytes() == b"PK\x03\x04 a checkpoint"
+    for output, words in (("", "got ''"), (str(tmp_path), "(a folder)")):
+        assert main(["record", str(policy), "-o", output]) == 2
+        err = capsys.readouterr().err
+        assert "-o/--output must name an MP4 file to write" in err and words in err and err.count("\n") == 1
+    pytest.importorskip("imageio_ffmpeg")
+    assert main(["record", str(policy), "-o", str(tmp_path / "ckpt.pt"), "--force", "--max-steps", "2"]) == 0
+    assert (tmp_path / "ckpt.pt").read_bytes()[4:8] == b"ftyp"
+    assert main(["record", str(policy), "-o", str(tmp_path / "ckpt.pt"), "--max-steps", "2"]) == 0  # ours now

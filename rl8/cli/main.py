@@ -146,7 +146,9 @@ def _add_record_command(commands) -> None:
     )
     _add_policy_run_arguments(record, seed_help="seed of the env's reset and of sampling")
     record.add_argument("-o", "--output", default="video.mp4", metavar="FILE",
-                        help="the MP4 file to write (default video.mp4)")
+                        help="the MP4 file to write (default video.mp4); an existing file that is "
+                             "not an MP4 video is refused")
+    record.add_argument("--force", action="store_true", help="write over an existing -o file of any kind")
     record.add_argument("--max-steps", type=_positive_int, metavar="N",
                         help="env steps at most (default: one episode, at most the env's episode "
                              "limit, else 1000)")
