@@ -94,3 +94,15 @@ def test_rl8_record_never_writes_over_a_file_that_is_not_a_video(tmp_path, capsy
     assert main(["record", str(policy), "-o", str(tmp_path / "ckpt.pt"), "--force", "--max-steps", "2"]) == 0
     assert (tmp_path / "ckpt.pt").read_bytes()[4:8] == b"ftyp"
     assert main(["record", str(policy), "-o", str(tmp_path / "ckpt.pt"), "--max-steps", "2"]) == 0  # ours now
+
+
+def test_an_empty_run_name_is_refused_before_anything_starts(tmp_path, capsys):
+    from rl8 import PPO, Trainer
+    from rl8.envs import CartPole
+
+    with pytest.raises(SystemExit, match="2"):
+        main(["train", "--env", "CartPole", "--run-name", ""])
+    assert "run_name must be a non-empty string or None, got ''" in capsys.readouterr().err
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "checkpoints").exists()
+    with pytest.raises(ValueError, match="run_name must be a non-empty string"):
+        Trainer(PPO(CartPole, num_envs=4, horizon=4, sgd_minibatch_size=16), run_name=" ", tracking=False)
