@@ -106,3 +106,35 @@ def test_an_empty_run_name_is_refused_before_anything_starts(tmp_path, capsys):
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "checkpoints").exists()
     with pytest.raises(ValueError, match="run_name must be a non-empty string"):
         Trainer(PPO(CartPole, num_envs=4, horizon=4, sgd_minibatch_size=16), run_name=" ", tracking=False)
+
+
+def test_sizes_that_could_never_fit_are_refused_before_allocating(tmp_path, capsys):
+    from rl8 import PPO, Trainer, save_policy
+    from rl8.envs import CartPole
+
+    small = dict(num_envs=4, horizon=4, sgd_minibatch_size=16)
+    with pytest.raises(ValueError, match=r"model_config \{'hiddens': \[10000000, 10000000\]\} \(MLPModel\) needs about"):
+        PPO(CartPole, **small, model_config={"hiddens": [10**7, 10**7]})
+    algo = PPO(CartPole, **small)
+    with pytest.raises(ValueError, match=r"eval_num_envs=1000000000000 needs about .* Use fewer eval envs"):
+        Trainer(algo, eval_num_envs=10**12, tracking=False)
+    policy = save_policy(algo.policy, tmp_path / "p.pt",
+                         env={"spec": "rl8.envs.cartpole.CartPole", "env_kwargs": {}, "env_config": {}})
+    assert main(["eval", str(policy), "--num-envs", str(10**12)]) == 2
+    assert "1000000000000 envs (--num-envs) needs about" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [["eval", "/dev/zero"], ["record", "/dev/zero", "-o", "v.mp4"],
+                                     ["train", "--resume", "/dev/zero"], ["train", "/dev/zero"]])
+def test_files_that_are_not_regular_files_are_refused_not_read_forever(capsys, command):
+    assert main(command) in (1, 2)
+    assert "/dev/zero is not a regular file" in capsys.readouterr().err
+
+
+def test_a_config_that_is_too_large_or_not_utf8_is_a_one_line_error(tmp_path, capsys):
+    (tmp_path / "big.yaml").write_text("a: 1\n" * 300_000)
+    (tmp_path / "bad.yaml").write_bytes(b"env: \xff\n")
+    assert main(["train", "big.yaml"]) == 2
+    assert "is larger than 1048576 bytes" in capsys.readouterr().err
+    assert main(["train", "bad.yaml"]) == 2
+    assert "bad.yaml: not UTF-8 text (invalid start byte at byte 5)" in capsys.readouterr().err

@@ -53,13 +53,19 @@ def canonical_env(spec: str, *, source: Any = None, trust_code: bool = False) ->
         return spec
 
 
-def policy_and_env(args: argparse.Namespace, make: Any) -> tuple[Any, Any, str, dict[str, Any]]:
-    """The saved policy named on the command line, the env ``make(spec, env_kwargs)`` builds for
-    it (spaces checked), the env spec used and the env config (stored, then ``--env-config``)."""
+def policy_and_env(args: argparse.Namespace, make: Any, num_envs: int = 1) -> tuple[Any, Any, str, dict[str, Any]]:
+    """The saved policy named on the command line, the env of ``num_envs`` envs that
+    ``make(spec, env_kwargs)`` builds for it (spaces checked; refused before it is built when one
+    step of its envs could not fit in memory), the env spec used and the env config (stored, then
+    ``--env-config``)."""
     import gymnasium
+    import torch
 
+    from rl8.envs.spaces import space_dtype, space_shape
     from rl8.io.checkpoint import CheckpointError
     from rl8.io.export import check_env_spaces, policy_from_dict, read_policy
+    from rl8.policies.policy import check_memory
+    from rl8.ppo.buffer import slot_bytes
     from rl8.ppo.resolve import spec_from_env_info
 
     try:  # first: a module of yours may also define the policy's model class
@@ -79,7 +85,10 @@ def policy_and_env(args: argparse.Namespace, make: Any) -> tuple[Any, Any, str, 
         path, value = parse_assignment(text, "--env-config")
         assign(config, path, value)
     env_kwargs = stored_env_kwargs(args, env_info)
+    space = policy.action_space
+    step = slot_bytes(policy.observation_space, space_shape(space), space_dtype(space), False)
     try:
+        check_memory(f"{num_envs} envs (--num-envs)", num_envs * step, torch.device("cpu"), "Use fewer envs")
         env = make(spec, env_kwargs)
     except (ValueError, TypeError, KeyError, ImportError, gymnasium.error.Error) as exc:
         raise ConfigError(f"cannot build env {spec!r}: {exc}") from None

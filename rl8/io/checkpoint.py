@@ -214,6 +214,9 @@ def load_checkpoint(path: str | os.PathLike[str], *, map_location: Any = "cpu") 
         raise FileNotFoundError(2, f"checkpoint file not found: {path}", str(path))
     if path.is_dir():
         raise IsADirectoryError(21, f"checkpoint path is a directory, not a file: {path}", str(path))
+    if not path.is_file():  # a device (/dev/zero) or a pipe would be read forever
+        raise CheckpointError(f"{path} is not a regular file (a device, a pipe or a socket); rl8 reads "
+                              "checkpoints and policy files only from regular files")
     # Open the file ourselves so that real I/O errors (permissions...) surface as OSError; past
     # this point torch reports bad bytes with many exception types, OSError(EINVAL) included.
     with open(path, "rb") as file:

@@ -48,6 +48,8 @@ MAX_YAML_DEPTH = 100
 #: Most values (scalars, mappings, lists) a YAML config may hold once its aliases (``*name``)
 #: are expanded: an alias repeats a whole node, so a few lines can stand for billions of values.
 MAX_YAML_VALUES = 100_000
+#: Most bytes of a config file.
+MAX_CONFIG_BYTES = 1 << 20
 
 
 class ConfigError(ValueError):
@@ -181,10 +183,18 @@ def load_config(path: str | os.PathLike[str]) -> dict[str, Any]:
     mapping, or an unknown key (with close matches)."""
     import yaml
     path = Path(path)
+    if path.exists() and not path.is_file():  # a device or a pipe would be read forever
+        raise ConfigError(f"config file {path} is not a regular file")
     try:
-        text = path.read_text()
+        with open(path, "rb") as file:
+            data = file.read(MAX_CONFIG_BYTES + 1)
+        text = data.decode("utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"config file {path} is larger than {MAX_CONFIG_BYTES} bytes (MAX_CONFIG_BYTES)")
     try:
         config = _safe_yaml(text, str(path))
     except yaml.YAMLError as exc:  # yaml's own lines (what it expected, where)
