@@ -138,3 +138,26 @@ def test_a_config_that_is_too_large_or_not_utf8_is_a_one_line_error(tmp_path, ca
     assert "is larger than 1048576 bytes" in capsys.readouterr().err
     assert main(["train", "bad.yaml"]) == 2
     assert "bad.yaml: not UTF-8 text (invalid start byte at byte 5)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", [
+    "torch.nn.functional.torch.fx.GraphModule", "torch.nn.functional.torch.optim.swa_utils.AveragedModel",
+    "torch.nn.functional.torch.nn.parallel.DistributedDataParallel", "torch.optim.lr_scheduler.torch.optim.Adam",
+    "torch.nn.init.torch.nn.Linear", "torch.optim.swa_utils.AveragedModel",
+])
+def test_the_registry_never_walks_attributes_out_of_its_documented_sets(name):
+    from rl8.registry import lookup
+
+    assert lookup(name) is None
+
+
+@pytest.mark.parametrize("name", ["torch.nn.Linear", "torch.nn.modules.linear.Linear", "torch.optim.Adam",
+                                  "torch.optim.adam.Adam", "torch.nn.Tanh"])
+def test_torch_classes_by_their_package_or_qualified_name_are_found(name):
+    import torch
+
+    from rl8.registry import lookup
+
+    found = lookup(name)
+    assert isinstance(found, type) and found.__name__ == name.rpartition(".")[2]
+    assert found is getattr(torch.nn if ".nn." in name else torch.optim, found.__name__)
