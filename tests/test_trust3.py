@@ -161,3 +161,17 @@ def test_torch_classes_by_their_package_or_qualified_name_are_found(name):
     found = lookup(name)
     assert isinstance(found, type) and found.__name__ == name.rpartition(".")[2]
     assert found is getattr(torch.nn if ".nn." in name else torch.optim, found.__name__)
+
+
+@pytest.mark.parametrize("where", ["a-file/mlflow.db", "a-folder"])
+def test_a_sqlite_store_that_cannot_be_opened_fails_before_training(tmp_path, where):
+    from rl8 import PPO, Trainer
+    from rl8.envs import CartPole
+    from rl8.tracking import TrackingError
+
+    (tmp_path / "a-file").write_text("not a folder")
+    (tmp_path / "a-folder").mkdir()
+    algo = PPO(CartPole, num_envs=4, horizon=4, sgd_minibatch_size=16)
+    with pytest.raises(TrackingError, match=r"\) cannot be opened and written: .*Give a writable place"):
+        Trainer(algo, tracking_uri=f"sqlite:///{tmp_path / where}", progress=False)
+    assert algo.env_steps == 0

@@ -8,6 +8,7 @@ import dataclasses
 import logging
 import os
 import socket
+import sqlite3
 import sys
 import threading
 import time
@@ -91,6 +92,27 @@ def _file_lock(path: Path):
             os.close(fd)
 
 
+def check_sqlite_store(uri: str) -> None:
+    """Fail at once (:class:`TrackingError`) when the database of a ``sqlite:///`` URI cannot be
+    opened and written (its folder cannot be created or written, it is no database), where
+    MLflow would try again for minutes; other stores are left to MLflow."""
+    db = _sqlite_file(uri)
+    if db is None:
+        return
+    probe = db.with_name(f".{db.name}.rl8-probe-{os.getpid()}")
+    try:
+        db.parent.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+        with contextlib.closing(sqlite3.connect(db, timeout=5)) as connection:
+            connection.execute("PRAGMA schema_version").fetchone()
+    except (OSError, sqlite3.Error) as exc:
+        raise TrackingError(
+            f"the MLflow SQLite store {db} ({uri}) cannot be opened and written: {exc}. Give a "
+            "writable place (tracking_uri / --tracking-uri sqlite:///PATH/mlflow.db), or disable tracking"
+        ) from None
+
+
 def ready_store(uri: str) -> None:
     """Create a ``sqlite:///`` store before first use, quietly, under a lock on
     ``<database>.lock``: processes started together would otherwise run the migrations together
@@ -99,6 +121,7 @@ def ready_store(uri: str) -> None:
     db = _sqlite_file(uri)
     if db is None:
         return
+    check_sqlite_store(uri)
     from mlflow.tracking import MlflowClient
     with _ready_lock, _quiet_store_loggers(), _file_lock(db.with_name(db.name + ".lock")):
         for attempt in range(1, _STORE_ATTEMPTS + 1):
@@ -132,6 +155,8 @@ def open_run(uri: str, experiment: str, run_name: str | None, resume_id: str | N
         if http:
             with http_policy(http, _PROBE_RETRIES, 0, _PROBE_TIMEOUT_S, force=True):
                 client.search_experiments(max_results=1)
+    except TrackingError:
+        raise
     except Exception as exc:
         raise TrackingError(
             f"cannot reach the MLflow tracking store at {uri!r}: {exc}. Start the "
