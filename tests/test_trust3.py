@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -175,3 +176,57 @@ def test_a_sqlite_store_that_cannot_be_opened_fails_before_training(tmp_path, wh
     with pytest.raises(TrackingError, match=r"\) cannot be opened and written: .*Give a writable place"):
         Trainer(algo, tracking_uri=f"sqlite:///{tmp_path / where}", progress=False)
     assert algo.env_steps == 0
+
+
+@pytest.fixture
+def silent_server(monkeypatch):
+    """The URI of a server on 127.0.0.1 that accepts connections and never answers; the read
+    policy shortened to 1 s a request, no retry (the mechanism, not MLflow's 7 x 120 s)."""
+    import socket
+    import threading
+
+    import rl8.mlflow_http
+
+    monkeypatch.setattr(rl8.mlflow_http, "LOG_TIMEOUT_S", 1)
+    monkeypatch.setattr(rl8.mlflow_http, "LOG_RETRIES", 0)
+    listener = socket.create_server(("127.0.0.1", 0))
+    held = []
+
+    def accept():
+        with contextlib.suppress(OSError):
+            while True:
+                held.append(listener.accept()[0])
+
+    threading.Thread(target=accept, daemon=True).start()
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    listener.close()
+    for conn in held:
+        conn.close()
+
+
+def _returns_within(seconds, call):
+    import threading
+
+    done = threading.Event()
+    outcome = []
+
+    def target():
+        try:
+            outcome.append(call())
+        except BaseException as exc:  # noqa: BLE001 - the outcome is inspected below
+            outcome.append(exc)
+        done.set()
+
+    threading.Thread(target=target, daemon=True).start()
+    assert done.wait(seconds), f"still waiting on a silent tracking server after {seconds} s"
+    return outcome[0]
+
+
+def test_reading_a_run_by_id_from_a_silent_server_is_bounded(silent_server):
+    from rl8 import load_policy
+
+    run = "a" * 32
+    assert isinstance(_returns_within(60, lambda: load_policy(run, tracking_uri=silent_server)), Exception)
+    for command in (["eval", run], ["record", run, "-o", "v.mp4"], ["train", "--resume", run], ["runs"]):
+        code = _returns_within(60, lambda: main([*command, "--tracking-uri", silent_server]))
+        assert code in (1, 2), (command, code)

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from rl8.mlflow_http import bounded_requests
 from rl8.ppo.hparams import missing_cuda_device
 from rl8.ppo.resolve import CheckpointError
 
@@ -313,7 +314,8 @@ def download_artifact(ref: str, artifact: str, tracking_uri: str | None, dst: st
 
     where = {"artifact_uri": ref} if ref.startswith("runs:/") else {"run_id": ref, "artifact_path": artifact}
     try:
-        local = mlflow.artifacts.download_artifacts(**where, tracking_uri=tracking_uri, dst_path=dst)
+        with bounded_requests(tracking_uri):
+            local = mlflow.artifacts.download_artifacts(**where, tracking_uri=tracking_uri, dst_path=dst)
     except Exception as exc:
         uri = tracking_uri or mlflow.get_tracking_uri()
         raise FileNotFoundError(
