@@ -72,11 +72,14 @@ class PPO:
     """
 
     def __init__(self, env: type[Env] | str | Callable[..., Any], /, **hparams: Any) -> None:
-        self.hparams = hp = rank_hparams(HParams.from_kwargs(**hparams))
+        given = HParams.from_kwargs(**hparams)
+        self.hparams = hp = rank_hparams(given)
         if hp.compile:
             check_compile_options(hp.collect_mode)
         self.device = hp.resolved_device()
         self.dist = DistContext()
+        self.dist.check_same("hparams", {k: repr(v) for k, v in given.to_plain().items()
+                                          if k not in ("device", "check_finite_collects")})
         if self.dist.is_main and not set(hparams) - _UNTUNED_HPARAMS:
             _hint_preset(env)
         # without a seed: a random one, the same on every rank
