@@ -1,0 +1,38 @@
+"""First contact, round three (issue 36): rl8 1.x habits meet a hint, not a silent trap."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import pytest
+
+from rl8.moved import MOVED
+
+
+@pytest.mark.parametrize("old", sorted(MOVED))
+def test_every_old_module_path_imports_with_a_warning_naming_the_new_one(old, monkeypatch):
+    monkeypatch.delitem(sys.modules, old, raising=False)
+    with pytest.warns(DeprecationWarning, match=rf"{old} is now {MOVED[old][0]}.* see docs/migrating.md"):
+        module = importlib.import_module(old)
+    new = [importlib.import_module(n) for n in MOVED[old]]
+    assert module.__all__, old
+    for name in module.__all__:  # every public name of the new modules, the same object
+        assert any(getattr(module, name) is getattr(n, name, None) for n in new), (old, name)
+    with pytest.raises(AttributeError, match="has no attribute 'nope'"):
+        module.nope
+    monkeypatch.delitem(sys.modules, old)
+
+
+def test_the_paths_of_the_issue_import_their_classes(monkeypatch):
+    for old in ("rl8.conditions", "rl8.checkpoint"):
+        monkeypatch.delitem(sys.modules, old, raising=False)
+    with pytest.warns(DeprecationWarning, match="rl8.training.conditions"):
+        from rl8.conditions import HitsUpperBound
+    with pytest.warns(DeprecationWarning, match="rl8.io.checkpoint and rl8.io.checkpoint_dir"):
+        from rl8.checkpoint import CheckpointManager, load_checkpoint
+    from rl8.io.checkpoint import load_checkpoint as new_load
+    from rl8.io.checkpoint_dir import CheckpointManager as new_manager
+    from rl8.training.conditions import HitsUpperBound as new_bound
+
+    assert (HitsUpperBound, CheckpointManager, load_checkpoint) == (new_bound, new_manager, new_load)
