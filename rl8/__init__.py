@@ -34,6 +34,7 @@ _EXPORTS = {
     "save_policy": "rl8.io.export",
     "record_video": "rl8.training.video",
     "register": "rl8.registry",
+    "STOP": "rl8.training.callbacks",
 }
 
 __all__ = sorted([*_EXPORTS, "__version__"])

@@ -36,3 +36,41 @@ def test_the_paths_of_the_issue_import_their_classes(monkeypatch):
     from rl8.training.conditions import HitsUpperBound as new_bound
 
     assert (HitsUpperBound, CheckpointManager, load_checkpoint) == (new_bound, new_manager, new_load)
+
+
+SMALL = dict(num_envs=4, horizon=8, sgd_minibatch_size=16, num_sgd_iters=1, seed=0)
+
+
+def _trainer():
+    from rl8 import PPO, Trainer
+    from rl8.envs import CartPole
+
+    return Trainer(PPO(CartPole, **SMALL), tracking=False, progress=False)
+
+
+def test_learn_trains_that_many_more_env_steps_at_each_call():
+    with _trainer() as trainer:
+        trainer.learn(64)
+        trainer.learn(64)
+        assert trainer.algo.env_steps == 128
+        with pytest.raises(ValueError, match="Trainer.learn: env_steps must be an int >= 1"):
+            trainer.learn(0)
+
+
+def test_a_callback_stops_the_run_on_rl8_stop_only_and_a_bare_bool_warns():
+    import numpy as np
+
+    import rl8
+    from rl8.training.callbacks import Callback
+
+    class SB3Habit(Callback):
+        def on_step(self, trainer, stats):
+            return True  # SB3: "go on"
+
+    with _trainer() as trainer:
+        with pytest.warns(UserWarning, match=r"returned True, which rl8 ignores: return rl8.STOP"):
+            trainer.run(max_env_steps=96, callbacks=[SB3Habit(), lambda trainer, stats: np.bool_(False)])
+        assert trainer.algo.env_steps == 96
+        assert rl8.STOP == "stop"
+        trainer.run(max_env_steps=10**6, callbacks=lambda trainer, stats: rl8.STOP)
+        assert trainer.algo.env_steps == 128

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from rl8.fields import check_int
 from rl8.io.checkpoint_dir import CheckpointDirLock, check_writable_folder
 from rl8.ppo.distributed import DistContext, current_roles
 from rl8.ppo.resolve import env_spec_string, is_dotted_path
@@ -411,11 +412,16 @@ class Trainer(TrainerCheckpoints):
             eval_env_config=eval_env_config, steps_per_eval=steps_per_eval, callbacks=callbacks,
         )
 
-    def learn(self, total_env_steps: int, **run_options: Any) -> TrainStats:
-        """``run(max_env_steps=total_env_steps, **run_options)``: train for a budget of env steps
-        (the name Stable-Baselines3 users look for; ``total_env_steps`` counts from the start of
-        training, so a resumed run trains the rest)."""
-        return self.run(max_env_steps=total_env_steps, **run_options)
+    def learn(self, env_steps: int, **run_options: Any) -> TrainStats:
+        """Train for ``env_steps`` more env steps at each call, as Stable-Baselines3's ``learn``:
+        ``run(max_env_steps=<env steps so far> + env_steps, **run_options)``.
+
+        Args:
+            env_steps: Env steps to train for from now (all envs of every rank), an int >= 1.
+            **run_options: Other arguments of :meth:`run`.
+        """
+        check_int("Trainer.learn: env_steps", env_steps, 1)
+        return self.run(max_env_steps=int(self.algo.env_steps) + env_steps, **run_options)
 
     def close(self, status: str = "FINISHED", *, timeout_s: float | None = None) -> None:
         """End the MLflow run with ``status``, close the dedicated eval env and
