@@ -74,3 +74,23 @@ def test_a_callback_stops_the_run_on_rl8_stop_only_and_a_bare_bool_warns():
         assert rl8.STOP == "stop"
         trainer.run(max_env_steps=10**6, callbacks=lambda trainer, stats: rl8.STOP)
         assert trainer.algo.env_steps == 128
+
+
+def test_sb3s_ppo_signature_gets_a_hint():
+    from rl8 import PPO
+
+    with pytest.raises(TypeError, match=r"PPO\('MlpPolicy', 'CartPole-v1'\)\. Stable-Baselines3's .* is rl8's PPO\(env\)"):
+        PPO("MlpPolicy", "CartPole-v1")
+
+
+@pytest.mark.parametrize("optimizer, eps", [("torch.optim.SGD", None), ("torch.optim.RMSprop", 1e-8),
+                                            ("torch.optim.Adam", 1e-5), ("torch.optim.AdamW", 1e-5)])
+def test_adams_default_eps_goes_to_adam_and_adamw_only(optimizer, eps):
+    from rl8 import PPO
+    from rl8.envs import CartPole
+
+    algo = PPO(CartPole, **SMALL, optimizer_cls=optimizer)
+    assert algo.optimizer.defaults.get("eps") == eps
+    assert algo.hparams.optimizer_kwargs == ({} if eps != 1e-5 else {"eps": 1e-5})
+    with pytest.raises(ValueError, match="SGD refused"):  # given explicitly: still checked
+        PPO(CartPole, **SMALL, optimizer_cls="torch.optim.SGD", optimizer_kwargs={"eps": 1e-5})

@@ -71,7 +71,12 @@ class PPO:
             advantages in the next :meth:`update` only (importance weights of actors).
     """
 
-    def __init__(self, env: type[Env] | str | Callable[..., Any], /, **hparams: Any) -> None:
+    def __init__(self, env: type[Env] | str | Callable[..., Any], /, *extra: Any, **hparams: Any) -> None:
+        if extra:  # Stable-Baselines3's PPO("MlpPolicy", "CartPole-v1")
+            raise TypeError(
+                f"PPO takes one positional argument, the env, and hyper-parameters by keyword; got "
+                f"PPO({', '.join(map(repr, (env, *extra)))}). Stable-Baselines3's PPO('MlpPolicy', env) is "
+                f"rl8's PPO(env) (an MLP by default; another model: model_cls=..., model_config=...)")
         given = HParams.from_kwargs(**hparams)
         self.hparams = hp = rank_hparams(given)
         if hp.compile:
