@@ -94,3 +94,29 @@ def test_adams_default_eps_goes_to_adam_and_adamw_only(optimizer, eps):
     assert algo.hparams.optimizer_kwargs == ({} if eps != 1e-5 else {"eps": 1e-5})
     with pytest.raises(ValueError, match="SGD refused"):  # given explicitly: still checked
         PPO(CartPole, **SMALL, optimizer_cls="torch.optim.SGD", optimizer_kwargs={"eps": 1e-5})
+
+
+def test_the_console_script_with_trust_code_imports_a_module_of_the_working_folder(tmp_path):
+    import os
+    import subprocess
+    from pathlib import Path
+
+    from rl8 import Policy, save_policy
+    from rl8.envs import CartPole
+
+    work, bin_dir = tmp_path / "work", tmp_path / "bin"
+    work.mkdir()
+    bin_dir.mkdir()
+    (work / "mycartpole.py").write_text("from rl8.envs import CartPole\n\nclass MyCartPole(CartPole):\n    pass\n")
+    env = CartPole(1)
+    save_policy(Policy(env.observation_space, env.action_space), work / "policy.pt",
+                env={"spec": "mycartpole.MyCartPole", "env_kwargs": {}, "env_config": {}})
+    # a script outside the working folder, as the installed `rl8` console script is
+    (bin_dir / "rl8").write_text("import sys\nfrom rl8.cli import main\nsys.exit(main())\n")
+    root = str(Path(__file__).resolve().parent.parent)
+    run = [sys.executable, str(bin_dir / "rl8"), "eval", "policy.pt", "--episodes", "1", "--max-steps", "5"]
+    env_vars = {**os.environ, "PYTHONPATH": root}
+    refused = subprocess.run(run, cwd=work, env=env_vars, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 1 and "(rl8 --trust-code) imports it" in refused.stderr, refused.stderr
+    trusted = subprocess.run([*run, "--trust-code"], cwd=work, env=env_vars, capture_output=True, text=True, timeout=120)
+    assert trusted.returncode == 0 and "within 5 steps" in trusted.stdout, trusted.stderr

@@ -185,6 +185,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from rl8.io.checkpoint_dir import CheckpointDirError
     from rl8.io.checkpoint import CheckpointError
     from rl8.tracking import TrackingError
+    if getattr(args, "trust_code", False):  # as python -m rl8: a trusted file's modules of this folder
+        from rl8.ppo.resolve import working_dir_on_path
+        working_dir_on_path()
     try:
         return int(args.func(args) or 0)
     except (ConfigError, CheckpointDirError, TrackingError, CheckpointError, FileNotFoundError,
