@@ -120,3 +120,36 @@ def test_the_console_script_with_trust_code_imports_a_module_of_the_working_fold
     assert refused.returncode == 1 and "(rl8 --trust-code) imports it" in refused.stderr, refused.stderr
     trusted = subprocess.run([*run, "--trust-code"], cwd=work, env=env_vars, capture_output=True, text=True, timeout=120)
     assert trusted.returncode == 0 and "within 5 steps" in trusted.stdout, trusted.stderr
+
+
+@pytest.mark.parametrize("build", [
+    lambda c: c.Plateaus("returns/mean", patience=3, rtol=0.1), lambda c: c.StopsIncreasing("returns/mean", patience=3),
+    lambda c: c.StopsDecreasing("eval/returns/mean", patience=3), lambda c: c.HitsUpperBound("returns/mean", 1.0),
+])
+def test_an_old_stat_name_warns_at_the_users_line(build):
+    import warnings
+
+    from rl8.training import conditions
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        build(conditions)
+    assert [w.filename for w in caught if issubclass(w.category, DeprecationWarning)] == [__file__]
+
+
+def test_rl8_1_command_lines_and_configs_get_hints(tmp_path, capsys):
+    from rl8.cli import main
+
+    (tmp_path / "old.yaml").write_text("env_cls: rl8.envs.CartPole\nalgorithm_config:\n  horizon: 8\n")
+    assert main(["train", "-f", "old.yaml"]) == 2
+    assert "rl8 train takes the config file as its argument: rl8 train old.yaml" in capsys.readouterr().err
+    assert main(["train", "old.yaml"]) == 2
+    assert "rl8 1.0's env_cls is now env (see docs/migrating.md)" in capsys.readouterr().err
+    (tmp_path / "old.yaml").write_text("env: rl8.envs.CartPole\nalgorithm_config:\n  horizon: 8\n")
+    assert main(["train", "old.yaml"]) == 2
+    assert "rl8 1.0's algorithm_config is now hparams" in capsys.readouterr().err
+    args = ["train", "--env", "rl8.envs.CartPole", "--set", "num_envs=4", "--set", "horizon=8", "--max-steps", "10",
+            "--tracking-uri", str(tmp_path / "mlruns-off"), "--quiet", "--checkpoint-dir", str(tmp_path / "ck")]
+    main(args)
+    assert "max_steps counts env steps (rl8 1.0: training steps); 10 is less than one training step (32" in (
+        capsys.readouterr().err)

@@ -116,6 +116,7 @@ def _add_train_command(commands) -> None:
             number = str(field.type).startswith(("int", "float"))
             train.add_argument("--" + field.name.replace("_", "-"), type=_option_flag(field.name),
                                metavar="N" if number else None, help=field.metadata["doc"])
+    train.add_argument("-f", "--file", dest="old_file", help=argparse.SUPPRESS)  # rl8 1.0's: a hint
     train.add_argument("--quiet", action="store_true", help="no progress line")
     train.add_argument("--trust-code", action="store_true",
                        help="with --resume: trust the checkpoint: import the modules it names that "

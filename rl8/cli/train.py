@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -95,6 +96,9 @@ def run(args: argparse.Namespace) -> int:
     from rl8.ppo.distributed import init_distributed
     from rl8.training.trainer import Trainer
 
+    if args.old_file:
+        raise ConfigError(f"rl8 train takes the config file as its argument: rl8 train {args.old_file} "
+                          "(rl8 1.0's -f/--file is gone; see docs/migrating.md)")
     if args.trust_code and not args.resume:
         raise ConfigError("--trust-code only applies with --resume (it lets a checkpoint you trust "
                           "name a plain function as its env factory)")
@@ -123,6 +127,10 @@ def run(args: argparse.Namespace) -> int:
     _check_eval_plan(run_args)
     algo = _build_algo(env, hparams)
     _check_env_configs(algo, run_args)
+    if config.get("max_steps") is not None and int(config["max_steps"]) < algo.hparams.batch_size:
+        print(f"rl8: note: max_steps counts env steps (rl8 1.0: training steps); {config['max_steps']} is less "
+              f"than one training step ({algo.hparams.batch_size} env steps), so one step is trained",
+              file=sys.stderr)
     stored = {k: v for k, v in config.items() if k in RUN_KEYS or k == "env"}
     stored["hparams"] = given_hparams
     # an option set to null in the file keeps the Trainer's default
