@@ -153,3 +153,23 @@ def test_rl8_1_command_lines_and_configs_get_hints(tmp_path, capsys):
     main(args)
     assert "max_steps counts env steps (rl8 1.0: training steps); 10 is less than one training step (32" in (
         capsys.readouterr().err)
+
+
+def test_an_old_mlruns_folder_is_explained_before_training(tmp_path, monkeypatch):
+    import mlflow
+
+    from rl8 import PPO, Trainer
+    from rl8.envs import CartPole
+    from rl8.tracking import TrackingError
+
+    (tmp_path / "mlruns" / "0").mkdir(parents=True)
+    (tmp_path / "mlruns" / "0" / "meta.yaml").write_text("name: Default\n")  # an rl8 1.0-era store
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    mlflow.set_tracking_uri(None)  # MLflow's own default: it picks ./mlruns
+    algo = PPO(CartPole, **SMALL)
+    with pytest.raises(TrackingError, match=r"MLflow picked the folder store .*mlruns.* over the default "
+                                            r"sqlite:///mlflow.db .*mlflow migrate-filestore"):
+        Trainer(algo, progress=False)
+    assert algo.env_steps == 0
+    with pytest.raises(TrackingError, match="is a folder store, and MLflow 3 refuses folder stores"):
+        Trainer(algo, progress=False, tracking_uri=str(tmp_path / "runs"))

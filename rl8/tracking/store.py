@@ -92,6 +92,26 @@ def _file_lock(path: Path):
             os.close(fd)
 
 
+def check_file_store(uri: str) -> None:
+    """Refuse (:class:`TrackingError`, before training) a folder store (``./mlruns``,
+    ``file://``), which MLflow 3 refuses at the first request ("maintenance mode") unless
+    ``MLFLOW_ALLOW_FILE_STORE`` is set; it says when MLflow picked an old ``./mlruns`` over its
+    default ``sqlite:///mlflow.db`` itself."""
+    if "://" in uri and not uri.lower().startswith("file:") or uri.lower().startswith("databricks"):
+        return
+    if os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").lower() in ("true", "1"):
+        return
+    chosen_by_mlflow = not os.environ.get("MLFLOW_TRACKING_URI") and uri.rstrip("/").endswith(
+        str(Path("mlruns").absolute()))
+    why = (f"MLflow picked the folder store {uri!r} over the default sqlite:///mlflow.db because that "
+           "folder holds runs of an older MLflow (or rl8 1.0)" if chosen_by_mlflow else f"{uri!r} is a folder store")
+    raise TrackingError(
+        f"{why}, and MLflow 3 refuses folder stores. Migrate them into the default store "
+        f"(`mlflow migrate-filestore`, see its --help) or move the folder away, then train again; or give a "
+        f"store: tracking_uri / --tracking-uri / MLFLOW_TRACKING_URI = sqlite:///mlflow.db (or "
+        f"MLFLOW_ALLOW_FILE_STORE=true to keep the folder store)")
+
+
 def check_sqlite_store(uri: str) -> None:
     """Fail at once (:class:`TrackingError`) when the database of a ``sqlite:///`` URI cannot be
     opened and written (its folder cannot be created or written, it is no database), where
