@@ -173,3 +173,10 @@ def test_an_old_mlruns_folder_is_explained_before_training(tmp_path, monkeypatch
     assert algo.env_steps == 0
     with pytest.raises(TrackingError, match="is a folder store, and MLflow 3 refuses folder stores"):
         Trainer(algo, progress=False, tracking_uri=str(tmp_path / "runs"))
+
+
+def test_creating_the_default_store_leaves_no_lock_file_in_the_users_folder(tmp_path):
+    from rl8.tracking.store import ready_store
+
+    ready_store(f"sqlite:///{tmp_path / 'fresh' / 'mlflow.db'}")
+    assert sorted(p.name for p in (tmp_path / "fresh").iterdir()) == ["mlflow.db"]

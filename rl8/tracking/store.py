@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import logging
 import os
 import socket
 import sqlite3
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -78,9 +80,10 @@ def _quiet_store_loggers():
 
 @contextlib.contextmanager
 def _file_lock(path: Path):
-    """Hold an exclusive ``flock`` on ``path`` (created if missing) for the block, if possible."""
+    """Hold an exclusive ``flock`` on ``path`` (created if missing, never through a link) for the
+    block, if possible."""
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
     except OSError:
         fd = None
     try:
@@ -134,16 +137,17 @@ def check_sqlite_store(uri: str) -> None:
 
 
 def ready_store(uri: str) -> None:
-    """Create a ``sqlite:///`` store before first use, quietly, under a lock on
-    ``<database>.lock``: processes started together would otherwise run the migrations together
-    and fail. A creation that still fails (``mlflow ui`` creating it) is tried again, up to
+    """Create a ``sqlite:///`` store before first use, quietly, under a lock file of the temporary
+    folder named after the database (not in the user's folder): processes started together would
+    otherwise run the migrations together and fail. A creation that still fails (``mlflow ui`` creating it) is tried again, up to
     :data:`_STORE_ATTEMPTS` times. Other stores are left to MLflow."""
     db = _sqlite_file(uri)
     if db is None:
         return
     check_sqlite_store(uri)
     from mlflow.tracking import MlflowClient
-    with _ready_lock, _quiet_store_loggers(), _file_lock(db.with_name(db.name + ".lock")):
+    lock = Path(tempfile.gettempdir()) / f"rl8-mlflow-{hashlib.sha256(str(db.absolute()).encode()).hexdigest()[:16]}.lock"
+    with _ready_lock, _quiet_store_loggers(), _file_lock(lock):
         for attempt in range(1, _STORE_ATTEMPTS + 1):
             try:
                 MlflowClient(uri).search_experiments(max_results=1)
