@@ -180,3 +180,21 @@ def test_creating_the_default_store_leaves_no_lock_file_in_the_users_folder(tmp_
 
     ready_store(f"sqlite:///{tmp_path / 'fresh' / 'mlflow.db'}")
     assert sorted(p.name for p in (tmp_path / "fresh").iterdir()) == ["mlflow.db"]
+
+
+def test_an_env_config_mistake_is_an_error_before_training(tmp_path, migrated_store, capsys):
+    from rl8 import PPO, Trainer
+    from rl8.cli import main
+    from rl8.envs import CartPole
+
+    with Trainer(PPO(CartPole, **SMALL), progress=False, checkpoint_dir=tmp_path / "ck") as trainer:
+        with pytest.raises(ValueError, match="Trainer.run: env_config: .*'nope'"):
+            trainer.run(max_env_steps=64, env_config={"nope": 1})
+        assert trainer.algo.env_steps == 0
+        trainer.run(max_env_steps=32)
+    assert main(["train", "--resume", str(tmp_path / "ck"), "--max-steps", "64", "--quiet"]) == 0
+    capsys.readouterr()
+    (tmp_path / "run.yaml").write_text("env_config:\n  nope: 1\n")
+    code = main(["train", "run.yaml", "--resume", str(tmp_path / "ck"), "--max-steps", "128"])
+    err = capsys.readouterr().err
+    assert code == 2 and "rl8: error: env_config: CartPole.reset: unknown config key 'nope'" in err, err

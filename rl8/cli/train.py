@@ -168,29 +168,13 @@ def _build_algo(env: str, hparams: Any) -> Any:
 
 
 def _check_env_configs(algo: Any, run_args: Mapping[str, Any]) -> None:
-    """Reset a one-env CPU copy of ``algo``'s env with each env config the run will use, so that
-    a mistake is a :class:`ConfigError` before the MLflow run is created."""
-    from rl8.ppo.algorithm import make_env
-    base = dict(algo.hparams.env_config or {})
-    checks = [("hparams: env_config", base)] if base else []
-    for key in ("env_config", "eval_env_config"):
-        if run_args.get(key):
-            checks.append((key, {**base, **run_args[key]}))
-    if not checks:
-        return
+    """:func:`rl8.ppo.algorithm.check_env_configs` of the run's env configs, a :class:`ConfigError`
+    before the MLflow run is created."""
+    from rl8.ppo.algorithm import check_env_configs
     try:
-        env = make_env(algo.env_spec, 1, algo.hparams.horizon, device="cpu", env_kwargs=algo.hparams.env_kwargs)
-    except Exception:  # noqa: BLE001 - the training env was built: let it report its own problems
-        return
-    try:
-        for where, config in checks:
-            try:
-                env.reset(config=config, seed=0)
-            except (KeyError, ValueError, TypeError) as exc:
-                message = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
-                raise ConfigError(f"{where}: {message}") from None
-    finally:
-        env.close()
+        check_env_configs(algo, {key: run_args.get(key) for key in ("env_config", "eval_env_config")})
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _resume(args: argparse.Namespace, file_config: Mapping[str, Any], cli_config: Mapping[str, Any],
@@ -248,6 +232,11 @@ def _resume(args: argparse.Namespace, file_config: Mapping[str, Any], cli_config
     trainer = Trainer.from_checkpoint(
         path, env=handed, hparams=overrides, tracking_uri=tracking_uri, trust_code=args.trust_code, **kwargs
     )
+    try:  # before any step
+        _check_env_configs(trainer.algo, run_args)
+    except ConfigError:
+        trainer.close("FAILED")
+        raise
     return _run(trainer, conditions, run_args)
 
 

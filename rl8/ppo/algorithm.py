@@ -7,7 +7,7 @@ import contextlib
 import math
 import secrets
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -38,7 +38,7 @@ from rl8.ppo.rollout import (
 )
 from rl8.ppo.stats import Stats, update_stats
 
-__all__ = ["NonFiniteError", "PPO", "PresetHint", "make_env"]
+__all__ = ["NonFiniteError", "PPO", "PresetHint", "check_env_configs", "make_env"]
 
 _COUNTERS = ("env_steps", "env_resets", "collects", "steps")
 _UNTUNED_HPARAMS = {"seed", "device"}
@@ -539,6 +539,31 @@ class PresetHint(UserWarning):
 
 
 _hinted: set[str] = set()
+
+
+def check_env_configs(algo: PPO, configs: Mapping[str, Mapping[str, Any] | None]) -> None:
+    """Reset a one-env CPU copy of ``algo``'s env with each env config (``{where: config}``, over
+    ``hparams.env_config``), torch's RNG kept, so that a mistake is a ``ValueError`` naming where
+    the config was given before training rather than at its first step."""
+    base = dict(algo.hparams.env_config or {})
+    checks = {"hparams: env_config": base} if base else {}
+    checks.update({where: {**base, **config} for where, config in configs.items() if config})
+    if not checks:
+        return
+    with torch.random.fork_rng(devices=[]):
+        try:
+            env = make_env(algo.env_spec, 1, algo.hparams.horizon, device="cpu", env_kwargs=algo.hparams.env_kwargs)
+        except Exception:  # noqa: BLE001 - the training env was built: let it report its own problems
+            return
+        try:
+            for where, config in checks.items():
+                try:
+                    env.reset(config=config, seed=0)
+                except (KeyError, ValueError, TypeError) as exc:
+                    message = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+                    raise ValueError(f"{where}: {message}") from None
+        finally:
+            env.close()
 
 
 def _hint_preset(env: Any) -> None:

@@ -17,6 +17,7 @@ import torch
 
 from rl8.fields import check_int
 from rl8.io.checkpoint_dir import CheckpointDirLock, check_writable_folder
+from rl8.ppo.algorithm import check_env_configs
 from rl8.ppo.distributed import DistContext, current_roles
 from rl8.ppo.resolve import env_spec_string, is_dotted_path
 from rl8.tracking.tracker import TERMINAL_STATUSES, Tracker
@@ -371,7 +372,7 @@ class Trainer(TrainerCheckpoints):
                 ``TimeLimit(max_seconds)``).
             callbacks: Called after every step (see :mod:`rl8.training.callbacks`): a callable
                 ``callback(trainer, stats)`` or a :class:`~rl8.training.callbacks.Callback`, or a
-                list of them; one that returns ``True`` stops the run.
+                list of them; one that returns :data:`rl8.STOP` stops the run.
 
         Returns:
             The stats of the last step (only the counters when no step ran).
@@ -391,6 +392,8 @@ class Trainer(TrainerCheckpoints):
         callbacks = as_callbacks(callbacks)
         if eval_env_config is None:
             eval_env_config = env_config
+        check_env_configs(self.algo, {"Trainer.run: env_config": env_config,
+                                      "Trainer.run: eval_env_config": eval_env_config})
         self._run_args = {
             "env_config": dict(env_config) if env_config else None,
             "eval_env_config": dict(eval_env_config) if eval_env_config else None,
