@@ -198,3 +198,29 @@ def test_an_env_config_mistake_is_an_error_before_training(tmp_path, migrated_st
     code = main(["train", "run.yaml", "--resume", str(tmp_path / "ck"), "--max-steps", "128"])
     err = capsys.readouterr().err
     assert code == 2 and "rl8: error: env_config: CartPole.reset: unknown config key 'nope'" in err, err
+
+
+def test_a_model_stored_as_main_net_is_handed_over_with_model_cls(tmp_path):
+    import os
+    import subprocess
+    from pathlib import Path
+
+    (tmp_path / "mynet.py").write_text("from rl8.policies.models import MLPModel\n\nclass Net(MLPModel):\n    pass\n")
+    (tmp_path / "script.py").write_text(
+        "from rl8 import PPO, Trainer, save_policy\nfrom rl8.envs import CartPole\nfrom rl8.policies.models import MLPModel\n"
+        "class Net(MLPModel):\n    pass\n"
+        "with Trainer(PPO(CartPole, num_envs=4, horizon=8, sgd_minibatch_size=16, model_cls=Net), tracking=False,"
+        " progress=False, checkpoint_dir='ck') as t:\n    t.run(max_env_steps=32)\n"
+        "    save_policy(t.algo.policy, 'p.pt', env={'spec': 'rl8.envs.cartpole.CartPole', 'env_kwargs': {}, 'env_config': {}})\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+
+    def rl8(*args):
+        return subprocess.run([sys.executable, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+
+    assert rl8("script.py").returncode == 0
+    refused = rl8("-m", "rl8", "eval", "p.pt", "--episodes", "1")
+    assert refused.returncode == 1 and "--model-cls mymodule.Net" in refused.stderr, refused.stderr
+    evaluated = rl8("-m", "rl8", "eval", "p.pt", "--episodes", "1", "--model-cls", "mynet.Net")
+    assert evaluated.returncode == 0 and "mean return over 1 episodes" in evaluated.stdout, evaluated.stderr
+    resumed = rl8("-m", "rl8", "train", "--resume", "ck", "--max-steps", "64", "--quiet", "--model-cls", "mynet.Net")
+    assert resumed.returncode == 0 and "checkpoint-000000000064.pt" in resumed.stdout, resumed.stderr

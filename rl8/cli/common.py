@@ -70,10 +70,12 @@ def policy_and_env(args: argparse.Namespace, make: Any, num_envs: int = 1) -> tu
 
     try:  # first: a module of yours may also define the policy's model class
         import_given(args.env, "--env")
+        import_given(args.model_cls, "--model-cls")
     except (ImportError, ValueError) as exc:
-        raise ConfigError(f"cannot build env {args.env!r}: {exc}") from None
+        raise ConfigError(f"cannot import {args.env if args.env else args.model_cls!r}: {exc}") from None
     info = read_policy(args.policy, tracking_uri=args.tracking_uri)
-    policy = policy_from_dict(info, map_location="cpu", source=args.policy, trust_code=args.trust_code)
+    policy = policy_from_dict(info, map_location="cpu", source=args.policy, trust_code=args.trust_code,
+                              model_cls=args.model_cls)
     env_info = info.get("env") or {}
     if not isinstance(env_info, Mapping):
         raise CheckpointError(f"{args.policy}: the stored env must be a dict, got {type(env_info).__name__}")

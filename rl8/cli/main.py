@@ -70,6 +70,8 @@ def _add_policy_run_arguments(parser: argparse.ArgumentParser, *, seed_help: str
     """The arguments of ``rl8 eval`` and ``rl8 record``: which policy, in which env, how."""
     parser.add_argument("policy", metavar="PATH_OR_RUN_ID")
     parser.add_argument("--env", help="env to run in (default: the one the policy was trained on)")
+    parser.add_argument("--model-cls", metavar="MODULE.CLASS",
+                        help="the policy's model class, imported (for one stored as __main__.Net)")
     parser.add_argument("--env-config", action="append", metavar="KEY=VALUE", help="env parameter (repeatable)")
     parser.add_argument("--stochastic", action="store_true", help="sample actions instead of taking the modes")
     parser.add_argument("--seed", type=int, help=seed_help)
@@ -116,6 +118,8 @@ def _add_train_command(commands) -> None:
             number = str(field.type).startswith(("int", "float"))
             train.add_argument("--" + field.name.replace("_", "-"), type=_option_flag(field.name),
                                metavar="N" if number else None, help=field.metadata["doc"])
+    train.add_argument("--model-cls", metavar="MODULE.CLASS",
+                       help="with --resume: the model class, imported (for one stored as __main__.Net)")
     train.add_argument("-f", "--file", dest="old_file", help=argparse.SUPPRESS)  # rl8 1.0's: a hint
     train.add_argument("--quiet", action="store_true", help="no progress line")
     train.add_argument("--trust-code", action="store_true",

@@ -99,6 +99,9 @@ def run(args: argparse.Namespace) -> int:
     if args.old_file:
         raise ConfigError(f"rl8 train takes the config file as its argument: rl8 train {args.old_file} "
                           "(rl8 1.0's -f/--file is gone; see docs/migrating.md)")
+    if args.model_cls and not args.resume:
+        raise ConfigError("--model-cls applies with --resume (a model class stored as __main__.Net); for a "
+                          f"new run: --set model_cls={args.model_cls}")
     if args.trust_code and not args.resume:
         raise ConfigError("--trust-code only applies with --resume (it lets a checkpoint you trust "
                           "name a plain function as its env factory)")
@@ -215,6 +218,12 @@ def _resume(args: argparse.Namespace, file_config: Mapping[str, Any], cli_config
         detail = ", ".join(f"{k} (checkpoint: {saved.get(k)!r}, given: {merged[k]!r})" for k in changed)
         raise ConfigError(f"--resume: hyper-parameters cannot change when resuming: {detail}")
     overrides = {k: merged[k] for k in RESUMABLE_HPARAMS if merged[k] != saved.get(k)}
+    if args.model_cls:  # a class of yours for the stored one (a script's __main__.Net)
+        try:
+            import_given(args.model_cls, "--model-cls")
+        except (ImportError, ValueError) as exc:
+            raise ConfigError(f"--model-cls: {exc}") from None
+        overrides["model_cls"] = args.model_cls
 
     config = {**stored_config, **{k: v for k, v in file_config.items() if k != "hparams"}, **cli_config}
     check_config({k: v for k, v in config.items() if k != "hparams"}, "config")

@@ -48,7 +48,8 @@ def _hparam(key: str) -> str:
 
 #: Model classes (``hparams.model_cls``, a policy file's ``model_cls``).
 MODEL = Kind("an rl8 Model subclass (rl8.policies.models.Model)", _subclass_of(Model),
-             f"load_policy(path, model_cls={{attr}}) or {_hparam('model_cls')}")
+             f"load_policy(path, model_cls={{attr}}), {_hparam('model_cls')} or rl8 eval/record/train "
+             "--resume ... --model-cls {module}.{attr}")
 #: Distribution classes (``hparams.distribution_cls``).
 DISTRIBUTION = Kind("an rl8 Distribution subclass (rl8.policies.distributions.Distribution)",
                     _subclass_of(Distribution),
