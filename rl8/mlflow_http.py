@@ -13,10 +13,12 @@ from collections.abc import Iterator
 
 __all__ = ["LOG_BACKOFF", "LOG_RETRIES", "LOG_TIMEOUT_S", "bounded_requests", "http_policy", "is_http"]
 
-#: HTTP policy of logging calls unless the user set MLflow's variables: quick retries for blips,
-#: not MLflow's default of 7 retries with back-off and a 120 s timeout (it would stall training).
+#: Retries of a request (the policy of logging calls and reads by run id unless the user set
+#: MLflow's variables: quick retries for blips, not MLflow's 7 retries of up to 120 s each).
 LOG_RETRIES = 2
+#: Back-off factor between those retries (MLflow's ``MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR``).
 LOG_BACKOFF = 1
+#: Seconds a request may wait for an answer.
 LOG_TIMEOUT_S = 10
 _HTTP_ENV_VARS = tuple(f"MLFLOW_HTTP_REQUEST_{k}" for k in ("MAX_RETRIES", "BACKOFF_FACTOR",
                                                               "BACKOFF_JITTER", "TIMEOUT"))
@@ -25,6 +27,7 @@ _ENV_LOCK = threading.RLock()
 
 
 def is_http(uri: str) -> bool:
+    """Whether ``uri`` names a tracking server (``http(s)://``), not a local store."""
     return uri.lower().startswith(("http://", "https://"))
 
 

@@ -6,9 +6,7 @@ import logging
 
 from rl8.mlflow_http import LOG_BACKOFF, LOG_RETRIES, LOG_TIMEOUT_S, http_policy, is_http
 
-__all__ = [
-    "LOG_BACKOFF", "LOG_RETRIES", "LOG_TIMEOUT_S", "TrackingError", "TrackingWarning", "http_policy", "is_http",
-]
+__all__ = ["TrackingError", "TrackingWarning"]
 
 logger = logging.getLogger(__name__)
 DEGRADED_TIMEOUT_S = 5  # seconds per request while the server is known to be down

@@ -26,7 +26,7 @@ def asks_to_stop(answer: Any, callback: Any) -> bool:
     if answer is not None and type(answer).__name__ in ("bool", "bool_"):
         warnings.warn(f"the callback {getattr(callback, '__name__', None) or callback!r} returned {answer!r}, "
                       f"which rl8 ignores: return rl8.STOP (\"stop\") to stop the run, None to go on", UserWarning,
-                      stacklevel=4)
+                      stacklevel=5)
     return False
 
 
