@@ -130,8 +130,9 @@ def run(args: argparse.Namespace) -> int:
     _check_eval_plan(run_args)
     algo = _build_algo(env, hparams)
     _check_env_configs(algo, run_args)
-    if config.get("max_steps") is not None and int(config["max_steps"]) < algo.hparams.batch_size:
-        print(f"rl8: note: max_steps counts env steps (rl8 1.0: training steps); {config['max_steps']} is less "
+    max_steps = int_option(config, "max_steps", "config")
+    if max_steps is not None and max_steps < algo.hparams.batch_size:
+        print(f"rl8: note: max_steps counts env steps (rl8 1.0: training steps); {max_steps} is less "
               f"than one training step ({algo.hparams.batch_size} env steps), so one step is trained",
               file=sys.stderr)
     stored = {k: v for k, v in config.items() if k in RUN_KEYS or k == "env"}
