@@ -5,7 +5,10 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from rl8.moved import install as _install_moved_modules
 from rl8.version import __version__
+
+_install_moved_modules()  # rl8 1.x's module paths (rl8.conditions...), with a DeprecationWarning
 
 # Imported lazily so that ``import rl8`` (and the ``rl8`` command's start-up) stays fast.
 _EXPORTS = {
@@ -32,6 +35,7 @@ _EXPORTS = {
     "record_video": "rl8.training.video",
     "register": "rl8.registry",
     "sweep": "rl8.sweeps.study",
+    "STOP": "rl8.training.callbacks",
 }
 
 __all__ = sorted([*_EXPORTS, "__version__"])

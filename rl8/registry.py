@@ -158,13 +158,16 @@ def _rl8_object(name: str) -> Any:
 
 
 def _torch_object(name: str) -> Any:
-    """The ``torch.optim`` optimizer or ``torch.nn`` module class ``name`` names, else ``None``."""
+    """The ``torch.optim`` optimizer or ``torch.nn`` module class ``name`` names (its qualified
+    name, or ``torch.optim.X`` / ``torch.nn.X``), else ``None``: never one found through the
+    attributes of another module (``torch.nn.functional.torch.fx.GraphModule``)."""
     import torch
 
     for prefix, base in (("torch.optim.", torch.optim.Optimizer), ("torch.nn.", torch.nn.Module)):
         if name.startswith(prefix):
             obj = bound_object(name)
-            return obj if isinstance(obj, type) and issubclass(obj, base) else None
+            ok = isinstance(obj, type) and issubclass(obj, base)
+            return obj if ok and name in (qualified_name(obj), prefix + obj.__name__) else None
     return None
 
 

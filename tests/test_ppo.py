@@ -704,10 +704,10 @@ def test_the_buffer_estimate_counts_the_spaces(monkeypatch):
 
     # 16 envs x 9 steps: CartPole obs + final_obs 2 * 16 B, action 8 B, 12 B, flags 2 B
     need = 16 * 9 * (32 + 8 + 12 + 2)
-    monkeypatch.setattr(rl8.ppo.buffer, "_device_memory", lambda device: need - 1)
+    monkeypatch.setattr(rl8.ppo.buffer, "device_memory", lambda device: need - 1)
     with pytest.raises(ValueError, match=rf"needs about {need} bytes"):
         PPO(CartPole, **SMALL)
-    monkeypatch.setattr(rl8.ppo.buffer, "_device_memory", lambda device: need)
+    monkeypatch.setattr(rl8.ppo.buffer, "device_memory", lambda device: need)
     PPO(CartPole, **SMALL)
 
 
@@ -716,11 +716,11 @@ def test_overlap_mode_counts_both_buffers(monkeypatch):
 
     # collect_mode="overlap" allocates a second buffer for the collector: twice the estimate above
     need = 2 * 16 * 9 * (32 + 8 + 12 + 2)
-    monkeypatch.setattr(rl8.ppo.buffer, "_device_memory", lambda device: need - 1)
+    monkeypatch.setattr(rl8.ppo.buffer, "device_memory", lambda device: need - 1)
     with pytest.raises(ValueError, match=rf"2 rollout buffers \(collect_mode='overlap'\) of num_envs=16 .* "
                                          rf"need about {need} bytes"):
         PPO(CartPole, collect_mode="overlap", **SMALL)
-    monkeypatch.setattr(rl8.ppo.buffer, "_device_memory", lambda device: need)
+    monkeypatch.setattr(rl8.ppo.buffer, "device_memory", lambda device: need)
     PPO(CartPole, collect_mode="overlap", **SMALL).close()
 
 

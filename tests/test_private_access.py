@@ -28,7 +28,6 @@ ALLOWED = {
     # faults and process-wide state that no public hook can reach
     ("test_actors.py", "_roles"): "simulates a torchrun rank without starting processes",
     ("test_actors.py", "_leaves"): "the flat layout's round trip of a rollout's tensors",
-    ("test_ppo.py", "_device_memory"): "pretends the device has too little memory",
     ("test_distributions.py", "_categorical_sample"): "the inverse-CDF sampler at the edges of the uniform draw",
     ("test_distributed.py", "_timeout_from_env"): "parses the torchrun timeout variable",
     ("test_registry.py", "_USER"): "an empty user registry for each test",

@@ -76,7 +76,7 @@ def test_max_env_steps_max_seconds_and_learn():
         assert trainer.algo.env_steps == 4 * STEP
         trainer.run(max_seconds=1e-6)  # one step: the time limit holds after it
         assert trainer.algo.steps == 5 and isinstance(trainer.stopped_by, TimeLimit)
-        trainer.learn(6 * STEP)  # SB3's name: a total of env steps
+        trainer.learn(STEP)  # SB3's name and meaning: this many more env steps
         assert trainer.algo.env_steps == 6 * STEP
 
 
@@ -110,7 +110,7 @@ def test_a_callback_sees_every_step_adds_stats_and_stops_the_run(mlflow_uri):
     def callback(trainer, stats):
         seen.append((trainer, stats["algorithm/steps"]))
         stats["my/double_steps"] = 2.0 * stats["algorithm/steps"]
-        return stats["algorithm/steps"] >= 3
+        return "stop" if stats["algorithm/steps"] >= 3 else None
 
     trainer = make_trainer()
     # the added stat is seen by the stop conditions (which would stop at 4) and logged
@@ -124,7 +124,7 @@ def test_a_callback_sees_every_step_adds_stats_and_stops_the_run(mlflow_uri):
 
 def test_the_summary_names_the_callback_that_stopped_the_run(capsys):
     def enough(trainer, stats):
-        return True
+        return rl8.STOP
 
     with make_trainer(progress=None) as trainer:
         trainer.run(callbacks=[enough])
@@ -141,7 +141,7 @@ def test_a_callback_class_gets_on_eval_on_evaluation_steps_only():
 
         def on_eval(self, trainer, stats):
             self.evals.append((stats["algorithm/steps"], "eval/episodes/return_mean" in stats))
-            return len(self.evals) == 2
+            return rl8.STOP if len(self.evals) == 2 else None
 
     record = Record()
     with Trainer(PPO(CartPole, **SMALL), progress=False, tracking=False, eval_num_envs=2) as trainer:

@@ -53,21 +53,29 @@ def canonical_env(spec: str, *, source: Any = None, trust_code: bool = False) ->
         return spec
 
 
-def policy_and_env(args: argparse.Namespace, make: Any) -> tuple[Any, Any, str, dict[str, Any]]:
-    """The saved policy named on the command line, the env ``make(spec, env_kwargs)`` builds for
-    it (spaces checked), the env spec used and the env config (stored, then ``--env-config``)."""
+def policy_and_env(args: argparse.Namespace, make: Any, num_envs: int = 1) -> tuple[Any, Any, str, dict[str, Any]]:
+    """The saved policy named on the command line, the env of ``num_envs`` envs that
+    ``make(spec, env_kwargs)`` builds for it (spaces checked; refused before it is built when one
+    step of its envs could not fit in memory), the env spec used and the env config (stored, then
+    ``--env-config``)."""
     import gymnasium
+    import torch
 
+    from rl8.envs.spaces import space_dtype, space_shape
     from rl8.io.checkpoint import CheckpointError
     from rl8.io.export import check_env_spaces, policy_from_dict, read_policy
+    from rl8.policies.policy import check_memory
+    from rl8.ppo.buffer import slot_bytes
     from rl8.ppo.resolve import spec_from_env_info
 
     try:  # first: a module of yours may also define the policy's model class
         import_given(args.env, "--env")
+        import_given(args.model_cls, "--model-cls")
     except (ImportError, ValueError) as exc:
-        raise ConfigError(f"cannot build env {args.env!r}: {exc}") from None
+        raise ConfigError(f"cannot import {args.env if args.env else args.model_cls!r}: {exc}") from None
     info = read_policy(args.policy, tracking_uri=args.tracking_uri)
-    policy = policy_from_dict(info, map_location="cpu", source=args.policy, trust_code=args.trust_code)
+    policy = policy_from_dict(info, map_location="cpu", source=args.policy, trust_code=args.trust_code,
+                              model_cls=args.model_cls)
     env_info = info.get("env") or {}
     if not isinstance(env_info, Mapping):
         raise CheckpointError(f"{args.policy}: the stored env must be a dict, got {type(env_info).__name__}")
@@ -79,7 +87,10 @@ def policy_and_env(args: argparse.Namespace, make: Any) -> tuple[Any, Any, str, 
         path, value = parse_assignment(text, "--env-config")
         assign(config, path, value)
     env_kwargs = stored_env_kwargs(args, env_info)
+    space = policy.action_space
+    step = slot_bytes(policy.observation_space, space_shape(space), space_dtype(space), False)
     try:
+        check_memory(f"{num_envs} envs (--num-envs)", num_envs * step, torch.device("cpu"), "Use fewer envs")
         env = make(spec, env_kwargs)
     except (ValueError, TypeError, KeyError, ImportError, gymnasium.error.Error) as exc:
         raise ConfigError(f"cannot build env {spec!r}: {exc}") from None

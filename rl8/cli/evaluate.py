@@ -24,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
     from rl8.ppo.algorithm import make_env
     num_envs = args.num_envs or args.episodes
     policy, env, spec, config = policy_and_env(
-        args, lambda spec, env_kwargs: make_env(spec, num_envs, None, device="cpu", env_kwargs=env_kwargs)
+        args, lambda spec, env_kwargs: make_env(spec, num_envs, None, device="cpu", env_kwargs=env_kwargs), num_envs
     )
     try:
         obs = env.reset(config=config or None, seed=args.seed)

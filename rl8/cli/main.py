@@ -72,6 +72,8 @@ def _add_policy_run_arguments(parser: argparse.ArgumentParser, *, seed_help: str
     """The arguments of ``rl8 eval`` and ``rl8 record``: which policy, in which env, how."""
     parser.add_argument("policy", metavar="PATH_OR_RUN_ID")
     parser.add_argument("--env", help="env to run in (default: the one the policy was trained on)")
+    parser.add_argument("--model-cls", metavar="MODULE.CLASS",
+                        help="the policy's model class, imported (for one stored as __main__.Net)")
     parser.add_argument("--env-config", action="append", metavar="KEY=VALUE", help="env parameter (repeatable)")
     parser.add_argument("--stochastic", action="store_true", help="sample actions instead of taking the modes")
     parser.add_argument("--seed", type=int, help=seed_help)
@@ -121,6 +123,9 @@ def _add_train_command(commands) -> None:
             aliases = ["--register"] if field.name == "register_as" else []  # the name rl-zoo users look for
             train.add_argument("--" + field.name.replace("_", "-"), *aliases, type=_option_flag(field.name),
                                metavar="N" if number else None, help=field.metadata["doc"])
+    train.add_argument("--model-cls", metavar="MODULE.CLASS",
+                       help="with --resume: the model class, imported (for one stored as __main__.Net)")
+    train.add_argument("-f", "--file", dest="old_file", help=argparse.SUPPRESS)  # rl8 1.0's: a hint
     train.add_argument("--quiet", action="store_true", help="no progress line")
     train.add_argument("--trust-code", action="store_true",
                        help="with --resume: trust the checkpoint: import the modules it names that "
@@ -151,7 +156,9 @@ def _add_record_command(commands) -> None:
     )
     _add_policy_run_arguments(record, seed_help="seed of the env's reset and of sampling")
     record.add_argument("-o", "--output", default="video.mp4", metavar="FILE",
-                        help="the MP4 file to write (default video.mp4)")
+                        help="the MP4 file to write (default video.mp4); an existing file that is "
+                             "not an MP4 video is refused")
+    record.add_argument("--force", action="store_true", help="write over an existing -o file of any kind")
     record.add_argument("--max-steps", type=_positive_int, metavar="N",
                         help="env steps at most (default: one episode, at most the env's episode "
                              "limit, else 1000)")
@@ -233,6 +240,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from rl8.io.checkpoint_dir import CheckpointDirError
     from rl8.io.checkpoint import CheckpointError
     from rl8.tracking import TrackingError
+    if getattr(args, "trust_code", False):  # as python -m rl8: a trusted file's modules of this folder
+        from rl8.ppo.resolve import working_dir_on_path
+        working_dir_on_path()
     try:
         return int(args.func(args) or 0)
     except (ConfigError, CheckpointDirError, TrackingError, CheckpointError, FileNotFoundError,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from rl8.cli.common import policy_and_env
 from rl8.training.config_file import ConfigError
@@ -17,6 +18,7 @@ def run(args: argparse.Namespace) -> int:
         args: The parsed command line (see :func:`rl8.cli.main.build_parser`).
     """
     from rl8.training.video import RenderError, make_recording_env, prepare_headless_rendering, record_video
+    _check_output(args.output, args.force)
     prepare_headless_rendering()  # before an env imports mujoco
     try:
         policy, env, _, config = policy_and_env(
@@ -36,3 +38,19 @@ def run(args: argparse.Namespace) -> int:
         env.close()
     print(path)
     return 0
+
+
+def _check_output(output: str, force: bool) -> None:
+    """Refuse ``-o ''``, a folder, and (without ``--force``) an existing file that is no MP4 video."""
+    path = Path(output)
+    if not output or path.is_dir():
+        raise ConfigError(f"rl8 record: -o/--output must name an MP4 file to write, got "
+                          f"{output!r}{' (a folder)' if output else ''}")
+    if path.exists() and not force:
+        video = False
+        if path.is_file():
+            with open(path, "rb") as file:  # an MP4 (ISO base media file) starts with a 'ftyp' box
+                video = file.read(8)[4:] == b"ftyp"
+        if not video:
+            raise ConfigError(f"rl8 record: -o/--output {output} exists and is not an MP4 video; "
+                              "rl8 refused to write over it (--force to overwrite it)")

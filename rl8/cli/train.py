@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -95,6 +96,12 @@ def run(args: argparse.Namespace) -> int:
     from rl8.ppo.distributed import init_distributed
     from rl8.training.trainer import Trainer
 
+    if args.old_file:
+        raise ConfigError(f"rl8 train takes the config file as its argument: rl8 train {args.old_file} "
+                          "(rl8 1.0's -f/--file is gone; see docs/migrating.md)")
+    if args.model_cls and not args.resume:
+        raise ConfigError("--model-cls applies with --resume (a model class stored as __main__.Net); for a "
+                          f"new run: --set model_cls={args.model_cls}")
     if args.trust_code and not args.resume:
         raise ConfigError("--trust-code only applies with --resume (it lets a checkpoint you trust "
                           "name a plain function as its env factory)")
@@ -123,6 +130,11 @@ def run(args: argparse.Namespace) -> int:
     _check_eval_plan(run_args)
     algo = _build_algo(env, hparams)
     _check_env_configs(algo, run_args)
+    max_steps = int_option(config, "max_steps", "config")
+    if max_steps is not None and max_steps < algo.hparams.batch_size:
+        print(f"rl8: note: max_steps counts env steps (rl8 1.0: training steps); {max_steps} is less "
+              f"than one training step ({algo.hparams.batch_size} env steps), so one step is trained",
+              file=sys.stderr)
     stored = {k: v for k, v in config.items() if k in RUN_KEYS or k == "env"}
     stored["hparams"] = given_hparams
     # an option set to null in the file keeps the Trainer's default
@@ -160,32 +172,13 @@ def _build_algo(env: str, hparams: Any) -> Any:
 
 
 def _check_env_configs(algo: Any, run_args: Mapping[str, Any]) -> None:
-    """Reset a one-env CPU copy of ``algo``'s env with each env config the run will use, so that
-    a mistake is a :class:`ConfigError` before the MLflow run is created."""
-    from rl8.ppo.algorithm import make_env
-    from rl8.ppo.rollout import second_instance_problem
-    if second_instance_problem(algo.env, algo.env_spec) is not None:
-        return  # no second env: the training env reports its own config errors
-    base = dict(algo.hparams.env_config or {})
-    checks = [("hparams: env_config", base)] if base else []
-    for key in ("env_config", "eval_env_config"):
-        if run_args.get(key):
-            checks.append((key, {**base, **run_args[key]}))
-    if not checks:
-        return
+    """:func:`rl8.ppo.algorithm.check_env_configs` of the run's env configs, a :class:`ConfigError`
+    before the MLflow run is created."""
+    from rl8.ppo.algorithm import check_env_configs
     try:
-        env = make_env(algo.env_spec, 1, algo.hparams.horizon, device="cpu", env_kwargs=algo.hparams.env_kwargs)
-    except Exception:  # noqa: BLE001 - the training env was built: let it report its own problems
-        return
-    try:
-        for where, config in checks:
-            try:
-                env.reset(config=config, seed=0)
-            except (KeyError, ValueError, TypeError) as exc:
-                message = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
-                raise ConfigError(f"{where}: {message}") from None
-    finally:
-        env.close()
+        check_env_configs(algo, {key: run_args.get(key) for key in ("env_config", "eval_env_config")})
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _resume(args: argparse.Namespace, file_config: Mapping[str, Any], cli_config: Mapping[str, Any],
@@ -226,6 +219,12 @@ def _resume(args: argparse.Namespace, file_config: Mapping[str, Any], cli_config
         detail = ", ".join(f"{k} (checkpoint: {saved.get(k)!r}, given: {merged[k]!r})" for k in changed)
         raise ConfigError(f"--resume: hyper-parameters cannot change when resuming: {detail}")
     overrides = {k: merged[k] for k in RESUMABLE_HPARAMS if merged[k] != saved.get(k)}
+    if args.model_cls:  # a class of yours for the stored one (a script's __main__.Net)
+        try:
+            import_given(args.model_cls, "--model-cls")
+        except (ImportError, ValueError) as exc:
+            raise ConfigError(f"--model-cls: {exc}") from None
+        overrides["model_cls"] = args.model_cls
 
     config = {**stored_config, **{k: v for k, v in file_config.items() if k != "hparams"}, **cli_config}
     check_config({k: v for k, v in config.items() if k != "hparams"}, "config")
@@ -243,6 +242,11 @@ def _resume(args: argparse.Namespace, file_config: Mapping[str, Any], cli_config
     trainer = Trainer.from_checkpoint(
         path, env=handed, hparams=overrides, tracking_uri=tracking_uri, trust_code=args.trust_code, **kwargs
     )
+    try:  # before any step
+        _check_env_configs(trainer.algo, run_args)
+    except ConfigError:
+        trainer.close("FAILED")
+        raise
     return _run(trainer, conditions, run_args)
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from rl8.mlflow_http import bounded_requests
 from rl8.ppo.hparams import missing_cuda_device
 from rl8.ppo.resolve import CheckpointError
 
@@ -214,6 +215,9 @@ def load_checkpoint(path: str | os.PathLike[str], *, map_location: Any = "cpu") 
         raise FileNotFoundError(2, f"checkpoint file not found: {path}", str(path))
     if path.is_dir():
         raise IsADirectoryError(21, f"checkpoint path is a directory, not a file: {path}", str(path))
+    if not path.is_file():  # a device (/dev/zero) or a pipe would be read forever
+        raise CheckpointError(f"{path} is not a regular file (a device, a pipe or a socket); rl8 reads "
+                              "checkpoints and policy files only from regular files")
     # Open the file ourselves so that real I/O errors (permissions...) surface as OSError; past
     # this point torch reports bad bytes with many exception types, OSError(EINVAL) included.
     with open(path, "rb") as file:
@@ -330,7 +334,8 @@ def download_artifact(ref: str, artifact: str, tracking_uri: str | None, dst: st
     try:
         if ref.startswith("models:/"):
             where = {"artifact_uri": _model_location(ref, tracking_uri)}
-        local = mlflow.artifacts.download_artifacts(**where, tracking_uri=tracking_uri, dst_path=dst)
+        with bounded_requests(tracking_uri):
+            local = mlflow.artifacts.download_artifacts(**where, tracking_uri=tracking_uri, dst_path=dst)
     except Exception as exc:
         uri = tracking_uri or mlflow.get_tracking_uri()
         raise FileNotFoundError(

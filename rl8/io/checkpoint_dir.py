@@ -9,6 +9,7 @@ import json
 import os
 import re
 import socket
+import stat
 import tempfile
 import time
 import uuid
@@ -224,13 +225,19 @@ class CheckpointDirLock:
         while True:
             try:
                 self.directory.mkdir(parents=True, exist_ok=True)
-                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o666)
             except OSError as exc:
+                if path.is_symlink():
+                    raise CheckpointDirError(f"checkpoint_dir {self.directory}: its lock file {path} is a "
+                                             "symbolic link, which rl8 never follows; remove it") from None
                 raise CheckpointDirError(
                     f"checkpoint_dir {self.directory} cannot be used for checkpoints: {exc.strerror or exc} "
                     f"({exc.filename or path}); choose a folder this process can write"
                 ) from None
             try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    raise CheckpointDirError(f"checkpoint_dir {self.directory}: its lock file {path} is "
+                                             "not a regular file; remove it")
                 if not self._lock(fd):
                     raise self._busy(self._read(fd))
                 try:
@@ -367,8 +374,17 @@ def resolve_checkpoint(ref: str | os.PathLike[str], *, tracking_uri: str | None 
         raise FileNotFoundError(f"no checkpoint at {text!r}: not a file or folder, nor an MLflow run id")
     with tempfile.TemporaryDirectory(prefix="rl8-resume-") as tmp:
         pointer = download_artifact(text, CHECKPOINT_POINTER_ARTIFACT, tracking_uri, tmp)
-        info = json.loads(pointer.read_text())
-    found = Path(info["path"])
+        try:
+            info = json.loads(pointer.read_bytes()[: 1 << 16])
+        except (ValueError, RecursionError) as exc:
+            info = exc
+    found = info.get("path") if isinstance(info, dict) else None
+    if not isinstance(found, str) or not Path(found).is_absolute() or ".." in Path(found).parts:
+        raise CheckpointError(
+            f"MLflow run {text}: its artifact {CHECKPOINT_POINTER_ARTIFACT} must be a JSON object whose "
+            f"'path' is the absolute path of a checkpoint, without '..'; got {str(info)[:200]!r}. "
+            "Pass the checkpoint's path instead")
+    found = Path(found)
     if not found.is_file():
         raise FileNotFoundError(
             f"MLflow run {text} records its latest checkpoint at {found}, which does not "
@@ -389,15 +405,30 @@ def read_checkpoint(ref: str | os.PathLike[str], *, tracking_uri: str | None = N
     roles = current_roles()
     if roles is not None and roles.is_actor:
         file = resolve_checkpoint(ref, tracking_uri=tracking_uri)
-        return file, checkpoint_for_actor(load_checkpoint(file), file, roles.rank)
+        _check_pointed_run(os.fspath(ref), file, state := load_checkpoint(file))
+        return file, checkpoint_for_actor(state, file, roles.rank)
     ctx = DistContext()
 
     def read_for_every_rank() -> list[tuple[Path, dict[str, Any]]]:
         file = resolve_checkpoint(ref, tracking_uri=tracking_uri)
         state = load_checkpoint(file)
+        _check_pointed_run(os.fspath(ref), file, state)
         return [(file, _checkpoint_for_rank(state, file, r, ctx.world_size)) for r in range(ctx.world_size)]
 
     return ctx.on_main(read_for_every_rank, scatter=True)
+
+
+def _check_pointed_run(ref: str, file: Path, state: Mapping[str, Any]) -> None:
+    """Refuse a checkpoint that the pointer of MLflow run ``ref`` names but another run wrote."""
+    if Path(ref).exists() or not is_run_ref(ref):
+        return
+    run_id = ref[len("runs:/"):].split("/")[0] if ref.startswith("runs:/") else ref
+    trainer = state.get("trainer")
+    owner = trainer.get("run_id") if isinstance(trainer, Mapping) else None
+    if owner != run_id:
+        raise CheckpointError(
+            f"MLflow run {run_id} points at the checkpoint {file}, which belongs to run {owner}: "
+            "rl8 refused to resume another run into it. Pass the checkpoint's path instead")
 
 
 def _checkpoint_for_rank(state: dict[str, Any], file: Path, rank: int, world_size: int) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,7 +22,7 @@ from rl8.policies.encoders import default_model_cls
 from rl8.policies.models import Model, check_model_config
 from rl8.policies.normalization import ObservationNormalizer
 
-__all__ = ["Policy"]
+__all__ = ["Policy", "check_memory", "device_memory"]
 
 
 def _entropy(dist: Distribution, grad: bool) -> torch.Tensor:
@@ -29,6 +30,36 @@ def _entropy(dist: Distribution, grad: bool) -> torch.Tensor:
         return dist.entropy()
     with torch.no_grad():
         return dist.entropy()
+
+
+def device_memory(device: torch.device) -> int | None:
+    """Total memory of ``device`` in bytes, or ``None`` where it cannot be told."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[1]
+    with contextlib.suppress(AttributeError, ValueError, OSError):  # no sysconf, or no answer
+        if device.type == "cpu":
+            return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return None
+
+
+def check_memory(what: str, need: int, device: torch.device, advice: str) -> None:
+    """Refuse (``ValueError``) ``what``, which needs ``need`` bytes, when that is more than the
+    whole memory of ``device``; ``advice`` says what to do instead."""
+    total = device_memory(device)
+    if total is not None and need > total:
+        raise ValueError(f"{what} needs about {need} bytes ({need / 2**30:.1f} GiB); {device} has "
+                         f"{total} bytes ({total / 2**30:.1f} GiB) in all. {advice}")
+
+
+def _model_bytes(build: Any) -> int:
+    """Bytes of the parameters and buffers of the model ``build()`` makes, counted on the meta
+    device (nothing allocated); 0 for a model that cannot be built there."""
+    try:
+        with torch.device("meta"):
+            model = build()
+    except Exception:
+        return 0
+    return sum(t.numel() * t.element_size() for t in itertools.chain(model.parameters(), model.buffers()))
 
 
 class Policy(nn.Module):
@@ -74,7 +105,12 @@ class Policy(nn.Module):
         self.model_config = dict(model_config or {})
         self.model_cls = model_cls or default_model_cls(observation_space, self.model_config)
         check_model_config(self.model_cls, self.model_config)
-        self.model = self.model_cls(observation_space, action_space, self.distribution_cls, **self.model_config)
+        def build() -> Model:
+            return self.model_cls(observation_space, action_space, self.distribution_cls, **self.model_config)
+
+        check_memory(f"model_config {self.model_config} ({self.model_cls.__name__})", _model_bytes(build),
+                     torch.device("cpu"), "Use a smaller model")
+        self.model = build()
         self.obs_normalizer = (
             ObservationNormalizer(zeros_like_space(observation_space, [1])) if normalize_observations else None
         )

@@ -7,7 +7,7 @@ import contextlib
 import math
 import secrets
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -38,7 +38,7 @@ from rl8.ppo.rollout import (
 )
 from rl8.ppo.stats import Stats, update_stats
 
-__all__ = ["NonFiniteError", "PPO", "PresetHint", "make_env"]
+__all__ = ["NonFiniteError", "PPO", "PresetHint", "check_env_configs", "make_env"]
 
 _COUNTERS = ("env_steps", "env_resets", "collects", "steps")
 _UNTUNED_HPARAMS = {"seed", "device"}
@@ -74,14 +74,22 @@ class PPO:
             advantages in the next :meth:`update` only (importance weights of actors).
     """
 
-    def __init__(self, env: type[Env] | str | Callable[..., Any] | Any, /, **hparams: Any) -> None:
+    def __init__(self, env: type[Env] | str | Callable[..., Any] | Any, /, *extra: Any, **hparams: Any) -> None:
+        if extra:  # Stable-Baselines3's PPO("MlpPolicy", "CartPole-v1")
+            raise TypeError(
+                f"PPO takes one positional argument, the env, and hyper-parameters by keyword; got "
+                f"PPO({', '.join(map(repr, (env, *extra)))}). Stable-Baselines3's PPO('MlpPolicy', env) is "
+                f"rl8's PPO(env) (an MLP by default; another model: model_cls=..., model_config=...)")
         built = given_env(env, hparams.get("env_kwargs"))  # an env given built (or by a factory)
         env_hp = env_hparams(built, hparams) if built is not None else {}
-        self.hparams = hp = rank_hparams(HParams.from_kwargs(**{**hparams, **env_hp}))
+        given = HParams.from_kwargs(**{**hparams, **env_hp})
+        self.hparams = hp = rank_hparams(given)
         if hp.compile:
             check_compile_options(hp.collect_mode)
         self.device = hp.resolved_device()
         self.dist = DistContext()
+        self.dist.check_same("hparams", {k: repr(v) for k, v in given.to_plain().items()
+                                          if k not in ("device", "check_finite_collects")})
         if self.dist.is_main and not set(hparams) - _UNTUNED_HPARAMS:
             _hint_preset(env)
         # without a seed: a random one, the same on every rank
@@ -553,6 +561,33 @@ class PresetHint(UserWarning):
 
 
 _hinted: set[str] = set()
+
+
+def check_env_configs(algo: PPO, configs: Mapping[str, Mapping[str, Any] | None]) -> None:
+    """Reset a one-env CPU copy of ``algo``'s env with each env config (``{where: config}``, over
+    ``hparams.env_config``), torch's RNG kept, so that a mistake is a ``ValueError`` naming where
+    the config was given before training rather than at its first step."""
+    if second_instance_problem(algo.env, algo.env_spec) is not None:
+        return  # no second env: the training env reports its own config errors
+    base = dict(algo.hparams.env_config or {})
+    checks = {"hparams: env_config": base} if base else {}
+    checks.update({where: {**base, **config} for where, config in configs.items() if config})
+    if not checks:
+        return
+    with torch.random.fork_rng(devices=[]):
+        try:
+            env = make_env(algo.env_spec, 1, algo.hparams.horizon, device="cpu", env_kwargs=algo.hparams.env_kwargs)
+        except Exception:  # noqa: BLE001 - the training env was built: let it report its own problems
+            return
+        try:
+            for where, config in checks.items():
+                try:
+                    env.reset(config=config, seed=0)
+                except (KeyError, ValueError, TypeError) as exc:
+                    message = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+                    raise ValueError(f"{where}: {message}") from None
+        finally:
+            env.close()
 
 
 def _hint_preset(env: Any) -> None:

@@ -15,6 +15,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from rl8.envs.episodes import EpisodeRecords
 from rl8.envs.spaces import zeros_like_space
+from rl8.policies.policy import device_memory
 
 if TYPE_CHECKING:
     from rl8.ppo.distributed import DistContext
@@ -304,16 +305,6 @@ class RecurrentCarry(RolloutCarry):
         self.sequences = int(state["sequences"])
 
 
-def _device_memory(device: torch.device) -> int | None:
-    """Total memory of ``device`` in bytes, or ``None`` where it cannot be told."""
-    if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[1]
-    with contextlib.suppress(AttributeError, ValueError, OSError):  # no sysconf, or no answer
-        if device.type == "cpu":
-            return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    return None
-
-
 def slot_bytes(
     observation_space: spaces.Space, action_shape: tuple[int, ...], action_dtype: torch.dtype, episodic: bool
 ) -> int:
@@ -336,7 +327,7 @@ def check_buffer_fits(num_envs: int, horizon: int, device: torch.device, slot_by
     """Refuse (``ValueError``) ``buffers`` buffers of ``num_envs x (horizon + 1)`` slots of
     ``slot_bytes`` bytes that are larger than the whole memory of ``device``."""
     need = buffers * num_envs * (horizon + 1) * slot_bytes
-    total = _device_memory(device)
+    total = device_memory(device)
     if total is not None and need > total:
         raise _buffer_size_error(
             num_envs, horizon, need, f"{device} has {total} bytes ({total / 2**30:.1f} GiB) in all", buffers

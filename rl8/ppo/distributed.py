@@ -301,6 +301,21 @@ class DistContext:
             dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.group)
         return t.tolist()
 
+    def check_same(self, what: str, values: dict[str, Any]) -> None:
+        """Raise :class:`DistributedError` on every rank unless every rank's ``values`` equal
+        rank 0's, naming the first rank and key that differ (``what``: what they are)."""
+        if not self.enabled:
+            return
+        ranks: list[Any] = [None] * self.world_size
+        with self._collective(f"the check that every rank has the same {what}"):
+            dist.all_gather_object(ranks, values, group=self.group)
+        for rank, other in enumerate(ranks[1:], 1):
+            key = next((k for k in [*ranks[0], *other] if ranks[0].get(k, "<none>") != other.get(k, "<none>")), None)
+            if key is not None:
+                raise DistributedError(
+                    f"the ranks' {what} differ: {key} is {ranks[0].get(key, '<none>')!r} on rank 0 but "
+                    f"{other.get(key, '<none>')!r} on rank {rank}; every rank must train with the same {what}")
+
     def broadcast_object(self, obj: Any, src: int = 0) -> Any:
         """Rank ``src``'s ``obj`` (picklable), on every rank."""
         if not self.enabled:

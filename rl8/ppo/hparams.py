@@ -219,7 +219,8 @@ class HParams:
     optimizer_cls: Any = _hparam("torch.optim.Adam", _class_or_path, doc=(
         "A ``torch.optim.Optimizer`` subclass or its dotted path (``\"torch.optim.Adam\"``)."))
     optimizer_kwargs: dict[str, Any] = _hparam({"eps": 1e-5}, _optimizer_kwargs, doc=(
-        "Extra keyword arguments of the optimizer (not ``lr``); default Adam's ``eps=1e-5``."))
+        "Extra keyword arguments of the optimizer (not ``lr``); default ``eps=1e-5`` for Adam and "
+        "AdamW, ``{}`` for other optimizers."))
     model_cls: Any = _hparam(None, _class_or_path, doc=(
         "A :class:`rl8.Model` subclass (see :mod:`rl8.policies.models`), its dotted path, or ``None`` for "
         "the default."))
@@ -281,13 +282,20 @@ class HParams:
     # ------------------------------------------------------------------ building
     @classmethod
     def from_kwargs(cls, **kwargs: Any) -> HParams:
-        """Build from keyword arguments; an unknown name is an error listing close matches."""
+        """Build from keyword arguments; an unknown name is an error listing close matches.
+        Without ``optimizer_kwargs``, an optimizer other than Adam and AdamW gets its own
+        defaults (``{}``), not Adam's ``eps``."""
         names = [f.name for f in dataclasses.fields(cls)]
         for key in kwargs:
             if key not in names:
                 close = close_hparam_names(key)
                 hint = f"; did you mean {', '.join(close)}?" if close else ""
                 raise TypeError(f"unknown hyper-parameter {key!r}{hint} (valid: {', '.join(names)})")
+        optimizer = kwargs.get("optimizer_cls", "Adam")
+        adam = (optimizer.rpartition(".")[2] in ("Adam", "AdamW") if isinstance(optimizer, str)
+                else isinstance(optimizer, type) and issubclass(optimizer, (torch.optim.Adam, torch.optim.AdamW)))
+        if "optimizer_kwargs" not in kwargs and not adam:
+            kwargs["optimizer_kwargs"] = {}
         return cls(**kwargs)
 
     @classmethod

@@ -28,7 +28,7 @@ __all__ = [
     "ANY", "CheckpointError", "DISTRIBUTION", "ENV", "HPARAM_KINDS", "MODEL", "MODULE_CLASS", "OPTIMIZER", "Kind",
     "EnvTarget", "check_stored_env_kwargs", "check_stored_hparams", "describe", "env_spec_string",
     "env_target", "import_user_path", "is_built_env", "is_dotted_path", "qualified_name", "resolve", "resolve_env",
-    "spec_from_env_info",
+    "spec_from_env_info", "working_dir_on_path",
 ]
 
 
@@ -51,7 +51,8 @@ def _hparam(key: str) -> str:
 
 #: Model classes (``hparams.model_cls``, a policy file's ``model_cls``).
 MODEL = Kind("an rl8 Model subclass (rl8.policies.models.Model)", _subclass_of(Model),
-             f"load_policy(path, model_cls={{attr}}) or {_hparam('model_cls')}")
+             f"load_policy(path, model_cls={{attr}}), {_hparam('model_cls')} or rl8 eval/record/train "
+             "--resume ... --model-cls {module}.{attr}")
 #: Distribution classes (``hparams.distribution_cls``).
 DISTRIBUTION = Kind("an rl8 Distribution subclass (rl8.policies.distributions.Distribution)",
                     _subclass_of(Distribution),
@@ -155,10 +156,16 @@ def import_user_path(path: str, *, field: str, search_working_dir: bool = False)
     if not registry.is_name(path):
         raise ValueError(f"{field} {path!r} is not a dotted path of Python names")
     if search_working_dir:
-        cwd = os.getcwd()
-        if not any(os.path.abspath(entry or os.curdir) == cwd for entry in sys.path):
-            sys.path.insert(0, cwd)
+        working_dir_on_path()
     return _import(path, field)
+
+
+def working_dir_on_path() -> None:
+    """Put the current directory first on ``sys.path`` unless it is there, as ``python -m`` does
+    (the ``rl8`` console script does not): for the names you give and ``--trust-code``."""
+    cwd = os.getcwd()
+    if not any(os.path.abspath(entry or os.curdir) == cwd for entry in sys.path):
+        sys.path.insert(0, cwd)
 
 
 def _not_registered(name: str, kind: Kind, field: str, source: Any) -> Exception:

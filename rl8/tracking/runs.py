@@ -3,12 +3,15 @@ their process, :func:`clean_runs` marks those of dead processes FAILED (``rl8 ru
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import socket
 import time
+from collections.abc import Iterator
 from typing import Any
 
+from rl8.mlflow_http import bounded_requests
 from rl8.tracking.common import TrackingError
 from rl8.tracking.store import ready_store
 
@@ -50,6 +53,19 @@ def _process_state(host: str | None, pid: int | None) -> str:
     return "alive"
 
 
+@contextlib.contextmanager
+def _bounded(uri: str | None) -> Iterator[None]:
+    """The block's requests bounded (:func:`bounded_requests`), their failure a ``TrackingError``."""
+    try:
+        with bounded_requests(uri):
+            yield
+    except TrackingError:
+        raise
+    except Exception as exc:  # MLflow raises several kinds
+        raise TrackingError(f"cannot read the runs of {uri or 'MLflow default store'!r}: "
+                            f"{str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__}") from exc
+
+
 def running_runs(tracking_uri: str | None = None, *, experiment: str | None = None) -> list[RunProcess]:
     """The ``RUNNING`` runs of a tracking store, oldest first, with the state of their process
     (see ``docs/cli.md``); a ``TrackingError`` for an experiment that does not exist.
@@ -64,31 +80,32 @@ def running_runs(tracking_uri: str | None = None, *, experiment: str | None = No
     import mlflow
 
     ready_store(tracking_uri or mlflow.get_tracking_uri())
-    client = MlflowClient(tracking_uri)
-    if experiment is None:
-        experiments = client.search_experiments(view_type=ViewType.ACTIVE_ONLY)
-    else:
-        found = client.get_experiment_by_name(experiment)
-        if found is None:
-            raise TrackingError(f"no experiment {experiment!r} in {client.tracking_uri!r}")
-        experiments = [found]
-    names = {e.experiment_id: e.name for e in experiments}
-    out: list[RunProcess] = []
-    token = None
-    while names:
-        page = client.search_runs(
-            list(names), filter_string="attributes.status = 'RUNNING'",
-            max_results=1000, page_token=token,
-        )
-        for run in page:
-            host, pid_text = run.data.tags.get("rl8.host"), run.data.tags.get("rl8.pid", "")
-            pid = int(pid_text) if pid_text.isdigit() else None
-            info = run.info
-            out.append(RunProcess(info.run_id, names.get(info.experiment_id, info.experiment_id),
-                                  info.run_name or "", host, pid, (info.start_time or 0) / 1000,
-                                  _process_state(host, pid)))
-        if not (token := page.token):
-            break
+    with _bounded(tracking_uri):
+        client = MlflowClient(tracking_uri)
+        if experiment is None:
+            experiments = client.search_experiments(view_type=ViewType.ACTIVE_ONLY)
+        else:
+            found = client.get_experiment_by_name(experiment)
+            if found is None:
+                raise TrackingError(f"no experiment {experiment!r} in {client.tracking_uri!r}")
+            experiments = [found]
+        names = {e.experiment_id: e.name for e in experiments}
+        out: list[RunProcess] = []
+        token = None
+        while names:
+            page = client.search_runs(
+                list(names), filter_string="attributes.status = 'RUNNING'",
+                max_results=1000, page_token=token,
+            )
+            for run in page:
+                host, pid_text = run.data.tags.get("rl8.host"), run.data.tags.get("rl8.pid", "")
+                pid = int(pid_text) if pid_text.isdigit() else None
+                info = run.info
+                out.append(RunProcess(info.run_id, names.get(info.experiment_id, info.experiment_id),
+                                      info.run_name or "", host, pid, (info.start_time or 0) / 1000,
+                                      _process_state(host, pid)))
+            if not (token := page.token):
+                break
     return sorted(out, key=lambda r: r.start_time_s)
 
 
@@ -117,9 +134,10 @@ def clean_runs(tracking_uri: str | None = None, *, experiment: str | None = None
             chosen.append((run, f"started {now - run.start_time_s:.0f} s ago, process unknown"))
     if not dry_run:
         client = MlflowClient(tracking_uri)
-        for run, reason in chosen:
-            client.set_tag(run.run_id, "rl8.cleaned", reason)
-            client.set_terminated(run.run_id, status="FAILED")
+        with _bounded(tracking_uri):
+            for run, reason in chosen:
+                client.set_tag(run.run_id, "rl8.cleaned", reason)
+                client.set_terminated(run.run_id, status="FAILED")
     return [run for run, _ in chosen]
 
 

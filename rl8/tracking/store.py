@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import logging
 import os
 import socket
+import sqlite3
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -77,9 +80,10 @@ def _quiet_store_loggers():
 
 @contextlib.contextmanager
 def _file_lock(path: Path):
-    """Hold an exclusive ``flock`` on ``path`` (created if missing) for the block, if possible."""
+    """Hold an exclusive ``flock`` on ``path`` (created if missing, never through a link) for the
+    block, if possible."""
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
     except OSError:
         fd = None
     try:
@@ -91,16 +95,59 @@ def _file_lock(path: Path):
             os.close(fd)
 
 
+def check_file_store(uri: str) -> None:
+    """Refuse (:class:`TrackingError`, before training) a folder store (``./mlruns``,
+    ``file://``), which MLflow 3 refuses at the first request ("maintenance mode") unless
+    ``MLFLOW_ALLOW_FILE_STORE`` is set; it says when MLflow picked an old ``./mlruns`` over its
+    default ``sqlite:///mlflow.db`` itself."""
+    if "://" in uri and not uri.lower().startswith("file:") or uri.lower().startswith("databricks"):
+        return
+    if os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").lower() in ("true", "1"):
+        return
+    chosen_by_mlflow = not os.environ.get("MLFLOW_TRACKING_URI") and uri.rstrip("/").endswith(
+        str(Path("mlruns").absolute()))
+    why = (f"MLflow picked the folder store {uri!r} over the default sqlite:///mlflow.db because that "
+           "folder holds runs of an older MLflow (or rl8 1.0)" if chosen_by_mlflow else f"{uri!r} is a folder store")
+    raise TrackingError(
+        f"{why}, and MLflow 3 refuses folder stores. Migrate them into the default store "
+        f"(`mlflow migrate-filestore`, see its --help) or move the folder away, then train again; or give a "
+        f"store: tracking_uri / --tracking-uri / MLFLOW_TRACKING_URI = sqlite:///mlflow.db (or "
+        f"MLFLOW_ALLOW_FILE_STORE=true to keep the folder store)")
+
+
+def check_sqlite_store(uri: str) -> None:
+    """Fail at once (:class:`TrackingError`) when the database of a ``sqlite:///`` URI cannot be
+    opened and written (its folder cannot be created or written, it is no database), where
+    MLflow would try again for minutes; other stores are left to MLflow."""
+    db = _sqlite_file(uri)
+    if db is None:
+        return
+    probe = db.with_name(f".{db.name}.rl8-probe-{os.getpid()}")
+    try:
+        db.parent.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+        with contextlib.closing(sqlite3.connect(db, timeout=5)) as connection:
+            connection.execute("PRAGMA schema_version").fetchone()
+    except (OSError, sqlite3.Error) as exc:
+        raise TrackingError(
+            f"the MLflow SQLite store {db} ({uri}) cannot be opened and written: {exc}. Give a "
+            "writable place (tracking_uri / --tracking-uri sqlite:///PATH/mlflow.db), or disable tracking"
+        ) from None
+
+
 def ready_store(uri: str) -> None:
-    """Create a ``sqlite:///`` store before first use, quietly, under a lock on
-    ``<database>.lock``: processes started together would otherwise run the migrations together
-    and fail. A creation that still fails (``mlflow ui`` creating it) is tried again, up to
+    """Create a ``sqlite:///`` store before first use, quietly, under a lock file of the temporary
+    folder named after the database (not in the user's folder): processes started together would
+    otherwise run the migrations together and fail. A creation that still fails (``mlflow ui`` creating it) is tried again, up to
     :data:`_STORE_ATTEMPTS` times. Other stores are left to MLflow."""
     db = _sqlite_file(uri)
     if db is None:
         return
+    check_sqlite_store(uri)
     from mlflow.tracking import MlflowClient
-    with _ready_lock, _quiet_store_loggers(), _file_lock(db.with_name(db.name + ".lock")):
+    lock = Path(tempfile.gettempdir()) / f"rl8-mlflow-{hashlib.sha256(str(db.absolute()).encode()).hexdigest()[:16]}.lock"
+    with _ready_lock, _quiet_store_loggers(), _file_lock(lock):
         for attempt in range(1, _STORE_ATTEMPTS + 1):
             try:
                 MlflowClient(uri).search_experiments(max_results=1)
@@ -134,6 +181,8 @@ def open_run(uri: str, experiment: str, run_name: str | None, resume_id: str | N
         if http:
             with http_policy(http, _PROBE_RETRIES, 0, _PROBE_TIMEOUT_S, force=True):
                 client.search_experiments(max_results=1)
+    except TrackingError:
+        raise
     except Exception as exc:
         raise TrackingError(
             f"cannot reach the MLflow tracking store at {uri!r}: {exc}. Start the "

@@ -24,7 +24,7 @@ from rl8.fields import check_int
 from rl8.registry import qualified_name
 from rl8.tracking.common import DEGRADED_TIMEOUT_S, TrackingError, TrackingWarning
 from rl8.tracking.delivery import Courier, LogThread, ModelLink, Outbox, warn_overflow
-from rl8.tracking.store import open_run
+from rl8.tracking.store import check_file_store, open_run
 
 __all__ = ["Tracker", "flatten_params"]
 
@@ -241,6 +241,7 @@ class Tracker:
             return
         if self._thread is None:
             raise TrackingError("start_in_background() needs a Tracker made with asynchronous=True")
+        check_file_store(self.tracking_uri)  # before training, not at its first request
         # MLflow's import makes thread pools, refused at shutdown: let a start at exit complete
         self._hook_exit()
         self._start_done.clear()

@@ -29,6 +29,7 @@ __all__ = ["TrainerConfig", "check_register_plan", "run_params"]
 _COUNT = optional(int_at_least(1))
 _BOOL = check("True or False", lambda v: isinstance(v, bool))
 _TEXT = optional(check("a string", lambda v: isinstance(v, str)))
+_NAME = optional(check("a non-empty string", lambda v: isinstance(v, str) and v.strip() != ""))
 _PATH = optional(check("a path (a string or os.PathLike)", lambda v: isinstance(v, (str, os.PathLike))))
 _SECONDS = check("a number of seconds > 0", lambda v: (is_int(v) or isinstance(v, float)) and v > 0)
 _POSITIVE = optional(check("a number > 0", lambda v: (is_int(v) or isinstance(v, float)) and v > 0))
@@ -78,7 +79,7 @@ class TrainerConfig:
         None, "MLflow experiment name; None: the env's name (CartPole, CartPole-v1)", _TEXT,
         param=False, names_run=True, cli="flag")
     run_name: str | None = _option(
-        None, "MLflow run name; None: MLflow picks one", _TEXT, param=False, names_run=True, cli="flag")
+        None, "MLflow run name (not empty); None: MLflow picks one", _NAME, param=False, names_run=True, cli="flag")
     tracking_uri: str | None = _option(
         None, "where runs go (http://host:port, sqlite:///file.db, a folder); None: "
         "MLFLOW_TRACKING_URI, else sqlite:///mlflow.db in the current folder", _TEXT,

@@ -48,6 +48,11 @@ MAX_YAML_DEPTH = 100
 #: Most values (scalars, mappings, lists) a YAML config may hold once its aliases (``*name``)
 #: are expanded: an alias repeats a whole node, so a few lines can stand for billions of values.
 MAX_YAML_VALUES = 100_000
+#: rl8 1.0's config keys and what replaced them.
+_RL8_1_KEYS = {"algorithm_config": "hparams", "env_cls": "env",
+               "recurrent": "hparams: model_cls (rl8.policies.recurrent.LSTMModel or GRUModel)"}
+#: Most bytes of a config file.
+MAX_CONFIG_BYTES = 1 << 20
 
 
 class ConfigError(ValueError):
@@ -181,10 +186,18 @@ def load_config(path: str | os.PathLike[str]) -> dict[str, Any]:
     mapping, or an unknown key (with close matches)."""
     import yaml
     path = Path(path)
+    if path.exists() and not path.is_file():  # a device or a pipe would be read forever
+        raise ConfigError(f"config file {path} is not a regular file")
     try:
-        text = path.read_text()
+        with open(path, "rb") as file:
+            data = file.read(MAX_CONFIG_BYTES + 1)
+        text = data.decode("utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"config file {path} is larger than {MAX_CONFIG_BYTES} bytes (MAX_CONFIG_BYTES)")
     try:
         config = _safe_yaml(text, str(path))
     except yaml.YAMLError as exc:  # yaml's own lines (what it expected, where)
@@ -207,6 +220,8 @@ def check_config(config: Mapping[str, Any], where: str) -> None:
         if key not in CONFIG_KEYS:
             close = difflib.get_close_matches(str(key), list(CONFIG_KEYS), n=3, cutoff=0.6)
             hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+            if key in _RL8_1_KEYS:
+                hint = f"; rl8 1.0's {key} is now {_RL8_1_KEYS[key]} (see docs/migrating.md)"
             valid = ", ".join(CONFIG_KEYS)
             raise ConfigError(f"{where}: unknown key {key!r}{hint} (valid keys: {valid})")
     if config.get("env") is not None and not isinstance(config["env"], str):

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rl8.policies.policy import check_memory
 from rl8.ppo.algorithm import make_env
 from rl8.ppo.rollout import second_instance_problem
 from rl8.training.video import (
@@ -60,6 +61,9 @@ class EvalEnvs:
     """
 
     def __init__(self, algo: PPO, num_envs: int | None, num_steps: int | None) -> None:
+        if num_envs is not None:  # one step of every env at least, before anything is built
+            check_memory(f"eval_num_envs={num_envs}", int(num_envs * algo.buffer.bytes_per_transition), algo.device,
+                         "Use fewer eval envs")
         self.algo = algo
         self.num_envs = num_envs
         self.num_steps = num_steps

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from rl8.fields import check, int_at_least, is_number, optional
 from rl8.ppo.stats import Stats
 from rl8.tracking.common import TrackingWarning
-from rl8.training.callbacks import Callback, CallbackLike
+from rl8.training.callbacks import Callback, CallbackLike, asks_to_stop
 from rl8.training.conditions import EVAL_PREFIX, Condition, HitsUpperBound, MissingStatError, TimeLimit
 from rl8.training.progress import Progress
 from rl8.training.signals import StopSignals, signal_exit
@@ -185,11 +185,11 @@ def _run_callbacks(trainer: Trainer, callbacks: Sequence[CallbackLike], stats: T
     stop = None
     for callback in callbacks:
         if isinstance(callback, Callback):
-            asked = bool(callback.on_step(trainer, stats))
+            asked = asks_to_stop(callback.on_step(trainer, stats), callback)
             if evaluated:
-                asked = bool(callback.on_eval(trainer, stats)) or asked
+                asked = asks_to_stop(callback.on_eval(trainer, stats), callback) or asked
         else:
-            asked = bool(callback(trainer, stats))
+            asked = asks_to_stop(callback(trainer, stats), callback)
         if asked and stop is None:
             stop = callback
     return stop

@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from rl8.fields import check_int
 from rl8.io.checkpoint_dir import CheckpointDirLock, check_writable_folder
+from rl8.ppo.algorithm import check_env_configs
 from rl8.ppo.distributed import DistContext, current_roles
 from rl8.ppo.resolve import env_spec_string, is_dotted_path
 from rl8.tracking.tracker import TERMINAL_STATUSES, Tracker
@@ -371,7 +373,7 @@ class Trainer(TrainerCheckpoints):
                 ``TimeLimit(max_seconds)``).
             callbacks: Called after every step (see :mod:`rl8.training.callbacks`): a callable
                 ``callback(trainer, stats)`` or a :class:`~rl8.training.callbacks.Callback`, or a
-                list of them; one that returns ``True`` stops the run.
+                list of them; one that returns :data:`rl8.STOP` stops the run.
 
         Returns:
             The stats of the last step (only the counters when no step ran).
@@ -392,6 +394,8 @@ class Trainer(TrainerCheckpoints):
         callbacks = as_callbacks(callbacks)
         if eval_env_config is None:
             eval_env_config = env_config
+        check_env_configs(self.algo, {"Trainer.run: env_config": env_config,
+                                      "Trainer.run: eval_env_config": eval_env_config})
         self._run_args = {
             "env_config": dict(env_config) if env_config else None,
             "eval_env_config": dict(eval_env_config) if eval_env_config else None,
@@ -449,11 +453,16 @@ class Trainer(TrainerCheckpoints):
                   file=sys.stderr, flush=True)
         return version
 
-    def learn(self, total_env_steps: int, **run_options: Any) -> TrainStats:
-        """``run(max_env_steps=total_env_steps, **run_options)``: train for a budget of env steps
-        (the name Stable-Baselines3 users look for; ``total_env_steps`` counts from the start of
-        training, so a resumed run trains the rest)."""
-        return self.run(max_env_steps=total_env_steps, **run_options)
+    def learn(self, env_steps: int, **run_options: Any) -> TrainStats:
+        """Train for ``env_steps`` more env steps at each call, as Stable-Baselines3's ``learn``:
+        ``run(max_env_steps=<env steps so far> + env_steps, **run_options)``.
+
+        Args:
+            env_steps: Env steps to train for from now (all envs of every rank), an int >= 1.
+            **run_options: Other arguments of :meth:`run`.
+        """
+        check_int("Trainer.learn: env_steps", env_steps, 1)
+        return self.run(max_env_steps=int(self.algo.env_steps) + env_steps, **run_options)
 
     def close(self, status: str = "FINISHED", *, timeout_s: float | None = None) -> None:
         """End the MLflow run with ``status``, close the dedicated eval env and
