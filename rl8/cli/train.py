@@ -163,6 +163,9 @@ def _check_env_configs(algo: Any, run_args: Mapping[str, Any]) -> None:
     """Reset a one-env CPU copy of ``algo``'s env with each env config the run will use, so that
     a mistake is a :class:`ConfigError` before the MLflow run is created."""
     from rl8.ppo.algorithm import make_env
+    from rl8.ppo.rollout import second_instance_problem
+    if second_instance_problem(algo.env, algo.env_spec) is not None:
+        return  # no second env: the training env reports its own config errors
     base = dict(algo.hparams.env_config or {})
     checks = [("hparams: env_config", base)] if base else []
     for key in ("env_config", "eval_env_config"):

@@ -41,6 +41,8 @@ class Env(ABC):
         episodic: Class attribute; ``True`` for envs whose ``step`` ends (and auto-resets)
             episodes, returning ``terminated``/``truncated``; ``False`` for infinite horizons.
         metadata: Class attribute; ``render_fps`` is the frame rate of videos of :meth:`render`.
+        single_instance: ``True`` for an env whose simulator runs once per process (Isaac Lab):
+            rl8 then never builds a second one (evaluation runs on the training envs).
     """
 
     observation_space: spaces.Space
@@ -49,6 +51,7 @@ class Env(ABC):
     max_horizon: ClassVar[int | None] = None
     episodic: ClassVar[bool] = False
     metadata: ClassVar[dict[str, Any]] = {"render_fps": 30}
+    single_instance: ClassVar[bool] = False
 
     def __init__(self, num_envs: int, /, horizon: int | None = None, *,
                  device: torch.device | str = "cpu") -> None:

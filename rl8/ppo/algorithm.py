@@ -33,8 +33,8 @@ from rl8.ppo.precision import choose_amp_dtype
 from rl8.ppo.resolve import DISTRIBUTION, MODEL, resolve
 from rl8.ppo.rewards import RewardNormalizer
 from rl8.ppo.rollout import (
-    env_state, evaluate_rollout, final_values, load_env_state, load_rng_state, make_env, rank_hparams,
-    rng_state, rollout, rollout_buffer_stats, rollout_ready_envs,
+    env_hparams, env_state, evaluate_rollout, final_values, given_env, load_env_state, load_rng_state, make_env,
+    rank_hparams, rng_state, rollout, rollout_buffer_stats, rollout_ready_envs, second_instance_problem,
 )
 from rl8.ppo.stats import Stats, update_stats
 
@@ -49,7 +49,10 @@ class PPO:
 
     Args:
         env: An :class:`rl8.Env` subclass (built with ``num_envs`` and ``horizon``), a gymnasium
-            id such as ``"CartPole-v1"``, or a callable that makes a gymnasium env.
+            id such as ``"CartPole-v1"``, a named task (``"mjlab:<task id>"``), a callable that
+            makes a gymnasium env, or an env already built (an ``rl8.Env``, an rsl_rl ``VecEnv``,
+            a torch-batched gymnasium vector env) or a callable returning one: ``num_envs`` and
+            ``device`` are then the env's (``docs/simulators.md``).
         **hparams: Hyper-parameters, see :class:`rl8.HParams` (an unknown name is an error).
 
     Attributes:
@@ -71,8 +74,10 @@ class PPO:
             advantages in the next :meth:`update` only (importance weights of actors).
     """
 
-    def __init__(self, env: type[Env] | str | Callable[..., Any], /, **hparams: Any) -> None:
-        self.hparams = hp = rank_hparams(HParams.from_kwargs(**hparams))
+    def __init__(self, env: type[Env] | str | Callable[..., Any] | Any, /, **hparams: Any) -> None:
+        built = given_env(env, hparams.get("env_kwargs"))  # an env given built (or by a factory)
+        env_hp = env_hparams(built, hparams) if built is not None else {}
+        self.hparams = hp = rank_hparams(HParams.from_kwargs(**{**hparams, **env_hp}))
         if hp.compile:
             check_compile_options(hp.collect_mode)
         self.device = hp.resolved_device()
@@ -88,7 +93,7 @@ class PPO:
         self.env_spec = env
         check_buffer_fits(hp.num_envs, hp.horizon, self.device, MIN_SLOT_BYTES)  # before the env allocates per env
         with buffer_allocation(hp.num_envs, hp.horizon, None):
-            self.env = make_env(env, hp.num_envs, hp.horizon, device=self.device, env_kwargs=hp.env_kwargs)
+            self.env = built or make_env(env, hp.num_envs, hp.horizon, device=self.device, env_kwargs=hp.env_kwargs)
         self.policy = Policy(
             self.env.observation_space, self.env.action_space,
             model_cls=resolve(hp.model_cls, MODEL, field="hparam model_cls"), model_config=hp.model_config,
@@ -446,14 +451,15 @@ class PPO:
 
         Args:
             env: A dedicated eval env (see :func:`make_env`), reset first; ``None``: the training
-                envs, only when the next collect resets them anyway (:attr:`next_collect_resets`).
+                envs, only when the next collect resets them anyway (:attr:`next_collect_resets`),
+                or at any time for an env that rl8 cannot build twice (the next collect resets it).
             env_config: Env parameters for the eval reset (over ``hparams.env_config``).
             deterministic: Act with the distributions' modes.
             num_steps: Steps per env; default ``horizon``.
         """
         hp = self.hparams
         if env is None:
-            if not self.next_collect_resets:
+            if not self.next_collect_resets and second_instance_problem(self.env, self.env_spec) is None:
                 k = hp.horizons_per_env_reset
                 raise RuntimeError(
                     "eval on the training envs is only possible at an env-reset boundary (horizons_per_env_reset="

@@ -17,6 +17,9 @@ from rl8 import registry
 from rl8.envs.atari import is_atari_id
 from rl8.envs.base import Env
 from rl8.envs.gymnasium import GymnasiumEnv, GymnasiumEnvFactory
+from rl8.envs.rsl_rl import is_rsl_rl_env
+from rl8.envs.tasks import is_task_spec
+from rl8.envs.torch_vector import is_torch_vector_env
 from rl8.policies.distributions import Distribution
 from rl8.policies.models import Model
 from rl8.registry import qualified_name
@@ -24,7 +27,7 @@ from rl8.registry import qualified_name
 __all__ = [
     "ANY", "CheckpointError", "DISTRIBUTION", "ENV", "HPARAM_KINDS", "MODEL", "MODULE_CLASS", "OPTIMIZER", "Kind",
     "EnvTarget", "check_stored_env_kwargs", "check_stored_hparams", "describe", "env_spec_string",
-    "env_target", "import_user_path", "is_dotted_path", "qualified_name", "resolve", "resolve_env",
+    "env_target", "import_user_path", "is_built_env", "is_dotted_path", "qualified_name", "resolve", "resolve_env",
     "spec_from_env_info",
 ]
 
@@ -73,6 +76,14 @@ ENV = Kind("an rl8.Env subclass, a GymnasiumEnv.make_factory(...) factory or a g
 HPARAM_KINDS = {"model_cls": MODEL, "distribution_cls": DISTRIBUTION, "optimizer_cls": OPTIMIZER}
 
 
+def is_built_env(obj: Any) -> bool:
+    """Whether ``obj`` is an env already built: an ``rl8.Env``, an rsl_rl ``VecEnv`` or a
+    torch-batched gymnasium vector env (``docs/simulators.md``)."""
+    if isinstance(obj, type):
+        return False
+    return isinstance(obj, Env) or is_rsl_rl_env(obj) or is_torch_vector_env(obj)
+
+
 def describe(obj: Any) -> str:
     """What ``obj`` is, in a few words, for error messages."""
     if inspect.isclass(obj):
@@ -89,7 +100,8 @@ def describe(obj: Any) -> str:
 def is_dotted_path(spec: Any) -> bool:
     """Whether an env spec string is a dotted path (``"rl8.envs.CartPole"``) rather than a
     gymnasium id (``"CartPole-v1"``, ``"ALE/Pong-v5"``, which start with an upper-case letter)."""
-    return isinstance(spec, str) and "." in spec and "/" not in spec and not spec[0].isupper()
+    return (isinstance(spec, str) and "." in spec and "/" not in spec and not spec[0].isupper()
+            and not is_task_spec(spec))
 
 
 class CheckpointError(ValueError):
@@ -262,6 +274,8 @@ def resolve_env(spec: Any, *, field: str = "env", source: Any = None, trust_code
         rl8.io.checkpoint.CheckpointError: A spec from a file is refused (``ValueError`` for yours).
         ImportError: A path to import cannot be imported.
     """
+    if is_task_spec(spec):  # its prefix names one of rl8's own makers (rl8.envs.tasks)
+        return spec
     if isinstance(spec, str) and not is_dotted_path(spec):
         if source is not None:
             _check_gymnasium_id(spec, field, source, trust_code)
@@ -290,13 +304,14 @@ def env_target(spec: Any, *, source: Any = None, trust_code: bool = False) -> En
     """The :class:`EnvTarget` of an env spec (``TypeError`` if it is none).
 
     Args:
-        spec: An ``rl8.Env`` subclass or a dotted path to one, a gymnasium id, a callable
-            making a gymnasium env, or a ``GymnasiumEnv`` factory.
+        spec: An ``rl8.Env`` subclass or a dotted path to one, a gymnasium id, a named task
+            (``"mjlab:<task id>"``), a built env, a callable making a gymnasium env (or an
+            ``rl8.Env``), or a ``GymnasiumEnv`` factory.
         source: The file a dotted path was read from, or ``None`` (see :func:`resolve_env`).
         trust_code: See :func:`resolve_env`.
     """
     target = resolve_env(spec, source=source, trust_code=trust_code) if is_dotted_path(spec) else spec
-    if isinstance(target, type) and issubclass(target, Env):
+    if isinstance(target, type) and issubclass(target, Env) or is_task_spec(target) or is_built_env(target):
         return EnvTarget(target, False)
     if isinstance(target, str) or callable(target):
         return EnvTarget(target, True)

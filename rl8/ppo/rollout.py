@@ -6,7 +6,7 @@ own copies; and what goes with them: building the env, its checkpoint state, sta
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -15,18 +15,22 @@ from tensordict import TensorDict, TensorDictBase
 from rl8.envs.base import Env, ReadyEnvs, validate_step_output
 from rl8.envs.episodes import EpisodeTracker
 from rl8.envs.gymnasium import GymnasiumEnv, GymnasiumEnvFactory
+from rl8.envs.rsl_rl import RslRlEnv, is_rsl_rl_env
+from rl8.envs.tasks import is_task_spec, make_task_env
+from rl8.envs.torch_vector import TorchVectorEnv
 from rl8.policies.policy import Policy
 from rl8.policies.runner import run_policy
 from rl8.ppo.buffer import RolloutBuffer, RolloutCarry
 from rl8.ppo.distributed import DistContext, current_roles
 from rl8.ppo.hparams import HParams
-from rl8.ppo.resolve import env_target
+from rl8.ppo.resolve import describe, env_target, is_built_env, is_dotted_path
 from rl8.ppo.rewards import RewardNormalizer
 from rl8.ppo.stats import Stats, rollout_stats
 
 __all__ = [
-    "env_state", "evaluate_rollout", "final_values", "load_env_state", "load_rng_state", "make_env",
-    "rank_hparams", "rng_state", "rollout", "rollout_buffer_stats", "rollout_ready_envs",
+    "env_hparams", "env_state", "evaluate_rollout", "final_values", "given_env", "load_env_state", "load_rng_state",
+    "make_env", "rank_hparams", "rng_state", "rollout", "rollout_buffer_stats", "rollout_ready_envs",
+    "second_instance_problem",
 ]
 
 
@@ -184,27 +188,97 @@ def rollout_buffer_stats(
 
 
 def make_env(
-    env: type[Env] | str | Callable[..., Any], num_envs: int, horizon: int | None, *,
+    env: type[Env] | str | Callable[..., Any] | Any, num_envs: int, horizon: int | None, *,
     device: torch.device | str, env_kwargs: dict[str, Any] | None = None,
 ) -> Env:
     """Build a batched env.
 
     Args:
-        env: An :class:`Env` subclass (or a dotted path to one), a gymnasium id, a callable
-            returning a ``gymnasium.Env``, or a ``GymnasiumEnv.make_factory`` factory.
+        env: An :class:`Env` subclass (or a dotted path to one), a gymnasium id, a named task
+            (``"mjlab:<task id>"``, :mod:`rl8.envs.tasks`), a built env or a factory of one
+            (:func:`given_env`: then ``num_envs``, ``horizon`` and ``device`` are the env's), a
+            callable returning a ``gymnasium.Env``, or a ``GymnasiumEnv.make_factory`` factory.
         num_envs: Number of parallel envs.
         horizon: PPO's horizon, handed to the env.
         device: Device of the env's tensors.
         env_kwargs: Extra keyword arguments of the env's constructor (of
-            :class:`rl8.envs.GymnasiumEnv` for gymnasium envs).
+            :class:`rl8.envs.GymnasiumEnv` for gymnasium envs, of the maker for a named task).
     """
     kwargs = dict(env_kwargs or {})
+    if is_task_spec(env):
+        return make_task_env(env, num_envs, horizon, device=device, **kwargs)
+    built = given_env(env, kwargs)
+    if built is not None:
+        return built
     target, gymnasium = env_target(env)
     if not gymnasium:
         return target(num_envs, horizon, device=device, **kwargs)
     if isinstance(target, GymnasiumEnvFactory):
         return target(num_envs, horizon, device=device, **kwargs)
     return GymnasiumEnv(num_envs, horizon, device=device, env=target, **kwargs)
+
+
+def given_env(env: Any, env_kwargs: Mapping[str, Any] | None = None) -> Env | None:
+    """The rl8 env of an env given built, or made by a factory; ``None`` for a spec that rl8
+    builds. A callable (not a class) is called once with no arguments when ``env_kwargs`` is
+    empty: a built env it returns is the env; a gymnasium env it returns is closed, and the
+    callable is a gymnasium maker as before.
+
+    Args:
+        env: An :class:`Env`, an rsl_rl ``VecEnv`` (wrapped in :class:`~rl8.envs.rsl_rl.RslRlEnv`),
+            a torch-batched gymnasium vector env (:class:`~rl8.envs.torch_vector.TorchVectorEnv`),
+            a callable returning one of them, or any other env spec (``None`` is returned).
+        env_kwargs: PPO's ``env_kwargs``; given, a callable is a gymnasium maker.
+    """
+    if is_dotted_path(env):
+        env = env_target(env).target
+    if isinstance(env, (str, type, GymnasiumEnvFactory)):
+        return None
+    if callable(env) and not is_built_env(env) and not env_kwargs:
+        env = env()
+        if not is_built_env(env) and callable(getattr(env, "close", None)):
+            env.close()
+    if not is_built_env(env):
+        return None
+    if isinstance(env, Env):
+        return env
+    return RslRlEnv(env) if is_rsl_rl_env(env) else TorchVectorEnv(env)
+
+
+def env_hparams(env: Env, given: Mapping[str, Any]) -> dict[str, Any]:
+    """``num_envs`` and ``device`` of the built ``env`` as hyper-parameters; a ``ValueError``
+    when one of the ``given`` hyper-parameters says otherwise (``device="auto"`` agrees)."""
+    for name, own in (("num_envs", env.num_envs), ("device", env.device)):
+        value = given.get(name)
+        if value is None or value == "auto":
+            continue
+        if name == "device":
+            value = torch.device(value)
+            agrees = value.type == own.type and value.index in (None, own.index)
+        else:
+            agrees = value == own
+        if not agrees:
+            raise ValueError(
+                f"hparam {name}: the env {type(env).__name__} was built with {name}={own}, but {name}={value} "
+                f"was given; leave {name} out (it is taken from the env) or give the env's"
+            )
+    return {"num_envs": env.num_envs, "device": str(env.device)}
+
+
+def second_instance_problem(env: Env, spec: Any) -> str | None:
+    """Why rl8 cannot build a second instance of the training ``env`` (for evaluations or
+    videos), or ``None`` when it can.
+
+    Args:
+        env: The training env.
+        spec: What it was built from (``PPO(spec)``).
+    """
+    if env.single_instance:
+        return (f"{type(env).__name__}.single_instance is True (its simulator runs once per process, "
+                "as Isaac Lab's does)")
+    if is_built_env(spec):
+        return f"the env was given built ({describe(spec)}), so rl8 cannot build another"
+    return None
 
 
 def rank_hparams(hp: HParams) -> HParams:

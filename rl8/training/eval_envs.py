@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rl8.ppo.algorithm import make_env
+from rl8.ppo.rollout import second_instance_problem
 from rl8.training.video import (
     check_can_render, episode_limit, fork_rng, import_imageio, make_recording_env, record_video,
 )
@@ -52,7 +53,8 @@ class EvalEnvs:
     Args:
         algo: The algorithm; its env spec, ``env_kwargs``, ``env_config`` and device.
         num_envs: Envs of a dedicated eval env (``eval_num_envs``); ``None``: the training
-            envs at env-reset boundaries, else an env of ``min(num_envs, 16)`` built on demand.
+            envs at env-reset boundaries (at any time for an env rl8 cannot build twice), else an
+            env of ``min(num_envs, 16)`` built on demand.
         num_steps: Steps per env of one evaluation (``eval_num_steps``); ``None``: see
             :meth:`evaluate`.
     """
@@ -74,13 +76,20 @@ class EvalEnvs:
         """The one-env copy of the training env that videos are recorded in, or ``None``."""
         return self._record.env
 
+    def _second_instance(self, what: str) -> None:
+        problem = second_instance_problem(self.algo.env, self.algo.env_spec)
+        if problem is not None:
+            raise RuntimeError(f"{what} needs a second instance of the env, but {problem} (docs/simulators.md)")
+
     def _build_eval_env(self) -> Any:
+        self._second_instance(f"Trainer(eval_num_envs={self.num_envs})")
         algo, hp = self.algo, self.algo.hparams
         size = self.num_envs if self.num_envs is not None else min(hp.num_envs, _ON_DEMAND_EVAL_ENVS)
         return make_env(algo.env_spec, size, hp.horizon, device=algo.device,
                         env_kwargs=hp.env_kwargs)
 
     def _build_record_env(self) -> Any:
+        self._second_instance("recording a video")
         algo, hp = self.algo, self.algo.hparams
         env = make_recording_env(algo.env_spec, env_kwargs=hp.env_kwargs, horizon=hp.horizon,
                                  device=algo.device)
@@ -94,7 +103,8 @@ class EvalEnvs:
     def evaluate(self, env_config: dict[str, Any] | None, deterministic: bool) -> dict[str, float]:
         """The rollout stats of one evaluation (:meth:`rl8.PPO.evaluate`), torch's RNG kept: on
         the training envs when ``num_envs`` is ``None`` and the next collect resets them anyway
-        (their state restored afterwards), else on the dedicated eval env (for ``num_steps``
+        (their state restored afterwards) or rl8 cannot build a second env (then reset, and
+        reset again by the next collect), else on the dedicated eval env (for ``num_steps``
         steps or, for an episodic env, its episode limit; see ``docs/trainer.md``).
 
         Args:
@@ -104,13 +114,16 @@ class EvalEnvs:
         algo = self.algo
         hp = algo.hparams
         default_steps = hp.horizon * max(1, hp.horizons_per_env_reset)
+        single = second_instance_problem(algo.env, algo.env_spec) is not None
         with fork_rng(algo.device):
-            if self.num_envs is None and algo.next_collect_resets:
+            if self.num_envs is None and (algo.next_collect_resets or single):
                 saved = algo.env.state_dict()
+                # an env that cannot be built twice: whole episodes, up to its limit (from a reset)
+                limit = episode_limit(algo.env, {**hp.env_config, **(env_config or {})}) if single else None
                 try:
                     return algo.evaluate(
                         None, env_config=env_config, deterministic=deterministic,
-                        num_steps=self.num_steps or default_steps,
+                        num_steps=self.num_steps or limit or default_steps,
                     )
                 finally:
                     # the next collect's reset is then the one it would have been without the eval

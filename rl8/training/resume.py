@@ -220,8 +220,8 @@ def algo_from_checkpoint(file: Path, state: Mapping[str, Any], *, env: Any, hpar
         check_stored_env_kwargs(env_target(env).target, stored.get("env_kwargs"), source=file, trust_code=trust_code)
     if spec is None:
         raise ValueError(
-            f"{file}: the env was a callable that a checkpoint cannot name; pass it with "
-            "Trainer.from_checkpoint(path, env=...)"
+            f"{file}: the env was a callable or an env object that a checkpoint cannot name; pass it "
+            "(the env built again, for an env object) with Trainer.from_checkpoint(path, env=...)"
         )
     hp = {**stored, **dict(hparams or {})}
     hp["device"] = rank_device(hp.get("device", "auto"))  # torchrun: cuda:LOCAL_RANK

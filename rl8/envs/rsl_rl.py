@@ -1,0 +1,165 @@
+"""rsl_rl's ``VecEnv`` interface (Isaac Lab's and mjlab's ``RslRlVecEnvWrapper``, Genesis's
+examples, MuJoCo Playground's torch wrapper) as an rl8 :class:`~rl8.envs.base.Env`, duck-typed:
+rsl_rl is not imported (``docs/simulators.md``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from tensordict import TensorDictBase
+
+from rl8.envs.base import Env
+from rl8.envs.torch_vector import batched_obs, float32_box
+
+__all__ = ["RslRlEnv", "is_rsl_rl_env", "space_of"]
+
+Observations = torch.Tensor | TensorDictBase
+
+
+def is_rsl_rl_env(obj: Any) -> bool:
+    """Whether ``obj`` looks like rsl_rl's ``VecEnv`` (``get_observations``, ``step``,
+    ``num_envs``, ``num_actions``, ``device``)."""
+    return all(hasattr(obj, a) for a in ("get_observations", "step", "num_envs", "num_actions", "device"))
+
+
+def space_of(obs: Observations) -> spaces.Space:
+    """The space of one env's observation in the batch ``obs``: a ``Dict`` of one space per
+    key of a TensorDict, an unbounded ``Box`` of the tensor's shape and dtype for a tensor."""
+    if isinstance(obs, TensorDictBase):
+        return spaces.Dict({key: space_of(obs[key]) for key in obs.keys()})
+    dtype = torch.empty(0, dtype=obs.dtype).numpy().dtype
+    low, high = (-np.inf, np.inf) if obs.is_floating_point() else (np.iinfo(dtype).min, np.iinfo(dtype).max)
+    return spaces.Box(low, high, tuple(obs.shape[1:]), dtype)
+
+
+class RslRlEnv(Env):
+    """An env of rsl_rl's ``VecEnv`` interface as an rl8 env. Observation groups (a TensorDict
+    such as ``{"policy": ..., "critic": ...}``) make a ``Dict`` observation space of one ``Box``
+    per group; a plain tensor a ``Box``. ``dones`` are split with ``extras["time_outs"]``:
+    ``truncated = done & time_out``, ``terminated = done & ~time_out``. Without ``reset_envs``
+    or ``final_obs_key``, a truncated step bootstraps from the observation before the step, as
+    rsl_rl does (``docs/simulators.md``).
+
+    Args:
+        vec_env: The env: ``num_envs``, ``num_actions``, ``device``, ``get_observations()``,
+            ``step(actions) -> (obs, rewards, dones, extras)``; ``reset()``, ``max_episode_length``
+            and ``episode_length_buf`` are used where it has them.
+        reset_envs: For an env built NOT to reset finished sub-envs inside ``step`` (mjlab's
+            ``cfg.auto_reset=False``): ``reset_envs(env_ids)`` resets the sub-envs ``env_ids``
+            (``[K]`` int64) and returns the observations of every sub-env afterwards; the step's
+            observations are then the true final ones. ``None``: the env resets them itself.
+        final_obs_key: The ``extras`` key under which the env gives the true final observations
+            of every sub-env (like the observations), or ``None``.
+        init_at_random_ep_len: After each reset, draw the env's ``episode_length_buf`` below
+            ``max_episode_length`` (rsl_rl's option), spreading the sub-envs' time-outs.
+
+    Attributes:
+        vec_env: The wrapped env.
+    """
+
+    episodic = True
+    single_instance = True
+
+    def __init__(self, vec_env: Any, *, reset_envs: Callable[[torch.Tensor], Any] | None = None,
+                 final_obs_key: str | None = None, init_at_random_ep_len: bool = False) -> None:
+        super().__init__(int(vec_env.num_envs), device=vec_env.device)
+        if reset_envs is not None and final_obs_key is not None:
+            raise ValueError("RslRlEnv: give reset_envs or final_obs_key, not both")
+        self.vec_env, self.reset_envs, self.final_obs_key = vec_env, reset_envs, final_obs_key
+        self.init_at_random_ep_len = init_at_random_ep_len
+        self._last_obs = self._observations(vec_env.get_observations())
+        self.observation_space = space_of(self._last_obs)
+        self.action_space = _action_space(vec_env)
+        limit = getattr(vec_env, "max_episode_length", None)
+        if isinstance(limit, int):  # the episode limit of evaluations on these envs
+            self.params = {"max_episode_steps": limit}
+        self._log: dict[str, tuple[Any, int]] = {}
+
+    def _observations(self, raw: Any, extras: Any = None) -> Observations:
+        if isinstance(raw, tuple):  # (obs, extras) of reset(), and of get_observations() in rsl_rl 2
+            raw, extras = raw[0], raw[1]
+        groups = extras.get("observations") if isinstance(extras, Mapping) else None
+        if isinstance(raw, torch.Tensor) and groups:  # rsl_rl 2: the other groups in extras
+            raw = {"policy": raw, **groups}
+        return batched_obs(raw, self.num_envs)
+
+    def reset(self, *, config: dict[str, Any] | None = None, seed: int | None = None) -> Observations:
+        """Reset every sub-env with the env's ``reset()``; an env without one goes on from its
+        current state (rsl_rl's envs reset when built).
+
+        Args:
+            config: Must be empty: the env's parameters are set in its own config.
+            seed: Unused: the simulator is seeded where it is built (its config's seed).
+        """
+        self.apply_config(config, {})
+        reset = getattr(self.vec_env, "reset", None)
+        raw = reset() if callable(reset) else self.vec_env.get_observations()
+        if self.init_at_random_ep_len:
+            lengths = self.vec_env.episode_length_buf
+            self.vec_env.episode_length_buf = torch.randint_like(lengths, high=int(self.vec_env.max_episode_length))
+        self._last_obs = self._observations(raw)
+        return self._last_obs
+
+    def step(self, action: torch.Tensor | TensorDictBase) -> TensorDictBase:
+        """One step of every sub-env; see :meth:`rl8.Env.step`."""
+        raw, rewards, dones, extras = self.vec_env.step(action)
+        n = self.num_envs
+        obs = self._observations(raw, extras)
+        done = dones.reshape(n, 1).bool()
+        time_outs = extras.get("time_outs")
+        truncated = done & time_outs.reshape(n, 1).bool() if time_outs is not None else torch.zeros_like(done)
+        if self.final_obs_key is not None:
+            final_obs = self._observations(extras[self.final_obs_key])
+        elif self.reset_envs is not None:
+            final_obs, env_ids = obs, done.view(-1).nonzero().view(-1)
+            if env_ids.numel():
+                obs = self._observations(self.reset_envs(env_ids))
+        else:
+            final_obs = self._last_obs
+        self._last_obs = obs
+        self._add_log(extras.get("log", extras.get("episode")))
+        return self.step_output({
+            "obs": obs, "rewards": rewards.reshape(n, 1).to(torch.float32, copy=True),
+            "terminated": done & ~truncated, "truncated": truncated, "final_obs": final_obs,
+        })
+
+    def _add_log(self, log: Any) -> None:
+        for key, value in (log.items() if isinstance(log, Mapping) else ()):
+            if isinstance(value, torch.Tensor):
+                value = value.detach().float().mean()
+            elif not isinstance(value, (int, float)):
+                continue
+            total, count = self._log.get(key, (0.0, 0))
+            self._log[key] = (total + value, count + 1)
+
+    def pop_log(self) -> dict[str, float]:
+        """The mean of each value the env logged in ``extras["log"]`` (Isaac Lab, mjlab) or
+        ``extras["episode"]`` over the steps since the last call, which are forgotten."""
+        out = {key: float(total) / count for key, (total, count) in self._log.items()}
+        self._log = {}
+        return out
+
+    def state_dict(self) -> None:
+        """``None``: the simulator's state is not saved; PPO resets the env on resume."""
+        return None
+
+    def close(self) -> None:
+        """Close the wrapped env, where it has ``close()``."""
+        close = getattr(self.vec_env, "close", None)
+        if callable(close):
+            close()
+
+
+def _action_space(vec_env: Any) -> spaces.Space:
+    """The env's ``single_action_space`` (or its ``unwrapped``'s) as float32, else an unbounded
+    ``Box`` of ``num_actions``."""
+    num_actions = int(vec_env.num_actions)
+    for owner in (vec_env, getattr(vec_env, "unwrapped", None)):
+        box = float32_box(getattr(owner, "single_action_space", None))
+        if box is not None and box.shape == (num_actions,):
+            return box
+    return spaces.Box(-np.inf, np.inf, (num_actions,), np.float32)

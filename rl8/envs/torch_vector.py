@@ -1,0 +1,123 @@
+"""A gymnasium vector env whose values are torch tensors (ManiSkill3's ``ManiSkillVectorEnv``,
+Isaac Lab's direct and manager-based envs) as an rl8 :class:`~rl8.envs.base.Env`, with no numpy
+round trip (``docs/simulators.md``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from gymnasium import spaces
+from tensordict import TensorDict, TensorDictBase
+
+from rl8.envs.base import Env
+
+__all__ = ["TorchVectorEnv", "batched_obs", "float32_box", "is_torch_vector_env"]
+
+#: The info keys under which a same-step auto-resetting vector env gives the final observations
+#: (gymnasium 1.x, then gymnasium 0.29 and ManiSkill3).
+FINAL_OBS_KEYS = ("final_obs", "final_observation")
+
+
+def is_torch_vector_env(obj: Any) -> bool:
+    """Whether ``obj`` looks like a batched gymnasium vector env (``num_envs``, the single
+    spaces, ``reset`` and ``step``)."""
+    return all(hasattr(obj, a) for a in ("num_envs", "single_observation_space", "single_action_space",
+                                          "reset", "step"))
+
+
+def batched_obs(value: Any, num_envs: int) -> torch.Tensor | TensorDictBase:
+    """Observations as rl8 takes them: a tensor as is, a (nested) dict of tensors as a
+    TensorDict of batch size ``[num_envs]`` (no copy).
+
+    Args:
+        value: A tensor, a dict of tensors or a TensorDict, ``[num_envs, ...]`` each.
+        num_envs: The batch size.
+    """
+    if isinstance(value, TensorDictBase) and value.batch_size == (num_envs,):
+        return value
+    if isinstance(value, Mapping):
+        return TensorDict(dict(value), batch_size=[num_envs])
+    if isinstance(value, torch.Tensor):
+        return value
+    raise TypeError(f"observations must be torch tensors or dicts of them, got {type(value).__name__}")
+
+
+def float32_box(space: Any) -> spaces.Box | None:
+    """A ``Box`` space as a float32 ``Box`` of the same bounds (rl8's action dtype), else ``None``."""
+    if not isinstance(space, spaces.Box):
+        return None
+    return spaces.Box(space.low.astype("float32"), space.high.astype("float32"), space.shape, "float32")
+
+
+class TorchVectorEnv(Env):
+    """A batched gymnasium vector env whose observations, rewards and flags are torch tensors on
+    its device, as an rl8 env. Its sub-envs must reset themselves inside ``step`` (gymnasium's
+    same-step auto-reset); the final observation of a finished episode is read from the info's
+    ``final_obs``/``final_observation`` when the env gives it, else a truncated step bootstraps
+    from the observation before the step (``docs/simulators.md``).
+
+    Args:
+        vector_env: The env: ``num_envs``, ``single_observation_space``,
+            ``single_action_space``, ``reset(seed=...) -> (obs, info)`` and
+            ``step(actions) -> (obs, rewards, terminated, truncated, info)``, ``[num_envs, ...]``.
+        device: Its device; ``None``: its ``device`` attribute (or its ``unwrapped``'s).
+
+    Attributes:
+        vector_env: The wrapped env.
+    """
+
+    episodic = True
+    single_instance = True
+
+    def __init__(self, vector_env: Any, *, device: torch.device | str | None = None) -> None:
+        device = device or getattr(vector_env, "device", None) or getattr(
+            getattr(vector_env, "unwrapped", None), "device", None)
+        if device is None:
+            raise ValueError(f"TorchVectorEnv: {type(vector_env).__name__} has no device attribute; "
+                             "pass TorchVectorEnv(env, device=...)")
+        super().__init__(int(vector_env.num_envs), device=device)
+        mode = getattr(vector_env, "metadata", {}).get("autoreset_mode")
+        if mode is not None and getattr(mode, "value", mode) != "SameStep":
+            raise ValueError(f"TorchVectorEnv: the env's autoreset_mode is {mode}; rl8 needs sub-envs "
+                             "that reset inside step: build it with autoreset_mode=AutoresetMode.SAME_STEP")
+        self.vector_env = vector_env
+        self.observation_space = vector_env.single_observation_space
+        self.action_space = float32_box(vector_env.single_action_space) or vector_env.single_action_space
+        self._last_obs: torch.Tensor | TensorDictBase | None = None
+
+    def reset(self, *, config: dict[str, Any] | None = None,
+              seed: int | None = None) -> torch.Tensor | TensorDictBase:
+        """Reset every sub-env (``vector_env.reset(seed=seed)``).
+
+        Args:
+            config: Must be empty: the env's parameters are set where it is built.
+            seed: Passed on to the env's ``reset``.
+        """
+        self.apply_config(config, {})
+        obs, _ = self.vector_env.reset(seed=seed)
+        self._last_obs = batched_obs(obs, self.num_envs)
+        return self._last_obs
+
+    def step(self, action: torch.Tensor | TensorDictBase) -> TensorDictBase:
+        """One step of every sub-env; see :meth:`rl8.Env.step`."""
+        obs, rewards, terminated, truncated, info = self.vector_env.step(action)
+        n = self.num_envs
+        obs = batched_obs(obs, n)
+        final = next((info[k] for k in FINAL_OBS_KEYS if k in info), None) if isinstance(info, Mapping) else None
+        final_obs = self._last_obs if final is None else batched_obs(final, n)
+        self._last_obs = obs
+        return self.step_output({
+            "obs": obs, "rewards": rewards.reshape(n, 1).to(torch.float32, copy=True),
+            "terminated": terminated.reshape(n, 1).to(torch.bool, copy=True),
+            "truncated": truncated.reshape(n, 1).to(torch.bool, copy=True), "final_obs": final_obs,
+        })
+
+    def state_dict(self) -> None:
+        """``None``: the simulator's state is not saved; PPO resets the env on resume."""
+        return None
+
+    def close(self) -> None:
+        """Close the wrapped env."""
+        self.vector_env.close()
