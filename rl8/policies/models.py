@@ -18,6 +18,7 @@ from tensordict import TensorDictBase
 from torch import nn
 
 from rl8.policies.distributions import Normal
+from rl8.policies.groups import group_space, resolve_obs_groups
 
 __all__ = [
     "Model", "MLPModel", "flatten_observation", "flat_observation_size", "check_model_config", "ACTIVATIONS",
@@ -27,7 +28,7 @@ __all__ = [
 #: Activation names accepted by model_config's "activation", mapped to their torch.nn classes.
 ACTIVATIONS: dict[str, type[nn.Module]] = {
     "tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "gelu": nn.GELU, "silu": nn.SiLU,
-    "leaky_relu": nn.LeakyReLU,
+    "leaky_relu": nn.LeakyReLU, "selu": nn.SELU, "mish": nn.Mish, "softplus": nn.Softplus, "sigmoid": nn.Sigmoid,
 }
 
 #: Activations that :func:`make_mlp` runs in place on their Linear layer's output: their
@@ -101,35 +102,67 @@ class Model(nn.Module):
         """Values ``[B]`` of observations ``obs`` ``[B, ...]``."""
         return self(obs)[1]
 
+    #: The keys of a ``Dict`` observation that the actor reads (``None``: all of them); an
+    #: exported actor takes only these (asymmetric actor-critic, docs/models.md).
+    actor_groups: tuple[str, ...] | None = None
+
+    def actor_params(self, obs: torch.Tensor | TensorDictBase) -> torch.Tensor:
+        """Distribution parameters ``[B, P]`` of observations ``[B, ...]`` from the actor alone
+        (no value): what an exported policy runs."""
+        return self(obs)[0]
+
     def rollout(self) -> contextlib.AbstractContextManager:
         """A context in which the parameters stay constant (PPO's collect and evaluate), where a
         model may precompute something, leaving its outputs unchanged; the default does nothing."""
         return contextlib.nullcontext()
 
     learned_log_std: bool = False
+    noise_std_type: str = "log"
 
-    def init_policy_head(self, state_dependent_std: bool, init_log_std: float) -> int:
-        """Set up the log-std of Gaussian distributions; return the policy head's width (the
-        means only when a state-independent log-std is learned, see :meth:`distribution_params`).
+    def init_policy_head(self, state_dependent_std: bool, init_log_std: float, noise_std_type: str = "log") -> int:
+        """Set up the std of Gaussian distributions; return the policy head's width (the means
+        only when a state-independent std is learned, see :meth:`distribution_params`).
 
         Args:
             state_dependent_std: The head outputs the log-std too (else a learned parameter).
             init_log_std: Initial value of the learned log-std.
+            noise_std_type: The parameter learned: ``"log"`` the log-std (``model.log_std``),
+                ``"scalar"`` the std itself (``model.std``, rsl_rl's default).
         """
+        if noise_std_type not in ("log", "scalar"):
+            raise ValueError(f"model_config noise_std_type: expected 'log' or 'scalar', got {noise_std_type!r}")
         dist = self.distribution_cls
         param_size = dist.param_size(self.action_space)
         gaussian = issubclass(dist, Normal) or bool(getattr(dist, "gaussian", False))
         self.learned_log_std = gaussian and not state_dependent_std
         if not self.learned_log_std:
             return param_size
-        self.log_std = nn.Parameter(torch.full((param_size // 2,), float(init_log_std)))
+        self.noise_std_type = noise_std_type
+        if noise_std_type == "scalar":
+            self.std = nn.Parameter(torch.full((param_size // 2,), math.exp(init_log_std)))
+        else:
+            self.log_std = nn.Parameter(torch.full((param_size // 2,), float(init_log_std)))
         return param_size // 2
 
     def distribution_params(self, head: torch.Tensor) -> torch.Tensor:
         """The distribution params from the policy head's output (:meth:`init_policy_head`)."""
         if not self.learned_log_std:
             return head
-        return torch.cat([head, self.log_std.to(head.dtype).expand_as(head)], dim=-1)
+        log_std = self.log_std if self.noise_std_type == "log" else self.std.clamp(min=1e-6).log()
+        return torch.cat([head, log_std.to(head.dtype).expand_as(head)], dim=-1)
+
+
+def initial_log_std(init_log_std: float | None, init_noise_std: float | None) -> float:
+    """The initial log-std of model_config's ``init_log_std`` or ``init_noise_std`` (the std,
+    rsl_rl's name; > 0), at most one of them given; neither: 0 (std 1)."""
+    if init_noise_std is None:
+        return 0.0 if init_log_std is None else float(init_log_std)
+    if init_log_std is not None:
+        raise ValueError(f"model_config: init_log_std={init_log_std!r} and init_noise_std={init_noise_std!r} "
+                         "set the same thing (log-std and std); give one")
+    if isinstance(init_noise_std, bool) or not isinstance(init_noise_std, numbers.Real) or not init_noise_std > 0:
+        raise ValueError(f"model_config init_noise_std: expected a number > 0 (the initial std), got {init_noise_std!r}")
+    return math.log(init_noise_std)
 
 
 def check_model_config(model_cls: type, model_config: Mapping[str, Any]) -> None:
@@ -200,52 +233,79 @@ def make_mlp(sizes: Sequence[int], activation: type[nn.Module], ortho_init: bool
 class MLPModel(Model):
     """The default model: two plain ``nn.Sequential`` MLPs, :attr:`pi` and :attr:`vf`, on the
     flattened observation, or (``shared=True``) a :attr:`trunk` with two ``nn.Linear`` heads.
+    With observation groups (``obs_groups``) the actor reads its groups and the critic its own.
 
     Args:
         observation_space: Space of one observation (see :func:`flatten_observation`).
         action_space: Space of one action.
         distribution_cls: The action distribution class.
         hiddens: Widths of the hidden layers, e.g. ``(64, 64)``.
+        critic_hiddens: Widths of the value network's hidden layers; ``None``: ``hiddens``.
         activation: A name of :data:`ACTIVATIONS` or an ``nn.Module`` class.
         shared: One trunk with two heads (else separate networks, the default).
         state_dependent_std: Gaussian policies: the network outputs the log-std (else a
-            learned, state-independent log-std, the default).
-        init_log_std: Initial value of the state-independent log-std.
+            learned, state-independent std, the default).
+        init_log_std: Initial value of the state-independent log-std; ``None``: 0.
+        init_noise_std: Or the initial std itself (> 0; rsl_rl's ``init_noise_std``).
+        noise_std_type: ``"log"``: the log-std is learned; ``"scalar"``: the std (rsl_rl's default).
         ortho_init: Orthogonal initialisation (gain sqrt(2) for hidden layers, 0.01 for the
-            policy head, 1 for the value head) with zero biases.
+            policy head, 1 for the value head) with zero biases; else torch's default init.
+        obs_groups: ``{"actor": [group, ...], "critic": [group, ...]}``: the keys of a ``Dict``
+            observation each network reads, flattened in this order; ``None`` or a missing set:
+            rsl_rl 5's fallbacks (:func:`~rl8.policies.groups.resolve_obs_groups`).
     """
 
     def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, distribution_cls: type, /, *,
-                 hiddens: Sequence[int] = (64, 64), activation: str | type[nn.Module] = "tanh", shared: bool = False,
-                 state_dependent_std: bool = False, init_log_std: float = 0.0, ortho_init: bool = True) -> None:
+                 hiddens: Sequence[int] = (64, 64), critic_hiddens: Sequence[int] | None = None,
+                 activation: str | type[nn.Module] = "tanh", shared: bool = False, state_dependent_std: bool = False,
+                 init_log_std: float | None = None, init_noise_std: float | None = None, noise_std_type: str = "log",
+                 ortho_init: bool = True, obs_groups: Mapping[str, Sequence[str]] | None = None) -> None:
         hiddens = check_widths("model_config hiddens", hiddens)
+        critic_hiddens = hiddens if critic_hiddens is None else check_widths("model_config critic_hiddens", critic_hiddens)
         super().__init__(
             observation_space, action_space, distribution_cls,
-            hiddens=hiddens, activation=activation, shared=shared,
-            state_dependent_std=state_dependent_std, init_log_std=init_log_std, ortho_init=ortho_init,
+            hiddens=hiddens, critic_hiddens=critic_hiddens, activation=activation, shared=shared,
+            state_dependent_std=state_dependent_std, init_log_std=init_log_std, init_noise_std=init_noise_std,
+            noise_std_type=noise_std_type, ortho_init=ortho_init, obs_groups=obs_groups,
         )
         act = lookup("activation", ACTIVATIONS, activation)
-        in_features = flat_observation_size(observation_space)
-        head_size = self.init_policy_head(state_dependent_std, init_log_std)
-        sizes = [in_features, *hiddens]
-        last = sizes[-1]
+        groups = resolve_obs_groups(observation_space, obs_groups)
+        self.actor_groups, self.critic_groups = groups["actor"], groups["critic"]
+        self.actor_space = group_space(observation_space, self.actor_groups)
+        # one space object when both read the same: the forward pass flattens once
+        same = self.critic_groups == self.actor_groups
+        self.critic_space = self.actor_space if same else group_space(observation_space, self.critic_groups)
+        log_std = initial_log_std(init_log_std, init_noise_std)
+        head_size = self.init_policy_head(state_dependent_std, log_std, noise_std_type)
         self.shared = bool(shared)
+        if self.shared and (not same or critic_hiddens != hiddens):
+            raise ValueError(
+                f"model_config shared: one trunk reads one observation with one set of widths, but the actor reads "
+                f"{self.actor_groups} with hiddens={hiddens} and the critic {self.critic_groups} with "
+                f"critic_hiddens={critic_hiddens}; set shared=False"
+            )
+        sizes = [flat_observation_size(self.actor_space), *hiddens]
+        critic_sizes = [flat_observation_size(self.critic_space), *critic_hiddens]
         if self.shared:
             self.trunk = nn.Sequential(*make_mlp(sizes, act, ortho_init))
-            self.pi = make_linear(last, head_size, 0.01, ortho_init)
-            self.vf = make_linear(last, 1, 1.0, ortho_init)
+            self.pi = make_linear(sizes[-1], head_size, 0.01, ortho_init)
+            self.vf = make_linear(sizes[-1], 1, 1.0, ortho_init)
         else:
-            self.pi = nn.Sequential(*make_mlp(sizes, act, ortho_init), make_linear(last, head_size, 0.01, ortho_init))
-            self.vf = nn.Sequential(*make_mlp(sizes, act, ortho_init), make_linear(last, 1, 1.0, ortho_init))
+            self.pi = nn.Sequential(*make_mlp(sizes, act, ortho_init), make_linear(sizes[-1], head_size, 0.01, ortho_init))
+            self.vf = nn.Sequential(*make_mlp(critic_sizes, act, ortho_init),
+                                    make_linear(critic_sizes[-1], 1, 1.0, ortho_init))
 
     def forward(self, obs: torch.Tensor | TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
-        x = flatten_observation(obs, self.observation_space)
+        x = flatten_observation(obs, self.actor_space)
+        y = x if self.critic_space is self.actor_space else flatten_observation(obs, self.critic_space)
         if self.shared:
-            x = self.trunk(x)
-        return self.distribution_params(self.pi(x)), self.vf(x)[:, 0]
+            x = y = self.trunk(x)
+        return self.distribution_params(self.pi(x)), self.vf(y)[:, 0]
+
+    def actor_params(self, obs: torch.Tensor | TensorDictBase) -> torch.Tensor:
+        x = flatten_observation(obs, self.actor_space)
+        return self.distribution_params(self.pi(self.trunk(x) if self.shared else x))
 
     def value(self, obs: torch.Tensor | TensorDictBase) -> torch.Tensor:
-        x = flatten_observation(obs, self.observation_space)
-        if self.shared:
-            x = self.trunk(x)
-        return self.vf(x)[:, 0]
+        y = flatten_observation(obs, self.critic_space)
+        return self.vf(self.trunk(y) if self.shared else y)[:, 0]

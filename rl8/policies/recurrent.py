@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import torch
@@ -13,8 +13,9 @@ from torch import Tensor, nn
 
 from rl8.fields import check_int
 from rl8.policies.encoders import ObservationEncoder, has_image
+from rl8.policies.groups import group_space, resolve_obs_groups
 from rl8.policies.models import (
-    ACTIVATIONS, Model, check_widths, flat_observation_size, flatten_observation, lookup,
+    ACTIVATIONS, Model, check_widths, flat_observation_size, flatten_observation, initial_log_std, lookup,
     make_linear, make_mlp,
 )
 
@@ -73,9 +74,10 @@ class _RNNModel(RecurrentModel):
     def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, distribution_cls: type, /, *,
                  hidden_size: int = 128, num_layers: int = 1, encoder_hiddens: Sequence[int] = (64,),
                  activation: str | type[nn.Module] = "tanh", state_dependent_std: bool = False,
-                 init_log_std: float = 0.0, ortho_init: bool = True, encoder: str | type[nn.Module] | None = None,
-                 encoder_config: dict[str, Any] | None = None, image_layout: str | None = None,
-                 image_keys: dict[str, str] | None = None) -> None:
+                 init_log_std: float | None = None, init_noise_std: float | None = None, ortho_init: bool = True,
+                 encoder: str | type[nn.Module] | None = None, encoder_config: dict[str, Any] | None = None,
+                 image_layout: str | None = None, image_keys: dict[str, str] | None = None,
+                 obs_groups: Mapping[str, Sequence[str]] | None = None) -> None:
         hidden_size = check_int("model_config hidden_size", hidden_size, 1)
         num_layers = check_int("model_config num_layers", num_layers, 1)
         encoder_hiddens = check_widths("model_config encoder_hiddens", encoder_hiddens)
@@ -83,13 +85,24 @@ class _RNNModel(RecurrentModel):
             observation_space, action_space, distribution_cls,
             hidden_size=hidden_size, num_layers=num_layers, encoder_hiddens=encoder_hiddens,
             activation=activation, state_dependent_std=state_dependent_std,
-            init_log_std=init_log_std, ortho_init=ortho_init, encoder=encoder,
+            init_log_std=init_log_std, init_noise_std=init_noise_std, ortho_init=ortho_init, encoder=encoder,
             encoder_config=dict(encoder_config or {}), image_layout=image_layout, image_keys=dict(image_keys or {}),
+            obs_groups=obs_groups,
         )
+        groups = resolve_obs_groups(observation_space, obs_groups)
+        if groups["actor"] != groups["critic"]:
+            raise ValueError(
+                f"model_config obs_groups: {type(self).__name__} runs one network for the actor and the critic, "
+                f"so both must read the same groups, got actor {groups['actor']} and critic {groups['critic']}; "
+                f"give obs_groups={{'actor': [...], 'critic': [...]}} with the same lists, or use MLPModel"
+            )
+        self.actor_groups = groups["actor"]
+        # the observation the network reads: the actor's groups, in their order
+        observation_space = self.input_space = group_space(observation_space, self.actor_groups)
         act = lookup("activation", ACTIVATIONS, activation)
         self.hidden_size = hidden_size
         self.num_layers = num_layers
-        head_size = self.init_policy_head(state_dependent_std, init_log_std)
+        head_size = self.init_policy_head(state_dependent_std, initial_log_std(init_log_std, init_noise_std))
         # images (or encoder="nature"/"impala"): a convolutional encoder before the MLP encoder
         self.image_encoder: ObservationEncoder | None = None
         images = has_image(observation_space, image_layout) or bool(image_keys)
@@ -128,7 +141,7 @@ class _RNNModel(RecurrentModel):
         if self.image_encoder is not None:
             x = self.encoder(self.image_encoder(flat))
         else:
-            x = self.encoder(flatten_observation(flat, self.observation_space))
+            x = self.encoder(flatten_observation(flat, self.input_space))
         return x.reshape(b, t, x.shape[-1])
 
     def _run(self, x: Tensor, state: TensorDictBase, firsts: Tensor,
@@ -192,7 +205,8 @@ _ARGS_DOC = """
         activation: Activation of the encoder: a name of ``ACTIVATIONS`` or an ``nn.Module`` class.
         state_dependent_std: Gaussian policies: the policy head outputs the log-std (else a
             learned, state-independent log-std, the default).
-        init_log_std: Initial value of the state-independent log-std.
+        init_log_std: Initial value of the state-independent log-std; ``None``: 0.
+        init_noise_std: Or the initial std itself (> 0; rsl_rl's ``init_noise_std``).
         ortho_init: Orthogonal initialisation with zero biases: gain sqrt(2) for the encoder,
             1 for the recurrent weights, 0.01 for the policy head and 1 for the value head.
         encoder: A convolutional encoder before ``encoder_hiddens`` (see
@@ -201,6 +215,10 @@ _ARGS_DOC = """
         encoder_config: Keyword arguments of the convolutional encoder.
         image_layout: ``"HWC"`` or ``"CHW"``: declares a float Box observation an image.
         image_keys: ``Dict`` observations: float image entries and their layouts.
+        obs_groups: The groups (keys of a ``Dict`` observation) the network reads, in order, as
+            ``{"actor": [...], "critic": [...]}`` with the same lists (one network serves both);
+            ``None``: rsl_rl 5's fallbacks (:func:`rl8.policies.groups.resolve_obs_groups`), an
+            error where they differ.
 """
 
 

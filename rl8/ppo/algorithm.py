@@ -27,7 +27,7 @@ from rl8.ppo.finite import (
     CHECKED_ROLLOUT_STATS, CHECKED_UPDATE_STATS, NonFiniteError, check_buffer_finite, check_stats_finite,
 )
 from rl8.ppo.hparams import HParams
-from rl8.ppo.losses import PPOLoss, make_optimizer, ppo_loss
+from rl8.ppo.losses import PPOLoss, adaptive_lr, make_optimizer, ppo_loss
 from rl8.ppo.overlap import OverlapCollector
 from rl8.ppo.precision import choose_amp_dtype
 from rl8.ppo.resolve import DISTRIBUTION, MODEL, resolve
@@ -96,7 +96,8 @@ class PPO:
             self.env = built or make_env(env, hp.num_envs, hp.horizon, device=self.device, env_kwargs=hp.env_kwargs)
         self.policy = Policy(
             self.env.observation_space, self.env.action_space,
-            model_cls=resolve(hp.model_cls, MODEL, field="hparam model_cls"), model_config=hp.model_config,
+            model_cls=resolve(hp.model_cls, MODEL, field="hparam model_cls"),
+            model_config=hp.model_config if hp.obs_groups is None else {**hp.model_config, "obs_groups": hp.obs_groups},
             distribution_cls=resolve(hp.distribution_cls, DISTRIBUTION, field="hparam distribution_cls"),
             normalize_observations=hp.normalize_observations, device=self.device,
         )
@@ -177,9 +178,9 @@ class PPO:
         hp = self.hparams
         policy_lag = self.steps - self.behaviour_version  # updates since the buffer's weights
         samples, explained_variance = self._training_samples()
-        lr, entropy_coeff = self.lr_schedule(self.env_steps), self.entropy_coeff_schedule(self.env_steps)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        entropy_coeff = self.entropy_coeff_schedule(self.env_steps)
+        if hp.desired_kl is None:  # else the optimizer's lr, adapted minibatch by minibatch
+            self._set_lr(self.lr_schedule(self.env_steps))
         losses: list[PPOLoss] = []  # one per minibatch
         grad_norms: list[torch.Tensor] = []  # one per optimizer step
         for _ in range(hp.num_sgd_iters):
@@ -192,6 +193,7 @@ class PPO:
         self.steps += 1
         if not grad_norms:  # a KL stop before the first accumulated optimizer step
             grad_norms.append(torch.zeros((), device=self.device))
+        lr = self.optimizer.param_groups[0]["lr"]
         stats = update_stats(self.dist, losses, grad_norms, explained_variance, hp.vf_coeff, entropy_coeff, lr)
         if self.collector is not None:
             stats["monitors/policy_lag"] = float(policy_lag)
@@ -258,6 +260,8 @@ class PPO:
                 grad_norms.append(grad_norm)
             else:
                 loss = minibatch_loss(minibatch, entropy_coeff)
+                if hp.desired_kl is not None:  # this minibatch's KL sets the lr of its step, as in rsl_rl
+                    self._adapt_lr(loss.approx_kl)
                 total = loss.total / minibatches_per_step
                 if j % minibatches_per_step == 0:
                     # after the forward pass, as rsl_rl and CleanRL do: the old gradients' memory
@@ -315,10 +319,22 @@ class PPO:
             self.optimizer, grad_scaler=self.grad_scaler is not None, distributed=self.dist.enabled,
             accumulate_grads=self.hparams.accumulate_grads, recurrent=self.recurrent,
         )
-        fused = (FusedTrainStep(self.policy, self.optimizer, self._minibatch_loss, self.hparams.max_grad_norm)
+        fused = (FusedTrainStep(self.policy, self.optimizer, self._minibatch_loss, self.hparams.max_grad_norm,
+                                desired_kl=self.hparams.desired_kl)
                  if problem is None else None)
         return CompiledSteps(self.policy.rollout_step, self._minibatch_loss, self.device,
                              fused_step=fused, fused_problem=problem)
+
+    def _set_lr(self, lr: float) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
+    def _adapt_lr(self, approx_kl: torch.Tensor) -> None:
+        """hparam desired_kl: the lr from a minibatch's approximate KL, the mean over ranks (so
+        that every rank takes the same lr)."""
+        kl = torch.tensor(self._mean_over_ranks(approx_kl), dtype=torch.float64)
+        lr = torch.tensor(self.optimizer.param_groups[0]["lr"], dtype=torch.float64)
+        self._set_lr(adaptive_lr(lr, kl, self.hparams.desired_kl).item())
 
     def _mean_over_ranks(self, value: torch.Tensor) -> float:
         """The mean of a 0-d tensor over all ranks, on the host."""

@@ -44,7 +44,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from rl8.ppo.losses import PPOLoss
+from rl8.ppo.losses import PPOLoss, adaptive_lr
 
 __all__ = [
     "CPU_COMPILED_ROLLOUT_MIN_ENVS", "CompiledSteps", "FusedTrainStep", "check_compile_options",
@@ -285,14 +285,18 @@ class FusedTrainStep:
         minibatch_loss: The plain minibatch loss, ``(minibatch, entropy_coeff, *, entropy_grad) -> PPOLoss``,
             computing with ``policy``.
         max_grad_norm: Clip the global gradient norm to this; ``None``: only measure it.
+        desired_kl: PPO's ``desired_kl``: the step adapts the lr from the minibatch's KL before
+            the Adam update (:func:`~rl8.ppo.losses.adaptive_lr`) and writes it back to the
+            optimizer (one host read per call); ``None``: the lr is the optimizer's.
     """
 
     def __init__(
         self, policy: nn.Module, optimizer: torch.optim.Optimizer, minibatch_loss: Callable[..., PPOLoss],
-        max_grad_norm: float | None,
+        max_grad_norm: float | None, *, desired_kl: float | None = None,
     ) -> None:
         self.optimizer = optimizer
         self.max_grad_norm = max_grad_norm
+        self.desired_kl = desired_kl
         self.loss_module = _LossModule(policy, minibatch_loss)
         name_of = {p: name for name, p in self.loss_module.named_parameters()}
         self.params = [p for p in optimizer.param_groups[0]["params"] if p.requires_grad]
@@ -318,6 +322,8 @@ class FusedTrainStep:
             minibatch, self.entropy_coeff, entropy_coeff != 0, self.lr, adam, [p.detach() for p in self.params],
             [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states], [s["step"] for s in states],
         )
+        if self.desired_kl is not None:
+            group["lr"] = self.lr.item()
         return PPOLoss(total=total, **monitors), grad_norm
 
     def _state(self, p: nn.Parameter, group: dict[str, Any]) -> dict[str, torch.Tensor]:
@@ -347,6 +353,8 @@ class FusedTrainStep:
         loss_grads = torch.func.grad_and_value(total_loss, has_aux=True)
         grads, (total, monitors) = loss_grads(dict(zip(self.names, params)))
         grads = [grads[name] for name in self.names]
+        if self.desired_kl is not None:
+            lr.copy_(adaptive_lr(lr, monitors["approx_kl"], self.desired_kl))
 
         # as torch.nn.utils.clip_grad_norm_
         grad_norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))

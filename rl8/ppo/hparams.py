@@ -16,6 +16,7 @@ from rl8.fields import (
     Check, attributes_doc, check, first_invalid, int_at_least, is_int, is_number, one_of, optional,
     read_numbers,
 )
+from rl8.policies.groups import obs_groups_problem
 from rl8.ppo.resolve import HPARAM_KINDS, qualified_name, resolve
 from rl8.ppo.schedules import Schedule
 
@@ -91,6 +92,13 @@ def _schedule(expected: str, ok: Callable[[float], bool]) -> Check:
 def _points(value: Any) -> Any:
     """A schedule as a tuple of tuples (hashable, as in the frozen dataclass), or ``None``."""
     return None if value is None else tuple(tuple(p) for p in value)
+
+
+def _group_lists(value: Any) -> Any:
+    """``obs_groups`` with lists of groups (as checkpoints and YAML store them)."""
+    if isinstance(value, Mapping) and all(isinstance(g, (list, tuple)) for g in value.values()):
+        return {key: list(groups) for key, groups in value.items()}
+    return value
 
 
 def _class_or_path(value: Any, name: str) -> str | None:
@@ -185,6 +193,12 @@ class HParams:
     target_kl_div: float | None = _hparam(None, optional(_number("a number > 0", lambda v: v > 0)), doc=(
         "Stop the update's remaining minibatches once the approximate KL divergence of a "
         "minibatch exceeds this, or ``None``."))
+    desired_kl: float | None = _hparam(None, optional(_POSITIVE), doc=(
+        "rsl_rl's adaptive learning rate (``schedule=\"adaptive\"``): before each minibatch's optimizer "
+        "step, ``lr`` is divided by 1.5 when the minibatch's approximate KL (all ranks' mean) exceeds "
+        "``2 * desired_kl`` and multiplied by 1.5 when it is below ``desired_kl / 2``, within "
+        "[1e-5, 1e-2]; it starts at ``lr`` and is kept in checkpoints. ``None``: off. Not with "
+        "``lr_schedule``."))
     max_grad_norm: float | None = _hparam(0.5, optional(_number("a number > 0", lambda v: v > 0)), doc=(
         "Clip the global gradient norm to this, or ``None``."))
     normalize_advantages: bool = _hparam(True, _BOOL, doc=(
@@ -210,6 +224,12 @@ class HParams:
         "A :class:`rl8.Model` subclass (see :mod:`rl8.policies.models`), its dotted path, or ``None`` for "
         "the default."))
     model_config: dict[str, Any] = _hparam({}, _DICT, doc="Keyword arguments of the model class.")
+    obs_groups: dict[str, list[str]] | None = _hparam(
+        None, lambda v, name: obs_groups_problem(v), convert=_group_lists, doc=(
+            "``{\"actor\": [group, ...], \"critic\": [group, ...]}``: the keys of a ``Dict`` "
+            "observation that the actor and the critic read (asymmetric actor-critic, passed to the "
+            "model as ``model_config[\"obs_groups\"]``); ``None`` or a missing set: rsl_rl 5's fallbacks "
+            "(the group of the set's name, then ``policy``, then the whole observation)."))
     distribution_cls: Any = _hparam(None, _class_or_path, doc=(
         "A :class:`rl8.Distribution` subclass, its dotted path, or ``None`` for the one the "
         "action space implies."))
@@ -243,6 +263,14 @@ class HParams:
                 f"hparam num_minibatches: only applies with sgd_minibatch_size='auto', but "
                 f"sgd_minibatch_size={self.sgd_minibatch_size!r} was given; set one of the two"
             )
+        if self.desired_kl is not None and self.lr_schedule is not None:
+            raise ValueError(
+                f"hparam desired_kl: the adaptive learning rate (desired_kl={self.desired_kl}) and lr_schedule "
+                "both set the learning rate; set one (rsl_rl's schedule='adaptive' is desired_kl, "
+                "'fixed' is a constant lr)"
+            )
+        if self.obs_groups is not None and "obs_groups" in self.model_config:
+            raise ValueError("hparam obs_groups: also given as model_config['obs_groups']; set one")
         self.minibatch_size_for(1)  # a size or count that does not divide the buffer
         if self.seq_len is not None and self.horizon % self.seq_len:
             raise ValueError(

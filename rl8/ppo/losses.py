@@ -13,7 +13,11 @@ from torch import Tensor
 
 from rl8.ppo.resolve import OPTIMIZER, qualified_name, resolve
 
-__all__ = ["PPOLoss", "make_optimizer", "ppo_loss"]
+__all__ = ["ADAPTIVE_LR_BOUNDS", "ADAPTIVE_LR_FACTOR", "PPOLoss", "adaptive_lr", "make_optimizer", "ppo_loss"]
+
+#: The factor and the bounds of rsl_rl's adaptive learning rate (hparam ``desired_kl``).
+ADAPTIVE_LR_FACTOR = 1.5
+ADAPTIVE_LR_BOUNDS = (1e-5, 1e-2)
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,22 @@ def ppo_loss(
         total=total, policy_loss=policy_loss.detach(), value_loss=value_loss.detach(),
         entropy=mean_entropy.detach(), approx_kl=approx_kl, clip_fraction=clip_fraction,
     )
+
+
+def adaptive_lr(lr: Tensor, kl: Tensor, desired_kl: float) -> Tensor:
+    """rsl_rl's adaptive learning rate, as 0-d tensors (so that compiled code runs it without
+    a host sync): ``lr / 1.5`` (not below 1e-5) when ``kl > 2 * desired_kl``, ``lr * 1.5`` (not
+    above 1e-2) when ``0 < kl < desired_kl / 2``, else ``lr``.
+
+    Args:
+        lr: The learning rate now.
+        kl: The KL divergence of the collecting policy from the current one on a minibatch.
+        desired_kl: The KL aimed at (> 0).
+    """
+    low, high = ADAPTIVE_LR_BOUNDS
+    down = (lr / ADAPTIVE_LR_FACTOR).clamp(min=low)
+    up = (lr * ADAPTIVE_LR_FACTOR).clamp(max=high)
+    return torch.where(kl > 2 * desired_kl, down, torch.where((kl < desired_kl / 2) & (kl > 0), up, lr))
 
 
 def make_optimizer(
