@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib.metadata
 import inspect
 import json
+import sys
 import time
 
 from workloads import WORKLOADS, batch_size, emit, iterations, parse_side_args, synchronize
@@ -94,9 +95,9 @@ def mjlab_main(args) -> None:
 
 def main() -> None:
     """Time ``runner.learn`` on one batched workload and print the JSON line of ``emit``."""
+    if WORKLOADS.get(sys.argv[1] if len(sys.argv) > 1 else "", {}).get("kind") == "mjlab":
+        return mjlab_main(parse_side_args(settings=("auto-reset",)))
     args = parse_side_args(settings=("fp32", "bf16"))
-    if WORKLOADS[args.workload]["kind"] == "mjlab":
-        return mjlab_main(args)
     import rl8
     import torch
     from rsl_rl.algorithms import PPO
