@@ -15,8 +15,9 @@ from rl8.ppo.resolve import OPTIMIZER, qualified_name, resolve
 
 __all__ = ["ADAPTIVE_LR_BOUNDS", "ADAPTIVE_LR_FACTOR", "PPOLoss", "adaptive_lr", "make_optimizer", "ppo_loss"]
 
-#: The factor and the bounds of rsl_rl's adaptive learning rate (hparam ``desired_kl``).
+#: The factor by which rsl_rl's adaptive learning rate (hparam ``desired_kl``) moves.
 ADAPTIVE_LR_FACTOR = 1.5
+#: The bounds of rsl_rl's adaptive learning rate.
 ADAPTIVE_LR_BOUNDS = (1e-5, 1e-2)
 
 

@@ -1,5 +1,6 @@
 """Presets: ``rl8 train`` config files shipped with rl8, one per task; from Python,
-``Trainer(PPO.from_preset(name), **trainer_options(name)).run(**run_args(name))`` (docs/cli.md)."""
+``Trainer(PPO.from_preset(name), **trainer_options(name)).run(**run_args(name))`` (docs/cli.md);
+rsl_rl runner configs: :func:`from_rsl_rl` (docs/rsl_rl.md)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,15 @@ from typing import Any
 
 from rl8.fields import read_numbers
 from rl8.ppo.presets import PREFIX, for_env, hparams, names, path
+from rl8.presets.rsl_rl import RslRlConfig, RslRlConfigWarning, from_rsl_rl, rsl_rl_run_args
 from rl8.training.config_file import load_config
 from rl8.training.conditions import from_config
 from rl8.training.config import TrainerConfig
 
-__all__ = ["PREFIX", "for_env", "hparams", "load", "names", "path", "run_args", "trainer_options"]
+__all__ = [
+    "PREFIX", "RslRlConfig", "RslRlConfigWarning", "for_env", "from_rsl_rl", "hparams", "load", "names", "path",
+    "rsl_rl_run_args", "run_args", "trainer_options",
+]
 
 
 def load(name: str) -> dict[str, Any]:

@@ -1,0 +1,307 @@
+"""rsl_rl runner configs as rl8 hyper-parameters: :func:`from_rsl_rl` reads Isaac Lab's and
+mjlab's ``RslRlOnPolicyRunnerCfg`` as a dict or YAML file (rsl_rl 5's ``actor``/``critic``
+sections, or the older ``policy`` section) and says what it could not map (``docs/rsl_rl.md``)."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import yaml
+
+from rl8.policies.models import ACTIVATIONS
+from rl8.training.conditions import HitsUpperBound
+
+__all__ = ["RslRlConfig", "RslRlConfigWarning", "from_rsl_rl", "rsl_rl_run_args"]
+
+#: rsl_rl 5 PPO's defaults, for the algorithm fields a config leaves out.
+_PPO_DEFAULTS = {
+    "class_name": "PPO", "optimizer": "adam", "learning_rate": 1e-3, "num_learning_epochs": 5, "num_mini_batches": 4,
+    "schedule": "adaptive", "desired_kl": 0.01, "value_loss_coef": 1.0, "clip_param": 0.2,
+    "use_clipped_value_loss": True, "entropy_coef": 0.01, "gamma": 0.99, "lam": 0.95, "max_grad_norm": 1.0,
+    "normalize_advantage_per_mini_batch": False,
+}
+#: Runner fields of bookkeeping (logging, saving, resuming), which rl8's Trainer has its own options for.
+_BOOKKEEPING = {
+    "save_interval", "experiment_name", "run_name", "logger", "wandb_project", "neptune_project", "wandb_tags",
+    "resume", "load_run", "load_checkpoint", "upload_model", "check_for_nan", "multi_gpu", "max_iterations",
+}
+_ACTIVATION_NAMES = {"lrelu": "leaky_relu", "swish": "silu"}  # rsl_rl's names that rl8 spells otherwise
+_OPTIMIZERS = {"adam": "torch.optim.Adam", "adamw": "torch.optim.AdamW", "sgd": "torch.optim.SGD",
+               "rmsprop": "torch.optim.RMSprop"}
+_MLP_CLASSES = {"MLPModel", "ActorCritic"}
+_MISSING = object()
+
+
+class RslRlConfigWarning(UserWarning):
+    """Fields of an rsl_rl config that :func:`from_rsl_rl` could not map."""
+
+
+class RslRlConfig(NamedTuple):
+    """What :func:`from_rsl_rl` returns: ``hparams, unmapped = from_rsl_rl(cfg)``.
+
+    Attributes:
+        hparams: Keyword arguments of ``PPO(env, **hparams)``.
+        unmapped: ``"field=value (why)"`` for each field that changes training but has no rl8
+            counterpart (also warned as :class:`RslRlConfigWarning`).
+    """
+
+    hparams: dict[str, Any]
+    unmapped: list[str]
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+_NUMBER = ("a number", _is_number)
+_INT = ("an int", lambda v: isinstance(v, int) and not isinstance(v, bool))
+_BOOL = ("a bool", lambda v: isinstance(v, bool))
+_STR = ("a str", lambda v: isinstance(v, str))
+_DIMS = ("a list of ints >= 1", lambda v: isinstance(v, (list, tuple)) and bool(v) and all(
+    isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in v))
+_DICT = ("a dict", lambda v: isinstance(v, Mapping))
+_ANY = ("anything", lambda v: True)
+
+
+def _optional(kind: tuple[str, Callable[[Any], bool]]) -> tuple[str, Callable[[Any], bool]]:
+    return f"{kind[0]} or None", lambda v: v is None or kind[1](v)
+
+
+class _Section:
+    """A section of the config whose fields are taken (checked) one by one; what is left is unmapped."""
+
+    def __init__(self, fields: Any, where: str, defaults: Mapping[str, Any] | None = None) -> None:
+        if not isinstance(fields, Mapping):
+            raise ValueError(f"rsl_rl config {where}: expected a dict, got {fields!r}")
+        self.fields, self.where = {**(defaults or {}), **fields}, where
+
+    def take(self, key: str, kind: tuple[str, Callable[[Any], bool]], default: Any = _MISSING) -> Any:
+        if key not in self.fields and default is not _MISSING:
+            return default
+        if key not in self.fields:
+            raise ValueError(f"rsl_rl config {self.name(key)}: missing (expected {kind[0]})")
+        value = self.fields.pop(key)
+        if not kind[1](value):
+            raise ValueError(f"rsl_rl config {self.name(key)}: expected {kind[0]}, got {value!r}")
+        return value
+
+    def name(self, key: str) -> str:
+        return f"{self.where}.{key}" if self.where else key
+
+    def rest(self) -> list[str]:
+        return [f"{self.name(k)}={v!r} (no rl8 counterpart)" for k, v in self.fields.items()]
+
+
+class _TupleLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that also reads the ``!!python/tuple`` lists of Isaac Lab's ``agent.yaml``."""
+
+
+_TupleLoader.add_constructor("tag:yaml.org,2002:python/tuple", lambda loader, node: loader.construct_sequence(node))
+
+
+def _read(cfg: Mapping[str, Any] | str | os.PathLike[str]) -> Mapping[str, Any]:
+    if isinstance(cfg, Mapping):
+        return cfg
+    if not isinstance(cfg, (str, os.PathLike)):
+        raise ValueError(f"from_rsl_rl: expected a dict or the path of a YAML file, got {type(cfg).__name__}")
+    try:
+        data = yaml.load(Path(cfg).read_text(), Loader=_TupleLoader)  # noqa: S506 (a SafeLoader subclass)
+    except (OSError, yaml.YAMLError) as err:
+        raise ValueError(f"from_rsl_rl: cannot read {str(cfg)!r}: {err}") from None
+    if not isinstance(data, Mapping):
+        raise ValueError(f"from_rsl_rl: {str(cfg)!r} holds {type(data).__name__}, not a dict of runner fields")
+    return data
+
+
+def _model_sections(runner: _Section) -> tuple[_Section, _Section]:
+    """The actor's and the critic's fields in rsl_rl 5's names (``hidden_dims``,
+    ``obs_normalization``...), from ``actor``/``critic`` or from the older ``policy`` section."""
+    if "policy" not in runner.fields:
+        return _Section(runner.take("actor", _DICT), "actor"), _Section(runner.take("critic", _DICT), "critic")
+    policy = _Section(runner.take("policy", _DICT), "policy")
+    norm = runner.take("empirical_normalization", _optional(_BOOL), None)
+    models = []
+    for name in ("actor", "critic"):
+        fields = {"class_name": policy.fields.get("class_name", "ActorCritic"),
+                  "activation": policy.fields.get("activation", "elu"),
+                  "hidden_dims": policy.fields.pop(f"{name}_hidden_dims", [256, 256, 256]),
+                  "obs_normalization": policy.fields.pop(f"{name}_obs_normalization", bool(norm))}
+        if name == "actor":
+            fields.update({k: policy.fields.pop(k) for k in ("init_noise_std", "noise_std_type",
+                                                             "state_dependent_std") if k in policy.fields})
+        models.append(_Section(fields, "policy"))
+    policy.fields.pop("class_name", None)
+    policy.fields.pop("activation", None)
+    models[0].fields.update(policy.fields)  # the rest of the policy section: reported with the actor's
+    return models[0], models[1]
+
+
+def _activation(model: _Section) -> str:
+    name = model.take("activation", _STR, "elu")
+    rl8_name = _ACTIVATION_NAMES.get(name, name)
+    if rl8_name not in ACTIVATIONS:
+        raise ValueError(f"rsl_rl config {model.name('activation')}: rl8 has no activation {name!r} (it has "
+                         f"{sorted([*ACTIVATIONS, *_ACTIVATION_NAMES])})")
+    return rl8_name
+
+
+def _distribution(actor: _Section, config: dict[str, Any], unmapped: list[str]) -> None:
+    """The actor's output distribution (rsl_rl 5's ``distribution_cfg`` or rsl_rl 4's fields)
+    as ``model_config`` entries."""
+    dist = actor.take("distribution_cfg", _optional(_DICT), None)
+    if dist is None:
+        actor.take("stochastic", _BOOL, True)
+        dist = {"class_name": "HeteroscedasticGaussianDistribution" if actor.take("state_dependent_std", _BOOL, False)
+                else "GaussianDistribution", "init_std": actor.take("init_noise_std", _NUMBER, 1.0),
+                "std_type": actor.take("noise_std_type", _STR, "scalar")}
+        dist_section = _Section(dist, actor.where)
+    else:
+        dist_section = _Section(dist, actor.name("distribution_cfg"))
+    kind = dist_section.take("class_name", _STR, "GaussianDistribution").rsplit(":", 1)[-1].rsplit(".", 1)[-1]
+    if kind not in ("GaussianDistribution", "HeteroscedasticGaussianDistribution"):
+        unmapped.append(f"{dist_section.name('class_name')}={kind!r} (rl8 picks the distribution from the action "
+                        "space; set distribution_cls)")
+        unmapped.extend(dist_section.rest())
+        return
+    init_std = dist_section.take("init_std", _NUMBER, 1.0)
+    std_type = dist_section.take("std_type", ("'scalar' or 'log'", lambda v: v in ("scalar", "log")), "scalar")
+    if kind == "HeteroscedasticGaussianDistribution":
+        config["state_dependent_std"] = True
+        unmapped.append(f"{dist_section.name('init_std')}={init_std!r} (rl8's state-dependent log-std head starts "
+                        "near 0: std 1)")
+    else:
+        config.update(init_noise_std=init_std, noise_std_type=std_type)
+    if dist_section.take("std_range", _ANY, (1e-6, 1e6)) not in ([1e-6, 1e6], (1e-6, 1e6)):
+        unmapped.append(f"{dist_section.name('std_range')} (rl8 clamps the log-std to [-20, 2])")
+    if not dist_section.take("learn_std", _BOOL, True):
+        unmapped.append(f"{dist_section.name('learn_std')}=False (rl8 learns the std)")
+    unmapped.extend(dist_section.rest())
+
+
+def _obs_groups(runner: _Section, unmapped: list[str]) -> dict[str, list[str]] | None:
+    groups = runner.take("obs_groups", _optional(_DICT), None)
+    out = {}
+    for name, keys in (groups or {}).items():
+        rl8_name = {"policy": "actor"}.get(name, name)  # rsl_rl 3's name of the actor's set
+        if rl8_name not in ("actor", "critic"):
+            unmapped.append(f"obs_groups.{name}={keys!r} (rl8 has the sets actor and critic)")
+            continue
+        if not (isinstance(keys, (list, tuple)) and keys and all(isinstance(k, str) for k in keys)):
+            raise ValueError(f"rsl_rl config obs_groups.{name}: expected a non-empty list of group names, got {keys!r}")
+        out[rl8_name] = list(keys)
+    return out or None
+
+
+def from_rsl_rl(cfg: Mapping[str, Any] | str | os.PathLike[str]) -> RslRlConfig:
+    """rl8 hyper-parameters of an rsl_rl ``OnPolicyRunner`` config, and what could not be
+    mapped (warned as :class:`RslRlConfigWarning`); the field-by-field table is ``docs/rsl_rl.md``.
+    Fields the config leaves out take rsl_rl 5's defaults; bookkeeping fields (logging, saving)
+    are left to rl8's Trainer; ``max_iterations`` goes to :func:`rsl_rl_run_args`.
+
+    Args:
+        cfg: The runner config as a dict (``dataclasses.asdict`` of Isaac Lab's or mjlab's
+            ``RslRlOnPolicyRunnerCfg``, or rsl_rl's ``train_cfg``), or the path of a YAML file of it
+            (Isaac Lab's ``params/agent.yaml``).
+
+    Raises:
+        ValueError: A field of the wrong type (naming it, the expected and the given value), an
+            activation rl8 lacks, or an algorithm other than PPO.
+    """
+    runner = _Section(_read(cfg), "")
+    for key in _BOOKKEEPING:
+        runner.fields.pop(key, None)
+    runner_cls = runner.take("class_name", _STR, "OnPolicyRunner")
+    algo = _Section(runner.take("algorithm", _DICT), "algorithm", _PPO_DEFAULTS)
+    algo_cls = algo.take("class_name", _STR)
+    if (runner_cls, algo_cls) != ("OnPolicyRunner", "PPO"):
+        raise ValueError(f"rsl_rl config class_name: rl8 runs PPO (OnPolicyRunner), got {runner_cls!r} running "
+                         f"{algo_cls!r}")
+    unmapped: list[str] = []
+    actor, critic = _model_sections(runner)
+    optimizer = algo.take("optimizer", ("one of " + ", ".join(_OPTIMIZERS), lambda v: v in _OPTIMIZERS))
+    hparams: dict[str, Any] = {
+        "horizon": runner.take("num_steps_per_env", _INT),
+        "lr": algo.take("learning_rate", _NUMBER),
+        "num_sgd_iters": algo.take("num_learning_epochs", _INT),
+        "num_minibatches": algo.take("num_mini_batches", _INT),
+        "clip_param": algo.take("clip_param", _NUMBER),
+        "entropy_coeff": algo.take("entropy_coef", _NUMBER),
+        "vf_coeff": 2.0 * algo.take("value_loss_coef", _NUMBER),  # rsl_rl's value loss has no 1/2
+        "max_grad_norm": algo.take("max_grad_norm", _optional(_NUMBER)),
+        "gamma": algo.take("gamma", _NUMBER),
+        "gae_lambda": algo.take("lam", _NUMBER),
+        "optimizer_cls": _OPTIMIZERS[optimizer],
+        "optimizer_kwargs": {},  # torch's defaults, as rsl_rl
+        "normalize_rewards": False,  # rsl_rl has no reward normalisation
+    }
+    hparams["vf_clip_param"] = hparams["clip_param"] if algo.take("use_clipped_value_loss", _BOOL) else None
+    schedule = algo.take("schedule", ("'adaptive' or 'fixed'", lambda v: v in ("adaptive", "fixed")))
+    desired_kl = algo.take("desired_kl", _optional(_NUMBER))
+    hparams["desired_kl"] = desired_kl if schedule == "adaptive" else None
+    if not algo.take("normalize_advantage_per_mini_batch", _BOOL):
+        unmapped.append("algorithm.normalize_advantage_per_mini_batch=False (rl8 normalises advantages per "
+                        "minibatch, not over the whole rollout)")
+    for key, off in (("rnd_cfg", None), ("symmetry_cfg", None), ("share_cnn_encoders", False)):
+        value = algo.take(key, _ANY, off)
+        if value != off:
+            unmapped.append(f"algorithm.{key}={value!r} (no rl8 counterpart)")
+    if "seed" in runner.fields:
+        hparams["seed"] = runner.take("seed", _INT)
+    if runner.take("torch_compile_mode", _optional(_STR), None) is not None:
+        hparams["compile"] = True
+    obs_groups = _obs_groups(runner, unmapped)
+    if obs_groups is not None:
+        hparams["obs_groups"] = obs_groups
+    clip_actions = runner.take("clip_actions", _optional(_NUMBER), None)
+    if clip_actions is not None:
+        unmapped.append(f"clip_actions={clip_actions!r} (rl8 clips actions to the action space's bounds)")
+
+    config: dict[str, Any] = {"ortho_init": False}  # torch's default init, as rsl_rl's MLPs
+    for model in (actor, critic):
+        kind = model.take("class_name", _STR, "MLPModel").rsplit(":", 1)[-1].rsplit(".", 1)[-1]
+        if kind not in _MLP_CLASSES:
+            unmapped.append(f"{model.name('class_name')}={kind!r} (rl8 builds its MLPModel; set model_cls)")
+        for key, off in (("rnn_type", None), ("cnn_cfg", None)):
+            if model.take(key, _ANY, off) != off:
+                unmapped.append(f"{model.name(key)} (rl8 builds its MLPModel; set model_cls)")
+        for key in ("rnn_hidden_dim", "rnn_num_layers"):
+            model.fields.pop(key, None)
+    config["hiddens"] = list(actor.take("hidden_dims", _DIMS, [256, 256, 256]))
+    critic_hiddens = list(critic.take("hidden_dims", _DIMS, [256, 256, 256]))
+    if critic_hiddens != config["hiddens"]:
+        config["critic_hiddens"] = critic_hiddens
+    config["activation"] = _activation(actor)
+    if _activation(critic) != config["activation"]:
+        unmapped.append(f"critic.activation (rl8 uses the actor's, {config['activation']!r}, for both)")
+    norms = [model.take("obs_normalization", _BOOL, False) for model in (actor, critic)]
+    hparams["normalize_observations"] = any(norms)
+    if norms[0] != norms[1]:
+        unmapped.append(f"obs_normalization actor={norms[0]}, critic={norms[1]} (rl8 normalises every group "
+                        "alike: on for both)")
+    _distribution(actor, config, unmapped)
+    critic.take("distribution_cfg", _ANY, None)
+    critic.take("stochastic", _ANY, None)
+    hparams["model_config"] = config
+    if "device" in runner.fields:
+        unmapped.append(f"device={runner.fields.pop('device')!r} (rl8's hparam device; PPO follows the env's)")
+    for section in (runner, algo, actor, critic):
+        unmapped.extend(section.rest())
+    if unmapped:
+        warnings.warn("from_rsl_rl: not mapped: " + "; ".join(unmapped), RslRlConfigWarning, stacklevel=2)
+    return RslRlConfig(hparams, unmapped)
+
+
+def rsl_rl_run_args(cfg: Mapping[str, Any] | str | os.PathLike[str]) -> dict[str, Any]:
+    """The :meth:`rl8.Trainer.run` arguments of an rsl_rl config: ``max_iterations`` as a stop
+    after that many PPO updates (``HitsUpperBound("algorithm/steps", max_iterations)``).
+
+    Args:
+        cfg: As for :func:`from_rsl_rl`.
+    """
+    runner = _Section(_read(cfg), "")
+    max_iterations = runner.take("max_iterations", _optional(_INT), None)
+    return {} if max_iterations is None else {"stop_conditions": [HitsUpperBound("algorithm/steps", max_iterations)]}
