@@ -25,6 +25,7 @@ FUNCTION_LEVEL_ALLOWED = {
     "imageio": "optional (rl8[video]): MP4 writing",
     "imageio_ffmpeg": "optional (rl8[video]): the ffmpeg binary of imageio",
     "mujoco": "optional (rl8[mujoco])",
+    "mjlab": "optional (rl8[mjlab]): mjlab's tasks, imported when one is built (rl8.envs.mjlab)",
     "cloudpickle": "optional: pickles env factories for worker processes",
     "IPython": "optional: notebooks",
     "mlflow": "heavy (about a second to import): only when tracking is on",

@@ -53,7 +53,7 @@ WORKLOADS: dict[str, dict] = {
     # each round trains one seed until the return reaches ``target`` or ``max_env_steps`` pass.
     "mjlab-cartpole": dict(
         kind="mjlab", task="Mjlab-Cartpole-Balance", num_envs=256, target=45.0, max_env_steps=2_000_000,
-        warmup=2, iters=0, quick_warmup=1, quick_iters=2,
+        warmup=2, iters=0, quick_warmup=1, quick_iters=4, timeout=1800,
     ),
 }
 

@@ -5,6 +5,7 @@ only when a task is built."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 import torch
@@ -36,8 +37,6 @@ def mjlab_runner_cfg(task: str) -> dict[str, Any]:
     Args:
         task: An mjlab task id, e.g. ``"Mjlab-Cartpole-Balance"``.
     """
-    from dataclasses import asdict
-
     from mjlab.tasks.registry import load_rl_cfg
 
     _load_task(task)
