@@ -266,7 +266,8 @@ def learning_table(rows: list[tuple[str, Side, str]], results: dict) -> list[str
         for r in results.get((workload, side.name, setting), []):
             if "target" not in r:
                 continue
-            steps = f"{r['env_steps_to_target']:,}" if r["env_steps_to_target"] else f"not in {r['iterations']} iterations"
+            steps = f"{r['env_steps_to_target']:,}" if r["env_steps_to_target"] else \
+                f"not in {r['iterations']} iterations{' (--quick: no target)' if r['iterations'] < 10 else ''}"
             wall = f"{r['seconds_to_target']:.0f}" if r["seconds_to_target"] else ""
             out.append(f"| {workload} (return {r['target']:g}) | {side.name} | {setting} | {r['seed']} | {steps} | "
                        f"{wall} | {r['final_return']:.1f} | {fmt_rate(r['steps_per_s'])} |")
@@ -352,6 +353,9 @@ def main(argv: list[str] | None = None) -> int:
                 result = measure(pythons.get((w, side.name)) or pythons[side.name], side, w, setting, args, seed=r)
                 results.setdefault((w, side.name, setting), []).append(result)
                 shown = fmt_rate(result["steps_per_s"]) if "steps_per_s" in result else result
+                if "target" in result:
+                    shown = f"{shown} env steps/s; return {result['final_return']:.1f}, {result['target']:g} reached " \
+                            f"at {result['env_steps_to_target']} env steps, {result['seconds_to_target']} s"
                 log(f"round {r + 1}/{rounds} {w} {side.name} {setting}: {shown}")
                 if result.get("torch_threads", args.threads) != args.threads:
                     log(f"warning: {side.name} ran with {result['torch_threads']} torch threads")
