@@ -5,6 +5,8 @@ is not installed: it pins mujoco 3.11 and lives in a venv of its own (``.ci/run`
 from __future__ import annotations
 
 import os
+import runpy
+from pathlib import Path
 
 import pytest
 
@@ -100,3 +102,9 @@ def test_learns_to_balance_with_mjlab_tuned_config():
         algo.update()
         best = max(best, stats.get("episodes/return_mean", 0.0))
     assert best >= 4.0, f"return {best:.2f} of 5 after {algo.env_steps} env steps"
+
+
+def test_the_example_runs_as_written(capsys):
+    example = runpy.run_path(str(Path(__file__).parents[2] / "examples" / "mjlab_cartpole.py"))
+    example["main"](["--num-envs", "8", "--max-env-steps", "256"])
+    assert "after 256 env steps" in capsys.readouterr().out
