@@ -19,6 +19,12 @@ Usage (from the repository root)::
     python benchmarks/peers/run.py                # the full table: 3 rounds, 15 minutes on 2 busy cores
     python benchmarks/peers/run.py --quick        # a try: 1 round, fewer iterations
     python benchmarks/peers/run.py --workload CartPole-v1 --side rl8 --side sb3 --rounds 5
+    python benchmarks/peers/run.py --workload mjlab-cartpole --rounds 3 --threads 1
+
+The ``mjlab`` workloads (``mjlab_workload.py``) run rl8 and rsl_rl in one virtualenv, ``mjlab``
+(``torch==2.13.0``, then mjlab and rl8's dependencies; rl8 from this checkout), on warp's CPU
+device; each round trains one seed (0, 1, 2...) until the return reaches the workload's target,
+and a second table gives the env steps and wall seconds each run took to reach it.
 """
 
 from __future__ import annotations

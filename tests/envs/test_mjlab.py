@@ -93,15 +93,16 @@ def test_resume_from_the_named_task_and_from_a_built_env():
 
 @pytest.mark.slow
 def test_learns_to_balance_with_mjlab_tuned_config():
+    # mjlab's tuned config (adaptive lr, 64x64 ELU, scalar std) with 16-step rollouts, on
+    # 100-step episodes (returns of at most 5): about 26 collects
     hp = from_rsl_rl(mjlab_runner_cfg(TASK)).hparams
-    env = make_mjlab_env(TASK, 64, device="cpu", seed=0, env_cfg=short_episodes(100))
-    algo = PPO(env, **{**hp, "seed": 0})
-    best = 0.0
-    while algo.env_steps < 60_000 and best < 4.0:
-        stats = algo.collect()
+    env = make_mjlab_env(TASK, 256, device="cpu", seed=0, env_cfg=short_episodes(100))
+    algo = PPO(env, **{**hp, "horizon": 16, "seed": 0})
+    ret = 0.0
+    while algo.env_steps < 150_000 and ret < 3.5:
+        ret = algo.collect().get("episodes/return_mean", 0.0)
         algo.update()
-        best = max(best, stats.get("episodes/return_mean", 0.0))
-    assert best >= 4.0, f"return {best:.2f} of 5 after {algo.env_steps} env steps"
+    assert ret >= 3.5, f"return {ret:.2f} of 5 after {algo.env_steps} env steps"
 
 
 def test_the_example_runs_as_written(capsys):
