@@ -31,8 +31,16 @@ def short_episodes(steps: int, fall_at: float | None = None):
     cfg = load_env_cfg(TASK)
     cfg.episode_length_s = steps * cfg.decimation * cfg.sim.mujoco.timestep
     if fall_at is not None:
-        cfg.terminations["fell"] = TerminationTermCfg(func=lambda env: env.scene["cartpole"].data.joint_pos[:, 1].abs() > fall_at)
+        cfg.terminations["fell"] = TerminationTermCfg(
+            func=lambda env: env.scene["cartpole"].data.joint_pos[:, 1].abs() > fall_at)
     return cfg
+
+
+def test_unknown_task_and_reset_mode_are_errors():
+    with pytest.raises(ValueError, match=r"task 'Mjlab-Nope' is not in mjlab's registry; its tasks: \[.*'Mjlab-"):
+        make_mjlab_env("Mjlab-Nope", 2, device="cpu")
+    with pytest.raises(ValueError, match=r"reset_mode must be one of \('auto', 'partial'\), got 'manual'"):
+        make_mjlab_env(TASK, 2, device="cpu", reset_mode="manual")
 
 
 @pytest.mark.parametrize("reset_mode", ["auto", "partial"])
