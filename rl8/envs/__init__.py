@@ -21,6 +21,8 @@ _ENVS = {
     "EnvStepTimeout": "rl8.envs.workers",
     "PoolEnv": "rl8.envs.pool",
     "PoolWorkerDied": "rl8.envs.pool",
+    "RslRlEnv": "rl8.envs.rsl_rl",
+    "TorchVectorEnv": "rl8.envs.torch_vector",
 }
 
 __all__ = sorted(_ENVS)

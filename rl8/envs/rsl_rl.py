@@ -77,7 +77,8 @@ class RslRlEnv(Env):
         limit = getattr(vec_env, "max_episode_length", None)
         if isinstance(limit, int):  # the episode limit of evaluations on these envs
             self.params = {"max_episode_steps": limit}
-        self._log: dict[str, tuple[Any, int]] = {}
+        self._logs: list[Mapping[str, Any]] = []  # the steps' extras["log"] not yet summed
+        self._log_sums: dict[str, tuple[Any, int]] = {}
 
     def _observations(self, raw: Any, extras: Any = None) -> Observations:
         if isinstance(raw, tuple):  # (obs, extras) of reset(), and of get_observations() in rsl_rl 2
@@ -128,19 +129,28 @@ class RslRlEnv(Env):
         })
 
     def _add_log(self, log: Any) -> None:
-        for key, value in (log.items() if isinstance(log, Mapping) else ()):
-            if isinstance(value, torch.Tensor):
-                value = value.detach().float().mean()
-            elif not isinstance(value, (int, float)):
-                continue
-            total, count = self._log.get(key, (0.0, 0))
-            self._log[key] = (total + value, count + 1)
+        if isinstance(log, Mapping) and log:  # kept as given; summed every 256 steps, in few ops
+            self._logs.append(log)
+            if len(self._logs) >= 256:
+                self._fold_logs()
+
+    def _fold_logs(self) -> None:
+        for key in {key for log in self._logs for key in log}:
+            values = [log[key] for log in self._logs if key in log]
+            numbers = [v for v in values if isinstance(v, (int, float))]
+            tensors = [v if v.dim() == 0 and v.is_floating_point() else v.float().mean()
+                       for v in values if isinstance(v, torch.Tensor)]
+            total = sum(numbers) + (torch.stack(tensors).sum() if tensors else 0.0)
+            old, count = self._log_sums.get(key, (0.0, 0))
+            self._log_sums[key] = (old + total, count + len(numbers) + len(tensors))
+        self._logs = []
 
     def pop_log(self) -> dict[str, float]:
         """The mean of each value the env logged in ``extras["log"]`` (Isaac Lab, mjlab) or
         ``extras["episode"]`` over the steps since the last call, which are forgotten."""
-        out = {key: float(total) / count for key, (total, count) in self._log.items()}
-        self._log = {}
+        self._fold_logs()
+        out = {key: float(total) / count for key, (total, count) in self._log_sums.items() if count}
+        self._log_sums = {}
         return out
 
     def state_dict(self) -> None:
@@ -155,11 +165,12 @@ class RslRlEnv(Env):
 
 
 def _action_space(vec_env: Any) -> spaces.Space:
-    """The env's ``single_action_space`` (or its ``unwrapped``'s) as float32, else an unbounded
-    ``Box`` of ``num_actions``."""
+    """The env's ``single_action_space`` or ``action_space`` (or its ``unwrapped``'s) of
+    ``num_actions`` values as float32, else an unbounded ``Box`` of ``num_actions``."""
     num_actions = int(vec_env.num_actions)
     for owner in (vec_env, getattr(vec_env, "unwrapped", None)):
-        box = float32_box(getattr(owner, "single_action_space", None))
-        if box is not None and box.shape == (num_actions,):
-            return box
+        for name in ("single_action_space", "action_space"):
+            box = float32_box(getattr(owner, name, None))
+            if box is not None and box.shape == (num_actions,):
+                return box
     return spaces.Box(-np.inf, np.inf, (num_actions,), np.float32)

@@ -41,7 +41,8 @@ def batched_obs(value: Any, num_envs: int) -> torch.Tensor | TensorDictBase:
         return TensorDict(dict(value), batch_size=[num_envs])
     if isinstance(value, torch.Tensor):
         return value
-    raise TypeError(f"observations must be torch tensors or dicts of them, got {type(value).__name__}")
+    raise TypeError(f"observations must be torch tensors or dicts of them, got {type(value).__name__} "
+                    "(a gymnasium env of numpy arrays goes through rl8.envs.GymnasiumEnv)")
 
 
 def float32_box(space: Any) -> spaces.Box | None:

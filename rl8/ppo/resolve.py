@@ -316,8 +316,8 @@ def env_target(spec: Any, *, source: Any = None, trust_code: bool = False) -> En
     if isinstance(target, str) or callable(target):
         return EnvTarget(target, True)
     raise TypeError(
-        f"env: expected an rl8.Env subclass, a gymnasium id or a callable making a gymnasium "
-        f"env, got {spec!r}"
+        f"env: expected an rl8.Env subclass, a gymnasium id, a named task, a callable making a gymnasium "
+        f"env, or a built env (an rl8.Env, an rsl_rl VecEnv, a torch-batched vector env), got {spec!r}"
     )
 
 

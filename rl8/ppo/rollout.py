@@ -254,7 +254,7 @@ def env_hparams(env: Env, given: Mapping[str, Any]) -> dict[str, Any]:
             continue
         if name == "device":
             value = torch.device(value)
-            agrees = value.type == own.type and value.index in (None, own.index)
+            agrees = value.type == own.type and (None in (value.index, own.index) or value.index == own.index)
         else:
             agrees = value == own
         if not agrees:

@@ -240,6 +240,8 @@ def run_params(algo: PPO, config: TrainerConfig, env_spec: str | None, dist: Dis
     # hparams/seed and hparams/device are the values in use (a random seed, "auto" resolved)
     hparams = {**algo.hparams.to_plain(), "seed": algo.seed, "device": str(algo.device)}
     env = env_spec if env_spec is not None else repr(algo.env_spec)
+    if env_spec is None and not callable(algo.env_spec):  # an env given built: its class, not its address
+        env = f"a {qualified_name(type(algo.env_spec))} object"
     params = {
         "hparams": hparams,
         "env": env,

@@ -109,3 +109,12 @@ class PointMassVectorEnv:
 
     def close(self) -> None:
         self.closed = True
+
+
+def make_point_mass(task: str, num_envs: int, horizon: int | None, *, device: str, **env_kwargs: object):
+    """A maker of named tasks (``rl8.envs.tasks``): ``"PointMass"`` as an rsl_rl env."""
+    from rl8.envs.rsl_rl import RslRlEnv
+
+    if task != "PointMass":
+        raise ValueError(f"unknown task {task!r}")
+    return RslRlEnv(PointMassVecEnv(num_envs, **env_kwargs))
