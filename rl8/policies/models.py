@@ -161,7 +161,8 @@ def initial_log_std(init_log_std: float | None, init_noise_std: float | None) ->
         raise ValueError(f"model_config: init_log_std={init_log_std!r} and init_noise_std={init_noise_std!r} "
                          "set the same thing (log-std and std); give one")
     if isinstance(init_noise_std, bool) or not isinstance(init_noise_std, numbers.Real) or not init_noise_std > 0:
-        raise ValueError(f"model_config init_noise_std: expected a number > 0 (the initial std), got {init_noise_std!r}")
+        raise ValueError(
+            f"model_config init_noise_std: expected a number > 0 (the initial std), got {init_noise_std!r}")
     return math.log(init_noise_std)
 
 
@@ -261,7 +262,8 @@ class MLPModel(Model):
                  init_log_std: float | None = None, init_noise_std: float | None = None, noise_std_type: str = "log",
                  ortho_init: bool = True, obs_groups: Mapping[str, Sequence[str]] | None = None) -> None:
         hiddens = check_widths("model_config hiddens", hiddens)
-        critic_hiddens = hiddens if critic_hiddens is None else check_widths("model_config critic_hiddens", critic_hiddens)
+        critic_hiddens = (hiddens if critic_hiddens is None
+                          else check_widths("model_config critic_hiddens", critic_hiddens))
         super().__init__(
             observation_space, action_space, distribution_cls,
             hiddens=hiddens, critic_hiddens=critic_hiddens, activation=activation, shared=shared,
@@ -291,7 +293,8 @@ class MLPModel(Model):
             self.pi = make_linear(sizes[-1], head_size, 0.01, ortho_init)
             self.vf = make_linear(sizes[-1], 1, 1.0, ortho_init)
         else:
-            self.pi = nn.Sequential(*make_mlp(sizes, act, ortho_init), make_linear(sizes[-1], head_size, 0.01, ortho_init))
+            self.pi = nn.Sequential(*make_mlp(sizes, act, ortho_init),
+                                    make_linear(sizes[-1], head_size, 0.01, ortho_init))
             self.vf = nn.Sequential(*make_mlp(critic_sizes, act, ortho_init),
                                     make_linear(critic_sizes[-1], 1, 1.0, ortho_init))
 
