@@ -1,5 +1,5 @@
 """mjlab's tasks (Isaac Lab's manager API on MuJoCo Warp) as rl8 envs: ``PPO("mjlab:<task id>")``
-builds the task's env from mjlab's registry and wraps it in ``rl8.envs.rsl_rl.RslRlEnv``
+builds the task's env from mjlab's registry and wraps it in :class:`~rl8.envs.rsl_rl.RslRlEnv`
 (``docs/simulators_mjlab.md``). mjlab is an extra (``pip install rl8[mjlab]``): it is imported
 only when a task is built."""
 
