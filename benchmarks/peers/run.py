@@ -19,6 +19,12 @@ Usage (from the repository root)::
     python benchmarks/peers/run.py                # the full table: 3 rounds, 15 minutes on 2 busy cores
     python benchmarks/peers/run.py --quick        # a try: 1 round, fewer iterations
     python benchmarks/peers/run.py --workload CartPole-v1 --side rl8 --side sb3 --rounds 5
+    python benchmarks/peers/run.py --workload mjlab-cartpole --rounds 3 --threads 1
+
+The ``mjlab`` workloads (``mjlab_workload.py``) run rl8 and rsl_rl in one virtualenv, ``mjlab``
+(``torch==2.13.0``, then mjlab and rl8's dependencies; rl8 from this checkout), on warp's CPU
+device; each round trains one seed (0, 1, 2...) until the return reaches the workload's target,
+and a second table gives the env steps and wall seconds each run took to reach it.
 """
 
 from __future__ import annotations
@@ -67,11 +73,17 @@ class Side:
     needs_rl8: bool = False
 
 
+#: The workloads of kind ``mjlab`` run both sides in this venv: mjlab (it pins mujoco 3.11 and
+#: rsl-rl-lib) and rl8's own dependencies, so that rl8's side imports the checkout.
+MJLAB_VENV = Venv("mjlab", ("mjlab", "tensordict>=0.15,<0.16", "mlflow-skinny>=3.0", "sqlalchemy>=1.4,<3",
+                            "alembic>=1.0,<2", "gymnasium>=1.0", "pyyaml>=6.0"), "mjlab")
+
 SIDES = {
-    "rl8": Side("rl8", "side_rl8.py", None, {"batched": ("fp32", "bf16"), "gym": ("fp32",)}, needs_rl8=True),
+    "rl8": Side("rl8", "side_rl8.py", None, {"batched": ("fp32", "bf16"), "gym": ("fp32",),
+                                             "mjlab": ("auto-reset", "partial-reset")}, needs_rl8=True),
     "rsl_rl": Side("rsl_rl", "side_rsl_rl.py",
                    Venv("rsl_rl", ("rsl-rl-lib", "tensordict>=0.15,<0.16", "gymnasium>=1.0", "numpy"), "rsl_rl"),
-                   {"batched": ("fp32", "bf16")}, needs_rl8=True),
+                   {"batched": ("fp32", "bf16"), "mjlab": ("auto-reset",)}, needs_rl8=True),
     "sb3": Side("sb3", "side_sb3.py", Venv("sb3", ("stable-baselines3", "gymnasium[mujoco]>=1.0"), "stable_baselines3"),
                 {"gym": ("fp32",)}),
     "cleanrl": Side("cleanrl", "cleanrl_ppo.py", None, {"gym": ("fp32",)}),
@@ -120,9 +132,10 @@ def pip_version(python: Path, package: str) -> str:
     return out.stdout.strip() or "?"
 
 
-def measure(python: Path, side: Side, workload: str, setting: str, args: argparse.Namespace) -> dict:
+def measure(python: Path, side: Side, workload: str, setting: str, args: argparse.Namespace, seed: int = 0) -> dict:
     """One measurement in a fresh process: the side's JSON line (``steps_per_s``...), or
-    ``{"error": ...}`` / ``{"unavailable": ...}``."""
+    ``{"error": ...}`` / ``{"unavailable": ...}``. ``seed``: the run's seed (the mjlab workloads
+    train one seed per round)."""
     cmd = [str(python), str(HERE / side.script), workload, "--threads", str(args.threads), "--setting", setting]
     if args.quick:
         cmd.append("--quick")
@@ -130,7 +143,10 @@ def measure(python: Path, side: Side, workload: str, setting: str, args: argpars
     env["OMP_NUM_THREADS"] = str(args.threads)
     if side.needs_rl8:
         env["PYTHONPATH"] = str(ROOT)
-    result = run_side(cmd, env, args.timeout)
+    if WORKLOADS[workload]["kind"] == "mjlab":
+        cmd += ["--seed", str(seed)]
+        env["CUDA_VISIBLE_DEVICES"] = ""  # warp on its CPU device
+    result = run_side(cmd, env, max(args.timeout, WORKLOADS[workload].get("timeout", 0)))
     if side.needs_rl8 and "rl8_file" in result and not result["rl8_file"].startswith(str(ROOT / "rl8")):
         return {"error": f"imported rl8 from {result['rl8_file']}, not from {ROOT}"}
     return result
@@ -188,7 +204,7 @@ def plan(args: argparse.Namespace, rl8_compiles: bool) -> list[tuple[str, Side, 
             if side.workloads is not None and workload not in side.workloads:
                 continue
             settings = list(side.settings.get(kind, ()))
-            if name == "rl8" and rl8_compiles:
+            if name == "rl8" and rl8_compiles and kind != "mjlab":
                 settings += ["compile", "compile-bf16"] if kind == "batched" else ["compile"]
             rows += [(workload, side, s) for s in settings]
     return rows
@@ -203,7 +219,10 @@ def rl8_has_compile() -> bool:
 
 
 def reference_setting(setting: str) -> str:
-    """The rl8 setting a peer's setting is compared with: the same precision, eager."""
+    """The rl8 setting a peer's setting is compared with: the same precision, eager (the mjlab
+    workloads: the same reset mode)."""
+    if setting.endswith("-reset"):
+        return setting
     return "bf16" if setting.endswith("bf16") else "fp32"
 
 
@@ -242,6 +261,23 @@ def table(rows: list[tuple[str, Side, str]], results: dict, notes: dict) -> list
             rng = f"{fmt_rate(min(good))}-{fmt_rate(max(good))}"
         out.append(f"| {workload} | {side.name} | {setting} | {fmt_rate(median)} | {ratio} | {rng} |")
     return out
+
+
+def learning_table(rows: list[tuple[str, Side, str]], results: dict) -> list[str]:
+    """The Markdown table of the runs that trained to a target return (the mjlab workloads):
+    one line per run (side, setting, seed)."""
+    out = ["| workload | side | setting | seed | env steps to return | wall s to return | final return | env steps/s |",
+           "|---|---|---|---:|---:|---:|---:|---:|"]
+    for workload, side, setting in rows:
+        for r in results.get((workload, side.name, setting), []):
+            if "target" not in r:
+                continue
+            steps = f"{r['env_steps_to_target']:,}" if r["env_steps_to_target"] else \
+                f"not in {r['iterations']} iterations{' (--quick: no target)' if r['iterations'] < 10 else ''}"
+            wall = f"{r['seconds_to_target']:.0f}" if r["seconds_to_target"] else ""
+            out.append(f"| {workload} (return {r['target']:g}) | {side.name} | {setting} | {r['seed']} | {steps} | "
+                       f"{wall} | {r['final_return']:.1f} | {fmt_rate(r['steps_per_s'])} |")
+    return out if len(out) > 2 else []
 
 
 def best_vs_best(rows: list[tuple[str, Side, str]], results: dict) -> list[str]:
@@ -285,32 +321,47 @@ def main(argv: list[str] | None = None) -> int:
     start = datetime.datetime.now()
     compiles = rl8_has_compile()
     rows = plan(args, compiles)
-    pythons: dict[str, Path] = {}
+    pythons: dict = {}  # side name (or (workload, side name) for the mjlab workloads) -> its Python
     notes: dict[tuple[str, str, str], str] = {}
     versions: dict[str, str] = {}
-    for side in (SIDES[name] for name in dict.fromkeys(side.name for _, side, _ in rows)):
+    gym_rows = [r for r in rows if WORKLOADS[r[0]]["kind"] != "mjlab"]
+    for side in (SIDES[name] for name in dict.fromkeys(side.name for _, side, _ in gym_rows)):
         if side.venv is None:
             pythons[side.name] = Path(sys.executable)
             continue
         python, reason = ensure_venv(side.venv, log)
         if python is None:
-            for w, s, setting in rows:
+            for w, s, setting in gym_rows:
                 if s.name == side.name:
                     notes[(w, s.name, setting)] = f"not installed: {reason}"
             continue
         pythons[side.name] = python
         dist = side.venv.packages[0]
         versions[side.name] = f"{dist} {pip_version(python, dist)}"
-    runnable = [r for r in rows if r[1].name in pythons]
+    if any(WORKLOADS[w]["kind"] == "mjlab" for w, _, _ in rows):
+        python, reason = ensure_venv(MJLAB_VENV, log)
+        for w, s, setting in rows:
+            if WORKLOADS[w]["kind"] == "mjlab":
+                if python is None:
+                    notes[(w, s.name, setting)] = f"not installed: {reason}"
+                else:
+                    pythons[(w, s.name)] = python
+        if python is not None:
+            versions["mjlab"] = f"mjlab {pip_version(python, 'mjlab')} (rsl-rl-lib {pip_version(python, 'rsl-rl-lib')})"
+    runnable = [r for r in rows if (r[0], r[1].name) in pythons or
+                (WORKLOADS[r[0]]["kind"] != "mjlab" and r[1].name in pythons)]
     results: dict[tuple[str, str, str], list[dict]] = {}
     for workload in dict.fromkeys(w for w, _, _ in runnable):
         todo = [r for r in runnable if r[0] == workload]
         for r in range(rounds):
             shift = r % len(todo)
             for w, side, setting in todo[shift:] + todo[:shift]:
-                result = measure(pythons[side.name], side, w, setting, args)
+                result = measure(pythons.get((w, side.name)) or pythons[side.name], side, w, setting, args, seed=r)
                 results.setdefault((w, side.name, setting), []).append(result)
                 shown = fmt_rate(result["steps_per_s"]) if "steps_per_s" in result else result
+                if "target" in result:
+                    shown = f"{shown} env steps/s; return {result['final_return']:.1f}, {result['target']:g} reached " \
+                            f"at {result['env_steps_to_target']} env steps, {result['seconds_to_target']} s"
                 log(f"round {r + 1}/{rounds} {w} {side.name} {setting}: {shown}")
                 if result.get("torch_threads", args.threads) != args.threads:
                     log(f"warning: {side.name} ran with {result['torch_threads']} torch threads")
@@ -327,6 +378,10 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print("\n".join(table(rows, results, notes)))
     print()
+    learned = learning_table(rows, results)
+    if learned:
+        print("\n".join(learned))
+        print()
     print("\n".join(best_vs_best(rows, results)))
     if args.json:
         args.json.write_text(json.dumps([{"workload": w, "side": s, "setting": st, "runs": runs}

@@ -11,11 +11,13 @@ hyper-parameter, ``compile`` and ``compile-bf16``.
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 
 from workloads import WORKLOADS, batch_size, emit, iterations, parse_side_args, synchronize
 
 SETTINGS = ("fp32", "bf16", "compile", "compile-bf16")
+MJLAB_SETTINGS = ("auto-reset", "partial-reset")
 
 
 def has_compile() -> bool:
@@ -46,8 +48,55 @@ def hparams(name: str, setting: str, device: str = "cpu") -> dict:
     return hp
 
 
+def mjlab_main(args) -> None:
+    """Train mjlab's task through ``rl8.envs.mjlab`` with the runner config mjlab ships for it,
+    carried over by ``rl8.presets.from_rsl_rl`` (adaptive learning rate included), until the
+    return reaches the target, and print the JSON line of ``emit``. ``--setting``: the reset
+    mode (``auto-reset``: mjlab resets inside ``step``, time-outs bootstrap from the pre-step
+    observation as in rsl_rl; ``partial-reset``: ``auto_reset=False``, true final observations,
+    ``reset(env_ids)``)."""
+    from mjlab_workload import Progress, ReturnTracker, cpu_only, runner_cfg
+
+    cpu_only()
+    import rl8
+    from rl8 import PPO
+    from rl8.envs.mjlab import make_mjlab_env
+    from rl8.presets import from_rsl_rl
+
+    w = WORKLOADS[args.workload]
+    cfg = runner_cfg(w["task"], args.seed)
+    hp = {**from_rsl_rl(cfg).hparams, "seed": args.seed, "device": args.device}
+    env = make_mjlab_env(w["task"], w["num_envs"], device=args.device, seed=args.seed,
+                         reset_mode=args.setting.removesuffix("-reset"), clip_actions=cfg["clip_actions"])
+    algo = PPO(env, **hp)
+    tracker = ReturnTracker(w["num_envs"])
+    warmup, iters = iterations(w, args.quick)
+    batch = w["num_envs"] * algo.hparams.horizon
+    progress = Progress(batch, w["target"], warmup)
+    budget = warmup + iters if args.quick else -(-w["max_env_steps"] // batch)
+    while progress.iterations < budget:
+        start = time.perf_counter()
+        algo.collect()
+        seconds = time.perf_counter() - start
+        data = algo.buffer.data  # this collect's steps: columns 0..horizon-1
+        done = data["terminated"] | data["truncated"]
+        for t in range(algo.hparams.horizon):
+            tracker.add(data["rewards"][:, t], done[:, t])
+        start = time.perf_counter()
+        algo.update()
+        seconds += time.perf_counter() - start
+        if progress.iteration(seconds, tracker.mean()) and not args.quick:
+            break
+    algo.close()
+    result = progress.result(tracker.mean())
+    emit(result.pop("env_steps"), result.pop("seconds"), **result, seed=args.seed, num_envs=w["num_envs"],
+         rl8=rl8.__version__, rl8_file=rl8.__file__, device=args.device)
+
+
 def main() -> None:
     """Time collect + update of one workload and print the JSON line of ``emit``."""
+    if WORKLOADS.get(sys.argv[1] if len(sys.argv) > 1 else "", {}).get("kind") == "mjlab":
+        return mjlab_main(parse_side_args(settings=MJLAB_SETTINGS))
     args = parse_side_args(settings=SETTINGS)
     import rl8
     from rl8 import PPO

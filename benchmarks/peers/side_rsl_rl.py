@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib.metadata
 import inspect
 import json
+import sys
 import time
 
 from workloads import WORKLOADS, batch_size, emit, iterations, parse_side_args, synchronize
@@ -42,8 +43,60 @@ def train_cfg(name: str, bf16: bool) -> dict:
     }
 
 
+class Stop(Exception):
+    """Raised from the runner's logging hook when the run has reached its target or its budget."""
+
+
+def mjlab_main(args) -> None:
+    """Train mjlab's task as mjlab's ``train.py`` does (``ManagerBasedRlEnv``, ``RslRlVecEnvWrapper``,
+    ``MjlabOnPolicyRunner`` with the task's registered config, ``init_at_random_ep_len=True``; no
+    log folder) until the return reaches the target, and print the JSON line of ``emit``."""
+    from mjlab_workload import Progress, ReturnTracker, cpu_only, env_cfg, runner_cfg
+
+    cpu_only()
+    from mjlab.envs import ManagerBasedRlEnv
+    from mjlab.rl import MjlabOnPolicyRunner, RslRlVecEnvWrapper
+
+    w = WORKLOADS[args.workload]
+    cfg = runner_cfg(w["task"], args.seed)
+    tracker = ReturnTracker(w["num_envs"])
+
+    class Tapped(RslRlVecEnvWrapper):
+        def step(self, actions):
+            out = super().step(actions)
+            tracker.add(out[1], out[2])
+            return out
+
+    env = Tapped(ManagerBasedRlEnv(cfg=env_cfg(w["task"], w["num_envs"], args.seed), device=args.device),
+                 clip_actions=cfg["clip_actions"])
+    runner = MjlabOnPolicyRunner(env, cfg, log_dir=None, device=args.device)
+    warmup, iters = iterations(w, args.quick)
+    batch = w["num_envs"] * cfg["num_steps_per_env"]
+    progress = Progress(batch, w["target"], warmup)
+    budget = warmup + iters if args.quick else -(-w["max_env_steps"] // batch)
+    log = runner.logger.log
+
+    def log_and_check(**kw) -> None:
+        log(**kw)
+        if progress.iteration(kw["collect_time"] + kw["learn_time"], tracker.mean()) and not args.quick:
+            raise Stop
+        if progress.iterations >= budget:
+            raise Stop
+
+    runner.logger.log = log_and_check
+    try:
+        runner.learn(num_learning_iterations=budget, init_at_random_ep_len=True)
+    except Stop:
+        pass
+    result = progress.result(tracker.mean())
+    emit(result.pop("env_steps"), result.pop("seconds"), **result, seed=args.seed, num_envs=w["num_envs"],
+         **{"rsl-rl-lib": importlib.metadata.version("rsl-rl-lib"), "mjlab": importlib.metadata.version("mjlab")})
+
+
 def main() -> None:
     """Time ``runner.learn`` on one batched workload and print the JSON line of ``emit``."""
+    if WORKLOADS.get(sys.argv[1] if len(sys.argv) > 1 else "", {}).get("kind") == "mjlab":
+        return mjlab_main(parse_side_args(settings=("auto-reset",)))
     args = parse_side_args(settings=("fp32", "bf16"))
     import rl8
     import torch

@@ -48,6 +48,13 @@ WORKLOADS: dict[str, dict] = {
         epochs=10, minibatches=32, lr=3e-4, gamma=0.99, gae_lambda=0.95, clip=0.2, vf_coeff=0.5,
         max_grad_norm=0.5, warmup=1, iters=2, quick_warmup=1, quick_iters=1,
     ),
+    # mjlab's cartpole on warp's CPU device (mjlab_workload.py): the sizes and hyper-parameters
+    # are the ones mjlab ships for the task (its registry's rsl_rl runner config), on both sides;
+    # each round trains one seed until the return reaches ``target`` or ``max_env_steps`` pass.
+    "mjlab-cartpole": dict(
+        kind="mjlab", task="Mjlab-Cartpole-Balance", num_envs=256, target=45.0, max_env_steps=2_000_000,
+        warmup=2, iters=0, quick_warmup=1, quick_iters=4, timeout=1800,
+    ),
 }
 
 
@@ -86,6 +93,7 @@ def parse_side_args(argv: list[str] | None = None, settings: tuple[str, ...] = (
     parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
     parser.add_argument("--setting", choices=settings, default=settings[0])
     parser.add_argument("--device", default="cpu", help="torch device of the env and the networks (default cpu)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the run (the mjlab workloads; default 0)")
     for name, what in (("num-envs", "envs"), ("warmup", "untimed iterations"), ("iters", "timed iterations")):
         parser.add_argument(f"--{name}", type=int, help=f"{what} instead of the workload's own (>= 1)")
     args = parser.parse_args(argv)

@@ -1,0 +1,119 @@
+"""mjlab's tasks through rl8.envs.mjlab, with the real mjlab on warp's CPU device. Skipped where mjlab
+is not installed: it pins mujoco 3.11 and lives in a venv of its own (``.ci/run``'s mjlab step,
+``docs/simulators_mjlab.md``)."""
+
+from __future__ import annotations
+
+import os
+import runpy
+from pathlib import Path
+
+import pytest
+
+os.environ["CUDA_VISIBLE_DEVICES"] = ""  # warp on its CPU device; before mjlab is imported
+pytest.importorskip("mjlab")
+
+import torch  # noqa: E402
+from mjlab.managers.termination_manager import TerminationTermCfg  # noqa: E402
+from mjlab.tasks.registry import load_env_cfg  # noqa: E402
+
+from rl8 import PPO, Trainer  # noqa: E402
+from rl8.envs.base import validate_reset_output, validate_step_output  # noqa: E402
+from rl8.envs.mjlab import make_mjlab_env, mjlab_runner_cfg  # noqa: E402
+from rl8.presets import from_rsl_rl  # noqa: E402
+
+TASK = "Mjlab-Cartpole-Balance"
+
+
+def short_episodes(steps: int, fall_at: float | None = None):
+    """The cartpole's config with episodes of ``steps`` steps, and (``fall_at``) a termination
+    when the pole leans more than ``fall_at`` radians."""
+    cfg = load_env_cfg(TASK)
+    cfg.episode_length_s = steps * cfg.decimation * cfg.sim.mujoco.timestep
+    if fall_at is not None:
+        cfg.terminations["fell"] = TerminationTermCfg(
+            func=lambda env: env.scene["cartpole"].data.joint_pos[:, 1].abs() > fall_at)
+    return cfg
+
+
+def test_unknown_task_and_reset_mode_are_errors():
+    with pytest.raises(ValueError, match=r"task 'Mjlab-Nope' is not in mjlab's registry; its tasks: \[.*'Mjlab-"):
+        make_mjlab_env("Mjlab-Nope", 2, device="cpu")
+    with pytest.raises(ValueError, match=r"reset_mode must be one of \('auto', 'partial'\), got 'manual'"):
+        make_mjlab_env(TASK, 2, device="cpu", reset_mode="manual")
+
+
+@pytest.mark.parametrize("reset_mode", ["auto", "partial"])
+def test_step_output_and_observation_groups(reset_mode):
+    env = make_mjlab_env(TASK, 4, device="cpu", reset_mode=reset_mode, seed=0)
+    assert set(env.observation_space.keys()) == {"actor", "critic"} and env.action_space.shape == (1,)
+    validate_reset_output(env.reset(), env)
+    out = env.step(torch.zeros(4, 1))
+    validate_step_output(out, env)
+    kept = out["obs"]["actor"].clone()
+    env.step(torch.ones(4, 1))
+    assert torch.equal(out["obs"]["actor"], kept)  # the env did not write into what it returned
+    env.close()
+
+
+@pytest.mark.parametrize("reset_mode", ["auto", "partial"])
+def test_time_outs_truncate_and_falls_terminate(reset_mode):
+    env = make_mjlab_env(TASK, 4, device="cpu", reset_mode=reset_mode, seed=0, init_at_random_ep_len=False,
+                         env_cfg=short_episodes(3))
+    env.reset()
+    for _ in range(2):
+        out = env.step(torch.zeros(4, 1))
+        assert not (out["truncated"].any() or out["terminated"].any())
+    before = out["obs"]["actor"]
+    out = env.step(torch.zeros(4, 1))
+    assert out["truncated"].all() and not out["terminated"].any()
+    # the bootstrap observation: the true final one without auto-reset, the pre-step one with it
+    assert torch.equal(out["final_obs"]["actor"], before) == (reset_mode == "auto")
+    assert not torch.equal(out["final_obs"]["actor"], out["obs"]["actor"])
+    env.close()
+    env = make_mjlab_env(TASK, 4, device="cpu", reset_mode=reset_mode, seed=0, init_at_random_ep_len=False,
+                         env_cfg=short_episodes(100, fall_at=0.2))
+    env.reset()
+    fell = torch.zeros(4, 1, dtype=torch.bool)
+    for _ in range(99):  # pushed hard one way, every pole falls before its time-out
+        out = env.step(torch.ones(4, 1))
+        assert not out["truncated"].any()
+        fell |= out["terminated"]
+    assert fell.all()
+    env.close()
+
+
+def test_resume_from_the_named_task_and_from_a_built_env():
+    algo = PPO(f"mjlab:{TASK}", num_envs=8, horizon=4, seed=0, env_kwargs={"reset_mode": "partial"})
+    with Trainer(algo, tracking=False, progress=False) as trainer:
+        trainer.step()
+        path = trainer.save_checkpoint()
+    with Trainer.from_checkpoint(path, tracking=False, progress=False) as resumed:
+        assert resumed.algo.env_spec == f"mjlab:{TASK}" and resumed.algo.env_steps == 32
+        assert resumed.algo.env.vec_env.unwrapped.cfg.auto_reset is False  # env_kwargs kept
+        resumed.step()
+    env = make_mjlab_env(TASK, 8, device="cpu")
+    with Trainer.from_checkpoint(path, env=env, tracking=False, progress=False) as resumed:
+        assert resumed.algo.env is env and resumed.algo.env_steps == 32
+        for name, tensor in algo.policy.state_dict().items():
+            assert torch.equal(resumed.algo.policy.state_dict()[name], tensor)
+
+
+@pytest.mark.slow
+def test_learns_to_balance_with_mjlab_tuned_config():
+    # mjlab's tuned config (adaptive lr, 64x64 ELU, scalar std) with 16-step rollouts, on
+    # 100-step episodes (returns of at most 5): about 26 collects
+    hp = from_rsl_rl(mjlab_runner_cfg(TASK)).hparams
+    env = make_mjlab_env(TASK, 256, device="cpu", seed=0, env_cfg=short_episodes(100))
+    algo = PPO(env, **{**hp, "horizon": 16, "seed": 0})
+    ret = 0.0
+    while algo.env_steps < 150_000 and ret < 3.5:
+        ret = algo.collect().get("episodes/return_mean", 0.0)
+        algo.update()
+    assert ret >= 3.5, f"return {ret:.2f} of 5 after {algo.env_steps} env steps"
+
+
+def test_the_example_runs_as_written(capsys):
+    example = runpy.run_path(str(Path(__file__).parents[2] / "examples" / "mjlab_cartpole.py"))
+    example["main"](["--num-envs", "8", "--max-env-steps", "256"])
+    assert "after 256 env steps" in capsys.readouterr().out
