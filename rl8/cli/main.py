@@ -203,6 +203,8 @@ def _add_export_command(commands) -> None:
                         help="trust the file: import the modules it names that rl8's registry does not hold "
                              "(off by default; see docs/security.md)")
     export.set_defaults(func=export_command.run)
+
+
 def _add_sweep_command(commands) -> None:
     sweep = commands.add_parser(
         "sweep", help="search hyper-parameters with Optuna, each trial a nested MLflow run (the sweep extra)",
