@@ -227,7 +227,7 @@ def test_what_cannot_be_exported_is_refused(tmp_path, monkeypatch):
         policy.export(tmp_path / "c.tflite", "tflite")
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing half-written
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None if name == "onnxscript" else True)
-    with pytest.raises(ImportError, match=r'ONNX export needs onnx and onnxscript: pip install "rl8\[onnx\]"'):
+    with pytest.raises(ImportError, match=r'ONNX export needs onnx and onnxscript, the onnx extra: pip install -e "\.\[onnx\]"'):
         policy.export(tmp_path / "d.onnx")
 
 

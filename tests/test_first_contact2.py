@@ -266,7 +266,8 @@ def test_ci_runs_the_install_lines_that_readers_see():
     assert marked_block(readme, "ci:install-command") == ["python -m pip install -e . && python examples/cartpole.py"]
     extras = [line.split("#")[0].strip() for line in marked_block(getting_started, "ci:install-extras")]
     assert extras == [f'python -m pip install -e {spec}'
-                      for spec in [".", '".[video]"', '".[ui]"', '".[docs]"', '".[dev]"']]
+                      for spec in [".", '".[video]"', '".[ui]"', '".[docs]"', '".[system]"', '".[onnx]"', '".[sweep]"',
+                                   '".[dev]"']]
     assert marked_block(readme, "ci:test-command")[0].startswith('python -m pip install -q -e ".[dev]" && ')
     ci = (REPO / ".ci" / "run").read_text()
     for marker, page in [("ci:test-command", "README.md"), ("ci:install-command", "README.md"),

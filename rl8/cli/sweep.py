@@ -17,7 +17,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         import optuna  # noqa: F401 - the sweep extra
     except ImportError:
-        raise ImportError("rl8 sweep needs Optuna: pip install 'rl8[sweep]'") from None
+        raise ImportError("rl8 sweep needs Optuna, the sweep extra: pip install -e '.[sweep]' in the checkout of rl8") from None
     from rl8.sweeps.study import sweep
     options = ("jobs", "study", "storage", "objective", "direction", "pruner", "startup_trials", "max_env_steps",
                "max_seconds", "seed")

@@ -55,4 +55,10 @@ def make_task_env(spec: str, num_envs: int, horizon: int | None, *, device: torc
             f"loaded ({type(exc).__name__}: {exc}); install rl8 with the {prefix!r} extra and the "
             "simulator (docs/simulators.md)"
         ) from exc
-    return make(task, num_envs, horizon, device=device, **env_kwargs)
+    try:
+        return make(task, num_envs, horizon, device=device, **env_kwargs)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or exc.name.partition(".")[0] == "rl8":
+            raise
+        raise ImportError(f"env {spec!r}: the simulator's package {exc.name!r} is not installed; install rl8 "
+                          f"with the {prefix!r} extra and the simulator (docs/simulators.md)") from exc

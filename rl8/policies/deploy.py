@@ -170,7 +170,7 @@ def export_policy(policy: Any, path: str | os.PathLike[str], format: str = "onnx
         policy: The :class:`~rl8.policies.policy.Policy`.
         path: The file to write; its folder is created if missing.
         format: ``"onnx"`` (``torch.onnx.export``'s ``torch.export``-based exporter, opset 18;
-            needs ``pip install "rl8[onnx]"``) or ``"torchscript"`` (``torch.jit.trace``).
+            needs the ``onnx`` extra: ``pip install -e ".[onnx]"`` in the checkout) or ``"torchscript"`` (``torch.jit.trace``).
 
     Raises:
         ExportError: A distribution without a deterministic action, a model that does not trace,
@@ -179,7 +179,7 @@ def export_policy(policy: Any, path: str | os.PathLike[str], format: str = "onnx
     if format not in EXPORT_FORMATS:
         raise ValueError(f"format: expected one of {list(EXPORT_FORMATS)}, got {format!r}")
     if format == "onnx" and not all(importlib.util.find_spec(name) for name in ("onnx", "onnxscript")):
-        raise ImportError('ONNX export needs onnx and onnxscript: pip install "rl8[onnx]"')
+        raise ImportError('ONNX export needs onnx and onnxscript, the onnx extra: pip install -e ".[onnx]" in the checkout of rl8')
     actor = DeterministicActor(policy)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

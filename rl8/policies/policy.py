@@ -327,7 +327,7 @@ class Policy(nn.Module):
 
         Args:
             path: The file to write (replaced atomically).
-            format: ``"onnx"`` (needs ``pip install "rl8[onnx]"``) or ``"torchscript"``.
+            format: ``"onnx"`` (needs the ``onnx`` extra: ``pip install -e ".[onnx]"`` in the checkout) or ``"torchscript"``.
 
         Raises:
             rl8.policies.deploy.ExportError: What cannot be exported (e.g. a distribution

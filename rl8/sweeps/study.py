@@ -23,7 +23,7 @@ from rl8.ppo.hparams import HParams
 from rl8.sweeps.space import read_space
 from rl8.tracking import Tracker
 from rl8.tracking.runs import tag_run
-from rl8.training.callbacks import Callback
+from rl8.training.callbacks import STOP, Callback
 from rl8.training.config_file import (
     ConfigError, assign, int_option, load_config, mapping_option, stop_conditions, trainer_options,
 )
@@ -77,15 +77,16 @@ class TrialReport(Callback):
         self.value: float | None = None
         self.pruned = False
 
-    def on_step(self, trainer: Any, stats: dict[str, float]) -> bool | None:
-        """Report the stat when the step has it; ``True`` (stop) when the trial is pruned."""
+    def on_step(self, trainer: Any, stats: dict[str, float]) -> str | None:
+        """Report the stat when the step has it; :data:`~rl8.training.callbacks.STOP` when the
+        trial is pruned."""
         value = stats.get(self.stat)
         if value is None or not math.isfinite(value):
             return None
         self.value = float(value)
         self.trial.report(self.value, int(stats["env/steps"]))
         self.pruned = self.trial.should_prune()
-        return self.pruned
+        return STOP if self.pruned else None
 
 
 def read_config(config: str | os.PathLike[str]) -> tuple[str, dict[str, Any]]:
@@ -245,11 +246,11 @@ def _train(trial: Any, spec: _TrialSpec) -> TrialReport:
         trial.set_user_attr("mlflow_run_id", trainer.run_id)
     report = TrialReport(trial, spec.objective)
     budget = {**config, "max_steps": spec.max_env_steps or config.get("max_steps")}
-    trainer.run(stop_conditions=stop_conditions(budget), max_seconds=spec.max_seconds, callbacks=[report],
-                steps_per_eval=int_option(config, "steps_per_eval", "config"),
-                env_config=mapping_option(config, "env_config", "config"),
-                eval_env_config=mapping_option(config, "eval_env_config", "config"))
-    trainer.close("FINISHED")
+    with trainer:  # FAILED when the run raises, even before its first step
+        trainer.run(stop_conditions=stop_conditions(budget), max_seconds=spec.max_seconds, callbacks=[report],
+                    steps_per_eval=int_option(config, "steps_per_eval", "config"),
+                    env_config=mapping_option(config, "env_config", "config"),
+                    eval_env_config=mapping_option(config, "eval_env_config", "config"))
     return report
 
 

@@ -3,6 +3,7 @@ tasks, checkpoints of such runs, and evaluation on a training env that cannot be
 
 from __future__ import annotations
 
+import sys
 import gymnasium
 import pytest
 import torch
@@ -54,8 +55,17 @@ def test_a_factory_of_a_built_env_and_a_gymnasium_maker():
 
 
 def test_named_tasks_resolve_through_the_fixed_table(monkeypatch):
-    with pytest.raises(ImportError, match=r"the prefix 'gymnax' needs rl8.envs.jax.make_gymnax_env.*'gymnax' extra"):
+    monkeypatch.setitem(tasks.TASK_PREFIXES, "gymnax", "rl8.envs.no_such_module.make_gymnax_env")
+    with pytest.raises(ImportError, match=r"the prefix 'gymnax' needs rl8.envs.no_such_module.make_gymnax_env.*'gymnax' extra"):
         PPO("gymnax:CartPole-v1", num_envs=2)
+
+    def make_without_simulator(*args, **kwargs):
+        raise ModuleNotFoundError("No module named 'mjlab'", name="mjlab")
+
+    monkeypatch.setitem(tasks.TASK_PREFIXES, "mjlab", f"{__name__}.make_without_simulator")
+    monkeypatch.setattr(sys.modules[__name__], "make_without_simulator", make_without_simulator, raising=False)
+    with pytest.raises(ImportError, match=r"the simulator's package 'mjlab' is not installed; install rl8 with the 'mjlab' extra"):
+        PPO("mjlab:Mjlab-Cartpole-Balance", num_envs=2)
     with pytest.raises(ValueError, match=r"a prefix of \['gymnax', 'mjlab', 'playground'\]"):
         tasks.make_task_env("isaaclab:Cartpole", 2, None, device="cpu")
     monkeypatch.setitem(tasks.TASK_PREFIXES, "mjlab", "sim_fakes.make_point_mass")
