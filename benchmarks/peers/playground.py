@@ -105,7 +105,7 @@ def run_rsl_rl(warmup: int, iters: int, num_envs: int = NUM_ENVS, device: str = 
                                              device_rank=rank)
     # rsl_rl 5's runner reads env.cfg (for its logger) and env.device, which the wrapper lacks on a CPU
     vec_env.cfg, vec_env.device = config.to_dict(), device
-    sums, ended, env_step = torch.zeros(3, num_envs, device=device), [float("nan")], vec_env.step
+    sums, ended, env_step, latest = torch.zeros(3, num_envs, device=device), [float("nan")], vec_env.step, []
 
     def step(action):  # the episode returns (sum, count of the ended ones), which rsl_rl keeps only when it logs
         obs, reward, done, extras = env_step(action)
@@ -114,9 +114,11 @@ def run_rsl_rl(warmup: int, iters: int, num_envs: int = NUM_ENVS, device: str = 
         sums[1] += sums[0] * over
         sums[2] += over
         sums[0] *= ~over
+        latest[:] = [obs]
         return obs, reward, done, extras
 
-    vec_env.step = step
+    # the wrapper's get_observations resets every env, and runner.learn calls it first: reset once only
+    vec_env.step, vec_env.get_observations = step, lambda: latest[0] if latest else vec_env.reset()
     model = {"class_name": "MLPModel", "hidden_dims": list(HIDDENS), "activation": "elu", "obs_normalization": False}
     cfg = {
         "num_steps_per_env": HORIZON, "save_interval": 10**9,
