@@ -133,8 +133,10 @@ def test_wheel_folder_check_finds_what_the_gpu_machine_would_miss(tmp_path):
     make_wheel(tmp_path, "cryptography", "48.0.0", ('cffi>=2; platform_python_implementation != "PyPy"',),
                tag="cp311-abi3-manylinux_2_28_x86_64")
     make_wheel(tmp_path, "cffi", "2.0.0", tag="cp312-cp312-manylinux2014_x86_64")
-    pins = {"gymnasium": "1.4.0", "cryptography": "48.0.0", "cffi": "2.0.0"}
-    # numpy is on the machine; the extra's pygame is not asked for; farama-notifications is missing
+    make_wheel(tmp_path, "playground", "0.2.0", ("warp-lang>=1.11", "jax"))
+    pins = {"gymnasium": "1.4.0", "cryptography": "48.0.0", "cffi": "2.0.0", "playground": "0.2.0"}
+    # numpy and jax are on the machine; warp-lang is left out on purpose (NOT_CARRIED); the
+    # extra's pygame is not asked for; farama-notifications is missing
     assert wheels.check(tmp_path, pins) == [
         "gymnasium-1.4.0-py3-none-any.whl needs farama-notifications>=0.0.1: neither in the folder nor on the GPU machine"]
 
@@ -153,7 +155,8 @@ def test_wheels_txt_pins_one_version_of_each_and_never_torch():
     pins = wheels.read_pins()
     assert "torch" not in pins
     assert pins["rsl-rl-lib"] == "5.5.1"
-    for dep in ("tensordict", "gymnasium", "mlflow-skinny", "sqlalchemy", "alembic"):
+    for dep in ("tensordict", "gymnasium", "mlflow-skinny", "sqlalchemy", "alembic", "playground", "mujoco-mjx"):
         assert dep in pins
     lines = [ln.split("#")[0].strip() for ln in (GPU / "wheels.txt").read_text().splitlines()]
     assert len([ln for ln in lines if ln]) == len(pins)  # no name twice
+    assert "warp-lang" not in pins and "warp-lang" in wheels.NOT_CARRIED

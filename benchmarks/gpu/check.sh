@@ -59,6 +59,8 @@ else
     exit 1
 fi
 export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"  # this checkout's rl8 first
+# JAX (step 3's JAX test, step 5) takes 75% of the GPU memory at its start unless told not to; torch shares it
+export XLA_PYTHON_CLIENT_PREALLOCATE="${XLA_PYTHON_CLIENT_PREALLOCATE:-false}"
 
 step "2/5 the machine"
 if [ $dry = 0 ]; then

@@ -19,6 +19,15 @@ it need not be installed beside rl8::
     pip install --no-deps --target /work/venvs/rsl_rl_pkgs rsl-rl-lib tensorboard tensorboard-data-server
     python benchmarks/peers/playground.py --rounds 3 --threads 2
 
+``--num-envs``/``--device`` set the size and the torch device (``cuda``: JAX's GPU too);
+``--target-return R`` trains on after the timed iterations until the mean return of the
+episodes ended in an iteration reaches R or ``--budget`` seconds from the first iteration (JIT
+compile included) are spent, and reports the seconds and env steps to R; ``--out`` appends
+the table to a file. ``benchmarks/gpu/check.sh`` runs it on the GPU::
+
+    python benchmarks/peers/playground.py --device cuda --num-envs 4096 --sides rl8,rsl_rl --rounds 1 \\
+        --target-return 900 --budget 60 --timeout 95 --rsl-rl-path ""
+
 One run (``--rounds 2 --warmup 1 --iters 5 --threads 1``; JAX 0.10.2, rsl-rl-lib 5.5.1,
 torch 2.13.0) on this project's 2-core CPU while other jobs kept its load at 12-16, so every
 figure is a few times below a quiet machine's and the rounds disagree: rl8 6,481 and 31,531,
