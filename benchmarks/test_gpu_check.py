@@ -7,6 +7,7 @@ and the sides' ``--device``/``--num-envs``/``--warmup``/``--iters`` options::
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -31,16 +32,20 @@ def test_check_sh_cpu_dry_run_prints_and_writes_one_table(tmp_path):
     env.pop("PYTHONPATH", None)
     env["PYTHON"] = sys.executable
     out = subprocess.run(["bash", str(GPU / "check.sh"), "--cpu-dry-run"], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=240, check=False)
+                         capture_output=True, text=True, timeout=420, check=False)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     text = out.stdout
-    for step in ("== 1/4 the wheels", "== 2/4 the machine", "== 3/4 the CUDA tests", "== 4/4 rl8 against rsl_rl"):
+    for step in ("== 1/5 the wheels", "== 2/5 the machine", "== 3/5 the CUDA tests", "== 4/5 rl8 against rsl_rl",
+                 "== 5/5 rl8 against rsl_rl on MuJoCo Playground's CartpoleBalance"):
         assert step in text
     assert "nvidia-smi" not in text and "dry run: no GPU used" in text
     assert f"from {ROOT / 'rl8' / '__init__.py'}" in text  # this checkout's rl8
     assert "pytest exit status: 0" in text  # the CUDA test of test_pendulum.py collected, skipped on CPU
     table = (tmp_path / "out" / "gpu_table.md").read_text()
-    assert table.strip() in text
+    bench_table, _, playground_table = table.partition("\nCartpoleBalance (MuJoCo")
+    assert bench_table.strip() in text
+    if playground_table:
+        assert ("CartpoleBalance (MuJoCo" + playground_table).strip() in text
     assert "| workload | side | setting | env steps/s | rl8 / this | per-round range |" in table
     rows = {tuple(c.strip() for c in line.split("|")[1:4]): line for line in table.splitlines()
             if line.startswith("| pendulum x16 |")}
@@ -49,7 +54,15 @@ def test_check_sh_cpu_dry_run_prints_and_writes_one_table(tmp_path):
     rate = rows[("pendulum x16", "rl8", "fp32")].split("|")[4].strip()
     assert float(rate.replace(",", "")) > 0
     assert "rl8 compile=True (CUDA graphs): not available (--no-compile)" in table
-    assert (tmp_path / "out" / "gpu_check.log").read_text().count("== 4/4") == 1
+    assert (tmp_path / "out" / "gpu_check.log").read_text().count("== 4/5") == 1
+    if importlib.util.find_spec("mujoco_playground") is None:
+        assert "skipped: mujoco_playground does not import" in text
+    else:  # 16 envs on CPU, one iteration timed, 5 s to the return 900: not reached
+        assert playground_table and "16 envs x 24 steps, cpu" in playground_table
+        rl8_row = next(line for line in table.splitlines() if line.startswith("| rl8 |"))
+        assert float(rl8_row.split("|")[2].replace(",", "")) > 0, rl8_row
+        assert "not reached in 1 run(s)" in rl8_row
+        assert "| rsl_rl |" in table
 
 
 def test_bench_table_ratios_compile_line_and_time_budget(monkeypatch, capsys, tmp_path):
@@ -120,8 +133,10 @@ def test_wheel_folder_check_finds_what_the_gpu_machine_would_miss(tmp_path):
     make_wheel(tmp_path, "cryptography", "48.0.0", ('cffi>=2; platform_python_implementation != "PyPy"',),
                tag="cp311-abi3-manylinux_2_28_x86_64")
     make_wheel(tmp_path, "cffi", "2.0.0", tag="cp312-cp312-manylinux2014_x86_64")
-    pins = {"gymnasium": "1.4.0", "cryptography": "48.0.0", "cffi": "2.0.0"}
-    # numpy is on the machine; the extra's pygame is not asked for; farama-notifications is missing
+    make_wheel(tmp_path, "playground", "0.2.0", ("warp-lang>=1.11", "jax"))
+    pins = {"gymnasium": "1.4.0", "cryptography": "48.0.0", "cffi": "2.0.0", "playground": "0.2.0"}
+    # numpy and jax are on the machine; warp-lang is left out on purpose (NOT_CARRIED); the
+    # extra's pygame is not asked for; farama-notifications is missing
     assert wheels.check(tmp_path, pins) == [
         "gymnasium-1.4.0-py3-none-any.whl needs farama-notifications>=0.0.1: neither in the folder nor on the GPU machine"]
 
@@ -140,7 +155,8 @@ def test_wheels_txt_pins_one_version_of_each_and_never_torch():
     pins = wheels.read_pins()
     assert "torch" not in pins
     assert pins["rsl-rl-lib"] == "5.5.1"
-    for dep in ("tensordict", "gymnasium", "mlflow-skinny", "sqlalchemy", "alembic"):
+    for dep in ("tensordict", "gymnasium", "mlflow-skinny", "sqlalchemy", "alembic", "playground", "mujoco-mjx"):
         assert dep in pins
     lines = [ln.split("#")[0].strip() for ln in (GPU / "wheels.txt").read_text().splitlines()]
     assert len([ln for ln in lines if ln]) == len(pins)  # no name twice
+    assert "warp-lang" not in pins and "warp-lang" in wheels.NOT_CARRIED

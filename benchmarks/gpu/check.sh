@@ -2,9 +2,10 @@
 # The prepared GPU check (benchmarks/gpu/README.md), for a machine with one NVIDIA GPU, torch
 # installed, no network, and the wheels of benchmarks/gpu/prepare_wheels.sh carried beside the
 # checkout. In under 8 minutes: installs the wheels, prints the GPU and the torch/CUDA
-# versions, runs the CUDA tests (at most 90 s), then rl8 against rsl_rl on the GPU
-# (benchmarks/gpu/bench.py, at most 330 s of measurements) and prints one table, also written
-# to $OUT/gpu_table.md when OUT is set (with the whole log in $OUT/gpu_check.log).
+# versions, runs the CUDA tests (at most 70 s), then rl8 against rsl_rl on the GPU
+# (benchmarks/gpu/bench.py, at most 165 s of measurements) and on MuJoCo Playground's
+# CartpoleBalance on MJX (benchmarks/peers/playground.py, at most 195 s) and prints the tables,
+# also written to $OUT/gpu_table.md when OUT is set (with the whole log in $OUT/gpu_check.log).
 #
 #   benchmarks/gpu/check.sh                  # on the GPU machine, from anywhere in the checkout
 #   benchmarks/gpu/check.sh --cpu-dry-run    # the same steps on CPU, tiny sizes, no nvidia-smi
@@ -34,7 +35,7 @@ fi
 start=$SECONDS
 step() { echo; echo "== $* (at $((SECONDS - start)) s)"; }
 
-step "1/4 the wheels ($wheels)"
+step "1/5 the wheels ($wheels)"
 if [ $dry = 1 ] && [ -z "${RL8_SITE:-}" ]; then
     site="$(mktemp -d)"
     trap 'rm -rf "$site"' EXIT
@@ -58,8 +59,10 @@ else
     exit 1
 fi
 export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"  # this checkout's rl8 first
+# JAX (step 3's JAX test, step 5) takes 75% of the GPU memory at its start unless told not to; torch shares it
+export XLA_PYTHON_CLIENT_PREALLOCATE="${XLA_PYTHON_CLIENT_PREALLOCATE:-false}"
 
-step "2/4 the machine"
+step "2/5 the machine"
 if [ $dry = 0 ]; then
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || echo "nvidia-smi failed"
 fi
@@ -91,21 +94,35 @@ else:
     sys.exit("torch sees no CUDA device: stopping")
 EOF
 
-step "3/4 the CUDA tests (pytest -k 'cuda or gpu', at most 90 s)"
+step "3/5 the CUDA tests (pytest -k 'cuda or gpu', at most 70 s)"
 # shellcheck disable=SC2086  # RL8_GPU_TESTS may name several paths
-timeout 90 "$py" -m pytest ${RL8_GPU_TESTS:-tests} -q -p no:cacheprovider -k "cuda or gpu" -rs \
+timeout 70 "$py" -m pytest ${RL8_GPU_TESTS:-tests} -q -p no:cacheprovider -k "cuda or gpu" -rs \
     --continue-on-collection-errors
-echo "pytest exit status: $? (0: passed; 5: none selected; 124: stopped at 90 s)"
+echo "pytest exit status: $? (0: passed; 5: none selected; 124: stopped at 70 s)"
 
-step "4/4 rl8 against rsl_rl (benchmarks/gpu/bench.py)"
+step "4/5 rl8 against rsl_rl (benchmarks/gpu/bench.py)"
 if [ $dry = 1 ]; then
     bench=(--device cpu --rounds 1 --warmup 1 --iters 1 --threads 1 --no-compile --budget 120)
     for n in ${RL8_GPU_DRY_ENVS:-64 128}; do bench+=(--envs "$n"); done
 else
-    bench=(--device cuda)
+    bench=(--device cuda --budget 165)
 fi
-timeout 360 "$py" benchmarks/gpu/bench.py "${bench[@]}" --rsl-rl-python "${RL8_RSL_RL_PYTHON:-$py}" \
+timeout 185 "$py" benchmarks/gpu/bench.py "${bench[@]}" --rsl-rl-python "${RL8_RSL_RL_PYTHON:-$py}" \
     ${out:+--out "$out/gpu_table.md"}
 status=$?
+
+step "5/5 rl8 against rsl_rl on MuJoCo Playground's CartpoleBalance, MJX (benchmarks/peers/playground.py)"
+if ! why="$("$py" -c 'import mujoco_playground' 2>&1)"; then
+    echo "skipped: mujoco_playground does not import with $py (${why##*$'\n'}); its wheels are in wheels.txt"
+else
+    if [ $dry = 1 ]; then
+        pg=(--device cpu --num-envs 16 --warmup 1 --iters 1 --threads 1 --budget 5 --timeout 120)
+    else
+        pg=(--device cuda --num-envs 4096 --warmup 2 --iters 10 --threads 4 --budget 60 --timeout 95 --rsl-rl-path "")
+    fi
+    timeout 195 "$py" benchmarks/peers/playground.py "${pg[@]}" --sides rl8,rsl_rl --rounds 1 --target-return 900 \
+        ${out:+--out "$out/gpu_table.md"}
+    echo "playground.py exit status: $? (124: stopped at 195 s)"
+fi
 step "done: bench.py exit status $status"
 exit $status
