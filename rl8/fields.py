@@ -6,16 +6,34 @@ runs them, the docstring made from the docs and rl8's one reader of numbers from
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import numbers
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 __all__ = [
-    "Check", "Invalid", "attributes_doc", "check", "check_int", "first_invalid", "int_at_least", "is_int",
+    "Check", "Invalid", "attributes_doc", "check", "check_int", "did_you_mean", "first_invalid", "int_at_least", "is_int",
     "is_number", "one_of", "optional", "read_numbers",
 ]
+
+def did_you_mean(name: Any, choices: Iterable[str] = (), *, close: Sequence[str] | None = None, n: int = 3,
+                 cutoff: float = 0.6) -> str:
+    """The hint of an error about an unknown ``name``: ``"; did you mean 'a' or 'b'?"``, or ``""``.
+
+    Args:
+        name: What was given.
+        choices: The valid names; the hint names up to ``n`` of them, those closer to ``name``
+            than ``cutoff`` (``difflib.get_close_matches``'s ratio, 0 to 1).
+        close: The close names, found otherwise (then ``choices`` is not searched).
+        n: The most names the hint gives.
+        cutoff: The least similarity, 0 to 1, of a name the hint gives.
+    """
+    if close is None:
+        close = difflib.get_close_matches(str(name), list(choices), n=n, cutoff=cutoff)
+    return f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+
 
 _INT = re.compile(r"[+-]?\d+")
 _FLOAT = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|[+-]?(inf|nan)", re.IGNORECASE)

@@ -33,3 +33,13 @@ def test_envs_and_models_say_the_same():
     assert type(env.num_envs) is int
     with pytest.raises(ValueError, match=r"^model_config num_layers must be an int >= 1, got 0$"):
         LSTMModel(env.observation_space, env.action_space, None, num_layers=0)
+
+
+def test_did_you_mean_names_the_close_choices_or_nothing():
+    from rl8.fields import did_you_mean
+
+    assert did_you_mean("critic_hidens", ["hiddens", "critic_hiddens", "activation"]) == \
+        "; did you mean 'critic_hiddens' or 'hiddens'?"
+    assert did_you_mean("gama", ["gamma", "lam"], n=1) == "; did you mean 'gamma'?"
+    assert did_you_mean("zzz", ["gamma", "lam"]) == ""
+    assert did_you_mean("n_steps", close=["horizon"]) == "; did you mean 'horizon'?"  # found otherwise

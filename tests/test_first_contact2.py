@@ -97,7 +97,7 @@ def test_set_an_unknown_hparam_lists_the_valid_names(capsys):
     line = one_error_line(capsys.readouterr().err)
     assert "--set learning_rate=1e-3: unknown hyper-parameter 'learning_rate'; did you mean 'lr'?" in line
     assert "(valid: num_envs, horizon," in line and ", lr," in line
-    with pytest.raises(TypeError, match=r"unknown hyper-parameter 'learning_rate'; did you mean lr\? \(valid: num_envs"):
+    with pytest.raises(TypeError, match=r"unknown hyper-parameter 'learning_rate'; did you mean 'lr'\? \(valid: num_envs"):
         PPO(CartPole, learning_rate=1e-3)
 
 

@@ -138,7 +138,7 @@ def test_seed_range_ends_are_valid():
 
 
 def test_unknown_name_suggests_close_match():
-    with pytest.raises(TypeError, match="unknown hyper-parameter 'gama'.*did you mean gamma"):
+    with pytest.raises(TypeError, match="unknown hyper-parameter 'gama'.*did you mean 'gamma'"):
         HParams.from_kwargs(gama=0.9)
 
 

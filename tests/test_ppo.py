@@ -373,7 +373,7 @@ def test_normalize_observations_updates_statistics():
 
 
 def test_unknown_hparam_is_an_error():
-    with pytest.raises(TypeError, match="did you mean horizon"):
+    with pytest.raises(TypeError, match="did you mean 'horizon'"):
         PPO(CartPole, horizn=8)
 
 

@@ -333,7 +333,7 @@ def test_ppo_from_preset_with_overrides():
         assert algo.hparams.lr == config["hparams"]["lr"] and algo.hparams.gamma == config["hparams"]["gamma"]
     finally:
         algo.close()
-    with pytest.raises(TypeError, match="unknown hyper-parameter 'nm_envs'; did you mean num_envs"):
+    with pytest.raises(TypeError, match="unknown hyper-parameter 'nm_envs'; did you mean 'num_envs'"):
         PPO.from_preset("Pendulum-v1", nm_envs=4)
     with pytest.raises(ValueError, match="unknown preset 'Pendulum-v2'"):
         PPO.from_preset("Pendulum-v2")

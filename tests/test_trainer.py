@@ -171,7 +171,7 @@ def test_trainer_config_and_keyword_options_make_the_same_trainer():
     trainer = Trainer(algo, TrainerConfig(checkpoint_every=2, tracking=False), keep_checkpoints=3)
     assert trainer.config == TrainerConfig(checkpoint_every=2, tracking=False, keep_checkpoints=3)
     assert Trainer(algo, checkpoint_every=2, tracking=False, keep_checkpoints=3).config == trainer.config
-    with pytest.raises(TypeError, match="unknown option 'checkpoint_evry'; did you mean checkpoint_every"):
+    with pytest.raises(TypeError, match="unknown option 'checkpoint_evry'; did you mean 'checkpoint_every'"):
         Trainer(algo, checkpoint_evry=2)
     with pytest.raises(ValueError, match="Trainer: keep_checkpoints must be an int >= 1 or None, got 0"):
         Trainer(algo, TrainerConfig(tracking=False), keep_checkpoints=0)

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import contextlib
-import difflib
 import inspect
 import math
 import numbers
@@ -17,6 +16,7 @@ from gymnasium import spaces
 from tensordict import TensorDictBase
 from torch import nn
 
+from rl8.fields import did_you_mean
 from rl8.policies.distributions import Normal
 from rl8.policies.groups import group_space, resolve_obs_groups
 
@@ -181,10 +181,8 @@ def check_model_config(model_cls: type, model_config: Mapping[str, Any]) -> None
     valid = [p.name for p in parameters[3:] if p.kind in keyword]  # after the three positional ones
     for key in model_config:
         if key not in valid:
-            close = difflib.get_close_matches(str(key), valid, n=3, cutoff=0.6)
-            hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
             raise ValueError(
-                f"model_config.{key}: {model_cls.__name__} has no option {key!r}{hint} "
+                f"model_config.{key}: {model_cls.__name__} has no option {key!r}{did_you_mean(key, valid)} "
                 f"(valid: {', '.join(valid) or 'none'})"
             )
 

@@ -13,8 +13,8 @@ from typing import Any, Literal
 import torch
 
 from rl8.fields import (
-    Check, attributes_doc, check, first_invalid, int_at_least, is_int, is_number, one_of, optional,
-    read_numbers,
+    Check, attributes_doc, check, did_you_mean, first_invalid, int_at_least, is_int, is_number, one_of,
+    optional, read_numbers,
 )
 from rl8.policies.groups import obs_groups_problem
 from rl8.ppo.resolve import HPARAM_KINDS, qualified_name, resolve
@@ -288,8 +288,7 @@ class HParams:
         names = [f.name for f in dataclasses.fields(cls)]
         for key in kwargs:
             if key not in names:
-                close = close_hparam_names(key)
-                hint = f"; did you mean {', '.join(close)}?" if close else ""
+                hint = did_you_mean(key, close=close_hparam_names(key))
                 raise TypeError(f"unknown hyper-parameter {key!r}{hint} (valid: {', '.join(names)})")
         optimizer = kwargs.get("optimizer_cls", "Adam")
         adam = (optimizer.rpartition(".")[2] in ("Adam", "AdamW") if isinstance(optimizer, str)
@@ -420,8 +419,7 @@ HParams.__doc__ = (HParams.__doc__ or "") + attributes_doc(HParams)
 def unknown_hparam_message(name: Any, where: str) -> str:
     """The error message for an unknown hyper-parameter ``name`` read at ``where``
     (``"--set lr_rate=1"``), with its close matches and every valid name."""
-    close = close_hparam_names(str(name))
-    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    hint = did_you_mean(name, close=close_hparam_names(str(name)))
     valid = ", ".join(f.name for f in dataclasses.fields(HParams))
     return f"{where}: unknown hyper-parameter {name!r}{hint} (valid: {valid})"
 

@@ -4,13 +4,12 @@ any trial runs (docs/sweeps.md)."""
 
 from __future__ import annotations
 
-import difflib
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from rl8.fields import read_numbers
+from rl8.fields import did_you_mean, read_numbers
 from rl8.ppo.hparams import HParams
 from rl8.training.config_file import ConfigError, assign, hparam_names, unknown_hparam
 
@@ -74,8 +73,7 @@ def _distribution(spec: Any, at: str, distributions: Any) -> Any:
     spec = read_numbers(dict(spec), whole_as_int=kind == "int")
     for key in spec:
         if key not in FIELDS[kind]:
-            close = difflib.get_close_matches(str(key), FIELDS[kind], n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
+            hint = did_you_mean(key, FIELDS[kind], n=1)
             raise ConfigError(f"{at}: unknown field {key!r} of a {kind}{hint} (fields: {', '.join(FIELDS[kind])})")
     if kind == "categorical":
         choices = spec.get("choices")

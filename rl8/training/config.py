@@ -7,14 +7,13 @@ resumed Trainer keeps it), ``cli`` (``"flag"``: an ``rl8 train`` flag and config
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import importlib.util
 import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from rl8.fields import (
-    Check, attributes_doc, check, first_invalid, int_at_least, is_int, optional, read_numbers,
+    Check, attributes_doc, check, did_you_mean, first_invalid, int_at_least, is_int, optional, read_numbers,
 )
 from rl8.registry import qualified_name
 from rl8.version import __version__
@@ -198,9 +197,7 @@ class TrainerConfig:
         names = cls.names()
         for key in options:
             if key not in names:
-                close = difflib.get_close_matches(str(key), names, n=3)
-                hint = f"; did you mean {', '.join(close)}?" if close else ""
-                raise TypeError(f"{where}: unknown option {key!r}{hint} (valid: {', '.join(names)})")
+                raise TypeError(f"{where}: unknown option {key!r}{did_you_mean(key, names)} (valid: {', '.join(names)})")
 
     @classmethod
     def read_option(cls, name: str, value: Any) -> Any:

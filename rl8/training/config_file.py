@@ -6,7 +6,6 @@ config holds. HParams and the conditions are imported where a config is checked,
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import os
 import sys
 import warnings
@@ -14,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from rl8.fields import int_at_least, read_numbers
+from rl8.fields import did_you_mean, int_at_least, read_numbers
 from rl8.training.config import TrainerConfig
 
 __all__ = [
@@ -218,8 +217,7 @@ def check_config(config: Mapping[str, Any], where: str) -> None:
     """Raise :class:`ConfigError` for an unknown top-level key or a badly typed section."""
     for key in config:
         if key not in CONFIG_KEYS:
-            close = difflib.get_close_matches(str(key), list(CONFIG_KEYS), n=3, cutoff=0.6)
-            hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+            hint = did_you_mean(key, CONFIG_KEYS)
             if key in _RL8_1_KEYS:
                 hint = f"; rl8 1.0's {key} is now {_RL8_1_KEYS[key]} (see docs/migrating.md)"
             valid = ", ".join(CONFIG_KEYS)

@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-import difflib
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from rl8.fields import did_you_mean
 from rl8.ppo.hparams import HParams
 
 __all__ = ["PREFIX", "for_env", "hparams", "load", "names", "path"]
@@ -35,9 +35,7 @@ def path(name: str) -> Path:
         name = name[len(PREFIX):]
     known = names()
     if name not in known:
-        close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
-        hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-        raise ValueError(f"unknown preset {name!r}{hint} (presets: {', '.join(known)})")
+        raise ValueError(f"unknown preset {name!r}{did_you_mean(name, known)} (presets: {', '.join(known)})")
     return _folder() / f"{name}.yaml"
 
 
