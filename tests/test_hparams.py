@@ -199,3 +199,15 @@ def test_config_numbers_are_read_once_for_every_reader():
     # int fields take whole floats (YAML's 1e3 or 1.0e3), float fields keep them
     assert HParams.read_config({"num_envs": "1e1", "horizon": 8.0, "lr": "1e-3", "gamma": 1.0}) == {
         "num_envs": 10, "horizon": 8, "lr": 1e-3, "gamma": 1.0}
+
+
+def test_changed_hparams_names_what_a_resume_would_change():
+    from rl8.ppo.hparams import HParams, changed_hparams
+
+    stored = HParams(horizon=32).to_plain()
+    del stored["desired_kl"]  # a checkpoint older than the hyper-parameter: its default
+    given = HParams(horizon=64, device="cpu").to_plain()
+    assert changed_hparams(stored, given, may_change=("device",)) == {"horizon": (32, 64)}
+    assert changed_hparams(stored, {**given, "desired_kl": 0.01}, may_change=("device",)) == {
+        "horizon": (32, 64), "desired_kl": (None, 0.01)}
+    assert changed_hparams(stored, HParams(horizon=32).to_plain()) == {}

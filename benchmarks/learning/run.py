@@ -68,6 +68,7 @@ import rl8
 import rl8.presets
 from benchmarks.learning.references import TASKS
 from rl8.io.checkpoint_dir import CheckpointManager
+from rl8.ppo.hparams import changed_hparams
 
 if TYPE_CHECKING:
     from rl8 import Trainer
@@ -180,11 +181,10 @@ def _resume(folder: Path, hparams: dict[str, Any], tracking_uri: str | None) -> 
     if not folder.is_dir() or CheckpointManager(folder, keep_last=None).latest() is None:
         return None
     trainer = rl8.Trainer.from_checkpoint(folder, tracking_uri=tracking_uri, progress=False)
-    stored = trainer.algo.hparams.to_dict()
-    changed = sorted(k for k in hparams if k in stored and hparams[k] != stored[k])
+    changed = changed_hparams(trainer.algo.hparams.to_dict(), hparams)
     if changed:
         trainer.close()
-        detail = ", ".join(f"{k}: checkpoint {stored[k]!r}, now {hparams[k]!r}" for k in changed)
+        detail = ", ".join(f"{k}: checkpoint {saved!r}, now {now!r}" for k, (saved, now) in sorted(changed.items()))
         raise SystemExit(f"{folder}: the checkpoint was trained with other hyper-parameters ({detail}); "
                          "run with the same --set values, or --restart to train again from scratch")
     return trainer

@@ -184,7 +184,7 @@ def _check_env_configs(algo: Any, run_args: Mapping[str, Any]) -> None:
 def _resume(args: argparse.Namespace, file_config: Mapping[str, Any], cli_config: Mapping[str, Any],
             given_hparams: Mapping[str, Any], progress: bool | None) -> int:
     from rl8.io.checkpoint import CheckpointError
-    from rl8.ppo.hparams import HParams
+    from rl8.ppo.hparams import changed_hparams
     from rl8.io.checkpoint_dir import read_checkpoint
     from rl8.training.trainer import Trainer
 
@@ -212,13 +212,12 @@ def _resume(args: argparse.Namespace, file_config: Mapping[str, Any], cli_config
     handed = env if env and stored_env and unregistered(stored_env, args.trust_code) else None
     hparams = _build_hparams(_merge_hparams(stored_hparams, given_hparams), "hparams")
     merged = hparams.to_plain()
-    # a hyper-parameter newer than the checkpoint has its default there (as from_checkpoint reads it)
-    saved = {**HParams().to_plain(), **stored_hparams}
-    changed = [k for k in merged if merged[k] != saved.get(k) and k not in RESUMABLE_HPARAMS]
+    changed = changed_hparams(stored_hparams, merged, may_change=RESUMABLE_HPARAMS)
     if changed:
-        detail = ", ".join(f"{k} (checkpoint: {saved.get(k)!r}, given: {merged[k]!r})" for k in changed)
+        detail = ", ".join(f"{k} (checkpoint: {saved!r}, given: {given!r})" for k, (saved, given) in changed.items())
         raise ConfigError(f"--resume: hyper-parameters cannot change when resuming: {detail}")
-    overrides = {k: merged[k] for k in RESUMABLE_HPARAMS if merged[k] != saved.get(k)}
+    resumable = {k: merged[k] for k in RESUMABLE_HPARAMS}
+    overrides = {k: given for k, (_, given) in changed_hparams(stored_hparams, resumable).items()}
     if args.model_cls:  # a class of yours for the stored one (a script's __main__.Net)
         try:
             import_given(args.model_cls, "--model-cls")

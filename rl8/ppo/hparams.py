@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -20,7 +20,7 @@ from rl8.policies.groups import obs_groups_problem
 from rl8.ppo.resolve import HPARAM_KINDS, qualified_name, resolve
 from rl8.ppo.schedules import Schedule
 
-__all__ = ["HParams", "close_hparam_names", "missing_cuda_device", "unknown_hparam_message"]
+__all__ = ["HParams", "changed_hparams", "close_hparam_names", "missing_cuda_device", "unknown_hparam_message"]
 
 _MAX_SEED = 2**63 - 1  # seeds are stored as int64
 _DEFAULT_NUM_MINIBATCHES = 4  # CleanRL's num_minibatches
@@ -431,3 +431,19 @@ def close_hparam_names(name: str) -> list[str]:
     close = difflib.get_close_matches(str(name), names, n=3)
     other = _OTHER_NAMES.get(str(name).lower())
     return [other, *[c for c in close if c != other]] if other else close
+
+
+def changed_hparams(stored: Mapping[str, Any], given: Mapping[str, Any], *,
+                    may_change: Collection[str] = ()) -> dict[str, tuple[Any, Any]]:
+    """The hyper-parameters of ``given`` that differ from a checkpoint's ``stored`` ones (what a
+    resume must refuse): ``{name: (stored value, given value)}``, in ``given``'s order.
+
+    Args:
+        stored: A checkpoint's hyper-parameters (plain values); a name it lacks (a checkpoint
+            older than the hyper-parameter) has its default.
+        given: The hyper-parameters the resume would use, in the same form.
+        may_change: Names that may differ (``device``: the machine, not the model).
+    """
+    saved = {**HParams().to_plain(), **stored}
+    return {name: (saved.get(name), value) for name, value in given.items()
+            if name not in may_change and value != saved.get(name)}
