@@ -12,18 +12,15 @@ import threading
 import time
 import warnings
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rl8.tracking.common import (
     DEGRADED_TIMEOUT_S, LOG_BACKOFF, LOG_RETRIES, LOG_TIMEOUT_S, TrackingWarning, http_policy,
     is_http, logger,
 )
-
-if TYPE_CHECKING:
-    from rl8.tracking.tracker import Tracker
 
 __all__: list[str] = []  # the Tracker's internals
 
@@ -339,11 +336,19 @@ class Courier:
 class LogThread:
     """The ``rl8-mlflow-logger`` thread of an asynchronous :class:`Tracker`: starts the run if
     asked, then delivers the outbox once it holds params, artifacts, :data:`_HOLD_STEPS` steps or
-    metrics older than :data:`_HOLD_S`, or on :meth:`flush` (while the store is down: when due)."""
+    metrics older than :data:`_HOLD_S`, or on :meth:`flush` (while the store is down: when due).
 
-    def __init__(self, tracker: Tracker) -> None:
-        self.tracker = tracker
-        self.outbox = tracker._outbox
+    Args:
+        outbox: The tracker's queue.
+        courier: Gives the tracker's :class:`Courier` (``None`` before its run has started).
+        start_run: Starts the tracker's run; ``False`` when it could not.
+        deliver: Sends the outbox (``force=True``: even while the store is down).
+    """
+
+    def __init__(self, outbox: Outbox, *, courier: Callable[[], Courier | None], start_run: Callable[[], bool],
+                 deliver: Callable[..., Any]) -> None:
+        self.outbox = outbox
+        self.courier, self.start_run, self.deliver = courier, start_run, deliver
         self.stopping = False
         self.flush_wanted = 0  # flush requests made; guarded by outbox.changed
         self.flushed = 0  # flush requests done
@@ -351,7 +356,7 @@ class LogThread:
         self._thread: threading.Thread | None = None
 
     def launch(self, *, start_run: bool) -> None:
-        """Start the thread (once); with ``start_run``, its first job is ``tracker.start()``."""
+        """Start the thread (once); with ``start_run``, its first job is starting the run."""
         if self._thread is None:
             self._thread = threading.Thread(target=self._loop, args=(start_run,),
                                             name="rl8-mlflow-logger", daemon=True)
@@ -380,7 +385,7 @@ class LogThread:
             return 0.0
         if self.outbox.empty():
             return None
-        courier = self.tracker._courier
+        courier = self.courier()
         if courier is not None and courier.degraded:
             return courier.due_in()
         if self.outbox.params or self.outbox.artifacts or self.outbox.steps >= _HOLD_STEPS:
@@ -388,9 +393,9 @@ class LogThread:
         return self.outbox.first_at + _HOLD_S - time.monotonic()
 
     def _loop(self, start_run: bool) -> None:
-        tracker, changed = self.tracker, self.outbox.changed
+        changed = self.outbox.changed
         try:
-            if start_run and not tracker._start_in_thread():
+            if start_run and not self.start_run():
                 return
             while True:
                 with changed:
@@ -399,7 +404,7 @@ class LogThread:
                     if self.stopping:
                         return
                     wanted = self.flush_wanted
-                tracker._deliver(force=wanted > self.flushed, stacklevel=4)
+                self.deliver(force=wanted > self.flushed, stacklevel=4)
                 with changed:
                     self.flushed = wanted
                     changed.notify_all()

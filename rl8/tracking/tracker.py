@@ -171,7 +171,8 @@ class Tracker:
         self._params: dict[str, str] = {}  # what the run holds (or will, once delivered)
         self._outbox = Outbox(max_pending)
         self._courier: Courier | None = None  # once started
-        self._thread = LogThread(self) if asynchronous else None
+        self._thread = LogThread(self._outbox, courier=lambda: self._courier, start_run=self._start_in_thread,
+                                 deliver=self._deliver) if asynchronous else None
         self._start_done = threading.Event()  # cleared while a background start is in progress
         self._start_done.set()
         self._start_error_reported = self._exit_hook = False
