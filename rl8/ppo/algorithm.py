@@ -101,7 +101,8 @@ class PPO:
         self.env_spec = env
         check_buffer_fits(hp.num_envs, hp.horizon, self.device, MIN_SLOT_BYTES)  # before the env allocates per env
         with buffer_allocation(hp.num_envs, hp.horizon, None):
-            self.env = built or make_env(env, hp.num_envs, hp.horizon, device=self.device, env_kwargs=hp.env_kwargs)
+            self.env = built if built is not None else make_env(
+                env, hp.num_envs, hp.horizon, device=self.device, env_kwargs=hp.env_kwargs)
         self.policy = Policy(
             self.env.observation_space, self.env.action_space,
             model_cls=resolve(hp.model_cls, MODEL, field="hparam model_cls"),
