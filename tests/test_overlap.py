@@ -50,6 +50,15 @@ def train(algo: PPO, updates: int) -> list[dict[str, float]]:
     return out
 
 
+def reference(updates: int) -> list[dict[str, float]]:
+    """The stats of ``updates`` updates of a fresh overlapped PPO, closed after (no thread left)."""
+    algo = PPO(CartPole, **OVERLAP)
+    try:
+        return train(algo, updates)
+    finally:
+        algo.close()
+
+
 def test_invalid_collect_mode_names_the_field_the_values_and_the_given_one():
     with pytest.raises(ValueError, match=r"hparam collect_mode: expected 'sync' or 'overlap', got 'async'"):
         HParams(collect_mode="async")
@@ -155,7 +164,7 @@ def test_an_error_in_the_background_rollout_is_raised_by_the_next_collect():
 
 def test_close_joins_the_thread_and_keeps_the_finished_rollout():
     algo = PPO(CartPole, **OVERLAP)
-    expected = train(PPO(CartPole, **OVERLAP), 3)
+    expected = reference(3)
     got = train(algo, 2)
     algo.close()
     assert collector_threads() == [] and algo.collector.ready
@@ -260,7 +269,7 @@ class SigtermAtStep(Condition):
 
 @pytest.mark.usefixtures("migrated_store")
 def test_a_sigterm_checkpoints_the_rollout_in_flight_and_the_resumed_trainer_goes_on_exactly(tmp_path):
-    losses = [s["losses/total"] for s in train(PPO(CartPole, **OVERLAP), 5)]
+    losses = [s["losses/total"] for s in reference(5)]
     algo = PPO(CartPole, **OVERLAP)
     trainer = Trainer(algo, checkpoint_dir=tmp_path, progress=False)
     with pytest.raises(SystemExit) as info:
