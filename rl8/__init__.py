@@ -28,7 +28,7 @@ _EXPORTS = {
     "Distribution": "rl8.policies.distributions",
     "Schedule": "rl8.ppo.schedules",
     "Trainer": "rl8.training.trainer",
-    "TrainStats": "rl8.training.run_loop",
+    "TrainStats": "rl8.training.trainer",
     "TrainerConfig": "rl8.training.config",
     "load_policy": "rl8.io.export",
     "save_policy": "rl8.io.export",

@@ -28,7 +28,7 @@ MOVED: dict[str, tuple[str, ...]] = {
     "rl8.policy": ("rl8.policies.policy",), "rl8.progress": ("rl8.training.progress",),
     "rl8.recurrent": ("rl8.policies.recurrent",), "rl8.rollout": ("rl8.ppo.rollout",),
     "rl8.runner": ("rl8.policies.runner",), "rl8.schedules": ("rl8.ppo.schedules",), "rl8.spaces": ("rl8.envs.spaces",),
-    "rl8.stats": ("rl8.ppo.stats",), "rl8.trainer": ("rl8.training.trainer", "rl8.training.run_loop"),
+    "rl8.stats": ("rl8.ppo.stats",), "rl8.trainer": ("rl8.training.trainer",),
     "rl8.video": ("rl8.training.video",),
 }
 

@@ -1,6 +1,8 @@
 """The package's architecture, checked: no import cycle between rl8's modules (function-level
-imports counted; ``if TYPE_CHECKING:`` imports, for annotations only, are not), function-level imports only of optional heavy dependencies, no module importing
-another module's private name, and the layer contracts of pyproject.toml (``lint-imports``).
+imports and ``if TYPE_CHECKING:`` imports, for annotations only, counted), function-level imports
+only of optional heavy dependencies, no module importing another module's private name, at most
+:data:`MAX_PRIVATE_REACHES` reads of another object's private names, and the layer contracts of
+pyproject.toml (``lint-imports``).
 
 Run ``python tests/test_layers.py`` to print the import graph's counts.
 """
@@ -68,12 +70,13 @@ def _absolute(node: ast.ImportFrom, module: str, is_package: bool) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
-def _imports(module: str) -> list[tuple[str, str | None, bool]]:
+def _imports(module: str, text: str | None = None) -> list[tuple[str, str | None, bool]]:
     """``(imported module, name or None, function level)`` of every import statement of
     ``module`` (``from pkg import name`` is the module ``pkg.name`` when that is a module), and
-    the modules a package's lazy export table names (``{"Env": "rl8.envs.base", ...}``)."""
+    the modules a package's lazy export table names (``{"Env": "rl8.envs.base", ...}``); of
+    ``text`` instead of the module's file when given."""
     path, is_package = MODULES[module]
-    tree = ast.parse(path.read_text())
+    tree = ast.parse(path.read_text() if text is None else text)
     out: list[tuple[str, str | None, bool]] = []
 
     def visit(node: ast.AST, nested: bool) -> None:
@@ -87,10 +90,6 @@ def _imports(module: str) -> list[tuple[str, str | None, bool]]:
                     out.append((sub, None, nested) if sub in MODULES else (source, alias.name, nested))
             elif is_package and isinstance(child, ast.Constant) and child.value in MODULES:
                 out.append((child.value, None, False))  # a lazy export table's entry
-            elif isinstance(child, ast.If) and ast.unparse(child.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
-                for orelse in child.orelse:  # annotations only: never imported at run time
-                    visit(orelse, nested)
-                continue
             visit(child, nested or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
 
     visit(tree, False)
@@ -169,11 +168,43 @@ def private_imports() -> list[str]:
     return found
 
 
+#: How many reads of another object's private names rl8/ may make (issue 36: at most 5).
+MAX_PRIVATE_REACHES = 5
+
+
+def private_reaches(source: str | None = None, name: str = "<string>") -> list[str]:
+    """``file:line: expression`` for each read of a private name (``obj._name``, not a dunder) of
+    an object other than ``self``, ``cls`` or ``super()``: of every module of rl8, or of
+    ``source``."""
+    sources = [(name, source)] if source is not None else [
+        (str(path.relative_to(ROOT)), path.read_text()) for path, _ in MODULES.values()]
+    found = []
+    for where, text in sources:
+        for node in ast.walk(ast.parse(text)):
+            if not isinstance(node, ast.Attribute) or not node.attr.startswith("_") or node.attr.startswith("__"):
+                continue
+            owner = node.value
+            if isinstance(owner, ast.Name) and owner.id in ("self", "cls"):
+                continue
+            if isinstance(owner, ast.Call) and isinstance(owner.func, ast.Name) and owner.func.id == "super":
+                continue
+            found.append(f"{where}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
 def test_the_graph_sees_function_level_imports_and_lazy_exports():
     graph = import_graph()
     assert "rl8.ppo.algorithm" in graph["rl8"]  # rl8/__init__.py's lazy table
     assert "rl8.envs.cartpole" in graph["rl8.envs"]  # rl8/envs/__init__.py's
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_annotation_only_imports_count_and_private_reaches_are_found():
+    text = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from rl8.training.trainer import Trainer\n"
+    assert _imports("rl8.training.progress", text) == [("typing", "TYPE_CHECKING", False),
+                                                       ("rl8.training.trainer", "Trainer", False)]
+    found = private_reaches("a._b\nself._c\ncls._d\nsuper()._e\nx.__dict__\nsys._getframe()\n")
+    assert found == ["<string>:1: a._b", "<string>:6: sys._getframe"]
 
 
 def test_no_import_cycles():
@@ -190,6 +221,13 @@ def test_function_level_imports_are_only_of_optional_heavy_dependencies():
 def test_no_module_imports_another_modules_private_name():
     found = private_imports()
     assert not found, "private names imported across modules:\n" + "\n".join(found)
+
+
+def test_few_reads_of_other_objects_private_names():
+    found = private_reaches()
+    assert len(found) <= MAX_PRIVATE_REACHES, (
+        f"{len(found)} reads of another object's private names (at most {MAX_PRIVATE_REACHES}): give the "
+        "owner a public method or pass what is needed:\n" + "\n".join(found))
 
 
 def test_layer_contracts_hold():
@@ -209,6 +247,9 @@ if __name__ == "__main__":
         print("  ", " -> ".join(cycle))
     print(f"function-level imports not allowed: {len(function_level_imports())}")
     for line in function_level_imports():
+        print("  ", line)
+    print(f"reads of other objects' private names: {len(private_reaches())}")
+    for line in private_reaches():
         print("  ", line)
     print(f"private names imported: {len(private_imports())}")
     for line in private_imports():

@@ -271,7 +271,7 @@ def _checkpoint_conditions(saved: Mapping[str, Any], path: Any) -> list[Any]:
 
 
 def _check_eval_plan(run_args: Mapping[str, Any]) -> None:
-    from rl8.training.run_loop import check_eval_plan
+    from rl8.training.run_args import check_eval_plan
     try:
         check_eval_plan(run_args["steps_per_eval"], run_args["eval_env_config"])
     except ValueError as exc:

@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Union
+from pathlib import Path
+from typing import Any, Protocol, Union
 
-if TYPE_CHECKING:
-    from rl8.training.trainer import Trainer
-
-__all__ = ["STOP", "Callback", "CallbackLike", "as_callbacks", "asks_to_stop"]
+__all__ = ["STOP", "Callback", "CallbackLike", "RunningTrainer", "as_callbacks", "asks_to_stop", "run_callbacks"]
 
 #: What a callback returns to stop the run after this step (``rl8.STOP``, the string ``"stop"``).
 STOP = "stop"
@@ -30,11 +28,25 @@ def asks_to_stop(answer: Any, callback: Any) -> bool:
     return False
 
 
+class RunningTrainer(Protocol):
+    """What a callback is handed: the :class:`rl8.Trainer` that runs (these are the parts of
+    it that callbacks use most; every public attribute and method of the Trainer is there)."""
+
+    algo: Any  #: the :class:`rl8.PPO` being trained
+    tracker: Any  #: the :class:`rl8.tracking.Tracker` of the MLflow run
+    metadata: dict[str, Any]  #: stored in every checkpoint
+
+    @property
+    def checkpoint_dir(self) -> Path: ...
+
+    def save_checkpoint(self, path: Any = None) -> Path: ...
+
+
 class Callback:
     """A callback with one method per moment of :meth:`rl8.Trainer.run`; override those you need.
     Each returns :data:`STOP` to stop the run after this step (``None``: go on)."""
 
-    def on_step(self, trainer: Trainer, stats: dict[str, float]) -> str | None:
+    def on_step(self, trainer: RunningTrainer, stats: dict[str, float]) -> str | None:
         """After every training step (and its evaluation), before the stats are logged and the
         stop conditions checked.
 
@@ -44,7 +56,7 @@ class Callback:
         """
         return None
 
-    def on_eval(self, trainer: Trainer, stats: dict[str, float]) -> str | None:
+    def on_eval(self, trainer: RunningTrainer, stats: dict[str, float]) -> str | None:
         """After :meth:`on_step`, on the steps that evaluated (every ``steps_per_eval``).
 
         Args:
@@ -53,7 +65,7 @@ class Callback:
         """
         return None
 
-    def __call__(self, trainer: Trainer, stats: dict[str, float]) -> str | None:
+    def __call__(self, trainer: RunningTrainer, stats: dict[str, float]) -> str | None:
         """:meth:`on_step`, then :meth:`on_eval` when ``stats`` hold an evaluation's stats."""
         stop = asks_to_stop(self.on_step(trainer, stats), self)
         if any(str(key).startswith("eval/") for key in stats):
@@ -62,7 +74,7 @@ class Callback:
 
 
 #: What :meth:`rl8.Trainer.run` takes as a callback.
-CallbackLike = Union[Callback, Callable[["Trainer", dict[str, float]], Any]]
+CallbackLike = Union[Callback, Callable[[RunningTrainer, dict[str, float]], Any]]
 
 
 def as_callbacks(callbacks: CallbackLike | Sequence[CallbackLike] | None) -> list[CallbackLike]:
@@ -79,3 +91,25 @@ def as_callbacks(callbacks: CallbackLike | Sequence[CallbackLike] | None) -> lis
                 f"rl8.training.callbacks.Callback, got {callback!r}"
             )
     return out
+
+
+def callback_name(callback: CallbackLike) -> str:
+    """How messages name ``callback``: its ``__name__``, else its repr."""
+    return getattr(callback, "__name__", None) or repr(callback)
+
+
+def run_callbacks(callbacks: Sequence[CallbackLike], trainer: RunningTrainer, stats: dict[str, float],
+                  evaluated: bool) -> CallbackLike | None:
+    """Run every callback on a step's ``stats`` (a :class:`Callback`'s ``on_eval`` too when the
+    step ``evaluated``); the first that asked to stop, or ``None``."""
+    stop = None
+    for callback in callbacks:
+        if isinstance(callback, Callback):
+            asked = asks_to_stop(callback.on_step(trainer, stats), callback)
+            if evaluated:
+                asked = asks_to_stop(callback.on_eval(trainer, stats), callback) or asked
+        else:
+            asked = asks_to_stop(callback(trainer, stats), callback)
+        if asked and stop is None:
+            stop = callback
+    return stop

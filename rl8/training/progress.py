@@ -13,21 +13,31 @@ import time
 from collections import deque
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any, Protocol, TextIO
 
 from rl8.ppo.distributed import current_roles
 from rl8.training.conditions import Condition, HitsLowerBound, HitsUpperBound, TimeLimit
 
-if TYPE_CHECKING:
-    from rl8.training.trainer import Trainer
-
-__all__ = ["Progress", "is_nan", "mlflow_ui_command", "results_lines", "start_lines"]
+__all__ = ["Progress", "RunView", "is_nan", "mlflow_ui_command", "results_lines", "start_lines"]
 
 #: Another condition becomes the progress line's target only when it is this much closer to
 #: holding (a fraction of the way) than the current target.
 SWITCH_MARGIN = 0.1
 #: Values of a target stat kept for its trend (the ETA of a return target).
 TREND_POINTS = 10
+
+
+class RunView(Protocol):
+    """What the progress lines read of a :class:`rl8.Trainer` (its public attributes)."""
+
+    algo: Any  #: the PPO: its ``env_steps``, ``steps`` and ``dist``
+    config: Any  #: the TrainerConfig: ``actors``
+    tracker: Any  #: the Tracker: ``run_id``, ``enabled``, ``tracking_uri``, ``start_error``
+    metadata: dict[str, Any]  #: ``"config"`` there: a run of the ``rl8`` command
+    last_checkpoint: Path | None
+
+    @property
+    def checkpoint_dir(self) -> Path: ...
 #: The stats a line shows as the return, the first the stats have (the env's own records first).
 _RETURN_KEYS = ("env_episodes/return_mean", "episodes/return_mean", "rollout/reward_sum_mean")
 
@@ -94,7 +104,7 @@ def mlflow_ui_command(uri: str) -> str:
     return command
 
 
-def _launcher(trainer: Trainer) -> str:
+def _launcher(trainer: RunView) -> str:
     """How to start the same number of ranks again (empty outside torchrun)."""
     dist = getattr(trainer.algo, "dist", None)
     roles = current_roles()
@@ -106,7 +116,7 @@ def _launcher(trainer: Trainer) -> str:
     return f"torchrun {f'--nnodes={nodes} ' if nodes > 1 else ''}--nproc_per_node={per_node} -m "
 
 
-def _resume_command(trainer: Trainer, checkpoint: Path) -> str:
+def _resume_command(trainer: RunView, checkpoint: Path) -> str:
     """How to go on from ``checkpoint``: ``rl8 train --resume`` for a run of the ``rl8`` command
     (its metadata holds the command's config), else the Python call."""
     if "config" in trainer.metadata:
@@ -115,15 +125,11 @@ def _resume_command(trainer: Trainer, checkpoint: Path) -> str:
     return f"Trainer.from_checkpoint({str(checkpoint)!r})"
 
 
-def _known_run_id(trainer: Trainer) -> str | None:  # never waits for a start in progress
-    return trainer.tracker.run_id or trainer._run_id
-
-
-def start_lines(trainer: Trainer) -> list[str] | None:
+def start_lines(trainer: RunView) -> list[str] | None:
     """Where the results of a run go (the MLflow run, its tracking URI and the command that shows
     it, the checkpoint folder); ``None`` while a run starting in the background has no id yet."""
     tracker = trainer.tracker
-    run_id = _known_run_id(trainer)
+    run_id = trainer.tracker.run_id  # never waits for a start in progress
     if (tracker.enabled and run_id is None) or tracker.start_error is not None:
         return None  # starting, or failed to start (an error the next step raises)
     lines = []
@@ -134,12 +140,12 @@ def start_lines(trainer: Trainer) -> list[str] | None:
     return lines
 
 
-def results_lines(trainer: Trainer) -> list[str]:
+def results_lines(trainer: RunView) -> list[str]:
     """Where the results of a run went (steps, the MLflow run, the latest checkpoint and how to
     resume from it, the ``mlflow ui`` command); never waits or raises."""
     algo = trainer.algo
     lines = [f"rl8: {algo.env_steps} env steps, {algo.steps} training steps"]
-    run_id = _known_run_id(trainer)
+    run_id = trainer.tracker.run_id  # never waits for a start in progress
     uri = trainer.tracker.tracking_uri if run_id else None
     if run_id:
         lines += [f"run id:     {run_id}", f"tracking:   {uri}"]
@@ -305,7 +311,7 @@ class Progress:
         self.close()
         print(*lines, sep="\n", flush=True)  # on stdout, where the rl8 command prints them too
 
-    def announce(self, trainer: Trainer) -> None:
+    def announce(self, trainer: RunView) -> None:
         """Once per run, as soon as the MLflow run has an id: where the results go."""
         if not self.enabled or self._announced:
             return
@@ -314,7 +320,7 @@ class Progress:
             self._announced = True
             self._print(lines)
 
-    def results(self, trainer: Trainer) -> None:
+    def results(self, trainer: RunView) -> None:
         """At the end of a run: where the results went."""
         if self.enabled:
             self._print(results_lines(trainer))

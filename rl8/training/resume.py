@@ -1,53 +1,39 @@
-"""The Trainer's checkpoints: what one records beyond the algorithm, writing it, and rebuilding
-the algorithm and the Trainer from one (:class:`TrainerCheckpoints`, the Trainer's base class)."""
+"""What a Trainer checkpoint holds beyond the algorithm, writing it (every rank's part, the MLflow
+artifacts), and rebuilding the algorithm from one: the pieces :meth:`rl8.Trainer.save_checkpoint`
+and :meth:`rl8.Trainer.from_checkpoint` are made of."""
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import dataclasses
 import json
-import os
 import tempfile
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from rl8.io.checkpoint import CHECKPOINT_POINTER_ARTIFACT, CheckpointError, save_checkpoint
 from rl8.io.checkpoint_dir import CheckpointManager
-from rl8.io.checkpoint_dir import read_checkpoint
 from rl8.io.export import (
-    POLICY_ARTIFACT, check_env_spaces, check_finite_weights, policy_to_dict, space_from_dict,
+    POLICY_ARTIFACT, check_env_spaces, check_finite_weights, space_from_dict,
 )
 from rl8.io.mlflow_model import save_model
 from rl8.ppo.algorithm import PPO, NonFiniteError
 from rl8.ppo.distributed import DistContext, current_roles, derive_seed, rank_device, to_cpu
 from rl8.ppo.resolve import (
-    qualified_name, check_stored_env_kwargs, check_stored_hparams, env_target, spec_from_env_info,
+    check_stored_env_kwargs, check_stored_hparams, env_target, spec_from_env_info,
 )
 from rl8.tracking.common import TrackingWarning
 from rl8.training.conditions import Condition, with_current_stat_names
-from rl8.training.config import TrainerConfig
-from rl8.version import __version__
-
-if TYPE_CHECKING:
-    from rl8.training.trainer import Trainer
 
 __all__ = [
-    "RunRecord", "TrainerCheckpoints", "algo_from_checkpoint", "check_finite_policy", "rank_entry",
-    "resuming_from",
+    "Resuming", "RunRecord", "absolute_tracking_uri", "algo_from_checkpoint", "check_finite_policy",
+    "rank_entry", "resuming", "resuming_from",
 ]
-
-#: The checkpoint file that the Trainer being built by ``from_checkpoint`` resumes from.
-_RESUMING_FROM: contextvars.ContextVar[Path | None] = contextvars.ContextVar("rl8_resuming_from", default=None)
-
-
-def resuming_from() -> Path | None:
-    """The checkpoint file that :meth:`TrainerCheckpoints.from_checkpoint` resumes from while it
-    builds its Trainer (which may then write into that file's folder), else ``None``."""
-    return _RESUMING_FROM.get()
 
 
 #: Entries of ``PPO.state_dict()`` that are the same on every rank: stored once (rank 0's
@@ -111,6 +97,39 @@ class RunRecord:
             return False
         configs = [condition.to_config() for condition in conditions]
         return self.stop_conditions_met and None not in configs and configs == self.stop_condition_configs
+
+
+@dataclasses.dataclass(frozen=True)
+class Resuming:
+    """The checkpoint a Trainer being built by :meth:`rl8.Trainer.from_checkpoint` resumes from.
+
+    Attributes:
+        file: The checkpoint file (absolute); the Trainer may write into its folder.
+        record: What it records about the run (:class:`RunRecord`).
+        env_steps: The env steps of the algorithm it holds.
+    """
+
+    file: Path
+    record: RunRecord
+    env_steps: int
+
+
+_RESUMING: contextvars.ContextVar[Resuming | None] = contextvars.ContextVar("rl8_resuming", default=None)
+
+
+@contextlib.contextmanager
+def resuming(checkpoint: Resuming) -> Iterator[None]:
+    """While the ``with`` block builds a Trainer, it resumes from ``checkpoint``."""
+    token = _RESUMING.set(checkpoint)
+    try:
+        yield
+    finally:
+        _RESUMING.reset(token)
+
+
+def resuming_from() -> Resuming | None:
+    """The checkpoint the Trainer being built resumes from (see :func:`resuming`), else ``None``."""
+    return _RESUMING.get()
 
 
 def check_finite_policy(policy: torch.nn.Module, step: int, last_checkpoint: Path | None) -> None:
@@ -267,7 +286,7 @@ def _load_algo_state(algo: PPO, algo_state: Mapping[str, Any], file: Path) -> No
         ) from None
 
 
-def _absolute_uri(uri: str) -> str:
+def absolute_tracking_uri(uri: str) -> str:
     """A tracking URI that still names the same store from another working directory."""
     if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
         path = uri[len("sqlite:///"):]
@@ -276,133 +295,3 @@ def _absolute_uri(uri: str) -> str:
     elif "://" not in uri and Path(uri).is_dir():  # a plain folder (file store)
         return str(Path(uri).absolute())
     return uri
-
-
-class TrainerCheckpoints:
-    """The checkpoint half of :class:`rl8.Trainer` (its base class): what a checkpoint holds,
-    writing it, and rebuilding a Trainer from one (see ``docs/checkpoints.md``)."""
-
-    def resolved_config(self) -> TrainerConfig:
-        """:attr:`config` with what this Trainer resolved (its MLflow run, absolute tracking URI,
-        checkpoint folder): what a checkpoint stores. Waits for a run still starting."""
-        return self.config.replace(
-            run_id=self.run_id, experiment=self.experiment, run_name=self.tracker.run_name,
-            tracking_uri=_absolute_uri(self.tracker.tracking_uri), tracking=self.tracker.enabled,
-            checkpoint_dir=str(self.checkpoint_dir), metadata=self.metadata,
-        )
-
-    def _env_info(self) -> dict[str, Any]:  # as a policy file records it
-        hp = self.algo.hparams
-        return {"spec": self.env_spec, "env_kwargs": dict(hp.env_kwargs), "env_config": dict(hp.env_config)}
-
-    def _run_record(self) -> RunRecord:
-        """The record of the latest :meth:`~rl8.Trainer.run`, completed by that of the checkpoint
-        this Trainer resumed from."""
-        record = RunRecord.of_run(self._run_args, self._conditions, self._conditions_met)
-        saved = self._resumed
-        if saved is not None and not self._conditions and saved.stop_conditions:
-            record = dataclasses.replace(saved, run=record.run)
-        if saved is not None and record.run is None:
-            record.run = saved.run
-        return record
-
-    def state_dict(self) -> dict[str, Any]:
-        """The checkpoint's content: only tensors and plain Python values (see docs/trainer.md)."""
-        algo = self.algo
-        record = self._run_record()
-        return {
-            "algo": algo.state_dict(),
-            "env": {"spec": self.env_spec, "class": qualified_name(type(algo.env))},
-            "trainer": {
-                **self.resolved_config().stored(),
-                **dataclasses.asdict(record),
-                "policy": policy_to_dict(algo.policy, include_state=False, env=self._env_info()),
-            },
-            "versions": {"rl8": __version__, "torch": str(torch.__version__)},
-        }
-
-    def save_checkpoint(self, path: str | os.PathLike[str] | None = None) -> Path:
-        """Write a checkpoint (:meth:`state_dict`) atomically and log the policy and the
-        ``rl8/checkpoint.json`` pointer to the MLflow run (see ``docs/checkpoints.md``). In
-        data-parallel training every rank calls it at the same step (rank 0 writes).
-
-        Args:
-            path: Destination file; ``None``: ``checkpoint_dir/checkpoint-<env steps>.pt``,
-                keeping the last ``keep_checkpoints`` there.
-
-        Returns:
-            The path written.
-
-        Raises:
-            rl8.ppo.algorithm.NonFiniteError: The policy holds NaN or inf (nothing is written).
-        """
-        step = int(self.algo.env_steps)
-        check_finite_policy(self.algo.policy, step, self.last_checkpoint)
-        folder = self.checkpoint_dir if path is None else None
-        if folder is not None and self._dir_lock is not None:  # rank 0: the folder's lock names the run
-            self._dir_lock.set_run_id(self.run_id)
-        actors = self._learner.actor_states() if self._learner is not None else None
-        written = write_checkpoint(self.state_dict(), path, folder, self.config.keep_checkpoints, step, self._dist,
-                                   actors)
-        self.last_checkpoint = written
-        self._last_checkpoint_step = step
-        if self.tracker.enabled and not self.closed:
-            log_policy_artifacts(self.tracker, self.algo.policy, self._env_info(), written, step)
-        return written
-
-    @classmethod
-    def from_checkpoint(
-        cls,
-        path: str | os.PathLike[str],
-        *,
-        env: Any = None,
-        hparams: Mapping[str, Any] | None = None,
-        tracking_uri: str | None = None,
-        trust_code: bool = False,
-        **kwargs: Any,
-    ) -> Trainer:
-        """Rebuild a Trainer (and its PPO, state loaded) from a checkpoint and continue its
-        MLflow run (see ``docs/checkpoints.md``).
-
-        Args:
-            path: A checkpoint file, a folder of checkpoints (its latest), or an MLflow run id.
-            env: The env to use instead of the stored one (one the checkpoint could not record,
-                or a class this process has not registered).
-            hparams: Hyper-parameters to change, e.g. ``{"device": "cuda"}``.
-            tracking_uri: Tracking URI of the run (default: the one stored in the checkpoint).
-            trust_code: Trust the file: import the modules of names the registry
-                (:mod:`rl8.registry`) does not hold, and let its env spec name a plain function
-                (see ``docs/security.md``).
-            **kwargs: Other :class:`Trainer` options to change (the others are those stored).
-
-        Raises:
-            FileNotFoundError: No checkpoint at ``path``.
-            rl8.io.checkpoint.CheckpointError: A corrupt, foreign or unsafe file.
-            ValueError: The env's observation or action space differs from the checkpoint's.
-            rl8.tracking.TrackingError: The stored MLflow run cannot be resumed.
-        """
-        file, state = read_checkpoint(path, tracking_uri=tracking_uri)
-        algo = algo_from_checkpoint(file, state, env=env, hparams=hparams, trust_code=trust_code)
-        saved = state["trainer"]
-        config = TrainerConfig.from_stored(saved)
-        tracking = kwargs.pop("tracking", config.tracking)
-        config = config.replace(
-            tracking=tracking, run_id=config.run_id if tracking else None,
-            tracking_uri=tracking_uri or config.tracking_uri,
-        )
-        token = _RESUMING_FROM.set(file.absolute())
-        try:
-            trainer = cls(algo, config, **kwargs)
-        finally:
-            _RESUMING_FROM.reset(token)
-        trainer._resumed = RunRecord.from_checkpoint(saved)
-        trainer.last_checkpoint = file.absolute()
-        trainer._last_checkpoint_step = int(algo.env_steps)
-        return trainer
-
-    @property
-    def run_args(self) -> dict[str, Any] | None:
-        """``env_config``, ``eval_env_config`` and ``steps_per_eval`` of the latest
-        :meth:`~rl8.Trainer.run` (or of the checkpoint's run, before a resumed one's first)."""
-        run = self._run_record().run
-        return None if run is None else dict(run)

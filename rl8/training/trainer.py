@@ -1,47 +1,61 @@
 """The :class:`Trainer`: PPO for hours, with stop conditions, evaluations, MLflow tracking,
-checkpoints, resuming and signals (see ``docs/trainer.md``)."""
+checkpoints, resuming and signals (see ``docs/trainer.md``). Its loop, :meth:`Trainer.run`, reads
+in one place; evaluation (:class:`~rl8.training.eval_envs.EvalEnvs`), logging
+(:class:`~rl8.tracking.Tracker`), checkpoints (:mod:`rl8.training.resume`), signals
+(:class:`~rl8.training.signals.StopSignals`) and progress (:class:`~rl8.training.progress.Progress`)
+are collaborators it calls through their public methods."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
+import signal
 import sys
 import time
 import uuid
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from rl8.fields import check_int
-from rl8.io.checkpoint_dir import CheckpointDirLock, check_writable_folder
-from rl8.ppo.algorithm import check_env_configs
+from rl8.io.checkpoint_dir import CheckpointDirLock, check_writable_folder, read_checkpoint
+from rl8.io.export import policy_to_dict
+from rl8.ppo.algorithm import PPO, check_env_configs
 from rl8.ppo.distributed import DistContext, current_roles
-from rl8.ppo.resolve import env_spec_string, is_dotted_path
+from rl8.ppo.resolve import env_spec_string, is_dotted_path, qualified_name
+from rl8.ppo.stats import Stats
 from rl8.tracking.tracker import TERMINAL_STATUSES, Tracker
 from rl8.tracking.common import TrackingError, TrackingWarning
 from rl8.training.actors import Learner, check_actor_config, run_actor
-from rl8.training.callbacks import CallbackLike, as_callbacks
+from rl8.training.callbacks import CallbackLike, as_callbacks, callback_name, run_callbacks
 from rl8.training.conditions import Condition
 from rl8.training.config import TrainerConfig, check_register_plan, run_params
 from rl8.training.eval_envs import EvalEnvs
-from rl8.training.progress import is_nan
-from rl8.training.resume import RunRecord, TrainerCheckpoints, resuming_from
-from rl8.training.run_loop import (
-    TrainStats, as_conditions, check_eval_plan, check_eval_stats, check_record_plan, log_run_params,
-    train_until,
+from rl8.training.progress import Progress, is_nan
+from rl8.training.resume import (
+    Resuming, RunRecord, absolute_tracking_uri, algo_from_checkpoint, check_finite_policy, log_policy_artifacts,
+    resuming, resuming_from, write_checkpoint,
 )
-
-if TYPE_CHECKING:
-    from rl8.ppo.algorithm import PPO
+from rl8.training.run_args import as_conditions, check_eval_plan, check_eval_stats, check_record_plan
+from rl8.training.run_args import run_params as run_arg_params
+from rl8.training.signals import StopSignals, signal_exit
+from rl8.version import __version__
 
 __all__ = ["TrainStats", "Trainer"]
 
 #: Seconds a SIGINT/SIGTERM exit may spend on ending the MLflow run (delivering what is queued,
 #: setting the status), whatever the tracking server does.
 SIGNAL_CLOSE_TIMEOUT_S = 6.0
+
+
+class TrainStats(Stats):
+    """All stats of one training step, a ``dict[str, float]`` (a :class:`rl8.ppo.stats.Stats`):
+    counters, the collect's and update's stats, ``profiling/*`` (ms), ``throughput/*``,
+    ``memory/*`` (MiB) and on evaluation steps ``eval/*`` (see ``docs/trainer.md#metrics``)."""
 
 
 def _env_name(spec: Any) -> str:
@@ -67,9 +81,9 @@ def _memory_stats(device: torch.device) -> dict[str, float]:
     return out
 
 
-class Trainer(TrainerCheckpoints):
+class Trainer:
     """Train a :class:`~rl8.PPO` algorithm with stop conditions, MLflow tracking and checkpoints
-    (:class:`~rl8.training.resume.TrainerCheckpoints`). Creating it starts its MLflow run (see
+    (see ``docs/checkpoints.md``). Creating it starts its MLflow run (see
     ``docs/trainer.md``), which stays open until :meth:`close` (or a ``with`` block's end).
 
     Args:
@@ -98,13 +112,15 @@ class Trainer(TrainerCheckpoints):
         self._envs = EvalEnvs(algo, config.eval_num_envs, config.eval_num_steps)
         self.stopped_by: Condition | None = None
         self.metadata = dict(config.metadata or {})
-        self.last_checkpoint: Path | None = None
         self.closed = False
-        self._last_checkpoint_step: int | None = None
         self._run_args: dict[str, Any] | None = None
         self._conditions: list[Condition] = []
         self._conditions_met = False  # whether the stop conditions held at the latest step
-        self._resumed: RunRecord | None = None  # what the checkpoint resumed from records
+        # from_checkpoint: the checkpoint resumed from, what it records of the run, its step
+        self._resumed_from = resuming_from()
+        self._resumed: RunRecord | None = self._resumed_from and self._resumed_from.record
+        self.last_checkpoint: Path | None = self._resumed_from and self._resumed_from.file
+        self._last_checkpoint_step: int | None = self._resumed_from and self._resumed_from.env_steps
         self._ignore_stop_signals = False  # while a signal exit ends the run (bounded)
         # data-parallel training: only rank 0 talks to MLflow and writes checkpoints
         self._dist: DistContext = getattr(algo, "dist", None) or DistContext()
@@ -134,7 +150,6 @@ class Trainer(TrainerCheckpoints):
         # the checkpoint folder belongs to this run alone (rank 0 holds the claim): claimed
         # before the MLflow run starts, so that an unusable folder creates no run
         self._dir_lock: CheckpointDirLock | None = None
-        self._resumed_from = resuming_from()
         given = config.checkpoint_dir  # None: checkpoints/<run id> once the run id is known
         self._checkpoint_dir: Path | None = None if given is None else Path(given).absolute()
         self._checkpoints_root = Path("checkpoints").absolute()
@@ -205,7 +220,8 @@ class Trainer(TrainerCheckpoints):
             raise RuntimeError("this Trainer is closed (its MLflow run has ended)")
 
     def _claim(self, folder: Path, run_id: str | None) -> CheckpointDirLock:
-        return CheckpointDirLock(folder, run_id=run_id, resumed_from=self._resumed_from)
+        resumed_from = self._resumed_from and self._resumed_from.file
+        return CheckpointDirLock(folder, run_id=run_id, resumed_from=resumed_from)
 
     def _release_folder(self) -> None:
         if self._dir_lock is not None:
@@ -387,7 +403,9 @@ class Trainer(TrainerCheckpoints):
         if self.is_actor:  # collect until the learners stop the job
             return TrainStats(run_actor(self.algo, self.config, env_config=env_config))
         check_eval_plan(steps_per_eval, eval_env_config)
-        check_record_plan(self, steps_per_eval)
+        check_record_plan(self.config.record_every, steps_per_eval)
+        if self.config.record_every is not None and self._dist.is_main:
+            self.eval_envs.check_can_record()
         conditions = as_conditions(stop_conditions, max_env_steps=max_env_steps, max_seconds=max_seconds)
         check_eval_stats(conditions, steps_per_eval)
         check_register_plan(self.config, steps_per_eval)
@@ -404,7 +422,10 @@ class Trainer(TrainerCheckpoints):
         finished = self._resumed is not None and self._resumed.restore(conditions)  # held: no step
         self._conditions = conditions
         self._conditions_met = finished
-        log_run_params(self, conditions, steps_per_eval)
+        with warnings.catch_warnings():
+            # a resumed run records a changed value once as "resumed/run/..."; later ones are expected
+            warnings.filterwarnings("ignore", message="MLflow param 'run/", category=TrackingWarning)
+            self.tracker.log_params(run_arg_params(self._run_args, conditions))
         if not conditions and not callbacks:
             warnings.warn(
                 "Trainer.run: no stop_conditions, so training runs until interrupted (Ctrl-C "
@@ -412,13 +433,226 @@ class Trainer(TrainerCheckpoints):
                 "stop_conditions=HitsUpperBound('episodes/return_mean', 475)",
                 stacklevel=2,
             )
-        stats = train_until(
-            self, conditions, TrainStats(self._counters()), finished=finished, env_config=env_config,
-            eval_env_config=eval_env_config, steps_per_eval=steps_per_eval, callbacks=callbacks,
-        )
+        stats = self._train_until(conditions, callbacks, finished=finished, env_config=env_config,
+                                  eval_env_config=eval_env_config, steps_per_eval=steps_per_eval)
         if self.config.register_as is not None and self.tracker.enabled:
             self.register_best()
         return stats
+
+    def _train_until(self, conditions: list[Condition], callbacks: Sequence[CallbackLike], *, finished: bool,
+                     env_config: dict[str, Any] | None, eval_env_config: dict[str, Any] | None,
+                     steps_per_eval: int | None) -> TrainStats:
+        """:meth:`run`'s loop: train, evaluate when due, call back, log, check the stop conditions,
+        checkpoint when due, act on signals; then the last checkpoint. No step when
+        ``finished`` (the conditions held at the checkpoint resumed from)."""
+        algo, config = self.algo, self.config
+        progress = Progress(config.progress if self._dist.is_main else False, interval_s=config.progress_every_s)
+        signals = StopSignals(self._dist, lambda: self._ignore_stop_signals)
+        stats = TrainStats(self._counters())
+        held = [False] * len(conditions)  # which conditions held at the latest step
+        stopped_by_callback: CallbackLike | None = None
+        with signals.installed():
+            try:
+                progress.announce(self)  # where the results go, once the run has an id
+                for condition in conditions:
+                    condition.start()
+                while not finished:
+                    stats = self._train_step(env_config)
+                    evaluated = steps_per_eval is not None and algo.steps % steps_per_eval == 0
+                    if evaluated:
+                        stats.update(self._eval(eval_env_config, deterministic=True))
+                        if config.record_every and (algo.steps // steps_per_eval) % config.record_every == 0:
+                            stats.update(self._record_eval(eval_env_config))
+                    stopped_by_callback = run_callbacks(callbacks, self, stats, evaluated)
+                    self._log(stats)
+                    held = [bool(condition(stats)) for condition in conditions]
+                    self._conditions_met = any(held)
+                    progress.update(stats, conditions, held=held)
+                    progress.announce(self)
+                    if config.checkpoint_every and algo.steps % config.checkpoint_every == 0:
+                        self.save_checkpoint()
+                    stop = signals.agree(any(held) or stopped_by_callback is not None)
+                    self._handle_signals(signals, progress)
+                    if stop:
+                        break
+                progress.update(stats, conditions, force=True, held=held)
+                self.stopped_by = next((c for c, fired in zip(conditions, held) if fired), None)
+                if finished and len(conditions) == 1:  # then it is the one that held
+                    self.stopped_by = conditions[0]
+                progress.summary(stats, self.stopped_by, held_at_checkpoint=finished,
+                                 callback=None if stopped_by_callback is None else callback_name(stopped_by_callback))
+                if self._last_checkpoint_step != algo.env_steps:
+                    self.save_checkpoint()
+                signals.agree(False)
+                self._handle_signals(signals, progress)  # one that arrived during the last checkpoint
+                self._stop_actors()
+                progress.results(self)
+            except (KeyboardInterrupt, SystemExit):
+                progress.close()
+                with contextlib.suppress(Exception):  # a signal's exit: the actors exit with it
+                    self._stop_actors()
+                self._close_killed()
+                raise
+            except BaseException as exc:
+                progress.close()
+                if signals.stop_signal is None:
+                    self._close_while_raising("FAILED")
+                    raise
+                # stopping on a signal failed (e.g. its checkpoint): still the signal's exit
+                self._close_killed()
+                if self._dist.is_main:
+                    print(f"rl8: {signal.Signals(signals.stop_signal).name}: {type(exc).__name__}: {exc} while "
+                          f"stopping; latest checkpoint: {self.last_checkpoint}"
+                          f"{self.tracker.end_report('KILLED')}", file=sys.stderr, flush=True)
+                raise signal_exit(signals.stop_signal) from exc
+        return stats
+
+    def _record_eval(self, env_config: dict[str, Any] | None) -> TrainStats:
+        """The video of an evaluation step (``record_every``), on rank 0; its duration in ms."""
+        if not self._dist.is_main:
+            return TrainStats()
+        t0 = time.perf_counter()
+        self.record(self.checkpoint_dir / "videos" / f"eval-{int(self.algo.env_steps)}.mp4", env_config=env_config)
+        return TrainStats({"profiling/record_ms": 1000.0 * (time.perf_counter() - t0)})
+
+    def _handle_signals(self, signals: StopSignals, progress: Progress) -> None:
+        """Act on the signals received: a checkpoint for SIGUSR1; for SIGINT/SIGTERM a checkpoint,
+        the run ended as ``KILLED``, and the signal's exception."""
+        checkpoint, signum = signals.take()
+        if checkpoint:
+            path = self.save_checkpoint()
+            progress.close()
+            if self._dist.is_main:
+                print(f"rl8: SIGUSR1: checkpoint written to {path}", file=sys.stderr, flush=True)
+        if signum is None:
+            return
+        progress.close()
+        if self._last_checkpoint_step != self.algo.env_steps:
+            self.save_checkpoint()
+        self._close_killed()
+        if self._dist.is_main:
+            print(f"rl8: {signal.Signals(signum).name}: checkpoint written to {self.last_checkpoint}"
+                  f"{self.tracker.end_report('KILLED')}", file=sys.stderr, flush=True)
+        progress.results(self)
+        raise signal_exit(signum)
+
+    # ------------------------------------------------------------------ checkpoints
+    def resolved_config(self) -> TrainerConfig:
+        """:attr:`config` with what this Trainer resolved (its MLflow run, absolute tracking URI,
+        checkpoint folder): what a checkpoint stores. Waits for a run still starting."""
+        return self.config.replace(
+            run_id=self.run_id, experiment=self.experiment, run_name=self.tracker.run_name,
+            tracking_uri=absolute_tracking_uri(self.tracker.tracking_uri), tracking=self.tracker.enabled,
+            checkpoint_dir=str(self.checkpoint_dir), metadata=self.metadata,
+        )
+
+    def _env_info(self) -> dict[str, Any]:  # as a policy file records it
+        hp = self.algo.hparams
+        return {"spec": self.env_spec, "env_kwargs": dict(hp.env_kwargs), "env_config": dict(hp.env_config)}
+
+    def _run_record(self) -> RunRecord:
+        """The record of the latest :meth:`run`, completed by that of the checkpoint this Trainer
+        resumed from."""
+        record = RunRecord.of_run(self._run_args, self._conditions, self._conditions_met)
+        saved = self._resumed
+        if saved is not None and not self._conditions and saved.stop_conditions:
+            record = dataclasses.replace(saved, run=record.run)
+        if saved is not None and record.run is None:
+            record.run = saved.run
+        return record
+
+    @property
+    def run_args(self) -> dict[str, Any] | None:
+        """``env_config``, ``eval_env_config`` and ``steps_per_eval`` of the latest :meth:`run`
+        (or of the checkpoint's run, before a resumed one's first)."""
+        run = self._run_record().run
+        return None if run is None else dict(run)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The checkpoint's content: only tensors and plain Python values (see docs/trainer.md)."""
+        algo = self.algo
+        return {
+            "algo": algo.state_dict(),
+            "env": {"spec": self.env_spec, "class": qualified_name(type(algo.env))},
+            "trainer": {
+                **self.resolved_config().stored(),
+                **dataclasses.asdict(self._run_record()),
+                "policy": policy_to_dict(algo.policy, include_state=False, env=self._env_info()),
+            },
+            "versions": {"rl8": __version__, "torch": str(torch.__version__)},
+        }
+
+    def save_checkpoint(self, path: str | os.PathLike[str] | None = None) -> Path:
+        """Write a checkpoint (:meth:`state_dict`) atomically and log the policy and the
+        ``rl8/checkpoint.json`` pointer to the MLflow run (see ``docs/checkpoints.md``). In
+        data-parallel training every rank calls it at the same step (rank 0 writes).
+
+        Args:
+            path: Destination file; ``None``: ``checkpoint_dir/checkpoint-<env steps>.pt``,
+                keeping the last ``keep_checkpoints`` there.
+
+        Returns:
+            The path written.
+
+        Raises:
+            rl8.ppo.algorithm.NonFiniteError: The policy holds NaN or inf (nothing is written).
+        """
+        step = int(self.algo.env_steps)
+        check_finite_policy(self.algo.policy, step, self.last_checkpoint)
+        folder = self.checkpoint_dir if path is None else None
+        if folder is not None and self._dir_lock is not None:  # rank 0: the folder's lock names the run
+            self._dir_lock.set_run_id(self.run_id)
+        actors = self._learner.actor_states() if self._learner is not None else None
+        written = write_checkpoint(self.state_dict(), path, folder, self.config.keep_checkpoints, step, self._dist,
+                                   actors)
+        self.last_checkpoint = written
+        self._last_checkpoint_step = step
+        if self.tracker.enabled and not self.closed:
+            log_policy_artifacts(self.tracker, self.algo.policy, self._env_info(), written, step)
+        return written
+
+    @classmethod
+    def from_checkpoint(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        env: Any = None,
+        hparams: Mapping[str, Any] | None = None,
+        tracking_uri: str | None = None,
+        trust_code: bool = False,
+        **kwargs: Any,
+    ) -> Trainer:
+        """Rebuild a Trainer (and its PPO, state loaded) from a checkpoint and continue its
+        MLflow run (see ``docs/checkpoints.md``).
+
+        Args:
+            path: A checkpoint file, a folder of checkpoints (its latest), or an MLflow run id.
+            env: The env to use instead of the stored one (one the checkpoint could not record,
+                or a class this process has not registered).
+            hparams: Hyper-parameters to change, e.g. ``{"device": "cuda"}``.
+            tracking_uri: Tracking URI of the run (default: the one stored in the checkpoint).
+            trust_code: Trust the file: import the modules of names the registry
+                (:mod:`rl8.registry`) does not hold, and let its env spec name a plain function
+                (see ``docs/security.md``).
+            **kwargs: Other :class:`Trainer` options to change (the others are those stored).
+
+        Raises:
+            FileNotFoundError: No checkpoint at ``path``.
+            rl8.io.checkpoint.CheckpointError: A corrupt, foreign or unsafe file.
+            ValueError: The env's observation or action space differs from the checkpoint's.
+            rl8.tracking.TrackingError: The stored MLflow run cannot be resumed.
+        """
+        file, state = read_checkpoint(path, tracking_uri=tracking_uri)
+        algo = algo_from_checkpoint(file, state, env=env, hparams=hparams, trust_code=trust_code)
+        saved = state["trainer"]
+        config = TrainerConfig.from_stored(saved)
+        tracking = kwargs.pop("tracking", config.tracking)
+        config = config.replace(
+            tracking=tracking, run_id=config.run_id if tracking else None,
+            tracking_uri=tracking_uri or config.tracking_uri,
+        )
+        with resuming(Resuming(file.absolute(), RunRecord.from_checkpoint(saved), int(algo.env_steps))):
+            return cls(algo, config, **kwargs)
 
     def register_best(self, name: str | None = None, *, metric: str | None = None,
                       mode: str | None = None) -> str | None:

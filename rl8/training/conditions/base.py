@@ -7,7 +7,6 @@ import difflib
 import inspect
 import math
 import numbers
-import sys
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
@@ -38,7 +37,7 @@ def _check_key(owner: str, key: Any) -> str:
                         f"'episodes/return_mean'), got {key!r}")
     new = current_stat_name(key)
     if new is not None:  # an rl8 1.0.0 name: once, when the condition is built, at the user's line
-        frame, level = sys._getframe(), 1
+        frame, level = inspect.currentframe(), 1
         while frame is not None and frame.f_globals.get("__name__", "").startswith(__package__):
             frame, level = frame.f_back, level + 1
         warn_renamed(key, new, stacklevel=level)

@@ -1,0 +1,111 @@
+"""The checks of :meth:`rl8.Trainer.run`'s arguments, made before training, and the run's
+MLflow params ``run/*``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from rl8.fields import check, int_at_least, is_number, optional
+from rl8.training.conditions import EVAL_PREFIX, Condition, HitsUpperBound, MissingStatError, TimeLimit
+
+__all__ = ["as_conditions", "check_eval_plan", "check_eval_stats", "check_record_plan", "run_params"]
+
+# the checks of Trainer.run's numbers (see rl8.fields.Check)
+_RUN_CHECKS = {
+    "steps_per_eval": optional(int_at_least(1)),
+    "max_env_steps": optional(int_at_least(1)),
+    "max_seconds": optional(check("a number of seconds > 0", lambda v: is_number(v) and v > 0)),
+}
+
+
+def _check_arg(name: str, value: Any) -> None:
+    expected = _RUN_CHECKS[name](value, name)
+    if expected is not None:
+        raise ValueError(f"Trainer.run: {name} must be {expected}, got {value!r}")
+
+
+def check_eval_plan(steps_per_eval: int | None, eval_env_config: Mapping[str, Any] | None) -> None:
+    """Check before training that :meth:`rl8.Trainer.run` can evaluate as asked (any cadence
+    works: evaluations off an env-reset boundary run on a dedicated eval env).
+
+    Args:
+        steps_per_eval: Evaluate every this many training steps, ``None``: never.
+        eval_env_config: Env parameters for evaluations.
+
+    Raises:
+        ValueError: ``steps_per_eval`` is not an int >= 1 or ``None``; an ``eval_env_config``
+            without ``steps_per_eval``.
+    """
+    _check_arg("steps_per_eval", steps_per_eval)
+    if eval_env_config and steps_per_eval is None:
+        raise ValueError(
+            "Trainer.run: eval_env_config is given but steps_per_eval is None, so no "
+            "evaluation would use it; set steps_per_eval"
+        )
+
+
+def as_conditions(stop_conditions: Condition | Sequence[Condition] | None, *, max_env_steps: int | None = None,
+                  max_seconds: float | None = None) -> list[Condition]:
+    """``Trainer.run``'s ``stop_conditions`` as a list, each checked to be a Condition, then
+    ``HitsUpperBound("env/steps", max_env_steps)`` and ``TimeLimit(max_seconds)`` when given."""
+    if stop_conditions is None:
+        conditions = []
+    elif isinstance(stop_conditions, Condition):
+        conditions = [stop_conditions]
+    elif isinstance(stop_conditions, (str, bytes)) or not isinstance(stop_conditions, Iterable):
+        raise TypeError(f"Trainer.run: stop_conditions must be a rl8.training.conditions.Condition or a list of them, "
+                        f"got {stop_conditions!r}")
+    else:
+        conditions = list(stop_conditions)
+    for i, condition in enumerate(conditions):
+        if not isinstance(condition, Condition):
+            raise TypeError(
+                f"Trainer.run: stop_conditions[{i}] must be a rl8.training.conditions.Condition, got {condition!r}"
+            )
+    _check_arg("max_env_steps", max_env_steps)
+    _check_arg("max_seconds", max_seconds)
+    if max_env_steps is not None:
+        conditions.append(HitsUpperBound("env/steps", max_env_steps))
+    if max_seconds is not None:
+        conditions.append(TimeLimit(max_seconds))
+    return conditions
+
+
+def check_eval_stats(conditions: Sequence[Condition], steps_per_eval: int | None) -> None:
+    """Before training: a ``MissingStatError`` for a condition on an ``eval/`` stat in a run
+    without evaluations (it could never hold)."""
+    if steps_per_eval is not None:
+        return
+    for i, condition in enumerate(conditions):
+        for name in condition.stat_names():
+            if name.startswith(EVAL_PREFIX):
+                raise MissingStatError(
+                    f"Trainer.run: stop_conditions[{i}] {condition!r} reads {name!r}, an evaluation "
+                    "stat, but this run never evaluates (steps_per_eval=None), so it could never "
+                    "hold: pass steps_per_eval=N to evaluate every N training steps (rl8 train: "
+                    f"--steps-per-eval N), or bound the training stat {name[len(EVAL_PREFIX):]!r}"
+                )
+
+
+def check_record_plan(record_every: int | None, steps_per_eval: int | None) -> None:
+    """Before training: ``record_every`` (a video at every n-th evaluation) needs evaluations."""
+    if record_every is not None and steps_per_eval is None:
+        raise ValueError(
+            f"Trainer.run: record_every={record_every} records a video at every "
+            f"{record_every}-th evaluation, but steps_per_eval is None (no evaluations); "
+            "set steps_per_eval"
+        )
+
+
+def run_params(run_args: Mapping[str, Any], conditions: Sequence[Condition]) -> dict[str, Any]:
+    """The MLflow params ``run/*``: the run's arguments (``env_config``, ``eval_env_config``,
+    ``steps_per_eval``) and its stop conditions."""
+    return {
+        "run": {
+            "env_config": run_args.get("env_config") or {},
+            "eval_env_config": run_args.get("eval_env_config") or {},
+            "steps_per_eval": run_args.get("steps_per_eval"),
+            "stop_conditions": repr(list(conditions)),
+        }
+    }
