@@ -249,3 +249,69 @@ def test_ranks_whose_hparams_differ_are_refused_at_start_up(tmp_path):
     assert job.returncode != 0, job.output
     assert "the ranks' hparams differ: lr is '0.001' on rank 0 but '0.002' on rank 1" in job.output, job.output
     assert "trained on" not in job.output
+
+
+def _lock_record(folder: Path, **record) -> None:
+    folder.mkdir(exist_ok=True)
+    (folder / CHECKPOINT_DIR_LOCK).write_text(json.dumps({"run_id": "r" * 32, "since": 0.0, **record}))
+
+
+@pytest.mark.parametrize("content", ["[" * 100_000 + "]" * 100_000, '{"pid": 1' + " " * 5000 + "}", "{not json"],
+                         ids=["deep", "long", "not-json"])
+def test_a_lock_file_that_holds_no_rl8_record_is_taken_over_with_one_line(tmp_path, content):
+    (tmp_path / "ck").mkdir()
+    (tmp_path / "ck" / CHECKPOINT_DIR_LOCK).write_text(content)
+    with pytest.warns(UserWarning, match=r"was locked by an unknown run \(the lock file holds no record of rl8's\)"):
+        lock = CheckpointDirLock(tmp_path / "ck")
+    assert json.loads((tmp_path / "ck" / CHECKPOINT_DIR_LOCK).read_text())["pid"] == os.getpid()
+    lock.release()
+
+
+@contextlib.contextmanager
+def _held_by_another_process(lock: Path):
+    import subprocess
+    import sys
+
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, os, time\n"
+                               f"fcntl.flock(os.open({str(lock)!r}, os.O_RDWR), fcntl.LOCK_EX)\n"
+                               "print('held', flush=True)\ntime.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        yield
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+@pytest.mark.parametrize("released", [True, False])
+def test_a_lock_held_by_a_live_process_that_is_not_the_named_run_says_so(tmp_path, released):
+    import socket
+
+    folder = tmp_path / "ck"
+    # a run that released the folder, or one that ended long ago (past Linux's default pid_max)
+    _lock_record(folder, pid=os.getpid() if released else 2**22 - 1, host=socket.gethostname(), released=released)
+    with _held_by_another_process(folder / CHECKPOINT_DIR_LOCK), pytest.raises(CheckpointDirError) as raised:
+        CheckpointDirLock(folder)
+    fate = ", ended))" if released else "), which has ended)"
+    assert f"is locked by a live process (not the one its lock file names, run {'r' * 32} (pid" in str(raised.value)
+    assert f"{fate}; rl8 never writes into a folder another process holds" in str(raised.value)
+    assert "is in use by" not in str(raised.value)
+    (folder / CHECKPOINT_DIR_LOCK).write_text("[1]")
+    with _held_by_another_process(folder / CHECKPOINT_DIR_LOCK), pytest.raises(
+            CheckpointDirError, match=r"is locked by a live process \(its lock file holds no record of rl8's\)"):
+        CheckpointDirLock(folder)
+
+
+@pytest.mark.parametrize("where, fate", [
+    ("alive", "whose process is alive but no longer holds the lock"),
+    ("elsewhere", r"which no longer holds the lock \(whether its process still runs is not known here\)"),
+    ("ended", r"whose process ended without releasing it \(killed or crashed\)"),
+])
+def test_a_lock_taken_over_says_what_is_known_of_its_owner(tmp_path, where, fate):
+    import socket
+
+    pid = {"alive": os.getppid(), "elsewhere": os.getppid(), "ended": 2**22 - 1}[where]
+    host = "another-host" if where == "elsewhere" else socket.gethostname()
+    _lock_record(tmp_path / "ck", pid=pid, host=host, released=False)
+    with pytest.warns(UserWarning, match=rf"was locked by run r{{32}} \(pid {pid} on {host}\), {fate}; this run takes it over"):
+        CheckpointDirLock(tmp_path / "ck").release()
