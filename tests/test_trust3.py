@@ -315,3 +315,17 @@ def test_a_lock_taken_over_says_what_is_known_of_its_owner(tmp_path, where, fate
     _lock_record(tmp_path / "ck", pid=pid, host=host, released=False)
     with pytest.warns(UserWarning, match=rf"was locked by run r{{32}} \(pid {pid} on {host}\), {fate}; this run takes it over"):
         CheckpointDirLock(tmp_path / "ck").release()
+
+
+@pytest.mark.parametrize("uri", ["file:///{tmp}/store", "{tmp}/store", "./mlruns"])
+def test_a_folder_tracking_uri_is_told_what_to_use_not_to_start_a_server(tmp_path, uri):
+    from rl8.tracking import Tracker, TrackingError
+
+    uri = uri.format(tmp=tmp_path)
+    for start in (lambda: Tracker(experiment="x", tracking_uri=uri).start(),
+                  lambda: Tracker(experiment="x", tracking_uri=uri, run_id="a" * 32).start()):
+        with pytest.raises(TrackingError) as raised:
+            start()
+        assert "MLflow 3 refuses folder stores" in str(raised.value)
+        assert "sqlite:///PATH/mlflow.db (a file), or a server's http://HOST:PORT" in str(raised.value)
+        assert "Start the server" not in str(raised.value)

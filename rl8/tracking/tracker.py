@@ -106,8 +106,9 @@ class Tracker:
     Args:
         experiment: Name of the MLflow experiment of a new run; created when absent.
         run_name: Display name of the run; ``None``: MLflow's for a new run, a resumed one's.
-        tracking_uri: Where runs are stored (``http(s)://host:port``, ``sqlite:///path.db``, a
-            folder); ``None``: ``MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db``.
+        tracking_uri: Where runs are stored (``http(s)://host:port``, ``sqlite:///path.db``; a
+            folder or ``file://`` store is refused, as MLflow 3 does); ``None``:
+            ``MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db``.
         run_id: Resume this existing run instead of creating one.
         enabled: ``False`` makes every method a no-op (non-zero ranks of distributed training).
         max_pending: Most metric values kept while the server is unreachable (then the oldest

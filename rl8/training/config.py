@@ -80,7 +80,8 @@ class TrainerConfig:
     run_name: str | None = _option(
         None, "MLflow run name (not empty); None: MLflow picks one", _NAME, param=False, names_run=True, cli="flag")
     tracking_uri: str | None = _option(
-        None, "where runs go (http://host:port, sqlite:///file.db, a folder); None: "
+        None, "where runs go (http://host:port, sqlite:///file.db; not a folder nor file://, which MLflow 3 "
+        "refuses); None: "
         "MLFLOW_TRACKING_URI, else sqlite:///mlflow.db in the current folder", _TEXT,
         param=False, names_run=True, cli="flag")
     tracking: bool = _option(
