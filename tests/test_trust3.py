@@ -329,3 +329,30 @@ def test_a_folder_tracking_uri_is_told_what_to_use_not_to_start_a_server(tmp_pat
         assert "MLflow 3 refuses folder stores" in str(raised.value)
         assert "sqlite:///PATH/mlflow.db (a file), or a server's http://HOST:PORT" in str(raised.value)
         assert "Start the server" not in str(raised.value)
+
+
+@pytest.mark.parametrize("field, value, words", [
+    ("optimizer_cls", "torch.optim.Optimizer", "hparam optimizer_cls = 'torch.optim.Optimizer', which is the class "
+                                               "torch.optim.optimizer.Optimizer, not a torch.optim.Optimizer subclass"),
+    ("optimizer_cls", "torch.optim.LBFGS", "do not build: hparam optimizer_kwargs: torch.optim.lbfgs.LBFGS refused "
+                                           "{'eps': 1e-05} (LBFGS.__init__() got an unexpected keyword argument 'eps')"),
+    ("optimizer_kwargs", {"betas": "x"}, "hparam optimizer_kwargs: torch.optim.adam.Adam refused {'betas': 'x'}"),
+    ("model_config", {"hiddens": "abc"}, "model_config hiddens: expected a sequence of ints >= 1, got 'abc'"),
+    ("env_kwargs", {"env": "CartPole-v1", "wrappers": ["gymnasium.wrappers.ClipAction"]},
+     "env env_kwargs['wrappers'] must be empty or None in a file (a wrapper is a callable, which a file cannot hold)"),
+])
+def test_resuming_stored_hparams_that_do_not_build_is_one_line(tmp_path, capsys, field, value, words):
+    from rl8 import PPO, Trainer
+    from rl8.envs import GymnasiumEnv
+    from rl8.io.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+
+    algo = PPO(GymnasiumEnv, env_kwargs={"env": "CartPole-v1"}, num_envs=2, horizon=4, sgd_minibatch_size=8)
+    with Trainer(algo, tracking=False, progress=False, checkpoint_dir=tmp_path / "ck") as trainer:
+        state = load_checkpoint(trainer.save_checkpoint())
+    state["algo"]["hparams"][field] = value
+    bad = save_checkpoint(state, tmp_path / "bad.pt")
+    with pytest.raises(CheckpointError, match=re.escape(f"{bad}: ") + ".*" + re.escape(words)):
+        Trainer.from_checkpoint(bad, tracking=False, progress=False, checkpoint_dir=tmp_path / "again")
+    assert main(["train", "--resume", str(bad), "--checkpoint-dir", str(tmp_path / "cli")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("rl8: error: ") and words in err and err.count("\n") == 1, err
