@@ -161,6 +161,10 @@ class TrainerConfig:
     register_mode: str = _option(
         "max", "'max' or 'min': which value of register_metric is best",
         check("'max' or 'min'", lambda v: v in ("max", "min")), cli="config")
+    log_every: int = _option(
+        25, "training steps between two metric logs to MLflow (each logs the latest value of every stat, "
+        "at its step); evaluations, checkpoints and the last step are always logged; 1: every step",
+        int_at_least(1), cli="config")
     system_metrics: bool = _option(
         False, "log MLflow's system metrics (system/*: CPU, memory, disk, network; GPU with nvidia-ml-py) "
         "every 10 s (MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL); needs psutil (pip install 'rl8[system]')",

@@ -123,6 +123,7 @@ class Trainer(TrainerCheckpoints):
             run_id=config.run_id, enabled=config.tracking and self._dist.is_main,
             asynchronous=config.async_logging, end_at_exit=True, system_metrics=config.system_metrics,
             tags={"mlflow.parentRunId": config.parent_run_id} if config.parent_run_id else None,
+            log_every=config.log_every,
         )
         self._run_id: str | None = None
         # a new run in a local store (SQLite, a folder) starts in the logging thread, while the
@@ -264,7 +265,8 @@ class Trainer(TrainerCheckpoints):
         self._check_open()
         self._check_run_start()
         metrics = {k: float(v) for k, v in stats.items() if not is_nan(v)}
-        self.tracker.log_metrics(metrics, step=int(self.algo.env_steps))
+        evaluated = any(k.startswith("eval/") for k in metrics)  # logged whatever log_every says
+        self.tracker.log_metrics(metrics, step=int(self.algo.env_steps), always=evaluated)
 
     def flush(self) -> None:
         """Wait until the metrics of every step so far are sent (or queued after a failure)."""
