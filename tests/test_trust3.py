@@ -386,3 +386,36 @@ def test_log_every_logs_every_nth_step_the_evaluations_checkpoints_and_the_last(
         for _ in range(6):
             trainer.step()
     assert history(trainer.run_id, "env/steps") == [4, 6]  # the last step at close
+
+
+@pytest.mark.timeout(60)
+def test_a_signals_checkpoint_never_waits_for_a_run_start_that_hangs(tmp_path, monkeypatch, capsys):
+    import signal
+    import threading
+
+    from mlflow.tracking import MlflowClient
+
+    import rl8.tracking.store
+    from rl8 import PPO, Trainer
+    from rl8.envs import CartPole
+    from rl8.io.checkpoint import load_checkpoint
+
+    release, ready_store = threading.Event(), rl8.tracking.store.ready_store
+    # the store's creation hangs (another process creating it, MLflow retrying an engine) until released
+    monkeypatch.setattr(rl8.tracking.store, "ready_store", lambda uri: (release.wait(60), ready_store(uri)))
+    trainer = Trainer(PPO(CartPole, num_envs=4, horizon=4, sgd_minibatch_size=16), progress=False)
+
+    def sigterm_at_step_2(trainer, stats):
+        if stats["algorithm/steps"] == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    with pytest.raises(SystemExit, match="143"):
+        trainer.run(max_env_steps=10**6, callbacks=sigterm_at_step_2)
+    assert not release.is_set() and trainer.tracker.run_id is None  # written while the start still hangs
+    written = trainer.last_checkpoint
+    assert written.parent.parent == tmp_path / "checkpoints" and written.name == f"checkpoint-{32:012d}.pt"
+    assert load_checkpoint(written)["trainer"]["run_id"] is None
+    assert "the MLflow run was still starting: it is marked KILLED once started" in capsys.readouterr().err
+    release.set()
+    assert trainer.tracker.wait_started(30) and trainer.tracker.run_id is not None
+    assert MlflowClient().get_run(trainer.tracker.run_id).info.status == "KILLED"

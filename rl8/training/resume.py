@@ -325,7 +325,7 @@ class TrainerCheckpoints:
             "versions": {"rl8": __version__, "torch": str(torch.__version__)},
         }
 
-    def save_checkpoint(self, path: str | os.PathLike[str] | None = None) -> Path:
+    def save_checkpoint(self, path: str | os.PathLike[str] | None = None, *, wait_for_run: bool = True) -> Path:
         """Write a checkpoint (:meth:`state_dict`) atomically and log the policy and the
         ``rl8/checkpoint.json`` pointer to the MLflow run (see ``docs/checkpoints.md``). In
         data-parallel training every rank calls it at the same step (rank 0 writes).
@@ -333,6 +333,9 @@ class TrainerCheckpoints:
         Args:
             path: Destination file; ``None``: ``checkpoint_dir/checkpoint-<env steps>.pt``,
                 keeping the last ``keep_checkpoints`` there.
+            wait_for_run: ``False`` (a signal's checkpoint): an MLflow run still starting is not
+                waited for; the checkpoint then records no run id, in ``checkpoints/<time
+                stamp>-<random>`` unless ``checkpoint_dir`` was given.
 
         Returns:
             The path written.
@@ -340,6 +343,12 @@ class TrainerCheckpoints:
         Raises:
             rl8.ppo.algorithm.NonFiniteError: The policy holds NaN or inf (nothing is written).
         """
+        if not wait_for_run:
+            self._run_start_wait_s = 0.0
+            try:
+                return self.save_checkpoint(path)
+            finally:
+                self._run_start_wait_s = None
         step = int(self.algo.env_steps)
         check_finite_policy(self.algo.policy, step, self.last_checkpoint)
         folder = self.checkpoint_dir if path is None else None

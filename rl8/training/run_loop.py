@@ -166,7 +166,7 @@ def _handle_signals(trainer: Trainer, signals: StopSignals, progress: Progress) 
         return
     progress.close()
     if trainer._last_checkpoint_step != trainer.algo.env_steps:
-        trainer.save_checkpoint()
+        trainer.save_checkpoint(wait_for_run=False)
     trainer._close_killed()
     if main:
         print(f"rl8: {signal.Signals(signum).name}: checkpoint written to {trainer.last_checkpoint}"

@@ -67,6 +67,11 @@ def _memory_stats(device: torch.device) -> dict[str, float]:
     return out
 
 
+def _unique_folder_name() -> str:
+    """A checkpoint folder's name without a run id: a time stamp and a random suffix."""
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+
+
 class Trainer(TrainerCheckpoints):
     """Train a :class:`~rl8.PPO` algorithm with stop conditions, MLflow tracking and checkpoints
     (:class:`~rl8.training.resume.TrainerCheckpoints`). Creating it starts its MLflow run (see
@@ -106,6 +111,7 @@ class Trainer(TrainerCheckpoints):
         self._conditions_met = False  # whether the stop conditions held at the latest step
         self._resumed: RunRecord | None = None  # what the checkpoint resumed from records
         self._ignore_stop_signals = False  # while a signal exit ends the run (bounded)
+        self._run_start_wait_s: float | None = None  # 0: a signal's checkpoint waits for no run start
         # data-parallel training: only rank 0 talks to MLflow and writes checkpoints
         self._dist: DistContext = getattr(algo, "dist", None) or DistContext()
         roles = current_roles()  # with actors: they only collect, in run(); learners receive
@@ -171,7 +177,7 @@ class Trainer(TrainerCheckpoints):
                 self._dir_lock.set_run_id(started)
             return started, self._checkpoint_dir
         # without tracking: a time stamp and a random suffix, unique to this Trainer
-        name = started or f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+        name = started or _unique_folder_name()
         folder = self._checkpoints_root / name
         if not self.is_actor:
             self._dir_lock = self._claim(folder, started)
@@ -196,7 +202,7 @@ class Trainer(TrainerCheckpoints):
         """
         if self._checkpoint_dir is None:
             self._check_run_start(wait=True)
-            folder = self._checkpoints_root / str(self._run_id)
+            folder = self._checkpoints_root / (self._run_id or _unique_folder_name())  # the run still starting
             self._dir_lock = self._claim(folder, self._run_id)
             self._checkpoint_dir = folder
         return self._checkpoint_dir
@@ -216,7 +222,7 @@ class Trainer(TrainerCheckpoints):
         """Raise the error of a background run start that failed; ``wait``: for one in
         progress; ``unless_reported``: unless raised before."""
         if wait:
-            self.tracker.wait_started()
+            self.tracker.wait_started(self._run_start_wait_s)
         self.tracker.check_start(once=unless_reported)
         self._run_id = self.tracker.run_id or self._run_id
 
