@@ -40,6 +40,7 @@ stop_conditions:
   - hits_upper_bound: {key: eval/episodes/return_mean, bound: 475}
 max_steps: 200000
 experiment: actors
+log_every: 1
 checkpoint_dir: ckpts
 """
 MAX_STEPS = 200_000

@@ -139,6 +139,7 @@ stop_conditions:
   - hits_upper_bound: {key: eval/episodes/return_mean, bound: 475}
 max_steps: 400000
 experiment: dist
+log_every: 1
 checkpoint_dir: ckpts
 """
 

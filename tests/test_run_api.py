@@ -112,7 +112,7 @@ def test_a_callback_sees_every_step_adds_stats_and_stops_the_run(mlflow_uri):
         stats["my/double_steps"] = 2.0 * stats["algorithm/steps"]
         return "stop" if stats["algorithm/steps"] >= 3 else None
 
-    trainer = make_trainer()
+    trainer = make_trainer(log_every=1)
     # the added stat is seen by the stop conditions (which would stop at 4) and logged
     stats = trainer.run(callbacks=callback, stop_conditions=HitsUpperBound("my/double_steps", 8))
     trainer.close()

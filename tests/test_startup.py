@@ -43,7 +43,7 @@ def held_start(monkeypatch):
 
 
 def test_training_starts_before_the_run_and_its_steps_reach_it(mlflow_uri, tmp_path, held_start):
-    trainer = Trainer(PPO(CartPole, **SMALL), progress=False)
+    trainer = Trainer(PPO(CartPole, **SMALL), progress=False, log_every=1)
     trainer.step()  # the run is still starting
     assert trainer.tracker.run_id is None
     held_start.set()

@@ -583,7 +583,7 @@ def test_trainer_against_a_live_server_reads_back_with_mlflow_client(live_server
     from rl8.envs import CartPole
 
     algo = PPO(CartPole, num_envs=16, horizon=8, sgd_minibatch_size=64, num_sgd_iters=1, seed=0)
-    trainer = Trainer(algo, tracking_uri=live_server.uri, experiment="live", progress=False)
+    trainer = Trainer(algo, tracking_uri=live_server.uri, experiment="live", progress=False, log_every=1)
     steps = [trainer.step()["env/steps"] for _ in range(3)]
     run_id = trainer.tracker.run_id
     trainer.close()

@@ -95,7 +95,7 @@ def test_step_counters_and_stat_names():
 
 @pytest.mark.parametrize("async_logging", [True, False])
 def test_all_stats_of_a_step_in_one_request_at_env_steps(monkeypatch, mlflow_uri, async_logging):
-    trainer = make_trainer(async_logging=async_logging)
+    trainer = make_trainer(async_logging=async_logging, log_every=1)
     calls = spy_log_batch(monkeypatch)
     try:
         stats = [trainer.step() for _ in range(3)]
@@ -508,7 +508,7 @@ def test_resume_gives_the_same_losses_in_the_same_run(case, tmp_path, mlflow_uri
     expected = [pick(straight.step()) for _ in range(4)]
     straight.close()
 
-    first = make_trainer(make_algo(env, **hparams), checkpoint_dir=tmp_path / "ck")
+    first = make_trainer(make_algo(env, **hparams), checkpoint_dir=tmp_path / "ck", log_every=1)  # kept by the resume
     got = [pick(first.step()) for _ in range(2)]
     path = first.save_checkpoint()
     first.close("KILLED")  # as if the process had died
@@ -529,7 +529,7 @@ def test_resume_gives_the_same_losses_in_the_same_run(case, tmp_path, mlflow_uri
 
 
 def test_resume_from_run_id_and_folder_continues_run_and_conditions(tmp_path, mlflow_uri):
-    trainer = make_trainer(checkpoint_dir=tmp_path / "ck")
+    trainer = make_trainer(checkpoint_dir=tmp_path / "ck", log_every=1)
     trainer.run(
         steps_per_eval=None,
         stop_conditions=[HitsUpperBound("algorithm/steps", 2), Plateaus("losses/total", patience=50, rtol=0.0)],

@@ -249,3 +249,173 @@ def test_ranks_whose_hparams_differ_are_refused_at_start_up(tmp_path):
     assert job.returncode != 0, job.output
     assert "the ranks' hparams differ: lr is '0.001' on rank 0 but '0.002' on rank 1" in job.output, job.output
     assert "trained on" not in job.output
+
+
+def _lock_record(folder: Path, **record) -> None:
+    folder.mkdir(exist_ok=True)
+    (folder / CHECKPOINT_DIR_LOCK).write_text(json.dumps({"run_id": "r" * 32, "since": 0.0, **record}))
+
+
+@pytest.mark.parametrize("content", ["[" * 100_000 + "]" * 100_000, '{"pid": 1' + " " * 5000 + "}", "{not json"],
+                         ids=["deep", "long", "not-json"])
+def test_a_lock_file_that_holds_no_rl8_record_is_taken_over_with_one_line(tmp_path, content):
+    (tmp_path / "ck").mkdir()
+    (tmp_path / "ck" / CHECKPOINT_DIR_LOCK).write_text(content)
+    with pytest.warns(UserWarning, match=r"was locked by an unknown run \(the lock file holds no record of rl8's\)"):
+        lock = CheckpointDirLock(tmp_path / "ck")
+    assert json.loads((tmp_path / "ck" / CHECKPOINT_DIR_LOCK).read_text())["pid"] == os.getpid()
+    lock.release()
+
+
+@contextlib.contextmanager
+def _held_by_another_process(lock: Path):
+    import subprocess
+    import sys
+
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, os, time\n"
+                               f"fcntl.flock(os.open({str(lock)!r}, os.O_RDWR), fcntl.LOCK_EX)\n"
+                               "print('held', flush=True)\ntime.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        yield
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+@pytest.mark.parametrize("released", [True, False])
+def test_a_lock_held_by_a_live_process_that_is_not_the_named_run_says_so(tmp_path, released):
+    import socket
+
+    folder = tmp_path / "ck"
+    # a run that released the folder, or one that ended long ago (past Linux's default pid_max)
+    _lock_record(folder, pid=os.getpid() if released else 2**22 - 1, host=socket.gethostname(), released=released)
+    with _held_by_another_process(folder / CHECKPOINT_DIR_LOCK), pytest.raises(CheckpointDirError) as raised:
+        CheckpointDirLock(folder)
+    fate = ", ended))" if released else "), which has ended)"
+    assert f"is locked by a live process (not the one its lock file names, run {'r' * 32} (pid" in str(raised.value)
+    assert f"{fate}; rl8 never writes into a folder another process holds" in str(raised.value)
+    assert "is in use by" not in str(raised.value)
+    (folder / CHECKPOINT_DIR_LOCK).write_text("[1]")
+    with _held_by_another_process(folder / CHECKPOINT_DIR_LOCK), pytest.raises(
+            CheckpointDirError, match=r"is locked by a live process \(its lock file holds no record of rl8's\)"):
+        CheckpointDirLock(folder)
+
+
+@pytest.mark.parametrize("where, fate", [
+    ("alive", "whose process is alive but no longer holds the lock"),
+    ("elsewhere", r"which no longer holds the lock \(whether its process still runs is not known here\)"),
+    ("ended", r"whose process ended without releasing it \(killed or crashed\)"),
+])
+def test_a_lock_taken_over_says_what_is_known_of_its_owner(tmp_path, where, fate):
+    import socket
+
+    pid = {"alive": os.getppid(), "elsewhere": os.getppid(), "ended": 2**22 - 1}[where]
+    host = "another-host" if where == "elsewhere" else socket.gethostname()
+    _lock_record(tmp_path / "ck", pid=pid, host=host, released=False)
+    with pytest.warns(UserWarning, match=rf"was locked by run r{{32}} \(pid {pid} on {host}\), {fate}; this run takes it over"):
+        CheckpointDirLock(tmp_path / "ck").release()
+
+
+@pytest.mark.parametrize("uri", ["file:///{tmp}/store", "{tmp}/store", "./mlruns"])
+def test_a_folder_tracking_uri_is_told_what_to_use_not_to_start_a_server(tmp_path, uri):
+    from rl8.tracking import Tracker, TrackingError
+
+    uri = uri.format(tmp=tmp_path)
+    for start in (lambda: Tracker(experiment="x", tracking_uri=uri).start(),
+                  lambda: Tracker(experiment="x", tracking_uri=uri, run_id="a" * 32).start()):
+        with pytest.raises(TrackingError) as raised:
+            start()
+        assert "MLflow 3 refuses folder stores" in str(raised.value)
+        assert "sqlite:///PATH/mlflow.db (a file), or a server's http://HOST:PORT" in str(raised.value)
+        assert "Start the server" not in str(raised.value)
+
+
+@pytest.mark.parametrize("field, value, words", [
+    ("optimizer_cls", "torch.optim.Optimizer", "hparam optimizer_cls = 'torch.optim.Optimizer', which is the class "
+                                               "torch.optim.optimizer.Optimizer, not a torch.optim.Optimizer subclass"),
+    ("optimizer_cls", "torch.optim.LBFGS", "do not build: hparam optimizer_kwargs: torch.optim.lbfgs.LBFGS refused "
+                                           "{'eps': 1e-05} (LBFGS.__init__() got an unexpected keyword argument 'eps')"),
+    ("optimizer_kwargs", {"betas": "x"}, "hparam optimizer_kwargs: torch.optim.adam.Adam refused {'betas': 'x'}"),
+    ("model_config", {"hiddens": "abc"}, "model_config hiddens: expected a sequence of ints >= 1, got 'abc'"),
+    ("env_kwargs", {"env": "CartPole-v1", "wrappers": ["gymnasium.wrappers.ClipAction"]},
+     "env env_kwargs['wrappers'] must be empty or None in a file (a wrapper is a callable, which a file cannot hold)"),
+])
+def test_resuming_stored_hparams_that_do_not_build_is_one_line(tmp_path, capsys, field, value, words):
+    from rl8 import PPO, Trainer
+    from rl8.envs import GymnasiumEnv
+    from rl8.io.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+
+    algo = PPO(GymnasiumEnv, env_kwargs={"env": "CartPole-v1"}, num_envs=2, horizon=4, sgd_minibatch_size=8)
+    with Trainer(algo, tracking=False, progress=False, checkpoint_dir=tmp_path / "ck") as trainer:
+        state = load_checkpoint(trainer.save_checkpoint())
+    state["algo"]["hparams"][field] = value
+    bad = save_checkpoint(state, tmp_path / "bad.pt")
+    with pytest.raises(CheckpointError, match=re.escape(f"{bad}: ") + ".*" + re.escape(words)):
+        Trainer.from_checkpoint(bad, tracking=False, progress=False, checkpoint_dir=tmp_path / "again")
+    assert main(["train", "--resume", str(bad), "--checkpoint-dir", str(tmp_path / "cli")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("rl8: error: ") and words in err and err.count("\n") == 1, err
+
+
+def test_log_every_logs_every_nth_step_the_evaluations_checkpoints_and_the_last(tmp_path, migrated_store):
+    from mlflow.tracking import MlflowClient
+
+    from rl8 import PPO, Trainer
+    from rl8.envs import CartPole
+
+    with pytest.raises(ValueError, match="Trainer: log_every must be an int >= 1, got 0"):
+        Trainer(PPO(CartPole, num_envs=4, horizon=4, sgd_minibatch_size=16), log_every=0, tracking=False)
+    algo = PPO(CartPole, num_envs=4, horizon=4, sgd_minibatch_size=16, seed=0)
+    with Trainer(algo, log_every=4, checkpoint_every=7, eval_num_envs=2, eval_num_steps=4,
+                 progress=False, checkpoint_dir=tmp_path / "ck") as trainer:
+        trainer.run(max_env_steps=16 * 11, steps_per_eval=5)
+        run_id = trainer.run_id
+    client = MlflowClient()
+    history = lambda run, key: sorted(m.step // 16 for m in client.get_metric_history(run, key))  # noqa: E731
+    # the 4th step; the evaluations (5, 10); checkpoint 7; each resets the count; the last (11)
+    assert history(run_id, "env/steps") == [4, 5, 7, 10, 11]
+    assert history(run_id, "eval/episodes/count") == [5, 10]
+    values = {m.step // 16: m.value for m in client.get_metric_history(run_id, "algorithm/steps")}
+    assert values == {s: float(s) for s in [4, 5, 7, 10, 11]}
+    models = {m.name: {x.key for x in m.metrics}
+              for m in client.search_logged_models([client.get_run(run_id).info.experiment_id])}
+    assert "losses/total" in models["checkpoint-112"] and "losses/total" in models["checkpoint-176"]  # linked
+    with Trainer(PPO(CartPole, num_envs=4, horizon=4, sgd_minibatch_size=16, seed=0), log_every=4,
+                 progress=False, checkpoint_dir=tmp_path / "steps") as trainer:
+        for _ in range(6):
+            trainer.step()
+    assert history(trainer.run_id, "env/steps") == [4, 6]  # the last step at close
+
+
+@pytest.mark.timeout(60)
+def test_a_signals_checkpoint_never_waits_for_a_run_start_that_hangs(tmp_path, monkeypatch, capsys):
+    import signal
+    import threading
+
+    from mlflow.tracking import MlflowClient
+
+    import rl8.tracking.store
+    from rl8 import PPO, Trainer
+    from rl8.envs import CartPole
+    from rl8.io.checkpoint import load_checkpoint
+
+    release, ready_store = threading.Event(), rl8.tracking.store.ready_store
+    # the store's creation hangs (another process creating it, MLflow retrying an engine) until released
+    monkeypatch.setattr(rl8.tracking.store, "ready_store", lambda uri: (release.wait(60), ready_store(uri)))
+    trainer = Trainer(PPO(CartPole, num_envs=4, horizon=4, sgd_minibatch_size=16), progress=False)
+
+    def sigterm_at_step_2(trainer, stats):
+        if stats["algorithm/steps"] == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    with pytest.raises(SystemExit, match="143"):
+        trainer.run(max_env_steps=10**6, callbacks=sigterm_at_step_2)
+    assert not release.is_set() and trainer.tracker.run_id is None  # written while the start still hangs
+    written = trainer.last_checkpoint
+    assert written.parent.parent == tmp_path / "checkpoints" and written.name == f"checkpoint-{32:012d}.pt"
+    assert load_checkpoint(written)["trainer"]["run_id"] is None
+    assert "the MLflow run was still starting: it is marked KILLED once started" in capsys.readouterr().err
+    release.set()
+    assert trainer.tracker.wait_started(30) and trainer.tracker.run_id is not None
+    assert MlflowClient().get_run(trainer.tracker.run_id).info.status == "KILLED"

@@ -38,6 +38,8 @@ __all__ = [
 
 #: The lock file of a checkpoint folder (see :class:`CheckpointDirLock`).
 CHECKPOINT_DIR_LOCK = ".rl8.lock"
+#: Bytes of a lock file read at most (rl8's record is about 150): a longer one is not rl8's.
+LOCK_MAX_BYTES = 4096
 
 
 class CheckpointDirError(ValueError):
@@ -155,11 +157,14 @@ def check_writable_folder(directory: str | os.PathLike[str]) -> Path:
 
 
 def _describe_owner(record: Mapping[str, Any]) -> str:
-    """``run 0a1b... (pid 123 on host)`` from a lock file's record."""
+    """``run 0a1b... (pid 123 on host)`` (``, ended)`` once released) from a lock file's record (one
+    that rl8 did not write: says so)."""
+    if not isinstance(record.get("pid"), int):
+        return "an unknown run (the lock file holds no record of rl8's)"
     run = record.get("run_id")
     who = f"run {run}" if run else "a run without MLflow tracking"
     ended = ", ended" if record.get("released") else ""
-    return f"{who} (pid {record.get('pid', '?')} on {record.get('host', '?')}{ended})"
+    return f"{who} (pid {record['pid']} on {record.get('host', '?')}{ended})"
 
 
 class CheckpointDirLock:
@@ -194,7 +199,7 @@ class CheckpointDirLock:
             if not self._same_run(holder.run_id, run_id, resumed_from):
                 raise self._busy({"run_id": holder.run_id, "pid": os.getpid(), "host": self._host})
             # the same run resumed in this process (a Trainer left open): the claim moves here
-            fd, holder._fd, previous = holder._fd, None, {}
+            fd, previous = holder.hand_over(), {}
         else:
             fd = self._open_locked(path)
             try:
@@ -214,11 +219,11 @@ class CheckpointDirLock:
         self._fd = fd
         _held_locks[self.directory] = self
         if previous and not previous.get("released") and previous.get("pid") != os.getpid():
-            warnings.warn(
-                f"checkpoint_dir {self.directory} was locked by {_describe_owner(previous)}, whose "
-                "process ended without releasing it (killed or crashed); this run takes it over",
-                stacklevel=3,
-            )
+            fate = {"ended": "whose process ended without releasing it (killed or crashed)",
+                    "alive": "whose process is alive but no longer holds the lock",
+                    "unknown": "which no longer holds the lock (whether its process still runs is not known here)"}
+            warnings.warn(f"checkpoint_dir {self.directory} was locked by {_describe_owner(previous)}, "
+                          f"{fate[self._process_state(previous)]}; this run takes it over", stacklevel=3)
 
     def _open_locked(self, path: Path) -> int:
         """Open and lock the lock file (again if its owner replaced or removed it meanwhile)."""
@@ -259,26 +264,41 @@ class CheckpointDirLock:
             return True
         return False
 
-    def _alive(self, record: Mapping[str, Any]) -> bool:
-        """Whether the process a record names runs on this host (without file locks: Windows)."""
+    def _process_state(self, record: Mapping[str, Any]) -> str:
+        """``"alive"``, ``"ended"`` or ``"unknown"`` (another host, no pid): the process a lock
+        record names."""
         pid = record.get("pid")
-        if record.get("host") != self._host or not isinstance(pid, int) or pid == os.getpid():
-            return False
+        if record.get("host") != self._host or not isinstance(pid, int):
+            return "unknown"
+        if pid == os.getpid():
+            return "alive"
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
-            return False
+            return "ended"
         except OSError:
             pass
-        return True
+        return "alive"
+
+    def _alive(self, record: Mapping[str, Any]) -> bool:
+        """Whether the process a record names runs on this host (without file locks: Windows)."""
+        return record.get("pid") != os.getpid() and self._process_state(record) == "alive"
 
     def _busy(self, record: Mapping[str, Any]) -> CheckpointDirError:
-        mine = " (a Trainer of this process: close() it first)" if record.get("pid") == os.getpid() else ""
+        """The error for a folder whose lock a live process holds (``record``: what its lock file says)."""
+        named, released = isinstance(record.get("pid"), int), record.get("released")
+        if named and not released and self._process_state(record) != "ended":
+            mine = " (a Trainer of this process: close() it first)" if record["pid"] == os.getpid() else ""
+            return CheckpointDirError(
+                f"checkpoint_dir {self.directory} is in use by {_describe_owner(record)}{mine}; two runs "
+                "writing into one folder would overwrite and prune each other's checkpoints. Give this "
+                "run another checkpoint_dir (e.g. --checkpoint-dir), or wait for that run to end")
+        says = (f"not the one its lock file names, {_describe_owner(record)}{'' if released else ', which has ended'}"
+                if named else "its lock file holds no record of rl8's")
         return CheckpointDirError(
-            f"checkpoint_dir {self.directory} is in use by {_describe_owner(record)}{mine}; two runs "
-            "writing into one folder would overwrite and prune each other's checkpoints. Give this "
-            "run another checkpoint_dir (e.g. --checkpoint-dir), or wait for that run to end"
-        )
+            f"checkpoint_dir {self.directory} is locked by a live process ({says}); rl8 never writes into a "
+            "folder another process holds. Give this run another checkpoint_dir (e.g. --checkpoint-dir), or "
+            "stop that process")
 
     def _same_run(self, owner: str | None, run_id: str | None, resumed_from: Any) -> bool:
         """Whether the run claiming the folder continues its owner's (resumes from a checkpoint
@@ -301,13 +321,17 @@ class CheckpointDirLock:
 
     @staticmethod
     def _read(fd: int) -> dict[str, Any]:
+        """The lock file's record: ``{}`` when empty; ``{"unreadable": True}`` when it is not an
+        rl8 record (not a JSON object, nested too deep, longer than :data:`LOCK_MAX_BYTES`)."""
         try:
             os.lseek(fd, 0, os.SEEK_SET)
-            data = os.read(fd, 1 << 16)
-            record = json.loads(data) if data.strip() else {}
-        except (OSError, ValueError):
-            return {}
-        return record if isinstance(record, dict) else {}
+            data = os.read(fd, LOCK_MAX_BYTES + 1)
+            if not data.strip():
+                return {}
+            record = json.loads(data) if len(data) <= LOCK_MAX_BYTES else None
+        except (OSError, ValueError, RecursionError):
+            record = None
+        return record if isinstance(record, dict) else {"unreadable": True}
 
     def _write(self, fd: int, released: bool = False) -> None:
         record = {"run_id": self.run_id, "pid": os.getpid(), "host": self._host, "since": time.time(),
@@ -334,6 +358,13 @@ class CheckpointDirLock:
             self.run_id = run_id
             with contextlib.suppress(CheckpointDirError):
                 self._write(self._fd)
+
+    def hand_over(self) -> int | None:
+        """Give this claim up without releasing the folder (the same run claims it again in this
+        process): the open, locked lock file's descriptor, which the caller now owns; ``None``
+        when not held."""
+        fd, self._fd = self._fd, None
+        return fd
 
     def release(self) -> None:
         """Give the folder up (idempotent): the lock file, marked released, still names the run."""

@@ -17,6 +17,7 @@ from rl8 import registry
 from rl8.envs.atari import is_atari_id
 from rl8.envs.base import Env
 from rl8.envs.gymnasium import GymnasiumEnv, GymnasiumEnvFactory
+from rl8.envs.gymnasium_base import GymnasiumEnvBase
 from rl8.envs.rsl_rl import is_rsl_rl_env
 from rl8.envs.tasks import is_task_spec
 from rl8.envs.torch_vector import is_torch_vector_env
@@ -58,7 +59,9 @@ DISTRIBUTION = Kind("an rl8 Distribution subclass (rl8.policies.distributions.Di
                     _subclass_of(Distribution),
                     f"load_policy(path, distribution_cls={{attr}}) or {_hparam('distribution_cls')}")
 #: Optimizer classes (``hparams.optimizer_cls``).
-OPTIMIZER = Kind("a torch.optim.Optimizer subclass", _subclass_of(torch.optim.Optimizer), _hparam("optimizer_cls"))
+OPTIMIZER = Kind("a torch.optim.Optimizer subclass",  # a real one: torch.optim.Optimizer itself is abstract
+                 lambda obj: _subclass_of(torch.optim.Optimizer)(obj) and obj is not torch.optim.Optimizer,
+                 _hparam("optimizer_cls"))
 #: Classes inside a model's config (e.g. ``activation=torch.nn.Tanh``).
 MODULE_CLASS = Kind("a torch.nn.Module subclass", _subclass_of(torch.nn.Module))
 #: Anything: what a policy file's model config may name with ``trust_code=True``.
@@ -259,7 +262,11 @@ def check_stored_env_kwargs(target: Any, env_kwargs: Any, *, field: str = "env",
     ``CheckpointError``."""
     if env_kwargs is not None and not isinstance(env_kwargs, Mapping):
         raise _refuse(source, f"{field} env_kwargs must be a dict, got {type(env_kwargs).__name__}")
-    inner = (env_kwargs or {}).get("env")
+    inner, wrappers = (env_kwargs or {}).get("env"), (env_kwargs or {}).get("wrappers")
+    if isinstance(target, type) and issubclass(target, GymnasiumEnvBase) and wrappers:
+        raise _refuse(source, f"{field} env_kwargs['wrappers'] must be empty or None in a file (a wrapper is a "
+                              f"callable, which a file cannot hold), got {wrappers!r:.200}; pass the env with its "
+                              "wrappers instead: Trainer.from_checkpoint(path, env=...)")
     if isinstance(target, type) and issubclass(target, GymnasiumEnv) and isinstance(inner, str):
         _check_gymnasium_id(inner, f"{field} env_kwargs['env']", source, trust_code)
 

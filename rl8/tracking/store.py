@@ -111,8 +111,8 @@ def check_file_store(uri: str) -> None:
     raise TrackingError(
         f"{why}, and MLflow 3 refuses folder stores. Migrate them into the default store "
         f"(`mlflow migrate-filestore`, see its --help) or move the folder away, then train again; or give a "
-        f"store: tracking_uri / --tracking-uri / MLFLOW_TRACKING_URI = sqlite:///mlflow.db (or "
-        f"MLFLOW_ALLOW_FILE_STORE=true to keep the folder store)")
+        f"store: tracking_uri / --tracking-uri / MLFLOW_TRACKING_URI = sqlite:///PATH/mlflow.db (a file), or a "
+        f"server's http://HOST:PORT (or MLFLOW_ALLOW_FILE_STORE=true to keep the folder store)")
 
 
 def check_sqlite_store(uri: str) -> None:
@@ -175,6 +175,7 @@ def open_run(uri: str, experiment: str, run_name: str | None, resume_id: str | N
     and the cause."""
     from mlflow.tracking import MlflowClient
     http = is_http(uri)
+    check_file_store(uri)
     try:
         ready_store(uri)
         client = MlflowClient(uri)
@@ -184,11 +185,9 @@ def open_run(uri: str, experiment: str, run_name: str | None, resume_id: str | N
     except TrackingError:
         raise
     except Exception as exc:
-        raise TrackingError(
-            f"cannot reach the MLflow tracking store at {uri!r}: {exc}. Start the "
-            f"server (`mlflow server --host HOST --port PORT`), fix `tracking_uri` / "
-            f"MLFLOW_TRACKING_URI, or disable tracking."
-        ) from exc
+        server = "Start the server (`mlflow server --host HOST --port PORT`), fix" if http else "Fix"
+        raise TrackingError(f"cannot reach the MLflow tracking store at {uri!r}: {exc}. {server} `tracking_uri` / "
+                            "MLFLOW_TRACKING_URI, or disable tracking.") from exc
     try:
         with http_policy(http, LOG_RETRIES, LOG_BACKOFF, LOG_TIMEOUT_S, force=False):
             if resume_id is not None:

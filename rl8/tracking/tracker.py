@@ -106,8 +106,9 @@ class Tracker:
     Args:
         experiment: Name of the MLflow experiment of a new run; created when absent.
         run_name: Display name of the run; ``None``: MLflow's for a new run, a resumed one's.
-        tracking_uri: Where runs are stored (``http(s)://host:port``, ``sqlite:///path.db``, a
-            folder); ``None``: ``MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db``.
+        tracking_uri: Where runs are stored (``http(s)://host:port``, ``sqlite:///path.db``; a
+            folder or ``file://`` store is refused, as MLflow 3 does); ``None``:
+            ``MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db``.
         run_id: Resume this existing run instead of creating one.
         enabled: ``False`` makes every method a no-op (non-zero ranks of distributed training).
         max_pending: Most metric values kept while the server is unreachable (then the oldest
@@ -123,6 +124,11 @@ class Tracker:
             open (needs ``psutil``).
         tags: Tags of a new run besides the source tags (``{"mlflow.parentRunId": id}``: a
             nested run); ``None``: none.
+        log_every: Steps (distinct ``step`` values of :meth:`log_metrics`) between two metric
+            logs: every ``log_every``-th step logs the latest value of each metric since the
+            previous log, at the step it came from; a value logged with ``always=True``, a
+            step that :meth:`log_model` names, and the values held at :meth:`flush` or
+            :meth:`end` are logged too (1: every step).
 
     Attributes:
         run_id: The MLflow run id once started; ``None`` before, and always when disabled.
@@ -136,10 +142,11 @@ class Tracker:
     def __init__(self, *, experiment: str, run_name: str | None = None, tracking_uri: str | None = None,
                  run_id: str | None = None, enabled: bool = True, max_pending: int = 100_000,
                  retry_interval_s: float = 5.0, asynchronous: bool = False, end_at_exit: bool = False,
-                 system_metrics: bool = False, tags: dict[str, str] | None = None) -> None:
+                 system_metrics: bool = False, tags: dict[str, str] | None = None, log_every: int = 1) -> None:
         if not isinstance(experiment, str) or not experiment:
             raise ValueError(f"experiment must be a non-empty string, got {experiment!r}")
         check_int("max_pending", max_pending, 0)
+        check_int("log_every", log_every, 1)
         if not (isinstance(retry_interval_s, (int, float)) and retry_interval_s >= 0):
             raise ValueError(f"retry_interval_s must be a number >= 0, got {retry_interval_s!r}")
         for name, value in (("asynchronous", asynchronous), ("end_at_exit", end_at_exit),
@@ -157,6 +164,9 @@ class Tracker:
         self.system_metrics = system_metrics
         self._monitor: Any = None  # MLflow's SystemMetricsMonitor, while the run is open
         self._step_metrics: tuple[int, dict[str, tuple]] = (-1, {})  # what the latest step logged
+        self.log_every = log_every
+        self._held: dict[str, tuple] = {}  # metric -> its latest value not logged yet (log_every)
+        self._steps_held = 0  # distinct steps since the last metric log
         self.run_id: str | None = None
         self.experiment_id: str | None = None
         self.start_error: TrackingError | None = None
@@ -290,6 +300,8 @@ class Tracker:
             raise ValueError(f"status must be one of {TERMINAL_STATUSES}, got {status!r}")
         if not self.enabled:
             return False
+        if not self._ended:
+            self._release_held()
         if self._exit_hook:
             atexit.unregister(self._end_at_exit)
             self._exit_hook = False
@@ -443,40 +455,62 @@ class Tracker:
         if new:
             self._queued(self._outbox.add(params=new))
 
-    def log_metrics(self, metrics: Mapping[str, Any], step: int) -> None:
+    def log_metrics(self, metrics: Mapping[str, Any], step: int, *, always: bool = False) -> None:
         """Record the metrics of one step (values become ``float``; queued while the store cannot
-        be reached).
+        be reached; held back between the steps that ``log_every`` logs).
 
         Args:
             metrics: ``{name: value}`` (Python or numpy numbers, one-element tensors).
             step: The x-axis value of this point (the Trainer uses ``env/steps``).
+            always: ``True``: logged whatever ``log_every`` says (the Trainer's evaluations).
         """
-        self.log_metrics_many([(metrics, step)])
+        self.log_metrics_many([(metrics, step)], always=always)
 
-    def log_metrics_many(self, items: Iterable[tuple[Mapping[str, Any], int]]) -> None:
+    def log_metrics_many(self, items: Iterable[tuple[Mapping[str, Any], int]], *, always: bool = False) -> None:
         """Record the metrics of several steps with one delivery.
 
         Args:
             items: ``(metrics, step)`` pairs, oldest first; see :meth:`log_metrics`.
+            always: As for :meth:`log_metrics`.
         """
         if not self.enabled:
             return
         self._check_started()
-        ms, items = int(time.time() * 1000), list(items)
-        values = [(str(k), _to_float(k, v), ms, int(step))
-                  for metrics, step in items for k, v in metrics.items()]
-        for value in values:  # the values of the latest step, which log_model links
-            if value[3] != self._step_metrics[0]:
-                self._step_metrics = (value[3], {})
-            self._step_metrics[1][value[0]] = value
-        if values:
-            self._queued(self._outbox.add(metrics=values, steps=len(items)))
+        ms = int(time.time() * 1000)
+        steps = [[(str(k), _to_float(k, v), ms, int(step)) for k, v in metrics.items()] for metrics, step in items]
+        queued = None
+        with self._outbox.changed:
+            for values in filter(None, steps):
+                if values[0][3] != self._step_metrics[0]:  # the values of the latest step, which log_model links
+                    self._step_metrics = (values[0][3], {})
+                    self._steps_held += 1
+                for value in values:
+                    self._step_metrics[1][value[0]] = self._held[value[0]] = value
+                if always or self._steps_held >= self.log_every:
+                    queued = self._release_held() or bool(queued)
+        if queued is not None:
+            self._queued(queued)
+
+    def _release_held(self) -> bool | None:
+        """Move the metric values held back by ``log_every`` to the outbox (oldest step first);
+        whether old values began to be dropped, ``None`` when none was held."""
+        with self._outbox.changed:
+            values, steps = sorted(self._held.values(), key=lambda v: v[3]), self._steps_held
+            self._held, self._steps_held = {}, 0
+            return self._outbox.add(metrics=values, steps=max(steps, 1)) if values else None
+
+    def _log_held(self) -> None:
+        overflow = self._release_held()
+        if overflow is not None:
+            self._queued(overflow)
 
     def flush(self, timeout_s: float | None = None) -> bool:
         """Try now to deliver everything queued (asynchronous: wait at most ``timeout_s`` seconds,
         ``None``: no limit); whether nothing waits any more. Never raises on tracking failures."""
         if not self.enabled:
             return True
+        if not self._ended:
+            self._log_held()
         if self._thread is None or not self._thread.alive():
             self._deliver(force=True)
         elif not self._thread.flush(timeout_s):
@@ -509,6 +543,8 @@ class Tracker:
         """
         latest, values = self._step_metrics
         linked = list(values.values()) if latest == step else []
+        if self.enabled and not self._ended and any(v[3] == step for v in self._held.values()):
+            self._log_held()  # the model's step is in the run's metrics
         self._upload("log_model", local_dir, None, ModelLink(name, int(step), linked))
 
     def register_best(self, name: str, metric: str, *, mode: str = "max", alias: str = "best") -> tuple[str, float]:

@@ -80,7 +80,8 @@ class TrainerConfig:
     run_name: str | None = _option(
         None, "MLflow run name (not empty); None: MLflow picks one", _NAME, param=False, names_run=True, cli="flag")
     tracking_uri: str | None = _option(
-        None, "where runs go (http://host:port, sqlite:///file.db, a folder); None: "
+        None, "where runs go (http://host:port, sqlite:///file.db; not a folder nor file://, which MLflow 3 "
+        "refuses); None: "
         "MLFLOW_TRACKING_URI, else sqlite:///mlflow.db in the current folder", _TEXT,
         param=False, names_run=True, cli="flag")
     tracking: bool = _option(
@@ -160,6 +161,10 @@ class TrainerConfig:
     register_mode: str = _option(
         "max", "'max' or 'min': which value of register_metric is best",
         check("'max' or 'min'", lambda v: v in ("max", "min")), cli="config")
+    log_every: int = _option(
+        25, "training steps between two metric logs to MLflow (each logs the latest value of every stat, "
+        "at its step); evaluations, checkpoints and the last step are always logged; 1: every step",
+        int_at_least(1), cli="config")
     system_metrics: bool = _option(
         False, "log MLflow's system metrics (system/*: CPU, memory, disk, network; GPU with nvidia-ml-py) "
         "every 10 s (MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL); needs psutil (pip install 'rl8[system]')",

@@ -247,7 +247,11 @@ def algo_from_checkpoint(file: Path, state: Mapping[str, Any], *, env: Any, hpar
         )
     hp = {**stored, **dict(hparams or {})}
     hp["device"] = rank_device(hp.get("device", "auto"))  # torchrun: cuda:LOCAL_RANK
-    algo = PPO(spec, **hp)
+    try:
+        algo = PPO(spec, **hp)
+    except (TypeError, ValueError) as exc:  # one line naming the field, the value and what it must be
+        raise exc if isinstance(exc, CheckpointError) else CheckpointError(
+            f"{file}: its hyper-parameters{' (with those given)' if hparams else ''} do not build: {exc}") from exc
     policy_info = state["trainer"].get("policy")
     if isinstance(policy_info, Mapping) and env is not None:
         check_env_spaces(

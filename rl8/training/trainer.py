@@ -81,6 +81,11 @@ def _memory_stats(device: torch.device) -> dict[str, float]:
     return out
 
 
+def _unique_folder_name() -> str:
+    """A checkpoint folder's name without a run id: a time stamp and a random suffix."""
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+
+
 class Trainer:
     """Train a :class:`~rl8.PPO` algorithm with stop conditions, MLflow tracking and checkpoints
     (see ``docs/checkpoints.md``). Creating it starts its MLflow run (see
@@ -122,6 +127,7 @@ class Trainer:
         self.last_checkpoint: Path | None = self._resumed_from and self._resumed_from.file
         self._last_checkpoint_step: int | None = self._resumed_from and self._resumed_from.env_steps
         self._ignore_stop_signals = False  # while a signal exit ends the run (bounded)
+        self._run_start_wait_s: float | None = None  # 0: a signal's checkpoint waits for no run start
         # data-parallel training: only rank 0 talks to MLflow and writes checkpoints
         self._dist: DistContext = getattr(algo, "dist", None) or DistContext()
         roles = current_roles()  # with actors: they only collect, in run(); learners receive
@@ -139,6 +145,7 @@ class Trainer:
             run_id=config.run_id, enabled=config.tracking and self._dist.is_main,
             asynchronous=config.async_logging, end_at_exit=True, system_metrics=config.system_metrics,
             tags={"mlflow.parentRunId": config.parent_run_id} if config.parent_run_id else None,
+            log_every=config.log_every,
         )
         self._run_id: str | None = None
         # a new run in a local store (SQLite, a folder) starts in the logging thread, while the
@@ -185,7 +192,7 @@ class Trainer:
                 self._dir_lock.set_run_id(started)
             return started, self._checkpoint_dir
         # without tracking: a time stamp and a random suffix, unique to this Trainer
-        name = started or f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+        name = started or _unique_folder_name()
         folder = self._checkpoints_root / name
         if not self.is_actor:
             self._dir_lock = self._claim(folder, started)
@@ -210,7 +217,7 @@ class Trainer:
         """
         if self._checkpoint_dir is None:
             self._check_run_start(wait=True)
-            folder = self._checkpoints_root / str(self._run_id)
+            folder = self._checkpoints_root / (self._run_id or _unique_folder_name())  # the run still starting
             self._dir_lock = self._claim(folder, self._run_id)
             self._checkpoint_dir = folder
         return self._checkpoint_dir
@@ -231,7 +238,7 @@ class Trainer:
         """Raise the error of a background run start that failed; ``wait``: for one in
         progress; ``unless_reported``: unless raised before."""
         if wait:
-            self.tracker.wait_started()
+            self.tracker.wait_started(self._run_start_wait_s)
         self.tracker.check_start(once=unless_reported)
         self._run_id = self.tracker.run_id or self._run_id
 
@@ -280,7 +287,8 @@ class Trainer:
         self._check_open()
         self._check_run_start()
         metrics = {k: float(v) for k, v in stats.items() if not is_nan(v)}
-        self.tracker.log_metrics(metrics, step=int(self.algo.env_steps))
+        evaluated = any(k.startswith("eval/") for k in metrics)  # logged whatever log_every says
+        self.tracker.log_metrics(metrics, step=int(self.algo.env_steps), always=evaluated)
 
     def flush(self) -> None:
         """Wait until the metrics of every step so far are sent (or queued after a failure)."""
@@ -528,7 +536,7 @@ class Trainer:
             return
         progress.close()
         if self._last_checkpoint_step != self.algo.env_steps:
-            self.save_checkpoint()
+            self.save_checkpoint(wait_for_run=False)
         self._close_killed()
         if self._dist.is_main:
             print(f"rl8: {signal.Signals(signum).name}: checkpoint written to {self.last_checkpoint}"
@@ -582,7 +590,7 @@ class Trainer:
             "versions": {"rl8": __version__, "torch": str(torch.__version__)},
         }
 
-    def save_checkpoint(self, path: str | os.PathLike[str] | None = None) -> Path:
+    def save_checkpoint(self, path: str | os.PathLike[str] | None = None, *, wait_for_run: bool = True) -> Path:
         """Write a checkpoint (:meth:`state_dict`) atomically and log the policy and the
         ``rl8/checkpoint.json`` pointer to the MLflow run (see ``docs/checkpoints.md``). In
         data-parallel training every rank calls it at the same step (rank 0 writes).
@@ -590,6 +598,9 @@ class Trainer:
         Args:
             path: Destination file; ``None``: ``checkpoint_dir/checkpoint-<env steps>.pt``,
                 keeping the last ``keep_checkpoints`` there.
+            wait_for_run: ``False`` (a signal's checkpoint): an MLflow run still starting is not
+                waited for; the checkpoint then records no run id, in ``checkpoints/<time
+                stamp>-<random>`` unless ``checkpoint_dir`` was given.
 
         Returns:
             The path written.
@@ -597,6 +608,12 @@ class Trainer:
         Raises:
             rl8.ppo.algorithm.NonFiniteError: The policy holds NaN or inf (nothing is written).
         """
+        if not wait_for_run:
+            self._run_start_wait_s = 0.0
+            try:
+                return self.save_checkpoint(path)
+            finally:
+                self._run_start_wait_s = None
         step = int(self.algo.env_steps)
         check_finite_policy(self.algo.policy, step, self.last_checkpoint)
         folder = self.checkpoint_dir if path is None else None
