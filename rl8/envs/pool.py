@@ -14,6 +14,7 @@ import time
 import weakref
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
+from multiprocessing.pool import RemoteTraceback
 from typing import Any
 
 import gymnasium
@@ -30,8 +31,8 @@ from rl8.envs.pool_worker import (
     send_close, split, worker,
 )
 from rl8.envs.workers import (
-    CLOSE_TIMEOUT_S, EnvWorkerDied, RemoteTraceback, ReportEpisodeRecords, check_step_timeout,
-    exit_description, make_single_env, stop_processes,
+    CLOSE_TIMEOUT_S, EnvWorkerDied, ReportEpisodeRecords, check_step_timeout, exit_description,
+    make_single_env, stop_processes,
 )
 
 __all__ = ["PoolEnv", "PoolWorkerDied"]
