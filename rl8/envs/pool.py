@@ -24,11 +24,11 @@ from gymnasium.vector.utils import CloudpickleWrapper
 from tensordict import TensorDictBase
 
 from rl8.envs.base import ReadyEnvs
-from rl8.envs.converter import GymnasiumConverter
+from rl8.envs.converter import GymnasiumConverter, rows, set_rows
 from rl8.envs.gymnasium_base import GymnasiumEnvBase
 from rl8.envs.pool_worker import (
-    GUARD_ADVICE, STEP, Shared, WORKER_NAME, check_main_module, read_message, rows, send_message, set_rows,
-    send_close, split, worker,
+    GUARD_ADVICE, STEP, Shared, WORKER_NAME, check_main_module, read_message, send_close, send_message, split,
+    worker,
 )
 from rl8.envs.workers import (
     CLOSE_TIMEOUT_S, EnvWorkerDied, ReportEpisodeRecords, check_step_timeout, exit_description,
