@@ -105,6 +105,12 @@ class Env(ABC):
         generator.manual_seed(int(torch.randint(0, 2**62, (1,)).item()))
         return generator
 
+    @property
+    def name(self) -> str:
+        """The env's name in messages: its class name, unless a subclass says more
+        (``GymnasiumEnv(CartPole-v1)``)."""
+        return type(self).__name__
+
     def render(self, index: int = 0) -> np.ndarray:
         """Return an RGB frame (``uint8``, ``[height, width, 3]``) of sub-env ``index``."""
         raise NotImplementedError(f"{type(self).__name__} does not implement render()")

@@ -176,7 +176,7 @@ class GymnasiumEnv(GymnasiumEnvBase):
         try:
             self.converter = GymnasiumConverter(
                 self.vector_env.single_observation_space, self.vector_env.single_action_space,
-                self.num_envs, self.device, self._name(),
+                self.num_envs, self.device, self.name,
             )
             reports = self._call(self.vector_env.call, "has_wrapper_attr", "reports_episode_records")
         except BaseException:
@@ -213,7 +213,7 @@ class GymnasiumEnv(GymnasiumEnvBase):
         """
         self._check_open()
         if self._needs_reset:
-            raise RuntimeError(f"{self._name()}.step called before reset()")
+            raise RuntimeError(f"{self.name}.step called before reset()")
         obs, rewards, terminated, truncated, infos = self._call(
             self._step_vector_env, self.converter.to_actions(action)
         )
@@ -267,7 +267,7 @@ class GymnasiumEnv(GymnasiumEnvBase):
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError(
-                f"{self._name()} is closed (by close(), or after an error in a worker process)"
+                f"{self.name} is closed (by close(), or after an error in a worker process)"
             )
 
     def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -284,7 +284,7 @@ class GymnasiumEnv(GymnasiumEnvBase):
                 self.close()
                 exc = remote if isinstance(remote, BaseException) else err
                 exc.add_note(
-                    f"{self._name()}: raised in sub-env {index}'s worker process (the worker "
+                    f"{self.name}: raised in sub-env {index}'s worker process (the worker "
                     "traceback is above); the vector env and all its workers have been closed."
                 )
                 raise exc.with_traceback(None) from RemoteTraceback(trace)
@@ -308,7 +308,7 @@ class GymnasiumEnv(GymnasiumEnvBase):
         self.close()
         which = "; ".join(dead) or "a worker ended unexpectedly"
         return EnvWorkerDied(
-            f"{self._name()}: the async worker process of {which}; the vector env and all its "
+            f"{self.name}: the async worker process of {which}; the vector env and all its "
             "workers have been closed."
         )
 
