@@ -7,9 +7,9 @@ import difflib
 import functools
 import multiprocessing
 import multiprocessing.connection
-from multiprocessing.pool import RemoteTraceback
 import weakref
 from collections.abc import Callable, Sequence
+from multiprocessing.pool import RemoteTraceback
 from typing import Any
 
 import gymnasium
@@ -30,6 +30,7 @@ from rl8.envs.workers import (
 from rl8.fields import did_you_mean
 
 __all__ = ["GymnasiumEnv", "GymnasiumEnvFactory"]
+
 
 def _close_async(vector_env: AsyncVectorEnv) -> None:
     """Close an ``AsyncVectorEnv`` within a bounded time (gymnasium's ``close`` first waits,
@@ -211,9 +212,7 @@ class GymnasiumEnv(GymnasiumEnvBase):
             action: A batch of env actions (:mod:`rl8.envs.spaces`) on any device, cast to the
                 space's dtype (not clipped); a TensorDict for Dict action spaces.
         """
-        self._check_open()
-        if self._needs_reset:
-            raise RuntimeError(f"{self.name}.step called before reset()")
+        self._check_ready("step")
         obs, rewards, terminated, truncated, infos = self._call(
             self._step_vector_env, self.converter.to_actions(action)
         )
@@ -263,12 +262,6 @@ class GymnasiumEnv(GymnasiumEnvBase):
             f"GymnasiumEnv({self.env!r}, num_envs={self.num_envs}, "
             f"vectorization_mode={self.vectorization_mode!r}, device={self.device})"
         )
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise RuntimeError(
-                f"{self.name} is closed (by close(), or after an error in a worker process)"
-            )
 
     def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Call into the vector env; on a worker error, close it and raise the worker's error

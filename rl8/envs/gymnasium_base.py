@@ -81,6 +81,16 @@ class GymnasiumEnvBase(Env):
     def _name(self) -> str:  # what rl8/training/video.py reads, until it reads name
         return self.name
 
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"{self.name} is closed (by close(), or after an error in a worker process)")
+
+    def _check_ready(self, method: str) -> None:
+        """Refuse a ``method`` call of a closed env, or of one not reset yet."""
+        self._check_open()
+        if self._needs_reset:
+            raise RuntimeError(f"{self.name}.{method} called before reset()")
+
     def _check_render(self, index: int) -> None:
         self._check_open()
         if self.render_mode != "rgb_array":

@@ -227,9 +227,7 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
     def send(self, env_ids: torch.Tensor, actions: torch.Tensor | TensorDictBase) -> None:
         """Write the actions of the sub-envs ``env_ids`` into shared memory and ask their
         workers to step them (:meth:`rl8.envs.base.ReadyEnvs.send`)."""
-        self._check_open()
-        if self._needs_reset:
-            raise RuntimeError(f"{self.name}.send called before reset()")
+        self._check_ready("send")
         ids = np.asarray(env_ids.cpu() if isinstance(env_ids, torch.Tensor) else env_ids, dtype=np.int64)
         if ids.ndim != 1 or (ids.size and (ids.min() < 0 or ids.max() >= self.num_envs)):
             raise ValueError(f"{self.name}.send: env_ids must be a 1-d tensor of indices in "
@@ -410,7 +408,3 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
             f"{block.start}..{block.stop - 1}) ended unexpectedly with {how}; the pool and all its "
             "workers have been closed."
         )
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise RuntimeError(f"{self.name} is closed (by close(), or after a worker failed)")
