@@ -57,17 +57,13 @@ class Env(ABC):
                  device: torch.device | str = "cpu") -> None:
         cls = type(self).__name__
         num_envs = check_int(f"{cls}: num_envs", num_envs, 1)
-        if self.max_num_envs is not None and num_envs > self.max_num_envs:
-            raise ValueError(
-                f"{cls}: num_envs must be <= max_num_envs={self.max_num_envs}, got {num_envs}"
-            )
         if horizon is not None:
             if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
                 raise ValueError(f"{cls}: horizon must be an int >= 1 or None, got {horizon!r}")
-            if self.max_horizon is not None and horizon > self.max_horizon:
-                raise ValueError(
-                    f"{cls}: horizon must be <= max_horizon={self.max_horizon}, got {horizon}"
-                )
+        limits = (("num_envs", num_envs, self.max_num_envs), ("horizon", horizon, self.max_horizon))
+        for name, value, limit in limits:
+            if limit is not None and value is not None and value > limit:
+                raise ValueError(f"{cls}: {name} must be <= max_{name}={limit}, got {value}")
         self.num_envs = num_envs
         self.horizon = horizon
         self.device = torch.device(device)
@@ -109,6 +105,12 @@ class Env(ABC):
         generator.manual_seed(int(torch.randint(0, 2**62, (1,)).item()))
         return generator
 
+    @property
+    def name(self) -> str:
+        """The env's name in messages: its class name, unless a subclass says more
+        (``GymnasiumEnv(CartPole-v1)``)."""
+        return type(self).__name__
+
     def render(self, index: int = 0) -> np.ndarray:
         """Return an RGB frame (``uint8``, ``[height, width, 3]``) of sub-env ``index``."""
         raise NotImplementedError(f"{type(self).__name__} does not implement render()")
@@ -129,14 +131,12 @@ class Env(ABC):
         for key, value in vars(self).items():
             if key in ("num_envs", "horizon", "device"):
                 continue
-            if isinstance(value, torch.Tensor):
-                state[key] = value.detach().clone()
-            elif isinstance(value, torch.Generator):
+            if isinstance(value, torch.Generator):
                 state[key] = {"__generator__": value.get_state()}
-            elif _is_plain(value):
-                state[key] = value
-            elif isinstance(value, dict) and all(_is_plain(v) for v in value.values()):
-                state[key] = dict(value)
+            elif isinstance(value, torch.Tensor):
+                state[key] = value.detach().clone()
+            elif _kind(value) is not None:
+                state[key] = dict(value) if isinstance(value, dict) else value
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -156,25 +156,13 @@ class Env(ABC):
             if key not in own:
                 raise ValueError(f"env state: {key!r} is not an entry of {type(self).__name__}'s "
                                  f"state; expected some of {sorted(own)}")
-            expected = own[key]
-            generator = isinstance(expected, dict) and "__generator__" in expected
-            if isinstance(expected, torch.Tensor):
-                what = f"a {expected.dtype} tensor"
-                ok = isinstance(value, torch.Tensor) and value.dtype == expected.dtype
-            elif generator:
-                what = "a generator state ({'__generator__': uint8 tensor})"
-                inner = value.get("__generator__") if isinstance(value, dict) else None
-                ok = isinstance(inner, torch.Tensor) and inner.dtype == torch.uint8
-            elif isinstance(expected, dict):
-                what = "a dict of plain values"
-                ok = isinstance(value, dict) and all(_is_plain(v) for v in value.values())
-            else:
-                what, ok = "a bool, int, float, str or None", _is_plain(value)
-            if not ok:
-                raise ValueError(f"env state: {key!r} must be {what}, got {_sort_of(value)}")
-            if generator:
-                getattr(self, key).set_state(inner)
-            elif isinstance(expected, torch.Tensor):
+            expected = _kind(own[key])
+            if _kind(value) != expected:
+                raise ValueError(f"env state: {key!r} must be {expected}, got {_sort_of(value)}")
+            current = getattr(self, key)
+            if isinstance(current, torch.Generator):
+                current.set_state(value["__generator__"])
+            elif isinstance(value, torch.Tensor):
                 setattr(self, key, value.to(self.device))
             else:
                 setattr(self, key, dict(value) if isinstance(value, dict) else value)
@@ -267,6 +255,21 @@ def _sort_of(value: Any) -> str:
     return f"{value!r} ({type(value).__name__})" if _is_plain(value) else f"a {type(value).__name__}"
 
 
+def _kind(value: Any) -> str | None:
+    """What the default :meth:`Env.state_dict` stores ``value`` as, for messages; ``None``: nothing."""
+    if isinstance(value, torch.Tensor):
+        return f"a {value.dtype} tensor"
+    if _is_plain(value):
+        return "a bool, int, float, str or None"
+    if isinstance(value, dict):
+        inner = value.get("__generator__")
+        if isinstance(inner, torch.Tensor) and inner.dtype == torch.uint8:
+            return "a generator state ({'__generator__': uint8 tensor})"
+        if all(_is_plain(v) for v in value.values()):
+            return "a dict of plain values"
+    return None
+
+
 def _check_value(name: str, value: Any, space: spaces.Space, num_envs: int, where: str) -> None:
     """Check one observation-like value against ``space`` batched ``num_envs`` times; ``where``
     starts every message (``"CartPole.step"``)."""
@@ -319,74 +322,61 @@ def validate_step_output(out: Any, env: Env, *, batch_size: int | None = None) -
         env: The env that returned it.
         batch_size: The number of envs ``out`` holds; ``None``: ``env.num_envs``.
     """
-    name = type(env).__name__
+    where = f"{type(env).__name__}.step"
     n = env.num_envs if batch_size is None else batch_size
     if not isinstance(out, TensorDictBase):
-        raise EnvOutputError(f"{name}.step must return a TensorDict, got {type(out).__name__}")
+        raise EnvOutputError(f"{where} must return a TensorDict, got {type(out).__name__}")
     if tuple(out.batch_size) != (n,):
         raise EnvOutputError(
-            f"{name}.step: TensorDict batch_size is {tuple(out.batch_size)}, expected ({n},)"
+            f"{where}: TensorDict batch_size is {tuple(out.batch_size)}, expected ({n},)"
         )
     keys = set(out.keys())
     for key in ("obs", "rewards"):
         if key not in keys:
             raise EnvOutputError(
-                f"{name}.step: missing key {key!r}; the step output has keys {sorted(keys)}"
+                f"{where}: missing key {key!r}; the step output has keys {sorted(keys)}"
             )
-    _check_value("obs", out["obs"], env.observation_space, n, f"{name}.step")
+    _check_value("obs", out["obs"], env.observation_space, n, where)
     columns = {"rewards": torch.float32, "terminated": torch.bool, "truncated": torch.bool}
     for key, dtype in columns.items():
-        if key not in keys:
-            continue
-        value = out[key]
-        if tuple(value.shape) != (n, 1):
-            raise EnvOutputError(
-                f"{name}.step: {key!r} has shape {tuple(value.shape)}, expected ({n}, 1)"
-            )
-        if value.dtype != dtype:
-            raise EnvOutputError(f"{name}.step: {key!r} has dtype {value.dtype}, expected {dtype}")
+        value = out.get(key)
+        if value is not None and tuple(value.shape) != (n, 1):
+            raise EnvOutputError(f"{where}: {key!r} has shape {tuple(value.shape)}, expected ({n}, 1)")
+        if value is not None and value.dtype != dtype:
+            raise EnvOutputError(f"{where}: {key!r} has dtype {value.dtype}, expected {dtype}")
+    flags = keys & {"terminated", "truncated"}
     if "final_obs" in keys:
-        if "terminated" not in keys and "truncated" not in keys:
-            raise EnvOutputError(
-                f"{name}.step: 'final_obs' is given without 'terminated' or 'truncated'"
-            )
-        _check_value("final_obs", out["final_obs"], env.observation_space, n, f"{name}.step")
+        if not flags:
+            raise EnvOutputError(f"{where}: 'final_obs' is given without 'terminated' or 'truncated'")
+        _check_value("final_obs", out["final_obs"], env.observation_space, n, where)
     elif "truncated" in keys:
         raise EnvOutputError(
-            f"{name}.step: 'truncated' is given without 'final_obs'; truncated steps bootstrap "
+            f"{where}: 'truncated' is given without 'final_obs'; truncated steps bootstrap "
             "from the value of the observation before the auto-reset"
         )
-    _check_episode_flags(keys, env, name, n)
+    if flags and not env.episodic:
+        raise EnvOutputError(
+            f"{where}: returned 'terminated'/'truncated' but the env declares episodic=False; "
+            "set the class attribute episodic = True"
+        )
+    if env.episodic and not flags:
+        raise EnvOutputError(
+            f"{where}: the env declares episodic=True but returned neither 'terminated' nor "
+            "'truncated'"
+        )
+    if env.episodic and len(flags) == 1:
+        missing = ({"terminated", "truncated"} - flags).pop()
+        raise EnvOutputError(
+            f"{where}: missing key {missing!r}; an episodic env returns both 'terminated' and "
+            f"'truncated' ([{n}, 1] bool, all False where it never ends that way), got keys "
+            f"{sorted(keys)}"
+        )
     unknown = keys - {"obs", "rewards", "terminated", "truncated", "final_obs", "info"}
     if unknown:
         raise EnvOutputError(
-            f"{name}.step: unknown keys {sorted(unknown)}; allowed: obs, rewards, terminated, "
+            f"{where}: unknown keys {sorted(unknown)}; allowed: obs, rewards, terminated, "
             "truncated, final_obs, info"
         )
-
-
-def _check_episode_flags(keys: set, env: Env, name: str, n: int) -> None:
-    """Check that an episodic env returns both flags and a non-episodic one neither."""
-    has_flags = "terminated" in keys or "truncated" in keys
-    if not env.episodic:
-        if has_flags:
-            raise EnvOutputError(
-                f"{name}.step: returned 'terminated'/'truncated' but the env declares "
-                "episodic=False; set the class attribute episodic = True"
-            )
-        return
-    if not has_flags:
-        raise EnvOutputError(
-            f"{name}.step: the env declares episodic=True but returned neither 'terminated' "
-            "nor 'truncated'"
-        )
-    for key in ("terminated", "truncated"):
-        if key not in keys:
-            raise EnvOutputError(
-                f"{name}.step: missing key {key!r}; an episodic env returns both "
-                f"'terminated' and 'truncated' ([{n}, 1] bool, all False where it never "
-                f"ends that way), got keys {sorted(keys)}"
-            )
 
 
 def validate_reset_output(obs: Any, env: Env) -> None:

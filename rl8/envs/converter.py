@@ -16,15 +16,11 @@ from tensordict import TensorDict, TensorDictBase
 from rl8.envs.base import new_tensordict
 from rl8.envs.spaces import check_space, space_dtype, zeros_like_space
 
-__all__ = ["GymnasiumConverter"]
+__all__ = ["GymnasiumConverter", "rows", "set_rows"]
 
 _ACTION_MASK = "action_mask"
 # A tree mirrors a (possibly nested) Dict space: a dict of trees for Dict, a leaf otherwise.
 _Tree = Any
-
-
-def _torch_dtype(np_dtype: Any) -> torch.dtype:
-    return torch.from_numpy(np.zeros((), dtype=np_dtype)).dtype
 
 
 def _map(tree: _Tree, fn: Callable[..., Any], *data: Any) -> Any:
@@ -64,28 +60,23 @@ def _action_tree(space: spaces.Space) -> _Tree:
     """The torch dtypes of the numpy actions gymnasium wants (a tree for Dict spaces)."""
     if isinstance(space, spaces.Dict):
         return {key: _action_tree(sub) for key, sub in space.spaces.items()}
-    return _torch_dtype(space.dtype)
+    return torch.from_numpy(np.zeros((), dtype=space.dtype)).dtype
 
 
-def _write_row(tree: _Tree, dst: Any, index: int, value: Any) -> None:
-    """Write one env's observation (numpy, or a dict of them) into row ``index`` of a batch."""
-    if isinstance(tree, dict):
-        for key, sub in tree.items():
-            _write_row(sub, dst[key], index, value[key])
+def rows(value: Any, index: np.ndarray | int) -> Any:
+    """Rows ``index`` of a batch of numpy arrays (a tree for Dict spaces)."""
+    if isinstance(value, dict):
+        return {key: rows(sub, index) for key, sub in value.items()}
+    return value[index]
+
+
+def set_rows(dst: Any, index: np.ndarray | int, value: Any) -> None:
+    """Write ``value`` (``[K, ...]``, a tree for Dict spaces) into rows ``index`` of ``dst``."""
+    if isinstance(dst, dict):
+        for key, sub in dst.items():
+            set_rows(sub, index, value[key])
     else:
         dst[index] = value
-
-
-def _step_output(obs: Any, final: Any, rewards: np.ndarray, terminated: np.ndarray,
-                 truncated: np.ndarray, batch_size: torch.Size, device: Any) -> TensorDict:
-    n = len(rewards)
-    return new_tensordict({
-        "obs": obs,
-        "rewards": torch.from_numpy(rewards.astype(np.float32).reshape(n, 1)),
-        "terminated": torch.from_numpy(terminated.reshape(n, 1)),
-        "truncated": torch.from_numpy(truncated.reshape(n, 1)),
-        "final_obs": final,
-    }, batch_size, device)
 
 
 class GymnasiumConverter:
@@ -134,7 +125,7 @@ class GymnasiumConverter:
             obs: The numpy observations (a dict of them for Dict spaces).
         """
         if not self.staged:
-            return self._obs_to_torch(self._fresh_obs(obs))
+            return self._obs_to_torch(self._fresh_obs(obs), self._batch_size, self.device)
         stage, views = self._stage()
         self._fill_obs(views["obs"], obs)
         return self._to_device(stage["obs"])
@@ -152,12 +143,18 @@ class GymnasiumConverter:
                 that ended an episode (else ``obs``).
         """
         if self.staged:
-            return self._output_staged(obs, rewards, terminated, truncated, infos)
+            stage, views = self._stage()
+            self._fill_obs(views["obs"], obs)
+            self._fill_obs(views["final_obs"], views["obs"])
+            self._write_final(views["final_obs"], infos)
+            np.copyto(views["rewards"], rewards, casting="unsafe")
+            np.copyto(views["terminated"], terminated)
+            np.copyto(views["truncated"], truncated)
+            return self._to_device(stage)
         obs = self._fresh_obs(obs)
         final = _map(self._np_tree, lambda dtype, array: array.copy(), obs)
         self._write_final(final, infos)
-        return _step_output(self._obs_to_torch(obs), self._obs_to_torch(final), rewards, terminated,
-                            truncated, self._batch_size, self.device)
+        return self._output(obs, final, rewards, terminated, truncated)
 
     def from_rows(self, obs: Any, final_obs: Any, rewards: np.ndarray, terminated: np.ndarray,
                   truncated: np.ndarray) -> TensorDictBase:
@@ -171,15 +168,10 @@ class GymnasiumConverter:
             terminated: ``[K]`` bool.
             truncated: ``[K]`` bool.
         """
-        batch_size = torch.Size([len(rewards)])
+        def cast(value: Any) -> Any:
+            return _map(self._np_tree, lambda dtype, array: array.astype(dtype, copy=False), value)
 
-        def convert(value: Any) -> Any:
-            return self._obs_to_torch(_map(self._np_tree, lambda dtype, a: a.astype(dtype, copy=False), value),
-                                      batch_size)
-
-        out = _step_output(convert(obs), convert(final_obs), rewards, terminated, truncated,
-                           batch_size, None)
-        return out.to(self.device, non_blocking=self.staged)
+        return self._output(cast(obs), cast(final_obs), rewards, terminated, truncated)
 
     def to_actions(self, action: torch.Tensor | TensorDictBase) -> Any:
         """Env actions as the numpy arrays (a dict of them for Dict spaces) gymnasium wants.
@@ -199,6 +191,21 @@ class GymnasiumConverter:
     def _fresh_obs(self, obs: Any) -> Any:
         return _map(self._np_tree, lambda dtype, array: np.array(array, dtype=dtype), obs)
 
+    def _output(self, obs: Any, final: Any, rewards: np.ndarray, terminated: np.ndarray,
+                truncated: np.ndarray) -> TensorDictBase:
+        """The step output of ``len(rewards)`` envs from numpy arrays of their own in rl8's
+        dtypes, as CPU tensors copied to the device (without blocking) when :attr:`staged`."""
+        n = len(rewards)
+        batch_size, device = torch.Size([n]), None if self.staged else self.device
+        out = new_tensordict({
+            "obs": self._obs_to_torch(obs, batch_size, device),
+            "rewards": torch.from_numpy(rewards.astype(np.float32).reshape(n, 1)),
+            "terminated": torch.from_numpy(terminated.reshape(n, 1)),
+            "truncated": torch.from_numpy(truncated.reshape(n, 1)),
+            "final_obs": self._obs_to_torch(final, batch_size, device),
+        }, batch_size, device)
+        return out.to(self.device, non_blocking=True) if self.staged else out
+
     def _write_final(self, final: Any, infos: dict[str, Any]) -> None:
         """Overwrite the rows of the envs that ended an episode with their last observation."""
         mask = infos.get("_final_obs")
@@ -206,15 +213,12 @@ class GymnasiumConverter:
             return
         values = infos["final_obs"]
         for i in np.flatnonzero(mask):  # a few rows per step: row writes beat np.stack
-            _write_row(self._np_tree, final, i, values[i])
+            set_rows(final, i, values[i])
 
-    def _obs_to_torch(self, obs: Any, batch_size: torch.Size | None = None) -> torch.Tensor | TensorDict:
+    def _obs_to_torch(self, obs: Any, batch_size: torch.Size,
+                      device: torch.device | None) -> torch.Tensor | TensorDict:
         tensors = _map(self._np_tree, lambda dtype, array: torch.from_numpy(array), obs)
-        if isinstance(tensors, dict):
-            if batch_size is not None:  # CPU tensors of some of the envs (from_rows)
-                return new_tensordict(tensors, batch_size, None)
-            return new_tensordict(tensors, self._batch_size, self.device)
-        return tensors
+        return new_tensordict(tensors, batch_size, device) if isinstance(tensors, dict) else tensors
 
     def _stage(self) -> tuple[TensorDict, dict[str, Any]]:
         """Staging buffers of one step output (pinned on CUDA), allocated on first use, and
@@ -254,14 +258,3 @@ class GymnasiumConverter:
 
     def _fill_obs(self, dst: Any, obs: Any) -> None:
         _map(self._np_tree, lambda dtype, d, a: np.copyto(d, a, casting="unsafe"), dst, obs)
-
-    def _output_staged(self, obs: Any, rewards: np.ndarray, terminated: np.ndarray,
-                       truncated: np.ndarray, infos: dict[str, Any]) -> TensorDictBase:
-        stage, views = self._stage()
-        self._fill_obs(views["obs"], obs)
-        self._fill_obs(views["final_obs"], views["obs"])
-        self._write_final(views["final_obs"], infos)
-        np.copyto(views["rewards"], rewards, casting="unsafe")
-        np.copyto(views["terminated"], terminated)
-        np.copyto(views["truncated"], truncated)
-        return self._to_device(stage)

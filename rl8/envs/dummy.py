@@ -17,7 +17,8 @@ __all__ = ["DiscreteDummyEnv", "ContinuousDummyEnv"]
 
 
 class _DummyEnv(Env):
-    """Shared state, reset and config (``bounds``, 1.0, and ``step_size``, 0.1) of the dummy envs.
+    """Shared state, reset, step and config (``bounds``, 1.0, and ``step_size``, 0.1) of the dummy
+    envs; a subclass gives the move of an action, in steps (:meth:`_moves`).
 
     Attributes:
         x: ``[num_envs, 1]`` float32 positions, replaced (never modified in place) by each step.
@@ -53,7 +54,18 @@ class _DummyEnv(Env):
         self.x = self._initial_state()
         return self.x
 
-    def _output(self) -> TensorDict:
+    def _moves(self, action: torch.Tensor) -> torch.Tensor:
+        """``[num_envs, 1]`` float moves, in ``step_size`` units, of the actions."""
+        raise NotImplementedError
+
+    def step(self, action: torch.Tensor) -> TensorDict:
+        """Move every point by ``step_size`` times the move of its action (see the class).
+
+        Args:
+            action: A batch of actions of :attr:`action_space`.
+        """
+        b = self.params["bounds"]
+        self.x = torch.add(self.x, self._moves(action), alpha=self.params["step_size"]).clamp_(-b, b)
         return self.step_output({"obs": self.x, "rewards": torch.abs(self.x).neg_()})
 
 
@@ -68,21 +80,9 @@ class DiscreteDummyEnv(_DummyEnv):
 
     action_space = spaces.Discrete(3)
 
-    def step(self, action: torch.Tensor) -> TensorDict:
-        """Move every point by ``step_size * (action - 1)``.
-
-        Args:
-            action: ``[num_envs]`` int64 tensor of 0 (left), 1 (stay) or 2 (right).
-        """
-        b = self.params["bounds"]
-        # the move of each action (-step_size, 0, +step_size) looked up in one op, [N, 1]
-        index = action if action.dim() == 1 else action.reshape(self.num_envs)
-        self.x = self._moves.index_select(0, index).add_(self.x).clamp_(-b, b)
-        return self._output()
-
-    def _set_params(self, params: dict[str, Any]) -> None:
-        super()._set_params(params)
-        self._moves = torch.tensor([[-1.0], [0.0], [1.0]], device=self.device).mul_(self.params["step_size"])
+    def _moves(self, action: torch.Tensor) -> torch.Tensor:
+        """``action - 1`` of the ``[num_envs]`` int64 actions 0 (left), 1 (stay) or 2 (right)."""
+        return action.reshape(self.num_envs, 1).sub(1).float()
 
 
 class ContinuousDummyEnv(_DummyEnv):
@@ -96,13 +96,6 @@ class ContinuousDummyEnv(_DummyEnv):
 
     action_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
 
-    def step(self, action: torch.Tensor) -> TensorDict:
-        """Move every point by ``step_size * clip(action, -1, 1)``.
-
-        Args:
-            action: ``[num_envs, 1]`` float tensor; values outside ``[-1, 1]`` are clipped.
-        """
-        b = self.params["bounds"]
-        move = action.reshape(self.num_envs, 1).clamp(-1.0, 1.0)
-        self.x = torch.add(self.x, move, alpha=self.params["step_size"]).clamp_(-b, b)
-        return self._output()
+    def _moves(self, action: torch.Tensor) -> torch.Tensor:
+        """The ``[num_envs, 1]`` float actions, clipped to ``[-1, 1]``."""
+        return action.reshape(self.num_envs, 1).clamp(-1.0, 1.0)

@@ -9,6 +9,7 @@ import multiprocessing
 import multiprocessing.connection
 import weakref
 from collections.abc import Callable, Sequence
+from multiprocessing.pool import RemoteTraceback
 from typing import Any
 
 import gymnasium
@@ -23,13 +24,12 @@ from rl8.envs.gymnasium_base import GymnasiumEnvBase, GymnasiumEnvFactory, env_l
 from rl8.envs.pool import PoolEnv
 from rl8.envs.spaces import check_space
 from rl8.envs.workers import (
-    CLOSE_TIMEOUT_S, EnvStepTimeout, EnvWorkerDied, RemoteTraceback, check_step_timeout, exit_description,
-    make_single_env, stop_processes, with_episode_records,
+    CLOSE_TIMEOUT_S, EnvStepTimeout, EnvWorkerDied, check_step_timeout, exit_description, make_single_env,
+    stop_processes, with_episode_records,
 )
+from rl8.fields import did_you_mean
 
 __all__ = ["GymnasiumEnv", "GymnasiumEnvFactory"]
-
-_MODES = ("sync", "async", "pool")
 
 
 def _close_async(vector_env: AsyncVectorEnv) -> None:
@@ -41,13 +41,6 @@ def _close_async(vector_env: AsyncVectorEnv) -> None:
         stop_processes(vector_env.processes, pipes, lambda pipe: pipe.send(("close", None)))
     finally:
         vector_env.closed = True  # gymnasium's close and __del__ have nothing left to do
-
-
-def _close_matches(env_id: str) -> list[str]:
-    ids = list(gymnasium.registry.keys())
-    lower = {i.lower(): i for i in ids}
-    found = difflib.get_close_matches(env_id.lower(), list(lower), n=5, cutoff=0.6)
-    return [lower[f] for f in found]
 
 
 def _make_vector_env(env: str | Callable[..., gymnasium.Env], num_envs: int, mode: str,
@@ -68,15 +61,10 @@ def _make_vector_env(env: str | Callable[..., gymnasium.Env], num_envs: int, mod
     except (gymnasium.error.UnregisteredEnv, gymnasium.error.DeprecatedEnv) as err:
         if not isinstance(env, str):
             raise
-        matches = _close_matches(env)
-        hint = (f"closest registered ids: {', '.join(matches)}" if matches
-                else "see gymnasium.pprint_registry() for the registered ids")
-        message = f"GymnasiumEnv: unknown gymnasium env id {env!r}; {hint} ({err})"
-        try:
-            new = type(err)(message)
-        except Exception:
-            new = ValueError(message)
-        raise new from err
+        ids = {i.lower(): i for i in gymnasium.registry}
+        close = [ids[i] for i in difflib.get_close_matches(env.lower(), list(ids))]
+        hint = did_you_mean(env, close=close) or "; see gymnasium.pprint_registry() for the registered ids"
+        raise type(err)(f"GymnasiumEnv: unknown gymnasium env id {env!r}{hint} ({err})") from err
     except (EOFError, BrokenPipeError, ConnectionResetError):
         if mode != "async":
             raise
@@ -98,15 +86,14 @@ def _make_vector_env(env: str | Callable[..., gymnasium.Env], num_envs: int, mod
 
 
 class _WorkerErrors:
-    """Takes the place of an AsyncVectorEnv's ``error_queue`` to record the worker errors, so
-    that :meth:`call` raises the original exception with the worker's traceback chained
-    (gymnasium raises ``type(exc)(exc)`` and only logs the traceback)."""
+    """Takes the place of an AsyncVectorEnv's ``error_queue`` to keep the worker errors, so that
+    :meth:`GymnasiumEnv._call` raises the original exception with the worker's traceback
+    chained (gymnasium raises ``type(exc)(exc)`` and only logs the traceback)."""
 
-    def __init__(self, vector_env: AsyncVectorEnv, label: str) -> None:
+    def __init__(self, vector_env: AsyncVectorEnv) -> None:
         self._queue = vector_env.error_queue
         vector_env.error_queue = self
         self.items: list[tuple[int, type, BaseException, str]] = []
-        self.label = label
 
     def get(self, *args: Any, **kwargs: Any) -> Any:
         item = self._queue.get(*args, **kwargs)
@@ -116,22 +103,6 @@ class _WorkerErrors:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._queue, name)
 
-    def call(self, close: Callable[[], None], fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """``fn(*args, **kwargs)``; on a worker error, ``close()`` the env and raise that error."""
-        try:
-            return fn(*args, **kwargs)
-        except Exception as err:
-            items, self.items = list(self.items), []
-            if not items:
-                raise
-            close()
-            index, _, remote, trace = items[-1]
-            exc = remote if isinstance(remote, BaseException) else err
-            exc.add_note(
-                f"{self.label}: raised in sub-env {index}'s worker process (the worker "
-                "traceback is above); the vector env and all its workers have been closed."
-            )
-            raise exc.with_traceback(None) from RemoteTraceback(trace)
 
 
 class GymnasiumEnv(GymnasiumEnvBase):
@@ -177,7 +148,15 @@ class GymnasiumEnv(GymnasiumEnvBase):
                  wrappers: Sequence[Callable[[gymnasium.Env], gymnasium.Env]] | None = None,
                  render_mode: str | None = None, step_timeout_s: float | None = None) -> None:
         super().__init__(num_envs, horizon, device=device)
-        mode = self._check_mode(vectorization_mode)
+        mode = getattr(vectorization_mode, "value", vectorization_mode)
+        if mode == "pool":
+            raise ValueError(
+                f"{type(self).__name__}: vectorization_mode='pool' builds rl8.envs.PoolEnv, which a "
+                "subclass of GymnasiumEnv cannot be; use 'sync' or 'async', or PoolEnv itself"
+            )
+        if mode not in ("sync", "async"):
+            raise ValueError(f"GymnasiumEnv: vectorization_mode must be one of ['sync', 'async', 'pool'], "
+                             f"got {vectorization_mode!r}")
         self._set_env("GymnasiumEnv", env, env_kwargs, wrappers, render_mode)
         self.step_timeout_s = check_step_timeout("GymnasiumEnv", step_timeout_s)
         if self.step_timeout_s is not None and mode == "sync":
@@ -194,39 +173,21 @@ class GymnasiumEnv(GymnasiumEnvBase):
         if isinstance(self.vector_env, AsyncVectorEnv):
             # closes the workers when the env is collected or the interpreter exits, in time
             self._finalizer = weakref.finalize(self, _close_async, self.vector_env)
-            self._errors = _WorkerErrors(self.vector_env, self._name())
+            self._errors = _WorkerErrors(self.vector_env)
         try:
-            self._read_vector_env()
+            self.converter = GymnasiumConverter(
+                self.vector_env.single_observation_space, self.vector_env.single_action_space,
+                self.num_envs, self.device, self.name,
+            )
+            reports = self._call(self.vector_env.call, "has_wrapper_attr", "reports_episode_records")
         except BaseException:
             self.close()
             raise
+        # [return_sum, length_sum, count] of the sub-envs' records not yet popped; None: none kept
+        self._episode_records = np.zeros(3) if any(reports) else None
         self.observation_space = self.converter.observation_space
         self.action_space = self.vector_env.single_action_space
         self._set_metadata(self.vector_env.metadata)
-
-    def _check_mode(self, vectorization_mode: str) -> str:
-        mode = getattr(vectorization_mode, "value", vectorization_mode)
-        if mode not in _MODES:
-            raise ValueError(
-                f"GymnasiumEnv: vectorization_mode must be one of {list(_MODES)}, "
-                f"got {vectorization_mode!r}"
-            )
-        if mode == "pool":
-            raise ValueError(
-                f"{type(self).__name__}: vectorization_mode='pool' builds rl8.envs.PoolEnv, which a "
-                "subclass of GymnasiumEnv cannot be; use 'sync' or 'async', or PoolEnv itself"
-            )
-        return mode
-
-    def _read_vector_env(self) -> None:
-        """Make the converter, and learn whether the sub-envs report episode records."""
-        self.converter = GymnasiumConverter(
-            self.vector_env.single_observation_space, self.vector_env.single_action_space,
-            self.num_envs, self.device, self._name(),
-        )
-        reports = self._call(self.vector_env.call, "has_wrapper_attr", "reports_episode_records")
-        # [return_sum, length_sum, count] of the sub-envs' records not yet popped; None: none kept
-        self._episode_records = np.zeros(3) if any(reports) else None
 
     def reset(self, *, config: dict[str, Any] | None = None,
               seed: int | None = None) -> torch.Tensor | TensorDictBase:
@@ -251,9 +212,7 @@ class GymnasiumEnv(GymnasiumEnvBase):
             action: A batch of env actions (:mod:`rl8.envs.spaces`) on any device, cast to the
                 space's dtype (not clipped); a TensorDict for Dict action spaces.
         """
-        self._check_open()
-        if self._needs_reset:
-            raise RuntimeError(f"{self._name()}.step called before reset()")
+        self._check_ready("step")
         obs, rewards, terminated, truncated, infos = self._call(
             self._step_vector_env, self.converter.to_actions(action)
         )
@@ -304,24 +263,29 @@ class GymnasiumEnv(GymnasiumEnvBase):
             f"vectorization_mode={self.vectorization_mode!r}, device={self.device})"
         )
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise RuntimeError(
-                f"{self._name()} is closed (by close(), or after an error in a worker process)"
-            )
-
     def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Call into the vector env; on a worker error, close it and raise the worker's error
         (:class:`EnvWorkerDied` for a worker that ended)."""
-        if self._errors is None:
-            return fn(*args, **kwargs)
         try:
-            return self._errors.call(self.close, fn, *args, **kwargs)
-        except (EOFError, BrokenPipeError, ConnectionResetError):
-            # gymnasium reads a dead worker's pipe and gets a bare EOFError: say who died
-            raise self._worker_died() from None
-        except EnvStepTimeout:
-            self.close()
+            return fn(*args, **kwargs)
+        except Exception as err:
+            if self._errors is None:
+                raise
+            if self._errors.items:
+                index, _, remote, trace = self._errors.items[-1]
+                self._errors.items.clear()
+                self.close()
+                exc = remote if isinstance(remote, BaseException) else err
+                exc.add_note(
+                    f"{self.name}: raised in sub-env {index}'s worker process (the worker "
+                    "traceback is above); the vector env and all its workers have been closed."
+                )
+                raise exc.with_traceback(None) from RemoteTraceback(trace)
+            if isinstance(err, (EOFError, BrokenPipeError, ConnectionResetError)):
+                # gymnasium reads a dead worker's pipe and gets a bare EOFError: say who died
+                raise self._worker_died() from None
+            if isinstance(err, EnvStepTimeout):
+                self.close()
             raise
 
     def _worker_died(self) -> EnvWorkerDied:
@@ -337,7 +301,7 @@ class GymnasiumEnv(GymnasiumEnvBase):
         self.close()
         which = "; ".join(dead) or "a worker ended unexpectedly"
         return EnvWorkerDied(
-            f"{self._name()}: the async worker process of {which}; the vector env and all its "
+            f"{self.name}: the async worker process of {which}; the vector env and all its "
             "workers have been closed."
         )
 

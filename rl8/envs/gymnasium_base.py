@@ -57,7 +57,7 @@ class GymnasiumEnvBase(Env):
         self._check_open()
         if config:
             raise KeyError(
-                f"{self._name()}.reset: config {sorted(config)} is not supported; gymnasium envs "
+                f"{self.name}.reset: config {sorted(config)} is not supported; gymnasium envs "
                 "are configured once through GymnasiumEnv(..., env_kwargs={...})"
             )
         if seed is None and not self._seeded:
@@ -73,33 +73,48 @@ class GymnasiumEnvBase(Env):
             kwargs["render_mode"] = self.render_mode
         return kwargs
 
-    def _name(self) -> str:
+    @property
+    def name(self) -> str:
+        """``GymnasiumEnv(<id or callable name>)``, for messages."""
         return env_label(self.env)
+
+    def _name(self) -> str:  # what rl8/training/video.py reads, until it reads name
+        return self.name
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"{self.name} is closed (by close(), or after an error in a worker process)")
+
+    def _check_ready(self, method: str) -> None:
+        """Refuse a ``method`` call of a closed env, or of one not reset yet."""
+        self._check_open()
+        if self._needs_reset:
+            raise RuntimeError(f"{self.name}.{method} called before reset()")
 
     def _check_render(self, index: int) -> None:
         self._check_open()
         if self.render_mode != "rgb_array":
             raise RuntimeError(
-                f"{self._name()}.render needs render_mode='rgb_array', got "
+                f"{self.name}.render needs render_mode='rgb_array', got "
                 f"render_mode={self.render_mode!r}; pass GymnasiumEnv(..., render_mode='rgb_array')"
             )
         if not 0 <= index < self.num_envs:
-            raise IndexError(f"{self._name()}.render: index {index} not in [0, {self.num_envs})")
+            raise IndexError(f"{self.name}.render: index {index} not in [0, {self.num_envs})")
         if self._needs_reset:
-            raise RuntimeError(f"{self._name()}.render called before reset()")
+            raise RuntimeError(f"{self.name}.render called before reset()")
 
     def _checked_frame(self, frame: Any) -> np.ndarray:
         frame = np.asarray(frame)
         if frame.dtype != np.uint8 or frame.ndim != 3 or frame.shape[-1] != 3:
             raise ValueError(
-                f"{self._name()}.render: the env returned an array of shape {frame.shape} and "
+                f"{self.name}.render: the env returned an array of shape {frame.shape} and "
                 f"dtype {frame.dtype}, expected uint8 [height, width, 3]"
             )
         return frame
 
     def _step_timeout(self, where: str, closed: str) -> EnvStepTimeout:
         return EnvStepTimeout(
-            f"{self._name()}: {where} did not finish a step within step_timeout_s="
+            f"{self.name}: {where} did not finish a step within step_timeout_s="
             f"{self.step_timeout_s:g} s (stuck, or slower than the limit); {closed} and all its "
             "workers have been closed. Raise step_timeout_s (PPO: env_kwargs="
             "{'step_timeout_s': ...}) if its steps are this slow, or set None for no limit."

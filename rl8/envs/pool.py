@@ -14,6 +14,7 @@ import time
 import weakref
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
+from multiprocessing.pool import RemoteTraceback
 from typing import Any
 
 import gymnasium
@@ -23,15 +24,15 @@ from gymnasium.vector.utils import CloudpickleWrapper
 from tensordict import TensorDictBase
 
 from rl8.envs.base import ReadyEnvs
-from rl8.envs.converter import GymnasiumConverter
+from rl8.envs.converter import GymnasiumConverter, rows, set_rows
 from rl8.envs.gymnasium_base import GymnasiumEnvBase
 from rl8.envs.pool_worker import (
-    GUARD_ADVICE, STEP, Shared, WORKER_NAME, check_main_module, read_message, rows, send_message, set_rows,
-    send_close, split, worker,
+    GUARD_ADVICE, STEP, Shared, WORKER_NAME, check_main_module, read_message, send_close, send_message, split,
+    worker,
 )
 from rl8.envs.workers import (
-    CLOSE_TIMEOUT_S, EnvWorkerDied, RemoteTraceback, ReportEpisodeRecords, check_step_timeout,
-    exit_description, make_single_env, stop_processes,
+    CLOSE_TIMEOUT_S, EnvWorkerDied, ReportEpisodeRecords, check_step_timeout, exit_description,
+    make_single_env, stop_processes,
 )
 
 __all__ = ["PoolEnv", "PoolWorkerDied"]
@@ -96,7 +97,7 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
         self._set_batching(num_envs, num_workers, min_batch_size, max_batch_size, max_wait_s)
         self.step_timeout_s = check_step_timeout("PoolEnv", step_timeout_s)
         self.vectorization_mode = "pool"
-        check_main_module(self._name())
+        check_main_module(self.name)
         make_env = functools.partial(make_single_env, self.env, self._single_kwargs(),
                                      self.wrappers)
         try:
@@ -115,7 +116,7 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
         finally:
             probe.close()
         self.converter = GymnasiumConverter(obs_space, action_space, num_envs, self.device,
-                                            self._name())
+                                            self.name)
         self.observation_space = self.converter.observation_space
         self.action_space = action_space
         ctx = mp.get_context("forkserver")  # docs/collection.md says why
@@ -217,7 +218,7 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
             action: A batch of ``num_envs`` env actions.
         """
         if self._stepping.any() or self._ready:
-            raise RuntimeError(f"{self._name()}.step: sub-envs are stepping (send/recv in use); "
+            raise RuntimeError(f"{self.name}.step: sub-envs are stepping (send/recv in use); "
                                "receive them all first")
         n = self.num_envs
         self.send(torch.arange(n), action)
@@ -226,16 +227,14 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
     def send(self, env_ids: torch.Tensor, actions: torch.Tensor | TensorDictBase) -> None:
         """Write the actions of the sub-envs ``env_ids`` into shared memory and ask their
         workers to step them (:meth:`rl8.envs.base.ReadyEnvs.send`)."""
-        self._check_open()
-        if self._needs_reset:
-            raise RuntimeError(f"{self._name()}.send called before reset()")
+        self._check_ready("send")
         ids = np.asarray(env_ids.cpu() if isinstance(env_ids, torch.Tensor) else env_ids, dtype=np.int64)
         if ids.ndim != 1 or (ids.size and (ids.min() < 0 or ids.max() >= self.num_envs)):
-            raise ValueError(f"{self._name()}.send: env_ids must be a 1-d tensor of indices in "
+            raise ValueError(f"{self.name}.send: env_ids must be a 1-d tensor of indices in "
                              f"[0, {self.num_envs}), got {ids.tolist()}")
         busy = sorted(set(ids[self._stepping[ids]].tolist()) | (set(ids.tolist()) & set(self._ready)))
         if busy:
-            raise RuntimeError(f"{self._name()}.send: sub-envs {busy} have not been received (recv) since "
+            raise RuntimeError(f"{self.name}.send: sub-envs {busy} have not been received (recv) since "
                                "their last action")
         set_rows(self._views["actions"], ids, self.converter.to_actions(actions))
         self._stepping[ids] = True
@@ -256,7 +255,7 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
         self._check_open()
         pending = int(self._stepping.sum()) + len(self._ready)
         if pending == 0:
-            raise RuntimeError(f"{self._name()}.recv: no sub-env is stepping; send actions first")
+            raise RuntimeError(f"{self.name}.recv: no sub-env is stepping; send actions first")
         need = min(min_batch_size, pending)
         deadline = None if max_wait_s is None else time.monotonic() + max_wait_s
         self._poll(0.0)
@@ -344,7 +343,7 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
             index, exc, trace = payload
             self.close()
             exc.add_note(
-                f"{self._name()}: raised in sub-env {index} by pool worker {worker} (the worker "
+                f"{self.name}: raised in sub-env {index} by pool worker {worker} (the worker "
                 "traceback is above); the pool and all its workers have been closed."
             )
             raise exc.with_traceback(None) from RemoteTraceback(trace)
@@ -359,7 +358,7 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
                 self._poll(None)
             got, answers[w] = self._replies.pop(w)
             if got != kind:
-                raise RuntimeError(f"{self._name()}: worker {w} answered {got!r}, expected {kind!r}")
+                raise RuntimeError(f"{self.name}: worker {w} answered {got!r}, expected {kind!r}")
         return answers
 
     def _drain(self) -> None:
@@ -405,11 +404,7 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
             )
         self.close()
         raise PoolWorkerDied(
-            f"{self._name()}: pool worker {worker} (pid {process.pid}, sub-envs "
+            f"{self.name}: pool worker {worker} (pid {process.pid}, sub-envs "
             f"{block.start}..{block.stop - 1}) ended unexpectedly with {how}; the pool and all its "
             "workers have been closed."
         )
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise RuntimeError(f"{self._name()} is closed (by close(), or after a worker failed)")

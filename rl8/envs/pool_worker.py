@@ -19,6 +19,7 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector.utils import create_shared_memory, read_from_shared_memory, write_to_shared_memory
 
+from rl8.envs.converter import rows
 from rl8.envs.workers import EPISODE_RECORDS_KEY, ReportEpisodeRecords
 
 __all__: list[str] = []  # PoolEnv's internals
@@ -119,22 +120,6 @@ def split(num_envs: int, num_workers: int) -> list[range]:
     size, extra = divmod(num_envs, num_workers)
     starts = [w * size + min(w, extra) for w in range(num_workers + 1)]
     return [range(start, stop) for start, stop in zip(starts, starts[1:])]
-
-
-def rows(value: Any, index: np.ndarray | int) -> Any:
-    """Rows ``index`` of a batch of numpy arrays (a tree for Dict spaces)."""
-    if isinstance(value, dict):
-        return {key: rows(sub, index) for key, sub in value.items()}
-    return value[index]
-
-
-def set_rows(dst: Any, index: np.ndarray, value: Any) -> None:
-    """Write ``value`` (``[K, ...]``, a tree for Dict spaces) into rows ``index`` of ``dst``."""
-    if isinstance(dst, dict):
-        for key, sub in dst.items():
-            set_rows(sub, index, value[key])
-    else:
-        dst[index] = value
 
 
 class Shared:

@@ -16,9 +16,8 @@ import numpy as np
 from rl8.envs.atari import is_atari_id, make_atari
 
 __all__ = [
-    "CLOSE_TIMEOUT_S", "EPISODE_RECORDS_KEY", "EnvStepTimeout", "EnvWorkerDied", "RemoteTraceback",
-    "ReportEpisodeRecords", "check_step_timeout", "exit_description", "make_single_env", "stop_processes",
-    "with_episode_records",
+    "CLOSE_TIMEOUT_S", "EPISODE_RECORDS_KEY", "EnvStepTimeout", "EnvWorkerDied", "ReportEpisodeRecords",
+    "check_step_timeout", "exit_description", "make_single_env", "stop_processes", "with_episode_records",
 ]
 
 #: Seconds a closing env waits for its workers to exit before terminating (then killing) them.
@@ -83,17 +82,6 @@ def stop_processes(processes: Sequence[Any], pipes: Sequence[Any],
             join_all(alive)
         for pipe in pipes:
             pipe.close()
-
-
-class RemoteTraceback(Exception):
-    """Carries the formatted traceback of an exception raised in a worker process."""
-
-    def __init__(self, tb: str) -> None:
-        super().__init__(tb)
-        self.tb = tb
-
-    def __str__(self) -> str:
-        return f"\n\"\"\"\n{self.tb}\"\"\""
 
 
 #: The info key of the new records that :class:`ReportEpisodeRecords` reports.
