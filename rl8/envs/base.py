@@ -108,8 +108,12 @@ class Env(ABC):
     @property
     def name(self) -> str:
         """The env's name in messages: its class name, unless a subclass says more
-        (``GymnasiumEnv(CartPole-v1)``)."""
-        return type(self).__name__
+        (``GymnasiumEnv(CartPole-v1)``) or sets ``self.name``."""
+        return vars(self).get("name") or type(self).__name__
+
+    @name.setter
+    def name(self, value: str) -> None:
+        vars(self)["name"] = value
 
     def render(self, index: int = 0) -> np.ndarray:
         """Return an RGB frame (``uint8``, ``[height, width, 3]``) of sub-env ``index``."""

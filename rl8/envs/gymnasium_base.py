@@ -78,9 +78,6 @@ class GymnasiumEnvBase(Env):
         """``GymnasiumEnv(<id or callable name>)``, for messages."""
         return env_label(self.env)
 
-    def _name(self) -> str:  # what rl8/training/video.py reads, until it reads name
-        return self.name
-
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError(f"{self.name} is closed (by close(), or after an error in a worker process)")

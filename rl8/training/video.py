@@ -108,10 +108,7 @@ def _gl_file(filename: str) -> bool:
 
 def _gl_message(env: Any, exc: BaseException) -> str:
     """What to install or set when ``env`` (or its spec) could not render for lack of OpenGL."""
-    if isinstance(env, Env):
-        name = env._name() if hasattr(env, "_name") else type(env).__name__
-    else:
-        name = repr(env)
+    name = env.name if isinstance(env, Env) else repr(env)
     backend = os.environ.get("MUJOCO_GL")
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     installs = " or ".join(f"{package} (MUJOCO_GL={b})" for b, _, package in _HEADLESS_BACKENDS)
@@ -179,7 +176,7 @@ def check_can_render(env: Env) -> None:
         )
     if isinstance(env, GymnasiumEnv) and env.render_mode != "rgb_array":
         raise ValueError(
-            f"{env._name()} cannot be recorded: it was made with render_mode="
+            f"{env.name} cannot be recorded: it was made with render_mode="
             f"{env.render_mode!r}, recording needs render_mode='rgb_array'. Pass "
             "env_kwargs={'render_mode': 'rgb_array'} to PPO (or make_env), or "
             "GymnasiumEnv(..., render_mode='rgb_array')"

@@ -15,7 +15,7 @@ from gymnasium import spaces
 from tensordict import TensorDictBase
 
 from rl8.envs.base import validate_step_output
-from rl8.envs import GymnasiumEnv
+from rl8.envs import CartPole, GymnasiumEnv
 
 MODES = ["sync", "async"]
 
@@ -480,3 +480,17 @@ def test_resume_from_state_dict_resets_gymnasium_envs():
     assert resumed.env_resets == 2 and "rollout/reward_sum_mean" in stats
     algo.env.close()
     resumed.env.close()
+
+
+def test_an_envs_name_in_messages_is_its_class_its_gymnasium_id_or_what_it_sets():
+    class Named(CartPole):
+        def __init__(self, num_envs: int, horizon: int | None = None, **kwargs) -> None:
+            super().__init__(num_envs, horizon, **kwargs)
+            self.name = "my cart-pole"  # a user's env may name itself
+
+    assert CartPole(2).name == "CartPole" and Named(2).name == "my cart-pole"
+    env = GymnasiumEnv(1, env="CartPole-v1")
+    try:
+        assert env.name == "GymnasiumEnv(CartPole-v1)"
+    finally:
+        env.close()
