@@ -57,16 +57,6 @@ def to_out(result: tuple[Tensor, Tensor], out: tuple[Tensor, Tensor] | None) -> 
     return out
 
 
-def check_mask(mask: Tensor, expected_shape: torch.Size, cls_name: str) -> None:
-    if mask.dtype != torch.bool:
-        raise ValueError(f"{cls_name}: action_mask must be a bool tensor, got {mask.dtype}")
-    if mask.shape != expected_shape:
-        raise ValueError(
-            f"{cls_name}: action_mask must have shape {list(expected_shape)} "
-            f"(the batch shape and one entry per action), got {list(mask.shape)}"
-        )
-
-
 class Distribution(ABC):
     """A batch of action distributions whose parameters a model outputs.
 
