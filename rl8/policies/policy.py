@@ -302,18 +302,13 @@ class Policy(nn.Module):
         return (actions[0] if batch is None else actions), state
 
     def export(self, path: str | os.PathLike[str], format: str = "onnx") -> Path:
-        """Write the deterministic actor, observation normalisation folded in, as an ONNX or
-        TorchScript file for a robot; returns the path (``docs/export.md``). The file computes
-        the actions of ``predict(obs, deterministic=True)`` from batched observations (and, for
-        recurrent models, the state: inputs ``state_<key>``, outputs ``next_state_<key>``).
+        """Write the actions of ``predict(obs, deterministic=True)`` as an ONNX or TorchScript
+        file for a robot; returns the path (:func:`rl8.policies.deploy.export_policy`, which
+        says what the file takes and what it raises; ``docs/export.md``).
 
         Args:
             path: The file to write (replaced atomically).
-            format: ``"onnx"`` (needs the ``onnx`` extra: ``pip install -e ".[onnx]"`` in the checkout) or ``"torchscript"``.
-
-        Raises:
-            rl8.policies.deploy.ExportError: What cannot be exported (e.g. a distribution
-                without a deterministic action, a model that does not trace), and why.
+            format: ``"onnx"`` (needs the ``onnx`` extra) or ``"torchscript"``.
         """
         return export_policy(self, path, format)
 
