@@ -98,15 +98,11 @@ class DeterministicActor(nn.Module):
         policy, n = self.policy, len(self.input_names) - len(self.state_keys)
         batch = inputs[0].shape[:1]
         obs = inputs[0] if self.obs_keys is None else TensorDict(dict(zip(self.obs_keys, inputs[:n])), batch)
-        mask = policy.action_mask(obs)
         if self.state_keys:
-            state = TensorDict(dict(zip(self.state_keys, inputs[n:])), batch)
-            firsts = torch.zeros(inputs[0].shape[0], 1, dtype=torch.bool)
-            params, _, next_state = policy.model(policy.preprocess(obs)[:, None], state, firsts)
-            params = params[:, 0]
-        else:
+            dist, _, next_state = policy.rollout_step(obs, TensorDict(dict(zip(self.state_keys, inputs[n:])), batch))
+        else:  # the actor alone: its groups of the observation are all the inputs
             params = policy.model.actor_params(policy.preprocess(obs))
-        dist = policy.distribution_cls(params, policy.action_space, action_mask=mask)
+            dist = policy.distribution_cls(params, policy.action_space, action_mask=policy.action_mask(obs))
         actions = policy.to_env_action(dist.deterministic_sample())
         if self.clip:
             actions = torch.clamp(actions, self.low, self.high)
