@@ -53,11 +53,7 @@ class RslRlConfig(NamedTuple):
     unmapped: list[str]
 
 
-def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-_NUMBER = ("a number", _is_number)
+_NUMBER = ("a number", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool))
 _INT = ("an int", lambda v: isinstance(v, int) and not isinstance(v, bool))
 _BOOL = ("a bool", lambda v: isinstance(v, bool))
 _STR = ("a str", lambda v: isinstance(v, str))
