@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from gymnasium import spaces
 from torch import Tensor
 
-from rl8.policies.distributions.base import Distribution, MASKED_LOGIT, cached, to_out
+from rl8.policies.distributions.base import Distribution, MASKED_LOGIT, cached
 
 __all__ = ["Bernoulli", "Categorical", "MultiCategorical"]
 
@@ -141,17 +141,6 @@ class Categorical(_CategoricalBase):
     def deterministic_sample(self) -> Tensor:
         """The most likely allowed action, int64 ``[B]``."""
         return self.logits.argmax(-1)
-
-    def sample_with_log_prob(self, generator: torch.Generator | None = None, *, deterministic: bool = False,
-                             out: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
-        """Actions and their log-probabilities from one log-softmax and one gather (copied into
-        ``out`` when given)."""
-        log_probs = self.log_probs
-        if deterministic:
-            index = self.logits.argmax(-1, keepdim=True)
-        else:
-            index = _categorical_sample(log_probs, generator, self._guard)
-        return to_out((index.squeeze(-1), log_probs.gather(-1, index).squeeze(-1)), out)
 
     def log_prob(self, actions: Tensor) -> Tensor:
         """Log-probability of action indices ``[B]`` (masked actions: a huge negative number)."""
