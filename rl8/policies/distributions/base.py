@@ -48,15 +48,6 @@ def space_name(space: spaces.Space) -> str:
     return f"{type(space).__name__} ({' '.join(str(space).split())})"
 
 
-def to_out(result: tuple[Tensor, Tensor], out: tuple[Tensor, Tensor] | None) -> tuple[Tensor, Tensor]:
-    """``result`` (actions, log-probs), or copied into ``out`` and ``out`` returned."""
-    if out is None:
-        return result
-    out[0].copy_(result[0])
-    out[1].copy_(result[1])
-    return out
-
-
 class Distribution(ABC):
     """A batch of action distributions whose parameters a model outputs.
 
@@ -152,7 +143,12 @@ class Distribution(ABC):
             out: Tensors of those shapes to write the pair into and return; ``None``: new ones.
         """
         actions = self.deterministic_sample() if deterministic else self.sample(generator)
-        return to_out((actions, self.log_prob(actions)), out)
+        log_prob = self.log_prob(actions)
+        if out is None:
+            return actions, log_prob
+        out[0].copy_(actions)
+        out[1].copy_(log_prob)
+        return out
 
     @abstractmethod
     def log_prob(self, actions: Tensor) -> Tensor:
