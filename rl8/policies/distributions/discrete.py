@@ -16,7 +16,7 @@ from rl8.policies.distributions.base import Distribution, MASKED_LOGIT, cached
 __all__ = ["Bernoulli", "Categorical", "MultiCategorical"]
 
 def _categorical_sample(log_probs: Tensor, generator: torch.Generator | None, guard_logits: Tensor | None) -> Tensor:
-    """Inverse-CDF sampling, one uniform per row: index ``[..., 1]`` of the first cumulative
+    """Inverse-CDF sampling, one uniform per row: the index ``[...]`` of the first cumulative
     probability >= u (a left-sided binary search).
 
     With ``guard_logits`` (rows that may hold zero probabilities) u is drawn in ``(0, total]``,
@@ -28,7 +28,7 @@ def _categorical_sample(log_probs: Tensor, generator: torch.Generator | None, gu
     u = torch.rand(cdf.shape[:-1] + (1,), generator=generator, device=cdf.device, dtype=cdf.dtype)
     if guard_logits is None:
         # every p > 0: the clamp only catches a total that rounding leaves a hair below 1
-        return torch.searchsorted(cdf, u).clamp_(max=cdf.shape[-1] - 1)
+        return torch.searchsorted(cdf, u).clamp_(max=cdf.shape[-1] - 1).squeeze(-1)
     u = torch.mul(1.0 - u, cdf[..., -1:])  # (0, total]: rand is [0, 1)
     index = torch.searchsorted(cdf, u)
     if cdf.device.type != "cpu":
@@ -37,7 +37,7 @@ def _categorical_sample(log_probs: Tensor, generator: torch.Generator | None, gu
         # out, take the mode, which is allowed whenever any action is.
         chosen = probs.gather(-1, index)
         index = torch.where(chosen > 0, index, guard_logits.argmax(-1, keepdim=True))
-    return index
+    return index.squeeze(-1)
 
 
 def _categorical_log_prob(log_probs: Tensor, actions: Tensor) -> Tensor:
@@ -97,9 +97,6 @@ class _CategoricalBase(Distribution):
         """int64, like the env's action."""
         return torch.int64
 
-    def _sample(self, generator: torch.Generator | None) -> Tensor:
-        return _categorical_sample(self.log_probs, generator, self._guard).squeeze(-1)
-
 
 class Categorical(_CategoricalBase):
     """A categorical distribution over ``Discrete(n)`` actions.
@@ -136,7 +133,7 @@ class Categorical(_CategoricalBase):
 
     def sample(self, generator: torch.Generator | None = None) -> Tensor:
         """Draw one action index per row (inverse-CDF sampling), int64 ``[B]``."""
-        return self._sample(generator)
+        return _categorical_sample(self.log_probs, generator, self._guard)
 
     def deterministic_sample(self) -> Tensor:
         """The most likely allowed action, int64 ``[B]``."""
@@ -224,7 +221,7 @@ class MultiCategorical(_CategoricalBase):
 
     def sample(self, generator: torch.Generator | None = None) -> Tensor:
         """Draw one choice per component, int64 ``[B, *nvec.shape]``."""
-        return self._shape_actions(self._sample(generator))
+        return self._shape_actions(_categorical_sample(self.log_probs, generator, self._guard))
 
     def deterministic_sample(self) -> Tensor:
         """The most likely allowed choice of every component, int64 ``[B, *nvec.shape]``."""
