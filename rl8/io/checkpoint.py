@@ -106,8 +106,7 @@ def save_checkpoint(state: Mapping[str, Any], path: str | os.PathLike[str]) -> P
     path = Path(path)
     if not isinstance(state, Mapping):
         raise TypeError(f"save_checkpoint: state must be a dict, got {type(state).__name__}")
-    payload = dict(state)
-    payload[FORMAT_KEY] = FORMAT_VERSION
+    payload = {**state, FORMAT_KEY: FORMAT_VERSION}
     check_loadable(payload, "state", set())
     directory = path.parent
     if not directory.is_dir():
