@@ -117,8 +117,9 @@ class Policy(nn.Module):
 
     @property
     def state(self) -> TensorDictBase | None:
-        """The recurrent state carried between :meth:`act` calls (``None`` for feedforward models,
-        and until the first call or after :meth:`reset_state` without a mask). Read-only."""
+        """The recurrent state carried between calls of the policy, ``policy(obs)`` (``None`` for
+        feedforward models, and until the first call or after :meth:`reset_state` without a mask).
+        Read-only."""
         return self._state
 
     @property
