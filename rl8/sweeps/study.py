@@ -134,9 +134,9 @@ def sweep(config: str | os.PathLike[str], space: str | os.PathLike[str] | Mappin
 
     name, config = read_config(config)
     distributions = read_space(space, config.get("hparams") or {})
-    for key, value in (("trials", trials), ("jobs", jobs), ("startup_trials", startup_trials)):
-        if not isinstance(value, int) or value < (0 if key == "startup_trials" else 1):
-            raise ConfigError(f"sweep: {key} must be an int >= {0 if key == 'startup_trials' else 1}, got {value!r}")
+    for key, value, least in (("trials", trials, 1), ("jobs", jobs, 1), ("startup_trials", startup_trials, 0)):
+        if not isinstance(value, int) or value < least:
+            raise ConfigError(f"sweep: {key} must be an int >= {least}, got {value!r}")
     if direction not in ("maximize", "minimize"):
         raise ConfigError(f"sweep: direction must be 'maximize' or 'minimize', got {direction!r}")
     if objective.startswith("eval/") and not config.get("steps_per_eval"):
