@@ -353,7 +353,7 @@ def test_inverse_cdf_never_picks_a_zero_probability_choice_at_the_edges(monkeypa
     log_probs = torch.log_softmax(logits, -1)
     assert (log_probs.exp()[:, [0, 3]] == 0).all()
     monkeypatch.setattr(distributions.torch, "rand", lambda shape, **kw: torch.full(shape, u))
-    actions = distributions._categorical_sample(log_probs, None, None, masked=True)
+    actions = distributions._categorical_sample(log_probs, None, logits)  # on the CPU: no fallback
     expected = [2, 2] if u == 0.0 else [1, 2]  # u is mapped to the CDF level (1 - u) * total
     assert actions.tolist() == expected
 

@@ -106,8 +106,7 @@ def save_checkpoint(state: Mapping[str, Any], path: str | os.PathLike[str]) -> P
     path = Path(path)
     if not isinstance(state, Mapping):
         raise TypeError(f"save_checkpoint: state must be a dict, got {type(state).__name__}")
-    payload = dict(state)
-    payload[FORMAT_KEY] = FORMAT_VERSION
+    payload = {**state, FORMAT_KEY: FORMAT_VERSION}
     check_loadable(payload, "state", set())
     directory = path.parent
     if not directory.is_dir():
@@ -179,23 +178,17 @@ def _pickle_globals(path: Path) -> list[str] | None:
 
 def _load_error(path: Path, err: Exception) -> CheckpointError:
     """Turn what ``torch.load`` raised into a :class:`CheckpointError` that says what it means."""
-    unsafe = _UNSAFE_PATTERN.search(str(err)) if isinstance(err, pickle.UnpicklingError) else None
-    if unsafe:
-        return CheckpointError(
-            f"{path} is not a safe rl8 checkpoint: loading it would need to run code or rebuild "
-            f"objects named in the file ({unsafe.group(0)}), and rl8 refuses to execute code "
-            "from a checkpoint (it loads with weights_only=True). Only load such a file with "
-            "torch.load(weights_only=False) if you trust its source."
-        )
-    names = _pickle_globals(path) if isinstance(err, pickle.UnpicklingError) else None
-    if names is not None:  # a whole pickle stream that weights_only refused to read
-        named = f"; it names {', '.join(names[:3])}" if names else ""
-        return CheckpointError(
-            f"{path} is not a safe rl8 checkpoint: it is a plain pickle (not a torch.save file) "
-            f"that torch.load(weights_only=True) refuses to read{named}, and rl8 refuses to "
-            "execute code from a checkpoint. Only load such a file with "
-            "torch.load(weights_only=False) if you trust its source."
-        )
+    if isinstance(err, pickle.UnpicklingError):
+        unsafe = _UNSAFE_PATTERN.search(str(err))
+        names = None if unsafe else _pickle_globals(path)  # a whole pickle stream weights_only refused
+        if unsafe or names is not None:
+            what = unsafe.group(0) if unsafe else f"a plain pickle, not a torch.save file, naming {names[:3]}"
+            return CheckpointError(
+                f"{path} is not a safe rl8 checkpoint: loading it would need to run code or rebuild "
+                f"objects named in the file ({what}), and rl8 refuses to execute code from a checkpoint "
+                "(it loads with weights_only=True). Only load such a file with "
+                "torch.load(weights_only=False) if you trust its source."
+            )
     # torch raises UnpicklingError, RuntimeError, EOFError, KeyError, OSError... for bad bytes
     return CheckpointError(f"{path} is corrupt or truncated (not a readable torch file: {_first_line(err)})")
 

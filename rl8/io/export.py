@@ -330,11 +330,15 @@ def read_policy(run_id_or_path: str | os.PathLike[str], *, tracking_uri: str | N
         tracking_uri: MLflow tracking URI for run ids; ``None``: MLflow's default.
     """
     ref = os.fspath(run_id_or_path)
-    path = Path(ref)
-    if ref.startswith("models:/"):
+    path, model = Path(ref), ref.startswith("models:/")
+    if model or not path.exists():
+        if not model and not is_run_ref(ref):
+            raise FileNotFoundError(f"no policy at {ref!r}: not a file or folder, nor an MLflow run id")
         with tempfile.TemporaryDirectory(prefix="rl8-policy-") as tmp:
-            local = download_artifact(ref, "", tracking_uri, tmp)
-            return _policy_from_checkpoint_state(load_checkpoint(_model_policy_file(local, ref)), ref)
+            local = download_artifact(ref, "" if model else POLICY_ARTIFACT, tracking_uri, tmp)
+            if model or (local / "MLmodel").is_file():  # runs:/ID/policy is a model folder too
+                local = _model_policy_file(local, ref)
+            return _policy_from_checkpoint_state(load_checkpoint(local), ref if model else f"run {ref}")
     if (path / "MLmodel").is_file():
         path = _model_policy_file(path, path)
     elif path.is_dir():
@@ -344,13 +348,6 @@ def read_policy(run_id_or_path: str | os.PathLike[str], *, tracking_uri: str | N
             if not latest.is_file():
                 raise FileNotFoundError(f"{path} holds neither checkpoint-*.pt files nor a policy.pt")
         path = latest
-    elif not path.exists():
-        if not is_run_ref(ref):
-            raise FileNotFoundError(f"no policy at {ref!r}: not a file or folder, nor an MLflow run id")
-        with tempfile.TemporaryDirectory(prefix="rl8-policy-") as tmp:
-            local = download_artifact(ref, POLICY_ARTIFACT, tracking_uri, tmp)
-            local = _model_policy_file(local, ref) if (local / "MLmodel").is_file() else local  # runs:/ID/policy
-            return _policy_from_checkpoint_state(load_checkpoint(local), f"run {ref}")
     return _policy_from_checkpoint_state(load_checkpoint(path), path)
 
 

@@ -26,21 +26,15 @@ from rl8.version import __version__
 __all__ = ["PolicyModel", "save_model"]
 
 
-def _tensor(space: spaces.Space, name: str | None = None) -> Any:
-    from mlflow.types import TensorSpec
-
-    if isinstance(space, spaces.Dict):
-        raise ValueError(f"a nested Dict space ({name!r}) has no MLflow signature")
-    return TensorSpec(np.dtype(space.dtype), (-1, *space.shape), name)
-
-
 def _schema(space: spaces.Space) -> str:
     """A space's batch as the JSON of an MLflow tensor schema (named tensors for a ``Dict``)."""
-    from mlflow.types import Schema
+    from mlflow.types import Schema, TensorSpec
 
-    if isinstance(space, spaces.Dict):
-        return Schema([_tensor(sub, key) for key, sub in space.spaces.items()]).to_json()
-    return Schema([_tensor(space)]).to_json()
+    entries = list(space.spaces.items()) if isinstance(space, spaces.Dict) else [(None, space)]
+    for key, sub in entries:
+        if isinstance(sub, spaces.Dict):
+            raise ValueError(f"a nested Dict space ({key!r}) has no MLflow signature")
+    return Schema([TensorSpec(np.dtype(sub.dtype), (-1, *sub.shape), key) for key, sub in entries]).to_json()
 
 
 def _input_example(space: spaces.Space, n: int = 2) -> Any:

@@ -98,15 +98,11 @@ class DeterministicActor(nn.Module):
         policy, n = self.policy, len(self.input_names) - len(self.state_keys)
         batch = inputs[0].shape[:1]
         obs = inputs[0] if self.obs_keys is None else TensorDict(dict(zip(self.obs_keys, inputs[:n])), batch)
-        mask = policy.action_mask(obs)
         if self.state_keys:
-            state = TensorDict(dict(zip(self.state_keys, inputs[n:])), batch)
-            firsts = torch.zeros(inputs[0].shape[0], 1, dtype=torch.bool)
-            params, _, next_state = policy.model(policy.preprocess(obs)[:, None], state, firsts)
-            params = params[:, 0]
-        else:
+            dist, _, next_state = policy.rollout_step(obs, TensorDict(dict(zip(self.state_keys, inputs[n:])), batch))
+        else:  # the actor alone: its groups of the observation are all the inputs
             params = policy.model.actor_params(policy.preprocess(obs))
-        dist = policy.distribution_cls(params, policy.action_space, action_mask=mask)
+            dist = policy.distribution_cls(params, policy.action_space, action_mask=policy.action_mask(obs))
         actions = policy.to_env_action(dist.deterministic_sample())
         if self.clip:
             actions = torch.clamp(actions, self.low, self.high)
@@ -200,7 +196,17 @@ def _write(actor: DeterministicActor, format: str, path: Path) -> None:
             for category in (torch.jit.TracerWarning, FutureWarning, DeprecationWarning):
                 warnings.simplefilter("ignore", category)
             warnings.filterwarnings("ignore", "The tensor attributes .* were assigned during export")  # nn.LSTM
-            (_write_onnx if format == "onnx" else _write_torchscript)(actor, path, metadata)
+            if format == "onnx":
+                program = torch.onnx.export(
+                    actor, actor.example_inputs(), dynamo=True, opset_version=18, verbose=False,
+                    input_names=list(actor.input_names), output_names=list(actor.output_names),
+                    dynamic_shapes=(({0: torch.export.Dim.DYNAMIC},) * len(actor.input_names),),
+                )
+                program.model.metadata_props.update(metadata)
+                program.save(str(path))
+            else:
+                traced = torch.jit.trace(actor, actor.example_inputs(), check_inputs=[actor.example_inputs(3)])
+                torch.jit.save(traced, str(path), _extra_files={TORCHSCRIPT_METADATA: json.dumps(metadata)})
     except OSError:
         raise
     except Exception as exc:
@@ -211,21 +217,6 @@ def _write(actor: DeterministicActor, format: str, path: Path) -> None:
         policy = actor.policy
         raise ExportError(f"cannot export {type(policy.model).__name__} with {policy.distribution_cls.__name__} "
                           f"as {format} ({first}); try format={other!r}, or a model of plain torch operations") from exc
-
-
-def _write_onnx(actor: DeterministicActor, path: Path, metadata: dict[str, str]) -> None:
-    program = torch.onnx.export(
-        actor, actor.example_inputs(), dynamo=True, opset_version=18, verbose=False,
-        input_names=list(actor.input_names), output_names=list(actor.output_names),
-        dynamic_shapes=(({0: torch.export.Dim.DYNAMIC},) * len(actor.input_names),),
-    )
-    program.model.metadata_props.update(metadata)
-    program.save(str(path))
-
-
-def _write_torchscript(actor: DeterministicActor, path: Path, metadata: dict[str, str]) -> None:
-    traced = torch.jit.trace(actor, actor.example_inputs(), check_inputs=[actor.example_inputs(3)])
-    torch.jit.save(traced, str(path), _extra_files={TORCHSCRIPT_METADATA: json.dumps(metadata)})
 
 
 def read_export_metadata(path: str | os.PathLike[str]) -> dict[str, str] | None:

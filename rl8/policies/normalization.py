@@ -3,7 +3,7 @@ observation normalisation (the reward normaliser is PPO's: :mod:`rl8.ppo.rewards
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -42,11 +42,9 @@ class RunningMeanStd(nn.Module):
         if all_reduce is not None:
             packed = torch.cat([x.new_full((1,), float(n)), x.sum(0).reshape(-1), x.square().sum(0).reshape(-1)])
             all_reduce(packed)
-            size = (packed.numel() - 1) // 2
             count = packed[0]
-            mean = (packed[1 : 1 + size] / count.clamp(min=1)).reshape(self.shape)
-            var = (packed[1 + size :] / count.clamp(min=1)).reshape(self.shape) - mean.square()
-            self.merge_(mean, var.clamp(min=0), count)
+            mean, mean_sq = (packed[1:] / count.clamp(min=1)).reshape(2, *self.shape)
+            self.merge_(mean, (mean_sq - mean.square()).clamp(min=0), count)
             return
         if n == 0:
             return
@@ -91,10 +89,6 @@ class RunningMeanStd(nn.Module):
         self.var.fill_((1.0 - w) * var_a + w * var_b + w * (1.0 - w) * delta * delta)
         self.count.fill_(n)
 
-    def std(self, eps: float = 1e-8) -> torch.Tensor:
-        """Standard deviation with ``eps`` added to the variance."""
-        return (self.var + eps).sqrt()
-
     def extra_repr(self) -> str:
         return f"shape={self.shape}"
 
@@ -115,43 +109,37 @@ class ObservationNormalizer(nn.Module):
         self.clip = float(clip)
         self.eps = float(eps)
         self.stats = nn.ModuleDict()
-        for key, leaf in self._leaves(example):
-            self.stats[self._name(key)] = RunningMeanStd(tuple(leaf.shape[1:]), device=leaf.device)
+        for name, _, leaf in self._leaves(example):
+            self.stats[name] = RunningMeanStd(tuple(leaf.shape[1:]), device=leaf.device)
 
     @staticmethod
-    def _name(key: str | tuple[str, ...]) -> str:
-        return "obs" if key == () else "__".join(key if isinstance(key, tuple) else (key,))
-
-    @staticmethod
-    def _leaves(obs):
-        if isinstance(obs, TensorDictBase):
-            for key, leaf in obs.items(include_nested=True, leaves_only=True):
-                key = key if isinstance(key, tuple) else (key,)
-                if key[-1] == "action_mask" or not leaf.is_floating_point():
-                    continue
-                yield key, leaf
-        elif obs.is_floating_point():
-            yield (), obs
+    def _leaves(obs: torch.Tensor | TensorDictBase) -> Iterator[tuple[str, tuple[str, ...], torch.Tensor]]:
+        """``(name of the statistics, key, leaf)`` of each float leaf but ``action_mask``."""
+        if not isinstance(obs, TensorDictBase):
+            if obs.is_floating_point():
+                yield "obs", (), obs
+            return
+        for key, leaf in obs.items(include_nested=True, leaves_only=True):
+            key = key if isinstance(key, tuple) else (key,)
+            if key[-1] != "action_mask" and leaf.is_floating_point():
+                yield "__".join(key), key, leaf
 
     @torch.no_grad()
     def update(self, obs: torch.Tensor | TensorDictBase, batch_dims: int = 1,
                all_reduce: Callable[[torch.Tensor], Any] | None = None) -> None:
         """Fold observations ``obs`` with ``batch_dims`` leading batch dims into the statistics
         (``all_reduce``: see :meth:`RunningMeanStd.update`)."""
-        for key, leaf in self._leaves(obs):
-            rms = self.stats[self._name(key)]
-            rms.update(leaf.reshape(-1, *leaf.shape[batch_dims:]), all_reduce)
+        for name, _, leaf in self._leaves(obs):
+            self.stats[name].update(leaf.reshape(-1, *leaf.shape[batch_dims:]), all_reduce)
 
     def forward(self, obs: torch.Tensor | TensorDictBase) -> torch.Tensor | TensorDictBase:
         """Normalised observations (a new tensor or TensorDict; the input is untouched)."""
-        if isinstance(obs, TensorDictBase):
-            out = obs.clone(recurse=False)
-            for key, leaf in self._leaves(obs):
-                out.set(key, self._normalize(self.stats[self._name(key)], leaf))
-            return out
-        if not obs.is_floating_point():
-            return obs
-        return self._normalize(self.stats["obs"], obs)
+        if not isinstance(obs, TensorDictBase):
+            return self._normalize(self.stats["obs"], obs) if obs.is_floating_point() else obs
+        out = obs.clone(recurse=False)
+        for name, key, leaf in self._leaves(obs):
+            out.set(key, self._normalize(self.stats[name], leaf))
+        return out
 
     def _normalize(self, rms: RunningMeanStd, x: torch.Tensor) -> torch.Tensor:
         mean = rms.mean.to(x.dtype)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +23,6 @@ from rl8.policies.models import Model, check_model_config
 from rl8.policies.normalization import ObservationNormalizer
 
 __all__ = ["Policy", "check_memory", "device_memory"]
-
-
-def _entropy(dist: Distribution, grad: bool) -> torch.Tensor:
-    if grad:
-        return dist.entropy()
-    with torch.no_grad():
-        return dist.entropy()
 
 
 def device_memory(device: torch.device) -> int | None:
@@ -114,8 +107,7 @@ class Policy(nn.Module):
         self.obs_normalizer = (
             ObservationNormalizer(zeros_like_space(observation_space, [1])) if normalize_observations else None
         )
-        # only TensorDict observations can carry an action mask; others skip the lookup
-        self._may_mask = isinstance(observation_space, spaces.Dict)
+        self._state: TensorDictBase | None = None
         self.to(device)
 
     @property
@@ -125,9 +117,10 @@ class Policy(nn.Module):
 
     @property
     def state(self) -> TensorDictBase | None:
-        """The recurrent state carried between :meth:`act` calls (``None`` for feedforward models,
-        and until the first call or after :meth:`reset_state` without a mask). Read-only."""
-        return getattr(self, "_state", None)
+        """The recurrent state carried between calls of the policy, ``policy(obs)`` (``None`` for
+        feedforward models, and until the first call or after :meth:`reset_state` without a mask).
+        Read-only."""
+        return self._state
 
     @property
     def recurrent(self) -> bool:
@@ -148,9 +141,8 @@ class Policy(nn.Module):
 
     def distribution(self, obs: torch.Tensor | TensorDictBase) -> tuple[Distribution, torch.Tensor]:
         """The action distribution and the values ``[B]`` for a batch of observations."""
-        params, value = self.model(obs if self.obs_normalizer is None else self.obs_normalizer(obs))
-        mask = self.action_mask(obs) if self._may_mask else None
-        return self.distribution_cls(params, self.action_space, action_mask=mask), value
+        params, value = self.model(self.preprocess(obs))
+        return self.distribution_cls(params, self.action_space, action_mask=self.action_mask(obs)), value
 
     def rollout(self) -> contextlib.AbstractContextManager:
         """The model's :meth:`~rl8.policies.models.Model.rollout` context (parameters constant)."""
@@ -206,7 +198,7 @@ class Policy(nn.Module):
         Args:
             mask: ``[B]`` bool of the envs to reset; ``None`` resets all of them.
         """
-        if mask is None or getattr(self, "_state", None) is None:
+        if mask is None or self._state is None:
             self._state = None
             return
         initial = self.initial_state(mask.shape[0])
@@ -238,18 +230,17 @@ class Policy(nn.Module):
                 them).
         """
         obs, actions = minibatch["obs"], minibatch["actions"]
-        if not self.recurrent:
+        if self.recurrent:  # replay each sequence from its stored initial state
+            params, value, _ = self.model(self.preprocess(obs), minibatch["state"], minibatch["firsts"])
+            mask = self.action_mask(obs)
+            mask = None if mask is None else mask.flatten(0, 1)
+            dist = self.distribution_cls(params.flatten(0, 1), self.action_space, action_mask=mask)
+            actions, value = actions.flatten(0, 1), value.flatten()
+        else:
             dist, value = self.distribution(obs)
-            return dist.log_prob(actions), _entropy(dist, entropy_grad), value
-        # replay each sequence from its stored initial state
-        params, values, _ = self.model(self.preprocess(obs), minibatch["state"], minibatch["firsts"])
-        s, t = params.shape[:2]
-        mask = self.action_mask(obs)
-        if mask is not None:
-            mask = mask.reshape(s * t, *mask.shape[2:])
-        dist = self.distribution_cls(params.reshape(s * t, -1), self.action_space, action_mask=mask)
-        actions = actions.reshape(s * t, *actions.shape[2:])
-        return dist.log_prob(actions), _entropy(dist, entropy_grad), values.reshape(s * t)
+        with contextlib.nullcontext() if entropy_grad else torch.no_grad():
+            entropy = dist.entropy()
+        return dist.log_prob(actions), entropy, value
 
     def value(self, obs: torch.Tensor | TensorDictBase) -> torch.Tensor:
         """Values ``[B]`` of a batch of observations."""
@@ -263,16 +254,11 @@ class Policy(nn.Module):
     def forward(self, obs: torch.Tensor | TensorDictBase, *, deterministic: bool = True) -> torch.Tensor:
         """Env actions for a batch of observations (deterministic by default); a recurrent
         policy keeps its state between calls, see :meth:`reset_state`."""
-        if not self.recurrent:
-            actions, _, _ = self.act(obs, deterministic=deterministic)
-            return self.to_env_action(actions)
-        batch = obs.shape[0]
-        state = getattr(self, "_state", None)
-        if state is None or state.batch_size[0] != batch:
-            state = self.initial_state(batch)
+        state = self._state
+        if self.recurrent and (state is None or state.batch_size[0] != obs.shape[0]):
+            state = self.initial_state(obs.shape[0])
         dist, _, self._state = self.rollout_step(obs, state)
-        actions = dist.deterministic_sample() if deterministic else dist.sample()
-        return self.to_env_action(actions)
+        return self.to_env_action(dist.deterministic_sample() if deterministic else dist.sample())
 
     @torch.no_grad()
     def predict(
@@ -297,22 +283,19 @@ class Policy(nn.Module):
                 episode starts at ``obs`` (its state is reset first).
         """
         obs, batch = _as_batch(obs, self.observation_space, self.device)
-        if self.recurrent:
-            size = 1 if batch is None else batch
-            if state is None:
-                state = self.initial_state(size)
-            elif state.batch_size[0] != size:
-                raise ValueError(
-                    f"state: expected the state of {size} env(s) (batch size [{size}]), "
-                    f"got batch size {list(state.batch_size)}"
-                )
-            starts = None
-            if episode_start is not None:
-                starts = torch.as_tensor(episode_start, dtype=torch.bool, device=self.device).reshape(size)
-            dist, _, state = self.rollout_step(obs, state, starts)
-        else:
-            dist, _ = self.distribution(obs)
+        size, starts = 1 if batch is None else batch, None
+        if not self.recurrent:
             state = None
+        elif state is None:
+            state = self.initial_state(size)
+        elif state.batch_size[0] != size:
+            raise ValueError(
+                f"state: expected the state of {size} env(s) (batch size [{size}]), "
+                f"got batch size {list(state.batch_size)}"
+            )
+        if self.recurrent and episode_start is not None:
+            starts = torch.as_tensor(episode_start, dtype=torch.bool, device=self.device).reshape(size)
+        dist, _, state = self.rollout_step(obs, state, starts)
         raw = dist.deterministic_sample() if deterministic else dist.sample()
         actions = self.to_env_action(raw).cpu().numpy().astype(self.action_space.dtype, copy=False)
         if isinstance(self.action_space, spaces.Box):
@@ -320,18 +303,13 @@ class Policy(nn.Module):
         return (actions[0] if batch is None else actions), state
 
     def export(self, path: str | os.PathLike[str], format: str = "onnx") -> Path:
-        """Write the deterministic actor, observation normalisation folded in, as an ONNX or
-        TorchScript file for a robot; returns the path (``docs/export.md``). The file computes
-        the actions of ``predict(obs, deterministic=True)`` from batched observations (and, for
-        recurrent models, the state: inputs ``state_<key>``, outputs ``next_state_<key>``).
+        """Write the actions of ``predict(obs, deterministic=True)`` as an ONNX or TorchScript
+        file for a robot; returns the path (:func:`rl8.policies.deploy.export_policy`, which
+        says what the file takes and what it raises; ``docs/export.md``).
 
         Args:
             path: The file to write (replaced atomically).
-            format: ``"onnx"`` (needs the ``onnx`` extra: ``pip install -e ".[onnx]"`` in the checkout) or ``"torchscript"``.
-
-        Raises:
-            rl8.policies.deploy.ExportError: What cannot be exported (e.g. a distribution
-                without a deterministic action, a model that does not trace), and why.
+            format: ``"onnx"`` (needs the ``onnx`` extra) or ``"torchscript"``.
         """
         return export_policy(self, path, format)
 
@@ -341,37 +319,28 @@ def _as_batch(
 ) -> tuple[torch.Tensor | TensorDict, int | None]:
     """One observation or a batch as a batched tensor (TensorDict for ``Dict`` spaces) on
     ``device``, and the batch size (``None`` for one observation)."""
-    leaves: dict[tuple[str, ...], tuple[torch.Tensor, spaces.Space]] = {}
-    _collect_leaves(obs, space, (), device, leaves)
-    batches = {name: _leaf_batch(tensor, sub, name) for name, (tensor, sub) in leaves.items()}
-    kinds = set(batches.values())
-    if len(kinds) > 1:
-        given = ", ".join(f"{_leaf_name(name)}: {tuple(leaves[name][0].shape)}" for name in leaves)
+    leaves = {name: (tensor, batch) for name, tensor, batch in _leaves(obs, space, (), device)}
+    batches = {batch for _, batch in leaves.values()}
+    if len(batches) > 1:
+        given = ", ".join(f"{_leaf_name(name)}: {tuple(tensor.shape)}" for name, (tensor, _) in leaves.items())
         raise ValueError(
             f"obs: expected one observation or a batch of the same size in every entry, "
             f"got shapes {given}"
         )
-    batch = kinds.pop()
-
-    def batched(tensor: torch.Tensor) -> torch.Tensor:
-        return tensor.unsqueeze(0) if batch is None else tensor
-
+    batch = batches.pop()
+    tensors = {name: tensor.unsqueeze(0) if batch is None else tensor for name, (tensor, _) in leaves.items()}
     if not isinstance(space, spaces.Dict):
-        return batched(leaves[()][0]), batch
-    out = TensorDict({}, batch_size=[1 if batch is None else batch], device=device)
-    for name, (tensor, _) in leaves.items():
-        out.set(name, batched(tensor))
-    return out, batch
+        return tensors[()], batch
+    return TensorDict(tensors, batch_size=[1 if batch is None else batch], device=device), batch
 
 
 def _leaf_name(name: tuple[str, ...]) -> str:
     return "obs" + "".join(f"[{key!r}]" for key in name)
 
 
-def _collect_leaves(
-    obs: Any, space: spaces.Space, name: tuple[str, ...], device: torch.device, out: dict
-) -> None:
-    """``out[name] = (tensor, space)`` per entry of ``obs``, in its space's dtype on ``device``."""
+def _leaves(obs: Any, space: spaces.Space, name: tuple[str, ...], device: torch.device) -> Iterator[tuple]:
+    """``(name, tensor, batch)`` per entry of ``obs``: the tensor in its space's dtype on
+    ``device``, the batch size (``None`` for one observation); an error for a wrong shape."""
     if isinstance(space, spaces.Dict):
         if not isinstance(obs, (Mapping, TensorDictBase)):
             raise ValueError(
@@ -388,23 +357,18 @@ def _collect_leaves(
                 f"({', '.join(problems)})"
             )
         for key, sub in space.spaces.items():
-            _collect_leaves(obs[key], sub, (*name, key), device, out)
+            yield from _leaves(obs[key], sub, (*name, key), device)
         return
     dtype = torch.bool if name == ("action_mask",) else space_dtype(space)
-    tensor = obs if torch.is_tensor(obs) else torch.as_tensor(np.asarray(obs))
-    out[name] = (tensor.to(device=device, dtype=dtype), space)
-
-
-def _leaf_batch(tensor: torch.Tensor, space: spaces.Space, name: tuple[str, ...]) -> int | None:
-    """``None`` for one observation of ``space``, the batch size for a batch; else an error."""
-    expected = space_shape(space)
-    shape = tuple(tensor.shape)
+    tensor = (obs if torch.is_tensor(obs) else torch.as_tensor(np.asarray(obs))).to(device=device, dtype=dtype)
+    expected, shape = space_shape(space), tuple(tensor.shape)
     if shape == expected:
-        return None
-    if len(shape) == len(expected) + 1 and shape[1:] == expected:
-        return shape[0]
-    batched = "(B" + "".join(f", {size}" for size in expected) + ")"
-    raise ValueError(
-        f"{_leaf_name(name)}: expected shape {expected} (one observation) or {batched} (a batch "
-        f"of B), got {shape}"
-    )
+        yield name, tensor, None
+    elif len(shape) == len(expected) + 1 and shape[1:] == expected:
+        yield name, tensor, shape[0]
+    else:
+        batched = "(B" + "".join(f", {size}" for size in expected) + ")"
+        raise ValueError(
+            f"{_leaf_name(name)}: expected shape {expected} (one observation) or {batched} (a batch "
+            f"of B), got {shape}"
+        )

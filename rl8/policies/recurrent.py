@@ -104,29 +104,21 @@ class _RNNModel(RecurrentModel):
         self.num_layers = num_layers
         head_size = self.init_policy_head(state_dependent_std, initial_log_std(init_log_std, init_noise_std))
         # images (or encoder="nature"/"impala"): a convolutional encoder before the MLP encoder
-        self.image_encoder: ObservationEncoder | None = None
         images = has_image(observation_space, image_layout) or bool(image_keys)
         if encoder is not None and not images:
             raise ValueError(
                 f"model_config encoder: {encoder!r} encodes images, but the observation space has none "
                 f"({observation_space}); declare float images with image_layout or image_keys"
             )
-        if images:
-            self.image_encoder = ObservationEncoder(
-                observation_space, encoder=encoder or "nature", encoder_config=encoder_config,
-                image_layout=image_layout, image_keys=image_keys, activation=activation,
-            )
-            sizes = [self.image_encoder.features, *encoder_hiddens]
-        else:
-            sizes = [flat_observation_size(observation_space), *encoder_hiddens]
+        self.image_encoder = ObservationEncoder(
+            observation_space, encoder=encoder or "nature", encoder_config=encoder_config,
+            image_layout=image_layout, image_keys=image_keys, activation=activation,
+        ) if images else None
+        sizes = [self.image_encoder.features if images else flat_observation_size(observation_space), *encoder_hiddens]
         self.encoder = nn.Sequential(*make_mlp(sizes, act, ortho_init))
         self.rnn = self._rnn_cls(sizes[-1], hidden_size, num_layers, batch_first=True)
-        if ortho_init:
-            for name, param in self.rnn.named_parameters():
-                if name.startswith("weight"):
-                    nn.init.orthogonal_(param, 1.0)
-                else:
-                    nn.init.zeros_(param)
+        for name, param in self.rnn.named_parameters() if ortho_init else ():
+            (nn.init.orthogonal_ if name.startswith("weight") else nn.init.zeros_)(param)
         self.pi = make_linear(hidden_size, head_size, 0.01, ortho_init)
         self.vf = make_linear(hidden_size, 1, 1.0, ortho_init)
 
@@ -138,10 +130,8 @@ class _RNNModel(RecurrentModel):
     def _encode(self, obs: Tensor | TensorDictBase) -> Tensor:
         b, t = obs.shape[:2]
         flat = obs.reshape(b * t) if isinstance(obs, TensorDictBase) else obs.reshape(b * t, *obs.shape[2:])
-        if self.image_encoder is not None:
-            x = self.encoder(self.image_encoder(flat))
-        else:
-            x = self.encoder(flatten_observation(flat, self.input_space))
+        x = self.encoder(flatten_observation(flat, self.input_space) if self.image_encoder is None
+                         else self.image_encoder(flat))
         return x.reshape(b, t, x.shape[-1])
 
     def _run(self, x: Tensor, state: TensorDictBase, firsts: Tensor,
@@ -173,15 +163,10 @@ class _RNNModel(RecurrentModel):
                 f"same B and T, got obs {tuple(obs.shape)}, state {tuple(state.batch_size)}, "
                 f"firsts {tuple(firsts.shape)}"
             )
-        x = self._encode(obs)
-        if t == 1:
-            starts: list[int] = [0]  # collection: no host synchronisation
-        else:
-            # One host sync: steps (after 0) where any row starts an episode split the sequence
-            # into segments; none (the usual case for long episodes) is the one-call fast path.
-            inner = firsts[:, 1:].any(0).nonzero().flatten().tolist()
-            starts = [0, *(i + 1 for i in inner)]
-        return self._run(x, state, firsts, starts)
+        # Segments begin at the steps where any row starts an episode: one host sync, none for
+        # one step (collection); no start inside (usual for long episodes) is one RNN call.
+        starts = [0] if t == 1 else [0, *(i + 1 for i in firsts[:, 1:].any(0).nonzero().flatten().tolist())]
+        return self._run(self._encode(obs), state, firsts, starts)
 
     def forward(self, obs: Tensor | TensorDictBase, state: TensorDictBase,  # type: ignore[override]
                 firsts: Tensor) -> tuple[Tensor, Tensor, TensorDict]:

@@ -4,6 +4,7 @@ run it; the caller keeps what it needs from each step and stops when it has enou
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -50,34 +51,6 @@ def done_flags(out: TensorDictBase) -> torch.Tensor | None:
     return done
 
 
-def _rl8_actor(policy: Policy, num_envs: int, deterministic: bool,
-               generator: torch.Generator | None) -> Callable[[Observations, torch.Tensor], torch.Tensor]:
-    """Acting with an :class:`rl8.Policy`, its recurrent state kept here (the policy's own left
-    alone)."""
-    state = policy.initial_state(num_envs)
-
-    def act(obs: Observations, firsts: torch.Tensor) -> torch.Tensor:
-        nonlocal state
-        dist, _, state = policy.rollout_step(obs, state, firsts)
-        actions = dist.deterministic_sample() if deterministic else dist.sample(generator)
-        return policy.to_env_action(actions)
-
-    return act
-
-
-def _callable_actor(policy: Callable[..., Any], deterministic: bool) -> Callable[[Observations, torch.Tensor], Any]:
-    """Acting with any ``policy(obs, deterministic=bool)``; its ``reset_state(mask)``, if any, is
-    called for the envs whose episode ended."""
-    reset_state = getattr(policy, "reset_state", None)
-
-    def act(obs: Observations, firsts: torch.Tensor) -> Any:
-        if reset_state is not None and bool(firsts.any()):
-            reset_state(firsts)
-        return policy(obs, deterministic=deterministic)
-
-    return act
-
-
 def run_policy(policy: Policy | Callable[..., Any], env: Env, obs: Observations, *, num_steps: int | None = None,
                deterministic: bool = True, generator: torch.Generator | None = None) -> Iterator[PolicyStep]:
     """Run ``policy`` in ``env`` from the observations ``obs`` and yield a :class:`PolicyStep`
@@ -94,20 +67,26 @@ def run_policy(policy: Policy | Callable[..., Any], env: Env, obs: Observations,
         deterministic: Act with the distributions' modes (``False``: sample actions).
         generator: Random generator of an :class:`rl8.Policy`'s sampling (``None``: global).
     """
-    reset_state = None
-    if isinstance(policy, Policy):
-        act = _rl8_actor(policy, env.num_envs, deterministic, generator)
-        device = policy.device
+    if isinstance(policy, Policy):  # its recurrent state is kept here, the policy's own left alone
+        device, reset_state, state = policy.device, None, policy.initial_state(env.num_envs)
+
+        def act(obs: Observations, firsts: torch.Tensor) -> torch.Tensor:
+            nonlocal state
+            dist, _, state = policy.rollout_step(obs, state, firsts)
+            return policy.to_env_action(dist.deterministic_sample() if deterministic else dist.sample(generator))
     else:
-        act = _callable_actor(policy, deterministic)
-        device = getattr(policy, "device", None)
-        reset_state = getattr(policy, "reset_state", None)
+        device, reset_state = getattr(policy, "device", None), getattr(policy, "reset_state", None)
+
+        def act(obs: Observations, firsts: torch.Tensor) -> Any:
+            if reset_state is not None and bool(firsts.any()):
+                reset_state(firsts)
+            return policy(obs, deterministic=deterministic)
+
     if reset_state is not None:
         reset_state()
     firsts = torch.zeros(env.num_envs, dtype=torch.bool, device=device)
-    t = 0
     try:
-        while num_steps is None or t < num_steps:
+        for _ in itertools.count() if num_steps is None else range(num_steps):
             if device is not None and obs.device != torch.device(device):
                 obs = obs.to(device)
             with torch.no_grad():
@@ -120,7 +99,6 @@ def run_policy(policy: Policy | Callable[..., Any], env: Env, obs: Observations,
             if done is not None:
                 firsts = done if device is None else done.to(device)
             obs = out["obs"]
-            t += 1
     finally:
         if reset_state is not None:
             reset_state()  # the run's state must not leak into later calls

@@ -53,11 +53,7 @@ class RslRlConfig(NamedTuple):
     unmapped: list[str]
 
 
-def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-_NUMBER = ("a number", _is_number)
+_NUMBER = ("a number", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool))
 _INT = ("an int", lambda v: isinstance(v, int) and not isinstance(v, bool))
 _BOOL = ("a bool", lambda v: isinstance(v, bool))
 _STR = ("a str", lambda v: isinstance(v, str))
@@ -123,21 +119,14 @@ def _model_sections(runner: _Section) -> tuple[_Section, _Section]:
     if "policy" not in runner.fields:
         return _Section(runner.take("actor", _DICT), "actor"), _Section(runner.take("critic", _DICT), "critic")
     policy = _Section(runner.take("policy", _DICT), "policy")
-    norm = runner.take("empirical_normalization", _optional(_BOOL), None)
-    models = []
-    for name in ("actor", "critic"):
-        fields = {"class_name": policy.fields.get("class_name", "ActorCritic"),
-                  "activation": policy.fields.get("activation", "elu"),
-                  "hidden_dims": policy.fields.pop(f"{name}_hidden_dims", [256, 256, 256]),
-                  "obs_normalization": policy.fields.pop(f"{name}_obs_normalization", bool(norm))}
-        if name == "actor":
-            fields.update({k: policy.fields.pop(k) for k in ("init_noise_std", "noise_std_type",
-                                                             "state_dependent_std") if k in policy.fields})
-        models.append(_Section(fields, "policy"))
-    policy.fields.pop("class_name", None)
-    policy.fields.pop("activation", None)
-    models[0].fields.update(policy.fields)  # the rest of the policy section: reported with the actor's
-    return models[0], models[1]
+    norm = bool(runner.take("empirical_normalization", _optional(_BOOL), None))
+    shared = {"class_name": policy.fields.pop("class_name", "ActorCritic"),
+              "activation": policy.fields.pop("activation", "elu")}
+    models = {name: {**shared, "hidden_dims": policy.fields.pop(f"{name}_hidden_dims", [256, 256, 256]),
+                     "obs_normalization": policy.fields.pop(f"{name}_obs_normalization", norm)}
+              for name in ("actor", "critic")}
+    # the rest of the policy section (the std fields among it) goes with the actor's
+    return _Section({**models["actor"], **policy.fields}, "policy"), _Section(models["critic"], "policy")
 
 
 def _activation(model: _Section) -> str:

@@ -134,9 +134,9 @@ def sweep(config: str | os.PathLike[str], space: str | os.PathLike[str] | Mappin
 
     name, config = read_config(config)
     distributions = read_space(space, config.get("hparams") or {})
-    for key, value in (("trials", trials), ("jobs", jobs), ("startup_trials", startup_trials)):
-        if not isinstance(value, int) or value < (0 if key == "startup_trials" else 1):
-            raise ConfigError(f"sweep: {key} must be an int >= {0 if key == 'startup_trials' else 1}, got {value!r}")
+    for key, value, least in (("trials", trials, 1), ("jobs", jobs, 1), ("startup_trials", startup_trials, 0)):
+        if not isinstance(value, int) or value < least:
+            raise ConfigError(f"sweep: {key} must be an int >= {least}, got {value!r}")
     if direction not in ("maximize", "minimize"):
         raise ConfigError(f"sweep: direction must be 'maximize' or 'minimize', got {direction!r}")
     if objective.startswith("eval/") and not config.get("steps_per_eval"):
@@ -206,8 +206,9 @@ def _trial_processes(spec: _TrialSpec, trials: int, jobs: int, seed: int | None,
 
 
 def _run_trial(spec: _TrialSpec, seed: int | None, sender: Any) -> None:
-    """A trial's process: ask the study for a trial, send its number, train it, tell the result
-    (a failure for any exception, which is raised again: the process exits with 1)."""
+    """A trial's process: ask the study for a trial, send its number, train the config with the
+    trial's hyper-parameters reporting to it, tell the result (a failure for any exception, which
+    is raised again: the process exits with 1)."""
     import optuna
     import torch
     os.chdir(spec.cwd)
@@ -218,8 +219,24 @@ def _run_trial(spec: _TrialSpec, seed: int | None, sender: Any) -> None:
     trial = study.ask(spec.distributions)
     sender.send(trial.number)
     sender.close()
+    config, report = spec.config, TrialReport(trial, spec.objective)
     try:
-        report = _train(trial, spec)
+        hparams = copy.deepcopy(dict(config.get("hparams") or {}))
+        for name, value in trial.params.items():
+            assign(hparams, name.split("."), value)
+        algo = PPO(config["env"], **HParams.from_config(hparams, "hparams").to_dict())
+        options = {k: v for k, v in trainer_options(config, "config").items() if v is not None}
+        trainer = Trainer(algo, **{**options, "experiment": spec.experiment, "tracking_uri": spec.tracking_uri,
+                                   "parent_run_id": spec.parent_run_id, "run_name": f"{spec.study}-{trial.number}",
+                                   "progress": False})
+        if trainer.run_id is not None:
+            trial.set_user_attr("mlflow_run_id", trainer.run_id)
+        budget = {**config, "max_steps": spec.max_env_steps or config.get("max_steps")}
+        with trainer:  # FAILED when the run raises, even before its first step
+            trainer.run(stop_conditions=stop_conditions(budget), max_seconds=spec.max_seconds, callbacks=[report],
+                        steps_per_eval=int_option(config, "steps_per_eval", "config"),
+                        env_config=mapping_option(config, "env_config", "config"),
+                        eval_env_config=mapping_option(config, "eval_env_config", "config"))
         if report.value is None and not report.pruned:
             raise RuntimeError(f"trial {trial.number} ended before its first {spec.objective}")
     except BaseException:
@@ -229,29 +246,6 @@ def _run_trial(spec: _TrialSpec, seed: int | None, sender: Any) -> None:
         study.tell(trial, state=optuna.trial.TrialState.PRUNED)
     else:
         study.tell(trial, report.value)
-
-
-def _train(trial: Any, spec: _TrialSpec) -> TrialReport:
-    """Train ``config`` with the trial's hyper-parameters, reporting to the trial."""
-    config = spec.config
-    hparams = copy.deepcopy(dict(config.get("hparams") or {}))
-    for name, value in trial.params.items():
-        assign(hparams, name.split("."), value)
-    algo = PPO(config["env"], **HParams.from_config(hparams, "hparams").to_dict())
-    options = {k: v for k, v in trainer_options(config, "config").items() if v is not None}
-    trainer = Trainer(algo, **{**options, "experiment": spec.experiment, "tracking_uri": spec.tracking_uri,
-                               "parent_run_id": spec.parent_run_id, "run_name": f"{spec.study}-{trial.number}",
-                               "progress": False})
-    if trainer.run_id is not None:
-        trial.set_user_attr("mlflow_run_id", trainer.run_id)
-    report = TrialReport(trial, spec.objective)
-    budget = {**config, "max_steps": spec.max_env_steps or config.get("max_steps")}
-    with trainer:  # FAILED when the run raises, even before its first step
-        trainer.run(stop_conditions=stop_conditions(budget), max_seconds=spec.max_seconds, callbacks=[report],
-                    steps_per_eval=int_option(config, "steps_per_eval", "config"),
-                    env_config=mapping_option(config, "env_config", "config"),
-                    eval_env_config=mapping_option(config, "eval_env_config", "config"))
-    return report
 
 
 def _after_trial(study: Any, parent: Any, number: int | None, exitcode: int | None) -> None:

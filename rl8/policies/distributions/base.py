@@ -48,25 +48,6 @@ def space_name(space: spaces.Space) -> str:
     return f"{type(space).__name__} ({' '.join(str(space).split())})"
 
 
-def to_out(result: tuple[Tensor, Tensor], out: tuple[Tensor, Tensor] | None) -> tuple[Tensor, Tensor]:
-    """``result`` (actions, log-probs), or copied into ``out`` and ``out`` returned."""
-    if out is None:
-        return result
-    out[0].copy_(result[0])
-    out[1].copy_(result[1])
-    return out
-
-
-def check_mask(mask: Tensor, expected_shape: torch.Size, cls_name: str) -> None:
-    if mask.dtype != torch.bool:
-        raise ValueError(f"{cls_name}: action_mask must be a bool tensor, got {mask.dtype}")
-    if mask.shape != expected_shape:
-        raise ValueError(
-            f"{cls_name}: action_mask must have shape {list(expected_shape)} "
-            f"(the batch shape and one entry per action), got {list(mask.shape)}"
-        )
-
-
 class Distribution(ABC):
     """A batch of action distributions whose parameters a model outputs.
 
@@ -162,7 +143,12 @@ class Distribution(ABC):
             out: Tensors of those shapes to write the pair into and return; ``None``: new ones.
         """
         actions = self.deterministic_sample() if deterministic else self.sample(generator)
-        return to_out((actions, self.log_prob(actions)), out)
+        log_prob = self.log_prob(actions)
+        if out is None:
+            return actions, log_prob
+        out[0].copy_(actions)
+        out[1].copy_(log_prob)
+        return out
 
     @abstractmethod
     def log_prob(self, actions: Tensor) -> Tensor:

@@ -11,40 +11,33 @@ import torch.nn.functional as F
 from gymnasium import spaces
 from torch import Tensor
 
-from rl8.policies.distributions.base import Distribution, MASKED_LOGIT, cached, check_mask, to_out
+from rl8.policies.distributions.base import Distribution, MASKED_LOGIT, cached
 
 __all__ = ["Bernoulli", "Categorical", "MultiCategorical"]
 
-def _categorical_sample(log_probs: Tensor, generator: torch.Generator | None, guard_logits: Tensor | None,
-                        masked: bool | None = None) -> Tensor:
-    """Sampled indices ``[...]`` (see :func:`_categorical_sample_index`)."""
-    return _categorical_sample_index(log_probs, generator, guard_logits, masked).squeeze(-1)
-
-
-def _categorical_sample_index(log_probs: Tensor, generator: torch.Generator | None, guard_logits: Tensor | None,
-                              masked: bool | None = None) -> Tensor:
-    """Inverse-CDF sampling, one uniform per row: index ``[..., 1]`` of the first cumulative
+def _categorical_sample(log_probs: Tensor, generator: torch.Generator | None, guard_logits: Tensor | None) -> Tensor:
+    """Inverse-CDF sampling, one uniform per row: the index ``[...]`` of the first cumulative
     probability >= u (a left-sided binary search).
 
-    ``masked`` (default: whether ``guard_logits`` is given) takes the exact path for rows that
-    may hold zero probabilities: u is drawn in ``(0, total]``, so a zero-probability choice
-    would need ``c[j-1] < u <= c[j] == c[j-1]`` (or ``u <= c[0] == 0``), both impossible.
+    With ``guard_logits`` (rows that may hold zero probabilities) u is drawn in ``(0, total]``,
+    so a zero-probability choice would need ``c[j-1] < u <= c[j] == c[j-1]`` (or
+    ``u <= c[0] == 0``), both impossible.
     """
     probs = log_probs.exp()
     cdf = probs.cumsum(-1)
     u = torch.rand(cdf.shape[:-1] + (1,), generator=generator, device=cdf.device, dtype=cdf.dtype)
-    if not (guard_logits is not None if masked is None else masked):
+    if guard_logits is None:
         # every p > 0: the clamp only catches a total that rounding leaves a hair below 1
-        return torch.searchsorted(cdf, u).clamp_(max=cdf.shape[-1] - 1)
+        return torch.searchsorted(cdf, u).clamp_(max=cdf.shape[-1] - 1).squeeze(-1)
     u = torch.mul(1.0 - u, cdf[..., -1:])  # (0, total]: rand is [0, 1)
     index = torch.searchsorted(cdf, u)
-    if guard_logits is not None and cdf.device.type != "cpu":
+    if cdf.device.type != "cpu":
         # A parallel (GPU) cumsum does not promise cdf[j] == cdf[j-1] bit for bit when p[j] == 0
         # (the CPU one accumulates each row in order): should a zero-probability choice come
         # out, take the mode, which is allowed whenever any action is.
         chosen = probs.gather(-1, index)
         index = torch.where(chosen > 0, index, guard_logits.argmax(-1, keepdim=True))
-    return index
+    return index.squeeze(-1)
 
 
 def _categorical_log_prob(log_probs: Tensor, actions: Tensor) -> Tensor:
@@ -61,6 +54,20 @@ class _CategoricalBase(Distribution):
 
     supports_action_mask = True
     logits: Tensor
+
+    def _masked_logits(self, params: Tensor, action_mask: Tensor | None) -> Tensor:
+        """Float32 logits, :data:`MASKED_LOGIT` where ``action_mask`` forbids the action."""
+        logits = params.float()
+        if action_mask is None:
+            return logits
+        if action_mask.dtype != torch.bool:
+            raise ValueError(f"{type(self).__name__}: action_mask must be a bool tensor, got {action_mask.dtype}")
+        if action_mask.shape != logits.shape:
+            raise ValueError(
+                f"{type(self).__name__}: action_mask must have shape {list(logits.shape)} "
+                f"(the batch shape and one entry per action), got {list(action_mask.shape)}"
+            )
+        return logits.masked_fill(~action_mask, MASKED_LOGIT)
 
     def _init_logits(self, logits: Tensor, guard: bool) -> None:
         self.logits = logits
@@ -90,9 +97,6 @@ class _CategoricalBase(Distribution):
         """int64, like the env's action."""
         return torch.int64
 
-    def _sample(self, generator: torch.Generator | None) -> Tensor:
-        return _categorical_sample(self.log_probs, generator, self._guard)
-
 
 class Categorical(_CategoricalBase):
     """A categorical distribution over ``Discrete(n)`` actions.
@@ -104,11 +108,7 @@ class Categorical(_CategoricalBase):
 
     def __init__(self, params: Tensor, action_space: spaces.Space, *, action_mask: Tensor | None = None) -> None:
         super().__init__(params, action_space, action_mask=action_mask)
-        logits = params.float()
-        if action_mask is not None:
-            check_mask(action_mask, logits.shape, "Categorical")
-            logits = logits.masked_fill(~action_mask, MASKED_LOGIT)
-        self._init_logits(logits, guard=action_mask is not None)
+        self._init_logits(self._masked_logits(params, action_mask), guard=action_mask is not None)
 
     @classmethod
     def supports(cls, action_space: spaces.Space) -> bool:
@@ -133,22 +133,11 @@ class Categorical(_CategoricalBase):
 
     def sample(self, generator: torch.Generator | None = None) -> Tensor:
         """Draw one action index per row (inverse-CDF sampling), int64 ``[B]``."""
-        return self._sample(generator)
+        return _categorical_sample(self.log_probs, generator, self._guard)
 
     def deterministic_sample(self) -> Tensor:
         """The most likely allowed action, int64 ``[B]``."""
         return self.logits.argmax(-1)
-
-    def sample_with_log_prob(self, generator: torch.Generator | None = None, *, deterministic: bool = False,
-                             out: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
-        """Actions and their log-probabilities from one log-softmax and one gather (copied into
-        ``out`` when given)."""
-        log_probs = self.log_probs
-        if deterministic:
-            index = self.logits.argmax(-1, keepdim=True)
-        else:
-            index = _categorical_sample_index(log_probs, generator, self._guard)
-        return to_out((index.squeeze(-1), log_probs.gather(-1, index).squeeze(-1)), out)
 
     def log_prob(self, actions: Tensor) -> Tensor:
         """Log-probability of action indices ``[B]`` (masked actions: a huge negative number)."""
@@ -171,10 +160,7 @@ class MultiCategorical(_CategoricalBase):
     def __init__(self, params: Tensor, action_space: spaces.Space, *, action_mask: Tensor | None = None) -> None:
         super().__init__(params, action_space, action_mask=action_mask)
         layout = self._layout(action_space)
-        logits = params.float()
-        if action_mask is not None:
-            check_mask(action_mask, logits.shape, "MultiCategorical")
-            logits = logits.masked_fill(~action_mask, MASKED_LOGIT)
+        logits = self._masked_logits(params, action_mask)
         pad_index = layout["pad_index"]
         if pad_index is not None:
             # Components of different sizes: append one zero-probability logit and gather a
@@ -235,7 +221,7 @@ class MultiCategorical(_CategoricalBase):
 
     def sample(self, generator: torch.Generator | None = None) -> Tensor:
         """Draw one choice per component, int64 ``[B, *nvec.shape]``."""
-        return self._shape_actions(self._sample(generator))
+        return self._shape_actions(_categorical_sample(self.log_probs, generator, self._guard))
 
     def deterministic_sample(self) -> Tensor:
         """The most likely allowed choice of every component, int64 ``[B, *nvec.shape]``."""
