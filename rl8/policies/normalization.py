@@ -89,6 +89,10 @@ class RunningMeanStd(nn.Module):
         self.var.fill_((1.0 - w) * var_a + w * var_b + w * (1.0 - w) * delta * delta)
         self.count.fill_(n)
 
+    def std(self, eps: float = 1e-8) -> torch.Tensor:
+        """Standard deviation with ``eps`` added to the variance."""
+        return (self.var + eps).sqrt()
+
     def extra_repr(self) -> str:
         return f"shape={self.shape}"
 
