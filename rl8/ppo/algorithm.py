@@ -382,14 +382,12 @@ class PPO:
         if collector.idle:
             if self.next_collect_resets:
                 self.reset_envs(env_config=env_config)
-            collector.sync(self.policy, self.steps)
-            collector.start(self._obs, deterministic, background=False)
+            collector.start(self.policy, self.steps, self._obs, deterministic, background=False)
         done = collector.hand_over(self.buffer)
         self._obs, self.behaviour_version = done.obs, done.version
         self._count_collect()
         if not self.next_collect_resets:
-            collector.sync(self.policy, self.steps)
-            collector.start(self._obs, deterministic)
+            collector.start(self.policy, self.steps, self._obs, deterministic)
         return self._collect_stats()
 
     def _collect_stats(self) -> Stats:
