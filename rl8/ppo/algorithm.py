@@ -17,7 +17,7 @@ from rl8.envs.base import Env, ReadyEnvs, validate_reset_output
 from rl8.envs.episodes import EpisodeTracker
 from rl8.policies.policy import Policy
 from rl8.ppo import presets
-from rl8.ppo.compiled import CompiledSteps, FusedTrainStep, check_compile_options, fused_step_problem
+from rl8.ppo.compiled import CompiledSteps, FusedTrainStep, fused_step_problem
 from rl8.ppo.buffer import (
     MIN_SLOT_BYTES, RecurrentCarry, RolloutBuffer, RolloutCarry, buffer_allocation, check_buffer_fits,
     compute_gae, make_rollout_buffer, minibatches,
@@ -84,8 +84,6 @@ class PPO:
         env_hp = env_hparams(built, hparams) if built is not None else {}
         given = HParams.from_kwargs(**{**hparams, **env_hp})
         self.hparams = hp = rank_hparams(given)
-        if hp.compile:
-            check_compile_options(hp.collect_mode)
         self.device = hp.resolved_device()
         self.dist = DistContext()
         self.dist.check_same("hparams", {k: repr(v) for k, v in given.to_plain().items()

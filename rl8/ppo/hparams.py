@@ -270,6 +270,11 @@ class HParams:
                 "both set the learning rate; set one (rsl_rl's schedule='adaptive' is desired_kl, "
                 "'fixed' is a constant lr)"
             )
+        if self.compile and self.collect_mode == "overlap":
+            raise ValueError(
+                "hparam compile: compile=True does not work with collect_mode='overlap' (the background "
+                "rollout runs a copy of the policy in another thread); set compile=False or collect_mode='sync'"
+            )
         if self.obs_groups is not None and "obs_groups" in self.model_config:
             raise ValueError("hparam obs_groups: also given as model_config['obs_groups']; set one")
         self.minibatch_size_for(1)  # a size or count that does not divide the buffer
