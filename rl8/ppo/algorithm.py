@@ -16,6 +16,7 @@ from tensordict import TensorDict, TensorDictBase
 from rl8.envs.base import Env, ReadyEnvs, validate_reset_output
 from rl8.envs.episodes import EpisodeTracker
 from rl8.policies.policy import Policy
+from rl8.policies.runner import run_policy
 from rl8.ppo import presets
 from rl8.ppo.compiled import CompiledSteps, FusedTrainStep, fused_step_problem
 from rl8.ppo.buffer import (
@@ -33,10 +34,10 @@ from rl8.ppo.precision import choose_amp_dtype
 from rl8.ppo.resolve import DISTRIBUTION, MODEL, resolve
 from rl8.ppo.rewards import RewardNormalizer
 from rl8.ppo.rollout import (
-    env_hparams, env_state, evaluate_rollout, final_values, given_env, load_env_state, load_rng_state, make_env,
-    rank_hparams, rng_state, rollout, rollout_buffer_stats, rollout_ready_envs, second_instance_problem,
+    env_hparams, env_state, given_env, load_env_state, make_env, rank_hparams, rollout, rollout_ready_envs,
+    second_instance_problem,
 )
-from rl8.ppo.stats import Stats, update_stats
+from rl8.ppo.stats import Stats, rollout_stats, update_stats
 
 __all__ = ["NonFiniteError", "PPO", "PresetHint", "check_env_configs", "make_env"]
 
@@ -239,7 +240,12 @@ class PPO:
         terminated = truncated = truncated_values = None
         if self.env.episodic:
             terminated, truncated = data["terminated"][:, :h], data["truncated"][:, :h]
-            truncated_values = final_values(self.policy, self.buffer, self.carry, truncated, self._autocast())
+            index = truncated.nonzero()  # [K, 2]: env, step; their final_obs valued in one forward pass
+            if index.shape[0]:
+                with self._autocast():
+                    values = self.policy.rollout_value(data["final_obs"][index[:, 0], index[:, 1]], self.carry.after(index))
+                truncated_values = torch.zeros(truncated.shape, device=self.device)
+                truncated_values[index[:, 0], index[:, 1]] = values.float()
         return compute_gae(
             rewards, data["values"], gamma=hp.gamma, gae_lambda=hp.gae_lambda,
             terminated=terminated, truncated=truncated, final_values=truncated_values,
@@ -393,7 +399,21 @@ class PPO:
         n = self.hparams.check_finite_collects
         if n == -1 or self.collects <= n:
             self._check_buffer_finite()
-        stats = rollout_buffer_stats(self.buffer, self.episodes, self.reward_normalizer, self.dist)
+        h, normalizer = self.hparams.horizon, self.reward_normalizer
+        rewards = self.buffer.data["rewards"][:, :h]
+        dones = self.buffer.data["terminated"][:, :h] | self.buffer.data["truncated"][:, :h] if self.env.episodic else None
+        episode_sums = self.episodes.advance(rewards, dones) if dones is not None else None
+        records = self.buffer.env_episodes
+        env_episode_sums = records.stat_sums(self.device) if records is not None else None
+        # the normaliser's running returns advance on the device; their moments travel with the
+        # rollout stats (one transfer) and are merged on the host
+        moments, current = {}, {}
+        if normalizer is not None:
+            seen = normalizer.advance(rewards, dones)
+            moments, current = normalizer.returns_moments(seen)
+        stats, values = rollout_stats(self.dist, rewards, episode_sums, moments, current, env_episode_sums)
+        if normalizer is not None:
+            normalizer.merge_returns_moments(values, float(seen.numel() * self.dist.world_size))
         if n != 0:  # after the first n collects: the reduced stats, at no extra cost
             self._check_stats_finite(stats, CHECKED_ROLLOUT_STATS, f"collect {self.collects}")
         return stats
@@ -495,9 +515,16 @@ class PPO:
         config = {**hp.env_config, **(env_config or {})}
         obs = env.reset(config=config or None)
         validate_reset_output(obs, env)
-        with self._autocast():
-            return evaluate_rollout(self.policy, env, obs, num_steps=num_steps or hp.horizon, deterministic=deterministic,
-                                    generator=self.eval_generator, dist=self.dist)
+        with self._autocast(), self.policy.rollout():
+            run = run_policy(self.policy, env, obs, num_steps=num_steps or hp.horizon, deterministic=deterministic,
+                             generator=self.eval_generator)
+            steps = [(step.rewards, step.done) for step in run]
+        records = env.pop_episode_records()
+        rewards = torch.stack([r for r, _ in steps], 1).to(self.device)
+        dones = torch.stack([d for _, d in steps], 1).to(self.device) if env.episodic else None
+        episode_sums = None if dones is None else EpisodeTracker(env.num_envs, self.device).advance(rewards, dones)
+        env_episode_sums = records.stat_sums(self.device) if records is not None else None
+        return rollout_stats(self.dist, rewards, episode_sums, env_episode_sums=env_episode_sums)[0]
 
     # ----------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:
@@ -516,7 +543,9 @@ class PPO:
             "recurrent": self._env_carry.state_dict(),
             **self.episodes.state_dict(),
             **env_state(self.env, self._obs),
-            "rng": rng_state(generator=self.generator, eval_generator=self.eval_generator),
+            "rng": {"generator": self.generator.get_state(), "eval_generator": self.eval_generator.get_state(),
+                    "torch": torch.get_rng_state(),
+                    "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
             "overlap": self.collector.state_dict() if self.collector is not None else None,
         }
 
@@ -537,7 +566,12 @@ class PPO:
         self._env_carry.load_state_dict(state.get("recurrent"))
         self._obs = load_env_state(self.env, state, self.device)
         self._validated = False  # the first step after a resume is checked like any first step
-        load_rng_state(state["rng"], generator=self.generator, eval_generator=self.eval_generator)
+        rng = state["rng"]
+        self.generator.set_state(rng["generator"])
+        self.eval_generator.set_state(rng["eval_generator"])
+        torch.set_rng_state(rng["torch"])
+        if rng["cuda"] and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(rng["cuda"])
         if self.collector is not None and state.get("overlap") is not None:
             self.collector.load_state_dict(state["overlap"], self._obs)
             self.behaviour_version = self.steps  # the collector's rollout (if any) brings its own

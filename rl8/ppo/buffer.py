@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-import os
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
