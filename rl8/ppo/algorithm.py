@@ -189,12 +189,37 @@ class PPO:
         entropy_coeff = self.entropy_coeff_schedule(self.env_steps)
         if hp.desired_kl is None:  # else the optimizer's lr, adapted minibatch by minibatch
             self._set_lr(self.lr_schedule(self.env_steps))
+        num_minibatches = samples.batch_size[0] * self.seq_len // self.minibatch_size
+        # accumulate_grads: one optimizer step per pass, on the mean of its minibatches' losses
+        minibatches_per_step = num_minibatches if hp.accumulate_grads else 1
+        minibatch_loss = self._minibatch_loss if self.compiled is None else self.compiled.minibatch_loss
         losses: list[PPOLoss] = []  # one per minibatch
         grad_norms: list[torch.Tensor] = []  # one per optimizer step
-        for _ in range(hp.num_sgd_iters):
-            stop_early = self._sgd_pass(samples, entropy_coeff, losses, grad_norms)
-            if stop_early:
-                break
+        batches = minibatches(
+            samples, num_minibatches, num_passes=hp.num_sgd_iters, seq_len=self.seq_len, shuffle=hp.shuffle_minibatches,
+            normalize_advantages=hp.normalize_advantages, dist=self.dist, generator=self.generator,
+        )
+        for j, minibatch in enumerate(batches):
+            # compile=True where it is exact: loss, backward, clip and Adam step as one compiled function
+            fused = None if self.compiled is None else self.compiled.train_step(minibatch, entropy_coeff)
+            if fused is not None:
+                loss, grad_norm = fused
+                grad_norms.append(grad_norm)
+            else:
+                loss = minibatch_loss(minibatch, entropy_coeff)
+                if hp.desired_kl is not None:  # this minibatch's KL sets the lr of its step, as in rsl_rl
+                    self._adapt_lr(loss.approx_kl)
+                if j % minibatches_per_step == 0:
+                    # after the forward pass, as rsl_rl and CleanRL do: the old gradients' memory
+                    # stays allocated for this pass's activations instead of being freed and refetched
+                    self.optimizer.zero_grad()
+                total = loss.total / minibatches_per_step
+                (total if self.grad_scaler is None else self.grad_scaler.scale(total)).backward()
+                if (j + 1) % minibatches_per_step == 0:
+                    grad_norms.append(self._optimizer_step())
+            losses.append(loss)
+            if hp.target_kl_div is not None and self._mean_over_ranks(loss.approx_kl) > hp.target_kl_div:
+                break  # the approximate KL left target_kl_div: the update stops early
         if self.policy.obs_normalizer is not None:  # after the update: a collect and its update see the same
             obs = self.buffer.data["obs"][:, : hp.horizon]
             self.policy.obs_normalizer.update(obs, batch_dims=2, all_reduce=self.dist.all_reduce_ if self.dist.enabled else None)
@@ -250,44 +275,6 @@ class PPO:
             rewards, data["values"], gamma=hp.gamma, gae_lambda=hp.gae_lambda,
             terminated=terminated, truncated=truncated, final_values=truncated_values,
         )
-
-    def _sgd_pass(
-        self, samples: TensorDict, entropy_coeff: float, losses: list[PPOLoss], grad_norms: list[torch.Tensor],
-    ) -> bool:
-        """One pass over ``samples`` in minibatches, appending to ``losses`` and ``grad_norms``;
-        returns whether to stop early (the approximate KL above ``target_kl_div``)."""
-        hp = self.hparams
-        num_minibatches = samples.batch_size[0] * self.seq_len // self.minibatch_size
-        # accumulate_grads: one optimizer step per pass, on the mean of its minibatches' losses
-        minibatches_per_step = num_minibatches if hp.accumulate_grads else 1
-        batches = minibatches(
-            samples, num_minibatches, seq_len=self.seq_len, shuffle=hp.shuffle_minibatches,
-            normalize_advantages=hp.normalize_advantages, dist=self.dist, generator=self.generator,
-        )
-        minibatch_loss = self._minibatch_loss if self.compiled is None else self.compiled.minibatch_loss
-        for j, minibatch in enumerate(batches):
-            # compile=True where it is exact: loss, backward, clip and Adam step as one compiled function
-            fused = None if self.compiled is None else self.compiled.train_step(minibatch, entropy_coeff)
-            if fused is not None:
-                loss, grad_norm = fused
-                grad_norms.append(grad_norm)
-            else:
-                loss = minibatch_loss(minibatch, entropy_coeff)
-                if hp.desired_kl is not None:  # this minibatch's KL sets the lr of its step, as in rsl_rl
-                    self._adapt_lr(loss.approx_kl)
-                total = loss.total / minibatches_per_step
-                if j % minibatches_per_step == 0:
-                    # after the forward pass, as rsl_rl and CleanRL do: the old gradients' memory
-                    # stays allocated for this pass's activations instead of being freed and refetched
-                    self.optimizer.zero_grad()
-                (total if self.grad_scaler is None else self.grad_scaler.scale(total)).backward()
-                if (j + 1) % minibatches_per_step == 0:
-                    grad_norms.append(self._optimizer_step())
-            losses.append(loss)
-            stop_early = hp.target_kl_div is not None and self._mean_over_ranks(loss.approx_kl) > hp.target_kl_div
-            if stop_early:
-                return True
-        return False
 
     def _minibatch_loss(
         self, minibatch: TensorDict, entropy_coeff: float | torch.Tensor, *, entropy_grad: bool | None = None,

@@ -49,14 +49,10 @@ def missing_cuda_device(device: torch.device) -> str | None:
     return None
 
 
-def _divisors(n: int) -> list[int]:
-    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
-    return small + [n // d for d in reversed(small) if d * d != n]
-
-
 def _nearest_divisors(n: int, value: float) -> list[int]:
     """The divisors of ``n`` closest to ``value`` from below and from above (one or two)."""
-    divisors = _divisors(n)
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    divisors = sorted({*small, *(n // d for d in small)})
     return [*[d for d in divisors if d < value][-1:], *[d for d in divisors if d > value][:1]]
 
 
@@ -376,11 +372,10 @@ class HParams:
         formula = f"{self.num_envs} * {self.horizon} = {self.batch_size}"
         if size is None:
             return self.batch_size
-        if size == "auto" and count is None:
-            count = max(d for d in range(1, _DEFAULT_NUM_MINIBATCHES + 1) if samples % d == 0)
-            return self.batch_size // count
         if size == "auto":
-            if samples % count:
+            if count is None:
+                count = max(d for d in range(1, _DEFAULT_NUM_MINIBATCHES + 1) if samples % d == 0)
+            elif samples % count:
                 unit = "transitions" if seq_len == 1 else f"sequences of seq_len={seq_len} steps"
                 raise ValueError(
                     f"hparam num_minibatches: expected a divisor of the {samples} {unit} in the "
