@@ -135,7 +135,11 @@ class PPO:
         self._obs: torch.Tensor | TensorDictBase | None = None
         self._validated = False
         self.episodes = EpisodeTracker(hp.num_envs, self.device)
-        self.collector = self._make_collector() if hp.collect_mode == "overlap" else None
+        self.collector = None
+        if hp.collect_mode == "overlap":  # the actor side: its own buffer, carry and generator
+            generator = torch.Generator(device=self.device).manual_seed(derive_seed(self.env_seed, 2))
+            self.collector = OverlapCollector(self.policy, self._make_buffer(), generator, run=self._rollout,
+                                              make_carry=self._make_carry)
         self.behaviour_version = 0
         self.advantage_weights: torch.Tensor | None = None
 
@@ -464,11 +468,6 @@ class PPO:
         buffers = 2 if hp.collect_mode == "overlap" else 1  # the learner's and the collector's
         return make_rollout_buffer(self.env, self.policy, hp.num_envs, hp.horizon, self.device, seq_len=self.seq_len,
                                    buffers=buffers)
-
-    def _make_collector(self) -> OverlapCollector:
-        buffer = self._make_buffer()
-        generator = torch.Generator(device=self.device).manual_seed(derive_seed(self.env_seed, 2))
-        return OverlapCollector(self.policy, buffer, generator, run=self._rollout, make_carry=self._make_carry)
 
     # ----------------------------------------------------------------- eval
     @torch.no_grad()

@@ -20,7 +20,7 @@ from rl8.policies.groups import obs_groups_problem
 from rl8.ppo.resolve import HPARAM_KINDS, qualified_name, resolve
 from rl8.ppo.schedules import Schedule
 
-__all__ = ["HParams", "changed_hparams", "close_hparam_names", "missing_cuda_device", "unknown_hparam_message"]
+__all__ = ["HParams", "changed_hparams", "missing_cuda_device", "unknown_hparam_message"]
 
 _MAX_SEED = 2**63 - 1  # seeds are stored as int64
 _DEFAULT_NUM_MINIBATCHES = 4  # CleanRL's num_minibatches
@@ -286,11 +286,10 @@ class HParams:
         """Build from keyword arguments; an unknown name is an error listing close matches.
         Without ``optimizer_kwargs``, an optimizer other than Adam and AdamW gets its own
         defaults (``{}``), not Adam's ``eps``."""
-        names = [f.name for f in dataclasses.fields(cls)]
+        names = {f.name for f in dataclasses.fields(cls)}
         for key in kwargs:
             if key not in names:
-                hint = did_you_mean(key, close=close_hparam_names(key))
-                raise TypeError(f"unknown hyper-parameter {key!r}{hint} (valid: {', '.join(names)})")
+                raise TypeError(unknown_hparam_message(key))
         optimizer = kwargs.get("optimizer_cls", "Adam")
         adam = (optimizer.rpartition(".")[2] in ("Adam", "AdamW") if isinstance(optimizer, str)
                 else isinstance(optimizer, type) and issubclass(optimizer, (torch.optim.Adam, torch.optim.AdamW)))
@@ -416,21 +415,16 @@ class HParams:
 HParams.__doc__ = (HParams.__doc__ or "") + attributes_doc(HParams)
 
 
-def unknown_hparam_message(name: Any, where: str) -> str:
-    """The error message for an unknown hyper-parameter ``name`` read at ``where``
-    (``"--set lr_rate=1"``), with its close matches and every valid name."""
-    hint = did_you_mean(name, close=close_hparam_names(str(name)))
-    valid = ", ".join(f.name for f in dataclasses.fields(HParams))
-    return f"{where}: unknown hyper-parameter {name!r}{hint} (valid: {valid})"
-
-
-def close_hparam_names(name: str) -> list[str]:
-    """The hyper-parameter names a mistyped or foreign ``name`` may mean: rl8's name for
+def unknown_hparam_message(name: Any, where: str | None = None) -> str:
+    """The error message for an unknown hyper-parameter ``name`` (read at ``where``, such as
+    ``"--set lr_rate=1"``), with every valid name and the names it may mean: rl8's name for
     another library's (``n_steps``: ``horizon``), then close spellings."""
     names = [f.name for f in dataclasses.fields(HParams)]
     close = difflib.get_close_matches(str(name), names, n=3)
     other = _OTHER_NAMES.get(str(name).lower())
-    return [other, *[c for c in close if c != other]] if other else close
+    hint = did_you_mean(name, close=[other, *[c for c in close if c != other]] if other else close)
+    message = f"unknown hyper-parameter {name!r}{hint} (valid: {', '.join(names)})"
+    return message if where is None else f"{where}: {message}"
 
 
 def changed_hparams(stored: Mapping[str, Any], given: Mapping[str, Any], *,
