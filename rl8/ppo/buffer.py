@@ -130,15 +130,6 @@ class RolloutBuffer:
         for key, steps in kept.items():
             torch.stack(steps, out=self.stacked[key])
 
-    def write_episode_ends(self, t: int, out: TensorDictBase) -> None:
-        """Copy step ``t``'s flags and ``final_obs`` (those the step output ``out`` has) in."""
-        terminated, truncated = out.get("terminated", None), out.get("truncated", None)
-        if terminated is not None:
-            self.columns["terminated"][t].copy_(terminated)
-        if truncated is not None:
-            self.columns["truncated"][t].copy_(truncated)
-            self.columns["final_obs"][t].copy_(out["final_obs"])
-
     def training_samples(self, advantages: torch.Tensor, returns: torch.Tensor) -> TensorDict:
         """The collected steps as a TensorDict of one row per transition (or ``seq_len``-step
         sequence), with the given ``[num_envs, horizon]`` ``advantages`` and ``returns``."""

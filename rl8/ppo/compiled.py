@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from rl8.ppo.losses import PPOLoss, adaptive_lr
+from rl8.ppo.losses import MONITORS, PPOLoss, adaptive_lr
 
 __all__ = ["CPU_COMPILED_ROLLOUT_MIN_ENVS", "CompiledSteps", "FusedTrainStep", "fused_step_problem"]
 
@@ -154,8 +154,6 @@ class CompiledSteps:
 
 
 # ----------------------------------------------------------------- the fused train step
-#: The fields of :class:`~rl8.ppo.losses.PPOLoss` besides ``total`` (detached monitors).
-_MONITORS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
 _ADAM_OPTIONS = {"amsgrad": False, "maximize": False, "differentiable": False}
 
 
@@ -286,11 +284,11 @@ class FusedTrainStep:
         exp_avg_sqs: list[torch.Tensor], steps: list[torch.Tensor],
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
         """The compiled function: loss, gradients, clip, Adam; updates its tensor arguments in
-        place. Returns the loss, the monitors by name (:data:`_MONITORS`) and the grad norm."""
+        place. Returns the loss, the monitors by name (:data:`~rl8.ppo.losses.MONITORS`) and the grad norm."""
 
         def total_loss(named_params: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
             loss = torch.func.functional_call(self.loss_module, named_params, (minibatch, entropy_coeff, entropy_grad))
-            return loss.total, {name: getattr(loss, name) for name in _MONITORS}
+            return loss.total, {name: getattr(loss, name) for name in MONITORS}
 
         loss_grads = torch.func.grad_and_value(total_loss, has_aux=True)
         grads, (total, monitors) = loss_grads(dict(zip(self.names, params)))

@@ -69,8 +69,12 @@ def rollout(
             out = env.step(to_env_action(actions, space))
             if check_first_step and t == 0:
                 validate_step_output(out, env)
-            if env.episodic:
-                buffer.write_episode_ends(t, out)
+            if env.episodic:  # the flags the output has, and final_obs with the truncated flag
+                for key in ("terminated", "truncated"):
+                    if key in out.keys():
+                        columns[key][t].copy_(out[key])
+                if "truncated" in out.keys():
+                    columns["final_obs"][t].copy_(out["final_obs"])
             carry.after_step(t, policy_carry)
             kept["values"].append(value)
             kept["rewards"].append(out["rewards"])
