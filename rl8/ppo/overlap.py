@@ -19,7 +19,7 @@ from rl8.envs.episodes import EpisodeRecords
 from rl8.policies.policy import Policy
 from rl8.ppo.buffer import RolloutBuffer, RolloutCarry
 
-__all__ = ["OverlapCollector", "Rollout", "RolloutFn"]
+__all__ = ["OverlapCollector", "Rollout"]
 
 #: How long the interpreter waits at exit for a rollout still in flight (seconds).
 EXIT_JOIN_TIMEOUT_S = 30.0
@@ -33,14 +33,6 @@ def _join_at_exit() -> None:
     aborts the process."""
     for thread in list(_THREADS):
         thread.join(EXIT_JOIN_TIMEOUT_S)
-
-
-#: ``run(policy, buffer, carry, obs, generator, deterministic) -> obs``: one rollout of the
-#: training envs that fills ``buffer`` (what :meth:`rl8.PPO.collect` runs in sync mode).
-RolloutFn = Callable[
-    [Policy, RolloutBuffer, RolloutCarry, "torch.Tensor | TensorDictBase", torch.Generator, bool],
-    "torch.Tensor | TensorDictBase",
-]
 
 
 @dataclasses.dataclass
@@ -64,7 +56,9 @@ class OverlapCollector:
         policy: The learner's policy; the actor acts with a copy of it (see :meth:`start`).
         buffer: The actor's rollout buffer (the same layout as the learner's).
         generator: Draws the actor's sampled actions.
-        run: The rollout function (see :data:`RolloutFn`), run on the actor's objects.
+        run: ``run(policy, buffer, carry, obs, generator, deterministic) -> obs``: one rollout of
+            the training envs that fills ``buffer`` (what :meth:`rl8.PPO.collect` runs in sync
+            mode), run on the actor's objects.
         make_carry: ``make_carry(policy, buffer)``: the carry of the actor's policy copy.
 
     Attributes:
@@ -75,7 +69,7 @@ class OverlapCollector:
     """
 
     def __init__(
-        self, policy: Policy, buffer: RolloutBuffer, generator: torch.Generator, *, run: RolloutFn,
+        self, policy: Policy, buffer: RolloutBuffer, generator: torch.Generator, *, run: Callable[..., Any],
         make_carry: Callable[[Policy, RolloutBuffer], RolloutCarry],
     ) -> None:
         self.policy = copy.deepcopy(policy).requires_grad_(False)
