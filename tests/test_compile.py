@@ -160,7 +160,7 @@ def test_compile_with_a_recurrent_model_and_amp(caplog):
 
 # ---------------------------------------------------------------------------------- the fused train step
 def _plain_step(algo, minibatch, entropy_coeff):
-    """PPO's plain (eager) minibatch step, as ``PPO._sgd_pass`` takes it without compile."""
+    """PPO's plain (eager) minibatch step, as ``PPO.update`` takes it without compile."""
     loss = algo._minibatch_loss(minibatch, entropy_coeff)
     algo.optimizer.zero_grad()
     loss.total.backward()

@@ -16,8 +16,9 @@ from tensordict import TensorDict, TensorDictBase
 from rl8.envs.base import Env, ReadyEnvs, validate_reset_output
 from rl8.envs.episodes import EpisodeTracker
 from rl8.policies.policy import Policy
+from rl8.policies.runner import run_policy
 from rl8.ppo import presets
-from rl8.ppo.compiled import CompiledSteps, FusedTrainStep, check_compile_options, fused_step_problem
+from rl8.ppo.compiled import CompiledSteps, FusedTrainStep, fused_step_problem
 from rl8.ppo.buffer import (
     MIN_SLOT_BYTES, RecurrentCarry, RolloutBuffer, RolloutCarry, buffer_allocation, check_buffer_fits,
     compute_gae, make_rollout_buffer, minibatches,
@@ -33,10 +34,10 @@ from rl8.ppo.precision import choose_amp_dtype
 from rl8.ppo.resolve import DISTRIBUTION, MODEL, resolve
 from rl8.ppo.rewards import RewardNormalizer
 from rl8.ppo.rollout import (
-    env_hparams, env_state, evaluate_rollout, final_values, given_env, load_env_state, load_rng_state, make_env,
-    rank_hparams, rng_state, rollout, rollout_buffer_stats, rollout_ready_envs, second_instance_problem,
+    env_hparams, env_state, given_env, load_env_state, make_env, rank_hparams, rollout, rollout_ready_envs,
+    second_instance_problem,
 )
-from rl8.ppo.stats import Stats, update_stats
+from rl8.ppo.stats import Stats, rollout_stats, update_stats
 
 __all__ = ["NonFiniteError", "PPO", "PresetHint", "check_env_configs", "make_env"]
 
@@ -84,8 +85,6 @@ class PPO:
         env_hp = env_hparams(built, hparams) if built is not None else {}
         given = HParams.from_kwargs(**{**hparams, **env_hp})
         self.hparams = hp = rank_hparams(given)
-        if hp.compile:
-            check_compile_options(hp.collect_mode)
         self.device = hp.resolved_device()
         self.dist = DistContext()
         self.dist.check_same("hparams", {k: repr(v) for k, v in given.to_plain().items()
@@ -136,7 +135,11 @@ class PPO:
         self._obs: torch.Tensor | TensorDictBase | None = None
         self._validated = False
         self.episodes = EpisodeTracker(hp.num_envs, self.device)
-        self.collector = self._make_collector() if hp.collect_mode == "overlap" else None
+        self.collector = None
+        if hp.collect_mode == "overlap":  # the actor side: its own buffer, carry and generator
+            generator = torch.Generator(device=self.device).manual_seed(derive_seed(self.env_seed, 2))
+            self.collector = OverlapCollector(self.policy, self._make_buffer(), generator, run=self._rollout,
+                                              make_carry=self._make_carry)
         self.behaviour_version = 0
         self.advantage_weights: torch.Tensor | None = None
 
@@ -190,12 +193,37 @@ class PPO:
         entropy_coeff = self.entropy_coeff_schedule(self.env_steps)
         if hp.desired_kl is None:  # else the optimizer's lr, adapted minibatch by minibatch
             self._set_lr(self.lr_schedule(self.env_steps))
+        num_minibatches = samples.batch_size[0] * self.seq_len // self.minibatch_size
+        # accumulate_grads: one optimizer step per pass, on the mean of its minibatches' losses
+        minibatches_per_step = num_minibatches if hp.accumulate_grads else 1
+        minibatch_loss = self._minibatch_loss if self.compiled is None else self.compiled.minibatch_loss
         losses: list[PPOLoss] = []  # one per minibatch
         grad_norms: list[torch.Tensor] = []  # one per optimizer step
-        for _ in range(hp.num_sgd_iters):
-            stop_early = self._sgd_pass(samples, entropy_coeff, losses, grad_norms)
-            if stop_early:
-                break
+        batches = minibatches(
+            samples, num_minibatches, num_passes=hp.num_sgd_iters, seq_len=self.seq_len, shuffle=hp.shuffle_minibatches,
+            normalize_advantages=hp.normalize_advantages, dist=self.dist, generator=self.generator,
+        )
+        for j, minibatch in enumerate(batches):
+            # compile=True where it is exact: loss, backward, clip and Adam step as one compiled function
+            fused = None if self.compiled is None else self.compiled.train_step(minibatch, entropy_coeff)
+            if fused is not None:
+                loss, grad_norm = fused
+                grad_norms.append(grad_norm)
+            else:
+                loss = minibatch_loss(minibatch, entropy_coeff)
+                if hp.desired_kl is not None:  # this minibatch's KL sets the lr of its step, as in rsl_rl
+                    self._adapt_lr(loss.approx_kl)
+                if j % minibatches_per_step == 0:
+                    # after the forward pass, as rsl_rl and CleanRL do: the old gradients' memory
+                    # stays allocated for this pass's activations instead of being freed and refetched
+                    self.optimizer.zero_grad()
+                total = loss.total / minibatches_per_step
+                (total if self.grad_scaler is None else self.grad_scaler.scale(total)).backward()
+                if (j + 1) % minibatches_per_step == 0:
+                    grad_norms.append(self._optimizer_step())
+            losses.append(loss)
+            if hp.target_kl_div is not None and self._mean_over_ranks(loss.approx_kl) > hp.target_kl_div:
+                break  # the approximate KL left target_kl_div: the update stops early
         if self.policy.obs_normalizer is not None:  # after the update: a collect and its update see the same
             obs = self.buffer.data["obs"][:, : hp.horizon]
             self.policy.obs_normalizer.update(obs, batch_dims=2, all_reduce=self.dist.all_reduce_ if self.dist.enabled else None)
@@ -241,49 +269,16 @@ class PPO:
         terminated = truncated = truncated_values = None
         if self.env.episodic:
             terminated, truncated = data["terminated"][:, :h], data["truncated"][:, :h]
-            truncated_values = final_values(self.policy, self.buffer, self.carry, truncated, self._autocast())
+            index = truncated.nonzero()  # [K, 2]: env, step; their final_obs valued in one forward pass
+            if index.shape[0]:
+                with self._autocast():
+                    values = self.policy.rollout_value(data["final_obs"][index[:, 0], index[:, 1]], self.carry.after(index))
+                truncated_values = torch.zeros(truncated.shape, device=self.device)
+                truncated_values[index[:, 0], index[:, 1]] = values.float()
         return compute_gae(
             rewards, data["values"], gamma=hp.gamma, gae_lambda=hp.gae_lambda,
             terminated=terminated, truncated=truncated, final_values=truncated_values,
         )
-
-    def _sgd_pass(
-        self, samples: TensorDict, entropy_coeff: float, losses: list[PPOLoss], grad_norms: list[torch.Tensor],
-    ) -> bool:
-        """One pass over ``samples`` in minibatches, appending to ``losses`` and ``grad_norms``;
-        returns whether to stop early (the approximate KL above ``target_kl_div``)."""
-        hp = self.hparams
-        num_minibatches = samples.batch_size[0] * self.seq_len // self.minibatch_size
-        # accumulate_grads: one optimizer step per pass, on the mean of its minibatches' losses
-        minibatches_per_step = num_minibatches if hp.accumulate_grads else 1
-        batches = minibatches(
-            samples, num_minibatches, seq_len=self.seq_len, shuffle=hp.shuffle_minibatches,
-            normalize_advantages=hp.normalize_advantages, dist=self.dist, generator=self.generator,
-        )
-        minibatch_loss = self._minibatch_loss if self.compiled is None else self.compiled.minibatch_loss
-        for j, minibatch in enumerate(batches):
-            # compile=True where it is exact: loss, backward, clip and Adam step as one compiled function
-            fused = None if self.compiled is None else self.compiled.train_step(minibatch, entropy_coeff)
-            if fused is not None:
-                loss, grad_norm = fused
-                grad_norms.append(grad_norm)
-            else:
-                loss = minibatch_loss(minibatch, entropy_coeff)
-                if hp.desired_kl is not None:  # this minibatch's KL sets the lr of its step, as in rsl_rl
-                    self._adapt_lr(loss.approx_kl)
-                total = loss.total / minibatches_per_step
-                if j % minibatches_per_step == 0:
-                    # after the forward pass, as rsl_rl and CleanRL do: the old gradients' memory
-                    # stays allocated for this pass's activations instead of being freed and refetched
-                    self.optimizer.zero_grad()
-                (total if self.grad_scaler is None else self.grad_scaler.scale(total)).backward()
-                if (j + 1) % minibatches_per_step == 0:
-                    grad_norms.append(self._optimizer_step())
-            losses.append(loss)
-            stop_early = hp.target_kl_div is not None and self._mean_over_ranks(loss.approx_kl) > hp.target_kl_div
-            if stop_early:
-                return True
-        return False
 
     def _minibatch_loss(
         self, minibatch: TensorDict, entropy_coeff: float | torch.Tensor, *, entropy_grad: bool | None = None,
@@ -382,14 +377,12 @@ class PPO:
         if collector.idle:
             if self.next_collect_resets:
                 self.reset_envs(env_config=env_config)
-            collector.sync(self.policy, self.steps)
-            collector.start(self._obs, deterministic, background=False)
+            collector.start(self.policy, self.steps, self._obs, deterministic, background=False)
         done = collector.hand_over(self.buffer)
         self._obs, self.behaviour_version = done.obs, done.version
         self._count_collect()
         if not self.next_collect_resets:
-            collector.sync(self.policy, self.steps)
-            collector.start(self._obs, deterministic)
+            collector.start(self.policy, self.steps, self._obs, deterministic)
         return self._collect_stats()
 
     def _collect_stats(self) -> Stats:
@@ -397,7 +390,21 @@ class PPO:
         n = self.hparams.check_finite_collects
         if n == -1 or self.collects <= n:
             self._check_buffer_finite()
-        stats = rollout_buffer_stats(self.buffer, self.episodes, self.reward_normalizer, self.dist)
+        h, normalizer = self.hparams.horizon, self.reward_normalizer
+        rewards = self.buffer.data["rewards"][:, :h]
+        dones = self.buffer.data["terminated"][:, :h] | self.buffer.data["truncated"][:, :h] if self.env.episodic else None
+        episode_sums = self.episodes.advance(rewards, dones) if dones is not None else None
+        records = self.buffer.env_episodes
+        env_episode_sums = records.stat_sums(self.device) if records is not None else None
+        # the normaliser's running returns advance on the device; their moments travel with the
+        # rollout stats (one transfer) and are merged on the host
+        moments, current = {}, {}
+        if normalizer is not None:
+            seen = normalizer.advance(rewards, dones)
+            moments, current = normalizer.returns_moments(seen)
+        stats, values = rollout_stats(self.dist, rewards, episode_sums, moments, current, env_episode_sums)
+        if normalizer is not None:
+            normalizer.merge_returns_moments(values, float(seen.numel() * self.dist.world_size))
         if n != 0:  # after the first n collects: the reduced stats, at no extra cost
             self._check_stats_finite(stats, CHECKED_ROLLOUT_STATS, f"collect {self.collects}")
         return stats
@@ -462,11 +469,6 @@ class PPO:
         return make_rollout_buffer(self.env, self.policy, hp.num_envs, hp.horizon, self.device, seq_len=self.seq_len,
                                    buffers=buffers)
 
-    def _make_collector(self) -> OverlapCollector:
-        buffer = self._make_buffer()
-        generator = torch.Generator(device=self.device).manual_seed(derive_seed(self.env_seed, 2))
-        return OverlapCollector(self.policy, buffer, generator, run=self._rollout, make_carry=self._make_carry)
-
     # ----------------------------------------------------------------- eval
     @torch.no_grad()
     def evaluate(self, env: Env | None = None, *, env_config: dict[str, Any] | None = None, deterministic: bool = True,
@@ -499,9 +501,16 @@ class PPO:
         config = {**hp.env_config, **(env_config or {})}
         obs = env.reset(config=config or None)
         validate_reset_output(obs, env)
-        with self._autocast():
-            return evaluate_rollout(self.policy, env, obs, num_steps=num_steps or hp.horizon, deterministic=deterministic,
-                                    generator=self.eval_generator, dist=self.dist)
+        with self._autocast(), self.policy.rollout():
+            run = run_policy(self.policy, env, obs, num_steps=num_steps or hp.horizon, deterministic=deterministic,
+                             generator=self.eval_generator)
+            steps = [(step.rewards, step.done) for step in run]
+        records = env.pop_episode_records()
+        rewards = torch.stack([r for r, _ in steps], 1).to(self.device)
+        dones = torch.stack([d for _, d in steps], 1).to(self.device) if env.episodic else None
+        episode_sums = None if dones is None else EpisodeTracker(env.num_envs, self.device).advance(rewards, dones)
+        env_episode_sums = records.stat_sums(self.device) if records is not None else None
+        return rollout_stats(self.dist, rewards, episode_sums, env_episode_sums=env_episode_sums)[0]
 
     # ----------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:
@@ -520,7 +529,9 @@ class PPO:
             "recurrent": self._env_carry.state_dict(),
             **self.episodes.state_dict(),
             **env_state(self.env, self._obs),
-            "rng": rng_state(generator=self.generator, eval_generator=self.eval_generator),
+            "rng": {"generator": self.generator.get_state(), "eval_generator": self.eval_generator.get_state(),
+                    "torch": torch.get_rng_state(),
+                    "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
             "overlap": self.collector.state_dict() if self.collector is not None else None,
         }
 
@@ -541,7 +552,12 @@ class PPO:
         self._env_carry.load_state_dict(state.get("recurrent"))
         self._obs = load_env_state(self.env, state, self.device)
         self._validated = False  # the first step after a resume is checked like any first step
-        load_rng_state(state["rng"], generator=self.generator, eval_generator=self.eval_generator)
+        rng = state["rng"]
+        self.generator.set_state(rng["generator"])
+        self.eval_generator.set_state(rng["eval_generator"])
+        torch.set_rng_state(rng["torch"])
+        if rng["cuda"] and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(rng["cuda"])
         if self.collector is not None and state.get("overlap") is not None:
             self.collector.load_state_dict(state["overlap"], self._obs)
             self.behaviour_version = self.steps  # the collector's rollout (if any) brings its own

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-import os
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -130,15 +129,6 @@ class RolloutBuffer:
         """Write each key's per-step tensors ``kept[key]`` (all its steps) into :attr:`stacked`."""
         for key, steps in kept.items():
             torch.stack(steps, out=self.stacked[key])
-
-    def write_episode_ends(self, t: int, out: TensorDictBase) -> None:
-        """Copy step ``t``'s flags and ``final_obs`` (those the step output ``out`` has) in."""
-        terminated, truncated = out.get("terminated", None), out.get("truncated", None)
-        if terminated is not None:
-            self.columns["terminated"][t].copy_(terminated)
-        if truncated is not None:
-            self.columns["truncated"][t].copy_(truncated)
-            self.columns["final_obs"][t].copy_(out["final_obs"])
 
     def training_samples(self, advantages: torch.Tensor, returns: torch.Tensor) -> TensorDict:
         """The collected steps as a TensorDict of one row per transition (or ``seq_len``-step
@@ -442,14 +432,15 @@ def compute_gae(
 
 
 def minibatches(
-    samples: TensorDict, num_minibatches: int, *, seq_len: int, shuffle: bool, normalize_advantages: bool,
-    dist: DistContext, generator: torch.Generator,
+    samples: TensorDict, num_minibatches: int, *, num_passes: int = 1, seq_len: int, shuffle: bool,
+    normalize_advantages: bool, dist: DistContext, generator: torch.Generator,
 ) -> Iterator[TensorDict]:
-    """One pass (epoch) over ``samples`` in ``num_minibatches`` equal minibatches.
+    """``num_passes`` passes (epochs) over ``samples``, each in ``num_minibatches`` equal minibatches.
 
     Args:
         samples: The training samples (:meth:`RolloutBuffer.training_samples`), ``[S]``.
         num_minibatches: Minibatches per pass; must divide ``S``.
+        num_passes: Passes over the samples (``num_sgd_iters``).
         seq_len: Steps per sample (1 for transitions, ``seq_len`` for recurrent sequences).
         shuffle: Draw the minibatches from a fresh random permutation of the samples.
         normalize_advantages: Normalise the advantages per minibatch
@@ -457,15 +448,16 @@ def minibatches(
         dist: The run's :class:`~rl8.ppo.distributed.DistContext` (moments over all ranks).
         generator: Draws the permutation.
     """
-    if num_minibatches > 1 and shuffle:
-        samples = samples[torch.randperm(samples.batch_size[0], device=samples.device, generator=generator)]
-    else:
-        samples = samples.clone(recurse=False)  # the advantages below replace a key
-    if normalize_advantages and samples.batch_size[0] * seq_len > num_minibatches:
-        samples["advantages"] = normalized_advantages(samples["advantages"], num_minibatches, dist)
-    if "advantage_weights" in samples.keys():
-        samples["advantages"] = samples["advantages"] * samples["advantage_weights"]
-    yield from samples.split(samples.batch_size[0] // num_minibatches)
+    for _ in range(num_passes):
+        if num_minibatches > 1 and shuffle:
+            batch = samples[torch.randperm(samples.batch_size[0], device=samples.device, generator=generator)]
+        else:
+            batch = samples.clone(recurse=False)  # the advantages below replace a key
+        if normalize_advantages and batch.batch_size[0] * seq_len > num_minibatches:
+            batch["advantages"] = normalized_advantages(batch["advantages"], num_minibatches, dist)
+        if "advantage_weights" in batch.keys():
+            batch["advantages"] = batch["advantages"] * batch["advantage_weights"]
+        yield from batch.split(batch.batch_size[0] // num_minibatches)
 
 
 def normalized_advantages(advantages: torch.Tensor, num_minibatches: int, dist: DistContext) -> torch.Tensor:

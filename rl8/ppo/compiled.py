@@ -1,37 +1,7 @@
-"""``compile=True``: :func:`torch.compile` of PPO's two hot steps, beside their plain versions.
-
-The plain steps stay what :class:`rl8.PPO` runs by default: :meth:`rl8.Policy.rollout_step`
-(the policy's forward pass at every env step of a collect) and the update's minibatch step
-(``PPO._minibatch_loss``, the forward pass and :func:`~rl8.ppo.losses.ppo_loss` of one
-minibatch, then ``backward()``, the grad-norm clip and the optimizer step). :class:`CompiledSteps`
-holds their compiled versions. The minibatch step is compiled one of two ways
-(:attr:`CompiledSteps.train_step_kind`):
-
-* ``"fused"``: :class:`FusedTrainStep`, the whole step as one compiled function: the forward
-  pass and loss, the gradients by :func:`torch.func.grad_and_value` of
-  :func:`torch.func.functional_call`, the grad-norm clip and the Adam/AdamW update in place on
-  the parameters and the optimizer's own state tensors (so ``optimizer.state_dict()`` and
-  checkpoints are the plain step's). It saves the Python and dispatcher work of the autograd
-  engine, ``clip_grad_norm_``, ``zero_grad`` and the optimizer per minibatch, which dominates
-  small minibatches (the peers benchmark's figures, with and without it, are in
-  docs/performance.md).
-* ``"loss"``: the compiled minibatch loss (autograd runs its backward pass as one compiled graph
-  too) with the eager clip and optimizer step, wherever the fused step would not be exactly the
-  plain one (:func:`fused_step_problem` says why: another optimizer or Adam options it does not
-  implement, a gradient scaler, data-parallel gradients, ``accumulate_grads``, a recurrent
-  model) or torch refuses to compile it (found at its first call, nothing changed then).
-
-Action sampling stays eager (it draws from PPO's own ``torch.Generator``, which compiled code
-cannot take). On CPU the rollout step runs compiled only for batches of at least
-:data:`CPU_COMPILED_ROLLOUT_MIN_ENVS` envs (:attr:`CompiledSteps.rollout_step_kind` says which
-runs): for a few envs its per-call cost (guards, results rebuilt in Python) is larger than what
-the fused kernels save (``benchmarks/test_compile.py`` measures both).
-
-Compilation happens at the first call of each step (the first collect and the first update)
-and its time is reported once (:attr:`CompiledSteps.compile_s`, the ``profiling/compile_ms``
-stat of the first update, and one log line that also names the minibatch step). Inductor
-caches what it compiles on disk, in the folder ``TORCHINDUCTOR_CACHE_DIR`` names
-(docs/hparams.md), so a later process compiles faster.
+"""``compile=True``: :func:`torch.compile` of PPO's two hot steps, beside their plain versions:
+the policy's rollout step and the update's minibatch step, either :class:`FusedTrainStep` (loss,
+gradients, clip and Adam in one compiled function) where it is exactly the plain step, or the
+compiled loss with an eager backward pass and optimizer step (docs/hparams.md, Speed).
 """
 
 from __future__ import annotations
@@ -44,32 +14,15 @@ from typing import Any
 import torch
 from torch import nn
 
-from rl8.ppo.losses import PPOLoss, adaptive_lr
+from rl8.ppo.losses import MONITORS, PPOLoss, adaptive_lr
 
-__all__ = [
-    "CPU_COMPILED_ROLLOUT_MIN_ENVS", "CompiledSteps", "FusedTrainStep", "check_compile_options",
-    "fused_step_problem",
-]
+__all__ = ["CPU_COMPILED_ROLLOUT_MIN_ENVS", "CompiledSteps", "FusedTrainStep", "fused_step_problem"]
 
 logger = logging.getLogger(__name__)
 
 #: On CPU, the fewest envs (rows of a rollout step's batch) for which the rollout step runs
-#: compiled; with fewer it runs plain (see the module docstring).
+#: compiled; with fewer, its per-call cost is larger than what it saves and it runs plain.
 CPU_COMPILED_ROLLOUT_MIN_ENVS = 64
-
-
-def check_compile_options(collect_mode: str) -> None:
-    """Raise a ``ValueError`` for options that ``compile=True`` does not work with.
-
-    Args:
-        collect_mode: The ``collect_mode`` hyper-parameter: ``"overlap"`` collects in a
-            background thread with a copy of the policy, which compiled steps do not support.
-    """
-    if collect_mode == "overlap":
-        raise ValueError(
-            "hparam compile: compile=True does not work with collect_mode='overlap' (the background "
-            "rollout runs a copy of the policy in another thread); set compile=False or collect_mode='sync'"
-        )
 
 
 class _FirstCallTimer:
@@ -89,7 +42,8 @@ class _FirstCallTimer:
 
 
 class CompiledSteps:
-    """The compiled rollout step of a policy and the compiled minibatch step of a PPO.
+    """The compiled rollout step of a policy and the compiled minibatch step of a PPO; each
+    compiles at its first call, timed (:attr:`compile_s`).
 
     Args:
         rollout_step: The plain rollout step, ``policy.rollout_step`` (arguments and results of
@@ -115,8 +69,8 @@ class CompiledSteps:
         fused_step: FusedTrainStep | None = None, fused_problem: str | None = None,
     ) -> None:
         self.cuda_graphs = device.type == "cuda"
-        mode = "reduce-overhead" if self.cuda_graphs else None
         self._plain_rollout_step = rollout_step
+        mode = "reduce-overhead" if self.cuda_graphs else None
         self._rollout_step = _FirstCallTimer(torch.compile(rollout_step, mode=mode))
         self.cpu_rollout_min_envs = CPU_COMPILED_ROLLOUT_MIN_ENVS
         self.rollout_step_kind: str | None = None
@@ -131,7 +85,11 @@ class CompiledSteps:
         keeps are copied out (the distribution is sampled before the next step). On CPU, with
         fewer than :attr:`cpu_rollout_min_envs` envs, the plain step instead."""
         if self.rollout_step_kind is None:
-            self.rollout_step_kind = self._choose_rollout_step(len(obs))
+            few = not self.cuda_graphs and len(obs) < self.cpu_rollout_min_envs
+            self.rollout_step_kind = "cuda-graphs" if self.cuda_graphs else "plain" if few else "compiled"
+            if few:
+                logger.info("rl8: compile=True: the rollout step runs plain: %d envs, fewer than the %d for which "
+                            "compiling it pays on CPU", len(obs), self.cpu_rollout_min_envs)
         if self.rollout_step_kind == "plain":
             return self._plain_rollout_step(obs, carry, starts)
         if not self.cuda_graphs:
@@ -139,15 +97,6 @@ class CompiledSteps:
         torch.compiler.cudagraph_mark_step_begin()
         dist, value, carry = self._rollout_step(obs, carry, starts)
         return dist, value.clone(), None if carry is None else carry.clone()
-
-    def _choose_rollout_step(self, num_envs: int) -> str:
-        if self.cuda_graphs:
-            return "cuda-graphs"
-        if num_envs >= self.cpu_rollout_min_envs:
-            return "compiled"
-        logger.info("rl8: compile=True: the rollout step runs plain: %d envs, fewer than the %d for which "
-                    "compiling it pays on CPU", num_envs, self.cpu_rollout_min_envs)
-        return "plain"
 
     def train_step(self, minibatch: Any, entropy_coeff: float) -> tuple[PPOLoss, torch.Tensor] | None:
         """The fused step (:class:`FusedTrainStep`) on ``minibatch``: its loss and the gradient
@@ -181,22 +130,15 @@ class CompiledSteps:
     @property
     def compile_s(self) -> float:
         """Seconds of the first call of each compiled step so far (compilation and one run)."""
-        return self._rollout_s + self._update_s
-
-    @property
-    def _rollout_s(self) -> float:
-        return self._rollout_step.seconds or 0.0
-
-    @property
-    def _update_s(self) -> float:
-        return sum(step.seconds or 0.0 for step in (self.minibatch_loss, self._fused_step) if step is not None)
+        return sum(step.seconds or 0.0 for step in (self._rollout_step, self.minibatch_loss, self._fused_step)
+                   if step is not None)
 
     def report_once(self) -> dict[str, float]:
         """``{"profiling/compile_ms": ...}`` and one log line (the compile time and the minibatch
         step that runs) the first time the update's step has compiled, else ``{}``."""
-        compiled = self.minibatch_loss.seconds is not None or (
-            self._fused_step is not None and self._fused_step.seconds is not None)
-        if self._reported or not compiled:
+        update_s = [step.seconds for step in (self.minibatch_loss, self._fused_step)
+                    if step is not None and step.seconds is not None]
+        if self._reported or not update_s:
             return {}
         self._reported = True
         if self._fused_step is not None:
@@ -206,14 +148,12 @@ class CompiledSteps:
         logger.info(
             "rl8: torch.compile took %.1f s (rollout step %.1f s, update step %.1f s; first calls, cached in "
             "TORCHINDUCTOR_CACHE_DIR for later processes); update step: %s",
-            self.compile_s, self._rollout_s, self._update_s, kind,
+            self.compile_s, self._rollout_step.seconds or 0.0, sum(update_s), kind,
         )
         return {"profiling/compile_ms": 1000.0 * self.compile_s}
 
 
 # ----------------------------------------------------------------- the fused train step
-#: The fields of :class:`~rl8.ppo.losses.PPOLoss` besides ``total`` (detached monitors).
-_MONITORS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
 _ADAM_OPTIONS = {"amsgrad": False, "maximize": False, "differentiable": False}
 
 
@@ -344,11 +284,11 @@ class FusedTrainStep:
         exp_avg_sqs: list[torch.Tensor], steps: list[torch.Tensor],
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
         """The compiled function: loss, gradients, clip, Adam; updates its tensor arguments in
-        place. Returns the loss, the monitors by name (:data:`_MONITORS`) and the grad norm."""
+        place. Returns the loss, the monitors by name (:data:`~rl8.ppo.losses.MONITORS`) and the grad norm."""
 
         def total_loss(named_params: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
             loss = torch.func.functional_call(self.loss_module, named_params, (minibatch, entropy_coeff, entropy_grad))
-            return loss.total, {name: getattr(loss, name) for name in _MONITORS}
+            return loss.total, {name: getattr(loss, name) for name in MONITORS}
 
         loss_grads = torch.func.grad_and_value(total_loss, has_aux=True)
         grads, (total, monitors) = loss_grads(dict(zip(self.names, params)))

@@ -20,7 +20,7 @@ from rl8.policies.groups import obs_groups_problem
 from rl8.ppo.resolve import HPARAM_KINDS, qualified_name, resolve
 from rl8.ppo.schedules import Schedule
 
-__all__ = ["HParams", "changed_hparams", "close_hparam_names", "missing_cuda_device", "unknown_hparam_message"]
+__all__ = ["HParams", "changed_hparams", "missing_cuda_device", "unknown_hparam_message"]
 
 _MAX_SEED = 2**63 - 1  # seeds are stored as int64
 _DEFAULT_NUM_MINIBATCHES = 4  # CleanRL's num_minibatches
@@ -49,14 +49,10 @@ def missing_cuda_device(device: torch.device) -> str | None:
     return None
 
 
-def _divisors(n: int) -> list[int]:
-    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
-    return small + [n // d for d in reversed(small) if d * d != n]
-
-
 def _nearest_divisors(n: int, value: float) -> list[int]:
     """The divisors of ``n`` closest to ``value`` from below and from above (one or two)."""
-    divisors = _divisors(n)
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    divisors = sorted({*small, *(n // d for d in small)})
     return [*[d for d in divisors if d < value][-1:], *[d for d in divisors if d > value][:1]]
 
 
@@ -270,6 +266,11 @@ class HParams:
                 "both set the learning rate; set one (rsl_rl's schedule='adaptive' is desired_kl, "
                 "'fixed' is a constant lr)"
             )
+        if self.compile and self.collect_mode == "overlap":
+            raise ValueError(
+                "hparam compile: compile=True does not work with collect_mode='overlap' (the background "
+                "rollout runs a copy of the policy in another thread); set compile=False or collect_mode='sync'"
+            )
         if self.obs_groups is not None and "obs_groups" in self.model_config:
             raise ValueError("hparam obs_groups: also given as model_config['obs_groups']; set one")
         self.minibatch_size_for(1)  # a size or count that does not divide the buffer
@@ -285,11 +286,10 @@ class HParams:
         """Build from keyword arguments; an unknown name is an error listing close matches.
         Without ``optimizer_kwargs``, an optimizer other than Adam and AdamW gets its own
         defaults (``{}``), not Adam's ``eps``."""
-        names = [f.name for f in dataclasses.fields(cls)]
+        names = {f.name for f in dataclasses.fields(cls)}
         for key in kwargs:
             if key not in names:
-                hint = did_you_mean(key, close=close_hparam_names(key))
-                raise TypeError(f"unknown hyper-parameter {key!r}{hint} (valid: {', '.join(names)})")
+                raise TypeError(unknown_hparam_message(key))
         optimizer = kwargs.get("optimizer_cls", "Adam")
         adam = (optimizer.rpartition(".")[2] in ("Adam", "AdamW") if isinstance(optimizer, str)
                 else isinstance(optimizer, type) and issubclass(optimizer, (torch.optim.Adam, torch.optim.AdamW)))
@@ -371,11 +371,10 @@ class HParams:
         formula = f"{self.num_envs} * {self.horizon} = {self.batch_size}"
         if size is None:
             return self.batch_size
-        if size == "auto" and count is None:
-            count = max(d for d in range(1, _DEFAULT_NUM_MINIBATCHES + 1) if samples % d == 0)
-            return self.batch_size // count
         if size == "auto":
-            if samples % count:
+            if count is None:
+                count = max(d for d in range(1, _DEFAULT_NUM_MINIBATCHES + 1) if samples % d == 0)
+            elif samples % count:
                 unit = "transitions" if seq_len == 1 else f"sequences of seq_len={seq_len} steps"
                 raise ValueError(
                     f"hparam num_minibatches: expected a divisor of the {samples} {unit} in the "
@@ -416,21 +415,16 @@ class HParams:
 HParams.__doc__ = (HParams.__doc__ or "") + attributes_doc(HParams)
 
 
-def unknown_hparam_message(name: Any, where: str) -> str:
-    """The error message for an unknown hyper-parameter ``name`` read at ``where``
-    (``"--set lr_rate=1"``), with its close matches and every valid name."""
-    hint = did_you_mean(name, close=close_hparam_names(str(name)))
-    valid = ", ".join(f.name for f in dataclasses.fields(HParams))
-    return f"{where}: unknown hyper-parameter {name!r}{hint} (valid: {valid})"
-
-
-def close_hparam_names(name: str) -> list[str]:
-    """The hyper-parameter names a mistyped or foreign ``name`` may mean: rl8's name for
+def unknown_hparam_message(name: Any, where: str | None = None) -> str:
+    """The error message for an unknown hyper-parameter ``name`` (read at ``where``, such as
+    ``"--set lr_rate=1"``), with every valid name and the names it may mean: rl8's name for
     another library's (``n_steps``: ``horizon``), then close spellings."""
     names = [f.name for f in dataclasses.fields(HParams)]
     close = difflib.get_close_matches(str(name), names, n=3)
     other = _OTHER_NAMES.get(str(name).lower())
-    return [other, *[c for c in close if c != other]] if other else close
+    hint = did_you_mean(name, close=[other, *[c for c in close if c != other]] if other else close)
+    message = f"unknown hyper-parameter {name!r}{hint} (valid: {', '.join(names)})"
+    return message if where is None else f"{where}: {message}"
 
 
 def changed_hparams(stored: Mapping[str, Any], given: Mapping[str, Any], *,

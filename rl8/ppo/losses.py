@@ -13,7 +13,7 @@ from torch import Tensor
 
 from rl8.ppo.resolve import OPTIMIZER, qualified_name, resolve
 
-__all__ = ["ADAPTIVE_LR_BOUNDS", "ADAPTIVE_LR_FACTOR", "PPOLoss", "adaptive_lr", "make_optimizer", "ppo_loss"]
+__all__ = ["ADAPTIVE_LR_BOUNDS", "ADAPTIVE_LR_FACTOR", "MONITORS", "PPOLoss", "adaptive_lr", "make_optimizer", "ppo_loss"]
 
 #: The factor by which rsl_rl's adaptive learning rate (hparam ``desired_kl``) moves.
 ADAPTIVE_LR_FACTOR = 1.5
@@ -42,6 +42,10 @@ class PPOLoss:
     entropy: Tensor
     approx_kl: Tensor
     clip_fraction: Tensor
+
+
+#: The fields of :class:`PPOLoss` besides ``total``: detached monitors.
+MONITORS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
 
 
 def ppo_loss(

@@ -19,11 +19,11 @@ from rl8.envs.episodes import EpisodeRecords
 from rl8.policies.policy import Policy
 from rl8.ppo.buffer import RolloutBuffer, RolloutCarry
 
-__all__ = ["OverlapCollector", "Rollout", "RolloutFn"]
+__all__ = ["OverlapCollector", "Rollout"]
 
 #: How long the interpreter waits at exit for a rollout still in flight (seconds).
 EXIT_JOIN_TIMEOUT_S = 30.0
-_COLLECTORS: weakref.WeakSet[OverlapCollector] = weakref.WeakSet()
+_THREADS: weakref.WeakSet[threading.Thread] = weakref.WeakSet()  # every collector's rollout thread
 _STORAGE = ("data", "states", "post_states")  # the tensordicts of a RolloutBuffer
 
 
@@ -31,18 +31,8 @@ _STORAGE = ("data", "states", "post_states")  # the tensordicts of a RolloutBuff
 def _join_at_exit() -> None:
     """Let a rollout still in flight at exit finish: a daemon thread stopped inside a torch op
     aborts the process."""
-    for collector in list(_COLLECTORS):
-        thread = collector._thread
-        if thread is not None:
-            thread.join(EXIT_JOIN_TIMEOUT_S)
-
-
-#: ``run(policy, buffer, carry, obs, generator, deterministic) -> obs``: one rollout of the
-#: training envs that fills ``buffer`` (what :meth:`rl8.PPO.collect` runs in sync mode).
-RolloutFn = Callable[
-    [Policy, RolloutBuffer, RolloutCarry, "torch.Tensor | TensorDictBase", torch.Generator, bool],
-    "torch.Tensor | TensorDictBase",
-]
+    for thread in list(_THREADS):
+        thread.join(EXIT_JOIN_TIMEOUT_S)
 
 
 @dataclasses.dataclass
@@ -52,12 +42,10 @@ class Rollout:
     Attributes:
         obs: The envs' observations after its last step (the next rollout starts there).
         version: The learner's update count (``PPO.steps``) whose weights collected it.
-        deterministic: Whether it took the distributions' modes.
     """
 
     obs: torch.Tensor | TensorDictBase
     version: int
-    deterministic: bool
 
 
 class OverlapCollector:
@@ -65,34 +53,35 @@ class OverlapCollector:
     idle, :attr:`in_flight` or :attr:`ready` (a finished rollout waits in :attr:`buffer`).
 
     Args:
-        policy: The learner's policy; the actor acts with a copy of it (see :meth:`sync`).
+        policy: The learner's policy; the actor acts with a copy of it (see :meth:`start`).
         buffer: The actor's rollout buffer (the same layout as the learner's).
         generator: Draws the actor's sampled actions.
-        run: The rollout function (see :data:`RolloutFn`), run on the actor's objects.
+        run: ``run(policy, buffer, carry, obs, generator, deterministic) -> obs``: one rollout of
+            the training envs that fills ``buffer`` (what :meth:`rl8.PPO.collect` runs in sync
+            mode), run on the actor's objects.
         make_carry: ``make_carry(policy, buffer)``: the carry of the actor's policy copy.
 
     Attributes:
         policy: The actor's copy of the policy (no gradients).
         carry: The actor's carry, which goes on with the training envs.
-        version: The learner's update count of the weights last synced into :attr:`policy`.
+        version: The learner's update count of the weights last copied into :attr:`policy`.
+        deterministic: Whether the rollout in flight (or ready) takes the distributions' modes.
     """
 
     def __init__(
-        self, policy: Policy, buffer: RolloutBuffer, generator: torch.Generator, *, run: RolloutFn,
+        self, policy: Policy, buffer: RolloutBuffer, generator: torch.Generator, *, run: Callable[..., Any],
         make_carry: Callable[[Policy, RolloutBuffer], RolloutCarry],
     ) -> None:
         self.policy = copy.deepcopy(policy).requires_grad_(False)
         self.buffer, self.generator = buffer, generator
         self.carry = make_carry(self.policy, buffer)
         self.version = 0
+        self.deterministic = False
         self._run = run
         # On CUDA the thread uses the default stream, like the learner (what overlaps is the host
         # side): a stream of its own would let the allocator hand the learner memory it still reads.
         self._thread: threading.Thread | None = None
-        self._deterministic = False  # of the rollout in flight
-        _COLLECTORS.add(self)
-        self._done: Rollout | None = None
-        self._error: BaseException | None = None
+        self._outcome: Rollout | BaseException | None = None  # the finished rollout, or its error
 
     @property
     def in_flight(self) -> bool:
@@ -102,65 +91,54 @@ class OverlapCollector:
     @property
     def ready(self) -> bool:
         """Whether a finished rollout (or its error) waits to be handed over."""
-        return not self.in_flight and (self._done is not None or self._error is not None)
+        return not self.in_flight and self._outcome is not None
 
     @property
     def idle(self) -> bool:
         """Neither in flight nor ready: a collect has to run a rollout now."""
-        return not self.in_flight and not self.ready
+        return not self.in_flight and self._outcome is None
 
-    def sync(self, policy: Policy, version: int) -> None:
-        """Copy the learner ``policy``'s weights and buffers into the actor's copy (none in
-        flight); ``version`` is the learner's update count."""
-        if self.in_flight:
-            raise RuntimeError("OverlapCollector.sync: a rollout is in flight; wait() for it first")
-        self.policy.load_state_dict(policy.state_dict())
-        self.version = version
-
-    def start(self, obs: torch.Tensor | TensorDictBase, deterministic: bool, *, background: bool = True) -> None:
-        """Run a rollout from ``obs`` with the actor's objects.
+    def start(self, policy: Policy, version: int, obs: torch.Tensor | TensorDictBase, deterministic: bool, *,
+              background: bool = True) -> None:
+        """Copy the learner's weights into the actor's policy, then run a rollout with the
+        actor's objects.
 
         Args:
+            policy: The learner's policy (its weights and buffers are copied).
+            version: The learner's update count (``PPO.steps``).
             obs: The envs' current observations.
             deterministic: Take the distributions' modes instead of sampling.
             background: Run it in the background thread (else in the caller's).
         """
         if not self.idle:
             raise RuntimeError("OverlapCollector.start: the previous rollout was not handed over")
-        self._deterministic = deterministic
+        self.policy.load_state_dict(policy.state_dict())
+        self.version, self.deterministic = version, deterministic
         if not background:
-            self._run_rollout(obs, deterministic)
+            self._rollout(obs)
             return
-        self._thread = threading.Thread(
-            target=self._background, args=(obs, deterministic), name="rl8-overlap-collector", daemon=True
-        )
+        self._thread = threading.Thread(target=self._rollout, args=(obs,), name="rl8-overlap-collector", daemon=True)
+        _THREADS.add(self._thread)
         self._thread.start()
 
-    def _run_rollout(self, obs: torch.Tensor | TensorDictBase, deterministic: bool) -> None:
-        obs = self._run(self.policy, self.buffer, self.carry, obs, self.generator, deterministic)
-        self._done = Rollout(obs, self.version, deterministic)
-
-    def _background(self, obs: torch.Tensor | TensorDictBase, deterministic: bool) -> None:
+    def _rollout(self, obs: torch.Tensor | TensorDictBase) -> None:
         try:
-            self._run_rollout(obs, deterministic)
+            obs = self._run(self.policy, self.buffer, self.carry, obs, self.generator, self.deterministic)
+            self._outcome = Rollout(obs, self.version)
         except BaseException as exc:  # raised by the next wait(), in the caller's thread
-            self._error = exc
-
-    @property
-    def deterministic(self) -> bool:
-        """Whether the rollout in flight (or ready) takes the distributions' modes."""
-        return self._deterministic
+            self._outcome = exc
 
     def wait(self) -> Rollout:
         """Wait for the rollout in flight (if any) and return the finished one, or raise what
         it raised (the collector is then idle)."""
         self.join()
-        if self._error is not None:
-            error, self._error = self._error, None
-            raise error
-        if self._done is None:
+        outcome = self._outcome
+        if outcome is None:
             raise RuntimeError("OverlapCollector.wait: no rollout was started")
-        return self._done
+        if isinstance(outcome, BaseException):
+            self._outcome = None
+            raise outcome
+        return outcome
 
     def join(self) -> None:
         """Wait for the background thread to end; its outcome is kept for :meth:`wait`."""
@@ -177,13 +155,13 @@ class OverlapCollector:
             source = getattr(self.buffer, name)
             if source is not None:
                 getattr(buffer, name).update_(source)
-        self._done = None
+        self._outcome = None
         return done
 
     def discard(self) -> None:
         """Wait for the rollout in flight and drop it (or its error)."""
         self.join()
-        self._done = self._error = None
+        self._outcome = None
 
     # ----------------------------------------------------------------- checkpoints
     def state_dict(self) -> dict[str, Any]:
@@ -197,7 +175,7 @@ class OverlapCollector:
                 **{name: None if td is None else td.clone().to_dict() for name, td in storage.items()},
                 "env_episodes": None if done_records is None else dataclasses.asdict(done_records),
                 "version": done.version,
-                "deterministic": done.deterministic,
+                "deterministic": self.deterministic,
             }
         return {"generator": self.generator.get_state(), "rollout": rollout}
 
@@ -216,5 +194,5 @@ class OverlapCollector:
                 target.update_(TensorDict(rollout[name], batch_size=target.batch_size).to(device))
         env_episodes = rollout.get("env_episodes")  # (absent from checkpoints before rl8 kept them)
         self.buffer.env_episodes = None if env_episodes is None else EpisodeRecords(**env_episodes)
-        self._deterministic = bool(rollout["deterministic"])
-        self._done = Rollout(obs, int(rollout["version"]), self._deterministic)
+        self.deterministic = bool(rollout["deterministic"])
+        self._outcome = Rollout(obs, int(rollout["version"]))

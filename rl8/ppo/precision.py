@@ -7,25 +7,13 @@ import warnings
 
 import torch
 
-__all__ = ["choose_amp_dtype", "cpu_bf16_problem", "cuda_amp_dtype"]
+__all__ = ["choose_amp_dtype", "cuda_amp_dtype"]
 
 logger = logging.getLogger(__name__)
 
 #: Prefixes of ``torch.backends.cpu.get_cpu_capability()`` whose vector units run bfloat16
 #: matmuls fast (oneDNN: AVX-512 and its successors on x86, SVE on Arm).
 _BF16_CAPABILITIES = ("AVX512", "AMX", "SVE")
-
-
-def cpu_bf16_problem() -> str | None:
-    """Why bfloat16 autocast would not speed this CPU up (its vector capability is none of
-    ``_BF16_CAPABILITIES``), or ``None`` when it would."""
-    capability = torch.backends.cpu.get_cpu_capability()
-    if capability.upper().startswith(_BF16_CAPABILITIES):
-        return None
-    return (
-        f"this CPU's vector capability is {capability!r} (torch.backends.cpu.get_cpu_capability()); "
-        f"fast bfloat16 matmuls need one of {', '.join(_BF16_CAPABILITIES)}"
-    )
 
 
 def cuda_amp_dtype(device: torch.device) -> torch.dtype:
@@ -40,8 +28,8 @@ def cuda_amp_dtype(device: torch.device) -> torch.dtype:
 
 def choose_amp_dtype(device: torch.device, enable_amp: bool) -> torch.dtype:
     """The dtype PPO's forward passes autocast to, logged: on CUDA :func:`cuda_amp_dtype`, on CPU
-    ``torch.bfloat16`` unless :func:`cpu_bf16_problem` names a problem (then ``torch.float32``
-    with a ``UserWarning``); ``torch.float32`` without ``enable_amp``.
+    ``torch.bfloat16`` where its vector units run it fast (else ``torch.float32`` with a
+    ``UserWarning``); ``torch.float32`` without ``enable_amp``.
 
     Args:
         device: The device PPO trains on.
@@ -49,10 +37,13 @@ def choose_amp_dtype(device: torch.device, enable_amp: bool) -> torch.dtype:
     """
     if not enable_amp:
         return torch.float32
+    capability = torch.backends.cpu.get_cpu_capability()
     if device.type == "cuda":
         dtype = cuda_amp_dtype(device)
-    elif device.type == "cpu" and (problem := cpu_bf16_problem()) is not None:
-        warnings.warn(f"hparam enable_amp: training in float32 instead of bfloat16: {problem}", stacklevel=3)
+    elif device.type == "cpu" and not capability.upper().startswith(_BF16_CAPABILITIES):
+        warnings.warn(f"hparam enable_amp: training in float32 instead of bfloat16: this CPU's vector capability "
+                      f"is {capability!r} (torch.backends.cpu.get_cpu_capability()); fast bfloat16 matmuls need "
+                      f"one of {', '.join(_BF16_CAPABILITIES)}", stacklevel=3)
         dtype = torch.float32
     else:
         dtype = torch.bfloat16

@@ -51,8 +51,10 @@ class RewardNormalizer(nn.Module):
     def advance(self, rewards: torch.Tensor, dones: torch.Tensor | None) -> torch.Tensor:
         """Advance the running returns over a collect WITHOUT touching the statistics; returns
         the running return after every step, ``[num_envs, T]`` (see :meth:`update`)."""
-        if dones is None:
-            seen = self._discounted_without_resets(rewards.float())
+        if dones is None:  # in one matmul: G_t = gamma^(t+1) G_-1 + sum_{k<=t} gamma^(t-k) r_k
+            discount = discount_matrix(rewards.shape[1], self.gamma, torch.float32, rewards.device)
+            carry = torch.outer(self.returns, discount[:, 0])  # column 0 of the matrix is gamma^t
+            seen = torch.addmm(carry, rewards.float(), discount.T, beta=self.gamma)
             g = seen[:, -1]
         else:
             g = self.returns
@@ -63,13 +65,6 @@ class RewardNormalizer(nn.Module):
                 g = g.masked_fill(dones[:, t], 0.0)
         self.returns.copy_(g)
         return seen
-
-    def _discounted_without_resets(self, rewards: torch.Tensor) -> torch.Tensor:
-        """``G_t = gamma * G_{t-1} + r_t`` for all ``t`` in one matmul."""
-        discount = discount_matrix(rewards.shape[1], self.gamma, rewards.dtype, rewards.device)
-        # G_t = gamma^(t+1) G_-1 + sum_{k<=t} gamma^(t-k) r_k; column 0 of the matrix is gamma^t
-        carry = torch.outer(self.returns, discount[:, 0])
-        return torch.addmm(carry, rewards, discount.T, beta=self.gamma)
 
     def returns_moments(self, seen: torch.Tensor) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         """The moments of running returns ``seen`` (from :meth:`advance`) and the statistics as

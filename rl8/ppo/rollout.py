@@ -1,6 +1,6 @@
 """The rollout loops (:func:`rollout`, and :func:`rollout_ready_envs` for envs that step at their
 own pace), functions of the objects they work on so that a collection mode can run them on its
-own copies; and what goes with them: building the env, its checkpoint state, stats, evaluation.
+own copies; and what goes with them: building the env and its checkpoint state.
 """
 
 from __future__ import annotations
@@ -13,24 +13,19 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from rl8.envs.base import Env, ReadyEnvs, validate_step_output
-from rl8.envs.episodes import EpisodeTracker
 from rl8.envs.gymnasium import GymnasiumEnv, GymnasiumEnvFactory
 from rl8.envs.rsl_rl import RslRlEnv, is_rsl_rl_env
 from rl8.envs.tasks import is_task_spec, make_task_env
 from rl8.envs.torch_vector import TorchVectorEnv
 from rl8.policies.policy import Policy
-from rl8.policies.runner import run_policy
 from rl8.ppo.buffer import RolloutBuffer, RolloutCarry
-from rl8.ppo.distributed import DistContext, current_roles
+from rl8.ppo.distributed import current_roles
 from rl8.ppo.hparams import HParams
 from rl8.ppo.resolve import describe, env_target, is_built_env, is_dotted_path
-from rl8.ppo.rewards import RewardNormalizer
-from rl8.ppo.stats import Stats, rollout_stats
 
 __all__ = [
-    "env_hparams", "env_state", "evaluate_rollout", "final_values", "given_env", "load_env_state", "load_rng_state",
-    "make_env", "rank_hparams", "rng_state", "rollout", "rollout_buffer_stats", "rollout_ready_envs",
-    "second_instance_problem",
+    "env_hparams", "env_state", "given_env", "load_env_state", "make_env", "rank_hparams", "rollout",
+    "rollout_ready_envs", "second_instance_problem",
 ]
 
 
@@ -74,8 +69,12 @@ def rollout(
             out = env.step(to_env_action(actions, space))
             if check_first_step and t == 0:
                 validate_step_output(out, env)
-            if env.episodic:
-                buffer.write_episode_ends(t, out)
+            if env.episodic:  # the flags the output has, and final_obs with the truncated flag
+                for key in ("terminated", "truncated"):
+                    if key in out.keys():
+                        columns[key][t].copy_(out[key])
+                if "truncated" in out.keys():
+                    columns["final_obs"][t].copy_(out["final_obs"])
             carry.after_step(t, policy_carry)
             kept["values"].append(value)
             kept["rewards"].append(out["rewards"])
@@ -158,34 +157,6 @@ def rollout_ready_envs(
     return last_obs.clone()
 
 
-def rollout_buffer_stats(
-    buffer: RolloutBuffer, episodes: EpisodeTracker, reward_normalizer: RewardNormalizer | None, dist: DistContext,
-) -> Stats:
-    """The rollout stats of :meth:`rl8.PPO.collect` over ``buffer``'s last rollout.
-
-    Args:
-        buffer: The filled rollout buffer.
-        episodes: Tracks the episodes that span collects (advanced for episodic envs).
-        reward_normalizer: Advanced and merged with the rollout's returns (``None``: none).
-        dist: The run's :class:`~rl8.ppo.distributed.DistContext` (stats over all ranks).
-    """
-    data, h, device = buffer.data, buffer.horizon, buffer.data.device
-    rewards = data["rewards"][:, :h]
-    dones = data["terminated"][:, :h] | data["truncated"][:, :h] if buffer.episodic else None
-    # the normaliser's running returns advance on the device; their moments travel with
-    # the rollout stats (one transfer) and are merged on the host
-    episode_sums = episodes.advance(rewards, dones) if dones is not None else None
-    moments, current = {}, {}
-    if reward_normalizer is not None:
-        seen = reward_normalizer.advance(rewards, dones)
-        moments, current = reward_normalizer.returns_moments(seen)
-    records = buffer.env_episodes
-    env_episode_sums = records.stat_sums(device) if records is not None else None
-    stats, values = rollout_stats(dist, rewards, episode_sums, moments, current, env_episode_sums)
-    if reward_normalizer is not None:
-        reward_normalizer.merge_returns_moments(values, float(seen.numel() * dist.world_size))
-    return stats
-
 
 def make_env(
     env: type[Env] | str | Callable[..., Any] | Any, num_envs: int, horizon: int | None, *,
@@ -211,9 +182,7 @@ def make_env(
     if built is not None:
         return built
     target, gymnasium = env_target(env)
-    if not gymnasium:
-        return target(num_envs, horizon, device=device, **kwargs)
-    if isinstance(target, GymnasiumEnvFactory):
+    if not gymnasium or isinstance(target, GymnasiumEnvFactory):
         return target(num_envs, horizon, device=device, **kwargs)
     return GymnasiumEnv(num_envs, horizon, device=device, env=target, **kwargs)
 
@@ -317,73 +286,4 @@ def load_env_state(env: Env, state: dict[str, Any], device: torch.device) -> tor
     return obs["tensor"].to(device)
 
 
-def rng_state(**generators: torch.Generator) -> dict[str, Any]:
-    """The states of ``generators`` (by name) and torch's global random states."""
-    return {
-        **{name: generator.get_state() for name, generator in generators.items()},
-        "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-    }
 
-
-def load_rng_state(state: dict[str, Any], **generators: torch.Generator) -> None:
-    """Restore :func:`rng_state` into ``generators`` (by name) and torch's global random states."""
-    for name, generator in generators.items():
-        generator.set_state(state[name])
-    torch.set_rng_state(state["torch"])
-    if state["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def final_values(
-    policy: Policy, buffer: RolloutBuffer, carry: RolloutCarry, truncated: torch.Tensor,
-    autocast: contextlib.AbstractContextManager,
-) -> torch.Tensor | None:
-    """Values of ``final_obs`` at the ``truncated`` steps, ``[num_envs, T]`` (0 elsewhere;
-    ``None`` when none), in one forward pass.
-
-    Args:
-        policy: Values the observations.
-        buffer: The collect's buffer, with its ``final_obs``.
-        carry: The policy's carry over that buffer.
-        truncated: ``[num_envs, T]`` bool, the steps at which an episode was truncated.
-        autocast: Mixed-precision context of the forward pass.
-    """
-    index = truncated.nonzero()
-    if index.shape[0] == 0:
-        return None
-    final_obs = buffer.data["final_obs"][index[:, 0], index[:, 1]]
-    with autocast:
-        values = policy.rollout_value(final_obs, carry.after(index)).float()
-    out = torch.zeros(truncated.shape, device=values.device)
-    out[index[:, 0], index[:, 1]] = values
-    return out
-
-
-@torch.no_grad()
-def evaluate_rollout(
-    policy: Policy, env: Env, obs: torch.Tensor | TensorDictBase, *, num_steps: int, deterministic: bool,
-    generator: torch.Generator, dist: DistContext,
-) -> Stats:
-    """The rollout stats of :meth:`rl8.PPO.collect` of ``policy`` run on ``env`` for
-    ``num_steps`` steps from ``obs``, storing nothing.
-
-    Args:
-        policy: Acts on the observations.
-        env: The batched env, already reset.
-        obs: The observations to start from.
-        num_steps: Steps per env.
-        deterministic: Act with the distributions' modes.
-        generator: Draws the sampled actions.
-        dist: The run's :class:`~rl8.ppo.distributed.DistContext` (stats over all ranks).
-    """
-    with policy.rollout():
-        run = run_policy(policy, env, obs, num_steps=num_steps, deterministic=deterministic, generator=generator)
-        steps = [(step.rewards, step.done) for step in run]
-    device = policy.device
-    records = env.pop_episode_records()
-    rewards = torch.stack([r for r, _ in steps], 1).to(device)
-    dones = torch.stack([d for _, d in steps], 1).to(device) if env.episodic else None
-    episode_sums = None if dones is None else EpisodeTracker(env.num_envs, device).advance(rewards, dones)
-    env_episode_sums = records.stat_sums(device) if records is not None else None
-    return rollout_stats(dist, rewards, episode_sums, env_episode_sums=env_episode_sums)[0]

@@ -9,9 +9,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from rl8.ppo.losses import MONITORS, PPOLoss
+
 if TYPE_CHECKING:
     from rl8.ppo.distributed import DistContext
-    from rl8.ppo.losses import PPOLoss
 
 __all__ = ["RENAMED_STATS", "Stats", "current_stat_name", "episode_means", "reduce_stats", "rollout_stats", "update_stats",
            "warn_renamed"]
@@ -195,8 +196,7 @@ def update_stats(
         entropy_coeff: The entropy weight of the update.
         lr: The learning rate of the update.
     """
-    terms = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
-    means = {name: torch.stack([getattr(loss, name) for loss in losses]).mean() for name in terms}
+    means = {name: torch.stack([getattr(loss, name) for loss in losses]).mean() for name in MONITORS}
     means["explained_variance"] = explained_variance
     means["grad_norm"] = torch.stack(grad_norms).mean()
     out = reduce_stats(dist, means=means)
