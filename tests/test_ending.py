@@ -77,7 +77,7 @@ def test_a_failed_checkpoint_on_a_signal_still_exits_as_the_signal_within_its_li
     trainer = make_trainer(checkpoint_dir=tmp_path / "ck")
     trainer.run_id
 
-    def save_checkpoint(path=None):
+    def save_checkpoint(path=None, *, wait_for_run=True):
         raise OSError("disk full")
 
     monkeypatch.setattr(trainer, "save_checkpoint", save_checkpoint)
