@@ -280,9 +280,9 @@ def _check_eval_plan(run_args: Mapping[str, Any]) -> None:
 
 def _run(trainer: Any, conditions: list[Any], run_args: Mapping[str, Any]) -> int:
     from rl8.training.conditions import MissingStatError
-    from rl8.training.config import check_register_plan
+    from rl8.training.run_args import check_run_plan
     try:
-        check_register_plan(trainer.config, run_args["steps_per_eval"])
+        check_run_plan(trainer.config, [], run_args["steps_per_eval"])
     except ValueError as exc:  # before training, like a stop condition's missing stat
         raise ConfigError(str(exc).replace("Trainer.run: ", "")) from None
     try:

@@ -33,14 +33,14 @@ from rl8.tracking.common import TrackingError, TrackingWarning
 from rl8.training.actors import Learner, check_actor_config, run_actor
 from rl8.training.callbacks import CallbackLike, as_callbacks, callback_name, run_callbacks
 from rl8.training.conditions import Condition
-from rl8.training.config import TrainerConfig, check_register_plan, run_params
+from rl8.training.config import TrainerConfig, run_params
 from rl8.training.eval_envs import EvalEnvs
 from rl8.training.progress import Progress, is_nan
 from rl8.training.resume import (
     Resuming, RunRecord, absolute_tracking_uri, algo_from_checkpoint, check_finite_policy, log_policy_artifacts,
     resuming, resuming_from, write_checkpoint,
 )
-from rl8.training.run_args import as_conditions, check_eval_plan, check_eval_stats, check_record_plan
+from rl8.training.run_args import as_conditions, check_eval_plan, check_run_plan
 from rl8.training.run_args import run_params as run_arg_params
 from rl8.training.signals import StopSignals, signal_exit
 from rl8.version import __version__
@@ -411,12 +411,10 @@ class Trainer:
         if self.is_actor:  # collect until the learners stop the job
             return TrainStats(run_actor(self.algo, self.config, env_config=env_config))
         check_eval_plan(steps_per_eval, eval_env_config)
-        check_record_plan(self.config.record_every, steps_per_eval)
+        conditions = as_conditions(stop_conditions, max_env_steps=max_env_steps, max_seconds=max_seconds)
+        check_run_plan(self.config, conditions, steps_per_eval)
         if self.config.record_every is not None and self._dist.is_main:
             self.eval_envs.check_can_record()
-        conditions = as_conditions(stop_conditions, max_env_steps=max_env_steps, max_seconds=max_seconds)
-        check_eval_stats(conditions, steps_per_eval)
-        check_register_plan(self.config, steps_per_eval)
         callbacks = as_callbacks(callbacks)
         if eval_env_config is None:
             eval_env_config = env_config
