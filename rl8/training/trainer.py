@@ -103,6 +103,8 @@ class Trainer:
         experiment: The MLflow experiment name (``config.experiment`` or the env's name).
         metadata: ``config.metadata`` as a dict (stored in every checkpoint).
         tracker: The :class:`~rl8.tracking.Tracker` of the MLflow run.
+        eval_envs: The :class:`~rl8.training.eval_envs.EvalEnvs` that :meth:`eval` and
+            :meth:`record` run in.
         last_checkpoint: Path of the latest checkpoint written or loaded, or ``None``.
         stopped_by: The stop condition that ended the latest :meth:`run`, or ``None``.
     """
@@ -114,7 +116,7 @@ class Trainer:
         self.algo = algo
         self.env_spec = env_spec_string(algo.env_spec)
         self.experiment = config.experiment or _env_name(algo.env_spec)
-        self._envs = EvalEnvs(algo, config.eval_num_envs, config.eval_num_steps)
+        self.eval_envs = EvalEnvs(algo, config.eval_num_envs, config.eval_num_steps)
         self.stopped_by: Condition | None = None
         self.metadata = dict(config.metadata or {})
         self.closed = False
@@ -311,7 +313,7 @@ class Trainer:
 
     def _eval(self, env_config: dict[str, Any] | None, deterministic: bool) -> TrainStats:
         t0 = time.perf_counter()
-        raw = self._envs.evaluate(env_config, deterministic)
+        raw = self.eval_envs.evaluate(env_config, deterministic)
         stats = TrainStats({f"eval/{k}": v for k, v in raw.items()})
         stats["profiling/eval_ms"] = 1000.0 * (time.perf_counter() - t0)
         return stats
@@ -358,16 +360,11 @@ class Trainer:
         self._check_open()
         if path is None:
             path = self.checkpoint_dir / "videos" / f"video-{int(self.algo.env_steps)}.mp4"
-        written = self._envs.record(path, deterministic=deterministic, max_steps=max_steps,
+        written = self.eval_envs.record(path, deterministic=deterministic, max_steps=max_steps,
                                     env_config=env_config, fps=fps)
         if self.tracker.enabled and self._dist.is_main:
             self.tracker.log_artifact(written, "videos")  # queued with async_logging
         return written
-
-    @property
-    def eval_envs(self) -> EvalEnvs:
-        """The envs that :meth:`eval` and :meth:`record` run in."""
-        return self._envs
 
     def run(
         self,
@@ -731,7 +728,7 @@ class Trainer:
             self.tracker.end(status, timeout_s=timeout_s)
         finally:
             self._release_folder()
-            self._envs.close()
+            self.eval_envs.close()
             self.algo.close()
         # only now: when ending the run raised, the exit hook still ends it
         self.closed = True
