@@ -81,11 +81,6 @@ def _memory_stats(device: torch.device) -> dict[str, float]:
     return out
 
 
-def _unique_folder_name() -> str:
-    """A checkpoint folder's name without a run id: a time stamp and a random suffix."""
-    return f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
-
-
 class Trainer:
     """Train a :class:`~rl8.PPO` algorithm with stop conditions, MLflow tracking and checkpoints
     (see ``docs/checkpoints.md``). Creating it starts its MLflow run (see
@@ -162,26 +157,20 @@ class Trainer:
         given = config.checkpoint_dir  # None: checkpoints/<run id> once the run id is known
         self._checkpoint_dir: Path | None = None if given is None else Path(given).absolute()
         self._checkpoints_root = Path("checkpoints").absolute()
-        self._dist.on_main(self._claim_folder)
         self._run_id, self._checkpoint_dir = self._dist.on_main(lambda: self._start_run(background))
         if background:
             self.tracker.start_in_background()
         # queued until a run starting in the background exists
         self.tracker.log_params(run_params(self.algo, self.config, self.env_spec, self._dist))
 
-    def _claim_folder(self) -> None:
-        """Rank 0: claim an explicit checkpoint folder, or check that the default's root can be
-        written (actors write no checkpoints: they claim nothing)."""
-        if self.is_actor:
-            return
-        if self.config.checkpoint_dir is not None:
-            self._dir_lock = self._claim(self._checkpoint_dir, self.config.run_id)
-        else:
-            check_writable_folder(self._checkpoints_root)
-
     def _start_run(self, background: bool) -> tuple[str | None, Path | None]:
-        """Rank 0: start the run now (unless in the ``background``); the run id and the
-        checkpoint folder."""
+        """Rank 0: claim an explicit checkpoint folder, or check that the default's root can be
+        written (actors write no checkpoints: they claim nothing); then start the run now
+        (unless in the ``background``). Returns the run id and the checkpoint folder."""
+        if not self.is_actor and self.config.checkpoint_dir is not None:
+            self._dir_lock = self._claim(self._checkpoint_dir, self.config.run_id)
+        elif not self.is_actor:
+            check_writable_folder(self._checkpoints_root)
         if background:
             return None, self._checkpoint_dir
         try:
@@ -193,12 +182,15 @@ class Trainer:
             if self._dir_lock is not None:
                 self._dir_lock.set_run_id(started)
             return started, self._checkpoint_dir
-        # without tracking: a time stamp and a random suffix, unique to this Trainer
-        name = started or _unique_folder_name()
-        folder = self._checkpoints_root / name
+        return started, self._claim_default_folder(started)
+
+    def _claim_default_folder(self, run_id: str | None) -> Path:
+        """``checkpoints/<run id>``, without tracking ``checkpoints/<time stamp>-<random>``
+        (unique to this Trainer), claimed (unless by an actor)."""
+        folder = self._checkpoints_root / (run_id or f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}")
         if not self.is_actor:
-            self._dir_lock = self._claim(folder, started)
-        return started, folder
+            self._dir_lock = self._claim(folder, run_id)
+        return folder
 
     @property
     def run_id(self) -> str | None:
@@ -218,10 +210,8 @@ class Trainer:
             rl8.tracking.TrackingError: The run could not be started in the background.
         """
         if self._checkpoint_dir is None:
-            self._check_run_start(wait=True)
-            folder = self._checkpoints_root / (self._run_id or _unique_folder_name())  # the run still starting
-            self._dir_lock = self._claim(folder, self._run_id)
-            self._checkpoint_dir = folder
+            self._check_run_start(wait=True)  # for the run still starting
+            self._checkpoint_dir = self._claim_default_folder(self._run_id)
         return self._checkpoint_dir
 
     def _check_open(self) -> None:
