@@ -8,6 +8,7 @@ from typing import Any
 
 from rl8.fields import check, int_at_least, is_number, optional
 from rl8.training.conditions import EVAL_PREFIX, Condition, HitsUpperBound, MissingStatError, TimeLimit
+from rl8.training.config import TrainerConfig
 
 __all__ = ["as_conditions", "check_eval_plan", "check_run_plan", "run_params"]
 
@@ -72,7 +73,7 @@ def as_conditions(stop_conditions: Condition | Sequence[Condition] | None, *, ma
     return conditions
 
 
-def check_run_plan(config: Any, conditions: Sequence[Condition], steps_per_eval: int | None) -> None:
+def check_run_plan(config: TrainerConfig, conditions: Sequence[Condition], steps_per_eval: int | None) -> None:
     """Before training, what needs evaluations (``steps_per_eval``): a ``MissingStatError`` for
     a condition on an ``eval/`` stat in a run that never evaluates (it could never hold); a
     ``ValueError`` for ``record_every`` (a video at every n-th evaluation) without evaluations,
@@ -80,7 +81,7 @@ def check_run_plan(config: Any, conditions: Sequence[Condition], steps_per_eval:
     at evaluation steps (``checkpoint_every`` a multiple of ``steps_per_eval``).
 
     Args:
-        config: The Trainer's options (:class:`~rl8.training.config.TrainerConfig`).
+        config: The Trainer's options.
         conditions: The run's stop conditions.
         steps_per_eval: Training steps between two evaluations, ``None``: never.
     """
