@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     Args:
         args: The parsed command line (see :func:`rl8.cli.main.build_parser`).
     """
-    from rl8.ppo.distributed import init_distributed
+    from rl8.ppo.distributed import init_distributed, rank_device
     from rl8.training.trainer import Trainer
 
     if args.old_file:
@@ -124,7 +124,8 @@ def run(args: argparse.Namespace) -> int:
     env = config.get("env")
     if not env:
         raise ConfigError("no env: name one in the config file (env: rl8.envs.CartPole) or with --env")
-    hparams = _rank_hparams(_build_hparams(given_hparams, "hparams"))
+    hparams = _build_hparams(given_hparams, "hparams")
+    hparams = hparams.replace(device=rank_device(hparams.device))  # under torchrun with CUDA: cuda:LOCAL_RANK
     conditions = stop_conditions(config)
     run_args = _run_args(config)
     _check_eval_plan(run_args)
@@ -148,13 +149,6 @@ def _run_args(config: Mapping[str, Any], stored: Mapping[str, Any] | None = None
     read = {"env_config": mapping_option, "eval_env_config": mapping_option, "steps_per_eval": int_option}
     stored = stored or {}
     return {key: option(config, key, "config") if key in config else stored.get(key) for key, option in read.items()}
-
-
-def _rank_hparams(hparams: Any) -> Any:
-    """Under torchrun with CUDA, each local rank trains on its own GPU (``cuda:LOCAL_RANK``)."""
-    from rl8.ppo.distributed import rank_device
-    device = rank_device(hparams.device)
-    return hparams if device == hparams.device else hparams.replace(device=device)
 
 
 def _build_algo(env: str, hparams: Any) -> Any:
@@ -280,9 +274,9 @@ def _check_eval_plan(run_args: Mapping[str, Any]) -> None:
 
 def _run(trainer: Any, conditions: list[Any], run_args: Mapping[str, Any]) -> int:
     from rl8.training.conditions import MissingStatError
-    from rl8.training.config import check_register_plan
+    from rl8.training.run_args import check_run_plan
     try:
-        check_register_plan(trainer.config, run_args["steps_per_eval"])
+        check_run_plan(trainer.config, [], run_args["steps_per_eval"])
     except ValueError as exc:  # before training, like a stop condition's missing stat
         raise ConfigError(str(exc).replace("Trainer.run: ", "")) from None
     try:

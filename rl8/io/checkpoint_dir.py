@@ -25,6 +25,7 @@ from rl8.io.checkpoint import (
 )
 from rl8.ppo.distributed import DistContext, current_roles
 from rl8.ppo.resolve import CheckpointError
+from rl8.processes import process_state
 
 try:  # POSIX: locks tell a live writer or run from a dead one (see CheckpointManager, CheckpointDirLock)
     import fcntl
@@ -219,11 +220,12 @@ class CheckpointDirLock:
         self._fd = fd
         _held_locks[self.directory] = self
         if previous and not previous.get("released") and previous.get("pid") != os.getpid():
-            fate = {"ended": "whose process ended without releasing it (killed or crashed)",
+            fate = {"dead": "whose process ended without releasing it (killed or crashed)",
                     "alive": "whose process is alive but no longer holds the lock",
                     "unknown": "which no longer holds the lock (whether its process still runs is not known here)"}
+            state = process_state(previous.get("host"), previous.get("pid"))
             warnings.warn(f"checkpoint_dir {self.directory} was locked by {_describe_owner(previous)}, "
-                          f"{fate[self._process_state(previous)]}; this run takes it over", stacklevel=3)
+                          f"{fate[state]}; this run takes it over", stacklevel=3)
 
     def _open_locked(self, path: Path) -> int:
         """Open and lock the lock file (again if its owner replaced or removed it meanwhile)."""
@@ -264,30 +266,14 @@ class CheckpointDirLock:
             return True
         return False
 
-    def _process_state(self, record: Mapping[str, Any]) -> str:
-        """``"alive"``, ``"ended"`` or ``"unknown"`` (another host, no pid): the process a lock
-        record names."""
-        pid = record.get("pid")
-        if record.get("host") != self._host or not isinstance(pid, int):
-            return "unknown"
-        if pid == os.getpid():
-            return "alive"
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return "ended"
-        except OSError:
-            pass
-        return "alive"
-
     def _alive(self, record: Mapping[str, Any]) -> bool:
         """Whether the process a record names runs on this host (without file locks: Windows)."""
-        return record.get("pid") != os.getpid() and self._process_state(record) == "alive"
+        return record.get("pid") != os.getpid() and process_state(record.get("host"), record.get("pid")) == "alive"
 
     def _busy(self, record: Mapping[str, Any]) -> CheckpointDirError:
         """The error for a folder whose lock a live process holds (``record``: what its lock file says)."""
         named, released = isinstance(record.get("pid"), int), record.get("released")
-        if named and not released and self._process_state(record) != "ended":
+        if named and not released and process_state(record.get("host"), record.get("pid")) != "dead":
             mine = " (a Trainer of this process: close() it first)" if record["pid"] == os.getpid() else ""
             return CheckpointDirError(
                 f"checkpoint_dir {self.directory} is in use by {_describe_owner(record)}{mine}; two runs "

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
-import socket
 import time
 from collections.abc import Iterator
 from typing import Any
 
 from rl8.mlflow_http import bounded_requests
+from rl8.processes import process_state
 from rl8.tracking.common import TrackingError
 from rl8.tracking.store import ready_store
 
@@ -39,18 +38,6 @@ class RunProcess:
     pid: int | None
     start_time_s: float
     process: str
-
-
-def _process_state(host: str | None, pid: int | None) -> str:
-    if host != socket.gethostname() or pid is None or pid <= 0:
-        return "unknown"
-    try:
-        os.kill(pid, 0)  # signal 0: only checks that the process exists
-    except ProcessLookupError:
-        return "dead"
-    except PermissionError:  # it exists, owned by another user
-        pass
-    return "alive"
 
 
 @contextlib.contextmanager
@@ -103,7 +90,7 @@ def running_runs(tracking_uri: str | None = None, *, experiment: str | None = No
                 info = run.info
                 out.append(RunProcess(info.run_id, names.get(info.experiment_id, info.experiment_id),
                                       info.run_name or "", host, pid, (info.start_time or 0) / 1000,
-                                      _process_state(host, pid)))
+                                      process_state(host, pid)))
             if not (token := page.token):
                 break
     return sorted(out, key=lambda r: r.start_time_s)

@@ -22,7 +22,7 @@ def asks_to_stop(answer: Any, callback: Any) -> bool:
     if isinstance(answer, str) and answer == STOP:
         return True
     if answer is not None and type(answer).__name__ in ("bool", "bool_"):
-        warnings.warn(f"the callback {getattr(callback, '__name__', None) or callback!r} returned {answer!r}, "
+        warnings.warn(f"the callback {callback_name(callback)} returned {answer!r}, "
                       f"which rl8 ignores: return rl8.STOP (\"stop\") to stop the run, None to go on", UserWarning,
                       stacklevel=5)
     return False

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from rl8.ppo.distributed import DistContext
     from rl8.ppo.algorithm import PPO
 
-__all__ = ["TrainerConfig", "check_register_plan", "run_params"]
+__all__ = ["TrainerConfig", "run_params"]
 
 # the checks of the options (see rl8.fields.Check)
 _COUNT = optional(int_at_least(1))
@@ -251,22 +251,6 @@ class TrainerConfig:
 
 
 TrainerConfig.__doc__ = (TrainerConfig.__doc__ or "") + attributes_doc(TrainerConfig)
-
-
-def check_register_plan(config: TrainerConfig, steps_per_eval: int | None) -> None:
-    """Before training: a ``ValueError`` when ``register_as`` ranks the checkpoints by an
-    ``eval/`` stat but they are not written at evaluation steps (``config.checkpoint_every`` a
-    multiple of ``steps_per_eval``, the evaluation period of :meth:`rl8.Trainer.run`)."""
-    if config.register_as is None or not config.register_metric.startswith("eval/"):
-        return
-    every = config.checkpoint_every
-    if steps_per_eval is None or every is None or every % steps_per_eval:
-        raise ValueError(
-            f"Trainer.run: register_as={config.register_as!r} ranks the checkpoints by "
-            f"{config.register_metric!r}, an evaluation stat, which only the checkpoints written at "
-            f"evaluation steps have: set checkpoint_every (now {every}) to a multiple of steps_per_eval "
-            f"(now {steps_per_eval}), e.g. both to 10 (rl8 train: --checkpoint-every 10 --steps-per-eval 10)"
-        )
 
 
 def run_params(algo: PPO, config: TrainerConfig, env_spec: str | None, dist: DistContext) -> dict[str, Any]:

@@ -150,15 +150,6 @@ def unknown_hparam(key: Any, where: str) -> ConfigError:
     return ConfigError(unknown_hparam_message(key, where))
 
 
-def _clean_hparams(hparams: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """:meth:`rl8.HParams.read_config`: names checked, numeric strings as numbers."""
-    from rl8.ppo.hparams import HParams
-    try:
-        return HParams.read_config(hparams, where)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-
-
 def int_option(config: Mapping[str, Any], key: str, where: str, minimum: int = 1) -> int | None:
     """``config[key]`` as an int >= ``minimum`` (numeric strings as numbers) or ``None``, else a
     :class:`ConfigError` naming ``where`` and ``key``."""
@@ -225,9 +216,13 @@ def check_config(config: Mapping[str, Any], where: str) -> None:
     if config.get("env") is not None and not isinstance(config["env"], str):
         raise ConfigError(f"{where}: env must be a string (a dotted path or a gymnasium id), got {config['env']!r}")
     if config.get("hparams") is not None:
+        from rl8.ppo.hparams import HParams
         if not isinstance(config["hparams"], Mapping):
             raise ConfigError(f"{where}: hparams must be a mapping, got {config['hparams']!r}")
-        _clean_hparams(config["hparams"], f"{where}: hparams")
+        try:  # names checked, numeric strings read as numbers
+            HParams.read_config(config["hparams"], f"{where}: hparams")
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
     for key in ("env_config", "eval_env_config"):
         mapping_option(config, key, where)
     for key in ("steps_per_eval", "max_steps"):

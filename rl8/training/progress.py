@@ -76,14 +76,6 @@ def _condition_label(condition: Condition) -> str:
     return repr(condition)
 
 
-def _slope(points: Sequence[tuple[float, float]]) -> float:
-    """The least-squares slope of ``(time, value)`` points (value per second)."""
-    try:
-        return statistics.linear_regression(*zip(*points)).slope
-    except statistics.StatisticsError:  # all at one time
-        return 0.0
-
-
 def mlflow_ui_command(uri: str) -> str:
     """The command that shows the runs of the tracking URI ``uri`` (``mlflow ui``, with
     ``--backend-store-uri URI`` for another store than ``./mlflow.db``, or the server's address),
@@ -220,7 +212,10 @@ class Progress:
         points = self._trends.get(i)
         if not points or len(points) < 3:
             return None
-        slope = _slope(points)
+        try:  # value per second, least squares
+            slope = statistics.linear_regression(*zip(*points)).slope
+        except statistics.StatisticsError:  # all at one time
+            return None
         remaining = condition.bound - points[-1][1]  # type: ignore[attr-defined]
         if slope == 0 or (remaining > 0) != (slope > 0):
             return None

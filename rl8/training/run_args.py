@@ -8,8 +8,9 @@ from typing import Any
 
 from rl8.fields import check, int_at_least, is_number, optional
 from rl8.training.conditions import EVAL_PREFIX, Condition, HitsUpperBound, MissingStatError, TimeLimit
+from rl8.training.config import TrainerConfig
 
-__all__ = ["as_conditions", "check_eval_plan", "check_eval_stats", "check_record_plan", "run_params"]
+__all__ = ["as_conditions", "check_eval_plan", "check_run_plan", "run_params"]
 
 # the checks of Trainer.run's numbers (see rl8.fields.Check)
 _RUN_CHECKS = {
@@ -72,12 +73,19 @@ def as_conditions(stop_conditions: Condition | Sequence[Condition] | None, *, ma
     return conditions
 
 
-def check_eval_stats(conditions: Sequence[Condition], steps_per_eval: int | None) -> None:
-    """Before training: a ``MissingStatError`` for a condition on an ``eval/`` stat in a run
-    without evaluations (it could never hold)."""
-    if steps_per_eval is not None:
-        return
-    for i, condition in enumerate(conditions):
+def check_run_plan(config: TrainerConfig, conditions: Sequence[Condition], steps_per_eval: int | None) -> None:
+    """Before training, what needs evaluations (``steps_per_eval``): a ``MissingStatError`` for
+    a condition on an ``eval/`` stat in a run that never evaluates (it could never hold); a
+    ``ValueError`` for ``record_every`` (a video at every n-th evaluation) without evaluations,
+    or for ``register_as`` ranking the checkpoints by an ``eval/`` stat when they are not written
+    at evaluation steps (``checkpoint_every`` a multiple of ``steps_per_eval``).
+
+    Args:
+        config: The Trainer's options.
+        conditions: The run's stop conditions.
+        steps_per_eval: Training steps between two evaluations, ``None``: never.
+    """
+    for i, condition in enumerate(conditions if steps_per_eval is None else ()):
         for name in condition.stat_names():
             if name.startswith(EVAL_PREFIX):
                 raise MissingStatError(
@@ -86,15 +94,20 @@ def check_eval_stats(conditions: Sequence[Condition], steps_per_eval: int | None
                     "hold: pass steps_per_eval=N to evaluate every N training steps (rl8 train: "
                     f"--steps-per-eval N), or bound the training stat {name[len(EVAL_PREFIX):]!r}"
                 )
-
-
-def check_record_plan(record_every: int | None, steps_per_eval: int | None) -> None:
-    """Before training: ``record_every`` (a video at every n-th evaluation) needs evaluations."""
-    if record_every is not None and steps_per_eval is None:
+    if config.record_every is not None and steps_per_eval is None:
         raise ValueError(
-            f"Trainer.run: record_every={record_every} records a video at every "
-            f"{record_every}-th evaluation, but steps_per_eval is None (no evaluations); "
+            f"Trainer.run: record_every={config.record_every} records a video at every "
+            f"{config.record_every}-th evaluation, but steps_per_eval is None (no evaluations); "
             "set steps_per_eval"
+        )
+    every = config.checkpoint_every
+    ranks_by_eval = config.register_as is not None and config.register_metric.startswith(EVAL_PREFIX)
+    if ranks_by_eval and (steps_per_eval is None or every is None or every % steps_per_eval):
+        raise ValueError(
+            f"Trainer.run: register_as={config.register_as!r} ranks the checkpoints by "
+            f"{config.register_metric!r}, an evaluation stat, which only the checkpoints written at "
+            f"evaluation steps have: set checkpoint_every (now {every}) to a multiple of steps_per_eval "
+            f"(now {steps_per_eval}), e.g. both to 10 (rl8 train: --checkpoint-every 10 --steps-per-eval 10)"
         )
 
 

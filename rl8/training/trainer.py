@@ -33,14 +33,14 @@ from rl8.tracking.common import TrackingError, TrackingWarning
 from rl8.training.actors import Learner, check_actor_config, run_actor
 from rl8.training.callbacks import CallbackLike, as_callbacks, callback_name, run_callbacks
 from rl8.training.conditions import Condition
-from rl8.training.config import TrainerConfig, check_register_plan, run_params
+from rl8.training.config import TrainerConfig, run_params
 from rl8.training.eval_envs import EvalEnvs
 from rl8.training.progress import Progress, is_nan
 from rl8.training.resume import (
     Resuming, RunRecord, absolute_tracking_uri, algo_from_checkpoint, check_finite_policy, log_policy_artifacts,
     resuming, resuming_from, write_checkpoint,
 )
-from rl8.training.run_args import as_conditions, check_eval_plan, check_eval_stats, check_record_plan
+from rl8.training.run_args import as_conditions, check_eval_plan, check_run_plan
 from rl8.training.run_args import run_params as run_arg_params
 from rl8.training.signals import StopSignals, signal_exit
 from rl8.version import __version__
@@ -81,11 +81,6 @@ def _memory_stats(device: torch.device) -> dict[str, float]:
     return out
 
 
-def _unique_folder_name() -> str:
-    """A checkpoint folder's name without a run id: a time stamp and a random suffix."""
-    return f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
-
-
 class Trainer:
     """Train a :class:`~rl8.PPO` algorithm with stop conditions, MLflow tracking and checkpoints
     (see ``docs/checkpoints.md``). Creating it starts its MLflow run (see
@@ -103,6 +98,8 @@ class Trainer:
         experiment: The MLflow experiment name (``config.experiment`` or the env's name).
         metadata: ``config.metadata`` as a dict (stored in every checkpoint).
         tracker: The :class:`~rl8.tracking.Tracker` of the MLflow run.
+        eval_envs: The :class:`~rl8.training.eval_envs.EvalEnvs` that :meth:`eval` and
+            :meth:`record` run in.
         last_checkpoint: Path of the latest checkpoint written or loaded, or ``None``.
         stopped_by: The stop condition that ended the latest :meth:`run`, or ``None``.
     """
@@ -114,7 +111,7 @@ class Trainer:
         self.algo = algo
         self.env_spec = env_spec_string(algo.env_spec)
         self.experiment = config.experiment or _env_name(algo.env_spec)
-        self._envs = EvalEnvs(algo, config.eval_num_envs, config.eval_num_steps)
+        self.eval_envs = EvalEnvs(algo, config.eval_num_envs, config.eval_num_steps)
         self.stopped_by: Condition | None = None
         self.metadata = dict(config.metadata or {})
         self.closed = False
@@ -160,26 +157,20 @@ class Trainer:
         given = config.checkpoint_dir  # None: checkpoints/<run id> once the run id is known
         self._checkpoint_dir: Path | None = None if given is None else Path(given).absolute()
         self._checkpoints_root = Path("checkpoints").absolute()
-        self._dist.on_main(self._claim_folder)
         self._run_id, self._checkpoint_dir = self._dist.on_main(lambda: self._start_run(background))
         if background:
             self.tracker.start_in_background()
         # queued until a run starting in the background exists
         self.tracker.log_params(run_params(self.algo, self.config, self.env_spec, self._dist))
 
-    def _claim_folder(self) -> None:
-        """Rank 0: claim an explicit checkpoint folder, or check that the default's root can be
-        written (actors write no checkpoints: they claim nothing)."""
-        if self.is_actor:
-            return
-        if self.config.checkpoint_dir is not None:
-            self._dir_lock = self._claim(self._checkpoint_dir, self.config.run_id)
-        else:
-            check_writable_folder(self._checkpoints_root)
-
     def _start_run(self, background: bool) -> tuple[str | None, Path | None]:
-        """Rank 0: start the run now (unless in the ``background``); the run id and the
-        checkpoint folder."""
+        """Rank 0: claim an explicit checkpoint folder, or check that the default's root can be
+        written (actors write no checkpoints: they claim nothing); then start the run now
+        (unless in the ``background``). Returns the run id and the checkpoint folder."""
+        if not self.is_actor and self.config.checkpoint_dir is not None:
+            self._dir_lock = self._claim(self._checkpoint_dir, self.config.run_id)
+        elif not self.is_actor:
+            check_writable_folder(self._checkpoints_root)
         if background:
             return None, self._checkpoint_dir
         try:
@@ -191,12 +182,15 @@ class Trainer:
             if self._dir_lock is not None:
                 self._dir_lock.set_run_id(started)
             return started, self._checkpoint_dir
-        # without tracking: a time stamp and a random suffix, unique to this Trainer
-        name = started or _unique_folder_name()
-        folder = self._checkpoints_root / name
+        return started, self._claim_default_folder(started)
+
+    def _claim_default_folder(self, run_id: str | None) -> Path:
+        """``checkpoints/<run id>``, without tracking ``checkpoints/<time stamp>-<random>``
+        (unique to this Trainer), claimed (unless by an actor)."""
+        folder = self._checkpoints_root / (run_id or f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}")
         if not self.is_actor:
-            self._dir_lock = self._claim(folder, started)
-        return started, folder
+            self._dir_lock = self._claim(folder, run_id)
+        return folder
 
     @property
     def run_id(self) -> str | None:
@@ -216,10 +210,8 @@ class Trainer:
             rl8.tracking.TrackingError: The run could not be started in the background.
         """
         if self._checkpoint_dir is None:
-            self._check_run_start(wait=True)
-            folder = self._checkpoints_root / (self._run_id or _unique_folder_name())  # the run still starting
-            self._dir_lock = self._claim(folder, self._run_id)
-            self._checkpoint_dir = folder
+            self._check_run_start(wait=True)  # for the run still starting
+            self._checkpoint_dir = self._claim_default_folder(self._run_id)
         return self._checkpoint_dir
 
     def _check_open(self) -> None:
@@ -311,7 +303,7 @@ class Trainer:
 
     def _eval(self, env_config: dict[str, Any] | None, deterministic: bool) -> TrainStats:
         t0 = time.perf_counter()
-        raw = self._envs.evaluate(env_config, deterministic)
+        raw = self.eval_envs.evaluate(env_config, deterministic)
         stats = TrainStats({f"eval/{k}": v for k, v in raw.items()})
         stats["profiling/eval_ms"] = 1000.0 * (time.perf_counter() - t0)
         return stats
@@ -358,16 +350,11 @@ class Trainer:
         self._check_open()
         if path is None:
             path = self.checkpoint_dir / "videos" / f"video-{int(self.algo.env_steps)}.mp4"
-        written = self._envs.record(path, deterministic=deterministic, max_steps=max_steps,
+        written = self.eval_envs.record(path, deterministic=deterministic, max_steps=max_steps,
                                     env_config=env_config, fps=fps)
         if self.tracker.enabled and self._dist.is_main:
             self.tracker.log_artifact(written, "videos")  # queued with async_logging
         return written
-
-    @property
-    def eval_envs(self) -> EvalEnvs:
-        """The envs that :meth:`eval` and :meth:`record` run in."""
-        return self._envs
 
     def run(
         self,
@@ -411,12 +398,10 @@ class Trainer:
         if self.is_actor:  # collect until the learners stop the job
             return TrainStats(run_actor(self.algo, self.config, env_config=env_config))
         check_eval_plan(steps_per_eval, eval_env_config)
-        check_record_plan(self.config.record_every, steps_per_eval)
+        conditions = as_conditions(stop_conditions, max_env_steps=max_env_steps, max_seconds=max_seconds)
+        check_run_plan(self.config, conditions, steps_per_eval)
         if self.config.record_every is not None and self._dist.is_main:
             self.eval_envs.check_can_record()
-        conditions = as_conditions(stop_conditions, max_env_steps=max_env_steps, max_seconds=max_seconds)
-        check_eval_stats(conditions, steps_per_eval)
-        check_register_plan(self.config, steps_per_eval)
         callbacks = as_callbacks(callbacks)
         if eval_env_config is None:
             eval_env_config = env_config
@@ -733,7 +718,7 @@ class Trainer:
             self.tracker.end(status, timeout_s=timeout_s)
         finally:
             self._release_folder()
-            self._envs.close()
+            self.eval_envs.close()
             self.algo.close()
         # only now: when ending the run raised, the exit hook still ends it
         self.closed = True

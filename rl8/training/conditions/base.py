@@ -183,13 +183,6 @@ class StatCondition(Condition):
     def stat_names(self) -> list[str]:
         return [self.key]
 
-    def _peek(self, stats: Mapping[str, float]) -> float | None:
-        """Like :meth:`_lookup` but ``None`` instead of raising (for :meth:`progress`)."""
-        try:
-            return float(stats[self.key])
-        except (KeyError, TypeError, ValueError):
-            return None
-
     def state_dict(self) -> dict[str, Any]:
         return {"type": type(self).__name__, "key": self.key}
 

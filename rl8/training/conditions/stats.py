@@ -40,8 +40,11 @@ class HitsUpperBound(_Bound):
     def progress(self, stats: Mapping[str, float]) -> float | None:
         if not self.key.startswith(COUNTER_PREFIXES):
             return None
-        value = self._peek(stats)
-        if value is None or math.isnan(value):
+        try:  # never raises for a missing or bad value
+            value = float(stats[self.key])
+        except (KeyError, TypeError, ValueError):
+            return None
+        if math.isnan(value):
             return None
         if self.bound <= 0:
             return 1.0 if value >= self.bound else 0.0
