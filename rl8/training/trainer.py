@@ -274,12 +274,12 @@ class Trainer:
         if self._learner is not None:
             self._learner.stop()
 
-    def _log(self, stats: Mapping[str, float]) -> None:
-        """All stats in one request, at step ``env/steps``; NaN values are left out."""
+    def _log(self, stats: Mapping[str, float], *, evaluated: bool = False) -> None:
+        """All stats in one request, at step ``env/steps``; NaN values are left out. An
+        evaluation's stats are logged whatever ``log_every`` says."""
         self._check_open()
         self._check_run_start()
         metrics = {k: float(v) for k, v in stats.items() if not is_nan(v)}
-        evaluated = any(k.startswith("eval/") for k in metrics)  # logged whatever log_every says
         self.tracker.log_metrics(metrics, step=int(self.algo.env_steps), always=evaluated)
 
     def flush(self) -> None:
@@ -320,7 +320,7 @@ class Trainer:
             ``eval/<rollout stat>`` and ``profiling/eval_ms``, logged at the current ``env/steps``.
         """
         stats = self._eval(env_config, deterministic)
-        self._log(stats)
+        self._log(stats, evaluated=True)
         return stats
 
     def record(
@@ -457,7 +457,7 @@ class Trainer:
                         if config.record_every and (algo.steps // steps_per_eval) % config.record_every == 0:
                             stats.update(self._record_eval(eval_env_config))
                     stopped_by_callback = run_callbacks(callbacks, self, stats, evaluated)
-                    self._log(stats)
+                    self._log(stats, evaluated=evaluated)
                     held = [bool(condition(stats)) for condition in conditions]
                     self._conditions_met = any(held)
                     progress.update(stats, conditions, held=held)
