@@ -202,17 +202,15 @@ class CheckpointDirLock:
             # the same run resumed in this process (a Trainer left open): the claim moves here
             fd, previous = holder.hand_over(), {}
         else:
-            fd = self._open_locked(path)
-            try:
+            fd, previous = self._open_locked(path), None
+        try:
+            if previous is None:
                 previous = self._read(fd)
-                if fcntl is None and self._alive(previous):
-                    raise self._busy(previous)
+                pid = previous.get("pid")
+                if fcntl is None and pid != os.getpid() and process_state(previous.get("host"), pid) == "alive":
+                    raise self._busy(previous)  # without file locks (Windows): the record tells
                 if not self._same_run(previous.get("run_id"), run_id, resumed_from):
                     self._check_no_checkpoints(previous)
-            except BaseException:
-                os.close(fd)
-                raise
-        try:
             self._write(fd)
         except BaseException:
             os.close(fd)
@@ -245,8 +243,11 @@ class CheckpointDirLock:
                 if not stat.S_ISREG(os.fstat(fd).st_mode):
                     raise CheckpointDirError(f"checkpoint_dir {self.directory}: its lock file {path} is "
                                              "not a regular file; remove it")
-                if not self._lock(fd):
-                    raise self._busy(self._read(fd))
+                try:
+                    if fcntl is not None:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    raise self._busy(self._read(fd)) from None
                 try:
                     same = os.stat(path).st_ino == os.fstat(fd).st_ino
                 except FileNotFoundError:
@@ -257,18 +258,6 @@ class CheckpointDirLock:
             if same:
                 return fd
             os.close(fd)
-
-    @staticmethod
-    def _lock(fd: int) -> bool:
-        with contextlib.suppress(OSError):
-            if fcntl is not None:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return True
-        return False
-
-    def _alive(self, record: Mapping[str, Any]) -> bool:
-        """Whether the process a record names runs on this host (without file locks: Windows)."""
-        return record.get("pid") != os.getpid() and process_state(record.get("host"), record.get("pid")) == "alive"
 
     def _busy(self, record: Mapping[str, Any]) -> CheckpointDirError:
         """The error for a folder whose lock a live process holds (``record``: what its lock file says)."""
@@ -411,14 +400,10 @@ def resolve_checkpoint(ref: str | os.PathLike[str], *, tracking_uri: str | None 
 
 
 def read_checkpoint(ref: str | os.PathLike[str], *, tracking_uri: str | None = None) -> tuple[Path, dict[str, Any]]:
-    """The file of :func:`resolve_checkpoint` and its content as this rank loads it (rank 0
-    reads it for every rank; an actor reads it itself and gets its own entry as ``"actor"``,
-    ``None`` without actor states); a ``CheckpointError`` if it was written by another job.
-
-    Args:
-        ref: As for :func:`resolve_checkpoint`.
-        tracking_uri: As for :func:`resolve_checkpoint`.
-    """
+    """The file of :func:`resolve_checkpoint` (``ref``, ``tracking_uri``: as there) and its content
+    as this rank loads it (rank 0 reads it for every rank; an actor reads it itself and gets its
+    own entry as ``"actor"``, ``None`` without actor states); a ``CheckpointError`` if it was
+    written by another job."""
     roles = current_roles()
     if roles is not None and roles.is_actor:
         file = resolve_checkpoint(ref, tracking_uri=tracking_uri)
@@ -467,14 +452,9 @@ def _checkpoint_for_rank(state: dict[str, Any], file: Path, rank: int, world_siz
 
 
 def checkpoint_for_actor(state: dict[str, Any], file: Path, rank: int) -> dict[str, Any]:
-    """The checkpoint as actor rank ``rank`` loads it: the learners' entries, and as
-    ``"actor"`` its own state or ``None``; a ``CheckpointError`` for a job of other actors.
-
-    Args:
-        state: The loaded checkpoint.
-        file: Its path, for messages.
-        rank: The actor's rank.
-    """
+    """The loaded checkpoint ``state`` (of ``file``, named in messages) as actor rank ``rank`` loads
+    it: the learners' entries, and as ``"actor"`` its own state or ``None``; a ``CheckpointError``
+    for a job of other actors."""
     _check_actor_entries(state, file)
     saved = state.get("actors")
     out = {k: v for k, v in state.items() if k not in ("distributed", "actors")}
