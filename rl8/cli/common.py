@@ -17,13 +17,8 @@ __all__ = [
 
 @contextlib.contextmanager
 def config_errors(prefix: str = "", errors: tuple[type[Exception], ...] = (ValueError,)) -> Iterator[None]:
-    """Raise the block's ``errors`` as a one-line :class:`ConfigError`: ``prefix``, then their message
-    (a ``KeyError``'s unquoted, ``Trainer.run``'s without its name).
-
-    Args:
-        prefix: The start of the message (``"--model-cls: "``).
-        errors: The exception types to convert.
-    """
+    """Raise the block's ``errors`` (exception types) as a one-line :class:`ConfigError`: ``prefix``,
+    then their message (a ``KeyError``'s unquoted, ``Trainer.run``'s without its name)."""
     try:
         yield
     except errors as exc:

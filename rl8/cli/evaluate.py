@@ -14,11 +14,8 @@ __all__ = ["run"]
 
 
 def run(args: argparse.Namespace) -> int:
-    """``rl8 eval``: run the policy and print its episode returns; the exit status.
-
-    Args:
-        args: The parsed command line (see :func:`rl8.cli.main.build_parser`).
-    """
+    """``rl8 eval``: run the policy of ``args`` (the parsed command line) and print its episode
+    returns; the exit status."""
     import torch
 
     from rl8.ppo.algorithm import make_env

@@ -88,16 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"rl8 {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    _add_train_command(commands)
-    _add_eval_command(commands)
-    _add_record_command(commands)
-    _add_runs_command(commands)
-    _add_export_command(commands)
-    _add_sweep_command(commands)
-    return parser
 
-
-def _add_train_command(commands) -> None:
     train = commands.add_parser(
         "train", help="train a policy (from a YAML config and/or flags)",
         description="Train with PPO. Flags override the config file. See docs/cli.md.",
@@ -127,8 +118,6 @@ def _add_train_command(commands) -> None:
                        help="with --resume: " + _TRUST_CODE_HELP.format(what="checkpoint"))
     train.set_defaults(func=train_command.run)
 
-
-def _add_eval_command(commands) -> None:
     evaluate = commands.add_parser(
         "eval", help="run a saved policy and print episode returns",
         description="Run a policy from a policy file, a checkpoint (file or folder) or an MLflow run.",
@@ -141,8 +130,6 @@ def _add_eval_command(commands) -> None:
                           help="steps per env at most (default 100000; 1000 for envs without episodes)")
     evaluate.set_defaults(func=evaluate_command.run)
 
-
-def _add_record_command(commands) -> None:
     record = commands.add_parser(
         "record", help="record an MP4 video of a saved policy (needs imageio and imageio-ffmpeg: the video extra)",
         description="Write an MP4 video (H.264) of one episode of a policy file, a checkpoint (file or "
@@ -158,8 +145,6 @@ def _add_record_command(commands) -> None:
                         help="frames per second (default: the env's metadata['render_fps'])")
     record.set_defaults(func=record_command.run)
 
-
-def _add_runs_command(commands) -> None:
     runs = commands.add_parser(
         "runs", help="list RUNNING MLflow runs and their process; --clean marks dead ones FAILED",
         description="List the RUNNING MLflow runs with the host, pid and state of their process. --clean "
@@ -174,8 +159,6 @@ def _add_runs_command(commands) -> None:
                       help="MLflow tracking URI (default: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
     runs.set_defaults(func=runs_command.run)
 
-
-def _add_export_command(commands) -> None:
     export = commands.add_parser(
         "export", help="write a saved policy's deterministic actor as ONNX or TorchScript (for a robot)",
         description="Write the deterministic actor (with its observation normalisation) of a policy file, a "
@@ -192,12 +175,10 @@ def _add_export_command(commands) -> None:
                         help="trust the file: import the modules it names that rl8's registry lacks")
     export.set_defaults(func=export_command.run)
 
-
-def _add_sweep_command(commands) -> None:
     sweep = commands.add_parser(
         "sweep", help="search hyper-parameters with Optuna, each trial a nested MLflow run (the sweep extra)",
         description="Train trials of a config with hyper-parameters sampled from a search space (YAML), JOBS "
-                    "processes at once, pruned by their evaluations; --storage keeps the study: run again, it continues.",
+                    "processes at once, pruned by their evaluations; run again, it continues (see --storage).",
     )
     sweep.add_argument("config", help="YAML config file of rl8 train, or a preset: NAME or preset:NAME")
     sweep.add_argument("--space", required=True, metavar="SPACE.yaml",
@@ -217,6 +198,7 @@ def _add_sweep_command(commands) -> None:
     sweep.add_argument("--max-seconds", type=_duration, metavar="TIME", help="each trial's budget in seconds (or 30m, 2h)")
     sweep.add_argument("--seed", type=int, help="seed of the sampler (the trials train with the config's seed)")
     sweep.set_defaults(func=sweep_command.run)
+    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -239,7 +221,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"rl8: error: {exc}", file=sys.stderr)
         # configuration mistakes (CheckpointDirError: an unusable checkpoint_dir) exit with 2
         return 2 if isinstance(exc, (ConfigError, CheckpointDirError)) else 1
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -12,11 +12,7 @@ __all__ = ["run"]
 
 
 def run(args: argparse.Namespace) -> int:
-    """``rl8 record``: write the video; the exit status.
-
-    Args:
-        args: The parsed command line (see :func:`rl8.cli.main.build_parser`).
-    """
+    """``rl8 record``: write the video that ``args`` (the parsed command line) ask for; the exit status."""
     from rl8.training.video import RenderError, make_recording_env, prepare_headless_rendering, record_video
     _check_output(args.output, args.force)
     prepare_headless_rendering()  # before an env imports mujoco

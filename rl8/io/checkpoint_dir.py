@@ -171,18 +171,15 @@ def _describe_owner(record: Mapping[str, Any]) -> str:
 class CheckpointDirLock:
     """The claim of one run on its checkpoint folder, held until :meth:`release` or the end of
     the process (docs/trainer.md, one run per checkpoint folder): it writes and locks the lock
-    file :data:`CHECKPOINT_DIR_LOCK`, refusing a folder locked by a live process or holding
-    another run's checkpoints; a lock left by a dead process is taken over with a warning.
+    file :data:`CHECKPOINT_DIR_LOCK`, refusing (:class:`CheckpointDirError`) a folder it cannot
+    create or write, one locked by a live process or one holding another run's checkpoints; a
+    lock left by a dead process is taken over with a warning.
 
     Args:
         directory: The checkpoint folder.
         run_id: The MLflow run id of the run claiming it, when known (``None``: a new run, or
             no tracking); see :meth:`set_run_id`.
         resumed_from: The checkpoint file this run resumes from, ``None`` for a new run.
-
-    Raises:
-        CheckpointDirError: The folder cannot be created or written, is locked by a live
-            process, or holds another run's checkpoints.
     """
 
     def __init__(self, directory: str | os.PathLike[str], *, run_id: str | None = None,
