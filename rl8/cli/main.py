@@ -140,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the MP4 file to write (default video.mp4); refused if it exists and is no MP4")
     record.add_argument("--force", action="store_true", help="write over an existing -o file of any kind")
     record.add_argument("--max-steps", type=_positive_int, metavar="N",
-                        help="env steps at most (default: the env's episode limit, else 1000)")
+                        help="env steps at most (default: one episode, at most the env's episode limit, else 1000)")
     record.add_argument("--fps", type=_positive_float, metavar="N",
                         help="frames per second (default: the env's metadata['render_fps'])")
     record.set_defaults(func=record_command.run)

@@ -94,12 +94,8 @@ def save_model(policy: Any, path: str | Path, *, env: dict[str, Any] | None = No
 
 class PolicyModel:
     """What ``mlflow.pyfunc.load_model`` wraps: ``predict`` maps a batch of observations to env
-    actions with the policy's :meth:`~rl8.Policy.predict` (a recurrent policy starts new
-    episodes at every call).
-
-    Args:
-        policy: The :class:`rl8.Policy`.
-    """
+    actions with ``policy``'s (a :class:`rl8.Policy`) :meth:`~rl8.Policy.predict` (a recurrent
+    policy starts new episodes at every call)."""
 
     def __init__(self, policy: Any) -> None:
         self.policy = policy

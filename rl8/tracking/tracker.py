@@ -421,13 +421,9 @@ class Tracker:
             self._deliver(force=False, stacklevel=5)
 
     def log_params(self, params: Mapping[str, Any]) -> None:
-        """Record the run's configuration as MLflow params (:func:`flatten_params`). A param logged
-        again with another value is logged as ``"resumed/<key>"`` on a resumed run (once), else
-        dropped with a :class:`TrackingWarning` (see ``docs/tracking.md``).
-
-        Args:
-            params: A (possibly nested) mapping of names to values.
-        """
+        """Record the run's configuration ``params``, a (possibly nested) mapping of names to values,
+        as MLflow params (:func:`flatten_params`). A param logged again with another value is logged
+        as ``"resumed/<key>"`` on a resumed run (once), else dropped with a :class:`TrackingWarning`."""
         if not self.enabled:
             return
         self._check_started()
