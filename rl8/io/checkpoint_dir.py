@@ -82,13 +82,9 @@ class CheckpointManager:
         return int(match.group(1)) if match else None
 
     def save(self, state: Mapping[str, Any], step: int) -> Path:
-        """Write ``state`` as the checkpoint of ``step``, then prune old checkpoints (never the
-        one just written) and stale temporary files; returns the path written.
-
-        Args:
-            state: See :func:`save_checkpoint`.
-            step: Training progress the checkpoint belongs to (e.g. ``env/steps``), an int >= 0.
-        """
+        """Write ``state`` (see :func:`save_checkpoint`) as the checkpoint of ``step`` (the training
+        progress it belongs to, e.g. ``env/steps``, an int >= 0), then prune old checkpoints (never
+        the one just written) and stale temporary files; returns the path written."""
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
             raise ValueError(f"CheckpointManager.save: step must be an int >= 0, got {step!r}")
         path = save_checkpoint(state, self.path_for(step))
@@ -357,13 +353,9 @@ class CheckpointDirLock:
 
 
 def resolve_checkpoint(ref: str | os.PathLike[str], *, tracking_uri: str | None = None) -> Path:
-    """The checkpoint file named by a path, a folder (its latest) or an MLflow run id
-    (``FileNotFoundError`` if none).
-
-    Args:
-        ref: A checkpoint file, a folder of numbered checkpoints, or an MLflow run id.
-        tracking_uri: The MLflow store of the run id; ``None``: MLflow's default.
-    """
+    """The checkpoint file that ``ref`` names: a checkpoint file, a folder of numbered checkpoints
+    (its latest) or an MLflow run id of the store ``tracking_uri`` (``None``: MLflow's default);
+    ``FileNotFoundError`` if none."""
     text = os.fspath(ref)
     path = Path(text)
     if path.is_dir():

@@ -317,13 +317,9 @@ def _model_policy_file(folder: Path, source: Any) -> Path:
 
 
 def read_policy(run_id_or_path: str | os.PathLike[str], *, tracking_uri: str | None = None) -> dict[str, Any]:
-    """The policy description (see :func:`policy_to_dict`) from a file, folder or MLflow run
-    (errors as :func:`load_policy`).
-
-    Args:
-        run_id_or_path: See :func:`load_policy` (a folder without checkpoints: its ``policy.pt``).
-        tracking_uri: MLflow tracking URI for run ids; ``None``: MLflow's default.
-    """
+    """The policy description (see :func:`policy_to_dict`) that ``run_id_or_path`` names, as for
+    :func:`load_policy` (a folder without checkpoints: its ``policy.pt``; run ids of the store
+    ``tracking_uri``, ``None``: MLflow's default), with the same errors."""
     ref = os.fspath(run_id_or_path)
     path, model = Path(ref), ref.startswith("models:/")
     if model or not path.exists():

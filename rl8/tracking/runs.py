@@ -54,13 +54,9 @@ def _bounded(uri: str | None) -> Iterator[None]:
 
 
 def running_runs(tracking_uri: str | None = None, *, experiment: str | None = None) -> list[RunProcess]:
-    """The ``RUNNING`` runs of a tracking store, oldest first, with the state of their process
-    (see ``docs/cli.md``); a ``TrackingError`` for an experiment that does not exist.
-
-    Args:
-        tracking_uri: The store (default: MLflow's).
-        experiment: Only this experiment's runs; ``None``: every experiment.
-    """
+    """The ``RUNNING`` runs of the store ``tracking_uri`` (default: MLflow's), of ``experiment``
+    only (``None``: of every one), oldest first, with the state of their process (see
+    ``docs/cli.md``); a ``TrackingError`` for an experiment that does not exist."""
     from mlflow.entities import ViewType
     from mlflow.tracking import MlflowClient
 
