@@ -67,7 +67,7 @@ def _option_flag(name: str) -> Any:
     return read
 
 
-def _add_policy_run_arguments(parser: argparse.ArgumentParser, *, seed_help: str) -> None:
+def _add_policy_run_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``rl8 eval`` and ``rl8 record``: which policy, in which env, how."""
     parser.add_argument("policy", metavar="PATH_OR_RUN_ID")
     parser.add_argument("--env", help="env to run in (default: the one the policy was trained on)")
@@ -75,7 +75,7 @@ def _add_policy_run_arguments(parser: argparse.ArgumentParser, *, seed_help: str
                         help="the policy's model class, imported (for one stored as __main__.Net)")
     parser.add_argument("--env-config", action="append", metavar="KEY=VALUE", help="env parameter (repeatable)")
     parser.add_argument("--stochastic", action="store_true", help="sample actions instead of taking the modes")
-    parser.add_argument("--seed", type=int, help=seed_help)
+    parser.add_argument("--seed", type=int, help="seed of the env's reset and of sampling")
     parser.add_argument("--tracking-uri", help="MLflow tracking URI, for a run id")
     parser.add_argument("--trust-code", action="store_true", help=_TRUST_CODE_HELP.format(what="file"))
 
@@ -122,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
         "eval", help="run a saved policy and print episode returns",
         description="Run a policy from a policy file, a checkpoint (file or folder) or an MLflow run.",
     )
-    _add_policy_run_arguments(evaluate, seed_help="seed of the env and of sampling")
+    _add_policy_run_arguments(evaluate)
     evaluate.add_argument("--episodes", type=_positive_int, default=10, metavar="N",
                           help="episodes to run (default 10)")
     evaluate.add_argument("--num-envs", type=_positive_int, metavar="N", help="envs in parallel (default: --episodes)")
@@ -135,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Write an MP4 video (H.264) of one episode of a policy file, a checkpoint (file or "
                     "folder) or an MLflow run's policy.",
     )
-    _add_policy_run_arguments(record, seed_help="seed of the env's reset and of sampling")
+    _add_policy_run_arguments(record)
     record.add_argument("-o", "--output", default="video.mp4", metavar="FILE",
                         help="the MP4 file to write (default video.mp4); refused if it exists and is no MP4")
     record.add_argument("--force", action="store_true", help="write over an existing -o file of any kind")
