@@ -80,25 +80,16 @@ def is_number(value: Any) -> bool:
 
 def check_int(name: str, value: Any, minimum: int) -> int:
     """``value`` as an int when it is an integer (numpy's too, not a bool) ``>= minimum``, else
-    ``ValueError("{name} must be an int >= {minimum}, got {value!r}")``.
-
-    Args:
-        name: What the message calls the value (``"Catch: rows"``, ``"model_config hidden_size"``).
-        value: The given value.
-        minimum: The smallest allowed value.
-    """
+    ``ValueError("{name} must be an int >= {minimum}, got {value!r}")``, where ``name`` is what
+    the message calls the value (``"Catch: rows"``, ``"model_config hidden_size"``)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
         raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
     return int(value)
 
 
 def check(expected: str, ok: Callable[[Any], bool]) -> Check:
-    """The check that accepts the values for which ``ok(value)`` is true.
-
-    Args:
-        expected: What the field expects, for the error message (``"a number in [0, 1]"``).
-        ok: Whether a value is valid.
-    """
+    """The check that accepts the values for which ``ok(value)`` is true; ``expected`` is what the
+    field expects, for the error message (``"a number in [0, 1]"``)."""
     return lambda value, name: None if ok(value) else expected
 
 

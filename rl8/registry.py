@@ -14,6 +14,8 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+from rl8.moved import MOVED
+
 __all__ = ["lookup", "register"]
 
 _USER: dict[str, Any] = {}  # what you registered: name -> object
@@ -24,16 +26,6 @@ _RL8_MODULES = (
     "rl8.policies.recurrent", "rl8.policies.distributions", "rl8.policies.distributions.base",
     "rl8.policies.distributions.discrete", "rl8.policies.distributions.continuous",
 )
-#: Module paths that files written before rl8's modules moved into packages (rl8 < 2.0, up to
-#: commit 13e50a1) name, and where those classes live now: ``"rl8.models.MLPModel"`` is
-#: :class:`rl8.policies.models.MLPModel` (tests/test_legacy_files.py proves it).
-MOVED_MODULES = {
-    "rl8.env": "rl8.envs.base",
-    "rl8.models": "rl8.policies.models",
-    "rl8.encoders": "rl8.policies.encoders",
-    "rl8.recurrent": "rl8.policies.recurrent",
-    "rl8.distributions": "rl8.policies.distributions",
-}
 #: rl8's public namespaces (``rl8.X``, ``rl8.envs.X``) and the name of their table of lazy exports.
 _PUBLIC = {"rl8": "_EXPORTS", "rl8.envs": "_ENVS"}
 #: Base classes whose subclasses are registered by existing.
@@ -144,9 +136,10 @@ def gymnasium_id_registered(env_id: str) -> bool:
 
 def _rl8_object(name: str) -> Any:
     """The public class of :data:`_RL8_MODULES` that ``name`` names (by its module's path, its
-    public path or its path before the move, :data:`MOVED_MODULES`), else ``None``."""
+    public path or its path before the move, :data:`rl8.moved.MOVED`: ``"rl8.models.MLPModel"``,
+    tests/test_legacy_files.py), else ``None``."""
     module_name, _, attr = name.rpartition(".")
-    module_name = MOVED_MODULES.get(module_name, module_name)
+    module_name = MOVED.get(module_name, (module_name,))[0]
     if module_name in _PUBLIC:
         exports = getattr(importlib.import_module(module_name), _PUBLIC[module_name])
         module_name = exports.get(attr, "")

@@ -4,12 +4,26 @@ folder), the env a checkpoint or policy file names, a saved policy with its env.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping
+import contextlib
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from rl8.training.config_file import ConfigError, assign, parse_assignment
 
-__all__ = ["canonical_env", "import_given", "policy_and_env", "same_env", "stored_env_kwargs", "unregistered"]
+__all__ = [
+    "canonical_env", "config_errors", "import_given", "policy_and_env", "same_env", "stored_env_kwargs", "unregistered",
+]
+
+
+@contextlib.contextmanager
+def config_errors(prefix: str = "", errors: tuple[type[Exception], ...] = (ValueError,)) -> Iterator[None]:
+    """Raise the block's ``errors`` (exception types) as a one-line :class:`ConfigError`: ``prefix``,
+    then their message (a ``KeyError``'s unquoted, ``Trainer.run``'s without its name)."""
+    try:
+        yield
+    except errors as exc:
+        message = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+        raise ConfigError(prefix + message.replace("Trainer.run: ", "")) from None
 
 
 def import_given(name: Any, field: str) -> None:
@@ -68,11 +82,10 @@ def policy_and_env(args: argparse.Namespace, make: Any, num_envs: int = 1) -> tu
     from rl8.ppo.buffer import slot_bytes
     from rl8.ppo.resolve import spec_from_env_info
 
-    try:  # first: a module of yours may also define the policy's model class
+    # first: a module of yours may also define the policy's model class
+    with config_errors(f"cannot import {args.env if args.env else args.model_cls!r}: ", (ImportError, ValueError)):
         import_given(args.env, "--env")
         import_given(args.model_cls, "--model-cls")
-    except (ImportError, ValueError) as exc:
-        raise ConfigError(f"cannot import {args.env if args.env else args.model_cls!r}: {exc}") from None
     info = read_policy(args.policy, tracking_uri=args.tracking_uri)
     policy = policy_from_dict(info, map_location="cpu", source=args.policy, trust_code=args.trust_code,
                               model_cls=args.model_cls)

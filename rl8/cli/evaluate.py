@@ -14,11 +14,8 @@ __all__ = ["run"]
 
 
 def run(args: argparse.Namespace) -> int:
-    """``rl8 eval``: run the policy and print its episode returns; the exit status.
-
-    Args:
-        args: The parsed command line (see :func:`rl8.cli.main.build_parser`).
-    """
+    """``rl8 eval``: run the policy of ``args`` (the parsed command line) and print its episode
+    returns; the exit status."""
     import torch
 
     from rl8.ppo.algorithm import make_env
@@ -58,13 +55,12 @@ def _eval_episodes(policy: Any, env: Any, obs: Any, episodes: int, max_steps: in
     for step in run_policy(policy, env, obs, num_steps=max_steps, deterministic=deterministic):
         ep_return += step.rewards.double().cpu()
         ep_length += 1
-        if step.done is not None:
-            for i in step.done.nonzero()[:, 0].tolist():
-                if done_per_env[i] < quota:
-                    results.append((done_per_env[i], i, float(ep_return[i]), int(ep_length[i])))
-                done_per_env[i] += 1
-                ep_return[i] = 0.0
-                ep_length[i] = 0
+        for i in step.done.nonzero()[:, 0].tolist():  # an episodic env's steps always say which ended
+            if done_per_env[i] < quota:
+                results.append((done_per_env[i], i, float(ep_return[i]), int(ep_length[i])))
+            done_per_env[i] += 1
+            ep_return[i] = 0.0
+            ep_length[i] = 0
         if len(results) >= episodes:
             break
     results = sorted(results)[:episodes]

@@ -16,11 +16,8 @@ DEFAULT_OUTPUTS = {"onnx": "policy.onnx", "torchscript": "policy.pt"}
 
 
 def run(args: argparse.Namespace) -> int:
-    """``rl8 export``: write the file and print its path; the exit status.
-
-    Args:
-        args: The parsed command line (see :func:`rl8.cli.main.build_parser`).
-    """
+    """``rl8 export``: write the file ``args`` (the parsed command line) ask for and print its path;
+    the exit status."""
     output = DEFAULT_OUTPUTS[args.format] if args.output is None else args.output
     if not output.strip():
         raise ConfigError("-o/--output: expected a file name, got an empty string")

@@ -22,12 +22,12 @@ from rl8.training.config import TrainerConfig
 __all__ = ["build_parser", "main"]
 
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_TRUST_CODE_HELP = ("trust the {what}: import the modules it names that rl8's registry lacks, and call a plain "
+                    "function it names as env factory (off by default; see docs/security.md)")
 
 
-def _arg_type(read: Callable[[str], Any], ok: Callable[[Any], bool],
-              expected: str) -> Callable[[str], Any]:
-    """An argparse ``type``: ``read(text)`` where ``ok`` says it is valid, else an error saying
-    what was ``expected``."""
+def _arg_type(read: Callable[[str], Any], ok: Callable[[Any], bool], expected: str) -> Callable[[str], Any]:
+    """An argparse ``type``: ``read(text)`` if ``ok`` accepts it, else an error naming ``expected``."""
 
     def convert(text: str) -> Any:
         try:
@@ -55,8 +55,7 @@ _positive_int = _arg_type(lambda text: read_numbers(text, whole_as_int=True),
 
 
 def _option_flag(name: str) -> Any:
-    """The ``type`` of the ``rl8 train`` flag of Trainer option ``name``
-    (:meth:`TrainerConfig.read_option`)."""
+    """The ``type`` of Trainer option ``name``'s flag (:meth:`TrainerConfig.read_option`)."""
 
     def read(text: str) -> Any:
         try:
@@ -68,7 +67,7 @@ def _option_flag(name: str) -> Any:
     return read
 
 
-def _add_policy_run_arguments(parser: argparse.ArgumentParser, *, seed_help: str) -> None:
+def _add_policy_run_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``rl8 eval`` and ``rl8 record``: which policy, in which env, how."""
     parser.add_argument("policy", metavar="PATH_OR_RUN_ID")
     parser.add_argument("--env", help="env to run in (default: the one the policy was trained on)")
@@ -76,12 +75,9 @@ def _add_policy_run_arguments(parser: argparse.ArgumentParser, *, seed_help: str
                         help="the policy's model class, imported (for one stored as __main__.Net)")
     parser.add_argument("--env-config", action="append", metavar="KEY=VALUE", help="env parameter (repeatable)")
     parser.add_argument("--stochastic", action="store_true", help="sample actions instead of taking the modes")
-    parser.add_argument("--seed", type=int, help=seed_help)
+    parser.add_argument("--seed", type=int, help="seed of the env's reset and of sampling")
     parser.add_argument("--tracking-uri", help="MLflow tracking URI, for a run id")
-    parser.add_argument("--trust-code", action="store_true",
-                        help="trust the file: import the modules it names that rl8's registry does not "
-                             "hold, and let it name a plain function as its env factory, which rl8 then "
-                             "calls (off by default; see docs/security.md)")
+    parser.add_argument("--trust-code", action="store_true", help=_TRUST_CODE_HELP.format(what="file"))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -92,16 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"rl8 {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    _add_train_command(commands)
-    _add_eval_command(commands)
-    _add_record_command(commands)
-    _add_runs_command(commands)
-    _add_export_command(commands)
-    _add_sweep_command(commands)
-    return parser
 
-
-def _add_train_command(commands) -> None:
     train = commands.add_parser(
         "train", help="train a policy (from a YAML config and/or flags)",
         description="Train with PPO. Flags override the config file. See docs/cli.md.",
@@ -128,18 +115,14 @@ def _add_train_command(commands) -> None:
     train.add_argument("-f", "--file", dest="old_file", help=argparse.SUPPRESS)  # rl8 1.0's: a hint
     train.add_argument("--quiet", action="store_true", help="no progress line")
     train.add_argument("--trust-code", action="store_true",
-                       help="with --resume: trust the checkpoint: import the modules it names that "
-                            "rl8's registry does not hold, and let it name a plain function as its "
-                            "env factory, which rl8 then calls (off by default; see docs/security.md)")
+                       help="with --resume: " + _TRUST_CODE_HELP.format(what="checkpoint"))
     train.set_defaults(func=train_command.run)
 
-
-def _add_eval_command(commands) -> None:
     evaluate = commands.add_parser(
         "eval", help="run a saved policy and print episode returns",
         description="Run a policy from a policy file, a checkpoint (file or folder) or an MLflow run.",
     )
-    _add_policy_run_arguments(evaluate, seed_help="seed of the env and of sampling")
+    _add_policy_run_arguments(evaluate)
     evaluate.add_argument("--episodes", type=_positive_int, default=10, metavar="N",
                           help="episodes to run (default 10)")
     evaluate.add_argument("--num-envs", type=_positive_int, metavar="N", help="envs in parallel (default: --episodes)")
@@ -147,50 +130,39 @@ def _add_eval_command(commands) -> None:
                           help="steps per env at most (default 100000; 1000 for envs without episodes)")
     evaluate.set_defaults(func=evaluate_command.run)
 
-
-def _add_record_command(commands) -> None:
     record = commands.add_parser(
         "record", help="record an MP4 video of a saved policy (needs imageio and imageio-ffmpeg: the video extra)",
-        description="Run a policy for one episode and write an MP4 video of it (H.264). The "
-                    "policy comes from a policy file, a checkpoint (file or folder) or an MLflow run.",
+        description="Write an MP4 video (H.264) of one episode of a policy file, a checkpoint (file or "
+                    "folder) or an MLflow run's policy.",
     )
-    _add_policy_run_arguments(record, seed_help="seed of the env's reset and of sampling")
+    _add_policy_run_arguments(record)
     record.add_argument("-o", "--output", default="video.mp4", metavar="FILE",
-                        help="the MP4 file to write (default video.mp4); an existing file that is "
-                             "not an MP4 video is refused")
+                        help="the MP4 file to write (default video.mp4); refused if it exists and is no MP4")
     record.add_argument("--force", action="store_true", help="write over an existing -o file of any kind")
     record.add_argument("--max-steps", type=_positive_int, metavar="N",
-                        help="env steps at most (default: one episode, at most the env's episode "
-                             "limit, else 1000)")
+                        help="env steps at most (default: one episode, at most the env's episode limit, else 1000)")
     record.add_argument("--fps", type=_positive_float, metavar="N",
                         help="frames per second (default: the env's metadata['render_fps'])")
     record.set_defaults(func=record_command.run)
 
-
-def _add_runs_command(commands) -> None:
     runs = commands.add_parser(
         "runs", help="list RUNNING MLflow runs and their process; --clean marks dead ones FAILED",
-        description="List the RUNNING MLflow runs with the host and pid of their process (alive, "
-                    "dead or unknown). --clean marks FAILED those whose process on this host is "
-                    "gone (killed before it could end its run).",
+        description="List the RUNNING MLflow runs with the host, pid and state of their process. --clean "
+                    "marks FAILED those whose process on this host is gone (killed before ending its run).",
     )
     runs.add_argument("--clean", action="store_true", help="mark the runs of dead processes FAILED")
     runs.add_argument("--older-than", type=_duration, metavar="AGE",
-                      help="with --clean: also runs of unknown process (another host, not rl8) "
-                           "started more than AGE ago (seconds, or 30m, 12h, 2d)")
+                      help="with --clean: also runs of unknown process started more than AGE ago (30m, 12h, 2d)")
     runs.add_argument("--dry-run", action="store_true", help="with --clean: only list what it would mark")
     runs.add_argument("--experiment", help="only this experiment (default: all)")
     runs.add_argument("--tracking-uri",
                       help="MLflow tracking URI (default: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
     runs.set_defaults(func=runs_command.run)
 
-
-def _add_export_command(commands) -> None:
     export = commands.add_parser(
         "export", help="write a saved policy's deterministic actor as ONNX or TorchScript (for a robot)",
-        description="Write the deterministic actor of a policy file, a checkpoint (file or folder) or an "
-                    "MLflow run, observation normalisation included, as an ONNX or TorchScript file. "
-                    "See docs/export.md.",
+        description="Write the deterministic actor (with its observation normalisation) of a policy file, a "
+                    "checkpoint (file or folder) or an MLflow run as ONNX or TorchScript. See docs/export.md.",
     )
     export.add_argument("policy", metavar="PATH_OR_RUN_ID")
     export.add_argument("--format", choices=export_command.DEFAULT_OUTPUTS, default="onnx",
@@ -200,17 +172,13 @@ def _add_export_command(commands) -> None:
     export.add_argument("--force", action="store_true", help="overwrite FILE even if it is not an rl8 export")
     export.add_argument("--tracking-uri", help="MLflow tracking URI, for a run id")
     export.add_argument("--trust-code", action="store_true",
-                        help="trust the file: import the modules it names that rl8's registry does not hold "
-                             "(off by default; see docs/security.md)")
+                        help="trust the file: import the modules it names that rl8's registry lacks")
     export.set_defaults(func=export_command.run)
 
-
-def _add_sweep_command(commands) -> None:
     sweep = commands.add_parser(
         "sweep", help="search hyper-parameters with Optuna, each trial a nested MLflow run (the sweep extra)",
-        description="Sample a config's hyper-parameters from a search space (YAML) and train each trial in a "
-                    "process of its own, JOBS at once, pruning from its evaluations; the study is kept in an "
-                    "RDB storage, so running the command again continues it. See docs/sweeps.md.",
+        description="Train trials of a config with hyper-parameters sampled from a search space (YAML), JOBS "
+                    "processes at once, pruned by their evaluations; run again, it continues (see --storage).",
     )
     sweep.add_argument("config", help="YAML config file of rl8 train, or a preset: NAME or preset:NAME")
     sweep.add_argument("--space", required=True, metavar="SPACE.yaml",
@@ -230,6 +198,7 @@ def _add_sweep_command(commands) -> None:
     sweep.add_argument("--max-seconds", type=_duration, metavar="TIME", help="each trial's budget in seconds (or 30m, 2h)")
     sweep.add_argument("--seed", type=int, help="seed of the sampler (the trials train with the config's seed)")
     sweep.set_defaults(func=sweep_command.run)
+    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -252,7 +221,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"rl8: error: {exc}", file=sys.stderr)
         # configuration mistakes (CheckpointDirError: an unusable checkpoint_dir) exit with 2
         return 2 if isinstance(exc, (ConfigError, CheckpointDirError)) else 1
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -5,35 +5,27 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rl8.cli.common import policy_and_env
+from rl8.cli.common import config_errors, policy_and_env
 from rl8.training.config_file import ConfigError
 
 __all__ = ["run"]
 
 
 def run(args: argparse.Namespace) -> int:
-    """``rl8 record``: write the video; the exit status.
-
-    Args:
-        args: The parsed command line (see :func:`rl8.cli.main.build_parser`).
-    """
+    """``rl8 record``: write the video that ``args`` (the parsed command line) ask for; the exit status."""
     from rl8.training.video import RenderError, make_recording_env, prepare_headless_rendering, record_video
     _check_output(args.output, args.force)
     prepare_headless_rendering()  # before an env imports mujoco
-    try:
+    with config_errors(errors=(RenderError,)):
         policy, env, _, config = policy_and_env(
             args, lambda spec, env_kwargs: make_recording_env(spec, env_kwargs=env_kwargs, device="cpu")
         )
-    except RenderError as exc:
-        raise ConfigError(str(exc)) from None
     try:
-        path = record_video(
-            policy, env, args.output, deterministic=not args.stochastic, max_steps=args.max_steps,
-            fps=args.fps, env_config=config or None, seed=args.seed,
-        )
-    except (NotImplementedError, KeyError, ValueError, TypeError, RenderError) as exc:  # no render, bad config
-        message = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
-        raise ConfigError(message) from None
+        with config_errors(errors=(NotImplementedError, KeyError, ValueError, TypeError, RenderError)):  # no render
+            path = record_video(
+                policy, env, args.output, deterministic=not args.stochastic, max_steps=args.max_steps,
+                fps=args.fps, env_config=config or None, seed=args.seed,
+            )
     finally:
         env.close()
     print(path)

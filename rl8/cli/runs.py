@@ -14,16 +14,11 @@ __all__ = ["run"]
 
 def run(args: argparse.Namespace) -> int:
     """``rl8 runs``: list the RUNNING runs (``--clean``: mark those of dead processes FAILED); the
-    exit status.
-
-    Args:
-        args: The parsed command line (see :func:`rl8.cli.main.build_parser`).
-    """
+    exit status (``args``: the parsed command line)."""
     from rl8.tracking.runs import clean_runs, running_runs
-    if args.older_than is not None and not args.clean:
-        raise ConfigError("--older-than only applies with --clean")
-    if args.dry_run and not args.clean:
-        raise ConfigError("--dry-run only applies with --clean")
+    for flag, given in (("--older-than", args.older_than is not None), ("--dry-run", args.dry_run)):
+        if given and not args.clean:
+            raise ConfigError(f"{flag} only applies with --clean")
     uri = args.tracking_uri
     if args.clean:
         runs = clean_runs(uri, experiment=args.experiment, older_than_s=args.older_than, dry_run=args.dry_run)

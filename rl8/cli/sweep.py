@@ -9,11 +9,8 @@ __all__ = ["run"]
 
 
 def run(args: argparse.Namespace) -> int:
-    """``rl8 sweep``: run the trials and print the best; the exit status.
-
-    Args:
-        args: The parsed command line (see :func:`rl8.cli.main.build_parser`).
-    """
+    """``rl8 sweep``: run the trials that ``args`` (the parsed command line) ask for and print the
+    best; the exit status."""
     try:
         import optuna  # noqa: F401 - the sweep extra
     except ImportError:

@@ -7,11 +7,11 @@ import argparse
 import difflib
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from rl8.cli.common import import_given, same_env, unregistered
+from rl8.cli.common import config_errors, import_given, same_env, unregistered
 from rl8.training.config_file import (
     ConfigError, RESUMABLE_HPARAMS, RUN_KEYS, TRAINER_OPTIONS, assign, check_config, hparam_names, int_option,
     load_config, mapping_option, parse_assignment, stop_conditions, trainer_options, unknown_hparam,
@@ -45,19 +45,16 @@ def _merge_hparams(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[st
     return out
 
 
-def _build_hparams(hparams: Mapping[str, Any], where: str) -> Any:
+def _build_hparams(hparams: Mapping[str, Any]) -> Any:
     from rl8.ppo.hparams import HParams
-    try:
-        return HParams.from_config(hparams, where)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(str(exc)) from None
+    with config_errors(errors=(TypeError, ValueError)):
+        return HParams.from_config(hparams, "hparams")
 
 
 def _summary(trainer: Any) -> None:
     """With ``--quiet``: what ``Trainer.run`` prints at the end unless quiet (scripts read it)."""
     from rl8.training.progress import results_lines
-    dist = getattr(trainer.algo, "dist", None)
-    if trainer.config.progress is not False or (dist is not None and not dist.is_main):
+    if trainer.config.progress is not False or not trainer.algo.dist.is_main:
         return  # Trainer.run printed it; under torchrun only rank 0 prints
     print("\n".join(results_lines(trainer)), flush=True)
 
@@ -67,32 +64,24 @@ def _config_file(arg: str) -> str | os.PathLike[str]:
     path; a name that is neither is a :class:`ConfigError` naming the close presets."""
     from rl8 import presets
     if arg.startswith(presets.PREFIX) or (not Path(arg).exists() and arg in presets.names()):
-        try:
+        with config_errors():
             return presets.path(arg)
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
     if Path(arg).exists() or "/" in arg or os.sep in arg or Path(arg).suffix.lower() in (".yaml", ".yml"):
         return arg
-    raise ConfigError(_no_preset_message(arg, presets.names()))
-
-
-def _no_preset_message(name: str, known: Sequence[str]) -> str:
-    """What ``rl8 train NAME`` says when ``NAME`` is neither a file nor a preset."""
     import gymnasium
-    close = difflib.get_close_matches(name, list(known), n=3, cutoff=0.6)
+    known = list(presets.names())
+    close = difflib.get_close_matches(arg, known, n=3, cutoff=0.6)
     hint = f" Did you mean: {', '.join(close)}?" if close else f" Presets: {', '.join(known)}."
-    if name in gymnasium.registry:
-        return (f"no preset or config file {name!r}; {name} is a gymnasium id without a preset: "
-                f"train it with rl8 train --env {name}.{hint}")
-    return f"no preset or config file {name!r}.{hint} To train a gymnasium id without a preset: rl8 train --env ID"
+    if arg in gymnasium.registry:
+        raise ConfigError(f"no preset or config file {arg!r}; {arg} is a gymnasium id without a preset: "
+                          f"train it with rl8 train --env {arg}.{hint}")
+    raise ConfigError(f"no preset or config file {arg!r}.{hint} To train a gymnasium id without a preset: "
+                      "rl8 train --env ID")
 
 
 def run(args: argparse.Namespace) -> int:
-    """``rl8 train``: train (or resume) and print where the results are; the exit status.
-
-    Args:
-        args: The parsed command line (see :func:`rl8.cli.main.build_parser`).
-    """
+    """``rl8 train``: train (or resume) as ``args`` (the parsed command line) say and print where
+    the results are; the exit status."""
     from rl8.ppo.distributed import init_distributed, rank_device
     from rl8.training.trainer import Trainer
 
@@ -109,10 +98,8 @@ def run(args: argparse.Namespace) -> int:
     cli_config, cli_hparams = _overrides(args)
     # under torchrun: join the process group (with --actors: as actor or learner)
     actors = cli_config.get("actors", file_config.get("actors"))
-    try:
+    with config_errors():
         init_distributed(actors=int_option({"actors": actors}, "actors", "config") if actors is not None else None)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
     given_hparams = _merge_hparams(file_config.get("hparams") or {}, cli_hparams)
     progress = False if args.quiet else None
 
@@ -124,11 +111,10 @@ def run(args: argparse.Namespace) -> int:
     env = config.get("env")
     if not env:
         raise ConfigError("no env: name one in the config file (env: rl8.envs.CartPole) or with --env")
-    hparams = _build_hparams(given_hparams, "hparams")
+    hparams = _build_hparams(given_hparams)
     hparams = hparams.replace(device=rank_device(hparams.device))  # under torchrun with CUDA: cuda:LOCAL_RANK
     conditions = stop_conditions(config)
     run_args = _run_args(config)
-    _check_eval_plan(run_args)
     algo = _build_algo(env, hparams)
     _check_env_configs(algo, run_args)
     max_steps = int_option(config, "max_steps", "config")
@@ -145,34 +131,35 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_args(config: Mapping[str, Any], stored: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The arguments of ``Trainer.run`` that ``config`` gives, else those ``stored``."""
+    """The arguments of ``Trainer.run`` that ``config`` gives, else those ``stored``; their
+    evaluation plan checked."""
+    from rl8.training.run_args import check_eval_plan
     read = {"env_config": mapping_option, "eval_env_config": mapping_option, "steps_per_eval": int_option}
     stored = stored or {}
-    return {key: option(config, key, "config") if key in config else stored.get(key) for key, option in read.items()}
+    out = {key: option(config, key, "config") if key in config else stored.get(key) for key, option in read.items()}
+    with config_errors():
+        check_eval_plan(out["steps_per_eval"], out["eval_env_config"])
+    return out
 
 
 def _build_algo(env: str, hparams: Any) -> Any:
     import gymnasium
 
     from rl8.ppo.algorithm import PPO
-    try:
+    with config_errors(f"cannot build PPO for env {env!r}: ",
+                       (ValueError, TypeError, ImportError, KeyError, gymnasium.error.Error)):
         import_given(env, "env")
         for key in ("model_cls", "distribution_cls", "optimizer_cls"):
             import_given(getattr(hparams, key), f"hparam {key}")
         return PPO(env, **hparams.to_dict())
-    except (ValueError, TypeError, ImportError, KeyError, gymnasium.error.Error) as exc:
-        message = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
-        raise ConfigError(f"cannot build PPO for env {env!r}: {message}") from None
 
 
 def _check_env_configs(algo: Any, run_args: Mapping[str, Any]) -> None:
     """:func:`rl8.ppo.algorithm.check_env_configs` of the run's env configs, a :class:`ConfigError`
     before the MLflow run is created."""
     from rl8.ppo.algorithm import check_env_configs
-    try:
+    with config_errors():
         check_env_configs(algo, {key: run_args.get(key) for key in ("env_config", "eval_env_config")})
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
 
 
 def _resume(args: argparse.Namespace, file_config: Mapping[str, Any], cli_config: Mapping[str, Any],
@@ -195,16 +182,14 @@ def _resume(args: argparse.Namespace, file_config: Mapping[str, Any], cli_config
     stored_config = dict((state["trainer"].get("metadata") or {}).get("config") or {})
     # the model is fixed by the checkpoint: only settings that do not change it may differ
     env = cli_config.get("env") or file_config.get("env")
-    try:
+    with config_errors(f"--resume: cannot import env {env!r}: ", (ImportError, ValueError)):
         import_given(env, "env")
-    except (ImportError, ValueError) as exc:
-        raise ConfigError(f"--resume: cannot import env {env!r}: {exc}") from None
     stored_env = (state.get("env") or {}).get("spec")
     if env and stored_env and not same_env(env, stored_env, source=path, trust_code=args.trust_code):
         raise ConfigError(f"--resume: the checkpoint was trained on env {stored_env!r}, not {env!r}")
     # an env class this process lacks (a script's __main__.Reach) is handed over with --env
     handed = env if env and stored_env and unregistered(stored_env, args.trust_code) else None
-    hparams = _build_hparams(_merge_hparams(stored_hparams, given_hparams), "hparams")
+    hparams = _build_hparams(_merge_hparams(stored_hparams, given_hparams))
     merged = hparams.to_plain()
     changed = changed_hparams(stored_hparams, merged, may_change=RESUMABLE_HPARAMS)
     if changed:
@@ -213,10 +198,8 @@ def _resume(args: argparse.Namespace, file_config: Mapping[str, Any], cli_config
     resumable = {k: merged[k] for k in RESUMABLE_HPARAMS}
     overrides = {k: given for k, (_, given) in changed_hparams(stored_hparams, resumable).items()}
     if args.model_cls:  # a class of yours for the stored one (a script's __main__.Net)
-        try:
+        with config_errors("--model-cls: ", (ImportError, ValueError)):
             import_given(args.model_cls, "--model-cls")
-        except (ImportError, ValueError) as exc:
-            raise ConfigError(f"--model-cls: {exc}") from None
         overrides["model_cls"] = args.model_cls
 
     config = {**stored_config, **{k: v for k, v in file_config.items() if k != "hparams"}, **cli_config}
@@ -225,7 +208,6 @@ def _resume(args: argparse.Namespace, file_config: Mapping[str, Any], cli_config
     conditions = stop_conditions(config) or _checkpoint_conditions(state["trainer"], path)
     # how the checkpoint's run() was called, unless the config or flags say otherwise
     run_args = _run_args(config, state["trainer"].get("run") or {})
-    _check_eval_plan(run_args)
     # the options given change the resumed Trainer's, except those naming its MLflow run
     given = trainer_options({**file_config, **cli_config}, "config")
     kwargs: dict[str, Any] = {k: v for k, v in given.items() if not TRAINER_OPTIONS[k]["names_run"]}
@@ -258,27 +240,15 @@ def _checkpoint_conditions(saved: Mapping[str, Any], path: Any) -> list[Any]:
             "rebuild (a condition class of your own, or a checkpoint of an older rl8); give "
             "the stop conditions again with --max-steps or a config file's stop_conditions"
         )
-    try:
+    with config_errors(f"--resume: {path}: stored stop condition: ", (ValueError, TypeError)):
         return [from_config(with_current_stat_names(config)) for config in configs]
-    except (ValueError, TypeError) as exc:
-        raise ConfigError(f"--resume: {path}: stored stop condition: {exc}") from None
-
-
-def _check_eval_plan(run_args: Mapping[str, Any]) -> None:
-    from rl8.training.run_args import check_eval_plan
-    try:
-        check_eval_plan(run_args["steps_per_eval"], run_args["eval_env_config"])
-    except ValueError as exc:
-        raise ConfigError(str(exc).replace("Trainer.run: ", "")) from None
 
 
 def _run(trainer: Any, conditions: list[Any], run_args: Mapping[str, Any]) -> int:
     from rl8.training.conditions import MissingStatError
     from rl8.training.run_args import check_run_plan
-    try:
+    with config_errors():  # before training, like a stop condition's missing stat
         check_run_plan(trainer.config, [], run_args["steps_per_eval"])
-    except ValueError as exc:  # before training, like a stop condition's missing stat
-        raise ConfigError(str(exc).replace("Trainer.run: ", "")) from None
     try:
         trainer.run(stop_conditions=conditions, **run_args)
     except KeyboardInterrupt:

@@ -194,14 +194,10 @@ def _load_error(path: Path, err: Exception) -> CheckpointError:
 
 
 def load_checkpoint(path: str | os.PathLike[str], *, map_location: Any = "cpu") -> dict[str, Any]:
-    """The dict :func:`save_checkpoint` wrote, read with ``torch.load(weights_only=True)`` after
-    a CRC check of every zip entry; a :class:`CheckpointError` for a corrupt, foreign, unsafe or
-    too new file, an ``OSError`` if it cannot be read.
-
-    Args:
-        path: The checkpoint file.
-        map_location: Where to put the tensors (anything ``torch.load`` accepts).
-    """
+    """The dict :func:`save_checkpoint` wrote to ``path``, read with ``torch.load(weights_only=True)``
+    onto ``map_location`` (anything ``torch.load`` accepts) after a CRC check of every zip entry; a
+    :class:`CheckpointError` for a corrupt, foreign, unsafe or too new file, an ``OSError`` if it
+    cannot be read."""
     _check_device_available(map_location)
     path = Path(path)
     if not path.exists():

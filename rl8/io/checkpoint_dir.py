@@ -82,13 +82,9 @@ class CheckpointManager:
         return int(match.group(1)) if match else None
 
     def save(self, state: Mapping[str, Any], step: int) -> Path:
-        """Write ``state`` as the checkpoint of ``step``, then prune old checkpoints (never the
-        one just written) and stale temporary files; returns the path written.
-
-        Args:
-            state: See :func:`save_checkpoint`.
-            step: Training progress the checkpoint belongs to (e.g. ``env/steps``), an int >= 0.
-        """
+        """Write ``state`` (see :func:`save_checkpoint`) as the checkpoint of ``step`` (the training
+        progress it belongs to, e.g. ``env/steps``, an int >= 0), then prune old checkpoints (never
+        the one just written) and stale temporary files; returns the path written."""
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
             raise ValueError(f"CheckpointManager.save: step must be an int >= 0, got {step!r}")
         path = save_checkpoint(state, self.path_for(step))
@@ -171,18 +167,15 @@ def _describe_owner(record: Mapping[str, Any]) -> str:
 class CheckpointDirLock:
     """The claim of one run on its checkpoint folder, held until :meth:`release` or the end of
     the process (docs/trainer.md, one run per checkpoint folder): it writes and locks the lock
-    file :data:`CHECKPOINT_DIR_LOCK`, refusing a folder locked by a live process or holding
-    another run's checkpoints; a lock left by a dead process is taken over with a warning.
+    file :data:`CHECKPOINT_DIR_LOCK`, refusing (:class:`CheckpointDirError`) a folder it cannot
+    create or write, one locked by a live process or one holding another run's checkpoints; a
+    lock left by a dead process is taken over with a warning.
 
     Args:
         directory: The checkpoint folder.
         run_id: The MLflow run id of the run claiming it, when known (``None``: a new run, or
             no tracking); see :meth:`set_run_id`.
         resumed_from: The checkpoint file this run resumes from, ``None`` for a new run.
-
-    Raises:
-        CheckpointDirError: The folder cannot be created or written, is locked by a live
-            process, or holds another run's checkpoints.
     """
 
     def __init__(self, directory: str | os.PathLike[str], *, run_id: str | None = None,
@@ -202,17 +195,15 @@ class CheckpointDirLock:
             # the same run resumed in this process (a Trainer left open): the claim moves here
             fd, previous = holder.hand_over(), {}
         else:
-            fd = self._open_locked(path)
-            try:
+            fd, previous = self._open_locked(path), None
+        try:
+            if previous is None:
                 previous = self._read(fd)
-                if fcntl is None and self._alive(previous):
-                    raise self._busy(previous)
+                pid = previous.get("pid")
+                if fcntl is None and pid != os.getpid() and process_state(previous.get("host"), pid) == "alive":
+                    raise self._busy(previous)  # without file locks (Windows): the record tells
                 if not self._same_run(previous.get("run_id"), run_id, resumed_from):
                     self._check_no_checkpoints(previous)
-            except BaseException:
-                os.close(fd)
-                raise
-        try:
             self._write(fd)
         except BaseException:
             os.close(fd)
@@ -245,8 +236,11 @@ class CheckpointDirLock:
                 if not stat.S_ISREG(os.fstat(fd).st_mode):
                     raise CheckpointDirError(f"checkpoint_dir {self.directory}: its lock file {path} is "
                                              "not a regular file; remove it")
-                if not self._lock(fd):
-                    raise self._busy(self._read(fd))
+                try:
+                    if fcntl is not None:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    raise self._busy(self._read(fd)) from None
                 try:
                     same = os.stat(path).st_ino == os.fstat(fd).st_ino
                 except FileNotFoundError:
@@ -257,18 +251,6 @@ class CheckpointDirLock:
             if same:
                 return fd
             os.close(fd)
-
-    @staticmethod
-    def _lock(fd: int) -> bool:
-        with contextlib.suppress(OSError):
-            if fcntl is not None:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return True
-        return False
-
-    def _alive(self, record: Mapping[str, Any]) -> bool:
-        """Whether the process a record names runs on this host (without file locks: Windows)."""
-        return record.get("pid") != os.getpid() and process_state(record.get("host"), record.get("pid")) == "alive"
 
     def _busy(self, record: Mapping[str, Any]) -> CheckpointDirError:
         """The error for a folder whose lock a live process holds (``record``: what its lock file says)."""
@@ -371,13 +353,9 @@ class CheckpointDirLock:
 
 
 def resolve_checkpoint(ref: str | os.PathLike[str], *, tracking_uri: str | None = None) -> Path:
-    """The checkpoint file named by a path, a folder (its latest) or an MLflow run id
-    (``FileNotFoundError`` if none).
-
-    Args:
-        ref: A checkpoint file, a folder of numbered checkpoints, or an MLflow run id.
-        tracking_uri: The MLflow store of the run id; ``None``: MLflow's default.
-    """
+    """The checkpoint file that ``ref`` names: a checkpoint file, a folder of numbered checkpoints
+    (its latest) or an MLflow run id of the store ``tracking_uri`` (``None``: MLflow's default);
+    ``FileNotFoundError`` if none."""
     text = os.fspath(ref)
     path = Path(text)
     if path.is_dir():
@@ -411,14 +389,10 @@ def resolve_checkpoint(ref: str | os.PathLike[str], *, tracking_uri: str | None 
 
 
 def read_checkpoint(ref: str | os.PathLike[str], *, tracking_uri: str | None = None) -> tuple[Path, dict[str, Any]]:
-    """The file of :func:`resolve_checkpoint` and its content as this rank loads it (rank 0
-    reads it for every rank; an actor reads it itself and gets its own entry as ``"actor"``,
-    ``None`` without actor states); a ``CheckpointError`` if it was written by another job.
-
-    Args:
-        ref: As for :func:`resolve_checkpoint`.
-        tracking_uri: As for :func:`resolve_checkpoint`.
-    """
+    """The file of :func:`resolve_checkpoint` (``ref``, ``tracking_uri``: as there) and its content
+    as this rank loads it (rank 0 reads it for every rank; an actor reads it itself and gets its
+    own entry as ``"actor"``, ``None`` without actor states); a ``CheckpointError`` if it was
+    written by another job."""
     roles = current_roles()
     if roles is not None and roles.is_actor:
         file = resolve_checkpoint(ref, tracking_uri=tracking_uri)
@@ -467,14 +441,9 @@ def _checkpoint_for_rank(state: dict[str, Any], file: Path, rank: int, world_siz
 
 
 def checkpoint_for_actor(state: dict[str, Any], file: Path, rank: int) -> dict[str, Any]:
-    """The checkpoint as actor rank ``rank`` loads it: the learners' entries, and as
-    ``"actor"`` its own state or ``None``; a ``CheckpointError`` for a job of other actors.
-
-    Args:
-        state: The loaded checkpoint.
-        file: Its path, for messages.
-        rank: The actor's rank.
-    """
+    """The loaded checkpoint ``state`` (of ``file``, named in messages) as actor rank ``rank`` loads
+    it: the learners' entries, and as ``"actor"`` its own state or ``None``; a ``CheckpointError``
+    for a job of other actors."""
     _check_actor_entries(state, file)
     saved = state.get("actors")
     out = {k: v for k, v in state.items() if k not in ("distributed", "actors")}

@@ -22,10 +22,9 @@ from rl8.policies.policy import Policy
 from rl8.ppo.resolve import ANY, DISTRIBUTION, MODEL, MODULE_CLASS, qualified_name, resolve
 
 __all__ = [
-    "MAX_SPACE_ELEMENTS", "MODEL_FLAVOR", "MODEL_POLICY_FILE", "POLICY_ARTIFACT", "POLICY_FORMAT",
-    "check_env_spaces", "check_finite_weights",
-    "load_policy", "policy_from_dict",
-    "policy_to_dict", "read_policy", "save_policy", "space_from_dict", "space_to_dict",
+    "MAX_SPACE_ELEMENTS", "MODEL_FLAVOR", "MODEL_POLICY_FILE", "POLICY_ARTIFACT", "POLICY_FORMAT", "check_env_spaces",
+    "check_finite_weights", "load_policy", "policy_from_dict", "policy_to_dict", "read_policy", "save_policy",
+    "space_from_dict", "space_to_dict",
 ]
 
 #: Value of the ``"format"`` entry of a policy file.
@@ -85,13 +84,9 @@ def _space_elements(d: Any, where: str) -> int:
 
 
 def space_from_dict(d: Mapping[str, Any], *, where: str = "space") -> spaces.Space:
-    """Rebuild a space saved by :func:`space_to_dict`; a ``CheckpointError`` naming ``where``
-    for a bad description or one of more than :data:`MAX_SPACE_ELEMENTS` elements.
-
-    Args:
-        d: The description.
-        where: What ``d`` is, for messages (e.g. ``"policy.pt: observation_space"``).
-    """
+    """Rebuild a space from its description ``d`` (:func:`space_to_dict`); a ``CheckpointError``
+    naming ``where`` (what ``d`` is: ``"policy.pt: observation_space"``) for a bad description or
+    one of more than :data:`MAX_SPACE_ELEMENTS` elements."""
     elements = _space_elements(d, where)
     if elements > MAX_SPACE_ELEMENTS:
         raise CheckpointError(
@@ -322,13 +317,9 @@ def _model_policy_file(folder: Path, source: Any) -> Path:
 
 
 def read_policy(run_id_or_path: str | os.PathLike[str], *, tracking_uri: str | None = None) -> dict[str, Any]:
-    """The policy description (see :func:`policy_to_dict`) from a file, folder or MLflow run
-    (errors as :func:`load_policy`).
-
-    Args:
-        run_id_or_path: See :func:`load_policy` (a folder without checkpoints: its ``policy.pt``).
-        tracking_uri: MLflow tracking URI for run ids; ``None``: MLflow's default.
-    """
+    """The policy description (see :func:`policy_to_dict`) that ``run_id_or_path`` names, as for
+    :func:`load_policy` (a folder without checkpoints: its ``policy.pt``; run ids of the store
+    ``tracking_uri``, ``None``: MLflow's default), with the same errors."""
     ref = os.fspath(run_id_or_path)
     path, model = Path(ref), ref.startswith("models:/")
     if model or not path.exists():

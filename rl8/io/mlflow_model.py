@@ -1,8 +1,6 @@
-"""rl8's MLflow model flavor (``docs/tracking.md#policies-as-mlflow-models``): a policy file in an
-MLflow model folder whose ``MLmodel`` names the flavors ``rl8`` and ``python_function``, so that
-``mlflow.pyfunc.load_model``, ``mlflow models serve`` and the Model Registry take rl8 policies.
-The pyfunc loads the policy through :func:`rl8.load_policy` (registry, ``weights_only``), never
-through cloudpickle."""
+"""rl8's MLflow model flavor (``docs/tracking.md#policies-as-mlflow-models``): ``mlflow.pyfunc``,
+``mlflow models serve`` and the Model Registry take rl8 policies, which the pyfunc loads through
+:func:`rl8.load_policy` (registry, ``weights_only``), never through cloudpickle."""
 
 from __future__ import annotations
 
@@ -96,12 +94,8 @@ def save_model(policy: Any, path: str | Path, *, env: dict[str, Any] | None = No
 
 class PolicyModel:
     """What ``mlflow.pyfunc.load_model`` wraps: ``predict`` maps a batch of observations to env
-    actions with the policy's :meth:`~rl8.Policy.predict` (a recurrent policy starts new
-    episodes at every call).
-
-    Args:
-        policy: The :class:`rl8.Policy`.
-    """
+    actions with ``policy``'s (a :class:`rl8.Policy`) :meth:`~rl8.Policy.predict` (a recurrent
+    policy starts new episodes at every call)."""
 
     def __init__(self, policy: Any) -> None:
         self.policy = policy

@@ -54,13 +54,9 @@ def _bounded(uri: str | None) -> Iterator[None]:
 
 
 def running_runs(tracking_uri: str | None = None, *, experiment: str | None = None) -> list[RunProcess]:
-    """The ``RUNNING`` runs of a tracking store, oldest first, with the state of their process
-    (see ``docs/cli.md``); a ``TrackingError`` for an experiment that does not exist.
-
-    Args:
-        tracking_uri: The store (default: MLflow's).
-        experiment: Only this experiment's runs; ``None``: every experiment.
-    """
+    """The ``RUNNING`` runs of the store ``tracking_uri`` (default: MLflow's), of ``experiment``
+    only (``None``: of every one), oldest first, with the state of their process (see
+    ``docs/cli.md``); a ``TrackingError`` for an experiment that does not exist."""
     from mlflow.entities import ViewType
     from mlflow.tracking import MlflowClient
 
@@ -129,15 +125,9 @@ def clean_runs(tracking_uri: str | None = None, *, experiment: str | None = None
 
 
 def tag_run(tracking_uri: str, run_id: str, tags: dict[str, Any], *, fail_if_running: bool = False) -> None:
-    """Set ``tags`` (as strings) on run ``run_id`` of another process (``rl8 sweep``'s trials);
-    ``fail_if_running``: first mark it ``FAILED`` if still ``RUNNING`` (its process died).
-
-    Args:
-        tracking_uri: The store.
-        run_id: The run.
-        tags: ``{name: value}``.
-        fail_if_running: Whether to end a ``RUNNING`` run ``FAILED``.
-    """
+    """Set ``tags`` (``{name: value}``, values as strings) on the run ``run_id`` of another process
+    in the store ``tracking_uri`` (``rl8 sweep``'s trials); ``fail_if_running``: first mark it
+    ``FAILED`` if still ``RUNNING`` (its process died)."""
     from mlflow.entities import RunTag
     from mlflow.tracking import MlflowClient
     client = MlflowClient(tracking_uri)

@@ -115,10 +115,12 @@ def check_file_store(uri: str) -> None:
         f"server's http://HOST:PORT (or MLFLOW_ALLOW_FILE_STORE=true to keep the folder store)")
 
 
-def check_sqlite_store(uri: str) -> None:
-    """Fail at once (:class:`TrackingError`) when the database of a ``sqlite:///`` URI cannot be
-    opened and written (its folder cannot be created or written, it is no database), where
-    MLflow would try again for minutes; other stores are left to MLflow."""
+def ready_store(uri: str) -> None:
+    """Create a ``sqlite:///`` store before first use, quietly, under a lock file of the temporary
+    folder named after the database (processes started together would otherwise run the migrations
+    together and fail), trying again if a process outside rl8 (``mlflow ui``) creates it meanwhile.
+    A database that cannot be opened and written is a :class:`TrackingError` at once, where MLflow
+    would try again for minutes. Other stores are left to MLflow."""
     db = _sqlite_file(uri)
     if db is None:
         return
@@ -134,17 +136,6 @@ def check_sqlite_store(uri: str) -> None:
             f"the MLflow SQLite store {db} ({uri}) cannot be opened and written: {exc}. Give a "
             "writable place (tracking_uri / --tracking-uri sqlite:///PATH/mlflow.db), or disable tracking"
         ) from None
-
-
-def ready_store(uri: str) -> None:
-    """Create a ``sqlite:///`` store before first use, quietly, under a lock file of the temporary
-    folder named after the database (not in the user's folder): processes started together would
-    otherwise run the migrations together and fail. A creation that still fails (``mlflow ui`` creating it) is tried again, up to
-    :data:`_STORE_ATTEMPTS` times. Other stores are left to MLflow."""
-    db = _sqlite_file(uri)
-    if db is None:
-        return
-    check_sqlite_store(uri)
     from mlflow.tracking import MlflowClient
     lock = Path(tempfile.gettempdir()) / f"rl8-mlflow-{hashlib.sha256(str(db.absolute()).encode()).hexdigest()[:16]}.lock"
     with _ready_lock, _quiet_store_loggers(), _file_lock(lock):

@@ -28,8 +28,7 @@ from rl8.tracking.store import check_file_store, open_run
 
 __all__ = ["Tracker", "flatten_params"]
 
-#: MLflow's limit on the length of a param's value (``mlflow.utils.validation``); longer ones
-#: are cut (see :func:`flatten_params`).
+#: MLflow's limit on the length of a param's value (``mlflow.utils.validation``); longer ones are cut.
 MAX_PARAM_VALUE_LENGTH = 6000
 #: Seconds that ending a run left open at exit may take at most (``Tracker(end_at_exit=True)``).
 EXIT_CLOSE_TIMEOUT_S = 30.0
@@ -125,10 +124,9 @@ class Tracker:
         tags: Tags of a new run besides the source tags (``{"mlflow.parentRunId": id}``: a
             nested run); ``None``: none.
         log_every: Steps (distinct ``step`` values of :meth:`log_metrics`) between two metric
-            logs: every ``log_every``-th step logs the latest value of each metric since the
-            previous log, at the step it came from; a value logged with ``always=True``, a
-            step that :meth:`log_model` names, and the values held at :meth:`flush` or
-            :meth:`end` are logged too (1: every step).
+            logs, each of the latest value of every metric at the step it came from; values
+            logged with ``always=True``, at a step :meth:`log_model` names, or held at
+            :meth:`flush` or :meth:`end` are logged too (1: every step).
 
     Attributes:
         run_id: The MLflow run id once started; ``None`` before, and always when disabled.
@@ -155,11 +153,9 @@ class Tracker:
                 raise ValueError(f"{name} must be True or False, got {value!r}")
         self.experiment = experiment
         self.run_name = run_name
-        # resolved without importing mlflow when the URI is given or set in the environment
         self._tracking_uri = str(tracking_uri) if tracking_uri else _configured_uri()
         self.enabled = bool(enabled)
         self.retry_interval_s = float(retry_interval_s)
-        self.asynchronous = asynchronous
         self.end_at_exit = end_at_exit
         self.system_metrics = system_metrics
         self._monitor: Any = None  # MLflow's SystemMetricsMonitor, while the run is open
@@ -207,8 +203,7 @@ class Tracker:
 
     def start(self) -> str | None:
         """Create (or resume) the run, after one quick request to an ``http(s)`` store so that a
-        dead server fails here; the run id (``None`` when disabled). Calling it again returns the
-        same id.
+        dead server fails here; the run id (the same on every call; ``None`` when disabled).
 
         Raises:
             TrackingError: The store is unreachable or unusable, or ``run_id`` does not name an
@@ -426,13 +421,9 @@ class Tracker:
             self._deliver(force=False, stacklevel=5)
 
     def log_params(self, params: Mapping[str, Any]) -> None:
-        """Record the run's configuration as MLflow params (:func:`flatten_params`). A param logged
-        again with another value is logged as ``"resumed/<key>"`` on a resumed run (once), else
-        dropped with a :class:`TrackingWarning` (see ``docs/tracking.md``).
-
-        Args:
-            params: A (possibly nested) mapping of names to values.
-        """
+        """Record the run's configuration ``params``, a (possibly nested) mapping of names to values,
+        as MLflow params (:func:`flatten_params`). A param logged again with another value is logged
+        as ``"resumed/<key>"`` on a resumed run (once), else dropped with a :class:`TrackingWarning`."""
         if not self.enabled:
             return
         self._check_started()
@@ -467,12 +458,8 @@ class Tracker:
         self.log_metrics_many([(metrics, step)], always=always)
 
     def log_metrics_many(self, items: Iterable[tuple[Mapping[str, Any], int]], *, always: bool = False) -> None:
-        """Record the metrics of several steps with one delivery.
-
-        Args:
-            items: ``(metrics, step)`` pairs, oldest first; see :meth:`log_metrics`.
-            always: As for :meth:`log_metrics`.
-        """
+        """:meth:`log_metrics` of several steps with one delivery: ``items`` are ``(metrics, step)``
+        pairs, oldest first; ``always`` as there."""
         if not self.enabled:
             return
         self._check_started()
@@ -548,10 +535,9 @@ class Tracker:
         self._upload("log_model", local_dir, None, ModelLink(name, int(step), linked))
 
     def register_best(self, name: str, metric: str, *, mode: str = "max", alias: str = "best") -> tuple[str, float]:
-        """Register the run's logged model with the best value of ``metric`` as a new version of
-        the registered model ``name`` (created when missing) in the store's Model Registry,
-        and point ``alias`` at it; waits until what is queued is delivered. Returns the version
-        and the metric's value.
+        """Register the run's logged model with the best ``metric`` as a new version of the
+        store's registered model ``name`` (created when missing), named by ``alias``, once what
+        is queued is delivered; the version and the metric's value.
 
         Args:
             name: The registered model's name.
