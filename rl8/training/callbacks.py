@@ -1,7 +1,5 @@
 """Callbacks: your code after every training step of :meth:`rl8.Trainer.run`, a plain callable
-``callback(trainer, stats)`` or a :class:`Callback`. A callback may read and add stats (logged,
-seen by the stop conditions), return :data:`STOP` (``"stop"``) to stop the run, or raise to fail
-it (see ``docs/trainer.md#callbacks``)."""
+``callback(trainer, stats)`` or a :class:`Callback` (see ``docs/trainer.md#callbacks``)."""
 
 from __future__ import annotations
 

@@ -174,10 +174,6 @@ class TrainerConfig:
         invalid = first_invalid(self)
         if invalid is not None:
             raise ValueError(f"Trainer: {invalid.name} must be {invalid.expected}, got {invalid.value!r}")
-        self._check_together()
-
-    def _check_together(self) -> None:
-        """The checks of several options: the actors' weight syncs."""
         if self.max_staleness < self.weight_sync_interval - 1:
             raise ValueError(
                 f"Trainer: max_staleness must be >= weight_sync_interval - 1 (actors keep weights for "

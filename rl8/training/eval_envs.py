@@ -115,15 +115,15 @@ class EvalEnvs:
             env_config: Env parameters for the evaluation (over ``hparams.env_config``).
             deterministic: Act with the distributions' modes (``False``: sample).
         """
-        algo = self.algo
-        hp = algo.hparams
+        algo, hp = self.algo, self.algo.hparams
         default_steps = hp.horizon * max(1, hp.horizons_per_env_reset)
+        config = {**hp.env_config, **(env_config or {})}
         single = second_instance_problem(algo.env, algo.env_spec) is not None
         with fork_rng(algo.device):
             if self.num_envs is None and (algo.next_collect_resets or single):
                 saved = algo.env.state_dict()
                 # an env that cannot be built twice: whole episodes, up to its limit (from a reset)
-                limit = episode_limit(algo.env, {**hp.env_config, **(env_config or {})}) if single else None
+                limit = episode_limit(algo.env, config) if single else None
                 try:
                     return algo.evaluate(
                         None, env_config=env_config, deterministic=deterministic,
@@ -134,11 +134,9 @@ class EvalEnvs:
                     if saved is not None:
                         algo.env.load_state_dict(saved)
             env = self._eval.get(self._build_eval_env)
-            steps = self.num_steps
-            if steps is None:
-                config = {**hp.env_config, **(env_config or {})}
-                steps = (episode_limit(env, config) if env.episodic else None) or default_steps
-            return algo.evaluate(env, env_config=env_config, deterministic=deterministic, num_steps=steps)
+            limit = episode_limit(env, config) if env.episodic else None
+            return algo.evaluate(env, env_config=env_config, deterministic=deterministic,
+                                 num_steps=self.num_steps or limit or default_steps)
 
     def check_can_record(self) -> None:
         """Raise now what recording would raise later (no imageio, an env that cannot render)."""

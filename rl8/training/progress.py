@@ -98,9 +98,8 @@ def mlflow_ui_command(uri: str) -> str:
 
 def _launcher(trainer: RunView) -> str:
     """How to start the same number of ranks again (empty outside torchrun)."""
-    dist = getattr(trainer.algo, "dist", None)
-    roles = current_roles()
-    if roles is None and (dist is None or not dist.enabled):
+    roles, dist = current_roles(), trainer.algo.dist
+    if roles is None and not dist.enabled:
         return ""
     world_size = roles.world_size if roles is not None else dist.world_size  # actors included
     per_node = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
@@ -175,8 +174,7 @@ class Progress:
         self._first_values: dict[int, float] = {}  # condition: its stat's first value
         self._trends: dict[int, deque[tuple[float, float]]] = {}  # condition: (time, value)s
         self._target: int | None = None  # the condition the line names
-        self._latest_return: float | None = None
-        self._latest_eval_return: float | None = None
+        self._latest_returns: dict[str, float | None] = {"return": None, "eval return": None}
         self._wrote = False
         self._announced = False
 
@@ -250,10 +248,10 @@ class Progress:
             return
         now = time.monotonic()
         held = list(held) if held is not None else [False] * len(conditions)
-        for attr, prefix in (("_latest_return", ""), ("_latest_eval_return", "eval/")):
+        for name, prefix in (("return", ""), ("eval return", "eval/")):
             key = next((prefix + key for key in _RETURN_KEYS if prefix + key in stats), None)
             if key is not None and not is_nan(stats[key]):  # else the last mean: no episode ended
-                setattr(self, attr, float(stats[key]))
+                self._latest_returns[name] = float(stats[key])
         linear = {i: c.progress(stats) for i, c in enumerate(conditions)}
         linear = {i: f for i, f in linear.items() if f is not None}
         targets = {i: self._target_fraction(i, c, stats, now) for i, c in enumerate(conditions) if i not in linear}
@@ -289,8 +287,7 @@ class Progress:
         self._write(" | ".join(parts))
 
     def _returns(self) -> list[str]:
-        pairs = (("return", self._latest_return), ("eval return", self._latest_eval_return))
-        return [f"{name} {value:.4g}" for name, value in pairs if value is not None]
+        return [f"{name} {value:.4g}" for name, value in self._latest_returns.items() if value is not None]
 
     def _write(self, line: str) -> None:
         if self.tty:

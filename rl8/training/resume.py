@@ -189,8 +189,7 @@ def log_policy_artifacts(tracker: Any, policy: torch.nn.Module, env: dict[str, A
     metrics of env step ``step``) and the ``rl8/checkpoint.json`` pointer to ``checkpoint``;
     a failure is a warning, never an error (the checkpoint is written already)."""
     try:
-        staging = tempfile.TemporaryDirectory(prefix="rl8-artifacts-", ignore_cleanup_errors=True)
-        with staging as name:
+        with tempfile.TemporaryDirectory(prefix="rl8-artifacts-", ignore_cleanup_errors=True) as name:
             tmp = Path(name)
             pointer = tmp / Path(CHECKPOINT_POINTER_ARTIFACT).name
             pointer.write_text(json.dumps({"path": str(checkpoint), "env/steps": step}))

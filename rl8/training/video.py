@@ -59,10 +59,7 @@ def prepare_headless_rendering() -> dict[str, str]:
     Linux without ``DISPLAY``/``WAYLAND_DISPLAY`` and ``MUJOCO_GL``, ``MUJOCO_GL=egl`` (or
     ``osmesa``) when its library is installed; a private ``XDG_RUNTIME_DIR`` when it is unset
     or not a folder. Variables the user set are never changed (see ``docs/videos.md``).
-
-    Returns:
-        The variables set, ``{name: value}``.
-    """
+    Returns the variables set, ``{name: value}``."""
     changed: dict[str, str] = {}
     headless = not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY")
     if sys.platform.startswith("linux") and headless and not os.environ.get("MUJOCO_GL"):
@@ -210,15 +207,12 @@ def episode_limit(env: Env, config: Mapping[str, Any] | None) -> int | None:
                 limit = int(source["max_episode_steps"])
                 if limit > 0:
                     return limit
-    limit = getattr(env, "max_episode_steps", None)  # rl8.envs.jax's envs
-    if isinstance(limit, int) and limit > 0:
-        return limit
     vector_env = getattr(env, "vector_env", None)
-    candidates = [getattr(vector_env, "spec", None)]
+    candidates = [env, getattr(vector_env, "spec", None)]  # env: rl8.envs.jax's envs
     with contextlib.suppress(Exception):
         candidates.append(vector_env.envs[0].spec)  # type: ignore[union-attr]
-    for spec in candidates:
-        limit = getattr(spec, "max_episode_steps", None)
+    for source in candidates:
+        limit = getattr(source, "max_episode_steps", None)
         if isinstance(limit, int) and limit > 0:
             return limit
     return None
@@ -257,8 +251,8 @@ def record_video(policy: Callable[..., torch.Tensor], env: Env | Any, path: str 
                  deterministic: bool = True, max_steps: int | None = None, fps: float | None = None, index: int = 0,
                  env_config: dict[str, Any] | None = None, seed: int | None = None,
                  env_kwargs: Mapping[str, Any] | None = None) -> Path:
-    """Run ``policy`` in ``env`` until sub-env ``index`` ends its episode (or ``max_steps``) and
-    write a video of it to an MP4 file (see ``docs/videos.md``).
+    """Run ``policy`` in ``env`` until sub-env ``index`` ends its episode (or ``max_steps``),
+    write a video of it to an MP4 file and return its path (see ``docs/videos.md``).
 
     Args:
         policy: A :class:`rl8.Policy` or any callable ``policy(obs, deterministic=bool) ->
@@ -275,9 +269,6 @@ def record_video(policy: Callable[..., torch.Tensor], env: Env | Any, path: str 
         seed: Seed of the env's reset and, with ``deterministic=False``, of the sampling
             (torch's RNG is restored afterwards); ``None``: the current streams.
         env_kwargs: Constructor arguments when ``env`` is not an instance.
-
-    Returns:
-        The path of the video written.
 
     Raises:
         ImportError: imageio, imageio-ffmpeg or the env's renderer is missing.
