@@ -59,16 +59,10 @@ _POLL_S = 0.02  # seconds between two reads of the weights file
 
 
 class FlatLayout:
-    """A fixed layout of named tensors in one contiguous byte tensor, for point-to-point sends:
-    each tensor at an offset aligned to 8 bytes, in the mapping's order, so that two processes
-    with tensors of the same names, shapes and dtypes agree on it without exchanging it.
-
-    Args:
-        tensors: ``{name: tensor}``; only the names, shapes and dtypes are kept.
-
-    Attributes:
-        nbytes: Size of the packed byte tensor.
-    """
+    """A fixed layout of ``tensors`` (``{name: tensor}``: only their names, shapes and dtypes are
+    kept) in one contiguous byte tensor of ``nbytes`` bytes, for point-to-point sends: each tensor
+    at an offset aligned to 8 bytes, in the mapping's order, so that two processes with tensors of
+    the same names, shapes and dtypes agree on it without exchanging it."""
 
     def __init__(self, tensors: Mapping[str, torch.Tensor]) -> None:
         self.fields: list[tuple[str, torch.Size, torch.dtype, int, int]] = []  # name, shape, dtype, offset, bytes
@@ -268,16 +262,12 @@ def _write_weights_file(algo: PPO, folder: Path) -> None:
 
 @torch.no_grad()
 def truncated_importance_weights(algo: PPO, cap: float) -> torch.Tensor:
-    """Prepare the next update of ``algo`` for rollouts collected with older weights, as
-    decoupled PPO does (Hilton et al., 2021): the buffer's ``logp`` become those of its actions
-    under the current weights (the proximal policy), and :attr:`rl8.PPO.advantage_weights` the
-    truncated importance weights ``min(cap, pi_prox(a|s) / mu(a|s))`` of the behaviour policy
-    (``[num_envs, horizon]``, also returned).
-
-    Args:
-        algo: The learner's PPO, its buffer filled (a feedforward model).
-        cap: The truncation of the weights (``rho_bar``), > 0.
-    """
+    """Prepare the next update of the learner's ``algo`` (its buffer filled, a feedforward model)
+    for rollouts collected with older weights, as decoupled PPO does (Hilton et al., 2021): the
+    buffer's ``logp`` become those of its actions under the current weights (the proximal
+    policy), and :attr:`rl8.PPO.advantage_weights` the truncated importance weights
+    ``min(cap, pi_prox(a|s) / mu(a|s))`` of the behaviour policy (``[num_envs, horizon]``, also
+    returned), ``cap`` (``rho_bar``) > 0."""
     h = algo.hparams.horizon
     zeros = torch.zeros(algo.hparams.num_envs, h, device=algo.device)
     samples = algo.buffer.training_samples(zeros, zeros)

@@ -202,14 +202,9 @@ class TrainerConfig:
 
     @classmethod
     def read_option(cls, name: str, value: Any) -> Any:
-        """Option ``name`` as a config file or a flag gives it, read as its type says (numeric
-        strings as numbers, ``"1e3"``: 1000; a YAML number as a string for a string option)
-        and checked (a ``ValueError`` ``"NAME must be ..., got VALUE"``).
-
-        Args:
-            name: An option (a field of this class).
-            value: As read from YAML, or the text of a flag.
-        """
+        """Option ``name``'s ``value`` as a config file (YAML) or a flag's text gives it, read as
+        its type says (numeric strings as numbers, ``"1e3"``: 1000; a YAML number as a string for
+        a string option) and checked (a ``ValueError`` ``"NAME must be ..., got VALUE"``)."""
         field = next(f for f in dataclasses.fields(cls) if f.name == name)
         kind = str(field.type).split(" ")[0]  # "int | None" -> "int"
         if kind in ("int", "float"):
@@ -250,15 +245,10 @@ TrainerConfig.__doc__ = (TrainerConfig.__doc__ or "") + attributes_doc(TrainerCo
 
 
 def run_params(algo: PPO, config: TrainerConfig, env_spec: str | None, dist: DistContext) -> dict[str, Any]:
-    """A training run's configuration as nested MLflow params: hyper-parameters (the values in
-    use), env, model, distribution, optimizer, versions, Trainer options and the world size.
-
-    Args:
-        algo: The algorithm.
-        config: The Trainer's options.
-        env_spec: The env as a dotted path or gymnasium id (``None``: one a file cannot name).
-        dist: The process group.
-    """
+    """The configuration of a run of ``algo`` with the Trainer options ``config`` as nested MLflow
+    params: hyper-parameters (the values in use), env (``env_spec``: its dotted path or gymnasium
+    id, ``None``: one a file cannot name), model, distribution, optimizer, versions, Trainer
+    options and the world size of the process group ``dist``."""
     import platform
 
     import torch

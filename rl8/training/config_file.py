@@ -78,11 +78,7 @@ def _safe_yaml(text: str, where: str) -> Any:
             finally:
                 self.depth -= 1
 
-    loader = BoundedLoader(text)
-    try:
-        value = loader.get_single_data()
-    finally:
-        loader.dispose()
+    value = yaml.load(text, Loader=BoundedLoader)  # a SafeLoader
     sizes: dict[int, int] = {}  # values under each list/mapping, aliases counted each time
 
     def size(node: Any) -> int:

@@ -105,11 +105,9 @@ class EvalEnvs:
         return env
 
     def evaluate(self, env_config: dict[str, Any] | None, deterministic: bool) -> dict[str, float]:
-        """The rollout stats of one evaluation (:meth:`rl8.PPO.evaluate`), torch's RNG kept: on
-        the training envs when ``num_envs`` is ``None`` and the next collect resets them anyway
-        (their state restored afterwards) or rl8 cannot build a second env (then reset, and
-        reset again by the next collect), else on the dedicated eval env (for ``num_steps``
-        steps or, for an episodic env, its episode limit; see ``docs/trainer.md``).
+        """The rollout stats of one evaluation (:meth:`rl8.PPO.evaluate`), torch's RNG kept, on
+        the training envs (state restored afterwards) or the dedicated eval env, as
+        ``docs/trainer.md#evaluation-eval`` says.
 
         Args:
             env_config: Env parameters for the evaluation (over ``hparams.env_config``).

@@ -77,13 +77,10 @@ def _condition_label(condition: Condition) -> str:
 
 
 def mlflow_ui_command(uri: str) -> str:
-    """The command that shows the runs of the tracking URI ``uri`` (``mlflow ui``, with
-    ``--backend-store-uri URI`` for another store than ``./mlflow.db``, or the server's address),
-    with what to install first when MLflow's UI server is missing.
-
-    Args:
-        uri: The resolved tracking URI (``trainer.tracker.tracking_uri``).
-    """
+    """The command that shows the runs of the resolved tracking URI ``uri``
+    (``trainer.tracker.tracking_uri``): ``mlflow ui``, with ``--backend-store-uri URI`` for another
+    store than ``./mlflow.db``, or the server's address; with what to install first when MLflow's
+    UI server is missing."""
     if uri.lower().startswith(("http://", "https://")):
         return f"open {uri} (the tracking server already serves the UI)"
     command = f"mlflow ui --backend-store-uri {uri}"
@@ -236,14 +233,9 @@ class Progress:
 
     def update(self, stats: Mapping[str, float], conditions: Sequence[Condition], *, force: bool = False,
                held: Sequence[bool] | None = None) -> None:
-        """Record a step's stats; redraw the line if the last draw is old enough.
-
-        Args:
-            stats: The step's stats.
-            conditions: The run's stop conditions.
-            force: Draw now (the final state of a run).
-            held: Whether each condition held at this step (``None``: none did).
-        """
+        """Record a step's ``stats``, the run's stop ``conditions`` and which of them ``held`` at
+        this step (``None``: none); redraw the line if the last draw is old enough, or now when
+        ``force`` (the final state of a run)."""
         if not self.enabled:
             return
         now = time.monotonic()
@@ -252,8 +244,7 @@ class Progress:
             key = next((prefix + key for key in _RETURN_KEYS if prefix + key in stats), None)
             if key is not None and not is_nan(stats[key]):  # else the last mean: no episode ended
                 self._latest_returns[name] = float(stats[key])
-        linear = {i: c.progress(stats) for i, c in enumerate(conditions)}
-        linear = {i: f for i, f in linear.items() if f is not None}
+        linear = {i: f for i, c in enumerate(conditions) if (f := c.progress(stats)) is not None}
         targets = {i: self._target_fraction(i, c, stats, now) for i, c in enumerate(conditions) if i not in linear}
         etas = {i: self._pace_eta(i, f, now) for i, f in linear.items()}  # every step: the pace
         steps = float(stats.get("env/steps", 0.0))

@@ -207,16 +207,10 @@ def log_policy_artifacts(tracker: Any, policy: torch.nn.Module, env: dict[str, A
 
 def algo_from_checkpoint(file: Path, state: Mapping[str, Any], *, env: Any, hparams: Mapping[str, Any] | None,
                          trust_code: bool) -> PPO:
-    """The PPO a Trainer checkpoint describes, with its state loaded; every class the file names
-    is looked up in :mod:`rl8.registry` and checked for its kind (``docs/security.md``).
-
-    Args:
-        file: The checkpoint file (for messages).
-        state: Its content (:func:`rl8.io.checkpoint_dir.read_checkpoint`).
-        env: The env to use instead of the stored one; ``None``: the stored one.
-        hparams: Hyper-parameters to change (a class given here replaces the stored name).
-        trust_code: Import the modules of the names the registry does not hold, and let the
-            stored env spec name a plain function, which is then called.
+    """The PPO that the Trainer checkpoint ``state`` (read from ``file``) describes, with its state
+    loaded, its ``env`` (``None``: the stored one) and ``hparams`` given over the stored ones;
+    every class the file names is looked up in :mod:`rl8.registry` and checked for its kind
+    unless ``trust_code`` (see :meth:`rl8.Trainer.from_checkpoint` and ``docs/security.md``).
 
     Raises:
         rl8.io.checkpoint.CheckpointError: Not a Trainer checkpoint, or a stored name that is not

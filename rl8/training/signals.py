@@ -69,13 +69,9 @@ class StopSignals:
         self.stop_signal = signum
 
     def agree(self, stop: bool) -> bool:
-        """Whether to stop: in data-parallel training rank 0's ``stop`` (its clock decides time
-        limits), agreed with ONE small collective that also shares the signals any rank received
-        (kept for :meth:`take`).
-
-        Args:
-            stop: Whether the stop conditions hold on this rank.
-        """
+        """Whether to stop, given whether the stop conditions hold on this rank (``stop``): in
+        data-parallel training rank 0's (its clock decides time limits), agreed with ONE small
+        collective that also shares the signals any rank received (kept for :meth:`take`)."""
         if not self.dist.enabled:
             return stop
         requested = self._checkpoint_requested

@@ -291,15 +291,13 @@ class Trainer:
         return stats
 
     def eval(self, *, env_config: dict[str, Any] | None = None, deterministic: bool = True) -> TrainStats:
-        """Evaluate the policy without touching training state (torch's RNG included) and log the
-        stats (see :class:`~rl8.training.eval_envs.EvalEnvs`, ``docs/trainer.md``).
+        """Evaluate the policy without touching training state (torch's RNG included); returns and
+        logs at the current ``env/steps`` its ``eval/<rollout stat>`` and ``profiling/eval_ms``
+        (see :class:`~rl8.training.eval_envs.EvalEnvs`, ``docs/trainer.md``).
 
         Args:
             env_config: Env parameters for the evaluation (over ``hparams.env_config``).
             deterministic: Act with the distributions' modes (``False``: sample).
-
-        Returns:
-            ``eval/<rollout stat>`` and ``profiling/eval_ms``, logged at the current ``env/steps``.
         """
         stats = self._eval(env_config, deterministic)
         self._log(stats, evaluated=True)
@@ -348,8 +346,9 @@ class Trainer:
     ) -> TrainStats:
         """Train until a stop condition holds or a callback asks to stop: steps, evaluations every
         ``steps_per_eval`` steps, callbacks, logging, checkpoints every ``checkpoint_every`` steps
-        and at the end, signals (see ``docs/trainer.md#training-run``). An exception ends the
-        MLflow run as ``FAILED``, SIGINT/SIGTERM as ``KILLED``.
+        and at the end, signals (see ``docs/trainer.md#training-run``); returns the stats of the
+        last step (only the counters when no step ran). An exception ends the MLflow run as
+        ``FAILED``, SIGINT/SIGTERM as ``KILLED``.
 
         Args:
             env_config: Env parameters for training resets (see :meth:`step`).
@@ -364,9 +363,6 @@ class Trainer:
             callbacks: Called after every step (see :mod:`rl8.training.callbacks`): a callable
                 ``callback(trainer, stats)`` or a :class:`~rl8.training.callbacks.Callback`, or a
                 list of them; one that returns :data:`rl8.STOP` stops the run.
-
-        Returns:
-            The stats of the last step (only the counters when no step ran).
 
         Raises:
             ValueError, TypeError: Before training, a bad argument (the message names it).
@@ -636,16 +632,14 @@ class Trainer:
                       mode: str | None = None) -> str | None:
         """Register the run's best checkpoint (its logged model with the best ``metric``) in
         MLflow's Model Registry as a new version of ``name`` with the alias ``best``
-        (``load_policy("models:/NAME@best")``); :meth:`run` calls it when ``register_as`` is set.
+        (``load_policy("models:/NAME@best")``) and return the new version, or ``None`` when the
+        store could not be reached (a :class:`~rl8.tracking.TrackingWarning` says why);
+        :meth:`run` calls it when ``register_as`` is set.
 
         Args:
             name: The registered model; ``None``: ``register_as``.
             metric: The stat that ranks the checkpoints; ``None``: ``register_metric``.
             mode: ``"max"`` or ``"min"``; ``None``: ``register_mode``.
-
-        Returns:
-            The new version, or ``None`` when the store could not be reached (a
-            :class:`~rl8.tracking.TrackingWarning` says why).
 
         Raises:
             ValueError: No checkpoint of the run has ``metric``, or no name is given.

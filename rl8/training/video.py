@@ -219,13 +219,9 @@ def episode_limit(env: Env, config: Mapping[str, Any] | None) -> int | None:
 
 
 def pad_frame(frame: np.ndarray, multiple: int = 2) -> np.ndarray:
-    """Pad an RGB frame at the bottom and right (repeating the edge pixels) to a height and
-    width that are multiples of ``multiple`` (H.264 in ``yuv420p`` needs even sizes).
-
-    Args:
-        frame: ``uint8`` array ``[height, width, 3]``.
-        multiple: The block size, in pixels.
-    """
+    """Pad an RGB ``frame`` (``uint8 [height, width, 3]``) at the bottom and right, repeating
+    the edge pixels, to a height and width that are multiples of ``multiple`` pixels (H.264 in
+    ``yuv420p`` needs even sizes)."""
     h, w = frame.shape[:2]
     pad_h, pad_w = -h % multiple, -w % multiple
     if not pad_h and not pad_w:

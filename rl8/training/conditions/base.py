@@ -93,12 +93,9 @@ class Condition(ABC):
         """Forget all state (patience counters, best values, clocks), as if newly built."""
 
     def progress(self, stats: Mapping[str, float]) -> float | None:
-        """Fraction of the way to stopping, in ``[0, 1]``, or ``None`` when unknown (only
-        bounds on a monotone quantity know it); never raises for a missing key.
-
-        Args:
-            stats: The latest step's stats.
-        """
+        """Fraction of the way to stopping at the latest step's ``stats``, in ``[0, 1]``, or
+        ``None`` when unknown (only bounds on a monotone quantity know it); never raises for a
+        missing key."""
         return None
 
     def stat_names(self) -> list[str]:

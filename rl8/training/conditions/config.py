@@ -95,13 +95,10 @@ def from_config(spec: Mapping[str, Any], *, _path: str = "", _depth: int = 1) ->
 
 
 def with_current_stat_names(spec: Any) -> Any:
-    """A copy of a stored :meth:`Condition.to_config` or :meth:`Condition.state_dict` (or a list
-    of them; other values are returned as they are) with rl8 1.0.0's names of renamed stats
-    replaced by the current ones, without a warning: old checkpoints resume as they are.
-
-    Args:
-        spec: A mapping or list of them, as read from a checkpoint.
-    """
+    """A copy of ``spec``, a stored :meth:`Condition.to_config` or :meth:`Condition.state_dict`
+    (or a list of them, as read from a checkpoint; other values are returned as they are) with
+    rl8 1.0.0's names of renamed stats replaced by the current ones, without a warning: old
+    checkpoints resume as they are."""
     if isinstance(spec, Mapping):
         return {
             name: (current_stat_name(value) or value) if name == "key" and isinstance(value, str)
