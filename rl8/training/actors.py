@@ -1,7 +1,5 @@
 """Actors and learners (``rl8 train --actors N``): some ranks of a torchrun job only collect
-(:func:`run_actor`) and send their rollouts point-to-point to their learner, the others only
-update (:class:`Learner`), dropping rollouts more than ``max_staleness`` updates old and sending
-new weights every ``weight_sync_interval`` updates. See ``docs/distributed.md``."""
+(:func:`run_actor`), the others only update (:class:`Learner`); see ``docs/distributed.md``."""
 
 from __future__ import annotations
 
@@ -357,7 +355,7 @@ class Learner:
         fresh: dict[int, float] = {}  # actor -> lag of its rollout in this batch
         sums = dict.fromkeys(("episode_return_sum", "episode_length_sum", "episode_count", "env_records",
                               "env_episode_return_sum", "env_episode_length_sum", "env_episode_count"), 0.0)
-        actor_waits, wait_s, dropped = [], 0.0, 0
+        actor_waits, wait_s = [], 0.0
         while len(fresh) < len(self.actors):
             for actor in self.actors:
                 if actor in fresh:
@@ -373,7 +371,7 @@ class Learner:
                 self._actor_rates[actor] = header["env_steps"] / max(header["collect_s"], 1e-9)
                 lag = version - header["version"]
                 if lag > cfg.max_staleness:  # collected with weights too old: drop, send new ones
-                    dropped += 1
+                    self.dropped += 1
                     self._reply(actor, weights=True)
                     continue
                 fresh[actor] = lag
@@ -383,7 +381,6 @@ class Learner:
                     self._reply(actor, weights=version - held >= cfg.weight_sync_interval)
                 else:
                     self.awaiting_reply[actor] = True
-        self.dropped += dropped
 
         def fill(buffer: RolloutBuffer) -> None:
             for slot, actor in enumerate(self.actors):

@@ -81,8 +81,7 @@ class TrainerConfig:
         None, "MLflow run name (not empty); None: MLflow picks one", _NAME, param=False, names_run=True, cli="flag")
     tracking_uri: str | None = _option(
         None, "where runs go (http://host:port, sqlite:///file.db; not a folder nor file://, which MLflow 3 "
-        "refuses); None: "
-        "MLFLOW_TRACKING_URI, else sqlite:///mlflow.db in the current folder", _TEXT,
+        "refuses); None: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db in the current folder", _TEXT,
         param=False, names_run=True, cli="flag")
     tracking: bool = _option(
         True, "False: no MLflow at all (no run, nothing logged)", _BOOL, param=False, names_run=True)

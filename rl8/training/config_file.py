@@ -1,7 +1,6 @@
-"""``rl8 train`` config files (presets too): their keys, reading one safely
-(:func:`load_config`), ``--set KEY=VALUE`` values, and the Trainer options and stop conditions a
-config holds. HParams and the conditions are imported where a config is checked, so that
-``rl8 --help`` and the first checks start without torch."""
+"""``rl8 train`` config files (presets too) and ``--set KEY=VALUE`` values. HParams and the
+conditions are imported where a config is checked, so that ``rl8 --help`` and the first checks
+start without torch."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""What :meth:`rl8.Trainer.run` prints: a progress line with an ETA, where the results go at
-the start and the end (the ``rl8`` command prints the same: :func:`results_lines`), and a
-summary line. See ``docs/trainer.md#progress``."""
+"""What :meth:`rl8.Trainer.run` prints (the ``rl8`` command prints :func:`results_lines` too);
+see ``docs/trainer.md#progress``."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""What a Trainer checkpoint holds beyond the algorithm, writing it (every rank's part, the MLflow
-artifacts), and rebuilding the algorithm from one: the pieces :meth:`rl8.Trainer.save_checkpoint`
-and :meth:`rl8.Trainer.from_checkpoint` are made of."""
+"""The pieces :meth:`rl8.Trainer.save_checkpoint` and :meth:`rl8.Trainer.from_checkpoint` are
+made of: what a checkpoint holds beyond the algorithm, writing it, rebuilding the algorithm."""
 
 from __future__ import annotations
 

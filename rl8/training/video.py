@@ -1,6 +1,5 @@
-"""Videos of a policy acting in an env: run one episode, render every step, write an H.264 MP4
-with imageio (the ``video`` extra); MuJoCo envs render without a display through EGL or OSMesa.
-See ``docs/videos.md``."""
+"""Videos of a policy acting in an env, H.264 MP4s written with imageio (the ``video`` extra);
+MuJoCo envs render without a display through EGL or OSMesa. See ``docs/videos.md``."""
 
 from __future__ import annotations
 
@@ -334,9 +333,8 @@ def _write(imageio: Any, frames: Any, path: Path, fps: float, env: Env) -> None:
             shape = None
             for frame in frames:
                 frame = pad_frame(frame)
-                if shape is None:
-                    shape = frame.shape
-                elif frame.shape != shape:
+                shape = shape or frame.shape
+                if frame.shape != shape:
                     raise ValueError(
                         f"{type(env).__name__}.render: frames changed size during the recording "
                         f"(first {shape[:2]}, now {frame.shape[:2]} after padding to even sizes)"

@@ -1,5 +1,4 @@
-"""The :class:`Condition` contract, :class:`StatCondition` (a condition on one stat), the
-combinators :class:`And` and :class:`Or` (``a & b``, ``a | b``) and the checks of arguments."""
+"""The :class:`Condition` contract, conditions on one stat, and the combinators ``a & b``, ``a | b``."""
 
 from __future__ import annotations
 

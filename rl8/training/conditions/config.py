@@ -1,5 +1,4 @@
-"""Conditions from config files and checkpoints: the names of :data:`CONDITIONS` and
-:func:`from_config`, and :func:`with_current_stat_names` for specs with rl8 1.0.0's stat names."""
+"""Conditions from config files (:func:`from_config`) and checkpoints."""
 
 from __future__ import annotations
 
