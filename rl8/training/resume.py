@@ -100,13 +100,9 @@ class RunRecord:
 
 @dataclasses.dataclass(frozen=True)
 class Resuming:
-    """The checkpoint a Trainer being built by :meth:`rl8.Trainer.from_checkpoint` resumes from.
-
-    Attributes:
-        file: The checkpoint file (absolute); the Trainer may write into its folder.
-        record: What it records about the run (:class:`RunRecord`).
-        env_steps: The env steps of the algorithm it holds.
-    """
+    """The checkpoint ``file`` (absolute; the Trainer may write into its folder) that a Trainer
+    being built by :meth:`rl8.Trainer.from_checkpoint` resumes from, its ``record`` of the run and
+    the ``env_steps`` of the algorithm it holds."""
 
     file: Path
     record: RunRecord

@@ -22,16 +22,11 @@ def signal_exit(signum: int) -> BaseException:
 
 
 class StopSignals:
-    """What SIGUSR1, SIGINT and SIGTERM asked for during one :meth:`rl8.Trainer.run`.
-
-    Args:
-        dist: The run's process group (agreement between ranks; a no-op in one process).
-        ignore_stop: Whether a SIGINT/SIGTERM is ignored now (while a signal exit marks the
-            MLflow run ``KILLED``, within a time limit).
-
-    Attributes:
-        stop_signal: The SIGINT/SIGTERM received (by any rank, once agreed), or ``None``.
-    """
+    """What SIGUSR1, SIGINT and SIGTERM asked for during one :meth:`rl8.Trainer.run`, agreed
+    between the ranks of the process group ``dist`` (a no-op in one process); ``ignore_stop()``
+    says whether a SIGINT/SIGTERM is ignored now (while a signal exit marks the MLflow run
+    ``KILLED``, within a time limit). ``stop_signal``: the SIGINT/SIGTERM received (by any rank,
+    once agreed), or ``None``."""
 
     def __init__(self, dist: DistContext, ignore_stop: Callable[[], bool]) -> None:
         self.dist = dist
