@@ -10,6 +10,7 @@ import os
 import shutil
 import sys
 import tempfile
+import traceback
 import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -83,11 +84,8 @@ def _gl_failure(exc: BaseException) -> bool:
         seen.add(id(exc))
         if type(exc).__module__.split(".")[0] in _GL_PACKAGES:
             return True
-        tb = exc.__traceback__
-        while tb is not None:
-            if _gl_file(tb.tb_frame.f_code.co_filename):
-                return True
-            tb = tb.tb_next
+        if any(_gl_file(frame.f_code.co_filename) for frame, _ in traceback.walk_tb(exc.__traceback__)):
+            return True
         exc = exc.__cause__ or exc.__context__
     return False
 
