@@ -148,16 +148,12 @@ def _send_state(algo: PPO, learner: int, rank: int) -> None:
 
 
 def run_actor(algo: PPO, config: TrainerConfig, *, env_config: dict[str, Any] | None = None) -> Stats:
-    """The actor's loop: wait for its learner's reply, load the weights it sends, collect one
-    rollout, send it; until the learner says stop (asked for its state, it sends it). Returns
-    the stats of its last collect (empty if it collected nothing). SIGINT and SIGTERM wait for
-    the learners to stop the job, then exit with the signal's status.
-
-    Args:
-        algo: This actor's PPO (its envs, its policy copy; never updated).
-        config: The Trainer's options (``weight_sync``, ``weight_sync_dir``).
-        env_config: Env parameters applied when the actor resets its envs.
-    """
+    """The actor's loop, with its own ``algo`` (its envs, its policy copy; never updated) and the
+    Trainer's options ``config``: wait for its learner's reply, load the weights it sends, collect
+    one rollout (``env_config``: env parameters of its resets), send it; until the learner says
+    stop (asked for its state, it sends it). Returns the stats of its last collect (empty if it
+    collected nothing). SIGINT and SIGTERM wait for the learners to stop the job, then exit with
+    the signal's status."""
     roles = current_roles()
     assert roles is not None and roles.is_actor
     rank, learner = roles.rank, roles.learner_of(roles.rank)
@@ -278,18 +274,11 @@ def truncated_importance_weights(algo: PPO, cap: float) -> torch.Tensor:
 
 
 class Learner:
-    """The learner's side of the exchange with its actors (one per learner rank).
-
-    Args:
-        algo: The learner's PPO; its buffer holds one rollout of each of its actors.
-        config: The Trainer's options (``max_staleness``, ``weight_sync_interval``,
-            ``weight_sync``, ``weight_sync_dir``).
-
-    Attributes:
-        actors: This learner's actor ranks, by slot.
-        dropped: Rollouts this learner dropped as too stale so far.
-        received_steps: Transitions received from its actors so far (dropped ones included).
-    """
+    """The learner's side of the exchange with its ``actors`` (their ranks, by slot), one per
+    learner rank: its ``algo``'s buffer holds one rollout of each of them; ``config`` holds the
+    Trainer's options (``max_staleness``, ``weight_sync_interval``, ``weight_sync``,
+    ``weight_sync_dir``). ``dropped`` counts the rollouts dropped as too stale so far,
+    ``received_steps`` the transitions received (dropped ones included)."""
 
     def __init__(self, algo: PPO, config: TrainerConfig) -> None:
         roles = current_roles()

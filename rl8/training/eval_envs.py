@@ -49,16 +49,12 @@ class _FirstState:
 
 
 class EvalEnvs:
-    """Where :meth:`rl8.Trainer.eval` and :meth:`rl8.Trainer.record` run.
-
-    Args:
-        algo: The algorithm; its env spec, ``env_kwargs``, ``env_config`` and device.
-        num_envs: Envs of a dedicated eval env (``eval_num_envs``); ``None``: the training
-            envs at env-reset boundaries (at any time for an env rl8 cannot build twice), else an
-            env of ``min(num_envs, 16)`` built on demand.
-        num_steps: Steps per env of one evaluation (``eval_num_steps``); ``None``: see
-            :meth:`evaluate`.
-    """
+    """Where :meth:`rl8.Trainer.eval` and :meth:`rl8.Trainer.record` run, for ``algo`` (its env
+    spec, ``env_kwargs``, ``env_config`` and device): a dedicated eval env of ``num_envs`` envs
+    (``eval_num_envs``), or with ``None`` the training envs at env-reset boundaries (at any time
+    for an env rl8 cannot build twice), else an env of ``min(num_envs, 16)`` built on demand;
+    ``num_steps``: steps per env of one evaluation (``eval_num_steps``; ``None``: see
+    ``docs/trainer.md#evaluation-eval``)."""
 
     def __init__(self, algo: PPO, num_envs: int | None, num_steps: int | None) -> None:
         if num_envs is not None:  # one step of every env at least, before anything is built
@@ -105,14 +101,10 @@ class EvalEnvs:
         return env
 
     def evaluate(self, env_config: dict[str, Any] | None, deterministic: bool) -> dict[str, float]:
-        """The rollout stats of one evaluation (:meth:`rl8.PPO.evaluate`), torch's RNG kept, on
+        """The rollout stats of one evaluation (:meth:`rl8.PPO.evaluate` with ``env_config`` over
+        ``hparams.env_config``, ``deterministic``: the distributions' modes), torch's RNG kept, on
         the training envs (state restored afterwards) or the dedicated eval env, as
-        ``docs/trainer.md#evaluation-eval`` says.
-
-        Args:
-            env_config: Env parameters for the evaluation (over ``hparams.env_config``).
-            deterministic: Act with the distributions' modes (``False``: sample).
-        """
+        ``docs/trainer.md#evaluation-eval`` says."""
         algo, hp = self.algo, self.algo.hparams
         default_steps = hp.horizon * max(1, hp.horizons_per_env_reset)
         config = {**hp.env_config, **(env_config or {})}

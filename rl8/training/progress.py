@@ -146,14 +146,9 @@ def results_lines(trainer: RunView) -> list[str]:
 
 class Progress:
     """One status line for long runs (naming the stop condition closest to holding and an ETA),
-    a summary line when the run stops, and where the results go (see ``docs/trainer.md#progress``).
-
-    Args:
-        mode: ``None``/``True``: show (in place on a terminal, at most every 0.25 s, else a
-            plain line every ``interval_s``); ``False``: quiet.
-        stream: Where the progress and summary lines go (default ``sys.stderr``).
-        interval_s: Seconds between two plain lines (not a terminal).
-    """
+    a summary line when the run stops, and where the results go (see ``docs/trainer.md#progress``),
+    written to ``stream`` (default ``sys.stderr``). ``mode`` ``None``/``True``: show (in place on a
+    terminal, at most every 0.25 s, else a plain line every ``interval_s`` seconds); ``False``: quiet."""
 
     def __init__(self, mode: bool | None, stream: TextIO | None = None, *, interval_s: float = 10.0) -> None:
         self.stream = stream if stream is not None else sys.stderr

@@ -242,12 +242,9 @@ class _Combinator(Condition):
 
 
 class And(_Combinator):
-    """Stop when every condition holds on the same check (all are called on every check).
-    :meth:`progress` is the smallest of theirs, ``None`` if any does not know it.
-
-    Args:
-        conditions: Non-empty list of conditions.
-    """
+    """Stop when every one of ``conditions`` (a non-empty list) holds on the same check (all are
+    called on every check). :meth:`progress` is the smallest of theirs, ``None`` if any does not
+    know it."""
 
     config_name = "and"
 
@@ -260,12 +257,8 @@ class And(_Combinator):
 
 
 class Or(_Combinator):
-    """Stop when any condition holds (all are called on every check). :meth:`progress` is the
-    largest known progress among them (``None`` when none knows it).
-
-    Args:
-        conditions: Non-empty list of conditions.
-    """
+    """Stop when any of ``conditions`` (a non-empty list) holds (all are called on every check).
+    :meth:`progress` is the largest known progress among them (``None`` when none knows it)."""
 
     config_name = "or"
 

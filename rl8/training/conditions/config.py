@@ -28,13 +28,11 @@ MAX_CONDITION_DEPTH = 32
 
 
 def from_config(spec: Mapping[str, Any], *, _path: str = "", _depth: int = 1) -> Condition:
-    """Build a condition from a YAML/JSON-friendly mapping with one key, the condition's name
-    (see :data:`CONDITIONS`), whose value is the constructor's keyword arguments, or for ``and``
-    / ``or`` a list of such mappings: ``{"time_limit": {"seconds": 3600}}``. Numeric fields also
-    accept numeric strings (YAML reads ``1e6`` as a string). See ``docs/conditions.md``.
-
-    Args:
-        spec: The mapping, e.g. from ``yaml.safe_load``.
+    """Build a condition from ``spec``, a YAML/JSON-friendly mapping (e.g. from ``yaml.safe_load``)
+    with one key, the condition's name (see :data:`CONDITIONS`), whose value is the constructor's
+    keyword arguments, or for ``and`` / ``or`` a list of such mappings: ``{"time_limit":
+    {"seconds": 3600}}``. Numeric fields also accept numeric strings (YAML reads ``1e6`` as a
+    string). See ``docs/conditions.md``.
 
     Raises:
         ValueError: An unknown name (with close matches), a missing or unknown field, an invalid
