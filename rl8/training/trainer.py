@@ -181,21 +181,15 @@ class Trainer:
 
     @property
     def run_id(self) -> str | None:
-        """The MLflow run id (``None`` without tracking); waits for a run still starting.
-
-        Raises:
-            rl8.tracking.TrackingError: The run could not be started in the background.
-        """
+        """The MLflow run id (``None`` without tracking); waits for a run still starting (a
+        :class:`~rl8.tracking.TrackingError` when it could not be started in the background)."""
         self._check_run_start(wait=True)
         return self._run_id
 
     @property
     def checkpoint_dir(self) -> Path:
-        """The checkpoint folder (absolute); waits for a run still starting that names it.
-
-        Raises:
-            rl8.tracking.TrackingError: The run could not be started in the background.
-        """
+        """The checkpoint folder (absolute); waits for a run still starting that names it (a
+        :class:`~rl8.tracking.TrackingError` when it could not be started in the background)."""
         if self._checkpoint_dir is None:
             self._check_run_start(wait=True)  # for the run still starting
             self._checkpoint_dir = self._claim_default_folder(self._run_id)
