@@ -1,7 +1,5 @@
 """Actors and learners (``rl8 train --actors N``): some ranks of a torchrun job only collect
-(:func:`run_actor`) and send their rollouts point-to-point to their learner, the others only
-update (:class:`Learner`), dropping rollouts more than ``max_staleness`` updates old and sending
-new weights every ``weight_sync_interval`` updates. See ``docs/distributed.md``."""
+(:func:`run_actor`), the others only update (:class:`Learner`); see ``docs/distributed.md``."""
 
 from __future__ import annotations
 
@@ -59,16 +57,10 @@ _POLL_S = 0.02  # seconds between two reads of the weights file
 
 
 class FlatLayout:
-    """A fixed layout of named tensors in one contiguous byte tensor, for point-to-point sends:
-    each tensor at an offset aligned to 8 bytes, in the mapping's order, so that two processes
-    with tensors of the same names, shapes and dtypes agree on it without exchanging it.
-
-    Args:
-        tensors: ``{name: tensor}``; only the names, shapes and dtypes are kept.
-
-    Attributes:
-        nbytes: Size of the packed byte tensor.
-    """
+    """A fixed layout of ``tensors`` (``{name: tensor}``: only their names, shapes and dtypes are
+    kept) in one contiguous byte tensor of ``nbytes`` bytes, for point-to-point sends: each tensor
+    at an offset aligned to 8 bytes, in the mapping's order, so that two processes with tensors of
+    the same names, shapes and dtypes agree on it without exchanging it."""
 
     def __init__(self, tensors: Mapping[str, torch.Tensor]) -> None:
         self.fields: list[tuple[str, torch.Size, torch.dtype, int, int]] = []  # name, shape, dtype, offset, bytes
@@ -100,11 +92,8 @@ class FlatLayout:
 
 
 def _leaves(td: TensorDictBase) -> dict[str, torch.Tensor]:
-    """A TensorDict's tensors by their (nested) key joined with ``/``."""
-    out = {}
-    for key, value in td.items(include_nested=True, leaves_only=True):
-        out["/".join(key) if isinstance(key, tuple) else key] = value
-    return out
+    """A TensorDict's tensors (views, not copies) by their nested key joined with ``/``."""
+    return dict(td.flatten_keys("/").items())
 
 
 def check_actor_config(config: TrainerConfig, algo: PPO, roles: Roles | None) -> None:
@@ -159,18 +148,12 @@ def _send_state(algo: PPO, learner: int, rank: int) -> None:
 
 
 def run_actor(algo: PPO, config: TrainerConfig, *, env_config: dict[str, Any] | None = None) -> Stats:
-    """The actor's loop: wait for its learner's reply, load the weights it sends, collect one
-    rollout, send it; until the learner says stop (asked for its state, it sends it). SIGINT
-    and SIGTERM wait for the learners to stop the job, then exit with the signal's status.
-
-    Args:
-        algo: This actor's PPO (its envs, its policy copy; never updated).
-        config: The Trainer's options (``weight_sync``, ``weight_sync_dir``).
-        env_config: Env parameters applied when the actor resets its envs.
-
-    Returns:
-        The stats of the actor's last collect (empty if it collected nothing).
-    """
+    """The actor's loop, with its own ``algo`` (its envs, its policy copy; never updated) and the
+    Trainer's options ``config``: wait for its learner's reply, load the weights it sends, collect
+    one rollout (``env_config``: env parameters of its resets), send it; until the learner says
+    stop (asked for its state, it sends it). Returns the stats of its last collect (empty if it
+    collected nothing). SIGINT and SIGTERM wait for the learners to stop the job, then exit with
+    the signal's status."""
     roles = current_roles()
     assert roles is not None and roles.is_actor
     rank, learner = roles.rank, roles.learner_of(roles.rank)
@@ -198,8 +181,14 @@ def run_actor(algo: PPO, config: TrainerConfig, *, env_config: dict[str, Any] | 
             if command == _STATE:  # for a checkpoint: at this rollout boundary
                 _send_state(algo, learner, rank)
                 continue
-            if command == _WEIGHTS:
-                _receive_weights(algo, config, learner, rank, weights, weights_layout, int(version))
+            if command == _WEIGHTS:  # the learner's weights of this version: sent, or in the weights file
+                if config.weight_sync == "broadcast":
+                    with _p2p(learner, f"actor rank {rank}: receiving weights from learner rank {learner}"):
+                        dist.recv(weights, src=learner, tag=_TAG_WEIGHTS)
+                    weights_layout.unpack(weights, _weights(algo))
+                else:
+                    _load_weights_file(algo, Path(config.weight_sync_dir), int(version))
+                algo.steps = int(version)
             t1 = time.perf_counter()
             stats = algo.collect(env_config=env_config)
             header = _rollout_header(algo, stats, wait_s=t1 - t0, collect_s=time.perf_counter() - t1)
@@ -213,19 +202,6 @@ def run_actor(algo: PPO, config: TrainerConfig, *, env_config: dict[str, Any] | 
     if received_signal[0] is not None:
         raise signal_exit(received_signal[0])
     return stats
-
-
-def _receive_weights(algo: PPO, config: TrainerConfig, learner: int, rank: int, weights: torch.Tensor,
-                     weights_layout: FlatLayout, version: int) -> None:
-    """Load the learner's weights of ``version`` (sent into ``weights``, or from the weights
-    file), and set ``algo.steps`` to it."""
-    if config.weight_sync == "broadcast":
-        with _p2p(learner, f"actor rank {rank}: receiving weights from learner rank {learner}"):
-            dist.recv(weights, src=learner, tag=_TAG_WEIGHTS)
-        weights_layout.unpack(weights, _weights(algo))
-    else:
-        _load_weights_file(algo, Path(config.weight_sync_dir), version)
-    algo.steps = version
 
 
 def _rollout_header(algo: PPO, stats: Stats, *, wait_s: float, collect_s: float) -> dict[str, float]:
@@ -280,18 +256,12 @@ def _write_weights_file(algo: PPO, folder: Path) -> None:
 
 @torch.no_grad()
 def truncated_importance_weights(algo: PPO, cap: float) -> torch.Tensor:
-    """Prepare the next update of ``algo`` for rollouts collected with older weights, as
-    decoupled PPO does (Hilton et al., 2021): the buffer's ``logp`` become those of its actions
-    under the current weights (the proximal policy), and :attr:`rl8.PPO.advantage_weights` the
-    truncated importance weights ``min(cap, pi_prox(a|s) / mu(a|s))`` of the behaviour policy.
-
-    Args:
-        algo: The learner's PPO, its buffer filled (a feedforward model).
-        cap: The truncation of the weights (``rho_bar``), > 0.
-
-    Returns:
-        The ``[num_envs, horizon]`` weights (also set on ``algo``).
-    """
+    """Prepare the next update of the learner's ``algo`` (its buffer filled, a feedforward model)
+    for rollouts collected with older weights, as decoupled PPO does (Hilton et al., 2021): the
+    buffer's ``logp`` become those of its actions under the current weights (the proximal
+    policy), and :attr:`rl8.PPO.advantage_weights` the truncated importance weights
+    ``min(cap, pi_prox(a|s) / mu(a|s))`` of the behaviour policy (``[num_envs, horizon]``, also
+    returned), ``cap`` (``rho_bar``) > 0."""
     h = algo.hparams.horizon
     zeros = torch.zeros(algo.hparams.num_envs, h, device=algo.device)
     samples = algo.buffer.training_samples(zeros, zeros)
@@ -304,18 +274,11 @@ def truncated_importance_weights(algo: PPO, cap: float) -> torch.Tensor:
 
 
 class Learner:
-    """The learner's side of the exchange with its actors (one per learner rank).
-
-    Args:
-        algo: The learner's PPO; its buffer holds one rollout of each of its actors.
-        config: The Trainer's options (``max_staleness``, ``weight_sync_interval``,
-            ``weight_sync``, ``weight_sync_dir``).
-
-    Attributes:
-        actors: This learner's actor ranks, by slot.
-        dropped: Rollouts this learner dropped as too stale so far.
-        received_steps: Transitions received from its actors so far (dropped ones included).
-    """
+    """The learner's side of the exchange with its ``actors`` (their ranks, by slot), one per
+    learner rank: its ``algo``'s buffer holds one rollout of each of them; ``config`` holds the
+    Trainer's options (``max_staleness``, ``weight_sync_interval``, ``weight_sync``,
+    ``weight_sync_dir``). ``dropped`` counts the rollouts dropped as too stale so far,
+    ``received_steps`` the transitions received (dropped ones included)."""
 
     def __init__(self, algo: PPO, config: TrainerConfig) -> None:
         roles = current_roles()
@@ -324,8 +287,7 @@ class Learner:
         self.dist: DistContext = algo.dist
         self.actors = roles.actors_of(roles.rank)
         self.rows = algo.hparams.num_envs // len(self.actors)  # envs per actor
-        block = algo.buffer.data[: self.rows]
-        self.layout = FlatLayout(_leaves(block))
+        self.layout = FlatLayout(_leaves(algo.buffer.data[: self.rows]))
         self.staging = {a: self.layout.empty(algo.device) for a in self.actors}
         self.weights_layout = FlatLayout(_weights(algo))
         self._weights = self.weights_layout.empty(algo.device)
@@ -341,13 +303,12 @@ class Learner:
     def _reply(self, actor: int, *, weights: bool, stop: bool = False) -> None:
         version = self.algo.steps
         command = _STOP if stop else _WEIGHTS if weights else _GO_ON
-        rank = self.roles.rank
-        with _p2p(actor, f"learner rank {rank}: replying to actor rank {actor}"):
+        with _p2p(actor, f"learner rank {self.roles.rank}: replying to actor rank {actor}"):
             dist.send(torch.tensor([command, float(version)], dtype=torch.float64), actor, tag=_TAG_REPLY)
-            if weights and not stop and self.config.weight_sync == "broadcast":
+            if weights and self.config.weight_sync == "broadcast":
                 self.weights_layout.pack(_weights(self.algo), self._weights)
                 dist.send(self._weights, actor, tag=_TAG_WEIGHTS)
-        if weights and not stop:
+        if weights:
             self.actor_version[actor] = version
         self.awaiting_reply[actor] = False
 
@@ -370,8 +331,7 @@ class Learner:
 
     def _receive(self, actor: int) -> torch.Tensor:
         header = torch.zeros(len(HEADER), dtype=torch.float64)
-        rank = self.roles.rank
-        with _p2p(actor, f"learner rank {rank}: receiving a rollout from actor rank {actor}"):
+        with _p2p(actor, f"learner rank {self.roles.rank}: receiving a rollout from actor rank {actor}"):
             dist.recv(header, src=actor, tag=_TAG_HEADER)
             dist.recv(self.staging[actor], src=actor, tag=_TAG_ROLLOUT)
         return header
@@ -384,7 +344,7 @@ class Learner:
         fresh: dict[int, float] = {}  # actor -> lag of its rollout in this batch
         sums = dict.fromkeys(("episode_return_sum", "episode_length_sum", "episode_count", "env_records",
                               "env_episode_return_sum", "env_episode_length_sum", "env_episode_count"), 0.0)
-        actor_waits, wait_s, dropped = [], 0.0, 0
+        actor_waits, wait_s = [], 0.0
         while len(fresh) < len(self.actors):
             for actor in self.actors:
                 if actor in fresh:
@@ -400,7 +360,7 @@ class Learner:
                 self._actor_rates[actor] = header["env_steps"] / max(header["collect_s"], 1e-9)
                 lag = version - header["version"]
                 if lag > cfg.max_staleness:  # collected with weights too old: drop, send new ones
-                    dropped += 1
+                    self.dropped += 1
                     self._reply(actor, weights=True)
                     continue
                 fresh[actor] = lag
@@ -410,7 +370,6 @@ class Learner:
                     self._reply(actor, weights=version - held >= cfg.weight_sync_interval)
                 else:
                     self.awaiting_reply[actor] = True
-        self.dropped += dropped
 
         def fill(buffer: RolloutBuffer) -> None:
             for slot, actor in enumerate(self.actors):
@@ -464,11 +423,10 @@ class Learner:
         is kept for the next :meth:`collect`, and the state is the actor's after it."""
         if self.stopped:
             return {}
-        rank = self.roles.rank
         for actor in self.actors:  # each actor makes its state while the next one is asked
             if not self._waits_for_reply(actor):
                 self._held[actor] = self._receive(actor)
-            with _p2p(actor, f"learner rank {rank}: asking actor rank {actor} for its state"):
+            with _p2p(actor, f"learner rank {self.roles.rank}: asking actor rank {actor} for its state"):
                 dist.send(torch.tensor([_STATE, float(self.algo.steps)], dtype=torch.float64), actor, tag=_TAG_REPLY)
         return {actor: self._receive_state(actor) for actor in self.actors}
 

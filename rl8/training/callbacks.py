@@ -1,7 +1,5 @@
 """Callbacks: your code after every training step of :meth:`rl8.Trainer.run`, a plain callable
-``callback(trainer, stats)`` or a :class:`Callback`. A callback may read and add stats (logged,
-seen by the stop conditions), return :data:`STOP` (``"stop"``) to stop the run, or raise to fail
-it (see ``docs/trainer.md#callbacks``)."""
+``callback(trainer, stats)`` or a :class:`Callback` (see ``docs/trainer.md#callbacks``)."""
 
 from __future__ import annotations
 
@@ -47,22 +45,14 @@ class Callback:
     Each returns :data:`STOP` to stop the run after this step (``None``: go on)."""
 
     def on_step(self, trainer: RunningTrainer, stats: dict[str, float]) -> str | None:
-        """After every training step (and its evaluation), before the stats are logged and the
-        stop conditions checked.
-
-        Args:
-            trainer: The Trainer that runs.
-            stats: The step's stats (:class:`rl8.TrainStats`; entries added are logged).
-        """
+        """After every training step (and its evaluation) of the running ``trainer``, before its
+        ``stats`` (:class:`rl8.TrainStats`; entries added are logged) are logged and the stop
+        conditions checked."""
         return None
 
     def on_eval(self, trainer: RunningTrainer, stats: dict[str, float]) -> str | None:
-        """After :meth:`on_step`, on the steps that evaluated (every ``steps_per_eval``).
-
-        Args:
-            trainer: The Trainer that runs.
-            stats: The step's stats, ``eval/*`` included.
-        """
+        """After :meth:`on_step`, on the steps that evaluated (every ``steps_per_eval``): the
+        step's ``stats`` include ``eval/*``."""
         return None
 
     def __call__(self, trainer: RunningTrainer, stats: dict[str, float]) -> str | None:

@@ -81,8 +81,7 @@ class TrainerConfig:
         None, "MLflow run name (not empty); None: MLflow picks one", _NAME, param=False, names_run=True, cli="flag")
     tracking_uri: str | None = _option(
         None, "where runs go (http://host:port, sqlite:///file.db; not a folder nor file://, which MLflow 3 "
-        "refuses); None: "
-        "MLFLOW_TRACKING_URI, else sqlite:///mlflow.db in the current folder", _TEXT,
+        "refuses); None: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db in the current folder", _TEXT,
         param=False, names_run=True, cli="flag")
     tracking: bool = _option(
         True, "False: no MLflow at all (no run, nothing logged)", _BOOL, param=False, names_run=True)
@@ -174,10 +173,6 @@ class TrainerConfig:
         invalid = first_invalid(self)
         if invalid is not None:
             raise ValueError(f"Trainer: {invalid.name} must be {invalid.expected}, got {invalid.value!r}")
-        self._check_together()
-
-    def _check_together(self) -> None:
-        """The checks of several options: the actors' weight syncs."""
         if self.max_staleness < self.weight_sync_interval - 1:
             raise ValueError(
                 f"Trainer: max_staleness must be >= weight_sync_interval - 1 (actors keep weights for "
@@ -206,14 +201,9 @@ class TrainerConfig:
 
     @classmethod
     def read_option(cls, name: str, value: Any) -> Any:
-        """Option ``name`` as a config file or a flag gives it, read as its type says (numeric
-        strings as numbers, ``"1e3"``: 1000; a YAML number as a string for a string option)
-        and checked (a ``ValueError`` ``"NAME must be ..., got VALUE"``).
-
-        Args:
-            name: An option (a field of this class).
-            value: As read from YAML, or the text of a flag.
-        """
+        """Option ``name``'s ``value`` as a config file (YAML) or a flag's text gives it, read as
+        its type says (numeric strings as numbers, ``"1e3"``: 1000; a YAML number as a string for
+        a string option) and checked (a ``ValueError`` ``"NAME must be ..., got VALUE"``)."""
         field = next(f for f in dataclasses.fields(cls) if f.name == name)
         kind = str(field.type).split(" ")[0]  # "int | None" -> "int"
         if kind in ("int", "float"):
@@ -254,15 +244,10 @@ TrainerConfig.__doc__ = (TrainerConfig.__doc__ or "") + attributes_doc(TrainerCo
 
 
 def run_params(algo: PPO, config: TrainerConfig, env_spec: str | None, dist: DistContext) -> dict[str, Any]:
-    """A training run's configuration as nested MLflow params: hyper-parameters (the values in
-    use), env, model, distribution, optimizer, versions, Trainer options and the world size.
-
-    Args:
-        algo: The algorithm.
-        config: The Trainer's options.
-        env_spec: The env as a dotted path or gymnasium id (``None``: one a file cannot name).
-        dist: The process group.
-    """
+    """The configuration of a run of ``algo`` with the Trainer options ``config`` as nested MLflow
+    params: hyper-parameters (the values in use), env (``env_spec``: its dotted path or gymnasium
+    id, ``None``: one a file cannot name), model, distribution, optimizer, versions, Trainer
+    options and the world size of the process group ``dist``."""
     import platform
 
     import torch

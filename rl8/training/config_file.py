@@ -1,7 +1,6 @@
-"""``rl8 train`` config files (presets too): their keys, reading one safely
-(:func:`load_config`), ``--set KEY=VALUE`` values, and the Trainer options and stop conditions a
-config holds. HParams and the conditions are imported where a config is checked, so that
-``rl8 --help`` and the first checks start without torch."""
+"""``rl8 train`` config files (presets too) and ``--set KEY=VALUE`` values. HParams and the
+conditions are imported where a config is checked, so that ``rl8 --help`` and the first checks
+start without torch."""
 
 from __future__ import annotations
 
@@ -78,11 +77,7 @@ def _safe_yaml(text: str, where: str) -> Any:
             finally:
                 self.depth -= 1
 
-    loader = BoundedLoader(text)
-    try:
-        value = loader.get_single_data()
-    finally:
-        loader.dispose()
+    value = yaml.load(text, Loader=BoundedLoader)  # a SafeLoader
     sizes: dict[int, int] = {}  # values under each list/mapping, aliases counted each time
 
     def size(node: Any) -> int:

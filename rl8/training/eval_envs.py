@@ -49,16 +49,12 @@ class _FirstState:
 
 
 class EvalEnvs:
-    """Where :meth:`rl8.Trainer.eval` and :meth:`rl8.Trainer.record` run.
-
-    Args:
-        algo: The algorithm; its env spec, ``env_kwargs``, ``env_config`` and device.
-        num_envs: Envs of a dedicated eval env (``eval_num_envs``); ``None``: the training
-            envs at env-reset boundaries (at any time for an env rl8 cannot build twice), else an
-            env of ``min(num_envs, 16)`` built on demand.
-        num_steps: Steps per env of one evaluation (``eval_num_steps``); ``None``: see
-            :meth:`evaluate`.
-    """
+    """Where :meth:`rl8.Trainer.eval` and :meth:`rl8.Trainer.record` run, for ``algo`` (its env
+    spec, ``env_kwargs``, ``env_config`` and device): a dedicated eval env of ``num_envs`` envs
+    (``eval_num_envs``), or with ``None`` the training envs at env-reset boundaries (at any time
+    for an env rl8 cannot build twice), else an env of ``min(num_envs, 16)`` built on demand;
+    ``num_steps``: steps per env of one evaluation (``eval_num_steps``; ``None``: see
+    ``docs/trainer.md#evaluation-eval``)."""
 
     def __init__(self, algo: PPO, num_envs: int | None, num_steps: int | None) -> None:
         if num_envs is not None:  # one step of every env at least, before anything is built
@@ -105,25 +101,19 @@ class EvalEnvs:
         return env
 
     def evaluate(self, env_config: dict[str, Any] | None, deterministic: bool) -> dict[str, float]:
-        """The rollout stats of one evaluation (:meth:`rl8.PPO.evaluate`), torch's RNG kept: on
-        the training envs when ``num_envs`` is ``None`` and the next collect resets them anyway
-        (their state restored afterwards) or rl8 cannot build a second env (then reset, and
-        reset again by the next collect), else on the dedicated eval env (for ``num_steps``
-        steps or, for an episodic env, its episode limit; see ``docs/trainer.md``).
-
-        Args:
-            env_config: Env parameters for the evaluation (over ``hparams.env_config``).
-            deterministic: Act with the distributions' modes (``False``: sample).
-        """
-        algo = self.algo
-        hp = algo.hparams
+        """The rollout stats of one evaluation (:meth:`rl8.PPO.evaluate` with ``env_config`` over
+        ``hparams.env_config``, ``deterministic``: the distributions' modes), torch's RNG kept, on
+        the training envs (state restored afterwards) or the dedicated eval env, as
+        ``docs/trainer.md#evaluation-eval`` says."""
+        algo, hp = self.algo, self.algo.hparams
         default_steps = hp.horizon * max(1, hp.horizons_per_env_reset)
+        config = {**hp.env_config, **(env_config or {})}
         single = second_instance_problem(algo.env, algo.env_spec) is not None
         with fork_rng(algo.device):
             if self.num_envs is None and (algo.next_collect_resets or single):
                 saved = algo.env.state_dict()
                 # an env that cannot be built twice: whole episodes, up to its limit (from a reset)
-                limit = episode_limit(algo.env, {**hp.env_config, **(env_config or {})}) if single else None
+                limit = episode_limit(algo.env, config) if single else None
                 try:
                     return algo.evaluate(
                         None, env_config=env_config, deterministic=deterministic,
@@ -134,11 +124,9 @@ class EvalEnvs:
                     if saved is not None:
                         algo.env.load_state_dict(saved)
             env = self._eval.get(self._build_eval_env)
-            steps = self.num_steps
-            if steps is None:
-                config = {**hp.env_config, **(env_config or {})}
-                steps = (episode_limit(env, config) if env.episodic else None) or default_steps
-            return algo.evaluate(env, env_config=env_config, deterministic=deterministic, num_steps=steps)
+            limit = episode_limit(env, config) if env.episodic else None
+            return algo.evaluate(env, env_config=env_config, deterministic=deterministic,
+                                 num_steps=self.num_steps or limit or default_steps)
 
     def check_can_record(self) -> None:
         """Raise now what recording would raise later (no imageio, an env that cannot render)."""

@@ -1,6 +1,5 @@
-"""What :meth:`rl8.Trainer.run` prints: a progress line with an ETA, where the results go at
-the start and the end (the ``rl8`` command prints the same: :func:`results_lines`), and a
-summary line. See ``docs/trainer.md#progress``."""
+"""What :meth:`rl8.Trainer.run` prints (the ``rl8`` command prints :func:`results_lines` too);
+see ``docs/trainer.md#progress``."""
 
 from __future__ import annotations
 
@@ -77,13 +76,10 @@ def _condition_label(condition: Condition) -> str:
 
 
 def mlflow_ui_command(uri: str) -> str:
-    """The command that shows the runs of the tracking URI ``uri`` (``mlflow ui``, with
-    ``--backend-store-uri URI`` for another store than ``./mlflow.db``, or the server's address),
-    with what to install first when MLflow's UI server is missing.
-
-    Args:
-        uri: The resolved tracking URI (``trainer.tracker.tracking_uri``).
-    """
+    """The command that shows the runs of the resolved tracking URI ``uri``
+    (``trainer.tracker.tracking_uri``): ``mlflow ui``, with ``--backend-store-uri URI`` for another
+    store than ``./mlflow.db``, or the server's address; with what to install first when MLflow's
+    UI server is missing."""
     if uri.lower().startswith(("http://", "https://")):
         return f"open {uri} (the tracking server already serves the UI)"
     command = f"mlflow ui --backend-store-uri {uri}"
@@ -98,9 +94,8 @@ def mlflow_ui_command(uri: str) -> str:
 
 def _launcher(trainer: RunView) -> str:
     """How to start the same number of ranks again (empty outside torchrun)."""
-    dist = getattr(trainer.algo, "dist", None)
-    roles = current_roles()
-    if roles is None and (dist is None or not dist.enabled):
+    roles, dist = current_roles(), trainer.algo.dist
+    if roles is None and not dist.enabled:
         return ""
     world_size = roles.world_size if roles is not None else dist.world_size  # actors included
     per_node = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
@@ -151,14 +146,9 @@ def results_lines(trainer: RunView) -> list[str]:
 
 class Progress:
     """One status line for long runs (naming the stop condition closest to holding and an ETA),
-    a summary line when the run stops, and where the results go (see ``docs/trainer.md#progress``).
-
-    Args:
-        mode: ``None``/``True``: show (in place on a terminal, at most every 0.25 s, else a
-            plain line every ``interval_s``); ``False``: quiet.
-        stream: Where the progress and summary lines go (default ``sys.stderr``).
-        interval_s: Seconds between two plain lines (not a terminal).
-    """
+    a summary line when the run stops, and where the results go (see ``docs/trainer.md#progress``),
+    written to ``stream`` (default ``sys.stderr``). ``mode`` ``None``/``True``: show (in place on a
+    terminal, at most every 0.25 s, else a plain line every ``interval_s`` seconds); ``False``: quiet."""
 
     def __init__(self, mode: bool | None, stream: TextIO | None = None, *, interval_s: float = 10.0) -> None:
         self.stream = stream if stream is not None else sys.stderr
@@ -175,8 +165,7 @@ class Progress:
         self._first_values: dict[int, float] = {}  # condition: its stat's first value
         self._trends: dict[int, deque[tuple[float, float]]] = {}  # condition: (time, value)s
         self._target: int | None = None  # the condition the line names
-        self._latest_return: float | None = None
-        self._latest_eval_return: float | None = None
+        self._latest_returns: dict[str, float | None] = {"return": None, "eval return": None}
         self._wrote = False
         self._announced = False
 
@@ -238,24 +227,18 @@ class Progress:
 
     def update(self, stats: Mapping[str, float], conditions: Sequence[Condition], *, force: bool = False,
                held: Sequence[bool] | None = None) -> None:
-        """Record a step's stats; redraw the line if the last draw is old enough.
-
-        Args:
-            stats: The step's stats.
-            conditions: The run's stop conditions.
-            force: Draw now (the final state of a run).
-            held: Whether each condition held at this step (``None``: none did).
-        """
+        """Record a step's ``stats``, the run's stop ``conditions`` and which of them ``held`` at
+        this step (``None``: none); redraw the line if the last draw is old enough, or now when
+        ``force`` (the final state of a run)."""
         if not self.enabled:
             return
         now = time.monotonic()
         held = list(held) if held is not None else [False] * len(conditions)
-        for attr, prefix in (("_latest_return", ""), ("_latest_eval_return", "eval/")):
+        for name, prefix in (("return", ""), ("eval return", "eval/")):
             key = next((prefix + key for key in _RETURN_KEYS if prefix + key in stats), None)
             if key is not None and not is_nan(stats[key]):  # else the last mean: no episode ended
-                setattr(self, attr, float(stats[key]))
-        linear = {i: c.progress(stats) for i, c in enumerate(conditions)}
-        linear = {i: f for i, f in linear.items() if f is not None}
+                self._latest_returns[name] = float(stats[key])
+        linear = {i: f for i, c in enumerate(conditions) if (f := c.progress(stats)) is not None}
         targets = {i: self._target_fraction(i, c, stats, now) for i, c in enumerate(conditions) if i not in linear}
         etas = {i: self._pace_eta(i, f, now) for i, f in linear.items()}  # every step: the pace
         steps = float(stats.get("env/steps", 0.0))
@@ -289,8 +272,7 @@ class Progress:
         self._write(" | ".join(parts))
 
     def _returns(self) -> list[str]:
-        pairs = (("return", self._latest_return), ("eval return", self._latest_eval_return))
-        return [f"{name} {value:.4g}" for name, value in pairs if value is not None]
+        return [f"{name} {value:.4g}" for name, value in self._latest_returns.items() if value is not None]
 
     def _write(self, line: str) -> None:
         if self.tty:

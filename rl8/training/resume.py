@@ -1,6 +1,5 @@
-"""What a Trainer checkpoint holds beyond the algorithm, writing it (every rank's part, the MLflow
-artifacts), and rebuilding the algorithm from one: the pieces :meth:`rl8.Trainer.save_checkpoint`
-and :meth:`rl8.Trainer.from_checkpoint` are made of."""
+"""The pieces :meth:`rl8.Trainer.save_checkpoint` and :meth:`rl8.Trainer.from_checkpoint` are
+made of: what a checkpoint holds beyond the algorithm, writing it, rebuilding the algorithm."""
 
 from __future__ import annotations
 
@@ -101,13 +100,9 @@ class RunRecord:
 
 @dataclasses.dataclass(frozen=True)
 class Resuming:
-    """The checkpoint a Trainer being built by :meth:`rl8.Trainer.from_checkpoint` resumes from.
-
-    Attributes:
-        file: The checkpoint file (absolute); the Trainer may write into its folder.
-        record: What it records about the run (:class:`RunRecord`).
-        env_steps: The env steps of the algorithm it holds.
-    """
+    """The checkpoint ``file`` (absolute; the Trainer may write into its folder) that a Trainer
+    being built by :meth:`rl8.Trainer.from_checkpoint` resumes from, its ``record`` of the run and
+    the ``env_steps`` of the algorithm it holds."""
 
     file: Path
     record: RunRecord
@@ -189,8 +184,7 @@ def log_policy_artifacts(tracker: Any, policy: torch.nn.Module, env: dict[str, A
     metrics of env step ``step``) and the ``rl8/checkpoint.json`` pointer to ``checkpoint``;
     a failure is a warning, never an error (the checkpoint is written already)."""
     try:
-        staging = tempfile.TemporaryDirectory(prefix="rl8-artifacts-", ignore_cleanup_errors=True)
-        with staging as name:
+        with tempfile.TemporaryDirectory(prefix="rl8-artifacts-", ignore_cleanup_errors=True) as name:
             tmp = Path(name)
             pointer = tmp / Path(CHECKPOINT_POINTER_ARTIFACT).name
             pointer.write_text(json.dumps({"path": str(checkpoint), "env/steps": step}))
@@ -208,16 +202,10 @@ def log_policy_artifacts(tracker: Any, policy: torch.nn.Module, env: dict[str, A
 
 def algo_from_checkpoint(file: Path, state: Mapping[str, Any], *, env: Any, hparams: Mapping[str, Any] | None,
                          trust_code: bool) -> PPO:
-    """The PPO a Trainer checkpoint describes, with its state loaded; every class the file names
-    is looked up in :mod:`rl8.registry` and checked for its kind (``docs/security.md``).
-
-    Args:
-        file: The checkpoint file (for messages).
-        state: Its content (:func:`rl8.io.checkpoint_dir.read_checkpoint`).
-        env: The env to use instead of the stored one; ``None``: the stored one.
-        hparams: Hyper-parameters to change (a class given here replaces the stored name).
-        trust_code: Import the modules of the names the registry does not hold, and let the
-            stored env spec name a plain function, which is then called.
+    """The PPO that the Trainer checkpoint ``state`` (read from ``file``) describes, with its state
+    loaded, its ``env`` (``None``: the stored one) and ``hparams`` given over the stored ones;
+    every class the file names is looked up in :mod:`rl8.registry` and checked for its kind
+    unless ``trust_code`` (see :meth:`rl8.Trainer.from_checkpoint` and ``docs/security.md``).
 
     Raises:
         rl8.io.checkpoint.CheckpointError: Not a Trainer checkpoint, or a stored name that is not

@@ -27,17 +27,9 @@ def _check_arg(name: str, value: Any) -> None:
 
 
 def check_eval_plan(steps_per_eval: int | None, eval_env_config: Mapping[str, Any] | None) -> None:
-    """Check before training that :meth:`rl8.Trainer.run` can evaluate as asked (any cadence
-    works: evaluations off an env-reset boundary run on a dedicated eval env).
-
-    Args:
-        steps_per_eval: Evaluate every this many training steps, ``None``: never.
-        eval_env_config: Env parameters for evaluations.
-
-    Raises:
-        ValueError: ``steps_per_eval`` is not an int >= 1 or ``None``; an ``eval_env_config``
-            without ``steps_per_eval``.
-    """
+    """Check before training that :meth:`rl8.Trainer.run` can evaluate as asked: a ``ValueError``
+    for a ``steps_per_eval`` (training steps between two evaluations) that is not an int >= 1 or
+    ``None``, or an ``eval_env_config`` (env parameters for evaluations) without it."""
     _check_arg("steps_per_eval", steps_per_eval)
     if eval_env_config and steps_per_eval is None:
         raise ValueError(
@@ -74,17 +66,12 @@ def as_conditions(stop_conditions: Condition | Sequence[Condition] | None, *, ma
 
 
 def check_run_plan(config: TrainerConfig, conditions: Sequence[Condition], steps_per_eval: int | None) -> None:
-    """Before training, what needs evaluations (``steps_per_eval``): a ``MissingStatError`` for
-    a condition on an ``eval/`` stat in a run that never evaluates (it could never hold); a
-    ``ValueError`` for ``record_every`` (a video at every n-th evaluation) without evaluations,
-    or for ``register_as`` ranking the checkpoints by an ``eval/`` stat when they are not written
-    at evaluation steps (``checkpoint_every`` a multiple of ``steps_per_eval``).
-
-    Args:
-        config: The Trainer's options.
-        conditions: The run's stop conditions.
-        steps_per_eval: Training steps between two evaluations, ``None``: never.
-    """
+    """Before training, check what the Trainer's ``config`` and the run's stop ``conditions`` need
+    of evaluations (every ``steps_per_eval`` training steps, ``None``: never): a
+    ``MissingStatError`` for a condition on an ``eval/`` stat in a run that never evaluates (it
+    could never hold); a ``ValueError`` for ``record_every`` without evaluations, or for
+    ``register_as`` ranking the checkpoints by an ``eval/`` stat when they are not written at
+    evaluation steps (``checkpoint_every`` a multiple of ``steps_per_eval``)."""
     for i, condition in enumerate(conditions if steps_per_eval is None else ()):
         for name in condition.stat_names():
             if name.startswith(EVAL_PREFIX):

@@ -22,16 +22,11 @@ def signal_exit(signum: int) -> BaseException:
 
 
 class StopSignals:
-    """What SIGUSR1, SIGINT and SIGTERM asked for during one :meth:`rl8.Trainer.run`.
-
-    Args:
-        dist: The run's process group (agreement between ranks; a no-op in one process).
-        ignore_stop: Whether a SIGINT/SIGTERM is ignored now (while a signal exit marks the
-            MLflow run ``KILLED``, within a time limit).
-
-    Attributes:
-        stop_signal: The SIGINT/SIGTERM received (by any rank, once agreed), or ``None``.
-    """
+    """What SIGUSR1, SIGINT and SIGTERM asked for during one :meth:`rl8.Trainer.run`, agreed
+    between the ranks of the process group ``dist`` (a no-op in one process); ``ignore_stop()``
+    says whether a SIGINT/SIGTERM is ignored now (while a signal exit marks the MLflow run
+    ``KILLED``, within a time limit). ``stop_signal``: the SIGINT/SIGTERM received (by any rank,
+    once agreed), or ``None``."""
 
     def __init__(self, dist: DistContext, ignore_stop: Callable[[], bool]) -> None:
         self.dist = dist
@@ -69,13 +64,9 @@ class StopSignals:
         self.stop_signal = signum
 
     def agree(self, stop: bool) -> bool:
-        """Whether to stop: in data-parallel training rank 0's ``stop`` (its clock decides time
-        limits), agreed with ONE small collective that also shares the signals any rank received
-        (kept for :meth:`take`).
-
-        Args:
-            stop: Whether the stop conditions hold on this rank.
-        """
+        """Whether to stop, given whether the stop conditions hold on this rank (``stop``): in
+        data-parallel training rank 0's (its clock decides time limits), agreed with ONE small
+        collective that also shares the signals any rank received (kept for :meth:`take`)."""
         if not self.dist.enabled:
             return stop
         requested = self._checkpoint_requested

@@ -1,9 +1,5 @@
 """The :class:`Trainer`: PPO for hours, with stop conditions, evaluations, MLflow tracking,
-checkpoints, resuming and signals (see ``docs/trainer.md``). Its loop, :meth:`Trainer.run`, reads
-in one place; evaluation (:class:`~rl8.training.eval_envs.EvalEnvs`), logging
-(:class:`~rl8.tracking.Tracker`), checkpoints (:mod:`rl8.training.resume`), signals
-(:class:`~rl8.training.signals.StopSignals`) and progress (:class:`~rl8.training.progress.Progress`)
-are collaborators it calls through their public methods."""
+checkpoints, resuming and signals (see ``docs/trainer.md``)."""
 
 from __future__ import annotations
 
@@ -93,8 +89,6 @@ class Trainer:
             :class:`~rl8.training.config.TrainerConfig`.
 
     Attributes:
-        algo: The :class:`~rl8.PPO` algorithm.
-        config: The :class:`~rl8.training.config.TrainerConfig` as given.
         experiment: The MLflow experiment name (``config.experiment`` or the env's name).
         metadata: ``config.metadata`` as a dict (stored in every checkpoint).
         tracker: The :class:`~rl8.tracking.Tracker` of the MLflow run.
@@ -126,17 +120,11 @@ class Trainer:
         self._ignore_stop_signals = False  # while a signal exit ends the run (bounded)
         self._run_start_wait_s: float | None = None  # 0: a signal's checkpoint waits for no run start
         # data-parallel training: only rank 0 talks to MLflow and writes checkpoints
-        self._dist: DistContext = getattr(algo, "dist", None) or DistContext()
+        self._dist: DistContext = algo.dist
         roles = current_roles()  # with actors: they only collect, in run(); learners receive
         check_actor_config(config, algo, roles)
         self.is_actor = roles is not None and roles.is_actor
         self._learner = Learner(algo, config) if roles is not None and not self.is_actor else None
-        self._start_tracking()
-
-    def _start_tracking(self) -> None:
-        """Claim the checkpoint folder, start the MLflow run (maybe in the background), queue
-        the run's params."""
-        config = self.config
         self.tracker = Tracker(
             experiment=self.experiment, run_name=config.run_name, tracking_uri=config.tracking_uri,
             run_id=config.run_id, enabled=config.tracking and self._dist.is_main,
@@ -144,7 +132,6 @@ class Trainer:
             tags={"mlflow.parentRunId": config.parent_run_id} if config.parent_run_id else None,
             log_every=config.log_every,
         )
-        self._run_id: str | None = None
         # a new run in a local store (SQLite, a folder) starts in the logging thread, while the
         # first steps run: importing MLflow and migrating a new store take seconds
         background = (
@@ -161,7 +148,7 @@ class Trainer:
         if background:
             self.tracker.start_in_background()
         # queued until a run starting in the background exists
-        self.tracker.log_params(run_params(self.algo, self.config, self.env_spec, self._dist))
+        self.tracker.log_params(run_params(algo, config, self.env_spec, self._dist))
 
     def _start_run(self, background: bool) -> tuple[str | None, Path | None]:
         """Rank 0: claim an explicit checkpoint folder, or check that the default's root can be
@@ -178,11 +165,11 @@ class Trainer:
         except BaseException:
             self._release_folder()
             raise
-        if self.config.checkpoint_dir is not None:
-            if self._dir_lock is not None:
-                self._dir_lock.set_run_id(started)
-            return started, self._checkpoint_dir
-        return started, self._claim_default_folder(started)
+        if self._checkpoint_dir is None:
+            return started, self._claim_default_folder(started)
+        if self._dir_lock is not None:
+            self._dir_lock.set_run_id(started)
+        return started, self._checkpoint_dir
 
     def _claim_default_folder(self, run_id: str | None) -> Path:
         """``checkpoints/<run id>``, without tracking ``checkpoints/<time stamp>-<random>``
@@ -194,21 +181,15 @@ class Trainer:
 
     @property
     def run_id(self) -> str | None:
-        """The MLflow run id (``None`` without tracking); waits for a run still starting.
-
-        Raises:
-            rl8.tracking.TrackingError: The run could not be started in the background.
-        """
+        """The MLflow run id (``None`` without tracking); waits for a run still starting (a
+        :class:`~rl8.tracking.TrackingError` when it could not be started in the background)."""
         self._check_run_start(wait=True)
         return self._run_id
 
     @property
     def checkpoint_dir(self) -> Path:
-        """The checkpoint folder (absolute); waits for a run still starting that names it.
-
-        Raises:
-            rl8.tracking.TrackingError: The run could not be started in the background.
-        """
+        """The checkpoint folder (absolute); waits for a run still starting that names it (a
+        :class:`~rl8.tracking.TrackingError` when it could not be started in the background)."""
         if self._checkpoint_dir is None:
             self._check_run_start(wait=True)  # for the run still starting
             self._checkpoint_dir = self._claim_default_folder(self._run_id)
@@ -257,15 +238,12 @@ class Trainer:
         if learner is not None:
             learner.after_update()
         t2 = time.perf_counter()
-        stats = TrainStats(collect)
-        stats.update(update)
-        stats.update(self._counters())
-        hp = algo.hparams
+        stats = TrainStats({**collect, **update, **self._counters()})
         stats["profiling/collect_ms"] = 1000.0 * (t1 - t0)
         stats["profiling/step_ms"] = 1000.0 * (t2 - t1)
         # every rank's envs (timings are this rank's: rank 0's in MLflow); with actors: the
         # transitions the learners used
-        steps = hp.num_envs * hp.horizon * self._dist.world_size
+        steps = algo.hparams.batch_size * self._dist.world_size
         stats["throughput/env_steps_per_s"] = steps / max(t2 - t0, 1e-9)
         stats.update(_memory_stats(algo.device))
         return stats
@@ -288,14 +266,12 @@ class Trainer:
         self._check_run_start()
 
     def step(self, *, env_config: dict[str, Any] | None = None) -> TrainStats:
-        """One training step: one collect and one update, logged to MLflow.
+        """One training step: one collect and one update, logged to MLflow; returns its
+        :class:`TrainStats` (NaN values included; they are not logged).
 
         Args:
             env_config: Env parameters applied when the envs are reset before this collect
                 (merged over ``hparams.env_config``; see :meth:`rl8.PPO.collect`).
-
-        Returns:
-            The step's :class:`TrainStats` (NaN values included; they are not logged).
         """
         stats = self._train_step(env_config)
         self._log(stats)
@@ -309,15 +285,13 @@ class Trainer:
         return stats
 
     def eval(self, *, env_config: dict[str, Any] | None = None, deterministic: bool = True) -> TrainStats:
-        """Evaluate the policy without touching training state (torch's RNG included) and log the
-        stats (see :class:`~rl8.training.eval_envs.EvalEnvs`, ``docs/trainer.md``).
+        """Evaluate the policy without touching training state (torch's RNG included); returns and
+        logs at the current ``env/steps`` its ``eval/<rollout stat>`` and ``profiling/eval_ms``
+        (see :class:`~rl8.training.eval_envs.EvalEnvs`, ``docs/trainer.md``).
 
         Args:
             env_config: Env parameters for the evaluation (over ``hparams.env_config``).
             deterministic: Act with the distributions' modes (``False``: sample).
-
-        Returns:
-            ``eval/<rollout stat>`` and ``profiling/eval_ms``, logged at the current ``env/steps``.
         """
         stats = self._eval(env_config, deterministic)
         self._log(stats, evaluated=True)
@@ -333,8 +307,8 @@ class Trainer:
         fps: float | None = None,
     ) -> Path:
         """Record a video of one episode of the current policy in a one-env copy of the training
-        env (training is not disturbed) and log it as the artifact ``videos/<file name>``. Needs
-        the ``video`` extra (see ``docs/videos.md``).
+        env (training is not disturbed) and log it as the artifact ``videos/<file name>``;
+        returns the path written. Needs the ``video`` extra (see ``docs/videos.md``).
 
         Args:
             path: The MP4 file to write; ``None``: ``checkpoint_dir/videos/video-<env steps>.mp4``.
@@ -343,9 +317,6 @@ class Trainer:
                 limit or 1000 steps.
             env_config: Env parameters for the recording (over ``hparams.env_config``).
             fps: Frame rate in frames per second; ``None``: the env's ``metadata["render_fps"]``.
-
-        Returns:
-            The path of the video written.
         """
         self._check_open()
         if path is None:
@@ -369,8 +340,9 @@ class Trainer:
     ) -> TrainStats:
         """Train until a stop condition holds or a callback asks to stop: steps, evaluations every
         ``steps_per_eval`` steps, callbacks, logging, checkpoints every ``checkpoint_every`` steps
-        and at the end, signals (see ``docs/trainer.md#training-run``). An exception ends the
-        MLflow run as ``FAILED``, SIGINT/SIGTERM as ``KILLED``.
+        and at the end, signals (see ``docs/trainer.md#training-run``); returns the stats of the
+        last step (only the counters when no step ran). An exception ends the MLflow run as
+        ``FAILED``, SIGINT/SIGTERM as ``KILLED``.
 
         Args:
             env_config: Env parameters for training resets (see :meth:`step`).
@@ -385,9 +357,6 @@ class Trainer:
             callbacks: Called after every step (see :mod:`rl8.training.callbacks`): a callable
                 ``callback(trainer, stats)`` or a :class:`~rl8.training.callbacks.Callback`, or a
                 list of them; one that returns :data:`rl8.STOP` stops the run.
-
-        Returns:
-            The stats of the last step (only the counters when no step ran).
 
         Raises:
             ValueError, TypeError: Before training, a bad argument (the message names it).
@@ -529,7 +498,6 @@ class Trainer:
         progress.results(self)
         raise signal_exit(signum)
 
-    # ------------------------------------------------------------------ checkpoints
     def resolved_config(self) -> TrainerConfig:
         """:attr:`config` with what this Trainer resolved (its MLflow run, absolute tracking URI,
         checkpoint folder): what a checkpoint stores. Waits for a run still starting."""
@@ -576,9 +544,10 @@ class Trainer:
         }
 
     def save_checkpoint(self, path: str | os.PathLike[str] | None = None, *, wait_for_run: bool = True) -> Path:
-        """Write a checkpoint (:meth:`state_dict`) atomically and log the policy and the
-        ``rl8/checkpoint.json`` pointer to the MLflow run (see ``docs/checkpoints.md``). In
-        data-parallel training every rank calls it at the same step (rank 0 writes).
+        """Write a checkpoint (:meth:`state_dict`) atomically, log the policy and the
+        ``rl8/checkpoint.json`` pointer to the MLflow run (see ``docs/checkpoints.md``), and
+        return the path written. In data-parallel training every rank calls it at the same step
+        (rank 0 writes).
 
         Args:
             path: Destination file; ``None``: ``checkpoint_dir/checkpoint-<env steps>.pt``,
@@ -586,9 +555,6 @@ class Trainer:
             wait_for_run: ``False`` (a signal's checkpoint): an MLflow run still starting is not
                 waited for; the checkpoint then records no run id, in ``checkpoints/<time
                 stamp>-<random>`` unless ``checkpoint_dir`` was given.
-
-        Returns:
-            The path written.
 
         Raises:
             rl8.ppo.algorithm.NonFiniteError: The policy holds NaN or inf (nothing is written).
@@ -660,16 +626,14 @@ class Trainer:
                       mode: str | None = None) -> str | None:
         """Register the run's best checkpoint (its logged model with the best ``metric``) in
         MLflow's Model Registry as a new version of ``name`` with the alias ``best``
-        (``load_policy("models:/NAME@best")``); :meth:`run` calls it when ``register_as`` is set.
+        (``load_policy("models:/NAME@best")``) and return the new version, or ``None`` when the
+        store could not be reached (a :class:`~rl8.tracking.TrackingWarning` says why);
+        :meth:`run` calls it when ``register_as`` is set.
 
         Args:
             name: The registered model; ``None``: ``register_as``.
             metric: The stat that ranks the checkpoints; ``None``: ``register_metric``.
             mode: ``"max"`` or ``"min"``; ``None``: ``register_mode``.
-
-        Returns:
-            The new version, or ``None`` when the store could not be reached (a
-            :class:`~rl8.tracking.TrackingWarning` says why).
 
         Raises:
             ValueError: No checkpoint of the run has ``metric``, or no name is given.

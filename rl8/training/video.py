@@ -1,6 +1,5 @@
-"""Videos of a policy acting in an env: run one episode, render every step, write an H.264 MP4
-with imageio (the ``video`` extra); MuJoCo envs render without a display through EGL or OSMesa.
-See ``docs/videos.md``."""
+"""Videos of a policy acting in an env, H.264 MP4s written with imageio (the ``video`` extra);
+MuJoCo envs render without a display through EGL or OSMesa. See ``docs/videos.md``."""
 
 from __future__ import annotations
 
@@ -11,6 +10,7 @@ import os
 import shutil
 import sys
 import tempfile
+import traceback
 import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -59,10 +59,7 @@ def prepare_headless_rendering() -> dict[str, str]:
     Linux without ``DISPLAY``/``WAYLAND_DISPLAY`` and ``MUJOCO_GL``, ``MUJOCO_GL=egl`` (or
     ``osmesa``) when its library is installed; a private ``XDG_RUNTIME_DIR`` when it is unset
     or not a folder. Variables the user set are never changed (see ``docs/videos.md``).
-
-    Returns:
-        The variables set, ``{name: value}``.
-    """
+    Returns the variables set, ``{name: value}``."""
     changed: dict[str, str] = {}
     headless = not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY")
     if sys.platform.startswith("linux") and headless and not os.environ.get("MUJOCO_GL"):
@@ -87,11 +84,8 @@ def _gl_failure(exc: BaseException) -> bool:
         seen.add(id(exc))
         if type(exc).__module__.split(".")[0] in _GL_PACKAGES:
             return True
-        tb = exc.__traceback__
-        while tb is not None:
-            if _gl_file(tb.tb_frame.f_code.co_filename):
-                return True
-            tb = tb.tb_next
+        if any(_gl_file(frame.f_code.co_filename) for frame, _ in traceback.walk_tb(exc.__traceback__)):
+            return True
         exc = exc.__cause__ or exc.__context__
     return False
 
@@ -210,28 +204,21 @@ def episode_limit(env: Env, config: Mapping[str, Any] | None) -> int | None:
                 limit = int(source["max_episode_steps"])
                 if limit > 0:
                     return limit
-    limit = getattr(env, "max_episode_steps", None)  # rl8.envs.jax's envs
-    if isinstance(limit, int) and limit > 0:
-        return limit
     vector_env = getattr(env, "vector_env", None)
-    candidates = [getattr(vector_env, "spec", None)]
+    candidates = [env, getattr(vector_env, "spec", None)]  # env: rl8.envs.jax's envs
     with contextlib.suppress(Exception):
         candidates.append(vector_env.envs[0].spec)  # type: ignore[union-attr]
-    for spec in candidates:
-        limit = getattr(spec, "max_episode_steps", None)
+    for source in candidates:
+        limit = getattr(source, "max_episode_steps", None)
         if isinstance(limit, int) and limit > 0:
             return limit
     return None
 
 
 def pad_frame(frame: np.ndarray, multiple: int = 2) -> np.ndarray:
-    """Pad an RGB frame at the bottom and right (repeating the edge pixels) to a height and
-    width that are multiples of ``multiple`` (H.264 in ``yuv420p`` needs even sizes).
-
-    Args:
-        frame: ``uint8`` array ``[height, width, 3]``.
-        multiple: The block size, in pixels.
-    """
+    """Pad an RGB ``frame`` (``uint8 [height, width, 3]``) at the bottom and right, repeating
+    the edge pixels, to a height and width that are multiples of ``multiple`` pixels (H.264 in
+    ``yuv420p`` needs even sizes)."""
     h, w = frame.shape[:2]
     pad_h, pad_w = -h % multiple, -w % multiple
     if not pad_h and not pad_w:
@@ -257,8 +244,8 @@ def record_video(policy: Callable[..., torch.Tensor], env: Env | Any, path: str 
                  deterministic: bool = True, max_steps: int | None = None, fps: float | None = None, index: int = 0,
                  env_config: dict[str, Any] | None = None, seed: int | None = None,
                  env_kwargs: Mapping[str, Any] | None = None) -> Path:
-    """Run ``policy`` in ``env`` until sub-env ``index`` ends its episode (or ``max_steps``) and
-    write a video of it to an MP4 file (see ``docs/videos.md``).
+    """Run ``policy`` in ``env`` until sub-env ``index`` ends its episode (or ``max_steps``),
+    write a video of it to an MP4 file and return its path (see ``docs/videos.md``).
 
     Args:
         policy: A :class:`rl8.Policy` or any callable ``policy(obs, deterministic=bool) ->
@@ -275,9 +262,6 @@ def record_video(policy: Callable[..., torch.Tensor], env: Env | Any, path: str 
         seed: Seed of the env's reset and, with ``deterministic=False``, of the sampling
             (torch's RNG is restored afterwards); ``None``: the current streams.
         env_kwargs: Constructor arguments when ``env`` is not an instance.
-
-    Returns:
-        The path of the video written.
 
     Raises:
         ImportError: imageio, imageio-ffmpeg or the env's renderer is missing.
@@ -347,9 +331,8 @@ def _write(imageio: Any, frames: Any, path: Path, fps: float, env: Env) -> None:
             shape = None
             for frame in frames:
                 frame = pad_frame(frame)
-                if shape is None:
-                    shape = frame.shape
-                elif frame.shape != shape:
+                shape = shape or frame.shape
+                if frame.shape != shape:
                     raise ValueError(
                         f"{type(env).__name__}.render: frames changed size during the recording "
                         f"(first {shape[:2]}, now {frame.shape[:2]} after padding to even sizes)"

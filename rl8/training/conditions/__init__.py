@@ -1,5 +1,4 @@
-"""Stop conditions: when to end a training run (see ``docs/conditions.md``); this package
-exports those of its modules."""
+"""Stop conditions: when to end a training run (see ``docs/conditions.md``)."""
 
 from rl8.training.conditions.base import (
     COUNTER_PREFIXES, EVAL_PREFIX, And, Condition, MissingStatError, Or, StatCondition,

@@ -1,5 +1,4 @@
-"""The :class:`Condition` contract, :class:`StatCondition` (a condition on one stat), the
-combinators :class:`And` and :class:`Or` (``a & b``, ``a | b``) and the checks of arguments."""
+"""The :class:`Condition` contract, conditions on one stat, and the combinators ``a & b``, ``a | b``."""
 
 from __future__ import annotations
 
@@ -93,12 +92,9 @@ class Condition(ABC):
         """Forget all state (patience counters, best values, clocks), as if newly built."""
 
     def progress(self, stats: Mapping[str, float]) -> float | None:
-        """Fraction of the way to stopping, in ``[0, 1]``, or ``None`` when unknown (only
-        bounds on a monotone quantity know it); never raises for a missing key.
-
-        Args:
-            stats: The latest step's stats.
-        """
+        """Fraction of the way to stopping at the latest step's ``stats``, in ``[0, 1]``, or
+        ``None`` when unknown (only bounds on a monotone quantity know it); never raises for a
+        missing key."""
         return None
 
     def stat_names(self) -> list[str]:
@@ -246,12 +242,9 @@ class _Combinator(Condition):
 
 
 class And(_Combinator):
-    """Stop when every condition holds on the same check (all are called on every check).
-    :meth:`progress` is the smallest of theirs, ``None`` if any does not know it.
-
-    Args:
-        conditions: Non-empty list of conditions.
-    """
+    """Stop when every one of ``conditions`` (a non-empty list) holds on the same check (all are
+    called on every check). :meth:`progress` is the smallest of theirs, ``None`` if any does not
+    know it."""
 
     config_name = "and"
 
@@ -264,12 +257,8 @@ class And(_Combinator):
 
 
 class Or(_Combinator):
-    """Stop when any condition holds (all are called on every check). :meth:`progress` is the
-    largest known progress among them (``None`` when none knows it).
-
-    Args:
-        conditions: Non-empty list of conditions.
-    """
+    """Stop when any of ``conditions`` (a non-empty list) holds (all are called on every check).
+    :meth:`progress` is the largest known progress among them (``None`` when none knows it)."""
 
     config_name = "or"
 

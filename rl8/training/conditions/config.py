@@ -1,5 +1,4 @@
-"""Conditions from config files and checkpoints: the names of :data:`CONDITIONS` and
-:func:`from_config`, and :func:`with_current_stat_names` for specs with rl8 1.0.0's stat names."""
+"""Conditions from config files (:func:`from_config`) and checkpoints."""
 
 from __future__ import annotations
 
@@ -29,13 +28,11 @@ MAX_CONDITION_DEPTH = 32
 
 
 def from_config(spec: Mapping[str, Any], *, _path: str = "", _depth: int = 1) -> Condition:
-    """Build a condition from a YAML/JSON-friendly mapping with one key, the condition's name
-    (see :data:`CONDITIONS`), whose value is the constructor's keyword arguments, or for ``and``
-    / ``or`` a list of such mappings: ``{"time_limit": {"seconds": 3600}}``. Numeric fields also
-    accept numeric strings (YAML reads ``1e6`` as a string). See ``docs/conditions.md``.
-
-    Args:
-        spec: The mapping, e.g. from ``yaml.safe_load``.
+    """Build a condition from ``spec``, a YAML/JSON-friendly mapping (e.g. from ``yaml.safe_load``)
+    with one key, the condition's name (see :data:`CONDITIONS`), whose value is the constructor's
+    keyword arguments, or for ``and`` / ``or`` a list of such mappings: ``{"time_limit":
+    {"seconds": 3600}}``. Numeric fields also accept numeric strings (YAML reads ``1e6`` as a
+    string). See ``docs/conditions.md``.
 
     Raises:
         ValueError: An unknown name (with close matches), a missing or unknown field, an invalid
@@ -95,13 +92,10 @@ def from_config(spec: Mapping[str, Any], *, _path: str = "", _depth: int = 1) ->
 
 
 def with_current_stat_names(spec: Any) -> Any:
-    """A copy of a stored :meth:`Condition.to_config` or :meth:`Condition.state_dict` (or a list
-    of them; other values are returned as they are) with rl8 1.0.0's names of renamed stats
-    replaced by the current ones, without a warning: old checkpoints resume as they are.
-
-    Args:
-        spec: A mapping or list of them, as read from a checkpoint.
-    """
+    """A copy of ``spec``, a stored :meth:`Condition.to_config` or :meth:`Condition.state_dict`
+    (or a list of them, as read from a checkpoint; other values are returned as they are) with
+    rl8 1.0.0's names of renamed stats replaced by the current ones, without a warning: old
+    checkpoints resume as they are."""
     if isinstance(spec, Mapping):
         return {
             name: (current_stat_name(value) or value) if name == "key" and isinstance(value, str)
