@@ -218,7 +218,7 @@ class RecurrentCarry(RolloutCarry):
         self.seqs_per_state_reset = seqs_per_state_reset
         self.state = initial_state(buffer.num_envs)
         self.firsts = torch.zeros(buffer.num_envs, dtype=torch.bool, device=buffer.data.device)
-        self.sequences = 0  # sequences collected so far
+        self.sequences = 0
 
     def reset(self) -> None:
         self.state = self.initial_state(self.buffer.num_envs)
@@ -248,16 +248,13 @@ class RecurrentCarry(RolloutCarry):
     def after(self, index: torch.Tensor) -> TensorDictBase:
         return self.buffer.post_states[index[:, 0], index[:, 1]]
 
-    # Per-env forms: the state and episode starts are replaced by updated copies (never
-    # written in place), so a carry handed out stays as it was.
-
+    # the per-env forms replace the state and episode starts by updated copies: a carry handed out stays
     def before_steps(self, env_ids: torch.Tensor, t: torch.Tensor) -> tuple[TensorDictBase, torch.Tensor]:
         seq_len, k = self.buffer.seq_len, self.seqs_per_state_reset
         starts_sequence = t % seq_len == 0
         if bool(starts_sequence.any()):
             ids, seq = env_ids[starts_sequence], t[starts_sequence] // seq_len
-            if k > 0:
-                # each env's sequence number since training began
+            if k > 0:  # each env's sequence number since training began decides
                 reset = ids[(self.sequences + seq) % k == 0]
                 if reset.numel():
                     state = self.state.clone()
@@ -314,8 +311,8 @@ def _buffer_size_error(num_envs: int, horizon: int, need: int, problem: str, buf
 
 
 def check_buffer_fits(num_envs: int, horizon: int, device: torch.device, slot_bytes: int, buffers: int = 1) -> None:
-    """Refuse (``ValueError``) ``buffers`` buffers of ``num_envs x (horizon + 1)`` slots of
-    ``slot_bytes`` bytes that are larger than the whole memory of ``device``."""
+    """A ``ValueError`` when ``buffers`` buffers of ``num_envs x (horizon + 1)`` slots of
+    ``slot_bytes`` bytes are larger than the whole memory of ``device``."""
     need = buffers * num_envs * (horizon + 1) * slot_bytes
     total = device_memory(device)
     if total is not None and need > total:
@@ -348,18 +345,9 @@ def buffer_allocation(num_envs: int, horizon: int, slot_bytes: int | None) -> It
 def make_rollout_buffer(
     env: Env, policy: Policy, num_envs: int, horizon: int, device: torch.device, *, seq_len: int = 1, buffers: int = 1,
 ) -> RolloutBuffer:
-    """The rollout buffer of ``env``'s spaces and ``policy``'s raw actions, refused when it
-    could never fit.
-
-    Args:
-        env: The batched env (its spaces, whether it is episodic).
-        policy: The policy (its distribution's raw actions, its recurrent state).
-        num_envs: Envs (rows) of the buffer.
-        horizon: Steps per collect.
-        device: Where the buffer lives.
-        seq_len: Steps per training sequence of a recurrent policy (1 for transitions).
-        buffers: Buffers of this size the run holds (2 with ``collect_mode="overlap"``).
-    """
+    """The :class:`RolloutBuffer` of ``env``'s spaces and ``policy``'s raw actions and state, on
+    ``device``; ``seq_len``: steps per training sequence (1: transitions). A ``ValueError`` when
+    ``buffers`` such buffers (2 with ``collect_mode="overlap"``) could never fit."""
     dist, space = policy.distribution_cls, env.action_space
     action_shape, action_dtype = tuple(dist.raw_action_shape(space)), dist.raw_action_dtype(space)
     slot = slot_bytes(env.observation_space, action_shape, action_dtype, env.episodic)
@@ -372,8 +360,7 @@ def make_rollout_buffer(
 
 
 def _as_rows(x: torch.Tensor | TensorDictBase, seq_len: int) -> torch.Tensor | TensorDictBase:
-    """``[num_envs, T, ...]`` -> ``[num_envs * T, ...]`` transitions (``seq_len == 1``) or
-    ``[num_envs * T / seq_len, seq_len, ...]`` sequences of consecutive steps of one env."""
+    """``[num_envs, T, ...]`` as rows of ``seq_len`` steps of one env (``[num_envs * T, ...]`` for 1)."""
     rows = (-1,) if seq_len == 1 else (-1, seq_len)
     return x.reshape(*rows) if isinstance(x, TensorDictBase) else x.reshape(*rows, *x.shape[2:])
 
