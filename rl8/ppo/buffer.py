@@ -379,7 +379,8 @@ def compute_gae(
     terminated: torch.Tensor | None = None, truncated: torch.Tensor | None = None,
     final_values: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Generalised advantage estimation over ``[num_envs, T]`` rollouts.
+    """Generalised advantage estimation over ``[N, T]`` rollouts: ``(advantages, returns)``, each
+    ``[N, T]``, with ``returns = advantages + values[:, :T]``.
 
     Args:
         rewards: ``[N, T]`` rewards.
@@ -390,9 +391,6 @@ def compute_gae(
         truncated: ``[N, T]`` bool: the episode was cut at step ``t``; ``final_values[:, t]``
             is bootstrapped.
         final_values: ``[N, T]`` values of ``final_obs`` (only read where ``truncated``).
-
-    Returns:
-        ``(advantages, returns)``, each ``[N, T]``; ``returns = advantages + values[:, :T]``.
     """
     n, t_len = rewards.shape
     next_values = values[:, 1:]
@@ -422,18 +420,15 @@ def minibatches(
     samples: TensorDict, num_minibatches: int, *, num_passes: int = 1, seq_len: int, shuffle: bool,
     normalize_advantages: bool, dist: DistContext, generator: torch.Generator,
 ) -> Iterator[TensorDict]:
-    """``num_passes`` passes (epochs) over ``samples``, each in ``num_minibatches`` equal minibatches.
+    """``num_passes`` passes (epochs, ``num_sgd_iters``) over ``samples``, each in ``num_minibatches``
+    equal minibatches (a divisor of ``S``).
 
     Args:
-        samples: The training samples (:meth:`RolloutBuffer.training_samples`), ``[S]``.
-        num_minibatches: Minibatches per pass; must divide ``S``.
-        num_passes: Passes over the samples (``num_sgd_iters``).
-        seq_len: Steps per sample (1 for transitions, ``seq_len`` for recurrent sequences).
-        shuffle: Draw the minibatches from a fresh random permutation of the samples.
-        normalize_advantages: Normalise the advantages per minibatch
-            (:func:`normalized_advantages`).
-        dist: The run's :class:`~rl8.ppo.distributed.DistContext` (moments over all ranks).
-        generator: Draws the permutation.
+        samples: The training samples (:meth:`RolloutBuffer.training_samples`), ``[S]``, of
+            ``seq_len`` steps each (1 for transitions).
+        shuffle: Draw the minibatches from a fresh random permutation (from ``generator``).
+        normalize_advantages: Normalise the advantages per minibatch (:func:`normalized_advantages`),
+            with moments over all ranks of ``dist`` (the run's :class:`~rl8.ppo.distributed.DistContext`).
     """
     for _ in range(num_passes):
         if num_minibatches > 1 and shuffle:

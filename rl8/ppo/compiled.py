@@ -43,8 +43,7 @@ class CompiledSteps:
     compiles at its first call, timed (:attr:`compile_s`).
 
     Args:
-        rollout_step: The plain rollout step, ``policy.rollout_step`` (arguments and results of
-            :meth:`rl8.Policy.rollout_step`).
+        rollout_step: The plain rollout step, :meth:`policy.rollout_step <rl8.Policy.rollout_step>`.
         minibatch_loss: The plain minibatch loss, ``(minibatch, entropy_coeff) -> PPOLoss``.
         device: Where the policy runs. On CUDA the rollout step is compiled with
             ``mode="reduce-overhead"`` (CUDA graphs); elsewhere with the default mode.
@@ -152,18 +151,10 @@ def fused_step_problem(
     recurrent: bool,
 ) -> str | None:
     """Why :class:`FusedTrainStep` would not be exactly PPO's plain minibatch step, or ``None``
-    when it would.
-
-    Args:
-        optimizer: PPO's optimizer: a ``torch.optim.Adam`` or ``AdamW`` with one parameter group
-            and ``amsgrad``, ``maximize`` and ``differentiable`` off.
-        grad_scaler: Whether PPO scales its losses (``enable_amp`` in float16, on CUDA GPUs older
-            than compute capability 8.0).
-        distributed: Whether PPO averages gradients over ranks between backward and step.
-        accumulate_grads: The ``accumulate_grads`` hyper-parameter (one step per pass).
-        recurrent: Whether the policy's model is recurrent (torch.compile does not trace
-            ``nn.LSTM``/``nn.GRU``, so the step could not be one graph).
-    """
+    when it would: PPO's ``optimizer`` must be a ``torch.optim.Adam`` or ``AdamW`` of one parameter
+    group with ``amsgrad``, ``maximize`` and ``differentiable`` off, and PPO must not scale its losses
+    (``grad_scaler``: ``enable_amp`` in float16), average gradients over ranks (``distributed``),
+    ``accumulate_grads``, or run a ``recurrent`` model (torch.compile does not trace nn.LSTM/nn.GRU)."""
     if type(optimizer) not in (torch.optim.Adam, torch.optim.AdamW):
         return f"the optimizer is {type(optimizer).__qualname__}, not torch.optim.Adam or AdamW"
     if len(optimizer.param_groups) != 1:

@@ -183,11 +183,10 @@ class HParams:
         "Stop the update's remaining minibatches once the approximate KL divergence of a "
         "minibatch exceeds this, or ``None``."))
     desired_kl: float | None = _hparam(None, optional(_POSITIVE), doc=(
-        "rsl_rl's adaptive learning rate (``schedule=\"adaptive\"``): before each minibatch's optimizer "
-        "step, ``lr`` is divided by 1.5 when the minibatch's approximate KL (all ranks' mean) exceeds "
-        "``2 * desired_kl`` and multiplied by 1.5 when it is below ``desired_kl / 2``, within "
-        "[1e-5, 1e-2]; it starts at ``lr`` and is kept in checkpoints. ``None``: off. Not with "
-        "``lr_schedule``."))
+        "rsl_rl's adaptive learning rate (``schedule=\"adaptive\"``): each minibatch's step divides ``lr`` "
+        "by 1.5 when its approximate KL (all ranks' mean) exceeds ``2 * desired_kl``, multiplies it by 1.5 "
+        "below ``desired_kl / 2``, within [1e-5, 1e-2], from ``lr`` on (kept in checkpoints); ``None``: off. "
+        "Not with ``lr_schedule``."))
     max_grad_norm: float | None = _hparam(0.5, optional(_number("a number > 0", lambda v: v > 0)), doc=(
         "Clip the global gradient norm to this, or ``None``."))
     normalize_advantages: bool = _hparam(True, _BOOL, doc=(

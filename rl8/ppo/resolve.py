@@ -333,7 +333,6 @@ def env_spec_string(spec: Any) -> str | None:
         return None
     if registry.lookup(path) is not spec and registry.bound_object(path) is not spec:
         return None  # nested classes, objects replaced at import...
-    # a dotted path is told from a gymnasium id by its lower-case start
     return path if is_dotted_path(path) else None
 
 
