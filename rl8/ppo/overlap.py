@@ -134,9 +134,8 @@ class OverlapCollector:
 
     def join(self) -> None:
         """Wait for the background thread to end; its outcome is kept for :meth:`wait`."""
-        if self._thread is None:
-            return
-        self._thread.join()
+        if self._thread is not None:
+            self._thread.join()
         self._thread = None
 
     def hand_over(self, buffer: RolloutBuffer) -> Rollout:

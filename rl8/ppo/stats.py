@@ -52,7 +52,7 @@ class Stats(dict[str, float]):
     names only."""
 
     def _alias(self, key: object) -> str | None:
-        new = current_stat_name(key) if isinstance(key, str) else None
+        new = current_stat_name(key)
         if new is None or not dict.__contains__(self, new):
             return None
         warn_renamed(key, new, stacklevel=3)  # type: ignore[arg-type]
