@@ -271,12 +271,12 @@ def check_stored_env_kwargs(target: Any, env_kwargs: Any, *, field: str = "env",
 def resolve_env(spec: Any, *, field: str = "env", source: Any = None, trust_code: bool = False,
                 env_kwargs: Mapping[str, Any] | None = None) -> Any:
     """An env spec as something :func:`rl8.ppo.algorithm.make_env` builds, checked before it
-    is called (a spec from a file names an :data:`ENV` object or a function you registered).
+    is called (a spec from a file names an :data:`ENV` object or a function you registered);
+    ``field``, ``source``, ``trust_code`` and the errors are :func:`resolve`'s (``trust_code``
+    also allows any function and any gymnasium id).
 
     Args:
         spec: A dotted path, a gymnasium id, or an object (returned as is when you give it).
-        field, source, trust_code: As in :func:`resolve` (``trust_code`` also allows any function
-            and any gymnasium id); ``Raises`` as there.
         env_kwargs: The env's constructor arguments stored with the spec.
     """
     if is_task_spec(spec):  # its prefix names one of rl8's own makers (rl8.envs.tasks)
