@@ -287,13 +287,9 @@ class HParams:
 
     @classmethod
     def read_config(cls, hparams: Mapping[str, Any], where: str = "hparams") -> dict[str, Any]:
-        """The hyper-parameters of a config file as keyword arguments of :meth:`from_kwargs`:
-        names checked (``ValueError``), numbers read by :func:`~rl8.fields.read_numbers`.
-
-        Args:
-            hparams: ``{name: value}`` as read from YAML.
-            where: Where they come from, for the error message (``"preset 'Hopper-v5': hparams"``).
-        """
+        """The hyper-parameters of a config file, ``hparams`` (``{name: value}`` as read from YAML),
+        as keyword arguments of :meth:`from_kwargs`: names checked (a ``ValueError`` naming ``where``
+        they come from, ``"preset 'Hopper-v5': hparams"``), numbers read by :func:`~rl8.fields.read_numbers`."""
         kinds = {f.name: str(f.type) for f in dataclasses.fields(cls)}
         out: dict[str, Any] = {}
         for key, value in hparams.items():
