@@ -170,7 +170,7 @@ class RolloutCarry:
         """Keep ``carry``, the policy's carry after step ``t`` (its flags are in the buffer)."""
 
     def last(self) -> tuple[TensorDictBase | None, torch.Tensor | None]:
-        """The carry and episode starts after the last step."""
+        """The carry and episode starts after the last step of a collect."""
         return None, None
 
     def after(self, index: torch.Tensor) -> TensorDictBase | None:
@@ -185,10 +185,6 @@ class RolloutCarry:
 
     def after_steps(self, env_ids: torch.Tensor, t: torch.Tensor, carry: TensorDictBase | None) -> None:
         """Keep ``carry``, the carry of envs ``env_ids`` after their steps ``t``."""
-
-    def last_steps(self) -> tuple[TensorDictBase | None, torch.Tensor | None]:
-        """:meth:`last` after a collect of :meth:`before_steps` and :meth:`after_steps`."""
-        return None, None
 
     def state_dict(self) -> dict[str, Any] | None:
         """The carry between collects (``None``: nothing to save)."""
@@ -227,10 +223,9 @@ class RecurrentCarry(RolloutCarry):
     def before_step(self, t: int) -> tuple[TensorDictBase, torch.Tensor]:
         seq_len, k = self.buffer.seq_len, self.seqs_per_state_reset
         if t % seq_len == 0:
-            if k > 0 and self.sequences % k == 0:
+            if k > 0 and (self.sequences + t // seq_len) % k == 0:
                 self.state = self.initial_state(self.buffer.num_envs)
             self.buffer.states[:, t // seq_len] = self.state
-            self.sequences += 1
         self.buffer.columns["firsts"][t].copy_(self.firsts)
         return self.state, self.firsts
 
@@ -242,6 +237,7 @@ class RecurrentCarry(RolloutCarry):
             self.firsts = (columns["terminated"][t] | columns["truncated"][t])[:, 0]
 
     def last(self) -> tuple[TensorDictBase, torch.Tensor]:
+        self.sequences += self.buffer.horizon // self.buffer.seq_len
         self.buffer.columns["firsts"][self.buffer.horizon].copy_(self.firsts)
         return self.state, self.firsts
 
@@ -275,10 +271,6 @@ class RecurrentCarry(RolloutCarry):
             firsts = self.firsts.clone()
             firsts[env_ids] = data["terminated"][env_ids, t] | data["truncated"][env_ids, t]
             self.firsts = firsts
-
-    def last_steps(self) -> tuple[TensorDictBase, torch.Tensor]:
-        self.sequences += self.buffer.horizon // self.buffer.seq_len
-        return self.last()
 
     def state_dict(self) -> dict[str, Any]:
         return {"state": self.state.to_dict(), "firsts": self.firsts.clone(), "sequences": self.sequences}

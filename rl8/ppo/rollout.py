@@ -150,7 +150,7 @@ def rollout_ready_envs(
                 act(env_ids[going], t[going], out["obs"][going])
         # column horizon: every env's last obs and its (bootstrap) value
         last_obs = data["obs"][:, horizon]
-        data["values"][:, horizon] = policy.rollout_value(last_obs, *carry.last_steps())
+        data["values"][:, horizon] = policy.rollout_value(last_obs, *carry.last())
     return last_obs.clone()
 
 
