@@ -279,7 +279,8 @@ class PPO:
         self, minibatch: TensorDict, entropy_coeff: float | torch.Tensor, *, entropy_grad: bool | None = None,
     ) -> PPOLoss:
         """:func:`~rl8.ppo.losses.ppo_loss` of the current policy on ``minibatch``; the entropy is
-        differentiated if ``entropy_grad`` (default ``entropy_coeff != 0``: else only reported)."""
+        differentiated if ``entropy_grad`` (default ``entropy_coeff != 0``, else only reported; the
+        fused step, whose ``entropy_coeff`` is a tensor, passes it)."""
         hp = self.hparams
         if entropy_grad is None:
             entropy_grad = entropy_coeff != 0
