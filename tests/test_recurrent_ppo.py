@@ -82,6 +82,16 @@ def test_seqs_per_state_reset():
     assert (never.buffer.states[:, 1]["h"] != 0).any()
 
 
+def test_seqs_per_state_reset_counts_sequences_across_collects():
+    """k = 3: the state restarts before sequences 0, 3, 6, 9 of the run, whichever collect they fall in."""
+    algo = PPO(CartPole, model_cls=GRUModel, num_envs=4, horizon=8, seq_len=2, seqs_per_state_reset=3, seed=0)
+    restarted = []
+    for _ in range(3):
+        algo.collect()
+        restarted += [bool((algo.buffer.states[:, j]["h"] == 0).all()) for j in range(4)]
+    assert restarted == [j % 3 == 0 for j in range(12)] and algo.carry.sequences == 12
+
+
 def test_minibatch_must_hold_whole_sequences():
     with pytest.raises(ValueError, match=r"multiple of seq_len=16 .* got 8; nearest valid: 16 \("):
         PPO(Memory, model_cls=GRUModel, seed=0, **{**RECURRENT, "seq_len": 16, "sgd_minibatch_size": 8})

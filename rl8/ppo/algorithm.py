@@ -91,10 +91,8 @@ class PPO:
                                           if k not in ("device", "check_finite_collects")})
         if self.dist.is_main and not set(hparams) - _UNTUNED_HPARAMS:
             _hint_preset(env)
-        # without a seed: a random one, the same on every rank
         self.seed = hp.seed if hp.seed is not None else agree_on_run_seed(secrets.randbits(31))
-        # The model is initialised from the run's seed (the same on every rank); envs and
-        # action sampling then use a seed derived from the run's seed and the rank.
+        # the model starts from the run's seed (every rank alike); envs and sampling from the rank's
         self.env_seed = derive_seed(self.seed, self.dist.global_rank)
         torch.manual_seed(self.seed)
         self.env_spec = env
@@ -119,16 +117,14 @@ class PPO:
                                         optimizer_kwargs=hp.optimizer_kwargs, device=self.device)
         self.recurrent = self.policy.recurrent
         self.seq_len = (hp.seq_len or hp.horizon) if self.recurrent else 1
-        # transitions per minibatch: whole sequences of seq_len steps for recurrent models
         self.minibatch_size = hp.minibatch_size_for(self.seq_len)
         self.buffer = self._make_buffer()
-        # the policy's carry from step to step (a recurrent state) and what the buffer keeps of it
         self.carry = self._make_carry(self.policy, self.buffer)
         self.reward_normalizer = (RewardNormalizer(hp.num_envs, hp.gamma, device=self.device)
                                   if hp.normalize_rewards else None)
         self.lr_schedule = hp.lr_at()
         self.entropy_coeff_schedule = hp.entropy_coeff_at()
-        self.amp_dtype = choose_amp_dtype(self.device, hp.enable_amp)  # float32: no autocast
+        self.amp_dtype = choose_amp_dtype(self.device, hp.enable_amp)
         self.grad_scaler = torch.amp.GradScaler("cuda") if self.amp_dtype == torch.float16 else None
         self.compiled = self._make_compiled() if hp.compile else None
         self.env_steps = self.env_resets = self.collects = self.steps = 0
@@ -197,7 +193,7 @@ class PPO:
         # accumulate_grads: one optimizer step per pass, on the mean of its minibatches' losses
         minibatches_per_step = num_minibatches if hp.accumulate_grads else 1
         minibatch_loss = self._minibatch_loss if self.compiled is None else self.compiled.minibatch_loss
-        losses: list[PPOLoss] = []  # one per minibatch
+        losses: list[PPOLoss] = []
         grad_norms: list[torch.Tensor] = []  # one per optimizer step
         batches = minibatches(
             samples, num_minibatches, num_passes=hp.num_sgd_iters, seq_len=self.seq_len, shuffle=hp.shuffle_minibatches,
@@ -247,8 +243,7 @@ class PPO:
 
     # ----------------------------------------------------------------- the update, step by step
     def _training_samples(self) -> tuple[TensorDict, torch.Tensor]:
-        """The buffer's training samples with their advantages and returns, and the explained
-        variance of the collected values."""
+        """The buffer's samples with advantages and returns; the explained variance of its values."""
         with torch.no_grad():
             advantages, returns = self.compute_advantages()
             old_values = self.buffer.data["values"][:, : self.hparams.horizon]
@@ -283,12 +278,10 @@ class PPO:
     def _minibatch_loss(
         self, minibatch: TensorDict, entropy_coeff: float | torch.Tensor, *, entropy_grad: bool | None = None,
     ) -> PPOLoss:
-        """:func:`~rl8.ppo.losses.ppo_loss` of the current policy on ``minibatch``; ``entropy_grad``
-        (default ``entropy_coeff != 0``) says whether the entropy is differentiated (the fused
-        compiled step passes ``entropy_coeff`` as a tensor, and ``entropy_grad`` with it)."""
+        """:func:`~rl8.ppo.losses.ppo_loss` of the current policy on ``minibatch``; the entropy is
+        differentiated if ``entropy_grad`` (default ``entropy_coeff != 0``, else only reported; the
+        fused step, whose ``entropy_coeff`` is a tensor, passes it)."""
         hp = self.hparams
-        # With a zero entropy coefficient the entropy is only a reported stat: keep it out of
-        # the graph so the backward pass does not differentiate it.
         if entropy_grad is None:
             entropy_grad = entropy_coeff != 0
         with self._autocast():
@@ -317,8 +310,7 @@ class PPO:
         return grad_norm.detach().float()
 
     def _make_compiled(self) -> CompiledSteps:
-        """compile=True's steps: the fused minibatch step where it is exactly the plain one
-        (:func:`~rl8.ppo.compiled.fused_step_problem`), else the compiled loss."""
+        """compile=True's steps: the fused minibatch step where it is exact, else the compiled loss."""
         problem = fused_step_problem(
             self.optimizer, grad_scaler=self.grad_scaler is not None, distributed=self.dist.enabled,
             accumulate_grads=self.hparams.accumulate_grads, recurrent=self.recurrent,
@@ -334,14 +326,12 @@ class PPO:
             group["lr"] = lr
 
     def _adapt_lr(self, approx_kl: torch.Tensor) -> None:
-        """hparam desired_kl: the lr from a minibatch's approximate KL, the mean over ranks (so
-        that every rank takes the same lr)."""
+        """hparam desired_kl: the lr from a minibatch's approximate KL (all ranks' mean)."""
         kl = torch.tensor(self._mean_over_ranks(approx_kl), dtype=torch.float64)
         lr = torch.tensor(self.optimizer.param_groups[0]["lr"], dtype=torch.float64)
         self._set_lr(adaptive_lr(lr, kl, self.hparams.desired_kl).item())
 
     def _mean_over_ranks(self, value: torch.Tensor) -> float:
-        """The mean of a 0-d tensor over all ranks, on the host."""
         return (self.dist.all_reduce_(value.clone()) / self.dist.world_size).item()
 
     # ----------------------------------------------------------------- the collect, step by step
@@ -349,7 +339,6 @@ class PPO:
         self, policy: Policy, buffer: RolloutBuffer, carry: RolloutCarry, obs: torch.Tensor | TensorDictBase,
         generator: torch.Generator, deterministic: bool,
     ) -> torch.Tensor | TensorDictBase:
-        """One rollout of the training envs with ``policy`` into ``buffer``."""
         collect_from = rollout_ready_envs if isinstance(self.env, ReadyEnvs) else rollout
         obs = collect_from(
             policy, self.env, buffer, carry, obs, generator=generator, deterministic=deterministic,
@@ -365,8 +354,7 @@ class PPO:
         self.collects += 1
 
     def _collect_overlapped(self, env_config: dict[str, Any] | None, deterministic: bool) -> Stats:
-        """Overlap mode's collect: hand the background rollout over (or run one now), sync the
-        actor's weights and start the next rollout (unless the envs reset before it)."""
+        """Hand the background rollout over (or run one now), then start the next one."""
         collector = self.collector
         if not collector.idle and collector.deterministic != deterministic:
             raise ValueError(
@@ -396,8 +384,7 @@ class PPO:
         episode_sums = self.episodes.advance(rewards, dones) if dones is not None else None
         records = self.buffer.env_episodes
         env_episode_sums = records.stat_sums(self.device) if records is not None else None
-        # the normaliser's running returns advance on the device; their moments travel with the
-        # rollout stats (one transfer) and are merged on the host
+        # the normaliser's moments travel with the rollout stats (one transfer), merged on the host
         moments, current = {}, {}
         if normalizer is not None:
             seen = normalizer.advance(rewards, dones)
@@ -405,7 +392,7 @@ class PPO:
         stats, values = rollout_stats(self.dist, rewards, episode_sums, moments, current, env_episode_sums)
         if normalizer is not None:
             normalizer.merge_returns_moments(values, float(seen.numel() * self.dist.world_size))
-        if n != 0:  # after the first n collects: the reduced stats, at no extra cost
+        if n != 0:  # after the first n collects: the reduced stats only
             self._check_stats_finite(stats, CHECKED_ROLLOUT_STATS, f"collect {self.collects}")
         return stats
 
@@ -413,7 +400,6 @@ class PPO:
         check_buffer_finite(self.buffer, type(self.env).__name__, self.collects)
 
     def _check_stats_finite(self, stats: dict[str, float], names: tuple[str, ...], where: str) -> None:
-        """:func:`~rl8.ppo.finite.check_stats_finite`, naming bad collected data as the cause."""
         find_cause = self._check_buffer_finite if self.hparams.check_finite_collects != 0 else None
         check_stats_finite(stats, names, where, self.env_steps, find_cause)
 
@@ -442,7 +428,7 @@ class PPO:
         config = {**self.hparams.env_config, **(env_config or {})}
         seed = self.env_seed if self.env_resets == 0 else None
         self._obs = self.env.reset(config=config or None, seed=seed)
-        validate_reset_output(self._obs, self.env)  # once per reset: cheap
+        validate_reset_output(self._obs, self.env)
         self.env_resets += 1
         self.episodes.reset()
         if self.reward_normalizer is not None:
@@ -454,7 +440,7 @@ class PPO:
         return self.collector.carry if self.collector is not None else self.carry
 
     def _autocast(self) -> contextlib.AbstractContextManager:
-        if self.amp_dtype == torch.float32:  # enable_amp off, or no fast bfloat16 on this CPU
+        if self.amp_dtype == torch.float32:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=self.amp_dtype)
 
@@ -465,9 +451,8 @@ class PPO:
 
     def _make_buffer(self) -> RolloutBuffer:
         hp = self.hparams
-        buffers = 2 if hp.collect_mode == "overlap" else 1  # the learner's and the collector's
         return make_rollout_buffer(self.env, self.policy, hp.num_envs, hp.horizon, self.device, seq_len=self.seq_len,
-                                   buffers=buffers)
+                                   buffers=2 if hp.collect_mode == "overlap" else 1)
 
     # ----------------------------------------------------------------- eval
     @torch.no_grad()

@@ -170,7 +170,7 @@ class RolloutCarry:
         """Keep ``carry``, the policy's carry after step ``t`` (its flags are in the buffer)."""
 
     def last(self) -> tuple[TensorDictBase | None, torch.Tensor | None]:
-        """The carry and episode starts after the last step."""
+        """The carry and episode starts after the last step of a collect."""
         return None, None
 
     def after(self, index: torch.Tensor) -> TensorDictBase | None:
@@ -185,10 +185,6 @@ class RolloutCarry:
 
     def after_steps(self, env_ids: torch.Tensor, t: torch.Tensor, carry: TensorDictBase | None) -> None:
         """Keep ``carry``, the carry of envs ``env_ids`` after their steps ``t``."""
-
-    def last_steps(self) -> tuple[TensorDictBase | None, torch.Tensor | None]:
-        """:meth:`last` after a collect of :meth:`before_steps` and :meth:`after_steps`."""
-        return None, None
 
     def state_dict(self) -> dict[str, Any] | None:
         """The carry between collects (``None``: nothing to save)."""
@@ -218,7 +214,7 @@ class RecurrentCarry(RolloutCarry):
         self.seqs_per_state_reset = seqs_per_state_reset
         self.state = initial_state(buffer.num_envs)
         self.firsts = torch.zeros(buffer.num_envs, dtype=torch.bool, device=buffer.data.device)
-        self.sequences = 0  # sequences collected so far
+        self.sequences = 0
 
     def reset(self) -> None:
         self.state = self.initial_state(self.buffer.num_envs)
@@ -227,10 +223,9 @@ class RecurrentCarry(RolloutCarry):
     def before_step(self, t: int) -> tuple[TensorDictBase, torch.Tensor]:
         seq_len, k = self.buffer.seq_len, self.seqs_per_state_reset
         if t % seq_len == 0:
-            if k > 0 and self.sequences % k == 0:
+            if k > 0 and (self.sequences + t // seq_len) % k == 0:
                 self.state = self.initial_state(self.buffer.num_envs)
             self.buffer.states[:, t // seq_len] = self.state
-            self.sequences += 1
         self.buffer.columns["firsts"][t].copy_(self.firsts)
         return self.state, self.firsts
 
@@ -242,22 +237,20 @@ class RecurrentCarry(RolloutCarry):
             self.firsts = (columns["terminated"][t] | columns["truncated"][t])[:, 0]
 
     def last(self) -> tuple[TensorDictBase, torch.Tensor]:
+        self.sequences += self.buffer.horizon // self.buffer.seq_len
         self.buffer.columns["firsts"][self.buffer.horizon].copy_(self.firsts)
         return self.state, self.firsts
 
     def after(self, index: torch.Tensor) -> TensorDictBase:
         return self.buffer.post_states[index[:, 0], index[:, 1]]
 
-    # Per-env forms: the state and episode starts are replaced by updated copies (never
-    # written in place), so a carry handed out stays as it was.
-
+    # the per-env forms replace the state and episode starts by updated copies: a carry handed out stays
     def before_steps(self, env_ids: torch.Tensor, t: torch.Tensor) -> tuple[TensorDictBase, torch.Tensor]:
         seq_len, k = self.buffer.seq_len, self.seqs_per_state_reset
         starts_sequence = t % seq_len == 0
         if bool(starts_sequence.any()):
             ids, seq = env_ids[starts_sequence], t[starts_sequence] // seq_len
-            if k > 0:
-                # each env's sequence number since training began
+            if k > 0:  # each env's sequence number since training began decides
                 reset = ids[(self.sequences + seq) % k == 0]
                 if reset.numel():
                     state = self.state.clone()
@@ -278,10 +271,6 @@ class RecurrentCarry(RolloutCarry):
             firsts = self.firsts.clone()
             firsts[env_ids] = data["terminated"][env_ids, t] | data["truncated"][env_ids, t]
             self.firsts = firsts
-
-    def last_steps(self) -> tuple[TensorDictBase, torch.Tensor]:
-        self.sequences += self.buffer.horizon // self.buffer.seq_len
-        return self.last()
 
     def state_dict(self) -> dict[str, Any]:
         return {"state": self.state.to_dict(), "firsts": self.firsts.clone(), "sequences": self.sequences}
@@ -314,8 +303,8 @@ def _buffer_size_error(num_envs: int, horizon: int, need: int, problem: str, buf
 
 
 def check_buffer_fits(num_envs: int, horizon: int, device: torch.device, slot_bytes: int, buffers: int = 1) -> None:
-    """Refuse (``ValueError``) ``buffers`` buffers of ``num_envs x (horizon + 1)`` slots of
-    ``slot_bytes`` bytes that are larger than the whole memory of ``device``."""
+    """A ``ValueError`` when ``buffers`` buffers of ``num_envs x (horizon + 1)`` slots of
+    ``slot_bytes`` bytes are larger than the whole memory of ``device``."""
     need = buffers * num_envs * (horizon + 1) * slot_bytes
     total = device_memory(device)
     if total is not None and need > total:
@@ -348,18 +337,9 @@ def buffer_allocation(num_envs: int, horizon: int, slot_bytes: int | None) -> It
 def make_rollout_buffer(
     env: Env, policy: Policy, num_envs: int, horizon: int, device: torch.device, *, seq_len: int = 1, buffers: int = 1,
 ) -> RolloutBuffer:
-    """The rollout buffer of ``env``'s spaces and ``policy``'s raw actions, refused when it
-    could never fit.
-
-    Args:
-        env: The batched env (its spaces, whether it is episodic).
-        policy: The policy (its distribution's raw actions, its recurrent state).
-        num_envs: Envs (rows) of the buffer.
-        horizon: Steps per collect.
-        device: Where the buffer lives.
-        seq_len: Steps per training sequence of a recurrent policy (1 for transitions).
-        buffers: Buffers of this size the run holds (2 with ``collect_mode="overlap"``).
-    """
+    """The :class:`RolloutBuffer` of ``env``'s spaces and ``policy``'s raw actions and state, on
+    ``device``; ``seq_len``: steps per training sequence (1: transitions). A ``ValueError`` when
+    ``buffers`` such buffers (2 with ``collect_mode="overlap"``) could never fit."""
     dist, space = policy.distribution_cls, env.action_space
     action_shape, action_dtype = tuple(dist.raw_action_shape(space)), dist.raw_action_dtype(space)
     slot = slot_bytes(env.observation_space, action_shape, action_dtype, env.episodic)
@@ -372,8 +352,7 @@ def make_rollout_buffer(
 
 
 def _as_rows(x: torch.Tensor | TensorDictBase, seq_len: int) -> torch.Tensor | TensorDictBase:
-    """``[num_envs, T, ...]`` -> ``[num_envs * T, ...]`` transitions (``seq_len == 1``) or
-    ``[num_envs * T / seq_len, seq_len, ...]`` sequences of consecutive steps of one env."""
+    """``[num_envs, T, ...]`` as rows of ``seq_len`` steps of one env (``[num_envs * T, ...]`` for 1)."""
     rows = (-1,) if seq_len == 1 else (-1, seq_len)
     return x.reshape(*rows) if isinstance(x, TensorDictBase) else x.reshape(*rows, *x.shape[2:])
 
@@ -392,7 +371,8 @@ def compute_gae(
     terminated: torch.Tensor | None = None, truncated: torch.Tensor | None = None,
     final_values: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Generalised advantage estimation over ``[num_envs, T]`` rollouts.
+    """Generalised advantage estimation over ``[N, T]`` rollouts: ``(advantages, returns)``, each
+    ``[N, T]``, with ``returns = advantages + values[:, :T]``.
 
     Args:
         rewards: ``[N, T]`` rewards.
@@ -403,9 +383,6 @@ def compute_gae(
         truncated: ``[N, T]`` bool: the episode was cut at step ``t``; ``final_values[:, t]``
             is bootstrapped.
         final_values: ``[N, T]`` values of ``final_obs`` (only read where ``truncated``).
-
-    Returns:
-        ``(advantages, returns)``, each ``[N, T]``; ``returns = advantages + values[:, :T]``.
     """
     n, t_len = rewards.shape
     next_values = values[:, 1:]
@@ -435,18 +412,15 @@ def minibatches(
     samples: TensorDict, num_minibatches: int, *, num_passes: int = 1, seq_len: int, shuffle: bool,
     normalize_advantages: bool, dist: DistContext, generator: torch.Generator,
 ) -> Iterator[TensorDict]:
-    """``num_passes`` passes (epochs) over ``samples``, each in ``num_minibatches`` equal minibatches.
+    """``num_passes`` passes (epochs, ``num_sgd_iters``) over ``samples``, each in ``num_minibatches``
+    equal minibatches (a divisor of ``S``).
 
     Args:
-        samples: The training samples (:meth:`RolloutBuffer.training_samples`), ``[S]``.
-        num_minibatches: Minibatches per pass; must divide ``S``.
-        num_passes: Passes over the samples (``num_sgd_iters``).
-        seq_len: Steps per sample (1 for transitions, ``seq_len`` for recurrent sequences).
-        shuffle: Draw the minibatches from a fresh random permutation of the samples.
-        normalize_advantages: Normalise the advantages per minibatch
-            (:func:`normalized_advantages`).
-        dist: The run's :class:`~rl8.ppo.distributed.DistContext` (moments over all ranks).
-        generator: Draws the permutation.
+        samples: The training samples (:meth:`RolloutBuffer.training_samples`), ``[S]``, of
+            ``seq_len`` steps each (1 for transitions).
+        shuffle: Draw the minibatches from a fresh random permutation (from ``generator``).
+        normalize_advantages: Normalise the advantages per minibatch (:func:`normalized_advantages`),
+            with moments over all ranks of ``dist`` (the run's :class:`~rl8.ppo.distributed.DistContext`).
     """
     for _ in range(num_passes):
         if num_minibatches > 1 and shuffle:

@@ -1,8 +1,5 @@
-"""``compile=True``: :func:`torch.compile` of PPO's two hot steps, beside their plain versions:
-the policy's rollout step and the update's minibatch step, either :class:`FusedTrainStep` (loss,
-gradients, clip and Adam in one compiled function) where it is exactly the plain step, or the
-compiled loss with an eager backward pass and optimizer step (docs/hparams.md, Speed).
-"""
+"""``compile=True``: :func:`torch.compile` of PPO's rollout step and minibatch step, beside their
+plain versions (docs/hparams.md, Speed)."""
 
 from __future__ import annotations
 
@@ -46,8 +43,7 @@ class CompiledSteps:
     compiles at its first call, timed (:attr:`compile_s`).
 
     Args:
-        rollout_step: The plain rollout step, ``policy.rollout_step`` (arguments and results of
-            :meth:`rl8.Policy.rollout_step`).
+        rollout_step: The plain rollout step, :meth:`policy.rollout_step <rl8.Policy.rollout_step>`.
         minibatch_loss: The plain minibatch loss, ``(minibatch, entropy_coeff) -> PPOLoss``.
         device: Where the policy runs. On CUDA the rollout step is compiled with
             ``mode="reduce-overhead"`` (CUDA graphs); elsewhere with the default mode.
@@ -62,6 +58,9 @@ class CompiledSteps:
         rollout_step_kind: Which rollout step runs, set at the first call of
             :meth:`rollout_step`: ``"cuda-graphs"``, ``"compiled"`` or ``"plain"`` (``None``
             before).
+        train_step_kind: Which minibatch step runs: ``"fused"`` (:class:`FusedTrainStep`) or
+            ``"loss"`` (the compiled loss, then an eager backward pass, clip and optimizer step).
+        train_step_fallback: Why the fused step is not used (``train_step_kind="loss"``), else ``None``.
     """
 
     def __init__(
@@ -76,7 +75,8 @@ class CompiledSteps:
         self.rollout_step_kind: str | None = None
         self.minibatch_loss = _FirstCallTimer(torch.compile(minibatch_loss))
         self._fused_step = None if fused_step is None else _FirstCallTimer(fused_step)
-        self._fused_problem = fused_problem if fused_step is None else None
+        self.train_step_kind = "loss" if fused_step is None else "fused"
+        self.train_step_fallback = fused_problem if fused_step is None else None
         self._reported = False
 
     def rollout_step(self, obs: Any, carry: Any, starts: torch.Tensor | None = None) -> tuple[Any, torch.Tensor, Any]:
@@ -110,22 +110,11 @@ class CompiledSteps:
         try:
             return self._fused_step(minibatch, entropy_coeff)
         except Exception as err:  # torch.func or torch.compile refused the model: a graph break, an op
-            self._fused_step, self._fused_problem = None, f"torch refused it: {type(err).__name__}: {err}"
+            self._fused_step, self.train_step_kind = None, "loss"
+            self.train_step_fallback = f"torch refused it: {type(err).__name__}: {err}"
             logger.warning("rl8: compile=True runs the compiled loss with an eager optimizer step: %s",
-                           self._fused_problem)
+                           self.train_step_fallback)
             return None
-
-    @property
-    def train_step_kind(self) -> str:
-        """Which minibatch step runs: ``"fused"`` (loss, gradients, clip and Adam in one compiled
-        function, :class:`FusedTrainStep`) or ``"loss"`` (the compiled loss, then an eager
-        backward pass, clip and optimizer step)."""
-        return "loss" if self._fused_step is None else "fused"
-
-    @property
-    def train_step_fallback(self) -> str | None:
-        """Why the fused step is not used (:attr:`train_step_kind` ``"loss"``), else ``None``."""
-        return self._fused_problem
 
     @property
     def compile_s(self) -> float:
@@ -144,7 +133,7 @@ class CompiledSteps:
         if self._fused_step is not None:
             kind = "fused: loss, gradients, clip and Adam step in one compiled function"
         else:
-            kind = f"compiled loss, eager backward and optimizer step, because {self._fused_problem}"
+            kind = f"compiled loss, eager backward and optimizer step, because {self.train_step_fallback}"
         logger.info(
             "rl8: torch.compile took %.1f s (rollout step %.1f s, update step %.1f s; first calls, cached in "
             "TORCHINDUCTOR_CACHE_DIR for later processes); update step: %s",
@@ -162,18 +151,10 @@ def fused_step_problem(
     recurrent: bool,
 ) -> str | None:
     """Why :class:`FusedTrainStep` would not be exactly PPO's plain minibatch step, or ``None``
-    when it would.
-
-    Args:
-        optimizer: PPO's optimizer: a ``torch.optim.Adam`` or ``AdamW`` with one parameter group
-            and ``amsgrad``, ``maximize`` and ``differentiable`` off.
-        grad_scaler: Whether PPO scales its losses (``enable_amp`` in float16, on CUDA GPUs older
-            than compute capability 8.0).
-        distributed: Whether PPO averages gradients over ranks between backward and step.
-        accumulate_grads: The ``accumulate_grads`` hyper-parameter (one step per pass).
-        recurrent: Whether the policy's model is recurrent (torch.compile does not trace
-            ``nn.LSTM``/``nn.GRU``, so the step could not be one graph).
-    """
+    when it would: PPO's ``optimizer`` must be a ``torch.optim.Adam`` or ``AdamW`` of one parameter
+    group with ``amsgrad``, ``maximize`` and ``differentiable`` off, and PPO must not scale its losses
+    (``grad_scaler``: ``enable_amp`` in float16), average gradients over ranks (``distributed``),
+    ``accumulate_grads``, or run a ``recurrent`` model (torch.compile does not trace nn.LSTM/nn.GRU)."""
     if type(optimizer) not in (torch.optim.Adam, torch.optim.AdamW):
         return f"the optimizer is {type(optimizer).__qualname__}, not torch.optim.Adam or AdamW"
     if len(optimizer.param_groups) != 1:
@@ -197,8 +178,7 @@ def fused_step_problem(
 
 
 class _LossModule(nn.Module):
-    """``minibatch_loss`` as the forward pass of a module holding ``policy``, so that
-    :func:`torch.func.functional_call` can run it with other parameter tensors."""
+    """``minibatch_loss`` as a module's forward pass, for :func:`torch.func.functional_call`."""
 
     def __init__(self, policy: nn.Module, minibatch_loss: Callable[..., PPOLoss]) -> None:
         super().__init__()
@@ -210,13 +190,9 @@ class _LossModule(nn.Module):
 
 
 class FusedTrainStep:
-    """PPO's whole minibatch step as one compiled function: the forward pass and loss, the
-    gradients (:func:`torch.func.grad_and_value` of :func:`torch.func.functional_call`), the
-    global grad-norm clip and the Adam/AdamW update, in place on the parameters and on the
-    optimizer's own state (``optimizer.state[p]`` ``step``, ``exp_avg``, ``exp_avg_sq``,
-    created as torch creates them), so that ``optimizer.state_dict()`` is the one the plain
-    step keeps and a run can go on with either step. Use it only where
-    :func:`fused_step_problem` finds no problem.
+    """PPO's whole minibatch step (loss, :func:`torch.func.grad_and_value` gradients, grad-norm clip,
+    Adam/AdamW update) as one compiled function, in place on the parameters and on the optimizer's
+    own state, so that a run can go on with either step. Only where :func:`fused_step_problem` is ``None``.
 
     Args:
         policy: The policy whose trainable parameters the optimizer holds.
@@ -283,8 +259,7 @@ class FusedTrainStep:
         adam: dict[str, Any], params: list[torch.Tensor], exp_avgs: list[torch.Tensor],
         exp_avg_sqs: list[torch.Tensor], steps: list[torch.Tensor],
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
-        """The compiled function: loss, gradients, clip, Adam; updates its tensor arguments in
-        place. Returns the loss, the monitors by name (:data:`~rl8.ppo.losses.MONITORS`) and the grad norm."""
+        """The compiled function, in place on its tensor arguments; returns loss, monitors, grad norm."""
 
         def total_loss(named_params: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
             loss = torch.func.functional_call(self.loss_module, named_params, (minibatch, entropy_coeff, entropy_grad))

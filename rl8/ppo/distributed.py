@@ -144,7 +144,7 @@ def init_distributed(
     *, backend: str | None = None, timeout_s: float | None = None, actors: int | None = None,
 ) -> bool:
     """Join the process group that torchrun describes in the environment, if any (destroyed
-    at exit); returns whether a process group is active.
+    at exit); returns whether one is active.
 
     Args:
         backend: A torch.distributed backend; ``None``: ``"cpu:gloo,cuda:nccl"`` with CUDA,
@@ -152,10 +152,7 @@ def init_distributed(
         timeout_s: Seconds a collective may wait for a peer before raising; ``None``: the
             ``RL8_DIST_TIMEOUT_S`` environment variable, else :data:`DEFAULT_TIMEOUT_S`.
         actors: Make this many ranks actors, which only collect (:class:`Roles`); ``None``:
-            data-parallel training.
-
-    Raises:
-        ValueError: ``actors`` given outside torchrun, or not a valid count (:class:`Roles`).
+            data-parallel training. A ``ValueError`` outside torchrun or for an invalid count.
     """
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if actors is not None and world_size <= 1:
@@ -359,7 +356,6 @@ class DistContext:
     def scatter_from_main(self, objs: list[Any] | None) -> Any:
         """Rank 0's ``objs[r]`` on rank ``r`` (``objs`` is only read on rank 0)."""
         if not self.enabled:
-            assert objs is not None
             return objs[0]
         box: list[Any] = [None]
         with self._collective("sending every rank its state from rank 0"):

@@ -24,13 +24,8 @@ class NonFiniteError(FloatingPointError):
 
 def check_buffer_finite(buffer: RolloutBuffer, env_name: str, collect: int) -> None:
     """Raise an :class:`~rl8.envs.base.EnvOutputError` naming the envs and steps where the
-    observations or rewards of ``buffer`` hold NaN or inf.
-
-    Args:
-        buffer: The rollout buffer of the collect.
-        env_name: The env's name, for the message.
-        collect: The collect's number (1 for the first), for the message.
-    """
+    observations or rewards of ``buffer`` hold NaN or inf (the message names the env
+    ``env_name`` and the number ``collect`` of the collect, 1 for the first)."""
     for key in ("obs", "rewards"):
         bad = find_nonfinite(buffer[key][:, : buffer.horizon + (key == "obs")], batch_dims=2)
         if bad is not None:

@@ -56,10 +56,6 @@ def _nearest_divisors(n: int, value: float) -> list[int]:
     return [*[d for d in divisors if d < value][-1:], *[d for d in divisors if d > value][:1]]
 
 
-def _or(values: Any) -> str:
-    return " or ".join(str(v) for v in values)
-
-
 def _nonzero_int(meaning: str) -> Check:
     return check(f"a non-zero int ({meaning})", lambda v: is_int(v) and v != 0)
 
@@ -76,7 +72,7 @@ _WEIGHT = _number("a number >= 0", lambda v: v >= 0)
 
 
 def _schedule(expected: str, ok: Callable[[float], bool]) -> Check:
-    """A :class:`~rl8.ppo.schedules.Schedule`'s points whose values satisfy ``ok``, or ``None``."""
+    """Points of a :class:`~rl8.ppo.schedules.Schedule` whose values satisfy ``ok``, or ``None``."""
     def schedule(points: Any, name: str) -> str | None:
         if points is None:
             return None
@@ -98,8 +94,7 @@ def _group_lists(value: Any) -> Any:
 
 
 def _class_or_path(value: Any, name: str) -> str | None:
-    """A class of the kind ``HPARAM_KINDS[name]`` or its dotted path (looked up when PPO is
-    built); ``None`` for the default, except for ``optimizer_cls``."""
+    """A class of kind ``HPARAM_KINDS[name]``, its dotted path, or ``None`` (not for ``optimizer_cls``)."""
     kind = HPARAM_KINDS[name]
     if value is None and name == "optimizer_cls":
         return f"{kind.description} or its dotted path"
@@ -130,8 +125,7 @@ def _device(value: Any, name: str) -> str | None:
 
 
 def _hparam(default: Any, check: Check, *, doc: str, convert: Callable[[Any], Any] | None = None) -> Any:
-    """An :class:`HParams` field: its ``default`` (a dict copied for each instance), ``check``,
-    meaning ``doc`` and ``convert``, applied to a given value before the check."""
+    """An :class:`HParams` field (a dict ``default`` copied for each instance; ``convert`` runs before ``check``)."""
     metadata = {"check": check, "doc": doc, "convert": convert}
     if isinstance(default, dict):
         return dataclasses.field(default_factory=lambda: dict(default), metadata=metadata)
@@ -141,8 +135,7 @@ def _hparam(default: Any, check: Check, *, doc: str, convert: Callable[[Any], An
 @dataclass(frozen=True, kw_only=True)
 class HParams:
     """Hyper-parameters of :class:`rl8.PPO` (all keyword-only; see ``docs/hparams.md``); a bad
-    value is a ``ValueError`` naming the field, what it expects and the value given.
-    """
+    value is a ``ValueError`` naming the field, what it expects and the value given."""
 
     num_envs: int = _hparam(256, int_at_least(1), doc="Number of environments simulated in parallel.")
     horizon: int = _hparam(32, int_at_least(1), doc=(
@@ -190,11 +183,10 @@ class HParams:
         "Stop the update's remaining minibatches once the approximate KL divergence of a "
         "minibatch exceeds this, or ``None``."))
     desired_kl: float | None = _hparam(None, optional(_POSITIVE), doc=(
-        "rsl_rl's adaptive learning rate (``schedule=\"adaptive\"``): before each minibatch's optimizer "
-        "step, ``lr`` is divided by 1.5 when the minibatch's approximate KL (all ranks' mean) exceeds "
-        "``2 * desired_kl`` and multiplied by 1.5 when it is below ``desired_kl / 2``, within "
-        "[1e-5, 1e-2]; it starts at ``lr`` and is kept in checkpoints. ``None``: off. Not with "
-        "``lr_schedule``."))
+        "rsl_rl's adaptive learning rate (``schedule=\"adaptive\"``): each minibatch's step divides ``lr`` "
+        "by 1.5 when its approximate KL (all ranks' mean) exceeds ``2 * desired_kl``, multiplies it by 1.5 "
+        "below ``desired_kl / 2``, within [1e-5, 1e-2], from ``lr`` on (kept in checkpoints); ``None``: off. "
+        "Not with ``lr_schedule``."))
     max_grad_norm: float | None = _hparam(0.5, optional(_number("a number > 0", lambda v: v > 0)), doc=(
         "Clip the global gradient norm to this, or ``None``."))
     normalize_advantages: bool = _hparam(True, _BOOL, doc=(
@@ -251,34 +243,30 @@ class HParams:
 
     # ------------------------------------------------------------------ validation
     def __post_init__(self) -> None:
-        """Check every field with its own check, then those that involve several fields."""
         invalid = first_invalid(self)
         if invalid is not None:
             raise ValueError(f"hparam {invalid.name}: expected {invalid.expected}, got {invalid.value!r}")
-        if self.num_minibatches is not None and self.sgd_minibatch_size != "auto":
-            raise ValueError(
-                f"hparam num_minibatches: only applies with sgd_minibatch_size='auto', but "
-                f"sgd_minibatch_size={self.sgd_minibatch_size!r} was given; set one of the two"
-            )
-        if self.desired_kl is not None and self.lr_schedule is not None:
-            raise ValueError(
-                f"hparam desired_kl: the adaptive learning rate (desired_kl={self.desired_kl}) and lr_schedule "
-                "both set the learning rate; set one (rsl_rl's schedule='adaptive' is desired_kl, "
-                "'fixed' is a constant lr)"
-            )
-        if self.compile and self.collect_mode == "overlap":
-            raise ValueError(
-                "hparam compile: compile=True does not work with collect_mode='overlap' (the background "
-                "rollout runs a copy of the policy in another thread); set compile=False or collect_mode='sync'"
-            )
-        if self.obs_groups is not None and "obs_groups" in self.model_config:
-            raise ValueError("hparam obs_groups: also given as model_config['obs_groups']; set one")
+        conflicts = {  # hparam: (whether it conflicts with another, the message)
+            "num_minibatches": (self.num_minibatches is not None and self.sgd_minibatch_size != "auto",
+                                f"only applies with sgd_minibatch_size='auto', but sgd_minibatch_size="
+                                f"{self.sgd_minibatch_size!r} was given; set one of the two"),
+            "desired_kl": (self.desired_kl is not None and self.lr_schedule is not None,
+                           f"the adaptive learning rate (desired_kl={self.desired_kl}) and lr_schedule both set "
+                           "the learning rate; set one (rsl_rl's schedule='adaptive' is desired_kl, 'fixed' is a "
+                           "constant lr)"),
+            "compile": (self.compile and self.collect_mode == "overlap",
+                        "compile=True does not work with collect_mode='overlap' (the background rollout runs a "
+                        "copy of the policy in another thread); set compile=False or collect_mode='sync'"),
+            "obs_groups": (self.obs_groups is not None and "obs_groups" in self.model_config,
+                           "also given as model_config['obs_groups']; set one"),
+        }
+        for name, (conflict, message) in conflicts.items():
+            if conflict:
+                raise ValueError(f"hparam {name}: {message}")
         self.minibatch_size_for(1)  # a size or count that does not divide the buffer
         if self.seq_len is not None and self.horizon % self.seq_len:
-            raise ValueError(
-                f"hparam seq_len: expected an int >= 1 that divides horizon={self.horizon}, "
-                f"got {self.seq_len!r}"
-            )
+            raise ValueError(f"hparam seq_len: expected an int >= 1 that divides horizon={self.horizon}, "
+                             f"got {self.seq_len!r}")
 
     # ------------------------------------------------------------------ building
     @classmethod
@@ -299,13 +287,9 @@ class HParams:
 
     @classmethod
     def read_config(cls, hparams: Mapping[str, Any], where: str = "hparams") -> dict[str, Any]:
-        """The hyper-parameters of a config file as keyword arguments of :meth:`from_kwargs`:
-        names checked (``ValueError``), numbers read by :func:`~rl8.fields.read_numbers`.
-
-        Args:
-            hparams: ``{name: value}`` as read from YAML.
-            where: Where they come from, for the error message (``"preset 'Hopper-v5': hparams"``).
-        """
+        """The hyper-parameters of a config file, ``hparams`` (``{name: value}`` as read from YAML),
+        as keyword arguments of :meth:`from_kwargs`: names checked (a ``ValueError`` naming ``where``
+        they come from, ``"preset 'Hopper-v5': hparams"``), numbers read by :func:`~rl8.fields.read_numbers`."""
         kinds = {f.name: str(f.type) for f in dataclasses.fields(cls)}
         out: dict[str, Any] = {}
         for key, value in hparams.items():
@@ -317,13 +301,8 @@ class HParams:
 
     @classmethod
     def from_config(cls, hparams: Mapping[str, Any], where: str = "hparams") -> HParams:
-        """Build from the hyper-parameters of a config file (see :meth:`read_config`); an
-        unknown name or bad value is a ``ValueError`` starting with ``where``.
-
-        Args:
-            hparams: ``{name: value}`` as read from YAML.
-            where: Where they come from, for the error message.
-        """
+        """Build from the hyper-parameters of a config file (arguments of :meth:`read_config`);
+        an unknown name or bad value is a ``ValueError`` starting with ``where``."""
         kwargs = cls.read_config(hparams, where)
         try:
             return cls.from_kwargs(**kwargs)
@@ -360,12 +339,9 @@ class HParams:
         return self.minibatch_size_for(1)
 
     def minibatch_size_for(self, seq_len: int) -> int:
-        """Transitions per minibatch when the samples are sequences of ``seq_len`` steps (1 for
-        feedforward models); a size that does not fit is a ``ValueError`` naming the nearest.
-
-        Args:
-            seq_len: Steps per training sample (it divides ``horizon``).
-        """
+        """Transitions per minibatch when the samples are sequences of ``seq_len`` steps (a divisor
+        of ``horizon``; 1 for feedforward models); a size that does not fit is a ``ValueError``
+        naming the nearest."""
         size, count = self.sgd_minibatch_size, self.num_minibatches
         samples = self.batch_size // seq_len  # training samples: transitions or sequences
         formula = f"{self.num_envs} * {self.horizon} = {self.batch_size}"
@@ -379,7 +355,7 @@ class HParams:
                 raise ValueError(
                     f"hparam num_minibatches: expected a divisor of the {samples} {unit} in the "
                     f"buffer (num_envs * horizon = {formula}), got {count}; "
-                    f"nearest valid: {_or(_nearest_divisors(samples, count))}"
+                    f"nearest valid: {' or '.join(map(str, _nearest_divisors(samples, count)))}"
                 )
             return self.batch_size // count
         if size % seq_len or samples % (size // seq_len):
@@ -391,7 +367,7 @@ class HParams:
                 )
             raise ValueError(
                 f"hparam sgd_minibatch_size: expected {what}, got {size}; nearest valid: "
-                f"{_or(d * seq_len for d in _nearest_divisors(samples, size / seq_len))} (or leave "
+                f"{' or '.join(str(d * seq_len) for d in _nearest_divisors(samples, size / seq_len))} (or leave "
                 "it at 'auto' and set num_minibatches)"
             )
         return size

@@ -1,5 +1,4 @@
-"""PPO's loss in plain autograd (:func:`ppo_loss`: each term and monitor by name) and the
-optimizer that minimises it."""
+"""PPO's loss in plain autograd, each term and monitor by name, and the optimizer that minimises it."""
 
 from __future__ import annotations
 
@@ -97,15 +96,10 @@ def ppo_loss(
 
 
 def adaptive_lr(lr: Tensor, kl: Tensor, desired_kl: float) -> Tensor:
-    """rsl_rl's adaptive learning rate, as 0-d tensors (so that compiled code runs it without
-    a host sync): ``lr / 1.5`` (not below 1e-5) when ``kl > 2 * desired_kl``, ``lr * 1.5`` (not
-    above 1e-2) when ``0 < kl < desired_kl / 2``, else ``lr``.
-
-    Args:
-        lr: The learning rate now.
-        kl: The KL divergence of the collecting policy from the current one on a minibatch.
-        desired_kl: The KL aimed at (> 0).
-    """
+    """rsl_rl's adaptive learning rate from the one now, ``lr``, and the KL divergence ``kl`` of
+    the collecting policy from the current one on a minibatch (0-d tensors: compiled code runs it
+    without a host sync), aiming at ``desired_kl``: ``lr / 1.5`` (not below 1e-5) when
+    ``kl > 2 * desired_kl``, ``lr * 1.5`` (not above 1e-2) when ``0 < kl < desired_kl / 2``, else ``lr``."""
     low, high = ADAPTIVE_LR_BOUNDS
     down = (lr / ADAPTIVE_LR_FACTOR).clamp(min=low)
     up = (lr * ADAPTIVE_LR_FACTOR).clamp(max=high)
@@ -116,14 +110,9 @@ def make_optimizer(
     optimizer_cls: type[torch.optim.Optimizer] | str, params: Iterable[torch.nn.Parameter], *, lr: float,
     optimizer_kwargs: dict[str, Any], device: torch.device,
 ) -> torch.optim.Optimizer:
-    """The optimizer of ``params`` (Adam(W) fused unless ``optimizer_kwargs`` choose otherwise).
-
-    Args:
-        optimizer_cls: A ``torch.optim.Optimizer`` class or its dotted path.
-        params: The parameters to optimise.
-        lr: The learning rate.
-        optimizer_kwargs: More keyword arguments of ``optimizer_cls``.
-        device: Where the parameters live.
+    """An ``optimizer_cls`` (a ``torch.optim.Optimizer`` class or its dotted path) over ``params``
+    on ``device``, with learning rate ``lr`` and ``optimizer_kwargs`` (Adam(W) fused unless they
+    choose otherwise).
 
     Raises:
         ValueError: ``optimizer_cls`` refused ``optimizer_kwargs`` (naming the ones it takes).
@@ -131,7 +120,6 @@ def make_optimizer(
     cls = resolve(optimizer_cls, OPTIMIZER, field="hparam optimizer_cls")
     kwargs = dict(optimizer_kwargs)
     if cls in (torch.optim.Adam, torch.optim.AdamW) and not {"fused", "foreach"} & set(kwargs):
-        # one fused kernel instead of a loop of small ops: the same maths, several times faster
         kwargs["fused"] = device.type in ("cpu", "cuda")
     try:
         return cls(params, lr=lr, **kwargs)
@@ -143,7 +131,6 @@ def make_optimizer(
 
 
 def _keyword_defaults(cls: type) -> str:
-    """``name=default`` of the keyword arguments of optimizer ``cls`` (not params, lr)."""
     try:
         parameters = inspect.signature(cls).parameters.values()
     except (TypeError, ValueError):

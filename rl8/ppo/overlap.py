@@ -1,6 +1,5 @@
 """Overlapped collection (``collect_mode="overlap"``, ``docs/collection.md``): the next rollout
-runs in a background thread, with a copy of the policy one update old, while PPO updates.
-"""
+runs in a background thread, with a copy of the policy one update old, while PPO updates."""
 
 from __future__ import annotations
 
@@ -29,8 +28,7 @@ _STORAGE = ("data", "states", "post_states")  # the tensordicts of a RolloutBuff
 
 @atexit.register
 def _join_at_exit() -> None:
-    """Let a rollout still in flight at exit finish: a daemon thread stopped inside a torch op
-    aborts the process."""
+    """Let a rollout in flight at exit finish: a daemon thread stopped inside a torch op aborts."""
     for thread in list(_THREADS):
         thread.join(EXIT_JOIN_TIMEOUT_S)
 
@@ -100,16 +98,10 @@ class OverlapCollector:
 
     def start(self, policy: Policy, version: int, obs: torch.Tensor | TensorDictBase, deterministic: bool, *,
               background: bool = True) -> None:
-        """Copy the learner's weights into the actor's policy, then run a rollout with the
-        actor's objects.
-
-        Args:
-            policy: The learner's policy (its weights and buffers are copied).
-            version: The learner's update count (``PPO.steps``).
-            obs: The envs' current observations.
-            deterministic: Take the distributions' modes instead of sampling.
-            background: Run it in the background thread (else in the caller's).
-        """
+        """Copy the weights and buffers of the learner's ``policy`` (at its update count ``version``,
+        ``PPO.steps``) into the actor's, then run a rollout from the envs' observations ``obs`` with
+        the actor's objects, in the background thread (else in the caller's); ``deterministic``:
+        take the distributions' modes instead of sampling."""
         if not self.idle:
             raise RuntimeError("OverlapCollector.start: the previous rollout was not handed over")
         self.policy.load_state_dict(policy.state_dict())
@@ -142,9 +134,8 @@ class OverlapCollector:
 
     def join(self) -> None:
         """Wait for the background thread to end; its outcome is kept for :meth:`wait`."""
-        if self._thread is None:
-            return
-        self._thread.join()
+        if self._thread is not None:
+            self._thread.join()
         self._thread = None
 
     def hand_over(self, buffer: RolloutBuffer) -> Rollout:

@@ -27,14 +27,9 @@ def cuda_amp_dtype(device: torch.device) -> torch.dtype:
 
 
 def choose_amp_dtype(device: torch.device, enable_amp: bool) -> torch.dtype:
-    """The dtype PPO's forward passes autocast to, logged: on CUDA :func:`cuda_amp_dtype`, on CPU
-    ``torch.bfloat16`` where its vector units run it fast (else ``torch.float32`` with a
-    ``UserWarning``); ``torch.float32`` without ``enable_amp``.
-
-    Args:
-        device: The device PPO trains on.
-        enable_amp: The ``enable_amp`` hyper-parameter.
-    """
+    """The dtype PPO's forward passes on ``device`` autocast to, logged: on CUDA :func:`cuda_amp_dtype`,
+    on CPU ``torch.bfloat16`` where its vector units run it fast (else ``torch.float32`` with a
+    ``UserWarning``); ``torch.float32`` without the hyper-parameter ``enable_amp``."""
     if not enable_amp:
         return torch.float32
     capability = torch.backends.cpu.get_cpu_capability()

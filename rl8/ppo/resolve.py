@@ -172,7 +172,6 @@ def working_dir_on_path() -> None:
 
 
 def _not_registered(name: str, kind: Kind, field: str, source: Any) -> Exception:
-    """The refusal of a file's name that the registry does not hold, saying how to fix it."""
     module, _, attr = name.rpartition(".")
     hand_over = kind.hand_over.format(attr=attr, module="mymodule" if module == "__main__" else module)
     hand_over = f", or pass it yourself: {hand_over}" if hand_over else ""
@@ -189,8 +188,7 @@ def _not_registered(name: str, kind: Kind, field: str, source: Any) -> Exception
 
 
 def _named_object(name: str, kind: Kind, field: str, source: Any, trust_code: bool) -> Any:
-    """The object ``name`` names: from the registry, else imported (a name you gave, or
-    ``trust_code``), else refused."""
+    """From the registry, else imported (a name you gave, or ``trust_code``), else refused."""
     if not registry.is_name(name):
         message = f"{field} {name!r} is not a dotted path of Python names"
         raise _refuse(source, message) if source is not None else ValueError(message)
@@ -231,8 +229,7 @@ def resolve(value: Any, kind: Kind, *, field: str, source: Any = None, trust_cod
 
 
 def _check_gymnasium_id(env_id: str, field: str, source: Any, trust_code: bool) -> None:
-    """A gymnasium id read from a file must be in gymnasium's registry, and the module of a
-    ``"module:EnvId-v0"`` imported already (unless ``trust_code``)."""
+    """Unless ``trust_code``, refuse an id not in gymnasium's registry or whose ``module:`` is not imported."""
     if trust_code:
         return
     module, colon, bare = env_id.partition(":")
@@ -274,19 +271,13 @@ def check_stored_env_kwargs(target: Any, env_kwargs: Any, *, field: str = "env",
 def resolve_env(spec: Any, *, field: str = "env", source: Any = None, trust_code: bool = False,
                 env_kwargs: Mapping[str, Any] | None = None) -> Any:
     """An env spec as something :func:`rl8.ppo.algorithm.make_env` builds, checked before it
-    is called (a spec from a file names an :data:`ENV` object or a function you registered).
+    is called (a spec from a file names an :data:`ENV` object or a function you registered);
+    ``field``, ``source``, ``trust_code`` and the errors are :func:`resolve`'s (``trust_code``
+    also allows any function and any gymnasium id).
 
     Args:
         spec: A dotted path, a gymnasium id, or an object (returned as is when you give it).
-        field: Name of the setting, for messages.
-        source: The file the spec was read from, or ``None`` for a spec you gave.
-        trust_code: Import a dotted path the registry does not hold, allow any function and
-            any gymnasium id.
         env_kwargs: The env's constructor arguments stored with the spec.
-
-    Raises:
-        rl8.io.checkpoint.CheckpointError: A spec from a file is refused (``ValueError`` for yours).
-        ImportError: A path to import cannot be imported.
     """
     if is_task_spec(spec):  # its prefix names one of rl8's own makers (rl8.envs.tasks)
         return spec
@@ -315,15 +306,10 @@ class EnvTarget(NamedTuple):
 
 
 def env_target(spec: Any, *, source: Any = None, trust_code: bool = False) -> EnvTarget:
-    """The :class:`EnvTarget` of an env spec (``TypeError`` if it is none).
-
-    Args:
-        spec: An ``rl8.Env`` subclass or a dotted path to one, a gymnasium id, a named task
-            (``"mjlab:<task id>"``), a built env, a callable making a gymnasium env (or an
-            ``rl8.Env``), or a ``GymnasiumEnv`` factory.
-        source: The file a dotted path was read from, or ``None`` (see :func:`resolve_env`).
-        trust_code: See :func:`resolve_env`.
-    """
+    """The :class:`EnvTarget` of an env ``spec`` (``TypeError`` if it is none): an ``rl8.Env``
+    subclass or a dotted path to one, a gymnasium id, a named task (``"mjlab:<task id>"``), a built
+    env, a callable making a gymnasium env (or an ``rl8.Env``), or a ``GymnasiumEnv`` factory;
+    ``source`` and ``trust_code``: as in :func:`resolve_env`, for a dotted path."""
     target = resolve_env(spec, source=source, trust_code=trust_code) if is_dotted_path(spec) else spec
     if isinstance(target, type) and issubclass(target, Env) or is_task_spec(target) or is_built_env(target):
         return EnvTarget(target, False)
@@ -347,7 +333,6 @@ def env_spec_string(spec: Any) -> str | None:
         return None
     if registry.lookup(path) is not spec and registry.bound_object(path) is not spec:
         return None  # nested classes, objects replaced at import...
-    # a dotted path is told from a gymnasium id by its lower-case start
     return path if is_dotted_path(path) else None
 
 

@@ -38,13 +38,9 @@ class RewardNormalizer(nn.Module):
     @torch.no_grad()
     def update(self, rewards: torch.Tensor, dones: torch.Tensor | None,
                all_reduce: Callable[[torch.Tensor], Any] | None = None) -> None:
-        """Advance the running returns over a collect and fold them into the statistics.
-
-        Args:
-            rewards: ``[num_envs, T]`` rewards of one collect.
-            dones: ``[num_envs, T]`` bool, where an episode ended, or ``None`` (no episodes).
-            all_reduce: See :meth:`RunningMeanStd.update`.
-        """
+        """Advance the running returns over a collect's ``[num_envs, T]`` ``rewards`` and fold them
+        into the statistics; ``dones``: ``[num_envs, T]`` bool, where an episode ended, or ``None``
+        (no episodes); ``all_reduce``: see :meth:`RunningMeanStd.update`."""
         self.stats.update(self.advance(rewards, dones).reshape(-1), all_reduce)
 
     @torch.no_grad()

@@ -1,7 +1,5 @@
-"""The rollout loops (:func:`rollout`, and :func:`rollout_ready_envs` for envs that step at their
-own pace), functions of the objects they work on so that a collection mode can run them on its
-own copies; and what goes with them: building the env and its checkpoint state.
-"""
+"""The rollout loops, functions of the objects they fill (a collection mode runs them on its own
+copies), and the training env: how it is built, its hyper-parameters, its checkpoint state."""
 
 from __future__ import annotations
 
@@ -110,7 +108,6 @@ def rollout_ready_envs(
     stepping = 0  # envs with an action sent and no output received yet
 
     def act(env_ids: torch.Tensor, t: torch.Tensor, env_obs: torch.Tensor | TensorDictBase) -> None:
-        """Sample the actions of envs ``env_ids`` at their steps ``t`` and send them."""
         nonlocal carries, stepping
         data["obs"][env_ids, t] = env_obs
         dist, value, policy_carry = rollout_step(env_obs, *carry.before_steps(env_ids, t))
@@ -153,9 +150,8 @@ def rollout_ready_envs(
                 act(env_ids[going], t[going], out["obs"][going])
         # column horizon: every env's last obs and its (bootstrap) value
         last_obs = data["obs"][:, horizon]
-        data["values"][:, horizon] = policy.rollout_value(last_obs, *carry.last_steps())
+        data["values"][:, horizon] = policy.rollout_value(last_obs, *carry.last())
     return last_obs.clone()
-
 
 
 def make_env(
@@ -190,8 +186,7 @@ def make_env(
 def given_env(env: Any, env_kwargs: Mapping[str, Any] | None = None) -> Env | None:
     """The rl8 env of an env given built, or made by a factory; ``None`` for a spec that rl8
     builds. A callable (not a class) is called once with no arguments when ``env_kwargs`` is
-    empty: a built env it returns is the env; a gymnasium env it returns is closed, and the
-    callable is a gymnasium maker as before.
+    empty: a gymnasium env it returns is closed (the callable is then a gymnasium maker).
 
     Args:
         env: An :class:`Env`, an rsl_rl ``VecEnv`` (wrapped in :class:`~rl8.envs.rsl_rl.RslRlEnv`),
@@ -236,12 +231,7 @@ def env_hparams(env: Env, given: Mapping[str, Any]) -> dict[str, Any]:
 
 def second_instance_problem(env: Env, spec: Any) -> str | None:
     """Why rl8 cannot build a second instance of the training ``env`` (for evaluations or
-    videos), or ``None`` when it can.
-
-    Args:
-        env: The training env.
-        spec: What it was built from (``PPO(spec)``).
-    """
+    videos) from ``spec`` (what it was built from, ``PPO(spec)``), or ``None`` when it can."""
     if env.single_instance:
         return (f"{type(env).__name__}.single_instance is True (its simulator runs once per process, "
                 "as Isaac Lab's does)")
@@ -284,6 +274,3 @@ def load_env_state(env: Env, state: dict[str, Any], device: torch.device) -> tor
     if "tensordict" in obs:
         return TensorDict(obs["tensordict"], batch_size=[env.num_envs]).to(device)
     return obs["tensor"].to(device)
-
-
-

@@ -1,5 +1,5 @@
-"""The training stats (``docs/trainer.md``, Metrics), reduced over ranks in one host transfer,
-and rl8 1.0.0's names of renamed stats, which still answer with a ``DeprecationWarning``."""
+"""The training stats (``docs/trainer.md``, Metrics), reduced over ranks in one host transfer;
+rl8 1.0.0's names of renamed stats answer with a ``DeprecationWarning``."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ class Stats(dict[str, float]):
     names only."""
 
     def _alias(self, key: object) -> str | None:
-        new = current_stat_name(key) if isinstance(key, str) else None
+        new = current_stat_name(key)
         if new is None or not dict.__contains__(self, new):
             return None
         warn_renamed(key, new, stacklevel=3)  # type: ignore[arg-type]
@@ -79,17 +79,10 @@ def reduce_stats(
     means: Mapping[str, torch.Tensor] | None = None, mins: Mapping[str, torch.Tensor] | None = None,
     maxs: Mapping[str, torch.Tensor] | None = None, local: Mapping[str, torch.Tensor] | None = None,
 ) -> dict[str, float]:
-    """``{name: 0-d tensor}`` statistics as ``{name: float}`` (float64), reduced across ranks
-    and read back with ONE host transfer; each name in one group only.
-
-    Args:
-        dist: The run's :class:`~rl8.ppo.distributed.DistContext`.
-        sums: Statistics summed across ranks, ``{name: 0-d tensor}``.
-        means: Statistics averaged across ranks.
-        mins: Statistics that take the smallest value of the ranks.
-        maxs: Statistics that take the largest value of the ranks.
-        local: This rank's own statistics, not reduced.
-    """
+    """``{name: 0-d tensor}`` statistics as ``{name: float}`` (float64), reduced across the ranks
+    of ``dist`` (:class:`~rl8.ppo.distributed.DistContext`) and read back with ONE host transfer:
+    ``sums`` summed, ``means`` averaged, ``mins``/``maxs`` the ranks' smallest/largest, ``local``
+    this rank's own; each name in one group only."""
     groups = {kind: dict(values or {}) for kind, values in
               (("sums", sums), ("means", means), ("mins", mins), ("maxs", maxs), ("local", local))}
     names = [name for values in groups.values() for name in values]
@@ -97,8 +90,6 @@ def reduce_stats(
         return {}
     if len(set(names)) != len(names):
         raise ValueError(f"reduce_stats: expected each stat name once, got {names}")
-    if not dist.enabled:
-        return dict(zip(names, _stack([t for group in groups.values() for t in group.values()]).tolist()))
     parts = []
     added = [*groups["sums"].values(), *groups["means"].values()]
     if added:
@@ -177,7 +168,7 @@ def episode_means(prefix: str, return_sum: float, length_sum: float, count: floa
 
 
 def _stack(tensors) -> torch.Tensor:
-    """0-d tensors of any dtypes as one float64 vector (one stack, one cast)."""
+    """0-d tensors of any dtypes as one float64 vector."""
     return torch.stack(list(tensors)).double()
 
 
@@ -185,16 +176,14 @@ def update_stats(
     dist: DistContext, losses: list[PPOLoss], grad_norms: list[torch.Tensor], explained_variance: torch.Tensor,
     vf_coeff: float, entropy_coeff: float, lr: float,
 ) -> dict[str, float]:
-    """The stats of :meth:`rl8.PPO.update`, reduced over ranks in one host transfer.
+    """The stats of :meth:`rl8.PPO.update`, reduced over ranks in one host transfer; ``vf_coeff``,
+    ``entropy_coeff`` and ``lr`` are the update's (reported under ``coefficients/``).
 
     Args:
         dist: The run's :class:`~rl8.ppo.distributed.DistContext`.
         losses: Each minibatch's :class:`~rl8.ppo.losses.PPOLoss` (the stats are means).
         grad_norms: Each optimizer step's gradient norm before clipping, 0-d tensors.
         explained_variance: ``1 - Var(returns - values) / Var(returns)`` of the collect, 0-d.
-        vf_coeff: The value-loss weight of the update.
-        entropy_coeff: The entropy weight of the update.
-        lr: The learning rate of the update.
     """
     means = {name: torch.stack([getattr(loss, name) for loss in losses]).mean() for name in MONITORS}
     means["explained_variance"] = explained_variance
