@@ -40,38 +40,27 @@ def _categorical_sample(log_probs: Tensor, generator: torch.Generator | None, gu
     return index.squeeze(-1)
 
 
-def _categorical_log_prob(log_probs: Tensor, actions: Tensor) -> Tensor:
-    return log_probs.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
-
-
-def _categorical_entropy(log_probs: Tensor) -> Tensor:
-    # Masked entries have p == 0 and a finite log_prob, so p * log_p == 0 (no 0 * -inf NaN).
-    return -(log_probs.exp() * log_probs).sum(-1)
-
-
 class _CategoricalBase(Distribution):
-    """Shared lazily-cached log-softmax for the categorical families."""
+    """What the categorical families share: float32 logits (masked), their cached log-softmax
+    and the methods on them. :class:`MultiCategorical` has a components axis before the choices
+    and sums over it (:meth:`_total`)."""
 
     supports_action_mask = True
-    logits: Tensor
 
-    def _masked_logits(self, params: Tensor, action_mask: Tensor | None) -> Tensor:
-        """Float32 logits, :data:`MASKED_LOGIT` where ``action_mask`` forbids the action."""
+    def __init__(self, params: Tensor, action_space: spaces.Space, *, action_mask: Tensor | None = None) -> None:
+        super().__init__(params, action_space, action_mask=action_mask)
         logits = params.float()
-        if action_mask is None:
-            return logits
-        if action_mask.dtype != torch.bool:
-            raise ValueError(f"{type(self).__name__}: action_mask must be a bool tensor, got {action_mask.dtype}")
-        if action_mask.shape != logits.shape:
-            raise ValueError(
-                f"{type(self).__name__}: action_mask must have shape {list(logits.shape)} "
-                f"(the batch shape and one entry per action), got {list(action_mask.shape)}"
-            )
-        return logits.masked_fill(~action_mask, MASKED_LOGIT)
-
-    def _init_logits(self, logits: Tensor, guard: bool) -> None:
+        if action_mask is not None:
+            if action_mask.dtype != torch.bool:
+                raise ValueError(f"{type(self).__name__}: action_mask must be a bool tensor, got {action_mask.dtype}")
+            if action_mask.shape != logits.shape:
+                raise ValueError(
+                    f"{type(self).__name__}: action_mask must have shape {list(logits.shape)} "
+                    f"(the batch shape and one entry per action), got {list(action_mask.shape)}"
+                )
+            logits = logits.masked_fill(~action_mask, MASKED_LOGIT)
         self.logits = logits
-        self._guard = logits if guard else None  # the guard_logits of the samplers
+        self._guard = logits if action_mask is not None else None  # the guard_logits of the sampler
         self._log_probs: Tensor | None = None
         self._log_probs_mode: tuple[bool, bool] | None = None
 
@@ -97,6 +86,31 @@ class _CategoricalBase(Distribution):
         """int64, like the env's action."""
         return torch.int64
 
+    def _total(self, x: Tensor) -> Tensor:
+        return x
+
+    def _actions(self, index: Tensor) -> Tensor:
+        return index.reshape(self.batch_shape + self.raw_action_shape(self.action_space))
+
+    def sample(self, generator: torch.Generator | None = None) -> Tensor:
+        """One choice per row and component (inverse-CDF sampling), int64 ``[B, *raw_action_shape]``."""
+        return self._actions(_categorical_sample(self.log_probs, generator, self._guard))
+
+    def deterministic_sample(self) -> Tensor:
+        """The most likely allowed choice of every component, int64 ``[B, *raw_action_shape]``."""
+        return self._actions(self.logits.argmax(-1))
+
+    def log_prob(self, actions: Tensor) -> Tensor:
+        """Log-probability of raw actions, summed over components, ``[B]`` (a masked action: a
+        huge negative number)."""
+        index = actions.reshape(self.logits.shape[:-1]).long().unsqueeze(-1)
+        return self._total(self.log_probs.gather(-1, index).squeeze(-1))
+
+    def entropy(self) -> Tensor:
+        """``-sum(p * log p)`` over the allowed actions, summed over components, ``[B]``."""
+        # masked choices have p == 0 and a finite log p, so p * log p == 0 (no 0 * -inf NaN)
+        return self._total(-(self.log_probs.exp() * self.log_probs).sum(-1))
+
 
 class Categorical(_CategoricalBase):
     """A categorical distribution over ``Discrete(n)`` actions.
@@ -105,10 +119,6 @@ class Categorical(_CategoricalBase):
     ``[B, n]``, ``True`` = allowed) gives masked actions probability exactly 0; every row must
     allow one action (``docs/distributions.md``).
     """
-
-    def __init__(self, params: Tensor, action_space: spaces.Space, *, action_mask: Tensor | None = None) -> None:
-        super().__init__(params, action_space, action_mask=action_mask)
-        self._init_logits(self._masked_logits(params, action_mask), guard=action_mask is not None)
 
     @classmethod
     def supports(cls, action_space: spaces.Space) -> bool:
@@ -131,22 +141,6 @@ class Categorical(_CategoricalBase):
         start = int(action_space.start)
         return actions + start if start else actions
 
-    def sample(self, generator: torch.Generator | None = None) -> Tensor:
-        """Draw one action index per row (inverse-CDF sampling), int64 ``[B]``."""
-        return _categorical_sample(self.log_probs, generator, self._guard)
-
-    def deterministic_sample(self) -> Tensor:
-        """The most likely allowed action, int64 ``[B]``."""
-        return self.logits.argmax(-1)
-
-    def log_prob(self, actions: Tensor) -> Tensor:
-        """Log-probability of action indices ``[B]`` (masked actions: a huge negative number)."""
-        return _categorical_log_prob(self.log_probs, actions)
-
-    def entropy(self) -> Tensor:
-        """``-sum(p * log p)`` over the allowed actions, ``[B]``."""
-        return _categorical_entropy(self.log_probs)
-
 
 class MultiCategorical(_CategoricalBase):
     """Independent categorical distributions, one per component of a ``MultiDiscrete(nvec)``.
@@ -160,8 +154,7 @@ class MultiCategorical(_CategoricalBase):
     def __init__(self, params: Tensor, action_space: spaces.Space, *, action_mask: Tensor | None = None) -> None:
         super().__init__(params, action_space, action_mask=action_mask)
         layout = self._layout(action_space)
-        logits = self._masked_logits(params, action_mask)
-        pad_index = layout["pad_index"]
+        logits, pad_index = self.logits, layout["pad_index"]
         if pad_index is not None:
             # Components of different sizes: append one zero-probability logit and gather a
             # [*, num * width] layout in which short components repeat it as padding, so all
@@ -169,8 +162,8 @@ class MultiCategorical(_CategoricalBase):
             device = logits.device
             index = cached(action_space, ("pad_index", device), lambda: pad_index.to(device))
             logits = F.pad(logits, (0, 1), value=MASKED_LOGIT).index_select(-1, index)
-        logits = logits.reshape(self.batch_shape + (layout["num"], layout["width"]))
-        self._init_logits(logits, guard=action_mask is not None or pad_index is not None)
+        self.logits = logits.reshape(self.batch_shape + (layout["num"], layout["width"]))
+        self._guard = self.logits if action_mask is not None or pad_index is not None else None
 
     @staticmethod
     def _layout(action_space: spaces.MultiDiscrete) -> dict[str, Any]:
@@ -216,25 +209,8 @@ class MultiCategorical(_CategoricalBase):
         return actions + cached(action_space, ("start", device),
                                 lambda: torch.as_tensor(start, device=device))
 
-    def _shape_actions(self, actions: Tensor) -> Tensor:
-        return actions.reshape(self.batch_shape + self.action_space.nvec.shape)
-
-    def sample(self, generator: torch.Generator | None = None) -> Tensor:
-        """Draw one choice per component, int64 ``[B, *nvec.shape]``."""
-        return self._shape_actions(_categorical_sample(self.log_probs, generator, self._guard))
-
-    def deterministic_sample(self) -> Tensor:
-        """The most likely allowed choice of every component, int64 ``[B, *nvec.shape]``."""
-        return self._shape_actions(self.logits.argmax(-1))
-
-    def log_prob(self, actions: Tensor) -> Tensor:
-        """Sum over components of the log-probability of their choices, ``[B]``."""
-        flat = actions.reshape(self.batch_shape + (self.logits.shape[-2],))
-        return _categorical_log_prob(self.log_probs, flat).sum(-1)
-
-    def entropy(self) -> Tensor:
-        """Sum over components of their entropies, ``[B]``."""
-        return _categorical_entropy(self.log_probs).sum(-1)
+    def _total(self, x: Tensor) -> Tensor:
+        return x.sum(-1)
 
 
 class Bernoulli(Distribution):
