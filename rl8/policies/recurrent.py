@@ -27,13 +27,7 @@ class RecurrentModel(Model):
 
     Subclasses implement :meth:`initial_state` and :meth:`forward` (and maybe :meth:`value`)
     under the contract of ``docs/recurrent.md``: the state is a TensorDict ``[B]``, and a
-    sequence in one call gives the same outputs as step by step.
-
-    Args:
-        observation_space: Space of one observation.
-        action_space: Space of one action.
-        distribution_cls: The action distribution class.
-        **config: Model-specific options (``model_config`` in PPO's hyper-parameters).
+    sequence in one call gives the same outputs as step by step. Arguments as of :class:`Model`.
     """
 
     recurrent: ClassVar[bool] = True
@@ -155,7 +149,8 @@ class _RNNModel(RecurrentModel):
                    for k, h in zip(self._state_keys, hx)}
         return y, TensorDict(entries, batch_size=[hx[0].shape[1]], device=hx[0].device)
 
-    def _core(self, obs: Tensor | TensorDictBase, state: TensorDictBase, firsts: Tensor) -> tuple[Tensor, TensorDict]:
+    def forward(self, obs: Tensor | TensorDictBase, state: TensorDictBase,  # type: ignore[override]
+                firsts: Tensor) -> tuple[Tensor, Tensor, TensorDict]:
         b, t = firsts.shape
         if tuple(obs.shape[:2]) != (b, t) or tuple(state.batch_size) != (b,):
             raise ValueError(
@@ -166,17 +161,8 @@ class _RNNModel(RecurrentModel):
         # Segments begin at the steps where any row starts an episode: one host sync, none for
         # one step (collection); no start inside (usual for long episodes) is one RNN call.
         starts = [0] if t == 1 else [0, *(i + 1 for i in firsts[:, 1:].any(0).nonzero().flatten().tolist())]
-        return self._run(self._encode(obs), state, firsts, starts)
-
-    def forward(self, obs: Tensor | TensorDictBase, state: TensorDictBase,  # type: ignore[override]
-                firsts: Tensor) -> tuple[Tensor, Tensor, TensorDict]:
-        y, new_state = self._core(obs, state, firsts)
+        y, new_state = self._run(self._encode(obs), state, firsts, starts)
         return self.distribution_params(self.pi(y)), self.vf(y).squeeze(-1), new_state
-
-    def value(self, obs: Tensor | TensorDictBase, state: TensorDictBase,  # type: ignore[override]
-              firsts: Tensor) -> Tensor:
-        y, _ = self._core(obs, state, firsts)
-        return self.vf(y).squeeze(-1)
 
 
 _ARGS_DOC = """
