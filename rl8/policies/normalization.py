@@ -68,15 +68,9 @@ class RunningMeanStd(nn.Module):
     @torch.no_grad()
     def merge_moments_(self, current: tuple[float, float, float], count: float, total: float,
                        total_sq: float) -> None:
-        """Merge a batch given by its moments, with the arithmetic on the host (scalar
-        statistics whose values the caller has read back: three fills, not a dozen device ops).
-
-        Args:
-            current: ``(mean, var, count)`` as they are now.
-            count: The batch's size.
-            total: Its sum.
-            total_sq: Its sum of squares.
-        """
+        """Merge a batch of ``count`` samples whose sum is ``total`` and sum of squares
+        ``total_sq``, with the arithmetic on the host: ``current`` is ``(mean, var, count)`` as
+        they are now, read back by the caller (scalar statistics: three fills, not a dozen device ops)."""
         mean_a, var_a, count_a = current
         if count <= 0:
             return
@@ -88,10 +82,6 @@ class RunningMeanStd(nn.Module):
         self.mean.fill_(mean_a + delta * w)
         self.var.fill_((1.0 - w) * var_a + w * var_b + w * (1.0 - w) * delta * delta)
         self.count.fill_(n)
-
-    def std(self, eps: float = 1e-8) -> torch.Tensor:
-        """Standard deviation with ``eps`` added to the variance."""
-        return (self.var + eps).sqrt()
 
     def extra_repr(self) -> str:
         return f"shape={self.shape}"
