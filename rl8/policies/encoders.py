@@ -242,7 +242,7 @@ class ObservationEncoder(nn.Module):
         image_keys = dict(image_keys or {})
         self.space = space
         self.encoders = nn.ModuleDict()
-        self.kinds: dict[str, str] = {}
+        self.kinds: dict[str, str] = {}  # "image" or "vector", by key
         entries = space.spaces if isinstance(space, spaces.Dict) else {"obs": space}
         unknown = sorted(set(image_keys) - set(entries))
         if unknown:
@@ -252,26 +252,21 @@ class ObservationEncoder(nn.Module):
             if key == "action_mask" and isinstance(space, spaces.Dict):
                 continue
             declared = image_layout if not isinstance(space, spaces.Dict) else image_keys.get(key)
-            if _layout_of(sub, declared) is not None:
-                self.kinds[key] = "image"
+            self.kinds[key] = "vector" if _layout_of(sub, declared) is None else "image"
+            if self.kinds[key] == "image":
                 self.encoders[key] = ImageEncoder(sub, declared, encoder, encoder_config)
                 self.features += self.encoders[key].features
             else:
                 sizes = [flat_observation_size(sub), *vector_hiddens]
-                self.kinds[key] = "vector"
                 self.encoders[key] = nn.Sequential(*make_mlp(sizes, act, True))
                 self.features += sizes[-1]
 
     def forward(self, obs: torch.Tensor | TensorDictBase) -> torch.Tensor:
-        if not isinstance(self.space, spaces.Dict):
-            return self._encode("obs", obs, self.space)
-        parts = [self._encode(key, obs[key], self.space[key]) for key in self.encoders]
+        parts = []
+        for key, encoder in self.encoders.items():
+            x, space = (obs[key], self.space[key]) if isinstance(self.space, spaces.Dict) else (obs, self.space)
+            parts.append(encoder(x) if self.kinds[key] == "image" else encoder(flatten_observation(x, space)))
         return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
-
-    def _encode(self, key: str, x: torch.Tensor, space: spaces.Space) -> torch.Tensor:
-        if self.kinds[key] == "image":
-            return self.encoders[key](x)
-        return self.encoders[key](flatten_observation(x, space))
 
 
 class CNNModel(Model):
