@@ -1,9 +1,5 @@
-"""Action distributions: what turns a model's flat output into actions, log-probs and entropy.
-
-The contract is :mod:`~rl8.policies.distributions.base`; the classes live in
-:mod:`~rl8.policies.distributions.discrete` and :mod:`~rl8.policies.distributions.continuous`.
-See ``docs/distributions.md`` for each class's action space, parameters and raw actions.
-"""
+"""Action distributions: what turns a model's flat output into actions, log-probs and entropy
+(the contract: :mod:`~rl8.policies.distributions.base`; each class: ``docs/distributions.md``)."""
 
 from __future__ import annotations
 

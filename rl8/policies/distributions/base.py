@@ -49,22 +49,16 @@ def space_name(space: spaces.Space) -> str:
 
 
 class Distribution(ABC):
-    """A batch of action distributions whose parameters a model outputs.
-
-    Subclasses implement the classmethods that describe an action space and the per-batch
-    methods; all compute in float32 (see ``docs/distributions.md``).
+    """A batch of action distributions whose parameters a model outputs (kept as ``params``,
+    ``action_space``, and ``batch_shape``: ``params.shape[:-1]``). Subclasses implement the
+    classmethods that describe an action space and the per-batch methods; all compute in
+    float32 (``docs/distributions.md``).
 
     Args:
         params: The model's output, ``[*batch, param_size(action_space)]``, any float dtype.
         action_space: The action space of ONE env.
         action_mask: Optional bool ``[*batch, n]``, ``True`` where an action is allowed; only
-            for the discrete families (:attr:`supports_action_mask`).
-
-    Attributes:
-        params: The parameters as given.
-        action_space: The action space.
-        batch_shape: The leading dimensions of ``params`` (``params.shape[:-1]``).
-        supports_action_mask: Class attribute; whether ``action_mask`` is accepted.
+            for the discrete families (class attribute :attr:`supports_action_mask`).
     """
 
     supports_action_mask: ClassVar[bool] = False
