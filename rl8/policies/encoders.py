@@ -86,13 +86,10 @@ def _conv(in_channels: int, out_channels: int, kernel_size: int, stride: int, pa
 
 
 class NatureCNN(nn.Module):
-    """The Nature-DQN convolutional encoder: ``[B, C, H, W]`` float images -> ``[B, features]``,
-    a ReLU after every layer.
+    """The Nature-DQN convolutional encoder: float images ``[B, in_channels, height, width]``
+    (pixels) -> ``[B, features]``, a ReLU after every layer.
 
     Args:
-        in_channels: Channels ``C`` of the input images.
-        height: Image height ``H``, in pixels.
-        width: Image width ``W``, in pixels.
         channels: Output channels of each convolution.
         kernel_sizes: Kernel size of each convolution, in pixels.
         strides: Stride of each convolution, in pixels.
@@ -145,12 +142,10 @@ class _ResidualBlock(nn.Module):
 
 
 class ImpalaCNN(nn.Module):
-    """The IMPALA ResNet encoder: ``[B, C, H, W]`` float images -> ``[B, features]``.
+    """The IMPALA ResNet encoder: float images ``[B, in_channels, height, width]`` (pixels) ->
+    ``[B, features]``.
 
     Args:
-        in_channels: Channels ``C`` of the input images.
-        height: Image height ``H``, in pixels.
-        width: Image width ``W``, in pixels.
         channels: Channels of each stack (a 3x3 convolution, a 3x3 max-pool of stride 2 that
             halves the size, rounding up, and two residual blocks).
         features: Width of the linear layer after the stacks (the encoder's output).
@@ -271,13 +266,11 @@ class ObservationEncoder(nn.Module):
 
 class CNNModel(Model):
     """A convolutional encoder and linear policy and value heads: the default model for image
-    observations (CleanRL's ``ppo_atari``, SB3's ``CnnPolicy``).
+    observations (CleanRL's ``ppo_atari``, SB3's ``CnnPolicy``). ``observation_space`` (an image; a
+    ``Dict`` for :class:`MultiInputModel`), ``action_space``, ``distribution_cls``: as for
+    :class:`~rl8.policies.models.Model`.
 
     Args:
-        observation_space: Space of one observation: an image (a ``Dict`` for
-            :class:`MultiInputModel`).
-        action_space: Space of one action.
-        distribution_cls: The action distribution class.
         encoder: ``"nature"`` (default), ``"impala"``, or an ``nn.Module`` class (see
             :class:`ImageEncoder`).
         encoder_config: Keyword arguments of the encoder (``docs/pixels.md``).
@@ -303,7 +296,7 @@ class CNNModel(Model):
             vector_hiddens=tuple(vector_hiddens), hiddens=hiddens, activation=activation, shared=shared,
             state_dependent_std=state_dependent_std, init_log_std=init_log_std,
         )
-        self._check_space(observation_space, image_layout, image_keys)
+        self._check_space(observation_space, image_layout)
         act = lookup("activation", ACTIVATIONS, activation)
         head_size = self.init_policy_head(state_dependent_std, init_log_std)
 
@@ -320,7 +313,7 @@ class CNNModel(Model):
         self.pi = make_linear(width, head_size, 0.01, True)
         self.vf = make_linear(width, 1, 1.0, True)
 
-    def _check_space(self, space: spaces.Space, layout: str | None, image_keys: Mapping[str, str] | None) -> None:
+    def _check_space(self, space: spaces.Space, layout: str | None) -> None:
         if isinstance(space, spaces.Dict):
             raise TypeError(f"{type(self).__name__}: Dict observations go to rl8.policies.encoders.MultiInputModel, got {space}")
         if image_layout(space, layout) is None:
@@ -342,7 +335,7 @@ class MultiInputModel(CNNModel):
     """:class:`CNNModel` for ``Dict`` observations that mix images and vectors (SB3's
     ``MultiInputPolicy``; see :class:`ObservationEncoder`). Arguments as of :class:`CNNModel`."""
 
-    def _check_space(self, space: spaces.Space, layout: str | None, image_keys: Mapping[str, str] | None) -> None:
+    def _check_space(self, space: spaces.Space, layout: str | None) -> None:
         if not isinstance(space, spaces.Dict):
             raise TypeError(f"MultiInputModel: expected a Dict observation space, got {space}")
         if layout is not None:

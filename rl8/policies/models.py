@@ -233,11 +233,10 @@ class MLPModel(Model):
     """The default model: two plain ``nn.Sequential`` MLPs, :attr:`pi` and :attr:`vf`, on the
     flattened observation, or (``shared=True``) a :attr:`trunk` with two ``nn.Linear`` heads.
     With observation groups (``obs_groups``) the actor reads its groups and the critic its own.
+    ``observation_space`` (flattened by :func:`flatten_observation`), ``action_space``,
+    ``distribution_cls``: as for :class:`Model`.
 
     Args:
-        observation_space: Space of one observation (see :func:`flatten_observation`).
-        action_space: Space of one action.
-        distribution_cls: The action distribution class.
         hiddens: Widths of the hidden layers, e.g. ``(64, 64)``.
         critic_hiddens: Widths of the value network's hidden layers; ``None``: ``hiddens``.
         activation: A name of :data:`ACTIVATIONS` or an ``nn.Module`` class.

@@ -166,10 +166,9 @@ class _RNNModel(RecurrentModel):
 
 
 _ARGS_DOC = """
+    ``observation_space``, ``action_space``, ``distribution_cls``: as for :class:`~rl8.policies.models.Model`.
+
     Args:
-        observation_space: Space of one observation.
-        action_space: Space of one action.
-        distribution_cls: The action distribution class.
         hidden_size: Width ``H`` of the recurrent state (>= 1).
         num_layers: Number of stacked recurrent layers ``L`` (>= 1).
         encoder_hiddens: Widths of the MLP encoder before the recurrent layers (``()``: none).
