@@ -96,9 +96,10 @@ class Distribution(ABC):
         """Width of the flat parameter tensor the model must output for ``action_space``."""
 
     @classmethod
-    @abstractmethod
     def raw_action_shape(cls, action_space: spaces.Space) -> tuple[int, ...]:
-        """Shape of ONE raw action (no batch dimension), as stored in the rollout buffer."""
+        """Shape of ONE raw action (no batch dimension), as stored in the rollout buffer; the
+        default is the action space's shape (that of an env action)."""
+        return tuple(action_space.shape)
 
     @classmethod
     @abstractmethod

@@ -73,11 +73,6 @@ class Normal(Distribution):
         return 2 * int(np.prod(action_space.shape, dtype=np.int64))
 
     @classmethod
-    def raw_action_shape(cls, action_space: spaces.Space) -> tuple[int, ...]:
-        """The Box's shape."""
-        return tuple(action_space.shape)
-
-    @classmethod
     def raw_action_dtype(cls, action_space: spaces.Space) -> torch.dtype:
         """float32."""
         return torch.float32

@@ -131,11 +131,6 @@ class Categorical(_CategoricalBase):
         return int(action_space.n)
 
     @classmethod
-    def raw_action_shape(cls, action_space: spaces.Space) -> tuple[int, ...]:
-        """``()``: one index per sample."""
-        return ()
-
-    @classmethod
     def to_env_action(cls, actions: Tensor, action_space: spaces.Space) -> Tensor:
         """Identity (adds ``action_space.start`` when it is not 0)."""
         start = int(action_space.start)
@@ -195,11 +190,6 @@ class MultiCategorical(_CategoricalBase):
         return int(np.asarray(action_space.nvec).sum())
 
     @classmethod
-    def raw_action_shape(cls, action_space: spaces.Space) -> tuple[int, ...]:
-        """``nvec.shape``."""
-        return tuple(action_space.nvec.shape)
-
-    @classmethod
     def to_env_action(cls, actions: Tensor, action_space: spaces.Space) -> Tensor:
         """Identity (adds ``action_space.start`` when it is not 0)."""
         start = cls._layout(action_space)["start"]
@@ -237,11 +227,6 @@ class Bernoulli(Distribution):
     def param_size(cls, action_space: spaces.Space) -> int:
         """``prod(shape)``: one logit per variable."""
         return int(np.prod(action_space.shape, dtype=np.int64))
-
-    @classmethod
-    def raw_action_shape(cls, action_space: spaces.Space) -> tuple[int, ...]:
-        """The MultiBinary's shape."""
-        return tuple(action_space.shape)
 
     @classmethod
     def raw_action_dtype(cls, action_space: spaces.Space) -> torch.dtype:
