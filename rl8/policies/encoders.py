@@ -57,8 +57,7 @@ _layout_of = image_layout  # for scopes where a parameter named image_layout hid
 
 
 def image_shape(space: spaces.Box, layout: str) -> tuple[int, int, int]:
-    """``(channels, height, width)`` of one image of the Box ``space`` in ``layout`` (``"HWC"`` or
-    ``"CHW"``)."""
+    """``(channels, height, width)`` of one image of the Box ``space`` in ``layout`` (HWC or CHW)."""
     shape = tuple(space.shape)
     if len(shape) == 2:
         return 1, shape[0], shape[1]

@@ -45,8 +45,7 @@ def check_memory(what: str, need: int, device: torch.device, advice: str) -> Non
 
 
 def _model_bytes(build: Any) -> int:
-    """Bytes of the parameters and buffers of the model ``build()`` makes, counted on the meta
-    device (nothing allocated); 0 for a model that cannot be built there."""
+    """Bytes of the parameters and buffers of ``build()``'s model, built on the meta device (else 0)."""
     try:
         with torch.device("meta"):
             model = build()
@@ -117,9 +116,8 @@ class Policy(nn.Module):
 
     @property
     def state(self) -> TensorDictBase | None:
-        """The recurrent state carried between calls of the policy, ``policy(obs)`` (``None`` for
-        feedforward models, and until the first call or after :meth:`reset_state` without a mask).
-        Read-only."""
+        """The recurrent state kept between calls ``policy(obs)``, read-only (``None`` for feedforward
+        models, and until the first call or after :meth:`reset_state` without a mask)."""
         return self._state
 
     @property

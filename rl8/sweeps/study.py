@@ -78,8 +78,7 @@ class TrialReport(Callback):
         self.pruned = False
 
     def on_step(self, trainer: Any, stats: dict[str, float]) -> str | None:
-        """Report the stat when the step has it; :data:`~rl8.training.callbacks.STOP` when the
-        trial is pruned."""
+        """Report the stat when the step has it; :data:`~rl8.training.callbacks.STOP` once pruned."""
         value = stats.get(self.stat)
         if value is None or not math.isfinite(value):
             return None

@@ -101,8 +101,7 @@ class _CategoricalBase(Distribution):
         return self._actions(self.logits.argmax(-1))
 
     def log_prob(self, actions: Tensor) -> Tensor:
-        """Log-probability of raw actions, summed over components, ``[B]`` (a masked action: a
-        huge negative number)."""
+        """Log-probability of raw actions, summed over components, ``[B]`` (masked: hugely negative)."""
         index = actions.reshape(self.logits.shape[:-1]).long().unsqueeze(-1)
         return self._total(self.log_probs.gather(-1, index).squeeze(-1))
 
@@ -163,15 +162,13 @@ class MultiCategorical(_CategoricalBase):
     @staticmethod
     def _layout(action_space: spaces.MultiDiscrete) -> dict[str, Any]:
         def make() -> dict[str, Any]:
-            nvec = np.asarray(action_space.nvec, dtype=np.int64).reshape(-1)
-            num, width = int(nvec.size), int(nvec.max()) if nvec.size else 0
+            nvec = np.asarray(action_space.nvec, dtype=np.int64).reshape(-1)  # supports(): not empty
+            num, width = int(nvec.size), int(nvec.max())
             layout: dict[str, Any] = {"num": num, "width": width, "pad_index": None}
-            if nvec.size and not (nvec == width).all():
+            if not (nvec == width).all():
                 # For each padded slot: its source column in the params, or the appended pad.
-                index = np.full((num, width), nvec.sum(), dtype=np.int64)
-                offsets = np.concatenate([[0], np.cumsum(nvec)[:-1]])
-                for k, (offset, n) in enumerate(zip(offsets, nvec)):
-                    index[k, :n] = offset + np.arange(n)
+                offsets, columns = np.cumsum(nvec) - nvec, np.arange(width)
+                index = np.where(columns < nvec[:, None], offsets[:, None] + columns, nvec.sum())
                 layout["pad_index"] = torch.as_tensor(index.reshape(-1), dtype=torch.int64)
             start = np.asarray(action_space.start, dtype=np.int64)
             layout["start"] = start if start.any() else None
