@@ -191,11 +191,8 @@ class Policy(nn.Module):
         return torch.zeros(obs.shape[0], dtype=torch.bool, device=self.device) if starts is None else starts
 
     def reset_state(self, mask: torch.Tensor | None = None) -> None:
-        """Recurrent policies: forget the state kept between calls of the policy.
-
-        Args:
-            mask: ``[B]`` bool of the envs to reset; ``None`` resets all of them.
-        """
+        """Recurrent policies: forget the state kept between calls of the policy for the envs where
+        the ``[B]`` bool ``mask`` is True (``None``: all of them)."""
         if mask is None or self._state is None:
             self._state = None
             return

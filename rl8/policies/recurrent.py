@@ -33,12 +33,8 @@ class RecurrentModel(Model):
     recurrent: ClassVar[bool] = True
 
     def initial_state(self, batch_size: int, device: torch.device | str = "cpu") -> TensorDict:
-        """The state before the first step of an episode, a TensorDict ``[B]``.
-
-        Args:
-            batch_size: Number of envs (rows) ``B``.
-            device: Device of the returned tensors.
-        """
+        """The state before the first step of an episode on ``device``, a TensorDict
+        ``[batch_size]`` (one row per env)."""
         raise NotImplementedError
 
     def forward(self, obs: Tensor | TensorDictBase, state: TensorDictBase,  # type: ignore[override]

@@ -58,7 +58,8 @@ _NUMBER = ("a number", lambda v: isinstance(v, (int, float)) and not isinstance(
 _INT = ("an int", is_int)
 _BOOL = ("a bool", lambda v: isinstance(v, bool))
 _STR = ("a str", lambda v: isinstance(v, str))
-_DIMS = ("a list of ints >= 1", lambda v: isinstance(v, (list, tuple)) and bool(v) and all(is_int(d) and d >= 1 for d in v))
+_DIMS = ("a list of ints >= 1",
+         lambda v: isinstance(v, (list, tuple)) and bool(v) and all(is_int(d) and d >= 1 for d in v))
 _DICT = ("a dict", lambda v: isinstance(v, Mapping))
 _ANY = ("anything", lambda v: True)
 
@@ -285,12 +286,8 @@ def from_rsl_rl(cfg: Mapping[str, Any] | str | os.PathLike[str]) -> RslRlConfig:
 
 
 def rsl_rl_run_args(cfg: Mapping[str, Any] | str | os.PathLike[str]) -> dict[str, Any]:
-    """The :meth:`rl8.Trainer.run` arguments of an rsl_rl config: ``max_iterations`` as a stop
-    after that many PPO updates (``HitsUpperBound("algorithm/steps", max_iterations)``).
-
-    Args:
-        cfg: As for :func:`from_rsl_rl`.
-    """
+    """The :meth:`rl8.Trainer.run` arguments of the rsl_rl config ``cfg`` (as for :func:`from_rsl_rl`):
+    ``max_iterations`` as a stop after that many PPO updates (``HitsUpperBound("algorithm/steps", max_iterations)``)."""
     runner = _Section(_read(cfg), "")
     max_iterations = runner.take("max_iterations", _optional(_INT), None)
     return {} if max_iterations is None else {"stop_conditions": [HitsUpperBound("algorithm/steps", max_iterations)]}

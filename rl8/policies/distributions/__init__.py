@@ -21,13 +21,9 @@ _DEFAULTS: dict[type[spaces.Space], type[Distribution]] = {
 
 
 def default_distribution_cls(action_space: spaces.Space) -> type[Distribution]:
-    """The distribution class for ``action_space``: ``Discrete`` -> :class:`Categorical`,
+    """The distribution class for one env's ``action_space``: ``Discrete`` -> :class:`Categorical`,
     ``MultiDiscrete`` -> :class:`MultiCategorical`, float ``Box`` -> :class:`Normal`,
-    ``MultiBinary`` -> :class:`Bernoulli`; ``TypeError`` for any other space.
-
-    Args:
-        action_space: The action space of one env.
-    """
+    ``MultiBinary`` -> :class:`Bernoulli`; ``TypeError`` for any other space."""
     for space_cls, dist_cls in _DEFAULTS.items():
         if isinstance(action_space, space_cls) and dist_cls.supports(action_space):
             return dist_cls

@@ -118,11 +118,8 @@ class Distribution(ABC):
 
     @abstractmethod
     def sample(self, generator: torch.Generator | None = None) -> Tensor:
-        """Draw one raw action per sample, ``[*batch_shape, *raw_action_shape]``, without gradient.
-
-        Args:
-            generator: Random number generator to draw from; ``None``: torch's global one.
-        """
+        """Draw one raw action per sample, ``[*batch_shape, *raw_action_shape]``, without gradient,
+        from ``generator`` (``None``: torch's global RNG)."""
 
     @abstractmethod
     def deterministic_sample(self) -> Tensor:

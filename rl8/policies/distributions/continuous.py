@@ -148,10 +148,6 @@ class SquashedNormal(Normal):
         return super()._log_prob_flat(u) - log_det - bounds.log_half_range_sum
 
     def entropy(self, generator: torch.Generator | None = None) -> Tensor:
-        """A one-sample, reparameterised estimate ``-log_prob(u)``, ``u = mean + std * eps``
-        (no closed form; it draws from the RNG).
-
-        Args:
-            generator: Random number generator to draw ``eps`` from; ``None``: torch's global one.
-        """
+        """A one-sample, reparameterised estimate ``-log_prob(u)``, ``u = mean + std * eps`` (no
+        closed form), ``eps`` drawn from ``generator`` (``None``: torch's global RNG)."""
         return -self._log_prob_flat(self._rsample_flat(generator))
