@@ -342,13 +342,10 @@ class MultiInputModel(CNNModel):
 
 
 def default_model_cls(observation_space: spaces.Space, model_config: Mapping[str, Any] | None = None) -> type[Model]:
-    """The model a policy gets when none is named: :class:`CNNModel` for an image,
-    :class:`MultiInputModel` for a ``Dict`` with one, else :class:`~rl8.policies.models.MLPModel`.
-
-    Args:
-        observation_space: Space of one observation.
-        model_config: The model options (``image_layout`` and ``image_keys`` declare images).
-    """
+    """The model a policy gets when none is named, for one observation's ``observation_space``:
+    :class:`CNNModel` for an image, :class:`MultiInputModel` for a ``Dict`` with one, else
+    :class:`~rl8.policies.models.MLPModel` (``image_layout`` and ``image_keys`` of ``model_config``
+    declare images)."""
     config = dict(model_config or {})
     if isinstance(observation_space, spaces.Dict):
         return MultiInputModel if has_image(observation_space) or config.get("image_keys") else MLPModel

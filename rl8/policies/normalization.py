@@ -14,12 +14,8 @@ __all__ = ["RunningMeanStd", "ObservationNormalizer"]
 
 
 class RunningMeanStd(nn.Module):
-    """Mean and variance of a stream of batches, per feature, in float64.
-
-    Args:
-        shape: Shape of one sample (the feature shape); batches have extra leading dims.
-        device: Device of the statistics.
-    """
+    """Mean and variance of a stream of batches, per feature, in float64 on ``device``; ``shape``
+    is that of one sample (the feature shape; batches have extra leading dims)."""
 
     def __init__(self, shape: tuple[int, ...] = (), *, device: torch.device | str = "cpu") -> None:
         super().__init__()

@@ -108,12 +108,8 @@ class Distribution(ABC):
 
     @classmethod
     def to_env_action(cls, actions: Tensor, action_space: spaces.Space) -> Tensor:
-        """Map raw actions to what ``Env.step`` receives (the default is the identity).
-
-        Args:
-            actions: Raw actions ``[*batch, *raw_action_shape(action_space)]``.
-            action_space: The action space of ONE env.
-        """
+        """Map raw ``actions`` ``[*batch, *raw_action_shape(action_space)]`` to what ``Env.step``
+        receives; ``action_space`` is ONE env's (the default is the identity)."""
         return actions
 
     @abstractmethod
