@@ -27,11 +27,8 @@ class _BoxBounds:
         finite = np.isfinite(low) & np.isfinite(high)
         low_f, high_f = np.where(finite, low, -1.0), np.where(finite, high, 1.0)
         center, half = (high_f + low_f) / 2.0, (high_f - low_f) / 2.0  # 0 and 1 if unbounded
-
-        def t(x: np.ndarray) -> Tensor:
-            return torch.as_tensor(x, dtype=torch.float32, device=device)
-
-        self.center, self.half_range, self.low, self.high = t(center), t(half), t(low), t(high)
+        self.center, self.half_range, self.low, self.high = (
+            torch.as_tensor(x, dtype=torch.float32, device=device) for x in (center, half, low, high))
         self.affine = bool(finite.any())
         self.clip = bool(np.isfinite(low).any() or np.isfinite(high).any())
         with np.errstate(divide="ignore"):
@@ -125,14 +122,9 @@ class SquashedNormal(Normal):
     @classmethod
     def supports(cls, action_space: spaces.Space) -> bool:
         """Float ``Box`` spaces whose bounds are all finite with ``low < high``."""
-        if not is_float_box(action_space):
-            return False
-
-        def make() -> bool:
-            low, high = np.asarray(action_space.low), np.asarray(action_space.high)
-            return bool(np.isfinite(low).all() and np.isfinite(high).all() and (low < high).all())
-
-        return cached(action_space, "squashable", make)
+        return is_float_box(action_space) and cached(action_space, "squashable", lambda: bool(
+            np.isfinite(action_space.low).all() and np.isfinite(action_space.high).all()
+            and (action_space.low < action_space.high).all()))
 
     @classmethod
     def to_env_action(cls, actions: Tensor, action_space: spaces.Space) -> Tensor:
