@@ -133,8 +133,7 @@ class Policy(nn.Module):
     def action_mask(obs: torch.Tensor | TensorDictBase) -> torch.Tensor | None:
         """The ``action_mask`` entry of a TensorDict observation, if any."""
         if isinstance(obs, TensorDictBase) and "action_mask" in obs.keys():
-            mask = obs.get("action_mask")
-            return mask if mask.dtype == torch.bool else mask.bool()
+            return obs.get("action_mask").bool()  # the tensor itself when it is bool
         return None
 
     def distribution(self, obs: torch.Tensor | TensorDictBase) -> tuple[Distribution, torch.Tensor]:
@@ -298,14 +297,10 @@ class Policy(nn.Module):
         return (actions[0] if batch is None else actions), state
 
     def export(self, path: str | os.PathLike[str], format: str = "onnx") -> Path:
-        """Write the actions of ``predict(obs, deterministic=True)`` as an ONNX or TorchScript
-        file for a robot; returns the path (:func:`rl8.policies.deploy.export_policy`, which
-        says what the file takes and what it raises; ``docs/export.md``).
-
-        Args:
-            path: The file to write (replaced atomically).
-            format: ``"onnx"`` (needs the ``onnx`` extra) or ``"torchscript"``.
-        """
+        """Write the actions of ``predict(obs, deterministic=True)`` to the file ``path`` (replaced
+        atomically) for a robot, as ``format``: ``"onnx"`` (needs the ``onnx`` extra) or
+        ``"torchscript"``; returns the path (:func:`rl8.policies.deploy.export_policy`, which says
+        what the file takes and what it raises; ``docs/export.md``)."""
         return export_policy(self, path, format)
 
 

@@ -59,13 +59,9 @@ class _TrialSpec:
 
 
 class TrialReport(Callback):
-    """A Trainer callback that reports ``stat`` to an Optuna trial at every step that has it (the
-    evaluations, for an ``eval/`` stat), at step ``env/steps``, and stops the run when the
-    trial's pruner prunes it.
-
-    Args:
-        trial: The ``optuna.Trial``.
-        stat: The stat reported (``eval/episodes/return_mean``).
+    """A Trainer callback that reports the stat ``stat`` (``eval/episodes/return_mean``) to the
+    ``optuna.Trial`` ``trial`` at every step that has it (the evaluations, for an ``eval/`` stat),
+    at step ``env/steps``, and stops the run when the trial's pruner prunes it.
 
     Attributes:
         value: The latest value reported (``None`` before the first).
