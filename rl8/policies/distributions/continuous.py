@@ -42,13 +42,10 @@ class _BoxBounds:
 class Normal(Distribution):
     """A diagonal Gaussian over a float ``Box``, acting in a normalised action space.
 
-    Params are ``[mean (d), log_std (d)]`` with ``d = prod(shape)``, ``log_std`` clamped to
-    ``[LOG_STD_MIN, LOG_STD_MAX]``. Raw actions are the Gaussian samples, float32
-    ``[B, *shape]``; :meth:`log_prob` and :meth:`entropy` are those of the raw Gaussian.
-
-    Attributes:
-        mean: ``[B, d]`` float32.
-        log_std: ``[B, d]`` float32, clamped.
+    Params are ``[mean (d), log_std (d)]`` with ``d = prod(shape)``, kept as float32 ``[B, d]``
+    attributes ``mean`` and ``log_std`` (clamped to ``[LOG_STD_MIN, LOG_STD_MAX]``). Raw actions are
+    the Gaussian samples, float32 ``[B, *shape]``; :meth:`log_prob` and :meth:`entropy` are those
+    of the raw Gaussian.
     """
 
     def __init__(self, params: Tensor, action_space: spaces.Space, *, action_mask: Tensor | None = None) -> None:

@@ -203,11 +203,9 @@ class MultiCategorical(_CategoricalBase):
 class Bernoulli(Distribution):
     """Independent Bernoulli variables for a ``MultiBinary(shape)`` space.
 
-    Params are ``prod(shape)`` logits (log-odds of a 1); raw actions are int64 0/1
-    ``[B, *shape]``; :meth:`log_prob` and :meth:`entropy` are summed over the variables.
-
-    Attributes:
-        logits: ``[B, prod(shape)]`` float32.
+    Params are ``prod(shape)`` logits (log-odds of a 1), kept as float32 ``logits``
+    ``[B, prod(shape)]``; raw actions are int64 0/1 ``[B, *shape]``; :meth:`log_prob` and
+    :meth:`entropy` are summed over the variables.
     """
 
     def __init__(self, params: Tensor, action_space: spaces.Space, *, action_mask: Tensor | None = None) -> None:
