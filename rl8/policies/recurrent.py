@@ -90,8 +90,6 @@ class _RNNModel(RecurrentModel):
         # the observation the network reads: the actor's groups, in their order
         observation_space = self.input_space = group_space(observation_space, self.actor_groups)
         act = lookup("activation", ACTIVATIONS, activation)
-        self.hidden_size = hidden_size
-        self.num_layers = num_layers
         head_size = self.init_policy_head(state_dependent_std, initial_log_std(init_log_std, init_noise_std))
         # images (or encoder="nature"/"impala"): a convolutional encoder before the MLP encoder
         images = has_image(observation_space, image_layout) or bool(image_keys)
@@ -113,7 +111,7 @@ class _RNNModel(RecurrentModel):
         self.vf = make_linear(hidden_size, 1, 1.0, ortho_init)
 
     def initial_state(self, batch_size: int, device: torch.device | str = "cpu") -> TensorDict:
-        shape = (batch_size, self.num_layers, self.hidden_size)
+        shape = (batch_size, self.rnn.num_layers, self.rnn.hidden_size)
         zeros = {k: torch.zeros(shape, dtype=torch.float32, device=device) for k in self._state_keys}
         return TensorDict(zeros, batch_size=[batch_size], device=device)
 
