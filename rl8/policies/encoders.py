@@ -31,15 +31,10 @@ LAYOUTS = ("HWC", "CHW")
 
 
 def image_layout(space: spaces.Space, declared: str | None = None) -> str | None:
-    """The layout of an image space, ``"HWC"`` or ``"CHW"``, or ``None`` when ``space`` is not
-    an image: a ``uint8`` Box ``[H, W]`` (``"HWC"``), or ``[A, B, C]`` (``"CHW"`` when
-    ``A < C``, else ``"HWC"``), or a 3-dimensional Box declared an image.
-
-    Args:
-        space: A gymnasium space of one observation.
-        declared: ``"HWC"`` or ``"CHW"`` to declare a 3-dimensional Box (of any dtype) an
-            image of that layout; ``None``: detect ``uint8`` images only.
-    """
+    """The layout, ``"HWC"`` or ``"CHW"``, of the space of one observation ``space`` when it is an
+    image, else ``None``: a ``uint8`` Box ``[H, W]`` (``"HWC"``) or ``[A, B, C]`` (``"CHW"`` when
+    ``A < C``, else ``"HWC"``), or a 3-dimensional Box of any dtype that ``declared`` (``"HWC"`` or
+    ``"CHW"``; ``None``: detect ``uint8`` images only) declares an image of that layout."""
     if declared is not None:
         if declared not in LAYOUTS:
             raise ValueError(f"model_config image_layout: expected one of {list(LAYOUTS)} or None, got {declared!r}")

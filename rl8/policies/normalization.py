@@ -46,7 +46,7 @@ class RunningMeanStd(nn.Module):
             return
         # two reductions: torch.var_mean is slower on the CPU
         mean = x.mean(0)
-        var = x.var(0, unbiased=False) if n > 1 else torch.zeros_like(mean)
+        var = x.var(0, unbiased=False)  # 0 for one sample
         self.merge_(mean, var, torch.tensor(float(n), dtype=torch.float64, device=x.device))
 
     @torch.no_grad()
@@ -84,15 +84,10 @@ class RunningMeanStd(nn.Module):
 
 
 class ObservationNormalizer(nn.Module):
-    """Normalises observations with running mean and variance, ``clip((x - mean) / std)``;
-    integer leaves (uint8 images, discrete observations) and ``action_mask`` pass through.
-
-    Args:
-        example: One batch of observations ``[B, ...]`` (a tensor or TensorDict) that fixes the
-            feature shapes.
-        clip: Normalised values are clipped to ``[-clip, clip]``.
-        eps: Added to the variance before the square root.
-    """
+    """Normalises observations with running mean and variance into ``[-clip, clip]``,
+    ``clip((x - mean) / sqrt(var + eps))``; integer leaves (uint8 images, discrete observations)
+    and ``action_mask`` pass through. ``example``: one batch of observations ``[B, ...]`` (a
+    tensor or TensorDict) that fixes the feature shapes."""
 
     def __init__(self, example: torch.Tensor | TensorDictBase, *, clip: float = 10.0, eps: float = 1e-8) -> None:
         super().__init__()
