@@ -26,13 +26,9 @@ class RunningMeanStd(nn.Module):
 
     @torch.no_grad()
     def update(self, batch: torch.Tensor, all_reduce: Callable[[torch.Tensor], Any] | None = None) -> None:
-        """Fold a batch ``[..., *shape]`` into the statistics (no host synchronisation).
-
-        Args:
-            batch: Samples with the feature shape as trailing dims.
-            all_reduce: Data-parallel training: a function that sums a tensor across ranks in
-                place, so that the statistics cover every rank's batch.
-        """
+        """Fold ``batch``, samples ``[..., *shape]``, into the statistics (no host synchronisation);
+        in data-parallel training, ``all_reduce`` sums a tensor across ranks in place, so that
+        the statistics cover every rank's batch."""
         x = batch.reshape(-1, *self.shape).to(torch.float64)
         n = x.shape[0]
         if all_reduce is not None:
