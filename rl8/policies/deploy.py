@@ -220,12 +220,8 @@ def _write(actor: DeterministicActor, format: str, path: Path) -> None:
 
 
 def read_export_metadata(path: str | os.PathLike[str]) -> dict[str, str] | None:
-    """The metadata of a file :func:`export_policy` wrote, read without running it; ``None`` for
-    any other file (one that is not ONNX nor TorchScript, or not written by rl8).
-
-    Args:
-        path: An ``.onnx`` or TorchScript file.
-    """
+    """The metadata of the file ``path`` if :func:`export_policy` wrote it, read without running
+    it; ``None`` for any other file (one that is not ONNX nor TorchScript, or not written by rl8)."""
     try:
         if zipfile.is_zipfile(path):
             with zipfile.ZipFile(path) as archive:

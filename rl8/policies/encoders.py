@@ -31,15 +31,10 @@ LAYOUTS = ("HWC", "CHW")
 
 
 def image_layout(space: spaces.Space, declared: str | None = None) -> str | None:
-    """The layout of an image space, ``"HWC"`` or ``"CHW"``, or ``None`` when ``space`` is not
-    an image: a ``uint8`` Box ``[H, W]`` (``"HWC"``), or ``[A, B, C]`` (``"CHW"`` when
-    ``A < C``, else ``"HWC"``), or a 3-dimensional Box declared an image.
-
-    Args:
-        space: A gymnasium space of one observation.
-        declared: ``"HWC"`` or ``"CHW"`` to declare a 3-dimensional Box (of any dtype) an
-            image of that layout; ``None``: detect ``uint8`` images only.
-    """
+    """The layout, ``"HWC"`` or ``"CHW"``, of the space of one observation ``space`` when it is an
+    image, else ``None``: a ``uint8`` Box ``[H, W]`` (``"HWC"``) or ``[A, B, C]`` (``"CHW"`` when
+    ``A < C``, else ``"HWC"``), or a 3-dimensional Box of any dtype that ``declared`` (``"HWC"`` or
+    ``"CHW"``; ``None``: detect ``uint8`` images only) declares an image of that layout."""
     if declared is not None:
         if declared not in LAYOUTS:
             raise ValueError(f"model_config image_layout: expected one of {list(LAYOUTS)} or None, got {declared!r}")
@@ -57,8 +52,7 @@ _layout_of = image_layout  # for scopes where a parameter named image_layout hid
 
 
 def image_shape(space: spaces.Box, layout: str) -> tuple[int, int, int]:
-    """``(channels, height, width)`` of one image of the Box ``space`` in ``layout`` (``"HWC"`` or
-    ``"CHW"``)."""
+    """``(channels, height, width)`` of one image of the Box ``space`` in ``layout`` (HWC or CHW)."""
     shape = tuple(space.shape)
     if len(shape) == 2:
         return 1, shape[0], shape[1]
@@ -86,13 +80,10 @@ def _conv(in_channels: int, out_channels: int, kernel_size: int, stride: int, pa
 
 
 class NatureCNN(nn.Module):
-    """The Nature-DQN convolutional encoder: ``[B, C, H, W]`` float images -> ``[B, features]``,
-    a ReLU after every layer.
+    """The Nature-DQN convolutional encoder: float images ``[B, in_channels, height, width]``
+    (pixels) -> ``[B, features]``, a ReLU after every layer.
 
     Args:
-        in_channels: Channels ``C`` of the input images.
-        height: Image height ``H``, in pixels.
-        width: Image width ``W``, in pixels.
         channels: Output channels of each convolution.
         kernel_sizes: Kernel size of each convolution, in pixels.
         strides: Stride of each convolution, in pixels.
@@ -145,12 +136,10 @@ class _ResidualBlock(nn.Module):
 
 
 class ImpalaCNN(nn.Module):
-    """The IMPALA ResNet encoder: ``[B, C, H, W]`` float images -> ``[B, features]``.
+    """The IMPALA ResNet encoder: float images ``[B, in_channels, height, width]`` (pixels) ->
+    ``[B, features]``.
 
     Args:
-        in_channels: Channels ``C`` of the input images.
-        height: Image height ``H``, in pixels.
-        width: Image width ``W``, in pixels.
         channels: Channels of each stack (a 3x3 convolution, a 3x3 max-pool of stride 2 that
             halves the size, rounding up, and two residual blocks).
         features: Width of the linear layer after the stacks (the encoder's output).
@@ -242,7 +231,7 @@ class ObservationEncoder(nn.Module):
         image_keys = dict(image_keys or {})
         self.space = space
         self.encoders = nn.ModuleDict()
-        self.kinds: dict[str, str] = {}
+        self.kinds: dict[str, str] = {}  # "image" or "vector", by key
         entries = space.spaces if isinstance(space, spaces.Dict) else {"obs": space}
         unknown = sorted(set(image_keys) - set(entries))
         if unknown:
@@ -252,37 +241,30 @@ class ObservationEncoder(nn.Module):
             if key == "action_mask" and isinstance(space, spaces.Dict):
                 continue
             declared = image_layout if not isinstance(space, spaces.Dict) else image_keys.get(key)
-            if _layout_of(sub, declared) is not None:
-                self.kinds[key] = "image"
+            self.kinds[key] = "vector" if _layout_of(sub, declared) is None else "image"
+            if self.kinds[key] == "image":
                 self.encoders[key] = ImageEncoder(sub, declared, encoder, encoder_config)
                 self.features += self.encoders[key].features
             else:
                 sizes = [flat_observation_size(sub), *vector_hiddens]
-                self.kinds[key] = "vector"
                 self.encoders[key] = nn.Sequential(*make_mlp(sizes, act, True))
                 self.features += sizes[-1]
 
     def forward(self, obs: torch.Tensor | TensorDictBase) -> torch.Tensor:
-        if not isinstance(self.space, spaces.Dict):
-            return self._encode("obs", obs, self.space)
-        parts = [self._encode(key, obs[key], self.space[key]) for key in self.encoders]
+        parts = []
+        for key, encoder in self.encoders.items():
+            x, space = (obs[key], self.space[key]) if isinstance(self.space, spaces.Dict) else (obs, self.space)
+            parts.append(encoder(x) if self.kinds[key] == "image" else encoder(flatten_observation(x, space)))
         return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
-
-    def _encode(self, key: str, x: torch.Tensor, space: spaces.Space) -> torch.Tensor:
-        if self.kinds[key] == "image":
-            return self.encoders[key](x)
-        return self.encoders[key](flatten_observation(x, space))
 
 
 class CNNModel(Model):
     """A convolutional encoder and linear policy and value heads: the default model for image
-    observations (CleanRL's ``ppo_atari``, SB3's ``CnnPolicy``).
+    observations (CleanRL's ``ppo_atari``, SB3's ``CnnPolicy``). ``observation_space`` (an image; a
+    ``Dict`` for :class:`MultiInputModel`), ``action_space``, ``distribution_cls``: as for
+    :class:`~rl8.policies.models.Model`.
 
     Args:
-        observation_space: Space of one observation: an image (a ``Dict`` for
-            :class:`MultiInputModel`).
-        action_space: Space of one action.
-        distribution_cls: The action distribution class.
         encoder: ``"nature"`` (default), ``"impala"``, or an ``nn.Module`` class (see
             :class:`ImageEncoder`).
         encoder_config: Keyword arguments of the encoder (``docs/pixels.md``).
@@ -308,7 +290,7 @@ class CNNModel(Model):
             vector_hiddens=tuple(vector_hiddens), hiddens=hiddens, activation=activation, shared=shared,
             state_dependent_std=state_dependent_std, init_log_std=init_log_std,
         )
-        self._check_space(observation_space, image_layout, image_keys)
+        self._check_space(observation_space, image_layout)
         act = lookup("activation", ACTIVATIONS, activation)
         head_size = self.init_policy_head(state_dependent_std, init_log_std)
 
@@ -325,7 +307,7 @@ class CNNModel(Model):
         self.pi = make_linear(width, head_size, 0.01, True)
         self.vf = make_linear(width, 1, 1.0, True)
 
-    def _check_space(self, space: spaces.Space, layout: str | None, image_keys: Mapping[str, str] | None) -> None:
+    def _check_space(self, space: spaces.Space, layout: str | None) -> None:
         if isinstance(space, spaces.Dict):
             raise TypeError(f"{type(self).__name__}: Dict observations go to rl8.policies.encoders.MultiInputModel, got {space}")
         if image_layout(space, layout) is None:
@@ -347,7 +329,7 @@ class MultiInputModel(CNNModel):
     """:class:`CNNModel` for ``Dict`` observations that mix images and vectors (SB3's
     ``MultiInputPolicy``; see :class:`ObservationEncoder`). Arguments as of :class:`CNNModel`."""
 
-    def _check_space(self, space: spaces.Space, layout: str | None, image_keys: Mapping[str, str] | None) -> None:
+    def _check_space(self, space: spaces.Space, layout: str | None) -> None:
         if not isinstance(space, spaces.Dict):
             raise TypeError(f"MultiInputModel: expected a Dict observation space, got {space}")
         if layout is not None:
@@ -355,13 +337,10 @@ class MultiInputModel(CNNModel):
 
 
 def default_model_cls(observation_space: spaces.Space, model_config: Mapping[str, Any] | None = None) -> type[Model]:
-    """The model a policy gets when none is named: :class:`CNNModel` for an image,
-    :class:`MultiInputModel` for a ``Dict`` with one, else :class:`~rl8.policies.models.MLPModel`.
-
-    Args:
-        observation_space: Space of one observation.
-        model_config: The model options (``image_layout`` and ``image_keys`` declare images).
-    """
+    """The model a policy gets when none is named, for one observation's ``observation_space``:
+    :class:`CNNModel` for an image, :class:`MultiInputModel` for a ``Dict`` with one, else
+    :class:`~rl8.policies.models.MLPModel` (``image_layout`` and ``image_keys`` of ``model_config``
+    declare images)."""
     config = dict(model_config or {})
     if isinstance(observation_space, spaces.Dict):
         return MultiInputModel if has_image(observation_space) or config.get("image_keys") else MLPModel

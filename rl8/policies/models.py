@@ -50,14 +50,9 @@ def flat_observation_size(space: spaces.Space) -> int:
 
 
 def flatten_observation(obs: torch.Tensor | TensorDictBase, space: spaces.Space) -> torch.Tensor:
-    """A batch of observations as float features ``[B, flat_observation_size(space)]``: Box and
-    MultiBinary flattened, Discrete and MultiDiscrete one-hot, ``Dict`` entries concatenated in
-    key order (without ``action_mask``).
-
-    Args:
-        obs: Observations ``[B, ...]`` (a TensorDict for ``Dict`` spaces).
-        space: Their space.
-    """
+    """Observations ``obs`` ``[B, ...]`` of ``space`` (a TensorDict for ``Dict`` spaces) as float
+    features ``[B, flat_observation_size(space)]``: Box and MultiBinary flattened, Discrete and
+    MultiDiscrete one-hot, ``Dict`` entries concatenated in key order (without ``action_mask``)."""
     if isinstance(space, spaces.Dict):
         parts = [flatten_observation(obs[k], s) for k, s in space.spaces.items() if k != "action_mask"]
         return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
@@ -167,13 +162,9 @@ def initial_log_std(init_log_std: float | None, init_noise_std: float | None) ->
 
 
 def check_model_config(model_cls: type, model_config: Mapping[str, Any]) -> None:
-    """Raise a ``ValueError`` naming any key of ``model_config`` that ``model_cls`` does not
-    take, its close matches and the valid names, before the model is built.
-
-    Args:
-        model_cls: The :class:`Model` subclass that ``model_config`` configures.
-        model_config: Its keyword arguments (PPO's ``model_config`` hyper-parameter).
-    """
+    """Raise a ``ValueError`` naming any key of ``model_config`` (PPO's hyper-parameter: keyword
+    arguments of the :class:`Model` subclass ``model_cls``) that ``model_cls`` does not take, its
+    close matches and the valid names, before the model is built."""
     parameters = list(inspect.signature(model_cls.__init__).parameters.values())[1:]  # without self
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
         return  # it takes any name (**config)
@@ -233,11 +224,10 @@ class MLPModel(Model):
     """The default model: two plain ``nn.Sequential`` MLPs, :attr:`pi` and :attr:`vf`, on the
     flattened observation, or (``shared=True``) a :attr:`trunk` with two ``nn.Linear`` heads.
     With observation groups (``obs_groups``) the actor reads its groups and the critic its own.
+    ``observation_space`` (flattened by :func:`flatten_observation`), ``action_space``,
+    ``distribution_cls``: as for :class:`Model`.
 
     Args:
-        observation_space: Space of one observation (see :func:`flatten_observation`).
-        action_space: Space of one action.
-        distribution_cls: The action distribution class.
         hiddens: Widths of the hidden layers, e.g. ``(64, 64)``.
         critic_hiddens: Widths of the value network's hidden layers; ``None``: ``hiddens``.
         activation: A name of :data:`ACTIVATIONS` or an ``nn.Module`` class.

@@ -14,12 +14,8 @@ __all__ = ["RunningMeanStd", "ObservationNormalizer"]
 
 
 class RunningMeanStd(nn.Module):
-    """Mean and variance of a stream of batches, per feature, in float64.
-
-    Args:
-        shape: Shape of one sample (the feature shape); batches have extra leading dims.
-        device: Device of the statistics.
-    """
+    """Mean and variance of a stream of batches, per feature, in float64 on ``device``; ``shape``
+    is that of one sample (the feature shape; batches have extra leading dims)."""
 
     def __init__(self, shape: tuple[int, ...] = (), *, device: torch.device | str = "cpu") -> None:
         super().__init__()
@@ -30,13 +26,9 @@ class RunningMeanStd(nn.Module):
 
     @torch.no_grad()
     def update(self, batch: torch.Tensor, all_reduce: Callable[[torch.Tensor], Any] | None = None) -> None:
-        """Fold a batch ``[..., *shape]`` into the statistics (no host synchronisation).
-
-        Args:
-            batch: Samples with the feature shape as trailing dims.
-            all_reduce: Data-parallel training: a function that sums a tensor across ranks in
-                place, so that the statistics cover every rank's batch.
-        """
+        """Fold ``batch``, samples ``[..., *shape]``, into the statistics (no host synchronisation);
+        in data-parallel training, ``all_reduce`` sums a tensor across ranks in place, so that
+        the statistics cover every rank's batch."""
         x = batch.reshape(-1, *self.shape).to(torch.float64)
         n = x.shape[0]
         if all_reduce is not None:
@@ -50,7 +42,7 @@ class RunningMeanStd(nn.Module):
             return
         # two reductions: torch.var_mean is slower on the CPU
         mean = x.mean(0)
-        var = x.var(0, unbiased=False) if n > 1 else torch.zeros_like(mean)
+        var = x.var(0, unbiased=False)  # 0 for one sample
         self.merge_(mean, var, torch.tensor(float(n), dtype=torch.float64, device=x.device))
 
     @torch.no_grad()
@@ -68,15 +60,9 @@ class RunningMeanStd(nn.Module):
     @torch.no_grad()
     def merge_moments_(self, current: tuple[float, float, float], count: float, total: float,
                        total_sq: float) -> None:
-        """Merge a batch given by its moments, with the arithmetic on the host (scalar
-        statistics whose values the caller has read back: three fills, not a dozen device ops).
-
-        Args:
-            current: ``(mean, var, count)`` as they are now.
-            count: The batch's size.
-            total: Its sum.
-            total_sq: Its sum of squares.
-        """
+        """Merge a batch of ``count`` samples whose sum is ``total`` and sum of squares
+        ``total_sq``, with the arithmetic on the host: ``current`` is ``(mean, var, count)`` as
+        they are now, read back by the caller (scalar statistics: three fills, not a dozen device ops)."""
         mean_a, var_a, count_a = current
         if count <= 0:
             return
@@ -89,24 +75,15 @@ class RunningMeanStd(nn.Module):
         self.var.fill_((1.0 - w) * var_a + w * var_b + w * (1.0 - w) * delta * delta)
         self.count.fill_(n)
 
-    def std(self, eps: float = 1e-8) -> torch.Tensor:
-        """Standard deviation with ``eps`` added to the variance."""
-        return (self.var + eps).sqrt()
-
     def extra_repr(self) -> str:
         return f"shape={self.shape}"
 
 
 class ObservationNormalizer(nn.Module):
-    """Normalises observations with running mean and variance, ``clip((x - mean) / std)``;
-    integer leaves (uint8 images, discrete observations) and ``action_mask`` pass through.
-
-    Args:
-        example: One batch of observations ``[B, ...]`` (a tensor or TensorDict) that fixes the
-            feature shapes.
-        clip: Normalised values are clipped to ``[-clip, clip]``.
-        eps: Added to the variance before the square root.
-    """
+    """Normalises observations with running mean and variance into ``[-clip, clip]``,
+    ``clip((x - mean) / sqrt(var + eps))``; integer leaves (uint8 images, discrete observations)
+    and ``action_mask`` pass through. ``example``: one batch of observations ``[B, ...]`` (a
+    tensor or TensorDict) that fixes the feature shapes."""
 
     def __init__(self, example: torch.Tensor | TensorDictBase, *, clip: float = 10.0, eps: float = 1e-8) -> None:
         super().__init__()

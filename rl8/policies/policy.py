@@ -45,8 +45,7 @@ def check_memory(what: str, need: int, device: torch.device, advice: str) -> Non
 
 
 def _model_bytes(build: Any) -> int:
-    """Bytes of the parameters and buffers of the model ``build()`` makes, counted on the meta
-    device (nothing allocated); 0 for a model that cannot be built there."""
+    """Bytes of the parameters and buffers of ``build()``'s model, built on the meta device (else 0)."""
     try:
         with torch.device("meta"):
             model = build()
@@ -117,9 +116,8 @@ class Policy(nn.Module):
 
     @property
     def state(self) -> TensorDictBase | None:
-        """The recurrent state carried between calls of the policy, ``policy(obs)`` (``None`` for
-        feedforward models, and until the first call or after :meth:`reset_state` without a mask).
-        Read-only."""
+        """The recurrent state kept between calls ``policy(obs)``, read-only (``None`` for feedforward
+        models, and until the first call or after :meth:`reset_state` without a mask)."""
         return self._state
 
     @property
@@ -135,8 +133,7 @@ class Policy(nn.Module):
     def action_mask(obs: torch.Tensor | TensorDictBase) -> torch.Tensor | None:
         """The ``action_mask`` entry of a TensorDict observation, if any."""
         if isinstance(obs, TensorDictBase) and "action_mask" in obs.keys():
-            mask = obs.get("action_mask")
-            return mask if mask.dtype == torch.bool else mask.bool()
+            return obs.get("action_mask").bool()  # the tensor itself when it is bool
         return None
 
     def distribution(self, obs: torch.Tensor | TensorDictBase) -> tuple[Distribution, torch.Tensor]:
@@ -193,11 +190,8 @@ class Policy(nn.Module):
         return torch.zeros(obs.shape[0], dtype=torch.bool, device=self.device) if starts is None else starts
 
     def reset_state(self, mask: torch.Tensor | None = None) -> None:
-        """Recurrent policies: forget the state kept between calls of the policy.
-
-        Args:
-            mask: ``[B]`` bool of the envs to reset; ``None`` resets all of them.
-        """
+        """Recurrent policies: forget the state kept between calls of the policy for the envs where
+        the ``[B]`` bool ``mask`` is True (``None``: all of them)."""
         if mask is None or self._state is None:
             self._state = None
             return
@@ -303,14 +297,10 @@ class Policy(nn.Module):
         return (actions[0] if batch is None else actions), state
 
     def export(self, path: str | os.PathLike[str], format: str = "onnx") -> Path:
-        """Write the actions of ``predict(obs, deterministic=True)`` as an ONNX or TorchScript
-        file for a robot; returns the path (:func:`rl8.policies.deploy.export_policy`, which
-        says what the file takes and what it raises; ``docs/export.md``).
-
-        Args:
-            path: The file to write (replaced atomically).
-            format: ``"onnx"`` (needs the ``onnx`` extra) or ``"torchscript"``.
-        """
+        """Write the actions of ``predict(obs, deterministic=True)`` to the file ``path`` (replaced
+        atomically) for a robot, as ``format``: ``"onnx"`` (needs the ``onnx`` extra) or
+        ``"torchscript"``; returns the path (:func:`rl8.policies.deploy.export_policy`, which says
+        what the file takes and what it raises; ``docs/export.md``)."""
         return export_policy(self, path, format)
 
 

@@ -27,24 +27,14 @@ class RecurrentModel(Model):
 
     Subclasses implement :meth:`initial_state` and :meth:`forward` (and maybe :meth:`value`)
     under the contract of ``docs/recurrent.md``: the state is a TensorDict ``[B]``, and a
-    sequence in one call gives the same outputs as step by step.
-
-    Args:
-        observation_space: Space of one observation.
-        action_space: Space of one action.
-        distribution_cls: The action distribution class.
-        **config: Model-specific options (``model_config`` in PPO's hyper-parameters).
+    sequence in one call gives the same outputs as step by step. Arguments as of :class:`Model`.
     """
 
     recurrent: ClassVar[bool] = True
 
     def initial_state(self, batch_size: int, device: torch.device | str = "cpu") -> TensorDict:
-        """The state before the first step of an episode, a TensorDict ``[B]``.
-
-        Args:
-            batch_size: Number of envs (rows) ``B``.
-            device: Device of the returned tensors.
-        """
+        """The state before the first step of an episode on ``device``, a TensorDict
+        ``[batch_size]`` (one row per env)."""
         raise NotImplementedError
 
     def forward(self, obs: Tensor | TensorDictBase, state: TensorDictBase,  # type: ignore[override]
@@ -100,8 +90,6 @@ class _RNNModel(RecurrentModel):
         # the observation the network reads: the actor's groups, in their order
         observation_space = self.input_space = group_space(observation_space, self.actor_groups)
         act = lookup("activation", ACTIVATIONS, activation)
-        self.hidden_size = hidden_size
-        self.num_layers = num_layers
         head_size = self.init_policy_head(state_dependent_std, initial_log_std(init_log_std, init_noise_std))
         # images (or encoder="nature"/"impala"): a convolutional encoder before the MLP encoder
         images = has_image(observation_space, image_layout) or bool(image_keys)
@@ -123,7 +111,7 @@ class _RNNModel(RecurrentModel):
         self.vf = make_linear(hidden_size, 1, 1.0, ortho_init)
 
     def initial_state(self, batch_size: int, device: torch.device | str = "cpu") -> TensorDict:
-        shape = (batch_size, self.num_layers, self.hidden_size)
+        shape = (batch_size, self.rnn.num_layers, self.rnn.hidden_size)
         zeros = {k: torch.zeros(shape, dtype=torch.float32, device=device) for k in self._state_keys}
         return TensorDict(zeros, batch_size=[batch_size], device=device)
 
@@ -155,7 +143,8 @@ class _RNNModel(RecurrentModel):
                    for k, h in zip(self._state_keys, hx)}
         return y, TensorDict(entries, batch_size=[hx[0].shape[1]], device=hx[0].device)
 
-    def _core(self, obs: Tensor | TensorDictBase, state: TensorDictBase, firsts: Tensor) -> tuple[Tensor, TensorDict]:
+    def forward(self, obs: Tensor | TensorDictBase, state: TensorDictBase,  # type: ignore[override]
+                firsts: Tensor) -> tuple[Tensor, Tensor, TensorDict]:
         b, t = firsts.shape
         if tuple(obs.shape[:2]) != (b, t) or tuple(state.batch_size) != (b,):
             raise ValueError(
@@ -166,24 +155,14 @@ class _RNNModel(RecurrentModel):
         # Segments begin at the steps where any row starts an episode: one host sync, none for
         # one step (collection); no start inside (usual for long episodes) is one RNN call.
         starts = [0] if t == 1 else [0, *(i + 1 for i in firsts[:, 1:].any(0).nonzero().flatten().tolist())]
-        return self._run(self._encode(obs), state, firsts, starts)
-
-    def forward(self, obs: Tensor | TensorDictBase, state: TensorDictBase,  # type: ignore[override]
-                firsts: Tensor) -> tuple[Tensor, Tensor, TensorDict]:
-        y, new_state = self._core(obs, state, firsts)
+        y, new_state = self._run(self._encode(obs), state, firsts, starts)
         return self.distribution_params(self.pi(y)), self.vf(y).squeeze(-1), new_state
-
-    def value(self, obs: Tensor | TensorDictBase, state: TensorDictBase,  # type: ignore[override]
-              firsts: Tensor) -> Tensor:
-        y, _ = self._core(obs, state, firsts)
-        return self.vf(y).squeeze(-1)
 
 
 _ARGS_DOC = """
+    ``observation_space``, ``action_space``, ``distribution_cls``: as for :class:`~rl8.policies.models.Model`.
+
     Args:
-        observation_space: Space of one observation.
-        action_space: Space of one action.
-        distribution_cls: The action distribution class.
         hidden_size: Width ``H`` of the recurrent state (>= 1).
         num_layers: Number of stacked recurrent layers ``L`` (>= 1).
         encoder_hiddens: Widths of the MLP encoder before the recurrent layers (``()``: none).

@@ -41,8 +41,7 @@ class PolicyStep:
 
 
 def done_flags(out: TensorDictBase) -> torch.Tensor | None:
-    """``[N]`` bool, ``terminated | truncated`` of an env's step output ``out`` (``None`` when it
-    has neither)."""
+    """``[N]`` bool, ``terminated | truncated`` of an env's step output ``out`` (``None``: neither)."""
     done = None
     for key in ("terminated", "truncated"):
         flag = out.get(key, None)

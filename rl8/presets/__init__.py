@@ -20,34 +20,24 @@ __all__ = [
 
 
 def load(name: str) -> dict[str, Any]:
-    """Preset ``name`` as a config dict (keys of :data:`rl8.cli.CONFIG_KEYS`), checked as
-    ``rl8 train`` checks a config file (a ``ValueError`` for an unknown name or a bad preset).
-
-    Args:
-        name: A name from :func:`names` (``"HalfCheetah-v5"``), with or without ``preset:``.
-    """
+    """Preset ``name`` (from :func:`names`, ``"HalfCheetah-v5"``, with or without ``preset:``) as a
+    config dict (keys of :data:`rl8.cli.CONFIG_KEYS`), checked as ``rl8 train`` checks a config
+    file (a ``ValueError`` for an unknown name or a bad preset)."""
     config = load_config(path(name))
     hparams(config)  # the values too, not only the names
     return config
 
 
 def trainer_options(name: str) -> dict[str, Any]:
-    """The :class:`rl8.Trainer` options that preset ``name`` sets (``eval_num_envs``...).
-
-    Args:
-        name: A name from :func:`names`.
-    """
+    """The :class:`rl8.Trainer` options that preset ``name`` (from :func:`names`) sets (``eval_num_envs``...)."""
     fields = TrainerConfig.names()
     return {key: TrainerConfig.read_option(key, value) for key, value in load(name).items() if key in fields}
 
 
 def run_args(name: str) -> dict[str, Any]:
-    """The :meth:`rl8.Trainer.run` arguments that preset ``name`` sets: ``max_env_steps`` (its
-    ``max_steps``), ``steps_per_eval``, ``stop_conditions``, ``env_config``, ``eval_env_config``.
-
-    Args:
-        name: A name from :func:`names`.
-    """
+    """The :meth:`rl8.Trainer.run` arguments that preset ``name`` (from :func:`names`) sets:
+    ``max_env_steps`` (its ``max_steps``), ``steps_per_eval``, ``stop_conditions``, ``env_config``,
+    ``eval_env_config``."""
     config = load(name)
     out: dict[str, Any] = {}
     if config.get("max_steps") is not None:

@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 
 import yaml
 
+from rl8.fields import is_int
 from rl8.policies.models import ACTIVATIONS
 from rl8.training.conditions import HitsUpperBound
 
@@ -54,11 +55,11 @@ class RslRlConfig(NamedTuple):
 
 
 _NUMBER = ("a number", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool))
-_INT = ("an int", lambda v: isinstance(v, int) and not isinstance(v, bool))
+_INT = ("an int", is_int)
 _BOOL = ("a bool", lambda v: isinstance(v, bool))
 _STR = ("a str", lambda v: isinstance(v, str))
-_DIMS = ("a list of ints >= 1", lambda v: isinstance(v, (list, tuple)) and bool(v) and all(
-    isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in v))
+_DIMS = ("a list of ints >= 1",
+         lambda v: isinstance(v, (list, tuple)) and bool(v) and all(is_int(d) and d >= 1 for d in v))
 _DICT = ("a dict", lambda v: isinstance(v, Mapping))
 _ANY = ("anything", lambda v: True)
 
@@ -76,10 +77,10 @@ class _Section:
         self.fields, self.where = {**(defaults or {}), **fields}, where
 
     def take(self, key: str, kind: tuple[str, Callable[[Any], bool]], default: Any = _MISSING) -> Any:
-        if key not in self.fields and default is not _MISSING:
-            return default
         if key not in self.fields:
-            raise ValueError(f"rsl_rl config {self.name(key)}: missing (expected {kind[0]})")
+            if default is _MISSING:
+                raise ValueError(f"rsl_rl config {self.name(key)}: missing (expected {kind[0]})")
+            return default
         value = self.fields.pop(key)
         if not kind[1](value):
             raise ValueError(f"rsl_rl config {self.name(key)}: expected {kind[0]}, got {value!r}")
@@ -142,33 +143,33 @@ def _distribution(actor: _Section, config: dict[str, Any], unmapped: list[str]) 
     """The actor's output distribution (rsl_rl 5's ``distribution_cfg`` or rsl_rl 4's fields)
     as ``model_config`` entries."""
     dist = actor.take("distribution_cfg", _optional(_DICT), None)
-    if dist is None:
+    if dist is not None:
+        dist = _Section(dist, actor.name("distribution_cfg"))
+    else:  # rsl_rl 4's fields of the actor
         actor.take("stochastic", _BOOL, True)
-        dist = {"class_name": "HeteroscedasticGaussianDistribution" if actor.take("state_dependent_std", _BOOL, False)
-                else "GaussianDistribution", "init_std": actor.take("init_noise_std", _NUMBER, 1.0),
-                "std_type": actor.take("noise_std_type", _STR, "scalar")}
-        dist_section = _Section(dist, actor.where)
-    else:
-        dist_section = _Section(dist, actor.name("distribution_cfg"))
-    kind = dist_section.take("class_name", _STR, "GaussianDistribution").rsplit(":", 1)[-1].rsplit(".", 1)[-1]
+        dist = _Section({"class_name": "HeteroscedasticGaussianDistribution"
+                         if actor.take("state_dependent_std", _BOOL, False) else "GaussianDistribution",
+                         "init_std": actor.take("init_noise_std", _NUMBER, 1.0),
+                         "std_type": actor.take("noise_std_type", _STR, "scalar")}, actor.where)
+    kind = dist.take("class_name", _STR, "GaussianDistribution").rsplit(":", 1)[-1].rsplit(".", 1)[-1]
     if kind not in ("GaussianDistribution", "HeteroscedasticGaussianDistribution"):
-        unmapped.append(f"{dist_section.name('class_name')}={kind!r} (rl8 picks the distribution from the action "
+        unmapped.append(f"{dist.name('class_name')}={kind!r} (rl8 picks the distribution from the action "
                         "space; set distribution_cls)")
-        unmapped.extend(dist_section.rest())
+        unmapped.extend(dist.rest())
         return
-    init_std = dist_section.take("init_std", _NUMBER, 1.0)
-    std_type = dist_section.take("std_type", ("'scalar' or 'log'", lambda v: v in ("scalar", "log")), "scalar")
+    init_std = dist.take("init_std", _NUMBER, 1.0)
+    std_type = dist.take("std_type", ("'scalar' or 'log'", lambda v: v in ("scalar", "log")), "scalar")
     if kind == "HeteroscedasticGaussianDistribution":
         config["state_dependent_std"] = True
-        unmapped.append(f"{dist_section.name('init_std')}={init_std!r} (rl8's state-dependent log-std head starts "
+        unmapped.append(f"{dist.name('init_std')}={init_std!r} (rl8's state-dependent log-std head starts "
                         "near 0: std 1)")
     else:
         config.update(init_noise_std=init_std, noise_std_type=std_type)
-    if dist_section.take("std_range", _ANY, (1e-6, 1e6)) not in ([1e-6, 1e6], (1e-6, 1e6)):
-        unmapped.append(f"{dist_section.name('std_range')} (rl8 clamps the log-std to [-20, 2])")
-    if not dist_section.take("learn_std", _BOOL, True):
-        unmapped.append(f"{dist_section.name('learn_std')}=False (rl8 learns the std)")
-    unmapped.extend(dist_section.rest())
+    if dist.take("std_range", _ANY, (1e-6, 1e6)) not in ([1e-6, 1e6], (1e-6, 1e6)):
+        unmapped.append(f"{dist.name('std_range')} (rl8 clamps the log-std to [-20, 2])")
+    if not dist.take("learn_std", _BOOL, True):
+        unmapped.append(f"{dist.name('learn_std')}=False (rl8 learns the std)")
+    unmapped.extend(dist.rest())
 
 
 def _obs_groups(runner: _Section, unmapped: list[str]) -> dict[str, list[str]] | None:
@@ -285,12 +286,8 @@ def from_rsl_rl(cfg: Mapping[str, Any] | str | os.PathLike[str]) -> RslRlConfig:
 
 
 def rsl_rl_run_args(cfg: Mapping[str, Any] | str | os.PathLike[str]) -> dict[str, Any]:
-    """The :meth:`rl8.Trainer.run` arguments of an rsl_rl config: ``max_iterations`` as a stop
-    after that many PPO updates (``HitsUpperBound("algorithm/steps", max_iterations)``).
-
-    Args:
-        cfg: As for :func:`from_rsl_rl`.
-    """
+    """The :meth:`rl8.Trainer.run` arguments of the rsl_rl config ``cfg`` (as for :func:`from_rsl_rl`):
+    ``max_iterations`` as a stop after that many PPO updates (``HitsUpperBound("algorithm/steps", max_iterations)``)."""
     runner = _Section(_read(cfg), "")
     max_iterations = runner.take("max_iterations", _optional(_INT), None)
     return {} if max_iterations is None else {"stop_conditions": [HitsUpperBound("algorithm/steps", max_iterations)]}

@@ -24,16 +24,11 @@ _OVERRIDDEN = {"lr": "lr_schedule", "entropy_coeff": "entropy_coeff_schedule"}
 
 
 def read_space(space: str | os.PathLike[str] | Mapping[str, Any], hparams: Mapping[str, Any]) -> dict[str, Any]:
-    """The Optuna distributions of a search space, by hyper-parameter name; a :class:`ConfigError`
-    naming the entry for an unknown name or type or field, an empty range, a log range through 0,
-    a categorical of one choice, or a value the config's ``hparams`` do not accept.
-
-    Args:
-        space: A YAML file, or its mapping (``{"lr": {"type": "float", "low": 1e-4, "high": 1e-2,
-            "log": True}}``).
-        hparams: The ``hparams`` of the config that the trials train (each bound is checked
-            with them).
-    """
+    """The Optuna distributions of the search ``space`` (a YAML file, or its mapping ``{"lr":
+    {"type": "float", "low": 1e-4, "high": 1e-2, "log": True}}``), by hyper-parameter name; a
+    :class:`ConfigError` naming the entry for an unknown name or type or field, an empty range, a
+    log range through 0, a categorical of one choice, or a value that ``hparams`` (the config's,
+    that the trials train) do not accept."""
     import optuna
     import yaml
     where = "search space"

@@ -59,13 +59,9 @@ class _TrialSpec:
 
 
 class TrialReport(Callback):
-    """A Trainer callback that reports ``stat`` to an Optuna trial at every step that has it (the
-    evaluations, for an ``eval/`` stat), at step ``env/steps``, and stops the run when the
-    trial's pruner prunes it.
-
-    Args:
-        trial: The ``optuna.Trial``.
-        stat: The stat reported (``eval/episodes/return_mean``).
+    """A Trainer callback that reports the stat ``stat`` (``eval/episodes/return_mean``) to the
+    ``optuna.Trial`` ``trial`` at every step that has it (the evaluations, for an ``eval/`` stat),
+    at step ``env/steps``, and stops the run when the trial's pruner prunes it.
 
     Attributes:
         value: The latest value reported (``None`` before the first).
@@ -78,8 +74,7 @@ class TrialReport(Callback):
         self.pruned = False
 
     def on_step(self, trainer: Any, stats: dict[str, float]) -> str | None:
-        """Report the stat when the step has it; :data:`~rl8.training.callbacks.STOP` when the
-        trial is pruned."""
+        """Report the stat when the step has it; :data:`~rl8.training.callbacks.STOP` once pruned."""
         value = stats.get(self.stat)
         if value is None or not math.isfinite(value):
             return None

@@ -1,9 +1,5 @@
-"""Action distributions: what turns a model's flat output into actions, log-probs and entropy.
-
-The contract is :mod:`~rl8.policies.distributions.base`; the classes live in
-:mod:`~rl8.policies.distributions.discrete` and :mod:`~rl8.policies.distributions.continuous`.
-See ``docs/distributions.md`` for each class's action space, parameters and raw actions.
-"""
+"""Action distributions: what turns a model's flat output into actions, log-probs and entropy
+(the contract: :mod:`~rl8.policies.distributions.base`; each class: ``docs/distributions.md``)."""
 
 from __future__ import annotations
 
@@ -25,13 +21,9 @@ _DEFAULTS: dict[type[spaces.Space], type[Distribution]] = {
 
 
 def default_distribution_cls(action_space: spaces.Space) -> type[Distribution]:
-    """The distribution class for ``action_space``: ``Discrete`` -> :class:`Categorical`,
+    """The distribution class for one env's ``action_space``: ``Discrete`` -> :class:`Categorical`,
     ``MultiDiscrete`` -> :class:`MultiCategorical`, float ``Box`` -> :class:`Normal`,
-    ``MultiBinary`` -> :class:`Bernoulli`; ``TypeError`` for any other space.
-
-    Args:
-        action_space: The action space of one env.
-    """
+    ``MultiBinary`` -> :class:`Bernoulli`; ``TypeError`` for any other space."""
     for space_cls, dist_cls in _DEFAULTS.items():
         if isinstance(action_space, space_cls) and dist_cls.supports(action_space):
             return dist_cls

@@ -49,22 +49,16 @@ def space_name(space: spaces.Space) -> str:
 
 
 class Distribution(ABC):
-    """A batch of action distributions whose parameters a model outputs.
-
-    Subclasses implement the classmethods that describe an action space and the per-batch
-    methods; all compute in float32 (see ``docs/distributions.md``).
+    """A batch of action distributions whose parameters a model outputs (kept as ``params``,
+    ``action_space``, and ``batch_shape``: ``params.shape[:-1]``). Subclasses implement the
+    classmethods that describe an action space and the per-batch methods; all compute in
+    float32 (``docs/distributions.md``).
 
     Args:
         params: The model's output, ``[*batch, param_size(action_space)]``, any float dtype.
         action_space: The action space of ONE env.
         action_mask: Optional bool ``[*batch, n]``, ``True`` where an action is allowed; only
-            for the discrete families (:attr:`supports_action_mask`).
-
-    Attributes:
-        params: The parameters as given.
-        action_space: The action space.
-        batch_shape: The leading dimensions of ``params`` (``params.shape[:-1]``).
-        supports_action_mask: Class attribute; whether ``action_mask`` is accepted.
+            for the discrete families (class attribute :attr:`supports_action_mask`).
     """
 
     supports_action_mask: ClassVar[bool] = False
@@ -102,9 +96,10 @@ class Distribution(ABC):
         """Width of the flat parameter tensor the model must output for ``action_space``."""
 
     @classmethod
-    @abstractmethod
     def raw_action_shape(cls, action_space: spaces.Space) -> tuple[int, ...]:
-        """Shape of ONE raw action (no batch dimension), as stored in the rollout buffer."""
+        """Shape of ONE raw action (no batch dimension), as stored in the rollout buffer; the
+        default is the action space's shape (that of an env action)."""
+        return tuple(action_space.shape)
 
     @classmethod
     @abstractmethod
@@ -113,21 +108,14 @@ class Distribution(ABC):
 
     @classmethod
     def to_env_action(cls, actions: Tensor, action_space: spaces.Space) -> Tensor:
-        """Map raw actions to what ``Env.step`` receives (the default is the identity).
-
-        Args:
-            actions: Raw actions ``[*batch, *raw_action_shape(action_space)]``.
-            action_space: The action space of ONE env.
-        """
+        """Map raw ``actions`` ``[*batch, *raw_action_shape(action_space)]`` to what ``Env.step``
+        receives; ``action_space`` is ONE env's (the default is the identity)."""
         return actions
 
     @abstractmethod
     def sample(self, generator: torch.Generator | None = None) -> Tensor:
-        """Draw one raw action per sample, ``[*batch_shape, *raw_action_shape]``, without gradient.
-
-        Args:
-            generator: Random number generator to draw from; ``None``: torch's global one.
-        """
+        """Draw one raw action per sample, ``[*batch_shape, *raw_action_shape]``, without gradient,
+        from ``generator`` (``None``: torch's global RNG)."""
 
     @abstractmethod
     def deterministic_sample(self) -> Tensor:

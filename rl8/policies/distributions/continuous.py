@@ -27,11 +27,8 @@ class _BoxBounds:
         finite = np.isfinite(low) & np.isfinite(high)
         low_f, high_f = np.where(finite, low, -1.0), np.where(finite, high, 1.0)
         center, half = (high_f + low_f) / 2.0, (high_f - low_f) / 2.0  # 0 and 1 if unbounded
-
-        def t(x: np.ndarray) -> Tensor:
-            return torch.as_tensor(x, dtype=torch.float32, device=device)
-
-        self.center, self.half_range, self.low, self.high = t(center), t(half), t(low), t(high)
+        self.center, self.half_range, self.low, self.high = (
+            torch.as_tensor(x, dtype=torch.float32, device=device) for x in (center, half, low, high))
         self.affine = bool(finite.any())
         self.clip = bool(np.isfinite(low).any() or np.isfinite(high).any())
         with np.errstate(divide="ignore"):
@@ -45,13 +42,10 @@ class _BoxBounds:
 class Normal(Distribution):
     """A diagonal Gaussian over a float ``Box``, acting in a normalised action space.
 
-    Params are ``[mean (d), log_std (d)]`` with ``d = prod(shape)``, ``log_std`` clamped to
-    ``[LOG_STD_MIN, LOG_STD_MAX]``. Raw actions are the Gaussian samples, float32
-    ``[B, *shape]``; :meth:`log_prob` and :meth:`entropy` are those of the raw Gaussian.
-
-    Attributes:
-        mean: ``[B, d]`` float32.
-        log_std: ``[B, d]`` float32, clamped.
+    Params are ``[mean (d), log_std (d)]`` with ``d = prod(shape)``, kept as float32 ``[B, d]``
+    attributes ``mean`` and ``log_std`` (clamped to ``[LOG_STD_MIN, LOG_STD_MAX]``). Raw actions are
+    the Gaussian samples, float32 ``[B, *shape]``; :meth:`log_prob` and :meth:`entropy` are those
+    of the raw Gaussian.
     """
 
     def __init__(self, params: Tensor, action_space: spaces.Space, *, action_mask: Tensor | None = None) -> None:
@@ -71,11 +65,6 @@ class Normal(Distribution):
     def param_size(cls, action_space: spaces.Space) -> int:
         """``2 * prod(shape)``: the means, then the log standard deviations."""
         return 2 * int(np.prod(action_space.shape, dtype=np.int64))
-
-    @classmethod
-    def raw_action_shape(cls, action_space: spaces.Space) -> tuple[int, ...]:
-        """The Box's shape."""
-        return tuple(action_space.shape)
 
     @classmethod
     def raw_action_dtype(cls, action_space: spaces.Space) -> torch.dtype:
@@ -130,14 +119,9 @@ class SquashedNormal(Normal):
     @classmethod
     def supports(cls, action_space: spaces.Space) -> bool:
         """Float ``Box`` spaces whose bounds are all finite with ``low < high``."""
-        if not is_float_box(action_space):
-            return False
-
-        def make() -> bool:
-            low, high = np.asarray(action_space.low), np.asarray(action_space.high)
-            return bool(np.isfinite(low).all() and np.isfinite(high).all() and (low < high).all())
-
-        return cached(action_space, "squashable", make)
+        return is_float_box(action_space) and cached(action_space, "squashable", lambda: bool(
+            np.isfinite(action_space.low).all() and np.isfinite(action_space.high).all()
+            and (action_space.low < action_space.high).all()))
 
     @classmethod
     def to_env_action(cls, actions: Tensor, action_space: spaces.Space) -> Tensor:
@@ -153,10 +137,6 @@ class SquashedNormal(Normal):
         return super()._log_prob_flat(u) - log_det - bounds.log_half_range_sum
 
     def entropy(self, generator: torch.Generator | None = None) -> Tensor:
-        """A one-sample, reparameterised estimate ``-log_prob(u)``, ``u = mean + std * eps``
-        (no closed form; it draws from the RNG).
-
-        Args:
-            generator: Random number generator to draw ``eps`` from; ``None``: torch's global one.
-        """
+        """A one-sample, reparameterised estimate ``-log_prob(u)``, ``u = mean + std * eps`` (no
+        closed form), ``eps`` drawn from ``generator`` (``None``: torch's global RNG)."""
         return -self._log_prob_flat(self._rsample_flat(generator))

@@ -40,38 +40,27 @@ def _categorical_sample(log_probs: Tensor, generator: torch.Generator | None, gu
     return index.squeeze(-1)
 
 
-def _categorical_log_prob(log_probs: Tensor, actions: Tensor) -> Tensor:
-    return log_probs.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
-
-
-def _categorical_entropy(log_probs: Tensor) -> Tensor:
-    # Masked entries have p == 0 and a finite log_prob, so p * log_p == 0 (no 0 * -inf NaN).
-    return -(log_probs.exp() * log_probs).sum(-1)
-
-
 class _CategoricalBase(Distribution):
-    """Shared lazily-cached log-softmax for the categorical families."""
+    """What the categorical families share: float32 logits (masked), their cached log-softmax
+    and the methods on them. :class:`MultiCategorical` has a components axis before the choices
+    and sums over it (:meth:`_total`)."""
 
     supports_action_mask = True
-    logits: Tensor
 
-    def _masked_logits(self, params: Tensor, action_mask: Tensor | None) -> Tensor:
-        """Float32 logits, :data:`MASKED_LOGIT` where ``action_mask`` forbids the action."""
+    def __init__(self, params: Tensor, action_space: spaces.Space, *, action_mask: Tensor | None = None) -> None:
+        super().__init__(params, action_space, action_mask=action_mask)
         logits = params.float()
-        if action_mask is None:
-            return logits
-        if action_mask.dtype != torch.bool:
-            raise ValueError(f"{type(self).__name__}: action_mask must be a bool tensor, got {action_mask.dtype}")
-        if action_mask.shape != logits.shape:
-            raise ValueError(
-                f"{type(self).__name__}: action_mask must have shape {list(logits.shape)} "
-                f"(the batch shape and one entry per action), got {list(action_mask.shape)}"
-            )
-        return logits.masked_fill(~action_mask, MASKED_LOGIT)
-
-    def _init_logits(self, logits: Tensor, guard: bool) -> None:
+        if action_mask is not None:
+            if action_mask.dtype != torch.bool:
+                raise ValueError(f"{type(self).__name__}: action_mask must be a bool tensor, got {action_mask.dtype}")
+            if action_mask.shape != logits.shape:
+                raise ValueError(
+                    f"{type(self).__name__}: action_mask must have shape {list(logits.shape)} "
+                    f"(the batch shape and one entry per action), got {list(action_mask.shape)}"
+                )
+            logits = logits.masked_fill(~action_mask, MASKED_LOGIT)
         self.logits = logits
-        self._guard = logits if guard else None  # the guard_logits of the samplers
+        self._guard = logits if action_mask is not None else None  # the guard_logits of the sampler
         self._log_probs: Tensor | None = None
         self._log_probs_mode: tuple[bool, bool] | None = None
 
@@ -97,6 +86,30 @@ class _CategoricalBase(Distribution):
         """int64, like the env's action."""
         return torch.int64
 
+    def _total(self, x: Tensor) -> Tensor:
+        return x
+
+    def _actions(self, index: Tensor) -> Tensor:
+        return index.reshape(self.batch_shape + self.raw_action_shape(self.action_space))
+
+    def sample(self, generator: torch.Generator | None = None) -> Tensor:
+        """One choice per row and component (inverse-CDF sampling), int64 ``[B, *raw_action_shape]``."""
+        return self._actions(_categorical_sample(self.log_probs, generator, self._guard))
+
+    def deterministic_sample(self) -> Tensor:
+        """The most likely allowed choice of every component, int64 ``[B, *raw_action_shape]``."""
+        return self._actions(self.logits.argmax(-1))
+
+    def log_prob(self, actions: Tensor) -> Tensor:
+        """Log-probability of raw actions, summed over components, ``[B]`` (masked: hugely negative)."""
+        index = actions.reshape(self.logits.shape[:-1]).long().unsqueeze(-1)
+        return self._total(self.log_probs.gather(-1, index).squeeze(-1))
+
+    def entropy(self) -> Tensor:
+        """``-sum(p * log p)`` over the allowed actions, summed over components, ``[B]``."""
+        # masked choices have p == 0 and a finite log p, so p * log p == 0 (no 0 * -inf NaN)
+        return self._total(-(self.log_probs.exp() * self.log_probs).sum(-1))
+
 
 class Categorical(_CategoricalBase):
     """A categorical distribution over ``Discrete(n)`` actions.
@@ -105,10 +118,6 @@ class Categorical(_CategoricalBase):
     ``[B, n]``, ``True`` = allowed) gives masked actions probability exactly 0; every row must
     allow one action (``docs/distributions.md``).
     """
-
-    def __init__(self, params: Tensor, action_space: spaces.Space, *, action_mask: Tensor | None = None) -> None:
-        super().__init__(params, action_space, action_mask=action_mask)
-        self._init_logits(self._masked_logits(params, action_mask), guard=action_mask is not None)
 
     @classmethod
     def supports(cls, action_space: spaces.Space) -> bool:
@@ -121,31 +130,10 @@ class Categorical(_CategoricalBase):
         return int(action_space.n)
 
     @classmethod
-    def raw_action_shape(cls, action_space: spaces.Space) -> tuple[int, ...]:
-        """``()``: one index per sample."""
-        return ()
-
-    @classmethod
     def to_env_action(cls, actions: Tensor, action_space: spaces.Space) -> Tensor:
         """Identity (adds ``action_space.start`` when it is not 0)."""
         start = int(action_space.start)
         return actions + start if start else actions
-
-    def sample(self, generator: torch.Generator | None = None) -> Tensor:
-        """Draw one action index per row (inverse-CDF sampling), int64 ``[B]``."""
-        return _categorical_sample(self.log_probs, generator, self._guard)
-
-    def deterministic_sample(self) -> Tensor:
-        """The most likely allowed action, int64 ``[B]``."""
-        return self.logits.argmax(-1)
-
-    def log_prob(self, actions: Tensor) -> Tensor:
-        """Log-probability of action indices ``[B]`` (masked actions: a huge negative number)."""
-        return _categorical_log_prob(self.log_probs, actions)
-
-    def entropy(self) -> Tensor:
-        """``-sum(p * log p)`` over the allowed actions, ``[B]``."""
-        return _categorical_entropy(self.log_probs)
 
 
 class MultiCategorical(_CategoricalBase):
@@ -160,8 +148,7 @@ class MultiCategorical(_CategoricalBase):
     def __init__(self, params: Tensor, action_space: spaces.Space, *, action_mask: Tensor | None = None) -> None:
         super().__init__(params, action_space, action_mask=action_mask)
         layout = self._layout(action_space)
-        logits = self._masked_logits(params, action_mask)
-        pad_index = layout["pad_index"]
+        logits, pad_index = self.logits, layout["pad_index"]
         if pad_index is not None:
             # Components of different sizes: append one zero-probability logit and gather a
             # [*, num * width] layout in which short components repeat it as padding, so all
@@ -169,21 +156,19 @@ class MultiCategorical(_CategoricalBase):
             device = logits.device
             index = cached(action_space, ("pad_index", device), lambda: pad_index.to(device))
             logits = F.pad(logits, (0, 1), value=MASKED_LOGIT).index_select(-1, index)
-        logits = logits.reshape(self.batch_shape + (layout["num"], layout["width"]))
-        self._init_logits(logits, guard=action_mask is not None or pad_index is not None)
+        self.logits = logits.reshape(self.batch_shape + (layout["num"], layout["width"]))
+        self._guard = self.logits if action_mask is not None or pad_index is not None else None
 
     @staticmethod
     def _layout(action_space: spaces.MultiDiscrete) -> dict[str, Any]:
         def make() -> dict[str, Any]:
-            nvec = np.asarray(action_space.nvec, dtype=np.int64).reshape(-1)
-            num, width = int(nvec.size), int(nvec.max()) if nvec.size else 0
+            nvec = np.asarray(action_space.nvec, dtype=np.int64).reshape(-1)  # supports(): not empty
+            num, width = int(nvec.size), int(nvec.max())
             layout: dict[str, Any] = {"num": num, "width": width, "pad_index": None}
-            if nvec.size and not (nvec == width).all():
+            if not (nvec == width).all():
                 # For each padded slot: its source column in the params, or the appended pad.
-                index = np.full((num, width), nvec.sum(), dtype=np.int64)
-                offsets = np.concatenate([[0], np.cumsum(nvec)[:-1]])
-                for k, (offset, n) in enumerate(zip(offsets, nvec)):
-                    index[k, :n] = offset + np.arange(n)
+                offsets, columns = np.cumsum(nvec) - nvec, np.arange(width)
+                index = np.where(columns < nvec[:, None], offsets[:, None] + columns, nvec.sum())
                 layout["pad_index"] = torch.as_tensor(index.reshape(-1), dtype=torch.int64)
             start = np.asarray(action_space.start, dtype=np.int64)
             layout["start"] = start if start.any() else None
@@ -202,11 +187,6 @@ class MultiCategorical(_CategoricalBase):
         return int(np.asarray(action_space.nvec).sum())
 
     @classmethod
-    def raw_action_shape(cls, action_space: spaces.Space) -> tuple[int, ...]:
-        """``nvec.shape``."""
-        return tuple(action_space.nvec.shape)
-
-    @classmethod
     def to_env_action(cls, actions: Tensor, action_space: spaces.Space) -> Tensor:
         """Identity (adds ``action_space.start`` when it is not 0)."""
         start = cls._layout(action_space)["start"]
@@ -216,35 +196,16 @@ class MultiCategorical(_CategoricalBase):
         return actions + cached(action_space, ("start", device),
                                 lambda: torch.as_tensor(start, device=device))
 
-    def _shape_actions(self, actions: Tensor) -> Tensor:
-        return actions.reshape(self.batch_shape + self.action_space.nvec.shape)
-
-    def sample(self, generator: torch.Generator | None = None) -> Tensor:
-        """Draw one choice per component, int64 ``[B, *nvec.shape]``."""
-        return self._shape_actions(_categorical_sample(self.log_probs, generator, self._guard))
-
-    def deterministic_sample(self) -> Tensor:
-        """The most likely allowed choice of every component, int64 ``[B, *nvec.shape]``."""
-        return self._shape_actions(self.logits.argmax(-1))
-
-    def log_prob(self, actions: Tensor) -> Tensor:
-        """Sum over components of the log-probability of their choices, ``[B]``."""
-        flat = actions.reshape(self.batch_shape + (self.logits.shape[-2],))
-        return _categorical_log_prob(self.log_probs, flat).sum(-1)
-
-    def entropy(self) -> Tensor:
-        """Sum over components of their entropies, ``[B]``."""
-        return _categorical_entropy(self.log_probs).sum(-1)
+    def _total(self, x: Tensor) -> Tensor:
+        return x.sum(-1)
 
 
 class Bernoulli(Distribution):
     """Independent Bernoulli variables for a ``MultiBinary(shape)`` space.
 
-    Params are ``prod(shape)`` logits (log-odds of a 1); raw actions are int64 0/1
-    ``[B, *shape]``; :meth:`log_prob` and :meth:`entropy` are summed over the variables.
-
-    Attributes:
-        logits: ``[B, prod(shape)]`` float32.
+    Params are ``prod(shape)`` logits (log-odds of a 1), kept as float32 ``logits``
+    ``[B, prod(shape)]``; raw actions are int64 0/1 ``[B, *shape]``; :meth:`log_prob` and
+    :meth:`entropy` are summed over the variables.
     """
 
     def __init__(self, params: Tensor, action_space: spaces.Space, *, action_mask: Tensor | None = None) -> None:
@@ -261,11 +222,6 @@ class Bernoulli(Distribution):
     def param_size(cls, action_space: spaces.Space) -> int:
         """``prod(shape)``: one logit per variable."""
         return int(np.prod(action_space.shape, dtype=np.int64))
-
-    @classmethod
-    def raw_action_shape(cls, action_space: spaces.Space) -> tuple[int, ...]:
-        """The MultiBinary's shape."""
-        return tuple(action_space.shape)
 
     @classmethod
     def raw_action_dtype(cls, action_space: spaces.Space) -> torch.dtype:
