@@ -14,7 +14,7 @@ from gymnasium import spaces
 from tensordict import TensorDict, TensorDictBase
 
 from rl8.envs.base import new_tensordict
-from rl8.envs.spaces import check_space, space_dtype, zeros_like_space
+from rl8.envs.spaces import check_space, space_dtype
 
 __all__ = ["GymnasiumConverter", "rows", "set_rows"]
 
@@ -81,8 +81,8 @@ def set_rows(dst: Any, index: np.ndarray | int, value: Any) -> None:
 
 class GymnasiumConverter:
     """numpy <-> torch for the gymnasium adapters: spaces, observations, step outputs, actions.
-    Each observation leaf is copied once (the vector envs reuse their arrays): into a fresh
-    array of the rl8 dtype, or when :attr:`staged` into staging buffers (pinned on CUDA).
+    Each observation leaf is copied once (the vector envs reuse their arrays), into a fresh
+    array of the rl8 dtype; the CPU tensors sharing them are then moved to :attr:`device`.
 
     Args:
         observation_space: The gymnasium env's (single) observation space.
@@ -94,7 +94,6 @@ class GymnasiumConverter:
     Attributes:
         observation_space: The space of the observation tensors (float Boxes as float32, a
             top-level ``action_mask`` as bool).
-        staged: Whether outputs go through staging buffers (``True`` for non-CPU devices).
     """
 
     def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, num_envs: int,
@@ -113,10 +112,6 @@ class GymnasiumConverter:
                 )
         self.num_envs = num_envs
         self.device = device
-        self._batch_size = torch.Size([num_envs])
-        self.staged = device.type != "cpu"
-        self._staging: tuple[TensorDict, dict[str, Any]] | None = None
-        self._staged_copy: torch.cuda.Event | None = None
 
     def from_reset(self, obs: Any) -> torch.Tensor | TensorDictBase:
         """The observations of a vector env's reset, as tensors on the device.
@@ -124,11 +119,7 @@ class GymnasiumConverter:
         Args:
             obs: The numpy observations (a dict of them for Dict spaces).
         """
-        if not self.staged:
-            return self._obs_to_torch(self._fresh_obs(obs), self._batch_size, self.device)
-        stage, views = self._stage()
-        self._fill_obs(views["obs"], obs)
-        return self._to_device(stage["obs"])
+        return self._obs_to_torch(self._fresh_obs(obs), self.num_envs)
 
     def from_step(self, obs: Any, rewards: np.ndarray, terminated: np.ndarray,
                   truncated: np.ndarray, infos: dict[str, Any]) -> TensorDictBase:
@@ -142,18 +133,12 @@ class GymnasiumConverter:
             infos: The step's infos; ``final_obs`` takes their last observations of the envs
                 that ended an episode (else ``obs``).
         """
-        if self.staged:
-            stage, views = self._stage()
-            self._fill_obs(views["obs"], obs)
-            self._fill_obs(views["final_obs"], views["obs"])
-            self._write_final(views["final_obs"], infos)
-            np.copyto(views["rewards"], rewards, casting="unsafe")
-            np.copyto(views["terminated"], terminated)
-            np.copyto(views["truncated"], truncated)
-            return self._to_device(stage)
         obs = self._fresh_obs(obs)
         final = _map(self._np_tree, lambda dtype, array: array.copy(), obs)
-        self._write_final(final, infos)
+        mask = infos.get("_final_obs")
+        if mask is not None:
+            for i in np.flatnonzero(mask):  # a few rows per step: row writes beat np.stack
+                set_rows(final, i, infos["final_obs"][i])
         return self._output(obs, final, rewards, terminated, truncated)
 
     def from_rows(self, obs: Any, final_obs: Any, rewards: np.ndarray, terminated: np.ndarray,
@@ -193,68 +178,20 @@ class GymnasiumConverter:
 
     def _output(self, obs: Any, final: Any, rewards: np.ndarray, terminated: np.ndarray,
                 truncated: np.ndarray) -> TensorDictBase:
-        """The step output of ``len(rewards)`` envs from numpy arrays of their own in rl8's
-        dtypes, as CPU tensors copied to the device (without blocking) when :attr:`staged`."""
+        """The step output of ``len(rewards)`` envs from numpy arrays of their own in rl8's dtypes."""
         n = len(rewards)
-        batch_size, device = torch.Size([n]), None if self.staged else self.device
-        out = new_tensordict({
-            "obs": self._obs_to_torch(obs, batch_size, device),
-            "rewards": torch.from_numpy(rewards.astype(np.float32).reshape(n, 1)),
-            "terminated": torch.from_numpy(terminated.reshape(n, 1)),
-            "truncated": torch.from_numpy(truncated.reshape(n, 1)),
-            "final_obs": self._obs_to_torch(final, batch_size, device),
-        }, batch_size, device)
-        return out.to(self.device, non_blocking=True) if self.staged else out
+        return new_tensordict({
+            "obs": self._obs_to_torch(obs, n),
+            "rewards": self._to_torch(rewards.astype(np.float32).reshape(n, 1)),
+            "terminated": self._to_torch(terminated.reshape(n, 1)),
+            "truncated": self._to_torch(truncated.reshape(n, 1)),
+            "final_obs": self._obs_to_torch(final, n),
+        }, torch.Size([n]), self.device)
 
-    def _write_final(self, final: Any, infos: dict[str, Any]) -> None:
-        """Overwrite the rows of the envs that ended an episode with their last observation."""
-        mask = infos.get("_final_obs")
-        if mask is None or not mask.any():
-            return
-        values = infos["final_obs"]
-        for i in np.flatnonzero(mask):  # a few rows per step: row writes beat np.stack
-            set_rows(final, i, values[i])
+    def _to_torch(self, array: np.ndarray) -> torch.Tensor:
+        """A CPU tensor sharing ``array``, moved to :attr:`device` (a copy unless on the CPU)."""
+        return torch.from_numpy(array).to(self.device)
 
-    def _obs_to_torch(self, obs: Any, batch_size: torch.Size,
-                      device: torch.device | None) -> torch.Tensor | TensorDict:
-        tensors = _map(self._np_tree, lambda dtype, array: torch.from_numpy(array), obs)
-        return new_tensordict(tensors, batch_size, device) if isinstance(tensors, dict) else tensors
-
-    def _stage(self) -> tuple[TensorDict, dict[str, Any]]:
-        """Staging buffers of one step output (pinned on CUDA), allocated on first use, and
-        numpy views of their leaves."""
-        if self._staging is None:
-            n = self.num_envs
-            stage = TensorDict(
-                {
-                    "obs": zeros_like_space(self.observation_space, [n]),
-                    "rewards": torch.zeros(n, 1),
-                    "terminated": torch.zeros(n, 1, dtype=torch.bool),
-                    "truncated": torch.zeros(n, 1, dtype=torch.bool),
-                    "final_obs": zeros_like_space(self.observation_space, [n]),
-                },
-                batch_size=[n],
-            )
-            if self.device.type == "cuda" and torch.cuda.is_available():
-                stage = stage.pin_memory()
-            views = {
-                key: _map(self._np_tree, lambda dtype, t: t.numpy(), stage[key])
-                for key in ("obs", "final_obs")
-            }
-            for key in ("rewards", "terminated", "truncated"):
-                views[key] = stage[key].numpy()[:, 0]
-            self._staging = (stage, views)
-        elif self._staged_copy is not None:
-            # The previous non-blocking copy must have left the buffers before we refill them.
-            self._staged_copy.synchronize()
-        return self._staging
-
-    def _to_device(self, staged: torch.Tensor | TensorDictBase) -> Any:
-        out = staged.to(self.device, non_blocking=True)
-        if self.device.type == "cuda":
-            self._staged_copy = torch.cuda.Event()
-            self._staged_copy.record()
-        return out
-
-    def _fill_obs(self, dst: Any, obs: Any) -> None:
-        _map(self._np_tree, lambda dtype, d, a: np.copyto(d, a, casting="unsafe"), dst, obs)
+    def _obs_to_torch(self, obs: Any, n: int) -> torch.Tensor | TensorDict:
+        tensors = _map(self._np_tree, lambda dtype, array: self._to_torch(array), obs)
+        return new_tensordict(tensors, torch.Size([n]), self.device) if isinstance(tensors, dict) else tensors

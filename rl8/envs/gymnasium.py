@@ -115,7 +115,7 @@ class GymnasiumEnv(GymnasiumEnvBase):
     Args:
         num_envs: Number of gymnasium envs stepped together (the batch size), >= 1.
         horizon: Steps PPO collects per env between updates; unused by the adapter.
-        device: Torch device of the returned tensors (from CUDA, via pinned staging buffers).
+        device: Torch device of the returned tensors.
         env: A registered gymnasium id (``"CartPole-v1"``, ``"module:Env-v0"``), or a callable
             (a function or a ``gymnasium.Env`` subclass) that returns one env.
         vectorization_mode: ``"sync"`` (every env in this process), ``"async"`` (one
