@@ -190,8 +190,7 @@ class Env(ABC):
         return merged
 
     def _apply_reset_args(self, config: dict[str, Any] | None, seed: int | None) -> None:
-        """Apply ``reset``'s arguments in the built-in envs (``self.params``, ``self._set_params``
-        and ``self._generator``): merge and set ``config``, seed with ``seed``."""
+        """The built-in envs' ``reset(config, seed)``: ``self._set_params`` and ``self._generator``."""
         if config:
             self._set_params(self.apply_config(config, self.params))
         if seed is not None:
@@ -248,7 +247,6 @@ class ReadyEnvs(ABC):
 
 
 def _is_plain(value: Any) -> bool:
-    """A value the default :meth:`Env.state_dict` saves as is."""
     return isinstance(value, (bool, int, float, str)) or value is None
 
 
@@ -304,17 +302,11 @@ def _check_value(name: str, value: Any, space: spaces.Space, num_envs: int, wher
         raise EnvOutputError(f"{where}: {name!r} has dtype {value.dtype}, expected {want}")
 
 
-def new_tensordict(
-    tensors: dict[str, Any], batch_size: torch.Size, device: torch.device | None
-) -> TensorDict:
-    """A TensorDict of tensors already on ``device``, built without the per-entry checks when
-    tensordict offers the unchecked constructor (0.15: ``TensorDict._new_unsafe``)."""
-    if _new_unsafe is not None:
-        return _new_unsafe(tensors, batch_size=batch_size, device=device)
-    return TensorDict(tensors, batch_size=batch_size, device=device)
-
-
-_new_unsafe = getattr(TensorDict, "_new_unsafe", None)
+def new_tensordict(tensors: dict[str, Any], batch_size: torch.Size,
+                   device: torch.device | None) -> TensorDict:
+    """A TensorDict of tensors already on ``device``, built without the per-entry checks
+    (tensordict 0.15's unchecked constructor)."""
+    return TensorDict._new_unsafe(tensors, batch_size=batch_size, device=device)
 
 
 def validate_step_output(out: Any, env: Env, *, batch_size: int | None = None) -> None:
@@ -401,8 +393,7 @@ def validate_reset_output(obs: Any, env: Env) -> None:
 
 
 def find_nonfinite(value: torch.Tensor | TensorDictBase, batch_dims: int = 1) -> torch.Tensor | None:
-    """``[K, batch_dims]`` int64 indices over the leading dims where ``value`` holds NaN or
-    inf, or ``None`` when everything is finite.
+    """``[K, batch_dims]`` int64 indices where ``value`` holds NaN or inf, or ``None``.
 
     Args:
         value: A tensor or TensorDict whose leading ``batch_dims`` dims are batch dims.

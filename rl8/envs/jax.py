@@ -1,9 +1,5 @@
 """JAX simulators as rl8 envs: gymnax (:class:`GymnaxEnv`) and MuJoCo Playground's MJX tasks
-(:class:`PlaygroundEnv`), their reset and step ``jax.jit``-compiled over a ``jax.vmap`` batch.
-
-Observations, rewards and flags reach torch by DLPack and actions go back the same way, without
-a copy where JAX and torch share the device (``docs/simulators_jax.md`` says what is copied).
-"""
+(:class:`PlaygroundEnv`); tensors cross by DLPack (``docs/simulators_jax.md``)."""
 
 from __future__ import annotations
 
@@ -22,8 +18,7 @@ __all__ = ["JaxEnv", "GymnaxEnv", "PlaygroundEnv", "make_gymnax_env", "make_play
 
 
 def jax_device(device: torch.device) -> Any:
-    """The JAX device whose memory torch ``device`` shares (``cpu`` -> JAX's CPU, ``cuda:i`` ->
-    JAX's GPU ``i``); a ``ValueError`` when JAX has none.
+    """The JAX device of torch ``device`` (``cpu``, or ``cuda:i`` -> GPU ``i``); ``ValueError`` if none.
 
     Args:
         device: The torch device of the env's tensors.
@@ -44,11 +39,7 @@ def jax_device(device: torch.device) -> Any:
 
 
 def seed_key(seed: int) -> Any:
-    """A ``jax.random.PRNGKey`` of the 64-bit ``seed`` (both 32-bit halves kept).
-
-    Args:
-        seed: An int in ``[0, 2**64)``.
-    """
+    """A ``jax.random.PRNGKey`` of the 64-bit int ``seed`` (both 32-bit halves kept)."""
     import jax.numpy as jnp  # optional
 
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64:
@@ -59,11 +50,8 @@ def seed_key(seed: int) -> Any:
 class JaxEnv(Env):
     """An episodic batched env whose reset and step are pure JAX functions of a batch of
     states, compiled once (``jax.jit``) and run on the JAX device matching :attr:`device`.
-
     Subclasses set the spaces (``Box`` or ``Discrete`` actions; ``Box`` or ``Dict`` of ``Box``
-    observations) and implement :meth:`reset_batch` and :meth:`step_batch`; this class owns
-    the random key (split anew at every call), the casts, the action clipping, the auto-reset
-    outputs' shapes and the DLPack hand-over.
+    observations) and implement :meth:`reset_batch` and :meth:`step_batch`.
 
     Args:
         num_envs: Number of environments simulated in parallel.
@@ -119,7 +107,6 @@ class JaxEnv(Env):
         return self.params
 
     def batched_reset(self, key: Any, params: Any) -> tuple[Any, Any, Any]:
-        """``(key, state, obs)``: :meth:`reset_batch` with keys split from ``key``, obs cast."""
         import jax
 
         key, sub = jax.random.split(key)
@@ -127,8 +114,7 @@ class JaxEnv(Env):
         return key, state, self.cast_obs(obs)
 
     def batched_step(self, key: Any, state: Any, action: Any, params: Any) -> tuple[Any, Any, dict[str, Any]]:
-        """``(key, state, out)``: :meth:`step_batch` with keys split from ``key``, its outputs
-        in the step contract's dtypes and shapes (rewards ``[N, 1]`` float32, flags bool)."""
+        """:meth:`step_batch` with keys split from ``key``, in the step contract's dtypes and shapes."""
         import jax
         import jax.numpy as jnp
 
@@ -200,8 +186,7 @@ class JaxEnv(Env):
         return {"leaves": [torch.from_dlpack(leaf).clone() for leaf in leaves]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` into an env that was reset (which fixes the state's
-        structure); a ``ValueError`` names a leaf of another shape or dtype.
+        """Restore :meth:`state_dict` into an env that was reset; a ``ValueError`` names a bad leaf.
 
         Args:
             state: The env state read from a checkpoint.
@@ -366,27 +351,13 @@ class PlaygroundEnv(JaxEnv):
 
 def make_gymnax_env(task: str, num_envs: int, horizon: int | None, *, device: torch.device | str,
                     **env_kwargs: Any) -> Env:
-    """The named task ``gymnax:<task>``: a :class:`GymnaxEnv` of gymnax's env ``task``.
-
-    Args:
-        task: A gymnax env id, e.g. ``"CartPole-v1"``.
-        num_envs: Number of environments simulated in parallel.
-        horizon: Steps PPO collects per env between updates, or ``None``.
-        device: Torch device of the env's tensors.
-        env_kwargs: Keyword arguments of ``gymnax.make``.
-    """
+    """The named task ``gymnax:<task>``: ``GymnaxEnv(num_envs, horizon, device=device,
+    env_id=task, **env_kwargs)`` (:class:`GymnaxEnv` says what each argument means)."""
     return GymnaxEnv(num_envs, horizon, device=device, env_id=task, **env_kwargs)
 
 
 def make_playground_env(task: str, num_envs: int, horizon: int | None, *, device: torch.device | str,
                         **env_kwargs: Any) -> Env:
-    """The named task ``playground:<task>``: a :class:`PlaygroundEnv` of Playground's ``task``.
-
-    Args:
-        task: A MuJoCo Playground env name, e.g. ``"CartpoleBalance"``.
-        num_envs: Number of environments simulated in parallel.
-        horizon: Steps PPO collects per env between updates, or ``None``.
-        device: Torch device of the env's tensors.
-        env_kwargs: Keyword arguments of :class:`PlaygroundEnv` (``config_overrides``).
-    """
+    """The named task ``playground:<task>``: ``PlaygroundEnv(num_envs, horizon, device=device,
+    env_id=task, **env_kwargs)`` (:class:`PlaygroundEnv` says what each argument means)."""
     return PlaygroundEnv(num_envs, horizon, device=device, env_id=task, **env_kwargs)
