@@ -27,10 +27,7 @@ class CartPole(PhysicsEnv):
     (kg, 0.1), ``length`` (half the pole's length, m, 0.5), ``force_mag`` (N, 10.0), ``tau``
     (s per step, 0.02) and ``max_episode_steps`` (500), the same for all sub-envs.
 
-    Args:
-        num_envs: Number of carts simulated in parallel.
-        horizon: Unused; accepted for the :class:`~rl8.envs.base.Env` contract.
-        device: Torch device of the simulation.
+    Built as :class:`~rl8.envs.base.Env` (``num_envs`` carts; ``horizon`` unused).
 
     Attributes:
         state: ``[num_envs, 4]`` float32 ``(x, x_dot, theta, theta_dot)``; assign to set it.

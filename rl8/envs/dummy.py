@@ -71,31 +71,19 @@ class _DummyEnv(Env):
 
 class DiscreteDummyEnv(_DummyEnv):
     """Walk left, stay or walk right (``Discrete(3)``) on a segment; reward ``-|x|``.
-
-    Args:
-        num_envs: Number of points simulated in parallel.
-        horizon: Unused; accepted for the :class:`~rl8.envs.base.Env` contract.
-        device: Torch device of the simulation.
-    """
+    Built as :class:`~rl8.envs.base.Env` (``num_envs`` points; ``horizon`` unused)."""
 
     action_space = spaces.Discrete(3)
 
     def _moves(self, action: torch.Tensor) -> torch.Tensor:
-        """``action - 1`` of the ``[num_envs]`` int64 actions 0 (left), 1 (stay) or 2 (right)."""
         return action.reshape(self.num_envs, 1).sub(1).float()
 
 
 class ContinuousDummyEnv(_DummyEnv):
     """Move by ``step_size * clip(a, -1, 1)`` (``Box(-1, 1, (1,))``) on a segment; reward ``-|x|``.
-
-    Args:
-        num_envs: Number of points simulated in parallel.
-        horizon: Unused; accepted for the :class:`~rl8.envs.base.Env` contract.
-        device: Torch device of the simulation.
-    """
+    Built as :class:`~rl8.envs.base.Env` (``num_envs`` points; ``horizon`` unused)."""
 
     action_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
 
     def _moves(self, action: torch.Tensor) -> torch.Tensor:
-        """The ``[num_envs, 1]`` float actions, clipped to ``[-1, 1]``."""
         return action.reshape(self.num_envs, 1).clamp(-1.0, 1.0)

@@ -24,10 +24,7 @@ class Pendulum(PhysicsEnv):
     (s per step, 0.05), ``max_speed`` (rad/s, 8.0), ``max_torque`` (N m, 2.0) and
     ``max_episode_steps`` (200), the same for all sub-envs.
 
-    Args:
-        num_envs: Number of pendulums simulated in parallel.
-        horizon: Unused; accepted for the :class:`~rl8.envs.base.Env` contract.
-        device: Torch device of the simulation.
+    Built as :class:`~rl8.envs.base.Env` (``num_envs`` pendulums; ``horizon`` unused).
 
     Attributes:
         state: ``[num_envs, 2]`` float32 ``(theta, theta_dot)``, ``theta`` not wrapped; assign

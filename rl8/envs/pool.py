@@ -1,6 +1,5 @@
 """A pool of worker processes stepping gymnasium envs, with batched inference over ready envs:
-:class:`PoolEnv` (``docs/collection.md``). Observations and actions live in shared memory; the
-pipes carry only sub-env ids."""
+:class:`PoolEnv` (``docs/collection.md``)."""
 
 from __future__ import annotations
 
@@ -94,7 +93,21 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
         if getattr(vectorization_mode, "value", vectorization_mode) != "pool":
             raise ValueError(f"PoolEnv: vectorization_mode must be 'pool', got {vectorization_mode!r}")
         self._set_env("PoolEnv", env, env_kwargs, wrappers, render_mode)
-        self._set_batching(num_envs, num_workers, min_batch_size, max_batch_size, max_wait_s)
+        num_workers = _int_or("num_workers", num_workers, min(num_envs, os.cpu_count() or 1))
+        self.num_workers = min(num_workers, num_envs)
+        min_batch_size = _int_or("min_batch_size", min_batch_size, max(1, num_envs // 2))
+        self.min_batch_size = min(min_batch_size, num_envs)
+        given_max = _int_or("max_batch_size", max_batch_size, num_envs)
+        if given_max < min_batch_size:
+            raise ValueError(
+                f"PoolEnv: max_batch_size must be >= min_batch_size={min_batch_size}, got {given_max}"
+            )
+        self.max_batch_size = min(given_max, num_envs)
+        if max_wait_s is not None and (
+            isinstance(max_wait_s, bool) or not isinstance(max_wait_s, (int, float)) or not max_wait_s >= 0
+        ):
+            raise ValueError(f"PoolEnv: max_wait_s must be a number of seconds >= 0 or None, got {max_wait_s!r}")
+        self.max_wait_s = None if max_wait_s is None else float(max_wait_s)
         self.step_timeout_s = check_step_timeout("PoolEnv", step_timeout_s)
         self.vectorization_mode = "pool"
         check_main_module(self.name)
@@ -127,29 +140,9 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
             self.close()
             raise
 
-    def _set_batching(self, num_envs: int, num_workers: int | None, min_batch_size: int | None,
-                      max_batch_size: int | None, max_wait_s: float | None) -> None:
-        """Check the worker and batch options (see the class) and set them, capped at ``num_envs``."""
-        num_workers = _int_or("num_workers", num_workers, min(num_envs, os.cpu_count() or 1))
-        self.num_workers = min(num_workers, num_envs)
-        min_batch_size = _int_or("min_batch_size", min_batch_size, max(1, num_envs // 2))
-        self.min_batch_size = min(min_batch_size, num_envs)
-        given_max = _int_or("max_batch_size", max_batch_size, num_envs)
-        if given_max < min_batch_size:
-            raise ValueError(
-                f"PoolEnv: max_batch_size must be >= min_batch_size={min_batch_size}, got {given_max}"
-            )
-        self.max_batch_size = min(given_max, num_envs)
-        if max_wait_s is not None and (
-            isinstance(max_wait_s, bool) or not isinstance(max_wait_s, (int, float)) or not max_wait_s >= 0
-        ):
-            raise ValueError(f"PoolEnv: max_wait_s must be a number of seconds >= 0 or None, got {max_wait_s!r}")
-        self.max_wait_s = None if max_wait_s is None else float(max_wait_s)
-
     def _start_workers(self, obs_space: gymnasium.Space, action_space: gymnasium.Space, ctx: Any,
                        make_env_pickle: bytes) -> None:
-        """Make the shared memory and the bookkeeping of the workers, start one worker process
-        per block of sub-envs and wait until each reports ready."""
+        """Start one worker process per block of sub-envs, sharing memory, and wait until each is ready."""
         num_envs = self.num_envs
         self._shared = Shared(obs_space, action_space, num_envs, ctx)
         self._views = self._shared.views()
@@ -203,7 +196,9 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
                 on the first reset, seeded from torch's global generator.
         """
         seed = self._reset_seed(config, seed)
-        self._drain()
+        while self._stepping.any():  # sub-envs still stepping: wait, and forget their outputs
+            self._wait_for_steps(None)
+        self._ready = []
         for w, block in enumerate(self.env_blocks):
             self._send(w, "reset", [(i, None if seed is None else seed + i) for i in block])
         self._await_replies(range(self.num_workers), "reset")
@@ -360,12 +355,6 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
             if got != kind:
                 raise RuntimeError(f"{self.name}: worker {w} answered {got!r}, expected {kind!r}")
         return answers
-
-    def _drain(self) -> None:
-        """Wait for the sub-envs still stepping and forget their outputs."""
-        while self._stepping.any():
-            self._wait_for_steps(None)
-        self._ready = []
 
     def _wait_for_steps(self, timeout: float | None) -> None:
         """:meth:`_poll` for at most ``timeout`` seconds and the first step deadline of a busy
