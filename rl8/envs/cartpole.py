@@ -63,11 +63,7 @@ class CartPole(PhysicsEnv):
         return state  # the state is the observation
 
     def step(self, action: torch.Tensor) -> TensorDict:
-        """Push every cart and advance the simulation by ``tau`` seconds.
-
-        Args:
-            action: ``[num_envs]`` int64 tensor of 0 (push left) or 1 (push right).
-        """
+        """Push every cart (``action``: ``[num_envs]`` int64, 0 left, 1 right) and advance ``tau`` seconds."""
         p = self.params
         n = self.num_envs
         state = self.state
@@ -100,12 +96,7 @@ class CartPole(PhysicsEnv):
         })
 
     def render(self, index: int = 0) -> np.ndarray:
-        """Draw sub-env ``index`` as a ``uint8`` RGB frame ``[400, 600, 3]`` spanning
-        ``[-2.4, 2.4]`` m, in gymnasium's colours.
-
-        Args:
-            index: Which sub-env to draw.
-        """
+        """Sub-env ``index`` as a ``uint8`` RGB frame ``[400, 600, 3]`` spanning ``[-2.4, 2.4]`` m."""
         x, _, theta, _ = (float(v) for v in self.state[index].cpu())
         height, width = 400, 600
         scale = width / (2 * _X_THRESHOLD)  # pixels per metre

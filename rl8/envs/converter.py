@@ -1,6 +1,4 @@
-"""Gymnasium's numpy data as rl8's tensors: :class:`GymnasiumConverter` turns a vector env's
-observations, step outputs and rows into the TensorDicts of the step contract, and actions back
-into numpy (the conversions of the gymnasium adapters, ``docs/gymnasium.md``)."""
+"""Gymnasium's numpy data as rl8's tensors, and actions back (``docs/gymnasium.md``)."""
 
 from __future__ import annotations
 
@@ -31,8 +29,8 @@ def _map(tree: _Tree, fn: Callable[..., Any], *data: Any) -> Any:
 
 
 def _convert_obs_space(space: spaces.Space, *, top: bool = True) -> tuple[spaces.Space, _Tree]:
-    """The space of the tensors rl8 gets, and the tree of their torch dtypes: float Boxes
-    become float32 (as the policy computes), a top-level ``action_mask`` a bool Box."""
+    """The space of the tensors rl8 gets (float Boxes as float32, a top-level ``action_mask``
+    as bool), and the tree of their torch dtypes."""
     if isinstance(space, spaces.Dict):
         converted, tree = {}, {}
         for key, sub in space.spaces.items():
@@ -114,25 +112,14 @@ class GymnasiumConverter:
         self.device = device
 
     def from_reset(self, obs: Any) -> torch.Tensor | TensorDictBase:
-        """The observations of a vector env's reset, as tensors on the device.
-
-        Args:
-            obs: The numpy observations (a dict of them for Dict spaces).
-        """
+        """The numpy observations ``obs`` of a vector env's reset (a dict for Dict spaces) as tensors."""
         return self._obs_to_torch(self._fresh_obs(obs), self.num_envs)
 
     def from_step(self, obs: Any, rewards: np.ndarray, terminated: np.ndarray,
                   truncated: np.ndarray, infos: dict[str, Any]) -> TensorDictBase:
-        """A vector env's step as the step contract's TensorDict.
-
-        Args:
-            obs: The numpy observations after the step (and auto-reset).
-            rewards: ``[num_envs]`` rewards.
-            terminated: ``[num_envs]`` bool.
-            truncated: ``[num_envs]`` bool.
-            infos: The step's infos; ``final_obs`` takes their last observations of the envs
-                that ended an episode (else ``obs``).
-        """
+        """A vector env's step (``obs`` after the auto-reset; ``[num_envs]`` ``rewards``, bool
+        ``terminated`` and ``truncated``; ``infos``, whose ``final_obs`` gives the last observations
+        of the envs that ended an episode) as the step contract's TensorDict."""
         obs = self._fresh_obs(obs)
         final = _map(self._np_tree, lambda dtype, array: array.copy(), obs)
         mask = infos.get("_final_obs")
@@ -143,27 +130,16 @@ class GymnasiumConverter:
 
     def from_rows(self, obs: Any, final_obs: Any, rewards: np.ndarray, terminated: np.ndarray,
                   truncated: np.ndarray) -> TensorDictBase:
-        """The step output of ``K = len(rewards)`` sub-envs from fresh numpy arrays of their
-        own (as the worker pool gathers them), ``K`` rows each.
-
-        Args:
-            obs: Their observations (dicts of arrays for Dict spaces).
-            final_obs: Their observations before an auto-reset (else ``obs``).
-            rewards: ``[K]`` rewards.
-            terminated: ``[K]`` bool.
-            truncated: ``[K]`` bool.
-        """
+        """The step output of ``K`` sub-envs from numpy arrays of their own (the pool's rows):
+        ``obs``, ``rewards``, ``terminated`` and ``truncated`` as :meth:`from_step`'s, ``K`` rows
+        each, and ``final_obs``, their observations before an auto-reset (else ``obs``)."""
         def cast(value: Any) -> Any:
             return _map(self._np_tree, lambda dtype, array: array.astype(dtype, copy=False), value)
 
         return self._output(cast(obs), cast(final_obs), rewards, terminated, truncated)
 
     def to_actions(self, action: torch.Tensor | TensorDictBase) -> Any:
-        """Env actions as the numpy arrays (a dict of them for Dict spaces) gymnasium wants.
-
-        Args:
-            action: A batch of env actions (a TensorDict for Dict spaces).
-        """
+        """A batch of env actions (a TensorDict for Dict spaces) as the numpy arrays gymnasium wants."""
         def leaf(dtype: torch.dtype, value: torch.Tensor) -> np.ndarray:
             if value.requires_grad:
                 value = value.detach()

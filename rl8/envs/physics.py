@@ -55,12 +55,7 @@ class PhysicsEnv(Env):
         raise NotImplementedError
 
     def reset(self, *, config: dict[str, Any] | None = None, seed: int | None = None) -> torch.Tensor:
-        """Reset every sub-env and return the first observations.
-
-        Args:
-            config: Physical parameters to use from now on (see the class); ``None`` keeps them.
-            seed: Seed of the env's random number generator; ``None`` continues its stream.
-        """
+        """Reset every sub-env (``config``: the physical parameters, see the class)."""
         self._apply_reset_args(config, seed)
         self.state = self._initial_state()
         self.steps.zero_()

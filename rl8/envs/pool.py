@@ -26,7 +26,7 @@ from rl8.envs.base import ReadyEnvs
 from rl8.envs.converter import GymnasiumConverter, rows, set_rows
 from rl8.envs.gymnasium_base import GymnasiumEnvBase
 from rl8.envs.pool_worker import (
-    GUARD_ADVICE, STEP, Shared, WORKER_NAME, check_main_module, read_message, send_close, send_message, split,
+    GUARD_ADVICE, STEP, Shared, WORKER_NAME, check_main_module, read_message, send_message, split,
     worker,
 )
 from rl8.envs.workers import (
@@ -54,15 +54,11 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
     block of sub-envs, that PPO collects from as they get ready; a script must build it under an
     ``if __name__ == "__main__":`` guard (``docs/collection.md``).
 
+    ``num_envs``, ``horizon``, ``device``, ``env``, ``env_kwargs``, ``wrappers`` and
+    ``render_mode`` are :class:`~rl8.envs.gymnasium.GymnasiumEnv`'s (``env`` and ``wrappers``
+    picklable); ``vectorization_mode`` is ``"pool"``, the value that selects this class.
+
     Args:
-        num_envs: Number of gymnasium envs (the batch size), >= 1.
-        horizon: Unused by the env.
-        device: Torch device of the returned tensors.
-        env: A registered gymnasium id or a picklable callable returning one gymnasium env.
-        vectorization_mode: ``"pool"`` (the value that selects this class).
-        env_kwargs: Keyword arguments of each gymnasium env.
-        wrappers: Picklable gymnasium wrappers applied, in order, to each env.
-        render_mode: Gymnasium render mode of each env (``"rgb_array"`` enables :meth:`render`).
         num_workers: Worker processes, >= 1, at most ``num_envs``; ``None``:
             ``min(num_envs, os.cpu_count())``.
         min_batch_size: The fewest ready envs the rollout acts on at once, >= 1, at most
@@ -150,6 +146,7 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
         self._owner = np.concatenate([np.full(len(b), w) for w, b in enumerate(self.env_blocks)])
         self._pipes: list[Connection] = []
         self._processes: list[Any] = []
+        send_close = functools.partial(send_message, kind="close", payload=None)
         self._finalizer = weakref.finalize(self, stop_processes, self._processes, self._pipes,
                                            send_close)
         self._closed = False
@@ -187,14 +184,8 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
 
     def reset(self, *, config: dict[str, Any] | None = None,
               seed: int | None = None) -> torch.Tensor | TensorDictBase:
-        """Reset every sub-env (those still stepping finish first) and return the first
-        observations, as :meth:`GymnasiumEnv.reset <rl8.envs.gymnasium.GymnasiumEnv.reset>`.
-
-        Args:
-            config: Only ``None`` or ``{}``.
-            seed: Sub-env ``i`` gets ``seed + i``; ``None`` continues each env's stream, except
-                on the first reset, seeded from torch's global generator.
-        """
+        """Reset every sub-env (those still stepping finish first), as
+        :meth:`GymnasiumEnv.reset <rl8.envs.gymnasium.GymnasiumEnv.reset>`."""
         seed = self._reset_seed(config, seed)
         while self._stepping.any():  # sub-envs still stepping: wait, and forget their outputs
             self._wait_for_steps(None)
@@ -207,11 +198,7 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
         return self.converter.from_reset(self._views["obs"])
 
     def step(self, action: torch.Tensor | TensorDictBase) -> TensorDictBase:
-        """Step every sub-env once (send all, receive all) and return their step output.
-
-        Args:
-            action: A batch of ``num_envs`` env actions.
-        """
+        """Step every sub-env once with ``action`` (send all, receive all)."""
         if self._stepping.any() or self._ready:
             raise RuntimeError(f"{self.name}.step: sub-envs are stepping (send/recv in use); "
                                "receive them all first")
@@ -220,8 +207,7 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
         return self.recv(n, n, None)[1]
 
     def send(self, env_ids: torch.Tensor, actions: torch.Tensor | TensorDictBase) -> None:
-        """Write the actions of the sub-envs ``env_ids`` into shared memory and ask their
-        workers to step them (:meth:`rl8.envs.base.ReadyEnvs.send`)."""
+        """Start the steps of the sub-envs ``env_ids`` (:meth:`rl8.envs.base.ReadyEnvs.send`)."""
         self._check_ready("send")
         ids = np.asarray(env_ids.cpu() if isinstance(env_ids, torch.Tensor) else env_ids, dtype=np.int64)
         if ids.ndim != 1 or (ids.size and (ids.min() < 0 or ids.max() >= self.num_envs)):
@@ -245,8 +231,7 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
     def recv(
         self, min_batch_size: int, max_batch_size: int, max_wait_s: float | None
     ) -> tuple[torch.Tensor, TensorDictBase]:
-        """The step outputs of sub-envs whose step is done, the oldest first
-        (:meth:`rl8.envs.base.ReadyEnvs.recv`)."""
+        """The step outputs of sub-envs whose step is done (:meth:`rl8.envs.base.ReadyEnvs.recv`)."""
         self._check_open()
         pending = int(self._stepping.sum()) + len(self._ready)
         if pending == 0:
@@ -274,20 +259,15 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
         return torch.from_numpy(ids), out
 
     def render(self, index: int = 0) -> np.ndarray:
-        """An RGB frame (``uint8``, ``[height, width, 3]``) of sub-env ``index``, drawn by its
-        worker (needs ``render_mode="rgb_array"``).
-
-        Args:
-            index: Which sub-env to draw, ``0 <= index < num_envs``.
-        """
+        """An RGB frame of sub-env ``index``, drawn by its worker (needs ``render_mode="rgb_array"``)."""
         self._check_render(index)
         w = int(self._owner[index])
         self._send(w, "render", index)
         return self._checked_frame(self._await_replies([w], "frame")[w])
 
     def close(self) -> None:
-        """Ask every worker to exit, terminate (then kill) those still running after 2 s, and
-        reap them all; also run on garbage collection and at exit. Safe to call more than once."""
+        """Ask every worker to exit, terminate (then kill) those still running after 2 s; also
+        run on garbage collection and at exit."""
         if getattr(self, "_closed", True):
             return
         self._closed = True
@@ -312,8 +292,7 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
             self._worker_died(worker)
 
     def _poll(self, timeout: float | None) -> None:
-        """Wait up to ``timeout`` seconds (``None``: until something happens) for messages or
-        a worker's exit, then handle every message that arrived."""
+        """Wait up to ``timeout`` seconds (``None``: no limit) for messages or a worker's exit; handle them."""
         died = []
         for key, _ in self._selector.select(timeout):
             kind, w = key.data
@@ -346,7 +325,6 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
             self._replies[worker] = (kind, payload)
 
     def _await_replies(self, workers: Sequence[int], kind: str) -> dict[int, Any]:
-        """Wait for the answer ``kind`` of each of ``workers`` (step reports are kept)."""
         answers = {}
         for w in workers:
             while w not in self._replies:
@@ -357,8 +335,7 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
         return answers
 
     def _wait_for_steps(self, timeout: float | None) -> None:
-        """:meth:`_poll` for at most ``timeout`` seconds and the first step deadline of a busy
-        worker; then raise ``EnvStepTimeout`` for a worker past it with nothing to read."""
+        """:meth:`_poll` until ``timeout`` or the first step deadline; ``EnvStepTimeout`` past it."""
         if self.step_timeout_s is None:
             self._poll(timeout)
             return
