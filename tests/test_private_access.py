@@ -33,7 +33,6 @@ ALLOWED = {
     ("test_registry.py", "_USER"): "an empty user registry for each test",
     ("test_security.py", "_USER"): "an empty user registry for each test",
     ("test_run_api.py", "_hinted"): "forgets the once-per-process preset hint",
-    ("test_dummy.py", "_new_unsafe"): "a tensordict without its unchecked constructor",
 }
 
 

@@ -1,6 +1,5 @@
-"""The Atari preset: the preprocessing of CleanRL's ``ppo_atari`` for ``ALE/...`` gymnasium ids,
-which the gymnasium adapter builds through :func:`make_atari` (the wrappers and why:
-``docs/pixels.md``). Needs ale-py (``pip install -e ".[atari]"``)."""
+"""The Atari preset: CleanRL's ``ppo_atari`` preprocessing for ``ALE/...`` gymnasium ids
+(``docs/pixels.md``). Needs ale-py (``pip install -e ".[atari]"``)."""
 
 from __future__ import annotations
 
@@ -69,12 +68,8 @@ class AtariPreset:
 
     @classmethod
     def from_value(cls, value: Any) -> AtariPreset | None:
-        """The preset of an ``atari_preset`` value: ``None``/``True`` the defaults, ``False``
-        none, a mapping those options.
-
-        Args:
-            value: The value given.
-        """
+        """The preset of an ``atari_preset`` ``value``: ``None``/``True`` the defaults, ``False``
+        none, a mapping those options."""
         if value is None or value is True:
             return cls()
         if value is False:
@@ -91,8 +86,8 @@ class AtariPreset:
 
 
 class EpisodicLife(gymnasium.Wrapper):
-    """An episode ends (``terminated``) when a life is lost; the game goes on: ``reset`` then
-    takes one no-op step, restarting only a game that is over (DQN's trick)."""
+    """An episode ends when a life is lost; ``reset`` then takes one no-op step, restarting only
+    a game that is over (DQN's trick)."""
 
     def __init__(self, env: gymnasium.Env) -> None:
         super().__init__(env)

@@ -71,8 +71,7 @@ class Env(ABC):
     @abstractmethod
     def reset(self, *, config: dict[str, Any] | None = None,
               seed: int | None = None) -> torch.Tensor | TensorDictBase:
-        """Reset every sub-env and return the first observations, ``[num_envs, *obs_shape]``
-        (a TensorDict for ``Dict`` spaces).
+        """Reset every sub-env and return the first observations, ``[num_envs, *obs_shape]``.
 
         Args:
             config: Env parameters to use from now on (``{"gravity": 9.8}``); ``None`` keeps
@@ -82,20 +81,15 @@ class Env(ABC):
 
     @abstractmethod
     def step(self, action: torch.Tensor | TensorDictBase) -> TensorDictBase:
-        """Advance every sub-env by one step and return the step contract's TensorDict
-        (``docs/envs.md``).
+        """Advance every sub-env by one step and return the step contract's TensorDict.
 
         Args:
             action: A batch of actions, see :mod:`rl8.envs.spaces` for shapes and dtypes.
         """
 
     def step_output(self, entries: dict[str, Any]) -> TensorDict:
-        """The TensorDict :meth:`step` returns, built without ``TensorDict``'s per-entry checks.
-
-        Args:
-            entries: ``obs``, ``rewards`` and, for episodic envs, ``terminated``,
-                ``truncated`` and ``final_obs``, on :attr:`device` with leading dim ``num_envs``.
-        """
+        """The TensorDict :meth:`step` returns of ``entries`` (on :attr:`device`, ``[num_envs, ...]``),
+        built without ``TensorDict``'s per-entry checks."""
         return new_tensordict(entries, torch.Size([self.num_envs]), self.device)
 
     def make_generator(self) -> torch.Generator:
@@ -128,9 +122,8 @@ class Env(ABC):
         return None
 
     def state_dict(self) -> dict[str, Any] | None:
-        """The env's simulation state, for checkpoints; ``None``: the env cannot save it, and
-        PPO resets it on resume. The default saves the tensor, ``torch.Generator``, plain
-        scalar/str and dict-of-plain attributes: enough for envs written in pure torch."""
+        """The env's simulation state, for checkpoints; ``None``: it cannot be saved (PPO then
+        resets the env on resume). The default saves the tensor, generator and plain attributes."""
         state: dict[str, Any] = {}
         for key, value in vars(self).items():
             if key in ("num_envs", "horizon", "device"):
@@ -172,8 +165,7 @@ class Env(ABC):
                 setattr(self, key, dict(value) if isinstance(value, dict) else value)
 
     def apply_config(self, config: dict[str, Any] | None, allowed: dict[str, Any]) -> dict[str, Any]:
-        """A new dict: ``allowed`` (the current parameters) updated with ``config``; a key of
-        ``config`` not in ``allowed`` raises ``KeyError``.
+        """``allowed`` updated with ``config`` (a new dict); an unknown key raises ``KeyError``.
 
         Args:
             config: User-given parameters, or ``None``.
@@ -190,8 +182,7 @@ class Env(ABC):
         return merged
 
     def _apply_reset_args(self, config: dict[str, Any] | None, seed: int | None) -> None:
-        """Apply ``reset``'s arguments in the built-in envs (``self.params``, ``self._set_params``
-        and ``self._generator``): merge and set ``config``, seed with ``seed``."""
+        """The built-in envs' ``reset(config, seed)``: ``self._set_params`` and ``self._generator``."""
         if config:
             self._set_params(self.apply_config(config, self.params))
         if seed is not None:
@@ -203,18 +194,11 @@ class Env(ABC):
 
 
 class ReadyEnvs(ABC):
-    """The asynchronous interface of a batched env whose sub-envs step at their own pace.
-
+    """The asynchronous interface of a batched env whose sub-envs step at their own pace:
     :meth:`send` starts some sub-envs' steps and :meth:`recv` returns the outputs of those
     that finished; an :class:`Env` that also derives from it (:class:`rl8.envs.PoolEnv`) is
-    collected by :func:`rl8.ppo.rollout.rollout_ready_envs` (``docs/collection.md``).
-
-    Attributes:
-        min_batch_size: The fewest sub-envs :meth:`recv` returns in the rollout loop (it takes
-            fewer only after waiting ``max_wait_s``, or when fewer are stepping).
-        max_batch_size: The most sub-envs :meth:`recv` returns in the rollout loop.
-        max_wait_s: The longest wait, in seconds, for ``min_batch_size`` ready sub-envs
-            before taking the ready ones; ``None``: no limit.
+    collected by :func:`rl8.ppo.rollout.rollout_ready_envs` (``docs/collection.md``), which
+    passes :meth:`recv` the attributes ``min_batch_size``, ``max_batch_size`` and ``max_wait_s``.
     """
 
     min_batch_size: int
@@ -223,14 +207,8 @@ class ReadyEnvs(ABC):
 
     @abstractmethod
     def send(self, env_ids: torch.Tensor, actions: torch.Tensor | TensorDictBase) -> None:
-        """Start one step of the sub-envs ``env_ids`` with ``actions``; returns at once.
-
-        Args:
-            env_ids: ``[K]`` int64, distinct indices in ``[0, num_envs)`` of sub-envs that are
-                not stepping.
-            actions: Their actions, ``[K, ...]`` (see :meth:`Env.step`), row ``k`` for sub-env
-                ``env_ids[k]``.
-        """
+        """Start one step of the sub-envs ``env_ids`` (``[K]`` int64, distinct, not stepping) with
+        ``actions`` (``[K, ...]``, row ``k`` for sub-env ``env_ids[k]``); returns at once."""
 
     @abstractmethod
     def recv(
@@ -248,7 +226,6 @@ class ReadyEnvs(ABC):
 
 
 def _is_plain(value: Any) -> bool:
-    """A value the default :meth:`Env.state_dict` saves as is."""
     return isinstance(value, (bool, int, float, str)) or value is None
 
 
@@ -275,8 +252,7 @@ def _kind(value: Any) -> str | None:
 
 
 def _check_value(name: str, value: Any, space: spaces.Space, num_envs: int, where: str) -> None:
-    """Check one observation-like value against ``space`` batched ``num_envs`` times; ``where``
-    starts every message (``"CartPole.step"``)."""
+    """Check one observation-like value against ``space`` batched ``num_envs`` times."""
     if isinstance(space, spaces.Dict):
         if not isinstance(value, TensorDictBase):
             raise EnvOutputError(
@@ -304,17 +280,11 @@ def _check_value(name: str, value: Any, space: spaces.Space, num_envs: int, wher
         raise EnvOutputError(f"{where}: {name!r} has dtype {value.dtype}, expected {want}")
 
 
-def new_tensordict(
-    tensors: dict[str, Any], batch_size: torch.Size, device: torch.device | None
-) -> TensorDict:
-    """A TensorDict of tensors already on ``device``, built without the per-entry checks when
-    tensordict offers the unchecked constructor (0.15: ``TensorDict._new_unsafe``)."""
-    if _new_unsafe is not None:
-        return _new_unsafe(tensors, batch_size=batch_size, device=device)
-    return TensorDict(tensors, batch_size=batch_size, device=device)
-
-
-_new_unsafe = getattr(TensorDict, "_new_unsafe", None)
+def new_tensordict(tensors: dict[str, Any], batch_size: torch.Size,
+                   device: torch.device | None) -> TensorDict:
+    """A TensorDict of tensors already on ``device``, built without the per-entry checks
+    (tensordict 0.15's unchecked constructor)."""
+    return TensorDict._new_unsafe(tensors, batch_size=batch_size, device=device)
 
 
 def validate_step_output(out: Any, env: Env, *, batch_size: int | None = None) -> None:
@@ -384,13 +354,8 @@ def validate_step_output(out: Any, env: Env, *, batch_size: int | None = None) -
 
 
 def validate_reset_output(obs: Any, env: Env) -> None:
-    """Check that ``env.reset`` returned ``[num_envs, *obs_shape]`` of the space's dtype (a
-    TensorDict for ``Dict`` spaces); raise :class:`EnvOutputError` if not.
-
-    Args:
-        obs: What ``env.reset`` returned.
-        env: The env that returned it.
-    """
+    """Check ``obs``, what ``env.reset`` returned, against ``[num_envs, *obs_shape]`` of the
+    observation space; raise :class:`EnvOutputError` if it breaks the contract."""
     where = f"{type(env).__name__}.reset"
     n = env.num_envs
     if isinstance(obs, TensorDictBase) and tuple(obs.batch_size) != (n,):
@@ -401,8 +366,7 @@ def validate_reset_output(obs: Any, env: Env) -> None:
 
 
 def find_nonfinite(value: torch.Tensor | TensorDictBase, batch_dims: int = 1) -> torch.Tensor | None:
-    """``[K, batch_dims]`` int64 indices over the leading dims where ``value`` holds NaN or
-    inf, or ``None`` when everything is finite.
+    """``[K, batch_dims]`` int64 indices where ``value`` holds NaN or inf, or ``None``.
 
     Args:
         value: A tensor or TensorDict whose leading ``batch_dims`` dims are batch dims.

@@ -27,10 +27,7 @@ class CartPole(PhysicsEnv):
     (kg, 0.1), ``length`` (half the pole's length, m, 0.5), ``force_mag`` (N, 10.0), ``tau``
     (s per step, 0.02) and ``max_episode_steps`` (500), the same for all sub-envs.
 
-    Args:
-        num_envs: Number of carts simulated in parallel.
-        horizon: Unused; accepted for the :class:`~rl8.envs.base.Env` contract.
-        device: Torch device of the simulation.
+    Built as :class:`~rl8.envs.base.Env` (``num_envs`` carts; ``horizon`` unused).
 
     Attributes:
         state: ``[num_envs, 4]`` float32 ``(x, x_dot, theta, theta_dot)``; assign to set it.
@@ -66,11 +63,7 @@ class CartPole(PhysicsEnv):
         return state  # the state is the observation
 
     def step(self, action: torch.Tensor) -> TensorDict:
-        """Push every cart and advance the simulation by ``tau`` seconds.
-
-        Args:
-            action: ``[num_envs]`` int64 tensor of 0 (push left) or 1 (push right).
-        """
+        """Push every cart (``action``: ``[num_envs]`` int64, 0 left, 1 right) and advance ``tau`` seconds."""
         p = self.params
         n = self.num_envs
         state = self.state
@@ -103,12 +96,7 @@ class CartPole(PhysicsEnv):
         })
 
     def render(self, index: int = 0) -> np.ndarray:
-        """Draw sub-env ``index`` as a ``uint8`` RGB frame ``[400, 600, 3]`` spanning
-        ``[-2.4, 2.4]`` m, in gymnasium's colours.
-
-        Args:
-            index: Which sub-env to draw.
-        """
+        """Sub-env ``index`` as a ``uint8`` RGB frame ``[400, 600, 3]`` spanning ``[-2.4, 2.4]`` m."""
         x, _, theta, _ = (float(v) for v in self.state[index].cpu())
         height, width = 400, 600
         scale = width / (2 * _X_THRESHOLD)  # pixels per metre

@@ -16,18 +16,15 @@ __all__ = ["Catch"]
 
 
 class Catch(Env):
-    """Catch a falling ball with a paddle, observed as one-channel ``uint8`` images (bsuite's
-    "catch" task drawn as pixels, to test pixel policies; ``docs/envs.md``).
+    """Catch a falling ball with a paddle, seen as ``uint8`` images (bsuite's "catch" as pixels,
+    ``docs/envs.md``). A ball falls one row per step from a random column; the paddle moves along
+    the bottom row (0: left, 1: stay, 2: right). When the ball lands, the episode ends with +1 if
+    caught, else -1. Observations are ``[1, rows * scale, cols * scale]``: 255 for the ball and
+    the paddle, 0 elsewhere.
 
-    A ball falls one row per step from a random column of the top row; the paddle moves along
-    the bottom row (0: left, 1: stay, 2: right). When the ball lands, after ``rows - 1`` steps,
-    the episode ends with +1 if caught, else -1. Observations are ``[1, rows * scale,
-    cols * scale]``: 255 for the ball and the paddle, 0 elsewhere.
+    Built as :class:`~rl8.envs.base.Env` (``num_envs`` games; ``horizon`` unused), and:
 
     Args:
-        num_envs: Number of games played in parallel.
-        horizon: Unused; accepted for the :class:`~rl8.envs.base.Env` contract.
-        device: Torch device of the simulation and the images.
         rows: Rows of the grid (>= 2); an episode lasts ``rows - 1`` steps.
         cols: Columns of the grid (>= 2).
         scale: Pixels per cell side (>= 1).
@@ -54,7 +51,6 @@ class Catch(Env):
         return torch.randint(self.cols, (self.num_envs,), generator=self._generator, device=self.device)
 
     def _frames(self, ball_row: torch.Tensor, ball_col: torch.Tensor, paddle: torch.Tensor) -> torch.Tensor:
-        """``[num_envs, 1, rows * scale, cols * scale]`` uint8 images of the given positions."""
         grid = torch.zeros(self.num_envs, self.rows, self.cols, dtype=torch.uint8, device=self.device)
         grid[self._envs, ball_row, ball_col] = 255
         grid[self._envs, self.rows - 1, paddle] = 255
@@ -63,12 +59,7 @@ class Catch(Env):
         return grid.unsqueeze(1)
 
     def reset(self, *, config: dict[str, Any] | None = None, seed: int | None = None) -> torch.Tensor:
-        """Start a new game in every sub-env and return the first images.
-
-        Args:
-            config: Empty or ``None``: Catch has no parameters to change.
-            seed: Seed of the env's random number generator; ``None`` continues its stream.
-        """
+        """Start a new game in every sub-env and return the first images (``config``: none)."""
         self.apply_config(config, {})
         if seed is not None:
             self._generator.manual_seed(seed)
@@ -78,11 +69,8 @@ class Catch(Env):
         return self._frames(self.ball_row, self.ball_col, self.paddle)
 
     def step(self, action: torch.Tensor) -> TensorDict:
-        """Move every paddle, drop every ball one row; score the games whose ball lands.
-
-        Args:
-            action: ``[num_envs]`` int64 tensor of 0 (left), 1 (stay) or 2 (right).
-        """
+        """Move every paddle (``action``: ``[num_envs]`` int64, 0 left, 1 stay, 2 right), drop
+        every ball one row; score the games whose ball lands."""
         paddle = (self.paddle + action.reshape(self.num_envs) - 1).clamp_(0, self.cols - 1)
         ball_row = self.ball_row + 1
         landed = ball_row == self.rows - 1
@@ -102,12 +90,7 @@ class Catch(Env):
         })
 
     def render(self, index: int = 0) -> np.ndarray:
-        """Sub-env ``index``'s observation as an RGB frame (``uint8`` ``[H, W, 3]``), each pixel
-        an 8x8 block.
-
-        Args:
-            index: Which sub-env to draw.
-        """
+        """Sub-env ``index``'s observation as a ``uint8`` RGB frame, each pixel an 8x8 block."""
         frame = self._frames(self.ball_row, self.ball_col, self.paddle)[index, 0].cpu().numpy()
         frame = np.kron(frame, np.ones((8, 8), dtype=np.uint8))
         return np.repeat(frame[:, :, None], 3, axis=2)

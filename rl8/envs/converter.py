@@ -1,6 +1,4 @@
-"""Gymnasium's numpy data as rl8's tensors: :class:`GymnasiumConverter` turns a vector env's
-observations, step outputs and rows into the TensorDicts of the step contract, and actions back
-into numpy (the conversions of the gymnasium adapters, ``docs/gymnasium.md``)."""
+"""Gymnasium's numpy data as rl8's tensors, and actions back (``docs/gymnasium.md``)."""
 
 from __future__ import annotations
 
@@ -14,7 +12,7 @@ from gymnasium import spaces
 from tensordict import TensorDict, TensorDictBase
 
 from rl8.envs.base import new_tensordict
-from rl8.envs.spaces import check_space, space_dtype, zeros_like_space
+from rl8.envs.spaces import check_space, space_dtype
 
 __all__ = ["GymnasiumConverter", "rows", "set_rows"]
 
@@ -31,8 +29,8 @@ def _map(tree: _Tree, fn: Callable[..., Any], *data: Any) -> Any:
 
 
 def _convert_obs_space(space: spaces.Space, *, top: bool = True) -> tuple[spaces.Space, _Tree]:
-    """The space of the tensors rl8 gets, and the tree of their torch dtypes: float Boxes
-    become float32 (as the policy computes), a top-level ``action_mask`` a bool Box."""
+    """The space of the tensors rl8 gets (float Boxes as float32, a top-level ``action_mask``
+    as bool), and the tree of their torch dtypes."""
     if isinstance(space, spaces.Dict):
         converted, tree = {}, {}
         for key, sub in space.spaces.items():
@@ -81,8 +79,8 @@ def set_rows(dst: Any, index: np.ndarray | int, value: Any) -> None:
 
 class GymnasiumConverter:
     """numpy <-> torch for the gymnasium adapters: spaces, observations, step outputs, actions.
-    Each observation leaf is copied once (the vector envs reuse their arrays): into a fresh
-    array of the rl8 dtype, or when :attr:`staged` into staging buffers (pinned on CUDA).
+    Each observation leaf is copied once (the vector envs reuse their arrays), into a fresh
+    array of the rl8 dtype; the CPU tensors sharing them are then moved to :attr:`device`.
 
     Args:
         observation_space: The gymnasium env's (single) observation space.
@@ -94,7 +92,6 @@ class GymnasiumConverter:
     Attributes:
         observation_space: The space of the observation tensors (float Boxes as float32, a
             top-level ``action_mask`` as bool).
-        staged: Whether outputs go through staging buffers (``True`` for non-CPU devices).
     """
 
     def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, num_envs: int,
@@ -113,72 +110,36 @@ class GymnasiumConverter:
                 )
         self.num_envs = num_envs
         self.device = device
-        self._batch_size = torch.Size([num_envs])
-        self.staged = device.type != "cpu"
-        self._staging: tuple[TensorDict, dict[str, Any]] | None = None
-        self._staged_copy: torch.cuda.Event | None = None
 
     def from_reset(self, obs: Any) -> torch.Tensor | TensorDictBase:
-        """The observations of a vector env's reset, as tensors on the device.
-
-        Args:
-            obs: The numpy observations (a dict of them for Dict spaces).
-        """
-        if not self.staged:
-            return self._obs_to_torch(self._fresh_obs(obs), self._batch_size, self.device)
-        stage, views = self._stage()
-        self._fill_obs(views["obs"], obs)
-        return self._to_device(stage["obs"])
+        """The numpy observations ``obs`` of a vector env's reset (a dict for Dict spaces) as tensors."""
+        return self._obs_to_torch(self._fresh_obs(obs), self.num_envs)
 
     def from_step(self, obs: Any, rewards: np.ndarray, terminated: np.ndarray,
                   truncated: np.ndarray, infos: dict[str, Any]) -> TensorDictBase:
-        """A vector env's step as the step contract's TensorDict.
-
-        Args:
-            obs: The numpy observations after the step (and auto-reset).
-            rewards: ``[num_envs]`` rewards.
-            terminated: ``[num_envs]`` bool.
-            truncated: ``[num_envs]`` bool.
-            infos: The step's infos; ``final_obs`` takes their last observations of the envs
-                that ended an episode (else ``obs``).
-        """
-        if self.staged:
-            stage, views = self._stage()
-            self._fill_obs(views["obs"], obs)
-            self._fill_obs(views["final_obs"], views["obs"])
-            self._write_final(views["final_obs"], infos)
-            np.copyto(views["rewards"], rewards, casting="unsafe")
-            np.copyto(views["terminated"], terminated)
-            np.copyto(views["truncated"], truncated)
-            return self._to_device(stage)
+        """A vector env's step (``obs`` after the auto-reset; ``[num_envs]`` ``rewards``, bool
+        ``terminated`` and ``truncated``; ``infos``, whose ``final_obs`` gives the last observations
+        of the envs that ended an episode) as the step contract's TensorDict."""
         obs = self._fresh_obs(obs)
         final = _map(self._np_tree, lambda dtype, array: array.copy(), obs)
-        self._write_final(final, infos)
+        mask = infos.get("_final_obs")
+        if mask is not None:
+            for i in np.flatnonzero(mask):  # a few rows per step: row writes beat np.stack
+                set_rows(final, i, infos["final_obs"][i])
         return self._output(obs, final, rewards, terminated, truncated)
 
     def from_rows(self, obs: Any, final_obs: Any, rewards: np.ndarray, terminated: np.ndarray,
                   truncated: np.ndarray) -> TensorDictBase:
-        """The step output of ``K = len(rewards)`` sub-envs from fresh numpy arrays of their
-        own (as the worker pool gathers them), ``K`` rows each.
-
-        Args:
-            obs: Their observations (dicts of arrays for Dict spaces).
-            final_obs: Their observations before an auto-reset (else ``obs``).
-            rewards: ``[K]`` rewards.
-            terminated: ``[K]`` bool.
-            truncated: ``[K]`` bool.
-        """
+        """The step output of ``K`` sub-envs from numpy arrays of their own (the pool's rows):
+        ``obs``, ``rewards``, ``terminated`` and ``truncated`` as :meth:`from_step`'s, ``K`` rows
+        each, and ``final_obs``, their observations before an auto-reset (else ``obs``)."""
         def cast(value: Any) -> Any:
             return _map(self._np_tree, lambda dtype, array: array.astype(dtype, copy=False), value)
 
         return self._output(cast(obs), cast(final_obs), rewards, terminated, truncated)
 
     def to_actions(self, action: torch.Tensor | TensorDictBase) -> Any:
-        """Env actions as the numpy arrays (a dict of them for Dict spaces) gymnasium wants.
-
-        Args:
-            action: A batch of env actions (a TensorDict for Dict spaces).
-        """
+        """A batch of env actions (a TensorDict for Dict spaces) as the numpy arrays gymnasium wants."""
         def leaf(dtype: torch.dtype, value: torch.Tensor) -> np.ndarray:
             if value.requires_grad:
                 value = value.detach()
@@ -193,68 +154,20 @@ class GymnasiumConverter:
 
     def _output(self, obs: Any, final: Any, rewards: np.ndarray, terminated: np.ndarray,
                 truncated: np.ndarray) -> TensorDictBase:
-        """The step output of ``len(rewards)`` envs from numpy arrays of their own in rl8's
-        dtypes, as CPU tensors copied to the device (without blocking) when :attr:`staged`."""
+        """The step output of ``len(rewards)`` envs from numpy arrays of their own in rl8's dtypes."""
         n = len(rewards)
-        batch_size, device = torch.Size([n]), None if self.staged else self.device
-        out = new_tensordict({
-            "obs": self._obs_to_torch(obs, batch_size, device),
-            "rewards": torch.from_numpy(rewards.astype(np.float32).reshape(n, 1)),
-            "terminated": torch.from_numpy(terminated.reshape(n, 1)),
-            "truncated": torch.from_numpy(truncated.reshape(n, 1)),
-            "final_obs": self._obs_to_torch(final, batch_size, device),
-        }, batch_size, device)
-        return out.to(self.device, non_blocking=True) if self.staged else out
+        return new_tensordict({
+            "obs": self._obs_to_torch(obs, n),
+            "rewards": self._to_torch(rewards.astype(np.float32).reshape(n, 1)),
+            "terminated": self._to_torch(terminated.reshape(n, 1)),
+            "truncated": self._to_torch(truncated.reshape(n, 1)),
+            "final_obs": self._obs_to_torch(final, n),
+        }, torch.Size([n]), self.device)
 
-    def _write_final(self, final: Any, infos: dict[str, Any]) -> None:
-        """Overwrite the rows of the envs that ended an episode with their last observation."""
-        mask = infos.get("_final_obs")
-        if mask is None or not mask.any():
-            return
-        values = infos["final_obs"]
-        for i in np.flatnonzero(mask):  # a few rows per step: row writes beat np.stack
-            set_rows(final, i, values[i])
+    def _to_torch(self, array: np.ndarray) -> torch.Tensor:
+        """A CPU tensor sharing ``array``, moved to :attr:`device` (a copy unless on the CPU)."""
+        return torch.from_numpy(array).to(self.device)
 
-    def _obs_to_torch(self, obs: Any, batch_size: torch.Size,
-                      device: torch.device | None) -> torch.Tensor | TensorDict:
-        tensors = _map(self._np_tree, lambda dtype, array: torch.from_numpy(array), obs)
-        return new_tensordict(tensors, batch_size, device) if isinstance(tensors, dict) else tensors
-
-    def _stage(self) -> tuple[TensorDict, dict[str, Any]]:
-        """Staging buffers of one step output (pinned on CUDA), allocated on first use, and
-        numpy views of their leaves."""
-        if self._staging is None:
-            n = self.num_envs
-            stage = TensorDict(
-                {
-                    "obs": zeros_like_space(self.observation_space, [n]),
-                    "rewards": torch.zeros(n, 1),
-                    "terminated": torch.zeros(n, 1, dtype=torch.bool),
-                    "truncated": torch.zeros(n, 1, dtype=torch.bool),
-                    "final_obs": zeros_like_space(self.observation_space, [n]),
-                },
-                batch_size=[n],
-            )
-            if self.device.type == "cuda" and torch.cuda.is_available():
-                stage = stage.pin_memory()
-            views = {
-                key: _map(self._np_tree, lambda dtype, t: t.numpy(), stage[key])
-                for key in ("obs", "final_obs")
-            }
-            for key in ("rewards", "terminated", "truncated"):
-                views[key] = stage[key].numpy()[:, 0]
-            self._staging = (stage, views)
-        elif self._staged_copy is not None:
-            # The previous non-blocking copy must have left the buffers before we refill them.
-            self._staged_copy.synchronize()
-        return self._staging
-
-    def _to_device(self, staged: torch.Tensor | TensorDictBase) -> Any:
-        out = staged.to(self.device, non_blocking=True)
-        if self.device.type == "cuda":
-            self._staged_copy = torch.cuda.Event()
-            self._staged_copy.record()
-        return out
-
-    def _fill_obs(self, dst: Any, obs: Any) -> None:
-        _map(self._np_tree, lambda dtype, d, a: np.copyto(d, a, casting="unsafe"), dst, obs)
+    def _obs_to_torch(self, obs: Any, n: int) -> torch.Tensor | TensorDict:
+        tensors = _map(self._np_tree, lambda dtype, array: self._to_torch(array), obs)
+        return new_tensordict(tensors, torch.Size([n]), self.device) if isinstance(tensors, dict) else tensors

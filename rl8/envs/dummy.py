@@ -44,12 +44,7 @@ class _DummyEnv(Env):
         return torch.empty(self.num_envs, 1, device=self.device).uniform_(-b, b, generator=self._generator)
 
     def reset(self, *, config: dict[str, Any] | None = None, seed: int | None = None) -> torch.Tensor:
-        """Draw every ``x`` uniformly in ``[-bounds, bounds]`` and return it, ``[num_envs, 1]``.
-
-        Args:
-            config: ``bounds`` and/or ``step_size`` (positive numbers); ``None`` keeps them.
-            seed: Seed of the env's random number generator; ``None`` continues its stream.
-        """
+        """Draw every ``x`` uniformly in ``[-bounds, bounds]`` (``config``: ``bounds``, ``step_size``)."""
         self._apply_reset_args(config, seed)
         self.x = self._initial_state()
         return self.x
@@ -59,11 +54,7 @@ class _DummyEnv(Env):
         raise NotImplementedError
 
     def step(self, action: torch.Tensor) -> TensorDict:
-        """Move every point by ``step_size`` times the move of its action (see the class).
-
-        Args:
-            action: A batch of actions of :attr:`action_space`.
-        """
+        """Move every point by ``step_size`` times the move of its ``action``."""
         b = self.params["bounds"]
         self.x = torch.add(self.x, self._moves(action), alpha=self.params["step_size"]).clamp_(-b, b)
         return self.step_output({"obs": self.x, "rewards": torch.abs(self.x).neg_()})
@@ -71,31 +62,19 @@ class _DummyEnv(Env):
 
 class DiscreteDummyEnv(_DummyEnv):
     """Walk left, stay or walk right (``Discrete(3)``) on a segment; reward ``-|x|``.
-
-    Args:
-        num_envs: Number of points simulated in parallel.
-        horizon: Unused; accepted for the :class:`~rl8.envs.base.Env` contract.
-        device: Torch device of the simulation.
-    """
+    Built as :class:`~rl8.envs.base.Env` (``num_envs`` points; ``horizon`` unused)."""
 
     action_space = spaces.Discrete(3)
 
     def _moves(self, action: torch.Tensor) -> torch.Tensor:
-        """``action - 1`` of the ``[num_envs]`` int64 actions 0 (left), 1 (stay) or 2 (right)."""
         return action.reshape(self.num_envs, 1).sub(1).float()
 
 
 class ContinuousDummyEnv(_DummyEnv):
     """Move by ``step_size * clip(a, -1, 1)`` (``Box(-1, 1, (1,))``) on a segment; reward ``-|x|``.
-
-    Args:
-        num_envs: Number of points simulated in parallel.
-        horizon: Unused; accepted for the :class:`~rl8.envs.base.Env` contract.
-        device: Torch device of the simulation.
-    """
+    Built as :class:`~rl8.envs.base.Env` (``num_envs`` points; ``horizon`` unused)."""
 
     action_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
 
     def _moves(self, action: torch.Tensor) -> torch.Tensor:
-        """The ``[num_envs, 1]`` float actions, clipped to ``[-1, 1]``."""
         return action.reshape(self.num_envs, 1).clamp(-1.0, 1.0)

@@ -1,5 +1,4 @@
-"""Episode bookkeeping across collects: each env's running return and length, and the
-episodes an env records itself."""
+"""Episode bookkeeping across collects."""
 
 from __future__ import annotations
 
@@ -13,8 +12,8 @@ __all__ = ["EpisodeRecords", "EpisodeTracker"]
 
 @dataclasses.dataclass(frozen=True)
 class EpisodeRecords:
-    """Sums over episodes as an env records them itself (:meth:`rl8.Env.pop_episode_records`),
-    which may differ from what PPO sees (the Atari preset's whole games and unclipped score).
+    """Sums over episodes as an env records them itself (:meth:`rl8.Env.pop_episode_records`;
+    the Atari preset's whole games and unclipped score, unlike what PPO sees).
 
     Attributes:
         return_sum: The sum of the episodes' returns, in the env's own reward.
@@ -27,22 +26,13 @@ class EpisodeRecords:
     count: int = 0
 
     def stat_sums(self, device: torch.device | str) -> dict[str, torch.Tensor]:
-        """``env_episodes/{return_sum,length_sum,count}`` as 0-d float64 tensors on ``device``.
-
-        Args:
-            device: Where the tensors go (one host-to-device copy).
-        """
+        """``env_episodes/{return_sum,length_sum,count}`` as 0-d float64 tensors on ``device``."""
         values = torch.tensor([self.return_sum, self.length_sum, self.count], dtype=torch.float64).to(device)
         return dict(zip(("env_episodes/return_sum", "env_episodes/length_sum", "env_episodes/count"), values.unbind()))
 
 
 class EpisodeTracker:
-    """The return and length so far of each env's current episode, across collects.
-
-    Args:
-        num_envs: Number of envs.
-        device: Device of the running return and length.
-    """
+    """The return and length so far of each of ``num_envs`` envs' current episode (on ``device``)."""
 
     def __init__(self, num_envs: int, device: torch.device | str) -> None:
         self.returns = torch.zeros(num_envs, device=device)
@@ -54,8 +44,8 @@ class EpisodeTracker:
         self.lengths.zero_()
 
     def advance(self, rewards: torch.Tensor, dones: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Advance over one collect; return the sums over the (whole) episodes that ended in
-        it: 0-d float64 ``episodes/return_sum``, ``episodes/length_sum`` and ``episodes/count``.
+        """Advance over one collect; the 0-d float64 ``episodes/{return_sum,length_sum,count}``
+        of the episodes that ended in it.
 
         Args:
             rewards: ``[num_envs, T]`` rewards of the collect.
@@ -88,11 +78,7 @@ class EpisodeTracker:
         return {"episode_return": self.returns.clone(), "episode_length": self.lengths.clone()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`.
-
-        Args:
-            state: What :meth:`state_dict` returned.
-        """
+        """Restore what :meth:`state_dict` returned (``state``)."""
         device = self.returns.device
         self.returns = state["episode_return"].to(device)
         self.lengths = state["episode_length"].to(device)

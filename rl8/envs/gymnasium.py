@@ -34,8 +34,7 @@ __all__ = ["GymnasiumEnv", "GymnasiumEnvFactory"]
 
 def _close_async(vector_env: AsyncVectorEnv) -> None:
     """Close an ``AsyncVectorEnv`` within a bounded time (gymnasium's ``close`` first waits,
-    without a limit, for the call in flight); holds no reference to the env, for
-    :func:`weakref.finalize`."""
+    without a limit, for the call in flight)."""
     pipes = [pipe for pipe in vector_env.parent_pipes if pipe is not None and not pipe.closed]
     try:
         stop_processes(vector_env.processes, pipes, lambda pipe: pipe.send(("close", None)))
@@ -46,8 +45,7 @@ def _close_async(vector_env: AsyncVectorEnv) -> None:
 def _make_vector_env(env: str | Callable[..., gymnasium.Env], num_envs: int, mode: str,
                      kwargs: dict[str, Any],
                      wrappers: Sequence[Callable[[gymnasium.Env], gymnasium.Env]]) -> VectorEnv:
-    """The vector env of ``num_envs`` copies (``SAME_STEP`` autoreset, outputs not copied); an
-    unknown id names the closest registered ones."""
+    """The vector env of ``num_envs`` copies (``SAME_STEP`` autoreset, outputs not copied)."""
     vector_kwargs: dict[str, Any] = {"autoreset_mode": AutoresetMode.SAME_STEP, "copy": False}
     if mode == "async":
         vector_kwargs["shared_memory"] = True
@@ -86,9 +84,8 @@ def _make_vector_env(env: str | Callable[..., gymnasium.Env], num_envs: int, mod
 
 
 class _WorkerErrors:
-    """Takes the place of an AsyncVectorEnv's ``error_queue`` to keep the worker errors, so that
-    :meth:`GymnasiumEnv._call` raises the original exception with the worker's traceback
-    chained (gymnasium raises ``type(exc)(exc)`` and only logs the traceback)."""
+    """An AsyncVectorEnv's ``error_queue`` that keeps the worker errors, to raise the original
+    exception with its traceback (gymnasium raises ``type(exc)(exc)`` and only logs it)."""
 
     def __init__(self, vector_env: AsyncVectorEnv) -> None:
         self._queue = vector_env.error_queue
@@ -115,7 +112,7 @@ class GymnasiumEnv(GymnasiumEnvBase):
     Args:
         num_envs: Number of gymnasium envs stepped together (the batch size), >= 1.
         horizon: Steps PPO collects per env between updates; unused by the adapter.
-        device: Torch device of the returned tensors (from CUDA, via pinned staging buffers).
+        device: Torch device of the returned tensors.
         env: A registered gymnasium id (``"CartPole-v1"``, ``"module:Env-v0"``), or a callable
             (a function or a ``gymnasium.Env`` subclass) that returns one env.
         vectorization_mode: ``"sync"`` (every env in this process), ``"async"`` (one
@@ -191,13 +188,8 @@ class GymnasiumEnv(GymnasiumEnvBase):
 
     def reset(self, *, config: dict[str, Any] | None = None,
               seed: int | None = None) -> torch.Tensor | TensorDictBase:
-        """Reset every gymnasium env and return the first observations ``[num_envs, ...]``.
-
-        Args:
-            config: Only ``None`` or ``{}`` (gymnasium envs are configured by ``env_kwargs``).
-            seed: Sub-env ``i`` gets ``seed + i``; ``None`` continues each env's stream, except
-                on the first reset, seeded from torch's global generator.
-        """
+        """Reset every gymnasium env; sub-env ``i`` gets ``seed + i`` (``None``: each continues its
+        stream, the first reset's seed drawn from torch's global generator). ``config``: only ``{}``."""
         seed = self._reset_seed(config, seed)
         obs, _ = self._call(self.vector_env.reset, seed=seed)
         self._needs_reset = False
@@ -205,13 +197,8 @@ class GymnasiumEnv(GymnasiumEnvBase):
         return self.converter.from_reset(obs)
 
     def step(self, action: torch.Tensor | TensorDictBase) -> TensorDictBase:
-        """Step every gymnasium env once (finished envs auto-reset) and return the step
-        output on :attr:`device`; ``final_obs`` is a tensor of its own, not a view of ``obs``.
-
-        Args:
-            action: A batch of env actions (:mod:`rl8.envs.spaces`) on any device, cast to the
-                space's dtype (not clipped); a TensorDict for Dict action spaces.
-        """
+        """Step every gymnasium env once (finished envs auto-reset) with ``action``, on any device,
+        cast to the space's dtype (not clipped); ``final_obs`` is a tensor of its own."""
         self._check_ready("step")
         obs, rewards, terminated, truncated, infos = self._call(
             self._step_vector_env, self.converter.to_actions(action)
@@ -221,7 +208,6 @@ class GymnasiumEnv(GymnasiumEnvBase):
         return self.converter.from_step(obs, rewards, terminated, truncated, infos)
 
     def _step_vector_env(self, actions: Any) -> tuple[Any, ...]:
-        """One step of the vector env, in async mode waiting at most :attr:`step_timeout_s`."""
         if self.step_timeout_s is None or not isinstance(self.vector_env, AsyncVectorEnv):
             return self.vector_env.step(actions)
         self.vector_env.step_async(actions)
@@ -235,12 +221,8 @@ class GymnasiumEnv(GymnasiumEnvBase):
             raise self._step_timeout(where, "the vector env") from None
 
     def render(self, index: int = 0) -> np.ndarray:
-        """An RGB frame (``uint8``, ``[height, width, 3]``) of sub-env ``index`` (needs
-        ``render_mode="rgb_array"``; in async mode every sub-env renders).
-
-        Args:
-            index: Which sub-env to draw, ``0 <= index < num_envs``.
-        """
+        """An RGB frame of sub-env ``index`` (needs ``render_mode="rgb_array"``; in async mode
+        every sub-env renders)."""
         self._check_render(index)
         if isinstance(self.vector_env, SyncVectorEnv):
             return self._checked_frame(self.vector_env.envs[index].render())
@@ -248,7 +230,7 @@ class GymnasiumEnv(GymnasiumEnvBase):
 
     def close(self) -> None:
         """Close every gymnasium env and end the async workers (terminated, then killed, after
-        2 s); also run on garbage collection and at exit. Safe to call more than once."""
+        2 s); also run on garbage collection and at exit."""
         if getattr(self, "_closed", True):
             return
         self._closed = True
@@ -289,7 +271,6 @@ class GymnasiumEnv(GymnasiumEnvBase):
             raise
 
     def _worker_died(self) -> EnvWorkerDied:
-        """Close the env and return the error naming the async workers that ended."""
         processes = self.vector_env.processes
         ended = multiprocessing.connection.wait([p.sentinel for p in processes], timeout=CLOSE_TIMEOUT_S)
         dead = []

@@ -1,6 +1,5 @@
-"""What the gymnasium adapters share: :class:`GymnasiumEnvBase`, the base of
-:class:`~rl8.envs.gymnasium.GymnasiumEnv` and :class:`~rl8.envs.pool.PoolEnv`, and
-:class:`GymnasiumEnvFactory`, what ``PPO("CartPole-v1")`` builds its env with."""
+"""What the gymnasium adapters (:class:`~rl8.envs.gymnasium.GymnasiumEnv`,
+:class:`~rl8.envs.pool.PoolEnv`) share."""
 
 from __future__ import annotations
 
@@ -25,16 +24,13 @@ def env_label(env: str | Callable[..., gymnasium.Env]) -> str:
 
 
 class GymnasiumEnvBase(Env):
-    """What the gymnasium adapters share: their arguments, the seeds of a reset, the episode
-    records of the sub-envs, rendering checks, a state that is not saved, closing on exit, and
-    :meth:`make_factory`. A subclass also sets ``converter`` in its ``__init__``."""
+    """The base of the gymnasium adapters; a subclass also sets ``converter`` in its ``__init__``."""
 
     episodic = True
 
     def _set_env(self, label: str, env: Any, env_kwargs: dict[str, Any] | None,
                  wrappers: Sequence[Callable[[gymnasium.Env], gymnasium.Env]] | None,
                  render_mode: str | None) -> None:
-        """Check ``env`` and keep the arguments (see :class:`~rl8.envs.gymnasium.GymnasiumEnv`)."""
         if not isinstance(env, str) and not callable(env):
             raise TypeError(
                 f"{label}: env must be a registered gymnasium id or a callable returning a "
@@ -52,8 +48,7 @@ class GymnasiumEnvBase(Env):
         self.metadata.setdefault("render_fps", 30)
 
     def _reset_seed(self, config: dict[str, Any] | None, seed: int | None) -> int | None:
-        """Check :meth:`reset`'s arguments and return the seed of sub-env 0 (sub-env ``i``
-        takes ``seed + i``), drawn from torch's global generator on the first reset."""
+        """The seed of sub-env 0 (sub-env ``i`` takes ``seed + i``), from torch's generator at first."""
         self._check_open()
         if config:
             raise KeyError(
@@ -83,7 +78,6 @@ class GymnasiumEnvBase(Env):
             raise RuntimeError(f"{self.name} is closed (by close(), or after an error in a worker process)")
 
     def _check_ready(self, method: str) -> None:
-        """Refuse a ``method`` call of a closed env, or of one not reset yet."""
         self._check_open()
         if self._needs_reset:
             raise RuntimeError(f"{self.name}.{method} called before reset()")
@@ -97,8 +91,7 @@ class GymnasiumEnvBase(Env):
             )
         if not 0 <= index < self.num_envs:
             raise IndexError(f"{self.name}.render: index {index} not in [0, {self.num_envs})")
-        if self._needs_reset:
-            raise RuntimeError(f"{self.name}.render called before reset()")
+        self._check_ready("render")
 
     def _checked_frame(self, frame: Any) -> np.ndarray:
         frame = np.asarray(frame)
@@ -118,9 +111,8 @@ class GymnasiumEnvBase(Env):
         )
 
     def pop_episode_records(self) -> EpisodeRecords | None:
-        """The episodes that ended since the last call (or :meth:`reset`), forgotten, as the
-        innermost ``RecordEpisodeStatistics`` of each sub-env's wrapper chain recorded them
-        (zeros when none ended); ``None`` when the sub-envs have none."""
+        """The episodes that ended since the last call (or :meth:`reset`), forgotten, as each
+        sub-env's innermost ``RecordEpisodeStatistics`` recorded them; ``None``: none has one."""
         if self._episode_records is None:
             return None
         return_sum, length_sum, count = self._episode_records.tolist()
@@ -128,8 +120,7 @@ class GymnasiumEnvBase(Env):
         return EpisodeRecords(return_sum, length_sum, int(count))
 
     def _add_episode_records(self, infos: dict[str, Any]) -> None:
-        """Add what :class:`~rl8.envs.workers.ReportEpisodeRecords` put in a step's infos (and,
-        under ``final_info``, in those of the sub-envs' auto-resets)."""
+        """Add the records of a step's infos (and of its auto-resets', under ``final_info``)."""
         for info in (infos, infos.get("final_info")):
             if info is not None and EPISODE_RECORDS_KEY in info:
                 self._episode_records += info[EPISODE_RECORDS_KEY].sum(0)
@@ -157,19 +148,14 @@ class GymnasiumEnvBase(Env):
     @classmethod
     def make_factory(cls, env: str | Callable[..., gymnasium.Env],
                      **kwargs: Any) -> GymnasiumEnvFactory:
-        """A callable ``f(num_envs, horizon=None, *, device="cpu")`` that builds the env (what
-        ``PPO("CartPole-v1")`` uses as its env class).
-
-        Args:
-            env: A registered gymnasium id or a callable returning one gymnasium env.
-            **kwargs: The other keyword arguments of the class.
-        """
+        """A :class:`GymnasiumEnvFactory` of this class, ``env`` and the other keyword arguments
+        ``kwargs`` (what ``PPO("CartPole-v1")`` builds with)."""
         return GymnasiumEnvFactory(cls, env, kwargs)
 
 
 class GymnasiumEnvFactory:
-    """Builds gymnasium adapter envs: ``f(num_envs, horizon=None, *, device="cpu")``; a
-    picklable object with the class attributes PPO reads from an env class.
+    """``f(num_envs, horizon=None, *, device="cpu")`` builds an env: a picklable object with
+    the class attributes PPO reads from an env class.
 
     Args:
         cls: The env class to build (``GymnasiumEnv`` or a subclass).

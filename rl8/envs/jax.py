@@ -1,9 +1,5 @@
 """JAX simulators as rl8 envs: gymnax (:class:`GymnaxEnv`) and MuJoCo Playground's MJX tasks
-(:class:`PlaygroundEnv`), their reset and step ``jax.jit``-compiled over a ``jax.vmap`` batch.
-
-Observations, rewards and flags reach torch by DLPack and actions go back the same way, without
-a copy where JAX and torch share the device (``docs/simulators_jax.md`` says what is copied).
-"""
+(:class:`PlaygroundEnv`); tensors cross by DLPack (``docs/simulators_jax.md``)."""
 
 from __future__ import annotations
 
@@ -22,12 +18,7 @@ __all__ = ["JaxEnv", "GymnaxEnv", "PlaygroundEnv", "make_gymnax_env", "make_play
 
 
 def jax_device(device: torch.device) -> Any:
-    """The JAX device whose memory torch ``device`` shares (``cpu`` -> JAX's CPU, ``cuda:i`` ->
-    JAX's GPU ``i``); a ``ValueError`` when JAX has none.
-
-    Args:
-        device: The torch device of the env's tensors.
-    """
+    """The JAX device of torch ``device`` (``cpu``, or ``cuda:i`` -> GPU ``i``); ``ValueError`` if none."""
     import jax  # optional (rl8[gymnax], rl8[playground])
 
     platform = {"cpu": "cpu", "cuda": "gpu"}.get(device.type)
@@ -44,11 +35,7 @@ def jax_device(device: torch.device) -> Any:
 
 
 def seed_key(seed: int) -> Any:
-    """A ``jax.random.PRNGKey`` of the 64-bit ``seed`` (both 32-bit halves kept).
-
-    Args:
-        seed: An int in ``[0, 2**64)``.
-    """
+    """A ``jax.random.PRNGKey`` of the 64-bit int ``seed`` (both 32-bit halves kept)."""
     import jax.numpy as jnp  # optional
 
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64:
@@ -59,11 +46,8 @@ def seed_key(seed: int) -> Any:
 class JaxEnv(Env):
     """An episodic batched env whose reset and step are pure JAX functions of a batch of
     states, compiled once (``jax.jit``) and run on the JAX device matching :attr:`device`.
-
     Subclasses set the spaces (``Box`` or ``Discrete`` actions; ``Box`` or ``Dict`` of ``Box``
-    observations) and implement :meth:`reset_batch` and :meth:`step_batch`; this class owns
-    the random key (split anew at every call), the casts, the action clipping, the auto-reset
-    outputs' shapes and the DLPack hand-over.
+    observations) and implement :meth:`reset_batch` and :meth:`step_batch`.
 
     Args:
         num_envs: Number of environments simulated in parallel.
@@ -87,30 +71,21 @@ class JaxEnv(Env):
 
     @abstractmethod
     def reset_batch(self, keys: Any, params: Any) -> tuple[Any, Any]:
-        """``(state, obs)`` of ``num_envs`` fresh episodes, a pure JAX function.
-
-        Args:
-            keys: ``[num_envs, 2]`` uint32 random keys, one per env.
-            params: The env parameters (:attr:`params`, a pytree).
-        """
+        """``(state, obs)`` of ``num_envs`` fresh episodes, a pure JAX function of ``keys``,
+        ``[num_envs, 2]`` uint32 random keys, and ``params``, the env parameters (a pytree)."""
 
     @abstractmethod
     def step_batch(self, keys: Any, state: Any, action: Any, params: Any) -> tuple[Any, dict[str, Any]]:
         """``(state, out)``: one step of every env, finished ones reset (a pure JAX function);
-        ``out`` holds ``obs``, ``final_obs``, ``rewards``, ``terminated``, ``truncated`` with
-        leading dim ``num_envs`` (any float/bool-like dtype; the caller casts).
+        ``out`` holds the step contract's keys, ``[num_envs, ...]`` of any float/bool-like dtype.
 
-        Args:
-            keys: ``[num_envs, 2]`` uint32 random keys, one per env.
-            state: The batch of states.
-            action: ``[num_envs, *shape]`` actions, clipped to a ``Box``'s bounds.
-            params: The env parameters (:attr:`params`, a pytree).
+        ``keys`` and ``params`` are :meth:`reset_batch`'s, ``state`` the batch of states and
+        ``action`` ``[num_envs, *shape]`` actions, clipped to a ``Box``'s bounds.
         """
 
     @property
     def max_episode_steps(self) -> int | None:
-        """Steps after which an episode is truncated (``None``: no limit known); evaluations run
-        this long."""
+        """Steps after which an episode is truncated (``None``: unknown); evaluations run this long."""
         return None
 
     def configure(self, config: dict[str, Any] | None) -> Any:
@@ -119,7 +94,6 @@ class JaxEnv(Env):
         return self.params
 
     def batched_reset(self, key: Any, params: Any) -> tuple[Any, Any, Any]:
-        """``(key, state, obs)``: :meth:`reset_batch` with keys split from ``key``, obs cast."""
         import jax
 
         key, sub = jax.random.split(key)
@@ -127,8 +101,7 @@ class JaxEnv(Env):
         return key, state, self.cast_obs(obs)
 
     def batched_step(self, key: Any, state: Any, action: Any, params: Any) -> tuple[Any, Any, dict[str, Any]]:
-        """``(key, state, out)``: :meth:`step_batch` with keys split from ``key``, its outputs
-        in the step contract's dtypes and shapes (rewards ``[N, 1]`` float32, flags bool)."""
+        """:meth:`step_batch` with keys split from ``key``, in the step contract's dtypes and shapes."""
         import jax
         import jax.numpy as jnp
 
@@ -169,12 +142,8 @@ class JaxEnv(Env):
 
     def reset(self, *, config: dict[str, Any] | None = None,
               seed: int | None = None) -> torch.Tensor | TensorDictBase:
-        """Reset every sub-env (``docs/envs.md``); ``seed`` makes a new JAX key.
-
-        Args:
-            config: Env parameters to use from now on (see the subclass); ``None`` keeps them.
-            seed: Seed of the env's JAX key, in ``[0, 2**64)``; ``None`` continues its stream.
-        """
+        """Reset every sub-env; ``seed``, in ``[0, 2**64)``, makes a new JAX key (``config``: see the
+        subclass)."""
         import jax
 
         self.params = self.configure(config)
@@ -200,12 +169,7 @@ class JaxEnv(Env):
         return {"leaves": [torch.from_dlpack(leaf).clone() for leaf in leaves]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` into an env that was reset (which fixes the state's
-        structure); a ``ValueError`` names a leaf of another shape or dtype.
-
-        Args:
-            state: The env state read from a checkpoint.
-        """
+        """Restore :meth:`state_dict` into an env that was reset; a ``ValueError`` names a bad leaf."""
         import jax
         import jax.numpy as jnp
 
@@ -226,17 +190,12 @@ class JaxEnv(Env):
 
 
 class GymnaxEnv(JaxEnv):
-    """A gymnax environment (``gymnax.make(env_id)``), batched with ``jax.vmap``.
+    """A gymnax environment (``gymnax.make(env_id)``), batched with ``jax.vmap``; config keys of
+    :meth:`reset` are the fields of its ``EnvParams`` (``{"gravity": 12.0}``).
 
-    gymnax's own ``step`` resets finished envs and reports ``terminated``, ``truncated`` (its
-    time limit, ``max_steps_in_episode``) and the ``final_observation`` apart. Config keys of
-    :meth:`reset` are the fields of the env's ``EnvParams`` (``{"gravity": 12.0}``), traced
-    by ``jax.jit`` (a new value needs no recompile).
+    ``num_envs``, ``horizon`` and ``device`` are :class:`JaxEnv`'s.
 
     Args:
-        num_envs: Number of environments simulated in parallel.
-        horizon: Steps PPO collects per env between updates (unused), or ``None``.
-        device: Torch device; JAX must have the same one.
         env_id: A gymnax env id (``gymnax.registered_envs``), e.g. ``"CartPole-v1"``.
         env_kwargs: Keyword arguments of ``gymnax.make``.
     """
@@ -283,19 +242,14 @@ class GymnaxEnv(JaxEnv):
 
 class PlaygroundEnv(JaxEnv):
     """A MuJoCo Playground task (``mujoco_playground.registry.load(env_id)``), batched with
-    ``jax.vmap``; the adapter counts the episode's steps and auto-resets.
+    ``jax.vmap``. An episode ends when the task says ``done`` (``terminated``) or after
+    ``episode_length`` steps (``truncated``; :meth:`reset`'s only config key); finished envs
+    restart from a fresh ``reset``. Observation groups (``state``, ``privileged_state``) make a
+    ``Dict`` space; actions are ``Box(-1, 1)``, clipped.
 
-    An episode ends when the task says ``done`` (``terminated``) or after ``episode_length``
-    steps (``truncated``; the task config's value, and :meth:`reset`'s only config key, traced
-    by ``jax.jit``); ``final_obs`` is the observation the step reached. Finished envs restart
-    from a fresh ``reset`` with a new key (computed only on steps where some env finished).
-    Observations that are a dict of groups (``state``, ``privileged_state``) make a ``Dict``
-    space; actions are ``Box(-1, 1)``, clipped.
+    ``num_envs``, ``horizon`` and ``device`` are :class:`JaxEnv`'s.
 
     Args:
-        num_envs: Number of environments simulated in parallel.
-        horizon: Steps PPO collects per env between updates (unused), or ``None``.
-        device: Torch device; JAX must have the same one.
         env_id: A Playground env name (``registry.ALL_ENVS``), e.g. ``"CartpoleBalance"``.
         config_overrides: Entries of the task's config to change, flattened
             (``{"impl": "jax", "episode_length": 500}``); ``impl="jax"`` runs MJX in JAX,
@@ -366,27 +320,13 @@ class PlaygroundEnv(JaxEnv):
 
 def make_gymnax_env(task: str, num_envs: int, horizon: int | None, *, device: torch.device | str,
                     **env_kwargs: Any) -> Env:
-    """The named task ``gymnax:<task>``: a :class:`GymnaxEnv` of gymnax's env ``task``.
-
-    Args:
-        task: A gymnax env id, e.g. ``"CartPole-v1"``.
-        num_envs: Number of environments simulated in parallel.
-        horizon: Steps PPO collects per env between updates, or ``None``.
-        device: Torch device of the env's tensors.
-        env_kwargs: Keyword arguments of ``gymnax.make``.
-    """
+    """The named task ``gymnax:<task>``: ``GymnaxEnv(num_envs, horizon, device=device,
+    env_id=task, **env_kwargs)`` (:class:`GymnaxEnv` says what each argument means)."""
     return GymnaxEnv(num_envs, horizon, device=device, env_id=task, **env_kwargs)
 
 
 def make_playground_env(task: str, num_envs: int, horizon: int | None, *, device: torch.device | str,
                         **env_kwargs: Any) -> Env:
-    """The named task ``playground:<task>``: a :class:`PlaygroundEnv` of Playground's ``task``.
-
-    Args:
-        task: A MuJoCo Playground env name, e.g. ``"CartpoleBalance"``.
-        num_envs: Number of environments simulated in parallel.
-        horizon: Steps PPO collects per env between updates, or ``None``.
-        device: Torch device of the env's tensors.
-        env_kwargs: Keyword arguments of :class:`PlaygroundEnv` (``config_overrides``).
-    """
+    """The named task ``playground:<task>``: ``PlaygroundEnv(num_envs, horizon, device=device,
+    env_id=task, **env_kwargs)`` (:class:`PlaygroundEnv` says what each argument means)."""
     return PlaygroundEnv(num_envs, horizon, device=device, env_id=task, **env_kwargs)

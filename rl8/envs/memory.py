@@ -16,17 +16,14 @@ __all__ = ["Memory"]
 
 
 class Memory(Env):
-    """Remember which of ``num_cues`` cues was shown and name it ``delay`` steps later.
+    """Remember which of ``num_cues`` cues was shown and name it ``delay`` steps later: the first
+    observation shows the cue (one-hot); the last entry is 1.0 on the final step, when the action
+    must name the cue for a reward of 1.0 (``docs/envs.md``). ``reset(config={"delay": ...})``
+    sets the delay.
 
-    The first observation of an episode shows the cue (one-hot); the last entry is 1.0 on the
-    final step, when the action must name the cue for a reward of 1.0 (``docs/envs.md``). A
-    policy without memory cannot beat ``1 / num_cues``. ``reset(config={"delay": ...})`` sets
-    the delay.
+    Built as :class:`~rl8.envs.base.Env` (``num_envs`` episodes; ``horizon`` unused), and:
 
     Args:
-        num_envs: Number of episodes played in parallel.
-        horizon: Unused; accepted for the :class:`~rl8.envs.base.Env` contract.
-        device: Torch device of the simulation.
         delay: Steps between the cue and the answer (the episode lasts ``delay + 1`` steps).
         num_cues: Number of distinct cues (and of actions), >= 2.
     """
@@ -60,23 +57,14 @@ class Memory(Env):
         return torch.randint(self.num_cues, (self.num_envs,), generator=self._generator, device=self.device)
 
     def reset(self, *, config: dict[str, Any] | None = None, seed: int | None = None) -> torch.Tensor:
-        """Start a new episode with a new cue in every sub-env; return the first observations.
-
-        Args:
-            config: ``{"delay": int}`` to use from now on; ``None`` keeps the current delay.
-            seed: Seed of the env's random number generator; ``None`` continues its stream.
-        """
+        """Start a new episode with a new cue in every sub-env (``config``: ``{"delay": int}``)."""
         self._apply_reset_args(config, seed)
         self._cue = self._new_cues()
         self._t = torch.zeros_like(self._t)
         return self._table[self._cue, self._t]
 
     def step(self, action: torch.Tensor) -> TensorDict:
-        """Advance every episode by one step; score the answer on the final step.
-
-        Args:
-            action: ``[num_envs]`` int64 tensor of cue indices (the answer).
-        """
+        """Advance every episode by one step; score the answer (``action``: cue indices) on the last."""
         n = self.num_envs
         answer = self._t == self.params["delay"]
         correct = answer & (action.reshape(n) == self._cue)

@@ -1,7 +1,5 @@
-"""mjlab's tasks (Isaac Lab's manager API on MuJoCo Warp) as rl8 envs: ``PPO("mjlab:<task id>")``
-builds the task's env from mjlab's registry and wraps it in :class:`~rl8.envs.rsl_rl.RslRlEnv`
-(``docs/simulators_mjlab.md``). mjlab is an extra (``pip install rl8[mjlab]``): it is imported
-only when a task is built."""
+"""mjlab's tasks (Isaac Lab's manager API on MuJoCo Warp) as rl8 envs, ``PPO("mjlab:<task id>")``
+(``docs/simulators_mjlab.md``); mjlab, an extra, is imported only when a task is built."""
 
 from __future__ import annotations
 
@@ -31,12 +29,8 @@ def _load_task(task: str) -> None:
 
 
 def mjlab_runner_cfg(task: str) -> dict[str, Any]:
-    """The rsl_rl runner config mjlab registers for ``task`` (its tuned hyper-parameters), as the
-    dict mjlab's ``train.py`` hands rsl_rl; ``rl8.presets.from_rsl_rl`` turns it into rl8's.
-
-    Args:
-        task: An mjlab task id, e.g. ``"Mjlab-Cartpole-Balance"``.
-    """
+    """The rsl_rl runner config mjlab registers for the task id ``task`` (its tuned hyper-parameters),
+    as the dict mjlab's ``train.py`` hands rsl_rl; ``rl8.presets.from_rsl_rl`` turns it into rl8's."""
     from mjlab.tasks.registry import load_rl_cfg
 
     _load_task(task)
@@ -49,10 +43,9 @@ def make_mjlab_env(task: str, num_envs: int, horizon: int | None = None, *, devi
                    env_cfg: Any = None) -> RslRlEnv:
     """mjlab's task ``task`` on ``num_envs`` envs, as an rl8 env (``PPO("mjlab:<task>")``).
 
-    The env config comes from mjlab's registry (``load_env_cfg``), the env is mjlab's
-    ``ManagerBasedRlEnv`` behind its ``RslRlVecEnvWrapper``, the observation groups (``actor``,
-    ``critic``) become a ``Dict`` observation space. Warp simulates on ``device``: a CUDA device,
-    or the CPU (hide CUDA with ``CUDA_VISIBLE_DEVICES=""`` before mjlab is imported).
+    The env is mjlab's ``ManagerBasedRlEnv`` behind its ``RslRlVecEnvWrapper``, its observation
+    groups (``actor``, ``critic``) a ``Dict`` space. Warp simulates on ``device``: CUDA, or the
+    CPU (hide CUDA with ``CUDA_VISIBLE_DEVICES=""`` before mjlab is imported).
 
     Args:
         task: An mjlab task id, e.g. ``"Mjlab-Cartpole-Balance"``.

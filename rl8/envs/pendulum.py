@@ -24,10 +24,7 @@ class Pendulum(PhysicsEnv):
     (s per step, 0.05), ``max_speed`` (rad/s, 8.0), ``max_torque`` (N m, 2.0) and
     ``max_episode_steps`` (200), the same for all sub-envs.
 
-    Args:
-        num_envs: Number of pendulums simulated in parallel.
-        horizon: Unused; accepted for the :class:`~rl8.envs.base.Env` contract.
-        device: Torch device of the simulation.
+    Built as :class:`~rl8.envs.base.Env` (``num_envs`` pendulums; ``horizon`` unused).
 
     Attributes:
         state: ``[num_envs, 2]`` float32 ``(theta, theta_dot)``, ``theta`` not wrapped; assign
@@ -60,11 +57,8 @@ class Pendulum(PhysicsEnv):
         return torch.stack((torch.cos(theta), torch.sin(theta), theta_dot), 1)
 
     def step(self, action: torch.Tensor) -> TensorDict:
-        """Apply a torque to every pendulum and advance the simulation by ``dt`` seconds.
-
-        Args:
-            action: ``[num_envs, 1]`` float torques (N m), clipped to ``[-max_torque, max_torque]``.
-        """
+        """Apply the torques ``action`` (``[num_envs, 1]``, N m, clipped to ``max_torque``) and
+        advance the simulation by ``dt`` seconds."""
         p = self.params
         n = self.num_envs
         theta, theta_dot = self.state.unbind(1)
@@ -94,12 +88,7 @@ class Pendulum(PhysicsEnv):
         })
 
     def render(self, index: int = 0) -> np.ndarray:
-        """Draw sub-env ``index`` as a ``uint8`` RGB frame ``[500, 500, 3]`` spanning
-        ``[-2.2, 2.2]`` m around the pivot.
-
-        Args:
-            index: Which sub-env to draw.
-        """
+        """Sub-env ``index`` as a ``uint8`` RGB frame ``[500, 500, 3]``, ``[-2.2, 2.2]`` m around the pivot."""
         theta = float(self.state[index, 0].cpu())
         size = 500
         scale = size / (2 * 2.2)  # pixels per metre

@@ -1,6 +1,5 @@
 """The shared frame of the built-in simulated envs (:class:`~rl8.envs.CartPole`,
-:class:`~rl8.envs.Pendulum`): numeric parameters set with ``reset(config=...)``, a seeded
-generator, a state tensor and a step counter per sub-env."""
+:class:`~rl8.envs.Pendulum`)."""
 
 from __future__ import annotations
 
@@ -14,13 +13,10 @@ from rl8.fields import check_int
 
 
 class PhysicsEnv(Env):
-    """A batch of simulations of one physical system. Subclasses set :attr:`default_params`
-    and implement :meth:`_initial_state`, :meth:`_observe` and :meth:`_use_params`.
-
-    Args:
-        num_envs: Number of systems simulated in parallel.
-        horizon: Unused; accepted for the :class:`~rl8.envs.base.Env` contract.
-        device: Torch device of the simulation.
+    """A batch of simulations of one physical system, built as :class:`~rl8.envs.base.Env`
+    (``horizon`` unused): numeric parameters set with ``reset(config=...)``, a seeded generator,
+    a state and a step counter per sub-env. Subclasses set :attr:`default_params` and implement
+    :meth:`_initial_state`, :meth:`_observe` and :meth:`_use_params`.
 
     Attributes:
         params: The parameters in use (floats, ``max_episode_steps`` an int).
@@ -52,19 +48,14 @@ class PhysicsEnv(Env):
         """Derive what the simulation needs from newly set (validated) parameters."""
 
     def _initial_state(self) -> torch.Tensor:
-        """``[num_envs, ...]`` states of fresh episodes, drawn from the env's generator."""
+        """``[num_envs, ...]`` states of fresh episodes, drawn from ``self._generator``."""
         raise NotImplementedError
 
     def _observe(self, state: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
     def reset(self, *, config: dict[str, Any] | None = None, seed: int | None = None) -> torch.Tensor:
-        """Reset every sub-env and return the first observations.
-
-        Args:
-            config: Physical parameters to use from now on (see the class); ``None`` keeps them.
-            seed: Seed of the env's random number generator; ``None`` continues its stream.
-        """
+        """Reset every sub-env (``config``: the physical parameters, see the class)."""
         self._apply_reset_args(config, seed)
         self.state = self._initial_state()
         self.steps.zero_()

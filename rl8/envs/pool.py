@@ -1,6 +1,5 @@
 """A pool of worker processes stepping gymnasium envs, with batched inference over ready envs:
-:class:`PoolEnv` (``docs/collection.md``). Observations and actions live in shared memory; the
-pipes carry only sub-env ids."""
+:class:`PoolEnv` (``docs/collection.md``)."""
 
 from __future__ import annotations
 
@@ -27,7 +26,7 @@ from rl8.envs.base import ReadyEnvs
 from rl8.envs.converter import GymnasiumConverter, rows, set_rows
 from rl8.envs.gymnasium_base import GymnasiumEnvBase
 from rl8.envs.pool_worker import (
-    GUARD_ADVICE, STEP, Shared, WORKER_NAME, check_main_module, read_message, send_close, send_message, split,
+    GUARD_ADVICE, STEP, Shared, WORKER_NAME, check_main_module, read_message, send_message, split,
     worker,
 )
 from rl8.envs.workers import (
@@ -55,15 +54,11 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
     block of sub-envs, that PPO collects from as they get ready; a script must build it under an
     ``if __name__ == "__main__":`` guard (``docs/collection.md``).
 
+    ``num_envs``, ``horizon``, ``device``, ``env``, ``env_kwargs``, ``wrappers`` and
+    ``render_mode`` are :class:`~rl8.envs.gymnasium.GymnasiumEnv`'s (``env`` and ``wrappers``
+    picklable); ``vectorization_mode`` is ``"pool"``, the value that selects this class.
+
     Args:
-        num_envs: Number of gymnasium envs (the batch size), >= 1.
-        horizon: Unused by the env.
-        device: Torch device of the returned tensors.
-        env: A registered gymnasium id or a picklable callable returning one gymnasium env.
-        vectorization_mode: ``"pool"`` (the value that selects this class).
-        env_kwargs: Keyword arguments of each gymnasium env.
-        wrappers: Picklable gymnasium wrappers applied, in order, to each env.
-        render_mode: Gymnasium render mode of each env (``"rgb_array"`` enables :meth:`render`).
         num_workers: Worker processes, >= 1, at most ``num_envs``; ``None``:
             ``min(num_envs, os.cpu_count())``.
         min_batch_size: The fewest ready envs the rollout acts on at once, >= 1, at most
@@ -94,7 +89,21 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
         if getattr(vectorization_mode, "value", vectorization_mode) != "pool":
             raise ValueError(f"PoolEnv: vectorization_mode must be 'pool', got {vectorization_mode!r}")
         self._set_env("PoolEnv", env, env_kwargs, wrappers, render_mode)
-        self._set_batching(num_envs, num_workers, min_batch_size, max_batch_size, max_wait_s)
+        num_workers = _int_or("num_workers", num_workers, min(num_envs, os.cpu_count() or 1))
+        self.num_workers = min(num_workers, num_envs)
+        min_batch_size = _int_or("min_batch_size", min_batch_size, max(1, num_envs // 2))
+        self.min_batch_size = min(min_batch_size, num_envs)
+        given_max = _int_or("max_batch_size", max_batch_size, num_envs)
+        if given_max < min_batch_size:
+            raise ValueError(
+                f"PoolEnv: max_batch_size must be >= min_batch_size={min_batch_size}, got {given_max}"
+            )
+        self.max_batch_size = min(given_max, num_envs)
+        if max_wait_s is not None and (
+            isinstance(max_wait_s, bool) or not isinstance(max_wait_s, (int, float)) or not max_wait_s >= 0
+        ):
+            raise ValueError(f"PoolEnv: max_wait_s must be a number of seconds >= 0 or None, got {max_wait_s!r}")
+        self.max_wait_s = None if max_wait_s is None else float(max_wait_s)
         self.step_timeout_s = check_step_timeout("PoolEnv", step_timeout_s)
         self.vectorization_mode = "pool"
         check_main_module(self.name)
@@ -127,29 +136,9 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
             self.close()
             raise
 
-    def _set_batching(self, num_envs: int, num_workers: int | None, min_batch_size: int | None,
-                      max_batch_size: int | None, max_wait_s: float | None) -> None:
-        """Check the worker and batch options (see the class) and set them, capped at ``num_envs``."""
-        num_workers = _int_or("num_workers", num_workers, min(num_envs, os.cpu_count() or 1))
-        self.num_workers = min(num_workers, num_envs)
-        min_batch_size = _int_or("min_batch_size", min_batch_size, max(1, num_envs // 2))
-        self.min_batch_size = min(min_batch_size, num_envs)
-        given_max = _int_or("max_batch_size", max_batch_size, num_envs)
-        if given_max < min_batch_size:
-            raise ValueError(
-                f"PoolEnv: max_batch_size must be >= min_batch_size={min_batch_size}, got {given_max}"
-            )
-        self.max_batch_size = min(given_max, num_envs)
-        if max_wait_s is not None and (
-            isinstance(max_wait_s, bool) or not isinstance(max_wait_s, (int, float)) or not max_wait_s >= 0
-        ):
-            raise ValueError(f"PoolEnv: max_wait_s must be a number of seconds >= 0 or None, got {max_wait_s!r}")
-        self.max_wait_s = None if max_wait_s is None else float(max_wait_s)
-
     def _start_workers(self, obs_space: gymnasium.Space, action_space: gymnasium.Space, ctx: Any,
                        make_env_pickle: bytes) -> None:
-        """Make the shared memory and the bookkeeping of the workers, start one worker process
-        per block of sub-envs and wait until each reports ready."""
+        """Start one worker process per block of sub-envs, sharing memory, and wait until each is ready."""
         num_envs = self.num_envs
         self._shared = Shared(obs_space, action_space, num_envs, ctx)
         self._views = self._shared.views()
@@ -157,6 +146,7 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
         self._owner = np.concatenate([np.full(len(b), w) for w, b in enumerate(self.env_blocks)])
         self._pipes: list[Connection] = []
         self._processes: list[Any] = []
+        send_close = functools.partial(send_message, kind="close", payload=None)
         self._finalizer = weakref.finalize(self, stop_processes, self._processes, self._pipes,
                                            send_close)
         self._closed = False
@@ -194,16 +184,12 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
 
     def reset(self, *, config: dict[str, Any] | None = None,
               seed: int | None = None) -> torch.Tensor | TensorDictBase:
-        """Reset every sub-env (those still stepping finish first) and return the first
-        observations, as :meth:`GymnasiumEnv.reset <rl8.envs.gymnasium.GymnasiumEnv.reset>`.
-
-        Args:
-            config: Only ``None`` or ``{}``.
-            seed: Sub-env ``i`` gets ``seed + i``; ``None`` continues each env's stream, except
-                on the first reset, seeded from torch's global generator.
-        """
+        """Reset every sub-env (those still stepping finish first), as
+        :meth:`GymnasiumEnv.reset <rl8.envs.gymnasium.GymnasiumEnv.reset>`."""
         seed = self._reset_seed(config, seed)
-        self._drain()
+        while self._stepping.any():  # sub-envs still stepping: wait, and forget their outputs
+            self._wait_for_steps(None)
+        self._ready = []
         for w, block in enumerate(self.env_blocks):
             self._send(w, "reset", [(i, None if seed is None else seed + i) for i in block])
         self._await_replies(range(self.num_workers), "reset")
@@ -212,11 +198,7 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
         return self.converter.from_reset(self._views["obs"])
 
     def step(self, action: torch.Tensor | TensorDictBase) -> TensorDictBase:
-        """Step every sub-env once (send all, receive all) and return their step output.
-
-        Args:
-            action: A batch of ``num_envs`` env actions.
-        """
+        """Step every sub-env once with ``action`` (send all, receive all)."""
         if self._stepping.any() or self._ready:
             raise RuntimeError(f"{self.name}.step: sub-envs are stepping (send/recv in use); "
                                "receive them all first")
@@ -225,8 +207,7 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
         return self.recv(n, n, None)[1]
 
     def send(self, env_ids: torch.Tensor, actions: torch.Tensor | TensorDictBase) -> None:
-        """Write the actions of the sub-envs ``env_ids`` into shared memory and ask their
-        workers to step them (:meth:`rl8.envs.base.ReadyEnvs.send`)."""
+        """Start the steps of the sub-envs ``env_ids`` (:meth:`rl8.envs.base.ReadyEnvs.send`)."""
         self._check_ready("send")
         ids = np.asarray(env_ids.cpu() if isinstance(env_ids, torch.Tensor) else env_ids, dtype=np.int64)
         if ids.ndim != 1 or (ids.size and (ids.min() < 0 or ids.max() >= self.num_envs)):
@@ -250,8 +231,7 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
     def recv(
         self, min_batch_size: int, max_batch_size: int, max_wait_s: float | None
     ) -> tuple[torch.Tensor, TensorDictBase]:
-        """The step outputs of sub-envs whose step is done, the oldest first
-        (:meth:`rl8.envs.base.ReadyEnvs.recv`)."""
+        """The step outputs of sub-envs whose step is done (:meth:`rl8.envs.base.ReadyEnvs.recv`)."""
         self._check_open()
         pending = int(self._stepping.sum()) + len(self._ready)
         if pending == 0:
@@ -279,20 +259,15 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
         return torch.from_numpy(ids), out
 
     def render(self, index: int = 0) -> np.ndarray:
-        """An RGB frame (``uint8``, ``[height, width, 3]``) of sub-env ``index``, drawn by its
-        worker (needs ``render_mode="rgb_array"``).
-
-        Args:
-            index: Which sub-env to draw, ``0 <= index < num_envs``.
-        """
+        """An RGB frame of sub-env ``index``, drawn by its worker (needs ``render_mode="rgb_array"``)."""
         self._check_render(index)
         w = int(self._owner[index])
         self._send(w, "render", index)
         return self._checked_frame(self._await_replies([w], "frame")[w])
 
     def close(self) -> None:
-        """Ask every worker to exit, terminate (then kill) those still running after 2 s, and
-        reap them all; also run on garbage collection and at exit. Safe to call more than once."""
+        """Ask every worker to exit, terminate (then kill) those still running after 2 s; also
+        run on garbage collection and at exit."""
         if getattr(self, "_closed", True):
             return
         self._closed = True
@@ -317,8 +292,7 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
             self._worker_died(worker)
 
     def _poll(self, timeout: float | None) -> None:
-        """Wait up to ``timeout`` seconds (``None``: until something happens) for messages or
-        a worker's exit, then handle every message that arrived."""
+        """Wait up to ``timeout`` seconds (``None``: no limit) for messages or a worker's exit; handle them."""
         died = []
         for key, _ in self._selector.select(timeout):
             kind, w = key.data
@@ -351,7 +325,6 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
             self._replies[worker] = (kind, payload)
 
     def _await_replies(self, workers: Sequence[int], kind: str) -> dict[int, Any]:
-        """Wait for the answer ``kind`` of each of ``workers`` (step reports are kept)."""
         answers = {}
         for w in workers:
             while w not in self._replies:
@@ -361,15 +334,8 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
                 raise RuntimeError(f"{self.name}: worker {w} answered {got!r}, expected {kind!r}")
         return answers
 
-    def _drain(self) -> None:
-        """Wait for the sub-envs still stepping and forget their outputs."""
-        while self._stepping.any():
-            self._wait_for_steps(None)
-        self._ready = []
-
     def _wait_for_steps(self, timeout: float | None) -> None:
-        """:meth:`_poll` for at most ``timeout`` seconds and the first step deadline of a busy
-        worker; then raise ``EnvStepTimeout`` for a worker past it with nothing to read."""
+        """:meth:`_poll` until ``timeout`` or the first step deadline; ``EnvStepTimeout`` past it."""
         if self.step_timeout_s is None:
             self._poll(timeout)
             return

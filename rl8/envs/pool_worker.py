@@ -1,5 +1,4 @@
-"""The worker processes of :class:`~rl8.envs.pool.PoolEnv`: their loop (:func:`worker`), shared
-memory, pipe messages, the split of sub-envs, stopping them, and the main-module check."""
+"""The worker processes of :class:`~rl8.envs.pool.PoolEnv` and what they share with the learner."""
 
 from __future__ import annotations
 
@@ -38,7 +37,7 @@ def send_message(pipe: Connection, kind: str, payload: Any) -> None:
 
 
 def read_message(data: bytes) -> tuple[str, Any]:
-    """``(kind, payload)`` of a message received as bytes (see ``STEP``)."""
+    """``(kind, payload)`` of a message received as bytes."""
     tag = data[:1]
     if tag == _STEPPED:
         return "stepped", int.from_bytes(data[1:], "little")
@@ -53,15 +52,9 @@ GUARD_ADVICE = (
 )
 
 
-def _is_main_test(node: ast.AST) -> bool:
-    """Whether ``node`` is ``__name__ == "__main__"`` (either way round)."""
-    return ast.unparse(node) in ("__name__ == '__main__'", "'__main__' == __name__")
-
-
 def _unguarded_line(main: Any) -> int | None:
-    """The top-level line of the main script that is building the pool when it is outside an
-    ``if __name__ == "__main__":`` body (every worker would run it again), else (or when that
-    cannot be told) ``None``."""
+    """The line of the main script building the pool when it is outside an ``if __name__ ==
+    "__main__":`` body (every worker would run it again), else (or when unknown) ``None``."""
     frame = inspect.currentframe()
     while frame is not None and not (frame.f_globals is vars(main) and frame.f_code.co_name == "<module>"):
         frame = frame.f_back
@@ -74,21 +67,18 @@ def _unguarded_line(main: Any) -> int | None:
             tree = ast.parse(f.read())
     except (OSError, SyntaxError, ValueError):
         return None
+    guards = ("__name__ == '__main__'", "'__main__' == __name__")
     for node in ast.walk(tree):
-        if isinstance(node, ast.If) and node.body and any(_is_main_test(n) for n in ast.walk(node.test)):
+        if isinstance(node, ast.If) and node.body and any(ast.unparse(n) in guards for n in ast.walk(node.test)):
             if node.body[0].lineno <= line <= (node.body[-1].end_lineno or node.body[-1].lineno):
                 return None
     return line
 
 
 def check_main_module(label: str) -> None:
-    """Refuse, saying what to do, to start pool workers from a main program that each worker
-    would run again (``forkserver``) and could not: one read from stdin, or a script that
-    builds the pool at its top level (``docs/collection.md``).
-
-    Args:
-        label: The env's name, for the message.
-    """
+    """Refuse, naming the env ``label`` and saying what to do, to start pool workers from a main
+    program that each worker would run again (``forkserver``) and could not: one read from
+    stdin, or a script that builds the pool at its top level (``docs/collection.md``)."""
     if mp.current_process().name.startswith(WORKER_NAME):  # (a daemon: it cannot start a pool anyway)
         raise RuntimeError(
             f"{label}: a pool worker process is running the main script again (as multiprocessing's "
@@ -153,8 +143,7 @@ class Shared:
 
 
 def _step_env(env: gymnasium.Env, current: int, shared: Shared, views: dict[str, np.ndarray]) -> None:
-    """In a worker: step sub-env ``current`` (``env``) with its action from shared memory,
-    auto-resetting it when its episode ends, and write what it returned to shared memory."""
+    """Step sub-env ``current`` (``env``) with its action, auto-resetting it, in shared memory."""
     space, records = shared.observation_space, views["episode_records"]
     obs, reward, terminated, truncated, info = env.step(rows(views["actions"], current))
     reports = isinstance(env, ReportEpisodeRecords)
@@ -177,15 +166,8 @@ def worker(worker: int, env_ids: range, make_env_pickle: bytes, shared: Shared, 
     serves the learner's commands on ``pipe`` until ``("close", None)``: ``("step", ids)``
     (each sub-env reported by ``("stepped", i)`` when done), ``("reset", [(i, seed), ...])``
     and ``("render", i)``; an exception is reported as ``("error", (i, exc, traceback))``.
-    SIGINT is ignored: the learner closes the workers on Ctrl-C.
-
-    Args:
-        worker: The worker's index.
-        env_ids: The sub-envs it owns.
-        make_env_pickle: The pickled env maker.
-        shared: The pool's shared memory.
-        pipe: The worker's end of its pipe to the learner.
-    """
+    SIGINT is ignored: the learner closes the workers on Ctrl-C. ``worker`` is its index,
+    ``shared`` the pool's shared memory."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     views = shared.views()
     space = shared.observation_space
@@ -235,7 +217,3 @@ def worker(worker: int, env_ids: range, make_env_pickle: bytes, shared: Shared, 
             except Exception:
                 pass
         pipe.close()
-
-
-def send_close(pipe: Connection) -> None:
-    send_message(pipe, "close", None)

@@ -1,6 +1,5 @@
-"""rsl_rl's ``VecEnv`` interface (Isaac Lab's and mjlab's ``RslRlVecEnvWrapper``, Genesis's
-examples, MuJoCo Playground's torch wrapper) as an rl8 :class:`~rl8.envs.base.Env`, duck-typed:
-rsl_rl is not imported (``docs/simulators.md``)."""
+"""rsl_rl's ``VecEnv`` interface (Isaac Lab, mjlab, Genesis, MuJoCo Playground's torch wrapper)
+as an rl8 :class:`~rl8.envs.base.Env`, duck-typed: rsl_rl is not imported (``docs/simulators.md``)."""
 
 from __future__ import annotations
 
@@ -27,8 +26,7 @@ def is_rsl_rl_env(obj: Any) -> bool:
 
 
 def space_of(obs: Observations) -> spaces.Space:
-    """The space of one env's observation in the batch ``obs``: a ``Dict`` of one space per
-    key of a TensorDict, an unbounded ``Box`` of the tensor's shape and dtype for a tensor."""
+    """The space of one env's observation in the batch ``obs`` (unbounded ``Box``es)."""
     if isinstance(obs, TensorDictBase):
         return spaces.Dict({key: space_of(obs[key]) for key in obs.keys()})
     dtype = torch.empty(0, dtype=obs.dtype).numpy().dtype
@@ -37,9 +35,8 @@ def space_of(obs: Observations) -> spaces.Space:
 
 
 class RslRlEnv(Env):
-    """An env of rsl_rl's ``VecEnv`` interface as an rl8 env. Observation groups (a TensorDict
-    such as ``{"policy": ..., "critic": ...}``) make a ``Dict`` observation space of one ``Box``
-    per group; a plain tensor a ``Box``. ``dones`` are split with ``extras["time_outs"]``:
+    """An env of rsl_rl's ``VecEnv`` interface as an rl8 env. Observation groups (``{"policy": ...,
+    "critic": ...}``) make a ``Dict`` space. ``dones`` are split with ``extras["time_outs"]``:
     ``truncated = done & time_out``, ``terminated = done & ~time_out``. Without ``reset_envs``
     or ``final_obs_key``, a truncated step bootstraps from the observation before the step, as
     rsl_rl does (``docs/simulators.md``).
@@ -56,9 +53,6 @@ class RslRlEnv(Env):
             of every sub-env (like the observations), or ``None``.
         init_at_random_ep_len: After each reset, draw the env's ``episode_length_buf`` below
             ``max_episode_length`` (rsl_rl's option), spreading the sub-envs' time-outs.
-
-    Attributes:
-        vec_env: The wrapped env.
     """
 
     episodic = True
@@ -89,13 +83,8 @@ class RslRlEnv(Env):
         return batched_obs(raw, self.num_envs)
 
     def reset(self, *, config: dict[str, Any] | None = None, seed: int | None = None) -> Observations:
-        """Reset every sub-env with the env's ``reset()``; an env without one goes on from its
-        current state (rsl_rl's envs reset when built).
-
-        Args:
-            config: Must be empty: the env's parameters are set in its own config.
-            seed: Unused: the simulator is seeded where it is built (its config's seed).
-        """
+        """Reset every sub-env with the env's ``reset()``, where it has one (rsl_rl's envs reset
+        when built). ``config`` must be empty and ``seed`` is unused: the env's own config sets both."""
         self.apply_config(config, {})
         reset = getattr(self.vec_env, "reset", None)
         raw = reset() if callable(reset) else self.vec_env.get_observations()
@@ -106,7 +95,7 @@ class RslRlEnv(Env):
         return self._last_obs
 
     def step(self, action: torch.Tensor | TensorDictBase) -> TensorDictBase:
-        """One step of every sub-env; see :meth:`rl8.Env.step`."""
+        """One step of every sub-env (:meth:`rl8.Env.step`)."""
         raw, rewards, dones, extras = self.vec_env.step(action)
         n = self.num_envs
         obs = self._observations(raw, extras)
@@ -122,17 +111,15 @@ class RslRlEnv(Env):
         else:
             final_obs = self._last_obs
         self._last_obs = obs
-        self._add_log(extras.get("log", extras.get("episode")))
-        return self.step_output({
-            "obs": obs, "rewards": rewards.reshape(n, 1).to(torch.float32, copy=True),
-            "terminated": done & ~truncated, "truncated": truncated, "final_obs": final_obs,
-        })
-
-    def _add_log(self, log: Any) -> None:
+        log = extras.get("log", extras.get("episode"))
         if isinstance(log, Mapping) and log:  # kept as given; summed every 256 steps, in few ops
             self._logs.append(log)
             if len(self._logs) >= 256:
                 self._fold_logs()
+        return self.step_output({
+            "obs": obs, "rewards": rewards.reshape(n, 1).to(torch.float32, copy=True),
+            "terminated": done & ~truncated, "truncated": truncated, "final_obs": final_obs,
+        })
 
     def _fold_logs(self) -> None:
         for key in {key for log in self._logs for key in log}:
@@ -146,8 +133,7 @@ class RslRlEnv(Env):
         self._logs = []
 
     def pop_log(self) -> dict[str, float]:
-        """The mean of each value the env logged in ``extras["log"]`` (Isaac Lab, mjlab) or
-        ``extras["episode"]`` over the steps since the last call, which are forgotten."""
+        """The mean of each value of ``extras["log"]`` (or ``["episode"]``) since the last call."""
         self._fold_logs()
         out = {key: float(total) / count for key, (total, count) in self._log_sums.items() if count}
         self._log_sums = {}
@@ -165,8 +151,8 @@ class RslRlEnv(Env):
 
 
 def _action_space(vec_env: Any) -> spaces.Space:
-    """The env's ``single_action_space`` or ``action_space`` (or its ``unwrapped``'s) of
-    ``num_actions`` values as float32, else an unbounded ``Box`` of ``num_actions``."""
+    """The env's (or its ``unwrapped``'s) action space of ``num_actions`` values as float32, else
+    an unbounded ``Box``."""
     num_actions = int(vec_env.num_actions)
     for owner in (vec_env, getattr(vec_env, "unwrapped", None)):
         for name in ("single_action_space", "action_space"):

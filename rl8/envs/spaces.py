@@ -1,7 +1,6 @@
-"""Gymnasium spaces (one env's observation or action) as batched torch tensors: their shapes,
-dtypes and zero-filled batches. Actions, as a policy hands them to ``Env.step``: ``[N]`` int64
-for ``Discrete``, ``[N, *shape]`` int64 for ``MultiDiscrete`` (``nvec.shape``) and
-``MultiBinary`` (0/1), ``[N, *shape]`` float32 for ``Box``."""
+"""Gymnasium spaces (one env's observation or action) as batched torch tensors. Actions, as a
+policy hands them to ``Env.step``: ``[N]`` int64 for ``Discrete``, ``[N, *shape]`` int64 for
+``MultiDiscrete`` (``nvec.shape``) and ``MultiBinary`` (0/1), ``[N, *shape]`` float32 for ``Box``."""
 
 from __future__ import annotations
 
@@ -81,9 +80,8 @@ def zeros_like_space(space: spaces.Space, batch_size: Sequence[int], *, device: 
 
 
 def space_to_dict(space: spaces.Space) -> dict[str, Any]:
-    """A ``Box``, ``Discrete``, ``MultiDiscrete``, ``MultiBinary`` or ``Dict`` space as a dict
-    of tensors and plain values (``TypeError`` for any other space), as policy files
-    (:mod:`rl8.io.export`) and exported actors (:mod:`rl8.policies.deploy`) describe it."""
+    """A supported space as a dict of tensors and plain values, as policy files and exported
+    actors describe it (``TypeError`` for any other space)."""
     if isinstance(space, spaces.Box):
         return {"type": "Box", "low": torch.from_numpy(np.array(space.low, copy=True)),
                 "high": torch.from_numpy(np.array(space.high, copy=True)), "shape": list(space.shape),

@@ -1,7 +1,6 @@
-"""Named tasks of simulators' own registries: ``"mjlab:<task id>"``, ``"playground:<env name>"``,
-``"gymnax:<env id>"``. Each prefix is fixed here, with the rl8 function that builds its tasks;
-a spec string (yours, or read from a checkpoint) is looked up in :data:`TASK_PREFIXES`, never
-imported by a name it holds (``docs/security.md``, ``docs/simulators.md``)."""
+"""Named tasks of simulators' own registries (``"mjlab:<task id>"``): a spec string (yours, or
+read from a checkpoint) is looked up in :data:`TASK_PREFIXES`, never imported by a name it
+holds (``docs/security.md``, ``docs/simulators.md``)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""A gymnasium vector env whose values are torch tensors (ManiSkill3's ``ManiSkillVectorEnv``,
-Isaac Lab's direct and manager-based envs) as an rl8 :class:`~rl8.envs.base.Env`, with no numpy
-round trip (``docs/simulators.md``)."""
+"""A gymnasium vector env of torch tensors (ManiSkill3, Isaac Lab) as an rl8 env (``docs/simulators.md``)."""
 
 from __future__ import annotations
 
@@ -21,20 +19,14 @@ FINAL_OBS_KEYS = ("final_obs", "final_observation")
 
 
 def is_torch_vector_env(obj: Any) -> bool:
-    """Whether ``obj`` looks like a batched gymnasium vector env (``num_envs``, the single
-    spaces, ``reset`` and ``step``)."""
+    """Whether ``obj`` looks like a batched gymnasium vector env."""
     return all(hasattr(obj, a) for a in ("num_envs", "single_observation_space", "single_action_space",
                                           "reset", "step"))
 
 
 def batched_obs(value: Any, num_envs: int) -> torch.Tensor | TensorDictBase:
-    """Observations as rl8 takes them: a tensor as is, a (nested) dict of tensors as a
-    TensorDict of batch size ``[num_envs]`` (no copy).
-
-    Args:
-        value: A tensor, a dict of tensors or a TensorDict, ``[num_envs, ...]`` each.
-        num_envs: The batch size.
-    """
+    """Observations ``value`` (``[num_envs, ...]`` each) as rl8 takes them: a tensor, or a
+    TensorDict of a (nested) dict of tensors (no copy)."""
     if isinstance(value, TensorDictBase) and value.batch_size == (num_envs,):
         return value
     if isinstance(value, Mapping):
@@ -46,7 +38,7 @@ def batched_obs(value: Any, num_envs: int) -> torch.Tensor | TensorDictBase:
 
 
 def float32_box(space: Any) -> spaces.Box | None:
-    """A ``Box`` space as a float32 ``Box`` of the same bounds (rl8's action dtype), else ``None``."""
+    """A ``Box`` space as a float32 ``Box`` (rl8's action dtype), else ``None``."""
     if not isinstance(space, spaces.Box):
         return None
     return spaces.Box(space.low.astype("float32"), space.high.astype("float32"), space.shape, "float32")
@@ -64,9 +56,6 @@ class TorchVectorEnv(Env):
             ``single_action_space``, ``reset(seed=...) -> (obs, info)`` and
             ``step(actions) -> (obs, rewards, terminated, truncated, info)``, ``[num_envs, ...]``.
         device: Its device; ``None``: its ``device`` attribute (or its ``unwrapped``'s).
-
-    Attributes:
-        vector_env: The wrapped env.
     """
 
     episodic = True
@@ -90,12 +79,7 @@ class TorchVectorEnv(Env):
 
     def reset(self, *, config: dict[str, Any] | None = None,
               seed: int | None = None) -> torch.Tensor | TensorDictBase:
-        """Reset every sub-env (``vector_env.reset(seed=seed)``).
-
-        Args:
-            config: Must be empty: the env's parameters are set where it is built.
-            seed: Passed on to the env's ``reset``.
-        """
+        """``vector_env.reset(seed=seed)``; ``config`` must be empty (the env is set where it is built)."""
         self.apply_config(config, {})
         obs, _ = self.vector_env.reset(seed=seed)
         self._last_obs = batched_obs(obs, self.num_envs)

@@ -1,6 +1,5 @@
-"""Worker processes of the gymnasium adapters (async :class:`~rl8.envs.gymnasium.GymnasiumEnv`
-and :class:`~rl8.envs.pool.PoolEnv`): building one sub-env, reporting its episodes, the errors
-of dead or stalled workers, and stopping processes within a bounded time."""
+"""What the worker processes of the gymnasium adapters (async
+:class:`~rl8.envs.gymnasium.GymnasiumEnv`, :class:`~rl8.envs.pool.PoolEnv`) share."""
 
 from __future__ import annotations
 
@@ -57,10 +56,8 @@ def check_step_timeout(owner: str, value: Any) -> float | None:
 
 def stop_processes(processes: Sequence[Any], pipes: Sequence[Any],
                    send_close: Callable[[Any], None]) -> None:
-    """Ask worker ``processes`` to exit (``send_close(pipe)`` on each of their ``pipes``), wait up
-    to ``CLOSE_TIMEOUT_S`` seconds, then terminate, then kill, those still running; reap them
-    all and close the pipes (a second Ctrl-C during the wait still terminates them). Holds no
-    reference to the env, so that :func:`weakref.finalize` can run it."""
+    """Ask worker ``processes`` to exit (``send_close`` on their ``pipes``); after
+    ``CLOSE_TIMEOUT_S`` seconds terminate, then kill, those still running; close the pipes."""
     for pipe in pipes:
         try:
             send_close(pipe)
@@ -89,13 +86,10 @@ EPISODE_RECORDS_KEY = "rl8_episode_records"
 
 
 class ReportEpisodeRecords(gymnasium.Wrapper):
-    """Reports the episodes that a ``RecordEpisodeStatistics`` inside the chain records,
-    whatever the wrappers between them do to rewards and episode ends.
-
-    After each ``step`` and ``reset`` that completed episodes, ``info["rl8_episode_records"]``
-    is a float64 ``[return_sum, length_sum, count]`` over them. It reads ``record``'s counters,
-    not its ``info["episode"]``, to also count the games that end inside an outer wrapper's
-    ``reset`` (the Atari preset's no-op or FIRE step), whose info no one returns.
+    """Adds ``info["rl8_episode_records"]``, float64 ``[return_sum, length_sum, count]``, after
+    each ``step`` and ``reset`` that completed episodes in ``record``. It reads ``record``'s
+    counters, not its ``info["episode"]``, to also count the games that end inside an outer
+    wrapper's ``reset`` (the Atari preset's no-op or FIRE step), whose info no one returns.
 
     Args:
         env: The sub-env, with ``record`` somewhere in its wrapper chain.
@@ -143,14 +137,8 @@ def with_episode_records(env: gymnasium.Env) -> gymnasium.Env:
 
 def make_single_env(env: str | Callable[..., gymnasium.Env], kwargs: dict[str, Any],
                     wrappers: Sequence[Callable[[gymnasium.Env], gymnasium.Env]]) -> gymnasium.Env:
-    """One sub-env with the wrappers applied (ALE ids get the Atari preset), in
-    :func:`with_episode_records`.
-
-    Args:
-        env: A registered gymnasium id or a callable returning one env.
-        kwargs: Its keyword arguments.
-        wrappers: Wrappers applied in order.
-    """
+    """One sub-env ``env`` (an id or a callable) of ``kwargs`` with the ``wrappers`` applied in
+    order (ALE ids get the Atari preset), in :func:`with_episode_records`."""
     if is_atari_id(env):
         single = make_atari(env, **kwargs)
     else:

@@ -115,16 +115,10 @@ def test_cuda_steps_without_host_sync():
         assert out["obs"].device.type == "cuda"
 
 
-@pytest.mark.parametrize("unchecked", [True, False])
-def test_step_output_is_the_contract_tensordict(monkeypatch, unchecked):
-    """Env.step_output gives what TensorDict(...) gives, with or without tensordict's
-    unchecked constructor."""
+def test_step_output_is_the_contract_tensordict():
+    """Env.step_output (tensordict's unchecked constructor) gives what TensorDict(...) gives."""
     from tensordict import TensorDict
 
-    from rl8.envs import base as env_module
-
-    if not unchecked:
-        monkeypatch.setattr(env_module, "_new_unsafe", None)
     env = DiscreteDummyEnv(4)
     obs, rewards = torch.randn(4, 1), torch.randn(4, 1)
     nested = {"pos": torch.randn(4, 2), "mask": torch.ones(4, 3, dtype=torch.bool)}
