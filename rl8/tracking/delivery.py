@@ -27,9 +27,7 @@ __all__: list[str] = []  # the Tracker's internals
 
 @dataclasses.dataclass
 class ModelLink:
-    """A logged model waiting in the :class:`Outbox`: its name, the env step it belongs to, the
-    metric values logged at that step (``(key, value, ms, step)``) and how far its delivery got
-    (so that a retry does not create it twice)."""
+    """A logged model in the :class:`Outbox`: its step's metric values and how far its delivery got."""
 
     name: str
     step: int
@@ -69,7 +67,6 @@ class Outbox:
         self.dropped = 0  # metric values dropped since the last successful delivery
         self.overflowing = False
         self._staging: Path | None = None  # folder of the staged copies
-        self._staged = 0  # copies made so far (names their sub-folders)
 
     def empty(self) -> bool:
         return not (self.params or self.metrics or self.artifacts)
@@ -99,11 +96,9 @@ class Outbox:
         with self.changed:
             if self._staging is None:
                 self._staging = Path(tempfile.mkdtemp(prefix="rl8-artifacts-"))
-            self._staged += 1
-            staged = self._staging / str(self._staged) / source.name
+            staged = Path(tempfile.mkdtemp(dir=self._staging)) / source.name
         is_file = method == "log_artifact"
         try:
-            staged.parent.mkdir()
             (shutil.copyfile if is_file else shutil.copytree)(source, staged)
         except OSError:  # e.g. a full disk: no partial copy is left
             shutil.rmtree(staged.parent, ignore_errors=True)
@@ -327,16 +322,10 @@ class Courier:
 
 
 class LogThread:
-    """The ``rl8-mlflow-logger`` thread of an asynchronous :class:`Tracker`: starts the run if
-    asked, then delivers the outbox once it holds params, artifacts, :data:`_HOLD_STEPS` steps or
-    metrics older than :data:`_HOLD_S`, or on :meth:`flush` (while the store is down: when due).
-
-    Args:
-        outbox: The tracker's queue.
-        courier: Gives the tracker's :class:`Courier` (``None`` before its run has started).
-        start_run: Starts the tracker's run; ``False`` when it could not.
-        deliver: Sends the outbox (``force=True``: even while the store is down).
-    """
+    """The ``rl8-mlflow-logger`` thread of an asynchronous :class:`Tracker`: ``start_run()`` if asked
+    (``False``: no run), then ``deliver(force=...)`` once ``outbox`` holds params, artifacts,
+    :data:`_HOLD_STEPS` steps or metrics older than :data:`_HOLD_S`, or on :meth:`flush` (while
+    ``courier()``, ``None`` before the run started, is degraded: when due)."""
 
     def __init__(self, outbox: Outbox, *, courier: Callable[[], Courier | None], start_run: Callable[[], bool],
                  deliver: Callable[..., Any]) -> None:

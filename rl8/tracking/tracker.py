@@ -73,14 +73,6 @@ def flatten_params(obj: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
     return out
 
 
-def _configured_uri() -> str | None:
-    """The configured tracking URI (``None``: MLflow's default), without importing mlflow."""
-    mlflow = sys.modules.get("mlflow")
-    if mlflow is not None:
-        return mlflow.get_tracking_uri()
-    return os.environ.get("MLFLOW_TRACKING_URI") or None
-
-
 def _to_float(key: str, value: Any) -> float:
     try:
         return float(value)  # python/numpy scalars, 0-d and one-element tensors
@@ -153,7 +145,9 @@ class Tracker:
                 raise ValueError(f"{name} must be True or False, got {value!r}")
         self.experiment = experiment
         self.run_name = run_name
-        self._tracking_uri = str(tracking_uri) if tracking_uri else _configured_uri()
+        mlflow = sys.modules.get("mlflow")  # the configured URI, without importing mlflow (None: its default)
+        configured = mlflow.get_tracking_uri() if mlflow else os.environ.get("MLFLOW_TRACKING_URI") or None
+        self._tracking_uri = str(tracking_uri) if tracking_uri else configured
         self.enabled = bool(enabled)
         self.retry_interval_s = float(retry_interval_s)
         self.end_at_exit = end_at_exit
