@@ -289,8 +289,7 @@ class Tracker:
             raise ValueError(f"status must be one of {TERMINAL_STATUSES}, got {status!r}")
         if not self.enabled:
             return False
-        if not self._ended:
-            self._release_held()
+        self._release_held()  # none are held once ended
         if self._exit_hook:
             atexit.unregister(self._end_at_exit)
             self._exit_hook = False
@@ -490,8 +489,7 @@ class Tracker:
         ``None``: no limit); whether nothing waits any more. Never raises on tracking failures."""
         if not self.enabled:
             return True
-        if not self._ended:
-            self._log_held()
+        self._log_held()
         if self._thread is None or not self._thread.alive():
             self._deliver(force=True)
         elif not self._thread.flush(timeout_s):
@@ -524,7 +522,7 @@ class Tracker:
         """
         latest, values = self._step_metrics
         linked = list(values.values()) if latest == step else []
-        if self.enabled and not self._ended and any(v[3] == step for v in self._held.values()):
+        if any(v[3] == step for v in self._held.values()):
             self._log_held()  # the model's step is in the run's metrics
         self._upload("log_model", local_dir, None, ModelLink(name, int(step), linked))
 
