@@ -166,8 +166,7 @@ class Tracker:
         self._tags = dict(tags or {})
         self._lock = threading.RLock()  # held by whoever makes requests (start, send, end)
         self._ended = False
-        # the status left for a start by an end() that gave up waiting for it
-        self._wanted_status: str | None = None
+        self._wanted_status: str | None = None  # left for a start by an end() that gave up waiting for it
         self._params: dict[str, str] = {}  # what the run holds (or will, once delivered)
         self._outbox = Outbox(max_pending)
         self._courier: Courier | None = None  # once started
