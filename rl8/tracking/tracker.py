@@ -457,7 +457,7 @@ class Tracker:
         self._check_started()
         ms = int(time.time() * 1000)
         steps = [[(str(k), _to_float(k, v), ms, int(step)) for k, v in metrics.items()] for metrics, step in items]
-        queued = None
+        overflow = False
         with self._outbox.changed:
             for values in filter(None, steps):
                 if values[0][3] != self._step_metrics[0]:  # the values of the latest step, which log_model links
@@ -466,29 +466,23 @@ class Tracker:
                 for value in values:
                     self._step_metrics[1][value[0]] = self._held[value[0]] = value
                 if always or self._steps_held >= self.log_every:
-                    queued = self._release_held() or bool(queued)
-        if queued is not None:
-            self._queued(queued)
+                    overflow = self._release_held() or overflow
+        self._queued(overflow)
 
-    def _release_held(self) -> bool | None:
+    def _release_held(self) -> bool:
         """Move the metric values held back by ``log_every`` to the outbox (oldest step first);
-        whether old values began to be dropped, ``None`` when none was held."""
+        whether old values began to be dropped."""
         with self._outbox.changed:
             values, steps = sorted(self._held.values(), key=lambda v: v[3]), self._steps_held
             self._held, self._steps_held = {}, 0
-            return self._outbox.add(metrics=values, steps=max(steps, 1)) if values else None
-
-    def _log_held(self) -> None:
-        overflow = self._release_held()
-        if overflow is not None:
-            self._queued(overflow)
+            return bool(values) and self._outbox.add(metrics=values, steps=max(steps, 1))
 
     def flush(self, timeout_s: float | None = None) -> bool:
         """Try now to deliver everything queued (asynchronous: wait at most ``timeout_s`` seconds,
         ``None``: no limit); whether nothing waits any more. Never raises on tracking failures."""
         if not self.enabled:
             return True
-        self._log_held()
+        self._queued(self._release_held())
         if self._thread is None or not self._thread.alive():
             self._deliver(force=True)
         elif not self._thread.flush(timeout_s):
@@ -522,7 +516,7 @@ class Tracker:
         latest, values = self._step_metrics
         linked = list(values.values()) if latest == step else []
         if any(v[3] == step for v in self._held.values()):
-            self._log_held()  # the model's step is in the run's metrics
+            self._queued(self._release_held())  # the model's step is in the run's metrics
         self._upload("log_model", local_dir, None, ModelLink(name, int(step), linked))
 
     def register_best(self, name: str, metric: str, *, mode: str = "max", alias: str = "best") -> tuple[str, float]:
