@@ -310,9 +310,8 @@ class Tracker:
             if ended or not self.enabled or self.run_id is None:
                 return self.final_status == status
             self._courier.deliver(self._outbox, force=True, deadline=deadline)
-            self.undelivered = self._outbox.counts()
-            if any(self.undelivered.values()):
-                lost = self.undelivered
+            lost = self.undelivered = self._outbox.counts()
+            if any(lost.values()):
                 warnings.warn(
                     f"MLflow run {self.run_id} at {self.tracking_uri!r}: {lost['metrics']} "
                     f"metric values, {lost['params']} params and {lost['artifacts']} artifacts "
