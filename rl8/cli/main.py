@@ -10,11 +10,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from rl8.cli import (
-    evaluate as evaluate_command, record as record_command, runs as runs_command, train as train_command,
-)
-from rl8.cli import export as export_command
-from rl8.cli import sweep as sweep_command
+from rl8.cli import evaluate as evaluate_command, export as export_command, record as record_command
+from rl8.cli import runs as runs_command, sweep as sweep_command, train as train_command
 from rl8.fields import read_numbers
 from rl8.training.config_file import CONFIG_KEYS, ConfigError
 from rl8.training.config import TrainerConfig

@@ -241,15 +241,12 @@ class CheckpointDirLock:
                         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except OSError:
                     raise self._busy(self._read(fd)) from None
-                try:
-                    same = os.stat(path).st_ino == os.fstat(fd).st_ino
-                except FileNotFoundError:
-                    same = False
+                with contextlib.suppress(FileNotFoundError):
+                    if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                        return fd
             except BaseException:
                 os.close(fd)
                 raise
-            if same:
-                return fd
             os.close(fd)
 
     def _busy(self, record: Mapping[str, Any]) -> CheckpointDirError:

@@ -27,9 +27,7 @@ __all__: list[str] = []  # the Tracker's internals
 
 @dataclasses.dataclass
 class ModelLink:
-    """A logged model waiting in the :class:`Outbox`: its name, the env step it belongs to, the
-    metric values logged at that step (``(key, value, ms, step)``) and how far its delivery got
-    (so that a retry does not create it twice)."""
+    """A logged model in the :class:`Outbox`: its step's metric values and how far its delivery got."""
 
     name: str
     step: int
@@ -52,10 +50,6 @@ _REJECTED_CODES = frozenset({
 })
 
 
-def _is_rejection(exc: BaseException) -> bool:  # the store answered and refused the request
-    return getattr(exc, "error_code", None) in _REJECTED_CODES
-
-
 class Outbox:
     """The one queue of a :class:`Tracker`, oldest first: params, metric values and staged
     artifact uploads (at most ``max_pending`` metric values); :attr:`changed` guards it and is
@@ -73,7 +67,6 @@ class Outbox:
         self.dropped = 0  # metric values dropped since the last successful delivery
         self.overflowing = False
         self._staging: Path | None = None  # folder of the staged copies
-        self._staged = 0  # copies made so far (names their sub-folders)
 
     def empty(self) -> bool:
         return not (self.params or self.metrics or self.artifacts)
@@ -103,11 +96,9 @@ class Outbox:
         with self.changed:
             if self._staging is None:
                 self._staging = Path(tempfile.mkdtemp(prefix="rl8-artifacts-"))
-            self._staged += 1
-            staged = self._staging / str(self._staged) / source.name
+            staged = Path(tempfile.mkdtemp(dir=self._staging)) / source.name
         is_file = method == "log_artifact"
         try:
-            staged.parent.mkdir()
             (shutil.copyfile if is_file else shutil.copytree)(source, staged)
         except OSError:  # e.g. a full disk: no partial copy is left
             shutil.rmtree(staged.parent, ignore_errors=True)
@@ -237,9 +228,9 @@ class Courier:
         try:
             with policy:
                 send_all("params", MAX_PARAMS_PER_BATCH,
-                         lambda chunk: self._send(params=[Param(k, v) for k, v in chunk], what="params"))
+                         lambda chunk: self._send_batch("params", [Param(k, v) for k, v in chunk]))
                 delivered = send_all("metrics", MAX_METRICS_PER_BATCH,
-                                     lambda chunk: self._send(metrics=[Metric(*m) for m in chunk], what="metrics"))
+                                     lambda chunk: self._send_batch("metrics", [Metric(*m) for m in chunk]))
                 send_all("artifacts", 1, lambda chunk: self._send_artifact(*chunk[0][1]))
         except Exception as exc:
             self.last_attempt = time.monotonic()
@@ -266,18 +257,12 @@ class Courier:
             outbox.dropped = 0
 
     def _send_artifact(self, method: str, staged: Path, artifact_path: str | None, link: ModelLink | None) -> None:
-        """One upload (then its staged copy is removed); a refused one is dropped with a warning."""
-        try:
-            if link is None:
-                getattr(self.client, method)(self.run_id, str(staged), artifact_path)
-            else:
-                self._send_model(staged, link)
-        except Exception as exc:
-            if not _is_rejection(exc):
-                raise
-            warnings.warn(
-                f"MLflow rejected the artifact {staged.name!r} for run {self.run_id}: {exc}",
-                TrackingWarning, stacklevel=5)
+        """One upload (then its staged copy is removed)."""
+        if link is None:
+            self._send(lambda: getattr(self.client, method)(self.run_id, str(staged), artifact_path),
+                       f"the artifact {staged.name!r}")
+        else:
+            self._send(lambda: self._send_model(staged, link), f"the artifact {staged.name!r}")
         shutil.rmtree(staged.parent, ignore_errors=True)
 
     def _send_model(self, folder: Path, link: ModelLink) -> None:
@@ -304,18 +289,21 @@ class Courier:
             request()
             link.done += 1
 
-    def _send(self, *, what: str, metrics=(), params=()) -> None:
-        """One ``log_batch`` request; a request the store refuses is dropped, not retried."""
+    def _send_batch(self, what: str, entries: list) -> None:
+        """One ``log_batch`` request of ``entries``, ``what`` (``"params"`` or ``"metrics"``)."""
+        names = sorted({e.key for e in entries})
+        self._send(lambda: self.client.log_batch(self.run_id, synchronous=True, **{what: entries}),
+                   f"{len(entries)} {what} ({', '.join(names[:5])}{', ...' if len(names) > 5 else ''})")
+
+    def _send(self, request: Callable[[], Any], what: str) -> None:
+        """Make one ``request``; one the store refuses (it answered: retrying cannot help) is
+        dropped with a warning naming ``what`` it sent."""
         try:
-            self.client.log_batch(self.run_id, metrics=metrics, params=params, synchronous=True)
+            request()
         except Exception as exc:
-            if not _is_rejection(exc):
+            if getattr(exc, "error_code", None) not in _REJECTED_CODES:
                 raise
-            names = sorted({e.key for e in (metrics or params)})
-            warnings.warn(
-                f"MLflow rejected {len(metrics) or len(params)} {what} ({', '.join(names[:5])}"
-                f"{', ...' if len(names) > 5 else ''}) for run {self.run_id}: {exc}",
-                TrackingWarning, stacklevel=5)
+            warnings.warn(f"MLflow rejected {what} for run {self.run_id}: {exc}", TrackingWarning, stacklevel=6)
 
     def set_status(self, status: str, *, deadline: float = math.inf, when: str = "") -> bool:
         """Mark the run ``status`` (not past ``deadline``); whether it was set (else a warning)."""
@@ -334,16 +322,10 @@ class Courier:
 
 
 class LogThread:
-    """The ``rl8-mlflow-logger`` thread of an asynchronous :class:`Tracker`: starts the run if
-    asked, then delivers the outbox once it holds params, artifacts, :data:`_HOLD_STEPS` steps or
-    metrics older than :data:`_HOLD_S`, or on :meth:`flush` (while the store is down: when due).
-
-    Args:
-        outbox: The tracker's queue.
-        courier: Gives the tracker's :class:`Courier` (``None`` before its run has started).
-        start_run: Starts the tracker's run; ``False`` when it could not.
-        deliver: Sends the outbox (``force=True``: even while the store is down).
-    """
+    """The ``rl8-mlflow-logger`` thread of an asynchronous :class:`Tracker`: ``start_run()`` if asked
+    (``False``: no run), then ``deliver(force=...)`` once ``outbox`` holds params, artifacts,
+    :data:`_HOLD_STEPS` steps or metrics older than :data:`_HOLD_S`, or on :meth:`flush` (while
+    ``courier()``, ``None`` before the run started, is degraded: when due)."""
 
     def __init__(self, outbox: Outbox, *, courier: Callable[[], Courier | None], start_run: Callable[[], bool],
                  deliver: Callable[..., Any]) -> None:

@@ -73,14 +73,6 @@ def flatten_params(obj: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
     return out
 
 
-def _configured_uri() -> str | None:
-    """The configured tracking URI (``None``: MLflow's default), without importing mlflow."""
-    mlflow = sys.modules.get("mlflow")
-    if mlflow is not None:
-        return mlflow.get_tracking_uri()
-    return os.environ.get("MLFLOW_TRACKING_URI") or None
-
-
 def _to_float(key: str, value: Any) -> float:
     try:
         return float(value)  # python/numpy scalars, 0-d and one-element tensors
@@ -153,7 +145,9 @@ class Tracker:
                 raise ValueError(f"{name} must be True or False, got {value!r}")
         self.experiment = experiment
         self.run_name = run_name
-        self._tracking_uri = str(tracking_uri) if tracking_uri else _configured_uri()
+        mlflow = sys.modules.get("mlflow")  # the configured URI, without importing mlflow (None: its default)
+        configured = mlflow.get_tracking_uri() if mlflow else os.environ.get("MLFLOW_TRACKING_URI") or None
+        self._tracking_uri = str(tracking_uri) if tracking_uri else configured
         self.enabled = bool(enabled)
         self.retry_interval_s = float(retry_interval_s)
         self.end_at_exit = end_at_exit
@@ -172,8 +166,7 @@ class Tracker:
         self._tags = dict(tags or {})
         self._lock = threading.RLock()  # held by whoever makes requests (start, send, end)
         self._ended = False
-        # the status left for a start by an end() that gave up waiting for it
-        self._wanted_status: str | None = None
+        self._wanted_status: str | None = None  # left for a start by an end() that gave up waiting for it
         self._params: dict[str, str] = {}  # what the run holds (or will, once delivered)
         self._outbox = Outbox(max_pending)
         self._courier: Courier | None = None  # once started
@@ -295,8 +288,7 @@ class Tracker:
             raise ValueError(f"status must be one of {TERMINAL_STATUSES}, got {status!r}")
         if not self.enabled:
             return False
-        if not self._ended:
-            self._release_held()
+        self._release_held()  # none are held once ended
         if self._exit_hook:
             atexit.unregister(self._end_at_exit)
             self._exit_hook = False
@@ -318,9 +310,8 @@ class Tracker:
             if ended or not self.enabled or self.run_id is None:
                 return self.final_status == status
             self._courier.deliver(self._outbox, force=True, deadline=deadline)
-            self.undelivered = self._outbox.counts()
-            if any(self.undelivered.values()):
-                lost = self.undelivered
+            lost = self.undelivered = self._outbox.counts()
+            if any(lost.values()):
                 warnings.warn(
                     f"MLflow run {self.run_id} at {self.tracking_uri!r}: {lost['metrics']} "
                     f"metric values, {lost['params']} params and {lost['artifacts']} artifacts "
@@ -465,7 +456,7 @@ class Tracker:
         self._check_started()
         ms = int(time.time() * 1000)
         steps = [[(str(k), _to_float(k, v), ms, int(step)) for k, v in metrics.items()] for metrics, step in items]
-        queued = None
+        overflow = False
         with self._outbox.changed:
             for values in filter(None, steps):
                 if values[0][3] != self._step_metrics[0]:  # the values of the latest step, which log_model links
@@ -474,30 +465,23 @@ class Tracker:
                 for value in values:
                     self._step_metrics[1][value[0]] = self._held[value[0]] = value
                 if always or self._steps_held >= self.log_every:
-                    queued = self._release_held() or bool(queued)
-        if queued is not None:
-            self._queued(queued)
+                    overflow = self._release_held() or overflow
+        self._queued(overflow)
 
-    def _release_held(self) -> bool | None:
+    def _release_held(self) -> bool:
         """Move the metric values held back by ``log_every`` to the outbox (oldest step first);
-        whether old values began to be dropped, ``None`` when none was held."""
+        whether old values began to be dropped."""
         with self._outbox.changed:
             values, steps = sorted(self._held.values(), key=lambda v: v[3]), self._steps_held
             self._held, self._steps_held = {}, 0
-            return self._outbox.add(metrics=values, steps=max(steps, 1)) if values else None
-
-    def _log_held(self) -> None:
-        overflow = self._release_held()
-        if overflow is not None:
-            self._queued(overflow)
+            return bool(values) and self._outbox.add(metrics=values, steps=max(steps, 1))
 
     def flush(self, timeout_s: float | None = None) -> bool:
         """Try now to deliver everything queued (asynchronous: wait at most ``timeout_s`` seconds,
         ``None``: no limit); whether nothing waits any more. Never raises on tracking failures."""
         if not self.enabled:
             return True
-        if not self._ended:
-            self._log_held()
+        self._queued(self._release_held())
         if self._thread is None or not self._thread.alive():
             self._deliver(force=True)
         elif not self._thread.flush(timeout_s):
@@ -530,8 +514,8 @@ class Tracker:
         """
         latest, values = self._step_metrics
         linked = list(values.values()) if latest == step else []
-        if self.enabled and not self._ended and any(v[3] == step for v in self._held.values()):
-            self._log_held()  # the model's step is in the run's metrics
+        if any(v[3] == step for v in self._held.values()):
+            self._queued(self._release_held())  # the model's step is in the run's metrics
         self._upload("log_model", local_dir, None, ModelLink(name, int(step), linked))
 
     def register_best(self, name: str, metric: str, *, mode: str = "max", alias: str = "best") -> tuple[str, float]:
