@@ -91,10 +91,6 @@ class Roles:
         """The rank of the learner that actor rank ``actor`` sends its rollouts to."""
         return (actor - self.learners) % self.learners
 
-    def slot_of(self, actor: int) -> int:
-        """Which block of rows of its learner's buffer actor rank ``actor`` fills."""
-        return (actor - self.learners) // self.learners
-
     def actors_of(self, learner: int) -> list[int]:
         """The actor ranks of learner rank ``learner``, by slot."""
         return [a for a in range(self.learners, self.world_size) if self.learner_of(a) == learner]
@@ -155,12 +151,10 @@ def init_distributed(
             data-parallel training. A ``ValueError`` outside torchrun or for an invalid count.
     """
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    if actors is not None and world_size <= 1:
-        raise ValueError(
-            f"actors={actors}: actors and learners need a torchrun job of several processes "
-            f"(WORLD_SIZE={world_size}); launch with torchrun --nproc_per_node=N"
-        )
     if actors is not None:
+        if world_size <= 1:
+            raise ValueError(f"actors={actors}: actors and learners need a torchrun job of several processes "
+                             f"(WORLD_SIZE={world_size}); launch with torchrun --nproc_per_node=N")
         Roles(int(os.environ.get("RANK", "0")), world_size, actors)  # its checks, before joining
     if dist.is_available() and dist.is_initialized():
         if actors is not None and _roles is None:
