@@ -147,10 +147,7 @@ class RolloutBuffer:
         """The contiguous ``[horizon + 1, num_envs, ...]`` storage behind ``data[key]``, or
         ``None`` for Dict observations (stored env-major)."""
         value = self.data[key]
-        if not isinstance(value, torch.Tensor):
-            return None
-        steps = value.transpose(0, 1)
-        return steps if steps.is_contiguous() else None
+        return value.transpose(0, 1) if isinstance(value, torch.Tensor) else None
 
 
 class RolloutCarry:
