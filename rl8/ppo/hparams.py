@@ -208,10 +208,9 @@ class HParams:
     model_config: dict[str, Any] = _hparam({}, _DICT, doc="Keyword arguments of the model class.")
     obs_groups: dict[str, list[str]] | None = _hparam(
         None, lambda v, name: obs_groups_problem(v), convert=_group_lists, doc=(
-            "``{\"actor\": [group, ...], \"critic\": [group, ...]}``: the keys of a ``Dict`` "
-            "observation that the actor and the critic read (asymmetric actor-critic, passed to the "
-            "model as ``model_config[\"obs_groups\"]``); ``None`` or a missing set: rsl_rl 5's fallbacks "
-            "(the group of the set's name, then ``policy``, then the whole observation)."))
+            "``{\"actor\": [group, ...], \"critic\": [group, ...]}``: the keys of a ``Dict`` observation that "
+            "the actor and the critic read (asymmetric actor-critic; ``model_config[\"obs_groups\"]``); ``None`` "
+            "or a missing set: rsl_rl 5's fallbacks (the group named as the set, then ``policy``, then all of it)."))
     distribution_cls: Any = _hparam(None, _class_or_path, doc=(
         "A :class:`rl8.Distribution` subclass, its dotted path, or ``None``: the action space's."))
     device: str = _hparam("auto", _device, doc=(
