@@ -83,9 +83,7 @@ HPARAM_KINDS = {"model_cls": MODEL, "distribution_cls": DISTRIBUTION, "optimizer
 def is_built_env(obj: Any) -> bool:
     """Whether ``obj`` is an env already built: an ``rl8.Env``, an rsl_rl ``VecEnv`` or a
     torch-batched gymnasium vector env (``docs/simulators.md``)."""
-    if isinstance(obj, type):
-        return False
-    return isinstance(obj, Env) or is_rsl_rl_env(obj) or is_torch_vector_env(obj)
+    return not isinstance(obj, type) and (isinstance(obj, Env) or is_rsl_rl_env(obj) or is_torch_vector_env(obj))
 
 
 def describe(obj: Any) -> str:
