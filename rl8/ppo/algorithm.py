@@ -581,15 +581,13 @@ def check_env_configs(algo: PPO, configs: Mapping[str, Mapping[str, Any] | None]
             env = make_env(algo.env_spec, 1, algo.hparams.horizon, device="cpu", env_kwargs=algo.hparams.env_kwargs)
         except Exception:  # noqa: BLE001 - the training env was built: let it report its own problems
             return
-        try:
+        with contextlib.closing(env):
             for where, config in checks.items():
                 try:
                     env.reset(config=config, seed=0)
                 except (KeyError, ValueError, TypeError) as exc:
                     message = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
                     raise ValueError(f"{where}: {message}") from None
-        finally:
-            env.close()
 
 
 def _hint_preset(env: Any) -> None:

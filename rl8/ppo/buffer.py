@@ -134,23 +134,21 @@ class RolloutBuffer:
         """The collected steps as a TensorDict of one row per transition (or ``seq_len``-step
         sequence), with the given ``[num_envs, horizon]`` ``advantages`` and ``returns``."""
         h, seq_len = self.horizon, self.seq_len
-        columns = {key: self.data[key][:, :h] for key in ("obs", "actions", "logp", "values")}
+        keys = ["obs", "actions", "logp", "values", *(["firsts"] if self.states is not None else [])]
+        columns = TensorDict({key: self.data[key][:, :h] for key in keys}, batch_size=[self.num_envs, h],
+                             device=self.data.device)
         columns.update(advantages=advantages, returns=returns)
-        if self.states is not None:
-            columns["firsts"] = self.data["firsts"][:, :h]
-        samples = {key: _as_rows(value, seq_len) for key, value in columns.items()}
+        samples = columns.reshape(-1) if seq_len == 1 else columns.reshape(-1, seq_len)
+        samples.batch_size = samples.batch_size[:1]  # one row per transition or sequence
         if self.states is not None:
             samples["state"] = self.states.reshape(-1)
-        return TensorDict(samples, batch_size=[self.num_envs * h // seq_len], device=self.data.device)
+        return samples
 
     def time_major(self, key: str) -> torch.Tensor | None:
         """The contiguous ``[horizon + 1, num_envs, ...]`` storage behind ``data[key]``, or
         ``None`` for Dict observations (stored env-major)."""
         value = self.data[key]
-        if not isinstance(value, torch.Tensor):
-            return None
-        steps = value.transpose(0, 1)
-        return steps if steps.is_contiguous() else None
+        return value.transpose(0, 1) if isinstance(value, torch.Tensor) else None
 
 
 class RolloutCarry:
@@ -349,12 +347,6 @@ def make_rollout_buffer(
             env.observation_space, action_shape, action_dtype, num_envs, horizon, device=device,
             episodic=env.episodic, state_example=policy.initial_state(num_envs), seq_len=seq_len,
         )
-
-
-def _as_rows(x: torch.Tensor | TensorDictBase, seq_len: int) -> torch.Tensor | TensorDictBase:
-    """``[num_envs, T, ...]`` as rows of ``seq_len`` steps of one env (``[num_envs * T, ...]`` for 1)."""
-    rows = (-1,) if seq_len == 1 else (-1, seq_len)
-    return x.reshape(*rows) if isinstance(x, TensorDictBase) else x.reshape(*rows, *x.shape[2:])
 
 
 @functools.lru_cache(maxsize=16)

@@ -105,11 +105,11 @@ class CompiledSteps:
         :attr:`minibatch_loss` with an eager backward pass and optimizer step."""
         if self._fused_step is None:
             return None
-        if self._fused_step.seconds is not None:
-            return self._fused_step(minibatch, entropy_coeff)
         try:
             return self._fused_step(minibatch, entropy_coeff)
-        except Exception as err:  # torch.func or torch.compile refused the model: a graph break, an op
+        except Exception as err:  # at the first call: torch.func or torch.compile refused the model
+            if self._fused_step.seconds is not None:
+                raise
             self._fused_step, self.train_step_kind = None, "loss"
             self.train_step_fallback = f"torch refused it: {type(err).__name__}: {err}"
             logger.warning("rl8: compile=True runs the compiled loss with an eager optimizer step: %s",

@@ -60,15 +60,14 @@ class Roles:
     actors: int
 
     def __post_init__(self) -> None:
-        learners = self.world_size - self.actors
         if isinstance(self.actors, bool) or not isinstance(self.actors, int) or not 1 <= self.actors < self.world_size:
             raise ValueError(
                 f"actors: expected an int from 1 to {self.world_size - 1} (the job has {self.world_size} "
                 f"processes and needs at least one learner), got {self.actors!r}"
             )
-        if self.actors % learners:
+        if self.actors % self.learners:
             raise ValueError(
-                f"actors: expected a multiple of the number of learners ({learners} = {self.world_size} "
+                f"actors: expected a multiple of the number of learners ({self.learners} = {self.world_size} "
                 f"processes - {self.actors} actors), so that every learner gets as many actors, got {self.actors}"
             )
 
@@ -90,10 +89,6 @@ class Roles:
     def learner_of(self, actor: int) -> int:
         """The rank of the learner that actor rank ``actor`` sends its rollouts to."""
         return (actor - self.learners) % self.learners
-
-    def slot_of(self, actor: int) -> int:
-        """Which block of rows of its learner's buffer actor rank ``actor`` fills."""
-        return (actor - self.learners) // self.learners
 
     def actors_of(self, learner: int) -> list[int]:
         """The actor ranks of learner rank ``learner``, by slot."""
@@ -154,43 +149,32 @@ def init_distributed(
         actors: Make this many ranks actors, which only collect (:class:`Roles`); ``None``:
             data-parallel training. A ``ValueError`` outside torchrun or for an invalid count.
     """
+    global _timeout_s, _roles, _learner_group
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    if actors is not None and world_size <= 1:
-        raise ValueError(
-            f"actors={actors}: actors and learners need a torchrun job of several processes "
-            f"(WORLD_SIZE={world_size}); launch with torchrun --nproc_per_node=N"
-        )
     if actors is not None:
+        if world_size <= 1:
+            raise ValueError(f"actors={actors}: actors and learners need a torchrun job of several processes "
+                             f"(WORLD_SIZE={world_size}); launch with torchrun --nproc_per_node=N")
         Roles(int(os.environ.get("RANK", "0")), world_size, actors)  # its checks, before joining
-    if dist.is_available() and dist.is_initialized():
-        if actors is not None and _roles is None:
-            _set_roles(actors)
-        return True
-    if world_size <= 1:
-        return False
-    if not dist.is_available():  # pragma: no cover - torch built without distributed
-        raise RuntimeError("WORLD_SIZE > 1 but this torch build has no torch.distributed")
-    if timeout_s is None:
-        timeout_s = _timeout_from_env()
-    if backend is None:
-        backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
-    if "nccl" in backend:
-        torch.cuda.set_device(local_rank())
-    dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=timeout_s))
-    global _timeout_s
-    _timeout_s = float(timeout_s)
-    atexit.register(shutdown_distributed)
-    if actors is not None:
-        _set_roles(actors)
+    if not (dist.is_available() and dist.is_initialized()):
+        if world_size <= 1:
+            return False
+        if not dist.is_available():  # pragma: no cover - torch built without distributed
+            raise RuntimeError("WORLD_SIZE > 1 but this torch build has no torch.distributed")
+        if timeout_s is None:
+            timeout_s = _timeout_from_env()
+        if backend is None:
+            backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
+        if "nccl" in backend:
+            torch.cuda.set_device(local_rank())
+        dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=timeout_s))
+        _timeout_s = float(timeout_s)
+        atexit.register(shutdown_distributed)
+    if actors is not None and _roles is None:  # the learners' group: every rank takes part in making it
+        roles = Roles(dist.get_rank(), dist.get_world_size(), actors)
+        _learner_group = dist.new_group(list(range(roles.learners)))
+        _roles = roles
     return True
-
-
-def _set_roles(actors: int) -> None:
-    """Record the roles and make the learners' group (every rank takes part)."""
-    global _roles, _learner_group
-    roles = Roles(dist.get_rank(), dist.get_world_size(), actors)
-    _learner_group = dist.new_group(list(range(roles.learners)))
-    _roles = roles
 
 
 def shutdown_distributed() -> None:

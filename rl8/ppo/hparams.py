@@ -139,8 +139,7 @@ class HParams:
 
     num_envs: int = _hparam(256, int_at_least(1), doc="Number of environments simulated in parallel.")
     horizon: int = _hparam(32, int_at_least(1), doc=(
-        "Env steps collected per env between updates; the buffer holds ``num_envs * horizon`` "
-        "transitions."))
+        "Env steps per env between updates (the buffer holds ``num_envs * horizon`` transitions)."))
     horizons_per_env_reset: int = _hparam(-1, _nonzero_int("k > 0: every k collects; k < 0: once"), doc=(
         "``k > 0``: PPO resets every env every ``k`` collects; ``k < 0``: only before the first."))
     collect_mode: Literal["sync", "overlap"] = _hparam("sync", one_of("sync", "overlap"), doc=(
@@ -161,11 +160,9 @@ class HParams:
         "Draw minibatches from a fresh random permutation every pass."))
     clip_param: float = _hparam(0.2, _POSITIVE, doc="PPO's ratio clip epsilon (> 0).")
     dual_clip_param: float | None = _hparam(None, optional(_number("a number > 1", lambda v: v > 1)), doc=(
-        "Dual-clip constant c > 1 (Ye et al., 2020) bounding the loss of negative-advantage "
-        "samples, or ``None`` to disable."))
+        "Dual-clip constant c > 1 (Ye et al., 2020) bounding the loss of negative advantages; ``None``: off."))
     vf_clip_param: float | None = _hparam(None, optional(_number("a number > 0", lambda v: v > 0)), doc=(
-        "Clip the value update to ``old_value +- vf_clip_param`` (PPO2-style value clipping), "
-        "or ``None`` to disable."))
+        "Clip the value change to ``old_value +- vf_clip_param`` (PPO2's value clipping); ``None``: off."))
     vf_coeff: float = _hparam(0.5, _WEIGHT, doc="Weight of the value loss in the total loss.")
     entropy_coeff: float = _hparam(0.0, _WEIGHT, doc=(
         "Weight of the entropy bonus (constant unless a schedule is given)."))
@@ -180,8 +177,7 @@ class HParams:
     schedule_kind: Literal["step", "linear"] = _hparam("step", one_of("step", "linear"), doc=(
         "``\"step\"`` or ``\"linear\"`` interpolation of both schedules."))
     target_kl_div: float | None = _hparam(None, optional(_number("a number > 0", lambda v: v > 0)), doc=(
-        "Stop the update's remaining minibatches once the approximate KL divergence of a "
-        "minibatch exceeds this, or ``None``."))
+        "Skip the update's remaining minibatches once a minibatch's approximate KL exceeds this; ``None``: never."))
     desired_kl: float | None = _hparam(None, optional(_POSITIVE), doc=(
         "rsl_rl's adaptive learning rate (``schedule=\"adaptive\"``): each minibatch's step divides ``lr`` "
         "by 1.5 when its approximate KL (all ranks' mean) exceeds ``2 * desired_kl``, multiplies it by 1.5 "
@@ -196,8 +192,7 @@ class HParams:
     normalize_observations: bool = _hparam(False, _BOOL, doc=(
         "Normalise float observations with running mean/variance."))
     accumulate_grads: bool = _hparam(False, _BOOL, doc=(
-        "Accumulate gradients over all minibatches of a pass and take one optimizer step per "
-        "pass (instead of one per minibatch)."))
+        "One optimizer step per pass, on the gradients of all its minibatches (not one per minibatch)."))
     enable_amp: bool = _hparam(False, _BOOL, doc=(
         "Mixed precision: bfloat16 (float16 on CUDA before 8.0) autocast where the device runs "
         "it fast, else float32 with a warning (``PPO.amp_dtype`` says which)."))
@@ -207,36 +202,29 @@ class HParams:
     optimizer_cls: Any = _hparam("torch.optim.Adam", _class_or_path, doc=(
         "A ``torch.optim.Optimizer`` subclass or its dotted path (``\"torch.optim.Adam\"``)."))
     optimizer_kwargs: dict[str, Any] = _hparam({"eps": 1e-5}, _optimizer_kwargs, doc=(
-        "Extra keyword arguments of the optimizer (not ``lr``); default ``eps=1e-5`` for Adam and "
-        "AdamW, ``{}`` for other optimizers."))
+        "The optimizer's keyword arguments (not ``lr``); default ``eps=1e-5`` for Adam and AdamW, else ``{}``."))
     model_cls: Any = _hparam(None, _class_or_path, doc=(
-        "A :class:`rl8.Model` subclass (see :mod:`rl8.policies.models`), its dotted path, or ``None`` for "
-        "the default."))
+        "A :class:`rl8.Model` subclass (:mod:`rl8.policies.models`), its dotted path, or ``None``: the default."))
     model_config: dict[str, Any] = _hparam({}, _DICT, doc="Keyword arguments of the model class.")
     obs_groups: dict[str, list[str]] | None = _hparam(
         None, lambda v, name: obs_groups_problem(v), convert=_group_lists, doc=(
-            "``{\"actor\": [group, ...], \"critic\": [group, ...]}``: the keys of a ``Dict`` "
-            "observation that the actor and the critic read (asymmetric actor-critic, passed to the "
-            "model as ``model_config[\"obs_groups\"]``); ``None`` or a missing set: rsl_rl 5's fallbacks "
-            "(the group of the set's name, then ``policy``, then the whole observation)."))
+            "``{\"actor\": [group, ...], \"critic\": [group, ...]}``: the keys of a ``Dict`` observation that "
+            "the actor and the critic read (asymmetric actor-critic; ``model_config[\"obs_groups\"]``); ``None`` "
+            "or a missing set: rsl_rl 5's fallbacks (the group named as the set, then ``policy``, then all of it)."))
     distribution_cls: Any = _hparam(None, _class_or_path, doc=(
-        "A :class:`rl8.Distribution` subclass, its dotted path, or ``None`` for the one the "
-        "action space implies."))
+        "A :class:`rl8.Distribution` subclass, its dotted path, or ``None``: the action space's."))
     device: str = _hparam("auto", _device, doc=(
         "``\"auto\"`` (CUDA when available, else CPU) or an explicit torch device."))
     seed: int | None = _hparam(
         None, optional(check("an int in [0, 2**63 - 1]", lambda v: is_int(v) and 0 <= v <= _MAX_SEED)),
-        doc=("Seed of torch's RNG and the envs, an int in [0, 2**63 - 1]; ``None`` draws one "
-             "from the OS."))
+        doc="Seed of torch's RNG and the envs, an int in [0, 2**63 - 1]; ``None``: drawn from the OS.")
     env_config: dict[str, Any] = _hparam({}, _DICT, doc=(
         "Env parameters applied at every env reset (see ``Env.reset``)."))
     env_kwargs: dict[str, Any] = _hparam({}, _DICT, doc="Extra keyword arguments for the env's constructor.")
     check_finite_collects: int = _hparam(2, int_at_least(-1), doc=(
-        "Check observations and rewards for NaN/inf during this many first collects (``-1``: "
-        "always, ``0``: never)."))
+        "Check observations and rewards for NaN/inf in this many first collects (``-1``: always, ``0``: never)."))
     seq_len: int | None = _hparam(None, optional(int_at_least(1)), doc=(
-        "Steps per training sequence for recurrent models (must divide ``horizon``); ``None``: "
-        "the horizon."))
+        "Recurrent models: steps per training sequence, a divisor of ``horizon``; ``None``: the horizon."))
     seqs_per_state_reset: int = _hparam(-1, _nonzero_int("k > 0: every k sequences; k < 0: never"), doc=(
         "Recurrent models: reset the hidden state every ``k`` sequences (``k > 0``) or only at "
         "episode ends and env resets (``k < 0``)."))

@@ -83,9 +83,7 @@ HPARAM_KINDS = {"model_cls": MODEL, "distribution_cls": DISTRIBUTION, "optimizer
 def is_built_env(obj: Any) -> bool:
     """Whether ``obj`` is an env already built: an ``rl8.Env``, an rsl_rl ``VecEnv`` or a
     torch-batched gymnasium vector env (``docs/simulators.md``)."""
-    if isinstance(obj, type):
-        return False
-    return isinstance(obj, Env) or is_rsl_rl_env(obj) or is_torch_vector_env(obj)
+    return not isinstance(obj, type) and (isinstance(obj, Env) or is_rsl_rl_env(obj) or is_torch_vector_env(obj))
 
 
 def describe(obj: Any) -> str:
@@ -279,10 +277,8 @@ def resolve_env(spec: Any, *, field: str = "env", source: Any = None, trust_code
         spec: A dotted path, a gymnasium id, or an object (returned as is when you give it).
         env_kwargs: The env's constructor arguments stored with the spec.
     """
-    if is_task_spec(spec):  # its prefix names one of rl8's own makers (rl8.envs.tasks)
-        return spec
     if isinstance(spec, str) and not is_dotted_path(spec):
-        if source is not None:
+        if source is not None and not is_task_spec(spec):  # a task names one of rl8's own makers (rl8.envs.tasks)
             _check_gymnasium_id(spec, field, source, trust_code)
         return spec
     obj = _named_object(spec, ENV, field, source, trust_code) if isinstance(spec, str) else spec

@@ -13,6 +13,9 @@ from rl8.ppo.buffer import discount_matrix
 
 __all__ = ["RewardNormalizer"]
 
+_CLIP = 10.0  # scaled rewards are clipped to [-10, 10]
+_EPS = 1e-8  # added to the variance before the square root
+
 
 class RewardNormalizer(nn.Module):
     """Scales rewards (not centred) by the running std of each env's discounted return
@@ -22,16 +25,11 @@ class RewardNormalizer(nn.Module):
         num_envs: Number of envs (one running return each).
         gamma: Discount factor of the return.
         device: Device of the statistics.
-        clip: Scaled rewards are clipped to ``[-clip, clip]``.
-        eps: Added to the variance before the square root.
     """
 
-    def __init__(self, num_envs: int, gamma: float, *, device: torch.device | str = "cpu", clip: float = 10.0,
-                 eps: float = 1e-8) -> None:
+    def __init__(self, num_envs: int, gamma: float, *, device: torch.device | str = "cpu") -> None:
         super().__init__()
         self.gamma = float(gamma)
-        self.clip = float(clip)
-        self.eps = float(eps)
         self.stats = RunningMeanStd((), device=device)
         self.register_buffer("returns", torch.zeros(num_envs, dtype=torch.float32, device=device))
 
@@ -83,6 +81,6 @@ class RewardNormalizer(nn.Module):
         self.returns.zero_()
 
     def forward(self, rewards: torch.Tensor) -> torch.Tensor:
-        """Scale ``rewards`` by the running std of the return."""
-        scale = self.stats.var.add(self.eps).rsqrt().to(rewards.dtype)
-        return (rewards * scale).clamp(-self.clip, self.clip)
+        """Scale ``rewards`` by the running std of the return, clipped to [-10, 10]."""
+        scale = self.stats.var.add(_EPS).rsqrt().to(rewards.dtype)
+        return (rewards * scale).clamp(-_CLIP, _CLIP)

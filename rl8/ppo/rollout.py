@@ -103,13 +103,11 @@ def rollout_ready_envs(
     rollout_step = rollout_step or policy.rollout_step
     n, horizon = buffer.num_envs, buffer.horizon
     device = data.device
-    steps = torch.zeros(n, dtype=torch.long, device=device)  # each env's own step index
+    steps = torch.zeros(n, dtype=torch.long, device=device)  # each env's own step index; < horizon: stepping
     carries: TensorDictBase | None = None  # each env's carry after its step in flight
-    stepping = 0  # envs with an action sent and no output received yet
 
     def act(env_ids: torch.Tensor, t: torch.Tensor, env_obs: torch.Tensor | TensorDictBase) -> None:
-        nonlocal carries, stepping
-        data["obs"][env_ids, t] = env_obs
+        nonlocal carries
         dist, value, policy_carry = rollout_step(env_obs, *carry.before_steps(env_ids, t))
         actions, logp = dist.sample_with_log_prob(generator, deterministic=deterministic)
         data["actions"][env_ids, t] = actions
@@ -120,13 +118,13 @@ def rollout_ready_envs(
                 carries = policy_carry[:1].expand(n).clone()
             carries[env_ids] = policy_carry
         env.send(env_ids, to_env_action(actions, space))
-        stepping += env_ids.numel()
 
     with autocast or contextlib.nullcontext(), policy.rollout():
-        act(torch.arange(n, device=device), steps.clone(), obs.to(device))
-        while stepping:
+        obs = obs.to(device)
+        data["obs"][:, 0] = obs
+        act(torch.arange(n, device=device), steps.clone(), obs)
+        while bool((steps < horizon).any()):
             env_ids, out = env.recv(env.min_batch_size, env.max_batch_size, env.max_wait_s)
-            stepping -= env_ids.numel()
             if check_first_step:
                 validate_step_output(out, env, batch_size=env_ids.numel())
                 check_first_step = False
@@ -142,10 +140,8 @@ def rollout_ready_envs(
             carry.after_steps(env_ids, t, None if carries is None else carries[env_ids])
             t = t + 1
             steps[env_ids] = t
+            data["obs"][env_ids, t] = out["obs"]  # at column horizon: the last obs of the envs that are done
             going = t < horizon
-            done = ~going
-            if bool(done.any()):  # column horizon: the last obs of the envs that are done
-                data["obs"][env_ids[done], t[done]] = out["obs"][done]
             if bool(going.any()):
                 act(env_ids[going], t[going], out["obs"][going])
         # column horizon: every env's last obs and its (bootstrap) value

@@ -83,25 +83,21 @@ def reduce_stats(
     of ``dist`` (:class:`~rl8.ppo.distributed.DistContext`) and read back with ONE host transfer:
     ``sums`` summed, ``means`` averaged, ``mins``/``maxs`` the ranks' smallest/largest, ``local``
     this rank's own; each name in one group only."""
-    groups = {kind: dict(values or {}) for kind, values in
-              (("sums", sums), ("means", means), ("mins", mins), ("maxs", maxs), ("local", local))}
-    names = [name for values in groups.values() for name in values]
-    if not names:
-        return {}
+    sums, means, mins, maxs, local = (dict(values or {}) for values in (sums, means, mins, maxs, local))
+    names = [*sums, *means, *mins, *maxs, *local]
     if len(set(names)) != len(names):
         raise ValueError(f"reduce_stats: expected each stat name once, got {names}")
     parts = []
-    added = [*groups["sums"].values(), *groups["means"].values()]
-    if added:
-        summed = dist.all_reduce_(_stack(added))
-        summed[len(groups["sums"]):] /= dist.world_size
+    if sums or means:
+        summed = dist.all_reduce_(_stack([*sums.values(), *means.values()]))
+        summed[len(sums):] /= dist.world_size
         parts.append(summed)
-    for kind, op in (("mins", "min"), ("maxs", "max")):
-        if groups[kind]:
-            parts.append(dist.all_reduce_(_stack(groups[kind].values()), op))
-    if groups["local"]:
-        parts.append(_stack(groups["local"].values()))
-    return dict(zip(names, torch.cat(parts).tolist()))
+    for values, op in ((mins, "min"), (maxs, "max")):
+        if values:
+            parts.append(dist.all_reduce_(_stack(values.values()), op))
+    if local:
+        parts.append(_stack(local.values()))
+    return dict(zip(names, torch.cat(parts).tolist())) if parts else {}
 
 
 def rollout_stats(
