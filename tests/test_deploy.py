@@ -203,7 +203,8 @@ class NoMode(Normal):
 
 
 class Untraceable(Model):
-    """Reads a tensor's value into Python: the graph cannot follow it."""
+    """Reads a tensor's value into Python (TorchScript's trace freezes it) and branches on it
+    (``torch.export`` refuses to)."""
 
     def __init__(self, observation_space, action_space, distribution_cls, /):
         super().__init__(observation_space, action_space, distribution_cls)
@@ -211,7 +212,7 @@ class Untraceable(Model):
 
     def forward(self, obs):
         scale = float(obs.abs().max())
-        return self.pi(obs) * scale, obs[:, 0]
+        return self.pi(obs) * (scale if scale > 0.5 else -scale), obs[:, 0]
 
 
 class ExportsOtherwise(Model):
