@@ -1,6 +1,5 @@
-"""Deployment: a policy's deterministic actor, with its observation normalisation folded in, as an
-ONNX or TorchScript file for a robot (``docs/export.md``): observations (and a recurrent state)
-in, the actions :meth:`Policy.predict <rl8.policies.policy.Policy.predict>` takes out."""
+"""Deployment: a policy's deterministic actor (:class:`DeterministicActor`) as an ONNX or
+TorchScript file for a robot (``docs/export.md``)."""
 
 from __future__ import annotations
 
