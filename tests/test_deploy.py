@@ -203,7 +203,8 @@ class NoMode(Normal):
 
 
 class Untraceable(Model):
-    """Reads a tensor's value into Python: the graph cannot follow it."""
+    """Reads a tensor's value into Python (TorchScript's trace freezes it) and branches on it
+    (``torch.export`` refuses to)."""
 
     def __init__(self, observation_space, action_space, distribution_cls, /):
         super().__init__(observation_space, action_space, distribution_cls)
@@ -211,7 +212,26 @@ class Untraceable(Model):
 
     def forward(self, obs):
         scale = float(obs.abs().max())
-        return self.pi(obs) * scale, obs[:, 0]
+        return self.pi(obs) * (scale if scale > 0.5 else -scale), obs[:, 0]
+
+
+class ExportsOtherwise(Model):
+    """Computes something else while torch.export traces it: the trace succeeds, its program differs."""
+
+    def __init__(self, observation_space, action_space, distribution_cls, /):
+        super().__init__(observation_space, action_space, distribution_cls)
+        self.pi = nn.Linear(4, distribution_cls.param_size(action_space))
+
+    def forward(self, obs):
+        return self.pi(obs) * (-1.0 if torch.compiler.is_exporting() else 1.0), obs[:, 0]
+
+
+def test_an_export_that_differs_from_the_model_is_refused(tmp_path):
+    policy = Policy(BOX, spaces.Box(-1.0, 1.0, (2,), np.float32), model_cls=ExportsOtherwise)
+    message = "cannot export ExportsOtherwise with Normal as onnx \\(the exported program's actions differ"
+    with pytest.raises(ExportError, match=message):
+        policy.export(tmp_path / "a.onnx")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_what_cannot_be_exported_is_refused(tmp_path, monkeypatch):

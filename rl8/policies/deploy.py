@@ -1,6 +1,5 @@
-"""Deployment: a policy's deterministic actor, with its observation normalisation folded in, as an
-ONNX or TorchScript file for a robot (``docs/export.md``): observations (and a recurrent state)
-in, the actions :meth:`Policy.predict <rl8.policies.policy.Policy.predict>` takes out."""
+"""Deployment: a policy's deterministic actor (:class:`DeterministicActor`) as an ONNX or
+TorchScript file for a robot (``docs/export.md``)."""
 
 from __future__ import annotations
 
@@ -109,14 +108,15 @@ class DeterministicActor(nn.Module):
         actions = actions.to(self.action_dtype)
         return (actions, *(next_state[k] for k in self.state_keys)) if self.state_keys else actions
 
-    def example_inputs(self, batch_size: int = 2) -> tuple[torch.Tensor, ...]:
-        """Valid inputs for ``batch_size`` envs: observations the space samples (seeded), zero states."""
+    def example_inputs(self, batch_size: int = 2, seed: int = 0) -> tuple[torch.Tensor, ...]:
+        """Valid inputs for ``batch_size`` envs: observations the space samples (seeded with
+        ``seed``), zero states."""
         space = self.policy.observation_space
         leaves = [(k, space[k]) for k in self.obs_keys] if self.obs_keys else [("obs", space)]
         out = []
         for key, sub in leaves:
             sub = copy.deepcopy(sub)
-            sub.seed(0)
+            sub.seed(seed)
             value = torch.as_tensor(np.stack([sub.sample() for _ in range(batch_size)]))
             out.append(value.bool() if key == "action_mask" else value.to(space_dtype(sub)))
         return (*out, *(torch.zeros(batch_size, *self._state_shapes[k]) for k in self.state_keys))
@@ -191,7 +191,7 @@ def export_policy(policy: Any, path: str | os.PathLike[str], format: str = "onnx
 def _write(actor: DeterministicActor, format: str, path: Path) -> None:
     """Trace ``actor`` into a file of ``format``; what fails to trace is an :class:`ExportError`."""
     try:
-        metadata = actor.metadata()
+        metadata, other_batch = actor.metadata(), actor.example_inputs(3, seed=1)
         with warnings.catch_warnings():  # torch's notes on tracing (the trace is checked instead)
             for category in (torch.jit.TracerWarning, FutureWarning, DeprecationWarning):
                 warnings.simplefilter("ignore", category)
@@ -202,10 +202,15 @@ def _write(actor: DeterministicActor, format: str, path: Path) -> None:
                     input_names=list(actor.input_names), output_names=list(actor.output_names),
                     dynamic_shapes=(({0: torch.export.Dim.DYNAMIC},) * len(actor.input_names),),
                 )
+                try:  # what torch.export froze (a value, a branch) shows on another batch
+                    torch.testing.assert_close(program.exported_program.module()(*other_batch), actor(*other_batch))
+                except AssertionError:
+                    raise ValueError("the exported program's actions differ from the model's on a second batch "
+                                     "(the model's computation depends on how it is traced)") from None
                 program.model.metadata_props.update(metadata)
                 program.save(str(path))
             else:
-                traced = torch.jit.trace(actor, actor.example_inputs(), check_inputs=[actor.example_inputs(3)])
+                traced = torch.jit.trace(actor, actor.example_inputs(), check_inputs=[other_batch])
                 torch.jit.save(traced, str(path), _extra_files={TORCHSCRIPT_METADATA: json.dumps(metadata)})
     except OSError:
         raise

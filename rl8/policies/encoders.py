@@ -208,17 +208,8 @@ class ImageEncoder(nn.Module):
 
 class ObservationEncoder(nn.Module):
     """Any observation to features ``[B, features]``: an :class:`ImageEncoder` per image (entry),
-    an MLP per other (flattened) entry, concatenated in key order without ``action_mask``.
-
-    Args:
-        space: The observation space.
-        encoder: The image encoder (see :class:`ImageEncoder`).
-        encoder_config: Its keyword arguments.
-        image_layout: Declares a non-``Dict`` 3-dimensional Box an image of this layout.
-        image_keys: ``Dict`` spaces: keys of float 3-dimensional Boxes to encode as images
-            (mapped to their layout, ``{"camera": "HWC"}``); uint8 images are found anyway.
-        vector_hiddens: Widths of the MLP of each non-image entry (``()``: flattened only).
-        activation: Activation of those MLPs.
+    an MLP per other (flattened) entry, concatenated in key order without ``action_mask``, for
+    observations of the ``space``; the other arguments are :class:`CNNModel`'s.
     """
 
     def __init__(self, space: spaces.Space, *, encoder: str | type[nn.Module] = "nature",
@@ -268,9 +259,10 @@ class CNNModel(Model):
         encoder: ``"nature"`` (default), ``"impala"``, or an ``nn.Module`` class (see
             :class:`ImageEncoder`).
         encoder_config: Keyword arguments of the encoder (``docs/pixels.md``).
-        image_layout: ``"HWC"`` or ``"CHW"`` to declare a float Box an image.
-        image_keys: ``Dict`` observations: float image entries and their layouts.
-        vector_hiddens: ``Dict`` observations: MLP widths of each non-image entry.
+        image_layout: ``"HWC"`` or ``"CHW"`` to declare a float 3-dimensional Box an image.
+        image_keys: ``Dict`` observations: the keys of float 3-dimensional Boxes to encode as
+            images, mapped to their layout (``{"camera": "HWC"}``); uint8 images are found anyway.
+        vector_hiddens: ``Dict`` observations: MLP widths of each non-image entry (``()``: flattened only).
         hiddens: Widths of an MLP between the encoder and the heads (``()``: none).
         activation: Activation of those MLPs.
         shared: One encoder for the policy and the value (default, as CleanRL), else one each.

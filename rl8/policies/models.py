@@ -62,9 +62,7 @@ def flatten_observation(obs: torch.Tensor | TensorDictBase, space: spaces.Space)
         flat = obs.reshape(obs.shape[0], -1).long()
         nvec = space.nvec.reshape(-1).tolist()
         return torch.cat([F.one_hot(flat[:, i], n) for i, n in enumerate(nvec)], dim=-1).float()
-    if obs.dim() != 2:
-        obs = obs.reshape(obs.shape[0], -1)
-    return obs if obs.dtype == torch.float32 else obs.float()
+    return obs.reshape(obs.shape[0], -1).float()
 
 
 class Model(nn.Module):

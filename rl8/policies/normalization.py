@@ -40,10 +40,8 @@ class RunningMeanStd(nn.Module):
             return
         if n == 0:
             return
-        # two reductions: torch.var_mean is slower on the CPU
-        mean = x.mean(0)
-        var = x.var(0, unbiased=False)  # 0 for one sample
-        self.merge_(mean, var, torch.tensor(float(n), dtype=torch.float64, device=x.device))
+        # two reductions: torch.var_mean is slower on the CPU (the variance of one sample is 0)
+        self.merge_(x.mean(0), x.var(0, unbiased=False), x.new_tensor(float(n)))
 
     @torch.no_grad()
     def merge_(self, mean: torch.Tensor, var: torch.Tensor, count: torch.Tensor) -> None:

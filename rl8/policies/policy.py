@@ -168,8 +168,7 @@ class Policy(nn.Module):
                 first); ``None``: none does.
         """
         if carry is None:
-            dist, value = self.distribution(obs)
-            return dist, value, None
+            return (*self.distribution(obs), None)
         params, values, carry = self.model(self.preprocess(obs)[:, None], carry, self._starts(obs, starts)[:, None])
         dist = self.distribution_cls(params[:, 0], self.action_space, action_mask=self.action_mask(obs))
         return dist, values[:, 0], carry

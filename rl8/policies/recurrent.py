@@ -160,25 +160,21 @@ class _RNNModel(RecurrentModel):
 
 
 _ARGS_DOC = """
-    ``observation_space``, ``action_space``, ``distribution_cls``: as for :class:`~rl8.policies.models.Model`.
+    ``observation_space``, ``action_space``, ``distribution_cls``: as for :class:`~rl8.policies.models.Model`;
+    ``state_dependent_std``, ``init_log_std``, ``init_noise_std``: as for
+    :class:`~rl8.policies.models.MLPModel`; ``encoder_config``, ``image_layout``, ``image_keys``: as
+    for :class:`~rl8.policies.encoders.CNNModel`.
 
     Args:
         hidden_size: Width ``H`` of the recurrent state (>= 1).
         num_layers: Number of stacked recurrent layers ``L`` (>= 1).
         encoder_hiddens: Widths of the MLP encoder before the recurrent layers (``()``: none).
         activation: Activation of the encoder: a name of ``ACTIVATIONS`` or an ``nn.Module`` class.
-        state_dependent_std: Gaussian policies: the policy head outputs the log-std (else a
-            learned, state-independent log-std, the default).
-        init_log_std: Initial value of the state-independent log-std; ``None``: 0.
-        init_noise_std: Or the initial std itself (> 0; rsl_rl's ``init_noise_std``).
         ortho_init: Orthogonal initialisation with zero biases: gain sqrt(2) for the encoder,
             1 for the recurrent weights, 0.01 for the policy head and 1 for the value head.
-        encoder: A convolutional encoder before ``encoder_hiddens`` (see
-            :class:`rl8.policies.encoders.ObservationEncoder`); ``None``: ``"nature"`` for
-            image observations (and ``Dict`` ones with an image), none for others.
-        encoder_config: Keyword arguments of the convolutional encoder.
-        image_layout: ``"HWC"`` or ``"CHW"``: declares a float Box observation an image.
-        image_keys: ``Dict`` observations: float image entries and their layouts.
+        encoder: A convolutional encoder before ``encoder_hiddens``, as for
+            :class:`~rl8.policies.encoders.CNNModel`; ``None``: ``"nature"`` for image
+            observations (and ``Dict`` ones with an image), none for others.
         obs_groups: The groups (keys of a ``Dict`` observation) the network reads, in order, as
             ``{"actor": [...], "critic": [...]}`` with the same lists (one network serves both);
             ``None``: rsl_rl 5's fallbacks (:func:`rl8.policies.groups.resolve_obs_groups`), an

@@ -52,12 +52,17 @@ def read_space(space: str | os.PathLike[str] | Mapping[str, Any], hparams: Mappi
             raise ConfigError(f"{at}: only the keys of {', '.join(MAPPING_HPARAMS)} may be named with a dot")
         if hparams.get(_OVERRIDDEN.get(name)) is not None:
             raise ConfigError(f"{at}: the config's {_OVERRIDDEN[name]} overrides {name}; remove it from the config")
-        out[name] = _distribution(spec, at, optuna.distributions)
-        if not rest:
-            bounds = out[name].choices if isinstance(out[name], optuna.distributions.CategoricalDistribution) \
-                else (out[name].low, out[name].high)
-            for value in bounds:
-                _check_value(hparams, name, value, at)
+        out[name] = dist = _distribution(spec, at, optuna.distributions)
+        if rest:  # a key of model_config, env_config...: what reads it checks it
+            continue
+        categorical = isinstance(dist, optuna.distributions.CategoricalDistribution)
+        for value in dist.choices if categorical else (dist.low, dist.high):
+            trial = dict(hparams)
+            assign(trial, [name], value)
+            try:
+                HParams.from_config(trial, "hparams")
+            except (TypeError, ValueError) as exc:
+                raise ConfigError(f"{at}: {value!r} is not a valid {name} here: {exc}") from None
     return out
 
 
@@ -94,12 +99,3 @@ def _distribution(spec: Any, at: str, distributions: Any) -> Any:
     if kind == "int":
         return distributions.IntDistribution(low, high, log=log, step=step or 1)
     return distributions.FloatDistribution(float(low), float(high), log=log, step=step)
-
-
-def _check_value(hparams: Mapping[str, Any], name: str, value: Any, at: str) -> None:
-    trial = dict(hparams)
-    assign(trial, [name], value)
-    try:
-        HParams.from_config(trial, "hparams")
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{at}: {value!r} is not a valid {name} here: {exc}") from None

@@ -148,7 +148,4 @@ class Distribution(ABC):
         """Entropy of each distribution, float32 ``[*batch_shape]``, differentiable."""
 
     def __repr__(self) -> str:
-        return (
-            f"{type(self).__name__}(batch_shape={list(self.batch_shape)}, "
-            f"action_space={self.action_space})"
-        )
+        return f"{type(self).__name__}(batch_shape={list(self.batch_shape)}, action_space={self.action_space})"

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -86,6 +84,14 @@ class _CategoricalBase(Distribution):
         """int64, like the env's action."""
         return torch.int64
 
+    @classmethod
+    def to_env_action(cls, actions: Tensor, action_space: spaces.Space) -> Tensor:
+        """Identity (adds ``action_space.start`` when it is not 0)."""
+        device = actions.device
+        start = cached(action_space, ("start", device), lambda: torch.as_tensor(
+            action_space.start, dtype=torch.int64, device=device) if np.any(action_space.start) else None)
+        return actions if start is None else actions + start
+
     def _total(self, x: Tensor) -> Tensor:
         return x
 
@@ -129,12 +135,6 @@ class Categorical(_CategoricalBase):
         """``n``: one logit per action."""
         return int(action_space.n)
 
-    @classmethod
-    def to_env_action(cls, actions: Tensor, action_space: spaces.Space) -> Tensor:
-        """Identity (adds ``action_space.start`` when it is not 0)."""
-        start = int(action_space.start)
-        return actions + start if start else actions
-
 
 class MultiCategorical(_CategoricalBase):
     """Independent categorical distributions, one per component of a ``MultiDiscrete(nvec)``.
@@ -147,8 +147,8 @@ class MultiCategorical(_CategoricalBase):
 
     def __init__(self, params: Tensor, action_space: spaces.Space, *, action_mask: Tensor | None = None) -> None:
         super().__init__(params, action_space, action_mask=action_mask)
-        layout = self._layout(action_space)
-        logits, pad_index = self.logits, layout["pad_index"]
+        num, width, pad_index = self._layout(action_space)
+        logits = self.logits
         if pad_index is not None:
             # Components of different sizes: append one zero-probability logit and gather a
             # [*, num * width] layout in which short components repeat it as padding, so all
@@ -156,23 +156,22 @@ class MultiCategorical(_CategoricalBase):
             device = logits.device
             index = cached(action_space, ("pad_index", device), lambda: pad_index.to(device))
             logits = F.pad(logits, (0, 1), value=MASKED_LOGIT).index_select(-1, index)
-        self.logits = logits.reshape(self.batch_shape + (layout["num"], layout["width"]))
+        self.logits = logits.reshape(self.batch_shape + (num, width))
         self._guard = self.logits if action_mask is not None or pad_index is not None else None
 
     @staticmethod
-    def _layout(action_space: spaces.MultiDiscrete) -> dict[str, Any]:
-        def make() -> dict[str, Any]:
+    def _layout(action_space: spaces.MultiDiscrete) -> tuple[int, int, Tensor | None]:
+        """``(components, width of the widest, pad_index)``; ``pad_index`` is ``None`` when all
+        components have one width, else the source column in the params of each padded slot,
+        or the appended pad."""
+        def make() -> tuple[int, int, Tensor | None]:
             nvec = np.asarray(action_space.nvec, dtype=np.int64).reshape(-1)  # supports(): not empty
-            num, width = int(nvec.size), int(nvec.max())
-            layout: dict[str, Any] = {"num": num, "width": width, "pad_index": None}
-            if not (nvec == width).all():
-                # For each padded slot: its source column in the params, or the appended pad.
-                offsets, columns = np.cumsum(nvec) - nvec, np.arange(width)
-                index = np.where(columns < nvec[:, None], offsets[:, None] + columns, nvec.sum())
-                layout["pad_index"] = torch.as_tensor(index.reshape(-1), dtype=torch.int64)
-            start = np.asarray(action_space.start, dtype=np.int64)
-            layout["start"] = start if start.any() else None
-            return layout
+            width = int(nvec.max())
+            if (nvec == width).all():
+                return nvec.size, width, None
+            offsets, columns = np.cumsum(nvec) - nvec, np.arange(width)
+            index = np.where(columns < nvec[:, None], offsets[:, None] + columns, nvec.sum())
+            return nvec.size, width, torch.as_tensor(index.reshape(-1), dtype=torch.int64)
 
         return cached(action_space, "multicategorical", make)
 
@@ -185,16 +184,6 @@ class MultiCategorical(_CategoricalBase):
     def param_size(cls, action_space: spaces.Space) -> int:
         """``sum(nvec)``: the logits of each component, one component after another."""
         return int(np.asarray(action_space.nvec).sum())
-
-    @classmethod
-    def to_env_action(cls, actions: Tensor, action_space: spaces.Space) -> Tensor:
-        """Identity (adds ``action_space.start`` when it is not 0)."""
-        start = cls._layout(action_space)["start"]
-        if start is None:
-            return actions
-        device = actions.device
-        return actions + cached(action_space, ("start", device),
-                                lambda: torch.as_tensor(start, device=device))
 
     def _total(self, x: Tensor) -> Tensor:
         return x.sum(-1)
