@@ -33,8 +33,8 @@ from rl8.training.config import TrainerConfig, run_params
 from rl8.training.eval_envs import EvalEnvs
 from rl8.training.progress import Progress, is_nan
 from rl8.training.resume import (
-    Resuming, RunRecord, absolute_tracking_uri, algo_from_checkpoint, check_finite_policy, log_policy_artifacts,
-    resuming, resuming_from, write_checkpoint,
+    RESUMING, RunRecord, absolute_tracking_uri, algo_from_checkpoint, check_finite_policy, log_policy_artifacts,
+    write_checkpoint,
 )
 from rl8.training.run_args import as_conditions, check_eval_plan, check_run_plan
 from rl8.training.run_args import run_params as run_arg_params
@@ -112,11 +112,10 @@ class Trainer:
         self._run_args: dict[str, Any] | None = None
         self._conditions: list[Condition] = []
         self._conditions_met = False  # whether the stop conditions held at the latest step
-        # from_checkpoint: the checkpoint resumed from, what it records of the run, its step
-        self._resumed_from = resuming_from()
-        self._resumed: RunRecord | None = self._resumed_from and self._resumed_from.record
-        self.last_checkpoint: Path | None = self._resumed_from and self._resumed_from.file
-        self._last_checkpoint_step: int | None = self._resumed_from and self._resumed_from.env_steps
+        # set by from_checkpoint: the checkpoint resumed from and what it records of the run
+        self._resumed_file, self._resumed = RESUMING.get() or (None, None)
+        self.last_checkpoint: Path | None = self._resumed_file
+        self._last_checkpoint_step: int | None = None if self._resumed_file is None else int(algo.env_steps)
         self._ignore_stop_signals = False  # while a signal exit ends the run (bounded)
         self._run_start_wait_s: float | None = None  # 0: a signal's checkpoint waits for no run start
         # data-parallel training: only rank 0 talks to MLflow and writes checkpoints
@@ -200,8 +199,7 @@ class Trainer:
             raise RuntimeError("this Trainer is closed (its MLflow run has ended)")
 
     def _claim(self, folder: Path, run_id: str | None) -> CheckpointDirLock:
-        resumed_from = self._resumed_from and self._resumed_from.file
-        return CheckpointDirLock(folder, run_id=run_id, resumed_from=resumed_from)
+        return CheckpointDirLock(folder, run_id=run_id, resumed_from=self._resumed_file)
 
     def _release_folder(self) -> None:
         if self._dir_lock is not None:
@@ -522,13 +520,6 @@ class Trainer:
             record.run = saved.run
         return record
 
-    @property
-    def run_args(self) -> dict[str, Any] | None:
-        """``env_config``, ``eval_env_config`` and ``steps_per_eval`` of the latest :meth:`run`
-        (or of the checkpoint's run, before a resumed one's first)."""
-        run = self._run_record().run
-        return None if run is None else dict(run)
-
     def state_dict(self) -> dict[str, Any]:
         """The checkpoint's content: only tensors and plain Python values (see docs/trainer.md)."""
         algo = self.algo
@@ -619,8 +610,11 @@ class Trainer:
             tracking=tracking, run_id=config.run_id if tracking else None,
             tracking_uri=tracking_uri or config.tracking_uri,
         )
-        with resuming(Resuming(file.absolute(), RunRecord.from_checkpoint(saved), int(algo.env_steps))):
+        token = RESUMING.set((file.absolute(), RunRecord.from_checkpoint(saved)))
+        try:
             return cls(algo, config, **kwargs)
+        finally:
+            RESUMING.reset(token)
 
     def register_best(self, name: str | None = None, *, metric: str | None = None,
                       mode: str | None = None) -> str | None:
