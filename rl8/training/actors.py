@@ -246,14 +246,6 @@ def _load_weights_file(algo: PPO, folder: Path, version: int) -> None:
         time.sleep(_POLL_S)
 
 
-def _write_weights_file(algo: PPO, folder: Path) -> None:
-    """Write the learner's weights and version atomically to ``folder``'s weights file."""
-    folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / f".{_WEIGHTS_FILE}.tmp"
-    torch.save({"version": int(algo.steps), "policy": {k: v.cpu() for k, v in _weights(algo).items()}}, tmp)
-    os.replace(tmp, folder / _WEIGHTS_FILE)
-
-
 @torch.no_grad()
 def truncated_importance_weights(algo: PPO, cap: float) -> torch.Tensor:
     """Prepare the next update of the learner's ``algo`` (its buffer filled, a feedforward model)
@@ -313,8 +305,14 @@ class Learner:
         self.awaiting_reply[actor] = False
 
     def _publish_weights(self) -> None:
+        """With ``weight_sync="checkpoint"``, rank 0 writes the weights and their version atomically
+        to the weights file."""
         if self.config.weight_sync == "checkpoint" and self.dist.is_main:
-            _write_weights_file(self.algo, Path(self.config.weight_sync_dir))
+            folder = Path(self.config.weight_sync_dir)
+            folder.mkdir(parents=True, exist_ok=True)
+            weights = {k: v.cpu() for k, v in _weights(self.algo).items()}
+            torch.save({"version": int(self.algo.steps), "policy": weights}, folder / f".{_WEIGHTS_FILE}.tmp")
+            os.replace(folder / f".{_WEIGHTS_FILE}.tmp", folder / _WEIGHTS_FILE)
 
     def start(self) -> None:
         """Send every actor of this learner the current weights (its first reply)."""
@@ -444,10 +442,10 @@ class Learner:
 
     def stop(self) -> None:
         """Tell every actor to stop (a rollout being collected is received and dropped)."""
-        if self.stopped or not self.started:
-            self.stopped = True
-            return
+        running = self.started and not self.stopped
         self.stopped = True
+        if not running:
+            return
         for actor in self.actors:
             if not self._waits_for_reply(actor):
                 self._receive(actor)
