@@ -8,7 +8,6 @@ import io
 import math
 import os
 import signal
-import threading
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -24,7 +23,7 @@ from rl8.ppo.distributed import (
 )
 from rl8.ppo.stats import Stats, episode_means, reduce_stats
 from rl8.training.resume import rank_entry
-from rl8.training.signals import signal_exit
+from rl8.training.signals import handling, signal_exit
 
 if TYPE_CHECKING:
     from rl8.ppo.buffer import RolloutBuffer
@@ -167,10 +166,7 @@ def run_actor(algo: PPO, config: TrainerConfig, *, env_config: dict[str, Any] | 
     def on_signal(signum: int, frame: Any) -> None:
         received_signal[0] = signum
 
-    previous = {}
-    if threading.current_thread() is threading.main_thread():
-        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    with contextlib.closing(algo), handling([signal.SIGINT, signal.SIGTERM], on_signal):
         while True:
             t0 = time.perf_counter()
             with _p2p(learner, f"actor rank {rank}: waiting for learner rank {learner}'s reply"):
@@ -195,10 +191,6 @@ def run_actor(algo: PPO, config: TrainerConfig, *, env_config: dict[str, Any] | 
             with _p2p(learner, f"actor rank {rank}: sending a rollout to learner rank {learner}"):
                 dist.send(torch.tensor([header[k] for k in HEADER], dtype=torch.float64), learner, tag=_TAG_HEADER)
                 dist.send(layout.pack(_leaves(algo.buffer.data), payload), learner, tag=_TAG_ROLLOUT)
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-        algo.close()
     if received_signal[0] is not None:
         raise signal_exit(received_signal[0])
     return stats
