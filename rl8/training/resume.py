@@ -57,11 +57,6 @@ class RunRecord:
     stop_conditions_met: bool = False
 
     @classmethod
-    def of_run(cls, run: dict[str, Any] | None, conditions: Sequence[Condition], met: bool) -> RunRecord:
-        """The record of a run: its arguments, its conditions and whether one held."""
-        return cls(run, [c.state_dict() for c in conditions], [c.to_config() for c in conditions], met)
-
-    @classmethod
     def from_checkpoint(cls, saved: Mapping[str, Any]) -> RunRecord:
         """The record in a checkpoint's ``trainer`` section (with the current stat names)."""
         return cls(
