@@ -8,7 +8,6 @@ import io
 import math
 import os
 import signal
-import threading
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -24,7 +23,7 @@ from rl8.ppo.distributed import (
 )
 from rl8.ppo.stats import Stats, episode_means, reduce_stats
 from rl8.training.resume import rank_entry
-from rl8.training.signals import signal_exit
+from rl8.training.signals import handling, signal_exit
 
 if TYPE_CHECKING:
     from rl8.ppo.buffer import RolloutBuffer
@@ -167,10 +166,7 @@ def run_actor(algo: PPO, config: TrainerConfig, *, env_config: dict[str, Any] | 
     def on_signal(signum: int, frame: Any) -> None:
         received_signal[0] = signum
 
-    previous = {}
-    if threading.current_thread() is threading.main_thread():
-        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    with contextlib.closing(algo), handling([signal.SIGINT, signal.SIGTERM], on_signal):
         while True:
             t0 = time.perf_counter()
             with _p2p(learner, f"actor rank {rank}: waiting for learner rank {learner}'s reply"):
@@ -195,10 +191,6 @@ def run_actor(algo: PPO, config: TrainerConfig, *, env_config: dict[str, Any] | 
             with _p2p(learner, f"actor rank {rank}: sending a rollout to learner rank {learner}"):
                 dist.send(torch.tensor([header[k] for k in HEADER], dtype=torch.float64), learner, tag=_TAG_HEADER)
                 dist.send(layout.pack(_leaves(algo.buffer.data), payload), learner, tag=_TAG_ROLLOUT)
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-        algo.close()
     if received_signal[0] is not None:
         raise signal_exit(received_signal[0])
     return stats
@@ -244,14 +236,6 @@ def _load_weights_file(algo: PPO, folder: Path, version: int) -> None:
                 f"{collective_timeout_s():g} s ({TIMEOUT_ENV_VAR}); is weight_sync_dir on storage every rank sees?"
             )
         time.sleep(_POLL_S)
-
-
-def _write_weights_file(algo: PPO, folder: Path) -> None:
-    """Write the learner's weights and version atomically to ``folder``'s weights file."""
-    folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / f".{_WEIGHTS_FILE}.tmp"
-    torch.save({"version": int(algo.steps), "policy": {k: v.cpu() for k, v in _weights(algo).items()}}, tmp)
-    os.replace(tmp, folder / _WEIGHTS_FILE)
 
 
 @torch.no_grad()
@@ -313,8 +297,14 @@ class Learner:
         self.awaiting_reply[actor] = False
 
     def _publish_weights(self) -> None:
+        """With ``weight_sync="checkpoint"``, rank 0 writes the weights and their version atomically
+        to the weights file."""
         if self.config.weight_sync == "checkpoint" and self.dist.is_main:
-            _write_weights_file(self.algo, Path(self.config.weight_sync_dir))
+            folder = Path(self.config.weight_sync_dir)
+            folder.mkdir(parents=True, exist_ok=True)
+            weights = {k: v.cpu() for k, v in _weights(self.algo).items()}
+            torch.save({"version": int(self.algo.steps), "policy": weights}, folder / f".{_WEIGHTS_FILE}.tmp")
+            os.replace(folder / f".{_WEIGHTS_FILE}.tmp", folder / _WEIGHTS_FILE)
 
     def start(self) -> None:
         """Send every actor of this learner the current weights (its first reply)."""
@@ -444,10 +434,10 @@ class Learner:
 
     def stop(self) -> None:
         """Tell every actor to stop (a rollout being collected is received and dropped)."""
-        if self.stopped or not self.started:
-            self.stopped = True
-            return
+        running = self.started and not self.stopped
         self.stopped = True
+        if not running:
+            return
         for actor in self.actors:
             if not self._waits_for_reply(actor):
                 self._receive(actor)

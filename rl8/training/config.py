@@ -192,12 +192,12 @@ class TrainerConfig:
                 if all(f.metadata[key] == value for key, value in where.items())]
 
     @classmethod
-    def check_names(cls, options: Mapping[str, Any], where: str = "Trainer") -> None:
+    def check_names(cls, options: Mapping[str, Any]) -> None:
         """A ``TypeError`` naming an option of ``options`` that is not a field (close matches)."""
         names = cls.names()
         for key in options:
             if key not in names:
-                raise TypeError(f"{where}: unknown option {key!r}{did_you_mean(key, names)} (valid: {', '.join(names)})")
+                raise TypeError(f"Trainer: unknown option {key!r}{did_you_mean(key, names)} (valid: {', '.join(names)})")
 
     @classmethod
     def read_option(cls, name: str, value: Any) -> Any:

@@ -102,25 +102,21 @@ def _safe_yaml(text: str, where: str) -> Any:
     return value
 
 
-def _parse_value(text: str) -> Any:
-    """A ``--set`` value: YAML (``[64, 64]``, ``true``, ``null``), numbers from numeric strings."""
-    import yaml
-    if text.strip() in ("None", "none"):  # Python's spelling of null
-        return None
-    try:
-        value = _safe_yaml(text, f"--set value {text[:40]!r}")
-    except yaml.YAMLError:
-        value = text  # e.g. an unbalanced bracket: keep the text, HParams will say what is wrong
-    return read_numbers(value)
-
-
 def parse_assignment(text: str, option: str) -> tuple[list[str], Any]:
-    """Split ``"a.b=value"`` into ``(["a", "b"], parsed value)``."""
+    """Split ``"a.b=value"`` into ``(["a", "b"], value)``, the value read as YAML (``[64, 64]``,
+    ``true``, ``null``; ``None`` too) with numbers from numeric strings."""
+    import yaml
     key, sep, value = text.partition("=")
     key = key.strip()
     if not sep or not key:
         raise ConfigError(f"{option} {text!r}: expected KEY=VALUE, e.g. {option} lr=3e-4")
-    return key.split("."), _parse_value(value)
+    if value.strip() in ("None", "none"):  # Python's spelling of null
+        return key.split("."), None
+    try:
+        value = _safe_yaml(value, f"--set value {value[:40]!r}")
+    except yaml.YAMLError:
+        pass  # e.g. an unbalanced bracket: keep the text, HParams will say what is wrong
+    return key.split("."), read_numbers(value)
 
 
 def assign(target: dict[str, Any], path: list[str], value: Any) -> None:

@@ -110,23 +110,20 @@ class EvalEnvs:
         config = {**hp.env_config, **(env_config or {})}
         single = second_instance_problem(algo.env, algo.env_spec) is not None
         with fork_rng(algo.device):
-            if self.num_envs is None and (algo.next_collect_resets or single):
-                saved = algo.env.state_dict()
+            if self.num_envs is None and (algo.next_collect_resets or single):  # the training envs
+                env, saved = None, algo.env.state_dict()
                 # an env that cannot be built twice: whole episodes, up to its limit (from a reset)
                 limit = episode_limit(algo.env, config) if single else None
-                try:
-                    return algo.evaluate(
-                        None, env_config=env_config, deterministic=deterministic,
-                        num_steps=self.num_steps or limit or default_steps,
-                    )
-                finally:
-                    # the next collect's reset is then the one it would have been without the eval
-                    if saved is not None:
-                        algo.env.load_state_dict(saved)
-            env = self._eval.get(self._build_eval_env)
-            limit = episode_limit(env, config) if env.episodic else None
-            return algo.evaluate(env, env_config=env_config, deterministic=deterministic,
-                                 num_steps=self.num_steps or limit or default_steps)
+            else:
+                env, saved = self._eval.get(self._build_eval_env), None
+                limit = episode_limit(env, config) if env.episodic else None
+            try:
+                return algo.evaluate(env, env_config=env_config, deterministic=deterministic,
+                                     num_steps=self.num_steps or limit or default_steps)
+            finally:
+                # the next collect's reset is then the one it would have been without the eval
+                if saved is not None:
+                    algo.env.load_state_dict(saved)
 
     def check_can_record(self) -> None:
         """Raise now what recording would raise later (no imageio, an env that cannot render)."""

@@ -161,27 +161,24 @@ class Progress:
         self._last_write = -math.inf
         self._width = 0
         self._start: tuple[float, float] | None = None  # (time, env steps) when run() began
-        self._paces: dict[int, tuple[float, float]] = {}  # condition: (time, progress) first seen
-        self._first_values: dict[int, float] = {}  # condition: its stat's first value
+        self._first: dict[int, tuple[float, float]] = {}  # condition: (time, progress or stat) first seen
         self._trends: dict[int, deque[tuple[float, float]]] = {}  # condition: (time, value)s
         self._target: int | None = None  # the condition the line names
         self._latest_returns: dict[str, float | None] = {"return": None, "eval return": None}
         self._wrote = False
         self._announced = False
 
-    def _target_fraction(self, i: int, condition: Condition, stats: Mapping[str, float],
-                         now: float) -> float | None:
-        """Fraction of the gap from the stat's first value to the bound closed so far (its
-        values feed the trend)."""
+    def _gap_closed(self, i: int, condition: Condition, stats: Mapping[str, float], now: float) -> float | None:
+        """A bound on a stat that is not a counter: the fraction of the gap from the stat's first
+        value to the bound closed so far (its values feed the trend)."""
         if not isinstance(condition, (HitsUpperBound, HitsLowerBound)):
             return None
         value = stats.get(condition.key)
         if value is None or is_nan(value):
             return None
         value = float(value)
-        trend = self._trends.setdefault(i, deque(maxlen=TREND_POINTS))
-        trend.append((now, value))
-        first = self._first_values.setdefault(i, value)
+        self._trends.setdefault(i, deque(maxlen=TREND_POINTS)).append((now, value))
+        _, first = self._first.setdefault(i, (now, value))
         gap = condition.bound - first
         if gap == 0 or (gap < 0) == isinstance(condition, HitsUpperBound):  # at or past the bound
             return 1.0
@@ -189,17 +186,15 @@ class Progress:
 
     def _pace_eta(self, i: int, fraction: float, now: float) -> float | None:
         """Seconds until ``fraction`` reaches 1 at the pace since it was first seen."""
-        t1, f1 = self._paces.setdefault(i, (now, fraction))
+        t1, f1 = self._first.setdefault(i, (now, fraction))
         if fraction >= 1.0:
             return 0.0
-        if fraction > f1 and now > t1:
-            return (now - t1) * (1 - fraction) / (fraction - f1)
-        return None
+        return (now - t1) * (1 - fraction) / (fraction - f1) if fraction > f1 and now > t1 else None
 
     def _trend_eta(self, i: int, condition: Condition) -> float | None:
         """Seconds until the target stat reaches its bound at its recent trend, or ``None``."""
-        points = self._trends.get(i)
-        if not points or len(points) < 3:
+        points = self._trends.get(i, ())
+        if len(points) < 3:
             return None
         try:  # value per second, least squares
             slope = statistics.linear_regression(*zip(*points)).slope
@@ -211,19 +206,16 @@ class Progress:
         seconds = remaining / slope
         return seconds if seconds < 100 * 86400 else None
 
-    def _choose_target(self, closeness: Mapping[int, float], held: Sequence[bool]) -> int | None:
+    def _choose_target(self, closeness: Mapping[int, float], held: list[bool]) -> int | None:
         """The condition to name: one that holds, else the current target unless another is
         :data:`SWITCH_MARGIN` closer or the target's closeness is unknown."""
-        fired = [i for i, h in enumerate(held) if h]
-        if fired:
-            return fired[0]
+        if any(held):
+            return held.index(True)
         if not closeness:
             return None
-        nearest = max(closeness, key=closeness.__getitem__)
-        current = self._target
-        if current in closeness and closeness[nearest] < closeness[current] + SWITCH_MARGIN:
-            return current
-        return nearest
+        nearest, current = max(closeness, key=closeness.__getitem__), self._target
+        keep = current in closeness and closeness[nearest] < closeness[current] + SWITCH_MARGIN
+        return current if keep else nearest
 
     def update(self, stats: Mapping[str, float], conditions: Sequence[Condition], *, force: bool = False,
                held: Sequence[bool] | None = None) -> None:
@@ -238,36 +230,36 @@ class Progress:
             key = next((prefix + key for key in _RETURN_KEYS if prefix + key in stats), None)
             if key is not None and not is_nan(stats[key]):  # else the last mean: no episode ended
                 self._latest_returns[name] = float(stats[key])
-        linear = {i: f for i, c in enumerate(conditions) if (f := c.progress(stats)) is not None}
-        targets = {i: self._target_fraction(i, c, stats, now) for i, c in enumerate(conditions) if i not in linear}
-        etas = {i: self._pace_eta(i, f, now) for i, f in linear.items()}  # every step: the pace
         steps = float(stats.get("env/steps", 0.0))
         if self._start is None:  # the run started one step ago, which took this long
             seconds = (stats.get("profiling/collect_ms", 0.0) + stats.get("profiling/step_ms", 0.0)) / 1e3
             rate = stats.get("throughput/env_steps_per_s", 0.0)
             self._start = (now - seconds, steps - rate * seconds)
-        closeness = {**linear, **{i: f for i, f in targets.items() if f is not None}}
-        self._target = self._choose_target(closeness, held)
+        closeness, etas = {}, {}  # by condition: the fraction done; a counter's or clock's ETA
+        for i, condition in enumerate(conditions):
+            fraction = condition.progress(stats)
+            if fraction is not None:
+                closeness[i], etas[i] = fraction, self._pace_eta(i, fraction, now)
+            elif (fraction := self._gap_closed(i, condition, stats, now)) is not None:
+                closeness[i] = fraction
+        self._target = target = self._choose_target(closeness, held)
         if not force and now - self._last_write < self.interval:
             return
         self._last_write = now
         t0, steps0 = self._start
         rate = (steps - steps0) / max(now - t0, 1e-9)
         parts = [f"rl8 {_format_count(steps)} env steps", f"{_format_count(rate)} steps/s", *self._returns()]
-        target = self._target
-        if target is not None and target in closeness:
-            percent = 100 if held[target] else min(99, math.floor(100 * closeness[target]))
-            parts.append(f"{percent}% to {_condition_label(conditions[target])}")
-            if target in linear:
-                eta = 0.0 if held[target] else etas[target]
-                if eta is not None:
+        if target in closeness:
+            condition, done = conditions[target], held[target]
+            parts.append(f"{100 if done else min(99, math.floor(100 * closeness[target]))}% to "
+                         f"{_condition_label(condition)}")
+            if target in etas:
+                if (eta := 0.0 if done else etas[target]) is not None:
                     parts.append(f"ETA {_format_duration(eta)}")
-            else:
-                eta = None if held[target] else self._trend_eta(target, conditions[target])
-                if eta is not None:
+            elif not done:
+                if (eta := self._trend_eta(target, condition)) is not None:
                     parts.append(f"ETA ~{_format_duration(eta)} at the recent trend")
-                budget = [e for e in etas.values() if e is not None]
-                if budget and not held[target]:
+                if budget := [e for e in etas.values() if e is not None]:
                     parts.append(f"budget {_format_duration(min(budget))} left")
         self._write(" | ".join(parts))
 

@@ -3,13 +3,12 @@ made of: what a checkpoint holds beyond the algorithm, writing it, rebuilding th
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import dataclasses
 import json
 import tempfile
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +29,8 @@ from rl8.tracking.common import TrackingWarning
 from rl8.training.conditions import Condition, with_current_stat_names
 
 __all__ = [
-    "Resuming", "RunRecord", "absolute_tracking_uri", "algo_from_checkpoint", "check_finite_policy",
-    "rank_entry", "resuming", "resuming_from",
+    "RESUMING", "RunRecord", "absolute_tracking_uri", "algo_from_checkpoint", "check_finite_policy",
+    "rank_entry",
 ]
 
 
@@ -56,11 +55,6 @@ class RunRecord:
     stop_conditions: list[dict[str, Any]] | None = None
     stop_condition_configs: list[Any] | None = None
     stop_conditions_met: bool = False
-
-    @classmethod
-    def of_run(cls, run: dict[str, Any] | None, conditions: Sequence[Condition], met: bool) -> RunRecord:
-        """The record of a run: its arguments, its conditions and whether one held."""
-        return cls(run, [c.state_dict() for c in conditions], [c.to_config() for c in conditions], met)
 
     @classmethod
     def from_checkpoint(cls, saved: Mapping[str, Any]) -> RunRecord:
@@ -98,33 +92,9 @@ class RunRecord:
         return self.stop_conditions_met and None not in configs and configs == self.stop_condition_configs
 
 
-@dataclasses.dataclass(frozen=True)
-class Resuming:
-    """The checkpoint ``file`` (absolute; the Trainer may write into its folder) that a Trainer
-    being built by :meth:`rl8.Trainer.from_checkpoint` resumes from, its ``record`` of the run and
-    the ``env_steps`` of the algorithm it holds."""
-
-    file: Path
-    record: RunRecord
-    env_steps: int
-
-
-_RESUMING: contextvars.ContextVar[Resuming | None] = contextvars.ContextVar("rl8_resuming", default=None)
-
-
-@contextlib.contextmanager
-def resuming(checkpoint: Resuming) -> Iterator[None]:
-    """While the ``with`` block builds a Trainer, it resumes from ``checkpoint``."""
-    token = _RESUMING.set(checkpoint)
-    try:
-        yield
-    finally:
-        _RESUMING.reset(token)
-
-
-def resuming_from() -> Resuming | None:
-    """The checkpoint the Trainer being built resumes from (see :func:`resuming`), else ``None``."""
-    return _RESUMING.get()
+#: While :meth:`rl8.Trainer.from_checkpoint` builds a Trainer: the checkpoint file it resumes from
+#: (absolute; the Trainer may write into its folder) and the file's record of the run.
+RESUMING: contextvars.ContextVar[tuple[Path, RunRecord] | None] = contextvars.ContextVar("rl8_resuming", default=None)
 
 
 def check_finite_policy(policy: torch.nn.Module, step: int, last_checkpoint: Path | None) -> None:

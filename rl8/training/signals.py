@@ -12,13 +12,28 @@ from typing import Any
 
 from rl8.ppo.distributed import DistContext
 
-__all__ = ["StopSignals", "signal_exit"]
+__all__ = ["StopSignals", "handling", "signal_exit"]
 
 
 def signal_exit(signum: int) -> BaseException:
     """What a stop signal raises: ``KeyboardInterrupt`` for SIGINT, else
     ``SystemExit(128 + signum)`` (exit status 143 for SIGTERM)."""
     return KeyboardInterrupt() if signum == signal.SIGINT else SystemExit(128 + signum)
+
+
+@contextlib.contextmanager
+def handling(signums: list[int | None], handler: Callable[[int, Any], None]) -> Iterator[None]:
+    """Call ``handler(signum, frame)`` on the signals ``signums`` (``None``s are left out) in this
+    block, when it runs in the main thread (elsewhere Python handles no signals); the previous
+    handlers come back at its end."""
+    previous: dict[int, Any] = {}
+    try:
+        if threading.current_thread() is threading.main_thread():
+            previous = {signum: signal.signal(signum, handler) for signum in signums if signum is not None}
+        yield
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old if old is not None else signal.SIG_DFL)
 
 
 class StopSignals:
@@ -35,23 +50,9 @@ class StopSignals:
         self._checkpoint_requested = False
         self._agreed: tuple[bool, int | None] = (False, None)
 
-    @contextlib.contextmanager
-    def installed(self) -> Iterator[None]:
+    def installed(self) -> contextlib.AbstractContextManager:
         """Handle the signals in this block (only in the main thread)."""
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-        wanted = [signal.SIGINT, signal.SIGTERM]
-        if hasattr(signal, "SIGUSR1"):
-            wanted.append(signal.SIGUSR1)
-        previous: dict[int, Any] = {}
-        try:
-            for signum in wanted:
-                previous[signum] = signal.signal(signum, self._on_signal)
-            yield
-        finally:
-            for signum, handler in previous.items():
-                signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+        return handling([signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGUSR1", None)], self._on_signal)
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         if signum == getattr(signal, "SIGUSR1", None):

@@ -33,8 +33,8 @@ from rl8.training.config import TrainerConfig, run_params
 from rl8.training.eval_envs import EvalEnvs
 from rl8.training.progress import Progress, is_nan
 from rl8.training.resume import (
-    Resuming, RunRecord, absolute_tracking_uri, algo_from_checkpoint, check_finite_policy, log_policy_artifacts,
-    resuming, resuming_from, write_checkpoint,
+    RESUMING, RunRecord, absolute_tracking_uri, algo_from_checkpoint, check_finite_policy, log_policy_artifacts,
+    write_checkpoint,
 )
 from rl8.training.run_args import as_conditions, check_eval_plan, check_run_plan
 from rl8.training.run_args import run_params as run_arg_params
@@ -112,11 +112,10 @@ class Trainer:
         self._run_args: dict[str, Any] | None = None
         self._conditions: list[Condition] = []
         self._conditions_met = False  # whether the stop conditions held at the latest step
-        # from_checkpoint: the checkpoint resumed from, what it records of the run, its step
-        self._resumed_from = resuming_from()
-        self._resumed: RunRecord | None = self._resumed_from and self._resumed_from.record
-        self.last_checkpoint: Path | None = self._resumed_from and self._resumed_from.file
-        self._last_checkpoint_step: int | None = self._resumed_from and self._resumed_from.env_steps
+        # set by from_checkpoint: the checkpoint resumed from and what it records of the run
+        self._resumed_file, self._resumed = RESUMING.get() or (None, None)
+        self.last_checkpoint: Path | None = self._resumed_file
+        self._last_checkpoint_step: int | None = None if self._resumed_file is None else int(algo.env_steps)
         self._ignore_stop_signals = False  # while a signal exit ends the run (bounded)
         self._run_start_wait_s: float | None = None  # 0: a signal's checkpoint waits for no run start
         # data-parallel training: only rank 0 talks to MLflow and writes checkpoints
@@ -144,6 +143,7 @@ class Trainer:
         given = config.checkpoint_dir  # None: checkpoints/<run id> once the run id is known
         self._checkpoint_dir: Path | None = None if given is None else Path(given).absolute()
         self._checkpoints_root = Path("checkpoints").absolute()
+        self._run_id: str | None = None
         self._run_id, self._checkpoint_dir = self._dist.on_main(lambda: self._start_run(background))
         if background:
             self.tracker.start_in_background()
@@ -154,30 +154,21 @@ class Trainer:
         """Rank 0: claim an explicit checkpoint folder, or check that the default's root can be
         written (actors write no checkpoints: they claim nothing); then start the run now
         (unless in the ``background``). Returns the run id and the checkpoint folder."""
-        if not self.is_actor and self.config.checkpoint_dir is not None:
-            self._dir_lock = self._claim(self._checkpoint_dir, self.config.run_id)
+        if not self.is_actor and self._checkpoint_dir is not None:
+            self._dir_lock = CheckpointDirLock(self._checkpoint_dir, run_id=self.config.run_id,
+                                               resumed_from=self._resumed_file)
         elif not self.is_actor:
             check_writable_folder(self._checkpoints_root)
         if background:
             return None, self._checkpoint_dir
         try:
-            started = self.tracker.start()
+            self._run_id = self.tracker.start()
         except BaseException:
             self._release_folder()
             raise
-        if self._checkpoint_dir is None:
-            return started, self._claim_default_folder(started)
         if self._dir_lock is not None:
-            self._dir_lock.set_run_id(started)
-        return started, self._checkpoint_dir
-
-    def _claim_default_folder(self, run_id: str | None) -> Path:
-        """``checkpoints/<run id>``, without tracking ``checkpoints/<time stamp>-<random>``
-        (unique to this Trainer), claimed (unless by an actor)."""
-        folder = self._checkpoints_root / (run_id or f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}")
-        if not self.is_actor:
-            self._dir_lock = self._claim(folder, run_id)
-        return folder
+            self._dir_lock.set_run_id(self._run_id)
+        return self._run_id, self.checkpoint_dir
 
     @property
     def run_id(self) -> str | None:
@@ -188,20 +179,22 @@ class Trainer:
 
     @property
     def checkpoint_dir(self) -> Path:
-        """The checkpoint folder (absolute); waits for a run still starting that names it (a
+        """The checkpoint folder (absolute): ``config.checkpoint_dir``, else ``checkpoints/<run id>``
+        (without tracking ``checkpoints/<time stamp>-<random>``, unique to this Trainer), claimed
+        (unless by an actor) when first named; waits for a run still starting that names it (a
         :class:`~rl8.tracking.TrackingError` when it could not be started in the background)."""
         if self._checkpoint_dir is None:
             self._check_run_start(wait=True)  # for the run still starting
-            self._checkpoint_dir = self._claim_default_folder(self._run_id)
+            name = self._run_id or f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+            folder = self._checkpoints_root / name
+            if not self.is_actor:
+                self._dir_lock = CheckpointDirLock(folder, run_id=self._run_id, resumed_from=self._resumed_file)
+            self._checkpoint_dir = folder
         return self._checkpoint_dir
 
     def _check_open(self) -> None:
         if self.closed:
             raise RuntimeError("this Trainer is closed (its MLflow run has ended)")
-
-    def _claim(self, folder: Path, run_id: str | None) -> CheckpointDirLock:
-        resumed_from = self._resumed_from and self._resumed_from.file
-        return CheckpointDirLock(folder, run_id=run_id, resumed_from=resumed_from)
 
     def _release_folder(self) -> None:
         if self._dir_lock is not None:
@@ -514,20 +507,15 @@ class Trainer:
     def _run_record(self) -> RunRecord:
         """The record of the latest :meth:`run`, completed by that of the checkpoint this Trainer
         resumed from."""
-        record = RunRecord.of_run(self._run_args, self._conditions, self._conditions_met)
+        conditions = self._conditions
+        record = RunRecord(self._run_args, [c.state_dict() for c in conditions], [c.to_config() for c in conditions],
+                           self._conditions_met)
         saved = self._resumed
         if saved is not None and not self._conditions and saved.stop_conditions:
             record = dataclasses.replace(saved, run=record.run)
         if saved is not None and record.run is None:
             record.run = saved.run
         return record
-
-    @property
-    def run_args(self) -> dict[str, Any] | None:
-        """``env_config``, ``eval_env_config`` and ``steps_per_eval`` of the latest :meth:`run`
-        (or of the checkpoint's run, before a resumed one's first)."""
-        run = self._run_record().run
-        return None if run is None else dict(run)
 
     def state_dict(self) -> dict[str, Any]:
         """The checkpoint's content: only tensors and plain Python values (see docs/trainer.md)."""
@@ -619,8 +607,11 @@ class Trainer:
             tracking=tracking, run_id=config.run_id if tracking else None,
             tracking_uri=tracking_uri or config.tracking_uri,
         )
-        with resuming(Resuming(file.absolute(), RunRecord.from_checkpoint(saved), int(algo.env_steps))):
+        token = RESUMING.set((file.absolute(), RunRecord.from_checkpoint(saved)))
+        try:
             return cls(algo, config, **kwargs)
+        finally:
+            RESUMING.reset(token)
 
     def register_best(self, name: str | None = None, *, metric: str | None = None,
                       mode: str | None = None) -> str | None:
@@ -711,10 +702,8 @@ class Trainer:
     def __exit__(self, exc_type, exc, tb) -> bool:
         if exc_type is None:
             self.close("FINISHED")
-        elif issubclass(exc_type, (KeyboardInterrupt, SystemExit)):
-            self._close_while_raising("KILLED")
         else:
-            self._close_while_raising("FAILED")
+            self._close_while_raising("KILLED" if issubclass(exc_type, (KeyboardInterrupt, SystemExit)) else "FAILED")
         return False
 
     def __repr__(self) -> str:

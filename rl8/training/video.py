@@ -77,27 +77,24 @@ def prepare_headless_rendering() -> dict[str, str]:
 
 
 def _gl_failure(exc: BaseException) -> bool:
-    """Whether ``exc`` (or its cause) came out of MuJoCo, PyOpenGL or GLFW: an OpenGL set-up
+    """Whether ``exc`` (or its cause) came out of MuJoCo, PyOpenGL, GLFW or gymnasium's MuJoCo
+    renderer (not a gymnasium MuJoCo env, whose own mistakes are not OpenGL's): an OpenGL set-up
     problem rather than a bug of the env."""
+    def gl_file(filename: str) -> bool:
+        parts = Path(filename).parts
+        return parts[-1:] == ("mujoco_rendering.py",) or any(
+            part in ("OpenGL", "glfw") or (part == "mujoco" and (i == 0 or parts[i - 1] != "envs"))
+            for i, part in enumerate(parts))
+
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
         if type(exc).__module__.split(".")[0] in _GL_PACKAGES:
             return True
-        if any(_gl_file(frame.f_code.co_filename) for frame, _ in traceback.walk_tb(exc.__traceback__)):
+        if any(gl_file(frame.f_code.co_filename) for frame, _ in traceback.walk_tb(exc.__traceback__)):
             return True
         exc = exc.__cause__ or exc.__context__
     return False
-
-
-def _gl_file(filename: str) -> bool:
-    """Whether ``filename`` is code of MuJoCo, PyOpenGL, GLFW or gymnasium's MuJoCo renderer
-    (not of a gymnasium MuJoCo env, whose own mistakes are not OpenGL's)."""
-    parts = Path(filename).parts
-    for i, part in enumerate(parts):
-        if part in ("OpenGL", "glfw") or (part == "mujoco" and (i == 0 or parts[i - 1] != "envs")):
-            return True
-    return parts[-1:] == ("mujoco_rendering.py",)
 
 
 def _gl_message(env: Any, exc: BaseException) -> str:

@@ -149,9 +149,8 @@ class StatCondition(Condition):
         try:
             value = stats[self.key]
         except KeyError:
-            eval_step = any(str(k).startswith(EVAL_PREFIX) for k in stats)
-            if self.key.startswith(EVAL_PREFIX) and not eval_step:
-                return None
+            if self.key.startswith(EVAL_PREFIX) and not any(str(k).startswith(EVAL_PREFIX) for k in stats):
+                return None  # not an evaluation step
             raise MissingStatError(self._missing_message(stats)) from None
         try:
             return float(value)

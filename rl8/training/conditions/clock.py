@@ -30,9 +30,7 @@ class TimeLimit(Condition):
     @property
     def elapsed(self) -> float:
         """Seconds counted so far (0 before the clock starts)."""
-        if self._started_at is None:
-            return self._offset
-        return self._offset + (time.monotonic() - self._started_at)
+        return self._offset + (0.0 if self._started_at is None else time.monotonic() - self._started_at)
 
     def start(self) -> None:
         if self._started_at is None:
