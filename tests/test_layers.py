@@ -1,8 +1,8 @@
 """The package's architecture, checked: no import cycle between rl8's modules (function-level
 imports and ``if TYPE_CHECKING:`` imports, for annotations only, counted), function-level imports
 only of optional heavy dependencies, no module importing another module's private name, at most
-:data:`MAX_PRIVATE_REACHES` reads of another object's private names, and the layer contracts of
-pyproject.toml (``lint-imports``).
+:data:`MAX_PRIVATE_REACHES` reads of another object's private names, rl8/ within
+:data:`LINE_BUDGET` lines, and the layer contracts of pyproject.toml (``lint-imports``).
 
 Run ``python tests/test_layers.py`` to print the import graph's counts.
 """
@@ -172,6 +172,16 @@ def private_imports() -> list[str]:
 MAX_PRIVATE_REACHES = 5
 
 
+#: Lines rl8/ may hold (every ``.py`` file, docstrings and blank lines included): new capability
+#: is paid for by simplification (docs/architecture.md, "Size").
+LINE_BUDGET = 18_000
+
+
+def package_lines() -> int:
+    """Lines of every ``.py`` file of rl8/ (what ``find rl8 -name '*.py' | xargs cat | wc -l`` counts)."""
+    return sum(len(path.read_text().splitlines()) for path in PACKAGE.rglob("*.py"))
+
+
 def private_reaches(source: str | None = None, name: str = "<string>") -> list[str]:
     """``file:line: expression`` for each read of a private name (``obj._name``, not a dunder) of
     an object other than ``self``, ``cls`` or ``super()``: of every module of rl8, or of
@@ -230,6 +240,13 @@ def test_few_reads_of_other_objects_private_names():
         "owner a public method or pass what is needed:\n" + "\n".join(found))
 
 
+def test_the_package_stays_within_its_line_budget():
+    lines = package_lines()
+    assert lines <= LINE_BUDGET, (
+        f"rl8/ holds {lines} lines, more than LINE_BUDGET={LINE_BUDGET}: pay for the new capability by "
+        "simplifying (docs/architecture.md, Size), not by raising the budget")
+
+
 def test_layer_contracts_hold():
     """pyproject.toml's [tool.importlinter] contracts (the layers of docs/architecture.md)."""
     executable = shutil.which("lint-imports") or str(Path(sys.executable).parent / "lint-imports")
@@ -254,3 +271,4 @@ if __name__ == "__main__":
     print(f"private names imported: {len(private_imports())}")
     for line in private_imports():
         print("  ", line)
+    print(f"lines of rl8/: {package_lines()} (budget {LINE_BUDGET})")
