@@ -165,12 +165,11 @@ class GymnasiumEnv(GymnasiumEnvBase):
         self.vectorization_mode = mode
         self.vector_env = _make_vector_env(env, num_envs, mode, self._single_kwargs(), self.wrappers)
         self._closed = False
-        self._errors: _WorkerErrors | None = None
-        self._finalizer: weakref.finalize | None = None
-        if isinstance(self.vector_env, AsyncVectorEnv):
-            # closes the workers when the env is collected or the interpreter exits, in time
-            self._finalizer = weakref.finalize(self, _close_async, self.vector_env)
-            self._errors = _WorkerErrors(self.vector_env)
+        is_async = isinstance(self.vector_env, AsyncVectorEnv)
+        self._errors = _WorkerErrors(self.vector_env) if is_async else None
+        # ends the async workers in time, also when the env is collected or the interpreter exits
+        self._finalizer = weakref.finalize(self, _close_async if is_async else type(self.vector_env).close,
+                                           self.vector_env)
         try:
             self.converter = GymnasiumConverter(
                 self.vector_env.single_observation_space, self.vector_env.single_action_space,
@@ -227,17 +226,6 @@ class GymnasiumEnv(GymnasiumEnvBase):
         if isinstance(self.vector_env, SyncVectorEnv):
             return self._checked_frame(self.vector_env.envs[index].render())
         return self._checked_frame(self._call(self.vector_env.call, "render")[index])
-
-    def close(self) -> None:
-        """Close every gymnasium env and end the async workers (terminated, then killed, after
-        2 s); also run on garbage collection and at exit."""
-        if getattr(self, "_closed", True):
-            return
-        self._closed = True
-        if self._finalizer is not None:
-            self._finalizer()  # _close_async: workers that do not exit in time are terminated
-        else:
-            self.vector_env.close()
 
     def __repr__(self) -> str:
         return (

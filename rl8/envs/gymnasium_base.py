@@ -73,6 +73,13 @@ class GymnasiumEnvBase(Env):
         """``GymnasiumEnv(<id or callable name>)``, for messages."""
         return env_label(self.env)
 
+    def close(self) -> None:
+        """Close every gymnasium env and end the worker processes (terminated, then killed, after
+        2 s); also run on garbage collection and at exit."""
+        if not getattr(self, "_closed", True):
+            self._closed = True
+            self._finalizer()
+
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError(f"{self.name} is closed (by close(), or after an error in a worker process)")
@@ -138,12 +145,6 @@ class GymnasiumEnvBase(Env):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
 
     @classmethod
     def make_factory(cls, env: str | Callable[..., gymnasium.Env],

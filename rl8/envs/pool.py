@@ -49,6 +49,11 @@ def _int_or(name: str, value: Any, default: int) -> int:
     return int(value)
 
 
+def _stop_workers(selector: selectors.BaseSelector, processes: list[Any], pipes: list[Connection]) -> None:
+    selector.close()
+    stop_processes(processes, pipes, lambda pipe: send_message(pipe, "close", None))
+
+
 class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
     """``num_envs`` gymnasium envs stepped by ``num_workers`` worker processes, each owning a
     block of sub-envs, that PPO collects from as they get ready; a script must build it under an
@@ -146,9 +151,10 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
         self._owner = np.concatenate([np.full(len(b), w) for w, b in enumerate(self.env_blocks)])
         self._pipes: list[Connection] = []
         self._processes: list[Any] = []
-        send_close = functools.partial(send_message, kind="close", payload=None)
-        self._finalizer = weakref.finalize(self, stop_processes, self._processes, self._pipes,
-                                           send_close)
+        # every pipe and process sentinel (readable once the process has ended), registered
+        # once rather than at each of the thousands of waits of a collect
+        self._selector = selectors.DefaultSelector()
+        self._finalizer = weakref.finalize(self, _stop_workers, self._selector, self._processes, self._pipes)
         self._closed = False
         self._stepping = np.zeros(num_envs, dtype=bool)  # sent an action, not yet received
         self._ready: list[int] = []  # done stepping, not yet returned by recv, oldest first
@@ -168,11 +174,7 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
             child.close()
             self._pipes.append(parent)
             self._processes.append(process)
-        # every pipe and process sentinel (readable once the process has ended), registered
-        # once rather than at each of the thousands of waits of a collect
-        self._selector = selectors.DefaultSelector()
-        for w, process in enumerate(self._processes):
-            self._selector.register(self._pipes[w], selectors.EVENT_READ, ("message", w))
+            self._selector.register(parent, selectors.EVENT_READ, ("message", w))
             self._selector.register(process.sentinel, selectors.EVENT_READ, ("ended", w))
         self._await_replies(range(self.num_workers), "ready")
         self._started = True
@@ -264,16 +266,6 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
         w = int(self._owner[index])
         self._send(w, "render", index)
         return self._checked_frame(self._await_replies([w], "frame")[w])
-
-    def close(self) -> None:
-        """Ask every worker to exit, terminate (then kill) those still running after 2 s; also
-        run on garbage collection and at exit."""
-        if getattr(self, "_closed", True):
-            return
-        self._closed = True
-        if hasattr(self, "_selector"):
-            self._selector.close()
-        self._finalizer()
 
     def __repr__(self) -> str:
         return (
