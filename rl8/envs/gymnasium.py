@@ -19,7 +19,6 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, Vecto
 from tensordict import TensorDictBase
 
 from rl8.envs.atari import is_atari_id
-from rl8.envs.converter import GymnasiumConverter
 from rl8.envs.gymnasium_base import GymnasiumEnvBase, GymnasiumEnvFactory, env_label
 from rl8.envs.pool import PoolEnv
 from rl8.envs.spaces import check_space
@@ -127,7 +126,8 @@ class GymnasiumEnv(GymnasiumEnvBase):
 
     Attributes:
         vector_env: The underlying gymnasium vector env.
-        converter: The :class:`GymnasiumConverter` of its observations, outputs and actions.
+        converter: The :class:`~rl8.envs.converter.GymnasiumConverter` of its observations,
+            outputs and actions.
     """
 
     def __new__(cls, *args: Any, **kwargs: Any) -> GymnasiumEnv:
@@ -171,19 +171,13 @@ class GymnasiumEnv(GymnasiumEnvBase):
         self._finalizer = weakref.finalize(self, _close_async if is_async else type(self.vector_env).close,
                                            self.vector_env)
         try:
-            self.converter = GymnasiumConverter(
-                self.vector_env.single_observation_space, self.vector_env.single_action_space,
-                self.num_envs, self.device, self.name,
-            )
-            reports = self._call(self.vector_env.call, "has_wrapper_attr", "reports_episode_records")
+            vector_env = self.vector_env
+            reports = self._call(vector_env.call, "has_wrapper_attr", "reports_episode_records")
+            self._set_spaces(vector_env.single_observation_space, vector_env.single_action_space,
+                             vector_env.metadata, any(reports))
         except BaseException:
             self.close()
             raise
-        # [return_sum, length_sum, count] of the sub-envs' records not yet popped; None: none kept
-        self._episode_records = np.zeros(3) if any(reports) else None
-        self.observation_space = self.converter.observation_space
-        self.action_space = self.vector_env.single_action_space
-        self._set_metadata(self.vector_env.metadata)
 
     def reset(self, *, config: dict[str, Any] | None = None,
               seed: int | None = None) -> torch.Tensor | TensorDictBase:

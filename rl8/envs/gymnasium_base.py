@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from rl8.envs.base import Env
+from rl8.envs.converter import GymnasiumConverter
 from rl8.envs.episodes import EpisodeRecords
 from rl8.envs.workers import EPISODE_RECORDS_KEY, EnvStepTimeout
 
@@ -24,7 +25,7 @@ def env_label(env: str | Callable[..., gymnasium.Env]) -> str:
 
 
 class GymnasiumEnvBase(Env):
-    """The base of the gymnasium adapters; a subclass also sets ``converter`` in its ``__init__``."""
+    """The base of the gymnasium adapters."""
 
     episodic = True
 
@@ -43,7 +44,16 @@ class GymnasiumEnvBase(Env):
         self._needs_reset = True
         self._seeded = False
 
-    def _set_metadata(self, metadata: dict[str, Any]) -> None:
+    def _set_spaces(self, observation_space: gymnasium.Space, action_space: gymnasium.Space,
+                    metadata: dict[str, Any], records: bool) -> None:
+        """The converter, spaces and metadata of sub-envs of these spaces; ``records``: they report
+        episode records (:class:`~rl8.envs.workers.ReportEpisodeRecords`)."""
+        self.converter = GymnasiumConverter(observation_space, action_space, self.num_envs, self.device,
+                                            self.name)
+        self.observation_space = self.converter.observation_space
+        self.action_space = action_space
+        # [return_sum, length_sum, count] of the sub-envs' records not yet popped; None: none kept
+        self._episode_records = np.zeros(3) if records else None
         self.metadata = {**type(self).metadata, **metadata}
         self.metadata.setdefault("render_fps", 30)
 

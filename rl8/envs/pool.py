@@ -23,7 +23,7 @@ from gymnasium.vector.utils import CloudpickleWrapper
 from tensordict import TensorDictBase
 
 from rl8.envs.base import ReadyEnvs
-from rl8.envs.converter import GymnasiumConverter, rows, set_rows
+from rl8.envs.converter import rows, set_rows
 from rl8.envs.gymnasium_base import GymnasiumEnvBase
 from rl8.envs.pool_worker import (
     GUARD_ADVICE, STEP, Shared, WORKER_NAME, check_main_module, read_message, send_message, split,
@@ -124,15 +124,9 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
         probe = make_env()  # made here for its spaces and metadata
         try:
             obs_space, action_space = probe.observation_space, probe.action_space
-            # [return_sum, length_sum, count] of records not yet popped; None: none kept
-            self._episode_records = np.zeros(3) if isinstance(probe, ReportEpisodeRecords) else None
-            self._set_metadata(probe.metadata)
+            self._set_spaces(obs_space, action_space, probe.metadata, isinstance(probe, ReportEpisodeRecords))
         finally:
             probe.close()
-        self.converter = GymnasiumConverter(obs_space, action_space, num_envs, self.device,
-                                            self.name)
-        self.observation_space = self.converter.observation_space
-        self.action_space = action_space
         ctx = mp.get_context("forkserver")  # docs/collection.md says why
         ctx.set_forkserver_preload([__name__])  # the fork server imports rl8 once
         try:

@@ -16,9 +16,9 @@ from typing import Any
 import gymnasium
 import numpy as np
 from gymnasium import spaces
-from gymnasium.vector.utils import create_shared_memory, read_from_shared_memory, write_to_shared_memory
+from gymnasium.vector.utils import create_shared_memory, read_from_shared_memory
 
-from rl8.envs.converter import rows
+from rl8.envs.converter import rows, set_rows
 from rl8.envs.workers import EPISODE_RECORDS_KEY, ReportEpisodeRecords
 
 __all__: list[str] = []  # PoolEnv's internals
@@ -114,47 +114,37 @@ def split(num_envs: int, num_workers: int) -> list[range]:
 
 class Shared:
     """The shared memory of a pool, ``num_envs`` rows each: observations, last observations
-    before an auto-reset, rewards, flags, actions and the episode records of the last step
+    before an auto-reset, actions, rewards, flags and the episode records of the last step
     (``[return_sum, length_sum, count]``, zeros when none)."""
 
     def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, num_envs: int,
                  ctx: Any) -> None:
-        self.observation_space, self.action_space, self.num_envs = observation_space, action_space, num_envs
-        self.obs = create_shared_memory(observation_space, num_envs, ctx)
-        self.final_obs = create_shared_memory(observation_space, num_envs, ctx)
-        self.actions = create_shared_memory(action_space, num_envs, ctx)
-        self.rewards = ctx.Array("d", num_envs, lock=False)
-        self.terminated = ctx.Array("b", num_envs, lock=False)
-        self.truncated = ctx.Array("b", num_envs, lock=False)
-        self.episode_records = ctx.Array("d", 3 * num_envs, lock=False)
+        floats = lambda *shape: spaces.Box(-np.inf, np.inf, shape, np.float64)
+        flag = spaces.Box(0, 1, (), np.bool_)
+        self.spaces = {"obs": observation_space, "final_obs": observation_space, "actions": action_space,
+                       "rewards": floats(), "terminated": flag, "truncated": flag, "episode_records": floats(3)}
+        self.num_envs = num_envs
+        self.memory = {key: create_shared_memory(space, num_envs, ctx) for key, space in self.spaces.items()}
 
     def views(self) -> dict[str, Any]:
         """numpy views of every array (trees for Dict observation or action spaces)."""
-        n = self.num_envs
-        return {
-            "obs": read_from_shared_memory(self.observation_space, self.obs, n),
-            "final_obs": read_from_shared_memory(self.observation_space, self.final_obs, n),
-            "actions": read_from_shared_memory(self.action_space, self.actions, n),
-            "rewards": np.frombuffer(self.rewards, dtype=np.float64),
-            "terminated": np.frombuffer(self.terminated, dtype=np.bool_),
-            "truncated": np.frombuffer(self.truncated, dtype=np.bool_),
-            "episode_records": np.frombuffer(self.episode_records, dtype=np.float64).reshape(n, 3),
-        }
+        return {key: read_from_shared_memory(space, self.memory[key], self.num_envs)
+                for key, space in self.spaces.items()}
 
 
-def _step_env(env: gymnasium.Env, current: int, shared: Shared, views: dict[str, np.ndarray]) -> None:
+def _step_env(env: gymnasium.Env, current: int, views: dict[str, Any]) -> None:
     """Step sub-env ``current`` (``env``) with its action, auto-resetting it, in shared memory."""
-    space, records = shared.observation_space, views["episode_records"]
+    records = views["episode_records"]
     obs, reward, terminated, truncated, info = env.step(rows(views["actions"], current))
     reports = isinstance(env, ReportEpisodeRecords)
     if reports:
         records[current] = info.get(EPISODE_RECORDS_KEY, 0.0)
     if terminated or truncated:
-        write_to_shared_memory(space, current, obs, shared.final_obs)
+        set_rows(views["final_obs"], current, obs)
         obs, info = env.reset()
         if reports and EPISODE_RECORDS_KEY in info:
             records[current] += info[EPISODE_RECORDS_KEY]
-    write_to_shared_memory(space, current, obs, shared.obs)
+    set_rows(views["obs"], current, obs)
     views["rewards"][current] = reward
     views["terminated"][current] = terminated
     views["truncated"][current] = truncated
@@ -170,7 +160,6 @@ def worker(worker: int, env_ids: range, make_env_pickle: bytes, shared: Shared, 
     ``shared`` the pool's shared memory."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     views = shared.views()
-    space = shared.observation_space
     envs: dict[int, gymnasium.Env] = {}
     current = env_ids.start
 
@@ -183,12 +172,12 @@ def worker(worker: int, env_ids: range, make_env_pickle: bytes, shared: Shared, 
             command, arg = read_message(pipe.recv_bytes())
             if command == "step":
                 for current in arg:
-                    _step_env(envs[current], current, shared, views)
+                    _step_env(envs[current], current, views)
                     pipe.send_bytes(_STEPPED + current.to_bytes(4, "little"))
             elif command == "reset":
                 for current, seed in arg:
                     obs, _ = envs[current].reset(seed=seed)
-                    write_to_shared_memory(space, current, obs, shared.obs)
+                    set_rows(views["obs"], current, obs)
                 send_message(pipe, "reset", None)
             elif command == "render":
                 current = arg

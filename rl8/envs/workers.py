@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import math
 import signal
 import time
 from collections.abc import Callable, Sequence
@@ -47,9 +46,7 @@ def check_step_timeout(owner: str, value: Any) -> float | None:
     """``step_timeout_s`` as a float or ``None``; else a ``ValueError`` naming ``owner``."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not (
-        value > 0 and not math.isnan(value)
-    ):
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not value > 0:
         raise ValueError(f"{owner}: step_timeout_s must be a number of seconds > 0 or None, got {value!r}")
     return float(value)
 
