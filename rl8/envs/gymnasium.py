@@ -19,7 +19,7 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, Vecto
 from tensordict import TensorDictBase
 
 from rl8.envs.atari import is_atari_id
-from rl8.envs.gymnasium_base import GymnasiumEnvBase, GymnasiumEnvFactory, env_label
+from rl8.envs.gymnasium_base import GymnasiumEnvBase, GymnasiumEnvFactory
 from rl8.envs.pool import PoolEnv
 from rl8.envs.spaces import check_space
 from rl8.envs.workers import (
@@ -39,47 +39,6 @@ def _close_async(vector_env: AsyncVectorEnv) -> None:
         stop_processes(vector_env.processes, pipes, lambda pipe: pipe.send(("close", None)))
     finally:
         vector_env.closed = True  # gymnasium's close and __del__ have nothing left to do
-
-
-def _make_vector_env(env: str | Callable[..., gymnasium.Env], num_envs: int, mode: str,
-                     kwargs: dict[str, Any],
-                     wrappers: Sequence[Callable[[gymnasium.Env], gymnasium.Env]]) -> VectorEnv:
-    """The vector env of ``num_envs`` copies (``SAME_STEP`` autoreset, outputs not copied)."""
-    vector_kwargs: dict[str, Any] = {"autoreset_mode": AutoresetMode.SAME_STEP, "copy": False}
-    if mode == "async":
-        vector_kwargs["shared_memory"] = True
-    make_single = functools.partial(make_single_env, env, kwargs, wrappers)
-    try:
-        if isinstance(env, str) and not is_atari_id(env):
-            return gymnasium.make_vec(env, num_envs, vectorization_mode=mode, vector_kwargs=vector_kwargs,
-                                      wrappers=[*wrappers, with_episode_records], **kwargs)
-        fns = [make_single] * num_envs
-        return (AsyncVectorEnv if mode == "async" else SyncVectorEnv)(fns, **vector_kwargs)
-    except (gymnasium.error.UnregisteredEnv, gymnasium.error.DeprecatedEnv) as err:
-        if not isinstance(env, str):
-            raise
-        ids = {i.lower(): i for i in gymnasium.registry}
-        close = [ids[i] for i in difflib.get_close_matches(env.lower(), list(ids))]
-        hint = did_you_mean(env, close=close) or "; see gymnasium.pprint_registry() for the registered ids"
-        raise type(err)(f"GymnasiumEnv: unknown gymnasium env id {env!r}{hint} ({err})") from err
-    except (EOFError, BrokenPipeError, ConnectionResetError):
-        if mode != "async":
-            raise
-        raise EnvWorkerDied(
-            f"{env_label(env)}: an async worker process ended while building its env, before it "
-            "could report an error (the worker printed its own error above)"
-        ) from None
-    except (TypeError, ValueError):
-        # AsyncVectorEnv fails on spaces it cannot put in shared memory before rl8 sees
-        # them: name the unsupported space the way the sync path does.
-        if mode == "async":
-            single = make_single()
-            try:
-                check_space(single.observation_space, field=f"{env_label(env)} observation_space")
-                check_space(single.action_space, field=f"{env_label(env)} action_space")
-            finally:
-                single.close()
-        raise
 
 
 class _WorkerErrors:
@@ -163,7 +122,7 @@ class GymnasiumEnv(GymnasiumEnvBase):
                 f"vectorization_mode={mode!r}"
             )
         self.vectorization_mode = mode
-        self.vector_env = _make_vector_env(env, num_envs, mode, self._single_kwargs(), self.wrappers)
+        self.vector_env = self._make_vector_env()
         self._closed = False
         is_async = isinstance(self.vector_env, AsyncVectorEnv)
         self._errors = _WorkerErrors(self.vector_env) if is_async else None
@@ -177,6 +136,44 @@ class GymnasiumEnv(GymnasiumEnvBase):
                              vector_env.metadata, any(reports))
         except BaseException:
             self.close()
+            raise
+
+    def _make_vector_env(self) -> VectorEnv:
+        """The vector env of ``num_envs`` copies (``SAME_STEP`` autoreset, outputs not copied; shared
+        memory in async mode)."""
+        env, mode, kwargs = self.env, self.vectorization_mode, self._single_kwargs()
+        vector_kwargs: dict[str, Any] = {"autoreset_mode": AutoresetMode.SAME_STEP, "copy": False}
+        make_single = functools.partial(make_single_env, env, kwargs, self.wrappers)
+        try:
+            if isinstance(env, str) and not is_atari_id(env):
+                return gymnasium.make_vec(env, self.num_envs, vectorization_mode=mode, vector_kwargs=vector_kwargs,
+                                          wrappers=[*self.wrappers, with_episode_records], **kwargs)
+            fns = [make_single] * self.num_envs
+            return (AsyncVectorEnv if mode == "async" else SyncVectorEnv)(fns, **vector_kwargs)
+        except (gymnasium.error.UnregisteredEnv, gymnasium.error.DeprecatedEnv) as err:
+            if not isinstance(env, str):
+                raise
+            ids = {i.lower(): i for i in gymnasium.registry}
+            close = [ids[i] for i in difflib.get_close_matches(env.lower(), list(ids))]
+            hint = did_you_mean(env, close=close) or "; see gymnasium.pprint_registry() for the registered ids"
+            raise type(err)(f"GymnasiumEnv: unknown gymnasium env id {env!r}{hint} ({err})") from err
+        except (EOFError, BrokenPipeError, ConnectionResetError):
+            if mode != "async":
+                raise
+            raise EnvWorkerDied(
+                f"{self.name}: an async worker process ended while building its env, before it "
+                "could report an error (the worker printed its own error above)"
+            ) from None
+        except (TypeError, ValueError):
+            # AsyncVectorEnv fails on spaces it cannot put in shared memory before rl8 sees
+            # them: name the unsupported space the way the sync path does.
+            if mode == "async":
+                single = make_single()
+                try:
+                    check_space(single.observation_space, field=f"{self.name} observation_space")
+                    check_space(single.action_space, field=f"{self.name} action_space")
+                finally:
+                    single.close()
             raise
 
     def reset(self, *, config: dict[str, Any] | None = None,

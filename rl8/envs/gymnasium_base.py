@@ -15,13 +15,7 @@ from rl8.envs.converter import GymnasiumConverter
 from rl8.envs.episodes import EpisodeRecords
 from rl8.envs.workers import EPISODE_RECORDS_KEY, EnvStepTimeout
 
-__all__ = ["GymnasiumEnvBase", "GymnasiumEnvFactory", "env_label"]
-
-
-def env_label(env: str | Callable[..., gymnasium.Env]) -> str:
-    """``GymnasiumEnv(<id or callable name>)``, for messages."""
-    name = env if isinstance(env, str) else getattr(env, "__name__", "env")
-    return f"GymnasiumEnv({name})"
+__all__ = ["GymnasiumEnvBase", "GymnasiumEnvFactory"]
 
 
 class GymnasiumEnvBase(Env):
@@ -81,7 +75,8 @@ class GymnasiumEnvBase(Env):
     @property
     def name(self) -> str:
         """``GymnasiumEnv(<id or callable name>)``, for messages."""
-        return env_label(self.env)
+        env = self.env
+        return f"GymnasiumEnv({env if isinstance(env, str) else getattr(env, '__name__', 'env')})"
 
     def close(self) -> None:
         """Close every gymnasium env and end the worker processes (terminated, then killed, after

@@ -55,24 +55,20 @@ GUARD_ADVICE = (
 def _unguarded_line(main: Any) -> int | None:
     """The line of the main script building the pool when it is outside an ``if __name__ ==
     "__main__":`` body (every worker would run it again), else (or when unknown) ``None``."""
-    frame = inspect.currentframe()
-    while frame is not None and not (frame.f_globals is vars(main) and frame.f_code.co_name == "<module>"):
-        frame = frame.f_back
-    if frame is None or frame.f_code.co_filename != main.__file__:
+    found = next(((f.filename, f.lineno) for f in inspect.stack(0)
+                  if f.frame.f_globals is vars(main) and f.function == "<module>"), None)
+    if found is None or found[0] != main.__file__:
         return None
-    line = frame.f_lineno
-    del frame
+    line = found[1]
     try:
         with open(main.__file__, "rb") as f:
             tree = ast.parse(f.read())
     except (OSError, SyntaxError, ValueError):
         return None
     guards = ("__name__ == '__main__'", "'__main__' == __name__")
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and node.body and any(ast.unparse(n) in guards for n in ast.walk(node.test)):
-            if node.body[0].lineno <= line <= (node.body[-1].end_lineno or node.body[-1].lineno):
-                return None
-    return line
+    guarded = any(isinstance(node, ast.If) and any(ast.unparse(n) in guards for n in ast.walk(node.test))
+                  and node.body[0].lineno <= line <= node.body[-1].end_lineno for node in ast.walk(tree))
+    return None if guarded else line
 
 
 def check_main_module(label: str) -> None:
