@@ -36,7 +36,7 @@ def _close_async(vector_env: AsyncVectorEnv) -> None:
     without a limit, for the call in flight)."""
     pipes = [pipe for pipe in vector_env.parent_pipes if pipe is not None and not pipe.closed]
     try:
-        stop_processes(vector_env.processes, pipes, lambda pipe: pipe.send(("close", None)))
+        stop_processes(vector_env.processes, pipes)
     finally:
         vector_env.closed = True  # gymnasium's close and __del__ have nothing left to do
 

@@ -26,7 +26,7 @@ from rl8.envs.base import ReadyEnvs
 from rl8.envs.converter import rows, set_rows
 from rl8.envs.gymnasium_base import GymnasiumEnvBase
 from rl8.envs.pool_worker import (
-    GUARD_ADVICE, STEP, Shared, WORKER_NAME, check_main_module, read_message, send_message, split,
+    GUARD_ADVICE, Shared, WORKER_NAME, check_main_module, split,
     worker,
 )
 from rl8.envs.workers import (
@@ -51,7 +51,7 @@ def _int_or(name: str, value: Any, default: int) -> int:
 
 def _stop_workers(selector: selectors.BaseSelector, processes: list[Any], pipes: list[Connection]) -> None:
     selector.close()
-    stop_processes(processes, pipes, lambda pipe: send_message(pipe, "close", None))
+    stop_processes(processes, pipes)
 
 
 class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
@@ -218,10 +218,10 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
         owners = self._owner[ids]
         now = time.monotonic()
         for w in np.unique(owners).tolist():
-            block = ids[owners == w]
+            block = ids[owners == w].tolist()
             if not self._queued[w]:
                 self._progress_at[w] = now
-            self._queued[w].extend(block.tolist())
+            self._queued[w].extend(block)
             self._send(w, "step", block)
 
     def recv(
@@ -270,10 +270,7 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
 
     def _send(self, worker: int, command: str, arg: Any) -> None:
         try:
-            if command == "step":
-                self._pipes[worker].send_bytes(STEP + arg.astype(np.int32).tobytes())
-            else:
-                send_message(self._pipes[worker], command, arg)
+            self._pipes[worker].send((command, arg))
         except (BrokenPipeError, ConnectionResetError, EOFError):
             self._worker_died(worker)
 
@@ -287,7 +284,7 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
                 continue
             try:
                 # one message; the next select sees the rest
-                self._handle(w, *read_message(key.fileobj.recv_bytes()))
+                self._handle(w, *key.fileobj.recv())
             except (EOFError, ConnectionResetError):
                 died.append(w)
         for w in died:
@@ -341,7 +338,7 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
         pipe = self._pipes[worker]
         try:  # what it sent before it ended (an error names its cause better than its exit)
             while pipe.poll():
-                self._handle(worker, *read_message(pipe.recv_bytes()))
+                self._handle(worker, *pipe.recv())
         except (EOFError, OSError):
             pass
         process = self._processes[worker]

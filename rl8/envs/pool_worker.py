@@ -26,26 +26,6 @@ __all__: list[str] = []  # PoolEnv's internals
 #: The name of pool worker ``w`` is this prefix and ``w``.
 WORKER_NAME = "rl8-pool-"
 
-# Messages on the pipes are bytes: a step command (the learner's) is STEP + the int32 sub-env
-# ids, a step report (a worker's) _STEPPED + one int32 sub-env id: neither pickles anything.
-# Every other message, rare, is _PICKLED + a pickled (kind, payload).
-STEP, _STEPPED, _PICKLED = b"S", b"D", b"P"
-
-
-def send_message(pipe: Connection, kind: str, payload: Any) -> None:
-    pipe.send_bytes(_PICKLED + pickle.dumps((kind, payload)))
-
-
-def read_message(data: bytes) -> tuple[str, Any]:
-    """``(kind, payload)`` of a message received as bytes."""
-    tag = data[:1]
-    if tag == _STEPPED:
-        return "stepped", int.from_bytes(data[1:], "little")
-    if tag == STEP:
-        return "step", np.frombuffer(data, dtype=np.int32, offset=1).tolist()
-    return pickle.loads(data[1:])
-
-
 GUARD_ADVICE = (
     "build the pool under an `if __name__ == \"__main__\":` guard in a script file, or use "
     "vectorization_mode='async', which works from anywhere"
@@ -163,21 +143,21 @@ def worker(worker: int, env_ids: range, make_env_pickle: bytes, shared: Shared, 
         make_env = pickle.loads(make_env_pickle)
         for current in env_ids:
             envs[current] = make_env()
-        send_message(pipe, "ready", None)
+        pipe.send(("ready", None))
         while True:
-            command, arg = read_message(pipe.recv_bytes())
+            command, arg = pipe.recv()
             if command == "step":
                 for current in arg:
                     _step_env(envs[current], current, views)
-                    pipe.send_bytes(_STEPPED + current.to_bytes(4, "little"))
+                    pipe.send(("stepped", current))
             elif command == "reset":
                 for current, seed in arg:
                     obs, _ = envs[current].reset(seed=seed)
                     set_rows(views["obs"], current, obs)
-                send_message(pipe, "reset", None)
+                pipe.send(("reset", None))
             elif command == "render":
                 current = arg
-                send_message(pipe, "frame", envs[current].render())
+                pipe.send(("frame", envs[current].render()))
             elif command == "close":
                 break
     except (KeyboardInterrupt, EOFError, BrokenPipeError):
@@ -185,13 +165,13 @@ def worker(worker: int, env_ids: range, make_env_pickle: bytes, shared: Shared, 
     except Exception as exc:
         trace = traceback.format_exc()
         try:
-            send_message(pipe, "error", (current, exc, trace))
+            pipe.send(("error", (current, exc, trace)))
         except Exception:  # an exception that does not pickle: its text and type name
             unpicklable = RuntimeError(f"{type(exc).__name__}: {exc}")
-            send_message(pipe, "error", (current, unpicklable, trace))
+            pipe.send(("error", (current, unpicklable, trace)))
         # the learner closes the pool on an error: wait for it (or for the pipe to close)
         try:
-            while read_message(pipe.recv_bytes())[0] != "close":
+            while pipe.recv()[0] != "close":
                 pass
         except (EOFError, OSError, KeyboardInterrupt):
             pass

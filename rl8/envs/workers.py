@@ -51,13 +51,12 @@ def check_step_timeout(owner: str, value: Any) -> float | None:
     return float(value)
 
 
-def stop_processes(processes: Sequence[Any], pipes: Sequence[Any],
-                   send_close: Callable[[Any], None]) -> None:
-    """Ask worker ``processes`` to exit (``send_close`` on their ``pipes``); after
+def stop_processes(processes: Sequence[Any], pipes: Sequence[Any]) -> None:
+    """Ask worker ``processes`` to exit (``("close", None)`` on their ``pipes``); after
     ``CLOSE_TIMEOUT_S`` seconds terminate, then kill, those still running; close the pipes."""
     for pipe in pipes:
         try:
-            send_close(pipe)
+            pipe.send(("close", None))
         except (OSError, ValueError):
             pass  # its worker is gone
 
