@@ -55,10 +55,6 @@ class _WorkerErrors:
         self.items.append(item)
         return item
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._queue, name)
-
-
 
 class GymnasiumEnv(GymnasiumEnvBase):
     """``num_envs`` copies of a gymnasium env, batched through a gymnasium vector env.

@@ -173,10 +173,8 @@ class GymnasiumEnvFactory:
         self.cls = cls
         self.env = env
         self.kwargs = dict(kwargs)
-        self.episodic = cls.episodic
-        self.max_num_envs = cls.max_num_envs
-        self.max_horizon = cls.max_horizon
-        self.metadata = cls.metadata
+        for attribute in ("episodic", "max_num_envs", "max_horizon", "metadata"):
+            setattr(self, attribute, getattr(cls, attribute))
         name = env if isinstance(env, str) else getattr(env, "__name__", type(env).__name__)
         self.__name__ = self.__qualname__ = f"{cls.__name__}[{name}]"
 
