@@ -23,7 +23,7 @@ from rl8.envs.gymnasium_base import GymnasiumEnvBase, GymnasiumEnvFactory
 from rl8.envs.pool import PoolEnv
 from rl8.envs.spaces import check_space
 from rl8.envs.workers import (
-    CLOSE_TIMEOUT_S, EnvStepTimeout, EnvWorkerDied, check_step_timeout, exit_description, make_single_env,
+    CLOSE_TIMEOUT_S, EnvWorkerDied, check_step_timeout, exit_description, make_single_env,
     stop_processes, with_episode_records,
 )
 from rl8.fields import did_you_mean
@@ -76,8 +76,8 @@ class GymnasiumEnv(GymnasiumEnvBase):
         wrappers: Gymnasium wrappers (callables ``env -> env``) applied, in order, to each env.
         render_mode: Gymnasium render mode of each env; ``"rgb_array"`` enables :meth:`render`.
         step_timeout_s: ``"async"`` and ``"pool"``: the longest time in seconds one sub-env's
-            step (with its auto-reset) may take, > 0, else :class:`EnvStepTimeout` (the env
-            closed); ``None`` (default): no limit.
+            step (with its auto-reset) may take, > 0, else
+            :class:`~rl8.envs.workers.EnvStepTimeout` (the env closed); ``None``: no limit.
 
     Attributes:
         vector_env: The underlying gymnasium vector env.
@@ -204,7 +204,7 @@ class GymnasiumEnv(GymnasiumEnvBase):
                 i for i, pipe in enumerate(self.vector_env.parent_pipes) if pipe is not None and not pipe.poll()
             ]
             where = f"sub-env {late[0]}" if len(late) == 1 else f"sub-envs {late}"
-            raise self._step_timeout(where, "the vector env") from None
+            self._raise_step_timeout(where, "the vector env")
 
     def render(self, index: int = 0) -> np.ndarray:
         """An RGB frame of sub-env ``index`` (needs ``render_mode="rgb_array"``; in async mode
@@ -241,8 +241,6 @@ class GymnasiumEnv(GymnasiumEnvBase):
             if isinstance(err, (EOFError, BrokenPipeError, ConnectionResetError)):
                 # gymnasium reads a dead worker's pipe and gets a bare EOFError: say who died
                 raise self._worker_died() from None
-            if isinstance(err, EnvStepTimeout):
-                self.close()
             raise
 
     def _worker_died(self) -> EnvWorkerDied:

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import gymnasium
 import numpy as np
@@ -114,13 +114,14 @@ class GymnasiumEnvBase(Env):
             )
         return frame
 
-    def _step_timeout(self, where: str, closed: str) -> EnvStepTimeout:
-        return EnvStepTimeout(
+    def _raise_step_timeout(self, where: str, closed: str) -> NoReturn:
+        self.close()
+        raise EnvStepTimeout(
             f"{self.name}: {where} did not finish a step within step_timeout_s="
             f"{self.step_timeout_s:g} s (stuck, or slower than the limit); {closed} and all its "
             "workers have been closed. Raise step_timeout_s (PPO: env_kwargs="
             "{'step_timeout_s': ...}) if its steps are this slow, or set None for no limit."
-        )
+        ) from None
 
     def pop_episode_records(self) -> EpisodeRecords | None:
         """The episodes that ended since the last call (or :meth:`reset`), forgotten, as each

@@ -330,9 +330,7 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
         now = time.monotonic()
         for w in busy:
             if self._queued[w] and now - self._progress_at[w] >= self.step_timeout_s and not self._pipes[w].poll():
-                stuck = self._queued[w][0]
-                self.close()
-                raise self._step_timeout(f"sub-env {stuck} (pool worker {w})", "the pool")
+                self._raise_step_timeout(f"sub-env {self._queued[w][0]} (pool worker {w})", "the pool")
 
     def _worker_died(self, worker: int) -> None:
         pipe = self._pipes[worker]
