@@ -127,20 +127,20 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
             self._set_spaces(obs_space, action_space, probe.metadata, isinstance(probe, ReportEpisodeRecords))
         finally:
             probe.close()
-        ctx = mp.get_context("forkserver")  # docs/collection.md says why
-        ctx.set_forkserver_preload([__name__])  # the fork server imports rl8 once
         try:
-            self._start_workers(obs_space, action_space, ctx, make_env_pickle)
+            self._start_workers(obs_space, action_space, make_env_pickle)
         except BaseException:
             self.close()
             raise
 
-    def _start_workers(self, obs_space: gymnasium.Space, action_space: gymnasium.Space, ctx: Any,
+    def _start_workers(self, obs_space: gymnasium.Space, action_space: gymnasium.Space,
                        make_env_pickle: bytes) -> None:
         """Start one worker process per block of sub-envs, sharing memory, and wait until each is ready."""
+        ctx = mp.get_context("forkserver")  # docs/collection.md says why
+        ctx.set_forkserver_preload([__name__])  # the fork server imports rl8 once
         num_envs = self.num_envs
-        self._shared = Shared(obs_space, action_space, num_envs, ctx)
-        self._views = self._shared.views()
+        shared = Shared(obs_space, action_space, num_envs, ctx)
+        self._views = shared.views()
         self.env_blocks = split(num_envs, self.num_workers)
         self._owner = np.concatenate([np.full(len(b), w) for w, b in enumerate(self.env_blocks)])
         self._pipes: list[Connection] = []
@@ -161,7 +161,7 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
         for w, block in enumerate(self.env_blocks):
             parent, child = ctx.Pipe()
             process = ctx.Process(
-                target=worker, args=(w, block, make_env_pickle, self._shared, child),
+                target=worker, args=(w, block, make_env_pickle, shared, child),
                 name=f"{WORKER_NAME}{w}", daemon=True,
             )
             process.start()
