@@ -9,7 +9,6 @@ import multiprocessing
 import multiprocessing.connection
 import weakref
 from collections.abc import Callable, Sequence
-from multiprocessing.pool import RemoteTraceback
 from typing import Any
 
 import gymnasium
@@ -230,14 +229,8 @@ class GymnasiumEnv(GymnasiumEnvBase):
                 raise
             if self._errors.items:
                 index, _, remote, trace = self._errors.items[-1]
-                self._errors.items.clear()
-                self.close()
                 exc = remote if isinstance(remote, BaseException) else err
-                exc.add_note(
-                    f"{self.name}: raised in sub-env {index}'s worker process (the worker "
-                    "traceback is above); the vector env and all its workers have been closed."
-                )
-                raise exc.with_traceback(None) from RemoteTraceback(trace)
+                self._raise_worker_error(exc, trace, f"sub-env {index}'s worker process", "the vector env")
             if isinstance(err, (EOFError, BrokenPipeError, ConnectionResetError)):
                 # gymnasium reads a dead worker's pipe and gets a bare EOFError: say who died
                 raise self._worker_died() from None

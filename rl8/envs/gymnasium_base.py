@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from multiprocessing.pool import RemoteTraceback
 from typing import Any, NoReturn
 
 import gymnasium
@@ -113,6 +114,12 @@ class GymnasiumEnvBase(Env):
                 f"dtype {frame.dtype}, expected uint8 [height, width, 3]"
             )
         return frame
+
+    def _raise_worker_error(self, exc: BaseException, trace: str, where: str, closed: str) -> NoReturn:
+        self.close()
+        exc.add_note(f"{self.name}: raised in {where} (the worker traceback is above); {closed} and all "
+                     "its workers have been closed.")
+        raise exc.with_traceback(None) from RemoteTraceback(trace)
 
     def _raise_step_timeout(self, where: str, closed: str) -> NoReturn:
         self.close()

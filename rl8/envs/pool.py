@@ -13,7 +13,6 @@ import time
 import weakref
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
-from multiprocessing.pool import RemoteTraceback
 from typing import Any
 
 import gymnasium
@@ -298,12 +297,7 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
             self._progress_at[worker] = time.monotonic()
         elif kind == "error":
             index, exc, trace = payload
-            self.close()
-            exc.add_note(
-                f"{self.name}: raised in sub-env {index} by pool worker {worker} (the worker "
-                "traceback is above); the pool and all its workers have been closed."
-            )
-            raise exc.with_traceback(None) from RemoteTraceback(trace)
+            self._raise_worker_error(exc, trace, f"sub-env {index} by pool worker {worker}", "the pool")
         else:
             self._replies[worker] = (kind, payload)
 
