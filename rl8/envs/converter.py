@@ -30,7 +30,7 @@ def _map(tree: _Tree, fn: Callable[..., Any], *data: Any) -> Any:
 
 def _convert_obs_space(space: spaces.Space, *, top: bool = True) -> tuple[spaces.Space, _Tree]:
     """The space of the tensors rl8 gets (float Boxes as float32, a top-level ``action_mask``
-    as bool), and the tree of their torch dtypes."""
+    as bool), and the tree of their numpy dtypes."""
     if isinstance(space, spaces.Dict):
         converted, tree = {}, {}
         for key, sub in space.spaces.items():
@@ -41,7 +41,7 @@ def _convert_obs_space(space: spaces.Space, *, top: bool = True) -> tuple[spaces
                         f"Box of 0/1, got {sub}"
                     )
                 converted[key] = spaces.Box(0, 1, tuple(sub.shape), np.bool_)
-                tree[key] = torch.bool
+                tree[key] = np.dtype(np.bool_)
             else:
                 converted[key], tree[key] = _convert_obs_space(sub, top=False)
         return spaces.Dict(converted), tree
@@ -51,7 +51,7 @@ def _convert_obs_space(space: spaces.Space, *, top: bool = True) -> tuple[spaces
             warnings.simplefilter("ignore")  # "precision lowered by casting" is what we want
             low, high = space.low.astype(np.float32), space.high.astype(np.float32)
             space = spaces.Box(low, high, space.shape, np.float32)
-    return space, space_dtype(space)
+    return space, torch.empty(0, dtype=space_dtype(space)).numpy().dtype
 
 
 def _action_tree(space: spaces.Space) -> _Tree:
@@ -98,8 +98,7 @@ class GymnasiumConverter:
                  device: torch.device, label: str) -> None:
         check_space(observation_space, field=f"{label} observation_space")
         check_space(action_space, field=f"{label} action_space")
-        self.observation_space, obs_tree = _convert_obs_space(observation_space)
-        self._np_tree = _map(obs_tree, lambda dtype: torch.empty(0, dtype=dtype).numpy().dtype)
+        self.observation_space, self._np_tree = _convert_obs_space(observation_space)
         self._act_tree = _action_tree(action_space)
         if isinstance(observation_space, spaces.Dict) and _ACTION_MASK in observation_space.spaces:
             mask_shape = tuple(observation_space[_ACTION_MASK].shape)

@@ -9,7 +9,6 @@ import multiprocessing
 import multiprocessing.connection
 import weakref
 from collections.abc import Callable, Sequence
-from multiprocessing.pool import RemoteTraceback
 from typing import Any
 
 import gymnasium
@@ -19,12 +18,11 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, Vecto
 from tensordict import TensorDictBase
 
 from rl8.envs.atari import is_atari_id
-from rl8.envs.converter import GymnasiumConverter
-from rl8.envs.gymnasium_base import GymnasiumEnvBase, GymnasiumEnvFactory, env_label
+from rl8.envs.gymnasium_base import GymnasiumEnvBase, GymnasiumEnvFactory
 from rl8.envs.pool import PoolEnv
 from rl8.envs.spaces import check_space
 from rl8.envs.workers import (
-    CLOSE_TIMEOUT_S, EnvStepTimeout, EnvWorkerDied, check_step_timeout, exit_description, make_single_env,
+    CLOSE_TIMEOUT_S, EnvWorkerDied, check_step_timeout, exit_description, make_single_env,
     stop_processes, with_episode_records,
 )
 from rl8.fields import did_you_mean
@@ -37,50 +35,9 @@ def _close_async(vector_env: AsyncVectorEnv) -> None:
     without a limit, for the call in flight)."""
     pipes = [pipe for pipe in vector_env.parent_pipes if pipe is not None and not pipe.closed]
     try:
-        stop_processes(vector_env.processes, pipes, lambda pipe: pipe.send(("close", None)))
+        stop_processes(vector_env.processes, pipes)
     finally:
         vector_env.closed = True  # gymnasium's close and __del__ have nothing left to do
-
-
-def _make_vector_env(env: str | Callable[..., gymnasium.Env], num_envs: int, mode: str,
-                     kwargs: dict[str, Any],
-                     wrappers: Sequence[Callable[[gymnasium.Env], gymnasium.Env]]) -> VectorEnv:
-    """The vector env of ``num_envs`` copies (``SAME_STEP`` autoreset, outputs not copied)."""
-    vector_kwargs: dict[str, Any] = {"autoreset_mode": AutoresetMode.SAME_STEP, "copy": False}
-    if mode == "async":
-        vector_kwargs["shared_memory"] = True
-    make_single = functools.partial(make_single_env, env, kwargs, wrappers)
-    try:
-        if isinstance(env, str) and not is_atari_id(env):
-            return gymnasium.make_vec(env, num_envs, vectorization_mode=mode, vector_kwargs=vector_kwargs,
-                                      wrappers=[*wrappers, with_episode_records], **kwargs)
-        fns = [make_single] * num_envs
-        return (AsyncVectorEnv if mode == "async" else SyncVectorEnv)(fns, **vector_kwargs)
-    except (gymnasium.error.UnregisteredEnv, gymnasium.error.DeprecatedEnv) as err:
-        if not isinstance(env, str):
-            raise
-        ids = {i.lower(): i for i in gymnasium.registry}
-        close = [ids[i] for i in difflib.get_close_matches(env.lower(), list(ids))]
-        hint = did_you_mean(env, close=close) or "; see gymnasium.pprint_registry() for the registered ids"
-        raise type(err)(f"GymnasiumEnv: unknown gymnasium env id {env!r}{hint} ({err})") from err
-    except (EOFError, BrokenPipeError, ConnectionResetError):
-        if mode != "async":
-            raise
-        raise EnvWorkerDied(
-            f"{env_label(env)}: an async worker process ended while building its env, before it "
-            "could report an error (the worker printed its own error above)"
-        ) from None
-    except (TypeError, ValueError):
-        # AsyncVectorEnv fails on spaces it cannot put in shared memory before rl8 sees
-        # them: name the unsupported space the way the sync path does.
-        if mode == "async":
-            single = make_single()
-            try:
-                check_space(single.observation_space, field=f"{env_label(env)} observation_space")
-                check_space(single.action_space, field=f"{env_label(env)} action_space")
-            finally:
-                single.close()
-        raise
 
 
 class _WorkerErrors:
@@ -96,10 +53,6 @@ class _WorkerErrors:
         item = self._queue.get(*args, **kwargs)
         self.items.append(item)
         return item
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._queue, name)
-
 
 
 class GymnasiumEnv(GymnasiumEnvBase):
@@ -122,12 +75,13 @@ class GymnasiumEnv(GymnasiumEnvBase):
         wrappers: Gymnasium wrappers (callables ``env -> env``) applied, in order, to each env.
         render_mode: Gymnasium render mode of each env; ``"rgb_array"`` enables :meth:`render`.
         step_timeout_s: ``"async"`` and ``"pool"``: the longest time in seconds one sub-env's
-            step (with its auto-reset) may take, > 0, else :class:`EnvStepTimeout` (the env
-            closed); ``None`` (default): no limit.
+            step (with its auto-reset) may take, > 0, else
+            :class:`~rl8.envs.workers.EnvStepTimeout` (the env closed); ``None``: no limit.
 
     Attributes:
         vector_env: The underlying gymnasium vector env.
-        converter: The :class:`GymnasiumConverter` of its observations, outputs and actions.
+        converter: The :class:`~rl8.envs.converter.GymnasiumConverter` of its observations,
+            outputs and actions.
     """
 
     def __new__(cls, *args: Any, **kwargs: Any) -> GymnasiumEnv:
@@ -163,28 +117,59 @@ class GymnasiumEnv(GymnasiumEnvBase):
                 f"vectorization_mode={mode!r}"
             )
         self.vectorization_mode = mode
-        self.vector_env = _make_vector_env(env, num_envs, mode, self._single_kwargs(), self.wrappers)
+        self.vector_env = self._make_vector_env()
         self._closed = False
-        self._errors: _WorkerErrors | None = None
-        self._finalizer: weakref.finalize | None = None
-        if isinstance(self.vector_env, AsyncVectorEnv):
-            # closes the workers when the env is collected or the interpreter exits, in time
-            self._finalizer = weakref.finalize(self, _close_async, self.vector_env)
-            self._errors = _WorkerErrors(self.vector_env)
+        is_async = isinstance(self.vector_env, AsyncVectorEnv)
+        self._errors = _WorkerErrors(self.vector_env) if is_async else None
+        # ends the async workers in time, also when the env is collected or the interpreter exits
+        self._finalizer = weakref.finalize(self, _close_async if is_async else type(self.vector_env).close,
+                                           self.vector_env)
         try:
-            self.converter = GymnasiumConverter(
-                self.vector_env.single_observation_space, self.vector_env.single_action_space,
-                self.num_envs, self.device, self.name,
-            )
-            reports = self._call(self.vector_env.call, "has_wrapper_attr", "reports_episode_records")
+            vector_env = self.vector_env
+            reports = self._call(vector_env.call, "has_wrapper_attr", "reports_episode_records")
+            self._set_spaces(vector_env.single_observation_space, vector_env.single_action_space,
+                             vector_env.metadata, any(reports))
         except BaseException:
             self.close()
             raise
-        # [return_sum, length_sum, count] of the sub-envs' records not yet popped; None: none kept
-        self._episode_records = np.zeros(3) if any(reports) else None
-        self.observation_space = self.converter.observation_space
-        self.action_space = self.vector_env.single_action_space
-        self._set_metadata(self.vector_env.metadata)
+
+    def _make_vector_env(self) -> VectorEnv:
+        """The vector env of ``num_envs`` copies (``SAME_STEP`` autoreset, outputs not copied; shared
+        memory in async mode)."""
+        env, mode, kwargs = self.env, self.vectorization_mode, self._single_kwargs()
+        vector_kwargs: dict[str, Any] = {"autoreset_mode": AutoresetMode.SAME_STEP, "copy": False}
+        make_single = functools.partial(make_single_env, env, kwargs, self.wrappers)
+        try:
+            if isinstance(env, str) and not is_atari_id(env):
+                return gymnasium.make_vec(env, self.num_envs, vectorization_mode=mode, vector_kwargs=vector_kwargs,
+                                          wrappers=[*self.wrappers, with_episode_records], **kwargs)
+            fns = [make_single] * self.num_envs
+            return (AsyncVectorEnv if mode == "async" else SyncVectorEnv)(fns, **vector_kwargs)
+        except (gymnasium.error.UnregisteredEnv, gymnasium.error.DeprecatedEnv) as err:
+            if not isinstance(env, str):
+                raise
+            ids = {i.lower(): i for i in gymnasium.registry}
+            close = [ids[i] for i in difflib.get_close_matches(env.lower(), list(ids))]
+            hint = did_you_mean(env, close=close) or "; see gymnasium.pprint_registry() for the registered ids"
+            raise type(err)(f"GymnasiumEnv: unknown gymnasium env id {env!r}{hint} ({err})") from err
+        except (EOFError, BrokenPipeError, ConnectionResetError):
+            if mode != "async":
+                raise
+            raise EnvWorkerDied(
+                f"{self.name}: an async worker process ended while building its env, before it "
+                "could report an error (the worker printed its own error above)"
+            ) from None
+        except (TypeError, ValueError):
+            # AsyncVectorEnv fails on spaces it cannot put in shared memory before rl8 sees
+            # them: name the unsupported space the way the sync path does.
+            if mode == "async":
+                single = make_single()
+                try:
+                    check_space(single.observation_space, field=f"{self.name} observation_space")
+                    check_space(single.action_space, field=f"{self.name} action_space")
+                finally:
+                    single.close()
+            raise
 
     def reset(self, *, config: dict[str, Any] | None = None,
               seed: int | None = None) -> torch.Tensor | TensorDictBase:
@@ -218,7 +203,7 @@ class GymnasiumEnv(GymnasiumEnvBase):
                 i for i, pipe in enumerate(self.vector_env.parent_pipes) if pipe is not None and not pipe.poll()
             ]
             where = f"sub-env {late[0]}" if len(late) == 1 else f"sub-envs {late}"
-            raise self._step_timeout(where, "the vector env") from None
+            self._raise_step_timeout(where, "the vector env")
 
     def render(self, index: int = 0) -> np.ndarray:
         """An RGB frame of sub-env ``index`` (needs ``render_mode="rgb_array"``; in async mode
@@ -227,17 +212,6 @@ class GymnasiumEnv(GymnasiumEnvBase):
         if isinstance(self.vector_env, SyncVectorEnv):
             return self._checked_frame(self.vector_env.envs[index].render())
         return self._checked_frame(self._call(self.vector_env.call, "render")[index])
-
-    def close(self) -> None:
-        """Close every gymnasium env and end the async workers (terminated, then killed, after
-        2 s); also run on garbage collection and at exit."""
-        if getattr(self, "_closed", True):
-            return
-        self._closed = True
-        if self._finalizer is not None:
-            self._finalizer()  # _close_async: workers that do not exit in time are terminated
-        else:
-            self.vector_env.close()
 
     def __repr__(self) -> str:
         return (
@@ -255,19 +229,11 @@ class GymnasiumEnv(GymnasiumEnvBase):
                 raise
             if self._errors.items:
                 index, _, remote, trace = self._errors.items[-1]
-                self._errors.items.clear()
-                self.close()
                 exc = remote if isinstance(remote, BaseException) else err
-                exc.add_note(
-                    f"{self.name}: raised in sub-env {index}'s worker process (the worker "
-                    "traceback is above); the vector env and all its workers have been closed."
-                )
-                raise exc.with_traceback(None) from RemoteTraceback(trace)
+                self._raise_worker_error(exc, trace, f"sub-env {index}'s worker process", "the vector env")
             if isinstance(err, (EOFError, BrokenPipeError, ConnectionResetError)):
                 # gymnasium reads a dead worker's pipe and gets a bare EOFError: say who died
                 raise self._worker_died() from None
-            if isinstance(err, EnvStepTimeout):
-                self.close()
             raise
 
     def _worker_died(self) -> EnvWorkerDied:

@@ -4,27 +4,23 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from multiprocessing.pool import RemoteTraceback
+from typing import Any, NoReturn
 
 import gymnasium
 import numpy as np
 import torch
 
 from rl8.envs.base import Env
+from rl8.envs.converter import GymnasiumConverter
 from rl8.envs.episodes import EpisodeRecords
 from rl8.envs.workers import EPISODE_RECORDS_KEY, EnvStepTimeout
 
-__all__ = ["GymnasiumEnvBase", "GymnasiumEnvFactory", "env_label"]
-
-
-def env_label(env: str | Callable[..., gymnasium.Env]) -> str:
-    """``GymnasiumEnv(<id or callable name>)``, for messages."""
-    name = env if isinstance(env, str) else getattr(env, "__name__", "env")
-    return f"GymnasiumEnv({name})"
+__all__ = ["GymnasiumEnvBase", "GymnasiumEnvFactory"]
 
 
 class GymnasiumEnvBase(Env):
-    """The base of the gymnasium adapters; a subclass also sets ``converter`` in its ``__init__``."""
+    """The base of the gymnasium adapters."""
 
     episodic = True
 
@@ -43,7 +39,16 @@ class GymnasiumEnvBase(Env):
         self._needs_reset = True
         self._seeded = False
 
-    def _set_metadata(self, metadata: dict[str, Any]) -> None:
+    def _set_spaces(self, observation_space: gymnasium.Space, action_space: gymnasium.Space,
+                    metadata: dict[str, Any], records: bool) -> None:
+        """The converter, spaces and metadata of sub-envs of these spaces; ``records``: they report
+        episode records (:class:`~rl8.envs.workers.ReportEpisodeRecords`)."""
+        self.converter = GymnasiumConverter(observation_space, action_space, self.num_envs, self.device,
+                                            self.name)
+        self.observation_space = self.converter.observation_space
+        self.action_space = action_space
+        # [return_sum, length_sum, count] of the sub-envs' records not yet popped; None: none kept
+        self._episode_records = np.zeros(3) if records else None
         self.metadata = {**type(self).metadata, **metadata}
         self.metadata.setdefault("render_fps", 30)
 
@@ -71,7 +76,15 @@ class GymnasiumEnvBase(Env):
     @property
     def name(self) -> str:
         """``GymnasiumEnv(<id or callable name>)``, for messages."""
-        return env_label(self.env)
+        env = self.env
+        return f"GymnasiumEnv({env if isinstance(env, str) else getattr(env, '__name__', 'env')})"
+
+    def close(self) -> None:
+        """Close every gymnasium env and end the worker processes (terminated, then killed, after
+        2 s); also run on garbage collection and at exit."""
+        if not getattr(self, "_closed", True):
+            self._closed = True
+            self._finalizer()
 
     def _check_open(self) -> None:
         if self._closed:
@@ -102,13 +115,20 @@ class GymnasiumEnvBase(Env):
             )
         return frame
 
-    def _step_timeout(self, where: str, closed: str) -> EnvStepTimeout:
-        return EnvStepTimeout(
+    def _raise_worker_error(self, exc: BaseException, trace: str, where: str, closed: str) -> NoReturn:
+        self.close()
+        exc.add_note(f"{self.name}: raised in {where} (the worker traceback is above); {closed} and all "
+                     "its workers have been closed.")
+        raise exc.with_traceback(None) from RemoteTraceback(trace)
+
+    def _raise_step_timeout(self, where: str, closed: str) -> NoReturn:
+        self.close()
+        raise EnvStepTimeout(
             f"{self.name}: {where} did not finish a step within step_timeout_s="
             f"{self.step_timeout_s:g} s (stuck, or slower than the limit); {closed} and all its "
             "workers have been closed. Raise step_timeout_s (PPO: env_kwargs="
             "{'step_timeout_s': ...}) if its steps are this slow, or set None for no limit."
-        )
+        ) from None
 
     def pop_episode_records(self) -> EpisodeRecords | None:
         """The episodes that ended since the last call (or :meth:`reset`), forgotten, as each
@@ -139,12 +159,6 @@ class GymnasiumEnvBase(Env):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
-
     @classmethod
     def make_factory(cls, env: str | Callable[..., gymnasium.Env],
                      **kwargs: Any) -> GymnasiumEnvFactory:
@@ -167,10 +181,8 @@ class GymnasiumEnvFactory:
         self.cls = cls
         self.env = env
         self.kwargs = dict(kwargs)
-        self.episodic = cls.episodic
-        self.max_num_envs = cls.max_num_envs
-        self.max_horizon = cls.max_horizon
-        self.metadata = cls.metadata
+        for attribute in ("episodic", "max_num_envs", "max_horizon", "metadata"):
+            setattr(self, attribute, getattr(cls, attribute))
         name = env if isinstance(env, str) else getattr(env, "__name__", type(env).__name__)
         self.__name__ = self.__qualname__ = f"{cls.__name__}[{name}]"
 

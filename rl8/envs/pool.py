@@ -13,7 +13,6 @@ import time
 import weakref
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
-from multiprocessing.pool import RemoteTraceback
 from typing import Any
 
 import gymnasium
@@ -23,10 +22,10 @@ from gymnasium.vector.utils import CloudpickleWrapper
 from tensordict import TensorDictBase
 
 from rl8.envs.base import ReadyEnvs
-from rl8.envs.converter import GymnasiumConverter, rows, set_rows
+from rl8.envs.converter import rows, set_rows
 from rl8.envs.gymnasium_base import GymnasiumEnvBase
 from rl8.envs.pool_worker import (
-    GUARD_ADVICE, STEP, Shared, WORKER_NAME, check_main_module, read_message, send_message, split,
+    GUARD_ADVICE, Shared, WORKER_NAME, check_main_module, split,
     worker,
 )
 from rl8.envs.workers import (
@@ -47,6 +46,11 @@ def _int_or(name: str, value: Any, default: int) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ValueError(f"PoolEnv: {name} must be an int >= 1 or None, got {value!r}")
     return int(value)
+
+
+def _stop_workers(selector: selectors.BaseSelector, processes: list[Any], pipes: list[Connection]) -> None:
+    selector.close()
+    stop_processes(processes, pipes)
 
 
 class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
@@ -119,36 +123,31 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
         probe = make_env()  # made here for its spaces and metadata
         try:
             obs_space, action_space = probe.observation_space, probe.action_space
-            # [return_sum, length_sum, count] of records not yet popped; None: none kept
-            self._episode_records = np.zeros(3) if isinstance(probe, ReportEpisodeRecords) else None
-            self._set_metadata(probe.metadata)
+            self._set_spaces(obs_space, action_space, probe.metadata, isinstance(probe, ReportEpisodeRecords))
         finally:
             probe.close()
-        self.converter = GymnasiumConverter(obs_space, action_space, num_envs, self.device,
-                                            self.name)
-        self.observation_space = self.converter.observation_space
-        self.action_space = action_space
-        ctx = mp.get_context("forkserver")  # docs/collection.md says why
-        ctx.set_forkserver_preload([__name__])  # the fork server imports rl8 once
         try:
-            self._start_workers(obs_space, action_space, ctx, make_env_pickle)
+            self._start_workers(obs_space, action_space, make_env_pickle)
         except BaseException:
             self.close()
             raise
 
-    def _start_workers(self, obs_space: gymnasium.Space, action_space: gymnasium.Space, ctx: Any,
+    def _start_workers(self, obs_space: gymnasium.Space, action_space: gymnasium.Space,
                        make_env_pickle: bytes) -> None:
         """Start one worker process per block of sub-envs, sharing memory, and wait until each is ready."""
+        ctx = mp.get_context("forkserver")  # docs/collection.md says why
+        ctx.set_forkserver_preload([__name__])  # the fork server imports rl8 once
         num_envs = self.num_envs
-        self._shared = Shared(obs_space, action_space, num_envs, ctx)
-        self._views = self._shared.views()
+        shared = Shared(obs_space, action_space, num_envs, ctx)
+        self._views = shared.views()
         self.env_blocks = split(num_envs, self.num_workers)
         self._owner = np.concatenate([np.full(len(b), w) for w, b in enumerate(self.env_blocks)])
         self._pipes: list[Connection] = []
         self._processes: list[Any] = []
-        send_close = functools.partial(send_message, kind="close", payload=None)
-        self._finalizer = weakref.finalize(self, stop_processes, self._processes, self._pipes,
-                                           send_close)
+        # every pipe and process sentinel (readable once the process has ended), registered
+        # once rather than at each of the thousands of waits of a collect
+        self._selector = selectors.DefaultSelector()
+        self._finalizer = weakref.finalize(self, _stop_workers, self._selector, self._processes, self._pipes)
         self._closed = False
         self._stepping = np.zeros(num_envs, dtype=bool)  # sent an action, not yet received
         self._ready: list[int] = []  # done stepping, not yet returned by recv, oldest first
@@ -161,18 +160,14 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
         for w, block in enumerate(self.env_blocks):
             parent, child = ctx.Pipe()
             process = ctx.Process(
-                target=worker, args=(w, block, make_env_pickle, self._shared, child),
+                target=worker, args=(w, block, make_env_pickle, shared, child),
                 name=f"{WORKER_NAME}{w}", daemon=True,
             )
             process.start()
             child.close()
             self._pipes.append(parent)
             self._processes.append(process)
-        # every pipe and process sentinel (readable once the process has ended), registered
-        # once rather than at each of the thousands of waits of a collect
-        self._selector = selectors.DefaultSelector()
-        for w, process in enumerate(self._processes):
-            self._selector.register(self._pipes[w], selectors.EVENT_READ, ("message", w))
+            self._selector.register(parent, selectors.EVENT_READ, ("message", w))
             self._selector.register(process.sentinel, selectors.EVENT_READ, ("ended", w))
         self._await_replies(range(self.num_workers), "ready")
         self._started = True
@@ -222,10 +217,10 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
         owners = self._owner[ids]
         now = time.monotonic()
         for w in np.unique(owners).tolist():
-            block = ids[owners == w]
+            block = ids[owners == w].tolist()
             if not self._queued[w]:
                 self._progress_at[w] = now
-            self._queued[w].extend(block.tolist())
+            self._queued[w].extend(block)
             self._send(w, "step", block)
 
     def recv(
@@ -265,16 +260,6 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
         self._send(w, "render", index)
         return self._checked_frame(self._await_replies([w], "frame")[w])
 
-    def close(self) -> None:
-        """Ask every worker to exit, terminate (then kill) those still running after 2 s; also
-        run on garbage collection and at exit."""
-        if getattr(self, "_closed", True):
-            return
-        self._closed = True
-        if hasattr(self, "_selector"):
-            self._selector.close()
-        self._finalizer()
-
     def __repr__(self) -> str:
         return (
             f"PoolEnv({self.env!r}, num_envs={self.num_envs}, num_workers={self.num_workers}, "
@@ -284,10 +269,7 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
 
     def _send(self, worker: int, command: str, arg: Any) -> None:
         try:
-            if command == "step":
-                self._pipes[worker].send_bytes(STEP + arg.astype(np.int32).tobytes())
-            else:
-                send_message(self._pipes[worker], command, arg)
+            self._pipes[worker].send((command, arg))
         except (BrokenPipeError, ConnectionResetError, EOFError):
             self._worker_died(worker)
 
@@ -301,7 +283,7 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
                 continue
             try:
                 # one message; the next select sees the rest
-                self._handle(w, *read_message(key.fileobj.recv_bytes()))
+                self._handle(w, *key.fileobj.recv())
             except (EOFError, ConnectionResetError):
                 died.append(w)
         for w in died:
@@ -315,12 +297,7 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
             self._progress_at[worker] = time.monotonic()
         elif kind == "error":
             index, exc, trace = payload
-            self.close()
-            exc.add_note(
-                f"{self.name}: raised in sub-env {index} by pool worker {worker} (the worker "
-                "traceback is above); the pool and all its workers have been closed."
-            )
-            raise exc.with_traceback(None) from RemoteTraceback(trace)
+            self._raise_worker_error(exc, trace, f"sub-env {index} by pool worker {worker}", "the pool")
         else:
             self._replies[worker] = (kind, payload)
 
@@ -347,15 +324,13 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
         now = time.monotonic()
         for w in busy:
             if self._queued[w] and now - self._progress_at[w] >= self.step_timeout_s and not self._pipes[w].poll():
-                stuck = self._queued[w][0]
-                self.close()
-                raise self._step_timeout(f"sub-env {stuck} (pool worker {w})", "the pool")
+                self._raise_step_timeout(f"sub-env {self._queued[w][0]} (pool worker {w})", "the pool")
 
     def _worker_died(self, worker: int) -> None:
         pipe = self._pipes[worker]
         try:  # what it sent before it ended (an error names its cause better than its exit)
             while pipe.poll():
-                self._handle(worker, *read_message(pipe.recv_bytes()))
+                self._handle(worker, *pipe.recv())
         except (EOFError, OSError):
             pass
         process = self._processes[worker]

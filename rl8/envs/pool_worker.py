@@ -16,35 +16,15 @@ from typing import Any
 import gymnasium
 import numpy as np
 from gymnasium import spaces
-from gymnasium.vector.utils import create_shared_memory, read_from_shared_memory, write_to_shared_memory
+from gymnasium.vector.utils import create_shared_memory, read_from_shared_memory
 
-from rl8.envs.converter import rows
+from rl8.envs.converter import rows, set_rows
 from rl8.envs.workers import EPISODE_RECORDS_KEY, ReportEpisodeRecords
 
 __all__: list[str] = []  # PoolEnv's internals
 
 #: The name of pool worker ``w`` is this prefix and ``w``.
 WORKER_NAME = "rl8-pool-"
-
-# Messages on the pipes are bytes: a step command (the learner's) is STEP + the int32 sub-env
-# ids, a step report (a worker's) _STEPPED + one int32 sub-env id: neither pickles anything.
-# Every other message, rare, is _PICKLED + a pickled (kind, payload).
-STEP, _STEPPED, _PICKLED = b"S", b"D", b"P"
-
-
-def send_message(pipe: Connection, kind: str, payload: Any) -> None:
-    pipe.send_bytes(_PICKLED + pickle.dumps((kind, payload)))
-
-
-def read_message(data: bytes) -> tuple[str, Any]:
-    """``(kind, payload)`` of a message received as bytes."""
-    tag = data[:1]
-    if tag == _STEPPED:
-        return "stepped", int.from_bytes(data[1:], "little")
-    if tag == STEP:
-        return "step", np.frombuffer(data, dtype=np.int32, offset=1).tolist()
-    return pickle.loads(data[1:])
-
 
 GUARD_ADVICE = (
     "build the pool under an `if __name__ == \"__main__\":` guard in a script file, or use "
@@ -55,24 +35,20 @@ GUARD_ADVICE = (
 def _unguarded_line(main: Any) -> int | None:
     """The line of the main script building the pool when it is outside an ``if __name__ ==
     "__main__":`` body (every worker would run it again), else (or when unknown) ``None``."""
-    frame = inspect.currentframe()
-    while frame is not None and not (frame.f_globals is vars(main) and frame.f_code.co_name == "<module>"):
-        frame = frame.f_back
-    if frame is None or frame.f_code.co_filename != main.__file__:
+    found = next(((f.filename, f.lineno) for f in inspect.stack(0)
+                  if f.frame.f_globals is vars(main) and f.function == "<module>"), None)
+    if found is None or found[0] != main.__file__:
         return None
-    line = frame.f_lineno
-    del frame
+    line = found[1]
     try:
         with open(main.__file__, "rb") as f:
             tree = ast.parse(f.read())
     except (OSError, SyntaxError, ValueError):
         return None
     guards = ("__name__ == '__main__'", "'__main__' == __name__")
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and node.body and any(ast.unparse(n) in guards for n in ast.walk(node.test)):
-            if node.body[0].lineno <= line <= (node.body[-1].end_lineno or node.body[-1].lineno):
-                return None
-    return line
+    guarded = any(isinstance(node, ast.If) and any(ast.unparse(n) in guards for n in ast.walk(node.test))
+                  and node.body[0].lineno <= line <= node.body[-1].end_lineno for node in ast.walk(tree))
+    return None if guarded else line
 
 
 def check_main_module(label: str) -> None:
@@ -114,47 +90,37 @@ def split(num_envs: int, num_workers: int) -> list[range]:
 
 class Shared:
     """The shared memory of a pool, ``num_envs`` rows each: observations, last observations
-    before an auto-reset, rewards, flags, actions and the episode records of the last step
+    before an auto-reset, actions, rewards, flags and the episode records of the last step
     (``[return_sum, length_sum, count]``, zeros when none)."""
 
     def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, num_envs: int,
                  ctx: Any) -> None:
-        self.observation_space, self.action_space, self.num_envs = observation_space, action_space, num_envs
-        self.obs = create_shared_memory(observation_space, num_envs, ctx)
-        self.final_obs = create_shared_memory(observation_space, num_envs, ctx)
-        self.actions = create_shared_memory(action_space, num_envs, ctx)
-        self.rewards = ctx.Array("d", num_envs, lock=False)
-        self.terminated = ctx.Array("b", num_envs, lock=False)
-        self.truncated = ctx.Array("b", num_envs, lock=False)
-        self.episode_records = ctx.Array("d", 3 * num_envs, lock=False)
+        floats = lambda *shape: spaces.Box(-np.inf, np.inf, shape, np.float64)
+        flag = spaces.Box(0, 1, (), np.bool_)
+        self.spaces = {"obs": observation_space, "final_obs": observation_space, "actions": action_space,
+                       "rewards": floats(), "terminated": flag, "truncated": flag, "episode_records": floats(3)}
+        self.num_envs = num_envs
+        self.memory = {key: create_shared_memory(space, num_envs, ctx) for key, space in self.spaces.items()}
 
     def views(self) -> dict[str, Any]:
         """numpy views of every array (trees for Dict observation or action spaces)."""
-        n = self.num_envs
-        return {
-            "obs": read_from_shared_memory(self.observation_space, self.obs, n),
-            "final_obs": read_from_shared_memory(self.observation_space, self.final_obs, n),
-            "actions": read_from_shared_memory(self.action_space, self.actions, n),
-            "rewards": np.frombuffer(self.rewards, dtype=np.float64),
-            "terminated": np.frombuffer(self.terminated, dtype=np.bool_),
-            "truncated": np.frombuffer(self.truncated, dtype=np.bool_),
-            "episode_records": np.frombuffer(self.episode_records, dtype=np.float64).reshape(n, 3),
-        }
+        return {key: read_from_shared_memory(space, self.memory[key], self.num_envs)
+                for key, space in self.spaces.items()}
 
 
-def _step_env(env: gymnasium.Env, current: int, shared: Shared, views: dict[str, np.ndarray]) -> None:
+def _step_env(env: gymnasium.Env, current: int, views: dict[str, Any]) -> None:
     """Step sub-env ``current`` (``env``) with its action, auto-resetting it, in shared memory."""
-    space, records = shared.observation_space, views["episode_records"]
+    records = views["episode_records"]
     obs, reward, terminated, truncated, info = env.step(rows(views["actions"], current))
     reports = isinstance(env, ReportEpisodeRecords)
     if reports:
         records[current] = info.get(EPISODE_RECORDS_KEY, 0.0)
     if terminated or truncated:
-        write_to_shared_memory(space, current, obs, shared.final_obs)
+        set_rows(views["final_obs"], current, obs)
         obs, info = env.reset()
         if reports and EPISODE_RECORDS_KEY in info:
             records[current] += info[EPISODE_RECORDS_KEY]
-    write_to_shared_memory(space, current, obs, shared.obs)
+    set_rows(views["obs"], current, obs)
     views["rewards"][current] = reward
     views["terminated"][current] = terminated
     views["truncated"][current] = truncated
@@ -170,7 +136,6 @@ def worker(worker: int, env_ids: range, make_env_pickle: bytes, shared: Shared, 
     ``shared`` the pool's shared memory."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     views = shared.views()
-    space = shared.observation_space
     envs: dict[int, gymnasium.Env] = {}
     current = env_ids.start
 
@@ -178,21 +143,21 @@ def worker(worker: int, env_ids: range, make_env_pickle: bytes, shared: Shared, 
         make_env = pickle.loads(make_env_pickle)
         for current in env_ids:
             envs[current] = make_env()
-        send_message(pipe, "ready", None)
+        pipe.send(("ready", None))
         while True:
-            command, arg = read_message(pipe.recv_bytes())
+            command, arg = pipe.recv()
             if command == "step":
                 for current in arg:
-                    _step_env(envs[current], current, shared, views)
-                    pipe.send_bytes(_STEPPED + current.to_bytes(4, "little"))
+                    _step_env(envs[current], current, views)
+                    pipe.send(("stepped", current))
             elif command == "reset":
                 for current, seed in arg:
                     obs, _ = envs[current].reset(seed=seed)
-                    write_to_shared_memory(space, current, obs, shared.obs)
-                send_message(pipe, "reset", None)
+                    set_rows(views["obs"], current, obs)
+                pipe.send(("reset", None))
             elif command == "render":
                 current = arg
-                send_message(pipe, "frame", envs[current].render())
+                pipe.send(("frame", envs[current].render()))
             elif command == "close":
                 break
     except (KeyboardInterrupt, EOFError, BrokenPipeError):
@@ -200,13 +165,13 @@ def worker(worker: int, env_ids: range, make_env_pickle: bytes, shared: Shared, 
     except Exception as exc:
         trace = traceback.format_exc()
         try:
-            send_message(pipe, "error", (current, exc, trace))
+            pipe.send(("error", (current, exc, trace)))
         except Exception:  # an exception that does not pickle: its text and type name
             unpicklable = RuntimeError(f"{type(exc).__name__}: {exc}")
-            send_message(pipe, "error", (current, unpicklable, trace))
+            pipe.send(("error", (current, unpicklable, trace)))
         # the learner closes the pool on an error: wait for it (or for the pipe to close)
         try:
-            while read_message(pipe.recv_bytes())[0] != "close":
+            while pipe.recv()[0] != "close":
                 pass
         except (EOFError, OSError, KeyboardInterrupt):
             pass

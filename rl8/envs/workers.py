@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import math
 import signal
 import time
 from collections.abc import Callable, Sequence
@@ -47,20 +46,17 @@ def check_step_timeout(owner: str, value: Any) -> float | None:
     """``step_timeout_s`` as a float or ``None``; else a ``ValueError`` naming ``owner``."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not (
-        value > 0 and not math.isnan(value)
-    ):
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not value > 0:
         raise ValueError(f"{owner}: step_timeout_s must be a number of seconds > 0 or None, got {value!r}")
     return float(value)
 
 
-def stop_processes(processes: Sequence[Any], pipes: Sequence[Any],
-                   send_close: Callable[[Any], None]) -> None:
-    """Ask worker ``processes`` to exit (``send_close`` on their ``pipes``); after
+def stop_processes(processes: Sequence[Any], pipes: Sequence[Any]) -> None:
+    """Ask worker ``processes`` to exit (``("close", None)`` on their ``pipes``); after
     ``CLOSE_TIMEOUT_S`` seconds terminate, then kill, those still running; close the pipes."""
     for pipe in pipes:
         try:
-            send_close(pipe)
+            pipe.send(("close", None))
         except (OSError, ValueError):
             pass  # its worker is gone
 
