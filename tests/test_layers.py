@@ -174,7 +174,7 @@ MAX_PRIVATE_REACHES = 5
 
 #: Lines rl8/ may hold (every ``.py`` file, docstrings and blank lines included): new capability
 #: is paid for by simplification (docs/architecture.md, "Size").
-LINE_BUDGET = 18_000
+LINE_BUDGET = 17_900
 
 
 def package_lines() -> int:
