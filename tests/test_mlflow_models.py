@@ -4,6 +4,7 @@ model folders that cannot run code (docs/security.md)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
@@ -55,8 +56,8 @@ def run(tmp_path_factory, template_db):
     saved = os.environ.get("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL")
     os.environ["MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL"] = "0.2"
     torch.set_num_threads(1)
-    try:
-        with Trainer(PPO(CartPole, **SMALL), tracking_uri=uri, experiment="models", checkpoint_dir=folder / "ckpt",
+    try:  # in the folder: the store puts its artifacts (./mlruns) in the working folder
+        with contextlib.chdir(folder), Trainer(PPO(CartPole, **SMALL), tracking_uri=uri, experiment="models", checkpoint_dir=folder / "ckpt",
                      register_as="cartpole-ppo", checkpoint_every=2, eval_num_envs=4, eval_num_steps=64,
                      progress=False,
                      system_metrics=True) as trainer:
