@@ -82,7 +82,18 @@ class CartPole(PhysicsEnv):
         final = torch.add(state, deriv, alpha=p["tau"])
 
         terminated = (final.abs() > self._thresholds).any(1, keepdim=True)
-        return self._end_step(final, torch.ones(n, 1, device=self.device), terminated)
+        self.steps.add_(1)
+        truncated = self.steps >= p["max_episode_steps"]
+        done = terminated | truncated
+        self.state = torch.where(done, self._initial_state(), final)
+        self.steps.masked_fill_(done, 0)
+        return self.step_output({
+            "obs": self.state,
+            "rewards": torch.ones(n, 1, device=self.device),
+            "terminated": terminated,
+            "truncated": truncated,
+            "final_obs": final,
+        })
 
     def render(self, index: int = 0) -> np.ndarray:
         """Sub-env ``index`` as a ``uint8`` RGB frame ``[400, 600, 3]`` spanning ``[-2.4, 2.4]`` m."""

@@ -73,8 +73,19 @@ class Pendulum(PhysicsEnv):
         ).add_(u, alpha=3.0 / (p["m"] * p["l"] ** 2) * dt)
         new_theta_dot.clamp_(-p["max_speed"], p["max_speed"])
         new_theta = torch.add(theta, new_theta_dot, alpha=dt)
-        terminated = torch.zeros(n, 1, dtype=torch.bool, device=self.device)
-        return self._end_step(torch.stack((new_theta, new_theta_dot), 1), rewards.unsqueeze(1), terminated)
+        final_state = torch.stack((new_theta, new_theta_dot), 1)
+
+        self.steps.add_(1)
+        truncated = self.steps >= p["max_episode_steps"]
+        self.state = torch.where(truncated, self._initial_state(), final_state)
+        self.steps.masked_fill_(truncated, 0)
+        return self.step_output({
+            "obs": self._observe(self.state),
+            "rewards": rewards.unsqueeze(1),
+            "terminated": torch.zeros(n, 1, dtype=torch.bool, device=self.device),
+            "truncated": truncated,
+            "final_obs": self._observe(final_state),
+        })
 
     def render(self, index: int = 0) -> np.ndarray:
         """Sub-env ``index`` as a ``uint8`` RGB frame ``[500, 500, 3]``, ``[-2.2, 2.2]`` m around the pivot."""

@@ -7,7 +7,6 @@ import numbers
 from typing import Any, ClassVar
 
 import torch
-from tensordict import TensorDict
 
 from rl8.envs.base import Env
 from rl8.fields import check_int
@@ -54,17 +53,6 @@ class PhysicsEnv(Env):
 
     def _observe(self, state: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
-
-    def _end_step(self, final: torch.Tensor, rewards: torch.Tensor, terminated: torch.Tensor) -> TensorDict:
-        """The step output of the states ``final`` after a step; the sub-envs whose episode ended
-        (``terminated``, or ``max_episode_steps`` reached: truncated) restart."""
-        self.steps.add_(1)
-        truncated = self.steps >= self.params["max_episode_steps"]
-        done = terminated | truncated
-        self.state = torch.where(done, self._initial_state(), final)
-        self.steps.masked_fill_(done, 0)
-        return self.step_output({"obs": self._observe(self.state), "rewards": rewards, "terminated": terminated,
-                                 "truncated": truncated, "final_obs": self._observe(final)})
 
     def reset(self, *, config: dict[str, Any] | None = None, seed: int | None = None) -> torch.Tensor:
         """Reset every sub-env (``config``: the physical parameters, see the class)."""
