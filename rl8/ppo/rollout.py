@@ -105,9 +105,10 @@ def rollout_ready_envs(
     device = data.device
     steps = torch.zeros(n, dtype=torch.long, device=device)  # each env's own step index; < horizon: stepping
     carries: TensorDictBase | None = None  # each env's carry after its step in flight
+    stepping = 0  # envs with a step in flight (a count on the host: no device sync per loop)
 
     def act(env_ids: torch.Tensor, t: torch.Tensor, env_obs: torch.Tensor | TensorDictBase) -> None:
-        nonlocal carries
+        nonlocal carries, stepping
         dist, value, policy_carry = rollout_step(env_obs, *carry.before_steps(env_ids, t))
         actions, logp = dist.sample_with_log_prob(generator, deterministic=deterministic)
         data["actions"][env_ids, t] = actions
@@ -118,13 +119,15 @@ def rollout_ready_envs(
                 carries = policy_carry[:1].expand(n).clone()
             carries[env_ids] = policy_carry
         env.send(env_ids, to_env_action(actions, space))
+        stepping += env_ids.numel()
 
     with autocast or contextlib.nullcontext(), policy.rollout():
         obs = obs.to(device)
         data["obs"][:, 0] = obs
         act(torch.arange(n, device=device), steps.clone(), obs)
-        while bool((steps < horizon).any()):
+        while stepping:
             env_ids, out = env.recv(env.min_batch_size, env.max_batch_size, env.max_wait_s)
+            stepping -= env_ids.numel()
             if check_first_step:
                 validate_step_output(out, env, batch_size=env_ids.numel())
                 check_first_step = False
