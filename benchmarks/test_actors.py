@@ -80,9 +80,9 @@ def _worker(mode: str, out: Path) -> None:
     import torch
 
     from rl8 import PPO, Trainer
-    from rl8.training.conditions import HitsUpperBound
-    from rl8.ppo.distributed import init_distributed
     from rl8.envs import CartPole
+    from rl8.ppo.distributed import init_distributed
+    from rl8.training.conditions import HitsUpperBound
 
     torch.set_num_threads(1)
 

@@ -75,10 +75,10 @@ import statistics
 import time
 
 import pytest
+from rates import Sleepy
 
 from rl8 import PPO
 from rl8.envs import CartPole
-from rates import Sleepy
 
 TORCH_SLEEP_S = 0.002
 STEPS = 3

@@ -50,9 +50,9 @@ from typing import Any
 import numpy as np
 import pytest
 import rates
-from rates import report, sb3_collect
 import torch
 from gymnasium import spaces
+from rates import report, sb3_collect
 from tensordict import TensorDict
 from torch import nn
 

@@ -28,8 +28,8 @@ import time
 
 import pytest
 import torch
-
 from floor import collect_floor, make_mlps, update_floor
+
 from rl8 import PPO
 from rl8.envs import DiscreteDummyEnv
 

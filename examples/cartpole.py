@@ -8,8 +8,8 @@ from __future__ import annotations
 import time
 
 from rl8 import PPO, Trainer
-from rl8.training.conditions import HitsUpperBound
 from rl8.envs import CartPole
+from rl8.training.conditions import HitsUpperBound
 
 
 def main() -> None:

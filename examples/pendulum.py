@@ -8,8 +8,8 @@ from __future__ import annotations
 import time
 
 from rl8 import PPO, Trainer
-from rl8.training.conditions import HitsUpperBound
 from rl8.envs import Pendulum
+from rl8.training.conditions import HitsUpperBound
 
 HPARAMS = dict(
     num_envs=256, horizon=64, gamma=0.95, lr=3e-3, num_sgd_iters=8, sgd_minibatch_size=4096, seed=0

@@ -6,7 +6,7 @@ import importlib
 from typing import Any
 
 from rl8.moved import install as _install_moved_modules
-from rl8.version import __version__
+from rl8.version import __version__ as __version__
 
 _install_moved_modules()  # rl8 1.x's module paths (rl8.conditions...), with a DeprecationWarning
 

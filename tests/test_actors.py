@@ -64,8 +64,8 @@ def test_flat_layout_round_trips_a_rollout_into_a_block_of_rows():
     import torch
 
     from rl8 import PPO
-    from rl8.training.actors import FlatLayout, _leaves
     from rl8.envs import CartPole
+    from rl8.training.actors import FlatLayout, _leaves
 
     actor = PPO(CartPole, num_envs=4, horizon=8, seed=1, device="cpu")
     learner = PPO(CartPole, num_envs=8, horizon=8, seed=2, device="cpu")
@@ -85,8 +85,8 @@ def test_truncated_importance_weights_are_one_on_policy_and_capped_off_policy():
     import torch
 
     from rl8 import PPO
-    from rl8.training.actors import truncated_importance_weights
     from rl8.envs import CartPole
+    from rl8.training.actors import truncated_importance_weights
 
     def make():
         return PPO(CartPole, num_envs=8, horizon=16, seed=3, device="cpu", num_sgd_iters=2, sgd_minibatch_size=32)
@@ -133,9 +133,9 @@ def test_roles_split_ranks_into_learners_first_then_actors():
 
 def test_bad_actor_options_are_refused_naming_them(monkeypatch):
     from rl8 import PPO, Trainer
-    from rl8.training.config import TrainerConfig
-    from rl8.ppo.distributed import init_distributed
     from rl8.envs import CartPole
+    from rl8.ppo.distributed import init_distributed
+    from rl8.training.config import TrainerConfig
 
     with pytest.raises(ValueError, match="max_staleness must be an int >= 0, got -1"):
         TrainerConfig(max_staleness=-1)
@@ -183,12 +183,12 @@ def test_an_actor_resumes_its_own_state_and_an_older_checkpoint_starts_its_envs_
 
     import rl8.ppo.distributed
     from rl8 import PPO
-    from rl8.training.resume import algo_from_checkpoint
-    from rl8.training.actors import actor_state
+    from rl8.envs import CartPole
     from rl8.io.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
     from rl8.io.checkpoint_dir import checkpoint_for_actor
     from rl8.ppo.distributed import Roles, derive_seed
-    from rl8.envs import CartPole
+    from rl8.training.actors import actor_state
+    from rl8.training.resume import algo_from_checkpoint
 
     learner = PPO(CartPole, num_envs=8, horizon=8, seed=0, device="cpu")  # the learners' 8-env batch
     learner.steps = 3  # as if 3 updates were done
@@ -237,10 +237,10 @@ def test_a_checkpoint_holds_every_actors_state_or_none(tmp_path, monkeypatch):
     every actor's state: not after the actors were told to stop (``{}``), not with one missing."""
     import rl8.ppo.distributed
     from rl8 import PPO
-    from rl8.training.resume import write_checkpoint
+    from rl8.envs import CartPole
     from rl8.io.checkpoint import load_checkpoint
     from rl8.ppo.distributed import DistContext, Roles
-    from rl8.envs import CartPole
+    from rl8.training.resume import write_checkpoint
 
     algo = PPO(CartPole, num_envs=4, horizon=8, seed=0, device="cpu")
     monkeypatch.setattr(rl8.ppo.distributed, "_roles", Roles(rank=0, world_size=3, actors=2))
@@ -332,8 +332,8 @@ def test_two_actors_one_learner_solve_cartpole_and_resume_the_same_run(tmp_path,
 def test_checkpoints_hold_each_actors_state_and_resume_restores_it(tmp_path):
     import torch
 
-    from rl8.io.checkpoint_dir import CheckpointManager
     from rl8.io.checkpoint import load_checkpoint
+    from rl8.io.checkpoint_dir import CheckpointManager
 
     job = torchrun([THIS_FILE, "actor-state", str(tmp_path), "train"], nproc=3, timeout=120)
     assert job.returncode == 0, job.output
@@ -374,10 +374,10 @@ def _worker_actor_state(out: Path, checkpoint: str) -> None:
     import torch
 
     from rl8 import PPO, Trainer
+    from rl8.envs import CartPole
+    from rl8.ppo.distributed import init_distributed
     from rl8.training.actors import actor_state
     from rl8.training.conditions import HitsUpperBound
-    from rl8.ppo.distributed import init_distributed
-    from rl8.envs import CartPole
 
     torch.set_num_threads(1)
     init_distributed(actors=2)
@@ -462,9 +462,9 @@ def _worker_die(out: Path) -> None:
     import torch
 
     from rl8 import PPO, Trainer
-    from rl8.training.conditions import HitsUpperBound
-    from rl8.ppo.distributed import init_distributed
     from rl8.envs import CartPole
+    from rl8.ppo.distributed import init_distributed
+    from rl8.training.conditions import HitsUpperBound
 
     torch.set_num_threads(1)
 

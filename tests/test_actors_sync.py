@@ -86,8 +86,8 @@ def _band() -> None:
     import torch
 
     from rl8 import PPO, Trainer
-    from rl8.training.conditions import HitsUpperBound
     from rl8.envs import CartPole
+    from rl8.training.conditions import HitsUpperBound
 
     torch.set_num_threads(1)
     for seed in range(5):

@@ -20,7 +20,13 @@ import torch
 
 from rl8.io import checkpoint as checkpoint_module
 from rl8.io import checkpoint_dir as checkpoint_dir_module
-from rl8.io.checkpoint import FORMAT_KEY, FORMAT_VERSION, CheckpointError, load_checkpoint, save_checkpoint
+from rl8.io.checkpoint import (
+    FORMAT_KEY,
+    FORMAT_VERSION,
+    CheckpointError,
+    load_checkpoint,
+    save_checkpoint,
+)
 from rl8.io.checkpoint_dir import CheckpointManager
 
 

@@ -9,8 +9,18 @@ import pytest
 import yaml
 
 from rl8.training.conditions import (
-    CONDITIONS, And, Condition, HitsLowerBound, HitsUpperBound, MissingStatError, Or, Plateaus,
-    StopsDecreasing, StopsIncreasing, TimeLimit, from_config,
+    CONDITIONS,
+    And,
+    Condition,
+    HitsLowerBound,
+    HitsUpperBound,
+    MissingStatError,
+    Or,
+    Plateaus,
+    StopsDecreasing,
+    StopsIncreasing,
+    TimeLimit,
+    from_config,
 )
 
 KEY = "episodes/return_mean"

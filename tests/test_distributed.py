@@ -250,7 +250,11 @@ def test_a_failing_rank_ends_the_job_with_an_error(tmp_path, mode):
 
 def test_rank_device_and_timeout_outside_torchrun(monkeypatch):
     from rl8.ppo.distributed import (
-        DEFAULT_TIMEOUT_S, DistContext, _timeout_from_env, init_distributed, rank_device,
+        DEFAULT_TIMEOUT_S,
+        DistContext,
+        _timeout_from_env,
+        init_distributed,
+        rank_device,
     )
 
     monkeypatch.delenv("WORLD_SIZE", raising=False)
@@ -311,8 +315,8 @@ def _worker_one_update(out: str) -> None:
 def _worker_resume(out: str) -> None:
     rank = _join()
     from rl8 import PPO, Trainer
-    from rl8.training.conditions import HitsUpperBound
     from rl8.envs import CartPole
+    from rl8.training.conditions import HitsUpperBound
 
     out_dir = Path(out)
     step = 2 * RESUME_HPARAMS["num_envs"] * RESUME_HPARAMS["horizon"]
@@ -354,8 +358,8 @@ def _comparable(stats) -> dict[str, float]:
 def _worker_fail(out: str, mode: str) -> None:
     rank = _join()
     from rl8 import PPO, Trainer
-    from rl8.training.conditions import HitsUpperBound
     from rl8.envs import CartPole
+    from rl8.training.conditions import HitsUpperBound
 
     algo = PPO(CartPole, num_envs=8, horizon=8, sgd_minibatch_size=32, seed=0, device="cpu")
     trainer = Trainer(algo, tracking=False, progress=False, checkpoint_dir=Path(out) / "ckpt")

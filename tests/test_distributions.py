@@ -11,7 +11,14 @@ import torch.distributions as td
 from gymnasium import spaces
 
 from rl8.policies.distributions import (
-    LOG_STD_MAX, LOG_STD_MIN, Bernoulli, Categorical, Distribution, MultiCategorical, Normal, SquashedNormal,
+    LOG_STD_MAX,
+    LOG_STD_MIN,
+    Bernoulli,
+    Categorical,
+    Distribution,
+    MultiCategorical,
+    Normal,
+    SquashedNormal,
     default_distribution_cls,
 )
 

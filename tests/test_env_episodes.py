@@ -13,9 +13,9 @@ import torch
 from gymnasium import spaces
 
 from rl8 import PPO
-from rl8.ppo.distributed import DistContext
 from rl8.envs import GymnasiumEnv
 from rl8.envs.episodes import EpisodeRecords
+from rl8.ppo.distributed import DistContext
 from rl8.ppo.stats import rollout_stats
 
 MODES = ["sync", "async", "pool"]
@@ -235,8 +235,8 @@ def _worker_actors(out: str) -> None:
     from pathlib import Path
 
     from rl8 import Trainer
-    from rl8.training.conditions import HitsUpperBound
     from rl8.ppo.distributed import init_distributed
+    from rl8.training.conditions import HitsUpperBound
 
     torch.set_num_threads(1)
     assert init_distributed(actors=2), "run me with torchrun"
@@ -258,8 +258,8 @@ def test_the_progress_line_shows_the_envs_own_returns_first():
     an update in which no game ended keeps the last one shown."""
     import io
 
-    from rl8.training.progress import Progress
     from rl8.ppo.stats import Stats
+    from rl8.training.progress import Progress
 
     stream = io.StringIO()
     progress = Progress(None, stream, interval_s=1e-9)

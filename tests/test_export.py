@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 import torch
@@ -10,8 +9,8 @@ from gymnasium import spaces
 from torch import nn
 
 from rl8 import PPO, Policy, Trainer, load_policy, save_policy
-from rl8.io.checkpoint import CheckpointError, save_checkpoint
 from rl8.envs import CartPole, ContinuousDummyEnv
+from rl8.io.checkpoint import CheckpointError, save_checkpoint
 from rl8.io.export import policy_to_dict, read_policy, space_from_dict, space_to_dict
 
 pytestmark = pytest.mark.usefixtures("migrated_store", "one_torch_thread")

@@ -12,11 +12,11 @@ from mlflow.tracking import MlflowClient
 from tensordict import TensorDict
 
 from rl8 import PPO, Env, EnvOutputError, NonFiniteError, Trainer
-from rl8.ppo import algorithm as rl8_ppo
-from rl8.io.checkpoint_dir import CheckpointManager
-from rl8.io.checkpoint import load_checkpoint
-from rl8.training.conditions import HitsUpperBound, TimeLimit
 from rl8.envs import CartPole
+from rl8.io.checkpoint import load_checkpoint
+from rl8.io.checkpoint_dir import CheckpointManager
+from rl8.ppo import algorithm as rl8_ppo
+from rl8.training.conditions import HitsUpperBound, TimeLimit
 
 pytestmark = pytest.mark.usefixtures("migrated_store", "one_torch_thread")
 

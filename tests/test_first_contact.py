@@ -14,8 +14,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from rl8 import PPO, Trainer
-from rl8.training.conditions import HitsUpperBound
 from rl8.envs import CartPole
+from rl8.training.conditions import HitsUpperBound
 from rl8.training.progress import Progress
 
 pytestmark = pytest.mark.usefixtures("migrated_store", "one_torch_thread")

@@ -13,10 +13,10 @@ import time
 
 import pytest
 import torch
+from toy_envs import Stall, alive
 
 from rl8 import PPO
 from rl8.envs import EnvStepTimeout, EnvWorkerDied, GymnasiumEnv, PoolWorkerDied
-from toy_envs import Stall, alive
 
 
 def run(args: list[str], stdin: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess:

@@ -19,14 +19,13 @@ import time
 import urllib.request
 from pathlib import Path
 
+import mlflow
+import mlflow.pyfunc
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 from gymnasium import spaces
-
-import mlflow
-import mlflow.pyfunc
 from mlflow import MlflowClient
 from mlflow.entities import LoggedModelStatus
 

@@ -10,8 +10,8 @@ import re
 import numpy as np
 import pytest
 import torch
-from gymnasium import spaces
 from group_envs import GroupCartPole
+from gymnasium import spaces
 from tensordict import TensorDict
 
 from rl8 import PPO, load_policy, save_policy

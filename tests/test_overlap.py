@@ -23,9 +23,9 @@ from gymnasium import spaces
 from tensordict import TensorDict
 
 from rl8 import PPO, Env, HParams, Trainer
-from rl8.training.conditions import Condition, HitsUpperBound
 from rl8.envs import CartPole, GymnasiumEnv, Pendulum
 from rl8.policies.recurrent import GRUModel
+from rl8.training.conditions import Condition, HitsUpperBound
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -11,12 +11,18 @@ from gymnasium import spaces
 from tensordict import TensorDict
 
 from rl8 import PPO, GRUModel, LSTMModel, MLPModel, Policy
+from rl8.envs import Catch
+from rl8.envs.base import validate_reset_output, validate_step_output
 from rl8.policies.encoders import (
-    CNNModel, ImageEncoder, ImpalaCNN, MultiInputModel, NatureCNN, default_model_cls, image_layout,
+    CNNModel,
+    ImageEncoder,
+    ImpalaCNN,
+    MultiInputModel,
+    NatureCNN,
+    default_model_cls,
+    image_layout,
     image_shape,
 )
-from rl8.envs.base import validate_reset_output, validate_step_output
-from rl8.envs import Catch
 
 # a small CNN for the 16x16 images of Catch (the Nature CNN's 8x8 stride-4 kernel needs >= 36 px)
 SMALL_CNN = {"encoder_config": {"channels": (8, 16), "kernel_sizes": (3, 3), "strides": (2, 1), "features": 64}}

@@ -14,11 +14,11 @@ import gymnasium
 import numpy as np
 import pytest
 import torch
+from toy_envs import Counter, DictCounter, alive
 
 from rl8 import PPO
 from rl8.envs import GymnasiumEnv, PoolEnv, PoolWorkerDied
 from rl8.policies.recurrent import LSTMModel
-from toy_envs import Counter, DictCounter, alive
 
 SEED = 11
 

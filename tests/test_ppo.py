@@ -841,8 +841,8 @@ def test_episode_tracker_carries_episodes_across_collects():
 def test_rollout_stats_is_a_pure_function():
     """rollout_stats reads its arguments only: the same call twice gives the same stats and
     leaves the episode tracker (advanced by the caller) as it was."""
-    from rl8.ppo.distributed import DistContext
     from rl8.envs.episodes import EpisodeTracker
+    from rl8.ppo.distributed import DistContext
     from rl8.ppo.stats import rollout_stats
 
     rewards = torch.arange(12.0).reshape(3, 4)

@@ -12,10 +12,10 @@ import torch
 
 import rl8
 from rl8 import PPO, Trainer, load_policy, registry
-from rl8.io.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from rl8.cli import main
-from rl8.policies.distributions import Normal
 from rl8.envs import CartPole
+from rl8.io.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from rl8.policies.distributions import Normal
 from rl8.policies.models import MLPModel
 
 SMALL = dict(num_envs=16, horizon=8, sgd_minibatch_size=64, num_sgd_iters=1, seed=0)

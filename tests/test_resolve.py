@@ -6,9 +6,9 @@ from __future__ import annotations
 import gymnasium
 import pytest
 
-from rl8.ppo.resolve import env_target, resolve_env
-from rl8.io.checkpoint import CheckpointError
 from rl8.envs import CartPole, GymnasiumEnv
+from rl8.io.checkpoint import CheckpointError
+from rl8.ppo.resolve import env_target, resolve_env
 
 
 def make_cartpole():

@@ -62,9 +62,9 @@ def test_a_checkpoint_whose_policy_cannot_be_staged_for_mlflow_ends_the_run_fini
     from mlflow.tracking import MlflowClient
 
     from rl8 import PPO, Trainer
-    from rl8.training.conditions import HitsUpperBound
     from rl8.envs import CartPole
     from rl8.tracking import TrackingWarning
+    from rl8.training.conditions import HitsUpperBound
 
     (tmp_path / "afile").write_text("a file, not a folder")
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "afile" / "tmp"))  # every mkdtemp fails
@@ -230,8 +230,8 @@ def test_rl8_train_into_the_folder_of_another_run_exits_2_and_resume_goes_on(tmp
 
 def test_an_older_checkpoint_without_a_newer_hparam_resumes_from_the_cli_as_from_python(tmp_path, capsys):
     from rl8 import Trainer
-    from rl8.io.checkpoint import load_checkpoint, save_checkpoint
     from rl8.cli import main
+    from rl8.io.checkpoint import load_checkpoint, save_checkpoint
 
     trainer = _small_trainer(checkpoint_dir=tmp_path / "ck", tracking=False)
     trainer.step()
@@ -312,8 +312,8 @@ def test_a_deeply_nested_or_is_a_config_error(tmp_path, capsys):
 def saved(tmp_path_factory):
     """A policy file and a Trainer checkpoint of CartPole, and their content."""
     from rl8 import PPO, Trainer, save_policy
-    from rl8.io.checkpoint import load_checkpoint
     from rl8.envs import CartPole
+    from rl8.io.checkpoint import load_checkpoint
 
     folder = tmp_path_factory.mktemp("saved")
     algo = PPO(CartPole, **SMALL)
@@ -366,8 +366,8 @@ def test_a_malformed_policy_file_is_a_checkpoint_error_naming_the_entry(tmp_path
     import copy
 
     from rl8 import load_policy
-    from rl8.io.checkpoint import CheckpointError, save_checkpoint
     from rl8.cli import main
+    from rl8.io.checkpoint import CheckpointError, save_checkpoint
 
     policy = copy.deepcopy(saved["policy"])
     weight = _first_weight(policy["state_dict"])
@@ -384,8 +384,8 @@ def test_a_malformed_trainer_checkpoint_is_a_checkpoint_error_naming_the_entry(t
     import copy
 
     from rl8 import Trainer
-    from rl8.io.checkpoint import CheckpointError, save_checkpoint
     from rl8.cli import main
+    from rl8.io.checkpoint import CheckpointError, save_checkpoint
 
     state = saved["checkpoint"]
     weight = _first_weight(state["algo"]["policy"])

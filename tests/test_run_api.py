@@ -15,9 +15,9 @@ from mlflow.tracking import MlflowClient
 
 import rl8.presets
 from rl8 import PPO, Trainer
+from rl8.envs import CartPole
 from rl8.training.callbacks import Callback
 from rl8.training.conditions import And, HitsUpperBound, MissingStatError, Or, TimeLimit
-from rl8.envs import CartPole
 from rl8.training.progress import Progress
 
 pytestmark = pytest.mark.usefixtures("migrated_store", "one_torch_thread")

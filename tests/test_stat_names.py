@@ -15,13 +15,17 @@ from mlflow.tracking import MlflowClient
 from tensordict import TensorDict
 
 from rl8 import PPO, Env, Trainer
-from rl8.io.checkpoint_dir import CheckpointManager
-from rl8.io.checkpoint import load_checkpoint, save_checkpoint
-from rl8.training.conditions import (
-    HitsUpperBound, Plateaus, StopsIncreasing, from_config, with_current_stat_names,
-)
 from rl8.envs import CartPole
+from rl8.io.checkpoint import load_checkpoint, save_checkpoint
+from rl8.io.checkpoint_dir import CheckpointManager
 from rl8.ppo.stats import RENAMED_STATS, Stats, current_stat_name
+from rl8.training.conditions import (
+    HitsUpperBound,
+    Plateaus,
+    StopsIncreasing,
+    from_config,
+    with_current_stat_names,
+)
 
 SMALL = dict(num_envs=16, horizon=8, sgd_minibatch_size=64, num_sgd_iters=1, seed=0)
 STEP = 16 * 8  # env steps per training step

@@ -24,8 +24,8 @@ import mlflow
 import numpy as np
 import pytest
 import torch
-from mlflow.exceptions import MlflowException
 from launch import free_port
+from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 import rl8

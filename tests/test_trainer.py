@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import math
 import os
@@ -11,19 +12,23 @@ import socket
 import sys
 import time
 
-import dataclasses
-
 import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
 from rl8 import PPO, Trainer, TrainerConfig, TrainStats
-from rl8.io.checkpoint import CheckpointError, save_checkpoint
-from rl8.training.conditions import (
-    HitsLowerBound, HitsUpperBound, MissingStatError, Plateaus, StopsDecreasing, StopsIncreasing, TimeLimit,
-)
 from rl8.envs import CartPole, DiscreteDummyEnv
+from rl8.io.checkpoint import CheckpointError, save_checkpoint
 from rl8.tracking import TrackingError
+from rl8.training.conditions import (
+    HitsLowerBound,
+    HitsUpperBound,
+    MissingStatError,
+    Plateaus,
+    StopsDecreasing,
+    StopsIncreasing,
+    TimeLimit,
+)
 
 pytestmark = pytest.mark.usefixtures("migrated_store", "one_torch_thread")
 

@@ -15,10 +15,10 @@ pytest.importorskip("imageio_ffmpeg")
 
 from rl8 import PPO, Policy, Trainer
 from rl8.cli import main
-from rl8.training.conditions import HitsUpperBound
 from rl8.envs import CartPole, GymnasiumEnv, Memory, Pendulum
 from rl8.io.export import save_policy
 from rl8.policies.recurrent import GRUModel
+from rl8.training.conditions import HitsUpperBound
 from rl8.training.video import pad_frame, record_video
 
 SMALL = dict(num_envs=4, horizon=8, sgd_minibatch_size=16, num_sgd_iters=1, seed=0)

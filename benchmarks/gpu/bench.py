@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--envs must be >= 1, got {min(envs)}")
 
     start = time.monotonic()
-    stamp = datetime.datetime.now(datetime.timezone.utc)
+    stamp = datetime.datetime.now(datetime.UTC)
     no_compile = "--no-compile" if args.no_compile else why_no_compile()
     compiles = no_compile is None
     rl8_settings = ["fp32", "bf16"] + (["compile", "compile-bf16"] if compiles else [])

@@ -20,7 +20,6 @@ import gymnasium
 import numpy as np
 import torch
 from torch import nn
-
 from workloads import WORKLOADS, batch_size, emit, iterations, minibatch_size, parse_side_args
 
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}

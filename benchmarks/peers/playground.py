@@ -102,8 +102,7 @@ def run_rsl_rl(warmup: int, iters: int, num_envs: int = NUM_ENVS, device: str = 
                target: float | None = None, budget: float = 0.0) -> dict:
     """:func:`train` with rsl_rl's runner on RSLRLBraxWrapper (``num_envs`` envs on ``device``)."""
     import torch
-    from mujoco_playground import registry
-    from mujoco_playground import wrapper_torch
+    from mujoco_playground import registry, wrapper_torch
     from rsl_rl.runners import OnPolicyRunner
 
     torch.manual_seed(0)

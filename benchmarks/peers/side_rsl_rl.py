@@ -98,12 +98,12 @@ def main() -> None:
     if WORKLOADS.get(sys.argv[1] if len(sys.argv) > 1 else "", {}).get("kind") == "mjlab":
         return mjlab_main(parse_side_args(settings=("auto-reset",)))
     args = parse_side_args(settings=("fp32", "bf16"))
-    import rl8
     import torch
     from rsl_rl.algorithms import PPO
     from rsl_rl.runners import OnPolicyRunner
-
     from rsl_rl_env import RslPendulum
+
+    import rl8
 
     version = importlib.metadata.version("rsl-rl-lib")
     bf16 = args.setting == "bf16"

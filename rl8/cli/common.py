@@ -57,8 +57,8 @@ def same_env(given: str, stored: str, *, source: Any, trust_code: bool) -> bool:
 def canonical_env(spec: str, *, source: Any = None, trust_code: bool = False) -> str:
     """One name for a class (``rl8.envs.CartPole`` for ``rl8.envs.cartpole.CartPole``); a spec
     read from a file (``source``) is checked for its kind first."""
-    from rl8.ppo.resolve import env_spec_string, env_target
     from rl8.io.checkpoint import CheckpointError
+    from rl8.ppo.resolve import env_spec_string, env_target
     try:
         return env_spec_string(env_target(spec, source=source, trust_code=trust_code).target) or spec
     except CheckpointError:

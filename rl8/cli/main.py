@@ -10,11 +10,15 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from rl8.cli import evaluate as evaluate_command, export as export_command, record as record_command
-from rl8.cli import runs as runs_command, sweep as sweep_command, train as train_command
+from rl8.cli import evaluate as evaluate_command
+from rl8.cli import export as export_command
+from rl8.cli import record as record_command
+from rl8.cli import runs as runs_command
+from rl8.cli import sweep as sweep_command
+from rl8.cli import train as train_command
 from rl8.fields import read_numbers
-from rl8.training.config_file import CONFIG_KEYS, ConfigError
 from rl8.training.config import TrainerConfig
+from rl8.training.config_file import CONFIG_KEYS, ConfigError
 
 __all__ = ["build_parser", "main"]
 
@@ -205,8 +209,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
-    from rl8.io.checkpoint_dir import CheckpointDirError
     from rl8.io.checkpoint import CheckpointError
+    from rl8.io.checkpoint_dir import CheckpointDirError
     from rl8.tracking import TrackingError
     if getattr(args, "trust_code", False):  # as python -m rl8: a trusted file's modules of this folder
         from rl8.ppo.resolve import working_dir_on_path

@@ -13,7 +13,12 @@ __all__ = ["run"]
 
 def run(args: argparse.Namespace) -> int:
     """``rl8 record``: write the video that ``args`` (the parsed command line) ask for; the exit status."""
-    from rl8.training.video import RenderError, make_recording_env, prepare_headless_rendering, record_video
+    from rl8.training.video import (
+        RenderError,
+        make_recording_env,
+        prepare_headless_rendering,
+        record_video,
+    )
     _check_output(args.output, args.force)
     prepare_headless_rendering()  # before an env imports mujoco
     with config_errors(errors=(RenderError,)):

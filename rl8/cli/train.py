@@ -13,8 +13,20 @@ from typing import Any
 
 from rl8.cli.common import config_errors, import_given, same_env, unregistered
 from rl8.training.config_file import (
-    ConfigError, RESUMABLE_HPARAMS, RUN_KEYS, TRAINER_OPTIONS, assign, check_config, hparam_names, int_option,
-    load_config, mapping_option, parse_assignment, stop_conditions, trainer_options, unknown_hparam,
+    RESUMABLE_HPARAMS,
+    RUN_KEYS,
+    TRAINER_OPTIONS,
+    ConfigError,
+    assign,
+    check_config,
+    hparam_names,
+    int_option,
+    load_config,
+    mapping_option,
+    parse_assignment,
+    stop_conditions,
+    trainer_options,
+    unknown_hparam,
 )
 
 __all__ = ["run"]
@@ -165,8 +177,8 @@ def _check_env_configs(algo: Any, run_args: Mapping[str, Any]) -> None:
 def _resume(args: argparse.Namespace, file_config: Mapping[str, Any], cli_config: Mapping[str, Any],
             given_hparams: Mapping[str, Any], progress: bool | None) -> int:
     from rl8.io.checkpoint import CheckpointError
-    from rl8.ppo.hparams import changed_hparams
     from rl8.io.checkpoint_dir import read_checkpoint
+    from rl8.ppo.hparams import changed_hparams
     from rl8.training.trainer import Trainer
 
     tracking_uri = cli_config.get("tracking_uri") or file_config.get("tracking_uri")

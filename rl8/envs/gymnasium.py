@@ -22,8 +22,13 @@ from rl8.envs.gymnasium_base import GymnasiumEnvBase, GymnasiumEnvFactory
 from rl8.envs.pool import PoolEnv
 from rl8.envs.spaces import check_space
 from rl8.envs.workers import (
-    CLOSE_TIMEOUT_S, EnvWorkerDied, check_step_timeout, exit_description, make_single_env,
-    stop_processes, with_episode_records,
+    CLOSE_TIMEOUT_S,
+    EnvWorkerDied,
+    check_step_timeout,
+    exit_description,
+    make_single_env,
+    stop_processes,
+    with_episode_records,
 )
 from rl8.fields import did_you_mean
 

@@ -268,7 +268,8 @@ class PlaygroundEnv(JaxEnv):
         self.env_id = env_id
         self.action_repeat = int(self.config.action_repeat)
         sizes = self.env.observation_size
-        box = lambda size: spaces.Box(-np.inf, np.inf, (size,) if isinstance(size, int) else tuple(size), np.float32)
+        def box(size):
+            return spaces.Box(-np.inf, np.inf, (size,) if isinstance(size, int) else tuple(size), np.float32)
         self.observation_space = (spaces.Dict({k: box(v) for k, v in sizes.items()}) if isinstance(sizes, dict)
                                   else box(sizes))
         self.action_space = spaces.Box(-1.0, 1.0, (self.env.action_size,), np.float32)
@@ -309,7 +310,8 @@ class PlaygroundEnv(JaxEnv):
 
         def restart(stepped: Any) -> Any:
             fresh = jax.vmap(self.env.reset)(keys)
-            pick = lambda new, old: jnp.where(jnp.reshape(done, done.shape + (1,) * (old.ndim - 1)), new, old)
+            def pick(new, old):
+                return jnp.where(jnp.reshape(done, done.shape + (1,) * (old.ndim - 1)), new, old)
             return jax.tree.map(lambda new, old: pick(new, old).astype(old.dtype), fresh, stepped)
 
         restarted = jax.lax.cond(done.any(), restart, lambda stepped: stepped, sim)

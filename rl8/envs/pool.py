@@ -25,12 +25,21 @@ from rl8.envs.base import ReadyEnvs
 from rl8.envs.converter import rows, set_rows
 from rl8.envs.gymnasium_base import GymnasiumEnvBase
 from rl8.envs.pool_worker import (
-    GUARD_ADVICE, Shared, WORKER_NAME, check_main_module, split,
+    GUARD_ADVICE,
+    WORKER_NAME,
+    Shared,
+    check_main_module,
+    split,
     worker,
 )
 from rl8.envs.workers import (
-    CLOSE_TIMEOUT_S, EnvWorkerDied, ReportEpisodeRecords, check_step_timeout, exit_description,
-    make_single_env, stop_processes,
+    CLOSE_TIMEOUT_S,
+    EnvWorkerDied,
+    ReportEpisodeRecords,
+    check_step_timeout,
+    exit_description,
+    make_single_env,
+    stop_processes,
 )
 
 __all__ = ["PoolEnv", "PoolWorkerDied"]

@@ -95,7 +95,8 @@ class Shared:
 
     def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, num_envs: int,
                  ctx: Any) -> None:
-        floats = lambda *shape: spaces.Box(-np.inf, np.inf, shape, np.float64)
+        def floats(*shape):
+            return spaces.Box(-np.inf, np.inf, shape, np.float64)
         flag = spaces.Box(0, 1, (), np.bool_)
         self.spaces = {"obs": observation_space, "final_obs": observation_space, "actions": action_space,
                        "rewards": floats(), "terminated": flag, "truncated": flag, "episode_records": floats(3)}

@@ -20,7 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from rl8.io.checkpoint import (
-    CHECKPOINT_POINTER_ARTIFACT, STALE_TMP_SECONDS, download_artifact, is_run_ref, load_checkpoint,
+    CHECKPOINT_POINTER_ARTIFACT,
+    STALE_TMP_SECONDS,
+    download_artifact,
+    is_run_ref,
+    load_checkpoint,
     save_checkpoint,
 )
 from rl8.ppo.distributed import DistContext, current_roles

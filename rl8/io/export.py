@@ -16,7 +16,13 @@ import torch
 from gymnasium import spaces
 
 from rl8.envs.spaces import space_to_dict
-from rl8.io.checkpoint import CheckpointError, download_artifact, is_run_ref, load_checkpoint, save_checkpoint
+from rl8.io.checkpoint import (
+    CheckpointError,
+    download_artifact,
+    is_run_ref,
+    load_checkpoint,
+    save_checkpoint,
+)
 from rl8.io.checkpoint_dir import CheckpointManager
 from rl8.policies.policy import Policy
 from rl8.ppo.resolve import ANY, DISTRIBUTION, MODEL, MODULE_CLASS, qualified_name, resolve

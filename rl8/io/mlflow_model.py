@@ -86,7 +86,7 @@ def save_model(policy: Any, path: str | Path, *, env: dict[str, Any] | None = No
                                      "serving_input_path": "serving_input_example.json"},
         "mlflow_version": mlflow.__version__,
         "model_uuid": uuid.uuid4().hex,
-        "utc_time_created": str(datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)),
+        "utc_time_created": str(datetime.datetime.now(datetime.UTC).replace(tzinfo=None)),
     }
     (path / "MLmodel").write_text(yaml.safe_dump(meta, sort_keys=False))
     return path

@@ -18,8 +18,15 @@ from torch import nn
 
 from rl8.fields import check_int
 from rl8.policies.models import (
-    ACTIVATIONS, MLPModel, Model, check_widths, flat_observation_size, flatten_observation, lookup,
-    make_linear, make_mlp,
+    ACTIVATIONS,
+    MLPModel,
+    Model,
+    check_widths,
+    flat_observation_size,
+    flatten_observation,
+    lookup,
+    make_linear,
+    make_mlp,
 )
 
 __all__ = [

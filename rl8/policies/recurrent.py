@@ -15,8 +15,15 @@ from rl8.fields import check_int
 from rl8.policies.encoders import ObservationEncoder, has_image
 from rl8.policies.groups import group_space, resolve_obs_groups
 from rl8.policies.models import (
-    ACTIVATIONS, Model, check_widths, flat_observation_size, flatten_observation, initial_log_std, lookup,
-    make_linear, make_mlp,
+    ACTIVATIONS,
+    Model,
+    check_widths,
+    flat_observation_size,
+    flatten_observation,
+    initial_log_std,
+    lookup,
+    make_linear,
+    make_mlp,
 )
 
 __all__ = ["RecurrentModel", "LSTMModel", "GRUModel"]

@@ -18,14 +18,25 @@ from rl8.envs.episodes import EpisodeTracker
 from rl8.policies.policy import Policy
 from rl8.policies.runner import run_policy
 from rl8.ppo import presets
-from rl8.ppo.compiled import CompiledSteps, FusedTrainStep, fused_step_problem
 from rl8.ppo.buffer import (
-    MIN_SLOT_BYTES, RecurrentCarry, RolloutBuffer, RolloutCarry, buffer_allocation, check_buffer_fits,
-    compute_gae, make_rollout_buffer, minibatches,
+    MIN_SLOT_BYTES,
+    RecurrentCarry,
+    RolloutBuffer,
+    RolloutCarry,
+    buffer_allocation,
+    check_buffer_fits,
+    compute_gae,
+    make_rollout_buffer,
+    minibatches,
 )
+from rl8.ppo.compiled import CompiledSteps, FusedTrainStep, fused_step_problem
 from rl8.ppo.distributed import DistContext, agree_on_run_seed, derive_seed
 from rl8.ppo.finite import (
-    CHECKED_ROLLOUT_STATS, CHECKED_UPDATE_STATS, NonFiniteError, check_buffer_finite, check_stats_finite,
+    CHECKED_ROLLOUT_STATS,
+    CHECKED_UPDATE_STATS,
+    NonFiniteError,
+    check_buffer_finite,
+    check_stats_finite,
 )
 from rl8.ppo.hparams import HParams
 from rl8.ppo.losses import PPOLoss, adaptive_lr, make_optimizer, ppo_loss
@@ -34,7 +45,14 @@ from rl8.ppo.precision import choose_amp_dtype
 from rl8.ppo.resolve import DISTRIBUTION, MODEL, resolve
 from rl8.ppo.rewards import RewardNormalizer
 from rl8.ppo.rollout import (
-    env_hparams, env_state, given_env, load_env_state, make_env, rank_hparams, rollout, rollout_ready_envs,
+    env_hparams,
+    env_state,
+    given_env,
+    load_env_state,
+    make_env,
+    rank_hparams,
+    rollout,
+    rollout_ready_envs,
     second_instance_problem,
 )
 from rl8.ppo.stats import Stats, rollout_stats, update_stats

@@ -17,9 +17,9 @@ from rl8.envs.spaces import zeros_like_space
 from rl8.policies.policy import device_memory
 
 if TYPE_CHECKING:
-    from rl8.ppo.distributed import DistContext
     from rl8.envs.base import Env
     from rl8.policies.policy import Policy
+    from rl8.ppo.distributed import DistContext
 
 __all__ = [
     "RecurrentCarry", "RolloutBuffer", "RolloutCarry", "buffer_allocation", "check_buffer_fits", "compute_gae",

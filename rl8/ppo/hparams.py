@@ -13,8 +13,17 @@ from typing import Any, Literal
 import torch
 
 from rl8.fields import (
-    Check, attributes_doc, check, did_you_mean, first_invalid, int_at_least, is_int, is_number, one_of,
-    optional, read_numbers,
+    Check,
+    attributes_doc,
+    check,
+    did_you_mean,
+    first_invalid,
+    int_at_least,
+    is_int,
+    is_number,
+    one_of,
+    optional,
+    read_numbers,
 )
 from rl8.policies.groups import obs_groups_problem
 from rl8.ppo.resolve import HPARAM_KINDS, qualified_name, resolve

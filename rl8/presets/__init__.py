@@ -9,9 +9,9 @@ from typing import Any
 from rl8.fields import read_numbers
 from rl8.ppo.presets import PREFIX, for_env, hparams, names, path
 from rl8.presets.rsl_rl import RslRlConfig, RslRlConfigWarning, from_rsl_rl, rsl_rl_run_args
-from rl8.training.config_file import load_config
 from rl8.training.conditions import from_config
 from rl8.training.config import TrainerConfig
+from rl8.training.config_file import load_config
 
 __all__ = [
     "PREFIX", "RslRlConfig", "RslRlConfigWarning", "for_env", "from_rsl_rl", "hparams", "load", "names", "path",

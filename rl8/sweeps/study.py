@@ -25,7 +25,13 @@ from rl8.tracking import Tracker
 from rl8.tracking.runs import tag_run
 from rl8.training.callbacks import STOP, Callback
 from rl8.training.config_file import (
-    ConfigError, assign, int_option, load_config, mapping_option, stop_conditions, trainer_options,
+    ConfigError,
+    assign,
+    int_option,
+    load_config,
+    mapping_option,
+    stop_conditions,
+    trainer_options,
 )
 from rl8.training.trainer import Trainer
 

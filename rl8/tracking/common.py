@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import logging
 
-from rl8.mlflow_http import LOG_BACKOFF, LOG_RETRIES, LOG_TIMEOUT_S, http_policy, is_http
-
 __all__ = ["TrackingError", "TrackingWarning"]
 
 logger = logging.getLogger(__name__)

@@ -17,10 +17,8 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
-from rl8.tracking.common import (
-    DEGRADED_TIMEOUT_S, LOG_BACKOFF, LOG_RETRIES, LOG_TIMEOUT_S, TrackingWarning, http_policy,
-    is_http, logger,
-)
+from rl8.mlflow_http import LOG_BACKOFF, LOG_RETRIES, LOG_TIMEOUT_S, http_policy, is_http
+from rl8.tracking.common import DEGRADED_TIMEOUT_S, TrackingWarning, logger
 
 __all__: list[str] = []  # the Tracker's internals
 
@@ -35,6 +33,7 @@ class ModelLink:
     model_id: str | None = None
     done: int = 0
 
+
 #: MLflow's limits (``mlflow.utils.validation``): metrics, params per ``log_batch`` request.
 MAX_METRICS_PER_BATCH = 1000
 MAX_PARAMS_PER_BATCH = 100
@@ -44,10 +43,17 @@ _DEGRADED_RETRIES = 0
 _HOLD_S = 1.0
 _HOLD_STEPS = 20
 # MLflow error codes that mean "the store refused this request": retrying cannot help.
-_REJECTED_CODES = frozenset({
-    "INVALID_PARAMETER_VALUE", "BAD_REQUEST", "RESOURCE_DOES_NOT_EXIST", "INVALID_STATE",
-    "RESOURCE_ALREADY_EXISTS", "PERMISSION_DENIED", "UNAUTHENTICATED",
-})
+_REJECTED_CODES = frozenset(
+    {
+        "INVALID_PARAMETER_VALUE",
+        "BAD_REQUEST",
+        "RESOURCE_DOES_NOT_EXIST",
+        "INVALID_STATE",
+        "RESOURCE_ALREADY_EXISTS",
+        "PERMISSION_DENIED",
+        "UNAUTHENTICATED",
+    }
+)
 
 
 class Outbox:
@@ -74,11 +80,15 @@ class Outbox:
     def counts(self) -> dict[str, int]:
         """What waits (dropped metric values included), by kind."""
         with self.changed:
-            return {"metrics": len(self.metrics) + self.dropped, "params": len(self.params),
-                    "artifacts": len(self.artifacts)}
+            return {
+                "metrics": len(self.metrics) + self.dropped,
+                "params": len(self.params),
+                "artifacts": len(self.artifacts),
+            }
 
-    def add(self, *, params: Mapping[str, str] | None = None, metrics: Iterable[tuple] = (),
-            steps: int = 0) -> bool:
+    def add(
+        self, *, params: Mapping[str, str] | None = None, metrics: Iterable[tuple] = (), steps: int = 0
+    ) -> bool:
         """Queue params and metric values (``(key, value, ms, step)``) of ``steps`` logging
         calls; whether old metric values began to be dropped."""
         with self.changed:
@@ -90,7 +100,9 @@ class Outbox:
             self.changed.notify_all()
             return self._trim()
 
-    def stage(self, method: str, source: Path, artifact_path: str | None, link: ModelLink | None = None) -> None:
+    def stage(
+        self, method: str, source: Path, artifact_path: str | None, link: ModelLink | None = None
+    ) -> None:
         """Queue a copy of ``source`` (file or folder, as ``method``; ``"log_model"``: a folder
         logged as the model ``link``): the caller may delete it."""
         with self.changed:
@@ -161,7 +173,9 @@ def warn_overflow(outbox: Outbox, uri: str, stacklevel: int) -> None:
     warnings.warn(
         f"more than {outbox.max_pending} metric values are waiting for the MLflow tracking "
         f"store at {uri!r}; the oldest are being dropped",
-        TrackingWarning, stacklevel=stacklevel)
+        TrackingWarning,
+        stacklevel=stacklevel,
+    )
 
 
 class Courier:
@@ -169,7 +183,9 @@ class Courier:
     failure (one warning per outage) one short attempt per ``retry_interval_s``, doubling up to
     ``max(60, retry_interval_s)`` s."""
 
-    def __init__(self, client: Any, run_id: str, uri: str, retry_interval_s: float, experiment_id: str = "") -> None:
+    def __init__(
+        self, client: Any, run_id: str, uri: str, retry_interval_s: float, experiment_id: str = ""
+    ) -> None:
         self.client = client
         self.run_id = run_id
         self.experiment_id = experiment_id
@@ -186,7 +202,9 @@ class Courier:
             return 0.0
         return max(0.0, self.last_attempt + self.interval_s - time.monotonic())
 
-    def policy(self, deadline: float = math.inf, requests: int = 1) -> tuple[int, AbstractContextManager]:
+    def policy(
+        self, deadline: float = math.inf, requests: int = 1
+    ) -> tuple[int, AbstractContextManager]:
         """The seconds per request (0 without HTTP) and the :func:`http_policy` of the next
         requests: before a ``deadline``, one attempt each, short enough that ``requests`` of them
         end in time (at least 1 s)."""
@@ -200,7 +218,9 @@ class Courier:
             args = (LOG_RETRIES, LOG_BACKOFF, LOG_TIMEOUT_S, False)
         return (args[2] if self.http else 0), http_policy(self.http, *args, deadline=deadline)
 
-    def deliver(self, outbox: Outbox, *, force: bool, deadline: float = math.inf, stacklevel: int = 3) -> None:
+    def deliver(
+        self, outbox: Outbox, *, force: bool, deadline: float = math.inf, stacklevel: int = 3
+    ) -> None:
         """Send params, metrics (oldest first), artifacts until the first failure; unless
         ``force``, only when due. Before a ``deadline``, each request gets at most half the
         time left (the rest is for the run's status)."""
@@ -227,10 +247,16 @@ class Courier:
 
         try:
             with policy:
-                send_all("params", MAX_PARAMS_PER_BATCH,
-                         lambda chunk: self._send_batch("params", [Param(k, v) for k, v in chunk]))
-                delivered = send_all("metrics", MAX_METRICS_PER_BATCH,
-                                     lambda chunk: self._send_batch("metrics", [Metric(*m) for m in chunk]))
+                send_all(
+                    "params",
+                    MAX_PARAMS_PER_BATCH,
+                    lambda chunk: self._send_batch("params", [Param(k, v) for k, v in chunk]),
+                )
+                delivered = send_all(
+                    "metrics",
+                    MAX_METRICS_PER_BATCH,
+                    lambda chunk: self._send_batch("metrics", [Metric(*m) for m in chunk]),
+                )
                 send_all("artifacts", 1, lambda chunk: self._send_artifact(*chunk[0][1]))
         except Exception as exc:
             self.last_attempt = time.monotonic()
@@ -243,24 +269,31 @@ class Courier:
                 f"logging to the MLflow tracking store at {self.uri!r} failed ({exc}); training "
                 f"goes on, {len(outbox.metrics)} metric values and {len(outbox.artifacts)} "
                 f"artifacts are kept and will be retried (first in {self.retry_interval_s:g} s)",
-                TrackingWarning, stacklevel=stacklevel)
+                TrackingWarning,
+                stacklevel=stacklevel,
+            )
             return
         self.degraded = False
         outbox.overflowing = False
         if was_degraded:
             dropped = f" ({outbox.dropped} were dropped)" if outbox.dropped else ""
             logger.warning(
-                "MLflow tracking store at %r is reachable again: delivered %d pending metric "
-                "values%s",
-                self.uri, delivered, dropped,
+                "MLflow tracking store at %r is reachable again: delivered %d pending metric values%s",
+                self.uri,
+                delivered,
+                dropped,
             )
             outbox.dropped = 0
 
-    def _send_artifact(self, method: str, staged: Path, artifact_path: str | None, link: ModelLink | None) -> None:
+    def _send_artifact(
+        self, method: str, staged: Path, artifact_path: str | None, link: ModelLink | None
+    ) -> None:
         """One upload (then its staged copy is removed)."""
         if link is None:
-            self._send(lambda: getattr(self.client, method)(self.run_id, str(staged), artifact_path),
-                       f"the artifact {staged.name!r}")
+            self._send(
+                lambda: getattr(self.client, method)(self.run_id, str(staged), artifact_path),
+                f"the artifact {staged.name!r}",
+            )
         else:
             self._send(lambda: self._send_model(staged, link), f"the artifact {staged.name!r}")
         shutil.rmtree(staged.parent, ignore_errors=True)
@@ -274,26 +307,34 @@ class Courier:
 
         def create() -> None:
             link.model_id = client.create_logged_model(
-                self.experiment_id, name=link.name, source_run_id=self.run_id,
-                tags={"rl8.env_steps": str(link.step)}).model_id
+                self.experiment_id,
+                name=link.name,
+                source_run_id=self.run_id,
+                tags={"rl8.env_steps": str(link.step)},
+            ).model_id
 
         requests = (
             create,
             lambda: client.log_model_artifacts(link.model_id, str(folder)),
             lambda: client.log_outputs(self.run_id, [LoggedModelOutput(link.model_id, link.step)]),
-            lambda: client.log_batch(self.run_id, metrics=[Metric(*m, model_id=link.model_id) for m in link.metrics],
-                                     synchronous=True),
+            lambda: client.log_batch(
+                self.run_id,
+                metrics=[Metric(*m, model_id=link.model_id) for m in link.metrics],
+                synchronous=True,
+            ),
             lambda: client.finalize_logged_model(link.model_id, "READY"),
         )
-        for request in requests[link.done:]:
+        for request in requests[link.done :]:
             request()
             link.done += 1
 
     def _send_batch(self, what: str, entries: list) -> None:
         """One ``log_batch`` request of ``entries``, ``what`` (``"params"`` or ``"metrics"``)."""
         names = sorted({e.key for e in entries})
-        self._send(lambda: self.client.log_batch(self.run_id, synchronous=True, **{what: entries}),
-                   f"{len(entries)} {what} ({', '.join(names[:5])}{', ...' if len(names) > 5 else ''})")
+        self._send(
+            lambda: self.client.log_batch(self.run_id, synchronous=True, **{what: entries}),
+            f"{len(entries)} {what} ({', '.join(names[:5])}{', ...' if len(names) > 5 else ''})",
+        )
 
     def _send(self, request: Callable[[], Any], what: str) -> None:
         """Make one ``request``; one the store refuses (it answered: retrying cannot help) is
@@ -303,7 +344,9 @@ class Courier:
         except Exception as exc:
             if getattr(exc, "error_code", None) not in _REJECTED_CODES:
                 raise
-            warnings.warn(f"MLflow rejected {what} for run {self.run_id}: {exc}", TrackingWarning, stacklevel=6)
+            warnings.warn(
+                f"MLflow rejected {what} for run {self.run_id}: {exc}", TrackingWarning, stacklevel=6
+            )
 
     def set_status(self, status: str, *, deadline: float = math.inf, when: str = "") -> bool:
         """Mark the run ``status`` (not past ``deadline``); whether it was set (else a warning)."""
@@ -317,7 +360,9 @@ class Courier:
             warnings.warn(
                 f"could not set the status of MLflow run {self.run_id} at {self.uri!r} "
                 f"to {status}{when}: {exc}",
-                TrackingWarning, stacklevel=4)
+                TrackingWarning,
+                stacklevel=4,
+            )
             return False
 
 
@@ -327,8 +372,14 @@ class LogThread:
     :data:`_HOLD_STEPS` steps or metrics older than :data:`_HOLD_S`, or on :meth:`flush` (while
     ``courier()``, ``None`` before the run started, is degraded: when due)."""
 
-    def __init__(self, outbox: Outbox, *, courier: Callable[[], Courier | None], start_run: Callable[[], bool],
-                 deliver: Callable[..., Any]) -> None:
+    def __init__(
+        self,
+        outbox: Outbox,
+        *,
+        courier: Callable[[], Courier | None],
+        start_run: Callable[[], bool],
+        deliver: Callable[..., Any],
+    ) -> None:
         self.outbox = outbox
         self.courier, self.start_run, self.deliver = courier, start_run, deliver
         self.stopping = False
@@ -340,8 +391,9 @@ class LogThread:
     def launch(self, *, start_run: bool) -> None:
         """Start the thread (once); with ``start_run``, its first job is starting the run."""
         if self._thread is None:
-            self._thread = threading.Thread(target=self._loop, args=(start_run,),
-                                            name="rl8-mlflow-logger", daemon=True)
+            self._thread = threading.Thread(
+                target=self._loop, args=(start_run,), name="rl8-mlflow-logger", daemon=True
+            )
             self._thread.start()
 
     def alive(self) -> bool:
@@ -353,7 +405,9 @@ class LogThread:
             self.flush_wanted += 1
             wanted = self.flush_wanted
             self.outbox.changed.notify_all()
-            return self.outbox.changed.wait_for(lambda: self.flushed >= wanted or not self.alive(), timeout_s)
+            return self.outbox.changed.wait_for(
+                lambda: self.flushed >= wanted or not self.alive(), timeout_s
+            )
 
     def stop(self) -> None:
         """No more deliveries: the thread ends after its current request."""

@@ -57,10 +57,9 @@ def running_runs(tracking_uri: str | None = None, *, experiment: str | None = No
     """The ``RUNNING`` runs of the store ``tracking_uri`` (default: MLflow's), of ``experiment``
     only (``None``: of every one), oldest first, with the state of their process (see
     ``docs/cli.md``); a ``TrackingError`` for an experiment that does not exist."""
+    import mlflow
     from mlflow.entities import ViewType
     from mlflow.tracking import MlflowClient
-
-    import mlflow
 
     ready_store(tracking_uri or mlflow.get_tracking_uri())
     with _bounded(tracking_uri):

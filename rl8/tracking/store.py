@@ -17,9 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rl8.tracking.common import (
-    LOG_BACKOFF, LOG_RETRIES, LOG_TIMEOUT_S, TrackingError, http_policy, is_http, logger,
-)
+from rl8.mlflow_http import LOG_BACKOFF, LOG_RETRIES, LOG_TIMEOUT_S, http_policy, is_http
+from rl8.tracking.common import TrackingError, logger
 from rl8.version import __version__
 
 try:  # POSIX: processes creating one SQLite store take turns (see :func:`ready_store`)
@@ -42,15 +41,20 @@ _ready_lock = threading.Lock()  # threads of one process (flock locks a process'
 def _source_tags(run_name: str | None) -> dict[str, str]:
     try:  # the same context tags mlflow.start_run records: user, source, git commit
         from mlflow.tracking.context.registry import resolve_tags
+
         tags = {k: str(v) for k, v in resolve_tags({}).items()}
     except Exception:  # pragma: no cover - context providers are best effort
         tags = {}
     if tags.get("mlflow.source.name", "-") == "-":  # MLflow's answer for stdin / notebooks
         argv0 = sys.argv[0] if sys.argv else ""
-        tags["mlflow.source.name"] = "<interactive>" if argv0 in ("", "-", "-c") else os.path.abspath(argv0)
+        tags["mlflow.source.name"] = (
+            "<interactive>" if argv0 in ("", "-", "-c") else os.path.abspath(argv0)
+        )
     tags.setdefault("mlflow.source.type", "LOCAL")
     # host and pid: the process that keeps the run RUNNING (see running_runs)
-    tags.update({"rl8.version": __version__, "rl8.host": socket.gethostname(), "rl8.pid": str(os.getpid())})
+    tags.update(
+        {"rl8.version": __version__, "rl8.host": socket.gethostname(), "rl8.pid": str(os.getpid())}
+    )
     if run_name is not None:
         tags["mlflow.runName"] = run_name
     return tags
@@ -60,7 +64,7 @@ def _sqlite_file(uri: str) -> Path | None:
     """The database file of a ``sqlite:///`` URI; ``None`` for other stores and ``:memory:``."""
     if not uri.lower().startswith("sqlite:///"):
         return None
-    path = uri[len("sqlite:///"):].split("?", 1)[0]
+    path = uri[len("sqlite:///") :].split("?", 1)[0]
     return Path(path) if path and path != ":memory:" else None
 
 
@@ -68,14 +72,14 @@ def _sqlite_file(uri: str) -> Path | None:
 def _quiet_store_loggers():
     """Raise MLflow's and alembic's store-creation loggers to WARNING for the block."""
     loggers = [logging.getLogger(name) for name in _STORE_LOGGERS]
-    levels = [logger.level for logger in loggers]
-    for logger in loggers:
-        logger.setLevel(max(logger.getEffectiveLevel(), logging.WARNING))
+    levels = [store_logger.level for store_logger in loggers]
+    for store_logger in loggers:
+        store_logger.setLevel(max(store_logger.getEffectiveLevel(), logging.WARNING))
     try:
         yield
     finally:
-        for logger, level in zip(loggers, levels):
-            logger.setLevel(level)
+        for store_logger, level in zip(loggers, levels):
+            store_logger.setLevel(level)
 
 
 @contextlib.contextmanager
@@ -105,14 +109,20 @@ def check_file_store(uri: str) -> None:
     if os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").lower() in ("true", "1"):
         return
     chosen_by_mlflow = not os.environ.get("MLFLOW_TRACKING_URI") and uri.rstrip("/").endswith(
-        str(Path("mlruns").absolute()))
-    why = (f"MLflow picked the folder store {uri!r} over the default sqlite:///mlflow.db because that "
-           "folder holds runs of an older MLflow (or rl8 1.0)" if chosen_by_mlflow else f"{uri!r} is a folder store")
+        str(Path("mlruns").absolute())
+    )
+    why = (
+        f"MLflow picked the folder store {uri!r} over the default sqlite:///mlflow.db because that "
+        "folder holds runs of an older MLflow (or rl8 1.0)"
+        if chosen_by_mlflow
+        else f"{uri!r} is a folder store"
+    )
     raise TrackingError(
         f"{why}, and MLflow 3 refuses folder stores. Migrate them into the default store "
         f"(`mlflow migrate-filestore`, see its --help) or move the folder away, then train again; or give a "
         f"store: tracking_uri / --tracking-uri / MLFLOW_TRACKING_URI = sqlite:///PATH/mlflow.db (a file), or a "
-        f"server's http://HOST:PORT (or MLFLOW_ALLOW_FILE_STORE=true to keep the folder store)")
+        f"server's http://HOST:PORT (or MLFLOW_ALLOW_FILE_STORE=true to keep the folder store)"
+    )
 
 
 def ready_store(uri: str) -> None:
@@ -137,7 +147,11 @@ def ready_store(uri: str) -> None:
             "writable place (tracking_uri / --tracking-uri sqlite:///PATH/mlflow.db), or disable tracking"
         ) from None
     from mlflow.tracking import MlflowClient
-    lock = Path(tempfile.gettempdir()) / f"rl8-mlflow-{hashlib.sha256(str(db.absolute()).encode()).hexdigest()[:16]}.lock"
+
+    lock = (
+        Path(tempfile.gettempdir())
+        / f"rl8-mlflow-{hashlib.sha256(str(db.absolute()).encode()).hexdigest()[:16]}.lock"
+    )
     with _ready_lock, _quiet_store_loggers(), _file_lock(lock):
         for attempt in range(1, _STORE_ATTEMPTS + 1):
             try:
@@ -159,12 +173,18 @@ class _OpenedRun:
     params: dict[str, str]  # what the run held already (a resumed run)
 
 
-def open_run(uri: str, experiment: str, run_name: str | None, resume_id: str | None,
-             tags: dict[str, str] | None = None) -> _OpenedRun:
+def open_run(
+    uri: str,
+    experiment: str,
+    run_name: str | None,
+    resume_id: str | None,
+    tags: dict[str, str] | None = None,
+) -> _OpenedRun:
     """Probe an ``http(s)`` store, then create a run in ``experiment`` (with ``tags`` besides the
     source tags) or resume ``resume_id``; every failure is a :class:`TrackingError` naming ``uri``
     and the cause."""
     from mlflow.tracking import MlflowClient
+
     http = is_http(uri)
     check_file_store(uri)
     try:
@@ -177,19 +197,25 @@ def open_run(uri: str, experiment: str, run_name: str | None, resume_id: str | N
         raise
     except Exception as exc:
         server = "Start the server (`mlflow server --host HOST --port PORT`), fix" if http else "Fix"
-        raise TrackingError(f"cannot reach the MLflow tracking store at {uri!r}: {exc}. {server} `tracking_uri` / "
-                            "MLFLOW_TRACKING_URI, or disable tracking.") from exc
+        raise TrackingError(
+            f"cannot reach the MLflow tracking store at {uri!r}: {exc}. {server} `tracking_uri` / "
+            "MLFLOW_TRACKING_URI, or disable tracking."
+        ) from exc
     try:
         with http_policy(http, LOG_RETRIES, LOG_BACKOFF, LOG_TIMEOUT_S, force=False):
             if resume_id is not None:
                 return _resume_run(client, uri, experiment, run_name, resume_id)
             experiment_id = _experiment_id(client, uri, experiment)
-            run = client.create_run(experiment_id, run_name=run_name, tags={**_source_tags(run_name), **(tags or {})})
+            run = client.create_run(
+                experiment_id, run_name=run_name, tags={**_source_tags(run_name), **(tags or {})}
+            )
             return _OpenedRun(client, run.info.run_id, run.info.run_name, experiment_id, {})
     except TrackingError:
         raise
     except Exception as exc:
-        raise TrackingError(f"cannot start an MLflow run in {uri!r} (experiment {experiment!r}): {exc}") from exc
+        raise TrackingError(
+            f"cannot start an MLflow run in {uri!r} (experiment {experiment!r}): {exc}"
+        ) from exc
 
 
 def _experiment_id(client: Any, uri: str, experiment: str) -> str:
@@ -213,6 +239,7 @@ def _experiment_id(client: Any, uri: str, experiment: str) -> str:
 
 def _resume_run(client: Any, uri: str, experiment: str, run_name: str | None, run_id: str) -> _OpenedRun:
     from mlflow.entities import RunTag
+
     try:
         run = client.get_run(run_id)
     except Exception as exc:
@@ -230,7 +257,9 @@ def _resume_run(client: Any, uri: str, experiment: str, run_name: str | None, ru
     if exp.name != experiment:
         logger.warning(
             "resuming run %s, which belongs to experiment %r, not %r; it stays there",
-            run_id, exp.name, experiment,
+            run_id,
+            exp.name,
+            experiment,
         )
     tags = _source_tags(run_name)  # no mlflow.runName unless a new name is given
     client.update_run(run_id, status="RUNNING", name=run_name)

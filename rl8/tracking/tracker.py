@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+
 # imported now, not when a run starts at interpreter exit: MLflow's import makes thread pools,
 # which concurrent.futures refuses at shutdown
 import concurrent.futures.thread  # noqa: F401

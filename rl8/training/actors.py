@@ -18,7 +18,12 @@ import torch.distributed as dist
 from tensordict import TensorDictBase
 
 from rl8.ppo.distributed import (
-    TIMEOUT_ENV_VAR, DistContext, DistributedError, Roles, collective_timeout_s, current_roles,
+    TIMEOUT_ENV_VAR,
+    DistContext,
+    DistributedError,
+    Roles,
+    collective_timeout_s,
+    current_roles,
     to_cpu,
 )
 from rl8.ppo.stats import Stats, episode_means, reduce_stats
@@ -26,9 +31,9 @@ from rl8.training.resume import rank_entry
 from rl8.training.signals import handling, signal_exit
 
 if TYPE_CHECKING:
+    from rl8.ppo.algorithm import PPO
     from rl8.ppo.buffer import RolloutBuffer
     from rl8.training.config import TrainerConfig
-    from rl8.ppo.algorithm import PPO
 
 __all__ = [
     "HEADER", "FlatLayout", "Learner", "actor_state", "check_actor_config", "run_actor",

@@ -6,9 +6,17 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol, Union
+from typing import Any, Protocol
 
-__all__ = ["STOP", "Callback", "CallbackLike", "RunningTrainer", "as_callbacks", "asks_to_stop", "run_callbacks"]
+__all__ = [
+    "STOP",
+    "Callback",
+    "CallbackLike",
+    "RunningTrainer",
+    "as_callbacks",
+    "asks_to_stop",
+    "run_callbacks",
+]
 
 #: What a callback returns to stop the run after this step (``rl8.STOP``, the string ``"stop"``).
 STOP = "stop"
@@ -20,9 +28,12 @@ def asks_to_stop(answer: Any, callback: Any) -> bool:
     if isinstance(answer, str) and answer == STOP:
         return True
     if answer is not None and type(answer).__name__ in ("bool", "bool_"):
-        warnings.warn(f"the callback {callback_name(callback)} returned {answer!r}, "
-                      f"which rl8 ignores: return rl8.STOP (\"stop\") to stop the run, None to go on", UserWarning,
-                      stacklevel=5)
+        warnings.warn(
+            f"the callback {callback_name(callback)} returned {answer!r}, "
+            f'which rl8 ignores: return rl8.STOP ("stop") to stop the run, None to go on',
+            UserWarning,
+            stacklevel=5,
+        )
     return False
 
 
@@ -64,7 +75,7 @@ class Callback:
 
 
 #: What :meth:`rl8.Trainer.run` takes as a callback.
-CallbackLike = Union[Callback, Callable[[RunningTrainer, dict[str, float]], Any]]
+CallbackLike = Callback | Callable[[RunningTrainer, dict[str, float]], Any]
 
 
 def as_callbacks(callbacks: CallbackLike | Sequence[CallbackLike] | None) -> list[CallbackLike]:
@@ -88,8 +99,9 @@ def callback_name(callback: CallbackLike) -> str:
     return getattr(callback, "__name__", None) or repr(callback)
 
 
-def run_callbacks(callbacks: Sequence[CallbackLike], trainer: RunningTrainer, stats: dict[str, float],
-                  evaluated: bool) -> CallbackLike | None:
+def run_callbacks(
+    callbacks: Sequence[CallbackLike], trainer: RunningTrainer, stats: dict[str, float], evaluated: bool
+) -> CallbackLike | None:
     """Run every callback on a step's ``stats`` (a :class:`Callback`'s ``on_eval`` too when the
     step ``evaluated``); the first that asked to stop, or ``None``."""
     stop = None

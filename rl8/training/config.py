@@ -13,14 +13,22 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from rl8.fields import (
-    Check, attributes_doc, check, did_you_mean, first_invalid, int_at_least, is_int, optional, read_numbers,
+    Check,
+    attributes_doc,
+    check,
+    did_you_mean,
+    first_invalid,
+    int_at_least,
+    is_int,
+    optional,
+    read_numbers,
 )
 from rl8.registry import qualified_name
 from rl8.version import __version__
 
 if TYPE_CHECKING:
-    from rl8.ppo.distributed import DistContext
     from rl8.ppo.algorithm import PPO
+    from rl8.ppo.distributed import DistContext
 
 __all__ = ["TrainerConfig", "run_params"]
 

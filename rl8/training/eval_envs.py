@@ -12,7 +12,12 @@ from rl8.policies.policy import check_memory
 from rl8.ppo.algorithm import make_env
 from rl8.ppo.rollout import second_instance_problem
 from rl8.training.video import (
-    check_can_render, episode_limit, fork_rng, import_imageio, make_recording_env, record_video,
+    check_can_render,
+    episode_limit,
+    fork_rng,
+    import_imageio,
+    make_recording_env,
+    record_video,
 )
 
 if TYPE_CHECKING:

@@ -17,13 +17,19 @@ import torch
 from rl8.io.checkpoint import CHECKPOINT_POINTER_ARTIFACT, CheckpointError, save_checkpoint
 from rl8.io.checkpoint_dir import CheckpointManager
 from rl8.io.export import (
-    POLICY_ARTIFACT, check_env_spaces, check_finite_weights, space_from_dict,
+    POLICY_ARTIFACT,
+    check_env_spaces,
+    check_finite_weights,
+    space_from_dict,
 )
 from rl8.io.mlflow_model import save_model
 from rl8.ppo.algorithm import PPO, NonFiniteError
 from rl8.ppo.distributed import DistContext, current_roles, derive_seed, rank_device, to_cpu
 from rl8.ppo.resolve import (
-    check_stored_env_kwargs, check_stored_hparams, env_target, spec_from_env_info,
+    check_stored_env_kwargs,
+    check_stored_hparams,
+    env_target,
+    spec_from_env_info,
 )
 from rl8.tracking.common import TrackingWarning
 from rl8.training.conditions import Condition, with_current_stat_names

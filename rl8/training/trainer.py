@@ -24,8 +24,8 @@ from rl8.ppo.algorithm import PPO, check_env_configs
 from rl8.ppo.distributed import DistContext, current_roles
 from rl8.ppo.resolve import env_spec_string, is_dotted_path, qualified_name
 from rl8.ppo.stats import Stats
-from rl8.tracking.tracker import TERMINAL_STATUSES, Tracker
 from rl8.tracking.common import TrackingError, TrackingWarning
+from rl8.tracking.tracker import TERMINAL_STATUSES, Tracker
 from rl8.training.actors import Learner, check_actor_config, run_actor
 from rl8.training.callbacks import CallbackLike, as_callbacks, callback_name, run_callbacks
 from rl8.training.conditions import Condition
@@ -33,7 +33,12 @@ from rl8.training.config import TrainerConfig, run_params
 from rl8.training.eval_envs import EvalEnvs
 from rl8.training.progress import Progress, is_nan
 from rl8.training.resume import (
-    RESUMING, RunRecord, absolute_tracking_uri, algo_from_checkpoint, check_finite_policy, log_policy_artifacts,
+    RESUMING,
+    RunRecord,
+    absolute_tracking_uri,
+    algo_from_checkpoint,
+    check_finite_policy,
+    log_policy_artifacts,
     write_checkpoint,
 )
 from rl8.training.run_args import as_conditions, check_eval_plan, check_run_plan

@@ -4,14 +4,14 @@ tasks, checkpoints of such runs, and evaluation on a training env that cannot be
 from __future__ import annotations
 
 import sys
+
 import gymnasium
 import pytest
 import torch
 from sim_fakes import PointMassVecEnv
 
 from rl8 import PPO, Trainer
-from rl8.envs import CartPole
-from rl8.envs import tasks
+from rl8.envs import CartPole, tasks
 from rl8.envs.rsl_rl import RslRlEnv
 from rl8.ppo.distributed import DistContext
 from rl8.training.config import run_params

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rl8.envs.base import validate_step_output
 from rl8.envs import ContinuousDummyEnv, DiscreteDummyEnv
+from rl8.envs.base import validate_step_output
 
 
 def toward_origin(env, x: torch.Tensor) -> torch.Tensor:

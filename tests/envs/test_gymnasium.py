@@ -14,8 +14,8 @@ import torch
 from gymnasium import spaces
 from tensordict import TensorDictBase
 
-from rl8.envs.base import validate_step_output
 from rl8.envs import CartPole, GymnasiumEnv
+from rl8.envs.base import validate_step_output
 
 MODES = ["sync", "async"]
 

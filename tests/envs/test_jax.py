@@ -13,8 +13,14 @@ from rl8.envs.base import validate_reset_output, validate_step_output
 
 jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
-from rl8.envs.jax import GymnaxEnv, JaxEnv, PlaygroundEnv, jax_device, make_gymnax_env, make_playground_env  # noqa: E402
-
+from rl8.envs.jax import (  # noqa: E402
+    GymnaxEnv,
+    JaxEnv,
+    PlaygroundEnv,
+    jax_device,
+    make_gymnax_env,
+    make_playground_env,
+)
 
 _BUILT: dict = {}  # one env per kind, reused: each new env compiles its reset and step
 
@@ -200,7 +206,8 @@ def test_ppo_resumes_a_gymnax_run_from_its_state_dict():
     expected = algo.collect()
     resumed = make()
     resumed.load_state_dict(state)
-    rollout_stats = lambda stats: {k: v for k, v in stats.items() if k.startswith("rollout/")}
+    def rollout_stats(stats):
+        return {k: v for k, v in stats.items() if k.startswith("rollout/")}
     assert rollout_stats(resumed.collect()) == rollout_stats(expected) != {}
 
 

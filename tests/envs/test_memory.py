@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rl8.envs.base import validate_step_output
 from rl8.envs import Memory
+from rl8.envs.base import validate_step_output
 
 
 def play(env, episodes, policy):

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from rl8.envs.base import validate_step_output
 from rl8.envs import Pendulum
+from rl8.envs.base import validate_step_output
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,13 @@ from gymnasium import spaces
 from torch import Tensor
 
 from rl8.policies.distributions.base import (
-    Distribution, HALF_LOG_2PI, LOG_2, LOG_STD_MAX, LOG_STD_MIN, cached, is_float_box,
+    HALF_LOG_2PI,
+    LOG_2,
+    LOG_STD_MAX,
+    LOG_STD_MIN,
+    Distribution,
+    cached,
+    is_float_box,
 )
 
 __all__ = ["Normal", "SquashedNormal"]

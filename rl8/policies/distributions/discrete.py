@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from gymnasium import spaces
 from torch import Tensor
 
-from rl8.policies.distributions.base import Distribution, MASKED_LOGIT, cached
+from rl8.policies.distributions.base import MASKED_LOGIT, Distribution, cached
 
 __all__ = ["Bernoulli", "Categorical", "MultiCategorical"]
 

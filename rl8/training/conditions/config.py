@@ -11,7 +11,11 @@ from rl8.ppo.stats import current_stat_name
 from rl8.training.conditions.base import And, Condition, Or
 from rl8.training.conditions.clock import TimeLimit
 from rl8.training.conditions.stats import (
-    HitsLowerBound, HitsUpperBound, Plateaus, StopsDecreasing, StopsIncreasing,
+    HitsLowerBound,
+    HitsUpperBound,
+    Plateaus,
+    StopsDecreasing,
+    StopsIncreasing,
 )
 
 __all__ = ["CONDITIONS", "MAX_CONDITION_DEPTH", "from_config", "with_current_stat_names"]
