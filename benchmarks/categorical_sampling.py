@@ -58,7 +58,9 @@ from rl8.policies.distributions import Categorical
 Sampler = Callable[[torch.Tensor, torch.Generator, tuple[torch.Tensor, torch.Tensor]], None]
 
 
-def row_major(logits: torch.Tensor, generator: torch.Generator, out: tuple[torch.Tensor, torch.Tensor]) -> None:
+def row_major(
+    logits: torch.Tensor, generator: torch.Generator, out: tuple[torch.Tensor, torch.Tensor]
+) -> None:
     """The plain path: actions ``[B]`` and their log-probs written into ``out``."""
     log_probs = torch.log_softmax(logits, -1)
     cdf = log_probs.exp().cumsum(-1)
@@ -68,7 +70,9 @@ def row_major(logits: torch.Tensor, generator: torch.Generator, out: tuple[torch
     out[1].copy_(log_probs.gather(-1, index).squeeze(-1))
 
 
-def choice_major(logits: torch.Tensor, generator: torch.Generator, out: tuple[torch.Tensor, torch.Tensor]) -> None:
+def choice_major(
+    logits: torch.Tensor, generator: torch.Generator, out: tuple[torch.Tensor, torch.Tensor]
+) -> None:
     """The trick (rl8's code before it was removed, unmasked ``Discrete`` case): the same draws
     as :func:`row_major`, computed over dim 0 of ``[n, B]`` for ``1 < n <= 15`` and ``B >= 256``."""
     n = logits.shape[-1]
@@ -82,7 +86,9 @@ def choice_major(logits: torch.Tensor, generator: torch.Generator, out: tuple[to
     torch.gather(by_choice, 0, out[0].unsqueeze(0), out=out[1].unsqueeze(0))
 
 
-def multinomial(logits: torch.Tensor, generator: torch.Generator, out: tuple[torch.Tensor, torch.Tensor]) -> None:
+def multinomial(
+    logits: torch.Tensor, generator: torch.Generator, out: tuple[torch.Tensor, torch.Tensor]
+) -> None:
     """``torch.distributions.Categorical``'s draw: ``torch.multinomial`` of the probabilities."""
     log_probs = torch.log_softmax(logits, -1)
     index = torch.multinomial(log_probs.exp(), 1, generator=generator)
@@ -90,7 +96,9 @@ def multinomial(logits: torch.Tensor, generator: torch.Generator, out: tuple[tor
     out[1].copy_(log_probs.gather(-1, index).squeeze(-1))
 
 
-def gumbel_max(logits: torch.Tensor, generator: torch.Generator, out: tuple[torch.Tensor, torch.Tensor]) -> None:
+def gumbel_max(
+    logits: torch.Tensor, generator: torch.Generator, out: tuple[torch.Tensor, torch.Tensor]
+) -> None:
     """The Gumbel-max draw: ``argmax(logits - log(-log(u)))``."""
     log_probs = torch.log_softmax(logits, -1)
     u = torch.rand(logits.shape, generator=generator).clamp_(min=1e-20)
@@ -103,7 +111,9 @@ SIDES: dict[str, Sampler] = {"row-major": row_major, "choice-major": choice_majo
 REFERENCES: dict[str, Sampler] = {"multinomial": multinomial, "gumbel-max": gumbel_max}
 
 
-def timed_in_turns(runs: dict[str, Callable[[], object]], blocks: int, per_block: int) -> dict[str, float]:
+def timed_in_turns(
+    runs: dict[str, Callable[[], object]], blocks: int, per_block: int
+) -> dict[str, float]:
     """Median seconds of one call of each of ``runs``, timed in blocks of ``per_block`` calls,
     the runs taking turns block by block (the order reversed every other block)."""
     for run in runs.values():
@@ -152,21 +162,29 @@ def bench_steps(env_counts: list[int], blocks: int) -> None:
         for num_envs in env_counts:
             policy = StepPolicy(num_envs, obs_size, hidden, num_actions)
             logits = policy.actor(policy.obs).detach()
-            turns = max(blocks, blocks * 256 // num_envs)  # one call per turn: the sides alternate call by call
+            turns = max(
+                blocks, blocks * 256 // num_envs
+            )  # one call per turn: the sides alternate call by call
+
             def sampling(f: Sampler) -> Callable[[], None]:
                 return lambda: f(logits, policy.generator, policy.rows)
 
             sample = timed_in_turns({side: sampling(f) for side, f in SIDES.items()}, 4 * turns, 1)
             sample |= timed_in_turns({side: sampling(f) for side, f in REFERENCES.items()}, 4 * turns, 1)
-            step = timed_in_turns({side: (lambda f=f: policy.step(f)) for side, f in SIDES.items()}, turns, 1)
+            step = timed_in_turns(
+                {side: (lambda f=f: policy.step(f)) for side, f in SIDES.items()}, turns, 1
+            )
             # what the trick can save at most in a step: the sampling time it saves, over the step's time
             bound = (sample["row-major"] - sample["choice-major"]) / step["row-major"]
-            print(f"{name:>13} {num_envs:5d} envs | sampling (us): "
-                  + " ".join(f"{s} {1e6 * t:7.1f}" for s, t in sample.items())
-                  + f" | row/choice {sample['row-major'] / sample['choice-major']:.3f}"
-                  + f" || step (us): row {1e6 * step['row-major']:7.1f} choice {1e6 * step['choice-major']:7.1f}"
-                  + f" row/choice {step['row-major'] / step['choice-major']:.3f}"
-                  + f" | saved sampling / step {100 * bound:+.1f} %", flush=True)
+            print(
+                f"{name:>13} {num_envs:5d} envs | sampling (us): "
+                + " ".join(f"{s} {1e6 * t:7.1f}" for s, t in sample.items())
+                + f" | row/choice {sample['row-major'] / sample['choice-major']:.3f}"
+                + f" || step (us): row {1e6 * step['row-major']:7.1f} choice {1e6 * step['choice-major']:7.1f}"
+                + f" row/choice {step['row-major'] / step['choice-major']:.3f}"
+                + f" | saved sampling / step {100 * bound:+.1f} %",
+                flush=True,
+            )
 
 
 def categorical_sampling_with(sampler: Sampler) -> type[Categorical]:
@@ -175,8 +193,14 @@ def categorical_sampling_with(sampler: Sampler) -> type[Categorical]:
     class SampledWith(Categorical):
         def sample_with_log_prob(self, generator=None, *, deterministic=False, out=None):
             assert not deterministic and generator is not None
-            rows = out if out is not None else (torch.empty(self.logits.shape[0], dtype=torch.int64),
-                                                torch.empty(self.logits.shape[0]))
+            rows = (
+                out
+                if out is not None
+                else (
+                    torch.empty(self.logits.shape[0], dtype=torch.int64),
+                    torch.empty(self.logits.shape[0]),
+                )
+            )
             sampler(self.logits, generator, rows)
             return rows
 
@@ -195,19 +219,27 @@ def bench_collects(names: dict[str, int]) -> None:
             algo = make_algo(w)
             algo.policy.distribution_cls = categorical_sampling_with(sampler)
             algos[side] = algo
-        seconds = timed_in_turns({side: algo.collect for side, algo in algos.items()}, blocks, w["block"])
+        seconds = timed_in_turns(
+            {side: algo.collect for side, algo in algos.items()}, blocks, w["block"]
+        )
         # the bound: the sampling time the trick saves on this batch, times the horizon, over a collect
         logits = torch.randn(w["num_envs"], 3)
         rows = (torch.zeros(w["num_envs"], dtype=torch.int64), torch.zeros(w["num_envs"]))
         generator = torch.Generator().manual_seed(0)
-        sample = timed_in_turns({side: (lambda f=f: f(logits, generator, rows)) for side, f in SIDES.items()},
-                                max(200, 200_000 // w["num_envs"]), 1)
+        sample = timed_in_turns(
+            {side: (lambda f=f: f(logits, generator, rows)) for side, f in SIDES.items()},
+            max(200, 200_000 // w["num_envs"]),
+            1,
+        )
         bound = w["horizon"] * (sample["row-major"] - sample["choice-major"]) / seconds["row-major"]
-        print(f"collect {name:>6} ({w['num_envs']} envs x {w['horizon']}, {w['hidden']}x{w['hidden']}) | "
-              f"ms: row {1e3 * seconds['row-major']:8.1f} choice {1e3 * seconds['choice-major']:8.1f} | "
-              f"row/choice {seconds['row-major'] / seconds['choice-major']:.3f} | sampling (us): "
-              f"row {1e6 * sample['row-major']:.1f} choice {1e6 * sample['choice-major']:.1f} | "
-              f"saved sampling / collect {100 * bound:+.1f} %", flush=True)
+        print(
+            f"collect {name:>6} ({w['num_envs']} envs x {w['horizon']}, {w['hidden']}x{w['hidden']}) | "
+            f"ms: row {1e3 * seconds['row-major']:8.1f} choice {1e3 * seconds['choice-major']:8.1f} | "
+            f"row/choice {seconds['row-major'] / seconds['choice-major']:.3f} | sampling (us): "
+            f"row {1e6 * sample['row-major']:.1f} choice {1e6 * sample['choice-major']:.1f} | "
+            f"saved sampling / collect {100 * bound:+.1f} %",
+            flush=True,
+        )
 
 
 def main() -> None:

@@ -85,9 +85,13 @@ def measure(src: Path, name: str, threads: int, iters: int | None) -> dict[str, 
     code = CHILD.format(name=name, threads=threads, iters=n, warmup=2)
     env = {**os.environ, "PYTHONPATH": str(src), "MLFLOW_TRACKING_URI": "file:///dev/null"}
     # run in the tree itself: `python -c` puts the working folder before PYTHONPATH
-    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=src, capture_output=True, text=True, check=False)
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=src, capture_output=True, text=True, check=False
+    )
     if f"{src}/rl8/" not in out.stdout:
-        raise SystemExit(f"{name}: the process on {src} imported rl8 from elsewhere:\n{out.stdout}{out.stderr[-2000:]}")
+        raise SystemExit(
+            f"{name}: the process on {src} imported rl8 from elsewhere:\n{out.stdout}{out.stderr[-2000:]}"
+        )
     if out.returncode != 0:
         raise SystemExit(f"{name} on {src} failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -95,10 +99,19 @@ def measure(src: Path, name: str, threads: int, iters: int | None) -> dict[str, 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--src", action="append", type=Path, required=True,
-                        help="an rl8 source tree (the folder holding rl8/); give two or more")
-    parser.add_argument("--workload", action="append", choices=WORKLOADS,
-                        help="workload to measure (repeatable; default: all)")
+    parser.add_argument(
+        "--src",
+        action="append",
+        type=Path,
+        required=True,
+        help="an rl8 source tree (the folder holding rl8/); give two or more",
+    )
+    parser.add_argument(
+        "--workload",
+        action="append",
+        choices=WORKLOADS,
+        help="workload to measure (repeatable; default: all)",
+    )
     parser.add_argument("--rounds", type=int, default=5, help="processes per tree and workload")
     parser.add_argument("--iters", type=int, help="timed iterations per process (default per workload)")
     parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads in each process")
@@ -110,11 +123,13 @@ def main(argv: list[str] | None = None) -> int:
         if not (src / "rl8" / "__init__.py").is_file():
             parser.error(f"--src {src}: no rl8/__init__.py there")
     print(f"torch threads: {args.threads}; rounds: {args.rounds}; trees: " + ", ".join(map(str, srcs)))
-    print(f"{'workload':<13} {'tree':<4} {'collect ms':>11} {'update ms':>10} {'total ms':>9} {'ratio':>6}  range")
+    print(
+        f"{'workload':<13} {'tree':<4} {'collect ms':>11} {'update ms':>10} {'total ms':>9} {'ratio':>6}  range"
+    )
     for name in args.workload or WORKLOADS:
         results: dict[Path, list[dict[str, float]]] = {src: [] for src in srcs}
         for r in range(args.rounds):
-            order = srcs[r % len(srcs):] + srcs[: r % len(srcs)]
+            order = srcs[r % len(srcs) :] + srcs[: r % len(srcs)]
             for src in order:
                 results[src].append(measure(src, name, args.threads, args.iters))
         base_totals = [m["collect"] + m["update"] for m in results[srcs[0]]]
@@ -127,8 +142,10 @@ def main(argv: list[str] | None = None) -> int:
             total = statistics.median(totals)
             # range of the per-round ratios against the first tree's same round
             ratios = [t / b for t, b in zip(totals, base_totals)]
-            print(f"{name:<13} {i:<4} {collect:11.2f} {update:10.2f} {total * 1e3:9.2f} "
-                  f"{total / base:6.3f}  {min(ratios):.3f}-{max(ratios):.3f}")
+            print(
+                f"{name:<13} {i:<4} {collect:11.2f} {update:10.2f} {total * 1e3:9.2f} "
+                f"{total / base:6.3f}  {min(ratios):.3f}-{max(ratios):.3f}"
+            )
     return 0
 
 

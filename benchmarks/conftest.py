@@ -12,7 +12,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 def pytest_configure(config):
     config.addinivalue_line(
-        "markers", "torch_threads(n): run with torch.set_num_threads(n), the previous count restored after"
+        "markers",
+        "torch_threads(n): run with torch.set_num_threads(n), the previous count restored after",
     )
 
 

@@ -18,19 +18,27 @@ import torch
 from torch import nn
 
 
-def make_mlps(obs_dim: int, num_actions: int, hidden: int, activation: type[nn.Module]) -> tuple[nn.Module, nn.Module]:
+def make_mlps(
+    obs_dim: int, num_actions: int, hidden: int, activation: type[nn.Module]
+) -> tuple[nn.Module, nn.Module]:
     """Separate policy and value MLPs with two hidden layers of width ``hidden``."""
 
     def mlp(out: int) -> nn.Sequential:
         return nn.Sequential(
-            nn.Linear(obs_dim, hidden), activation(), nn.Linear(hidden, hidden), activation(), nn.Linear(hidden, out)
+            nn.Linear(obs_dim, hidden),
+            activation(),
+            nn.Linear(hidden, hidden),
+            activation(),
+            nn.Linear(hidden, out),
         )
 
     return mlp(num_actions), mlp(1)
 
 
 @torch.no_grad()
-def collect_floor(pi: nn.Module, vf: nn.Module, obs: torch.Tensor, horizon: int, amp: bool = False) -> torch.Tensor:
+def collect_floor(
+    pi: nn.Module, vf: nn.Module, obs: torch.Tensor, horizon: int, amp: bool = False
+) -> torch.Tensor:
     """Forward both MLPs and sample a categorical action (inverse CDF) ``horizon`` times."""
     ctx = torch.autocast("cpu", dtype=torch.bfloat16) if amp else torch.autocast("cpu", enabled=False)
     actions = None

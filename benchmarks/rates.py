@@ -48,7 +48,11 @@ def measure(variants: dict, step, rounds: int) -> dict[str, float]:
 def report(title: str, rates: dict[str, float], reference: str) -> dict[str, float]:
     """Print ``rates`` (env steps/s by variant) under ``title`` and each variant's ratio to
     variant ``reference``; return the ratios by ``"variant/reference"``."""
-    ratios = {f"{name}/{reference}": rate / rates[reference] for name, rate in rates.items() if name != reference}
+    ratios = {
+        f"{name}/{reference}": rate / rates[reference]
+        for name, rate in rates.items()
+        if name != reference
+    }
     print(f"\n{title}")
     for name, rate in rates.items():
         print(f"  {name:>24}: {rate:10.0f} env steps/s")

@@ -26,7 +26,9 @@ def main(seed: int) -> None:
         algo.collect()
         algo.update()
         if algo.steps % 2 == 0 and algo.evaluate(eval_env, num_steps=500)["episodes/return_mean"] >= 475:
-            print(f"solved after {algo.env_steps} env steps, {time.perf_counter() - start:.2f} s after imports")
+            print(
+                f"solved after {algo.env_steps} env steps, {time.perf_counter() - start:.2f} s after imports"
+            )
             return
     sys.exit("not solved within 1.5M env steps")
 

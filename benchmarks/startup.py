@@ -81,7 +81,9 @@ print(json.dumps({{
 FIGURES = ("import", "ppo", "to first collect", "train", "close", "process")
 
 
-def measure(src: Path, store: str, threads: int, steps: int, workdir: Path, template: Path | None) -> dict[str, float]:
+def measure(
+    src: Path, store: str, threads: int, steps: int, workdir: Path, template: Path | None
+) -> dict[str, float]:
     """One fresh process with rl8 from ``src``; ``store``: ``"fresh"`` or ``"existing"``."""
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
@@ -92,7 +94,10 @@ def measure(src: Path, store: str, threads: int, steps: int, workdir: Path, temp
     start = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-c", CHILD.format(threads=threads, steps=steps)],
-        cwd=workdir, env=env, capture_output=True, text=True,
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
     )
     elapsed = time.perf_counter() - start
     if done.returncode != 0:
@@ -104,8 +109,12 @@ def measure(src: Path, store: str, threads: int, steps: int, workdir: Path, temp
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--src", action="append", type=Path,
-                        help="source tree holding the rl8 package to time (repeatable); default: this repo")
+    parser.add_argument(
+        "--src",
+        action="append",
+        type=Path,
+        help="source tree holding the rl8 package to time (repeatable); default: this repo",
+    )
     parser.add_argument("--reps", type=int, default=5, help="processes per source tree and store")
     parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads in each process")
     parser.add_argument("--steps", type=int, default=1, help="training steps before close()")
@@ -118,11 +127,14 @@ def main() -> None:
         for _ in range(args.reps):
             for src in sources:
                 for store in ("fresh", "existing"):
-                    figures = measure(src, store, args.threads, args.steps, Path(tmp) / "run",
-                                      template / "mlflow.db")
+                    figures = measure(
+                        src, store, args.threads, args.steps, Path(tmp) / "run", template / "mlflow.db"
+                    )
                     results.setdefault((src, store), []).append(figures)
-    print(f"{args.reps} processes each, torch threads {args.threads}, {args.steps} steps; "
-          "seconds: median [min-max]")
+    print(
+        f"{args.reps} processes each, torch threads {args.threads}, {args.steps} steps; "
+        "seconds: median [min-max]"
+    )
     for (src, store), runs in results.items():
         cells = []
         for name in FIGURES:

@@ -52,8 +52,18 @@ def _free_port() -> int:
 
 def _job(mode: str, out: Path) -> dict[str, float]:
     """Run one 3-process job (``mode``: ``"dp"`` or ``"actors"``) and return its figures."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc_per_node=3",
-           "--master_addr=127.0.0.1", f"--master_port={_free_port()}", THIS_FILE, mode, str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes=1",
+        "--nproc_per_node=3",
+        "--master_addr=127.0.0.1",
+        f"--master_port={_free_port()}",
+        THIS_FILE,
+        mode,
+        str(out),
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(THIS_FILE).parents[1])}
     job = subprocess.run(cmd, capture_output=True, text=True, timeout=170, env=env)
     assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
@@ -65,14 +75,18 @@ def test_actor_learner_vs_data_parallel_throughput(benchmark, tmp_path):
     data_parallel = _job("dp", tmp_path / "dp.json")
     actors = benchmark.pedantic(_job, args=("actors", tmp_path / "actors.json"), rounds=1, iterations=1)
     ratio = actors["env_steps_per_s"] / data_parallel["env_steps_per_s"]
-    benchmark.extra_info.update({
-        "data_parallel_env_steps_per_s": data_parallel["env_steps_per_s"],
-        "actors_env_steps_per_s": actors["env_steps_per_s"],
-        "ratio_actors_over_data_parallel": ratio,
-        "actors_policy_lag": actors["policy_lag"],
-    })
-    print(f"\ndata-parallel: {data_parallel['env_steps_per_s']:.0f} env steps/s; actors/learners: "
-          f"{actors['env_steps_per_s']:.0f} env steps/s; ratio {ratio:.2f}")
+    benchmark.extra_info.update(
+        {
+            "data_parallel_env_steps_per_s": data_parallel["env_steps_per_s"],
+            "actors_env_steps_per_s": actors["env_steps_per_s"],
+            "ratio_actors_over_data_parallel": ratio,
+            "actors_policy_lag": actors["policy_lag"],
+        }
+    )
+    print(
+        f"\ndata-parallel: {data_parallel['env_steps_per_s']:.0f} env steps/s; actors/learners: "
+        f"{actors['env_steps_per_s']:.0f} env steps/s; ratio {ratio:.2f}"
+    )
     assert actors["policy_lag"] <= 1
 
 
@@ -101,17 +115,31 @@ def _worker(mode: str, out: Path) -> None:
     init_distributed(actors=actors)
     # with actors, num_envs is the learner's batch: 2 actors x 16 envs
     num_envs = 2 * ENVS_PER_COLLECTOR if actors else ENVS_PER_COLLECTOR
-    algo = PPO(SleepyCartPole, num_envs=num_envs, horizon=HORIZON, num_sgd_iters=4, sgd_minibatch_size=256,
-               model_config={"hiddens": (64, 64)}, device="cpu", seed=0)
-    trainer = Trainer(algo, tracking=False, progress=False, actors=actors, checkpoint_dir=str(out.parent / mode))
+    algo = PPO(
+        SleepyCartPole,
+        num_envs=num_envs,
+        horizon=HORIZON,
+        num_sgd_iters=4,
+        sgd_minibatch_size=256,
+        model_config={"hiddens": (64, 64)},
+        device="cpu",
+        seed=0,
+    )
+    trainer = Trainer(
+        algo, tracking=False, progress=False, actors=actors, checkpoint_dir=str(out.parent / mode)
+    )
     t0 = time.perf_counter()
     stats = trainer.run(stop_conditions=HitsUpperBound("algorithm/steps", UPDATES))
     seconds = time.perf_counter() - t0
     if int(os.environ["RANK"]) == 0:
-        out.write_text(json.dumps({
-            "env_steps_per_s": stats["env/steps"] / seconds,
-            "policy_lag": stats.get("monitors/policy_lag", 0.0),
-        }))
+        out.write_text(
+            json.dumps(
+                {
+                    "env_steps_per_s": stats["env/steps"] / seconds,
+                    "policy_lag": stats.get("monitors/policy_lag", 0.0),
+                }
+            )
+        )
 
 
 if __name__ == "__main__":

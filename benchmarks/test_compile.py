@@ -55,8 +55,16 @@ pytestmark = pytest.mark.torch_threads(THREADS)
 def make_algo(num_envs: int, **variant) -> PPO:
     """PPO on the peers' workload with ``num_envs`` envs and the ``variant``'s options."""
     return PPO(
-        Pendulum, num_envs=num_envs, horizon=HORIZON, num_sgd_iters=5, sgd_minibatch_size=num_envs * HORIZON // 4,
-        lr=1e-3, model_config={"hiddens": (128, 128, 128), "activation": "elu"}, device="cpu", seed=0, **variant,
+        Pendulum,
+        num_envs=num_envs,
+        horizon=HORIZON,
+        num_sgd_iters=5,
+        sgd_minibatch_size=num_envs * HORIZON // 4,
+        lr=1e-3,
+        model_config={"hiddens": (128, 128, 128), "activation": "elu"},
+        device="cpu",
+        seed=0,
+        **variant,
     )
 
 
@@ -101,8 +109,15 @@ def _collect_seconds(case: str, rounds: int) -> dict[str, float]:
     env, num_envs, horizon, model = ROLLOUT_CASES[case]
     algos = {}
     for kind, min_envs in (("compiled", 1), ("plain", num_envs + 1)):
-        algo = PPO(env, num_envs=num_envs, horizon=horizon, model_config=model,
-                   device="cpu", seed=0, compile=True)
+        algo = PPO(
+            env,
+            num_envs=num_envs,
+            horizon=horizon,
+            model_config=model,
+            device="cpu",
+            seed=0,
+            compile=True,
+        )
         algo.compiled.cpu_rollout_min_envs = min_envs
         algo.collect()  # compiles (or not)
         algos[kind] = algo
@@ -121,7 +136,12 @@ def test_rollout_step_compiled_or_plain(benchmark, case):
     step pays on CPU. ``extra_info``: ms per collect of each and compiled / plain."""
     seconds = benchmark.pedantic(_collect_seconds, args=(case, 7), rounds=1, iterations=1)
     ms = {kind: round(1000 * s, 2) for kind, s in seconds.items()}
-    benchmark.extra_info.update(torch_threads=THREADS, collect_ms=ms,
-                                compiled_over_plain=round(seconds["compiled"] / seconds["plain"], 3))
-    print(f"\n{case}, {THREADS} threads, ms per collect: {ms}, compiled / plain "
-          f"{seconds['compiled'] / seconds['plain']:.2f}")
+    benchmark.extra_info.update(
+        torch_threads=THREADS,
+        collect_ms=ms,
+        compiled_over_plain=round(seconds["compiled"] / seconds["plain"], 3),
+    )
+    print(
+        f"\n{case}, {THREADS} threads, ms per collect: {ms}, compiled / plain "
+        f"{seconds['compiled'] / seconds['plain']:.2f}"
+    )

@@ -59,8 +59,14 @@ def make_algo(num_envs: int, minibatch: int):
     from rl8.envs import DiscreteDummyEnv
 
     return PPO(
-        DiscreteDummyEnv, num_envs=num_envs, horizon=HORIZON, sgd_minibatch_size=minibatch,
-        num_sgd_iters=NUM_SGD_ITERS, model_config={"hiddens": (64, 64)}, device="cpu", seed=0,
+        DiscreteDummyEnv,
+        num_envs=num_envs,
+        horizon=HORIZON,
+        sgd_minibatch_size=minibatch,
+        num_sgd_iters=NUM_SGD_ITERS,
+        model_config={"hiddens": (64, 64)},
+        device="cpu",
+        seed=0,
     )
 
 
@@ -76,7 +82,12 @@ def two_ranks(monkeypatch):
     from rl8.ppo.distributed import init_distributed, shutdown_distributed
 
     port = _free_port()
-    env = {"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    env = {
+        "WORLD_SIZE": "2",
+        "LOCAL_WORLD_SIZE": "2",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+    }
     for key, value in {**env, "RANK": "0", "LOCAL_RANK": "0"}.items():
         monkeypatch.setenv(key, value)
     helpers: list[subprocess.Popen] = []
@@ -102,9 +113,14 @@ def _update_info(algo, world_size: int) -> dict:
     numel = sum(p.numel() for p in params)
     per_update = NUM_SGD_ITERS * (algo.hparams.batch_size // algo.hparams.minibatch_size)
     return {
-        "ranks": world_size, "envs_per_rank": algo.hparams.num_envs, "envs_total": N_ENVS,
-        "horizon": HORIZON, "threads_per_rank": torch.get_num_threads(),
-        "params": numel, "all_reduce_bytes": 4 * numel, "gradient_all_reduces_per_update": per_update,
+        "ranks": world_size,
+        "envs_per_rank": algo.hparams.num_envs,
+        "envs_total": N_ENVS,
+        "horizon": HORIZON,
+        "threads_per_rank": torch.get_num_threads(),
+        "params": numel,
+        "all_reduce_bytes": 4 * numel,
+        "gradient_all_reduces_per_update": per_update,
     }
 
 
@@ -137,6 +153,7 @@ def _time_collectives(algo) -> dict[str, float]:
                 return fn(*args, **kwargs)
             finally:
                 spent[name] += time.perf_counter() - t0
+
         return wrapper
 
     ctx.average_gradients = timed("gradient_all_reduce", ctx.average_gradients)
@@ -150,11 +167,17 @@ def test_gradient_all_reduce(benchmark, two_ranks):
     info = _update_info(algo, 2)
     benchmark.extra_info.update(info)
     benchmark.pedantic(
-        algo.dist.average_gradients, args=(params,), rounds=ALL_REDUCE_ROUNDS, warmup_rounds=10, iterations=1
+        algo.dist.average_gradients,
+        args=(params,),
+        rounds=ALL_REDUCE_ROUNDS,
+        warmup_rounds=10,
+        iterations=1,
     )
     median = benchmark.stats.stats.median
     benchmark.extra_info["all_reduce_us_median"] = 1e6 * median
-    benchmark.extra_info["all_reduce_ms_per_update"] = 1000 * median * info["gradient_all_reduces_per_update"]
+    benchmark.extra_info["all_reduce_ms_per_update"] = (
+        1000 * median * info["gradient_all_reduces_per_update"]
+    )
 
 
 def _grads_ready():

@@ -127,8 +127,7 @@ def test_cartpole_adapter_overhead(benchmark, mode):
         )
         if os.environ.get("RL8_BENCH_ASSERT") == "1":
             assert ratio <= MAX_RATIO, (
-                f"GymnasiumEnv ({mode}) is {ratio:.2f}x the raw vector env, "
-                f"more than {MAX_RATIO}"
+                f"GymnasiumEnv ({mode}) is {ratio:.2f}x the raw vector env, more than {MAX_RATIO}"
             )
     finally:
         env.close()

@@ -87,8 +87,14 @@ MIN_RATIO = {"torch": 1.4, "gymnasium-async": 1.3}
 SETUPS = {
     "torch": dict(num_envs=64, horizon=64, sgd_minibatch_size=1024, num_sgd_iters=16),
     # the workload: 32 async envs sleeping 0-4 ms; a 256x256 MLP, 10 epochs of minibatches of 256
-    "gymnasium-async": dict(num_envs=32, horizon=64, sgd_minibatch_size=256, num_sgd_iters=10,
-                            model_config={"hiddens": (256, 256)}, env_kwargs={"vectorization_mode": "async"}),
+    "gymnasium-async": dict(
+        num_envs=32,
+        horizon=64,
+        sgd_minibatch_size=256,
+        num_sgd_iters=10,
+        model_config={"hiddens": (256, 256)},
+        env_kwargs={"vectorization_mode": "async"},
+    ),
 }
 
 
@@ -145,10 +151,12 @@ def test_overlap_throughput(benchmark, setup):
     ratio = statistics.median(s / o for s, o in zip(sync_s, overlap_s))
     benchmark.extra_info["ratio"] = ratio
     ms = 1000.0 / (ROUNDS * STEPS)  # per training step
-    print(f"\n{setup}: overlap/sync throughput {ratio:.2f}x (median of {ROUNDS} rounds; per training step: "
-          f"sync {sum(sync_s) * ms:.0f} ms = collect {sync_parts[0] * ms:.0f} + update {sync_parts[1] * ms:.0f}; "
-          f"overlap {sum(overlap_s) * ms:.0f} ms = collect {overlap_parts[0] * ms:.0f} + update (beside the "
-          f"background rollout) {overlap_parts[1] * ms:.0f} + the last rollout's wait)")
+    print(
+        f"\n{setup}: overlap/sync throughput {ratio:.2f}x (median of {ROUNDS} rounds; per training step: "
+        f"sync {sum(sync_s) * ms:.0f} ms = collect {sync_parts[0] * ms:.0f} + update {sync_parts[1] * ms:.0f}; "
+        f"overlap {sum(overlap_s) * ms:.0f} ms = collect {overlap_parts[0] * ms:.0f} + update (beside the "
+        f"background rollout) {overlap_parts[1] * ms:.0f} + the last rollout's wait)"
+    )
     benchmark.extra_info["sync_ms"] = [part * ms for part in sync_parts]
     benchmark.extra_info["overlap_ms"] = [part * ms for part in overlap_parts]
     if os.environ.get("RL8_BENCH_ASSERT") == "1":

@@ -25,8 +25,21 @@ from workloads import WORKLOADS, batch_size, minibatch_size  # noqa: E402
 
 
 def small_loop(env_id: str = "CartPole-v1", **changes) -> cleanrl_ppo.PPOLoop:
-    kwargs = dict(num_envs=4, num_steps=32, epochs=2, minibatches=2, lr=3e-4, gamma=0.99, gae_lambda=0.95,
-                  clip=0.2, vf_coeff=0.5, max_grad_norm=0.5, hiddens=(16, 16), activation="tanh", seed=0)
+    kwargs = dict(
+        num_envs=4,
+        num_steps=32,
+        epochs=2,
+        minibatches=2,
+        lr=3e-4,
+        gamma=0.99,
+        gae_lambda=0.95,
+        clip=0.2,
+        vf_coeff=0.5,
+        max_grad_norm=0.5,
+        hiddens=(16, 16),
+        activation="tanh",
+        seed=0,
+    )
     return cleanrl_ppo.PPOLoop(env_id, **{**kwargs, **changes})
 
 
@@ -106,18 +119,26 @@ def test_rl8_side_measures_in_a_fresh_process_of_this_checkout():
 def test_plan_adds_compile_rows_only_when_rl8_has_compile():
     args = argparse.Namespace(workload=["pendulum-1024", "CartPole-v1"], side=["rl8", "rsl_rl"])
     without = [(w, s.name, st) for w, s, st in run.plan(args, rl8_compiles=False)]
-    assert without == [("pendulum-1024", "rl8", "fp32"), ("pendulum-1024", "rl8", "bf16"),
-                       ("pendulum-1024", "rsl_rl", "fp32"), ("pendulum-1024", "rsl_rl", "bf16"),
-                       ("CartPole-v1", "rl8", "fp32")]
+    assert without == [
+        ("pendulum-1024", "rl8", "fp32"),
+        ("pendulum-1024", "rl8", "bf16"),
+        ("pendulum-1024", "rsl_rl", "fp32"),
+        ("pendulum-1024", "rsl_rl", "bf16"),
+        ("CartPole-v1", "rl8", "fp32"),
+    ]
     with_compile = [(w, s.name, st) for w, s, st in run.plan(args, rl8_compiles=True)]
     assert ("pendulum-1024", "rl8", "compile-bf16") in with_compile
     assert ("CartPole-v1", "rl8", "compile") in with_compile
 
 
 def test_table_gives_ratios_against_the_same_precision_and_says_why_a_row_is_missing():
-    rows = [("pendulum-1024", run.SIDES["rl8"], "fp32"), ("pendulum-1024", run.SIDES["rl8"], "bf16"),
-            ("pendulum-1024", run.SIDES["rsl_rl"], "fp32"), ("pendulum-1024", run.SIDES["rsl_rl"], "bf16"),
-            ("CartPole-v1", run.SIDES["sb3"], "fp32")]
+    rows = [
+        ("pendulum-1024", run.SIDES["rl8"], "fp32"),
+        ("pendulum-1024", run.SIDES["rl8"], "bf16"),
+        ("pendulum-1024", run.SIDES["rsl_rl"], "fp32"),
+        ("pendulum-1024", run.SIDES["rsl_rl"], "bf16"),
+        ("CartPole-v1", run.SIDES["sb3"], "fp32"),
+    ]
     results = {
         ("pendulum-1024", "rl8", "fp32"): [{"steps_per_s": 100.0}, {"steps_per_s": 120.0}],
         ("pendulum-1024", "rl8", "bf16"): [{"steps_per_s": 300.0}, {"steps_per_s": 300.0}],
@@ -134,7 +155,9 @@ def test_table_gives_ratios_against_the_same_precision_and_says_why_a_row_is_mis
 
 
 def test_rsl_rl_vecenv_adapter_follows_rsl_rls_contract():
-    pytest.importorskip("rsl_rl", reason="rsl-rl-lib is not installed here (run.py installs it in its own venv)")
+    pytest.importorskip(
+        "rsl_rl", reason="rsl-rl-lib is not installed here (run.py installs it in its own venv)"
+    )
     from rsl_rl.env import VecEnv
     from rsl_rl.runners import OnPolicyRunner
     from rsl_rl_env import RslPendulum
@@ -167,7 +190,9 @@ def test_a_venv_that_fails_to_install_gives_pips_reason(tmp_path, monkeypatch):
         return run.subprocess.CompletedProcess(cmd, 1 if failed else 0, "", pip_error if failed else "")
 
     monkeypatch.setattr(run.subprocess, "run", fake_run)
-    python, reason = run.ensure_venv(run.Venv("broken", ("rsl-rl-lib==99",), "rsl_rl"), log=lambda msg: None)
+    python, reason = run.ensure_venv(
+        run.Venv("broken", ("rsl-rl-lib==99",), "rsl_rl"), log=lambda msg: None
+    )
     assert python is None
     assert reason == "ERROR: No matching distribution found for rsl-rl-lib==99"
     assert calls[1][-1] == run.TORCH  # torch first, on its own

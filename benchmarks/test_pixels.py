@@ -80,7 +80,9 @@ class StackedCatch(Catch):
         out = super().step(action)
         final = torch.cat([self._stack[:, 1:], out["final_obs"]], 1)
         done = out["terminated"].reshape(-1, 1, 1, 1)
-        self._stack = torch.where(done, out["obs"].expand(-1, 4, -1, -1), torch.cat([self._stack[:, 1:], out["obs"]], 1))
+        self._stack = torch.where(
+            done, out["obs"].expand(-1, 4, -1, -1), torch.cat([self._stack[:, 1:], out["obs"]], 1)
+        )
         return self.step_output({**out.to_dict(), "obs": self._stack, "final_obs": final})
 
 
@@ -95,8 +97,15 @@ def measure(variants: dict, step, rounds: int = ROUNDS) -> dict[str, float]:
 def nature_cnn(in_channels: int = 4, num_actions: int = 3) -> tuple[nn.Module, nn.Module, nn.Module]:
     """The Nature CNN trunk (84x84 input) and linear policy and value heads, plain torch."""
     trunk = nn.Sequential(
-        nn.Conv2d(in_channels, 32, 8, 4), nn.ReLU(), nn.Conv2d(32, 64, 4, 2), nn.ReLU(),
-        nn.Conv2d(64, 64, 3, 1), nn.ReLU(), nn.Flatten(), nn.Linear(64 * 7 * 7, 512), nn.ReLU(),
+        nn.Conv2d(in_channels, 32, 8, 4),
+        nn.ReLU(),
+        nn.Conv2d(32, 64, 4, 2),
+        nn.ReLU(),
+        nn.Conv2d(64, 64, 3, 1),
+        nn.ReLU(),
+        nn.Flatten(),
+        nn.Linear(64 * 7 * 7, 512),
+        nn.ReLU(),
     )
     return trunk, nn.Linear(512, num_actions), nn.Linear(512, 1)
 
@@ -136,7 +145,10 @@ class Floor:
                 h = self.trunk(self.obs[sl].float() / 255)
                 logits, values = self.pi(h), self.vf(h)
             logp = logits.float().log_softmax(-1).gather(-1, self.actions[sl, None])[:, 0]
-            loss = -(logp * self.advantages[sl]).mean() + (values.float()[:, 0] - self.returns[sl]).square().mean()
+            loss = (
+                -(logp * self.advantages[sl]).mean()
+                + (values.float()[:, 0] - self.returns[sl]).square().mean()
+            )
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             self.optimizer.step()
@@ -148,8 +160,16 @@ class Floor:
 
 
 def make_catch_ppo(amp: bool) -> PPO:
-    return PPO(StackedCatch, num_envs=NUM_ENVS, horizon=HORIZON, num_minibatches=MINIBATCHES, num_sgd_iters=1,
-               seed=0, enable_amp=amp, device="cpu")
+    return PPO(
+        StackedCatch,
+        num_envs=NUM_ENVS,
+        horizon=HORIZON,
+        num_minibatches=MINIBATCHES,
+        num_sgd_iters=1,
+        seed=0,
+        enable_amp=amp,
+        device="cpu",
+    )
 
 
 def collect(algo: Any) -> int:
@@ -170,21 +190,36 @@ def collect_update(algo: Any) -> int:
 @pytest.mark.torch_threads(1)
 def test_nature_cnn_on_84x84x4_images(benchmark):
     variants = {
-        "rl8 fp32": make_catch_ppo(False), "floor fp32": Floor(False),
-        "rl8 bf16": make_catch_ppo(True), "floor bf16": Floor(True),
+        "rl8 fp32": make_catch_ppo(False),
+        "floor fp32": Floor(False),
+        "rl8 bf16": make_catch_ppo(True),
+        "floor bf16": Floor(True),
     }
     assert type(variants["rl8 fp32"].policy.model).__name__ == "CNNModel"
     title = f"StackedCatch [4, 84, 84] uint8, Nature CNN, {NUM_ENVS} envs, horizon {HORIZON}"
     rates = measure(variants, collect)
-    ratios = {**report(f"{title}, collect", {k: rates[k] for k in ("rl8 fp32", "floor fp32")}, "floor fp32"),
-              **report(f"{title}, collect (bf16)", {k: rates[k] for k in ("rl8 bf16", "floor bf16")}, "floor bf16")}
+    ratios = {
+        **report(f"{title}, collect", {k: rates[k] for k in ("rl8 fp32", "floor fp32")}, "floor fp32"),
+        **report(
+            f"{title}, collect (bf16)", {k: rates[k] for k in ("rl8 bf16", "floor bf16")}, "floor bf16"
+        ),
+    }
     updated = measure(variants, collect_update)
     update_ratios = {
-        **report(f"{title}, collect + update", {k: updated[k] for k in ("rl8 fp32", "floor fp32")}, "floor fp32"),
-        **report(f"{title}, collect + update (bf16)", {k: updated[k] for k in ("rl8 bf16", "floor bf16")},
-                 "floor bf16"),
+        **report(
+            f"{title}, collect + update",
+            {k: updated[k] for k in ("rl8 fp32", "floor fp32")},
+            "floor fp32",
+        ),
+        **report(
+            f"{title}, collect + update (bf16)",
+            {k: updated[k] for k in ("rl8 bf16", "floor bf16")},
+            "floor bf16",
+        ),
     }
-    benchmark.extra_info.update(collect=rates, ratios=ratios, collect_update=updated, update_ratios=update_ratios)
+    benchmark.extra_info.update(
+        collect=rates, ratios=ratios, collect_update=updated, update_ratios=update_ratios
+    )
     benchmark.pedantic(collect, args=(variants["rl8 fp32"],), rounds=1, iterations=1)
 
 
@@ -201,12 +236,24 @@ def sb3_pong_collector(num_envs: int, horizon: int):
     from stable_baselines3.common.vec_env import SubprocVecEnv, VecFrameStack
 
     gymnasium.register_envs(ale_py)
-    venv = make_atari_env("ALE/Pong-v5", n_envs=num_envs, seed=0, vec_env_cls=SubprocVecEnv,
-                          vec_env_kwargs={"start_method": "fork"},
-                          env_kwargs={"frameskip": 1, "repeat_action_probability": 0.0})
+    venv = make_atari_env(
+        "ALE/Pong-v5",
+        n_envs=num_envs,
+        seed=0,
+        vec_env_cls=SubprocVecEnv,
+        vec_env_kwargs={"start_method": "fork"},
+        env_kwargs={"frameskip": 1, "repeat_action_probability": 0.0},
+    )
     venv = VecFrameStack(venv, 4)
-    model = SB3PPO("CnnPolicy", venv, n_steps=horizon, batch_size=num_envs * horizon // 4, n_epochs=1,
-                   device="cpu", seed=0)
+    model = SB3PPO(
+        "CnnPolicy",
+        venv,
+        n_steps=horizon,
+        batch_size=num_envs * horizon // 4,
+        n_epochs=1,
+        device="cpu",
+        seed=0,
+    )
     return sb3_collect(model, num_envs, horizon), venv
 
 
@@ -221,13 +268,24 @@ def test_pong_collect_modes_and_sb3(benchmark):
     venv = None
     try:
         for mode in ("sync", "async", "pool"):
-            algos[mode] = PPO("ALE/Pong-v5", num_envs=NUM_ENVS, horizon=HORIZON, seed=0, num_sgd_iters=1,
-                              env_kwargs={"vectorization_mode": mode, **(pool if mode == "pool" else {})})
+            algos[mode] = PPO(
+                "ALE/Pong-v5",
+                num_envs=NUM_ENVS,
+                horizon=HORIZON,
+                seed=0,
+                num_sgd_iters=1,
+                env_kwargs={"vectorization_mode": mode, **(pool if mode == "pool" else {})},
+            )
         sb3_step, venv = sb3_pong_collector(NUM_ENVS, HORIZON)
-        rates = measure({**algos, "sb3 SubprocVecEnv": None},
-                        lambda algo: sb3_step(algo) if algo is None else collect(algo))
-        ratios = report(f"ALE/Pong-v5 (Atari preset), {NUM_ENVS} envs, horizon {HORIZON}, collect ({cores} cores)",
-                        rates, "sb3 SubprocVecEnv")
+        rates = measure(
+            {**algos, "sb3 SubprocVecEnv": None},
+            lambda algo: sb3_step(algo) if algo is None else collect(algo),
+        )
+        ratios = report(
+            f"ALE/Pong-v5 (Atari preset), {NUM_ENVS} envs, horizon {HORIZON}, collect ({cores} cores)",
+            rates,
+            "sb3 SubprocVecEnv",
+        )
         benchmark.extra_info.update(collect=rates, ratios=ratios, pool=pool)
         benchmark.pedantic(collect, args=(algos["pool"],), rounds=1, iterations=1)
     finally:

@@ -106,7 +106,9 @@ ROUNDS = 3
 MIN_POOL_OVER_ASYNC = 1.5
 
 
-def simulated_ratio(num_envs: int, horizon: int, min_batch_size: int, rounds: int = 20, seed: int = 0) -> float:
+def simulated_ratio(
+    num_envs: int, horizon: int, min_batch_size: int, rounds: int = 20, seed: int = 0
+) -> float:
     """The pool's collect throughput over a lock-step loop's (async) with zero overhead: no
     forward pass, no messages, one env per worker, each step lasting uniform(0, ``SLEEP_S``).
     The lock-step loop's step lasts the slowest env's; the pool acts as soon as
@@ -145,8 +147,15 @@ def measure(variants: dict, step, rounds: int = ROUNDS) -> dict[str, float]:
 
 def make_ppo(env, mode: str, num_envs: int, horizon: int, **pool) -> PPO:
     env_kwargs = {"vectorization_mode": mode, **(pool if mode == "pool" else {})}
-    return PPO(env, num_envs=num_envs, horizon=horizon, seed=0, env_kwargs=env_kwargs,
-               sgd_minibatch_size=num_envs * horizon // 4, num_sgd_iters=2)
+    return PPO(
+        env,
+        num_envs=num_envs,
+        horizon=horizon,
+        seed=0,
+        env_kwargs=env_kwargs,
+        sgd_minibatch_size=num_envs * horizon // 4,
+        num_sgd_iters=2,
+    )
 
 
 def collect(algo: PPO) -> int:
@@ -187,8 +196,9 @@ def test_pool_on_an_env_of_variable_latency(benchmark):
     sizes = (4, 16)
     algos = {"async": make_ppo(Sleepy, "async", num_envs, horizon)}
     for size in sizes:
-        algos[f"pool {size}"] = make_ppo(Sleepy, "pool", num_envs, horizon, num_workers=num_envs,
-                                         min_batch_size=size)
+        algos[f"pool {size}"] = make_ppo(
+            Sleepy, "pool", num_envs, horizon, num_workers=num_envs, min_batch_size=size
+        )
     names = {id(algo): name for name, algo in algos.items()}
     cpu = {name: [0.0, 0.0, 0] for name in algos}  # learner seconds, workers' seconds, env steps
 
@@ -204,16 +214,23 @@ def test_pool_on_an_env_of_variable_latency(benchmark):
 
     try:
         rates = measure(algos, timed_collect)
-        ratios = report(f"Sleepy (CartPole-v1, 0-4 ms per step), {num_envs} envs, horizon {horizon}, collect",
-                        rates, "async")
+        ratios = report(
+            f"Sleepy (CartPole-v1, 0-4 ms per step), {num_envs} envs, horizon {horizon}, collect",
+            rates,
+            "async",
+        )
         simulated = {f"pool {size}/async": simulated_ratio(num_envs, horizon, size) for size in sizes}
         for name, ratio in simulated.items():
             print(f"  {name:>24}: {ratio:.2f}x with zero overhead (simulated)")
-        per_step = {name: (1e6 * learner / steps, 1e6 * workers / steps)
-                    for name, (learner, workers, steps) in cpu.items()}
+        per_step = {
+            name: (1e6 * learner / steps, 1e6 * workers / steps)
+            for name, (learner, workers, steps) in cpu.items()
+        }
         for name, (learner, workers) in per_step.items():
             print(f"  {name:>24}: CPU per env step: learner {learner:.0f} us, workers {workers:.0f} us")
-        benchmark.extra_info.update(rates=rates, ratios=ratios, simulated=simulated, cpu_us_per_step=per_step)
+        benchmark.extra_info.update(
+            rates=rates, ratios=ratios, simulated=simulated, cpu_us_per_step=per_step
+        )
         benchmark.pedantic(collect, args=(algos["pool 4"],), rounds=2, iterations=1)
         if os.environ.get("RL8_BENCH_ASSERT") == "1":
             assert ratios["pool 4/async"] >= MIN_POOL_OVER_ASYNC
@@ -230,8 +247,15 @@ def sb3_collector(num_envs: int, horizon: int):
     from stable_baselines3.common.vec_env import SubprocVecEnv
 
     venv = make_vec_env("HalfCheetah-v5", n_envs=num_envs, seed=0, vec_env_cls=SubprocVecEnv)
-    model = SB3PPO("MlpPolicy", venv, n_steps=horizon, batch_size=num_envs * horizon // 4, n_epochs=2,
-                   device="cpu", seed=0)
+    model = SB3PPO(
+        "MlpPolicy",
+        venv,
+        n_steps=horizon,
+        batch_size=num_envs * horizon // 4,
+        n_epochs=2,
+        device="cpu",
+        seed=0,
+    )
     return sb3_collect(model, num_envs, horizon), venv
 
 
@@ -241,19 +265,32 @@ def test_pool_on_halfcheetah(benchmark):
     num_envs, horizon = 8, 128
     cores = os.cpu_count() or 1
     pool_kwargs = {"num_workers": min(cores, num_envs), "min_batch_size": num_envs // 2}
-    algos = {mode: make_ppo("HalfCheetah-v5", mode, num_envs, horizon, **pool_kwargs)
-             for mode in ("sync", "async", "pool")}
+    algos = {
+        mode: make_ppo("HalfCheetah-v5", mode, num_envs, horizon, **pool_kwargs)
+        for mode in ("sync", "async", "pool")
+    }
     sb3_step, venv = sb3_collector(num_envs, horizon)
     try:
-        rates = measure({**algos, "sb3 SubprocVecEnv": None},
-                        lambda algo: sb3_step(algo) if algo is None else collect(algo))
-        ratios = report(f"HalfCheetah-v5, {num_envs} envs, horizon {horizon}, collect ({cores} cores)", rates,
-                        "sb3 SubprocVecEnv")
+        rates = measure(
+            {**algos, "sb3 SubprocVecEnv": None},
+            lambda algo: sb3_step(algo) if algo is None else collect(algo),
+        )
+        ratios = report(
+            f"HalfCheetah-v5, {num_envs} envs, horizon {horizon}, collect ({cores} cores)",
+            rates,
+            "sb3 SubprocVecEnv",
+        )
         updated = measure(algos, collect_update)
-        update_ratios = report(f"HalfCheetah-v5, {num_envs} envs, horizon {horizon}, collect + update", updated,
-                               "async")
-        benchmark.extra_info.update(collect=rates, ratios=ratios, collect_update=updated,
-                                    update_ratios=update_ratios, pool=pool_kwargs)
+        update_ratios = report(
+            f"HalfCheetah-v5, {num_envs} envs, horizon {horizon}, collect + update", updated, "async"
+        )
+        benchmark.extra_info.update(
+            collect=rates,
+            ratios=ratios,
+            collect_update=updated,
+            update_ratios=update_ratios,
+            pool=pool_kwargs,
+        )
         benchmark.pedantic(collect, args=(algos["pool"],), rounds=2, iterations=1)
     finally:
         venv.close()

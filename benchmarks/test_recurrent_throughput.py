@@ -24,9 +24,16 @@ pytestmark = pytest.mark.torch_threads(THREADS)
 
 def make_algo() -> PPO:
     return PPO(
-        DiscreteDummyEnv, num_envs=NUM_ENVS, horizon=HORIZON, seq_len=8, sgd_minibatch_size=16384,
-        num_sgd_iters=4, model_cls=LSTMModel, model_config={"hidden_size": 128, "encoder_hiddens": (64,)},
-        device="cpu", seed=0,
+        DiscreteDummyEnv,
+        num_envs=NUM_ENVS,
+        horizon=HORIZON,
+        seq_len=8,
+        sgd_minibatch_size=16384,
+        num_sgd_iters=4,
+        model_cls=LSTMModel,
+        model_config={"hidden_size": 128, "encoder_hiddens": (64,)},
+        device="cpu",
+        seed=0,
     )
 
 

@@ -39,7 +39,9 @@ ASSERT = os.environ.get("RL8_BENCH_ASSERT") == "1"
 WORKLOADS = {
     "small": dict(num_envs=512, horizon=32, hidden=64, minibatch=4096, amp=False, rounds=20, block=4),
     "large": dict(num_envs=8192, horizon=32, hidden=256, minibatch=None, amp=False, rounds=4, block=2),
-    "large-bf16": dict(num_envs=8192, horizon=32, hidden=256, minibatch=None, amp=True, rounds=4, block=2),
+    "large-bf16": dict(
+        num_envs=8192, horizon=32, hidden=256, minibatch=None, amp=True, rounds=4, block=2
+    ),
 }
 # Targets from the issue: fraction of the floor for collect and for collect+step.
 TARGETS = {"small": (0.85, 0.90), "large": (0.95, 0.95)}
@@ -51,11 +53,23 @@ pytestmark = pytest.mark.torch_threads(THREADS)
 def make_algo(w: dict) -> PPO:
     return PPO(
         DiscreteDummyEnv,
-        num_envs=w["num_envs"], horizon=w["horizon"], sgd_minibatch_size=w["minibatch"],
-        num_sgd_iters=4, lr=1e-3, gamma=0.95, gae_lambda=0.95, clip_param=0.2, vf_clip_param=5.0,
-        vf_coeff=1.0, max_grad_norm=5.0, normalize_advantages=True, normalize_rewards=True,
+        num_envs=w["num_envs"],
+        horizon=w["horizon"],
+        sgd_minibatch_size=w["minibatch"],
+        num_sgd_iters=4,
+        lr=1e-3,
+        gamma=0.95,
+        gae_lambda=0.95,
+        clip_param=0.2,
+        vf_clip_param=5.0,
+        vf_coeff=1.0,
+        max_grad_norm=5.0,
+        normalize_advantages=True,
+        normalize_rewards=True,
         model_config={"hiddens": (w["hidden"], w["hidden"]), "activation": "relu"},
-        enable_amp=w["amp"], device="cpu", seed=0,
+        enable_amp=w["amp"],
+        device="cpu",
+        seed=0,
     )
 
 

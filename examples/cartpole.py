@@ -17,7 +17,10 @@ def main() -> None:
     trainer = Trainer(PPO(CartPole, seed=0), eval_num_envs=32)
     stats = trainer.run(
         steps_per_eval=2,
-        stop_conditions=[HitsUpperBound("eval/episodes/return_mean", 475), HitsUpperBound("env/steps", 2_000_000)],
+        stop_conditions=[
+            HitsUpperBound("eval/episodes/return_mean", 475),
+            HitsUpperBound("env/steps", 2_000_000),
+        ],
     )
     print(
         f"eval return {stats.get('eval/episodes/return_mean', float('nan')):.1f} after "

@@ -20,7 +20,10 @@ def main() -> None:
     trainer = Trainer(PPO("CartPole-v1", **HPARAMS), eval_num_envs=16, experiment="CartPole-v1")
     stats = trainer.run(
         steps_per_eval=4,
-        stop_conditions=[HitsUpperBound("eval/episodes/return_mean", 475), HitsUpperBound("env/steps", 300_000)],
+        stop_conditions=[
+            HitsUpperBound("eval/episodes/return_mean", 475),
+            HitsUpperBound("env/steps", 300_000),
+        ],
     )
     trainer.close()
     print(

@@ -22,7 +22,10 @@ def main() -> None:
     trainer = Trainer(PPO("Pendulum-v1", **HPARAMS), eval_num_envs=16, experiment="Pendulum-v1")
     stats = trainer.run(
         steps_per_eval=4,
-        stop_conditions=[HitsUpperBound("eval/episodes/return_mean", -200), HitsUpperBound("env/steps", 1_000_000)],
+        stop_conditions=[
+            HitsUpperBound("eval/episodes/return_mean", -200),
+            HitsUpperBound("env/steps", 1_000_000),
+        ],
     )
     trainer.close()
     print(

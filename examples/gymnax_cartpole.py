@@ -17,11 +17,17 @@ from rl8.training.conditions import HitsUpperBound
 
 def main() -> None:
     start = time.perf_counter()
-    trainer = Trainer(PPO(GymnaxEnv, env_kwargs={"env_id": "CartPole-v1"}, seed=0), eval_num_envs=32,
-                      experiment="gymnax-CartPole-v1")
+    trainer = Trainer(
+        PPO(GymnaxEnv, env_kwargs={"env_id": "CartPole-v1"}, seed=0),
+        eval_num_envs=32,
+        experiment="gymnax-CartPole-v1",
+    )
     stats = trainer.run(
         steps_per_eval=2,
-        stop_conditions=[HitsUpperBound("eval/episodes/return_mean", 475), HitsUpperBound("env/steps", 1_000_000)],
+        stop_conditions=[
+            HitsUpperBound("eval/episodes/return_mean", 475),
+            HitsUpperBound("env/steps", 1_000_000),
+        ],
     )
     trainer.close()
     print(

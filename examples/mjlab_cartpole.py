@@ -26,19 +26,33 @@ TASK = "Mjlab-Cartpole-Balance"
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--num-envs", type=int, default=256, help="envs simulated together (default 256)")
-    parser.add_argument("--reset-mode", choices=RESET_MODES, default="auto", help="see rl8.envs.mjlab (default auto)")
-    parser.add_argument("--max-env-steps", type=int, default=2_000_000, help="stop after this many env steps")
+    parser.add_argument(
+        "--num-envs", type=int, default=256, help="envs simulated together (default 256)"
+    )
+    parser.add_argument(
+        "--reset-mode", choices=RESET_MODES, default="auto", help="see rl8.envs.mjlab (default auto)"
+    )
+    parser.add_argument(
+        "--max-env-steps", type=int, default=2_000_000, help="stop after this many env steps"
+    )
     args = parser.parse_args(argv)
 
     hparams, unmapped = from_rsl_rl(mjlab_runner_cfg(TASK))  # unmapped: also warned
-    algo = PPO(f"mjlab:{TASK}", num_envs=args.num_envs, env_kwargs={"reset_mode": args.reset_mode}, **hparams)
+    algo = PPO(
+        f"mjlab:{TASK}", num_envs=args.num_envs, env_kwargs={"reset_mode": args.reset_mode}, **hparams
+    )
     start = time.perf_counter()
     with Trainer(algo, progress=False) as trainer:
-        stats = trainer.run(stop_conditions=[HitsUpperBound("episodes/return_mean", 45.0),
-                                             HitsUpperBound("env/steps", args.max_env_steps)])
-    print(f"return {stats.get('episodes/return_mean', float('nan')):.1f} after {int(stats['env/steps']):,} env steps "
-          f"in {time.perf_counter() - start:.0f} s")
+        stats = trainer.run(
+            stop_conditions=[
+                HitsUpperBound("episodes/return_mean", 45.0),
+                HitsUpperBound("env/steps", args.max_env_steps),
+            ]
+        )
+    print(
+        f"return {stats.get('episodes/return_mean', float('nan')):.1f} after {int(stats['env/steps']):,} env steps "
+        f"in {time.perf_counter() - start:.0f} s"
+    )
 
 
 if __name__ == "__main__":

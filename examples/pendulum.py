@@ -21,7 +21,10 @@ def main() -> None:
     trainer = Trainer(PPO(Pendulum, **HPARAMS), eval_num_envs=64)
     stats = trainer.run(
         steps_per_eval=4,
-        stop_conditions=[HitsUpperBound("eval/episodes/return_mean", -200), HitsUpperBound("env/steps", 3_000_000)],
+        stop_conditions=[
+            HitsUpperBound("eval/episodes/return_mean", -200),
+            HitsUpperBound("env/steps", 3_000_000),
+        ],
     )
     trainer.close()
     print(

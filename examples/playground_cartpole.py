@@ -15,17 +15,30 @@ from rl8.envs import PlaygroundEnv
 from rl8.training.conditions import HitsUpperBound
 
 ENV = {"env_id": "CartpoleBalance", "config_overrides": {"impl": "jax"}}
-HPARAMS = dict(num_envs=1024, horizon=24, num_sgd_iters=5, num_minibatches=4, model_config={"hiddens": (64, 64)},
-               seed=0)
+HPARAMS = dict(
+    num_envs=1024,
+    horizon=24,
+    num_sgd_iters=5,
+    num_minibatches=4,
+    model_config={"hiddens": (64, 64)},
+    seed=0,
+)
 
 
 def main() -> None:
     start = time.perf_counter()
-    trainer = Trainer(PPO(PlaygroundEnv, env_kwargs=ENV, **HPARAMS), eval_num_envs=16, eval_num_steps=1000,
-                      experiment="playground-CartpoleBalance")
+    trainer = Trainer(
+        PPO(PlaygroundEnv, env_kwargs=ENV, **HPARAMS),
+        eval_num_envs=16,
+        eval_num_steps=1000,
+        experiment="playground-CartpoleBalance",
+    )
     stats = trainer.run(
         steps_per_eval=4,
-        stop_conditions=[HitsUpperBound("eval/episodes/return_mean", 900), HitsUpperBound("env/steps", 2_000_000)],
+        stop_conditions=[
+            HitsUpperBound("eval/episodes/return_mean", 900),
+            HitsUpperBound("env/steps", 2_000_000),
+        ],
     )
     trainer.close()
     print(

@@ -41,7 +41,9 @@ HPARAMS = dict(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=10_000_000, help="env steps to train for (4 frames each)")
+    parser.add_argument(
+        "--steps", type=int, default=10_000_000, help="env steps to train for (4 frames each)"
+    )
     parser.add_argument("--env", default="ALE/Pong-v5", help="an ALE id, e.g. ALE/Breakout-v5")
     parser.add_argument("--vectorization-mode", default="async", choices=["sync", "async", "pool"])
     parser.add_argument("--seed", type=int, default=1)
@@ -51,8 +53,11 @@ def main() -> None:
     # CleanRL's annealing: lr * (1 - (iteration - 1) / num_iterations), down to lr / num_iterations
     batch = HPARAMS["num_envs"] * HPARAMS["horizon"]
     algo = PPO(
-        args.env, seed=args.seed, lr_schedule=[(0, 2.5e-4), (args.steps, 2.5e-4 * batch / max(args.steps, batch))],
-        env_kwargs={"vectorization_mode": args.vectorization_mode}, **HPARAMS,
+        args.env,
+        seed=args.seed,
+        lr_schedule=[(0, 2.5e-4), (args.steps, 2.5e-4 * batch / max(args.steps, batch))],
+        env_kwargs={"vectorization_mode": args.vectorization_mode},
+        **HPARAMS,
     )
     stats = Trainer(algo).run(stop_conditions=[HitsUpperBound("env/steps", args.steps)])
     print(

@@ -14,12 +14,30 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 __all__ = [
-    "Check", "Invalid", "attributes_doc", "check", "check_int", "did_you_mean", "first_invalid", "int_at_least", "is_int",
-    "is_number", "one_of", "optional", "read_numbers",
+    "Check",
+    "Invalid",
+    "attributes_doc",
+    "check",
+    "check_int",
+    "did_you_mean",
+    "first_invalid",
+    "int_at_least",
+    "is_int",
+    "is_number",
+    "one_of",
+    "optional",
+    "read_numbers",
 ]
 
-def did_you_mean(name: Any, choices: Iterable[str] = (), *, close: Sequence[str] | None = None, n: int = 3,
-                 cutoff: float = 0.6) -> str:
+
+def did_you_mean(
+    name: Any,
+    choices: Iterable[str] = (),
+    *,
+    close: Sequence[str] | None = None,
+    n: int = 3,
+    cutoff: float = 0.6,
+) -> str:
     """The hint of an error about an unknown ``name``: ``"; did you mean 'a' or 'b'?"``, or ``""``.
 
     Args:
@@ -105,9 +123,11 @@ def one_of(*choices: str) -> Check:
 
 def optional(inner: Check) -> Check:
     """``None``, or a value that ``inner`` accepts (``"an int >= 1 or None"``)."""
+
     def check_optional(value: Any, name: str) -> str | None:
         expected = None if value is None else inner(value, name)
         return None if expected is None else f"{expected} or None"
+
     return check_optional
 
 

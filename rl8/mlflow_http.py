@@ -20,8 +20,9 @@ LOG_RETRIES = 2
 LOG_BACKOFF = 1
 #: Seconds a request may wait for an answer.
 LOG_TIMEOUT_S = 10
-_HTTP_ENV_VARS = tuple(f"MLFLOW_HTTP_REQUEST_{k}" for k in ("MAX_RETRIES", "BACKOFF_FACTOR",
-                                                              "BACKOFF_JITTER", "TIMEOUT"))
+_HTTP_ENV_VARS = tuple(
+    f"MLFLOW_HTTP_REQUEST_{k}" for k in ("MAX_RETRIES", "BACKOFF_FACTOR", "BACKOFF_JITTER", "TIMEOUT")
+)
 # os.environ is process-wide: trackers in several threads must not interleave their changes.
 _ENV_LOCK = threading.RLock()
 
@@ -32,8 +33,9 @@ def is_http(uri: str) -> bool:
 
 
 @contextlib.contextmanager
-def http_policy(http: bool, retries: int, backoff: int, timeout_s: int, force: bool,
-                deadline: float = math.inf) -> Iterator[None]:
+def http_policy(
+    http: bool, retries: int, backoff: int, timeout_s: int, force: bool, deadline: float = math.inf
+) -> Iterator[None]:
     """Set MLflow's HTTP retry/timeout environment variables (:data:`_HTTP_ENV_VARS`, the client's
     only knobs) under :data:`_ENV_LOCK` for the block (``http(s)`` stores only); user values are
     kept unless ``force``; waiting for the lock past ``deadline`` (``time.monotonic()``) raises
@@ -66,5 +68,6 @@ def bounded_requests(uri: str | None) -> contextlib.AbstractContextManager[None]
     default of 7 retries of 120 s; variables the user set are kept."""
     if uri is None:
         import mlflow
+
         uri = mlflow.get_tracking_uri()
     return http_policy(is_http(uri), LOG_RETRIES, LOG_BACKOFF, LOG_TIMEOUT_S, force=False)

@@ -17,18 +17,34 @@ __all__ = ["MOVED", "install"]
 
 #: Old module -> the modules its public names live in now (searched in this order).
 MOVED: dict[str, tuple[str, ...]] = {
-    "rl8.actors": ("rl8.training.actors",), "rl8.atari": ("rl8.envs.atari",), "rl8.buffer": ("rl8.ppo.buffer",),
-    "rl8.callbacks": ("rl8.training.callbacks",), "rl8.checkpoint": ("rl8.io.checkpoint", "rl8.io.checkpoint_dir"),
-    "rl8.conditions": ("rl8.training.conditions",), "rl8.config": ("rl8.training.config",),
-    "rl8.distributed": ("rl8.ppo.distributed",), "rl8.distributions": ("rl8.policies.distributions",),
-    "rl8.encoders": ("rl8.policies.encoders",), "rl8.env": ("rl8.envs.base",), "rl8.episodes": ("rl8.envs.episodes",),
-    "rl8.export": ("rl8.io.export",), "rl8.finite": ("rl8.ppo.finite",), "rl8.hparams": ("rl8.ppo.hparams",),
-    "rl8.losses": ("rl8.ppo.losses",), "rl8.models": ("rl8.policies.models",),
-    "rl8.normalization": ("rl8.policies.normalization",), "rl8.overlap": ("rl8.ppo.overlap",),
-    "rl8.policy": ("rl8.policies.policy",), "rl8.progress": ("rl8.training.progress",),
-    "rl8.recurrent": ("rl8.policies.recurrent",), "rl8.rollout": ("rl8.ppo.rollout",),
-    "rl8.runner": ("rl8.policies.runner",), "rl8.schedules": ("rl8.ppo.schedules",), "rl8.spaces": ("rl8.envs.spaces",),
-    "rl8.stats": ("rl8.ppo.stats",), "rl8.trainer": ("rl8.training.trainer",),
+    "rl8.actors": ("rl8.training.actors",),
+    "rl8.atari": ("rl8.envs.atari",),
+    "rl8.buffer": ("rl8.ppo.buffer",),
+    "rl8.callbacks": ("rl8.training.callbacks",),
+    "rl8.checkpoint": ("rl8.io.checkpoint", "rl8.io.checkpoint_dir"),
+    "rl8.conditions": ("rl8.training.conditions",),
+    "rl8.config": ("rl8.training.config",),
+    "rl8.distributed": ("rl8.ppo.distributed",),
+    "rl8.distributions": ("rl8.policies.distributions",),
+    "rl8.encoders": ("rl8.policies.encoders",),
+    "rl8.env": ("rl8.envs.base",),
+    "rl8.episodes": ("rl8.envs.episodes",),
+    "rl8.export": ("rl8.io.export",),
+    "rl8.finite": ("rl8.ppo.finite",),
+    "rl8.hparams": ("rl8.ppo.hparams",),
+    "rl8.losses": ("rl8.ppo.losses",),
+    "rl8.models": ("rl8.policies.models",),
+    "rl8.normalization": ("rl8.policies.normalization",),
+    "rl8.overlap": ("rl8.ppo.overlap",),
+    "rl8.policy": ("rl8.policies.policy",),
+    "rl8.progress": ("rl8.training.progress",),
+    "rl8.recurrent": ("rl8.policies.recurrent",),
+    "rl8.rollout": ("rl8.ppo.rollout",),
+    "rl8.runner": ("rl8.policies.runner",),
+    "rl8.schedules": ("rl8.ppo.schedules",),
+    "rl8.spaces": ("rl8.envs.spaces",),
+    "rl8.stats": ("rl8.ppo.stats",),
+    "rl8.trainer": ("rl8.training.trainer",),
     "rl8.video": ("rl8.training.video",),
 }
 
@@ -41,8 +57,12 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def create_module(self, spec: Any) -> types.ModuleType:
         new = MOVED[spec.name]
-        warnings.warn(f"{spec.name} is now {' and '.join(new)} (rl8 2.0; see docs/migrating.md); the old "
-                      "path goes away in rl8 3.0", DeprecationWarning, stacklevel=2)  # warnings skips importlib's frames
+        warnings.warn(
+            f"{spec.name} is now {' and '.join(new)} (rl8 2.0; see docs/migrating.md); the old "
+            "path goes away in rl8 3.0",
+            DeprecationWarning,
+            stacklevel=2,
+        )  # warnings skips importlib's frames
         module = types.ModuleType(spec.name, f"Moved to {', '.join(new)}.")
 
         def __getattr__(name: str) -> Any:
@@ -50,10 +70,14 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
                 found = getattr(importlib.import_module(where), name, module)
                 if found is not module:
                     return found
-            raise AttributeError(f"module {spec.name!r} (now {' and '.join(new)}) has no attribute {name!r}")
+            raise AttributeError(
+                f"module {spec.name!r} (now {' and '.join(new)}) has no attribute {name!r}"
+            )
 
         module.__getattr__ = __getattr__  # type: ignore[method-assign]
-        module.__all__ = sorted({n for w in new for n in getattr(importlib.import_module(w), "__all__", ())})
+        module.__all__ = sorted(
+            {n for w in new for n in getattr(importlib.import_module(w), "__all__", ())}
+        )
         return module
 
     def exec_module(self, module: types.ModuleType) -> None:

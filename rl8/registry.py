@@ -21,17 +21,32 @@ __all__ = ["lookup", "register"]
 _USER: dict[str, Any] = {}  # what you registered: name -> object
 #: rl8's modules whose public classes files may name (one is imported when a file names it).
 _RL8_MODULES = (
-    "rl8.envs.base", "rl8.envs.cartpole", "rl8.envs.pendulum", "rl8.envs.dummy", "rl8.envs.memory",
-    "rl8.envs.catch", "rl8.envs.gymnasium", "rl8.envs.pool", "rl8.envs.jax", "rl8.policies.models", "rl8.policies.encoders",
-    "rl8.policies.recurrent", "rl8.policies.distributions", "rl8.policies.distributions.base",
-    "rl8.policies.distributions.discrete", "rl8.policies.distributions.continuous",
+    "rl8.envs.base",
+    "rl8.envs.cartpole",
+    "rl8.envs.pendulum",
+    "rl8.envs.dummy",
+    "rl8.envs.memory",
+    "rl8.envs.catch",
+    "rl8.envs.gymnasium",
+    "rl8.envs.pool",
+    "rl8.envs.jax",
+    "rl8.policies.models",
+    "rl8.policies.encoders",
+    "rl8.policies.recurrent",
+    "rl8.policies.distributions",
+    "rl8.policies.distributions.base",
+    "rl8.policies.distributions.discrete",
+    "rl8.policies.distributions.continuous",
 )
 #: rl8's public namespaces (``rl8.X``, ``rl8.envs.X``) and the name of their table of lazy exports.
 _PUBLIC = {"rl8": "_EXPORTS", "rl8.envs": "_ENVS"}
 #: Base classes whose subclasses are registered by existing.
 _AUTO_BASES = (
-    ("rl8.envs.base", "Env"), ("gymnasium", "Env"), ("rl8.policies.models", "Model"),
-    ("rl8.policies.distributions", "Distribution"), ("torch.optim", "Optimizer"),
+    ("rl8.envs.base", "Env"),
+    ("gymnasium", "Env"),
+    ("rl8.policies.models", "Model"),
+    ("rl8.policies.distributions", "Distribution"),
+    ("torch.optim", "Optimizer"),
 )
 
 
@@ -76,7 +91,9 @@ def register(obj: Any = None, name: str | None = None) -> Any:
     names = [own] if name is None or name == own else [name, own]
     for each in names:
         if not is_name(each):
-            raise ValueError(f"register: name must be a dotted path of Python names ('pkg.module.Class'), got {each!r}")
+            raise ValueError(
+                f"register: name must be a dotted path of Python names ('pkg.module.Class'), got {each!r}"
+            )
         old = _USER.get(each)
         if old is not None and old is not obj and qualified_name(old) != own:
             raise ValueError(
@@ -178,9 +195,10 @@ def _existing_subclass(name: str) -> Any:
     for module_name, attr in _AUTO_BASES:
         base = getattr(sys.modules.get(module_name), attr, None)
         if base is not None:
-            found += [cls for cls in _subclasses(base) if qualified_name(cls) == name and cls not in found]
+            found += [
+                cls for cls in _subclasses(base) if qualified_name(cls) == name and cls not in found
+            ]
     if not found:
         return None
     bound = bound_object(name)
     return bound if bound in found else found[-1]
-

@@ -15,15 +15,20 @@ class GroupCartPole(CartPole):
     """CartPole with the groups ``policy`` (the 4 state values) and ``critic`` (the state and
     the fraction of ``max_episode_steps`` elapsed, which only the value needs)."""
 
-    observation_space = spaces.Dict({
-        "policy": spaces.Box(-np.inf, np.inf, (4,), np.float32),
-        "critic": spaces.Box(-np.inf, np.inf, (5,), np.float32),
-    })
+    observation_space = spaces.Dict(
+        {
+            "policy": spaces.Box(-np.inf, np.inf, (4,), np.float32),
+            "critic": spaces.Box(-np.inf, np.inf, (5,), np.float32),
+        }
+    )
 
     def _groups(self, state: torch.Tensor, steps: torch.Tensor) -> TensorDict:
         elapsed = steps.float() / self.params["max_episode_steps"]
-        return TensorDict({"policy": state, "critic": torch.cat([state, elapsed], 1)}, batch_size=[self.num_envs],
-                          device=self.device)
+        return TensorDict(
+            {"policy": state, "critic": torch.cat([state, elapsed], 1)},
+            batch_size=[self.num_envs],
+            device=self.device,
+        )
 
     def _observe(self, state: torch.Tensor) -> TensorDict:
         return self._groups(state, self.steps)

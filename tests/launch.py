@@ -28,7 +28,9 @@ class Launch:
         self.returncode, self.output, self.seconds = returncode, output, seconds
 
 
-def torchrun(args: list[str], *, nproc: int = 2, timeout: float = 150, env: dict[str, str] | None = None) -> Launch:
+def torchrun(
+    args: list[str], *, nproc: int = 2, timeout: float = 150, env: dict[str, str] | None = None
+) -> Launch:
     """Run ``torchrun --nproc_per_node=NPROC ARGS`` on this machine and wait at most ``timeout``
     seconds (a longer job fails the test as a hang, with the end of its output).
 
@@ -36,13 +38,25 @@ def torchrun(args: list[str], *, nproc: int = 2, timeout: float = 150, env: dict
     run one intra-op thread each, unbuffered, with ``env`` added to this process's environment.
     """
     cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc_per_node={nproc}",
-        "--master_addr=127.0.0.1", f"--master_port={free_port()}", *args,
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes=1",
+        f"--nproc_per_node={nproc}",
+        "--master_addr=127.0.0.1",
+        f"--master_port={free_port()}",
+        *args,
     ]
     full_env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **(env or {})}
     t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full_env,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=full_env,
+        start_new_session=True,
+    )
     try:
         output, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

@@ -46,9 +46,13 @@ checkpoint_dir: ckpts
 MAX_STEPS = 200_000
 
 
-def torchrun(args: list[str], *, nproc: int, timeout: float = 150, env: dict[str, str] | None = None) -> Launch:
+def torchrun(
+    args: list[str], *, nproc: int, timeout: float = 150, env: dict[str, str] | None = None
+) -> Launch:
     """:func:`launch.torchrun` with a 60 s bound on the job's collectives (``RL8_DIST_TIMEOUT_S``)."""
-    return launch.torchrun(args, nproc=nproc, timeout=timeout, env={"RL8_DIST_TIMEOUT_S": "60", **(env or {})})
+    return launch.torchrun(
+        args, nproc=nproc, timeout=timeout, env={"RL8_DIST_TIMEOUT_S": "60", **(env or {})}
+    )
 
 
 def history(client, run_id: str, key: str) -> list[float]:
@@ -72,7 +76,14 @@ def test_flat_layout_round_trips_a_rollout_into_a_block_of_rows():
     actor.collect()
     layout = FlatLayout(_leaves(actor.buffer.data))
     assert layout.nbytes % 8 == 0
-    assert {name for name, *_ in layout.fields} >= {"obs", "actions", "logp", "values", "rewards", "terminated"}
+    assert {name for name, *_ in layout.fields} >= {
+        "obs",
+        "actions",
+        "logp",
+        "values",
+        "rewards",
+        "terminated",
+    }
     flat = layout.pack(_leaves(actor.buffer.data), layout.empty())
     before = learner.buffer.data[:4].clone()
     layout.unpack(flat, _leaves(learner.buffer.data[4:8]))  # the second actor's block of rows
@@ -89,7 +100,15 @@ def test_truncated_importance_weights_are_one_on_policy_and_capped_off_policy():
     from rl8.training.actors import truncated_importance_weights
 
     def make():
-        return PPO(CartPole, num_envs=8, horizon=16, seed=3, device="cpu", num_sgd_iters=2, sgd_minibatch_size=32)
+        return PPO(
+            CartPole,
+            num_envs=8,
+            horizon=16,
+            seed=3,
+            device="cpu",
+            num_sgd_iters=2,
+            sgd_minibatch_size=32,
+        )
 
     # on-policy data: every weight is 1 and the update is the plain one
     plain, weighted = make(), make()
@@ -103,14 +122,18 @@ def test_truncated_importance_weights_are_one_on_policy_and_capped_off_policy():
     weighted.update()
     assert weighted.advantage_weights is None  # used by one update only
     for key, value in plain.policy.state_dict().items():
-        torch.testing.assert_close(weighted.policy.state_dict()[key], value, rtol=1e-5, atol=1e-6, msg=key)
+        torch.testing.assert_close(
+            weighted.policy.state_dict()[key], value, rtol=1e-5, atol=1e-6, msg=key
+        )
 
     # off-policy data (one update old): the ratio of the new to the behaviour policy, capped
     behaviour = make()
     behaviour.collect()
     behaviour.update()  # the weights moved on since the buffer was collected
     stored = behaviour.buffer.data["logp"][:, :16].clone()
-    proximal = behaviour.policy.evaluate(behaviour.buffer.training_samples(stored * 0, stored * 0))[0].detach()
+    proximal = behaviour.policy.evaluate(behaviour.buffer.training_samples(stored * 0, stored * 0))[
+        0
+    ].detach()
     weights = truncated_importance_weights(behaviour, cap=1.05)
     torch.testing.assert_close(weights, (proximal.reshape(8, 16) - stored).exp().clamp(max=1.05))
     assert weights.max() <= 1.05 and not torch.equal(weights, torch.ones_like(weights))
@@ -139,9 +162,14 @@ def test_bad_actor_options_are_refused_naming_them(monkeypatch):
 
     with pytest.raises(ValueError, match="max_staleness must be an int >= 0, got -1"):
         TrainerConfig(max_staleness=-1)
-    with pytest.raises(ValueError, match="max_staleness must be >= weight_sync_interval - 1 .* max_staleness=1 with weight_sync_interval=3"):
+    with pytest.raises(
+        ValueError,
+        match="max_staleness must be >= weight_sync_interval - 1 .* max_staleness=1 with weight_sync_interval=3",
+    ):
         TrainerConfig(weight_sync_interval=3)
-    with pytest.raises(ValueError, match="weight_sync must be one of 'broadcast', 'checkpoint', got 'nccl'"):
+    with pytest.raises(
+        ValueError, match="weight_sync must be one of 'broadcast', 'checkpoint', got 'nccl'"
+    ):
         TrainerConfig(weight_sync="nccl")
     with pytest.raises(ValueError, match="importance_weight_cap must be a number > 0 or None, got 0"):
         TrainerConfig(importance_weight_cap=0)
@@ -174,7 +202,9 @@ def same_state(a, b, where: str = "state") -> None:
         assert a == b, (where, a, b)
 
 
-def test_an_actor_resumes_its_own_state_and_an_older_checkpoint_starts_its_envs_anew(tmp_path, monkeypatch):
+def test_an_actor_resumes_its_own_state_and_an_older_checkpoint_starts_its_envs_anew(
+    tmp_path, monkeypatch
+):
     """One process playing actor rank 1 of a 3-process job: its entry of a checkpoint written
     to disk is loaded exactly (its next rollout is the one it would have collected); without
     actor entries (a checkpoint of an older rl8) its envs start anew, seeded as before; actor
@@ -199,8 +229,12 @@ def test_an_actor_resumes_its_own_state_and_an_older_checkpoint_starts_its_envs_
         actor.collect()
     entry = actor_state(actor)
     assert entry["counters"]["collects"] == 3 and "policy" not in entry and "optimizer" not in entry
-    state = {"algo": learner.state_dict(), "trainer": {}, "env": {"spec": "rl8.envs.CartPole"},
-             "actors": {"world_size": 3, "actors": 2, "ranks": {1: entry, 2: entry}}}
+    state = {
+        "algo": learner.state_dict(),
+        "trainer": {},
+        "env": {"spec": "rl8.envs.CartPole"},
+        "actors": {"world_size": 3, "actors": 2, "ranks": {1: entry, 2: entry}},
+    }
     file = save_checkpoint(state, tmp_path / "checkpoint.pt")
 
     view = checkpoint_for_actor(load_checkpoint(file), file, 1)
@@ -214,20 +248,31 @@ def test_an_actor_resumes_its_own_state_and_an_older_checkpoint_starts_its_envs_
 
     # a checkpoint without actor entries: fresh envs, seeded from the rank and the update count
     older = {k: v for k, v in state.items() if k != "actors"}
-    fresh = algo_from_checkpoint(file, checkpoint_for_actor(older, file, 1), env=None, hparams=None, trust_code=False)
+    fresh = algo_from_checkpoint(
+        file, checkpoint_for_actor(older, file, 1), env=None, hparams=None, trust_code=False
+    )
     assert fresh.next_collect_resets and fresh.collects == learner.collects
-    seed = derive_seed(actor.env_seed, 3 + 1)  # the env seed of a new actor, moved on by the update count
+    seed = derive_seed(
+        actor.env_seed, 3 + 1
+    )  # the env seed of a new actor, moved on by the update count
     assert fresh.env_seed == seed
     assert torch.equal(fresh.generator.get_state(), torch.Generator().manual_seed(seed).get_state())
 
     monkeypatch.setattr(rl8.ppo.distributed, "_roles", Roles(rank=1, world_size=4, actors=3))
-    with pytest.raises(CheckpointError, match="2 actors of a job of 3 processes, but this job has 3 actors of 4.*"
-                                              "--nproc_per_node=3 .* --actors 2"):
+    with pytest.raises(
+        CheckpointError,
+        match="2 actors of a job of 3 processes, but this job has 3 actors of 4.*"
+        "--nproc_per_node=3 .* --actors 2",
+    ):
         checkpoint_for_actor(load_checkpoint(file), file, 1)
 
     # a malformed actors entry (a crafted or damaged file) is named, not a KeyError deep inside
-    for bad in ({"world_size": 3, "actors": 2, "ranks": [entry]}, {"world_size": "3", "actors": 2, "ranks": {}},
-                {"world_size": 3, "actors": 2, "ranks": {"1": entry}}, ["not", "a", "dict"]):
+    for bad in (
+        {"world_size": 3, "actors": 2, "ranks": [entry]},
+        {"world_size": "3", "actors": 2, "ranks": {}},
+        {"world_size": 3, "actors": 2, "ranks": {"1": entry}},
+        ["not", "a", "dict"],
+    ):
         with pytest.raises(CheckpointError, match="entry 'actors': expected .*'ranks'.* got "):
             checkpoint_for_actor({**state, "actors": bad}, file, 1)
 
@@ -247,7 +292,9 @@ def test_a_checkpoint_holds_every_actors_state_or_none(tmp_path, monkeypatch):
     entry = {"counters": {"collects": 1}}
 
     def written(actors):
-        path = write_checkpoint({"algo": algo.state_dict()}, tmp_path / "c.pt", None, None, 0, DistContext(), actors)
+        path = write_checkpoint(
+            {"algo": algo.state_dict()}, tmp_path / "c.pt", None, None, 0, DistContext(), actors
+        )
         return load_checkpoint(path).get("actors")
 
     assert written({1: entry, 2: entry}) == {"world_size": 3, "actors": 2, "ranks": {1: entry, 2: entry}}
@@ -258,10 +305,27 @@ def test_cli_takes_the_actor_flags():
     from rl8.cli import build_parser
 
     args = build_parser().parse_args(
-        ["train", "--actors", "2", "--max-staleness", "0", "--weight-sync-interval", "1", "--weight-sync", "checkpoint",
-         "--weight-sync-dir", "w"])
-    assert (args.actors, args.max_staleness, args.weight_sync_interval, args.weight_sync, args.weight_sync_dir) == (
-        2, 0, 1, "checkpoint", "w")
+        [
+            "train",
+            "--actors",
+            "2",
+            "--max-staleness",
+            "0",
+            "--weight-sync-interval",
+            "1",
+            "--weight-sync",
+            "checkpoint",
+            "--weight-sync-dir",
+            "w",
+        ]
+    )
+    assert (
+        args.actors,
+        args.max_staleness,
+        args.weight_sync_interval,
+        args.weight_sync,
+        args.weight_sync_dir,
+    ) == (2, 0, 1, "checkpoint", "w")
     with pytest.raises(SystemExit):
         build_parser().parse_args(["train", "--actors", "0"])
 
@@ -279,10 +343,14 @@ def test_two_actors_one_learner_solve_cartpole_and_resume_the_same_run(tmp_path,
 
     config = tmp_path / "cartpole.yaml"
     config.write_text(CARTPOLE_CONFIG)
-    job = torchrun(["-m", "rl8", "train", str(config), "--quiet", "--actors", "2", "--max-staleness", "1"], nproc=3)
+    job = torchrun(
+        ["-m", "rl8", "train", str(config), "--quiet", "--actors", "2", "--max-staleness", "1"], nproc=3
+    )
     assert job.returncode == 0, job.output
     assert job.output.count("run id:") == 1, "only learner rank 0 prints the summary"
-    assert re.search(r"resume:     torchrun --nproc_per_node=3 -m rl8 train --resume \S+ --actors 2\n", job.output)
+    assert re.search(
+        r"resume:     torchrun --nproc_per_node=3 -m rl8 train --resume \S+ --actors 2\n", job.output
+    )
 
     client = MlflowClient(mlflow_uri)
     experiment = client.get_experiment_by_name("actors")
@@ -303,7 +371,9 @@ def test_two_actors_one_learner_solve_cartpole_and_resume_the_same_run(tmp_path,
     # the actors' side, reduced to the learner's run
     collected = history(client, run_id, "actors/env_steps")
     dropped = history(client, run_id, "actors/dropped_rollouts")
-    assert collected[-1] == steps[-1] + dropped[-1] * 32 * 32  # every rollout received is used or dropped
+    assert (
+        collected[-1] == steps[-1] + dropped[-1] * 32 * 32
+    )  # every rollout received is used or dropped
     assert min(history(client, run_id, "throughput/actor_env_steps_per_s")) > 0
     for key in ("profiling/actor_wait_ms", "profiling/learner_wait_ms", "episodes/return_mean"):
         assert key in run.data.metrics
@@ -315,12 +385,25 @@ def test_two_actors_one_learner_solve_cartpole_and_resume_the_same_run(tmp_path,
 
     # resume the 3-process job with a further step bound: the same run goes on
     bound = int(steps[-1]) + 2 * 64 * 32
-    job = torchrun(["-m", "rl8", "train", "--resume", str(tmp_path / "ckpts"), "--quiet", "--actors", "2",
-                    "--max-steps", str(bound)], nproc=3)
+    job = torchrun(
+        [
+            "-m",
+            "rl8",
+            "train",
+            "--resume",
+            str(tmp_path / "ckpts"),
+            "--quiet",
+            "--actors",
+            "2",
+            "--max-steps",
+            str(bound),
+        ],
+        nproc=3,
+    )
     assert job.returncode == 0, job.output
     assert len(client.search_runs([experiment.experiment_id])) == 1
     resumed = history(client, run_id, "env/steps")
-    assert resumed[: len(steps)] == steps and resumed[len(steps):] == [steps[-1] + 64 * 32, bound]
+    assert resumed[: len(steps)] == steps and resumed[len(steps) :] == [steps[-1] + 64 * 32, bound]
     assert client.get_run(run_id).info.status == "FINISHED"
 
 
@@ -338,7 +421,9 @@ def test_checkpoints_hold_each_actors_state_and_resume_restores_it(tmp_path):
     job = torchrun([THIS_FILE, "actor-state", str(tmp_path), "train"], nproc=3, timeout=120)
     assert job.returncode == 0, job.output
     files = CheckpointManager(tmp_path / "ckpts", keep_last=None).list()
-    assert len(files) == 2, files  # at update 2 (actors collecting: their rollouts held) and the final one
+    assert len(files) == 2, (
+        files
+    )  # at update 2 (actors collecting: their rollouts held) and the final one
     middle, final = (load_checkpoint(f) for f in files)
     for state in (middle, final):
         assert set(state["actors"]) == {"world_size", "actors", "ranks"}
@@ -349,17 +434,25 @@ def test_checkpoints_hold_each_actors_state_and_resume_restores_it(tmp_path):
         assert not torch.equal(one["rng"]["generator"], two["rng"]["generator"])  # each actor its own
     # the final checkpoint came just before the stop: each actor's entry is its state at its end
     for rank in (1, 2):
-        same_state(torch.load(tmp_path / f"train-end-{rank}.pt", weights_only=True), final["actors"]["ranks"][rank])
+        same_state(
+            torch.load(tmp_path / f"train-end-{rank}.pt", weights_only=True),
+            final["actors"]["ranks"][rank],
+        )
     # an actor's state at a checkpoint is after the rollout it was collecting: one more than
     # the learner used (one per update), which the learner held for its next update
     for state in (middle, final):
-        assert state["actors"]["ranks"][1]["counters"]["collects"] == state["algo"]["counters"]["steps"] + 1
+        assert (
+            state["actors"]["ranks"][1]["counters"]["collects"] == state["algo"]["counters"]["steps"] + 1
+        )
 
     # resume the job from the middle checkpoint: each actor gets back its own state exactly
     job = torchrun([THIS_FILE, "actor-state", str(tmp_path), str(files[0])], nproc=3, timeout=120)
     assert job.returncode == 0, job.output
     for rank in (1, 2):
-        same_state(torch.load(tmp_path / f"resumed-{rank}.pt", weights_only=True), middle["actors"]["ranks"][rank])
+        same_state(
+            torch.load(tmp_path / f"resumed-{rank}.pt", weights_only=True),
+            middle["actors"]["ranks"][rank],
+        )
     last = load_checkpoint(CheckpointManager(tmp_path / "ckpts", keep_last=None).latest())
     assert last["algo"]["counters"]["steps"] == 4  # it went on: 2 more updates
     # the actor went on from its 3rd rollout (which the resumed learner never got: skipped),
@@ -385,8 +478,14 @@ def _worker_actor_state(out: Path, checkpoint: str) -> None:
     options = {"tracking": False, "progress": False}
     if checkpoint == "train":
         algo = PPO(CartPole, num_envs=16, horizon=8, seed=0, device="cpu")
-        trainer = Trainer(algo, actors=2, checkpoint_dir=str(out / "ckpts"), checkpoint_every=2, keep_checkpoints=None,
-                          **options)
+        trainer = Trainer(
+            algo,
+            actors=2,
+            checkpoint_dir=str(out / "ckpts"),
+            checkpoint_every=2,
+            keep_checkpoints=None,
+            **options,
+        )
         updates = 3
     else:
         trainer = Trainer.from_checkpoint(checkpoint, **options)
@@ -409,16 +508,36 @@ def test_sigterm_stops_every_rank_with_a_checkpoint_and_a_killed_run(tmp_path, m
     from rl8.io.checkpoint import load_checkpoint
 
     config = tmp_path / "cartpole.yaml"
-    config.write_text(CARTPOLE_CONFIG.replace("max_steps: 200000", "max_steps: 100000000") + "checkpoint_every: 2\n")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc_per_node=3",
-           "--master_addr=127.0.0.1", f"--master_port={free_port()}", "-m", "rl8", "train", str(config), "--quiet",
-           "--actors", "2"]
+    config.write_text(
+        CARTPOLE_CONFIG.replace("max_steps: 200000", "max_steps: 100000000") + "checkpoint_every: 2\n"
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes=1",
+        "--nproc_per_node=3",
+        "--master_addr=127.0.0.1",
+        f"--master_port={free_port()}",
+        "-m",
+        "rl8",
+        "train",
+        str(config),
+        "--quiet",
+        "--actors",
+        "2",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "RL8_DIST_TIMEOUT_S": "60"}
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True
+    )
     try:
         deadline = time.monotonic() + 90
-        while not list((tmp_path / "ckpts").glob("*.pt")) and time.monotonic() < deadline and proc.poll() is None:
+        while (
+            not list((tmp_path / "ckpts").glob("*.pt"))
+            and time.monotonic() < deadline
+            and proc.poll() is None
+        ):
             time.sleep(0.2)
         assert proc.poll() is None, proc.communicate()[0]
         proc.send_signal(signal.SIGTERM)  # torchrun forwards it to every rank
@@ -447,7 +566,9 @@ def test_sigterm_stops_every_rank_with_a_checkpoint_and_a_killed_run(tmp_path, m
 
 @pytest.mark.timeout(180)
 def test_a_dead_actor_ends_the_job_with_an_error_naming_it(tmp_path):
-    job = torchrun([THIS_FILE, "die", str(tmp_path)], nproc=3, timeout=120, env={"RL8_DIST_TIMEOUT_S": "30"})
+    job = torchrun(
+        [THIS_FILE, "die", str(tmp_path)], nproc=3, timeout=120, env={"RL8_DIST_TIMEOUT_S": "30"}
+    )
     assert job.returncode != 0
     # the learner's error names the actor; torchrun, which ends the other ranks as soon as it
     # sees one die, may stop the learner before it prints, and then names the rank itself

@@ -20,16 +20,40 @@ def _only_run(client, experiment: str):
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_two_actors_two_learners_solve_cartpole_with_weights_through_a_file_and_importance_weights(tmp_path, mlflow_uri):
+def test_two_actors_two_learners_solve_cartpole_with_weights_through_a_file_and_importance_weights(
+    tmp_path, mlflow_uri
+):
     from mlflow.tracking import MlflowClient
 
     config = tmp_path / "cartpole.yaml"
     # each learner's batch: its one actor's 32 envs
-    config.write_text(CARTPOLE_CONFIG.replace("num_envs: 64 ", "num_envs: 32 ").replace("sgd_minibatch_size: 512", "sgd_minibatch_size: 256")
-                      + "importance_weight_cap: 1.0\n")
-    job = torchrun(["-m", "rl8", "train", str(config), "--quiet", "--actors", "2", "--max-staleness", "2",
-                    "--weight-sync-interval", "2", "--weight-sync", "checkpoint", "--weight-sync-dir", "weights"],
-                   nproc=4, timeout=240)
+    config.write_text(
+        CARTPOLE_CONFIG.replace("num_envs: 64 ", "num_envs: 32 ").replace(
+            "sgd_minibatch_size: 512", "sgd_minibatch_size: 256"
+        )
+        + "importance_weight_cap: 1.0\n"
+    )
+    job = torchrun(
+        [
+            "-m",
+            "rl8",
+            "train",
+            str(config),
+            "--quiet",
+            "--actors",
+            "2",
+            "--max-staleness",
+            "2",
+            "--weight-sync-interval",
+            "2",
+            "--weight-sync",
+            "checkpoint",
+            "--weight-sync-dir",
+            "weights",
+        ],
+        nproc=4,
+        timeout=240,
+    )
     assert job.returncode == 0, job.output
     run = _only_run(MlflowClient(mlflow_uri), "actors")
     client, run_id = MlflowClient(mlflow_uri), run.info.run_id
@@ -62,7 +86,9 @@ def test_max_staleness_0_is_synchronous_and_learns_like_one_process(tmp_path, ml
 
     config = tmp_path / "cartpole.yaml"
     config.write_text(CARTPOLE_CONFIG)
-    job = torchrun(["-m", "rl8", "train", str(config), "--quiet", "--actors", "2", "--max-staleness", "0"], nproc=3)
+    job = torchrun(
+        ["-m", "rl8", "train", str(config), "--quiet", "--actors", "2", "--max-staleness", "0"], nproc=3
+    )
     assert job.returncode == 0, job.output
     client = MlflowClient(mlflow_uri)
     run = _only_run(client, "actors").info.run_id
@@ -92,12 +118,21 @@ def _band() -> None:
     torch.set_num_threads(1)
     for seed in range(5):
         algo = PPO(CartPole, seed=seed, device="cpu", num_envs=64, sgd_minibatch_size=512)
-        trainer = Trainer(algo, tracking=False, eval_num_envs=8, progress=False, checkpoint_dir=f"band-{seed}")
+        trainer = Trainer(
+            algo, tracking=False, eval_num_envs=8, progress=False, checkpoint_dir=f"band-{seed}"
+        )
         returns: list[float] = []
-        trainer.run(steps_per_eval=2, stop_conditions=[HitsUpperBound("eval/episodes/return_mean", 475),
-                                                      HitsUpperBound("env/steps", MAX_STEPS)],
-                    callbacks=[lambda trainer, stats: returns.append(stats["episodes/return_mean"])])
-        print(seed, len(returns), sum(v for v in returns if not math.isnan(v)) / len(returns), flush=True)
+        trainer.run(
+            steps_per_eval=2,
+            stop_conditions=[
+                HitsUpperBound("eval/episodes/return_mean", 475),
+                HitsUpperBound("env/steps", MAX_STEPS),
+            ],
+            callbacks=[lambda trainer, stats: returns.append(stats["episodes/return_mean"])],
+        )
+        print(
+            seed, len(returns), sum(v for v in returns if not math.isnan(v)) / len(returns), flush=True
+        )
 
 
 if __name__ == "__main__":

@@ -16,14 +16,20 @@ from rl8.ppo.losses import adaptive_lr
 TINY = dict(num_envs=16, horizon=32, num_sgd_iters=2, num_minibatches=4, seed=0, device="cpu")
 
 
-@pytest.mark.parametrize("lr, kl, expected", [
-    (1e-3, 0.05, 1e-3 / 1.5),  # above 2 * desired_kl: down
-    (1e-3, 0.001, 1.5e-3),  # below desired_kl / 2: up
-    (1e-3, 0.0, 1e-3),  # no KL measured (the policy unchanged): kept, as rsl_rl does
-    (1e-3, 0.02, 1e-3), (1e-3, 0.005, 1e-3), (1e-3, 0.01, 1e-3),  # within [d/2, 2d]: kept
-    (1.2e-5, 1.0, 1e-5), (9e-3, 1e-6, 1e-2),  # clamped to [1e-5, 1e-2]
-    (5e-2, 0.01, 5e-2),  # a start above the bound stays until the KL moves it
-])
+@pytest.mark.parametrize(
+    "lr, kl, expected",
+    [
+        (1e-3, 0.05, 1e-3 / 1.5),  # above 2 * desired_kl: down
+        (1e-3, 0.001, 1.5e-3),  # below desired_kl / 2: up
+        (1e-3, 0.0, 1e-3),  # no KL measured (the policy unchanged): kept, as rsl_rl does
+        (1e-3, 0.02, 1e-3),
+        (1e-3, 0.005, 1e-3),
+        (1e-3, 0.01, 1e-3),  # within [d/2, 2d]: kept
+        (1.2e-5, 1.0, 1e-5),
+        (9e-3, 1e-6, 1e-2),  # clamped to [1e-5, 1e-2]
+        (5e-2, 0.01, 5e-2),  # a start above the bound stays until the KL moves it
+    ],
+)
 def test_the_rule(lr, kl, expected):
     new = adaptive_lr(torch.tensor(lr, dtype=torch.float64), torch.tensor(kl, dtype=torch.float64), 0.01)
     assert new.item() == pytest.approx(expected, rel=1e-12)
@@ -38,7 +44,9 @@ def test_applied_per_minibatch_with_its_kl(desired_kl, direction):
     mean_over_ranks = algo._mean_over_ranks
     algo._mean_over_ranks = lambda value: kls.append(mean_over_ranks(value)) or kls[-1]
     step = algo.optimizer.step
-    algo.optimizer.step = lambda *a, **k: step_lrs.append(algo.optimizer.param_groups[0]["lr"]) or step(*a, **k)
+    algo.optimizer.step = lambda *a, **k: (
+        step_lrs.append(algo.optimizer.param_groups[0]["lr"]) or step(*a, **k)
+    )
     algo.collect()
     stats = algo.update()
     assert len(kls) == len(step_lrs) == 8  # 2 passes of 4 minibatches
@@ -68,12 +76,17 @@ def test_the_adapted_lr_is_kept_in_checkpoints():
     assert restored_stats["losses/total"] == stats["losses/total"]
 
 
-@pytest.mark.parametrize("hparams, message", [
-    (dict(desired_kl=0), "hparam desired_kl: expected a finite number > 0 or None, got 0"),
-    (dict(desired_kl=-0.01), "hparam desired_kl: expected a finite number > 0 or None, got -0.01"),
-    (dict(desired_kl=0.01, lr_schedule=[(0, 1e-3), (1000, 1e-4)]),
-     "hparam desired_kl: the adaptive learning rate (desired_kl=0.01) and lr_schedule both set the learning rate"),
-])
+@pytest.mark.parametrize(
+    "hparams, message",
+    [
+        (dict(desired_kl=0), "hparam desired_kl: expected a finite number > 0 or None, got 0"),
+        (dict(desired_kl=-0.01), "hparam desired_kl: expected a finite number > 0 or None, got -0.01"),
+        (
+            dict(desired_kl=0.01, lr_schedule=[(0, 1e-3), (1000, 1e-4)]),
+            "hparam desired_kl: the adaptive learning rate (desired_kl=0.01) and lr_schedule both set the learning rate",
+        ),
+    ],
+)
 def test_errors(hparams, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         PPO(Pendulum, **TINY, **hparams)
@@ -88,7 +101,9 @@ def test_the_fused_compiled_step_adapts_as_the_plain_one():
         for algo in (plain, compiled):
             algo.collect()
         plain_stats, compiled_stats = plain.update(), compiled.update()
-        assert compiled_stats["coefficients/lr"] == pytest.approx(plain_stats["coefficients/lr"], rel=1e-5)
+        assert compiled_stats["coefficients/lr"] == pytest.approx(
+            plain_stats["coefficients/lr"], rel=1e-5
+        )
     assert plain_stats["coefficients/lr"] != 1e-3
 
 

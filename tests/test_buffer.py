@@ -35,11 +35,16 @@ def test_gae_matches_reference_with_terminations_and_truncations():
     final_values = torch.randn(n, t_len, generator=g)
     u = torch.rand(n, t_len, generator=g)
     terminated = u < 0.08
-    truncated = (u > 0.92)
+    truncated = u > 0.92
     assert terminated.any() and truncated.any()
     adv, ret = compute_gae(
-        rewards, values, gamma=0.97, gae_lambda=0.9,
-        terminated=terminated, truncated=truncated, final_values=final_values,
+        rewards,
+        values,
+        gamma=0.97,
+        gae_lambda=0.9,
+        terminated=terminated,
+        truncated=truncated,
+        final_values=final_values,
     )
     ref_adv, ref_ret = reference_gae(rewards, values, terminated, truncated, final_values, 0.97, 0.9)
     torch.testing.assert_close(adv.double(), ref_adv, atol=1e-5, rtol=1e-5)
@@ -70,8 +75,13 @@ def test_truncation_bootstraps_final_value_not_reset_obs_value():
     terminated = torch.zeros(1, 2, dtype=torch.bool)
     final_values = torch.tensor([[7.0, 0.0]])
     adv, _ = compute_gae(
-        rewards, values, gamma=1.0, gae_lambda=1.0,
-        terminated=terminated, truncated=truncated, final_values=final_values,
+        rewards,
+        values,
+        gamma=1.0,
+        gae_lambda=1.0,
+        terminated=terminated,
+        truncated=truncated,
+        final_values=final_values,
     )
     assert adv[0, 0].item() == 7.0
 
@@ -79,7 +89,11 @@ def test_truncation_bootstraps_final_value_not_reset_obs_value():
 def test_buffer_layout():
     buf = RolloutBuffer(
         spaces.Dict({"x": spaces.Box(-1, 1, (3,)), "action_mask": spaces.MultiBinary(2)}),
-        (), torch.int64, num_envs=5, horizon=7, episodic=True,
+        (),
+        torch.int64,
+        num_envs=5,
+        horizon=7,
+        episodic=True,
     )
     assert tuple(buf.data.batch_size) == (5, 8)
     assert buf["obs"]["x"].shape == (5, 8, 3)
@@ -87,7 +101,14 @@ def test_buffer_layout():
     assert buf["actions"].dtype == torch.int64
     assert buf["terminated"].dtype == torch.bool
     assert set(buf.data.keys()) == {
-        "obs", "actions", "logp", "values", "rewards", "terminated", "truncated", "final_obs"
+        "obs",
+        "actions",
+        "logp",
+        "values",
+        "rewards",
+        "terminated",
+        "truncated",
+        "final_obs",
     }
     plain = RolloutBuffer(spaces.Box(-1, 1, (2,)), (1,), torch.float32, num_envs=3, horizon=4)
     assert "terminated" not in plain.data.keys()
@@ -127,6 +148,8 @@ def test_gae_with_only_terminations_or_only_truncations():
     adv, _ = compute_gae(rewards, values, gamma=0.9, gae_lambda=0.8, terminated=flags)
     ref, _ = reference_gae(rewards, values, flags, none, None, 0.9, 0.8)
     torch.testing.assert_close(adv.double(), ref, atol=1e-5, rtol=1e-5)
-    adv, _ = compute_gae(rewards, values, gamma=0.9, gae_lambda=0.8, truncated=flags, final_values=final_values)
+    adv, _ = compute_gae(
+        rewards, values, gamma=0.9, gae_lambda=0.8, truncated=flags, final_values=final_values
+    )
     ref, _ = reference_gae(rewards, values, none, flags, final_values, 0.9, 0.8)
     torch.testing.assert_close(adv.double(), ref, atol=1e-5, rtol=1e-5)

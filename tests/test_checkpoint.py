@@ -41,8 +41,15 @@ def trainer_like_state() -> dict:
         "model": model.state_dict(),
         "optimizer": optimizer.state_dict(),
         "counters": {"env/steps": 123_456, "algorithm/collects": 7},
-        "hparams": {"lr": 3e-4, "clip": 0.2, "norm_adv": True, "activation": "tanh",
-                    "lr_schedule": None, "hidden": (64, 64), "huge": 2**70},
+        "hparams": {
+            "lr": 3e-4,
+            "clip": 0.2,
+            "norm_adv": True,
+            "activation": "tanh",
+            "lr_schedule": None,
+            "hidden": (64, 64),
+            "huge": 2**70,
+        },
         "rng": {
             "torch": torch.get_rng_state(),
             "python": random.getstate(),  # (version, tuple of ints, None)
@@ -51,11 +58,9 @@ def trainer_like_state() -> dict:
         "shapes": [torch.Size([512, 4]), torch.Size([])],
         "dtype": torch.float32,
         "device": torch.device("cpu"),
-        "normalizer": {"mean": torch.zeros(4, dtype=torch.float64), "var": torch.ones(4),
-                       "count": 1e-4},
+        "normalizer": {"mean": torch.zeros(4, dtype=torch.float64), "var": torch.ones(4), "count": 1e-4},
         "mlflow_run_id": "0123456789abcdef",
-        "stop": [{"type": "TimeLimit", "elapsed": 12.5}, {"nan": float("nan"),
-                                                          "inf": float("-inf")}],
+        "stop": [{"type": "TimeLimit", "elapsed": 12.5}, {"nan": float("nan"), "inf": float("-inf")}],
         "blob": b"\x00\x01",
         "ordered": collections.OrderedDict(b=1, a=2),
         1: "int keys work",
@@ -93,8 +98,10 @@ def test_restored_rng_states_reproduce_random_numbers(tmp_path):
     torch.manual_seed(1)
     random.seed(2)
     rng = np.random.default_rng(3)
-    save_checkpoint({"torch": torch.get_rng_state(), "python": random.getstate(),
-                     "numpy": rng.bit_generator.state}, tmp_path / "rng.pt")
+    save_checkpoint(
+        {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": rng.bit_generator.state},
+        tmp_path / "rng.pt",
+    )
     expected = (torch.rand(3), random.random(), rng.random())
     loaded = load_checkpoint(tmp_path / "rng.pt")
     torch.set_rng_state(loaded["torch"])
@@ -131,13 +138,16 @@ def test_save_overwrites_an_existing_file(tmp_path):
 # ----------------------------------------------------------------------------- save checks
 
 
-@pytest.mark.parametrize("value, match", [
-    (np.zeros(3), r"state\['bad'\] is a numpy.ndarray.*torch.from_numpy"),
-    (np.float32(1.0), r"state\['bad'\] is a numpy.float32.*float\(x\)"),
-    ({"deep": [1, torch.nn.ReLU()]}, r"state\['bad'\]\['deep'\]\[1\] is a torch.nn.*ReLU"),
-    ({frozenset([1]): 1}, r"has a key frozenset"),
-    (range(3), r"builtins.range"),
-])
+@pytest.mark.parametrize(
+    "value, match",
+    [
+        (np.zeros(3), r"state\['bad'\] is a numpy.ndarray.*torch.from_numpy"),
+        (np.float32(1.0), r"state\['bad'\] is a numpy.float32.*float\(x\)"),
+        ({"deep": [1, torch.nn.ReLU()]}, r"state\['bad'\]\['deep'\]\[1\] is a torch.nn.*ReLU"),
+        ({frozenset([1]): 1}, r"has a key frozenset"),
+        (range(3), r"builtins.range"),
+    ],
+)
 def test_save_refuses_values_that_could_not_be_loaded_safely(tmp_path, value, match):
     path = tmp_path / "bad.pt"
     with pytest.raises(TypeError, match=match):
@@ -225,8 +235,7 @@ def test_the_file_is_fsynced_before_the_rename(tmp_path, monkeypatch):
     events = []
     real_fsync, real_replace = os.fsync, os.replace
     monkeypatch.setattr(os, "fsync", lambda fd: (events.append("fsync"), real_fsync(fd))[1])
-    monkeypatch.setattr(os, "replace",
-                        lambda a, b: (events.append("replace"), real_replace(a, b))[1])
+    monkeypatch.setattr(os, "replace", lambda a, b: (events.append("replace"), real_replace(a, b))[1])
     save_checkpoint({"a": 1}, tmp_path / "c.pt")
     assert events[:2] == ["fsync", "replace"]
 
@@ -254,12 +263,16 @@ def test_truncated_file_is_a_checkpoint_error(tmp_path, keep):
 _NOISE = random.Random(0)
 
 
-@pytest.mark.parametrize("data", [
-    _NOISE.randbytes(4096),
-    b"\x80\x02" + _NOISE.randbytes(200),  # looks like a pickle
-    b"PK\x03\x04" + _NOISE.randbytes(200),  # looks like a zip
-    b"model: mlp\n",
-], ids=["noise", "pickle-like", "zip-like", "yaml"])
+@pytest.mark.parametrize(
+    "data",
+    [
+        _NOISE.randbytes(4096),
+        b"\x80\x02" + _NOISE.randbytes(200),  # looks like a pickle
+        b"PK\x03\x04" + _NOISE.randbytes(200),  # looks like a zip
+        b"model: mlp\n",
+    ],
+    ids=["noise", "pickle-like", "zip-like", "yaml"],
+)
 def test_random_bytes_are_a_checkpoint_error(tmp_path, data):
     path = tmp_path / "c.pt"
     path.write_bytes(data)
@@ -280,9 +293,12 @@ def test_a_cuda_map_location_without_cuda_says_so(tmp_path, device):
 def test_a_cuda_device_beyond_the_count_is_named(tmp_path):
     path = save_checkpoint({"w": torch.zeros(3)}, tmp_path / "c.pt")
     index = torch.cuda.device_count()
-    with pytest.raises(ValueError, match=rf"map_location='cuda:{index}' names a CUDA device, but "
-                                         rf"this machine has {index} CUDA device\(s\), "
-                                         rf"cuda:0 to cuda:{index - 1}"):
+    with pytest.raises(
+        ValueError,
+        match=rf"map_location='cuda:{index}' names a CUDA device, but "
+        rf"this machine has {index} CUDA device\(s\), "
+        rf"cuda:0 to cuda:{index - 1}",
+    ):
         load_checkpoint(path, map_location=f"cuda:{index}")
 
 
@@ -292,9 +308,12 @@ def test_a_cuda_device_beyond_the_count_is_named_without_a_gpu(tmp_path, monkeyp
     path = save_checkpoint({"w": torch.zeros(3)}, tmp_path / "c.pt")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    with pytest.raises(ValueError, match=r"map_location='cuda:2' names a CUDA device, but this "
-                                         r"machine has 2 CUDA device\(s\), cuda:0 to cuda:1; "
-                                         r"load with map_location='cpu'"):
+    with pytest.raises(
+        ValueError,
+        match=r"map_location='cuda:2' names a CUDA device, but this "
+        r"machine has 2 CUDA device\(s\), cuda:0 to cuda:1; "
+        r"load with map_location='cpu'",
+    ):
         load_checkpoint(path, map_location="cuda:2")
 
 
@@ -347,8 +366,11 @@ def test_a_compressed_entry_is_refused_before_it_is_read(tmp_path):
     with zipfile.ZipFile(path, "a") as archive:  # 16 MiB of zeros in about 16 KiB
         archive.writestr("c/bomb", bytes(16 << 20), compress_type=zipfile.ZIP_DEFLATED)
     assert path.stat().st_size < 100_000
-    with pytest.raises(CheckpointError, match=r"c.pt is not an rl8 checkpoint as torch writes it: "
-                                              r"its entry 'c/bomb' is compressed \(deflate\)"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"c.pt is not an rl8 checkpoint as torch writes it: "
+        r"its entry 'c/bomb' is compressed \(deflate\)",
+    ):
         load_checkpoint(path)
 
 
@@ -406,7 +428,9 @@ def test_a_malicious_file_is_refused_without_running_its_code(tmp_path, how):
     else:
         protocol = {"pickle": 2, "pickle-4": 4, "pickle-default": None}[how]
         path.write_bytes(pickle.dumps(payload, protocol=protocol))
-    with pytest.raises(CheckpointError, match="not a safe rl8 checkpoint.*refuses to execute code") as info:
+    with pytest.raises(
+        CheckpointError, match="not a safe rl8 checkpoint.*refuses to execute code"
+    ) as info:
         load_checkpoint(path)
     assert "evil.pt" in str(info.value) and "mkdir" in str(info.value)
     assert not marker.exists()
@@ -448,14 +472,21 @@ def test_manager_creates_the_directory_and_names_files(tmp_path):
 
 def test_manager_keeps_the_last_n_and_leaves_other_files_alone(tmp_path):
     manager = CheckpointManager(tmp_path, keep_last=3)
-    others = ["notes.txt", "checkpoint-12.pt", "checkpoint-000000000001.pt.bak",
-              "other-000000000001.pt", "model.pt"]
+    others = [
+        "notes.txt",
+        "checkpoint-12.pt",
+        "checkpoint-000000000001.pt.bak",
+        "other-000000000001.pt",
+        "model.pt",
+    ]
     for name in others:
         (tmp_path / name).write_text("keep me")
     for step in [10, 20, 30, 40, 50]:
         manager.save({"step": step}, step)
     assert [p.name for p in manager.list()] == [
-        "checkpoint-000000000030.pt", "checkpoint-000000000040.pt", "checkpoint-000000000050.pt"
+        "checkpoint-000000000030.pt",
+        "checkpoint-000000000040.pt",
+        "checkpoint-000000000050.pt",
     ]
     assert manager.latest() == tmp_path / "checkpoint-000000000050.pt"
     for name in others:
@@ -518,14 +549,22 @@ def test_manager_removes_stale_temporary_files_of_its_own(tmp_path):
 def test_manager_keeps_the_temporary_file_of_a_live_writer_and_removes_it_after_kill_9(tmp_path):
     """A writer in another process, stuck in torch.save: its file is kept however old while the
     process lives (it holds the file's lock), and removed on the next save after kill -9."""
-    writer = subprocess.Popen([sys.executable, "-c", f"""
+    writer = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"""
 import time, torch
 from rl8.io.checkpoint_dir import CheckpointManager
 def stuck(obj, file, *args, **kwargs):
     file.write(b"partial"); file.flush(); print("writing", flush=True); time.sleep(60)
 torch.save = stuck
 CheckpointManager({str(tmp_path)!r}).save({{"a": 1}}, step=100)
-"""], stdout=subprocess.PIPE, text=True)
+""",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert writer.stdout.readline() == "writing\n"
         (tmp,) = tmp_path.glob(".checkpoint-000000000100.pt.*.tmp")
@@ -543,12 +582,15 @@ CheckpointManager({str(tmp_path)!r}).save({{"a": 1}}, step=100)
     assert [p.name for p in tmp_path.iterdir()] == sorted(p.name for p in manager.list())
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"keep_last": 0}, "keep_last must be an int >= 1 or None, got 0"),
-    ({"keep_last": 2.0}, "keep_last must be an int >= 1 or None, got 2.0"),
-    ({"prefix": ""}, "prefix must be a non-empty str"),
-    ({"prefix": "a/b"}, "without path separators"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"keep_last": 0}, "keep_last must be an int >= 1 or None, got 0"),
+        ({"keep_last": 2.0}, "keep_last must be an int >= 1 or None, got 2.0"),
+        ({"prefix": ""}, "prefix must be a non-empty str"),
+        ({"prefix": "a/b"}, "without path separators"),
+    ],
+)
 def test_manager_validation(tmp_path, kwargs, match):
     with pytest.raises(ValueError, match=match):
         CheckpointManager(tmp_path, **kwargs)

@@ -19,9 +19,6 @@ TINY_SET = ["--set", "num_envs=16", "--set", "horizon=8", "--set", "sgd_minibatc
             "--set", "num_sgd_iters=1", "--set", "seed=0"]  # fmt: skip
 
 
-
-
-
 def write(tmp_path, text, name="config.yaml"):
     path = tmp_path / name
     path.write_text(textwrap.dedent(text))
@@ -43,7 +40,9 @@ def all_runs(uri):
 
 
 def test_train_from_a_yaml_config(tmp_path, capsys, mlflow_uri):
-    config = write(tmp_path, """
+    config = write(
+        tmp_path,
+        """
         env: rl8.envs.CartPole
         hparams:
           num_envs: 16
@@ -62,7 +61,8 @@ def test_train_from_a_yaml_config(tmp_path, capsys, mlflow_uri):
         experiment: yaml-exp
         run_name: yaml-run
         checkpoint_every: 1
-    """)
+    """,
+    )
     assert main(["train", config, "--quiet"]) == 0
     out = capsys.readouterr().out
     fields = summary(out)
@@ -90,7 +90,10 @@ def test_train_with_flags(tmp_path, capsys, mlflow_uri):
     assert run.data.params["hparams/horizon"] == "8"
     assert run.data.metrics["env/steps"] == 256
     assert fields["checkpoint"] == str(tmp_path / "ck" / f"checkpoint-{256:012d}.pt")
-    assert fields["mlflow ui"] == f"mlflow ui --backend-store-uri {mlflow_uri}" or fields["mlflow ui"] == "mlflow ui"
+    assert (
+        fields["mlflow ui"] == f"mlflow ui --backend-store-uri {mlflow_uri}"
+        or fields["mlflow ui"] == "mlflow ui"
+    )
 
 
 def test_the_mlflow_ui_hint_names_the_extra_when_the_ui_is_not_installed(monkeypatch, tmp_path):
@@ -101,9 +104,14 @@ def test_the_mlflow_ui_hint_names_the_extra_when_the_ui_is_not_installed(monkeyp
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "flask" else find_spec(name, *a))
-    assert _mlflow_ui_command(uri) == 'mlflow ui (after pip install mlflow)'  # the test's cwd
-    assert _mlflow_ui_command("/elsewhere") == 'mlflow ui --backend-store-uri /elsewhere (after pip install mlflow)'
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "flask" else find_spec(name, *a)
+    )
+    assert _mlflow_ui_command(uri) == "mlflow ui (after pip install mlflow)"  # the test's cwd
+    assert (
+        _mlflow_ui_command("/elsewhere")
+        == "mlflow ui --backend-store-uri /elsewhere (after pip install mlflow)"
+    )
     assert _mlflow_ui_command("http://127.0.0.1:5000").startswith("open http://127.0.0.1:5000")
     monkeypatch.setattr(importlib.util, "find_spec", find_spec)
     assert _mlflow_ui_command(uri) == "mlflow ui"
@@ -148,7 +156,9 @@ def test_config_errors_are_one_line_and_exit_2(tmp_path, capsys, mlflow_uri, tex
 
 def test_unknown_stat_in_a_stop_condition_exits_2(tmp_path, capsys):
     argv = ["train", "--env", "rl8.envs.CartPole", *TINY_SET, "--quiet"]
-    config = write(tmp_path, "stop_conditions: [{hits_upper_bound: {key: episodes/retrun_mean, bound: 1}}]\n")
+    config = write(
+        tmp_path, "stop_conditions: [{hits_upper_bound: {key: episodes/retrun_mean, bound: 1}}]\n"
+    )
     assert main([*argv[:1], config, *argv[1:]]) == 2
     err = capsys.readouterr().err
     assert "episodes/return_mean" in err and "Traceback" not in err
@@ -197,7 +207,9 @@ def test_train_options_are_read_and_checked_as_their_fields_say(tmp_path, capsys
 
     with pytest.raises(SystemExit):
         main(["train", "--env", "rl8.envs.CartPole", "--max-staleness", "-1"])
-    assert "argument --max-staleness: max_staleness must be an int >= 0, got -1" in capsys.readouterr().err
+    assert (
+        "argument --max-staleness: max_staleness must be an int >= 0, got -1" in capsys.readouterr().err
+    )
     config = write(tmp_path, "env: rl8.envs.CartPole\nimportance_weight_cap: -1\n")
     assert main(["train", config]) == 2
     assert "importance_weight_cap must be a number > 0 or None, got -1.0" in capsys.readouterr().err
@@ -217,11 +229,16 @@ def test_resume_takes_the_trainer_options_of_a_config_file(tmp_path, capsys, mlf
     assert [p.name for p in ck.glob("checkpoint-*.pt")] == [f"checkpoint-{512:012d}.pt"]
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["train", "--env", "rl8.envs.CartPole", "--trust-code", "--max-steps", "1"],
-     "--trust-code only applies with --resume"),
-    (["runs", "--dry-run"], "--dry-run only applies with --clean"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            ["train", "--env", "rl8.envs.CartPole", "--trust-code", "--max-steps", "1"],
+            "--trust-code only applies with --resume",
+        ),
+        (["runs", "--dry-run"], "--dry-run only applies with --clean"),
+    ],
+)
 def test_options_that_only_apply_with_another_are_errors(argv, message, capsys):
     assert main(argv) == 2
     assert message in capsys.readouterr().err
@@ -254,7 +271,9 @@ def test_eval_of_an_env_without_episodes(tmp_path, capsys):
     argv = ["train", "--env", "rl8.envs.DiscreteDummyEnv", *TINY_SET, "--max-steps", "128", "--quiet"]
     assert main(argv) == 0
     fields = summary(capsys.readouterr().out)
-    assert main(["eval", fields["checkpoint"], "--num-envs", "2", "--max-steps", "5", "--stochastic"]) == 0
+    assert (
+        main(["eval", fields["checkpoint"], "--num-envs", "2", "--max-steps", "5", "--stochastic"]) == 0
+    )
     out = capsys.readouterr().out
     assert "does not end episodes: returns over 5 steps" in out and "env 1: return" in out
 
@@ -264,10 +283,26 @@ def test_eval_in_another_env_does_not_get_the_stored_envs_arguments(tmp_path, ca
     from rl8.envs import CartPole
 
     path = tmp_path / "policy.pt"  # as trained on the gymnasium id, with its own arguments
-    save_policy(PPO(CartPole, num_envs=4, horizon=8).policy, path,
-                env={"spec": "CartPole-v1", "env_kwargs": {"max_episode_steps": 20}, "env_config": {}})
-    assert main(["eval", str(path), "--env", "rl8.envs.CartPole", "--episodes", "1",
-                 "--env-config", "max_episode_steps=5"]) == 0
+    save_policy(
+        PPO(CartPole, num_envs=4, horizon=8).policy,
+        path,
+        env={"spec": "CartPole-v1", "env_kwargs": {"max_episode_steps": 20}, "env_config": {}},
+    )
+    assert (
+        main(
+            [
+                "eval",
+                str(path),
+                "--env",
+                "rl8.envs.CartPole",
+                "--episodes",
+                "1",
+                "--env-config",
+                "max_episode_steps=5",
+            ]
+        )
+        == 0
+    )
     assert "episode 1: return 5, length 5" in capsys.readouterr().out
 
 
@@ -281,7 +316,9 @@ def test_version_and_python_dash_m(capsys):
         main(["--version"])
     assert exc.value.code == 0
     assert capsys.readouterr().out.strip() == f"rl8 {rl8.version.__version__}"
-    done = subprocess.run([sys.executable, "-m", "rl8", "--version"], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "rl8", "--version"], capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0 and done.stdout.strip() == f"rl8 {rl8.version.__version__}"
     done = subprocess.run([sys.executable, "-m", "rl8"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "train" in done.stderr

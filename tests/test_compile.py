@@ -25,7 +25,9 @@ def test_compile_bad_value_names_the_field():
 
 
 def test_compile_with_overlap_names_both_options():
-    with pytest.raises(ValueError, match=r"hparam compile: compile=True does not work with collect_mode='overlap'"):
+    with pytest.raises(
+        ValueError, match=r"hparam compile: compile=True does not work with collect_mode='overlap'"
+    ):
         PPO(CartPole, num_envs=4, horizon=4, compile=True, collect_mode="overlap")
 
 
@@ -48,17 +50,23 @@ def test_compiled_steps_match_eager_without_graph_breaks(env):
     eager, eager_grads = loss_and_grads(algo._minibatch_loss)
     compiled, compiled_grads = loss_and_grads(torch.compile(algo._minibatch_loss, fullgraph=True))
     for name in ("total", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction"):
-        torch.testing.assert_close(getattr(compiled, name), getattr(eager, name), rtol=1e-4, atol=1e-5, msg=name)
+        torch.testing.assert_close(
+            getattr(compiled, name), getattr(eager, name), rtol=1e-4, atol=1e-5, msg=name
+        )
     for eager_grad, compiled_grad in zip(eager_grads, compiled_grads, strict=True):
         torch.testing.assert_close(compiled_grad, eager_grad, rtol=1e-4, atol=1e-5)
 
     obs, actions = minibatch["obs"], minibatch["actions"]
     with torch.no_grad():
         dist, value, carry = algo.policy.rollout_step(obs, None)
-        compiled_dist, compiled_value, compiled_carry = torch.compile(algo.policy.rollout_step, fullgraph=True)(obs, None)
+        compiled_dist, compiled_value, compiled_carry = torch.compile(
+            algo.policy.rollout_step, fullgraph=True
+        )(obs, None)
     assert carry is None and compiled_carry is None
     torch.testing.assert_close(compiled_value, value, rtol=1e-4, atol=1e-5)
-    torch.testing.assert_close(compiled_dist.log_prob(actions), dist.log_prob(actions), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(
+        compiled_dist.log_prob(actions), dist.log_prob(actions), rtol=1e-4, atol=1e-5
+    )
 
 
 @pytest.mark.parametrize("min_envs, kind", [(None, "plain"), (4, "compiled")])
@@ -75,8 +83,10 @@ def test_cpu_rollout_step_compiled_only_from_enough_envs(caplog, min_envs, kind)
     assert algo.compiled.rollout_step_kind == kind
     plain_lines = [r.message for r in caplog.records if "the rollout step runs plain" in r.message]
     if kind == "plain":
-        assert plain_lines == ["rl8: compile=True: the rollout step runs plain: 4 envs, fewer than "
-                               "the 64 for which compiling it pays on CPU"]
+        assert plain_lines == [
+            "rl8: compile=True: the rollout step runs plain: 4 envs, fewer than "
+            "the 64 for which compiling it pays on CPU"
+        ]
         assert algo.compiled.compile_s == 0.0  # the update has not run yet, the rollout never compiles
     else:
         assert not plain_lines and algo.compiled.compile_s > 0
@@ -149,13 +159,25 @@ def test_compile_with_a_recurrent_model_and_amp(caplog):
     """compile=True trains a recurrent model under enable_amp (nn.LSTM itself runs eagerly: torch.compile
     does not trace it) and reports the compile time in one log line."""
     caplog.set_level(logging.INFO, logger="rl8.ppo.compiled")
-    algo = PPO(CartPole, num_envs=8, horizon=8, seq_len=4, num_sgd_iters=1, seed=0, model_cls=LSTMModel,
-               model_config={"hidden_size": 8, "encoder_hiddens": (8,)}, enable_amp=True, compile=True)
+    algo = PPO(
+        CartPole,
+        num_envs=8,
+        horizon=8,
+        seq_len=4,
+        num_sgd_iters=1,
+        seed=0,
+        model_cls=LSTMModel,
+        model_config={"hidden_size": 8, "encoder_hiddens": (8,)},
+        enable_amp=True,
+        compile=True,
+    )
     algo.collect()
     stats = algo.update()
     assert stats["profiling/compile_ms"] > 0 and torch.isfinite(torch.tensor(stats["losses/total"]))
     assert algo.compiled.train_step_kind == "loss"
-    assert [r.message for r in caplog.records if "torch.compile took" in r.message and "nn.LSTM" in r.message]
+    assert [
+        r.message for r in caplog.records if "torch.compile took" in r.message and "nn.LSTM" in r.message
+    ]
 
 
 # ---------------------------------------------------------------------------------- the fused train step
@@ -171,17 +193,29 @@ def _minibatches(algo, count):
     algo.collect()
     samples, _ = algo._training_samples()
     size = samples.batch_size[0] // count
-    return [samples[i * size:(i + 1) * size] for i in range(count)]
+    return [samples[i * size : (i + 1) * size] for i in range(count)]
 
 
 MONITORS = ("total", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
 
 
-@pytest.mark.parametrize("optimizer, max_grad_norm", [
-    (dict(optimizer_cls="torch.optim.Adam", optimizer_kwargs={"eps": 1e-5, "weight_decay": 0.01}), 0.05),
-    (dict(optimizer_cls="torch.optim.AdamW", optimizer_kwargs={"eps": 1e-5, "weight_decay": 0.1,
-                                                               "betas": (0.8, 0.99)}), None),
-], ids=["adam-clipped", "adamw-unclipped"])
+@pytest.mark.parametrize(
+    "optimizer, max_grad_norm",
+    [
+        (
+            dict(optimizer_cls="torch.optim.Adam", optimizer_kwargs={"eps": 1e-5, "weight_decay": 0.01}),
+            0.05,
+        ),
+        (
+            dict(
+                optimizer_cls="torch.optim.AdamW",
+                optimizer_kwargs={"eps": 1e-5, "weight_decay": 0.1, "betas": (0.8, 0.99)},
+            ),
+            None,
+        ),
+    ],
+    ids=["adam-clipped", "adamw-unclipped"],
+)
 def test_fused_step_matches_the_plain_step(optimizer, max_grad_norm):
     """Over several optimizer steps on the same minibatches, the fused step and the plain eager step
     give the same losses, monitors and grad norms at every step, then the same parameters and Adam
@@ -189,7 +223,9 @@ def test_fused_step_matches_the_plain_step(optimizer, max_grad_norm):
     decay, grad-norm clipping that scales (0.05 is below every norm here) and none."""
     kwargs = dict(TINY, **optimizer, max_grad_norm=max_grad_norm, entropy_coeff=0.01)
     plain, fused_algo = PPO(Pendulum, **kwargs), PPO(Pendulum, **kwargs)
-    fused = FusedTrainStep(fused_algo.policy, fused_algo.optimizer, fused_algo._minibatch_loss, max_grad_norm)
+    fused = FusedTrainStep(
+        fused_algo.policy, fused_algo.optimizer, fused_algo._minibatch_loss, max_grad_norm
+    )
     for lr in (1e-3, 3e-3):  # a new lr (a schedule) between the updates
         for algo in (plain, fused_algo):
             # as a resume does: new param group dicts and state tensors, which the fused step must follow
@@ -199,12 +235,19 @@ def test_fused_step_matches_the_plain_step(optimizer, max_grad_norm):
             plain_loss, plain_norm = _plain_step(plain, minibatch, 0.01)
             fused_loss, fused_norm = fused(minibatch, 0.01)
             for name in MONITORS:
-                torch.testing.assert_close(getattr(fused_loss, name), getattr(plain_loss, name).detach(),
-                                           rtol=1e-4, atol=1e-5, msg=name)
+                torch.testing.assert_close(
+                    getattr(fused_loss, name),
+                    getattr(plain_loss, name).detach(),
+                    rtol=1e-4,
+                    atol=1e-5,
+                    msg=name,
+                )
             torch.testing.assert_close(fused_norm, plain_norm, rtol=1e-4, atol=1e-5)
             if max_grad_norm is not None:
                 assert plain_norm > max_grad_norm  # the clip scaled this step's gradients
-    for (name, p), q in zip(plain.policy.named_parameters(), fused_algo.policy.parameters(), strict=True):
+    for (name, p), q in zip(
+        plain.policy.named_parameters(), fused_algo.policy.parameters(), strict=True
+    ):
         torch.testing.assert_close(q, p, rtol=1e-4, atol=1e-5, msg=name)
     plain_state, fused_state = plain.optimizer.state_dict(), fused_algo.optimizer.state_dict()
     assert fused_state["param_groups"] == plain_state["param_groups"]
@@ -228,8 +271,13 @@ def test_fused_step_under_bf16_autocast(monkeypatch):
         plain_loss, plain_norm = _plain_step(plain, minibatch, 0.0)
         fused_loss, fused_norm = fused(minibatch, 0.0)
         for name in MONITORS:
-            torch.testing.assert_close(getattr(fused_loss, name), getattr(plain_loss, name).detach(),
-                                       rtol=0.05, atol=0.02, msg=name)
+            torch.testing.assert_close(
+                getattr(fused_loss, name),
+                getattr(plain_loss, name).detach(),
+                rtol=0.05,
+                atol=0.02,
+                msg=name,
+            )
         torch.testing.assert_close(fused_norm, plain_norm, rtol=0.05, atol=0.02)
 
 
@@ -252,13 +300,19 @@ def test_compiled_update_runs_the_fused_step_and_stops_on_kl_as_the_plain_one():
         torch.testing.assert_close(q, p, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("hparams, reason", [
-    (dict(optimizer_cls="torch.optim.SGD", optimizer_kwargs={}), "the optimizer is SGD, not torch.optim.Adam or AdamW"),
-    (dict(optimizer_kwargs={"amsgrad": True}), "amsgrad=True"),
-    (dict(optimizer_kwargs={"maximize": True}), "maximize=True"),
-    (dict(accumulate_grads=True), "accumulate_grads"),
-    (dict(model_cls=LSTMModel, seq_len=4, model_config={"hidden_size": 8}), "nn.LSTM"),
-])
+@pytest.mark.parametrize(
+    "hparams, reason",
+    [
+        (
+            dict(optimizer_cls="torch.optim.SGD", optimizer_kwargs={}),
+            "the optimizer is SGD, not torch.optim.Adam or AdamW",
+        ),
+        (dict(optimizer_kwargs={"amsgrad": True}), "amsgrad=True"),
+        (dict(optimizer_kwargs={"maximize": True}), "maximize=True"),
+        (dict(accumulate_grads=True), "accumulate_grads"),
+        (dict(model_cls=LSTMModel, seq_len=4, model_config={"hidden_size": 8}), "nn.LSTM"),
+    ],
+)
 def test_compile_falls_back_to_the_compiled_loss(hparams, reason):
     algo = PPO(CartPole, **{**TINY, **hparams}, compile=True)
     assert algo.compiled.train_step_kind == "loss"
@@ -272,8 +326,12 @@ def test_fused_step_problem_names_the_grad_scaler_and_data_parallel():
     assert fused_step_problem(optimizer, **flags) is None
     assert "gradient scaler" in fused_step_problem(optimizer, **{**flags, "grad_scaler": True})
     assert "data-parallel" in fused_step_problem(optimizer, **{**flags, "distributed": True})
-    two_groups = torch.optim.Adam([{"params": [torch.nn.Parameter(torch.zeros(2))]},
-                                   {"params": [torch.nn.Parameter(torch.zeros(2))]}])
+    two_groups = torch.optim.Adam(
+        [
+            {"params": [torch.nn.Parameter(torch.zeros(2))]},
+            {"params": [torch.nn.Parameter(torch.zeros(2))]},
+        ]
+    )
     assert "2 parameter groups" in fused_step_problem(two_groups, **flags)
 
 
@@ -327,8 +385,9 @@ def test_enable_amp_on_cpu_reports_its_dtype(monkeypatch, caplog, capability, dt
         assert torch.is_autocast_enabled("cpu") == (dtype == torch.bfloat16)
 
 
-@pytest.mark.parametrize("capability, dtype", [((9, 0), torch.bfloat16), ((8, 0), torch.bfloat16),
-                                               ((7, 5), torch.float16)])
+@pytest.mark.parametrize(
+    "capability, dtype", [((9, 0), torch.bfloat16), ((8, 0), torch.bfloat16), ((7, 5), torch.float16)]
+)
 def test_enable_amp_on_cuda_chooses_bfloat16_from_ampere_on(monkeypatch, capability, dtype):
     """bfloat16 (no gradient scaler) on GPUs that run it natively; float16 on older ones. The
     GPU is simulated: CI has none (the real one: test_enable_amp_on_this_gpu)."""

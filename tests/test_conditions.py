@@ -113,7 +113,12 @@ def test_plateaus_rtol_zero_means_exact_equality():
 def test_plateaus_ignores_nan():
     condition = Plateaus(KEY, patience=2, rtol=0.01)
     assert run(condition, [math.nan, 10, math.nan, 10, math.nan, 10]) == [
-        False, False, False, False, False, True
+        False,
+        False,
+        False,
+        False,
+        False,
+        True,
     ]
 
 
@@ -122,9 +127,7 @@ def test_plateaus_ignores_nan():
 
 def test_stops_increasing_counts_checks_without_new_maximum():
     condition = StopsIncreasing(KEY, patience=2)
-    assert run(condition, [1, 2, 2, 1.5, 3, 2, 2.9]) == [
-        False, False, False, True, False, False, True
-    ]
+    assert run(condition, [1, 2, 2, 1.5, 3, 2, 2.9]) == [False, False, False, True, False, False, True]
     assert condition.best == 3
 
 
@@ -137,9 +140,7 @@ def test_stops_increasing_min_delta():
 
 def test_stops_decreasing_mirrors_stops_increasing():
     condition = StopsDecreasing("losses/vf", patience=2)
-    assert run(condition, [5, 4, 4, 4.5, 1], key="losses/vf") == [
-        False, False, False, True, False
-    ]
+    assert run(condition, [5, 4, 4, 4.5, 1], key="losses/vf") == [False, False, False, True, False]
 
 
 def test_patience_conditions_ignore_nan():
@@ -170,12 +171,15 @@ class Recorder(Condition):
         return f"Recorder({self.answer})"
 
 
-@pytest.mark.parametrize("cls, answers, expected", [
-    (And, [False, True, True], False),
-    (And, [True, True, True], True),
-    (Or, [True, False, False], True),
-    (Or, [False, False, False], False),
-])
+@pytest.mark.parametrize(
+    "cls, answers, expected",
+    [
+        (And, [False, True, True], False),
+        (And, [True, True, True], True),
+        (Or, [True, False, False], True),
+        (Or, [False, False, False], False),
+    ],
+)
 def test_and_or_evaluate_every_child(cls, answers, expected):
     children = [Recorder(a) for a in answers]
     condition = cls(children)
@@ -284,8 +288,12 @@ def test_nested_state_round_trip_through_a_checkpoint(tmp_path, clock):
     from rl8.io.checkpoint import load_checkpoint, save_checkpoint
 
     def build():
-        return Or([And([Plateaus(KEY, patience=5, rtol=0.1), TimeLimit(100)]),
-                   StopsDecreasing("losses/vf", patience=4)])
+        return Or(
+            [
+                And([Plateaus(KEY, patience=5, rtol=0.1), TimeLimit(100)]),
+                StopsDecreasing("losses/vf", patience=4),
+            ]
+        )
 
     condition = build()
     for v in [1.0, 1.01, 0.99]:
@@ -308,9 +316,7 @@ def test_state_of_a_fresh_condition_round_trips():
 
 def test_load_state_dict_rejects_another_condition():
     with pytest.raises(ValueError, match="Plateaus"):
-        StopsIncreasing(KEY, patience=1).load_state_dict(
-            Plateaus(KEY, patience=1, rtol=0).state_dict()
-        )
+        StopsIncreasing(KEY, patience=1).load_state_dict(Plateaus(KEY, patience=1, rtol=0).state_dict())
     with pytest.raises(ValueError, match="losses/vf"):
         StopsIncreasing(KEY, patience=1).load_state_dict(
             StopsIncreasing("losses/vf", patience=1).state_dict()
@@ -347,14 +353,17 @@ def test_missing_key_with_many_stats_does_not_list_them_all():
         Plateaus("monitors/x", patience=1, rtol=0)(stats)
 
 
-@pytest.mark.parametrize("condition", [
-    HitsUpperBound("rollout/reward_sum_mean", 1),
-    HitsLowerBound("rollout/reward_sum_mean", 1),
-    Plateaus("rollout/reward_sum_mean", patience=1, rtol=0),
-    StopsIncreasing("rollout/reward_sum_mean", patience=1),
-    StopsDecreasing("rollout/reward_sum_mean", patience=1),
-    Or([TimeLimit(10), HitsUpperBound("rollout/reward_sum_mean", 1)]),
-])
+@pytest.mark.parametrize(
+    "condition",
+    [
+        HitsUpperBound("rollout/reward_sum_mean", 1),
+        HitsLowerBound("rollout/reward_sum_mean", 1),
+        Plateaus("rollout/reward_sum_mean", patience=1, rtol=0),
+        StopsIncreasing("rollout/reward_sum_mean", patience=1),
+        StopsDecreasing("rollout/reward_sum_mean", patience=1),
+        Or([TimeLimit(10), HitsUpperBound("rollout/reward_sum_mean", 1)]),
+    ],
+)
 def test_every_stat_condition_raises_on_a_missing_key(condition):
     with pytest.raises(MissingStatError):
         condition({"env/steps": 1})
@@ -421,31 +430,39 @@ def test_time_limit_progress(clock):
 # -------------------------------------------------------------------------------- validation
 
 
-@pytest.mark.parametrize("build, error, match", [
-    (lambda: HitsUpperBound("", 1), TypeError, "key must be a non-empty str"),
-    (lambda: HitsUpperBound(3, 1), TypeError, "key must be a non-empty str.*got 3"),
-    (lambda: HitsUpperBound(KEY, math.inf), ValueError, "bound must be a finite number, got inf"),
-    (lambda: HitsLowerBound(KEY, math.nan), ValueError, "bound must be a finite number"),
-    (lambda: HitsUpperBound(KEY, "475"), TypeError, r"bound must be a finite number, got '475'"),
-    (lambda: HitsUpperBound(KEY, True), TypeError, "bound must be a finite number"),
-    (lambda: Plateaus(KEY, patience=0, rtol=0.1), ValueError, "patience must be an int >= 1.*0"),
-    (lambda: Plateaus(KEY, patience=2.5, rtol=0.1), TypeError, "patience must be an int >= 1.*2.5"),
-    (lambda: Plateaus(KEY, patience=2, rtol=-0.1), ValueError, "rtol must be >= 0, got -0.1"),
-    (lambda: Plateaus(KEY, patience=2, rtol=0.1, atol=-1), ValueError, "atol must be >= 0"),
-    (lambda: StopsIncreasing(KEY, patience=-1), ValueError, "StopsIncreasing: patience"),
-    (lambda: StopsDecreasing(KEY, patience=1, min_delta=-1), ValueError, "min_delta must be >= 0"),
-    (lambda: TimeLimit(0), ValueError, "TimeLimit: seconds must be > 0, got 0"),
-    (lambda: TimeLimit(-5), ValueError, "seconds must be > 0"),
-    (lambda: TimeLimit(math.inf), ValueError, "seconds must be a finite number"),
-])
+@pytest.mark.parametrize(
+    "build, error, match",
+    [
+        (lambda: HitsUpperBound("", 1), TypeError, "key must be a non-empty str"),
+        (lambda: HitsUpperBound(3, 1), TypeError, "key must be a non-empty str.*got 3"),
+        (lambda: HitsUpperBound(KEY, math.inf), ValueError, "bound must be a finite number, got inf"),
+        (lambda: HitsLowerBound(KEY, math.nan), ValueError, "bound must be a finite number"),
+        (lambda: HitsUpperBound(KEY, "475"), TypeError, r"bound must be a finite number, got '475'"),
+        (lambda: HitsUpperBound(KEY, True), TypeError, "bound must be a finite number"),
+        (lambda: Plateaus(KEY, patience=0, rtol=0.1), ValueError, "patience must be an int >= 1.*0"),
+        (lambda: Plateaus(KEY, patience=2.5, rtol=0.1), TypeError, "patience must be an int >= 1.*2.5"),
+        (lambda: Plateaus(KEY, patience=2, rtol=-0.1), ValueError, "rtol must be >= 0, got -0.1"),
+        (lambda: Plateaus(KEY, patience=2, rtol=0.1, atol=-1), ValueError, "atol must be >= 0"),
+        (lambda: StopsIncreasing(KEY, patience=-1), ValueError, "StopsIncreasing: patience"),
+        (lambda: StopsDecreasing(KEY, patience=1, min_delta=-1), ValueError, "min_delta must be >= 0"),
+        (lambda: TimeLimit(0), ValueError, "TimeLimit: seconds must be > 0, got 0"),
+        (lambda: TimeLimit(-5), ValueError, "seconds must be > 0"),
+        (lambda: TimeLimit(math.inf), ValueError, "seconds must be a finite number"),
+    ],
+)
 def test_constructor_validation(build, error, match):
     with pytest.raises(error, match=match):
         build()
 
 
 def test_repr_is_readable():
-    condition = Or([HitsUpperBound(KEY, 475), Plateaus("losses/vf", patience=3, rtol=0.01),
-                    And([StopsIncreasing(KEY, patience=2), TimeLimit(seconds=60)])])
+    condition = Or(
+        [
+            HitsUpperBound(KEY, 475),
+            Plateaus("losses/vf", patience=3, rtol=0.01),
+            And([StopsIncreasing(KEY, patience=2), TimeLimit(seconds=60)]),
+        ]
+    )
     assert repr(condition) == (
         "Or([HitsUpperBound('episodes/return_mean', 475), "
         "Plateaus('losses/vf', patience=3, rtol=0.01), "
@@ -457,14 +474,16 @@ def test_repr_is_readable():
 
 
 def test_from_config_builds_every_condition():
-    spec = {"or": [
-        {"hits_upper_bound": {"key": KEY, "bound": 475}},
-        {"hits_lower_bound": {"key": "losses/vf", "bound": 0.01}},
-        {"plateaus": {"key": KEY, "patience": 10, "rtol": 0.01, "atol": 0.5}},
-        {"stops_increasing": {"key": "eval/rollout/reward_sum_mean", "patience": 5}},
-        {"stops_decreasing": {"key": "losses/vf", "patience": 5, "min_delta": 0.1}},
-        {"and": [{"time_limit": {"seconds": 60}}]},
-    ]}
+    spec = {
+        "or": [
+            {"hits_upper_bound": {"key": KEY, "bound": 475}},
+            {"hits_lower_bound": {"key": "losses/vf", "bound": 0.01}},
+            {"plateaus": {"key": KEY, "patience": 10, "rtol": 0.01, "atol": 0.5}},
+            {"stops_increasing": {"key": "eval/rollout/reward_sum_mean", "patience": 5}},
+            {"stops_decreasing": {"key": "losses/vf", "patience": 5, "min_delta": 0.1}},
+            {"and": [{"time_limit": {"seconds": 60}}]},
+        ]
+    }
     condition = from_config(spec)
     assert repr(condition) == (
         "Or([HitsUpperBound('episodes/return_mean', 475), HitsLowerBound('losses/vf', 0.01), "
@@ -473,8 +492,16 @@ def test_from_config_builds_every_condition():
         "StopsDecreasing('losses/vf', patience=5, min_delta=0.1), "
         "And([TimeLimit(seconds=60)])])"
     )
-    assert set(CONDITIONS) == {"hits_upper_bound", "hits_lower_bound", "plateaus",
-                               "stops_increasing", "stops_decreasing", "time_limit", "and", "or"}
+    assert set(CONDITIONS) == {
+        "hits_upper_bound",
+        "hits_lower_bound",
+        "plateaus",
+        "stops_increasing",
+        "stops_decreasing",
+        "time_limit",
+        "and",
+        "or",
+    }
 
 
 def test_from_config_reads_yaml_including_1e6():
@@ -488,27 +515,38 @@ or:
     assert not condition({"env/steps": 10})
 
 
-@pytest.mark.parametrize("spec, match", [
-    ({"hits_uper_bound": {"key": KEY, "bound": 1}},
-     r"unknown condition 'hits_uper_bound'\. Did you mean 'hits_upper_bound'.*Valid names: "
-     r"hits_upper_bound, hits_lower_bound"),
-    ({"foo": {}}, r"unknown condition 'foo'\. Valid names"),
-    ({"hits_upper_bound": {"key": KEY}}, r"at hits_upper_bound: missing field 'bound'"),
-    ({"plateaus": {"key": KEY, "patience": 3, "rtoll": 0.1}},
-     r"unknown field 'rtoll'\. Did you mean 'rtol'.*Valid fields: key, patience, rtol, atol"),
-    ({"plateaus": {"key": KEY, "patience": 0, "rtol": 0.1}}, r"at plateaus: .*patience must be"),
-    ({"time_limit": {"seconds": "soon"}}, r"seconds must be a number, got 'soon'"),
-    ({"time_limit": 60}, r"expected a mapping of arguments, got 60"),
-    ({"or": {"time_limit": {"seconds": 1}}}, r"at or: expected a list of conditions"),
-    ({"or": []}, r"non-empty list"),
-    ({"or": [{"time_limit": {"seconds": 1}}, {"time_limt": {"seconds": 1}}]},
-     r"at or\[1\]: unknown condition 'time_limt'\. Did you mean 'time_limit'"),
-    ({"and": [{"or": [{"time_limit": {"seconds": -1}}]}]},
-     r"at and\[0\]\.or\[0\]\.time_limit: TimeLimit: seconds must be > 0"),
-    ({}, r"exactly one key"),
-    ({"time_limit": {"seconds": 1}, "or": []}, r"exactly one key"),
-    ([{"time_limit": {"seconds": 1}}], r"exactly one key"),
-])
+@pytest.mark.parametrize(
+    "spec, match",
+    [
+        (
+            {"hits_uper_bound": {"key": KEY, "bound": 1}},
+            r"unknown condition 'hits_uper_bound'\. Did you mean 'hits_upper_bound'.*Valid names: "
+            r"hits_upper_bound, hits_lower_bound",
+        ),
+        ({"foo": {}}, r"unknown condition 'foo'\. Valid names"),
+        ({"hits_upper_bound": {"key": KEY}}, r"at hits_upper_bound: missing field 'bound'"),
+        (
+            {"plateaus": {"key": KEY, "patience": 3, "rtoll": 0.1}},
+            r"unknown field 'rtoll'\. Did you mean 'rtol'.*Valid fields: key, patience, rtol, atol",
+        ),
+        ({"plateaus": {"key": KEY, "patience": 0, "rtol": 0.1}}, r"at plateaus: .*patience must be"),
+        ({"time_limit": {"seconds": "soon"}}, r"seconds must be a number, got 'soon'"),
+        ({"time_limit": 60}, r"expected a mapping of arguments, got 60"),
+        ({"or": {"time_limit": {"seconds": 1}}}, r"at or: expected a list of conditions"),
+        ({"or": []}, r"non-empty list"),
+        (
+            {"or": [{"time_limit": {"seconds": 1}}, {"time_limt": {"seconds": 1}}]},
+            r"at or\[1\]: unknown condition 'time_limt'\. Did you mean 'time_limit'",
+        ),
+        (
+            {"and": [{"or": [{"time_limit": {"seconds": -1}}]}]},
+            r"at and\[0\]\.or\[0\]\.time_limit: TimeLimit: seconds must be > 0",
+        ),
+        ({}, r"exactly one key"),
+        ({"time_limit": {"seconds": 1}, "or": []}, r"exactly one key"),
+        ([{"time_limit": {"seconds": 1}}], r"exactly one key"),
+    ],
+)
 def test_from_config_errors(spec, match):
     with pytest.raises(ValueError, match=match):
         from_config(spec)

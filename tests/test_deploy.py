@@ -35,7 +35,9 @@ class GroupsModel(Model):
 
     def __init__(self, observation_space, action_space, distribution_cls, /):
         super().__init__(observation_space, action_space, distribution_cls)
-        self.pi = nn.Sequential(nn.Linear(3, 16), nn.Tanh(), nn.Linear(16, distribution_cls.param_size(action_space)))
+        self.pi = nn.Sequential(
+            nn.Linear(3, 16), nn.Tanh(), nn.Linear(16, distribution_cls.param_size(action_space))
+        )
         self.vf = nn.Linear(7, 1)
 
     def actor_params(self, obs):
@@ -59,20 +61,37 @@ def with_statistics(policy, seed=0):
     """``policy`` with running statistics far from (0, 1), as after training."""
     generator = torch.Generator().manual_seed(seed)
     for stats in policy.obs_normalizer.stats.values():
-        stats.update(3.0 + 2.0 * torch.randn((64, *stats.mean.shape), generator=generator, dtype=torch.float64))
+        stats.update(
+            3.0 + 2.0 * torch.randn((64, *stats.mean.shape), generator=generator, dtype=torch.float64)
+        )
     return policy
 
 
 BOX = spaces.Box(-1.0, 1.0, (4,), np.float32)
 CASES = {
     "discrete": lambda: Policy(BOX, spaces.Discrete(5), normalize_observations=True),
-    "dict": lambda: Policy(spaces.Dict({"pos": spaces.Box(-1, 1, (2,), np.float32), "cell": spaces.Discrete(3),
-                                        "action_mask": spaces.MultiBinary(4)}),
-                           spaces.Discrete(4), normalize_observations=True),
-    "actor_groups": lambda: Policy(spaces.Dict({"policy": spaces.Box(-1, 1, (3,), np.float32),
-                                                "critic": spaces.Box(-1, 1, (4,), np.float32)}),
-                                   spaces.Box(-2.0, 2.0, (2,), np.float32), model_cls=GroupsModel,
-                                   normalize_observations=True),
+    "dict": lambda: Policy(
+        spaces.Dict(
+            {
+                "pos": spaces.Box(-1, 1, (2,), np.float32),
+                "cell": spaces.Discrete(3),
+                "action_mask": spaces.MultiBinary(4),
+            }
+        ),
+        spaces.Discrete(4),
+        normalize_observations=True,
+    ),
+    "actor_groups": lambda: Policy(
+        spaces.Dict(
+            {
+                "policy": spaces.Box(-1, 1, (3,), np.float32),
+                "critic": spaces.Box(-1, 1, (4,), np.float32),
+            }
+        ),
+        spaces.Box(-2.0, 2.0, (2,), np.float32),
+        model_cls=GroupsModel,
+        normalize_observations=True,
+    ),
     "multi_discrete": lambda: Policy(BOX, spaces.MultiDiscrete([3, 2]), model_config={"hiddens": [8]}),
 }
 
@@ -87,13 +106,25 @@ def trained(tmp_path_factory, template_db):
     torch.manual_seed(0)
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(root)  # MLflow's artifacts go beside its store
-        algo = PPO(Pendulum, num_envs=8, horizon=16, sgd_minibatch_size=64, num_sgd_iters=1,
-                   normalize_observations=True, model_config={"hiddens": [16]}, seed=0)
+        algo = PPO(
+            Pendulum,
+            num_envs=8,
+            horizon=16,
+            sgd_minibatch_size=64,
+            num_sgd_iters=1,
+            normalize_observations=True,
+            model_config={"hiddens": [16]},
+            seed=0,
+        )
         trainer = Trainer(algo, tracking_uri=uri, checkpoint_dir=str(root / "checkpoints"))
         trainer.run(max_env_steps=3 * 128)
         trainer.close()
-    return {"policy": algo.policy.eval(), "uri": uri, "run_id": trainer.run_id,
-            "checkpoints": root / "checkpoints"}
+    return {
+        "policy": algo.policy.eval(),
+        "uri": uri,
+        "run_id": trainer.run_id,
+        "checkpoints": root / "checkpoints",
+    }
 
 
 def run_onnx(path, inputs):
@@ -139,6 +170,7 @@ def test_box_policy_with_normalisation_matches_predict(trained, tmp_path, format
     assert props["normalize_observations"] == "true" and props["distribution_cls"] == "Normal"
     if format == "onnx":
         import onnx
+
         assert {p.key: p.value for p in onnx.load(str(path)).metadata_props} == props
         session = ort.InferenceSession(str(path))
         batch = session.get_inputs()[0].shape[0]
@@ -170,12 +202,23 @@ def test_policies_match_predict(case, format, tmp_path):
 def test_recurrent_policy_carries_its_state(format, tmp_path):
     torch.manual_seed(3)
     space = spaces.Box(-1.0, 1.0, (3,), np.float32)
-    policy = with_statistics(Policy(space, spaces.Box(-1.0, 1.0, (2,), np.float32), model_cls=LSTMModel,
-                                    model_config={"hidden_size": 8, "num_layers": 2}, normalize_observations=True))
+    policy = with_statistics(
+        Policy(
+            space,
+            spaces.Box(-1.0, 1.0, (2,), np.float32),
+            model_cls=LSTMModel,
+            model_config={"hidden_size": 8, "num_layers": 2},
+            normalize_observations=True,
+        )
+    )
     path = policy.export(tmp_path / f"lstm.{format}", format)
     metadata = read_export_metadata(path)
     assert [i["name"] for i in json.loads(metadata["inputs"])] == ["obs", "state_h", "state_c"]
-    assert [o["name"] for o in json.loads(metadata["outputs"])] == ["actions", "next_state_h", "next_state_c"]
+    assert [o["name"] for o in json.loads(metadata["outputs"])] == [
+        "actions",
+        "next_state_h",
+        "next_state_c",
+    ]
     actor = torch.jit.load(str(path)) if format == "torchscript" else None
     n, state, h, c = 5, None, np.zeros((5, 2, 8), np.float32), np.zeros((5, 2, 8), np.float32)
     for step in range(6):
@@ -188,11 +231,15 @@ def test_recurrent_policy_carries_its_state(format, tmp_path):
         else:
             actions, h, c = (t.numpy() for t in actor(*(torch.as_tensor(x) for x in (obs, h, c))))
         assert np.abs(actions - expected).max() <= 1e-5
-        assert np.abs(h - state["h"].numpy()).max() <= 1e-5 and np.abs(c - state["c"].numpy()).max() <= 1e-5
+        assert (
+            np.abs(h - state["h"].numpy()).max() <= 1e-5 and np.abs(c - state["c"].numpy()).max() <= 1e-5
+        )
 
 
 def test_unbounded_box_bounds_are_json(tmp_path):
-    policy = Policy(spaces.Box(-np.inf, np.inf, (2,), np.float32), spaces.Box(-1.0, 1.0, (1,), np.float32))
+    policy = Policy(
+        spaces.Box(-np.inf, np.inf, (2,), np.float32), spaces.Box(-1.0, 1.0, (1,), np.float32)
+    )
     metadata = read_export_metadata(policy.export(tmp_path / "p.pt", "torchscript"))
     assert json.loads(metadata["observation_space"])["low"] == ["-inf", "-inf"]
 
@@ -228,7 +275,9 @@ class ExportsOtherwise(Model):
 
 def test_an_export_that_differs_from_the_model_is_refused(tmp_path):
     policy = Policy(BOX, spaces.Box(-1.0, 1.0, (2,), np.float32), model_cls=ExportsOtherwise)
-    message = "cannot export ExportsOtherwise with Normal as onnx \\(the exported program's actions differ"
+    message = (
+        "cannot export ExportsOtherwise with Normal as onnx \\(the exported program's actions differ"
+    )
     with pytest.raises(ExportError, match=message):
         policy.export(tmp_path / "a.onnx")
     assert list(tmp_path.iterdir()) == []
@@ -236,18 +285,27 @@ def test_an_export_that_differs_from_the_model_is_refused(tmp_path):
 
 def test_what_cannot_be_exported_is_refused(tmp_path, monkeypatch):
     with pytest.raises(ExportError, match="NoMode has no deterministic action"):
-        Policy(BOX, spaces.Box(-1.0, 1.0, (2,), np.float32), distribution_cls=NoMode).export(tmp_path / "a.onnx")
+        Policy(BOX, spaces.Box(-1.0, 1.0, (2,), np.float32), distribution_cls=NoMode).export(
+            tmp_path / "a.onnx"
+        )
     policy = Policy(BOX, spaces.Discrete(3), model_cls=Untraceable)
     message = "cannot export Untraceable with Categorical as onnx .*; try format='torchscript'"
     with pytest.raises(ExportError, match=message):
         policy.export(tmp_path / "b.onnx")
-    with pytest.raises(ExportError, match="cannot export Untraceable .* as torchscript.*try format='onnx'"):
+    with pytest.raises(
+        ExportError, match="cannot export Untraceable .* as torchscript.*try format='onnx'"
+    ):
         policy.export(tmp_path / "b.pt", "torchscript")
-    with pytest.raises(ValueError, match=r"format: expected one of \['onnx', 'torchscript'\], got 'tflite'"):
+    with pytest.raises(
+        ValueError, match=r"format: expected one of \['onnx', 'torchscript'\], got 'tflite'"
+    ):
         policy.export(tmp_path / "c.tflite", "tflite")
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing half-written
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None if name == "onnxscript" else True)
-    with pytest.raises(ImportError, match=r'ONNX export needs onnx and onnxscript, the onnx extra: pip install -e "\.\[onnx\]"'):
+    with pytest.raises(
+        ImportError,
+        match=r'ONNX export needs onnx and onnxscript, the onnx extra: pip install -e "\.\[onnx\]"',
+    ):
         policy.export(tmp_path / "d.onnx")
 
 
@@ -259,19 +317,29 @@ def test_export_command_from_a_checkpoint_folder_and_a_run_id(trained, tmp_path,
     assert main(["export", str(trained["checkpoints"]), "-o", "out/policy.onnx"]) == 0
     assert capsys.readouterr().out.strip() == "out/policy.onnx"
     policy = load_policy(trained["checkpoints"])
-    check_same_actions(policy, tmp_path / "out" / "policy.onnx", "onnx", observations(policy.observation_space, 4, 0))
+    check_same_actions(
+        policy, tmp_path / "out" / "policy.onnx", "onnx", observations(policy.observation_space, 4, 0)
+    )
     argv = ["export", trained["run_id"], "--tracking-uri", trained["uri"], "--format", "torchscript"]
     assert main(argv) == 0
     assert capsys.readouterr().out.strip() == "policy.pt"
-    check_same_actions(policy, tmp_path / "policy.pt", "torchscript", observations(policy.observation_space, 4, 1))
+    check_same_actions(
+        policy, tmp_path / "policy.pt", "torchscript", observations(policy.observation_space, 4, 1)
+    )
     assert main(argv) == 0  # an export is overwritten
 
 
-@pytest.mark.parametrize("output, message", [
-    ("", "-o/--output: expected a file name, got an empty string"),
-    (".", "-o/--output: . is a folder; give a file name"),
-    ("notes.txt", "-o/--output: notes.txt exists and is not an rl8 export; pass --force to overwrite it"),
-])
+@pytest.mark.parametrize(
+    "output, message",
+    [
+        ("", "-o/--output: expected a file name, got an empty string"),
+        (".", "-o/--output: . is a folder; give a file name"),
+        (
+            "notes.txt",
+            "-o/--output: notes.txt exists and is not an rl8 export; pass --force to overwrite it",
+        ),
+    ],
+)
 def test_export_command_refuses_bad_outputs(trained, tmp_path, capsys, output, message):
     (tmp_path / "notes.txt").write_text("keep me")
     assert main(["export", str(trained["checkpoints"]), "-o", output]) == 2
@@ -282,7 +350,20 @@ def test_export_command_refuses_bad_outputs(trained, tmp_path, capsys, output, m
 
 def test_export_command_force_and_bad_format(trained, tmp_path, capsys):
     (tmp_path / "notes.txt").write_text("keep me")
-    assert main(["export", str(trained["checkpoints"]), "-o", "notes.txt", "--force", "--format", "torchscript"]) == 0
+    assert (
+        main(
+            [
+                "export",
+                str(trained["checkpoints"]),
+                "-o",
+                "notes.txt",
+                "--force",
+                "--format",
+                "torchscript",
+            ]
+        )
+        == 0
+    )
     assert read_export_metadata(tmp_path / "notes.txt") is not None
     with pytest.raises(SystemExit) as exc:
         main(["export", str(trained["checkpoints"]), "--format", "tflite"])

@@ -24,18 +24,36 @@ THIS_FILE = str(Path(__file__).resolve())
 # (a): one update, one minibatch (the whole buffer), episodes truncated within the horizon so
 # that the bootstrap from final_obs is part of what must match.
 UPDATE_HPARAMS = {
-    "num_envs": 8, "horizon": 8, "sgd_minibatch_size": None, "num_sgd_iters": 1, "seed": 0,
-    "device": "cpu", "normalize_rewards": True, "normalize_observations": True,
+    "num_envs": 8,
+    "horizon": 8,
+    "sgd_minibatch_size": None,
+    "num_sgd_iters": 1,
+    "seed": 0,
+    "device": "cpu",
+    "normalize_rewards": True,
+    "normalize_observations": True,
     "env_config": {"max_episode_steps": 5},
 }
 # Adam's first step hardly depends on the gradients' scale (and clipping rescales them): plain
 # SGD without clipping also checks that the gradients are averaged, not summed.
 UPDATE_OPTIMIZERS = {
     "adam": {},
-    "sgd": {"optimizer_cls": "torch.optim.SGD", "optimizer_kwargs": {}, "lr": 0.5, "max_grad_norm": None},
+    "sgd": {
+        "optimizer_cls": "torch.optim.SGD",
+        "optimizer_kwargs": {},
+        "lr": 0.5,
+        "max_grad_norm": None,
+    },
 }
 # resume test: a small CartPole run
-RESUME_HPARAMS = {"num_envs": 16, "horizon": 8, "sgd_minibatch_size": 64, "num_sgd_iters": 2, "seed": 3, "device": "cpu"}
+RESUME_HPARAMS = {
+    "num_envs": 16,
+    "horizon": 8,
+    "sgd_minibatch_size": 64,
+    "num_sgd_iters": 2,
+    "seed": 3,
+    "device": "cpu",
+}
 
 
 def _tensors_equal(a, b, where: str = "") -> None:
@@ -104,7 +122,9 @@ def test_one_update_on_two_ranks_equals_one_process_with_all_envs(one_update_job
     # ... and its running reward statistics are the ranks' reduced ones
     for key, value in r0["reward_stats"].items():
         torch.testing.assert_close(r1["reward_stats"][key], value, rtol=0, atol=0)
-        torch.testing.assert_close(single.reward_normalizer.stats.state_dict()[key], value, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(
+            single.reward_normalizer.stats.state_dict()[key], value, rtol=1e-5, atol=1e-6
+        )
     single.update()
 
     after = dict(single.policy.state_dict())
@@ -233,7 +253,9 @@ def test_signal_checkpoint_and_resume_restore_every_rank(tmp_path):
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("mode", ["kill", "raise", "stall"])
 def test_a_failing_rank_ends_the_job_with_an_error(tmp_path, mode):
-    job = torchrun([THIS_FILE, "fail", str(tmp_path), mode], timeout=120, env={"RL8_DIST_TIMEOUT_S": "5"})
+    job = torchrun(
+        [THIS_FILE, "fail", str(tmp_path), mode], timeout=120, env={"RL8_DIST_TIMEOUT_S": "5"}
+    )
     assert job.returncode != 0, job.output
     assert job.seconds < 90, f"the job took {job.seconds:.0f} s to end"
     assert (tmp_path / "rank0-stepped").exists(), job.output  # training was under way
@@ -262,7 +284,11 @@ def test_rank_device_and_timeout_outside_torchrun(monkeypatch):
     ctx = DistContext()
     assert (ctx.enabled, ctx.rank, ctx.world_size) == (False, 0, 1)
     assert ctx.max([1.0, 2.0]) == [1.0, 2.0]
-    assert ctx.broadcast_object("x") == "x" and ctx.gather_to_main(3) == [3] and ctx.scatter_from_main([4]) == 4
+    assert (
+        ctx.broadcast_object("x") == "x"
+        and ctx.gather_to_main(3) == [3]
+        and ctx.scatter_from_main([4]) == 4
+    )
     assert rank_device("auto") == "auto" and rank_device("cpu") == "cpu"
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("LOCAL_RANK", "1")
@@ -305,8 +331,12 @@ def _worker_one_update(out: str) -> None:
         update_stats = algo.update()
         torch.save(
             {
-                "before": before, "after": dict(algo.policy.state_dict()), "data": data,
-                "reward_stats": reward_stats, "rollout_stats": rollout_stats, "update_stats": update_stats,
+                "before": before,
+                "after": dict(algo.policy.state_dict()),
+                "data": data,
+                "reward_stats": reward_stats,
+                "rollout_stats": rollout_stats,
+                "update_stats": update_stats,
             },
             Path(out) / f"{name}-rank{rank}.pt",
         )
@@ -324,7 +354,12 @@ def _worker_resume(out: str) -> None:
 
     algo = PPO(CartPole, **RESUME_HPARAMS)
     trainer = Trainer(
-        algo, tracking=False, progress=False, checkpoint_dir=out_dir / "a", eval_num_envs=4, eval_num_steps=16
+        algo,
+        tracking=False,
+        progress=False,
+        checkpoint_dir=out_dir / "a",
+        eval_num_envs=4,
+        eval_num_steps=16,
     )
     update = algo.update
 
@@ -340,17 +375,23 @@ def _worker_resume(out: str) -> None:
     torch.save({"algo": algo.state_dict(), "stats": _comparable(stats)}, out_dir / f"a-rank{rank}.pt")
 
     resumed = Trainer.from_checkpoint(
-        out_dir / "a" / f"checkpoint-{2 * step:012d}.pt", tracking=False, progress=False, checkpoint_dir=out_dir / "b"
+        out_dir / "a" / f"checkpoint-{2 * step:012d}.pt",
+        tracking=False,
+        progress=False,
+        checkpoint_dir=out_dir / "b",
     )
     stats = resumed.run(**run)
     resumed.close()
-    torch.save({"algo": resumed.algo.state_dict(), "stats": _comparable(stats)}, out_dir / f"b-rank{rank}.pt")
+    torch.save(
+        {"algo": resumed.algo.state_dict(), "stats": _comparable(stats)}, out_dir / f"b-rank{rank}.pt"
+    )
 
 
 def _comparable(stats) -> dict[str, float]:
     """Stats that two runs of the same computation report alike (no timings or memory)."""
     return {
-        k: v for k, v in stats.items()
+        k: v
+        for k, v in stats.items()
         if not k.startswith(("profiling/", "throughput/", "memory/")) and not math.isnan(v)
     }
 

@@ -224,11 +224,13 @@ def test_sample_shapes_dtypes_and_env_actions(cls, space):
 def test_normal_to_env_action_maps_unit_range_onto_bounds_and_clips():
     low, high = np.float32([-2.0, 0.0, -np.inf, 1.0]), np.float32([2.0, 10.0, np.inf, np.inf])
     space = spaces.Box(low, high)
-    raw = torch.tensor([[-1.0, -1.0, -7.0, -3.0], [1.0, 1.0, 7.0, 3.0], [0.5, 0.0, 0.0, 5.0],
-                        [9.0, -9.0, 1e6, 0.5]])
+    raw = torch.tensor(
+        [[-1.0, -1.0, -7.0, -3.0], [1.0, 1.0, 7.0, 3.0], [0.5, 0.0, 0.0, 5.0], [9.0, -9.0, 1e6, 0.5]]
+    )
     env = Normal.to_env_action(raw, space)
-    expected = torch.tensor([[-2.0, 0.0, -7.0, 1.0], [2.0, 10.0, 7.0, 3.0], [1.0, 5.0, 0.0, 5.0],
-                             [2.0, 0.0, 1e6, 1.0]])
+    expected = torch.tensor(
+        [[-2.0, 0.0, -7.0, 1.0], [2.0, 10.0, 7.0, 3.0], [1.0, 5.0, 0.0, 5.0], [2.0, 0.0, 1e6, 1.0]]
+    )
     torch.testing.assert_close(env, expected)
     unbounded = spaces.Box(-np.inf, np.inf, (2,))
     torch.testing.assert_close(Normal.to_env_action(raw[:, :2], unbounded), raw[:, :2])

@@ -37,7 +37,10 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCS_DIR = ROOT / "docs"
 # README.md and every page of the docs site, subfolders included, except the API reference
 # (docs/api/ holds only mkdocstrings' ``::: rl8.module`` directives)
-DOCS = [ROOT / "README.md", *sorted(p for p in DOCS_DIR.rglob("*.md") if not p.is_relative_to(DOCS_DIR / "api"))]
+DOCS = [
+    ROOT / "README.md",
+    *sorted(p for p in DOCS_DIR.rglob("*.md") if not p.is_relative_to(DOCS_DIR / "api")),
+]
 STEP_BUDGET = 1  # env steps: a run stops after its first training step
 
 _FENCE = re.compile(r"^```(\w*)\s*$")
@@ -154,7 +157,9 @@ def _run_page(path: Path) -> None:
                     pytrace=False,
                 )
             if raises is not None:
-                pytest.fail(f"{block.where}: the python block did not raise {raises.__name__}", pytrace=False)
+                pytest.fail(
+                    f"{block.where}: the python block did not raise {raises.__name__}", pytrace=False
+                )
     finally:
         for value in namespace.values():
             if isinstance(value, Trainer):
@@ -201,7 +206,9 @@ def _rl8_argv(command: str) -> list[str] | None:
     return None
 
 
-SHELL_BLOCKS = [b for path in DOCS for b in _blocks(path) if b.lang in ("bash", "sh", "console", "shell")]
+SHELL_BLOCKS = [
+    b for path in DOCS for b in _blocks(path) if b.lang in ("bash", "sh", "console", "shell")
+]
 
 
 @pytest.mark.parametrize("block", SHELL_BLOCKS, ids=lambda b: b.where)
@@ -244,4 +251,3 @@ def test_blocks_run_in_order_and_write_marked_files(tmp_path):
     )
     with pytest.raises(pytest.fail.Exception, match=r"page.md:9: the python block raised KeyError"):
         _run_page(page)
-

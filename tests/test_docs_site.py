@@ -25,8 +25,11 @@ DOCS_PACKAGES = ("mkdocs", "material", "mkdocstrings", "mkdocstrings_handlers.py
 
 
 def _missing_docs_packages() -> list[str]:
-    return [name for name in DOCS_PACKAGES if importlib.util.find_spec(name.split(".")[0]) is None
-            or importlib.util.find_spec(name) is None]
+    return [
+        name
+        for name in DOCS_PACKAGES
+        if importlib.util.find_spec(name.split(".")[0]) is None or importlib.util.find_spec(name) is None
+    ]
 
 
 def require_docs_packages() -> None:
@@ -47,12 +50,27 @@ def site(tmp_path_factory) -> Path:
     site_dir = tmp_path_factory.mktemp("site")
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "PYTHONWARNINGS": "ignore::DeprecationWarning"}
     build = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", str(ROOT / "mkdocs.yml"),
-         "--site-dir", str(site_dir)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "--config-file",
+            str(ROOT / "mkdocs.yml"),
+            "--site-dir",
+            str(site_dir),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     if build.returncode != 0:
-        problems = [line for line in build.stderr.splitlines() if re.match(r"\s*(WARNING|ERROR)\b", line)]
+        problems = [
+            line for line in build.stderr.splitlines() if re.match(r"\s*(WARNING|ERROR)\b", line)
+        ]
         pytest.fail(
             f"mkdocs build --strict failed (exit {build.returncode}) with {len(problems)} warnings/errors:\n"
             + "\n".join(problems or build.stderr.splitlines()[-40:]),
@@ -63,16 +81,24 @@ def site(tmp_path_factory) -> Path:
 
 def _anchors(site_dir: Path) -> set[str]:
     """The ids of the site's HTML elements (mkdocstrings gives each object its dotted path)."""
-    return {anchor for page in site_dir.rglob("*.html") for anchor in re.findall(r'id="([^"]+)"', page.read_text())}
+    return {
+        anchor
+        for page in site_dir.rglob("*.html")
+        for anchor in re.findall(r'id="([^"]+)"', page.read_text())
+    }
 
 
 def _declared_all(path: Path) -> list[str] | None:
     """A module's ``__all__`` as written (None without one); for the lazy packages ``rl8`` and
     ``rl8.envs``, whose ``__all__`` is computed, the keys of their export table."""
     tree = ast.parse(path.read_text())
-    values = {target.id: node.value for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign))
-              for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
-              if isinstance(target, ast.Name)}
+    values = {
+        target.id: node.value
+        for node in tree.body
+        if isinstance(node, (ast.Assign, ast.AnnAssign))
+        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(target, ast.Name)
+    }
     if "__all__" not in values:
         return None
     for table in ("_EXPORTS", "_ENVS"):
@@ -96,7 +122,9 @@ def public_names() -> dict[str, list[str]]:
 def test_site_builds_strict_and_offline(site):
     home = (site / "index.html").read_text()
     assert "fonts.googleapis.com" not in home, "the theme loads Google Fonts: set theme.font: false"
-    assert not re.search(r'<(?:link|script)[^>]+(?:href|src)="https?://', home), "the page loads a remote asset"
+    assert not re.search(r'<(?:link|script)[^>]+(?:href|src)="https?://', home), (
+        "the page loads a remote asset"
+    )
     assert (site / "api" / "ppo" / "index.html").exists()
 
 
@@ -111,8 +139,12 @@ def test_api_reference_has_every_public_name(site):
         expected.append(module)
         if module in lazy:  # documented where they are defined: rl8.PPO is rl8.ppo.algorithm.PPO
             tree = ast.parse((ROOT / lazy[module]).read_text())
-            table = next(ast.literal_eval(node.value) for node in tree.body if isinstance(node, ast.Assign)
-                         and getattr(node.targets[0], "id", "") in ("_EXPORTS", "_ENVS"))
+            table = next(
+                ast.literal_eval(node.value)
+                for node in tree.body
+                if isinstance(node, ast.Assign)
+                and getattr(node.targets[0], "id", "") in ("_EXPORTS", "_ENVS")
+            )
             expected += [f"{table[name]}.{name}" for name in names]
         else:
             expected += [f"{module}.{name}" for name in names]
@@ -125,7 +157,9 @@ def test_sphinx_roles_become_links(site):
     """The docstrings' ``:class:`~rl8.HParams``` roles are links in the reference, none is left
     as text."""
     ppo_page = (site / "api" / "ppo" / "index.html").read_text()
-    assert re.search(r'<a[^>]+href="[^"]*#rl8\.ppo\.hparams\.HParams"[^>]*>\s*<code>HParams</code>', ppo_page)
+    assert re.search(
+        r'<a[^>]+href="[^"]*#rl8\.ppo\.hparams\.HParams"[^>]*>\s*<code>HParams</code>', ppo_page
+    )
     role = re.compile(r":(?:class|meth|func|attr|mod|data|exc|obj):<code>[^<]*</code>")
     leftover = {match for page in site.rglob("*.html") for match in role.findall(page.read_text())}
     assert not leftover, f"Sphinx roles left as text: {sorted(leftover)[:10]}"
@@ -134,14 +168,22 @@ def test_sphinx_roles_become_links(site):
 def test_docs_pages_are_in_nav():
     """Every page under docs/ is in mkdocs.yml's nav (a page left out builds but is hard to find)."""
     config = (ROOT / "mkdocs.yml").read_text()
-    nav = "\n".join(line for line in config[config.index("\nnav:"):].splitlines() if not line.lstrip().startswith("#"))
+    nav = "\n".join(
+        line
+        for line in config[config.index("\nnav:") :].splitlines()
+        if not line.lstrip().startswith("#")
+    )
     pages = [p.relative_to(ROOT / "docs").as_posix() for p in (ROOT / "docs").rglob("*.md")]
-    missing = [page for page in pages if not re.search(rf"(:|-)\s+{re.escape(page)}\s*$", nav, re.MULTILINE)]
+    missing = [
+        page for page in pages if not re.search(rf"(:|-)\s+{re.escape(page)}\s*$", nav, re.MULTILINE)
+    ]
     assert not missing, f"pages not in mkdocs.yml's nav: {missing}"
 
 
 def _docstrings_extension():
-    spec = importlib.util.spec_from_file_location("rl8_docstrings", ROOT / "docs" / "_ext" / "docstrings.py")
+    spec = importlib.util.spec_from_file_location(
+        "rl8_docstrings", ROOT / "docs" / "_ext" / "docstrings.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -155,7 +197,7 @@ def _toy_package(tmp_path):
     package = tmp_path / "rl8"
     (package / "envs").mkdir(parents=True)
     (package / "__init__.py").write_text('_EXPORTS = {"Algo": "rl8.algo"}\n__all__ = sorted(_EXPORTS)\n')
-    (package / "envs" / "__init__.py").write_text('_ENVS = {}\n__all__ = sorted(_ENVS)\n')
+    (package / "envs" / "__init__.py").write_text("_ENVS = {}\n__all__ = sorted(_ENVS)\n")
     (package / "algo.py").write_text(
         '"""Algorithms."""\nfrom torch import Tensor\n__all__ = ["Algo", "LIMIT", "Shared"]\n\n'
         "#: Steps at most.\nLIMIT = 10\n\n"
@@ -163,7 +205,8 @@ def _toy_package(tmp_path):
         'class Shared:\n    __doc__ = """Shared part.\n""" + _DOC\n\n'
         "class Algo:\n"
         '    """Uses :meth:`collect`, :class:`~rl8.Algo`, :data:`LIMIT`, :meth:`run <rl8.Algo.collect>`,\n'
-        "    :class:`Tensor`, :exc:`TimeoutError` and :meth:`missing`."""
+        "    :class:`Tensor`, :exc:`TimeoutError` and :meth:`missing`."
+        ""
         '"""\n\n'
         '    def collect(self):\n        """Collect (see :attr:`Algo.nope`)."""\n\n'
         'class Config:\n    """Options."""\n\n'
@@ -186,7 +229,9 @@ def test_docstrings_extension_links_roles_and_reads_shared_and_comment_docstring
     assert package["algo.LIMIT"].docstring.value == "Steps at most."
     assert package["algo.Shared"].docstring.value.startswith("Shared part.")
     assert "x: A value." in package["algo.Shared"].docstring.value
-    assert "| [`Algo`][rl8.algo.Algo] | [`rl8.algo`][rl8.algo] |" in package.docstring.value  # the exports
+    assert (
+        "| [`Algo`][rl8.algo.Algo] | [`rl8.algo`][rl8.algo] |" in package.docstring.value
+    )  # the exports
     # fields that carry their doc (HParams, TrainerConfig) are listed as the class's attributes
     config = package["algo.Config"].docstring.value
     assert "Attributes:\n    steps: steps per [`Algo`][rl8.algo.Algo]\n    mode: how it runs" in config
@@ -202,8 +247,8 @@ def test_docstrings_extension_reports_unresolved_roles(tmp_path):
     extension = _docstrings_extension()
     package = tmp_path / "rl8"
     (package / "envs").mkdir(parents=True)
-    (package / "__init__.py").write_text('_EXPORTS = {}\n')
-    (package / "envs" / "__init__.py").write_text('_ENVS = {}\n')
+    (package / "__init__.py").write_text("_EXPORTS = {}\n")
+    (package / "envs" / "__init__.py").write_text("_ENVS = {}\n")
     (package / "algo.py").write_text(
         '__all__ = ["Algo"]\n\nclass Algo:\n    """See :meth:`missing` and :class:`rl8.algo.Nope`."""\n\n'
         'class _Private:\n    """See :meth:`gone`."""\n'
@@ -216,7 +261,10 @@ def test_docstrings_extension_reports_unresolved_roles(tmp_path):
 def test_literal_block_markers_go():
     extension = _docstrings_extension()
     text = "Run it::\n\n    rl8 train\n\n::\n\n    rl8 eval\n\nA ratio 1::2 stays."
-    assert extension.literal_markers(text) == "Run it:\n\n    rl8 train\n\n\n    rl8 eval\n\nA ratio 1::2 stays."
+    assert (
+        extension.literal_markers(text)
+        == "Run it:\n\n    rl8 train\n\n\n    rl8 eval\n\nA ratio 1::2 stays."
+    )
 
 
 def test_missing_docs_extra_skips_locally_and_fails_in_ci(monkeypatch):

@@ -18,8 +18,10 @@ from rl8.training.conditions import HitsUpperBound
 
 pytestmark = [
     pytest.mark.usefixtures("migrated_store", "one_torch_thread"),
-    pytest.mark.skipif(threading.current_thread() is not threading.main_thread(),
-                       reason="signal handlers are set in the main thread only"),
+    pytest.mark.skipif(
+        threading.current_thread() is not threading.main_thread(),
+        reason="signal handlers are set in the main thread only",
+    ),
 ]
 
 SMALL = dict(num_envs=16, horizon=8, sgd_minibatch_size=64, num_sgd_iters=1, seed=0)
@@ -65,8 +67,10 @@ def test_a_second_signal_during_a_signal_exit_does_not_stop_the_run_being_marked
 
     monkeypatch.setattr(Tracker, "end", end_interrupted)
     with pytest.raises((SystemExit, KeyboardInterrupt)) as info:  # not the second signal's
-        trainer.run(stop_conditions=HitsUpperBound("algorithm/steps", 100),
-                    callbacks=[signal_at_first_step(signal.SIGTERM)])
+        trainer.run(
+            stop_conditions=HitsUpperBound("algorithm/steps", 100),
+            callbacks=[signal_at_first_step(signal.SIGTERM)],
+        )
     assert isinstance(info.value, SystemExit) and info.value.code == 143
     assert status(mlflow_uri, trainer) == "KILLED"
 
@@ -90,8 +94,10 @@ def test_a_failed_checkpoint_on_a_signal_still_exits_as_the_signal_within_its_li
 
     monkeypatch.setattr(Tracker, "end", end_recorded)
     with pytest.raises(SystemExit) as info:
-        trainer.run(stop_conditions=HitsUpperBound("algorithm/steps", 100),
-                    callbacks=[signal_at_first_step(signal.SIGTERM)])
+        trainer.run(
+            stop_conditions=HitsUpperBound("algorithm/steps", 100),
+            callbacks=[signal_at_first_step(signal.SIGTERM)],
+        )
     assert info.value.code == 143
     assert isinstance(info.value.__cause__, OSError)
     assert status(mlflow_uri, trainer) == "KILLED"
@@ -154,8 +160,12 @@ def test_a_resumed_run_whose_conditions_held_says_so(tmp_path, capsys):
     one = [HitsUpperBound("algorithm/steps", 1)]
     two = [HitsUpperBound("algorithm/steps", 1), HitsUpperBound("env/steps", 10**6)]
     for conditions, stopped_by, line in [
-        (one, one[0], "stopped by HitsUpperBound('algorithm/steps', 1), which already held at the "
-                      "checkpoint's step"),
+        (
+            one,
+            one[0],
+            "stopped by HitsUpperBound('algorithm/steps', 1), which already held at the "
+            "checkpoint's step",
+        ),
         (two, None, "stopped: the stop conditions already held at the checkpoint's step"),
     ]:
         folder = tmp_path / str(len(conditions))

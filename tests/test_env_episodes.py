@@ -96,14 +96,24 @@ def _episode_stats(stats) -> dict[str, float]:
 @pytest.mark.parametrize("mode", MODES)
 def test_env_episodes_are_the_recorded_whole_games_and_episodes_the_clipped_lives(mode):
     # 20 steps per env: 4 games of 5 PPO steps, 8 episodes (lives) of 3 and 2 steps
-    algo = PPO(make_game, num_envs=2, horizon=20, sgd_minibatch_size=40, num_sgd_iters=1, seed=0,
-               env_kwargs=_env_kwargs(mode))
+    algo = PPO(
+        make_game,
+        num_envs=2,
+        horizon=20,
+        sgd_minibatch_size=40,
+        num_sgd_iters=1,
+        seed=0,
+        env_kwargs=_env_kwargs(mode),
+    )
     try:
         for _ in range(2):
             stats = algo.collect()
             assert _episode_stats(stats) == {
-                "episodes/return_mean": 2.5, "episodes/length_mean": 2.5, "episodes/count": 16.0,
-                "env_episodes/return_mean": GAME_SCORE, "env_episodes/length_mean": GAME_LENGTH,
+                "episodes/return_mean": 2.5,
+                "episodes/length_mean": 2.5,
+                "episodes/count": 16.0,
+                "env_episodes/return_mean": GAME_SCORE,
+                "env_episodes/length_mean": GAME_LENGTH,
                 "env_episodes/count": 8.0,
             }
             algo.update()
@@ -113,8 +123,15 @@ def test_env_episodes_are_the_recorded_whole_games_and_episodes_the_clipped_live
 
 @pytest.mark.parametrize("mode", MODES)
 def test_an_env_without_records_adds_no_stats(mode):
-    algo = PPO(make_plain_game, num_envs=2, horizon=20, sgd_minibatch_size=40, num_sgd_iters=1, seed=0,
-               env_kwargs=_env_kwargs(mode))
+    algo = PPO(
+        make_plain_game,
+        num_envs=2,
+        horizon=20,
+        sgd_minibatch_size=40,
+        num_sgd_iters=1,
+        seed=0,
+        env_kwargs=_env_kwargs(mode),
+    )
     try:
         stats = algo.collect()
         assert stats["episodes/count"] == 16.0
@@ -144,8 +161,15 @@ def test_the_adapter_pops_records_once_and_reset_forgets_them(mode):
 
 
 def test_records_flow_in_overlap_mode_and_through_a_checkpoint():
-    algo = PPO(make_game, num_envs=2, horizon=10, sgd_minibatch_size=20, num_sgd_iters=1, seed=0,
-               collect_mode="overlap")
+    algo = PPO(
+        make_game,
+        num_envs=2,
+        horizon=10,
+        sgd_minibatch_size=20,
+        num_sgd_iters=1,
+        seed=0,
+        collect_mode="overlap",
+    )
     try:
         for _ in range(2):
             stats = algo.collect()
@@ -153,18 +177,29 @@ def test_records_flow_in_overlap_mode_and_through_a_checkpoint():
             algo.update()
         state = algo.state_dict()  # the rollout in flight (2 games per env) is saved
         assert state["overlap"]["rollout"]["env_episodes"] == {
-            "return_sum": 4.0 * GAME_SCORE, "length_sum": 4.0 * GAME_LENGTH, "count": 4,
+            "return_sum": 4.0 * GAME_SCORE,
+            "length_sum": 4.0 * GAME_LENGTH,
+            "count": 4,
         }
         stats = algo.collect()
         assert (stats["env_episodes/count"], stats["env_episodes/length_mean"]) == (4.0, GAME_LENGTH)
     finally:
         algo.close()
         algo.env.close()
-    resumed = PPO(make_game, num_envs=2, horizon=10, sgd_minibatch_size=20, num_sgd_iters=1, seed=0,
-                  collect_mode="overlap")
+    resumed = PPO(
+        make_game,
+        num_envs=2,
+        horizon=10,
+        sgd_minibatch_size=20,
+        num_sgd_iters=1,
+        seed=0,
+        collect_mode="overlap",
+    )
     try:
         resumed.collector.load_state_dict(state["overlap"], resumed.env.reset())
-        assert resumed.collector.buffer.env_episodes == EpisodeRecords(4.0 * GAME_SCORE, 4.0 * GAME_LENGTH, 4)
+        assert resumed.collector.buffer.env_episodes == EpisodeRecords(
+            4.0 * GAME_SCORE, 4.0 * GAME_LENGTH, 4
+        )
     finally:
         resumed.close()
         resumed.env.close()
@@ -176,8 +211,11 @@ def test_evaluate_reports_the_eval_envs_records():
     try:
         stats = algo.evaluate(eval_env, num_steps=10)
         assert _episode_stats(stats) == {
-            "episodes/return_mean": 2.5, "episodes/length_mean": 2.5, "episodes/count": 12.0,
-            "env_episodes/return_mean": GAME_SCORE, "env_episodes/length_mean": GAME_LENGTH,
+            "episodes/return_mean": 2.5,
+            "episodes/length_mean": 2.5,
+            "episodes/count": 12.0,
+            "env_episodes/return_mean": GAME_SCORE,
+            "env_episodes/length_mean": GAME_LENGTH,
             "env_episodes/count": 6.0,
         }
     finally:
@@ -217,15 +255,22 @@ def test_actors_send_their_envs_records_to_the_learner(tmp_path):
 
     from launch import torchrun
 
-    job = torchrun([str(Path(__file__).resolve()), "actors", str(tmp_path)], nproc=3, timeout=240,
-                   env={"RL8_DIST_TIMEOUT_S": "60"})
+    job = torchrun(
+        [str(Path(__file__).resolve()), "actors", str(tmp_path)],
+        nproc=3,
+        timeout=240,
+        env={"RL8_DIST_TIMEOUT_S": "60"},
+    )
     assert job.returncode == 0, job.output
     stats = json.loads((tmp_path / "learner.json").read_text())
     assert stats["env/steps"] == 2 * 80  # two steps of 4 envs x 20 steps
     # each actor: 2 envs x 4 games (8 lives) in 20 steps
     assert {k: v for k, v in stats.items() if "episodes/" in k} == {
-        "episodes/return_mean": 2.5, "episodes/length_mean": 2.5, "episodes/count": 32.0,
-        "env_episodes/return_mean": GAME_SCORE, "env_episodes/length_mean": GAME_LENGTH,
+        "episodes/return_mean": 2.5,
+        "episodes/length_mean": 2.5,
+        "episodes/count": 32.0,
+        "env_episodes/return_mean": GAME_SCORE,
+        "env_episodes/length_mean": GAME_LENGTH,
         "env_episodes/count": 16.0,
     }
 
@@ -240,7 +285,9 @@ def _worker_actors(out: str) -> None:
 
     torch.set_num_threads(1)
     assert init_distributed(actors=2), "run me with torchrun"
-    algo = PPO(make_game, num_envs=4, horizon=20, sgd_minibatch_size=80, num_sgd_iters=1, seed=0, device="cpu")
+    algo = PPO(
+        make_game, num_envs=4, horizon=20, sgd_minibatch_size=80, num_sgd_iters=1, seed=0, device="cpu"
+    )
     trainer = Trainer(algo, actors=2, tracking=False, progress=False)
     stats = trainer.run(stop_conditions=HitsUpperBound("env/steps", 2 * 80))
     if not trainer.is_actor:
@@ -263,11 +310,23 @@ def test_the_progress_line_shows_the_envs_own_returns_first():
 
     stream = io.StringIO()
     progress = Progress(None, stream, interval_s=1e-9)
-    progress.update(Stats({"env/steps": 100, "env_episodes/return_mean": 28.0, "episodes/return_mean": 2.5,
-                           "eval/env_episodes/return_mean": 21.0, "eval/episodes/return_mean": 1.0}), [])
+    progress.update(
+        Stats(
+            {
+                "env/steps": 100,
+                "env_episodes/return_mean": 28.0,
+                "episodes/return_mean": 2.5,
+                "eval/env_episodes/return_mean": 21.0,
+                "eval/episodes/return_mean": 1.0,
+            }
+        ),
+        [],
+    )
     first = stream.getvalue()
     assert "| return 28 " in first and "eval return 21" in first
-    progress.update(Stats({"env/steps": 200, "env_episodes/return_mean": math.nan, "episodes/return_mean": 3.0}), [])
-    second = stream.getvalue()[len(first):]
+    progress.update(
+        Stats({"env/steps": 200, "env_episodes/return_mean": math.nan, "episodes/return_mean": 3.0}), []
+    )
+    second = stream.getvalue()[len(first) :]
     assert "env steps" in second or "200" in second  # a second line was written
     assert "| return 28 " in second and "| return 3 " not in second

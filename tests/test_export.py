@@ -18,9 +18,6 @@ pytestmark = pytest.mark.usefixtures("migrated_store", "one_torch_thread")
 SMALL = dict(num_envs=16, horizon=8, sgd_minibatch_size=64, num_sgd_iters=1, seed=0)
 
 
-
-
-
 def same_actions(a: Policy, b: Policy, obs: torch.Tensor) -> bool:
     return torch.equal(a(obs), b(obs))
 
@@ -112,8 +109,11 @@ def test_load_policy_errors(tmp_path):
 def test_rl8_eval_in_an_env_with_other_spaces_exits_2_naming_both(tmp_path, capsys):
     from rl8.cli import main
 
-    path = save_policy(PPO(CartPole, **SMALL).policy, tmp_path / "policy.pt",
-                       env={"spec": "rl8.envs.cartpole.CartPole", "env_kwargs": {}, "env_config": {}})
+    path = save_policy(
+        PPO(CartPole, **SMALL).policy,
+        tmp_path / "policy.pt",
+        env={"spec": "rl8.envs.cartpole.CartPole", "env_kwargs": {}, "env_config": {}},
+    )
     assert main(["eval", str(path), "--env", "rl8.envs.Pendulum", "--episodes", "1"]) == 2
     err = capsys.readouterr().err
     assert "'rl8.envs.Pendulum' has the observation space Box(" in err and "(3,)" in err
@@ -125,6 +125,9 @@ def test_from_checkpoint_with_an_env_of_other_spaces_names_both(tmp_path):
 
     with Trainer(PPO(CartPole, **SMALL), tracking=False, checkpoint_dir=tmp_path) as trainer:
         path = trainer.save_checkpoint()
-    with pytest.raises(ValueError, match=r"env=<class 'rl8.envs.pendulum.Pendulum'> has the observation "
-                                         r"space Box\(.*\(3,\).*trained on the observation space Box\(.*\(4,\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"env=<class 'rl8.envs.pendulum.Pendulum'> has the observation "
+        r"space Box\(.*\(3,\).*trained on the observation space Box\(.*\(4,\)",
+    ):
         Trainer.from_checkpoint(path, env=Pendulum, tracking=False)

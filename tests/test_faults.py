@@ -49,7 +49,9 @@ class GoesBadEnv(Env):
 
 
 def policy_is_finite(state):
-    return all(torch.isfinite(v).all() for v in state["algo"]["policy"].values() if v.is_floating_point())
+    return all(
+        torch.isfinite(v).all() for v in state["algo"]["policy"].values() if v.is_floating_point()
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -63,14 +65,17 @@ def test_nan_loss_mid_run_fails_the_run_and_keeps_the_last_good_checkpoint(monke
         calls.append(1)
         loss = real_loss(*args, **kwargs)
         if len(calls) >= 4:
-            loss = dataclasses.replace(loss, **{f.name: getattr(loss, f.name) * float("nan")
-                                                for f in dataclasses.fields(loss)})
+            loss = dataclasses.replace(
+                loss, **{f.name: getattr(loss, f.name) * float("nan") for f in dataclasses.fields(loss)}
+            )
         return loss
 
     monkeypatch.setattr(rl8_ppo, "ppo_loss", loss_that_goes_nan)
     algo = PPO(CartPole, **{**SMALL, "sgd_minibatch_size": STEP})
     trainer = Trainer(algo, progress=False, checkpoint_dir=tmp_path / "ck", checkpoint_every=1)
-    with pytest.raises(NonFiniteError, match=r"non-finite losses/total=nan, monitors/grad_norm=nan at update step 4 "):
+    with pytest.raises(
+        NonFiniteError, match=r"non-finite losses/total=nan, monitors/grad_norm=nan at update step 4 "
+    ):
         trainer.run(stop_conditions=HitsUpperBound("env/steps", 10 * STEP))
     run = MlflowClient(trainer.tracker.tracking_uri).get_run(trainer.run_id)
     assert run.info.status == "FAILED"
@@ -78,14 +83,19 @@ def test_nan_loss_mid_run_fails_the_run_and_keeps_the_last_good_checkpoint(monke
     assert CheckpointManager(tmp_path / "ck").step_of(newest) == 3 * STEP
     assert policy_is_finite(load_checkpoint(newest))
     # the parameters are NaN now: no checkpoint of them, the last good one stays the newest
-    with pytest.raises(NonFiniteError, match=r"refusing to write a checkpoint at env step 512: the policy's .*"
-                       r"hold NaN or inf; the last good checkpoint is .*checkpoint-0*384\.pt"):
+    with pytest.raises(
+        NonFiniteError,
+        match=r"refusing to write a checkpoint at env step 512: the policy's .*"
+        r"hold NaN or inf; the last good checkpoint is .*checkpoint-0*384\.pt",
+    ):
         trainer.save_checkpoint()
     assert CheckpointManager(tmp_path / "ck", keep_last=None).latest() == newest
 
 
 def test_save_checkpoint_refuses_non_finite_parameters(tmp_path):
-    trainer = Trainer(PPO(CartPole, **SMALL), progress=False, checkpoint_dir=tmp_path / "ck", tracking=False)
+    trainer = Trainer(
+        PPO(CartPole, **SMALL), progress=False, checkpoint_dir=tmp_path / "ck", tracking=False
+    )
     trainer.step()
     good = trainer.save_checkpoint()
     trainer.step()
@@ -121,7 +131,9 @@ def test_nan_observations_after_the_checked_collects_are_found_by_the_update():
 
 def test_non_finite_update_without_env_cause_names_the_stat():
     algo = PPO(CartPole, lr=1e30, **SMALL)
-    with pytest.raises(NonFiniteError, match=r"non-finite .*(losses/total|monitors/grad_norm)=\S+ at update step \d+"):
+    with pytest.raises(
+        NonFiniteError, match=r"non-finite .*(losses/total|monitors/grad_norm)=\S+ at update step \d+"
+    ):
         for _ in range(20):
             algo.collect()
             algo.update()
@@ -163,7 +175,9 @@ def test_cli_resume_keeps_the_stop_conditions_of_a_run_started_from_python(monke
     latest = CheckpointManager(tmp_path / "ck").latest()
     assert CheckpointManager(tmp_path / "ck").step_of(latest) == 2 * STEP
     # a new condition trains on from the checkpoint to it
-    assert main(["train", "--resume", str(tmp_path / "ck"), "--quiet", "--max-steps", str(4 * STEP)]) == 0
+    assert (
+        main(["train", "--resume", str(tmp_path / "ck"), "--quiet", "--max-steps", str(4 * STEP)]) == 0
+    )
     assert len(steps) == 2
     latest = CheckpointManager(tmp_path / "ck").latest()
     assert CheckpointManager(tmp_path / "ck").step_of(latest) == 4 * STEP
@@ -228,9 +242,20 @@ def test_save_checkpoint_does_not_wait_for_the_tracking_backlog(monkeypatch, tmp
     trainer.close()
     client = MlflowClient(trainer.tracker.tracking_uri)
     artifacts = {f.path for d in ("policy", "rl8") for f in client.list_artifacts(trainer.run_id, d)}
-    assert artifacts == {"rl8/checkpoint.json", *(f"policy/{name}" for name in (  # an MLflow model folder
-        "MLmodel", "policy.pt", "input_example.json", "serving_input_example.json", "requirements.txt",
-        "python_env.yaml"))}  # uploaded in the background
+    assert artifacts == {
+        "rl8/checkpoint.json",
+        *(
+            f"policy/{name}"
+            for name in (  # an MLflow model folder
+                "MLmodel",
+                "policy.pt",
+                "input_example.json",
+                "serving_input_example.json",
+                "requirements.txt",
+                "python_env.yaml",
+            )
+        ),
+    }  # uploaded in the background
 
 
 # --------------------------------------------------------------------------------------------

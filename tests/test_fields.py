@@ -16,7 +16,9 @@ def test_check_int_returns_a_python_int(value):
     assert result == value and type(result) is int
 
 
-@pytest.mark.parametrize("value, given", [(1, "1"), (2.0, "2.0"), (True, "True"), ("3", "'3'"), (None, "None")])
+@pytest.mark.parametrize(
+    "value, given", [(1, "1"), (2.0, "2.0"), (True, "True"), ("3", "'3'"), (None, "None")]
+)
 def test_check_int_names_the_field_the_expected_and_the_given_value(value, given):
     with pytest.raises(ValueError) as info:
         check_int("model_config hidden_size", value, 2)
@@ -38,8 +40,10 @@ def test_envs_and_models_say_the_same():
 def test_did_you_mean_names_the_close_choices_or_nothing():
     from rl8.fields import did_you_mean
 
-    assert did_you_mean("critic_hidens", ["hiddens", "critic_hiddens", "activation"]) == \
-        "; did you mean 'critic_hiddens' or 'hiddens'?"
+    assert (
+        did_you_mean("critic_hidens", ["hiddens", "critic_hiddens", "activation"])
+        == "; did you mean 'critic_hiddens' or 'hiddens'?"
+    )
     assert did_you_mean("gama", ["gamma", "lam"], n=1) == "; did you mean 'gamma'?"
     assert did_you_mean("zzz", ["gamma", "lam"]) == ""
     assert did_you_mean("n_steps", close=["horizon"]) == "; did you mean 'horizon'?"  # found otherwise

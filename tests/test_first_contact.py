@@ -109,7 +109,9 @@ def test_run_evaluates_between_reset_boundaries_on_an_eval_env():
     try:
         stats = trainer.run(steps_per_eval=3, stop_conditions=HitsUpperBound("algorithm/steps", 3))
         assert stats["algorithm/steps"] == 3 and "eval/rollout/reward_sum_mean" in stats
-        assert trainer.eval_envs.eval_env is not None  # step 3 is not a reset boundary of the training envs
+        assert (
+            trainer.eval_envs.eval_env is not None
+        )  # step 3 is not a reset boundary of the training envs
     finally:
         trainer.close()
 
@@ -129,11 +131,18 @@ def run_logged(monkeypatch, **kwargs):
 
 def test_progress_lines_outside_a_terminal_by_default_every_n_seconds(monkeypatch):
     default = run_logged(monkeypatch)  # every 10 s: the first step, the final state, the summary
-    assert [line.split(" | ")[0] for line in default] == ["rl8 128 env steps", "rl8 384 env steps", default[-1]]
+    assert [line.split(" | ")[0] for line in default] == [
+        "rl8 128 env steps",
+        "rl8 384 env steps",
+        default[-1],
+    ]
     assert default[-1].startswith("rl8: stopped by")
     often = run_logged(monkeypatch, progress_every_s=1e-9)  # a line every step
     assert [line.split(" | ")[0] for line in often[:-1]] == [
-        "rl8 128 env steps", "rl8 256 env steps", "rl8 384 env steps", "rl8 384 env steps"
+        "rl8 128 env steps",
+        "rl8 256 env steps",
+        "rl8 384 env steps",
+        "rl8 384 env steps",
     ]
     with pytest.raises(ValueError, match="progress_every_s must be a number of seconds > 0, got 0"):
         Trainer(make_algo(), progress_every_s=0)
@@ -161,7 +170,9 @@ def test_progress_shows_the_condition_closest_to_firing_and_the_eval_return():
     stream = io.StringIO()
     progress = Progress(None, stream, interval_s=1e-9)
     conditions = [HitsUpperBound("env/steps", 10_000), HitsUpperBound("episodes/return_mean", 110)]
-    progress.update({"env/steps": 100, "episodes/return_mean": 10.0, "eval/episodes/return_mean": 12.0}, conditions)
+    progress.update(
+        {"env/steps": 100, "episodes/return_mean": 10.0, "eval/episodes/return_mean": 12.0}, conditions
+    )
     time.sleep(0.01)
     progress.update({"env/steps": 200, "episodes/return_mean": 60.0}, conditions)
     line = stream.getvalue().splitlines()[-1]
@@ -181,7 +192,9 @@ def test_the_summary_says_which_condition_stopped_training(monkeypatch):
     assert trainer.stopped_by is target and trainer.algo.steps == 2
     *lines, summary = stream.getvalue().splitlines()
     assert "eval return" not in lines[0] and "eval return" in lines[-1]
-    assert summary.startswith("rl8: stopped by HitsUpperBound('eval/rollout/reward_sum_mean', -1.0) after 256 env steps in ")
+    assert summary.startswith(
+        "rl8: stopped by HitsUpperBound('eval/rollout/reward_sum_mean', -1.0) after 256 env steps in "
+    )
     assert "eval return" in summary
 
 

@@ -67,14 +67,27 @@ def test_a_missing_yaml_file_is_still_a_missing_file(capsys, tmp_path):
 
 
 def test_an_unknown_model_config_key_names_the_field_and_the_valid_keys(capsys, migrated_store):
-    argv = ["train", "--env", "rl8.envs.CartPole", "--set", "model_config.hiden=[32,32]", "--max-steps", "64"]
+    argv = [
+        "train",
+        "--env",
+        "rl8.envs.CartPole",
+        "--set",
+        "model_config.hiden=[32,32]",
+        "--max-steps",
+        "64",
+    ]
     assert main(argv) == 2
     line = one_error_line(capsys.readouterr().err)
     assert "model_config.hiden" in line and "did you mean 'hiddens'?" in line
-    assert ("(valid: hiddens, critic_hiddens, activation, shared, state_dependent_std, init_log_std, "
-            "init_noise_std, noise_std_type, ortho_init, obs_groups)") in line
+    assert (
+        "(valid: hiddens, critic_hiddens, activation, shared, state_dependent_std, init_log_std, "
+        "init_noise_std, noise_std_type, ortho_init, obs_groups)"
+    ) in line
     assert no_runs(migrated_store)  # checked before the run starts
-    with pytest.raises(ValueError, match=r"model_config\.hiden: MLPModel has no option 'hiden'; did you mean 'hiddens'\?"):
+    with pytest.raises(
+        ValueError,
+        match=r"model_config\.hiden: MLPModel has no option 'hiden'; did you mean 'hiddens'\?",
+    ):
         PPO(CartPole, model_config={"hiden": [32, 32]}, **SMALL)
 
 
@@ -82,7 +95,9 @@ def test_model_config_keys_follow_the_model_class():
     from rl8.policies.models import Model, check_model_config
     from rl8.policies.recurrent import GRUModel
 
-    with pytest.raises(ValueError, match=r"model_config\.hiddens: GRUModel has no option 'hiddens'.*'hidden_size'"):
+    with pytest.raises(
+        ValueError, match=r"model_config\.hiddens: GRUModel has no option 'hiddens'.*'hidden_size'"
+    ):
         check_model_config(GRUModel, {"hiddens": [8]})
     check_model_config(GRUModel, {"hidden_size": 8})
 
@@ -95,9 +110,14 @@ def test_model_config_keys_follow_the_model_class():
 def test_set_an_unknown_hparam_lists_the_valid_names(capsys):
     assert main(["train", "--env", "rl8.envs.CartPole", "--set", "learning_rate=1e-3"]) == 2
     line = one_error_line(capsys.readouterr().err)
-    assert "--set learning_rate=1e-3: unknown hyper-parameter 'learning_rate'; did you mean 'lr'?" in line
+    assert (
+        "--set learning_rate=1e-3: unknown hyper-parameter 'learning_rate'; did you mean 'lr'?" in line
+    )
     assert "(valid: num_envs, horizon," in line and ", lr," in line
-    with pytest.raises(TypeError, match=r"unknown hyper-parameter 'learning_rate'; did you mean 'lr'\? \(valid: num_envs"):
+    with pytest.raises(
+        TypeError,
+        match=r"unknown hyper-parameter 'learning_rate'; did you mean 'lr'\? \(valid: num_envs",
+    ):
         PPO(CartPole, learning_rate=1e-3)
 
 
@@ -135,21 +155,30 @@ def cheetah_policy(tmp_path_factory):
 
 
 def headless_env(**extra):
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("DISPLAY", "WAYLAND_DISPLAY", "MUJOCO_GL", "PYOPENGL_PLATFORM", "XDG_RUNTIME_DIR")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("DISPLAY", "WAYLAND_DISPLAY", "MUJOCO_GL", "PYOPENGL_PLATFORM", "XDG_RUNTIME_DIR")
+    }
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
     return {**env, **extra}
 
 
 @pytest.mark.parametrize("mujoco_gl", [None, "osmesa"])
-def test_record_mujoco_without_a_display_writes_a_video_or_says_what_to_set(cheetah_policy, tmp_path, mujoco_gl):
+def test_record_mujoco_without_a_display_writes_a_video_or_says_what_to_set(
+    cheetah_policy, tmp_path, mujoco_gl
+):
     """MUJOCO_GL unset: rl8 picks EGL or OSMesa when installed. A backend that cannot work here
     (osmesa without libOSMesa) is one error line naming MUJOCO_GL, never a traceback."""
     out = tmp_path / "cheetah.mp4"
     extra = {"MUJOCO_GL": mujoco_gl} if mujoco_gl else {}
     done = subprocess.run(
         [sys.executable, "-m", "rl8", "record", str(cheetah_policy), "-o", str(out), "--max-steps", "3"],
-        env=headless_env(**extra), cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        env=headless_env(**extra),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert "Traceback" not in done.stderr, done.stderr
     if done.returncode == 0:
@@ -186,8 +215,11 @@ def test_an_opengl_failure_is_a_render_error_naming_mujoco_gl(tmp_path, capsys, 
     monkeypatch.setattr(CartPole, "render", no_context)
     unset(monkeypatch, "MUJOCO_GL", "XDG_RUNTIME_DIR")
     monkeypatch.setenv("DISPLAY", ":99")  # a display: rl8 chooses no backend
-    with pytest.raises(RenderError, match=r"cannot render CartPole without an OpenGL backend \(FatalError: an OpenGL"
-                                          r".*install libegl1 \(MUJOCO_GL=egl\) or libosmesa6 \(MUJOCO_GL=osmesa\)"):
+    with pytest.raises(
+        RenderError,
+        match=r"cannot render CartPole without an OpenGL backend \(FatalError: an OpenGL"
+        r".*install libegl1 \(MUJOCO_GL=egl\) or libosmesa6 \(MUJOCO_GL=osmesa\)",
+    ):
         record_video(policy, CartPole, tmp_path / "a.mp4")
     saved = save_policy(policy, tmp_path / "p.pt", env={"spec": "rl8.envs.CartPole"})
     monkeypatch.setenv("MUJOCO_GL", "egl")
@@ -255,21 +287,42 @@ def test_install_lines_install_the_checkout_not_the_published_rl8():
     """`pip install "rl8[ui]"` fetches rl8 1.0.0 from the package index, not this checkout."""
     pages = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
     by_name = re.compile(r"""pip install +(-\S+ +)*["']?rl8(\[|["'\s]|$)""")
-    wrong = [f"{page.relative_to(REPO)}:{i}: {line.strip()}" for page in pages
-             for i, line in enumerate(page.read_text().splitlines(), start=1) if by_name.search(line)]
+    wrong = [
+        f"{page.relative_to(REPO)}:{i}: {line.strip()}"
+        for page in pages
+        for i, line in enumerate(page.read_text().splitlines(), start=1)
+        if by_name.search(line)
+    ]
     assert not wrong, "install rl8 from the checkout (pip install -e .[extra]):\n" + "\n".join(wrong)
 
 
 def test_ci_runs_the_install_lines_that_readers_see():
     readme = (REPO / "README.md").read_text()
     getting_started = (REPO / "docs" / "getting-started.md").read_text()
-    assert marked_block(readme, "ci:install-command") == ["python -m pip install -e . && python examples/cartpole.py"]
+    assert marked_block(readme, "ci:install-command") == [
+        "python -m pip install -e . && python examples/cartpole.py"
+    ]
     extras = [line.split("#")[0].strip() for line in marked_block(getting_started, "ci:install-extras")]
-    assert extras == [f'python -m pip install -e {spec}'
-                      for spec in [".", '".[video]"', '".[ui]"', '".[docs]"', '".[system]"', '".[onnx]"', '".[sweep]"',
-                                   '".[dev]"']]
-    assert marked_block(readme, "ci:test-command")[0].startswith('python -m pip install -q -e ".[dev]" && ')
+    assert extras == [
+        f"python -m pip install -e {spec}"
+        for spec in [
+            ".",
+            '".[video]"',
+            '".[ui]"',
+            '".[docs]"',
+            '".[system]"',
+            '".[onnx]"',
+            '".[sweep]"',
+            '".[dev]"',
+        ]
+    ]
+    assert marked_block(readme, "ci:test-command")[0].startswith(
+        'python -m pip install -q -e ".[dev]" && '
+    )
     ci = (REPO / ".ci" / "run").read_text()
-    for marker, page in [("ci:test-command", "README.md"), ("ci:install-command", "README.md"),
-                         ("ci:install-extras", "docs/getting-started.md")]:
+    for marker, page in [
+        ("ci:test-command", "README.md"),
+        ("ci:install-command", "README.md"),
+        ("ci:install-extras", "docs/getting-started.md"),
+    ]:
         assert f"block {marker} {page}" in ci

@@ -13,7 +13,9 @@ from rl8.moved import MOVED
 @pytest.mark.parametrize("old", sorted(MOVED))
 def test_every_old_module_path_imports_with_a_warning_naming_the_new_one(old, monkeypatch):
     monkeypatch.delitem(sys.modules, old, raising=False)
-    with pytest.warns(DeprecationWarning, match=rf"{old} is now {MOVED[old][0]}.* see docs/migrating.md"):
+    with pytest.warns(
+        DeprecationWarning, match=rf"{old} is now {MOVED[old][0]}.* see docs/migrating.md"
+    ):
         module = importlib.import_module(old)
     new = [importlib.import_module(n) for n in MOVED[old]]
     assert module.__all__, old
@@ -79,12 +81,22 @@ def test_a_callback_stops_the_run_on_rl8_stop_only_and_a_bare_bool_warns():
 def test_sb3s_ppo_signature_gets_a_hint():
     from rl8 import PPO
 
-    with pytest.raises(TypeError, match=r"PPO\('MlpPolicy', 'CartPole-v1'\)\. Stable-Baselines3's .* is rl8's PPO\(env\)"):
+    with pytest.raises(
+        TypeError,
+        match=r"PPO\('MlpPolicy', 'CartPole-v1'\)\. Stable-Baselines3's .* is rl8's PPO\(env\)",
+    ):
         PPO("MlpPolicy", "CartPole-v1")
 
 
-@pytest.mark.parametrize("optimizer, eps", [("torch.optim.SGD", None), ("torch.optim.RMSprop", 1e-8),
-                                            ("torch.optim.Adam", 1e-5), ("torch.optim.AdamW", 1e-5)])
+@pytest.mark.parametrize(
+    "optimizer, eps",
+    [
+        ("torch.optim.SGD", None),
+        ("torch.optim.RMSprop", 1e-8),
+        ("torch.optim.Adam", 1e-5),
+        ("torch.optim.AdamW", 1e-5),
+    ],
+)
 def test_adams_default_eps_goes_to_adam_and_adamw_only(optimizer, eps):
     from rl8 import PPO
     from rl8.envs import CartPole
@@ -107,25 +119,46 @@ def test_the_console_script_with_trust_code_imports_a_module_of_the_working_fold
     work, bin_dir = tmp_path / "work", tmp_path / "bin"
     work.mkdir()
     bin_dir.mkdir()
-    (work / "mycartpole.py").write_text("from rl8.envs import CartPole\n\nclass MyCartPole(CartPole):\n    pass\n")
+    (work / "mycartpole.py").write_text(
+        "from rl8.envs import CartPole\n\nclass MyCartPole(CartPole):\n    pass\n"
+    )
     env = CartPole(1)
-    save_policy(Policy(env.observation_space, env.action_space), work / "policy.pt",
-                env={"spec": "mycartpole.MyCartPole", "env_kwargs": {}, "env_config": {}})
+    save_policy(
+        Policy(env.observation_space, env.action_space),
+        work / "policy.pt",
+        env={"spec": "mycartpole.MyCartPole", "env_kwargs": {}, "env_config": {}},
+    )
     # a script outside the working folder, as the installed `rl8` console script is
     (bin_dir / "rl8").write_text("import sys\nfrom rl8.cli import main\nsys.exit(main())\n")
     root = str(Path(__file__).resolve().parent.parent)
-    run = [sys.executable, str(bin_dir / "rl8"), "eval", "policy.pt", "--episodes", "1", "--max-steps", "5"]
+    run = [
+        sys.executable,
+        str(bin_dir / "rl8"),
+        "eval",
+        "policy.pt",
+        "--episodes",
+        "1",
+        "--max-steps",
+        "5",
+    ]
     env_vars = {**os.environ, "PYTHONPATH": root}
     refused = subprocess.run(run, cwd=work, env=env_vars, capture_output=True, text=True, timeout=120)
     assert refused.returncode == 1 and "(rl8 --trust-code) imports it" in refused.stderr, refused.stderr
-    trusted = subprocess.run([*run, "--trust-code"], cwd=work, env=env_vars, capture_output=True, text=True, timeout=120)
+    trusted = subprocess.run(
+        [*run, "--trust-code"], cwd=work, env=env_vars, capture_output=True, text=True, timeout=120
+    )
     assert trusted.returncode == 0 and "within 5 steps" in trusted.stdout, trusted.stderr
 
 
-@pytest.mark.parametrize("build", [
-    lambda c: c.Plateaus("returns/mean", patience=3, rtol=0.1), lambda c: c.StopsIncreasing("returns/mean", patience=3),
-    lambda c: c.StopsDecreasing("eval/returns/mean", patience=3), lambda c: c.HitsUpperBound("returns/mean", 1.0),
-])
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda c: c.Plateaus("returns/mean", patience=3, rtol=0.1),
+        lambda c: c.StopsIncreasing("returns/mean", patience=3),
+        lambda c: c.StopsDecreasing("eval/returns/mean", patience=3),
+        lambda c: c.HitsUpperBound("returns/mean", 1.0),
+    ],
+)
 def test_an_old_stat_name_warns_at_the_users_line(build):
     import warnings
 
@@ -142,17 +175,35 @@ def test_rl8_1_command_lines_and_configs_get_hints(tmp_path, capsys):
 
     (tmp_path / "old.yaml").write_text("env_cls: rl8.envs.CartPole\nalgorithm_config:\n  horizon: 8\n")
     assert main(["train", "-f", "old.yaml"]) == 2
-    assert "rl8 train takes the config file as its argument: rl8 train old.yaml" in capsys.readouterr().err
+    assert (
+        "rl8 train takes the config file as its argument: rl8 train old.yaml" in capsys.readouterr().err
+    )
     assert main(["train", "old.yaml"]) == 2
     assert "rl8 1.0's env_cls is now env (see docs/migrating.md)" in capsys.readouterr().err
     (tmp_path / "old.yaml").write_text("env: rl8.envs.CartPole\nalgorithm_config:\n  horizon: 8\n")
     assert main(["train", "old.yaml"]) == 2
     assert "rl8 1.0's algorithm_config is now hparams" in capsys.readouterr().err
-    args = ["train", "--env", "rl8.envs.CartPole", "--set", "num_envs=4", "--set", "horizon=8", "--max-steps", "10",
-            "--tracking-uri", str(tmp_path / "mlruns-off"), "--quiet", "--checkpoint-dir", str(tmp_path / "ck")]
+    args = [
+        "train",
+        "--env",
+        "rl8.envs.CartPole",
+        "--set",
+        "num_envs=4",
+        "--set",
+        "horizon=8",
+        "--max-steps",
+        "10",
+        "--tracking-uri",
+        str(tmp_path / "mlruns-off"),
+        "--quiet",
+        "--checkpoint-dir",
+        str(tmp_path / "ck"),
+    ]
     main(args)
-    assert "max_steps counts env steps (rl8 1.0: training steps); 10 is less than one training step (32" in (
-        capsys.readouterr().err)
+    assert (
+        "max_steps counts env steps (rl8 1.0: training steps); 10 is less than one training step (32"
+        in (capsys.readouterr().err)
+    )
 
 
 def test_an_old_mlruns_folder_is_explained_before_training(tmp_path, monkeypatch):
@@ -167,8 +218,11 @@ def test_an_old_mlruns_folder_is_explained_before_training(tmp_path, monkeypatch
     monkeypatch.delenv("MLFLOW_TRACKING_URI")
     mlflow.set_tracking_uri(None)  # MLflow's own default: it picks ./mlruns
     algo = PPO(CartPole, **SMALL)
-    with pytest.raises(TrackingError, match=r"MLflow picked the folder store .*mlruns.* over the default "
-                                            r"sqlite:///mlflow.db .*mlflow migrate-filestore"):
+    with pytest.raises(
+        TrackingError,
+        match=r"MLflow picked the folder store .*mlruns.* over the default "
+        r"sqlite:///mlflow.db .*mlflow migrate-filestore",
+    ):
         Trainer(algo, progress=False)
     assert algo.env_steps == 0
     with pytest.raises(TrackingError, match="is a folder store, and MLflow 3 refuses folder stores"):
@@ -205,22 +259,40 @@ def test_a_model_stored_as_main_net_is_handed_over_with_model_cls(tmp_path):
     import subprocess
     from pathlib import Path
 
-    (tmp_path / "mynet.py").write_text("from rl8.policies.models import MLPModel\n\nclass Net(MLPModel):\n    pass\n")
+    (tmp_path / "mynet.py").write_text(
+        "from rl8.policies.models import MLPModel\n\nclass Net(MLPModel):\n    pass\n"
+    )
     (tmp_path / "script.py").write_text(
         "from rl8 import PPO, Trainer, save_policy\nfrom rl8.envs import CartPole\nfrom rl8.policies.models import MLPModel\n"
         "class Net(MLPModel):\n    pass\n"
         "with Trainer(PPO(CartPole, num_envs=4, horizon=8, sgd_minibatch_size=16, model_cls=Net), tracking=False,"
         " progress=False, checkpoint_dir='ck') as t:\n    t.run(max_env_steps=32)\n"
-        "    save_policy(t.algo.policy, 'p.pt', env={'spec': 'rl8.envs.cartpole.CartPole', 'env_kwargs': {}, 'env_config': {}})\n")
+        "    save_policy(t.algo.policy, 'p.pt', env={'spec': 'rl8.envs.cartpole.CartPole', 'env_kwargs': {}, 'env_config': {}})\n"
+    )
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
 
     def rl8(*args):
-        return subprocess.run([sys.executable, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        return subprocess.run(
+            [sys.executable, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+        )
 
     assert rl8("script.py").returncode == 0
     refused = rl8("-m", "rl8", "eval", "p.pt", "--episodes", "1")
     assert refused.returncode == 1 and "--model-cls mymodule.Net" in refused.stderr, refused.stderr
     evaluated = rl8("-m", "rl8", "eval", "p.pt", "--episodes", "1", "--model-cls", "mynet.Net")
-    assert evaluated.returncode == 0 and "mean return over 1 episodes" in evaluated.stdout, evaluated.stderr
-    resumed = rl8("-m", "rl8", "train", "--resume", "ck", "--max-steps", "64", "--quiet", "--model-cls", "mynet.Net")
+    assert evaluated.returncode == 0 and "mean return over 1 episodes" in evaluated.stdout, (
+        evaluated.stderr
+    )
+    resumed = rl8(
+        "-m",
+        "rl8",
+        "train",
+        "--resume",
+        "ck",
+        "--max-steps",
+        "64",
+        "--quiet",
+        "--model-cls",
+        "mynet.Net",
+    )
     assert resumed.returncode == 0 and "checkpoint-000000000064.pt" in resumed.stdout, resumed.stderr

@@ -17,53 +17,151 @@ from rl8.presets import RslRlConfigWarning, from_rsl_rl, rsl_rl_run_args
 
 #: mjlab 1.6's cartpole_ppo_runner_cfg() (rsl-rl-lib 5.4.2), as dataclasses.asdict gives it.
 MJLAB_CARTPOLE = {
-    "seed": 42, "num_steps_per_env": 32, "max_iterations": 500,
-    "obs_groups": {"actor": ("actor",), "critic": ("critic",)}, "save_interval": 50, "experiment_name": "cartpole",
-    "run_name": "", "logger": "wandb", "wandb_project": "mjlab", "wandb_tags": (), "resume": False, "load_run": ".*",
-    "load_checkpoint": "model_.*.pt", "clip_actions": None, "upload_model": True, "class_name": "OnPolicyRunner",
-    "actor": {"hidden_dims": (64, 64), "activation": "elu", "obs_normalization": False, "cnn_cfg": None,
-              "distribution_cfg": {"class_name": "GaussianDistribution", "init_std": 1.0, "std_type": "scalar"},
-              "rnn_type": None, "rnn_hidden_dim": 256, "rnn_num_layers": 1, "class_name": "MLPModel"},
-    "critic": {"hidden_dims": (64, 64), "activation": "elu", "obs_normalization": False, "cnn_cfg": None,
-               "distribution_cfg": None, "rnn_type": None, "rnn_hidden_dim": 256, "rnn_num_layers": 1,
-               "class_name": "MLPModel"},
-    "algorithm": {"num_learning_epochs": 5, "num_mini_batches": 4, "learning_rate": 1e-3, "schedule": "adaptive",
-                  "gamma": 0.99, "lam": 0.95, "entropy_coef": 0.01, "desired_kl": 0.01, "max_grad_norm": 1.0,
-                  "value_loss_coef": 1.0, "use_clipped_value_loss": True, "clip_param": 0.2,
-                  "normalize_advantage_per_mini_batch": False, "optimizer": "adam", "share_cnn_encoders": False,
-                  "class_name": "PPO"},
+    "seed": 42,
+    "num_steps_per_env": 32,
+    "max_iterations": 500,
+    "obs_groups": {"actor": ("actor",), "critic": ("critic",)},
+    "save_interval": 50,
+    "experiment_name": "cartpole",
+    "run_name": "",
+    "logger": "wandb",
+    "wandb_project": "mjlab",
+    "wandb_tags": (),
+    "resume": False,
+    "load_run": ".*",
+    "load_checkpoint": "model_.*.pt",
+    "clip_actions": None,
+    "upload_model": True,
+    "class_name": "OnPolicyRunner",
+    "actor": {
+        "hidden_dims": (64, 64),
+        "activation": "elu",
+        "obs_normalization": False,
+        "cnn_cfg": None,
+        "distribution_cfg": {
+            "class_name": "GaussianDistribution",
+            "init_std": 1.0,
+            "std_type": "scalar",
+        },
+        "rnn_type": None,
+        "rnn_hidden_dim": 256,
+        "rnn_num_layers": 1,
+        "class_name": "MLPModel",
+    },
+    "critic": {
+        "hidden_dims": (64, 64),
+        "activation": "elu",
+        "obs_normalization": False,
+        "cnn_cfg": None,
+        "distribution_cfg": None,
+        "rnn_type": None,
+        "rnn_hidden_dim": 256,
+        "rnn_num_layers": 1,
+        "class_name": "MLPModel",
+    },
+    "algorithm": {
+        "num_learning_epochs": 5,
+        "num_mini_batches": 4,
+        "learning_rate": 1e-3,
+        "schedule": "adaptive",
+        "gamma": 0.99,
+        "lam": 0.95,
+        "entropy_coef": 0.01,
+        "desired_kl": 0.01,
+        "max_grad_norm": 1.0,
+        "value_loss_coef": 1.0,
+        "use_clipped_value_loss": True,
+        "clip_param": 0.2,
+        "normalize_advantage_per_mini_batch": False,
+        "optimizer": "adam",
+        "share_cnn_encoders": False,
+        "class_name": "PPO",
+    },
 }
 
 #: An Isaac Lab locomotion runner config (AnymalDRoughPPORunnerCfg's values) in the older `policy`
 #: form that Isaac Lab's tasks still write, with its `empirical_normalization`.
 ISAACLAB_ANYMAL_D = {
-    "seed": 42, "device": "cuda:0", "num_steps_per_env": 24, "max_iterations": 1500, "empirical_normalization": True,
-    "obs_groups": {"policy": ["policy"], "critic": ["policy", "critic"]}, "clip_actions": None, "save_interval": 50,
-    "experiment_name": "anymal_d_rough", "run_name": "", "logger": "tensorboard", "neptune_project": "isaaclab",
-    "wandb_project": "isaaclab", "resume": False, "load_run": ".*", "load_checkpoint": "model_.*.pt",
+    "seed": 42,
+    "device": "cuda:0",
+    "num_steps_per_env": 24,
+    "max_iterations": 1500,
+    "empirical_normalization": True,
+    "obs_groups": {"policy": ["policy"], "critic": ["policy", "critic"]},
+    "clip_actions": None,
+    "save_interval": 50,
+    "experiment_name": "anymal_d_rough",
+    "run_name": "",
+    "logger": "tensorboard",
+    "neptune_project": "isaaclab",
+    "wandb_project": "isaaclab",
+    "resume": False,
+    "load_run": ".*",
+    "load_checkpoint": "model_.*.pt",
     "class_name": "OnPolicyRunner",
-    "policy": {"class_name": "ActorCritic", "init_noise_std": 1.0, "noise_std_type": "scalar",
-               "actor_hidden_dims": [512, 256, 128], "critic_hidden_dims": [768, 256, 128], "activation": "elu"},
-    "algorithm": {"class_name": "PPO", "value_loss_coef": 1.0, "use_clipped_value_loss": True, "clip_param": 0.2,
-                  "entropy_coef": 0.005, "num_learning_epochs": 5, "num_mini_batches": 4, "learning_rate": 1.0e-3,
-                  "schedule": "adaptive", "gamma": 0.99, "lam": 0.95, "desired_kl": 0.01, "max_grad_norm": 1.0,
-                  "normalize_advantage_per_mini_batch": False, "symmetry_cfg": None, "rnd_cfg": None},
+    "policy": {
+        "class_name": "ActorCritic",
+        "init_noise_std": 1.0,
+        "noise_std_type": "scalar",
+        "actor_hidden_dims": [512, 256, 128],
+        "critic_hidden_dims": [768, 256, 128],
+        "activation": "elu",
+    },
+    "algorithm": {
+        "class_name": "PPO",
+        "value_loss_coef": 1.0,
+        "use_clipped_value_loss": True,
+        "clip_param": 0.2,
+        "entropy_coef": 0.005,
+        "num_learning_epochs": 5,
+        "num_mini_batches": 4,
+        "learning_rate": 1.0e-3,
+        "schedule": "adaptive",
+        "gamma": 0.99,
+        "lam": 0.95,
+        "desired_kl": 0.01,
+        "max_grad_norm": 1.0,
+        "normalize_advantage_per_mini_batch": False,
+        "symmetry_cfg": None,
+        "rnd_cfg": None,
+    },
 }
 
-PER_MINIBATCH = ("algorithm.normalize_advantage_per_mini_batch=False (rl8 normalises advantages per minibatch, "
-                 "not over the whole rollout)")
+PER_MINIBATCH = (
+    "algorithm.normalize_advantage_per_mini_batch=False (rl8 normalises advantages per minibatch, "
+    "not over the whole rollout)"
+)
 
 
 def test_mjlab_cartpole():
     with pytest.warns(RslRlConfigWarning, match="normalize_advantage_per_mini_batch"):
         hparams, unmapped = from_rsl_rl(MJLAB_CARTPOLE)
     assert hparams == {
-        "horizon": 32, "lr": 1e-3, "num_sgd_iters": 5, "num_minibatches": 4, "clip_param": 0.2, "entropy_coeff": 0.01,
-        "vf_coeff": 2.0, "max_grad_norm": 1.0, "gamma": 0.99, "gae_lambda": 0.95, "optimizer_cls": "torch.optim.Adam",
-        "optimizer_kwargs": {}, "normalize_rewards": False, "vf_clip_param": 0.2, "desired_kl": 0.01, "seed": 42,
-        "obs_groups": {"actor": ["actor"], "critic": ["critic"]}, "normalize_observations": False,
-        "model_config": {"ortho_init": False, "hiddens": [64, 64], "activation": "elu", "init_noise_std": 1.0,
-                         "noise_std_type": "scalar"},
+        "horizon": 32,
+        "lr": 1e-3,
+        "num_sgd_iters": 5,
+        "num_minibatches": 4,
+        "clip_param": 0.2,
+        "entropy_coeff": 0.01,
+        "vf_coeff": 2.0,
+        "max_grad_norm": 1.0,
+        "gamma": 0.99,
+        "gae_lambda": 0.95,
+        "optimizer_cls": "torch.optim.Adam",
+        "optimizer_kwargs": {},
+        "normalize_rewards": False,
+        "vf_clip_param": 0.2,
+        "desired_kl": 0.01,
+        "seed": 42,
+        "obs_groups": {"actor": ["actor"], "critic": ["critic"]},
+        "normalize_observations": False,
+        "model_config": {
+            "ortho_init": False,
+            "hiddens": [64, 64],
+            "activation": "elu",
+            "init_noise_std": 1.0,
+            "noise_std_type": "scalar",
+        },
     }
     assert unmapped == [PER_MINIBATCH]
     HParams.from_kwargs(**hparams)
@@ -75,10 +173,19 @@ def test_isaac_lab_locomotion_trains_asymmetric():
     with pytest.warns(RslRlConfigWarning):
         hparams, unmapped = from_rsl_rl(ISAACLAB_ANYMAL_D)
     assert hparams["obs_groups"] == {"actor": ["policy"], "critic": ["policy", "critic"]}
-    assert hparams["normalize_observations"] and hparams["entropy_coeff"] == 0.005 and hparams["horizon"] == 24
-    assert hparams["model_config"] == {"ortho_init": False, "hiddens": [512, 256, 128],
-                                       "critic_hiddens": [768, 256, 128], "activation": "elu",
-                                       "init_noise_std": 1.0, "noise_std_type": "scalar"}
+    assert (
+        hparams["normalize_observations"]
+        and hparams["entropy_coeff"] == 0.005
+        and hparams["horizon"] == 24
+    )
+    assert hparams["model_config"] == {
+        "ortho_init": False,
+        "hiddens": [512, 256, 128],
+        "critic_hiddens": [768, 256, 128],
+        "activation": "elu",
+        "init_noise_std": 1.0,
+        "noise_std_type": "scalar",
+    }
     assert unmapped == [PER_MINIBATCH, "device='cuda:0' (rl8's hparam device; PPO follows the env's)"]
     algo = PPO(GroupCartPole, num_envs=8, **{**hparams, "horizon": 16, "seed": 0, "device": "cpu"})
     model = algo.policy.model
@@ -89,7 +196,9 @@ def test_isaac_lab_locomotion_trains_asymmetric():
 
 def test_unmapped_fields_are_reported():
     cfg = copy.deepcopy(MJLAB_CARTPOLE)
-    cfg["algorithm"].update(rnd_cfg={"weight": 0.1}, normalize_advantage_per_mini_batch=True, schedule="fixed")
+    cfg["algorithm"].update(
+        rnd_cfg={"weight": 0.1}, normalize_advantage_per_mini_batch=True, schedule="fixed"
+    )
     cfg["actor"]["distribution_cfg"].update(learn_std=False, std_range=[0.1, 2.0])
     cfg["critic"].update(obs_normalization=True, class_name="RNNModel", rnn_type="lstm")
     cfg["obs_groups"]["rnd_state"] = ["actor"]
@@ -97,30 +206,55 @@ def test_unmapped_fields_are_reported():
     with pytest.warns(RslRlConfigWarning) as record:
         hparams, unmapped = from_rsl_rl(cfg)
     assert hparams["desired_kl"] is None and hparams["normalize_observations"] is True
-    for expected in ("algorithm.rnd_cfg={'weight': 0.1}", "actor.distribution_cfg.learn_std=False",
-                     "actor.distribution_cfg.std_range", "obs_normalization actor=False, critic=True",
-                     "critic.class_name='RNNModel'", "critic.rnn_type", "obs_groups.rnd_state=['actor']",
-                     "clip_actions=1.0", "future_field=3 (no rl8 counterpart)"):
+    for expected in (
+        "algorithm.rnd_cfg={'weight': 0.1}",
+        "actor.distribution_cfg.learn_std=False",
+        "actor.distribution_cfg.std_range",
+        "obs_normalization actor=False, critic=True",
+        "critic.class_name='RNNModel'",
+        "critic.rnn_type",
+        "obs_groups.rnd_state=['actor']",
+        "clip_actions=1.0",
+        "future_field=3 (no rl8 counterpart)",
+    ):
         assert any(entry.startswith(expected) for entry in unmapped), (expected, unmapped)
     assert PER_MINIBATCH not in unmapped and "future_field=3" in str(record[0].message)
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda c: c["algorithm"].update(learning_rate="1e-3"),
-     "rsl_rl config algorithm.learning_rate: expected a number, got '1e-3'"),
-    (lambda c: c["actor"].update(hidden_dims=[64, -1]),
-     "rsl_rl config actor.hidden_dims: expected a list of ints >= 1, got [64, -1]"),
-    (lambda c: c["critic"].update(activation="crelu"),
-     "rsl_rl config critic.activation: rl8 has no activation 'crelu'"),
-    (lambda c: c["algorithm"].update(schedule="linear"),
-     "rsl_rl config algorithm.schedule: expected 'adaptive' or 'fixed', got 'linear'"),
-    (lambda c: c["algorithm"].update(class_name="Distillation"),
-     "rsl_rl config class_name: rl8 runs PPO (OnPolicyRunner), got 'OnPolicyRunner' running 'Distillation'"),
-    (lambda c: c.pop("num_steps_per_env"), "rsl_rl config num_steps_per_env: missing (expected an int)"),
-    (lambda c: c["obs_groups"].update(critic="critic"),
-     "rsl_rl config obs_groups.critic: expected a non-empty list of group names, got 'critic'"),
-    (lambda c: c.update(actor=[64]), "rsl_rl config actor: expected a dict, got [64]"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            lambda c: c["algorithm"].update(learning_rate="1e-3"),
+            "rsl_rl config algorithm.learning_rate: expected a number, got '1e-3'",
+        ),
+        (
+            lambda c: c["actor"].update(hidden_dims=[64, -1]),
+            "rsl_rl config actor.hidden_dims: expected a list of ints >= 1, got [64, -1]",
+        ),
+        (
+            lambda c: c["critic"].update(activation="crelu"),
+            "rsl_rl config critic.activation: rl8 has no activation 'crelu'",
+        ),
+        (
+            lambda c: c["algorithm"].update(schedule="linear"),
+            "rsl_rl config algorithm.schedule: expected 'adaptive' or 'fixed', got 'linear'",
+        ),
+        (
+            lambda c: c["algorithm"].update(class_name="Distillation"),
+            "rsl_rl config class_name: rl8 runs PPO (OnPolicyRunner), got 'OnPolicyRunner' running 'Distillation'",
+        ),
+        (
+            lambda c: c.pop("num_steps_per_env"),
+            "rsl_rl config num_steps_per_env: missing (expected an int)",
+        ),
+        (
+            lambda c: c["obs_groups"].update(critic="critic"),
+            "rsl_rl config obs_groups.critic: expected a non-empty list of group names, got 'critic'",
+        ),
+        (lambda c: c.update(actor=[64]), "rsl_rl config actor: expected a dict, got [64]"),
+    ],
+)
 def test_bad_types_are_named(change, message):
     cfg = copy.deepcopy(MJLAB_CARTPOLE)
     change(cfg)
@@ -130,13 +264,21 @@ def test_bad_types_are_named(change, message):
 
 def test_a_yaml_file_with_python_tuples_and_rsl_rl_defaults(tmp_path):
     path = tmp_path / "agent.yaml"
-    path.write_text(yaml.dump(ISAACLAB_ANYMAL_D | {"policy": {"actor_hidden_dims": (32, 32)}}))  # !!python/tuple
+    path.write_text(
+        yaml.dump(ISAACLAB_ANYMAL_D | {"policy": {"actor_hidden_dims": (32, 32)}})
+    )  # !!python/tuple
     assert "!!python/tuple" in path.read_text()
     with pytest.warns(RslRlConfigWarning):
         hparams, _ = from_rsl_rl(path)
     # rsl_rl's own defaults for what the policy section leaves out
-    assert hparams["model_config"] == {"ortho_init": False, "hiddens": [32, 32], "critic_hiddens": [256, 256, 256],
-                                       "activation": "elu", "init_noise_std": 1.0, "noise_std_type": "scalar"}
+    assert hparams["model_config"] == {
+        "ortho_init": False,
+        "hiddens": [32, 32],
+        "critic_hiddens": [256, 256, 256],
+        "activation": "elu",
+        "init_noise_std": 1.0,
+        "noise_std_type": "scalar",
+    }
     (tmp_path / "bad.yaml").write_text("- 1\n")
     with pytest.raises(ValueError, match="holds list, not a dict of runner fields"):
         from_rsl_rl(tmp_path / "bad.yaml")

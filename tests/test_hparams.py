@@ -33,13 +33,28 @@ def test_defaults_are_valid_and_frozen():
         ("num_envs", 1e12, "num_envs: expected an int >= 1, got 1000000000000.0"),
         ("seed", 2**70, f"seed: expected an int in [0, 2**63 - 1] or None, got {2**70}"),
         ("seed", -1, "seed: expected an int in [0, 2**63 - 1] or None, got -1"),
-        ("distribution_cls", torch.nn.Linear,
-         "distribution_cls: expected an rl8 Distribution subclass (rl8.policies.distributions.Distribution) or "
-         "its dotted path, got <class 'torch.nn.modules.linear.Linear'> (the class torch.nn.modules.linear.Linear)"),
-        ("model_cls", torch.nn.Linear, "model_cls: expected an rl8 Model subclass (rl8.policies.models.Model) or its dotted "
-                                       "path, got"),
-        ("optimizer_cls", torch.nn.Linear, "optimizer_cls: expected a torch.optim.Optimizer subclass or its dotted path"),
-        ("optimizer_cls", None, "optimizer_cls: expected a torch.optim.Optimizer subclass or its dotted path, got None"),
+        (
+            "distribution_cls",
+            torch.nn.Linear,
+            "distribution_cls: expected an rl8 Distribution subclass (rl8.policies.distributions.Distribution) or "
+            "its dotted path, got <class 'torch.nn.modules.linear.Linear'> (the class torch.nn.modules.linear.Linear)",
+        ),
+        (
+            "model_cls",
+            torch.nn.Linear,
+            "model_cls: expected an rl8 Model subclass (rl8.policies.models.Model) or its dotted "
+            "path, got",
+        ),
+        (
+            "optimizer_cls",
+            torch.nn.Linear,
+            "optimizer_cls: expected a torch.optim.Optimizer subclass or its dotted path",
+        ),
+        (
+            "optimizer_cls",
+            None,
+            "optimizer_cls: expected a torch.optim.Optimizer subclass or its dotted path, got None",
+        ),
         ("clip_param", 0, "clip_param: expected a finite number > 0, got 0"),
         ("dual_clip_param", 0.5, "dual_clip_param: expected a number > 1 or None, got 0.5"),
         ("vf_clip_param", -1.0, "vf_clip_param: expected a number > 0 or None"),
@@ -48,7 +63,7 @@ def test_defaults_are_valid_and_frozen():
         ("schedule_kind", "cosine", "schedule_kind: expected 'step' or 'linear'"),
         ("seed", "0", "seed: expected an int in [0, 2**63 - 1] or None, got '0'"),
         ("check_finite_collects", -2, "check_finite_collects: expected an int >= -1"),
-        ("device", "cuda:99" , "device"),
+        ("device", "cuda:99", "device"),
     ],
 )
 def test_invalid_values_name_field_expected_and_given(field, value, fragment):
@@ -63,11 +78,16 @@ def test_invalid_values_name_field_expected_and_given(field, value, fragment):
 def test_a_cuda_device_index_this_machine_lacks_is_refused(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    with pytest.raises(ValueError, match=r"hparam device: expected a device that exists \(this machine has 2 "
-                                         r"CUDA device\(s\), cuda:0 to cuda:1\), got 'cuda:2'"):
+    with pytest.raises(
+        ValueError,
+        match=r"hparam device: expected a device that exists \(this machine has 2 "
+        r"CUDA device\(s\), cuda:0 to cuda:1\), got 'cuda:2'",
+    ):
         HParams(device="cuda:2")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    with pytest.raises(ValueError, match=r"a device that exists \(CUDA is not available on this machine\)"):
+    with pytest.raises(
+        ValueError, match=r"a device that exists \(CUDA is not available on this machine\)"
+    ):
         HParams(device="cuda")
 
 
@@ -99,19 +119,29 @@ def test_default_minibatch_fits_every_batch_shape(num_envs, horizon, expected):
 def test_num_minibatches_splits_the_buffer():
     assert HParams(num_envs=64, horizon=16, num_minibatches=8).minibatch_size == 128
     assert HParams(num_envs=64, horizon=16, num_minibatches=1).minibatch_size == 1024
-    with pytest.raises(ValueError, match=r"num_minibatches: expected a divisor of the 1024 transitions .* "
-                       r"got 3; nearest valid: 2 or 4"):
+    with pytest.raises(
+        ValueError,
+        match=r"num_minibatches: expected a divisor of the 1024 transitions .* "
+        r"got 3; nearest valid: 2 or 4",
+    ):
         HParams(num_envs=64, horizon=16, num_minibatches=3)
     with pytest.raises(ValueError, match=r"num_minibatches: expected an int >= 1 or None, got 0"):
         HParams(num_minibatches=0)
-    with pytest.raises(ValueError, match=r"num_minibatches: only applies with sgd_minibatch_size='auto', "
-                       r"but sgd_minibatch_size=64 was given"):
+    with pytest.raises(
+        ValueError,
+        match=r"num_minibatches: only applies with sgd_minibatch_size='auto', "
+        r"but sgd_minibatch_size=64 was given",
+    ):
         HParams(num_envs=64, horizon=16, sgd_minibatch_size=64, num_minibatches=4)
 
 
 @pytest.mark.parametrize(
     "size, nearest",
-    [(1000, "nearest valid: 512 or 1024"), (2048, "nearest valid: 1024 \\("), (100, "nearest valid: 64 or 128")],
+    [
+        (1000, "nearest valid: 512 or 1024"),
+        (2048, "nearest valid: 1024 \\("),
+        (100, "nearest valid: 64 or 128"),
+    ],
 )
 def test_bad_minibatch_size_names_the_nearest_valid_sizes(size, nearest):
     with pytest.raises(ValueError) as err:
@@ -126,9 +156,14 @@ def test_bad_minibatch_size_names_the_nearest_valid_sizes(size, nearest):
 def test_minibatch_size_for_sequences():
     hp = HParams(num_envs=6, horizon=16, seq_len=8)
     assert hp.minibatch_size_for(8) == 24  # 12 sequences: 4 minibatches of 3 sequences
-    with pytest.raises(ValueError, match=r"expected a multiple of seq_len=8 .* got 12; nearest valid: 8 or 16"):
+    with pytest.raises(
+        ValueError, match=r"expected a multiple of seq_len=8 .* got 12; nearest valid: 8 or 16"
+    ):
         hp.replace(sgd_minibatch_size=12).minibatch_size_for(8)
-    with pytest.raises(ValueError, match=r"divisor of the 12 sequences of seq_len=8 steps .* got 8; nearest valid: 6 or 12"):
+    with pytest.raises(
+        ValueError,
+        match=r"divisor of the 12 sequences of seq_len=8 steps .* got 8; nearest valid: 6 or 12",
+    ):
         hp.replace(num_minibatches=8).minibatch_size_for(8)
 
 
@@ -186,7 +221,10 @@ def test_to_plain_is_what_checkpoints_store_and_reads_back():
 
     hp = HParams(model_cls=MLPModel, lr_schedule=[[0, 1e-3], [10, 1e-4]], num_envs=4, horizon=8)
     plain = hp.to_plain()
-    assert plain["model_cls"] == "rl8.policies.models.MLPModel" and plain["optimizer_cls"] == "torch.optim.Adam"
+    assert (
+        plain["model_cls"] == "rl8.policies.models.MLPModel"
+        and plain["optimizer_cls"] == "torch.optim.Adam"
+    )
     assert plain["device"] == "auto" and plain["lr_schedule"] == ((0, 1e-3), (10, 1e-4))
     assert HParams.from_config(plain).to_plain() == plain
 
@@ -198,7 +236,11 @@ def test_config_numbers_are_read_once_for_every_reader():
     assert read_numbers(["1e3", 2.0, 2.5], whole_as_int=True) == [1000, 2, 2.5]
     # int fields take whole floats (YAML's 1e3 or 1.0e3), float fields keep them
     assert HParams.read_config({"num_envs": "1e1", "horizon": 8.0, "lr": "1e-3", "gamma": 1.0}) == {
-        "num_envs": 10, "horizon": 8, "lr": 1e-3, "gamma": 1.0}
+        "num_envs": 10,
+        "horizon": 8,
+        "lr": 1e-3,
+        "gamma": 1.0,
+    }
 
 
 def test_changed_hparams_names_what_a_resume_would_change():
@@ -209,5 +251,7 @@ def test_changed_hparams_names_what_a_resume_would_change():
     given = HParams(horizon=64, device="cpu").to_plain()
     assert changed_hparams(stored, given, may_change=("device",)) == {"horizon": (32, 64)}
     assert changed_hparams(stored, {**given, "desired_kl": 0.01}, may_change=("device",)) == {
-        "horizon": (32, 64), "desired_kl": (None, 0.01)}
+        "horizon": (32, 64),
+        "desired_kl": (None, 0.01),
+    }
     assert changed_hparams(stored, HParams(horizon=32).to_plain()) == {}

@@ -14,8 +14,16 @@ from rl8.envs import CartPole, ContinuousDummyEnv, DiscreteDummyEnv, Pendulum
 pytestmark = pytest.mark.slow
 
 
-def train_until(algo: PPO, eval_env, *, target: float, max_env_steps: int, key="episodes/return_mean",
-                eval_steps: int, eval_every: int = 1) -> tuple[float, int]:
+def train_until(
+    algo: PPO,
+    eval_env,
+    *,
+    target: float,
+    max_env_steps: int,
+    key="episodes/return_mean",
+    eval_steps: int,
+    eval_every: int = 1,
+) -> tuple[float, int]:
     """Train; every ``eval_every`` updates evaluate deterministically; stop at ``target``."""
     best = -float("inf")
     while algo.env_steps < max_env_steps:
@@ -39,8 +47,14 @@ def test_cartpole_defaults_solve(amp):
 
 
 PENDULUM = dict(
-    num_envs=256, horizon=64, gamma=0.95, gae_lambda=0.95, lr=3e-3, num_sgd_iters=8,
-    sgd_minibatch_size=4096, normalize_observations=False,
+    num_envs=256,
+    horizon=64,
+    gamma=0.95,
+    gae_lambda=0.95,
+    lr=3e-3,
+    num_sgd_iters=8,
+    sgd_minibatch_size=4096,
+    normalize_observations=False,
     model_config={"hiddens": (64, 64)},
 )
 
@@ -56,7 +70,9 @@ def test_pendulum_solves(amp):
 
 @pytest.mark.parametrize("env_cls", [DiscreteDummyEnv, ContinuousDummyEnv])
 def test_dummy_envs_drive_state_to_origin(env_cls):
-    algo = PPO(env_cls, num_envs=256, horizon=32, horizons_per_env_reset=1, seed=0, sgd_minibatch_size=2048)
+    algo = PPO(
+        env_cls, num_envs=256, horizon=32, horizons_per_env_reset=1, seed=0, sgd_minibatch_size=2048
+    )
     env = env_cls(256)
     # from |x| <= 1 with steps of at most 0.1, 32 steps are enough to reach and hold the origin
     for _ in range(8):

@@ -42,8 +42,9 @@ def test_a_legacy_recurrent_policy_file_acts_as_it_did():
 
 
 def test_a_legacy_trainer_checkpoint_resumes_and_acts(tmp_path):
-    trainer = Trainer.from_checkpoint(LEGACY / "cartpole_checkpoint.pt", tracking=False,
-                                      checkpoint_dir=tmp_path)
+    trainer = Trainer.from_checkpoint(
+        LEGACY / "cartpole_checkpoint.pt", tracking=False, checkpoint_dir=tmp_path
+    )
     try:
         assert int(trainer.algo.env_steps) == 384
         assert type(trainer.algo.env).__name__ == "CartPole"

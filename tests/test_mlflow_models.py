@@ -56,10 +56,21 @@ def run(tmp_path_factory, template_db):
     os.environ["MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL"] = "0.2"
     torch.set_num_threads(1)
     try:  # in the folder: the store puts its artifacts (./mlruns) in the working folder
-        with contextlib.chdir(folder), Trainer(PPO(CartPole, **SMALL), tracking_uri=uri, experiment="models", checkpoint_dir=folder / "ckpt",
-                     register_as="cartpole-ppo", checkpoint_every=2, eval_num_envs=4, eval_num_steps=64,
-                     progress=False,
-                     system_metrics=True) as trainer:
+        with (
+            contextlib.chdir(folder),
+            Trainer(
+                PPO(CartPole, **SMALL),
+                tracking_uri=uri,
+                experiment="models",
+                checkpoint_dir=folder / "ckpt",
+                register_as="cartpole-ppo",
+                checkpoint_every=2,
+                eval_num_envs=4,
+                eval_num_steps=64,
+                progress=False,
+                system_metrics=True,
+            ) as trainer,
+        ):
             trainer.run(max_env_steps=6 * 8 * 16, steps_per_eval=2)
             with pytest.raises(ValueError, match="has the stat 'eval/never'") as missing:
                 trainer.register_best(metric="eval/never")
@@ -69,8 +80,13 @@ def run(tmp_path_factory, template_db):
             del os.environ["MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL"]
         else:
             os.environ["MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL"] = saved
-    return {"uri": uri, "run_id": run_id, "experiment_id": experiment_id, "missing": missing.value,
-            "folder": folder}
+    return {
+        "uri": uri,
+        "run_id": run_id,
+        "experiment_id": experiment_id,
+        "missing": missing.value,
+        "folder": folder,
+    }
 
 
 @pytest.fixture
@@ -83,8 +99,11 @@ def store(run, monkeypatch):
 
 def logged_models(run):
     return mlflow.search_logged_models(
-        experiment_ids=[run["experiment_id"]], filter_string=f"source_run_id = '{run['run_id']}'",
-        order_by=[{"field_name": f"metrics.{RETURN}", "ascending": False}], output_format="list")
+        experiment_ids=[run["experiment_id"]],
+        filter_string=f"source_run_id = '{run['run_id']}'",
+        order_by=[{"field_name": f"metrics.{RETURN}", "ascending": False}],
+        output_format="list",
+    )
 
 
 def test_every_checkpoint_is_a_logged_model_linked_to_its_step_stats(store):
@@ -118,13 +137,18 @@ def test_the_pyfunc_predicts_what_load_policy_predicts(store, tmp_path):
     assert [(s.type, s.shape) for s in signature.inputs.inputs] == [(np.dtype("float32"), (-1, 4))]
     assert [(s.type, s.shape) for s in signature.outputs.inputs] == [(np.dtype("int64"), (-1,))]
     assert np.asarray(model.input_example).shape == (2, 4)
-    folder = save_model(load_policy(f"models:/{best.model_id}", tracking_uri=store["uri"]), tmp_path / "m")
-    assert np.array_equal(mlflow.pyfunc.load_model(str(folder)).predict(OBS), load_policy(folder).predict(OBS)[0])
+    folder = save_model(
+        load_policy(f"models:/{best.model_id}", tracking_uri=store["uri"]), tmp_path / "m"
+    )
+    assert np.array_equal(
+        mlflow.pyfunc.load_model(str(folder)).predict(OBS), load_policy(folder).predict(OBS)[0]
+    )
 
 
 def test_a_dict_observation_policy_is_a_pyfunc_of_named_tensors(tmp_path):
-    observation_space = spaces.Dict({"token": spaces.Box(0, 9, (1,), np.float32),
-                                     "state": spaces.Box(-1, 1, (3,), np.float32)})
+    observation_space = spaces.Dict(
+        {"token": spaces.Box(0, 9, (1,), np.float32), "state": spaces.Box(-1, 1, (3,), np.float32)}
+    )
     folder = save_model(Policy(observation_space, spaces.Box(-1, 1, (2,), np.float32)), tmp_path / "m")
     model = mlflow.pyfunc.load_model(str(folder))
     batch = {"token": np.arange(3, dtype=np.float32).reshape(3, 1), "state": OBS[:3, :3]}
@@ -145,10 +169,17 @@ def test_the_best_checkpoint_is_registered_with_the_alias_best(store):
     by_version = load_policy("models:/cartpole-ppo/1", tracking_uri=store["uri"])
     by_id = load_policy(f"models:/{best.model_id}", tracking_uri=store["uri"])
     for policy in (by_alias, by_version):
-        assert all(torch.equal(a, b) for a, b in zip(policy.state_dict().values(), by_id.state_dict().values()))
-    assert np.array_equal(mlflow.pyfunc.load_model("models:/cartpole-ppo@best").predict(OBS), by_id.predict(OBS)[0])
+        assert all(
+            torch.equal(a, b) for a, b in zip(policy.state_dict().values(), by_id.state_dict().values())
+        )
+    assert np.array_equal(
+        mlflow.pyfunc.load_model("models:/cartpole-ppo@best").predict(OBS), by_id.predict(OBS)[0]
+    )
     assert "no logged model (checkpoint)" in str(store["missing"])
-    assert main(["eval", "models:/cartpole-ppo@best", "--episodes", "2", "--tracking-uri", store["uri"]]) == 0
+    assert (
+        main(["eval", "models:/cartpole-ppo@best", "--episodes", "2", "--tracking-uri", store["uri"]])
+        == 0
+    )
 
 
 def test_system_metrics_are_logged_when_asked(store):
@@ -159,13 +190,31 @@ def test_system_metrics_are_logged_when_asked(store):
 
 def test_registering_an_eval_stat_needs_checkpoints_at_evaluation_steps(migrated_store, capsys):
     with Trainer(PPO(CartPole, **SMALL), register_as="x", checkpoint_every=3, progress=False) as trainer:
-        with pytest.raises(ValueError, match=r"checkpoint_every \(now 3\) to a multiple of steps_per_eval \(now 2\)"):
+        with pytest.raises(
+            ValueError, match=r"checkpoint_every \(now 3\) to a multiple of steps_per_eval \(now 2\)"
+        ):
             trainer.run(max_env_steps=256, steps_per_eval=2)
-    assert build_parser().parse_args(["train", "--register", "cartpole-ppo"]).register_as == "cartpole-ppo"
-    argv = ["train", "--env", "rl8.envs.CartPole", "--max-steps", "64", "--steps-per-eval", "2", "--register", "x"]
+    assert (
+        build_parser().parse_args(["train", "--register", "cartpole-ppo"]).register_as == "cartpole-ppo"
+    )
+    argv = [
+        "train",
+        "--env",
+        "rl8.envs.CartPole",
+        "--max-steps",
+        "64",
+        "--steps-per-eval",
+        "2",
+        "--register",
+        "x",
+    ]
     assert main(argv) == 2
-    assert "checkpoint_every (now None) to a multiple of steps_per_eval (now 2)" in capsys.readouterr().err
-    with pytest.raises(ValueError, match="register_as='x' registers in MLflow's Model Registry, but tracking=False"):
+    assert (
+        "checkpoint_every (now None) to a multiple of steps_per_eval (now 2)" in capsys.readouterr().err
+    )
+    with pytest.raises(
+        ValueError, match="register_as='x' registers in MLflow's Model Registry, but tracking=False"
+    ):
         Trainer(PPO(CartPole, **SMALL), register_as="x", tracking=False)
 
 
@@ -180,7 +229,9 @@ def test_a_failure_to_log_the_model_keeps_the_checkpoint(migrated_store, monkeyp
     assert load_checkpoint(path)["algo"]["counters"] is not None
 
 
-def test_a_model_delivery_that_fails_midway_goes_on_without_a_second_model(migrated_store, tmp_path, monkeypatch):
+def test_a_model_delivery_that_fails_midway_goes_on_without_a_second_model(
+    migrated_store, tmp_path, monkeypatch
+):
     folder = save_model(PPO(CartPole, **SMALL).policy, tmp_path / "m")
     upload, calls = MlflowClient.log_model_artifacts, []
 
@@ -198,7 +249,8 @@ def test_a_model_delivery_that_fails_midway_goes_on_without_a_second_model(migra
         assert tracker.pending_artifacts == 1 and tracker.flush() and len(calls) == 2
     models = mlflow.search_logged_models(experiment_ids=[tracker.experiment_id], output_format="list")
     assert [(m.name, m.status, [(x.key, x.value, x.step) for x in m.metrics]) for m in models] == [
-        ("checkpoint-64", LoggedModelStatus.READY, [("eval/episodes/return_mean", 7.0, 64)])]
+        ("checkpoint-64", LoggedModelStatus.READY, [("eval/episodes/return_mean", 7.0, 64)])
+    ]
 
 
 # ------------------------------------------------------------ model folders that cannot run code
@@ -218,22 +270,27 @@ def pickled_python_model(folder: Path, marker: Path) -> Path:
     """A model folder as mlflow.pyfunc.log_model(python_model=...) writes it: a cloudpickle."""
     folder.mkdir(parents=True)
     (folder / "python_model.pkl").write_bytes(pickle.dumps(Payload(marker)))
-    (folder / "MLmodel").write_text(textwrap.dedent("""
+    (folder / "MLmodel").write_text(
+        textwrap.dedent("""
         flavors:
           python_function:
             cloudpickle_version: 3.0.0
             loader_module: mlflow.pyfunc.model
             python_model: python_model.pkl
             python_version: 3.11.7
-    """))
+    """)
+    )
     return folder
 
 
 def test_a_pickled_python_model_folder_is_refused(store, tmp_path):
     marker = tmp_path / "ran"
     folder = pickled_python_model(tmp_path / "evil", marker)
-    with pytest.raises(CheckpointError, match=r"not an rl8 policy: its MLmodel has no 'rl8' flavor.*"
-                                              r"flavors: \['python_function'\]"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"not an rl8 policy: its MLmodel has no 'rl8' flavor.*"
+        r"flavors: \['python_function'\]",
+    ):
         load_policy(folder)
     client = MlflowClient(store["uri"])
     model = client.create_logged_model(store["experiment_id"], name="evil")
@@ -277,8 +334,11 @@ def free_port() -> int:
 
 
 def post(port: int, body: dict) -> dict:
-    request = urllib.request.Request(f"http://127.0.0.1:{port}/invocations", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/invocations",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(request, timeout=10) as answer:
         return json.loads(answer.read())
 
@@ -323,9 +383,26 @@ def test_mlflow_models_serve_serves_a_logged_policy(store, tmp_path):
     env = {**os.environ, "MLFLOW_TRACKING_URI": store["uri"], "PYTHONPATH": str(ROOT)}
     log = open(tmp_path / "serve.log", "wb")
     server = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "models", "serve", "-m", f"models:/{best.model_id}", "--env-manager",
-         "local", "-h", "127.0.0.1", "-p", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT,
-        start_new_session=True)
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "models",
+            "serve",
+            "-m",
+            f"models:/{best.model_id}",
+            "--env-manager",
+            "local",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(port),
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         wait_until_up(port, 120, alive=lambda: server.poll() is None)
         expected = load_policy(f"models:/{best.model_id}", tracking_uri=store["uri"]).predict(OBS)[0]

@@ -23,7 +23,9 @@ def test_running_mean_std_equals_batch_statistics():
 def test_merge_of_two_halves_equals_whole():
     data = torch.randn(500, 2, dtype=torch.float64)
     a, b, whole = RunningMeanStd((2,)), RunningMeanStd((2,)), RunningMeanStd((2,))
-    a.update(data[:200]); b.update(data[200:]); whole.update(data)
+    a.update(data[:200])
+    b.update(data[200:])
+    whole.update(data)
     a.merge_(b.mean, b.var, b.count)
     torch.testing.assert_close(a.mean, whole.mean)
     torch.testing.assert_close(a.var, whole.var)
@@ -31,8 +33,11 @@ def test_merge_of_two_halves_equals_whole():
 
 def test_observation_normalizer_skips_masks_and_integers():
     obs = TensorDict(
-        {"x": torch.randn(64, 2) * 3 + 1, "action_mask": torch.ones(64, 4, dtype=torch.bool),
-         "i": torch.arange(64)},
+        {
+            "x": torch.randn(64, 2) * 3 + 1,
+            "action_mask": torch.ones(64, 4, dtype=torch.bool),
+            "i": torch.arange(64),
+        },
         batch_size=[64],
     )
     norm = ObservationNormalizer(obs[:1])
@@ -54,7 +59,9 @@ def test_reward_normalizer_tracks_discounted_return():
     torch.testing.assert_close(norm.stats.var, seen.var(unbiased=False))
     torch.testing.assert_close(norm.returns, torch.tensor([1.0, 1.75]))
     scaled = norm(torch.ones(2, 1))
-    torch.testing.assert_close(scaled, torch.ones(2, 1) / (seen.var(unbiased=False).sqrt().float()), rtol=1e-4, atol=0)
+    torch.testing.assert_close(
+        scaled, torch.ones(2, 1) / (seen.var(unbiased=False).sqrt().float()), rtol=1e-4, atol=0
+    )
 
 
 def test_reward_normalizer_vectorised_path_matches_the_recurrence():
@@ -73,7 +80,10 @@ def test_host_merge_of_moments_matches_the_device_merge():
     """PPO folds the reward normaliser's batch moments in on the host (merge_moments_); the
     result equals RunningMeanStd.update over the same samples, and the plain statistics."""
     g = torch.Generator().manual_seed(5)
-    batches = [torch.randn(300, generator=g, dtype=torch.float64) * s + m for s, m in ((1.0, 5.0), (3.0, -2.0), (0.1, 40.0))]
+    batches = [
+        torch.randn(300, generator=g, dtype=torch.float64) * s + m
+        for s, m in ((1.0, 5.0), (3.0, -2.0), (0.1, 40.0))
+    ]
     device_side, host_side = RunningMeanStd(), RunningMeanStd()
     for x in batches:
         device_side.update(x)
@@ -92,7 +102,9 @@ def test_ppo_reward_statistics_cover_every_running_return():
     from rl8 import PPO
     from rl8.envs import CartPole
 
-    algo = PPO(CartPole, num_envs=8, horizon=16, sgd_minibatch_size=32, seed=0, horizons_per_env_reset=-1)
+    algo = PPO(
+        CartPole, num_envs=8, horizon=16, sgd_minibatch_size=32, seed=0, horizons_per_env_reset=-1
+    )
     reference = RewardNormalizer(8, algo.hparams.gamma)
     for _ in range(3):
         algo.collect()

@@ -28,27 +28,36 @@ def dict_space(*keys: str, size: int = 2) -> spaces.Dict:
     return spaces.Dict([(k, spaces.Box(-1, 1, (size,), np.float32)) for k in keys])
 
 
-@pytest.mark.parametrize("keys, obs_groups, actor, critic", [
-    (("policy", "critic"), None, ("policy",), ("critic",)),  # Isaac Lab: asymmetric with no option
-    (("actor", "critic", "extra"), None, ("actor",), ("critic",)),  # mjlab's names
-    (("policy", "height_scan"), None, ("policy",), ("policy",)),  # no critic group: policy
-    (("a", "b"), None, None, None),  # neither: the whole observation to both
-    (("policy", "critic"), {"critic": ["policy", "critic"]}, ("policy",), ("policy", "critic")),
-    (("a", "b"), {"actor": ["b", "a"]}, ("b", "a"), None),
-])
+@pytest.mark.parametrize(
+    "keys, obs_groups, actor, critic",
+    [
+        (("policy", "critic"), None, ("policy",), ("critic",)),  # Isaac Lab: asymmetric with no option
+        (("actor", "critic", "extra"), None, ("actor",), ("critic",)),  # mjlab's names
+        (("policy", "height_scan"), None, ("policy",), ("policy",)),  # no critic group: policy
+        (("a", "b"), None, None, None),  # neither: the whole observation to both
+        (("policy", "critic"), {"critic": ["policy", "critic"]}, ("policy",), ("policy", "critic")),
+        (("a", "b"), {"actor": ["b", "a"]}, ("b", "a"), None),
+    ],
+)
 def test_resolution_follows_rsl_rl_fallbacks(keys, obs_groups, actor, critic):
     assert resolve_obs_groups(dict_space(*keys), obs_groups) == {"actor": actor, "critic": critic}
     assert resolve_obs_groups(BOX) == {"actor": None, "critic": None}
 
 
-@pytest.mark.parametrize("space, obs_groups, message", [
-    (dict_space("policy", "critic"), {"critic": ["privileged"]},
-     "obs_groups['critic']: the observation has no group 'privileged' (its groups: ['policy', 'critic'])"),
-    (BOX, {"actor": ["policy"]}, "obs_groups: needs a Dict observation space"),
-    (dict_space("policy"), {"actor": "policy"}, "obs_groups: expected None or a dict"),
-    (dict_space("policy"), {"policy": ["policy"]}, "obs_groups: expected None or a dict"),
-    (dict_space("policy"), {"actor": []}, "obs_groups: expected None or a dict"),
-])
+@pytest.mark.parametrize(
+    "space, obs_groups, message",
+    [
+        (
+            dict_space("policy", "critic"),
+            {"critic": ["privileged"]},
+            "obs_groups['critic']: the observation has no group 'privileged' (its groups: ['policy', 'critic'])",
+        ),
+        (BOX, {"actor": ["policy"]}, "obs_groups: needs a Dict observation space"),
+        (dict_space("policy"), {"actor": "policy"}, "obs_groups: expected None or a dict"),
+        (dict_space("policy"), {"policy": ["policy"]}, "obs_groups: expected None or a dict"),
+        (dict_space("policy"), {"actor": []}, "obs_groups: expected None or a dict"),
+    ],
+)
 def test_resolution_errors_name_the_groups(space, obs_groups, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         resolve_obs_groups(space, obs_groups)
@@ -81,15 +90,23 @@ def test_the_actor_never_reads_the_critics_group():
 
 
 def test_explicit_mapping_flattens_in_the_order_given():
-    algo = PPO(GroupCartPole, num_envs=8, horizon=16, seed=0, device="cpu",
-               obs_groups={"critic": ["critic", "policy"]})
+    algo = PPO(
+        GroupCartPole,
+        num_envs=8,
+        horizon=16,
+        seed=0,
+        device="cpu",
+        obs_groups={"critic": ["critic", "policy"]},
+    )
     model = algo.policy.model
     assert (model.actor_groups, model.critic_groups) == (("policy",), ("critic", "policy"))
     obs = algo.env.reset(seed=1)
     with torch.no_grad():
         expected = model.vf(torch.cat([obs["critic"], obs["policy"]], 1))[:, 0]
         assert torch.equal(model.value(obs), expected)
-    assert algo.hparams.obs_groups == {"critic": ["critic", "policy"]}  # lists, as checkpoints store them
+    assert algo.hparams.obs_groups == {
+        "critic": ["critic", "policy"]
+    }  # lists, as checkpoints store them
 
 
 def test_obs_groups_errors():
@@ -98,19 +115,34 @@ def test_obs_groups_errors():
     with pytest.raises(ValueError, match="hparam obs_groups: expected None or a dict"):
         PPO(GroupCartPole, num_envs=8, horizon=16, device="cpu", obs_groups={"actor": "policy"})
     with pytest.raises(ValueError, match="hparam obs_groups: also given as model_config"):
-        PPO(GroupCartPole, num_envs=8, horizon=16, device="cpu", obs_groups={"actor": ["policy"]},
-            model_config={"obs_groups": {"actor": ["policy"]}})
+        PPO(
+            GroupCartPole,
+            num_envs=8,
+            horizon=16,
+            device="cpu",
+            obs_groups={"actor": ["policy"]},
+            model_config={"obs_groups": {"actor": ["policy"]}},
+        )
     with pytest.raises(ValueError, match="model_config shared: one trunk reads one observation"):
         PPO(GroupCartPole, num_envs=8, horizon=16, device="cpu", model_config={"shared": True})
     space = GroupCartPole.observation_space
     with pytest.raises(ValueError, match="LSTMModel runs one network for the actor and the critic"):
         LSTMModel(space, spaces.Discrete(2), Categorical)
-    lstm = LSTMModel(space, spaces.Discrete(2), Categorical, obs_groups={"actor": ["policy"], "critic": ["policy"]})
+    lstm = LSTMModel(
+        space, spaces.Discrete(2), Categorical, obs_groups={"actor": ["policy"], "critic": ["policy"]}
+    )
     assert lstm.actor_groups == ("policy",) and lstm.encoder[0].in_features == 4
 
 
 def test_a_saved_policy_keeps_its_groups(tmp_path):
-    algo = PPO(GroupCartPole, num_envs=8, horizon=16, seed=0, device="cpu", obs_groups={"critic": ["policy", "critic"]})
+    algo = PPO(
+        GroupCartPole,
+        num_envs=8,
+        horizon=16,
+        seed=0,
+        device="cpu",
+        obs_groups={"critic": ["policy", "critic"]},
+    )
     algo.collect()
     algo.update()
     loaded = load_policy(save_policy(algo.policy, tmp_path / "policy.pt"))
@@ -142,7 +174,9 @@ def test_noise_std_type_scalar_learns_the_std():
     assert torch.allclose(params[:, 1], torch.full((3,), math.log(0.5)))
     params[:, 1].sum().backward()
     assert torch.allclose(model.std.grad, torch.tensor([3 / 0.5]))  # d log(std) / d std = 1 / std
-    with pytest.raises(ValueError, match="model_config noise_std_type: expected 'log' or 'scalar', got 'exp'"):
+    with pytest.raises(
+        ValueError, match="model_config noise_std_type: expected 'log' or 'scalar', got 'exp'"
+    ):
         MLPModel(BOX, ACTION, Normal, noise_std_type="exp")
 
 

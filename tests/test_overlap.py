@@ -29,7 +29,9 @@ from rl8.training.conditions import Condition, HitsUpperBound
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-OVERLAP = dict(num_envs=16, horizon=8, sgd_minibatch_size=32, num_sgd_iters=2, seed=0, collect_mode="overlap")
+OVERLAP = dict(
+    num_envs=16, horizon=8, sgd_minibatch_size=32, num_sgd_iters=2, seed=0, collect_mode="overlap"
+)
 
 
 def collector_threads() -> list[threading.Thread]:
@@ -60,7 +62,9 @@ def reference(updates: int) -> list[dict[str, float]]:
 
 
 def test_invalid_collect_mode_names_the_field_the_values_and_the_given_one():
-    with pytest.raises(ValueError, match=r"hparam collect_mode: expected 'sync' or 'overlap', got 'async'"):
+    with pytest.raises(
+        ValueError, match=r"hparam collect_mode: expected 'sync' or 'overlap', got 'async'"
+    ):
         HParams(collect_mode="async")
     with pytest.raises(ValueError, match=r"collect_mode.*got None"):
         PPO(CartPole, collect_mode=None)
@@ -105,11 +109,15 @@ def test_overlap_runs_repeat_whatever_the_thread_timing():
     first.close(), second.close()  # each has a rollout in flight: wait for it
 
 
-@pytest.mark.parametrize("env_cls, extra", [
-    (CartPole, {}),
-    (Pendulum, {"normalize_observations": True}),
-    (CartPole, {"model_cls": GRUModel, "model_config": {"hidden_size": 8}, "seq_len": 4}),
-], ids=["cartpole", "pendulum", "cartpole-gru"])
+@pytest.mark.parametrize(
+    "env_cls, extra",
+    [
+        (CartPole, {}),
+        (Pendulum, {"normalize_observations": True}),
+        (CartPole, {"model_cls": GRUModel, "model_config": {"hidden_size": 8}, "seq_len": 4}),
+    ],
+    ids=["cartpole", "pendulum", "cartpole-gru"],
+)
 def test_resume_gives_identical_losses(env_cls, extra):
     """The checkpoint holds the rollout that was in flight; the resumed run hands it over at
     its first collect, as the uninterrupted run does."""
@@ -145,7 +153,9 @@ class BreaksAtStep(Env):
         if self.steps == self.breaks_at:
             raise RuntimeError("the env broke")
         obs = torch.full((self.num_envs, 1), float(self.steps))
-        return TensorDict({"obs": obs, "rewards": torch.ones(self.num_envs, 1)}, batch_size=[self.num_envs])
+        return TensorDict(
+            {"obs": obs, "rewards": torch.ones(self.num_envs, 1)}, batch_size=[self.num_envs]
+        )
 
 
 def test_an_error_in_the_background_rollout_is_raised_by_the_next_collect():
@@ -177,7 +187,9 @@ def test_close_joins_the_thread_and_keeps_the_finished_rollout():
 def test_resets_wait_for_the_rollout_and_the_envs_reset_on_the_collects_env_config():
     """With horizons_per_env_reset=k no rollout is started ahead across a reset: the collect
     that resets gets its own env_config; a manual reset drops the rollout in flight."""
-    algo = PPO(BreaksAtStep, **{**OVERLAP, "horizons_per_env_reset": 2, "env_kwargs": {"breaks_at": 10**9}})
+    algo = PPO(
+        BreaksAtStep, **{**OVERLAP, "horizons_per_env_reset": 2, "env_kwargs": {"breaks_at": 10**9}}
+    )
     in_flight = []
     for i in range(4):
         algo.collect(env_config={"level": i})
@@ -201,7 +213,9 @@ def test_a_collect_must_keep_the_deterministic_flag_of_the_rollout_in_flight():
     algo = PPO(CartPole, **OVERLAP)
     algo.collect()
     algo.update()
-    with pytest.raises(ValueError, match=r"deterministic=True.*started by the previous one with deterministic=False"):
+    with pytest.raises(
+        ValueError, match=r"deterministic=True.*started by the previous one with deterministic=False"
+    ):
         algo.collect(deterministic=True)
     algo.collect()  # the rollout is still there
     algo.close()
@@ -248,9 +262,18 @@ print("in flight:", algo.collector.in_flight, flush=True)
 
 
 def test_the_interpreter_exits_with_a_rollout_in_flight_and_no_close():
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
-    done = subprocess.run([sys.executable, "-c", EXIT_WITH_A_ROLLOUT_IN_FLIGHT], capture_output=True,
-                          text=True, env=env, timeout=120)
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": str(Path(__file__).resolve().parent.parent),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", EXIT_WITH_A_ROLLOUT_IN_FLIGHT],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert "in flight: True" in done.stdout
 
@@ -298,7 +321,10 @@ def _worker_data_parallel() -> None:
     resumed.load_state_dict(state)
     same = train(resumed, 3) == expected
     algo.close(), resumed.close()
-    print(f"rank {algo.dist.rank}: lags {lags} resumed {same} threads {len(collector_threads())}", flush=True)
+    print(
+        f"rank {algo.dist.rank}: lags {lags} resumed {same} threads {len(collector_threads())}",
+        flush=True,
+    )
 
 
 def test_data_parallel_training_on_two_ranks():
@@ -306,11 +332,25 @@ def test_data_parallel_training_on_two_ranks():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc_per_node=2",
-           "--master_addr=127.0.0.1", f"--master_port={port}", __file__, "data_parallel"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                            start_new_session=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes=1",
+        "--nproc_per_node=2",
+        "--master_addr=127.0.0.1",
+        f"--master_port={port}",
+        __file__,
+        "data_parallel",
+    ]
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": str(Path(__file__).resolve().parent.parent),
+    }
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True
+    )
     try:
         output, _ = proc.communicate(timeout=120)
     finally:
@@ -324,8 +364,15 @@ def test_data_parallel_training_on_two_ranks():
 
 @pytest.mark.slow
 def test_overlap_learns_gymnasium_cartpole():
-    algo = PPO("CartPole-v1", seed=0, collect_mode="overlap", num_envs=16, horizon=64,
-               sgd_minibatch_size=256, num_sgd_iters=8)
+    algo = PPO(
+        "CartPole-v1",
+        seed=0,
+        collect_mode="overlap",
+        num_envs=16,
+        horizon=64,
+        sgd_minibatch_size=256,
+        num_sgd_iters=8,
+    )
     eval_env = GymnasiumEnv(16, env="CartPole-v1")
     best = -float("inf")
     try:
@@ -339,9 +386,19 @@ def test_overlap_learns_gymnasium_cartpole():
 
 @pytest.mark.slow
 def test_overlap_learns_pendulum():
-    algo = PPO(Pendulum, seed=0, collect_mode="overlap", num_envs=256, horizon=64, gamma=0.95,
-               gae_lambda=0.95, lr=3e-3, num_sgd_iters=8, sgd_minibatch_size=4096,
-               model_config={"hiddens": (64, 64)})
+    algo = PPO(
+        Pendulum,
+        seed=0,
+        collect_mode="overlap",
+        num_envs=256,
+        horizon=64,
+        gamma=0.95,
+        gae_lambda=0.95,
+        lr=3e-3,
+        num_sgd_iters=8,
+        sgd_minibatch_size=4096,
+        model_config={"hiddens": (64, 64)},
+    )
     eval_env = Pendulum(32)
     best = -float("inf")
     while algo.env_steps < 2_000_000 and best < -250:

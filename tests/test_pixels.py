@@ -25,7 +25,9 @@ from rl8.policies.encoders import (
 )
 
 # a small CNN for the 16x16 images of Catch (the Nature CNN's 8x8 stride-4 kernel needs >= 36 px)
-SMALL_CNN = {"encoder_config": {"channels": (8, 16), "kernel_sizes": (3, 3), "strides": (2, 1), "features": 64}}
+SMALL_CNN = {
+    "encoder_config": {"channels": (8, 16), "kernel_sizes": (3, 3), "strides": (2, 1), "features": 64}
+}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -45,13 +47,16 @@ def uint8_box(*shape):
 # --- spaces and layouts -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("shape", "layout", "chw"), [
-    ((84, 84, 4), "HWC", (4, 84, 84)),
-    ((4, 84, 84), "CHW", (4, 84, 84)),
-    ((64, 48, 3), "HWC", (3, 64, 48)),
-    ((1, 16, 12), "CHW", (1, 16, 12)),
-    ((84, 84), "HWC", (1, 84, 84)),
-])
+@pytest.mark.parametrize(
+    ("shape", "layout", "chw"),
+    [
+        ((84, 84, 4), "HWC", (4, 84, 84)),
+        ((4, 84, 84), "CHW", (4, 84, 84)),
+        ((64, 48, 3), "HWC", (3, 64, 48)),
+        ((1, 16, 12), "CHW", (1, 16, 12)),
+        ((84, 84), "HWC", (1, 84, 84)),
+    ],
+)
 def test_image_layout_of_uint8_boxes(shape, layout, chw):
     space = uint8_box(*shape)
     assert image_layout(space) == layout
@@ -73,7 +78,9 @@ def test_default_model_per_observation_space():
     assert default_model_cls(uint8_box(4, 84, 84)) is CNNModel
     assert default_model_cls(spaces.Box(-1, 1, (4,), np.float32)) is MLPModel
     assert default_model_cls(spaces.Box(0, 1, (3, 8, 8), np.float32)) is MLPModel
-    assert default_model_cls(spaces.Box(0, 1, (3, 8, 8), np.float32), {"image_layout": "CHW"}) is CNNModel
+    assert (
+        default_model_cls(spaces.Box(0, 1, (3, 8, 8), np.float32), {"image_layout": "CHW"}) is CNNModel
+    )
     mixed = spaces.Dict({"image": uint8_box(16, 16, 3), "speed": spaces.Box(-1, 1, (2,), np.float32)})
     assert default_model_cls(mixed) is MultiInputModel
     assert default_model_cls(spaces.Dict({"speed": spaces.Box(-1, 1, (2,), np.float32)})) is MLPModel
@@ -131,8 +138,11 @@ def test_encoder_config_errors_name_the_field():
     with pytest.raises(ValueError, match="encoder_config: .* refused"):
         ImageEncoder(uint8_box(1, 84, 84), encoder="impala", encoder_config={"kernel_sizes": (3,)})
     with pytest.raises(TypeError, match="expected an image observation space"):
-        CNNModel(spaces.Box(-1, 1, (4,), np.float32), spaces.Discrete(2), Policy(
-            spaces.Box(-1, 1, (4,), np.float32), spaces.Discrete(2)).distribution_cls)
+        CNNModel(
+            spaces.Box(-1, 1, (4,), np.float32),
+            spaces.Discrete(2),
+            Policy(spaces.Box(-1, 1, (4,), np.float32), spaces.Discrete(2)).distribution_cls,
+        )
 
 
 # --- models -------------------------------------------------------------------------------------
@@ -153,25 +163,33 @@ def test_cnn_model_shares_its_trunk_by_default():
 
 
 def test_multi_input_model_on_image_and_vector():
-    space = spaces.Dict({
-        "camera": uint8_box(16, 16, 3),
-        "depth": spaces.Box(0, 1, (1, 16, 16), np.float32),
-        "speed": spaces.Box(-1, 1, (2,), np.float32),
-        "action_mask": spaces.Box(0, 1, (4,), np.bool_),
-    })
-    policy = Policy(space, spaces.Discrete(4), model_config={**SMALL_CNN, "image_keys": {"depth": "CHW"},
-                                                              "vector_hiddens": (8,)})
+    space = spaces.Dict(
+        {
+            "camera": uint8_box(16, 16, 3),
+            "depth": spaces.Box(0, 1, (1, 16, 16), np.float32),
+            "speed": spaces.Box(-1, 1, (2,), np.float32),
+            "action_mask": spaces.Box(0, 1, (4,), np.bool_),
+        }
+    )
+    policy = Policy(
+        space,
+        spaces.Discrete(4),
+        model_config={**SMALL_CNN, "image_keys": {"depth": "CHW"}, "vector_hiddens": (8,)},
+    )
     model = policy.model
     assert type(model) is MultiInputModel
     encoder = model.pi_body[0]
     assert encoder.kinds == {"camera": "image", "depth": "image", "speed": "vector"}
     assert encoder.features == 64 + 64 + 8
-    obs = TensorDict({
-        "camera": torch.randint(0, 256, (5, 16, 16, 3), dtype=torch.uint8),
-        "depth": torch.rand(5, 1, 16, 16),
-        "speed": torch.randn(5, 2),
-        "action_mask": torch.tensor([[True, False, True, False]] * 5),
-    }, batch_size=[5])
+    obs = TensorDict(
+        {
+            "camera": torch.randint(0, 256, (5, 16, 16, 3), dtype=torch.uint8),
+            "depth": torch.rand(5, 1, 16, 16),
+            "speed": torch.randn(5, 2),
+            "action_mask": torch.tensor([[True, False, True, False]] * 5),
+        },
+        batch_size=[5],
+    )
     dist, values = policy.distribution(obs)
     assert values.shape == (5,)
     assert set(dist.sample().tolist()) <= {0, 2}  # the mask reaches the distribution
@@ -183,8 +201,12 @@ def test_multi_input_model_on_image_and_vector():
 def test_recurrent_models_on_images(model_cls):
     """A CNN encoder under the RNN: a sequence in one call equals step-by-step calls."""
     torch.manual_seed(0)
-    policy = Policy(uint8_box(1, 16, 16), spaces.Discrete(3), model_cls=model_cls,
-                    model_config={**SMALL_CNN, "hidden_size": 16})
+    policy = Policy(
+        uint8_box(1, 16, 16),
+        spaces.Discrete(3),
+        model_cls=model_cls,
+        model_config={**SMALL_CNN, "hidden_size": 16},
+    )
     assert policy.model.image_encoder is not None
     obs = torch.randint(0, 256, (2, 5, 1, 16, 16), dtype=torch.uint8)
     firsts = torch.zeros(2, 5, dtype=torch.bool)
@@ -195,13 +217,28 @@ def test_recurrent_models_on_images(model_cls):
         p, v, state = policy.model(obs[:, t : t + 1], state, firsts[:, t : t + 1])
         torch.testing.assert_close(p[:, 0], params[:, t])
         torch.testing.assert_close(v[:, 0], values[:, t])
-    impala = Policy(uint8_box(16, 16, 3), spaces.Discrete(3), model_cls=model_cls,
-                    model_config={"encoder": "impala", "encoder_config": {"channels": (4,), "features": 8}})
+    impala = Policy(
+        uint8_box(16, 16, 3),
+        spaces.Discrete(3),
+        model_cls=model_cls,
+        model_config={"encoder": "impala", "encoder_config": {"channels": (4,), "features": 8}},
+    )
     assert isinstance(impala.model.image_encoder.encoders["obs"].cnn, ImpalaCNN)
-    with pytest.raises(ValueError, match="model_config encoder: 'nature' encodes images, but the observation"):
-        Policy(spaces.Box(-1, 1, (4,), np.float32), spaces.Discrete(3), model_cls=model_cls,
-               model_config={"encoder": "nature"})
-    assert Policy(spaces.Box(-1, 1, (4,), np.float32), spaces.Discrete(3), model_cls=model_cls).model.image_encoder is None
+    with pytest.raises(
+        ValueError, match="model_config encoder: 'nature' encodes images, but the observation"
+    ):
+        Policy(
+            spaces.Box(-1, 1, (4,), np.float32),
+            spaces.Discrete(3),
+            model_cls=model_cls,
+            model_config={"encoder": "nature"},
+        )
+    assert (
+        Policy(
+            spaces.Box(-1, 1, (4,), np.float32), spaces.Discrete(3), model_cls=model_cls
+        ).model.image_encoder
+        is None
+    )
 
 
 def test_policy_file_round_trip(tmp_path):
@@ -209,12 +246,19 @@ def test_policy_file_round_trip(tmp_path):
     from rl8.io.export import load_policy, save_policy
 
     space = spaces.Dict({"image": uint8_box(1, 16, 16), "speed": spaces.Box(-1, 1, (2,), np.float32)})
-    obs = TensorDict({"image": torch.randint(0, 256, (3, 1, 16, 16), dtype=torch.uint8),
-                      "speed": torch.randn(3, 2)}, batch_size=[3])
+    obs = TensorDict(
+        {"image": torch.randint(0, 256, (3, 1, 16, 16), dtype=torch.uint8), "speed": torch.randn(3, 2)},
+        batch_size=[3],
+    )
     for policy, x in [
-        (Policy(uint8_box(1, 16, 16), spaces.Discrete(3), model_config={**SMALL_CNN, "encoder": "impala",
-                                                                          "encoder_config": {"channels": (4,)}}),
-         obs["image"]),
+        (
+            Policy(
+                uint8_box(1, 16, 16),
+                spaces.Discrete(3),
+                model_config={**SMALL_CNN, "encoder": "impala", "encoder_config": {"channels": (4,)}},
+            ),
+            obs["image"],
+        ),
         (Policy(space, spaces.Discrete(3), model_config=SMALL_CNN), obs),
     ]:
         path = save_policy(policy, tmp_path / f"{type(policy.model).__name__}.pt")
@@ -292,8 +336,18 @@ def catch_run():
     """PPO on Catch (5x5 grid, 10x10 images) with a fixed seed: the mean episode return of
     each collect and the env steps taken, up to 32768 steps or a mean return >= 0.8."""
     torch.manual_seed(0)
-    algo = PPO(Catch, num_envs=32, horizon=16, seed=0, lr=2e-3, num_sgd_iters=2, sgd_minibatch_size=256,
-               entropy_coeff=0.01, env_kwargs={"rows": 5, "cols": 5}, model_config=SMALL_CNN)
+    algo = PPO(
+        Catch,
+        num_envs=32,
+        horizon=16,
+        seed=0,
+        lr=2e-3,
+        num_sgd_iters=2,
+        sgd_minibatch_size=256,
+        entropy_coeff=0.01,
+        env_kwargs={"rows": 5, "cols": 5},
+        model_config=SMALL_CNN,
+    )
     returns, steps = [], 0
     while steps < 32768:
         stats = algo.collect()
@@ -361,8 +415,15 @@ def test_pong_constructs_with_the_preset_collects_and_updates():
 def test_atari_preset_in_the_process_modes(mode):
     """The workers build the preset themselves (ale-py registered there too)."""
     env_kwargs = {"vectorization_mode": mode, **({"num_workers": 1} if mode == "pool" else {})}
-    algo = PPO("ALE/Pong-v5", num_envs=2, horizon=4, sgd_minibatch_size=8, num_sgd_iters=1, seed=0,
-               env_kwargs=env_kwargs)
+    algo = PPO(
+        "ALE/Pong-v5",
+        num_envs=2,
+        horizon=4,
+        sgd_minibatch_size=8,
+        num_sgd_iters=1,
+        seed=0,
+        env_kwargs=env_kwargs,
+    )
     try:
         assert algo.env.observation_space == spaces.Box(0, 255, (4, 84, 84), np.uint8)
         algo.collect()
@@ -378,7 +439,11 @@ def test_atari_preset_wrappers_and_options():
 
     training = make_atari("ALE/Breakout-v5")
     assert _wrappers(training)[:6] == [
-        "FrameStackObservation", "ClipReward", "FireReset", "EpisodicLife", "AtariPreprocessing",
+        "FrameStackObservation",
+        "ClipReward",
+        "FireReset",
+        "EpisodicLife",
+        "AtariPreprocessing",
         "RecordEpisodeStatistics",
     ]
     assert training.unwrapped._frameskip == 1  # AtariPreprocessing skips frames (with a max-pool)

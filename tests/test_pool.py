@@ -29,8 +29,18 @@ def make_failing() -> gymnasium.Env:
 
 def ppo(env, mode: str, **kwargs) -> PPO:
     pool = mode == "pool"
-    env_kwargs = {"vectorization_mode": mode, **({k: kwargs.pop(k) for k in list(kwargs) if k in
-                  ("num_workers", "min_batch_size", "max_batch_size", "max_wait_s")} if pool else {})}
+    env_kwargs = {
+        "vectorization_mode": mode,
+        **(
+            {
+                k: kwargs.pop(k)
+                for k in list(kwargs)
+                if k in ("num_workers", "min_batch_size", "max_batch_size", "max_wait_s")
+            }
+            if pool
+            else {}
+        ),
+    }
     hparams = dict(num_envs=8, horizon=16, sgd_minibatch_size=64, num_sgd_iters=1, seed=SEED)
     return PPO(env, env_kwargs=env_kwargs, **{**hparams, **kwargs})
 
@@ -51,7 +61,9 @@ def test_pool_equals_sync_when_it_waits_for_every_env():
             pool.update()
         assert ended  # auto-resets were compared too
         # the ordinary step of all envs: an evaluation gives the sync mode's stats
-        np.testing.assert_equal(pool.evaluate(pool.env, num_steps=40), sync.evaluate(sync.env, num_steps=40))
+        np.testing.assert_equal(
+            pool.evaluate(pool.env, num_steps=40), sync.evaluate(sync.env, num_steps=40)
+        )
     finally:
         sync.env.close()
         pool.env.close()
@@ -117,8 +129,15 @@ def reference_gae(rewards, values, terminated, truncated, final_values, gamma, l
 
 
 def test_rows_filling_at_different_speeds_hold_each_envs_own_trajectory():
-    algo = ppo(Counter, "pool", num_workers=2, min_batch_size=1, max_batch_size=3, max_wait_s=0.0,
-               normalize_rewards=False)
+    algo = ppo(
+        Counter,
+        "pool",
+        num_workers=2,
+        min_batch_size=1,
+        max_batch_size=3,
+        max_wait_s=0.0,
+        normalize_rewards=False,
+    )
     sizes = []
     recv = algo.env.recv
 
@@ -152,8 +171,15 @@ def test_rows_filling_at_different_speeds_hold_each_envs_own_trajectory():
                 for i, t in truncated.nonzero().tolist():
                     final_values[i, t] = algo.policy.value(final[i, t][None])[0]
             assert truncated.any()
-            expected = reference_gae(data["rewards"][:, :h], data["values"], data["terminated"][:, :h], truncated,
-                                     final_values, hp.gamma, hp.gae_lambda)
+            expected = reference_gae(
+                data["rewards"][:, :h],
+                data["values"],
+                data["terminated"][:, :h],
+                truncated,
+                final_values,
+                hp.gamma,
+                hp.gae_lambda,
+            )
             torch.testing.assert_close(advantages, expected)
             algo.update()
         assert min(sizes) < 8  # batches of some envs while the others were stepping
@@ -182,7 +208,9 @@ def test_recurrent_policy_collects_and_updates_with_a_pool():
             for i in range(8):
                 carry = ragged.buffer.states[i : i + 1, 0]
                 for t in range(ragged.hparams.horizon):
-                    _, value, carry = policy.rollout_step(data["obs"][i, t][None], carry, data["firsts"][i, t][None])
+                    _, value, carry = policy.rollout_step(
+                        data["obs"][i, t][None], carry, data["firsts"][i, t][None]
+                    )
                     torch.testing.assert_close(value[0], data["values"][i, t])
             assert np.isfinite(list(ragged.update().values())).all()
     finally:
@@ -240,7 +268,10 @@ def test_workers_ignore_sigint_and_close_reaps_them_all():
         ({"num_workers": 0}, "num_workers must be an int >= 1 or None, got 0"),
         ({"num_workers": 1.5}, "num_workers must be an int >= 1 or None, got 1.5"),
         ({"min_batch_size": 0}, "min_batch_size must be an int >= 1 or None, got 0"),
-        ({"min_batch_size": 3, "max_batch_size": 2}, "max_batch_size must be >= min_batch_size=3, got 2"),
+        (
+            {"min_batch_size": 3, "max_batch_size": 2},
+            "max_batch_size must be >= min_batch_size=3, got 2",
+        ),
         ({"max_wait_s": -1}, "max_wait_s must be a number of seconds >= 0 or None, got -1"),
         ({"max_wait_s": "1"}, "max_wait_s must be a number of seconds >= 0 or None, got '1'"),
     ],
@@ -270,8 +301,15 @@ def test_settings_above_num_envs_build_the_one_env_copies_of_videos_and_evals(tm
 @pytest.mark.slow
 def test_ppo_with_a_pool_learns_cartpole():
     """Acting on 8 ready envs of 16 at a time; the exactness tests above cover the rest."""
-    algo = PPO("CartPole-v1", num_envs=16, horizon=64, sgd_minibatch_size=256, num_sgd_iters=8, seed=0,
-               env_kwargs={"vectorization_mode": "pool", "num_workers": 2, "min_batch_size": 8})
+    algo = PPO(
+        "CartPole-v1",
+        num_envs=16,
+        horizon=64,
+        sgd_minibatch_size=256,
+        num_sgd_iters=8,
+        seed=0,
+        env_kwargs={"vectorization_mode": "pool", "num_workers": 2, "min_batch_size": 8},
+    )
     try:
         best = 0.0
         while algo.env_steps < 20_000 and best < 200:
@@ -302,9 +340,15 @@ def test_ctrl_c_during_a_collect_ends_the_learner_and_reaps_the_workers():
         while True:
             algo.collect()
     """)
-    learner = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, start_new_session=True, preexec_fn=terminal_signals,
-                               env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    learner = subprocess.Popen(
+        [sys.executable, "-c", script],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=terminal_signals,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
     try:
         pids = [int(pid) for pid in learner.stdout.readline().split()]
         assert len(pids) == 2, learner.stderr.read()

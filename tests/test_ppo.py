@@ -75,8 +75,13 @@ class EpisodeEnv(Env):
         flag_t = done if self.terminate else torch.zeros_like(done)
         flag_tr = torch.zeros_like(done) if self.terminate else done
         return TensorDict(
-            {"obs": self.t, "rewards": torch.ones(self.num_envs, 1), "terminated": flag_t,
-             "truncated": flag_tr, "final_obs": t},
+            {
+                "obs": self.t,
+                "rewards": torch.ones(self.num_envs, 1),
+                "terminated": flag_t,
+                "truncated": flag_tr,
+                "final_obs": t,
+            },
             batch_size=[self.num_envs],
         )
 
@@ -95,7 +100,9 @@ class MaskedEnv(Env):
     def _obs(self):
         mask = torch.zeros(self.num_envs, 4, dtype=torch.bool)
         mask[:, self.k % 4] = True
-        return TensorDict({"x": torch.zeros(self.num_envs, 2), "action_mask": mask}, batch_size=[self.num_envs])
+        return TensorDict(
+            {"x": torch.zeros(self.num_envs, 2), "action_mask": mask}, batch_size=[self.num_envs]
+        )
 
     def reset(self, *, config=None, seed=None):
         self.k = 0
@@ -104,7 +111,9 @@ class MaskedEnv(Env):
     def step(self, action):
         self.violations += int((action != self.k % 4).sum())
         self.k += 1
-        return TensorDict({"obs": self._obs(), "rewards": torch.zeros(self.num_envs, 1)}, batch_size=[self.num_envs])
+        return TensorDict(
+            {"obs": self._obs(), "rewards": torch.zeros(self.num_envs, 1)}, batch_size=[self.num_envs]
+        )
 
 
 def test_reset_rules():
@@ -171,10 +180,16 @@ class BadEpisodeEnv(EpisodeEnv):
 @pytest.mark.parametrize(
     "bad, match",
     [
-        ("no_terminated", r"BadEpisodeEnv.step: missing key 'terminated'; an episodic env returns both "
-                          r"'terminated' and 'truncated' \(\[16, 1\] bool.*got keys \['final_obs', 'obs', "
-                          r"'rewards', 'truncated'\]"),
-        ("float64_rewards", r"BadEpisodeEnv.step: 'rewards' has dtype torch.float64, expected torch.float32"),
+        (
+            "no_terminated",
+            r"BadEpisodeEnv.step: missing key 'terminated'; an episodic env returns both "
+            r"'terminated' and 'truncated' \(\[16, 1\] bool.*got keys \['final_obs', 'obs', "
+            r"'rewards', 'truncated'\]",
+        ),
+        (
+            "float64_rewards",
+            r"BadEpisodeEnv.step: 'rewards' has dtype torch.float64, expected torch.float32",
+        ),
         ("float64_obs", r"BadEpisodeEnv.step: 'obs' has dtype torch.float64, expected torch.float32"),
         ("reset_shape", r"BadEpisodeEnv.reset: 'obs' has shape \(16, 2\), expected \(16, 1\)"),
         ("reset_batch", r"BadEpisodeEnv.reset: 'obs' has shape \(17, 1\), expected \(16, 1\)"),
@@ -190,7 +205,9 @@ def test_bad_episodic_env_output_names_key_expected_and_given(bad, match):
 
 def test_evaluate_checks_the_reset_output():
     algo = PPO(EpisodeEnv, **SMALL)
-    with pytest.raises(EnvOutputError, match=r"BadEpisodeEnv.reset: 'obs' has shape \(4, 2\), expected \(4, 1\)"):
+    with pytest.raises(
+        EnvOutputError, match=r"BadEpisodeEnv.reset: 'obs' has shape \(4, 2\), expected \(4, 1\)"
+    ):
         algo.evaluate(BadEpisodeEnv(4, bad="reset_shape"))
 
 
@@ -211,14 +228,32 @@ def test_stat_names():
     algo = PPO(CartPole, **SMALL)
     rollout = algo.collect()
     update = algo.update()
-    for key in ("rollout/reward_sum_min", "rollout/reward_sum_max", "rollout/reward_sum_mean",
-                "rollout/reward_sum_std", "rewards/min", "rewards/max", "rewards/mean", "rewards/std",
-                "episodes/return_mean", "episodes/length_mean", "episodes/count"):
+    for key in (
+        "rollout/reward_sum_min",
+        "rollout/reward_sum_max",
+        "rollout/reward_sum_mean",
+        "rollout/reward_sum_std",
+        "rewards/min",
+        "rewards/max",
+        "rewards/mean",
+        "rewards/std",
+        "episodes/return_mean",
+        "episodes/length_mean",
+        "episodes/count",
+    ):
         assert key in rollout
     assert set(update) == {
-        "losses/policy", "losses/vf", "losses/entropy", "losses/total", "monitors/kl_div",
-        "monitors/clip_fraction", "monitors/explained_variance", "monitors/grad_norm",
-        "coefficients/entropy", "coefficients/vf", "coefficients/lr",
+        "losses/policy",
+        "losses/vf",
+        "losses/entropy",
+        "losses/total",
+        "monitors/kl_div",
+        "monitors/clip_fraction",
+        "monitors/explained_variance",
+        "monitors/grad_norm",
+        "coefficients/entropy",
+        "coefficients/vf",
+        "coefficients/lr",
     }
     assert all(isinstance(v, float) for v in update.values())
     infinite = PPO(DiscreteDummyEnv, **SMALL).collect()
@@ -251,8 +286,15 @@ def test_truncation_bootstraps_from_final_obs_value():
     assert trunc.any()
     with torch.no_grad():
         final = algo.policy.value(data["final_obs"][:, :8].reshape(-1, 1)).reshape(16, 8) * trunc
-        expected, _ = compute_gae(data["rewards"][:, :8], data["values"], gamma=hp.gamma, gae_lambda=hp.gae_lambda,
-                                  terminated=data["terminated"][:, :8], truncated=trunc, final_values=final)
+        expected, _ = compute_gae(
+            data["rewards"][:, :8],
+            data["values"],
+            gamma=hp.gamma,
+            gae_lambda=hp.gae_lambda,
+            terminated=data["terminated"][:, :8],
+            truncated=trunc,
+            final_values=final,
+        )
         advantages, _ = algo.compute_advantages()
     torch.testing.assert_close(advantages, expected)
 
@@ -287,24 +329,34 @@ def test_different_seeds_differ():
 def test_state_dict_resume_gives_identical_losses():
     reference = PPO(CartPole, **SMALL)
     for _ in range(2):
-        reference.collect(); reference.update()
+        reference.collect()
+        reference.update()
     state = copy.deepcopy(reference.state_dict())  # state_dict shares parameter storage
     expected = []
     for _ in range(2):
-        reference.collect(); expected.append(reference.update())
+        reference.collect()
+        expected.append(reference.update())
     resumed = PPO(CartPole, **{**SMALL, "seed": 123})
     resumed.load_state_dict(state)
     got = []
     for _ in range(2):
-        resumed.collect(); got.append(resumed.update())
+        resumed.collect()
+        got.append(resumed.update())
     assert got == expected
 
 
 def test_schedules_and_options():
     algo = PPO(
-        DiscreteDummyEnv, lr_schedule=[(0, 1e-3), (128, 1e-4)], entropy_coeff_schedule=[(0, 0.1), (256, 0.0)],
-        schedule_kind="linear", dual_clip_param=3.0, vf_clip_param=1.0, accumulate_grads=True,
-        target_kl_div=1e-9, max_grad_norm=None, **SMALL,
+        DiscreteDummyEnv,
+        lr_schedule=[(0, 1e-3), (128, 1e-4)],
+        entropy_coeff_schedule=[(0, 0.1), (256, 0.0)],
+        schedule_kind="linear",
+        dual_clip_param=3.0,
+        vf_clip_param=1.0,
+        accumulate_grads=True,
+        target_kl_div=1e-9,
+        max_grad_norm=None,
+        **SMALL,
     )
     algo.collect()
     first = algo.update()
@@ -353,8 +405,10 @@ def test_action_spaces_flow_through(action_space):
 
         def step(self, action):
             self.seen.append(action)
-            return TensorDict({"obs": torch.rand(self.num_envs, 3), "rewards": torch.zeros(self.num_envs, 1)},
-                              batch_size=[self.num_envs])
+            return TensorDict(
+                {"obs": torch.rand(self.num_envs, 3), "rewards": torch.zeros(self.num_envs, 1)},
+                batch_size=[self.num_envs],
+            )
 
     algo = PPO(Env_, **SMALL)
     algo.collect()
@@ -369,7 +423,8 @@ def test_action_spaces_flow_through(action_space):
 
 def test_normalize_observations_updates_statistics():
     algo = PPO(ContinuousDummyEnv, normalize_observations=True, **SMALL)
-    algo.collect(); algo.update()
+    algo.collect()
+    algo.update()
     stats = algo.policy.obs_normalizer.stats["obs"]
     assert stats.count.item() == 128
 
@@ -391,8 +446,10 @@ def test_each_ppo_object_owns_its_random_stream():
     a, b = PPO(CartPole, **SMALL), PPO(CartPole, **{**SMALL, "seed": 7})
     interleaved = []
     for _ in range(2):
-        a.collect(); b.collect()
-        interleaved.append(a.update()["losses/total"]); b.update()
+        a.collect()
+        b.collect()
+        interleaved.append(a.update()["losses/total"])
+        b.update()
         torch.rand(10)  # user code drawing from the global RNG in between
     assert interleaved == alone
 
@@ -405,8 +462,14 @@ def test_mlp_model_is_plain_sequential_networks(shared):
     from rl8.policies.models import MLPModel
 
     env = CartPole(64)
-    model = MLPModel(env.observation_space, env.action_space, Categorical, hiddens=(32, 16), activation="relu",
-                     shared=shared)
+    model = MLPModel(
+        env.observation_space,
+        env.action_space,
+        Categorical,
+        hiddens=(32, 16),
+        activation="relu",
+        shared=shared,
+    )
     obs = torch.randn(64, 4)
     if shared:
         assert isinstance(model.trunk, torch.nn.Sequential)
@@ -437,8 +500,14 @@ def test_mlp_activations_in_place_give_the_out_of_place_outputs_and_gradients(ac
 
     env = Pendulum(64)
     torch.manual_seed(0)
-    model = MLPModel(env.observation_space, env.action_space, Normal, hiddens=(32, 16), activation=activation,
-                     shared=shared)
+    model = MLPModel(
+        env.observation_space,
+        env.action_space,
+        Normal,
+        hiddens=(32, 16),
+        activation=activation,
+        shared=shared,
+    )
     activations = [m for m in model.modules() if isinstance(m, INPLACE_ACTIVATIONS + (torch.nn.Tanh,))]
     assert len(activations) == (2 if shared else 4)
     assert all(getattr(m, "inplace", False) == (activation != "tanh") for m in activations)
@@ -498,10 +567,20 @@ def test_update_stats_values(accumulate_grads):
     two whose gradients are accumulated into one optimizer step (so both see the same weights)."""
     minibatches = 2 if accumulate_grads else 1
     hp = dict(
-        num_envs=8, horizon=6, num_sgd_iters=1, sgd_minibatch_size=48 // minibatches,
-        shuffle_minibatches=False, normalize_advantages=False, normalize_rewards=False,
-        entropy_coeff=0.05, vf_coeff=0.7, vf_clip_param=0.5, clip_param=0.2, max_grad_norm=None,
-        accumulate_grads=accumulate_grads, seed=4,
+        num_envs=8,
+        horizon=6,
+        num_sgd_iters=1,
+        sgd_minibatch_size=48 // minibatches,
+        shuffle_minibatches=False,
+        normalize_advantages=False,
+        normalize_rewards=False,
+        entropy_coeff=0.05,
+        vf_coeff=0.7,
+        vf_clip_param=0.5,
+        clip_param=0.2,
+        max_grad_norm=None,
+        accumulate_grads=accumulate_grads,
+        seed=4,
     )
     algo = PPO(CartPole, **hp)
     algo.collect()
@@ -528,8 +607,11 @@ def test_update_stats_values(accumulate_grads):
         ratio, adv, ret = (logp - old_logp[rows]).exp(), advantages[rows], returns[rows]
         terms = {
             "policy": -torch.min(ratio * adv, ratio.clamp(0.8, 1.2) * adv).mean(),
-            "vf": 0.5 * torch.max((values - ret) ** 2,
-                                  (old_values[rows] + (values - old_values[rows]).clamp(-0.5, 0.5) - ret) ** 2).mean(),
+            "vf": 0.5
+            * torch.max(
+                (values - ret) ** 2,
+                (old_values[rows] + (values - old_values[rows]).clamp(-0.5, 0.5) - ret) ** 2,
+            ).mean(),
             "kl": (ratio - 1 - ratio.log()).mean(),
             "clip": ((ratio - 1).abs() > 0.2).float().mean(),
         }
@@ -542,8 +624,14 @@ def test_update_stats_values(accumulate_grads):
             g += d
     norm = torch.linalg.vector_norm(torch.stack([g.norm() for g in grads])).item()
     stats = algo.update()
-    names = {"policy": "losses/policy", "vf": "losses/vf", "kl": "monitors/kl_div",
-             "clip": "monitors/clip_fraction", "entropy": "losses/entropy", "total": "losses/total"}
+    names = {
+        "policy": "losses/policy",
+        "vf": "losses/vf",
+        "kl": "monitors/kl_div",
+        "clip": "monitors/clip_fraction",
+        "entropy": "losses/entropy",
+        "total": "losses/total",
+    }
     for key, name in names.items():
         assert stats[name] == pytest.approx(expected[key], rel=1e-4, abs=1e-6), name
     assert stats["monitors/grad_norm"] == pytest.approx(norm, rel=1e-4)
@@ -560,7 +648,9 @@ def test_stacked_and_per_step_buffer_writes_agree(monkeypatch, env_cls):
     from rl8.ppo import buffer as buffer_module
 
     def run():
-        algo = PPO(env_cls, num_envs=6, horizon=5, sgd_minibatch_size=10, horizons_per_env_reset=2, seed=9)
+        algo = PPO(
+            env_cls, num_envs=6, horizon=5, sgd_minibatch_size=10, horizons_per_env_reset=2, seed=9
+        )
         for _ in range(3):
             algo.collect()
         return algo
@@ -617,13 +707,28 @@ def test_every_optimizer_step_goes_through_the_optimizer_api(monkeypatch):
 def test_grad_norm_is_the_global_norm_before_clipping(max_grad_norm):
     """``monitors/grad_norm`` is the global 2-norm of the gradients before clipping (also
     without clipping), as ``torch.nn.utils.clip_grad_norm_`` reports it."""
-    algo = PPO(CartPole, num_envs=8, horizon=8, sgd_minibatch_size=64, num_sgd_iters=1, seed=3,
-               max_grad_norm=max_grad_norm)
+    algo = PPO(
+        CartPole,
+        num_envs=8,
+        horizon=8,
+        sgd_minibatch_size=64,
+        num_sgd_iters=1,
+        seed=3,
+        max_grad_norm=max_grad_norm,
+    )
     seen = []
     algo.optimizer.register_step_pre_hook(
-        lambda opt, args, kwargs: seen.append(torch.linalg.vector_norm(
-            torch.stack([torch.linalg.vector_norm(p.grad) for p in algo.policy.parameters() if p.grad is not None])
-        ).item())
+        lambda opt, args, kwargs: seen.append(
+            torch.linalg.vector_norm(
+                torch.stack(
+                    [
+                        torch.linalg.vector_norm(p.grad)
+                        for p in algo.policy.parameters()
+                        if p.grad is not None
+                    ]
+                )
+            ).item()
+        )
     )
     algo.collect()
     stats = algo.update()
@@ -679,9 +784,13 @@ def test_hparams_stored_by_rl8_1_0_still_load():
 
 
 def test_bad_model_config_names_the_option():
-    with pytest.raises(ValueError, match=r"model_config hiddens: expected a sequence of ints >= 1, got -5"):
+    with pytest.raises(
+        ValueError, match=r"model_config hiddens: expected a sequence of ints >= 1, got -5"
+    ):
         PPO(CartPole, model_config={"hiddens": -5}, **SMALL)
-    with pytest.raises(ValueError, match=r"model_config hiddens: expected a sequence of ints >= 1, got \[64, 1.5\]"):
+    with pytest.raises(
+        ValueError, match=r"model_config hiddens: expected a sequence of ints >= 1, got \[64, 1.5\]"
+    ):
         PPO(CartPole, model_config={"hiddens": [64, 1.5]}, **SMALL)
 
 
@@ -696,8 +805,11 @@ def test_bad_optimizer_kwargs_name_the_field():
 
 
 def test_a_buffer_larger_than_memory_is_refused_before_allocating():
-    with pytest.raises(ValueError, match=r"hparam num_envs, horizon: a rollout buffer of num_envs=1000000000000 envs "
-                       r"x \(horizon=1 \+ 1\) steps needs about \d+ bytes .*; cpu has \d+ bytes .* in all"):
+    with pytest.raises(
+        ValueError,
+        match=r"hparam num_envs, horizon: a rollout buffer of num_envs=1000000000000 envs "
+        r"x \(horizon=1 \+ 1\) steps needs about \d+ bytes .*; cpu has \d+ bytes .* in all",
+    ):
         PPO(CartPole, num_envs=10**12, horizon=1)
 
 
@@ -719,8 +831,11 @@ def test_overlap_mode_counts_both_buffers(monkeypatch):
     # collect_mode="overlap" allocates a second buffer for the collector: twice the estimate above
     need = 2 * 16 * 9 * (32 + 8 + 12 + 2)
     monkeypatch.setattr(rl8.ppo.buffer, "device_memory", lambda device: need - 1)
-    with pytest.raises(ValueError, match=rf"2 rollout buffers \(collect_mode='overlap'\) of num_envs=16 .* "
-                                         rf"need about {need} bytes"):
+    with pytest.raises(
+        ValueError,
+        match=rf"2 rollout buffers \(collect_mode='overlap'\) of num_envs=16 .* "
+        rf"need about {need} bytes",
+    ):
         PPO(CartPole, collect_mode="overlap", **SMALL)
     monkeypatch.setattr(rl8.ppo.buffer, "device_memory", lambda device: need)
     PPO(CartPole, collect_mode="overlap", **SMALL).close()
@@ -732,8 +847,11 @@ class OutOfMemoryEnv(CartPole):
 
 
 def test_an_env_constructor_out_of_memory_is_reported_for_the_envs():
-    with pytest.raises(ValueError, match=r"^hparam num_envs: building num_envs=16 envs ran out of memory "
-                                         r"\(.*you tried to allocate 99 bytes.\). Use fewer envs$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^hparam num_envs: building num_envs=16 envs ran out of memory "
+        r"\(.*you tried to allocate 99 bytes.\). Use fewer envs$",
+    ):
         PPO(OutOfMemoryEnv, **SMALL)
 
 
@@ -741,12 +859,17 @@ def test_a_failed_allocation_names_num_envs_horizon_and_bytes(monkeypatch):
     import rl8.ppo.buffer
 
     def fail(*args, **kwargs):
-        raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate "
-                           "memory: you tried to allocate 123 bytes.")
+        raise RuntimeError(
+            "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate "
+            "memory: you tried to allocate 123 bytes."
+        )
 
     monkeypatch.setattr(rl8.ppo.buffer, "RolloutBuffer", fail)
-    with pytest.raises(ValueError, match=r"num_envs=16 envs x \(horizon=8 \+ 1\) steps needs about \d+ bytes .*"
-                       r"allocating memory failed \(.*can't allocate memory: you tried to allocate 123 bytes.\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"num_envs=16 envs x \(horizon=8 \+ 1\) steps needs about \d+ bytes .*"
+        r"allocating memory failed \(.*can't allocate memory: you tried to allocate 123 bytes.\)",
+    ):
         PPO(CartPole, **SMALL)
 
     def other(*args, **kwargs):
@@ -782,12 +905,19 @@ def test_the_first_step_after_a_resume_is_validated():
         resumed.collect()
 
 
-@pytest.mark.parametrize("key, value, expected", [
-    ("reset", 1, r"'reset' is not an entry of CartPole's state; expected some of \["),
-    ("__class__", "x", "'__class__' is not an entry"),
-    ("state", "abc", r"'state' must be a torch.float32 tensor, got 'abc' \(str\)"),
-    ("state", torch.zeros(16, 4, dtype=torch.int64), "'state' must be a torch.float32 tensor, got a torch.int64"),
-])
+@pytest.mark.parametrize(
+    "key, value, expected",
+    [
+        ("reset", 1, r"'reset' is not an entry of CartPole's state; expected some of \["),
+        ("__class__", "x", "'__class__' is not an entry"),
+        ("state", "abc", r"'state' must be a torch.float32 tensor, got 'abc' \(str\)"),
+        (
+            "state",
+            torch.zeros(16, 4, dtype=torch.int64),
+            "'state' must be a torch.float32 tensor, got a torch.int64",
+        ),
+    ],
+)
 def test_env_load_state_dict_accepts_only_the_envs_own_entries(key, value, expected):
     env = CartPole(4, 8)
     state = env.state_dict()
@@ -829,7 +959,10 @@ def test_episode_tracker_carries_episodes_across_collects():
     dones = torch.tensor([[False, False, False], [False, True, False]])
     first = tracker.advance(rewards, dones)
     assert {k: v.item() for k, v in first.items()} == {
-        "episodes/return_sum": 2.0, "episodes/length_sum": 2.0, "episodes/count": 1.0}
+        "episodes/return_sum": 2.0,
+        "episodes/length_sum": 2.0,
+        "episodes/count": 1.0,
+    }
     restored = EpisodeTracker(2, "cpu")
     restored.load_state_dict(tracker.state_dict())
     second = restored.advance(rewards, torch.tensor([[True, False, False], [False, False, False]]))

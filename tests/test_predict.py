@@ -87,7 +87,10 @@ def test_predict_dict_observations_one_or_a_batch_with_an_action_mask():
 
 def test_predict_dict_observation_errors_name_the_entry():
     policy = _policy(DICT_SPACE)
-    with pytest.raises(ValueError, match=r"expected the keys \['action_mask', 'obs'\], got \['obs'\] \(missing \['action_mask'\]\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"expected the keys \['action_mask', 'obs'\], got \['obs'\] \(missing \['action_mask'\]\)",
+    ):
         policy.predict({"obs": np.zeros(4, np.float32)})
     with pytest.raises(ValueError, match=r"obs\['action_mask'\]: expected shape \(3,\) .*got \(2,\)"):
         policy.predict({"obs": np.zeros(4, np.float32), "action_mask": np.ones(2)})
@@ -149,5 +152,7 @@ def test_predict_episode_start_resets_the_recurrent_state_of_those_envs():
 def test_predict_recurrent_state_of_another_batch_size_is_an_error():
     policy = _recurrent_policy()
     _, state = policy.predict(_observations(2))
-    with pytest.raises(ValueError, match=r"state: expected the state of 3 env\(s\).*got batch size \[2\]"):
+    with pytest.raises(
+        ValueError, match=r"state: expected the state of 3 env\(s\).*got batch size \[2\]"
+    ):
         policy.predict(_observations(3), state=state)

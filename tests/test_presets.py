@@ -22,19 +22,33 @@ from rl8.cli import main
 
 NEEDS = {  # preset -> the module its env needs, and the extra that installs it
     "LunarLander-v3": ("Box2D", ".[box2d]"),
-    **{name: ("mujoco", ".[mujoco]") for name in ("HalfCheetah-v5", "Hopper-v5", "Walker2d-v5", "Ant-v5",
-                                                    "Humanoid-v5")},
+    **{
+        name: ("mujoco", ".[mujoco]")
+        for name in ("HalfCheetah-v5", "Hopper-v5", "Walker2d-v5", "Ant-v5", "Humanoid-v5")
+    },
 }
-ISSUE_TASKS = ["CartPole-v1", "Acrobot-v1", "MountainCarContinuous-v0", "Pendulum-v1", "LunarLander-v3",
-               "HalfCheetah-v5", "Hopper-v5", "Walker2d-v5", "Ant-v5", "Humanoid-v5", "CartPole", "Pendulum",
-               "Memory"]
+ISSUE_TASKS = [
+    "CartPole-v1",
+    "Acrobot-v1",
+    "MountainCarContinuous-v0",
+    "Pendulum-v1",
+    "LunarLander-v3",
+    "HalfCheetah-v5",
+    "Hopper-v5",
+    "Walker2d-v5",
+    "Ant-v5",
+    "Humanoid-v5",
+    "CartPole",
+    "Pendulum",
+    "Memory",
+]
 
 
 def _skip_without_extra(name: str) -> None:
     if name in NEEDS:
         module, extra = NEEDS[name]
         if importlib.util.find_spec(module) is None:
-            pytest.skip(f"preset {name} needs {module}: pip install -e \"{extra}\"")
+            pytest.skip(f'preset {name} needs {module}: pip install -e "{extra}"')
 
 
 def test_names_are_the_issue_tasks():
@@ -83,8 +97,10 @@ def test_prefix_is_accepted_by_load():
 def test_bad_hparams_are_an_error_naming_the_preset_and_the_field(tmp_path):
     with pytest.raises(ValueError, match="preset 'CartPole-v1': hparams: .*horizon"):
         rl8.presets.hparams({"env": "CartPole-v1", "hparams": {"horizon": 0}})
-    with pytest.raises(ValueError, match="preset 'CartPole-v1': hparams: unknown hyper-parameter 'horizn'; "
-                                         "did you mean 'horizon'"):
+    with pytest.raises(
+        ValueError,
+        match="preset 'CartPole-v1': hparams: unknown hyper-parameter 'horizn'; did you mean 'horizon'",
+    ):
         rl8.presets.hparams({"env": "CartPole-v1", "hparams": {"horizn": 8}})
 
 
@@ -134,8 +150,16 @@ def benchmarks_importable(monkeypatch):
 
 
 def _rows(points, wall_per_step=1.0):
-    return [{"env_steps": s, "wall_s": s * wall_per_step, "train_return": math.nan, "eval_return": v,
-             "resumed": 0.0} for s, v in points]
+    return [
+        {
+            "env_steps": s,
+            "wall_s": s * wall_per_step,
+            "train_return": math.nan,
+            "eval_return": v,
+            "resumed": 0.0,
+        }
+        for s, v in points
+    ]
 
 
 def test_summarize_final_return_and_time_to_threshold(benchmarks_importable):
@@ -160,7 +184,10 @@ def test_report_writes_tables_and_plots(tmp_path, benchmarks_importable):
 
     rows = _rows([(100, 300.0), (200, 480.0)])
     write_curve(tmp_path / "curves" / "CartPole-v1" / "seed-0.csv", rows)
-    write_curve(tmp_path / "curves" / "sb3" / "CartPole-v1" / "seed-0.csv", _rows([(100, 100.0), (200, 490.0)], 4.0))
+    write_curve(
+        tmp_path / "curves" / "sb3" / "CartPole-v1" / "seed-0.csv",
+        _rows([(100, 100.0), (200, 490.0)], 4.0),
+    )
     assert read_curve(tmp_path / "curves" / "CartPole-v1" / "seed-0.csv") == rows
     (result,) = report(tmp_path)
     assert result["preset"] == "CartPole-v1" and result["threshold"] == 475
@@ -179,8 +206,10 @@ def test_report_bounds_the_ratio_when_sb3_never_reached_the_threshold(tmp_path, 
     from benchmarks.learning.run import report, write_curve
 
     write_curve(tmp_path / "curves" / "CartPole-v1" / "seed-0.csv", _rows([(100, 300.0), (200, 480.0)]))
-    write_curve(tmp_path / "curves" / "sb3" / "CartPole-v1" / "seed-0.csv",
-                _rows([(100, 100.0), (200, 200.0), (300, 300.0)], 4.0))
+    write_curve(
+        tmp_path / "curves" / "sb3" / "CartPole-v1" / "seed-0.csv",
+        _rows([(100, 100.0), (200, 200.0), (300, 300.0)], 4.0),
+    )
     (result,) = report(tmp_path)
     assert result["sb3_reached"] == 0 and math.isnan(result["wall_ratio"])
     assert result["wall_ratio_below"] == pytest.approx(200.0 / 1200.0)
@@ -205,12 +234,16 @@ def test_a_stopped_learning_run_resumes_from_its_checkpoint(tmp_path, benchmarks
     assert "resuming at 4096 env steps" in capsys.readouterr().out
     assert rows[: len(first)] == first
     resumed = [r for r in rows if r["resumed"] == 1.0]
-    assert [r["env_steps"] for r in resumed] == [first[-1]["env_steps"] + 256]  # CartPole-v1: 8 envs x 32 steps
+    assert [r["env_steps"] for r in resumed] == [
+        first[-1]["env_steps"] + 256
+    ]  # CartPole-v1: 8 envs x 32 steps
     assert rows[-1]["env_steps"] == 8192 and not math.isnan(rows[-1]["eval_return"])
     assert all(b["wall_s"] > a["wall_s"] for a, b in zip(rows, rows[1:]))  # the wall time adds up
     from mlflow import MlflowClient
 
-    (run,) = MlflowClient(uri).search_runs(MlflowClient(uri).get_experiment_by_name("CartPole-v1").experiment_id)
+    (run,) = MlflowClient(uri).search_runs(
+        MlflowClient(uri).get_experiment_by_name("CartPole-v1").experiment_id
+    )
     assert run.data.metrics["env/steps"] == 8192  # one MLflow run across both sittings
 
     mtime = path.stat().st_mtime_ns

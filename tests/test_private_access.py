@@ -24,11 +24,17 @@ ALLOWED = {
     ("test_compile.py", "_training_samples"): "compiled against eager loss on the same batch",
     ("test_compile.py", "_minibatch_loss"): "compiled against eager loss on the same batch",
     ("test_compile.py", "_autocast"): "compiled against eager loss on the same batch",
-    ("test_compile.py", "_optimizer_step"): "the fused compiled step against the plain step on the same batches",
+    (
+        "test_compile.py",
+        "_optimizer_step",
+    ): "the fused compiled step against the plain step on the same batches",
     # faults and process-wide state that no public hook can reach
     ("test_actors.py", "_roles"): "simulates a torchrun rank without starting processes",
     ("test_actors.py", "_leaves"): "the flat layout's round trip of a rollout's tensors",
-    ("test_distributions.py", "_categorical_sample"): "the inverse-CDF sampler at the edges of the uniform draw",
+    (
+        "test_distributions.py",
+        "_categorical_sample",
+    ): "the inverse-CDF sampler at the edges of the uniform draw",
     ("test_distributed.py", "_timeout_from_env"): "parses the torchrun timeout variable",
     ("test_registry.py", "_USER"): "an empty user registry for each test",
     ("test_security.py", "_USER"): "an empty user registry for each test",
@@ -78,9 +84,14 @@ def touched(path: Path, private: set[str]) -> set[tuple[str, int]]:
         elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("rl8"):
             found |= {(part, node.lineno) for part in node.module.split(".") if _private(part)}
             found |= {(alias.name, node.lineno) for alias in node.names if _private(alias.name)}
-        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-              and node.func.attr == "setattr" and len(node.args) >= 2
-              and isinstance(node.args[1], ast.Constant) and node.args[1].value in private - own):
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "setattr"
+            and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant)
+            and node.args[1].value in private - own
+        ):
             found.add((node.args[1].value, node.lineno))
     return found
 
@@ -94,8 +105,12 @@ def test_tests_touch_no_private_rl8_name_outside_the_allowed_list():
                 seen.add((path.name, name))
             else:
                 offences.append(f"{path.relative_to(ROOT)}:{line}: {name}")
-    assert not offences, "tests touch private rl8 names (use or add a public seam):\n" + "\n".join(offences)
-    assert not set(ALLOWED) - seen, f"ALLOWED lists names no test touches any more: {set(ALLOWED) - seen}"
+    assert not offences, "tests touch private rl8 names (use or add a public seam):\n" + "\n".join(
+        offences
+    )
+    assert not set(ALLOWED) - seen, (
+        f"ALLOWED lists names no test touches any more: {set(ALLOWED) - seen}"
+    )
 
 
 def test_the_scan_sees_attribute_reads_imports_and_monkeypatched_names(tmp_path):
@@ -111,5 +126,7 @@ def test_the_scan_sees_attribute_reads_imports_and_monkeypatched_names(tmp_path)
         "    Own()._processes\n"
     )
     assert touched(probe, {"_device_memory", "_USER", "_state", "_processes"}) == {
-        ("_device_memory", 1), ("_USER", 3), ("_state", 4),
+        ("_device_memory", 1),
+        ("_USER", 3),
+        ("_state", 4),
     }

@@ -255,7 +255,9 @@ def test_gaussian_learned_log_std(model_cls):
     model = make(model_cls, action_space=BOX, dist=Normal, init_log_std=-0.5)
     assert isinstance(model.log_std, torch.nn.Parameter)
     assert model.log_std.shape == (2,)
-    params, _, _ = model(torch.randn(B, T, 5), model.initial_state(B), torch.zeros(B, T, dtype=torch.bool))
+    params, _, _ = model(
+        torch.randn(B, T, 5), model.initial_state(B), torch.zeros(B, T, dtype=torch.bool)
+    )
     assert params.shape == (B, T, 4)
     torch.testing.assert_close(params[..., 2:], torch.full((B, T, 2), -0.5))
     params[..., 2:].sum().backward()
@@ -283,7 +285,9 @@ def test_initialisation(model_cls):
     torch.testing.assert_close(
         torch.linalg.svdvals(model.pi.weight.detach()), torch.full((3,), 0.01), atol=1e-5, rtol=0
     )
-    torch.testing.assert_close(torch.linalg.svdvals(model.vf.weight.detach()), torch.ones(1), atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        torch.linalg.svdvals(model.vf.weight.detach()), torch.ones(1), atol=1e-5, rtol=0
+    )
 
 
 def test_autocast_keeps_state_dtype():

@@ -12,8 +12,14 @@ from rl8.envs import CartPole, Memory
 from rl8.policies.recurrent import GRUModel, LSTMModel
 
 RECURRENT = dict(
-    num_envs=64, horizon=16, seq_len=8, sgd_minibatch_size=256, num_sgd_iters=4, lr=3e-3,
-    gamma=0.9, normalize_rewards=False,
+    num_envs=64,
+    horizon=16,
+    seq_len=8,
+    sgd_minibatch_size=256,
+    num_sgd_iters=4,
+    lr=3e-3,
+    gamma=0.9,
+    normalize_rewards=False,
 )
 
 
@@ -27,8 +33,14 @@ def memory_success(algo: PPO, delay: int) -> float:
 @pytest.mark.slow
 def test_lstm_solves_memory_and_feedforward_stays_at_chance():
     delay = 4
-    lstm = PPO(Memory, model_cls=LSTMModel, model_config={"hidden_size": 32, "encoder_hiddens": (32,)},
-               env_kwargs={"delay": delay}, seed=0, **RECURRENT)
+    lstm = PPO(
+        Memory,
+        model_cls=LSTMModel,
+        model_config={"hidden_size": 32, "encoder_hiddens": (32,)},
+        env_kwargs={"delay": delay},
+        seed=0,
+        **RECURRENT,
+    )
     success = 0.0
     while lstm.env_steps < 120_000 and success < 0.95:
         lstm.collect()
@@ -37,8 +49,12 @@ def test_lstm_solves_memory_and_feedforward_stays_at_chance():
             success = memory_success(lstm, delay)
     assert success >= 0.95, f"LSTM success {success:.2f} after {lstm.env_steps} env steps"
 
-    mlp = PPO(Memory, env_kwargs={"delay": delay}, seed=0,
-              **{k: v for k, v in RECURRENT.items() if k != "seq_len"})
+    mlp = PPO(
+        Memory,
+        env_kwargs={"delay": delay},
+        seed=0,
+        **{k: v for k, v in RECURRENT.items() if k != "seq_len"},
+    )
     for _ in range(lstm.steps):
         mlp.collect()
         mlp.update()
@@ -47,8 +63,14 @@ def test_lstm_solves_memory_and_feedforward_stays_at_chance():
 
 
 def test_hidden_states_are_stored_per_sequence_and_reset_at_episode_ends():
-    algo = PPO(Memory, model_cls=GRUModel, model_config={"hidden_size": 8}, env_kwargs={"delay": 2},
-               seed=0, **RECURRENT)
+    algo = PPO(
+        Memory,
+        model_cls=GRUModel,
+        model_config={"hidden_size": 8},
+        env_kwargs={"delay": 2},
+        seed=0,
+        **RECURRENT,
+    )
     algo.collect()
     buf = algo.buffer
     assert buf.states.batch_size == torch.Size([64, 2])
@@ -63,8 +85,13 @@ def test_hidden_states_are_stored_per_sequence_and_reset_at_episode_ends():
 
 def test_first_update_replays_the_collected_log_probs():
     """Training replays sequences from their stored state: the first minibatch's ratio is 1."""
-    algo = PPO(CartPole, model_cls=LSTMModel, model_config={"hidden_size": 16}, seed=0,
-               **{**RECURRENT, "num_sgd_iters": 1, "sgd_minibatch_size": 1024})
+    algo = PPO(
+        CartPole,
+        model_cls=LSTMModel,
+        model_config={"hidden_size": 16},
+        seed=0,
+        **{**RECURRENT, "num_sgd_iters": 1, "sgd_minibatch_size": 1024},
+    )
     algo.collect()
     stats = algo.update()
     assert stats["monitors/kl_div"] < 1e-6
@@ -72,19 +99,35 @@ def test_first_update_replays_the_collected_log_probs():
 
 
 def test_seqs_per_state_reset():
-    algo = PPO(Memory, model_cls=GRUModel, model_config={"hidden_size": 8}, env_kwargs={"delay": 100},
-               seqs_per_state_reset=1, seed=0, **RECURRENT)
+    algo = PPO(
+        Memory,
+        model_cls=GRUModel,
+        model_config={"hidden_size": 8},
+        env_kwargs={"delay": 100},
+        seqs_per_state_reset=1,
+        seed=0,
+        **RECURRENT,
+    )
     algo.collect()
     assert (algo.buffer.states["h"] == 0).all()  # reset before every sequence
-    never = PPO(Memory, model_cls=GRUModel, model_config={"hidden_size": 8}, env_kwargs={"delay": 100},
-                seqs_per_state_reset=-1, seed=0, **RECURRENT)
+    never = PPO(
+        Memory,
+        model_cls=GRUModel,
+        model_config={"hidden_size": 8},
+        env_kwargs={"delay": 100},
+        seqs_per_state_reset=-1,
+        seed=0,
+        **RECURRENT,
+    )
     never.collect()
     assert (never.buffer.states[:, 1]["h"] != 0).any()
 
 
 def test_seqs_per_state_reset_counts_sequences_across_collects():
     """k = 3: the state restarts before sequences 0, 3, 6, 9 of the run, whichever collect they fall in."""
-    algo = PPO(CartPole, model_cls=GRUModel, num_envs=4, horizon=8, seq_len=2, seqs_per_state_reset=3, seed=0)
+    algo = PPO(
+        CartPole, model_cls=GRUModel, num_envs=4, horizon=8, seq_len=2, seqs_per_state_reset=3, seed=0
+    )
     restarted = []
     for _ in range(3):
         algo.collect()
@@ -99,8 +142,13 @@ def test_minibatch_must_hold_whole_sequences():
 
 def test_default_minibatches_hold_whole_sequences():
     """6 envs x 16 steps in sequences of 8: 12 sequences, 4 minibatches of 3 sequences."""
-    algo = PPO(Memory, model_cls=GRUModel, model_config={"hidden_size": 8}, seed=0,
-               **{**RECURRENT, "num_envs": 6, "sgd_minibatch_size": "auto"})
+    algo = PPO(
+        Memory,
+        model_cls=GRUModel,
+        model_config={"hidden_size": 8},
+        seed=0,
+        **{**RECURRENT, "num_envs": 6, "sgd_minibatch_size": "auto"},
+    )
     assert algo.minibatch_size == 24
     algo.collect()
     algo.update()
@@ -111,7 +159,8 @@ def test_default_minibatches_hold_whole_sequences():
 def test_recurrent_resume_gives_identical_losses():
     kwargs = dict(model_cls=LSTMModel, model_config={"hidden_size": 8}, seed=0, **RECURRENT)
     reference = PPO(CartPole, **kwargs)
-    reference.collect(); reference.update()
+    reference.collect()
+    reference.update()
     state = copy.deepcopy(reference.state_dict())
     reference.collect()
     expected = reference.update()

@@ -46,14 +46,30 @@ class Net(MLPModel):
 
 
 def test_rl8_and_torch_classes_are_found_under_their_defining_and_public_paths():
-    assert registry.lookup("rl8.envs.CartPole") is CartPole is registry.lookup("rl8.envs.cartpole.CartPole")
+    assert (
+        registry.lookup("rl8.envs.CartPole") is CartPole is registry.lookup("rl8.envs.cartpole.CartPole")
+    )
     assert registry.lookup("rl8.MLPModel") is MLPModel is registry.lookup("rl8.policies.models.MLPModel")
     assert registry.lookup("rl8.policies.distributions.Normal") is Normal
-    assert registry.lookup("torch.optim.Adam") is torch.optim.Adam is registry.lookup("torch.optim.adam.Adam")
-    assert registry.lookup("torch.nn.Tanh") is torch.nn.Tanh is registry.lookup("torch.nn.modules.activation.Tanh")
+    assert (
+        registry.lookup("torch.optim.Adam")
+        is torch.optim.Adam
+        is registry.lookup("torch.optim.adam.Adam")
+    )
+    assert (
+        registry.lookup("torch.nn.Tanh")
+        is torch.nn.Tanh
+        is registry.lookup("torch.nn.modules.activation.Tanh")
+    )
     assert registry.lookup(f"{__name__}.Reach") is Reach and registry.lookup(f"{__name__}.Net") is Net
     # not classes that files may name: a function nobody registered, rl8's command, os.system
-    for name in (f"{__name__}.make_cartpole", "rl8.__main__.main", "rl8.cli.main", "os.system", "not a name"):
+    for name in (
+        f"{__name__}.make_cartpole",
+        "rl8.__main__.main",
+        "rl8.cli.main",
+        "os.system",
+        "not a name",
+    ):
         assert registry.lookup(name) is None
     assert "rl8.__main__" not in sys.modules
 
@@ -64,8 +80,11 @@ def test_register_returns_its_object_and_takes_extra_names():
     # the decorator form with a name, e.g. the path of a module the function was moved from
     assert rl8.register(name="old_project.envs.make_env")(make_cartpole) is make_cartpole
     assert registry.lookup("old_project.envs.make_env") is make_cartpole
-    with pytest.raises(ValueError, match=rf"'old_project.envs.make_env' is registered already for "
-                                         rf"{__name__}.make_cartpole; choose another name"):
+    with pytest.raises(
+        ValueError,
+        match=rf"'old_project.envs.make_env' is registered already for "
+        rf"{__name__}.make_cartpole; choose another name",
+    ):
         rl8.register(make_other, name="old_project.envs.make_env")
     with pytest.raises(ValueError, match="name must be a dotted path of Python names.*got 'not a path'"):
         rl8.register(make_other, name="not a path")
@@ -85,7 +104,9 @@ def test_a_class_defined_again_replaces_the_one_registered():
 def notebook_checkpoint(tmp_path):
     """A checkpoint as a notebook writes it: its env and model classes live in ``__main__``,
     which this process does not define."""
-    with Trainer(PPO(Reach, model_cls=Net, **SMALL), tracking=False, checkpoint_dir=tmp_path / "ck") as trainer:
+    with Trainer(
+        PPO(Reach, model_cls=Net, **SMALL), tracking=False, checkpoint_dir=tmp_path / "ck"
+    ) as trainer:
         path = trainer.save_checkpoint()
     state = load_checkpoint(path)
     state["env"]["spec"] = state["trainer"]["policy"]["env"]["spec"] = "__main__.Reach"
@@ -100,14 +121,19 @@ def test_a_class_of_a_script_is_refused_with_the_advice_to_hand_it_over(notebook
     assert "env = '__main__.Reach', which is not registered in this process" in message
     assert "defined in a script or notebook (__main__)" in message
     assert "rl8.register(Reach, name='__main__.Reach')" in message
-    assert "Trainer.from_checkpoint(path, env=Reach), or --env mymodule.Reach on the command line" in message
+    assert (
+        "Trainer.from_checkpoint(path, env=Reach), or --env mymodule.Reach on the command line"
+        in message
+    )
     assert "trust" not in message  # importing __main__ would not find it
     assert main(["eval", str(notebook_checkpoint), "--episodes", "1"]) == 1
     assert "load_policy(path, model_cls=Net)" in capsys.readouterr().err
 
 
 def test_classes_a_process_lacks_are_handed_over_at_load_time(notebook_checkpoint):
-    resumed = Trainer.from_checkpoint(notebook_checkpoint, env=Reach, hparams={"model_cls": Net}, tracking=False)
+    resumed = Trainer.from_checkpoint(
+        notebook_checkpoint, env=Reach, hparams={"model_cls": Net}, tracking=False
+    )
     assert type(resumed.algo.env) is Reach and type(resumed.algo.policy.model) is Net
     resumed.close()
     assert type(load_policy(notebook_checkpoint, model_cls=Net).model) is Net
@@ -121,12 +147,44 @@ def test_the_rl8_command_hands_a_scripts_env_over_with_env(notebook_checkpoint, 
     assert main(["eval", str(notebook_checkpoint), "--episodes", "1"]) == 1
     assert "--env mymodule.Reach on the command line" in capsys.readouterr().err
     # --env names the module that defines the class now: it stands for __main__.Reach
-    assert main(["eval", str(notebook_checkpoint), "--env", f"{__name__}.Reach", "--episodes", "1",
-                 "--max-steps", "5"]) == 0
-    assert main(["train", "--resume", str(notebook_checkpoint), "--env", f"{__name__}.Reach", "--max-steps", "128",
-                 "--quiet"]) == 0
-    assert main(["train", "--resume", str(notebook_checkpoint), "--env", "rl8.envs.Pendulum", "--quiet"]) == 2
-    assert "the checkpoint was trained on env '__main__.Reach', not 'rl8.envs.Pendulum'" in capsys.readouterr().err
+    assert (
+        main(
+            [
+                "eval",
+                str(notebook_checkpoint),
+                "--env",
+                f"{__name__}.Reach",
+                "--episodes",
+                "1",
+                "--max-steps",
+                "5",
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(
+            [
+                "train",
+                "--resume",
+                str(notebook_checkpoint),
+                "--env",
+                f"{__name__}.Reach",
+                "--max-steps",
+                "128",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(["train", "--resume", str(notebook_checkpoint), "--env", "rl8.envs.Pendulum", "--quiet"])
+        == 2
+    )
+    assert (
+        "the checkpoint was trained on env '__main__.Reach', not 'rl8.envs.Pendulum'"
+        in capsys.readouterr().err
+    )
 
 
 def test_registered_classes_load_under_the_names_a_file_uses(notebook_checkpoint):
@@ -164,12 +222,19 @@ def test_the_rl8_script_imports_an_env_you_name_from_the_working_folder(tmp_path
     (tmp_path / "myenv.py").write_text(MYENV)
     (tmp_path / "tiny.yaml").write_text(TINY)
     # what the installed rl8 script runs: sys.path holds its own folder, not the working folder
-    script = ("import os, sys; sys.path[:] = [p for p in sys.path if p and os.path.abspath(p) != os.getcwd()]; "
-              "from rl8.cli import main; sys.exit(main())")
+    script = (
+        "import os, sys; sys.path[:] = [p for p in sys.path if p and os.path.abspath(p) != os.getcwd()]; "
+        "from rl8.cli import main; sys.exit(main())"
+    )
 
     def rl8_script(*argv):
-        return subprocess.run([sys.executable, "-c", script, *argv], cwd=tmp_path, capture_output=True, text=True,
-                              timeout=300)
+        return subprocess.run(
+            [sys.executable, "-c", script, *argv],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
 
     done = rl8_script("train", "tiny.yaml", "--env", "myenv.Reach", "--checkpoint-dir", "ck", "--quiet")
     assert done.returncode == 0, done.stderr

@@ -52,10 +52,19 @@ def test_gymnasium_ids_of_a_file_that_gymnasium_registered_are_kept(spec):
     assert resolve_env(spec, source="ck.pt") == spec
 
 
-@pytest.mark.parametrize("spec, words", [
-    ("NoSuchEnv-v0", "'NoSuchEnv-v0', a gymnasium id that is not in gymnasium's registry of this process"),
-    ("rl8_no_such_module:Env-v0", "makes gymnasium import the module 'rl8_no_such_module'; rl8 refused"),
-])
+@pytest.mark.parametrize(
+    "spec, words",
+    [
+        (
+            "NoSuchEnv-v0",
+            "'NoSuchEnv-v0', a gymnasium id that is not in gymnasium's registry of this process",
+        ),
+        (
+            "rl8_no_such_module:Env-v0",
+            "makes gymnasium import the module 'rl8_no_such_module'; rl8 refused",
+        ),
+    ],
+)
 def test_gymnasium_ids_of_a_file_that_gymnasium_did_not_register_are_refused(spec, words):
     with pytest.raises(CheckpointError, match=words):
         resolve_env(spec, source="ck.pt")

@@ -37,8 +37,16 @@ def test_three_processes_create_a_fresh_sqlite_store_at_once_quietly(tmp_path):
         with Tracker(experiment="together", tracking_uri={uri!r}) as tracker:
             tracker.log_metrics({{"x": 1.0}}, step=0)
     """)
-    procs = [subprocess.Popen([sys.executable, "-c", script], env=_env(), stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for _ in range(3)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script],
+            env=_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for _ in range(3)
+    ]
     outputs = [p.communicate(timeout=120)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0], outputs
     for out in outputs:  # MLflow's INFO lines on a new store are silenced
@@ -56,7 +64,8 @@ SMALL = dict(num_envs=16, horizon=8, sgd_minibatch_size=64, num_sgd_iters=1, see
 
 
 def test_a_checkpoint_whose_policy_cannot_be_staged_for_mlflow_ends_the_run_finished(
-        tmp_path, migrated_store, monkeypatch):
+    tmp_path, migrated_store, monkeypatch
+):
     import tempfile
 
     from mlflow.tracking import MlflowClient
@@ -68,8 +77,9 @@ def test_a_checkpoint_whose_policy_cannot_be_staged_for_mlflow_ends_the_run_fini
 
     (tmp_path / "afile").write_text("a file, not a folder")
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "afile" / "tmp"))  # every mkdtemp fails
-    trainer = Trainer(PPO(CartPole, **SMALL), checkpoint_dir=tmp_path / "ck", progress=False,
-                      async_logging=False)
+    trainer = Trainer(
+        PPO(CartPole, **SMALL), checkpoint_dir=tmp_path / "ck", progress=False, async_logging=False
+    )
     with pytest.warns(TrackingWarning, match=r"not \(all\) logged to MLflow run .*\(staging folder "):
         trainer.run(stop_conditions=HitsUpperBound("env/steps", 128))
     trainer.close()
@@ -117,19 +127,31 @@ def test_a_folder_written_by_a_live_process_is_refused_and_taken_over_once_it_di
 
     folder = tmp_path / "shared"
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys\nfrom rl8.io.checkpoint_dir import CheckpointDirLock\n"
-         f"lock = CheckpointDirLock({str(folder)!r}, run_id='a' * 32)\nprint('held', flush=True)\n"
-         "sys.stdin.read()"],
-        env=_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            "import sys\nfrom rl8.io.checkpoint_dir import CheckpointDirLock\n"
+            f"lock = CheckpointDirLock({str(folder)!r}, run_id='a' * 32)\nprint('held', flush=True)\n"
+            "sys.stdin.read()",
+        ],
+        env=_env(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
-        with pytest.raises(CheckpointDirError, match=rf"{folder} is in use by run a{{32}} \(pid {holder.pid} on "):
+        with pytest.raises(
+            CheckpointDirError, match=rf"{folder} is in use by run a{{32}} \(pid {holder.pid} on "
+        ):
             CheckpointDirLock(folder)
     finally:
         holder.kill()  # no release: the lock file stays, naming a dead process
         holder.wait()
     assert (folder / CHECKPOINT_DIR_LOCK).is_file()
-    with pytest.warns(UserWarning, match=rf"was locked by run a{{32}} \(pid {holder.pid} .*ended without releasing"):
+    with pytest.warns(
+        UserWarning, match=rf"was locked by run a{{32}} \(pid {holder.pid} .*ended without releasing"
+    ):
         lock = CheckpointDirLock(folder)
     lock.release()
     assert json.loads((folder / CHECKPOINT_DIR_LOCK).read_text())["released"] is True
@@ -146,14 +168,20 @@ def test_two_trainers_never_share_a_checkpoint_folder(tmp_path, migrated_store):
     first.step()
     written = first.save_checkpoint()
     # while the first is open: refused, before a second MLflow run is created
-    with pytest.raises(CheckpointDirError, match=rf"{tmp_path / 'ck'} is in use by run {first.run_id}.*close\(\) it first"):
+    with pytest.raises(
+        CheckpointDirError,
+        match=rf"{tmp_path / 'ck'} is in use by run {first.run_id}.*close\(\) it first",
+    ):
         _small_trainer(checkpoint_dir=tmp_path / "ck")
     assert len(_runs(migrated_store)) == 1
     first.close()
     # after it ended: a new run would overwrite and prune its checkpoints (the same step names)
-    with pytest.raises(CheckpointDirError, match=rf"already holds 1 checkpoint\(s\) of run {first.run_id} "
-                                                 rf"\(pid {os.getpid()} on .*, ended\) \(latest: {written.name}\).*"
-                                                 "rl8 train --resume"):
+    with pytest.raises(
+        CheckpointDirError,
+        match=rf"already holds 1 checkpoint\(s\) of run {first.run_id} "
+        rf"\(pid {os.getpid()} on .*, ended\) \(latest: {written.name}\).*"
+        "rl8 train --resume",
+    ):
         _small_trainer(checkpoint_dir=tmp_path / "ck")
     assert len(_runs(migrated_store)) == 1
     # resuming that run may: from the folder, the file, or the run id
@@ -166,7 +194,9 @@ def test_two_trainers_never_share_a_checkpoint_folder(tmp_path, migrated_store):
     untracked = _small_trainer(checkpoint_dir=tmp_path / "quiet", tracking=False)
     untracked.save_checkpoint()
     untracked.close()
-    with pytest.raises(CheckpointDirError, match="quiet already holds 1 checkpoint.* of a run without MLflow tracking"):
+    with pytest.raises(
+        CheckpointDirError, match="quiet already holds 1 checkpoint.* of a run without MLflow tracking"
+    ):
         _small_trainer(checkpoint_dir=tmp_path / "quiet", tracking=False)
     Trainer.from_checkpoint(tmp_path / "quiet", progress=False).close()
 
@@ -185,7 +215,9 @@ def test_an_unwritable_checkpoint_dir_is_refused_before_training(tmp_path, migra
 
     (tmp_path / "afile").write_text("a file, not a folder")  # root ignores chmod: a file stops it
     folder = tmp_path / "afile" / "ck" if where == "under a file" else tmp_path / "afile"
-    with pytest.raises(CheckpointDirError, match=rf"checkpoint_dir {folder} cannot be used for checkpoints"):
+    with pytest.raises(
+        CheckpointDirError, match=rf"checkpoint_dir {folder} cannot be used for checkpoints"
+    ):
         _small_trainer(checkpoint_dir=folder)
     assert _runs(migrated_store) == []
 
@@ -194,17 +226,32 @@ def test_an_unwritable_default_checkpoint_folder_is_refused_before_training(tmp_
     from rl8.io.checkpoint_dir import CheckpointDirError
 
     (tmp_path / "checkpoints").write_text("a file where the default folder goes")
-    with pytest.raises(CheckpointDirError, match=rf"checkpoint folder {tmp_path / 'checkpoints'} cannot be used"):
+    with pytest.raises(
+        CheckpointDirError, match=rf"checkpoint folder {tmp_path / 'checkpoints'} cannot be used"
+    ):
         _small_trainer()
     assert _runs(migrated_store) == []
 
 
-def test_rl8_train_with_an_unwritable_checkpoint_dir_exits_2_before_training(tmp_path, migrated_store, capsys):
+def test_rl8_train_with_an_unwritable_checkpoint_dir_exits_2_before_training(
+    tmp_path, migrated_store, capsys
+):
     from rl8.cli import main
 
     (tmp_path / "afile").write_text("a file, not a folder")
-    code = main(["train", "--env", "rl8.envs.CartPole", *TINY_SET, "--max-steps", "128", "--quiet",
-                 "--checkpoint-dir", str(tmp_path / "afile" / "ck")])
+    code = main(
+        [
+            "train",
+            "--env",
+            "rl8.envs.CartPole",
+            *TINY_SET,
+            "--max-steps",
+            "128",
+            "--quiet",
+            "--checkpoint-dir",
+            str(tmp_path / "afile" / "ck"),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2, err
     assert f"checkpoint_dir {tmp_path / 'afile' / 'ck'} cannot be used" in err
@@ -212,15 +259,28 @@ def test_rl8_train_with_an_unwritable_checkpoint_dir_exits_2_before_training(tmp
     assert _runs(migrated_store) == []
 
 
-def test_rl8_train_into_the_folder_of_another_run_exits_2_and_resume_goes_on(tmp_path, migrated_store, capsys):
+def test_rl8_train_into_the_folder_of_another_run_exits_2_and_resume_goes_on(
+    tmp_path, migrated_store, capsys
+):
     from rl8.cli import main
 
-    argv = ["train", "--env", "rl8.envs.CartPole", *TINY_SET, "--max-steps", "128", "--quiet",
-            "--checkpoint-dir", str(tmp_path / "ck")]
+    argv = [
+        "train",
+        "--env",
+        "rl8.envs.CartPole",
+        *TINY_SET,
+        "--max-steps",
+        "128",
+        "--quiet",
+        "--checkpoint-dir",
+        str(tmp_path / "ck"),
+    ]
     assert main(argv) == 0
     capsys.readouterr()
     assert main(argv[:-2] + ["--set", "seed=1", "--checkpoint-dir", str(tmp_path / "ck")]) == 2
-    assert re.search(r"ck already holds \d checkpoint\(s\) of run [0-9a-f]{32} ", capsys.readouterr().err)
+    assert re.search(
+        r"ck already holds \d checkpoint\(s\) of run [0-9a-f]{32} ", capsys.readouterr().err
+    )
     assert main(["train", "--resume", str(tmp_path / "ck"), "--max-steps", "256", "--quiet"]) == 0
     assert len(_runs(migrated_store)) == 1
 
@@ -228,7 +288,9 @@ def test_rl8_train_into_the_folder_of_another_run_exits_2_and_resume_goes_on(tmp
 # ---- an older checkpoint, without a newer hyper-parameter -----------------------------------
 
 
-def test_an_older_checkpoint_without_a_newer_hparam_resumes_from_the_cli_as_from_python(tmp_path, capsys):
+def test_an_older_checkpoint_without_a_newer_hparam_resumes_from_the_cli_as_from_python(
+    tmp_path, capsys
+):
     from rl8 import Trainer
     from rl8.cli import main
     from rl8.io.checkpoint import load_checkpoint, save_checkpoint
@@ -251,8 +313,10 @@ def test_an_older_checkpoint_without_a_newer_hparam_resumes_from_the_cli_as_from
 
 # ---- configs that would exhaust memory or the stack ------------------------------------------
 
-BILLION_LAUGHS = "env: rl8.envs.CartPole\nhparams:\n  model_config:\n    a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
-    f"    {c}: &{c} [{', '.join(['*' + p] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
+BILLION_LAUGHS = (
+    "env: rl8.envs.CartPole\nhparams:\n  model_config:\n    a: &a [x, x, x, x, x, x, x, x, x]\n"
+    + "".join(f"    {c}: &{c} [{', '.join(['*' + p] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
+)
 
 
 def test_a_yaml_alias_bomb_is_a_config_error(tmp_path, capsys):
@@ -260,14 +324,26 @@ def test_a_yaml_alias_bomb_is_a_config_error(tmp_path, capsys):
 
     path = tmp_path / "bomb.yaml"
     path.write_text(BILLION_LAUGHS)  # 9**9 values once expanded
-    with pytest.raises(ConfigError, match=r"bomb.yaml: the YAML holds more than 100000 values once its aliases"):
+    with pytest.raises(
+        ConfigError, match=r"bomb.yaml: the YAML holds more than 100000 values once its aliases"
+    ):
         load_config(path)
     assert main(["train", str(path)]) == 2
     assert "more than 100000 values" in capsys.readouterr().err
-    assert main(["train", "--env", "rl8.envs.CartPole", "--set",
-                 "model_config={a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1, 1], b: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a], "
-                 "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b], d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c], "
-                 "e: [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d]}"]) == 2
+    assert (
+        main(
+            [
+                "train",
+                "--env",
+                "rl8.envs.CartPole",
+                "--set",
+                "model_config={a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1, 1], b: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a], "
+                "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b], d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c], "
+                "e: [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d]}",
+            ]
+        )
+        == 2
+    )
     assert "--set value" in capsys.readouterr().err
 
 
@@ -285,13 +361,23 @@ def test_a_deeply_nested_or_is_a_config_error(tmp_path, capsys):
     from rl8.training.conditions import MAX_CONDITION_DEPTH, from_config
 
     path = tmp_path / "deep.yaml"
-    path.write_text("env: rl8.envs.CartPole\nstop_conditions:\n  - "
-                    + "{or: [" * 400 + "{time_limit: {seconds: 1}}" + "]}" * 400 + "\n")
+    path.write_text(
+        "env: rl8.envs.CartPole\nstop_conditions:\n  - "
+        + "{or: [" * 400
+        + "{time_limit: {seconds: 1}}"
+        + "]}" * 400
+        + "\n"
+    )
     assert main(["train", str(path)]) == 2  # was a RecursionError
     assert "deep.yaml: the YAML is nested deeper than 100 levels (line 3)" in capsys.readouterr().err
     # within the YAML bound, the conditions' own bound (also for specs built in Python)
-    path.write_text("env: rl8.envs.CartPole\nstop_conditions:\n  - "
-                    + "{or: [" * 40 + "{time_limit: {seconds: 1}}" + "]}" * 40 + "\n")
+    path.write_text(
+        "env: rl8.envs.CartPole\nstop_conditions:\n  - "
+        + "{or: [" * 40
+        + "{time_limit: {seconds: 1}}"
+        + "]}" * 40
+        + "\n"
+    )
     assert main(["train", str(path)]) == 2
     assert "nested deeper than 32 levels" in capsys.readouterr().err
     spec = {"time_limit": {"seconds": 1}}
@@ -343,26 +429,64 @@ def _set(entry, value):
 
 #: (what, how the policy description is changed (given it and its first weight's name), the error)
 BAD_POLICIES = [
-    ("weights nan", _fill(float("nan")), r"the policy's weights hold NaN or inf: state_dict\['{weight}'\]"),
-    ("weights inf", _fill(float("inf")), r"the policy's weights hold NaN or inf: state_dict\['{weight}'\]"),
-    ("wrong shape", _wrong_shape, r"entry 'state_dict' does not match the model .*size mismatch for {weight}"),
-    ("weights not a dict", _set("state_dict", [1, 2]), "entry 'state_dict' must be a dict of tensors by name, got list"),
-    ("model_config not a dict", _set("model_config", [64, 64]), "entry 'model_config' must be a dict, got list"),
-    ("model_config bad", _set("model_config", {"hiddens": "wide"}),
-     "cannot be built .*model_config hiddens: expected a sequence of ints"),
-    ("observations 2**30", lambda d, weight: d["observation_space"].__setitem__("shape", [2**30]),
-     r"entry 'observation_space': the space declares 1073741824 elements, more than rl8 loads "
-     r"\(MAX_SPACE_ELEMENTS = 16777216\)"),
-    ("actions 2**30", lambda d, weight: d["action_space"].__setitem__("n", 2**30),
-     "entry 'action_space': the space declares 1073741824 elements"),
-    ("space not a dict", _set("observation_space", 4), "entry 'observation_space': expected a space description"),
-    ("box without low", lambda d, weight: d["observation_space"].pop("low"),
-     "entry 'observation_space': 'low' must be a tensor"),
+    (
+        "weights nan",
+        _fill(float("nan")),
+        r"the policy's weights hold NaN or inf: state_dict\['{weight}'\]",
+    ),
+    (
+        "weights inf",
+        _fill(float("inf")),
+        r"the policy's weights hold NaN or inf: state_dict\['{weight}'\]",
+    ),
+    (
+        "wrong shape",
+        _wrong_shape,
+        r"entry 'state_dict' does not match the model .*size mismatch for {weight}",
+    ),
+    (
+        "weights not a dict",
+        _set("state_dict", [1, 2]),
+        "entry 'state_dict' must be a dict of tensors by name, got list",
+    ),
+    (
+        "model_config not a dict",
+        _set("model_config", [64, 64]),
+        "entry 'model_config' must be a dict, got list",
+    ),
+    (
+        "model_config bad",
+        _set("model_config", {"hiddens": "wide"}),
+        "cannot be built .*model_config hiddens: expected a sequence of ints",
+    ),
+    (
+        "observations 2**30",
+        lambda d, weight: d["observation_space"].__setitem__("shape", [2**30]),
+        r"entry 'observation_space': the space declares 1073741824 elements, more than rl8 loads "
+        r"\(MAX_SPACE_ELEMENTS = 16777216\)",
+    ),
+    (
+        "actions 2**30",
+        lambda d, weight: d["action_space"].__setitem__("n", 2**30),
+        "entry 'action_space': the space declares 1073741824 elements",
+    ),
+    (
+        "space not a dict",
+        _set("observation_space", 4),
+        "entry 'observation_space': expected a space description",
+    ),
+    (
+        "box without low",
+        lambda d, weight: d["observation_space"].pop("low"),
+        "entry 'observation_space': 'low' must be a tensor",
+    ),
 ]
 
 
 @pytest.mark.parametrize("what,change,match", BAD_POLICIES, ids=[case[0] for case in BAD_POLICIES])
-def test_a_malformed_policy_file_is_a_checkpoint_error_naming_the_entry(tmp_path, saved, what, change, match, capsys):
+def test_a_malformed_policy_file_is_a_checkpoint_error_naming_the_entry(
+    tmp_path, saved, what, change, match, capsys
+):
     import copy
 
     from rl8 import load_policy
@@ -390,15 +514,21 @@ def test_a_malformed_trainer_checkpoint_is_a_checkpoint_error_naming_the_entry(t
     state = saved["checkpoint"]
     weight = _first_weight(state["algo"]["policy"])
     cases = {
-        "hparams not a dict": (lambda s: s["algo"].__setitem__("hparams", "wide"),
-                               "hyper-parameters must be a dict", "entry 'algo.hparams' must be a dict"),
+        "hparams not a dict": (
+            lambda s: s["algo"].__setitem__("hparams", "wide"),
+            "hyper-parameters must be a dict",
+            "entry 'algo.hparams' must be a dict",
+        ),
         "weights not fitting the hparams": (
             lambda s: s["algo"]["hparams"].__setitem__("model_config", {"hiddens": [8]}),
             r"entry 'algo' does not fit the PPO its hyper-parameters \(entry 'algo.hparams'\) describe",
-            "entry 'algo' does not fit"),
-        "weights nan": (lambda s: s["algo"]["policy"][weight].fill_(float("nan")),
-                        rf"entry 'algo.policy': the policy's weights hold NaN or inf: state_dict\['{weight}'\]",
-                        "hold NaN or inf"),
+            "entry 'algo' does not fit",
+        ),
+        "weights nan": (
+            lambda s: s["algo"]["policy"][weight].fill_(float("nan")),
+            rf"entry 'algo.policy': the policy's weights hold NaN or inf: state_dict\['{weight}'\]",
+            "hold NaN or inf",
+        ),
     }
     for what, (change, python_match, cli_match) in cases.items():
         broken = copy.deepcopy(state)
@@ -415,18 +545,26 @@ def test_a_malformed_trainer_checkpoint_is_a_checkpoint_error_naming_the_entry(t
 # ---- env_config mistakes: before the run starts ---------------------------------------------
 
 
-@pytest.mark.parametrize("config,argv,where", [
-    ("env_config: {nope: 1}\n", [], "env_config"),
-    ("steps_per_eval: 1\neval_env_config: {nope: 1}\n", [], "eval_env_config"),
-    ("", ["--set", "env_config.nope=1"], "hparams: env_config"),
-], ids=["env_config", "eval_env_config", "--set env_config"])
-def test_an_env_config_mistake_exits_2_before_anything_is_tracked(tmp_path, migrated_store, capsys, config, argv, where):
+@pytest.mark.parametrize(
+    "config,argv,where",
+    [
+        ("env_config: {nope: 1}\n", [], "env_config"),
+        ("steps_per_eval: 1\neval_env_config: {nope: 1}\n", [], "eval_env_config"),
+        ("", ["--set", "env_config.nope=1"], "hparams: env_config"),
+    ],
+    ids=["env_config", "eval_env_config", "--set env_config"],
+)
+def test_an_env_config_mistake_exits_2_before_anything_is_tracked(
+    tmp_path, migrated_store, capsys, config, argv, where
+):
     from rl8.cli import main
 
     path = tmp_path / "config.yaml"
     path.write_text("env: rl8.envs.CartPole\nmax_steps: 128\n" + config)
     assert main(["train", str(path), *TINY_SET, *argv, "--quiet"]) == 2
     err = capsys.readouterr().err
-    assert err == (f"rl8: error: {where}: CartPole.reset: unknown config key 'nope'; allowed keys: "
-                   "['force_mag', 'gravity', 'length', 'masscart', 'masspole', 'max_episode_steps', 'tau']\n")
+    assert err == (
+        f"rl8: error: {where}: CartPole.reset: unknown config key 'nope'; allowed keys: "
+        "['force_mag', 'gravity', 'length', 'masscart', 'masspole', 'max_episode_steps', 'tau']\n"
+    )
     assert _runs(migrated_store) == []  # no MLflow run was created

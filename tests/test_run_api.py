@@ -35,14 +35,26 @@ def make_trainer(**options) -> Trainer:
 # a stop condition on an eval/ stat needs evaluations
 
 
-@pytest.mark.parametrize("condition", [
-    HitsUpperBound("eval/episodes/return_mean", 475),
-    Or([HitsUpperBound("env/steps", 10**9), And([TimeLimit(3600), HitsUpperBound("eval/episodes/return_mean", 475)])]),
-], ids=["plain", "nested"])
+@pytest.mark.parametrize(
+    "condition",
+    [
+        HitsUpperBound("eval/episodes/return_mean", 475),
+        Or(
+            [
+                HitsUpperBound("env/steps", 10**9),
+                And([TimeLimit(3600), HitsUpperBound("eval/episodes/return_mean", 475)]),
+            ]
+        ),
+    ],
+    ids=["plain", "nested"],
+)
 def test_an_eval_condition_without_evaluations_fails_before_the_first_step(condition):
     with make_trainer(tracking=False) as trainer:
-        with pytest.raises(MissingStatError, match=r"'eval/episodes/return_mean'.*steps_per_eval=None.*"
-                                                   r"steps_per_eval=N"):
+        with pytest.raises(
+            MissingStatError,
+            match=r"'eval/episodes/return_mean'.*steps_per_eval=None.*"
+            r"steps_per_eval=N",
+        ):
             trainer.run(stop_conditions=condition)
         assert trainer.algo.steps == 0
         # with evaluations the same condition is fine
@@ -54,8 +66,10 @@ def test_rl8_train_refuses_an_eval_condition_without_evaluations(tmp_path, capsy
     from rl8.cli import main
 
     config = tmp_path / "run.yaml"
-    config.write_text("env: rl8.envs.CartPole\nhparams: {num_envs: 16, horizon: 8, sgd_minibatch_size: 64}\n"
-                      "stop_conditions:\n  - hits_upper_bound: {key: eval/episodes/return_mean, bound: 475}\n")
+    config.write_text(
+        "env: rl8.envs.CartPole\nhparams: {num_envs: 16, horizon: 8, sgd_minibatch_size: 64}\n"
+        "stop_conditions:\n  - hits_upper_bound: {key: eval/episodes/return_mean, bound: 475}\n"
+    )
     assert main(["train", str(config), "--quiet"]) == 2
     assert "--steps-per-eval N" in capsys.readouterr().err
 
@@ -80,12 +94,15 @@ def test_max_env_steps_max_seconds_and_learn():
         assert trainer.algo.env_steps == 6 * STEP
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"max_env_steps": 0}, "max_env_steps must be an int >= 1 or None, got 0"),
-    ({"max_env_steps": 1.5}, "max_env_steps must be an int >= 1 or None, got 1.5"),
-    ({"max_seconds": -1}, "max_seconds must be a number of seconds > 0 or None, got -1"),
-    ({"max_seconds": math.inf}, "max_seconds must be a number of seconds > 0 or None, got inf"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"max_env_steps": 0}, "max_env_steps must be an int >= 1 or None, got 0"),
+        ({"max_env_steps": 1.5}, "max_env_steps must be an int >= 1 or None, got 1.5"),
+        ({"max_seconds": -1}, "max_seconds must be a number of seconds > 0 or None, got -1"),
+        ({"max_seconds": math.inf}, "max_seconds must be a number of seconds > 0 or None, got inf"),
+    ],
+)
 def test_a_bad_budget_is_an_error_naming_it(kwargs, message):
     with make_trainer(tracking=False) as trainer, pytest.raises(ValueError, match=re.escape(message)):
         trainer.run(**kwargs)
@@ -94,8 +111,20 @@ def test_a_bad_budget_is_an_error_naming_it(kwargs, message):
 def test_rl8_train_takes_max_env_steps(capsys, mlflow_uri):
     from rl8.cli import main
 
-    argv = ["train", "--env", "rl8.envs.CartPole", "--set", "num_envs=16", "--set", "horizon=8",
-            "--set", "sgd_minibatch_size=64", "--max-env-steps", str(STEP), "--quiet"]
+    argv = [
+        "train",
+        "--env",
+        "rl8.envs.CartPole",
+        "--set",
+        "num_envs=16",
+        "--set",
+        "horizon=8",
+        "--set",
+        "sgd_minibatch_size=64",
+        "--max-env-steps",
+        str(STEP),
+        "--quiet",
+    ]
     assert main(argv) == 0
     assert f"rl8: {STEP} env steps, 1 training steps" in capsys.readouterr().out
 
@@ -166,15 +195,23 @@ def test_a_nan_that_a_callback_injects_is_not_logged_and_fires_no_condition(mlfl
         stats["episodes/return_mean"] = math.nan
 
     trainer = make_trainer()
-    trainer.run(callbacks=[nan_return], stop_conditions=[HitsUpperBound("episodes/return_mean", -1e9),
-                                                         HitsUpperBound("env/steps", 2 * STEP)])
+    trainer.run(
+        callbacks=[nan_return],
+        stop_conditions=[
+            HitsUpperBound("episodes/return_mean", -1e9),
+            HitsUpperBound("env/steps", 2 * STEP),
+        ],
+    )
     trainer.close()
     assert repr(trainer.stopped_by) == f"HitsUpperBound('env/steps', {2 * STEP})"
     assert MlflowClient(mlflow_uri).get_metric_history(trainer.run_id, "episodes/return_mean") == []
 
 
 def test_a_callback_that_is_not_callable_is_a_type_error():
-    with make_trainer(tracking=False) as trainer, pytest.raises(TypeError, match=r"callbacks\[1\] must be a callable"):
+    with (
+        make_trainer(tracking=False) as trainer,
+        pytest.raises(TypeError, match=r"callbacks\[1\] must be a callable"),
+    ):
         trainer.run(callbacks=[lambda t, s: None, "stop"], max_env_steps=STEP)
     assert trainer.algo.steps == 0
 
@@ -208,8 +245,20 @@ def test_run_says_where_the_results_go_at_the_start_and_the_end(capsys, tmp_path
 def test_rl8_train_prints_where_the_results_went_once(quiet, capsys):
     from rl8.cli import main
 
-    argv = ["train", "--env", "rl8.envs.CartPole", "--set", "num_envs=16", "--set", "horizon=8",
-            "--set", "sgd_minibatch_size=64", "--max-steps", str(STEP), *(["--quiet"] if quiet else [])]
+    argv = [
+        "train",
+        "--env",
+        "rl8.envs.CartPole",
+        "--set",
+        "num_envs=16",
+        "--set",
+        "horizon=8",
+        "--set",
+        "sgd_minibatch_size=64",
+        "--max-steps",
+        str(STEP),
+        *(["--quiet"] if quiet else []),
+    ]
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert out.count("run id:") == 1 and out.count("mlflow ui:") == 1
@@ -268,11 +317,16 @@ def test_a_percentage_reaches_100_only_when_the_bound_holds(clock):
 def test_the_target_does_not_flicker_between_conditions(clock):
     stream = io.StringIO()
     progress = Progress(None, stream, interval_s=0)
-    conditions = [HitsUpperBound("episodes/return_mean", 100), HitsUpperBound("eval/episodes/return_mean", 100)]
+    conditions = [
+        HitsUpperBound("episodes/return_mean", 100),
+        HitsUpperBound("eval/episodes/return_mean", 100),
+    ]
     progress.update({"episodes/return_mean": 0.0, "eval/episodes/return_mean": 0.0}, conditions)
     for i in range(10):  # the two alternate as the closer one by a few points
         train, evaluate = (50.0, 47.0) if i % 2 else (47.0, 50.0)
-        progress.update({"episodes/return_mean": train, "eval/episodes/return_mean": evaluate}, conditions)
+        progress.update(
+            {"episodes/return_mean": train, "eval/episodes/return_mean": evaluate}, conditions
+        )
     targets = {re.search(r"% to (\S+)", line).group(1) for line in lines(stream)}
     assert len(targets) == 1
     # a condition clearly closer becomes the target
@@ -330,7 +384,10 @@ def test_ppo_from_preset_with_overrides():
     try:
         assert algo.env_spec == "Pendulum-v1"
         assert algo.hparams.num_envs == 4 and algo.hparams.seed == 3
-        assert algo.hparams.lr == config["hparams"]["lr"] and algo.hparams.gamma == config["hparams"]["gamma"]
+        assert (
+            algo.hparams.lr == config["hparams"]["lr"]
+            and algo.hparams.gamma == config["hparams"]["gamma"]
+        )
     finally:
         algo.close()
     with pytest.raises(TypeError, match="unknown hyper-parameter 'nm_envs'; did you mean 'num_envs'"):
@@ -341,7 +398,10 @@ def test_ppo_from_preset_with_overrides():
 
 def test_a_presets_trainer_options_and_run_args():
     assert rl8.presets.trainer_options("CartPole-v1") == {
-        "eval_num_envs": 10, "eval_num_steps": 500, "experiment": "CartPole-v1"}
+        "eval_num_envs": 10,
+        "eval_num_steps": 500,
+        "experiment": "CartPole-v1",
+    }
     assert rl8.presets.run_args("CartPole-v1") == {"max_env_steps": 100_000, "steps_per_eval": 20}
 
 
@@ -354,8 +414,12 @@ def test_ppo_on_a_gymnasium_id_with_a_preset_hints_at_it_once(monkeypatch):
     import rl8.ppo.algorithm
 
     monkeypatch.setattr(rl8.ppo.algorithm, "_hinted", set())
-    with pytest.warns(rl8.ppo.algorithm.PresetHint, match=re.escape(
-            "rl8: Pendulum-v1 has a tuned preset: PPO.from_preset('Pendulum-v1') / rl8 train Pendulum-v1")):
+    with pytest.warns(
+        rl8.ppo.algorithm.PresetHint,
+        match=re.escape(
+            "rl8: Pendulum-v1 has a tuned preset: PPO.from_preset('Pendulum-v1') / rl8 train Pendulum-v1"
+        ),
+    ):
         PPO("Pendulum-v1", seed=0).close()
     with warnings.catch_warnings():
         warnings.simplefilter("error")

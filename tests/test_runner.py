@@ -33,15 +33,21 @@ def reference_run(policy, env, obs, num_steps):
 
 def run(policy, env, obs, num_steps, **kwargs):
     steps = list(run_policy(policy, env, obs, num_steps=num_steps, **kwargs))
-    return (torch.stack([s.actions for s in steps]), torch.stack([s.rewards for s in steps]),
-            torch.stack([s.done for s in steps]), steps)
+    return (
+        torch.stack([s.actions for s in steps]),
+        torch.stack([s.rewards for s in steps]),
+        torch.stack([s.done for s in steps]),
+        steps,
+    )
 
 
 def test_feedforward_policy_matches_the_reference_loop():
     policy = PPO(CartPole, **SMALL).policy
     config = {"max_episode_steps": 6}  # several episodes end within the run
     expected = reference_run(policy, env := CartPole(3), env.reset(config=config, seed=1), 20)
-    actions, rewards, dones, steps = run(policy, env2 := CartPole(3), env2.reset(config=config, seed=1), 20)
+    actions, rewards, dones, steps = run(
+        policy, env2 := CartPole(3), env2.reset(config=config, seed=1), 20
+    )
     assert len(steps) == 20 and dones.any()
     assert torch.equal(actions, expected[0]) and torch.equal(rewards, expected[1])
     assert torch.equal(dones, expected[2])
@@ -99,8 +105,9 @@ def test_plain_callable_policy_and_early_stop():
             calls.append(None if mask is None else mask.tolist())
 
     env = CartPole(2)
-    steps = run_policy(Pusher(), env, env.reset(config={"max_episode_steps": 3}, seed=0),
-                       deterministic=False)
+    steps = run_policy(
+        Pusher(), env, env.reset(config={"max_episode_steps": 3}, seed=0), deterministic=False
+    )
     for t, step in enumerate(steps, start=1):  # no num_steps: until the caller stops
         assert step.actions.tolist() == [1, 1]
         if t == 5:
@@ -129,4 +136,6 @@ def test_ppo_evaluate_runs_what_the_runner_runs():
     rewards = run(algo.policy, env, env.reset(), 8, deterministic=False, generator=generator)[1]
     torch.manual_seed(3)
     stats = algo.evaluate(Pendulum(3), num_steps=8, deterministic=False)
-    assert float(stats["rollout/reward_sum_mean"]) == pytest.approx(float(rewards.sum(0).mean()), rel=1e-5)
+    assert float(stats["rollout/reward_sum_mean"]) == pytest.approx(
+        float(rewards.sum(0).mean()), rel=1e-5
+    )

@@ -48,8 +48,6 @@ SCRIPT = textwrap.dedent(
 )
 
 
-
-
 class Training:
     """The script in a subprocess, its stdout read line by line in a thread."""
 

@@ -81,7 +81,10 @@ def unusable_uri(tmp_path: Path) -> str:
 def test_a_failed_start_is_raised_at_the_next_step(tmp_path):
     trainer = Trainer(PPO(CartPole, **SMALL), tracking_uri=unusable_uri(tmp_path), progress=False)
     deadline = time.monotonic() + 60
-    with pytest.raises(TrackingError, match=r"could not be started: the MLflow SQLite store .*a-file.*cannot be opened and written"):
+    with pytest.raises(
+        TrackingError,
+        match=r"could not be started: the MLflow SQLite store .*a-file.*cannot be opened and written",
+    ):
         while time.monotonic() < deadline:  # steps go on until the start has failed
             trainer.step()
     with pytest.raises(TrackingError, match="could not be started"):
@@ -129,7 +132,9 @@ def test_creating_a_tracker_does_not_import_mlflow(mlflow_uri):
         print(sorted(m for m in sys.modules if m.split(".")[0] == "mlflow"))
     """)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
 
@@ -148,7 +153,9 @@ def test_a_process_that_exits_during_the_start_ends_the_run(mlflow_uri, tmp_path
     script = tmp_path / "script.py"
     script.write_text(SCRIPT)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     client = MlflowClient(mlflow_uri)
     [run] = client.search_runs([client.get_experiment_by_name("startup").experiment_id])
@@ -161,17 +168,27 @@ def test_a_failed_start_that_nothing_raised_is_a_warning_at_exit(tmp_path):
     script = tmp_path / "script.py"
     script.write_text(SCRIPT.replace('experiment="startup"', f"tracking_uri={unusable_uri(tmp_path)!r}"))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     assert "TrackingWarning: the MLflow run (started in the background" in done.stderr
     assert "a-file" in done.stderr
 
 
-@pytest.mark.parametrize("uri, local", [
-    (None, True), ("sqlite:///mlflow.db", True), ("file:///tmp/mlruns", True), ("mlruns", True),
-    ("http://127.0.0.1:5000", False), ("https://mlflow.example.com", False),
-    ("postgresql://user@host/db", False), ("databricks", False),
-])
+@pytest.mark.parametrize(
+    "uri, local",
+    [
+        (None, True),
+        ("sqlite:///mlflow.db", True),
+        ("file:///tmp/mlruns", True),
+        ("mlruns", True),
+        ("http://127.0.0.1:5000", False),
+        ("https://mlflow.example.com", False),
+        ("postgresql://user@host/db", False),
+        ("databricks", False),
+    ],
+)
 def test_which_stores_are_local(monkeypatch, uri, local):
     monkeypatch.delenv("MLFLOW_TRACKING_URI")
     assert Tracker(experiment="x", tracking_uri=uri).is_local is local

@@ -53,8 +53,13 @@ class IndexRewardEnv(Env):
         self.t = torch.where(done, torch.zeros_like(t), t)
         rewards = torch.arange(1, self.num_envs + 1, dtype=torch.float32)[:, None]
         return TensorDict(
-            {"obs": self.t.clone(), "rewards": rewards, "terminated": torch.zeros_like(done),
-             "truncated": done, "final_obs": t},
+            {
+                "obs": self.t.clone(),
+                "rewards": rewards,
+                "terminated": torch.zeros_like(done),
+                "truncated": done,
+                "final_obs": t,
+            },
             batch_size=[self.num_envs],
         )
 
@@ -82,7 +87,9 @@ def test_evaluate_sums_rewards_over_its_own_number_of_steps():
 def test_the_old_names_answer_lookups_with_a_deprecation_warning():
     stats = PPO(CartPole, **SMALL).collect()
     assert isinstance(stats, Stats)
-    with pytest.warns(DeprecationWarning, match="'returns/mean' is now called 'rollout/reward_sum_mean'"):
+    with pytest.warns(
+        DeprecationWarning, match="'returns/mean' is now called 'rollout/reward_sum_mean'"
+    ):
         assert stats["returns/mean"] == stats["rollout/reward_sum_mean"] == 8.0
     with pytest.warns(DeprecationWarning, match="'rollout/reward_sum_std'"):
         assert stats.get("returns/std") == 0.0
@@ -96,7 +103,9 @@ def test_the_old_names_answer_lookups_with_a_deprecation_warning():
         with pytest.raises(KeyError):
             stats["eval/returns/mean"]  # noqa: B018 (no eval stats: no alias either)
     evaluated = Stats({"eval/rollout/reward_sum_mean": 3.0})
-    with pytest.warns(DeprecationWarning, match="'eval/rollout/reward_sum_mean'.*'eval/episodes/return_mean'"):
+    with pytest.warns(
+        DeprecationWarning, match="'eval/rollout/reward_sum_mean'.*'eval/episodes/return_mean'"
+    ):
         assert evaluated["eval/returns/mean"] == 3.0
 
 
@@ -137,7 +146,9 @@ def test_the_progress_line_of_an_env_without_episodes_shows_its_reward_sum():
 
 
 def test_a_condition_on_an_old_name_warns_once_and_reads_the_new_stat():
-    with pytest.warns(DeprecationWarning, match="'returns/mean' is now called 'rollout/reward_sum_mean'") as caught:
+    with pytest.warns(
+        DeprecationWarning, match="'returns/mean' is now called 'rollout/reward_sum_mean'"
+    ) as caught:
         condition = HitsUpperBound("returns/mean", 5)
     assert len(caught) == 1
     assert condition.key == "rollout/reward_sum_mean"
@@ -160,10 +171,14 @@ def test_from_config_accepts_the_old_eval_name_with_a_warning():
 def test_cli_config_with_an_old_name_prints_the_warning(capsys):
     from rl8.training.config_file import stop_conditions
 
-    (condition,) = stop_conditions({"stop_conditions": [{"hits_upper_bound": {"key": "returns/mean", "bound": 1}}]})
+    (condition,) = stop_conditions(
+        {"stop_conditions": [{"hits_upper_bound": {"key": "returns/mean", "bound": 1}}]}
+    )
     assert condition.key == "rollout/reward_sum_mean"
-    assert ("rl8: warning: stop_conditions[0]: stat 'returns/mean' is now called 'rollout/reward_sum_mean'"
-            in capsys.readouterr().err)
+    assert (
+        "rl8: warning: stop_conditions[0]: stat 'returns/mean' is now called 'rollout/reward_sum_mean'"
+        in capsys.readouterr().err
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -186,7 +201,9 @@ def _count_steps(monkeypatch):
     steps, run = [], Trainer.run
 
     def counted_run(self, *, callbacks=None, **kwargs):
-        return run(self, callbacks=[*(callbacks or []), lambda trainer, stats: steps.append(1)], **kwargs)
+        return run(
+            self, callbacks=[*(callbacks or []), lambda trainer, stats: steps.append(1)], **kwargs
+        )
 
     monkeypatch.setattr(Trainer, "run", counted_run)
     return steps
@@ -196,7 +213,10 @@ def _count_steps(monkeypatch):
 def test_a_checkpoint_with_conditions_on_old_names_resumes(monkeypatch, tmp_path):
     from rl8.cli import main
 
-    stop = [StopsIncreasing("eval/rollout/reward_sum_mean", patience=100), HitsUpperBound("env/steps", 2 * STEP)]
+    stop = [
+        StopsIncreasing("eval/rollout/reward_sum_mean", patience=100),
+        HitsUpperBound("env/steps", 2 * STEP),
+    ]
     with Trainer(PPO(CartPole, **SMALL), progress=False, checkpoint_dir=tmp_path / "ck") as trainer:
         trainer.run(steps_per_eval=1, stop_conditions=stop)
     path = CheckpointManager(tmp_path / "ck").latest()
@@ -214,7 +234,10 @@ def test_a_checkpoint_with_conditions_on_old_names_resumes(monkeypatch, tmp_path
 
     # Python: the same conditions under their old names get their state back; finished: no step
     with pytest.warns(DeprecationWarning):
-        again = [StopsIncreasing("eval/returns/mean", patience=100), HitsUpperBound("env/steps", 2 * STEP)]
+        again = [
+            StopsIncreasing("eval/returns/mean", patience=100),
+            HitsUpperBound("env/steps", 2 * STEP),
+        ]
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # neither "the stop conditions differ" nor a rename
         with Trainer.from_checkpoint(path, progress=False) as resumed:
@@ -230,16 +253,23 @@ def test_a_checkpoint_with_conditions_on_old_names_resumes(monkeypatch, tmp_path
 
 
 def test_with_current_stat_names_upgrades_stored_states_and_configs():
-    saved = {"type": "Or", "conditions": [
-        {"type": "Plateaus", "key": "returns/mean", "reference": 2.0, "count": 1},
-        {"type": "HitsUpperBound", "key": "eval/returns/max"},
-    ]}
+    saved = {
+        "type": "Or",
+        "conditions": [
+            {"type": "Plateaus", "key": "returns/mean", "reference": 2.0, "count": 1},
+            {"type": "HitsUpperBound", "key": "eval/returns/max"},
+        ],
+    }
     upgraded = with_current_stat_names(saved)
-    assert [c["key"] for c in upgraded["conditions"]] == ["rollout/reward_sum_mean", "eval/rollout/reward_sum_max"]
+    assert [c["key"] for c in upgraded["conditions"]] == [
+        "rollout/reward_sum_mean",
+        "eval/rollout/reward_sum_max",
+    ]
     assert saved["conditions"][0]["key"] == "returns/mean"  # a copy
     config = {"or": [{"plateaus": {"key": "returns/mean", "patience": 2, "rtol": 0}}]}
     assert with_current_stat_names(config) == {
-        "or": [{"plateaus": {"key": "rollout/reward_sum_mean", "patience": 2, "rtol": 0}}]}
+        "or": [{"plateaus": {"key": "rollout/reward_sum_mean", "patience": 2, "rtol": 0}}]
+    }
     condition = Plateaus("rollout/reward_sum_mean", patience=2, rtol=0)
     condition.load_state_dict(upgraded["conditions"][0])
     assert condition({"rollout/reward_sum_mean": 2.0})  # count 1 + 1 reaches patience 2
@@ -255,11 +285,16 @@ def test_reduce_stats_names_each_value_and_refuses_a_name_twice():
 
     dist = DistContext()
     out = reduce_stats(
-        dist, sums={"a": torch.tensor(1.5)}, means={"b": torch.tensor(2, dtype=torch.int64)},
-        mins={"c": torch.tensor(-3.0, dtype=torch.float64)}, maxs={"d": torch.tensor(1e-9)},
+        dist,
+        sums={"a": torch.tensor(1.5)},
+        means={"b": torch.tensor(2, dtype=torch.int64)},
+        mins={"c": torch.tensor(-3.0, dtype=torch.float64)},
+        maxs={"d": torch.tensor(1e-9)},
         local={"e": torch.tensor(True)},
     )
     assert out == {"a": 1.5, "b": 2.0, "c": -3.0, "d": pytest.approx(1e-9), "e": 1.0}
     assert reduce_stats(dist) == {}
-    with pytest.raises(ValueError, match=r"reduce_stats: expected each stat name once, got \['a', 'a'\]"):
+    with pytest.raises(
+        ValueError, match=r"reduce_stats: expected each stat name once, got \['a', 'a'\]"
+    ):
         reduce_stats(dist, sums={"a": torch.tensor(1.0)}, maxs={"a": torch.tensor(2.0)})

@@ -36,8 +36,12 @@ def files(tmp_path, monkeypatch):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     (tmp_path / "config.yaml").write_text(CONFIG.format(uri=uri))
     (tmp_path / "space.yaml").write_text(SPACE)
-    return {"config": str(tmp_path / "config.yaml"), "space": str(tmp_path / "space.yaml"), "uri": uri,
-            "storage": f"sqlite:///{tmp_path / 'study.db'}"}
+    return {
+        "config": str(tmp_path / "config.yaml"),
+        "space": str(tmp_path / "space.yaml"),
+        "uri": uri,
+        "storage": f"sqlite:///{tmp_path / 'study.db'}",
+    }
 
 
 def _runs(uri):
@@ -49,7 +53,16 @@ def _runs(uri):
 
 
 def test_sweep_nests_trials_under_the_study_run_and_resumes(files):
-    args = ["sweep", files["config"], "--space", files["space"], "--storage", files["storage"], "--study", "s"]
+    args = [
+        "sweep",
+        files["config"],
+        "--space",
+        files["space"],
+        "--storage",
+        files["storage"],
+        "--study",
+        "s",
+    ]
     assert main([*args, "--trials", "4", "--jobs", "2", "--startup-trials", "1", "--seed", "0"]) == 0
     study = optuna.load_study(study_name="s", storage=files["storage"])
     assert [t.number for t in study.trials] == [0, 1, 2, 3]
@@ -69,20 +82,35 @@ def test_sweep_nests_trials_under_the_study_run_and_resumes(files):
     for run in children:
         assert run.data.tags["mlflow.parentRunId"] == parent.info.run_id
         assert run.data.tags["rl8.sweep.state"] == states[int(run.data.tags["rl8.sweep.trial"])]
-        assert float(run.data.params["hparams/lr"]) == pytest.approx(study.trials[int(run.data.tags["rl8.sweep.trial"])].params["lr"])
+        assert float(run.data.params["hparams/lr"]) == pytest.approx(
+            study.trials[int(run.data.tags["rl8.sweep.trial"])].params["lr"]
+        )
 
     assert main([*args, "--trials", "2"]) == 0  # resumed: 2 more trials
     study = optuna.load_study(study_name="s", storage=files["storage"])
     assert [t.number for t in study.trials] == [0, 1, 2, 3, 4, 5]
     _, parents, children = _runs(files["uri"])
     assert [p.info.run_id for p in parents] == [parent.info.run_id]
-    assert len(children) == 6 and parents[0].data.metrics["trials/complete"] + parents[0].data.metrics["trials/pruned"] == 6
+    assert (
+        len(children) == 6
+        and parents[0].data.metrics["trials/complete"] + parents[0].data.metrics["trials/pruned"] == 6
+    )
 
 
 def test_pruned_and_failed_trials_and_the_sweep_goes_on(files):
-    space = {"env_config.tau": {"type": "categorical", "choices": [0.02, "fast"]}}  # "fast": CartPole raises
-    study = sweep(files["config"], space, trials=4, study="p", storage=files["storage"], seed=3, startup_trials=10,
-                  pruner=optuna.pruners.ThresholdPruner(lower=1e9))  # prunes at the first evaluation
+    space = {
+        "env_config.tau": {"type": "categorical", "choices": [0.02, "fast"]}
+    }  # "fast": CartPole raises
+    study = sweep(
+        files["config"],
+        space,
+        trials=4,
+        study="p",
+        storage=files["storage"],
+        seed=3,
+        startup_trials=10,
+        pruner=optuna.pruners.ThresholdPruner(lower=1e9),
+    )  # prunes at the first evaluation
     states = {t.number: (t.state.name, t.params["env_config.tau"]) for t in study.trials}
     assert sorted(states) == [0, 1, 2, 3]
     assert {tau for _, tau in states.values()} == {0.02, "fast"}, "the seed must sample both choices"
@@ -96,18 +124,45 @@ def test_pruned_and_failed_trials_and_the_sweep_goes_on(files):
             assert run.data.metrics["env/steps"] == 256
 
 
-@pytest.mark.parametrize("space, message", [
-    ({"learning_rate": {"type": "float", "low": 1e-4, "high": 1e-3}}, "unknown hyper-parameter 'learning_rate'; did you mean 'lr'"),
-    ({"lr": {"type": "float", "low": 1e-3, "high": 1e-3}}, "lr: empty range: low must be < high"),
-    ({"lr": {"type": "float", "low": 0.0, "high": 1e-3, "log": True}}, "lr: a log range must be > 0"),
-    ({"gamma": {"type": "float", "low": -0.5, "high": 0.9, "log": True}}, "gamma: a log range must be > 0"),
-    ({"num_minibatches": {"type": "categorical", "choices": [4]}}, "num_minibatches: choices must be a list of at least 2"),
-    ({"lr": {"type": "uniform", "low": 1e-4, "high": 1e-3}}, "lr: expected a mapping with type: float or int or categorical"),
-    ({"lr": {"type": "float", "low": 1e-4, "hi": 1e-3}}, "lr: unknown field 'hi' of a float; did you mean 'high'?"),
-    ({"horizon": {"type": "int", "low": 8, "high": 32.5}}, "horizon: high must be an int"),
-    ({"num_minibatches": {"type": "categorical", "choices": [2, 3]}}, "num_minibatches: 3 is not a valid num_minibatches"),
-    ({"gamma.x": {"type": "float", "low": 0.9, "high": 0.99}}, "gamma.x: only the keys of model_config"),
-])
+@pytest.mark.parametrize(
+    "space, message",
+    [
+        (
+            {"learning_rate": {"type": "float", "low": 1e-4, "high": 1e-3}},
+            "unknown hyper-parameter 'learning_rate'; did you mean 'lr'",
+        ),
+        ({"lr": {"type": "float", "low": 1e-3, "high": 1e-3}}, "lr: empty range: low must be < high"),
+        (
+            {"lr": {"type": "float", "low": 0.0, "high": 1e-3, "log": True}},
+            "lr: a log range must be > 0",
+        ),
+        (
+            {"gamma": {"type": "float", "low": -0.5, "high": 0.9, "log": True}},
+            "gamma: a log range must be > 0",
+        ),
+        (
+            {"num_minibatches": {"type": "categorical", "choices": [4]}},
+            "num_minibatches: choices must be a list of at least 2",
+        ),
+        (
+            {"lr": {"type": "uniform", "low": 1e-4, "high": 1e-3}},
+            "lr: expected a mapping with type: float or int or categorical",
+        ),
+        (
+            {"lr": {"type": "float", "low": 1e-4, "hi": 1e-3}},
+            "lr: unknown field 'hi' of a float; did you mean 'high'?",
+        ),
+        ({"horizon": {"type": "int", "low": 8, "high": 32.5}}, "horizon: high must be an int"),
+        (
+            {"num_minibatches": {"type": "categorical", "choices": [2, 3]}},
+            "num_minibatches: 3 is not a valid num_minibatches",
+        ),
+        (
+            {"gamma.x": {"type": "float", "low": 0.9, "high": 0.99}},
+            "gamma.x: only the keys of model_config",
+        ),
+    ],
+)
 def test_bad_spaces_are_errors_naming_the_entry(space, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace("?", r"\?")):
         read_space(space, {"num_envs": 8, "horizon": 16})
@@ -115,7 +170,16 @@ def test_bad_spaces_are_errors_naming_the_entry(space, message):
 
 def test_bad_space_file_fails_before_any_trial(files, tmp_path, capsys):
     (tmp_path / "bad.yaml").write_text("lr: {type: float, low: 3.0e-3, high: 1.0e-4}\n")
-    args = ["sweep", files["config"], "--space", str(tmp_path / "bad.yaml"), "--trials", "2", "--storage", files["storage"]]
+    args = [
+        "sweep",
+        files["config"],
+        "--space",
+        str(tmp_path / "bad.yaml"),
+        "--trials",
+        "2",
+        "--storage",
+        files["storage"],
+    ]
     assert main(args) == 2
     assert f"{tmp_path / 'bad.yaml'}: lr: empty range" in capsys.readouterr().err
     assert not (tmp_path / "study.db").exists() and not (tmp_path / "mlflow.db").exists()
@@ -123,4 +187,7 @@ def test_bad_space_file_fails_before_any_trial(files, tmp_path, capsys):
 
 def test_a_schedule_that_overrides_the_sampled_value_is_an_error():
     with pytest.raises(ConfigError, match="lr: the config's lr_schedule overrides lr"):
-        read_space({"lr": {"type": "float", "low": 1e-4, "high": 1e-3}}, {"lr_schedule": [[0, 1e-3], [1000, 1e-5]]})
+        read_space(
+            {"lr": {"type": "float", "low": 1e-4, "high": 1e-3}},
+            {"lr_schedule": [[0, 1e-3], [1000, 1e-5]]},
+        )

@@ -37,8 +37,6 @@ pytestmark = pytest.mark.usefixtures("migrated_store")
 # helpers
 
 
-
-
 class _Policy:
     class Inner:
         pass
@@ -209,9 +207,7 @@ def test_experiment_created_concurrently_is_reused(mlflow_uri, monkeypatch):
     monkeypatch.setattr(MlflowClient, "get_experiment_by_name", lookup)
     with Tracker(experiment="race") as tracker:
         exp = MlflowClient(mlflow_uri).get_experiment_by_name("race")
-        assert MlflowClient(mlflow_uri).get_run(tracker.run_id).info.experiment_id == (
-            exp.experiment_id
-        )
+        assert MlflowClient(mlflow_uri).get_run(tracker.run_id).info.experiment_id == (exp.experiment_id)
 
 
 def test_log_metrics_is_one_log_batch_per_step(mlflow_uri, monkeypatch):
@@ -343,13 +339,13 @@ def test_switches_must_be_booleans(name):
 
 
 def test_a_background_start_needs_an_asynchronous_tracker():
-    with pytest.raises(TrackingError, match=r"start_in_background\(\) needs a Tracker made with asynchronous=True"):
+    with pytest.raises(
+        TrackingError, match=r"start_in_background\(\) needs a Tracker made with asynchronous=True"
+    ):
         Tracker(experiment="x").start_in_background()
 
 
-@pytest.mark.parametrize(
-    ("exc", "status"), [(ValueError, "FAILED"), (KeyboardInterrupt, "KILLED")]
-)
+@pytest.mark.parametrize(("exc", "status"), [(ValueError, "FAILED"), (KeyboardInterrupt, "KILLED")])
 def test_context_manager_marks_failed_and_killed_runs(mlflow_uri, exc, status):
     with pytest.raises(exc):
         with Tracker(experiment="ctx") as tracker:
@@ -397,9 +393,7 @@ def test_artifacts_are_uploaded_and_failures_only_warn(tmp_path, mlflow_uri):
             tracker.log_artifact(tmp_path / "missing.txt")
     client = MlflowClient(mlflow_uri)
     assert {f.path for f in client.list_artifacts(tracker.run_id)} == {"checkpoints", "notes.txt"}
-    assert [f.path for f in client.list_artifacts(tracker.run_id, "checkpoints")] == [
-        "checkpoints/a.pt"
-    ]
+    assert [f.path for f in client.list_artifacts(tracker.run_id, "checkpoints")] == ["checkpoints/a.pt"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -421,9 +415,7 @@ def _break_log_batch(monkeypatch):
     return state
 
 
-def test_outage_queues_metrics_warns_once_and_redelivers_in_order(
-    mlflow_uri, monkeypatch, caplog
-):
+def test_outage_queues_metrics_warns_once_and_redelivers_in_order(mlflow_uri, monkeypatch, caplog):
     with Tracker(experiment="outage", retry_interval_s=0) as tracker:
         tracker.log_params({"lr": 1})
         tracker.log_metrics({"a": 0.0}, step=0)
@@ -632,7 +624,10 @@ def test_hung_server_does_not_stall_training_and_sigterm_exits_in_bounded_time(l
     err_file = open(tmp_path / "train.err", "wb")
     proc = subprocess.Popen(
         [sys.executable, str(tmp_path / "train.py"), live_server.uri, str(tmp_path / "ck")],
-        stdout=subprocess.PIPE, stderr=err_file, text=True, env=env,
+        stdout=subprocess.PIPE,
+        stderr=err_file,
+        text=True,
+        env=env,
     )
     lines: queue.Queue = queue.Queue()
 
@@ -670,7 +665,9 @@ def test_hung_server_does_not_stall_training_and_sigterm_exits_in_bounded_time(l
         read_until(t1 + window_s)
         before, during = steps_between(t0, t1), steps_between(t1, t1 + window_s)
         assert before > 5
-        assert during >= before / 2, f"{before} steps in {window_s} s before the outage, {during} during it"
+        assert during >= before / 2, (
+            f"{before} steps in {window_s} s before the outage, {during} during it"
+        )
         t_term = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
@@ -754,7 +751,9 @@ def test_end_with_a_timeout_gives_up_on_a_request_that_hangs(mlflow_uri, monkeyp
     assert tracker.flush(timeout_s=0.1) is False  # the logging thread is stuck
     assert holding.wait(5)
     t0 = time.monotonic()
-    with pytest.warns(TrackingWarning, match=r"to KILLED: a request to the server did not finish within 0\.5 s"):
+    with pytest.warns(
+        TrackingWarning, match=r"to KILLED: a request to the server did not finish within 0\.5 s"
+    ):
         assert tracker.end("KILLED", timeout_s=0.5) is False
     assert time.monotonic() - t0 < 2
     assert tracker.final_status is None
@@ -806,7 +805,9 @@ def test_a_tracker_ending_at_exit_ends_its_run_with_the_status_of_the_exit(mlflo
     client = MlflowClient(mlflow_uri)
     runs = client.search_runs([client.get_experiment_by_name("exit").experiment_id])
     assert {r.info.run_name: (r.info.status, r.data.metrics) for r in runs} == {
-        "finished": ("FINISHED", {"x": 1.0}), "failed": ("FAILED", {"x": 1.0})}
+        "finished": ("FINISHED", {"x": 1.0}),
+        "failed": ("FAILED", {"x": 1.0}),
+    }
 
 
 def test_end_with_a_timeout_on_a_healthy_store_delivers_and_sets_the_status(mlflow_uri):

@@ -36,9 +36,6 @@ SMALL = dict(num_envs=16, horizon=8, sgd_minibatch_size=64, num_sgd_iters=1, see
 STEP = 16 * 8  # env steps per training step
 
 
-
-
-
 def make_algo(env=CartPole, **hparams):
     return PPO(env, **{**SMALL, **hparams})
 
@@ -48,7 +45,10 @@ def make_trainer(algo=None, **kwargs):
 
 
 def history(uri, run_id, key):
-    return [(m.step, m.value) for m in sorted(MlflowClient(uri).get_metric_history(run_id, key), key=lambda m: m.step)]
+    return [
+        (m.step, m.value)
+        for m in sorted(MlflowClient(uri).get_metric_history(run_id, key), key=lambda m: m.step)
+    ]
 
 
 def spy_log_batch(monkeypatch):
@@ -120,7 +120,11 @@ def test_all_stats_of_a_step_in_one_request_at_env_steps(monkeypatch, mlflow_uri
     assert sorted(by_step) == [s["env/steps"] for s in stats]
     for s in stats:  # every stat of the step, at step = env/steps; NaN values are left out
         assert by_step[s["env/steps"]] == {k for k, v in s.items() if not math.isnan(v)}
-    assert [step for step, _ in history(mlflow_uri, trainer.run_id, "losses/total")] == [STEP, 2 * STEP, 3 * STEP]
+    assert [step for step, _ in history(mlflow_uri, trainer.run_id, "losses/total")] == [
+        STEP,
+        2 * STEP,
+        3 * STEP,
+    ]
 
 
 def test_run_params_and_default_experiment(mlflow_uri):
@@ -144,14 +148,24 @@ def test_run_params_and_default_experiment(mlflow_uri):
     assert params["versions/rl8"]
 
 
-def test_every_option_declared_in_trainer_config_reaches_params_checkpoint_and_resume(tmp_path, mlflow_uri):
+def test_every_option_declared_in_trainer_config_reaches_params_checkpoint_and_resume(
+    tmp_path, mlflow_uri
+):
     fields = dataclasses.fields(TrainerConfig)
     logged = {f.name for f in fields if f.metadata["param"]}
     stored = {f.name for f in fields if f.metadata["stored"]}
     assert logged and stored
     config = TrainerConfig(
-        experiment="declared", run_name="once", checkpoint_dir=str(tmp_path / "ck"), checkpoint_every=3,
-        keep_checkpoints=2, eval_num_envs=2, eval_num_steps=4, record_every=7, metadata={"a": 1}, progress=False,
+        experiment="declared",
+        run_name="once",
+        checkpoint_dir=str(tmp_path / "ck"),
+        checkpoint_every=3,
+        keep_checkpoints=2,
+        eval_num_envs=2,
+        eval_num_steps=4,
+        record_every=7,
+        metadata={"a": 1},
+        progress=False,
     )
     trainer = Trainer(make_algo(), config)
     trainer.step()
@@ -176,11 +190,15 @@ def test_trainer_config_and_keyword_options_make_the_same_trainer():
     trainer = Trainer(algo, TrainerConfig(checkpoint_every=2, tracking=False), keep_checkpoints=3)
     assert trainer.config == TrainerConfig(checkpoint_every=2, tracking=False, keep_checkpoints=3)
     assert Trainer(algo, checkpoint_every=2, tracking=False, keep_checkpoints=3).config == trainer.config
-    with pytest.raises(TypeError, match="unknown option 'checkpoint_evry'; did you mean 'checkpoint_every'"):
+    with pytest.raises(
+        TypeError, match="unknown option 'checkpoint_evry'; did you mean 'checkpoint_every'"
+    ):
         Trainer(algo, checkpoint_evry=2)
     with pytest.raises(ValueError, match="Trainer: keep_checkpoints must be an int >= 1 or None, got 0"):
         Trainer(algo, TrainerConfig(tracking=False), keep_checkpoints=0)
-    with pytest.raises(TypeError, match="config must be a rl8.training.config.TrainerConfig or None, got 'x'"):
+    with pytest.raises(
+        TypeError, match="config must be a rl8.training.config.TrainerConfig or None, got 'x'"
+    ):
         Trainer(algo, "x")
 
 
@@ -200,13 +218,23 @@ def test_unreachable_tracking_server_fails_before_training():
     "kwargs, error, message",
     [
         ({"async_logging": "no"}, ValueError, "Trainer: async_logging must be True or False, got 'no'"),
-        ({"metadata": {"when": time.time, "ok": [1, "a"]}}, TypeError,
-         "Trainer: metadata cannot be stored in a checkpoint: metadata['when'] is a builtins.builtin_function_or_method, "
-         "which a checkpoint cannot hold"),
-        ({"metadata": {"config": {"lr": torch.zeros(1).numpy()}}}, TypeError,
-         "metadata['config']['lr'] is a numpy.ndarray, which a checkpoint cannot hold"),
+        (
+            {"metadata": {"when": time.time, "ok": [1, "a"]}},
+            TypeError,
+            "Trainer: metadata cannot be stored in a checkpoint: metadata['when'] is a builtins.builtin_function_or_method, "
+            "which a checkpoint cannot hold",
+        ),
+        (
+            {"metadata": {"config": {"lr": torch.zeros(1).numpy()}}},
+            TypeError,
+            "metadata['config']['lr'] is a numpy.ndarray, which a checkpoint cannot hold",
+        ),
         ({"metadata": ["a"]}, TypeError, "Trainer: metadata must be a mapping or None, got ['a']"),
-        ({"weight_sync_interval": None}, ValueError, "Trainer: weight_sync_interval must be an int >= 1, got None"),
+        (
+            {"weight_sync_interval": None},
+            ValueError,
+            "Trainer: weight_sync_interval must be an int >= 1, got None",
+        ),
         ({"experiment": 3}, ValueError, "Trainer: experiment must be a string or None, got 3"),
     ],
 )
@@ -223,9 +251,7 @@ def test_tracking_disabled(tmp_path):
     path = trainer.save_checkpoint()
     trainer.close()
     assert trainer.run_id is None and stats["env/steps"] == STEP and path.is_file()
-    assert not MlflowClient().search_runs(
-        [e.experiment_id for e in MlflowClient().search_experiments()]
-    )
+    assert not MlflowClient().search_runs([e.experiment_id for e in MlflowClient().search_experiments()])
 
 
 # --------------------------------------------------------------------------------------------
@@ -261,7 +287,11 @@ def test_eval_on_training_envs_only_at_reset_boundaries(mlflow_uri):
 @pytest.mark.parametrize(
     "hparams, kwargs, match",
     [
-        ({"horizons_per_env_reset": 2}, {"eval_env_config": {"gravity": 20.0}}, "steps_per_eval is None"),
+        (
+            {"horizons_per_env_reset": 2},
+            {"eval_env_config": {"gravity": 20.0}},
+            "steps_per_eval is None",
+        ),
         ({}, {"steps_per_eval": 0}, "steps_per_eval must be an int"),
     ],
 )
@@ -298,7 +328,10 @@ def test_run_evaluates_every_steps_per_eval_and_eval_does_not_change_training(ml
         trainer.close()
         losses[name] = seen
     assert "eval/rollout/reward_sum_mean" in last
-    assert [s for s, _ in history(mlflow_uri, evaluated.run_id, "eval/rollout/reward_sum_mean")] == [2 * STEP, 4 * STEP]
+    assert [s for s, _ in history(mlflow_uri, evaluated.run_id, "eval/rollout/reward_sum_mean")] == [
+        2 * STEP,
+        4 * STEP,
+    ]
     assert losses["plain"] == losses["eval"]  # exact: eval restores env state and RNG
     assert evaluated.algo.env.params["gravity"] == 9.8  # the eval config did not leak into training
 
@@ -337,9 +370,12 @@ def test_dedicated_eval_env_does_not_disturb_training():
             other.eval(deterministic=False)  # builds the eval env, samples: RNG untouched
             got.append(other.step()["losses/total"])
         assert got == expected
-        assert other.run(
-            steps_per_eval=1, stop_conditions=HitsUpperBound("eval/episodes/count", 1)
-        )["eval/episodes/count"] >= 3
+        assert (
+            other.run(steps_per_eval=1, stop_conditions=HitsUpperBound("eval/episodes/count", 1))[
+                "eval/episodes/count"
+            ]
+            >= 3
+        )
     finally:
         other.close()
 
@@ -365,12 +401,16 @@ def test_run_stops_when_a_condition_holds(condition, steps, mlflow_uri):
     stats = trainer.run(stop_conditions=[condition, HitsUpperBound("env/steps", 20 * STEP)])
     trainer.close()
     assert trainer.algo.steps == steps and stats["algorithm/steps"] == steps
-    assert trainer.last_checkpoint is not None and trainer.last_checkpoint.name.endswith(f"{steps * STEP:012d}.pt")
+    assert trainer.last_checkpoint is not None and trainer.last_checkpoint.name.endswith(
+        f"{steps * STEP:012d}.pt"
+    )
 
 
 def test_run_stops_on_an_eval_stat():
     trainer = make_trainer(make_algo(horizons_per_env_reset=2))
-    stats = trainer.run(steps_per_eval=2, stop_conditions=HitsUpperBound("eval/rollout/reward_sum_mean", -1e9))
+    stats = trainer.run(
+        steps_per_eval=2, stop_conditions=HitsUpperBound("eval/rollout/reward_sum_mean", -1e9)
+    )
     trainer.close()
     assert stats["algorithm/steps"] == 2  # step 1 has no eval stats: not a stop
 
@@ -397,7 +437,8 @@ class _Tty(io.StringIO):
 
 
 @pytest.mark.parametrize(
-    "progress, tty, shown", [(None, True, True), (None, False, True), (False, True, False), (True, False, True)]
+    "progress, tty, shown",
+    [(None, True, True), (None, False, True), (False, True, False), (True, False, True)],
 )
 def test_progress_line(monkeypatch, progress, tty, shown):
     stream = _Tty() if tty else io.StringIO()
@@ -438,9 +479,20 @@ def test_checkpoints_keep_last_n_and_log_the_policy(tmp_path, mlflow_uri):
     assert files == [".rl8.lock", f"checkpoint-{3 * STEP:012d}.pt", f"checkpoint-{4 * STEP:012d}.pt"]
     client = MlflowClient(mlflow_uri)
     artifacts = {f.path for d in ("policy", "rl8") for f in client.list_artifacts(trainer.run_id, d)}
-    assert artifacts == {"rl8/checkpoint.json", *(f"policy/{name}" for name in (  # an MLflow model folder
-        "MLmodel", "policy.pt", "input_example.json", "serving_input_example.json", "requirements.txt",
-        "python_env.yaml"))}
+    assert artifacts == {
+        "rl8/checkpoint.json",
+        *(
+            f"policy/{name}"
+            for name in (  # an MLflow model folder
+                "MLmodel",
+                "policy.pt",
+                "input_example.json",
+                "serving_input_example.json",
+                "requirements.txt",
+                "python_env.yaml",
+            )
+        ),
+    }
     assert trainer.last_checkpoint == (tmp_path / "ck" / files[-1]).absolute()
     state = torch.load(trainer.last_checkpoint, weights_only=True)  # plain data only
     assert state["trainer"]["run_id"] == trainer.run_id
@@ -513,7 +565,9 @@ def test_resume_gives_the_same_losses_in_the_same_run(case, tmp_path, mlflow_uri
     expected = [pick(straight.step()) for _ in range(4)]
     straight.close()
 
-    first = make_trainer(make_algo(env, **hparams), checkpoint_dir=tmp_path / "ck", log_every=1)  # kept by the resume
+    first = make_trainer(
+        make_algo(env, **hparams), checkpoint_dir=tmp_path / "ck", log_every=1
+    )  # kept by the resume
     got = [pick(first.step()) for _ in range(2)]
     path = first.save_checkpoint()
     first.close("KILLED")  # as if the process had died
@@ -525,9 +579,12 @@ def test_resume_gives_the_same_losses_in_the_same_run(case, tmp_path, mlflow_uri
     run_id = resumed.run_id
     resumed.close()
     assert got == expected  # bitwise: same RNG, env, optimizer, normaliser and schedule state
-    assert run_id == MlflowClient(mlflow_uri).search_runs(
-        [MlflowClient(mlflow_uri).get_run(run_id).info.experiment_id]
-    )[0].info.run_id  # one run, continued
+    assert (
+        run_id
+        == MlflowClient(mlflow_uri)
+        .search_runs([MlflowClient(mlflow_uri).get_run(run_id).info.experiment_id])[0]
+        .info.run_id
+    )  # one run, continued
     steps = [s for s, _ in history(mlflow_uri, run_id, "losses/total")]
     assert steps == [STEP, 2 * STEP, 3 * STEP, 4 * STEP]
     assert MlflowClient(mlflow_uri).get_run(run_id).info.status == "FINISHED"
@@ -537,10 +594,15 @@ def test_resume_from_run_id_and_folder_continues_run_and_conditions(tmp_path, ml
     trainer = make_trainer(checkpoint_dir=tmp_path / "ck", log_every=1)
     trainer.run(
         steps_per_eval=None,
-        stop_conditions=[HitsUpperBound("algorithm/steps", 2), Plateaus("losses/total", patience=50, rtol=0.0)],
+        stop_conditions=[
+            HitsUpperBound("algorithm/steps", 2),
+            Plateaus("losses/total", patience=50, rtol=0.0),
+        ],
     )
     trainer.close()
-    saved_count = torch.load(trainer.last_checkpoint, weights_only=True)["trainer"]["stop_conditions"][1]["count"]
+    saved_count = torch.load(trainer.last_checkpoint, weights_only=True)["trainer"]["stop_conditions"][
+        1
+    ]["count"]
 
     by_folder = Trainer.from_checkpoint(tmp_path / "ck", progress=False)
     assert by_folder.algo.steps == 2 and by_folder.run_id == trainer.run_id

@@ -99,7 +99,9 @@ def test_pendulum_max_steps_and_fps(tmp_path):
     frames, fps = read_video(record_video(algo.policy, Pendulum, tmp_path / "p.mp4", max_steps=30))
     assert frames.shape == (31, 500, 500, 3)
     assert fps == 30
-    frames, fps = read_video(record_video(algo.policy, Pendulum, tmp_path / "p.mp4", max_steps=3, fps=10))
+    frames, fps = read_video(
+        record_video(algo.policy, Pendulum, tmp_path / "p.mp4", max_steps=3, fps=10)
+    )
     assert frames.shape[0] == 4 and fps == 10  # overwritten in place
 
 
@@ -107,7 +109,9 @@ def test_env_instance_sub_env_and_config(tmp_path):
     algo = PPO(CartPole, **SMALL)
     env = CartPole(3)
     config = {"max_episode_steps": 5, "length": 0.25}  # truncated after 5 steps
-    frames, _ = read_video(record_video(algo.policy, env, tmp_path / "c.mp4", index=2, env_config=config))
+    frames, _ = read_video(
+        record_video(algo.policy, env, tmp_path / "c.mp4", index=2, env_config=config)
+    )
     assert frames.shape[0] == 5
     assert env.params["length"] == 0.25  # the given instance was used (and is left open)
     env.step(torch.zeros(3, dtype=torch.int64))
@@ -189,7 +193,9 @@ def test_pad_frame():
 def test_errors(tmp_path, monkeypatch):
     algo = PPO(CartPole, **SMALL)
     memory = PPO(Memory, **SMALL)
-    with pytest.raises(NotImplementedError, match="Memory cannot be recorded: it does not implement render"):
+    with pytest.raises(
+        NotImplementedError, match="Memory cannot be recorded: it does not implement render"
+    ):
         record_video(memory.policy, Memory, tmp_path / "m.mp4")
     env = GymnasiumEnv(1, env=Blocks)
     try:
@@ -203,7 +209,9 @@ def test_errors(tmp_path, monkeypatch):
         record_video(algo.policy, CartPole, tmp_path / "c.mp4", max_steps=0)
     assert list(tmp_path.glob("*.mp4*")) == []  # nothing written on errors
     monkeypatch.setitem(sys.modules, "imageio", None)
-    with pytest.raises(ImportError, match=r'pip install imageio imageio-ffmpeg "gymnasium\[classic-control\]"'):
+    with pytest.raises(
+        ImportError, match=r'pip install imageio imageio-ffmpeg "gymnasium\[classic-control\]"'
+    ):
         record_video(algo.policy, CartPole, tmp_path / "c.mp4")
 
 
@@ -214,8 +222,14 @@ def test_trainer_record_and_record_every(tmp_path):
     from mlflow.tracking import MlflowClient
 
     algo = PPO(Pendulum, env_config={"max_episode_steps": 7}, **SMALL)
-    trainer = Trainer(algo, progress=False, eval_num_envs=2, eval_num_steps=4, record_every=2,
-                      checkpoint_dir=tmp_path / "ck")
+    trainer = Trainer(
+        algo,
+        progress=False,
+        eval_num_envs=2,
+        eval_num_steps=4,
+        record_every=2,
+        checkpoint_dir=tmp_path / "ck",
+    )
     try:
         rng, gen = torch.get_rng_state(), algo.generator.get_state()
         path = trainer.record(max_steps=3, deterministic=False)
@@ -235,8 +249,12 @@ def test_trainer_record_and_record_every(tmp_path):
         history = MlflowClient().get_metric_history(trainer.run_id, "profiling/record_ms")
         assert [m.step for m in history] == [2 * step, 4 * step]
         artifacts = {a.path for a in MlflowClient().list_artifacts(trainer.run_id, "videos")}
-        assert artifacts == {"videos/video-0.mp4", "videos/mine.mp4", "videos/again.mp4",
-                             *(f"videos/{n}" for n in names)}
+        assert artifacts == {
+            "videos/video-0.mp4",
+            "videos/mine.mp4",
+            "videos/again.mp4",
+            *(f"videos/{n}" for n in names),
+        }
         checkpoint = trainer.save_checkpoint(tmp_path / "ck.pt")
     finally:
         trainer.close()
@@ -250,8 +268,13 @@ def test_trainer_record_and_record_every(tmp_path):
 
 
 def test_record_every_needs_evaluations(tmp_path):
-    trainer = Trainer(PPO(CartPole, **SMALL), tracking=False, progress=False, record_every=1,
-                      checkpoint_dir=tmp_path / "ck")
+    trainer = Trainer(
+        PPO(CartPole, **SMALL),
+        tracking=False,
+        progress=False,
+        record_every=1,
+        checkpoint_dir=tmp_path / "ck",
+    )
     try:
         with pytest.raises(ValueError, match="record_every=1 .* steps_per_eval is None"):
             trainer.run(stop_conditions=HitsUpperBound("algorithm/steps", 1))
@@ -260,7 +283,9 @@ def test_record_every_needs_evaluations(tmp_path):
         trainer.close()
     with pytest.raises(ValueError, match="record_every must be an int >= 1"):
         Trainer(PPO(CartPole, **SMALL), tracking=False, record_every=0)
-    memory = Trainer(PPO(Memory, **SMALL), tracking=False, progress=False, record_every=1, eval_num_envs=2)
+    memory = Trainer(
+        PPO(Memory, **SMALL), tracking=False, progress=False, record_every=1, eval_num_envs=2
+    )
     try:  # an env that cannot render fails before training
         with pytest.raises(NotImplementedError, match="Memory cannot be recorded"):
             memory.run(steps_per_eval=1, stop_conditions=HitsUpperBound("algorithm/steps", 1))
@@ -274,11 +299,27 @@ def test_record_every_needs_evaluations(tmp_path):
 
 def test_cli_record(tmp_path, capsys):
     algo = PPO(CartPole, **SMALL)
-    with_env = save_policy(algo.policy, tmp_path / "policy.pt",
-                           env={"spec": "rl8.envs.cartpole.CartPole", "env_kwargs": {}, "env_config": {}})
+    with_env = save_policy(
+        algo.policy,
+        tmp_path / "policy.pt",
+        env={"spec": "rl8.envs.cartpole.CartPole", "env_kwargs": {}, "env_config": {}},
+    )
     out = tmp_path / "videos" / "cli.mp4"
-    code = main(["record", str(with_env), "-o", str(out), "--max-steps", "4",
-                 "--env-config", "length=0.25", "--stochastic", "--seed", "1"])
+    code = main(
+        [
+            "record",
+            str(with_env),
+            "-o",
+            str(out),
+            "--max-steps",
+            "4",
+            "--env-config",
+            "length=0.25",
+            "--stochastic",
+            "--seed",
+            "1",
+        ]
+    )
     assert code == 0
     assert capsys.readouterr().out.strip() == str(out)
     frames, fps = read_video(out)
@@ -287,7 +328,10 @@ def test_cli_record(tmp_path, capsys):
     bare = save_policy(algo.policy, tmp_path / "bare.pt")
     assert main(["record", str(bare), "-o", str(out)]) == 2
     assert "pass --env" in capsys.readouterr().err
-    assert main(["record", str(bare), "-o", str(out), "--env", "rl8.envs.CartPole", "--max-steps", "2"]) == 0
+    assert (
+        main(["record", str(bare), "-o", str(out), "--env", "rl8.envs.CartPole", "--max-steps", "2"])
+        == 0
+    )
     assert read_video(out)[0].shape[0] <= 3
     assert main(["record", str(with_env), "--env-config", "nope=1", "-o", str(out)]) == 2
     assert "unknown config key 'nope'" in capsys.readouterr().err
@@ -296,7 +340,8 @@ def test_cli_record(tmp_path, capsys):
 def test_cli_record_without_pygame_names_the_extra_in_one_line(tmp_path, capsys, monkeypatch):
     env = gymnasium.make("CartPole-v1")
     policy = save_policy(
-        Policy(env.observation_space, env.action_space), tmp_path / "policy.pt",
+        Policy(env.observation_space, env.action_space),
+        tmp_path / "policy.pt",
         env={"spec": "CartPole-v1", "env_kwargs": {}, "env_config": {}},
     )
     monkeypatch.setitem(sys.modules, "pygame", None)  # `import pygame` now fails as if absent

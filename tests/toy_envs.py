@@ -52,14 +52,18 @@ class Counter(gymnasium.Env):
 class DictCounter(Counter):
     """Counter with a Dict observation: ``{"token": [token], "state": [count, count ** 2, 1]}``."""
 
-    observation_space = spaces.Dict({
-        "token": spaces.Box(0, 1e6, (1,), np.float32),
-        "state": spaces.Box(0, 1e6, (3,), np.float32),
-    })
+    observation_space = spaces.Dict(
+        {
+            "token": spaces.Box(0, 1e6, (1,), np.float32),
+            "state": spaces.Box(0, 1e6, (3,), np.float32),
+        }
+    )
 
     def _obs(self):
-        return {"token": np.array([self.token], dtype=np.float32),
-                "state": np.array([self.count, self.count**2, 1.0], dtype=np.float32)}
+        return {
+            "token": np.array([self.token], dtype=np.float32),
+            "state": np.array([self.count, self.count**2, 1.0], dtype=np.float32),
+        }
 
 
 class Stall(Counter):
@@ -75,7 +79,9 @@ class Stall(Counter):
         die_in_worker: ``os._exit(4)`` when built in a child process.
     """
 
-    def __init__(self, token: int | None = None, how: str = "sleep", at: int = 3, die_in_worker: bool = False):
+    def __init__(
+        self, token: int | None = None, how: str = "sleep", at: int = 3, die_in_worker: bool = False
+    ):
         if die_in_worker and multiprocessing.parent_process() is not None:
             os._exit(4)
         super().__init__()

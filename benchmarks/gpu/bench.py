@@ -38,17 +38,26 @@ WORKLOAD = "pendulum-4096"
 
 def pythonpath() -> str:
     """This checkout first, then the caller's ``PYTHONPATH`` (the carried wheels' folder)."""
-    rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and Path(p).resolve() != ROOT]
+    rest = [
+        p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and Path(p).resolve() != ROOT
+    ]
     return os.pathsep.join([str(ROOT), *rest])
 
 
 def why_no_compile() -> str | None:
     """``None`` when this checkout's ``rl8.ppo.hparams.HParams`` has a ``compile`` field, else
     why not (asked in a fresh process, as the sides will import it)."""
-    code = ("import dataclasses; from rl8.ppo.hparams import HParams; "
-            "print('compile' in {f.name for f in dataclasses.fields(HParams)})")
-    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": pythonpath()},
-                         capture_output=True, text=True, check=False)
+    code = (
+        "import dataclasses; from rl8.ppo.hparams import HParams; "
+        "print('compile' in {f.name for f in dataclasses.fields(HParams)})"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONPATH": pythonpath()},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if out.returncode != 0:
         err = [ln for ln in out.stderr.splitlines() if ln.strip()] or ["no output"]
         return f"rl8 did not import: {err[-1][:200]}"
@@ -60,9 +69,23 @@ def measure(side: str, num_envs: int, setting: str, args: argparse.Namespace, ti
     a fresh process stopped after ``timeout`` seconds: the side's JSON line (``steps_per_s``...),
     or ``{"error": ...}``."""
     python = args.rsl_rl_python if side == "rsl_rl" else sys.executable
-    cmd = [python, str(PEERS / run.SIDES[side].script), WORKLOAD, "--setting", setting,
-           "--device", args.device, "--threads", str(args.threads), "--num-envs", str(num_envs),
-           "--warmup", str(args.warmup), "--iters", str(args.iters)]
+    cmd = [
+        python,
+        str(PEERS / run.SIDES[side].script),
+        WORKLOAD,
+        "--setting",
+        setting,
+        "--device",
+        args.device,
+        "--threads",
+        str(args.threads),
+        "--num-envs",
+        str(num_envs),
+        "--warmup",
+        str(args.warmup),
+        "--iters",
+        str(args.iters),
+    ]
     env = {**os.environ, "PYTHONPATH": pythonpath(), "OMP_NUM_THREADS": str(args.threads)}
     result = run.run_side(cmd, env, timeout)
     if "error" in result:
@@ -85,16 +108,35 @@ def main(argv: list[str] | None = None) -> int:
     """Measure, print the report (header, table, each side at its best) and write it to ``--out``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda", help="torch device of every side (default cuda)")
-    parser.add_argument("--envs", type=int, action="append", help="env counts, repeatable (default 4096 and 16384)")
-    parser.add_argument("--rounds", type=int, default=2, help="measurements per side and setting (default 2)")
-    parser.add_argument("--warmup", type=int, default=3, help="untimed iterations per measurement (default 3)")
-    parser.add_argument("--iters", type=int, default=10, help="timed iterations per measurement (default 10)")
-    parser.add_argument("--threads", type=int, default=4, help="torch CPU threads of every side (default 4)")
-    parser.add_argument("--timeout", type=float, default=120.0, help="seconds one measurement may take (default 120)")
-    parser.add_argument("--budget", type=float, default=330.0,
-                        help="seconds for all measurements: the one running then is stopped, later ones left out (default 330)")
-    parser.add_argument("--rsl-rl-python", default=sys.executable,
-                        help="the Python that runs rsl_rl's side (default: this one, as on the GPU machine)")
+    parser.add_argument(
+        "--envs", type=int, action="append", help="env counts, repeatable (default 4096 and 16384)"
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=2, help="measurements per side and setting (default 2)"
+    )
+    parser.add_argument(
+        "--warmup", type=int, default=3, help="untimed iterations per measurement (default 3)"
+    )
+    parser.add_argument(
+        "--iters", type=int, default=10, help="timed iterations per measurement (default 10)"
+    )
+    parser.add_argument(
+        "--threads", type=int, default=4, help="torch CPU threads of every side (default 4)"
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=120.0, help="seconds one measurement may take (default 120)"
+    )
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=330.0,
+        help="seconds for all measurements: the one running then is stopped, later ones left out (default 330)",
+    )
+    parser.add_argument(
+        "--rsl-rl-python",
+        default=sys.executable,
+        help="the Python that runs rsl_rl's side (default: this one, as on the GPU machine)",
+    )
     parser.add_argument("--no-compile", action="store_true", help="leave out rl8's compile=True rows")
     parser.add_argument("--out", type=Path, help="also write the report (Markdown) to this file")
     args = parser.parse_args(argv)
@@ -113,7 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     blocks = {}  # label -> its measurements, in the order of a round
     for n in envs:
         label = f"pendulum x{n:,}"
-        blocks[label] = [(n, "rl8", s) for s in rl8_settings] + [(n, "rsl_rl", s) for s in ("fp32", "bf16")]
+        blocks[label] = [(n, "rl8", s) for s in rl8_settings] + [
+            (n, "rsl_rl", s) for s in ("fp32", "bf16")
+        ]
     rows = [(label, run.SIDES[side], s) for label, todo in blocks.items() for _, side, s in todo]
     results: dict[tuple[str, str, str], list[dict]] = {}
     # round after round over every env count, so that a spent budget still leaves each measured
@@ -128,7 +172,11 @@ def main(argv: list[str] | None = None) -> int:
                     result = measure(side, num_envs, setting, args, timeout=min(args.timeout, left))
                 results.setdefault((label, side, setting), []).append(result)
                 shown = run.fmt_rate(result["steps_per_s"]) if "steps_per_s" in result else result
-                print(f"# round {r + 1}/{args.rounds} {label} {side} {setting}: {shown}", file=sys.stderr, flush=True)
+                print(
+                    f"# round {r + 1}/{args.rounds} {label} {side} {setting}: {shown}",
+                    file=sys.stderr,
+                    flush=True,
+                )
 
     import torch
 
@@ -151,12 +199,27 @@ def main(argv: list[str] | None = None) -> int:
     if compiles:
         for n in envs:
             label = f"pendulum x{n:,}"
-            mine = [r["steps_per_s"] for r in results.get((label, "rl8", "compile"), []) if "steps_per_s" in r]
-            peer = [statistics.median(good) for s in ("fp32", "bf16")
-                    if (good := [r["steps_per_s"] for r in results.get((label, "rsl_rl", s), []) if "steps_per_s" in r])]
+            mine = [
+                r["steps_per_s"]
+                for r in results.get((label, "rl8", "compile"), [])
+                if "steps_per_s" in r
+            ]
+            peer = [
+                statistics.median(good)
+                for s in ("fp32", "bf16")
+                if (
+                    good := [
+                        r["steps_per_s"]
+                        for r in results.get((label, "rsl_rl", s), [])
+                        if "steps_per_s" in r
+                    ]
+                )
+            ]
             if mine and peer:
-                report.append(f"- {label}, rl8 compile (CUDA graphs) / rsl_rl at its best: "
-                              f"{statistics.median(mine) / max(peer):.2f}x")
+                report.append(
+                    f"- {label}, rl8 compile (CUDA graphs) / rsl_rl at its best: "
+                    f"{statistics.median(mine) / max(peer):.2f}x"
+                )
     text = "\n".join(report)
     print(text)
     if args.out:

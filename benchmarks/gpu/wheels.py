@@ -21,7 +21,9 @@ HERE = Path(__file__).resolve().parent
 
 #: The Python packages of the GPU machine's image (the workplace's device notes, KINDS.md,
 #: "Python packages already there", read 2026-11-17). Their versions are the image's own.
-PREINSTALLED = frozenset(canonicalize_name(n) for n in """
+PREINSTALLED = frozenset(
+    canonicalize_name(n)
+    for n in """
 absl-py accelerate aiofiles aiohappyeyeballs aiohttp aiosignal annotated-doc anyio attrs botorch
 build certifi charset-normalizer chex click cloudpickle cmake colorama contourpy coverage
 cuda-bindings cuda-core cuda-pathfinder cuda-toolkit cupy-cuda13x cycler cython diffrax e3nn
@@ -45,23 +47,32 @@ statsmodels sympy tabulate tensorboard tensorboard-data-server tensorstore threa
 tifffile tiktoken timm tokenizers toolz torch torchaudio torchdiffeq torch-geometric
 torchmetrics torchvision tqdm transformers treescope triton typer typing-extensions
 typing-inspect urllib3 uvloop wadler-lindig werkzeug wheel wrapt xarray xxhash yarl zipp
-""".split())
+""".split()
+)
 
 #: Requirements left out on purpose, with why: Playground on MJX (``impl="jax"``) never imports
 #: them (checked with their imports blocked); warp-lang alone is 142 MiB, over the 64 MiB carried.
 NOT_CARRIED = {
     "warp-lang": "only for impl='warp' (Playground and mujoco-mjx import it in a try)",
-    "mediapy": "Playground's videos", "pyopengl": "MuJoCo's OpenGL rendering",
-    "flask": "brax's visualiser server", "flask-cors": "brax's visualiser server",
+    "mediapy": "Playground's videos",
+    "pyopengl": "MuJoCo's OpenGL rendering",
+    "flask": "brax's visualiser server",
+    "flask-cors": "brax's visualiser server",
     "tensorboardx": "brax's training logger",
 }
 
 #: The GPU machine's Python (3.12.3, Linux x86-64), for the markers of ``Requires-Dist``.
 MARKER_ENV = {
-    "python_version": "3.12", "python_full_version": "3.12.3", "implementation_name": "cpython",
-    "implementation_version": "3.12.3", "platform_python_implementation": "CPython",
-    "sys_platform": "linux", "platform_system": "Linux", "platform_machine": "x86_64",
-    "os_name": "posix", "extra": "",
+    "python_version": "3.12",
+    "python_full_version": "3.12.3",
+    "implementation_name": "cpython",
+    "implementation_version": "3.12.3",
+    "platform_python_implementation": "CPython",
+    "sys_platform": "linux",
+    "platform_system": "Linux",
+    "platform_machine": "x86_64",
+    "os_name": "posix",
+    "extra": "",
 }
 
 
@@ -91,13 +102,19 @@ def requirements(wheel: Path) -> list[Requirement]:
 def fits_the_machine(wheel: Path) -> bool:
     """Whether ``wheel``'s tags allow CPython 3.12 on manylinux x86-64."""
     _, _, _, tags = parse_wheel_filename(wheel.name)
+
     def python_fits(t) -> bool:
         if t.abi == "abi3":  # the stable ABI: built for CPython 3.N, runs on 3.N and later
             return t.interpreter.startswith("cp3") and int(t.interpreter[3:]) <= 12
         return t.interpreter in ("py3", "cp312") and t.abi in ("none", "cp312")
 
-    return any(python_fits(t) and (t.platform == "any" or (t.platform.startswith("manylinux") and t.platform.endswith("x86_64")))
-               for t in tags)
+    return any(
+        python_fits(t)
+        and (
+            t.platform == "any" or (t.platform.startswith("manylinux") and t.platform.endswith("x86_64"))
+        )
+        for t in tags
+    )
 
 
 def check(folder: Path, pins: dict[str, str]) -> list[str]:
@@ -111,7 +128,9 @@ def check(folder: Path, pins: dict[str, str]) -> list[str]:
             problems.append(f"{wheel.name}: not built for CPython 3.12 on manylinux x86-64")
     for name, versions in found.items():
         if len(versions) > 1:
-            problems.append(f"{name}: {len(versions)} versions ({', '.join(versions)}); pip installs one")
+            problems.append(
+                f"{name}: {len(versions)} versions ({', '.join(versions)}); pip installs one"
+            )
         if name == "torch":
             problems.append("torch: the GPU machine has its own; remove the wheel")
         elif name not in pins:
@@ -120,14 +139,22 @@ def check(folder: Path, pins: dict[str, str]) -> list[str]:
         if name not in found:
             problems.append(f"{name}=={version}: in wheels.txt but no wheel in {folder}")
         elif version not in found[name]:
-            problems.append(f"{name}: wheels.txt pins {version}, the folder has {', '.join(found[name])}")
+            problems.append(
+                f"{name}: wheels.txt pins {version}, the folder has {', '.join(found[name])}"
+            )
     for wheel in sorted(folder.glob("*.whl")):
         for req in requirements(wheel):
             dep = canonicalize_name(req.name)
             if dep not in found and dep not in PREINSTALLED and dep not in NOT_CARRIED:
-                problems.append(f"{wheel.name} needs {req}: neither in the folder nor on the GPU machine")
-            elif dep in found and not any(req.specifier.contains(v, prereleases=True) for v in found[dep]):
-                problems.append(f"{wheel.name} needs {req}, the folder has {dep} {', '.join(found[dep])}")
+                problems.append(
+                    f"{wheel.name} needs {req}: neither in the folder nor on the GPU machine"
+                )
+            elif dep in found and not any(
+                req.specifier.contains(v, prereleases=True) for v in found[dep]
+            ):
+                problems.append(
+                    f"{wheel.name} needs {req}, the folder has {dep} {', '.join(found[dep])}"
+                )
     return problems
 
 

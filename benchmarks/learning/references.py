@@ -46,37 +46,70 @@ class Task:
 GYM = "gymnasium reward_threshold"
 
 TASKS: dict[str, Task] = {
-    "CartPole-v1": Task(475.0, GYM, (
-        Reference(SB3_ZOO, 500.0, "100k steps"),
-        Reference(CLEANRL, 490.04, "ppo.py, 500k steps"),
-    ), eval_every=2048),
-    "Acrobot-v1": Task(-100.0, GYM, (
-        Reference(SB3_ZOO, -73.506, "1M steps"),
-        Reference(CLEANRL, -86.36, "ppo.py, 500k steps"),
-    )),
+    "CartPole-v1": Task(
+        475.0,
+        GYM,
+        (
+            Reference(SB3_ZOO, 500.0, "100k steps"),
+            Reference(CLEANRL, 490.04, "ppo.py, 500k steps"),
+        ),
+        eval_every=2048,
+    ),
+    "Acrobot-v1": Task(
+        -100.0,
+        GYM,
+        (
+            Reference(SB3_ZOO, -73.506, "1M steps"),
+            Reference(CLEANRL, -86.36, "ppo.py, 500k steps"),
+        ),
+    ),
     "MountainCarContinuous-v0": Task(90.0, GYM, (Reference(SB3_ZOO, 88.343, "20k steps, gSDE"),)),
-    "Pendulum-v1": Task(-200.0, "none in gymnasium: -200 chosen here", (
-        Reference(SB3_ZOO, -172.225, "100k steps, gSDE"),
-    ), eval_every=4096),
+    "Pendulum-v1": Task(
+        -200.0,
+        "none in gymnasium: -200 chosen here",
+        (Reference(SB3_ZOO, -172.225, "100k steps, gSDE"),),
+        eval_every=4096,
+    ),
     "LunarLander-v3": Task(200.0, GYM, (Reference(SB3_ZOO, 242.119, "LunarLander-v2, 1M steps"),)),
-    "HalfCheetah-v5": Task(1442.64, "CleanRL's published mean (the issue's target)", (
-        Reference(SB3_ZOO, 5819.099, "HalfCheetah-v3, 1M steps, tuned"),
-        Reference(CLEANRL, 1442.64, "ppo_continuous_action.py, HalfCheetah-v4, 1M steps"),
-    ), eval_every=40960),  # about every 41k env steps (the old presets' 20 updates of 2048)
-    "Hopper-v5": Task(2382.86, "CleanRL's published mean (the issue's target)", (
-        Reference(SB3_ZOO, 2410.435, "Hopper-v3, 1M steps, tuned"),
-        Reference(CLEANRL, 2382.86, "ppo_continuous_action.py, Hopper-v4, 1M steps"),
-    ), eval_every=40960),  # about every 41k env steps (the old presets' 20 updates of 2048)
-    "Walker2d-v5": Task(2287.95, "CleanRL's published mean", (
-        Reference(SB3_ZOO, 3478.798, "Walker2d-v3, 1M steps, tuned"),
-        Reference(CLEANRL, 2287.95, "ppo_continuous_action.py, Walker2d-v4, 1M steps"),
-    ), eval_every=40960),  # as HalfCheetah-v5 and Hopper-v5
-    "Ant-v5": Task(1327.158, "SB3 zoo's PPO return", (
-        Reference(SB3_ZOO, 1327.158, "Ant-v3, 1M steps"),
-    ), eval_every=40960),
-    "Humanoid-v5": Task(716.11, "CleanRL's published mean", (
-        Reference(CLEANRL, 716.11, "ppo_continuous_action.py, Humanoid-v4, 1M steps"),
-    ), eval_every=40960),
+    "HalfCheetah-v5": Task(
+        1442.64,
+        "CleanRL's published mean (the issue's target)",
+        (
+            Reference(SB3_ZOO, 5819.099, "HalfCheetah-v3, 1M steps, tuned"),
+            Reference(CLEANRL, 1442.64, "ppo_continuous_action.py, HalfCheetah-v4, 1M steps"),
+        ),
+        eval_every=40960,
+    ),  # about every 41k env steps (the old presets' 20 updates of 2048)
+    "Hopper-v5": Task(
+        2382.86,
+        "CleanRL's published mean (the issue's target)",
+        (
+            Reference(SB3_ZOO, 2410.435, "Hopper-v3, 1M steps, tuned"),
+            Reference(CLEANRL, 2382.86, "ppo_continuous_action.py, Hopper-v4, 1M steps"),
+        ),
+        eval_every=40960,
+    ),  # about every 41k env steps (the old presets' 20 updates of 2048)
+    "Walker2d-v5": Task(
+        2287.95,
+        "CleanRL's published mean",
+        (
+            Reference(SB3_ZOO, 3478.798, "Walker2d-v3, 1M steps, tuned"),
+            Reference(CLEANRL, 2287.95, "ppo_continuous_action.py, Walker2d-v4, 1M steps"),
+        ),
+        eval_every=40960,
+    ),  # as HalfCheetah-v5 and Hopper-v5
+    "Ant-v5": Task(
+        1327.158,
+        "SB3 zoo's PPO return",
+        (Reference(SB3_ZOO, 1327.158, "Ant-v3, 1M steps"),),
+        eval_every=40960,
+    ),
+    "Humanoid-v5": Task(
+        716.11,
+        "CleanRL's published mean",
+        (Reference(CLEANRL, 716.11, "ppo_continuous_action.py, Humanoid-v4, 1M steps"),),
+        eval_every=40960,
+    ),
     "CartPole": Task(475.0, "CartPole-v1's reward_threshold", ()),
     "Pendulum": Task(-200.0, "as Pendulum-v1", ()),
     "Memory": Task(0.95, "success rate (1.0: always right; chance: 0.5)", ()),

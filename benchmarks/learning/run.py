@@ -85,9 +85,19 @@ KEEP_CHECKPOINTS = 2
 # training
 
 
-def train(preset: str, seed: int, *, out: Path, tracking_uri: str | None, max_steps: int | None = None,
-          threads: int = 1, overrides: dict[str, Any] | None = None, steps_per_eval: int | None = None,
-          eval_every: int | None = None, restart: bool = False) -> Path:
+def train(
+    preset: str,
+    seed: int,
+    *,
+    out: Path,
+    tracking_uri: str | None,
+    max_steps: int | None = None,
+    threads: int = 1,
+    overrides: dict[str, Any] | None = None,
+    steps_per_eval: int | None = None,
+    eval_every: int | None = None,
+    restart: bool = False,
+) -> Path:
     """Train ``preset`` with ``seed`` for its budget, or resume it; write and return its curve file.
 
     Args:
@@ -128,27 +138,41 @@ def train(preset: str, seed: int, *, out: Path, tracking_uri: str | None, max_st
     folder = out / ".checkpoints" / preset / f"seed-{seed}"
     rows = [] if restart or not path.exists() else read_curve(path)
     if rows and rows[-1]["env_steps"] >= budget:
-        print(f"{preset} seed {seed}: done ({rows[-1]['env_steps']:.0f} env steps in {path}); "
-              "--restart trains it again", flush=True)
+        print(
+            f"{preset} seed {seed}: done ({rows[-1]['env_steps']:.0f} env steps in {path}); "
+            "--restart trains it again",
+            flush=True,
+        )
         return path
     trainer = None if restart else _resume(folder, hparams.to_dict(), tracking_uri)
     if trainer is None:
         if rows:
-            print(f"{preset} seed {seed}: no checkpoint in {folder}; training again from scratch", flush=True)
+            print(
+                f"{preset} seed {seed}: no checkpoint in {folder}; training again from scratch",
+                flush=True,
+            )
         _remove_checkpoints(folder)
         rows = []
         algo = rl8.PPO(config["env"], **hparams.to_dict())
         trainer = rl8.Trainer(
-            algo, tracking_uri=tracking_uri, experiment=preset, run_name=f"{preset}-seed{seed}",
-            eval_num_envs=config.get("eval_num_envs"), eval_num_steps=config.get("eval_num_steps"),
-            progress=False, metadata={"config": config, "preset": preset}, checkpoint_dir=folder,
+            algo,
+            tracking_uri=tracking_uri,
+            experiment=preset,
+            run_name=f"{preset}-seed{seed}",
+            eval_num_envs=config.get("eval_num_envs"),
+            eval_num_steps=config.get("eval_num_steps"),
+            progress=False,
+            metadata={"config": config, "preset": preset},
+            checkpoint_dir=folder,
             keep_checkpoints=KEEP_CHECKPOINTS,
         )
     else:
         algo = trainer.algo
         rows = [r for r in rows if r["env_steps"] <= algo.env_steps]
-        print(f"{preset} seed {seed}: resuming at {algo.env_steps} env steps from {trainer.last_checkpoint}",
-              flush=True)
+        print(
+            f"{preset} seed {seed}: resuming at {algo.env_steps} env steps from {trainer.last_checkpoint}",
+            flush=True,
+        )
     resumed = bool(rows)
     wall_s = rows[-1]["wall_s"] if rows else 0.0
     next_eval = next_eval_at(algo.env_steps, eval_every)
@@ -157,14 +181,22 @@ def train(preset: str, seed: int, *, out: Path, tracking_uri: str | None, max_st
             start = time.perf_counter()
             stats = trainer.step()
             wall_s += time.perf_counter() - start
-            row = {"env_steps": algo.env_steps, "wall_s": wall_s, "eval_return": math.nan,
-                   "train_return": stats.get("episodes/return_mean", math.nan), "resumed": float(resumed)}
+            row = {
+                "env_steps": algo.env_steps,
+                "wall_s": wall_s,
+                "eval_return": math.nan,
+                "train_return": stats.get("episodes/return_mean", math.nan),
+                "resumed": float(resumed),
+            }
             resumed = False
             if algo.env_steps >= next_eval or algo.env_steps >= budget:
                 next_eval = next_eval_at(algo.env_steps, eval_every)
                 row["eval_return"] = trainer.eval()["eval/episodes/return_mean"]
-                print(f"{preset} seed {seed}: {algo.env_steps} env steps, {wall_s:.0f} s, "
-                      f"eval return {row['eval_return']:.1f}", flush=True)
+                print(
+                    f"{preset} seed {seed}: {algo.env_steps} env steps, {wall_s:.0f} s, "
+                    f"eval return {row['eval_return']:.1f}",
+                    flush=True,
+                )
             rows.append(row)
             if not math.isnan(row["eval_return"]):
                 write_curve(path, rows)  # the curve first: a checkpoint never runs ahead of it
@@ -184,9 +216,13 @@ def _resume(folder: Path, hparams: dict[str, Any], tracking_uri: str | None) -> 
     changed = changed_hparams(trainer.algo.hparams.to_dict(), hparams)
     if changed:
         trainer.close()
-        detail = ", ".join(f"{k}: checkpoint {saved!r}, now {now!r}" for k, (saved, now) in sorted(changed.items()))
-        raise SystemExit(f"{folder}: the checkpoint was trained with other hyper-parameters ({detail}); "
-                         "run with the same --set values, or --restart to train again from scratch")
+        detail = ", ".join(
+            f"{k}: checkpoint {saved!r}, now {now!r}" for k, (saved, now) in sorted(changed.items())
+        )
+        raise SystemExit(
+            f"{folder}: the checkpoint was trained with other hyper-parameters ({detail}); "
+            "run with the same --set values, or --restart to train again from scratch"
+        )
     return trainer
 
 
@@ -224,8 +260,10 @@ def write_curve(path: Path, rows: Sequence[dict[str, float]]) -> Path:
 def read_curve(path: Path) -> list[dict[str, float]]:
     """The rows :func:`write_curve` wrote, as floats (NaN where there was no value)."""
     with path.open() as f:
-        rows = [{k: float(row[k]) if row.get(k) not in (None, "", "nan") else math.nan for k in FIELDS}
-                for row in csv.DictReader(f)]
+        rows = [
+            {k: float(row[k]) if row.get(k) not in (None, "", "nan") else math.nan for k in FIELDS}
+            for row in csv.DictReader(f)
+        ]
     for row in rows:  # curves written before resuming existed, and SB3's, have no "resumed"
         row["resumed"] = 0.0 if math.isnan(row["resumed"]) else row["resumed"]
     return rows
@@ -306,9 +344,25 @@ def report(out: Path) -> list[dict[str, Any]]:
         rows.append(row)
         plot(out / "plots" / f"{folder.name}.png", folder.name, curves, task, sb3)
     (out / "results.json").write_text(json.dumps({"machine": machine(), "rows": rows}, indent=1) + "\n")
-    columns = ["preset", "threshold", "seeds", "env_steps", "final_mean", "final_std", "reached",
-               "steps_to_threshold", "wall_s_to_threshold", "wall_s", "sb3_seeds", "sb3_final_mean",
-               "sb3_wall_s", "sb3_wall_s_to_threshold", "wall_ratio", "wall_ratio_below", "resumed"]
+    columns = [
+        "preset",
+        "threshold",
+        "seeds",
+        "env_steps",
+        "final_mean",
+        "final_std",
+        "reached",
+        "steps_to_threshold",
+        "wall_s_to_threshold",
+        "wall_s",
+        "sb3_seeds",
+        "sb3_final_mean",
+        "sb3_wall_s",
+        "sb3_wall_s_to_threshold",
+        "wall_ratio",
+        "wall_ratio_below",
+        "resumed",
+    ]
     with (out / "results.csv").open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
         writer.writeheader()
@@ -319,7 +373,10 @@ def report(out: Path) -> list[dict[str, Any]]:
     return rows
 
 
-BEGIN, END = "<!-- results table: written by benchmarks/learning/run.py -->", "<!-- end of results table -->"
+BEGIN, END = (
+    "<!-- results table: written by benchmarks/learning/run.py -->",
+    "<!-- end of results table -->",
+)
 
 
 def _insert_table(page: Path, table: str, where: dict[str, str]) -> None:
@@ -332,8 +389,10 @@ def _insert_table(page: Path, table: str, where: dict[str, str]) -> None:
         return
     head, rest = text.split(BEGIN, 1)
     _, tail = rest.split(END, 1)
-    machine_line = (f"Report written at commit `{where['commit']}` on {where['cpu']} ({where['cores']} cores), "
-                    f"Python {where['python']}, torch {where['torch']}, rl8 {where['rl8']}.\n")
+    machine_line = (
+        f"Report written at commit `{where['commit']}` on {where['cpu']} ({where['cores']} cores), "
+        f"Python {where['python']}, torch {where['torch']}, rl8 {where['rl8']}.\n"
+    )
     page.write_text(f"{head}{BEGIN}\n{table}\n{machine_line}{END}{tail}")
 
 
@@ -373,8 +432,13 @@ def _ratio(row: dict[str, Any]) -> str:
     return _fmt(row.get("wall_ratio", math.nan), 2)
 
 
-def plot(path: Path, preset: str, curves: Sequence[Sequence[dict[str, float]]], task: Any,
-         sb3: Sequence[Sequence[dict[str, float]]] = ()) -> None:
+def plot(
+    path: Path,
+    preset: str,
+    curves: Sequence[Sequence[dict[str, float]]],
+    task: Any,
+    sb3: Sequence[Sequence[dict[str, float]]] = (),
+) -> None:
     """PNG of the evaluation return against env steps: mean over seeds and min-max range, for
     rl8 (and SB3 when its curves are given), with the threshold and references as lines."""
     import matplotlib
@@ -384,10 +448,14 @@ def plot(path: Path, preset: str, curves: Sequence[Sequence[dict[str, float]]], 
     import numpy as np
 
     fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=100)
-    for label, runs, color in ((f"rl8 ({len(curves)} seeds)", curves, "C0"),
-                               (f"SB3 zoo ({len(sb3)} seeds)", sb3, "C1")):
-        evals = [[(r["env_steps"], r["eval_return"]) for r in rows if not math.isnan(r["eval_return"])]
-                 for rows in runs]
+    for label, runs, color in (
+        (f"rl8 ({len(curves)} seeds)", curves, "C0"),
+        (f"SB3 zoo ({len(sb3)} seeds)", sb3, "C1"),
+    ):
+        evals = [
+            [(r["env_steps"], r["eval_return"]) for r in rows if not math.isnan(r["eval_return"])]
+            for rows in runs
+        ]
         evals = [e for e in evals if e]
         if not evals:
             continue
@@ -398,7 +466,12 @@ def plot(path: Path, preset: str, curves: Sequence[Sequence[dict[str, float]]], 
         ax.fill_between(grid, ys.min(0), ys.max(0), color=color, alpha=0.2)
     ax.axhline(task.threshold, color="k", linestyle=":", label=f"threshold {task.threshold:g}")
     for i, ref in enumerate(task.references):
-        ax.axhline(ref.value, color=f"C{i + 2}", linestyle="--", label=f"{ref.source} {ref.value:g} ({ref.note})")
+        ax.axhline(
+            ref.value,
+            color=f"C{i + 2}",
+            linestyle="--",
+            label=f"{ref.source} {ref.value:g} ({ref.note})",
+        )
     ax.set_xlabel("env steps")
     ax.set_ylabel("deterministic eval return")
     ax.set_title(preset)
@@ -417,8 +490,9 @@ def machine() -> dict[str, str]:
     import torch
 
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                text=True, check=True).stdout.strip()
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         commit = "unknown"
     cpu = platform.processor() or platform.machine()
@@ -429,8 +503,14 @@ def machine() -> dict[str, str]:
                 break
     except OSError:
         pass
-    return {"commit": commit, "cpu": cpu, "cores": str(os.cpu_count()), "python": platform.python_version(),
-            "torch": torch.__version__, "rl8": rl8.__version__}
+    return {
+        "commit": commit,
+        "cpu": cpu,
+        "cores": str(os.cpu_count()),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "rl8": rl8.__version__,
+    }
 
 
 def _assignment(text: str) -> tuple[str, Any]:
@@ -438,7 +518,9 @@ def _assignment(text: str) -> tuple[str, Any]:
 
     path, value = parse_assignment(text, "--set")
     if len(path) != 1:
-        raise SystemExit(f"--set {text}: give a whole hyper-parameter (model_config={{hiddens: [64, 64]}})")
+        raise SystemExit(
+            f"--set {text}: give a whole hyper-parameter (model_config={{hiddens: [64, 64]}})"
+        )
     return path[0], value
 
 
@@ -447,19 +529,37 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("presets", nargs="*", help=f"preset names ({', '.join(rl8.presets.names())})")
     parser.add_argument("--seeds", type=int, default=3, help="number of seeds (default 3)")
     parser.add_argument("--first-seed", type=int, default=0, help="first seed (default 0)")
-    parser.add_argument("--max-steps", type=int, help="env steps per run (default: the preset's max_steps)")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="results folder (default docs/results)")
+    parser.add_argument(
+        "--max-steps", type=int, help="env steps per run (default: the preset's max_steps)"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=DEFAULT_OUT, help="results folder (default docs/results)"
+    )
     parser.add_argument("--tracking-uri", help="MLflow tracking URI of the runs (default: rl8's)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="replace a hyper-parameter of the preset (repeatable; for sweeps, with --out)")
-    parser.add_argument("--steps-per-eval", type=int, help="training steps between evaluations (default: --eval-every)")
-    parser.add_argument("--eval-every", type=int, metavar="ENV_STEPS",
-                        help="env steps between evaluations (default: the task's eval_every in references.py, "
-                             "else the preset's steps_per_eval)")
-    parser.add_argument("--restart", action="store_true",
-                        help="train again from scratch seeds whose curve or checkpoint exists (default: skip "
-                             "finished seeds, resume unfinished ones from their latest checkpoint)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="replace a hyper-parameter of the preset (repeatable; for sweeps, with --out)",
+    )
+    parser.add_argument(
+        "--steps-per-eval", type=int, help="training steps between evaluations (default: --eval-every)"
+    )
+    parser.add_argument(
+        "--eval-every",
+        type=int,
+        metavar="ENV_STEPS",
+        help="env steps between evaluations (default: the task's eval_every in references.py, "
+        "else the preset's steps_per_eval)",
+    )
+    parser.add_argument(
+        "--restart",
+        action="store_true",
+        help="train again from scratch seeds whose curve or checkpoint exists (default: skip "
+        "finished seeds, resume unfinished ones from their latest checkpoint)",
+    )
     parser.add_argument("--report", action="store_true", help="only rebuild the tables and plots")
     args = parser.parse_args(argv)
     if args.seeds < 1:
@@ -472,9 +572,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     if not args.report:
         for preset in args.presets:
             for seed in range(args.first_seed, args.first_seed + args.seeds):
-                train(preset, seed, out=args.out, tracking_uri=args.tracking_uri,
-                      max_steps=args.max_steps, threads=args.threads, overrides=overrides,
-                      steps_per_eval=args.steps_per_eval, eval_every=args.eval_every, restart=args.restart)
+                train(
+                    preset,
+                    seed,
+                    out=args.out,
+                    tracking_uri=args.tracking_uri,
+                    max_steps=args.max_steps,
+                    threads=args.threads,
+                    overrides=overrides,
+                    steps_per_eval=args.steps_per_eval,
+                    eval_every=args.eval_every,
+                    restart=args.restart,
+                )
     print(markdown_table(report(args.out)))
 
 

@@ -48,43 +48,113 @@ def _linear(start: float) -> Any:
 
 #: The zoo's policy for its tuned MuJoCo tasks: separate 256 x 256 ReLU networks, an initial
 #: log-std of -2, no orthogonal initialisation.
-_ZOO_MUJOCO_NET = dict(log_std_init=-2, ortho_init=False, activation_fn=nn.ReLU,
-                       net_arch=dict(pi=[256, 256], vf=[256, 256]))
+_ZOO_MUJOCO_NET = dict(
+    log_std_init=-2, ortho_init=False, activation_fn=nn.ReLU, net_arch=dict(pi=[256, 256], vf=[256, 256])
+)
 
 #: (n_envs, n_timesteps, PPO keyword arguments) per task.
 ZOO: dict[str, tuple[int, int, dict[str, Any]]] = {
-    "CartPole-v1": (8, 100_000, dict(
-        n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20, ent_coef=0.0,
-        learning_rate=_linear(1e-3), clip_range=_linear(0.2),
-    )),
-    "Pendulum-v1": (4, 100_000, dict(
-        n_steps=1024, gae_lambda=0.95, gamma=0.9, n_epochs=10, ent_coef=0.0, learning_rate=1e-3,
-        clip_range=0.2, use_sde=True, sde_sample_freq=4,
-    )),
+    "CartPole-v1": (
+        8,
+        100_000,
+        dict(
+            n_steps=32,
+            batch_size=256,
+            gae_lambda=0.8,
+            gamma=0.98,
+            n_epochs=20,
+            ent_coef=0.0,
+            learning_rate=_linear(1e-3),
+            clip_range=_linear(0.2),
+        ),
+    ),
+    "Pendulum-v1": (
+        4,
+        100_000,
+        dict(
+            n_steps=1024,
+            gae_lambda=0.95,
+            gamma=0.9,
+            n_epochs=10,
+            ent_coef=0.0,
+            learning_rate=1e-3,
+            clip_range=0.2,
+            use_sde=True,
+            sde_sample_freq=4,
+        ),
+    ),
     # The zoo tunes the MuJoCo v3 tasks; gymnasium has v5 of them now (same bodies and rewards).
-    "HalfCheetah-v5": (1, 1_000_000, dict(
-        n_steps=512, batch_size=64, gamma=0.98, learning_rate=2.0633e-05, ent_coef=0.000401762,
-        clip_range=0.1, n_epochs=20, gae_lambda=0.92, max_grad_norm=0.8, vf_coef=0.58096,
-        policy_kwargs=_ZOO_MUJOCO_NET,
-    )),
-    "Hopper-v5": (1, 1_000_000, dict(
-        n_steps=512, batch_size=32, gamma=0.999, learning_rate=9.80828e-05, ent_coef=0.00229519,
-        clip_range=0.2, n_epochs=5, gae_lambda=0.99, max_grad_norm=0.7, vf_coef=0.835671,
-        policy_kwargs=_ZOO_MUJOCO_NET,
-    )),
-    "Walker2d-v5": (1, 1_000_000, dict(  # no policy_kwargs: SB3's 64 x 64 tanh MlpPolicy
-        n_steps=512, batch_size=32, gamma=0.99, learning_rate=5.05041e-05, ent_coef=0.000585045,
-        clip_range=0.1, n_epochs=20, gae_lambda=0.95, max_grad_norm=1.0, vf_coef=0.871923,
-    )),
+    "HalfCheetah-v5": (
+        1,
+        1_000_000,
+        dict(
+            n_steps=512,
+            batch_size=64,
+            gamma=0.98,
+            learning_rate=2.0633e-05,
+            ent_coef=0.000401762,
+            clip_range=0.1,
+            n_epochs=20,
+            gae_lambda=0.92,
+            max_grad_norm=0.8,
+            vf_coef=0.58096,
+            policy_kwargs=_ZOO_MUJOCO_NET,
+        ),
+    ),
+    "Hopper-v5": (
+        1,
+        1_000_000,
+        dict(
+            n_steps=512,
+            batch_size=32,
+            gamma=0.999,
+            learning_rate=9.80828e-05,
+            ent_coef=0.00229519,
+            clip_range=0.2,
+            n_epochs=5,
+            gae_lambda=0.99,
+            max_grad_norm=0.7,
+            vf_coef=0.835671,
+            policy_kwargs=_ZOO_MUJOCO_NET,
+        ),
+    ),
+    "Walker2d-v5": (
+        1,
+        1_000_000,
+        dict(  # no policy_kwargs: SB3's 64 x 64 tanh MlpPolicy
+            n_steps=512,
+            batch_size=32,
+            gamma=0.99,
+            learning_rate=5.05041e-05,
+            ent_coef=0.000585045,
+            clip_range=0.1,
+            n_epochs=20,
+            gae_lambda=0.95,
+            max_grad_norm=1.0,
+            vf_coef=0.871923,
+        ),
+    ),
     # Ant-v3 is the zoo's "mujoco-defaults": SB3's PPO defaults (2048 steps, batch 64, 10 epochs,
     # lr 3e-4, 64 x 64 tanh) with normalisation.
     "Ant-v5": (1, 1_000_000, dict()),
     # The zoo trains Humanoid-v3 for 1e7 steps; compared here at 1M, as CleanRL's mean.
-    "Humanoid-v5": (1, 1_000_000, dict(
-        n_steps=512, batch_size=256, gamma=0.95, learning_rate=3.56987e-05, ent_coef=0.00238306,
-        clip_range=0.3, n_epochs=5, gae_lambda=0.9, max_grad_norm=2.0, vf_coef=0.431892,
-        policy_kwargs=_ZOO_MUJOCO_NET,
-    )),
+    "Humanoid-v5": (
+        1,
+        1_000_000,
+        dict(
+            n_steps=512,
+            batch_size=256,
+            gamma=0.95,
+            learning_rate=3.56987e-05,
+            ent_coef=0.00238306,
+            clip_range=0.3,
+            n_epochs=5,
+            gae_lambda=0.9,
+            max_grad_norm=2.0,
+            vf_coef=0.431892,
+            policy_kwargs=_ZOO_MUJOCO_NET,
+        ),
+    ),
 }
 #: Envs of the evaluation env: one whole episode each per evaluation.
 EVAL_EPISODES = 10
@@ -98,8 +168,16 @@ NORMALIZED = {"HalfCheetah-v5", "Hopper-v5", "Walker2d-v5", "Ant-v5", "Humanoid-
 ENV_KWARGS: dict[str, dict[str, Any]] = {"Ant-v5": {"include_cfrc_ext_in_observation": False}}
 
 
-def train(task: str, seed: int, *, out: Path, threads: int = 1, max_steps: int | None = None,
-          stop_at_threshold: bool = False, max_wall_s: float | None = None) -> Path:
+def train(
+    task: str,
+    seed: int,
+    *,
+    out: Path,
+    threads: int = 1,
+    max_steps: int | None = None,
+    stop_at_threshold: bool = False,
+    max_wall_s: float | None = None,
+) -> Path:
     """Train SB3's PPO on ``task`` with the zoo's hyper-parameters and ``seed``; write the curve
     to ``out/curves/sb3/TASK/seed-SEED.csv`` and return its path.
 
@@ -145,10 +223,15 @@ def train(task: str, seed: int, *, out: Path, threads: int = 1, max_steps: int |
         eval_env.seed(seed + 1000)  # the same episode starts at every evaluation
         mean, _ = evaluate_policy(model, eval_env, n_eval_episodes=EVAL_EPISODES, deterministic=True)
         wall_s = t0 - clock["start"] - clock["eval_s"]
-        rows.append({"env_steps": steps, "wall_s": wall_s, "train_return": math.nan, "eval_return": float(mean)})
+        rows.append(
+            {"env_steps": steps, "wall_s": wall_s, "train_return": math.nan, "eval_return": float(mean)}
+        )
         write_curve(path, rows)  # after every evaluation, so that a stopped run keeps its curve
         clock["eval_s"] += time.perf_counter() - t0
-        print(f"sb3 {task} seed {seed}: {steps} env steps, {wall_s:.0f} s, eval return {mean:.1f}", flush=True)
+        print(
+            f"sb3 {task} seed {seed}: {steps} env steps, {wall_s:.0f} s, eval return {mean:.1f}",
+            flush=True,
+        )
         reached = stop_at_threshold and mean >= TASKS[task].threshold
         clock["stop"] = reached or (max_wall_s is not None and wall_s >= max_wall_s)
 
@@ -175,19 +258,37 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("tasks", nargs="+", choices=sorted(ZOO))
     parser.add_argument("--seeds", type=int, default=3, help="number of seeds (default 3)")
     parser.add_argument("--first-seed", type=int, default=0)
-    parser.add_argument("--max-steps", type=int, help="env steps per run (default: the zoo's n_timesteps; "
-                        "a shorter run also shortens the zoo's linear lr and clip schedules)")
+    parser.add_argument(
+        "--max-steps",
+        type=int,
+        help="env steps per run (default: the zoo's n_timesteps; "
+        "a shorter run also shortens the zoo's linear lr and clip schedules)",
+    )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--stop-at-threshold", action="store_true",
-                        help="end each run at its first evaluation at or above the task's threshold")
-    parser.add_argument("--max-wall-s", type=float, metavar="SECONDS",
-                        help="end each run at its first evaluation after this much training wall time")
+    parser.add_argument(
+        "--stop-at-threshold",
+        action="store_true",
+        help="end each run at its first evaluation at or above the task's threshold",
+    )
+    parser.add_argument(
+        "--max-wall-s",
+        type=float,
+        metavar="SECONDS",
+        help="end each run at its first evaluation after this much training wall time",
+    )
     args = parser.parse_args(argv)
     for task in args.tasks:
         for seed in range(args.first_seed, args.first_seed + args.seeds):
-            train(task, seed, out=args.out, threads=args.threads, max_steps=args.max_steps,
-                  stop_at_threshold=args.stop_at_threshold, max_wall_s=args.max_wall_s)
+            train(
+                task,
+                seed,
+                out=args.out,
+                threads=args.threads,
+                max_steps=args.max_steps,
+                stop_at_threshold=args.stop_at_threshold,
+                max_wall_s=args.max_wall_s,
+            )
 
 
 if __name__ == "__main__":

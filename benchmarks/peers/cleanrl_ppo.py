@@ -33,7 +33,9 @@ def layer(n_in: int, n_out: int, std: float) -> nn.Linear:
     return linear
 
 
-def mlp(n_in: int, hiddens: tuple[int, ...], n_out: int, activation: str, out_std: float) -> nn.Sequential:
+def mlp(
+    n_in: int, hiddens: tuple[int, ...], n_out: int, activation: str, out_std: float
+) -> nn.Sequential:
     """Hidden layers of widths ``hiddens`` with ``activation``, then a linear output."""
     layers: list[nn.Module] = []
     for width in hiddens:
@@ -53,7 +55,9 @@ class Agent(nn.Module):
         activation: ``"tanh"``, ``"relu"`` or ``"elu"``.
     """
 
-    def __init__(self, obs_dim: int, action_space: gymnasium.Space, hiddens: tuple[int, ...], activation: str) -> None:
+    def __init__(
+        self, obs_dim: int, action_space: gymnasium.Space, hiddens: tuple[int, ...], activation: str
+    ) -> None:
         super().__init__()
         self.discrete = isinstance(action_space, gymnasium.spaces.Discrete)
         n_out = int(action_space.n) if self.discrete else int(np.prod(action_space.shape))
@@ -75,8 +79,15 @@ class Agent(nn.Module):
         return torch.distributions.Independent(normal, 1)
 
 
-def gae(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor, last_value: torch.Tensor,
-        last_done: torch.Tensor, gamma: float, lam: float) -> torch.Tensor:
+def gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    dones: torch.Tensor,
+    last_value: torch.Tensor,
+    last_done: torch.Tensor,
+    gamma: float,
+    lam: float,
+) -> torch.Tensor:
     """Generalised advantage estimates, ``[steps, envs]``.
 
     Args:
@@ -123,15 +134,32 @@ class PPOLoop:
         seed: Seed of torch, numpy and the envs.
     """
 
-    def __init__(self, env_id: str, *, num_envs: int, num_steps: int, epochs: int, minibatches: int,
-                 lr: float, gamma: float, gae_lambda: float, clip: float, vf_coeff: float,
-                 max_grad_norm: float, hiddens: tuple[int, ...], activation: str, seed: int = 0) -> None:
+    def __init__(
+        self,
+        env_id: str,
+        *,
+        num_envs: int,
+        num_steps: int,
+        epochs: int,
+        minibatches: int,
+        lr: float,
+        gamma: float,
+        gae_lambda: float,
+        clip: float,
+        vf_coeff: float,
+        max_grad_norm: float,
+        hiddens: tuple[int, ...],
+        activation: str,
+        seed: int = 0,
+    ) -> None:
         torch.manual_seed(seed)
         self.rng = np.random.default_rng(seed)
-        self.envs = gymnasium.wrappers.vector.RecordEpisodeStatistics(gymnasium.vector.SyncVectorEnv(
-            [lambda: gymnasium.make(env_id) for _ in range(num_envs)],
-            autoreset_mode=gymnasium.vector.AutoresetMode.SAME_STEP,
-        ))
+        self.envs = gymnasium.wrappers.vector.RecordEpisodeStatistics(
+            gymnasium.vector.SyncVectorEnv(
+                [lambda: gymnasium.make(env_id) for _ in range(num_envs)],
+                autoreset_mode=gymnasium.vector.AutoresetMode.SAME_STEP,
+            )
+        )
         space = self.envs.single_action_space
         self.low = getattr(space, "low", None)
         self.high = getattr(space, "high", None)
@@ -176,8 +204,10 @@ class PPOLoop:
             last_value = self.agent.value(self.next_obs)
         advantages = gae(rewards, values, dones, last_value, self.next_done, self.gamma, self.gae_lambda)
         self.batch = {
-            "obs": obs.reshape(s * n, -1), "actions": torch.stack(actions).reshape(s * n, *actions[0].shape[1:]),
-            "logprobs": logprobs.reshape(-1), "advantages": advantages.reshape(-1),
+            "obs": obs.reshape(s * n, -1),
+            "actions": torch.stack(actions).reshape(s * n, *actions[0].shape[1:]),
+            "logprobs": logprobs.reshape(-1),
+            "advantages": advantages.reshape(-1),
             "returns": (advantages + values).reshape(-1),
         }
         return returns
@@ -192,14 +222,16 @@ class PPOLoop:
         for _ in range(self.epochs):
             order = torch.as_tensor(self.rng.permutation(size))
             for start in range(0, size, mb_size):
-                idx = order[start:start + mb_size]
+                idx = order[start : start + mb_size]
                 dist = self.agent.dist(b["obs"][idx])
                 logprob = dist.log_prob(b["actions"][idx])
                 log_ratio = logprob - b["logprobs"][idx]
                 ratio = log_ratio.exp()
                 adv = b["advantages"][idx]
                 adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-                pg_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - self.clip, 1 + self.clip)).mean()
+                pg_loss = torch.max(
+                    -adv * ratio, -adv * ratio.clamp(1 - self.clip, 1 + self.clip)
+                ).mean()
                 v_loss = 0.5 * (self.agent.value(b["obs"][idx]) - b["returns"][idx]).pow(2).mean()
                 loss = pg_loss + self.vf_coeff * v_loss
                 self.optimizer.zero_grad()
@@ -207,8 +239,11 @@ class PPOLoop:
                 nn.utils.clip_grad_norm_(self.agent.parameters(), self.max_grad_norm)
                 self.optimizer.step()
                 with torch.no_grad():
-                    stats = {"policy_loss": pg_loss.item(), "value_loss": v_loss.item(),
-                             "approx_kl": ((ratio - 1) - log_ratio).mean().item()}
+                    stats = {
+                        "policy_loss": pg_loss.item(),
+                        "value_loss": v_loss.item(),
+                        "approx_kl": ((ratio - 1) - log_ratio).mean().item(),
+                    }
         return stats
 
     def close(self) -> None:
@@ -220,10 +255,20 @@ def from_workload(name: str, seed: int = 0) -> PPOLoop:
     """The loop of a ``gym`` workload of :data:`workloads.WORKLOADS`."""
     w = WORKLOADS[name]
     return PPOLoop(
-        w["env"], num_envs=w["num_envs"], num_steps=w["horizon"], epochs=w["epochs"],
-        minibatches=w["minibatches"], lr=w["lr"], gamma=w["gamma"], gae_lambda=w["gae_lambda"],
-        clip=w["clip"], vf_coeff=w["vf_coeff"], max_grad_norm=w["max_grad_norm"],
-        hiddens=tuple(w["hiddens"]), activation=w["activation"], seed=seed,
+        w["env"],
+        num_envs=w["num_envs"],
+        num_steps=w["horizon"],
+        epochs=w["epochs"],
+        minibatches=w["minibatches"],
+        lr=w["lr"],
+        gamma=w["gamma"],
+        gae_lambda=w["gae_lambda"],
+        clip=w["clip"],
+        vf_coeff=w["vf_coeff"],
+        max_grad_norm=w["max_grad_norm"],
+        hiddens=tuple(w["hiddens"]),
+        activation=w["activation"],
+        seed=seed,
     )
 
 

@@ -38,8 +38,12 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     from rl8.envs.mjlab import make_mjlab_env
 
-    envs = {mode: make_mjlab_env("Mjlab-Cartpole-Balance", args.num_envs, device="cpu", reset_mode=mode, seed=0)
-            for mode in ("auto", "partial")}
+    envs = {
+        mode: make_mjlab_env(
+            "Mjlab-Cartpole-Balance", args.num_envs, device="cpu", reset_mode=mode, seed=0
+        )
+        for mode in ("auto", "partial")
+    }
     actions = torch.zeros(args.num_envs, 1)
     rates: dict[str, list[float]] = {mode: [] for mode in envs}
     for env in envs.values():
@@ -47,17 +51,21 @@ def main() -> None:
         for _ in range(args.steps):  # warm-up
             env.step(actions)
     for block in range(args.blocks):
-        for mode in (("auto", "partial") if block % 2 == 0 else ("partial", "auto")):
+        for mode in ("auto", "partial") if block % 2 == 0 else ("partial", "auto"):
             start = time.perf_counter()
             for _ in range(args.steps):
                 envs[mode].step(actions)
             rates[mode].append(args.num_envs * args.steps / (time.perf_counter() - start))
     ratios = [p / a for p, a in zip(rates["partial"], rates["auto"])]
-    print(f"{args.num_envs} envs, {args.blocks} blocks of {args.steps} steps, {args.threads} torch thread(s), "
-          f"load average {os.getloadavg()[0]:.1f}")
+    print(
+        f"{args.num_envs} envs, {args.blocks} blocks of {args.steps} steps, {args.threads} torch thread(s), "
+        f"load average {os.getloadavg()[0]:.1f}"
+    )
     for mode, values in rates.items():
         print(f"{mode}: {statistics.median(values):,.0f} env steps/s")
-    print(f"partial / auto: {statistics.median(ratios):.2f} (per block {min(ratios):.2f}-{max(ratios):.2f})")
+    print(
+        f"partial / auto: {statistics.median(ratios):.2f} (per block {min(ratios):.2f}-{max(ratios):.2f})"
+    )
 
 
 if __name__ == "__main__":

@@ -101,8 +101,10 @@ class Progress:
         if self.iterations > self.warmup:
             self.timed_seconds += seconds
         if self.reached is None and mean_return >= self.target:
-            self.reached = {"env_steps_to_target": self.iterations * self.batch,
-                            "seconds_to_target": time.perf_counter() - self.start}
+            self.reached = {
+                "env_steps_to_target": self.iterations * self.batch,
+                "seconds_to_target": time.perf_counter() - self.start,
+            }
         return self.reached is not None
 
     def result(self, mean_return: float) -> dict:
@@ -110,9 +112,14 @@ class Progress:
         and the env steps and wall seconds to the target (``None`` if never reached)."""
         timed = max(self.iterations - self.warmup, 0) * self.batch
         return {
-            "env_steps": timed, "seconds": self.timed_seconds,
+            "env_steps": timed,
+            "seconds": self.timed_seconds,
             "steps_per_s": timed / self.timed_seconds if self.timed_seconds else float("nan"),
-            "iterations": self.iterations, "final_return": mean_return, "target": self.target,
-            "env_steps_to_target": None, "seconds_to_target": None, **(self.reached or {}),
+            "iterations": self.iterations,
+            "final_return": mean_return,
+            "target": self.target,
+            "env_steps_to_target": None,
+            "seconds_to_target": None,
+            **(self.reached or {}),
             "returns": self.curve,
         }

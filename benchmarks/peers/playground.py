@@ -52,7 +52,9 @@ NUM_ENVS, HORIZON, EPOCHS, MINIBATCHES, LR, HIDDENS = 1024, 24, 5, 4, 1e-3, (64,
 TASK = {"env_id": "CartpoleBalance", "config_overrides": {"impl": "jax"}}
 
 
-def train(iterate, steps_per_iter: int, warmup: int, iters: int, target: float | None, budget: float) -> dict:
+def train(
+    iterate, steps_per_iter: int, warmup: int, iters: int, target: float | None, budget: float
+) -> dict:
     """Call ``iterate()`` (one collect + update; returns the mean return of the episodes ended
     so far, NaN before the first) ``warmup + iters`` times, timing the last ``iters``; with a
     ``target`` return, go on until it is reached or ``budget`` seconds from the first call are
@@ -75,8 +77,15 @@ def train(iterate, steps_per_iter: int, warmup: int, iters: int, target: float |
             return result
 
 
-def run_rl8(warmup: int, iters: int, gymnax: bool, num_envs: int = NUM_ENVS, device: str = "cpu",
-            target: float | None = None, budget: float = 0.0) -> dict:
+def run_rl8(
+    warmup: int,
+    iters: int,
+    gymnax: bool,
+    num_envs: int = NUM_ENVS,
+    device: str = "cpu",
+    target: float | None = None,
+    budget: float = 0.0,
+) -> dict:
     """:func:`train` with rl8 (``num_envs`` envs on torch ``device``)."""
     from rl8 import PPO
     from rl8.envs import GymnaxEnv, PlaygroundEnv
@@ -84,9 +93,22 @@ def run_rl8(warmup: int, iters: int, gymnax: bool, num_envs: int = NUM_ENVS, dev
     if gymnax:
         algo = PPO(GymnaxEnv, env_kwargs={"env_id": "CartPole-v1"}, seed=0, device=device)
     else:
-        algo = PPO(PlaygroundEnv, env_kwargs=TASK, seed=0, num_envs=num_envs, horizon=HORIZON, device=device,
-                   num_sgd_iters=EPOCHS, num_minibatches=MINIBATCHES, lr=LR, gamma=0.99, gae_lambda=0.95,
-                   vf_coeff=1.0, max_grad_norm=1.0, model_config={"hiddens": HIDDENS, "activation": "elu"})
+        algo = PPO(
+            PlaygroundEnv,
+            env_kwargs=TASK,
+            seed=0,
+            num_envs=num_envs,
+            horizon=HORIZON,
+            device=device,
+            num_sgd_iters=EPOCHS,
+            num_minibatches=MINIBATCHES,
+            lr=LR,
+            gamma=0.99,
+            gae_lambda=0.95,
+            vf_coeff=1.0,
+            max_grad_norm=1.0,
+            model_config={"hiddens": HIDDENS, "activation": "elu"},
+        )
     last = [float("nan")]
 
     def iterate() -> float:
@@ -98,8 +120,14 @@ def run_rl8(warmup: int, iters: int, gymnax: bool, num_envs: int = NUM_ENVS, dev
     return train(iterate, algo.hparams.num_envs * algo.hparams.horizon, warmup, iters, target, budget)
 
 
-def run_rsl_rl(warmup: int, iters: int, num_envs: int = NUM_ENVS, device: str = "cpu",
-               target: float | None = None, budget: float = 0.0) -> dict:
+def run_rsl_rl(
+    warmup: int,
+    iters: int,
+    num_envs: int = NUM_ENVS,
+    device: str = "cpu",
+    target: float | None = None,
+    budget: float = 0.0,
+) -> dict:
     """:func:`train` with rsl_rl's runner on RSLRLBraxWrapper (``num_envs`` envs on ``device``)."""
     import torch
     from mujoco_playground import registry, wrapper_torch
@@ -109,13 +137,21 @@ def run_rsl_rl(warmup: int, iters: int, num_envs: int = NUM_ENVS, device: str = 
     config = registry.get_default_config(TASK["env_id"])
     env = registry.load(TASK["env_id"], config=config, config_overrides=TASK["config_overrides"])
     rank = torch.device(device).index or 0 if torch.device(device).type == "cuda" else None
-    vec_env = wrapper_torch.RSLRLBraxWrapper(env, num_envs, 0, config.episode_length, config.action_repeat,
-                                             device_rank=rank)
+    vec_env = wrapper_torch.RSLRLBraxWrapper(
+        env, num_envs, 0, config.episode_length, config.action_repeat, device_rank=rank
+    )
     # rsl_rl 5's runner reads env.cfg (for its logger) and env.device, which the wrapper lacks on a CPU
     vec_env.cfg, vec_env.device = config.to_dict(), device
-    sums, ended, env_step, latest = torch.zeros(3, num_envs, device=device), [float("nan")], vec_env.step, []
+    sums, ended, env_step, latest = (
+        torch.zeros(3, num_envs, device=device),
+        [float("nan")],
+        vec_env.step,
+        [],
+    )
 
-    def step(action):  # the episode returns (sum, count of the ended ones), which rsl_rl keeps only when it logs
+    def step(
+        action,
+    ):  # the episode returns (sum, count of the ended ones), which rsl_rl keeps only when it logs
         obs, reward, done, extras = env_step(action)
         over = done.flatten() > 0
         sums[0] += reward.flatten()
@@ -127,14 +163,29 @@ def run_rsl_rl(warmup: int, iters: int, num_envs: int = NUM_ENVS, device: str = 
 
     # the wrapper's get_observations resets every env, and runner.learn calls it first: reset once only
     vec_env.step, vec_env.get_observations = step, lambda: latest[0] if latest else vec_env.reset()
-    model = {"class_name": "MLPModel", "hidden_dims": list(HIDDENS), "activation": "elu", "obs_normalization": False}
+    model = {
+        "class_name": "MLPModel",
+        "hidden_dims": list(HIDDENS),
+        "activation": "elu",
+        "obs_normalization": False,
+    }
     cfg = {
-        "num_steps_per_env": HORIZON, "save_interval": 10**9,
+        "num_steps_per_env": HORIZON,
+        "save_interval": 10**9,
         "obs_groups": {"actor": ["state"], "critic": ["state"]},
         "algorithm": {
-            "class_name": "PPO", "num_learning_epochs": EPOCHS, "num_mini_batches": MINIBATCHES, "clip_param": 0.2,
-            "gamma": 0.99, "lam": 0.95, "value_loss_coef": 1.0, "entropy_coef": 0.0, "learning_rate": LR,
-            "max_grad_norm": 1.0, "use_clipped_value_loss": True, "schedule": "fixed",
+            "class_name": "PPO",
+            "num_learning_epochs": EPOCHS,
+            "num_mini_batches": MINIBATCHES,
+            "clip_param": 0.2,
+            "gamma": 0.99,
+            "lam": 0.95,
+            "value_loss_coef": 1.0,
+            "entropy_coef": 0.0,
+            "learning_rate": LR,
+            "max_grad_norm": 1.0,
+            "use_clipped_value_loss": True,
+            "schedule": "fixed",
         },
         "actor": {**model, "distribution_cfg": {"class_name": "GaussianDistribution", "init_std": 1.0}},
         "critic": model,
@@ -156,7 +207,12 @@ def side(args: argparse.Namespace) -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    size = {"num_envs": args.num_envs, "device": args.device, "target": args.target_return, "budget": args.budget}
+    size = {
+        "num_envs": args.num_envs,
+        "device": args.device,
+        "target": args.target_return,
+        "budget": args.budget,
+    }
     if args.side == "rsl_rl":
         if args.rsl_rl_path:
             sys.path.insert(0, args.rsl_rl_path)
@@ -171,8 +227,17 @@ def side(args: argparse.Namespace) -> None:
 def measure(name: str, args: argparse.Namespace) -> dict:
     """One side in a fresh process (stopped after ``--timeout`` s): its JSON line or ``{"error": ...}``."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    cmd = [sys.executable, __file__, "--side", name, *(f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items()
-                                                          if k not in ("side", "sides", "rounds", "out", "timeout") and v is not None)]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--side",
+        name,
+        *(
+            f"--{k.replace('_', '-')}={v}"
+            for k, v in vars(args).items()
+            if k not in ("side", "sides", "rounds", "out", "timeout") and v is not None
+        ),
+    ]
     try:
         out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
     except subprocess.TimeoutExpired:
@@ -187,22 +252,35 @@ def measure(name: str, args: argparse.Namespace) -> dict:
 def table(results: dict[str, list[dict]], args: argparse.Namespace) -> list[str]:
     """A Markdown table: per side the median env steps/s (collect + update) and, with
     ``--target-return``, the median seconds and env steps to it (first iteration's compile included)."""
+
     def median(runs: list[dict], key: str) -> float | None:
         got = [r[key] for r in runs if key in r]
         return statistics.median(got) if got else None
 
-    lines = [f"CartpoleBalance (MuJoCo Playground, MJX `impl=\"jax\"`), {args.num_envs:,} envs x {HORIZON} steps, "
-             f"{args.device}, {args.rounds} round(s); time to return {args.target_return} within {args.budget:.0f} s", "",
-             "| side | env steps/s | s to return | env steps to return | last return | note |", "|---|---:|---:|---:|---:|---|"]
+    lines = [
+        f'CartpoleBalance (MuJoCo Playground, MJX `impl="jax"`), {args.num_envs:,} envs x {HORIZON} steps, '
+        f"{args.device}, {args.rounds} round(s); time to return {args.target_return} within {args.budget:.0f} s",
+        "",
+        "| side | env steps/s | s to return | env steps to return | last return | note |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
     for name, runs in results.items():
-        rate, secs, steps = (median(runs, k) for k in ("steps_per_s", "seconds_to_return", "steps_to_return"))
+        rate, secs, steps = (
+            median(runs, k) for k in ("steps_per_s", "seconds_to_return", "steps_to_return")
+        )
         errors = "; ".join(r["error"] for r in runs if "error" in r)
         unreached = [r for r in runs if "error" not in r and "seconds_to_return" not in r]
-        note = errors or (f"not reached in {len(unreached)} run(s) ({unreached[0]['seconds']:.0f} s, "
-                          f"{unreached[0]['iterations']} iterations)" if unreached and args.target_return is not None else "")
+        note = errors or (
+            f"not reached in {len(unreached)} run(s) ({unreached[0]['seconds']:.0f} s, "
+            f"{unreached[0]['iterations']} iterations)"
+            if unreached and args.target_return is not None
+            else ""
+        )
         last = median(runs, "last_return")
-        lines.append(f"| {name} | {f'{rate:,.0f}' if rate else ''} | {f'{secs:.1f}' if secs else ''} | "
-                     f"{f'{steps:,.0f}' if steps else ''} | {f'{last:.0f}' if last is not None and last == last else ''} | {note} |")
+        lines.append(
+            f"| {name} | {f'{rate:,.0f}' if rate else ''} | {f'{secs:.1f}' if secs else ''} | "
+            f"{f'{steps:,.0f}' if steps else ''} | {f'{last:.0f}' if last is not None and last == last else ''} | {note} |"
+        )
     rl8, rsl = (median(results.get(k, []), "steps_per_s") for k in ("rl8", "rsl_rl"))
     if rl8 and rsl:
         lines += ["", f"rl8 / rsl_rl env steps/s: {rl8 / rsl:.2f}x"]
@@ -212,20 +290,45 @@ def table(results: dict[str, list[dict]], args: argparse.Namespace) -> list[str]
 def main(argv: list[str] | None = None) -> int:
     """Measure the sides round after round, print the table (and write it to ``--out``)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--side", choices=("rl8", "rsl_rl", "rl8-gymnax"), help="measure one side (internal)")
-    parser.add_argument("--sides", default="rl8,rsl_rl,rl8-gymnax", help="the sides measured, comma-separated")
+    parser.add_argument(
+        "--side", choices=("rl8", "rsl_rl", "rl8-gymnax"), help="measure one side (internal)"
+    )
+    parser.add_argument(
+        "--sides", default="rl8,rsl_rl,rl8-gymnax", help="the sides measured, comma-separated"
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--iters", type=int, default=10)
-    parser.add_argument("--threads", type=int, default=2, help="torch threads (XLA's CPU runs its own pool)")
-    parser.add_argument("--num-envs", type=int, default=NUM_ENVS, help=f"envs of the Playground sides (default {NUM_ENVS})")
-    parser.add_argument("--device", default="cpu", help="torch device (cuda: JAX's GPU too; default cpu)")
-    parser.add_argument("--target-return", type=float, help="also train on to this mean episode return (e.g. 900)")
-    parser.add_argument("--budget", type=float, default=60.0, help="seconds per side to reach --target-return (default 60)")
-    parser.add_argument("--timeout", type=float, default=600.0, help="seconds one side's process may take (default 600)")
+    parser.add_argument(
+        "--threads", type=int, default=2, help="torch threads (XLA's CPU runs its own pool)"
+    )
+    parser.add_argument(
+        "--num-envs",
+        type=int,
+        default=NUM_ENVS,
+        help=f"envs of the Playground sides (default {NUM_ENVS})",
+    )
+    parser.add_argument(
+        "--device", default="cpu", help="torch device (cuda: JAX's GPU too; default cpu)"
+    )
+    parser.add_argument(
+        "--target-return", type=float, help="also train on to this mean episode return (e.g. 900)"
+    )
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=60.0,
+        help="seconds per side to reach --target-return (default 60)",
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=600.0, help="seconds one side's process may take (default 600)"
+    )
     parser.add_argument("--out", type=Path, help="append the table (Markdown) to this file")
-    parser.add_argument("--rsl-rl-path", default=os.environ.get("RL8_RSL_RL_PATH", "/work/venvs/rsl_rl_pkgs"),
-                        help="a folder put first on sys.path for rsl_rl ('' for none)")
+    parser.add_argument(
+        "--rsl-rl-path",
+        default=os.environ.get("RL8_RSL_RL_PATH", "/work/venvs/rsl_rl_pkgs"),
+        help="a folder put first on sys.path for rsl_rl ('' for none)",
+    )
     args = parser.parse_args(argv)
     if args.side:
         side(args)
@@ -233,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     sides = args.sides.split(",")
     results: dict[str, list[dict]] = {s: [] for s in sides}
     for r in range(args.rounds):
-        for name in sides[r % 2:] + sides[: r % 2]:
+        for name in sides[r % 2 :] + sides[: r % 2]:
             results[name].append(measure(name, args))
             print(f"round {r}: {name} {results[name][-1]}", file=sys.stderr, flush=True)
     text = "\n".join(table(results, args))

@@ -75,20 +75,49 @@ class Side:
 
 #: The workloads of kind ``mjlab`` run both sides in this venv: mjlab (it pins mujoco 3.11 and
 #: rsl-rl-lib) and rl8's own dependencies, so that rl8's side imports the checkout.
-MJLAB_VENV = Venv("mjlab", ("mjlab", "tensordict>=0.15,<0.16", "mlflow-skinny>=3.0", "sqlalchemy>=1.4,<3",
-                            "alembic>=1.0,<2", "gymnasium>=1.0", "pyyaml>=6.0"), "mjlab")
+MJLAB_VENV = Venv(
+    "mjlab",
+    (
+        "mjlab",
+        "tensordict>=0.15,<0.16",
+        "mlflow-skinny>=3.0",
+        "sqlalchemy>=1.4,<3",
+        "alembic>=1.0,<2",
+        "gymnasium>=1.0",
+        "pyyaml>=6.0",
+    ),
+    "mjlab",
+)
 
 SIDES = {
-    "rl8": Side("rl8", "side_rl8.py", None, {"batched": ("fp32", "bf16"), "gym": ("fp32",),
-                                             "mjlab": ("auto-reset", "partial-reset")}, needs_rl8=True),
-    "rsl_rl": Side("rsl_rl", "side_rsl_rl.py",
-                   Venv("rsl_rl", ("rsl-rl-lib", "tensordict>=0.15,<0.16", "gymnasium>=1.0", "numpy"), "rsl_rl"),
-                   {"batched": ("fp32", "bf16"), "mjlab": ("auto-reset",)}, needs_rl8=True),
-    "sb3": Side("sb3", "side_sb3.py", Venv("sb3", ("stable-baselines3", "gymnasium[mujoco]>=1.0"), "stable_baselines3"),
-                {"gym": ("fp32",)}),
+    "rl8": Side(
+        "rl8",
+        "side_rl8.py",
+        None,
+        {"batched": ("fp32", "bf16"), "gym": ("fp32",), "mjlab": ("auto-reset", "partial-reset")},
+        needs_rl8=True,
+    ),
+    "rsl_rl": Side(
+        "rsl_rl",
+        "side_rsl_rl.py",
+        Venv("rsl_rl", ("rsl-rl-lib", "tensordict>=0.15,<0.16", "gymnasium>=1.0", "numpy"), "rsl_rl"),
+        {"batched": ("fp32", "bf16"), "mjlab": ("auto-reset",)},
+        needs_rl8=True,
+    ),
+    "sb3": Side(
+        "sb3",
+        "side_sb3.py",
+        Venv("sb3", ("stable-baselines3", "gymnasium[mujoco]>=1.0"), "stable_baselines3"),
+        {"gym": ("fp32",)},
+    ),
     "cleanrl": Side("cleanrl", "cleanrl_ppo.py", None, {"gym": ("fp32",)}),
-    "torchrl": Side("torchrl", "side_torchrl.py", Venv("torchrl", ("torchrl", "gymnasium>=1.0"), "torchrl"),
-                    {"gym": ("fp32",)}, workloads=("CartPole-v1",)),
+    "torchrl": Side(
+        "torchrl",
+        "side_torchrl.py",
+        Venv("torchrl", ("torchrl", "gymnasium>=1.0"), "torchrl"),
+        {"gym": ("fp32",)},
+        workloads=("CartPole-v1",),
+    ),
 }
 
 
@@ -118,8 +147,16 @@ def ensure_venv(venv: Venv, log) -> tuple[Path | None, str]:
     for cmd in steps:
         out = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if out.returncode != 0:
-            lines = [ln for ln in (out.stderr + out.stdout).splitlines() if ln.strip() and not ln.startswith("WARNING")]
-            errors = [ln for ln in lines if "ERROR" in ln or "Error" in ln] or lines or ["exit status " + str(out.returncode)]
+            lines = [
+                ln
+                for ln in (out.stderr + out.stdout).splitlines()
+                if ln.strip() and not ln.startswith("WARNING")
+            ]
+            errors = (
+                [ln for ln in lines if "ERROR" in ln or "Error" in ln]
+                or lines
+                or ["exit status " + str(out.returncode)]
+            )
             return None, errors[-1].strip()[:200]
     marker.write_text(wanted)
     return python, ""
@@ -132,11 +169,21 @@ def pip_version(python: Path, package: str) -> str:
     return out.stdout.strip() or "?"
 
 
-def measure(python: Path, side: Side, workload: str, setting: str, args: argparse.Namespace, seed: int = 0) -> dict:
+def measure(
+    python: Path, side: Side, workload: str, setting: str, args: argparse.Namespace, seed: int = 0
+) -> dict:
     """One measurement in a fresh process: the side's JSON line (``steps_per_s``...), or
     ``{"error": ...}`` / ``{"unavailable": ...}``. ``seed``: the run's seed (the mjlab workloads
     train one seed per round)."""
-    cmd = [str(python), str(HERE / side.script), workload, "--threads", str(args.threads), "--setting", setting]
+    cmd = [
+        str(python),
+        str(HERE / side.script),
+        workload,
+        "--threads",
+        str(args.threads),
+        "--setting",
+        setting,
+    ]
     if args.quick:
         cmd.append("--quick")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
@@ -164,7 +211,9 @@ def run_side(cmd: list[str], env: dict[str, str], timeout: float) -> dict:
     with tempfile.TemporaryDirectory(prefix="rl8-peers-") as tmp:
         env = {**env, "MLFLOW_TRACKING_URI": f"file://{tmp}/mlruns"}
         try:
-            out = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+            out = subprocess.run(
+                cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=timeout, check=False
+            )
         except subprocess.TimeoutExpired:
             return {"error": f"timed out after {timeout:.0f} s"}
     lines = out.stdout.strip().splitlines()
@@ -176,9 +225,11 @@ def run_side(cmd: list[str], env: dict[str, str], timeout: float) -> dict:
 
 def rl8_commit() -> str:
     """The checkout's commit (short), with ``+changes`` when the work tree differs from it."""
+
     def git(*a: str) -> str:
         out = subprocess.run(["git", "-C", str(ROOT), *a], capture_output=True, text=True, check=False)
         return out.stdout.strip()
+
     commit = git("rev-parse", "--short", "HEAD") or "unknown"
     return commit + ("+changes" if git("status", "--porcelain", "--untracked-files=no") else "")
 
@@ -212,9 +263,13 @@ def plan(args: argparse.Namespace, rl8_compiles: bool) -> list[tuple[str, Side, 
 
 def rl8_has_compile() -> bool:
     """Whether the checkout's ``HParams`` has a ``compile`` field (asked in a fresh process)."""
-    code = "import dataclasses, rl8; print('compile' in {f.name for f in dataclasses.fields(rl8.HParams)})"
+    code = (
+        "import dataclasses, rl8; print('compile' in {f.name for f in dataclasses.fields(rl8.HParams)})"
+    )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False)
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False
+    )
     return out.stdout.strip() == "True"
 
 
@@ -232,8 +287,10 @@ def fmt_rate(x: float) -> str:
 
 def table(rows: list[tuple[str, Side, str]], results: dict, notes: dict) -> list[str]:
     """The Markdown table of the run: one line per (workload, side, setting)."""
-    out = ["| workload | side | setting | env steps/s | rl8 / this | per-round range |",
-           "|---|---|---|---:|---:|---|"]
+    out = [
+        "| workload | side | setting | env steps/s | rl8 / this | per-round range |",
+        "|---|---|---|---:|---:|---|",
+    ]
     for workload, side, setting in rows:
         key = (workload, side.name, setting)
         runs = results.get(key, [])
@@ -250,8 +307,11 @@ def table(rows: list[tuple[str, Side, str]], results: dict, notes: dict) -> list
         ratio = rng = ""
         if side.name != "rl8":
             ref = results.get((workload, "rl8", reference_setting(setting)), [])
-            pairs = [(a["steps_per_s"], b["steps_per_s"]) for a, b in zip(ref, runs)
-                     if "steps_per_s" in a and "steps_per_s" in b]
+            pairs = [
+                (a["steps_per_s"], b["steps_per_s"])
+                for a, b in zip(ref, runs)
+                if "steps_per_s" in a and "steps_per_s" in b
+            ]
             if pairs:
                 ref_median = statistics.median(a for a, _ in pairs)
                 ratio = f"{ref_median / median:.2f}x"
@@ -266,17 +326,24 @@ def table(rows: list[tuple[str, Side, str]], results: dict, notes: dict) -> list
 def learning_table(rows: list[tuple[str, Side, str]], results: dict) -> list[str]:
     """The Markdown table of the runs that trained to a target return (the mjlab workloads):
     one line per run (side, setting, seed)."""
-    out = ["| workload | side | setting | seed | env steps to return | wall s to return | final return | env steps/s |",
-           "|---|---|---|---:|---:|---:|---:|---:|"]
+    out = [
+        "| workload | side | setting | seed | env steps to return | wall s to return | final return | env steps/s |",
+        "|---|---|---|---:|---:|---:|---:|---:|",
+    ]
     for workload, side, setting in rows:
         for r in results.get((workload, side.name, setting), []):
             if "target" not in r:
                 continue
-            steps = f"{r['env_steps_to_target']:,}" if r["env_steps_to_target"] else \
-                f"not in {r['iterations']} iterations{' (--quick: no target)' if r['iterations'] < 10 else ''}"
+            steps = (
+                f"{r['env_steps_to_target']:,}"
+                if r["env_steps_to_target"]
+                else f"not in {r['iterations']} iterations{' (--quick: no target)' if r['iterations'] < 10 else ''}"
+            )
             wall = f"{r['seconds_to_target']:.0f}" if r["seconds_to_target"] else ""
-            out.append(f"| {workload} (return {r['target']:g}) | {side.name} | {setting} | {r['seed']} | {steps} | "
-                       f"{wall} | {r['final_return']:.1f} | {fmt_rate(r['steps_per_s'])} |")
+            out.append(
+                f"| {workload} (return {r['target']:g}) | {side.name} | {setting} | {r['seed']} | {steps} | "
+                f"{wall} | {r['final_return']:.1f} | {fmt_rate(r['steps_per_s'])} |"
+            )
     return out if len(out) > 2 else []
 
 
@@ -285,7 +352,11 @@ def best_vs_best(rows: list[tuple[str, Side, str]], results: dict) -> list[str]:
     lines = []
     medians: dict[tuple[str, str], list[tuple[float, str]]] = {}
     for workload, side, setting in rows:
-        good = [r["steps_per_s"] for r in results.get((workload, side.name, setting), []) if "steps_per_s" in r]
+        good = [
+            r["steps_per_s"]
+            for r in results.get((workload, side.name, setting), [])
+            if "steps_per_s" in r
+        ]
         if good:
             medians.setdefault((workload, side.name), []).append((statistics.median(good), setting))
     for workload in dict.fromkeys(w for w, _, _ in rows):
@@ -295,18 +366,26 @@ def best_vs_best(rows: list[tuple[str, Side, str]], results: dict) -> list[str]:
         for (w, name), values in medians.items():
             if w == workload and name != "rl8" and len(values) + len(medians[(workload, "rl8")]) > 2:
                 peer, peer_setting = max(values)
-                lines.append(f"- {workload}, each at its best: rl8 {best_setting} {fmt_rate(best)} / "
-                             f"{name} {peer_setting} {fmt_rate(peer)} = {best / peer:.2f}x")
+                lines.append(
+                    f"- {workload}, each at its best: rl8 {best_setting} {fmt_rate(best)} / "
+                    f"{name} {peer_setting} {fmt_rate(peer)} = {best / peer:.2f}x"
+                )
     return lines
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print its Markdown report (see the module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="1 round (unless --rounds), fewer iterations")
+    parser.add_argument(
+        "--quick", action="store_true", help="1 round (unless --rounds), fewer iterations"
+    )
     parser.add_argument("--threads", type=int, default=2, help="torch threads of every side (default 2)")
-    parser.add_argument("--rounds", type=int, help="measurements per side and setting (default 3; 1 with --quick)")
-    parser.add_argument("--workload", action="append", choices=list(WORKLOADS), help="repeatable; default: all")
+    parser.add_argument(
+        "--rounds", type=int, help="measurements per side and setting (default 3; 1 with --quick)"
+    )
+    parser.add_argument(
+        "--workload", action="append", choices=list(WORKLOADS), help="repeatable; default: all"
+    )
     parser.add_argument("--side", action="append", choices=list(SIDES), help="repeatable; default: all")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds one measurement may take")
     parser.add_argument("--json", type=Path, help="also write every measurement to this JSON file")
@@ -347,30 +426,41 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     pythons[(w, s.name)] = python
         if python is not None:
-            versions["mjlab"] = f"mjlab {pip_version(python, 'mjlab')} (rsl-rl-lib {pip_version(python, 'rsl-rl-lib')})"
-    runnable = [r for r in rows if (r[0], r[1].name) in pythons or
-                (WORKLOADS[r[0]]["kind"] != "mjlab" and r[1].name in pythons)]
+            versions["mjlab"] = (
+                f"mjlab {pip_version(python, 'mjlab')} (rsl-rl-lib {pip_version(python, 'rsl-rl-lib')})"
+            )
+    runnable = [
+        r
+        for r in rows
+        if (r[0], r[1].name) in pythons or (WORKLOADS[r[0]]["kind"] != "mjlab" and r[1].name in pythons)
+    ]
     results: dict[tuple[str, str, str], list[dict]] = {}
     for workload in dict.fromkeys(w for w, _, _ in runnable):
         todo = [r for r in runnable if r[0] == workload]
         for r in range(rounds):
             shift = r % len(todo)
             for w, side, setting in todo[shift:] + todo[:shift]:
-                result = measure(pythons.get((w, side.name)) or pythons[side.name], side, w, setting, args, seed=r)
+                result = measure(
+                    pythons.get((w, side.name)) or pythons[side.name], side, w, setting, args, seed=r
+                )
                 results.setdefault((w, side.name, setting), []).append(result)
                 shown = fmt_rate(result["steps_per_s"]) if "steps_per_s" in result else result
                 if "target" in result:
-                    shown = f"{shown} env steps/s; return {result['final_return']:.1f}, {result['target']:g} reached " \
-                            f"at {result['env_steps_to_target']} env steps, {result['seconds_to_target']} s"
+                    shown = (
+                        f"{shown} env steps/s; return {result['final_return']:.1f}, {result['target']:g} reached "
+                        f"at {result['env_steps_to_target']} env steps, {result['seconds_to_target']} s"
+                    )
                 log(f"round {r + 1}/{rounds} {w} {side.name} {setting}: {shown}")
                 if result.get("torch_threads", args.threads) != args.threads:
                     log(f"warning: {side.name} ran with {result['torch_threads']} torch threads")
     minutes = (datetime.datetime.now() - start).total_seconds() / 60
     import torch
 
-    print(f"Machine: {cpu_model()}, {os.cpu_count()} cores; torch {torch.__version__} on every side, "
-          f"torch threads: {args.threads} per side; rl8 commit {rl8_commit()}; {start:%Y-%m-%d %H:%M}; "
-          f"{rounds} round(s){' (--quick)' if args.quick else ''}; {minutes:.1f} min")
+    print(
+        f"Machine: {cpu_model()}, {os.cpu_count()} cores; torch {torch.__version__} on every side, "
+        f"torch threads: {args.threads} per side; rl8 commit {rl8_commit()}; {start:%Y-%m-%d %H:%M}; "
+        f"{rounds} round(s){' (--quick)' if args.quick else ''}; {minutes:.1f} min"
+    )
     if versions:
         print("Peers: " + "; ".join(versions.values()))
     if not compiles:
@@ -384,8 +474,15 @@ def main(argv: list[str] | None = None) -> int:
         print()
     print("\n".join(best_vs_best(rows, results)))
     if args.json:
-        args.json.write_text(json.dumps([{"workload": w, "side": s, "setting": st, "runs": runs}
-                                         for (w, s, st), runs in results.items()], indent=1))
+        args.json.write_text(
+            json.dumps(
+                [
+                    {"workload": w, "side": s, "setting": st, "runs": runs}
+                    for (w, s, st), runs in results.items()
+                ],
+                indent=1,
+            )
+        )
     return 0
 
 

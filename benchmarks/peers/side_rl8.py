@@ -32,12 +32,23 @@ def hparams(name: str, setting: str, device: str = "cpu") -> dict:
     torch ``device``."""
     w = WORKLOADS[name]
     hp = dict(
-        num_envs=w["num_envs"], horizon=w["horizon"], num_sgd_iters=w["epochs"],
-        num_minibatches=w["minibatches"], lr=w["lr"], gamma=w["gamma"], gae_lambda=w["gae_lambda"],
-        clip_param=w["clip"], vf_coeff=w["vf_coeff"], entropy_coeff=0.0, max_grad_norm=w["max_grad_norm"],
-        normalize_advantages=True, normalize_rewards=False,
+        num_envs=w["num_envs"],
+        horizon=w["horizon"],
+        num_sgd_iters=w["epochs"],
+        num_minibatches=w["minibatches"],
+        lr=w["lr"],
+        gamma=w["gamma"],
+        gae_lambda=w["gae_lambda"],
+        clip_param=w["clip"],
+        vf_coeff=w["vf_coeff"],
+        entropy_coeff=0.0,
+        max_grad_norm=w["max_grad_norm"],
+        normalize_advantages=True,
+        normalize_rewards=False,
         model_config={"hiddens": tuple(w["hiddens"]), "activation": w["activation"]},
-        enable_amp=setting.endswith("bf16"), device=device, seed=0,
+        enable_amp=setting.endswith("bf16"),
+        device=device,
+        seed=0,
     )
     if w["kind"] == "batched":
         hp["vf_clip_param"] = w["clip"]  # rsl_rl's default use_clipped_value_loss=True
@@ -66,8 +77,14 @@ def mjlab_main(args) -> None:
     w = WORKLOADS[args.workload]
     cfg = runner_cfg(w["task"], args.seed)
     hp = {**from_rsl_rl(cfg).hparams, "seed": args.seed, "device": args.device}
-    env = make_mjlab_env(w["task"], w["num_envs"], device=args.device, seed=args.seed,
-                         reset_mode=args.setting.removesuffix("-reset"), clip_actions=cfg["clip_actions"])
+    env = make_mjlab_env(
+        w["task"],
+        w["num_envs"],
+        device=args.device,
+        seed=args.seed,
+        reset_mode=args.setting.removesuffix("-reset"),
+        clip_actions=cfg["clip_actions"],
+    )
     algo = PPO(env, **hp)
     tracker = ReturnTracker(w["num_envs"])
     warmup, iters = iterations(w, args.quick)
@@ -89,8 +106,16 @@ def mjlab_main(args) -> None:
             break
     algo.close()
     result = progress.result(tracker.mean())
-    emit(result.pop("env_steps"), result.pop("seconds"), **result, seed=args.seed, num_envs=w["num_envs"],
-         rl8=rl8.__version__, rl8_file=rl8.__file__, device=args.device)
+    emit(
+        result.pop("env_steps"),
+        result.pop("seconds"),
+        **result,
+        seed=args.seed,
+        num_envs=w["num_envs"],
+        rl8=rl8.__version__,
+        rl8_file=rl8.__file__,
+        device=args.device,
+    )
 
 
 def main() -> None:

@@ -25,18 +25,31 @@ from workloads import WORKLOADS, batch_size, emit, iterations, parse_side_args, 
 def train_cfg(name: str, bf16: bool) -> dict:
     """rsl_rl's runner config for workload ``name`` (``bf16``: ``use_mixed_precision``)."""
     w = WORKLOADS[name]
-    model = {"class_name": "MLPModel", "hidden_dims": list(w["hiddens"]), "activation": w["activation"],
-             "obs_normalization": False}
+    model = {
+        "class_name": "MLPModel",
+        "hidden_dims": list(w["hiddens"]),
+        "activation": w["activation"],
+        "obs_normalization": False,
+    }
     return {
         "num_steps_per_env": w["horizon"],
         "save_interval": 10**9,
         "obs_groups": {"actor": ["policy"], "critic": ["policy"]},
         "algorithm": {
-            "class_name": "PPO", "num_learning_epochs": w["epochs"], "num_mini_batches": w["minibatches"],
-            "clip_param": w["clip"], "gamma": w["gamma"], "lam": w["gae_lambda"],
-            "value_loss_coef": w["vf_coeff"], "entropy_coef": 0.0, "learning_rate": w["lr"],
-            "max_grad_norm": w["max_grad_norm"], "use_clipped_value_loss": True, "schedule": "fixed",
-            "normalize_advantage_per_mini_batch": True, "use_mixed_precision": bf16,
+            "class_name": "PPO",
+            "num_learning_epochs": w["epochs"],
+            "num_mini_batches": w["minibatches"],
+            "clip_param": w["clip"],
+            "gamma": w["gamma"],
+            "lam": w["gae_lambda"],
+            "value_loss_coef": w["vf_coeff"],
+            "entropy_coef": 0.0,
+            "learning_rate": w["lr"],
+            "max_grad_norm": w["max_grad_norm"],
+            "use_clipped_value_loss": True,
+            "schedule": "fixed",
+            "normalize_advantage_per_mini_batch": True,
+            "use_mixed_precision": bf16,
         },
         "actor": {**model, "distribution_cfg": {"class_name": "GaussianDistribution", "init_std": 1.0}},
         "critic": model,
@@ -67,8 +80,10 @@ def mjlab_main(args) -> None:
             tracker.add(out[1], out[2])
             return out
 
-    env = Tapped(ManagerBasedRlEnv(cfg=env_cfg(w["task"], w["num_envs"], args.seed), device=args.device),
-                 clip_actions=cfg["clip_actions"])
+    env = Tapped(
+        ManagerBasedRlEnv(cfg=env_cfg(w["task"], w["num_envs"], args.seed), device=args.device),
+        clip_actions=cfg["clip_actions"],
+    )
     runner = MjlabOnPolicyRunner(env, cfg, log_dir=None, device=args.device)
     warmup, iters = iterations(w, args.quick)
     batch = w["num_envs"] * cfg["num_steps_per_env"]
@@ -89,8 +104,17 @@ def mjlab_main(args) -> None:
     except Stop:
         pass
     result = progress.result(tracker.mean())
-    emit(result.pop("env_steps"), result.pop("seconds"), **result, seed=args.seed, num_envs=w["num_envs"],
-         **{"rsl-rl-lib": importlib.metadata.version("rsl-rl-lib"), "mjlab": importlib.metadata.version("mjlab")})
+    emit(
+        result.pop("env_steps"),
+        result.pop("seconds"),
+        **result,
+        seed=args.seed,
+        num_envs=w["num_envs"],
+        **{
+            "rsl-rl-lib": importlib.metadata.version("rsl-rl-lib"),
+            "mjlab": importlib.metadata.version("mjlab"),
+        },
+    )
 
 
 def main() -> None:
@@ -121,7 +145,11 @@ def main() -> None:
     runner.learn(iters)
     synchronize(args.device)
     seconds = time.perf_counter() - start
-    emit(iters * batch_size(w), seconds, **{"rsl-rl-lib": version, "rl8_file": rl8.__file__, "device": args.device})
+    emit(
+        iters * batch_size(w),
+        seconds,
+        **{"rsl-rl-lib": version, "rl8_file": rl8.__file__, "device": args.device},
+    )
 
 
 if __name__ == "__main__":

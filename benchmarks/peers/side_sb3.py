@@ -27,12 +27,26 @@ def main() -> None:
     w = WORKLOADS[args.workload]
     env = make_vec_env(w["env"], n_envs=w["num_envs"], seed=0)
     model = PPO(
-        "MlpPolicy", env, n_steps=w["horizon"], batch_size=minibatch_size(w), n_epochs=w["epochs"],
-        learning_rate=w["lr"], gamma=w["gamma"], gae_lambda=w["gae_lambda"], clip_range=w["clip"],
-        ent_coef=0.0, vf_coef=w["vf_coeff"], max_grad_norm=w["max_grad_norm"], normalize_advantage=True,
-        policy_kwargs={"net_arch": {"pi": list(w["hiddens"]), "vf": list(w["hiddens"])},
-                       "activation_fn": {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}[w["activation"]]},
-        device="cpu", seed=0, verbose=0,
+        "MlpPolicy",
+        env,
+        n_steps=w["horizon"],
+        batch_size=minibatch_size(w),
+        n_epochs=w["epochs"],
+        learning_rate=w["lr"],
+        gamma=w["gamma"],
+        gae_lambda=w["gae_lambda"],
+        clip_range=w["clip"],
+        ent_coef=0.0,
+        vf_coef=w["vf_coeff"],
+        max_grad_norm=w["max_grad_norm"],
+        normalize_advantage=True,
+        policy_kwargs={
+            "net_arch": {"pi": list(w["hiddens"]), "vf": list(w["hiddens"])},
+            "activation_fn": {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}[w["activation"]],
+        },
+        device="cpu",
+        seed=0,
+        verbose=0,
     )
     warmup, iters = iterations(w, args.quick)
     model.learn(warmup * batch_size(w))
@@ -41,8 +55,14 @@ def main() -> None:
     seconds = time.perf_counter() - start
     steps = model.num_timesteps - warmup * batch_size(w)
     env.close()
-    emit(steps, seconds, **{"stable-baselines3": importlib.metadata.version("stable-baselines3"),
-                            "gymnasium": importlib.metadata.version("gymnasium")})
+    emit(
+        steps,
+        seconds,
+        **{
+            "stable-baselines3": importlib.metadata.version("stable-baselines3"),
+            "gymnasium": importlib.metadata.version("gymnasium"),
+        },
+    )
 
 
 if __name__ == "__main__":

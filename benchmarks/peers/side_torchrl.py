@@ -47,21 +47,38 @@ def main() -> None:
     obs_dim = env.observation_spec["observation"].shape[-1]
     n_actions = env.action_spec.shape[-1]
     act = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}[w["activation"]]
-    actor_net = MLP(in_features=obs_dim, out_features=n_actions, num_cells=list(w["hiddens"]), activation_class=act)
+    actor_net = MLP(
+        in_features=obs_dim, out_features=n_actions, num_cells=list(w["hiddens"]), activation_class=act
+    )
     actor = ProbabilisticActor(
         TensorDictModule(actor_net, in_keys=["observation"], out_keys=["logits"]),
-        in_keys=["logits"], distribution_class=OneHotCategorical, spec=env.action_spec, return_log_prob=True,
+        in_keys=["logits"],
+        distribution_class=OneHotCategorical,
+        spec=env.action_spec,
+        return_log_prob=True,
     )
-    critic = ValueOperator(MLP(in_features=obs_dim, out_features=1, num_cells=list(w["hiddens"]), activation_class=act),
-                           in_keys=["observation"])
+    critic = ValueOperator(
+        MLP(in_features=obs_dim, out_features=1, num_cells=list(w["hiddens"]), activation_class=act),
+        in_keys=["observation"],
+    )
     advantage = GAE(gamma=w["gamma"], lmbda=w["gae_lambda"], value_network=critic, average_gae=False)
-    loss_fn = ClipPPOLoss(actor, critic, clip_epsilon=w["clip"], entropy_bonus=False, critic_coeff=w["vf_coeff"],
-                          loss_critic_type="l2", normalize_advantage=True)
+    loss_fn = ClipPPOLoss(
+        actor,
+        critic,
+        clip_epsilon=w["clip"],
+        entropy_bonus=False,
+        critic_coeff=w["vf_coeff"],
+        loss_critic_type="l2",
+        normalize_advantage=True,
+    )
     optimizer = torch.optim.Adam(loss_fn.parameters(), lr=w["lr"], eps=1e-5)
     frames = batch_size(w)
     collector = Collector(env, actor, frames_per_batch=frames, total_frames=-1, device="cpu")
-    buffer = ReplayBuffer(storage=LazyTensorStorage(frames), sampler=SamplerWithoutReplacement(),
-                          batch_size=minibatch_size(w))
+    buffer = ReplayBuffer(
+        storage=LazyTensorStorage(frames),
+        sampler=SamplerWithoutReplacement(),
+        batch_size=minibatch_size(w),
+    )
     warmup, iters = iterations(w, args.quick)
     start = None
     for i, data in enumerate(collector):
@@ -83,8 +100,12 @@ def main() -> None:
             break
     seconds = time.perf_counter() - start
     collector.shutdown()
-    emit(iters * frames, seconds, torchrl=importlib.metadata.version("torchrl"),
-         gymnasium=importlib.metadata.version("gymnasium"))
+    emit(
+        iters * frames,
+        seconds,
+        torchrl=importlib.metadata.version("torchrl"),
+        gymnasium=importlib.metadata.version("gymnasium"),
+    )
 
 
 if __name__ == "__main__":

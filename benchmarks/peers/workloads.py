@@ -29,31 +29,99 @@ import os
 #: ``quick_`` ones for ``--quick``): untimed and timed iterations in each measurement.
 WORKLOADS: dict[str, dict] = {
     "pendulum-1024": dict(
-        kind="batched", env="rl8.envs.Pendulum", num_envs=1024, horizon=24, hiddens=(128, 128, 128),
-        activation="elu", epochs=5, minibatches=4, lr=1e-3, gamma=0.99, gae_lambda=0.95,
-        clip=0.2, vf_coeff=1.0, max_grad_norm=1.0, warmup=1, iters=5, quick_warmup=1, quick_iters=2,
+        kind="batched",
+        env="rl8.envs.Pendulum",
+        num_envs=1024,
+        horizon=24,
+        hiddens=(128, 128, 128),
+        activation="elu",
+        epochs=5,
+        minibatches=4,
+        lr=1e-3,
+        gamma=0.99,
+        gae_lambda=0.95,
+        clip=0.2,
+        vf_coeff=1.0,
+        max_grad_norm=1.0,
+        warmup=1,
+        iters=5,
+        quick_warmup=1,
+        quick_iters=2,
     ),
     "pendulum-4096": dict(
-        kind="batched", env="rl8.envs.Pendulum", num_envs=4096, horizon=24, hiddens=(128, 128, 128),
-        activation="elu", epochs=5, minibatches=4, lr=1e-3, gamma=0.99, gae_lambda=0.95,
-        clip=0.2, vf_coeff=1.0, max_grad_norm=1.0, warmup=1, iters=2, quick_warmup=1, quick_iters=1,
+        kind="batched",
+        env="rl8.envs.Pendulum",
+        num_envs=4096,
+        horizon=24,
+        hiddens=(128, 128, 128),
+        activation="elu",
+        epochs=5,
+        minibatches=4,
+        lr=1e-3,
+        gamma=0.99,
+        gae_lambda=0.95,
+        clip=0.2,
+        vf_coeff=1.0,
+        max_grad_norm=1.0,
+        warmup=1,
+        iters=2,
+        quick_warmup=1,
+        quick_iters=1,
     ),
     "CartPole-v1": dict(
-        kind="gym", env="CartPole-v1", num_envs=8, horizon=128, hiddens=(64, 64), activation="tanh",
-        epochs=4, minibatches=4, lr=3e-4, gamma=0.99, gae_lambda=0.95, clip=0.2, vf_coeff=0.5,
-        max_grad_norm=0.5, warmup=2, iters=6, quick_warmup=1, quick_iters=2,
+        kind="gym",
+        env="CartPole-v1",
+        num_envs=8,
+        horizon=128,
+        hiddens=(64, 64),
+        activation="tanh",
+        epochs=4,
+        minibatches=4,
+        lr=3e-4,
+        gamma=0.99,
+        gae_lambda=0.95,
+        clip=0.2,
+        vf_coeff=0.5,
+        max_grad_norm=0.5,
+        warmup=2,
+        iters=6,
+        quick_warmup=1,
+        quick_iters=2,
     ),
     "HalfCheetah-v5": dict(
-        kind="gym", env="HalfCheetah-v5", num_envs=8, horizon=256, hiddens=(64, 64), activation="tanh",
-        epochs=10, minibatches=32, lr=3e-4, gamma=0.99, gae_lambda=0.95, clip=0.2, vf_coeff=0.5,
-        max_grad_norm=0.5, warmup=1, iters=2, quick_warmup=1, quick_iters=1,
+        kind="gym",
+        env="HalfCheetah-v5",
+        num_envs=8,
+        horizon=256,
+        hiddens=(64, 64),
+        activation="tanh",
+        epochs=10,
+        minibatches=32,
+        lr=3e-4,
+        gamma=0.99,
+        gae_lambda=0.95,
+        clip=0.2,
+        vf_coeff=0.5,
+        max_grad_norm=0.5,
+        warmup=1,
+        iters=2,
+        quick_warmup=1,
+        quick_iters=1,
     ),
     # mjlab's cartpole on warp's CPU device (mjlab_workload.py): the sizes and hyper-parameters
     # are the ones mjlab ships for the task (its registry's rsl_rl runner config), on both sides;
     # each round trains one seed until the return reaches ``target`` or ``max_env_steps`` pass.
     "mjlab-cartpole": dict(
-        kind="mjlab", task="Mjlab-Cartpole-Balance", num_envs=256, target=45.0, max_env_steps=2_000_000,
-        warmup=2, iters=0, quick_warmup=1, quick_iters=4, timeout=1800,
+        kind="mjlab",
+        task="Mjlab-Cartpole-Balance",
+        num_envs=256,
+        target=45.0,
+        max_env_steps=2_000_000,
+        warmup=2,
+        iters=0,
+        quick_warmup=1,
+        quick_iters=4,
+        timeout=1800,
     ),
 }
 
@@ -80,7 +148,9 @@ def minibatch_size(workload: dict) -> int:
 # in a fresh process; its last line of output is one JSON object (see :func:`emit`).
 
 
-def parse_side_args(argv: list[str] | None = None, settings: tuple[str, ...] = ("fp32",)) -> argparse.Namespace:
+def parse_side_args(
+    argv: list[str] | None = None, settings: tuple[str, ...] = ("fp32",)
+) -> argparse.Namespace:
     """The command line of a side's script: the workload's name, ``--quick``, ``--threads``
     (torch threads, set before anything is built), ``--setting`` (one of ``settings``,
     e.g. ``fp32``/``bf16``) and ``--device`` (torch device of the env and the networks:
@@ -92,9 +162,17 @@ def parse_side_args(argv: list[str] | None = None, settings: tuple[str, ...] = (
     parser.add_argument("--quick", action="store_true", help="fewer iterations")
     parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
     parser.add_argument("--setting", choices=settings, default=settings[0])
-    parser.add_argument("--device", default="cpu", help="torch device of the env and the networks (default cpu)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the run (the mjlab workloads; default 0)")
-    for name, what in (("num-envs", "envs"), ("warmup", "untimed iterations"), ("iters", "timed iterations")):
+    parser.add_argument(
+        "--device", default="cpu", help="torch device of the env and the networks (default cpu)"
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of the run (the mjlab workloads; default 0)"
+    )
+    for name, what in (
+        ("num-envs", "envs"),
+        ("warmup", "untimed iterations"),
+        ("iters", "timed iterations"),
+    ):
         parser.add_argument(f"--{name}", type=int, help=f"{what} instead of the workload's own (>= 1)")
     args = parser.parse_args(argv)
     changes = {"num_envs": args.num_envs, "warmup": args.warmup, "iters": args.iters}
@@ -128,7 +206,16 @@ def emit(env_steps: int, seconds: float, **extra: object) -> None:
     use and ``extra`` (versions, settings)."""
     import torch
 
-    print(json.dumps({
-        "env_steps": env_steps, "seconds": seconds, "steps_per_s": env_steps / seconds,
-        "torch_threads": torch.get_num_threads(), "torch": torch.__version__, **extra,
-    }), flush=True)
+    print(
+        json.dumps(
+            {
+                "env_steps": env_steps,
+                "seconds": seconds,
+                "steps_per_s": env_steps / seconds,
+                "torch_threads": torch.get_num_threads(),
+                "torch": torch.__version__,
+                **extra,
+            }
+        ),
+        flush=True,
+    )

@@ -82,7 +82,7 @@ def _entry(obj: Any) -> str | None:
     None for private objects, which the reference leaves out."""
     parts = obj.path.split(".")
     module_parts = obj.module.path.split(".") if not obj.is_module else parts
-    if any(part.startswith("_") and not part.startswith("__") for part in parts[len(module_parts):]):
+    if any(part.startswith("_") and not part.startswith("__") for part in parts[len(module_parts) :]):
         return None
     while (obj.docstring is None or not obj.is_public) and obj.parent is not None and not obj.is_module:
         obj = obj.parent
@@ -102,7 +102,7 @@ def resolve(target: str, scope: Any, root: Any, exports: dict[str, str]) -> Any 
     target = target.lstrip(".")
     for public, defined in exports.items():  # rl8.PPO.collect -> rl8.ppo.algorithm.PPO.collect
         if target == public or target.startswith(public + "."):
-            target = defined + target[len(public):]
+            target = defined + target[len(public) :]
             break
     parts = target.split(".")
     if parts[0] == root.name:
@@ -139,7 +139,9 @@ def convert(text: str, scope: Any, root: Any, exports: dict[str, str]) -> tuple[
         content = match.group(2)
         titled = _TITLED.match(content)
         title, target = titled.groups() if titled else (None, content)
-        shown = title or (target.lstrip("~.").rsplit(".", 1)[-1] if target.startswith("~") else target.lstrip("."))
+        shown = title or (
+            target.lstrip("~.").rsplit(".", 1)[-1] if target.startswith("~") else target.lstrip(".")
+        )
         target = target.lstrip("~")
         found = resolve(target, scope, root, exports)
         if found is None:
@@ -241,7 +243,11 @@ def field_docstrings(root: Any) -> None:
             if doc is not None:
                 rows.append(f"    {name}: {doc}")
         if rows:
-            text = (obj.docstring.value if obj.docstring is not None else "") + "\n\nAttributes:\n" + "\n".join(rows)
+            text = (
+                (obj.docstring.value if obj.docstring is not None else "")
+                + "\n\nAttributes:\n"
+                + "\n".join(rows)
+            )
             obj.docstring = griffe.Docstring(text, lineno=obj.lineno, parent=obj)
 
 

@@ -11,12 +11,20 @@ from typing import Any
 from rl8.training.config_file import ConfigError, assign, parse_assignment
 
 __all__ = [
-    "canonical_env", "config_errors", "import_given", "policy_and_env", "same_env", "stored_env_kwargs", "unregistered",
+    "canonical_env",
+    "config_errors",
+    "import_given",
+    "policy_and_env",
+    "same_env",
+    "stored_env_kwargs",
+    "unregistered",
 ]
 
 
 @contextlib.contextmanager
-def config_errors(prefix: str = "", errors: tuple[type[Exception], ...] = (ValueError,)) -> Iterator[None]:
+def config_errors(
+    prefix: str = "", errors: tuple[type[Exception], ...] = (ValueError,)
+) -> Iterator[None]:
     """Raise the block's ``errors`` (exception types) as a one-line :class:`ConfigError`: ``prefix``,
     then their message (a ``KeyError``'s unquoted, ``Trainer.run``'s without its name)."""
     try:
@@ -32,6 +40,7 @@ def import_given(name: Any, field: str) -> None:
     gymnasium ids and registered names are left alone. ``field`` names it in errors."""
     from rl8 import registry
     from rl8.ppo.resolve import import_user_path, is_dotted_path
+
     if is_dotted_path(name) and registry.lookup(name) is None:
         import_user_path(name, field=field, search_working_dir=True)
 
@@ -41,6 +50,7 @@ def unregistered(stored: str, trust_code: bool) -> bool:
     ``--trust-code`` does not import)."""
     from rl8 import registry
     from rl8.ppo.resolve import is_dotted_path
+
     return is_dotted_path(stored) and not trust_code and registry.lookup(stored) is None
 
 
@@ -59,6 +69,7 @@ def canonical_env(spec: str, *, source: Any = None, trust_code: bool = False) ->
     read from a file (``source``) is checked for its kind first."""
     from rl8.io.checkpoint import CheckpointError
     from rl8.ppo.resolve import env_spec_string, env_target
+
     try:
         return env_spec_string(env_target(spec, source=source, trust_code=trust_code).target) or spec
     except CheckpointError:
@@ -67,7 +78,9 @@ def canonical_env(spec: str, *, source: Any = None, trust_code: bool = False) ->
         return spec
 
 
-def policy_and_env(args: argparse.Namespace, make: Any, num_envs: int = 1) -> tuple[Any, Any, str, dict[str, Any]]:
+def policy_and_env(
+    args: argparse.Namespace, make: Any, num_envs: int = 1
+) -> tuple[Any, Any, str, dict[str, Any]]:
     """The saved policy named on the command line, the env of ``num_envs`` envs that
     ``make(spec, env_kwargs)`` builds for it (spaces checked; refused before it is built when one
     step of its envs could not fit in memory), the env spec used and the env config (stored, then
@@ -83,15 +96,24 @@ def policy_and_env(args: argparse.Namespace, make: Any, num_envs: int = 1) -> tu
     from rl8.ppo.resolve import spec_from_env_info
 
     # first: a module of yours may also define the policy's model class
-    with config_errors(f"cannot import {args.env if args.env else args.model_cls!r}: ", (ImportError, ValueError)):
+    with config_errors(
+        f"cannot import {args.env if args.env else args.model_cls!r}: ", (ImportError, ValueError)
+    ):
         import_given(args.env, "--env")
         import_given(args.model_cls, "--model-cls")
     info = read_policy(args.policy, tracking_uri=args.tracking_uri)
-    policy = policy_from_dict(info, map_location="cpu", source=args.policy, trust_code=args.trust_code,
-                              model_cls=args.model_cls)
+    policy = policy_from_dict(
+        info,
+        map_location="cpu",
+        source=args.policy,
+        trust_code=args.trust_code,
+        model_cls=args.model_cls,
+    )
     env_info = info.get("env") or {}
     if not isinstance(env_info, Mapping):
-        raise CheckpointError(f"{args.policy}: the stored env must be a dict, got {type(env_info).__name__}")
+        raise CheckpointError(
+            f"{args.policy}: the stored env must be a dict, got {type(env_info).__name__}"
+        )
     spec = args.env or spec_from_env_info(env_info, source=args.policy, trust_code=args.trust_code)
     if not spec:
         raise ConfigError("the policy does not name its env; pass --env (e.g. --env rl8.envs.CartPole)")
@@ -103,13 +125,20 @@ def policy_and_env(args: argparse.Namespace, make: Any, num_envs: int = 1) -> tu
     space = policy.action_space
     step = slot_bytes(policy.observation_space, space_shape(space), space_dtype(space), False)
     try:
-        check_memory(f"{num_envs} envs (--num-envs)", num_envs * step, torch.device("cpu"), "Use fewer envs")
+        check_memory(
+            f"{num_envs} envs (--num-envs)", num_envs * step, torch.device("cpu"), "Use fewer envs"
+        )
         env = make(spec, env_kwargs)
     except (ValueError, TypeError, KeyError, ImportError, gymnasium.error.Error) as exc:
         raise ConfigError(f"cannot build env {spec!r}: {exc}") from None
     try:
-        check_env_spaces(env, policy.observation_space, policy.action_space,
-                         what=f"the env {args.env or env_info.get('spec')!r}", source=args.policy)
+        check_env_spaces(
+            env,
+            policy.observation_space,
+            policy.action_space,
+            what=f"the env {args.env or env_info.get('spec')!r}",
+            source=args.policy,
+        )
     except ValueError as exc:
         env.close()
         raise ConfigError(str(exc)) from None
@@ -120,11 +149,16 @@ def stored_env_kwargs(args: argparse.Namespace, env_info: Mapping[str, Any]) -> 
     """The stored env's arguments (the names inside checked) when the env used is the stored one,
     else ``None``: they belong to that env."""
     from rl8.ppo.resolve import check_stored_env_kwargs, env_target
+
     if not args.env:
         return env_info.get("env_kwargs")
     stored = env_info.get("spec")
     if not stored or not same_env(args.env, stored, source=args.policy, trust_code=args.trust_code):
         return None
-    check_stored_env_kwargs(env_target(args.env).target, env_info.get("env_kwargs"), source=args.policy,
-                            trust_code=args.trust_code)
+    check_stored_env_kwargs(
+        env_target(args.env).target,
+        env_info.get("env_kwargs"),
+        source=args.policy,
+        trust_code=args.trust_code,
+    )
     return env_info.get("env_kwargs")

@@ -19,9 +19,12 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from rl8.ppo.algorithm import make_env
+
     num_envs = args.num_envs or args.episodes
     policy, env, spec, config = policy_and_env(
-        args, lambda spec, env_kwargs: make_env(spec, num_envs, None, device="cpu", env_kwargs=env_kwargs), num_envs
+        args,
+        lambda spec, env_kwargs: make_env(spec, num_envs, None, device="cpu", env_kwargs=env_kwargs),
+        num_envs,
     )
     try:
         obs = env.reset(config=config or None, seed=args.seed)
@@ -41,7 +44,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _eval_episodes(policy: Any, env: Any, obs: Any, episodes: int, max_steps: int, deterministic: bool) -> None:
+def _eval_episodes(
+    policy: Any, env: Any, obs: Any, episodes: int, max_steps: int, deterministic: bool
+) -> None:
     import torch
 
     from rl8.policies.runner import run_policy
@@ -80,6 +85,7 @@ def _eval_steps(policy: Any, env: Any, obs: Any, steps: int, deterministic: bool
     import torch
 
     from rl8.policies.runner import run_policy
+
     total = torch.zeros(env.num_envs, dtype=torch.float64)
     for step in run_policy(policy, env, obs, num_steps=steps, deterministic=deterministic):
         total += step.rewards.double().cpu()

@@ -27,9 +27,14 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"-o/--output: {output} is a folder; give a file name (e.g. {example})")
     from rl8.io.export import load_policy
     from rl8.policies.deploy import ExportError, read_export_metadata
+
     if path.exists() and not args.force and read_export_metadata(path) is None:
-        raise ConfigError(f"-o/--output: {output} exists and is not an rl8 export; pass --force to overwrite it")
-    policy = load_policy(args.policy, map_location="cpu", tracking_uri=args.tracking_uri, trust_code=args.trust_code)
+        raise ConfigError(
+            f"-o/--output: {output} exists and is not an rl8 export; pass --force to overwrite it"
+        )
+    policy = load_policy(
+        args.policy, map_location="cpu", tracking_uri=args.tracking_uri, trust_code=args.trust_code
+    )
     try:
         written = policy.export(path, args.format)
     except ExportError as exc:

@@ -23,11 +23,15 @@ from rl8.training.config_file import CONFIG_KEYS, ConfigError
 __all__ = ["build_parser", "main"]
 
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-_TRUST_CODE_HELP = ("trust the {what}: import the modules it names that rl8's registry lacks, and call a plain "
-                    "function it names as env factory (off by default; see docs/security.md)")
+_TRUST_CODE_HELP = (
+    "trust the {what}: import the modules it names that rl8's registry lacks, and call a plain "
+    "function it names as env factory (off by default; see docs/security.md)"
+)
 
 
-def _arg_type(read: Callable[[str], Any], ok: Callable[[Any], bool], expected: str) -> Callable[[str], Any]:
+def _arg_type(
+    read: Callable[[str], Any], ok: Callable[[Any], bool], expected: str
+) -> Callable[[str], Any]:
     """An argparse ``type``: ``read(text)`` if ``ok`` accepts it, else an error naming ``expected``."""
 
     def convert(text: str) -> Any:
@@ -48,11 +52,17 @@ def _seconds(text: str) -> float:
     return float(text[:-1]) * _DURATION_UNITS[unit] if unit in _DURATION_UNITS else float(text)
 
 
-_duration = _arg_type(_seconds, lambda value: 0 <= value < math.inf,
-                      "a duration >= 0 (seconds, or with a unit: 30m, 12h, 2d)")
+_duration = _arg_type(
+    _seconds,
+    lambda value: 0 <= value < math.inf,
+    "a duration >= 0 (seconds, or with a unit: 30m, 12h, 2d)",
+)
 _positive_float = _arg_type(float, lambda value: 0 < value < math.inf, "a number > 0")
-_positive_int = _arg_type(lambda text: read_numbers(text, whole_as_int=True),
-                          lambda value: isinstance(value, int) and value >= 1, "an int >= 1")
+_positive_int = _arg_type(
+    lambda text: read_numbers(text, whole_as_int=True),
+    lambda value: isinstance(value, int) and value >= 1,
+    "an int >= 1",
+)
 
 
 def _option_flag(name: str) -> Any:
@@ -72,10 +82,17 @@ def _add_policy_run_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``rl8 eval`` and ``rl8 record``: which policy, in which env, how."""
     parser.add_argument("policy", metavar="PATH_OR_RUN_ID")
     parser.add_argument("--env", help="env to run in (default: the one the policy was trained on)")
-    parser.add_argument("--model-cls", metavar="MODULE.CLASS",
-                        help="the policy's model class, imported (for one stored as __main__.Net)")
-    parser.add_argument("--env-config", action="append", metavar="KEY=VALUE", help="env parameter (repeatable)")
-    parser.add_argument("--stochastic", action="store_true", help="sample actions instead of taking the modes")
+    parser.add_argument(
+        "--model-cls",
+        metavar="MODULE.CLASS",
+        help="the policy's model class, imported (for one stored as __main__.Net)",
+    )
+    parser.add_argument(
+        "--env-config", action="append", metavar="KEY=VALUE", help="env parameter (repeatable)"
+    )
+    parser.add_argument(
+        "--stochastic", action="store_true", help="sample actions instead of taking the modes"
+    )
     parser.add_argument("--seed", type=int, help="seed of the env's reset and of sampling")
     parser.add_argument("--tracking-uri", help="MLflow tracking URI, for a run id")
     parser.add_argument("--trust-code", action="store_true", help=_TRUST_CODE_HELP.format(what="file"))
@@ -84,6 +101,7 @@ def _add_policy_run_arguments(parser: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     """The ``rl8`` argument parser."""
     from rl8.version import __version__
+
     parser = argparse.ArgumentParser(
         prog="rl8", description="Fast PPO for batched environments: train, resume, evaluate."
     )
@@ -91,113 +109,242 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     train = commands.add_parser(
-        "train", help="train a policy (from a YAML config and/or flags)",
+        "train",
+        help="train a policy (from a YAML config and/or flags)",
         description="Train with PPO. Flags override the config file. See docs/cli.md.",
     )
-    train.add_argument("config", nargs="?", help="YAML config file, or a preset: NAME or preset:NAME "
-                       "(rl8.presets.names()) (keys: " + ", ".join(CONFIG_KEYS) + ")")
-    train.add_argument("--env", help="env: dotted path (rl8.envs.CartPole) or gymnasium id (CartPole-v1)")
-    train.add_argument("--set", action="append", metavar="KEY=VALUE",
-                       help="set a hyper-parameter (repeatable), e.g. --set lr=3e-4 "
-                            "--set model_config.hiddens=[32,32]")
-    train.add_argument("--max-steps", "--max-env-steps", dest="max_steps", type=_positive_int, metavar="N",
-                       help="stop after N env steps (Trainer.run(max_env_steps=N))")
-    train.add_argument("--steps-per-eval", type=_positive_int, metavar="N", help="evaluate every N training steps")
-    train.add_argument("--resume", metavar="PATH_OR_RUN_ID",
-                       help="continue from a checkpoint file, a checkpoint folder (latest) or an MLflow run id")
+    train.add_argument(
+        "config",
+        nargs="?",
+        help="YAML config file, or a preset: NAME or preset:NAME "
+        "(rl8.presets.names()) (keys: " + ", ".join(CONFIG_KEYS) + ")",
+    )
+    train.add_argument(
+        "--env", help="env: dotted path (rl8.envs.CartPole) or gymnasium id (CartPole-v1)"
+    )
+    train.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="set a hyper-parameter (repeatable), e.g. --set lr=3e-4 --set model_config.hiddens=[32,32]",
+    )
+    train.add_argument(
+        "--max-steps",
+        "--max-env-steps",
+        dest="max_steps",
+        type=_positive_int,
+        metavar="N",
+        help="stop after N env steps (Trainer.run(max_env_steps=N))",
+    )
+    train.add_argument(
+        "--steps-per-eval", type=_positive_int, metavar="N", help="evaluate every N training steps"
+    )
+    train.add_argument(
+        "--resume",
+        metavar="PATH_OR_RUN_ID",
+        help="continue from a checkpoint file, a checkpoint folder (latest) or an MLflow run id",
+    )
     for field in dataclasses.fields(TrainerConfig):  # the options marked cli="flag"
         if field.metadata["cli"] == "flag":
             number = str(field.type).startswith(("int", "float"))
-            aliases = ["--register"] if field.name == "register_as" else []  # the name rl-zoo users look for
-            train.add_argument("--" + field.name.replace("_", "-"), *aliases, type=_option_flag(field.name),
-                               metavar="N" if number else None, help=field.metadata["doc"])
-    train.add_argument("--model-cls", metavar="MODULE.CLASS",
-                       help="with --resume: the model class, imported (for one stored as __main__.Net)")
+            aliases = (
+                ["--register"] if field.name == "register_as" else []
+            )  # the name rl-zoo users look for
+            train.add_argument(
+                "--" + field.name.replace("_", "-"),
+                *aliases,
+                type=_option_flag(field.name),
+                metavar="N" if number else None,
+                help=field.metadata["doc"],
+            )
+    train.add_argument(
+        "--model-cls",
+        metavar="MODULE.CLASS",
+        help="with --resume: the model class, imported (for one stored as __main__.Net)",
+    )
     train.add_argument("-f", "--file", dest="old_file", help=argparse.SUPPRESS)  # rl8 1.0's: a hint
     train.add_argument("--quiet", action="store_true", help="no progress line")
-    train.add_argument("--trust-code", action="store_true",
-                       help="with --resume: " + _TRUST_CODE_HELP.format(what="checkpoint"))
+    train.add_argument(
+        "--trust-code",
+        action="store_true",
+        help="with --resume: " + _TRUST_CODE_HELP.format(what="checkpoint"),
+    )
     train.set_defaults(func=train_command.run)
 
     evaluate = commands.add_parser(
-        "eval", help="run a saved policy and print episode returns",
+        "eval",
+        help="run a saved policy and print episode returns",
         description="Run a policy from a policy file, a checkpoint (file or folder) or an MLflow run.",
     )
     _add_policy_run_arguments(evaluate)
-    evaluate.add_argument("--episodes", type=_positive_int, default=10, metavar="N",
-                          help="episodes to run (default 10)")
-    evaluate.add_argument("--num-envs", type=_positive_int, metavar="N", help="envs in parallel (default: --episodes)")
-    evaluate.add_argument("--max-steps", type=_positive_int, metavar="N",
-                          help="steps per env at most (default 100000; 1000 for envs without episodes)")
+    evaluate.add_argument(
+        "--episodes", type=_positive_int, default=10, metavar="N", help="episodes to run (default 10)"
+    )
+    evaluate.add_argument(
+        "--num-envs", type=_positive_int, metavar="N", help="envs in parallel (default: --episodes)"
+    )
+    evaluate.add_argument(
+        "--max-steps",
+        type=_positive_int,
+        metavar="N",
+        help="steps per env at most (default 100000; 1000 for envs without episodes)",
+    )
     evaluate.set_defaults(func=evaluate_command.run)
 
     record = commands.add_parser(
-        "record", help="record an MP4 video of a saved policy (needs imageio and imageio-ffmpeg: the video extra)",
+        "record",
+        help="record an MP4 video of a saved policy (needs imageio and imageio-ffmpeg: the video extra)",
         description="Write an MP4 video (H.264) of one episode of a policy file, a checkpoint (file or "
-                    "folder) or an MLflow run's policy.",
+        "folder) or an MLflow run's policy.",
     )
     _add_policy_run_arguments(record)
-    record.add_argument("-o", "--output", default="video.mp4", metavar="FILE",
-                        help="the MP4 file to write (default video.mp4); refused if it exists and is no MP4")
-    record.add_argument("--force", action="store_true", help="write over an existing -o file of any kind")
-    record.add_argument("--max-steps", type=_positive_int, metavar="N",
-                        help="env steps at most (default: one episode, at most the env's episode limit, else 1000)")
-    record.add_argument("--fps", type=_positive_float, metavar="N",
-                        help="frames per second (default: the env's metadata['render_fps'])")
+    record.add_argument(
+        "-o",
+        "--output",
+        default="video.mp4",
+        metavar="FILE",
+        help="the MP4 file to write (default video.mp4); refused if it exists and is no MP4",
+    )
+    record.add_argument(
+        "--force", action="store_true", help="write over an existing -o file of any kind"
+    )
+    record.add_argument(
+        "--max-steps",
+        type=_positive_int,
+        metavar="N",
+        help="env steps at most (default: one episode, at most the env's episode limit, else 1000)",
+    )
+    record.add_argument(
+        "--fps",
+        type=_positive_float,
+        metavar="N",
+        help="frames per second (default: the env's metadata['render_fps'])",
+    )
     record.set_defaults(func=record_command.run)
 
     runs = commands.add_parser(
-        "runs", help="list RUNNING MLflow runs and their process; --clean marks dead ones FAILED",
+        "runs",
+        help="list RUNNING MLflow runs and their process; --clean marks dead ones FAILED",
         description="List the RUNNING MLflow runs with the host, pid and state of their process. --clean "
-                    "marks FAILED those whose process on this host is gone (killed before ending its run).",
+        "marks FAILED those whose process on this host is gone (killed before ending its run).",
     )
     runs.add_argument("--clean", action="store_true", help="mark the runs of dead processes FAILED")
-    runs.add_argument("--older-than", type=_duration, metavar="AGE",
-                      help="with --clean: also runs of unknown process started more than AGE ago (30m, 12h, 2d)")
-    runs.add_argument("--dry-run", action="store_true", help="with --clean: only list what it would mark")
+    runs.add_argument(
+        "--older-than",
+        type=_duration,
+        metavar="AGE",
+        help="with --clean: also runs of unknown process started more than AGE ago (30m, 12h, 2d)",
+    )
+    runs.add_argument(
+        "--dry-run", action="store_true", help="with --clean: only list what it would mark"
+    )
     runs.add_argument("--experiment", help="only this experiment (default: all)")
-    runs.add_argument("--tracking-uri",
-                      help="MLflow tracking URI (default: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
+    runs.add_argument(
+        "--tracking-uri",
+        help="MLflow tracking URI (default: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)",
+    )
     runs.set_defaults(func=runs_command.run)
 
     export = commands.add_parser(
-        "export", help="write a saved policy's deterministic actor as ONNX or TorchScript (for a robot)",
+        "export",
+        help="write a saved policy's deterministic actor as ONNX or TorchScript (for a robot)",
         description="Write the deterministic actor (with its observation normalisation) of a policy file, a "
-                    "checkpoint (file or folder) or an MLflow run as ONNX or TorchScript. See docs/export.md.",
+        "checkpoint (file or folder) or an MLflow run as ONNX or TorchScript. See docs/export.md.",
     )
     export.add_argument("policy", metavar="PATH_OR_RUN_ID")
-    export.add_argument("--format", choices=export_command.DEFAULT_OUTPUTS, default="onnx",
-                        help="onnx (needs the onnx extra) or torchscript (default onnx)")
-    export.add_argument("-o", "--output", metavar="FILE",
-                        help="the file to write (default policy.onnx, or policy.pt for torchscript)")
-    export.add_argument("--force", action="store_true", help="overwrite FILE even if it is not an rl8 export")
+    export.add_argument(
+        "--format",
+        choices=export_command.DEFAULT_OUTPUTS,
+        default="onnx",
+        help="onnx (needs the onnx extra) or torchscript (default onnx)",
+    )
+    export.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="the file to write (default policy.onnx, or policy.pt for torchscript)",
+    )
+    export.add_argument(
+        "--force", action="store_true", help="overwrite FILE even if it is not an rl8 export"
+    )
     export.add_argument("--tracking-uri", help="MLflow tracking URI, for a run id")
-    export.add_argument("--trust-code", action="store_true",
-                        help="trust the file: import the modules it names that rl8's registry lacks")
+    export.add_argument(
+        "--trust-code",
+        action="store_true",
+        help="trust the file: import the modules it names that rl8's registry lacks",
+    )
     export.set_defaults(func=export_command.run)
 
     sweep = commands.add_parser(
-        "sweep", help="search hyper-parameters with Optuna, each trial a nested MLflow run (the sweep extra)",
+        "sweep",
+        help="search hyper-parameters with Optuna, each trial a nested MLflow run (the sweep extra)",
         description="Train trials of a config with hyper-parameters sampled from a search space (YAML), JOBS "
-                    "processes at once, pruned by their evaluations; run again, it continues (see --storage).",
+        "processes at once, pruned by their evaluations; run again, it continues (see --storage).",
     )
     sweep.add_argument("config", help="YAML config file of rl8 train, or a preset: NAME or preset:NAME")
-    sweep.add_argument("--space", required=True, metavar="SPACE.yaml",
-                       help="search space: hparam: {type: float|int|categorical, low, high, log, step, choices}")
-    sweep.add_argument("--trials", type=_positive_int, required=True, metavar="N", help="trials to run (added to the study's)")
-    sweep.add_argument("--jobs", type=_positive_int, default=1, metavar="J", help="trials at once, in processes (default 1)")
-    sweep.add_argument("--study", help="study name (default: the config file's stem or the preset's name)")
-    sweep.add_argument("--storage", metavar="URL", help="Optuna storage, an SQLAlchemy URL (default: sqlite:///optuna.db here)")
-    sweep.add_argument("--objective", default="eval/episodes/return_mean", metavar="STAT",
-                       help="the stat optimised: its value at a trial's last evaluation (default eval/episodes/return_mean)")
+    sweep.add_argument(
+        "--space",
+        required=True,
+        metavar="SPACE.yaml",
+        help="search space: hparam: {type: float|int|categorical, low, high, log, step, choices}",
+    )
+    sweep.add_argument(
+        "--trials",
+        type=_positive_int,
+        required=True,
+        metavar="N",
+        help="trials to run (added to the study's)",
+    )
+    sweep.add_argument(
+        "--jobs",
+        type=_positive_int,
+        default=1,
+        metavar="J",
+        help="trials at once, in processes (default 1)",
+    )
+    sweep.add_argument(
+        "--study", help="study name (default: the config file's stem or the preset's name)"
+    )
+    sweep.add_argument(
+        "--storage",
+        metavar="URL",
+        help="Optuna storage, an SQLAlchemy URL (default: sqlite:///optuna.db here)",
+    )
+    sweep.add_argument(
+        "--objective",
+        default="eval/episodes/return_mean",
+        metavar="STAT",
+        help="the stat optimised: its value at a trial's last evaluation (default eval/episodes/return_mean)",
+    )
     sweep.add_argument("--direction", choices=("maximize", "minimize"), default="maximize")
-    sweep.add_argument("--pruner", choices=("median", "halving", "none"), default="median",
-                       help="Optuna's MedianPruner, SuccessiveHalvingPruner, or none (default median)")
-    sweep.add_argument("--startup-trials", type=_arg_type(int, lambda value: value >= 0, "an int >= 0"), default=5,
-                       metavar="N", help="trials sampled at random before TPE and not pruned by median (default 5)")
-    sweep.add_argument("--max-env-steps", type=_positive_int, metavar="N", help="each trial's budget (default: the config's max_steps)")
-    sweep.add_argument("--max-seconds", type=_duration, metavar="TIME", help="each trial's budget in seconds (or 30m, 2h)")
-    sweep.add_argument("--seed", type=int, help="seed of the sampler (the trials train with the config's seed)")
+    sweep.add_argument(
+        "--pruner",
+        choices=("median", "halving", "none"),
+        default="median",
+        help="Optuna's MedianPruner, SuccessiveHalvingPruner, or none (default median)",
+    )
+    sweep.add_argument(
+        "--startup-trials",
+        type=_arg_type(int, lambda value: value >= 0, "an int >= 0"),
+        default=5,
+        metavar="N",
+        help="trials sampled at random before TPE and not pruned by median (default 5)",
+    )
+    sweep.add_argument(
+        "--max-env-steps",
+        type=_positive_int,
+        metavar="N",
+        help="each trial's budget (default: the config's max_steps)",
+    )
+    sweep.add_argument(
+        "--max-seconds",
+        type=_duration,
+        metavar="TIME",
+        help="each trial's budget in seconds (or 30m, 2h)",
+    )
+    sweep.add_argument(
+        "--seed", type=int, help="seed of the sampler (the trials train with the config's seed)"
+    )
     sweep.set_defaults(func=sweep_command.run)
     return parser
 
@@ -212,13 +359,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     from rl8.io.checkpoint import CheckpointError
     from rl8.io.checkpoint_dir import CheckpointDirError
     from rl8.tracking import TrackingError
+
     if getattr(args, "trust_code", False):  # as python -m rl8: a trusted file's modules of this folder
         from rl8.ppo.resolve import working_dir_on_path
+
         working_dir_on_path()
     try:
         return int(args.func(args) or 0)
-    except (ConfigError, CheckpointDirError, TrackingError, CheckpointError, FileNotFoundError,
-            ImportError) as exc:
+    except (
+        ConfigError,
+        CheckpointDirError,
+        TrackingError,
+        CheckpointError,
+        FileNotFoundError,
+        ImportError,
+    ) as exc:
         print(f"rl8: error: {exc}", file=sys.stderr)
         # configuration mistakes (CheckpointDirError: an unusable checkpoint_dir) exit with 2
         return 2 if isinstance(exc, (ConfigError, CheckpointDirError)) else 1

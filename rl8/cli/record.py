@@ -19,6 +19,7 @@ def run(args: argparse.Namespace) -> int:
         prepare_headless_rendering,
         record_video,
     )
+
     _check_output(args.output, args.force)
     prepare_headless_rendering()  # before an env imports mujoco
     with config_errors(errors=(RenderError,)):
@@ -26,10 +27,18 @@ def run(args: argparse.Namespace) -> int:
             args, lambda spec, env_kwargs: make_recording_env(spec, env_kwargs=env_kwargs, device="cpu")
         )
     try:
-        with config_errors(errors=(NotImplementedError, KeyError, ValueError, TypeError, RenderError)):  # no render
+        with config_errors(
+            errors=(NotImplementedError, KeyError, ValueError, TypeError, RenderError)
+        ):  # no render
             path = record_video(
-                policy, env, args.output, deterministic=not args.stochastic, max_steps=args.max_steps,
-                fps=args.fps, env_config=config or None, seed=args.seed,
+                policy,
+                env,
+                args.output,
+                deterministic=not args.stochastic,
+                max_steps=args.max_steps,
+                fps=args.fps,
+                env_config=config or None,
+                seed=args.seed,
             )
     finally:
         env.close()
@@ -41,13 +50,17 @@ def _check_output(output: str, force: bool) -> None:
     """Refuse ``-o ''``, a folder, and (without ``--force``) an existing file that is no MP4 video."""
     path = Path(output)
     if not output or path.is_dir():
-        raise ConfigError(f"rl8 record: -o/--output must name an MP4 file to write, got "
-                          f"{output!r}{' (a folder)' if output else ''}")
+        raise ConfigError(
+            f"rl8 record: -o/--output must name an MP4 file to write, got "
+            f"{output!r}{' (a folder)' if output else ''}"
+        )
     if path.exists() and not force:
         video = False
         if path.is_file():
             with open(path, "rb") as file:  # an MP4 (ISO base media file) starts with a 'ftyp' box
                 video = file.read(8)[4:] == b"ftyp"
         if not video:
-            raise ConfigError(f"rl8 record: -o/--output {output} exists and is not an MP4 video; "
-                              "rl8 refused to write over it (--force to overwrite it)")
+            raise ConfigError(
+                f"rl8 record: -o/--output {output} exists and is not an MP4 video; "
+                "rl8 refused to write over it (--force to overwrite it)"
+            )

@@ -14,15 +14,34 @@ def run(args: argparse.Namespace) -> int:
     try:
         import optuna  # noqa: F401 - the sweep extra
     except ImportError:
-        raise ImportError("rl8 sweep needs Optuna, the sweep extra: pip install -e '.[sweep]' in the checkout of rl8") from None
+        raise ImportError(
+            "rl8 sweep needs Optuna, the sweep extra: pip install -e '.[sweep]' in the checkout of rl8"
+        ) from None
     from rl8.sweeps.study import sweep
-    options = ("jobs", "study", "storage", "objective", "direction", "pruner", "startup_trials", "max_env_steps",
-               "max_seconds", "seed")
-    study = sweep(args.config, args.space, trials=args.trials, **{key: getattr(args, key) for key in options})
+
+    options = (
+        "jobs",
+        "study",
+        "storage",
+        "objective",
+        "direction",
+        "pruner",
+        "startup_trials",
+        "max_env_steps",
+        "max_seconds",
+        "seed",
+    )
+    study = sweep(
+        args.config, args.space, trials=args.trials, **{key: getattr(args, key) for key in options}
+    )
     states = [t.state.name for t in study.trials]
     counts = ", ".join(f"{states.count(s)} {s.lower()}" for s in ("COMPLETE", "PRUNED", "FAIL"))
     print(f"rl8: study {study.study_name}: {len(states)} trials ({counts})")
     if "COMPLETE" in states:
-        print(f"rl8: best: trial {study.best_trial.number}: {args.objective} = {study.best_value:.6g} with {study.best_params}")
-    print(f"rl8: the study's MLflow run: {study.user_attrs['mlflow_run_id']} (its trials are nested under it)")
+        print(
+            f"rl8: best: trial {study.best_trial.number}: {args.objective} = {study.best_value:.6g} with {study.best_params}"
+        )
+    print(
+        f"rl8: the study's MLflow run: {study.user_attrs['mlflow_run_id']} (its trials are nested under it)"
+    )
     return 0

@@ -59,6 +59,7 @@ def _merge_hparams(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[st
 
 def _build_hparams(hparams: Mapping[str, Any]) -> Any:
     from rl8.ppo.hparams import HParams
+
     with config_errors(errors=(TypeError, ValueError)):
         return HParams.from_config(hparams, "hparams")
 
@@ -66,6 +67,7 @@ def _build_hparams(hparams: Mapping[str, Any]) -> Any:
 def _summary(trainer: Any) -> None:
     """With ``--quiet``: what ``Trainer.run`` prints at the end unless quiet (scripts read it)."""
     from rl8.training.progress import results_lines
+
     if trainer.config.progress is not False or not trainer.algo.dist.is_main:
         return  # Trainer.run printed it; under torchrun only rank 0 prints
     print("\n".join(results_lines(trainer)), flush=True)
@@ -75,20 +77,31 @@ def _config_file(arg: str) -> str | os.PathLike[str]:
     """The config file that ``rl8 train ARG`` reads (see ``docs/cli.md#presets``): a preset or a
     path; a name that is neither is a :class:`ConfigError` naming the close presets."""
     from rl8 import presets
+
     if arg.startswith(presets.PREFIX) or (not Path(arg).exists() and arg in presets.names()):
         with config_errors():
             return presets.path(arg)
-    if Path(arg).exists() or "/" in arg or os.sep in arg or Path(arg).suffix.lower() in (".yaml", ".yml"):
+    if (
+        Path(arg).exists()
+        or "/" in arg
+        or os.sep in arg
+        or Path(arg).suffix.lower() in (".yaml", ".yml")
+    ):
         return arg
     import gymnasium
+
     known = list(presets.names())
     close = difflib.get_close_matches(arg, known, n=3, cutoff=0.6)
     hint = f" Did you mean: {', '.join(close)}?" if close else f" Presets: {', '.join(known)}."
     if arg in gymnasium.registry:
-        raise ConfigError(f"no preset or config file {arg!r}; {arg} is a gymnasium id without a preset: "
-                          f"train it with rl8 train --env {arg}.{hint}")
-    raise ConfigError(f"no preset or config file {arg!r}.{hint} To train a gymnasium id without a preset: "
-                      "rl8 train --env ID")
+        raise ConfigError(
+            f"no preset or config file {arg!r}; {arg} is a gymnasium id without a preset: "
+            f"train it with rl8 train --env {arg}.{hint}"
+        )
+    raise ConfigError(
+        f"no preset or config file {arg!r}.{hint} To train a gymnasium id without a preset: "
+        "rl8 train --env ID"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -98,20 +111,28 @@ def run(args: argparse.Namespace) -> int:
     from rl8.training.trainer import Trainer
 
     if args.old_file:
-        raise ConfigError(f"rl8 train takes the config file as its argument: rl8 train {args.old_file} "
-                          "(rl8 1.0's -f/--file is gone; see docs/migrating.md)")
+        raise ConfigError(
+            f"rl8 train takes the config file as its argument: rl8 train {args.old_file} "
+            "(rl8 1.0's -f/--file is gone; see docs/migrating.md)"
+        )
     if args.model_cls and not args.resume:
-        raise ConfigError("--model-cls applies with --resume (a model class stored as __main__.Net); for a "
-                          f"new run: --set model_cls={args.model_cls}")
+        raise ConfigError(
+            "--model-cls applies with --resume (a model class stored as __main__.Net); for a "
+            f"new run: --set model_cls={args.model_cls}"
+        )
     if args.trust_code and not args.resume:
-        raise ConfigError("--trust-code only applies with --resume (it lets a checkpoint you trust "
-                          "name a plain function as its env factory)")
+        raise ConfigError(
+            "--trust-code only applies with --resume (it lets a checkpoint you trust "
+            "name a plain function as its env factory)"
+        )
     file_config = load_config(_config_file(args.config)) if args.config else {}
     cli_config, cli_hparams = _overrides(args)
     # under torchrun: join the process group (with --actors: as actor or learner)
     actors = cli_config.get("actors", file_config.get("actors"))
     with config_errors():
-        init_distributed(actors=int_option({"actors": actors}, "actors", "config") if actors is not None else None)
+        init_distributed(
+            actors=int_option({"actors": actors}, "actors", "config") if actors is not None else None
+        )
     given_hparams = _merge_hparams(file_config.get("hparams") or {}, cli_hparams)
     progress = False if args.quiet else None
 
@@ -124,16 +145,20 @@ def run(args: argparse.Namespace) -> int:
     if not env:
         raise ConfigError("no env: name one in the config file (env: rl8.envs.CartPole) or with --env")
     hparams = _build_hparams(given_hparams)
-    hparams = hparams.replace(device=rank_device(hparams.device))  # under torchrun with CUDA: cuda:LOCAL_RANK
+    hparams = hparams.replace(
+        device=rank_device(hparams.device)
+    )  # under torchrun with CUDA: cuda:LOCAL_RANK
     conditions = stop_conditions(config)
     run_args = _run_args(config)
     algo = _build_algo(env, hparams)
     _check_env_configs(algo, run_args)
     max_steps = int_option(config, "max_steps", "config")
     if max_steps is not None and max_steps < algo.hparams.batch_size:
-        print(f"rl8: note: max_steps counts env steps (rl8 1.0: training steps); {max_steps} is less "
-              f"than one training step ({algo.hparams.batch_size} env steps), so one step is trained",
-              file=sys.stderr)
+        print(
+            f"rl8: note: max_steps counts env steps (rl8 1.0: training steps); {max_steps} is less "
+            f"than one training step ({algo.hparams.batch_size} env steps), so one step is trained",
+            file=sys.stderr,
+        )
     stored = {k: v for k, v in config.items() if k in RUN_KEYS or k == "env"}
     stored["hparams"] = given_hparams
     # an option set to null in the file keeps the Trainer's default
@@ -146,9 +171,17 @@ def _run_args(config: Mapping[str, Any], stored: Mapping[str, Any] | None = None
     """The arguments of ``Trainer.run`` that ``config`` gives, else those ``stored``; their
     evaluation plan checked."""
     from rl8.training.run_args import check_eval_plan
-    read = {"env_config": mapping_option, "eval_env_config": mapping_option, "steps_per_eval": int_option}
+
+    read = {
+        "env_config": mapping_option,
+        "eval_env_config": mapping_option,
+        "steps_per_eval": int_option,
+    }
     stored = stored or {}
-    out = {key: option(config, key, "config") if key in config else stored.get(key) for key, option in read.items()}
+    out = {
+        key: option(config, key, "config") if key in config else stored.get(key)
+        for key, option in read.items()
+    }
     with config_errors():
         check_eval_plan(out["steps_per_eval"], out["eval_env_config"])
     return out
@@ -158,8 +191,11 @@ def _build_algo(env: str, hparams: Any) -> Any:
     import gymnasium
 
     from rl8.ppo.algorithm import PPO
-    with config_errors(f"cannot build PPO for env {env!r}: ",
-                       (ValueError, TypeError, ImportError, KeyError, gymnasium.error.Error)):
+
+    with config_errors(
+        f"cannot build PPO for env {env!r}: ",
+        (ValueError, TypeError, ImportError, KeyError, gymnasium.error.Error),
+    ):
         import_given(env, "env")
         for key in ("model_cls", "distribution_cls", "optimizer_cls"):
             import_given(getattr(hparams, key), f"hparam {key}")
@@ -170,12 +206,18 @@ def _check_env_configs(algo: Any, run_args: Mapping[str, Any]) -> None:
     """:func:`rl8.ppo.algorithm.check_env_configs` of the run's env configs, a :class:`ConfigError`
     before the MLflow run is created."""
     from rl8.ppo.algorithm import check_env_configs
+
     with config_errors():
         check_env_configs(algo, {key: run_args.get(key) for key in ("env_config", "eval_env_config")})
 
 
-def _resume(args: argparse.Namespace, file_config: Mapping[str, Any], cli_config: Mapping[str, Any],
-            given_hparams: Mapping[str, Any], progress: bool | None) -> int:
+def _resume(
+    args: argparse.Namespace,
+    file_config: Mapping[str, Any],
+    cli_config: Mapping[str, Any],
+    given_hparams: Mapping[str, Any],
+    progress: bool | None,
+) -> int:
     from rl8.io.checkpoint import CheckpointError
     from rl8.io.checkpoint_dir import read_checkpoint
     from rl8.ppo.hparams import changed_hparams
@@ -189,8 +231,10 @@ def _resume(args: argparse.Namespace, file_config: Mapping[str, Any], cli_config
         raise CheckpointError(f"{path} is an rl8 checkpoint but not a Trainer checkpoint")
     stored_hparams = state["algo"].get("hparams")
     if not isinstance(stored_hparams, Mapping):
-        raise CheckpointError(f"{path}: entry 'algo.hparams' must be a dict of hyper-parameters, "
-                              f"got {type(stored_hparams).__name__}")
+        raise CheckpointError(
+            f"{path}: entry 'algo.hparams' must be a dict of hyper-parameters, "
+            f"got {type(stored_hparams).__name__}"
+        )
     stored_config = dict((state["trainer"].get("metadata") or {}).get("config") or {})
     # the model is fixed by the checkpoint: only settings that do not change it may differ
     env = cli_config.get("env") or file_config.get("env")
@@ -205,7 +249,9 @@ def _resume(args: argparse.Namespace, file_config: Mapping[str, Any], cli_config
     merged = hparams.to_plain()
     changed = changed_hparams(stored_hparams, merged, may_change=RESUMABLE_HPARAMS)
     if changed:
-        detail = ", ".join(f"{k} (checkpoint: {saved!r}, given: {given!r})" for k, (saved, given) in changed.items())
+        detail = ", ".join(
+            f"{k} (checkpoint: {saved!r}, given: {given!r})" for k, (saved, given) in changed.items()
+        )
         raise ConfigError(f"--resume: hyper-parameters cannot change when resuming: {detail}")
     resumable = {k: merged[k] for k in RESUMABLE_HPARAMS}
     overrides = {k: given for k, (_, given) in changed_hparams(stored_hparams, resumable).items()}
@@ -227,7 +273,12 @@ def _resume(args: argparse.Namespace, file_config: Mapping[str, Any], cli_config
     stored_config.update({k: v for k, v in config.items() if k in RUN_KEYS})
     kwargs["metadata"] = {**(state["trainer"].get("metadata") or {}), "config": stored_config}
     trainer = Trainer.from_checkpoint(
-        path, env=handed, hparams=overrides, tracking_uri=tracking_uri, trust_code=args.trust_code, **kwargs
+        path,
+        env=handed,
+        hparams=overrides,
+        tracking_uri=tracking_uri,
+        trust_code=args.trust_code,
+        **kwargs,
     )
     try:  # before any step
         _check_env_configs(trainer.algo, run_args)
@@ -241,6 +292,7 @@ def _checkpoint_conditions(saved: Mapping[str, Any], path: Any) -> list[Any]:
     """The stop conditions recorded in a Trainer checkpoint, rebuilt from their stored
     ``from_config`` mappings (``Trainer.run`` restores their state)."""
     from rl8.training.conditions import from_config, with_current_stat_names
+
     states = saved.get("stop_conditions") or []
     if not states:
         return []
@@ -259,6 +311,7 @@ def _checkpoint_conditions(saved: Mapping[str, Any], path: Any) -> list[Any]:
 def _run(trainer: Any, conditions: list[Any], run_args: Mapping[str, Any]) -> int:
     from rl8.training.conditions import MissingStatError
     from rl8.training.run_args import check_run_plan
+
     with config_errors():  # before training, like a stop condition's missing stat
         check_run_plan(trainer.config, [], run_args["steps_per_eval"])
     try:

@@ -64,7 +64,9 @@ class AtariPreset:
             )
         p = self.repeat_action_probability
         if isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0.0 <= p <= 1.0:
-            raise ValueError(f"atari_preset repeat_action_probability: expected a number in [0, 1], got {p!r}")
+            raise ValueError(
+                f"atari_preset repeat_action_probability: expected a number in [0, 1], got {p!r}"
+            )
 
     @classmethod
     def from_value(cls, value: Any) -> AtariPreset | None:
@@ -82,7 +84,9 @@ class AtariPreset:
             if unknown:
                 raise ValueError(f"atari_preset: unknown options {unknown}; expected some of {names}")
             return cls(**value)
-        raise TypeError(f"atari_preset: expected a bool, None or a dict of options, got {type(value).__name__}")
+        raise TypeError(
+            f"atari_preset: expected a bool, None or a dict of options, got {type(value).__name__}"
+        )
 
 
 class EpisodicLife(gymnasium.Wrapper):
@@ -145,7 +149,9 @@ def make_atari(env_id: str, **kwargs: Any) -> gymnasium.Env:
     try:
         import ale_py
     except ImportError as err:
-        raise ImportError(f"{env_id} needs ale-py: pip install ale-py opencv-python-headless (or pip install -e '.[atari]' in rl8's checkout)") from err
+        raise ImportError(
+            f"{env_id} needs ale-py: pip install ale-py opencv-python-headless (or pip install -e '.[atari]' in rl8's checkout)"
+        ) from err
     gymnasium.register_envs(ale_py)
     kwargs = dict(kwargs)
     preset = AtariPreset.from_value(kwargs.pop(PRESET_KEY, None))
@@ -155,8 +161,12 @@ def make_atari(env_id: str, **kwargs: Any) -> gymnasium.Env:
     env = gymnasium.make(env_id, frameskip=1, **kwargs)
     env = gymnasium.wrappers.RecordEpisodeStatistics(env)
     env = gymnasium.wrappers.AtariPreprocessing(
-        env, noop_max=preset.noop_max, frame_skip=preset.frame_skip, screen_size=preset.screen_size,
-        terminal_on_life_loss=False, grayscale_obs=preset.grayscale,
+        env,
+        noop_max=preset.noop_max,
+        frame_skip=preset.frame_skip,
+        screen_size=preset.screen_size,
+        terminal_on_life_loss=False,
+        grayscale_obs=preset.grayscale,
     )
     if preset.training and preset.terminal_on_life_loss:
         env = EpisodicLife(env)

@@ -16,7 +16,12 @@ from rl8.envs.spaces import space_dtype, space_shape
 from rl8.fields import check_int
 
 __all__ = [
-    "Env", "EnvOutputError", "ReadyEnvs", "validate_step_output", "validate_reset_output", "find_nonfinite",
+    "Env",
+    "EnvOutputError",
+    "ReadyEnvs",
+    "validate_step_output",
+    "validate_reset_output",
+    "find_nonfinite",
 ]
 
 
@@ -53,8 +58,9 @@ class Env(ABC):
     metadata: ClassVar[dict[str, Any]] = {"render_fps": 30}
     single_instance: ClassVar[bool] = False
 
-    def __init__(self, num_envs: int, /, horizon: int | None = None, *,
-                 device: torch.device | str = "cpu") -> None:
+    def __init__(
+        self, num_envs: int, /, horizon: int | None = None, *, device: torch.device | str = "cpu"
+    ) -> None:
         cls = type(self).__name__
         num_envs = check_int(f"{cls}: num_envs", num_envs, 1)
         if horizon is not None:
@@ -69,8 +75,9 @@ class Env(ABC):
         self.device = torch.device(device)
 
     @abstractmethod
-    def reset(self, *, config: dict[str, Any] | None = None,
-              seed: int | None = None) -> torch.Tensor | TensorDictBase:
+    def reset(
+        self, *, config: dict[str, Any] | None = None, seed: int | None = None
+    ) -> torch.Tensor | TensorDictBase:
         """Reset every sub-env and return the first observations, ``[num_envs, *obs_shape]``.
 
         Args:
@@ -145,14 +152,18 @@ class Env(ABC):
         """
         own = self.state_dict()
         if own is None:
-            raise ValueError(f"env state: {type(self).__name__}.state_dict() is None, so it cannot "
-                             "restore a stored state")
+            raise ValueError(
+                f"env state: {type(self).__name__}.state_dict() is None, so it cannot "
+                "restore a stored state"
+            )
         if not isinstance(state, dict):
             raise ValueError(f"env state: expected a dict, got {type(state).__name__}")
         for key, value in state.items():
             if key not in own:
-                raise ValueError(f"env state: {key!r} is not an entry of {type(self).__name__}'s "
-                                 f"state; expected some of {sorted(own)}")
+                raise ValueError(
+                    f"env state: {key!r} is not an entry of {type(self).__name__}'s "
+                    f"state; expected some of {sorted(own)}"
+                )
             expected = _kind(own[key])
             if _kind(value) != expected:
                 raise ValueError(f"env state: {key!r} must be {expected}, got {_sort_of(value)}")
@@ -189,8 +200,10 @@ class Env(ABC):
             self._generator.manual_seed(seed)
 
     def __repr__(self) -> str:
-        return (f"{type(self).__name__}(num_envs={self.num_envs}, horizon={self.horizon}, "
-                f"device={self.device})")
+        return (
+            f"{type(self).__name__}(num_envs={self.num_envs}, horizon={self.horizon}, "
+            f"device={self.device})"
+        )
 
 
 class ReadyEnvs(ABC):
@@ -280,8 +293,9 @@ def _check_value(name: str, value: Any, space: spaces.Space, num_envs: int, wher
         raise EnvOutputError(f"{where}: {name!r} has dtype {value.dtype}, expected {want}")
 
 
-def new_tensordict(tensors: dict[str, Any], batch_size: torch.Size,
-                   device: torch.device | None) -> TensorDict:
+def new_tensordict(
+    tensors: dict[str, Any], batch_size: torch.Size, device: torch.device | None
+) -> TensorDict:
     """A TensorDict of tensors already on ``device``, built without the per-entry checks
     (tensordict 0.15's unchecked constructor)."""
     return TensorDict._new_unsafe(tensors, batch_size=batch_size, device=device)
@@ -335,8 +349,7 @@ def validate_step_output(out: Any, env: Env, *, batch_size: int | None = None) -
         )
     if env.episodic and not flags:
         raise EnvOutputError(
-            f"{where}: the env declares episodic=True but returned neither 'terminated' nor "
-            "'truncated'"
+            f"{where}: the env declares episodic=True but returned neither 'terminated' nor 'truncated'"
         )
     if env.episodic and len(flags) == 1:
         missing = ({"terminated", "truncated"} - flags).pop()

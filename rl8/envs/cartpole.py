@@ -40,23 +40,34 @@ class CartPole(PhysicsEnv):
     action_space = spaces.Discrete(2)
 
     default_params: ClassVar[dict[str, float | int]] = {
-        "gravity": 9.8, "masscart": 1.0, "masspole": 0.1, "length": 0.5, "force_mag": 10.0,
-        "tau": 0.02, "max_episode_steps": 500,
+        "gravity": 9.8,
+        "masscart": 1.0,
+        "masspole": 0.1,
+        "length": 0.5,
+        "force_mag": 10.0,
+        "tau": 0.02,
+        "max_episode_steps": 500,
     }
 
     def _use_params(self, p: dict[str, Any]) -> None:
         # |state| above these ends the episode (only x and theta are limited)
-        self._thresholds = torch.tensor([_X_THRESHOLD, math.inf, _THETA_THRESHOLD, math.inf],
-                                        dtype=torch.float32, device=self.device)
+        self._thresholds = torch.tensor(
+            [_X_THRESHOLD, math.inf, _THETA_THRESHOLD, math.inf], dtype=torch.float32, device=self.device
+        )
         total_mass = p["masspole"] + p["masscart"]
         self._total_mass = total_mass
         self._polemass_length = p["masspole"] * p["length"]
         # force / total_mass for action 0 (left) and 1 (right), looked up without a branch
-        self._force_over_mass = torch.tensor([-p["force_mag"] / total_mass, p["force_mag"] / total_mass],
-                                             dtype=torch.float32, device=self.device)
+        self._force_over_mass = torch.tensor(
+            [-p["force_mag"] / total_mass, p["force_mag"] / total_mass],
+            dtype=torch.float32,
+            device=self.device,
+        )
 
     def _initial_state(self) -> torch.Tensor:
-        return torch.empty(self.num_envs, 4, device=self.device).uniform_(-0.05, 0.05, generator=self._generator)
+        return torch.empty(self.num_envs, 4, device=self.device).uniform_(
+            -0.05, 0.05, generator=self._generator
+        )
 
     @staticmethod
     def _observe(state: torch.Tensor) -> torch.Tensor:
@@ -73,7 +84,9 @@ class CartPole(PhysicsEnv):
         ml = self._polemass_length
         tm = self._total_mass
         # temp = (force + ml * theta_dot^2 * sin) / total_mass
-        temp = torch.addcmul(self._force_over_mass[action.reshape(n)], theta_dot * theta_dot, sin, value=ml / tm)
+        temp = torch.addcmul(
+            self._force_over_mass[action.reshape(n)], theta_dot * theta_dot, sin, value=ml / tm
+        )
         # thetaacc = (g sin - cos temp) / (l (4/3 - mp cos^2 / tm))
         denom = torch.mul(cos, cos).mul_(-p["length"] * p["masspole"] / tm).add_(p["length"] * 4.0 / 3.0)
         theta_acc = torch.addcmul(sin * p["gravity"], cos, temp, value=-1.0).div_(denom)
@@ -87,13 +100,15 @@ class CartPole(PhysicsEnv):
         done = terminated | truncated
         self.state = torch.where(done, self._initial_state(), final)
         self.steps.masked_fill_(done, 0)
-        return self.step_output({
-            "obs": self.state,
-            "rewards": torch.ones(n, 1, device=self.device),
-            "terminated": terminated,
-            "truncated": truncated,
-            "final_obs": final,
-        })
+        return self.step_output(
+            {
+                "obs": self.state,
+                "rewards": torch.ones(n, 1, device=self.device),
+                "terminated": terminated,
+                "truncated": truncated,
+                "final_obs": final,
+            }
+        )
 
     def render(self, index: int = 0) -> np.ndarray:
         """Sub-env ``index`` as a ``uint8`` RGB frame ``[400, 600, 3]`` spanning ``[-2.4, 2.4]`` m."""

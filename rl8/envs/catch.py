@@ -34,13 +34,24 @@ class Catch(Env):
     metadata: ClassVar[dict[str, Any]] = {"render_fps": 8}
     action_space = spaces.Discrete(3)
 
-    def __init__(self, num_envs: int, /, horizon: int | None = None, *, device: torch.device | str = "cpu",
-                 rows: int = 8, cols: int = 8, scale: int = 2) -> None:
+    def __init__(
+        self,
+        num_envs: int,
+        /,
+        horizon: int | None = None,
+        *,
+        device: torch.device | str = "cpu",
+        rows: int = 8,
+        cols: int = 8,
+        scale: int = 2,
+    ) -> None:
         super().__init__(num_envs, horizon, device=device)
         self.rows = check_int("Catch: rows", rows, 2)
         self.cols = check_int("Catch: cols", cols, 2)
         self.scale = check_int("Catch: scale", scale, 1)
-        self.observation_space = spaces.Box(0, 255, (1, self.rows * self.scale, self.cols * self.scale), np.uint8)
+        self.observation_space = spaces.Box(
+            0, 255, (1, self.rows * self.scale, self.cols * self.scale), np.uint8
+        )
         self._generator = self.make_generator()
         self._envs = torch.arange(num_envs, device=self.device)
         self.ball_row = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
@@ -50,7 +61,9 @@ class Catch(Env):
     def _new_balls(self) -> torch.Tensor:
         return torch.randint(self.cols, (self.num_envs,), generator=self._generator, device=self.device)
 
-    def _frames(self, ball_row: torch.Tensor, ball_col: torch.Tensor, paddle: torch.Tensor) -> torch.Tensor:
+    def _frames(
+        self, ball_row: torch.Tensor, ball_col: torch.Tensor, paddle: torch.Tensor
+    ) -> torch.Tensor:
         grid = torch.zeros(self.num_envs, self.rows, self.cols, dtype=torch.uint8, device=self.device)
         grid[self._envs, ball_row, ball_col] = 255
         grid[self._envs, self.rows - 1, paddle] = 255
@@ -81,13 +94,15 @@ class Catch(Env):
         self.ball_col = torch.where(landed, self._new_balls(), self.ball_col)
         self.paddle = torch.where(landed, self.cols // 2, paddle)
         terminated = landed.unsqueeze(1)
-        return self.step_output({
-            "obs": self._frames(self.ball_row, self.ball_col, self.paddle),
-            "rewards": rewards,
-            "terminated": terminated,
-            "truncated": torch.zeros_like(terminated),
-            "final_obs": final,
-        })
+        return self.step_output(
+            {
+                "obs": self._frames(self.ball_row, self.ball_col, self.paddle),
+                "rewards": rewards,
+                "terminated": terminated,
+                "truncated": torch.zeros_like(terminated),
+                "final_obs": final,
+            }
+        )
 
     def render(self, index: int = 0) -> np.ndarray:
         """Sub-env ``index``'s observation as a ``uint8`` RGB frame, each pixel an 8x8 block."""

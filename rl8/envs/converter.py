@@ -94,8 +94,14 @@ class GymnasiumConverter:
             top-level ``action_mask`` as bool).
     """
 
-    def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, num_envs: int,
-                 device: torch.device, label: str) -> None:
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        num_envs: int,
+        device: torch.device,
+        label: str,
+    ) -> None:
         check_space(observation_space, field=f"{label} observation_space")
         check_space(action_space, field=f"{label} action_space")
         self.observation_space, self._np_tree = _convert_obs_space(observation_space)
@@ -114,8 +120,14 @@ class GymnasiumConverter:
         """The numpy observations ``obs`` of a vector env's reset (a dict for Dict spaces) as tensors."""
         return self._obs_to_torch(self._fresh_obs(obs), self.num_envs)
 
-    def from_step(self, obs: Any, rewards: np.ndarray, terminated: np.ndarray,
-                  truncated: np.ndarray, infos: dict[str, Any]) -> TensorDictBase:
+    def from_step(
+        self,
+        obs: Any,
+        rewards: np.ndarray,
+        terminated: np.ndarray,
+        truncated: np.ndarray,
+        infos: dict[str, Any],
+    ) -> TensorDictBase:
         """A vector env's step (``obs`` after the auto-reset; ``[num_envs]`` ``rewards``, bool
         ``terminated`` and ``truncated``; ``infos``, whose ``final_obs`` gives the last observations
         of the envs that ended an episode) as the step contract's TensorDict."""
@@ -127,11 +139,18 @@ class GymnasiumConverter:
                 set_rows(final, i, infos["final_obs"][i])
         return self._output(obs, final, rewards, terminated, truncated)
 
-    def from_rows(self, obs: Any, final_obs: Any, rewards: np.ndarray, terminated: np.ndarray,
-                  truncated: np.ndarray) -> TensorDictBase:
+    def from_rows(
+        self,
+        obs: Any,
+        final_obs: Any,
+        rewards: np.ndarray,
+        terminated: np.ndarray,
+        truncated: np.ndarray,
+    ) -> TensorDictBase:
         """The step output of ``K`` sub-envs from numpy arrays of their own (the pool's rows):
         ``obs``, ``rewards``, ``terminated`` and ``truncated`` as :meth:`from_step`'s, ``K`` rows
         each, and ``final_obs``, their observations before an auto-reset (else ``obs``)."""
+
         def cast(value: Any) -> Any:
             return _map(self._np_tree, lambda dtype, array: array.astype(dtype, copy=False), value)
 
@@ -139,6 +158,7 @@ class GymnasiumConverter:
 
     def to_actions(self, action: torch.Tensor | TensorDictBase) -> Any:
         """A batch of env actions (a TensorDict for Dict spaces) as the numpy arrays gymnasium wants."""
+
         def leaf(dtype: torch.dtype, value: torch.Tensor) -> np.ndarray:
             if value.requires_grad:
                 value = value.detach()
@@ -151,17 +171,22 @@ class GymnasiumConverter:
     def _fresh_obs(self, obs: Any) -> Any:
         return _map(self._np_tree, lambda dtype, array: np.array(array, dtype=dtype), obs)
 
-    def _output(self, obs: Any, final: Any, rewards: np.ndarray, terminated: np.ndarray,
-                truncated: np.ndarray) -> TensorDictBase:
+    def _output(
+        self, obs: Any, final: Any, rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray
+    ) -> TensorDictBase:
         """The step output of ``len(rewards)`` envs from numpy arrays of their own in rl8's dtypes."""
         n = len(rewards)
-        return new_tensordict({
-            "obs": self._obs_to_torch(obs, n),
-            "rewards": self._to_torch(rewards.astype(np.float32).reshape(n, 1)),
-            "terminated": self._to_torch(terminated.reshape(n, 1)),
-            "truncated": self._to_torch(truncated.reshape(n, 1)),
-            "final_obs": self._obs_to_torch(final, n),
-        }, torch.Size([n]), self.device)
+        return new_tensordict(
+            {
+                "obs": self._obs_to_torch(obs, n),
+                "rewards": self._to_torch(rewards.astype(np.float32).reshape(n, 1)),
+                "terminated": self._to_torch(terminated.reshape(n, 1)),
+                "truncated": self._to_torch(truncated.reshape(n, 1)),
+                "final_obs": self._obs_to_torch(final, n),
+            },
+            torch.Size([n]),
+            self.device,
+        )
 
     def _to_torch(self, array: np.ndarray) -> torch.Tensor:
         """A CPU tensor sharing ``array``, moved to :attr:`device` (a copy unless on the CPU)."""
@@ -169,4 +194,8 @@ class GymnasiumConverter:
 
     def _obs_to_torch(self, obs: Any, n: int) -> torch.Tensor | TensorDict:
         tensors = _map(self._np_tree, lambda dtype, array: self._to_torch(array), obs)
-        return new_tensordict(tensors, torch.Size([n]), self.device) if isinstance(tensors, dict) else tensors
+        return (
+            new_tensordict(tensors, torch.Size([n]), self.device)
+            if isinstance(tensors, dict)
+            else tensors
+        )

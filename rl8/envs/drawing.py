@@ -22,7 +22,9 @@ def fill_rect(img: np.ndarray, x0: float, y0: float, x1: float, y1: float, color
         img[r0:r1, c0:c1] = color
 
 
-def draw_line(img: np.ndarray, x0: float, y0: float, x1: float, y1: float, width: float, color: Color) -> None:
+def draw_line(
+    img: np.ndarray, x0: float, y0: float, x1: float, y1: float, width: float, color: Color
+) -> None:
     """Draw a segment from ``(x0, y0)`` to ``(x1, y1)`` that is ``width`` pixels thick."""
     half = width / 2.0
     h, w = img.shape[:2]

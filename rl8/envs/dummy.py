@@ -27,7 +27,9 @@ class _DummyEnv(Env):
     episodic: ClassVar[bool] = False
     observation_space = spaces.Box(-np.inf, np.inf, (1,), np.float32)
 
-    def __init__(self, num_envs: int, /, horizon: int | None = None, *, device: torch.device | str = "cpu") -> None:
+    def __init__(
+        self, num_envs: int, /, horizon: int | None = None, *, device: torch.device | str = "cpu"
+    ) -> None:
         super().__init__(num_envs, horizon, device=device)
         self._generator = self.make_generator()
         self._set_params({"bounds": 1.0, "step_size": 0.1})
@@ -36,12 +38,16 @@ class _DummyEnv(Env):
     def _set_params(self, params: dict[str, Any]) -> None:
         for key, value in params.items():
             if not isinstance(value, numbers.Real) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"{type(self).__name__}: config {key!r} must be a positive number, got {value!r}")
+                raise ValueError(
+                    f"{type(self).__name__}: config {key!r} must be a positive number, got {value!r}"
+                )
         self.params: dict[str, float] = {k: float(v) for k, v in params.items()}
 
     def _initial_state(self) -> torch.Tensor:
         b = self.params["bounds"]
-        return torch.empty(self.num_envs, 1, device=self.device).uniform_(-b, b, generator=self._generator)
+        return torch.empty(self.num_envs, 1, device=self.device).uniform_(
+            -b, b, generator=self._generator
+        )
 
     def reset(self, *, config: dict[str, Any] | None = None, seed: int | None = None) -> torch.Tensor:
         """Draw every ``x`` uniformly in ``[-bounds, bounds]`` (``config``: ``bounds``, ``step_size``)."""

@@ -27,8 +27,15 @@ class EpisodeRecords:
 
     def stat_sums(self, device: torch.device | str) -> dict[str, torch.Tensor]:
         """``env_episodes/{return_sum,length_sum,count}`` as 0-d float64 tensors on ``device``."""
-        values = torch.tensor([self.return_sum, self.length_sum, self.count], dtype=torch.float64).to(device)
-        return dict(zip(("env_episodes/return_sum", "env_episodes/length_sum", "env_episodes/count"), values.unbind()))
+        values = torch.tensor([self.return_sum, self.length_sum, self.count], dtype=torch.float64).to(
+            device
+        )
+        return dict(
+            zip(
+                ("env_episodes/return_sum", "env_episodes/length_sum", "env_episodes/count"),
+                values.unbind(),
+            )
+        )
 
 
 class EpisodeTracker:

@@ -97,12 +97,20 @@ class GymnasiumEnv(GymnasiumEnvBase):
             return PoolEnv(*args, **kwargs)
         return super().__new__(cls)
 
-    def __init__(self, num_envs: int, /, horizon: int | None = None, *,
-                 device: torch.device | str = "cpu", env: str | Callable[..., gymnasium.Env],
-                 vectorization_mode: str = "sync",
-                 env_kwargs: dict[str, Any] | None = None,
-                 wrappers: Sequence[Callable[[gymnasium.Env], gymnasium.Env]] | None = None,
-                 render_mode: str | None = None, step_timeout_s: float | None = None) -> None:
+    def __init__(
+        self,
+        num_envs: int,
+        /,
+        horizon: int | None = None,
+        *,
+        device: torch.device | str = "cpu",
+        env: str | Callable[..., gymnasium.Env],
+        vectorization_mode: str = "sync",
+        env_kwargs: dict[str, Any] | None = None,
+        wrappers: Sequence[Callable[[gymnasium.Env], gymnasium.Env]] | None = None,
+        render_mode: str | None = None,
+        step_timeout_s: float | None = None,
+    ) -> None:
         super().__init__(num_envs, horizon, device=device)
         mode = getattr(vectorization_mode, "value", vectorization_mode)
         if mode == "pool":
@@ -111,8 +119,10 @@ class GymnasiumEnv(GymnasiumEnvBase):
                 "subclass of GymnasiumEnv cannot be; use 'sync' or 'async', or PoolEnv itself"
             )
         if mode not in ("sync", "async"):
-            raise ValueError(f"GymnasiumEnv: vectorization_mode must be one of ['sync', 'async', 'pool'], "
-                             f"got {vectorization_mode!r}")
+            raise ValueError(
+                f"GymnasiumEnv: vectorization_mode must be one of ['sync', 'async', 'pool'], "
+                f"got {vectorization_mode!r}"
+            )
         self._set_env("GymnasiumEnv", env, env_kwargs, wrappers, render_mode)
         self.step_timeout_s = check_step_timeout("GymnasiumEnv", step_timeout_s)
         if self.step_timeout_s is not None and mode == "sync":
@@ -127,13 +137,18 @@ class GymnasiumEnv(GymnasiumEnvBase):
         is_async = isinstance(self.vector_env, AsyncVectorEnv)
         self._errors = _WorkerErrors(self.vector_env) if is_async else None
         # ends the async workers in time, also when the env is collected or the interpreter exits
-        self._finalizer = weakref.finalize(self, _close_async if is_async else type(self.vector_env).close,
-                                           self.vector_env)
+        self._finalizer = weakref.finalize(
+            self, _close_async if is_async else type(self.vector_env).close, self.vector_env
+        )
         try:
             vector_env = self.vector_env
             reports = self._call(vector_env.call, "has_wrapper_attr", "reports_episode_records")
-            self._set_spaces(vector_env.single_observation_space, vector_env.single_action_space,
-                             vector_env.metadata, any(reports))
+            self._set_spaces(
+                vector_env.single_observation_space,
+                vector_env.single_action_space,
+                vector_env.metadata,
+                any(reports),
+            )
         except BaseException:
             self.close()
             raise
@@ -146,8 +161,14 @@ class GymnasiumEnv(GymnasiumEnvBase):
         make_single = functools.partial(make_single_env, env, kwargs, self.wrappers)
         try:
             if isinstance(env, str) and not is_atari_id(env):
-                return gymnasium.make_vec(env, self.num_envs, vectorization_mode=mode, vector_kwargs=vector_kwargs,
-                                          wrappers=[*self.wrappers, with_episode_records], **kwargs)
+                return gymnasium.make_vec(
+                    env,
+                    self.num_envs,
+                    vectorization_mode=mode,
+                    vector_kwargs=vector_kwargs,
+                    wrappers=[*self.wrappers, with_episode_records],
+                    **kwargs,
+                )
             fns = [make_single] * self.num_envs
             return (AsyncVectorEnv if mode == "async" else SyncVectorEnv)(fns, **vector_kwargs)
         except (gymnasium.error.UnregisteredEnv, gymnasium.error.DeprecatedEnv) as err:
@@ -155,7 +176,10 @@ class GymnasiumEnv(GymnasiumEnvBase):
                 raise
             ids = {i.lower(): i for i in gymnasium.registry}
             close = [ids[i] for i in difflib.get_close_matches(env.lower(), list(ids))]
-            hint = did_you_mean(env, close=close) or "; see gymnasium.pprint_registry() for the registered ids"
+            hint = (
+                did_you_mean(env, close=close)
+                or "; see gymnasium.pprint_registry() for the registered ids"
+            )
             raise type(err)(f"GymnasiumEnv: unknown gymnasium env id {env!r}{hint} ({err})") from err
         except (EOFError, BrokenPipeError, ConnectionResetError):
             if mode != "async":
@@ -176,8 +200,9 @@ class GymnasiumEnv(GymnasiumEnvBase):
                     single.close()
             raise
 
-    def reset(self, *, config: dict[str, Any] | None = None,
-              seed: int | None = None) -> torch.Tensor | TensorDictBase:
+    def reset(
+        self, *, config: dict[str, Any] | None = None, seed: int | None = None
+    ) -> torch.Tensor | TensorDictBase:
         """Reset every gymnasium env; sub-env ``i`` gets ``seed + i`` (``None``: each continues its
         stream, the first reset's seed drawn from torch's global generator). ``config``: only ``{}``."""
         seed = self._reset_seed(config, seed)
@@ -205,7 +230,9 @@ class GymnasiumEnv(GymnasiumEnvBase):
             return self.vector_env.step_wait(timeout=self.step_timeout_s)
         except multiprocessing.TimeoutError:
             late = [
-                i for i, pipe in enumerate(self.vector_env.parent_pipes) if pipe is not None and not pipe.poll()
+                i
+                for i, pipe in enumerate(self.vector_env.parent_pipes)
+                if pipe is not None and not pipe.poll()
             ]
             where = f"sub-env {late[0]}" if len(late) == 1 else f"sub-envs {late}"
             self._raise_step_timeout(where, "the vector env")
@@ -235,7 +262,9 @@ class GymnasiumEnv(GymnasiumEnvBase):
             if self._errors.items:
                 index, _, remote, trace = self._errors.items[-1]
                 exc = remote if isinstance(remote, BaseException) else err
-                self._raise_worker_error(exc, trace, f"sub-env {index}'s worker process", "the vector env")
+                self._raise_worker_error(
+                    exc, trace, f"sub-env {index}'s worker process", "the vector env"
+                )
             if isinstance(err, (EOFError, BrokenPipeError, ConnectionResetError)):
                 # gymnasium reads a dead worker's pipe and gets a bare EOFError: say who died
                 raise self._worker_died() from None
@@ -248,8 +277,10 @@ class GymnasiumEnv(GymnasiumEnvBase):
         for i, process in enumerate(processes):
             if process.sentinel in ended:
                 process.join(CLOSE_TIMEOUT_S)
-                dead.append(f"sub-env {i} (pid {process.pid}) ended unexpectedly with "
-                            f"{exit_description(process.exitcode)}")
+                dead.append(
+                    f"sub-env {i} (pid {process.pid}) ended unexpectedly with "
+                    f"{exit_description(process.exitcode)}"
+                )
         self.close()
         which = "; ".join(dead) or "a worker ended unexpectedly"
         return EnvWorkerDied(

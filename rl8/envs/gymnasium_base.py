@@ -24,9 +24,14 @@ class GymnasiumEnvBase(Env):
 
     episodic = True
 
-    def _set_env(self, label: str, env: Any, env_kwargs: dict[str, Any] | None,
-                 wrappers: Sequence[Callable[[gymnasium.Env], gymnasium.Env]] | None,
-                 render_mode: str | None) -> None:
+    def _set_env(
+        self,
+        label: str,
+        env: Any,
+        env_kwargs: dict[str, Any] | None,
+        wrappers: Sequence[Callable[[gymnasium.Env], gymnasium.Env]] | None,
+        render_mode: str | None,
+    ) -> None:
         if not isinstance(env, str) and not callable(env):
             raise TypeError(
                 f"{label}: env must be a registered gymnasium id or a callable returning a "
@@ -39,12 +44,18 @@ class GymnasiumEnvBase(Env):
         self._needs_reset = True
         self._seeded = False
 
-    def _set_spaces(self, observation_space: gymnasium.Space, action_space: gymnasium.Space,
-                    metadata: dict[str, Any], records: bool) -> None:
+    def _set_spaces(
+        self,
+        observation_space: gymnasium.Space,
+        action_space: gymnasium.Space,
+        metadata: dict[str, Any],
+        records: bool,
+    ) -> None:
         """The converter, spaces and metadata of sub-envs of these spaces; ``records``: they report
         episode records (:class:`~rl8.envs.workers.ReportEpisodeRecords`)."""
-        self.converter = GymnasiumConverter(observation_space, action_space, self.num_envs, self.device,
-                                            self.name)
+        self.converter = GymnasiumConverter(
+            observation_space, action_space, self.num_envs, self.device, self.name
+        )
         self.observation_space = self.converter.observation_space
         self.action_space = action_space
         # [return_sum, length_sum, count] of the sub-envs' records not yet popped; None: none kept
@@ -88,7 +99,9 @@ class GymnasiumEnvBase(Env):
 
     def _check_open(self) -> None:
         if self._closed:
-            raise RuntimeError(f"{self.name} is closed (by close(), or after an error in a worker process)")
+            raise RuntimeError(
+                f"{self.name} is closed (by close(), or after an error in a worker process)"
+            )
 
     def _check_ready(self, method: str) -> None:
         self._check_open()
@@ -117,8 +130,10 @@ class GymnasiumEnvBase(Env):
 
     def _raise_worker_error(self, exc: BaseException, trace: str, where: str, closed: str) -> NoReturn:
         self.close()
-        exc.add_note(f"{self.name}: raised in {where} (the worker traceback is above); {closed} and all "
-                     "its workers have been closed.")
+        exc.add_note(
+            f"{self.name}: raised in {where} (the worker traceback is above); {closed} and all "
+            "its workers have been closed."
+        )
         raise exc.with_traceback(None) from RemoteTraceback(trace)
 
     def _raise_step_timeout(self, where: str, closed: str) -> NoReturn:
@@ -160,8 +175,7 @@ class GymnasiumEnvBase(Env):
         self.close()
 
     @classmethod
-    def make_factory(cls, env: str | Callable[..., gymnasium.Env],
-                     **kwargs: Any) -> GymnasiumEnvFactory:
+    def make_factory(cls, env: str | Callable[..., gymnasium.Env], **kwargs: Any) -> GymnasiumEnvFactory:
         """A :class:`GymnasiumEnvFactory` of this class, ``env`` and the other keyword arguments
         ``kwargs`` (what ``PPO("CartPole-v1")`` builds with)."""
         return GymnasiumEnvFactory(cls, env, kwargs)
@@ -186,8 +200,9 @@ class GymnasiumEnvFactory:
         name = env if isinstance(env, str) else getattr(env, "__name__", type(env).__name__)
         self.__name__ = self.__qualname__ = f"{cls.__name__}[{name}]"
 
-    def __call__(self, num_envs: int, horizon: int | None = None, *,
-                 device: torch.device | str = "cpu") -> GymnasiumEnvBase:
+    def __call__(
+        self, num_envs: int, horizon: int | None = None, *, device: torch.device | str = "cpu"
+    ) -> GymnasiumEnvBase:
         return self.cls(num_envs, horizon, device=device, env=self.env, **self.kwargs)
 
     def __repr__(self) -> str:

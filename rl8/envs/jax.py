@@ -14,7 +14,14 @@ from tensordict import TensorDictBase
 
 from rl8.envs.base import Env, new_tensordict
 
-__all__ = ["JaxEnv", "GymnaxEnv", "PlaygroundEnv", "make_gymnax_env", "make_playground_env", "jax_device"]
+__all__ = [
+    "JaxEnv",
+    "GymnaxEnv",
+    "PlaygroundEnv",
+    "make_gymnax_env",
+    "make_playground_env",
+    "jax_device",
+]
 
 
 def jax_device(device: torch.device) -> Any:
@@ -57,8 +64,9 @@ class JaxEnv(Env):
 
     episodic = True
 
-    def __init__(self, num_envs: int, /, horizon: int | None = None, *,
-                 device: torch.device | str = "cpu") -> None:
+    def __init__(
+        self, num_envs: int, /, horizon: int | None = None, *, device: torch.device | str = "cpu"
+    ) -> None:
         import jax  # optional
 
         super().__init__(num_envs, horizon, device=device)
@@ -100,7 +108,9 @@ class JaxEnv(Env):
         state, obs = self.reset_batch(jax.random.split(sub, self.num_envs), params)
         return key, state, self.cast_obs(obs)
 
-    def batched_step(self, key: Any, state: Any, action: Any, params: Any) -> tuple[Any, Any, dict[str, Any]]:
+    def batched_step(
+        self, key: Any, state: Any, action: Any, params: Any
+    ) -> tuple[Any, Any, dict[str, Any]]:
         """:meth:`step_batch` with keys split from ``key``, in the step contract's dtypes and shapes."""
         import jax
         import jax.numpy as jnp
@@ -110,12 +120,17 @@ class JaxEnv(Env):
             action = jnp.clip(action, self.action_space.low, self.action_space.high)
         state, out = self.step_batch(jax.random.split(sub, self.num_envs), state, action, params)
         column = (self.num_envs, 1)
-        return key, state, {
-            "obs": self.cast_obs(out["obs"]), "final_obs": self.cast_obs(out["final_obs"]),
-            "rewards": jnp.reshape(out["rewards"], column).astype(jnp.float32),
-            "terminated": jnp.reshape(out["terminated"], column).astype(bool),
-            "truncated": jnp.reshape(out["truncated"], column).astype(bool),
-        }
+        return (
+            key,
+            state,
+            {
+                "obs": self.cast_obs(out["obs"]),
+                "final_obs": self.cast_obs(out["final_obs"]),
+                "rewards": jnp.reshape(out["rewards"], column).astype(jnp.float32),
+                "terminated": jnp.reshape(out["terminated"], column).astype(bool),
+                "truncated": jnp.reshape(out["truncated"], column).astype(bool),
+            },
+        )
 
     def cast_obs(self, obs: Any) -> Any:
         """``obs`` (an array, or a dict of arrays for a ``Dict`` space) in the space's dtypes."""
@@ -140,8 +155,9 @@ class JaxEnv(Env):
             action = action.to(torch.int32)
         return jnp.from_dlpack(action.contiguous())
 
-    def reset(self, *, config: dict[str, Any] | None = None,
-              seed: int | None = None) -> torch.Tensor | TensorDictBase:
+    def reset(
+        self, *, config: dict[str, Any] | None = None, seed: int | None = None
+    ) -> torch.Tensor | TensorDictBase:
         """Reset every sub-env; ``seed``, in ``[0, 2**64)``, makes a new JAX key (``config``: see the
         subclass)."""
         import jax
@@ -156,7 +172,9 @@ class JaxEnv(Env):
         """Step every sub-env once with ``action`` (``[N]`` int64 or ``[N, *shape]`` float32)."""
         if self.sim_state is None:
             raise RuntimeError(f"{type(self).__name__}.step: call reset() first")
-        self.key, self.sim_state, out = self.step_jit(self.key, self.sim_state, self.to_jax(action), self.params)
+        self.key, self.sim_state, out = self.step_jit(
+            self.key, self.sim_state, self.to_jax(action), self.params
+        )
         return self.step_output({name: self.to_torch(value) for name, value in out.items()})
 
     def state_dict(self) -> dict[str, Any] | None:
@@ -178,15 +196,28 @@ class JaxEnv(Env):
             raise ValueError(f"env state: reset {type(self).__name__} before loading its state")
         leaves = state.get("leaves") if isinstance(state, dict) else None
         if not isinstance(leaves, list) or len(leaves) != len(own["leaves"]):
-            raise ValueError(f"env state: expected {{'leaves': a list of {len(own['leaves'])} tensors}}, "
-                             f"got {state!r:.200}")
+            raise ValueError(
+                f"env state: expected {{'leaves': a list of {len(own['leaves'])} tensors}}, "
+                f"got {state!r:.200}"
+            )
         for i, (value, expected) in enumerate(zip(leaves, own["leaves"])):
-            if not isinstance(value, torch.Tensor) or (value.dtype, value.shape) != (expected.dtype, expected.shape):
-                got = f"{value.dtype} {tuple(value.shape)}" if isinstance(value, torch.Tensor) else type(value).__name__
-                raise ValueError(f"env state: leaf {i} must be a {expected.dtype} tensor of shape "
-                                 f"{tuple(expected.shape)}, got {got}")
+            if not isinstance(value, torch.Tensor) or (value.dtype, value.shape) != (
+                expected.dtype,
+                expected.shape,
+            ):
+                got = (
+                    f"{value.dtype} {tuple(value.shape)}"
+                    if isinstance(value, torch.Tensor)
+                    else type(value).__name__
+                )
+                raise ValueError(
+                    f"env state: leaf {i} must be a {expected.dtype} tensor of shape "
+                    f"{tuple(expected.shape)}, got {got}"
+                )
         arrays = [jax.device_put(jnp.array(t.cpu().numpy()), self.jax_device) for t in leaves]
-        self.key, self.sim_state = jax.tree.unflatten(jax.tree.structure((self.key, self.sim_state)), arrays)
+        self.key, self.sim_state = jax.tree.unflatten(
+            jax.tree.structure((self.key, self.sim_state)), arrays
+        )
 
 
 class GymnaxEnv(JaxEnv):
@@ -200,14 +231,24 @@ class GymnaxEnv(JaxEnv):
         env_kwargs: Keyword arguments of ``gymnax.make``.
     """
 
-    def __init__(self, num_envs: int, /, horizon: int | None = None, *, device: torch.device | str = "cpu",
-                 env_id: str, **env_kwargs: Any) -> None:
+    def __init__(
+        self,
+        num_envs: int,
+        /,
+        horizon: int | None = None,
+        *,
+        device: torch.device | str = "cpu",
+        env_id: str,
+        **env_kwargs: Any,
+    ) -> None:
         import gymnax  # optional (rl8[gymnax])
         from gymnax.environments.spaces import gymnax_space_to_gym_space
 
         if env_id not in gymnax.registered_envs:
-            raise ValueError(f"env_id: unknown gymnax env {env_id!r}; gymnax's envs: "
-                             f"{', '.join(gymnax.registered_envs)}")
+            raise ValueError(
+                f"env_id: unknown gymnax env {env_id!r}; gymnax's envs: "
+                f"{', '.join(gymnax.registered_envs)}"
+            )
         self.env, params = gymnax.make(env_id, **env_kwargs)
         self.env_id = env_id
         self.observation_space = gymnax_space_to_gym_space(self.env.observation_space(params))
@@ -222,7 +263,9 @@ class GymnaxEnv(JaxEnv):
 
     def configure(self, config: dict[str, Any] | None) -> Any:
         """``EnvParams`` with the fields ``config`` names replaced."""
-        current = {field.name: getattr(self.params, field.name) for field in dataclasses.fields(self.params)}
+        current = {
+            field.name: getattr(self.params, field.name) for field in dataclasses.fields(self.params)
+        }
         return self.params.replace(**self.apply_config(config, current)) if config else self.params
 
     def reset_batch(self, keys: Any, params: Any) -> tuple[Any, Any]:
@@ -235,9 +278,15 @@ class GymnaxEnv(JaxEnv):
         import jax
 
         obs, state, reward, terminated, truncated, info = jax.vmap(
-            self.env.step, in_axes=(0, 0, 0, None))(keys, state, action, params)
-        return state, {"obs": obs, "final_obs": info["final_observation"], "rewards": reward,
-                       "terminated": terminated, "truncated": truncated}
+            self.env.step, in_axes=(0, 0, 0, None)
+        )(keys, state, action, params)
+        return state, {
+            "obs": obs,
+            "final_obs": info["final_observation"],
+            "rewards": reward,
+            "terminated": terminated,
+            "truncated": truncated,
+        }
 
 
 class PlaygroundEnv(JaxEnv):
@@ -256,22 +305,37 @@ class PlaygroundEnv(JaxEnv):
             Playground's default for many tasks is MuJoCo Warp.
     """
 
-    def __init__(self, num_envs: int, /, horizon: int | None = None, *, device: torch.device | str = "cpu",
-                 env_id: str, config_overrides: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        num_envs: int,
+        /,
+        horizon: int | None = None,
+        *,
+        device: torch.device | str = "cpu",
+        env_id: str,
+        config_overrides: dict[str, Any] | None = None,
+    ) -> None:
         from mujoco_playground import registry  # optional (rl8[playground])
 
         if env_id not in registry.ALL_ENVS:
-            raise ValueError(f"env_id: unknown MuJoCo Playground env {env_id!r}; its envs: "
-                             f"{', '.join(registry.ALL_ENVS)}")
+            raise ValueError(
+                f"env_id: unknown MuJoCo Playground env {env_id!r}; its envs: "
+                f"{', '.join(registry.ALL_ENVS)}"
+            )
         self.config = registry.get_default_config(env_id)
         self.env = registry.load(env_id, config=self.config, config_overrides=config_overrides)
         self.env_id = env_id
         self.action_repeat = int(self.config.action_repeat)
         sizes = self.env.observation_size
+
         def box(size):
-            return spaces.Box(-np.inf, np.inf, (size,) if isinstance(size, int) else tuple(size), np.float32)
-        self.observation_space = (spaces.Dict({k: box(v) for k, v in sizes.items()}) if isinstance(sizes, dict)
-                                  else box(sizes))
+            return spaces.Box(
+                -np.inf, np.inf, (size,) if isinstance(size, int) else tuple(size), np.float32
+            )
+
+        self.observation_space = (
+            spaces.Dict({k: box(v) for k, v in sizes.items()}) if isinstance(sizes, dict) else box(sizes)
+        )
         self.action_space = spaces.Box(-1.0, 1.0, (self.env.action_size,), np.float32)
         super().__init__(num_envs, horizon, device=device)
         self.params = {"episode_length": int(self.config.episode_length)}
@@ -310,25 +374,34 @@ class PlaygroundEnv(JaxEnv):
 
         def restart(stepped: Any) -> Any:
             fresh = jax.vmap(self.env.reset)(keys)
+
             def pick(new, old):
                 return jnp.where(jnp.reshape(done, done.shape + (1,) * (old.ndim - 1)), new, old)
+
             return jax.tree.map(lambda new, old: pick(new, old).astype(old.dtype), fresh, stepped)
 
         restarted = jax.lax.cond(done.any(), restart, lambda stepped: stepped, sim)
-        out = {"obs": restarted.obs, "final_obs": sim.obs, "rewards": reward,
-               "terminated": terminated, "truncated": truncated}
+        out = {
+            "obs": restarted.obs,
+            "final_obs": sim.obs,
+            "rewards": reward,
+            "terminated": terminated,
+            "truncated": truncated,
+        }
         return (restarted, jnp.where(done, 0, steps)), out
 
 
-def make_gymnax_env(task: str, num_envs: int, horizon: int | None, *, device: torch.device | str,
-                    **env_kwargs: Any) -> Env:
+def make_gymnax_env(
+    task: str, num_envs: int, horizon: int | None, *, device: torch.device | str, **env_kwargs: Any
+) -> Env:
     """The named task ``gymnax:<task>``: ``GymnaxEnv(num_envs, horizon, device=device,
     env_id=task, **env_kwargs)`` (:class:`GymnaxEnv` says what each argument means)."""
     return GymnaxEnv(num_envs, horizon, device=device, env_id=task, **env_kwargs)
 
 
-def make_playground_env(task: str, num_envs: int, horizon: int | None, *, device: torch.device | str,
-                        **env_kwargs: Any) -> Env:
+def make_playground_env(
+    task: str, num_envs: int, horizon: int | None, *, device: torch.device | str, **env_kwargs: Any
+) -> Env:
     """The named task ``playground:<task>``: ``PlaygroundEnv(num_envs, horizon, device=device,
     env_id=task, **env_kwargs)`` (:class:`PlaygroundEnv` says what each argument means)."""
     return PlaygroundEnv(num_envs, horizon, device=device, env_id=task, **env_kwargs)

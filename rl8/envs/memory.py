@@ -30,8 +30,16 @@ class Memory(Env):
 
     episodic: ClassVar[bool] = True
 
-    def __init__(self, num_envs: int, /, horizon: int | None = None, *, device: torch.device | str = "cpu",
-                 delay: int = 4, num_cues: int = 2) -> None:
+    def __init__(
+        self,
+        num_envs: int,
+        /,
+        horizon: int | None = None,
+        *,
+        device: torch.device | str = "cpu",
+        delay: int = 4,
+        num_cues: int = 2,
+    ) -> None:
         super().__init__(num_envs, horizon, device=device)
         self.num_cues = check_int("Memory: num_cues", num_cues, 2)
         self.observation_space = spaces.Box(0.0, 1.0, (self.num_cues + 1,), np.float32)
@@ -54,7 +62,9 @@ class Memory(Env):
         self._table = table.to(self.device)
 
     def _new_cues(self) -> torch.Tensor:
-        return torch.randint(self.num_cues, (self.num_envs,), generator=self._generator, device=self.device)
+        return torch.randint(
+            self.num_cues, (self.num_envs,), generator=self._generator, device=self.device
+        )
 
     def reset(self, *, config: dict[str, Any] | None = None, seed: int | None = None) -> torch.Tensor:
         """Start a new episode with a new cue in every sub-env (``config``: ``{"delay": int}``)."""
@@ -73,10 +83,12 @@ class Memory(Env):
         self._cue = torch.where(answer, self._new_cues(), self._cue)
         self._t = t_next.masked_fill_(answer, 0)
         terminated = answer.unsqueeze(1)
-        return self.step_output({
-            "obs": self._table[self._cue, self._t],
-            "rewards": correct.unsqueeze(1).to(torch.float32),
-            "terminated": terminated,
-            "truncated": torch.zeros_like(terminated),
-            "final_obs": final,
-        })
+        return self.step_output(
+            {
+                "obs": self._table[self._cue, self._t],
+                "rewards": correct.unsqueeze(1).to(torch.float32),
+                "terminated": terminated,
+                "truncated": torch.zeros_like(terminated),
+                "final_obs": final,
+            }
+        )

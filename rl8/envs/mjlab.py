@@ -37,10 +37,19 @@ def mjlab_runner_cfg(task: str) -> dict[str, Any]:
     return asdict(load_rl_cfg(task))
 
 
-def make_mjlab_env(task: str, num_envs: int, horizon: int | None = None, *, device: torch.device | str,
-                   reset_mode: str = "auto", seed: int | None = None, play: bool = False,
-                   init_at_random_ep_len: bool = True, clip_actions: float | None = None,
-                   env_cfg: Any = None) -> RslRlEnv:
+def make_mjlab_env(
+    task: str,
+    num_envs: int,
+    horizon: int | None = None,
+    *,
+    device: torch.device | str,
+    reset_mode: str = "auto",
+    seed: int | None = None,
+    play: bool = False,
+    init_at_random_ep_len: bool = True,
+    clip_actions: float | None = None,
+    env_cfg: Any = None,
+) -> RslRlEnv:
     """mjlab's task ``task`` on ``num_envs`` envs, as an rl8 env (``PPO("mjlab:<task>")``).
 
     The env is mjlab's ``ManagerBasedRlEnv`` behind its ``RslRlVecEnvWrapper``, its observation
@@ -82,11 +91,16 @@ def make_mjlab_env(task: str, num_envs: int, horizon: int | None = None, *, devi
     cfg.auto_reset = reset_mode == "auto"
     if seed is not None:
         cfg.seed = seed
-    env = RslRlVecEnvWrapper(ManagerBasedRlEnv(cfg=cfg, device=str(torch.device(device))), clip_actions=clip_actions)
+    env = RslRlVecEnvWrapper(
+        ManagerBasedRlEnv(cfg=cfg, device=str(torch.device(device))), clip_actions=clip_actions
+    )
 
     def reset_envs(env_ids: torch.Tensor) -> TensorDict:
         obs, _ = env.unwrapped.reset(env_ids=env_ids)
         return TensorDict(obs, batch_size=[num_envs])
 
-    return RslRlEnv(env, reset_envs=None if cfg.auto_reset else reset_envs,
-                    init_at_random_ep_len=init_at_random_ep_len)
+    return RslRlEnv(
+        env,
+        reset_envs=None if cfg.auto_reset else reset_envs,
+        init_at_random_ep_len=init_at_random_ep_len,
+    )

@@ -34,12 +34,20 @@ class Pendulum(PhysicsEnv):
 
     episodic: ClassVar[bool] = True
     metadata: ClassVar[dict[str, Any]] = {"render_fps": 30}
-    observation_space = spaces.Box(np.array([-1.0, -1.0, -8.0], dtype=np.float32),
-                                   np.array([1.0, 1.0, 8.0], dtype=np.float32), dtype=np.float32)
+    observation_space = spaces.Box(
+        np.array([-1.0, -1.0, -8.0], dtype=np.float32),
+        np.array([1.0, 1.0, 8.0], dtype=np.float32),
+        dtype=np.float32,
+    )
     action_space = spaces.Box(-2.0, 2.0, (1,), np.float32)
 
     default_params: ClassVar[dict[str, float | int]] = {
-        "g": 10.0, "m": 1.0, "l": 1.0, "dt": 0.05, "max_speed": 8.0, "max_torque": 2.0,
+        "g": 10.0,
+        "m": 1.0,
+        "l": 1.0,
+        "dt": 0.05,
+        "max_speed": 8.0,
+        "max_torque": 2.0,
         "max_episode_steps": 200,
     }
 
@@ -79,13 +87,15 @@ class Pendulum(PhysicsEnv):
         truncated = self.steps >= p["max_episode_steps"]
         self.state = torch.where(truncated, self._initial_state(), final_state)
         self.steps.masked_fill_(truncated, 0)
-        return self.step_output({
-            "obs": self._observe(self.state),
-            "rewards": rewards.unsqueeze(1),
-            "terminated": torch.zeros(n, 1, dtype=torch.bool, device=self.device),
-            "truncated": truncated,
-            "final_obs": self._observe(final_state),
-        })
+        return self.step_output(
+            {
+                "obs": self._observe(self.state),
+                "rewards": rewards.unsqueeze(1),
+                "terminated": torch.zeros(n, 1, dtype=torch.bool, device=self.device),
+                "truncated": truncated,
+                "final_obs": self._observe(final_state),
+            }
+        )
 
     def render(self, index: int = 0) -> np.ndarray:
         """Sub-env ``index`` as a ``uint8`` RGB frame ``[500, 500, 3]``, ``[-2.2, 2.2]`` m around the pivot."""

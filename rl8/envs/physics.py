@@ -26,7 +26,9 @@ class PhysicsEnv(Env):
 
     default_params: ClassVar[dict[str, float | int]]
 
-    def __init__(self, num_envs: int, /, horizon: int | None = None, *, device: torch.device | str = "cpu") -> None:
+    def __init__(
+        self, num_envs: int, /, horizon: int | None = None, *, device: torch.device | str = "cpu"
+    ) -> None:
         super().__init__(num_envs, horizon, device=device)
         self._generator = self.make_generator()
         self._set_params(dict(self.default_params))
@@ -36,7 +38,9 @@ class PhysicsEnv(Env):
     def _set_params(self, params: dict[str, Any]) -> None:
         name = type(self).__name__
         for key, value in params.items():
-            if key != "max_episode_steps" and (not isinstance(value, numbers.Real) or isinstance(value, bool)):
+            if key != "max_episode_steps" and (
+                not isinstance(value, numbers.Real) or isinstance(value, bool)
+            ):
                 raise TypeError(f"{name}: config {key!r} must be a number, got {value!r}")
         p: dict[str, Any] = {k: float(v) for k, v in params.items() if k != "max_episode_steps"}
         steps = params["max_episode_steps"]

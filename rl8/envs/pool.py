@@ -44,6 +44,7 @@ from rl8.envs.workers import (
 
 __all__ = ["PoolEnv", "PoolWorkerDied"]
 
+
 class PoolWorkerDied(EnvWorkerDied):
     """A worker process of a :class:`PoolEnv` ended without being asked to (killed, crashed)."""
 
@@ -57,7 +58,9 @@ def _int_or(name: str, value: Any, default: int) -> int:
     return int(value)
 
 
-def _stop_workers(selector: selectors.BaseSelector, processes: list[Any], pipes: list[Connection]) -> None:
+def _stop_workers(
+    selector: selectors.BaseSelector, processes: list[Any], pipes: list[Connection]
+) -> None:
     selector.close()
     stop_processes(processes, pipes)
 
@@ -89,14 +92,24 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
         env_blocks: ``env_blocks[w]``: the sub-envs worker ``w`` owns (a ``range``).
     """
 
-    def __init__(self, num_envs: int, /, horizon: int | None = None, *,
-                 device: torch.device | str = "cpu", env: str | Callable[..., gymnasium.Env],
-                 vectorization_mode: str = "pool",
-                 env_kwargs: dict[str, Any] | None = None,
-                 wrappers: Sequence[Callable[[gymnasium.Env], gymnasium.Env]] | None = None,
-                 render_mode: str | None = None, num_workers: int | None = None,
-                 min_batch_size: int | None = None, max_batch_size: int | None = None,
-                 max_wait_s: float | None = None, step_timeout_s: float | None = None) -> None:
+    def __init__(
+        self,
+        num_envs: int,
+        /,
+        horizon: int | None = None,
+        *,
+        device: torch.device | str = "cpu",
+        env: str | Callable[..., gymnasium.Env],
+        vectorization_mode: str = "pool",
+        env_kwargs: dict[str, Any] | None = None,
+        wrappers: Sequence[Callable[[gymnasium.Env], gymnasium.Env]] | None = None,
+        render_mode: str | None = None,
+        num_workers: int | None = None,
+        min_batch_size: int | None = None,
+        max_batch_size: int | None = None,
+        max_wait_s: float | None = None,
+        step_timeout_s: float | None = None,
+    ) -> None:
         self._closed = True  # until the workers run: close() has nothing to do
         super().__init__(num_envs, horizon, device=device)
         if getattr(vectorization_mode, "value", vectorization_mode) != "pool":
@@ -113,15 +126,18 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
             )
         self.max_batch_size = min(given_max, num_envs)
         if max_wait_s is not None and (
-            isinstance(max_wait_s, bool) or not isinstance(max_wait_s, (int, float)) or not max_wait_s >= 0
+            isinstance(max_wait_s, bool)
+            or not isinstance(max_wait_s, (int, float))
+            or not max_wait_s >= 0
         ):
-            raise ValueError(f"PoolEnv: max_wait_s must be a number of seconds >= 0 or None, got {max_wait_s!r}")
+            raise ValueError(
+                f"PoolEnv: max_wait_s must be a number of seconds >= 0 or None, got {max_wait_s!r}"
+            )
         self.max_wait_s = None if max_wait_s is None else float(max_wait_s)
         self.step_timeout_s = check_step_timeout("PoolEnv", step_timeout_s)
         self.vectorization_mode = "pool"
         check_main_module(self.name)
-        make_env = functools.partial(make_single_env, self.env, self._single_kwargs(),
-                                     self.wrappers)
+        make_env = functools.partial(make_single_env, self.env, self._single_kwargs(), self.wrappers)
         try:
             make_env_pickle = pickle.dumps(CloudpickleWrapper(make_env))
         except Exception as err:
@@ -132,7 +148,9 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
         probe = make_env()  # made here for its spaces and metadata
         try:
             obs_space, action_space = probe.observation_space, probe.action_space
-            self._set_spaces(obs_space, action_space, probe.metadata, isinstance(probe, ReportEpisodeRecords))
+            self._set_spaces(
+                obs_space, action_space, probe.metadata, isinstance(probe, ReportEpisodeRecords)
+            )
         finally:
             probe.close()
         try:
@@ -141,8 +159,9 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
             self.close()
             raise
 
-    def _start_workers(self, obs_space: gymnasium.Space, action_space: gymnasium.Space,
-                       make_env_pickle: bytes) -> None:
+    def _start_workers(
+        self, obs_space: gymnasium.Space, action_space: gymnasium.Space, make_env_pickle: bytes
+    ) -> None:
         """Start one worker process per block of sub-envs, sharing memory, and wait until each is ready."""
         ctx = mp.get_context("forkserver")  # docs/collection.md says why
         ctx.set_forkserver_preload([__name__])  # the fork server imports rl8 once
@@ -156,7 +175,9 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
         # every pipe and process sentinel (readable once the process has ended), registered
         # once rather than at each of the thousands of waits of a collect
         self._selector = selectors.DefaultSelector()
-        self._finalizer = weakref.finalize(self, _stop_workers, self._selector, self._processes, self._pipes)
+        self._finalizer = weakref.finalize(
+            self, _stop_workers, self._selector, self._processes, self._pipes
+        )
         self._closed = False
         self._stepping = np.zeros(num_envs, dtype=bool)  # sent an action, not yet received
         self._ready: list[int] = []  # done stepping, not yet returned by recv, oldest first
@@ -169,8 +190,10 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
         for w, block in enumerate(self.env_blocks):
             parent, child = ctx.Pipe()
             process = ctx.Process(
-                target=worker, args=(w, block, make_env_pickle, shared, child),
-                name=f"{WORKER_NAME}{w}", daemon=True,
+                target=worker,
+                args=(w, block, make_env_pickle, shared, child),
+                name=f"{WORKER_NAME}{w}",
+                daemon=True,
             )
             process.start()
             child.close()
@@ -186,8 +209,9 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
         """Process ids of the workers, worker 0 first (still listed after :meth:`close`)."""
         return tuple(process.pid for process in self._processes)
 
-    def reset(self, *, config: dict[str, Any] | None = None,
-              seed: int | None = None) -> torch.Tensor | TensorDictBase:
+    def reset(
+        self, *, config: dict[str, Any] | None = None, seed: int | None = None
+    ) -> torch.Tensor | TensorDictBase:
         """Reset every sub-env (those still stepping finish first), as
         :meth:`GymnasiumEnv.reset <rl8.envs.gymnasium.GymnasiumEnv.reset>`."""
         seed = self._reset_seed(config, seed)
@@ -204,8 +228,9 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
     def step(self, action: torch.Tensor | TensorDictBase) -> TensorDictBase:
         """Step every sub-env once with ``action`` (send all, receive all)."""
         if self._stepping.any() or self._ready:
-            raise RuntimeError(f"{self.name}.step: sub-envs are stepping (send/recv in use); "
-                               "receive them all first")
+            raise RuntimeError(
+                f"{self.name}.step: sub-envs are stepping (send/recv in use); receive them all first"
+            )
         n = self.num_envs
         self.send(torch.arange(n), action)
         return self.recv(n, n, None)[1]
@@ -215,12 +240,16 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
         self._check_ready("send")
         ids = np.asarray(env_ids.cpu() if isinstance(env_ids, torch.Tensor) else env_ids, dtype=np.int64)
         if ids.ndim != 1 or (ids.size and (ids.min() < 0 or ids.max() >= self.num_envs)):
-            raise ValueError(f"{self.name}.send: env_ids must be a 1-d tensor of indices in "
-                             f"[0, {self.num_envs}), got {ids.tolist()}")
+            raise ValueError(
+                f"{self.name}.send: env_ids must be a 1-d tensor of indices in "
+                f"[0, {self.num_envs}), got {ids.tolist()}"
+            )
         busy = sorted(set(ids[self._stepping[ids]].tolist()) | (set(ids.tolist()) & set(self._ready)))
         if busy:
-            raise RuntimeError(f"{self.name}.send: sub-envs {busy} have not been received (recv) since "
-                               "their last action")
+            raise RuntimeError(
+                f"{self.name}.send: sub-envs {busy} have not been received (recv) since "
+                "their last action"
+            )
         set_rows(self._views["actions"], ids, self.converter.to_actions(actions))
         self._stepping[ids] = True
         owners = self._owner[ids]
@@ -258,8 +287,9 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
         final = rows(views["obs"], ids)
         if ended.any():
             set_rows(final, np.flatnonzero(ended), rows(views["final_obs"], ids[ended]))
-        out = self.converter.from_rows(obs, final, views["rewards"][ids], views["terminated"][ids],
-                                       views["truncated"][ids])
+        out = self.converter.from_rows(
+            obs, final, views["rewards"][ids], views["terminated"][ids], views["truncated"][ids]
+        )
         return torch.from_numpy(ids), out
 
     def render(self, index: int = 0) -> np.ndarray:
@@ -332,7 +362,11 @@ class PoolEnv(GymnasiumEnvBase, ReadyEnvs):
         self._poll(timeout)
         now = time.monotonic()
         for w in busy:
-            if self._queued[w] and now - self._progress_at[w] >= self.step_timeout_s and not self._pipes[w].poll():
+            if (
+                self._queued[w]
+                and now - self._progress_at[w] >= self.step_timeout_s
+                and not self._pipes[w].poll()
+            ):
                 self._raise_step_timeout(f"sub-env {self._queued[w][0]} (pool worker {w})", "the pool")
 
     def _worker_died(self, worker: int) -> None:

@@ -27,7 +27,7 @@ __all__: list[str] = []  # PoolEnv's internals
 WORKER_NAME = "rl8-pool-"
 
 GUARD_ADVICE = (
-    "build the pool under an `if __name__ == \"__main__\":` guard in a script file, or use "
+    'build the pool under an `if __name__ == "__main__":` guard in a script file, or use '
     "vectorization_mode='async', which works from anywhere"
 )
 
@@ -35,8 +35,14 @@ GUARD_ADVICE = (
 def _unguarded_line(main: Any) -> int | None:
     """The line of the main script building the pool when it is outside an ``if __name__ ==
     "__main__":`` body (every worker would run it again), else (or when unknown) ``None``."""
-    found = next(((f.filename, f.lineno) for f in inspect.stack(0)
-                  if f.frame.f_globals is vars(main) and f.function == "<module>"), None)
+    found = next(
+        (
+            (f.filename, f.lineno)
+            for f in inspect.stack(0)
+            if f.frame.f_globals is vars(main) and f.function == "<module>"
+        ),
+        None,
+    )
     if found is None or found[0] != main.__file__:
         return None
     line = found[1]
@@ -46,8 +52,12 @@ def _unguarded_line(main: Any) -> int | None:
     except (OSError, SyntaxError, ValueError):
         return None
     guards = ("__name__ == '__main__'", "'__main__' == __name__")
-    guarded = any(isinstance(node, ast.If) and any(ast.unparse(n) in guards for n in ast.walk(node.test))
-                  and node.body[0].lineno <= line <= node.body[-1].end_lineno for node in ast.walk(tree))
+    guarded = any(
+        isinstance(node, ast.If)
+        and any(ast.unparse(n) in guards for n in ast.walk(node.test))
+        and node.body[0].lineno <= line <= node.body[-1].end_lineno
+        for node in ast.walk(tree)
+    )
     return None if guarded else line
 
 
@@ -58,13 +68,17 @@ def check_main_module(label: str) -> None:
     if mp.current_process().name.startswith(WORKER_NAME):  # (a daemon: it cannot start a pool anyway)
         raise RuntimeError(
             f"{label}: a pool worker process is running the main script again (as multiprocessing's "
-            "forkserver does on start) and the script builds a pool at its top level; "
-            + GUARD_ADVICE
+            "forkserver does on start) and the script builds a pool at its top level; " + GUARD_ADVICE
         )
     main = sys.modules.get("__main__")
     spec_name = getattr(getattr(main, "__spec__", None), "name", None)
     path = getattr(main, "__file__", None)
-    if main is None or path is None or spec_name == "__main__" or (spec_name or "").endswith(".__main__"):
+    if (
+        main is None
+        or path is None
+        or spec_name == "__main__"
+        or (spec_name or "").endswith(".__main__")
+    ):
         return
     if spec_name is None and not os.path.isfile(path):
         raise RuntimeError(
@@ -75,7 +89,7 @@ def check_main_module(label: str) -> None:
     if line is not None:
         raise RuntimeError(
             f"{label}: the pool is built at the top level of the script {path} (line {line}) without an "
-            "`if __name__ == \"__main__\":` guard; its worker processes start by running the script again, "
+            '`if __name__ == "__main__":` guard; its worker processes start by running the script again, '
             f"so each would build a pool of its own: {GUARD_ADVICE}"
         )
 
@@ -93,20 +107,33 @@ class Shared:
     before an auto-reset, actions, rewards, flags and the episode records of the last step
     (``[return_sum, length_sum, count]``, zeros when none)."""
 
-    def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, num_envs: int,
-                 ctx: Any) -> None:
+    def __init__(
+        self, observation_space: spaces.Space, action_space: spaces.Space, num_envs: int, ctx: Any
+    ) -> None:
         def floats(*shape):
             return spaces.Box(-np.inf, np.inf, shape, np.float64)
+
         flag = spaces.Box(0, 1, (), np.bool_)
-        self.spaces = {"obs": observation_space, "final_obs": observation_space, "actions": action_space,
-                       "rewards": floats(), "terminated": flag, "truncated": flag, "episode_records": floats(3)}
+        self.spaces = {
+            "obs": observation_space,
+            "final_obs": observation_space,
+            "actions": action_space,
+            "rewards": floats(),
+            "terminated": flag,
+            "truncated": flag,
+            "episode_records": floats(3),
+        }
         self.num_envs = num_envs
-        self.memory = {key: create_shared_memory(space, num_envs, ctx) for key, space in self.spaces.items()}
+        self.memory = {
+            key: create_shared_memory(space, num_envs, ctx) for key, space in self.spaces.items()
+        }
 
     def views(self) -> dict[str, Any]:
         """numpy views of every array (trees for Dict observation or action spaces)."""
-        return {key: read_from_shared_memory(space, self.memory[key], self.num_envs)
-                for key, space in self.spaces.items()}
+        return {
+            key: read_from_shared_memory(space, self.memory[key], self.num_envs)
+            for key, space in self.spaces.items()
+        }
 
 
 def _step_env(env: gymnasium.Env, current: int, views: dict[str, Any]) -> None:
@@ -127,7 +154,9 @@ def _step_env(env: gymnasium.Env, current: int, views: dict[str, Any]) -> None:
     views["truncated"][current] = truncated
 
 
-def worker(worker: int, env_ids: range, make_env_pickle: bytes, shared: Shared, pipe: Connection) -> None:
+def worker(
+    worker: int, env_ids: range, make_env_pickle: bytes, shared: Shared, pipe: Connection
+) -> None:
     """A worker process: builds the sub-envs ``env_ids`` with ``make_env_pickle`` (a pickled
     ``CloudpickleWrapper``, unpickled here so that its failure is reported like any error) and
     serves the learner's commands on ``pipe`` until ``("close", None)``: ``("step", ids)``

@@ -22,7 +22,9 @@ Observations = torch.Tensor | TensorDictBase
 def is_rsl_rl_env(obj: Any) -> bool:
     """Whether ``obj`` looks like rsl_rl's ``VecEnv`` (``get_observations``, ``step``,
     ``num_envs``, ``num_actions``, ``device``)."""
-    return all(hasattr(obj, a) for a in ("get_observations", "step", "num_envs", "num_actions", "device"))
+    return all(
+        hasattr(obj, a) for a in ("get_observations", "step", "num_envs", "num_actions", "device")
+    )
 
 
 def space_of(obs: Observations) -> spaces.Space:
@@ -30,7 +32,9 @@ def space_of(obs: Observations) -> spaces.Space:
     if isinstance(obs, TensorDictBase):
         return spaces.Dict({key: space_of(obs[key]) for key in obs.keys()})
     dtype = torch.empty(0, dtype=obs.dtype).numpy().dtype
-    low, high = (-np.inf, np.inf) if obs.is_floating_point() else (np.iinfo(dtype).min, np.iinfo(dtype).max)
+    low, high = (
+        (-np.inf, np.inf) if obs.is_floating_point() else (np.iinfo(dtype).min, np.iinfo(dtype).max)
+    )
     return spaces.Box(low, high, tuple(obs.shape[1:]), dtype)
 
 
@@ -58,8 +62,14 @@ class RslRlEnv(Env):
     episodic = True
     single_instance = True
 
-    def __init__(self, vec_env: Any, *, reset_envs: Callable[[torch.Tensor], Any] | None = None,
-                 final_obs_key: str | None = None, init_at_random_ep_len: bool = False) -> None:
+    def __init__(
+        self,
+        vec_env: Any,
+        *,
+        reset_envs: Callable[[torch.Tensor], Any] | None = None,
+        final_obs_key: str | None = None,
+        init_at_random_ep_len: bool = False,
+    ) -> None:
         super().__init__(int(vec_env.num_envs), device=vec_env.device)
         if reset_envs is not None and final_obs_key is not None:
             raise ValueError("RslRlEnv: give reset_envs or final_obs_key, not both")
@@ -90,7 +100,9 @@ class RslRlEnv(Env):
         raw = reset() if callable(reset) else self.vec_env.get_observations()
         if self.init_at_random_ep_len:
             lengths = self.vec_env.episode_length_buf
-            self.vec_env.episode_length_buf = torch.randint_like(lengths, high=int(self.vec_env.max_episode_length))
+            self.vec_env.episode_length_buf = torch.randint_like(
+                lengths, high=int(self.vec_env.max_episode_length)
+            )
         self._last_obs = self._observations(raw)
         return self._last_obs
 
@@ -101,7 +113,9 @@ class RslRlEnv(Env):
         obs = self._observations(raw, extras)
         done = dones.reshape(n, 1).bool()
         time_outs = extras.get("time_outs")
-        truncated = done & time_outs.reshape(n, 1).bool() if time_outs is not None else torch.zeros_like(done)
+        truncated = (
+            done & time_outs.reshape(n, 1).bool() if time_outs is not None else torch.zeros_like(done)
+        )
         if self.final_obs_key is not None:
             final_obs = self._observations(extras[self.final_obs_key])
         elif self.reset_envs is not None:
@@ -116,17 +130,25 @@ class RslRlEnv(Env):
             self._logs.append(log)
             if len(self._logs) >= 256:
                 self._fold_logs()
-        return self.step_output({
-            "obs": obs, "rewards": rewards.reshape(n, 1).to(torch.float32, copy=True),
-            "terminated": done & ~truncated, "truncated": truncated, "final_obs": final_obs,
-        })
+        return self.step_output(
+            {
+                "obs": obs,
+                "rewards": rewards.reshape(n, 1).to(torch.float32, copy=True),
+                "terminated": done & ~truncated,
+                "truncated": truncated,
+                "final_obs": final_obs,
+            }
+        )
 
     def _fold_logs(self) -> None:
         for key in {key for log in self._logs for key in log}:
             values = [log[key] for log in self._logs if key in log]
             numbers = [v for v in values if isinstance(v, (int, float))]
-            tensors = [v if v.dim() == 0 and v.is_floating_point() else v.float().mean()
-                       for v in values if isinstance(v, torch.Tensor)]
+            tensors = [
+                v if v.dim() == 0 and v.is_floating_point() else v.float().mean()
+                for v in values
+                if isinstance(v, torch.Tensor)
+            ]
             total = sum(numbers) + (torch.stack(tensors).sum() if tensors else 0.0)
             old, count = self._log_sums.get(key, (0.0, 0))
             self._log_sums[key] = (old + total, count + len(numbers) + len(tensors))

@@ -12,7 +12,14 @@ import torch
 from gymnasium import spaces
 from tensordict import TensorDict
 
-__all__ = ["SUPPORTED_SPACES", "check_space", "space_dtype", "space_shape", "zeros_like_space", "space_to_dict"]
+__all__ = [
+    "SUPPORTED_SPACES",
+    "check_space",
+    "space_dtype",
+    "space_shape",
+    "zeros_like_space",
+    "space_to_dict",
+]
 
 #: The gymnasium space classes rl8 supports as observation and action spaces (``Dict`` nested).
 SUPPORTED_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary, spaces.Dict)
@@ -60,8 +67,13 @@ def space_dtype(space: spaces.Space) -> torch.dtype:
     raise TypeError(f"space_dtype: no tensor dtype for {type(space).__name__}")
 
 
-def zeros_like_space(space: spaces.Space, batch_size: Sequence[int], *, device: torch.device | str = "cpu",
-                     dtype: torch.dtype | None = None) -> torch.Tensor | TensorDict:
+def zeros_like_space(
+    space: spaces.Space,
+    batch_size: Sequence[int],
+    *,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype | None = None,
+) -> torch.Tensor | TensorDict:
     """A zero-filled batch ``[*batch_size, *space_shape(space)]`` of values of ``space`` (a
     TensorDict for ``Dict`` spaces, whose ``action_mask`` is bool).
 
@@ -73,28 +85,44 @@ def zeros_like_space(space: spaces.Space, batch_size: Sequence[int], *, device: 
     """
     batch_size = list(batch_size)
     if isinstance(space, spaces.Dict):
-        entries = {k: zeros_like_space(s, batch_size, device=device, dtype=torch.bool if k == "action_mask" else None)
-                   for k, s in space.spaces.items()}
+        entries = {
+            k: zeros_like_space(
+                s, batch_size, device=device, dtype=torch.bool if k == "action_mask" else None
+            )
+            for k, s in space.spaces.items()
+        }
         return TensorDict(entries, batch_size=batch_size, device=device)
-    return torch.zeros((*batch_size, *space_shape(space)), dtype=dtype or space_dtype(space), device=device)
+    return torch.zeros(
+        (*batch_size, *space_shape(space)), dtype=dtype or space_dtype(space), device=device
+    )
 
 
 def space_to_dict(space: spaces.Space) -> dict[str, Any]:
     """A supported space as a dict of tensors and plain values, as policy files and exported
     actors describe it (``TypeError`` for any other space)."""
     if isinstance(space, spaces.Box):
-        return {"type": "Box", "low": torch.from_numpy(np.array(space.low, copy=True)),
-                "high": torch.from_numpy(np.array(space.high, copy=True)), "shape": list(space.shape),
-                "dtype": str(np.dtype(space.dtype))}
+        return {
+            "type": "Box",
+            "low": torch.from_numpy(np.array(space.low, copy=True)),
+            "high": torch.from_numpy(np.array(space.high, copy=True)),
+            "shape": list(space.shape),
+            "dtype": str(np.dtype(space.dtype)),
+        }
     if isinstance(space, spaces.Discrete):
         return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}
     if isinstance(space, spaces.MultiDiscrete):
-        return {"type": "MultiDiscrete", "nvec": torch.from_numpy(np.array(space.nvec, dtype=np.int64)),
-                "start": torch.from_numpy(np.array(space.start, dtype=np.int64)),
-                "dtype": str(np.dtype(space.dtype))}
+        return {
+            "type": "MultiDiscrete",
+            "nvec": torch.from_numpy(np.array(space.nvec, dtype=np.int64)),
+            "start": torch.from_numpy(np.array(space.start, dtype=np.int64)),
+            "dtype": str(np.dtype(space.dtype)),
+        }
     if isinstance(space, spaces.MultiBinary):
         n = space.n
         return {"type": "MultiBinary", "n": int(n) if np.isscalar(n) else [int(x) for x in n]}
     if isinstance(space, spaces.Dict):
-        return {"type": "Dict", "spaces": [[key, space_to_dict(sub)] for key, sub in space.spaces.items()]}
+        return {
+            "type": "Dict",
+            "spaces": [[key, space_to_dict(sub)] for key, sub in space.spaces.items()],
+        }
     raise TypeError(f"cannot save a {type(space).__name__} space ({space}) in a policy file")

@@ -26,8 +26,9 @@ def is_task_spec(spec: Any) -> bool:
     return isinstance(spec, str) and spec.partition(":")[0] in TASK_PREFIXES and ":" in spec
 
 
-def make_task_env(spec: str, num_envs: int, horizon: int | None, *, device: torch.device | str,
-                  **env_kwargs: Any) -> Env:
+def make_task_env(
+    spec: str, num_envs: int, horizon: int | None, *, device: torch.device | str, **env_kwargs: Any
+) -> Env:
     """Build the named task ``spec`` (``"mjlab:Mjlab-Cartpole"``) with its prefix's maker.
 
     Args:
@@ -43,8 +44,10 @@ def make_task_env(spec: str, num_envs: int, horizon: int | None, *, device: torc
     """
     prefix, _, task = spec.partition(":")
     if prefix not in TASK_PREFIXES or not task:
-        raise ValueError(f"env {spec!r}: expected '<prefix>:<task>' with a prefix of "
-                         f"{sorted(TASK_PREFIXES)} and a task name after it")
+        raise ValueError(
+            f"env {spec!r}: expected '<prefix>:<task>' with a prefix of "
+            f"{sorted(TASK_PREFIXES)} and a task name after it"
+        )
     module_name, _, function = TASK_PREFIXES[prefix].rpartition(".")
     try:
         make = getattr(importlib.import_module(module_name), function)
@@ -59,5 +62,7 @@ def make_task_env(spec: str, num_envs: int, horizon: int | None, *, device: torc
     except ModuleNotFoundError as exc:
         if exc.name is None or exc.name.partition(".")[0] == "rl8":
             raise
-        raise ImportError(f"env {spec!r}: the simulator's package {exc.name!r} is not installed; install rl8 "
-                          f"with the {prefix!r} extra and the simulator (docs/simulators.md)") from exc
+        raise ImportError(
+            f"env {spec!r}: the simulator's package {exc.name!r} is not installed; install rl8 "
+            f"with the {prefix!r} extra and the simulator (docs/simulators.md)"
+        ) from exc

@@ -20,8 +20,10 @@ FINAL_OBS_KEYS = ("final_obs", "final_observation")
 
 def is_torch_vector_env(obj: Any) -> bool:
     """Whether ``obj`` looks like a batched gymnasium vector env."""
-    return all(hasattr(obj, a) for a in ("num_envs", "single_observation_space", "single_action_space",
-                                          "reset", "step"))
+    return all(
+        hasattr(obj, a)
+        for a in ("num_envs", "single_observation_space", "single_action_space", "reset", "step")
+    )
 
 
 def batched_obs(value: Any, num_envs: int) -> torch.Tensor | TensorDictBase:
@@ -33,8 +35,10 @@ def batched_obs(value: Any, num_envs: int) -> torch.Tensor | TensorDictBase:
         return TensorDict(dict(value), batch_size=[num_envs])
     if isinstance(value, torch.Tensor):
         return value
-    raise TypeError(f"observations must be torch tensors or dicts of them, got {type(value).__name__} "
-                    "(a gymnasium env of numpy arrays goes through rl8.envs.GymnasiumEnv)")
+    raise TypeError(
+        f"observations must be torch tensors or dicts of them, got {type(value).__name__} "
+        "(a gymnasium env of numpy arrays goes through rl8.envs.GymnasiumEnv)"
+    )
 
 
 def float32_box(space: Any) -> spaces.Box | None:
@@ -62,23 +66,31 @@ class TorchVectorEnv(Env):
     single_instance = True
 
     def __init__(self, vector_env: Any, *, device: torch.device | str | None = None) -> None:
-        device = device or getattr(vector_env, "device", None) or getattr(
-            getattr(vector_env, "unwrapped", None), "device", None)
+        device = (
+            device
+            or getattr(vector_env, "device", None)
+            or getattr(getattr(vector_env, "unwrapped", None), "device", None)
+        )
         if device is None:
-            raise ValueError(f"TorchVectorEnv: {type(vector_env).__name__} has no device attribute; "
-                             "pass TorchVectorEnv(env, device=...)")
+            raise ValueError(
+                f"TorchVectorEnv: {type(vector_env).__name__} has no device attribute; "
+                "pass TorchVectorEnv(env, device=...)"
+            )
         super().__init__(int(vector_env.num_envs), device=device)
         mode = getattr(vector_env, "metadata", {}).get("autoreset_mode")
         if mode is not None and getattr(mode, "value", mode) != "SameStep":
-            raise ValueError(f"TorchVectorEnv: the env's autoreset_mode is {mode}; rl8 needs sub-envs "
-                             "that reset inside step: build it with autoreset_mode=AutoresetMode.SAME_STEP")
+            raise ValueError(
+                f"TorchVectorEnv: the env's autoreset_mode is {mode}; rl8 needs sub-envs "
+                "that reset inside step: build it with autoreset_mode=AutoresetMode.SAME_STEP"
+            )
         self.vector_env = vector_env
         self.observation_space = vector_env.single_observation_space
         self.action_space = float32_box(vector_env.single_action_space) or vector_env.single_action_space
         self._last_obs: torch.Tensor | TensorDictBase | None = None
 
-    def reset(self, *, config: dict[str, Any] | None = None,
-              seed: int | None = None) -> torch.Tensor | TensorDictBase:
+    def reset(
+        self, *, config: dict[str, Any] | None = None, seed: int | None = None
+    ) -> torch.Tensor | TensorDictBase:
         """``vector_env.reset(seed=seed)``; ``config`` must be empty (the env is set where it is built)."""
         self.apply_config(config, {})
         obs, _ = self.vector_env.reset(seed=seed)
@@ -90,14 +102,22 @@ class TorchVectorEnv(Env):
         obs, rewards, terminated, truncated, info = self.vector_env.step(action)
         n = self.num_envs
         obs = batched_obs(obs, n)
-        final = next((info[k] for k in FINAL_OBS_KEYS if k in info), None) if isinstance(info, Mapping) else None
+        final = (
+            next((info[k] for k in FINAL_OBS_KEYS if k in info), None)
+            if isinstance(info, Mapping)
+            else None
+        )
         final_obs = self._last_obs if final is None else batched_obs(final, n)
         self._last_obs = obs
-        return self.step_output({
-            "obs": obs, "rewards": rewards.reshape(n, 1).to(torch.float32, copy=True),
-            "terminated": terminated.reshape(n, 1).to(torch.bool, copy=True),
-            "truncated": truncated.reshape(n, 1).to(torch.bool, copy=True), "final_obs": final_obs,
-        })
+        return self.step_output(
+            {
+                "obs": obs,
+                "rewards": rewards.reshape(n, 1).to(torch.float32, copy=True),
+                "terminated": terminated.reshape(n, 1).to(torch.bool, copy=True),
+                "truncated": truncated.reshape(n, 1).to(torch.bool, copy=True),
+                "final_obs": final_obs,
+            }
+        )
 
     def state_dict(self) -> None:
         """``None``: the simulator's state is not saved; PPO resets the env on resume."""

@@ -14,8 +14,16 @@ import numpy as np
 from rl8.envs.atari import is_atari_id, make_atari
 
 __all__ = [
-    "CLOSE_TIMEOUT_S", "EPISODE_RECORDS_KEY", "EnvStepTimeout", "EnvWorkerDied", "ReportEpisodeRecords",
-    "check_step_timeout", "exit_description", "make_single_env", "stop_processes", "with_episode_records",
+    "CLOSE_TIMEOUT_S",
+    "EPISODE_RECORDS_KEY",
+    "EnvStepTimeout",
+    "EnvWorkerDied",
+    "ReportEpisodeRecords",
+    "check_step_timeout",
+    "exit_description",
+    "make_single_env",
+    "stop_processes",
+    "with_episode_records",
 ]
 
 #: Seconds a closing env waits for its workers to exit before terminating (then killing) them.
@@ -46,8 +54,14 @@ def check_step_timeout(owner: str, value: Any) -> float | None:
     """``step_timeout_s`` as a float or ``None``; else a ``ValueError`` naming ``owner``."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not value > 0:
-        raise ValueError(f"{owner}: step_timeout_s must be a number of seconds > 0 or None, got {value!r}")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float, np.integer, np.floating))
+        or not value > 0
+    ):
+        raise ValueError(
+            f"{owner}: step_timeout_s must be a number of seconds > 0 or None, got {value!r}"
+        )
     return float(value)
 
 
@@ -116,7 +130,10 @@ class ReportEpisodeRecords(gymnasium.Wrapper):
         new = min(new, len(self.record.return_queue))  # (more than its buffer_length at once: lost)
         returns = list(self.record.return_queue)[-new:]
         lengths = list(self.record.length_queue)[-new:]
-        return {**info, EPISODE_RECORDS_KEY: np.array([sum(returns), sum(lengths), new], dtype=np.float64)}
+        return {
+            **info,
+            EPISODE_RECORDS_KEY: np.array([sum(returns), sum(lengths), new], dtype=np.float64),
+        }
 
 
 def with_episode_records(env: gymnasium.Env) -> gymnasium.Env:
@@ -131,8 +148,11 @@ def with_episode_records(env: gymnasium.Env) -> gymnasium.Env:
     return env if record is None else ReportEpisodeRecords(env, record)
 
 
-def make_single_env(env: str | Callable[..., gymnasium.Env], kwargs: dict[str, Any],
-                    wrappers: Sequence[Callable[[gymnasium.Env], gymnasium.Env]]) -> gymnasium.Env:
+def make_single_env(
+    env: str | Callable[..., gymnasium.Env],
+    kwargs: dict[str, Any],
+    wrappers: Sequence[Callable[[gymnasium.Env], gymnasium.Env]],
+) -> gymnasium.Env:
     """One sub-env ``env`` (an id or a callable) of ``kwargs`` with the ``wrappers`` applied in
     order (ALE ids get the Atari preset), in :func:`with_episode_records`."""
     if is_atari_id(env):

@@ -25,8 +25,16 @@ from rl8.ppo.hparams import missing_cuda_device
 from rl8.ppo.resolve import CheckpointError
 
 __all__ = [
-    "CHECKPOINT_POINTER_ARTIFACT", "FORMAT_KEY", "FORMAT_VERSION", "STALE_TMP_SECONDS", "CheckpointError",
-    "check_loadable", "download_artifact", "is_run_ref", "load_checkpoint", "save_checkpoint",
+    "CHECKPOINT_POINTER_ARTIFACT",
+    "FORMAT_KEY",
+    "FORMAT_VERSION",
+    "STALE_TMP_SECONDS",
+    "CheckpointError",
+    "check_loadable",
+    "download_artifact",
+    "is_run_ref",
+    "load_checkpoint",
+    "save_checkpoint",
 ]
 
 try:  # POSIX: a writer holds a lock on its temporary file (see CheckpointManager)
@@ -66,8 +74,10 @@ def check_loadable(value: Any, where: str, active: set[int]) -> None:
         is_dict = isinstance(value, dict)
         for key, item in value.items() if is_dict else enumerate(value):
             if is_dict and type(key) not in _LEAF_TYPES:
-                raise TypeError(f"{where} has a key {key!r} of type {type(key).__name__}; "
-                                "keys must be str, int, float, bool or None")
+                raise TypeError(
+                    f"{where} has a key {key!r} of type {type(key).__name__}; "
+                    "keys must be str, int, float, bool or None"
+                )
             check_loadable(item, f"{where}[{key!r}]", active)
         active.discard(id(value))
         return
@@ -128,7 +138,9 @@ def save_checkpoint(state: Mapping[str, Any], path: str | os.PathLike[str]) -> P
         if cause is None:
             raise
         # torch reports a failed write as RuntimeError("[enforce fail at inline_container...")
-        raise OSError(cause.errno, f"cannot write checkpoint {path}: {cause.strerror or cause}", str(path)) from exc
+        raise OSError(
+            cause.errno, f"cannot write checkpoint {path}: {cause.strerror or cause}", str(path)
+        ) from exc
     _fsync_directory(directory)
     return path
 
@@ -182,7 +194,11 @@ def _load_error(path: Path, err: Exception) -> CheckpointError:
         unsafe = _UNSAFE_PATTERN.search(str(err))
         names = None if unsafe else _pickle_globals(path)  # a whole pickle stream weights_only refused
         if unsafe or names is not None:
-            what = unsafe.group(0) if unsafe else f"a plain pickle, not a torch.save file, naming {names[:3]}"
+            what = (
+                unsafe.group(0)
+                if unsafe
+                else f"a plain pickle, not a torch.save file, naming {names[:3]}"
+            )
             return CheckpointError(
                 f"{path} is not a safe rl8 checkpoint: loading it would need to run code or rebuild "
                 f"objects named in the file ({what}), and rl8 refuses to execute code from a checkpoint "
@@ -190,7 +206,9 @@ def _load_error(path: Path, err: Exception) -> CheckpointError:
                 "torch.load(weights_only=False) if you trust its source."
             )
     # torch raises UnpicklingError, RuntimeError, EOFError, KeyError, OSError... for bad bytes
-    return CheckpointError(f"{path} is corrupt or truncated (not a readable torch file: {_first_line(err)})")
+    return CheckpointError(
+        f"{path} is corrupt or truncated (not a readable torch file: {_first_line(err)})"
+    )
 
 
 def load_checkpoint(path: str | os.PathLike[str], *, map_location: Any = "cpu") -> dict[str, Any]:
@@ -205,8 +223,10 @@ def load_checkpoint(path: str | os.PathLike[str], *, map_location: Any = "cpu") 
     if path.is_dir():
         raise IsADirectoryError(21, f"checkpoint path is a directory, not a file: {path}", str(path))
     if not path.is_file():  # a device (/dev/zero) or a pipe would be read forever
-        raise CheckpointError(f"{path} is not a regular file (a device, a pipe or a socket); rl8 reads "
-                              "checkpoints and policy files only from regular files")
+        raise CheckpointError(
+            f"{path} is not a regular file (a device, a pipe or a socket); rl8 reads "
+            "checkpoints and policy files only from regular files"
+        )
     # Open the file ourselves so that real I/O errors (permissions...) surface as OSError; past
     # this point torch reports bad bytes with many exception types, OSError(EINVAL) included.
     with open(path, "rb") as file:
@@ -217,14 +237,18 @@ def load_checkpoint(path: str | os.PathLike[str], *, map_location: Any = "cpu") 
         except Exception as err:
             raise _load_error(path, err) from err
     if not isinstance(state, dict) or FORMAT_KEY not in state:
-        raise CheckpointError(f"{path} is a torch file but not an rl8 checkpoint (it has no "
-                              f"{FORMAT_KEY!r} entry; it was not written by save_checkpoint)")
+        raise CheckpointError(
+            f"{path} is a torch file but not an rl8 checkpoint (it has no "
+            f"{FORMAT_KEY!r} entry; it was not written by save_checkpoint)"
+        )
     version = state.pop(FORMAT_KEY)
     if type(version) is not int or version < 1:
         raise CheckpointError(f"{path} is not an rl8 checkpoint: invalid format version {version!r}")
     if version > FORMAT_VERSION:
-        raise CheckpointError(f"{path} uses checkpoint format {version}, but this rl8 reads "
-                              f"formats up to {FORMAT_VERSION}; upgrade rl8 to load it")
+        raise CheckpointError(
+            f"{path} uses checkpoint format {version}, but this rl8 reads "
+            f"formats up to {FORMAT_VERSION}; upgrade rl8 to load it"
+        )
     return state
 
 
@@ -237,13 +261,22 @@ def _check_device_available(map_location: Any) -> None:
         return  # not a device name: torch.load says so
     problem = missing_cuda_device(device)
     if problem is not None:
-        raise ValueError(f"load_checkpoint: map_location={str(map_location)!r} names a CUDA device, "
-                         f"but {problem}; load with map_location='cpu'")
+        raise ValueError(
+            f"load_checkpoint: map_location={str(map_location)!r} names a CUDA device, "
+            f"but {problem}; load with map_location='cpu'"
+        )
 
 
 #: Errors of Python's zipfile on damaged archive bytes (EINVAL: a damaged offset to seek to).
-_ZIP_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, ValueError, NotImplementedError,
-               RuntimeError, struct.error)
+_ZIP_ERRORS = (
+    zipfile.BadZipFile,
+    zlib.error,
+    EOFError,
+    ValueError,
+    NotImplementedError,
+    RuntimeError,
+    struct.error,
+)
 #: The MS-DOS "directory" bit of a zip entry's external attributes (torch skips such entries).
 _DOS_DIRECTORY = 0x10
 
@@ -261,8 +294,9 @@ def _verify_entries(path: Path, file: Any) -> None:
     except (*_ZIP_ERRORS, OSError) as err:
         if isinstance(err, OSError) and err.errno not in (None, errno.EINVAL):
             raise
-        raise CheckpointError(f"{path} is corrupt or truncated (its zip directory cannot be "
-                              f"read: {_first_line(err)})") from err
+        raise CheckpointError(
+            f"{path} is corrupt or truncated (its zip directory cannot be read: {_first_line(err)})"
+        ) from err
     with archive:
         for info in archive.infolist():  # before reading any: a compressed entry may be a zip bomb
             if info.compress_type != zipfile.ZIP_STORED:
@@ -303,7 +337,7 @@ def _model_location(ref: str, tracking_uri: str | None) -> str:
     from mlflow import MlflowClient
 
     client = MlflowClient(tracking_uri, registry_uri=tracking_uri)
-    name = ref[len("models:/"):].strip("/")
+    name = ref[len("models:/") :].strip("/")
     if "@" in name:
         name, alias = name.split("@", 1)
         version = client.get_model_version_by_alias(name, alias).version
@@ -319,7 +353,9 @@ def download_artifact(ref: str, artifact: str, tracking_uri: str | None, dst: st
     folder of a ``models:/`` URI (the registry is the tracking store)."""
     import mlflow.artifacts
 
-    where = {"artifact_uri": ref} if ref.startswith("runs:/") else {"run_id": ref, "artifact_path": artifact}
+    where = (
+        {"artifact_uri": ref} if ref.startswith("runs:/") else {"run_id": ref, "artifact_path": artifact}
+    )
     try:
         if ref.startswith("models:/"):
             where = {"artifact_uri": _model_location(ref, tracking_uri)}

@@ -37,8 +37,14 @@ except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
 __all__ = [
-    "CHECKPOINT_DIR_LOCK", "CheckpointDirError", "CheckpointDirLock", "CheckpointManager",
-    "check_writable_folder", "checkpoint_for_actor", "read_checkpoint", "resolve_checkpoint",
+    "CHECKPOINT_DIR_LOCK",
+    "CheckpointDirError",
+    "CheckpointDirLock",
+    "CheckpointManager",
+    "check_writable_folder",
+    "checkpoint_for_actor",
+    "read_checkpoint",
+    "resolve_checkpoint",
 ]
 
 #: The lock file of a checkpoint folder (see :class:`CheckpointDirLock`).
@@ -62,13 +68,18 @@ class CheckpointManager:
         prefix: File name prefix; non-empty, without path separators.
     """
 
-    def __init__(self, directory: str | os.PathLike[str], *, keep_last: int | None = 5,
-                 prefix: str = "checkpoint") -> None:
+    def __init__(
+        self, directory: str | os.PathLike[str], *, keep_last: int | None = 5, prefix: str = "checkpoint"
+    ) -> None:
         if keep_last is not None and (type(keep_last) is not int or keep_last < 1):
-            raise ValueError(f"CheckpointManager: keep_last must be an int >= 1 or None, got {keep_last!r}")
+            raise ValueError(
+                f"CheckpointManager: keep_last must be an int >= 1 or None, got {keep_last!r}"
+            )
         if not isinstance(prefix, str) or not prefix or "/" in prefix or "\\" in prefix:
-            raise ValueError(f"CheckpointManager: prefix must be a non-empty str without path "
-                             f"separators, got {prefix!r}")
+            raise ValueError(
+                f"CheckpointManager: prefix must be a non-empty str without path "
+                f"separators, got {prefix!r}"
+            )
         self.directory = Path(directory)
         self.keep_last = keep_last
         self.prefix = prefix
@@ -132,8 +143,10 @@ class CheckpointManager:
         return None if path is None else load_checkpoint(path, map_location=map_location)
 
     def __repr__(self) -> str:
-        return (f"CheckpointManager({str(self.directory)!r}, keep_last={self.keep_last!r}, "
-                f"prefix={self.prefix!r})")
+        return (
+            f"CheckpointManager({str(self.directory)!r}, keep_last={self.keep_last!r}, "
+            f"prefix={self.prefix!r})"
+        )
 
 
 #: The folders this process holds (``flock`` is per open file: it could not lock them again).
@@ -182,15 +195,24 @@ class CheckpointDirLock:
         resumed_from: The checkpoint file this run resumes from, ``None`` for a new run.
     """
 
-    def __init__(self, directory: str | os.PathLike[str], *, run_id: str | None = None,
-                 resumed_from: str | os.PathLike[str] | None = None) -> None:
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        run_id: str | None = None,
+        resumed_from: str | os.PathLike[str] | None = None,
+    ) -> None:
         self.directory = Path(directory).absolute()
         self.run_id = run_id
         self._host = socket.gethostname()
         self._fd: int | None = None
         path = self.directory / CHECKPOINT_DIR_LOCK
         holder = _held_locks.get(self.directory)
-        if holder is not None and holder.held and not self._same_run(holder.run_id, run_id, resumed_from):
+        if (
+            holder is not None
+            and holder.held
+            and not self._same_run(holder.run_id, run_id, resumed_from)
+        ):
             gc.collect()  # a Trainer of this process that nothing references any more
             holder = _held_locks.get(self.directory)
         if holder is not None and holder.held:  # this process holds it already
@@ -204,7 +226,11 @@ class CheckpointDirLock:
             if previous is None:
                 previous = self._read(fd)
                 pid = previous.get("pid")
-                if fcntl is None and pid != os.getpid() and process_state(previous.get("host"), pid) == "alive":
+                if (
+                    fcntl is None
+                    and pid != os.getpid()
+                    and process_state(previous.get("host"), pid) == "alive"
+                ):
                     raise self._busy(previous)  # without file locks (Windows): the record tells
                 if not self._same_run(previous.get("run_id"), run_id, resumed_from):
                     self._check_no_checkpoints(previous)
@@ -215,12 +241,17 @@ class CheckpointDirLock:
         self._fd = fd
         _held_locks[self.directory] = self
         if previous and not previous.get("released") and previous.get("pid") != os.getpid():
-            fate = {"dead": "whose process ended without releasing it (killed or crashed)",
-                    "alive": "whose process is alive but no longer holds the lock",
-                    "unknown": "which no longer holds the lock (whether its process still runs is not known here)"}
+            fate = {
+                "dead": "whose process ended without releasing it (killed or crashed)",
+                "alive": "whose process is alive but no longer holds the lock",
+                "unknown": "which no longer holds the lock (whether its process still runs is not known here)",
+            }
             state = process_state(previous.get("host"), previous.get("pid"))
-            warnings.warn(f"checkpoint_dir {self.directory} was locked by {_describe_owner(previous)}, "
-                          f"{fate[state]}; this run takes it over", stacklevel=3)
+            warnings.warn(
+                f"checkpoint_dir {self.directory} was locked by {_describe_owner(previous)}, "
+                f"{fate[state]}; this run takes it over",
+                stacklevel=3,
+            )
 
     def _open_locked(self, path: Path) -> int:
         """Open and lock the lock file (again if its owner replaced or removed it meanwhile)."""
@@ -230,16 +261,20 @@ class CheckpointDirLock:
                 fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o666)
             except OSError as exc:
                 if path.is_symlink():
-                    raise CheckpointDirError(f"checkpoint_dir {self.directory}: its lock file {path} is a "
-                                             "symbolic link, which rl8 never follows; remove it") from None
+                    raise CheckpointDirError(
+                        f"checkpoint_dir {self.directory}: its lock file {path} is a "
+                        "symbolic link, which rl8 never follows; remove it"
+                    ) from None
                 raise CheckpointDirError(
                     f"checkpoint_dir {self.directory} cannot be used for checkpoints: {exc.strerror or exc} "
                     f"({exc.filename or path}); choose a folder this process can write"
                 ) from None
             try:
                 if not stat.S_ISREG(os.fstat(fd).st_mode):
-                    raise CheckpointDirError(f"checkpoint_dir {self.directory}: its lock file {path} is "
-                                             "not a regular file; remove it")
+                    raise CheckpointDirError(
+                        f"checkpoint_dir {self.directory}: its lock file {path} is "
+                        "not a regular file; remove it"
+                    )
                 try:
                     if fcntl is not None:
                         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -257,17 +292,24 @@ class CheckpointDirLock:
         """The error for a folder whose lock a live process holds (``record``: what its lock file says)."""
         named, released = isinstance(record.get("pid"), int), record.get("released")
         if named and not released and process_state(record.get("host"), record.get("pid")) != "dead":
-            mine = " (a Trainer of this process: close() it first)" if record["pid"] == os.getpid() else ""
+            mine = (
+                " (a Trainer of this process: close() it first)" if record["pid"] == os.getpid() else ""
+            )
             return CheckpointDirError(
                 f"checkpoint_dir {self.directory} is in use by {_describe_owner(record)}{mine}; two runs "
                 "writing into one folder would overwrite and prune each other's checkpoints. Give this "
-                "run another checkpoint_dir (e.g. --checkpoint-dir), or wait for that run to end")
-        says = (f"not the one its lock file names, {_describe_owner(record)}{'' if released else ', which has ended'}"
-                if named else "its lock file holds no record of rl8's")
+                "run another checkpoint_dir (e.g. --checkpoint-dir), or wait for that run to end"
+            )
+        says = (
+            f"not the one its lock file names, {_describe_owner(record)}{'' if released else ', which has ended'}"
+            if named
+            else "its lock file holds no record of rl8's"
+        )
         return CheckpointDirError(
             f"checkpoint_dir {self.directory} is locked by a live process ({says}); rl8 never writes into a "
             "folder another process holds. Give this run another checkpoint_dir (e.g. --checkpoint-dir), or "
-            "stop that process")
+            "stop that process"
+        )
 
     def _same_run(self, owner: str | None, run_id: str | None, resumed_from: Any) -> bool:
         """Whether the run claiming the folder continues its owner's (resumes from a checkpoint
@@ -303,8 +345,13 @@ class CheckpointDirLock:
         return record if isinstance(record, dict) else {"unreadable": True}
 
     def _write(self, fd: int, released: bool = False) -> None:
-        record = {"run_id": self.run_id, "pid": os.getpid(), "host": self._host, "since": time.time(),
-                  "released": released}
+        record = {
+            "run_id": self.run_id,
+            "pid": os.getpid(),
+            "host": self._host,
+            "since": time.time(),
+            "released": released,
+        }
         data = json.dumps(record).encode()
         try:
             os.ftruncate(fd, 0)
@@ -379,7 +426,8 @@ def resolve_checkpoint(ref: str | os.PathLike[str], *, tracking_uri: str | None 
         raise CheckpointError(
             f"MLflow run {text}: its artifact {CHECKPOINT_POINTER_ARTIFACT} must be a JSON object whose "
             f"'path' is the absolute path of a checkpoint, without '..'; got {str(info)[:200]!r}. "
-            "Pass the checkpoint's path instead")
+            "Pass the checkpoint's path instead"
+        )
     found = Path(found)
     if not found.is_file():
         raise FileNotFoundError(
@@ -389,7 +437,9 @@ def resolve_checkpoint(ref: str | os.PathLike[str], *, tracking_uri: str | None 
     return found
 
 
-def read_checkpoint(ref: str | os.PathLike[str], *, tracking_uri: str | None = None) -> tuple[Path, dict[str, Any]]:
+def read_checkpoint(
+    ref: str | os.PathLike[str], *, tracking_uri: str | None = None
+) -> tuple[Path, dict[str, Any]]:
     """The file of :func:`resolve_checkpoint` (``ref``, ``tracking_uri``: as there) and its content
     as this rank loads it (rank 0 reads it for every rank; an actor reads it itself and gets its
     own entry as ``"actor"``, ``None`` without actor states); a ``CheckpointError`` if it was
@@ -405,7 +455,9 @@ def read_checkpoint(ref: str | os.PathLike[str], *, tracking_uri: str | None = N
         file = resolve_checkpoint(ref, tracking_uri=tracking_uri)
         state = load_checkpoint(file)
         _check_pointed_run(os.fspath(ref), file, state)
-        return [(file, _checkpoint_for_rank(state, file, r, ctx.world_size)) for r in range(ctx.world_size)]
+        return [
+            (file, _checkpoint_for_rank(state, file, r, ctx.world_size)) for r in range(ctx.world_size)
+        ]
 
     return ctx.on_main(read_for_every_rank, scatter=True)
 
@@ -414,16 +466,19 @@ def _check_pointed_run(ref: str, file: Path, state: Mapping[str, Any]) -> None:
     """Refuse a checkpoint that the pointer of MLflow run ``ref`` names but another run wrote."""
     if Path(ref).exists() or not is_run_ref(ref):
         return
-    run_id = ref[len("runs:/"):].split("/")[0] if ref.startswith("runs:/") else ref
+    run_id = ref[len("runs:/") :].split("/")[0] if ref.startswith("runs:/") else ref
     trainer = state.get("trainer")
     owner = trainer.get("run_id") if isinstance(trainer, Mapping) else None
     if owner != run_id:
         raise CheckpointError(
             f"MLflow run {run_id} points at the checkpoint {file}, which belongs to run {owner}: "
-            "rl8 refused to resume another run into it. Pass the checkpoint's path instead")
+            "rl8 refused to resume another run into it. Pass the checkpoint's path instead"
+        )
 
 
-def _checkpoint_for_rank(state: dict[str, Any], file: Path, rank: int, world_size: int) -> dict[str, Any]:
+def _checkpoint_for_rank(
+    state: dict[str, Any], file: Path, rank: int, world_size: int
+) -> dict[str, Any]:
     """The checkpoint as rank ``rank`` loads it: rank 0's ``algo`` entry updated with its own."""
     info = state.get("distributed")
     saved = int(info["world_size"]) if isinstance(info, Mapping) else 1
@@ -431,11 +486,17 @@ def _checkpoint_for_rank(state: dict[str, Any], file: Path, rank: int, world_siz
         raise CheckpointError(
             f"{file} was written by a run of {saved} rank(s) (data-parallel processes) but "
             f"this run has {world_size}: every rank resumes its own envs and RNG, so resume "
-            + ("without torchrun" if saved == 1 else f"with {saved} ranks in all, e.g. "
-               f"torchrun --nproc_per_node={saved} -m rl8 train --resume ...")
+            + (
+                "without torchrun"
+                if saved == 1
+                else f"with {saved} ranks in all, e.g. "
+                f"torchrun --nproc_per_node={saved} -m rl8 train --resume ..."
+            )
         )
     _check_actor_entries(state, file)
-    out = {k: v for k, v in state.items() if k not in ("distributed", "actors")}  # the actors read their own
+    out = {
+        k: v for k, v in state.items() if k not in ("distributed", "actors")
+    }  # the actors read their own
     if isinstance(info, Mapping):
         out["algo"] = {**state["algo"], **info["ranks"][rank]}
     return out
@@ -464,8 +525,11 @@ def _check_actor_entries(state: Mapping[str, Any], file: Path) -> None:
     if saved is None:
         return
     ranks = saved.get("ranks") if isinstance(saved, Mapping) else None
-    if not (isinstance(ranks, Mapping) and all(isinstance(saved.get(k), int) for k in ("world_size", "actors"))
-            and all(isinstance(r, int) and isinstance(e, Mapping) for r, e in ranks.items())):
+    if not (
+        isinstance(ranks, Mapping)
+        and all(isinstance(saved.get(k), int) for k in ("world_size", "actors"))
+        and all(isinstance(r, int) and isinstance(e, Mapping) for r, e in ranks.items())
+    ):
         raise CheckpointError(
             f"{file}: entry 'actors': expected {{'world_size': int, 'actors': int, 'ranks': {{rank (int): "
             f"state (dict)}}}}, got {type(saved).__name__} {_shape_of(saved)}"

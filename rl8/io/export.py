@@ -28,9 +28,20 @@ from rl8.policies.policy import Policy
 from rl8.ppo.resolve import ANY, DISTRIBUTION, MODEL, MODULE_CLASS, qualified_name, resolve
 
 __all__ = [
-    "MAX_SPACE_ELEMENTS", "MODEL_FLAVOR", "MODEL_POLICY_FILE", "POLICY_ARTIFACT", "POLICY_FORMAT", "check_env_spaces",
-    "check_finite_weights", "load_policy", "policy_from_dict", "policy_to_dict", "read_policy", "save_policy",
-    "space_from_dict", "space_to_dict",
+    "MAX_SPACE_ELEMENTS",
+    "MODEL_FLAVOR",
+    "MODEL_POLICY_FILE",
+    "POLICY_ARTIFACT",
+    "POLICY_FORMAT",
+    "check_env_spaces",
+    "check_finite_weights",
+    "load_policy",
+    "policy_from_dict",
+    "policy_to_dict",
+    "read_policy",
+    "save_policy",
+    "space_from_dict",
+    "space_to_dict",
 ]
 
 #: Value of the ``"format"`` entry of a policy file.
@@ -50,13 +61,16 @@ MAX_SPACE_ELEMENTS = 2**24
 
 def _space_elements(d: Any, where: str) -> int:
     """The elements a space description declares, checked to be well formed (no allocation)."""
+
     def bad(message: str) -> CheckpointError:
         return CheckpointError(f"{where}: {message}")
 
     def count(value: Any, name: str) -> int:
         if isinstance(value, torch.Tensor):
             if value.dtype.is_floating_point or value.dtype.is_complex or value.dim() > 1:
-                raise bad(f"{name} must be a 1-d integer tensor, got {value.dtype} of shape {list(value.shape)}")
+                raise bad(
+                    f"{name} must be a 1-d integer tensor, got {value.dtype} of shape {list(value.shape)}"
+                )
             value = value.tolist()
         items = value if isinstance(value, (list, tuple)) else [value]
         if not all(type(x) is int and x >= 0 for x in items):  # [] : a scalar Box
@@ -75,7 +89,11 @@ def _space_elements(d: Any, where: str) -> int:
         return count(d.get("n"), "'n'")
     if kind == "MultiDiscrete":
         nvec = d.get("nvec")
-        if not isinstance(nvec, torch.Tensor) or nvec.dtype.is_floating_point or nvec.numel() > MAX_SPACE_ELEMENTS:
+        if (
+            not isinstance(nvec, torch.Tensor)
+            or nvec.dtype.is_floating_point
+            or nvec.numel() > MAX_SPACE_ELEMENTS
+        ):
             raise bad(f"'nvec' must be an integer tensor of at most {MAX_SPACE_ELEMENTS} values")
         if bool((nvec < 0).any()):
             raise bad("'nvec' must hold ints >= 0")
@@ -83,7 +101,8 @@ def _space_elements(d: Any, where: str) -> int:
     if kind == "Dict":
         subs = d.get("spaces")
         if not isinstance(subs, (list, tuple)) or not all(
-                isinstance(s, (list, tuple)) and len(s) == 2 and isinstance(s[0], str) for s in subs):
+            isinstance(s, (list, tuple)) and len(s) == 2 and isinstance(s[0], str) for s in subs
+        ):
             raise bad("'spaces' must be a list of [name, space] pairs")
         return sum(_space_elements(sub, f"{where}[{key!r}]") for key, sub in subs)
     raise bad(f"unknown space description {kind!r}")
@@ -109,19 +128,32 @@ def space_from_dict(d: Mapping[str, Any], *, where: str = "space") -> spaces.Spa
         if kind == "Discrete":
             return spaces.Discrete(int(d["n"]), start=int(d["start"]))
         if kind == "MultiDiscrete":
-            return spaces.MultiDiscrete(d["nvec"].numpy(), dtype=np.dtype(d["dtype"]), start=d["start"].numpy())
+            return spaces.MultiDiscrete(
+                d["nvec"].numpy(), dtype=np.dtype(d["dtype"]), start=d["start"].numpy()
+            )
         if kind == "MultiBinary":
             return spaces.MultiBinary(d["n"])
-        return spaces.Dict({key: space_from_dict(sub, where=f"{where}[{key!r}]") for key, sub in d["spaces"]})
+        return spaces.Dict(
+            {key: space_from_dict(sub, where=f"{where}[{key!r}]") for key, sub in d["spaces"]}
+        )
     except CheckpointError:
         raise
     except (KeyError, TypeError, ValueError, AttributeError, RuntimeError) as exc:
-        missing = f"no entry {exc}" if isinstance(exc, KeyError) else str(exc).splitlines()[0] if str(exc) else ""
-        raise CheckpointError(f"{where}: not a valid {kind} space description ({type(exc).__name__}: {missing})") from None
+        missing = (
+            f"no entry {exc}"
+            if isinstance(exc, KeyError)
+            else str(exc).splitlines()[0]
+            if str(exc)
+            else ""
+        )
+        raise CheckpointError(
+            f"{where}: not a valid {kind} space description ({type(exc).__name__}: {missing})"
+        ) from None
 
 
-def check_env_spaces(env: Any, observation_space: spaces.Space, action_space: spaces.Space, *,
-                     what: str, source: Any) -> None:
+def check_env_spaces(
+    env: Any, observation_space: spaces.Space, action_space: spaces.Space, *, what: str, source: Any
+) -> None:
     """Raise ``ValueError`` when ``env``'s spaces differ from those a policy was trained on.
 
     Args:
@@ -161,21 +193,29 @@ def _from_plain(value: Any, source: Any, trust_code: bool, where: str = "model_c
             return resolve(value["__class__"], kind, field=where, source=source, trust_code=trust_code)
         return {k: _from_plain(v, source, trust_code, f"{where}[{k!r}]") for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return type(value)(_from_plain(v, source, trust_code, f"{where}[{i}]") for i, v in enumerate(value))
+        return type(value)(
+            _from_plain(v, source, trust_code, f"{where}[{i}]") for i, v in enumerate(value)
+        )
     return value
 
 
-def _stored_class(d: Mapping[str, Any], key: str, kind: Any, source: Any, trust_code: bool, given: Any) -> Any:
+def _stored_class(
+    d: Mapping[str, Any], key: str, kind: Any, source: Any, trust_code: bool, given: Any
+) -> Any:
     """The class of ``kind`` whose dotted path is stored under ``key``, or ``given`` (yours)."""
     if given is not None:
         return resolve(given, kind, field=key)
     value = d.get(key)
     if not isinstance(value, str):
-        raise CheckpointError(f"{source}: {key} must be a dotted path (a str), got {type(value).__name__}")
+        raise CheckpointError(
+            f"{source}: {key} must be a dotted path (a str), got {type(value).__name__}"
+        )
     return resolve(value, kind, field=key, source=source, trust_code=trust_code)
 
 
-def policy_to_dict(policy: Any, *, include_state: bool = True, env: dict[str, Any] | None = None) -> dict[str, Any]:
+def policy_to_dict(
+    policy: Any, *, include_state: bool = True, env: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """The dict a policy file holds: a :class:`~rl8.policies.policy.Policy` as plain data.
 
     Args:
@@ -199,8 +239,15 @@ def policy_to_dict(policy: Any, *, include_state: bool = True, env: dict[str, An
     return out
 
 
-def policy_from_dict(d: Mapping[str, Any], *, map_location: Any = "cpu", source: Any = None,
-                     trust_code: bool = False, model_cls: Any = None, distribution_cls: Any = None) -> Any:
+def policy_from_dict(
+    d: Mapping[str, Any],
+    *,
+    map_location: Any = "cpu",
+    source: Any = None,
+    trust_code: bool = False,
+    model_cls: Any = None,
+    distribution_cls: Any = None,
+) -> Any:
     """Build a :class:`~rl8.policies.policy.Policy` (in eval mode) from :func:`policy_to_dict`'s
     output, its classes looked up in :mod:`rl8.registry` and checked before anything is called.
 
@@ -233,32 +280,48 @@ def policy_from_dict(d: Mapping[str, Any], *, map_location: Any = "cpu", source:
     source = "the policy description" if source is None else source
     state = d["state_dict"]
     if not isinstance(state, Mapping) or not all(
-            isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()):
-        raise CheckpointError(f"{source}: entry 'state_dict' must be a dict of tensors by name, "
-                              f"got {type(state).__name__}")
+        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()
+    ):
+        raise CheckpointError(
+            f"{source}: entry 'state_dict' must be a dict of tensors by name, got {type(state).__name__}"
+        )
     check_finite_weights(state, f"{source}:")
     if not isinstance(d.get("model_config") or {}, Mapping):
-        raise CheckpointError(f"{source}: entry 'model_config' must be a dict, got {type(d['model_config']).__name__}")
+        raise CheckpointError(
+            f"{source}: entry 'model_config' must be a dict, got {type(d['model_config']).__name__}"
+        )
     model_cls = _stored_class(d, "model_cls", MODEL, source, trust_code, model_cls)
-    distribution_cls = _stored_class(d, "distribution_cls", DISTRIBUTION, source, trust_code, distribution_cls)
+    distribution_cls = _stored_class(
+        d, "distribution_cls", DISTRIBUTION, source, trust_code, distribution_cls
+    )
     model_config = _from_plain(d.get("model_config") or {}, source, trust_code)
-    observation_space = space_from_dict(d.get("observation_space"), where=f"{source}: entry 'observation_space'")
+    observation_space = space_from_dict(
+        d.get("observation_space"), where=f"{source}: entry 'observation_space'"
+    )
     action_space = space_from_dict(d.get("action_space"), where=f"{source}: entry 'action_space'")
     try:
         policy = Policy(
-            observation_space, action_space, model_cls=model_cls, model_config=model_config,
-            distribution_cls=distribution_cls, device=map_location,
+            observation_space,
+            action_space,
+            model_cls=model_cls,
+            model_config=model_config,
+            distribution_cls=distribution_cls,
+            device=map_location,
             normalize_observations=bool(d.get("normalize_observations", False)),
         )
     except (TypeError, ValueError, KeyError) as exc:  # what the file's model_config asks for
-        raise CheckpointError(f"{source}: the policy it describes cannot be built (entry 'model_config' "
-                              f"{d.get('model_config')!r:.200}): {exc}") from None
+        raise CheckpointError(
+            f"{source}: the policy it describes cannot be built (entry 'model_config' "
+            f"{d.get('model_config')!r:.200}): {exc}"
+        ) from None
     try:
         policy.load_state_dict(state)
     except RuntimeError as exc:  # missing, unexpected or differently shaped weights
         detail = " ".join(line.strip() for line in str(exc).splitlines()[1:4])
-        raise CheckpointError(f"{source}: entry 'state_dict' does not match the model that its "
-                              f"'model_config' and spaces describe: {detail}") from None
+        raise CheckpointError(
+            f"{source}: entry 'state_dict' does not match the model that its "
+            f"'model_config' and spaces describe: {detail}"
+        ) from None
     policy.eval()
     return policy
 
@@ -309,7 +372,9 @@ def _model_policy_file(folder: Path, source: Any) -> Path:
     try:
         meta = yaml.safe_load((folder / "MLmodel").read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise CheckpointError(f"{source}: its MLmodel file cannot be read ({type(exc).__name__}: {exc})") from None
+        raise CheckpointError(
+            f"{source}: its MLmodel file cannot be read ({type(exc).__name__}: {exc})"
+        ) from None
     flavors = meta.get("flavors") if isinstance(meta, Mapping) else None
     flavor = flavors.get(MODEL_FLAVOR) if isinstance(flavors, Mapping) else None
     if not isinstance(flavor, Mapping) or flavor.get("data") != MODEL_POLICY_FILE:
@@ -322,7 +387,9 @@ def _model_policy_file(folder: Path, source: Any) -> Path:
     return folder / MODEL_POLICY_FILE
 
 
-def read_policy(run_id_or_path: str | os.PathLike[str], *, tracking_uri: str | None = None) -> dict[str, Any]:
+def read_policy(
+    run_id_or_path: str | os.PathLike[str], *, tracking_uri: str | None = None
+) -> dict[str, Any]:
     """The policy description (see :func:`policy_to_dict`) that ``run_id_or_path`` names, as for
     :func:`load_policy` (a folder without checkpoints: its ``policy.pt``; run ids of the store
     ``tracking_uri``, ``None``: MLflow's default), with the same errors."""
@@ -348,8 +415,15 @@ def read_policy(run_id_or_path: str | os.PathLike[str], *, tracking_uri: str | N
     return _policy_from_checkpoint_state(load_checkpoint(path), path)
 
 
-def load_policy(run_id_or_path: str | os.PathLike[str], *, map_location: Any = "cpu", tracking_uri: str | None = None,
-                trust_code: bool = False, model_cls: Any = None, distribution_cls: Any = None) -> Any:
+def load_policy(
+    run_id_or_path: str | os.PathLike[str],
+    *,
+    map_location: Any = "cpu",
+    tracking_uri: str | None = None,
+    trust_code: bool = False,
+    model_cls: Any = None,
+    distribution_cls: Any = None,
+) -> Any:
     """Load a :class:`rl8.Policy` (in eval mode; ``policy(obs)`` gives deterministic env
     actions) without any training state.
 
@@ -374,5 +448,11 @@ def load_policy(run_id_or_path: str | os.PathLike[str], *, map_location: Any = "
             that names a class that is not registered or of the wrong kind.
     """
     description = read_policy(run_id_or_path, tracking_uri=tracking_uri)
-    return policy_from_dict(description, map_location=map_location, source=os.fspath(run_id_or_path),
-                            trust_code=trust_code, model_cls=model_cls, distribution_cls=distribution_cls)
+    return policy_from_dict(
+        description,
+        map_location=map_location,
+        source=os.fspath(run_id_or_path),
+        trust_code=trust_code,
+        model_cls=model_cls,
+        distribution_cls=distribution_cls,
+    )

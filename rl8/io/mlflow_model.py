@@ -32,7 +32,9 @@ def _schema(space: spaces.Space) -> str:
     for key, sub in entries:
         if isinstance(sub, spaces.Dict):
             raise ValueError(f"a nested Dict space ({key!r}) has no MLflow signature")
-    return Schema([TensorSpec(np.dtype(sub.dtype), (-1, *sub.shape), key) for key, sub in entries]).to_json()
+    return Schema(
+        [TensorSpec(np.dtype(sub.dtype), (-1, *sub.shape), key) for key, sub in entries]
+    ).to_json()
 
 
 def _input_example(space: spaces.Space, n: int = 2) -> Any:
@@ -68,22 +70,41 @@ def save_model(policy: Any, path: str | Path, *, env: dict[str, Any] | None = No
     example = _input_example(policy.observation_space)
     (path / "input_example.json").write_text(json.dumps(example))
     (path / "serving_input_example.json").write_text(json.dumps({"inputs": example}))
-    versions = {"rl8": __version__, "torch": torch.__version__.split("+")[0], "mlflow": mlflow.__version__,
-                "gymnasium": gymnasium.__version__, "tensordict": tensordict.__version__, "numpy": np.__version__}
+    versions = {
+        "rl8": __version__,
+        "torch": torch.__version__.split("+")[0],
+        "mlflow": mlflow.__version__,
+        "gymnasium": gymnasium.__version__,
+        "tensordict": tensordict.__version__,
+        "numpy": np.__version__,
+    }
     (path / "requirements.txt").write_text("".join(f"{k}=={v}\n" for k, v in versions.items()))
-    (path / "python_env.yaml").write_text(f"python: {platform.python_version()}\nbuild_dependencies:\n"
-                                          "  - pip\ndependencies:\n  - -r requirements.txt\n")
+    (path / "python_env.yaml").write_text(
+        f"python: {platform.python_version()}\nbuild_dependencies:\n"
+        "  - pip\ndependencies:\n  - -r requirements.txt\n"
+    )
     meta = {
         "flavors": {
-            "python_function": {"loader_module": __name__, "data": MODEL_POLICY_FILE,
-                                "env": {"virtualenv": "python_env.yaml"}, "python_version": platform.python_version()},
+            "python_function": {
+                "loader_module": __name__,
+                "data": MODEL_POLICY_FILE,
+                "env": {"virtualenv": "python_env.yaml"},
+                "python_version": platform.python_version(),
+            },
             MODEL_FLAVOR: {"data": MODEL_POLICY_FILE, "rl8_version": __version__},
         },
-        "signature": {"inputs": _schema(policy.observation_space), "outputs": _schema(policy.action_space),
-                      "params": json.dumps([{"name": "deterministic", "type": "boolean", "default": True,
-                                              "shape": None}])},
-        "saved_input_example_info": {"artifact_path": "input_example.json", "type": "ndarray",
-                                     "serving_input_path": "serving_input_example.json"},
+        "signature": {
+            "inputs": _schema(policy.observation_space),
+            "outputs": _schema(policy.action_space),
+            "params": json.dumps(
+                [{"name": "deterministic", "type": "boolean", "default": True, "shape": None}]
+            ),
+        },
+        "saved_input_example_info": {
+            "artifact_path": "input_example.json",
+            "type": "ndarray",
+            "serving_input_path": "serving_input_example.json",
+        },
         "mlflow_version": mlflow.__version__,
         "model_uuid": uuid.uuid4().hex,
         "utc_time_created": str(datetime.datetime.now(datetime.UTC).replace(tzinfo=None)),
@@ -109,10 +130,15 @@ class PolicyModel:
                 for a ``Dict`` space, one column per entry).
             params: ``{"deterministic": False}`` samples actions (default: the modes).
         """
-        space, frame = self.policy.observation_space, hasattr(model_input, "to_numpy")  # a pandas DataFrame
+        space, frame = (
+            self.policy.observation_space,
+            hasattr(model_input, "to_numpy"),
+        )  # a pandas DataFrame
         if isinstance(space, spaces.Dict):  # copies: MLflow hands over read-only arrays
-            obs = {k: np.array(list(model_input[k]) if frame else model_input[k]).reshape(-1, *sub.shape)
-                   for k, sub in space.spaces.items()}
+            obs = {
+                k: np.array(list(model_input[k]) if frame else model_input[k]).reshape(-1, *sub.shape)
+                for k, sub in space.spaces.items()
+            }
         else:
             obs = np.array(model_input.to_numpy() if frame else model_input).reshape(-1, *space.shape)
         deterministic = bool((params or {}).get("deterministic", True))

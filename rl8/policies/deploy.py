@@ -22,7 +22,13 @@ from torch import nn
 from rl8.envs.spaces import space_dtype, space_to_dict
 from rl8.version import __version__
 
-__all__ = ["EXPORT_FORMATS", "ExportError", "DeterministicActor", "export_policy", "read_export_metadata"]
+__all__ = [
+    "EXPORT_FORMATS",
+    "ExportError",
+    "DeterministicActor",
+    "export_policy",
+    "read_export_metadata",
+]
 
 #: The file formats of :func:`export_policy`.
 EXPORT_FORMATS = ("onnx", "torchscript")
@@ -59,21 +65,27 @@ class DeterministicActor(nn.Module):
             keys = tuple(model.actor_groups or obs_space.spaces)
             unknown = [k for k in keys if k not in obs_space.spaces]
             if unknown:
-                raise ExportError(f"{type(model).__name__}.actor_groups: {unknown} are not keys of the "
-                                  f"observation space (keys: {list(obs_space.spaces)})")
+                raise ExportError(
+                    f"{type(model).__name__}.actor_groups: {unknown} are not keys of the "
+                    f"observation space (keys: {list(obs_space.spaces)})"
+                )
             if "action_mask" in obs_space.spaces and "action_mask" not in keys:
                 keys += ("action_mask",)
             nested = [k for k in keys if isinstance(obs_space[k], spaces.Dict)]
             if nested:
-                raise ExportError(f"observation entries {nested} are Dict spaces; an exported actor takes "
-                                  "one tensor per key (flatten nested Dict observations)")
+                raise ExportError(
+                    f"observation entries {nested} are Dict spaces; an exported actor takes "
+                    "one tensor per key (flatten nested Dict observations)"
+                )
             self.obs_keys = keys
         self.state_keys: tuple[str, ...] = ()
         if self.policy.recurrent:
             initial = self.policy.initial_state(1)
             if any(bool(leaf.any()) for leaf in initial.values(include_nested=True, leaves_only=True)):
-                raise ExportError(f"{type(model).__name__}.initial_state is not all zeros; an exported "
-                                  "actor starts an episode from a zero state")
+                raise ExportError(
+                    f"{type(model).__name__}.initial_state is not all zeros; an exported "
+                    "actor starts an episode from a zero state"
+                )
             self.state_keys = tuple(initial.keys())
             self._state_shapes = {k: tuple(initial[k].shape[1:]) for k in self.state_keys}
         self.input_names = (*(self.obs_keys or ("obs",)), *(f"state_{k}" for k in self.state_keys))
@@ -82,11 +94,14 @@ class DeterministicActor(nn.Module):
             zeros = torch.zeros(1, self.policy.distribution_cls.param_size(act_space))
             self.policy.distribution_cls(zeros, act_space).deterministic_sample()
         except NotImplementedError:
-            raise ExportError(f"{self.policy.distribution_cls.__name__} has no deterministic action "
-                              "(deterministic_sample); an exported actor needs one") from None
+            raise ExportError(
+                f"{self.policy.distribution_cls.__name__} has no deterministic action "
+                "(deterministic_sample); an exported actor needs one"
+            ) from None
         self.action_dtype = torch.from_numpy(np.zeros(0, dtype=act_space.dtype)).dtype
         self.clip = isinstance(act_space, spaces.Box) and bool(
-            np.isfinite(act_space.low).any() or np.isfinite(act_space.high).any())
+            np.isfinite(act_space.low).any() or np.isfinite(act_space.high).any()
+        )
         if self.clip:
             self.register_buffer("low", torch.as_tensor(act_space.low, dtype=torch.float32))
             self.register_buffer("high", torch.as_tensor(act_space.high, dtype=torch.float32))
@@ -96,12 +111,20 @@ class DeterministicActor(nn.Module):
         """Env actions ``[B, ...]`` (a tuple with the next state for recurrent models)."""
         policy, n = self.policy, len(self.input_names) - len(self.state_keys)
         batch = inputs[0].shape[:1]
-        obs = inputs[0] if self.obs_keys is None else TensorDict(dict(zip(self.obs_keys, inputs[:n])), batch)
+        obs = (
+            inputs[0]
+            if self.obs_keys is None
+            else TensorDict(dict(zip(self.obs_keys, inputs[:n])), batch)
+        )
         if self.state_keys:
-            dist, _, next_state = policy.rollout_step(obs, TensorDict(dict(zip(self.state_keys, inputs[n:])), batch))
+            dist, _, next_state = policy.rollout_step(
+                obs, TensorDict(dict(zip(self.state_keys, inputs[n:])), batch)
+            )
         else:  # the actor alone: its groups of the observation are all the inputs
             params = policy.model.actor_params(policy.preprocess(obs))
-            dist = policy.distribution_cls(params, policy.action_space, action_mask=policy.action_mask(obs))
+            dist = policy.distribution_cls(
+                params, policy.action_space, action_mask=policy.action_mask(obs)
+            )
         actions = policy.to_env_action(dist.deterministic_sample())
         if self.clip:
             actions = torch.clamp(actions, self.low, self.high)
@@ -130,8 +153,16 @@ class DeterministicActor(nn.Module):
         outputs = outputs if isinstance(outputs, tuple) else (outputs,)
 
         def described(names: tuple[str, ...], tensors: tuple[torch.Tensor, ...]) -> str:
-            return json.dumps([{"name": name, "shape": ["B", *t.shape[1:]],
-                                "dtype": str(t.dtype).removeprefix("torch.")} for name, t in zip(names, tensors)])
+            return json.dumps(
+                [
+                    {
+                        "name": name,
+                        "shape": ["B", *t.shape[1:]],
+                        "dtype": str(t.dtype).removeprefix("torch."),
+                    }
+                    for name, t in zip(names, tensors)
+                ]
+            )
 
         policy = self.policy
         return {
@@ -175,7 +206,9 @@ def export_policy(policy: Any, path: str | os.PathLike[str], format: str = "onnx
     if format not in EXPORT_FORMATS:
         raise ValueError(f"format: expected one of {list(EXPORT_FORMATS)}, got {format!r}")
     if format == "onnx" and not all(importlib.util.find_spec(name) for name in ("onnx", "onnxscript")):
-        raise ImportError('ONNX export needs onnx and onnxscript, the onnx extra: pip install -e ".[onnx]" in the checkout of rl8')
+        raise ImportError(
+            'ONNX export needs onnx and onnxscript, the onnx extra: pip install -e ".[onnx]" in the checkout of rl8'
+        )
     actor = DeterministicActor(policy)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -195,23 +228,36 @@ def _write(actor: DeterministicActor, format: str, path: Path) -> None:
         with warnings.catch_warnings():  # torch's notes on tracing (the trace is checked instead)
             for category in (torch.jit.TracerWarning, FutureWarning, DeprecationWarning):
                 warnings.simplefilter("ignore", category)
-            warnings.filterwarnings("ignore", "The tensor attributes .* were assigned during export")  # nn.LSTM
+            warnings.filterwarnings(
+                "ignore", "The tensor attributes .* were assigned during export"
+            )  # nn.LSTM
             if format == "onnx":
                 program = torch.onnx.export(
-                    actor, actor.example_inputs(), dynamo=True, opset_version=18, verbose=False,
-                    input_names=list(actor.input_names), output_names=list(actor.output_names),
+                    actor,
+                    actor.example_inputs(),
+                    dynamo=True,
+                    opset_version=18,
+                    verbose=False,
+                    input_names=list(actor.input_names),
+                    output_names=list(actor.output_names),
                     dynamic_shapes=(({0: torch.export.Dim.DYNAMIC},) * len(actor.input_names),),
                 )
                 try:  # what torch.export froze (a value, a branch) shows on another batch
-                    torch.testing.assert_close(program.exported_program.module()(*other_batch), actor(*other_batch))
+                    torch.testing.assert_close(
+                        program.exported_program.module()(*other_batch), actor(*other_batch)
+                    )
                 except AssertionError:
-                    raise ValueError("the exported program's actions differ from the model's on a second batch "
-                                     "(the model's computation depends on how it is traced)") from None
+                    raise ValueError(
+                        "the exported program's actions differ from the model's on a second batch "
+                        "(the model's computation depends on how it is traced)"
+                    ) from None
                 program.model.metadata_props.update(metadata)
                 program.save(str(path))
             else:
                 traced = torch.jit.trace(actor, actor.example_inputs(), check_inputs=[other_batch])
-                torch.jit.save(traced, str(path), _extra_files={TORCHSCRIPT_METADATA: json.dumps(metadata)})
+                torch.jit.save(
+                    traced, str(path), _extra_files={TORCHSCRIPT_METADATA: json.dumps(metadata)}
+                )
     except OSError:
         raise
     except Exception as exc:
@@ -220,8 +266,10 @@ def _write(actor: DeterministicActor, format: str, path: Path) -> None:
             cause = cause.__cause__
         first = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
         policy = actor.policy
-        raise ExportError(f"cannot export {type(policy.model).__name__} with {policy.distribution_cls.__name__} "
-                          f"as {format} ({first}); try format={other!r}, or a model of plain torch operations") from exc
+        raise ExportError(
+            f"cannot export {type(policy.model).__name__} with {policy.distribution_cls.__name__} "
+            f"as {format} ({first}); try format={other!r}, or a model of plain torch operations"
+        ) from exc
 
 
 def read_export_metadata(path: str | os.PathLike[str]) -> dict[str, str] | None:
@@ -233,7 +281,10 @@ def read_export_metadata(path: str | os.PathLike[str]) -> dict[str, str] | None:
                 names = [n for n in archive.namelist() if n.endswith(f"/extra/{TORCHSCRIPT_METADATA}")]
                 return json.loads(archive.read(names[0])) if names else None
         import onnx  # optional (rl8[onnx])
+
         props = {p.key: p.value for p in onnx.load(str(path), load_external_data=False).metadata_props}
-    except Exception:  # onnx not installed (no ONNX file counts as an export then), or another kind of file
+    except (
+        Exception
+    ):  # onnx not installed (no ONNX file counts as an export then), or another kind of file
         return None
     return props if "rl8_version" in props else None

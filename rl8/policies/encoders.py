@@ -30,8 +30,17 @@ from rl8.policies.models import (
 )
 
 __all__ = [
-    "ENCODERS", "CNNModel", "ImageEncoder", "ImpalaCNN", "MultiInputModel", "NatureCNN", "ObservationEncoder",
-    "default_model_cls", "has_image", "image_layout", "image_shape",
+    "ENCODERS",
+    "CNNModel",
+    "ImageEncoder",
+    "ImpalaCNN",
+    "MultiInputModel",
+    "NatureCNN",
+    "ObservationEncoder",
+    "default_model_cls",
+    "has_image",
+    "image_layout",
+    "image_shape",
 ]
 
 LAYOUTS = ("HWC", "CHW")
@@ -44,7 +53,9 @@ def image_layout(space: spaces.Space, declared: str | None = None) -> str | None
     ``"CHW"``; ``None``: detect ``uint8`` images only) declares an image of that layout."""
     if declared is not None:
         if declared not in LAYOUTS:
-            raise ValueError(f"model_config image_layout: expected one of {list(LAYOUTS)} or None, got {declared!r}")
+            raise ValueError(
+                f"model_config image_layout: expected one of {list(LAYOUTS)} or None, got {declared!r}"
+            )
         if not isinstance(space, spaces.Box) or len(space.shape) != 3:
             raise ValueError(
                 f"model_config image_layout: expected a 3-dimensional Box observation to declare an image, got {space}"
@@ -78,7 +89,9 @@ def _ints(name: str, value: Any) -> tuple[int, ...]:
     return check_widths(f"encoder_config {name}", value, non_empty=True)
 
 
-def _conv(in_channels: int, out_channels: int, kernel_size: int, stride: int, padding: int = 0) -> nn.Conv2d:
+def _conv(
+    in_channels: int, out_channels: int, kernel_size: int, stride: int, padding: int = 0
+) -> nn.Conv2d:
     """A convolution with orthogonal weights of gain sqrt(2) and zero biases (CleanRL's init)."""
     conv = nn.Conv2d(in_channels, out_channels, kernel_size, stride, padding)
     nn.init.orthogonal_(conv.weight, math.sqrt(2))
@@ -97,11 +110,23 @@ class NatureCNN(nn.Module):
         features: Width of the linear layer after the convolutions (the encoder's output).
     """
 
-    def __init__(self, in_channels: int, height: int, width: int, *, channels: Sequence[int] = (32, 64, 64),
-                 kernel_sizes: Sequence[int] = (8, 4, 3), strides: Sequence[int] = (4, 2, 1),
-                 features: int = 512) -> None:
+    def __init__(
+        self,
+        in_channels: int,
+        height: int,
+        width: int,
+        *,
+        channels: Sequence[int] = (32, 64, 64),
+        kernel_sizes: Sequence[int] = (8, 4, 3),
+        strides: Sequence[int] = (4, 2, 1),
+        features: int = 512,
+    ) -> None:
         super().__init__()
-        channels, kernel_sizes, strides = _ints("channels", channels), _ints("kernel_sizes", kernel_sizes), _ints("strides", strides)
+        channels, kernel_sizes, strides = (
+            _ints("channels", channels),
+            _ints("kernel_sizes", kernel_sizes),
+            _ints("strides", strides),
+        )
         features = check_int("encoder_config features", features, 1)
         if not len(channels) == len(kernel_sizes) == len(strides):
             raise ValueError(
@@ -152,17 +177,29 @@ class ImpalaCNN(nn.Module):
         features: Width of the linear layer after the stacks (the encoder's output).
     """
 
-    def __init__(self, in_channels: int, height: int, width: int, *, channels: Sequence[int] = (16, 32, 32),
-                 features: int = 256) -> None:
+    def __init__(
+        self,
+        in_channels: int,
+        height: int,
+        width: int,
+        *,
+        channels: Sequence[int] = (16, 32, 32),
+        features: int = 256,
+    ) -> None:
         super().__init__()
         channels = _ints("channels", channels)
         features = check_int("encoder_config features", features, 1)
         stacks: list[nn.Module] = []
         c, h, w = in_channels, height, width
         for out in channels:
-            stacks.append(nn.Sequential(
-                _conv(c, out, 3, 1, 1), nn.MaxPool2d(3, 2, padding=1), _ResidualBlock(out), _ResidualBlock(out),
-            ))
+            stacks.append(
+                nn.Sequential(
+                    _conv(c, out, 3, 1, 1),
+                    nn.MaxPool2d(3, 2, padding=1),
+                    _ResidualBlock(out),
+                    _ResidualBlock(out),
+                )
+            )
             c, h, w = out, (h + 1) // 2, (w + 1) // 2
         self.stacks = nn.Sequential(*stacks)
         self.linear = make_linear(c * h * w, features, math.sqrt(2), True)
@@ -188,19 +225,28 @@ class ImageEncoder(nn.Module):
         encoder_config: Keyword arguments of the encoder.
     """
 
-    def __init__(self, space: spaces.Box, layout: str | None = None, encoder: str | type[nn.Module] = "nature",
-                 encoder_config: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        space: spaces.Box,
+        layout: str | None = None,
+        encoder: str | type[nn.Module] = "nature",
+        encoder_config: Mapping[str, Any] | None = None,
+    ) -> None:
         super().__init__()
         found = image_layout(space, layout)
         if found is None:
-            raise ValueError(f"ImageEncoder: expected an image space (a uint8 Box [H, W, C] or [C, H, W]), got {space}")
+            raise ValueError(
+                f"ImageEncoder: expected an image space (a uint8 Box [H, W, C] or [C, H, W]), got {space}"
+            )
         self.layout = found
         self.ndim = len(space.shape)
         c, h, w = image_shape(space, found)
         try:
             self.cnn = lookup("encoder", ENCODERS, encoder)(c, h, w, **dict(encoder_config or {}))
         except TypeError as err:
-            raise ValueError(f"model_config encoder_config: {dict(encoder_config or {})!r} refused by {encoder!r} ({err})") from err
+            raise ValueError(
+                f"model_config encoder_config: {dict(encoder_config or {})!r} refused by {encoder!r} ({err})"
+            ) from err
         self.features = int(self.cnn.features)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
@@ -219,10 +265,17 @@ class ObservationEncoder(nn.Module):
     observations of the ``space``; the other arguments are :class:`CNNModel`'s.
     """
 
-    def __init__(self, space: spaces.Space, *, encoder: str | type[nn.Module] = "nature",
-                 encoder_config: Mapping[str, Any] | None = None, image_layout: str | None = None,
-                 image_keys: Mapping[str, str] | None = None, vector_hiddens: Sequence[int] = (64,),
-                 activation: str | type[nn.Module] = "relu") -> None:
+    def __init__(
+        self,
+        space: spaces.Space,
+        *,
+        encoder: str | type[nn.Module] = "nature",
+        encoder_config: Mapping[str, Any] | None = None,
+        image_layout: str | None = None,
+        image_keys: Mapping[str, str] | None = None,
+        vector_hiddens: Sequence[int] = (64,),
+        activation: str | type[nn.Module] = "relu",
+    ) -> None:
         super().__init__()
         act = lookup("activation", ACTIVATIONS, activation)
         vector_hiddens = check_widths("model_config vector_hiddens", vector_hiddens)
@@ -233,7 +286,9 @@ class ObservationEncoder(nn.Module):
         entries = space.spaces if isinstance(space, spaces.Dict) else {"obs": space}
         unknown = sorted(set(image_keys) - set(entries))
         if unknown:
-            raise ValueError(f"model_config image_keys: {unknown} are not keys of the observation space {list(entries)}")
+            raise ValueError(
+                f"model_config image_keys: {unknown} are not keys of the observation space {list(entries)}"
+            )
         self.features = 0
         for key, sub in entries.items():
             if key == "action_mask" and isinstance(space, spaces.Dict):
@@ -251,8 +306,12 @@ class ObservationEncoder(nn.Module):
     def forward(self, obs: torch.Tensor | TensorDictBase) -> torch.Tensor:
         parts = []
         for key, encoder in self.encoders.items():
-            x, space = (obs[key], self.space[key]) if isinstance(self.space, spaces.Dict) else (obs, self.space)
-            parts.append(encoder(x) if self.kinds[key] == "image" else encoder(flatten_observation(x, space)))
+            x, space = (
+                (obs[key], self.space[key]) if isinstance(self.space, spaces.Dict) else (obs, self.space)
+            )
+            parts.append(
+                encoder(x) if self.kinds[key] == "image" else encoder(flatten_observation(x, space))
+            )
         return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
 
 
@@ -277,26 +336,54 @@ class CNNModel(Model):
         init_log_std: Initial state-independent log-std.
     """
 
-    def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, distribution_cls: type, /, *,
-                 encoder: str | type[nn.Module] = "nature", encoder_config: Mapping[str, Any] | None = None,
-                 image_layout: str | None = None, image_keys: Mapping[str, str] | None = None,
-                 vector_hiddens: Sequence[int] = (64,), hiddens: Sequence[int] = (), activation: str = "relu",
-                 shared: bool = True, state_dependent_std: bool = False, init_log_std: float = 0.0) -> None:
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        distribution_cls: type,
+        /,
+        *,
+        encoder: str | type[nn.Module] = "nature",
+        encoder_config: Mapping[str, Any] | None = None,
+        image_layout: str | None = None,
+        image_keys: Mapping[str, str] | None = None,
+        vector_hiddens: Sequence[int] = (64,),
+        hiddens: Sequence[int] = (),
+        activation: str = "relu",
+        shared: bool = True,
+        state_dependent_std: bool = False,
+        init_log_std: float = 0.0,
+    ) -> None:
         hiddens = check_widths("model_config hiddens", hiddens)
         super().__init__(
-            observation_space, action_space, distribution_cls, encoder=encoder,
-            encoder_config=dict(encoder_config or {}), image_layout=image_layout, image_keys=dict(image_keys or {}),
-            vector_hiddens=tuple(vector_hiddens), hiddens=hiddens, activation=activation, shared=shared,
-            state_dependent_std=state_dependent_std, init_log_std=init_log_std,
+            observation_space,
+            action_space,
+            distribution_cls,
+            encoder=encoder,
+            encoder_config=dict(encoder_config or {}),
+            image_layout=image_layout,
+            image_keys=dict(image_keys or {}),
+            vector_hiddens=tuple(vector_hiddens),
+            hiddens=hiddens,
+            activation=activation,
+            shared=shared,
+            state_dependent_std=state_dependent_std,
+            init_log_std=init_log_std,
         )
         self._check_space(observation_space, image_layout)
         act = lookup("activation", ACTIVATIONS, activation)
         head_size = self.init_policy_head(state_dependent_std, init_log_std)
 
         def body() -> nn.Sequential:
-            enc = ObservationEncoder(observation_space, encoder=encoder, encoder_config=encoder_config,
-                                     image_layout=image_layout, image_keys=image_keys,
-                                     vector_hiddens=vector_hiddens, activation=activation)
+            enc = ObservationEncoder(
+                observation_space,
+                encoder=encoder,
+                encoder_config=encoder_config,
+                image_layout=image_layout,
+                image_keys=image_keys,
+                vector_hiddens=vector_hiddens,
+                activation=activation,
+            )
             return nn.Sequential(enc, *make_mlp([enc.features, *hiddens], act, True))
 
         self.shared = bool(shared)
@@ -308,7 +395,9 @@ class CNNModel(Model):
 
     def _check_space(self, space: spaces.Space, layout: str | None) -> None:
         if isinstance(space, spaces.Dict):
-            raise TypeError(f"{type(self).__name__}: Dict observations go to rl8.policies.encoders.MultiInputModel, got {space}")
+            raise TypeError(
+                f"{type(self).__name__}: Dict observations go to rl8.policies.encoders.MultiInputModel, got {space}"
+            )
         if image_layout(space, layout) is None:
             raise TypeError(
                 f"{type(self).__name__}: expected an image observation space (a uint8 Box [H, W, C] or [C, H, W], or a "
@@ -332,10 +421,14 @@ class MultiInputModel(CNNModel):
         if not isinstance(space, spaces.Dict):
             raise TypeError(f"MultiInputModel: expected a Dict observation space, got {space}")
         if layout is not None:
-            raise ValueError("model_config image_layout: Dict observations declare float images with image_keys")
+            raise ValueError(
+                "model_config image_layout: Dict observations declare float images with image_keys"
+            )
 
 
-def default_model_cls(observation_space: spaces.Space, model_config: Mapping[str, Any] | None = None) -> type[Model]:
+def default_model_cls(
+    observation_space: spaces.Space, model_config: Mapping[str, Any] | None = None
+) -> type[Model]:
     """The model a policy gets when none is named, for one observation's ``observation_space``:
     :class:`CNNModel` for an image, :class:`MultiInputModel` for a ``Dict`` with one, else
     :class:`~rl8.policies.models.MLPModel` (``image_layout`` and ``image_keys`` of ``model_config``

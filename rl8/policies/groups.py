@@ -19,15 +19,28 @@ def obs_groups_problem(obs_groups: Any) -> str | None:
     ``None`` or a dict ``{"actor": [group, ...], "critic": [group, ...]}`` (either set optional)."""
     if obs_groups is None:
         return None
-    ok = isinstance(obs_groups, Mapping) and set(obs_groups) <= set(OBS_SETS) and all(
-        isinstance(g, Sequence) and not isinstance(g, str) and g and all(isinstance(k, str) for k in g)
-        for g in obs_groups.values()
+    ok = (
+        isinstance(obs_groups, Mapping)
+        and set(obs_groups) <= set(OBS_SETS)
+        and all(
+            isinstance(g, Sequence)
+            and not isinstance(g, str)
+            and g
+            and all(isinstance(k, str) for k in g)
+            for g in obs_groups.values()
+        )
     )
-    return None if ok else "None or a dict {'actor': [group, ...], 'critic': [group, ...]} of non-empty lists of str"
+    return (
+        None
+        if ok
+        else "None or a dict {'actor': [group, ...], 'critic': [group, ...]} of non-empty lists of str"
+    )
 
 
-def resolve_obs_groups(space: spaces.Space, obs_groups: Mapping[str, Sequence[str]] | None = None,
-                       ) -> dict[str, tuple[str, ...] | None]:
+def resolve_obs_groups(
+    space: spaces.Space,
+    obs_groups: Mapping[str, Sequence[str]] | None = None,
+) -> dict[str, tuple[str, ...] | None]:
     """The groups (keys of the ``Dict`` ``space``) that each of :data:`OBS_SETS` reads, ``None``
     meaning the whole observation. A set not in ``obs_groups`` falls back, as in rsl_rl 5, to the
     group of its own name, then to a ``policy`` group, then (neither present) to ``None``.
@@ -45,7 +58,9 @@ def resolve_obs_groups(space: spaces.Space, obs_groups: Mapping[str, Sequence[st
         raise ValueError(f"obs_groups: expected {problem}, got {obs_groups!r}")
     keys = list(space.spaces) if isinstance(space, spaces.Dict) else []
     if obs_groups is not None and not keys:
-        raise ValueError(f"obs_groups: needs a Dict observation space whose keys are groups, got {space}")
+        raise ValueError(
+            f"obs_groups: needs a Dict observation space whose keys are groups, got {space}"
+        )
     resolved: dict[str, tuple[str, ...] | None] = {}
     for name in OBS_SETS:
         groups = (obs_groups or {}).get(name)
@@ -54,7 +69,9 @@ def resolve_obs_groups(space: spaces.Space, obs_groups: Mapping[str, Sequence[st
             groups = None if fallback is None else [fallback]
         unknown = [g for g in groups or () if g not in keys]
         if unknown:
-            raise ValueError(f"obs_groups['{name}']: the observation has no group {unknown[0]!r} (its groups: {keys})")
+            raise ValueError(
+                f"obs_groups['{name}']: the observation has no group {unknown[0]!r} (its groups: {keys})"
+            )
         resolved[name] = None if groups is None else tuple(groups)
     return resolved
 

@@ -21,14 +21,27 @@ from rl8.policies.distributions import Normal
 from rl8.policies.groups import group_space, resolve_obs_groups
 
 __all__ = [
-    "Model", "MLPModel", "flatten_observation", "flat_observation_size", "check_model_config", "ACTIVATIONS",
+    "Model",
+    "MLPModel",
+    "flatten_observation",
+    "flat_observation_size",
+    "check_model_config",
+    "ACTIVATIONS",
     "INPLACE_ACTIVATIONS",
 ]
 
 #: Activation names accepted by model_config's "activation", mapped to their torch.nn classes.
 ACTIVATIONS: dict[str, type[nn.Module]] = {
-    "tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "gelu": nn.GELU, "silu": nn.SiLU,
-    "leaky_relu": nn.LeakyReLU, "selu": nn.SELU, "mish": nn.Mish, "softplus": nn.Softplus, "sigmoid": nn.Sigmoid,
+    "tanh": nn.Tanh,
+    "relu": nn.ReLU,
+    "elu": nn.ELU,
+    "gelu": nn.GELU,
+    "silu": nn.SiLU,
+    "leaky_relu": nn.LeakyReLU,
+    "selu": nn.SELU,
+    "mish": nn.Mish,
+    "softplus": nn.Softplus,
+    "sigmoid": nn.Sigmoid,
 }
 
 #: Activations that :func:`make_mlp` runs in place on their Linear layer's output: their
@@ -79,8 +92,14 @@ class Model(nn.Module):
 
     recurrent: ClassVar[bool] = False
 
-    def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, distribution_cls: type, /,
-                 **config: Any) -> None:
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        distribution_cls: type,
+        /,
+        **config: Any,
+    ) -> None:
         super().__init__()
         self.observation_space = observation_space
         self.action_space = action_space
@@ -112,7 +131,9 @@ class Model(nn.Module):
     learned_log_std: bool = False
     noise_std_type: str = "log"
 
-    def init_policy_head(self, state_dependent_std: bool, init_log_std: float, noise_std_type: str = "log") -> int:
+    def init_policy_head(
+        self, state_dependent_std: bool, init_log_std: float, noise_std_type: str = "log"
+    ) -> int:
         """Set up the std of Gaussian distributions; return the policy head's width (the means
         only when a state-independent std is learned, see :meth:`distribution_params`).
 
@@ -123,7 +144,9 @@ class Model(nn.Module):
                 ``"scalar"`` the std itself (``model.std``, rsl_rl's default).
         """
         if noise_std_type not in ("log", "scalar"):
-            raise ValueError(f"model_config noise_std_type: expected 'log' or 'scalar', got {noise_std_type!r}")
+            raise ValueError(
+                f"model_config noise_std_type: expected 'log' or 'scalar', got {noise_std_type!r}"
+            )
         dist = self.distribution_cls
         param_size = dist.param_size(self.action_space)
         gaussian = issubclass(dist, Normal) or bool(getattr(dist, "gaussian", False))
@@ -151,11 +174,18 @@ def initial_log_std(init_log_std: float | None, init_noise_std: float | None) ->
     if init_noise_std is None:
         return 0.0 if init_log_std is None else float(init_log_std)
     if init_log_std is not None:
-        raise ValueError(f"model_config: init_log_std={init_log_std!r} and init_noise_std={init_noise_std!r} "
-                         "set the same thing (log-std and std); give one")
-    if isinstance(init_noise_std, bool) or not isinstance(init_noise_std, numbers.Real) or not init_noise_std > 0:
         raise ValueError(
-            f"model_config init_noise_std: expected a number > 0 (the initial std), got {init_noise_std!r}")
+            f"model_config: init_log_std={init_log_std!r} and init_noise_std={init_noise_std!r} "
+            "set the same thing (log-std and std); give one"
+        )
+    if (
+        isinstance(init_noise_std, bool)
+        or not isinstance(init_noise_std, numbers.Real)
+        or not init_noise_std > 0
+    ):
+        raise ValueError(
+            f"model_config init_noise_std: expected a number > 0 (the initial std), got {init_noise_std!r}"
+        )
     return math.log(init_noise_std)
 
 
@@ -189,8 +219,10 @@ def lookup(field: str, table: Mapping[str, Any], value: Any) -> Any:
 def check_widths(name: str, value: Any, *, non_empty: bool = False) -> tuple[int, ...]:
     """Layer widths given as the config entry ``name`` (``"model_config hiddens"``) as a tuple of
     ints >= 1 (at least one with ``non_empty``), else a ``ValueError``."""
-    ints = not isinstance(value, (str, bytes)) and isinstance(value, Sequence) and all(
-        not isinstance(h, bool) and isinstance(h, numbers.Integral) and h >= 1 for h in value
+    ints = (
+        not isinstance(value, (str, bytes))
+        and isinstance(value, Sequence)
+        and all(not isinstance(h, bool) and isinstance(h, numbers.Integral) and h >= 1 for h in value)
     )
     if not ints or (non_empty and not value):
         size = "non-empty " if non_empty else ""
@@ -242,19 +274,44 @@ class MLPModel(Model):
             rsl_rl 5's fallbacks (:func:`~rl8.policies.groups.resolve_obs_groups`).
     """
 
-    def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, distribution_cls: type, /, *,
-                 hiddens: Sequence[int] = (64, 64), critic_hiddens: Sequence[int] | None = None,
-                 activation: str | type[nn.Module] = "tanh", shared: bool = False, state_dependent_std: bool = False,
-                 init_log_std: float | None = None, init_noise_std: float | None = None, noise_std_type: str = "log",
-                 ortho_init: bool = True, obs_groups: Mapping[str, Sequence[str]] | None = None) -> None:
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        distribution_cls: type,
+        /,
+        *,
+        hiddens: Sequence[int] = (64, 64),
+        critic_hiddens: Sequence[int] | None = None,
+        activation: str | type[nn.Module] = "tanh",
+        shared: bool = False,
+        state_dependent_std: bool = False,
+        init_log_std: float | None = None,
+        init_noise_std: float | None = None,
+        noise_std_type: str = "log",
+        ortho_init: bool = True,
+        obs_groups: Mapping[str, Sequence[str]] | None = None,
+    ) -> None:
         hiddens = check_widths("model_config hiddens", hiddens)
-        critic_hiddens = (hiddens if critic_hiddens is None
-                          else check_widths("model_config critic_hiddens", critic_hiddens))
+        critic_hiddens = (
+            hiddens
+            if critic_hiddens is None
+            else check_widths("model_config critic_hiddens", critic_hiddens)
+        )
         super().__init__(
-            observation_space, action_space, distribution_cls,
-            hiddens=hiddens, critic_hiddens=critic_hiddens, activation=activation, shared=shared,
-            state_dependent_std=state_dependent_std, init_log_std=init_log_std, init_noise_std=init_noise_std,
-            noise_std_type=noise_std_type, ortho_init=ortho_init, obs_groups=obs_groups,
+            observation_space,
+            action_space,
+            distribution_cls,
+            hiddens=hiddens,
+            critic_hiddens=critic_hiddens,
+            activation=activation,
+            shared=shared,
+            state_dependent_std=state_dependent_std,
+            init_log_std=init_log_std,
+            init_noise_std=init_noise_std,
+            noise_std_type=noise_std_type,
+            ortho_init=ortho_init,
+            obs_groups=obs_groups,
         )
         act = lookup("activation", ACTIVATIONS, activation)
         groups = resolve_obs_groups(observation_space, obs_groups)
@@ -262,7 +319,9 @@ class MLPModel(Model):
         self.actor_space = group_space(observation_space, self.actor_groups)
         # one space object when both read the same: the forward pass flattens once
         same = self.critic_groups == self.actor_groups
-        self.critic_space = self.actor_space if same else group_space(observation_space, self.critic_groups)
+        self.critic_space = (
+            self.actor_space if same else group_space(observation_space, self.critic_groups)
+        )
         log_std = initial_log_std(init_log_std, init_noise_std)
         head_size = self.init_policy_head(state_dependent_std, log_std, noise_std_type)
         self.shared = bool(shared)
@@ -279,10 +338,13 @@ class MLPModel(Model):
             self.pi = make_linear(sizes[-1], head_size, 0.01, ortho_init)
             self.vf = make_linear(sizes[-1], 1, 1.0, ortho_init)
         else:
-            self.pi = nn.Sequential(*make_mlp(sizes, act, ortho_init),
-                                    make_linear(sizes[-1], head_size, 0.01, ortho_init))
-            self.vf = nn.Sequential(*make_mlp(critic_sizes, act, ortho_init),
-                                    make_linear(critic_sizes[-1], 1, 1.0, ortho_init))
+            self.pi = nn.Sequential(
+                *make_mlp(sizes, act, ortho_init), make_linear(sizes[-1], head_size, 0.01, ortho_init)
+            )
+            self.vf = nn.Sequential(
+                *make_mlp(critic_sizes, act, ortho_init),
+                make_linear(critic_sizes[-1], 1, 1.0, ortho_init),
+            )
 
     def forward(self, obs: torch.Tensor | TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
         x = flatten_observation(obs, self.actor_space)

@@ -25,14 +25,18 @@ class RunningMeanStd(nn.Module):
         self.register_buffer("count", torch.zeros((), dtype=torch.float64, device=device))
 
     @torch.no_grad()
-    def update(self, batch: torch.Tensor, all_reduce: Callable[[torch.Tensor], Any] | None = None) -> None:
+    def update(
+        self, batch: torch.Tensor, all_reduce: Callable[[torch.Tensor], Any] | None = None
+    ) -> None:
         """Fold ``batch``, samples ``[..., *shape]``, into the statistics (no host synchronisation);
         in data-parallel training, ``all_reduce`` sums a tensor across ranks in place, so that
         the statistics cover every rank's batch."""
         x = batch.reshape(-1, *self.shape).to(torch.float64)
         n = x.shape[0]
         if all_reduce is not None:
-            packed = torch.cat([x.new_full((1,), float(n)), x.sum(0).reshape(-1), x.square().sum(0).reshape(-1)])
+            packed = torch.cat(
+                [x.new_full((1,), float(n)), x.sum(0).reshape(-1), x.square().sum(0).reshape(-1)]
+            )
             all_reduce(packed)
             count = packed[0]
             mean, mean_sq = (packed[1:] / count.clamp(min=1)).reshape(2, *self.shape)
@@ -56,8 +60,9 @@ class RunningMeanStd(nn.Module):
         self.count.copy_(total)
 
     @torch.no_grad()
-    def merge_moments_(self, current: tuple[float, float, float], count: float, total: float,
-                       total_sq: float) -> None:
+    def merge_moments_(
+        self, current: tuple[float, float, float], count: float, total: float, total_sq: float
+    ) -> None:
         """Merge a batch of ``count`` samples whose sum is ``total`` and sum of squares
         ``total_sq``, with the arithmetic on the host: ``current`` is ``(mean, var, count)`` as
         they are now, read back by the caller (scalar statistics: three fills, not a dozen device ops)."""
@@ -83,7 +88,9 @@ class ObservationNormalizer(nn.Module):
     and ``action_mask`` pass through. ``example``: one batch of observations ``[B, ...]`` (a
     tensor or TensorDict) that fixes the feature shapes."""
 
-    def __init__(self, example: torch.Tensor | TensorDictBase, *, clip: float = 10.0, eps: float = 1e-8) -> None:
+    def __init__(
+        self, example: torch.Tensor | TensorDictBase, *, clip: float = 10.0, eps: float = 1e-8
+    ) -> None:
         super().__init__()
         self.clip = float(clip)
         self.eps = float(eps)
@@ -92,7 +99,9 @@ class ObservationNormalizer(nn.Module):
             self.stats[name] = RunningMeanStd(tuple(leaf.shape[1:]), device=leaf.device)
 
     @staticmethod
-    def _leaves(obs: torch.Tensor | TensorDictBase) -> Iterator[tuple[str, tuple[str, ...], torch.Tensor]]:
+    def _leaves(
+        obs: torch.Tensor | TensorDictBase,
+    ) -> Iterator[tuple[str, tuple[str, ...], torch.Tensor]]:
         """``(name of the statistics, key, leaf)`` of each float leaf but ``action_mask``."""
         if not isinstance(obs, TensorDictBase):
             if obs.is_floating_point():
@@ -104,8 +113,12 @@ class ObservationNormalizer(nn.Module):
                 yield "__".join(key), key, leaf
 
     @torch.no_grad()
-    def update(self, obs: torch.Tensor | TensorDictBase, batch_dims: int = 1,
-               all_reduce: Callable[[torch.Tensor], Any] | None = None) -> None:
+    def update(
+        self,
+        obs: torch.Tensor | TensorDictBase,
+        batch_dims: int = 1,
+        all_reduce: Callable[[torch.Tensor], Any] | None = None,
+    ) -> None:
         """Fold observations ``obs`` with ``batch_dims`` leading batch dims into the statistics
         (``all_reduce``: see :meth:`RunningMeanStd.update`)."""
         for name, _, leaf in self._leaves(obs):

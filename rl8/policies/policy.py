@@ -40,8 +40,10 @@ def check_memory(what: str, need: int, device: torch.device, advice: str) -> Non
     whole memory of ``device``; ``advice`` says what to do instead."""
     total = device_memory(device)
     if total is not None and need > total:
-        raise ValueError(f"{what} needs about {need} bytes ({need / 2**30:.1f} GiB); {device} has "
-                         f"{total} bytes ({total / 2**30:.1f} GiB) in all. {advice}")
+        raise ValueError(
+            f"{what} needs about {need} bytes ({need / 2**30:.1f} GiB); {device} has "
+            f"{total} bytes ({total / 2**30:.1f} GiB) in all. {advice}"
+        )
 
 
 def _model_bytes(build: Any) -> int:
@@ -51,7 +53,9 @@ def _model_bytes(build: Any) -> int:
             model = build()
     except Exception:
         return 0
-    return sum(t.numel() * t.element_size() for t in itertools.chain(model.parameters(), model.buffers()))
+    return sum(
+        t.numel() * t.element_size() for t in itertools.chain(model.parameters(), model.buffers())
+    )
 
 
 class Policy(nn.Module):
@@ -85,7 +89,9 @@ class Policy(nn.Module):
         check_space(observation_space, field="observation_space")
         check_space(action_space, field="action_space")
         if isinstance(action_space, spaces.Dict):
-            raise TypeError("action_space: Dict action spaces are not supported; use MultiDiscrete or Box")
+            raise TypeError(
+                "action_space: Dict action spaces are not supported; use MultiDiscrete or Box"
+            )
         self.observation_space = observation_space
         self.action_space = action_space
         self.distribution_cls = distribution_cls or default_distribution_cls(action_space)
@@ -97,14 +103,23 @@ class Policy(nn.Module):
         self.model_config = dict(model_config or {})
         self.model_cls = model_cls or default_model_cls(observation_space, self.model_config)
         check_model_config(self.model_cls, self.model_config)
-        def build() -> Model:
-            return self.model_cls(observation_space, action_space, self.distribution_cls, **self.model_config)
 
-        check_memory(f"model_config {self.model_config} ({self.model_cls.__name__})", _model_bytes(build),
-                     torch.device("cpu"), "Use a smaller model")
+        def build() -> Model:
+            return self.model_cls(
+                observation_space, action_space, self.distribution_cls, **self.model_config
+            )
+
+        check_memory(
+            f"model_config {self.model_config} ({self.model_cls.__name__})",
+            _model_bytes(build),
+            torch.device("cpu"),
+            "Use a smaller model",
+        )
         self.model = build()
         self.obs_normalizer = (
-            ObservationNormalizer(zeros_like_space(observation_space, [1])) if normalize_observations else None
+            ObservationNormalizer(zeros_like_space(observation_space, [1]))
+            if normalize_observations
+            else None
         )
         self._state: TensorDictBase | None = None
         self.to(device)
@@ -169,7 +184,9 @@ class Policy(nn.Module):
         """
         if carry is None:
             return (*self.distribution(obs), None)
-        params, values, carry = self.model(self.preprocess(obs)[:, None], carry, self._starts(obs, starts)[:, None])
+        params, values, carry = self.model(
+            self.preprocess(obs)[:, None], carry, self._starts(obs, starts)[:, None]
+        )
         dist = self.distribution_cls(params[:, 0], self.action_space, action_mask=self.action_mask(obs))
         return dist, values[:, 0], carry
 
@@ -182,11 +199,15 @@ class Policy(nn.Module):
         """Values ``[B]`` of one step from ``carry`` (arguments as of :meth:`rollout_step`)."""
         if carry is None:
             return self.value(obs)
-        return self.model.value(self.preprocess(obs)[:, None], carry, self._starts(obs, starts)[:, None])[:, 0]
+        return self.model.value(
+            self.preprocess(obs)[:, None], carry, self._starts(obs, starts)[:, None]
+        )[:, 0]
 
     def _starts(self, obs: torch.Tensor | TensorDictBase, starts: torch.Tensor | None) -> torch.Tensor:
         """``starts``, or no episode start for any of the ``[B]`` envs."""
-        return torch.zeros(obs.shape[0], dtype=torch.bool, device=self.device) if starts is None else starts
+        return (
+            torch.zeros(obs.shape[0], dtype=torch.bool, device=self.device) if starts is None else starts
+        )
 
     def reset_state(self, mask: torch.Tensor | None = None) -> None:
         """Recurrent policies: forget the state kept between calls of the policy for the envs where
@@ -311,13 +332,17 @@ def _as_batch(
     leaves = {name: (tensor, batch) for name, tensor, batch in _leaves(obs, space, (), device)}
     batches = {batch for _, batch in leaves.values()}
     if len(batches) > 1:
-        given = ", ".join(f"{_leaf_name(name)}: {tuple(tensor.shape)}" for name, (tensor, _) in leaves.items())
+        given = ", ".join(
+            f"{_leaf_name(name)}: {tuple(tensor.shape)}" for name, (tensor, _) in leaves.items()
+        )
         raise ValueError(
             f"obs: expected one observation or a batch of the same size in every entry, "
             f"got shapes {given}"
         )
     batch = batches.pop()
-    tensors = {name: tensor.unsqueeze(0) if batch is None else tensor for name, (tensor, _) in leaves.items()}
+    tensors = {
+        name: tensor.unsqueeze(0) if batch is None else tensor for name, (tensor, _) in leaves.items()
+    }
     if not isinstance(space, spaces.Dict):
         return tensors[()], batch
     return TensorDict(tensors, batch_size=[1 if batch is None else batch], device=device), batch
@@ -327,7 +352,9 @@ def _leaf_name(name: tuple[str, ...]) -> str:
     return "obs" + "".join(f"[{key!r}]" for key in name)
 
 
-def _leaves(obs: Any, space: spaces.Space, name: tuple[str, ...], device: torch.device) -> Iterator[tuple]:
+def _leaves(
+    obs: Any, space: spaces.Space, name: tuple[str, ...], device: torch.device
+) -> Iterator[tuple]:
     """``(name, tensor, batch)`` per entry of ``obs``: the tensor in its space's dtype on
     ``device``, the batch size (``None`` for one observation); an error for a wrong shape."""
     if isinstance(space, spaces.Dict):
@@ -340,7 +367,9 @@ def _leaves(obs: Any, space: spaces.Space, name: tuple[str, ...], device: torch.
         missing = [key for key in space.spaces if key not in given]
         extra = [key for key in given if key not in space.spaces]
         if missing or extra:
-            problems = [f"{what} {keys}" for what, keys in (("missing", missing), ("unexpected", extra)) if keys]
+            problems = [
+                f"{what} {keys}" for what, keys in (("missing", missing), ("unexpected", extra)) if keys
+            ]
             raise ValueError(
                 f"{_leaf_name(name)}: expected the keys {list(space.spaces)}, got {given} "
                 f"({', '.join(problems)})"
@@ -349,7 +378,9 @@ def _leaves(obs: Any, space: spaces.Space, name: tuple[str, ...], device: torch.
             yield from _leaves(obs[key], sub, (*name, key), device)
         return
     dtype = torch.bool if name == ("action_mask",) else space_dtype(space)
-    tensor = (obs if torch.is_tensor(obs) else torch.as_tensor(np.asarray(obs))).to(device=device, dtype=dtype)
+    tensor = (obs if torch.is_tensor(obs) else torch.as_tensor(np.asarray(obs))).to(
+        device=device, dtype=dtype
+    )
     expected, shape = space_shape(space), tuple(tensor.shape)
     if shape == expected:
         yield name, tensor, None

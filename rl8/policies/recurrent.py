@@ -44,8 +44,12 @@ class RecurrentModel(Model):
         ``[batch_size]`` (one row per env)."""
         raise NotImplementedError
 
-    def forward(self, obs: Tensor | TensorDictBase, state: TensorDictBase,  # type: ignore[override]
-                firsts: Tensor) -> tuple[Tensor, Tensor, TensorDict]:
+    def forward(
+        self,
+        obs: Tensor | TensorDictBase,
+        state: TensorDictBase,  # type: ignore[override]
+        firsts: Tensor,
+    ) -> tuple[Tensor, Tensor, TensorDict]:
         """Run ``T`` steps for ``B`` envs: distribution parameters ``[B, T, P]``, values
         ``[B, T]`` and the state after the last step.
 
@@ -56,8 +60,12 @@ class RecurrentModel(Model):
         """
         raise NotImplementedError
 
-    def value(self, obs: Tensor | TensorDictBase, state: TensorDictBase,  # type: ignore[override]
-              firsts: Tensor) -> Tensor:
+    def value(
+        self,
+        obs: Tensor | TensorDictBase,
+        state: TensorDictBase,  # type: ignore[override]
+        firsts: Tensor,
+    ) -> Tensor:
         """Values ``[B, T]`` of a sequence (same arguments as :meth:`forward`)."""
         return self(obs, state, firsts)[1]
 
@@ -68,22 +76,46 @@ class _RNNModel(RecurrentModel):
     _rnn_cls: ClassVar[type[nn.RNNBase]]
     _state_keys: ClassVar[tuple[str, ...]]
 
-    def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, distribution_cls: type, /, *,
-                 hidden_size: int = 128, num_layers: int = 1, encoder_hiddens: Sequence[int] = (64,),
-                 activation: str | type[nn.Module] = "tanh", state_dependent_std: bool = False,
-                 init_log_std: float | None = None, init_noise_std: float | None = None, ortho_init: bool = True,
-                 encoder: str | type[nn.Module] | None = None, encoder_config: dict[str, Any] | None = None,
-                 image_layout: str | None = None, image_keys: dict[str, str] | None = None,
-                 obs_groups: Mapping[str, Sequence[str]] | None = None) -> None:
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        distribution_cls: type,
+        /,
+        *,
+        hidden_size: int = 128,
+        num_layers: int = 1,
+        encoder_hiddens: Sequence[int] = (64,),
+        activation: str | type[nn.Module] = "tanh",
+        state_dependent_std: bool = False,
+        init_log_std: float | None = None,
+        init_noise_std: float | None = None,
+        ortho_init: bool = True,
+        encoder: str | type[nn.Module] | None = None,
+        encoder_config: dict[str, Any] | None = None,
+        image_layout: str | None = None,
+        image_keys: dict[str, str] | None = None,
+        obs_groups: Mapping[str, Sequence[str]] | None = None,
+    ) -> None:
         hidden_size = check_int("model_config hidden_size", hidden_size, 1)
         num_layers = check_int("model_config num_layers", num_layers, 1)
         encoder_hiddens = check_widths("model_config encoder_hiddens", encoder_hiddens)
         super().__init__(
-            observation_space, action_space, distribution_cls,
-            hidden_size=hidden_size, num_layers=num_layers, encoder_hiddens=encoder_hiddens,
-            activation=activation, state_dependent_std=state_dependent_std,
-            init_log_std=init_log_std, init_noise_std=init_noise_std, ortho_init=ortho_init, encoder=encoder,
-            encoder_config=dict(encoder_config or {}), image_layout=image_layout, image_keys=dict(image_keys or {}),
+            observation_space,
+            action_space,
+            distribution_cls,
+            hidden_size=hidden_size,
+            num_layers=num_layers,
+            encoder_hiddens=encoder_hiddens,
+            activation=activation,
+            state_dependent_std=state_dependent_std,
+            init_log_std=init_log_std,
+            init_noise_std=init_noise_std,
+            ortho_init=ortho_init,
+            encoder=encoder,
+            encoder_config=dict(encoder_config or {}),
+            image_layout=image_layout,
+            image_keys=dict(image_keys or {}),
             obs_groups=obs_groups,
         )
         groups = resolve_obs_groups(observation_space, obs_groups)
@@ -97,7 +129,9 @@ class _RNNModel(RecurrentModel):
         # the observation the network reads: the actor's groups, in their order
         observation_space = self.input_space = group_space(observation_space, self.actor_groups)
         act = lookup("activation", ACTIVATIONS, activation)
-        head_size = self.init_policy_head(state_dependent_std, initial_log_std(init_log_std, init_noise_std))
+        head_size = self.init_policy_head(
+            state_dependent_std, initial_log_std(init_log_std, init_noise_std)
+        )
         # images (or encoder="nature"/"impala"): a convolutional encoder before the MLP encoder
         images = has_image(observation_space, image_layout) or bool(image_keys)
         if encoder is not None and not images:
@@ -105,11 +139,22 @@ class _RNNModel(RecurrentModel):
                 f"model_config encoder: {encoder!r} encodes images, but the observation space has none "
                 f"({observation_space}); declare float images with image_layout or image_keys"
             )
-        self.image_encoder = ObservationEncoder(
-            observation_space, encoder=encoder or "nature", encoder_config=encoder_config,
-            image_layout=image_layout, image_keys=image_keys, activation=activation,
-        ) if images else None
-        sizes = [self.image_encoder.features if images else flat_observation_size(observation_space), *encoder_hiddens]
+        self.image_encoder = (
+            ObservationEncoder(
+                observation_space,
+                encoder=encoder or "nature",
+                encoder_config=encoder_config,
+                image_layout=image_layout,
+                image_keys=image_keys,
+                activation=activation,
+            )
+            if images
+            else None
+        )
+        sizes = [
+            self.image_encoder.features if images else flat_observation_size(observation_space),
+            *encoder_hiddens,
+        ]
         self.encoder = nn.Sequential(*make_mlp(sizes, act, ortho_init))
         self.rnn = self._rnn_cls(sizes[-1], hidden_size, num_layers, batch_first=True)
         for name, param in self.rnn.named_parameters() if ortho_init else ():
@@ -124,13 +169,19 @@ class _RNNModel(RecurrentModel):
 
     def _encode(self, obs: Tensor | TensorDictBase) -> Tensor:
         b, t = obs.shape[:2]
-        flat = obs.reshape(b * t) if isinstance(obs, TensorDictBase) else obs.reshape(b * t, *obs.shape[2:])
-        x = self.encoder(flatten_observation(flat, self.input_space) if self.image_encoder is None
-                         else self.image_encoder(flat))
+        flat = (
+            obs.reshape(b * t) if isinstance(obs, TensorDictBase) else obs.reshape(b * t, *obs.shape[2:])
+        )
+        x = self.encoder(
+            flatten_observation(flat, self.input_space)
+            if self.image_encoder is None
+            else self.image_encoder(flat)
+        )
         return x.reshape(b, t, x.shape[-1])
 
-    def _run(self, x: Tensor, state: TensorDictBase, firsts: Tensor,
-             starts: Sequence[int]) -> tuple[Tensor, TensorDict]:
+    def _run(
+        self, x: Tensor, state: TensorDictBase, firsts: Tensor, starts: Sequence[int]
+    ) -> tuple[Tensor, TensorDict]:
         """Run the RNN over ``x`` ``[B, T, F]`` in segments beginning at ``starts`` (0 first;
         every step where a row has ``firsts`` must begin one), one RNN call each, resetting the
         state of those rows at the segment start."""
@@ -146,12 +197,15 @@ class _RNNModel(RecurrentModel):
             outs.append(out)
         y = outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)
         # back to [B, L, H], in the incoming dtype (autocast may return bfloat16/float16 states)
-        entries = {k: h.transpose(0, 1).to(state.get(k).dtype)
-                   for k, h in zip(self._state_keys, hx)}
+        entries = {k: h.transpose(0, 1).to(state.get(k).dtype) for k, h in zip(self._state_keys, hx)}
         return y, TensorDict(entries, batch_size=[hx[0].shape[1]], device=hx[0].device)
 
-    def forward(self, obs: Tensor | TensorDictBase, state: TensorDictBase,  # type: ignore[override]
-                firsts: Tensor) -> tuple[Tensor, Tensor, TensorDict]:
+    def forward(
+        self,
+        obs: Tensor | TensorDictBase,
+        state: TensorDictBase,  # type: ignore[override]
+        firsts: Tensor,
+    ) -> tuple[Tensor, Tensor, TensorDict]:
         b, t = firsts.shape
         if tuple(obs.shape[:2]) != (b, t) or tuple(state.batch_size) != (b,):
             raise ValueError(
@@ -161,7 +215,9 @@ class _RNNModel(RecurrentModel):
             )
         # Segments begin at the steps where any row starts an episode: one host sync, none for
         # one step (collection); no start inside (usual for long episodes) is one RNN call.
-        starts = [0] if t == 1 else [0, *(i + 1 for i in firsts[:, 1:].any(0).nonzero().flatten().tolist())]
+        starts = (
+            [0] if t == 1 else [0, *(i + 1 for i in firsts[:, 1:].any(0).nonzero().flatten().tolist())]
+        )
         y, new_state = self._run(self._encode(obs), state, firsts, starts)
         return self.distribution_params(self.pi(y)), self.vf(y).squeeze(-1), new_state
 
@@ -190,18 +246,24 @@ _ARGS_DOC = """
 
 
 class LSTMModel(_RNNModel):
-    __doc__ = """An MLP encoder, an ``nn.LSTM`` and linear policy and value heads on its output; the
+    __doc__ = (
+        """An MLP encoder, an ``nn.LSTM`` and linear policy and value heads on its output; the
     state is ``{"h": [B, L, H], "c": [B, L, H]}`` (batch first).
-""" + _ARGS_DOC
+"""
+        + _ARGS_DOC
+    )
 
     _rnn_cls = nn.LSTM
     _state_keys = ("h", "c")
 
 
 class GRUModel(_RNNModel):
-    __doc__ = """An MLP encoder, an ``nn.GRU`` and linear policy and value heads on its output; the
+    __doc__ = (
+        """An MLP encoder, an ``nn.GRU`` and linear policy and value heads on its output; the
     state is ``{"h": [B, L, H]}`` (batch first).
-""" + _ARGS_DOC
+"""
+        + _ARGS_DOC
+    )
 
     _rnn_cls = nn.GRU
     _state_keys = ("h",)

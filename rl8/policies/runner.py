@@ -50,8 +50,15 @@ def done_flags(out: TensorDictBase) -> torch.Tensor | None:
     return done
 
 
-def run_policy(policy: Policy | Callable[..., Any], env: Env, obs: Observations, *, num_steps: int | None = None,
-               deterministic: bool = True, generator: torch.Generator | None = None) -> Iterator[PolicyStep]:
+def run_policy(
+    policy: Policy | Callable[..., Any],
+    env: Env,
+    obs: Observations,
+    *,
+    num_steps: int | None = None,
+    deterministic: bool = True,
+    generator: torch.Generator | None = None,
+) -> Iterator[PolicyStep]:
     """Run ``policy`` in ``env`` from the observations ``obs`` and yield a :class:`PolicyStep`
     per env step, without autograd; a recurrent state starts fresh and is reset for each env
     whose episode ended (``docs/videos.md``).
@@ -72,7 +79,9 @@ def run_policy(policy: Policy | Callable[..., Any], env: Env, obs: Observations,
         def act(obs: Observations, firsts: torch.Tensor) -> torch.Tensor:
             nonlocal state
             dist, _, state = policy.rollout_step(obs, state, firsts)
-            return policy.to_env_action(dist.deterministic_sample() if deterministic else dist.sample(generator))
+            return policy.to_env_action(
+                dist.deterministic_sample() if deterministic else dist.sample(generator)
+            )
     else:
         device, reset_state = getattr(policy, "device", None), getattr(policy, "reset_state", None)
 

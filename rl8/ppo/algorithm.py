@@ -93,20 +93,29 @@ class PPO:
             advantages in the next :meth:`update` only (importance weights of actors).
     """
 
-    def __init__(self, env: type[Env] | str | Callable[..., Any] | Any, /, *extra: Any, **hparams: Any) -> None:
+    def __init__(
+        self, env: type[Env] | str | Callable[..., Any] | Any, /, *extra: Any, **hparams: Any
+    ) -> None:
         if extra:  # Stable-Baselines3's PPO("MlpPolicy", "CartPole-v1")
             raise TypeError(
                 f"PPO takes one positional argument, the env, and hyper-parameters by keyword; got "
                 f"PPO({', '.join(map(repr, (env, *extra)))}). Stable-Baselines3's PPO('MlpPolicy', env) is "
-                f"rl8's PPO(env) (an MLP by default; another model: model_cls=..., model_config=...)")
+                f"rl8's PPO(env) (an MLP by default; another model: model_cls=..., model_config=...)"
+            )
         built = given_env(env, hparams.get("env_kwargs"))  # an env given built (or by a factory)
         env_hp = env_hparams(built, hparams) if built is not None else {}
         given = HParams.from_kwargs(**{**hparams, **env_hp})
         self.hparams = hp = rank_hparams(given)
         self.device = hp.resolved_device()
         self.dist = DistContext()
-        self.dist.check_same("hparams", {k: repr(v) for k, v in given.to_plain().items()
-                                          if k not in ("device", "check_finite_collects")})
+        self.dist.check_same(
+            "hparams",
+            {
+                k: repr(v)
+                for k, v in given.to_plain().items()
+                if k not in ("device", "check_finite_collects")
+            },
+        )
         if self.dist.is_main and not set(hparams) - _UNTUNED_HPARAMS:
             _hint_preset(env)
         self.seed = hp.seed if hp.seed is not None else agree_on_run_seed(secrets.randbits(31))
@@ -114,32 +123,49 @@ class PPO:
         self.env_seed = derive_seed(self.seed, self.dist.global_rank)
         torch.manual_seed(self.seed)
         self.env_spec = env
-        check_buffer_fits(hp.num_envs, hp.horizon, self.device, MIN_SLOT_BYTES)  # before the env allocates per env
+        check_buffer_fits(
+            hp.num_envs, hp.horizon, self.device, MIN_SLOT_BYTES
+        )  # before the env allocates per env
         with buffer_allocation(hp.num_envs, hp.horizon, None):
-            self.env = built if built is not None else make_env(
-                env, hp.num_envs, hp.horizon, device=self.device, env_kwargs=hp.env_kwargs)
+            self.env = (
+                built
+                if built is not None
+                else make_env(env, hp.num_envs, hp.horizon, device=self.device, env_kwargs=hp.env_kwargs)
+            )
         self.policy = Policy(
-            self.env.observation_space, self.env.action_space,
+            self.env.observation_space,
+            self.env.action_space,
             model_cls=resolve(hp.model_cls, MODEL, field="hparam model_cls"),
-            model_config=hp.model_config if hp.obs_groups is None else {**hp.model_config, "obs_groups": hp.obs_groups},
+            model_config=hp.model_config
+            if hp.obs_groups is None
+            else {**hp.model_config, "obs_groups": hp.obs_groups},
             distribution_cls=resolve(hp.distribution_cls, DISTRIBUTION, field="hparam distribution_cls"),
-            normalize_observations=hp.normalize_observations, device=self.device,
+            normalize_observations=hp.normalize_observations,
+            device=self.device,
         )
         self.dist.broadcast_module(self.policy)
         # Action sampling and minibatch shuffling draw from this object's own generator, so
         # two PPO objects (or user code) in one process never disturb each other's streams.
         self.generator = torch.Generator(device=self.device).manual_seed(self.env_seed)
-        self.eval_generator = torch.Generator(device=self.device).manual_seed(derive_seed(self.env_seed, 1))
+        self.eval_generator = torch.Generator(device=self.device).manual_seed(
+            derive_seed(self.env_seed, 1)
+        )
         torch.manual_seed(self.env_seed)
-        self.optimizer = make_optimizer(hp.optimizer_cls, self.policy.parameters(), lr=hp.lr,
-                                        optimizer_kwargs=hp.optimizer_kwargs, device=self.device)
+        self.optimizer = make_optimizer(
+            hp.optimizer_cls,
+            self.policy.parameters(),
+            lr=hp.lr,
+            optimizer_kwargs=hp.optimizer_kwargs,
+            device=self.device,
+        )
         self.recurrent = self.policy.recurrent
         self.seq_len = (hp.seq_len or hp.horizon) if self.recurrent else 1
         self.minibatch_size = hp.minibatch_size_for(self.seq_len)
         self.buffer = self._make_buffer()
         self.carry = self._make_carry(self.policy, self.buffer)
-        self.reward_normalizer = (RewardNormalizer(hp.num_envs, hp.gamma, device=self.device)
-                                  if hp.normalize_rewards else None)
+        self.reward_normalizer = (
+            RewardNormalizer(hp.num_envs, hp.gamma, device=self.device) if hp.normalize_rewards else None
+        )
         self.lr_schedule = hp.lr_at()
         self.entropy_coeff_schedule = hp.entropy_coeff_at()
         self.amp_dtype = choose_amp_dtype(self.device, hp.enable_amp)
@@ -152,8 +178,13 @@ class PPO:
         self.collector = None
         if hp.collect_mode == "overlap":  # the actor side: its own buffer, carry and generator
             generator = torch.Generator(device=self.device).manual_seed(derive_seed(self.env_seed, 2))
-            self.collector = OverlapCollector(self.policy, self._make_buffer(), generator, run=self._rollout,
-                                              make_carry=self._make_carry)
+            self.collector = OverlapCollector(
+                self.policy,
+                self._make_buffer(),
+                generator,
+                run=self._rollout,
+                make_carry=self._make_carry,
+            )
         self.behaviour_version = 0
         self.advantage_weights: torch.Tensor | None = None
 
@@ -187,7 +218,9 @@ class PPO:
             return self._collect_overlapped(env_config, deterministic)
         if self.next_collect_resets:
             self.reset_envs(env_config=env_config)
-        self._obs = self._rollout(self.policy, self.buffer, self.carry, self._obs, self.generator, deterministic)
+        self._obs = self._rollout(
+            self.policy, self.buffer, self.carry, self._obs, self.generator, deterministic
+        )
         self.behaviour_version = self.steps
         self._count_collect()
         return self._collect_stats()
@@ -214,8 +247,14 @@ class PPO:
         losses: list[PPOLoss] = []
         grad_norms: list[torch.Tensor] = []  # one per optimizer step
         batches = minibatches(
-            samples, num_minibatches, num_passes=hp.num_sgd_iters, seq_len=self.seq_len, shuffle=hp.shuffle_minibatches,
-            normalize_advantages=hp.normalize_advantages, dist=self.dist, generator=self.generator,
+            samples,
+            num_minibatches,
+            num_passes=hp.num_sgd_iters,
+            seq_len=self.seq_len,
+            shuffle=hp.shuffle_minibatches,
+            normalize_advantages=hp.normalize_advantages,
+            dist=self.dist,
+            generator=self.generator,
         )
         for j, minibatch in enumerate(batches):
             # compile=True where it is exact: loss, backward, clip and Adam step as one compiled function
@@ -225,7 +264,9 @@ class PPO:
                 grad_norms.append(grad_norm)
             else:
                 loss = minibatch_loss(minibatch, entropy_coeff)
-                if hp.desired_kl is not None:  # this minibatch's KL sets the lr of its step, as in rsl_rl
+                if (
+                    hp.desired_kl is not None
+                ):  # this minibatch's KL sets the lr of its step, as in rsl_rl
                     self._adapt_lr(loss.approx_kl)
                 if j % minibatches_per_step == 0:
                     # after the forward pass, as rsl_rl and CleanRL do: the old gradients' memory
@@ -238,14 +279,20 @@ class PPO:
             losses.append(loss)
             if hp.target_kl_div is not None and self._mean_over_ranks(loss.approx_kl) > hp.target_kl_div:
                 break  # the approximate KL left target_kl_div: the update stops early
-        if self.policy.obs_normalizer is not None:  # after the update: a collect and its update see the same
+        if (
+            self.policy.obs_normalizer is not None
+        ):  # after the update: a collect and its update see the same
             obs = self.buffer.data["obs"][:, : hp.horizon]
-            self.policy.obs_normalizer.update(obs, batch_dims=2, all_reduce=self.dist.all_reduce_ if self.dist.enabled else None)
+            self.policy.obs_normalizer.update(
+                obs, batch_dims=2, all_reduce=self.dist.all_reduce_ if self.dist.enabled else None
+            )
         self.steps += 1
         if not grad_norms:  # a KL stop before the first accumulated optimizer step
             grad_norms.append(torch.zeros((), device=self.device))
         lr = self.optimizer.param_groups[0]["lr"]
-        stats = update_stats(self.dist, losses, grad_norms, explained_variance, hp.vf_coeff, entropy_coeff, lr)
+        stats = update_stats(
+            self.dist, losses, grad_norms, explained_variance, hp.vf_coeff, entropy_coeff, lr
+        )
         if self.collector is not None:
             stats["monitors/policy_lag"] = float(policy_lag)
         if self.compiled is not None:
@@ -285,16 +332,27 @@ class PPO:
             index = truncated.nonzero()  # [K, 2]: env, step; their final_obs valued in one forward pass
             if index.shape[0]:
                 with self._autocast():
-                    values = self.policy.rollout_value(data["final_obs"][index[:, 0], index[:, 1]], self.carry.after(index))
+                    values = self.policy.rollout_value(
+                        data["final_obs"][index[:, 0], index[:, 1]], self.carry.after(index)
+                    )
                 truncated_values = torch.zeros(truncated.shape, device=self.device)
                 truncated_values[index[:, 0], index[:, 1]] = values.float()
         return compute_gae(
-            rewards, data["values"], gamma=hp.gamma, gae_lambda=hp.gae_lambda,
-            terminated=terminated, truncated=truncated, final_values=truncated_values,
+            rewards,
+            data["values"],
+            gamma=hp.gamma,
+            gae_lambda=hp.gae_lambda,
+            terminated=terminated,
+            truncated=truncated,
+            final_values=truncated_values,
         )
 
     def _minibatch_loss(
-        self, minibatch: TensorDict, entropy_coeff: float | torch.Tensor, *, entropy_grad: bool | None = None,
+        self,
+        minibatch: TensorDict,
+        entropy_coeff: float | torch.Tensor,
+        *,
+        entropy_grad: bool | None = None,
     ) -> PPOLoss:
         """:func:`~rl8.ppo.losses.ppo_loss` of the current policy on ``minibatch``; the entropy is
         differentiated if ``entropy_grad`` (default ``entropy_coeff != 0``, else only reported; the
@@ -306,9 +364,18 @@ class PPO:
             logp, entropy, values = self.policy.evaluate(minibatch, entropy_grad=entropy_grad)
         old = {key: minibatch[key].reshape(-1) for key in ("logp", "values", "advantages", "returns")}
         return ppo_loss(
-            logp.float(), values.float(), entropy.float(), old["logp"], old["advantages"], old["values"], old["returns"],
-            clip_param=hp.clip_param, dual_clip_param=hp.dual_clip_param, vf_clip_param=hp.vf_clip_param,
-            vf_coeff=hp.vf_coeff, entropy_coeff=entropy_coeff,
+            logp.float(),
+            values.float(),
+            entropy.float(),
+            old["logp"],
+            old["advantages"],
+            old["values"],
+            old["returns"],
+            clip_param=hp.clip_param,
+            dual_clip_param=hp.dual_clip_param,
+            vf_clip_param=hp.vf_clip_param,
+            vf_coeff=hp.vf_coeff,
+            entropy_coeff=entropy_coeff,
         )
 
     def _optimizer_step(self) -> torch.Tensor:
@@ -330,14 +397,30 @@ class PPO:
     def _make_compiled(self) -> CompiledSteps:
         """compile=True's steps: the fused minibatch step where it is exact, else the compiled loss."""
         problem = fused_step_problem(
-            self.optimizer, grad_scaler=self.grad_scaler is not None, distributed=self.dist.enabled,
-            accumulate_grads=self.hparams.accumulate_grads, recurrent=self.recurrent,
+            self.optimizer,
+            grad_scaler=self.grad_scaler is not None,
+            distributed=self.dist.enabled,
+            accumulate_grads=self.hparams.accumulate_grads,
+            recurrent=self.recurrent,
         )
-        fused = (FusedTrainStep(self.policy, self.optimizer, self._minibatch_loss, self.hparams.max_grad_norm,
-                                desired_kl=self.hparams.desired_kl)
-                 if problem is None else None)
-        return CompiledSteps(self.policy.rollout_step, self._minibatch_loss, self.device,
-                             fused_step=fused, fused_problem=problem)
+        fused = (
+            FusedTrainStep(
+                self.policy,
+                self.optimizer,
+                self._minibatch_loss,
+                self.hparams.max_grad_norm,
+                desired_kl=self.hparams.desired_kl,
+            )
+            if problem is None
+            else None
+        )
+        return CompiledSteps(
+            self.policy.rollout_step,
+            self._minibatch_loss,
+            self.device,
+            fused_step=fused,
+            fused_problem=problem,
+        )
 
     def _set_lr(self, lr: float) -> None:
         for group in self.optimizer.param_groups:
@@ -354,13 +437,25 @@ class PPO:
 
     # ----------------------------------------------------------------- the collect, step by step
     def _rollout(
-        self, policy: Policy, buffer: RolloutBuffer, carry: RolloutCarry, obs: torch.Tensor | TensorDictBase,
-        generator: torch.Generator, deterministic: bool,
+        self,
+        policy: Policy,
+        buffer: RolloutBuffer,
+        carry: RolloutCarry,
+        obs: torch.Tensor | TensorDictBase,
+        generator: torch.Generator,
+        deterministic: bool,
     ) -> torch.Tensor | TensorDictBase:
         collect_from = rollout_ready_envs if isinstance(self.env, ReadyEnvs) else rollout
         obs = collect_from(
-            policy, self.env, buffer, carry, obs, generator=generator, deterministic=deterministic,
-            autocast=self._autocast(), check_first_step=not self._validated,
+            policy,
+            self.env,
+            buffer,
+            carry,
+            obs,
+            generator=generator,
+            deterministic=deterministic,
+            autocast=self._autocast(),
+            check_first_step=not self._validated,
             rollout_step=None if self.compiled is None else self.compiled.rollout_step,
         )
         self._validated = True
@@ -398,7 +493,11 @@ class PPO:
             self._check_buffer_finite()
         h, normalizer = self.hparams.horizon, self.reward_normalizer
         rewards = self.buffer.data["rewards"][:, :h]
-        dones = self.buffer.data["terminated"][:, :h] | self.buffer.data["truncated"][:, :h] if self.env.episodic else None
+        dones = (
+            self.buffer.data["terminated"][:, :h] | self.buffer.data["truncated"][:, :h]
+            if self.env.episodic
+            else None
+        )
         episode_sums = self.episodes.advance(rewards, dones) if dones is not None else None
         records = self.buffer.env_episodes
         env_episode_sums = records.stat_sums(self.device) if records is not None else None
@@ -407,7 +506,9 @@ class PPO:
         if normalizer is not None:
             seen = normalizer.advance(rewards, dones)
             moments, current = normalizer.returns_moments(seen)
-        stats, values = rollout_stats(self.dist, rewards, episode_sums, moments, current, env_episode_sums)
+        stats, values = rollout_stats(
+            self.dist, rewards, episode_sums, moments, current, env_episode_sums
+        )
         if normalizer is not None:
             normalizer.merge_returns_moments(values, float(seen.numel() * self.dist.world_size))
         if n != 0:  # after the first n collects: the reduced stats only
@@ -469,13 +570,26 @@ class PPO:
 
     def _make_buffer(self) -> RolloutBuffer:
         hp = self.hparams
-        return make_rollout_buffer(self.env, self.policy, hp.num_envs, hp.horizon, self.device, seq_len=self.seq_len,
-                                   buffers=2 if hp.collect_mode == "overlap" else 1)
+        return make_rollout_buffer(
+            self.env,
+            self.policy,
+            hp.num_envs,
+            hp.horizon,
+            self.device,
+            seq_len=self.seq_len,
+            buffers=2 if hp.collect_mode == "overlap" else 1,
+        )
 
     # ----------------------------------------------------------------- eval
     @torch.no_grad()
-    def evaluate(self, env: Env | None = None, *, env_config: dict[str, Any] | None = None, deterministic: bool = True,
-                 num_steps: int | None = None) -> Stats:
+    def evaluate(
+        self,
+        env: Env | None = None,
+        *,
+        env_config: dict[str, Any] | None = None,
+        deterministic: bool = True,
+        num_steps: int | None = None,
+    ) -> Stats:
         """Run the policy without touching training state; returns the rollout stats of
         :meth:`collect` over the ``num_steps`` steps.
 
@@ -493,7 +607,8 @@ class PPO:
                 k = hp.horizons_per_env_reset
                 raise RuntimeError(
                     "eval on the training envs is only possible at an env-reset boundary (horizons_per_env_reset="
-                    f"{k}: the envs reset " + ("only once, before the first collect" if k < 0 else f"every {k} collects")
+                    f"{k}: the envs reset "
+                    + ("only once, before the first collect" if k < 0 else f"every {k} collects")
                     + f"; {self.collects} collects done so far). Use a dedicated eval env "
                     "(Trainer(eval_num_envs=...)) to evaluate at any time."
                 )
@@ -505,13 +620,21 @@ class PPO:
         obs = env.reset(config=config or None)
         validate_reset_output(obs, env)
         with self._autocast(), self.policy.rollout():
-            run = run_policy(self.policy, env, obs, num_steps=num_steps or hp.horizon, deterministic=deterministic,
-                             generator=self.eval_generator)
+            run = run_policy(
+                self.policy,
+                env,
+                obs,
+                num_steps=num_steps or hp.horizon,
+                deterministic=deterministic,
+                generator=self.eval_generator,
+            )
             steps = [(step.rewards, step.done) for step in run]
         records = env.pop_episode_records()
         rewards = torch.stack([r for r, _ in steps], 1).to(self.device)
         dones = torch.stack([d for _, d in steps], 1).to(self.device) if env.episodic else None
-        episode_sums = None if dones is None else EpisodeTracker(env.num_envs, self.device).advance(rewards, dones)
+        episode_sums = (
+            None if dones is None else EpisodeTracker(env.num_envs, self.device).advance(rewards, dones)
+        )
         env_episode_sums = records.stat_sums(self.device) if records is not None else None
         return rollout_stats(self.dist, rewards, episode_sums, env_episode_sums=env_episode_sums)[0]
 
@@ -527,14 +650,19 @@ class PPO:
             "policy": self.policy.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "grad_scaler": self.grad_scaler.state_dict() if self.grad_scaler is not None else None,
-            "reward_normalizer": self.reward_normalizer.state_dict() if self.reward_normalizer is not None else None,
+            "reward_normalizer": self.reward_normalizer.state_dict()
+            if self.reward_normalizer is not None
+            else None,
             "counters": {name: getattr(self, name) for name in _COUNTERS},
             "recurrent": self._env_carry.state_dict(),
             **self.episodes.state_dict(),
             **env_state(self.env, self._obs),
-            "rng": {"generator": self.generator.get_state(), "eval_generator": self.eval_generator.get_state(),
-                    "torch": torch.get_rng_state(),
-                    "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
+            "rng": {
+                "generator": self.generator.get_state(),
+                "eval_generator": self.eval_generator.get_state(),
+                "torch": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+            },
             "overlap": self.collector.state_dict() if self.collector is not None else None,
         }
 
@@ -596,7 +724,9 @@ def check_env_configs(algo: PPO, configs: Mapping[str, Mapping[str, Any] | None]
         return
     with torch.random.fork_rng(devices=[]):
         try:
-            env = make_env(algo.env_spec, 1, algo.hparams.horizon, device="cpu", env_kwargs=algo.hparams.env_kwargs)
+            env = make_env(
+                algo.env_spec, 1, algo.hparams.horizon, device="cpu", env_kwargs=algo.hparams.env_kwargs
+            )
         except Exception:  # noqa: BLE001 - the training env was built: let it report its own problems
             return
         with contextlib.closing(env):
@@ -616,5 +746,6 @@ def _hint_preset(env: Any) -> None:
     warnings.warn(
         f"rl8: {name} has a tuned preset: PPO.from_preset({name!r}) / rl8 train {name} "
         "(PPO's default hyper-parameters are not tuned for it; see docs/results/index.md)",
-        PresetHint, stacklevel=3,
+        PresetHint,
+        stacklevel=3,
     )

@@ -22,8 +22,16 @@ if TYPE_CHECKING:
     from rl8.ppo.distributed import DistContext
 
 __all__ = [
-    "RecurrentCarry", "RolloutBuffer", "RolloutCarry", "buffer_allocation", "check_buffer_fits", "compute_gae",
-    "make_rollout_buffer", "minibatches", "normalized_advantages", "slot_bytes",
+    "RecurrentCarry",
+    "RolloutBuffer",
+    "RolloutCarry",
+    "buffer_allocation",
+    "check_buffer_fits",
+    "compute_gae",
+    "make_rollout_buffer",
+    "minibatches",
+    "normalized_advantages",
+    "slot_bytes",
 ]
 
 #: Observations up to this size per step (all envs) are stacked into the buffer once per
@@ -57,22 +65,33 @@ class RolloutBuffer:
     """
 
     def __init__(
-        self, observation_space: spaces.Space, action_shape: tuple[int, ...],
-        action_dtype: torch.dtype, num_envs: int, horizon: int, *,
-        device: torch.device | str = "cpu", episodic: bool = False,
-        state_example: TensorDictBase | None = None, seq_len: int = 1,
+        self,
+        observation_space: spaces.Space,
+        action_shape: tuple[int, ...],
+        action_dtype: torch.dtype,
+        num_envs: int,
+        horizon: int,
+        *,
+        device: torch.device | str = "cpu",
+        episodic: bool = False,
+        state_example: TensorDictBase | None = None,
+        seq_len: int = 1,
     ) -> None:
         self.num_envs, self.horizon, self.episodic, self.seq_len = num_envs, horizon, episodic, seq_len
         shape = [num_envs, horizon + 1]
 
         def steps_first(tail: tuple[int, ...] = (), dtype: torch.dtype = torch.float32) -> torch.Tensor:
             # stored step by step: the rollout loop writes one contiguous row per step
-            return torch.zeros((horizon + 1, num_envs, *tail), dtype=dtype, device=device).transpose(0, 1)
+            return torch.zeros((horizon + 1, num_envs, *tail), dtype=dtype, device=device).transpose(
+                0, 1
+            )
 
         def obs_like() -> torch.Tensor | TensorDictBase:
             if isinstance(observation_space, spaces.Dict):
                 return zeros_like_space(observation_space, shape, device=device)
-            return zeros_like_space(observation_space, [horizon + 1, num_envs], device=device).transpose(0, 1)
+            return zeros_like_space(observation_space, [horizon + 1, num_envs], device=device).transpose(
+                0, 1
+            )
 
         data = {
             "obs": obs_like(),
@@ -98,15 +117,15 @@ class RolloutBuffer:
         # per-step views, made once; rewards and flags keep a trailing dim of 1, like env outputs
         keep_dim = {"rewards", "terminated", "truncated"}
         self.columns = {
-            key: [
-                value[:, t : t + 1] if key in keep_dim else value[:, t]
-                for t in range(horizon + 1)
-            ]
+            key: [value[:, t : t + 1] if key in keep_dim else value[:, t] for t in range(horizon + 1)]
             for key, value in self.data.items()
         }
         # Written by ONE stack per collect: the loop keeps each step's tensors (the env never
         # mutates its outputs later, docs/envs.md); observations only while small.
-        self.stacked = {"values": self.time_major("values"), "rewards": self.time_major("rewards")[:horizon, :, None]}
+        self.stacked = {
+            "values": self.time_major("values"),
+            "rewards": self.time_major("rewards")[:horizon, :, None],
+        }
         obs_steps = self.time_major("obs")
         if obs_steps is not None and obs_steps[0].nbytes <= STACKED_OBS_MAX_BYTES:
             self.stacked["obs"] = obs_steps
@@ -135,8 +154,11 @@ class RolloutBuffer:
         sequence), with the given ``[num_envs, horizon]`` ``advantages`` and ``returns``."""
         h, seq_len = self.horizon, self.seq_len
         keys = ["obs", "actions", "logp", "values", *(["firsts"] if self.states is not None else [])]
-        columns = TensorDict({key: self.data[key][:, :h] for key in keys}, batch_size=[self.num_envs, h],
-                             device=self.data.device)
+        columns = TensorDict(
+            {key: self.data[key][:, :h] for key in keys},
+            batch_size=[self.num_envs, h],
+            device=self.data.device,
+        )
         columns.update(advantages=advantages, returns=returns)
         samples = columns.reshape(-1) if seq_len == 1 else columns.reshape(-1, seq_len)
         samples.batch_size = samples.batch_size[:1]  # one row per transition or sequence
@@ -205,7 +227,10 @@ class RecurrentCarry(RolloutCarry):
     """
 
     def __init__(
-        self, initial_state: Callable[[int], TensorDictBase], buffer: RolloutBuffer, seqs_per_state_reset: int
+        self,
+        initial_state: Callable[[int], TensorDictBase],
+        buffer: RolloutBuffer,
+        seqs_per_state_reset: int,
     ) -> None:
         self.initial_state = initial_state
         self.buffer = buffer
@@ -243,7 +268,9 @@ class RecurrentCarry(RolloutCarry):
         return self.buffer.post_states[index[:, 0], index[:, 1]]
 
     # the per-env forms replace the state and episode starts by updated copies: a carry handed out stays
-    def before_steps(self, env_ids: torch.Tensor, t: torch.Tensor) -> tuple[TensorDictBase, torch.Tensor]:
+    def before_steps(
+        self, env_ids: torch.Tensor, t: torch.Tensor
+    ) -> tuple[TensorDictBase, torch.Tensor]:
         seq_len, k = self.buffer.seq_len, self.seqs_per_state_reset
         starts_sequence = t % seq_len == 0
         if bool(starts_sequence.any()):
@@ -271,7 +298,11 @@ class RecurrentCarry(RolloutCarry):
             self.firsts = firsts
 
     def state_dict(self) -> dict[str, Any]:
-        return {"state": self.state.to_dict(), "firsts": self.firsts.clone(), "sequences": self.sequences}
+        return {
+            "state": self.state.to_dict(),
+            "firsts": self.firsts.clone(),
+            "sequences": self.sequences,
+        }
 
     def load_state_dict(self, state: dict[str, Any] | None) -> None:
         if state is None:
@@ -283,15 +314,27 @@ class RecurrentCarry(RolloutCarry):
 
 
 def slot_bytes(
-    observation_space: spaces.Space, action_shape: tuple[int, ...], action_dtype: torch.dtype, episodic: bool
+    observation_space: spaces.Space,
+    action_shape: tuple[int, ...],
+    action_dtype: torch.dtype,
+    episodic: bool,
 ) -> int:
     """Bytes of one :class:`RolloutBuffer` slot (one env, one step)."""
     obs = zeros_like_space(observation_space, [1])
-    obs_bytes = sum(t.nbytes for t in (obs.values(True, True) if isinstance(obs, TensorDictBase) else [obs]))
-    return obs_bytes * (1 + episodic) + math.prod(action_shape) * action_dtype.itemsize + MIN_SLOT_BYTES + 2 * episodic
+    obs_bytes = sum(
+        t.nbytes for t in (obs.values(True, True) if isinstance(obs, TensorDictBase) else [obs])
+    )
+    return (
+        obs_bytes * (1 + episodic)
+        + math.prod(action_shape) * action_dtype.itemsize
+        + MIN_SLOT_BYTES
+        + 2 * episodic
+    )
 
 
-def _buffer_size_error(num_envs: int, horizon: int, need: int, problem: str, buffers: int = 1) -> ValueError:
+def _buffer_size_error(
+    num_envs: int, horizon: int, need: int, problem: str, buffers: int = 1
+) -> ValueError:
     what = "a rollout buffer" if buffers == 1 else f"{buffers} rollout buffers (collect_mode='overlap')"
     return ValueError(
         f"hparam num_envs, horizon: {what} of num_envs={num_envs} envs x "
@@ -300,14 +343,20 @@ def _buffer_size_error(num_envs: int, horizon: int, need: int, problem: str, buf
     )
 
 
-def check_buffer_fits(num_envs: int, horizon: int, device: torch.device, slot_bytes: int, buffers: int = 1) -> None:
+def check_buffer_fits(
+    num_envs: int, horizon: int, device: torch.device, slot_bytes: int, buffers: int = 1
+) -> None:
     """A ``ValueError`` when ``buffers`` buffers of ``num_envs x (horizon + 1)`` slots of
     ``slot_bytes`` bytes are larger than the whole memory of ``device``."""
     need = buffers * num_envs * (horizon + 1) * slot_bytes
     total = device_memory(device)
     if total is not None and need > total:
         raise _buffer_size_error(
-            num_envs, horizon, need, f"{device} has {total} bytes ({total / 2**30:.1f} GiB) in all", buffers
+            num_envs,
+            horizon,
+            need,
+            f"{device} has {total} bytes ({total / 2**30:.1f} GiB) in all",
+            buffers,
         )
 
 
@@ -326,14 +375,25 @@ def buffer_allocation(num_envs: int, horizon: int, slot_bytes: int | None) -> It
             raise
         reason = text.splitlines()[-1] if text else type(err).__name__
         if slot_bytes is None:
-            raise ValueError(f"hparam num_envs: building num_envs={num_envs} envs ran out of memory "
-                             f"({reason}). Use fewer envs") from err
+            raise ValueError(
+                f"hparam num_envs: building num_envs={num_envs} envs ran out of memory "
+                f"({reason}). Use fewer envs"
+            ) from err
         need = num_envs * (horizon + 1) * slot_bytes
-        raise _buffer_size_error(num_envs, horizon, need, f"allocating memory failed ({reason})") from err
+        raise _buffer_size_error(
+            num_envs, horizon, need, f"allocating memory failed ({reason})"
+        ) from err
 
 
 def make_rollout_buffer(
-    env: Env, policy: Policy, num_envs: int, horizon: int, device: torch.device, *, seq_len: int = 1, buffers: int = 1,
+    env: Env,
+    policy: Policy,
+    num_envs: int,
+    horizon: int,
+    device: torch.device,
+    *,
+    seq_len: int = 1,
+    buffers: int = 1,
 ) -> RolloutBuffer:
     """The :class:`RolloutBuffer` of ``env``'s spaces and ``policy``'s raw actions and state, on
     ``device``; ``seq_len``: steps per training sequence (1: transitions). A ``ValueError`` when
@@ -344,8 +404,15 @@ def make_rollout_buffer(
     check_buffer_fits(num_envs, horizon, device, slot, buffers=buffers)
     with buffer_allocation(num_envs, horizon, slot):
         return RolloutBuffer(
-            env.observation_space, action_shape, action_dtype, num_envs, horizon, device=device,
-            episodic=env.episodic, state_example=policy.initial_state(num_envs), seq_len=seq_len,
+            env.observation_space,
+            action_shape,
+            action_dtype,
+            num_envs,
+            horizon,
+            device=device,
+            episodic=env.episodic,
+            state_example=policy.initial_state(num_envs),
+            seq_len=seq_len,
         )
 
 
@@ -359,8 +426,13 @@ def discount_matrix(t_len: int, c: float, dtype: torch.dtype, device: torch.devi
 
 
 def compute_gae(
-    rewards: torch.Tensor, values: torch.Tensor, *, gamma: float, gae_lambda: float,
-    terminated: torch.Tensor | None = None, truncated: torch.Tensor | None = None,
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    *,
+    gamma: float,
+    gae_lambda: float,
+    terminated: torch.Tensor | None = None,
+    truncated: torch.Tensor | None = None,
     final_values: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Generalised advantage estimation over ``[N, T]`` rollouts: ``(advantages, returns)``, each
@@ -388,7 +460,9 @@ def compute_gae(
         # infinite horizon: ONE [N, T] @ [T, T] matmul instead of T sequential steps
         advantages = deltas @ discount_matrix(t_len, c, rewards.dtype, rewards.device)
         return advantages, advantages + values[:, :-1]
-    done = terminated if truncated is None else truncated if terminated is None else terminated | truncated
+    done = (
+        terminated if truncated is None else truncated if terminated is None else terminated | truncated
+    )
     # A_t = delta_t + c * (1 - done_t) * A_{t+1}, backwards over time-major copies
     carry = ((~done).to(rewards.dtype) * c).t().contiguous()
     deltas_tm = deltas.t().contiguous()
@@ -401,8 +475,15 @@ def compute_gae(
 
 
 def minibatches(
-    samples: TensorDict, num_minibatches: int, *, num_passes: int = 1, seq_len: int, shuffle: bool,
-    normalize_advantages: bool, dist: DistContext, generator: torch.Generator,
+    samples: TensorDict,
+    num_minibatches: int,
+    *,
+    num_passes: int = 1,
+    seq_len: int,
+    shuffle: bool,
+    normalize_advantages: bool,
+    dist: DistContext,
+    generator: torch.Generator,
 ) -> Iterator[TensorDict]:
     """``num_passes`` passes (epochs, ``num_sgd_iters``) over ``samples``, each in ``num_minibatches``
     equal minibatches (a divisor of ``S``).
@@ -416,7 +497,9 @@ def minibatches(
     """
     for _ in range(num_passes):
         if num_minibatches > 1 and shuffle:
-            batch = samples[torch.randperm(samples.batch_size[0], device=samples.device, generator=generator)]
+            batch = samples[
+                torch.randperm(samples.batch_size[0], device=samples.device, generator=generator)
+            ]
         else:
             batch = samples.clone(recurse=False)  # the advantages below replace a key
         if normalize_advantages and batch.batch_size[0] * seq_len > num_minibatches:
@@ -426,7 +509,9 @@ def minibatches(
         yield from batch.split(batch.batch_size[0] // num_minibatches)
 
 
-def normalized_advantages(advantages: torch.Tensor, num_minibatches: int, dist: DistContext) -> torch.Tensor:
+def normalized_advantages(
+    advantages: torch.Tensor, num_minibatches: int, dist: DistContext
+) -> torch.Tensor:
     """Each of the ``num_minibatches`` consecutive minibatches of ``advantages`` centred and
     divided by its sample std (+ 1e-8); in data-parallel training (``dist``) the moments of
     minibatch ``j`` cover every rank's minibatch ``j`` (ONE all-reduce per pass)."""

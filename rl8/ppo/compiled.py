@@ -64,8 +64,13 @@ class CompiledSteps:
     """
 
     def __init__(
-        self, rollout_step: Callable[..., Any], minibatch_loss: Callable[..., Any], device: torch.device, *,
-        fused_step: FusedTrainStep | None = None, fused_problem: str | None = None,
+        self,
+        rollout_step: Callable[..., Any],
+        minibatch_loss: Callable[..., Any],
+        device: torch.device,
+        *,
+        fused_step: FusedTrainStep | None = None,
+        fused_problem: str | None = None,
     ) -> None:
         self.cuda_graphs = device.type == "cuda"
         self._plain_rollout_step = rollout_step
@@ -79,17 +84,25 @@ class CompiledSteps:
         self.train_step_fallback = fused_problem if fused_step is None else None
         self._reported = False
 
-    def rollout_step(self, obs: Any, carry: Any, starts: torch.Tensor | None = None) -> tuple[Any, torch.Tensor, Any]:
+    def rollout_step(
+        self, obs: Any, carry: Any, starts: torch.Tensor | None = None
+    ) -> tuple[Any, torch.Tensor, Any]:
         """:meth:`rl8.Policy.rollout_step`, compiled. With CUDA graphs the outputs live in the
         graph's memory, which the next replay overwrites: the value and carry that the rollout
         keeps are copied out (the distribution is sampled before the next step). On CPU, with
         fewer than :attr:`cpu_rollout_min_envs` envs, the plain step instead."""
         if self.rollout_step_kind is None:
             few = not self.cuda_graphs and len(obs) < self.cpu_rollout_min_envs
-            self.rollout_step_kind = "cuda-graphs" if self.cuda_graphs else "plain" if few else "compiled"
+            self.rollout_step_kind = (
+                "cuda-graphs" if self.cuda_graphs else "plain" if few else "compiled"
+            )
             if few:
-                logger.info("rl8: compile=True: the rollout step runs plain: %d envs, fewer than the %d for which "
-                            "compiling it pays on CPU", len(obs), self.cpu_rollout_min_envs)
+                logger.info(
+                    "rl8: compile=True: the rollout step runs plain: %d envs, fewer than the %d for which "
+                    "compiling it pays on CPU",
+                    len(obs),
+                    self.cpu_rollout_min_envs,
+                )
         if self.rollout_step_kind == "plain":
             return self._plain_rollout_step(obs, carry, starts)
         if not self.cuda_graphs:
@@ -112,32 +125,45 @@ class CompiledSteps:
                 raise
             self._fused_step, self.train_step_kind = None, "loss"
             self.train_step_fallback = f"torch refused it: {type(err).__name__}: {err}"
-            logger.warning("rl8: compile=True runs the compiled loss with an eager optimizer step: %s",
-                           self.train_step_fallback)
+            logger.warning(
+                "rl8: compile=True runs the compiled loss with an eager optimizer step: %s",
+                self.train_step_fallback,
+            )
             return None
 
     @property
     def compile_s(self) -> float:
         """Seconds of the first call of each compiled step so far (compilation and one run)."""
-        return sum(step.seconds or 0.0 for step in (self._rollout_step, self.minibatch_loss, self._fused_step)
-                   if step is not None)
+        return sum(
+            step.seconds or 0.0
+            for step in (self._rollout_step, self.minibatch_loss, self._fused_step)
+            if step is not None
+        )
 
     def report_once(self) -> dict[str, float]:
         """``{"profiling/compile_ms": ...}`` and one log line (the compile time and the minibatch
         step that runs) the first time the update's step has compiled, else ``{}``."""
-        update_s = [step.seconds for step in (self.minibatch_loss, self._fused_step)
-                    if step is not None and step.seconds is not None]
+        update_s = [
+            step.seconds
+            for step in (self.minibatch_loss, self._fused_step)
+            if step is not None and step.seconds is not None
+        ]
         if self._reported or not update_s:
             return {}
         self._reported = True
         if self._fused_step is not None:
             kind = "fused: loss, gradients, clip and Adam step in one compiled function"
         else:
-            kind = f"compiled loss, eager backward and optimizer step, because {self.train_step_fallback}"
+            kind = (
+                f"compiled loss, eager backward and optimizer step, because {self.train_step_fallback}"
+            )
         logger.info(
             "rl8: torch.compile took %.1f s (rollout step %.1f s, update step %.1f s; first calls, cached in "
             "TORCHINDUCTOR_CACHE_DIR for later processes); update step: %s",
-            self.compile_s, self._rollout_step.seconds or 0.0, sum(update_s), kind,
+            self.compile_s,
+            self._rollout_step.seconds or 0.0,
+            sum(update_s),
+            kind,
         )
         return {"profiling/compile_ms": 1000.0 * self.compile_s}
 
@@ -147,7 +173,11 @@ _ADAM_OPTIONS = {"amsgrad": False, "maximize": False, "differentiable": False}
 
 
 def fused_step_problem(
-    optimizer: torch.optim.Optimizer, *, grad_scaler: bool, distributed: bool, accumulate_grads: bool,
+    optimizer: torch.optim.Optimizer,
+    *,
+    grad_scaler: bool,
+    distributed: bool,
+    accumulate_grads: bool,
     recurrent: bool,
 ) -> str | None:
     """Why :class:`FusedTrainStep` would not be exactly PPO's plain minibatch step, or ``None``
@@ -166,8 +196,10 @@ def fused_step_problem(
     if torch.is_tensor(group["lr"]) or any(torch.is_tensor(beta) for beta in group["betas"]):
         return "the optimizer's lr or betas are tensors"
     if grad_scaler:
-        return ("a gradient scaler (enable_amp in float16 on CUDA) unscales the gradients between "
-                "backward and step")
+        return (
+            "a gradient scaler (enable_amp in float16 on CUDA) unscales the gradients between "
+            "backward and step"
+        )
     if distributed:
         return "data-parallel training averages the gradients over ranks between backward and step"
     if accumulate_grads:
@@ -207,8 +239,13 @@ class FusedTrainStep:
     """
 
     def __init__(
-        self, policy: nn.Module, optimizer: torch.optim.Optimizer, minibatch_loss: Callable[..., PPOLoss],
-        max_grad_norm: float | None, *, desired_kl: float | None = None,
+        self,
+        policy: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        minibatch_loss: Callable[..., PPOLoss],
+        max_grad_norm: float | None,
+        *,
+        desired_kl: float | None = None,
     ) -> None:
         self.optimizer = optimizer
         self.max_grad_norm = max_grad_norm
@@ -232,11 +269,22 @@ class FusedTrainStep:
         self.lr.fill_(group["lr"])
         self.entropy_coeff.fill_(entropy_coeff)
         decoupled = group.get("decoupled_weight_decay", isinstance(self.optimizer, torch.optim.AdamW))
-        adam = dict(betas=tuple(group["betas"]), eps=group["eps"], weight_decay=group["weight_decay"],
-                    decoupled_weight_decay=bool(decoupled))
+        adam = dict(
+            betas=tuple(group["betas"]),
+            eps=group["eps"],
+            weight_decay=group["weight_decay"],
+            decoupled_weight_decay=bool(decoupled),
+        )
         total, monitors, grad_norm = self.step(
-            minibatch, self.entropy_coeff, entropy_coeff != 0, self.lr, adam, [p.detach() for p in self.params],
-            [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states], [s["step"] for s in states],
+            minibatch,
+            self.entropy_coeff,
+            entropy_coeff != 0,
+            self.lr,
+            adam,
+            [p.detach() for p in self.params],
+            [s["exp_avg"] for s in states],
+            [s["exp_avg_sq"] for s in states],
+            [s["step"] for s in states],
         )
         if self.desired_kl is not None:
             group["lr"] = self.lr.item()
@@ -255,14 +303,25 @@ class FusedTrainStep:
         return state
 
     def _step(
-        self, minibatch: Any, entropy_coeff: torch.Tensor, entropy_grad: bool, lr: torch.Tensor,
-        adam: dict[str, Any], params: list[torch.Tensor], exp_avgs: list[torch.Tensor],
-        exp_avg_sqs: list[torch.Tensor], steps: list[torch.Tensor],
+        self,
+        minibatch: Any,
+        entropy_coeff: torch.Tensor,
+        entropy_grad: bool,
+        lr: torch.Tensor,
+        adam: dict[str, Any],
+        params: list[torch.Tensor],
+        exp_avgs: list[torch.Tensor],
+        exp_avg_sqs: list[torch.Tensor],
+        steps: list[torch.Tensor],
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
         """The compiled function, in place on its tensor arguments; returns loss, monitors, grad norm."""
 
-        def total_loss(named_params: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-            loss = torch.func.functional_call(self.loss_module, named_params, (minibatch, entropy_coeff, entropy_grad))
+        def total_loss(
+            named_params: dict[str, torch.Tensor],
+        ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+            loss = torch.func.functional_call(
+                self.loss_module, named_params, (minibatch, entropy_coeff, entropy_grad)
+            )
             return loss.total, {name: getattr(loss, name) for name in MONITORS}
 
         loss_grads = torch.func.grad_and_value(total_loss, has_aux=True)
@@ -280,7 +339,9 @@ class FusedTrainStep:
         # as torch.optim.Adam / AdamW (amsgrad and maximize off)
         beta1, beta2 = adam["betas"]
         eps, weight_decay = adam["eps"], adam["weight_decay"]
-        for param, grad, exp_avg, exp_avg_sq, step in zip(params, grads, exp_avgs, exp_avg_sqs, steps, strict=True):
+        for param, grad, exp_avg, exp_avg_sq, step in zip(
+            params, grads, exp_avgs, exp_avg_sqs, steps, strict=True
+        ):
             step.add_(1)
             if weight_decay != 0:
                 if adam["decoupled_weight_decay"]:

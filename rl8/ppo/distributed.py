@@ -20,9 +20,21 @@ from torch import nn
 from rl8.fields import is_number, read_numbers
 
 __all__ = [
-    "DEFAULT_TIMEOUT_S", "TIMEOUT_ENV_VAR", "WEIGHT_SYNC_METHODS", "DistContext",
-    "DistributedError", "Roles", "agree_on_run_seed", "collective_timeout_s", "current_roles",
-    "derive_seed", "init_distributed", "local_rank", "rank_device", "shutdown_distributed", "to_cpu",
+    "DEFAULT_TIMEOUT_S",
+    "TIMEOUT_ENV_VAR",
+    "WEIGHT_SYNC_METHODS",
+    "DistContext",
+    "DistributedError",
+    "Roles",
+    "agree_on_run_seed",
+    "collective_timeout_s",
+    "current_roles",
+    "derive_seed",
+    "init_distributed",
+    "local_rank",
+    "rank_device",
+    "shutdown_distributed",
+    "to_cpu",
 ]
 
 #: How learners send actors their weights: over the process group, or a file that actors read.
@@ -60,7 +72,11 @@ class Roles:
     actors: int
 
     def __post_init__(self) -> None:
-        if isinstance(self.actors, bool) or not isinstance(self.actors, int) or not 1 <= self.actors < self.world_size:
+        if (
+            isinstance(self.actors, bool)
+            or not isinstance(self.actors, int)
+            or not 1 <= self.actors < self.world_size
+        ):
             raise ValueError(
                 f"actors: expected an int from 1 to {self.world_size - 1} (the job has {self.world_size} "
                 f"processes and needs at least one learner), got {self.actors!r}"
@@ -136,7 +152,10 @@ def _timeout_from_env() -> float:
 
 
 def init_distributed(
-    *, backend: str | None = None, timeout_s: float | None = None, actors: int | None = None,
+    *,
+    backend: str | None = None,
+    timeout_s: float | None = None,
+    actors: int | None = None,
 ) -> bool:
     """Join the process group that torchrun describes in the environment, if any (destroyed
     at exit); returns whether one is active.
@@ -153,8 +172,10 @@ def init_distributed(
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if actors is not None:
         if world_size <= 1:
-            raise ValueError(f"actors={actors}: actors and learners need a torchrun job of several processes "
-                             f"(WORLD_SIZE={world_size}); launch with torchrun --nproc_per_node=N")
+            raise ValueError(
+                f"actors={actors}: actors and learners need a torchrun job of several processes "
+                f"(WORLD_SIZE={world_size}); launch with torchrun --nproc_per_node=N"
+            )
         Roles(int(os.environ.get("RANK", "0")), world_size, actors)  # its checks, before joining
     if not (dist.is_available() and dist.is_initialized()):
         if world_size <= 1:
@@ -220,7 +241,9 @@ class DistContext:
         # where small control tensors live: CPU unless the group can only move CUDA tensors
         backend = str(dist.get_backend()) if self.enabled else "gloo"
         cuda_only = "nccl" in backend and "gloo" not in backend
-        self.device = torch.device("cuda", torch.cuda.current_device()) if cuda_only else torch.device("cpu")
+        self.device = (
+            torch.device("cuda", torch.cuda.current_device()) if cuda_only else torch.device("cpu")
+        )
 
     @contextlib.contextmanager
     def _collective(self, what: str):
@@ -291,11 +314,15 @@ class DistContext:
         with self._collective(f"the check that every rank has the same {what}"):
             dist.all_gather_object(ranks, values, group=self.group)
         for rank, other in enumerate(ranks[1:], 1):
-            key = next((k for k in [*ranks[0], *other] if ranks[0].get(k, "<none>") != other.get(k, "<none>")), None)
+            key = next(
+                (k for k in [*ranks[0], *other] if ranks[0].get(k, "<none>") != other.get(k, "<none>")),
+                None,
+            )
             if key is not None:
                 raise DistributedError(
                     f"the ranks' {what} differ: {key} is {ranks[0].get(key, '<none>')!r} on rank 0 but "
-                    f"{other.get(key, '<none>')!r} on rank {rank}; every rank must train with the same {what}")
+                    f"{other.get(key, '<none>')!r} on rank {rank}; every rank must train with the same {what}"
+                )
 
     def broadcast_object(self, obj: Any, src: int = 0) -> Any:
         """Rank ``src``'s ``obj`` (picklable), on every rank."""
@@ -303,7 +330,12 @@ class DistContext:
             return obj
         box = [obj if self.rank == src else None]
         with self._collective("a broadcast from rank 0"):
-            dist.broadcast_object_list(box, src=src, group=self.group, device=self.device if self.device.type == "cuda" else None)
+            dist.broadcast_object_list(
+                box,
+                src=src,
+                group=self.group,
+                device=self.device if self.device.type == "cuda" else None,
+            )
         return box[0]
 
     def on_main(self, call: Callable[[], Any], *, scatter: bool = False) -> Any:

@@ -8,13 +8,24 @@ from collections.abc import Callable, Mapping
 from rl8.envs.base import EnvOutputError, find_nonfinite
 from rl8.ppo.buffer import RolloutBuffer
 
-__all__ = ["CHECKED_ROLLOUT_STATS", "CHECKED_UPDATE_STATS", "NonFiniteError", "check_buffer_finite", "check_stats_finite"]
+__all__ = [
+    "CHECKED_ROLLOUT_STATS",
+    "CHECKED_UPDATE_STATS",
+    "NonFiniteError",
+    "check_buffer_finite",
+    "check_stats_finite",
+]
 
 #: Update stats checked for NaN/inf after every update (the grad norm only without a gradient
 #: scaler: with one, an inf grad norm is a skipped step).
 CHECKED_UPDATE_STATS = ("losses/total", "monitors/grad_norm")
 #: Rollout stats checked for NaN/inf after every collect (they reduce every reward).
-CHECKED_ROLLOUT_STATS = ("rollout/reward_sum_mean", "rollout/reward_sum_std", "rewards/min", "rewards/max")
+CHECKED_ROLLOUT_STATS = (
+    "rollout/reward_sum_mean",
+    "rollout/reward_sum_std",
+    "rewards/min",
+    "rewards/max",
+)
 
 
 class NonFiniteError(FloatingPointError):
@@ -37,8 +48,13 @@ def check_buffer_finite(buffer: RolloutBuffer, env_name: str, collect: int) -> N
             )
 
 
-def check_stats_finite(stats: Mapping[str, float], names: tuple[str, ...], where: str, env_steps: int,
-                       find_cause: Callable[[], None] | None = None) -> None:
+def check_stats_finite(
+    stats: Mapping[str, float],
+    names: tuple[str, ...],
+    where: str,
+    env_steps: int,
+    find_cause: Callable[[], None] | None = None,
+) -> None:
     """Raise a :class:`NonFiniteError` when one of the ``stats`` named ``names`` is NaN or inf.
 
     Args:

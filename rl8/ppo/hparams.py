@@ -36,11 +36,21 @@ _DEFAULT_NUM_MINIBATCHES = 4  # CleanRL's num_minibatches
 
 #: The names other PPO libraries (SB3, CleanRL) give some hyper-parameters, and rl8's names.
 _OTHER_NAMES = {
-    "learning_rate": "lr", "n_steps": "horizon", "num_steps": "horizon", "n_envs": "num_envs",
-    "batch_size": "sgd_minibatch_size", "minibatch_size": "sgd_minibatch_size",
-    "n_epochs": "num_sgd_iters", "update_epochs": "num_sgd_iters", "clip_range": "clip_param",
-    "clip_coef": "clip_param", "clip_range_vf": "vf_clip_param", "ent_coef": "entropy_coeff",
-    "vf_coef": "vf_coeff", "target_kl": "target_kl_div", "norm_adv": "normalize_advantages",
+    "learning_rate": "lr",
+    "n_steps": "horizon",
+    "num_steps": "horizon",
+    "n_envs": "num_envs",
+    "batch_size": "sgd_minibatch_size",
+    "minibatch_size": "sgd_minibatch_size",
+    "n_epochs": "num_sgd_iters",
+    "update_epochs": "num_sgd_iters",
+    "clip_range": "clip_param",
+    "clip_coef": "clip_param",
+    "clip_range_vf": "vf_clip_param",
+    "ent_coef": "entropy_coeff",
+    "vf_coef": "vf_coeff",
+    "target_kl": "target_kl_div",
+    "norm_adv": "normalize_advantages",
     "policy_kwargs": "model_config",
 }
 
@@ -82,11 +92,13 @@ _WEIGHT = _number("a number >= 0", lambda v: v >= 0)
 
 def _schedule(expected: str, ok: Callable[[float], bool]) -> Check:
     """Points of a :class:`~rl8.ppo.schedules.Schedule` whose values satisfy ``ok``, or ``None``."""
+
     def schedule(points: Any, name: str) -> str | None:
         if points is None:
             return None
         Schedule(points, field=name)  # raises on a bad point
         return None if all(ok(p[1]) for p in points) else expected
+
     return schedule
 
 
@@ -147,123 +159,251 @@ class HParams:
     value is a ``ValueError`` naming the field, what it expects and the value given."""
 
     num_envs: int = _hparam(256, int_at_least(1), doc="Number of environments simulated in parallel.")
-    horizon: int = _hparam(32, int_at_least(1), doc=(
-        "Env steps per env between updates (the buffer holds ``num_envs * horizon`` transitions)."))
-    horizons_per_env_reset: int = _hparam(-1, _nonzero_int("k > 0: every k collects; k < 0: once"), doc=(
-        "``k > 0``: PPO resets every env every ``k`` collects; ``k < 0``: only before the first."))
-    collect_mode: Literal["sync", "overlap"] = _hparam("sync", one_of("sync", "overlap"), doc=(
-        "``\"sync\"``, or ``\"overlap\"``: the next collect runs in a background thread with a "
-        "copy of the policy one update old, while the update runs (``docs/collection.md``)."))
+    horizon: int = _hparam(
+        32,
+        int_at_least(1),
+        doc=("Env steps per env between updates (the buffer holds ``num_envs * horizon`` transitions)."),
+    )
+    horizons_per_env_reset: int = _hparam(
+        -1,
+        _nonzero_int("k > 0: every k collects; k < 0: once"),
+        doc=("``k > 0``: PPO resets every env every ``k`` collects; ``k < 0``: only before the first."),
+    )
+    collect_mode: Literal["sync", "overlap"] = _hparam(
+        "sync",
+        one_of("sync", "overlap"),
+        doc=(
+            '``"sync"``, or ``"overlap"``: the next collect runs in a background thread with a '
+            "copy of the policy one update old, while the update runs (``docs/collection.md``)."
+        ),
+    )
     gamma: float = _hparam(0.99, _UNIT, doc="Discount factor in [0, 1].")
     gae_lambda: float = _hparam(0.95, _UNIT, doc="GAE's lambda in [0, 1].")
     num_sgd_iters: int = _hparam(8, int_at_least(1), doc="Passes (epochs) over the buffer per update.")
     sgd_minibatch_size: int | Literal["auto"] | None = _hparam(
         "auto",
         check("an int >= 1, 'auto' or None", lambda v: v is None or v == "auto" or is_int(v) and v >= 1),
-        doc=("Transitions per minibatch, a divisor of ``num_envs * horizon``; ``None``: the whole "
-             "buffer; ``\"auto\"``: the buffer split into ``num_minibatches``."))
-    num_minibatches: int | None = _hparam(None, optional(int_at_least(1)), doc=(
-        "With ``sgd_minibatch_size=\"auto\"``: minibatches per pass; ``None``: 4 (CleanRL's), or "
-        "the largest count below that divides the samples."))
-    shuffle_minibatches: bool = _hparam(True, _BOOL, doc=(
-        "Draw minibatches from a fresh random permutation every pass."))
+        doc=(
+            "Transitions per minibatch, a divisor of ``num_envs * horizon``; ``None``: the whole "
+            'buffer; ``"auto"``: the buffer split into ``num_minibatches``.'
+        ),
+    )
+    num_minibatches: int | None = _hparam(
+        None,
+        optional(int_at_least(1)),
+        doc=(
+            'With ``sgd_minibatch_size="auto"``: minibatches per pass; ``None``: 4 (CleanRL\'s), or '
+            "the largest count below that divides the samples."
+        ),
+    )
+    shuffle_minibatches: bool = _hparam(
+        True, _BOOL, doc=("Draw minibatches from a fresh random permutation every pass.")
+    )
     clip_param: float = _hparam(0.2, _POSITIVE, doc="PPO's ratio clip epsilon (> 0).")
-    dual_clip_param: float | None = _hparam(None, optional(_number("a number > 1", lambda v: v > 1)), doc=(
-        "Dual-clip constant c > 1 (Ye et al., 2020) bounding the loss of negative advantages; ``None``: off."))
-    vf_clip_param: float | None = _hparam(None, optional(_number("a number > 0", lambda v: v > 0)), doc=(
-        "Clip the value change to ``old_value +- vf_clip_param`` (PPO2's value clipping); ``None``: off."))
+    dual_clip_param: float | None = _hparam(
+        None,
+        optional(_number("a number > 1", lambda v: v > 1)),
+        doc=(
+            "Dual-clip constant c > 1 (Ye et al., 2020) bounding the loss of negative advantages; ``None``: off."
+        ),
+    )
+    vf_clip_param: float | None = _hparam(
+        None,
+        optional(_number("a number > 0", lambda v: v > 0)),
+        doc=(
+            "Clip the value change to ``old_value +- vf_clip_param`` (PPO2's value clipping); ``None``: off."
+        ),
+    )
     vf_coeff: float = _hparam(0.5, _WEIGHT, doc="Weight of the value loss in the total loss.")
-    entropy_coeff: float = _hparam(0.0, _WEIGHT, doc=(
-        "Weight of the entropy bonus (constant unless a schedule is given)."))
+    entropy_coeff: float = _hparam(
+        0.0, _WEIGHT, doc=("Weight of the entropy bonus (constant unless a schedule is given).")
+    )
     entropy_coeff_schedule: tuple[tuple[int, float], ...] | None = _hparam(
-        None, _schedule("coefficients >= 0", lambda c: c >= 0), convert=_points,
-        doc="``[(env_steps, coeff), ...]`` overriding ``entropy_coeff``.")
-    lr: float = _hparam(1e-3, _POSITIVE, doc=(
-        "Learning rate of the optimizer, finite and > 0 (constant unless a schedule is given)."))
+        None,
+        _schedule("coefficients >= 0", lambda c: c >= 0),
+        convert=_points,
+        doc="``[(env_steps, coeff), ...]`` overriding ``entropy_coeff``.",
+    )
+    lr: float = _hparam(
+        1e-3,
+        _POSITIVE,
+        doc=("Learning rate of the optimizer, finite and > 0 (constant unless a schedule is given)."),
+    )
     lr_schedule: tuple[tuple[int, float], ...] | None = _hparam(
-        None, _schedule("learning rates > 0", lambda lr: lr > 0), convert=_points,
-        doc="``[(env_steps, lr), ...]`` overriding ``lr``.")
-    schedule_kind: Literal["step", "linear"] = _hparam("step", one_of("step", "linear"), doc=(
-        "``\"step\"`` or ``\"linear\"`` interpolation of both schedules."))
-    target_kl_div: float | None = _hparam(None, optional(_number("a number > 0", lambda v: v > 0)), doc=(
-        "Skip the update's remaining minibatches once a minibatch's approximate KL exceeds this; ``None``: never."))
-    desired_kl: float | None = _hparam(None, optional(_POSITIVE), doc=(
-        "rsl_rl's adaptive learning rate (``schedule=\"adaptive\"``): each minibatch's step divides ``lr`` "
-        "by 1.5 when its approximate KL (all ranks' mean) exceeds ``2 * desired_kl``, multiplies it by 1.5 "
-        "below ``desired_kl / 2``, within [1e-5, 1e-2], from ``lr`` on (kept in checkpoints); ``None``: off. "
-        "Not with ``lr_schedule``."))
-    max_grad_norm: float | None = _hparam(0.5, optional(_number("a number > 0", lambda v: v > 0)), doc=(
-        "Clip the global gradient norm to this, or ``None``."))
-    normalize_advantages: bool = _hparam(True, _BOOL, doc=(
-        "Normalise advantages per minibatch (zero mean, unit std)."))
-    normalize_rewards: bool = _hparam(True, _BOOL, doc=(
-        "Scale rewards by the running std of the discounted return."))
-    normalize_observations: bool = _hparam(False, _BOOL, doc=(
-        "Normalise float observations with running mean/variance."))
-    accumulate_grads: bool = _hparam(False, _BOOL, doc=(
-        "One optimizer step per pass, on the gradients of all its minibatches (not one per minibatch)."))
-    enable_amp: bool = _hparam(False, _BOOL, doc=(
-        "Mixed precision: bfloat16 (float16 on CUDA before 8.0) autocast where the device runs "
-        "it fast, else float32 with a warning (``PPO.amp_dtype`` says which)."))
-    compile: bool = _hparam(False, _BOOL, doc=(
-        "``torch.compile`` the rollout step and the update's minibatch step (not with "
-        "``collect_mode=\"overlap\"``; ``docs/hparams.md``, Speed)."))
-    optimizer_cls: Any = _hparam("torch.optim.Adam", _class_or_path, doc=(
-        "A ``torch.optim.Optimizer`` subclass or its dotted path (``\"torch.optim.Adam\"``)."))
-    optimizer_kwargs: dict[str, Any] = _hparam({"eps": 1e-5}, _optimizer_kwargs, doc=(
-        "The optimizer's keyword arguments (not ``lr``); default ``eps=1e-5`` for Adam and AdamW, else ``{}``."))
-    model_cls: Any = _hparam(None, _class_or_path, doc=(
-        "A :class:`rl8.Model` subclass (:mod:`rl8.policies.models`), its dotted path, or ``None``: the default."))
+        None,
+        _schedule("learning rates > 0", lambda lr: lr > 0),
+        convert=_points,
+        doc="``[(env_steps, lr), ...]`` overriding ``lr``.",
+    )
+    schedule_kind: Literal["step", "linear"] = _hparam(
+        "step",
+        one_of("step", "linear"),
+        doc=('``"step"`` or ``"linear"`` interpolation of both schedules.'),
+    )
+    target_kl_div: float | None = _hparam(
+        None,
+        optional(_number("a number > 0", lambda v: v > 0)),
+        doc=(
+            "Skip the update's remaining minibatches once a minibatch's approximate KL exceeds this; ``None``: never."
+        ),
+    )
+    desired_kl: float | None = _hparam(
+        None,
+        optional(_POSITIVE),
+        doc=(
+            "rsl_rl's adaptive learning rate (``schedule=\"adaptive\"``): each minibatch's step divides ``lr`` "
+            "by 1.5 when its approximate KL (all ranks' mean) exceeds ``2 * desired_kl``, multiplies it by 1.5 "
+            "below ``desired_kl / 2``, within [1e-5, 1e-2], from ``lr`` on (kept in checkpoints); ``None``: off. "
+            "Not with ``lr_schedule``."
+        ),
+    )
+    max_grad_norm: float | None = _hparam(
+        0.5,
+        optional(_number("a number > 0", lambda v: v > 0)),
+        doc=("Clip the global gradient norm to this, or ``None``."),
+    )
+    normalize_advantages: bool = _hparam(
+        True, _BOOL, doc=("Normalise advantages per minibatch (zero mean, unit std).")
+    )
+    normalize_rewards: bool = _hparam(
+        True, _BOOL, doc=("Scale rewards by the running std of the discounted return.")
+    )
+    normalize_observations: bool = _hparam(
+        False, _BOOL, doc=("Normalise float observations with running mean/variance.")
+    )
+    accumulate_grads: bool = _hparam(
+        False,
+        _BOOL,
+        doc=(
+            "One optimizer step per pass, on the gradients of all its minibatches (not one per minibatch)."
+        ),
+    )
+    enable_amp: bool = _hparam(
+        False,
+        _BOOL,
+        doc=(
+            "Mixed precision: bfloat16 (float16 on CUDA before 8.0) autocast where the device runs "
+            "it fast, else float32 with a warning (``PPO.amp_dtype`` says which)."
+        ),
+    )
+    compile: bool = _hparam(
+        False,
+        _BOOL,
+        doc=(
+            "``torch.compile`` the rollout step and the update's minibatch step (not with "
+            '``collect_mode="overlap"``; ``docs/hparams.md``, Speed).'
+        ),
+    )
+    optimizer_cls: Any = _hparam(
+        "torch.optim.Adam",
+        _class_or_path,
+        doc=('A ``torch.optim.Optimizer`` subclass or its dotted path (``"torch.optim.Adam"``).'),
+    )
+    optimizer_kwargs: dict[str, Any] = _hparam(
+        {"eps": 1e-5},
+        _optimizer_kwargs,
+        doc=(
+            "The optimizer's keyword arguments (not ``lr``); default ``eps=1e-5`` for Adam and AdamW, else ``{}``."
+        ),
+    )
+    model_cls: Any = _hparam(
+        None,
+        _class_or_path,
+        doc=(
+            "A :class:`rl8.Model` subclass (:mod:`rl8.policies.models`), its dotted path, or ``None``: the default."
+        ),
+    )
     model_config: dict[str, Any] = _hparam({}, _DICT, doc="Keyword arguments of the model class.")
     obs_groups: dict[str, list[str]] | None = _hparam(
-        None, lambda v, name: obs_groups_problem(v), convert=_group_lists, doc=(
-            "``{\"actor\": [group, ...], \"critic\": [group, ...]}``: the keys of a ``Dict`` observation that "
-            "the actor and the critic read (asymmetric actor-critic; ``model_config[\"obs_groups\"]``); ``None`` "
-            "or a missing set: rsl_rl 5's fallbacks (the group named as the set, then ``policy``, then all of it)."))
-    distribution_cls: Any = _hparam(None, _class_or_path, doc=(
-        "A :class:`rl8.Distribution` subclass, its dotted path, or ``None``: the action space's."))
-    device: str = _hparam("auto", _device, doc=(
-        "``\"auto\"`` (CUDA when available, else CPU) or an explicit torch device."))
+        None,
+        lambda v, name: obs_groups_problem(v),
+        convert=_group_lists,
+        doc=(
+            '``{"actor": [group, ...], "critic": [group, ...]}``: the keys of a ``Dict`` observation that '
+            'the actor and the critic read (asymmetric actor-critic; ``model_config["obs_groups"]``); ``None`` '
+            "or a missing set: rsl_rl 5's fallbacks (the group named as the set, then ``policy``, then all of it)."
+        ),
+    )
+    distribution_cls: Any = _hparam(
+        None,
+        _class_or_path,
+        doc=("A :class:`rl8.Distribution` subclass, its dotted path, or ``None``: the action space's."),
+    )
+    device: str = _hparam(
+        "auto", _device, doc=('``"auto"`` (CUDA when available, else CPU) or an explicit torch device.')
+    )
     seed: int | None = _hparam(
-        None, optional(check("an int in [0, 2**63 - 1]", lambda v: is_int(v) and 0 <= v <= _MAX_SEED)),
-        doc="Seed of torch's RNG and the envs, an int in [0, 2**63 - 1]; ``None``: drawn from the OS.")
-    env_config: dict[str, Any] = _hparam({}, _DICT, doc=(
-        "Env parameters applied at every env reset (see ``Env.reset``)."))
-    env_kwargs: dict[str, Any] = _hparam({}, _DICT, doc="Extra keyword arguments for the env's constructor.")
-    check_finite_collects: int = _hparam(2, int_at_least(-1), doc=(
-        "Check observations and rewards for NaN/inf in this many first collects (``-1``: always, ``0``: never)."))
-    seq_len: int | None = _hparam(None, optional(int_at_least(1)), doc=(
-        "Recurrent models: steps per training sequence, a divisor of ``horizon``; ``None``: the horizon."))
-    seqs_per_state_reset: int = _hparam(-1, _nonzero_int("k > 0: every k sequences; k < 0: never"), doc=(
-        "Recurrent models: reset the hidden state every ``k`` sequences (``k > 0``) or only at "
-        "episode ends and env resets (``k < 0``)."))
+        None,
+        optional(check("an int in [0, 2**63 - 1]", lambda v: is_int(v) and 0 <= v <= _MAX_SEED)),
+        doc="Seed of torch's RNG and the envs, an int in [0, 2**63 - 1]; ``None``: drawn from the OS.",
+    )
+    env_config: dict[str, Any] = _hparam(
+        {}, _DICT, doc=("Env parameters applied at every env reset (see ``Env.reset``).")
+    )
+    env_kwargs: dict[str, Any] = _hparam(
+        {}, _DICT, doc="Extra keyword arguments for the env's constructor."
+    )
+    check_finite_collects: int = _hparam(
+        2,
+        int_at_least(-1),
+        doc=(
+            "Check observations and rewards for NaN/inf in this many first collects (``-1``: always, ``0``: never)."
+        ),
+    )
+    seq_len: int | None = _hparam(
+        None,
+        optional(int_at_least(1)),
+        doc=(
+            "Recurrent models: steps per training sequence, a divisor of ``horizon``; ``None``: the horizon."
+        ),
+    )
+    seqs_per_state_reset: int = _hparam(
+        -1,
+        _nonzero_int("k > 0: every k sequences; k < 0: never"),
+        doc=(
+            "Recurrent models: reset the hidden state every ``k`` sequences (``k > 0``) or only at "
+            "episode ends and env resets (``k < 0``)."
+        ),
+    )
 
     # ------------------------------------------------------------------ validation
     def __post_init__(self) -> None:
         invalid = first_invalid(self)
         if invalid is not None:
-            raise ValueError(f"hparam {invalid.name}: expected {invalid.expected}, got {invalid.value!r}")
+            raise ValueError(
+                f"hparam {invalid.name}: expected {invalid.expected}, got {invalid.value!r}"
+            )
         conflicts = {  # hparam: (whether it conflicts with another, the message)
-            "num_minibatches": (self.num_minibatches is not None and self.sgd_minibatch_size != "auto",
-                                f"only applies with sgd_minibatch_size='auto', but sgd_minibatch_size="
-                                f"{self.sgd_minibatch_size!r} was given; set one of the two"),
-            "desired_kl": (self.desired_kl is not None and self.lr_schedule is not None,
-                           f"the adaptive learning rate (desired_kl={self.desired_kl}) and lr_schedule both set "
-                           "the learning rate; set one (rsl_rl's schedule='adaptive' is desired_kl, 'fixed' is a "
-                           "constant lr)"),
-            "compile": (self.compile and self.collect_mode == "overlap",
-                        "compile=True does not work with collect_mode='overlap' (the background rollout runs a "
-                        "copy of the policy in another thread); set compile=False or collect_mode='sync'"),
-            "obs_groups": (self.obs_groups is not None and "obs_groups" in self.model_config,
-                           "also given as model_config['obs_groups']; set one"),
+            "num_minibatches": (
+                self.num_minibatches is not None and self.sgd_minibatch_size != "auto",
+                f"only applies with sgd_minibatch_size='auto', but sgd_minibatch_size="
+                f"{self.sgd_minibatch_size!r} was given; set one of the two",
+            ),
+            "desired_kl": (
+                self.desired_kl is not None and self.lr_schedule is not None,
+                f"the adaptive learning rate (desired_kl={self.desired_kl}) and lr_schedule both set "
+                "the learning rate; set one (rsl_rl's schedule='adaptive' is desired_kl, 'fixed' is a "
+                "constant lr)",
+            ),
+            "compile": (
+                self.compile and self.collect_mode == "overlap",
+                "compile=True does not work with collect_mode='overlap' (the background rollout runs a "
+                "copy of the policy in another thread); set compile=False or collect_mode='sync'",
+            ),
+            "obs_groups": (
+                self.obs_groups is not None and "obs_groups" in self.model_config,
+                "also given as model_config['obs_groups']; set one",
+            ),
         }
         for name, (conflict, message) in conflicts.items():
             if conflict:
                 raise ValueError(f"hparam {name}: {message}")
         self.minibatch_size_for(1)  # a size or count that does not divide the buffer
         if self.seq_len is not None and self.horizon % self.seq_len:
-            raise ValueError(f"hparam seq_len: expected an int >= 1 that divides horizon={self.horizon}, "
-                             f"got {self.seq_len!r}")
+            raise ValueError(
+                f"hparam seq_len: expected an int >= 1 that divides horizon={self.horizon}, "
+                f"got {self.seq_len!r}"
+            )
 
     # ------------------------------------------------------------------ building
     @classmethod
@@ -276,8 +416,12 @@ class HParams:
             if key not in names:
                 raise TypeError(unknown_hparam_message(key))
         optimizer = kwargs.get("optimizer_cls", "Adam")
-        adam = (optimizer.rpartition(".")[2] in ("Adam", "AdamW") if isinstance(optimizer, str)
-                else isinstance(optimizer, type) and issubclass(optimizer, (torch.optim.Adam, torch.optim.AdamW)))
+        adam = (
+            optimizer.rpartition(".")[2] in ("Adam", "AdamW")
+            if isinstance(optimizer, str)
+            else isinstance(optimizer, type)
+            and issubclass(optimizer, (torch.optim.Adam, torch.optim.AdamW))
+        )
         if "optimizer_kwargs" not in kwargs and not adam:
             kwargs["optimizer_kwargs"] = {}
         return cls(**kwargs)
@@ -400,8 +544,9 @@ def unknown_hparam_message(name: Any, where: str | None = None) -> str:
     return message if where is None else f"{where}: {message}"
 
 
-def changed_hparams(stored: Mapping[str, Any], given: Mapping[str, Any], *,
-                    may_change: Collection[str] = ()) -> dict[str, tuple[Any, Any]]:
+def changed_hparams(
+    stored: Mapping[str, Any], given: Mapping[str, Any], *, may_change: Collection[str] = ()
+) -> dict[str, tuple[Any, Any]]:
     """The hyper-parameters of ``given`` that differ from a checkpoint's ``stored`` ones (what a
     resume must refuse): ``{name: (stored value, given value)}``, in ``given``'s order.
 
@@ -412,5 +557,8 @@ def changed_hparams(stored: Mapping[str, Any], given: Mapping[str, Any], *,
         may_change: Names that may differ (``device``: the machine, not the model).
     """
     saved = {**HParams().to_plain(), **stored}
-    return {name: (saved.get(name), value) for name, value in given.items()
-            if name not in may_change and value != saved.get(name)}
+    return {
+        name: (saved.get(name), value)
+        for name, value in given.items()
+        if name not in may_change and value != saved.get(name)
+    }

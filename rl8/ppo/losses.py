@@ -12,7 +12,15 @@ from torch import Tensor
 
 from rl8.ppo.resolve import OPTIMIZER, qualified_name, resolve
 
-__all__ = ["ADAPTIVE_LR_BOUNDS", "ADAPTIVE_LR_FACTOR", "MONITORS", "PPOLoss", "adaptive_lr", "make_optimizer", "ppo_loss"]
+__all__ = [
+    "ADAPTIVE_LR_BOUNDS",
+    "ADAPTIVE_LR_FACTOR",
+    "MONITORS",
+    "PPOLoss",
+    "adaptive_lr",
+    "make_optimizer",
+    "ppo_loss",
+]
 
 #: The factor by which rsl_rl's adaptive learning rate (hparam ``desired_kl``) moves.
 ADAPTIVE_LR_FACTOR = 1.5
@@ -48,9 +56,19 @@ MONITORS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction"
 
 
 def ppo_loss(
-    logp: Tensor, values: Tensor, entropy: Tensor, old_logp: Tensor, advantages: Tensor, old_values: Tensor,
-    returns: Tensor, *, clip_param: float, dual_clip_param: float | None = None, vf_clip_param: float | None = None,
-    vf_coeff: float = 1.0, entropy_coeff: float = 0.0,
+    logp: Tensor,
+    values: Tensor,
+    entropy: Tensor,
+    old_logp: Tensor,
+    advantages: Tensor,
+    old_values: Tensor,
+    returns: Tensor,
+    *,
+    clip_param: float,
+    dual_clip_param: float | None = None,
+    vf_clip_param: float | None = None,
+    vf_coeff: float = 1.0,
+    entropy_coeff: float = 0.0,
 ) -> PPOLoss:
     """PPO's clipped surrogate, plus the weighted (optionally clipped) value loss, minus the
     weighted entropy bonus, over float32 ``[B]`` tensors.
@@ -75,7 +93,9 @@ def ppo_loss(
     ratio = log_ratio.exp()
     surrogate = torch.min(advantages * ratio, advantages * ratio.clamp(1 - clip_param, 1 + clip_param))
     if dual_clip_param is not None:
-        surrogate = torch.where(advantages < 0, torch.max(surrogate, dual_clip_param * advantages), surrogate)
+        surrogate = torch.where(
+            advantages < 0, torch.max(surrogate, dual_clip_param * advantages), surrogate
+        )
     policy_loss = -surrogate.mean()
 
     value_error = (values - returns).square()
@@ -90,8 +110,12 @@ def ppo_loss(
         approx_kl = ((ratio - 1) - log_ratio).mean()
         clip_fraction = ((ratio - 1).abs() > clip_param).float().mean()
     return PPOLoss(
-        total=total, policy_loss=policy_loss.detach(), value_loss=value_loss.detach(),
-        entropy=mean_entropy.detach(), approx_kl=approx_kl, clip_fraction=clip_fraction,
+        total=total,
+        policy_loss=policy_loss.detach(),
+        value_loss=value_loss.detach(),
+        entropy=mean_entropy.detach(),
+        approx_kl=approx_kl,
+        clip_fraction=clip_fraction,
     )
 
 
@@ -107,8 +131,12 @@ def adaptive_lr(lr: Tensor, kl: Tensor, desired_kl: float) -> Tensor:
 
 
 def make_optimizer(
-    optimizer_cls: type[torch.optim.Optimizer] | str, params: Iterable[torch.nn.Parameter], *, lr: float,
-    optimizer_kwargs: dict[str, Any], device: torch.device,
+    optimizer_cls: type[torch.optim.Optimizer] | str,
+    params: Iterable[torch.nn.Parameter],
+    *,
+    lr: float,
+    optimizer_kwargs: dict[str, Any],
+    device: torch.device,
 ) -> torch.optim.Optimizer:
     """An ``optimizer_cls`` (a ``torch.optim.Optimizer`` class or its dotted path) over ``params``
     on ``device``, with learning rate ``lr`` and ``optimizer_kwargs`` (Adam(W) fused unless they
@@ -136,6 +164,7 @@ def _keyword_defaults(cls: type) -> str:
     except (TypeError, ValueError):
         return "see its documentation"
     return ", ".join(
-        f"{p.name}={p.default!r}" for p in parameters
+        f"{p.name}={p.default!r}"
+        for p in parameters
         if p.name not in ("params", "lr") and p.default is not inspect.Parameter.empty
     )

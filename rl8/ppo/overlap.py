@@ -67,7 +67,12 @@ class OverlapCollector:
     """
 
     def __init__(
-        self, policy: Policy, buffer: RolloutBuffer, generator: torch.Generator, *, run: Callable[..., Any],
+        self,
+        policy: Policy,
+        buffer: RolloutBuffer,
+        generator: torch.Generator,
+        *,
+        run: Callable[..., Any],
         make_carry: Callable[[Policy, RolloutBuffer], RolloutCarry],
     ) -> None:
         self.policy = copy.deepcopy(policy).requires_grad_(False)
@@ -96,8 +101,15 @@ class OverlapCollector:
         """Neither in flight nor ready: a collect has to run a rollout now."""
         return not self.in_flight and self._outcome is None
 
-    def start(self, policy: Policy, version: int, obs: torch.Tensor | TensorDictBase, deterministic: bool, *,
-              background: bool = True) -> None:
+    def start(
+        self,
+        policy: Policy,
+        version: int,
+        obs: torch.Tensor | TensorDictBase,
+        deterministic: bool,
+        *,
+        background: bool = True,
+    ) -> None:
         """Copy the weights and buffers of the learner's ``policy`` (at its update count ``version``,
         ``PPO.steps``) into the actor's, then run a rollout from the envs' observations ``obs`` with
         the actor's objects, in the background thread (else in the caller's); ``deterministic``:
@@ -109,13 +121,17 @@ class OverlapCollector:
         if not background:
             self._rollout(obs)
             return
-        self._thread = threading.Thread(target=self._rollout, args=(obs,), name="rl8-overlap-collector", daemon=True)
+        self._thread = threading.Thread(
+            target=self._rollout, args=(obs,), name="rl8-overlap-collector", daemon=True
+        )
         _THREADS.add(self._thread)
         self._thread.start()
 
     def _rollout(self, obs: torch.Tensor | TensorDictBase) -> None:
         try:
-            obs = self._run(self.policy, self.buffer, self.carry, obs, self.generator, self.deterministic)
+            obs = self._run(
+                self.policy, self.buffer, self.carry, obs, self.generator, self.deterministic
+            )
             self._outcome = Rollout(obs, self.version)
         except BaseException as exc:  # raised by the next wait(), in the caller's thread
             self._outcome = exc

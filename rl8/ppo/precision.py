@@ -36,9 +36,12 @@ def choose_amp_dtype(device: torch.device, enable_amp: bool) -> torch.dtype:
     if device.type == "cuda":
         dtype = cuda_amp_dtype(device)
     elif device.type == "cpu" and not capability.upper().startswith(_BF16_CAPABILITIES):
-        warnings.warn(f"hparam enable_amp: training in float32 instead of bfloat16: this CPU's vector capability "
-                      f"is {capability!r} (torch.backends.cpu.get_cpu_capability()); fast bfloat16 matmuls need "
-                      f"one of {', '.join(_BF16_CAPABILITIES)}", stacklevel=3)
+        warnings.warn(
+            f"hparam enable_amp: training in float32 instead of bfloat16: this CPU's vector capability "
+            f"is {capability!r} (torch.backends.cpu.get_cpu_capability()); fast bfloat16 matmuls need "
+            f"one of {', '.join(_BF16_CAPABILITIES)}",
+            stacklevel=3,
+        )
         dtype = torch.float32
     else:
         dtype = torch.bfloat16

@@ -26,10 +26,29 @@ from rl8.policies.models import Model
 from rl8.registry import qualified_name
 
 __all__ = [
-    "ANY", "CheckpointError", "DISTRIBUTION", "ENV", "HPARAM_KINDS", "MODEL", "MODULE_CLASS", "OPTIMIZER", "Kind",
-    "EnvTarget", "check_stored_env_kwargs", "check_stored_hparams", "describe", "env_spec_string",
-    "env_target", "import_user_path", "is_built_env", "is_dotted_path", "qualified_name", "resolve", "resolve_env",
-    "spec_from_env_info", "working_dir_on_path",
+    "ANY",
+    "CheckpointError",
+    "DISTRIBUTION",
+    "ENV",
+    "HPARAM_KINDS",
+    "MODEL",
+    "MODULE_CLASS",
+    "OPTIMIZER",
+    "Kind",
+    "EnvTarget",
+    "check_stored_env_kwargs",
+    "check_stored_hparams",
+    "describe",
+    "env_spec_string",
+    "env_target",
+    "import_user_path",
+    "is_built_env",
+    "is_dotted_path",
+    "qualified_name",
+    "resolve",
+    "resolve_env",
+    "spec_from_env_info",
+    "working_dir_on_path",
 ]
 
 
@@ -51,17 +70,24 @@ def _hparam(key: str) -> str:
 
 
 #: Model classes (``hparams.model_cls``, a policy file's ``model_cls``).
-MODEL = Kind("an rl8 Model subclass (rl8.policies.models.Model)", _subclass_of(Model),
-             f"load_policy(path, model_cls={{attr}}), {_hparam('model_cls')} or rl8 eval/record/train "
-             "--resume ... --model-cls {module}.{attr}")
+MODEL = Kind(
+    "an rl8 Model subclass (rl8.policies.models.Model)",
+    _subclass_of(Model),
+    f"load_policy(path, model_cls={{attr}}), {_hparam('model_cls')} or rl8 eval/record/train "
+    "--resume ... --model-cls {module}.{attr}",
+)
 #: Distribution classes (``hparams.distribution_cls``).
-DISTRIBUTION = Kind("an rl8 Distribution subclass (rl8.policies.distributions.Distribution)",
-                    _subclass_of(Distribution),
-                    f"load_policy(path, distribution_cls={{attr}}) or {_hparam('distribution_cls')}")
+DISTRIBUTION = Kind(
+    "an rl8 Distribution subclass (rl8.policies.distributions.Distribution)",
+    _subclass_of(Distribution),
+    f"load_policy(path, distribution_cls={{attr}}) or {_hparam('distribution_cls')}",
+)
 #: Optimizer classes (``hparams.optimizer_cls``).
-OPTIMIZER = Kind("a torch.optim.Optimizer subclass",  # a real one: torch.optim.Optimizer itself is abstract
-                 lambda obj: _subclass_of(torch.optim.Optimizer)(obj) and obj is not torch.optim.Optimizer,
-                 _hparam("optimizer_cls"))
+OPTIMIZER = Kind(
+    "a torch.optim.Optimizer subclass",  # a real one: torch.optim.Optimizer itself is abstract
+    lambda obj: _subclass_of(torch.optim.Optimizer)(obj) and obj is not torch.optim.Optimizer,
+    _hparam("optimizer_cls"),
+)
 #: Classes inside a model's config (e.g. ``activation=torch.nn.Tanh``).
 MODULE_CLASS = Kind("a torch.nn.Module subclass", _subclass_of(torch.nn.Module))
 #: Anything: what a policy file's model config may name with ``trust_code=True``.
@@ -73,8 +99,11 @@ def _is_env_kind(obj: Any) -> bool:
 
 
 #: What an env spec names: an rl8 env class, a gymnasium env factory or class.
-ENV = Kind("an rl8.Env subclass, a GymnasiumEnv.make_factory(...) factory or a gymnasium.Env subclass",
-           _is_env_kind, "Trainer.from_checkpoint(path, env={attr}), or --env {module}.{attr} on the command line")
+ENV = Kind(
+    "an rl8.Env subclass, a GymnasiumEnv.make_factory(...) factory or a gymnasium.Env subclass",
+    _is_env_kind,
+    "Trainer.from_checkpoint(path, env={attr}), or --env {module}.{attr} on the command line",
+)
 
 #: The hyper-parameters that name a class, and the kind each must be.
 HPARAM_KINDS = {"model_cls": MODEL, "distribution_cls": DISTRIBUTION, "optimizer_cls": OPTIMIZER}
@@ -83,7 +112,9 @@ HPARAM_KINDS = {"model_cls": MODEL, "distribution_cls": DISTRIBUTION, "optimizer
 def is_built_env(obj: Any) -> bool:
     """Whether ``obj`` is an env already built: an ``rl8.Env``, an rsl_rl ``VecEnv`` or a
     torch-batched gymnasium vector env (``docs/simulators.md``)."""
-    return not isinstance(obj, type) and (isinstance(obj, Env) or is_rsl_rl_env(obj) or is_torch_vector_env(obj))
+    return not isinstance(obj, type) and (
+        isinstance(obj, Env) or is_rsl_rl_env(obj) or is_torch_vector_env(obj)
+    )
 
 
 def describe(obj: Any) -> str:
@@ -102,8 +133,13 @@ def describe(obj: Any) -> str:
 def is_dotted_path(spec: Any) -> bool:
     """Whether an env spec string is a dotted path (``"rl8.envs.CartPole"``) rather than a
     gymnasium id (``"CartPole-v1"``, ``"ALE/Pong-v5"``, which start with an upper-case letter)."""
-    return (isinstance(spec, str) and "." in spec and "/" not in spec and not spec[0].isupper()
-            and not is_task_spec(spec))
+    return (
+        isinstance(spec, str)
+        and "." in spec
+        and "/" not in spec
+        and not spec[0].isupper()
+        and not is_task_spec(spec)
+    )
 
 
 class CheckpointError(ValueError):
@@ -115,8 +151,11 @@ def _refuse(source: Any, message: str) -> CheckpointError:
 
 
 def _wrong_kind(source: Any, field: str, name: Any, obj: Any, kind: Kind) -> Exception:
-    return _refuse(source, f"the file names {field} = {name!r}, which is {describe(obj)}, not "
-                           f"{kind.description}: an object of the wrong kind, and rl8 refused to call it")
+    return _refuse(
+        source,
+        f"the file names {field} = {name!r}, which is {describe(obj)}, not "
+        f"{kind.description}: an object of the wrong kind, and rl8 refused to call it",
+    )
 
 
 def _import(path: str, field: str) -> Any:
@@ -174,15 +213,22 @@ def _not_registered(name: str, kind: Kind, field: str, source: Any) -> Exception
     hand_over = kind.hand_over.format(attr=attr, module="mymodule" if module == "__main__" else module)
     hand_over = f", or pass it yourself: {hand_over}" if hand_over else ""
     if module == "__main__":
-        fix = (f"It was defined in a script or notebook (__main__): define it in this process, or register "
-               f"it under that name with rl8.register({attr}, name={name!r}){hand_over}")
+        fix = (
+            f"It was defined in a script or notebook (__main__): define it in this process, or register "
+            f"it under that name with rl8.register({attr}, name={name!r}){hand_over}"
+        )
     else:
-        fix = (f"Import {module} before loading (a subclass of rl8.Env, gymnasium.Env, Model, Distribution or "
-               f"torch.optim.Optimizer registers itself when defined; anything else: rl8.register({attr})){hand_over}; "
-               "trust_code=True (rl8 --trust-code) imports it, for a file you trust")
-    return _refuse(source, f"the file names {field} = {name!r}, which is not registered in this process; rl8 "
-                           f"refused to import it (loading a file never imports a module that the file names). "
-                           f"{fix} (see docs/security.md)")
+        fix = (
+            f"Import {module} before loading (a subclass of rl8.Env, gymnasium.Env, Model, Distribution or "
+            f"torch.optim.Optimizer registers itself when defined; anything else: rl8.register({attr})){hand_over}; "
+            "trust_code=True (rl8 --trust-code) imports it, for a file you trust"
+        )
+    return _refuse(
+        source,
+        f"the file names {field} = {name!r}, which is not registered in this process; rl8 "
+        f"refused to import it (loading a file never imports a module that the file names). "
+        f"{fix} (see docs/security.md)",
+    )
 
 
 def _named_object(name: str, kind: Kind, field: str, source: Any, trust_code: bool) -> Any:
@@ -221,8 +267,9 @@ def resolve(value: Any, kind: Kind, *, field: str, source: Any = None, trust_cod
     if kind.check(obj):
         return obj
     if source is None:
-        raise ValueError(f"{field}: expected {kind.description} or its dotted path, got "
-                         f"{value!r} ({describe(obj)})")
+        raise ValueError(
+            f"{field}: expected {kind.description} or its dotted path, got {value!r} ({describe(obj)})"
+        )
     raise _wrong_kind(source, field, value, obj, kind)
 
 
@@ -250,8 +297,9 @@ def _check_gymnasium_id(env_id: str, field: str, source: Any, trust_code: bool) 
         )
 
 
-def check_stored_env_kwargs(target: Any, env_kwargs: Any, *, field: str = "env", source: Any,
-                            trust_code: bool = False) -> None:
+def check_stored_env_kwargs(
+    target: Any, env_kwargs: Any, *, field: str = "env", source: Any, trust_code: bool = False
+) -> None:
     """Check the constructor arguments stored for the env ``target`` (a dict; for a
     ``GymnasiumEnv``, its ``env`` entry a gymnasium id as a file may name), else raise a
     ``CheckpointError``."""
@@ -259,15 +307,24 @@ def check_stored_env_kwargs(target: Any, env_kwargs: Any, *, field: str = "env",
         raise _refuse(source, f"{field} env_kwargs must be a dict, got {type(env_kwargs).__name__}")
     inner, wrappers = (env_kwargs or {}).get("env"), (env_kwargs or {}).get("wrappers")
     if isinstance(target, type) and issubclass(target, GymnasiumEnvBase) and wrappers:
-        raise _refuse(source, f"{field} env_kwargs['wrappers'] must be empty or None in a file (a wrapper is a "
-                              f"callable, which a file cannot hold), got {wrappers!r:.200}; pass the env with its "
-                              "wrappers instead: Trainer.from_checkpoint(path, env=...)")
+        raise _refuse(
+            source,
+            f"{field} env_kwargs['wrappers'] must be empty or None in a file (a wrapper is a "
+            f"callable, which a file cannot hold), got {wrappers!r:.200}; pass the env with its "
+            "wrappers instead: Trainer.from_checkpoint(path, env=...)",
+        )
     if isinstance(target, type) and issubclass(target, GymnasiumEnv) and isinstance(inner, str):
         _check_gymnasium_id(inner, f"{field} env_kwargs['env']", source, trust_code)
 
 
-def resolve_env(spec: Any, *, field: str = "env", source: Any = None, trust_code: bool = False,
-                env_kwargs: Mapping[str, Any] | None = None) -> Any:
+def resolve_env(
+    spec: Any,
+    *,
+    field: str = "env",
+    source: Any = None,
+    trust_code: bool = False,
+    env_kwargs: Mapping[str, Any] | None = None,
+) -> Any:
     """An env spec as something :func:`rl8.ppo.algorithm.make_env` builds, checked before it
     is called (a spec from a file names an :data:`ENV` object or a function you registered);
     ``field``, ``source``, ``trust_code`` and the errors are :func:`resolve`'s (``trust_code``
@@ -278,15 +335,19 @@ def resolve_env(spec: Any, *, field: str = "env", source: Any = None, trust_code
         env_kwargs: The env's constructor arguments stored with the spec.
     """
     if isinstance(spec, str) and not is_dotted_path(spec):
-        if source is not None and not is_task_spec(spec):  # a task names one of rl8's own makers (rl8.envs.tasks)
+        if source is not None and not is_task_spec(
+            spec
+        ):  # a task names one of rl8's own makers (rl8.envs.tasks)
             _check_gymnasium_id(spec, field, source, trust_code)
         return spec
     obj = _named_object(spec, ENV, field, source, trust_code) if isinstance(spec, str) else spec
     if source is None:
         if _is_env_kind(obj) or callable(obj):
             return obj
-        raise ValueError(f"{field}: expected an rl8.Env subclass, a gymnasium id or a callable "
-                         f"making a gymnasium env, got {spec!r} ({describe(obj)})")
+        raise ValueError(
+            f"{field}: expected an rl8.Env subclass, a gymnasium id or a callable "
+            f"making a gymnasium env, got {spec!r} ({describe(obj)})"
+        )
     if _is_env_kind(obj) or (callable(obj) and (trust_code or registry.is_user_registered(spec, obj))):
         check_stored_env_kwargs(obj, env_kwargs, field=field, source=source, trust_code=trust_code)
         return obj
@@ -307,7 +368,12 @@ def env_target(spec: Any, *, source: Any = None, trust_code: bool = False) -> En
     env, a callable making a gymnasium env (or an ``rl8.Env``), or a ``GymnasiumEnv`` factory;
     ``source`` and ``trust_code``: as in :func:`resolve_env`, for a dotted path."""
     target = resolve_env(spec, source=source, trust_code=trust_code) if is_dotted_path(spec) else spec
-    if isinstance(target, type) and issubclass(target, Env) or is_task_spec(target) or is_built_env(target):
+    if (
+        isinstance(target, type)
+        and issubclass(target, Env)
+        or is_task_spec(target)
+        or is_built_env(target)
+    ):
         return EnvTarget(target, False)
     if isinstance(target, str) or callable(target):
         return EnvTarget(target, True)
@@ -343,16 +409,21 @@ def spec_from_env_info(info: Mapping[str, Any] | None, *, source: Any, trust_cod
     return resolve_env(spec, source=source, trust_code=trust_code, env_kwargs=info.get("env_kwargs"))
 
 
-def check_stored_hparams(hparams: Any, *, source: Any, trust_code: bool = False,
-                         given: Mapping[str, Any] | None = None) -> None:
+def check_stored_hparams(
+    hparams: Any, *, source: Any, trust_code: bool = False, given: Mapping[str, Any] | None = None
+) -> None:
     """Check the classes that hyper-parameters read from a file name (:func:`resolve`),
     except those you hand over in ``given``."""
     if not isinstance(hparams, Mapping):
-        raise _refuse(source, f"the stored hyper-parameters must be a dict, got {type(hparams).__name__}")
+        raise _refuse(
+            source, f"the stored hyper-parameters must be a dict, got {type(hparams).__name__}"
+        )
     for key, kind in HPARAM_KINDS.items():
         value = hparams.get(key)
         if given is not None and given.get(key) is not None:
             continue
         if value is not None and not isinstance(value, str):
-            raise _refuse(source, f"hparam {key} must be a dotted path (a str), got {type(value).__name__}")
+            raise _refuse(
+                source, f"hparam {key} must be a dotted path (a str), got {type(value).__name__}"
+            )
         resolve(value, kind, field=f"hparam {key}", source=source, trust_code=trust_code)

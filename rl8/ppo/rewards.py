@@ -34,8 +34,12 @@ class RewardNormalizer(nn.Module):
         self.register_buffer("returns", torch.zeros(num_envs, dtype=torch.float32, device=device))
 
     @torch.no_grad()
-    def update(self, rewards: torch.Tensor, dones: torch.Tensor | None,
-               all_reduce: Callable[[torch.Tensor], Any] | None = None) -> None:
+    def update(
+        self,
+        rewards: torch.Tensor,
+        dones: torch.Tensor | None,
+        all_reduce: Callable[[torch.Tensor], Any] | None = None,
+    ) -> None:
         """Advance the running returns over a collect's ``[num_envs, T]`` ``rewards`` and fold them
         into the statistics; ``dones``: ``[num_envs, T]`` bool, where an episode ended, or ``None``
         (no episodes); ``all_reduce``: see :meth:`RunningMeanStd.update`."""
@@ -60,21 +64,30 @@ class RewardNormalizer(nn.Module):
         self.returns.copy_(g)
         return seen
 
-    def returns_moments(self, seen: torch.Tensor) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    def returns_moments(
+        self, seen: torch.Tensor
+    ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         """The moments of running returns ``seen`` (from :meth:`advance`) and the statistics as
         they are now, as 0-d tensors to read back with the rollout stats (``sums``, ``local``)."""
         f64 = torch.float64
-        sums = {"reward_normalizer/sum": seen.sum(dtype=f64),
-                "reward_normalizer/sum_sq": torch.linalg.vector_norm(seen, dtype=f64).square()}
+        sums = {
+            "reward_normalizer/sum": seen.sum(dtype=f64),
+            "reward_normalizer/sum_sq": torch.linalg.vector_norm(seen, dtype=f64).square(),
+        }
         stats = self.stats
-        return sums, {"reward_normalizer/mean": stats.mean, "reward_normalizer/var": stats.var,
-                      "reward_normalizer/count": stats.count}
+        return sums, {
+            "reward_normalizer/mean": stats.mean,
+            "reward_normalizer/var": stats.var,
+            "reward_normalizer/count": stats.count,
+        }
 
     def merge_returns_moments(self, values: dict[str, float], count: float) -> None:
         """Fold :meth:`returns_moments`, read back as ``values``, into the statistics; ``count``:
         the number of running returns they cover (all ranks)."""
         current = tuple(values[f"reward_normalizer/{key}"] for key in ("mean", "var", "count"))
-        self.stats.merge_moments_(current, count, values["reward_normalizer/sum"], values["reward_normalizer/sum_sq"])
+        self.stats.merge_moments_(
+            current, count, values["reward_normalizer/sum"], values["reward_normalizer/sum_sq"]
+        )
 
     def reset(self) -> None:
         """Restart every env's running return (when PPO resets all envs)."""

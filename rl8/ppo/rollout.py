@@ -22,16 +22,30 @@ from rl8.ppo.hparams import HParams
 from rl8.ppo.resolve import describe, env_target, is_built_env, is_dotted_path
 
 __all__ = [
-    "env_hparams", "env_state", "given_env", "load_env_state", "make_env", "rank_hparams", "rollout",
-    "rollout_ready_envs", "second_instance_problem",
+    "env_hparams",
+    "env_state",
+    "given_env",
+    "load_env_state",
+    "make_env",
+    "rank_hparams",
+    "rollout",
+    "rollout_ready_envs",
+    "second_instance_problem",
 ]
 
 
 @torch.no_grad()
 def rollout(
-    policy: Policy, env: Env, buffer: RolloutBuffer, carry: RolloutCarry,
-    obs: torch.Tensor | TensorDictBase, *, generator: torch.Generator, deterministic: bool = False,
-    autocast: contextlib.AbstractContextManager | None = None, check_first_step: bool = False,
+    policy: Policy,
+    env: Env,
+    buffer: RolloutBuffer,
+    carry: RolloutCarry,
+    obs: torch.Tensor | TensorDictBase,
+    *,
+    generator: torch.Generator,
+    deterministic: bool = False,
+    autocast: contextlib.AbstractContextManager | None = None,
+    check_first_step: bool = False,
     rollout_step: Callable[..., Any] | None = None,
 ) -> torch.Tensor | TensorDictBase:
     """Step ``env`` ``buffer.horizon`` times from ``obs``, filling ``buffer``; returns the
@@ -50,7 +64,11 @@ def rollout(
         rollout_step: Called instead of ``policy.rollout_step`` with the same arguments (the
             compiled step of ``compile=True``); ``None``: the policy's.
     """
-    to_env_action, space, columns = policy.distribution_cls.to_env_action, env.action_space, buffer.columns
+    to_env_action, space, columns = (
+        policy.distribution_cls.to_env_action,
+        env.action_space,
+        buffer.columns,
+    )
     rollout_step = rollout_step or policy.rollout_step
     kept: dict[str, list[torch.Tensor]] = {key: [] for key in buffer.stacked}  # stacked once at the end
     with autocast or contextlib.nullcontext(), policy.rollout():
@@ -89,9 +107,16 @@ def rollout(
 
 @torch.no_grad()
 def rollout_ready_envs(
-    policy: Policy, env: ReadyEnvs, buffer: RolloutBuffer, carry: RolloutCarry,
-    obs: torch.Tensor | TensorDictBase, *, generator: torch.Generator, deterministic: bool = False,
-    autocast: contextlib.AbstractContextManager | None = None, check_first_step: bool = False,
+    policy: Policy,
+    env: ReadyEnvs,
+    buffer: RolloutBuffer,
+    carry: RolloutCarry,
+    obs: torch.Tensor | TensorDictBase,
+    *,
+    generator: torch.Generator,
+    deterministic: bool = False,
+    autocast: contextlib.AbstractContextManager | None = None,
+    check_first_step: bool = False,
     rollout_step: Callable[..., Any] | None = None,
 ) -> torch.Tensor | TensorDictBase:
     """:func:`rollout` for an env whose sub-envs step at their own pace
@@ -103,7 +128,9 @@ def rollout_ready_envs(
     rollout_step = rollout_step or policy.rollout_step
     n, horizon = buffer.num_envs, buffer.horizon
     device = data.device
-    steps = torch.zeros(n, dtype=torch.long, device=device)  # each env's own step index; < horizon: stepping
+    steps = torch.zeros(
+        n, dtype=torch.long, device=device
+    )  # each env's own step index; < horizon: stepping
     carries: TensorDictBase | None = None  # each env's carry after its step in flight
     stepping = 0  # envs with a step in flight (a count on the host: no device sync per loop)
 
@@ -143,7 +170,9 @@ def rollout_ready_envs(
             carry.after_steps(env_ids, t, None if carries is None else carries[env_ids])
             t = t + 1
             steps[env_ids] = t
-            data["obs"][env_ids, t] = out["obs"]  # at column horizon: the last obs of the envs that are done
+            data["obs"][env_ids, t] = out[
+                "obs"
+            ]  # at column horizon: the last obs of the envs that are done
             going = t < horizon
             if bool(going.any()):
                 act(env_ids[going], t[going], out["obs"][going])
@@ -154,8 +183,12 @@ def rollout_ready_envs(
 
 
 def make_env(
-    env: type[Env] | str | Callable[..., Any] | Any, num_envs: int, horizon: int | None, *,
-    device: torch.device | str, env_kwargs: dict[str, Any] | None = None,
+    env: type[Env] | str | Callable[..., Any] | Any,
+    num_envs: int,
+    horizon: int | None,
+    *,
+    device: torch.device | str,
+    env_kwargs: dict[str, Any] | None = None,
 ) -> Env:
     """Build a batched env.
 
@@ -217,7 +250,9 @@ def env_hparams(env: Env, given: Mapping[str, Any]) -> dict[str, Any]:
             continue
         if name == "device":
             value = torch.device(value)
-            agrees = value.type == own.type and (None in (value.index, own.index) or value.index == own.index)
+            agrees = value.type == own.type and (
+                None in (value.index, own.index) or value.index == own.index
+            )
         else:
             agrees = value == own
         if not agrees:
@@ -232,8 +267,10 @@ def second_instance_problem(env: Env, spec: Any) -> str | None:
     """Why rl8 cannot build a second instance of the training ``env`` (for evaluations or
     videos) from ``spec`` (what it was built from, ``PPO(spec)``), or ``None`` when it can."""
     if env.single_instance:
-        return (f"{type(env).__name__}.single_instance is True (its simulator runs once per process, "
-                "as Isaac Lab's does)")
+        return (
+            f"{type(env).__name__}.single_instance is True (its simulator runs once per process, "
+            "as Isaac Lab's does)"
+        )
     if is_built_env(spec):
         return f"the env was given built ({describe(spec)}), so rl8 cannot build another"
     return None
@@ -260,10 +297,15 @@ def env_state(env: Env, obs: torch.Tensor | TensorDictBase | None) -> dict[str, 
     env_state = env.state_dict() if obs is not None else None
     if env_state is None:
         return {"obs": None, "env": None}
-    return {"obs": {"tensordict": obs.to_dict()} if isinstance(obs, TensorDictBase) else {"tensor": obs}, "env": env_state}
+    return {
+        "obs": {"tensordict": obs.to_dict()} if isinstance(obs, TensorDictBase) else {"tensor": obs},
+        "env": env_state,
+    }
 
 
-def load_env_state(env: Env, state: dict[str, Any], device: torch.device) -> torch.Tensor | TensorDictBase | None:
+def load_env_state(
+    env: Env, state: dict[str, Any], device: torch.device
+) -> torch.Tensor | TensorDictBase | None:
     """Restore :func:`env_state` into ``env``; returns the observations to go on from, or None."""
     obs, env_state = state.get("obs"), state.get("env")
     # an env that saves no state (GymnasiumEnv) is reset, whatever the file holds

@@ -24,8 +24,9 @@ class Schedule:
         field: Name of the hyper-parameter, used in error messages.
     """
 
-    def __init__(self, points: Sequence[Sequence[float]], kind: ScheduleKind = "step", *,
-                 field: str = "schedule") -> None:
+    def __init__(
+        self, points: Sequence[Sequence[float]], kind: ScheduleKind = "step", *, field: str = "schedule"
+    ) -> None:
         if kind not in ("step", "linear"):
             raise ValueError(f"{field}: kind must be 'step' or 'linear', got {kind!r}")
         if len(points) == 0:
@@ -38,10 +39,13 @@ class Schedule:
                 raise ValueError(f"{field}[{i}]: expected an (env_steps, value) pair, got {point!r}")
             s, v = float(point[0]), float(point[1])
             if not (math.isfinite(s) and math.isfinite(v)) or s < 0:
-                raise ValueError(f"{field}[{i}]: expected env_steps >= 0 and a finite value, got {tuple(point)!r}")
+                raise ValueError(
+                    f"{field}[{i}]: expected env_steps >= 0 and a finite value, got {tuple(point)!r}"
+                )
             if self.steps and s <= self.steps[-1]:
-                raise ValueError(f"{field}: env_steps must be strictly increasing, got "
-                                 f"{self.steps[-1]:g} then {s:g}")
+                raise ValueError(
+                    f"{field}: env_steps must be strictly increasing, got {self.steps[-1]:g} then {s:g}"
+                )
             self.steps.append(s)
             self.values.append(v)
 

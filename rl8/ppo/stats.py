@@ -14,8 +14,16 @@ from rl8.ppo.losses import MONITORS, PPOLoss
 if TYPE_CHECKING:
     from rl8.ppo.distributed import DistContext
 
-__all__ = ["RENAMED_STATS", "Stats", "current_stat_name", "episode_means", "reduce_stats", "rollout_stats", "update_stats",
-           "warn_renamed"]
+__all__ = [
+    "RENAMED_STATS",
+    "Stats",
+    "current_stat_name",
+    "episode_means",
+    "reduce_stats",
+    "rollout_stats",
+    "update_stats",
+    "warn_renamed",
+]
 
 #: 1.0.0 name -> current name, for stats that were renamed (each also under ``eval/``).
 RENAMED_STATS: dict[str, str] = {
@@ -31,7 +39,7 @@ def current_stat_name(key: str) -> str | None:
     if not isinstance(key, str):
         return None
     prefix = _EVAL_PREFIX if key.startswith(_EVAL_PREFIX) else ""
-    new = RENAMED_STATS.get(key[len(prefix):])
+    new = RENAMED_STATS.get(key[len(prefix) :])
     return None if new is None else prefix + new
 
 
@@ -75,9 +83,13 @@ class Stats(dict[str, float]):
 
 
 def reduce_stats(
-    dist: DistContext, *, sums: Mapping[str, torch.Tensor] | None = None,
-    means: Mapping[str, torch.Tensor] | None = None, mins: Mapping[str, torch.Tensor] | None = None,
-    maxs: Mapping[str, torch.Tensor] | None = None, local: Mapping[str, torch.Tensor] | None = None,
+    dist: DistContext,
+    *,
+    sums: Mapping[str, torch.Tensor] | None = None,
+    means: Mapping[str, torch.Tensor] | None = None,
+    mins: Mapping[str, torch.Tensor] | None = None,
+    maxs: Mapping[str, torch.Tensor] | None = None,
+    local: Mapping[str, torch.Tensor] | None = None,
 ) -> dict[str, float]:
     """``{name: 0-d tensor}`` statistics as ``{name: float}`` (float64), reduced across the ranks
     of ``dist`` (:class:`~rl8.ppo.distributed.DistContext`) and read back with ONE host transfer:
@@ -90,7 +102,7 @@ def reduce_stats(
     parts = []
     if sums or means:
         summed = dist.all_reduce_(_stack([*sums.values(), *means.values()]))
-        summed[len(sums):] /= dist.world_size
+        summed[len(sums) :] /= dist.world_size
         parts.append(summed)
     for values, op in ((mins, "min"), (maxs, "max")):
         if values:
@@ -101,9 +113,11 @@ def reduce_stats(
 
 
 def rollout_stats(
-    dist: DistContext, rewards: torch.Tensor,
+    dist: DistContext,
+    rewards: torch.Tensor,
     episode_sums: Mapping[str, torch.Tensor] | None = None,
-    sums: Mapping[str, torch.Tensor] | None = None, local: Mapping[str, torch.Tensor] | None = None,
+    sums: Mapping[str, torch.Tensor] | None = None,
+    local: Mapping[str, torch.Tensor] | None = None,
     env_episode_sums: Mapping[str, torch.Tensor] | None = None,
 ) -> tuple[Stats, dict[str, float]]:
     """Rollout stats of ``rewards`` (all ranks), read back in ONE transfer; returns the
@@ -124,12 +138,16 @@ def rollout_stats(
         "reward_sum": reward_sums.sum(),
         "reward_sum_sq": reward_sums.dot(reward_sums),
         "reward_sq": torch.linalg.vector_norm(rewards, dtype=f64).square(),
-        **(episode_sums or {}), **(env_episode_sums or {}), **(sums or {}),
+        **(episode_sums or {}),
+        **(env_episode_sums or {}),
+        **(sums or {}),
     }
     ret_lo, ret_hi = reward_sums.aminmax()
     rew_lo, rew_hi = rewards.aminmax()
     values = reduce_stats(
-        dist, sums=totals, local=dict(local or {}),
+        dist,
+        sums=totals,
+        local=dict(local or {}),
         mins={"rollout/reward_sum_min": ret_lo, "rewards/min": rew_lo},
         maxs={"rollout/reward_sum_max": ret_hi, "rewards/max": rew_hi},
     )
@@ -146,9 +164,14 @@ def rollout_stats(
         out[f"{prefix}std"] = max(sum_sq / n - mean * mean, 0.0) ** 0.5
     for prefix, given in (("episodes/", episode_sums), ("env_episodes/", env_episode_sums)):
         if given is not None:
-            out.update(episode_means(
-                prefix, values[f"{prefix}return_sum"], values[f"{prefix}length_sum"], values[f"{prefix}count"]
-            ))
+            out.update(
+                episode_means(
+                    prefix,
+                    values[f"{prefix}return_sum"],
+                    values[f"{prefix}length_sum"],
+                    values[f"{prefix}count"],
+                )
+            )
     return out, values
 
 
@@ -169,8 +192,13 @@ def _stack(tensors) -> torch.Tensor:
 
 
 def update_stats(
-    dist: DistContext, losses: list[PPOLoss], grad_norms: list[torch.Tensor], explained_variance: torch.Tensor,
-    vf_coeff: float, entropy_coeff: float, lr: float,
+    dist: DistContext,
+    losses: list[PPOLoss],
+    grad_norms: list[torch.Tensor],
+    explained_variance: torch.Tensor,
+    vf_coeff: float,
+    entropy_coeff: float,
+    lr: float,
 ) -> dict[str, float]:
     """The stats of :meth:`rl8.PPO.update`, reduced over ranks in one host transfer; ``vf_coeff``,
     ``entropy_coeff`` and ``lr`` are the update's (reported under ``coefficients/``).

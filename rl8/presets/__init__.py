@@ -14,8 +14,18 @@ from rl8.training.config import TrainerConfig
 from rl8.training.config_file import load_config
 
 __all__ = [
-    "PREFIX", "RslRlConfig", "RslRlConfigWarning", "for_env", "from_rsl_rl", "hparams", "load", "names", "path",
-    "rsl_rl_run_args", "run_args", "trainer_options",
+    "PREFIX",
+    "RslRlConfig",
+    "RslRlConfigWarning",
+    "for_env",
+    "from_rsl_rl",
+    "hparams",
+    "load",
+    "names",
+    "path",
+    "rsl_rl_run_args",
+    "run_args",
+    "trainer_options",
 ]
 
 
@@ -31,7 +41,9 @@ def load(name: str) -> dict[str, Any]:
 def trainer_options(name: str) -> dict[str, Any]:
     """The :class:`rl8.Trainer` options that preset ``name`` (from :func:`names`) sets (``eval_num_envs``...)."""
     fields = TrainerConfig.names()
-    return {key: TrainerConfig.read_option(key, value) for key, value in load(name).items() if key in fields}
+    return {
+        key: TrainerConfig.read_option(key, value) for key, value in load(name).items() if key in fields
+    }
 
 
 def run_args(name: str) -> dict[str, Any]:
@@ -47,5 +59,7 @@ def run_args(name: str) -> dict[str, Any]:
             out[key] = read_numbers(config[key])
     specs = config.get("stop_conditions") or []
     if specs:
-        out["stop_conditions"] = [from_config(spec) for spec in ([specs] if isinstance(specs, dict) else specs)]
+        out["stop_conditions"] = [
+            from_config(spec) for spec in ([specs] if isinstance(specs, dict) else specs)
+        ]
     return out

@@ -20,19 +20,46 @@ __all__ = ["RslRlConfig", "RslRlConfigWarning", "from_rsl_rl", "rsl_rl_run_args"
 
 #: rsl_rl 5 PPO's defaults, for the algorithm fields a config leaves out.
 _PPO_DEFAULTS = {
-    "class_name": "PPO", "optimizer": "adam", "learning_rate": 1e-3, "num_learning_epochs": 5, "num_mini_batches": 4,
-    "schedule": "adaptive", "desired_kl": 0.01, "value_loss_coef": 1.0, "clip_param": 0.2,
-    "use_clipped_value_loss": True, "entropy_coef": 0.01, "gamma": 0.99, "lam": 0.95, "max_grad_norm": 1.0,
+    "class_name": "PPO",
+    "optimizer": "adam",
+    "learning_rate": 1e-3,
+    "num_learning_epochs": 5,
+    "num_mini_batches": 4,
+    "schedule": "adaptive",
+    "desired_kl": 0.01,
+    "value_loss_coef": 1.0,
+    "clip_param": 0.2,
+    "use_clipped_value_loss": True,
+    "entropy_coef": 0.01,
+    "gamma": 0.99,
+    "lam": 0.95,
+    "max_grad_norm": 1.0,
     "normalize_advantage_per_mini_batch": False,
 }
 #: Runner fields of bookkeeping (logging, saving, resuming), which rl8's Trainer has its own options for.
 _BOOKKEEPING = {
-    "save_interval", "experiment_name", "run_name", "logger", "wandb_project", "neptune_project", "wandb_tags",
-    "resume", "load_run", "load_checkpoint", "upload_model", "check_for_nan", "multi_gpu", "max_iterations",
+    "save_interval",
+    "experiment_name",
+    "run_name",
+    "logger",
+    "wandb_project",
+    "neptune_project",
+    "wandb_tags",
+    "resume",
+    "load_run",
+    "load_checkpoint",
+    "upload_model",
+    "check_for_nan",
+    "multi_gpu",
+    "max_iterations",
 }
 _ACTIVATION_NAMES = {"lrelu": "leaky_relu", "swish": "silu"}  # rsl_rl's names that rl8 spells otherwise
-_OPTIMIZERS = {"adam": "torch.optim.Adam", "adamw": "torch.optim.AdamW", "sgd": "torch.optim.SGD",
-               "rmsprop": "torch.optim.RMSprop"}
+_OPTIMIZERS = {
+    "adam": "torch.optim.Adam",
+    "adamw": "torch.optim.AdamW",
+    "sgd": "torch.optim.SGD",
+    "rmsprop": "torch.optim.RMSprop",
+}
 _MLP_CLASSES = {"MLPModel", "ActorCritic"}
 _MISSING = object()
 
@@ -58,8 +85,10 @@ _NUMBER = ("a number", lambda v: isinstance(v, (int, float)) and not isinstance(
 _INT = ("an int", is_int)
 _BOOL = ("a bool", lambda v: isinstance(v, bool))
 _STR = ("a str", lambda v: isinstance(v, str))
-_DIMS = ("a list of ints >= 1",
-         lambda v: isinstance(v, (list, tuple)) and bool(v) and all(is_int(d) and d >= 1 for d in v))
+_DIMS = (
+    "a list of ints >= 1",
+    lambda v: isinstance(v, (list, tuple)) and bool(v) and all(is_int(d) and d >= 1 for d in v),
+)
 _DICT = ("a dict", lambda v: isinstance(v, Mapping))
 _ANY = ("anything", lambda v: True)
 
@@ -97,20 +126,26 @@ class _TupleLoader(yaml.SafeLoader):
     """``yaml.SafeLoader`` that also reads the ``!!python/tuple`` lists of Isaac Lab's ``agent.yaml``."""
 
 
-_TupleLoader.add_constructor("tag:yaml.org,2002:python/tuple", lambda loader, node: loader.construct_sequence(node))
+_TupleLoader.add_constructor(
+    "tag:yaml.org,2002:python/tuple", lambda loader, node: loader.construct_sequence(node)
+)
 
 
 def _read(cfg: Mapping[str, Any] | str | os.PathLike[str]) -> Mapping[str, Any]:
     if isinstance(cfg, Mapping):
         return cfg
     if not isinstance(cfg, (str, os.PathLike)):
-        raise ValueError(f"from_rsl_rl: expected a dict or the path of a YAML file, got {type(cfg).__name__}")
+        raise ValueError(
+            f"from_rsl_rl: expected a dict or the path of a YAML file, got {type(cfg).__name__}"
+        )
     try:
         data = yaml.load(Path(cfg).read_text(), Loader=_TupleLoader)  # noqa: S506 (a SafeLoader subclass)
     except (OSError, yaml.YAMLError) as err:
         raise ValueError(f"from_rsl_rl: cannot read {str(cfg)!r}: {err}") from None
     if not isinstance(data, Mapping):
-        raise ValueError(f"from_rsl_rl: {str(cfg)!r} holds {type(data).__name__}, not a dict of runner fields")
+        raise ValueError(
+            f"from_rsl_rl: {str(cfg)!r} holds {type(data).__name__}, not a dict of runner fields"
+        )
     return data
 
 
@@ -118,14 +153,23 @@ def _model_sections(runner: _Section) -> tuple[_Section, _Section]:
     """The actor's and the critic's fields in rsl_rl 5's names (``hidden_dims``,
     ``obs_normalization``...), from ``actor``/``critic`` or from the older ``policy`` section."""
     if "policy" not in runner.fields:
-        return _Section(runner.take("actor", _DICT), "actor"), _Section(runner.take("critic", _DICT), "critic")
+        return _Section(runner.take("actor", _DICT), "actor"), _Section(
+            runner.take("critic", _DICT), "critic"
+        )
     policy = _Section(runner.take("policy", _DICT), "policy")
     norm = bool(runner.take("empirical_normalization", _optional(_BOOL), None))
-    shared = {"class_name": policy.fields.pop("class_name", "ActorCritic"),
-              "activation": policy.fields.pop("activation", "elu")}
-    models = {name: {**shared, "hidden_dims": policy.fields.pop(f"{name}_hidden_dims", [256, 256, 256]),
-                     "obs_normalization": policy.fields.pop(f"{name}_obs_normalization", norm)}
-              for name in ("actor", "critic")}
+    shared = {
+        "class_name": policy.fields.pop("class_name", "ActorCritic"),
+        "activation": policy.fields.pop("activation", "elu"),
+    }
+    models = {
+        name: {
+            **shared,
+            "hidden_dims": policy.fields.pop(f"{name}_hidden_dims", [256, 256, 256]),
+            "obs_normalization": policy.fields.pop(f"{name}_obs_normalization", norm),
+        }
+        for name in ("actor", "critic")
+    }
     # the rest of the policy section (the std fields among it) goes with the actor's
     return _Section({**models["actor"], **policy.fields}, "policy"), _Section(models["critic"], "policy")
 
@@ -134,8 +178,10 @@ def _activation(model: _Section) -> str:
     name = model.take("activation", _STR, "elu")
     rl8_name = _ACTIVATION_NAMES.get(name, name)
     if rl8_name not in ACTIVATIONS:
-        raise ValueError(f"rsl_rl config {model.name('activation')}: rl8 has no activation {name!r} (it has "
-                         f"{sorted([*ACTIVATIONS, *_ACTIVATION_NAMES])})")
+        raise ValueError(
+            f"rsl_rl config {model.name('activation')}: rl8 has no activation {name!r} (it has "
+            f"{sorted([*ACTIVATIONS, *_ACTIVATION_NAMES])})"
+        )
     return rl8_name
 
 
@@ -147,22 +193,32 @@ def _distribution(actor: _Section, config: dict[str, Any], unmapped: list[str]) 
         dist = _Section(dist, actor.name("distribution_cfg"))
     else:  # rsl_rl 4's fields of the actor
         actor.take("stochastic", _BOOL, True)
-        dist = _Section({"class_name": "HeteroscedasticGaussianDistribution"
-                         if actor.take("state_dependent_std", _BOOL, False) else "GaussianDistribution",
-                         "init_std": actor.take("init_noise_std", _NUMBER, 1.0),
-                         "std_type": actor.take("noise_std_type", _STR, "scalar")}, actor.where)
+        dist = _Section(
+            {
+                "class_name": "HeteroscedasticGaussianDistribution"
+                if actor.take("state_dependent_std", _BOOL, False)
+                else "GaussianDistribution",
+                "init_std": actor.take("init_noise_std", _NUMBER, 1.0),
+                "std_type": actor.take("noise_std_type", _STR, "scalar"),
+            },
+            actor.where,
+        )
     kind = dist.take("class_name", _STR, "GaussianDistribution").rsplit(":", 1)[-1].rsplit(".", 1)[-1]
     if kind not in ("GaussianDistribution", "HeteroscedasticGaussianDistribution"):
-        unmapped.append(f"{dist.name('class_name')}={kind!r} (rl8 picks the distribution from the action "
-                        "space; set distribution_cls)")
+        unmapped.append(
+            f"{dist.name('class_name')}={kind!r} (rl8 picks the distribution from the action "
+            "space; set distribution_cls)"
+        )
         unmapped.extend(dist.rest())
         return
     init_std = dist.take("init_std", _NUMBER, 1.0)
     std_type = dist.take("std_type", ("'scalar' or 'log'", lambda v: v in ("scalar", "log")), "scalar")
     if kind == "HeteroscedasticGaussianDistribution":
         config["state_dependent_std"] = True
-        unmapped.append(f"{dist.name('init_std')}={init_std!r} (rl8's state-dependent log-std head starts "
-                        "near 0: std 1)")
+        unmapped.append(
+            f"{dist.name('init_std')}={init_std!r} (rl8's state-dependent log-std head starts "
+            "near 0: std 1)"
+        )
     else:
         config.update(init_noise_std=init_std, noise_std_type=std_type)
     if dist.take("std_range", _ANY, (1e-6, 1e6)) not in ([1e-6, 1e6], (1e-6, 1e6)):
@@ -181,7 +237,9 @@ def _obs_groups(runner: _Section, unmapped: list[str]) -> dict[str, list[str]] |
             unmapped.append(f"obs_groups.{name}={keys!r} (rl8 has the sets actor and critic)")
             continue
         if not (isinstance(keys, (list, tuple)) and keys and all(isinstance(k, str) for k in keys)):
-            raise ValueError(f"rsl_rl config obs_groups.{name}: expected a non-empty list of group names, got {keys!r}")
+            raise ValueError(
+                f"rsl_rl config obs_groups.{name}: expected a non-empty list of group names, got {keys!r}"
+            )
         out[rl8_name] = list(keys)
     return out or None
 
@@ -208,8 +266,10 @@ def from_rsl_rl(cfg: Mapping[str, Any] | str | os.PathLike[str]) -> RslRlConfig:
     algo = _Section(runner.take("algorithm", _DICT), "algorithm", _PPO_DEFAULTS)
     algo_cls = algo.take("class_name", _STR)
     if (runner_cls, algo_cls) != ("OnPolicyRunner", "PPO"):
-        raise ValueError(f"rsl_rl config class_name: rl8 runs PPO (OnPolicyRunner), got {runner_cls!r} running "
-                         f"{algo_cls!r}")
+        raise ValueError(
+            f"rsl_rl config class_name: rl8 runs PPO (OnPolicyRunner), got {runner_cls!r} running "
+            f"{algo_cls!r}"
+        )
     unmapped: list[str] = []
     actor, critic = _model_sections(runner)
     optimizer = algo.take("optimizer", ("one of " + ", ".join(_OPTIMIZERS), lambda v: v in _OPTIMIZERS))
@@ -228,13 +288,17 @@ def from_rsl_rl(cfg: Mapping[str, Any] | str | os.PathLike[str]) -> RslRlConfig:
         "optimizer_kwargs": {},  # torch's defaults, as rsl_rl
         "normalize_rewards": False,  # rsl_rl has no reward normalisation
     }
-    hparams["vf_clip_param"] = hparams["clip_param"] if algo.take("use_clipped_value_loss", _BOOL) else None
+    hparams["vf_clip_param"] = (
+        hparams["clip_param"] if algo.take("use_clipped_value_loss", _BOOL) else None
+    )
     schedule = algo.take("schedule", ("'adaptive' or 'fixed'", lambda v: v in ("adaptive", "fixed")))
     desired_kl = algo.take("desired_kl", _optional(_NUMBER))
     hparams["desired_kl"] = desired_kl if schedule == "adaptive" else None
     if not algo.take("normalize_advantage_per_mini_batch", _BOOL):
-        unmapped.append("algorithm.normalize_advantage_per_mini_batch=False (rl8 normalises advantages per "
-                        "minibatch, not over the whole rollout)")
+        unmapped.append(
+            "algorithm.normalize_advantage_per_mini_batch=False (rl8 normalises advantages per "
+            "minibatch, not over the whole rollout)"
+        )
     for key, off in (("rnd_cfg", None), ("symmetry_cfg", None), ("share_cnn_encoders", False)):
         value = algo.take(key, _ANY, off)
         if value != off:
@@ -248,13 +312,17 @@ def from_rsl_rl(cfg: Mapping[str, Any] | str | os.PathLike[str]) -> RslRlConfig:
         hparams["obs_groups"] = obs_groups
     clip_actions = runner.take("clip_actions", _optional(_NUMBER), None)
     if clip_actions is not None:
-        unmapped.append(f"clip_actions={clip_actions!r} (rl8 clips actions to the action space's bounds)")
+        unmapped.append(
+            f"clip_actions={clip_actions!r} (rl8 clips actions to the action space's bounds)"
+        )
 
     config: dict[str, Any] = {"ortho_init": False}  # torch's default init, as rsl_rl's MLPs
     for model in (actor, critic):
         kind = model.take("class_name", _STR, "MLPModel").rsplit(":", 1)[-1].rsplit(".", 1)[-1]
         if kind not in _MLP_CLASSES:
-            unmapped.append(f"{model.name('class_name')}={kind!r} (rl8 builds its MLPModel; set model_cls)")
+            unmapped.append(
+                f"{model.name('class_name')}={kind!r} (rl8 builds its MLPModel; set model_cls)"
+            )
         for key, off in (("rnn_type", None), ("cnn_cfg", None)):
             if model.take(key, _ANY, off) != off:
                 unmapped.append(f"{model.name(key)} (rl8 builds its MLPModel; set model_cls)")
@@ -270,18 +338,24 @@ def from_rsl_rl(cfg: Mapping[str, Any] | str | os.PathLike[str]) -> RslRlConfig:
     norms = [model.take("obs_normalization", _BOOL, False) for model in (actor, critic)]
     hparams["normalize_observations"] = any(norms)
     if norms[0] != norms[1]:
-        unmapped.append(f"obs_normalization actor={norms[0]}, critic={norms[1]} (rl8 normalises every group "
-                        "alike: on for both)")
+        unmapped.append(
+            f"obs_normalization actor={norms[0]}, critic={norms[1]} (rl8 normalises every group "
+            "alike: on for both)"
+        )
     _distribution(actor, config, unmapped)
     critic.take("distribution_cfg", _ANY, None)
     critic.take("stochastic", _ANY, None)
     hparams["model_config"] = config
     if "device" in runner.fields:
-        unmapped.append(f"device={runner.fields.pop('device')!r} (rl8's hparam device; PPO follows the env's)")
+        unmapped.append(
+            f"device={runner.fields.pop('device')!r} (rl8's hparam device; PPO follows the env's)"
+        )
     for section in (runner, algo, actor, critic):
         unmapped.extend(section.rest())
     if unmapped:
-        warnings.warn("from_rsl_rl: not mapped: " + "; ".join(unmapped), RslRlConfigWarning, stacklevel=2)
+        warnings.warn(
+            "from_rsl_rl: not mapped: " + "; ".join(unmapped), RslRlConfigWarning, stacklevel=2
+        )
     return RslRlConfig(hparams, unmapped)
 
 
@@ -290,4 +364,8 @@ def rsl_rl_run_args(cfg: Mapping[str, Any] | str | os.PathLike[str]) -> dict[str
     ``max_iterations`` as a stop after that many PPO updates (``HitsUpperBound("algorithm/steps", max_iterations)``)."""
     runner = _Section(_read(cfg), "")
     max_iterations = runner.take("max_iterations", _optional(_INT), None)
-    return {} if max_iterations is None else {"stop_conditions": [HitsUpperBound("algorithm/steps", max_iterations)]}
+    return (
+        {}
+        if max_iterations is None
+        else {"stop_conditions": [HitsUpperBound("algorithm/steps", max_iterations)]}
+    )

@@ -16,14 +16,19 @@ from rl8.training.config_file import ConfigError, assign, hparam_names, unknown_
 __all__ = ["FIELDS", "MAPPING_HPARAMS", "read_space"]
 
 #: The fields of each ``type`` of entry (``low``, ``high`` and ``choices`` are required).
-FIELDS = {"float": ("type", "low", "high", "log", "step"), "int": ("type", "low", "high", "log", "step"),
-          "categorical": ("type", "choices")}
+FIELDS = {
+    "float": ("type", "low", "high", "log", "step"),
+    "int": ("type", "low", "high", "log", "step"),
+    "categorical": ("type", "choices"),
+}
 #: The hyper-parameters whose keys a space may name (``model_config.hiddens``).
 MAPPING_HPARAMS = ("model_config", "env_config", "env_kwargs", "optimizer_kwargs")
 _OVERRIDDEN = {"lr": "lr_schedule", "entropy_coeff": "entropy_coeff_schedule"}
 
 
-def read_space(space: str | os.PathLike[str] | Mapping[str, Any], hparams: Mapping[str, Any]) -> dict[str, Any]:
+def read_space(
+    space: str | os.PathLike[str] | Mapping[str, Any], hparams: Mapping[str, Any]
+) -> dict[str, Any]:
     """The Optuna distributions of the search ``space`` (a YAML file, or its mapping ``{"lr":
     {"type": "float", "low": 1e-4, "high": 1e-2, "log": True}}``), by hyper-parameter name; a
     :class:`ConfigError` naming the entry for an unknown name or type or field, an empty range, a
@@ -31,6 +36,7 @@ def read_space(space: str | os.PathLike[str] | Mapping[str, Any], hparams: Mappi
     that the trials train) do not accept."""
     import optuna
     import yaml
+
     where = "search space"
     if not isinstance(space, Mapping):
         where = str(space)
@@ -41,7 +47,9 @@ def read_space(space: str | os.PathLike[str] | Mapping[str, Any], hparams: Mappi
         except yaml.YAMLError as exc:
             raise ConfigError(f"{where}: invalid YAML:\n{exc}") from None
     if not isinstance(space, Mapping) or not space:
-        raise ConfigError(f"{where}: expected a mapping of hyper-parameter names to distributions, got {space!r}")
+        raise ConfigError(
+            f"{where}: expected a mapping of hyper-parameter names to distributions, got {space!r}"
+        )
     out = {}
     for name, spec in space.items():
         at = f"{where}: {name}"
@@ -49,9 +57,13 @@ def read_space(space: str | os.PathLike[str] | Mapping[str, Any], hparams: Mappi
         if top not in hparam_names():
             raise unknown_hparam(top, at)
         if rest and top not in MAPPING_HPARAMS:
-            raise ConfigError(f"{at}: only the keys of {', '.join(MAPPING_HPARAMS)} may be named with a dot")
+            raise ConfigError(
+                f"{at}: only the keys of {', '.join(MAPPING_HPARAMS)} may be named with a dot"
+            )
         if hparams.get(_OVERRIDDEN.get(name)) is not None:
-            raise ConfigError(f"{at}: the config's {_OVERRIDDEN[name]} overrides {name}; remove it from the config")
+            raise ConfigError(
+                f"{at}: the config's {_OVERRIDDEN[name]} overrides {name}; remove it from the config"
+            )
         out[name] = dist = _distribution(spec, at, optuna.distributions)
         if rest:  # a key of model_config, env_config...: what reads it checks it
             continue
@@ -74,20 +86,30 @@ def _distribution(spec: Any, at: str, distributions: Any) -> Any:
     for key in spec:
         if key not in FIELDS[kind]:
             hint = did_you_mean(key, FIELDS[kind], n=1)
-            raise ConfigError(f"{at}: unknown field {key!r} of a {kind}{hint} (fields: {', '.join(FIELDS[kind])})")
+            raise ConfigError(
+                f"{at}: unknown field {key!r} of a {kind}{hint} (fields: {', '.join(FIELDS[kind])})"
+            )
     if kind == "categorical":
         choices = spec.get("choices")
         if not isinstance(choices, list) or len(choices) < 2:
-            raise ConfigError(f"{at}: choices must be a list of at least 2 values (set a fixed value in "
-                              f"the config's hparams instead), got {choices!r}")
+            raise ConfigError(
+                f"{at}: choices must be a list of at least 2 values (set a fixed value in "
+                f"the config's hparams instead), got {choices!r}"
+            )
         if not all(c is None or isinstance(c, (bool, int, float, str)) for c in choices):
-            raise ConfigError(f"{at}: choices must be numbers, strings, booleans or null, got {choices!r}")
+            raise ConfigError(
+                f"{at}: choices must be numbers, strings, booleans or null, got {choices!r}"
+            )
         return distributions.CategoricalDistribution(choices)
     number = int if kind == "int" else (int, float)
     low, high, log, step = spec.get("low"), spec.get("high"), spec.get("log", False), spec.get("step")
     for key, value in (("low", low), ("high", high), ("step", step)):
-        if (key != "step" or value is not None) and (isinstance(value, bool) or not isinstance(value, number)):
-            raise ConfigError(f"{at}: {key} must be {'an int' if kind == 'int' else 'a number'}, got {value!r}")
+        if (key != "step" or value is not None) and (
+            isinstance(value, bool) or not isinstance(value, number)
+        ):
+            raise ConfigError(
+                f"{at}: {key} must be {'an int' if kind == 'int' else 'a number'}, got {value!r}"
+            )
     if low >= high:
         raise ConfigError(f"{at}: empty range: low must be < high, got low={low!r}, high={high!r}")
     if not isinstance(log, bool):

@@ -102,11 +102,22 @@ def read_config(config: str | os.PathLike[str]) -> tuple[str, dict[str, Any]]:
     return Path(text).stem, read
 
 
-def sweep(config: str | os.PathLike[str], space: str | os.PathLike[str] | Mapping[str, Any], *, trials: int,
-          jobs: int = 1, study: str | None = None, storage: str | None = None,
-          objective: str = "eval/episodes/return_mean", direction: str = "maximize", pruner: Any = "median",
-          startup_trials: int = 5, max_env_steps: int | None = None, max_seconds: float | None = None,
-          seed: int | None = None) -> Any:
+def sweep(
+    config: str | os.PathLike[str],
+    space: str | os.PathLike[str] | Mapping[str, Any],
+    *,
+    trials: int,
+    jobs: int = 1,
+    study: str | None = None,
+    storage: str | None = None,
+    objective: str = "eval/episodes/return_mean",
+    direction: str = "maximize",
+    pruner: Any = "median",
+    startup_trials: int = 5,
+    max_env_steps: int | None = None,
+    max_seconds: float | None = None,
+    seed: int | None = None,
+) -> Any:
     """Run ``trials`` more trials of an Optuna study of ``config``'s hyper-parameters, ``jobs`` at
     once, each in a process of its own with ``torch.set_num_threads(cpu_count // jobs)``; the
     study (an ``optuna.Study``). Each trial is an MLflow run nested under the study's run, which
@@ -135,25 +146,54 @@ def sweep(config: str | os.PathLike[str], space: str | os.PathLike[str] | Mappin
 
     name, config = read_config(config)
     distributions = read_space(space, config.get("hparams") or {})
-    for key, value, least in (("trials", trials, 1), ("jobs", jobs, 1), ("startup_trials", startup_trials, 0)):
+    for key, value, least in (
+        ("trials", trials, 1),
+        ("jobs", jobs, 1),
+        ("startup_trials", startup_trials, 0),
+    ):
         if not isinstance(value, int) or value < least:
             raise ConfigError(f"sweep: {key} must be an int >= {least}, got {value!r}")
     if direction not in ("maximize", "minimize"):
         raise ConfigError(f"sweep: direction must be 'maximize' or 'minimize', got {direction!r}")
     if objective.startswith("eval/") and not config.get("steps_per_eval"):
-        raise ConfigError(f"sweep: the objective {objective!r} is an evaluation stat: the config needs steps_per_eval")
-    pruner = _pruner(pruner, startup_trials, max_env_steps or int_option(config, "max_steps", "config") or 0)
+        raise ConfigError(
+            f"sweep: the objective {objective!r} is an evaluation stat: the config needs steps_per_eval"
+        )
+    pruner = _pruner(
+        pruner, startup_trials, max_env_steps or int_option(config, "max_steps", "config") or 0
+    )
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage = storage or f"sqlite:///{Path('optuna.db').resolve()}"
-    the_study = optuna.create_study(storage=storage, study_name=study or name, direction=direction, load_if_exists=True)
-    parent = Tracker(experiment=config.get("experiment") or str(config["env"]).rsplit(".", 1)[-1],
-                     run_name=the_study.study_name, tracking_uri=config.get("tracking_uri"),
-                     run_id=the_study.user_attrs.get("mlflow_run_id"), tags={"rl8.sweep.study": the_study.study_name})
+    the_study = optuna.create_study(
+        storage=storage, study_name=study or name, direction=direction, load_if_exists=True
+    )
+    parent = Tracker(
+        experiment=config.get("experiment") or str(config["env"]).rsplit(".", 1)[-1],
+        run_name=the_study.study_name,
+        tracking_uri=config.get("tracking_uri"),
+        run_id=the_study.user_attrs.get("mlflow_run_id"),
+        tags={"rl8.sweep.study": the_study.study_name},
+    )
     the_study.set_user_attr("mlflow_run_id", parent.start())
-    parent.log_params({"sweep": {"config": name, "objective": objective, "direction": direction, "storage": storage}})
-    spec = _TrialSpec(config, distributions, the_study.study_name, storage, pruner,
-                      startup_trials, objective, parent.experiment, parent.tracking_uri, parent.run_id, max_env_steps,
-                      max_seconds, max(1, (os.cpu_count() or 1) // jobs), os.getcwd())
+    parent.log_params(
+        {"sweep": {"config": name, "objective": objective, "direction": direction, "storage": storage}}
+    )
+    spec = _TrialSpec(
+        config,
+        distributions,
+        the_study.study_name,
+        storage,
+        pruner,
+        startup_trials,
+        objective,
+        parent.experiment,
+        parent.tracking_uri,
+        parent.run_id,
+        max_env_steps,
+        max_seconds,
+        max(1, (os.cpu_count() or 1) // jobs),
+        os.getcwd(),
+    )
     status = "KILLED"
     try:
         for number, exitcode in _trial_processes(spec, trials, jobs, seed, len(the_study.trials)):
@@ -168,16 +208,25 @@ def sweep(config: str | os.PathLike[str], space: str | os.PathLike[str] | Mappin
 def _pruner(pruner: Any, startup_trials: int, budget: int) -> Any:
     """The pruner named; ``"median"`` prunes from a third of the trials' budget (as rl-zoo)."""
     import optuna
+
     if not isinstance(pruner, str):
         return pruner
     if pruner not in PRUNERS:
-        raise ConfigError(f"sweep: pruner must be one of {', '.join(PRUNERS)} or an optuna pruner, got {pruner!r}")
-    return {"median": lambda: optuna.pruners.MedianPruner(n_startup_trials=startup_trials, n_warmup_steps=budget // 3),
-            "halving": optuna.pruners.SuccessiveHalvingPruner, "none": optuna.pruners.NopPruner}[pruner]()
+        raise ConfigError(
+            f"sweep: pruner must be one of {', '.join(PRUNERS)} or an optuna pruner, got {pruner!r}"
+        )
+    return {
+        "median": lambda: optuna.pruners.MedianPruner(
+            n_startup_trials=startup_trials, n_warmup_steps=budget // 3
+        ),
+        "halving": optuna.pruners.SuccessiveHalvingPruner,
+        "none": optuna.pruners.NopPruner,
+    }[pruner]()
 
 
-def _trial_processes(spec: _TrialSpec, trials: int, jobs: int, seed: int | None,
-                     first: int) -> Iterator[tuple[int | None, int | None]]:
+def _trial_processes(
+    spec: _TrialSpec, trials: int, jobs: int, seed: int | None, first: int
+) -> Iterator[tuple[int | None, int | None]]:
     """Start ``trials`` trial processes, ``jobs`` at once; yield each one's ``(trial number,
     exit code)`` as it ends (the number is ``None`` when it died before asking for a trial)."""
     forkserver = "forkserver" in multiprocessing.get_all_start_methods()
@@ -212,11 +261,14 @@ def _run_trial(spec: _TrialSpec, seed: int | None, sender: Any) -> None:
     is raised again: the process exits with 1)."""
     import optuna
     import torch
+
     os.chdir(spec.cwd)
     torch.set_num_threads(spec.threads)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=spec.startup_trials)
-    study = optuna.load_study(study_name=spec.study, storage=spec.storage, sampler=sampler, pruner=spec.pruner)
+    study = optuna.load_study(
+        study_name=spec.study, storage=spec.storage, sampler=sampler, pruner=spec.pruner
+    )
     trial = study.ask(spec.distributions)
     sender.send(trial.number)
     sender.close()
@@ -227,17 +279,29 @@ def _run_trial(spec: _TrialSpec, seed: int | None, sender: Any) -> None:
             assign(hparams, name.split("."), value)
         algo = PPO(config["env"], **HParams.from_config(hparams, "hparams").to_dict())
         options = {k: v for k, v in trainer_options(config, "config").items() if v is not None}
-        trainer = Trainer(algo, **{**options, "experiment": spec.experiment, "tracking_uri": spec.tracking_uri,
-                                   "parent_run_id": spec.parent_run_id, "run_name": f"{spec.study}-{trial.number}",
-                                   "progress": False})
+        trainer = Trainer(
+            algo,
+            **{
+                **options,
+                "experiment": spec.experiment,
+                "tracking_uri": spec.tracking_uri,
+                "parent_run_id": spec.parent_run_id,
+                "run_name": f"{spec.study}-{trial.number}",
+                "progress": False,
+            },
+        )
         if trainer.run_id is not None:
             trial.set_user_attr("mlflow_run_id", trainer.run_id)
         budget = {**config, "max_steps": spec.max_env_steps or config.get("max_steps")}
         with trainer:  # FAILED when the run raises, even before its first step
-            trainer.run(stop_conditions=stop_conditions(budget), max_seconds=spec.max_seconds, callbacks=[report],
-                        steps_per_eval=int_option(config, "steps_per_eval", "config"),
-                        env_config=mapping_option(config, "env_config", "config"),
-                        eval_env_config=mapping_option(config, "eval_env_config", "config"))
+            trainer.run(
+                stop_conditions=stop_conditions(budget),
+                max_seconds=spec.max_seconds,
+                callbacks=[report],
+                steps_per_eval=int_option(config, "steps_per_eval", "config"),
+                env_config=mapping_option(config, "env_config", "config"),
+                eval_env_config=mapping_option(config, "eval_env_config", "config"),
+            )
         if report.value is None and not report.pruned:
             raise RuntimeError(f"trial {trial.number} ended before its first {spec.objective}")
     except BaseException:
@@ -252,8 +316,12 @@ def _run_trial(spec: _TrialSpec, seed: int | None, sender: Any) -> None:
 def _after_trial(study: Any, parent: Any, number: int | None, exitcode: int | None) -> None:
     """Mark a trial whose process died failed, tag its run, update the study's run and print."""
     from optuna.trial import TrialState
+
     if number is None:
-        print(f"rl8: sweep: a trial process ended (exit code {exitcode}) before its trial started", file=sys.stderr)
+        print(
+            f"rl8: sweep: a trial process ended (exit code {exitcode}) before its trial started",
+            file=sys.stderr,
+        )
         return
     trial = study.trials[number]
     killed = trial.state == TrialState.RUNNING
@@ -262,18 +330,30 @@ def _after_trial(study: Any, parent: Any, number: int | None, exitcode: int | No
         trial = study.trials[number]
     run_id = trial.user_attrs.get("mlflow_run_id")
     if run_id is not None:
-        tags = {"rl8.sweep.state": trial.state.name, "rl8.sweep.study": study.study_name, "rl8.sweep.trial": number}
+        tags = {
+            "rl8.sweep.state": trial.state.name,
+            "rl8.sweep.study": study.study_name,
+            "rl8.sweep.trial": number,
+        }
         tag_run(parent.tracking_uri, run_id, tags, fail_if_running=killed)
     counts = Counter(t.state.name for t in study.trials)
     metrics = {f"trials/{state.lower()}": counts[state] for state in ("COMPLETE", "PRUNED", "FAIL")}
     if counts["COMPLETE"]:
         best = study.best_trial
         metrics["best/value"] = best.value
-        tag_run(parent.tracking_uri, parent.run_id, {f"best/{k}": v for k, v in {"trial": best.number, **best.params}.items()})
+        tag_run(
+            parent.tracking_uri,
+            parent.run_id,
+            {f"best/{k}": v for k, v in {"trial": best.number, **best.params}.items()},
+        )
     parent.log_metrics(metrics, step=sum(counts.values()))
     value = "" if trial.value is None else f" {trial.value:.4g}"
-    print(f"rl8: sweep {study.study_name}: trial {number} {trial.state.name}{value} {trial.params} "
-          f"(run {run_id}); best: {metrics.get('best/value')}", file=sys.stderr, flush=True)
+    print(
+        f"rl8: sweep {study.study_name}: trial {number} {trial.state.name}{value} {trial.params} "
+        f"(run {run_id}); best: {metrics.get('best/value')}",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def _log_plots(study: Any, parent: Any) -> None:
@@ -281,6 +361,7 @@ def _log_plots(study: Any, parent: Any) -> None:
     artifacts ``plots/`` of its run (a plot the trials cannot make yet is left out)."""
     import matplotlib.pyplot as plt
     from optuna.visualization import matplotlib as plots
+
     with tempfile.TemporaryDirectory() as folder, warnings.catch_warnings():
         warnings.simplefilter("ignore")  # optuna.visualization.matplotlib is "experimental"
         for name in ("optimization_history", "param_importances", "intermediate_values"):

@@ -6,6 +6,12 @@ from rl8.tracking.runs import RunProcess, clean_runs, running_runs
 from rl8.tracking.tracker import EXIT_CLOSE_TIMEOUT_S, Tracker, flatten_params
 
 __all__ = [
-    "EXIT_CLOSE_TIMEOUT_S", "RunProcess", "Tracker", "TrackingError", "TrackingWarning", "clean_runs",
-    "flatten_params", "running_runs",
+    "EXIT_CLOSE_TIMEOUT_S",
+    "RunProcess",
+    "Tracker",
+    "TrackingError",
+    "TrackingWarning",
+    "clean_runs",
+    "flatten_params",
+    "running_runs",
 ]

@@ -49,8 +49,10 @@ def _bounded(uri: str | None) -> Iterator[None]:
     except TrackingError:
         raise
     except Exception as exc:  # MLflow raises several kinds
-        raise TrackingError(f"cannot read the runs of {uri or 'MLflow default store'!r}: "
-                            f"{str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__}") from exc
+        raise TrackingError(
+            f"cannot read the runs of {uri or 'MLflow default store'!r}: "
+            f"{str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__}"
+        ) from exc
 
 
 def running_runs(tracking_uri: str | None = None, *, experiment: str | None = None) -> list[RunProcess]:
@@ -76,23 +78,38 @@ def running_runs(tracking_uri: str | None = None, *, experiment: str | None = No
         token = None
         while names:
             page = client.search_runs(
-                list(names), filter_string="attributes.status = 'RUNNING'",
-                max_results=1000, page_token=token,
+                list(names),
+                filter_string="attributes.status = 'RUNNING'",
+                max_results=1000,
+                page_token=token,
             )
             for run in page:
                 host, pid_text = run.data.tags.get("rl8.host"), run.data.tags.get("rl8.pid", "")
                 pid = int(pid_text) if pid_text.isdigit() else None
                 info = run.info
-                out.append(RunProcess(info.run_id, names.get(info.experiment_id, info.experiment_id),
-                                      info.run_name or "", host, pid, (info.start_time or 0) / 1000,
-                                      process_state(host, pid)))
+                out.append(
+                    RunProcess(
+                        info.run_id,
+                        names.get(info.experiment_id, info.experiment_id),
+                        info.run_name or "",
+                        host,
+                        pid,
+                        (info.start_time or 0) / 1000,
+                        process_state(host, pid),
+                    )
+                )
             if not (token := page.token):
                 break
     return sorted(out, key=lambda r: r.start_time_s)
 
 
-def clean_runs(tracking_uri: str | None = None, *, experiment: str | None = None, older_than_s: float | None = None,
-               dry_run: bool = False) -> list[RunProcess]:
+def clean_runs(
+    tracking_uri: str | None = None,
+    *,
+    experiment: str | None = None,
+    older_than_s: float | None = None,
+    dry_run: bool = False,
+) -> list[RunProcess]:
     """Mark ``FAILED`` (with the tag ``rl8.cleaned``) the ``RUNNING`` runs whose process is gone
     (see :func:`running_runs`); a run whose process is alive is never touched. Returns the runs
     cleaned (or that would be).
@@ -105,6 +122,7 @@ def clean_runs(tracking_uri: str | None = None, *, experiment: str | None = None
         dry_run: Only return the runs that would be cleaned.
     """
     from mlflow.tracking import MlflowClient
+
     if older_than_s is not None and not (isinstance(older_than_s, (int, float)) and older_than_s >= 0):
         raise ValueError(f"older_than_s must be a number of seconds >= 0, got {older_than_s!r}")
     now = time.time()
@@ -112,7 +130,11 @@ def clean_runs(tracking_uri: str | None = None, *, experiment: str | None = None
     for run in running_runs(tracking_uri, experiment=experiment):
         if run.process == "dead":
             chosen.append((run, f"process {run.pid} on {run.host} is gone"))
-        elif run.process == "unknown" and older_than_s is not None and now - run.start_time_s > older_than_s:
+        elif (
+            run.process == "unknown"
+            and older_than_s is not None
+            and now - run.start_time_s > older_than_s
+        ):
             chosen.append((run, f"started {now - run.start_time_s:.0f} s ago, process unknown"))
     if not dry_run:
         client = MlflowClient(tracking_uri)
@@ -123,12 +145,15 @@ def clean_runs(tracking_uri: str | None = None, *, experiment: str | None = None
     return [run for run, _ in chosen]
 
 
-def tag_run(tracking_uri: str, run_id: str, tags: dict[str, Any], *, fail_if_running: bool = False) -> None:
+def tag_run(
+    tracking_uri: str, run_id: str, tags: dict[str, Any], *, fail_if_running: bool = False
+) -> None:
     """Set ``tags`` (``{name: value}``, values as strings) on the run ``run_id`` of another process
     in the store ``tracking_uri`` (``rl8 sweep``'s trials); ``fail_if_running``: first mark it
     ``FAILED`` if still ``RUNNING`` (its process died)."""
     from mlflow.entities import RunTag
     from mlflow.tracking import MlflowClient
+
     client = MlflowClient(tracking_uri)
     if fail_if_running and client.get_run(run_id).info.status == "RUNNING":
         client.set_terminated(run_id, status="FAILED")

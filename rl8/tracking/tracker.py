@@ -130,24 +130,43 @@ class Tracker:
             "artifacts": n}``.
     """
 
-    def __init__(self, *, experiment: str, run_name: str | None = None, tracking_uri: str | None = None,
-                 run_id: str | None = None, enabled: bool = True, max_pending: int = 100_000,
-                 retry_interval_s: float = 5.0, asynchronous: bool = False, end_at_exit: bool = False,
-                 system_metrics: bool = False, tags: dict[str, str] | None = None, log_every: int = 1) -> None:
+    def __init__(
+        self,
+        *,
+        experiment: str,
+        run_name: str | None = None,
+        tracking_uri: str | None = None,
+        run_id: str | None = None,
+        enabled: bool = True,
+        max_pending: int = 100_000,
+        retry_interval_s: float = 5.0,
+        asynchronous: bool = False,
+        end_at_exit: bool = False,
+        system_metrics: bool = False,
+        tags: dict[str, str] | None = None,
+        log_every: int = 1,
+    ) -> None:
         if not isinstance(experiment, str) or not experiment:
             raise ValueError(f"experiment must be a non-empty string, got {experiment!r}")
         check_int("max_pending", max_pending, 0)
         check_int("log_every", log_every, 1)
         if not (isinstance(retry_interval_s, (int, float)) and retry_interval_s >= 0):
             raise ValueError(f"retry_interval_s must be a number >= 0, got {retry_interval_s!r}")
-        for name, value in (("asynchronous", asynchronous), ("end_at_exit", end_at_exit),
-                            ("system_metrics", system_metrics)):
+        for name, value in (
+            ("asynchronous", asynchronous),
+            ("end_at_exit", end_at_exit),
+            ("system_metrics", system_metrics),
+        ):
             if not isinstance(value, bool):
                 raise ValueError(f"{name} must be True or False, got {value!r}")
         self.experiment = experiment
         self.run_name = run_name
-        mlflow = sys.modules.get("mlflow")  # the configured URI, without importing mlflow (None: its default)
-        configured = mlflow.get_tracking_uri() if mlflow else os.environ.get("MLFLOW_TRACKING_URI") or None
+        mlflow = sys.modules.get(
+            "mlflow"
+        )  # the configured URI, without importing mlflow (None: its default)
+        configured = (
+            mlflow.get_tracking_uri() if mlflow else os.environ.get("MLFLOW_TRACKING_URI") or None
+        )
         self._tracking_uri = str(tracking_uri) if tracking_uri else configured
         self.enabled = bool(enabled)
         self.retry_interval_s = float(retry_interval_s)
@@ -167,12 +186,22 @@ class Tracker:
         self._tags = dict(tags or {})
         self._lock = threading.RLock()  # held by whoever makes requests (start, send, end)
         self._ended = False
-        self._wanted_status: str | None = None  # left for a start by an end() that gave up waiting for it
+        self._wanted_status: str | None = (
+            None  # left for a start by an end() that gave up waiting for it
+        )
         self._params: dict[str, str] = {}  # what the run holds (or will, once delivered)
         self._outbox = Outbox(max_pending)
         self._courier: Courier | None = None  # once started
-        self._thread = LogThread(self._outbox, courier=lambda: self._courier, start_run=self._start_in_thread,
-                                 deliver=self._deliver) if asynchronous else None
+        self._thread = (
+            LogThread(
+                self._outbox,
+                courier=lambda: self._courier,
+                start_run=self._start_in_thread,
+                deliver=self._deliver,
+            )
+            if asynchronous
+            else None
+        )
         self._start_done = threading.Event()  # cleared while a background start is in progress
         self._start_done.set()
         self._start_error_reported = self._exit_hook = False
@@ -182,6 +211,7 @@ class Tracker:
         """The resolved tracking URI (never ``None``)."""
         if self._tracking_uri is None:
             import mlflow
+
             self._tracking_uri = mlflow.get_tracking_uri()
         return self._tracking_uri
 
@@ -214,8 +244,14 @@ class Tracker:
             run = open_run(uri, self.experiment, self.run_name, self._resume_id, self._tags)
             with self._outbox.changed:
                 self._params.update(run.params)
-                self._courier = Courier(run.client, run.run_id, uri, self.retry_interval_s, run.experiment_id)
-                self.run_id, self.run_name, self.experiment_id = run.run_id, run.run_name, run.experiment_id
+                self._courier = Courier(
+                    run.client, run.run_id, uri, self.retry_interval_s, run.experiment_id
+                )
+                self.run_id, self.run_name, self.experiment_id = (
+                    run.run_id,
+                    run.run_name,
+                    run.experiment_id,
+                )
                 wanted = self._wanted_status
             if self._start_done.is_set():  # a background start registered it already
                 self._hook_exit()
@@ -229,8 +265,9 @@ class Tracker:
             if self.system_metrics and wanted is None:
                 from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 
-                self._monitor = SystemMetricsMonitor(self.run_id, resume_logging=self._resume_id is not None,
-                                                     tracking_uri=uri)
+                self._monitor = SystemMetricsMonitor(
+                    self.run_id, resume_logging=self._resume_id is not None, tracking_uri=uri
+                )
                 self._monitor.start()
             return self.run_id
 
@@ -253,7 +290,8 @@ class Tracker:
             return not self._ended
         except BaseException as exc:  # noqa: BLE001 - raised by check_start in the owner's thread
             self.start_error = TrackingError(
-                f"the MLflow run (started in the background) could not be started: {exc}")
+                f"the MLflow run (started in the background) could not be started: {exc}"
+            )
             self.start_error.__cause__ = exc
             self.enabled = False
             self._outbox.clear()
@@ -297,7 +335,9 @@ class Tracker:
         if self._thread is not None:
             self._thread.stop()  # from now on only end() sends
         if self._monitor is not None:  # its last request may hang: not waited for past the deadline
-            stopper = threading.Thread(target=self._monitor.finish, name="rl8-system-metrics-stop", daemon=True)
+            stopper = threading.Thread(
+                target=self._monitor.finish, name="rl8-system-metrics-stop", daemon=True
+            )
             stopper.start()
             stopper.join(min(EXIT_CLOSE_TIMEOUT_S, max(0.0, deadline - time.monotonic())))
             self._monitor = None
@@ -317,7 +357,9 @@ class Tracker:
                     f"MLflow run {self.run_id} at {self.tracking_uri!r}: {lost['metrics']} "
                     f"metric values, {lost['params']} params and {lost['artifacts']} artifacts "
                     f"could not be delivered and are lost",
-                    TrackingWarning, stacklevel=2)
+                    TrackingWarning,
+                    stacklevel=2,
+                )
             self._outbox.clear()
             if self._courier.set_status(status, deadline=deadline):
                 self.final_status = status
@@ -334,13 +376,17 @@ class Tracker:
             if starting:
                 self._wanted_status = status
         if starting:
-            message = (f"the MLflow run at {self.tracking_uri!r} was still starting after "
-                       f"{timeout_s:g} s; it is marked {status} as soon as its start completes")
+            message = (
+                f"the MLflow run at {self.tracking_uri!r} was still starting after "
+                f"{timeout_s:g} s; it is marked {status} as soon as its start completes"
+            )
         else:
-            message = (f"could not set the status of MLflow run {self.run_id} at "
-                       f"{self.tracking_uri!r} to {status}: a request to the server did not finish "
-                       f"within {timeout_s:g} s; the run stays RUNNING (`rl8 runs --clean` marks "
-                       "such runs FAILED) and what was still queued is lost")
+            message = (
+                f"could not set the status of MLflow run {self.run_id} at "
+                f"{self.tracking_uri!r} to {status}: a request to the server did not finish "
+                f"within {timeout_s:g} s; the run stays RUNNING (`rl8 runs --clean` marks "
+                "such runs FAILED) and what was still queued is lost"
+            )
         warnings.warn(message, TrackingWarning, stacklevel=3)
 
     def end_report(self, status: str) -> str:
@@ -431,7 +477,9 @@ class Tracker:
                         warnings.warn(
                             f"MLflow param {key!r} is already {old!r} in run {self.run_id}; "
                             f"the new value {value!r} is not recorded (params cannot change)",
-                            TrackingWarning, stacklevel=2)
+                            TrackingWarning,
+                            stacklevel=2,
+                        )
                     elif alt not in self._params:
                         new[alt] = value
             self._params.update(new)
@@ -449,18 +497,25 @@ class Tracker:
         """
         self.log_metrics_many([(metrics, step)], always=always)
 
-    def log_metrics_many(self, items: Iterable[tuple[Mapping[str, Any], int]], *, always: bool = False) -> None:
+    def log_metrics_many(
+        self, items: Iterable[tuple[Mapping[str, Any], int]], *, always: bool = False
+    ) -> None:
         """:meth:`log_metrics` of several steps with one delivery: ``items`` are ``(metrics, step)``
         pairs, oldest first; ``always`` as there."""
         if not self.enabled:
             return
         self._check_started()
         ms = int(time.time() * 1000)
-        steps = [[(str(k), _to_float(k, v), ms, int(step)) for k, v in metrics.items()] for metrics, step in items]
+        steps = [
+            [(str(k), _to_float(k, v), ms, int(step)) for k, v in metrics.items()]
+            for metrics, step in items
+        ]
         overflow = False
         with self._outbox.changed:
             for values in filter(None, steps):
-                if values[0][3] != self._step_metrics[0]:  # the values of the latest step, which log_model links
+                if (
+                    values[0][3] != self._step_metrics[0]
+                ):  # the values of the latest step, which log_model links
                     self._step_metrics = (values[0][3], {})
                     self._steps_held += 1
                 for value in values:
@@ -519,7 +574,9 @@ class Tracker:
             self._queued(self._release_held())  # the model's step is in the run's metrics
         self._upload("log_model", local_dir, None, ModelLink(name, int(step), linked))
 
-    def register_best(self, name: str, metric: str, *, mode: str = "max", alias: str = "best") -> tuple[str, float]:
+    def register_best(
+        self, name: str, metric: str, *, mode: str = "max", alias: str = "best"
+    ) -> tuple[str, float]:
         """Register the run's logged model with the best ``metric`` as a new version of the
         store's registered model ``name`` (created when missing), named by ``alias``, once what
         is queued is delivered; the version and the metric's value.
@@ -538,38 +595,52 @@ class Tracker:
             raise ValueError(f"mode must be 'max' or 'min', got {mode!r}")
         self._check_started()
         if not self.flush() or self._outbox.artifacts:
-            raise TrackingError(f"MLflow run {self.run_id}: {len(self._outbox.artifacts)} logged models or "
-                                f"artifacts are not delivered to {self.tracking_uri!r} yet; nothing was registered")
+            raise TrackingError(
+                f"MLflow run {self.run_id}: {len(self._outbox.artifacts)} logged models or "
+                f"artifacts are not delivered to {self.tracking_uri!r} yet; nothing was registered"
+            )
         from mlflow import MlflowClient
 
         client = MlflowClient(self.tracking_uri, registry_uri=self.tracking_uri)
         try:
             with self._lock, self._courier.policy()[1]:
                 found = client.search_logged_models(
-                    [self.experiment_id], filter_string=f"source_run_id = '{self.run_id}'", max_results=1,
-                    order_by=[{"field_name": f"metrics.{metric}", "ascending": mode == "min"}])
+                    [self.experiment_id],
+                    filter_string=f"source_run_id = '{self.run_id}'",
+                    max_results=1,
+                    order_by=[{"field_name": f"metrics.{metric}", "ascending": mode == "min"}],
+                )
                 values = {m.key: m.value for m in found[0].metrics or ()} if found else {}
                 if metric not in values:
                     raise ValueError(
                         f"no logged model (checkpoint) of MLflow run {self.run_id} has the stat {metric!r}, so "
                         f"none can be registered as {name!r}; the best has {sorted(values)[:8] or 'no stats'}"
                         f"{' ...' if len(values) > 8 else ''} (an eval/ stat is linked to the checkpoints "
-                        "written at evaluation steps)")
+                        "written at evaluation steps)"
+                    )
                 if not client.search_registered_models(filter_string=f"name = '{name}'"):
                     client.create_registered_model(name)
                 # the source by location: MLflow resolves a models:/ source in the default store
                 version = client.create_model_version(
-                    name, found[0].artifact_location, run_id=self.run_id, model_id=found[0].model_id,
-                    description=f"{found[0].name} of run {self.run_id}: {metric} = {values[metric]:g} ({mode})").version
+                    name,
+                    found[0].artifact_location,
+                    run_id=self.run_id,
+                    model_id=found[0].model_id,
+                    description=f"{found[0].name} of run {self.run_id}: {metric} = {values[metric]:g} ({mode})",
+                ).version
                 client.set_registered_model_alias(name, alias, version)
         except (ValueError, TrackingError):
             raise
         except Exception as exc:
-            raise TrackingError(f"registering the best checkpoint of MLflow run {self.run_id} as {name!r} in "
-                                f"{self.tracking_uri!r} failed: {exc}") from exc
+            raise TrackingError(
+                f"registering the best checkpoint of MLflow run {self.run_id} as {name!r} in "
+                f"{self.tracking_uri!r} failed: {exc}"
+            ) from exc
         return str(version), values[metric]
 
-    def _upload(self, method: str, local: str | Path, artifact_path: str | None, link: ModelLink | None = None) -> None:
+    def _upload(
+        self, method: str, local: str | Path, artifact_path: str | None, link: ModelLink | None = None
+    ) -> None:
         if not self.enabled:
             return
         self._check_started()
@@ -579,7 +650,9 @@ class Tracker:
             warnings.warn(
                 f"could not log artifacts from {str(local)!r} to MLflow run {self.run_id} "
                 f"at {self.tracking_uri!r}: no such {'file' if is_file else 'folder'}",
-                TrackingWarning, stacklevel=3)
+                TrackingWarning,
+                stacklevel=3,
+            )
             return
         try:
             self._outbox.stage(method, source, artifact_path, link)
@@ -587,7 +660,9 @@ class Tracker:
             warnings.warn(
                 f"could not log {str(local)!r} to MLflow run {self.run_id}: staging a copy in "
                 f"the temporary folder {tempfile.gettempdir()} failed ({exc}); it is not uploaded",
-                TrackingWarning, stacklevel=3)
+                TrackingWarning,
+                stacklevel=3,
+            )
             return
         self._queued(False)
 

@@ -36,16 +36,25 @@ if TYPE_CHECKING:
     from rl8.training.config import TrainerConfig
 
 __all__ = [
-    "HEADER", "FlatLayout", "Learner", "actor_state", "check_actor_config", "run_actor",
+    "HEADER",
+    "FlatLayout",
+    "Learner",
+    "actor_state",
+    "check_actor_config",
+    "run_actor",
     "truncated_importance_weights",
 ]
 
 #: The fields of the ``float64`` header an actor sends before each rollout.
 HEADER = (
     "version",  # learner update count of the weights that collected the rollout
-    "episode_return_sum", "episode_length_sum", "episode_count",  # episodes that ended in it
+    "episode_return_sum",
+    "episode_length_sum",
+    "episode_count",  # episodes that ended in it
     "env_records",  # 1: the actor's env records episodes itself (the next three), 0: it does not
-    "env_episode_return_sum", "env_episode_length_sum", "env_episode_count",  # as the env recorded them
+    "env_episode_return_sum",
+    "env_episode_length_sum",
+    "env_episode_count",  # as the env recorded them
     "collect_s",  # seconds the actor spent collecting it
     "wait_s",  # seconds the actor waited for its learner before collecting it
     "env_steps",  # transitions in it
@@ -67,7 +76,9 @@ class FlatLayout:
     the same names, shapes and dtypes agree on it without exchanging it."""
 
     def __init__(self, tensors: Mapping[str, torch.Tensor]) -> None:
-        self.fields: list[tuple[str, torch.Size, torch.dtype, int, int]] = []  # name, shape, dtype, offset, bytes
+        self.fields: list[
+            tuple[str, torch.Size, torch.dtype, int, int]
+        ] = []  # name, shape, dtype, offset, bytes
         offset = 0
         for name, t in tensors.items():
             size = t.numel() * t.element_size()
@@ -105,14 +116,20 @@ def check_actor_config(config: TrainerConfig, algo: PPO, roles: Roles | None) ->
     or ``algo`` is recurrent (not supported with actors)."""
     have = roles.actors if roles is not None else None
     if config.actors != have:
-        how = (f"init_distributed(actors={config.actors}) before building PPO (rl8 train --actors "
-               f"{config.actors} under torchrun)" if config.actors is not None else "no actors")
+        how = (
+            f"init_distributed(actors={config.actors}) before building PPO (rl8 train --actors "
+            f"{config.actors} under torchrun)"
+            if config.actors is not None
+            else "no actors"
+        )
         raise ValueError(
             f"Trainer: actors={config.actors!r} but the process group was set up with actors={have!r}; "
             f"call {how}"
         )
     if roles is not None and algo.recurrent:
-        raise ValueError("Trainer: actors: recurrent models are not supported with actors and learners yet")
+        raise ValueError(
+            "Trainer: actors: recurrent models are not supported with actors and learners yet"
+        )
 
 
 @contextlib.contextmanager
@@ -182,9 +199,13 @@ def run_actor(algo: PPO, config: TrainerConfig, *, env_config: dict[str, Any] | 
             if command == _STATE:  # for a checkpoint: at this rollout boundary
                 _send_state(algo, learner, rank)
                 continue
-            if command == _WEIGHTS:  # the learner's weights of this version: sent, or in the weights file
+            if (
+                command == _WEIGHTS
+            ):  # the learner's weights of this version: sent, or in the weights file
                 if config.weight_sync == "broadcast":
-                    with _p2p(learner, f"actor rank {rank}: receiving weights from learner rank {learner}"):
+                    with _p2p(
+                        learner, f"actor rank {rank}: receiving weights from learner rank {learner}"
+                    ):
                         dist.recv(weights, src=learner, tag=_TAG_WEIGHTS)
                     weights_layout.unpack(weights, _weights(algo))
                 else:
@@ -194,7 +215,11 @@ def run_actor(algo: PPO, config: TrainerConfig, *, env_config: dict[str, Any] | 
             stats = algo.collect(env_config=env_config)
             header = _rollout_header(algo, stats, wait_s=t1 - t0, collect_s=time.perf_counter() - t1)
             with _p2p(learner, f"actor rank {rank}: sending a rollout to learner rank {learner}"):
-                dist.send(torch.tensor([header[k] for k in HEADER], dtype=torch.float64), learner, tag=_TAG_HEADER)
+                dist.send(
+                    torch.tensor([header[k] for k in HEADER], dtype=torch.float64),
+                    learner,
+                    tag=_TAG_HEADER,
+                )
                 dist.send(layout.pack(_leaves(algo.buffer.data), payload), learner, tag=_TAG_ROLLOUT)
     if received_signal[0] is not None:
         raise signal_exit(received_signal[0])
@@ -229,9 +254,15 @@ def _load_weights_file(algo: PPO, folder: Path, version: int) -> None:
         state = None
         with contextlib.suppress(FileNotFoundError, EOFError, RuntimeError):
             state = torch.load(path, weights_only=True, map_location=algo.device)
-        if isinstance(state, dict) and isinstance(state.get("version"), int) and state["version"] >= version:
+        if (
+            isinstance(state, dict)
+            and isinstance(state.get("version"), int)
+            and state["version"] >= version
+        ):
             policy = state.get("policy")
-            if not isinstance(policy, dict) or not all(isinstance(v, torch.Tensor) for v in policy.values()):
+            if not isinstance(policy, dict) or not all(
+                isinstance(v, torch.Tensor) for v in policy.values()
+            ):
                 raise ValueError(f"{path}: expected {{'version': int, 'policy': {{name: tensor}}}}")
             algo.policy.load_state_dict(policy)
             return
@@ -293,7 +324,9 @@ class Learner:
         version = self.algo.steps
         command = _STOP if stop else _WEIGHTS if weights else _GO_ON
         with _p2p(actor, f"learner rank {self.roles.rank}: replying to actor rank {actor}"):
-            dist.send(torch.tensor([command, float(version)], dtype=torch.float64), actor, tag=_TAG_REPLY)
+            dist.send(
+                torch.tensor([command, float(version)], dtype=torch.float64), actor, tag=_TAG_REPLY
+            )
             if weights and self.config.weight_sync == "broadcast":
                 self.weights_layout.pack(_weights(self.algo), self._weights)
                 dist.send(self._weights, actor, tag=_TAG_WEIGHTS)
@@ -308,7 +341,9 @@ class Learner:
             folder = Path(self.config.weight_sync_dir)
             folder.mkdir(parents=True, exist_ok=True)
             weights = {k: v.cpu() for k, v in _weights(self.algo).items()}
-            torch.save({"version": int(self.algo.steps), "policy": weights}, folder / f".{_WEIGHTS_FILE}.tmp")
+            torch.save(
+                {"version": int(self.algo.steps), "policy": weights}, folder / f".{_WEIGHTS_FILE}.tmp"
+            )
             os.replace(folder / f".{_WEIGHTS_FILE}.tmp", folder / _WEIGHTS_FILE)
 
     def start(self) -> None:
@@ -337,8 +372,18 @@ class Learner:
         self.start()
         version, cfg = self.algo.steps, self.config
         fresh: dict[int, float] = {}  # actor -> lag of its rollout in this batch
-        sums = dict.fromkeys(("episode_return_sum", "episode_length_sum", "episode_count", "env_records",
-                              "env_episode_return_sum", "env_episode_length_sum", "env_episode_count"), 0.0)
+        sums = dict.fromkeys(
+            (
+                "episode_return_sum",
+                "episode_length_sum",
+                "episode_count",
+                "env_records",
+                "env_episode_return_sum",
+                "env_episode_length_sum",
+                "env_episode_count",
+            ),
+            0.0,
+        )
         actor_waits, wait_s = [], 0.0
         while len(fresh) < len(self.actors):
             for actor in self.actors:
@@ -374,12 +419,20 @@ class Learner:
         stats = self.algo.collect_received(fill)
         if cfg.importance_weight_cap is not None:
             weights = truncated_importance_weights(self.algo, cfg.importance_weight_cap)
-            stats["monitors/importance_weight_mean"] = reduce_stats(self.dist, means={"w": weights.double().mean()})["w"]
+            stats["monitors/importance_weight_mean"] = reduce_stats(
+                self.dist, means={"w": weights.double().mean()}
+            )["w"]
         self._add_actor_stats(stats, sums, fresh, actor_waits, wait_s)
         return stats
 
-    def _add_actor_stats(self, stats: Stats, sums: dict[str, float], fresh: dict[int, float],
-                         actor_waits: list[float], wait_s: float) -> None:
+    def _add_actor_stats(
+        self,
+        stats: Stats,
+        sums: dict[str, float],
+        fresh: dict[int, float],
+        actor_waits: list[float],
+        wait_s: float,
+    ) -> None:
         """Reduce the actors' numbers over the learners into ``stats``: their episodes' ``sums``,
         the lag of each ``fresh`` rollout, the actors' waits and this learner's ``wait_s`` (s)."""
         counts = {
@@ -394,15 +447,27 @@ class Learner:
         }
         f64 = torch.float64
         reduced = reduce_stats(
-            self.dist, sums={k: torch.tensor(v, dtype=f64) for k, v in {**sums, **counts}.items()},
+            self.dist,
+            sums={k: torch.tensor(v, dtype=f64) for k, v in {**sums, **counts}.items()},
             means={k: torch.tensor(v, dtype=f64) for k, v in means.items()},
         )
-        stats.update(episode_means(
-            "episodes/", reduced["episode_return_sum"], reduced["episode_length_sum"], reduced["episode_count"]
-        ))
+        stats.update(
+            episode_means(
+                "episodes/",
+                reduced["episode_return_sum"],
+                reduced["episode_length_sum"],
+                reduced["episode_count"],
+            )
+        )
         if reduced["env_records"]:  # the actors' envs record episodes themselves
-            stats.update(episode_means("env_episodes/", reduced["env_episode_return_sum"],
-                                       reduced["env_episode_length_sum"], reduced["env_episode_count"]))
+            stats.update(
+                episode_means(
+                    "env_episodes/",
+                    reduced["env_episode_return_sum"],
+                    reduced["env_episode_length_sum"],
+                    reduced["env_episode_count"],
+                )
+            )
         stats.update({k: reduced[k] for k in [*counts, *means]})
 
     def after_update(self) -> None:
@@ -422,7 +487,11 @@ class Learner:
             if not self._waits_for_reply(actor):
                 self._held[actor] = self._receive(actor)
             with _p2p(actor, f"learner rank {self.roles.rank}: asking actor rank {actor} for its state"):
-                dist.send(torch.tensor([_STATE, float(self.algo.steps)], dtype=torch.float64), actor, tag=_TAG_REPLY)
+                dist.send(
+                    torch.tensor([_STATE, float(self.algo.steps)], dtype=torch.float64),
+                    actor,
+                    tag=_TAG_REPLY,
+                )
         return {actor: self._receive_state(actor) for actor in self.actors}
 
     def _receive_state(self, actor: int) -> dict[str, Any]:

@@ -16,9 +16,23 @@ from rl8.fields import did_you_mean, int_at_least, read_numbers
 from rl8.training.config import TrainerConfig
 
 __all__ = [
-    "CONFIG_KEYS", "ConfigError", "MAX_YAML_DEPTH", "MAX_YAML_VALUES", "RESUMABLE_HPARAMS", "RUN_KEYS",
-    "TRAINER_OPTIONS", "assign", "check_config", "hparam_names", "int_option", "load_config",
-    "mapping_option", "parse_assignment", "stop_conditions", "trainer_options", "unknown_hparam",
+    "CONFIG_KEYS",
+    "ConfigError",
+    "MAX_YAML_DEPTH",
+    "MAX_YAML_VALUES",
+    "RESUMABLE_HPARAMS",
+    "RUN_KEYS",
+    "TRAINER_OPTIONS",
+    "assign",
+    "check_config",
+    "hparam_names",
+    "int_option",
+    "load_config",
+    "mapping_option",
+    "parse_assignment",
+    "stop_conditions",
+    "trainer_options",
+    "unknown_hparam",
 ]
 
 #: The Trainer options that ``rl8 train`` takes (in a config file; those marked ``"flag"`` also
@@ -47,8 +61,11 @@ MAX_YAML_DEPTH = 100
 #: are expanded: an alias repeats a whole node, so a few lines can stand for billions of values.
 MAX_YAML_VALUES = 100_000
 #: rl8 1.0's config keys and what replaced them.
-_RL8_1_KEYS = {"algorithm_config": "hparams", "env_cls": "env",
-               "recurrent": "hparams: model_cls (rl8.policies.recurrent.LSTMModel or GRUModel)"}
+_RL8_1_KEYS = {
+    "algorithm_config": "hparams",
+    "env_cls": "env",
+    "recurrent": "hparams: model_cls (rl8.policies.recurrent.LSTMModel or GRUModel)",
+}
 #: Most bytes of a config file.
 MAX_CONFIG_BYTES = 1 << 20
 
@@ -70,8 +87,10 @@ def _safe_yaml(text: str, where: str) -> Any:
             self.depth += 1
             if self.depth > MAX_YAML_DEPTH:
                 mark = self.peek_event().start_mark
-                raise ConfigError(f"{where}: the YAML is nested deeper than {MAX_YAML_DEPTH} levels "
-                                  f"(line {mark.line + 1}); rl8 reads configs up to that depth")
+                raise ConfigError(
+                    f"{where}: the YAML is nested deeper than {MAX_YAML_DEPTH} levels "
+                    f"(line {mark.line + 1}); rl8 reads configs up to that depth"
+                )
             try:
                 return super().compose_node(parent, index)
             finally:
@@ -106,6 +125,7 @@ def parse_assignment(text: str, option: str) -> tuple[list[str], Any]:
     """Split ``"a.b=value"`` into ``(["a", "b"], value)``, the value read as YAML (``[64, 64]``,
     ``true``, ``null``; ``None`` too) with numbers from numeric strings."""
     import yaml
+
     key, sep, value = text.partition("=")
     key = key.strip()
     if not sep or not key:
@@ -132,12 +152,14 @@ def assign(target: dict[str, Any], path: list[str], value: Any) -> None:
 def hparam_names() -> list[str]:
     """The names of :class:`rl8.HParams`' fields."""
     from rl8.ppo.hparams import HParams
+
     return [f.name for f in dataclasses.fields(HParams)]
 
 
 def unknown_hparam(key: Any, where: str) -> ConfigError:
     """The error for a hyper-parameter name that :class:`rl8.HParams` does not have."""
     from rl8.ppo.hparams import unknown_hparam_message
+
     return ConfigError(unknown_hparam_message(key, where))
 
 
@@ -166,6 +188,7 @@ def load_config(path: str | os.PathLike[str]) -> dict[str, Any]:
     keys; a :class:`ConfigError` for an unreadable file, invalid or too large YAML, not a
     mapping, or an unknown key (with close matches)."""
     import yaml
+
     path = Path(path)
     if path.exists() and not path.is_file():  # a device or a pipe would be read forever
         raise ConfigError(f"config file {path} is not a regular file")
@@ -178,7 +201,9 @@ def load_config(path: str | os.PathLike[str]) -> dict[str, Any]:
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     if len(data) > MAX_CONFIG_BYTES:
-        raise ConfigError(f"config file {path} is larger than {MAX_CONFIG_BYTES} bytes (MAX_CONFIG_BYTES)")
+        raise ConfigError(
+            f"config file {path} is larger than {MAX_CONFIG_BYTES} bytes (MAX_CONFIG_BYTES)"
+        )
     try:
         config = _safe_yaml(text, str(path))
     except yaml.YAMLError as exc:  # yaml's own lines (what it expected, where)
@@ -188,8 +213,7 @@ def load_config(path: str | os.PathLike[str]) -> dict[str, Any]:
         config = {}
     if not isinstance(config, dict):
         raise ConfigError(
-            f"{path}: expected a mapping of keys ({', '.join(CONFIG_KEYS)}), "
-            f"got {type(config).__name__}"
+            f"{path}: expected a mapping of keys ({', '.join(CONFIG_KEYS)}), got {type(config).__name__}"
         )
     check_config(config, str(path))
     return config
@@ -205,9 +229,12 @@ def check_config(config: Mapping[str, Any], where: str) -> None:
             valid = ", ".join(CONFIG_KEYS)
             raise ConfigError(f"{where}: unknown key {key!r}{hint} (valid keys: {valid})")
     if config.get("env") is not None and not isinstance(config["env"], str):
-        raise ConfigError(f"{where}: env must be a string (a dotted path or a gymnasium id), got {config['env']!r}")
+        raise ConfigError(
+            f"{where}: env must be a string (a dotted path or a gymnasium id), got {config['env']!r}"
+        )
     if config.get("hparams") is not None:
         from rl8.ppo.hparams import HParams
+
         if not isinstance(config["hparams"], Mapping):
             raise ConfigError(f"{where}: hparams must be a mapping, got {config['hparams']!r}")
         try:  # names checked, numeric strings read as numbers
@@ -240,6 +267,7 @@ def stop_conditions(config: Mapping[str, Any]) -> list[Any]:
     """The stop conditions of a config: its ``stop_conditions`` and ``max_steps`` (a
     ``HitsUpperBound`` on ``env/steps``)."""
     from rl8.training.conditions import HitsUpperBound, from_config
+
     specs = config.get("stop_conditions") or []
     if isinstance(specs, Mapping):
         specs = [specs]

@@ -63,8 +63,12 @@ class EvalEnvs:
 
     def __init__(self, algo: PPO, num_envs: int | None, num_steps: int | None) -> None:
         if num_envs is not None:  # one step of every env at least, before anything is built
-            check_memory(f"eval_num_envs={num_envs}", int(num_envs * algo.buffer.bytes_per_transition), algo.device,
-                         "Use fewer eval envs")
+            check_memory(
+                f"eval_num_envs={num_envs}",
+                int(num_envs * algo.buffer.bytes_per_transition),
+                algo.device,
+                "Use fewer eval envs",
+            )
         self.algo = algo
         self.num_envs = num_envs
         self.num_steps = num_steps
@@ -84,20 +88,22 @@ class EvalEnvs:
     def _second_instance(self, what: str) -> None:
         problem = second_instance_problem(self.algo.env, self.algo.env_spec)
         if problem is not None:
-            raise RuntimeError(f"{what} needs a second instance of the env, but {problem} (docs/simulators.md)")
+            raise RuntimeError(
+                f"{what} needs a second instance of the env, but {problem} (docs/simulators.md)"
+            )
 
     def _build_eval_env(self) -> Any:
         self._second_instance(f"Trainer(eval_num_envs={self.num_envs})")
         algo, hp = self.algo, self.algo.hparams
         size = self.num_envs if self.num_envs is not None else min(hp.num_envs, _ON_DEMAND_EVAL_ENVS)
-        return make_env(algo.env_spec, size, hp.horizon, device=algo.device,
-                        env_kwargs=hp.env_kwargs)
+        return make_env(algo.env_spec, size, hp.horizon, device=algo.device, env_kwargs=hp.env_kwargs)
 
     def _build_record_env(self) -> Any:
         self._second_instance("recording a video")
         algo, hp = self.algo, self.algo.hparams
-        env = make_recording_env(algo.env_spec, env_kwargs=hp.env_kwargs, horizon=hp.horizon,
-                                 device=algo.device)
+        env = make_recording_env(
+            algo.env_spec, env_kwargs=hp.env_kwargs, horizon=hp.horizon, device=algo.device
+        )
         try:
             check_can_render(env)
         except BaseException:
@@ -123,8 +129,12 @@ class EvalEnvs:
                 env, saved = self._eval.get(self._build_eval_env), None
                 limit = episode_limit(env, config) if env.episodic else None
             try:
-                return algo.evaluate(env, env_config=env_config, deterministic=deterministic,
-                                     num_steps=self.num_steps or limit or default_steps)
+                return algo.evaluate(
+                    env,
+                    env_config=env_config,
+                    deterministic=deterministic,
+                    num_steps=self.num_steps or limit or default_steps,
+                )
             finally:
                 # the next collect's reset is then the one it would have been without the eval
                 if saved is not None:
@@ -135,16 +145,29 @@ class EvalEnvs:
         import_imageio()
         self._record.get(self._build_record_env)
 
-    def record(self, path: str | os.PathLike[str], *, deterministic: bool, max_steps: int | None,
-               env_config: dict[str, Any] | None, fps: float | None) -> Path:
+    def record(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        deterministic: bool,
+        max_steps: int | None,
+        env_config: dict[str, Any] | None,
+        fps: float | None,
+    ) -> Path:
         """Record one episode of the policy to ``path`` (see :meth:`rl8.Trainer.record` for the
         arguments), torch's RNG kept; returns the path written."""
         algo = self.algo
         config = {**algo.hparams.env_config, **(env_config or {})}
         with fork_rng(algo.device):
             return record_video(
-                algo.policy, self._record.get(self._build_record_env), path, deterministic=deterministic,
-                max_steps=max_steps, fps=fps, env_config=config or None, seed=algo.seed,
+                algo.policy,
+                self._record.get(self._build_record_env),
+                path,
+                deterministic=deterministic,
+                max_steps=max_steps,
+                fps=fps,
+                env_config=config or None,
+                seed=algo.seed,
             )
 
     def close(self) -> None:

@@ -37,6 +37,8 @@ class RunView(Protocol):
 
     @property
     def checkpoint_dir(self) -> Path: ...
+
+
 #: The stats a line shows as the return, the first the stats have (the env's own records first).
 _RETURN_KEYS = ("env_episodes/return_mean", "episodes/return_mean", "rollout/reward_sum_mean")
 
@@ -84,7 +86,7 @@ def mlflow_ui_command(uri: str) -> str:
         return f"open {uri} (the tracking server already serves the UI)"
     command = f"mlflow ui --backend-store-uri {uri}"
     if uri.startswith("sqlite:///"):
-        db = Path(uri[len("sqlite:///"):])
+        db = Path(uri[len("sqlite:///") :])
         if db.resolve() == (Path.cwd() / "mlflow.db").resolve():
             command = "mlflow ui"
     if importlib.util.find_spec("flask") is None:  # mlflow-skinny: no UI server
@@ -150,7 +152,9 @@ class Progress:
     written to ``stream`` (default ``sys.stderr``). ``mode`` ``None``/``True``: show (in place on a
     terminal, at most every 0.25 s, else a plain line every ``interval_s`` seconds); ``False``: quiet."""
 
-    def __init__(self, mode: bool | None, stream: TextIO | None = None, *, interval_s: float = 10.0) -> None:
+    def __init__(
+        self, mode: bool | None, stream: TextIO | None = None, *, interval_s: float = 10.0
+    ) -> None:
         self.stream = stream if stream is not None else sys.stderr
         try:
             self.tty = bool(self.stream.isatty())
@@ -161,14 +165,18 @@ class Progress:
         self._last_write = -math.inf
         self._width = 0
         self._start: tuple[float, float] | None = None  # (time, env steps) when run() began
-        self._first: dict[int, tuple[float, float]] = {}  # condition: (time, progress or stat) first seen
+        self._first: dict[
+            int, tuple[float, float]
+        ] = {}  # condition: (time, progress or stat) first seen
         self._trends: dict[int, deque[tuple[float, float]]] = {}  # condition: (time, value)s
         self._target: int | None = None  # the condition the line names
         self._latest_returns: dict[str, float | None] = {"return": None, "eval return": None}
         self._wrote = False
         self._announced = False
 
-    def _gap_closed(self, i: int, condition: Condition, stats: Mapping[str, float], now: float) -> float | None:
+    def _gap_closed(
+        self, i: int, condition: Condition, stats: Mapping[str, float], now: float
+    ) -> float | None:
         """A bound on a stat that is not a counter: the fraction of the gap from the stat's first
         value to the bound closed so far (its values feed the trend)."""
         if not isinstance(condition, (HitsUpperBound, HitsLowerBound)):
@@ -217,8 +225,14 @@ class Progress:
         keep = current in closeness and closeness[nearest] < closeness[current] + SWITCH_MARGIN
         return current if keep else nearest
 
-    def update(self, stats: Mapping[str, float], conditions: Sequence[Condition], *, force: bool = False,
-               held: Sequence[bool] | None = None) -> None:
+    def update(
+        self,
+        stats: Mapping[str, float],
+        conditions: Sequence[Condition],
+        *,
+        force: bool = False,
+        held: Sequence[bool] | None = None,
+    ) -> None:
         """Record a step's ``stats``, the run's stop ``conditions`` and which of them ``held`` at
         this step (``None``: none); redraw the line if the last draw is old enough, or now when
         ``force`` (the final state of a run)."""
@@ -232,7 +246,9 @@ class Progress:
                 self._latest_returns[name] = float(stats[key])
         steps = float(stats.get("env/steps", 0.0))
         if self._start is None:  # the run started one step ago, which took this long
-            seconds = (stats.get("profiling/collect_ms", 0.0) + stats.get("profiling/step_ms", 0.0)) / 1e3
+            seconds = (
+                stats.get("profiling/collect_ms", 0.0) + stats.get("profiling/step_ms", 0.0)
+            ) / 1e3
             rate = stats.get("throughput/env_steps_per_s", 0.0)
             self._start = (now - seconds, steps - rate * seconds)
         closeness, etas = {}, {}  # by condition: the fraction done; a counter's or clock's ETA
@@ -248,11 +264,17 @@ class Progress:
         self._last_write = now
         t0, steps0 = self._start
         rate = (steps - steps0) / max(now - t0, 1e-9)
-        parts = [f"rl8 {_format_count(steps)} env steps", f"{_format_count(rate)} steps/s", *self._returns()]
+        parts = [
+            f"rl8 {_format_count(steps)} env steps",
+            f"{_format_count(rate)} steps/s",
+            *self._returns(),
+        ]
         if target in closeness:
             condition, done = conditions[target], held[target]
-            parts.append(f"{100 if done else min(99, math.floor(100 * closeness[target]))}% to "
-                         f"{_condition_label(condition)}")
+            parts.append(
+                f"{100 if done else min(99, math.floor(100 * closeness[target]))}% to "
+                f"{_condition_label(condition)}"
+            )
             if target in etas:
                 if (eta := 0.0 if done else etas[target]) is not None:
                     parts.append(f"ETA {_format_duration(eta)}")
@@ -264,7 +286,9 @@ class Progress:
         self._write(" | ".join(parts))
 
     def _returns(self) -> list[str]:
-        return [f"{name} {value:.4g}" for name, value in self._latest_returns.items() if value is not None]
+        return [
+            f"{name} {value:.4g}" for name, value in self._latest_returns.items() if value is not None
+        ]
 
     def _write(self, line: str) -> None:
         if self.tty:
@@ -294,8 +318,14 @@ class Progress:
         if self.enabled:
             self._print(results_lines(trainer))
 
-    def summary(self, stats: Mapping[str, float], stopped_by: Condition | None, *,
-                held_at_checkpoint: bool = False, callback: str | None = None) -> None:
+    def summary(
+        self,
+        stats: Mapping[str, float],
+        stopped_by: Condition | None,
+        *,
+        held_at_checkpoint: bool = False,
+        callback: str | None = None,
+    ) -> None:
         """The last line of a run: what stopped it (``stopped_by``, the conditions that held at
         the checkpoint resumed from, or the ``callback`` named), after how many env steps and
         how long, with the latest returns."""
@@ -305,9 +335,11 @@ class Progress:
         steps = float(stats.get("env/steps", 0.0))
         seconds = time.monotonic() - self._start[0] if self._start is not None else 0.0
         if held_at_checkpoint:
-            cause = (f"stopped by {stopped_by!r}, which already held at the checkpoint's step"
-                     if stopped_by is not None
-                     else "stopped: the stop conditions already held at the checkpoint's step")
+            cause = (
+                f"stopped by {stopped_by!r}, which already held at the checkpoint's step"
+                if stopped_by is not None
+                else "stopped: the stop conditions already held at the checkpoint's step"
+            )
         elif stopped_by is not None:
             cause = f"stopped by {stopped_by!r}"
         elif callback is not None:

@@ -35,7 +35,11 @@ from rl8.tracking.common import TrackingWarning
 from rl8.training.conditions import Condition, with_current_stat_names
 
 __all__ = [
-    "RESUMING", "RunRecord", "absolute_tracking_uri", "algo_from_checkpoint", "check_finite_policy",
+    "RESUMING",
+    "RunRecord",
+    "absolute_tracking_uri",
+    "algo_from_checkpoint",
+    "check_finite_policy",
     "rank_entry",
 ]
 
@@ -95,12 +99,16 @@ class RunRecord:
             )
             return False
         configs = [condition.to_config() for condition in conditions]
-        return self.stop_conditions_met and None not in configs and configs == self.stop_condition_configs
+        return (
+            self.stop_conditions_met and None not in configs and configs == self.stop_condition_configs
+        )
 
 
 #: While :meth:`rl8.Trainer.from_checkpoint` builds a Trainer: the checkpoint file it resumes from
 #: (absolute; the Trainer may write into its folder) and the file's record of the run.
-RESUMING: contextvars.ContextVar[tuple[Path, RunRecord] | None] = contextvars.ContextVar("rl8_resuming", default=None)
+RESUMING: contextvars.ContextVar[tuple[Path, RunRecord] | None] = contextvars.ContextVar(
+    "rl8_resuming", default=None
+)
 
 
 def check_finite_policy(policy: torch.nn.Module, step: int, last_checkpoint: Path | None) -> None:
@@ -126,8 +134,15 @@ def rank_entry(algo_state: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in algo_state.items() if k not in _SHARED_ALGO_KEYS}
 
 
-def write_checkpoint(state: dict[str, Any], path: Any, folder: Path | None, keep_last: int | None, step: int,
-                     dist: DistContext, actors: dict[int, dict[str, Any]] | None = None) -> Path:
+def write_checkpoint(
+    state: dict[str, Any],
+    path: Any,
+    folder: Path | None,
+    keep_last: int | None,
+    step: int,
+    dist: DistContext,
+    actors: dict[int, dict[str, Any]] | None = None,
+) -> Path:
     """Write a Trainer checkpoint on rank 0 to ``path``, or (``None``) as ``folder``'s numbered
     checkpoint keeping the last ``keep_last``, with every rank's own algo state and every
     learner's ``actors`` states by rank (:meth:`rl8.training.actors.Learner.actor_states`).
@@ -142,7 +157,9 @@ def write_checkpoint(state: dict[str, Any], path: Any, folder: Path | None, keep
     def write() -> Path:
         if ranks is not None:
             state["distributed"] = {"world_size": dist.world_size, "ranks": ranks}
-        entries = {rank: entry for states in actor_states or () for rank, entry in (states or {}).items()}
+        entries = {
+            rank: entry for states in actor_states or () for rank, entry in (states or {}).items()
+        }
         if roles is not None and entries and len(entries) == roles.actors:  # all of them or none
             state["actors"] = {"world_size": roles.world_size, "actors": roles.actors, "ranks": entries}
         if path is None:
@@ -154,7 +171,9 @@ def write_checkpoint(state: dict[str, Any], path: Any, folder: Path | None, keep
     return dist.on_main(write)
 
 
-def log_policy_artifacts(tracker: Any, policy: torch.nn.Module, env: dict[str, Any], checkpoint: Path, step: int) -> None:
+def log_policy_artifacts(
+    tracker: Any, policy: torch.nn.Module, env: dict[str, Any], checkpoint: Path, step: int
+) -> None:
     """Log the policy as an MLflow model folder (:func:`rl8.io.mlflow_model.save_model`: the
     run's ``policy/`` artifacts and the logged model ``checkpoint-<step>``, linked to the
     metrics of env step ``step``) and the ``rl8/checkpoint.json`` pointer to ``checkpoint``;
@@ -173,11 +192,19 @@ def log_policy_artifacts(tracker: Any, policy: torch.nn.Module, env: dict[str, A
             f"the policy and checkpoint pointer of {checkpoint} were not (all) logged to MLflow run "
             f"{tracker.run_id}: {type(exc).__name__}: {exc} (staging folder {tempfile.gettempdir()}); "
             "the checkpoint is written and training goes on",
-            TrackingWarning, stacklevel=3)
+            TrackingWarning,
+            stacklevel=3,
+        )
 
 
-def algo_from_checkpoint(file: Path, state: Mapping[str, Any], *, env: Any, hparams: Mapping[str, Any] | None,
-                         trust_code: bool) -> PPO:
+def algo_from_checkpoint(
+    file: Path,
+    state: Mapping[str, Any],
+    *,
+    env: Any,
+    hparams: Mapping[str, Any] | None,
+    trust_code: bool,
+) -> PPO:
     """The PPO that the Trainer checkpoint ``state`` (read from ``file``) describes, with its state
     loaded, its ``env`` (``None``: the stored one) and ``hparams`` given over the stored ones;
     every class the file names is looked up in :mod:`rl8.registry` and checked for its kind
@@ -203,7 +230,9 @@ def algo_from_checkpoint(file: Path, state: Mapping[str, Any], *, env: Any, hpar
         if spec_from_env_info(env_info, source=file, trust_code=trust_code) is not None:
             spec = env_info["spec"]
     else:  # the stored env_kwargs go to your env: a GymnasiumEnv's env id is checked
-        check_stored_env_kwargs(env_target(env).target, stored.get("env_kwargs"), source=file, trust_code=trust_code)
+        check_stored_env_kwargs(
+            env_target(env).target, stored.get("env_kwargs"), source=file, trust_code=trust_code
+        )
     if spec is None:
         raise ValueError(
             f"{file}: the env was a callable or an env object that a checkpoint cannot name; pass it "
@@ -214,14 +243,21 @@ def algo_from_checkpoint(file: Path, state: Mapping[str, Any], *, env: Any, hpar
     try:
         algo = PPO(spec, **hp)
     except (TypeError, ValueError) as exc:  # one line naming the field, the value and what it must be
-        raise exc if isinstance(exc, CheckpointError) else CheckpointError(
-            f"{file}: its hyper-parameters{' (with those given)' if hparams else ''} do not build: {exc}") from exc
+        raise (
+            exc
+            if isinstance(exc, CheckpointError)
+            else CheckpointError(
+                f"{file}: its hyper-parameters{' (with those given)' if hparams else ''} do not build: {exc}"
+            )
+        ) from exc
     policy_info = state["trainer"].get("policy")
     if isinstance(policy_info, Mapping) and env is not None:
         check_env_spaces(
-            algo.env, space_from_dict(policy_info["observation_space"]),
+            algo.env,
+            space_from_dict(policy_info["observation_space"]),
             space_from_dict(policy_info["action_space"]),
-            what=f"Trainer.from_checkpoint: env={env!r}", source=file,
+            what=f"Trainer.from_checkpoint: env={env!r}",
+            source=file,
         )
     roles = current_roles()
     is_actor = roles is not None and roles.is_actor  # its weights come from its learner
@@ -238,9 +274,13 @@ def _load_algo_state(algo: PPO, algo_state: Mapping[str, Any], file: Path) -> No
     """``algo.load_state_dict(algo_state)``; a :class:`~rl8.io.checkpoint.CheckpointError` naming
     the entry for weights that hold NaN or inf or do not fit the model."""
     weights = algo_state.get("policy")
-    if not isinstance(weights, Mapping) or not all(isinstance(v, torch.Tensor) for v in weights.values()):
-        raise CheckpointError(f"{file}: entry 'algo.policy' must be a dict of tensors by name, "
-                              f"got {type(weights).__name__}")
+    if not isinstance(weights, Mapping) or not all(
+        isinstance(v, torch.Tensor) for v in weights.values()
+    ):
+        raise CheckpointError(
+            f"{file}: entry 'algo.policy' must be a dict of tensors by name, "
+            f"got {type(weights).__name__}"
+        )
     check_finite_weights(weights, f"{file}: entry 'algo.policy':")
     try:
         algo.load_state_dict(algo_state)
@@ -257,7 +297,7 @@ def _load_algo_state(algo: PPO, algo_state: Mapping[str, Any], file: Path) -> No
 def absolute_tracking_uri(uri: str) -> str:
     """A tracking URI that still names the same store from another working directory."""
     if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
-        path = uri[len("sqlite:///"):]
+        path = uri[len("sqlite:///") :]
         if path and path != ":memory:":
             return "sqlite:///" + str(Path(path).absolute())
     elif "://" not in uri and Path(uri).is_dir():  # a plain folder (file store)

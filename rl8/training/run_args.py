@@ -38,8 +38,12 @@ def check_eval_plan(steps_per_eval: int | None, eval_env_config: Mapping[str, An
         )
 
 
-def as_conditions(stop_conditions: Condition | Sequence[Condition] | None, *, max_env_steps: int | None = None,
-                  max_seconds: float | None = None) -> list[Condition]:
+def as_conditions(
+    stop_conditions: Condition | Sequence[Condition] | None,
+    *,
+    max_env_steps: int | None = None,
+    max_seconds: float | None = None,
+) -> list[Condition]:
     """``Trainer.run``'s ``stop_conditions`` as a list, each checked to be a Condition, then
     ``HitsUpperBound("env/steps", max_env_steps)`` and ``TimeLimit(max_seconds)`` when given."""
     if stop_conditions is None:
@@ -47,8 +51,10 @@ def as_conditions(stop_conditions: Condition | Sequence[Condition] | None, *, ma
     elif isinstance(stop_conditions, Condition):
         conditions = [stop_conditions]
     elif isinstance(stop_conditions, (str, bytes)) or not isinstance(stop_conditions, Iterable):
-        raise TypeError(f"Trainer.run: stop_conditions must be a rl8.training.conditions.Condition or a list of them, "
-                        f"got {stop_conditions!r}")
+        raise TypeError(
+            f"Trainer.run: stop_conditions must be a rl8.training.conditions.Condition or a list of them, "
+            f"got {stop_conditions!r}"
+        )
     else:
         conditions = list(stop_conditions)
     for i, condition in enumerate(conditions):
@@ -65,7 +71,9 @@ def as_conditions(stop_conditions: Condition | Sequence[Condition] | None, *, ma
     return conditions
 
 
-def check_run_plan(config: TrainerConfig, conditions: Sequence[Condition], steps_per_eval: int | None) -> None:
+def check_run_plan(
+    config: TrainerConfig, conditions: Sequence[Condition], steps_per_eval: int | None
+) -> None:
     """Before training, check what the Trainer's ``config`` and the run's stop ``conditions`` need
     of evaluations (every ``steps_per_eval`` training steps, ``None``: never): a
     ``MissingStatError`` for a condition on an ``eval/`` stat in a run that never evaluates (it
@@ -79,7 +87,7 @@ def check_run_plan(config: TrainerConfig, conditions: Sequence[Condition], steps
                     f"Trainer.run: stop_conditions[{i}] {condition!r} reads {name!r}, an evaluation "
                     "stat, but this run never evaluates (steps_per_eval=None), so it could never "
                     "hold: pass steps_per_eval=N to evaluate every N training steps (rl8 train: "
-                    f"--steps-per-eval N), or bound the training stat {name[len(EVAL_PREFIX):]!r}"
+                    f"--steps-per-eval N), or bound the training stat {name[len(EVAL_PREFIX) :]!r}"
                 )
     if config.record_every is not None and steps_per_eval is None:
         raise ValueError(

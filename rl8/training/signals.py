@@ -29,7 +29,9 @@ def handling(signums: list[int | None], handler: Callable[[int, Any], None]) -> 
     previous: dict[int, Any] = {}
     try:
         if threading.current_thread() is threading.main_thread():
-            previous = {signum: signal.signal(signum, handler) for signum in signums if signum is not None}
+            previous = {
+                signum: signal.signal(signum, handler) for signum in signums if signum is not None
+            }
         yield
     finally:
         for signum, old in previous.items():
@@ -52,7 +54,9 @@ class StopSignals:
 
     def installed(self) -> contextlib.AbstractContextManager:
         """Handle the signals in this block (only in the main thread)."""
-        return handling([signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGUSR1", None)], self._on_signal)
+        return handling(
+            [signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGUSR1", None)], self._on_signal
+        )
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         if signum == getattr(signal, "SIGUSR1", None):
@@ -71,7 +75,9 @@ class StopSignals:
         if not self.dist.enabled:
             return stop
         requested = self._checkpoint_requested
-        flags = self.dist.max([float(stop and self.dist.is_main), float(requested), float(self.stop_signal or 0)])
+        flags = self.dist.max(
+            [float(stop and self.dist.is_main), float(requested), float(self.stop_signal or 0)]
+        )
         if requested:
             self._checkpoint_requested = False
         self._agreed = (bool(flags[1]), int(flags[2]) or None)

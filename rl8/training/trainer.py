@@ -74,6 +74,7 @@ def _memory_stats(device: torch.device) -> dict[str, float]:
         out["memory/rss_mb"] = resident_pages * os.sysconf("SC_PAGE_SIZE") / 2**20
     with contextlib.suppress(ImportError, OSError):  # no resource module: Windows
         import resource
+
         maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         out["memory/max_rss_mb"] = maxrss / (2**20 if sys.platform == "darwin" else 2**10)
     if device.type == "cuda":
@@ -105,7 +106,9 @@ class Trainer:
 
     def __init__(self, algo: PPO, config: TrainerConfig | None = None, **options: Any) -> None:
         if config is not None and not isinstance(config, TrainerConfig):
-            raise TypeError(f"Trainer: config must be a rl8.training.config.TrainerConfig or None, got {config!r}")
+            raise TypeError(
+                f"Trainer: config must be a rl8.training.config.TrainerConfig or None, got {config!r}"
+            )
         self.config = config = (config or TrainerConfig()).replace(**options)
         self.algo = algo
         self.env_spec = env_spec_string(algo.env_spec)
@@ -120,7 +123,9 @@ class Trainer:
         # set by from_checkpoint: the checkpoint resumed from and what it records of the run
         self._resumed_file, self._resumed = RESUMING.get() or (None, None)
         self.last_checkpoint: Path | None = self._resumed_file
-        self._last_checkpoint_step: int | None = None if self._resumed_file is None else int(algo.env_steps)
+        self._last_checkpoint_step: int | None = (
+            None if self._resumed_file is None else int(algo.env_steps)
+        )
         self._ignore_stop_signals = False  # while a signal exit ends the run (bounded)
         self._run_start_wait_s: float | None = None  # 0: a signal's checkpoint waits for no run start
         # data-parallel training: only rank 0 talks to MLflow and writes checkpoints
@@ -130,17 +135,25 @@ class Trainer:
         self.is_actor = roles is not None and roles.is_actor
         self._learner = Learner(algo, config) if roles is not None and not self.is_actor else None
         self.tracker = Tracker(
-            experiment=self.experiment, run_name=config.run_name, tracking_uri=config.tracking_uri,
-            run_id=config.run_id, enabled=config.tracking and self._dist.is_main,
-            asynchronous=config.async_logging, end_at_exit=True, system_metrics=config.system_metrics,
+            experiment=self.experiment,
+            run_name=config.run_name,
+            tracking_uri=config.tracking_uri,
+            run_id=config.run_id,
+            enabled=config.tracking and self._dist.is_main,
+            asynchronous=config.async_logging,
+            end_at_exit=True,
+            system_metrics=config.system_metrics,
             tags={"mlflow.parentRunId": config.parent_run_id} if config.parent_run_id else None,
             log_every=config.log_every,
         )
         # a new run in a local store (SQLite, a folder) starts in the logging thread, while the
         # first steps run: importing MLflow and migrating a new store take seconds
         background = (
-            config.async_logging and self.tracker.enabled and self.tracker.is_local
-            and config.run_id is None and not self._dist.enabled
+            config.async_logging
+            and self.tracker.enabled
+            and self.tracker.is_local
+            and config.run_id is None
+            and not self._dist.enabled
         )
         # the checkpoint folder belongs to this run alone (rank 0 holds the claim): claimed
         # before the MLflow run starts, so that an unusable folder creates no run
@@ -160,8 +173,9 @@ class Trainer:
         written (actors write no checkpoints: they claim nothing); then start the run now
         (unless in the ``background``). Returns the run id and the checkpoint folder."""
         if not self.is_actor and self._checkpoint_dir is not None:
-            self._dir_lock = CheckpointDirLock(self._checkpoint_dir, run_id=self.config.run_id,
-                                               resumed_from=self._resumed_file)
+            self._dir_lock = CheckpointDirLock(
+                self._checkpoint_dir, run_id=self.config.run_id, resumed_from=self._resumed_file
+            )
         elif not self.is_actor:
             check_writable_folder(self._checkpoints_root)
         if background:
@@ -193,7 +207,9 @@ class Trainer:
             name = self._run_id or f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
             folder = self._checkpoints_root / name
             if not self.is_actor:
-                self._dir_lock = CheckpointDirLock(folder, run_id=self._run_id, resumed_from=self._resumed_file)
+                self._dir_lock = CheckpointDirLock(
+                    folder, run_id=self._run_id, resumed_from=self._resumed_file
+                )
             self._checkpoint_dir = folder
         return self._checkpoint_dir
 
@@ -230,7 +246,9 @@ class Trainer:
                 "Trainer.run (call run() on every rank)"
             )
         t0 = time.perf_counter()
-        collect = learner.collect(env_config) if learner is not None else algo.collect(env_config=env_config)
+        collect = (
+            learner.collect(env_config) if learner is not None else algo.collect(env_config=env_config)
+        )
         t1 = time.perf_counter()
         update = algo.update()
         if learner is not None:
@@ -282,7 +300,9 @@ class Trainer:
         stats["profiling/eval_ms"] = 1000.0 * (time.perf_counter() - t0)
         return stats
 
-    def eval(self, *, env_config: dict[str, Any] | None = None, deterministic: bool = True) -> TrainStats:
+    def eval(
+        self, *, env_config: dict[str, Any] | None = None, deterministic: bool = True
+    ) -> TrainStats:
         """Evaluate the policy without touching training state (torch's RNG included); returns and
         logs at the current ``env/steps`` its ``eval/<rollout stat>`` and ``profiling/eval_ms``
         (see :class:`~rl8.training.eval_envs.EvalEnvs`, ``docs/trainer.md``).
@@ -319,8 +339,9 @@ class Trainer:
         self._check_open()
         if path is None:
             path = self.checkpoint_dir / "videos" / f"video-{int(self.algo.env_steps)}.mp4"
-        written = self.eval_envs.record(path, deterministic=deterministic, max_steps=max_steps,
-                                    env_config=env_config, fps=fps)
+        written = self.eval_envs.record(
+            path, deterministic=deterministic, max_steps=max_steps, env_config=env_config, fps=fps
+        )
         if self.tracker.enabled and self._dist.is_main:
             self.tracker.log_artifact(written, "videos")  # queued with async_logging
         return written
@@ -372,8 +393,10 @@ class Trainer:
         callbacks = as_callbacks(callbacks)
         if eval_env_config is None:
             eval_env_config = env_config
-        check_env_configs(self.algo, {"Trainer.run: env_config": env_config,
-                                      "Trainer.run: eval_env_config": eval_env_config})
+        check_env_configs(
+            self.algo,
+            {"Trainer.run: env_config": env_config, "Trainer.run: eval_env_config": eval_env_config},
+        )
         self._run_args = {
             "env_config": dict(env_config) if env_config else None,
             "eval_env_config": dict(eval_env_config) if eval_env_config else None,
@@ -393,20 +416,35 @@ class Trainer:
                 "stop_conditions=HitsUpperBound('episodes/return_mean', 475)",
                 stacklevel=2,
             )
-        stats = self._train_until(conditions, callbacks, finished=finished, env_config=env_config,
-                                  eval_env_config=eval_env_config, steps_per_eval=steps_per_eval)
+        stats = self._train_until(
+            conditions,
+            callbacks,
+            finished=finished,
+            env_config=env_config,
+            eval_env_config=eval_env_config,
+            steps_per_eval=steps_per_eval,
+        )
         if self.config.register_as is not None and self.tracker.enabled:
             self.register_best()
         return stats
 
-    def _train_until(self, conditions: list[Condition], callbacks: Sequence[CallbackLike], *, finished: bool,
-                     env_config: dict[str, Any] | None, eval_env_config: dict[str, Any] | None,
-                     steps_per_eval: int | None) -> TrainStats:
+    def _train_until(
+        self,
+        conditions: list[Condition],
+        callbacks: Sequence[CallbackLike],
+        *,
+        finished: bool,
+        env_config: dict[str, Any] | None,
+        eval_env_config: dict[str, Any] | None,
+        steps_per_eval: int | None,
+    ) -> TrainStats:
         """:meth:`run`'s loop: train, evaluate when due, call back, log, check the stop conditions,
         checkpoint when due, act on signals; then the last checkpoint. No step when
         ``finished`` (the conditions held at the checkpoint resumed from)."""
         algo, config = self.algo, self.config
-        progress = Progress(config.progress if self._dist.is_main else False, interval_s=config.progress_every_s)
+        progress = Progress(
+            config.progress if self._dist.is_main else False, interval_s=config.progress_every_s
+        )
         signals = StopSignals(self._dist, lambda: self._ignore_stop_signals)
         stats = TrainStats(self._counters())
         held = [False] * len(conditions)  # which conditions held at the latest step
@@ -421,7 +459,10 @@ class Trainer:
                     evaluated = steps_per_eval is not None and algo.steps % steps_per_eval == 0
                     if evaluated:
                         stats.update(self._eval(eval_env_config, deterministic=True))
-                        if config.record_every and (algo.steps // steps_per_eval) % config.record_every == 0:
+                        if (
+                            config.record_every
+                            and (algo.steps // steps_per_eval) % config.record_every == 0
+                        ):
                             stats.update(self._record_eval(eval_env_config))
                     stopped_by_callback = run_callbacks(callbacks, self, stats, evaluated)
                     self._log(stats, evaluated=evaluated)
@@ -439,8 +480,12 @@ class Trainer:
                 self.stopped_by = next((c for c, fired in zip(conditions, held) if fired), None)
                 if finished and len(conditions) == 1:  # then it is the one that held
                     self.stopped_by = conditions[0]
-                progress.summary(stats, self.stopped_by, held_at_checkpoint=finished,
-                                 callback=None if stopped_by_callback is None else callback_name(stopped_by_callback))
+                progress.summary(
+                    stats,
+                    self.stopped_by,
+                    held_at_checkpoint=finished,
+                    callback=None if stopped_by_callback is None else callback_name(stopped_by_callback),
+                )
                 if self._last_checkpoint_step != algo.env_steps:
                     self.save_checkpoint()
                 signals.agree(False)
@@ -461,9 +506,13 @@ class Trainer:
                 # stopping on a signal failed (e.g. its checkpoint): still the signal's exit
                 self._close_killed()
                 if self._dist.is_main:
-                    print(f"rl8: {signal.Signals(signals.stop_signal).name}: {type(exc).__name__}: {exc} while "
-                          f"stopping; latest checkpoint: {self.last_checkpoint}"
-                          f"{self.tracker.end_report('KILLED')}", file=sys.stderr, flush=True)
+                    print(
+                        f"rl8: {signal.Signals(signals.stop_signal).name}: {type(exc).__name__}: {exc} while "
+                        f"stopping; latest checkpoint: {self.last_checkpoint}"
+                        f"{self.tracker.end_report('KILLED')}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                 raise signal_exit(signals.stop_signal) from exc
         return stats
 
@@ -472,7 +521,10 @@ class Trainer:
         if not self._dist.is_main:
             return TrainStats()
         t0 = time.perf_counter()
-        self.record(self.checkpoint_dir / "videos" / f"eval-{int(self.algo.env_steps)}.mp4", env_config=env_config)
+        self.record(
+            self.checkpoint_dir / "videos" / f"eval-{int(self.algo.env_steps)}.mp4",
+            env_config=env_config,
+        )
         return TrainStats({"profiling/record_ms": 1000.0 * (time.perf_counter() - t0)})
 
     def _handle_signals(self, signals: StopSignals, progress: Progress) -> None:
@@ -491,8 +543,12 @@ class Trainer:
             self.save_checkpoint(wait_for_run=False)
         self._close_killed()
         if self._dist.is_main:
-            print(f"rl8: {signal.Signals(signum).name}: checkpoint written to {self.last_checkpoint}"
-                  f"{self.tracker.end_report('KILLED')}", file=sys.stderr, flush=True)
+            print(
+                f"rl8: {signal.Signals(signum).name}: checkpoint written to {self.last_checkpoint}"
+                f"{self.tracker.end_report('KILLED')}",
+                file=sys.stderr,
+                flush=True,
+            )
         progress.results(self)
         raise signal_exit(signum)
 
@@ -500,21 +556,33 @@ class Trainer:
         """:attr:`config` with what this Trainer resolved (its MLflow run, absolute tracking URI,
         checkpoint folder): what a checkpoint stores. Waits for a run still starting."""
         return self.config.replace(
-            run_id=self.run_id, experiment=self.experiment, run_name=self.tracker.run_name,
-            tracking_uri=absolute_tracking_uri(self.tracker.tracking_uri), tracking=self.tracker.enabled,
-            checkpoint_dir=str(self.checkpoint_dir), metadata=self.metadata,
+            run_id=self.run_id,
+            experiment=self.experiment,
+            run_name=self.tracker.run_name,
+            tracking_uri=absolute_tracking_uri(self.tracker.tracking_uri),
+            tracking=self.tracker.enabled,
+            checkpoint_dir=str(self.checkpoint_dir),
+            metadata=self.metadata,
         )
 
     def _env_info(self) -> dict[str, Any]:  # as a policy file records it
         hp = self.algo.hparams
-        return {"spec": self.env_spec, "env_kwargs": dict(hp.env_kwargs), "env_config": dict(hp.env_config)}
+        return {
+            "spec": self.env_spec,
+            "env_kwargs": dict(hp.env_kwargs),
+            "env_config": dict(hp.env_config),
+        }
 
     def _run_record(self) -> RunRecord:
         """The record of the latest :meth:`run`, completed by that of the checkpoint this Trainer
         resumed from."""
         conditions = self._conditions
-        record = RunRecord(self._run_args, [c.state_dict() for c in conditions], [c.to_config() for c in conditions],
-                           self._conditions_met)
+        record = RunRecord(
+            self._run_args,
+            [c.state_dict() for c in conditions],
+            [c.to_config() for c in conditions],
+            self._conditions_met,
+        )
         saved = self._resumed
         if saved is not None and not self._conditions and saved.stop_conditions:
             record = dataclasses.replace(saved, run=record.run)
@@ -536,7 +604,9 @@ class Trainer:
             "versions": {"rl8": __version__, "torch": str(torch.__version__)},
         }
 
-    def save_checkpoint(self, path: str | os.PathLike[str] | None = None, *, wait_for_run: bool = True) -> Path:
+    def save_checkpoint(
+        self, path: str | os.PathLike[str] | None = None, *, wait_for_run: bool = True
+    ) -> Path:
         """Write a checkpoint (:meth:`state_dict`) atomically, log the policy and the
         ``rl8/checkpoint.json`` pointer to the MLflow run (see ``docs/checkpoints.md``), and
         return the path written. In data-parallel training every rank calls it at the same step
@@ -564,8 +634,9 @@ class Trainer:
         if folder is not None and self._dir_lock is not None:  # rank 0: the folder's lock names the run
             self._dir_lock.set_run_id(self.run_id)
         actors = self._learner.actor_states() if self._learner is not None else None
-        written = write_checkpoint(self.state_dict(), path, folder, self.config.keep_checkpoints, step, self._dist,
-                                   actors)
+        written = write_checkpoint(
+            self.state_dict(), path, folder, self.config.keep_checkpoints, step, self._dist, actors
+        )
         self.last_checkpoint = written
         self._last_checkpoint_step = step
         if self.tracker.enabled and not self.closed:
@@ -609,7 +680,8 @@ class Trainer:
         config = TrainerConfig.from_stored(saved)
         tracking = kwargs.pop("tracking", config.tracking)
         config = config.replace(
-            tracking=tracking, run_id=config.run_id if tracking else None,
+            tracking=tracking,
+            run_id=config.run_id if tracking else None,
             tracking_uri=tracking_uri or config.tracking_uri,
         )
         token = RESUMING.set((file.absolute(), RunRecord.from_checkpoint(saved)))
@@ -618,8 +690,9 @@ class Trainer:
         finally:
             RESUMING.reset(token)
 
-    def register_best(self, name: str | None = None, *, metric: str | None = None,
-                      mode: str | None = None) -> str | None:
+    def register_best(
+        self, name: str | None = None, *, metric: str | None = None, mode: str | None = None
+    ) -> str | None:
         """Register the run's best checkpoint (its logged model with the best ``metric``) in
         MLflow's Model Registry as a new version of ``name`` with the alias ``best``
         (``load_policy("models:/NAME@best")``) and return the new version, or ``None`` when the
@@ -637,16 +710,23 @@ class Trainer:
         self._check_open()
         name = name or self.config.register_as
         if not name or not self.tracker.enabled:
-            raise ValueError(f"Trainer.register_best: needs a name (register_as) and tracking, got name={name!r}")
+            raise ValueError(
+                f"Trainer.register_best: needs a name (register_as) and tracking, got name={name!r}"
+            )
         metric = metric or self.config.register_metric
         try:
-            version, value = self.tracker.register_best(name, metric, mode=mode or self.config.register_mode)
+            version, value = self.tracker.register_best(
+                name, metric, mode=mode or self.config.register_mode
+            )
         except TrackingError as exc:
             warnings.warn(str(exc), TrackingWarning, stacklevel=2)
             return None
         if self.config.progress is not False:
-            print(f"rl8: registered models:/{name}/{version} (alias best): {metric} = {value:g}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"rl8: registered models:/{name}/{version} (alias best): {metric} = {value:g}",
+                file=sys.stderr,
+                flush=True,
+            )
         return version
 
     def learn(self, env_steps: int, **run_options: Any) -> TrainStats:
@@ -708,7 +788,9 @@ class Trainer:
         if exc_type is None:
             self.close("FINISHED")
         else:
-            self._close_while_raising("KILLED" if issubclass(exc_type, (KeyboardInterrupt, SystemExit)) else "FAILED")
+            self._close_while_raising(
+                "KILLED" if issubclass(exc_type, (KeyboardInterrupt, SystemExit)) else "FAILED"
+            )
         return False
 
     def __repr__(self) -> str:

@@ -27,8 +27,16 @@ from rl8.ppo.algorithm import make_env
 from rl8.ppo.resolve import env_target
 
 __all__ = [
-    "DEFAULT_MAX_STEPS", "RenderError", "check_can_render", "episode_limit", "fork_rng", "import_imageio",
-    "make_recording_env", "pad_frame", "prepare_headless_rendering", "record_video",
+    "DEFAULT_MAX_STEPS",
+    "RenderError",
+    "check_can_render",
+    "episode_limit",
+    "fork_rng",
+    "import_imageio",
+    "make_recording_env",
+    "pad_frame",
+    "prepare_headless_rendering",
+    "record_video",
 ]
 
 #: Steps recorded at most when ``max_steps`` is not given and the env names no episode limit.
@@ -69,7 +77,9 @@ def prepare_headless_rendering() -> dict[str, str]:
                 changed["MUJOCO_GL"] = _chosen_backend = backend
                 break
     runtime_dir = os.environ.get("XDG_RUNTIME_DIR")
-    if os.name == "posix" and (not runtime_dir or not os.path.isabs(runtime_dir) or not os.path.isdir(runtime_dir)):
+    if os.name == "posix" and (
+        not runtime_dir or not os.path.isabs(runtime_dir) or not os.path.isdir(runtime_dir)
+    ):
         changed["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="rl8-runtime-")  # mode 0700
         atexit.register(shutil.rmtree, changed["XDG_RUNTIME_DIR"], ignore_errors=True)
     os.environ.update(changed)
@@ -80,11 +90,13 @@ def _gl_failure(exc: BaseException) -> bool:
     """Whether ``exc`` (or its cause) came out of MuJoCo, PyOpenGL, GLFW or gymnasium's MuJoCo
     renderer (not a gymnasium MuJoCo env, whose own mistakes are not OpenGL's): an OpenGL set-up
     problem rather than a bug of the env."""
+
     def gl_file(filename: str) -> bool:
         parts = Path(filename).parts
         return parts[-1:] == ("mujoco_rendering.py",) or any(
             part in ("OpenGL", "glfw") or (part == "mujoco" and (i == 0 or parts[i - 1] != "envs"))
-            for i, part in enumerate(parts))
+            for i, part in enumerate(parts)
+        )
 
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
@@ -105,11 +117,15 @@ def _gl_message(env: Any, exc: BaseException) -> str:
     installs = " or ".join(f"{package} (MUJOCO_GL={b})" for b, _, package in _HEADLESS_BACKENDS)
     if backend:
         by = " (set by rl8: there is no display)" if backend == _chosen_backend else ""
-        return (f"cannot render {name} with MUJOCO_GL={backend}{by} ({type(exc).__name__}: {first}): "
-                f"install {installs} and set MUJOCO_GL to it, or run with a display")
-    return (f"cannot render {name} without an OpenGL backend ({type(exc).__name__}: {first}): on a "
-            f"machine without a display install {installs} with apt-get, or set MUJOCO_GL to a backend "
-            "that works here")
+        return (
+            f"cannot render {name} with MUJOCO_GL={backend}{by} ({type(exc).__name__}: {first}): "
+            f"install {installs} and set MUJOCO_GL to it, or run with a display"
+        )
+    return (
+        f"cannot render {name} without an OpenGL backend ({type(exc).__name__}: {first}): on a "
+        f"machine without a display install {installs} with apt-get, or set MUJOCO_GL to a backend "
+        "that works here"
+    )
 
 
 def import_imageio() -> Any:
@@ -119,14 +135,18 @@ def import_imageio() -> Any:
         import imageio_ffmpeg  # noqa: F401  (the ffmpeg binary imageio writes MP4s with)
     except ImportError as exc:
         raise ImportError(
-            f"recording videos needs imageio and imageio-ffmpeg ({exc}); install them with: "
-            f"{_INSTALL}"
+            f"recording videos needs imageio and imageio-ffmpeg ({exc}); install them with: {_INSTALL}"
         ) from exc
     return imageio
 
 
-def make_recording_env(spec: Any, *, env_kwargs: Mapping[str, Any] | None = None, horizon: int | None = None,
-                       device: torch.device | str = "cpu") -> Env:
+def make_recording_env(
+    spec: Any,
+    *,
+    env_kwargs: Mapping[str, Any] | None = None,
+    horizon: int | None = None,
+    device: torch.device | str = "cpu",
+) -> Env:
     """A one-env copy of ``spec`` that can render (the caller closes it), for
     :func:`record_video`; a gymnasium env gets ``render_mode="rgb_array"`` unless another is given.
 
@@ -178,6 +198,7 @@ def _render(env: Env, index: int) -> np.ndarray:
     """The frame of sub-env ``index``: an ImportError for a renderer that is not installed
     (pygame), a :class:`RenderError` for an OpenGL context that cannot be made."""
     import gymnasium
+
     try:
         frame = env.render(index)
     except gymnasium.error.DependencyNotInstalled as exc:
@@ -237,10 +258,19 @@ def _as_rgb(frame: Any, env: Env) -> np.ndarray:
     return np.ascontiguousarray(frame)
 
 
-def record_video(policy: Callable[..., torch.Tensor], env: Env | Any, path: str | os.PathLike[str], *,
-                 deterministic: bool = True, max_steps: int | None = None, fps: float | None = None, index: int = 0,
-                 env_config: dict[str, Any] | None = None, seed: int | None = None,
-                 env_kwargs: Mapping[str, Any] | None = None) -> Path:
+def record_video(
+    policy: Callable[..., torch.Tensor],
+    env: Env | Any,
+    path: str | os.PathLike[str],
+    *,
+    deterministic: bool = True,
+    max_steps: int | None = None,
+    fps: float | None = None,
+    index: int = 0,
+    env_config: dict[str, Any] | None = None,
+    seed: int | None = None,
+    env_kwargs: Mapping[str, Any] | None = None,
+) -> Path:
     """Run ``policy`` in ``env`` until sub-env ``index`` ends its episode (or ``max_steps``),
     write a video of it to an MP4 file and return its path (see ``docs/videos.md``).
 
@@ -300,8 +330,15 @@ def record_video(policy: Callable[..., torch.Tensor], env: Env | Any, path: str 
     return path
 
 
-def _run(policy: Callable[..., torch.Tensor], env: Env, deterministic: bool, max_steps: int, index: int,
-         env_config: dict[str, Any] | None, seed: int | None) -> Any:
+def _run(
+    policy: Callable[..., torch.Tensor],
+    env: Env,
+    deterministic: bool,
+    max_steps: int,
+    index: int,
+    env_config: dict[str, Any] | None,
+    seed: int | None,
+) -> Any:
     """Yield the frames of one recorded episode (a generator: frames are written as they come)."""
     obs = env.reset(config=env_config or None, seed=seed)
     yield _render(env, index)
@@ -321,8 +358,14 @@ def _write(imageio: Any, frames: Any, path: Path, fps: float, env: Env) -> None:
     os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666))
     try:
         writer = imageio.get_writer(  # macro_block_size=1: frames are padded here, never resized
-            tmp, format="FFMPEG", mode="I", fps=fps, codec="libx264", pixelformat="yuv420p",
-            macro_block_size=1, ffmpeg_log_level="error",
+            tmp,
+            format="FFMPEG",
+            mode="I",
+            fps=fps,
+            codec="libx264",
+            pixelformat="yuv420p",
+            macro_block_size=1,
+            ffmpeg_log_level="error",
         )
         try:
             shape = None

@@ -20,11 +20,23 @@ class PointMassVecEnv:
     until ``reset(env_ids)`` (mjlab's ``cfg.auto_reset=False``); ``final_obs_key``: the true
     final observations are also put in ``extras`` under that key."""
 
-    def __init__(self, num_envs: int = 16, max_episode_length: int = 50, *, auto_reset: bool = True,
-                 final_obs_key: str | None = None, seed: int = 0, dt: float = 0.1) -> None:
+    def __init__(
+        self,
+        num_envs: int = 16,
+        max_episode_length: int = 50,
+        *,
+        auto_reset: bool = True,
+        final_obs_key: str | None = None,
+        seed: int = 0,
+        dt: float = 0.1,
+    ) -> None:
         self.num_envs, self.num_actions, self.device = num_envs, 1, torch.device("cpu")
         self.max_episode_length, self.auto_reset, self.final_obs_key, self.dt = (
-            max_episode_length, auto_reset, final_obs_key, dt)
+            max_episode_length,
+            auto_reset,
+            final_obs_key,
+            dt,
+        )
         self.generator = torch.Generator().manual_seed(seed)
         self.state = torch.zeros(num_envs, 2)
         self.episode_length_buf = torch.zeros(num_envs, dtype=torch.long)
@@ -41,7 +53,9 @@ class PointMassVecEnv:
     def get_observations(self) -> TensorDict:
         left = 1 - self.episode_length_buf[:, None].float() / self.max_episode_length
         policy = self.state.clone()
-        return TensorDict({"policy": policy, "critic": torch.cat([policy, left], 1)}, batch_size=[self.num_envs])
+        return TensorDict(
+            {"policy": policy, "critic": torch.cat([policy, left], 1)}, batch_size=[self.num_envs]
+        )
 
     def reset(self, env_ids: torch.Tensor | None = None) -> tuple[TensorDict, dict]:
         self.reset_calls += 1
@@ -66,8 +80,10 @@ class PointMassVecEnv:
             extras[self.final_obs_key] = obs
         ids = dones.nonzero().view(-1)
         if len(ids):
-            extras["log"] = {"Episode_Reward/return": self.returns[ids].mean(), "Episode_Termination/time_out":
-                             int(time_outs.sum())}
+            extras["log"] = {
+                "Episode_Reward/return": self.returns[ids].mean(),
+                "Episode_Termination/time_out": int(time_outs.sum()),
+            }
             if self.auto_reset:
                 self.start(ids)
                 obs = self.get_observations()
@@ -81,14 +97,18 @@ class PointMassVectorEnv:
 
     metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
 
-    def __init__(self, num_envs: int = 16, *, give_final_obs: bool = True, max_episode_length: int = 50) -> None:
+    def __init__(
+        self, num_envs: int = 16, *, give_final_obs: bool = True, max_episode_length: int = 50
+    ) -> None:
         self.sim = PointMassVecEnv(num_envs, max_episode_length)
         self.num_envs, self.device, self.give_final_obs = num_envs, torch.device("cpu"), give_final_obs
         self.single_observation_space = spaces.Box(-float("inf"), float("inf"), (2,))
         self.single_action_space = spaces.Box(-1.0, 1.0, (1,))
         self.closed = False
 
-    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[torch.Tensor, dict]:
+    def reset(
+        self, *, seed: int | None = None, options: dict | None = None
+    ) -> tuple[torch.Tensor, dict]:
         if seed is not None:
             self.sim.generator.manual_seed(seed)
         return self.sim.reset()[0]["policy"], {}

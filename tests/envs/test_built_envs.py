@@ -25,10 +25,21 @@ def test_num_envs_and_device_come_from_the_env():
     assert PPO(PointMassVecEnv(3), num_envs=3, device="auto", horizon=4).hparams.num_envs == 3
 
 
-@pytest.mark.parametrize("hparam, value, message", [
-    ("num_envs", 16, "hparam num_envs: the env RslRlEnv was built with num_envs=8, but num_envs=16 was given"),
-    ("device", "meta", "hparam device: the env RslRlEnv was built with device=cpu, but device=meta was given"),
-])
+@pytest.mark.parametrize(
+    "hparam, value, message",
+    [
+        (
+            "num_envs",
+            16,
+            "hparam num_envs: the env RslRlEnv was built with num_envs=8, but num_envs=16 was given",
+        ),
+        (
+            "device",
+            "meta",
+            "hparam device: the env RslRlEnv was built with device=cpu, but device=meta was given",
+        ),
+    ],
+)
 def test_an_hparam_that_disagrees_with_the_env_is_an_error(hparam, value, message):
     with pytest.raises(ValueError, match=message):
         PPO(PointMassVecEnv(8), **{hparam: value})
@@ -56,15 +67,23 @@ def test_a_factory_of_a_built_env_and_a_gymnasium_maker():
 
 def test_named_tasks_resolve_through_the_fixed_table(monkeypatch):
     monkeypatch.setitem(tasks.TASK_PREFIXES, "gymnax", "rl8.envs.no_such_module.make_gymnax_env")
-    with pytest.raises(ImportError, match=r"the prefix 'gymnax' needs rl8.envs.no_such_module.make_gymnax_env.*'gymnax' extra"):
+    with pytest.raises(
+        ImportError,
+        match=r"the prefix 'gymnax' needs rl8.envs.no_such_module.make_gymnax_env.*'gymnax' extra",
+    ):
         PPO("gymnax:CartPole-v1", num_envs=2)
 
     def make_without_simulator(*args, **kwargs):
         raise ModuleNotFoundError("No module named 'mjlab'", name="mjlab")
 
     monkeypatch.setitem(tasks.TASK_PREFIXES, "mjlab", f"{__name__}.make_without_simulator")
-    monkeypatch.setattr(sys.modules[__name__], "make_without_simulator", make_without_simulator, raising=False)
-    with pytest.raises(ImportError, match=r"the simulator's package 'mjlab' is not installed; install rl8 with the 'mjlab' extra"):
+    monkeypatch.setattr(
+        sys.modules[__name__], "make_without_simulator", make_without_simulator, raising=False
+    )
+    with pytest.raises(
+        ImportError,
+        match=r"the simulator's package 'mjlab' is not installed; install rl8 with the 'mjlab' extra",
+    ):
         PPO("mjlab:Mjlab-Cartpole-Balance", num_envs=2)
     with pytest.raises(ValueError, match=r"a prefix of \['gymnax', 'mjlab', 'playground'\]"):
         tasks.make_task_env("isaaclab:Cartpole", 2, None, device="cpu")
@@ -83,9 +102,14 @@ def test_resume_a_run_of_a_built_env():
     with Trainer(algo, tracking=False, progress=False) as trainer:
         trainer.step()
         path = trainer.save_checkpoint()
-        assert run_params(algo, trainer.config, trainer.env_spec, DistContext())["env"] == \
-            "a sim_fakes.PointMassVecEnv object"
-        assert torch.load(path, weights_only=True)["env"] == {"spec": None, "class": "rl8.envs.rsl_rl.RslRlEnv"}
+        assert (
+            run_params(algo, trainer.config, trainer.env_spec, DistContext())["env"]
+            == "a sim_fakes.PointMassVecEnv object"
+        )
+        assert torch.load(path, weights_only=True)["env"] == {
+            "spec": None,
+            "class": "rl8.envs.rsl_rl.RslRlEnv",
+        }
     with pytest.raises(ValueError, match=r"Trainer.from_checkpoint\(path, env=...\)"):
         Trainer.from_checkpoint(path, tracking=False)
     env = PointMassVecEnv(8)
@@ -109,10 +133,18 @@ def test_eval_runs_on_a_training_env_that_cannot_be_built_twice():
         assert algo.next_collect_resets
         trainer.step()
         assert vec.reset_calls == resets + 2
-        with pytest.raises(RuntimeError, match="recording a video needs a second instance of the env, but "
-                                               "RslRlEnv.single_instance is True"):
+        with pytest.raises(
+            RuntimeError,
+            match="recording a video needs a second instance of the env, but "
+            "RslRlEnv.single_instance is True",
+        ):
             trainer.record()
-    with Trainer(PPO(CartPole(4), horizon=4), tracking=False, progress=False, eval_num_envs=2) as trainer:
-        with pytest.raises(RuntimeError, match=r"Trainer\(eval_num_envs=2\) needs a second instance of the env, "
-                                               "but the env was given built"):
+    with Trainer(
+        PPO(CartPole(4), horizon=4), tracking=False, progress=False, eval_num_envs=2
+    ) as trainer:
+        with pytest.raises(
+            RuntimeError,
+            match=r"Trainer\(eval_num_envs=2\) needs a second instance of the env, "
+            "but the env was given built",
+        ):
             trainer.eval()

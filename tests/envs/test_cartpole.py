@@ -82,14 +82,10 @@ def test_one_step_matches_gymnasium(config):
 def test_terminating_step_gives_reward_and_resets():
     env = CartPole(3)
     env.reset(seed=1)
-    env.state = torch.tensor(
-        [[2.39, 2.0, 0.0, 0.0], [0.0, 0.0, -0.2, -2.0], [0.0, 0.0, 0.0, 0.0]]
-    )
+    env.state = torch.tensor([[2.39, 2.0, 0.0, 0.0], [0.0, 0.0, -0.2, -2.0], [0.0, 0.0, 0.0, 0.0]])
     for _ in range(3):
         env.step(torch.tensor([1, 0, 1]))  # advance the step counters
-    env.state = torch.tensor(
-        [[2.39, 2.0, 0.0, 0.0], [0.0, 0.0, -0.2, -2.0], [0.0, 0.0, 0.0, 0.0]]
-    )
+    env.state = torch.tensor([[2.39, 2.0, 0.0, 0.0], [0.0, 0.0, -0.2, -2.0], [0.0, 0.0, 0.0, 0.0]])
     out = env.step(torch.tensor([1, 0, 1]))
     assert out["terminated"].squeeze(1).tolist() == [True, True, False]
     assert out["truncated"].sum() == 0

@@ -41,9 +41,7 @@ def test_policy_toward_origin_reaches_it(cls, config):
 def test_shapes_dtypes_and_clamping(cls):
     env = cls(6)
     env.reset(seed=1)
-    outward = (
-        torch.where(env.x.squeeze(1) > 0, 2, 0) if cls is DiscreteDummyEnv else env.x.sign() * 5
-    )
+    outward = torch.where(env.x.squeeze(1) > 0, 2, 0) if cls is DiscreteDummyEnv else env.x.sign() * 5
     for _ in range(15):
         out = env.step(outward)
     validate_step_output(out, env)
@@ -123,7 +121,9 @@ def test_step_output_is_the_contract_tensordict():
     obs, rewards = torch.randn(4, 1), torch.randn(4, 1)
     nested = {"pos": torch.randn(4, 2), "mask": torch.ones(4, 3, dtype=torch.bool)}
     out = env.step_output({"obs": obs, "rewards": rewards, "nested": nested})
-    expected = TensorDict({"obs": obs, "rewards": rewards, "nested": nested}, batch_size=[4], device="cpu")
+    expected = TensorDict(
+        {"obs": obs, "rewards": rewards, "nested": nested}, batch_size=[4], device="cpu"
+    )
     assert type(out) is TensorDict and out.batch_size == (4,) and out.device == torch.device("cpu")
     assert set(out.keys(include_nested=True)) == set(expected.keys(include_nested=True))
     assert out["obs"] is obs and out["rewards"] is rewards  # no copies

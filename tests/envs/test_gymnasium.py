@@ -172,9 +172,7 @@ def test_outputs_are_not_overwritten_by_the_next_step(make, mode):
 @pytest.mark.parametrize("mode", MODES)
 def test_truncation_final_obs_matches_a_plain_gymnasium_env(make, mode):
     n, seed, limit = 2, 11, 5
-    env = make(
-        n, env="CartPole-v1", vectorization_mode=mode, env_kwargs={"max_episode_steps": limit}
-    )
+    env = make(n, env="CartPole-v1", vectorization_mode=mode, env_kwargs={"max_episode_steps": limit})
     env.reset(seed=seed)
     refs = [gymnasium.make("CartPole-v1", max_episode_steps=limit) for _ in range(n)]
     ref_obs = [ref.reset(seed=seed + i)[0] for i, ref in enumerate(refs)]
@@ -403,8 +401,13 @@ def test_wrappers_are_applied(make):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_render_rgb_array(make, mode):
-    env = make(2, env=EchoEnv, vectorization_mode=mode, render_mode="rgb_array",
-               env_kwargs={"space": spaces.Discrete(2), "length": 10})
+    env = make(
+        2,
+        env=EchoEnv,
+        vectorization_mode=mode,
+        render_mode="rgb_array",
+        env_kwargs={"space": spaces.Discrete(2), "length": 10},
+    )
     assert env.metadata["render_fps"] == 7
     env.reset(seed=0)
     env.step(torch.zeros(2, dtype=torch.int64))
@@ -446,7 +449,8 @@ def test_another_device_gets_the_cpu_outputs_moved(make, env_id):
 
     def check(a, b):
         assert {k: (x.shape, x.dtype) for k, x in leaves(a).items()} == {
-            k: (y.shape, y.dtype) for k, y in leaves(b).items()}
+            k: (y.shape, y.dtype) for k, y in leaves(b).items()
+        }
         assert all(y.device.type == "meta" for y in leaves(b).values())
 
     check(cpu.reset(seed=5), meta.reset(seed=5))

@@ -30,7 +30,9 @@ def train(env_id: str, hparams: dict, *, target: float, eval_steps: int, max_env
     finally:
         eval_env.close()
         algo.env.close()
-    pytest.fail(f"{env_id}: best deterministic return {best:.1f} < {target} in {max_env_steps} env steps")
+    pytest.fail(
+        f"{env_id}: best deterministic return {best:.1f} < {target} in {max_env_steps} env steps"
+    )
 
 
 def test_cartpole_v1_reaches_475():

@@ -40,8 +40,9 @@ def playground_env():
     """A cached Playground CartpoleBalance of 4 envs, MJX in JAX."""
     pytest.importorskip("mujoco_playground")
     if "playground" not in _BUILT:
-        _BUILT["playground"] = make_playground_env("CartpoleBalance", 4, None, device="cpu",
-                                                   config_overrides={"impl": "jax"})
+        _BUILT["playground"] = make_playground_env(
+            "CartpoleBalance", 4, None, device="cpu", config_overrides={"impl": "jax"}
+        )
     return _BUILT["playground"]
 
 
@@ -73,7 +74,9 @@ def test_gymnax_cartpole_terminates_when_the_pole_falls_and_truncates_at_the_tim
     env.reset(seed=1, config={"max_steps_in_episode": 100})
     fallen = [out for out in rollout(env, [left] * 25) if out["terminated"].any()]
     assert fallen and not fallen[0]["truncated"].any()
-    assert (fallen[0]["final_obs"][fallen[0]["terminated"][:, 0], 2].abs() > 0.2).all()  # past 12 degrees
+    assert (
+        fallen[0]["final_obs"][fallen[0]["terminated"][:, 0], 2].abs() > 0.2
+    ).all()  # past 12 degrees
 
 
 def test_gymnax_config_changes_the_dynamics_and_refuses_unknown_keys():
@@ -127,8 +130,12 @@ def test_actions_are_clipped_to_the_box():
 class Groups(JaxEnv):
     """A toy JAX env with two observation groups: a counter that terminates at 3."""
 
-    observation_space = spaces.Dict({"state": spaces.Box(-np.inf, np.inf, (2,), np.float32),
-                                     "privileged_state": spaces.Box(-np.inf, np.inf, (3,), np.float32)})
+    observation_space = spaces.Dict(
+        {
+            "state": spaces.Box(-np.inf, np.inf, (2,), np.float32),
+            "privileged_state": spaces.Box(-np.inf, np.inf, (3,), np.float32),
+        }
+    )
     action_space = spaces.Discrete(2)
 
     def reset_batch(self, keys, params):
@@ -142,8 +149,13 @@ class Groups(JaxEnv):
         reached = count + action
         terminated = reached >= 3
         count = jnp.where(terminated, 0.0, reached)
-        return count, {"obs": self.observe(count), "final_obs": self.observe(reached), "rewards": action,
-                       "terminated": terminated, "truncated": jnp.zeros_like(terminated)}
+        return count, {
+            "obs": self.observe(count),
+            "final_obs": self.observe(reached),
+            "rewards": action,
+            "terminated": terminated,
+            "truncated": jnp.zeros_like(terminated),
+        }
 
 
 def test_observation_groups_become_a_tensordict_and_the_state_round_trips():
@@ -163,8 +175,10 @@ def test_observation_groups_become_a_tensordict_and_the_state_round_trips():
         env.load_state_dict({"leaves": [saved["leaves"][0], torch.zeros(5)]})
 
 
-@pytest.mark.skipif(not torch.cuda.is_available() or not any(d.platform == "gpu" for d in jax.devices()),
-                    reason="needs CUDA in torch and in JAX")
+@pytest.mark.skipif(
+    not torch.cuda.is_available() or not any(d.platform == "gpu" for d in jax.devices()),
+    reason="needs CUDA in torch and in JAX",
+)
 def test_dlpack_hands_cuda_buffers_both_ways_without_copies():
     env = Groups(16, device="cuda")
     env.reset(seed=0)
@@ -195,8 +209,7 @@ def test_ppo_resumes_a_gymnax_run_from_its_state_dict():
     from rl8 import PPO
 
     def make():
-        return PPO(GymnaxEnv, env_kwargs={"env_id": "CartPole-v1"},
-                   num_envs=8, horizon=16, seed=0)
+        return PPO(GymnaxEnv, env_kwargs={"env_id": "CartPole-v1"}, num_envs=8, horizon=16, seed=0)
 
     algo = make()
     algo.collect()
@@ -206,8 +219,10 @@ def test_ppo_resumes_a_gymnax_run_from_its_state_dict():
     expected = algo.collect()
     resumed = make()
     resumed.load_state_dict(state)
+
     def rollout_stats(stats):
         return {k: v for k, v in stats.items() if k.startswith("rollout/")}
+
     assert rollout_stats(resumed.collect()) == rollout_stats(expected) != {}
 
 
@@ -248,8 +263,17 @@ def test_gymnax_cartpole_is_solved_with_ppo_defaults():
     from rl8 import PPO
 
     algo = PPO(GymnaxEnv, env_kwargs={"env_id": "CartPole-v1"}, seed=0)
-    assert train_until(algo, gymnax_env(num_envs=32), target=475, max_env_steps=300_000,
-                       eval_steps=500, eval_every=2) <= 300_000  # seed 0: about 115k
+    assert (
+        train_until(
+            algo,
+            gymnax_env(num_envs=32),
+            target=475,
+            max_env_steps=300_000,
+            eval_steps=500,
+            eval_every=2,
+        )
+        <= 300_000
+    )  # seed 0: about 115k
 
 
 @pytest.mark.slow
@@ -258,8 +282,18 @@ def test_playground_cartpole_balance_is_learned():
     pytest.importorskip("mujoco_playground")
     from rl8 import PPO
 
-    algo = PPO(PlaygroundEnv, env_kwargs={"env_id": "CartpoleBalance", "config_overrides": {"impl": "jax"}},
-               seed=0, num_envs=256, horizon=32, model_config={"hiddens": (64, 64)})
-    eval_env = make_playground_env("CartpoleBalance", 16, None, device="cpu", config_overrides={"impl": "jax"})
-    assert train_until(algo, eval_env, target=900, max_env_steps=700_000,
-                       eval_steps=1000, eval_every=5) <= 700_000  # seed 0: about 450k
+    algo = PPO(
+        PlaygroundEnv,
+        env_kwargs={"env_id": "CartpoleBalance", "config_overrides": {"impl": "jax"}},
+        seed=0,
+        num_envs=256,
+        horizon=32,
+        model_config={"hiddens": (64, 64)},
+    )
+    eval_env = make_playground_env(
+        "CartpoleBalance", 16, None, device="cpu", config_overrides={"impl": "jax"}
+    )
+    assert (
+        train_until(algo, eval_env, target=900, max_env_steps=700_000, eval_steps=1000, eval_every=5)
+        <= 700_000
+    )  # seed 0: about 450k

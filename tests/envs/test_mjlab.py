@@ -32,14 +32,19 @@ def short_episodes(steps: int, fall_at: float | None = None):
     cfg.episode_length_s = steps * cfg.decimation * cfg.sim.mujoco.timestep
     if fall_at is not None:
         cfg.terminations["fell"] = TerminationTermCfg(
-            func=lambda env: env.scene["cartpole"].data.joint_pos[:, 1].abs() > fall_at)
+            func=lambda env: env.scene["cartpole"].data.joint_pos[:, 1].abs() > fall_at
+        )
     return cfg
 
 
 def test_unknown_task_and_reset_mode_are_errors():
-    with pytest.raises(ValueError, match=r"task 'Mjlab-Nope' is not in mjlab's registry; its tasks: \[.*'Mjlab-"):
+    with pytest.raises(
+        ValueError, match=r"task 'Mjlab-Nope' is not in mjlab's registry; its tasks: \[.*'Mjlab-"
+    ):
         make_mjlab_env("Mjlab-Nope", 2, device="cpu")
-    with pytest.raises(ValueError, match=r"reset_mode must be one of \('auto', 'partial'\), got 'manual'"):
+    with pytest.raises(
+        ValueError, match=r"reset_mode must be one of \('auto', 'partial'\), got 'manual'"
+    ):
         make_mjlab_env(TASK, 2, device="cpu", reset_mode="manual")
 
 
@@ -58,8 +63,15 @@ def test_step_output_and_observation_groups(reset_mode):
 
 @pytest.mark.parametrize("reset_mode", ["auto", "partial"])
 def test_time_outs_truncate_and_falls_terminate(reset_mode):
-    env = make_mjlab_env(TASK, 4, device="cpu", reset_mode=reset_mode, seed=0, init_at_random_ep_len=False,
-                         env_cfg=short_episodes(3))
+    env = make_mjlab_env(
+        TASK,
+        4,
+        device="cpu",
+        reset_mode=reset_mode,
+        seed=0,
+        init_at_random_ep_len=False,
+        env_cfg=short_episodes(3),
+    )
     env.reset()
     for _ in range(2):
         out = env.step(torch.zeros(4, 1))
@@ -71,8 +83,15 @@ def test_time_outs_truncate_and_falls_terminate(reset_mode):
     assert torch.equal(out["final_obs"]["actor"], before) == (reset_mode == "auto")
     assert not torch.equal(out["final_obs"]["actor"], out["obs"]["actor"])
     env.close()
-    env = make_mjlab_env(TASK, 4, device="cpu", reset_mode=reset_mode, seed=0, init_at_random_ep_len=False,
-                         env_cfg=short_episodes(100, fall_at=0.2))
+    env = make_mjlab_env(
+        TASK,
+        4,
+        device="cpu",
+        reset_mode=reset_mode,
+        seed=0,
+        init_at_random_ep_len=False,
+        env_cfg=short_episodes(100, fall_at=0.2),
+    )
     env.reset()
     fell = torch.zeros(4, 1, dtype=torch.bool)
     for _ in range(99):  # pushed hard one way, every pole falls before its time-out

@@ -75,7 +75,11 @@ def test_config_changes_dynamics_and_horizon():
     action = torch.zeros(3, 1)
     assert not torch.allclose(a.step(action)["obs"][:, 2], b.step(action)["obs"][:, 2])
     assert [b.step(action)["truncated"].all().item() for _ in range(5)] == [
-        False, True, False, False, True,
+        False,
+        True,
+        False,
+        False,
+        True,
     ]
     # the torque is clipped to max_torque
     c = Pendulum(1)

@@ -12,7 +12,9 @@ from rl8.envs import CartPole, Pendulum
 @pytest.mark.parametrize("steps", ["x", 0, 2.5, True])
 def test_max_episode_steps_must_be_an_int(cls, steps):
     env = cls(2)
-    with pytest.raises(ValueError, match=rf"{cls.__name__}: config 'max_episode_steps' must be an int >= 1, got"):
+    with pytest.raises(
+        ValueError, match=rf"{cls.__name__}: config 'max_episode_steps' must be an int >= 1, got"
+    ):
         env.reset(config={"max_episode_steps": steps})
     assert env.params["max_episode_steps"] == cls.default_params["max_episode_steps"]  # unchanged
 

@@ -23,10 +23,15 @@ def _step(env: RslRlEnv, a: float = 0.0) -> TensorDict:
 
 def test_spaces_and_step_output():
     env = RslRlEnv(PointMassVecEnv(4))
-    assert env.num_envs == 4 and env.device == torch.device("cpu") and env.episodic and env.single_instance
-    assert env.observation_space == spaces.Dict({
-        "policy": spaces.Box(-float("inf"), float("inf"), (2,)), "critic": spaces.Box(-float("inf"), float("inf"), (3,)),
-    })
+    assert (
+        env.num_envs == 4 and env.device == torch.device("cpu") and env.episodic and env.single_instance
+    )
+    assert env.observation_space == spaces.Dict(
+        {
+            "policy": spaces.Box(-float("inf"), float("inf"), (2,)),
+            "critic": spaces.Box(-float("inf"), float("inf"), (3,)),
+        }
+    )
     assert env.action_space == spaces.Box(-float("inf"), float("inf"), (1,))
     validate_reset_output(env.reset(), env)
     out = _step(env)
@@ -103,7 +108,9 @@ def test_true_final_observation_from_an_extras_key():
     _step(env, 1.0)
     out = _step(env, 1.0)
     assert out["truncated"].all()
-    assert torch.equal(out["final_obs"]["critic"][:, 2], torch.zeros(2))  # no steps left: the episode's end
+    assert torch.equal(
+        out["final_obs"]["critic"][:, 2], torch.zeros(2)
+    )  # no steps left: the episode's end
     assert torch.equal(out["obs"]["critic"][:, 2], torch.ones(2))
     with pytest.raises(ValueError, match="not both"):
         RslRlEnv(vec, final_obs_key="final_obs", reset_envs=vec.reset)
@@ -112,7 +119,9 @@ def test_true_final_observation_from_an_extras_key():
 def test_pre_step_bootstrap_equals_rsl_rl_time_out_bootstrap():
     """rl8's GAE with final_obs = the pre-step observation gives rsl_rl's advantages, which add
     gamma * V(s_t) to the reward of a timed-out step and end the episode there."""
-    algo = PPO(PointMassVecEnv(8, max_episode_length=6), horizon=16, seed=0, normalize_rewards=False, gamma=0.9)
+    algo = PPO(
+        PointMassVecEnv(8, max_episode_length=6), horizon=16, seed=0, normalize_rewards=False, gamma=0.9
+    )
     algo.collect()
     data, h = algo.buffer.data, 16
     with torch.no_grad():
@@ -120,8 +129,9 @@ def test_pre_step_bootstrap_equals_rsl_rl_time_out_bootstrap():
     values, truncated, terminated = data["values"], data["truncated"][:, :h], data["terminated"][:, :h]
     assert truncated.any() and terminated.sum() < truncated.sum()
     rewards = data["rewards"][:, :h] + 0.9 * values[:, :h] * truncated  # rsl_rl's process_env_step
-    expected, expected_returns = compute_gae(rewards, values, gamma=0.9, gae_lambda=algo.hparams.gae_lambda,
-                                             terminated=terminated | truncated)
+    expected, expected_returns = compute_gae(
+        rewards, values, gamma=0.9, gae_lambda=algo.hparams.gae_lambda, terminated=terminated | truncated
+    )
     torch.testing.assert_close(advantages, expected)
     torch.testing.assert_close(returns, expected_returns)
 
@@ -145,8 +155,10 @@ def test_logged_episode_values_are_averaged_until_popped():
     for _ in range(4):  # two rounds of time-outs, each logging
         _step(env)
     log = env.pop_log()
-    assert log["Episode_Termination/time_out"] == 2.0 and set(log) == {"Episode_Reward/return",
-                                                                      "Episode_Termination/time_out"}
+    assert log["Episode_Termination/time_out"] == 2.0 and set(log) == {
+        "Episode_Reward/return",
+        "Episode_Termination/time_out",
+    }
     assert env.pop_log() == {}
     for _ in range(600):  # 300 logging steps: summed once on the way, then at the pop
         _step(env)
@@ -155,7 +167,9 @@ def test_logged_episode_values_are_averaged_until_popped():
 
 @pytest.mark.slow
 def test_ppo_learns_the_point_mass_through_the_adapter():
-    algo = PPO(PointMassVecEnv(64), horizon=32, seed=0, lr=3e-3, num_sgd_iters=4, normalize_observations=True)
+    algo = PPO(
+        PointMassVecEnv(64), horizon=32, seed=0, lr=3e-3, num_sgd_iters=4, normalize_observations=True
+    )
     returns = []
     while algo.env_steps < 65_536:  # a random policy scores about 23, a good one about 46
         returns.append(algo.collect()["episodes/return_mean"])

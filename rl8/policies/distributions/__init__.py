@@ -10,12 +10,21 @@ from rl8.policies.distributions.continuous import Normal, SquashedNormal
 from rl8.policies.distributions.discrete import Bernoulli, Categorical, MultiCategorical
 
 __all__ = [
-    "LOG_STD_MAX", "LOG_STD_MIN", "Bernoulli", "Categorical", "Distribution", "MultiCategorical", "Normal",
-    "SquashedNormal", "default_distribution_cls",
+    "LOG_STD_MAX",
+    "LOG_STD_MIN",
+    "Bernoulli",
+    "Categorical",
+    "Distribution",
+    "MultiCategorical",
+    "Normal",
+    "SquashedNormal",
+    "default_distribution_cls",
 ]
 
 _DEFAULTS: dict[type[spaces.Space], type[Distribution]] = {
-    spaces.Discrete: Categorical, spaces.MultiDiscrete: MultiCategorical, spaces.Box: Normal,
+    spaces.Discrete: Categorical,
+    spaces.MultiDiscrete: MultiCategorical,
+    spaces.Box: Normal,
     spaces.MultiBinary: Bernoulli,
 }
 

@@ -63,7 +63,9 @@ class Distribution(ABC):
 
     supports_action_mask: ClassVar[bool] = False
 
-    def __init__(self, params: Tensor, action_space: spaces.Space, *, action_mask: Tensor | None = None) -> None:
+    def __init__(
+        self, params: Tensor, action_space: spaces.Space, *, action_mask: Tensor | None = None
+    ) -> None:
         # compile=True (rl8.ppo.compiled) traces no checks: they read numpy scalars of the space
         if not torch.compiler.is_compiling():
             name = type(self).__name__
@@ -121,8 +123,13 @@ class Distribution(ABC):
     def deterministic_sample(self) -> Tensor:
         """The mode of each distribution as a raw action (for evaluation)."""
 
-    def sample_with_log_prob(self, generator: torch.Generator | None = None, *, deterministic: bool = False,
-                             out: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
+    def sample_with_log_prob(
+        self,
+        generator: torch.Generator | None = None,
+        *,
+        deterministic: bool = False,
+        out: tuple[Tensor, Tensor] | None = None,
+    ) -> tuple[Tensor, Tensor]:
         """Raw actions (:meth:`sample`, or the modes) with their :meth:`log_prob`, at once.
 
         Args:

@@ -34,7 +34,8 @@ class _BoxBounds:
         low_f, high_f = np.where(finite, low, -1.0), np.where(finite, high, 1.0)
         center, half = (high_f + low_f) / 2.0, (high_f - low_f) / 2.0  # 0 and 1 if unbounded
         self.center, self.half_range, self.low, self.high = (
-            torch.as_tensor(x, dtype=torch.float32, device=device) for x in (center, half, low, high))
+            torch.as_tensor(x, dtype=torch.float32, device=device) for x in (center, half, low, high)
+        )
         self.affine = bool(finite.any())
         self.clip = bool(np.isfinite(low).any() or np.isfinite(high).any())
         with np.errstate(divide="ignore"):
@@ -54,7 +55,9 @@ class Normal(Distribution):
     of the raw Gaussian.
     """
 
-    def __init__(self, params: Tensor, action_space: spaces.Space, *, action_mask: Tensor | None = None) -> None:
+    def __init__(
+        self, params: Tensor, action_space: spaces.Space, *, action_mask: Tensor | None = None
+    ) -> None:
         super().__init__(params, action_space, action_mask=action_mask)
         params = params.float()
         d = params.shape[-1] // 2
@@ -90,7 +93,9 @@ class Normal(Distribution):
         return actions
 
     def _rsample_flat(self, generator: torch.Generator | None = None) -> Tensor:
-        noise = torch.randn(self.mean.shape, generator=generator, device=self.mean.device, dtype=self.mean.dtype)
+        noise = torch.randn(
+            self.mean.shape, generator=generator, device=self.mean.device, dtype=self.mean.dtype
+        )
         return torch.addcmul(self.mean, self.log_std.exp(), noise)
 
     def _log_prob_flat(self, x: Tensor) -> Tensor:
@@ -125,9 +130,15 @@ class SquashedNormal(Normal):
     @classmethod
     def supports(cls, action_space: spaces.Space) -> bool:
         """Float ``Box`` spaces whose bounds are all finite with ``low < high``."""
-        return is_float_box(action_space) and cached(action_space, "squashable", lambda: bool(
-            np.isfinite(action_space.low).all() and np.isfinite(action_space.high).all()
-            and (action_space.low < action_space.high).all()))
+        return is_float_box(action_space) and cached(
+            action_space,
+            "squashable",
+            lambda: bool(
+                np.isfinite(action_space.low).all()
+                and np.isfinite(action_space.high).all()
+                and (action_space.low < action_space.high).all()
+            ),
+        )
 
     @classmethod
     def to_env_action(cls, actions: Tensor, action_space: spaces.Space) -> Tensor:

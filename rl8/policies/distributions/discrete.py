@@ -13,7 +13,10 @@ from rl8.policies.distributions.base import MASKED_LOGIT, Distribution, cached
 
 __all__ = ["Bernoulli", "Categorical", "MultiCategorical"]
 
-def _categorical_sample(log_probs: Tensor, generator: torch.Generator | None, guard_logits: Tensor | None) -> Tensor:
+
+def _categorical_sample(
+    log_probs: Tensor, generator: torch.Generator | None, guard_logits: Tensor | None
+) -> Tensor:
     """Inverse-CDF sampling, one uniform per row: the index ``[...]`` of the first cumulative
     probability >= u (a left-sided binary search).
 
@@ -45,12 +48,16 @@ class _CategoricalBase(Distribution):
 
     supports_action_mask = True
 
-    def __init__(self, params: Tensor, action_space: spaces.Space, *, action_mask: Tensor | None = None) -> None:
+    def __init__(
+        self, params: Tensor, action_space: spaces.Space, *, action_mask: Tensor | None = None
+    ) -> None:
         super().__init__(params, action_space, action_mask=action_mask)
         logits = params.float()
         if action_mask is not None:
             if action_mask.dtype != torch.bool:
-                raise ValueError(f"{type(self).__name__}: action_mask must be a bool tensor, got {action_mask.dtype}")
+                raise ValueError(
+                    f"{type(self).__name__}: action_mask must be a bool tensor, got {action_mask.dtype}"
+                )
             if action_mask.shape != logits.shape:
                 raise ValueError(
                     f"{type(self).__name__}: action_mask must have shape {list(logits.shape)} "
@@ -67,7 +74,10 @@ class _CategoricalBase(Distribution):
         """Normalised log-probabilities of every choice, cached per grad / inference mode (a
         cache made with autograd on also serves ``no_grad`` callers)."""
         # torch.compile cannot read the inference mode: only the grad mode keys the cache there
-        mode = (torch.is_grad_enabled(), not torch.compiler.is_compiling() and torch.is_inference_mode_enabled())
+        mode = (
+            torch.is_grad_enabled(),
+            not torch.compiler.is_compiling() and torch.is_inference_mode_enabled(),
+        )
         cached = self._log_probs_mode
         if self._log_probs is None or (cached != mode and not (cached == (True, False) and not mode[0])):
             self._log_probs = torch.log_softmax(self.logits, -1)
@@ -88,8 +98,15 @@ class _CategoricalBase(Distribution):
     def to_env_action(cls, actions: Tensor, action_space: spaces.Space) -> Tensor:
         """Identity (adds ``action_space.start`` when it is not 0)."""
         device = actions.device
-        start = cached(action_space, ("start", device), lambda: torch.as_tensor(
-            action_space.start, dtype=torch.int64, device=device) if np.any(action_space.start) else None)
+        start = cached(
+            action_space,
+            ("start", device),
+            lambda: (
+                torch.as_tensor(action_space.start, dtype=torch.int64, device=device)
+                if np.any(action_space.start)
+                else None
+            ),
+        )
         return actions if start is None else actions + start
 
     def _total(self, x: Tensor) -> Tensor:
@@ -145,7 +162,9 @@ class MultiCategorical(_CategoricalBase):
     are summed over components.
     """
 
-    def __init__(self, params: Tensor, action_space: spaces.Space, *, action_mask: Tensor | None = None) -> None:
+    def __init__(
+        self, params: Tensor, action_space: spaces.Space, *, action_mask: Tensor | None = None
+    ) -> None:
         super().__init__(params, action_space, action_mask=action_mask)
         num, width, pad_index = self._layout(action_space)
         logits = self.logits
@@ -164,6 +183,7 @@ class MultiCategorical(_CategoricalBase):
         """``(components, width of the widest, pad_index)``; ``pad_index`` is ``None`` when all
         components have one width, else the source column in the params of each padded slot,
         or the appended pad."""
+
         def make() -> tuple[int, int, Tensor | None]:
             nvec = np.asarray(action_space.nvec, dtype=np.int64).reshape(-1)  # supports(): not empty
             width = int(nvec.max())
@@ -197,7 +217,9 @@ class Bernoulli(Distribution):
     :meth:`entropy` are summed over the variables.
     """
 
-    def __init__(self, params: Tensor, action_space: spaces.Space, *, action_mask: Tensor | None = None) -> None:
+    def __init__(
+        self, params: Tensor, action_space: spaces.Space, *, action_mask: Tensor | None = None
+    ) -> None:
         super().__init__(params, action_space, action_mask=action_mask)
         self.logits = params.float()
         self._event_shape = tuple(action_space.shape)
@@ -219,7 +241,9 @@ class Bernoulli(Distribution):
 
     def sample(self, generator: torch.Generator | None = None) -> Tensor:
         """``1`` with probability ``sigmoid(logit)``, int64 ``[B, *shape]``."""
-        u = torch.rand(self.logits.shape, generator=generator, device=self.logits.device, dtype=torch.float32)
+        u = torch.rand(
+            self.logits.shape, generator=generator, device=self.logits.device, dtype=torch.float32
+        )
         return (u < torch.sigmoid(self.logits)).long().reshape(self.batch_shape + self._event_shape)
 
     def deterministic_sample(self) -> Tensor:

@@ -32,10 +32,12 @@ def path(name: str) -> Path:
     if not isinstance(name, str):
         raise ValueError(f"preset name: expected a string, got {type(name).__name__} {name!r}")
     if name.startswith(PREFIX):
-        name = name[len(PREFIX):]
+        name = name[len(PREFIX) :]
     known = names()
     if name not in known:
-        raise ValueError(f"unknown preset {name!r}{did_you_mean(name, known)} (presets: {', '.join(known)})")
+        raise ValueError(
+            f"unknown preset {name!r}{did_you_mean(name, known)} (presets: {', '.join(known)})"
+        )
     return _folder() / f"{name}.yaml"
 
 

@@ -25,7 +25,21 @@ from rl8.training.conditions.stats import (
 )
 
 __all__ = [
-    "And", "Condition", "HitsLowerBound", "HitsUpperBound", "MissingStatError", "Or", "Plateaus",
-    "StopsDecreasing", "StopsIncreasing", "TimeLimit", "from_config", "with_current_stat_names",
-    "COUNTER_PREFIXES", "EVAL_PREFIX", "MAX_CONDITION_DEPTH", "CONDITIONS", "StatCondition",
+    "And",
+    "Condition",
+    "HitsLowerBound",
+    "HitsUpperBound",
+    "MissingStatError",
+    "Or",
+    "Plateaus",
+    "StopsDecreasing",
+    "StopsIncreasing",
+    "TimeLimit",
+    "from_config",
+    "with_current_stat_names",
+    "COUNTER_PREFIXES",
+    "EVAL_PREFIX",
+    "MAX_CONDITION_DEPTH",
+    "CONDITIONS",
+    "StatCondition",
 ]

@@ -12,7 +12,15 @@ from typing import Any, ClassVar
 
 from rl8.ppo.stats import current_stat_name, warn_renamed
 
-__all__ = ["And", "COUNTER_PREFIXES", "Condition", "EVAL_PREFIX", "MissingStatError", "Or", "StatCondition"]
+__all__ = [
+    "And",
+    "COUNTER_PREFIXES",
+    "Condition",
+    "EVAL_PREFIX",
+    "MissingStatError",
+    "Or",
+    "StatCondition",
+]
 
 #: Keys with these prefixes are monotone counters (``env/steps``, ``algorithm/collects``...);
 #: an upper bound on one of them reports :meth:`Condition.progress`.
@@ -32,8 +40,10 @@ class MissingStatError(KeyError):
 
 def _check_key(owner: str, key: Any) -> str:
     if not isinstance(key, str) or not key:
-        raise TypeError(f"{owner}: key must be a non-empty str (a stat name such as "
-                        f"'episodes/return_mean'), got {key!r}")
+        raise TypeError(
+            f"{owner}: key must be a non-empty str (a stat name such as "
+            f"'episodes/return_mean'), got {key!r}"
+        )
     new = current_stat_name(key)
     if new is not None:  # an rl8 1.0.0 name: once, when the condition is built, at the user's line
         frame, level = inspect.currentframe(), 1
@@ -44,12 +54,15 @@ def _check_key(owner: str, key: Any) -> str:
     return key
 
 
-def check_number(owner: str, field: str, value: Any, *, minimum: float | None = None,
-                 strictly_positive: bool = False) -> float | int:
+def check_number(
+    owner: str, field: str, value: Any, *, minimum: float | None = None, strictly_positive: bool = False
+) -> float | int:
     """``value`` as a finite int or float, else a ``TypeError``/``ValueError`` naming ``owner``
     and ``field``; ``minimum``: the least value; ``strictly_positive``: > 0."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{owner}: {field} must be a finite number, got {value!r} ({type(value).__name__})")
+        raise TypeError(
+            f"{owner}: {field} must be a finite number, got {value!r} ({type(value).__name__})"
+        )
     if not math.isfinite(float(value)):
         raise ValueError(f"{owner}: {field} must be a finite number, got {value!r}")
     if strictly_positive and value <= 0:
@@ -63,8 +76,10 @@ def check_number(owner: str, field: str, value: Any, *, minimum: float | None = 
 def check_patience(owner: str, patience: Any) -> int:
     """``patience`` as an int >= 1, else a ``TypeError``/``ValueError`` naming ``owner``."""
     if isinstance(patience, bool) or not isinstance(patience, numbers.Integral):
-        raise TypeError(f"{owner}: patience must be an int >= 1 (a number of checks), got "
-                        f"{patience!r} ({type(patience).__name__})")
+        raise TypeError(
+            f"{owner}: patience must be an int >= 1 (a number of checks), got "
+            f"{patience!r} ({type(patience).__name__})"
+        )
     if patience < 1:
         raise ValueError(f"{owner}: patience must be an int >= 1 (a number of checks), got {patience!r}")
     return int(patience)
@@ -125,11 +140,15 @@ class Condition(ABC):
 
     def _check_state(self, state: Mapping[str, Any]) -> None:
         if not isinstance(state, Mapping):
-            raise TypeError(f"{self!r}: state must be a dict from state_dict(), got {type(state).__name__}")
+            raise TypeError(
+                f"{self!r}: state must be a dict from state_dict(), got {type(state).__name__}"
+            )
         saved = state.get("type")
         if saved != type(self).__name__:
-            raise ValueError(f"{self!r}: cannot load the state of a {saved} condition into a "
-                             f"{type(self).__name__} condition")
+            raise ValueError(
+                f"{self!r}: cannot load the state of a {saved} condition into a "
+                f"{type(self).__name__} condition"
+            )
 
     def __and__(self, other: Condition) -> And:
         return And([self, other])
@@ -149,14 +168,17 @@ class StatCondition(Condition):
         try:
             value = stats[self.key]
         except KeyError:
-            if self.key.startswith(EVAL_PREFIX) and not any(str(k).startswith(EVAL_PREFIX) for k in stats):
+            if self.key.startswith(EVAL_PREFIX) and not any(
+                str(k).startswith(EVAL_PREFIX) for k in stats
+            ):
                 return None  # not an evaluation step
             raise MissingStatError(self._missing_message(stats)) from None
         try:
             return float(value)
         except (TypeError, ValueError):
-            raise TypeError(f"{self!r}: stat {self.key!r} must be a number, got {value!r} "
-                            f"({type(value).__name__})") from None
+            raise TypeError(
+                f"{self!r}: stat {self.key!r} must be a number, got {value!r} ({type(value).__name__})"
+            ) from None
 
     def _missing_message(self, stats: Mapping[str, float]) -> str:
         keys = sorted(str(k) for k in stats)
@@ -171,8 +193,9 @@ class StatCondition(Condition):
         else:
             message += f" ({len(keys)} keys available.)"
         if self.key.startswith(EVAL_PREFIX):
-            message += (" (eval/ keys may be missing on steps without evaluation, but this step "
-                        "has eval stats.)")
+            message += (
+                " (eval/ keys may be missing on steps without evaluation, but this step has eval stats.)"
+            )
         return message
 
     def stat_names(self) -> list[str]:
@@ -184,23 +207,29 @@ class StatCondition(Condition):
     def _check_state(self, state: Mapping[str, Any]) -> None:
         super()._check_state(state)
         if state.get("key") != self.key:
-            raise ValueError(f"{self!r}: cannot load the state of a condition on "
-                             f"{state.get('key')!r} into a condition on {self.key!r}")
+            raise ValueError(
+                f"{self!r}: cannot load the state of a condition on "
+                f"{state.get('key')!r} into a condition on {self.key!r}"
+            )
 
 
 class _Combinator(Condition):
     def __init__(self, conditions: Iterable[Condition]) -> None:
         name = type(self).__name__
         if isinstance(conditions, Condition) or not isinstance(conditions, Iterable):
-            raise TypeError(f"{name}: conditions must be a list of conditions, e.g. "
-                            f"{name}([a, b]), got {conditions!r}")
+            raise TypeError(
+                f"{name}: conditions must be a list of conditions, e.g. "
+                f"{name}([a, b]), got {conditions!r}"
+            )
         self.conditions: list[Condition] = list(conditions)
         if not self.conditions:
             raise ValueError(f"{name}: conditions must be a non-empty list, got []")
         for i, condition in enumerate(self.conditions):
             if not isinstance(condition, Condition):
-                raise TypeError(f"{name}: conditions[{i}] must be a Condition, got "
-                                f"{condition!r} ({type(condition).__name__})")
+                raise TypeError(
+                    f"{name}: conditions[{i}] must be a Condition, got "
+                    f"{condition!r} ({type(condition).__name__})"
+                )
 
     def _evaluate(self, stats: Mapping[str, float]) -> list[bool]:
         # no short-circuit: stateful children (patience counters, clocks) see every step
@@ -218,7 +247,10 @@ class _Combinator(Condition):
         return [name for condition in self.conditions for name in condition.stat_names()]
 
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "conditions": [condition.state_dict() for condition in self.conditions]}
+        return {
+            **super().state_dict(),
+            "conditions": [condition.state_dict() for condition in self.conditions],
+        }
 
     def to_config(self) -> dict[str, Any] | None:
         name = self._config_name()
@@ -231,8 +263,10 @@ class _Combinator(Condition):
         self._check_state(state)
         children = state["conditions"]
         if len(children) != len(self.conditions):
-            raise ValueError(f"{self!r}: the state holds {len(children)} conditions, this "
-                             f"{type(self).__name__} has {len(self.conditions)}")
+            raise ValueError(
+                f"{self!r}: the state holds {len(children)} conditions, this "
+                f"{type(self).__name__} has {len(self.conditions)}"
+            )
         for condition, child in zip(self.conditions, children):
             condition.load_state_dict(child)
 

@@ -22,7 +22,16 @@ __all__ = ["CONDITIONS", "MAX_CONDITION_DEPTH", "from_config", "with_current_sta
 
 CONDITIONS: dict[str, type[Condition]] = {
     cls.config_name: cls
-    for cls in (HitsUpperBound, HitsLowerBound, Plateaus, StopsIncreasing, StopsDecreasing, TimeLimit, And, Or)
+    for cls in (
+        HitsUpperBound,
+        HitsLowerBound,
+        Plateaus,
+        StopsIncreasing,
+        StopsDecreasing,
+        TimeLimit,
+        And,
+        Or,
+    )
 }
 """Names accepted by :func:`from_config` and the classes they build."""
 
@@ -45,8 +54,10 @@ def from_config(spec: Mapping[str, Any], *, _path: str = "", _depth: int = 1) ->
     """
     where = f"stop condition config{' at ' + _path if _path else ''}"
     if _depth > MAX_CONDITION_DEPTH:
-        raise ValueError(f"{where}: 'and' / 'or' conditions are nested deeper than {MAX_CONDITION_DEPTH} "
-                         "levels; rl8 builds conditions up to that depth")
+        raise ValueError(
+            f"{where}: 'and' / 'or' conditions are nested deeper than {MAX_CONDITION_DEPTH} "
+            "levels; rl8 builds conditions up to that depth"
+        )
     if not isinstance(spec, Mapping) or len(spec) != 1:
         raise ValueError(
             f"{where}: expected a mapping with exactly one key, the condition's name (one of "
@@ -57,14 +68,18 @@ def from_config(spec: Mapping[str, Any], *, _path: str = "", _depth: int = 1) ->
     if name not in CONDITIONS:
         close = difflib.get_close_matches(str(name), list(CONDITIONS), n=3, cutoff=0.5)
         hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-        raise ValueError(f"{where}: unknown condition {name!r}.{hint} Valid names: {', '.join(CONDITIONS)}.")
+        raise ValueError(
+            f"{where}: unknown condition {name!r}.{hint} Valid names: {', '.join(CONDITIONS)}."
+        )
     path = f"{_path}.{name}" if _path else name
     where = f"stop condition config at {path}"
     cls = CONDITIONS[name]
     if cls in (And, Or):
         if isinstance(args, (str, bytes, Mapping)) or not isinstance(args, Iterable):
             raise ValueError(f"{where}: expected a list of conditions, got {args!r}")
-        children = [from_config(child, _path=f"{path}[{i}]", _depth=_depth + 1) for i, child in enumerate(args)]
+        children = [
+            from_config(child, _path=f"{path}[{i}]", _depth=_depth + 1) for i, child in enumerate(args)
+        ]
         if not children:
             raise ValueError(f"{where}: expected a non-empty list of conditions, got []")
         return cls(children)
@@ -76,7 +91,9 @@ def from_config(spec: Mapping[str, Any], *, _path: str = "", _depth: int = 1) ->
         field = unknown[0]
         close = difflib.get_close_matches(str(field), list(parameters), n=2, cutoff=0.5)
         hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-        raise ValueError(f"{where}: unknown field {field!r}.{hint} Valid fields: {', '.join(parameters)}.")
+        raise ValueError(
+            f"{where}: unknown field {field!r}.{hint} Valid fields: {', '.join(parameters)}."
+        )
     required = [field for field, p in parameters.items() if p.default is p.empty]
     missing = [field for field in required if field not in args]
     if missing:
@@ -102,7 +119,8 @@ def with_current_stat_names(spec: Any) -> Any:
     checkpoints resume as they are."""
     if isinstance(spec, Mapping):
         return {
-            name: (current_stat_name(value) or value) if name == "key" and isinstance(value, str)
+            name: (current_stat_name(value) or value)
+            if name == "key" and isinstance(value, str)
             else with_current_stat_names(value)
             for name, value in spec.items()
         }
