@@ -84,6 +84,25 @@ def test_load_policy_from_checkpoint_folder_and_run_id(tmp_path, mlflow_uri):
     assert read_policy(trainer.run_id)["env"]["spec"] == "rl8.envs.cartpole.CartPole"
 
 
+def test_a_download_larger_than_the_limit_is_refused(tmp_path, mlflow_uri, monkeypatch):
+    trainer = Trainer(PPO(CartPole, **SMALL), checkpoint_dir=tmp_path / "ck", progress=False)
+    trainer.step()
+    trainer.save_checkpoint()
+    trainer.close()
+    monkeypatch.setenv("RL8_MAX_DOWNLOAD_MB", "0.001")  # 1 KiB: a policy file holds more
+    for ref in (trainer.run_id, f"runs:/{trainer.run_id}/policy/policy.pt"):
+        with pytest.raises(
+            FileNotFoundError,
+            match=r"refused to download .* MiB, more than the limit of 0.000999 MiB",
+        ):
+            load_policy(ref, tracking_uri=mlflow_uri)
+    monkeypatch.setenv("RL8_MAX_DOWNLOAD_MB", "64")
+    assert isinstance(load_policy(trainer.run_id, tracking_uri=mlflow_uri), Policy)
+    monkeypatch.setenv("RL8_MAX_DOWNLOAD_MB", "lots")
+    with pytest.raises(ValueError, match="RL8_MAX_DOWNLOAD_MB must be a number of MiB > 0, got 'lots'"):
+        load_policy(trainer.run_id, tracking_uri=mlflow_uri)
+
+
 def test_load_policy_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="no policy"):
         load_policy(tmp_path / "missing.pt")

@@ -295,6 +295,19 @@ def test_reading_a_run_by_id_from_a_silent_server_is_bounded(silent_server):
         assert code in (1, 2), (command, code)
 
 
+def test_loading_a_model_uri_from_a_silent_server_is_bounded(silent_server):
+    from rl8 import load_policy
+
+    for ref in ("models:/m-" + "a" * 32, "models:/cartpole-ppo/1", "models:/cartpole-ppo@best"):
+        outcome = _returns_within(60, lambda: load_policy(ref, tracking_uri=silent_server))
+        assert isinstance(outcome, FileNotFoundError), (ref, outcome)
+        assert "cannot download" in str(outcome)
+    code = _returns_within(
+        60, lambda: main(["eval", "models:/cartpole-ppo@best", "--tracking-uri", silent_server])
+    )
+    assert code in (1, 2)
+
+
 @pytest.mark.timeout(180)
 def test_ranks_whose_hparams_differ_are_refused_at_start_up(tmp_path):
     from launch import torchrun

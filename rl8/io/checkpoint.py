@@ -10,6 +10,7 @@ import os
 import pickle
 import pickletools
 import re
+import shutil
 import struct
 import uuid
 import zipfile
@@ -28,12 +29,14 @@ __all__ = [
     "CHECKPOINT_POINTER_ARTIFACT",
     "FORMAT_KEY",
     "FORMAT_VERSION",
+    "MAX_DOWNLOAD_BYTES",
     "STALE_TMP_SECONDS",
     "CheckpointError",
     "check_loadable",
     "download_artifact",
     "is_run_ref",
     "load_checkpoint",
+    "max_download_bytes",
     "save_checkpoint",
 ]
 
@@ -331,6 +334,27 @@ def is_run_ref(ref: str) -> bool:
     return ref.startswith("runs:/") or _RUN_ID.fullmatch(ref) is not None
 
 
+#: The most bytes one download of a run's artifact or a model's folder may hold (``load_policy``
+#: of a run id, ``runs:/`` or ``models:/`` URI, ``rl8 eval RUN_ID``, ``--resume RUN_ID``): a policy
+#: or checkpoint holds megabytes. The variable ``RL8_MAX_DOWNLOAD_MB`` sets another limit.
+MAX_DOWNLOAD_BYTES = 1024**3
+
+
+def max_download_bytes() -> int:
+    """The download limit in bytes: ``RL8_MAX_DOWNLOAD_MB`` (MiB, a number > 0) if set, else
+    :data:`MAX_DOWNLOAD_BYTES`."""
+    text = os.environ.get("RL8_MAX_DOWNLOAD_MB")
+    if text is None:
+        return MAX_DOWNLOAD_BYTES
+    try:
+        megabytes = float(text)
+    except ValueError:
+        megabytes = -1.0
+    if not 0 < megabytes < float("inf"):
+        raise ValueError(f"RL8_MAX_DOWNLOAD_MB must be a number of MiB > 0, got {text!r}")
+    return int(megabytes * 1024**2)
+
+
 def _model_location(ref: str, tracking_uri: str | None) -> str:
     """Where the folder of ``models:/ID``, ``models:/NAME/VERSION`` or ``models:/NAME@ALIAS`` is
     stored (the store at ``tracking_uri`` is also the registry)."""
@@ -348,24 +372,79 @@ def _model_location(ref: str, tracking_uri: str | None) -> str:
     return client.get_model_version_download_uri(name, version)
 
 
+def _artifact_root(ref: str, artifact: str, tracking_uri: str | None) -> tuple[str, str]:
+    """The artifact store URI and the path in it of what :func:`download_artifact` fetches."""
+    from mlflow import MlflowClient
+
+    if ref.startswith("models:/"):
+        return _model_location(ref, tracking_uri), ""
+    if ref.startswith("runs:/"):
+        ref, _, artifact = ref[len("runs:/") :].strip("/").partition("/")
+    return MlflowClient(tracking_uri).get_run(ref).info.artifact_uri, artifact
+
+
+def _stored_bytes(root: str, path: str) -> int:
+    """The bytes of the file or folder ``path`` of the artifact store at ``root``, as the store
+    lists them, before anything is downloaded."""
+    from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+
+    repo = get_artifact_repository(root)
+    parent = path.rpartition("/")[0]
+    same = [info for info in repo.list_artifacts(parent or None) if info.path == path]
+    if path and same and not same[0].is_dir:
+        return same[0].file_size or 0
+    total, folders = 0, [path or None]
+    while folders:
+        for info in repo.list_artifacts(folders.pop()):
+            if info.is_dir:
+                folders.append(info.path)
+            else:
+                total += info.file_size or 0
+    return total
+
+
+def _local_bytes(path: Path) -> int:
+    """The bytes of the file or folder ``path`` on disk."""
+    files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
+    return sum(p.stat().st_size for p in files)
+
+
 def download_artifact(ref: str, artifact: str, tracking_uri: str | None, dst: str) -> Path:
     """Download one artifact of an MLflow run (``ref``: a run id or a ``runs:/`` URI), or the
-    folder of a ``models:/`` URI (the registry is the tracking store)."""
+    folder of a ``models:/`` URI (the registry is the tracking store), into ``dst``. Every request
+    is held to the tracker's HTTP policy (:func:`~rl8.mlflow_http.bounded_requests`: seconds a
+    request, retries), and a download larger than :func:`max_download_bytes` is refused before
+    it starts (by the sizes the store lists) and after it ends (by the bytes written, which are
+    removed)."""
     import mlflow.artifacts
 
-    where = (
-        {"artifact_uri": ref} if ref.startswith("runs:/") else {"run_id": ref, "artifact_path": artifact}
-    )
+    kind = "model" if ref.startswith("models:/") else "run"
+    what = f"{artifact or 'the folder'!r} of MLflow {kind} {ref!r}"
+    limit, local = max_download_bytes(), None
     try:
-        if ref.startswith("models:/"):
-            where = {"artifact_uri": _model_location(ref, tracking_uri)}
         with bounded_requests(tracking_uri):
-            local = mlflow.artifacts.download_artifacts(**where, tracking_uri=tracking_uri, dst_path=dst)
+            root, path = _artifact_root(ref, artifact, tracking_uri)
+            stored = _stored_bytes(root, path)
+            if stored <= limit:
+                local = Path(
+                    mlflow.artifacts.download_artifacts(
+                        artifact_uri=f"{root.rstrip('/')}/{path}" if path else root, dst_path=dst
+                    )
+                )
+                stored = max(stored, _local_bytes(local))
     except Exception as exc:
         uri = tracking_uri or mlflow.get_tracking_uri()
         raise FileNotFoundError(
-            f"cannot download {artifact or 'the folder'!r} of MLflow "
-            f"{'model' if ref.startswith('models:/') else 'run'} {ref!r} from {uri!r}: "
+            f"cannot download {what} from {uri!r}: "
             f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
         ) from exc
-    return Path(local)
+    if stored > limit:
+        if local is not None and local.is_dir():  # the store listed fewer bytes than it sent
+            shutil.rmtree(local)
+        elif local is not None:
+            local.unlink()
+        raise FileNotFoundError(
+            f"refused to download {what}: it holds {stored / 1024**2:.3g} MiB, more than the limit of "
+            f"{limit / 1024**2:.3g} MiB (RL8_MAX_DOWNLOAD_MB sets another; docs/security.md)"
+        )
+    return local
