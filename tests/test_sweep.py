@@ -253,6 +253,15 @@ def test_a_plan_no_trial_could_evaluate_fails_before_any_trial(
     assert not (tmp_path / "study.db").exists() and not (tmp_path / "checkpoints").exists()
 
 
+@pytest.mark.parametrize("value", [0, 1.5, True])
+def test_a_bad_max_env_steps_is_an_error(files, tmp_path, value):
+    with pytest.raises(
+        ConfigError, match=rf"sweep: max_env_steps must be an int >= 1 or None, got {value}$"
+    ):
+        sweep(files["config"], files["space"], trials=1, storage=files["storage"], max_env_steps=value)
+    assert not (tmp_path / "study.db").exists()
+
+
 def test_a_trial_stopped_before_its_first_evaluation_fails_and_its_run_is_failed(files):
     with open(files["config"], "a") as config:  # a condition that holds at the first step
         config.write("stop_conditions: [{hits_upper_bound: {key: env/steps, bound: 128}}]\n")

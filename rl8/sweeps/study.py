@@ -211,8 +211,12 @@ def sweep(
         ("jobs", jobs, 1),
         ("startup_trials", startup_trials, 0),
     ):
-        if not isinstance(value, int) or value < least:
+        if not isinstance(value, int) or isinstance(value, bool) or value < least:
             raise ConfigError(f"sweep: {key} must be an int >= {least}, got {value!r}")
+    if max_env_steps is not None and (
+        not isinstance(max_env_steps, int) or isinstance(max_env_steps, bool) or max_env_steps < 1
+    ):
+        raise ConfigError(f"sweep: max_env_steps must be an int >= 1 or None, got {max_env_steps!r}")
     if direction not in ("maximize", "minimize"):
         raise ConfigError(f"sweep: direction must be 'maximize' or 'minimize', got {direction!r}")
     _check_plan(config, distributions, objective, max_env_steps)
