@@ -1,7 +1,16 @@
-"""rl8 sweep: the search space's checks, nested MLflow runs with the best on the study's run,
-pruning, a resumed study, a failing trial (docs/sweeps.md). Every store is in tmp_path."""
+"""rl8 sweep: the search space's checks, the budget and evaluation plan checked before any trial,
+nested MLflow runs with the best on the study's run, pruning, a resumed study, a failing trial,
+Ctrl-C (docs/sweeps.md). Every store is in tmp_path."""
 
 from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -9,6 +18,7 @@ optuna = pytest.importorskip("optuna")
 
 from mlflow.tracking import MlflowClient  # noqa: E402
 
+import rl8  # noqa: E402
 from rl8 import sweep  # noqa: E402
 from rl8.cli.main import main  # noqa: E402
 from rl8.sweeps.space import read_space  # noqa: E402
@@ -191,3 +201,142 @@ def test_a_schedule_that_overrides_the_sampled_value_is_an_error():
             {"lr": {"type": "float", "low": 1e-4, "high": 1e-3}},
             {"lr_schedule": [[0, 1e-3], [1000, 1e-5]]},
         )
+
+
+@pytest.mark.parametrize(
+    "extra, args, space, message",
+    [
+        (
+            "",
+            ["--max-env-steps", "128"],
+            None,
+            "sweep: the budget max_env_steps=128 (--max-env-steps) ends each trial before the first "
+            "evaluation, at 256 env steps (steps_per_eval 2 x num_envs 8 x horizon 16), so it would "
+            "never report eval/episodes/return_mean: raise the budget to 256 or more "
+            "(--max-env-steps 256), or lower steps_per_eval, num_envs or horizon",
+        ),
+        (
+            "max_steps: 100\n",
+            [],
+            None,
+            "sweep: the budget max_steps: 100 of the config ends each trial before the first evaluation",
+        ),
+        (
+            "",
+            [],
+            "num_envs: {type: categorical, choices: [8, 64]}\n",
+            "sweep: the budget max_steps: 768 of the config ends the trials that sample num_envs 64 (the "
+            "space's largest) before the first evaluation, at 2048 env steps (steps_per_eval 2 x "
+            "num_envs 64 x horizon 16), so they would never report eval/episodes/return_mean: raise the "
+            "budget to 2048 or more (--max-env-steps 2048), or lower steps_per_eval, the space's "
+            "largest num_envs or horizon",
+        ),
+        (  # Trainer.run's check_run_plan, before any trial rather than in each
+            "checkpoint_every: 3\nregister_as: sweep-model\n",
+            [],
+            None,
+            "sweep: register_as='sweep-model' ranks the checkpoints by 'eval/episodes/return_mean'",
+        ),
+    ],
+)
+def test_a_plan_no_trial_could_evaluate_fails_before_any_trial(
+    files, tmp_path, capsys, extra, args, space, message
+):
+    with open(files["config"], "a") as config:  # a later key overrides an earlier one
+        config.write(extra)
+    if space is not None:
+        (tmp_path / "space.yaml").write_text(space)
+    argv = ["sweep", files["config"], "--space", files["space"], "--trials", "2"]
+    assert main([*argv, "--storage", files["storage"], *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"rl8: error: {message}") and err.count("\n") == 1
+    assert not (tmp_path / "study.db").exists() and not (tmp_path / "checkpoints").exists()
+
+
+@pytest.mark.parametrize("value", [0, 1.5, True])
+def test_a_bad_max_env_steps_is_an_error(files, tmp_path, value):
+    with pytest.raises(
+        ConfigError, match=rf"sweep: max_env_steps must be an int >= 1 or None, got {value}$"
+    ):
+        sweep(files["config"], files["space"], trials=1, storage=files["storage"], max_env_steps=value)
+    assert not (tmp_path / "study.db").exists()
+
+
+def test_a_trial_stopped_before_its_first_evaluation_fails_and_its_run_is_failed(files):
+    with open(files["config"], "a") as config:  # a condition that holds at the first step
+        config.write("stop_conditions: [{hits_upper_bound: {key: env/steps, bound: 128}}]\n")
+    study = sweep(files["config"], files["space"], trials=1, study="f", storage=files["storage"], seed=0)
+    assert [t.state.name for t in study.trials] == ["FAIL"]
+    _, _, (run,) = _runs(files["uri"])
+    assert run.info.status == "FAILED" and run.data.tags["rl8.sweep.state"] == "FAIL"
+
+
+def _sweep_process(files, tmp_path):
+    """``python -m rl8 sweep`` of the study "s" in its own session (as a terminal's foreground
+    job, which Ctrl-C signals as a group), a trial that trains until stopped and checkpoints
+    every step, its output in files."""
+    (tmp_path / "long.yaml").write_text(Path(files["config"]).read_text() + "checkpoint_every: 1\n")
+    root = str(Path(rl8.__file__).parents[1])  # this rl8, not an installed one
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    argv = [sys.executable, "-m", "rl8", "sweep", str(tmp_path / "long.yaml"), "--space", files["space"]]
+    argv += [
+        "--trials",
+        "2",
+        "--study",
+        "s",
+        "--storage",
+        files["storage"],
+        "--max-env-steps",
+        "10000000",
+    ]
+    with open(tmp_path / "out.txt", "w") as out, open(tmp_path / "err.txt", "w") as err:
+        return subprocess.Popen(
+            argv, cwd=tmp_path, env=env, stdout=out, stderr=err, start_new_session=True
+        )
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("to", ["group", "sweep"])
+def test_ctrl_c_marks_the_trial_fail_its_run_killed_and_a_rerun_continues(
+    files, tmp_path, capsys, migrated_store, to
+):
+    """Ctrl-C signals the sweep and its trials (``group``); ``kill -INT`` the sweep alone."""
+    process = _sweep_process(files, tmp_path)
+    try:
+        deadline = time.monotonic() + 120  # the trial is training once it has a checkpoint
+        while not list(tmp_path.glob("checkpoints/*/checkpoint-*.pt")):
+            assert process.poll() is None and time.monotonic() < deadline, (
+                tmp_path / "err.txt"
+            ).read_text()
+            time.sleep(0.1)
+        (os.killpg if to == "group" else os.kill)(process.pid, signal.SIGINT)
+        assert process.wait(timeout=90) == 130
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    err = (tmp_path / "err.txt").read_text()
+    assert "Traceback" not in err
+    assert err.splitlines()[-1] == (
+        "rl8: sweep s: interrupted: trial 0 marked FAIL; rerun the same command to continue the "
+        "study (--trials 2 runs the 2 of its 2 trials left)"
+    )
+    study = optuna.load_study(study_name="s", storage=files["storage"])
+    assert [t.state.name for t in study.trials] == ["FAIL"]
+    _, (parent,), (run,) = _runs(files["uri"])
+    assert run.info.run_id == study.trials[0].user_attrs["mlflow_run_id"]
+    assert (run.info.status, run.data.tags["rl8.sweep.state"]) == ("KILLED", "FAIL")
+    assert parent.info.status == "KILLED"
+
+    study.ask()  # a trial that another machine is training: RUNNING, counted as such
+    args = ["sweep", files["config"], "--space", files["space"], "--storage", files["storage"]]
+    assert main([*args, "--study", "s", "--trials", "1"]) == 0
+    summary = capsys.readouterr().out.splitlines()[0]
+    counts = re.fullmatch(
+        r"rl8: study s: 3 trials \((\d+) complete, (\d+) pruned, 1 fail, 1 running\)", summary
+    )
+    assert counts and int(counts[1]) + int(counts[2]) == 1, summary
+    study = optuna.load_study(study_name="s", storage=files["storage"])
+    assert [t.state.name for t in study.trials][:2] == ["FAIL", "RUNNING"]
+    _, (parent,), _ = _runs(files["uri"])
+    assert parent.info.status == "FINISHED"
+    assert (parent.data.metrics["trials/fail"], parent.data.metrics["trials/running"]) == (1, 1)

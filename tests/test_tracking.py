@@ -30,6 +30,7 @@ from mlflow.tracking import MlflowClient
 
 import rl8
 from rl8.tracking import Tracker, TrackingError, TrackingWarning, flatten_params
+from rl8.tracking.runs import tag_run
 
 pytestmark = pytest.mark.usefixtures("migrated_store")
 
@@ -320,6 +321,22 @@ def test_end_sets_status_once(mlflow_uri, status):
     assert MlflowClient(mlflow_uri).get_run(tracker.run_id).info.status == status
     with pytest.raises(TrackingError, match="ended"):
         tracker.log_metrics({"a": 1}, step=0)
+
+
+@pytest.mark.parametrize("end_if_running", [None, "FAILED", "KILLED"])
+def test_tag_run_tags_another_process_run_and_ends_it_if_still_running(mlflow_uri, end_if_running):
+    """rl8 sweep's trials: a run left RUNNING by its process ends with the status given (FAILED:
+    the process died; KILLED: interrupted); a run that had ended keeps its status."""
+    running, ended = Tracker(experiment="tags"), Tracker(experiment="tags")
+    running.start()
+    ended.start()
+    ended.end("FINISHED")
+    client = MlflowClient(mlflow_uri)
+    for tracker, status in ((running, end_if_running or "RUNNING"), (ended, "FINISHED")):
+        tag_run(mlflow_uri, tracker.run_id, {"rl8.sweep.trial": 3}, end_if_running=end_if_running)
+        run = client.get_run(tracker.run_id)
+        assert (run.info.status, run.data.tags["rl8.sweep.trial"]) == (status, "3")
+    running.end("FINISHED")  # its own thread and exit hook
 
 
 def test_end_rejects_unknown_status():

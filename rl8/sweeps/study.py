@@ -3,17 +3,21 @@ process of its own and an MLflow run nested under the study's run (docs/sweeps.m
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import math
 import multiprocessing
 import os
+import signal
 import sys
 import tempfile
+import time
 import warnings
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from multiprocessing.connection import wait
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +28,8 @@ from rl8.sweeps.space import read_space
 from rl8.tracking import Tracker
 from rl8.tracking.runs import tag_run
 from rl8.training.callbacks import STOP, Callback
+from rl8.training.conditions import MissingStatError
+from rl8.training.config import TrainerConfig
 from rl8.training.config_file import (
     ConfigError,
     assign,
@@ -33,15 +39,32 @@ from rl8.training.config_file import (
     stop_conditions,
     trainer_options,
 )
+from rl8.training.run_args import check_eval_plan, check_run_plan
+from rl8.training.signals import handling
 from rl8.training.trainer import Trainer
 
-__all__ = ["PRUNERS", "TrialReport", "read_config", "sweep"]
+__all__ = [
+    "FINISHED_STATES",
+    "PRUNERS",
+    "STATES",
+    "SweepInterrupted",
+    "TrialReport",
+    "read_config",
+    "state_counts",
+    "sweep",
+]
 
 #: The pruners ``rl8 sweep --pruner`` names: Optuna's MedianPruner, SuccessiveHalvingPruner, none.
 PRUNERS = ("median", "halving", "none")
+#: The states of a trial that has ended (``optuna.trial.TrialState`` names).
+FINISHED_STATES = ("COMPLETE", "PRUNED", "FAIL")
+#: Every state of a trial: the finished ones, then a trial training (``RUNNING``) or enqueued.
+STATES = (*FINISHED_STATES, "RUNNING", "WAITING")
 #: The heavy modules of a trial's process, imported once by the forkserver that forks the trials
 #: (not rl8: a trial imports the rl8 of the sweep's sys.path).
 _PRELOAD = ["torch", "optuna"]
+#: Seconds an interrupted trial's process has to end after each of SIGINT and SIGTERM (then SIGKILL).
+_STOP_WAIT_S = 30.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,6 +125,35 @@ def read_config(config: str | os.PathLike[str]) -> tuple[str, dict[str, Any]]:
     return Path(text).stem, read
 
 
+class SweepInterrupted(KeyboardInterrupt):
+    """Ctrl-C (SIGINT) stopped :func:`sweep`: the trials it was running are ``FAIL`` in the study,
+    their MLflow runs and the study's run ``KILLED``; running the sweep again continues the study.
+    Its message is the line ``rl8 sweep`` prints.
+
+    Attributes:
+        study: The ``optuna.Study``.
+        stopped: The numbers of the trials stopped.
+        left: How many of the trials asked for did not run to their end (the stopped ones too).
+        asked: How many trials the sweep was asked to run (its ``trials``).
+    """
+
+    def __init__(self, study: Any, stopped: list[int], left: int, asked: int) -> None:
+        self.study, self.stopped, self.left, self.asked = study, stopped, left, asked
+        if stopped:
+            plural = "s" if len(stopped) > 1 else ""
+            what = f"trial{plural} {', '.join(map(str, stopped))} marked FAIL"
+        else:
+            what = "no trial was running"
+        if left:
+            then = (
+                f"rerun the same command to continue the study (--trials {left} runs the {left} "
+                f"of its {asked} trials left)"
+            )
+        else:
+            then = f"its {asked} trials had ended (the study's plots were not logged)"
+        super().__init__(f"sweep {study.study_name}: interrupted: {what}; {then}")
+
+
 def sweep(
     config: str | os.PathLike[str],
     space: str | os.PathLike[str] | Mapping[str, Any],
@@ -122,7 +174,10 @@ def sweep(
     once, each in a process of its own with ``torch.set_num_threads(cpu_count // jobs)``; the
     study (an ``optuna.Study``). Each trial is an MLflow run nested under the study's run, which
     holds the best value and params and the plots; a trial that raises or whose process dies is
-    marked failed and the sweep goes on. Running it again with the same study continues it.
+    marked failed (its run ``FAILED``) and the sweep goes on. Running it again with the same study
+    continues it. Before the study or any run is made, the config's evaluation plan is checked as
+    ``Trainer.run`` checks it, and an ``eval/`` objective needs evaluations that each trial's
+    env-step budget reaches (with the largest ``num_envs`` and ``horizon`` the space samples).
 
     Args:
         config: An ``rl8 train`` config file or a preset name.
@@ -141,6 +196,11 @@ def sweep(
         max_seconds: Each trial's budget in seconds of training.
         seed: Seed of the sampler (trial ``i`` of the study samples with ``seed + i``); the
             trials train with the config's seed.
+
+    Raises:
+        rl8.training.config_file.ConfigError: Before any trial, a bad argument, space or config.
+        SweepInterrupted: Ctrl-C (a ``KeyboardInterrupt``), once the trials it stopped are
+            ``FAIL`` and their runs and the study's run ``KILLED``.
     """
     import optuna
 
@@ -151,17 +211,17 @@ def sweep(
         ("jobs", jobs, 1),
         ("startup_trials", startup_trials, 0),
     ):
-        if not isinstance(value, int) or value < least:
+        if not isinstance(value, int) or isinstance(value, bool) or value < least:
             raise ConfigError(f"sweep: {key} must be an int >= {least}, got {value!r}")
+    if max_env_steps is not None and (
+        not isinstance(max_env_steps, int) or isinstance(max_env_steps, bool) or max_env_steps < 1
+    ):
+        raise ConfigError(f"sweep: max_env_steps must be an int >= 1 or None, got {max_env_steps!r}")
     if direction not in ("maximize", "minimize"):
         raise ConfigError(f"sweep: direction must be 'maximize' or 'minimize', got {direction!r}")
-    if objective.startswith("eval/") and not config.get("steps_per_eval"):
-        raise ConfigError(
-            f"sweep: the objective {objective!r} is an evaluation stat: the config needs steps_per_eval"
-        )
-    pruner = _pruner(
-        pruner, startup_trials, max_env_steps or int_option(config, "max_steps", "config") or 0
-    )
+    _check_plan(config, distributions, objective, max_env_steps)
+    budget = max_env_steps or int_option(config, "max_steps", "config") or 0
+    pruner = _pruner(pruner, startup_trials, budget)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage = storage or f"sqlite:///{Path('optuna.db').resolve()}"
     the_study = optuna.create_study(
@@ -194,15 +254,119 @@ def sweep(
         max(1, (os.cpu_count() or 1) // jobs),
         os.getcwd(),
     )
-    status = "KILLED"
+    processes = _TrialProcesses(spec, the_study, parent)
     try:
-        for number, exitcode in _trial_processes(spec, trials, jobs, seed, len(the_study.trials)):
-            _after_trial(the_study, parent, number, exitcode)
+        processes.run(trials, jobs, seed)
         _log_plots(the_study, parent)
-        status = "FINISHED"
-    finally:
-        parent.end(status)
+    except KeyboardInterrupt:
+        with handling([signal.SIGINT], signal.SIG_IGN):  # a second Ctrl-C: the ending goes on
+            stopped = processes.stop()
+            parent.end("KILLED")
+        raise SweepInterrupted(the_study, stopped, trials - processes.ended, trials) from None
+    except BaseException:
+        parent.end("FAILED")
+        raise
+    parent.end("FINISHED")
     return the_study
+
+
+def state_counts(study: Any) -> dict[str, int]:
+    """How many trials of the ``optuna.Study`` ``study`` are in each state, by state name: every
+    one of :data:`STATES` (0 included) first, so the counts add up to the trials."""
+    return {**dict.fromkeys(STATES, 0), **Counter(t.state.name for t in study.trials)}
+
+
+def _budgeted(config: Mapping[str, Any], max_env_steps: int | None) -> dict[str, Any]:
+    """``config`` with a trial's budget: ``max_steps`` replaced by ``max_env_steps`` if given."""
+    return {**config, "max_steps": max_env_steps or config.get("max_steps")}
+
+
+def _trainer_options(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The Trainer options that ``config`` sets (one set to null keeps the Trainer's default)."""
+    return {k: v for k, v in trainer_options(config, "config").items() if v is not None}
+
+
+def _check_plan(
+    config: Mapping[str, Any],
+    distributions: Mapping[str, Any],
+    objective: str,
+    max_env_steps: int | None,
+) -> None:
+    """Before any trial, what every trial's ``Trainer.run`` would refuse of ``config``'s evaluation
+    plan, stop conditions and Trainer options (``check_eval_plan``, ``check_run_plan``); for an
+    ``eval/`` ``objective``, evaluations, and a budget (``max_env_steps``, else the config's
+    ``max_steps``) that reaches the first (:func:`_check_budget`): a :class:`ConfigError`."""
+    steps_per_eval = int_option(config, "steps_per_eval", "config")
+    budgeted = _budgeted(config, max_env_steps)
+    try:
+        check_eval_plan(steps_per_eval, mapping_option(config, "eval_env_config", "config"))
+        check_run_plan(
+            TrainerConfig(**_trainer_options(config)), stop_conditions(budgeted), steps_per_eval
+        )
+    except (ValueError, MissingStatError) as exc:  # a KeyError's message is its first argument
+        message = str(exc.args[0] if exc.args else exc).replace("Trainer.run: ", "")
+        raise ConfigError(f"sweep: {message}") from None
+    if not objective.startswith("eval/"):
+        return
+    if steps_per_eval is None:
+        raise ConfigError(
+            f"sweep: the objective {objective!r} is an evaluation stat: the config needs steps_per_eval"
+        )
+    budget = int_option(budgeted, "max_steps", "config")
+    if budget is not None:
+        where = (
+            f"max_env_steps={budget} (--max-env-steps)"
+            if max_env_steps
+            else f"max_steps: {budget} of the config"
+        )
+        _check_budget(
+            budget, where, steps_per_eval, config.get("hparams") or {}, distributions, objective
+        )
+
+
+def _check_budget(
+    budget: int,
+    where: str,
+    steps_per_eval: int,
+    hparams: Mapping[str, Any],
+    distributions: Mapping[str, Any],
+    objective: str,
+) -> None:
+    """A :class:`ConfigError` when a trial's ``budget`` (env steps; ``where`` says it) stops it
+    before its first evaluation, at ``steps_per_eval`` training steps of ``num_envs * horizon``
+    env steps each: the config's ``hparams`` or the largest values ``distributions`` (the space)
+    samples, so that every trial reports ``objective``. A trial stops at the first training step
+    that reaches the budget."""
+    import optuna
+
+    try:
+        given = HParams.read_config(hparams, "hparams")
+    except ValueError as exc:
+        raise ConfigError(f"sweep: {exc}") from None
+    defaults = {f.name: f.default for f in dataclasses.fields(HParams)}
+    sizes, sampled = {}, []
+    for field in ("num_envs", "horizon"):
+        distribution = distributions.get(field)
+        if distribution is None:
+            sizes[field] = given.get(field) or defaults[field]
+        else:  # the trials that sample the largest value evaluate last
+            categorical = isinstance(distribution, optuna.distributions.CategoricalDistribution)
+            sizes[field] = max(distribution.choices) if categorical else distribution.high
+            sampled.append(field)
+    per_step = sizes["num_envs"] * sizes["horizon"]
+    if math.ceil(budget / per_step) >= steps_per_eval:
+        return
+    first = steps_per_eval * per_step
+    largest = " and ".join(f"{field} {sizes[field]}" for field in sampled)
+    trials = f"the trials that sample {largest} (the space's largest)" if sampled else "each trial"
+    fields = [f"the space's largest {f}" if f in sampled else f for f in sizes]
+    raise ConfigError(
+        f"sweep: the budget {where} ends {trials} before the first evaluation, at {first} env steps "
+        f"(steps_per_eval {steps_per_eval} x num_envs {sizes['num_envs']} x horizon "
+        f"{sizes['horizon']}), so {'they' if sampled else 'it'} would never report {objective}: "
+        f"raise the budget to {first} or more (--max-env-steps {first}), or lower steps_per_eval, "
+        f"{fields[0]} or {fields[1]}"
+    )
 
 
 def _pruner(pruner: Any, startup_trials: int, budget: int) -> Any:
@@ -224,65 +388,130 @@ def _pruner(pruner: Any, startup_trials: int, budget: int) -> Any:
     }[pruner]()
 
 
-def _trial_processes(
-    spec: _TrialSpec, trials: int, jobs: int, seed: int | None, first: int
-) -> Iterator[tuple[int | None, int | None]]:
-    """Start ``trials`` trial processes, ``jobs`` at once; yield each one's ``(trial number,
-    exit code)`` as it ends (the number is ``None`` when it died before asking for a trial)."""
-    forkserver = "forkserver" in multiprocessing.get_all_start_methods()
-    context = multiprocessing.get_context("forkserver" if forkserver else "spawn")
-    if forkserver:
-        context.set_forkserver_preload(_PRELOAD)
-    running: dict[Any, tuple[Any, Any]] = {}
-    launched = 0
-    try:
-        while launched < trials or running:
-            while launched < trials and len(running) < jobs:
-                receiver, sender = context.Pipe(duplex=False)
-                sampler_seed = None if seed is None else seed + first + launched
-                process = context.Process(target=_run_trial, args=(spec, sampler_seed, sender))
-                process.start()
-                sender.close()
-                running[process.sentinel] = (process, receiver)
+@dataclasses.dataclass
+class _TrialProcess:
+    """A trial's process and the pipe on which it sends its trial's number once asked."""
+
+    process: Any
+    receiver: Any
+    number: int | None = None
+
+    def read_number(self) -> int | None:
+        """The trial's number once sent (``None`` before, or when the process ended first)."""
+        if self.number is None:
+            with contextlib.suppress(EOFError, OSError):  # the process ended without sending it
+                if self.receiver.poll():
+                    self.number = self.receiver.recv()
+        return self.number
+
+
+class _TrialProcesses:
+    """The trial processes of one :func:`sweep`: :meth:`run` starts them, each trial ended by
+    :func:`_end_trial` as its process ends; :meth:`stop` stops those running (Ctrl-C).
+
+    Attributes:
+        running: The processes running, by their sentinel.
+        ended: How many trials ended by themselves (``FAIL`` too), not stopped.
+    """
+
+    def __init__(self, spec: _TrialSpec, study: Any, parent: Tracker) -> None:
+        self.spec, self.study, self.parent = spec, study, parent
+        self.running: dict[Any, _TrialProcess] = {}
+        self.ended = 0
+        forkserver = "forkserver" in multiprocessing.get_all_start_methods()
+        self.context = multiprocessing.get_context("forkserver" if forkserver else "spawn")
+        if forkserver:
+            self.context.set_forkserver_preload(_PRELOAD)
+
+    def run(self, trials: int, jobs: int, seed: int | None) -> None:
+        """Run ``trials`` trials, ``jobs`` at once; trial ``i`` of the study samples with
+        ``seed + i`` (``seed`` ``None``: unseeded)."""
+        first = len(self.study.trials)
+        launched = 0
+        while launched < trials or self.running:
+            while launched < trials and len(self.running) < jobs:
+                self._start(None if seed is None else seed + first + launched)
                 launched += 1
-            for sentinel in wait(list(running)):
-                process, receiver = running.pop(sentinel)
-                process.join()
-                yield (receiver.recv() if receiver.poll() else None), process.exitcode
-    finally:  # interrupted: the trials end as the Trainer ends on SIGTERM (KILLED)
-        for process, _ in running.values():
-            process.terminate()
-            process.join()
+            for sentinel in wait(list(self.running)):
+                _end_trial(self.study, self.parent, self.running[sentinel], interrupted=False)
+                # only now: a Ctrl-C while it was being ended ends it again, in stop()
+                del self.running[sentinel]
+                self.ended += 1
+
+    def _start(self, sampler_seed: int | None) -> None:
+        receiver, sender = self.context.Pipe(duplex=False)
+        process = self.context.Process(target=_run_trial, args=(self.spec, sampler_seed, sender))
+        process.start()
+        sender.close()
+        self.running[process.sentinel] = _TrialProcess(process, receiver)
+
+    def stop(self) -> list[int]:
+        """Stop the running processes and end their trials as interrupted; the trials' numbers.
+        Each process still alive gets SIGINT (its Trainer ends the run ``KILLED``; a second SIGINT,
+        when Ctrl-C reached the trials too, stops it at once), then SIGTERM, then SIGKILL, each
+        :data:`_STOP_WAIT_S` after the last."""
+        processes = [trial.process for trial in self.running.values()]
+        for stop in (_interrupt, BaseProcess.terminate, BaseProcess.kill):
+            alive = [process for process in processes if process.is_alive()]
+            for process in alive:
+                with contextlib.suppress(ProcessLookupError):  # it has just ended
+                    stop(process)
+            deadline = time.monotonic() + _STOP_WAIT_S
+            for process in alive:
+                process.join(max(0.0, deadline - time.monotonic()))
+        numbers = [
+            _end_trial(self.study, self.parent, t, interrupted=True) for t in self.running.values()
+        ]
+        self.running.clear()
+        return [number for number in numbers if number is not None]
+
+
+def _interrupt(process: BaseProcess) -> None:
+    """Send SIGINT to ``process`` (on Windows, where only a console's Ctrl-C is, it terminates it)."""
+    os.kill(process.pid, signal.SIGINT)
 
 
 def _run_trial(spec: _TrialSpec, seed: int | None, sender: Any) -> None:
-    """A trial's process: ask the study for a trial, send its number, train the config with the
-    trial's hyper-parameters reporting to it, tell the result (a failure for any exception, which
-    is raised again: the process exits with 1)."""
+    """A trial's process: ask the study for a trial, send its number, train it
+    (:func:`_train_trial`). Ctrl-C ends it quietly with exit status 130 (its Trainer ends the
+    run ``KILLED``; the sweep marks the trial ``FAIL``, :func:`_end_trial`)."""
     import optuna
     import torch
 
-    os.chdir(spec.cwd)
-    torch.set_num_threads(spec.threads)
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=spec.startup_trials)
-    study = optuna.load_study(
-        study_name=spec.study, storage=spec.storage, sampler=sampler, pruner=spec.pruner
-    )
-    trial = study.ask(spec.distributions)
-    sender.send(trial.number)
-    sender.close()
+    # ignored until the sweep knows the trial's number, so that it can end every trial it started
+    with handling([signal.SIGINT], signal.SIG_IGN):
+        os.chdir(spec.cwd)
+        torch.set_num_threads(spec.threads)
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=spec.startup_trials)
+        study = optuna.load_study(
+            study_name=spec.study, storage=spec.storage, sampler=sampler, pruner=spec.pruner
+        )
+        trial = study.ask(spec.distributions)
+        sender.send(trial.number)
+        sender.close()
+    try:
+        _train_trial(spec, study, trial)
+    except KeyboardInterrupt:
+        raise SystemExit(130) from None
+
+
+def _train_trial(spec: _TrialSpec, study: Any, trial: Any) -> None:
+    """Train the config with the trial's hyper-parameters, reporting to it, and tell the study the
+    trial's outcome: ``COMPLETE`` with its last value, ``PRUNED``, or ``FAIL`` for an exception
+    (raised again: the process exits with 1 and prints it; the run ends ``FAILED``)."""
+    import optuna
+
     config, report = spec.config, TrialReport(trial, spec.objective)
     try:
         hparams = copy.deepcopy(dict(config.get("hparams") or {}))
         for name, value in trial.params.items():
             assign(hparams, name.split("."), value)
         algo = PPO(config["env"], **HParams.from_config(hparams, "hparams").to_dict())
-        options = {k: v for k, v in trainer_options(config, "config").items() if v is not None}
         trainer = Trainer(
             algo,
             **{
-                **options,
+                **_trainer_options(config),
                 "experiment": spec.experiment,
                 "tracking_uri": spec.tracking_uri,
                 "parent_run_id": spec.parent_run_id,
@@ -290,21 +519,23 @@ def _run_trial(spec: _TrialSpec, seed: int | None, sender: Any) -> None:
                 "progress": False,
             },
         )
-        if trainer.run_id is not None:
-            trial.set_user_attr("mlflow_run_id", trainer.run_id)
-        budget = {**config, "max_steps": spec.max_env_steps or config.get("max_steps")}
-        with trainer:  # FAILED when the run raises, even before its first step
+        with trainer:  # FAILED when this block raises, even before the first step; KILLED on Ctrl-C
+            if trainer.run_id is not None:
+                trial.set_user_attr("mlflow_run_id", trainer.run_id)
             trainer.run(
-                stop_conditions=stop_conditions(budget),
+                stop_conditions=stop_conditions(_budgeted(config, spec.max_env_steps)),
                 max_seconds=spec.max_seconds,
                 callbacks=[report],
                 steps_per_eval=int_option(config, "steps_per_eval", "config"),
                 env_config=mapping_option(config, "env_config", "config"),
                 eval_env_config=mapping_option(config, "eval_env_config", "config"),
             )
-        if report.value is None and not report.pruned:
-            raise RuntimeError(f"trial {trial.number} ended before its first {spec.objective}")
-    except BaseException:
+            if report.value is None and not report.pruned:
+                raise RuntimeError(
+                    f"trial {trial.number} ended before its first {spec.objective}: "
+                    f"{trainer.stopped_by!r} stopped it first"
+                )
+    except Exception:
         study.tell(trial, state=optuna.trial.TrialState.FAIL)
         raise
     if report.pruned:
@@ -313,19 +544,26 @@ def _run_trial(spec: _TrialSpec, seed: int | None, sender: Any) -> None:
         study.tell(trial, report.value)
 
 
-def _after_trial(study: Any, parent: Any, number: int | None, exitcode: int | None) -> None:
-    """Mark a trial whose process died failed, tag its run, update the study's run and print."""
+def _end_trial(study: Any, parent: Tracker, process: _TrialProcess, *, interrupted: bool) -> int | None:
+    """After a trial's process ended, end what it could not (the process tells its trial's outcome
+    itself): a trial still ``RUNNING`` is marked ``FAIL``, and its MLflow run, if still
+    ``RUNNING``, ends ``KILLED`` when the sweep was ``interrupted``, else ``FAILED`` (its process
+    died). Then the run's tags, the study's run's counts and best, and (unless ``interrupted``:
+    the sweep prints one line for all) a line. The trial's number; ``None`` when the process
+    ended before it had a trial."""
     from optuna.trial import TrialState
 
+    number = process.read_number()
     if number is None:
         print(
-            f"rl8: sweep: a trial process ended (exit code {exitcode}) before its trial started",
+            f"rl8: sweep: a trial process ended (exit code {process.process.exitcode}) before its "
+            "trial started",
             file=sys.stderr,
         )
-        return
+        return None
     trial = study.trials[number]
-    killed = trial.state == TrialState.RUNNING
-    if killed:  # its process died
+    ended_here = trial.state == TrialState.RUNNING
+    if ended_here:
         study.tell(number, state=TrialState.FAIL)
         trial = study.trials[number]
     run_id = trial.user_attrs.get("mlflow_run_id")
@@ -335,9 +573,10 @@ def _after_trial(study: Any, parent: Any, number: int | None, exitcode: int | No
             "rl8.sweep.study": study.study_name,
             "rl8.sweep.trial": number,
         }
-        tag_run(parent.tracking_uri, run_id, tags, fail_if_running=killed)
-    counts = Counter(t.state.name for t in study.trials)
-    metrics = {f"trials/{state.lower()}": counts[state] for state in ("COMPLETE", "PRUNED", "FAIL")}
+        status = "KILLED" if interrupted else "FAILED"
+        tag_run(parent.tracking_uri, run_id, tags, end_if_running=status if ended_here else None)
+    counts = state_counts(study)
+    metrics = {f"trials/{state.lower()}": count for state, count in counts.items()}
     if counts["COMPLETE"]:
         best = study.best_trial
         metrics["best/value"] = best.value
@@ -346,14 +585,16 @@ def _after_trial(study: Any, parent: Any, number: int | None, exitcode: int | No
             parent.run_id,
             {f"best/{k}": v for k, v in {"trial": best.number, **best.params}.items()},
         )
-    parent.log_metrics(metrics, step=sum(counts.values()))
-    value = "" if trial.value is None else f" {trial.value:.4g}"
-    print(
-        f"rl8: sweep {study.study_name}: trial {number} {trial.state.name}{value} {trial.params} "
-        f"(run {run_id}); best: {metrics.get('best/value')}",
-        file=sys.stderr,
-        flush=True,
-    )
+    parent.log_metrics(metrics, step=sum(counts[state] for state in FINISHED_STATES))
+    if not interrupted:
+        value = "" if trial.value is None else f" {trial.value:.4g}"
+        print(
+            f"rl8: sweep {study.study_name}: trial {number} {trial.state.name}{value} {trial.params} "
+            f"(run {run_id}); best: {metrics.get('best/value')}",
+            file=sys.stderr,
+            flush=True,
+        )
+    return number
 
 
 def _log_plots(study: Any, parent: Any) -> None:

@@ -146,15 +146,16 @@ def clean_runs(
 
 
 def tag_run(
-    tracking_uri: str, run_id: str, tags: dict[str, Any], *, fail_if_running: bool = False
+    tracking_uri: str, run_id: str, tags: dict[str, Any], *, end_if_running: str | None = None
 ) -> None:
     """Set ``tags`` (``{name: value}``, values as strings) on the run ``run_id`` of another process
-    in the store ``tracking_uri`` (``rl8 sweep``'s trials); ``fail_if_running``: first mark it
-    ``FAILED`` if still ``RUNNING`` (its process died)."""
+    in the store ``tracking_uri`` (``rl8 sweep``'s trials); ``end_if_running``: first end it with
+    this status (``"FAILED"``: its process died; ``"KILLED"``: it was interrupted) if it is still
+    ``RUNNING``."""
     from mlflow.entities import RunTag
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri)
-    if fail_if_running and client.get_run(run_id).info.status == "RUNNING":
-        client.set_terminated(run_id, status="FAILED")
+    if end_if_running is not None and client.get_run(run_id).info.status == "RUNNING":
+        client.set_terminated(run_id, status=end_if_running)
     client.log_batch(run_id, tags=[RunTag(key, str(value)) for key, value in tags.items()])
