@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from rl8.mlflow_http import bounded_requests
+from rl8.mlflow_store import check_store_schema
 from rl8.ppo.hparams import missing_cuda_device
 from rl8.ppo.resolve import CheckpointError
 
@@ -350,7 +351,9 @@ def _model_location(ref: str, tracking_uri: str | None) -> str:
 
 def download_artifact(ref: str, artifact: str, tracking_uri: str | None, dst: str) -> Path:
     """Download one artifact of an MLflow run (``ref``: a run id or a ``runs:/`` URI), or the
-    folder of a ``models:/`` URI (the registry is the tracking store)."""
+    folder of a ``models:/`` URI (the registry is the tracking store); a failure is a
+    ``FileNotFoundError``, but a SQLite store that a newer MLflow wrote is a
+    :class:`~rl8.mlflow_store.StoreSchemaError`."""
     import mlflow.artifacts
 
     where = (
@@ -363,6 +366,7 @@ def download_artifact(ref: str, artifact: str, tracking_uri: str | None, dst: st
             local = mlflow.artifacts.download_artifacts(**where, tracking_uri=tracking_uri, dst_path=dst)
     except Exception as exc:
         uri = tracking_uri or mlflow.get_tracking_uri()
+        check_store_schema(uri)
         raise FileNotFoundError(
             f"cannot download {artifact or 'the folder'!r} of MLflow "
             f"{'model' if ref.startswith('models:/') else 'run'} {ref!r} from {uri!r}: "
