@@ -1,7 +1,7 @@
 """Train gymnax's CartPole-v1 (JAX, jit + vmap, handed to torch by DLPack) to a deterministic
 return >= 475.
 
-Run: ``python examples/gymnax_cartpole.py`` (needs ``pip install "rl8[gymnax]"``); then
+Run: ``python examples/gymnax_cartpole.py`` (needs ``python -m pip install -e ".[gymnax]"`` in rl8's clone); then
 ``mlflow ui`` in this folder to see the run. PPO's defaults (256 envs x 32 steps) solve it in
 about 115k env steps.
 """

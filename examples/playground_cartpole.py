@@ -1,7 +1,7 @@
 """Train MuJoCo Playground's CartpoleBalance (MJX on JAX, handed to torch by DLPack) to a
 deterministic return >= 900 of 1,000.
 
-Run: ``python examples/playground_cartpole.py`` (needs ``pip install "rl8[playground]"``); then
+Run: ``python examples/playground_cartpole.py`` (needs ``python -m pip install -e ".[playground]"`` in rl8's clone); then
 ``mlflow ui`` in this folder to see the run. ``impl="jax"`` runs MJX in JAX (Playground's
 default for this task is MuJoCo Warp); 1,024 envs, rsl_rl's PPO settings for the task's size.
 """

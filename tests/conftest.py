@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import sqlite3
 import sys
 
 import pytest
@@ -64,6 +66,21 @@ def migrated_store(mlflow_uri, tmp_path, template_db):
     SQLite store would spend seconds on schema migrations."""
     shutil.copy(template_db, tmp_path / "mlflow.db")
     return mlflow_uri
+
+
+#: A schema revision that no MLflow's migrations hold: the store of a newer MLflow, as the
+#: installed one sees it.
+NEWER_REVISION = "ffffffffffff"
+
+
+@pytest.fixture
+def newer_mlflow_store(migrated_store, tmp_path):
+    """This test's store (see ``migrated_store``) as a newer MLflow leaves it: its schema revision
+    (alembic's ``alembic_version`` table) is one that the installed MLflow does not know."""
+    with contextlib.closing(sqlite3.connect(tmp_path / "mlflow.db")) as db:
+        db.execute("UPDATE alembic_version SET version_num = ?", (NEWER_REVISION,))
+        db.commit()
+    return migrated_store
 
 
 @pytest.fixture

@@ -306,6 +306,25 @@ def test_eval_in_another_env_does_not_get_the_stored_envs_arguments(tmp_path, ca
     assert "episode 1: return 5, length 5" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["eval", "0" * 32],
+        ["runs"],
+        ["train", "--env", "rl8.envs.CartPole", *TINY_SET, "--max-steps", "128", "--quiet"],
+    ],
+    ids=["eval", "runs", "train"],
+)
+def test_a_store_of_a_newer_mlflow_exits_2_with_one_line_that_says_what_to_install(
+    argv, capsys, newer_mlflow_store
+):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("rl8: error:")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert newer_mlflow_store in lines[0] and 'python -m pip install -e ".[ui]"' in lines[0]
+
+
 def test_eval_missing_policy_exits_1(tmp_path, capsys):
     assert main(["eval", str(tmp_path / "nope.pt")]) == 1
     assert "no policy" in capsys.readouterr().err

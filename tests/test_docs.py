@@ -23,6 +23,7 @@ A failure names the file and the line of the block.
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import os
 import re
@@ -251,3 +252,86 @@ def test_blocks_run_in_order_and_write_marked_files(tmp_path):
     )
     with pytest.raises(pytest.fail.Exception, match=r"page.md:9: the python block raised KeyError"):
         _run_page(page)
+
+
+#: ``pip install`` of rl8 by name (``"rl8[ui]"``, ``rl8==1.0.0``), wherever lines wrap: the
+#: package index has rl8 1.0.0, not this checkout (``python -m pip install -e ".[ui]"``).
+_INSTALL_BY_NAME = re.compile(r"""pip\s+install\s+(-\S+\s+)*["'`]?rl8(\[|[=<>~!"'`\s]|$)""")
+
+
+def _texts_read_by_users() -> dict[str, list[str]]:
+    """The docs' text, and the source of rl8's modules and the examples with their string
+    literals (the messages and help texts; adjacent literals joined, as Python joins them)."""
+    out = {_name(path): [path.read_text()] for path in DOCS}
+    for path in sorted([*(ROOT / "rl8").rglob("*.py"), *(ROOT / "examples").glob("*.py")]):
+        source = path.read_text()
+        out[_name(path)] = [source, *_string_literals(source)]
+    return out
+
+
+def _string_literals(source: str) -> list[str]:
+    """The string literals of python ``source``, adjacent ones joined as Python joins them."""
+    return [
+        node.value
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+    ]
+
+
+def test_no_doc_or_message_installs_rl8_by_name():
+    wrong = sorted(
+        {
+            f"{where}: {' '.join(text[match.start() : match.end() + 20].split())}"
+            for where, texts in _texts_read_by_users().items()
+            for text in texts
+            for match in _INSTALL_BY_NAME.finditer(text)
+        }
+    )
+    assert not wrong, 'install rl8 from its clone (python -m pip install -e ".[extra]"):\n' + "\n".join(
+        wrong
+    )
+
+
+def test_installs_by_name_are_found_across_lines_and_joined_literals():
+    assert _INSTALL_BY_NAME.search('Optuna (`pip install\n"rl8[sweep]"`)')
+    assert _INSTALL_BY_NAME.search("pip install -U rl8==1.0.0")
+    joined = _string_literals("""message = ("needs psutil (pip install "\n    "'rl8[system]')")""")
+    assert any(_INSTALL_BY_NAME.search(text) for text in joined)
+    assert not _INSTALL_BY_NAME.search('python -m pip install -e ".[sweep]"  # rl8[sweep]')
+
+
+_TRAIN_ARG = re.compile(r"rl8 train ([^\s`\"')\]]+)")
+
+
+def _preset_names_in_docs() -> list[tuple[str, str]]:
+    """``(page, NAME)`` of every ``rl8 train NAME`` of the docs whose NAME is neither a path nor
+    a placeholder (``CONFIG``) nor an error the page shows (``no preset or config file 'NAME'``)."""
+    out = []
+    for path in DOCS:
+        text = path.read_text()
+        for arg in _TRAIN_ARG.findall(text):
+            name = arg.removeprefix("preset:")
+            if (
+                arg.startswith("-")
+                or "/" in arg
+                or Path(arg).suffix in (".yaml", ".yml")
+                or name.isupper()
+                or f"no preset or config file '{arg}'" in text
+            ):
+                continue
+            out.append((_name(path), arg))
+    return out
+
+
+def test_rl8_train_names_in_the_docs_are_presets():
+    import rl8.presets
+
+    names = _preset_names_in_docs()
+    assert ("docs/tracking.md", "CartPole") in names  # rl8 train CartPole ... --register cartpole-ppo
+    wrong = []
+    for page, arg in names:
+        try:
+            rl8.presets.path(arg)
+        except ValueError as exc:
+            wrong.append(f"{page}: rl8 train {arg}: {exc}")
+    assert not wrong, "\n".join(wrong)

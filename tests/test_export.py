@@ -12,6 +12,7 @@ from rl8 import PPO, Policy, Trainer, load_policy, save_policy
 from rl8.envs import CartPole, ContinuousDummyEnv
 from rl8.io.checkpoint import CheckpointError, save_checkpoint
 from rl8.io.export import policy_to_dict, read_policy, space_from_dict, space_to_dict
+from rl8.mlflow_store import StoreSchemaError
 
 pytestmark = pytest.mark.usefixtures("migrated_store", "one_torch_thread")
 
@@ -84,6 +85,7 @@ def test_load_policy_from_checkpoint_folder_and_run_id(tmp_path, mlflow_uri):
     assert read_policy(trainer.run_id)["env"]["spec"] == "rl8.envs.cartpole.CartPole"
 
 
+<<<<<<< HEAD
 def test_a_download_larger_than_the_limit_is_refused(tmp_path, mlflow_uri, monkeypatch):
     trainer = Trainer(PPO(CartPole, **SMALL), checkpoint_dir=tmp_path / "ck", progress=False)
     trainer.step()
@@ -101,6 +103,17 @@ def test_a_download_larger_than_the_limit_is_refused(tmp_path, mlflow_uri, monke
     monkeypatch.setenv("RL8_MAX_DOWNLOAD_MB", "lots")
     with pytest.raises(ValueError, match="RL8_MAX_DOWNLOAD_MB must be a number of MiB > 0, got 'lots'"):
         load_policy(trainer.run_id, tracking_uri=mlflow_uri)
+=======
+def test_load_policy_by_run_id_from_a_store_of_a_newer_mlflow_says_what_to_install(
+    newer_mlflow_store,
+):
+    for ref in ("0" * 32, "models:/cartpole-ppo@best"):
+        with pytest.raises(StoreSchemaError) as caught:
+            load_policy(ref)
+        message = str(caught.value)
+        assert "\n" not in message and newer_mlflow_store in message
+        assert "newer MLflow" in message and 'python -m pip install -e ".[ui]"' in message
+>>>>>>> i45-install
 
 
 def test_load_policy_errors(tmp_path):

@@ -46,7 +46,7 @@ def test_a_preset_typo_suggests_the_close_presets_and_env(capsys):
     assert main(["train", "CartPol-v1"]) == 2
     line = one_error_line(capsys.readouterr().err)
     assert "no preset or config file 'CartPol-v1'" in line
-    assert "Did you mean: CartPole-v1" in line
+    assert "did you mean 'CartPole-v1' or 'CartPole'?" in line
     assert "rl8 train --env ID" in line and "No such file" not in line
 
 
@@ -54,7 +54,7 @@ def test_a_gymnasium_id_without_a_preset_says_how_to_train_it(capsys):
     assert main(["train", "HalfCheetah-v4"]) == 2
     line = one_error_line(capsys.readouterr().err)
     assert "no preset or config file 'HalfCheetah-v4'" in line
-    assert "rl8 train --env HalfCheetah-v4" in line and "Did you mean: HalfCheetah-v5" in line
+    assert "rl8 train --env HalfCheetah-v4" in line and "did you mean 'HalfCheetah-v5'?" in line
 
 
 def test_a_missing_yaml_file_is_still_a_missing_file(capsys, tmp_path):
@@ -281,19 +281,6 @@ def marked_block(text: str, marker: str) -> list[str]:
     after = text.split(f"<!-- {marker} -->\n", 1)[1]
     assert after.startswith("```"), f"no code block right after <!-- {marker} -->"
     return after.split("\n```", 1)[0].splitlines()[1:]
-
-
-def test_install_lines_install_the_checkout_not_the_published_rl8():
-    """`pip install "rl8[ui]"` fetches rl8 1.0.0 from the package index, not this checkout."""
-    pages = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
-    by_name = re.compile(r"""pip install +(-\S+ +)*["']?rl8(\[|["'\s]|$)""")
-    wrong = [
-        f"{page.relative_to(REPO)}:{i}: {line.strip()}"
-        for page in pages
-        for i, line in enumerate(page.read_text().splitlines(), start=1)
-        if by_name.search(line)
-    ]
-    assert not wrong, "install rl8 from the checkout (pip install -e .[extra]):\n" + "\n".join(wrong)
 
 
 def test_ci_runs_the_install_lines_that_readers_see():

@@ -33,6 +33,7 @@ FUNCTION_LEVEL_ALLOWED = {
     "cloudpickle": "optional: pickles env factories for worker processes",
     "IPython": "optional: notebooks",
     "mlflow": "heavy (about a second to import): only when tracking is on",
+    "alembic": "heavy (with SQLAlchemy, a third of a second): MLflow's migrations, read where a store failed to open",
     "torch": "heavy: the rl8 command parses its arguments and checks its config without it",
     "gymnasium": "heavy: the rl8 command and the env resolver start without it",
     "yaml": "the rl8 command's start-up: only when a config is read",

@@ -90,6 +90,16 @@ def test_unknown_name_names_close_matches():
         rl8.presets.path(3)
 
 
+def test_close_names_are_the_preset_named_up_to_case_else_the_close_ones():
+    assert rl8.presets.close_names("cartpole") == ["CartPole"]
+    assert rl8.presets.close_names("CARTPOLE-V1") == ["CartPole-v1"]
+    assert rl8.presets.close_names("CartPol-v1") == ["CartPole-v1", "CartPole"]
+    assert rl8.presets.close_names("walker2d") == ["Walker2d-v5"]
+    assert rl8.presets.close_names("xyz") == []
+    with pytest.raises(ValueError, match=r"unknown preset 'cartpole'; did you mean 'CartPole'\?"):
+        rl8.presets.path("cartpole")
+
+
 def test_prefix_is_accepted_by_load():
     assert rl8.presets.load("preset:Memory") == rl8.presets.load("Memory")
 
@@ -130,6 +140,12 @@ def test_an_existing_file_wins_over_a_preset_name(tmp_path, capsys, migrated_sto
     assert "rl8: 32 env steps" in capsys.readouterr().out
     assert main(["train", "preset:CartPole-v1", "--max-steps", "1", "--quiet"]) == 0
     assert "rl8: 256 env steps" in capsys.readouterr().out
+
+
+def test_a_preset_name_in_another_case_says_did_you_mean_and_lists_the_presets(capsys):
+    assert main(["train", "cartpole", "--register", "cartpole-ppo"]) == 2
+    err = capsys.readouterr().err
+    assert f"'cartpole'; did you mean 'CartPole'? Presets: {', '.join(rl8.presets.names())}." in err
 
 
 def test_unknown_preset_and_missing_file_exit_2(capsys):

@@ -12,10 +12,12 @@ import math
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
 import time
+import tomllib
 import urllib.request
 import warnings
 from pathlib import Path
@@ -27,9 +29,12 @@ import torch
 from launch import free_port
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 import rl8
-from rl8.tracking import Tracker, TrackingError, TrackingWarning, flatten_params
+from rl8.mlflow_store import StoreSchemaError, check_store_schema
+from rl8.tracking import Tracker, TrackingError, TrackingWarning, flatten_params, running_runs
 from rl8.tracking.runs import tag_run
 
 pytestmark = pytest.mark.usefixtures("migrated_store")
@@ -833,3 +838,57 @@ def test_end_with_a_timeout_on_a_healthy_store_delivers_and_sets_the_status(mlfl
     tracker.log_metrics({"a": 1.0}, step=0)
     assert tracker.end("KILLED", timeout_s=10) is True
     assert MlflowClient(mlflow_uri).get_run(tracker.run_id).info.status == "KILLED"
+
+
+# --------------------------------------------------------------------------------------------
+# MLflow's releases: one for mlflow and mlflow-skinny, and a store that a newer one wrote
+
+
+def test_mlflow_and_mlflow_skinny_are_pinned_to_one_release_in_every_extra():
+    """mlflow pins mlflow-skinny exactly: an extra installed after a first run must not move
+    mlflow-skinny to another release, whose MLflow cannot read the store the first one wrote."""
+    project = tomllib.loads((Path(rl8.__file__).parents[1] / "pyproject.toml").read_text())["project"]
+    lists = {"dependencies": project["dependencies"], **project["optional-dependencies"]}
+    pins = {
+        f"{where}: {text}": [(spec.operator, spec.version) for spec in Requirement(text).specifier]
+        for where, requirements in lists.items()
+        for text in requirements
+        if canonicalize_name(Requirement(text).name) in ("mlflow", "mlflow-skinny")
+    }
+    named = {canonicalize_name(Requirement(pin.split(": ", 1)[1]).name) for pin in pins}
+    assert named == {"mlflow", "mlflow-skinny"}, pins
+    assert all(len(specs) == 1 and specs[0][0] == "==" for specs in pins.values()), pins
+    assert len({specs[0][1] for specs in pins.values()}) == 1, pins
+
+
+def test_a_store_of_a_newer_mlflow_says_in_one_line_what_to_install(newer_mlflow_store):
+    for start in (Tracker(experiment="newer").start, running_runs):  # a run, `rl8 runs`
+        with pytest.raises(StoreSchemaError) as caught:
+            start()
+        message = str(caught.value)
+        assert "\n" not in message and newer_mlflow_store in message
+        assert f"newer MLflow than the installed MLflow {mlflow.__version__}" in message
+        assert 'python -m pip install -e ".[ui]"' in message
+
+
+def test_a_store_of_a_newer_mlflow_is_the_same_error_from_a_background_start(newer_mlflow_store):
+    tracker = Tracker(experiment="newer", asynchronous=True)
+    tracker.start_in_background()
+    assert tracker.wait_started(60)
+    with pytest.raises(StoreSchemaError, match="newer MLflow"):
+        tracker.check_start()
+
+
+def test_only_a_store_revision_unknown_to_the_installed_mlflow_is_a_newer_store(
+    mlflow_uri, tmp_path, template_db
+):
+    check_store_schema(mlflow_uri)  # no file yet: MLflow creates it
+    check_store_schema("http://127.0.0.1:1")  # a server: its MLflow opens the store
+    old = tmp_path / "old.db"  # an older store: MLflow's advice (mlflow db upgrade) is right
+    shutil.copy(template_db, old)
+    with contextlib.closing(sqlite3.connect(old)) as db:
+        db.execute(
+            "UPDATE alembic_version SET version_num = '451aebb31d03'"
+        )  # the first migration (metric steps)
+        db.commit()
+    check_store_schema(f"sqlite:///{old}")

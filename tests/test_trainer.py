@@ -19,6 +19,7 @@ from mlflow.tracking import MlflowClient
 from rl8 import PPO, Trainer, TrainerConfig, TrainStats
 from rl8.envs import CartPole, DiscreteDummyEnv
 from rl8.io.checkpoint import CheckpointError, save_checkpoint
+from rl8.mlflow_store import StoreSchemaError
 from rl8.tracking import TrackingError
 from rl8.training.conditions import (
     HitsLowerBound,
@@ -542,6 +543,17 @@ def test_missing_checkpoint_is_a_clear_error(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="no checkpoint"):
         Trainer.from_checkpoint(tmp_path / "empty")
+
+
+def test_a_store_of_a_newer_mlflow_is_an_error_that_says_what_to_install(newer_mlflow_store):
+    with pytest.raises(StoreSchemaError, match=r'newer MLflow.*pip install -e "\.\[ui\]"'):
+        make_trainer(async_logging=False)  # the run starts before Trainer(...) returns
+    trainer = make_trainer()  # a new run in a local store: it starts in the background
+    with pytest.raises(StoreSchemaError, match="newer MLflow"):
+        trainer.run_id
+    trainer.close()  # the error was raised: closing does not raise it again
+    with pytest.raises(StoreSchemaError, match="newer MLflow"):
+        Trainer.from_checkpoint("0" * 32)  # a run id of that store
 
 
 # --------------------------------------------------------------------------------------------

@@ -358,6 +358,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     from rl8.io.checkpoint import CheckpointError
     from rl8.io.checkpoint_dir import CheckpointDirError
+    from rl8.mlflow_store import StoreSchemaError
     from rl8.tracking import TrackingError
 
     if getattr(args, "trust_code", False):  # as python -m rl8: a trusted file's modules of this folder
@@ -373,7 +374,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         CheckpointError,
         FileNotFoundError,
         ImportError,
+        StoreSchemaError,
     ) as exc:
         print(f"rl8: error: {exc}", file=sys.stderr)
-        # configuration mistakes (CheckpointDirError: an unusable checkpoint_dir) exit with 2
-        return 2 if isinstance(exc, (ConfigError, CheckpointDirError)) else 1
+        # configuration mistakes (CheckpointDirError: an unusable checkpoint_dir; StoreSchemaError:
+        # a store of a newer MLflow than the installed one) exit with 2
+        return 2 if isinstance(exc, (ConfigError, CheckpointDirError, StoreSchemaError)) else 1

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import difflib
 import os
 import sys
 from collections.abc import Mapping
@@ -12,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from rl8.cli.common import config_errors, import_given, same_env, unregistered
+from rl8.fields import did_you_mean
 from rl8.training.config_file import (
     RESUMABLE_HPARAMS,
     RUN_KEYS,
@@ -90,18 +90,13 @@ def _config_file(arg: str) -> str | os.PathLike[str]:
         return arg
     import gymnasium
 
-    known = list(presets.names())
-    close = difflib.get_close_matches(arg, known, n=3, cutoff=0.6)
-    hint = f" Did you mean: {', '.join(close)}?" if close else f" Presets: {', '.join(known)}."
+    hint = did_you_mean(arg, close=presets.close_names(arg)) or "."
+    unknown = f"no preset or config file {arg!r}{hint} Presets: {', '.join(presets.names())}."
     if arg in gymnasium.registry:
         raise ConfigError(
-            f"no preset or config file {arg!r}; {arg} is a gymnasium id without a preset: "
-            f"train it with rl8 train --env {arg}.{hint}"
+            f"{unknown} {arg} is a gymnasium id without a preset: train it with rl8 train --env {arg}"
         )
-    raise ConfigError(
-        f"no preset or config file {arg!r}.{hint} To train a gymnasium id without a preset: "
-        "rl8 train --env ID"
-    )
+    raise ConfigError(f"{unknown} To train a gymnasium id without a preset: rl8 train --env ID")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from rl8.mlflow_http import bounded_requests
+from rl8.mlflow_store import check_store_schema
 from rl8.ppo.hparams import missing_cuda_device
 from rl8.ppo.resolve import CheckpointError
 
@@ -411,11 +412,17 @@ def _local_bytes(path: Path) -> int:
 
 def download_artifact(ref: str, artifact: str, tracking_uri: str | None, dst: str) -> Path:
     """Download one artifact of an MLflow run (``ref``: a run id or a ``runs:/`` URI), or the
+<<<<<<< HEAD
     folder of a ``models:/`` URI (the registry is the tracking store), into ``dst``. Every request
     is held to the tracker's HTTP policy (:func:`~rl8.mlflow_http.bounded_requests`: seconds a
     request, retries), and a download larger than :func:`max_download_bytes` is refused before
     it starts (by the sizes the store lists) and after it ends (by the bytes written, which are
     removed)."""
+=======
+    folder of a ``models:/`` URI (the registry is the tracking store); a failure is a
+    ``FileNotFoundError``, but a SQLite store that a newer MLflow wrote is a
+    :class:`~rl8.mlflow_store.StoreSchemaError`."""
+>>>>>>> i45-install
     import mlflow.artifacts
 
     kind = "model" if ref.startswith("models:/") else "run"
@@ -434,6 +441,7 @@ def download_artifact(ref: str, artifact: str, tracking_uri: str | None, dst: st
                 stored = max(stored, _local_bytes(local))
     except Exception as exc:
         uri = tracking_uri or mlflow.get_tracking_uri()
+        check_store_schema(uri)
         raise FileNotFoundError(
             f"cannot download {what} from {uri!r}: "
             f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"

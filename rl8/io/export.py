@@ -446,6 +446,8 @@ def load_policy(
         FileNotFoundError: Nothing found at ``run_id_or_path``.
         rl8.io.checkpoint.CheckpointError: A corrupt, truncated, foreign or unsafe file, or one
             that names a class that is not registered or of the wrong kind.
+        rl8.mlflow_store.StoreSchemaError: A run id or ``models:/`` URI of a SQLite store that a
+            newer MLflow than the installed one wrote.
     """
     description = read_policy(run_id_or_path, tracking_uri=tracking_uri)
     return policy_from_dict(

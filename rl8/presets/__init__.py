@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from rl8.fields import read_numbers
-from rl8.ppo.presets import PREFIX, for_env, hparams, names, path
+from rl8.ppo.presets import PREFIX, close_names, for_env, hparams, names, path
 from rl8.presets.rsl_rl import RslRlConfig, RslRlConfigWarning, from_rsl_rl, rsl_rl_run_args
 from rl8.training.conditions import from_config
 from rl8.training.config import TrainerConfig
@@ -17,6 +17,7 @@ __all__ = [
     "PREFIX",
     "RslRlConfig",
     "RslRlConfigWarning",
+    "close_names",
     "for_env",
     "from_rsl_rl",
     "hparams",

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rl8.mlflow_http import LOG_BACKOFF, LOG_RETRIES, LOG_TIMEOUT_S, http_policy, is_http
+from rl8.mlflow_store import StoreSchemaError, check_store_schema, sqlite_file
 from rl8.tracking.common import TrackingError, logger
 from rl8.version import __version__
 
@@ -58,14 +59,6 @@ def _source_tags(run_name: str | None) -> dict[str, str]:
     if run_name is not None:
         tags["mlflow.runName"] = run_name
     return tags
-
-
-def _sqlite_file(uri: str) -> Path | None:
-    """The database file of a ``sqlite:///`` URI; ``None`` for other stores and ``:memory:``."""
-    if not uri.lower().startswith("sqlite:///"):
-        return None
-    path = uri[len("sqlite:///") :].split("?", 1)[0]
-    return Path(path) if path and path != ":memory:" else None
 
 
 @contextlib.contextmanager
@@ -130,8 +123,9 @@ def ready_store(uri: str) -> None:
     folder named after the database (processes started together would otherwise run the migrations
     together and fail), trying again if a process outside rl8 (``mlflow ui``) creates it meanwhile.
     A database that cannot be opened and written is a :class:`TrackingError` at once, where MLflow
-    would try again for minutes. Other stores are left to MLflow."""
-    db = _sqlite_file(uri)
+    would try again for minutes; one that a newer MLflow wrote is a
+    :class:`~rl8.mlflow_store.StoreSchemaError`. Other stores are left to MLflow."""
+    db = sqlite_file(uri)
     if db is None:
         return
     probe = db.with_name(f".{db.name}.rl8-probe-{os.getpid()}")
@@ -158,6 +152,7 @@ def ready_store(uri: str) -> None:
                 MlflowClient(uri).search_experiments(max_results=1)
                 break
             except Exception as exc:  # MLflow raises several kinds here
+                check_store_schema(uri)  # a newer MLflow's store: no attempt can open it
                 if attempt == _STORE_ATTEMPTS:
                     raise
                 logger.debug("creating the MLflow store %s failed (%s); trying again", uri, exc)
@@ -182,7 +177,7 @@ def open_run(
 ) -> _OpenedRun:
     """Probe an ``http(s)`` store, then create a run in ``experiment`` (with ``tags`` besides the
     source tags) or resume ``resume_id``; every failure is a :class:`TrackingError` naming ``uri``
-    and the cause."""
+    and the cause, but a store of a newer MLflow, a :class:`~rl8.mlflow_store.StoreSchemaError`."""
     from mlflow.tracking import MlflowClient
 
     http = is_http(uri)
@@ -193,7 +188,7 @@ def open_run(
         if http:
             with http_policy(http, _PROBE_RETRIES, 0, _PROBE_TIMEOUT_S, force=True):
                 client.search_experiments(max_results=1)
-    except TrackingError:
+    except (TrackingError, StoreSchemaError):
         raise
     except Exception as exc:
         server = "Start the server (`mlflow server --host HOST --port PORT`), fix" if http else "Fix"

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from rl8.fields import check_int
+from rl8.mlflow_store import StoreSchemaError
 from rl8.registry import qualified_name
 from rl8.tracking.common import DEGRADED_TIMEOUT_S, TrackingError, TrackingWarning
 from rl8.tracking.delivery import Courier, LogThread, ModelLink, Outbox, warn_overflow
@@ -124,7 +125,8 @@ class Tracker:
     Attributes:
         run_id: The MLflow run id once started; ``None`` before, and always when disabled.
         experiment_id: The MLflow experiment id once started.
-        start_error: The :class:`TrackingError` of a background start that failed, else ``None``.
+        start_error: The :class:`TrackingError` of a background start that failed (a
+            :class:`~rl8.mlflow_store.StoreSchemaError` for a store of a newer MLflow), else ``None``.
         final_status: Terminal status recorded in the store by :meth:`end`, else ``None``.
         undelivered: What :meth:`end` could not deliver: ``{"metrics": n, "params": n,
             "artifacts": n}``.
@@ -179,7 +181,7 @@ class Tracker:
         self._steps_held = 0  # distinct steps since the last metric log
         self.run_id: str | None = None
         self.experiment_id: str | None = None
-        self.start_error: TrackingError | None = None
+        self.start_error: TrackingError | StoreSchemaError | None = None
         self.final_status: str | None = None
         self.undelivered: dict[str, int] = {"metrics": 0, "params": 0, "artifacts": 0}
         self._resume_id = run_id
@@ -232,6 +234,8 @@ class Tracker:
         Raises:
             TrackingError: The store is unreachable or unusable, or ``run_id`` does not name an
                 existing, non-deleted run.
+            rl8.mlflow_store.StoreSchemaError: A newer MLflow than the installed one wrote the
+                SQLite store.
         """
         if not self.enabled:
             return None
@@ -289,10 +293,13 @@ class Tracker:
             self.start()
             return not self._ended
         except BaseException as exc:  # noqa: BLE001 - raised by check_start in the owner's thread
-            self.start_error = TrackingError(
-                f"the MLflow run (started in the background) could not be started: {exc}"
-            )
-            self.start_error.__cause__ = exc
+            if isinstance(exc, StoreSchemaError):  # what to install, whichever thread opened the store
+                self.start_error = exc
+            else:
+                self.start_error = TrackingError(
+                    f"the MLflow run (started in the background) could not be started: {exc}"
+                )
+                self.start_error.__cause__ = exc
             self.enabled = False
             self._outbox.clear()
             return False

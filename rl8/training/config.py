@@ -69,7 +69,11 @@ def _system_metrics(value: Any, name: str) -> str | None:
     if not isinstance(value, bool):
         return "True or False"
     missing = value and importlib.util.find_spec("psutil") is None
-    return "False without psutil (pip install 'rl8[system]')" if missing else None
+    return (
+        'False without psutil (python -m pip install -e ".[system]" from the rl8 clone)'
+        if missing
+        else None
+    )
 
 
 def _option(
@@ -292,7 +296,8 @@ class TrainerConfig:
     system_metrics: bool = _option(
         False,
         "log MLflow's system metrics (system/*: CPU, memory, disk, network; GPU with nvidia-ml-py) "
-        "every 10 s (MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL); needs psutil (pip install 'rl8[system]')",
+        "every 10 s (MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL); needs psutil "
+        '(python -m pip install -e ".[system]" from the rl8 clone)',
         _system_metrics,
         param=False,
         stored=False,

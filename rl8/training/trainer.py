@@ -20,6 +20,7 @@ import torch
 from rl8.fields import check_int
 from rl8.io.checkpoint_dir import CheckpointDirLock, check_writable_folder, read_checkpoint
 from rl8.io.export import policy_to_dict
+from rl8.mlflow_store import StoreSchemaError
 from rl8.ppo.algorithm import PPO, check_env_configs
 from rl8.ppo.distributed import DistContext, current_roles
 from rl8.ppo.resolve import env_spec_string, is_dotted_path, qualified_name
@@ -769,7 +770,7 @@ class Trainer:
         :class:`~rl8.tracking.TrackingWarning`, not an error replacing it."""
         try:
             self.close(status, timeout_s=timeout_s)
-        except TrackingError as exc:
+        except (TrackingError, StoreSchemaError) as exc:
             warnings.warn(str(exc), TrackingWarning, stacklevel=3)
 
     def _close_killed(self) -> None:

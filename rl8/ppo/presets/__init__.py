@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import difflib
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ import yaml
 from rl8.fields import did_you_mean
 from rl8.ppo.hparams import HParams
 
-__all__ = ["PREFIX", "for_env", "hparams", "load", "names", "path"]
+__all__ = ["PREFIX", "close_names", "for_env", "hparams", "load", "names", "path"]
 
 #: ``rl8 train preset:NAME`` always names a preset (even where a file ``NAME`` exists).
 PREFIX = "preset:"
@@ -27,6 +28,23 @@ def names() -> list[str]:
     return sorted(p.stem for p in _folder().glob("*.yaml"))
 
 
+def close_names(name: str) -> list[str]:
+    """The presets that ``name`` (not a preset) may have meant: the one it names up to case
+    (``cartpole``: ``CartPole``), else up to 3 close to it whatever the case (difflib's ratio
+    at least 0.7: lower-case names share more letters, so 0.6 would find ``Acrobot-v1`` for
+    ``CartPol-v1``).
+
+    Args:
+        name: The name given.
+    """
+    known = {preset.lower(): preset for preset in names()}
+    if name.lower() in known:
+        return [known[name.lower()]]
+    return [
+        known[close] for close in difflib.get_close_matches(name.lower(), list(known), n=3, cutoff=0.7)
+    ]
+
+
 def path(name: str) -> Path:
     """The YAML file of preset ``name`` (with or without ``preset:``; ``ValueError`` if none)."""
     if not isinstance(name, str):
@@ -36,7 +54,8 @@ def path(name: str) -> Path:
     known = names()
     if name not in known:
         raise ValueError(
-            f"unknown preset {name!r}{did_you_mean(name, known)} (presets: {', '.join(known)})"
+            f"unknown preset {name!r}{did_you_mean(name, close=close_names(name))} "
+            f"(presets: {', '.join(known)})"
         )
     return _folder() / f"{name}.yaml"
 
