@@ -85,7 +85,6 @@ def test_load_policy_from_checkpoint_folder_and_run_id(tmp_path, mlflow_uri):
     assert read_policy(trainer.run_id)["env"]["spec"] == "rl8.envs.cartpole.CartPole"
 
 
-<<<<<<< HEAD
 def test_a_download_larger_than_the_limit_is_refused(tmp_path, mlflow_uri, monkeypatch):
     trainer = Trainer(PPO(CartPole, **SMALL), checkpoint_dir=tmp_path / "ck", progress=False)
     trainer.step()
@@ -103,7 +102,8 @@ def test_a_download_larger_than_the_limit_is_refused(tmp_path, mlflow_uri, monke
     monkeypatch.setenv("RL8_MAX_DOWNLOAD_MB", "lots")
     with pytest.raises(ValueError, match="RL8_MAX_DOWNLOAD_MB must be a number of MiB > 0, got 'lots'"):
         load_policy(trainer.run_id, tracking_uri=mlflow_uri)
-=======
+
+
 def test_load_policy_by_run_id_from_a_store_of_a_newer_mlflow_says_what_to_install(
     newer_mlflow_store,
 ):
@@ -113,7 +113,6 @@ def test_load_policy_by_run_id_from_a_store_of_a_newer_mlflow_says_what_to_insta
         message = str(caught.value)
         assert "\n" not in message and newer_mlflow_store in message
         assert "newer MLflow" in message and 'python -m pip install -e ".[ui]"' in message
->>>>>>> i45-install
 
 
 def test_load_policy_errors(tmp_path):

@@ -412,17 +412,12 @@ def _local_bytes(path: Path) -> int:
 
 def download_artifact(ref: str, artifact: str, tracking_uri: str | None, dst: str) -> Path:
     """Download one artifact of an MLflow run (``ref``: a run id or a ``runs:/`` URI), or the
-<<<<<<< HEAD
     folder of a ``models:/`` URI (the registry is the tracking store), into ``dst``. Every request
     is held to the tracker's HTTP policy (:func:`~rl8.mlflow_http.bounded_requests`: seconds a
     request, retries), and a download larger than :func:`max_download_bytes` is refused before
     it starts (by the sizes the store lists) and after it ends (by the bytes written, which are
-    removed)."""
-=======
-    folder of a ``models:/`` URI (the registry is the tracking store); a failure is a
-    ``FileNotFoundError``, but a SQLite store that a newer MLflow wrote is a
-    :class:`~rl8.mlflow_store.StoreSchemaError`."""
->>>>>>> i45-install
+    removed). A failure is a ``FileNotFoundError``, but a SQLite store that a newer MLflow wrote
+    is a :class:`~rl8.mlflow_store.StoreSchemaError`."""
     import mlflow.artifacts
 
     kind = "model" if ref.startswith("models:/") else "run"
