@@ -188,6 +188,29 @@ def test_resume_continues_the_run(tmp_path, capsys, mlflow_uri):
     assert MlflowClient(mlflow_uri).get_run(first["run id"]).info.status == "FINISHED"
 
 
+def test_no_stop_conditions_trains_on_to_max_steps_also_when_resuming(tmp_path, capsys):
+    # a stop condition that holds at the first step, as a preset's once the task is solved
+    config = write(
+        tmp_path,
+        """
+        env: rl8.envs.CartPole
+        stop_conditions: [{hits_upper_bound: {key: algorithm/steps, bound: 1}}]
+        max_steps: 384
+        """,
+    )
+    assert main(["train", config, *TINY_SET, "--quiet"]) == 0
+    stopped = summary(capsys.readouterr().out)
+    assert stopped["checkpoint"].endswith(f"checkpoint-{128:012d}.pt")
+    assert main(["train", config, *TINY_SET, "--no-stop-conditions", "--quiet"]) == 0
+    assert summary(capsys.readouterr().out)["checkpoint"].endswith(f"checkpoint-{384:012d}.pt")
+    # the run that stopped: with its conditions no step; without them on to its max_steps
+    assert main(["train", "--resume", stopped["checkpoint"], "--quiet"]) == 0
+    assert summary(capsys.readouterr().out)["checkpoint"] == stopped["checkpoint"]
+    with pytest.warns(UserWarning, match="stop conditions differ from those saved in the checkpoint"):
+        assert main(["train", "--resume", stopped["run id"], "--no-stop-conditions", "--quiet"]) == 0
+    assert summary(capsys.readouterr().out)["checkpoint"].endswith(f"checkpoint-{384:012d}.pt")
+
+
 def test_train_options_come_from_trainer_config(capsys):
     from rl8.cli import CONFIG_KEYS
     from rl8.training.config import TrainerConfig

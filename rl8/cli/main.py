@@ -137,6 +137,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="stop after N env steps (Trainer.run(max_env_steps=N))",
     )
     train.add_argument(
+        "--no-stop-conditions",
+        action="store_true",
+        help="leave out the config's (a preset's: solved) stop_conditions and train on to max_steps",
+    )
+    train.add_argument(
         "--steps-per-eval", type=_positive_int, metavar="N", help="evaluate every N training steps"
     )
     train.add_argument(
