@@ -515,7 +515,12 @@ def test_a_presets_trainer_options_and_run_args():
         "eval_num_steps": 500,
         "experiment": "CartPole-v1",
     }
-    assert rl8.presets.run_args("CartPole-v1") == {"max_env_steps": 100_000, "steps_per_eval": 20}
+    run_args = rl8.presets.run_args("CartPole-v1")
+    solved = run_args.pop("stop_conditions")  # CartPole-v1's reward_threshold (tests/test_presets.py)
+    assert [c.to_config() for c in solved] == [
+        HitsUpperBound("eval/episodes/return_mean", 475).to_config()
+    ]
+    assert run_args == {"max_env_steps": 100_000, "steps_per_eval": 20}
 
 
 def test_presets_do_not_use_the_commands_private_names():
