@@ -182,10 +182,9 @@ class Progress:
         self._last_write = -math.inf
         self._width = 0
         self._started_at: float | None = None  # the time run() began
-        self._first: dict[
-            int, tuple[float, float]
-        ] = {}  # condition: (time, progress or stat) first seen
-        self._trends: dict[int, deque[tuple[float, float]]] = {}  # condition: (time, value)s
+        # by condition: (time, progress or stat) first seen; (time, value)s of its stat
+        self._first: dict[int, tuple[float, float]] = {}
+        self._trends: dict[int, deque[tuple[float, float]]] = {}
         # by condition: the fraction done, the last known (an eval/ stat is missing between
         # evaluations); the ETA at the pace of a counter or clock; the ETA at a stat's trend
         self._closeness: dict[int, float] = {}
@@ -263,11 +262,11 @@ class Progress:
         current = self._target
         etas = {i: eta for i, eta in {**self._pace_etas, **self._trend_etas}.items() if eta is not None}
         if etas:
-            nearest = min(etas, key=etas.__getitem__)
+            nearest = min(etas, key=lambda i: (etas[i], i))  # of equal ETAs the first listed
             keep = current in etas and etas[nearest] >= SWITCH_ETA_RATIO * etas[current]
         elif self._closeness:
             closeness = self._closeness
-            nearest = max(closeness, key=closeness.__getitem__)
+            nearest = max(closeness, key=lambda i: (closeness[i], -i))
             keep = current in closeness and closeness[nearest] < closeness[current] + SWITCH_MARGIN
         else:
             return None
