@@ -6,6 +6,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import types
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -188,6 +189,29 @@ def test_resume_continues_the_run(tmp_path, capsys, mlflow_uri):
     assert MlflowClient(mlflow_uri).get_run(first["run id"]).info.status == "FINISHED"
 
 
+def test_no_stop_conditions_trains_on_to_max_steps_also_when_resuming(tmp_path, capsys):
+    # a stop condition that holds at the first step, as a preset's once the task is solved
+    config = write(
+        tmp_path,
+        """
+        env: rl8.envs.CartPole
+        stop_conditions: [{hits_upper_bound: {key: algorithm/steps, bound: 1}}]
+        max_steps: 384
+        """,
+    )
+    assert main(["train", config, *TINY_SET, "--quiet"]) == 0
+    stopped = summary(capsys.readouterr().out)
+    assert stopped["checkpoint"].endswith(f"checkpoint-{128:012d}.pt")
+    assert main(["train", config, *TINY_SET, "--no-stop-conditions", "--quiet"]) == 0
+    assert summary(capsys.readouterr().out)["checkpoint"].endswith(f"checkpoint-{384:012d}.pt")
+    # the run that stopped: with its conditions no step; without them on to its max_steps
+    assert main(["train", "--resume", stopped["checkpoint"], "--quiet"]) == 0
+    assert summary(capsys.readouterr().out)["checkpoint"] == stopped["checkpoint"]
+    with pytest.warns(UserWarning, match="stop conditions differ from those saved in the checkpoint"):
+        assert main(["train", "--resume", stopped["run id"], "--no-stop-conditions", "--quiet"]) == 0
+    assert summary(capsys.readouterr().out)["checkpoint"].endswith(f"checkpoint-{384:012d}.pt")
+
+
 def test_train_options_come_from_trainer_config(capsys):
     from rl8.cli import CONFIG_KEYS
     from rl8.training.config import TrainerConfig
@@ -328,6 +352,73 @@ def test_a_store_of_a_newer_mlflow_exits_2_with_one_line_that_says_what_to_insta
 def test_eval_missing_policy_exits_1(tmp_path, capsys):
     assert main(["eval", str(tmp_path / "nope.pt")]) == 1
     assert "no policy" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------------------------
+# -v/--verbose: other libraries' routine output
+
+
+@pytest.fixture
+def verbosity_env(monkeypatch):
+    """RL8_VERBOSE and MLflow's progress bar switch unset, and as they were after the test."""
+    from rl8.verbosity import MLFLOW_PROGRESS_BAR_ENV, VERBOSE_ENV
+
+    for name in (VERBOSE_ENV, MLFLOW_PROGRESS_BAR_ENV):
+        monkeypatch.setenv(name, "")  # recorded, so that the test's changes are undone
+        monkeypatch.delenv(name)
+    return monkeypatch
+
+
+def test_mlflow_artifact_progress_bars_show_only_with_verbose(verbosity_env, capsys):
+    import os
+
+    argv = ["train", "--env", "rl8.envs.CartPole", *TINY_SET, "--max-steps", "128", "--quiet"]
+    assert main(argv) == 0
+    run_id = summary(capsys.readouterr().out)["run id"]
+    assert os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] == "false"
+    assert main(["eval", run_id, "--episodes", "1"]) == 0  # downloads the run's policy
+    assert "Downloading artifacts" not in capsys.readouterr().err
+    verbosity_env.delenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR")
+    assert main(["eval", run_id, "--episodes", "1", "-v"]) == 0
+    assert "Downloading artifacts" in capsys.readouterr().err
+    assert os.environ["RL8_VERBOSE"] == "1" and "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR" not in os.environ
+    # the user's own setting stays
+    verbosity_env.delenv("RL8_VERBOSE")
+    verbosity_env.setenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "true")
+    assert main(["eval", run_id, "--episodes", "1"]) == 0
+    assert "Downloading artifacts" in capsys.readouterr().err
+
+
+class FakeWarp(types.ModuleType):
+    """warp as ``rl8.envs.mjlab`` sees it: ``config.log_level`` and ``LOG_WARNING`` (warp with
+    logging levels, whose ``config.quiet`` is deprecated), or only ``config.quiet``."""
+
+    def __init__(self, levels: bool):
+        super().__init__("warp")
+        if levels:
+            self.LOG_INFO, self.LOG_WARNING = 20, 30
+            self.config = types.SimpleNamespace(log_level=self.LOG_INFO)
+        else:
+            self.config = types.SimpleNamespace(quiet=False)
+
+
+@pytest.mark.parametrize("levels", [True, False], ids=["log_level", "quiet"])
+def test_warp_is_quiet_when_an_mjlab_task_is_built_unless_verbose(levels, verbosity_env, capsys):
+    from rl8.envs.mjlab import make_mjlab_env
+
+    verbosity_env.setitem(sys.modules, "mjlab", None)  # mjlab missing: ImportError after warp's turn
+
+    def warp_config_after_building() -> dict:
+        warp = FakeWarp(levels)
+        verbosity_env.setitem(sys.modules, "warp", warp)
+        with pytest.raises(ImportError):
+            make_mjlab_env("Mjlab-Cartpole-Balance", 2, device="cpu")
+        return vars(warp.config)
+
+    assert warp_config_after_building() == ({"log_level": 30} if levels else {"quiet": True})
+    assert main(["eval", "-v", "no-such-policy.pt"]) == 1  # -v, whatever the command then does
+    capsys.readouterr()
+    assert warp_config_after_building() == ({"log_level": 20} if levels else {"quiet": False})
 
 
 def test_version_and_python_dash_m(capsys):

@@ -30,6 +30,7 @@ FUNCTION_LEVEL_ALLOWED = {
     "gymnax": "optional (rl8[gymnax])",
     "mujoco_playground": "optional (rl8[playground]): MuJoCo Playground's MJX tasks",
     "mjlab": "optional (rl8[mjlab]): mjlab's tasks, imported when one is built (rl8.envs.mjlab)",
+    "warp": "optional (rl8[mjlab]): mjlab's simulator, quietened when a task is built (rl8.envs.mjlab)",
     "cloudpickle": "optional: pickles env factories for worker processes",
     "IPython": "optional: notebooks",
     "mlflow": "heavy (about a second to import): only when tracking is on",

@@ -13,12 +13,14 @@ import importlib.util
 import math
 from pathlib import Path
 
+import gymnasium
 import pytest
 import yaml
 
 import rl8
 import rl8.presets
 from rl8.cli import main
+from rl8.training.conditions import HitsUpperBound
 
 NEEDS = {  # preset -> the module its env needs, and the extra that installs it
     "LunarLander-v3": ("Box2D", ".[box2d]"),
@@ -117,6 +119,46 @@ def test_bad_hparams_are_an_error_naming_the_preset_and_the_field(tmp_path):
 def test_presets_are_plain_yaml_mappings():
     for name in rl8.presets.names():
         assert isinstance(yaml.safe_load(rl8.presets.path(name).read_text()), dict)
+
+
+#: The presets of tasks solved at a return: gymnasium's reward_threshold (the built-in CartPole:
+#: CartPole-v1's).
+SOLVED_AT = {
+    "CartPole-v1": 475,
+    "CartPole": 475,
+    "Acrobot-v1": -100,
+    "LunarLander-v3": 200,
+    "MountainCarContinuous-v0": 90,
+}
+
+
+@pytest.mark.parametrize("name", sorted(SOLVED_AT))
+def test_a_solved_tasks_preset_stops_at_the_solved_return(name):
+    config = rl8.presets.load(name)
+    gym_id = "CartPole-v1" if name == "CartPole" else config["env"]
+    assert gymnasium.spec(gym_id).reward_threshold == SOLVED_AT[name]
+    run_args = rl8.presets.run_args(name)
+    solved = HitsUpperBound("eval/episodes/return_mean", SOLVED_AT[name])
+    assert [c.to_config() for c in run_args["stop_conditions"]] == [solved.to_config()]
+    assert run_args["max_env_steps"] == config["max_steps"] and run_args["steps_per_eval"] >= 1
+
+
+def test_the_other_presets_train_their_whole_budget():
+    # MuJoCo's thresholds are no "solved" level (the presets are measured over their budget);
+    # Pendulum and Memory have none
+    for name in set(rl8.presets.names()) - set(SOLVED_AT):
+        assert "stop_conditions" not in rl8.presets.load(name), name
+
+
+def test_rl8_train_cartpole_stops_when_solved(capsys, migrated_store, one_torch_thread):
+    budget = 800_000  # the built-in CartPole solves in about 20 steps of 8192 env steps
+    assert main(["train", "CartPole", "--max-steps", str(budget), "--steps-per-eval", "5"]) == 0
+    out, err = capsys.readouterr()
+    assert "rl8: stopped by HitsUpperBound('eval/episodes/return_mean', 475) after " in err
+    from mlflow import MlflowClient
+
+    metrics = MlflowClient(migrated_store).get_run(_run_id(out)).data.metrics
+    assert metrics["eval/episodes/return_mean"] >= 475 and metrics["env/steps"] < budget
 
 
 def _run_id(out: str) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import math
 import re
+import types
 import warnings
 from pathlib import Path
 
@@ -225,11 +226,15 @@ def test_run_says_where_the_results_go_at_the_start_and_the_end(capsys, tmp_path
     run_id = trainer.run_id  # started: the start lines come before the first step
     trainer.run(max_env_steps=STEP)
     trainer.close()
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
     uri = trainer.tracker.tracking_uri
-    start, end = out.split(f"rl8: {STEP} env steps, 1 training steps\n")
-    assert f"rl8: MLflow run {run_id} in {uri} (to see it: mlflow ui" in start
-    assert f"rl8: checkpoints in {tmp_path / 'ck'}" in start
+    # where the run goes: first, on stderr with the progress lines
+    start = captured.err.splitlines()[:2]
+    assert start[0].startswith(f"rl8: MLflow run {run_id} in {uri} (to see it: mlflow ui")
+    assert start[1] == f"rl8: checkpoints in {tmp_path / 'ck'}"
+    # where the results went: on stdout (what rl8 train --quiet prints for scripts)
+    assert "MLflow run" not in captured.out
+    end = captured.out.split(f"rl8: {STEP} env steps, 1 training steps\n")[1]
     checkpoint = tmp_path / "ck" / f"checkpoint-{STEP:012d}.pt"
     assert f"run id:     {run_id}\ntracking:   {uri}\ncheckpoint: {checkpoint}\n" in end
     assert f"resume:     Trainer.from_checkpoint('{checkpoint}')" in end
@@ -238,7 +243,7 @@ def test_run_says_where_the_results_go_at_the_start_and_the_end(capsys, tmp_path
     quiet = make_trainer(progress=False)
     quiet.run(max_env_steps=STEP)
     quiet.close()
-    assert capsys.readouterr().out == ""
+    assert capsys.readouterr() == ("", "")
 
 
 @pytest.mark.parametrize("quiet", [True, False])
@@ -260,9 +265,17 @@ def test_rl8_train_prints_where_the_results_went_once(quiet, capsys):
         *(["--quiet"] if quiet else []),
     ]
     assert main(argv) == 0
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert out.count("run id:") == 1 and out.count("mlflow ui:") == 1
     assert re.search(r"^resume:     rl8 train --resume \S+checkpoint-000000000128\.pt$", out, re.M)
+    if quiet:
+        assert err == ""
+        return
+    # where the run goes: on stderr, first, then the progress line and the summary
+    assert "rl8: MLflow run" not in out and "rl8: checkpoints in" not in out
+    run_line, folder_line, progress, summary = err.splitlines()
+    assert run_line.startswith("rl8: MLflow run ") and folder_line.startswith("rl8: checkpoints in ")
+    assert progress.startswith(f"rl8 {STEP} env steps | ") and summary.startswith("rl8: stopped by")
 
 
 # --------------------------------------------------------------------------------------------
@@ -282,8 +295,6 @@ class Clock:
 @pytest.fixture
 def clock(monkeypatch):
     """The clock of the progress line and of time limits."""
-    import types
-
     import rl8.training.conditions.clock
     import rl8.training.progress
 
@@ -357,11 +368,113 @@ def test_a_return_target_has_an_eta_only_from_its_trend_and_the_budget_is_labell
     assert "33% to episodes/return_mean >= 475" in line
     assert "ETA ~1m00s at the recent trend" in line  # (475 - 175) / 5 per s
     assert "| budget " in line and "ETA <=" not in line
-    # a return that does not head for the bound (its last 10 values): no ETA at all
+    # a return that does not head for the bound (its last 10 values) has no ETA: the time limit,
+    # which has one, is then the nearest condition
     for value in range(170, 120, -5):
         progress.update({"env/steps": 5000, "episodes/return_mean": float(value)}, conditions)
         clock.now += 10
-    assert "ETA" not in lines(stream)[-1]
+    assert lines(stream)[-1].endswith("3% to time limit 1h00m | ETA 57m50s")
+
+
+def targets(stream: io.StringIO) -> list[str]:
+    """The conditions the progress lines name, each time the target changes."""
+    named = [re.search(r"% to (.+?)(?: \||$)", line).group(1) for line in lines(stream)]
+    return [name for i, name in enumerate(named) if i == 0 or name != named[i - 1]]
+
+
+def test_the_target_does_not_alternate_between_a_budget_and_an_eval_target(clock):
+    # the issue: "2% to env/steps >= 2e+06 | ETA 1h15m", then "81% to
+    # eval/episodes/return_mean >= 475 | ETA ~37s", line by line: the eval stat is only in the
+    # stats of evaluation steps
+    stream = io.StringIO()
+    progress = Progress(None, stream, interval_s=0)
+    conditions = [
+        HitsUpperBound("env/steps", 2_000_000),
+        HitsUpperBound("eval/episodes/return_mean", 475),
+    ]
+    for step in range(1, 31):
+        clock.now += 1
+        stats = {"env/steps": 1000 * step, "throughput/env_steps_per_s": 1000.0}
+        if step % 5 == 0:  # an evaluation: +50 every 5 s
+            stats["eval/episodes/return_mean"] = 50.0 + 10 * step
+        progress.update(stats, conditions)
+    # the budget (ETA 33m) until the eval return has a trend (ETA 28s at its third value), then
+    # the eval return on every line, also between evaluations
+    assert targets(stream) == ["env/steps >= 2e+06", "eval/episodes/return_mean >= 475"]
+    assert lines(stream)[-1].endswith(
+        "eval return 350 | 66% to eval/episodes/return_mean >= 475 | ETA ~12s at the recent trend "
+        "| budget 32m50s left"
+    )
+
+
+def test_the_target_is_the_condition_with_the_nearest_eta(clock):
+    # a resumed run half way through its env steps, and a time limit: the env steps are closer
+    # to their bound (60% against 25%), the time limit ends the run sooner (30 s against 40 s)
+    stream = io.StringIO()
+    progress = Progress(None, stream, interval_s=0)
+    conditions = [HitsUpperBound("env/steps", 1000), TimeLimit(40)]
+    conditions[1].start()
+    progress.update({"env/steps": 500}, conditions)
+    clock.now += 10
+    progress.update({"env/steps": 600}, conditions)
+    assert lines(stream)[-1].endswith("25% to time limit 40s | ETA 30s")
+    # equal ETAs: the first listed, every time
+    for order in ([0, 1], [1, 0]):
+        stream = io.StringIO()
+        progress = Progress(None, stream, interval_s=0)
+        pair = [HitsUpperBound("algorithm/steps", 10), HitsUpperBound("env/steps", 1280)]
+        pair = [pair[i] for i in order]
+        for step in range(1, 6):
+            clock.now += 1
+            progress.update({"env/steps": 128 * step, "algorithm/steps": step}, pair)
+        assert targets(stream) == [re.search(r"% to (.+?) \|", lines(stream)[-1]).group(1)]
+        assert (
+            f"to {'algorithm/steps >= 10' if order == [0, 1] else 'env/steps >= 1280'} |"
+            in (lines(stream)[-1])
+        )
+
+
+def test_the_speed_is_the_logged_throughput(clock):
+    # the issue: 56 steps/s on the line (the average since the start), 69.8 logged
+    stream = io.StringIO()
+    progress = Progress(None, stream, interval_s=0)
+    progress.update({"env/steps": 1000, "throughput/env_steps_per_s": 69.8}, [])
+    clock.now += 10
+    progress.update({"env/steps": 1560, "throughput/env_steps_per_s": 69.8}, [])
+    assert lines(stream)[-1] == "rl8 1.56k env steps | 70 steps/s"
+
+
+def test_a_run_prints_its_last_line_once_with_the_logged_throughput(capsys):
+    speeds = []
+
+    def throughput(trainer, stats):
+        value = stats["throughput/env_steps_per_s"]
+        speeds.append(f"{value / 1e3:.2f}k" if value >= 1e3 else f"{value:.0f}")
+
+    with make_trainer(progress=None, progress_every_s=1e-9, tracking=False) as trainer:
+        trainer.run(max_env_steps=3 * STEP, callbacks=[throughput])
+    drawn = re.findall(r"^rl8 (\d+) env steps \| (\S+) steps/s", capsys.readouterr().err, re.M)
+    assert drawn == [(str(step * STEP), speed) for step, speed in zip((1, 2, 3), speeds)]
+
+
+def test_no_progress_line_comes_before_the_lines_saying_where_the_run_goes(clock):
+    # an MLflow run that starts in the background has no id for its first steps
+    tracker = types.SimpleNamespace(
+        enabled=True, run_id=None, start_error=None, tracking_uri="sqlite:///runs.db"
+    )
+    run = types.SimpleNamespace(tracker=tracker, checkpoint_dir=Path("/ck/abc"))
+    stream = io.StringIO()
+    progress = Progress(None, stream, interval_s=0, run=run)
+    progress.update({"env/steps": 100}, [])
+    assert stream.getvalue() == ""
+    tracker.run_id = "abc"
+    progress.update({"env/steps": 200}, [])
+    run_line, *rest = lines(stream)
+    assert run_line.startswith(
+        "rl8: MLflow run abc in sqlite:///runs.db (to see it: mlflow ui --backend-store-uri "
+        "sqlite:///runs.db"
+    )
+    assert rest == ["rl8: checkpoints in /ck/abc", "rl8 200 env steps"]
 
 
 def test_the_readme_loop_that_uses_ppo_directly_prints_progress(capsys):
@@ -402,7 +515,12 @@ def test_a_presets_trainer_options_and_run_args():
         "eval_num_steps": 500,
         "experiment": "CartPole-v1",
     }
-    assert rl8.presets.run_args("CartPole-v1") == {"max_env_steps": 100_000, "steps_per_eval": 20}
+    run_args = rl8.presets.run_args("CartPole-v1")
+    solved = run_args.pop("stop_conditions")  # CartPole-v1's reward_threshold (tests/test_presets.py)
+    assert [c.to_config() for c in solved] == [
+        HitsUpperBound("eval/episodes/return_mean", 475).to_config()
+    ]
+    assert run_args == {"max_env_steps": 100_000, "steps_per_eval": 20}
 
 
 def test_presets_do_not_use_the_commands_private_names():

@@ -445,15 +445,16 @@ def test_progress_line(monkeypatch, progress, tty, shown):
     stream = _Tty() if tty else io.StringIO()
     monkeypatch.setattr(sys, "stderr", stream)
     trainer = Trainer(make_algo(), progress=progress)
-    # the MLflow run starts in the background; on a busy machine it may get its id only after
-    # the first step, and the "where the results go" lines then end the in-place line early
-    assert trainer.tracker.wait_started(timeout_s=60)
     trainer.run(stop_conditions=[HitsUpperBound("env/steps", 3 * STEP)])
     trainer.close()
     text = stream.getvalue()
     if not shown:
         assert text == ""
         return
+    # first where the run goes (its MLflow run starts in the background: once it has an id)
+    run_line, folder_line, text = text.split("\n", 2)
+    assert run_line.startswith(f"rl8: MLflow run {trainer.run_id} in ")
+    assert folder_line == f"rl8: checkpoints in {trainer.checkpoint_dir}"
     *lines, summary, end = text.split("\n")
     assert end == ""
     if tty:  # one line redrawn in place, then the summary

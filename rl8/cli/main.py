@@ -19,6 +19,7 @@ from rl8.cli import train as train_command
 from rl8.fields import read_numbers
 from rl8.training.config import TrainerConfig
 from rl8.training.config_file import CONFIG_KEYS, ConfigError
+from rl8.verbosity import apply_verbosity
 
 __all__ = ["build_parser", "main"]
 
@@ -107,9 +108,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"rl8 {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    verbosity = argparse.ArgumentParser(add_help=False)  # the commands that build envs or download
+    verbosity.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="also show other libraries' routine output: warp's kernel cache lines, MLflow's "
+        "artifact progress bars (as RL8_VERBOSE=1)",
+    )
 
     train = commands.add_parser(
         "train",
+        parents=[verbosity],
         help="train a policy (from a YAML config and/or flags)",
         description="Train with PPO. Flags override the config file. See docs/cli.md.",
     )
@@ -135,6 +145,11 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive_int,
         metavar="N",
         help="stop after N env steps (Trainer.run(max_env_steps=N))",
+    )
+    train.add_argument(
+        "--no-stop-conditions",
+        action="store_true",
+        help="leave out the config's (a preset's: solved) stop_conditions and train on to max_steps",
     )
     train.add_argument(
         "--steps-per-eval", type=_positive_int, metavar="N", help="evaluate every N training steps"
@@ -173,6 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     evaluate = commands.add_parser(
         "eval",
+        parents=[verbosity],
         help="run a saved policy and print episode returns",
         description="Run a policy from a policy file, a checkpoint (file or folder) or an MLflow run.",
     )
@@ -193,6 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     record = commands.add_parser(
         "record",
+        parents=[verbosity],
         help="record an MP4 video of a saved policy (needs imageio and imageio-ffmpeg: the video extra)",
         description="Write an MP4 video (H.264) of one episode of a policy file, a checkpoint (file or "
         "folder) or an MLflow run's policy.",
@@ -247,6 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     export = commands.add_parser(
         "export",
+        parents=[verbosity],
         help="write a saved policy's deterministic actor as ONNX or TorchScript (for a robot)",
         description="Write the deterministic actor (with its observation normalisation) of a policy file, a "
         "checkpoint (file or folder) or an MLflow run as ONNX or TorchScript. See docs/export.md.",
@@ -277,6 +295,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sweep = commands.add_parser(
         "sweep",
+        parents=[verbosity],
         help="search hyper-parameters with Optuna, each trial a nested MLflow run (the sweep extra)",
         description="Train trials of a config with hyper-parameters sampled from a search space (YAML), JOBS "
         "processes at once, pruned by their evaluations; run again, it continues (see --storage).",
@@ -356,6 +375,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
+    apply_verbosity(getattr(args, "verbose", False))  # before anything is imported or downloaded
     from rl8.io.checkpoint import CheckpointError
     from rl8.io.checkpoint_dir import CheckpointDirError
     from rl8.mlflow_store import StoreSchemaError

@@ -37,6 +37,8 @@ def _overrides(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]
     flags = [name for name, option in TRAINER_OPTIONS.items() if option["cli"] == "flag"]
     keys = ("env", "max_steps", "steps_per_eval", *flags)
     config = {key: getattr(args, key) for key in keys if getattr(args, key, None) is not None}
+    if args.no_stop_conditions:  # e.g. a preset's stop at the solved return: train on
+        config["stop_conditions"] = []
     hparams: dict[str, Any] = {}
     fields = hparam_names()
     for text in args.set or []:
@@ -258,7 +260,9 @@ def _resume(
     config = {**stored_config, **{k: v for k, v in file_config.items() if k != "hparams"}, **cli_config}
     check_config({k: v for k, v in config.items() if k != "hparams"}, "config")
     # the config's conditions, else those the checkpoint's run used (also when run from Python)
-    conditions = stop_conditions(config) or _checkpoint_conditions(state["trainer"], path)
+    conditions = stop_conditions(config)
+    if not conditions and not args.no_stop_conditions:
+        conditions = _checkpoint_conditions(state["trainer"], path)
     # how the checkpoint's run() was called, unless the config or flags say otherwise
     run_args = _run_args(config, state["trainer"].get("run") or {})
     # the options given change the resumed Trainer's, except those naming its MLflow run

@@ -10,8 +10,9 @@ import torch
 from tensordict import TensorDict
 
 from rl8.envs.rsl_rl import RslRlEnv
+from rl8.verbosity import is_verbose
 
-__all__ = ["RESET_MODES", "make_mjlab_env", "mjlab_runner_cfg"]
+__all__ = ["RESET_MODES", "make_mjlab_env", "mjlab_runner_cfg", "quiet_warp"]
 
 #: How finished episodes restart: ``"auto"``: mjlab resets them inside ``step`` and a time-out
 #: bootstraps from the observation before the step (rsl_rl's way); ``"partial"``: mjlab steps
@@ -26,6 +27,24 @@ def _load_task(task: str) -> None:
 
     if task not in list_tasks():
         raise ValueError(f"mjlab task {task!r} is not in mjlab's registry; its tasks: {list_tasks()}")
+
+
+def quiet_warp() -> None:
+    """Silence warp's line for each kernel module it loads (``Module ... (cached)``, dozens per
+    mjlab task) unless verbose (``rl8 ... -v``, ``RL8_VERBOSE=1``: :mod:`rl8.verbosity`); warp's
+    warnings and errors still show. warp with logging levels gets ``warp.config.log_level``
+    raised to ``warp.LOG_WARNING`` (its ``warp.config.quiet`` is deprecated there), an older warp
+    ``warp.config.quiet = True``. Nothing without warp."""
+    if is_verbose():
+        return
+    try:
+        import warp
+    except ImportError:
+        return
+    if hasattr(warp, "LOG_WARNING") and hasattr(warp.config, "log_level"):
+        warp.config.log_level = max(warp.config.log_level, warp.LOG_WARNING)
+    else:
+        warp.config.quiet = True
 
 
 def mjlab_runner_cfg(task: str) -> dict[str, Any]:
@@ -54,7 +73,8 @@ def make_mjlab_env(
 
     The env is mjlab's ``ManagerBasedRlEnv`` behind its ``RslRlVecEnvWrapper``, its observation
     groups (``actor``, ``critic``) a ``Dict`` space. Warp simulates on ``device``: CUDA, or the
-    CPU (hide CUDA with ``CUDA_VISIBLE_DEVICES=""`` before mjlab is imported).
+    CPU (hide CUDA with ``CUDA_VISIBLE_DEVICES=""`` before mjlab is imported). warp's line for
+    each kernel module it loads is left out unless verbose (:func:`quiet_warp`).
 
     Args:
         task: An mjlab task id, e.g. ``"Mjlab-Cartpole-Balance"``.
@@ -80,6 +100,7 @@ def make_mjlab_env(
     """
     if reset_mode not in RESET_MODES:
         raise ValueError(f"make_mjlab_env: reset_mode must be one of {RESET_MODES}, got {reset_mode!r}")
+    quiet_warp()  # before mjlab builds the env, whose kernels warp loads
     from mjlab.envs import ManagerBasedRlEnv
     from mjlab.rl import RslRlVecEnvWrapper
     from mjlab.tasks.registry import load_env_cfg

@@ -19,8 +19,11 @@ from rl8.training.conditions import Condition, HitsLowerBound, HitsUpperBound, T
 
 __all__ = ["Progress", "RunView", "is_nan", "mlflow_ui_command", "results_lines", "start_lines"]
 
-#: Another condition becomes the progress line's target only when it is this much closer to
-#: holding (a fraction of the way) than the current target.
+#: Another condition becomes the progress line's target only when its ETA is under this fraction
+#: of the target's: the line does not switch between two conditions whose ETAs are close.
+SWITCH_ETA_RATIO = 0.8
+#: While no condition has an ETA: another condition becomes the target only when it is this much
+#: closer to holding (a fraction of the way) than the current target.
 SWITCH_MARGIN = 0.1
 #: Values of a target stat kept for its trend (the ETA of a return target).
 TREND_POINTS = 10
@@ -147,13 +150,26 @@ def results_lines(trainer: RunView) -> list[str]:
 
 
 class Progress:
-    """One status line for long runs (naming the stop condition closest to holding and an ETA),
-    a summary line when the run stops, and where the results go (see ``docs/trainer.md#progress``),
-    written to ``stream`` (default ``sys.stderr``). ``mode`` ``None``/``True``: show (in place on a
-    terminal, at most every 0.25 s, else a plain line every ``interval_s`` seconds); ``False``: quiet."""
+    """One status line for long runs (naming the nearest stop condition and its ETA), a summary
+    line when the run stops, and where the results go (see ``docs/trainer.md#progress``).
+
+    Args:
+        mode: ``None``/``True``: show (in place on a terminal, at most every 0.25 s, else a plain
+            line every ``interval_s`` seconds); ``False``: quiet.
+        stream: Where the lines go (default ``sys.stderr``); :meth:`results` prints on stdout.
+        interval_s: Seconds between two plain lines when ``stream`` is not a terminal.
+        run: The Trainer whose run this is: the lines saying where its results go
+            (:func:`start_lines`) come first, on ``stream``, and no progress line is drawn before
+            them; ``None``: progress lines only.
+    """
 
     def __init__(
-        self, mode: bool | None, stream: TextIO | None = None, *, interval_s: float = 10.0
+        self,
+        mode: bool | None,
+        stream: TextIO | None = None,
+        *,
+        interval_s: float = 10.0,
+        run: RunView | None = None,
     ) -> None:
         self.stream = stream if stream is not None else sys.stderr
         try:
@@ -162,17 +178,23 @@ class Progress:
             self.tty = False
         self.enabled = mode is not False
         self.interval = 0.25 if self.tty else interval_s
+        self.run = run
         self._last_write = -math.inf
         self._width = 0
-        self._start: tuple[float, float] | None = None  # (time, env steps) when run() began
-        self._first: dict[
-            int, tuple[float, float]
-        ] = {}  # condition: (time, progress or stat) first seen
-        self._trends: dict[int, deque[tuple[float, float]]] = {}  # condition: (time, value)s
+        self._started_at: float | None = None  # the time run() began
+        # by condition: (time, progress or stat) first seen; (time, value)s of its stat
+        self._first: dict[int, tuple[float, float]] = {}
+        self._trends: dict[int, deque[tuple[float, float]]] = {}
+        # by condition: the fraction done, the last known (an eval/ stat is missing between
+        # evaluations); the ETA at the pace of a counter or clock; the ETA at a stat's trend
+        self._closeness: dict[int, float] = {}
+        self._pace_etas: dict[int, float | None] = {}
+        self._trend_etas: dict[int, float | None] = {}
         self._target: int | None = None  # the condition the line names
         self._latest_returns: dict[str, float | None] = {"return": None, "eval return": None}
+        self._drawn_steps: float | None = None  # the env steps of the line drawn last
         self._wrote = False
-        self._announced = False
+        self._announced = run is None
 
     def _gap_closed(
         self, i: int, condition: Condition, stats: Mapping[str, float], now: float
@@ -199,8 +221,9 @@ class Progress:
             return 0.0
         return (now - t1) * (1 - fraction) / (fraction - f1) if fraction > f1 and now > t1 else None
 
-    def _trend_eta(self, i: int, condition: Condition) -> float | None:
-        """Seconds until the target stat reaches its bound at its recent trend, or ``None``."""
+    def _trend_eta(self, i: int, condition: Condition, now: float) -> float | None:
+        """Seconds from ``now`` until the stat reaches its bound at its recent trend (a straight
+        line through its last values), or ``None`` while that line does not head for the bound."""
         points = self._trends.get(i, ())
         if len(points) < 3:
             return None
@@ -208,21 +231,45 @@ class Progress:
             slope = statistics.linear_regression(*zip(*points)).slope
         except statistics.StatisticsError:  # all at one time
             return None
-        remaining = condition.bound - points[-1][1]  # type: ignore[attr-defined]
+        last_time, last_value = points[-1]
+        remaining = condition.bound - last_value  # type: ignore[attr-defined]
         if slope == 0 or (remaining > 0) != (slope > 0):
             return None
-        seconds = remaining / slope
-        return seconds if seconds < 100 * 86400 else None
+        seconds = remaining / slope - (now - last_time)  # from the last value, which may be old
+        return max(0.0, seconds) if seconds < 100 * 86400 else None
 
-    def _choose_target(self, closeness: Mapping[int, float], held: list[bool]) -> int | None:
-        """The condition to name: one that holds, else the current target unless another is
-        :data:`SWITCH_MARGIN` closer or the target's closeness is unknown."""
+    def _measure(self, stats: Mapping[str, float], conditions: Sequence[Condition], now: float) -> None:
+        """Each condition's fraction done and ETA at this step."""
+        self._pace_etas, self._trend_etas = {}, {}
+        for i, condition in enumerate(conditions):
+            fraction = condition.progress(stats)
+            if fraction is not None:  # a counter or a clock
+                self._closeness[i] = fraction
+                self._pace_etas[i] = self._pace_eta(i, fraction, now)
+                continue
+            if (fraction := self._gap_closed(i, condition, stats, now)) is not None:
+                self._closeness[i] = fraction
+            if i in self._trends:
+                self._trend_etas[i] = self._trend_eta(i, condition, now)
+
+    def _choose_target(self, held: list[bool]) -> int | None:
+        """The condition to name: one that holds; else the one with the smallest ETA (the first
+        listed of equal ones), which stays the target until another's ETA is under
+        :data:`SWITCH_ETA_RATIO` of its own or its ETA is unknown; while no condition has an
+        ETA, the one closest to holding, kept until another is :data:`SWITCH_MARGIN` closer."""
         if any(held):
             return held.index(True)
-        if not closeness:
+        current = self._target
+        etas = {i: eta for i, eta in {**self._pace_etas, **self._trend_etas}.items() if eta is not None}
+        if etas:
+            nearest = min(etas, key=lambda i: (etas[i], i))  # of equal ETAs the first listed
+            keep = current in etas and etas[nearest] >= SWITCH_ETA_RATIO * etas[current]
+        elif self._closeness:
+            closeness = self._closeness
+            nearest = max(closeness, key=lambda i: (closeness[i], -i))
+            keep = current in closeness and closeness[nearest] < closeness[current] + SWITCH_MARGIN
+        else:
             return None
-        nearest, current = max(closeness, key=closeness.__getitem__), self._target
-        keep = current in closeness and closeness[nearest] < closeness[current] + SWITCH_MARGIN
         return current if keep else nearest
 
     def update(
@@ -235,55 +282,55 @@ class Progress:
     ) -> None:
         """Record a step's ``stats``, the run's stop ``conditions`` and which of them ``held`` at
         this step (``None``: none); redraw the line if the last draw is old enough, or now when
-        ``force`` (the final state of a run)."""
+        ``force`` (the final state of a run) unless the line of this step is drawn already."""
         if not self.enabled:
             return
+        steps = float(stats.get("env/steps", 0.0))
+        if force and steps == self._drawn_steps:
+            return  # the final state is the line drawn last: not twice
         now = time.monotonic()
         held = list(held) if held is not None else [False] * len(conditions)
         for name, prefix in (("return", ""), ("eval return", "eval/")):
             key = next((prefix + key for key in _RETURN_KEYS if prefix + key in stats), None)
             if key is not None and not is_nan(stats[key]):  # else the last mean: no episode ended
                 self._latest_returns[name] = float(stats[key])
-        steps = float(stats.get("env/steps", 0.0))
-        if self._start is None:  # the run started one step ago, which took this long
-            seconds = (
-                stats.get("profiling/collect_ms", 0.0) + stats.get("profiling/step_ms", 0.0)
-            ) / 1e3
-            rate = stats.get("throughput/env_steps_per_s", 0.0)
-            self._start = (now - seconds, steps - rate * seconds)
-        closeness, etas = {}, {}  # by condition: the fraction done; a counter's or clock's ETA
-        for i, condition in enumerate(conditions):
-            fraction = condition.progress(stats)
-            if fraction is not None:
-                closeness[i], etas[i] = fraction, self._pace_eta(i, fraction, now)
-            elif (fraction := self._gap_closed(i, condition, stats, now)) is not None:
-                closeness[i] = fraction
-        self._target = target = self._choose_target(closeness, held)
+        if self._started_at is None:  # the run started one step ago, which took this long
+            step_ms = stats.get("profiling/collect_ms", 0.0) + stats.get("profiling/step_ms", 0.0)
+            self._started_at = now - step_ms / 1e3
+        self._measure(stats, conditions, now)
+        self._target = self._choose_target(held)
         if not force and now - self._last_write < self.interval:
             return
-        self._last_write = now
-        t0, steps0 = self._start
-        rate = (steps - steps0) / max(now - t0, 1e-9)
-        parts = [
-            f"rl8 {_format_count(steps)} env steps",
-            f"{_format_count(rate)} steps/s",
-            *self._returns(),
-        ]
-        if target in closeness:
-            condition, done = conditions[target], held[target]
-            parts.append(
-                f"{100 if done else min(99, math.floor(100 * closeness[target]))}% to "
-                f"{_condition_label(condition)}"
-            )
-            if target in etas:
-                if (eta := 0.0 if done else etas[target]) is not None:
-                    parts.append(f"ETA {_format_duration(eta)}")
-            elif not done:
-                if (eta := self._trend_eta(target, condition)) is not None:
-                    parts.append(f"ETA ~{_format_duration(eta)} at the recent trend")
-                if budget := [e for e in etas.values() if e is not None]:
-                    parts.append(f"budget {_format_duration(min(budget))} left")
-        self._write(" | ".join(parts))
+        if not self.announce() and not force:
+            return  # no progress line before the lines saying where the run goes
+        self._last_write, self._drawn_steps = now, steps
+        self._write(self._line(stats, conditions, held))
+
+    def _line(
+        self, stats: Mapping[str, float], conditions: Sequence[Condition], held: list[bool]
+    ) -> str:
+        """The progress line: env steps, the logged ``throughput/env_steps_per_s``, the latest
+        returns, and the target condition with its ETA."""
+        parts = [f"rl8 {_format_count(float(stats.get('env/steps', 0.0)))} env steps"]
+        speed = stats.get("throughput/env_steps_per_s")
+        if speed is not None and not is_nan(speed):
+            parts.append(f"{_format_count(float(speed))} steps/s")
+        parts += self._returns()
+        target = self._target
+        if target is None or (target not in self._closeness and not held[target]):
+            return " | ".join(parts)
+        condition, done = conditions[target], held[target]
+        percent = 100 if done else min(99, math.floor(100 * self._closeness[target]))
+        parts.append(f"{percent}% to {_condition_label(condition)}")
+        if target in self._pace_etas:
+            if (eta := 0.0 if done else self._pace_etas[target]) is not None:
+                parts.append(f"ETA {_format_duration(eta)}")
+        elif not done:
+            if (eta := self._trend_etas.get(target)) is not None:
+                parts.append(f"ETA ~{_format_duration(eta)} at the recent trend")
+            if budget := [eta for eta in self._pace_etas.values() if eta is not None]:
+                parts.append(f"budget {_format_duration(min(budget))} left")
+        return " | ".join(parts)
 
     def _returns(self) -> list[str]:
         return [
@@ -300,23 +347,25 @@ class Progress:
         self.stream.flush()
         self._wrote = True
 
-    def _print(self, lines: Sequence[str]) -> None:
-        self.close()
-        print(*lines, sep="\n", flush=True)  # on stdout, where the rl8 command prints them too
-
-    def announce(self, trainer: RunView) -> None:
-        """Once per run, as soon as the MLflow run has an id: where the results go."""
-        if not self.enabled or self._announced:
-            return
-        lines = start_lines(trainer)
-        if lines is not None:
-            self._announced = True
-            self._print(lines)
+    def announce(self) -> bool:
+        """Once per run, as soon as the MLflow run has an id: where the results go (on
+        ``stream``, before any progress line). Whether they have been written (or there are
+        none: no ``run``)."""
+        if self.enabled and not self._announced and self.run is not None:
+            lines = start_lines(self.run)
+            if lines is not None:
+                self._announced = True
+                self.close()
+                self.stream.write("".join(line + "\n" for line in lines))
+                self.stream.flush()
+        return self._announced
 
     def results(self, trainer: RunView) -> None:
-        """At the end of a run: where the results went."""
+        """At the end of a run: where the results went, on stdout (what ``rl8 train --quiet``
+        prints too, for scripts)."""
         if self.enabled:
-            self._print(results_lines(trainer))
+            self.close()
+            print(*results_lines(trainer), sep="\n", flush=True)
 
     def summary(
         self,
@@ -333,7 +382,7 @@ class Progress:
             return
         self.close()
         steps = float(stats.get("env/steps", 0.0))
-        seconds = time.monotonic() - self._start[0] if self._start is not None else 0.0
+        seconds = time.monotonic() - self._started_at if self._started_at is not None else 0.0
         if held_at_checkpoint:
             cause = (
                 f"stopped by {stopped_by!r}, which already held at the checkpoint's step"

@@ -444,7 +444,9 @@ class Trainer:
         ``finished`` (the conditions held at the checkpoint resumed from)."""
         algo, config = self.algo, self.config
         progress = Progress(
-            config.progress if self._dist.is_main else False, interval_s=config.progress_every_s
+            config.progress if self._dist.is_main else False,
+            interval_s=config.progress_every_s,
+            run=self,
         )
         signals = StopSignals(self._dist, lambda: self._ignore_stop_signals)
         stats = TrainStats(self._counters())
@@ -452,7 +454,7 @@ class Trainer:
         stopped_by_callback: CallbackLike | None = None
         with signals.installed():
             try:
-                progress.announce(self)  # where the results go, once the run has an id
+                progress.announce()  # where the results go, once the run has an id
                 for condition in conditions:
                     condition.start()
                 while not finished:
@@ -470,13 +472,14 @@ class Trainer:
                     held = [bool(condition(stats)) for condition in conditions]
                     self._conditions_met = any(held)
                     progress.update(stats, conditions, held=held)
-                    progress.announce(self)
                     if config.checkpoint_every and algo.steps % config.checkpoint_every == 0:
                         self.save_checkpoint()
                     stop = signals.agree(any(held) or stopped_by_callback is not None)
                     self._handle_signals(signals, progress)
                     if stop:
                         break
+                # the last lines come after those saying where the run goes, which need its id
+                self._check_run_start(wait=True)
                 progress.update(stats, conditions, force=True, held=held)
                 self.stopped_by = next((c for c, fired in zip(conditions, held) if fired), None)
                 if finished and len(conditions) == 1:  # then it is the one that held
