@@ -99,6 +99,7 @@ def test_train_with_flags(tmp_path, capsys, mlflow_uri):
 
 def test_the_mlflow_ui_hint_names_the_extra_when_the_ui_is_not_installed(monkeypatch, tmp_path):
     """rl8 needs only mlflow-skinny, whose `mlflow ui` fails for want of flask."""
+    import importlib.metadata
     import importlib.util
 
     from rl8.training.progress import mlflow_ui_command as _mlflow_ui_command
@@ -108,11 +109,9 @@ def test_the_mlflow_ui_hint_names_the_extra_when_the_ui_is_not_installed(monkeyp
     monkeypatch.setattr(
         importlib.util, "find_spec", lambda name, *a: None if name == "flask" else find_spec(name, *a)
     )
-    assert _mlflow_ui_command(uri) == "mlflow ui (after pip install mlflow)"  # the test's cwd
-    assert (
-        _mlflow_ui_command("/elsewhere")
-        == "mlflow ui --backend-store-uri /elsewhere (after pip install mlflow)"
-    )
+    pin = f'(after pip install "mlflow=={importlib.metadata.version("mlflow-skinny")}")'
+    assert _mlflow_ui_command(uri) == f"mlflow ui {pin}"  # the test's cwd
+    assert _mlflow_ui_command("/elsewhere") == f"mlflow ui --backend-store-uri /elsewhere {pin}"
     assert _mlflow_ui_command("http://127.0.0.1:5000").startswith("open http://127.0.0.1:5000")
     monkeypatch.setattr(importlib.util, "find_spec", find_spec)
     assert _mlflow_ui_command(uri) == "mlflow ui"

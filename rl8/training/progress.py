@@ -3,6 +3,7 @@ see ``docs/trainer.md#progress``."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import math
 import os
@@ -93,7 +94,9 @@ def mlflow_ui_command(uri: str) -> str:
         if db.resolve() == (Path.cwd() / "mlflow.db").resolve():
             command = "mlflow ui"
     if importlib.util.find_spec("flask") is None:  # mlflow-skinny: no UI server
-        command += " (after pip install mlflow)"  # the ui extra; rl8[ui] would fetch rl8 from the index
+        # the release of the installed mlflow-skinny: another would move skinny off it (and a
+        # store migrated by a newer one is unreadable by an older one)
+        command += f' (after pip install "mlflow=={importlib.metadata.version("mlflow-skinny")}")'
     return command
 
 
