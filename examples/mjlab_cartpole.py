@@ -37,7 +37,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
 
-    hparams, unmapped = from_rsl_rl(mjlab_runner_cfg(TASK))  # unmapped: also warned
+    # unmapped: also warned; the run stops on its own conditions, not max_iterations (run_args)
+    hparams, unmapped, _ = from_rsl_rl(mjlab_runner_cfg(TASK))
     algo = PPO(
         f"mjlab:{TASK}", num_envs=args.num_envs, env_kwargs={"reset_mode": args.reset_mode}, **hparams
     )

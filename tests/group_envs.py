@@ -39,3 +39,18 @@ class GroupCartPole(CartPole):
         out["final_obs"] = self._groups(out["final_obs"], before + 1)
         out["obs"] = self._groups(out["obs"], self.steps)
         return out
+
+
+class RobotCartPole(CartPole):
+    """GroupCartPole as a robot sees it: the ``policy`` group alone, no privileged ``critic``."""
+
+    observation_space = spaces.Dict({"policy": GroupCartPole.observation_space["policy"]})
+
+    def _observe(self, state: torch.Tensor) -> TensorDict:
+        return TensorDict({"policy": state}, batch_size=[self.num_envs], device=self.device)
+
+    def step(self, action: torch.Tensor) -> TensorDict:
+        out = super().step(action)
+        out["final_obs"] = self._observe(out["final_obs"])
+        out["obs"] = self._observe(out["obs"])
+        return out

@@ -348,6 +348,22 @@ def test_a_store_of_a_newer_mlflow_exits_2_with_one_line_that_says_what_to_insta
     assert newer_mlflow_store in lines[0] and 'python -m pip install -e ".[ui]"' in lines[0]
 
 
+def test_eval_of_an_asymmetric_policy_in_an_env_without_the_critics_group(tmp_path, capsys):
+    from group_envs import GroupCartPole
+
+    from rl8 import PPO, save_policy
+
+    path = save_policy(PPO(GroupCartPole, num_envs=4, horizon=8).policy, tmp_path / "policy.pt")
+    argv = ["eval", str(path), "--episodes", "2", "--env-config", "max_episode_steps=5"]
+    assert main([*argv, "--env", "group_envs.RobotCartPole"]) == 0  # the robot's env: no "critic"
+    assert "mean return over 2 episodes" in capsys.readouterr().out
+    assert main([*argv, "--env", "rl8.envs.CartPole"]) == 2  # no "policy" group: refused
+    assert (
+        "or a Dict observation space with the actor's entries Dict('policy': Box(-inf, inf, (4,), float32))"
+        in capsys.readouterr().err
+    )
+
+
 def test_eval_missing_policy_exits_1(tmp_path, capsys):
     assert main(["eval", str(tmp_path / "nope.pt")]) == 1
     assert "no policy" in capsys.readouterr().err

@@ -281,11 +281,19 @@ def test_fused_step_under_bf16_autocast(monkeypatch):
         torch.testing.assert_close(fused_norm, plain_norm, rtol=0.05, atol=0.02)
 
 
-def test_compiled_update_runs_the_fused_step_and_stops_on_kl_as_the_plain_one():
+@pytest.mark.parametrize("normalize_advantages_over", ["minibatch", "rollout"])
+def test_compiled_update_runs_the_fused_step_and_stops_on_kl_as_the_plain_one(normalize_advantages_over):
     """PPO(compile=True).update() takes the fused step (said by ``train_step_kind``) and gives the
     plain update's stats and weights, the target_kl_div stop included (checked after each step on
-    that step's approximate KL, as the plain update does)."""
-    kwargs = dict(TINY, num_sgd_iters=3, num_minibatches=4, target_kl_div=1e-4, lr=1e-2)
+    that step's approximate KL, as the plain update does), with either advantage normalisation."""
+    kwargs = dict(
+        TINY,
+        num_sgd_iters=3,
+        num_minibatches=4,
+        target_kl_div=1e-4,
+        lr=1e-2,
+        normalize_advantages_over=normalize_advantages_over,
+    )
     plain, compiled = PPO(Pendulum, **kwargs), PPO(Pendulum, **kwargs, compile=True)
     assert compiled.compiled.train_step_kind == "fused" and compiled.compiled.train_step_fallback is None
     for algo in (plain, compiled):

@@ -35,7 +35,8 @@ UPDATE_HPARAMS = {
     "env_config": {"max_episode_steps": 5},
 }
 # Adam's first step hardly depends on the gradients' scale (and clipping rescales them): plain
-# SGD without clipping also checks that the gradients are averaged, not summed.
+# SGD without clipping also checks that the gradients are averaged, not summed, and that the
+# rollout's advantage moments (normalize_advantages_over="rollout") cover both ranks' samples.
 UPDATE_OPTIMIZERS = {
     "adam": {},
     "sgd": {
@@ -43,6 +44,7 @@ UPDATE_OPTIMIZERS = {
         "optimizer_kwargs": {},
         "lr": 0.5,
         "max_grad_norm": None,
+        "normalize_advantages_over": "rollout",
     },
 }
 # resume test: a small CartPole run

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import copy
 import re
+import warnings
 
 import pytest
 import torch
 import yaml
 from group_envs import GroupCartPole
 
-from rl8 import PPO, HParams
+from rl8 import PPO, HParams, Trainer
 from rl8.envs import Pendulum
 from rl8.presets import RslRlConfigWarning, from_rsl_rl, rsl_rl_run_args
 
@@ -127,15 +128,11 @@ ISAACLAB_ANYMAL_D = {
     },
 }
 
-PER_MINIBATCH = (
-    "algorithm.normalize_advantage_per_mini_batch=False (rl8 normalises advantages per minibatch, "
-    "not over the whole rollout)"
-)
-
 
 def test_mjlab_cartpole():
-    with pytest.warns(RslRlConfigWarning, match="normalize_advantage_per_mini_batch"):
-        hparams, unmapped = from_rsl_rl(MJLAB_CARTPOLE)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # every field is mapped: no warning
+        hparams, unmapped, run_args = from_rsl_rl(MJLAB_CARTPOLE)
     assert hparams == {
         "horizon": 32,
         "lr": 1e-3,
@@ -152,6 +149,8 @@ def test_mjlab_cartpole():
         "normalize_rewards": False,
         "vf_clip_param": 0.2,
         "desired_kl": 0.01,
+        "normalize_advantages": True,
+        "normalize_advantages_over": "rollout",  # normalize_advantage_per_mini_batch=False
         "seed": 42,
         "obs_groups": {"actor": ["actor"], "critic": ["critic"]},
         "normalize_observations": False,
@@ -163,15 +162,39 @@ def test_mjlab_cartpole():
             "noise_std_type": "scalar",
         },
     }
-    assert unmapped == [PER_MINIBATCH]
+    assert unmapped == []
     HParams.from_kwargs(**hparams)
-    (condition,) = rsl_rl_run_args(MJLAB_CARTPOLE)["stop_conditions"]
+    (condition,) = run_args["stop_conditions"]
     assert (condition.key, condition.bound) == ("algorithm/steps", 500)
+    (same,) = rsl_rl_run_args(MJLAB_CARTPOLE)["stop_conditions"]
+    assert (same.key, same.bound) == ("algorithm/steps", 500)
+
+
+def test_max_iterations_stops_the_run_after_as_many_updates():
+    cfg = copy.deepcopy(MJLAB_CARTPOLE)
+    cfg.update(max_iterations=2, num_steps_per_env=8)
+    cfg.pop("obs_groups")
+    hparams, _, run_args = from_rsl_rl(cfg)
+    algo = PPO(Pendulum, num_envs=8, **{**hparams, "device": "cpu"})
+    stats = Trainer(algo, progress=False, tracking=False).run(**run_args)
+    # rsl_rl's run: max_iterations iterations of num_steps_per_env steps of every env
+    assert (stats["algorithm/steps"], stats["env/steps"]) == (2, 2 * 8 * 8)
+    assert from_rsl_rl({**cfg, "max_iterations": None}).run_args == {}
+
+
+@pytest.mark.parametrize("per_minibatch, over", [(False, "rollout"), (True, "minibatch")])
+def test_advantage_normalization_is_mapped_both_ways(per_minibatch, over):
+    cfg = copy.deepcopy(MJLAB_CARTPOLE)
+    cfg["algorithm"]["normalize_advantage_per_mini_batch"] = per_minibatch
+    hparams, unmapped, _ = from_rsl_rl(cfg)
+    assert (hparams["normalize_advantages"], hparams["normalize_advantages_over"]) == (True, over)
+    assert not any("normalize_advantage" in entry for entry in unmapped)
+    assert HParams.from_kwargs(**hparams).normalize_advantages_over == over
 
 
 def test_isaac_lab_locomotion_trains_asymmetric():
     with pytest.warns(RslRlConfigWarning):
-        hparams, unmapped = from_rsl_rl(ISAACLAB_ANYMAL_D)
+        hparams, unmapped, _ = from_rsl_rl(ISAACLAB_ANYMAL_D)
     assert hparams["obs_groups"] == {"actor": ["policy"], "critic": ["policy", "critic"]}
     assert (
         hparams["normalize_observations"]
@@ -186,7 +209,7 @@ def test_isaac_lab_locomotion_trains_asymmetric():
         "init_noise_std": 1.0,
         "noise_std_type": "scalar",
     }
-    assert unmapped == [PER_MINIBATCH, "device='cuda:0' (rl8's hparam device; PPO follows the env's)"]
+    assert unmapped == ["device='cuda:0' (rl8's hparam device; PPO follows the env's)"]
     algo = PPO(GroupCartPole, num_envs=8, **{**hparams, "horizon": 16, "seed": 0, "device": "cpu"})
     model = algo.policy.model
     assert (model.actor_groups, model.critic_groups) == (("policy",), ("policy", "critic"))
@@ -204,7 +227,7 @@ def test_unmapped_fields_are_reported():
     cfg["obs_groups"]["rnd_state"] = ["actor"]
     cfg["clip_actions"], cfg["future_field"] = 1.0, 3
     with pytest.warns(RslRlConfigWarning) as record:
-        hparams, unmapped = from_rsl_rl(cfg)
+        hparams, unmapped, _ = from_rsl_rl(cfg)
     assert hparams["desired_kl"] is None and hparams["normalize_observations"] is True
     for expected in (
         "algorithm.rnd_cfg={'weight': 0.1}",
@@ -218,7 +241,7 @@ def test_unmapped_fields_are_reported():
         "future_field=3 (no rl8 counterpart)",
     ):
         assert any(entry.startswith(expected) for entry in unmapped), (expected, unmapped)
-    assert PER_MINIBATCH not in unmapped and "future_field=3" in str(record[0].message)
+    assert "future_field=3" in str(record[0].message)
 
 
 @pytest.mark.parametrize(
@@ -253,6 +276,10 @@ def test_unmapped_fields_are_reported():
             "rsl_rl config obs_groups.critic: expected a non-empty list of group names, got 'critic'",
         ),
         (lambda c: c.update(actor=[64]), "rsl_rl config actor: expected a dict, got [64]"),
+        (
+            lambda c: c.update(max_iterations=0),
+            "rsl_rl config max_iterations: expected an int >= 1 or None, got 0",
+        ),
     ],
 )
 def test_bad_types_are_named(change, message):
@@ -269,7 +296,7 @@ def test_a_yaml_file_with_python_tuples_and_rsl_rl_defaults(tmp_path):
     )  # !!python/tuple
     assert "!!python/tuple" in path.read_text()
     with pytest.warns(RslRlConfigWarning):
-        hparams, _ = from_rsl_rl(path)
+        hparams = from_rsl_rl(path).hparams
     # rsl_rl's own defaults for what the policy section leaves out
     assert hparams["model_config"] == {
         "ortho_init": False,
@@ -291,7 +318,6 @@ def test_the_scalar_std_of_the_carried_config_starts_at_init_noise_std():
     cfg = copy.deepcopy(MJLAB_CARTPOLE)
     cfg["actor"]["distribution_cfg"]["init_std"] = 0.6
     cfg.pop("obs_groups")
-    with pytest.warns(RslRlConfigWarning):
-        hparams, _ = from_rsl_rl(cfg)
+    hparams = from_rsl_rl(cfg).hparams
     algo = PPO(Pendulum, num_envs=8, **{**hparams, "horizon": 16, "device": "cpu"})
     assert torch.allclose(algo.policy.model.std, torch.tensor([0.6]))

@@ -61,6 +61,11 @@ def test_defaults_are_valid_and_frozen():
         ("entropy_coeff", -0.1, "entropy_coeff: expected a number >= 0"),
         ("normalize_rewards", 1, "normalize_rewards: expected a bool, got 1"),
         ("schedule_kind", "cosine", "schedule_kind: expected 'step' or 'linear'"),
+        (
+            "normalize_advantages_over",
+            "batch",
+            "hparam normalize_advantages_over: expected 'minibatch' or 'rollout', got 'batch'",
+        ),
         ("seed", "0", "seed: expected an int in [0, 2**63 - 1] or None, got '0'"),
         ("check_finite_collects", -2, "check_finite_collects: expected an int >= -1"),
         ("device", "cuda:99", "device"),
@@ -180,6 +185,16 @@ def test_unknown_name_suggests_close_match():
 def test_seq_len_must_divide_horizon():
     with pytest.raises(ValueError, match="seq_len: expected an int >= 1 that divides horizon=32, got 5"):
         HParams(seq_len=5)
+
+
+def test_normalize_advantages_over_needs_normalize_advantages():
+    message = (
+        "hparam normalize_advantages_over: only applies with normalize_advantages=True, but "
+        "normalize_advantages=False was given with normalize_advantages_over='rollout'; set one of the two"
+    )
+    with pytest.raises(ValueError, match=re.escape(message)):
+        HParams(normalize_advantages=False, normalize_advantages_over="rollout")
+    assert HParams(normalize_advantages=False).normalize_advantages_over == "minibatch"
 
 
 def test_lr_in_optimizer_kwargs_is_rejected():

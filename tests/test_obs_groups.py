@@ -14,7 +14,7 @@ from group_envs import GroupCartPole
 from gymnasium import spaces
 from tensordict import TensorDict
 
-from rl8 import PPO, load_policy, save_policy
+from rl8 import PPO, Policy, load_policy, save_policy
 from rl8.policies.distributions import Categorical, Normal
 from rl8.policies.groups import resolve_obs_groups
 from rl8.policies.models import MLPModel
@@ -148,10 +148,67 @@ def test_a_saved_policy_keeps_its_groups(tmp_path):
     loaded = load_policy(save_policy(algo.policy, tmp_path / "policy.pt"))
     assert (loaded.model.actor_groups, loaded.model.critic_groups) == (("policy",), ("policy", "critic"))
     obs = algo.env.reset(seed=2)
-    # predict takes the whole observation (the space's); the actor reads its groups only
+    # predict takes the whole observation (the space's) too; the actor reads its groups only
     assert np.array_equal(loaded.predict(obs.to_dict())[0], algo.policy.predict(obs.to_dict())[0])
     with torch.no_grad():
         assert torch.equal(loaded.model.value(obs), algo.policy.model.value(obs))
+
+
+def test_acting_needs_only_the_actors_groups(tmp_path):
+    algo = PPO(GroupCartPole, num_envs=8, horizon=16, seed=0, device="cpu", normalize_observations=True)
+    algo.collect()
+    algo.update()
+    policy = load_policy(save_policy(algo.policy, tmp_path / "policy.pt"))
+    assert policy.actor_observation_space == spaces.Dict(
+        {"policy": GroupCartPole.observation_space["policy"]}
+    )
+    obs = algo.env.reset(seed=2)
+    actions, _ = policy.predict(obs.to_dict())
+    assert np.array_equal(policy.predict({"policy": obs["policy"].numpy()})[0], actions)
+    assert np.array_equal(policy.predict({"policy": obs["policy"][0].tolist()})[0], actions[0])
+    assert np.array_equal(policy(obs.select("policy")).numpy(), actions)
+    missing = (
+        "obs: expected the keys ['policy'] (the observation's ['critic'] may be given too; the actor "
+        "does not read them), got ['critic'] (missing ['policy'])"
+    )
+    with pytest.raises(ValueError, match=re.escape(missing)):
+        policy.predict({"critic": obs["critic"].numpy()})
+    with pytest.raises(ValueError, match=re.escape("got ['policy', 'extra'] (unexpected ['extra'])")):
+        policy.predict({"policy": obs["policy"].numpy(), "extra": 0.0})
+
+
+class UnknownGroupModel(MLPModel):
+    def __init__(self, *args, **config):
+        super().__init__(*args, **config)
+        self.actor_groups = ("policy", "lidar")
+
+
+def test_actor_groups_the_space_lacks_are_refused_when_the_policy_is_built():
+    message = (
+        "UnknownGroupModel.actor_groups: ['lidar'] are not keys of the observation space "
+        "(keys: ['critic', 'policy'])"
+    )
+    with pytest.raises(ValueError, match=re.escape(message)):
+        Policy(GroupCartPole.observation_space, spaces.Discrete(2), model_cls=UnknownGroupModel)
+
+
+def test_a_recurrent_policy_acts_on_its_groups_alone():
+    groups = {"actor": ["policy"], "critic": ["policy"]}
+    algo = PPO(
+        GroupCartPole,
+        num_envs=4,
+        horizon=8,
+        seed=0,
+        device="cpu",
+        model_cls=LSTMModel,
+        obs_groups=groups,
+    )
+    obs, policy = algo.env.reset(seed=1), algo.policy
+    actions, state = policy.predict(obs.to_dict())
+    alone, alone_state = policy.predict({"policy": obs["policy"].numpy()})
+    assert np.array_equal(alone, actions) and torch.equal(alone_state["h"], state["h"])
+    again, _ = policy.predict({"policy": obs["policy"].numpy()}, state=state)
+    assert np.array_equal(again, policy.predict(obs.to_dict(), state=state)[0])
 
 
 def test_critic_hiddens_and_init_noise_std():

@@ -752,6 +752,34 @@ def test_normalized_advantages_per_minibatch(num_minibatches):
     torch.testing.assert_close(got, expected.reshape(-1), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("recurrent", [False, True])
+def test_rollout_advantage_normalization_is_over_the_whole_rollout_once(recurrent, monkeypatch):
+    """normalize_advantages_over="rollout": the minibatches' advantages are the rollout's, centred
+    and divided by the rollout's sample std (+ 1e-8), as rsl_rl 5 normalises them (not each
+    minibatch's own moments); for sequences [S, T] too."""
+    hp = dict(num_envs=8, horizon=8, num_minibatches=4, num_sgd_iters=2, normalize_rewards=False)
+    if recurrent:
+        hp.update(
+            model_cls="rl8.policies.recurrent.LSTMModel", seq_len=4, model_config={"hidden_size": 8}
+        )
+    algo = PPO(CartPole, **hp, normalize_advantages_over="rollout", seed=0)
+    algo.collect()
+    with torch.no_grad():
+        advantages = algo.compute_advantages()[0].reshape(-1)
+    expected = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+    seen = []
+    plain_loss = algo._minibatch_loss
+    monkeypatch.setattr(algo, "_minibatch_loss", lambda mb, c: seen.append(mb) or plain_loss(mb, c))
+    algo.update()
+    assert len(seen) == 8  # 2 passes of 4 minibatches
+    for one_pass in (seen[:4], seen[4:]):
+        got = torch.cat([mb["advantages"].reshape(-1) for mb in one_pass])
+        assert not torch.allclose(got, expected)  # shuffled, drawn from the whole rollout ...
+        torch.testing.assert_close(got.sort().values, expected.sort().values)  # ... normalised once
+        means = [float(mb["advantages"].mean()) for mb in one_pass]
+        assert max(abs(m) for m in means) > 1e-3  # a minibatch's own mean is not taken out
+
+
 # --------------------------------------------------------------------------------------------
 # the default minibatch
 

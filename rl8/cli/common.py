@@ -82,7 +82,8 @@ def policy_and_env(
     args: argparse.Namespace, make: Any, num_envs: int = 1
 ) -> tuple[Any, Any, str, dict[str, Any]]:
     """The saved policy named on the command line, the env of ``num_envs`` envs that
-    ``make(spec, env_kwargs)`` builds for it (spaces checked; refused before it is built when one
+    ``make(spec, env_kwargs)`` builds for it (spaces checked, an env with only the observation
+    groups the actor reads accepted too; refused before it is built when one
     step of its envs could not fit in memory), the env spec used and the env config (stored, then
     ``--env-config``)."""
     import gymnasium
@@ -138,6 +139,7 @@ def policy_and_env(
             policy.action_space,
             what=f"the env {args.env or env_info.get('spec')!r}",
             source=args.policy,
+            actor_space=policy.actor_observation_space,
         )
     except ValueError as exc:
         env.close()

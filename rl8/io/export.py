@@ -152,7 +152,13 @@ def space_from_dict(d: Mapping[str, Any], *, where: str = "space") -> spaces.Spa
 
 
 def check_env_spaces(
-    env: Any, observation_space: spaces.Space, action_space: spaces.Space, *, what: str, source: Any
+    env: Any,
+    observation_space: spaces.Space,
+    action_space: spaces.Space,
+    *,
+    what: str,
+    source: Any,
+    actor_space: spaces.Space | None = None,
 ) -> None:
     """Raise ``ValueError`` when ``env``'s spaces differ from those a policy was trained on.
 
@@ -162,15 +168,34 @@ def check_env_spaces(
         action_space: The policy's action space.
         what: The env as the caller names it in the message (``"--env CartPole-v1"``).
         source: Where the policy comes from (a path), for the message.
+        actor_space: For an env the policy only acts in: the part of the observation space its
+            actor reads (:attr:`rl8.Policy.actor_observation_space`); a ``Dict`` observation
+            space with those entries is accepted too (a robot's env without the critic's
+            privileged groups). ``None``: the spaces must be the same.
     """
     for name, expected in (("observation", observation_space), ("action", action_space)):
         given = getattr(env, f"{name}_space")
-        if given != expected:
-            raise ValueError(
-                f"{what} has the {name} space {given}, but the policy of {source} was trained "
-                f"on the {name} space {expected}; the policy can only act in an env with the "
-                "same spaces"
-            )
+        if given == expected or (name == "observation" and _has_entries(given, actor_space)):
+            continue
+        enough = (
+            f" or a Dict observation space with the actor's entries {actor_space}"
+            if name == "observation" and isinstance(actor_space, spaces.Dict)
+            else ""
+        )
+        raise ValueError(
+            f"{what} has the {name} space {given}, but the policy of {source} was trained "
+            f"on the {name} space {expected}; the policy can only act in an env with the "
+            f"same spaces{enough}"
+        )
+
+
+def _has_entries(given: spaces.Space, needed: spaces.Space | None) -> bool:
+    """Whether ``given`` is a ``Dict`` space with each entry of the ``Dict`` ``needed``."""
+    return (
+        isinstance(given, spaces.Dict)
+        and isinstance(needed, spaces.Dict)
+        and all(given.spaces.get(key) == sub for key, sub in needed.spaces.items())
+    )
 
 
 def _to_plain(value: Any) -> Any:

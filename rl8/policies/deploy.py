@@ -62,15 +62,7 @@ class DeterministicActor(nn.Module):
         model, obs_space, act_space = self.policy.model, policy.observation_space, policy.action_space
         self.obs_keys: tuple[str, ...] | None = None
         if isinstance(obs_space, spaces.Dict):
-            keys = tuple(model.actor_groups or obs_space.spaces)
-            unknown = [k for k in keys if k not in obs_space.spaces]
-            if unknown:
-                raise ExportError(
-                    f"{type(model).__name__}.actor_groups: {unknown} are not keys of the "
-                    f"observation space (keys: {list(obs_space.spaces)})"
-                )
-            if "action_mask" in obs_space.spaces and "action_mask" not in keys:
-                keys += ("action_mask",)
+            keys = tuple(self.policy.actor_observation_space.spaces)
             nested = [k for k in keys if isinstance(obs_space[k], spaces.Dict)]
             if nested:
                 raise ExportError(
@@ -116,15 +108,8 @@ class DeterministicActor(nn.Module):
             if self.obs_keys is None
             else TensorDict(dict(zip(self.obs_keys, inputs[:n])), batch)
         )
-        if self.state_keys:
-            dist, _, next_state = policy.rollout_step(
-                obs, TensorDict(dict(zip(self.state_keys, inputs[n:])), batch)
-            )
-        else:  # the actor alone: its groups of the observation are all the inputs
-            params = policy.model.actor_params(policy.preprocess(obs))
-            dist = policy.distribution_cls(
-                params, policy.action_space, action_mask=policy.action_mask(obs)
-            )
+        state = TensorDict(dict(zip(self.state_keys, inputs[n:])), batch) if self.state_keys else None
+        dist, next_state = policy.actor_step(obs, state)  # the actor alone, on its inputs
         actions = policy.to_env_action(dist.deterministic_sample())
         if self.clip:
             actions = torch.clamp(actions, self.low, self.high)

@@ -8,7 +8,7 @@ from typing import Any
 
 from gymnasium import spaces
 
-__all__ = ["OBS_SETS", "group_space", "obs_groups_problem", "resolve_obs_groups"]
+__all__ = ["OBS_SETS", "actor_space", "group_space", "obs_groups_problem", "resolve_obs_groups"]
 
 #: The observation sets of an actor-critic model, each read from a list of groups.
 OBS_SETS = ("actor", "critic")
@@ -79,3 +79,33 @@ def resolve_obs_groups(
 def group_space(space: spaces.Space, groups: Sequence[str] | None) -> spaces.Space:
     """The ``Dict`` space of ``groups`` in the order given (``space`` itself for ``None``)."""
     return space if groups is None else spaces.Dict([(g, space[g]) for g in groups])
+
+
+def actor_space(
+    space: spaces.Space, actor_groups: Sequence[str] | None, *, owner: str = "model"
+) -> spaces.Space:
+    """The part of the observation ``space`` that the actor reads, all that acting needs: for a
+    ``Dict`` space the ``Dict`` of ``actor_groups`` in their order, with ``action_mask`` (which
+    masks the actions) when the space has one; ``space`` itself when ``actor_groups`` is ``None``
+    or the space is no ``Dict``.
+
+    Args:
+        space: The observation space.
+        actor_groups: The keys the actor reads (:attr:`rl8.policies.models.Model.actor_groups`).
+        owner: Who declares ``actor_groups``, for the message (e.g. the model's class name).
+
+    Raises:
+        ValueError: ``actor_groups`` names keys the space does not have (naming the keys it has).
+    """
+    if actor_groups is None or not isinstance(space, spaces.Dict):
+        return space
+    unknown = [k for k in actor_groups if k not in space.spaces]
+    if unknown:
+        raise ValueError(
+            f"{owner}.actor_groups: {unknown} are not keys of the observation space "
+            f"(keys: {list(space.spaces)})"
+        )
+    keys = list(actor_groups)
+    if "action_mask" in space.spaces and "action_mask" not in keys:
+        keys.append("action_mask")
+    return group_space(space, keys)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from rl8.envs.spaces import check_space, space_dtype, space_shape, zeros_like_sp
 from rl8.policies.deploy import export_policy
 from rl8.policies.distributions import Distribution, default_distribution_cls
 from rl8.policies.encoders import default_model_cls
+from rl8.policies.groups import actor_space
 from rl8.policies.models import Model, check_model_config
 from rl8.policies.normalization import ObservationNormalizer
 
@@ -116,6 +117,11 @@ class Policy(nn.Module):
             "Use a smaller model",
         )
         self.model = build()
+        #: The part of the observation space the actor reads (the actor's groups, with
+        #: ``action_mask``): all that acting needs (:meth:`actor_step`, :meth:`predict`, exports).
+        self.actor_observation_space = actor_space(
+            observation_space, self.model.actor_groups, owner=type(self.model).__name__
+        )
         self.obs_normalizer = (
             ObservationNormalizer(zeros_like_space(observation_space, [1]))
             if normalize_observations
@@ -203,6 +209,24 @@ class Policy(nn.Module):
             self.preprocess(obs)[:, None], carry, self._starts(obs, starts)[:, None]
         )[:, 0]
 
+    def actor_step(
+        self,
+        obs: torch.Tensor | TensorDictBase,
+        carry: TensorDictBase | None,
+        starts: torch.Tensor | None = None,
+    ) -> tuple[Distribution, TensorDictBase | None]:
+        """The action distribution of one env step for a batch of envs, and the carry after it,
+        from the actor alone: a ``Dict`` observation needs only the keys of
+        :attr:`actor_observation_space` (others, such as the critic's privileged groups, are
+        ignored). Arguments as of :meth:`rollout_step`."""
+        if isinstance(obs, TensorDictBase) and isinstance(self.actor_observation_space, spaces.Dict):
+            obs = obs.select(*self.actor_observation_space.spaces)
+        if carry is not None:  # a recurrent network reads the actor's groups only
+            dist, _, carry = self.rollout_step(obs, carry, starts)
+            return dist, carry
+        params = self.model.actor_params(self.preprocess(obs))
+        return self.distribution_cls(params, self.action_space, action_mask=self.action_mask(obs)), None
+
     def _starts(self, obs: torch.Tensor | TensorDictBase, starts: torch.Tensor | None) -> torch.Tensor:
         """``starts``, or no episode start for any of the ``[B]`` envs."""
         return (
@@ -271,7 +295,7 @@ class Policy(nn.Module):
         state = self._state
         if self.recurrent and (state is None or state.batch_size[0] != obs.shape[0]):
             state = self.initial_state(obs.shape[0])
-        dist, _, self._state = self.rollout_step(obs, state)
+        dist, self._state = self.actor_step(obs, state)
         return self.to_env_action(dist.deterministic_sample() if deterministic else dist.sample())
 
     @torch.no_grad()
@@ -289,14 +313,18 @@ class Policy(nn.Module):
 
         Args:
             obs: One observation or a batch: numpy, torch, Python numbers or lists (a dict of
-                those for ``Dict`` spaces).
+                those for ``Dict`` spaces, with at least the keys the actor reads,
+                :attr:`actor_observation_space`; the space's other keys, such as a critic's
+                privileged groups, may be given and are ignored).
             deterministic: The distribution's mode (``True``) or a sample (``False``).
             state: Recurrent policies: the state of the previous call; ``None`` starts new
                 episodes.
             episode_start: Recurrent policies: bool (``[B]`` for a batch), ``True`` where an
                 episode starts at ``obs`` (its state is reset first).
         """
-        obs, batch = _as_batch(obs, self.observation_space, self.device)
+        space, needed = self.observation_space, self.actor_observation_space
+        unread = [k for k in space.spaces if k not in needed.spaces] if needed is not space else []
+        obs, batch = _as_batch(obs, needed, self.device, unread)
         size, starts = 1 if batch is None else batch, None
         if not self.recurrent:
             state = None
@@ -309,7 +337,7 @@ class Policy(nn.Module):
             )
         if self.recurrent and episode_start is not None:
             starts = torch.as_tensor(episode_start, dtype=torch.bool, device=self.device).reshape(size)
-        dist, _, state = self.rollout_step(obs, state, starts)
+        dist, state = self.actor_step(obs, state, starts)
         raw = dist.deterministic_sample() if deterministic else dist.sample()
         actions = self.to_env_action(raw).cpu().numpy().astype(self.action_space.dtype, copy=False)
         if isinstance(self.action_space, spaces.Box):
@@ -325,11 +353,12 @@ class Policy(nn.Module):
 
 
 def _as_batch(
-    obs: Any, space: spaces.Space, device: torch.device
+    obs: Any, space: spaces.Space, device: torch.device, unread: Sequence[str] = ()
 ) -> tuple[torch.Tensor | TensorDict, int | None]:
     """One observation or a batch as a batched tensor (TensorDict for ``Dict`` spaces) on
-    ``device``, and the batch size (``None`` for one observation)."""
-    leaves = {name: (tensor, batch) for name, tensor, batch in _leaves(obs, space, (), device)}
+    ``device``, and the batch size (``None`` for one observation); ``unread``: keys that ``obs``
+    may have besides those of the ``Dict`` ``space``, left out."""
+    leaves = {name: (tensor, batch) for name, tensor, batch in _leaves(obs, space, (), device, unread)}
     batches = {batch for _, batch in leaves.values()}
     if len(batches) > 1:
         given = ", ".join(
@@ -353,10 +382,15 @@ def _leaf_name(name: tuple[str, ...]) -> str:
 
 
 def _leaves(
-    obs: Any, space: spaces.Space, name: tuple[str, ...], device: torch.device
+    obs: Any,
+    space: spaces.Space,
+    name: tuple[str, ...],
+    device: torch.device,
+    unread: Sequence[str] = (),
 ) -> Iterator[tuple]:
     """``(name, tensor, batch)`` per entry of ``obs``: the tensor in its space's dtype on
-    ``device``, the batch size (``None`` for one observation); an error for a wrong shape."""
+    ``device``, the batch size (``None`` for one observation); an error for a wrong shape or a
+    missing or unknown key (keys of ``unread`` may be given and are left out)."""
     if isinstance(space, spaces.Dict):
         if not isinstance(obs, (Mapping, TensorDictBase)):
             raise ValueError(
@@ -365,13 +399,18 @@ def _leaves(
             )
         given = list(obs.keys())
         missing = [key for key in space.spaces if key not in given]
-        extra = [key for key in given if key not in space.spaces]
+        extra = [key for key in given if key not in space.spaces and key not in unread]
         if missing or extra:
             problems = [
                 f"{what} {keys}" for what, keys in (("missing", missing), ("unexpected", extra)) if keys
             ]
+            also = (
+                f" (the observation's {list(unread)} may be given too; the actor does not read them)"
+                if unread
+                else ""
+            )
             raise ValueError(
-                f"{_leaf_name(name)}: expected the keys {list(space.spaces)}, got {given} "
+                f"{_leaf_name(name)}: expected the keys {list(space.spaces)}{also}, got {given} "
                 f"({', '.join(problems)})"
             )
         for key, sub in space.spaces.items():

@@ -78,7 +78,7 @@ def run_policy(
 
         def act(obs: Observations, firsts: torch.Tensor) -> torch.Tensor:
             nonlocal state
-            dist, _, state = policy.rollout_step(obs, state, firsts)
+            dist, state = policy.actor_step(obs, state, firsts)  # the actor's groups suffice
             return policy.to_env_action(
                 dist.deterministic_sample() if deterministic else dist.sample(generator)
             )

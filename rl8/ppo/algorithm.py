@@ -252,7 +252,7 @@ class PPO:
             num_passes=hp.num_sgd_iters,
             seq_len=self.seq_len,
             shuffle=hp.shuffle_minibatches,
-            normalize_advantages=hp.normalize_advantages,
+            normalize_advantages=hp.normalize_advantages_over if hp.normalize_advantages else None,
             dist=self.dist,
             generator=self.generator,
         )

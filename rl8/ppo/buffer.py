@@ -6,7 +6,7 @@ import contextlib
 import functools
 import math
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from gymnasium import spaces
@@ -481,7 +481,7 @@ def minibatches(
     num_passes: int = 1,
     seq_len: int,
     shuffle: bool,
-    normalize_advantages: bool,
+    normalize_advantages: Literal["minibatch", "rollout"] | None,
     dist: DistContext,
     generator: torch.Generator,
 ) -> Iterator[TensorDict]:
@@ -492,9 +492,14 @@ def minibatches(
         samples: The training samples (:meth:`RolloutBuffer.training_samples`), ``[S]``, of
             ``seq_len`` steps each (1 for transitions).
         shuffle: Draw the minibatches from a fresh random permutation (from ``generator``).
-        normalize_advantages: Normalise the advantages per minibatch (:func:`normalized_advantages`),
-            with moments over all ranks of ``dist`` (the run's :class:`~rl8.ppo.distributed.DistContext`).
+        normalize_advantages: Normalise the advantages (:func:`normalized_advantages`) over each
+            minibatch of each pass (``"minibatch"``), over all of ``samples`` once, before the
+            passes (``"rollout"``), or not (``None``); with moments over all ranks of ``dist``
+            (the run's :class:`~rl8.ppo.distributed.DistContext`).
     """
+    if normalize_advantages == "rollout" and samples.batch_size[0] * seq_len > 1:
+        samples = samples.clone(recurse=False)  # the advantages below replace a key
+        samples["advantages"] = normalized_advantages(samples["advantages"], 1, dist)
     for _ in range(num_passes):
         if num_minibatches > 1 and shuffle:
             batch = samples[
@@ -502,7 +507,7 @@ def minibatches(
             ]
         else:
             batch = samples.clone(recurse=False)  # the advantages below replace a key
-        if normalize_advantages and batch.batch_size[0] * seq_len > num_minibatches:
+        if normalize_advantages == "minibatch" and batch.batch_size[0] * seq_len > num_minibatches:
             batch["advantages"] = normalized_advantages(batch["advantages"], num_minibatches, dist)
         if "advantage_weights" in batch.keys():
             batch["advantages"] = batch["advantages"] * batch["advantage_weights"]

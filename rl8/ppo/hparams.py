@@ -263,7 +263,19 @@ class HParams:
         doc=("Clip the global gradient norm to this, or ``None``."),
     )
     normalize_advantages: bool = _hparam(
-        True, _BOOL, doc=("Normalise advantages per minibatch (zero mean, unit std).")
+        True,
+        _BOOL,
+        doc=("Normalise advantages (zero mean, unit std) over ``normalize_advantages_over``."),
+    )
+    normalize_advantages_over: Literal["minibatch", "rollout"] = _hparam(
+        "minibatch",
+        one_of("minibatch", "rollout"),
+        doc=(
+            'What the advantages\' mean and std are taken over: ``"minibatch"`` (each minibatch of '
+            'each pass, as SB3 and CleanRL) or ``"rollout"`` (all the update\'s samples, once before '
+            "its passes, as rsl_rl 5 by default); across all ranks in data-parallel training. Only "
+            "with ``normalize_advantages=True``."
+        ),
     )
     normalize_rewards: bool = _hparam(
         True, _BOOL, doc=("Scale rewards by the running std of the discounted return.")
@@ -389,6 +401,12 @@ class HParams:
                 self.compile and self.collect_mode == "overlap",
                 "compile=True does not work with collect_mode='overlap' (the background rollout runs a "
                 "copy of the policy in another thread); set compile=False or collect_mode='sync'",
+            ),
+            "normalize_advantages_over": (
+                not self.normalize_advantages and self.normalize_advantages_over != "minibatch",
+                f"only applies with normalize_advantages=True, but normalize_advantages=False was "
+                f"given with normalize_advantages_over={self.normalize_advantages_over!r}; set one "
+                "of the two",
             ),
             "obs_groups": (
                 self.obs_groups is not None and "obs_groups" in self.model_config,

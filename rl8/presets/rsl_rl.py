@@ -51,7 +51,6 @@ _BOOKKEEPING = {
     "upload_model",
     "check_for_nan",
     "multi_gpu",
-    "max_iterations",
 }
 _ACTIVATION_NAMES = {"lrelu": "leaky_relu", "swish": "silu"}  # rsl_rl's names that rl8 spells otherwise
 _OPTIMIZERS = {
@@ -69,16 +68,20 @@ class RslRlConfigWarning(UserWarning):
 
 
 class RslRlConfig(NamedTuple):
-    """What :func:`from_rsl_rl` returns: ``hparams, unmapped = from_rsl_rl(cfg)``.
+    """What :func:`from_rsl_rl` returns: ``hparams, unmapped, run_args = from_rsl_rl(cfg)``, for
+    ``Trainer(PPO(env, **hparams)).run(**run_args)``.
 
     Attributes:
         hparams: Keyword arguments of ``PPO(env, **hparams)``.
         unmapped: ``"field=value (why)"`` for each field that changes training but has no rl8
             counterpart (also warned as :class:`RslRlConfigWarning`).
+        run_args: Keyword arguments of :meth:`rl8.Trainer.run` (:func:`rsl_rl_run_args`): the
+            runner's ``max_iterations`` as the run's stop, ``{}`` when the config has none.
     """
 
     hparams: dict[str, Any]
     unmapped: list[str]
+    run_args: dict[str, Any]
 
 
 _NUMBER = ("a number", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool))
@@ -89,6 +92,7 @@ _DIMS = (
     "a list of ints >= 1",
     lambda v: isinstance(v, (list, tuple)) and bool(v) and all(is_int(d) and d >= 1 for d in v),
 )
+_POSITIVE_INT = ("an int >= 1", lambda v: is_int(v) and v >= 1)
 _DICT = ("a dict", lambda v: isinstance(v, Mapping))
 _ANY = ("anything", lambda v: True)
 
@@ -248,7 +252,9 @@ def from_rsl_rl(cfg: Mapping[str, Any] | str | os.PathLike[str]) -> RslRlConfig:
     """rl8 hyper-parameters of an rsl_rl ``OnPolicyRunner`` config, and what could not be
     mapped (warned as :class:`RslRlConfigWarning`); the field-by-field table is ``docs/rsl_rl.md``.
     Fields the config leaves out take rsl_rl 5's defaults; bookkeeping fields (logging, saving)
-    are left to rl8's Trainer; ``max_iterations`` goes to :func:`rsl_rl_run_args`.
+    are left to rl8's Trainer; ``max_iterations`` is the stop of ``run_args``
+    (:func:`rsl_rl_run_args`), so that ``Trainer(PPO(env, **hparams)).run(**run_args)`` runs
+    as long as rsl_rl's runner.
 
     Args:
         cfg: The runner config as a dict (``dataclasses.asdict`` of Isaac Lab's or mjlab's
@@ -262,6 +268,7 @@ def from_rsl_rl(cfg: Mapping[str, Any] | str | os.PathLike[str]) -> RslRlConfig:
     runner = _Section(_read(cfg), "")
     for key in _BOOKKEEPING:
         runner.fields.pop(key, None)
+    run_args = _run_args(runner)
     runner_cls = runner.take("class_name", _STR, "OnPolicyRunner")
     algo = _Section(runner.take("algorithm", _DICT), "algorithm", _PPO_DEFAULTS)
     algo_cls = algo.take("class_name", _STR)
@@ -294,11 +301,10 @@ def from_rsl_rl(cfg: Mapping[str, Any] | str | os.PathLike[str]) -> RslRlConfig:
     schedule = algo.take("schedule", ("'adaptive' or 'fixed'", lambda v: v in ("adaptive", "fixed")))
     desired_kl = algo.take("desired_kl", _optional(_NUMBER))
     hparams["desired_kl"] = desired_kl if schedule == "adaptive" else None
-    if not algo.take("normalize_advantage_per_mini_batch", _BOOL):
-        unmapped.append(
-            "algorithm.normalize_advantage_per_mini_batch=False (rl8 normalises advantages per "
-            "minibatch, not over the whole rollout)"
-        )
+    # rsl_rl always normalises advantages: per minibatch, or (its default) over the whole rollout
+    per_minibatch = algo.take("normalize_advantage_per_mini_batch", _BOOL)
+    hparams["normalize_advantages"] = True
+    hparams["normalize_advantages_over"] = "minibatch" if per_minibatch else "rollout"
     for key, off in (("rnd_cfg", None), ("symmetry_cfg", None), ("share_cnn_encoders", False)):
         value = algo.take(key, _ANY, off)
         if value != off:
@@ -356,14 +362,25 @@ def from_rsl_rl(cfg: Mapping[str, Any] | str | os.PathLike[str]) -> RslRlConfig:
         warnings.warn(
             "from_rsl_rl: not mapped: " + "; ".join(unmapped), RslRlConfigWarning, stacklevel=2
         )
-    return RslRlConfig(hparams, unmapped)
+    return RslRlConfig(hparams, unmapped, run_args)
 
 
 def rsl_rl_run_args(cfg: Mapping[str, Any] | str | os.PathLike[str]) -> dict[str, Any]:
-    """The :meth:`rl8.Trainer.run` arguments of the rsl_rl config ``cfg`` (as for :func:`from_rsl_rl`):
-    ``max_iterations`` as a stop after that many PPO updates (``HitsUpperBound("algorithm/steps", max_iterations)``)."""
-    runner = _Section(_read(cfg), "")
-    max_iterations = runner.take("max_iterations", _optional(_INT), None)
+    """The :meth:`rl8.Trainer.run` arguments of the rsl_rl config ``cfg`` (as for
+    :func:`from_rsl_rl`, whose ``run_args`` they are): ``max_iterations`` as a stop after that
+    many PPO updates, ``HitsUpperBound("algorithm/steps", max_iterations)`` (one rsl_rl iteration
+    is one collect and one update: ``max_iterations * num_steps_per_env * num_envs`` env steps);
+    ``{}`` without ``max_iterations``.
+
+    Raises:
+        ValueError: ``max_iterations`` that is not an int >= 1 (naming it and the value).
+    """
+    return _run_args(_Section(_read(cfg), ""))
+
+
+def _run_args(runner: _Section) -> dict[str, Any]:
+    """The :meth:`rl8.Trainer.run` arguments of the runner fields (``max_iterations`` taken)."""
+    max_iterations = runner.take("max_iterations", _optional(_POSITIVE_INT), None)
     return (
         {}
         if max_iterations is None
