@@ -24,6 +24,7 @@ from rl8.fields import (
     one_of,
     optional,
     read_numbers,
+    unknown_names_message,
 )
 from rl8.policies.groups import obs_groups_problem
 from rl8.ppo.resolve import HPARAM_KINDS, qualified_name, resolve
@@ -571,14 +572,7 @@ def unknown_hparams_message(names: Sequence[Any], where: str | None = None) -> s
     another library's keyword (``net_arch``: ``model_config={'hiddens': ...}``), rl8's name for
     another library's name (``n_steps``: ``horizon``), or close spellings."""
     valid = [f.name for f in dataclasses.fields(HParams)]
-    hints = {name: _meaning(name, valid) for name in names}
-    if len(hints) == 1:
-        [(name, hint)] = hints.items()
-        hint = f"; {hint}" if hint else ""
-        message = f"unknown hyper-parameter {name!r}{hint} (valid: {', '.join(valid)})"
-    else:
-        lines = "".join(f"\n  {name!r}{': ' if hint else ''}{hint}" for name, hint in hints.items())
-        message = f"{len(hints)} unknown hyper-parameters (valid: {', '.join(valid)}):{lines}"
+    message = unknown_names_message("hyper-parameter", {n: _meaning(n, valid) for n in names}, valid)
     return message if where is None else f"{where}: {message}"
 
 
