@@ -6,6 +6,7 @@ import importlib
 from typing import Any
 
 from rl8.moved import install as _install_moved_modules
+from rl8.moved import missing_name_pointer as _missing_name_pointer
 from rl8.version import __version__ as __version__
 
 _install_moved_modules()  # rl8 1.x's module paths (rl8.conditions...), with a DeprecationWarning
@@ -44,7 +45,7 @@ __all__ = sorted([*_EXPORTS, "__version__"])
 def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
         return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'rl8' has no attribute {name!r}")
+    raise AttributeError(f"module 'rl8' has no attribute {name!r}{_missing_name_pointer(name)}")
 
 
 def __dir__() -> list[str]:

@@ -27,6 +27,7 @@ __all__ = [
     "one_of",
     "optional",
     "read_numbers",
+    "unknown_names_message",
 ]
 
 
@@ -51,6 +52,24 @@ def did_you_mean(
     if close is None:
         close = difflib.get_close_matches(str(name), list(choices), n=n, cutoff=cutoff)
     return f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+
+
+def unknown_names_message(kind: str, hints: Mapping[Any, str], valid: Iterable[str]) -> str:
+    """The message of an error about unknown names, each with what it may mean: ``"unknown
+    {kind} 'x'; <hint> (valid: a, b)"`` for one name, one line per name for several.
+
+    Args:
+        kind: What the names are, singular (``"hyper-parameter"``; an ``s`` makes it plural).
+        hints: Each unknown name (in the order given) and what it may mean, or ``""``
+            (``"did you mean 'lr'?"``).
+        valid: The valid names.
+    """
+    valid = ", ".join(valid)
+    if len(hints) == 1:
+        [(name, hint)] = hints.items()
+        return f"unknown {kind} {name!r}{'; ' if hint else ''}{hint} (valid: {valid})"
+    lines = "".join(f"\n  {name!r}{': ' if hint else ''}{hint}" for name, hint in hints.items())
+    return f"{len(hints)} unknown {kind}s (valid: {valid}):{lines}"
 
 
 _INT = re.compile(r"[+-]?\d+")

@@ -1,7 +1,11 @@
 """The modules of rl8's flat layout (before the layered packages, up to commit 13e50a1), still
 importable in rl8 2.x: ``from rl8.conditions import HitsUpperBound`` works with a
 ``DeprecationWarning`` naming the new path (``rl8.training.conditions``); see
-``docs/migrating.md``. Removed in rl8 3.0."""
+``docs/migrating.md``. Removed in rl8 3.0.
+
+And the names that users of rl8 1.0 and of Stable-Baselines3 import from rl8, which rl8 2.x has
+not (:data:`NOT_IN_RL8`): ``from rl8 import Algorithm`` is an ImportError, ``rl8.Algorithm`` an
+AttributeError, each saying what to use instead."""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ import types
 import warnings
 from typing import Any
 
-__all__ = ["MOVED", "install"]
+__all__ = ["MOVED", "NOT_IN_RL8", "install", "missing_name_pointer"]
 
 #: Old module -> the modules its public names live in now (searched in this order).
 MOVED: dict[str, tuple[str, ...]] = {
@@ -48,11 +52,50 @@ MOVED: dict[str, tuple[str, ...]] = {
     "rl8.video": ("rl8.training.video",),
 }
 
+#: Names that rl8 does not have, which users of rl8 1.0 and of Stable-Baselines3 look for in it,
+#: and what to use instead.
+NOT_IN_RL8: dict[str, str] = {
+    "Algorithm": "rl8 1.0's Algorithm(env_cls, **config) is rl8.PPO(env, **hparams)",
+    "AlgorithmConfig": "rl8 1.0's AlgorithmConfig is rl8.HParams (PPO's hyper-parameters)",
+    "RecurrentAlgorithm": (
+        "rl8 1.0's RecurrentAlgorithm is rl8.PPO(env, model_cls=rl8.LSTMModel) (or rl8.GRUModel)"
+    ),
+    "RecurrentTrainer": "rl8 1.0's RecurrentTrainer is rl8.Trainer (of a PPO with a recurrent model_cls)",
+    "TrainConfig": (
+        "rl8 1.0's TrainConfig.from_file(path).build().run() is the command `rl8 train path.yaml`, "
+        "or rl8.Trainer(rl8.PPO(env, **hparams), **options).run(...) (the options: rl8.TrainerConfig)"
+    ),
+    "evaluate_policy": (
+        "Stable-Baselines3's evaluate_policy(model, env) is, in rl8, Trainer(algo).eval() (a "
+        "deterministic rollout in an eval env; its stats, eval/episodes/return_mean among them, "
+        "logged to MLflow), algo.evaluate() (the same stats, not logged) or the command "
+        "`rl8 eval RUN_ID_OR_FILE --episodes 10` (each episode's return and their mean)"
+    ),
+    "make_vec_env": (
+        "Stable-Baselines3's make_vec_env('CartPole-v1', n_envs=4) is rl8.PPO('CartPole-v1', "
+        "num_envs=4): rl8 makes and batches the envs itself"
+    ),
+}
+
+
+def missing_name_pointer(name: str) -> str:
+    """``": <what to use instead>"`` for a name of :data:`NOT_IN_RL8`, else ``""``: the end of
+    the error of ``rl8.<name>`` and ``from rl8 import <name>``."""
+    return f": {NOT_IN_RL8[name]} (docs/migrating.md)" if name in NOT_IN_RL8 else ""
+
 
 class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Makes each old module a module whose attributes are read from the new ones."""
+    """Makes each old module a module whose attributes are read from the new ones; refuses the
+    names of :data:`NOT_IN_RL8` as modules of rl8, saying what to use instead."""
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        package, _, name = fullname.rpartition(".")
+        if package == "rl8" and name in NOT_IN_RL8:
+            # ``from rl8 import name``, rl8 having no attribute ``name``, imports the module
+            # rl8.<name>: its ImportError is what the statement raises
+            raise ImportError(
+                f"cannot import name {name!r} from 'rl8'{missing_name_pointer(name)}", name="rl8"
+            )
         return importlib.util.spec_from_loader(fullname, self) if fullname in MOVED else None
 
     def create_module(self, spec: Any) -> types.ModuleType:
@@ -85,6 +128,7 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 
 def install() -> None:
-    """Let the old module paths be imported (done by ``import rl8``)."""
+    """Let the old module paths be imported, and :data:`NOT_IN_RL8`'s names be refused with what
+    to use instead (done by ``import rl8``)."""
     if not any(isinstance(f, _Finder) for f in sys.meta_path):
         sys.meta_path.append(_Finder())

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import importlib
+import re
 import sys
 
 import pytest
 
-from rl8.moved import MOVED
+import rl8
+from rl8.moved import MOVED, NOT_IN_RL8
 
 
 @pytest.mark.parametrize("old", sorted(MOVED))
@@ -24,6 +26,49 @@ def test_every_old_module_path_imports_with_a_warning_naming_the_new_one(old, mo
     with pytest.raises(AttributeError, match="has no attribute 'nope'"):
         module.nope
     monkeypatch.delitem(sys.modules, old)
+
+
+@pytest.mark.parametrize("name", sorted(NOT_IN_RL8))
+def test_names_rl8_has_not_are_import_and_attribute_errors_saying_what_to_use(name):
+    pointer = f": {NOT_IN_RL8[name]} (docs/migrating.md)"
+    with pytest.raises(ImportError) as error:
+        exec(f"from rl8 import {name}", {})
+    assert str(error.value) == f"cannot import name {name!r} from 'rl8'{pointer}"
+    with pytest.raises(AttributeError) as error:
+        getattr(rl8, name)
+    assert str(error.value) == f"module 'rl8' has no attribute {name!r}{pointer}"
+    assert not hasattr(rl8, name)
+
+
+@pytest.mark.parametrize(
+    "name, pointer",
+    [
+        (
+            "evaluate_policy",
+            "Stable-Baselines3's evaluate_policy(model, env) is, in rl8, Trainer(algo).eval()",
+        ),
+        (
+            "evaluate_policy",
+            "algo.evaluate() (the same stats, not logged) or the command `rl8 eval RUN_ID_OR_FILE",
+        ),
+        ("make_vec_env", "make_vec_env('CartPole-v1', n_envs=4) is rl8.PPO('CartPole-v1', num_envs=4)"),
+        ("Algorithm", "rl8 1.0's Algorithm(env_cls, **config) is rl8.PPO(env, **hparams)"),
+        (
+            "TrainConfig",
+            "rl8 1.0's TrainConfig.from_file(path).build().run() is the command `rl8 train path.yaml`",
+        ),
+    ],
+)
+def test_the_names_of_the_issue_point_to_rl8s_way(name, pointer):
+    with pytest.raises(ImportError, match=re.escape(pointer)):
+        exec(f"from rl8 import {name}", {})
+
+
+def test_other_names_rl8_has_not_keep_pythons_errors():
+    with pytest.raises(ImportError, match=r"^cannot import name 'Nope' from 'rl8' \("):
+        from rl8 import Nope  # noqa: F401
+    with pytest.raises(AttributeError, match=r"^module 'rl8' has no attribute 'Nope'$"):
+        rl8.Nope
 
 
 def test_the_paths_of_the_issue_import_their_classes(monkeypatch):

@@ -182,6 +182,38 @@ def test_unknown_name_suggests_close_match():
         HParams.from_kwargs(gama=0.9)
 
 
+def test_every_unknown_name_is_reported_with_what_it_means():
+    """Stable-Baselines3's keywords: all of them in one error, each with rl8's way."""
+    sb3 = dict(net_arch=[64], verbose=1, tensorboard_log="runs", use_sde=True, norm_obs=True)
+    with pytest.raises(TypeError) as error:
+        HParams.from_kwargs(**sb3, n_steps=8, normalize_advantage=True, gama=0.9)
+    message = str(error.value)
+    assert message.startswith("8 unknown hyper-parameters (valid: num_envs, horizon, ")
+    for line in [
+        "'net_arch': Stable-Baselines3's net_arch=[64, 64] is model_config={'hiddens': [64, 64]}",
+        "'verbose': PPO prints nothing; Trainer(algo).run() prints a progress line on stderr: "
+        "Trainer(algo, progress=False) turns it off",
+        "'tensorboard_log': rl8 logs to MLflow, not TensorBoard: Trainer(algo, tracking_uri=..., "
+        "experiment=...) says where",
+        "'use_sde': rl8 has no gSDE (state-dependent exploration); a Gaussian policy's std is a "
+        "learned parameter (the default) or an output of the network: "
+        "model_config={'state_dependent_std': True}",
+        "'norm_obs': did you mean 'normalize_observations'?",
+        "'n_steps': did you mean 'horizon'",
+        "'normalize_advantage': did you mean 'normalize_advantages'",
+        "'gama': did you mean 'gamma'?",
+    ]:
+        assert f"\n  {line}" in message
+    with pytest.raises(ValueError) as error:  # a config file's hparams: all of them too
+        HParams.read_config({"n_epochs": 4, "ent_coef": 0.0}, "run.yaml: hparams")
+    message = str(error.value)
+    assert message.startswith("run.yaml: hparams: 2 unknown hyper-parameters (valid: num_envs, ")
+    assert (
+        "\n  'n_epochs': did you mean 'num_sgd_iters'?\n  'ent_coef': did you mean 'entropy_coeff'"
+        in message
+    )
+
+
 def test_seq_len_must_divide_horizon():
     with pytest.raises(ValueError, match="seq_len: expected an int >= 1 that divides horizon=32, got 5"):
         HParams(seq_len=5)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 
 import pytest
 import torch
@@ -1016,3 +1017,32 @@ def test_rollout_stats_is_a_pure_function():
     assert first == second
     assert first["episodes/count"] == 2 and first["episodes/return_mean"] == (1.0 + 22.0) / 2
     assert all(torch.equal(before[k], v) for k, v in tracker.state_dict().items())
+
+
+@pytest.mark.parametrize(
+    "name, pointer",
+    [
+        (
+            "learn",
+            "Stable-Baselines3's model.learn(total_timesteps) is rl8.Trainer(algo).learn(total_timesteps)",
+        ),
+        ("predict", "Stable-Baselines3's model.predict(obs) is algo.policy.predict(obs)"),
+        ("save", "Stable-Baselines3's model.save(path) is rl8.save_policy(algo.policy, path)"),
+        ("load", "Stable-Baselines3's PPO.load(path) is rl8.load_policy(path)"),
+        ("num_timesteps", "Stable-Baselines3's model.num_timesteps is algo.env_steps"),
+        ("get_env", "Stable-Baselines3's model.get_env() is algo.env"),
+    ],
+)
+def test_stable_baselines3s_names_are_attribute_errors_saying_rl8s_way(name, pointer):
+    algo = PPO(CartPole, **SMALL)
+    with pytest.raises(AttributeError) as error:
+        getattr(algo, name)
+    assert str(error.value).startswith(f"'PPO' object has no attribute {name!r}: {pointer}")
+    assert error.value.name == name and error.value.obj is algo
+    assert not hasattr(algo, name)
+    if name == "load":  # SB3's PPO.load is read on the class
+        with pytest.raises(
+            AttributeError, match=rf"^type object 'PPO' has no attribute 'load': {re.escape(pointer)}"
+        ):
+            PPO.load
+        assert not hasattr(PPO, "load")

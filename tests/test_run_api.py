@@ -95,6 +95,64 @@ def test_max_env_steps_max_seconds_and_learn():
         assert trainer.algo.env_steps == 6 * STEP
 
 
+def test_learn_takes_stable_baselines3s_total_timesteps():
+    with make_trainer(tracking=False) as trainer:
+        trainer.learn(total_timesteps=STEP)  # SB3's name, the same meaning as env_steps
+        trainer.learn(total_timesteps=STEP)
+        assert trainer.algo.env_steps == 2 * STEP
+        both = "got both (env_steps=128, total_timesteps=128)"
+        for kwargs, given in [({}, "got neither"), ({"env_steps": STEP, "total_timesteps": STEP}, both)]:
+            with pytest.raises(
+                TypeError,
+                match=re.escape(
+                    "Trainer.learn: give the env steps to train for from now as env_steps "
+                    f"(learn(100_000)) or as Stable-Baselines3's total_timesteps=..., one of the two; {given}"
+                ),
+            ):
+                trainer.learn(**kwargs)
+        with pytest.raises(
+            ValueError, match=r"^Trainer.learn: total_timesteps must be an int >= 1, got 0$"
+        ):
+            trainer.learn(total_timesteps=0)
+        assert trainer.algo.env_steps == 2 * STEP
+
+
+def test_learn_checks_every_argument_before_anything_runs(mlflow_uri):
+    """Stable-Baselines3's arguments of learn, all named in one error with rl8's way, before a step
+    or a run param; the Trainer then learns as asked."""
+    with make_trainer() as trainer:
+        with pytest.raises(TypeError) as error:
+            trainer.learn(
+                total_timesteps=STEP,
+                callback=print,
+                progress_bar=True,
+                tb_log_name="PPO",
+                stop_condition=None,
+            )
+        message = str(error.value)
+        assert message.startswith(
+            "Trainer.learn: 4 unknown arguments (valid: env_steps, total_timesteps, env_config, "
+        )
+        for line in [
+            "'callback': Stable-Baselines3's callback is callbacks=[...]: callables callback(trainer, stats)",
+            "'progress_bar': Stable-Baselines3's progress_bar is Trainer(algo, progress=True)",
+            "'tb_log_name': Stable-Baselines3's tb_log_name is Trainer(algo, experiment=..., run_name=...)",
+            "'stop_condition': did you mean 'stop_conditions'?",
+        ]:
+            assert f"\n  {line}" in message
+        with pytest.raises(
+            TypeError,
+            match=r"unknown argument 'max_env_steps'; learn sets it .*trainer.run\(max_env_steps=N\) is a total budget",
+        ):
+            trainer.learn(STEP, max_env_steps=STEP)
+        assert trainer.algo.steps == 0
+        trainer.flush()
+        run = MlflowClient(mlflow_uri).get_run(trainer.run_id)
+        assert not [key for key in run.data.params if key.startswith("run/")] and not run.data.metrics
+        trainer.learn(total_timesteps=STEP)
+        assert trainer.algo.env_steps == STEP
+
+
 @pytest.mark.parametrize(
     "kwargs, message",
     [

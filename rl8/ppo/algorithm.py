@@ -63,6 +63,25 @@ _COUNTERS = ("env_steps", "env_resets", "collects", "steps")
 _UNTUNED_HPARAMS = {"seed", "device"}
 
 
+class _SB3Name:
+    """A name of Stable-Baselines3's PPO that rl8's has not (``learn``, ``PPO.load``): reading it,
+    on the class or an object, is an AttributeError saying rl8's way, ``pointer``."""
+
+    def __init__(self, pointer: str) -> None:
+        self.pointer = pointer
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, owner: type) -> Any:
+        where = f"type object {owner.__name__!r}" if obj is None else f"{owner.__name__!r} object"
+        raise AttributeError(
+            f"{where} has no attribute {self.name!r}: {self.pointer}",
+            name=self.name,
+            obj=owner if obj is None else obj,
+        )
+
+
 class PPO:
     """PPO with a preallocated rollout buffer over batched environments.
 
@@ -701,6 +720,29 @@ class PPO:
 
     def __repr__(self) -> str:
         return f"PPO(env={self.env!r}, device={self.device}, policy={self.policy.model_cls.__name__})"
+
+    # Stable-Baselines3's names: reading one is an AttributeError saying rl8's way (docs/migrating.md)
+    learn = _SB3Name(
+        "Stable-Baselines3's model.learn(total_timesteps) is rl8.Trainer(algo).learn(total_timesteps) "
+        "(or Trainer(algo).run(max_env_steps=N), a total budget): the Trainer trains, tracks the run "
+        "in MLflow and writes checkpoints (docs/trainer.md)"
+    )
+    predict = _SB3Name(
+        "Stable-Baselines3's model.predict(obs) is algo.policy.predict(obs), which returns (actions, "
+        "state) as SB3's does"
+    )
+    save = _SB3Name(
+        "Stable-Baselines3's model.save(path) is rl8.save_policy(algo.policy, path) for acting "
+        "(rl8.load_policy(path) reads it back); to resume training, a Trainer(algo) writes "
+        "checkpoints (trainer.save_checkpoint(), and at the end of trainer.run())"
+    )
+    load = _SB3Name(
+        "Stable-Baselines3's PPO.load(path) is rl8.load_policy(path) for acting (then "
+        ".predict(obs)), or rl8.Trainer.from_checkpoint(path) to resume training (its PPO: "
+        "trainer.algo)"
+    )
+    num_timesteps = _SB3Name("Stable-Baselines3's model.num_timesteps is algo.env_steps")
+    get_env = _SB3Name("Stable-Baselines3's model.get_env() is algo.env (rl8's batched env)")
 
 
 class PresetHint(UserWarning):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -24,12 +24,13 @@ from rl8.fields import (
     one_of,
     optional,
     read_numbers,
+    unknown_names_message,
 )
 from rl8.policies.groups import obs_groups_problem
 from rl8.ppo.resolve import HPARAM_KINDS, qualified_name, resolve
 from rl8.ppo.schedules import Schedule
 
-__all__ = ["HParams", "changed_hparams", "missing_cuda_device", "unknown_hparam_message"]
+__all__ = ["HParams", "changed_hparams", "missing_cuda_device", "unknown_hparams_message"]
 
 _MAX_SEED = 2**63 - 1  # seeds are stored as int64
 _DEFAULT_NUM_MINIBATCHES = 4  # CleanRL's num_minibatches
@@ -51,7 +52,39 @@ _OTHER_NAMES = {
     "vf_coef": "vf_coeff",
     "target_kl": "target_kl_div",
     "norm_adv": "normalize_advantages",
+    "normalize_advantage": "normalize_advantages",
+    "norm_obs": "normalize_observations",
+    "norm_reward": "normalize_rewards",
     "policy_kwargs": "model_config",
+}
+
+#: Stable-Baselines3's keywords that no field of rl8 takes, and what rl8 offers instead.
+_OTHER_ADVICE = {
+    "net_arch": (
+        "Stable-Baselines3's net_arch=[64, 64] is model_config={'hiddens': [64, 64]} (the value "
+        "network's: 'critic_hiddens')"
+    ),
+    "activation_fn": (
+        "Stable-Baselines3's activation_fn=nn.Tanh is model_config={'activation': 'tanh'} (a name "
+        "or an nn.Module class)"
+    ),
+    "verbose": (
+        "PPO prints nothing; Trainer(algo).run() prints a progress line on stderr: Trainer(algo, "
+        "progress=False) turns it off, progress_every_s=N sets its pace off a terminal"
+    ),
+    "tensorboard_log": (
+        "rl8 logs to MLflow, not TensorBoard: Trainer(algo, tracking_uri=..., experiment=...) says "
+        "where (default: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db), `mlflow ui` shows the "
+        "runs (docs/tracking.md)"
+    ),
+    "use_sde": (
+        "rl8 has no gSDE (state-dependent exploration); a Gaussian policy's std is a learned "
+        "parameter (the default) or an output of the network: model_config={'state_dependent_std': True}"
+    ),
+    "sde_sample_freq": (
+        "rl8 has no gSDE (state-dependent exploration), so no noise to resample; a Gaussian "
+        "policy samples fresh noise at every step"
+    ),
 }
 
 
@@ -430,9 +463,9 @@ class HParams:
         Without ``optimizer_kwargs``, an optimizer other than Adam and AdamW gets its own
         defaults (``{}``), not Adam's ``eps``."""
         names = {f.name for f in dataclasses.fields(cls)}
-        for key in kwargs:
-            if key not in names:
-                raise TypeError(unknown_hparam_message(key))
+        unknown = [key for key in kwargs if key not in names]
+        if unknown:
+            raise TypeError(unknown_hparams_message(unknown))
         optimizer = kwargs.get("optimizer_cls", "Adam")
         adam = (
             optimizer.rpartition(".")[2] in ("Adam", "AdamW")
@@ -450,10 +483,11 @@ class HParams:
         as keyword arguments of :meth:`from_kwargs`: names checked (a ``ValueError`` naming ``where``
         they come from, ``"preset 'Hopper-v5': hparams"``), numbers read by :func:`~rl8.fields.read_numbers`."""
         kinds = {f.name: str(f.type) for f in dataclasses.fields(cls)}
+        unknown = [key for key in hparams if key not in kinds]
+        if unknown:
+            raise ValueError(unknown_hparams_message(unknown, where))
         out: dict[str, Any] = {}
         for key, value in hparams.items():
-            if key not in kinds:
-                raise ValueError(unknown_hparam_message(key, where))
             whole = "int" in kinds[key] and "float" not in kinds[key]  # an int field
             out[key] = read_numbers(value, whole_as_int=whole)
         return out
@@ -550,16 +584,25 @@ class HParams:
 HParams.__doc__ = (HParams.__doc__ or "") + attributes_doc(HParams)
 
 
-def unknown_hparam_message(name: Any, where: str | None = None) -> str:
-    """The error message for an unknown hyper-parameter ``name`` (read at ``where``, such as
-    ``"--set lr_rate=1"``), with every valid name and the names it may mean: rl8's name for
-    another library's (``n_steps``: ``horizon``), then close spellings."""
-    names = [f.name for f in dataclasses.fields(HParams)]
-    close = difflib.get_close_matches(str(name), names, n=3)
-    other = _OTHER_NAMES.get(str(name).lower())
-    hint = did_you_mean(name, close=[other, *[c for c in close if c != other]] if other else close)
-    message = f"unknown hyper-parameter {name!r}{hint} (valid: {', '.join(names)})"
+def unknown_hparams_message(names: Sequence[Any], where: str | None = None) -> str:
+    """The error message for unknown hyper-parameter ``names`` (read at ``where``, such as
+    ``"--set lr_rate=1"``), with every valid name and, for each, what it may mean: rl8's way for
+    another library's keyword (``net_arch``: ``model_config={'hiddens': ...}``), rl8's name for
+    another library's name (``n_steps``: ``horizon``), or close spellings."""
+    valid = [f.name for f in dataclasses.fields(HParams)]
+    message = unknown_names_message("hyper-parameter", {n: _meaning(n, valid) for n in names}, valid)
     return message if where is None else f"{where}: {message}"
+
+
+def _meaning(name: Any, valid: list[str]) -> str:
+    """What the unknown hyper-parameter ``name`` may mean (``"did you mean 'lr'?"``), or ``""``."""
+    key = str(name).lower()
+    if key in _OTHER_ADVICE:
+        return _OTHER_ADVICE[key]
+    close = difflib.get_close_matches(str(name), valid, n=3)
+    other = _OTHER_NAMES.get(key)
+    hint = did_you_mean(name, close=[other, *[c for c in close if c != other]] if other else close)
+    return hint.removeprefix("; ")
 
 
 def changed_hparams(

@@ -158,9 +158,9 @@ def hparam_names() -> list[str]:
 
 def unknown_hparam(key: Any, where: str) -> ConfigError:
     """The error for a hyper-parameter name that :class:`rl8.HParams` does not have."""
-    from rl8.ppo.hparams import unknown_hparam_message
+    from rl8.ppo.hparams import unknown_hparams_message
 
-    return ConfigError(unknown_hparam_message(key, where))
+    return ConfigError(unknown_hparams_message([key], where))
 
 
 def int_option(config: Mapping[str, Any], key: str, where: str, minimum: int = 1) -> int | None:

@@ -1,16 +1,24 @@
-"""The checks of :meth:`rl8.Trainer.run`'s arguments, made before training, and the run's
-MLflow params ``run/*``."""
+"""The checks of :meth:`rl8.Trainer.run`'s and :meth:`rl8.Trainer.learn`'s arguments, made
+before training, and the run's MLflow params ``run/*``."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from rl8.fields import check, int_at_least, is_number, optional
+from rl8.fields import (
+    check,
+    check_int,
+    did_you_mean,
+    int_at_least,
+    is_number,
+    optional,
+    unknown_names_message,
+)
 from rl8.training.conditions import EVAL_PREFIX, Condition, HitsUpperBound, MissingStatError, TimeLimit
 from rl8.training.config import TrainerConfig
 
-__all__ = ["as_conditions", "check_eval_plan", "check_run_plan", "run_params"]
+__all__ = ["as_conditions", "check_eval_plan", "check_run_plan", "learn_env_steps", "run_params"]
 
 # the checks of Trainer.run's numbers (see rl8.fields.Check)
 _RUN_CHECKS = {
@@ -18,6 +26,64 @@ _RUN_CHECKS = {
     "max_env_steps": optional(int_at_least(1)),
     "max_seconds": optional(check("a number of seconds > 0", lambda v: is_number(v) and v > 0)),
 }
+
+
+#: The arguments that :meth:`rl8.Trainer.learn` does not pass on to ``run``: ``max_env_steps``
+#: and those of Stable-Baselines3's ``learn``, each with rl8's way.
+_NOT_LEARN_ARGUMENTS = {
+    "max_env_steps": (
+        "learn sets it (the env steps so far + env_steps); trainer.run(max_env_steps=N) is a total budget"
+    ),
+    "callback": (
+        "Stable-Baselines3's callback is callbacks=[...]: callables callback(trainer, stats) or "
+        "rl8.training.callbacks.Callback objects (docs/trainer.md#callbacks)"
+    ),
+    "log_interval": (
+        "Stable-Baselines3's log_interval is Trainer(algo, log_every=N): metrics logged every N "
+        "training steps (progress_every_s=S paces the progress line)"
+    ),
+    "tb_log_name": (
+        "Stable-Baselines3's tb_log_name is Trainer(algo, experiment=..., run_name=...): the MLflow "
+        "experiment and run"
+    ),
+    "reset_num_timesteps": "learn always goes on from algo.env_steps; a new PPO starts from 0",
+    "progress_bar": (
+        "Stable-Baselines3's progress_bar is Trainer(algo, progress=True): a progress line on stderr "
+        "(the default on a terminal; progress=False: none)"
+    ),
+}
+
+
+def learn_env_steps(
+    env_steps: Any, total_timesteps: Any, options: Mapping[str, Any], run_arguments: Iterable[str]
+) -> int:
+    """The env steps that :meth:`rl8.Trainer.learn` trains for from now, checked with the
+    ``options`` it passes on to ``run`` (each one of ``run_arguments``, ``run``'s parameters, but
+    ``max_env_steps``): a ``TypeError`` naming every other one with what it may mean, or neither
+    or both of ``env_steps`` and ``total_timesteps`` (Stable-Baselines3's name of it) given; a
+    ``ValueError`` for a count that is not an int >= 1."""
+    passed = [name for name in run_arguments if name not in _NOT_LEARN_ARGUMENTS]
+    unknown = [name for name in options if name not in passed]
+    if unknown:
+        valid = ["env_steps", "total_timesteps", *passed]
+        hints = {
+            name: _NOT_LEARN_ARGUMENTS.get(name) or did_you_mean(name, valid).removeprefix("; ")
+            for name in unknown
+        }
+        raise TypeError(f"Trainer.learn: {unknown_names_message('argument', hints, valid)}")
+    if (env_steps is None) == (total_timesteps is None):
+        given = (
+            "neither"
+            if env_steps is None
+            else f"both (env_steps={env_steps!r}, total_timesteps={total_timesteps!r})"
+        )
+        raise TypeError(
+            "Trainer.learn: give the env steps to train for from now as env_steps (learn(100_000)) "
+            f"or as Stable-Baselines3's total_timesteps=..., one of the two; got {given}"
+        )
+    if env_steps is None:
+        return check_int("Trainer.learn: total_timesteps", total_timesteps, 1)
+    return check_int("Trainer.learn: env_steps", env_steps, 1)
 
 
 def _check_arg(name: str, value: Any) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import os
 import signal
 import sys
@@ -17,7 +18,6 @@ from typing import Any
 
 import torch
 
-from rl8.fields import check_int
 from rl8.io.checkpoint_dir import CheckpointDirLock, check_writable_folder, read_checkpoint
 from rl8.io.export import policy_to_dict
 from rl8.mlflow_store import StoreSchemaError
@@ -42,7 +42,7 @@ from rl8.training.resume import (
     log_policy_artifacts,
     write_checkpoint,
 )
-from rl8.training.run_args import as_conditions, check_eval_plan, check_run_plan
+from rl8.training.run_args import as_conditions, check_eval_plan, check_run_plan, learn_env_steps
 from rl8.training.run_args import run_params as run_arg_params
 from rl8.training.signals import StopSignals, signal_exit
 from rl8.version import __version__
@@ -733,16 +733,23 @@ class Trainer:
             )
         return version
 
-    def learn(self, env_steps: int, **run_options: Any) -> TrainStats:
+    def learn(
+        self, env_steps: int | None = None, *, total_timesteps: int | None = None, **run_options: Any
+    ) -> TrainStats:
         """Train for ``env_steps`` more env steps at each call, as Stable-Baselines3's ``learn``:
-        ``run(max_env_steps=<env steps so far> + env_steps, **run_options)``.
+        ``run(max_env_steps=<env steps so far> + env_steps, **run_options)``. Every argument is
+        checked before anything runs (SB3's ``callback``, ``progress_bar``... get rl8's way).
 
         Args:
             env_steps: Env steps to train for from now (all envs of every rank), an int >= 1.
-            **run_options: Other arguments of :meth:`run`.
+            total_timesteps: Stable-Baselines3's name of ``env_steps``, the same meaning (give
+                one of the two).
+            **run_options: Other arguments of :meth:`run` (not ``max_env_steps``: learn sets it).
         """
-        check_int("Trainer.learn: env_steps", env_steps, 1)
-        return self.run(max_env_steps=int(self.algo.env_steps) + env_steps, **run_options)
+        steps = learn_env_steps(
+            env_steps, total_timesteps, run_options, inspect.signature(self.run).parameters
+        )
+        return self.run(max_env_steps=int(self.algo.env_steps) + steps, **run_options)
 
     def close(self, status: str = "FINISHED", *, timeout_s: float | None = None) -> None:
         """End the MLflow run with ``status``, close the dedicated eval env and
