@@ -8,6 +8,7 @@ import contextlib
 import json
 import os
 import pickle
+import re
 import shutil
 import signal
 import socket
@@ -28,6 +29,7 @@ import torch
 from gymnasium import spaces
 from mlflow import MlflowClient
 from mlflow.entities import LoggedModelStatus
+from mlflow.types import Schema
 
 from rl8 import PPO, Policy, Trainer, load_policy
 from rl8.cli.main import build_parser, main
@@ -134,7 +136,9 @@ def test_the_pyfunc_predicts_what_load_policy_predicts(store, tmp_path):
         assert np.array_equal(model.predict(pd.DataFrame(OBS)), expected)
         assert model.predict(OBS, params={"deterministic": False}).shape == (6,)
     signature = model.metadata.signature
-    assert [(s.type, s.shape) for s in signature.inputs.inputs] == [(np.dtype("float32"), (-1, 4))]
+    assert signature.inputs is None  # MLflow would refuse all but float32; the model checks
+    inputs = Schema.from_json(model.metadata.flavors["rl8"]["inputs"])
+    assert [(s.type, s.shape) for s in inputs.inputs] == [(np.dtype("float32"), (-1, 4))]
     assert [(s.type, s.shape) for s in signature.outputs.inputs] == [(np.dtype("int64"), (-1,))]
     assert np.asarray(model.input_example).shape == (2, 4)
     folder = save_model(
@@ -143,6 +147,66 @@ def test_the_pyfunc_predicts_what_load_policy_predicts(store, tmp_path):
     assert np.array_equal(
         mlflow.pyfunc.load_model(str(folder)).predict(OBS), load_policy(folder).predict(OBS)[0]
     )
+
+
+def test_the_pyfunc_casts_a_float64_batch_and_reads_a_data_frame_of_features(store):
+    best = logged_models(store)[0]
+    model = mlflow.pyfunc.load_model(f"models:/{best.model_id}")
+    policy = load_policy(f"models:/{best.model_id}", tracking_uri=store["uri"])
+    expected = policy.predict(OBS)[0]
+    assert np.array_equal(model.predict(OBS.astype(np.float64)), expected)  # float64 to float32
+    assert np.array_equal(
+        model.predict(np.zeros((2, 4))), policy.predict(np.zeros((2, 4), np.float32))[0]
+    )
+    assert np.array_equal(model.predict(np.ones((2, 4), np.int64)), policy.predict(np.ones((2, 4)))[0])
+    columns = ["x", "x_dot", "theta", "theta_dot"]
+    assert np.array_equal(model.predict(pd.DataFrame(OBS.astype(np.float64), columns=columns)), expected)
+    assert np.array_equal(model.predict(OBS[0].tolist()), expected[:1])  # one observation
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "expected a batch of observations [B, 4] (or one of shape (4,)), got shape (2, 3)"
+        ),
+    ):
+        model.predict(np.zeros((2, 3)))
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "model input: expected a DataFrame of 4 columns (the flat features of an observation of shape (4,)), got 3 columns"
+        ),
+    ):
+        model.predict(pd.DataFrame(np.zeros((2, 3))))
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "model input: expected float32 values (numbers of any width and bools are cast), got <U1 values"
+        ),
+    ):
+        model.predict(np.array([["a"] * 4]))
+
+
+def test_the_pyfunc_of_integer_observations_refuses_floats(tmp_path):
+    space = spaces.Dict({"cell": spaces.Discrete(5), "level": spaces.Box(0, 255, (3,), np.uint8)})
+    folder = save_model(Policy(space, spaces.Discrete(3)), tmp_path / "m")
+    model = mlflow.pyfunc.load_model(str(folder))
+    batch = {"cell": np.array([1, 4]), "level": np.full((2, 3), 200, np.int64)}
+    expected = load_policy(folder).predict(batch)[0]
+    assert np.array_equal(model.predict(batch), expected)  # int64 to uint8: the values fit
+    frame = pd.DataFrame({"cell": [1, 4], "level": list(batch["level"])})
+    assert np.array_equal(model.predict(frame), expected)
+    ints = "ints and bools are cast, floats are not: they need not be whole"
+    with pytest.raises(
+        ValueError,
+        match=re.escape(f"model input['cell']: expected int64 values ({ints}), got float64 values"),
+    ):
+        model.predict({**batch, "cell": np.array([1.0, 4.0])})
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "model input['level']: expected uint8 values in [0, 255], got values in [256, 256]"
+        ),
+    ):
+        model.predict({**batch, "level": np.full((2, 3), 256)})
 
 
 def test_a_dict_observation_policy_is_a_pyfunc_of_named_tensors(tmp_path):
@@ -156,7 +220,8 @@ def test_a_dict_observation_policy_is_a_pyfunc_of_named_tensors(tmp_path):
     assert expected.shape == (3, 2) and np.array_equal(model.predict(batch), expected)
     frame = pd.DataFrame({"token": list(batch["token"]), "state": list(batch["state"])})
     assert np.array_equal(model.predict(frame), expected)
-    assert sorted(s.name for s in model.metadata.signature.inputs.inputs) == ["state", "token"]
+    inputs = Schema.from_json(model.metadata.flavors["rl8"]["inputs"])
+    assert sorted(s.name for s in inputs.inputs) == ["state", "token"]
 
 
 def test_the_best_checkpoint_is_registered_with_the_alias_best(store):

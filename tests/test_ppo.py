@@ -13,6 +13,7 @@ from tensordict import TensorDict
 
 from rl8 import PPO, Env, EnvOutputError
 from rl8.envs import CartPole, ContinuousDummyEnv, DiscreteDummyEnv, Pendulum
+from rl8.ppo import algorithm, buffer
 from rl8.ppo.buffer import compute_gae, normalized_advantages
 
 SMALL = dict(num_envs=16, horizon=8, sgd_minibatch_size=32, num_sgd_iters=2, seed=0)
@@ -646,7 +647,6 @@ def test_stacked_and_per_step_buffer_writes_agree(monkeypatch, env_cls):
     """Small observations, values and rewards are kept through a collect and stacked into the
     buffer once; big observations (here: any, via the size limit) are copied step by step.
     Both fill the buffer identically, over collects that do and do not reset the envs."""
-    from rl8.ppo import buffer as buffer_module
 
     def run():
         algo = PPO(
@@ -657,7 +657,7 @@ def test_stacked_and_per_step_buffer_writes_agree(monkeypatch, env_cls):
         return algo
 
     stacked = run()
-    monkeypatch.setattr(buffer_module, "STACKED_OBS_MAX_BYTES", -1)
+    monkeypatch.setattr(buffer, "STACKED_OBS_MAX_BYTES", -1)
     per_step = run()
     assert ("obs" in stacked.buffer.stacked) == (env_cls is not MaskedEnv)
     assert "obs" not in per_step.buffer.stacked
@@ -769,8 +769,13 @@ def test_rollout_advantage_normalization_is_over_the_whole_rollout_once(recurren
         advantages = algo.compute_advantages()[0].reshape(-1)
     expected = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
     seen = []
-    plain_loss = algo._minibatch_loss
-    monkeypatch.setattr(algo, "_minibatch_loss", lambda mb, c: seen.append(mb) or plain_loss(mb, c))
+
+    def recorded(*args, **kwargs):  # the minibatches the update trains on
+        for minibatch in buffer.minibatches(*args, **kwargs):
+            seen.append(minibatch)
+            yield minibatch
+
+    monkeypatch.setattr(algorithm, "minibatches", recorded)
     algo.update()
     assert len(seen) == 8  # 2 passes of 4 minibatches
     for one_pass in (seen[:4], seen[4:]):
