@@ -64,12 +64,12 @@ def unknown_names_message(kind: str, hints: Mapping[Any, str], valid: Iterable[s
             (``"did you mean 'lr'?"``).
         valid: The valid names.
     """
-    valid = ", ".join(valid)
+    listed = ", ".join(valid)
     if len(hints) == 1:
         [(name, hint)] = hints.items()
-        return f"unknown {kind} {name!r}{'; ' if hint else ''}{hint} (valid: {valid})"
+        return f"unknown {kind} {name!r}{'; ' if hint else ''}{hint} (valid: {listed})"
     lines = "".join(f"\n  {name!r}{': ' if hint else ''}{hint}" for name, hint in hints.items())
-    return f"{len(hints)} unknown {kind}s (valid: {valid}):{lines}"
+    return f"{len(hints)} unknown {kind}s (valid: {listed}):{lines}"
 
 
 _INT = re.compile(r"[+-]?\d+")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gymnasium
 import pytest
 
+from rl8 import PPO
 from rl8.envs import CartPole, GymnasiumEnv
 from rl8.io.checkpoint import CheckpointError
 from rl8.ppo.resolve import env_target, resolve_env
@@ -69,3 +70,60 @@ def test_gymnasium_ids_of_a_file_that_gymnasium_did_not_register_are_refused(spe
     with pytest.raises(CheckpointError, match=words):
         resolve_env(spec, source="ck.pt")
     assert resolve_env(spec, source="ck.pt", trust_code=True) == spec  # trust_code lets gymnasium try
+
+
+class Unregistered(gymnasium.Env):
+    """A gymnasium env that no id names."""
+
+    observation_space = gymnasium.spaces.Box(-1.0, 1.0, (1,))
+    action_space = gymnasium.spaces.Discrete(2)
+
+
+@pytest.mark.parametrize(
+    "make, hparams, what, form",
+    [
+        (
+            lambda: gymnasium.make("CartPole-v1"),
+            {"num_envs": 8},
+            "a gymnasium env made already (one env, as gymnasium.make makes it)",
+            "PPO('CartPole-v1', num_envs=8)",
+        ),
+        (
+            lambda: gymnasium.make("CartPole-v1"),
+            {},
+            "a gymnasium env made already (one env, as gymnasium.make makes it)",
+            "PPO('CartPole-v1', num_envs=256)",  # PPO's default
+        ),
+        (
+            lambda: gymnasium.make_vec("CartPole-v1", num_envs=4),
+            {},
+            "a gymnasium vector env of numpy arrays (4 envs, as gymnasium.make_vec makes it; rl8 takes "
+            "a vector env made already only when it is torch-batched, with a device)",
+            "PPO('CartPole-v1', num_envs=4)",
+        ),
+        (
+            lambda: gymnasium.make_vec("Pendulum-v1", num_envs=3, vectorization_mode="sync"),
+            {},
+            "a gymnasium vector env of numpy arrays (3 envs,",
+            "PPO('Pendulum-v1', num_envs=3)",
+        ),
+        (
+            Unregistered,
+            {"num_envs": 4},
+            "a gymnasium env made already",
+            "PPO(make_one_env, num_envs=4), make_one_env a function or class that makes one env",
+        ),
+    ],
+    ids=["make", "make-default-num-envs", "make_vec", "make_vec-sync", "no-id"],
+)
+def test_a_gymnasium_env_made_already_gets_the_form_ppo_takes(make, hparams, what, form):
+    env = make()
+    with pytest.raises(TypeError) as error:
+        PPO(env, **hparams)
+    message = str(error.value)
+    assert message.startswith(f"env: got {what}")
+    assert message.endswith(
+        f"; rl8 makes and batches gymnasium envs itself: {form} (gymnasium.make's arguments: "
+        "env_kwargs={'env_kwargs': {...}}; docs/gymnasium.md)"
+    )
+    env.close()

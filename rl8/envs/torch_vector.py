@@ -11,7 +11,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from rl8.envs.base import Env
 
-__all__ = ["TorchVectorEnv", "batched_obs", "float32_box", "is_torch_vector_env"]
+__all__ = ["TorchVectorEnv", "batched_obs", "float32_box", "is_torch_vector_env", "vector_env_device"]
 
 #: The info keys under which a same-step auto-resetting vector env gives the final observations
 #: (gymnasium 1.x, then gymnasium 0.29 and ManiSkill3).
@@ -23,6 +23,14 @@ def is_torch_vector_env(obj: Any) -> bool:
     return all(
         hasattr(obj, a)
         for a in ("num_envs", "single_observation_space", "single_action_space", "reset", "step")
+    )
+
+
+def vector_env_device(vector_env: Any) -> Any:
+    """The device of a batched vector env's tensors: its ``device`` attribute or its
+    ``unwrapped``'s; ``None`` when it has neither (gymnasium's numpy vector envs)."""
+    return getattr(vector_env, "device", None) or getattr(
+        getattr(vector_env, "unwrapped", None), "device", None
     )
 
 
@@ -66,11 +74,7 @@ class TorchVectorEnv(Env):
     single_instance = True
 
     def __init__(self, vector_env: Any, *, device: torch.device | str | None = None) -> None:
-        device = (
-            device
-            or getattr(vector_env, "device", None)
-            or getattr(getattr(vector_env, "unwrapped", None), "device", None)
-        )
+        device = device or vector_env_device(vector_env)
         if device is None:
             raise ValueError(
                 f"TorchVectorEnv: {type(vector_env).__name__} has no device attribute; "

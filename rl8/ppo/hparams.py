@@ -459,7 +459,8 @@ class HParams:
     # ------------------------------------------------------------------ building
     @classmethod
     def from_kwargs(cls, **kwargs: Any) -> HParams:
-        """Build from keyword arguments; an unknown name is an error listing close matches.
+        """Build from keyword arguments; unknown names are one ``TypeError`` naming each with what
+        it may mean (:func:`unknown_hparams_message`).
         Without ``optimizer_kwargs``, an optimizer other than Adam and AdamW gets its own
         defaults (``{}``), not Adam's ``eps``."""
         names = {f.name for f in dataclasses.fields(cls)}

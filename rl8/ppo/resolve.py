@@ -20,7 +20,7 @@ from rl8.envs.gymnasium import GymnasiumEnv, GymnasiumEnvFactory
 from rl8.envs.gymnasium_base import GymnasiumEnvBase
 from rl8.envs.rsl_rl import is_rsl_rl_env
 from rl8.envs.tasks import is_task_spec
-from rl8.envs.torch_vector import is_torch_vector_env
+from rl8.envs.torch_vector import is_torch_vector_env, vector_env_device
 from rl8.policies.distributions import Distribution
 from rl8.policies.models import Model
 from rl8.registry import qualified_name
@@ -36,6 +36,7 @@ __all__ = [
     "OPTIMIZER",
     "Kind",
     "EnvTarget",
+    "check_not_made_gymnasium_env",
     "check_stored_env_kwargs",
     "check_stored_hparams",
     "describe",
@@ -114,6 +115,38 @@ def is_built_env(obj: Any) -> bool:
     torch-batched gymnasium vector env (``docs/simulators.md``)."""
     return not isinstance(obj, type) and (
         isinstance(obj, Env) or is_rsl_rl_env(obj) or is_torch_vector_env(obj)
+    )
+
+
+def check_not_made_gymnasium_env(env: Any, num_envs: int) -> None:
+    """A ``TypeError`` for a gymnasium env made already that rl8 does not take as it is, saying
+    the form it takes, ``PPO("CartPole-v1", num_envs=4)`` (the env's id, else a maker): a
+    ``gymnasium.Env`` that is not batched (``gymnasium.make``'s), or a gymnasium vector env without
+    a device (``gymnasium.make_vec``'s, of numpy arrays).
+
+    Args:
+        env: What was given as PPO's env.
+        num_envs: The ``num_envs`` of the form: PPO's, or the vector env's own.
+    """
+    if isinstance(env, gymnasium.vector.VectorEnv) and vector_env_device(env) is None:
+        what = (
+            f"a gymnasium vector env of numpy arrays ({env.num_envs} envs, as gymnasium.make_vec "
+            "makes it; rl8 takes a vector env made already only when it is torch-batched, with a "
+            "device)"
+        )
+    elif isinstance(env, gymnasium.Env) and not is_built_env(env):
+        what = "a gymnasium env made already (one env, as gymnasium.make makes it)"
+    else:
+        return
+    env_id = getattr(env.spec, "id", None)
+    form = (
+        f"PPO({env_id!r}, num_envs={num_envs})"
+        if env_id is not None
+        else f"PPO(make_one_env, num_envs={num_envs}), make_one_env a function or class that makes one env"
+    )
+    raise TypeError(
+        f"env: got {what}; rl8 makes and batches gymnasium envs itself: {form} (gymnasium.make's "
+        "arguments: env_kwargs={'env_kwargs': {...}}; docs/gymnasium.md)"
     )
 
 

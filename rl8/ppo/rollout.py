@@ -19,7 +19,13 @@ from rl8.policies.policy import Policy
 from rl8.ppo.buffer import RolloutBuffer, RolloutCarry
 from rl8.ppo.distributed import current_roles
 from rl8.ppo.hparams import HParams
-from rl8.ppo.resolve import describe, env_target, is_built_env, is_dotted_path
+from rl8.ppo.resolve import (
+    check_not_made_gymnasium_env,
+    describe,
+    env_target,
+    is_built_env,
+    is_dotted_path,
+)
 
 __all__ = [
     "env_hparams",
@@ -209,6 +215,7 @@ def make_env(
     built = given_env(env, kwargs)
     if built is not None:
         return built
+    check_not_made_gymnasium_env(env, num_envs)
     target, gymnasium = env_target(env)
     if not gymnasium or isinstance(target, GymnasiumEnvFactory):
         return target(num_envs, horizon, device=device, **kwargs)
@@ -238,7 +245,10 @@ def given_env(env: Any, env_kwargs: Mapping[str, Any] | None = None) -> Env | No
         return None
     if isinstance(env, Env):
         return env
-    return RslRlEnv(env) if is_rsl_rl_env(env) else TorchVectorEnv(env)
+    if is_rsl_rl_env(env):
+        return RslRlEnv(env)
+    check_not_made_gymnasium_env(env, env.num_envs)
+    return TorchVectorEnv(env)
 
 
 def env_hparams(env: Env, given: Mapping[str, Any]) -> dict[str, Any]:

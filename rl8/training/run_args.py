@@ -3,7 +3,8 @@ before training, and the run's MLflow params ``run/*``."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import inspect
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from rl8.fields import (
@@ -55,14 +56,14 @@ _NOT_LEARN_ARGUMENTS = {
 
 
 def learn_env_steps(
-    env_steps: Any, total_timesteps: Any, options: Mapping[str, Any], run_arguments: Iterable[str]
+    env_steps: Any, total_timesteps: Any, options: Mapping[str, Any], run: Callable[..., Any]
 ) -> int:
     """The env steps that :meth:`rl8.Trainer.learn` trains for from now, checked with the
-    ``options`` it passes on to ``run`` (each one of ``run_arguments``, ``run``'s parameters, but
-    ``max_env_steps``): a ``TypeError`` naming every other one with what it may mean, or neither
-    or both of ``env_steps`` and ``total_timesteps`` (Stable-Baselines3's name of it) given; a
-    ``ValueError`` for a count that is not an int >= 1."""
-    passed = [name for name in run_arguments if name not in _NOT_LEARN_ARGUMENTS]
+    ``options`` it passes on to ``run`` (its :meth:`rl8.Trainer.run`; each option one of run's
+    parameters but ``max_env_steps``): a ``TypeError`` naming every other one with what it may
+    mean, or neither or both of ``env_steps`` and ``total_timesteps`` (Stable-Baselines3's name
+    of it) given; a ``ValueError`` for a count that is not an int >= 1."""
+    passed = [name for name in inspect.signature(run).parameters if name not in _NOT_LEARN_ARGUMENTS]
     unknown = [name for name in options if name not in passed]
     if unknown:
         valid = ["env_steps", "total_timesteps", *passed]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import inspect
 import os
 import signal
 import sys
@@ -746,9 +745,7 @@ class Trainer:
                 one of the two).
             **run_options: Other arguments of :meth:`run` (not ``max_env_steps``: learn sets it).
         """
-        steps = learn_env_steps(
-            env_steps, total_timesteps, run_options, inspect.signature(self.run).parameters
-        )
+        steps = learn_env_steps(env_steps, total_timesteps, run_options, self.run)
         return self.run(max_env_steps=int(self.algo.env_steps) + steps, **run_options)
 
     def close(self, status: str = "FINISHED", *, timeout_s: float | None = None) -> None:
