@@ -50,7 +50,7 @@ OBS = np.random.default_rng(0).normal(size=(6, 4)).astype(np.float32)
 @pytest.fixture(scope="module")
 def run(tmp_path_factory, template_db):
     """One tiny CartPole run shared by the module: 6 steps, evaluations and checkpoints every 2
-    (3 logged models), registered as ``cartpole-ppo``, with system metrics."""
+    (3 logged models: ``log_models="all"``), registered as ``cartpole-ppo``, with system metrics."""
     folder = tmp_path_factory.mktemp("mlflow-models")
     shutil.copy(template_db, folder / "mlflow.db")
     uri = f"sqlite:///{folder / 'mlflow.db'}"
@@ -66,6 +66,7 @@ def run(tmp_path_factory, template_db):
                 experiment="models",
                 checkpoint_dir=folder / "ckpt",
                 register_as="cartpole-ppo",
+                log_models="all",
                 checkpoint_every=2,
                 eval_num_envs=4,
                 eval_num_steps=64,
@@ -316,6 +317,153 @@ def test_a_model_delivery_that_fails_midway_goes_on_without_a_second_model(
     assert [(m.name, m.status, [(x.key, x.value, x.step) for x in m.metrics]) for m in models] == [
         ("checkpoint-64", LoggedModelStatus.READY, [("eval/episodes/return_mean", 7.0, 64)])
     ]
+
+
+def test_a_logged_model_carries_the_run_params(store):
+    run = MlflowClient(store["uri"]).get_run(store["run_id"])
+    for model in logged_models(store):
+        assert model.params == run.data.params
+    assert {"hparams/num_envs", "trainer/log_models", "trainer/checkpoint_every"} <= set(run.data.params)
+    assert model.params["trainer/log_models"] == "all"
+
+
+def test_a_long_param_is_cut_on_the_logged_model_as_on_the_run(migrated_store, tmp_path):
+    folder = save_model(PPO(CartPole, **SMALL).policy, tmp_path / "m")
+    with Tracker(experiment="long") as tracker:
+        tracker.log_params({"notes": "x" * 7000, "n": 3})
+        tracker.log_model(folder, "checkpoint-64", step=64)
+        run_params = MlflowClient().get_run(tracker.run_id).data.params
+    (model,) = mlflow.search_logged_models(experiment_ids=[tracker.experiment_id], output_format="list")
+    assert model.params == run_params == {"notes": "x" * 6000, "n": "3"}
+
+
+def _checkpoint_models(uri, log_models, **options):
+    """A run of 8 training steps that evaluates and checkpoints every 2 (4 checkpoints); the
+    names of its logged models, and the return of each checkpoint, by env step."""
+    with Trainer(
+        PPO(CartPole, **SMALL),
+        log_models=log_models,
+        checkpoint_every=2,
+        eval_num_envs=4,
+        eval_num_steps=64,
+        progress=False,
+        **options,
+    ) as trainer:
+        trainer.run(max_env_steps=8 * 8 * 16, steps_per_eval=2)
+    client = MlflowClient(uri)
+    models = client.search_logged_models(
+        [trainer.tracker.experiment_id], filter_string=f"source_run_id = '{trainer.run_id}'"
+    )
+    returns = {m.step: m.value for m in client.get_metric_history(trainer.run_id, RETURN)}
+    return trainer, sorted(m.name for m in models), returns
+
+
+@pytest.mark.parametrize("log_models", ["all", "best_and_last", "none"])
+def test_log_models_says_which_checkpoints_are_logged_models(migrated_store, log_models):
+    trainer, names, returns = _checkpoint_models(migrated_store, log_models)
+    steps = [256, 512, 768, 1024]  # an evaluation without a whole episode logs no return
+    assert returns and set(returns) <= set(steps)
+    best = max(returns, key=lambda s: (returns[s], -s))  # the first of equal returns
+    expected = {
+        "all": steps,
+        "best_and_last": sorted({best, steps[-1]}),
+        "none": [],
+    }[log_models]
+    assert names == sorted(f"checkpoint-{s}" for s in expected)
+    client = MlflowClient(migrated_store)
+    artifacts = {a.path for a in client.list_artifacts(trainer.run_id)}
+    assert "policy" in artifacts and ("best_policy" in artifacts) == (log_models == "none")
+    assert load_checkpoint(trainer.last_checkpoint)["trainer"]["best_checkpoint"] == {
+        "metric": RETURN,
+        "mode": "max",
+        "step": best,
+        "value": returns[best],
+    }
+
+
+def test_best_and_last_is_the_default_and_a_bad_value_is_refused():
+    assert TrainerConfig().log_models == "best_and_last"
+    with pytest.raises(
+        ValueError,
+        match=r"Trainer: log_models must be one of 'all', 'best_and_last', 'none', got 'every'",
+    ):
+        TrainerConfig(log_models="every")
+    with pytest.raises(ValueError, match="log_models must be one of 'all', 'best_and_last', 'none'"):
+        TrainerConfig.read_option("log_models", "best")
+
+
+def test_best_and_last_replaces_the_checkpoints_that_are_no_longer_kept():
+    ranking = resume.LoggedModels("best_and_last", RETURN, "max")
+    replaced = [
+        ranking.checkpoint(step, value, last).replaces
+        for step, value, last in [
+            (10, 1.0, None),
+            (20, None, 10),
+            (30, 3.0, 20),
+            (40, 2.0, 30),
+            (50, None, 40),
+        ]
+    ]
+    assert replaced == [(), (), ("checkpoint-20", "checkpoint-10"), (), ("checkpoint-40",)]
+    assert ranking.best == {"metric": RETURN, "mode": "max", "step": 30, "value": 3.0}
+    lowest = resume.LoggedModels("best_and_last", "losses/total", "min")
+    assert [
+        lowest.checkpoint(s, v, s - 10 or None).replaces for s, v in [(10, 2.0), (20, 1.0), (30, 1.0)]
+    ] == [
+        (),
+        ("checkpoint-10",),
+        (),
+    ]
+    assert lowest.best["step"] == 20  # a tie is no new best
+    none = resume.LoggedModels("none", RETURN, "max")
+    assert [none.checkpoint(s, v, None) for s, v in [(10, 1.0), (20, float("nan")), (30, 0.5)]] == [
+        resume.CheckpointModels(log_model=False, best_policy=True),
+        resume.CheckpointModels(log_model=False),
+        resume.CheckpointModels(log_model=False),
+    ]
+    # a resumed run keeps its best only under the same ranking
+    assert resume.LoggedModels("all", RETURN, "max", best=ranking.best).best == ranking.best
+    assert resume.LoggedModels("all", RETURN, "min", best=ranking.best).best is None
+
+
+def test_a_replaced_model_that_is_registered_is_kept(migrated_store, tmp_path):
+    folder = save_model(PPO(CartPole, **SMALL).policy, tmp_path / "m")
+    with Tracker(experiment="kept") as tracker:
+        tracker.log_metrics({RETURN: 5.0}, step=64)
+        tracker.log_model(folder, "checkpoint-64", step=64)
+        assert tracker.register_best("kept-ppo", RETURN) == ("1", 5.0)
+        tracker.log_model(folder, "checkpoint-128", step=128, replaces=["checkpoint-64"])
+        tracker.log_model(folder, "checkpoint-192", step=192, replaces=["checkpoint-128"])
+    models = mlflow.search_logged_models(experiment_ids=[tracker.experiment_id], output_format="list")
+    tags = {m.name: m.tags.get("mlflow.modelVersions") for m in models}
+    assert tags == {"checkpoint-64": '[{"name": "kept-ppo", "version": "1"}]', "checkpoint-192": None}
+    assert load_policy("models:/kept-ppo@best", tracking_uri=migrated_store) is not None
+
+
+def test_register_as_works_without_logged_models(migrated_store):
+    trainer, names, returns = _checkpoint_models(migrated_store, "none", register_as="none-ppo")
+    assert names == []
+    client = MlflowClient(migrated_store, registry_uri=migrated_store)
+    version = client.get_model_version_by_alias("none-ppo", "best")
+    best = max(returns, key=lambda s: (returns[s], -s))
+    assert version.source.endswith(f"{trainer.run_id}/artifacts/best_policy")
+    assert version.description.startswith(f"checkpoint-{best} of run {trainer.run_id}")
+    registered = load_policy("models:/none-ppo@best", tracking_uri=migrated_store)
+    at_best = load_policy(trainer.checkpoint_dir / f"checkpoint-{best:012d}.pt")
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(registered.state_dict().values(), at_best.state_dict().values(), strict=True)
+    )
+    with Trainer(PPO(CartPole, **SMALL), log_models="none", progress=False) as other:
+        with pytest.raises(
+            ValueError,
+            match=r"with log_models='none' the run keeps only the best checkpoint by "
+            r"register_metric='eval/episodes/return_mean' \(register_mode='max'\), got "
+            r"metric='losses/total', mode='max'",
+        ):
+            other.register_best("x", metric="losses/total")
+        with pytest.raises(ValueError, match="no checkpoint of MLflow run .* has the stat"):
+            other.register_best("x")
 
 
 # ------------------------------------------------------------ model folders that cannot run code

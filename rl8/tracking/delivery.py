@@ -23,13 +23,22 @@ from rl8.tracking.common import DEGRADED_TIMEOUT_S, TrackingWarning, logger
 __all__: list[str] = []  # the Tracker's internals
 
 
+#: The tag of a logged model naming the registered model versions made from it (MLflow's own:
+#: ``mlflow.utils.mlflow_tags.MLFLOW_MODEL_VERSIONS``); a model that has it is never deleted.
+MODEL_VERSIONS_TAG = "mlflow.modelVersions"
+
+
 @dataclasses.dataclass
 class ModelLink:
-    """A logged model in the :class:`Outbox`: its step's metric values and how far its delivery got."""
+    """A logged model in the :class:`Outbox`: its step's metric values, the run's params it
+    carries, the names of the run's logged models it replaces (deleted once it is READY) and
+    how far its delivery got."""
 
     name: str
     step: int
     metrics: list[tuple[str, float, int, int]]
+    params: dict[str, str] = dataclasses.field(default_factory=dict)
+    replaces: tuple[str, ...] = ()
     model_id: str | None = None
     done: int = 0
 
@@ -299,8 +308,9 @@ class Courier:
         shutil.rmtree(staged.parent, ignore_errors=True)
 
     def _send_model(self, folder: Path, link: ModelLink) -> None:
-        """Create the logged model of ``link`` (MLflow 3) from ``folder``, a run output at its
-        step with its step's metrics, then mark it READY; a retry goes on from the failed request."""
+        """Create the logged model of ``link`` (MLflow 3) from ``folder`` with the run's params,
+        a run output at its step with its step's metrics, mark it READY, then delete the models
+        it replaces; a retry goes on from the failed request."""
         from mlflow.entities import LoggedModelOutput, Metric
 
         client = self.client
@@ -311,6 +321,7 @@ class Courier:
                 name=link.name,
                 source_run_id=self.run_id,
                 tags={"rl8.env_steps": str(link.step)},
+                params=link.params,
             ).model_id
 
         requests = (
@@ -323,10 +334,29 @@ class Courier:
                 synchronous=True,
             ),
             lambda: client.finalize_logged_model(link.model_id, "READY"),
+            lambda: self._delete_models(link.replaces),
         )
         for request in requests[link.done :]:
             request()
             link.done += 1
+
+    def _delete_models(self, names: tuple[str, ...]) -> None:
+        """Delete the run's logged models named ``names`` (MLflow marks them deleted; ``mlflow
+        gc`` removes their files), except those a registered model version was made from."""
+        if not names:
+            return
+        found, token = [], None
+        while True:
+            page = self.client.search_logged_models(
+                [self.experiment_id], filter_string=f"source_run_id = '{self.run_id}'", page_token=token
+            )
+            found.extend(page)
+            token = page.token
+            if not token:
+                break
+        for model in found:
+            if model.name in names and MODEL_VERSIONS_TAG not in (model.tags or {}):
+                self.client.delete_logged_model(model.model_id)
 
     def _send_batch(self, what: str, entries: list) -> None:
         """One ``log_batch`` request of ``entries``, ``what`` (``"params"`` or ``"metrics"``)."""

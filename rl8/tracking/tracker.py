@@ -7,8 +7,10 @@ import atexit
 # imported now, not when a run starts at interpreter exit: MLflow's import makes thread pools,
 # which concurrent.futures refuses at shutdown
 import concurrent.futures.thread  # noqa: F401
+import contextlib
 import enum
 import functools
+import json
 import math
 import os
 import sys
@@ -17,7 +19,7 @@ import threading
 import time
 import types
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +27,14 @@ from rl8.fields import check_int
 from rl8.mlflow_store import StoreSchemaError
 from rl8.registry import qualified_name
 from rl8.tracking.common import DEGRADED_TIMEOUT_S, TrackingError, TrackingWarning
-from rl8.tracking.delivery import Courier, LogThread, ModelLink, Outbox, warn_overflow
+from rl8.tracking.delivery import (
+    MODEL_VERSIONS_TAG,
+    Courier,
+    LogThread,
+    ModelLink,
+    Outbox,
+    warn_overflow,
+)
 from rl8.tracking.store import check_file_store, open_run
 
 __all__ = ["Tracker", "flatten_params"]
@@ -565,21 +574,30 @@ class Tracker:
         """Like :meth:`log_artifact` for every file (recursively) of the folder ``local_dir``."""
         self._upload("log_artifacts", local_dir, artifact_path)
 
-    def log_model(self, local_dir: str | Path, name: str, step: int) -> None:
+    def log_model(
+        self, local_dir: str | Path, name: str, step: int, *, replaces: Iterable[str] = ()
+    ) -> None:
         """Log an MLflow model folder as an MLflow 3 logged model of the run (queued like
-        artifacts): named ``name``, a run output at ``step``, with the metrics this tracker
-        logged at ``step`` linked to it (so ``search_logged_models`` can rank models by them).
+        artifacts): named ``name``, a run output at ``step``, with the run's params (those
+        logged so far, as the run holds them) and the metrics this tracker logged at ``step``
+        linked to it (so ``search_logged_models`` can filter and rank models by them).
 
         Args:
             local_dir: The model folder (with its ``MLmodel``).
             name: The model's name (the Trainer's: ``checkpoint-<env steps>``).
             step: The step the model belongs to (the Trainer's: ``env/steps``).
+            replaces: Names of the run's logged models to delete once this one is READY
+                (MLflow marks them deleted); one that a registered model version was made
+                from (the tag ``mlflow.modelVersions``) is kept.
         """
         latest, values = self._step_metrics
         linked = list(values.values()) if latest == step else []
         if any(v[3] == step for v in self._held.values()):
             self._queued(self._release_held())  # the model's step is in the run's metrics
-        self._upload("log_model", local_dir, None, ModelLink(name, int(step), linked))
+        with self._outbox.changed:
+            params = dict(self._params)
+        link = ModelLink(name, int(step), linked, params, tuple(replaces))
+        self._upload("log_model", local_dir, None, link)
 
     def register_best(
         self, name: str, metric: str, *, mode: str = "max", alias: str = "best"
@@ -600,6 +618,63 @@ class Tracker:
         """
         if mode not in ("max", "min"):
             raise ValueError(f"mode must be 'max' or 'min', got {mode!r}")
+        with self._registering(name) as client:
+            found = client.search_logged_models(
+                [self.experiment_id],
+                filter_string=f"source_run_id = '{self.run_id}'",
+                max_results=1,
+                order_by=[{"field_name": f"metrics.{metric}", "ascending": mode == "min"}],
+            )
+            values = {m.key: m.value for m in found[0].metrics or ()} if found else {}
+            if metric not in values:
+                raise ValueError(
+                    f"no logged model (checkpoint) of MLflow run {self.run_id} has the stat {metric!r}, so "
+                    f"none can be registered as {name!r}; the best has {sorted(values)[:8] or 'no stats'}"
+                    f"{' ...' if len(values) > 8 else ''} (an eval/ stat is linked to the checkpoints "
+                    "written at evaluation steps)"
+                )
+            # the source by location: MLflow resolves a models:/ source in the default store
+            version = self._new_version(
+                client,
+                name,
+                found[0].artifact_location,
+                model_id=found[0].model_id,
+                description=f"{found[0].name} of run {self.run_id}: {metric} = {values[metric]:g} ({mode})",
+                alias=alias,
+            )
+        return version, values[metric]
+
+    def register_artifact(
+        self, name: str, artifact_path: str, *, description: str, alias: str = "best"
+    ) -> str:
+        """Register the run's artifact folder ``artifact_path`` (an MLflow model folder, for a
+        run without logged models) as a new version of the store's registered model ``name``
+        (created when missing), named by ``alias``, once what is queued is delivered; the version.
+
+        Args:
+            name: The registered model's name.
+            artifact_path: The folder inside the run's artifacts, e.g. ``"best_policy"``.
+            description: The new version's description.
+            alias: The alias that names the new version (``models:/NAME@ALIAS``).
+
+        Raises:
+            TrackingError: Queued artifacts could not be delivered, or the store refused a request.
+        """
+        with self._registering(name) as client:
+            root = client.get_run(self.run_id).info.artifact_uri
+            return self._new_version(
+                client,
+                name,
+                f"{root}/{artifact_path}",
+                model_id=None,
+                description=description,
+                alias=alias,
+            )
+
+    @contextlib.contextmanager
+    def _registering(self, name: str) -> Iterator[Any]:
+        """Once everything queued is delivered: an ``MlflowClient`` of the store and its Model
+        Registry, under this tracker's lock; a failure of a request is a :class:`TrackingError`."""
         self._check_started()
         if not self.flush() or self._outbox.artifacts:
             raise TrackingError(
@@ -611,31 +686,7 @@ class Tracker:
         client = MlflowClient(self.tracking_uri, registry_uri=self.tracking_uri)
         try:
             with self._lock, self._courier.policy()[1]:
-                found = client.search_logged_models(
-                    [self.experiment_id],
-                    filter_string=f"source_run_id = '{self.run_id}'",
-                    max_results=1,
-                    order_by=[{"field_name": f"metrics.{metric}", "ascending": mode == "min"}],
-                )
-                values = {m.key: m.value for m in found[0].metrics or ()} if found else {}
-                if metric not in values:
-                    raise ValueError(
-                        f"no logged model (checkpoint) of MLflow run {self.run_id} has the stat {metric!r}, so "
-                        f"none can be registered as {name!r}; the best has {sorted(values)[:8] or 'no stats'}"
-                        f"{' ...' if len(values) > 8 else ''} (an eval/ stat is linked to the checkpoints "
-                        "written at evaluation steps)"
-                    )
-                if not client.search_registered_models(filter_string=f"name = '{name}'"):
-                    client.create_registered_model(name)
-                # the source by location: MLflow resolves a models:/ source in the default store
-                version = client.create_model_version(
-                    name,
-                    found[0].artifact_location,
-                    run_id=self.run_id,
-                    model_id=found[0].model_id,
-                    description=f"{found[0].name} of run {self.run_id}: {metric} = {values[metric]:g} ({mode})",
-                ).version
-                client.set_registered_model_alias(name, alias, version)
+                yield client
         except (ValueError, TrackingError):
             raise
         except Exception as exc:
@@ -643,7 +694,29 @@ class Tracker:
                 f"registering the best checkpoint of MLflow run {self.run_id} as {name!r} in "
                 f"{self.tracking_uri!r} failed: {exc}"
             ) from exc
-        return str(version), values[metric]
+
+    def _new_version(
+        self, client: Any, name: str, source: str, *, model_id: str | None, description: str, alias: str
+    ) -> str:
+        """Make ``source`` a new version of the registered model ``name`` (created when missing)
+        named by ``alias``; the logged model ``model_id`` (``None``: none) gets it in its tag
+        ``mlflow.modelVersions``, as MLflow's server and ``mlflow.register_model`` write it, so
+        that it is never deleted as a replaced checkpoint."""
+        if not client.search_registered_models(filter_string=f"name = '{name}'"):
+            client.create_registered_model(name)
+        version = str(
+            client.create_model_version(
+                name, source, run_id=self.run_id, model_id=model_id, description=description
+            ).version
+        )
+        client.set_registered_model_alias(name, alias, version)
+        if model_id is not None:
+            listed = client.get_logged_model(model_id).tags.get(MODEL_VERSIONS_TAG)
+            versions = json.loads(listed) if listed else []
+            if not any(v["name"] == name and str(v["version"]) == version for v in versions):
+                versions.append({"name": name, "version": version})
+                client.set_logged_model_tags(model_id, {MODEL_VERSIONS_TAG: json.dumps(versions)})
+        return version
 
     def _upload(
         self, method: str, local: str | Path, artifact_path: str | None, link: ModelLink | None = None

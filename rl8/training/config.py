@@ -30,7 +30,10 @@ if TYPE_CHECKING:
     from rl8.ppo.algorithm import PPO
     from rl8.ppo.distributed import DistContext
 
-__all__ = ["TrainerConfig", "run_params"]
+__all__ = ["LOG_MODELS", "TrainerConfig", "run_params"]
+
+#: The values of ``TrainerConfig.log_models`` (docs/models.md#logged-models).
+LOG_MODELS = ("all", "best_and_last", "none")
 
 # the checks of the options (see rl8.fields.Check)
 _COUNT = optional(int_at_least(1))
@@ -265,6 +268,17 @@ class TrainerConfig:
         cli="flag",
     )
 
+    log_models: str = _option(
+        "best_and_last",
+        "which checkpoints become MLflow logged models (the Models tab): 'all'; 'best_and_last': "
+        "the best by register_metric and the latest (older ones are deleted); 'none': none (the "
+        "policy is still the run artifact policy/, the best one best_policy/)",
+        check(
+            "one of " + ", ".join(map(repr, LOG_MODELS)),
+            lambda v: v in LOG_MODELS,
+        ),
+        cli="flag",
+    )
     register_as: str | None = _option(
         None,
         "at the end of Trainer.run, register the run's best checkpoint (by register_metric) in "
@@ -275,7 +289,7 @@ class TrainerConfig:
     )
     register_metric: str = _option(
         "eval/episodes/return_mean",
-        "the stat that ranks the checkpoints for register_as (an eval/ stat "
+        "the stat that ranks the checkpoints for register_as and log_models (an eval/ stat "
         "is linked to the checkpoints written at evaluation steps)",
         _TEXT,
         cli="config",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import json
+import math
 import tempfile
 import warnings
 from collections.abc import Mapping, Sequence
@@ -35,11 +36,15 @@ from rl8.tracking.common import TrackingWarning
 from rl8.training.conditions import Condition, with_current_stat_names
 
 __all__ = [
+    "BEST_POLICY_ARTIFACT",
     "RESUMING",
+    "CheckpointModels",
+    "LoggedModels",
     "RunRecord",
     "absolute_tracking_uri",
     "algo_from_checkpoint",
     "check_finite_policy",
+    "model_name",
     "rank_entry",
 ]
 
@@ -59,12 +64,15 @@ class RunRecord:
         stop_condition_configs: Their ``Condition.to_config()`` mappings (``None`` for one
             that has none).
         stop_conditions_met: Whether one of them held at the checkpoint's step.
+        best_checkpoint: The run's best checkpoint so far by the ranking stat
+            (:attr:`LoggedModels.best`), or ``None``.
     """
 
     run: dict[str, Any] | None = None
     stop_conditions: list[dict[str, Any]] | None = None
     stop_condition_configs: list[Any] | None = None
     stop_conditions_met: bool = False
+    best_checkpoint: dict[str, Any] | None = None
 
     @classmethod
     def from_checkpoint(cls, saved: Mapping[str, Any]) -> RunRecord:
@@ -74,6 +82,7 @@ class RunRecord:
             stop_conditions=with_current_stat_names(saved.get("stop_conditions")),
             stop_condition_configs=with_current_stat_names(saved.get("stop_condition_configs")),
             stop_conditions_met=bool(saved.get("stop_conditions_met")),
+            best_checkpoint=saved.get("best_checkpoint"),
         )
 
     def restore(self, conditions: Sequence[Condition]) -> bool:
@@ -171,13 +180,90 @@ def write_checkpoint(
     return dist.on_main(write)
 
 
+#: The run artifact folder of the best checkpoint's policy under ``log_models="none"``.
+BEST_POLICY_ARTIFACT = "best_policy"
+
+
+def model_name(step: int) -> str:
+    """The name of the logged model of the checkpoint at env step ``step``."""
+    return f"checkpoint-{step}"
+
+
+@dataclasses.dataclass
+class CheckpointModels:
+    """What :func:`log_policy_artifacts` logs of one checkpoint besides the run's ``policy/``.
+
+    Attributes:
+        log_model: Log it as the logged model :func:`model_name`.
+        replaces: Names of the run's logged models that it replaces (deleted once it is logged).
+        best_policy: Log it also as the run artifact folder :data:`BEST_POLICY_ARTIFACT`.
+    """
+
+    log_model: bool
+    replaces: tuple[str, ...] = ()
+    best_policy: bool = False
+
+
+class LoggedModels:
+    """Which checkpoints of a run are MLflow logged models (``TrainerConfig.log_models``), ranked
+    by the stat ``metric`` as :meth:`rl8.tracking.Tracker.register_best` ranks them.
+
+    Args:
+        keep: ``"all"``, ``"best_and_last"`` or ``"none"`` (see ``docs/models.md``).
+        metric: The ranking stat (``register_metric``); a checkpoint without it is never best.
+        mode: ``"max"`` or ``"min"``: which value of ``metric`` is best (``register_mode``).
+        best: The best checkpoint a resumed run recorded (:attr:`best`); kept when its metric
+            and mode are these, else forgotten.
+
+    Attributes:
+        best: ``{"metric", "mode", "step", "value"}`` of the best checkpoint so far, or ``None``.
+    """
+
+    def __init__(self, keep: str, metric: str, mode: str, best: Mapping[str, Any] | None = None) -> None:
+        self.keep, self.metric, self.mode = keep, metric, mode
+        same_ranking = best is not None and (best.get("metric"), best.get("mode")) == (metric, mode)
+        self.best: dict[str, Any] | None = dict(best) if same_ranking else None
+
+    def is_better(self, value: float | None) -> bool:
+        """Whether a checkpoint whose ranking stat is ``value`` (``None``: none) beats the best."""
+        if value is None or not math.isfinite(value):
+            return False
+        if self.best is None:
+            return True
+        return value > self.best["value"] if self.mode == "max" else value < self.best["value"]
+
+    def checkpoint(self, step: int, value: float | None, last_step: int | None) -> CheckpointModels:
+        """What to log of the checkpoint at env step ``step`` whose ranking stat is ``value``
+        (``None``: it has none), the previous checkpoint of the run being at ``last_step``
+        (``None``: none); a new best becomes :attr:`best`."""
+        previous_best = None if self.best is None else self.best["step"]
+        new_best = self.is_better(value)
+        if new_best:
+            self.best = {"metric": self.metric, "mode": self.mode, "step": step, "value": value}
+        if self.keep == "none":
+            return CheckpointModels(log_model=False, best_policy=new_best)
+        if self.keep == "all":
+            return CheckpointModels(log_model=True)
+        kept = {step, None if self.best is None else self.best["step"]}
+        replaced = dict.fromkeys(
+            s for s in (last_step, previous_best) if s is not None and s not in kept
+        )
+        return CheckpointModels(log_model=True, replaces=tuple(map(model_name, replaced)))
+
+
 def log_policy_artifacts(
-    tracker: Any, policy: torch.nn.Module, env: dict[str, Any], checkpoint: Path, step: int
+    tracker: Any,
+    policy: torch.nn.Module,
+    env: dict[str, Any],
+    checkpoint: Path,
+    step: int,
+    models: CheckpointModels,
 ) -> None:
     """Log the policy as an MLflow model folder (:func:`rl8.io.mlflow_model.save_model`: the
-    run's ``policy/`` artifacts and the logged model ``checkpoint-<step>``, linked to the
-    metrics of env step ``step``) and the ``rl8/checkpoint.json`` pointer to ``checkpoint``;
-    a failure is a warning, never an error (the checkpoint is written already)."""
+    run's ``policy/`` artifacts and, as ``models`` says, the logged model ``checkpoint-<step>``
+    linked to the metrics of env step ``step`` and the ``best_policy/`` artifacts) and the
+    ``rl8/checkpoint.json`` pointer to ``checkpoint``; a failure is a warning, never an error
+    (the checkpoint is written already)."""
     try:
         with tempfile.TemporaryDirectory(prefix="rl8-artifacts-", ignore_cleanup_errors=True) as name:
             tmp = Path(name)
@@ -186,7 +272,10 @@ def log_policy_artifacts(
             tracker.log_artifact(pointer, str(Path(CHECKPOINT_POINTER_ARTIFACT).parent))
             folder = save_model(policy, tmp / Path(POLICY_ARTIFACT).parent, env=env)
             tracker.log_artifacts(folder, str(Path(POLICY_ARTIFACT).parent))
-            tracker.log_model(folder, f"checkpoint-{step}", step)
+            if models.best_policy:
+                tracker.log_artifacts(folder, BEST_POLICY_ARTIFACT)
+            if models.log_model:
+                tracker.log_model(folder, model_name(step), step, replaces=models.replaces)
     except Exception as exc:  # noqa: BLE001 - tracking never fails training
         warnings.warn(
             f"the policy and checkpoint pointer of {checkpoint} were not (all) logged to MLflow run "

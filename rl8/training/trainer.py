@@ -33,12 +33,15 @@ from rl8.training.config import TrainerConfig, run_params
 from rl8.training.eval_envs import EvalEnvs
 from rl8.training.progress import Progress, is_nan
 from rl8.training.resume import (
+    BEST_POLICY_ARTIFACT,
     RESUMING,
+    LoggedModels,
     RunRecord,
     absolute_tracking_uri,
     algo_from_checkpoint,
     check_finite_policy,
     log_policy_artifacts,
+    model_name,
     write_checkpoint,
 )
 from rl8.training.run_args import as_conditions, check_eval_plan, check_run_plan, learn_env_steps
@@ -126,6 +129,13 @@ class Trainer:
         self._last_checkpoint_step: int | None = (
             None if self._resumed_file is None else int(algo.env_steps)
         )
+        self._models = LoggedModels(
+            config.log_models,
+            config.register_metric,
+            config.register_mode,
+            best=None if self._resumed is None else self._resumed.best_checkpoint,
+        )
+        self._logged: tuple[int, dict[str, float]] = (-1, {})  # the latest step's logged stats
         self._ignore_stop_signals = False  # while a signal exit ends the run (bounded)
         self._run_start_wait_s: float | None = None  # 0: a signal's checkpoint waits for no run start
         # data-parallel training: only rank 0 talks to MLflow and writes checkpoints
@@ -274,7 +284,8 @@ class Trainer:
         self._check_open()
         self._check_run_start()
         metrics = {k: float(v) for k, v in stats.items() if not is_nan(v)}
-        self.tracker.log_metrics(metrics, step=int(self.algo.env_steps), always=evaluated)
+        self._logged = (int(self.algo.env_steps), metrics)
+        self.tracker.log_metrics(metrics, step=self._logged[0], always=evaluated)
 
     def flush(self) -> None:
         """Wait until the metrics of every step so far are sent (or queued after a failure)."""
@@ -591,6 +602,7 @@ class Trainer:
             record = dataclasses.replace(saved, run=record.run)
         if saved is not None and record.run is None:
             record.run = saved.run
+        record.best_checkpoint = self._models.best
         return record
 
     def state_dict(self) -> dict[str, Any]:
@@ -637,13 +649,16 @@ class Trainer:
         if folder is not None and self._dir_lock is not None:  # rank 0: the folder's lock names the run
             self._dir_lock.set_run_id(self.run_id)
         actors = self._learner.actor_states() if self._learner is not None else None
+        logged_step, logged = self._logged  # the ranking stat is the one logged at this step
+        value = logged.get(self.config.register_metric) if logged_step == step else None
+        models = self._models.checkpoint(step, value, self._last_checkpoint_step)
         written = write_checkpoint(
             self.state_dict(), path, folder, self.config.keep_checkpoints, step, self._dist, actors
         )
         self.last_checkpoint = written
         self._last_checkpoint_step = step
         if self.tracker.enabled and not self.closed:
-            log_policy_artifacts(self.tracker, self.algo.policy, self._env_info(), written, step)
+            log_policy_artifacts(self.tracker, self.algo.policy, self._env_info(), written, step, models)
         return written
 
     @classmethod
@@ -696,11 +711,12 @@ class Trainer:
     def register_best(
         self, name: str | None = None, *, metric: str | None = None, mode: str | None = None
     ) -> str | None:
-        """Register the run's best checkpoint (its logged model with the best ``metric``) in
-        MLflow's Model Registry as a new version of ``name`` with the alias ``best``
-        (``load_policy("models:/NAME@best")``) and return the new version, or ``None`` when the
-        store could not be reached (a :class:`~rl8.tracking.TrackingWarning` says why);
-        :meth:`run` calls it when ``register_as`` is set.
+        """Register the run's best checkpoint (its logged model with the best ``metric``; with
+        ``log_models="none"`` its run artifacts ``best_policy/``) in MLflow's Model Registry as
+        a new version of ``name`` with the alias ``best`` (``load_policy("models:/NAME@best")``)
+        and return the new version, or ``None`` when the store could not be reached (a
+        :class:`~rl8.tracking.TrackingWarning` says why); :meth:`run` calls it when
+        ``register_as`` is set.
 
         Args:
             name: The registered model; ``None``: ``register_as``.
@@ -708,7 +724,8 @@ class Trainer:
             mode: ``"max"`` or ``"min"``; ``None``: ``register_mode``.
 
         Raises:
-            ValueError: No checkpoint of the run has ``metric``, or no name is given.
+            ValueError: No checkpoint of the run has ``metric``, or no name is given, or with
+                ``log_models="none"`` a ``metric`` or ``mode`` other than the config's.
         """
         self._check_open()
         name = name or self.config.register_as
@@ -717,10 +734,12 @@ class Trainer:
                 f"Trainer.register_best: needs a name (register_as) and tracking, got name={name!r}"
             )
         metric = metric or self.config.register_metric
+        mode = mode or self.config.register_mode
         try:
-            version, value = self.tracker.register_best(
-                name, metric, mode=mode or self.config.register_mode
-            )
+            if self.config.log_models == "none":
+                version, value = self._register_best_policy(name, metric, mode)
+            else:
+                version, value = self.tracker.register_best(name, metric, mode=mode)
         except TrackingError as exc:
             warnings.warn(str(exc), TrackingWarning, stacklevel=2)
             return None
@@ -731,6 +750,31 @@ class Trainer:
                 flush=True,
             )
         return version
+
+    def _register_best_policy(self, name: str, metric: str, mode: str) -> tuple[str, float]:
+        """:meth:`register_best` of a run without logged models: its ``best_policy/`` artifacts,
+        the best checkpoint by the config's ranking (the only one such a run keeps)."""
+        ranking = self._models
+        if (metric, mode) != (ranking.metric, ranking.mode):
+            raise ValueError(
+                f"Trainer.register_best: with log_models='none' the run keeps only the best checkpoint "
+                f"by register_metric={ranking.metric!r} (register_mode={ranking.mode!r}), got "
+                f"metric={metric!r}, mode={mode!r}; set log_models='best_and_last' or 'all' to rank "
+                "the checkpoints by another stat"
+            )
+        best = ranking.best
+        if best is None:
+            raise ValueError(
+                f"no checkpoint of MLflow run {self.run_id} has the stat {metric!r}, so none can be "
+                f"registered as {name!r} (an eval/ stat is known at the checkpoints written at "
+                "evaluation steps)"
+            )
+        description = (
+            f"{model_name(best['step'])} of run {self.run_id} ({BEST_POLICY_ARTIFACT}/): "
+            f"{metric} = {best['value']:g} ({mode})"
+        )
+        version = self.tracker.register_artifact(name, BEST_POLICY_ARTIFACT, description=description)
+        return version, best["value"]
 
     def learn(
         self, env_steps: int | None = None, *, total_timesteps: int | None = None, **run_options: Any
