@@ -510,6 +510,7 @@ def test_log_every_logs_every_nth_step_the_evaluations_checkpoints_and_the_last(
     with Trainer(
         algo,
         log_every=4,
+        log_models="all",  # both checkpoints, though no evaluation ranks them
         checkpoint_every=7,
         eval_num_envs=2,
         eval_num_steps=4,
