@@ -1,5 +1,5 @@
-"""Policies as MLflow models (docs/tracking.md#policies-as-mlflow-models): every checkpoint a
-logged model linked to its step's stats, the rl8 pyfunc flavor, the Model Registry, serving, and
+"""Policies as MLflow models (docs/tracking.md#policies-as-mlflow-models): the checkpoints that
+log_models names as logged models linked to their step's stats and the run's params, the rl8 pyfunc flavor, the Model Registry, serving, and
 model folders that cannot run code (docs/security.md)."""
 
 from __future__ import annotations
@@ -360,7 +360,7 @@ def _checkpoint_models(uri, log_models, **options):
 
 @pytest.mark.parametrize("log_models", ["all", "best_and_last", "none"])
 def test_log_models_says_which_checkpoints_are_logged_models(migrated_store, log_models):
-    trainer, names, returns = _checkpoint_models(migrated_store, log_models)
+    trainer, names, returns = _checkpoint_models(migrated_store, log_models, register_as="ppo")
     steps = [256, 512, 768, 1024]  # an evaluation without a whole episode logs no return
     assert returns and set(returns) <= set(steps)
     best = max(returns, key=lambda s: (returns[s], -s))  # the first of equal returns
@@ -373,6 +373,10 @@ def test_log_models_says_which_checkpoints_are_logged_models(migrated_store, log
     client = MlflowClient(migrated_store)
     artifacts = {a.path for a in client.list_artifacts(trainer.run_id)}
     assert "policy" in artifacts and ("best_policy" in artifacts) == (log_models == "none")
+    version = MlflowClient(migrated_store, registry_uri=migrated_store).get_model_version_by_alias(
+        "ppo", "best"
+    )
+    assert version.description.startswith(f"checkpoint-{best} of run {trainer.run_id}")
     assert load_checkpoint(trainer.last_checkpoint)["trainer"]["best_checkpoint"] == {
         "metric": RETURN,
         "mode": "max",
@@ -390,6 +394,7 @@ def test_best_and_last_is_the_default_and_a_bad_value_is_refused():
         TrainerConfig(log_models="every")
     with pytest.raises(ValueError, match="log_models must be one of 'all', 'best_and_last', 'none'"):
         TrainerConfig.read_option("log_models", "best")
+    assert build_parser().parse_args(["train", "--log-models", "none"]).log_models == "none"
 
 
 def test_best_and_last_replaces_the_checkpoints_that_are_no_longer_kept():
