@@ -385,6 +385,19 @@ def test_log_models_says_which_checkpoints_are_logged_models(migrated_store, log
     }
 
 
+def test_a_resumed_run_goes_on_from_its_best_checkpoint(migrated_store):
+    trainer, names, returns = _checkpoint_models(migrated_store, "best_and_last")
+    best = max(returns, key=lambda s: (returns[s], -s))
+    with Trainer.from_checkpoint(trainer.last_checkpoint, progress=False) as resumed:
+        resumed.step()  # no evaluation: no return, so no new best
+        path = resumed.save_checkpoint()
+    assert load_checkpoint(path)["trainer"]["best_checkpoint"]["step"] == best
+    models = MlflowClient(migrated_store).search_logged_models(
+        [trainer.tracker.experiment_id], filter_string=f"source_run_id = '{trainer.run_id}'"
+    )
+    assert sorted(m.name for m in models) == sorted({f"checkpoint-{best}", "checkpoint-1152"})
+
+
 def test_best_and_last_is_the_default_and_a_bad_value_is_refused():
     assert TrainerConfig().log_models == "best_and_last"
     with pytest.raises(

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = ["LOG_MODELS", "TrainerConfig", "run_params"]
 
-#: The values of ``TrainerConfig.log_models`` (docs/models.md#logged-models).
+#: The values of ``TrainerConfig.log_models`` (docs/tracking.md#policies-as-mlflow-models).
 LOG_MODELS = ("all", "best_and_last", "none")
 
 # the checks of the options (see rl8.fields.Check)
