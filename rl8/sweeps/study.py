@@ -266,14 +266,7 @@ def sweep(
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage = storage or f"sqlite:///{Path('optuna.db').resolve()}"
     stale = _StaleTrials(grace_period)
-    with warnings.catch_warnings():  # Optuna's heartbeat is "experimental"
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        heartbeat_storage = optuna.storages.RDBStorage(
-            storage,
-            heartbeat_interval=heartbeat_interval,
-            grace_period=grace_period,
-            heartbeat_stale_trial_callback=stale.collect,
-        )
+    heartbeat_storage = _heartbeat_storage(storage, heartbeat_interval, grace_period, stale)
     the_study, created = _open_study(heartbeat_storage, study or name, direction)
     parent = Tracker(
         experiment=config.get("experiment") or str(config["env"]).rsplit(".", 1)[-1],
@@ -453,6 +446,30 @@ def _whole_seconds(name: str, value: int | None, env: str, default: int) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ConfigError(f"sweep: {name} must be a whole number of seconds >= 1, got {value!r}")
     return value
+
+
+def _heartbeat_storage(url: str, interval: int, grace_period: int, stale: _StaleTrials) -> Any:
+    """The ``optuna.storages.RDBStorage`` at ``url`` that fails the trials without a heartbeat for
+    ``grace_period`` seconds (heartbeats every ``interval`` seconds) and tells ``stale`` of each.
+    Of two sweeps that make a new storage at once, one writes its schema first: the other,
+    refused, opens it again."""
+    import optuna
+    import sqlalchemy
+
+    def open_storage() -> Any:
+        with warnings.catch_warnings():  # Optuna's heartbeat is "experimental"
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.storages.RDBStorage(
+                url,
+                heartbeat_interval=interval,
+                grace_period=grace_period,
+                heartbeat_stale_trial_callback=stale.collect,
+            )
+
+    try:
+        return open_storage()
+    except sqlalchemy.exc.IntegrityError:  # the other sweep wrote the schema's version first
+        return open_storage()
 
 
 def _open_study(storage: Any, name: str, direction: str) -> tuple[Any, bool]:
