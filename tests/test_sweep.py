@@ -278,6 +278,16 @@ def test_a_trial_stopped_before_its_first_evaluation_fails_and_its_run_is_failed
 HEARTBEAT_ENV = {"RL8_SWEEP_HEARTBEAT_INTERVAL": "1", "RL8_SWEEP_GRACE_PERIOD": "3"}
 
 
+def test_no_stop_conditions_leaves_out_the_configs_and_each_trial_trains_its_budget(files, capsys):
+    with open(files["config"], "a") as config:  # a condition that holds at the first step
+        config.write("stop_conditions: [{hits_upper_bound: {key: env/steps, bound: 128}}]\n")
+    args = ["sweep", files["config"], "--space", files["space"], "--storage", files["storage"]]
+    assert main([*args, "--study", "n", "--trials", "1", "--no-stop-conditions"]) == 0
+    assert "rl8: study n: 1 trials (1 complete, 0 pruned, 0 fail)" in capsys.readouterr().out
+    _, _, (run,) = _runs(files["uri"])
+    assert run.data.metrics["env/steps"] == 768  # the config's max_steps, the budget
+
+
 def _sweep_process(files, tmp_path, *args, config=None, out="", env=()):
     """``python -m rl8 sweep`` of the study "s" in its own session (as a terminal's foreground
     job, which Ctrl-C signals as a group), with the options ``args`` (default: 2 trials that train

@@ -187,6 +187,7 @@ def sweep(
     max_env_steps: int | None = None,
     max_seconds: float | None = None,
     seed: int | None = None,
+    no_stop_conditions: bool = False,
     heartbeat_interval: int | None = None,
     grace_period: int | None = None,
 ) -> Any:
@@ -219,6 +220,8 @@ def sweep(
         max_seconds: Each trial's budget in seconds of training.
         seed: Seed of the sampler (trial ``i`` of the study samples with ``seed + i``); the
             trials train with the config's seed.
+        no_stop_conditions: Leave out the config's ``stop_conditions`` (a preset's stop at the
+            solved return), as ``rl8 train --no-stop-conditions``: each trial trains its budget.
         heartbeat_interval: Seconds between a trial's heartbeats (a whole number); default: the
             environment variable ``RL8_SWEEP_HEARTBEAT_INTERVAL``, else
             :data:`HEARTBEAT_INTERVAL_S` (30).
@@ -235,6 +238,8 @@ def sweep(
     import optuna
 
     name, config = read_config(config)
+    if no_stop_conditions:  # e.g. a preset's stop at the solved return: each trial trains on
+        config = {**config, "stop_conditions": []}
     distributions = read_space(space, config.get("hparams") or {})
     for key, value, least in (
         ("trials", trials, 1),
