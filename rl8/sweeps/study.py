@@ -685,10 +685,10 @@ def _run_trial(spec: _TrialSpec, seed: int | None, sender: Any) -> None:
         trial_id = storage.get_trial_id_from_study_id_trial_number(
             storage.get_study_id_from_name(spec.study), trial.number
         )
-        heartbeat = _Heartbeat(storage, trial_id, spec.heartbeat_interval)
-        heartbeat.start()
         sender.send(trial.number)
         sender.close()
+    heartbeat = _Heartbeat(storage, trial_id, spec.heartbeat_interval)
+    heartbeat.start()  # here, where SIGINT (which it sends once the sweep is gone) is handled again
     try:
         _train_trial(spec, study, trial)
     except KeyboardInterrupt:
