@@ -199,9 +199,10 @@ def sweep(
     continues it; so does another sweep of it at the same time. Each trial's process records a
     heartbeat in the storage every ``heartbeat_interval`` seconds; a trial ``RUNNING`` without one
     for over ``grace_period`` seconds (its process or machine died) is marked ``FAIL`` and its run
-    ``FAILED`` when a sweep of the study starts and before each trial it starts. Before the study or any run is made, the config's evaluation plan is checked as
-    ``Trainer.run`` checks it, and an ``eval/`` objective needs evaluations that each trial's
-    env-step budget reaches (with the largest ``num_envs`` and ``horizon`` the space samples).
+    ``FAILED`` when a sweep of the study starts and before each trial it starts. Before the study
+    or any run is made, the config's evaluation plan is checked as ``Trainer.run`` checks it, and
+    an ``eval/`` objective needs evaluations that each trial's env-step budget reaches (with the
+    largest ``num_envs`` and ``horizon`` the space samples).
 
     Args:
         config: An ``rl8 train`` config file or a preset name.
