@@ -1,6 +1,7 @@
 """rl8 sweep: the search space's checks, the budget and evaluation plan checked before any trial,
 nested MLflow runs with the best on the study's run, pruning, a resumed study, a failing trial,
-Ctrl-C (docs/sweeps.md). Every store is in tmp_path."""
+Ctrl-C, kill -9 of the sweep or of a trial (the heartbeat), two sweeps of one study at once,
+--no-stop-conditions (docs/sweeps.md). Every store is in tmp_path."""
 
 from __future__ import annotations
 
@@ -335,6 +336,7 @@ def _assert_parent_has_the_best(study, parent, finished):
     assert parent.data.tags["best/trial"] == str(study.best_trial.number)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("to", ["group", "sweep"])
 def test_ctrl_c_marks_the_trial_fail_its_run_killed_and_a_rerun_continues(
