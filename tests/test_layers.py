@@ -43,6 +43,7 @@ FUNCTION_LEVEL_ALLOWED = {
     "onnx": "optional (rl8[onnx]): reading an exported actor's metadata",
     "optuna": "optional (rl8[sweep]): rl8 sweep's studies",
     "matplotlib": "optional (rl8[sweep]): the plots of a sweep",
+    "sqlalchemy": "optional (rl8[sweep], optuna's): the errors of a sweep's RDB storage",
 }
 
 #: Modules whose functions may import rl8's modules: the ``rl8`` command starts (``--help``, a

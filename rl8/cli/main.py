@@ -362,6 +362,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="each trial's budget in seconds (or 30m, 2h)",
     )
     sweep.add_argument(
+        "--no-stop-conditions",
+        action="store_true",
+        help="leave out the config's (a preset's: solved) stop_conditions: each trial trains its budget",
+    )
+    sweep.add_argument(
         "--seed", type=int, help="seed of the sampler (the trials train with the config's seed)"
     )
     sweep.set_defaults(func=sweep_command.run)

@@ -31,6 +31,7 @@ def run(args: argparse.Namespace) -> int:
         "max_env_steps",
         "max_seconds",
         "seed",
+        "no_stop_conditions",
     )
     try:
         study = sweep(

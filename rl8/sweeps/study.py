@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 import tempfile
+import threading
 import time
 import warnings
 from collections import Counter
@@ -45,6 +46,10 @@ from rl8.training.trainer import Trainer
 
 __all__ = [
     "FINISHED_STATES",
+    "GRACE_PERIOD_ENV",
+    "HEARTBEAT_INTERVAL_ENV",
+    "HEARTBEAT_INTERVAL_S",
+    "HEARTBEATS_OF_GRACE",
     "PRUNERS",
     "STATES",
     "SweepInterrupted",
@@ -65,6 +70,18 @@ STATES = (*FINISHED_STATES, "RUNNING", "WAITING")
 _PRELOAD = ["torch", "optuna"]
 #: Seconds an interrupted trial's process has to end after each of SIGINT and SIGTERM (then SIGKILL).
 _STOP_WAIT_S = 30.0
+#: Seconds a sweep that loads a study with no trials and no MLflow run waits for the sweep that
+#: created it (started at the same time) to start the study's run, so that both share it.
+_RUN_WAIT_S = 60.0
+#: Seconds between the heartbeats of a trial's process in the study's storage (the default).
+HEARTBEAT_INTERVAL_S = 30
+#: The default grace period, in heartbeat intervals: a ``RUNNING`` trial whose last heartbeat is
+#: older than this is stale (its process or machine died) and the next sweep marks it ``FAIL``.
+HEARTBEATS_OF_GRACE = 4
+#: The environment variables that set ``sweep``'s heartbeat interval and grace period (seconds)
+#: when its arguments are ``None`` (so ``rl8 sweep`` reads them).
+HEARTBEAT_INTERVAL_ENV = "RL8_SWEEP_HEARTBEAT_INTERVAL"
+GRACE_PERIOD_ENV = "RL8_SWEEP_GRACE_PERIOD"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,6 +102,7 @@ class _TrialSpec:
     max_seconds: float | None
     threads: int
     cwd: str
+    heartbeat_interval: int
 
 
 class TrialReport(Callback):
@@ -169,15 +187,22 @@ def sweep(
     max_env_steps: int | None = None,
     max_seconds: float | None = None,
     seed: int | None = None,
+    no_stop_conditions: bool = False,
+    heartbeat_interval: int | None = None,
+    grace_period: int | None = None,
 ) -> Any:
     """Run ``trials`` more trials of an Optuna study of ``config``'s hyper-parameters, ``jobs`` at
     once, each in a process of its own with ``torch.set_num_threads(cpu_count // jobs)``; the
     study (an ``optuna.Study``). Each trial is an MLflow run nested under the study's run, which
     holds the best value and params and the plots; a trial that raises or whose process dies is
     marked failed (its run ``FAILED``) and the sweep goes on. Running it again with the same study
-    continues it. Before the study or any run is made, the config's evaluation plan is checked as
-    ``Trainer.run`` checks it, and an ``eval/`` objective needs evaluations that each trial's
-    env-step budget reaches (with the largest ``num_envs`` and ``horizon`` the space samples).
+    continues it; so does another sweep of it at the same time. Each trial's process records a
+    heartbeat in the storage every ``heartbeat_interval`` seconds; a trial ``RUNNING`` without one
+    for over ``grace_period`` seconds (its process or machine died) is marked ``FAIL`` and its run
+    ``FAILED`` when a sweep of the study starts and before each trial it starts. Before the study
+    or any run is made, the config's evaluation plan is checked as ``Trainer.run`` checks it, and
+    an ``eval/`` objective needs evaluations that each trial's env-step budget reaches (with the
+    largest ``num_envs`` and ``horizon`` the space samples).
 
     Args:
         config: An ``rl8 train`` config file or a preset name.
@@ -196,6 +221,15 @@ def sweep(
         max_seconds: Each trial's budget in seconds of training.
         seed: Seed of the sampler (trial ``i`` of the study samples with ``seed + i``); the
             trials train with the config's seed.
+        no_stop_conditions: Leave out the config's ``stop_conditions`` (a preset's stop at the
+            solved return), as ``rl8 train --no-stop-conditions``: each trial trains its budget.
+        heartbeat_interval: Seconds between a trial's heartbeats (a whole number); default: the
+            environment variable ``RL8_SWEEP_HEARTBEAT_INTERVAL``, else
+            :data:`HEARTBEAT_INTERVAL_S` (30).
+        grace_period: Seconds without a heartbeat after which a running trial is stale (a whole
+            number, more than ``heartbeat_interval``); default: ``RL8_SWEEP_GRACE_PERIOD``, else
+            :data:`HEARTBEATS_OF_GRACE` (4) heartbeat intervals. Give every sweep of a study the
+            same: a shorter one marks the trials of a slower one stale.
 
     Raises:
         rl8.training.config_file.ConfigError: Before any trial, a bad argument, space or config.
@@ -205,6 +239,8 @@ def sweep(
     import optuna
 
     name, config = read_config(config)
+    if no_stop_conditions:  # e.g. a preset's stop at the solved return: each trial trains on
+        config = {**config, "stop_conditions": []}
     distributions = read_space(space, config.get("hparams") or {})
     for key, value, least in (
         ("trials", trials, 1),
@@ -219,19 +255,30 @@ def sweep(
         raise ConfigError(f"sweep: max_env_steps must be an int >= 1 or None, got {max_env_steps!r}")
     if direction not in ("maximize", "minimize"):
         raise ConfigError(f"sweep: direction must be 'maximize' or 'minimize', got {direction!r}")
+    heartbeat_interval = _whole_seconds(
+        "heartbeat_interval", heartbeat_interval, HEARTBEAT_INTERVAL_ENV, HEARTBEAT_INTERVAL_S
+    )
+    grace_period = _whole_seconds(
+        "grace_period", grace_period, GRACE_PERIOD_ENV, HEARTBEATS_OF_GRACE * heartbeat_interval
+    )
+    if grace_period <= heartbeat_interval:
+        raise ConfigError(
+            f"sweep: grace_period must be more than heartbeat_interval ({heartbeat_interval} s), "
+            f"got {grace_period}"
+        )
     _check_plan(config, distributions, objective, max_env_steps)
     budget = max_env_steps or int_option(config, "max_steps", "config") or 0
     pruner = _pruner(pruner, startup_trials, budget)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage = storage or f"sqlite:///{Path('optuna.db').resolve()}"
-    the_study = optuna.create_study(
-        storage=storage, study_name=study or name, direction=direction, load_if_exists=True
-    )
+    stale = _StaleTrials(grace_period)
+    heartbeat_storage = _heartbeat_storage(storage, heartbeat_interval, grace_period, stale)
+    the_study, created = _open_study(heartbeat_storage, study or name, direction)
     parent = Tracker(
         experiment=config.get("experiment") or str(config["env"]).rsplit(".", 1)[-1],
         run_name=the_study.study_name,
         tracking_uri=config.get("tracking_uri"),
-        run_id=the_study.user_attrs.get("mlflow_run_id"),
+        run_id=_study_run_id(the_study, created),
         tags={"rl8.sweep.study": the_study.study_name},
     )
     the_study.set_user_attr("mlflow_run_id", parent.start())
@@ -253,8 +300,9 @@ def sweep(
         max_seconds,
         max(1, (os.cpu_count() or 1) // jobs),
         os.getcwd(),
+        heartbeat_interval,
     )
-    processes = _TrialProcesses(spec, the_study, parent)
+    processes = _TrialProcesses(spec, the_study, parent, stale)
     try:
         processes.run(trials, jobs, seed)
         _log_plots(the_study, parent)
@@ -388,6 +436,148 @@ def _pruner(pruner: Any, startup_trials: int, budget: int) -> Any:
     }[pruner]()
 
 
+def _whole_seconds(name: str, value: int | None, env: str, default: int) -> int:
+    """The argument ``name`` of :func:`sweep`, a whole number of seconds >= 1: ``value``, else
+    the environment variable ``env``, else ``default``; a :class:`ConfigError` naming it when bad."""
+    if value is None:
+        text = os.environ.get(env)
+        if text is None:
+            return default
+        if not text.strip().isdigit() or int(text) < 1:
+            raise ConfigError(
+                f"sweep: the environment variable {env} ({name}) must be a whole number of "
+                f"seconds >= 1, got {text!r}"
+            )
+        return int(text)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigError(f"sweep: {name} must be a whole number of seconds >= 1, got {value!r}")
+    return value
+
+
+def _heartbeat_storage(url: str, interval: int, grace_period: int, stale: _StaleTrials) -> Any:
+    """The ``optuna.storages.RDBStorage`` at ``url`` that fails the trials without a heartbeat for
+    ``grace_period`` seconds (heartbeats every ``interval`` seconds) and tells ``stale`` of each.
+    Of two sweeps that make a new storage at once, one writes its schema first: the other,
+    refused, opens it again."""
+    import optuna
+    import sqlalchemy
+
+    def open_storage() -> Any:
+        with warnings.catch_warnings():  # Optuna's heartbeat is "experimental"
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.storages.RDBStorage(
+                url,
+                heartbeat_interval=interval,
+                grace_period=grace_period,
+                heartbeat_stale_trial_callback=stale.collect,
+            )
+
+    try:
+        return open_storage()
+    except sqlalchemy.exc.IntegrityError:  # the other sweep wrote the schema's version first
+        return open_storage()
+
+
+def _open_study(storage: Any, name: str, direction: str) -> tuple[Any, bool]:
+    """The study ``name`` of ``storage``, made with ``direction`` if it is not there, and whether
+    this call made it (of sweeps started at once, exactly one does)."""
+    import optuna
+
+    try:
+        return optuna.create_study(storage=storage, study_name=name, direction=direction), True
+    except optuna.exceptions.DuplicatedStudyError:
+        return optuna.load_study(study_name=name, storage=storage), False
+
+
+def _study_run_id(study: Any, created: bool) -> str | None:
+    """The id of the study's MLflow run (its user attribute ``mlflow_run_id``); ``None``: none yet.
+    The sweep that did not create a study that has no trials and no run yet waits up to
+    :data:`_RUN_WAIT_S` for the sweep that did (``created``) to start it, so that two sweeps
+    started at once share one run."""
+    deadline = time.monotonic() + _RUN_WAIT_S
+    while True:
+        run_id = study.user_attrs.get("mlflow_run_id")
+        if run_id is not None or created or study.trials or time.monotonic() > deadline:
+            return run_id
+        time.sleep(0.2)
+
+
+class _StaleTrials:
+    """The trials that a sweep finds stale: Optuna's ``fail_stale_trials`` marks them ``FAIL`` and
+    calls :meth:`collect` (the storage's ``heartbeat_stale_trial_callback``) for each it marked,
+    then :meth:`end` ends their runs.
+
+    Attributes:
+        grace_period: Seconds without a heartbeat after which a running trial is stale.
+        numbers: The trials' numbers collected and not ended yet.
+    """
+
+    def __init__(self, grace_period: int) -> None:
+        self.grace_period = grace_period
+        self.numbers: list[int] = []
+
+    def collect(self, study: Any, trial: Any) -> None:
+        """Keep the number of ``trial`` (an ``optuna.trial.FrozenTrial``, just marked ``FAIL``)."""
+        self.numbers.append(trial.number)
+
+    def end(self, study: Any, parent: Tracker) -> None:
+        """Mark the stale trials of ``study`` ``FAIL``, end their runs ``FAILED`` (if still
+        ``RUNNING``), print a line for each and log the study's counts on ``parent``."""
+        import optuna
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            optuna.storages.fail_stale_trials(study)
+        for number in self.numbers:
+            run_id = _tag_trial_run(study, number, parent.tracking_uri, end_if_running="FAILED")
+            print(
+                f"rl8: sweep {study.study_name}: trial {number} had no heartbeat for over "
+                f"{self.grace_period} s (its process or machine died): marked FAIL, its run "
+                f"{run_id} FAILED",
+                file=sys.stderr,
+                flush=True,
+            )
+        if self.numbers:
+            _log_counts(study, parent)
+        self.numbers.clear()
+
+
+class _Heartbeat(threading.Thread):
+    """A trial process's thread: records the trial's heartbeat in the study's storage every
+    ``interval`` seconds, and stops the trial (SIGINT, as Ctrl-C does) once the sweep's process
+    is gone, so that a sweep that was killed leaves no trial training.
+
+    Attributes:
+        storage: The study's ``optuna.storages.RDBStorage``.
+        trial_id: The trial's id in the storage (not its number).
+        interval: Seconds between heartbeats.
+        sweep_gone: Set when the sweep's process ended before the trial.
+    """
+
+    def __init__(self, storage: Any, trial_id: int, interval: int) -> None:
+        super().__init__(name="rl8-sweep-heartbeat", daemon=True)
+        self.storage, self.trial_id, self.interval = storage, trial_id, interval
+        self.sweep_gone = threading.Event()
+        self._stopped = threading.Event()
+
+    def run(self) -> None:
+        """Record heartbeats until :meth:`stop`; SIGINT this process when the sweep's ends."""
+        sweep_process = multiprocessing.parent_process()
+        while not self._stopped.is_set():
+            try:
+                self.storage.record_heartbeat(self.trial_id)
+            except Exception as exc:  # a storage busy or away for a moment: the next one may reach it
+                print(f"rl8: sweep: a trial's heartbeat was not recorded: {exc}", file=sys.stderr)
+            if wait([sweep_process.sentinel], timeout=self.interval) and not self._stopped.is_set():
+                self.sweep_gone.set()
+                os.kill(os.getpid(), signal.SIGINT)
+                return
+
+    def stop(self) -> None:
+        """Record no more heartbeats (the thread ends at its next wake, or with the process)."""
+        self._stopped.set()
+
+
 @dataclasses.dataclass
 class _TrialProcess:
     """A trial's process and the pipe on which it sends its trial's number once asked."""
@@ -414,8 +604,8 @@ class _TrialProcesses:
         ended: How many trials ended by themselves (``FAIL`` too), not stopped.
     """
 
-    def __init__(self, spec: _TrialSpec, study: Any, parent: Tracker) -> None:
-        self.spec, self.study, self.parent = spec, study, parent
+    def __init__(self, spec: _TrialSpec, study: Any, parent: Tracker, stale: _StaleTrials) -> None:
+        self.spec, self.study, self.parent, self.stale = spec, study, parent, stale
         self.running: dict[Any, _TrialProcess] = {}
         self.ended = 0
         forkserver = "forkserver" in multiprocessing.get_all_start_methods()
@@ -424,12 +614,14 @@ class _TrialProcesses:
             self.context.set_forkserver_preload(_PRELOAD)
 
     def run(self, trials: int, jobs: int, seed: int | None) -> None:
-        """Run ``trials`` trials, ``jobs`` at once; trial ``i`` of the study samples with
-        ``seed + i`` (``seed`` ``None``: unseeded)."""
+        """Run ``trials`` trials, ``jobs`` at once, each after the stale trials are ended
+        (:meth:`_StaleTrials.end`); trial ``i`` of the study samples with ``seed + i`` (``seed``
+        ``None``: unseeded)."""
         first = len(self.study.trials)
         launched = 0
         while launched < trials or self.running:
             while launched < trials and len(self.running) < jobs:
+                self.stale.end(self.study, self.parent)
                 self._start(None if seed is None else seed + first + launched)
                 launched += 1
             for sentinel in wait(list(self.running)):
@@ -473,8 +665,10 @@ def _interrupt(process: BaseProcess) -> None:
 
 def _run_trial(spec: _TrialSpec, seed: int | None, sender: Any) -> None:
     """A trial's process: ask the study for a trial, send its number, train it
-    (:func:`_train_trial`). Ctrl-C ends it quietly with exit status 130 (its Trainer ends the
-    run ``KILLED``; the sweep marks the trial ``FAIL``, :func:`_end_trial`)."""
+    (:func:`_train_trial`) with its heartbeat (:class:`_Heartbeat`). Ctrl-C ends it quietly with
+    exit status 130 (its Trainer ends the run ``KILLED``; the sweep marks the trial ``FAIL``,
+    :func:`_end_trial`); so does the end of the sweep's process, after which the trial marks
+    itself ``FAIL``."""
     import optuna
     import torch
 
@@ -484,16 +678,27 @@ def _run_trial(spec: _TrialSpec, seed: int | None, sender: Any) -> None:
         torch.set_num_threads(spec.threads)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=spec.startup_trials)
+        storage = optuna.storages.RDBStorage(spec.storage)  # no heartbeat_interval: ask() warns
         study = optuna.load_study(
-            study_name=spec.study, storage=spec.storage, sampler=sampler, pruner=spec.pruner
+            study_name=spec.study, storage=storage, sampler=sampler, pruner=spec.pruner
         )
         trial = study.ask(spec.distributions)
+        trial_id = storage.get_trial_id_from_study_id_trial_number(
+            storage.get_study_id_from_name(spec.study), trial.number
+        )
         sender.send(trial.number)
         sender.close()
+    heartbeat = _Heartbeat(storage, trial_id, spec.heartbeat_interval)
+    heartbeat.start()  # here, where SIGINT (which it sends once the sweep is gone) is handled again
     try:
         _train_trial(spec, study, trial)
     except KeyboardInterrupt:
+        if heartbeat.sweep_gone.is_set():  # no sweep is left to end the trial
+            _fail_if_running(study, trial.number)
+            _tag_trial_run(study, trial.number, spec.tracking_uri, end_if_running="KILLED")
         raise SystemExit(130) from None
+    finally:
+        heartbeat.stop()
 
 
 def _train_trial(spec: _TrialSpec, study: Any, trial: Any) -> None:
@@ -551,8 +756,6 @@ def _end_trial(study: Any, parent: Tracker, process: _TrialProcess, *, interrupt
     died). Then the run's tags, the study's run's counts and best, and (unless ``interrupted``:
     the sweep prints one line for all) a line. The trial's number; ``None`` when the process
     ended before it had a trial."""
-    from optuna.trial import TrialState
-
     number = process.read_number()
     if number is None:
         print(
@@ -561,11 +764,41 @@ def _end_trial(study: Any, parent: Tracker, process: _TrialProcess, *, interrupt
             file=sys.stderr,
         )
         return None
-    trial = study.trials[number]
-    ended_here = trial.state == TrialState.RUNNING
-    if ended_here:
-        study.tell(number, state=TrialState.FAIL)
+    ended_here = _fail_if_running(study, number)
+    status = "KILLED" if interrupted else "FAILED"
+    run_id = _tag_trial_run(
+        study, number, parent.tracking_uri, end_if_running=status if ended_here else None
+    )
+    metrics = _log_counts(study, parent)
+    if not interrupted:
         trial = study.trials[number]
+        value = "" if trial.value is None else f" {trial.value:.4g}"
+        print(
+            f"rl8: sweep {study.study_name}: trial {number} {trial.state.name}{value} {trial.params} "
+            f"(run {run_id}); best: {metrics.get('best/value')}",
+            file=sys.stderr,
+            flush=True,
+        )
+    return number
+
+
+def _fail_if_running(study: Any, number: int) -> bool:
+    """Mark the trial ``number`` of ``study`` ``FAIL`` if it is still ``RUNNING``; whether it was."""
+    from optuna.trial import TrialState
+
+    if study.trials[number].state != TrialState.RUNNING:
+        return False
+    study.tell(number, state=TrialState.FAIL)
+    return True
+
+
+def _tag_trial_run(
+    study: Any, number: int, tracking_uri: str, *, end_if_running: str | None
+) -> str | None:
+    """Tag the MLflow run of the trial ``number`` of ``study`` with its study, number and state
+    (``rl8.sweep.*``), first ending it with the status ``end_if_running`` if it is still
+    ``RUNNING`` (:func:`rl8.tracking.runs.tag_run`); the run's id (``None``: the trial has none)."""
+    trial = study.trials[number]
     run_id = trial.user_attrs.get("mlflow_run_id")
     if run_id is not None:
         tags = {
@@ -573,8 +806,14 @@ def _end_trial(study: Any, parent: Tracker, process: _TrialProcess, *, interrupt
             "rl8.sweep.study": study.study_name,
             "rl8.sweep.trial": number,
         }
-        status = "KILLED" if interrupted else "FAILED"
-        tag_run(parent.tracking_uri, run_id, tags, end_if_running=status if ended_here else None)
+        tag_run(tracking_uri, run_id, tags, end_if_running=end_if_running)
+    return run_id
+
+
+def _log_counts(study: Any, parent: Tracker) -> dict[str, float]:
+    """Log on the study's run ``parent`` the trials of ``study`` in each state
+    (``trials/<state>``), and the best value (``best/value``) and its trial and params (tags
+    ``best/*``) once a trial is complete, at step "trials finished"; the metrics logged."""
     counts = state_counts(study)
     metrics = {f"trials/{state.lower()}": count for state, count in counts.items()}
     if counts["COMPLETE"]:
@@ -586,15 +825,7 @@ def _end_trial(study: Any, parent: Tracker, process: _TrialProcess, *, interrupt
             {f"best/{k}": v for k, v in {"trial": best.number, **best.params}.items()},
         )
     parent.log_metrics(metrics, step=sum(counts[state] for state in FINISHED_STATES))
-    if not interrupted:
-        value = "" if trial.value is None else f" {trial.value:.4g}"
-        print(
-            f"rl8: sweep {study.study_name}: trial {number} {trial.state.name}{value} {trial.params} "
-            f"(run {run_id}); best: {metrics.get('best/value')}",
-            file=sys.stderr,
-            flush=True,
-        )
-    return number
+    return metrics
 
 
 def _log_plots(study: Any, parent: Any) -> None:
