@@ -119,6 +119,7 @@ def public_names() -> dict[str, list[str]]:
     return modules
 
 
+@pytest.mark.slow
 def test_site_builds_strict_and_offline(site):
     home = (site / "index.html").read_text()
     assert "fonts.googleapis.com" not in home, "the theme loads Google Fonts: set theme.font: false"

@@ -149,6 +149,7 @@ trainer = Trainer(PPO(CartPole, num_envs=16, horizon=8), experiment="startup", r
 """
 
 
+@pytest.mark.slow
 def test_a_process_that_exits_during_the_start_ends_the_run(mlflow_uri, tmp_path):
     script = tmp_path / "script.py"
     script.write_text(SCRIPT)
@@ -164,6 +165,7 @@ def test_a_process_that_exits_during_the_start_ends_the_run(mlflow_uri, tmp_path
     assert run.data.params["hparams/num_envs"] == "16"
 
 
+@pytest.mark.slow
 def test_a_failed_start_that_nothing_raised_is_a_warning_at_exit(tmp_path):
     script = tmp_path / "script.py"
     script.write_text(SCRIPT.replace('experiment="startup"', f"tracking_uri={unusable_uri(tmp_path)!r}"))
