@@ -70,6 +70,7 @@ def test_compiled_steps_match_eager_without_graph_breaks(env):
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("min_envs, kind", [(None, "plain"), (4, "compiled")])
 def test_cpu_rollout_step_compiled_only_from_enough_envs(caplog, min_envs, kind):
     """On CPU the rollout step runs plain below ``cpu_rollout_min_envs`` envs (said once in the

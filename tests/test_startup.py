@@ -122,6 +122,7 @@ def test_an_explicit_checkpoint_dir_does_not_wait_for_the_run(tmp_path, held_sta
     trainer.close()
 
 
+@pytest.mark.slow
 def test_creating_a_tracker_does_not_import_mlflow(mlflow_uri):
     code = textwrap.dedent("""
         import sys
