@@ -411,6 +411,7 @@ def test_two_actors_one_learner_solve_cartpole_and_resume_the_same_run(tmp_path,
 # the actors' own state in the checkpoint, and back in each actor on resume
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_checkpoints_hold_each_actors_state_and_resume_restores_it(tmp_path):
     import torch
@@ -501,6 +502,7 @@ def _worker_actor_state(out: Path, checkpoint: str) -> None:
 # SIGTERM to the job (what torchrun forwards to every rank on Ctrl-C or from a scheduler)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_sigterm_stops_every_rank_with_a_checkpoint_and_a_killed_run(tmp_path, mlflow_uri):
     from mlflow.tracking import MlflowClient
@@ -564,6 +566,7 @@ def test_sigterm_stops_every_rank_with_a_checkpoint_and_a_killed_run(tmp_path, m
 # an actor dies: the job ends with an error naming it, within a bounded time
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_a_dead_actor_ends_the_job_with_an_error_naming_it(tmp_path):
     job = torchrun(

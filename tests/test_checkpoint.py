@@ -545,6 +545,7 @@ def test_manager_removes_stale_temporary_files_of_its_own(tmp_path):
     assert fresh.exists() and other.exists() and unrelated.exists()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="file locks: POSIX")
 def test_manager_keeps_the_temporary_file_of_a_live_writer_and_removes_it_after_kill_9(tmp_path):
     """A writer in another process, stuck in torch.save: its file is kept however old while the

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import re
 import subprocess
 import sys
@@ -13,6 +15,7 @@ from mlflow.tracking import MlflowClient
 
 import rl8
 from rl8.cli import main
+from rl8.cli.main import build_parser
 
 pytestmark = pytest.mark.usefixtures("migrated_store", "one_torch_thread")
 
@@ -447,3 +450,122 @@ def test_version_and_python_dash_m(capsys):
     assert done.returncode == 0 and done.stdout.strip() == f"rl8 {rl8.version.__version__}"
     done = subprocess.run([sys.executable, "-m", "rl8"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "train" in done.stderr
+
+
+# --------------------------------------------------------------------------------------------
+# errors: one line without a traceback, unless --debug or RL8_DEBUG=1
+
+TOO_MANY_EVAL_ENVS = """
+    env: rl8.envs.CartPole
+    eval_num_envs: 1000000000000   # some 54 TB: refused before anything is allocated
+    steps_per_eval: 1
+    """
+needs_optuna = pytest.mark.skipif(
+    importlib.util.find_spec("optuna") is None, reason="rl8 sweep needs optuna"
+)
+
+
+def bad_input(tmp_path, command):
+    """``(argv, status, message)``: a mistake given to ``command`` and what rl8 says of it."""
+    config = write(tmp_path, TOO_MANY_EVAL_ENVS)
+    garbage = tmp_path / "garbage.pt"
+    garbage.write_bytes(b"not a checkpoint")
+    space = write(tmp_path, "lr: {type: float, low: 1, high: 0}\n", "space.yaml")
+    return {
+        "train": ([config, *TINY_SET], 2, "eval_num_envs=1000000000000 needs about"),
+        "eval": ([str(garbage)], 1, "garbage.pt is corrupt or truncated"),
+        "record": ([str(garbage), "-o", ""], 2, "-o/--output must name an MP4 file to write"),
+        "export": ([str(garbage), "-o", str(tmp_path)], 2, "is a folder; give a file name"),
+        "runs": (["--dry-run"], 2, "--dry-run only applies with --clean"),
+        "sweep": (
+            [config, "--space", space, "--trials", "1", "--storage", f"sqlite:///{tmp_path}/o.db"],
+            2,
+            "lr: empty range: low must be < high, got low=1, high=0",
+        ),
+    }[command]
+
+
+COMMANDS = ["train", "eval", "record", "export", "runs", pytest.param("sweep", marks=needs_optuna)]
+
+
+def test_the_error_tests_cover_every_command():
+    listed = re.findall(r"^    (\w+)\s", build_parser().format_help(), re.M)  # rl8 --help's commands
+    assert sorted(listed) == sorted(getattr(c, "values", [c])[0] for c in COMMANDS)
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_mistake_is_one_line_without_traceback_in_every_command(command, tmp_path, capsys, mlflow_uri):
+    argv, status, message = bad_input(tmp_path, command)
+    assert main([command, *argv]) == status
+    err = capsys.readouterr().err
+    assert err.startswith("rl8: error: ") and err.count("\n") == 1 and "Traceback" not in err, err
+    assert message in err
+    assert all_runs(mlflow_uri) == []  # refused before any MLflow run
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+@pytest.mark.parametrize("debug", ["--debug first", "--debug last", "RL8_DEBUG=1"])
+def test_debug_shows_the_traceback_then_the_same_line(command, debug, tmp_path, capsys, monkeypatch):
+    argv, status, message = bad_input(tmp_path, command)
+    line = {"--debug first": ["--debug", command, *argv], "--debug last": [command, *argv, "--debug"]}
+    if debug == "RL8_DEBUG=1":
+        monkeypatch.setenv("RL8_DEBUG", "1")
+    assert main(line.get(debug, [command, *argv])) == status
+    err = capsys.readouterr().err
+    last = err.splitlines()[-1]
+    assert err.startswith("Traceback (most recent call last):") and message in last, err
+    assert last.startswith("rl8: error: ") and f": {last.removeprefix('rl8: error: ')}\n" in err
+
+
+def test_rl8_debug_0_is_off(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("RL8_DEBUG", "0")
+    assert main(["runs", "--dry-run"]) == 2
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_an_error_not_raised_by_rl8_keeps_its_traceback(monkeypatch, capsys):
+    def buggy(args):  # a ValueError of code outside rl8: a bug, not a mistake in the input
+        return int("not a number")
+
+    monkeypatch.setattr("rl8.cli.runs.run", buggy)
+    with pytest.raises(ValueError, match="invalid literal for int"):
+        main(["runs"])
+    monkeypatch.setattr("rl8.cli.runs.run", lambda args: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        main(["runs"])
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.slow
+def test_the_rl8_command_prints_one_line_and_exits_2_or_the_traceback_with_rl8_debug(tmp_path):
+    config = write(tmp_path, TOO_MANY_EVAL_ENVS)
+    command = [sys.executable, "-m", "rl8", "train", config, *TINY_SET]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith("rl8: error: eval_num_envs=1000000000000 needs about")
+    env = {**os.environ, "RL8_DEBUG": "1"}
+    debug = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+    assert debug.returncode == 2 and "Traceback (most recent call last):" in debug.stderr
+    assert debug.stderr.endswith(done.stderr) and "check_memory" in debug.stderr
+
+
+def test_a_policy_that_cannot_be_exported_is_one_line_exit_1_and_its_traceback_with_debug(
+    tmp_path, capsys, monkeypatch
+):
+    from rl8 import PPO, save_policy
+    from rl8.policies.deploy import ExportError
+    from rl8.policies.policy import Policy
+
+    path = save_policy(PPO("rl8.envs.CartPole", num_envs=4, horizon=8).policy, tmp_path / "p.pt")
+
+    def refuse(self, path, format):
+        raise ExportError("cannot export MLP with Categorical as onnx (a test)")
+
+    monkeypatch.setattr(Policy, "export", refuse)
+    argv = ["export", str(path), "-o", str(tmp_path / "p.onnx")]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert err == f"rl8: error: {path}: cannot export MLP with Categorical as onnx (a test)\n"
+    assert main([*argv, "--debug"]) == 1
+    debug = capsys.readouterr().err
+    assert "Traceback" in debug and "in refuse" in debug and debug.endswith(err)

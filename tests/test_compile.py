@@ -31,6 +31,7 @@ def test_compile_with_overlap_names_both_options():
         PPO(CartPole, num_envs=4, horizon=4, compile=True, collect_mode="overlap")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("env", [CartPole, Pendulum], ids=["categorical", "normal"])
 def test_compiled_steps_match_eager_without_graph_breaks(env):
     """The compiled rollout step and minibatch loss (and its gradients) agree with the plain ones on
@@ -69,6 +70,7 @@ def test_compiled_steps_match_eager_without_graph_breaks(env):
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("min_envs, kind", [(None, "plain"), (4, "compiled")])
 def test_cpu_rollout_step_compiled_only_from_enough_envs(caplog, min_envs, kind):
     """On CPU the rollout step runs plain below ``cpu_rollout_min_envs`` envs (said once in the
@@ -117,6 +119,7 @@ def test_compiled_cartpole_learns_within_the_eager_bound(compiled_cartpole):
     assert best >= 475
 
 
+@pytest.mark.slow
 def test_compile_time_is_reported_once(compiled_cartpole, caplog):
     algo, (first, second), _ = compiled_cartpole
     assert algo.compiled.train_step_kind == "fused"
@@ -125,6 +128,7 @@ def test_compile_time_is_reported_once(compiled_cartpole, caplog):
     assert algo.compiled.compile_s * 1000 == pytest.approx(first["profiling/compile_ms"])
 
 
+@pytest.mark.slow
 def test_compiled_checkpoints_keep_plain_keys_both_ways(compiled_cartpole, tmp_path):
     """A compile=True checkpoint (after fused steps) loads into compile=False, which steps on from
     its Adam state, and the other way round; the policy's keys are the plain module's (no
@@ -155,6 +159,7 @@ def test_compiled_checkpoints_keep_plain_keys_both_ways(compiled_cartpole, tmp_p
     assert float(again.optimizer.state_dict()["state"][0]["step"]) > steps
 
 
+@pytest.mark.slow
 def test_compile_with_a_recurrent_model_and_amp(caplog):
     """compile=True trains a recurrent model under enable_amp (nn.LSTM itself runs eagerly: torch.compile
     does not trace it) and reports the compile time in one log line."""
@@ -199,6 +204,7 @@ def _minibatches(algo, count):
 MONITORS = ("total", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "optimizer, max_grad_norm",
     [
@@ -260,6 +266,7 @@ def test_fused_step_matches_the_plain_step(optimizer, max_grad_norm):
     assert float(fused_state["state"][0]["step"]) == 16
 
 
+@pytest.mark.slow
 def test_fused_step_under_bf16_autocast(monkeypatch):
     """enable_amp on a CPU with bfloat16: the fused step compiles with the autocast inside and agrees
     with the plain bfloat16 step (bfloat16's tolerance)."""
@@ -281,6 +288,7 @@ def test_fused_step_under_bf16_autocast(monkeypatch):
         torch.testing.assert_close(fused_norm, plain_norm, rtol=0.05, atol=0.02)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("normalize_advantages_over", ["minibatch", "rollout"])
 def test_compiled_update_runs_the_fused_step_and_stops_on_kl_as_the_plain_one(normalize_advantages_over):
     """PPO(compile=True).update() takes the fused step (said by ``train_step_kind``) and gives the

@@ -97,6 +97,7 @@ def one_update_job(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("optimizer", list(UPDATE_OPTIMIZERS))
 def test_one_update_on_two_ranks_equals_one_process_with_all_envs(one_update_job, one_thread, optimizer):
@@ -216,6 +217,7 @@ def test_two_rank_rl8_train_solves_cartpole(tmp_path, mlflow_uri):
 # checkpoints: a signal on one rank checkpoints every rank; resuming restores every rank
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_signal_checkpoint_and_resume_restore_every_rank(tmp_path):
     from rl8 import Trainer
@@ -252,6 +254,7 @@ def test_signal_checkpoint_and_resume_restore_every_rank(tmp_path):
 # (c) a rank that dies, raises or stalls ends the job with an error, never a hang
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("mode", ["kill", "raise", "stall"])
 def test_a_failing_rank_ends_the_job_with_an_error(tmp_path, mode):

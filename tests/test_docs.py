@@ -167,7 +167,15 @@ def _run_page(path: Path) -> None:
                 value.close()
 
 
-@pytest.mark.parametrize("path", DOCS, ids=_name)
+# the pages whose blocks take longest (ONNX exports, many Trainers): left out of -m "not slow"
+SLOW_PAGES = ("README.md", "collection.md", "export.md", "trainer.md")
+
+
+@pytest.mark.parametrize(
+    "path",
+    [pytest.param(p, marks=pytest.mark.slow) if p.name in SLOW_PAGES else p for p in DOCS],
+    ids=_name,
+)
 def test_python_blocks_run(path, step_budget, migrated_store):
     if not any(b.lang == "python" and "no-run" not in b.marks for b in _blocks(path)):
         pytest.skip(f"{path.name} has no python block to run")

@@ -119,6 +119,7 @@ def public_names() -> dict[str, list[str]]:
     return modules
 
 
+@pytest.mark.slow
 def test_site_builds_strict_and_offline(site):
     home = (site / "index.html").read_text()
     assert "fonts.googleapis.com" not in home, "the theme loads Google Fonts: set theme.font: false"
@@ -128,6 +129,7 @@ def test_site_builds_strict_and_offline(site):
     assert (site / "api" / "ppo" / "index.html").exists()
 
 
+@pytest.mark.slow
 def test_api_reference_has_every_public_name(site):
     """Every module that declares ``__all__`` has its entry in the API reference, and so does
     each of its names (``rl8.PPO`` under ``rl8.ppo.algorithm.PPO``, where it is defined)."""
@@ -153,6 +155,7 @@ def test_api_reference_has_every_public_name(site):
     assert not missing, f"not in the API reference (docs/api/*.md, or a docstring missing): {missing}"
 
 
+@pytest.mark.slow
 def test_sphinx_roles_become_links(site):
     """The docstrings' ``:class:`~rl8.HParams``` roles are links in the reference, none is left
     as text."""

@@ -248,6 +248,7 @@ def test_env_episode_sums_reduce_over_ranks_into_means_and_counts():
     assert stats["env_episodes/count"] == 0.0 and math.isnan(stats["env_episodes/return_mean"])
 
 
+@pytest.mark.slow
 def test_actors_send_their_envs_records_to_the_learner(tmp_path):
     """2 actors (2 envs each) and 1 learner: the learner's stats count both actors' games."""
     import json

@@ -56,6 +56,7 @@ main()
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "ending, status", [("return", "FINISHED"), ("raise", "FAILED"), ("interrupt", "KILLED")]
 )

@@ -164,6 +164,7 @@ def headless_env(**extra):
     return {**env, **extra}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mujoco_gl", [None, "osmesa"])
 def test_record_mujoco_without_a_display_writes_a_video_or_says_what_to_set(
     cheetah_policy, tmp_path, mujoco_gl

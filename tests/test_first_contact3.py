@@ -153,6 +153,7 @@ def test_adams_default_eps_goes_to_adam_and_adamw_only(optimizer, eps):
         PPO(CartPole, **SMALL, optimizer_cls="torch.optim.SGD", optimizer_kwargs={"eps": 1e-5})
 
 
+@pytest.mark.slow
 def test_the_console_script_with_trust_code_imports_a_module_of_the_working_folder(tmp_path):
     import os
     import subprocess
@@ -299,6 +300,7 @@ def test_an_env_config_mistake_is_an_error_before_training(tmp_path, migrated_st
     assert code == 2 and "rl8: error: env_config: CartPole.reset: unknown config key 'nope'" in err, err
 
 
+@pytest.mark.slow
 def test_a_model_stored_as_main_net_is_handed_over_with_model_cls(tmp_path):
     import os
     import subprocess

@@ -59,6 +59,7 @@ def test_closing_an_async_env_stuck_in_a_step_reaps_every_worker_in_bounded_time
     env.close()  # twice is fine
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_an_async_env_stuck_in_a_step_does_not_keep_the_interpreter_from_exiting():
     """Never closed by the script: the workers are ended at exit, even one ignoring SIGTERM."""
@@ -274,6 +275,7 @@ def run_program(
     return run(args if stdin else [*args, source], stdin=source if stdin else None)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_pool_from_stdin_says_what_to_do_instead_of_a_worker_exit_code():
     result = run_program([sys.executable, "-"], "pool", "main()\n", stdin=True)
@@ -288,6 +290,7 @@ def test_pool_from_stdin_says_what_to_do_instead_of_a_worker_exit_code():
     assert "PoolWorkerDied" not in result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_async_from_stdin_works():
     result = run_program([sys.executable, "-"], "async", "main()\n", stdin=True)
@@ -295,6 +298,7 @@ def test_async_from_stdin_works():
     assert "collected 8 GymnasiumEnv" in result.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_pool_in_a_script_without_a_main_guard_says_what_to_do(tmp_path):
     script = tmp_path / "unguarded.py"
@@ -310,6 +314,7 @@ def test_pool_in_a_script_without_a_main_guard_says_what_to_do(tmp_path):
     assert "PoolWorkerDied" not in result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_pool_in_a_guarded_script_and_from_python_c_runs_an_env_class_of_the_main_program(tmp_path):
     """The env class of the main program reaches the workers by value (cloudpickle), which also
@@ -324,6 +329,7 @@ def test_pool_in_a_guarded_script_and_from_python_c_runs_an_env_class_of_the_mai
         assert "collected 8 PoolEnv" in result.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_pool_from_an_ipython_session_runs_an_env_class_defined_in_it():
     pytest.importorskip("IPython", reason="IPython is not installed")
@@ -344,6 +350,7 @@ def test_pool_from_an_ipython_session_runs_an_env_class_defined_in_it():
     assert "collected 8 PoolEnv" in result.stdout, result.stdout + result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_a_pool_worker_that_dies_on_start_points_at_its_own_error(tmp_path):
     """The backstop where the script cannot be told unguarded (its pool is built by exec'd

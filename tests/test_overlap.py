@@ -261,6 +261,7 @@ print("in flight:", algo.collector.in_flight, flush=True)
 """
 
 
+@pytest.mark.slow
 def test_the_interpreter_exits_with_a_rollout_in_flight_and_no_close():
     env = {
         **os.environ,
@@ -327,6 +328,7 @@ def _worker_data_parallel() -> None:
     )
 
 
+@pytest.mark.slow
 def test_data_parallel_training_on_two_ranks():
     """torchrun, 2 ranks (gloo): the collectives stay on the main thread, nothing hangs."""
     with socket.socket() as s:

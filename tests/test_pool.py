@@ -330,6 +330,7 @@ def terminal_signals() -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_a_collect_ends_the_learner_and_reaps_the_workers():
     """The pool is never closed by the script: its workers end with the interpreter."""
     script = textwrap.dedent("""

@@ -150,6 +150,7 @@ def test_the_other_presets_train_their_whole_budget():
         assert "stop_conditions" not in rl8.presets.load(name), name
 
 
+@pytest.mark.slow
 def test_rl8_train_cartpole_stops_when_solved(capsys, migrated_store, one_torch_thread):
     budget = 800_000  # the built-in CartPole solves in about 20 steps of 8192 env steps
     assert main(["train", "CartPole", "--max-steps", str(budget), "--steps-per-eval", "5"]) == 0
@@ -274,6 +275,7 @@ def test_report_bounds_the_ratio_when_sb3_never_reached_the_threshold(tmp_path, 
     assert "| not in 1,200.0 | < 0.17 |" in (tmp_path / "results.md").read_text()
 
 
+@pytest.mark.slow
 def test_a_stopped_learning_run_resumes_from_its_checkpoint(tmp_path, benchmarks_importable, capsys):
     """The learning benchmark's runs resume: a seed stopped short of its budget continues from
     its latest checkpoint in the same MLflow run; a finished one is skipped; other

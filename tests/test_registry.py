@@ -218,6 +218,7 @@ class Reach(CartPole):
 TINY = "max_steps: 128\nhparams: {num_envs: 16, horizon: 8, sgd_minibatch_size: 64, num_sgd_iters: 1}\n"
 
 
+@pytest.mark.slow
 def test_the_rl8_script_imports_an_env_you_name_from_the_working_folder(tmp_path, migrated_store):
     (tmp_path / "myenv.py").write_text(MYENV)
     (tmp_path / "tiny.yaml").write_text(TINY)

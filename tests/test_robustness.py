@@ -29,6 +29,7 @@ def _env() -> dict[str, str]:
 # ---- the default SQLite store, created by several processes at once ---------------------------
 
 
+@pytest.mark.slow
 def test_three_processes_create_a_fresh_sqlite_store_at_once_quietly(tmp_path):
     uri = f"sqlite:///{tmp_path / 'fresh' / 'mlflow.db'}"
     (tmp_path / "fresh").mkdir()
@@ -122,6 +123,7 @@ def _small_trainer(**options):
     return Trainer(PPO(CartPole, **SMALL), progress=False, **options)
 
 
+@pytest.mark.slow
 def test_a_folder_written_by_a_live_process_is_refused_and_taken_over_once_it_died(tmp_path):
     from rl8.io.checkpoint_dir import CHECKPOINT_DIR_LOCK, CheckpointDirError, CheckpointDirLock
 

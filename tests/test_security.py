@@ -372,6 +372,7 @@ def test_a_namespace_package_cannot_import_a_file_of_the_working_folder(
     assert_not_imported(marker)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "command",
     [

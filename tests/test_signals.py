@@ -20,6 +20,7 @@ from mlflow.tracking import MlflowClient
 from rl8.io.checkpoint_dir import CheckpointManager
 
 pytestmark = [
+    pytest.mark.slow,
     pytest.mark.usefixtures("migrated_store"),
     pytest.mark.skipif(not hasattr(signal, "SIGUSR1"), reason="POSIX signals"),
 ]

@@ -122,6 +122,7 @@ def test_an_explicit_checkpoint_dir_does_not_wait_for_the_run(tmp_path, held_sta
     trainer.close()
 
 
+@pytest.mark.slow
 def test_creating_a_tracker_does_not_import_mlflow(mlflow_uri):
     code = textwrap.dedent("""
         import sys
@@ -149,6 +150,7 @@ trainer = Trainer(PPO(CartPole, num_envs=16, horizon=8), experiment="startup", r
 """
 
 
+@pytest.mark.slow
 def test_a_process_that_exits_during_the_start_ends_the_run(mlflow_uri, tmp_path):
     script = tmp_path / "script.py"
     script.write_text(SCRIPT)
@@ -164,6 +166,7 @@ def test_a_process_that_exits_during_the_start_ends_the_run(mlflow_uri, tmp_path
     assert run.data.params["hparams/num_envs"] == "16"
 
 
+@pytest.mark.slow
 def test_a_failed_start_that_nothing_raised_is_a_warning_at_exit(tmp_path):
     script = tmp_path / "script.py"
     script.write_text(SCRIPT.replace('experiment="startup"', f"tracking_uri={unusable_uri(tmp_path)!r}"))

@@ -66,6 +66,7 @@ def _runs(uri):
     return client, parents, [r for r in runs if "mlflow.parentRunId" in r.data.tags]
 
 
+@pytest.mark.slow
 def test_sweep_nests_trials_under_the_study_run_and_resumes(files):
     args = [
         "sweep",
@@ -111,6 +112,7 @@ def test_sweep_nests_trials_under_the_study_run_and_resumes(files):
     )
 
 
+@pytest.mark.slow
 def test_pruned_and_failed_trials_and_the_sweep_goes_on(files):
     space = {
         "env_config.tau": {"type": "categorical", "choices": [0.02, "fast"]}
@@ -266,6 +268,7 @@ def test_a_bad_max_env_steps_is_an_error(files, tmp_path, value):
     assert not (tmp_path / "study.db").exists()
 
 
+@pytest.mark.slow
 def test_a_trial_stopped_before_its_first_evaluation_fails_and_its_run_is_failed(files):
     with open(files["config"], "a") as config:  # a condition that holds at the first step
         config.write("stop_conditions: [{hits_upper_bound: {key: env/steps, bound: 128}}]\n")

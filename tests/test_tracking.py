@@ -529,6 +529,7 @@ def test_unreachable_server_fails_fast_at_start():
     assert "MLFLOW_HTTP_REQUEST_MAX_RETRIES" not in os.environ  # restored
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_live_server_logs_survives_a_restart_and_redelivers(live_server, tmp_path, caplog):
     uri = live_server.uri
@@ -591,6 +592,7 @@ def test_log_metrics_many_sends_several_steps_in_one_batch(monkeypatch):
     assert [(m.step, m.value) for m in history] == [(10, 1.0), (20, 3.0)]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_trainer_against_a_live_server_reads_back_with_mlflow_client(live_server):
     from rl8 import PPO, Trainer
@@ -632,6 +634,7 @@ trainer.run(stop_conditions=[Report()])
 """
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_hung_server_does_not_stall_training_and_sigterm_exits_in_bounded_time(live_server, tmp_path):
     """SIGSTOP the tracking server mid-run: training keeps its pace (metrics and the
@@ -807,6 +810,7 @@ def test_asynchronous_tracker_sends_held_steps_together_in_order(mlflow_uri, mon
     assert [(m.step, m.value) for m in history] == [(s, float(s)) for s in range(5)]
 
 
+@pytest.mark.slow
 def test_a_tracker_ending_at_exit_ends_its_run_with_the_status_of_the_exit(mlflow_uri):
     code = textwrap.dedent("""
         import sys

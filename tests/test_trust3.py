@@ -308,6 +308,7 @@ def test_loading_a_model_uri_from_a_silent_server_is_bounded(silent_server):
     assert code in (1, 2)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_ranks_whose_hparams_differ_are_refused_at_start_up(tmp_path):
     from launch import torchrun
@@ -544,6 +545,7 @@ def test_log_every_logs_every_nth_step_the_evaluations_checkpoints_and_the_last(
     assert history(trainer.run_id, "env/steps") == [4, 6]  # the last step at close
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_a_signals_checkpoint_never_waits_for_a_run_start_that_hangs(tmp_path, monkeypatch, capsys):
     import signal

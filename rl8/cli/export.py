@@ -4,7 +4,6 @@ robot (``docs/export.md``)."""
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from rl8.training.config_file import ConfigError
@@ -37,8 +36,7 @@ def run(args: argparse.Namespace) -> int:
     )
     try:
         written = policy.export(path, args.format)
-    except ExportError as exc:
-        print(f"rl8: error: {args.policy}: {exc}", file=sys.stderr)
-        return 1
+    except ExportError as exc:  # the policy named: rl8 export exits with 1 (cli.main)
+        raise ExportError(f"{args.policy}: {exc}") from exc
     print(written)
     return 0

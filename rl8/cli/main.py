@@ -1,12 +1,15 @@
-"""The ``rl8`` command's parser and entry point (see ``docs/cli.md``): configuration mistakes
-exit with status 2, other known failures (tracking server down, missing checkpoint) with 1."""
+"""The ``rl8`` command's parser and entry point (see ``docs/cli.md``): mistakes in what was
+given exit with status 2, other known failures (tracking server down, missing or refused
+checkpoint) with 1, each as one line (``--debug`` or ``RL8_DEBUG=1``: after its traceback)."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import math
+import os
 import sys
+import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -23,6 +26,9 @@ from rl8.verbosity import apply_verbosity
 
 __all__ = ["build_parser", "main"]
 
+#: The environment variable that shows the traceback of an error (any value but "" and "0"), as
+#: ``--debug`` does.
+DEBUG_ENV = "RL8_DEBUG"
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _TRUST_CODE_HELP = (
     "trust the {what}: import the modules it names that rl8's registry lacks, and call a plain "
@@ -107,8 +113,14 @@ def build_parser() -> argparse.ArgumentParser:
         prog="rl8", description="Fast PPO for batched environments: train, resume, evaluate."
     )
     parser.add_argument("--version", action="version", version=f"rl8 {__version__}")
+    debug_help = f"on an error, show its traceback before its one line (as {DEBUG_ENV}=1)"
+    parser.add_argument("--debug", action="store_true", help=debug_help)
+    # every command takes it too (rl8 train x.yaml --debug); SUPPRESS keeps rl8 --debug's value
+    debug = argparse.ArgumentParser(add_help=False)
+    debug.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=debug_help)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    verbosity = argparse.ArgumentParser(add_help=False)  # the commands that build envs or download
+    # the commands that build envs or download
+    verbosity = argparse.ArgumentParser(add_help=False, parents=[debug])
     verbosity.add_argument(
         "-v",
         "--verbose",
@@ -241,6 +253,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     runs = commands.add_parser(
         "runs",
+        parents=[debug],
         help="list RUNNING MLflow runs and their process; --clean marks dead ones FAILED",
         description="List the RUNNING MLflow runs with the host, pid and state of their process. --clean "
         "marks FAILED those whose process on this host is gone (killed before ending its run).",
@@ -374,34 +387,71 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``rl8`` command; returns the exit status."""
+    """Entry point of the ``rl8`` command; returns the exit status.
+
+    Args:
+        argv: The command line after ``rl8`` (default: ``sys.argv[1:]``).
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
     apply_verbosity(getattr(args, "verbose", False))  # before anything is imported or downloaded
+    try:
+        if getattr(args, "trust_code", False):  # as python -m rl8: a trusted file's modules here
+            from rl8.ppo.resolve import working_dir_on_path
+
+            working_dir_on_path()
+        return int(args.func(args) or 0)
+    except Exception as exc:
+        status = _error_status(exc)
+        if status is None:  # a bug (of rl8 or of code it calls): its traceback
+            raise
+        if args.debug or os.environ.get(DEBUG_ENV, "") not in ("", "0"):
+            traceback.print_exc()
+        print(f"rl8: error: {exc}", file=sys.stderr)
+        return status
+
+
+def _error_status(exc: Exception) -> int | None:
+    """The exit status of an error that ``rl8`` reports in one line, or ``None`` for one that
+    shows its traceback (a bug).
+
+    2 for a mistake in what was given: rl8's :class:`ConfigError`, :class:`CheckpointDirError`
+    (an unusable checkpoint_dir), :class:`StoreSchemaError` (a store of a newer MLflow than the
+    installed one), and any ``ValueError`` or ``TypeError`` that rl8's own code raised (its checks
+    of hyper-parameters, run plans, envs and memory name the field, the expected and the given
+    value). 1 for a known failure: a missing file or module, a checkpoint refused
+    (:class:`CheckpointError`), a policy that cannot be exported (:class:`ExportError`), the
+    tracking server.
+
+    Args:
+        exc: The exception that ended the command.
+    """
     from rl8.io.checkpoint import CheckpointError
     from rl8.io.checkpoint_dir import CheckpointDirError
     from rl8.mlflow_store import StoreSchemaError
+    from rl8.policies.deploy import ExportError
     from rl8.tracking import TrackingError
 
-    if getattr(args, "trust_code", False):  # as python -m rl8: a trusted file's modules of this folder
-        from rl8.ppo.resolve import working_dir_on_path
+    if isinstance(exc, (TrackingError, CheckpointError, ExportError, FileNotFoundError, ImportError)):
+        return 1
+    if isinstance(exc, (ConfigError, CheckpointDirError, StoreSchemaError)):
+        return 2
+    # rl8 checks its inputs with plain ValueError and TypeError in some 200 places: where the error
+    # was raised tells them from one raised in a library rl8 calls (torch, gymnasium, a user's env)
+    if isinstance(exc, (ValueError, TypeError)) and _raised_in_rl8(exc):
+        return 2
+    return None
 
-        working_dir_on_path()
-    try:
-        return int(args.func(args) or 0)
-    except (
-        ConfigError,
-        CheckpointDirError,
-        TrackingError,
-        CheckpointError,
-        FileNotFoundError,
-        ImportError,
-        StoreSchemaError,
-    ) as exc:
-        print(f"rl8: error: {exc}", file=sys.stderr)
-        # configuration mistakes (CheckpointDirError: an unusable checkpoint_dir; StoreSchemaError:
-        # a store of a newer MLflow than the installed one) exit with 2
-        return 2 if isinstance(exc, (ConfigError, CheckpointDirError, StoreSchemaError)) else 1
+
+def _raised_in_rl8(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised in a module of rl8 (the innermost frame of its traceback)."""
+    frame = exc.__traceback__
+    if frame is None:
+        return False
+    while frame.tb_next is not None:
+        frame = frame.tb_next
+    module = frame.tb_frame.f_globals.get("__name__", "")
+    return module == "rl8" or module.startswith("rl8.")
