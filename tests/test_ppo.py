@@ -321,6 +321,30 @@ def test_same_seed_gives_identical_losses():
     assert run() == run()
 
 
+def test_building_a_ppo_leaves_torchs_global_rng_alone():
+    torch.manual_seed(123)
+    before = torch.get_rng_state()
+    PPO(CartPole, **SMALL)
+    assert torch.equal(torch.get_rng_state(), before)
+
+
+@pytest.mark.parametrize("env_cls", [CartPole, Pendulum])
+def test_a_run_does_not_depend_on_torchs_global_rng(env_cls):
+    def run(global_seed):
+        torch.manual_seed(global_seed)
+        algo = PPO(env_cls, **SMALL)
+        weights = [p.detach().clone() for p in algo.policy.parameters()]
+        losses = []
+        for _ in range(2):
+            algo.collect()
+            losses.append(algo.update())
+        return weights, losses
+
+    (weights_a, losses_a), (weights_b, losses_b) = run(1), run(2)
+    assert all(torch.equal(a, b) for a, b in zip(weights_a, weights_b, strict=True))
+    assert losses_a == losses_b
+
+
 def test_different_seeds_differ():
     a = PPO(CartPole, **{**SMALL, "seed": 1})
     b = PPO(CartPole, **{**SMALL, "seed": 2})
