@@ -1,7 +1,6 @@
-"""The modules of rl8's flat layout (before the layered packages, up to commit 13e50a1), still
-importable in rl8 2.x: ``from rl8.conditions import HitsUpperBound`` works with a
-``DeprecationWarning`` naming the new path (``rl8.training.conditions``); see
-``docs/migrating.md``. Removed in rl8 3.0.
+"""The modules of rl8 1.0.0 (the released layout), still importable in rl8 2.x:
+``from rl8.conditions import HitsUpperBound`` works with a ``DeprecationWarning`` naming the new
+path (``rl8.training.conditions``); see ``docs/migrating.md``. Removed in rl8 3.0.
 
 And the names that users of rl8 1.0 and of Stable-Baselines3 import from rl8, which rl8 2.x has
 not (:data:`NOT_IN_RL8`): ``from rl8 import Algorithm`` is an ImportError, ``rl8.Algorithm`` an
@@ -19,37 +18,16 @@ from typing import Any
 
 __all__ = ["MOVED", "NOT_IN_RL8", "install", "missing_name_pointer"]
 
-#: Old module -> the modules its public names live in now (searched in this order).
+#: rl8 1.0.0's modules (the released layout) -> the modules their public names live in now
+#: (searched in this order). 1.0.0's names that rl8 2.x has not are :data:`NOT_IN_RL8`.
 MOVED: dict[str, tuple[str, ...]] = {
-    "rl8.actors": ("rl8.training.actors",),
-    "rl8.atari": ("rl8.envs.atari",),
-    "rl8.buffer": ("rl8.ppo.buffer",),
-    "rl8.callbacks": ("rl8.training.callbacks",),
-    "rl8.checkpoint": ("rl8.io.checkpoint", "rl8.io.checkpoint_dir"),
+    "rl8.algorithms": ("rl8.ppo.algorithm", "rl8.ppo.hparams"),
     "rl8.conditions": ("rl8.training.conditions",),
-    "rl8.config": ("rl8.training.config",),
-    "rl8.distributed": ("rl8.ppo.distributed",),
     "rl8.distributions": ("rl8.policies.distributions",),
-    "rl8.encoders": ("rl8.policies.encoders",),
-    "rl8.env": ("rl8.envs.base",),
-    "rl8.episodes": ("rl8.envs.episodes",),
-    "rl8.export": ("rl8.io.export",),
-    "rl8.finite": ("rl8.ppo.finite",),
-    "rl8.hparams": ("rl8.ppo.hparams",),
-    "rl8.losses": ("rl8.ppo.losses",),
-    "rl8.models": ("rl8.policies.models",),
-    "rl8.normalization": ("rl8.policies.normalization",),
-    "rl8.overlap": ("rl8.ppo.overlap",),
-    "rl8.policy": ("rl8.policies.policy",),
-    "rl8.progress": ("rl8.training.progress",),
-    "rl8.recurrent": ("rl8.policies.recurrent",),
-    "rl8.rollout": ("rl8.ppo.rollout",),
-    "rl8.runner": ("rl8.policies.runner",),
-    "rl8.schedules": ("rl8.ppo.schedules",),
-    "rl8.spaces": ("rl8.envs.spaces",),
-    "rl8.stats": ("rl8.ppo.stats",),
-    "rl8.trainer": ("rl8.training.trainer",),
-    "rl8.video": ("rl8.training.video",),
+    "rl8.env": ("rl8.envs.base", "rl8.envs.dummy"),
+    "rl8.models": ("rl8.policies.models", "rl8.policies.recurrent"),
+    "rl8.schedulers": ("rl8.ppo.schedules",),
+    "rl8.trainers": ("rl8.training.trainer", "rl8.training.config"),
 }
 
 #: Names that rl8 does not have, which users of rl8 1.0 and of Stable-Baselines3 look for in it,
@@ -115,6 +93,7 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
                     return found
             raise AttributeError(
                 f"module {spec.name!r} (now {' and '.join(new)}) has no attribute {name!r}"
+                f"{missing_name_pointer(name)}"
             )
 
         module.__getattr__ = __getattr__  # type: ignore[method-assign]

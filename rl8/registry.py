@@ -14,8 +14,6 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from rl8.moved import MOVED
-
 __all__ = ["lookup", "register"]
 
 _USER: dict[str, Any] = {}  # what you registered: name -> object
@@ -151,12 +149,24 @@ def gymnasium_id_registered(env_id: str) -> bool:
     return version is None and find_highest_version(namespace, name) is not None
 
 
+#: The modules by which files written before rl8's modules moved into packages (checkpoints and
+#: policy files of commit 13e50a1 and earlier) name classes -> the modules of those classes now.
+STORED_MODULES: dict[str, str] = {
+    "rl8.atari": "rl8.envs.atari",
+    "rl8.distributions": "rl8.policies.distributions",
+    "rl8.encoders": "rl8.policies.encoders",
+    "rl8.env": "rl8.envs.base",
+    "rl8.models": "rl8.policies.models",
+    "rl8.recurrent": "rl8.policies.recurrent",
+}
+
+
 def _rl8_object(name: str) -> Any:
     """The public class of :data:`_RL8_MODULES` that ``name`` names (by its module's path, its
-    public path or its path before the move, :data:`rl8.moved.MOVED`: ``"rl8.models.MLPModel"``,
+    public path or its path before the move, :data:`STORED_MODULES`: ``"rl8.models.MLPModel"``,
     tests/test_legacy_files.py), else ``None``."""
     module_name, _, attr = name.rpartition(".")
-    module_name = MOVED.get(module_name, (module_name,))[0]
+    module_name = STORED_MODULES.get(module_name, module_name)
     if module_name in _PUBLIC:
         exports = getattr(importlib.import_module(module_name), _PUBLIC[module_name])
         module_name = exports.get(attr, "")

@@ -374,8 +374,12 @@ def test_a_compressed_entry_is_refused_before_it_is_read(tmp_path):
         load_checkpoint(path)
 
 
-def test_checkpoint_error_is_a_value_error():
-    assert issubclass(CheckpointError, ValueError)
+def test_a_checkpoint_error_is_caught_as_a_value_error(tmp_path):
+    path = tmp_path / "garbage.pt"
+    path.write_bytes(b"not a checkpoint")
+    with pytest.raises(ValueError, match="garbage.pt") as info:
+        load_checkpoint(path)
+    assert type(info.value) is CheckpointError
 
 
 @pytest.mark.parametrize("obj", [{"model": torch.zeros(2)}, [1, 2], torch.zeros(3)])

@@ -71,18 +71,42 @@ def test_other_names_rl8_has_not_keep_pythons_errors():
         rl8.Nope
 
 
-def test_the_paths_of_the_issue_import_their_classes(monkeypatch):
-    for old in ("rl8.conditions", "rl8.checkpoint"):
+def test_rl8_1_0_0s_paths_import_their_classes(monkeypatch):
+    for old in ("rl8.conditions", "rl8.trainers", "rl8.env"):
         monkeypatch.delitem(sys.modules, old, raising=False)
     with pytest.warns(DeprecationWarning, match="rl8.training.conditions"):
         from rl8.conditions import HitsUpperBound
-    with pytest.warns(DeprecationWarning, match="rl8.io.checkpoint and rl8.io.checkpoint_dir"):
-        from rl8.checkpoint import CheckpointManager, load_checkpoint
-    from rl8.io.checkpoint import load_checkpoint as new_load
-    from rl8.io.checkpoint_dir import CheckpointManager as new_manager
+    with pytest.warns(DeprecationWarning, match="rl8.training.trainer and rl8.training.config"):
+        from rl8.trainers import Trainer
+    with pytest.warns(DeprecationWarning, match="rl8.envs.base and rl8.envs.dummy"):
+        from rl8.env import DiscreteDummyEnv, Env
+    from rl8 import Env as new_env
+    from rl8.envs import DiscreteDummyEnv as new_dummy
     from rl8.training.conditions import HitsUpperBound as new_bound
+    from rl8.training.trainer import Trainer as new_trainer
 
-    assert (HitsUpperBound, CheckpointManager, load_checkpoint) == (new_bound, new_manager, new_load)
+    assert (HitsUpperBound, Trainer, Env, DiscreteDummyEnv) == (
+        new_bound,
+        new_trainer,
+        new_env,
+        new_dummy,
+    )
+
+
+def test_a_1_0_0_name_rl8_has_not_says_what_to_use_through_its_old_module(monkeypatch):
+    monkeypatch.delitem(sys.modules, "rl8.algorithms", raising=False)
+    with pytest.warns(DeprecationWarning, match="rl8.ppo.algorithm"):
+        algorithms = importlib.import_module("rl8.algorithms")
+    with pytest.raises(AttributeError, match=re.escape(f"'Algorithm': {NOT_IN_RL8['Algorithm']}")):
+        algorithms.Algorithm
+
+
+@pytest.mark.parametrize(
+    "path", ["rl8.overlap", "rl8.actors", "rl8.finite", "rl8.rollout", "rl8.checkpoint"]
+)
+def test_the_paths_of_unreleased_layouts_are_gone(path):
+    with pytest.raises(ModuleNotFoundError, match=f"No module named '{path}'"):
+        importlib.import_module(path)
 
 
 SMALL = dict(num_envs=4, horizon=8, sgd_minibatch_size=16, num_sgd_iters=1, seed=0)

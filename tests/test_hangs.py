@@ -16,7 +16,7 @@ import torch
 from toy_envs import Stall, alive
 
 from rl8 import PPO
-from rl8.envs import EnvStepTimeout, EnvWorkerDied, GymnasiumEnv, PoolWorkerDied
+from rl8.envs import EnvStepTimeout, EnvWorkerDied, GymnasiumEnv
 
 
 def run(args: list[str], stdin: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -185,13 +185,13 @@ def test_pool_step_timeout_in_a_collect_acting_on_ready_envs():
         },
     )
     pids = list(algo.env.worker_pids)
-    with pytest.raises(EnvStepTimeout, match=r"sub-env \d \(pool worker \d\) did not finish a step"):
+    # caught as any TimeoutError
+    with pytest.raises(
+        TimeoutError, match=r"sub-env \d \(pool worker \d\) did not finish a step"
+    ) as info:
         algo.collect()
+    assert type(info.value) is EnvStepTimeout
     assert not any(alive(pid) for pid in pids)
-
-
-def test_pool_worker_died_is_an_env_worker_died():
-    assert issubclass(PoolWorkerDied, EnvWorkerDied) and issubclass(EnvStepTimeout, TimeoutError)
 
 
 @pytest.mark.parametrize(

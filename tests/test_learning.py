@@ -7,6 +7,8 @@ fails once the env-step budget is spent.
 from __future__ import annotations
 
 import pytest
+import torch
+from markers import needs_cpu_bfloat16
 
 from rl8 import PPO
 from rl8.envs import CartPole, ContinuousDummyEnv, DiscreteDummyEnv, Pendulum
@@ -37,9 +39,12 @@ def train_until(
     pytest.fail(f"{key} reached only {best:.2f} < {target} within {max_env_steps} env steps")
 
 
-@pytest.mark.parametrize("amp", [False, True], ids=["fp32", "bf16"])
+@pytest.mark.parametrize(
+    "amp", [False, pytest.param(True, marks=needs_cpu_bfloat16)], ids=["fp32", "bf16"]
+)
 def test_cartpole_defaults_solve(amp):
     algo = PPO(CartPole, seed=0, enable_amp=amp)
+    assert algo.amp_dtype == (torch.bfloat16 if amp else torch.float32)
     value, steps = train_until(
         algo, CartPole(32), target=475, max_env_steps=600_000, eval_steps=500, eval_every=2
     )
@@ -59,9 +64,12 @@ PENDULUM = dict(
 )
 
 
-@pytest.mark.parametrize("amp", [False, True], ids=["fp32", "bf16"])
+@pytest.mark.parametrize(
+    "amp", [False, pytest.param(True, marks=needs_cpu_bfloat16)], ids=["fp32", "bf16"]
+)
 def test_pendulum_solves(amp):
     algo = PPO(Pendulum, seed=0, enable_amp=amp, **PENDULUM)
+    assert algo.amp_dtype == (torch.bfloat16 if amp else torch.float32)
     value, _ = train_until(
         algo, Pendulum(32), target=-250, max_env_steps=2_000_000, eval_steps=200, eval_every=4
     )

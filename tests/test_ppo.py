@@ -9,6 +9,7 @@ import re
 import pytest
 import torch
 from gymnasium import spaces
+from markers import needs_cpu_bfloat16
 from tensordict import TensorDict
 
 from rl8 import PPO, Env, EnvOutputError
@@ -321,6 +322,30 @@ def test_same_seed_gives_identical_losses():
     assert run() == run()
 
 
+def test_building_a_ppo_leaves_torchs_global_rng_alone():
+    torch.manual_seed(123)
+    before = torch.get_rng_state()
+    PPO(CartPole, **SMALL)
+    assert torch.equal(torch.get_rng_state(), before)
+
+
+@pytest.mark.parametrize("env_cls", [CartPole, Pendulum])
+def test_a_run_does_not_depend_on_torchs_global_rng(env_cls):
+    def run(global_seed):
+        torch.manual_seed(global_seed)
+        algo = PPO(env_cls, **SMALL)
+        weights = [p.detach().clone() for p in algo.policy.parameters()]
+        losses = []
+        for _ in range(2):
+            algo.collect()
+            losses.append(algo.update())
+        return weights, losses
+
+    (weights_a, losses_a), (weights_b, losses_b) = run(1), run(2)
+    assert all(torch.equal(a, b) for a, b in zip(weights_a, weights_b, strict=True))
+    assert losses_a == losses_b
+
+
 def test_different_seeds_differ():
     a = PPO(CartPole, **{**SMALL, "seed": 1})
     b = PPO(CartPole, **{**SMALL, "seed": 2})
@@ -367,11 +392,18 @@ def test_schedules_and_options():
     assert math.isfinite(first["losses/total"])
 
 
+@needs_cpu_bfloat16
 def test_bf16_autocast_on_cpu():
-    algo = PPO(CartPole, enable_amp=True, **SMALL)
-    algo.collect()
-    stats = algo.update()
+    def first_update(enable_amp):
+        algo = PPO(CartPole, enable_amp=enable_amp, **SMALL)
+        algo.collect()
+        return algo, algo.update()
+
+    algo, stats = first_update(True)
+    assert algo.amp_dtype == torch.bfloat16
     assert math.isfinite(stats["losses/total"])
+    # the same seed's float32 update differs: the forward passes did run in bfloat16
+    assert stats["losses/total"] != first_update(False)[1]["losses/total"]
 
 
 def test_evaluate_respects_reset_boundaries():

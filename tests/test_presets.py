@@ -15,7 +15,6 @@ from pathlib import Path
 
 import gymnasium
 import pytest
-import yaml
 
 import rl8
 import rl8.presets
@@ -114,11 +113,6 @@ def test_bad_hparams_are_an_error_naming_the_preset_and_the_field(tmp_path):
         match="preset 'CartPole-v1': hparams: unknown hyper-parameter 'horizn'; did you mean 'horizon'",
     ):
         rl8.presets.hparams({"env": "CartPole-v1", "hparams": {"horizn": 8}})
-
-
-def test_presets_are_plain_yaml_mappings():
-    for name in rl8.presets.names():
-        assert isinstance(yaml.safe_load(rl8.presets.path(name).read_text()), dict)
 
 
 #: The presets of tasks solved at a return: gymnasium's reward_threshold (the built-in CartPole:

@@ -464,7 +464,12 @@ def test_the_stored_forms_of_builtin_envs_load(tmp_path, spec):
         PPO(spec, env_kwargs=kwargs, **SMALL), tracking=False, checkpoint_dir=tmp_path
     ) as trainer:
         path = trainer.save_checkpoint()
-    Trainer.from_checkpoint(path, tracking=False).close()
+        saved_env, saved_weights = type(trainer.algo.env), trainer.algo.policy.state_dict()
+    with Trainer.from_checkpoint(path, tracking=False) as resumed:
+        assert type(resumed.algo.env) is saved_env
+        weights = resumed.algo.policy.state_dict()
+        assert all(torch.equal(weights[name], value) for name, value in saved_weights.items())
+        resumed.step()  # the env built from its stored form trains
 
 
 def test_an_env_factory_function_needs_registering_or_trust_code(tmp_path, capsys, monkeypatch):

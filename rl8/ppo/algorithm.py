@@ -7,7 +7,7 @@ import contextlib
 import math
 import secrets
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -140,28 +140,34 @@ class PPO:
         self.seed = hp.seed if hp.seed is not None else agree_on_run_seed(secrets.randbits(31))
         # the model starts from the run's seed (every rank alike); envs and sampling from the rank's
         self.env_seed = derive_seed(self.seed, self.dist.global_rank)
-        torch.manual_seed(self.seed)
         self.env_spec = env
-        check_buffer_fits(
-            hp.num_envs, hp.horizon, self.device, MIN_SLOT_BYTES
-        )  # before the env allocates per env
-        with buffer_allocation(hp.num_envs, hp.horizon, None):
-            self.env = (
-                built
-                if built is not None
-                else make_env(env, hp.num_envs, hp.horizon, device=self.device, env_kwargs=hp.env_kwargs)
+        # The envs and the model's initial weights draw from torch's global RNG, seeded here with
+        # the run's seed and restored afterwards: building a PPO leaves the user's stream alone.
+        with seeded_global_rng(self.seed, self.device):
+            check_buffer_fits(
+                hp.num_envs, hp.horizon, self.device, MIN_SLOT_BYTES
+            )  # before the env allocates per env
+            with buffer_allocation(hp.num_envs, hp.horizon, None):
+                self.env = (
+                    built
+                    if built is not None
+                    else make_env(
+                        env, hp.num_envs, hp.horizon, device=self.device, env_kwargs=hp.env_kwargs
+                    )
+                )
+            self.policy = Policy(
+                self.env.observation_space,
+                self.env.action_space,
+                model_cls=resolve(hp.model_cls, MODEL, field="hparam model_cls"),
+                model_config=hp.model_config
+                if hp.obs_groups is None
+                else {**hp.model_config, "obs_groups": hp.obs_groups},
+                distribution_cls=resolve(
+                    hp.distribution_cls, DISTRIBUTION, field="hparam distribution_cls"
+                ),
+                normalize_observations=hp.normalize_observations,
+                device=self.device,
             )
-        self.policy = Policy(
-            self.env.observation_space,
-            self.env.action_space,
-            model_cls=resolve(hp.model_cls, MODEL, field="hparam model_cls"),
-            model_config=hp.model_config
-            if hp.obs_groups is None
-            else {**hp.model_config, "obs_groups": hp.obs_groups},
-            distribution_cls=resolve(hp.distribution_cls, DISTRIBUTION, field="hparam distribution_cls"),
-            normalize_observations=hp.normalize_observations,
-            device=self.device,
-        )
         self.dist.broadcast_module(self.policy)
         # Action sampling and minibatch shuffling draw from this object's own generator, so
         # two PPO objects (or user code) in one process never disturb each other's streams.
@@ -169,7 +175,6 @@ class PPO:
         self.eval_generator = torch.Generator(device=self.device).manual_seed(
             derive_seed(self.env_seed, 1)
         )
-        torch.manual_seed(self.env_seed)
         self.optimizer = make_optimizer(
             hp.optimizer_cls,
             self.policy.parameters(),
@@ -751,6 +756,19 @@ class PresetHint(UserWarning):
 
 
 _hinted: set[str] = set()
+
+
+@contextlib.contextmanager
+def seeded_global_rng(seed: int, device: torch.device) -> Iterator[None]:
+    """Inside: torch's global RNG (the CPU's, and ``device``'s when it is a CUDA device) seeded with
+    ``seed``; afterwards: the states it had before, so that code outside never sees the seed."""
+    cuda = [device] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=cuda):
+        torch.random.default_generator.manual_seed(seed)
+        if cuda:
+            with torch.cuda.device(device):
+                torch.cuda.manual_seed(seed)
+        yield
 
 
 def check_env_configs(algo: PPO, configs: Mapping[str, Mapping[str, Any] | None]) -> None:
