@@ -894,6 +894,23 @@ def test_a_tracker_with_log_every_logs_each_nth_step_forced_ones_and_the_last(ml
     assert _history(client, run_id, "eval/x") == [(7, -1.0)]
 
 
+def test_a_tracker_past_its_young_run_logs_one_step_per_interval_evaluations_and_the_last(
+    mlflow_uri,
+):
+    from rl8.tracking.cadence import LogCadence
+
+    with Tracker(experiment="old") as tracker:
+        tracker._cadence = LogCadence(
+            young_steps=0, interval_s=3600
+        )  # an old run: the first, then hourly
+        for step in range(1, 11):
+            tracker.log_metrics({"x": float(step)}, step=step)
+            if step == 4:
+                tracker.log_metrics({"eval/x": -1.0}, step=step, always=True)
+        run_id = tracker.run_id
+    assert _history(MlflowClient(mlflow_uri), run_id, "x") == [(1, 1.0), (4, 4.0), (10, 10.0)]
+
+
 def test_a_tracker_logs_every_step_of_a_young_run_by_default(mlflow_uri):
     with Tracker(experiment="young") as tracker:
         for step in range(30):
