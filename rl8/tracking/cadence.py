@@ -9,9 +9,10 @@ from rl8.fields import check_int
 
 __all__ = ["INTERVAL_S", "YOUNG_S", "YOUNG_STEPS", "LogCadence"]
 
-#: The automatic cadence logs every step of a young run: its first YOUNG_S seconds, at most
-#: YOUNG_STEPS steps (a short run gets a full curve; a fast one at most 1,000 points that way).
+#: Seconds from the first step during which the automatic cadence logs every step (a young run):
+#: a short run gets a full curve.
 YOUNG_S = 60.0
+#: Most steps of a young run logged that way: a fast run logs at most 1,000 points so.
 YOUNG_STEPS = 1000
 #: Then one step per INTERVAL_S seconds: 3,600 points in 10 hours, whatever the step rate.
 INTERVAL_S = 10.0
