@@ -36,6 +36,7 @@ from packaging.utils import canonicalize_name
 import rl8
 from rl8.mlflow_store import StoreSchemaError, check_store_schema
 from rl8.tracking import Tracker, TrackingError, TrackingWarning, flatten_params, running_runs
+from rl8.tracking.cadence import INTERVAL_S, YOUNG_S, YOUNG_STEPS, LogCadence
 from rl8.tracking.runs import tag_run
 
 pytestmark = pytest.mark.usefixtures("migrated_store")
@@ -833,8 +834,6 @@ def test_the_logging_thread_sends_a_full_request_at_once_and_never_parts_a_step(
 
 
 def test_log_cadence_logs_every_step_while_young_then_one_step_per_interval():
-    from rl8.tracking.cadence import LogCadence
-
     def logged(cadence, times):
         return [n for n, now in enumerate(times, 1) if cadence.due(now)]
 
@@ -857,8 +856,6 @@ def test_log_cadence_logs_every_step_while_young_then_one_step_per_interval():
 
 
 def test_log_cadence_with_log_every_logs_exactly_every_nth_step_whatever_the_clock():
-    from rl8.tracking.cadence import LogCadence
-
     cadence = LogCadence(5)
     assert [n for n in range(1, 23) if cadence.due(now=0.0 if n < 10 else 1e6 + n)] == [5, 10, 15, 20]
     for bad in (0, -1, 2.5, True, "5"):
@@ -872,8 +869,6 @@ def test_log_cadence_with_log_every_logs_exactly_every_nth_step_whatever_the_clo
 
 @pytest.mark.parametrize("steps_per_s", [1, 10, 100])
 def test_the_default_cadence_logs_a_bounded_number_of_steps_in_ten_hours(steps_per_s):
-    from rl8.tracking.cadence import INTERVAL_S, YOUNG_S, YOUNG_STEPS, LogCadence
-
     cadence = LogCadence()
     steps = 10 * 3600 * steps_per_s
     logged = sum(cadence.due(n / steps_per_s) for n in range(steps))
@@ -897,12 +892,9 @@ def test_a_tracker_with_log_every_logs_each_nth_step_forced_ones_and_the_last(ml
 def test_a_tracker_past_its_young_run_logs_one_step_per_interval_evaluations_and_the_last(
     mlflow_uri,
 ):
-    from rl8.tracking.cadence import LogCadence
-
     with Tracker(experiment="old") as tracker:
-        tracker._cadence = LogCadence(
-            young_steps=0, interval_s=3600
-        )  # an old run: the first, then hourly
+        # past its young run: the first step, then one an hour
+        tracker._cadence = LogCadence(young_steps=0, interval_s=3600)
         for step in range(1, 11):
             tracker.log_metrics({"x": float(step)}, step=step)
             if step == 4:
