@@ -20,6 +20,7 @@ import time
 import tomllib
 import urllib.request
 import warnings
+from fractions import Fraction
 from pathlib import Path
 
 import mlflow
@@ -35,6 +36,7 @@ from packaging.utils import canonicalize_name
 import rl8
 from rl8.mlflow_store import StoreSchemaError, check_store_schema
 from rl8.tracking import Tracker, TrackingError, TrackingWarning, flatten_params, running_runs
+from rl8.tracking.cadence import INTERVAL_S, YOUNG_S, YOUNG_STEPS, LogCadence
 from rl8.tracking.runs import tag_run
 
 pytestmark = pytest.mark.usefixtures("migrated_store")
@@ -801,13 +803,115 @@ def test_asynchronous_tracker_sends_held_steps_together_in_order(mlflow_uri, mon
     monkeypatch.setattr(MlflowClient, "log_batch", spy)
     tracker = Tracker(experiment="async", asynchronous=True)
     tracker.start()
-    for step in range(5):  # held by the logging thread (up to 1 s or 20 steps), then one request
+    for step in range(5):  # held by the logging thread (up to 1 s or 1,000 values), then one request
         tracker.log_metrics({"x": float(step)}, step=step)
     assert tracker.flush() is True
     assert calls == [("rl8-mlflow-logger", [0, 1, 2, 3, 4])]
     tracker.end()
     history = MlflowClient(mlflow_uri).get_metric_history(tracker.run_id, "x")
     assert [(m.step, m.value) for m in history] == [(s, float(s)) for s in range(5)]
+
+
+def test_the_logging_thread_sends_a_full_request_at_once_and_never_parts_a_step(monkeypatch):
+    import threading
+
+    calls, sent = [], threading.Event()
+    real = MlflowClient.log_batch
+
+    def spy(self, run_id, *args, metrics=(), **kwargs):
+        if metrics:
+            calls.append([m.step for m in metrics])
+            sent.set()
+        return real(self, run_id, *args, metrics=metrics, **kwargs)
+
+    monkeypatch.setattr(MlflowClient, "log_batch", spy)
+    tracker = Tracker(experiment="async", asynchronous=True)
+    tracker.start()
+    # 1,200 values: more than a request holds, sent without the 1 s wait, in whole steps
+    tracker.log_metrics_many([({f"m{i}": 1.0 for i in range(400)}, step) for step in range(3)])
+    assert sent.wait(0.9)
+    assert tracker.flush() is True
+    tracker.end()
+    assert [sorted(set(steps)) for steps in calls] == [[0, 1], [2]]
+    assert [len(steps) for steps in calls] == [800, 400]
+
+
+def test_log_cadence_logs_every_step_while_young_then_one_step_per_interval():
+    def logged(cadence, times):
+        return [n for n, now in enumerate(times, 1) if cadence.due(now)]
+
+    # 2 steps a second: every step of the first 60 s (120 steps), then one step per 10 s
+    times = [n / 2 for n in range(400)]
+    assert logged(LogCadence(young_s=60, young_steps=1000, interval_s=10), times) == [
+        *range(1, 121),
+        *range(140, 401, 20),
+    ]
+    # 100 steps a second: young for 1,000 steps only (10 s), then one step per 10 s
+    times = [Fraction(n, 100) for n in range(5000)]  # exact: no rounding at the 10 s boundaries
+    assert logged(LogCadence(young_s=60, young_steps=1000, interval_s=10), times) == [
+        *range(1, 1001),
+        *range(2000, 5001, 1000),
+    ]
+    # a step every 15 s: every step, young or not
+    assert logged(LogCadence(young_s=60, young_steps=2, interval_s=10), [15 * n for n in range(9)]) == [
+        *range(1, 10)
+    ]
+
+
+def test_log_cadence_with_log_every_logs_exactly_every_nth_step_whatever_the_clock():
+    cadence = LogCadence(5)
+    assert [n for n in range(1, 23) if cadence.due(now=0.0 if n < 10 else 1e6 + n)] == [5, 10, 15, 20]
+    for bad in (0, -1, 2.5, True, "5"):
+        with pytest.raises(ValueError, match=rf"log_every must be an int >= 1 or None .*got {bad!r}"):
+            LogCadence(bad)
+    with pytest.raises(ValueError, match="interval_s must be a number of seconds >= 0, got -1"):
+        LogCadence(interval_s=-1)
+    with pytest.raises(ValueError, match="log_every must be an int >= 1 or None"):
+        Tracker(experiment="bad", log_every=0)
+
+
+@pytest.mark.parametrize("steps_per_s", [1, 10, 100])
+def test_the_default_cadence_logs_a_bounded_number_of_steps_in_ten_hours(steps_per_s):
+    cadence = LogCadence()
+    steps = 10 * 3600 * steps_per_s
+    logged = sum(cadence.due(n / steps_per_s) for n in range(steps))
+    young = min(YOUNG_STEPS, YOUNG_S * steps_per_s)  # every step of these, then one per 10 s
+    assert abs(logged - (young + (10 * 3600 - young / steps_per_s) / INTERVAL_S)) <= 1
+    assert logged <= 1000 + 3600  # vs 36,000 to 3,600,000 steps
+
+
+def test_a_tracker_with_log_every_logs_each_nth_step_forced_ones_and_the_last(mlflow_uri):
+    with Tracker(experiment="every", log_every=5) as tracker:
+        for step in range(1, 14):
+            tracker.log_metrics({"x": float(step)}, step=step)
+            if step == 7:
+                tracker.log_metrics({"eval/x": -1.0}, step=step, always=True)
+        run_id = tracker.run_id
+    client = MlflowClient(mlflow_uri)
+    assert _history(client, run_id, "x") == [(s, float(s)) for s in (5, 7, 10, 13)]
+    assert _history(client, run_id, "eval/x") == [(7, -1.0)]
+
+
+def test_a_tracker_past_its_young_run_logs_one_step_per_interval_evaluations_and_the_last(
+    mlflow_uri,
+):
+    with Tracker(experiment="old") as tracker:
+        # past its young run: the first step, then one an hour
+        tracker._cadence = LogCadence(young_steps=0, interval_s=3600)
+        for step in range(1, 11):
+            tracker.log_metrics({"x": float(step)}, step=step)
+            if step == 4:
+                tracker.log_metrics({"eval/x": -1.0}, step=step, always=True)
+        run_id = tracker.run_id
+    assert _history(MlflowClient(mlflow_uri), run_id, "x") == [(1, 1.0), (4, 4.0), (10, 10.0)]
+
+
+def test_a_tracker_logs_every_step_of_a_young_run_by_default(mlflow_uri):
+    with Tracker(experiment="young") as tracker:
+        for step in range(30):
+            tracker.log_metrics({"x": float(step)}, step=step)
+        run_id = tracker.run_id
+    assert _history(MlflowClient(mlflow_uri), run_id, "x") == [(s, float(s)) for s in range(30)]
 
 
 @pytest.mark.slow

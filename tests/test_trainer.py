@@ -128,6 +128,18 @@ def test_all_stats_of_a_step_in_one_request_at_env_steps(monkeypatch, mlflow_uri
     ]
 
 
+@pytest.mark.parametrize(("log_every", "logged"), [(None, range(1, 13)), (5, [5, 10, 12])])
+def test_a_short_run_logs_every_step_by_default_and_every_nth_with_log_every(
+    mlflow_uri, log_every, logged
+):
+    with make_trainer(log_every=log_every) as trainer:  # 12 steps: a young run
+        for _ in range(12):
+            trainer.step()
+    assert [step for step, _ in history(mlflow_uri, trainer.run_id, "losses/total")] == [
+        n * STEP for n in logged
+    ]  # log_every=5: the 5th, the 10th and the last step
+
+
 def test_run_params_and_default_experiment(mlflow_uri):
     trainer = make_trainer(run_name="params")
     trainer.close()

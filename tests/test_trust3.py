@@ -505,7 +505,7 @@ def test_log_every_logs_every_nth_step_the_evaluations_checkpoints_and_the_last(
     from rl8 import PPO, Trainer
     from rl8.envs import CartPole
 
-    with pytest.raises(ValueError, match="Trainer: log_every must be an int >= 1, got 0"):
+    with pytest.raises(ValueError, match="Trainer: log_every must be an int >= 1 or None, got 0"):
         Trainer(PPO(CartPole, num_envs=4, horizon=4, sgd_minibatch_size=16), log_every=0, tracking=False)
     algo = PPO(CartPole, num_envs=4, horizon=4, sgd_minibatch_size=16, seed=0)
     with Trainer(
@@ -522,11 +522,11 @@ def test_log_every_logs_every_nth_step_the_evaluations_checkpoints_and_the_last(
         run_id = trainer.run_id
     client = MlflowClient()
     history = lambda run, key: sorted(m.step // 16 for m in client.get_metric_history(run, key))  # noqa: E731
-    # the 4th step; the evaluations (5, 10); checkpoint 7; each resets the count; the last (11)
-    assert history(run_id, "env/steps") == [4, 5, 7, 10, 11]
+    # every 4th step (4, 8); the evaluations (5, 10); checkpoint 7; the last (11)
+    assert history(run_id, "env/steps") == [4, 5, 7, 8, 10, 11]
     assert history(run_id, "eval/episodes/count") == [5, 10]
     values = {m.step // 16: m.value for m in client.get_metric_history(run_id, "algorithm/steps")}
-    assert values == {s: float(s) for s in [4, 5, 7, 10, 11]}
+    assert values == {s: float(s) for s in [4, 5, 7, 8, 10, 11]}
     models = {
         m.name: {x.key for x in m.metrics}
         for m in client.search_logged_models([client.get_run(run_id).info.experiment_id])

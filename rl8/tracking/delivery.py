@@ -48,9 +48,10 @@ MAX_METRICS_PER_BATCH = 1000
 MAX_PARAMS_PER_BATCH = 100
 #: HTTP policy while the server is known to be down (retrying the queue): one attempt.
 _DEGRADED_RETRIES = 0
-#: An asynchronous tracker holds metrics at most this many seconds or steps (one request for several).
+#: The logging thread of an asynchronous tracker sends metric values once the oldest waited this
+#: many seconds (or a request's worth, MAX_METRICS_PER_BATCH, waits): several steps share one
+#: request and the thread keeps up with a fast run. It delays what the cadence logs, never thins it.
 _HOLD_S = 1.0
-_HOLD_STEPS = 20
 # MLflow error codes that mean "the store refused this request": retrying cannot help.
 _REJECTED_CODES = frozenset(
     {
@@ -77,8 +78,7 @@ class Outbox:
         self.metrics: deque[tuple[str, float, int, int]] = deque()  # (key, value, ms, step)
         # uploads: key -> (MlflowClient method, staged copy, artifact path, ModelLink of a model)
         self.artifacts: dict[Any, tuple[str, Path, str | None, ModelLink | None]] = {}
-        self.steps = 0  # logging calls since the last delivery: an asynchronous tracker batches
-        self.first_at = math.inf  # time.monotonic() of the first of them
+        self.first_at = math.inf  # time.monotonic() when the oldest waiting metric value came
         self.dropped = 0  # metric values dropped since the last successful delivery
         self.overflowing = False
         self._staging: Path | None = None  # folder of the staged copies
@@ -95,17 +95,14 @@ class Outbox:
                 "artifacts": len(self.artifacts),
             }
 
-    def add(
-        self, *, params: Mapping[str, str] | None = None, metrics: Iterable[tuple] = (), steps: int = 0
-    ) -> bool:
-        """Queue params and metric values (``(key, value, ms, step)``) of ``steps`` logging
-        calls; whether old metric values began to be dropped."""
+    def add(self, *, params: Mapping[str, str] | None = None, metrics: Iterable[tuple] = ()) -> bool:
+        """Queue params and metric values (``(key, value, ms, step)``); whether old metric values
+        began to be dropped."""
         with self.changed:
             self.params.update(params or {})
-            self.metrics.extend(metrics)
-            if steps and not self.steps:
+            if not self.metrics:
                 self.first_at = time.monotonic()
-            self.steps += steps
+            self.metrics.extend(metrics)
             self.changed.notify_all()
             return self._trim()
 
@@ -134,11 +131,16 @@ class Outbox:
             shutil.rmtree(replaced[1].parent, ignore_errors=True)
 
     def take(self, name: str, n: int) -> list:
-        """Remove and return the oldest ``n`` entries of ``name`` (an attribute of this box)."""
+        """Remove and return the oldest ``n`` entries of ``name`` (an attribute of this box); metric
+        values of one step are not parted (fewer are taken then), unless the step has more than ``n``."""
         with self.changed:
             if name == "metrics":
-                self.steps = 0
-                return [self.metrics.popleft() for _ in range(min(n, len(self.metrics)))]
+                chunk = [self.metrics.popleft() for _ in range(min(n, len(self.metrics)))]
+                cut = _step_start(chunk) if self.metrics and self.metrics[0][3] == chunk[-1][3] else 0
+                if cut:  # the last step goes on past the chunk: it waits for the next one
+                    self.metrics.extendleft(reversed(chunk[cut:]))
+                    del chunk[cut:]
+                return chunk
             box = getattr(self, name)
             return [(key, box.pop(key)) for key in list(itertools.islice(box, n))]
 
@@ -162,7 +164,6 @@ class Outbox:
             self.params.clear()
             self.metrics.clear()
             self.artifacts.clear()
-            self.steps = 0
             if self._staging is not None:
                 shutil.rmtree(self._staging, ignore_errors=True)
                 self._staging = None
@@ -176,6 +177,14 @@ class Outbox:
         self.dropped += excess
         started, self.overflowing = not self.overflowing, True
         return started
+
+
+def _step_start(values: list[tuple[str, float, int, int]]) -> int:
+    """The index of the first of the metric values (oldest first) of the last one's step."""
+    start = len(values)
+    while start > 0 and values[start - 1][3] == values[-1][3]:
+        start -= 1
+    return start
 
 
 def warn_overflow(outbox: Outbox, uri: str, stacklevel: int) -> None:
@@ -399,8 +408,9 @@ class Courier:
 class LogThread:
     """The ``rl8-mlflow-logger`` thread of an asynchronous :class:`Tracker`: ``start_run()`` if asked
     (``False``: no run), then ``deliver(force=...)`` once ``outbox`` holds params, artifacts,
-    :data:`_HOLD_STEPS` steps or metrics older than :data:`_HOLD_S`, or on :meth:`flush` (while
-    ``courier()``, ``None`` before the run started, is degraded: when due)."""
+    a full request of metric values (:data:`MAX_METRICS_PER_BATCH`) or one older than
+    :data:`_HOLD_S`, or on :meth:`flush` (while ``courier()``, ``None`` before the run started, is
+    degraded: when due)."""
 
     def __init__(
         self,
@@ -449,14 +459,15 @@ class LogThread:
         """Seconds until the next delivery is due (<= 0: now; ``None``: not before news)."""
         if self.flush_wanted > self.flushed:
             return 0.0
-        if self.outbox.empty():
+        outbox = self.outbox
+        if outbox.empty():
             return None
         courier = self.courier()
         if courier is not None and courier.degraded:
             return courier.due_in()
-        if self.outbox.params or self.outbox.artifacts or self.outbox.steps >= _HOLD_STEPS:
+        if outbox.params or outbox.artifacts or len(outbox.metrics) >= MAX_METRICS_PER_BATCH:
             return 0.0
-        return self.outbox.first_at + _HOLD_S - time.monotonic()
+        return outbox.first_at + _HOLD_S - time.monotonic()
 
     def _loop(self, start_run: bool) -> None:
         changed = self.outbox.changed

@@ -26,6 +26,7 @@ from typing import Any
 from rl8.fields import check_int
 from rl8.mlflow_store import StoreSchemaError
 from rl8.registry import qualified_name
+from rl8.tracking.cadence import LogCadence
 from rl8.tracking.common import DEGRADED_TIMEOUT_S, TrackingError, TrackingWarning
 from rl8.tracking.delivery import (
     MODEL_VERSIONS_TAG,
@@ -126,10 +127,12 @@ class Tracker:
             open (needs ``psutil``).
         tags: Tags of a new run besides the source tags (``{"mlflow.parentRunId": id}``: a
             nested run); ``None``: none.
-        log_every: Steps (distinct ``step`` values of :meth:`log_metrics`) between two metric
-            logs, each of the latest value of every metric at the step it came from; values
-            logged with ``always=True``, at a step :meth:`log_model` names, or held at
-            :meth:`flush` or :meth:`end` are logged too (1: every step).
+        log_every: Which steps (distinct ``step`` values of :meth:`log_metrics`) are logged, by
+            :class:`~rl8.tracking.cadence.LogCadence`: an int N, every N-th step (1: every
+            step); ``None``: every step for the first minute (at most 1,000 steps), then one
+            step per 10 s. Each log has the latest value of every metric, at the step it came
+            from; values logged with ``always=True``, at a step :meth:`log_model` names, or
+            held at :meth:`flush` or :meth:`end` are logged too.
 
     Attributes:
         run_id: The MLflow run id once started; ``None`` before, and always when disabled.
@@ -155,12 +158,11 @@ class Tracker:
         end_at_exit: bool = False,
         system_metrics: bool = False,
         tags: dict[str, str] | None = None,
-        log_every: int = 1,
+        log_every: int | None = None,
     ) -> None:
         if not isinstance(experiment, str) or not experiment:
             raise ValueError(f"experiment must be a non-empty string, got {experiment!r}")
         check_int("max_pending", max_pending, 0)
-        check_int("log_every", log_every, 1)
         if not (isinstance(retry_interval_s, (int, float)) and retry_interval_s >= 0):
             raise ValueError(f"retry_interval_s must be a number >= 0, got {retry_interval_s!r}")
         for name, value in (
@@ -185,9 +187,9 @@ class Tracker:
         self.system_metrics = system_metrics
         self._monitor: Any = None  # MLflow's SystemMetricsMonitor, while the run is open
         self._step_metrics: tuple[int, dict[str, tuple]] = (-1, {})  # what the latest step logged
-        self.log_every = log_every
-        self._held: dict[str, tuple] = {}  # metric -> its latest value not logged yet (log_every)
-        self._steps_held = 0  # distinct steps since the last metric log
+        self._cadence = LogCadence(log_every)
+        self._held: dict[str, tuple] = {}  # metric -> its latest value not logged yet (cadence)
+        self._step_due = False  # whether the cadence logs the latest step
         self.run_id: str | None = None
         self.experiment_id: str | None = None
         self.start_error: TrackingError | StoreSchemaError | None = None
@@ -504,7 +506,7 @@ class Tracker:
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int, *, always: bool = False) -> None:
         """Record the metrics of one step (values become ``float``; queued while the store cannot
-        be reached; held back between the steps that ``log_every`` logs).
+        be reached; held back between the steps that the cadence, ``log_every``, logs).
 
         Args:
             metrics: ``{name: value}`` (Python or numpy numbers, one-element tensors).
@@ -529,24 +531,23 @@ class Tracker:
         overflow = False
         with self._outbox.changed:
             for values in filter(None, steps):
-                if (
-                    values[0][3] != self._step_metrics[0]
-                ):  # the values of the latest step, which log_model links
-                    self._step_metrics = (values[0][3], {})
-                    self._steps_held += 1
+                step = values[0][3]
+                if step != self._step_metrics[0]:  # a new step: log_model links its values
+                    self._step_metrics = (step, {})
+                    self._step_due = self._cadence.due(time.monotonic())
                 for value in values:
                     self._step_metrics[1][value[0]] = self._held[value[0]] = value
-                if always or self._steps_held >= self.log_every:
+                if always or self._step_due:
                     overflow = self._release_held() or overflow
         self._queued(overflow)
 
     def _release_held(self) -> bool:
-        """Move the metric values held back by ``log_every`` to the outbox (oldest step first);
+        """Move the metric values held back by the cadence to the outbox (oldest step first);
         whether old values began to be dropped."""
         with self._outbox.changed:
-            values, steps = sorted(self._held.values(), key=lambda v: v[3]), self._steps_held
-            self._held, self._steps_held = {}, 0
-            return bool(values) and self._outbox.add(metrics=values, steps=max(steps, 1))
+            values = sorted(self._held.values(), key=lambda v: v[3])
+            self._held = {}
+            return bool(values) and self._outbox.add(metrics=values)
 
     def flush(self, timeout_s: float | None = None) -> bool:
         """Try now to deliver everything queued (asynchronous: wait at most ``timeout_s`` seconds,

@@ -300,11 +300,12 @@ class TrainerConfig:
         check("'max' or 'min'", lambda v: v in ("max", "min")),
         cli="config",
     )
-    log_every: int = _option(
-        25,
+    log_every: int | None = _option(
+        None,
         "training steps between two metric logs to MLflow (each logs the latest value of every stat, "
-        "at its step); evaluations, checkpoints and the last step are always logged; 1: every step",
-        int_at_least(1),
+        "at its step; 1: every step); None: every step for the first minute (at most 1,000 steps), "
+        "then one step per 10 s; evaluations, checkpoints and the last step are always logged",
+        _COUNT,
         cli="config",
     )
     system_metrics: bool = _option(

@@ -280,7 +280,7 @@ class Trainer:
 
     def _log(self, stats: Mapping[str, float], *, evaluated: bool = False) -> None:
         """All stats in one request, at step ``env/steps``; NaN values are left out. An
-        evaluation's stats are logged whatever ``log_every`` says."""
+        evaluation's stats are logged whatever the cadence (``log_every``) says."""
         self._check_open()
         self._check_run_start()
         metrics = {k: float(v) for k, v in stats.items() if not is_nan(v)}
