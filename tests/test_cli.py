@@ -473,7 +473,7 @@ def bad_input(tmp_path, command):
     space = write(tmp_path, "lr: {type: float, low: 1, high: 0}\n", "space.yaml")
     return {
         "train": ([config, *TINY_SET], 2, "eval_num_envs=1000000000000 needs about"),
-        "eval": ([str(garbage)], 1, "garbage.pt is corrupt or truncated"),
+        "eval": ([str(garbage)], 2, "garbage.pt is corrupt or truncated"),
         "record": ([str(garbage), "-o", ""], 2, "-o/--output must name an MP4 file to write"),
         "export": ([str(garbage), "-o", str(tmp_path)], 2, "is a folder; give a file name"),
         "runs": (["--dry-run"], 2, "--dry-run only applies with --clean"),

@@ -213,7 +213,7 @@ def test_the_console_script_with_trust_code_imports_a_module_of_the_working_fold
     ]
     env_vars = {**os.environ, "PYTHONPATH": root}
     refused = subprocess.run(run, cwd=work, env=env_vars, capture_output=True, text=True, timeout=120)
-    assert refused.returncode == 1 and "(rl8 --trust-code) imports it" in refused.stderr, refused.stderr
+    assert refused.returncode == 2 and "(rl8 --trust-code) imports it" in refused.stderr, refused.stderr
     trusted = subprocess.run(
         [*run, "--trust-code"], cwd=work, env=env_vars, capture_output=True, text=True, timeout=120
     )
@@ -349,7 +349,7 @@ def test_a_model_stored_as_main_net_is_handed_over_with_model_cls(tmp_path):
 
     assert rl8("script.py").returncode == 0
     refused = rl8("-m", "rl8", "eval", "p.pt", "--episodes", "1")
-    assert refused.returncode == 1 and "--model-cls mymodule.Net" in refused.stderr, refused.stderr
+    assert refused.returncode == 2 and "--model-cls mymodule.Net" in refused.stderr, refused.stderr
     evaluated = rl8("-m", "rl8", "eval", "p.pt", "--episodes", "1", "--model-cls", "mynet.Net")
     assert evaluated.returncode == 0 and "mean return over 1 episodes" in evaluated.stdout, (
         evaluated.stderr

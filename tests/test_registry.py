@@ -126,7 +126,7 @@ def test_a_class_of_a_script_is_refused_with_the_advice_to_hand_it_over(notebook
         in message
     )
     assert "trust" not in message  # importing __main__ would not find it
-    assert main(["eval", str(notebook_checkpoint), "--episodes", "1"]) == 1
+    assert main(["eval", str(notebook_checkpoint), "--episodes", "1"]) == 2
     assert "load_policy(path, model_cls=Net)" in capsys.readouterr().err
 
 
@@ -144,7 +144,7 @@ def test_classes_a_process_lacks_are_handed_over_at_load_time(notebook_checkpoin
 
 def test_the_rl8_command_hands_a_scripts_env_over_with_env(notebook_checkpoint, capsys):
     rl8.register(Net, name="__main__.Net")  # the model: registered under the name the file uses
-    assert main(["eval", str(notebook_checkpoint), "--episodes", "1"]) == 1
+    assert main(["eval", str(notebook_checkpoint), "--episodes", "1"]) == 2
     assert "--env mymodule.Reach on the command line" in capsys.readouterr().err
     # --env names the module that defines the class now: it stands for __main__.Reach
     assert (

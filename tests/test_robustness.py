@@ -501,7 +501,7 @@ def test_a_malformed_policy_file_is_a_checkpoint_error_naming_the_entry(
     path = save_checkpoint(policy, tmp_path / "policy.pt")
     with pytest.raises(CheckpointError, match=match.format(weight=weight)):
         load_policy(path)
-    assert main(["eval", str(path), "--episodes", "1"]) == 1
+    assert main(["eval", str(path), "--episodes", "1"]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"rl8: error: {path}") and err.count("\n") == 1, err
 
@@ -539,7 +539,7 @@ def test_a_malformed_trainer_checkpoint_is_a_checkpoint_error_naming_the_entry(t
         path = save_checkpoint(broken, tmp_path / what.replace(" ", "-") / "checkpoint-000000000128.pt")
         with pytest.raises(CheckpointError, match=python_match):
             Trainer.from_checkpoint(path, progress=False)
-        assert main(["train", "--resume", str(path), "--max-steps", "256", "--quiet"]) == 1, what
+        assert main(["train", "--resume", str(path), "--max-steps", "256", "--quiet"]) == 2, what
         err = capsys.readouterr().err
         assert cli_match in err and err.count("\n") == 1, (what, err)
 

@@ -100,7 +100,7 @@ def test_a_crafted_env_spec_does_not_run_through_rl8_train_resume(checkpoint, tm
     evil = craft_checkpoint(
         checkpoint, tmp_path / "evil.pt", env="subprocess.run", env_kwargs=shell_payload(marker)
     )
-    assert main(["train", "--resume", str(evil), "--max-steps", "1", "--quiet"]) == 1
+    assert main(["train", "--resume", str(evil), "--max-steps", "1", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "'subprocess.run'" in err and "not registered" in err
     assert not marker.exists()
@@ -109,7 +109,7 @@ def test_a_crafted_env_spec_does_not_run_through_rl8_train_resume(checkpoint, tm
 def test_a_crafted_env_spec_does_not_run_through_rl8_eval(tmp_path, capsys):
     marker = tmp_path / "pwned"
     evil = craft_policy(tmp_path, env="subprocess.run", env_kwargs=shell_payload(marker))
-    assert main(["eval", str(evil), "--episodes", "1"]) == 1
+    assert main(["eval", str(evil), "--episodes", "1"]) == 2
     err = capsys.readouterr().err
     assert "'subprocess.run'" in err and "not registered" in err
     assert not marker.exists()
@@ -118,7 +118,7 @@ def test_a_crafted_env_spec_does_not_run_through_rl8_eval(tmp_path, capsys):
 def test_a_crafted_env_spec_does_not_run_through_rl8_record(tmp_path, capsys):
     marker = tmp_path / "pwned"
     evil = craft_policy(tmp_path, env="subprocess.run", env_kwargs=shell_payload(marker))
-    assert main(["record", str(evil), "-o", str(tmp_path / "v.mp4")]) == 1
+    assert main(["record", str(evil), "-o", str(tmp_path / "v.mp4")]) == 2
     assert "not registered" in capsys.readouterr().err
     assert not marker.exists()
 
@@ -305,7 +305,7 @@ def test_env_names_inside_the_stored_env_kwargs_are_checked_when_env_is_given(
         "2",
         *(["-o", str(tmp_path / "v.mp4")] if command == "record" else []),
     ]
-    assert main(argv) == 1
+    assert main(argv) == 2
     assert "env env_kwargs['env'] = 'local_script:Env-v0'" in capsys.readouterr().err
     assert not script_in_working_dir.exists()
 
@@ -368,7 +368,7 @@ def test_a_namespace_package_cannot_import_a_file_of_the_working_folder(
         with pytest.raises(CheckpointError, match=rf"model_cls = '{name}', which is not registered"):
             load_policy(evil)
     else:
-        assert main(["eval", str(evil), "--episodes", "1"]) == 1
+        assert main(["eval", str(evil), "--episodes", "1"]) == 2
     assert_not_imported(marker)
 
 
@@ -393,7 +393,7 @@ def test_a_namespace_package_cannot_import_a_file_of_the_working_folder_via_pyth
     done = subprocess.run(
         [sys.executable, "-c", code, *command], cwd=work, capture_output=True, text=True, timeout=300
     )
-    assert done.returncode == 1, done.stderr
+    assert done.returncode == 2, done.stderr
     assert "'google.rl8poc.Model', which is not registered" in done.stderr
     assert not marker.exists()
 
@@ -483,7 +483,7 @@ def test_an_env_factory_function_needs_registering_or_trust_code(tmp_path, capsy
     resumed = Trainer.from_checkpoint(path, tracking=False, trust_code=True)
     assert resumed.algo.env.env is make_gym_cartpole
     resumed.close()
-    assert main(["eval", str(path), "--episodes", "1", "--max-steps", "5"]) == 1
+    assert main(["eval", str(path), "--episodes", "1", "--max-steps", "5"]) == 2
     assert "--trust-code" in capsys.readouterr().err
     assert main(["eval", str(path), "--episodes", "1", "--max-steps", "5", "--trust-code"]) == 0
     monkeypatch.setattr(rl8.registry, "_USER", {})

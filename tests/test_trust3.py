@@ -492,7 +492,7 @@ def test_resuming_stored_hparams_that_do_not_build_is_one_line(tmp_path, capsys,
     bad = save_checkpoint(state, tmp_path / "bad.pt")
     with pytest.raises(CheckpointError, match=re.escape(f"{bad}: ") + ".*" + re.escape(words)):
         Trainer.from_checkpoint(bad, tracking=False, progress=False, checkpoint_dir=tmp_path / "again")
-    assert main(["train", "--resume", str(bad), "--checkpoint-dir", str(tmp_path / "cli")]) == 1
+    assert main(["train", "--resume", str(bad), "--checkpoint-dir", str(tmp_path / "cli")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("rl8: error: ") and words in err and err.count("\n") == 1, err
 

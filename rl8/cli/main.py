@@ -419,12 +419,12 @@ def _error_status(exc: Exception) -> int | None:
     shows its traceback (a bug).
 
     2 for a mistake in what was given: rl8's :class:`ConfigError`, :class:`CheckpointDirError`
-    (an unusable checkpoint_dir), :class:`StoreSchemaError` (a store of a newer MLflow than the
-    installed one), and any ``ValueError`` or ``TypeError`` that rl8's own code raised (its checks
-    of hyper-parameters, run plans, envs and memory name the field, the expected and the given
-    value). 1 for a known failure: a missing file or module, a checkpoint refused
-    (:class:`CheckpointError`), a policy that cannot be exported (:class:`ExportError`), the
-    tracking server.
+    (an unusable checkpoint_dir), :class:`CheckpointError` (a checkpoint or policy file refused),
+    :class:`StoreSchemaError` (a store of a newer MLflow than the installed one), and any
+    ``ValueError`` or ``TypeError`` that rl8's own code raised (its checks of hyper-parameters,
+    run plans, envs and memory name the field, the expected and the given value). 1 for a known
+    failure: a missing file or module, a policy that cannot be exported (:class:`ExportError`),
+    the tracking server.
 
     Args:
         exc: The exception that ended the command.
@@ -435,9 +435,9 @@ def _error_status(exc: Exception) -> int | None:
     from rl8.policies.deploy import ExportError
     from rl8.tracking import TrackingError
 
-    if isinstance(exc, (TrackingError, CheckpointError, ExportError, FileNotFoundError, ImportError)):
+    if isinstance(exc, (TrackingError, ExportError, FileNotFoundError, ImportError)):
         return 1
-    if isinstance(exc, (ConfigError, CheckpointDirError, StoreSchemaError)):
+    if isinstance(exc, (ConfigError, CheckpointDirError, CheckpointError, StoreSchemaError)):
         return 2
     # rl8 checks its inputs with plain ValueError and TypeError in some 200 places: where the error
     # was raised tells them from one raised in a library rl8 calls (torch, gymnasium, a user's env)
