@@ -78,9 +78,11 @@ HEARTBEAT_INTERVAL_S = 30
 #: The default grace period, in heartbeat intervals: a ``RUNNING`` trial whose last heartbeat is
 #: older than this is stale (its process or machine died) and the next sweep marks it ``FAIL``.
 HEARTBEATS_OF_GRACE = 4
-#: The environment variables that set ``sweep``'s heartbeat interval and grace period (seconds)
-#: when its arguments are ``None`` (so ``rl8 sweep`` reads them).
+#: The environment variable that sets ``sweep``'s heartbeat interval (seconds) when its argument
+#: is ``None`` (so ``rl8 sweep`` reads it).
 HEARTBEAT_INTERVAL_ENV = "RL8_SWEEP_HEARTBEAT_INTERVAL"
+#: The environment variable that sets ``sweep``'s grace period (seconds) when its argument is
+#: ``None``.
 GRACE_PERIOD_ENV = "RL8_SWEEP_GRACE_PERIOD"
 
 
