@@ -15,13 +15,28 @@ Workloads (``torch.set_num_threads(--threads)``, default 2):
   steps, 256x256 MLPs, one minibatch; the same in bfloat16 autocast);
 * ``gym-cartpole``: ``PPO("CartPole-v1")`` through the gymnasium adapter, 64 envs (sync
   vectorisation), horizon 32, default hyper-parameters;
-* ``recurrent``: ``rl8.envs.Memory`` with an LSTM (64 envs x 32 steps, hidden 64, seq_len 8).
+* ``recurrent``: ``rl8.envs.Memory`` with an LSTM (64 envs x 32 steps, hidden 64, seq_len 8);
+* ``memory-lstm``, ``memory-gru``: ``Memory(delay=8, num_cues=4)`` at the hyper-parameters of
+  ``tests/test_recurrent_ppo.py`` (64 envs x 16 steps, seq_len 8, minibatches of 256, lr 3e-3,
+  gamma 0.9, no reward normalisation; hidden 32 after a 32-wide encoder);
+* ``memory-docs``: the same Memory with the LSTM of ``docs/recurrent.md``'s first example
+  (hidden 64, seq_len 8, PPO's other defaults).
+
+The ``steps/s`` column is env steps per second of collect+update (the tree's median).
+
+``--solve`` trains the ``memory-*`` workloads instead, for each ``--seed``, until the
+deterministic success rate on 256 fresh episodes (every 5 updates) is >= 0.95 or
+``--max-env-steps``: the table gives the env steps at the end (every round's value; one value
+when the tree is deterministic), whether every round solved, the median wall seconds from
+building PPO to the end, and its ratio to the first tree's. The same seed solving in the same
+env steps on two trees says they learn alike, whatever the machine's load.
 
 Usage::
 
     git worktree add --detach /tmp/rl8-main main
     python benchmarks/compare.py --src /tmp/rl8-main --src . --rounds 5
     python benchmarks/compare.py --src /tmp/rl8-main --src . --workload small --rounds 9
+    python benchmarks/compare.py --src /tmp/rl8-main --src . --solve --seed 0 --seed 1 --rounds 2
 """
 
 from __future__ import annotations
