@@ -1,4 +1,5 @@
-"""Presets (rl8.presets, ``rl8 train NAME``) and the learning benchmark's summary and report.
+"""Presets (rl8.presets, ``rl8 train NAME``), the learning benchmark's summary and report, and
+``benchmarks/compare.py --solve``.
 
 Every preset loads, validates and runs one collect and one update. To keep this fast the
 batch is cut to at most 8 envs x 64 steps where the preset splits its batch into
@@ -322,3 +323,28 @@ def test_sb3_runner_stops_at_max_wall_s(tmp_path, benchmarks_importable):
     assert len(capped) == 1 and capped[0]["env_steps"] < 8192
     full = read_curve(train("CartPole-v1", 0, out=tmp_path / "full", max_steps=8192))
     assert full[-1]["env_steps"] >= 8192 and len(full) > 1
+
+
+def test_compare_solve_gives_each_tree_and_seed_its_env_steps(benchmarks_importable, capsys):
+    """``benchmarks/compare.py --solve``: one row per workload, seed and tree with the env steps
+    at the end; a run that stops at ``--max-env-steps`` short of the success rate is not solved."""
+    from benchmarks import compare
+
+    repo = str(Path(__file__).resolve().parent.parent)
+    argv = ["--src", repo, "--src", repo, "--solve", "--workload", "memory-gru", "--seed", "3"]
+    assert compare.main([*argv, "--rounds", "1", "--threads", "1", "--max-env-steps", "2048"]) == 0
+    rows = [
+        line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("memory-gru")
+    ]
+    assert [row[:5] for row in rows] == [["memory-gru", "3", str(i), "2048", "NO"] for i in (0, 1)]
+
+
+def test_compare_solve_refuses_a_throughput_workload(benchmarks_importable, capsys):
+    from benchmarks import compare
+
+    repo = str(Path(__file__).resolve().parent.parent)
+    with pytest.raises(SystemExit):
+        compare.main(["--src", repo, "--src", repo, "--solve", "--workload", "small"])
+    assert "--solve trains only memory-lstm, memory-gru, memory-docs; got --workload small" in (
+        capsys.readouterr().err
+    )
