@@ -47,6 +47,7 @@ def signal_at_first_step(signum: int):
 
 def test_close_with_a_bad_status_leaves_the_run_open_for_a_later_close(mlflow_uri):
     trainer = make_trainer()
+    trainer.run_id  # starts the run
     with pytest.raises(ValueError, match="status must be one of .*'DONE'"):
         trainer.close("DONE")
     assert not trainer.closed

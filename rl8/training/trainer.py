@@ -94,8 +94,9 @@ def _memory_stats(device: torch.device) -> dict[str, float]:
 
 class Trainer:
     """Train a :class:`~rl8.PPO` algorithm with stop conditions, MLflow tracking and checkpoints
-    (see ``docs/checkpoints.md``). Creating it starts its MLflow run (see
-    ``docs/trainer.md``), which stays open until :meth:`close` (or a ``with`` block's end).
+    (see ``docs/checkpoints.md``). Its MLflow run starts at the first call that needs it (a
+    step, :meth:`run` or :meth:`learn` once their arguments are checked, :attr:`run_id`; see
+    ``docs/trainer.md``) and stays open until :meth:`close` (or a ``with`` block's end).
 
     Args:
         algo: The algorithm; the Trainer reads its counters and never copies it.
@@ -724,7 +725,8 @@ class Trainer:
             FileNotFoundError: No checkpoint at ``path``.
             rl8.io.checkpoint.CheckpointError: A corrupt, foreign or unsafe file.
             ValueError: The env's observation or action space differs from the checkpoint's.
-            rl8.tracking.TrackingError: The stored MLflow run cannot be resumed.
+            rl8.tracking.TrackingError: The stored MLflow run cannot be resumed (raised by the
+                first call that starts the run: ``run()``, ``step()``, ``run_id``...).
         """
         file, state = read_checkpoint(path, tracking_uri=tracking_uri)
         algo = algo_from_checkpoint(file, state, env=env, hparams=hparams, trust_code=trust_code)
