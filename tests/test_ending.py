@@ -113,9 +113,19 @@ def unusable_uri(tmp_path: Path) -> str:
 
 
 @pytest.fixture
-def failed_start(tmp_path) -> Trainer:
-    """A Trainer whose background start failed, and nothing has raised that yet."""
+def failed_start(tmp_path, monkeypatch) -> Trainer:
+    """A Trainer whose background start failed, and nothing has raised that yet: its first step
+    starts the run, whose start is held until that step is logged."""
+    let_go, start = threading.Event(), Tracker.start
+
+    def held(self):
+        let_go.wait(10)
+        return start(self)
+
+    monkeypatch.setattr(Tracker, "start", held)
     trainer = make_trainer(tracking_uri=unusable_uri(tmp_path))
+    trainer.step()
+    let_go.set()
     assert trainer.tracker.wait_started(60)
     assert trainer.tracker.start_error is not None
     return trainer
