@@ -293,14 +293,14 @@ def test_register_as_without_an_eval_plan_registers_the_final_checkpoint(migrate
         (
             {"checkpoint_every": 3},
             2,
-            "Trainer.run: register_as='x' ranks the checkpoints by register_metric='eval/episodes/return_mean', "
+            "Trainer.run: register_as='x' ranks the checkpoints by 'eval/episodes/return_mean' (register_metric), "
             "an evaluation stat, which only the checkpoints written at evaluation steps have: set "
             "checkpoint_every (now 3) to a multiple of steps_per_eval (now 2), or leave it None",
         ),
         (
             {"register_metric": RETURN},
             None,
-            "Trainer.run: register_as='x' ranks the checkpoints by register_metric='eval/episodes/return_mean', "
+            "Trainer.run: register_as='x' ranks the checkpoints by 'eval/episodes/return_mean' (register_metric), "
             "an evaluation stat, but steps_per_eval is None (this run never evaluates): pass steps_per_eval=N",
         ),
     ],

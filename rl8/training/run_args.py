@@ -216,7 +216,7 @@ def _check_register_plan(config: TrainerConfig, steps_per_eval: int | None) -> N
     if not _ranks_by_eval(config, steps_per_eval):
         return
     metric, every = register_metric(config, steps_per_eval), config.checkpoint_every
-    ranks = f"Trainer.run: register_as={config.register_as!r} ranks the checkpoints by register_metric={metric!r}"
+    ranks = f"Trainer.run: register_as={config.register_as!r} ranks the checkpoints by {metric!r} (register_metric)"
     if steps_per_eval is None:
         raise ValueError(
             f"{ranks}, an evaluation stat, but steps_per_eval is None (this run never evaluates): "
