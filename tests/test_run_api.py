@@ -215,6 +215,7 @@ def test_the_run_starts_at_the_first_call_that_needs_it(mlflow_uri):
         with pytest.raises(TypeError):
             trainer.run(bogus=1)
         run_id = trainer.run_id  # read: the run starts (and this waits for it)
+        trainer.flush()  # the configuration, queued
         [run] = runs_in(mlflow_uri)
         assert run.info.run_id == run_id and run.data.params["hparams/horizon"] == "8"
         trainer.run(max_env_steps=STEP)  # the same run
