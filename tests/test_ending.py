@@ -47,6 +47,7 @@ def signal_at_first_step(signum: int):
 
 def test_close_with_a_bad_status_leaves_the_run_open_for_a_later_close(mlflow_uri):
     trainer = make_trainer()
+    trainer.run_id  # starts the run
     with pytest.raises(ValueError, match="status must be one of .*'DONE'"):
         trainer.close("DONE")
     assert not trainer.closed
@@ -112,9 +113,19 @@ def unusable_uri(tmp_path: Path) -> str:
 
 
 @pytest.fixture
-def failed_start(tmp_path) -> Trainer:
-    """A Trainer whose background start failed, and nothing has raised that yet."""
+def failed_start(tmp_path, monkeypatch) -> Trainer:
+    """A Trainer whose background start failed, and nothing has raised that yet: its first step
+    starts the run, whose start is held until that step is logged."""
+    let_go, start = threading.Event(), Tracker.start
+
+    def held(self):
+        let_go.wait(10)
+        return start(self)
+
+    monkeypatch.setattr(Tracker, "start", held)
     trainer = make_trainer(tracking_uri=unusable_uri(tmp_path))
+    trainer.step()
+    let_go.set()
     assert trainer.tracker.wait_started(60)
     assert trainer.tracker.start_error is not None
     return trainer

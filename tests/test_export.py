@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -63,6 +65,21 @@ def test_save_and_load_a_policy_file(tmp_path, env, kwargs):
     assert policy.model_config == algo.policy.model_config
     if kwargs.get("normalize_observations"):
         assert policy.obs_normalizer is not None
+
+
+def test_save_policy_of_something_else_than_a_policy_is_a_type_error_saying_what_to_pass(tmp_path):
+    algo = PPO(CartPole, **SMALL)
+    with pytest.raises(
+        TypeError,
+        match=re.escape(
+            "save_policy: policy must be a rl8.policies.policy.Policy, got a PPO (it holds one: pass "
+            "its .policy, e.g. save_policy(algo.policy, path))"
+        ),
+    ):
+        save_policy(algo, tmp_path / "policy.pt")
+    with pytest.raises(TypeError, match=r"policy must be a rl8.policies.policy.Policy, got a str$"):
+        save_policy("policy", tmp_path / "policy.pt")
+    assert not (tmp_path / "policy.pt").exists()
 
 
 def test_load_policy_from_checkpoint_folder_and_run_id(tmp_path, mlflow_uri):

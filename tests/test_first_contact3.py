@@ -293,10 +293,11 @@ def test_an_old_mlruns_folder_is_explained_before_training(tmp_path, monkeypatch
         match=r"MLflow picked the folder store .*mlruns.* over the default "
         r"sqlite:///mlflow.db .*mlflow migrate-filestore",
     ):
-        Trainer(algo, progress=False)
+        Trainer(algo, progress=False).run(max_env_steps=1)  # the run starts before training
     assert algo.env_steps == 0
     with pytest.raises(TrackingError, match="is a folder store, and MLflow 3 refuses folder stores"):
-        Trainer(algo, progress=False, tracking_uri=str(tmp_path / "runs"))
+        Trainer(algo, progress=False, tracking_uri=str(tmp_path / "runs")).step()
+    assert algo.env_steps == 0
 
 
 def test_creating_the_default_store_leaves_no_lock_file_in_the_users_folder(tmp_path):

@@ -254,30 +254,74 @@ def test_system_metrics_are_logged_when_asked(store):
     assert TrainerConfig().system_metrics is False  # opt-in
 
 
-def test_registering_an_eval_stat_needs_checkpoints_at_evaluation_steps(migrated_store, capsys):
-    with Trainer(PPO(CartPole, **SMALL), register_as="x", checkpoint_every=3, progress=False) as trainer:
-        with pytest.raises(
-            ValueError, match=r"checkpoint_every \(now 3\) to a multiple of steps_per_eval \(now 2\)"
-        ):
-            trainer.run(max_env_steps=256, steps_per_eval=2)
+def registered_checkpoint(trainer: Trainer, name: str, version: str) -> str:
+    """The name (``checkpoint-<env steps>``) of the logged model of ``trainer``'s run that version
+    ``version`` of ``name`` was registered from."""
+    source = MlflowClient().get_model_version(name, version).source
+    models = mlflow.search_logged_models([trainer.tracker.experiment_id], output_format="list")
+    [model] = [m for m in models if m.artifact_location == source]
+    return model.name
+
+
+def test_register_as_with_an_eval_plan_checkpoints_at_the_evaluations(migrated_store, capsys):
+    trainer = Trainer(PPO(CartPole, **SMALL), register_as="x", eval_num_envs=4, eval_num_steps=64)
+    with trainer:  # no checkpoint_every: a checkpoint at every evaluation, ranked by its return
+        trainer.run(max_env_steps=5 * 128, steps_per_eval=2)
+    err = capsys.readouterr().err
+    line = re.search(
+        r"rl8: registered 'x' version 1 \(models:/x@best\): the checkpoint at step (\d+) "
+        rf"\(ranked by {RETURN} = [-\d.e+]+\)\n",
+        err,
+    )
+    assert line is not None, err
+    assert line[1] in ("256", "512")  # an evaluation's, not the final one (step 640)
+    assert registered_checkpoint(trainer, "x", "1") == f"checkpoint-{line[1]}"
+
+
+def test_register_as_without_an_eval_plan_registers_the_final_checkpoint(migrated_store, capsys):
+    with Trainer(PPO(CartPole, **SMALL), register_as="x") as trainer:
+        trainer.run(max_env_steps=3 * 128)
+    assert (
+        "rl8: registered 'x' version 1 (models:/x@best): the final checkpoint at step 384 (no eval "
+        "plan: ranked by the training return episodes/return_mean = "
+    ) in capsys.readouterr().err
+    assert registered_checkpoint(trainer, "x", "1") == "checkpoint-384"
+
+
+@pytest.mark.parametrize(
+    "options, steps_per_eval, message",
+    [
+        (
+            {"checkpoint_every": 3},
+            2,
+            "Trainer.run: register_as='x' ranks the checkpoints by 'eval/episodes/return_mean' (register_metric), "
+            "an evaluation stat, which only the checkpoints written at evaluation steps have: set "
+            "checkpoint_every (now 3) to a multiple of steps_per_eval (now 2), or leave it None",
+        ),
+        (
+            {"register_metric": RETURN},
+            None,
+            "Trainer.run: register_as='x' ranks the checkpoints by 'eval/episodes/return_mean' (register_metric), "
+            "an evaluation stat, but steps_per_eval is None (this run never evaluates): pass steps_per_eval=N",
+        ),
+    ],
+)
+def test_registering_by_an_eval_stat_no_checkpoint_has_is_an_error_before_training(
+    migrated_store, options, steps_per_eval, message
+):
+    with Trainer(PPO(CartPole, **SMALL), register_as="x", progress=False, **options) as trainer:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            trainer.run(max_env_steps=256, steps_per_eval=steps_per_eval)
+        assert trainer.algo.steps == 0
+
+
+def test_rl8_train_register_checks_the_plan_before_training(migrated_store, capsys):
     assert (
         build_parser().parse_args(["train", "--register", "cartpole-ppo"]).register_as == "cartpole-ppo"
     )
-    argv = [
-        "train",
-        "--env",
-        "rl8.envs.CartPole",
-        "--max-steps",
-        "64",
-        "--steps-per-eval",
-        "2",
-        "--register",
-        "x",
-    ]
-    assert main(argv) == 2
-    assert (
-        "checkpoint_every (now None) to a multiple of steps_per_eval (now 2)" in capsys.readouterr().err
-    )
+    argv = ["train", "--env", "rl8.envs.CartPole", "--max-steps", "64", "--register", "x"]
+    assert main([*argv, "--steps-per-eval", "2", "--checkpoint-every", "3"]) == 2
+    assert "checkpoint_every (now 3) to a multiple of steps_per_eval (now 2)" in capsys.readouterr().err
     with pytest.raises(
         ValueError, match="register_as='x' registers in MLflow's Model Registry, but tracking=False"
     ):
@@ -449,7 +493,7 @@ def test_a_replaced_model_that_is_registered_is_kept(migrated_store, tmp_path):
     with Tracker(experiment="kept") as tracker:
         tracker.log_metrics({RETURN: 5.0}, step=64)
         tracker.log_model(folder, "checkpoint-64", step=64)
-        assert tracker.register_best("kept-ppo", RETURN) == ("1", 5.0)
+        assert tracker.register_best("kept-ppo", RETURN) == ("1", 5.0, 64)
         tracker.log_model(folder, "checkpoint-128", step=128, replaces=["checkpoint-64"])
         tracker.log_model(folder, "checkpoint-192", step=192, replaces=["checkpoint-128"])
     models = mlflow.search_logged_models(experiment_ids=[tracker.experiment_id], output_format="list")
@@ -473,10 +517,11 @@ def test_register_as_works_without_logged_models(migrated_store):
         for a, b in zip(registered.state_dict().values(), at_best.state_dict().values(), strict=True)
     )
     with Trainer(PPO(CartPole, **SMALL), log_models="none", progress=False) as other:
+        # no run yet, so no eval plan: ranked by the training return
         with pytest.raises(
             ValueError,
             match=r"with log_models='none' the run keeps only the best checkpoint by "
-            r"register_metric='eval/episodes/return_mean' \(register_mode='max'\), got "
+            r"register_metric='episodes/return_mean' \(register_mode='max'\), got "
             r"metric='losses/total', mode='max'",
         ):
             other.register_best("x", metric="losses/total")

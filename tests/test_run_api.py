@@ -12,6 +12,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
 
 import rl8.presets
@@ -146,11 +147,82 @@ def test_learn_checks_every_argument_before_anything_runs(mlflow_uri):
         ):
             trainer.learn(STEP, max_env_steps=STEP)
         assert trainer.algo.steps == 0
-        trainer.flush()
-        run = MlflowClient(mlflow_uri).get_run(trainer.run_id)
-        assert not [key for key in run.data.params if key.startswith("run/")] and not run.data.metrics
+        assert runs_in(mlflow_uri) == []  # no run was started
         trainer.learn(total_timesteps=STEP)
         assert trainer.algo.env_steps == STEP
+
+
+def runs_in(uri: str) -> list:
+    """Every run of the store at ``uri``, deleted ones included."""
+    client = MlflowClient(uri)
+    experiments = [e.experiment_id for e in client.search_experiments(view_type=ViewType.ALL)]
+    return client.search_runs(experiments, run_view_type=ViewType.ALL)
+
+
+@pytest.mark.parametrize(
+    "call, error, message",
+    [
+        (
+            lambda t: t.run(bogus=1),
+            TypeError,
+            "Trainer.run: unknown argument 'bogus' (valid: env_config, ",
+        ),
+        (
+            lambda t: t.run(total_timesteps=STEP),
+            TypeError,
+            "Trainer.run: unknown argument 'total_timesteps'; Stable-Baselines3's total_timesteps is "
+            "max_env_steps=N here, a total budget (a resumed run's env steps included), or "
+            "trainer.learn(N) to train N more env steps",
+        ),
+        (
+            lambda t: t.run(max_stepz=STEP),
+            TypeError,
+            "Trainer.run: unknown argument 'max_stepz'; did you mean 'max_env_steps' or 'max_seconds'?",
+        ),
+        (
+            lambda t: t.run(max_env_steps=-1),
+            ValueError,
+            "max_env_steps must be an int >= 1 or None, got -1",
+        ),
+        (lambda t: t.learn(0), ValueError, "Trainer.learn: env_steps must be an int >= 1, got 0"),
+        (lambda t: t.learn(STEP, bogus=1), TypeError, "Trainer.learn: unknown argument 'bogus'"),
+        (  # the run plan's check
+            lambda t: t.run(
+                max_env_steps=STEP, stop_conditions=HitsUpperBound("eval/episodes/return_mean", 1)
+            ),
+            MissingStatError,
+            "but this run never evaluates (steps_per_eval=None)",
+        ),
+        (
+            lambda t: t.run(env_config={"nope": 1}, max_env_steps=STEP),
+            ValueError,
+            "Trainer.run: env_config: CartPole.reset: unknown config key 'nope'",
+        ),
+    ],
+)
+def test_a_call_that_fails_its_argument_checks_leaves_no_mlflow_run(mlflow_uri, call, error, message):
+    trainer = make_trainer()
+    with pytest.raises(error, match=re.escape(message)):
+        call(trainer)
+    trainer.close()
+    assert trainer.algo.steps == 0 and trainer.run_id is None
+    assert runs_in(mlflow_uri) == []
+
+
+def test_the_run_starts_at_the_first_call_that_needs_it(mlflow_uri):
+    with make_trainer() as trainer:
+        assert runs_in(mlflow_uri) == []  # creating the Trainer starts no run
+        with pytest.raises(TypeError):
+            trainer.run(bogus=1)
+        run_id = trainer.run_id  # read: the run starts (and this waits for it)
+        trainer.flush()  # the configuration, queued
+        [run] = runs_in(mlflow_uri)
+        assert run.info.run_id == run_id and run.data.params["hparams/horizon"] == "8"
+        trainer.run(max_env_steps=STEP)  # the same run
+    assert [r.info.run_id for r in runs_in(mlflow_uri)] == [run_id]
+    with make_trainer() as unused:
+        pass
+    assert unused.run_id is None and len(runs_in(mlflow_uri)) == 1  # closed unused: no run
 
 
 @pytest.mark.parametrize(

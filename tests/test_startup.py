@@ -93,8 +93,10 @@ def test_a_failed_start_is_raised_at_the_next_step(tmp_path):
     assert trainer.tracker.final_status is None
 
 
-def test_a_failed_start_is_raised_by_close(tmp_path):
+def test_a_failed_start_is_raised_by_close(tmp_path, held_start):
     trainer = Trainer(PPO(CartPole, **SMALL), tracking_uri=unusable_uri(tmp_path), progress=False)
+    trainer.step()  # starts the run, which fails once let go
+    held_start.set()
     with pytest.raises(TrackingError, match="could not be started"):
         trainer.close()  # waits for the start
 
@@ -109,9 +111,12 @@ def test_a_failed_start_is_raised_by_run_id_and_the_checkpoint_dir(tmp_path):
     trainer.close()  # raised already
 
 
-def test_without_async_logging_a_failed_start_is_raised_by_the_trainer(tmp_path):
+def test_without_async_logging_a_failed_start_is_raised_before_the_first_collect(tmp_path):
+    algo = PPO(CartPole, **SMALL)
+    trainer = Trainer(algo, tracking_uri=unusable_uri(tmp_path), async_logging=False, progress=False)
     with pytest.raises(TrackingError, match="cannot be opened and written"):
-        Trainer(PPO(CartPole, **SMALL), tracking_uri=unusable_uri(tmp_path), async_logging=False)
+        trainer.run(max_env_steps=STEP)
+    assert algo.collects == 0
 
 
 def test_an_explicit_checkpoint_dir_does_not_wait_for_the_run(tmp_path, held_start):
@@ -147,6 +152,7 @@ from rl8.envs import CartPole
 
 torch.set_num_threads(1)
 trainer = Trainer(PPO(CartPole, num_envs=16, horizon=8), experiment="startup", run_name="left-at-once", progress=False)
+trainer.step()  # starts the run in the background; the process exits while it may still be starting
 """
 
 

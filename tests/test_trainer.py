@@ -142,9 +142,10 @@ def test_a_short_run_logs_every_step_by_default_and_every_nth_with_log_every(
 
 def test_run_params_and_default_experiment(mlflow_uri):
     trainer = make_trainer(run_name="params")
+    run_id = trainer.run_id  # starts the run, which logs the configuration
     trainer.close()
     client = MlflowClient(mlflow_uri)
-    run = client.get_run(trainer.run_id)
+    run = client.get_run(run_id)
     assert client.get_experiment(run.info.experiment_id).name == "CartPole"
     assert run.info.run_name == "params" and run.info.status == "FINISHED"
     params = run.data.params
@@ -220,9 +221,10 @@ def test_unreachable_tracking_server_fails_before_training():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     algo = make_algo()
+    trainer = Trainer(algo, tracking_uri=f"http://127.0.0.1:{port}", progress=False)
     t0 = time.monotonic()
     with pytest.raises(TrackingError, match=f"127.0.0.1:{port}"):
-        Trainer(algo, tracking_uri=f"http://127.0.0.1:{port}", progress=False)
+        trainer.run(max_env_steps=STEP)  # the run starts after the argument checks
     assert time.monotonic() - t0 < 20
     assert algo.collects == 0 and algo.steps == 0
 
@@ -560,7 +562,7 @@ def test_missing_checkpoint_is_a_clear_error(tmp_path):
 
 def test_a_store_of_a_newer_mlflow_is_an_error_that_says_what_to_install(newer_mlflow_store):
     with pytest.raises(StoreSchemaError, match=r'newer MLflow.*pip install -e "\.\[ui\]"'):
-        make_trainer(async_logging=False)  # the run starts before Trainer(...) returns
+        make_trainer(async_logging=False).step()  # the run starts before the first collect
     trainer = make_trainer()  # a new run in a local store: it starts in the background
     with pytest.raises(StoreSchemaError, match="newer MLflow"):
         trainer.run_id
@@ -651,14 +653,15 @@ def test_resume_from_another_folder(tmp_path, monkeypatch):
     (tmp_path / "elsewhere").mkdir()
     monkeypatch.chdir(tmp_path / "elsewhere")
     resumed = Trainer.from_checkpoint(path, progress=False)
-    resumed.close()
     assert resumed.run_id == trainer.run_id
+    resumed.close()
     assert resumed.checkpoint_dir == tmp_path / "ck"
 
 
 def test_trainer_context_manager_statuses(mlflow_uri):
     with pytest.raises(ZeroDivisionError):
         with make_trainer() as trainer:
+            trainer.step()
             1 / 0
     assert MlflowClient(mlflow_uri).get_run(trainer.run_id).info.status == "FAILED"
     with make_trainer() as trainer:

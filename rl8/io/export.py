@@ -370,7 +370,17 @@ def save_policy(policy: Any, path: str | os.PathLike[str], *, env: dict[str, Any
         path: Destination file (conventionally ``*.pt``); its folder is created if missing.
         env: Optional description of the env, ``{"spec": ..., "env_kwargs": ...,
             "env_config": ...}`` (``rl8 eval`` uses it).
+
+    Raises:
+        TypeError: ``policy`` is not a Policy (a :class:`~rl8.PPO`: pass ``algo.policy``).
     """
+    if not isinstance(policy, Policy):
+        given = type(policy).__name__
+        owner = " (it holds one: pass its .policy, e.g. save_policy(algo.policy, path))"
+        raise TypeError(
+            f"save_policy: policy must be a rl8.policies.policy.Policy, got a {given}"
+            f"{owner if isinstance(getattr(policy, 'policy', None), Policy) else ''}"
+        )
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     return save_checkpoint(policy_to_dict(policy, env=env), path)

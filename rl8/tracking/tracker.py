@@ -602,10 +602,11 @@ class Tracker:
 
     def register_best(
         self, name: str, metric: str, *, mode: str = "max", alias: str = "best"
-    ) -> tuple[str, float]:
+    ) -> tuple[str, float, int]:
         """Register the run's logged model with the best ``metric`` as a new version of the
         store's registered model ``name`` (created when missing), named by ``alias``, once what
-        is queued is delivered; the version and the metric's value.
+        is queued is delivered; the version, the metric's value and the model's step (the
+        Trainer's: ``env/steps`` of the checkpoint).
 
         Args:
             name: The registered model's name.
@@ -626,7 +627,8 @@ class Tracker:
                 max_results=1,
                 order_by=[{"field_name": f"metrics.{metric}", "ascending": mode == "min"}],
             )
-            values = {m.key: m.value for m in found[0].metrics or ()} if found else {}
+            linked = {m.key: m for m in found[0].metrics or ()} if found else {}
+            values = {key: m.value for key, m in linked.items()}
             if metric not in values:
                 raise ValueError(
                     f"no logged model (checkpoint) of MLflow run {self.run_id} has the stat {metric!r}, so "
@@ -643,7 +645,7 @@ class Tracker:
                 description=f"{found[0].name} of run {self.run_id}: {metric} = {values[metric]:g} ({mode})",
                 alias=alias,
             )
-        return version, values[metric]
+        return version, values[metric], int(linked[metric].step)
 
     def register_artifact(
         self, name: str, artifact_path: str, *, description: str, alias: str = "best"

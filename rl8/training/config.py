@@ -164,7 +164,8 @@ class TrainerConfig:
     checkpoint_every: int | None = _option(
         None,
         "Trainer.run writes a checkpoint every this many training steps; None: only at the "
-        "end of the run and on signals",
+        "end of the run and on signals, and with register_as ranking them by an eval/ stat at "
+        "every evaluation (every steps_per_eval steps)",
         _COUNT,
         cli="flag",
     )
@@ -287,10 +288,12 @@ class TrainerConfig:
         _TEXT,
         cli="flag",
     )
-    register_metric: str = _option(
-        "eval/episodes/return_mean",
-        "the stat that ranks the checkpoints for register_as and log_models (an eval/ stat "
-        "is linked to the checkpoints written at evaluation steps)",
+    register_metric: str | None = _option(
+        None,
+        "the stat that ranks the checkpoints for register_as and log_models (an eval/ stat is linked to the "
+        "checkpoints written at evaluation steps: checkpoint_every must be a multiple of "
+        "steps_per_eval); None: eval/episodes/return_mean in a run that evaluates (steps_per_eval), "
+        "else the training return episodes/return_mean",
         _TEXT,
         cli="config",
     )

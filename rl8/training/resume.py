@@ -210,19 +210,33 @@ class LoggedModels:
 
     Args:
         keep: ``"all"``, ``"best_and_last"`` or ``"none"`` (see ``docs/models.md``).
-        metric: The ranking stat (``register_metric``); a checkpoint without it is never best.
+        metric: The ranking stat (``register_metric``; ``None``: not known yet, see
+            :meth:`rank_by`); a checkpoint without it is never best.
         mode: ``"max"`` or ``"min"``: which value of ``metric`` is best (``register_mode``).
         best: The best checkpoint a resumed run recorded (:attr:`best`); kept when its metric
-            and mode are these, else forgotten.
+            (once known) and mode are these, else forgotten.
 
     Attributes:
         best: ``{"metric", "mode", "step", "value"}`` of the best checkpoint so far, or ``None``.
     """
 
-    def __init__(self, keep: str, metric: str, mode: str, best: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self, keep: str, metric: str | None, mode: str, best: Mapping[str, Any] | None = None
+    ) -> None:
         self.keep, self.metric, self.mode = keep, metric, mode
-        same_ranking = best is not None and (best.get("metric"), best.get("mode")) == (metric, mode)
+        same_ranking = best is not None and best.get("mode") == mode
         self.best: dict[str, Any] | None = dict(best) if same_ranking else None
+        if metric is not None:
+            self.rank_by(metric)
+        elif self.best is not None:  # a resumed run ranks as it did until its plan says otherwise
+            self.metric = self.best.get("metric")
+
+    def rank_by(self, metric: str) -> None:
+        """Rank the checkpoints by ``metric`` from now on (the run plan decides the default of
+        ``register_metric``); a best checkpoint ranked by another stat is forgotten."""
+        self.metric = metric
+        if self.best is not None and self.best.get("metric") != metric:
+            self.best = None
 
     def is_better(self, value: float | None) -> bool:
         """Whether a checkpoint whose ranking stat is ``value`` (``None``: none) beats the best."""

@@ -19,7 +19,23 @@ from rl8.fields import (
 from rl8.training.conditions import EVAL_PREFIX, Condition, HitsUpperBound, MissingStatError, TimeLimit
 from rl8.training.config import TrainerConfig
 
-__all__ = ["as_conditions", "check_eval_plan", "check_run_plan", "learn_env_steps", "run_params"]
+__all__ = [
+    "EVAL_RETURN",
+    "TRAINING_RETURN",
+    "as_conditions",
+    "check_eval_plan",
+    "check_run_names",
+    "check_run_plan",
+    "checkpoint_every",
+    "learn_env_steps",
+    "register_metric",
+    "run_params",
+]
+
+#: The stats that rank the checkpoints for ``register_as`` when ``register_metric`` is ``None``:
+#: the evaluations' return in a run that evaluates, else the training return.
+EVAL_RETURN = f"{EVAL_PREFIX}episodes/return_mean"
+TRAINING_RETURN = "episodes/return_mean"
 
 # the checks of Trainer.run's numbers (see rl8.fields.Check)
 _RUN_CHECKS = {
@@ -54,6 +70,39 @@ _NOT_LEARN_ARGUMENTS = {
     ),
 }
 
+#: The arguments that :meth:`rl8.Trainer.run` does not take, each with rl8's way: those of
+#: Stable-Baselines3's ``learn``.
+_NOT_RUN_ARGUMENTS = {
+    "total_timesteps": (
+        "Stable-Baselines3's total_timesteps is max_env_steps=N here, a total budget (a resumed "
+        "run's env steps included), or trainer.learn(N) to train N more env steps"
+    ),
+    **{name: hint for name, hint in _NOT_LEARN_ARGUMENTS.items() if name != "max_env_steps"},
+}
+
+
+def _parameter_names(run: Callable[..., Any]) -> list[str]:
+    """The names of ``run``'s parameters (not its ``**`` catch-all)."""
+    parameters = inspect.signature(run).parameters.values()
+    return [p.name for p in parameters if p.kind is not inspect.Parameter.VAR_KEYWORD]
+
+
+def _unknown_arguments(
+    call: str, unknown: Iterable[str], known: Mapping[str, str], valid: Sequence[str]
+) -> TypeError:
+    """The error of ``call`` given the ``unknown`` arguments, each with its hint in ``known`` or
+    the ``valid`` names close to it."""
+    hints = {name: known.get(name) or did_you_mean(name, valid).removeprefix("; ") for name in unknown}
+    return TypeError(f"{call}: {unknown_names_message('argument', hints, valid)}")
+
+
+def check_run_names(unknown: Mapping[str, Any], run: Callable[..., Any]) -> None:
+    """A ``TypeError`` naming each of the ``unknown`` arguments that :meth:`rl8.Trainer.run` (its
+    ``run``) was given, with what it may mean (Stable-Baselines3's ``total_timesteps``:
+    ``max_env_steps``), before anything runs; nothing when there are none."""
+    if unknown:
+        raise _unknown_arguments("Trainer.run", unknown, _NOT_RUN_ARGUMENTS, _parameter_names(run))
+
 
 def learn_env_steps(
     env_steps: Any, total_timesteps: Any, options: Mapping[str, Any], run: Callable[..., Any]
@@ -63,15 +112,11 @@ def learn_env_steps(
     parameters but ``max_env_steps``): a ``TypeError`` naming every other one with what it may
     mean, or neither or both of ``env_steps`` and ``total_timesteps`` (Stable-Baselines3's name
     of it) given; a ``ValueError`` for a count that is not an int >= 1."""
-    passed = [name for name in inspect.signature(run).parameters if name not in _NOT_LEARN_ARGUMENTS]
+    passed = [name for name in _parameter_names(run) if name not in _NOT_LEARN_ARGUMENTS]
     unknown = [name for name in options if name not in passed]
     if unknown:
         valid = ["env_steps", "total_timesteps", *passed]
-        hints = {
-            name: _NOT_LEARN_ARGUMENTS.get(name) or did_you_mean(name, valid).removeprefix("; ")
-            for name in unknown
-        }
-        raise TypeError(f"Trainer.learn: {unknown_names_message('argument', hints, valid)}")
+        raise _unknown_arguments("Trainer.learn", unknown, _NOT_LEARN_ARGUMENTS, valid)
     if (env_steps is None) == (total_timesteps is None):
         given = (
             "neither"
@@ -138,6 +183,55 @@ def as_conditions(
     return conditions
 
 
+def register_metric(config: TrainerConfig, steps_per_eval: int | None) -> str:
+    """The stat that ranks the checkpoints for ``config.register_as`` in a run that evaluates every
+    ``steps_per_eval`` training steps (``None``: never): ``config.register_metric``, else
+    :data:`EVAL_RETURN` when the run evaluates and :data:`TRAINING_RETURN` when it does not."""
+    if config.register_metric is not None:
+        return config.register_metric
+    return TRAINING_RETURN if steps_per_eval is None else EVAL_RETURN
+
+
+def checkpoint_every(config: TrainerConfig, steps_per_eval: int | None) -> int | None:
+    """The training steps between two checkpoints of a run that evaluates every
+    ``steps_per_eval`` training steps (``None``: never): ``config.checkpoint_every``, else, when
+    ``register_as`` ranks the checkpoints by an ``eval/`` stat, ``steps_per_eval`` (only the
+    checkpoints written at evaluations have it); ``None``: only at the end and on signals."""
+    if config.checkpoint_every is None and _ranks_by_eval(config, steps_per_eval):
+        return steps_per_eval
+    return config.checkpoint_every
+
+
+def _ranks_by_eval(config: TrainerConfig, steps_per_eval: int | None) -> bool:
+    """Whether ``register_as`` ranks the checkpoints by an ``eval/`` stat."""
+    return config.register_as is not None and register_metric(config, steps_per_eval).startswith(
+        EVAL_PREFIX
+    )
+
+
+def _check_register_plan(config: TrainerConfig, steps_per_eval: int | None) -> None:
+    """A ``ValueError`` for a ``register_metric`` (an ``eval/`` stat) that no checkpoint of the
+    run could have: the run never evaluates, or ``checkpoint_every`` is not a multiple of
+    ``steps_per_eval``."""
+    if not _ranks_by_eval(config, steps_per_eval):
+        return
+    metric, every = register_metric(config, steps_per_eval), config.checkpoint_every
+    ranks = f"Trainer.run: register_as={config.register_as!r} ranks the checkpoints by {metric!r} (register_metric)"
+    if steps_per_eval is None:
+        raise ValueError(
+            f"{ranks}, an evaluation stat, but steps_per_eval is None (this run never evaluates): "
+            "pass steps_per_eval=N to evaluate every N training steps (rl8 train: --steps-per-eval "
+            f"N), or leave register_metric None to rank them by the training return {TRAINING_RETURN!r}"
+        )
+    if every is not None and every % steps_per_eval:
+        raise ValueError(
+            f"{ranks}, an evaluation stat, which only the checkpoints written at evaluation steps "
+            f"have: set checkpoint_every (now {every}) to a multiple of steps_per_eval (now "
+            f"{steps_per_eval}), or leave it None for a checkpoint at every evaluation (rl8 train: "
+            f"--checkpoint-every {steps_per_eval})"
+        )
+
+
 def check_run_plan(
     config: TrainerConfig, conditions: Sequence[Condition], steps_per_eval: int | None
 ) -> None:
@@ -145,8 +239,8 @@ def check_run_plan(
     of evaluations (every ``steps_per_eval`` training steps, ``None``: never): a
     ``MissingStatError`` for a condition on an ``eval/`` stat in a run that never evaluates (it
     could never hold); a ``ValueError`` for ``record_every`` without evaluations, or for
-    ``register_as`` ranking the checkpoints by an ``eval/`` stat when they are not written at
-    evaluation steps (``checkpoint_every`` a multiple of ``steps_per_eval``)."""
+    ``register_as`` ranking the checkpoints by an ``eval/`` stat (:func:`register_metric`) in a
+    run that never evaluates or with a ``checkpoint_every`` not a multiple of ``steps_per_eval``."""
     for i, condition in enumerate(conditions if steps_per_eval is None else ()):
         for name in condition.stat_names():
             if name.startswith(EVAL_PREFIX):
@@ -162,15 +256,7 @@ def check_run_plan(
             f"{config.record_every}-th evaluation, but steps_per_eval is None (no evaluations); "
             "set steps_per_eval"
         )
-    every = config.checkpoint_every
-    ranks_by_eval = config.register_as is not None and config.register_metric.startswith(EVAL_PREFIX)
-    if ranks_by_eval and (steps_per_eval is None or every is None or every % steps_per_eval):
-        raise ValueError(
-            f"Trainer.run: register_as={config.register_as!r} ranks the checkpoints by "
-            f"{config.register_metric!r}, an evaluation stat, which only the checkpoints written at "
-            f"evaluation steps have: set checkpoint_every (now {every}) to a multiple of steps_per_eval "
-            f"(now {steps_per_eval}), e.g. both to 10 (rl8 train: --checkpoint-every 10 --steps-per-eval 10)"
-        )
+    _check_register_plan(config, steps_per_eval)
 
 
 def run_params(run_args: Mapping[str, Any], conditions: Sequence[Condition]) -> dict[str, Any]:

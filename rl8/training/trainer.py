@@ -44,7 +44,16 @@ from rl8.training.resume import (
     model_name,
     write_checkpoint,
 )
-from rl8.training.run_args import as_conditions, check_eval_plan, check_run_plan, learn_env_steps
+from rl8.training.run_args import (
+    TRAINING_RETURN,
+    as_conditions,
+    check_eval_plan,
+    check_run_names,
+    check_run_plan,
+    checkpoint_every,
+    learn_env_steps,
+    register_metric,
+)
 from rl8.training.run_args import run_params as run_arg_params
 from rl8.training.signals import StopSignals, signal_exit
 from rl8.version import __version__
@@ -88,8 +97,9 @@ def _memory_stats(device: torch.device) -> dict[str, float]:
 
 class Trainer:
     """Train a :class:`~rl8.PPO` algorithm with stop conditions, MLflow tracking and checkpoints
-    (see ``docs/checkpoints.md``). Creating it starts its MLflow run (see
-    ``docs/trainer.md``), which stays open until :meth:`close` (or a ``with`` block's end).
+    (see ``docs/checkpoints.md``). Its MLflow run starts at the first call that needs it (a
+    step, :meth:`run` or :meth:`learn` once their arguments are checked, :attr:`run_id`; see
+    ``docs/trainer.md``) and stays open until :meth:`close` (or a ``with`` block's end).
 
     Args:
         algo: The algorithm; the Trainer reads its counters and never copies it.
@@ -156,8 +166,40 @@ class Trainer:
             tags={"mlflow.parentRunId": config.parent_run_id} if config.parent_run_id else None,
             log_every=config.log_every,
         )
-        # a new run in a local store (SQLite, a folder) starts in the logging thread, while the
-        # first steps run: importing MLflow and migrating a new store take seconds
+        # the checkpoint folder belongs to this run alone (rank 0 holds the claim): claimed
+        # now, so that an unusable folder is an error before any MLflow run exists
+        self._dir_lock: CheckpointDirLock | None = None
+        given = config.checkpoint_dir  # None: checkpoints/<run id> once the run id is known
+        self._checkpoint_dir: Path | None = None if given is None else Path(given).absolute()
+        self._checkpoints_root = Path("checkpoints").absolute()
+        self._run_id: str | None = None
+        self._dist.on_main(self._claim_folder)
+        # the MLflow run starts at the first call that needs it (see _open_run), so that a call
+        # whose arguments fail their checks leaves no run behind; the ranks of data-parallel
+        # training start it now, while they are all here to agree on its id
+        self._run_opened = False
+        if self._dist.enabled:
+            self._open_run()
+
+    def _claim_folder(self) -> None:
+        """Rank 0: claim an explicit checkpoint folder, or check that the default's root can be
+        written (actors write no checkpoints: they claim nothing)."""
+        if not self.is_actor and self._checkpoint_dir is not None:
+            self._dir_lock = CheckpointDirLock(
+                self._checkpoint_dir, run_id=self.config.run_id, resumed_from=self._resumed_file
+            )
+        elif not self.is_actor:
+            check_writable_folder(self._checkpoints_root)
+
+    def _open_run(self) -> None:
+        """Start the MLflow run, once, and log the configuration to it: at the first step,
+        evaluation, recording, checkpoint or read of :attr:`run_id` (:meth:`run` and
+        :meth:`learn` after checking their arguments). A new run in a local store (SQLite, a
+        folder) starts in the logging thread, while the first collect runs: importing MLflow and
+        migrating a new store take seconds."""
+        if self._run_opened or self.closed:  # closed before any call needed it: it has none
+            return
+        config = self.config
         background = (
             config.async_logging
             and self.tracker.enabled
@@ -165,29 +207,16 @@ class Trainer:
             and config.run_id is None
             and not self._dist.enabled
         )
-        # the checkpoint folder belongs to this run alone (rank 0 holds the claim): claimed
-        # before the MLflow run starts, so that an unusable folder creates no run
-        self._dir_lock: CheckpointDirLock | None = None
-        given = config.checkpoint_dir  # None: checkpoints/<run id> once the run id is known
-        self._checkpoint_dir: Path | None = None if given is None else Path(given).absolute()
-        self._checkpoints_root = Path("checkpoints").absolute()
-        self._run_id: str | None = None
         self._run_id, self._checkpoint_dir = self._dist.on_main(lambda: self._start_run(background))
         if background:
             self.tracker.start_in_background()
+        self._run_opened = True
         # queued until a run starting in the background exists
-        self.tracker.log_params(run_params(algo, config, self.env_spec, self._dist))
+        self.tracker.log_params(run_params(self.algo, config, self.env_spec, self._dist))
 
     def _start_run(self, background: bool) -> tuple[str | None, Path | None]:
-        """Rank 0: claim an explicit checkpoint folder, or check that the default's root can be
-        written (actors write no checkpoints: they claim nothing); then start the run now
-        (unless in the ``background``). Returns the run id and the checkpoint folder."""
-        if not self.is_actor and self._checkpoint_dir is not None:
-            self._dir_lock = CheckpointDirLock(
-                self._checkpoint_dir, run_id=self.config.run_id, resumed_from=self._resumed_file
-            )
-        elif not self.is_actor:
-            check_writable_folder(self._checkpoints_root)
+        """Rank 0: start the run now (unless in the ``background``); the run id and the
+        checkpoint folder (``None``: named once a run starting in the background has an id)."""
         if background:
             return None, self._checkpoint_dir
         try:
@@ -197,12 +226,25 @@ class Trainer:
             raise
         if self._dir_lock is not None:
             self._dir_lock.set_run_id(self._run_id)
-        return self._run_id, self.checkpoint_dir
+        return self._run_id, self._checkpoint_dir or self._claim_default_folder()
+
+    def _claim_default_folder(self) -> Path:
+        """``checkpoints/<run id>`` (without tracking ``checkpoints/<time stamp>-<random>``),
+        claimed unless by an actor."""
+        name = self._run_id or f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+        folder = self._checkpoints_root / name
+        if not self.is_actor:
+            self._dir_lock = CheckpointDirLock(
+                folder, run_id=self._run_id, resumed_from=self._resumed_file
+            )
+        return folder
 
     @property
     def run_id(self) -> str | None:
-        """The MLflow run id (``None`` without tracking); waits for a run still starting (a
-        :class:`~rl8.tracking.TrackingError` when it could not be started in the background)."""
+        """The MLflow run id (``None`` without tracking); starts the run when no call has yet,
+        and waits for a run still starting (a :class:`~rl8.tracking.TrackingError` when it could
+        not be started in the background)."""
+        self._open_run()
         self._check_run_start(wait=True)
         return self._run_id
 
@@ -210,17 +252,14 @@ class Trainer:
     def checkpoint_dir(self) -> Path:
         """The checkpoint folder (absolute): ``config.checkpoint_dir``, else ``checkpoints/<run id>``
         (without tracking ``checkpoints/<time stamp>-<random>``, unique to this Trainer), claimed
-        (unless by an actor) when first named; waits for a run still starting that names it (a
-        :class:`~rl8.tracking.TrackingError` when it could not be started in the background)."""
+        (unless by an actor) when first named; the default starts the run like :attr:`run_id`
+        and waits for a run still starting (a :class:`~rl8.tracking.TrackingError` when it could
+        not be started in the background)."""
+        if self._checkpoint_dir is None:
+            self._open_run()  # names it, unless the run starts in the background
         if self._checkpoint_dir is None:
             self._check_run_start(wait=True)  # for the run still starting
-            name = self._run_id or f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
-            folder = self._checkpoints_root / name
-            if not self.is_actor:
-                self._dir_lock = CheckpointDirLock(
-                    folder, run_id=self._run_id, resumed_from=self._resumed_file
-                )
-            self._checkpoint_dir = folder
+            self._checkpoint_dir = self._claim_default_folder()
         return self._checkpoint_dir
 
     def _check_open(self) -> None:
@@ -300,6 +339,7 @@ class Trainer:
             env_config: Env parameters applied when the envs are reset before this collect
                 (merged over ``hparams.env_config``; see :meth:`rl8.PPO.collect`).
         """
+        self._open_run()  # before the collect, which a run starting in the background overlaps
         stats = self._train_step(env_config)
         self._log(stats)
         return stats
@@ -322,6 +362,7 @@ class Trainer:
             env_config: Env parameters for the evaluation (over ``hparams.env_config``).
             deterministic: Act with the distributions' modes (``False``: sample).
         """
+        self._open_run()
         stats = self._eval(env_config, deterministic)
         self._log(stats, evaluated=True)
         return stats
@@ -348,6 +389,7 @@ class Trainer:
             fps: Frame rate in frames per second; ``None``: the env's ``metadata["render_fps"]``.
         """
         self._check_open()
+        self._open_run()
         if path is None:
             path = self.checkpoint_dir / "videos" / f"video-{int(self.algo.env_steps)}.mp4"
         written = self.eval_envs.record(
@@ -367,6 +409,7 @@ class Trainer:
         max_env_steps: int | None = None,
         max_seconds: float | None = None,
         callbacks: CallbackLike | Sequence[CallbackLike] | None = None,
+        **unknown: Any,
     ) -> TrainStats:
         """Train until a stop condition holds or a callback asks to stop: steps, evaluations every
         ``steps_per_eval`` steps, callbacks, logging, checkpoints every ``checkpoint_every`` steps
@@ -387,13 +430,17 @@ class Trainer:
             callbacks: Called after every step (see :mod:`rl8.training.callbacks`): a callable
                 ``callback(trainer, stats)`` or a :class:`~rl8.training.callbacks.Callback`, or a
                 list of them; one that returns :data:`rl8.STOP` stops the run.
+            **unknown: No other argument: one is a ``TypeError`` saying what it may mean
+                (Stable-Baselines3's ``total_timesteps``: ``max_env_steps``).
 
         Raises:
-            ValueError, TypeError: Before training, a bad argument (the message names it).
+            ValueError, TypeError: Before training and before the MLflow run starts, a bad
+                argument (the message names it).
             rl8.training.conditions.MissingStatError: A condition on a stat that the run never
                 reports (an ``eval/`` stat without ``steps_per_eval``, a typo).
         """
         self._check_open()
+        check_run_names(unknown, self.run)
         if self.is_actor:  # collect until the learners stop the job
             return TrainStats(run_actor(self.algo, self.config, env_config=env_config))
         check_eval_plan(steps_per_eval, eval_env_config)
@@ -416,6 +463,7 @@ class Trainer:
         finished = self._resumed is not None and self._resumed.restore(conditions)  # held: no step
         self._conditions = conditions
         self._conditions_met = finished
+        self._open_run()  # the arguments are checked: the run starts, overlapping the first collect
         with warnings.catch_warnings():
             # a resumed run records a changed value once as "resumed/run/..."; later ones are expected
             warnings.filterwarnings("ignore", message="MLflow param 'run/", category=TrackingWarning)
@@ -434,6 +482,7 @@ class Trainer:
             env_config=env_config,
             eval_env_config=eval_env_config,
             steps_per_eval=steps_per_eval,
+            checkpoint_every=checkpoint_every(self.config, steps_per_eval),
         )
         if self.config.register_as is not None and self.tracker.enabled:
             self.register_best()
@@ -448,10 +497,11 @@ class Trainer:
         env_config: dict[str, Any] | None,
         eval_env_config: dict[str, Any] | None,
         steps_per_eval: int | None,
+        checkpoint_every: int | None,
     ) -> TrainStats:
         """:meth:`run`'s loop: train, evaluate when due, call back, log, check the stop conditions,
-        checkpoint when due, act on signals; then the last checkpoint. No step when
-        ``finished`` (the conditions held at the checkpoint resumed from)."""
+        checkpoint every ``checkpoint_every`` steps, act on signals; then the last checkpoint. No
+        step when ``finished`` (the conditions held at the checkpoint resumed from)."""
         algo, config = self.algo, self.config
         progress = Progress(
             config.progress if self._dist.is_main else False,
@@ -482,7 +532,7 @@ class Trainer:
                     held = [bool(condition(stats)) for condition in conditions]
                     self._conditions_met = any(held)
                     progress.update(stats, conditions, held=held)
-                    if config.checkpoint_every and algo.steps % config.checkpoint_every == 0:
+                    if checkpoint_every and algo.steps % checkpoint_every == 0:
                         self.save_checkpoint()
                     stop = signals.agree(any(held) or stopped_by_callback is not None)
                     self._handle_signals(signals, progress)
@@ -650,7 +700,9 @@ class Trainer:
             self._dir_lock.set_run_id(self.run_id)
         actors = self._learner.actor_states() if self._learner is not None else None
         logged_step, logged = self._logged  # the ranking stat is the one logged at this step
-        value = logged.get(self.config.register_metric) if logged_step == step else None
+        metric = self._ranking_metric()
+        self._models.rank_by(metric)
+        value = logged.get(metric) if logged_step == step else None
         models = self._models.checkpoint(step, value, self._last_checkpoint_step)
         written = write_checkpoint(
             self.state_dict(), path, folder, self.config.keep_checkpoints, step, self._dist, actors
@@ -690,7 +742,8 @@ class Trainer:
             FileNotFoundError: No checkpoint at ``path``.
             rl8.io.checkpoint.CheckpointError: A corrupt, foreign or unsafe file.
             ValueError: The env's observation or action space differs from the checkpoint's.
-            rl8.tracking.TrackingError: The stored MLflow run cannot be resumed.
+            rl8.tracking.TrackingError: The stored MLflow run cannot be resumed (raised by the
+                first call that starts the run: ``run()``, ``step()``, ``run_id``...).
         """
         file, state = read_checkpoint(path, tracking_uri=tracking_uri)
         algo = algo_from_checkpoint(file, state, env=env, hparams=hparams, trust_code=trust_code)
@@ -716,11 +769,15 @@ class Trainer:
         a new version of ``name`` with the alias ``best`` (``load_policy("models:/NAME@best")``)
         and return the new version, or ``None`` when the store could not be reached (a
         :class:`~rl8.tracking.TrackingWarning` says why); :meth:`run` calls it when
-        ``register_as`` is set.
+        ``register_as`` is set. A line on stderr (unless ``progress=False``) names the version,
+        the checkpoint's step and the stat that ranked it.
 
         Args:
             name: The registered model; ``None``: ``register_as``.
-            metric: The stat that ranks the checkpoints; ``None``: ``register_metric``.
+            metric: The stat that ranks the checkpoints; ``None``: ``register_metric``, else
+                ``eval/episodes/return_mean`` when the latest :meth:`run` evaluated
+                (``steps_per_eval``) and the training return ``episodes/return_mean`` when it
+                did not.
             mode: ``"max"`` or ``"min"``; ``None``: ``register_mode``.
 
         Raises:
@@ -733,32 +790,49 @@ class Trainer:
             raise ValueError(
                 f"Trainer.register_best: needs a name (register_as) and tracking, got name={name!r}"
             )
-        metric = metric or self.config.register_metric
+        self._open_run()
+        steps_per_eval = self._run_args["steps_per_eval"] if self._run_args else None
+        metric = metric or self._ranking_metric()
         mode = mode or self.config.register_mode
         try:
             if self.config.log_models == "none":
-                version, value = self._register_best_policy(name, metric, mode)
+                version, value, step = self._register_best_policy(name, metric, mode)
             else:
-                version, value = self.tracker.register_best(name, metric, mode=mode)
+                version, value, step = self.tracker.register_best(name, metric, mode=mode)
         except TrackingError as exc:
             warnings.warn(str(exc), TrackingWarning, stacklevel=2)
             return None
+        checkpoint = "the final checkpoint" if step == self._last_checkpoint_step else "the checkpoint"
+        ranked_by = (
+            "no eval plan: ranked by the training return"
+            if metric == TRAINING_RETURN and steps_per_eval is None
+            else "ranked by"
+        )
         if self.config.progress is not False:
             print(
-                f"rl8: registered models:/{name}/{version} (alias best): {metric} = {value:g}",
+                f"rl8: registered {name!r} version {version} (models:/{name}@best): {checkpoint} "
+                f"at step {step} ({ranked_by} {metric} = {value:g})",
                 file=sys.stderr,
                 flush=True,
             )
         return version
 
-    def _register_best_policy(self, name: str, metric: str, mode: str) -> tuple[str, float]:
+    def _ranking_metric(self) -> str:
+        """The stat that ranks the checkpoints (``register_metric``, or its default for the
+        eval plan of the latest :meth:`run`), for ``register_as`` and ``log_models`` alike."""
+        if self._run_args is None and self._models.metric is not None:
+            return self._models.metric  # a resumed run before its run(): the ranking it had
+        steps_per_eval = self._run_args["steps_per_eval"] if self._run_args else None
+        return register_metric(self.config, steps_per_eval)
+
+    def _register_best_policy(self, name: str, metric: str, mode: str) -> tuple[str, float, int]:
         """:meth:`register_best` of a run without logged models: its ``best_policy/`` artifacts,
         the best checkpoint by the config's ranking (the only one such a run keeps)."""
-        ranking = self._models
-        if (metric, mode) != (ranking.metric, ranking.mode):
+        ranking, ranked_by = self._models, self._ranking_metric()
+        if (metric, mode) != (ranked_by, ranking.mode):
             raise ValueError(
                 f"Trainer.register_best: with log_models='none' the run keeps only the best checkpoint "
-                f"by register_metric={ranking.metric!r} (register_mode={ranking.mode!r}), got "
+                f"by register_metric={ranked_by!r} (register_mode={ranking.mode!r}), got "
                 f"metric={metric!r}, mode={mode!r}; set log_models='best_and_last' or 'all' to rank "
                 "the checkpoints by another stat"
             )
@@ -774,7 +848,7 @@ class Trainer:
             f"{metric} = {best['value']:g} ({mode})"
         )
         version = self.tracker.register_artifact(name, BEST_POLICY_ARTIFACT, description=description)
-        return version, best["value"]
+        return version, best["value"], best["step"]
 
     def learn(
         self, env_steps: int | None = None, *, total_timesteps: int | None = None, **run_options: Any
