@@ -32,9 +32,10 @@ __all__ = [
     "run_params",
 ]
 
-#: The stats that rank the checkpoints for ``register_as`` when ``register_metric`` is ``None``:
-#: the evaluations' return in a run that evaluates, else the training return.
+#: The stat that ranks the checkpoints for ``register_as`` and ``log_models`` when
+#: ``register_metric`` is ``None``, in a run that evaluates: the evaluations' return.
 EVAL_RETURN = f"{EVAL_PREFIX}episodes/return_mean"
+#: The same in a run that never evaluates: the training return.
 TRAINING_RETURN = "episodes/return_mean"
 
 # the checks of Trainer.run's numbers (see rl8.fields.Check)
