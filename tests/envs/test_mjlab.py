@@ -122,13 +122,13 @@ def test_resume_from_the_named_task_and_from_a_built_env():
 def test_learns_to_balance_with_mjlab_tuned_config():
     # mjlab's tuned config (adaptive lr, 64x64 ELU, scalar std) with 16-step rollouts, on
     # 100-step episodes (returns of at most 5). The env steps to a return of 3.5 depend on the
-    # random stream: seed 0 needs 163,840 (40 collects), seed 1 102,400; the bound leaves room
-    # for the float differences of another machine's thread count.
+    # random stream: seed 0 needs 163,840 (40 collects), seed 1 102,400, seed 2 237,568; the
+    # bound leaves room for the float differences of another machine's thread count.
     hp = from_rsl_rl(mjlab_runner_cfg(TASK)).hparams
     env = make_mjlab_env(TASK, 256, device="cpu", seed=0, env_cfg=short_episodes(100))
     algo = PPO(env, **{**hp, "horizon": 16, "seed": 0})
     ret = 0.0
-    while algo.env_steps < 250_000 and ret < 3.5:
+    while algo.env_steps < 300_000 and ret < 3.5:
         ret = algo.collect().get("episodes/return_mean", 0.0)
         algo.update()
     assert ret >= 3.5, f"return {ret:.2f} of 5 after {algo.env_steps} env steps"
