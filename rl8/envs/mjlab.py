@@ -116,9 +116,9 @@ def make_mjlab_env(
         ManagerBasedRlEnv(cfg=cfg, device=str(torch.device(device))), clip_actions=clip_actions
     )
 
-    def reset_envs(env_ids: torch.Tensor) -> TensorDict:
-        obs, _ = env.unwrapped.reset(env_ids=env_ids)
-        return TensorDict(obs, batch_size=[num_envs])
+    def reset_envs(env_ids: torch.Tensor) -> tuple[TensorDict, dict[str, Any]]:
+        obs, extras = env.unwrapped.reset(env_ids=env_ids)  # extras["log"]: the ended episodes'
+        return TensorDict(obs, batch_size=[num_envs]), extras
 
     return RslRlEnv(
         env,

@@ -484,6 +484,7 @@ class PPO:
         )
         self._validated = True
         buffer.env_episodes = self.env.pop_episode_records()  # the episodes of this rollout
+        buffer.env_log = self.env.pop_log()  # and the simulator's own values of them
         return obs
 
     def _count_collect(self) -> None:
@@ -531,7 +532,7 @@ class PPO:
             seen = normalizer.advance(rewards, dones)
             moments, current = normalizer.returns_moments(seen)
         stats, values = rollout_stats(
-            self.dist, rewards, episode_sums, moments, current, env_episode_sums
+            self.dist, rewards, episode_sums, moments, current, env_episode_sums, self.buffer.env_log
         )
         if normalizer is not None:
             normalizer.merge_returns_moments(values, float(seen.numel() * self.dist.world_size))
@@ -552,6 +553,7 @@ class PPO:
         processes collected into the buffer it is given; returns the stats as :meth:`collect`."""
         fill(self.buffer)
         self.buffer.env_episodes = None  # the actors report their envs' records themselves
+        self.buffer.env_log = {}
         self.behaviour_version = self.steps
         self._validated = True
         self._count_collect()
@@ -641,6 +643,7 @@ class PPO:
                 self.collector.discard()
             self._obs = None  # the next training collect resets the envs
         config = {**hp.env_config, **(env_config or {})}
+        env.pop_log()  # (the training collect popped its steps' values already)
         obs = env.reset(config=config or None)
         validate_reset_output(obs, env)
         with self._autocast(), self.policy.rollout():
@@ -653,14 +656,16 @@ class PPO:
                 generator=self.eval_generator,
             )
             steps = [(step.rewards, step.done) for step in run]
-        records = env.pop_episode_records()
+        records, env_log = env.pop_episode_records(), env.pop_log()
         rewards = torch.stack([r for r, _ in steps], 1).to(self.device)
         dones = torch.stack([d for _, d in steps], 1).to(self.device) if env.episodic else None
         episode_sums = (
             None if dones is None else EpisodeTracker(env.num_envs, self.device).advance(rewards, dones)
         )
         env_episode_sums = records.stat_sums(self.device) if records is not None else None
-        return rollout_stats(self.dist, rewards, episode_sums, env_episode_sums=env_episode_sums)[0]
+        return rollout_stats(
+            self.dist, rewards, episode_sums, env_episode_sums=env_episode_sums, env_log=env_log
+        )[0]
 
     # ----------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:
