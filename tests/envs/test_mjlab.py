@@ -102,6 +102,25 @@ def test_time_outs_truncate_and_falls_terminate(reset_mode):
     env.close()
 
 
+@pytest.mark.parametrize("reset_mode", ["auto", "partial"])
+def test_reward_and_termination_terms_are_per_episode_env_stats(reset_mode):
+    """mjlab logs each reward term's episode sum over the episode's seconds (the mean of the
+    envs that reset) and counts of the terminations; the terms sum to the episode return."""
+    cfg = short_episodes(20, fall_at=0.3)
+    env = make_mjlab_env(TASK, 16, device="cpu", reset_mode=reset_mode, seed=0, env_cfg=cfg)
+    algo = PPO(env, horizon=48, seed=0, normalize_rewards=False)
+    stats = algo.collect()
+    terms = {k: v for k, v in stats.items() if k.startswith("env/Episode_Reward/")}
+    assert set(terms) == {f"env/Episode_Reward/{name}" for name in cfg.rewards}
+    ended = algo.buffer.data["terminated"] | algo.buffer.data["truncated"]
+    fell = algo.buffer.data["terminated"].sum().item() / ended.sum().item()
+    assert 0.1 < fell < 0.9  # episodes ended both ways, at many steps
+    assert sum(terms.values()) * cfg.episode_length_s == pytest.approx(stats["episodes/return_mean"])
+    assert stats["env/Episode_Termination/fell"] == pytest.approx(fell, abs=0.05)
+    assert stats["env/Episode_Termination/time_out"] == pytest.approx(1 - fell, abs=0.05)
+    env.close()
+
+
 def test_resume_from_the_named_task_and_from_a_built_env():
     algo = PPO(f"mjlab:{TASK}", num_envs=8, horizon=4, seed=0, env_kwargs={"reset_mode": "partial"})
     with Trainer(algo, tracking=False, progress=False) as trainer:
