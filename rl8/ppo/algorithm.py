@@ -15,6 +15,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from rl8.envs.base import Env, ReadyEnvs, validate_reset_output
 from rl8.envs.episodes import EpisodeTracker
+from rl8.envs.tasks import is_task_spec
 from rl8.policies.policy import Policy
 from rl8.policies.runner import run_policy
 from rl8.ppo import presets
@@ -30,7 +31,7 @@ from rl8.ppo.buffer import (
     minibatches,
 )
 from rl8.ppo.compiled import CompiledSteps, FusedTrainStep, fused_step_problem
-from rl8.ppo.distributed import DistContext, agree_on_run_seed, derive_seed
+from rl8.ppo.distributed import DistContext, agree_on_run_seed, derive_seed, rank_device
 from rl8.ppo.finite import (
     CHECKED_ROLLOUT_STATS,
     CHECKED_UPDATE_STATS,
@@ -82,6 +83,13 @@ class _SB3Name:
         )
 
 
+def _seed_and_device(hparams: Mapping[str, Any]) -> tuple[int | None, torch.device]:
+    """The ``seed`` hyper-parameter as given (checked) and this rank's device: ``device``
+    resolved, under torchrun with CUDA ``cuda:LOCAL_RANK`` (:func:`~rl8.ppo.distributed.rank_device`)."""
+    probe = HParams.from_kwargs(**{k: hparams[k] for k in ("seed", "device") if k in hparams})
+    return probe.seed, torch.device(rank_device(probe.resolved_device()))
+
+
 class PPO:
     """PPO with a preallocated rollout buffer over batched environments.
 
@@ -121,12 +129,19 @@ class PPO:
                 f"PPO({', '.join(map(repr, (env, *extra)))}). Stable-Baselines3's PPO('MlpPolicy', env) is "
                 f"rl8's PPO(env) (an MLP by default; another model: model_cls=..., model_config=...)"
             )
-        built = given_env(env, hparams.get("env_kwargs"))  # an env given built (or by a factory)
+        self.dist = DistContext()
+        # the run's seed and the rank's, and the rank's device, before any env is built: a
+        # factory and a named task's simulator get them (one simulation per rank under torchrun)
+        given_seed, device = _seed_and_device(hparams)
+        self.seed = given_seed if given_seed is not None else agree_on_run_seed(secrets.randbits(31))
+        # the model starts from the run's seed (every rank alike); envs and sampling from the rank's
+        self.env_seed = derive_seed(self.seed, self.dist.global_rank)
+        # an env given built (or made by a factory, on this rank's device and with its seed)
+        built = given_env(env, hparams.get("env_kwargs"), device=device, seed=self.env_seed)
         env_hp = env_hparams(built, hparams) if built is not None else {}
         given = HParams.from_kwargs(**{**hparams, **env_hp})
         self.hparams = hp = rank_hparams(given)
-        self.device = hp.resolved_device()
-        self.dist = DistContext()
+        self.device = hp.resolved_device() if built is not None else device
         self.dist.check_same(
             "hparams",
             {
@@ -137,9 +152,6 @@ class PPO:
         )
         if self.dist.is_main and not set(hparams) - _UNTUNED_HPARAMS:
             _hint_preset(env)
-        self.seed = hp.seed if hp.seed is not None else agree_on_run_seed(secrets.randbits(31))
-        # the model starts from the run's seed (every rank alike); envs and sampling from the rank's
-        self.env_seed = derive_seed(self.seed, self.dist.global_rank)
         self.env_spec = env
         # The envs and the model's initial weights draw from torch's global RNG, seeded here with
         # the run's seed and restored afterwards: building a PPO leaves the user's stream alone.
@@ -152,7 +164,12 @@ class PPO:
                     built
                     if built is not None
                     else make_env(
-                        env, hp.num_envs, hp.horizon, device=self.device, env_kwargs=hp.env_kwargs
+                        env,
+                        hp.num_envs,
+                        hp.horizon,
+                        device=self.device,
+                        env_kwargs=self._rank_env_kwargs(env),
+                        seed=self.env_seed,
                     )
                 )
             self.policy = Policy(
@@ -445,6 +462,14 @@ class PPO:
             fused_step=fused,
             fused_problem=problem,
         )
+
+    def _rank_env_kwargs(self, env: Any) -> dict[str, Any]:
+        """``env_kwargs`` as this rank builds the env: a named task's ``seed`` becomes the rank's
+        (``derive_seed``: rank 0 keeps it), so that no two ranks simulate alike."""
+        kwargs = dict(self.hparams.env_kwargs)
+        if is_task_spec(env) and kwargs.get("seed") is not None:
+            kwargs["seed"] = derive_seed(kwargs["seed"], self.dist.global_rank)
+        return kwargs
 
     def _set_lr(self, lr: float) -> None:
         for group in self.optimizer.param_groups:

@@ -160,10 +160,13 @@ class PointMassVectorEnv:
         self.closed = True
 
 
-def make_point_mass(task: str, num_envs: int, horizon: int | None, *, device: str, **env_kwargs: object):
-    """A maker of named tasks (``rl8.envs.tasks``): ``"PointMass"`` as an rsl_rl env."""
+def make_point_mass(
+    task: str, num_envs: int, horizon: int | None, *, device: str, seed: int | None, **env_kwargs: object
+):
+    """A maker of named tasks (``rl8.envs.tasks``): ``"PointMass"`` as an rsl_rl env, its sim on
+    ``device`` seeded with ``seed`` (0 for ``None``)."""
     from rl8.envs.rsl_rl import RslRlEnv
 
     if task != "PointMass":
         raise ValueError(f"unknown task {task!r}")
-    return RslRlEnv(PointMassVecEnv(num_envs, **env_kwargs))
+    return RslRlEnv(PointMassVecEnv(num_envs, seed=seed or 0, device=device, **env_kwargs))
