@@ -123,8 +123,7 @@ class RslRlEnv(Env):
         truncated = (
             done & time_outs.reshape(n, 1).bool() if time_outs is not None else torch.zeros_like(done)
         )
-        ended = done.sum()
-        self._add_log(extras, ended)
+        self._add_log(extras, done)
         if self.final_obs_key is not None:
             final_obs = self._observations(extras[self.final_obs_key])
         elif self.reset_envs is not None:
@@ -133,7 +132,7 @@ class RslRlEnv(Env):
                 raw = self.reset_envs(env_ids)
                 obs = self._observations(raw)
                 if isinstance(raw, tuple):  # (obs, extras): the log of the envs it reset (mjlab's)
-                    self._add_log(raw[1], ended)
+                    self._add_log(raw[1], done)
         else:
             final_obs = self._last_obs
         self._last_obs = obs
@@ -147,12 +146,12 @@ class RslRlEnv(Env):
             }
         )
 
-    def _add_log(self, extras: Any, ended: torch.Tensor) -> None:
+    def _add_log(self, extras: Any, done: torch.Tensor) -> None:
         """Add ``extras["log"]`` (Isaac Lab, mjlab) or ``extras["episode"]`` (Genesis), the values
-        of the ``ended`` episodes of a step, to :attr:`episode_log`."""
+        of the episodes that ended at a step (``done``, ``[N, 1]``), to :attr:`episode_log`."""
         log = extras.get("log", extras.get("episode")) if isinstance(extras, Mapping) else None
         if isinstance(log, Mapping) and log:
-            self.episode_log.add(log, ended)
+            self.episode_log.add(log, done.sum())
 
     def pop_log(self) -> dict[str, torch.Tensor]:
         """The per-episode mean of each value of ``extras["log"]`` (or ``["episode"]``) of the

@@ -668,7 +668,7 @@ class PPO:
                 self.collector.discard()
             self._obs = None  # the next training collect resets the envs
         config = {**hp.env_config, **(env_config or {})}
-        env.pop_log()  # (the training collect popped its steps' values already)
+        env.pop_log()  # what steps outside a collect logged is not this evaluation's
         obs = env.reset(config=config or None)
         validate_reset_output(obs, env)
         with self._autocast(), self.policy.rollout():
