@@ -142,10 +142,13 @@ class EpisodeLog:
                 raise ValueError(
                     f"{self.field}: expected string names, got {key!r} ({type(key).__name__})"
                 )
-            if isinstance(value, torch.Tensor) and value.numel() > 0:
-                weight = (
-                    ended if value.numel() == 1 else torch.full((), value.numel(), device=self.device)
+            if isinstance(value, torch.Tensor) and value.numel() == 1:  # a copy, as it may change
+                value, weight = (
+                    value.detach().reshape(()).to(self.device, torch.float64, copy=True),
+                    ended,
                 )
+            elif isinstance(value, torch.Tensor) and value.numel() > 1:  # one value per episode
+                weight = torch.full((), value.numel(), device=self.device)
                 value = value.detach().to(self.device, torch.float64).mean()  # a new tensor: a copy
             elif isinstance(value, (int, float, np.number)) and not isinstance(value, bool):
                 value, weight = float(value), ended
