@@ -97,12 +97,17 @@ class PPO:
         env: An :class:`rl8.Env` subclass (built with ``num_envs`` and ``horizon``), a gymnasium
             id such as ``"CartPole-v1"``, a named task (``"mjlab:<task id>"``), a callable that
             makes a gymnasium env, or an env already built (an ``rl8.Env``, an rsl_rl ``VecEnv``,
-            a torch-batched gymnasium vector env) or a callable returning one: ``num_envs`` and
-            ``device`` are then the env's (``docs/simulators.md``).
+            a torch-batched gymnasium vector env) or a callable returning one, called with
+            ``device`` (this rank's device) and ``seed`` (:attr:`env_seed`) where it has such
+            parameters: ``num_envs`` and ``device`` are then the env's (``docs/simulators.md``).
         **hparams: Hyper-parameters, see :class:`rl8.HParams` (an unknown name is an error).
 
     Attributes:
         hparams: The frozen, validated :class:`~rl8.HParams`.
+        seed: The run's seed (``hparams.seed``, else drawn by rank 0 for every rank): the model's.
+        env_seed: This rank's seed of the envs (a named task's or a factory's simulation, the
+            first reset) and of the sampling: ``derive_seed(seed, rank)``, ``seed`` on rank 0.
+        device: This rank's torch device (under torchrun with CUDA ``cuda:LOCAL_RANK``).
         env: The batched env instance.
         policy: The :class:`~rl8.Policy` (model + distribution + normaliser).
         optimizer: The torch optimizer.
