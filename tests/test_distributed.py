@@ -275,6 +275,27 @@ def test_a_failing_rank_ends_the_job_with_an_error(tmp_path, mode):
         assert "rl8.ppo.distributed.DistributedError: rank 0 of 2:" in job.output, job.output
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_one_simulation_per_rank_with_its_seed_and_device(tmp_path):
+    """An rsl_rl VecEnv made by a factory, and a named task, on each rank: each sim gets the
+    rank's seed and device, and data-parallel updates keep the ranks' weights equal."""
+    from rl8.ppo.distributed import derive_seed
+
+    job = torchrun([THIS_FILE, "sim_per_rank", str(tmp_path)])
+    assert job.returncode == 0, job.output
+    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(2)]
+    assert [r["factory"] for r in ranks] == [
+        {"device": "cpu", "seed": 3},
+        {"device": "cpu", "seed": derive_seed(3, 1)},
+    ]
+    assert [r["named_seeds"] for r in ranks] == [[3, 11], [derive_seed(3, 1), derive_seed(11, 1)]]
+    assert ranks[1]["named_devices"] == ["cpu", "cpu"]
+    assert not torch.equal(ranks[0]["sim_state"], ranks[1]["sim_state"])  # two simulations
+    for name, tensor in ranks[0]["params"].items():
+        torch.testing.assert_close(ranks[1]["params"][name], tensor, rtol=0, atol=0)
+
+
 def test_rank_device_and_timeout_outside_torchrun(monkeypatch):
     from rl8.ppo.distributed import (
         DEFAULT_TIMEOUT_S,
@@ -431,6 +452,45 @@ def _worker_fail(out: str, mode: str) -> None:
     trainer.run(stop_conditions=HitsUpperBound("env/steps", 10**12))
 
 
+def _worker_sim_per_rank(out: str) -> None:
+    rank = _join()
+    sys.path.insert(0, str(Path(THIS_FILE).parent / "envs"))
+    from sim_fakes import PointMassVecEnv
+
+    from rl8 import PPO
+    from rl8.envs import tasks
+
+    made = {}
+
+    def make(device, seed):
+        made.update(device=str(device), seed=seed)
+        return PointMassVecEnv(8, max_episode_length=10, seed=seed, device=device)
+
+    algo = PPO(make, horizon=8, seed=3)
+    for _ in range(2):
+        algo.collect()
+        algo.update()
+    tasks.TASK_PREFIXES["mjlab"] = "sim_fakes.make_point_mass"
+    named = [
+        PPO("mjlab:PointMass", num_envs=4, horizon=4, seed=3, env_kwargs=kw) for kw in ({}, {"seed": 11})
+    ]
+    torch.save(
+        {
+            "factory": made,
+            "sim_state": algo.env.vec_env.state.clone(),
+            "params": dict(algo.policy.state_dict()),
+            "named_seeds": [p.env.vec_env.seed for p in named],
+            "named_devices": [str(p.env.vec_env.device) for p in named],
+        },
+        Path(out) / f"rank{rank}.pt",
+    )
+
+
 if __name__ == "__main__":
-    _WORKERS = {"one_update": _worker_one_update, "resume": _worker_resume, "fail": _worker_fail}
+    _WORKERS = {
+        "one_update": _worker_one_update,
+        "resume": _worker_resume,
+        "fail": _worker_fail,
+        "sim_per_rank": _worker_sim_per_rank,
+    }
     _WORKERS[sys.argv[1]](*sys.argv[2:])

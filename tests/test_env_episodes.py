@@ -14,7 +14,7 @@ from gymnasium import spaces
 
 from rl8 import PPO
 from rl8.envs import GymnasiumEnv
-from rl8.envs.episodes import EpisodeRecords
+from rl8.envs.episodes import EpisodeLog, EpisodeRecords
 from rl8.ppo.distributed import DistContext
 from rl8.ppo.stats import rollout_stats
 
@@ -331,3 +331,56 @@ def test_the_progress_line_shows_the_envs_own_returns_first():
     second = stream.getvalue()[len(first) :]
     assert "env steps" in second or "200" in second  # a second line was written
     assert "| return 28 " in second and "| return 3 " not in second
+
+
+# --------------------------------------------------------------------------------------------
+# EpisodeLog: the per-episode means of what a simulator logs when its sub-envs reset
+
+
+def _ended(n: int) -> torch.Tensor:
+    return torch.tensor(n)
+
+
+def test_episode_log_weighs_each_step_by_the_episodes_that_ended():
+    log = EpisodeLog("cpu")
+    log.add({"Episode_Reward/x": torch.tensor(1.0), "Episode_Termination/time_out": 2}, _ended(3))
+    log.add({"Episode_Reward/x": torch.tensor(5.0), "Episode_Termination/time_out": 1}, _ended(1))
+    log.add({"Episode_Reward/x": torch.tensor(100.0), "Episode_Termination/time_out": 7}, _ended(0))
+    log.add({"rew_y": torch.tensor([1.0, 2.0, 6.0])}, _ended(3))  # one value per ended episode
+    out = log.pop()
+    # 3 episodes of mean 1 and 1 of 5 (not the steps' mean, 3); the step where none ended is out
+    assert out["Episode_Reward/x"].item() == pytest.approx(2.0)
+    assert out["Episode_Termination/time_out"].item() == pytest.approx(3 / 4)  # of the 4 episodes
+    assert out["rew_y"].item() == pytest.approx(3.0)
+    assert out["rew_y"].dtype == torch.float64 and out["rew_y"].shape == ()
+    assert log.pop() == {}  # forgotten
+    log.add({"Curriculum/level": 0.5}, _ended(0))
+    assert math.isnan(log.pop()["Curriculum/level"].item())  # no episode ended: no mean
+
+
+def test_episode_log_copies_values_that_the_simulator_rewrites_in_place():
+    log, buffer = EpisodeLog("cpu"), torch.zeros(())
+    values = {"Episode_Reward/x": buffer}
+    for step in range(300):  # more steps than are kept before they are summed
+        buffer.fill_(float(step % 2))
+        log.add(values, _ended(1))
+    buffer.fill_(1000.0)
+    values.clear()
+    assert log.pop()["Episode_Reward/x"].item() == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        (
+            {"Episode_Reward/x": "high"},
+            "extras\\[\"log\"\\]\\['Episode_Reward/x'\\]: expected a number or a non-empty tensor, got 'high'",
+        ),
+        ({"Episode_Reward/x": None}, "got None"),
+        ({"Episode_Reward/x": torch.zeros(0)}, "non-empty tensor"),
+        ({3: 1.0}, "expected string names, got 3"),
+    ],
+)
+def test_episode_log_refuses_values_that_are_not_numbers(values, message):
+    with pytest.raises(ValueError, match=message):
+        EpisodeLog("cpu").add(values, _ended(1))

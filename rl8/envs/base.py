@@ -128,6 +128,13 @@ class Env(ABC):
         (``docs/envs.md``); ``None`` (the default): the env keeps no records."""
         return None
 
+    def pop_log(self) -> dict[str, torch.Tensor]:
+        """The simulator's own per-episode values since the last call (the reward and
+        termination terms of Isaac Lab's and mjlab's ``extras["log"]``), forgotten: 0-d tensors
+        on the env's device by the simulator's names, which PPO's collect reports as ``env/``
+        stats (``docs/simulators.md``); ``{}`` (the default): the env logs none."""
+        return {}
+
     def state_dict(self) -> dict[str, Any] | None:
         """The env's simulation state, for checkpoints; ``None``: it cannot be saved (PPO then
         resets the env on resume). The default saves the tensor, generator and plain attributes."""

@@ -392,16 +392,32 @@ class PlaygroundEnv(JaxEnv):
 
 
 def make_gymnax_env(
-    task: str, num_envs: int, horizon: int | None, *, device: torch.device | str, **env_kwargs: Any
+    task: str,
+    num_envs: int,
+    horizon: int | None,
+    *,
+    device: torch.device | str,
+    seed: int | None = None,
+    **env_kwargs: Any,
 ) -> Env:
     """The named task ``gymnax:<task>``: ``GymnaxEnv(num_envs, horizon, device=device,
-    env_id=task, **env_kwargs)`` (:class:`GymnaxEnv` says what each argument means)."""
+    env_id=task, **env_kwargs)`` (:class:`GymnaxEnv` says what each argument means). ``seed``
+    (PPO's ``env_seed``, the rank's) is not needed here: PPO's first reset seeds the env's JAX
+    key with it."""
     return GymnaxEnv(num_envs, horizon, device=device, env_id=task, **env_kwargs)
 
 
 def make_playground_env(
-    task: str, num_envs: int, horizon: int | None, *, device: torch.device | str, **env_kwargs: Any
+    task: str,
+    num_envs: int,
+    horizon: int | None,
+    *,
+    device: torch.device | str,
+    seed: int | None = None,
+    **env_kwargs: Any,
 ) -> Env:
     """The named task ``playground:<task>``: ``PlaygroundEnv(num_envs, horizon, device=device,
-    env_id=task, **env_kwargs)`` (:class:`PlaygroundEnv` says what each argument means)."""
+    env_id=task, **env_kwargs)`` (:class:`PlaygroundEnv` says what each argument means). ``seed``
+    (PPO's ``env_seed``, the rank's) is not needed here: PPO's first reset seeds the env's JAX
+    key with it."""
     return PlaygroundEnv(num_envs, horizon, device=device, env_id=task, **env_kwargs)

@@ -82,8 +82,10 @@ def make_mjlab_env(
         horizon: PPO's horizon; unused (the episode length is the task's ``episode_length_s``).
         device: Torch and warp device of the simulation.
         reset_mode: One of :data:`RESET_MODES`.
-        seed: mjlab's seed (its config's ``seed``: python, numpy, torch and warp); ``None``:
-            the torch generator as PPO seeded it.
+        seed: mjlab's seed (its config's ``seed``: python, numpy, torch and warp);
+            ``PPO("mjlab:...")`` gives its ``env_seed``, the rank's under torchrun (an
+            ``env_kwargs`` seed becomes the rank's too); ``None``: the config's (the
+            registry's: none, so the torch generator as PPO seeded it).
         play: The task's play config (no observation noise, endless episodes) instead of the
             training one.
         init_at_random_ep_len: On every reset, start the envs at random points of their time
@@ -116,9 +118,9 @@ def make_mjlab_env(
         ManagerBasedRlEnv(cfg=cfg, device=str(torch.device(device))), clip_actions=clip_actions
     )
 
-    def reset_envs(env_ids: torch.Tensor) -> TensorDict:
-        obs, _ = env.unwrapped.reset(env_ids=env_ids)
-        return TensorDict(obs, batch_size=[num_envs])
+    def reset_envs(env_ids: torch.Tensor) -> tuple[TensorDict, dict[str, Any]]:
+        obs, extras = env.unwrapped.reset(env_ids=env_ids)  # extras["log"]: the ended episodes'
+        return TensorDict(obs, batch_size=[num_envs]), extras
 
     return RslRlEnv(
         env,

@@ -12,6 +12,7 @@ from gymnasium import spaces
 from tensordict import TensorDictBase
 
 from rl8.envs.base import Env
+from rl8.envs.episodes import EpisodeLog
 from rl8.envs.torch_vector import batched_obs, float32_box
 
 __all__ = ["RslRlEnv", "is_rsl_rl_env", "space_of"]
@@ -51,12 +52,19 @@ class RslRlEnv(Env):
             and ``episode_length_buf`` are used where it has them.
         reset_envs: For an env built NOT to reset finished sub-envs inside ``step`` (mjlab's
             ``cfg.auto_reset=False``): ``reset_envs(env_ids)`` resets the sub-envs ``env_ids``
-            (``[K]`` int64) and returns the observations of every sub-env afterwards; the step's
-            observations are then the true final ones. ``None``: the env resets them itself.
+            (``[K]`` int64) and returns the observations of every sub-env afterwards, or
+            ``(observations, extras)`` whose ``extras["log"]`` holds the values of the episodes
+            it ended (mjlab logs them at the reset); the step's observations are then the true
+            final ones. ``None``: the env resets them itself.
         final_obs_key: The ``extras`` key under which the env gives the true final observations
             of every sub-env (like the observations), or ``None``.
         init_at_random_ep_len: After each reset, draw the env's ``episode_length_buf`` below
             ``max_episode_length`` (rsl_rl's option), spreading the sub-envs' time-outs.
+
+    Attributes:
+        episode_log: The per-episode means of the values the env logs for the episodes that
+            end (``extras["log"]``, Isaac Lab's and mjlab's reward and termination terms, or
+            ``extras["episode"]``), until :meth:`pop_log`.
     """
 
     episodic = True
@@ -81,8 +89,7 @@ class RslRlEnv(Env):
         limit = getattr(vec_env, "max_episode_length", None)
         if isinstance(limit, int):  # the episode limit of evaluations on these envs
             self.params = {"max_episode_steps": limit}
-        self._logs: list[Mapping[str, Any]] = []  # the steps' extras["log"] not yet summed
-        self._log_sums: dict[str, tuple[Any, int]] = {}
+        self.episode_log = EpisodeLog(self.device)
 
     def _observations(self, raw: Any, extras: Any = None) -> Observations:
         if isinstance(raw, tuple):  # (obs, extras) of reset(), and of get_observations() in rsl_rl 2
@@ -116,20 +123,19 @@ class RslRlEnv(Env):
         truncated = (
             done & time_outs.reshape(n, 1).bool() if time_outs is not None else torch.zeros_like(done)
         )
+        self._add_log(extras, done)
         if self.final_obs_key is not None:
             final_obs = self._observations(extras[self.final_obs_key])
         elif self.reset_envs is not None:
             final_obs, env_ids = obs, done.view(-1).nonzero().view(-1)
             if env_ids.numel():
-                obs = self._observations(self.reset_envs(env_ids))
+                raw = self.reset_envs(env_ids)
+                obs = self._observations(raw)
+                if isinstance(raw, tuple):  # (obs, extras): the log of the envs it reset (mjlab's)
+                    self._add_log(raw[1], done)
         else:
             final_obs = self._last_obs
         self._last_obs = obs
-        log = extras.get("log", extras.get("episode"))
-        if isinstance(log, Mapping) and log:  # kept as given; summed every 256 steps, in few ops
-            self._logs.append(log)
-            if len(self._logs) >= 256:
-                self._fold_logs()
         return self.step_output(
             {
                 "obs": obs,
@@ -140,26 +146,18 @@ class RslRlEnv(Env):
             }
         )
 
-    def _fold_logs(self) -> None:
-        for key in {key for log in self._logs for key in log}:
-            values = [log[key] for log in self._logs if key in log]
-            numbers = [v for v in values if isinstance(v, (int, float))]
-            tensors = [
-                v if v.dim() == 0 and v.is_floating_point() else v.float().mean()
-                for v in values
-                if isinstance(v, torch.Tensor)
-            ]
-            total = sum(numbers) + (torch.stack(tensors).sum() if tensors else 0.0)
-            old, count = self._log_sums.get(key, (0.0, 0))
-            self._log_sums[key] = (old + total, count + len(numbers) + len(tensors))
-        self._logs = []
+    def _add_log(self, extras: Any, done: torch.Tensor) -> None:
+        """Add ``extras["log"]`` (Isaac Lab, mjlab) or ``extras["episode"]`` (Genesis), the values
+        of the episodes that ended at a step (``done``, ``[N, 1]``), to :attr:`episode_log`."""
+        log = extras.get("log", extras.get("episode")) if isinstance(extras, Mapping) else None
+        if isinstance(log, Mapping) and log:
+            self.episode_log.add(log, done.sum())
 
-    def pop_log(self) -> dict[str, float]:
-        """The mean of each value of ``extras["log"]`` (or ``["episode"]``) since the last call."""
-        self._fold_logs()
-        out = {key: float(total) / count for key, (total, count) in self._log_sums.items() if count}
-        self._log_sums = {}
-        return out
+    def pop_log(self) -> dict[str, torch.Tensor]:
+        """The per-episode mean of each value of ``extras["log"]`` (or ``["episode"]``) of the
+        steps since the last call (:class:`~rl8.envs.episodes.EpisodeLog`), forgotten; PPO's
+        collect reports them as ``env/`` stats."""
+        return self.episode_log.pop()
 
     def state_dict(self) -> None:
         """``None``: the simulator's state is not saved; PPO resets the env on resume."""

@@ -13,7 +13,8 @@ from rl8.envs.base import Env
 
 __all__ = ["TASK_PREFIXES", "is_task_spec", "make_task_env"]
 
-#: Prefix -> the rl8 function ``make(task, num_envs, horizon, *, device, **env_kwargs) -> Env``.
+#: Prefix -> the rl8 function ``make(task, num_envs, horizon, *, device, seed, **env_kwargs) -> Env``
+#: (``seed``: the simulation's, PPO's ``env_seed``: the rank's under torchrun; or ``None``).
 TASK_PREFIXES = {
     "mjlab": "rl8.envs.mjlab.make_mjlab_env",
     "playground": "rl8.envs.jax.make_playground_env",

@@ -15,6 +15,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from rl8.envs.base import Env, ReadyEnvs, validate_reset_output
 from rl8.envs.episodes import EpisodeTracker
+from rl8.envs.tasks import is_task_spec
 from rl8.policies.policy import Policy
 from rl8.policies.runner import run_policy
 from rl8.ppo import presets
@@ -30,7 +31,7 @@ from rl8.ppo.buffer import (
     minibatches,
 )
 from rl8.ppo.compiled import CompiledSteps, FusedTrainStep, fused_step_problem
-from rl8.ppo.distributed import DistContext, agree_on_run_seed, derive_seed
+from rl8.ppo.distributed import DistContext, agree_on_run_seed, derive_seed, rank_device
 from rl8.ppo.finite import (
     CHECKED_ROLLOUT_STATS,
     CHECKED_UPDATE_STATS,
@@ -82,6 +83,13 @@ class _SB3Name:
         )
 
 
+def _seed_and_device(hparams: Mapping[str, Any]) -> tuple[int | None, torch.device]:
+    """The ``seed`` hyper-parameter as given (checked) and this rank's device: ``device``
+    resolved, under torchrun with CUDA ``cuda:LOCAL_RANK`` (:func:`~rl8.ppo.distributed.rank_device`)."""
+    probe = HParams.from_kwargs(**{k: hparams[k] for k in ("seed", "device") if k in hparams})
+    return probe.seed, torch.device(rank_device(probe.resolved_device()))
+
+
 class PPO:
     """PPO with a preallocated rollout buffer over batched environments.
 
@@ -89,12 +97,17 @@ class PPO:
         env: An :class:`rl8.Env` subclass (built with ``num_envs`` and ``horizon``), a gymnasium
             id such as ``"CartPole-v1"``, a named task (``"mjlab:<task id>"``), a callable that
             makes a gymnasium env, or an env already built (an ``rl8.Env``, an rsl_rl ``VecEnv``,
-            a torch-batched gymnasium vector env) or a callable returning one: ``num_envs`` and
-            ``device`` are then the env's (``docs/simulators.md``).
+            a torch-batched gymnasium vector env) or a callable returning one, called with
+            ``device`` (this rank's device) and ``seed`` (:attr:`env_seed`) where it has such
+            parameters: ``num_envs`` and ``device`` are then the env's (``docs/simulators.md``).
         **hparams: Hyper-parameters, see :class:`rl8.HParams` (an unknown name is an error).
 
     Attributes:
         hparams: The frozen, validated :class:`~rl8.HParams`.
+        seed: The run's seed (``hparams.seed``, else drawn by rank 0 for every rank): the model's.
+        env_seed: This rank's seed of the envs (a named task's or a factory's simulation, the
+            first reset) and of the sampling: ``derive_seed(seed, rank)``, ``seed`` on rank 0.
+        device: This rank's torch device (under torchrun with CUDA ``cuda:LOCAL_RANK``).
         env: The batched env instance.
         policy: The :class:`~rl8.Policy` (model + distribution + normaliser).
         optimizer: The torch optimizer.
@@ -121,12 +134,19 @@ class PPO:
                 f"PPO({', '.join(map(repr, (env, *extra)))}). Stable-Baselines3's PPO('MlpPolicy', env) is "
                 f"rl8's PPO(env) (an MLP by default; another model: model_cls=..., model_config=...)"
             )
-        built = given_env(env, hparams.get("env_kwargs"))  # an env given built (or by a factory)
+        self.dist = DistContext()
+        # the run's seed and the rank's, and the rank's device, before any env is built: a
+        # factory and a named task's simulator get them (one simulation per rank under torchrun)
+        given_seed, device = _seed_and_device(hparams)
+        self.seed = given_seed if given_seed is not None else agree_on_run_seed(secrets.randbits(31))
+        # the model starts from the run's seed (every rank alike); envs and sampling from the rank's
+        self.env_seed = derive_seed(self.seed, self.dist.global_rank)
+        # an env given built (or made by a factory, on this rank's device and with its seed)
+        built = given_env(env, hparams.get("env_kwargs"), device=device, seed=self.env_seed)
         env_hp = env_hparams(built, hparams) if built is not None else {}
         given = HParams.from_kwargs(**{**hparams, **env_hp})
         self.hparams = hp = rank_hparams(given)
-        self.device = hp.resolved_device()
-        self.dist = DistContext()
+        self.device = hp.resolved_device() if built is not None else device
         self.dist.check_same(
             "hparams",
             {
@@ -137,9 +157,6 @@ class PPO:
         )
         if self.dist.is_main and not set(hparams) - _UNTUNED_HPARAMS:
             _hint_preset(env)
-        self.seed = hp.seed if hp.seed is not None else agree_on_run_seed(secrets.randbits(31))
-        # the model starts from the run's seed (every rank alike); envs and sampling from the rank's
-        self.env_seed = derive_seed(self.seed, self.dist.global_rank)
         self.env_spec = env
         # The envs and the model's initial weights draw from torch's global RNG, seeded here with
         # the run's seed and restored afterwards: building a PPO leaves the user's stream alone.
@@ -152,7 +169,12 @@ class PPO:
                     built
                     if built is not None
                     else make_env(
-                        env, hp.num_envs, hp.horizon, device=self.device, env_kwargs=hp.env_kwargs
+                        env,
+                        hp.num_envs,
+                        hp.horizon,
+                        device=self.device,
+                        env_kwargs=self._rank_env_kwargs(env),
+                        seed=self.env_seed,
                     )
                 )
             self.policy = Policy(
@@ -446,6 +468,14 @@ class PPO:
             fused_problem=problem,
         )
 
+    def _rank_env_kwargs(self, env: Any) -> dict[str, Any]:
+        """``env_kwargs`` as this rank builds the env: a named task's ``seed`` becomes the rank's
+        (``derive_seed``: rank 0 keeps it), so that no two ranks simulate alike."""
+        kwargs = dict(self.hparams.env_kwargs)
+        if is_task_spec(env) and kwargs.get("seed") is not None:
+            kwargs["seed"] = derive_seed(kwargs["seed"], self.dist.global_rank)
+        return kwargs
+
     def _set_lr(self, lr: float) -> None:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
@@ -484,6 +514,7 @@ class PPO:
         )
         self._validated = True
         buffer.env_episodes = self.env.pop_episode_records()  # the episodes of this rollout
+        buffer.env_log = self.env.pop_log()  # and the simulator's own values of them
         return obs
 
     def _count_collect(self) -> None:
@@ -531,7 +562,7 @@ class PPO:
             seen = normalizer.advance(rewards, dones)
             moments, current = normalizer.returns_moments(seen)
         stats, values = rollout_stats(
-            self.dist, rewards, episode_sums, moments, current, env_episode_sums
+            self.dist, rewards, episode_sums, moments, current, env_episode_sums, self.buffer.env_log
         )
         if normalizer is not None:
             normalizer.merge_returns_moments(values, float(seen.numel() * self.dist.world_size))
@@ -552,6 +583,7 @@ class PPO:
         processes collected into the buffer it is given; returns the stats as :meth:`collect`."""
         fill(self.buffer)
         self.buffer.env_episodes = None  # the actors report their envs' records themselves
+        self.buffer.env_log = {}
         self.behaviour_version = self.steps
         self._validated = True
         self._count_collect()
@@ -641,6 +673,7 @@ class PPO:
                 self.collector.discard()
             self._obs = None  # the next training collect resets the envs
         config = {**hp.env_config, **(env_config or {})}
+        env.pop_log()  # what steps outside a collect logged is not this evaluation's
         obs = env.reset(config=config or None)
         validate_reset_output(obs, env)
         with self._autocast(), self.policy.rollout():
@@ -653,14 +686,16 @@ class PPO:
                 generator=self.eval_generator,
             )
             steps = [(step.rewards, step.done) for step in run]
-        records = env.pop_episode_records()
+        records, env_log = env.pop_episode_records(), env.pop_log()
         rewards = torch.stack([r for r, _ in steps], 1).to(self.device)
         dones = torch.stack([d for _, d in steps], 1).to(self.device) if env.episodic else None
         episode_sums = (
             None if dones is None else EpisodeTracker(env.num_envs, self.device).advance(rewards, dones)
         )
         env_episode_sums = records.stat_sums(self.device) if records is not None else None
-        return rollout_stats(self.dist, rewards, episode_sums, env_episode_sums=env_episode_sums)[0]
+        return rollout_stats(
+            self.dist, rewards, episode_sums, env_episode_sums=env_episode_sums, env_log=env_log
+        )[0]
 
     # ----------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:

@@ -62,6 +62,7 @@ class RolloutBuffer:
         columns: Each key's ``horizon + 1`` per-step views, which the rollout loop writes into.
         stacked: The storage of ``values``, ``rewards`` and small ``obs``, filled by :meth:`stack`.
         env_episodes: The env's own records of the episodes of the rollout, or ``None``.
+        env_log: The simulator's per-episode values of the rollout (:meth:`rl8.Env.pop_log`).
     """
 
     def __init__(
@@ -114,6 +115,7 @@ class RolloutBuffer:
                 self.post_states = zeros.expand(num_envs, horizon).clone().zero_()
         self.data = TensorDict(data, batch_size=shape, device=device)
         self.env_episodes: EpisodeRecords | None = None
+        self.env_log: dict[str, torch.Tensor] = {}
         # per-step views, made once; rewards and flags keep a trailing dim of 1, like env outputs
         keep_dim = {"rewards", "terminated", "truncated"}
         self.columns = {

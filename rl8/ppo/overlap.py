@@ -157,7 +157,7 @@ class OverlapCollector:
     def hand_over(self, buffer: RolloutBuffer) -> Rollout:
         """Copy the finished rollout into the learner's ``buffer`` and return it (idle after)."""
         done = self.wait()
-        buffer.env_episodes = self.buffer.env_episodes
+        buffer.env_episodes, buffer.env_log = self.buffer.env_episodes, self.buffer.env_log
         for name in _STORAGE:
             source = getattr(self.buffer, name)
             if source is not None:

@@ -4,6 +4,7 @@ copies), and the training env: how it is built, its hyper-parameters, its checkp
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -195,6 +196,7 @@ def make_env(
     *,
     device: torch.device | str,
     env_kwargs: dict[str, Any] | None = None,
+    seed: int | None = None,
 ) -> Env:
     """Build a batched env.
 
@@ -208,11 +210,17 @@ def make_env(
         device: Device of the env's tensors.
         env_kwargs: Extra keyword arguments of the env's constructor (of
             :class:`rl8.envs.GymnasiumEnv` for gymnasium envs, of the maker for a named task).
+        seed: The seed of the env's simulation (PPO's :attr:`~rl8.PPO.env_seed`, the rank's),
+            for a named task's maker (unless ``env_kwargs`` has one) and a factory that takes
+            ``seed`` (:func:`given_env`); ``None``: theirs. Other envs are seeded at their
+            first reset.
     """
     kwargs = dict(env_kwargs or {})
     if is_task_spec(env):
+        if kwargs.get("seed") is None:
+            kwargs["seed"] = seed
         return make_task_env(env, num_envs, horizon, device=device, **kwargs)
-    built = given_env(env, kwargs)
+    built = given_env(env, kwargs, device=device, seed=seed)
     if built is not None:
         return built
     check_not_made_gymnasium_env(env, num_envs)
@@ -222,23 +230,33 @@ def make_env(
     return GymnasiumEnv(num_envs, horizon, device=device, env=target, **kwargs)
 
 
-def given_env(env: Any, env_kwargs: Mapping[str, Any] | None = None) -> Env | None:
+def given_env(
+    env: Any,
+    env_kwargs: Mapping[str, Any] | None = None,
+    *,
+    device: torch.device | str | None = None,
+    seed: int | None = None,
+) -> Env | None:
     """The rl8 env of an env given built, or made by a factory; ``None`` for a spec that rl8
-    builds. A callable (not a class) is called once with no arguments when ``env_kwargs`` is
-    empty: a gymnasium env it returns is closed (the callable is then a gymnasium maker).
+    builds. A callable (not a class) is called once when ``env_kwargs`` is empty, with the
+    keyword arguments ``device`` and ``seed`` among those its signature names (given here, not
+    ``None``), else with none: a gymnasium env it returns is closed (the callable is then a
+    gymnasium maker).
 
     Args:
         env: An :class:`Env`, an rsl_rl ``VecEnv`` (wrapped in :class:`~rl8.envs.rsl_rl.RslRlEnv`),
             a torch-batched gymnasium vector env (:class:`~rl8.envs.torch_vector.TorchVectorEnv`),
             a callable returning one of them, or any other env spec (``None`` is returned).
         env_kwargs: PPO's ``env_kwargs``; given, a callable is a gymnasium maker.
+        device: The device a factory builds the env on (PPO's: the rank's under torchrun).
+        seed: The seed a factory seeds the env's simulation with (PPO's ``env_seed``: the rank's).
     """
     if is_dotted_path(env):
         env = env_target(env).target
     if isinstance(env, (str, type, GymnasiumEnvFactory)):
         return None
     if callable(env) and not is_built_env(env) and not env_kwargs:
-        env = env()
+        env = env(**_factory_kwargs(env, {"device": device, "seed": seed}))
         if not is_built_env(env) and callable(getattr(env, "close", None)):
             env.close()
     if not is_built_env(env):
@@ -249,6 +267,17 @@ def given_env(env: Any, env_kwargs: Mapping[str, Any] | None = None) -> Env | No
         return RslRlEnv(env)
     check_not_made_gymnasium_env(env, env.num_envs)
     return TorchVectorEnv(env)
+
+
+def _factory_kwargs(factory: Callable[..., Any], offered: dict[str, Any]) -> dict[str, Any]:
+    """The ``offered`` keyword arguments (those not ``None``) that ``factory`` names as
+    parameters (a ``**kwargs`` is not enough: ``functools.partial(gymnasium.make, id)`` has one)."""
+    try:
+        parameters = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature: called with none
+        return {}
+    named = {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    return {k: v for k, v in offered.items() if v is not None and k in named}
 
 
 def env_hparams(env: Env, given: Mapping[str, Any]) -> dict[str, Any]:

@@ -3,6 +3,7 @@ rl8 1.0.0's names of renamed stats answer with a ``DeprecationWarning``."""
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
@@ -18,6 +19,7 @@ __all__ = [
     "RENAMED_STATS",
     "Stats",
     "current_stat_name",
+    "env_log_stat_name",
     "episode_means",
     "reduce_stats",
     "rollout_stats",
@@ -31,6 +33,23 @@ RENAMED_STATS: dict[str, str] = {
 }
 
 _EVAL_PREFIX = "eval/"
+
+_MLFLOW_REFUSED = re.compile(r"[^A-Za-z0-9_.\- /]")  # MLflow's metric names, on every OS
+_MLFLOW_MAX_NAME = 250
+
+
+def env_log_stat_name(key: str) -> str:
+    """The stat name of a value a simulator logs as ``key`` (:meth:`rl8.Env.pop_log`):
+    ``env/<key>`` for a key with a ``/`` (``env/Episode_Reward/track_lin_vel_xy_exp``),
+    ``env/Episode/<key>`` for one without (Genesis' ``rew_tracking_lin_vel``, as rsl_rl's
+    ``Episode/``; so no name is one of the Trainer's ``env/steps``, ``env/resets``), made a
+    valid MLflow metric name: each character but letters, digits, ``_ - . /`` and spaces
+    becomes ``_``, empty, ``.`` and ``..`` path parts become ``_``, and the name is cut at 250
+    characters."""
+    parts = [_MLFLOW_REFUSED.sub("_", part) for part in key.split("/")]
+    parts = ["_" if part in ("", ".", "..") else part for part in parts]
+    name = "env/" + ("/".join(parts) if len(parts) > 1 else f"Episode/{parts[0]}")
+    return name[:_MLFLOW_MAX_NAME].rstrip("/")
 
 
 def current_stat_name(key: str) -> str | None:
@@ -119,6 +138,7 @@ def rollout_stats(
     sums: Mapping[str, torch.Tensor] | None = None,
     local: Mapping[str, torch.Tensor] | None = None,
     env_episode_sums: Mapping[str, torch.Tensor] | None = None,
+    env_log: Mapping[str, torch.Tensor] | None = None,
 ) -> tuple[Stats, dict[str, float]]:
     """Rollout stats of ``rewards`` (all ranks), read back in ONE transfer; returns the
     :class:`Stats` and every reduced value by name (``sums`` and ``local`` included).
@@ -131,6 +151,9 @@ def rollout_stats(
         sums: More 0-d tensors to sum over ranks and read back.
         local: More 0-d tensors to read back as they are on this rank.
         env_episode_sums: ``env_episodes/{...}`` sums of the episodes the env recorded itself.
+        env_log: The simulator's per-episode means by its names (:meth:`rl8.Env.pop_log`),
+            reported as this rank's under :func:`env_log_stat_name` (``env/...``): ranks may log
+            different names, so they are not reduced (rank 0's are tracked, as rsl_rl does).
     """
     f64 = torch.float64
     reward_sums = rewards.sum(1, dtype=f64)  # per env, over the rollout's steps
@@ -142,12 +165,13 @@ def rollout_stats(
         **(env_episode_sums or {}),
         **(sums or {}),
     }
+    env_stats = {env_log_stat_name(key): value for key, value in (env_log or {}).items()}
     ret_lo, ret_hi = reward_sums.aminmax()
     rew_lo, rew_hi = rewards.aminmax()
     values = reduce_stats(
         dist,
         sums=totals,
-        local=dict(local or {}),
+        local={**(local or {}), **env_stats},
         mins={"rollout/reward_sum_min": ret_lo, "rewards/min": rew_lo},
         maxs={"rollout/reward_sum_max": ret_hi, "rewards/max": rew_hi},
     )
@@ -172,6 +196,7 @@ def rollout_stats(
                     values[f"{prefix}count"],
                 )
             )
+    out.update({name: values[name] for name in env_stats})
     return out, values
 
 

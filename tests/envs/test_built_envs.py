@@ -65,6 +65,23 @@ def test_a_factory_of_a_built_env_and_a_gymnasium_maker():
     algo.collect()
 
 
+def test_a_factory_and_a_named_task_get_the_env_seed_and_device(monkeypatch):
+    made = []
+
+    def make(device, seed=None):  # the parameters it names are given
+        made.append({"device": device, "seed": seed})
+        return PointMassVecEnv(4, seed=seed, device=device)
+
+    algo = PPO(make, horizon=4, seed=5)
+    assert made == [{"device": torch.device("cpu"), "seed": 5}] and algo.env_seed == 5
+    assert algo.env.device == torch.device("cpu")
+    monkeypatch.setitem(tasks.TASK_PREFIXES, "mjlab", "sim_fakes.make_point_mass")
+    named = PPO("mjlab:PointMass", num_envs=4, horizon=4, seed=6)
+    assert named.env.vec_env.seed == 6
+    given = PPO("mjlab:PointMass", num_envs=4, horizon=4, seed=6, env_kwargs={"seed": 9})
+    assert given.env.vec_env.seed == 9  # rank 0 keeps an env_kwargs seed (other ranks derive theirs)
+
+
 def test_named_tasks_resolve_through_the_fixed_table(monkeypatch):
     monkeypatch.setitem(tasks.TASK_PREFIXES, "gymnax", "rl8.envs.no_such_module.make_gymnax_env")
     with pytest.raises(

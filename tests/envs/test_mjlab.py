@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import runpy
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -102,6 +104,25 @@ def test_time_outs_truncate_and_falls_terminate(reset_mode):
     env.close()
 
 
+@pytest.mark.parametrize("reset_mode", ["auto", "partial"])
+def test_reward_and_termination_terms_are_per_episode_env_stats(reset_mode):
+    """mjlab logs each reward term's episode sum over the episode's seconds (the mean of the
+    envs that reset) and counts of the terminations; the terms sum to the episode return."""
+    cfg = short_episodes(20, fall_at=0.3)
+    env = make_mjlab_env(TASK, 16, device="cpu", reset_mode=reset_mode, seed=0, env_cfg=cfg)
+    algo = PPO(env, horizon=48, seed=0, normalize_rewards=False)
+    stats = algo.collect()
+    terms = {k: v for k, v in stats.items() if k.startswith("env/Episode_Reward/")}
+    assert set(terms) == {f"env/Episode_Reward/{name}" for name in cfg.rewards}
+    ended = algo.buffer.data["terminated"] | algo.buffer.data["truncated"]
+    fell = algo.buffer.data["terminated"].sum().item() / ended.sum().item()
+    assert 0.1 < fell < 0.9  # episodes ended both ways, at many steps
+    assert sum(terms.values()) * cfg.episode_length_s == pytest.approx(stats["episodes/return_mean"])
+    assert stats["env/Episode_Termination/fell"] == pytest.approx(fell, abs=0.05)
+    assert stats["env/Episode_Termination/time_out"] == pytest.approx(1 - fell, abs=0.05)
+    env.close()
+
+
 def test_resume_from_the_named_task_and_from_a_built_env():
     algo = PPO(f"mjlab:{TASK}", num_envs=8, horizon=4, seed=0, env_kwargs={"reset_mode": "partial"})
     with Trainer(algo, tracking=False, progress=False) as trainer:
@@ -134,7 +155,61 @@ def test_learns_to_balance_with_mjlab_tuned_config():
     assert ret >= 3.5, f"return {ret:.2f} of 5 after {algo.env_steps} env steps"
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_two_ranks_simulate_with_their_seeds_and_keep_equal_weights(tmp_path):
+    """torchrun, 2 ranks on the CPU (gloo): the named task and a factory build one mjlab
+    simulation per rank, seeded with the rank's seed; updates keep the weights equal."""
+    from rl8.ppo.distributed import derive_seed
+
+    job = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone"]
+        + [__file__, "two_ranks", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=360,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
+    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(2)]
+    for way in ("named", "factory"):
+        assert [r[way]["seed"] for r in ranks] == [7, derive_seed(7, 1)]  # mjlab's cfg.seed
+        assert [r[way]["device"] for r in ranks] == ["cpu", "cpu"]
+        assert not torch.equal(ranks[0][way]["obs"], ranks[1][way]["obs"])  # two simulations
+        for name, tensor in ranks[0][way]["params"].items():
+            torch.testing.assert_close(ranks[1][way]["params"][name], tensor, rtol=0, atol=0)
+
+
+def _worker_two_ranks(out: str) -> None:
+    from rl8.ppo.distributed import DistContext, init_distributed
+
+    torch.set_num_threads(1)
+    assert init_distributed() and DistContext().world_size == 2
+    results = {}
+    for way, env in (
+        ("named", f"mjlab:{TASK}"),
+        ("factory", lambda device, seed: make_mjlab_env(TASK, 8, device=device, seed=seed)),
+    ):
+        algo = PPO(env, num_envs=8, horizon=8, seed=7)
+        sim = algo.env.vec_env.unwrapped
+        for _ in range(2):
+            algo.collect()
+            algo.update()
+        results[way] = {
+            "seed": sim.cfg.seed,
+            "device": str(sim.device),
+            "obs": algo.env.vec_env.get_observations()["actor"].clone(),
+            "params": dict(algo.policy.state_dict()),
+        }
+        algo.env.close()
+    torch.save(results, Path(out) / f"rank{DistContext().rank}.pt")
+
+
 def test_the_example_runs_as_written(capsys):
     example = runpy.run_path(str(Path(__file__).parents[2] / "examples" / "mjlab_cartpole.py"))
     example["main"](["--num-envs", "8", "--max-env-steps", "256"])
     assert "after 256 env steps" in capsys.readouterr().out
+
+
+if __name__ == "__main__":  # a rank of the torchrun job above
+    {"two_ranks": _worker_two_ranks}[sys.argv[1]](*sys.argv[2:])

@@ -148,21 +148,81 @@ def test_reset_random_episode_lengths_and_config():
     assert env.params == {"max_episode_steps": 50} and env.state_dict() is None
 
 
-def test_logged_episode_values_are_averaged_until_popped():
-    vec = PointMassVecEnv(2, max_episode_length=2)
-    env = RslRlEnv(vec)
+@pytest.mark.parametrize("mode", ["auto", "stale", "partial", "genesis"])
+def test_logged_values_are_per_episode_means_of_the_ended_episodes(mode):
+    """extras["log"] (mjlab: empty on steps without resets; Isaac Lab: the last values stay;
+    mjlab's auto_reset=False: at reset(env_ids)) and Genesis' extras["episode"] give the mean
+    over the episodes that ended, whatever the steps they ended at."""
+    n, limit = 6, 7
+    vec = PointMassVecEnv(
+        n,
+        max_episode_length=limit,
+        auto_reset=mode != "partial",
+        stale_log=mode == "stale",
+        log_key="episode" if mode == "genesis" else "log",
+        dt=0.5,
+    )
+    env = RslRlEnv(vec, reset_envs=vec.reset if mode == "partial" else None)
     env.reset()
-    for _ in range(4):  # two rounds of time-outs, each logging
-        _step(env)
-    log = env.pop_log()
-    assert log["Episode_Termination/time_out"] == 2.0 and set(log) == {
-        "Episode_Reward/return",
-        "Episode_Termination/time_out",
-    }
+    generator, returns = torch.Generator().manual_seed(0), torch.zeros(n)
+    ended_returns, out_of_bounds = [], 0
+    for _ in range(40):
+        out = env.step(torch.randn(n, 1, generator=generator))
+        returns += out["rewards"][:, 0]
+        done = (out["terminated"] | out["truncated"])[:, 0]
+        ended_returns += (returns[done] / limit).tolist()
+        out_of_bounds += int(out["terminated"].sum())
+        returns[done] = 0.0
+    episodes = len(ended_returns)
+    assert episodes > 20 and 5 < out_of_bounds < episodes - 5  # both ends, at many steps
+    log = {key: value.item() for key, value in env.pop_log().items()}
+    assert log == pytest.approx(
+        {
+            "Episode_Reward/return": sum(ended_returns) / episodes,
+            "Episode_Termination/time_out": 1 - out_of_bounds / episodes,  # fractions of episodes
+            "Episode_Termination/out_of_bounds": out_of_bounds / episodes,
+        }
+    )
     assert env.pop_log() == {}
-    for _ in range(600):  # 300 logging steps: summed once on the way, then at the pop
-        _step(env)
-    assert env.pop_log()["Episode_Termination/time_out"] == 2.0
+
+
+@pytest.mark.slow
+def test_env_terms_reach_the_collect_and_eval_stats_mlflow_and_not_the_progress_line(
+    migrated_store, capsys
+):
+    from mlflow.tracking import MlflowClient
+
+    from rl8 import Trainer
+    from rl8.training.conditions import HitsUpperBound
+
+    limit = 8
+    algo = PPO(PointMassVecEnv(16, max_episode_length=limit), horizon=16, seed=0)
+    # the fake's Episode_Reward/return is the mean return of the ended episodes / the limit
+    stats = algo.collect()
+    assert stats["env/Episode_Reward/return"] == pytest.approx(stats["episodes/return_mean"] / limit)
+    assert stats["env/Episode_Termination/time_out"] + stats[
+        "env/Episode_Termination/out_of_bounds"
+    ] == pytest.approx(1.0)
+    evaluated = algo.evaluate(num_steps=2 * limit)
+    assert evaluated["env/Episode_Reward/return"] == pytest.approx(
+        evaluated["episodes/return_mean"] / limit
+    )
+    logged = []
+    with Trainer(algo, progress=True, progress_every_s=1e-9) as trainer:
+        trainer.run(
+            stop_conditions=HitsUpperBound("env/steps", algo.env_steps + 3 * 256),
+            callbacks=lambda _, step_stats: logged.append(dict(step_stats)),
+        )
+    client = MlflowClient(migrated_store)
+    history = client.get_metric_history(trainer.run_id, "env/Episode_Reward/return")
+    assert [m.value for m in sorted(history, key=lambda m: m.step)] == pytest.approx(
+        [s["env/Episode_Reward/return"] for s in logged]
+    )
+    assert len(history) == 3 and {"env/Episode_Termination/time_out", "env/steps"} <= set(
+        client.get_run(trainer.run_id).data.metrics
+    )
+    err = capsys.readouterr().err
+    assert "Episode_" not in err and max(map(len, err.splitlines())) < 200, err
 
 
 @pytest.mark.slow
