@@ -185,7 +185,7 @@ class Symmetry:
                 raise ValueError(
                     f"{_FIELD}: {self.name} returned {label} of shape {list(b.shape)} ({b.dtype}) for "
                     f"{list(a.shape)} ({a.dtype}); expected the {n} originals followed by their mirrored "
-                    f"copies: [k * {n}, {', '.join(map(str, a.shape[1:]))}] with k >= 2, of {a.dtype}"
+                    f"copies: [{', '.join([f'k * {n}', *map(str, a.shape[1:])])}] with k >= 2, of {a.dtype}"
                 )
 
     def augment(self, minibatch: TensorDict) -> TensorDict:
