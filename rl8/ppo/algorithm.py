@@ -346,13 +346,11 @@ class PPO:
             self.policy.obs_normalizer is not None
         ):  # after the update: a collect and its update see the same
             obs = self.buffer.data["obs"][:, : hp.horizon]
-            self.policy.obs_normalizer.update(
-                obs, batch_dims=2, all_reduce=self.dist.all_reduce_ if self.dist.enabled else None
-            )
+            self.policy.obs_normalizer.update(obs, batch_dims=2, all_reduce=self._sum_over_ranks)
         if self.rnd is not None:  # after the update, as rsl_rl's
             self.rnd.update_normalization(
                 self.buffer.data["obs"][:, : hp.horizon],
-                self.dist.all_reduce_ if self.dist.enabled else None,
+                self._sum_over_ranks,
             )
         self.steps += 1
         if not grad_norms:  # a KL stop before the first accumulated optimizer step
@@ -517,6 +515,11 @@ class PPO:
         lr = torch.tensor(self.optimizer.param_groups[0]["lr"], dtype=torch.float64)
         self._set_lr(adaptive_lr(lr, kl, self.hparams.desired_kl).item())
 
+    @property
+    def _sum_over_ranks(self) -> Callable[[torch.Tensor], Any] | None:
+        """For running moments in data-parallel training: the in-place all-reduce, else ``None``."""
+        return self.dist.all_reduce_ if self.dist.enabled else None
+
     def _mean_over_ranks(self, value: torch.Tensor) -> float:
         return (self.dist.all_reduce_(value.clone()) / self.dist.world_size).item()
 
@@ -593,7 +596,11 @@ class PPO:
             moments, current = normalizer.returns_moments(seen)
         if self.rnd is not None:  # the intrinsic rewards of the states each step reached
             first_step = (self.collects - 1) * h  # rsl_rl's counter: env steps per env before
-            self.intrinsic_rewards = self.rnd.rewards(self.buffer.data["obs"][:, 1 : h + 1], first_step)
+            self.intrinsic_rewards = self.rnd.rewards(
+                self.buffer.data["obs"][:, 1 : h + 1],
+                first_step,
+                self._sum_over_ranks,
+            )
             moments.update(intrinsic_moments(self.intrinsic_rewards))
         stats, values = rollout_stats(
             self.dist, rewards, episode_sums, moments, current, env_episode_sums

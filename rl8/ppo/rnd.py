@@ -251,24 +251,32 @@ class RandomNetworkDistillation(nn.Module):
         return self.weight + (float(s["final_value"]) - self.weight) * progress
 
     @torch.no_grad()
-    def rewards(self, next_obs: torch.Tensor | TensorDictBase, first_step: int) -> torch.Tensor:
+    def rewards(
+        self,
+        next_obs: torch.Tensor | TensorDictBase,
+        first_step: int,
+        all_reduce: Callable[[torch.Tensor], Any] | None = None,
+    ) -> torch.Tensor:
         """The weighted intrinsic rewards ``[N, T]`` of a rollout whose observations after each
         step are ``next_obs`` ``[N, T, ...]`` (as rsl_rl: the next episode's first one where an
         episode ended): ``|target(s) - predictor(s)|``, divided by the running std of its
         discounted sum (``reward_normalization``, updated step by step), times the weight at each
-        step (steps per env ``first_step + 1``, ...)."""
+        step (steps per env ``first_step + 1``, ...). In data-parallel training ``all_reduce``
+        sums a tensor over ranks in place, so that the normaliser's moments cover every rank's."""
         n, t = next_obs.shape[:2]
         states = self.state(_steps_flat(next_obs))
         distance = torch.linalg.vector_norm(self.target(states) - self.predictor(states), dim=-1)
         rewards = distance.reshape(n, t)
         if self.reward_normalizer is not None:
-            rewards = self._normalized(rewards)
+            rewards = self._normalized(rewards, all_reduce)
         weights = torch.tensor(
             [self.weight_at(first_step + k + 1) for k in range(t)], device=rewards.device
         )
         return rewards * weights
 
-    def _normalized(self, rewards: torch.Tensor) -> torch.Tensor:
+    def _normalized(
+        self, rewards: torch.Tensor, all_reduce: Callable[[torch.Tensor], Any] | None
+    ) -> torch.Tensor:
         """Each step's rewards ``[N]`` over the std of the discounted sums so far (rsl_rl's
         EmpiricalDiscountedVariationNormalization)."""
         if self.discounted_sum.shape != rewards.shape[:1]:
@@ -276,7 +284,7 @@ class RandomNetworkDistillation(nn.Module):
         out = torch.empty_like(rewards)
         for k in range(rewards.shape[1]):
             self.discounted_sum.mul_(REWARD_NORMALIZATION_GAMMA).add_(rewards[:, k])
-            self.reward_normalizer.update(self.discounted_sum)
+            self.reward_normalizer.update(self.discounted_sum, all_reduce)
             std = self.reward_normalizer.var.sqrt().float()
             out[:, k] = torch.where(std > 0, rewards[:, k] / std, rewards[:, k])
         return out
