@@ -107,6 +107,22 @@ def test_workloads_are_valid_rl8_hparams(name):
     assert hp.enable_amp
 
 
+@pytest.mark.parametrize("setting", ["symmetry", "rnd"])
+def test_the_extension_settings_train_rl8_on_the_batched_workloads(setting):
+    """rl8's side of the symmetry and RND rows: rsl_rl's symmetry_cfg and rnd_cfg of
+    workloads.EXTENSIONS as hparams (the RND weight times the pendulum's step_dt, as rsl_rl)."""
+    from rl8 import PPO
+    from rl8.envs import Pendulum
+
+    hp = side_rl8.hparams("pendulum-1024", setting)
+    assert run.reference_setting(setting) == setting
+    algo = PPO(Pendulum, **{**hp, "num_envs": 16, "horizon": 8})
+    algo.collect()
+    assert f"losses/{setting}" in algo.update()
+    if setting == "rnd":
+        assert algo.rnd.weight == pytest.approx(1.0 * 0.05)
+
+
 def test_rl8_side_measures_in_a_fresh_process_of_this_checkout():
     args = argparse.Namespace(threads=1, quick=True, timeout=120.0)
     result = run.measure(Path(sys.executable), run.SIDES["rl8"], "CartPole-v1", "fp32", args)
@@ -122,8 +138,12 @@ def test_plan_adds_compile_rows_only_when_rl8_has_compile():
     assert without == [
         ("pendulum-1024", "rl8", "fp32"),
         ("pendulum-1024", "rl8", "bf16"),
+        ("pendulum-1024", "rl8", "symmetry"),
+        ("pendulum-1024", "rl8", "rnd"),
         ("pendulum-1024", "rsl_rl", "fp32"),
         ("pendulum-1024", "rsl_rl", "bf16"),
+        ("pendulum-1024", "rsl_rl", "symmetry"),
+        ("pendulum-1024", "rsl_rl", "rnd"),
         ("CartPole-v1", "rl8", "fp32"),
     ]
     with_compile = [(w, s.name, st) for w, s, st in run.plan(args, rl8_compiles=True)]
@@ -173,10 +193,11 @@ def test_rsl_rl_vecenv_adapter_follows_rsl_rls_contract():
         assert rewards.shape == (8,) and dones.shape == (8,) and extras["time_outs"].shape == (8,)
         assert bool(dones.any()) == (step == 199)
     assert extras["time_outs"].all() and (env.episode_length_buf == 0).all()
-    cfg = train_cfg("pendulum-1024", bf16=False)
-    cfg["num_steps_per_env"] = 4
-    runner = OnPolicyRunner(env, cfg, log_dir=None, device="cpu")
-    runner.learn(1)
+    for extension in (None, "symmetry", "rnd"):
+        cfg = train_cfg("pendulum-1024", bf16=False, extension=extension)
+        cfg["num_steps_per_env"] = 4
+        runner = OnPolicyRunner(env, cfg, log_dir=None, device="cpu")
+        runner.learn(1)
 
 
 def test_a_venv_that_fails_to_install_gives_pips_reason(tmp_path, monkeypatch):

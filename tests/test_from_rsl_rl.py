@@ -220,23 +220,25 @@ def test_isaac_lab_locomotion_trains_asymmetric():
 def test_unmapped_fields_are_reported():
     cfg = copy.deepcopy(MJLAB_CARTPOLE)
     cfg["algorithm"].update(
-        rnd_cfg={"weight": 0.1}, normalize_advantage_per_mini_batch=True, schedule="fixed"
+        rnd_cfg={"weight": 0.1, "future_rnd_field": 1},
+        normalize_advantage_per_mini_batch=True,
+        schedule="fixed",
     )
     cfg["actor"]["distribution_cfg"].update(learn_std=False, std_range=[0.1, 2.0])
     cfg["critic"].update(obs_normalization=True, class_name="RNNModel", rnn_type="lstm")
-    cfg["obs_groups"]["rnd_state"] = ["actor"]
+    cfg["obs_groups"]["teacher"] = ["actor"]
     cfg["clip_actions"], cfg["future_field"] = 1.0, 3
     with pytest.warns(RslRlConfigWarning) as record:
         hparams, unmapped, _ = from_rsl_rl(cfg)
     assert hparams["desired_kl"] is None and hparams["normalize_observations"] is True
     for expected in (
-        "algorithm.rnd_cfg={'weight': 0.1}",
+        "algorithm.rnd_cfg.future_rnd_field=1 (no rl8 counterpart)",
         "actor.distribution_cfg.learn_std=False",
         "actor.distribution_cfg.std_range",
         "obs_normalization actor=False, critic=True",
         "critic.class_name='RNNModel'",
         "critic.rnn_type",
-        "obs_groups.rnd_state=['actor']",
+        "obs_groups.teacher=['actor'] (rl8 has the sets actor, critic and rnd_state)",
         "clip_actions=1.0",
         "future_field=3 (no rl8 counterpart)",
     ):
@@ -276,6 +278,21 @@ def test_unmapped_fields_are_reported():
             "rsl_rl config obs_groups.critic: expected a non-empty list of group names, got 'critic'",
         ),
         (lambda c: c.update(actor=[64]), "rsl_rl config actor: expected a dict, got [64]"),
+        (
+            lambda c: c["algorithm"].update(symmetry_cfg={"data_augmentation_func": 3}),
+            "rsl_rl config algorithm.symmetry_cfg.data_augmentation_func: expected a function or "
+            "its name, got 3",
+        ),
+        (
+            lambda c: c["algorithm"].update(
+                symmetry_cfg={"data_augmentation_func": "m:f", "mirror_loss_coeff": "1"}
+            ),
+            "rsl_rl config algorithm.symmetry_cfg.mirror_loss_coeff: expected a number, got '1'",
+        ),
+        (
+            lambda c: c["algorithm"].update(rnd_cfg={"learning_rate": None}),
+            "rsl_rl config algorithm.rnd_cfg.learning_rate: expected a number, got None",
+        ),
         (
             lambda c: c.update(max_iterations=0),
             "rsl_rl config max_iterations: expected an int >= 1 or None, got 0",
@@ -321,3 +338,76 @@ def test_the_scalar_std_of_the_carried_config_starts_at_init_noise_std():
     hparams = from_rsl_rl(cfg).hparams
     algo = PPO(Pendulum, num_envs=8, **{**hparams, "horizon": 16, "device": "cpu"})
     assert torch.allclose(algo.policy.model.std, torch.tensor([0.6]))
+
+
+def mirror_anymal(env=None, obs=None, actions=None):
+    """A stand-in for Isaac Lab's ANYmal-D symmetry function on GroupCartPole's groups."""
+    if obs is not None:
+        obs = torch.cat([obs, obs.apply(lambda x: -x)])
+    return obs, None if actions is None else torch.cat([actions, 1 - actions])
+
+
+def test_symmetry_cfg_maps_to_hparam_symmetry():
+    """Isaac Lab's ANYmal-D rough config with its symmetry_cfg (the function itself, as
+    dataclasses.asdict leaves it; the name "module:function" in a YAML file)."""
+    cfg = copy.deepcopy(ISAACLAB_ANYMAL_D)
+    cfg["algorithm"]["symmetry_cfg"] = {
+        "use_data_augmentation": True,
+        "use_mirror_loss": False,
+        "data_augmentation_func": mirror_anymal,
+        "mirror_loss_coeff": 0.0,
+    }
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RslRlConfigWarning)  # device, clip_actions
+        hparams, unmapped, _ = from_rsl_rl(cfg)
+    assert not any("symmetry" in entry for entry in unmapped)
+    assert hparams["symmetry"] == {**cfg["algorithm"]["symmetry_cfg"]}
+    algo = PPO(GroupCartPole, **{**hparams, "num_envs": 8, "horizon": 4, "device": "cpu"})
+    algo.collect()
+    assert algo.update()["losses/symmetry"] >= 0
+    cfg["algorithm"]["symmetry_cfg"]["data_augmentation_func"] = (
+        "isaaclab_tasks.anymal:compute_symmetric_states"
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RslRlConfigWarning)
+        hparams = from_rsl_rl(cfg).hparams
+    assert (
+        hparams["symmetry"]["data_augmentation_func"] == "isaaclab_tasks.anymal.compute_symmetric_states"
+    )
+    with pytest.raises(
+        ValueError, match=r"'isaaclab_tasks.anymal.compute_symmetric_states' is not registered"
+    ):
+        HParams(symmetry=hparams["symmetry"])
+
+
+def test_rnd_cfg_maps_to_hparam_rnd_with_the_rnd_state_set_and_step_dt():
+    from envs.sim_fakes import PointMassVecEnv
+
+    cfg = copy.deepcopy(MJLAB_CARTPOLE)
+    schedule = {"mode": "linear", "initial_step": 0, "final_step": 2000, "final_value": 0.0}
+    cfg["algorithm"]["rnd_cfg"] = {  # Isaac Lab's RslRlRndCfg's fields
+        "weight": 10.0,
+        "weight_schedule": schedule,
+        "reward_normalization": True,
+        "state_normalization": True,
+        "learning_rate": 1e-3,
+        "num_outputs": 1,
+        "predictor_hidden_dims": (-1,),
+        "target_hidden_dims": (-1,),
+    }
+    cfg["obs_groups"] = {"actor": ["policy"], "critic": ["critic"], "rnd_state": ["critic"]}
+    hparams, unmapped, _ = from_rsl_rl(cfg)
+    assert unmapped == []
+    assert hparams["rnd"] == {
+        **cfg["algorithm"]["rnd_cfg"],
+        "predictor_hidden_dims": [-1],
+        "target_hidden_dims": [-1],
+        "state_groups": ["critic"],
+        "scale_by_step_dt": True,
+    }
+    vec_env = PointMassVecEnv(8)
+    vec_env.step_dt = 0.02
+    algo = PPO(vec_env, **{**hparams, "horizon": 4})
+    assert algo.rnd.weight == pytest.approx(10.0 * 0.02) and algo.rnd.groups == ("critic",)
+    algo.collect()
+    assert algo.update()["losses/rnd"] > 0

@@ -16,8 +16,9 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
+import rl8
 from rl8 import PPO, Trainer, TrainerConfig, TrainStats
-from rl8.envs import CartPole, DiscreteDummyEnv
+from rl8.envs import CartPole, DiscreteDummyEnv, Pendulum
 from rl8.io.checkpoint import CheckpointError, save_checkpoint
 from rl8.mlflow_store import StoreSchemaError
 from rl8.tracking import TrackingError
@@ -579,7 +580,14 @@ RESUME_CASES = {
     "cartpole": (CartPole, dict(normalize_observations=True, entropy_coeff=0.01,
                                 lr_schedule=[(0, 1e-3), (2 * STEP, 5e-4)])),
     "dummy-resets": (DiscreteDummyEnv, dict(horizons_per_env_reset=2, num_sgd_iters=2)),
+    # the extensions' state (RND's networks, normalisers, optimizer) resumes; the checkpoint
+    # names the mirror by its qualified name, registered below
+    "pendulum-rnd-symmetry": (Pendulum, dict(
+        rnd={"weight": 0.1, "reward_normalization": True, "state_normalization": True},
+        symmetry={"data_augmentation_func": Pendulum.mirror, "use_data_augmentation": True,
+                  "use_mirror_loss": True, "mirror_loss_coeff": 0.5})),
 }  # fmt: skip
+rl8.register(Pendulum.mirror)
 
 
 @pytest.mark.parametrize("case", list(RESUME_CASES))

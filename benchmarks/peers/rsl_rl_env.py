@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 from rsl_rl.env import VecEnv
 from tensordict import TensorDict
+from workloads import PENDULUM_STEP_DT
 
 from rl8.envs import Pendulum
 
@@ -37,6 +38,16 @@ class RslPendulum(VecEnv):
         self._obs = self.env.reset(seed=seed)
 
     @property
+    def unwrapped(self) -> RslPendulum:
+        """The env itself (rsl_rl's RND reads ``env.unwrapped.step_dt``)."""
+        return self
+
+    @property
+    def step_dt(self) -> float:
+        """Seconds of simulated time per step."""
+        return PENDULUM_STEP_DT
+
+    @property
     def episode_length_buf(self) -> torch.Tensor:
         """``[num_envs]`` steps taken in each pendulum's current episode."""
         return self.env.steps[:, 0]
@@ -58,3 +69,16 @@ class RslPendulum(VecEnv):
         truncated = out["truncated"][:, 0]
         dones = (out["terminated"][:, 0] | truncated).long()
         return self.get_observations(), out["rewards"][:, 0], dones, {"time_outs": truncated}
+
+
+def mirror_pendulum(
+    env: object = None, obs: TensorDict | None = None, actions: torch.Tensor | None = None
+) -> tuple[TensorDict | None, torch.Tensor | None]:
+    """rsl_rl's ``data_augmentation_func`` for :class:`RslPendulum`: ``rl8.envs.Pendulum.mirror``
+    on the ``"policy"`` group, the originals first."""
+    if obs is not None:
+        policy, _ = Pendulum.mirror(obs=obs["policy"])
+        obs = TensorDict({"policy": policy}, batch_size=[policy.shape[0]], device=policy.device)
+    if actions is not None:
+        _, actions = Pendulum.mirror(actions=actions)
+    return obs, actions

@@ -94,14 +94,18 @@ SIDES = {
         "rl8",
         "side_rl8.py",
         None,
-        {"batched": ("fp32", "bf16"), "gym": ("fp32",), "mjlab": ("auto-reset", "partial-reset")},
+        {
+            "batched": ("fp32", "bf16", "symmetry", "rnd"),
+            "gym": ("fp32",),
+            "mjlab": ("auto-reset", "partial-reset"),
+        },
         needs_rl8=True,
     ),
     "rsl_rl": Side(
         "rsl_rl",
         "side_rsl_rl.py",
         Venv("rsl_rl", ("rsl-rl-lib", "tensordict>=0.15,<0.16", "gymnasium>=1.0", "numpy"), "rsl_rl"),
-        {"batched": ("fp32", "bf16"), "mjlab": ("auto-reset",)},
+        {"batched": ("fp32", "bf16", "symmetry", "rnd"), "mjlab": ("auto-reset",)},
         needs_rl8=True,
     ),
     "sb3": Side(
@@ -275,8 +279,8 @@ def rl8_has_compile() -> bool:
 
 def reference_setting(setting: str) -> str:
     """The rl8 setting a peer's setting is compared with: the same precision, eager (the mjlab
-    workloads: the same reset mode)."""
-    if setting.endswith("-reset"):
+    workloads: the same reset mode; ``symmetry``, ``rnd``: the same extension)."""
+    if setting.endswith("-reset") or setting in ("symmetry", "rnd"):
         return setting
     return "bf16" if setting.endswith("bf16") else "fp32"
 

@@ -2,8 +2,9 @@
 
 Runs in rl8's own environment with the checkout first on ``PYTHONPATH`` (``run.py`` sets it
 and checks that the rl8 imported is the checkout's). Settings: ``fp32``, ``bf16``
-(``enable_amp=True``: bfloat16 autocast on CPU, float16 with a gradient scaler on CUDA), and, where this rl8 has the ``compile``
-hyper-parameter, ``compile`` and ``compile-bf16``.
+(``enable_amp=True``: bfloat16 autocast on CPU, float16 with a gradient scaler on CUDA), where this rl8 has the ``compile``
+hyper-parameter, ``compile`` and ``compile-bf16``, and for the batched workloads ``symmetry``
+and ``rnd`` (fp32 with hparam ``symmetry`` or ``rnd``, ``workloads.EXTENSIONS``).
 
     python benchmarks/peers/side_rl8.py pendulum-4096 --setting bf16 --threads 2
 """
@@ -14,9 +15,18 @@ import dataclasses
 import sys
 import time
 
-from workloads import WORKLOADS, batch_size, emit, iterations, parse_side_args, synchronize
+from workloads import (
+    EXTENSIONS,
+    PENDULUM_STEP_DT,
+    WORKLOADS,
+    batch_size,
+    emit,
+    iterations,
+    parse_side_args,
+    synchronize,
+)
 
-SETTINGS = ("fp32", "bf16", "compile", "compile-bf16")
+SETTINGS = ("fp32", "bf16", "compile", "compile-bf16", "symmetry", "rnd")
 MJLAB_SETTINGS = ("auto-reset", "partial-reset")
 
 
@@ -56,6 +66,13 @@ def hparams(name: str, setting: str, device: str = "cpu") -> dict:
         hp["env_kwargs"] = {"vectorization_mode": "sync"}
     if setting.startswith("compile"):
         hp["compile"] = True
+    if setting == "symmetry":
+        from rl8.envs import Pendulum
+
+        hp["symmetry"] = {"data_augmentation_func": Pendulum.mirror, **EXTENSIONS["symmetry"]}
+    if setting == "rnd":  # rsl_rl's weight times the pendulum's step_dt, as rsl_rl scales it
+        rnd = EXTENSIONS["rnd"]
+        hp["rnd"] = {**rnd, "weight": rnd["weight"] * PENDULUM_STEP_DT}
     return hp
 
 

@@ -6,7 +6,8 @@ gets): the fixed learning rate (``schedule="fixed"``: rl8's is constant), advant
 normalised per minibatch (as rl8), no entropy bonus, clipped value loss (rsl_rl's default),
 rsl_rl's defaults elsewhere (``check_for_nan=True``; Gaussian policy with a learned scalar
 std). ``log_dir=None``: no TensorBoard writer, so no logging cost. Settings: ``fp32`` and
-``bf16`` (``use_mixed_precision=True``: bfloat16 autocast of the update).
+``bf16`` (``use_mixed_precision=True``: bfloat16 autocast of the update), ``symmetry`` and ``rnd``
+(fp32 with the ``symmetry_cfg`` or ``rnd_cfg`` of ``workloads.EXTENSIONS``).
 
     python benchmarks/peers/side_rsl_rl.py pendulum-4096 --setting bf16 --threads 2
 """
@@ -19,11 +20,13 @@ import json
 import sys
 import time
 
-from workloads import WORKLOADS, batch_size, emit, iterations, parse_side_args, synchronize
+from workloads import EXTENSIONS, WORKLOADS, batch_size, emit, iterations, parse_side_args, synchronize
 
 
-def train_cfg(name: str, bf16: bool) -> dict:
-    """rsl_rl's runner config for workload ``name`` (``bf16``: ``use_mixed_precision``)."""
+def train_cfg(name: str, bf16: bool, extension: str | None = None) -> dict:
+    """rsl_rl's runner config for workload ``name`` (``bf16``: ``use_mixed_precision``;
+    ``extension``: ``"symmetry"`` or ``"rnd"``, its ``symmetry_cfg`` or ``rnd_cfg`` of
+    ``workloads.EXTENSIONS``)."""
     w = WORKLOADS[name]
     model = {
         "class_name": "MLPModel",
@@ -50,10 +53,18 @@ def train_cfg(name: str, bf16: bool) -> dict:
             "schedule": "fixed",
             "normalize_advantage_per_mini_batch": True,
             "use_mixed_precision": bf16,
+            "symmetry_cfg": _symmetry_cfg() if extension == "symmetry" else None,
+            "rnd_cfg": dict(EXTENSIONS["rnd"]) if extension == "rnd" else None,
         },
         "actor": {**model, "distribution_cfg": {"class_name": "GaussianDistribution", "init_std": 1.0}},
         "critic": model,
     }
+
+
+def _symmetry_cfg() -> dict:
+    from rsl_rl_env import mirror_pendulum  # imports rsl_rl: in rsl_rl's virtualenv only, as main's
+
+    return {"data_augmentation_func": mirror_pendulum, **EXTENSIONS["symmetry"]}
 
 
 class Stop(Exception):
@@ -121,7 +132,7 @@ def main() -> None:
     """Time ``runner.learn`` on one batched workload and print the JSON line of ``emit``."""
     if WORKLOADS.get(sys.argv[1] if len(sys.argv) > 1 else "", {}).get("kind") == "mjlab":
         return mjlab_main(parse_side_args(settings=("auto-reset",)))
-    args = parse_side_args(settings=("fp32", "bf16"))
+    args = parse_side_args(settings=("fp32", "bf16", "symmetry", "rnd"))
     import torch
     from rsl_rl.algorithms import PPO
     from rsl_rl.runners import OnPolicyRunner
@@ -137,7 +148,10 @@ def main() -> None:
     w = WORKLOADS[args.workload]
     torch.manual_seed(0)
     env = RslPendulum(w["num_envs"], device=args.device, seed=0)
-    runner = OnPolicyRunner(env, train_cfg(args.workload, bf16), log_dir=None, device=args.device)
+    extension = args.setting if args.setting in EXTENSIONS else None
+    runner = OnPolicyRunner(
+        env, train_cfg(args.workload, bf16, extension), log_dir=None, device=args.device
+    )
     warmup, iters = iterations(w, args.quick)
     runner.learn(warmup)
     synchronize(args.device)

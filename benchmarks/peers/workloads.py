@@ -126,6 +126,27 @@ WORKLOADS: dict[str, dict] = {
 }
 
 
+#: The batched workloads' extension settings, the same on rl8's and rsl_rl's side: rsl_rl 5's
+#: ``symmetry_cfg`` (the pendulum's mirror theta -> -theta: both data augmentation and the mirror
+#: loss) and ``rnd_cfg`` (its weight per second of simulated time: rsl_rl multiplies it by
+#: ``step_dt``, rl8 is given the product). Each is an rl8 hparam (``symmetry``, ``rnd``) of
+#: the same keys.
+EXTENSIONS: dict[str, dict] = {
+    "symmetry": dict(use_data_augmentation=True, use_mirror_loss=True, mirror_loss_coeff=1.0),
+    "rnd": dict(
+        weight=1.0,
+        reward_normalization=True,
+        state_normalization=True,
+        learning_rate=1e-3,
+        num_outputs=16,
+        predictor_hidden_dims=[-1],
+        target_hidden_dims=[-1],
+    ),
+}
+#: Seconds per step of ``rl8.envs.Pendulum`` (its ``dt``), rsl_rl's ``env.unwrapped.step_dt``.
+PENDULUM_STEP_DT = 0.05
+
+
 def iterations(workload: dict, quick: bool) -> tuple[int, int]:
     """``(warm-up, timed)`` iterations of a workload's measurement (fewer with ``quick``)."""
     if quick:

@@ -73,6 +73,19 @@ class CartPole(PhysicsEnv):
     def _observe(state: torch.Tensor) -> torch.Tensor:
         return state  # the state is the observation
 
+    @staticmethod
+    def mirror(
+        env: Any = None, obs: torch.Tensor | None = None, actions: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """CartPole's left/right mirror for hparam ``symmetry`` (rsl_rl's ``data_augmentation_func``
+        signature): the ``[B, 4]`` observations with their mirrored copies ``-obs`` after them,
+        the ``[B]`` actions (0 left, 1 right) with ``1 - actions`` after them; ``None`` stays
+        ``None``. The dynamics, the reward and the initial states are symmetric under it."""
+        return (
+            None if obs is None else torch.cat([obs, -obs]),
+            None if actions is None else torch.cat([actions, 1 - actions]),
+        )
+
     def step(self, action: torch.Tensor) -> TensorDict:
         """Push every cart (``action``: ``[num_envs]`` int64, 0 left, 1 right) and advance ``tau`` seconds."""
         p = self.params

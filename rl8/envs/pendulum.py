@@ -64,6 +64,19 @@ class Pendulum(PhysicsEnv):
         theta, theta_dot = state.unbind(1)
         return torch.stack((torch.cos(theta), torch.sin(theta), theta_dot), 1)
 
+    @staticmethod
+    def mirror(
+        env: Any = None, obs: torch.Tensor | None = None, actions: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """Pendulum's mirror ``theta -> -theta`` for hparam ``symmetry`` (rsl_rl's
+        ``data_augmentation_func`` signature): the ``[B, 3]`` observations ``(cos, sin,
+        theta_dot)`` with ``(cos, -sin, -theta_dot)`` after them, the ``[B, 1]`` raw actions with
+        their negatives after them (the torque bounds are symmetric); ``None`` stays ``None``."""
+        return (
+            None if obs is None else torch.cat([obs, obs * obs.new_tensor([1.0, -1.0, -1.0])]),
+            None if actions is None else torch.cat([actions, -actions]),
+        )
+
     def step(self, action: torch.Tensor) -> TensorDict:
         """Apply the torques ``action`` (``[num_envs, 1]``, N m, clipped to ``max_torque``) and
         advance the simulation by ``dt`` seconds."""

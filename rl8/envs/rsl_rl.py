@@ -163,6 +163,15 @@ class RslRlEnv(Env):
         """``None``: the simulator's state is not saved; PPO resets the env on resume."""
         return None
 
+    @property
+    def step_dt(self) -> float | None:
+        """Seconds of simulated time per env step, the VecEnv's ``unwrapped.step_dt`` (Isaac
+        Lab's and mjlab's envs have it; hparam ``rnd`` scales its weight by it as rsl_rl does),
+        or ``None`` when it has none."""
+        unwrapped = getattr(self.vec_env, "unwrapped", self.vec_env)
+        step_dt = getattr(unwrapped, "step_dt", None)
+        return None if step_dt is None else float(step_dt)
+
     def close(self) -> None:
         """Close the wrapped env, where it has ``close()``."""
         close = getattr(self.vec_env, "close", None)

@@ -45,6 +45,7 @@ from rl8.ppo.overlap import OverlapCollector
 from rl8.ppo.precision import choose_amp_dtype
 from rl8.ppo.resolve import DISTRIBUTION, MODEL, resolve
 from rl8.ppo.rewards import RewardNormalizer
+from rl8.ppo.rnd import RandomNetworkDistillation
 from rl8.ppo.rollout import (
     env_hparams,
     env_state,
@@ -56,7 +57,8 @@ from rl8.ppo.rollout import (
     rollout_ready_envs,
     second_instance_problem,
 )
-from rl8.ppo.stats import Stats, rollout_stats, update_stats
+from rl8.ppo.stats import Stats, intrinsic_moments, intrinsic_stats, rollout_stats, update_stats
+from rl8.ppo.symmetry import Symmetry, augmentation_env
 
 __all__ = ["NonFiniteError", "PPO", "PresetHint", "check_env_configs", "make_env"]
 
@@ -123,6 +125,12 @@ class PPO:
         behaviour_version: The :attr:`steps` count of the weights that collected the buffer.
         advantage_weights: ``None``, or ``[num_envs, horizon]`` weights of the (normalised)
             advantages in the next :meth:`update` only (importance weights of actors).
+        symmetry: With hparam ``symmetry``, the :class:`~rl8.ppo.symmetry.Symmetry` extension
+            (mirrored minibatches, mirror loss); else ``None``.
+        rnd: With hparam ``rnd``, the :class:`~rl8.ppo.rnd.RandomNetworkDistillation` extension;
+            else ``None``.
+        intrinsic_rewards: With hparam ``rnd``, the last collect's weighted intrinsic rewards
+            ``[num_envs, horizon]``, which the next :meth:`update` adds to the env's; else ``None``.
     """
 
     def __init__(
@@ -190,7 +198,25 @@ class PPO:
                 normalize_observations=hp.normalize_observations,
                 device=self.device,
             )
+            self.rnd = (  # its random target network from the run's seed
+                None
+                if hp.rnd is None
+                else RandomNetworkDistillation(
+                    hp.rnd,
+                    self.env.observation_space,
+                    step_dt=getattr(self.env, "step_dt", None),
+                    device=self.device,
+                )
+            )
         self.dist.broadcast_module(self.policy)
+        if self.rnd is not None:
+            self.dist.broadcast_module(self.rnd)
+        self.symmetry = (
+            None
+            if hp.symmetry is None
+            else Symmetry(hp.symmetry, augmentation_env(self.env), self.policy)
+        )
+        self.intrinsic_rewards: torch.Tensor | None = None
         # Action sampling and minibatch shuffling draw from this object's own generator, so
         # two PPO objects (or user code) in one process never disturb each other's streams.
         self.generator = torch.Generator(device=self.device).manual_seed(self.env_seed)
@@ -292,6 +318,8 @@ class PPO:
         minibatch_loss = self._minibatch_loss if self.compiled is None else self.compiled.minibatch_loss
         losses: list[PPOLoss] = []
         grad_norms: list[torch.Tensor] = []  # one per optimizer step
+        rnd_losses: list[torch.Tensor] = []
+        mirror_losses: list[torch.Tensor] = []
         batches = minibatches(
             samples,
             num_minibatches,
@@ -303,6 +331,14 @@ class PPO:
             generator=self.generator,
         )
         for j, minibatch in enumerate(batches):
+            if self.rnd is not None:  # RND's predictor: a step of its own optimizer
+                rnd_losses.append(self.rnd.train_step(minibatch["obs"], self.dist.average_gradients))
+            if self.symmetry is not None:  # the mirrored copies after the collected samples
+                collected = minibatch.batch_size[0]
+                minibatch = self.symmetry.augment(minibatch)
+                with self._autocast():
+                    mirror_loss = self.symmetry.mirror_loss(self.policy, minibatch["obs"], collected)
+                mirror_losses.append(mirror_loss.detach())
             # compile=True where it is exact: loss, backward, clip and Adam step as one compiled function
             fused = None if self.compiled is None else self.compiled.train_step(minibatch, entropy_coeff)
             if fused is not None:
@@ -318,7 +354,10 @@ class PPO:
                     # after the forward pass, as rsl_rl and CleanRL do: the old gradients' memory
                     # stays allocated for this pass's activations instead of being freed and refetched
                     self.optimizer.zero_grad()
-                total = loss.total / minibatches_per_step
+                total = loss.total
+                if self.symmetry is not None and self.symmetry.use_mirror_loss:
+                    total = total + self.symmetry.mirror_loss_coeff * mirror_loss
+                total = total / minibatches_per_step
                 (total if self.grad_scaler is None else self.grad_scaler.scale(total)).backward()
                 if (j + 1) % minibatches_per_step == 0:
                     grad_norms.append(self._optimizer_step())
@@ -329,15 +368,31 @@ class PPO:
             self.policy.obs_normalizer is not None
         ):  # after the update: a collect and its update see the same
             obs = self.buffer.data["obs"][:, : hp.horizon]
-            self.policy.obs_normalizer.update(
-                obs, batch_dims=2, all_reduce=self.dist.all_reduce_ if self.dist.enabled else None
+            self.policy.obs_normalizer.update(obs, batch_dims=2, all_reduce=self._sum_over_ranks)
+        if self.rnd is not None:  # after the update, as rsl_rl's
+            self.rnd.update_normalization(
+                self.buffer.data["obs"][:, : hp.horizon],
+                self._sum_over_ranks,
             )
         self.steps += 1
         if not grad_norms:  # a KL stop before the first accumulated optimizer step
             grad_norms.append(torch.zeros((), device=self.device))
         lr = self.optimizer.param_groups[0]["lr"]
+        extra_losses = {}  # name: (each minibatch's loss, its weight in losses/total)
+        if self.rnd is not None:
+            extra_losses["rnd"] = (rnd_losses, 0.0)  # its own optimizer's
+        if self.symmetry is not None:
+            coeff = self.symmetry.mirror_loss_coeff if self.symmetry.use_mirror_loss else 0.0
+            extra_losses["symmetry"] = (mirror_losses, coeff)
         stats = update_stats(
-            self.dist, losses, grad_norms, explained_variance, hp.vf_coeff, entropy_coeff, lr
+            self.dist,
+            losses,
+            grad_norms,
+            explained_variance,
+            hp.vf_coeff,
+            entropy_coeff,
+            lr,
+            extra_losses,
         )
         if self.collector is not None:
             stats["monitors/policy_lag"] = float(policy_lag)
@@ -372,6 +427,8 @@ class PPO:
         rewards = data["rewards"][:, :h]
         if self.reward_normalizer is not None:
             rewards = self.reward_normalizer(rewards)
+        if self.intrinsic_rewards is not None:  # hparam rnd's, with their own normalisation
+            rewards = rewards + self.intrinsic_rewards
         terminated = truncated = truncated_values = None
         if self.env.episodic:
             terminated, truncated = data["terminated"][:, :h], data["truncated"][:, :h]
@@ -422,6 +479,7 @@ class PPO:
             vf_clip_param=hp.vf_clip_param,
             vf_coeff=hp.vf_coeff,
             entropy_coeff=entropy_coeff,
+            collected=minibatch.get("collected", None),  # hparam symmetry's augmented minibatches
         )
 
     def _optimizer_step(self) -> torch.Tensor:
@@ -448,6 +506,7 @@ class PPO:
             distributed=self.dist.enabled,
             accumulate_grads=self.hparams.accumulate_grads,
             recurrent=self.recurrent,
+            mirror_loss=self.symmetry is not None and self.symmetry.use_mirror_loss,
         )
         fused = (
             FusedTrainStep(
@@ -485,6 +544,11 @@ class PPO:
         kl = torch.tensor(self._mean_over_ranks(approx_kl), dtype=torch.float64)
         lr = torch.tensor(self.optimizer.param_groups[0]["lr"], dtype=torch.float64)
         self._set_lr(adaptive_lr(lr, kl, self.hparams.desired_kl).item())
+
+    @property
+    def _sum_over_ranks(self) -> Callable[[torch.Tensor], Any] | None:
+        """For running moments in data-parallel training: the in-place all-reduce, else ``None``."""
+        return self.dist.all_reduce_ if self.dist.enabled else None
 
     def _mean_over_ranks(self, value: torch.Tensor) -> float:
         return (self.dist.all_reduce_(value.clone()) / self.dist.world_size).item()
@@ -561,11 +625,21 @@ class PPO:
         if normalizer is not None:
             seen = normalizer.advance(rewards, dones)
             moments, current = normalizer.returns_moments(seen)
+        if self.rnd is not None:  # the intrinsic rewards of the states each step reached
+            first_step = (self.collects - 1) * h  # rsl_rl's counter: env steps per env before
+            self.intrinsic_rewards = self.rnd.rewards(
+                self.buffer.data["obs"][:, 1 : h + 1],
+                first_step,
+                self._sum_over_ranks,
+            )
+            moments.update(intrinsic_moments(self.intrinsic_rewards))
         stats, values = rollout_stats(
             self.dist, rewards, episode_sums, moments, current, env_episode_sums, self.buffer.env_log
         )
         if normalizer is not None:
             normalizer.merge_returns_moments(values, float(seen.numel() * self.dist.world_size))
+        if self.rnd is not None:
+            stats.update(intrinsic_stats(values, rewards.numel() * self.dist.world_size))
         if n != 0:  # after the first n collects: the reduced stats only
             self._check_stats_finite(stats, CHECKED_ROLLOUT_STATS, f"collect {self.collects}")
         return stats
@@ -723,6 +797,7 @@ class PPO:
                 "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
             },
             "overlap": self.collector.state_dict() if self.collector is not None else None,
+            "rnd": self.rnd.checkpoint() if self.rnd is not None else None,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -732,6 +807,13 @@ class PPO:
         self.seed = int(state["seed"])
         self.policy.load_state_dict(state["policy"])
         self.optimizer.load_state_dict(state["optimizer"])
+        if self.rnd is not None:
+            if state.get("rnd") is None:
+                raise ValueError(
+                    "PPO.load_state_dict: hparam rnd is on, but the state has no 'rnd' entry (it was "
+                    "saved without RND); its predictor and target networks cannot be restored"
+                )
+            self.rnd.load_checkpoint(state["rnd"])
         if self.grad_scaler is not None and state.get("grad_scaler"):
             self.grad_scaler.load_state_dict(state["grad_scaler"])
         if self.reward_normalizer is not None and state.get("reward_normalizer") is not None:

@@ -179,12 +179,14 @@ def fused_step_problem(
     distributed: bool,
     accumulate_grads: bool,
     recurrent: bool,
+    mirror_loss: bool = False,
 ) -> str | None:
     """Why :class:`FusedTrainStep` would not be exactly PPO's plain minibatch step, or ``None``
     when it would: PPO's ``optimizer`` must be a ``torch.optim.Adam`` or ``AdamW`` of one parameter
     group with ``amsgrad``, ``maximize`` and ``differentiable`` off, and PPO must not scale its losses
     (``grad_scaler``: ``enable_amp`` in float16), average gradients over ranks (``distributed``),
-    ``accumulate_grads``, or run a ``recurrent`` model (torch.compile does not trace nn.LSTM/nn.GRU)."""
+    ``accumulate_grads``, run a ``recurrent`` model (torch.compile does not trace nn.LSTM/nn.GRU),
+    or add hparam symmetry's ``mirror_loss`` (a user function inside the loss)."""
     if type(optimizer) not in (torch.optim.Adam, torch.optim.AdamW):
         return f"the optimizer is {type(optimizer).__qualname__}, not torch.optim.Adam or AdamW"
     if len(optimizer.param_groups) != 1:
@@ -206,6 +208,11 @@ def fused_step_problem(
         return "accumulate_grads takes one optimizer step per pass"
     if recurrent:
         return "torch.compile does not trace the recurrent model's nn.LSTM/nn.GRU"
+    if mirror_loss:
+        return (
+            "hparam symmetry's use_mirror_loss adds a loss that calls data_augmentation_func, the "
+            "user's own Python, between the forward pass and backward"
+        )
     return None
 
 

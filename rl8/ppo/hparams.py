@@ -28,7 +28,9 @@ from rl8.fields import (
 )
 from rl8.policies.groups import obs_groups_problem
 from rl8.ppo.resolve import HPARAM_KINDS, qualified_name, resolve
+from rl8.ppo.rnd import rnd_problem
 from rl8.ppo.schedules import Schedule
+from rl8.ppo.symmetry import plain_symmetry, symmetry_problem
 
 __all__ = ["HParams", "changed_hparams", "missing_cuda_device", "unknown_hparams_message"]
 
@@ -411,6 +413,26 @@ class HParams:
         ),
     )
 
+    symmetry: dict[str, Any] | None = _hparam(
+        None,
+        symmetry_problem,
+        doc=(
+            "rsl_rl 5's ``symmetry_cfg``: ``{'data_augmentation_func': f, 'use_data_augmentation': bool, "
+            "'use_mirror_loss': bool, 'mirror_loss_coeff': float}``, ``f`` a function "
+            "``f(env=, obs=, actions=) -> (obs, actions)`` with the mirrored copies after the given "
+            "rows, or the name it is registered under (``rl8.register``); ``None``: off (``docs/ppo.md``, Symmetry)."
+        ),
+    )
+    rnd: dict[str, Any] | None = _hparam(
+        None,
+        rnd_problem,
+        doc=(
+            "rsl_rl 5's ``rnd_cfg``: random network distillation's intrinsic reward, ``{'weight': w, "
+            "'weight_schedule': ..., 'learning_rate': lr, 'state_groups': [...], ...}`` "
+            "(``docs/ppo.md``, Random network distillation); ``None``: off."
+        ),
+    )
+
     # ------------------------------------------------------------------ validation
     def __post_init__(self) -> None:
         invalid = first_invalid(self)
@@ -519,6 +541,7 @@ class HParams:
             if out[key] is not None and not isinstance(out[key], str):
                 out[key] = qualified_name(out[key])
         out["device"] = str(self.device)
+        out["symmetry"] = plain_symmetry(self.symmetry)
         return out
 
     # ------------------------------------------------------------------ derived values

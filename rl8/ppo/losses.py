@@ -69,6 +69,7 @@ def ppo_loss(
     vf_clip_param: float | None = None,
     vf_coeff: float = 1.0,
     entropy_coeff: float = 0.0,
+    collected: Tensor | None = None,
 ) -> PPOLoss:
     """PPO's clipped surrogate, plus the weighted (optionally clipped) value loss, minus the
     weighted entropy bonus, over float32 ``[B]`` tensors.
@@ -88,6 +89,9 @@ def ppo_loss(
             ``None`` = plain squared error.
         vf_coeff: Weight of the value loss in the total.
         entropy_coeff: Weight of the entropy bonus in the total.
+        collected: ``[B]`` bool, True for the samples that were collected, False for augmented
+            copies (hparam ``symmetry``): the entropy, ``approx_kl`` and ``clip_fraction`` are
+            means over the collected ones, as rsl_rl measures them; ``None``: all are collected.
     """
     log_ratio = logp - old_logp
     ratio = log_ratio.exp()
@@ -104,11 +108,11 @@ def ppo_loss(
         value_error = torch.max(value_error, (clipped_values - returns).square())
     value_loss = 0.5 * value_error.mean()
 
-    mean_entropy = entropy.mean()
+    mean_entropy = _mean(entropy, collected)
     total = policy_loss + vf_coeff * value_loss - entropy_coeff * mean_entropy
     with torch.no_grad():
-        approx_kl = ((ratio - 1) - log_ratio).mean()
-        clip_fraction = ((ratio - 1).abs() > clip_param).float().mean()
+        approx_kl = _mean((ratio - 1) - log_ratio, collected)
+        clip_fraction = _mean(((ratio - 1).abs() > clip_param).float(), collected)
     return PPOLoss(
         total=total,
         policy_loss=policy_loss.detach(),
@@ -117,6 +121,11 @@ def ppo_loss(
         approx_kl=approx_kl,
         clip_fraction=clip_fraction,
     )
+
+
+def _mean(x: Tensor, rows: Tensor | None) -> Tensor:
+    """The mean of ``x`` over the ``rows`` where the bool mask is True (all for ``None``)."""
+    return x.mean() if rows is None else torch.where(rows, x, 0.0).sum() / rows.sum()
 
 
 def adaptive_lr(lr: Tensor, kl: Tensor, desired_kl: float) -> Tensor:

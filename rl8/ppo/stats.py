@@ -200,6 +200,26 @@ def rollout_stats(
     return out, values
 
 
+def intrinsic_moments(intrinsic: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The sums of hparam rnd's intrinsic rewards ``[num_envs, T]`` and of their squares (0-d),
+    for :func:`rollout_stats`' ``sums``."""
+    f64 = torch.float64
+    return {
+        "intrinsic_sum": intrinsic.sum(dtype=f64),
+        "intrinsic_sq": torch.linalg.vector_norm(intrinsic, dtype=f64).square(),
+    }
+
+
+def intrinsic_stats(values: Mapping[str, float], count: int) -> dict[str, float]:
+    """``rewards/intrinsic_mean`` and ``rewards/intrinsic_std`` of ``count`` intrinsic rewards
+    (every rank's) from the reduced :func:`intrinsic_moments`."""
+    mean = values["intrinsic_sum"] / count
+    return {
+        "rewards/intrinsic_mean": mean,
+        "rewards/intrinsic_std": max(values["intrinsic_sq"] / count - mean * mean, 0.0) ** 0.5,
+    }
+
+
 def episode_means(prefix: str, return_sum: float, length_sum: float, count: float) -> dict[str, float]:
     """``{prefix}return_mean``, ``{prefix}length_mean`` and ``{prefix}count`` of ``count``
     episodes from their summed returns and lengths (NaN means when none ended)."""
@@ -224,6 +244,7 @@ def update_stats(
     vf_coeff: float,
     entropy_coeff: float,
     lr: float,
+    extra_losses: Mapping[str, tuple[list[torch.Tensor], float]] | None = None,
 ) -> dict[str, float]:
     """The stats of :meth:`rl8.PPO.update`, reduced over ranks in one host transfer; ``vf_coeff``,
     ``entropy_coeff`` and ``lr`` are the update's (reported under ``coefficients/``).
@@ -233,18 +254,24 @@ def update_stats(
         losses: Each minibatch's :class:`~rl8.ppo.losses.PPOLoss` (the stats are means).
         grad_norms: Each optimizer step's gradient norm before clipping, 0-d tensors.
         explained_variance: ``1 - Var(returns - values) / Var(returns)`` of the collect, 0-d.
+        extra_losses: The extensions' losses (``symmetry``, ``rnd``): ``{name: (each
+            minibatch's 0-d loss, its weight in the total)}``, reported as ``losses/{name}`` means.
     """
+    extra = dict(extra_losses or {})
     means = {name: torch.stack([getattr(loss, name) for loss in losses]).mean() for name in MONITORS}
     means["explained_variance"] = explained_variance
     means["grad_norm"] = torch.stack(grad_norms).mean()
+    means.update({f"extra_{name}": torch.stack(values).mean() for name, (values, _) in extra.items()})
     out = reduce_stats(dist, means=means)
     policy_loss, vf_loss, entropy = out["policy_loss"], out["value_loss"], out["entropy"]
+    extra_total = sum(weight * out[f"extra_{name}"] for name, (_, weight) in extra.items())
     return {
         "losses/policy": policy_loss,
         "losses/vf": vf_loss,
         "losses/entropy": -entropy,
         # the mean of the minibatches' total losses, from the means of their (linear) terms
-        "losses/total": policy_loss + vf_coeff * vf_loss - entropy_coeff * entropy,
+        "losses/total": policy_loss + vf_coeff * vf_loss - entropy_coeff * entropy + extra_total,
+        **{f"losses/{name}": out[f"extra_{name}"] for name in extra},
         "monitors/kl_div": out["approx_kl"],
         "monitors/clip_fraction": out["clip_fraction"],
         "monitors/explained_variance": out["explained_variance"],

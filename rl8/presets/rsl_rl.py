@@ -232,20 +232,83 @@ def _distribution(actor: _Section, config: dict[str, Any], unmapped: list[str]) 
     unmapped.extend(dist.rest())
 
 
-def _obs_groups(runner: _Section, unmapped: list[str]) -> dict[str, list[str]] | None:
+def _obs_groups(
+    runner: _Section, unmapped: list[str]
+) -> tuple[dict[str, list[str]] | None, list[str] | None]:
+    """The actor's and critic's sets as hparam ``obs_groups``, and the ``rnd_state`` set (RND's)."""
     groups = runner.take("obs_groups", _optional(_DICT), None)
-    out = {}
+    out, rnd_state = {}, None
     for name, keys in (groups or {}).items():
         rl8_name = {"policy": "actor"}.get(name, name)  # rsl_rl 3's name of the actor's set
-        if rl8_name not in ("actor", "critic"):
-            unmapped.append(f"obs_groups.{name}={keys!r} (rl8 has the sets actor and critic)")
+        if rl8_name not in ("actor", "critic", "rnd_state"):
+            unmapped.append(f"obs_groups.{name}={keys!r} (rl8 has the sets actor, critic and rnd_state)")
             continue
         if not (isinstance(keys, (list, tuple)) and keys and all(isinstance(k, str) for k in keys)):
             raise ValueError(
                 f"rsl_rl config obs_groups.{name}: expected a non-empty list of group names, got {keys!r}"
             )
-        out[rl8_name] = list(keys)
-    return out or None
+        if rl8_name == "rnd_state":
+            rnd_state = list(keys)
+        else:
+            out[rl8_name] = list(keys)
+    return out or None, rnd_state
+
+
+def _symmetry(cfg: Mapping[str, Any] | None, unmapped: list[str]) -> dict[str, Any] | None:
+    """rsl_rl's ``symmetry_cfg`` as hparam ``symmetry``: the function itself, or the name a YAML
+    file gives it (``"module:function"`` as ``"module.function"``, which PPO looks up among the
+    names registered with ``rl8.register``; nothing is imported)."""
+    if cfg is None:
+        return None
+    section = _Section(cfg, "algorithm.symmetry_cfg")
+    section.fields.pop("env", None)  # rsl_rl's runner puts the env there; PPO passes its own
+    func = section.take(
+        "data_augmentation_func", ("a function or its name", lambda v: callable(v) or isinstance(v, str))
+    )
+    symmetry = {
+        "data_augmentation_func": func.replace(":", ".") if isinstance(func, str) else func,
+        "use_data_augmentation": section.take("use_data_augmentation", _BOOL, False),
+        "use_mirror_loss": section.take("use_mirror_loss", _BOOL, False),
+        "mirror_loss_coeff": section.take("mirror_loss_coeff", _NUMBER, 0.0),
+    }
+    unmapped.extend(section.rest())
+    return symmetry
+
+
+#: rsl_rl's ``rnd_cfg`` fields, each with its kind; hparam ``rnd`` takes them by the same names.
+_RND_FIELDS = {
+    "weight": _NUMBER,
+    "weight_schedule": _optional(_DICT),
+    "reward_normalization": _BOOL,
+    "state_normalization": _BOOL,
+    "learning_rate": _NUMBER,
+    "num_outputs": _POSITIVE_INT,
+    "predictor_hidden_dims": ("a list of ints", lambda v: isinstance(v, (list, tuple))),
+    "target_hidden_dims": ("a list of ints", lambda v: isinstance(v, (list, tuple))),
+    "activation": _STR,
+}
+
+
+def _rnd(
+    cfg: Mapping[str, Any] | None, rnd_state: list[str] | None, unmapped: list[str]
+) -> dict[str, Any] | None:
+    """rsl_rl's ``rnd_cfg`` as hparam ``rnd``: its fields by their names, the ``rnd_state``
+    observation set as ``state_groups``, and the weight scaled by the env's ``step_dt`` as
+    rsl_rl scales it (``scale_by_step_dt``)."""
+    if cfg is None:
+        return None
+    section = _Section(cfg, "algorithm.rnd_cfg")
+    for key in ("num_states", "obs_groups"):  # filled in by rsl_rl's runner from the env
+        section.fields.pop(key, None)
+    rnd = {key: section.take(key, kind) for key, kind in _RND_FIELDS.items() if key in section.fields}
+    for key in ("predictor_hidden_dims", "target_hidden_dims"):
+        if key in rnd:
+            rnd[key] = list(rnd[key])
+    if rnd.get("weight_schedule") is not None:
+        rnd["weight_schedule"] = dict(rnd["weight_schedule"])
+    rnd.update(state_groups=rnd_state, scale_by_step_dt=True)
+    unmapped.extend(section.rest())
+    return rnd
 
 
 def from_rsl_rl(cfg: Mapping[str, Any] | str | os.PathLike[str]) -> RslRlConfig:
@@ -305,17 +368,22 @@ def from_rsl_rl(cfg: Mapping[str, Any] | str | os.PathLike[str]) -> RslRlConfig:
     per_minibatch = algo.take("normalize_advantage_per_mini_batch", _BOOL)
     hparams["normalize_advantages"] = True
     hparams["normalize_advantages_over"] = "minibatch" if per_minibatch else "rollout"
-    for key, off in (("rnd_cfg", None), ("symmetry_cfg", None), ("share_cnn_encoders", False)):
-        value = algo.take(key, _ANY, off)
-        if value != off:
-            unmapped.append(f"algorithm.{key}={value!r} (no rl8 counterpart)")
+    share_cnn_encoders = algo.take("share_cnn_encoders", _ANY, False)
+    if share_cnn_encoders:
+        unmapped.append(f"algorithm.share_cnn_encoders={share_cnn_encoders!r} (no rl8 counterpart)")
     if "seed" in runner.fields:
         hparams["seed"] = runner.take("seed", _INT)
     if runner.take("torch_compile_mode", _optional(_STR), None) is not None:
         hparams["compile"] = True
-    obs_groups = _obs_groups(runner, unmapped)
+    obs_groups, rnd_state = _obs_groups(runner, unmapped)
     if obs_groups is not None:
         hparams["obs_groups"] = obs_groups
+    symmetry = _symmetry(algo.take("symmetry_cfg", _optional(_DICT), None), unmapped)
+    if symmetry is not None:
+        hparams["symmetry"] = symmetry
+    rnd = _rnd(algo.take("rnd_cfg", _optional(_DICT), None), rnd_state, unmapped)
+    if rnd is not None:
+        hparams["rnd"] = rnd
     clip_actions = runner.take("clip_actions", _optional(_NUMBER), None)
     if clip_actions is not None:
         unmapped.append(
