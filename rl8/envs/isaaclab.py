@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import gymnasium
 import torch
 
 from rl8.envs.rsl_rl import RslRlEnv
@@ -123,8 +124,6 @@ def isaaclab_runner_cfg(task: str) -> dict[str, Any]:
 
 
 def _check_task(task: str) -> None:
-    import gymnasium
-
     tasks = sorted(name for name in gymnasium.registry if name.startswith("Isaac-"))
     if task not in tasks:
         raise ValueError(f"Isaac Lab task {task!r} is not in Isaac Lab's registry; its tasks: {tasks}")
@@ -208,8 +207,6 @@ def make_isaaclab_env(
         ImportError: Isaac Lab is not installed.
     """
     sim_device = isaaclab_device(device)
-    import gymnasium
-
     import isaaclab_tasks  # noqa: F401  (optional heavy dependency: importing it registers the tasks)
     from isaaclab.app import launch_simulation
     from isaaclab_rl.rsl_rl import RslRlVecEnvWrapper
