@@ -22,17 +22,12 @@ from rl8.envs.rsl_rl import RslRlEnv
 from rl8.verbosity import is_verbose
 
 __all__ = [
-    "ASSET_ROOT_VARIABLE",
     "IsaacLabEnv",
     "isaaclab_device",
     "isaaclab_runner_cfg",
     "local_assets",
     "make_isaaclab_env",
 ]
-
-#: The environment variable Isaac Lab reads its asset root from (``isaaclab.utils.assets``),
-#: when ``isaaclab.utils.assets`` is first imported.
-ASSET_ROOT_VARIABLE = "ISAACSIM_ASSET_ROOT"
 
 #: The assets :func:`local_assets` cuts out of the test stages the ``isaaclab`` wheel ships:
 #: the file under the asset root -> (the stage under ``isaaclab/source``, the prim holding the asset).

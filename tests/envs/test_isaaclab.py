@@ -74,12 +74,15 @@ def test_devices_unknown_tasks_and_the_runner_config():
     assert hparams["horizon"] == 16 and hparams["model_config"]["hiddens"] == [32, 32]
 
 
+N = 256  # envs of the module's one simulation
+
+
 @pytest.fixture(scope="module")
 def algo(assets):
-    """The named task as PPO builds it, with short episodes: the module's one simulation."""
+    """The named task as PPO builds it: the module's one simulation."""
     algo = PPO(
         f"isaaclab:{TASK}",
-        num_envs=8,
+        num_envs=N,
         horizon=16,
         seed=0,
         env_kwargs={"ground": False, "final_obs": True, "init_at_random_ep_len": False},
@@ -97,10 +100,10 @@ def test_the_named_task_steps_as_rl8_envs_do(algo):
     assert env.action_space == spaces.Box(-float("inf"), float("inf"), (1,))
     assert env.params == {"max_episode_steps": 300}
     validate_reset_output(env.reset(), env)
-    out = env.step(torch.zeros(8, 1))
+    out = env.step(torch.zeros(N, 1))
     validate_step_output(out, env)
     kept = out.clone()
-    env.step(torch.ones(8, 1))
+    env.step(torch.ones(N, 1))
     assert (out == kept).all()  # the env wrote nothing into what it returned (rewards are copied)
     assert (
         0 < float(out["rewards"].mean()) < 0.02
@@ -110,9 +113,9 @@ def test_the_named_task_steps_as_rl8_envs_do(algo):
 def test_time_outs_truncate_with_the_true_final_observation(algo):
     env = algo.env
     env.reset()
-    env.vec_env.episode_length_buf = torch.full((8,), 298)
-    before = env.step(torch.zeros(8, 1))["obs"]["policy"].clone()
-    out = env.step(torch.zeros(8, 1))  # the 300th step of every env
+    env.vec_env.episode_length_buf = torch.full((N,), 298)
+    before = env.step(torch.zeros(N, 1))["obs"]["policy"].clone()
+    out = env.step(torch.zeros(N, 1))  # the 300th step of every env
     assert out["truncated"].all() and not out["terminated"].any()
     final, first = out["final_obs"]["policy"], out["obs"]["policy"]
     assert not torch.equal(final, before) and not torch.equal(final, first)
@@ -123,9 +126,9 @@ def test_time_outs_truncate_with_the_true_final_observation(algo):
 def test_falls_terminate(algo):
     env = algo.env
     env.reset()
-    fell = torch.zeros(8, 1, dtype=torch.bool)
+    fell = torch.zeros(N, 1, dtype=torch.bool)
     for _ in range(200):  # pushed hard one way, the cart leaves its 3 m
-        out = env.step(torch.ones(8, 1))
+        out = env.step(torch.ones(N, 1))
         fell |= out["terminated"]
     assert fell.all()
 
@@ -133,12 +136,25 @@ def test_falls_terminate(algo):
 def test_training_evaluation_and_no_second_simulation(algo, tmp_path):
     with Trainer(algo, tracking=False, progress=False, checkpoint_dir=tmp_path) as trainer:
         stats = trainer.step()
-        assert stats["env/steps"] == 128
+        assert stats["env/steps"] == N * 16
         evaluation = trainer.eval()  # on the training envs: one episode limit, 300 steps
-        assert evaluation["eval/episodes/count"] >= 8, evaluation
+        assert evaluation["eval/episodes/count"] >= N, evaluation
         with pytest.raises(RuntimeError, match="single_instance is True"):
             trainer.record(tmp_path / "video.mp4")
         assert trainer.save_checkpoint().is_file()
+
+
+@pytest.mark.slow
+def test_learns_to_balance_with_isaac_labs_rsl_rl_config(algo, seed=0):
+    # the task's rsl_rl config through from_rsl_rl, on the module's 256 envs (time-outs bootstrap
+    # from the true final observations here); returns of at most about 5
+    hparams = {**from_rsl_rl(isaaclab_runner_cfg(TASK)).hparams, "seed": seed}
+    learner = PPO(algo.env, **hparams)
+    ret = float("-inf")
+    while learner.env_steps < 409_600 and ret < 4.5:
+        ret = learner.collect().get("episodes/return_mean", ret)
+        learner.update()
+    assert ret >= 4.5, f"return {ret:.2f} after {learner.env_steps} env steps"
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (warp on the GPU)")
