@@ -43,6 +43,32 @@ def all_runs(uri):
 # train
 
 
+def test_train_a_named_task_from_the_rsl_rl_config_its_simulator_registers(
+    monkeypatch, capsys, mlflow_uri
+):
+    from pathlib import Path
+
+    from rl8.envs import tasks
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parent / "envs"))  # sim_fakes
+    monkeypatch.setitem(tasks.TASK_PREFIXES, "mjlab", "sim_fakes.make_point_mass")
+    monkeypatch.setitem(tasks.TASK_RUNNER_CONFIGS, "mjlab", "sim_fakes.point_mass_runner_cfg")
+    argv = ["train", "--env", "mjlab:PointMass", "--set", "num_envs=4", "--max-steps", "32"]
+    assert main([*argv, "--task-hparams", "--set", "lr=1e-3", "--quiet"]) == 0
+    (run,) = all_runs(mlflow_uri)
+    assert run.data.params["hparams/horizon"] == "8"  # the runner config's num_steps_per_env
+    assert run.data.params["hparams/model_config/hiddens"] == "[16, 16]"
+    assert run.data.params["hparams/lr"] == "0.001"  # --set wins
+    capsys.readouterr()
+    assert main(["train", "--env", "rl8.envs.CartPole", "--task-hparams"]) == 2
+    assert (
+        "--task-hparams needs a named task of a simulator that registers rsl_rl configs "
+        "('<prefix>:<task>' with a prefix of ['isaaclab', 'mjlab']), got env 'rl8.envs.CartPole'"
+    ) in capsys.readouterr().err
+    assert main(["train", "--env", "mjlab:Nope", "--task-hparams"]) == 2
+    assert "--task-hparams: env 'mjlab:Nope': unknown task 'Nope'" in capsys.readouterr().err
+
+
 def test_train_from_a_yaml_config(tmp_path, capsys, mlflow_uri):
     config = write(
         tmp_path,

@@ -170,6 +170,53 @@ def test_mjlab_cartpole():
     assert (same.key, same.bound) == ("algorithm/steps", 500)
 
 
+#: Isaac Lab 3.0's Isaac-Cartpole-Direct runner config as its train script hands rsl_rl 5.5.1
+#: (``rl8.envs.isaaclab.isaaclab_runner_cfg``): the fields it cleared for rsl_rl 5 are ``{}``.
+ISAACLAB3_CARTPOLE_DIRECT = {
+    "seed": 42, "device": "cuda:0", "num_steps_per_env": 16, "init_at_random_ep_len": True,
+    "max_iterations": 150, "empirical_normalization": {}, "obs_groups": {}, "clip_actions": None,
+    "check_for_nan": True, "save_interval": 50, "experiment_name": "cartpole_direct",
+    "run_name": "", "logger": "tensorboard", "neptune_project": "isaaclab",
+    "wandb_project": "isaaclab", "resume": False, "load_run": ".*",
+    "load_checkpoint": "model_.*.pt", "class_name": "OnPolicyRunner",
+    "actor": {
+        "class_name": "MLPModel", "hidden_dims": [32, 32], "activation": "elu",
+        "obs_normalization": False,
+        "distribution_cfg": {
+            "class_name": "GaussianDistribution", "init_std": 1.0, "std_type": "scalar",
+            "std_range": (1e-06, 1000000.0),
+        },
+    },
+    "critic": {
+        "class_name": "MLPModel", "hidden_dims": [32, 32], "activation": "elu",
+        "obs_normalization": False, "distribution_cfg": None,
+    },
+    "algorithm": {
+        "class_name": "PPO", "num_learning_epochs": 5, "num_mini_batches": 4,
+        "learning_rate": 0.001, "schedule": "adaptive", "gamma": 0.99, "lam": 0.95,
+        "entropy_coef": 0.005, "desired_kl": 0.01, "max_grad_norm": 1.0, "optimizer": "adam",
+        "value_loss_coef": 1.0, "use_clipped_value_loss": True, "clip_param": 0.2,
+        "normalize_advantage_per_mini_batch": False, "share_cnn_encoders": False,
+        "use_mixed_precision": False, "rnd_cfg": None, "symmetry_cfg": None,
+    },
+    "torch_compile_mode": None,
+    "policy": {},
+}  # fmt: skip
+
+
+def test_isaac_lab_3_cartpole_with_the_fields_it_cleared():
+    with pytest.warns(RslRlConfigWarning):
+        hparams, unmapped, _ = from_rsl_rl(ISAACLAB3_CARTPOLE_DIRECT)
+    assert unmapped == [
+        "device='cuda:0' (rl8's hparam device; PPO follows the env's)",
+        "init_at_random_ep_len=True (no rl8 counterpart)",
+        "algorithm.use_mixed_precision=False (no rl8 counterpart)",
+    ]
+    assert hparams["horizon"] == 16 and hparams["entropy_coeff"] == 0.005
+    assert hparams["model_config"]["hiddens"] == [32, 32] and "obs_groups" not in hparams
+    HParams.from_kwargs(**hparams)
+
+
 def test_max_iterations_stops_the_run_after_as_many_updates():
     cfg = copy.deepcopy(MJLAB_CARTPOLE)
     cfg.update(max_iterations=2, num_steps_per_env=8)

@@ -30,6 +30,12 @@ FUNCTION_LEVEL_ALLOWED = {
     "gymnax": "optional (rl8[gymnax])",
     "mujoco_playground": "optional (rl8[playground]): MuJoCo Playground's MJX tasks",
     "mjlab": "optional (rl8[mjlab]): mjlab's tasks, imported when one is built (rl8.envs.mjlab)",
+    "isaaclab": "optional (rl8[isaaclab], Python 3.12): Isaac Lab's simulation launcher and the "
+    "wheel's asset stages (rl8.envs.isaaclab)",
+    "isaaclab_tasks": "optional (rl8[isaaclab]): Isaac Lab's task registry (rl8.envs.isaaclab)",
+    "isaaclab_rl": "optional (rl8[isaaclab]): Isaac Lab's rsl_rl wrapper (rl8.envs.isaaclab)",
+    "pxr": "optional (rl8[isaaclab]): OpenUSD, which cuts assets out of Isaac Lab's stages "
+    "(rl8.envs.isaaclab.local_assets)",
     "warp": "optional (rl8[mjlab]): mjlab's simulator, quietened when a task is built (rl8.envs.mjlab)",
     "cloudpickle": "optional: pickles env factories for worker processes",
     "IPython": "optional: notebooks",

@@ -53,11 +53,14 @@ TORCH = "torch==2.13.0"
 @dataclass(frozen=True)
 class Venv:
     """A peer's virtualenv: its folder name under the venvs folder, the packages installed
-    after torch, and a module whose import proves the install."""
+    after torch, a module whose import proves the install, the torch it pins (installed first)
+    and the Python that makes it (``None``: this one)."""
 
     name: str
     packages: tuple[str, ...]
     module: str
+    torch: str = TORCH
+    python: str | None = None
 
 
 @dataclass(frozen=True)
@@ -131,25 +134,28 @@ def venvs_dir() -> Path:
 
 
 def ensure_venv(venv: Venv, log) -> tuple[Path | None, str]:
-    """The Python of ``venv``, made (``torch==2.13.0`` first, then the packages) if it is not
-    there yet; ``(None, reason)`` when it cannot be made."""
+    """The Python of ``venv``, made (its torch first, then the packages) if it is not there
+    yet; ``(None, reason)`` when it cannot be made."""
     path = venvs_dir() / venv.name
     python = path / "bin" / "python"
     marker = path / "rl8-peers-installed.txt"
-    wanted = "\n".join((TORCH, *venv.packages))
+    wanted = "\n".join((venv.torch, *venv.packages))
     if marker.is_file() and marker.read_text() == wanted:
         return python, ""
     log(f"making the virtualenv {path} ({', '.join(venv.packages)}); this takes minutes once")
     path.parent.mkdir(parents=True, exist_ok=True)
     steps = [
-        [sys.executable, "-m", "venv", str(path)],
-        [str(python), "-m", "pip", "install", "-q", TORCH],
+        [venv.python or sys.executable, "-m", "venv", str(path)],
+        [str(python), "-m", "pip", "install", "-q", venv.torch],
         # torch pinned again so that no package moves it
-        [str(python), "-m", "pip", "install", "-q", TORCH, *venv.packages],
+        [str(python), "-m", "pip", "install", "-q", venv.torch, *venv.packages],
         [str(python), "-c", f"import {venv.module}"],
     ]
     for cmd in steps:
-        out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        try:
+            out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        except FileNotFoundError:
+            return None, f"{cmd[0]} not found"
         if out.returncode != 0:
             lines = [
                 ln

@@ -159,6 +159,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="stop after N env steps (Trainer.run(max_env_steps=N))",
     )
     train.add_argument(
+        "--task-hparams",
+        action="store_true",
+        help="start from the hyper-parameters the named task's simulator registers for it "
+        "(--env mjlab:... or isaaclab:...: its rsl_rl runner config, through "
+        "rl8.presets.from_rsl_rl); the config file's hparams and --set override them",
+    )
+    train.add_argument(
         "--no-stop-conditions",
         action="store_true",
         help="leave out the config's (a preset's: solved) stop_conditions and train on to max_steps",

@@ -59,6 +59,23 @@ def _merge_hparams(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[st
     return out
 
 
+def _task_hparams(env: Any) -> dict[str, Any]:
+    """The hyper-parameters of ``--task-hparams``: the rsl_rl runner config that the named task
+    ``env``'s simulator registers (``rl8.envs.tasks.task_runner_cfg``), mapped by
+    ``rl8.presets.from_rsl_rl`` (which warns of the fields it cannot map)."""
+    from rl8.envs.tasks import TASK_RUNNER_CONFIGS, task_runner_cfg
+    from rl8.presets import from_rsl_rl
+
+    prefix = str(env).partition(":")[0]
+    if not isinstance(env, str) or ":" not in env or prefix not in TASK_RUNNER_CONFIGS:
+        raise ConfigError(
+            f"--task-hparams needs a named task of a simulator that registers rsl_rl configs "
+            f"('<prefix>:<task>' with a prefix of {sorted(TASK_RUNNER_CONFIGS)}), got env {env!r}"
+        )
+    with config_errors(f"--task-hparams: env {env!r}: ", (ValueError, ImportError)):
+        return from_rsl_rl(task_runner_cfg(env)).hparams
+
+
 def _build_hparams(hparams: Mapping[str, Any]) -> Any:
     from rl8.ppo.hparams import HParams
 
@@ -134,6 +151,11 @@ def run(args: argparse.Namespace) -> int:
     progress = False if args.quiet else None
 
     if args.resume:
+        if args.task_hparams:
+            raise ConfigError(
+                "--task-hparams applies to a new run: a resumed run keeps its checkpoint's "
+                "hyper-parameters"
+            )
         return _resume(args, file_config, cli_config, given_hparams, progress)
 
     config = {**file_config, **cli_config}
@@ -141,6 +163,8 @@ def run(args: argparse.Namespace) -> int:
     env = config.get("env")
     if not env:
         raise ConfigError("no env: name one in the config file (env: rl8.envs.CartPole) or with --env")
+    if args.task_hparams:
+        given_hparams = _merge_hparams(_task_hparams(env), given_hparams)
     hparams = _build_hparams(given_hparams)
     hparams = hparams.replace(
         device=rank_device(hparams.device)

@@ -57,7 +57,8 @@ class RslRlEnv(Env):
             it ended (mjlab logs them at the reset); the step's observations are then the true
             final ones. ``None``: the env resets them itself.
         final_obs_key: The ``extras`` key under which the env gives the true final observations
-            of every sub-env (like the observations), or ``None``.
+            of every sub-env (like the observations) on a step where some sub-env finished
+            (Isaac Lab's ``"final_obs"``), or ``None``.
         init_at_random_ep_len: After each reset, draw the env's ``episode_length_buf`` below
             ``max_episode_length`` (rsl_rl's option), spreading the sub-envs' time-outs.
 
@@ -125,7 +126,7 @@ class RslRlEnv(Env):
         )
         self._add_log(extras, done)
         if self.final_obs_key is not None:
-            final_obs = self._observations(extras[self.final_obs_key])
+            final_obs = self._final_obs(extras, obs)
         elif self.reset_envs is not None:
             final_obs, env_ids = obs, done.view(-1).nonzero().view(-1)
             if env_ids.numel():
@@ -152,6 +153,14 @@ class RslRlEnv(Env):
         log = extras.get("log", extras.get("episode")) if isinstance(extras, Mapping) else None
         if isinstance(log, Mapping) and log:
             self.episode_log.add(log, done.sum())
+
+    def _final_obs(self, extras: Mapping[str, Any], obs: Observations) -> Observations:
+        """The true final observations from ``extras[final_obs_key]``; ``obs`` on a step without
+        them. Isaac Lab 3.0 (``cfg.compute_final_obs``) writes them only on a step where some
+        sub-env resets, and keeps the key, stale, on later steps: only the truncated rows of
+        ``final_obs`` are read, and those are fresh."""
+        raw = extras.get(self.final_obs_key)
+        return obs if raw is None else self._observations(raw)
 
     def pop_log(self) -> dict[str, torch.Tensor]:
         """The per-episode mean of each value of ``extras["log"]`` (or ``["episode"]``) of the

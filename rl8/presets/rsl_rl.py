@@ -52,6 +52,9 @@ _BOOKKEEPING = {
     "check_for_nan",
     "multi_gpu",
 }
+#: Deprecated runner fields that Isaac Lab 3.0 clears for rsl_rl 5 (``handle_deprecated_rsl_rl_cfg``
+#: sets them to ``dataclasses.MISSING``), which its ``to_dict`` writes as ``{}``: read as absent.
+_CLEARED = ("policy", "empirical_normalization")
 _ACTIVATION_NAMES = {"lrelu": "leaky_relu", "swish": "silu"}  # rsl_rl's names that rl8 spells otherwise
 _OPTIMIZERS = {
     "adam": "torch.optim.Adam",
@@ -331,6 +334,9 @@ def from_rsl_rl(cfg: Mapping[str, Any] | str | os.PathLike[str]) -> RslRlConfig:
     runner = _Section(_read(cfg), "")
     for key in _BOOKKEEPING:
         runner.fields.pop(key, None)
+    for key in _CLEARED:
+        if runner.fields.get(key) == {}:
+            del runner.fields[key]
     run_args = _run_args(runner)
     runner_cls = runner.take("class_name", _STR, "OnPolicyRunner")
     algo = _Section(runner.take("algorithm", _DICT), "algorithm", _PPO_DEFAULTS)

@@ -16,9 +16,13 @@ from tensordict import TensorDict
 
 
 class PointMassVecEnv:
-    """rsl_rl's ``VecEnv`` interface. ``auto_reset=False``: finished sub-envs stay as they are
-    until ``reset(env_ids)`` (mjlab's ``cfg.auto_reset=False``); ``final_obs_key``: the true
-    final observations are also put in ``extras`` under that key.
+    """rsl_rl's ``VecEnv`` interface as Isaac Lab 3.0's ``RslRlVecEnvWrapper`` and mjlab's give it
+    (each line that imitates the real wrapper says so). ``auto_reset=False``: finished sub-envs
+    stay as they are until ``reset(env_ids)`` (mjlab's ``cfg.auto_reset=False``);
+    ``final_obs_key``: the true final observations are also put in ``extras`` under that key on
+    the steps where some sub-env finishes (Isaac Lab's ``cfg.compute_final_obs``, key
+    ``"final_obs"``); ``finite_horizon``: no ``extras["time_outs"]`` (Isaac Lab's
+    ``cfg.is_finite_horizon``).
 
     Like the real wrappers, ``step`` returns the same ``extras`` dict every time, and its log
     (``extras[log_key]``: ``"log"`` as Isaac Lab and mjlab, ``"episode"`` as Genesis) is written
@@ -38,6 +42,7 @@ class PointMassVecEnv:
         *,
         auto_reset: bool = True,
         final_obs_key: str | None = None,
+        finite_horizon: bool = False,
         seed: int = 0,
         dt: float = 0.1,
         log_key: str = "log",
@@ -54,12 +59,18 @@ class PointMassVecEnv:
             final_obs_key,
             dt,
         )
+        self.finite_horizon = finite_horizon
         self.generator = torch.Generator().manual_seed(seed)
         self.state = torch.zeros(num_envs, 2)
         self.episode_length_buf = torch.zeros(num_envs, dtype=torch.long)
         self.returns = torch.zeros(num_envs)
+        # the env's buffers, rewritten in place at every step (Isaac Lab's manager-based envs:
+        # the reward manager's buffer; the direct envs' reset_terminated, reset_time_outs)
+        self.reward_buf = torch.zeros(num_envs)
+        self.reset_terminated = torch.zeros(num_envs, dtype=torch.bool)
+        self.reset_time_outs = torch.zeros(num_envs, dtype=torch.bool)
         self.reset_calls = 0
-        self.reset()
+        self.reset()  # the wrapper resets the env when it is built
 
     def start(self, env_ids: torch.Tensor) -> None:
         self.state[env_ids, 0] = torch.rand(len(env_ids), generator=self.generator) * 2 - 1
@@ -68,6 +79,7 @@ class PointMassVecEnv:
         self.returns[env_ids] = 0.0
 
     def get_observations(self) -> TensorDict:
+        # a TensorDict of the groups, new tensors at every step (Isaac Lab's obs_buf)
         left = 1 - self.episode_length_buf[:, None].float() / self.max_episode_length
         policy = self.state.clone()
         return TensorDict(
@@ -75,6 +87,7 @@ class PointMassVecEnv:
         )
 
     def reset(self, env_ids: torch.Tensor | None = None) -> tuple[TensorDict, dict]:
+        # Isaac Lab 3.0: reset() -> (TensorDict of the groups, extras)
         self.reset_calls += 1
         if env_ids is not None and self.log_key in self.extras:  # the log of the episodes it ends
             self.log_episodes(env_ids)
@@ -92,31 +105,37 @@ class PointMassVecEnv:
         log["Episode_Termination/out_of_bounds"] = int((x.abs() > 2).sum())
 
     def step(self, actions: torch.Tensor) -> tuple[TensorDict, torch.Tensor, torch.Tensor, dict]:
-        a = actions.reshape(self.num_envs).clamp(-1, 1)
+        a = actions.to(self.device).reshape(self.num_envs).clamp(-1, 1)  # the env moves actions
         x, v = self.state.unbind(1)
         v = v + self.dt * a
         x = x + self.dt * v
         self.state = torch.stack([x, v], 1)
         self.episode_length_buf += 1
-        rewards = 1 - x.abs()
-        self.returns += rewards
-        terminated = x.abs() > 2
-        time_outs = (self.episode_length_buf >= self.max_episode_length) & ~terminated
-        dones = terminated | time_outs
+        self.reward_buf[:] = 1 - x.abs()
+        self.returns += self.reward_buf
+        self.reset_terminated[:] = x.abs() > 2
+        self.reset_time_outs[:] = (
+            self.episode_length_buf >= self.max_episode_length
+        ) & ~self.reset_terminated
+        time_outs = self.reset_time_outs
+        dones = self.reset_terminated | time_outs
         extras = self.extras
-        extras["time_outs"] = time_outs
+        # the wrapper gives time_outs only for infinite-horizon tasks (not cfg.is_finite_horizon)
+        if not self.finite_horizon:
+            extras["time_outs"] = time_outs
         log = extras.setdefault(self.log_key, {})
         if not self.stale_log:
             log.clear()
         obs = self.get_observations()
-        if self.final_obs_key is not None:
-            extras[self.final_obs_key] = obs
         ids = dones.nonzero().view(-1)
+        if self.final_obs_key is not None and len(ids):  # computed only when some env resets,
+            extras[self.final_obs_key] = obs  # and left, stale, in the extras on later steps
         if len(ids) and self.auto_reset:
             self.log_episodes(ids)
             self.start(ids)
             obs = self.get_observations()
-        return obs, rewards, dones.long(), extras
+        # dones as int64 (the wrapper's terminated | truncated); the reward buffer itself
+        return obs, self.reward_buf, dones.long(), extras
 
 
 class PointMassVectorEnv:
@@ -153,8 +172,8 @@ class PointMassVectorEnv:
                 info["final_observation"] = obs["policy"]
             sim.start(ids)
             obs = sim.get_observations()
-        truncated = extras["time_outs"]
-        return obs["policy"], rewards, dones.bool() & ~truncated, truncated, info
+        truncated = extras["time_outs"].clone()  # the sim's buffers change at its next step
+        return obs["policy"], rewards.clone(), dones.bool() & ~truncated, truncated, info
 
     def close(self) -> None:
         self.closed = True
@@ -170,3 +189,16 @@ def make_point_mass(
     if task != "PointMass":
         raise ValueError(f"unknown task {task!r}")
     return RslRlEnv(PointMassVecEnv(num_envs, seed=seed or 0, device=device, **env_kwargs))
+
+
+def point_mass_runner_cfg(task: str) -> dict:
+    """A runner-config function of named tasks (``rl8.envs.tasks.TASK_RUNNER_CONFIGS``): an rsl_rl
+    runner config for ``"PointMass"``."""
+    if task != "PointMass":
+        raise ValueError(f"unknown task {task!r}")
+    return {
+        "num_steps_per_env": 8,
+        "actor": {"class_name": "MLPModel", "hidden_dims": [16, 16], "activation": "elu"},
+        "critic": {"class_name": "MLPModel", "hidden_dims": [16, 16], "activation": "elu"},
+        "algorithm": {"class_name": "PPO", "learning_rate": 3e-3},
+    }

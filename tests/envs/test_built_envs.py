@@ -3,6 +3,7 @@ tasks, checkpoints of such runs, and evaluation on a training env that cannot be
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 
 import gymnasium
@@ -102,8 +103,8 @@ def test_named_tasks_resolve_through_the_fixed_table(monkeypatch):
         match=r"the simulator's package 'mjlab' is not installed; install rl8 with the 'mjlab' extra",
     ):
         PPO("mjlab:Mjlab-Cartpole-Balance", num_envs=2)
-    with pytest.raises(ValueError, match=r"a prefix of \['gymnax', 'mjlab', 'playground'\]"):
-        tasks.make_task_env("isaaclab:Cartpole", 2, None, device="cpu")
+    with pytest.raises(ValueError, match=r"a prefix of \['gymnax', 'isaaclab', 'mjlab', 'playground'\]"):
+        tasks.make_task_env("nosuch:Cartpole", 2, None, device="cpu")
     monkeypatch.setitem(tasks.TASK_PREFIXES, "mjlab", "sim_fakes.make_point_mass")
     algo = PPO("mjlab:PointMass", num_envs=4, horizon=4, env_kwargs={"max_episode_length": 7})
     assert isinstance(algo.env, RslRlEnv) and algo.env.vec_env.max_episode_length == 7
@@ -112,6 +113,27 @@ def test_named_tasks_resolve_through_the_fixed_table(monkeypatch):
         path = trainer.save_checkpoint()
     with Trainer.from_checkpoint(path, tracking=False, progress=False) as resumed:
         assert resumed.algo.env_spec == "mjlab:PointMass" and resumed.algo.env_steps == 16
+
+
+@pytest.mark.skipif(importlib.util.find_spec("isaaclab") is not None, reason="Isaac Lab is installed")
+def test_isaaclab_tasks_without_isaaclab_name_the_missing_simulator():
+    with pytest.raises(
+        ImportError,
+        match=r"env 'isaaclab:Isaac-Cartpole-Direct': the simulator's package 'isaaclab\w*' is not "
+        r"installed; install rl8 with the 'isaaclab' extra",
+    ):
+        PPO("isaaclab:Isaac-Cartpole-Direct", num_envs=2)
+    with pytest.raises(ImportError, match=r"the simulator's package 'isaaclab\w*' is not installed"):
+        tasks.task_runner_cfg("isaaclab:Isaac-Cartpole-Direct")
+
+
+def test_runner_configs_of_named_tasks_resolve_through_their_table(monkeypatch):
+    monkeypatch.setitem(tasks.TASK_RUNNER_CONFIGS, "mjlab", "sim_fakes.point_mass_runner_cfg")
+    assert tasks.task_runner_cfg("mjlab:PointMass")["num_steps_per_env"] == 8
+    with pytest.raises(ValueError, match=r"a prefix of \['isaaclab', 'mjlab'\] and a task name"):
+        tasks.task_runner_cfg("gymnax:CartPole-v1")
+    with pytest.raises(ValueError, match="unknown task 'Nope'"):
+        tasks.task_runner_cfg("mjlab:Nope")
 
 
 def test_resume_a_run_of_a_built_env():

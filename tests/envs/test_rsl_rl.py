@@ -73,6 +73,28 @@ def test_termination_and_truncation_are_split_by_time_outs():
     assert out["truncated"][:, 0].tolist() == [False, True, False]
 
 
+def test_finite_horizon_tasks_without_time_outs_terminate_every_episode():
+    vec = PointMassVecEnv(2, max_episode_length=2, finite_horizon=True)  # no extras["time_outs"]
+    env = RslRlEnv(vec)
+    env.reset()
+    _step(env)
+    out = _step(env)
+    assert out["terminated"].all() and not out["truncated"].any()
+
+
+def test_rewards_and_flags_outlive_the_env_buffers_they_came_from():
+    vec = PointMassVecEnv(2, max_episode_length=2)
+    env = RslRlEnv(vec)
+    env.reset()
+    out = _step(env, 1.0)
+    kept = out.clone()
+    _step(env, 1.0)  # rewrites vec.reward_buf and vec.reset_time_outs in place
+    assert not torch.equal(vec.reward_buf, kept["rewards"][:, 0]) and vec.reset_time_outs.all()
+    assert torch.equal(out["rewards"], kept["rewards"]) and torch.equal(
+        out["truncated"], kept["truncated"]
+    )
+
+
 def test_truncated_steps_bootstrap_from_the_pre_step_observation():
     vec = PointMassVecEnv(2, max_episode_length=3)
     env = RslRlEnv(vec)
@@ -105,7 +127,8 @@ def test_true_final_observation_from_an_extras_key():
     vec = PointMassVecEnv(2, max_episode_length=2, final_obs_key="final_obs")
     env = RslRlEnv(vec, final_obs_key="final_obs")
     env.reset()
-    _step(env, 1.0)
+    first = _step(env, 1.0)  # no env finished: the sim gives no final_obs (Isaac Lab's way)
+    assert torch.equal(first["final_obs"]["policy"], first["obs"]["policy"])
     out = _step(env, 1.0)
     assert out["truncated"].all()
     assert torch.equal(
