@@ -18,6 +18,7 @@ TASK_PREFIXES = {
     "mjlab": "rl8.envs.mjlab.make_mjlab_env",
     "playground": "rl8.envs.jax.make_playground_env",
     "gymnax": "rl8.envs.jax.make_gymnax_env",
+    "maniskill": "rl8.envs.maniskill.make_maniskill_env",
 }
 
 

@@ -1,5 +1,6 @@
 """Small stand-ins, in torch, for the simulators' batched interfaces: rsl_rl's ``VecEnv`` (as
-Isaac Lab's and mjlab's wrappers give it) and a torch-batched gymnasium vector env (ManiSkill3).
+Isaac Lab's and mjlab's wrappers give it) and a torch-batched gymnasium vector env (ManiSkill3's
+``ManiSkillVectorEnv``; what each line imitates is noted beside it).
 
 The task: a point mass on a line, ``x' = x + dt * v``, ``v' = v + dt * a`` (``a`` clipped to
 [-1, 1]); reward ``1 - |x|`` per step; an episode ends at ``|x| > 2`` (terminated) or after
@@ -91,10 +92,12 @@ class PointMassVecEnv:
 
 
 class PointMassVectorEnv:
-    """The same task as a torch-batched gymnasium vector env with same-step auto-reset and the
-    final observations in ``info["final_observation"]`` (as ManiSkill3's ``ManiSkillVectorEnv``);
-    ``give_final_obs=False``: none (as Isaac Lab's direct envs)."""
+    """The same task as a torch-batched gymnasium vector env that behaves as ManiSkill3's
+    ``ManiSkillVectorEnv(env, auto_reset=True, record_metrics=True)`` does (3.0.1, read in its
+    source and checked on PushCube-v1); ``give_final_obs=False``: no final observations nor
+    final infos (as Isaac Lab's direct envs). A success is ``|x| < 0.1``."""
 
+    # ManiSkillVectorEnv sets this in its metadata
     metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
 
     def __init__(
@@ -104,28 +107,52 @@ class PointMassVectorEnv:
         self.num_envs, self.device, self.give_final_obs = num_envs, torch.device("cpu"), give_final_obs
         self.single_observation_space = spaces.Box(-float("inf"), float("inf"), (2,))
         self.single_action_space = spaces.Box(-1.0, 1.0, (1,))
+        self.success_once = torch.zeros(num_envs, dtype=torch.bool)
         self.closed = False
+
+    def _info(self) -> dict:
+        # ManiSkill's info of every step and reset: the steps so far and the success, [N] each
+        success = self.sim.state[:, 0].abs() < 0.1
+        return {"elapsed_steps": self.sim.episode_length_buf.int(), "success": success}
 
     def reset(
         self, *, seed: int | None = None, options: dict | None = None
     ) -> tuple[torch.Tensor, dict]:
         if seed is not None:
             self.sim.generator.manual_seed(seed)
-        return self.sim.reset()[0]["policy"], {}
+        self.success_once[:] = False
+        return self.sim.reset()[0]["policy"], self._info()
 
     def step(self, actions: torch.Tensor) -> tuple:
         sim = self.sim
         sim.auto_reset = False
         obs, rewards, dones, extras = sim.step(actions)
-        info = {}
-        ids = dones.bool().nonzero().view(-1)
-        if len(ids):
-            if self.give_final_obs:
-                info["final_observation"] = obs["policy"]
-            sim.start(ids)
-            obs = sim.get_observations()
+        dones = dones.bool()
+        info = self._info()
+        self.success_once |= info["success"]
+        # record_metrics: the episode so far of every env, [N] each
+        info["episode"] = {
+            "success_once": self.success_once.clone(),
+            "return": sim.returns.clone(),
+            "episode_len": sim.episode_length_buf.int(),
+        }
+        # a time-out truncates, a fall terminates (ManiSkill: success | fail terminates)
         truncated = extras["time_outs"]
-        return obs["policy"], rewards, dones.bool() & ~truncated, truncated, info
+        terminated = dones & ~truncated
+        if dones.any():
+            final_obs, final_info = (
+                obs["policy"].clone(),
+                info,
+            )  # clones of every env's, not only the done
+            ids = dones.nonzero().view(-1)
+            sim.start(ids)
+            self.success_once[ids] = False
+            obs = sim.get_observations()
+            info = self._info()  # after an auto-reset the info is the reset's
+            if self.give_final_obs:
+                info["final_observation"], info["final_info"] = final_obs, final_info
+                info["_final_observation"] = info["_final_info"] = dones
+        return obs["policy"], rewards, terminated, truncated, info
 
     def close(self) -> None:
         self.closed = True
