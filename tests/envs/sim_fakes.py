@@ -19,7 +19,10 @@ from tensordict import TensorDict
 class PointMassVecEnv:
     """rsl_rl's ``VecEnv`` interface. ``auto_reset=False``: finished sub-envs stay as they are
     until ``reset(env_ids)`` (mjlab's ``cfg.auto_reset=False``); ``final_obs_key``: the true
-    final observations are also put in ``extras`` under that key."""
+    final observations are also put in ``extras`` under that key. ``genesis_flags``: ``dones``
+    as bools, ``extras["time_outs"]`` as floats and ``episode_length_buf`` as int32, as Genesis'
+    locomotion example gives them (Isaac Lab's and mjlab's wrappers: ``dones`` as int64, bool
+    time-outs)."""
 
     def __init__(
         self,
@@ -30,8 +33,10 @@ class PointMassVecEnv:
         final_obs_key: str | None = None,
         seed: int = 0,
         dt: float = 0.1,
+        genesis_flags: bool = False,
     ) -> None:
         self.num_envs, self.num_actions, self.device = num_envs, 1, torch.device("cpu")
+        self.genesis_flags = genesis_flags
         self.max_episode_length, self.auto_reset, self.final_obs_key, self.dt = (
             max_episode_length,
             auto_reset,
@@ -40,7 +45,8 @@ class PointMassVecEnv:
         )
         self.generator = torch.Generator().manual_seed(seed)
         self.state = torch.zeros(num_envs, 2)
-        self.episode_length_buf = torch.zeros(num_envs, dtype=torch.long)
+        length_dtype = torch.int32 if genesis_flags else torch.long
+        self.episode_length_buf = torch.zeros(num_envs, dtype=length_dtype)
         self.returns = torch.zeros(num_envs)
         self.reset_calls = 0
         self.reset()
@@ -88,6 +94,9 @@ class PointMassVecEnv:
             if self.auto_reset:
                 self.start(ids)
                 obs = self.get_observations()
+        if self.genesis_flags:
+            extras["time_outs"] = time_outs.float()
+            return obs, rewards, dones, extras
         return obs, rewards, dones.long(), extras
 
 
