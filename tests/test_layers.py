@@ -33,6 +33,8 @@ FUNCTION_LEVEL_ALLOWED = {
     "isaaclab": "optional (rl8[isaaclab], Python 3.12): Isaac Lab's simulation launcher and the "
     "wheel's asset stages (rl8.envs.isaaclab)",
     "isaaclab_tasks": "optional (rl8[isaaclab]): Isaac Lab's task registry (rl8.envs.isaaclab)",
+    "mani_skill": "optional (rl8[maniskill]): ManiSkill3's registry and vector wrapper "
+    "(rl8.envs.maniskill)",
     "isaaclab_rl": "optional (rl8[isaaclab]): Isaac Lab's rsl_rl wrapper (rl8.envs.isaaclab)",
     "pxr": "optional (rl8[isaaclab]): OpenUSD, which cuts assets out of Isaac Lab's stages "
     "(rl8.envs.isaaclab.local_assets)",

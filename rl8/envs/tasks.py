@@ -20,6 +20,7 @@ TASK_PREFIXES = {
     "mjlab": "rl8.envs.mjlab.make_mjlab_env",
     "playground": "rl8.envs.jax.make_playground_env",
     "gymnax": "rl8.envs.jax.make_gymnax_env",
+    "maniskill": "rl8.envs.maniskill.make_maniskill_env",
 }
 
 #: Prefix -> the rl8 function ``runner_cfg(task) -> dict``: the rsl_rl runner config the

@@ -61,24 +61,33 @@ class TorchVectorEnv(Env):
     its device, as an rl8 env. Its sub-envs must reset themselves inside ``step`` (gymnasium's
     same-step auto-reset); the final observation of a finished episode is read from the info's
     ``final_obs``/``final_observation`` when the env gives it, else a truncated step bootstraps
-    from the observation before the step (``docs/simulators.md``).
+    from the observation before the step (``docs/simulators.md``). The finished episodes' values
+    in ``info["final_info"]`` (ManiSkill3's ``success``, and its ``episode`` metrics) are averaged
+    until :meth:`pop_log`.
 
     Args:
         vector_env: The env: ``num_envs``, ``single_observation_space``,
             ``single_action_space``, ``reset(seed=...) -> (obs, info)`` and
             ``step(actions) -> (obs, rewards, terminated, truncated, info)``, ``[num_envs, ...]``.
-        device: Its device; ``None``: its ``device`` attribute (or its ``unwrapped``'s).
+        device: Its device; ``None``: its ``device`` attribute (or its ``unwrapped``'s), which
+            a given device must match.
     """
 
     episodic = True
     single_instance = True
 
     def __init__(self, vector_env: Any, *, device: torch.device | str | None = None) -> None:
-        device = device or vector_env_device(vector_env)
+        own = vector_env_device(vector_env)
+        device = device or own
         if device is None:
             raise ValueError(
                 f"TorchVectorEnv: {type(vector_env).__name__} has no device attribute; "
                 "pass TorchVectorEnv(env, device=...)"
+            )
+        if own is not None and torch.device(own) != torch.device(device):
+            raise ValueError(
+                f"TorchVectorEnv: device is {str(device)!r}, but {type(vector_env).__name__}'s "
+                f"tensors are on {str(own)!r}"
             )
         super().__init__(int(vector_env.num_envs), device=device)
         mode = getattr(vector_env, "metadata", {}).get("autoreset_mode")
@@ -91,6 +100,7 @@ class TorchVectorEnv(Env):
         self.observation_space = vector_env.single_observation_space
         self.action_space = float32_box(vector_env.single_action_space) or vector_env.single_action_space
         self._last_obs: torch.Tensor | TensorDictBase | None = None
+        self._log_sums: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def reset(
         self, *, config: dict[str, Any] | None = None, seed: int | None = None
@@ -113,6 +123,8 @@ class TorchVectorEnv(Env):
         )
         final_obs = self._last_obs if final is None else batched_obs(final, n)
         self._last_obs = obs
+        if isinstance(info, Mapping) and isinstance(info.get("final_info"), Mapping):
+            self._add_final_info(info["final_info"], info.get("_final_info"))
         return self.step_output(
             {
                 "obs": obs,
@@ -122,6 +134,30 @@ class TorchVectorEnv(Env):
                 "final_obs": final_obs,
             }
         )
+
+    def _add_final_info(self, final_info: Mapping[str, Any], finished: Any) -> None:
+        """Add the values of the episodes that ended (the ``[N]`` bool ``finished``, ManiSkill3's
+        ``info["_final_info"]``) to the sums :meth:`pop_log` averages: ``success``, ``fail`` and
+        ``episode/<metric>`` (ManiSkill3's ``success_once``, ``return``, ``episode_len``...)."""
+        if not isinstance(finished, torch.Tensor):
+            return
+        finished = finished.reshape(-1).bool()
+        values = {key: final_info.get(key) for key in ("success", "fail")}
+        episode = final_info.get("episode")
+        if isinstance(episode, Mapping):
+            values.update({f"episode/{key}": value for key, value in episode.items()})
+        for key, value in values.items():
+            if isinstance(value, torch.Tensor) and value.shape == finished.shape:
+                # kept as tensors: no device sync per step on a GPU
+                total, count = self._log_sums.get(key, (0.0, 0))
+                self._log_sums[key] = (total + (value.double() * finished).sum(), count + finished.sum())
+
+    def pop_log(self) -> dict[str, float]:
+        """The mean over the episodes that ended since the last call of each value their
+        ``info["final_info"]`` gave (ManiSkill3: ``success``, ``fail``, ``episode/return``...)."""
+        out = {key: float(total) / int(count) for key, (total, count) in self._log_sums.items() if count}
+        self._log_sums = {}
+        return out
 
     def state_dict(self) -> None:
         """``None``: the simulator's state is not saved; PPO resets the env on resume."""

@@ -1,5 +1,6 @@
 """Small stand-ins, in torch, for the simulators' batched interfaces: rsl_rl's ``VecEnv`` (as
-Isaac Lab's and mjlab's wrappers give it) and a torch-batched gymnasium vector env (ManiSkill3).
+Isaac Lab's and mjlab's wrappers give it) and a torch-batched gymnasium vector env (ManiSkill3's
+``ManiSkillVectorEnv``; what each line imitates is noted beside it).
 
 The task: a point mass on a line, ``x' = x + dt * v``, ``v' = v + dt * a`` (``a`` clipped to
 [-1, 1]); reward ``1 - |x|`` per step; an episode ends at ``|x| > 2`` (terminated) or after
@@ -22,7 +23,9 @@ class PointMassVecEnv:
     ``final_obs_key``: the true final observations are also put in ``extras`` under that key on
     the steps where some sub-env finishes (Isaac Lab's ``cfg.compute_final_obs``, key
     ``"final_obs"``); ``finite_horizon``: no ``extras["time_outs"]`` (Isaac Lab's
-    ``cfg.is_finite_horizon``).
+    ``cfg.is_finite_horizon``). ``genesis_flags``: ``dones`` as bools, ``extras["time_outs"]``
+    as floats and ``episode_length_buf`` as int32, as Genesis' locomotion example gives them
+    (Isaac Lab's and mjlab's wrappers: ``dones`` as int64, bool time-outs).
 
     Like the real wrappers, ``step`` returns the same ``extras`` dict every time, and its log
     (``extras[log_key]``: ``"log"`` as Isaac Lab and mjlab, ``"episode"`` as Genesis) is written
@@ -48,11 +51,13 @@ class PointMassVecEnv:
         log_key: str = "log",
         stale_log: bool = False,
         device: torch.device | str = "cpu",
+        genesis_flags: bool = False,
     ) -> None:
         self.num_envs, self.num_actions, self.device = num_envs, 1, torch.device(device)
         self.seed, self.log_key, self.stale_log = seed, log_key, stale_log
         self.extras: dict = {}
         self.log_return = torch.zeros(())  # written in place at every reset, as a sim's buffers
+        self.genesis_flags = genesis_flags
         self.max_episode_length, self.auto_reset, self.final_obs_key, self.dt = (
             max_episode_length,
             auto_reset,
@@ -62,7 +67,8 @@ class PointMassVecEnv:
         self.finite_horizon = finite_horizon
         self.generator = torch.Generator().manual_seed(seed)
         self.state = torch.zeros(num_envs, 2)
-        self.episode_length_buf = torch.zeros(num_envs, dtype=torch.long)
+        length_dtype = torch.int32 if genesis_flags else torch.long
+        self.episode_length_buf = torch.zeros(num_envs, dtype=length_dtype)
         self.returns = torch.zeros(num_envs)
         # the env's buffers, rewritten in place at every step (Isaac Lab's manager-based envs:
         # the reward manager's buffer; the direct envs' reset_terminated, reset_time_outs)
@@ -134,15 +140,20 @@ class PointMassVecEnv:
             self.log_episodes(ids)
             self.start(ids)
             obs = self.get_observations()
+        if self.genesis_flags:  # Genesis' example: bool dones, float time-outs
+            extras["time_outs"] = time_outs.float()
+            return obs, self.reward_buf, dones, extras
         # dones as int64 (the wrapper's terminated | truncated); the reward buffer itself
         return obs, self.reward_buf, dones.long(), extras
 
 
 class PointMassVectorEnv:
-    """The same task as a torch-batched gymnasium vector env with same-step auto-reset and the
-    final observations in ``info["final_observation"]`` (as ManiSkill3's ``ManiSkillVectorEnv``);
-    ``give_final_obs=False``: none (as Isaac Lab's direct envs)."""
+    """The same task as a torch-batched gymnasium vector env that behaves as ManiSkill3's
+    ``ManiSkillVectorEnv(env, auto_reset=True, record_metrics=True)`` does (3.0.1, read in its
+    source and checked on PushCube-v1); ``give_final_obs=False``: no final observations nor
+    final infos (as Isaac Lab's direct envs). A success is ``|x| < 0.1``."""
 
+    # ManiSkillVectorEnv sets this in its metadata
     metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
 
     def __init__(
@@ -152,28 +163,52 @@ class PointMassVectorEnv:
         self.num_envs, self.device, self.give_final_obs = num_envs, torch.device("cpu"), give_final_obs
         self.single_observation_space = spaces.Box(-float("inf"), float("inf"), (2,))
         self.single_action_space = spaces.Box(-1.0, 1.0, (1,))
+        self.success_once = torch.zeros(num_envs, dtype=torch.bool)
         self.closed = False
+
+    def _info(self) -> dict:
+        # ManiSkill's info of every step and reset: the steps so far and the success, [N] each
+        success = self.sim.state[:, 0].abs() < 0.1
+        return {"elapsed_steps": self.sim.episode_length_buf.int(), "success": success}
 
     def reset(
         self, *, seed: int | None = None, options: dict | None = None
     ) -> tuple[torch.Tensor, dict]:
         if seed is not None:
             self.sim.generator.manual_seed(seed)
-        return self.sim.reset()[0]["policy"], {}
+        self.success_once[:] = False
+        return self.sim.reset()[0]["policy"], self._info()
 
     def step(self, actions: torch.Tensor) -> tuple:
         sim = self.sim
         sim.auto_reset = False
         obs, rewards, dones, extras = sim.step(actions)
-        info = {}
-        ids = dones.bool().nonzero().view(-1)
-        if len(ids):
-            if self.give_final_obs:
-                info["final_observation"] = obs["policy"]
-            sim.start(ids)
-            obs = sim.get_observations()
+        dones = dones.bool()
+        info = self._info()
+        self.success_once |= info["success"]
+        # record_metrics: the episode so far of every env, [N] each
+        info["episode"] = {
+            "success_once": self.success_once.clone(),
+            "return": sim.returns.clone(),
+            "episode_len": sim.episode_length_buf.int(),
+        }
+        # a time-out truncates, a fall terminates (ManiSkill: success | fail terminates)
         truncated = extras["time_outs"].clone()  # the sim's buffers change at its next step
-        return obs["policy"], rewards.clone(), dones.bool() & ~truncated, truncated, info
+        terminated = dones & ~truncated
+        if dones.any():
+            final_obs, final_info = (
+                obs["policy"].clone(),
+                info,
+            )  # clones of every env's, not only the done
+            ids = dones.nonzero().view(-1)
+            sim.start(ids)
+            self.success_once[ids] = False
+            obs = sim.get_observations()
+            info = self._info()  # after an auto-reset the info is the reset's
+            if self.give_final_obs:
+                info["final_observation"], info["final_info"] = final_obs, final_info
+                info["_final_observation"] = info["_final_info"] = dones
+        return obs["policy"], rewards.clone(), terminated, truncated, info
 
     def close(self) -> None:
         self.closed = True

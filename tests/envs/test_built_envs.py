@@ -103,7 +103,9 @@ def test_named_tasks_resolve_through_the_fixed_table(monkeypatch):
         match=r"the simulator's package 'mjlab' is not installed; install rl8 with the 'mjlab' extra",
     ):
         PPO("mjlab:Mjlab-Cartpole-Balance", num_envs=2)
-    with pytest.raises(ValueError, match=r"a prefix of \['gymnax', 'isaaclab', 'mjlab', 'playground'\]"):
+    with pytest.raises(
+        ValueError, match=r"a prefix of \['gymnax', 'isaaclab', 'maniskill', 'mjlab', 'playground'\]"
+    ):
         tasks.make_task_env("nosuch:Cartpole", 2, None, device="cpu")
     monkeypatch.setitem(tasks.TASK_PREFIXES, "mjlab", "sim_fakes.make_point_mass")
     algo = PPO("mjlab:PointMass", num_envs=4, horizon=4, env_kwargs={"max_episode_length": 7})
@@ -134,6 +136,16 @@ def test_runner_configs_of_named_tasks_resolve_through_their_table(monkeypatch):
         tasks.task_runner_cfg("gymnax:CartPole-v1")
     with pytest.raises(ValueError, match="unknown task 'Nope'"):
         tasks.task_runner_cfg("mjlab:Nope")
+
+
+def test_maniskill_prefix_checks_device_and_num_envs_before_building():
+    # ManiSkill's CPU physics runs one env per process; checked before ManiSkill is imported
+    with pytest.raises(ValueError, match=r"num_envs must be 1 on the CPU, got 4"):
+        PPO("maniskill:PushCube-v1", num_envs=4, device="cpu")
+    with pytest.raises(
+        ValueError, match=r"sim_backend 'physx_cuda' gives tensors on CUDA, but device is 'cpu'"
+    ):
+        PPO("maniskill:PushCube-v1", num_envs=1, device="cpu", env_kwargs={"sim_backend": "physx_cuda"})
 
 
 def test_resume_a_run_of_a_built_env():

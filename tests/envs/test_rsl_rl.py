@@ -95,6 +95,18 @@ def test_rewards_and_flags_outlive_the_env_buffers_they_came_from():
     )
 
 
+def test_genesis_flags_bool_dones_float_time_outs_int32_lengths():
+    vec = PointMassVecEnv(3, max_episode_length=5, genesis_flags=True)
+    env = RslRlEnv(vec, init_at_random_ep_len=True)
+    env.reset()
+    assert vec.episode_length_buf.dtype == torch.int32 and (vec.episode_length_buf < 5).all()
+    vec.episode_length_buf[:] = torch.tensor([0, 4, 0], dtype=torch.int32)
+    vec.state[0] = torch.tensor([1.99, 1.0])  # leaves |x| <= 2: terminated
+    out = _step(env)
+    assert out["terminated"][:, 0].tolist() == [True, False, False]
+    assert out["truncated"][:, 0].tolist() == [False, True, False]
+
+
 def test_truncated_steps_bootstrap_from_the_pre_step_observation():
     vec = PointMassVecEnv(2, max_episode_length=3)
     env = RslRlEnv(vec)

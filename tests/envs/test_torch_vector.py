@@ -63,3 +63,31 @@ def test_ppo_takes_the_vector_env_and_closes_nothing():
     assert not vector_env.closed
     algo.env.close()
     assert vector_env.closed
+
+
+def test_finished_episodes_final_info_is_averaged_until_pop_log():
+    env = TorchVectorEnv(PointMassVectorEnv(3, max_episode_length=4))
+    env.reset(seed=0)
+    for _ in range(3):
+        env.step(torch.zeros(3, 1))
+    assert env.pop_log() == {}  # no episode ended
+    out = env.step(torch.zeros(3, 1))
+    assert out["truncated"].all()
+    log = env.pop_log()
+    assert set(log) == {"success", "episode/success_once", "episode/return", "episode/episode_len"}
+    assert log["episode/episode_len"] == 4.0 and 0.0 <= log["success"] <= 1.0
+    # the return of the finished episodes: the rewards 1 - |x| of their 4 steps
+    assert 0.0 < log["episode/return"] <= 4.0
+    assert env.pop_log() == {}
+    quiet = TorchVectorEnv(PointMassVectorEnv(3, max_episode_length=4, give_final_obs=False))
+    quiet.reset(seed=0)
+    for _ in range(4):
+        quiet.step(torch.zeros(3, 1))
+    assert quiet.pop_log() == {}
+
+
+def test_a_given_device_must_be_the_envs():
+    with pytest.raises(
+        ValueError, match=r"device is 'meta', but PointMassVectorEnv's tensors are on 'cpu'"
+    ):
+        TorchVectorEnv(PointMassVectorEnv(2), device="meta")
