@@ -11,16 +11,20 @@ import textwrap
 import types
 
 import pytest
+from cli_errors import one_error_line
 from mlflow.tracking import MlflowClient
 
 import rl8
+from rl8 import PPO
 from rl8.cli import main
 from rl8.cli.main import build_parser
+from rl8.envs import CartPole
 
 pytestmark = pytest.mark.usefixtures("migrated_store", "one_torch_thread")
 
 TINY_SET = ["--set", "num_envs=16", "--set", "horizon=8", "--set", "sgd_minibatch_size=64",
             "--set", "num_sgd_iters=1", "--set", "seed=0"]  # fmt: skip
+SMALL = dict(num_envs=4, horizon=8, sgd_minibatch_size=16, num_sgd_iters=1, seed=0)
 
 
 def write(tmp_path, text, name="config.yaml"):
@@ -569,3 +573,80 @@ def test_a_policy_that_cannot_be_exported_is_one_line_exit_1_and_its_traceback_w
     assert main([*argv, "--debug"]) == 1
     debug = capsys.readouterr().err
     assert "Traceback" in debug and "in refuse" in debug and debug.endswith(err)
+
+
+# --------------------------------------------------------------------------------------------
+# rl8 train NAME: a preset's typo, a gymnasium id without a preset
+
+
+def test_a_preset_typo_suggests_the_close_presets_and_env(capsys):
+    assert main(["train", "CartPol-v1"]) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert "no preset or config file 'CartPol-v1'" in line
+    assert "did you mean 'CartPole-v1' or 'CartPole'?" in line
+    assert "rl8 train --env ID" in line and "No such file" not in line
+
+
+def test_a_gymnasium_id_without_a_preset_says_how_to_train_it(capsys):
+    assert main(["train", "HalfCheetah-v4"]) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert "no preset or config file 'HalfCheetah-v4'" in line
+    assert "rl8 train --env HalfCheetah-v4" in line and "did you mean 'HalfCheetah-v5'?" in line
+
+
+def test_a_missing_yaml_file_is_still_a_missing_file(capsys, tmp_path):
+    assert main(["train", str(tmp_path / "nope.yaml")]) == 2
+    assert "cannot read config file" in one_error_line(capsys.readouterr().err)
+
+
+# --------------------------------------------------------------------------------------------
+# hyper-parameter names, model_config keys, YAML errors
+
+
+def test_an_unknown_model_config_key_names_the_field_and_the_valid_keys(capsys, migrated_store):
+    argv = [
+        "train",
+        "--env",
+        "rl8.envs.CartPole",
+        "--set",
+        "model_config.hiden=[32,32]",
+        "--max-steps",
+        "64",
+    ]
+    assert main(argv) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert "model_config.hiden" in line and "did you mean 'hiddens'?" in line
+    assert (
+        "(valid: hiddens, critic_hiddens, activation, shared, state_dependent_std, init_log_std, "
+        "init_noise_std, noise_std_type, ortho_init, obs_groups)"
+    ) in line
+    assert not all_runs(migrated_store)  # checked before the run starts
+    with pytest.raises(
+        ValueError,
+        match=r"model_config\.hiden: MLPModel has no option 'hiden'; did you mean 'hiddens'\?",
+    ):
+        PPO(CartPole, model_config={"hiden": [32, 32]}, **SMALL)
+
+
+def test_set_an_unknown_hparam_lists_the_valid_names(capsys):
+    assert main(["train", "--env", "rl8.envs.CartPole", "--set", "learning_rate=1e-3"]) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert (
+        "--set learning_rate=1e-3: unknown hyper-parameter 'learning_rate'; did you mean 'lr'?" in line
+    )
+    assert "(valid: num_envs, horizon," in line and ", lr," in line
+    with pytest.raises(
+        TypeError,
+        match=r"unknown hyper-parameter 'learning_rate'; did you mean 'lr'\? \(valid: num_envs",
+    ):
+        PPO(CartPole, learning_rate=1e-3)
+
+
+def test_yaml_errors_keep_the_line_column_and_caret(capsys, tmp_path):
+    config = tmp_path / "bad.yaml"
+    config.write_text("env: CartPole-v1\nhparams: {lr: [1, 2}\n")
+    assert main(["train", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"rl8: error: {config}: invalid YAML:\n") and "Traceback" not in err
+    assert f'in "{config}", line 2, column 15:' in err
+    assert "    hparams: {lr: [1, 2}\n" in err and re.search(r"\n +\^\n", err)

@@ -9,6 +9,8 @@ import re
 import pytest
 import torch
 
+from rl8.policies.models import Model, check_model_config
+from rl8.policies.recurrent import GRUModel
 from rl8.ppo.hparams import HParams
 from rl8.ppo.schedules import Schedule
 
@@ -302,3 +304,16 @@ def test_changed_hparams_names_what_a_resume_would_change():
         "desired_kl": (None, 0.01),
     }
     assert changed_hparams(stored, HParams(horizon=32).to_plain()) == {}
+
+
+def test_model_config_keys_follow_the_model_class():
+    with pytest.raises(
+        ValueError, match=r"model_config\.hiddens: GRUModel has no option 'hiddens'.*'hidden_size'"
+    ):
+        check_model_config(GRUModel, {"hiddens": [8]})
+    check_model_config(GRUModel, {"hidden_size": 8})
+
+    class Anything(Model):  # takes **config: every key is its business
+        pass
+
+    check_model_config(Anything, {"whatever": 1})
