@@ -15,7 +15,7 @@ from cli_errors import one_error_line
 from mlflow.tracking import MlflowClient
 
 import rl8
-from rl8 import PPO
+from rl8 import PPO, Trainer
 from rl8.cli import main
 from rl8.cli.main import build_parser
 from rl8.envs import CartPole
@@ -650,3 +650,51 @@ def test_yaml_errors_keep_the_line_column_and_caret(capsys, tmp_path):
     assert err.startswith(f"rl8: error: {config}: invalid YAML:\n") and "Traceback" not in err
     assert f'in "{config}", line 2, column 15:' in err
     assert "    hparams: {lr: [1, 2}\n" in err and re.search(r"\n +\^\n", err)
+
+
+def test_rl8_1_command_lines_and_configs_get_hints(tmp_path, capsys):
+    (tmp_path / "old.yaml").write_text("env_cls: rl8.envs.CartPole\nalgorithm_config:\n  horizon: 8\n")
+    assert main(["train", "-f", "old.yaml"]) == 2
+    assert (
+        "rl8 train takes the config file as its argument: rl8 train old.yaml" in capsys.readouterr().err
+    )
+    assert main(["train", "old.yaml"]) == 2
+    assert "rl8 1.0's env_cls is now env (see docs/migrating.md)" in capsys.readouterr().err
+    (tmp_path / "old.yaml").write_text("env: rl8.envs.CartPole\nalgorithm_config:\n  horizon: 8\n")
+    assert main(["train", "old.yaml"]) == 2
+    assert "rl8 1.0's algorithm_config is now hparams" in capsys.readouterr().err
+    args = [
+        "train",
+        "--env",
+        "rl8.envs.CartPole",
+        "--set",
+        "num_envs=4",
+        "--set",
+        "horizon=8",
+        "--max-steps",
+        "10",
+        "--tracking-uri",
+        str(tmp_path / "mlruns-off"),
+        "--quiet",
+        "--checkpoint-dir",
+        str(tmp_path / "ck"),
+    ]
+    main(args)
+    assert (
+        "max_steps counts env steps (rl8 1.0: training steps); 10 is less than one training step (32"
+        in (capsys.readouterr().err)
+    )
+
+
+def test_an_env_config_mistake_is_an_error_before_training(tmp_path, migrated_store, capsys):
+    with Trainer(PPO(CartPole, **SMALL), progress=False, checkpoint_dir=tmp_path / "ck") as trainer:
+        with pytest.raises(ValueError, match="Trainer.run: env_config: .*'nope'"):
+            trainer.run(max_env_steps=64, env_config={"nope": 1})
+        assert trainer.algo.env_steps == 0
+        trainer.run(max_env_steps=32)
+    assert main(["train", "--resume", str(tmp_path / "ck"), "--max-steps", "64", "--quiet"]) == 0
+    capsys.readouterr()
+    (tmp_path / "run.yaml").write_text("env_config:\n  nope: 1\n")
+    code = main(["train", "run.yaml", "--resume", str(tmp_path / "ck"), "--max-steps", "128"])
+    err = capsys.readouterr().err
+    assert code == 2 and "rl8: error: env_config: CartPole.reset: unknown config key 'nope'" in err, err

@@ -9,10 +9,14 @@ import re
 import pytest
 import torch
 
+from rl8 import PPO
+from rl8.envs import CartPole
 from rl8.policies.models import Model, check_model_config
 from rl8.policies.recurrent import GRUModel
 from rl8.ppo.hparams import HParams
 from rl8.ppo.schedules import Schedule
+
+SMALL = dict(num_envs=4, horizon=8, sgd_minibatch_size=16, num_sgd_iters=1, seed=0)
 
 
 def test_defaults_are_valid_and_frozen():
@@ -317,3 +321,20 @@ def test_model_config_keys_follow_the_model_class():
         pass
 
     check_model_config(Anything, {"whatever": 1})
+
+
+@pytest.mark.parametrize(
+    "optimizer, eps",
+    [
+        ("torch.optim.SGD", None),
+        ("torch.optim.RMSprop", 1e-8),
+        ("torch.optim.Adam", 1e-5),
+        ("torch.optim.AdamW", 1e-5),
+    ],
+)
+def test_adams_default_eps_goes_to_adam_and_adamw_only(optimizer, eps):
+    algo = PPO(CartPole, **SMALL, optimizer_cls=optimizer)
+    assert algo.optimizer.defaults.get("eps") == eps
+    assert algo.hparams.optimizer_kwargs == ({} if eps != 1e-5 else {"eps": 1e-5})
+    with pytest.raises(ValueError, match="SGD refused"):  # given explicitly: still checked
+        PPO(CartPole, **SMALL, optimizer_cls="torch.optim.SGD", optimizer_kwargs={"eps": 1e-5})

@@ -11,10 +11,12 @@ import types
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
 
+import rl8
 import rl8.presets
 from rl8 import PPO, Trainer
 from rl8.envs import CartPole
@@ -676,3 +678,42 @@ def test_ppo_on_a_gymnasium_id_with_a_preset_hints_at_it_once(monkeypatch):
         PPO("Pendulum-v1", num_envs=8, horizon=16).close()  # tuned by hand: no hint
         PPO.from_preset("Pendulum-v1", num_envs=8).close()  # the preset itself
         PPO("MountainCar-v0").close()  # no preset
+
+
+def _trainer():
+    return Trainer(
+        PPO(CartPole, **{**SMALL, "num_envs": 4, "sgd_minibatch_size": 16}),
+        tracking=False,
+        progress=False,
+    )
+
+
+def test_learn_trains_that_many_more_env_steps_at_each_call():
+    with _trainer() as trainer:
+        trainer.learn(64)
+        trainer.learn(64)
+        assert trainer.algo.env_steps == 128
+        with pytest.raises(ValueError, match="Trainer.learn: env_steps must be an int >= 1"):
+            trainer.learn(0)
+
+
+def test_a_callback_stops_the_run_on_rl8_stop_only_and_a_bare_bool_warns():
+    class SB3Habit(Callback):
+        def on_step(self, trainer, stats):
+            return True  # SB3: "go on"
+
+    with _trainer() as trainer:
+        with pytest.warns(UserWarning, match=r"returned True, which rl8 ignores: return rl8.STOP"):
+            trainer.run(max_env_steps=96, callbacks=[SB3Habit(), lambda trainer, stats: np.bool_(False)])
+        assert trainer.algo.env_steps == 96
+        assert rl8.STOP == "stop"
+        trainer.run(max_env_steps=10**6, callbacks=lambda trainer, stats: rl8.STOP)
+        assert trainer.algo.env_steps == 128
+
+
+def test_sb3s_ppo_signature_gets_a_hint():
+    with pytest.raises(
+        TypeError,
+        match=r"PPO\('MlpPolicy', 'CartPole-v1'\)\. Stable-Baselines3's .* is rl8's PPO\(env\)",
+    ):
+        PPO("MlpPolicy", "CartPole-v1")

@@ -34,12 +34,17 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 import rl8
+from rl8 import PPO, Trainer
+from rl8.envs import CartPole
 from rl8.mlflow_store import StoreSchemaError, check_store_schema
 from rl8.tracking import Tracker, TrackingError, TrackingWarning, flatten_params, running_runs
 from rl8.tracking.cadence import INTERVAL_S, YOUNG_S, YOUNG_STEPS, LogCadence
 from rl8.tracking.runs import tag_run
+from rl8.tracking.store import ready_store
 
 pytestmark = pytest.mark.usefixtures("migrated_store")
+
+SMALL = dict(num_envs=4, horizon=8, sgd_minibatch_size=16, num_sgd_iters=1, seed=0)
 
 # --------------------------------------------------------------------------------------------
 # helpers
@@ -1000,3 +1005,26 @@ def test_only_a_store_revision_unknown_to_the_installed_mlflow_is_a_newer_store(
         )  # the first migration (metric steps)
         db.commit()
     check_store_schema(f"sqlite:///{old}")
+
+
+def test_an_old_mlruns_folder_is_explained_before_training(tmp_path, monkeypatch):
+    (tmp_path / "mlruns" / "0").mkdir(parents=True)
+    (tmp_path / "mlruns" / "0" / "meta.yaml").write_text("name: Default\n")  # an rl8 1.0-era store
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    mlflow.set_tracking_uri(None)  # MLflow's own default: it picks ./mlruns
+    algo = PPO(CartPole, **SMALL)
+    with pytest.raises(
+        TrackingError,
+        match=r"MLflow picked the folder store .*mlruns.* over the default "
+        r"sqlite:///mlflow.db .*mlflow migrate-filestore",
+    ):
+        Trainer(algo, progress=False).run(max_env_steps=1)  # the run starts before training
+    assert algo.env_steps == 0
+    with pytest.raises(TrackingError, match="is a folder store, and MLflow 3 refuses folder stores"):
+        Trainer(algo, progress=False, tracking_uri=str(tmp_path / "runs")).step()
+    assert algo.env_steps == 0
+
+
+def test_creating_the_default_store_leaves_no_lock_file_in_the_users_folder(tmp_path):
+    ready_store(f"sqlite:///{tmp_path / 'fresh' / 'mlflow.db'}")
+    assert sorted(p.name for p in (tmp_path / "fresh").iterdir()) == ["mlflow.db"]
