@@ -3,21 +3,30 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 import errno
 import io
+import json
 import os
 import pickle
 import random
+import re
 import signal
+import socket
 import subprocess
 import sys
 import time
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from mlflow.tracking import MlflowClient
 
+from rl8 import PPO, Trainer
+from rl8.cli import main
+from rl8.envs import CartPole, GymnasiumEnv
 from rl8.io import checkpoint as checkpoint_module
 from rl8.io import checkpoint_dir as checkpoint_dir_module
 from rl8.io.checkpoint import (
@@ -27,7 +36,12 @@ from rl8.io.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from rl8.io.checkpoint_dir import CheckpointManager
+from rl8.io.checkpoint_dir import (
+    CHECKPOINT_DIR_LOCK,
+    CheckpointDirError,
+    CheckpointDirLock,
+    CheckpointManager,
+)
 
 
 def trainer_like_state() -> dict:
@@ -610,3 +624,207 @@ def test_manager_rejects_bad_steps(tmp_path, step):
 def test_module_exports():
     assert set(checkpoint_module.__all__) >= {"save_checkpoint", "load_checkpoint", "CheckpointError"}
     assert "CheckpointManager" in checkpoint_dir_module.__all__
+
+
+@pytest.mark.parametrize("dangling", [False, True])
+def test_a_lock_file_that_is_a_symlink_is_refused_and_never_followed(tmp_path, dangling):
+    target = tmp_path / "precious.txt"
+    if not dangling:
+        target.write_text("keep me")
+    (tmp_path / "ck").mkdir()
+    (tmp_path / "ck" / CHECKPOINT_DIR_LOCK).symlink_to(target)
+    with pytest.raises(CheckpointDirError, match="is a symbolic link, which rl8 never follows"):
+        CheckpointDirLock(tmp_path / "ck")
+    assert target.read_text() == "keep me" if not dangling else not target.exists()
+
+
+def test_a_lock_file_that_is_not_a_regular_file_is_refused(tmp_path):
+    (tmp_path / "ck").mkdir()
+    os.mkfifo(tmp_path / "ck" / CHECKPOINT_DIR_LOCK)
+    with pytest.raises(CheckpointDirError, match="is not a regular file"):
+        CheckpointDirLock(tmp_path / "ck")
+
+
+def _lock_record(folder: Path, **record) -> None:
+    folder.mkdir(exist_ok=True)
+    (folder / CHECKPOINT_DIR_LOCK).write_text(json.dumps({"run_id": "r" * 32, "since": 0.0, **record}))
+
+
+@pytest.mark.parametrize(
+    "content",
+    ["[" * 100_000 + "]" * 100_000, '{"pid": 1' + " " * 5000 + "}", "{not json"],
+    ids=["deep", "long", "not-json"],
+)
+def test_a_lock_file_that_holds_no_rl8_record_is_taken_over_with_one_line(tmp_path, content):
+    (tmp_path / "ck").mkdir()
+    (tmp_path / "ck" / CHECKPOINT_DIR_LOCK).write_text(content)
+    with pytest.warns(
+        UserWarning, match=r"was locked by an unknown run \(the lock file holds no record of rl8's\)"
+    ):
+        lock = CheckpointDirLock(tmp_path / "ck")
+    assert json.loads((tmp_path / "ck" / CHECKPOINT_DIR_LOCK).read_text())["pid"] == os.getpid()
+    lock.release()
+
+
+@contextlib.contextmanager
+def _held_by_another_process(lock: Path):
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, os, time\n"
+            f"fcntl.flock(os.open({str(lock)!r}, os.O_RDWR), fcntl.LOCK_EX)\n"
+            "print('held', flush=True)\ntime.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline() == "held\n"
+        yield
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+@pytest.mark.parametrize("released", [True, False])
+def test_a_lock_held_by_a_live_process_that_is_not_the_named_run_says_so(tmp_path, released):
+    folder = tmp_path / "ck"
+    # a run that released the folder, or one that ended long ago (past Linux's default pid_max)
+    _lock_record(
+        folder, pid=os.getpid() if released else 2**22 - 1, host=socket.gethostname(), released=released
+    )
+    with (
+        _held_by_another_process(folder / CHECKPOINT_DIR_LOCK),
+        pytest.raises(CheckpointDirError) as raised,
+    ):
+        CheckpointDirLock(folder)
+    fate = ", ended))" if released else "), which has ended)"
+    assert f"is locked by a live process (not the one its lock file names, run {'r' * 32} (pid" in str(
+        raised.value
+    )
+    assert f"{fate}; rl8 never writes into a folder another process holds" in str(raised.value)
+    assert "is in use by" not in str(raised.value)
+    (folder / CHECKPOINT_DIR_LOCK).write_text("[1]")
+    with (
+        _held_by_another_process(folder / CHECKPOINT_DIR_LOCK),
+        pytest.raises(
+            CheckpointDirError,
+            match=r"is locked by a live process \(its lock file holds no record of rl8's\)",
+        ),
+    ):
+        CheckpointDirLock(folder)
+
+
+@pytest.mark.parametrize(
+    "where, fate",
+    [
+        ("alive", "whose process is alive but no longer holds the lock"),
+        (
+            "elsewhere",
+            r"which no longer holds the lock \(whether its process still runs is not known here\)",
+        ),
+        ("ended", r"whose process ended without releasing it \(killed or crashed\)"),
+    ],
+)
+def test_a_lock_taken_over_says_what_is_known_of_its_owner(tmp_path, where, fate):
+    pid = {"alive": os.getppid(), "elsewhere": os.getppid(), "ended": 2**22 - 1}[where]
+    host = "another-host" if where == "elsewhere" else socket.gethostname()
+    _lock_record(tmp_path / "ck", pid=pid, host=host, released=False)
+    with pytest.warns(
+        UserWarning,
+        match=rf"was locked by run r{{32}} \(pid {pid} on {host}\), {fate}; this run takes it over",
+    ):
+        CheckpointDirLock(tmp_path / "ck").release()
+
+
+def _run_with_pointer(content: str) -> str:
+    client = MlflowClient()
+    run = client.create_run(client.create_experiment("pointers")).info.run_id
+    Path("checkpoint.json").write_text(content)
+    client.log_artifact(run, "checkpoint.json", "rl8")
+    return run
+
+
+@pytest.mark.parametrize(
+    "content, words",
+    [
+        ("{not json", "must be a JSON object"),
+        ('["a"]', "must be a JSON object"),
+        (
+            '{"path": "../elsewhere/checkpoint-000000000001.pt"}',
+            "absolute path of a checkpoint, without '..'",
+        ),
+        ('{"path": "/tmp/../etc/checkpoint-000000000001.pt"}', "without '..'"),
+        ("[" * 100000 + "]" * 100000, "must be a JSON object"),
+    ],
+    ids=["not-json", "a-list", "relative", "dotdot", "deep"],
+)
+def test_a_malformed_or_escaping_checkpoint_pointer_is_refused(migrated_store, content, words):
+    run = _run_with_pointer(content)
+    with pytest.raises(CheckpointError, match=re.escape(words)):
+        Trainer.from_checkpoint(run)
+
+
+def test_a_pointer_to_another_runs_checkpoint_is_refused(migrated_store, tmp_path, capsys):
+    with Trainer(
+        PPO(CartPole, num_envs=4, horizon=4, sgd_minibatch_size=16),
+        tracking=False,
+        progress=False,
+        checkpoint_dir=tmp_path / "other",
+    ) as trainer:
+        written = trainer.save_checkpoint()
+    run = _run_with_pointer(json.dumps({"path": str(written), "env/steps": 0}))
+    with pytest.raises(
+        CheckpointError, match=f"points at the checkpoint {written}, which belongs to run None"
+    ):
+        Trainer.from_checkpoint(run)
+    assert main(["train", "--resume", run]) != 0
+    assert "rl8 refused to resume another run into it" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "field, value, words",
+    [
+        (
+            "optimizer_cls",
+            "torch.optim.Optimizer",
+            "hparam optimizer_cls = 'torch.optim.Optimizer', which is the class "
+            "torch.optim.optimizer.Optimizer, not a torch.optim.Optimizer subclass",
+        ),
+        (
+            "optimizer_cls",
+            "torch.optim.LBFGS",
+            "do not build: hparam optimizer_kwargs: torch.optim.lbfgs.LBFGS refused "
+            "{'eps': 1e-05} (LBFGS.__init__() got an unexpected keyword argument 'eps')",
+        ),
+        (
+            "optimizer_kwargs",
+            {"betas": "x"},
+            "hparam optimizer_kwargs: torch.optim.adam.Adam refused {'betas': 'x'}",
+        ),
+        (
+            "model_config",
+            {"hiddens": "abc"},
+            "model_config hiddens: expected a sequence of ints >= 1, got 'abc'",
+        ),
+        (
+            "env_kwargs",
+            {"env": "CartPole-v1", "wrappers": ["gymnasium.wrappers.ClipAction"]},
+            "env env_kwargs['wrappers'] must be empty or None in a file (a wrapper is a callable, which a file cannot hold)",
+        ),
+    ],
+)
+def test_resuming_stored_hparams_that_do_not_build_is_one_line(tmp_path, capsys, field, value, words):
+    algo = PPO(
+        GymnasiumEnv, env_kwargs={"env": "CartPole-v1"}, num_envs=2, horizon=4, sgd_minibatch_size=8
+    )
+    with Trainer(algo, tracking=False, progress=False, checkpoint_dir=tmp_path / "ck") as trainer:
+        state = load_checkpoint(trainer.save_checkpoint())
+    state["algo"]["hparams"][field] = value
+    bad = save_checkpoint(state, tmp_path / "bad.pt")
+    with pytest.raises(CheckpointError, match=re.escape(f"{bad}: ") + ".*" + re.escape(words)):
+        Trainer.from_checkpoint(bad, tracking=False, progress=False, checkpoint_dir=tmp_path / "again")
+    assert main(["train", "--resume", str(bad), "--checkpoint-dir", str(tmp_path / "cli")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rl8: error: ") and words in err and err.count("\n") == 1, err

@@ -698,3 +698,38 @@ def test_an_env_config_mistake_is_an_error_before_training(tmp_path, migrated_st
     code = main(["train", "run.yaml", "--resume", str(tmp_path / "ck"), "--max-steps", "128"])
     err = capsys.readouterr().err
     assert code == 2 and "rl8: error: env_config: CartPole.reset: unknown config key 'nope'" in err, err
+
+
+def test_an_empty_run_name_is_refused_before_anything_starts(tmp_path, capsys):
+    store = tmp_path / "store" / "mlflow.db"  # not this file's migrated store, which exists
+    with pytest.raises(SystemExit, match="2"):
+        main(["train", "--env", "CartPole", "--run-name", "", "--tracking-uri", f"sqlite:///{store}"])
+    assert "run_name must be a non-empty string or None, got ''" in capsys.readouterr().err
+    assert not store.exists() and not (tmp_path / "checkpoints").exists()
+    with pytest.raises(ValueError, match="run_name must be a non-empty string"):
+        Trainer(
+            PPO(CartPole, num_envs=4, horizon=4, sgd_minibatch_size=16), run_name=" ", tracking=False
+        )
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["eval", "/dev/zero"],
+        ["record", "/dev/zero", "-o", "v.mp4"],
+        ["train", "--resume", "/dev/zero"],
+        ["train", "/dev/zero"],
+    ],
+)
+def test_files_that_are_not_regular_files_are_refused_not_read_forever(capsys, command):
+    assert main(command) in (1, 2)
+    assert "/dev/zero is not a regular file" in capsys.readouterr().err
+
+
+def test_a_config_that_is_too_large_or_not_utf8_is_a_one_line_error(tmp_path, capsys):
+    (tmp_path / "big.yaml").write_text("a: 1\n" * 300_000)
+    (tmp_path / "bad.yaml").write_bytes(b"env: \xff\n")
+    assert main(["train", "big.yaml"]) == 2
+    assert "is larger than 1048576 bytes" in capsys.readouterr().err
+    assert main(["train", "bad.yaml"]) == 2
+    assert "bad.yaml: not UTF-8 text (invalid start byte at byte 5)" in capsys.readouterr().err

@@ -9,7 +9,8 @@ import re
 import pytest
 import torch
 
-from rl8 import PPO
+from rl8 import PPO, Trainer, save_policy
+from rl8.cli import main
 from rl8.envs import CartPole
 from rl8.policies.models import Model, check_model_config
 from rl8.policies.recurrent import GRUModel
@@ -338,3 +339,23 @@ def test_adams_default_eps_goes_to_adam_and_adamw_only(optimizer, eps):
     assert algo.hparams.optimizer_kwargs == ({} if eps != 1e-5 else {"eps": 1e-5})
     with pytest.raises(ValueError, match="SGD refused"):  # given explicitly: still checked
         PPO(CartPole, **SMALL, optimizer_cls="torch.optim.SGD", optimizer_kwargs={"eps": 1e-5})
+
+
+def test_sizes_that_could_never_fit_are_refused_before_allocating(tmp_path, capsys):
+    small = dict(num_envs=4, horizon=4, sgd_minibatch_size=16)
+    with pytest.raises(
+        ValueError, match=r"model_config \{'hiddens': \[10000000, 10000000\]\} \(MLPModel\) needs about"
+    ):
+        PPO(CartPole, **small, model_config={"hiddens": [10**7, 10**7]})
+    algo = PPO(CartPole, **small)
+    with pytest.raises(
+        ValueError, match=r"eval_num_envs=1000000000000 needs about .* Use fewer eval envs"
+    ):
+        Trainer(algo, eval_num_envs=10**12, tracking=False)
+    policy = save_policy(
+        algo.policy,
+        tmp_path / "p.pt",
+        env={"spec": "rl8.envs.cartpole.CartPole", "env_kwargs": {}, "env_config": {}},
+    )
+    assert main(["eval", str(policy), "--num-envs", str(10**12)]) == 2
+    assert "1000000000000 envs (--num-envs) needs about" in capsys.readouterr().err

@@ -19,6 +19,7 @@ from rl8.envs import CartPole
 from rl8.io.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from rl8.policies.distributions import Normal
 from rl8.policies.models import MLPModel
+from rl8.registry import lookup
 
 SMALL = dict(num_envs=16, horizon=8, sgd_minibatch_size=64, num_sgd_iters=1, seed=0)
 
@@ -322,3 +323,34 @@ def test_a_model_stored_as_main_net_is_handed_over_with_model_cls(tmp_path):
         "mynet.Net",
     )
     assert resumed.returncode == 0 and "checkpoint-000000000064.pt" in resumed.stdout, resumed.stderr
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "torch.nn.functional.torch.fx.GraphModule",
+        "torch.nn.functional.torch.optim.swa_utils.AveragedModel",
+        "torch.nn.functional.torch.nn.parallel.DistributedDataParallel",
+        "torch.optim.lr_scheduler.torch.optim.Adam",
+        "torch.nn.init.torch.nn.Linear",
+        "torch.optim.swa_utils.AveragedModel",
+    ],
+)
+def test_the_registry_never_walks_attributes_out_of_its_documented_sets(name):
+    assert lookup(name) is None
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "torch.nn.Linear",
+        "torch.nn.modules.linear.Linear",
+        "torch.optim.Adam",
+        "torch.optim.adam.Adam",
+        "torch.nn.Tanh",
+    ],
+)
+def test_torch_classes_by_their_package_or_qualified_name_are_found(name):
+    found = lookup(name)
+    assert isinstance(found, type) and found.__name__ == name.rpartition(".")[2]
+    assert found is getattr(torch.nn if ".nn." in name else torch.optim, found.__name__)

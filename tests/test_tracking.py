@@ -16,6 +16,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import tomllib
 import urllib.request
@@ -34,7 +35,8 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 import rl8
-from rl8 import PPO, Trainer
+from rl8 import PPO, Trainer, load_policy
+from rl8.cli import main
 from rl8.envs import CartPole
 from rl8.mlflow_store import StoreSchemaError, check_store_schema
 from rl8.tracking import Tracker, TrackingError, TrackingWarning, flatten_params, running_runs
@@ -1028,3 +1030,91 @@ def test_an_old_mlruns_folder_is_explained_before_training(tmp_path, monkeypatch
 def test_creating_the_default_store_leaves_no_lock_file_in_the_users_folder(tmp_path):
     ready_store(f"sqlite:///{tmp_path / 'fresh' / 'mlflow.db'}")
     assert sorted(p.name for p in (tmp_path / "fresh").iterdir()) == ["mlflow.db"]
+
+
+@pytest.mark.parametrize("where", ["a-file/mlflow.db", "a-folder"])
+def test_a_sqlite_store_that_cannot_be_opened_fails_at_the_first_step(tmp_path, where):
+    (tmp_path / "a-file").write_text("not a folder")
+    (tmp_path / "a-folder").mkdir()
+    algo = PPO(CartPole, num_envs=4, horizon=4, sgd_minibatch_size=16)
+    trainer = Trainer(algo, tracking_uri=f"sqlite:///{tmp_path / where}", progress=False)
+    with pytest.raises(TrackingError, match=r"\) cannot be opened and written: .*Give a writable place"):
+        trainer.run(max_env_steps=10**9, max_seconds=120)  # MLflow alone: minutes of retries
+    assert algo.env_steps <= 16 * 3
+
+
+@pytest.mark.parametrize("uri", ["file:///{tmp}/store", "{tmp}/store", "./mlruns"])
+def test_a_folder_tracking_uri_is_told_what_to_use_not_to_start_a_server(tmp_path, uri):
+    uri = uri.format(tmp=tmp_path)
+    for start in (
+        lambda: Tracker(experiment="x", tracking_uri=uri).start(),
+        lambda: Tracker(experiment="x", tracking_uri=uri, run_id="a" * 32).start(),
+    ):
+        with pytest.raises(TrackingError) as raised:
+            start()
+        assert "MLflow 3 refuses folder stores" in str(raised.value)
+        assert "sqlite:///PATH/mlflow.db (a file), or a server's http://HOST:PORT" in str(raised.value)
+        assert "Start the server" not in str(raised.value)
+
+
+@pytest.fixture
+def silent_server(monkeypatch):
+    """The URI of a server on 127.0.0.1 that accepts connections and never answers; the read
+    policy shortened to 1 s a request, no retry (the mechanism, not MLflow's 7 x 120 s)."""
+    import socket
+    import threading
+
+    import rl8.mlflow_http
+
+    monkeypatch.setattr(rl8.mlflow_http, "LOG_TIMEOUT_S", 1)
+    monkeypatch.setattr(rl8.mlflow_http, "LOG_RETRIES", 0)
+    listener = socket.create_server(("127.0.0.1", 0))
+    held = []
+
+    def accept():
+        with contextlib.suppress(OSError):
+            while True:
+                held.append(listener.accept()[0])
+
+    threading.Thread(target=accept, daemon=True).start()
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    listener.close()
+    for conn in held:
+        conn.close()
+
+
+def _returns_within(seconds, call):
+    done = threading.Event()
+    outcome = []
+
+    def target():
+        try:
+            outcome.append(call())
+        except BaseException as exc:  # noqa: BLE001 - the outcome is inspected below
+            outcome.append(exc)
+        done.set()
+
+    threading.Thread(target=target, daemon=True).start()
+    assert done.wait(seconds), f"still waiting on a silent tracking server after {seconds} s"
+    return outcome[0]
+
+
+def test_reading_a_run_by_id_from_a_silent_server_is_bounded(silent_server):
+    run = "a" * 32
+    assert isinstance(
+        _returns_within(60, lambda: load_policy(run, tracking_uri=silent_server)), Exception
+    )
+    for command in (["eval", run], ["record", run, "-o", "v.mp4"], ["train", "--resume", run], ["runs"]):
+        code = _returns_within(60, lambda: main([*command, "--tracking-uri", silent_server]))
+        assert code in (1, 2), (command, code)
+
+
+def test_loading_a_model_uri_from_a_silent_server_is_bounded(silent_server):
+    for ref in ("models:/m-" + "a" * 32, "models:/cartpole-ppo/1", "models:/cartpole-ppo@best"):
+        outcome = _returns_within(60, lambda: load_policy(ref, tracking_uri=silent_server))
+        assert isinstance(outcome, FileNotFoundError), (ref, outcome)
+        assert "cannot download" in str(outcome)
+    code = _returns_within(
+        60, lambda: main(["eval", "models:/cartpole-ppo@best", "--tracking-uri", silent_server])
+    )
+    assert code in (1, 2)

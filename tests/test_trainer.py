@@ -869,3 +869,46 @@ def test_the_example_config_uses_the_default_experiment_name():
     trainer = Trainer(make_algo(), tracking=False, progress=False)
     trainer.close()
     assert config["experiment"] == trainer.experiment == "CartPole"  # one experiment per env
+
+
+def test_log_every_logs_every_nth_step_the_evaluations_checkpoints_and_the_last(
+    tmp_path, migrated_store
+):
+    with pytest.raises(ValueError, match="Trainer: log_every must be an int >= 1 or None, got 0"):
+        Trainer(PPO(CartPole, num_envs=4, horizon=4, sgd_minibatch_size=16), log_every=0, tracking=False)
+    algo = PPO(CartPole, num_envs=4, horizon=4, sgd_minibatch_size=16, seed=0)
+    with Trainer(
+        algo,
+        log_every=4,
+        log_models="all",  # both checkpoints, though no evaluation ranks them
+        checkpoint_every=7,
+        eval_num_envs=2,
+        eval_num_steps=4,
+        progress=False,
+        checkpoint_dir=tmp_path / "ck",
+    ) as trainer:
+        trainer.run(max_env_steps=16 * 11, steps_per_eval=5)
+        run_id = trainer.run_id
+    client = MlflowClient()
+    history = lambda run, key: sorted(m.step // 16 for m in client.get_metric_history(run, key))  # noqa: E731
+    # every 4th step (4, 8); the evaluations (5, 10); checkpoint 7; the last (11)
+    assert history(run_id, "env/steps") == [4, 5, 7, 8, 10, 11]
+    assert history(run_id, "eval/episodes/count") == [5, 10]
+    values = {m.step // 16: m.value for m in client.get_metric_history(run_id, "algorithm/steps")}
+    assert values == {s: float(s) for s in [4, 5, 7, 8, 10, 11]}
+    models = {
+        m.name: {x.key for x in m.metrics}
+        for m in client.search_logged_models([client.get_run(run_id).info.experiment_id])
+    }
+    assert (
+        "losses/total" in models["checkpoint-112"] and "losses/total" in models["checkpoint-176"]
+    )  # linked
+    with Trainer(
+        PPO(CartPole, num_envs=4, horizon=4, sgd_minibatch_size=16, seed=0),
+        log_every=4,
+        progress=False,
+        checkpoint_dir=tmp_path / "steps",
+    ) as trainer:
+        for _ in range(6):
+            trainer.step()
+    assert history(trainer.run_id, "env/steps") == [4, 6]  # the last step at close

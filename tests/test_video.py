@@ -16,15 +16,18 @@ import pytest
 import torch
 from gymnasium import spaces
 
+from rl8 import Policy
+from rl8.cli import main
+from rl8.envs import CartPole
+from rl8.io.export import save_policy
+
 imageio = pytest.importorskip("imageio")
 pytest.importorskip("imageio_ffmpeg")
 
 from cli_errors import one_error_line
 
-from rl8 import PPO, Policy, Trainer
-from rl8.cli import main
-from rl8.envs import CartPole, GymnasiumEnv, Memory, Pendulum
-from rl8.io.export import save_policy
+from rl8 import PPO, Trainer
+from rl8.envs import GymnasiumEnv, Memory, Pendulum
 from rl8.policies.recurrent import GRUModel
 from rl8.ppo.algorithm import make_env
 from rl8.training.conditions import HitsUpperBound
@@ -491,3 +494,39 @@ def test_videos_get_the_mode_of_the_umask(tmp_path, umask):
         os.umask(previous)
     assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask
     assert [p.name for p in tmp_path.iterdir()] == ["v.mp4"]  # no temporary file left
+
+
+def test_rl8_record_never_writes_over_a_file_that_is_not_a_video(tmp_path, capsys):
+    env = CartPole(1)
+    policy = save_policy(
+        Policy(env.observation_space, env.action_space),
+        tmp_path / "policy.pt",
+        env={"spec": "rl8.envs.cartpole.CartPole", "env_kwargs": {}, "env_config": {}},
+    )
+    before = policy.read_bytes()
+    (tmp_path / "ckpt.pt").write_bytes(b"PK\x03\x04 a checkpoint")
+    for output in (str(policy), str(tmp_path / "ckpt.pt")):
+        assert main(["record", str(policy), "-o", output]) == 2
+        assert (
+            f"{output} exists and is not an MP4 video; rl8 refused to write over it (--force"
+            in capsys.readouterr().err
+        )
+    assert (
+        policy.read_bytes() == before
+        and (tmp_path / "ckpt.pt").read_bytes() == b"PK\x03\x04 a checkpoint"
+    )
+    for output, words in (("", "got ''"), (str(tmp_path), "(a folder)")):
+        assert main(["record", str(policy), "-o", output]) == 2
+        err = capsys.readouterr().err
+        assert (
+            "-o/--output must name an MP4 file to write" in err and words in err and err.count("\n") == 1
+        )
+    pytest.importorskip("imageio_ffmpeg")
+    assert (
+        main(["record", str(policy), "-o", str(tmp_path / "ckpt.pt"), "--force", "--max-steps", "2"])
+        == 0
+    )
+    assert (tmp_path / "ckpt.pt").read_bytes()[4:8] == b"ftyp"
+    assert (
+        main(["record", str(policy), "-o", str(tmp_path / "ckpt.pt"), "--max-steps", "2"]) == 0
+    )  # ours now
