@@ -1,5 +1,5 @@
-"""Launching torchrun jobs from tests: a free port, a bounded wait, and the job's processes
-killed on the way out whatever happens."""
+"""Launching processes from tests: the environment that imports this rl8, and torchrun jobs with a
+free port, a bounded wait, and the job's processes killed on the way out whatever happens."""
 
 from __future__ import annotations
 
@@ -10,8 +10,20 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
+
+import rl8
+
+ROOT = Path(rl8.__file__).resolve().parent.parent
+
+
+def rl8_env() -> dict[str, str]:
+    """The environment of a subprocess that imports this rl8 (the checkout's, not an installed one)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    return env
 
 
 def free_port() -> int:

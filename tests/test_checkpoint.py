@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import copy
 import errno
 import io
 import json
@@ -16,15 +17,17 @@ import socket
 import subprocess
 import sys
 import time
+import warnings
 import zipfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from launch import rl8_env
 from mlflow.tracking import MlflowClient
 
-from rl8 import PPO, Trainer
+from rl8 import PPO, Trainer, load_policy
 from rl8.cli import main
 from rl8.envs import CartPole, GymnasiumEnv
 from rl8.io import checkpoint as checkpoint_module
@@ -42,6 +45,8 @@ from rl8.io.checkpoint_dir import (
     CheckpointDirLock,
     CheckpointManager,
 )
+
+SMALL = dict(num_envs=16, horizon=8, sgd_minibatch_size=64, num_sgd_iters=1, seed=0)
 
 
 def trainer_like_state() -> dict:
@@ -828,3 +833,197 @@ def test_resuming_stored_hparams_that_do_not_build_is_one_line(tmp_path, capsys,
     assert main(["train", "--resume", str(bad), "--checkpoint-dir", str(tmp_path / "cli")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("rl8: error: ") and words in err and err.count("\n") == 1, err
+
+
+@pytest.mark.slow
+def test_a_folder_written_by_a_live_process_is_refused_and_taken_over_once_it_died(tmp_path):
+    folder = tmp_path / "shared"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys\nfrom rl8.io.checkpoint_dir import CheckpointDirLock\n"
+            f"lock = CheckpointDirLock({str(folder)!r}, run_id='a' * 32)\nprint('held', flush=True)\n"
+            "sys.stdin.read()",
+        ],
+        env=rl8_env(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(
+            CheckpointDirError, match=rf"{folder} is in use by run a{{32}} \(pid {holder.pid} on "
+        ):
+            CheckpointDirLock(folder)
+    finally:
+        holder.kill()  # no release: the lock file stays, naming a dead process
+        holder.wait()
+    assert (folder / CHECKPOINT_DIR_LOCK).is_file()
+    with pytest.warns(
+        UserWarning, match=rf"was locked by run a{{32}} \(pid {holder.pid} .*ended without releasing"
+    ):
+        lock = CheckpointDirLock(folder)
+    lock.release()
+    assert json.loads((folder / CHECKPOINT_DIR_LOCK).read_text())["released"] is True
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a released folder is taken without a warning
+        CheckpointDirLock(folder).release()
+
+
+def _small_trainer(**options):
+    return Trainer(PPO(CartPole, **SMALL), progress=False, **options)
+
+
+def test_an_older_checkpoint_without_a_newer_hparam_resumes_from_the_cli_as_from_python(
+    tmp_path, capsys
+):
+    trainer = _small_trainer(checkpoint_dir=tmp_path / "ck", tracking=False)
+    trainer.step()
+    path = trainer.save_checkpoint()
+    trainer.close()
+    state = load_checkpoint(path)
+    for newer in ("horizons_per_env_reset", "seqs_per_state_reset"):  # defaults -1: "given: -1"
+        del state["algo"]["hparams"][newer]
+    save_checkpoint(state, path)
+    Trainer.from_checkpoint(path, progress=False).close()
+    code = main(["train", "--resume", str(path), "--max-steps", "256", "--quiet"])
+    assert code == 0, capsys.readouterr().err
+    # a value given that differs from the default the checkpoint implies is still an error
+    assert main(["train", "--resume", str(path), "--set", "horizons_per_env_reset=2", "--quiet"]) == 2
+    assert "horizons_per_env_reset (checkpoint: -1, given: 2)" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """A policy file and a Trainer checkpoint of CartPole, and their content."""
+    from rl8 import PPO, Trainer, save_policy
+    from rl8.envs import CartPole
+    from rl8.io.checkpoint import load_checkpoint
+
+    folder = tmp_path_factory.mktemp("saved")
+    algo = PPO(CartPole, **SMALL)
+    policy = save_policy(algo.policy, folder / "policy.pt", env={"spec": "rl8.envs.CartPole"})
+    with Trainer(algo, tracking=False, checkpoint_dir=folder / "ck", progress=False) as trainer:
+        checkpoint = trainer.save_checkpoint()
+    return {"policy": load_checkpoint(policy), "checkpoint": load_checkpoint(checkpoint)}
+
+
+def _first_weight(state):
+    return next(iter(state))
+
+
+def _fill(value):
+    return lambda d, weight: d["state_dict"][weight].fill_(value)
+
+
+def _wrong_shape(d, weight):
+    d["state_dict"][weight] = torch.zeros(3, 3)
+
+
+def _set(entry, value):
+    return lambda d, weight: d.__setitem__(entry, value)
+
+
+#: (what, how the policy description is changed (given it and its first weight's name), the error)
+BAD_POLICIES = [
+    (
+        "weights nan",
+        _fill(float("nan")),
+        r"the policy's weights hold NaN or inf: state_dict\['{weight}'\]",
+    ),
+    (
+        "weights inf",
+        _fill(float("inf")),
+        r"the policy's weights hold NaN or inf: state_dict\['{weight}'\]",
+    ),
+    (
+        "wrong shape",
+        _wrong_shape,
+        r"entry 'state_dict' does not match the model .*size mismatch for {weight}",
+    ),
+    (
+        "weights not a dict",
+        _set("state_dict", [1, 2]),
+        "entry 'state_dict' must be a dict of tensors by name, got list",
+    ),
+    (
+        "model_config not a dict",
+        _set("model_config", [64, 64]),
+        "entry 'model_config' must be a dict, got list",
+    ),
+    (
+        "model_config bad",
+        _set("model_config", {"hiddens": "wide"}),
+        "cannot be built .*model_config hiddens: expected a sequence of ints",
+    ),
+    (
+        "observations 2**30",
+        lambda d, weight: d["observation_space"].__setitem__("shape", [2**30]),
+        r"entry 'observation_space': the space declares 1073741824 elements, more than rl8 loads "
+        r"\(MAX_SPACE_ELEMENTS = 16777216\)",
+    ),
+    (
+        "actions 2**30",
+        lambda d, weight: d["action_space"].__setitem__("n", 2**30),
+        "entry 'action_space': the space declares 1073741824 elements",
+    ),
+    (
+        "space not a dict",
+        _set("observation_space", 4),
+        "entry 'observation_space': expected a space description",
+    ),
+    (
+        "box without low",
+        lambda d, weight: d["observation_space"].pop("low"),
+        "entry 'observation_space': 'low' must be a tensor",
+    ),
+]
+
+
+@pytest.mark.parametrize("what,change,match", BAD_POLICIES, ids=[case[0] for case in BAD_POLICIES])
+def test_a_malformed_policy_file_is_a_checkpoint_error_naming_the_entry(
+    tmp_path, saved, what, change, match, capsys
+):
+    policy = copy.deepcopy(saved["policy"])
+    weight = _first_weight(policy["state_dict"])
+    change(policy, weight)
+    path = save_checkpoint(policy, tmp_path / "policy.pt")
+    with pytest.raises(CheckpointError, match=match.format(weight=weight)):
+        load_policy(path)
+    assert main(["eval", str(path), "--episodes", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"rl8: error: {path}") and err.count("\n") == 1, err
+
+
+def test_a_malformed_trainer_checkpoint_is_a_checkpoint_error_naming_the_entry(tmp_path, saved, capsys):
+    state = saved["checkpoint"]
+    weight = _first_weight(state["algo"]["policy"])
+    cases = {
+        "hparams not a dict": (
+            lambda s: s["algo"].__setitem__("hparams", "wide"),
+            "hyper-parameters must be a dict",
+            "entry 'algo.hparams' must be a dict",
+        ),
+        "weights not fitting the hparams": (
+            lambda s: s["algo"]["hparams"].__setitem__("model_config", {"hiddens": [8]}),
+            r"entry 'algo' does not fit the PPO its hyper-parameters \(entry 'algo.hparams'\) describe",
+            "entry 'algo' does not fit",
+        ),
+        "weights nan": (
+            lambda s: s["algo"]["policy"][weight].fill_(float("nan")),
+            rf"entry 'algo.policy': the policy's weights hold NaN or inf: state_dict\['{weight}'\]",
+            "hold NaN or inf",
+        ),
+    }
+    for what, (change, python_match, cli_match) in cases.items():
+        broken = copy.deepcopy(state)
+        change(broken)
+        (tmp_path / what.replace(" ", "-")).mkdir()
+        path = save_checkpoint(broken, tmp_path / what.replace(" ", "-") / "checkpoint-000000000128.pt")
+        with pytest.raises(CheckpointError, match=python_match):
+            Trainer.from_checkpoint(path, progress=False)
+        assert main(["train", "--resume", str(path), "--max-steps", "256", "--quiet"]) == 2, what
+        err = capsys.readouterr().err
+        assert cli_match in err and err.count("\n") == 1, (what, err)

@@ -16,9 +16,10 @@ from mlflow.tracking import MlflowClient
 
 import rl8
 from rl8 import PPO, Trainer
-from rl8.cli import main
+from rl8.cli import ConfigError, load_config, main
 from rl8.cli.main import build_parser
 from rl8.envs import CartPole
+from rl8.training.conditions import MAX_CONDITION_DEPTH, from_config
 
 pytestmark = pytest.mark.usefixtures("migrated_store", "one_torch_thread")
 
@@ -733,3 +734,147 @@ def test_a_config_that_is_too_large_or_not_utf8_is_a_one_line_error(tmp_path, ca
     assert "is larger than 1048576 bytes" in capsys.readouterr().err
     assert main(["train", "bad.yaml"]) == 2
     assert "bad.yaml: not UTF-8 text (invalid start byte at byte 5)" in capsys.readouterr().err
+
+
+def test_rl8_train_with_an_unwritable_checkpoint_dir_exits_2_before_training(
+    tmp_path, migrated_store, capsys
+):
+    (tmp_path / "afile").write_text("a file, not a folder")
+    code = main(
+        [
+            "train",
+            "--env",
+            "rl8.envs.CartPole",
+            *TINY_SET,
+            "--max-steps",
+            "128",
+            "--quiet",
+            "--checkpoint-dir",
+            str(tmp_path / "afile" / "ck"),
+        ]
+    )
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert f"checkpoint_dir {tmp_path / 'afile' / 'ck'} cannot be used" in err
+    assert err.count("\n") == 1  # one line, no traceback
+    assert all_runs(migrated_store) == []
+
+
+def test_rl8_train_into_the_folder_of_another_run_exits_2_and_resume_goes_on(
+    tmp_path, migrated_store, capsys
+):
+    argv = [
+        "train",
+        "--env",
+        "rl8.envs.CartPole",
+        *TINY_SET,
+        "--max-steps",
+        "128",
+        "--quiet",
+        "--checkpoint-dir",
+        str(tmp_path / "ck"),
+    ]
+    assert main(argv) == 0
+    capsys.readouterr()
+    assert main(argv[:-2] + ["--set", "seed=1", "--checkpoint-dir", str(tmp_path / "ck")]) == 2
+    assert re.search(
+        r"ck already holds \d checkpoint\(s\) of run [0-9a-f]{32} ", capsys.readouterr().err
+    )
+    assert main(["train", "--resume", str(tmp_path / "ck"), "--max-steps", "256", "--quiet"]) == 0
+    assert len(all_runs(migrated_store)) == 1
+
+
+# ---- configs that would exhaust memory or the stack ------------------------------------------
+
+BILLION_LAUGHS = (
+    "env: rl8.envs.CartPole\nhparams:\n  model_config:\n    a: &a [x, x, x, x, x, x, x, x, x]\n"
+    + "".join(f"    {c}: &{c} [{', '.join(['*' + p] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
+)
+
+
+def test_a_yaml_alias_bomb_is_a_config_error(tmp_path, capsys):
+    path = tmp_path / "bomb.yaml"
+    path.write_text(BILLION_LAUGHS)  # 9**9 values once expanded
+    with pytest.raises(
+        ConfigError, match=r"bomb.yaml: the YAML holds more than 100000 values once its aliases"
+    ):
+        load_config(path)
+    assert main(["train", str(path)]) == 2
+    assert "more than 100000 values" in capsys.readouterr().err
+    assert (
+        main(
+            [
+                "train",
+                "--env",
+                "rl8.envs.CartPole",
+                "--set",
+                "model_config={a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1, 1], b: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a], "
+                "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b], d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c], "
+                "e: [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d]}",
+            ]
+        )
+        == 2
+    )
+    assert "--set value" in capsys.readouterr().err
+
+
+def test_a_yaml_that_contains_itself_is_a_config_error(tmp_path):
+    path = tmp_path / "loop.yaml"
+    path.write_text("env: rl8.envs.CartPole\nenv_config: &a {inner: [*a]}\n")
+    with pytest.raises(ConfigError, match="contains itself"):
+        load_config(path)
+
+
+def test_a_deeply_nested_or_is_a_config_error(tmp_path, capsys):
+    path = tmp_path / "deep.yaml"
+    path.write_text(
+        "env: rl8.envs.CartPole\nstop_conditions:\n  - "
+        + "{or: [" * 400
+        + "{time_limit: {seconds: 1}}"
+        + "]}" * 400
+        + "\n"
+    )
+    assert main(["train", str(path)]) == 2  # was a RecursionError
+    assert "deep.yaml: the YAML is nested deeper than 100 levels (line 3)" in capsys.readouterr().err
+    # within the YAML bound, the conditions' own bound (also for specs built in Python)
+    path.write_text(
+        "env: rl8.envs.CartPole\nstop_conditions:\n  - "
+        + "{or: [" * 40
+        + "{time_limit: {seconds: 1}}"
+        + "]}" * 40
+        + "\n"
+    )
+    assert main(["train", str(path)]) == 2
+    assert "nested deeper than 32 levels" in capsys.readouterr().err
+    spec = {"time_limit": {"seconds": 1}}
+    for _ in range(400):
+        spec = {"or": [spec]}
+    with pytest.raises(ValueError, match=f"nested deeper than {MAX_CONDITION_DEPTH} levels"):
+        from_config(spec)
+    shallow = {"time_limit": {"seconds": 1}}
+    for _ in range(MAX_CONDITION_DEPTH - 1):  # at the bound: built
+        shallow = {"or": [shallow]}
+    from_config(shallow)
+
+
+@pytest.mark.parametrize(
+    "config,argv,where",
+    [
+        ("env_config: {nope: 1}\n", [], "env_config"),
+        ("steps_per_eval: 1\neval_env_config: {nope: 1}\n", [], "eval_env_config"),
+        ("", ["--set", "env_config.nope=1"], "hparams: env_config"),
+    ],
+    ids=["env_config", "eval_env_config", "--set env_config"],
+)
+def test_an_env_config_mistake_exits_2_before_anything_is_tracked(
+    tmp_path, migrated_store, capsys, config, argv, where
+):
+    path = tmp_path / "config.yaml"
+    path.write_text("env: rl8.envs.CartPole\nmax_steps: 128\n" + config)
+    assert main(["train", str(path), *TINY_SET, *argv, "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"rl8: error: {where}: CartPole.reset: unknown config key 'nope'; allowed keys: "
+        "['force_mag', 'gravity', 'length', 'masscart', 'masspole', 'max_episode_steps', 'tau']\n"
+    )
+    assert all_runs(migrated_store) == []  # no MLflow run was created

@@ -15,6 +15,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -28,7 +29,7 @@ import mlflow
 import numpy as np
 import pytest
 import torch
-from launch import free_port
+from launch import free_port, rl8_env
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from packaging.requirements import Requirement
@@ -43,6 +44,7 @@ from rl8.tracking import Tracker, TrackingError, TrackingWarning, flatten_params
 from rl8.tracking.cadence import INTERVAL_S, YOUNG_S, YOUNG_STEPS, LogCadence
 from rl8.tracking.runs import tag_run
 from rl8.tracking.store import ready_store
+from rl8.training.conditions import HitsUpperBound
 
 pytestmark = pytest.mark.usefixtures("migrated_store")
 
@@ -1118,3 +1120,59 @@ def test_loading_a_model_uri_from_a_silent_server_is_bounded(silent_server):
         60, lambda: main(["eval", "models:/cartpole-ppo@best", "--tracking-uri", silent_server])
     )
     assert code in (1, 2)
+
+
+@pytest.mark.slow
+def test_three_processes_create_a_fresh_sqlite_store_at_once_quietly(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'fresh' / 'mlflow.db'}"
+    (tmp_path / "fresh").mkdir()
+    script = textwrap.dedent(f"""
+        from rl8.tracking import Tracker
+        with Tracker(experiment="together", tracking_uri={uri!r}) as tracker:
+            tracker.log_metrics({{"x": 1.0}}, step=0)
+    """)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script],
+            env=rl8_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for _ in range(3)
+    ]
+    outputs = [p.communicate(timeout=120)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], outputs
+    for out in outputs:  # MLflow's INFO lines on a new store are silenced
+        assert "Creating initial MLflow database tables" not in out, out
+        assert "alembic" not in out.lower(), out
+    from mlflow.tracking import MlflowClient
+
+    experiment = MlflowClient(uri).get_experiment_by_name("together")
+    assert len(MlflowClient(uri).search_runs([experiment.experiment_id])) == 3
+
+
+def test_a_checkpoint_whose_policy_cannot_be_staged_for_mlflow_ends_the_run_finished(
+    tmp_path, migrated_store, monkeypatch
+):
+    (tmp_path / "afile").write_text("a file, not a folder")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "afile" / "tmp"))  # every mkdtemp fails
+    trainer = Trainer(
+        PPO(CartPole, **SMALL), checkpoint_dir=tmp_path / "ck", progress=False, async_logging=False
+    )
+    with pytest.warns(TrackingWarning, match=r"not \(all\) logged to MLflow run .*\(staging folder "):
+        trainer.run(stop_conditions=HitsUpperBound("env/steps", 128))
+    trainer.close()
+    assert trainer.last_checkpoint.is_file()
+    run = MlflowClient(migrated_store).get_run(trainer.run_id)
+    assert run.info.status == "FINISHED"
+
+
+def test_an_artifact_that_cannot_be_staged_is_a_warning(tmp_path, migrated_store, monkeypatch):
+    (tmp_path / "afile").write_text("a file, not a folder")
+    (tmp_path / "notes.txt").write_text("notes")
+    with Tracker(experiment="staging", asynchronous=True) as tracker:
+        monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "afile" / "tmp"))
+        with pytest.warns(TrackingWarning, match="staging a copy in the temporary folder .* failed"):
+            tracker.log_artifact(tmp_path / "notes.txt")
+        assert tracker.pending_artifacts == 0

@@ -23,6 +23,7 @@ from mlflow.tracking import MlflowClient
 from rl8 import PPO, Trainer, TrainerConfig, TrainStats
 from rl8.envs import CartPole, DiscreteDummyEnv
 from rl8.io.checkpoint import CheckpointError, save_checkpoint
+from rl8.io.checkpoint_dir import CheckpointDirError
 from rl8.mlflow_store import StoreSchemaError
 from rl8.tracking import TrackingError
 from rl8.training.conditions import (
@@ -912,3 +913,74 @@ def test_log_every_logs_every_nth_step_the_evaluations_checkpoints_and_the_last(
         for _ in range(6):
             trainer.step()
     assert history(trainer.run_id, "env/steps") == [4, 6]  # the last step at close
+
+
+def _runs(uri):
+    client = MlflowClient(uri)
+    return client.search_runs([e.experiment_id for e in client.search_experiments()])
+
+
+def test_two_trainers_never_share_a_checkpoint_folder(tmp_path, migrated_store):
+    first = make_trainer(checkpoint_dir=tmp_path / "ck", async_logging=False)
+    first.step()
+    written = first.save_checkpoint()
+    # while the first is open: refused, before a second MLflow run is created
+    with pytest.raises(
+        CheckpointDirError,
+        match=rf"{tmp_path / 'ck'} is in use by run {first.run_id}.*close\(\) it first",
+    ):
+        make_trainer(checkpoint_dir=tmp_path / "ck")
+    assert len(_runs(migrated_store)) == 1
+    first.close()
+    # after it ended: a new run would overwrite and prune its checkpoints (the same step names)
+    with pytest.raises(
+        CheckpointDirError,
+        match=rf"already holds 1 checkpoint\(s\) of run {first.run_id} "
+        rf"\(pid {os.getpid()} on .*, ended\) \(latest: {written.name}\).*"
+        "rl8 train --resume",
+    ):
+        make_trainer(checkpoint_dir=tmp_path / "ck")
+    assert len(_runs(migrated_store)) == 1
+    # resuming that run may: from the folder, the file, or the run id
+    for ref in (tmp_path / "ck", written, first.run_id):
+        with Trainer.from_checkpoint(ref, progress=False) as resumed:
+            assert resumed.checkpoint_dir == tmp_path / "ck" and resumed.run_id == first.run_id
+            resumed.step()
+            resumed.save_checkpoint()
+    # the same without tracking (no run id): resuming from the folder's checkpoint
+    untracked = make_trainer(checkpoint_dir=tmp_path / "quiet", tracking=False)
+    untracked.save_checkpoint()
+    untracked.close()
+    with pytest.raises(
+        CheckpointDirError, match="quiet already holds 1 checkpoint.* of a run without MLflow tracking"
+    ):
+        make_trainer(checkpoint_dir=tmp_path / "quiet", tracking=False)
+    Trainer.from_checkpoint(tmp_path / "quiet", progress=False).close()
+
+
+def test_default_folders_of_untracked_runs_are_unique(tmp_path):
+    first, second = make_trainer(tracking=False), make_trainer(tracking=False)
+    assert first.checkpoint_dir != second.checkpoint_dir
+    assert first.checkpoint_dir.parent == second.checkpoint_dir.parent == tmp_path / "checkpoints"
+    first.close()
+    second.close()
+
+
+@pytest.mark.parametrize("where", ["under a file", "a file"])
+def test_an_unwritable_checkpoint_dir_is_refused_before_training(tmp_path, migrated_store, where):
+    (tmp_path / "afile").write_text("a file, not a folder")  # root ignores chmod: a file stops it
+    folder = tmp_path / "afile" / "ck" if where == "under a file" else tmp_path / "afile"
+    with pytest.raises(
+        CheckpointDirError, match=rf"checkpoint_dir {folder} cannot be used for checkpoints"
+    ):
+        make_trainer(checkpoint_dir=folder)
+    assert _runs(migrated_store) == []
+
+
+def test_an_unwritable_default_checkpoint_folder_is_refused_before_training(tmp_path, migrated_store):
+    (tmp_path / "checkpoints").write_text("a file where the default folder goes")
+    with pytest.raises(
+        CheckpointDirError, match=rf"checkpoint folder {tmp_path / 'checkpoints'} cannot be used"
+    ):
+        make_trainer()
+    assert _runs(migrated_store) == []
