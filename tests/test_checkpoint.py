@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from hparams import SMALL
 from launch import rl8_env
 from mlflow.tracking import MlflowClient
 
@@ -45,8 +46,6 @@ from rl8.io.checkpoint_dir import (
     CheckpointDirLock,
     CheckpointManager,
 )
-
-SMALL = dict(num_envs=16, horizon=8, sgd_minibatch_size=64, num_sgd_iters=1, seed=0)
 
 
 def trainer_like_state() -> dict:

@@ -10,6 +10,7 @@ import sys
 import textwrap
 import types
 
+import hparams
 import pytest
 from cli_errors import one_error_line
 from mlflow.tracking import MlflowClient
@@ -23,9 +24,8 @@ from rl8.training.conditions import MAX_CONDITION_DEPTH, from_config
 
 pytestmark = pytest.mark.usefixtures("migrated_store", "one_torch_thread")
 
-TINY_SET = ["--set", "num_envs=16", "--set", "horizon=8", "--set", "sgd_minibatch_size=64",
-            "--set", "num_sgd_iters=1", "--set", "seed=0"]  # fmt: skip
-SMALL = dict(num_envs=4, horizon=8, sgd_minibatch_size=16, num_sgd_iters=1, seed=0)
+TINY_SET = [arg for name, value in hparams.SMALL.items() for arg in ("--set", f"{name}={value}")]
+SMALL = {**hparams.SMALL, "num_envs": 4, "sgd_minibatch_size": 16}
 
 
 def write(tmp_path, text, name="config.yaml"):

@@ -6,6 +6,7 @@ import dataclasses
 import math
 import re
 
+import hparams
 import pytest
 import torch
 
@@ -17,7 +18,7 @@ from rl8.policies.recurrent import GRUModel
 from rl8.ppo.hparams import HParams
 from rl8.ppo.schedules import Schedule
 
-SMALL = dict(num_envs=4, horizon=8, sgd_minibatch_size=16, num_sgd_iters=1, seed=0)
+SMALL = {**hparams.SMALL, "num_envs": 4, "sgd_minibatch_size": 16}
 
 
 def test_defaults_are_valid_and_frozen():

@@ -20,6 +20,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import hparams
 import mlflow
 import mlflow.pyfunc
 import numpy as np
@@ -43,7 +44,7 @@ from rl8.training.config import TrainerConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 RETURN = "eval/episodes/return_mean"
-SMALL = dict(num_envs=8, horizon=16, sgd_minibatch_size=64, num_sgd_iters=1, seed=0)
+SMALL = {**hparams.SMALL, "num_envs": 8, "horizon": 16}
 OBS = np.random.default_rng(0).normal(size=(6, 4)).astype(np.float32)
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import gymnasium
 import pytest
 import torch
+from hparams import SMALL
 
 import rl8
 from rl8 import PPO, Policy, Trainer, load_policy, registry, save_policy
@@ -20,8 +21,6 @@ from rl8.io.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from rl8.policies.distributions import Normal
 from rl8.policies.models import MLPModel
 from rl8.registry import lookup
-
-SMALL = dict(num_envs=16, horizon=8, sgd_minibatch_size=64, num_sgd_iters=1, seed=0)
 
 
 @pytest.fixture(autouse=True)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hparams import SMALL, STEP
 from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
 
@@ -26,8 +27,6 @@ from rl8.training.progress import Progress
 
 pytestmark = pytest.mark.usefixtures("migrated_store", "one_torch_thread")
 
-SMALL = dict(num_envs=16, horizon=8, sgd_minibatch_size=64, num_sgd_iters=1, seed=0)
-STEP = 16 * 8  # env steps per training step
 REPO = Path(__file__).resolve().parents[1]
 
 

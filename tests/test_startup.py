@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from hparams import SMALL, STEP
 from mlflow.tracking import MlflowClient
 
 import rl8.tracking.store
@@ -26,8 +27,6 @@ from rl8.tracking import Tracker, TrackingError, TrackingWarning
 
 pytestmark = pytest.mark.usefixtures("migrated_store", "one_torch_thread")
 
-SMALL = dict(num_envs=16, horizon=8, sgd_minibatch_size=64, num_sgd_iters=1, seed=0)
-STEP = 16 * 8  # env steps per training step
 REPO = Path(__file__).resolve().parents[1]
 
 

@@ -25,6 +25,7 @@ import warnings
 from fractions import Fraction
 from pathlib import Path
 
+import hparams
 import mlflow
 import numpy as np
 import pytest
@@ -48,7 +49,7 @@ from rl8.training.conditions import HitsUpperBound
 
 pytestmark = pytest.mark.usefixtures("migrated_store")
 
-SMALL = dict(num_envs=4, horizon=8, sgd_minibatch_size=16, num_sgd_iters=1, seed=0)
+SMALL = {**hparams.SMALL, "num_envs": 4, "sgd_minibatch_size": 16}
 
 # --------------------------------------------------------------------------------------------
 # helpers

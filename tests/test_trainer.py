@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from hparams import SMALL, STEP
 from mlflow.tracking import MlflowClient
 
 from rl8 import PPO, Trainer, TrainerConfig, TrainStats
@@ -39,8 +40,6 @@ from rl8.training.progress import Progress
 
 pytestmark = pytest.mark.usefixtures("migrated_store", "one_torch_thread")
 
-SMALL = dict(num_envs=16, horizon=8, sgd_minibatch_size=64, num_sgd_iters=1, seed=0)
-STEP = 16 * 8  # env steps per training step
 REPO = Path(__file__).resolve().parents[1]
 
 

@@ -24,6 +24,7 @@ from rl8.io.export import save_policy
 imageio = pytest.importorskip("imageio")
 pytest.importorskip("imageio_ffmpeg")
 
+import hparams
 from cli_errors import one_error_line
 
 from rl8 import PPO, Trainer
@@ -33,7 +34,7 @@ from rl8.ppo.algorithm import make_env
 from rl8.training.conditions import HitsUpperBound
 from rl8.training.video import RenderError, pad_frame, prepare_headless_rendering, record_video
 
-SMALL = dict(num_envs=4, horizon=8, sgd_minibatch_size=16, num_sgd_iters=1, seed=0)
+SMALL = {**hparams.SMALL, "num_envs": 4, "sgd_minibatch_size": 16}
 REPO = Path(__file__).resolve().parents[1]
 
 
