@@ -608,16 +608,6 @@ def test_no_progress_line_comes_before_the_lines_saying_where_the_run_goes(clock
     assert rest == ["rl8: checkpoints in /ck/abc", "rl8 200 env steps"]
 
 
-def test_the_readme_loop_that_uses_ppo_directly_prints_progress(capsys):
-    from test_docs import _blocks, _prepared
-
-    block = next(b for b in _blocks(REPO / "README.md") if "algo.collect()" in b.source)
-    source, _ = _prepared(block)
-    exec(compile(source, "README.md", "exec"), {"__name__": "__docs__"})
-    printed = capsys.readouterr().out.splitlines()
-    assert len(printed) >= 2 and "env steps" in printed[0]
-
-
 # --------------------------------------------------------------------------------------------
 # presets from Python
 
