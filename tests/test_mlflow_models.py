@@ -11,7 +11,6 @@ import pickle
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -28,6 +27,7 @@ import pandas as pd
 import pytest
 import torch
 from gymnasium import spaces
+from launch import free_port
 from mlflow import MlflowClient
 from mlflow.entities import LoggedModelStatus
 from mlflow.types import Schema
@@ -602,12 +602,6 @@ def test_an_rl8_model_folder_naming_an_unregistered_class_imports_nothing(store,
 
 
 # ------------------------------------------------------------------------------------ serving
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def post(port: int, body: dict) -> dict:

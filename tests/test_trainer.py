@@ -8,7 +8,6 @@ import math
 import os
 import pickle
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -19,6 +18,7 @@ import pytest
 import torch
 import yaml
 from hparams import SMALL, STEP
+from launch import free_port
 from mlflow.tracking import MlflowClient
 
 from rl8 import PPO, Trainer, TrainerConfig, TrainStats
@@ -223,9 +223,7 @@ def test_trainer_config_and_keyword_options_make_the_same_trainer():
 
 
 def test_unreachable_tracking_server_fails_before_training():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # nothing listens on it
     algo = make_algo()
     trainer = Trainer(algo, tracking_uri=f"http://127.0.0.1:{port}", progress=False)
     t0 = time.monotonic()
