@@ -1,5 +1,6 @@
-"""Benchmarks import their helpers (floor.py) from this folder, and run with the torch threads
-their ``torch_threads(n)`` marker asks for."""
+"""Benchmarks import their helpers (floor.py) from this folder and the tests' (launch.py: free
+ports, torchrun jobs) from tests/, and run with the torch threads their ``torch_threads(n)``
+marker asks for."""
 
 import sys
 from pathlib import Path
@@ -8,6 +9,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(1, str(Path(__file__).parent.parent / "tests"))
 
 
 def pytest_configure(config):

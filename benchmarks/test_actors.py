@@ -29,25 +29,19 @@ from __future__ import annotations
 import json
 import os
 import random
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from launch import free_port
 
 THIS_FILE = str(Path(__file__).resolve())
 ENVS_PER_COLLECTOR = 16
 HORIZON = 32
 UPDATES = 30
 MAX_STEP_SLEEP_S = 0.004
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _job(mode: str, out: Path) -> dict[str, float]:
@@ -59,7 +53,7 @@ def _job(mode: str, out: Path) -> dict[str, float]:
         "--nnodes=1",
         "--nproc_per_node=3",
         "--master_addr=127.0.0.1",
-        f"--master_port={_free_port()}",
+        f"--master_port={free_port()}",
         THIS_FILE,
         mode,
         str(out),

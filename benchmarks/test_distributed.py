@@ -35,13 +35,13 @@ average 1.5-3; one torch thread per rank):
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
 
 import pytest
 import torch
+from launch import free_port
 
 N_ENVS = 1024
 HORIZON = 32
@@ -70,18 +70,12 @@ def make_algo(num_envs: int, minibatch: int):
     )
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def two_ranks(monkeypatch):
     """This process as rank 0 of a gloo group of 2; ``start(task)`` launches rank 1."""
     from rl8.ppo.distributed import init_distributed, shutdown_distributed
 
-    port = _free_port()
+    port = free_port()
     env = {
         "WORLD_SIZE": "2",
         "LOCAL_WORLD_SIZE": "2",

@@ -3,21 +3,34 @@
 from __future__ import annotations
 
 import collections
+import contextlib
+import copy
 import errno
 import io
+import json
 import os
 import pickle
 import random
+import re
 import signal
+import socket
 import subprocess
 import sys
 import time
+import warnings
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from hparams import SMALL
+from launch import rl8_env
+from mlflow.tracking import MlflowClient
 
+from rl8 import PPO, Trainer, load_policy
+from rl8.cli import main
+from rl8.envs import CartPole, GymnasiumEnv
 from rl8.io import checkpoint as checkpoint_module
 from rl8.io import checkpoint_dir as checkpoint_dir_module
 from rl8.io.checkpoint import (
@@ -27,7 +40,12 @@ from rl8.io.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from rl8.io.checkpoint_dir import CheckpointManager
+from rl8.io.checkpoint_dir import (
+    CHECKPOINT_DIR_LOCK,
+    CheckpointDirError,
+    CheckpointDirLock,
+    CheckpointManager,
+)
 
 
 def trainer_like_state() -> dict:
@@ -610,3 +628,401 @@ def test_manager_rejects_bad_steps(tmp_path, step):
 def test_module_exports():
     assert set(checkpoint_module.__all__) >= {"save_checkpoint", "load_checkpoint", "CheckpointError"}
     assert "CheckpointManager" in checkpoint_dir_module.__all__
+
+
+@pytest.mark.parametrize("dangling", [False, True])
+def test_a_lock_file_that_is_a_symlink_is_refused_and_never_followed(tmp_path, dangling):
+    target = tmp_path / "precious.txt"
+    if not dangling:
+        target.write_text("keep me")
+    (tmp_path / "ck").mkdir()
+    (tmp_path / "ck" / CHECKPOINT_DIR_LOCK).symlink_to(target)
+    with pytest.raises(CheckpointDirError, match="is a symbolic link, which rl8 never follows"):
+        CheckpointDirLock(tmp_path / "ck")
+    assert target.read_text() == "keep me" if not dangling else not target.exists()
+
+
+def test_a_lock_file_that_is_not_a_regular_file_is_refused(tmp_path):
+    (tmp_path / "ck").mkdir()
+    os.mkfifo(tmp_path / "ck" / CHECKPOINT_DIR_LOCK)
+    with pytest.raises(CheckpointDirError, match="is not a regular file"):
+        CheckpointDirLock(tmp_path / "ck")
+
+
+def _lock_record(folder: Path, **record) -> None:
+    folder.mkdir(exist_ok=True)
+    (folder / CHECKPOINT_DIR_LOCK).write_text(json.dumps({"run_id": "r" * 32, "since": 0.0, **record}))
+
+
+@pytest.mark.parametrize(
+    "content",
+    ["[" * 100_000 + "]" * 100_000, '{"pid": 1' + " " * 5000 + "}", "{not json"],
+    ids=["deep", "long", "not-json"],
+)
+def test_a_lock_file_that_holds_no_rl8_record_is_taken_over_with_one_line(tmp_path, content):
+    (tmp_path / "ck").mkdir()
+    (tmp_path / "ck" / CHECKPOINT_DIR_LOCK).write_text(content)
+    with pytest.warns(
+        UserWarning, match=r"was locked by an unknown run \(the lock file holds no record of rl8's\)"
+    ):
+        lock = CheckpointDirLock(tmp_path / "ck")
+    assert json.loads((tmp_path / "ck" / CHECKPOINT_DIR_LOCK).read_text())["pid"] == os.getpid()
+    lock.release()
+
+
+@contextlib.contextmanager
+def _held_by_another_process(lock: Path):
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, os, time\n"
+            f"fcntl.flock(os.open({str(lock)!r}, os.O_RDWR), fcntl.LOCK_EX)\n"
+            "print('held', flush=True)\ntime.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline() == "held\n"
+        yield
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+@pytest.mark.parametrize("released", [True, False])
+def test_a_lock_held_by_a_live_process_that_is_not_the_named_run_says_so(tmp_path, released):
+    folder = tmp_path / "ck"
+    # a run that released the folder, or one that ended long ago (past Linux's default pid_max)
+    _lock_record(
+        folder, pid=os.getpid() if released else 2**22 - 1, host=socket.gethostname(), released=released
+    )
+    with (
+        _held_by_another_process(folder / CHECKPOINT_DIR_LOCK),
+        pytest.raises(CheckpointDirError) as raised,
+    ):
+        CheckpointDirLock(folder)
+    fate = ", ended))" if released else "), which has ended)"
+    assert f"is locked by a live process (not the one its lock file names, run {'r' * 32} (pid" in str(
+        raised.value
+    )
+    assert f"{fate}; rl8 never writes into a folder another process holds" in str(raised.value)
+    assert "is in use by" not in str(raised.value)
+    (folder / CHECKPOINT_DIR_LOCK).write_text("[1]")
+    with (
+        _held_by_another_process(folder / CHECKPOINT_DIR_LOCK),
+        pytest.raises(
+            CheckpointDirError,
+            match=r"is locked by a live process \(its lock file holds no record of rl8's\)",
+        ),
+    ):
+        CheckpointDirLock(folder)
+
+
+@pytest.mark.parametrize(
+    "where, fate",
+    [
+        ("alive", "whose process is alive but no longer holds the lock"),
+        (
+            "elsewhere",
+            r"which no longer holds the lock \(whether its process still runs is not known here\)",
+        ),
+        ("ended", r"whose process ended without releasing it \(killed or crashed\)"),
+    ],
+)
+def test_a_lock_taken_over_says_what_is_known_of_its_owner(tmp_path, where, fate):
+    pid = {"alive": os.getppid(), "elsewhere": os.getppid(), "ended": 2**22 - 1}[where]
+    host = "another-host" if where == "elsewhere" else socket.gethostname()
+    _lock_record(tmp_path / "ck", pid=pid, host=host, released=False)
+    with pytest.warns(
+        UserWarning,
+        match=rf"was locked by run r{{32}} \(pid {pid} on {host}\), {fate}; this run takes it over",
+    ):
+        CheckpointDirLock(tmp_path / "ck").release()
+
+
+def _run_with_pointer(content: str) -> str:
+    client = MlflowClient()
+    run = client.create_run(client.create_experiment("pointers")).info.run_id
+    Path("checkpoint.json").write_text(content)
+    client.log_artifact(run, "checkpoint.json", "rl8")
+    return run
+
+
+@pytest.mark.parametrize(
+    "content, words",
+    [
+        ("{not json", "must be a JSON object"),
+        ('["a"]', "must be a JSON object"),
+        (
+            '{"path": "../elsewhere/checkpoint-000000000001.pt"}',
+            "absolute path of a checkpoint, without '..'",
+        ),
+        ('{"path": "/tmp/../etc/checkpoint-000000000001.pt"}', "without '..'"),
+        ("[" * 100000 + "]" * 100000, "must be a JSON object"),
+    ],
+    ids=["not-json", "a-list", "relative", "dotdot", "deep"],
+)
+def test_a_malformed_or_escaping_checkpoint_pointer_is_refused(migrated_store, content, words):
+    run = _run_with_pointer(content)
+    with pytest.raises(CheckpointError, match=re.escape(words)):
+        Trainer.from_checkpoint(run)
+
+
+def test_a_pointer_to_another_runs_checkpoint_is_refused(migrated_store, tmp_path, capsys):
+    with Trainer(
+        PPO(CartPole, num_envs=4, horizon=4, sgd_minibatch_size=16),
+        tracking=False,
+        progress=False,
+        checkpoint_dir=tmp_path / "other",
+    ) as trainer:
+        written = trainer.save_checkpoint()
+    run = _run_with_pointer(json.dumps({"path": str(written), "env/steps": 0}))
+    with pytest.raises(
+        CheckpointError, match=f"points at the checkpoint {written}, which belongs to run None"
+    ):
+        Trainer.from_checkpoint(run)
+    assert main(["train", "--resume", run]) != 0
+    assert "rl8 refused to resume another run into it" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "field, value, words",
+    [
+        (
+            "optimizer_cls",
+            "torch.optim.Optimizer",
+            "hparam optimizer_cls = 'torch.optim.Optimizer', which is the class "
+            "torch.optim.optimizer.Optimizer, not a torch.optim.Optimizer subclass",
+        ),
+        (
+            "optimizer_cls",
+            "torch.optim.LBFGS",
+            "do not build: hparam optimizer_kwargs: torch.optim.lbfgs.LBFGS refused "
+            "{'eps': 1e-05} (LBFGS.__init__() got an unexpected keyword argument 'eps')",
+        ),
+        (
+            "optimizer_kwargs",
+            {"betas": "x"},
+            "hparam optimizer_kwargs: torch.optim.adam.Adam refused {'betas': 'x'}",
+        ),
+        (
+            "model_config",
+            {"hiddens": "abc"},
+            "model_config hiddens: expected a sequence of ints >= 1, got 'abc'",
+        ),
+        (
+            "env_kwargs",
+            {"env": "CartPole-v1", "wrappers": ["gymnasium.wrappers.ClipAction"]},
+            "env env_kwargs['wrappers'] must be empty or None in a file (a wrapper is a callable, which a file cannot hold)",
+        ),
+    ],
+)
+def test_resuming_stored_hparams_that_do_not_build_is_one_line(tmp_path, capsys, field, value, words):
+    algo = PPO(
+        GymnasiumEnv, env_kwargs={"env": "CartPole-v1"}, num_envs=2, horizon=4, sgd_minibatch_size=8
+    )
+    with Trainer(algo, tracking=False, progress=False, checkpoint_dir=tmp_path / "ck") as trainer:
+        state = load_checkpoint(trainer.save_checkpoint())
+    state["algo"]["hparams"][field] = value
+    bad = save_checkpoint(state, tmp_path / "bad.pt")
+    with pytest.raises(CheckpointError, match=re.escape(f"{bad}: ") + ".*" + re.escape(words)):
+        Trainer.from_checkpoint(bad, tracking=False, progress=False, checkpoint_dir=tmp_path / "again")
+    assert main(["train", "--resume", str(bad), "--checkpoint-dir", str(tmp_path / "cli")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rl8: error: ") and words in err and err.count("\n") == 1, err
+
+
+@pytest.mark.slow
+def test_a_folder_written_by_a_live_process_is_refused_and_taken_over_once_it_died(tmp_path):
+    folder = tmp_path / "shared"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys\nfrom rl8.io.checkpoint_dir import CheckpointDirLock\n"
+            f"lock = CheckpointDirLock({str(folder)!r}, run_id='a' * 32)\nprint('held', flush=True)\n"
+            "sys.stdin.read()",
+        ],
+        env=rl8_env(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(
+            CheckpointDirError, match=rf"{folder} is in use by run a{{32}} \(pid {holder.pid} on "
+        ):
+            CheckpointDirLock(folder)
+    finally:
+        holder.kill()  # no release: the lock file stays, naming a dead process
+        holder.wait()
+    assert (folder / CHECKPOINT_DIR_LOCK).is_file()
+    with pytest.warns(
+        UserWarning, match=rf"was locked by run a{{32}} \(pid {holder.pid} .*ended without releasing"
+    ):
+        lock = CheckpointDirLock(folder)
+    lock.release()
+    assert json.loads((folder / CHECKPOINT_DIR_LOCK).read_text())["released"] is True
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a released folder is taken without a warning
+        CheckpointDirLock(folder).release()
+
+
+def _small_trainer(**options):
+    return Trainer(PPO(CartPole, **SMALL), progress=False, **options)
+
+
+def test_an_older_checkpoint_without_a_newer_hparam_resumes_from_the_cli_as_from_python(
+    tmp_path, capsys
+):
+    trainer = _small_trainer(checkpoint_dir=tmp_path / "ck", tracking=False)
+    trainer.step()
+    path = trainer.save_checkpoint()
+    trainer.close()
+    state = load_checkpoint(path)
+    for newer in ("horizons_per_env_reset", "seqs_per_state_reset"):  # defaults -1: "given: -1"
+        del state["algo"]["hparams"][newer]
+    save_checkpoint(state, path)
+    Trainer.from_checkpoint(path, progress=False).close()
+    code = main(["train", "--resume", str(path), "--max-steps", "256", "--quiet"])
+    assert code == 0, capsys.readouterr().err
+    # a value given that differs from the default the checkpoint implies is still an error
+    assert main(["train", "--resume", str(path), "--set", "horizons_per_env_reset=2", "--quiet"]) == 2
+    assert "horizons_per_env_reset (checkpoint: -1, given: 2)" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """A policy file and a Trainer checkpoint of CartPole, and their content."""
+    from rl8 import PPO, Trainer, save_policy
+    from rl8.envs import CartPole
+    from rl8.io.checkpoint import load_checkpoint
+
+    folder = tmp_path_factory.mktemp("saved")
+    algo = PPO(CartPole, **SMALL)
+    policy = save_policy(algo.policy, folder / "policy.pt", env={"spec": "rl8.envs.CartPole"})
+    with Trainer(algo, tracking=False, checkpoint_dir=folder / "ck", progress=False) as trainer:
+        checkpoint = trainer.save_checkpoint()
+    return {"policy": load_checkpoint(policy), "checkpoint": load_checkpoint(checkpoint)}
+
+
+def _first_weight(state):
+    return next(iter(state))
+
+
+def _fill(value):
+    return lambda d, weight: d["state_dict"][weight].fill_(value)
+
+
+def _wrong_shape(d, weight):
+    d["state_dict"][weight] = torch.zeros(3, 3)
+
+
+def _set(entry, value):
+    return lambda d, weight: d.__setitem__(entry, value)
+
+
+#: (what, how the policy description is changed (given it and its first weight's name), the error)
+BAD_POLICIES = [
+    (
+        "weights nan",
+        _fill(float("nan")),
+        r"the policy's weights hold NaN or inf: state_dict\['{weight}'\]",
+    ),
+    (
+        "weights inf",
+        _fill(float("inf")),
+        r"the policy's weights hold NaN or inf: state_dict\['{weight}'\]",
+    ),
+    (
+        "wrong shape",
+        _wrong_shape,
+        r"entry 'state_dict' does not match the model .*size mismatch for {weight}",
+    ),
+    (
+        "weights not a dict",
+        _set("state_dict", [1, 2]),
+        "entry 'state_dict' must be a dict of tensors by name, got list",
+    ),
+    (
+        "model_config not a dict",
+        _set("model_config", [64, 64]),
+        "entry 'model_config' must be a dict, got list",
+    ),
+    (
+        "model_config bad",
+        _set("model_config", {"hiddens": "wide"}),
+        "cannot be built .*model_config hiddens: expected a sequence of ints",
+    ),
+    (
+        "observations 2**30",
+        lambda d, weight: d["observation_space"].__setitem__("shape", [2**30]),
+        r"entry 'observation_space': the space declares 1073741824 elements, more than rl8 loads "
+        r"\(MAX_SPACE_ELEMENTS = 16777216\)",
+    ),
+    (
+        "actions 2**30",
+        lambda d, weight: d["action_space"].__setitem__("n", 2**30),
+        "entry 'action_space': the space declares 1073741824 elements",
+    ),
+    (
+        "space not a dict",
+        _set("observation_space", 4),
+        "entry 'observation_space': expected a space description",
+    ),
+    (
+        "box without low",
+        lambda d, weight: d["observation_space"].pop("low"),
+        "entry 'observation_space': 'low' must be a tensor",
+    ),
+]
+
+
+@pytest.mark.parametrize("what,change,match", BAD_POLICIES, ids=[case[0] for case in BAD_POLICIES])
+def test_a_malformed_policy_file_is_a_checkpoint_error_naming_the_entry(
+    tmp_path, saved, what, change, match, capsys
+):
+    policy = copy.deepcopy(saved["policy"])
+    weight = _first_weight(policy["state_dict"])
+    change(policy, weight)
+    path = save_checkpoint(policy, tmp_path / "policy.pt")
+    with pytest.raises(CheckpointError, match=match.format(weight=weight)):
+        load_policy(path)
+    assert main(["eval", str(path), "--episodes", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"rl8: error: {path}") and err.count("\n") == 1, err
+
+
+def test_a_malformed_trainer_checkpoint_is_a_checkpoint_error_naming_the_entry(tmp_path, saved, capsys):
+    state = saved["checkpoint"]
+    weight = _first_weight(state["algo"]["policy"])
+    cases = {
+        "hparams not a dict": (
+            lambda s: s["algo"].__setitem__("hparams", "wide"),
+            "hyper-parameters must be a dict",
+            "entry 'algo.hparams' must be a dict",
+        ),
+        "weights not fitting the hparams": (
+            lambda s: s["algo"]["hparams"].__setitem__("model_config", {"hiddens": [8]}),
+            r"entry 'algo' does not fit the PPO its hyper-parameters \(entry 'algo.hparams'\) describe",
+            "entry 'algo' does not fit",
+        ),
+        "weights nan": (
+            lambda s: s["algo"]["policy"][weight].fill_(float("nan")),
+            rf"entry 'algo.policy': the policy's weights hold NaN or inf: state_dict\['{weight}'\]",
+            "hold NaN or inf",
+        ),
+    }
+    for what, (change, python_match, cli_match) in cases.items():
+        broken = copy.deepcopy(state)
+        change(broken)
+        (tmp_path / what.replace(" ", "-")).mkdir()
+        path = save_checkpoint(broken, tmp_path / what.replace(" ", "-") / "checkpoint-000000000128.pt")
+        with pytest.raises(CheckpointError, match=python_match):
+            Trainer.from_checkpoint(path, progress=False)
+        assert main(["train", "--resume", str(path), "--max-steps", "256", "--quiet"]) == 2, what
+        err = capsys.readouterr().err
+        assert cli_match in err and err.count("\n") == 1, (what, err)

@@ -10,17 +10,22 @@ import sys
 import textwrap
 import types
 
+import hparams
 import pytest
+from cli_errors import one_error_line
 from mlflow.tracking import MlflowClient
 
 import rl8
-from rl8.cli import main
+from rl8 import PPO, Trainer
+from rl8.cli import ConfigError, load_config, main
 from rl8.cli.main import build_parser
+from rl8.envs import CartPole
+from rl8.training.conditions import MAX_CONDITION_DEPTH, from_config
 
 pytestmark = pytest.mark.usefixtures("migrated_store", "one_torch_thread")
 
-TINY_SET = ["--set", "num_envs=16", "--set", "horizon=8", "--set", "sgd_minibatch_size=64",
-            "--set", "num_sgd_iters=1", "--set", "seed=0"]  # fmt: skip
+TINY_SET = [arg for name, value in hparams.SMALL.items() for arg in ("--set", f"{name}={value}")]
+SMALL = {**hparams.SMALL, "num_envs": 4, "sgd_minibatch_size": 16}
 
 
 def write(tmp_path, text, name="config.yaml"):
@@ -595,3 +600,307 @@ def test_a_policy_that_cannot_be_exported_is_one_line_exit_1_and_its_traceback_w
     assert main([*argv, "--debug"]) == 1
     debug = capsys.readouterr().err
     assert "Traceback" in debug and "in refuse" in debug and debug.endswith(err)
+
+
+# --------------------------------------------------------------------------------------------
+# rl8 train NAME: a preset's typo, a gymnasium id without a preset
+
+
+def test_a_preset_typo_suggests_the_close_presets_and_env(capsys):
+    assert main(["train", "CartPol-v1"]) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert "no preset or config file 'CartPol-v1'" in line
+    assert "did you mean 'CartPole-v1' or 'CartPole'?" in line
+    assert "rl8 train --env ID" in line and "No such file" not in line
+
+
+def test_a_gymnasium_id_without_a_preset_says_how_to_train_it(capsys):
+    assert main(["train", "HalfCheetah-v4"]) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert "no preset or config file 'HalfCheetah-v4'" in line
+    assert "rl8 train --env HalfCheetah-v4" in line and "did you mean 'HalfCheetah-v5'?" in line
+
+
+def test_a_missing_yaml_file_is_still_a_missing_file(capsys, tmp_path):
+    assert main(["train", str(tmp_path / "nope.yaml")]) == 2
+    assert "cannot read config file" in one_error_line(capsys.readouterr().err)
+
+
+# --------------------------------------------------------------------------------------------
+# hyper-parameter names, model_config keys, YAML errors
+
+
+def test_an_unknown_model_config_key_names_the_field_and_the_valid_keys(capsys, migrated_store):
+    argv = [
+        "train",
+        "--env",
+        "rl8.envs.CartPole",
+        "--set",
+        "model_config.hiden=[32,32]",
+        "--max-steps",
+        "64",
+    ]
+    assert main(argv) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert "model_config.hiden" in line and "did you mean 'hiddens'?" in line
+    assert (
+        "(valid: hiddens, critic_hiddens, activation, shared, state_dependent_std, init_log_std, "
+        "init_noise_std, noise_std_type, ortho_init, obs_groups)"
+    ) in line
+    assert not all_runs(migrated_store)  # checked before the run starts
+    with pytest.raises(
+        ValueError,
+        match=r"model_config\.hiden: MLPModel has no option 'hiden'; did you mean 'hiddens'\?",
+    ):
+        PPO(CartPole, model_config={"hiden": [32, 32]}, **SMALL)
+
+
+def test_set_an_unknown_hparam_lists_the_valid_names(capsys):
+    assert main(["train", "--env", "rl8.envs.CartPole", "--set", "learning_rate=1e-3"]) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert (
+        "--set learning_rate=1e-3: unknown hyper-parameter 'learning_rate'; did you mean 'lr'?" in line
+    )
+    assert "(valid: num_envs, horizon," in line and ", lr," in line
+    with pytest.raises(
+        TypeError,
+        match=r"unknown hyper-parameter 'learning_rate'; did you mean 'lr'\? \(valid: num_envs",
+    ):
+        PPO(CartPole, learning_rate=1e-3)
+
+
+def test_yaml_errors_keep_the_line_column_and_caret(capsys, tmp_path):
+    config = tmp_path / "bad.yaml"
+    config.write_text("env: CartPole-v1\nhparams: {lr: [1, 2}\n")
+    assert main(["train", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"rl8: error: {config}: invalid YAML:\n") and "Traceback" not in err
+    assert f'in "{config}", line 2, column 15:' in err
+    assert "    hparams: {lr: [1, 2}\n" in err and re.search(r"\n +\^\n", err)
+
+
+def test_rl8_1_command_lines_and_configs_get_hints(tmp_path, capsys):
+    (tmp_path / "old.yaml").write_text("env_cls: rl8.envs.CartPole\nalgorithm_config:\n  horizon: 8\n")
+    assert main(["train", "-f", "old.yaml"]) == 2
+    assert (
+        "rl8 train takes the config file as its argument: rl8 train old.yaml" in capsys.readouterr().err
+    )
+    assert main(["train", "old.yaml"]) == 2
+    assert "rl8 1.0's env_cls is now env (see docs/migrating.md)" in capsys.readouterr().err
+    (tmp_path / "old.yaml").write_text("env: rl8.envs.CartPole\nalgorithm_config:\n  horizon: 8\n")
+    assert main(["train", "old.yaml"]) == 2
+    assert "rl8 1.0's algorithm_config is now hparams" in capsys.readouterr().err
+    args = [
+        "train",
+        "--env",
+        "rl8.envs.CartPole",
+        "--set",
+        "num_envs=4",
+        "--set",
+        "horizon=8",
+        "--max-steps",
+        "10",
+        "--tracking-uri",
+        str(tmp_path / "mlruns-off"),
+        "--quiet",
+        "--checkpoint-dir",
+        str(tmp_path / "ck"),
+    ]
+    main(args)
+    assert (
+        "max_steps counts env steps (rl8 1.0: training steps); 10 is less than one training step (32"
+        in (capsys.readouterr().err)
+    )
+
+
+def test_an_env_config_mistake_is_an_error_before_training(tmp_path, migrated_store, capsys):
+    with Trainer(PPO(CartPole, **SMALL), progress=False, checkpoint_dir=tmp_path / "ck") as trainer:
+        with pytest.raises(ValueError, match="Trainer.run: env_config: .*'nope'"):
+            trainer.run(max_env_steps=64, env_config={"nope": 1})
+        assert trainer.algo.env_steps == 0
+        trainer.run(max_env_steps=32)
+    assert main(["train", "--resume", str(tmp_path / "ck"), "--max-steps", "64", "--quiet"]) == 0
+    capsys.readouterr()
+    (tmp_path / "run.yaml").write_text("env_config:\n  nope: 1\n")
+    code = main(["train", "run.yaml", "--resume", str(tmp_path / "ck"), "--max-steps", "128"])
+    err = capsys.readouterr().err
+    assert code == 2 and "rl8: error: env_config: CartPole.reset: unknown config key 'nope'" in err, err
+
+
+def test_an_empty_run_name_is_refused_before_anything_starts(tmp_path, capsys):
+    store = tmp_path / "store" / "mlflow.db"  # not this file's migrated store, which exists
+    with pytest.raises(SystemExit, match="2"):
+        main(["train", "--env", "CartPole", "--run-name", "", "--tracking-uri", f"sqlite:///{store}"])
+    assert "run_name must be a non-empty string or None, got ''" in capsys.readouterr().err
+    assert not store.exists() and not (tmp_path / "checkpoints").exists()
+    with pytest.raises(ValueError, match="run_name must be a non-empty string"):
+        Trainer(
+            PPO(CartPole, num_envs=4, horizon=4, sgd_minibatch_size=16), run_name=" ", tracking=False
+        )
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["eval", "/dev/zero"],
+        ["record", "/dev/zero", "-o", "v.mp4"],
+        ["train", "--resume", "/dev/zero"],
+        ["train", "/dev/zero"],
+    ],
+)
+def test_files_that_are_not_regular_files_are_refused_not_read_forever(capsys, command):
+    assert main(command) in (1, 2)
+    assert "/dev/zero is not a regular file" in capsys.readouterr().err
+
+
+def test_a_config_that_is_too_large_or_not_utf8_is_a_one_line_error(tmp_path, capsys):
+    (tmp_path / "big.yaml").write_text("a: 1\n" * 300_000)
+    (tmp_path / "bad.yaml").write_bytes(b"env: \xff\n")
+    assert main(["train", "big.yaml"]) == 2
+    assert "is larger than 1048576 bytes" in capsys.readouterr().err
+    assert main(["train", "bad.yaml"]) == 2
+    assert "bad.yaml: not UTF-8 text (invalid start byte at byte 5)" in capsys.readouterr().err
+
+
+def test_rl8_train_with_an_unwritable_checkpoint_dir_exits_2_before_training(
+    tmp_path, migrated_store, capsys
+):
+    (tmp_path / "afile").write_text("a file, not a folder")
+    code = main(
+        [
+            "train",
+            "--env",
+            "rl8.envs.CartPole",
+            *TINY_SET,
+            "--max-steps",
+            "128",
+            "--quiet",
+            "--checkpoint-dir",
+            str(tmp_path / "afile" / "ck"),
+        ]
+    )
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert f"checkpoint_dir {tmp_path / 'afile' / 'ck'} cannot be used" in err
+    assert err.count("\n") == 1  # one line, no traceback
+    assert all_runs(migrated_store) == []
+
+
+def test_rl8_train_into_the_folder_of_another_run_exits_2_and_resume_goes_on(
+    tmp_path, migrated_store, capsys
+):
+    argv = [
+        "train",
+        "--env",
+        "rl8.envs.CartPole",
+        *TINY_SET,
+        "--max-steps",
+        "128",
+        "--quiet",
+        "--checkpoint-dir",
+        str(tmp_path / "ck"),
+    ]
+    assert main(argv) == 0
+    capsys.readouterr()
+    assert main(argv[:-2] + ["--set", "seed=1", "--checkpoint-dir", str(tmp_path / "ck")]) == 2
+    assert re.search(
+        r"ck already holds \d checkpoint\(s\) of run [0-9a-f]{32} ", capsys.readouterr().err
+    )
+    assert main(["train", "--resume", str(tmp_path / "ck"), "--max-steps", "256", "--quiet"]) == 0
+    assert len(all_runs(migrated_store)) == 1
+
+
+# ---- configs that would exhaust memory or the stack ------------------------------------------
+
+BILLION_LAUGHS = (
+    "env: rl8.envs.CartPole\nhparams:\n  model_config:\n    a: &a [x, x, x, x, x, x, x, x, x]\n"
+    + "".join(f"    {c}: &{c} [{', '.join(['*' + p] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
+)
+
+
+def test_a_yaml_alias_bomb_is_a_config_error(tmp_path, capsys):
+    path = tmp_path / "bomb.yaml"
+    path.write_text(BILLION_LAUGHS)  # 9**9 values once expanded
+    with pytest.raises(
+        ConfigError, match=r"bomb.yaml: the YAML holds more than 100000 values once its aliases"
+    ):
+        load_config(path)
+    assert main(["train", str(path)]) == 2
+    assert "more than 100000 values" in capsys.readouterr().err
+    assert (
+        main(
+            [
+                "train",
+                "--env",
+                "rl8.envs.CartPole",
+                "--set",
+                "model_config={a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1, 1], b: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a], "
+                "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b], d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c], "
+                "e: [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d]}",
+            ]
+        )
+        == 2
+    )
+    assert "--set value" in capsys.readouterr().err
+
+
+def test_a_yaml_that_contains_itself_is_a_config_error(tmp_path):
+    path = tmp_path / "loop.yaml"
+    path.write_text("env: rl8.envs.CartPole\nenv_config: &a {inner: [*a]}\n")
+    with pytest.raises(ConfigError, match="contains itself"):
+        load_config(path)
+
+
+def test_a_deeply_nested_or_is_a_config_error(tmp_path, capsys):
+    path = tmp_path / "deep.yaml"
+    path.write_text(
+        "env: rl8.envs.CartPole\nstop_conditions:\n  - "
+        + "{or: [" * 400
+        + "{time_limit: {seconds: 1}}"
+        + "]}" * 400
+        + "\n"
+    )
+    assert main(["train", str(path)]) == 2  # was a RecursionError
+    assert "deep.yaml: the YAML is nested deeper than 100 levels (line 3)" in capsys.readouterr().err
+    # within the YAML bound, the conditions' own bound (also for specs built in Python)
+    path.write_text(
+        "env: rl8.envs.CartPole\nstop_conditions:\n  - "
+        + "{or: [" * 40
+        + "{time_limit: {seconds: 1}}"
+        + "]}" * 40
+        + "\n"
+    )
+    assert main(["train", str(path)]) == 2
+    assert "nested deeper than 32 levels" in capsys.readouterr().err
+    spec = {"time_limit": {"seconds": 1}}
+    for _ in range(400):
+        spec = {"or": [spec]}
+    with pytest.raises(ValueError, match=f"nested deeper than {MAX_CONDITION_DEPTH} levels"):
+        from_config(spec)
+    shallow = {"time_limit": {"seconds": 1}}
+    for _ in range(MAX_CONDITION_DEPTH - 1):  # at the bound: built
+        shallow = {"or": [shallow]}
+    from_config(shallow)
+
+
+@pytest.mark.parametrize(
+    "config,argv,where",
+    [
+        ("env_config: {nope: 1}\n", [], "env_config"),
+        ("steps_per_eval: 1\neval_env_config: {nope: 1}\n", [], "eval_env_config"),
+        ("", ["--set", "env_config.nope=1"], "hparams: env_config"),
+    ],
+    ids=["env_config", "eval_env_config", "--set env_config"],
+)
+def test_an_env_config_mistake_exits_2_before_anything_is_tracked(
+    tmp_path, migrated_store, capsys, config, argv, where
+):
+    path = tmp_path / "config.yaml"
+    path.write_text("env: rl8.envs.CartPole\nmax_steps: 128\n" + config)
+    assert main(["train", str(path), *TINY_SET, *argv, "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"rl8: error: {where}: CartPole.reset: unknown config key 'nope'; allowed keys: "
+        "['force_mag', 'gravity', 'length', 'masscart', 'masspole', 'max_episode_steps', 'tau']\n"
+    )
+    assert all_runs(migrated_store) == []  # no MLflow run was created

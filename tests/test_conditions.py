@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 
 import pytest
 import yaml
 
+from rl8.training import conditions
 from rl8.training.conditions import (
     CONDITIONS,
     And,
@@ -560,3 +562,19 @@ def test_to_config_rebuilds_conditions_and_is_none_for_classes_defined_elsewhere
     assert repr(from_config(condition.to_config())) == repr(condition)
     assert MyOr([TimeLimit(5)]).to_config() is None  # was StopIteration
     assert Or([MyOr([TimeLimit(5)])]).to_config() is None
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda c: c.Plateaus("returns/mean", patience=3, rtol=0.1),
+        lambda c: c.StopsIncreasing("returns/mean", patience=3),
+        lambda c: c.StopsDecreasing("eval/returns/mean", patience=3),
+        lambda c: c.HitsUpperBound("returns/mean", 1.0),
+    ],
+)
+def test_an_old_stat_name_warns_at_the_users_line(build):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        build(conditions)
+    assert [w.filename for w in caught if issubclass(w.category, DeprecationWarning)] == [__file__]

@@ -494,3 +494,23 @@ if __name__ == "__main__":
         "sim_per_rank": _worker_sim_per_rank,
     }
     _WORKERS[sys.argv[1]](*sys.argv[2:])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_ranks_whose_hparams_differ_are_refused_at_start_up(tmp_path):
+    worker = tmp_path / "worker.py"
+    worker.write_text(
+        "import torch\nfrom rl8 import PPO\nfrom rl8.envs import CartPole\n"
+        "from rl8.ppo.distributed import DistContext, init_distributed\n"
+        "torch.set_num_threads(1)\ninit_distributed()\nrank = DistContext().rank\n"
+        "PPO(CartPole, num_envs=8, horizon=8, sgd_minibatch_size=32, device='cpu', seed=0, lr=1e-3 * (1 + rank))\n"
+        "print('trained on', rank)\n"
+    )
+    root = str(Path(__file__).resolve().parent.parent)
+    job = torchrun([str(worker)], timeout=120, env={"PYTHONPATH": root})
+    assert job.returncode != 0, job.output
+    assert "the ranks' hparams differ: lr is '0.001' on rank 0 but '0.002' on rank 1" in job.output, (
+        job.output
+    )
+    assert "trained on" not in job.output

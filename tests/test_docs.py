@@ -343,3 +343,46 @@ def test_rl8_train_names_in_the_docs_are_presets():
         except ValueError as exc:
             wrong.append(f"{page}: rl8 train {arg}: {exc}")
     assert not wrong, "\n".join(wrong)
+
+
+# --------------------------------------------------------------------------------------------
+# install lines: from the checkout, and the ones CI runs
+
+
+def marked_block(text: str, marker: str) -> list[str]:
+    """The lines of the first code block after ``<!-- marker -->`` (as .ci/run reads them)."""
+    after = text.split(f"<!-- {marker} -->\n", 1)[1]
+    assert after.startswith("```"), f"no code block right after <!-- {marker} -->"
+    return after.split("\n```", 1)[0].splitlines()[1:]
+
+
+def test_ci_runs_the_install_lines_that_readers_see():
+    readme = (ROOT / "README.md").read_text()
+    getting_started = (ROOT / "docs" / "getting-started.md").read_text()
+    assert marked_block(readme, "ci:install-command") == [
+        "python -m pip install -e . && python examples/cartpole.py"
+    ]
+    extras = [line.split("#")[0].strip() for line in marked_block(getting_started, "ci:install-extras")]
+    assert extras == [
+        f"python -m pip install -e {spec}"
+        for spec in [
+            ".",
+            '".[video]"',
+            '".[ui]"',
+            '".[docs]"',
+            '".[system]"',
+            '".[onnx]"',
+            '".[sweep]"',
+            '".[dev]"',
+        ]
+    ]
+    assert marked_block(readme, "ci:test-command")[0].startswith(
+        'python -m pip install -q -e ".[dev]" && '
+    )
+    ci = (ROOT / ".ci" / "run").read_text()
+    for marker, page in [
+        ("ci:test-command", "README.md"),
+        ("ci:install-command", "README.md"),
+        ("ci:install-extras", "docs/getting-started.md"),
+    ]:
+        assert f"block {marker} {page}" in ci

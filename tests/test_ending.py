@@ -9,6 +9,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from hparams import SMALL
 from mlflow.tracking import MlflowClient
 
 from rl8 import PPO, Trainer
@@ -23,8 +24,6 @@ pytestmark = [
         reason="signal handlers are set in the main thread only",
     ),
 ]
-
-SMALL = dict(num_envs=16, horizon=8, sgd_minibatch_size=64, num_sgd_iters=1, seed=0)
 
 
 def make_trainer(**kwargs) -> Trainer:

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 from gymnasium import spaces
+from hparams import SMALL
 from torch import nn
 
 from rl8 import PPO, Policy, Trainer, load_policy, save_policy
@@ -17,8 +18,6 @@ from rl8.io.export import policy_to_dict, read_policy, space_from_dict, space_to
 from rl8.mlflow_store import StoreSchemaError
 
 pytestmark = pytest.mark.usefixtures("migrated_store", "one_torch_thread")
-
-SMALL = dict(num_envs=16, horizon=8, sgd_minibatch_size=64, num_sgd_iters=1, seed=0)
 
 
 def same_actions(a: Policy, b: Policy, obs: torch.Tensor) -> bool:

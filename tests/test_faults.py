@@ -8,6 +8,7 @@ import dataclasses
 import pytest
 import torch
 from gymnasium import spaces
+from hparams import SMALL, STEP
 from mlflow.tracking import MlflowClient
 from tensordict import TensorDict
 
@@ -19,9 +20,6 @@ from rl8.ppo import algorithm as rl8_ppo
 from rl8.training.conditions import HitsUpperBound, TimeLimit
 
 pytestmark = pytest.mark.usefixtures("migrated_store", "one_torch_thread")
-
-SMALL = dict(num_envs=16, horizon=8, sgd_minibatch_size=64, num_sgd_iters=1, seed=0)
-STEP = 16 * 8  # env steps per training step
 
 
 class GoesBadEnv(Env):

@@ -6,11 +6,19 @@ import dataclasses
 import math
 import re
 
+import hparams
 import pytest
 import torch
 
+from rl8 import PPO, Trainer, save_policy
+from rl8.cli import main
+from rl8.envs import CartPole
+from rl8.policies.models import Model, check_model_config
+from rl8.policies.recurrent import GRUModel
 from rl8.ppo.hparams import HParams
 from rl8.ppo.schedules import Schedule
+
+SMALL = {**hparams.SMALL, "num_envs": 4, "sgd_minibatch_size": 16}
 
 
 def test_defaults_are_valid_and_frozen():
@@ -302,3 +310,53 @@ def test_changed_hparams_names_what_a_resume_would_change():
         "desired_kl": (None, 0.01),
     }
     assert changed_hparams(stored, HParams(horizon=32).to_plain()) == {}
+
+
+def test_model_config_keys_follow_the_model_class():
+    with pytest.raises(
+        ValueError, match=r"model_config\.hiddens: GRUModel has no option 'hiddens'.*'hidden_size'"
+    ):
+        check_model_config(GRUModel, {"hiddens": [8]})
+    check_model_config(GRUModel, {"hidden_size": 8})
+
+    class Anything(Model):  # takes **config: every key is its business
+        pass
+
+    check_model_config(Anything, {"whatever": 1})
+
+
+@pytest.mark.parametrize(
+    "optimizer, eps",
+    [
+        ("torch.optim.SGD", None),
+        ("torch.optim.RMSprop", 1e-8),
+        ("torch.optim.Adam", 1e-5),
+        ("torch.optim.AdamW", 1e-5),
+    ],
+)
+def test_adams_default_eps_goes_to_adam_and_adamw_only(optimizer, eps):
+    algo = PPO(CartPole, **SMALL, optimizer_cls=optimizer)
+    assert algo.optimizer.defaults.get("eps") == eps
+    assert algo.hparams.optimizer_kwargs == ({} if eps != 1e-5 else {"eps": 1e-5})
+    with pytest.raises(ValueError, match="SGD refused"):  # given explicitly: still checked
+        PPO(CartPole, **SMALL, optimizer_cls="torch.optim.SGD", optimizer_kwargs={"eps": 1e-5})
+
+
+def test_sizes_that_could_never_fit_are_refused_before_allocating(tmp_path, capsys):
+    small = dict(num_envs=4, horizon=4, sgd_minibatch_size=16)
+    with pytest.raises(
+        ValueError, match=r"model_config \{'hiddens': \[10000000, 10000000\]\} \(MLPModel\) needs about"
+    ):
+        PPO(CartPole, **small, model_config={"hiddens": [10**7, 10**7]})
+    algo = PPO(CartPole, **small)
+    with pytest.raises(
+        ValueError, match=r"eval_num_envs=1000000000000 needs about .* Use fewer eval envs"
+    ):
+        Trainer(algo, eval_num_envs=10**12, tracking=False)
+    policy = save_policy(
+        algo.policy,
+        tmp_path / "p.pt",
+        env={"spec": "rl8.envs.cartpole.CartPole", "env_kwargs": {}, "env_config": {}},
+    )
+    assert main(["eval", str(policy), "--num-envs", str(10**12)]) == 2
+    assert "1000000000000 envs (--num-envs) needs about" in capsys.readouterr().err

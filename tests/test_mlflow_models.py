@@ -11,7 +11,6 @@ import pickle
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -20,6 +19,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import hparams
 import mlflow
 import mlflow.pyfunc
 import numpy as np
@@ -27,6 +27,7 @@ import pandas as pd
 import pytest
 import torch
 from gymnasium import spaces
+from launch import free_port
 from mlflow import MlflowClient
 from mlflow.entities import LoggedModelStatus
 from mlflow.types import Schema
@@ -43,7 +44,7 @@ from rl8.training.config import TrainerConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 RETURN = "eval/episodes/return_mean"
-SMALL = dict(num_envs=8, horizon=16, sgd_minibatch_size=64, num_sgd_iters=1, seed=0)
+SMALL = {**hparams.SMALL, "num_envs": 8, "horizon": 16}
 OBS = np.random.default_rng(0).normal(size=(6, 4)).astype(np.float32)
 
 
@@ -601,12 +602,6 @@ def test_an_rl8_model_folder_naming_an_unregistered_class_imports_nothing(store,
 
 
 # ------------------------------------------------------------------------------------ serving
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def post(port: int, body: dict) -> dict:

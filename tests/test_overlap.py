@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -20,6 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 from gymnasium import spaces
+from launch import free_port
 from tensordict import TensorDict
 
 from rl8 import PPO, Env, HParams, Trainer
@@ -331,9 +331,7 @@ def _worker_data_parallel() -> None:
 @pytest.mark.slow
 def test_data_parallel_training_on_two_ranks():
     """torchrun, 2 ranks (gloo): the collectives stay on the main thread, nothing hangs."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     cmd = [
         sys.executable,
         "-m",

@@ -6,6 +6,7 @@ import copy
 import math
 import re
 
+import hparams
 import pytest
 import torch
 from gymnasium import spaces
@@ -17,7 +18,7 @@ from rl8.envs import CartPole, ContinuousDummyEnv, DiscreteDummyEnv, Pendulum
 from rl8.ppo import algorithm, buffer
 from rl8.ppo.buffer import compute_gae, normalized_advantages
 
-SMALL = dict(num_envs=16, horizon=8, sgd_minibatch_size=32, num_sgd_iters=2, seed=0)
+SMALL = {**hparams.SMALL, "sgd_minibatch_size": 32, "num_sgd_iters": 2}
 
 
 class CountingEnv(Env):

@@ -3,22 +3,24 @@ names you give on the rl8 command line (docs/security.md, docs/envs.md)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import gymnasium
 import pytest
 import torch
+from hparams import SMALL
 
 import rl8
-from rl8 import PPO, Trainer, load_policy, registry
+from rl8 import PPO, Policy, Trainer, load_policy, registry, save_policy
 from rl8.cli import main
 from rl8.envs import CartPole
 from rl8.io.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from rl8.policies.distributions import Normal
 from rl8.policies.models import MLPModel
-
-SMALL = dict(num_envs=16, horizon=8, sgd_minibatch_size=64, num_sgd_iters=1, seed=0)
+from rl8.registry import lookup
 
 
 @pytest.fixture(autouse=True)
@@ -243,3 +245,111 @@ def test_the_rl8_script_imports_an_env_you_name_from_the_working_folder(tmp_path
     assert load_checkpoint(path)["env"]["spec"] == "myenv.Reach"
     done = rl8_script("eval", str(path), "--env", "myenv.Reach", "--episodes", "1", "--max-steps", "5")
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.slow
+def test_the_console_script_with_trust_code_imports_a_module_of_the_working_folder(tmp_path):
+    work, bin_dir = tmp_path / "work", tmp_path / "bin"
+    work.mkdir()
+    bin_dir.mkdir()
+    (work / "mycartpole.py").write_text(
+        "from rl8.envs import CartPole\n\nclass MyCartPole(CartPole):\n    pass\n"
+    )
+    env = CartPole(1)
+    save_policy(
+        Policy(env.observation_space, env.action_space),
+        work / "policy.pt",
+        env={"spec": "mycartpole.MyCartPole", "env_kwargs": {}, "env_config": {}},
+    )
+    # a script outside the working folder, as the installed `rl8` console script is
+    (bin_dir / "rl8").write_text("import sys\nfrom rl8.cli import main\nsys.exit(main())\n")
+    root = str(Path(__file__).resolve().parent.parent)
+    run = [
+        sys.executable,
+        str(bin_dir / "rl8"),
+        "eval",
+        "policy.pt",
+        "--episodes",
+        "1",
+        "--max-steps",
+        "5",
+    ]
+    env_vars = {**os.environ, "PYTHONPATH": root}
+    refused = subprocess.run(run, cwd=work, env=env_vars, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "(rl8 --trust-code) imports it" in refused.stderr, refused.stderr
+    trusted = subprocess.run(
+        [*run, "--trust-code"], cwd=work, env=env_vars, capture_output=True, text=True, timeout=120
+    )
+    assert trusted.returncode == 0 and "within 5 steps" in trusted.stdout, trusted.stderr
+
+
+@pytest.mark.slow
+def test_a_model_stored_as_main_net_is_handed_over_with_model_cls(tmp_path):
+    (tmp_path / "mynet.py").write_text(
+        "from rl8.policies.models import MLPModel\n\nclass Net(MLPModel):\n    pass\n"
+    )
+    (tmp_path / "script.py").write_text(
+        "from rl8 import PPO, Trainer, save_policy\nfrom rl8.envs import CartPole\nfrom rl8.policies.models import MLPModel\n"
+        "class Net(MLPModel):\n    pass\n"
+        "with Trainer(PPO(CartPole, num_envs=4, horizon=8, sgd_minibatch_size=16, model_cls=Net), tracking=False,"
+        " progress=False, checkpoint_dir='ck') as t:\n    t.run(max_env_steps=32)\n"
+        "    save_policy(t.algo.policy, 'p.pt', env={'spec': 'rl8.envs.cartpole.CartPole', 'env_kwargs': {}, 'env_config': {}})\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+
+    def rl8(*args):
+        return subprocess.run(
+            [sys.executable, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+        )
+
+    assert rl8("script.py").returncode == 0
+    refused = rl8("-m", "rl8", "eval", "p.pt", "--episodes", "1")
+    assert refused.returncode == 2 and "--model-cls mymodule.Net" in refused.stderr, refused.stderr
+    evaluated = rl8("-m", "rl8", "eval", "p.pt", "--episodes", "1", "--model-cls", "mynet.Net")
+    assert evaluated.returncode == 0 and "mean return over 1 episodes" in evaluated.stdout, (
+        evaluated.stderr
+    )
+    resumed = rl8(
+        "-m",
+        "rl8",
+        "train",
+        "--resume",
+        "ck",
+        "--max-steps",
+        "64",
+        "--quiet",
+        "--model-cls",
+        "mynet.Net",
+    )
+    assert resumed.returncode == 0 and "checkpoint-000000000064.pt" in resumed.stdout, resumed.stderr
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "torch.nn.functional.torch.fx.GraphModule",
+        "torch.nn.functional.torch.optim.swa_utils.AveragedModel",
+        "torch.nn.functional.torch.nn.parallel.DistributedDataParallel",
+        "torch.optim.lr_scheduler.torch.optim.Adam",
+        "torch.nn.init.torch.nn.Linear",
+        "torch.optim.swa_utils.AveragedModel",
+    ],
+)
+def test_the_registry_never_walks_attributes_out_of_its_documented_sets(name):
+    assert lookup(name) is None
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "torch.nn.Linear",
+        "torch.nn.modules.linear.Linear",
+        "torch.optim.Adam",
+        "torch.optim.adam.Adam",
+        "torch.nn.Tanh",
+    ],
+)
+def test_torch_classes_by_their_package_or_qualified_name_are_found(name):
+    found = lookup(name)
+    assert isinstance(found, type) and found.__name__ == name.rpartition(".")[2]
+    assert found is getattr(torch.nn if ".nn." in name else torch.optim, found.__name__)

@@ -11,10 +11,13 @@ import types
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
+from hparams import SMALL, STEP
 from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
 
+import rl8
 import rl8.presets
 from rl8 import PPO, Trainer
 from rl8.envs import CartPole
@@ -24,8 +27,6 @@ from rl8.training.progress import Progress
 
 pytestmark = pytest.mark.usefixtures("migrated_store", "one_torch_thread")
 
-SMALL = dict(num_envs=16, horizon=8, sgd_minibatch_size=64, num_sgd_iters=1, seed=0)
-STEP = 16 * 8  # env steps per training step
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -607,16 +608,6 @@ def test_no_progress_line_comes_before_the_lines_saying_where_the_run_goes(clock
     assert rest == ["rl8: checkpoints in /ck/abc", "rl8 200 env steps"]
 
 
-def test_the_readme_loop_that_uses_ppo_directly_prints_progress(capsys):
-    from test_docs import _blocks, _prepared
-
-    block = next(b for b in _blocks(REPO / "README.md") if "algo.collect()" in b.source)
-    source, _ = _prepared(block)
-    exec(compile(source, "README.md", "exec"), {"__name__": "__docs__"})
-    printed = capsys.readouterr().out.splitlines()
-    assert len(printed) >= 2 and "env steps" in printed[0]
-
-
 # --------------------------------------------------------------------------------------------
 # presets from Python
 
@@ -676,3 +667,42 @@ def test_ppo_on_a_gymnasium_id_with_a_preset_hints_at_it_once(monkeypatch):
         PPO("Pendulum-v1", num_envs=8, horizon=16).close()  # tuned by hand: no hint
         PPO.from_preset("Pendulum-v1", num_envs=8).close()  # the preset itself
         PPO("MountainCar-v0").close()  # no preset
+
+
+def _trainer():
+    return Trainer(
+        PPO(CartPole, **{**SMALL, "num_envs": 4, "sgd_minibatch_size": 16}),
+        tracking=False,
+        progress=False,
+    )
+
+
+def test_learn_trains_that_many_more_env_steps_at_each_call():
+    with _trainer() as trainer:
+        trainer.learn(64)
+        trainer.learn(64)
+        assert trainer.algo.env_steps == 128
+        with pytest.raises(ValueError, match="Trainer.learn: env_steps must be an int >= 1"):
+            trainer.learn(0)
+
+
+def test_a_callback_stops_the_run_on_rl8_stop_only_and_a_bare_bool_warns():
+    class SB3Habit(Callback):
+        def on_step(self, trainer, stats):
+            return True  # SB3: "go on"
+
+    with _trainer() as trainer:
+        with pytest.warns(UserWarning, match=r"returned True, which rl8 ignores: return rl8.STOP"):
+            trainer.run(max_env_steps=96, callbacks=[SB3Habit(), lambda trainer, stats: np.bool_(False)])
+        assert trainer.algo.env_steps == 96
+        assert rl8.STOP == "stop"
+        trainer.run(max_env_steps=10**6, callbacks=lambda trainer, stats: rl8.STOP)
+        assert trainer.algo.env_steps == 128
+
+
+def test_sb3s_ppo_signature_gets_a_hint():
+    with pytest.raises(
+        TypeError,
+        match=r"PPO\('MlpPolicy', 'CartPole-v1'\)\. Stable-Baselines3's .* is rl8's PPO\(env\)",
+    ):
+        PPO("MlpPolicy", "CartPole-v1")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hparams
 import pytest
 import torch
 
@@ -10,7 +11,7 @@ from rl8.envs import CartPole, Pendulum
 from rl8.policies.recurrent import GRUModel
 from rl8.policies.runner import done_flags, run_policy
 
-SMALL = dict(num_envs=4, horizon=8, sgd_minibatch_size=16, num_sgd_iters=1, seed=0)
+SMALL = {**hparams.SMALL, "num_envs": 4, "sgd_minibatch_size": 16}
 GRU = dict(model_cls=GRUModel, model_config={"hidden_size": 8}, seq_len=4)
 
 

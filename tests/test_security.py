@@ -12,6 +12,7 @@ import textwrap
 import gymnasium
 import pytest
 import torch
+from hparams import SMALL
 
 import rl8.registry
 from rl8 import PPO, Trainer, load_policy, save_policy
@@ -19,8 +20,6 @@ from rl8.cli import main
 from rl8.envs import CartPole
 from rl8.io.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from rl8.policies.models import MLPModel
-
-SMALL = dict(num_envs=16, horizon=8, sgd_minibatch_size=64, num_sgd_iters=1, seed=0)
 
 
 class MyCartPole(CartPole):

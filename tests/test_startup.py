@@ -7,6 +7,7 @@ and metrics arrive, a start that fails is reported, closing during a start ends 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -15,16 +16,17 @@ import time
 from pathlib import Path
 
 import pytest
+from hparams import SMALL, STEP
 from mlflow.tracking import MlflowClient
 
+import rl8.tracking.store
 from rl8 import PPO, Trainer
 from rl8.envs import CartPole
+from rl8.io.checkpoint import load_checkpoint
 from rl8.tracking import Tracker, TrackingError, TrackingWarning
 
 pytestmark = pytest.mark.usefixtures("migrated_store", "one_torch_thread")
 
-SMALL = dict(num_envs=16, horizon=8, sgd_minibatch_size=64, num_sgd_iters=1, seed=0)
-STEP = 16 * 8  # env steps per training step
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -232,3 +234,33 @@ def test_a_bounded_close_during_the_start_ends_the_run_once_it_is_created(mlflow
     run = MlflowClient(mlflow_uri).get_run(trainer.tracker.run_id)
     assert run.info.status == "KILLED"
     assert trainer.tracker.final_status == "KILLED"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+def test_a_signals_checkpoint_never_waits_for_a_run_start_that_hangs(tmp_path, monkeypatch, capsys):
+    release, ready_store = threading.Event(), rl8.tracking.store.ready_store
+    # the store's creation hangs (another process creating it, MLflow retrying an engine) until released
+    monkeypatch.setattr(
+        rl8.tracking.store, "ready_store", lambda uri: (release.wait(60), ready_store(uri))
+    )
+    trainer = Trainer(PPO(CartPole, num_envs=4, horizon=4, sgd_minibatch_size=16), progress=False)
+
+    def sigterm_at_step_2(trainer, stats):
+        if stats["algorithm/steps"] == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    with pytest.raises(SystemExit, match="143"):
+        trainer.run(max_env_steps=10**6, callbacks=sigterm_at_step_2)
+    assert not release.is_set() and trainer.tracker.run_id is None  # written while the start still hangs
+    written = trainer.last_checkpoint
+    assert (
+        written.parent.parent == tmp_path / "checkpoints" and written.name == f"checkpoint-{32:012d}.pt"
+    )
+    assert load_checkpoint(written)["trainer"]["run_id"] is None
+    assert (
+        "the MLflow run was still starting: it is marked KILLED once started" in capsys.readouterr().err
+    )
+    release.set()
+    assert trainer.tracker.wait_started(30) and trainer.tracker.run_id is not None
+    assert MlflowClient().get_run(trainer.tracker.run_id).info.status == "KILLED"

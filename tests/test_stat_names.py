@@ -11,6 +11,7 @@ import warnings
 import pytest
 import torch
 from gymnasium import spaces
+from hparams import SMALL, STEP
 from mlflow.tracking import MlflowClient
 from tensordict import TensorDict
 
@@ -26,9 +27,6 @@ from rl8.training.conditions import (
     from_config,
     with_current_stat_names,
 )
-
-SMALL = dict(num_envs=16, horizon=8, sgd_minibatch_size=64, num_sgd_iters=1, seed=0)
-STEP = 16 * 8  # env steps per training step
 
 
 class IndexRewardEnv(Env):

@@ -15,7 +15,9 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import textwrap
+import threading
 import time
 import tomllib
 import urllib.request
@@ -23,23 +25,31 @@ import warnings
 from fractions import Fraction
 from pathlib import Path
 
+import hparams
 import mlflow
 import numpy as np
 import pytest
 import torch
-from launch import free_port
+from launch import free_port, rl8_env
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 import rl8
+from rl8 import PPO, Trainer, load_policy
+from rl8.cli import main
+from rl8.envs import CartPole
 from rl8.mlflow_store import StoreSchemaError, check_store_schema
 from rl8.tracking import Tracker, TrackingError, TrackingWarning, flatten_params, running_runs
 from rl8.tracking.cadence import INTERVAL_S, YOUNG_S, YOUNG_STEPS, LogCadence
 from rl8.tracking.runs import tag_run
+from rl8.tracking.store import ready_store
+from rl8.training.conditions import HitsUpperBound
 
 pytestmark = pytest.mark.usefixtures("migrated_store")
+
+SMALL = {**hparams.SMALL, "num_envs": 4, "sgd_minibatch_size": 16}
 
 # --------------------------------------------------------------------------------------------
 # helpers
@@ -1000,3 +1010,170 @@ def test_only_a_store_revision_unknown_to_the_installed_mlflow_is_a_newer_store(
         )  # the first migration (metric steps)
         db.commit()
     check_store_schema(f"sqlite:///{old}")
+
+
+def test_an_old_mlruns_folder_is_explained_before_training(tmp_path, monkeypatch):
+    (tmp_path / "mlruns" / "0").mkdir(parents=True)
+    (tmp_path / "mlruns" / "0" / "meta.yaml").write_text("name: Default\n")  # an rl8 1.0-era store
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    mlflow.set_tracking_uri(None)  # MLflow's own default: it picks ./mlruns
+    algo = PPO(CartPole, **SMALL)
+    with pytest.raises(
+        TrackingError,
+        match=r"MLflow picked the folder store .*mlruns.* over the default "
+        r"sqlite:///mlflow.db .*mlflow migrate-filestore",
+    ):
+        Trainer(algo, progress=False).run(max_env_steps=1)  # the run starts before training
+    assert algo.env_steps == 0
+    with pytest.raises(TrackingError, match="is a folder store, and MLflow 3 refuses folder stores"):
+        Trainer(algo, progress=False, tracking_uri=str(tmp_path / "runs")).step()
+    assert algo.env_steps == 0
+
+
+def test_creating_the_default_store_leaves_no_lock_file_in_the_users_folder(tmp_path):
+    ready_store(f"sqlite:///{tmp_path / 'fresh' / 'mlflow.db'}")
+    assert sorted(p.name for p in (tmp_path / "fresh").iterdir()) == ["mlflow.db"]
+
+
+@pytest.mark.parametrize("where", ["a-file/mlflow.db", "a-folder"])
+def test_a_sqlite_store_that_cannot_be_opened_fails_at_the_first_step(tmp_path, where):
+    (tmp_path / "a-file").write_text("not a folder")
+    (tmp_path / "a-folder").mkdir()
+    algo = PPO(CartPole, num_envs=4, horizon=4, sgd_minibatch_size=16)
+    trainer = Trainer(algo, tracking_uri=f"sqlite:///{tmp_path / where}", progress=False)
+    with pytest.raises(TrackingError, match=r"\) cannot be opened and written: .*Give a writable place"):
+        trainer.run(max_env_steps=10**9, max_seconds=120)  # MLflow alone: minutes of retries
+    assert algo.env_steps <= 16 * 3
+
+
+@pytest.mark.parametrize("uri", ["file:///{tmp}/store", "{tmp}/store", "./mlruns"])
+def test_a_folder_tracking_uri_is_told_what_to_use_not_to_start_a_server(tmp_path, uri):
+    uri = uri.format(tmp=tmp_path)
+    for start in (
+        lambda: Tracker(experiment="x", tracking_uri=uri).start(),
+        lambda: Tracker(experiment="x", tracking_uri=uri, run_id="a" * 32).start(),
+    ):
+        with pytest.raises(TrackingError) as raised:
+            start()
+        assert "MLflow 3 refuses folder stores" in str(raised.value)
+        assert "sqlite:///PATH/mlflow.db (a file), or a server's http://HOST:PORT" in str(raised.value)
+        assert "Start the server" not in str(raised.value)
+
+
+@pytest.fixture
+def silent_server(monkeypatch):
+    """The URI of a server on 127.0.0.1 that accepts connections and never answers; the read
+    policy shortened to 1 s a request, no retry (the mechanism, not MLflow's 7 x 120 s)."""
+    import socket
+    import threading
+
+    import rl8.mlflow_http
+
+    monkeypatch.setattr(rl8.mlflow_http, "LOG_TIMEOUT_S", 1)
+    monkeypatch.setattr(rl8.mlflow_http, "LOG_RETRIES", 0)
+    listener = socket.create_server(("127.0.0.1", 0))
+    held = []
+
+    def accept():
+        with contextlib.suppress(OSError):
+            while True:
+                held.append(listener.accept()[0])
+
+    threading.Thread(target=accept, daemon=True).start()
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    listener.close()
+    for conn in held:
+        conn.close()
+
+
+def _returns_within(seconds, call):
+    done = threading.Event()
+    outcome = []
+
+    def target():
+        try:
+            outcome.append(call())
+        except BaseException as exc:  # noqa: BLE001 - the outcome is inspected below
+            outcome.append(exc)
+        done.set()
+
+    threading.Thread(target=target, daemon=True).start()
+    assert done.wait(seconds), f"still waiting on a silent tracking server after {seconds} s"
+    return outcome[0]
+
+
+def test_reading_a_run_by_id_from_a_silent_server_is_bounded(silent_server):
+    run = "a" * 32
+    assert isinstance(
+        _returns_within(60, lambda: load_policy(run, tracking_uri=silent_server)), Exception
+    )
+    for command in (["eval", run], ["record", run, "-o", "v.mp4"], ["train", "--resume", run], ["runs"]):
+        code = _returns_within(60, lambda: main([*command, "--tracking-uri", silent_server]))
+        assert code in (1, 2), (command, code)
+
+
+def test_loading_a_model_uri_from_a_silent_server_is_bounded(silent_server):
+    for ref in ("models:/m-" + "a" * 32, "models:/cartpole-ppo/1", "models:/cartpole-ppo@best"):
+        outcome = _returns_within(60, lambda: load_policy(ref, tracking_uri=silent_server))
+        assert isinstance(outcome, FileNotFoundError), (ref, outcome)
+        assert "cannot download" in str(outcome)
+    code = _returns_within(
+        60, lambda: main(["eval", "models:/cartpole-ppo@best", "--tracking-uri", silent_server])
+    )
+    assert code in (1, 2)
+
+
+@pytest.mark.slow
+def test_three_processes_create_a_fresh_sqlite_store_at_once_quietly(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'fresh' / 'mlflow.db'}"
+    (tmp_path / "fresh").mkdir()
+    script = textwrap.dedent(f"""
+        from rl8.tracking import Tracker
+        with Tracker(experiment="together", tracking_uri={uri!r}) as tracker:
+            tracker.log_metrics({{"x": 1.0}}, step=0)
+    """)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script],
+            env=rl8_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for _ in range(3)
+    ]
+    outputs = [p.communicate(timeout=120)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], outputs
+    for out in outputs:  # MLflow's INFO lines on a new store are silenced
+        assert "Creating initial MLflow database tables" not in out, out
+        assert "alembic" not in out.lower(), out
+    from mlflow.tracking import MlflowClient
+
+    experiment = MlflowClient(uri).get_experiment_by_name("together")
+    assert len(MlflowClient(uri).search_runs([experiment.experiment_id])) == 3
+
+
+def test_a_checkpoint_whose_policy_cannot_be_staged_for_mlflow_ends_the_run_finished(
+    tmp_path, migrated_store, monkeypatch
+):
+    (tmp_path / "afile").write_text("a file, not a folder")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "afile" / "tmp"))  # every mkdtemp fails
+    trainer = Trainer(
+        PPO(CartPole, **SMALL), checkpoint_dir=tmp_path / "ck", progress=False, async_logging=False
+    )
+    with pytest.warns(TrackingWarning, match=r"not \(all\) logged to MLflow run .*\(staging folder "):
+        trainer.run(stop_conditions=HitsUpperBound("env/steps", 128))
+    trainer.close()
+    assert trainer.last_checkpoint.is_file()
+    run = MlflowClient(migrated_store).get_run(trainer.run_id)
+    assert run.info.status == "FINISHED"
+
+
+def test_an_artifact_that_cannot_be_staged_is_a_warning(tmp_path, migrated_store, monkeypatch):
+    (tmp_path / "afile").write_text("a file, not a folder")
+    (tmp_path / "notes.txt").write_text("notes")
+    with Tracker(experiment="staging", asynchronous=True) as tracker:
+        monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "afile" / "tmp"))
+        with pytest.warns(TrackingWarning, match="staging a copy in the temporary folder .* failed"):
+            tracker.log_artifact(tmp_path / "notes.txt")
+        assert tracker.pending_artifacts == 0

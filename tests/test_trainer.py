@@ -8,18 +8,24 @@ import math
 import os
 import pickle
 import signal
-import socket
+import subprocess
 import sys
+import textwrap
 import time
+from pathlib import Path
 
 import pytest
 import torch
+import yaml
+from hparams import SMALL, STEP
+from launch import free_port
 from mlflow.tracking import MlflowClient
 
 import rl8
 from rl8 import PPO, Trainer, TrainerConfig, TrainStats
 from rl8.envs import CartPole, DiscreteDummyEnv, Pendulum
 from rl8.io.checkpoint import CheckpointError, save_checkpoint
+from rl8.io.checkpoint_dir import CheckpointDirError
 from rl8.mlflow_store import StoreSchemaError
 from rl8.tracking import TrackingError
 from rl8.training.conditions import (
@@ -31,11 +37,11 @@ from rl8.training.conditions import (
     StopsIncreasing,
     TimeLimit,
 )
+from rl8.training.progress import Progress
 
 pytestmark = pytest.mark.usefixtures("migrated_store", "one_torch_thread")
 
-SMALL = dict(num_envs=16, horizon=8, sgd_minibatch_size=64, num_sgd_iters=1, seed=0)
-STEP = 16 * 8  # env steps per training step
+REPO = Path(__file__).resolve().parents[1]
 
 
 def make_algo(env=CartPole, **hparams):
@@ -218,9 +224,7 @@ def test_trainer_config_and_keyword_options_make_the_same_trainer():
 
 
 def test_unreachable_tracking_server_fails_before_training():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # nothing listens on it
     algo = make_algo()
     trainer = Trainer(algo, tracking_uri=f"http://127.0.0.1:{port}", progress=False)
     t0 = time.monotonic()
@@ -677,3 +681,311 @@ def test_trainer_context_manager_statuses(mlflow_uri):
     assert MlflowClient(mlflow_uri).get_run(trainer.run_id).info.status == "FINISHED"
     with pytest.raises(RuntimeError, match="closed"):
         trainer.step()
+
+
+# --------------------------------------------------------------------------------------------
+# every run a script starts ends
+
+
+SCRIPT = """
+import sys
+import torch
+from rl8 import PPO, Trainer
+from rl8.training.conditions import HitsUpperBound
+from rl8.envs import CartPole
+
+torch.set_num_threads(1)
+
+def main():
+    algo = PPO(CartPole, num_envs=16, horizon=8, sgd_minibatch_size=64, num_sgd_iters=1)
+    trainer = Trainer(algo, run_name="in-a-function", progress=False)
+    trainer.step()
+    print(trainer.run_id)
+    if sys.argv[1] == "raise":
+        raise ValueError("the script fails after training")
+    if sys.argv[1] == "interrupt":
+        raise KeyboardInterrupt
+
+main()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "ending, status", [("return", "FINISHED"), ("raise", "FAILED"), ("interrupt", "KILLED")]
+)
+def test_a_trainer_made_in_a_function_ends_its_run_at_exit(mlflow_uri, tmp_path, ending, status):
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent(SCRIPT))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(
+        [sys.executable, str(script), ending], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert (done.returncode == 0) == (ending == "return"), done.stderr
+    run_id = done.stdout.split()[0]
+    run = MlflowClient(mlflow_uri).get_run(run_id)
+    assert run.info.status == status
+    assert run.info.end_time is not None
+    assert run.data.metrics["env/steps"] == STEP  # the queued metrics were sent before the end
+
+
+# --------------------------------------------------------------------------------------------
+# Trainer.eval() after the first step: an eval env on demand
+
+
+def eval_stats(stats):
+    return {k: v for k, v in stats.items() if k.startswith("eval/")}
+
+
+def test_eval_after_the_first_step_builds_an_eval_env_on_demand():
+    kw = dict(num_envs=32, env_config={"max_episode_steps": 12})  # reset once (the default)
+    plain = Trainer(make_algo(**kw), progress=False)
+    expected = [plain.step()["losses/total"] for _ in range(2)]
+    plain.close()
+    trainer = Trainer(make_algo(**kw), progress=False)
+    try:
+        got = [trainer.step()["losses/total"]]
+        a = trainer.eval()
+        assert trainer.eval_envs.eval_env.num_envs == 16  # min(num_envs, 16)
+        # the training env's config, run for its episode limit: whole episodes in every env
+        assert a["eval/episodes/count"] >= 16 and a["eval/episodes/length_mean"] <= 12
+        short = trainer.eval(env_config={"max_episode_steps": 5})  # explicit options still apply
+        assert short["eval/episodes/length_mean"] <= 5
+        assert eval_stats(trainer.eval()) == eval_stats(a)  # the same start state every time
+        trainer.eval(deterministic=False)  # samples: torch's RNG untouched
+        got.append(trainer.step()["losses/total"])
+        assert got == expected  # training goes on as without the evaluations
+    finally:
+        trainer.close()
+
+
+def test_run_evaluates_between_reset_boundaries_on_an_eval_env():
+    trainer = Trainer(make_algo(horizons_per_env_reset=2), progress=False)
+    try:
+        stats = trainer.run(steps_per_eval=3, stop_conditions=HitsUpperBound("algorithm/steps", 3))
+        assert stats["algorithm/steps"] == 3 and "eval/rollout/reward_sum_mean" in stats
+        assert (
+            trainer.eval_envs.eval_env is not None
+        )  # step 3 is not a reset boundary of the training envs
+    finally:
+        trainer.close()
+
+
+# --------------------------------------------------------------------------------------------
+# progress: plain lines outside a terminal, the nearest condition, the summary
+
+
+def run_logged(monkeypatch, **kwargs):
+    stream = io.StringIO()  # not a terminal: a log file, a pipe
+    monkeypatch.setattr(sys, "stderr", stream)
+    trainer = Trainer(make_algo(), **kwargs)
+    # a progress line waits for the lines saying where the run goes, which wait for its id (a run
+    # starting in the background gets it, on a busy machine, after the first step)
+    assert trainer.run_id is not None  # starts the run and waits for its id
+    trainer.run(stop_conditions=HitsUpperBound("env/steps", 3 * STEP))
+    trainer.close()
+    lines = stream.getvalue().splitlines()
+    assert lines[0].startswith("rl8: MLflow run ") and lines[1].startswith("rl8: checkpoints in ")
+    return lines[2:]
+
+
+def test_progress_lines_outside_a_terminal_by_default_every_n_seconds(monkeypatch):
+    default = run_logged(monkeypatch)  # every 10 s: the first step, the final state, the summary
+    assert [line.split(" | ")[0] for line in default] == [
+        "rl8 128 env steps",
+        "rl8 384 env steps",
+        default[-1],
+    ]
+    assert default[-1].startswith("rl8: stopped by")
+    often = run_logged(monkeypatch, progress_every_s=1e-9)  # a line every step, the last once
+    assert [line.split(" | ")[0] for line in often[:-1]] == [
+        "rl8 128 env steps",
+        "rl8 256 env steps",
+        "rl8 384 env steps",
+    ]
+    with pytest.raises(ValueError, match="progress_every_s must be a number of seconds > 0, got 0"):
+        Trainer(make_algo(), progress_every_s=0)
+
+
+def test_run_without_a_stop_condition_warns(monkeypatch):
+    trainer = Trainer(make_algo(), progress=False)
+    steps = []
+    update = trainer.algo.update
+
+    def interrupted_after_two_steps():
+        if len(steps) == 2:
+            raise KeyboardInterrupt
+        steps.append(update())
+        return steps[-1]
+
+    monkeypatch.setattr(trainer.algo, "update", interrupted_after_two_steps)
+    with pytest.warns(UserWarning, match="no stop_conditions, so training runs until interrupted"):
+        with pytest.raises(KeyboardInterrupt):
+            trainer.run()
+    assert len(steps) == 2
+
+
+def test_progress_shows_the_condition_with_the_nearest_eta_and_the_eval_return():
+    stream = io.StringIO()
+    progress = Progress(None, stream, interval_s=1e-9)
+    conditions = [HitsUpperBound("env/steps", 10_000), HitsUpperBound("episodes/return_mean", 110)]
+    progress.update(
+        {"env/steps": 100, "episodes/return_mean": 10.0, "eval/episodes/return_mean": 12.0}, conditions
+    )
+    time.sleep(0.01)
+    progress.update({"env/steps": 200, "episodes/return_mean": 60.0}, conditions)
+    line = stream.getvalue().splitlines()[-1]
+    # the return target is half way from the first return seen (10) to 110, but two values give
+    # it no ETA: the env/steps bound, at 2% and with an ETA, ends the run at the latest
+    assert "return 60 | eval return 12 | 2% to env/steps >= 1e+04 | ETA " in line
+
+
+def test_the_summary_says_which_condition_stopped_training(monkeypatch):
+    stream = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", stream)
+    target = HitsUpperBound("eval/rollout/reward_sum_mean", -1.0)
+    trainer = Trainer(make_algo(), progress_every_s=1e-9)
+    trainer.run(steps_per_eval=2, stop_conditions=[HitsUpperBound("env/steps", 100 * STEP), target])
+    trainer.close()
+    assert trainer.stopped_by is target and trainer.algo.steps == 2
+    *lines, summary = stream.getvalue().splitlines()
+    assert "eval return" not in lines[0] and "eval return" in lines[-1]
+    assert summary.startswith(
+        "rl8: stopped by HitsUpperBound('eval/rollout/reward_sum_mean', -1.0) after 256 env steps in "
+    )
+    assert "eval return" in summary
+
+
+# --------------------------------------------------------------------------------------------
+# metrics and params that say what they are
+
+
+def test_params_are_logged_once(mlflow_uri):
+    trainer = Trainer(make_algo(seed=None, device="auto"), progress=False)
+    run_id = trainer.run_id  # starts the run, which logs the configuration
+    trainer.close()
+    params = MlflowClient(mlflow_uri).get_run(run_id).data.params
+    assert params["hparams/seed"] == str(trainer.algo.seed)  # the seed drawn, not "None"
+    assert params["hparams/device"] == str(trainer.algo.device)  # not "auto"
+    assert not {"seed", "device", "env_class"} & set(params)
+
+
+def test_the_example_config_uses_the_default_experiment_name():
+    config = yaml.safe_load((REPO / "examples" / "cartpole.yaml").read_text())
+    trainer = Trainer(make_algo(), tracking=False, progress=False)
+    trainer.close()
+    assert config["experiment"] == trainer.experiment == "CartPole"  # one experiment per env
+
+
+def test_log_every_logs_every_nth_step_the_evaluations_checkpoints_and_the_last(
+    tmp_path, migrated_store
+):
+    with pytest.raises(ValueError, match="Trainer: log_every must be an int >= 1 or None, got 0"):
+        Trainer(PPO(CartPole, num_envs=4, horizon=4, sgd_minibatch_size=16), log_every=0, tracking=False)
+    algo = PPO(CartPole, num_envs=4, horizon=4, sgd_minibatch_size=16, seed=0)
+    with Trainer(
+        algo,
+        log_every=4,
+        log_models="all",  # both checkpoints, though no evaluation ranks them
+        checkpoint_every=7,
+        eval_num_envs=2,
+        eval_num_steps=4,
+        progress=False,
+        checkpoint_dir=tmp_path / "ck",
+    ) as trainer:
+        trainer.run(max_env_steps=16 * 11, steps_per_eval=5)
+        run_id = trainer.run_id
+    client = MlflowClient()
+    history = lambda run, key: sorted(m.step // 16 for m in client.get_metric_history(run, key))  # noqa: E731
+    # every 4th step (4, 8); the evaluations (5, 10); checkpoint 7; the last (11)
+    assert history(run_id, "env/steps") == [4, 5, 7, 8, 10, 11]
+    assert history(run_id, "eval/episodes/count") == [5, 10]
+    values = {m.step // 16: m.value for m in client.get_metric_history(run_id, "algorithm/steps")}
+    assert values == {s: float(s) for s in [4, 5, 7, 8, 10, 11]}
+    models = {
+        m.name: {x.key for x in m.metrics}
+        for m in client.search_logged_models([client.get_run(run_id).info.experiment_id])
+    }
+    assert (
+        "losses/total" in models["checkpoint-112"] and "losses/total" in models["checkpoint-176"]
+    )  # linked
+    with Trainer(
+        PPO(CartPole, num_envs=4, horizon=4, sgd_minibatch_size=16, seed=0),
+        log_every=4,
+        progress=False,
+        checkpoint_dir=tmp_path / "steps",
+    ) as trainer:
+        for _ in range(6):
+            trainer.step()
+    assert history(trainer.run_id, "env/steps") == [4, 6]  # the last step at close
+
+
+def _runs(uri):
+    client = MlflowClient(uri)
+    return client.search_runs([e.experiment_id for e in client.search_experiments()])
+
+
+def test_two_trainers_never_share_a_checkpoint_folder(tmp_path, migrated_store):
+    first = make_trainer(checkpoint_dir=tmp_path / "ck", async_logging=False)
+    first.step()
+    written = first.save_checkpoint()
+    # while the first is open: refused, before a second MLflow run is created
+    with pytest.raises(
+        CheckpointDirError,
+        match=rf"{tmp_path / 'ck'} is in use by run {first.run_id}.*close\(\) it first",
+    ):
+        make_trainer(checkpoint_dir=tmp_path / "ck")
+    assert len(_runs(migrated_store)) == 1
+    first.close()
+    # after it ended: a new run would overwrite and prune its checkpoints (the same step names)
+    with pytest.raises(
+        CheckpointDirError,
+        match=rf"already holds 1 checkpoint\(s\) of run {first.run_id} "
+        rf"\(pid {os.getpid()} on .*, ended\) \(latest: {written.name}\).*"
+        "rl8 train --resume",
+    ):
+        make_trainer(checkpoint_dir=tmp_path / "ck")
+    assert len(_runs(migrated_store)) == 1
+    # resuming that run may: from the folder, the file, or the run id
+    for ref in (tmp_path / "ck", written, first.run_id):
+        with Trainer.from_checkpoint(ref, progress=False) as resumed:
+            assert resumed.checkpoint_dir == tmp_path / "ck" and resumed.run_id == first.run_id
+            resumed.step()
+            resumed.save_checkpoint()
+    # the same without tracking (no run id): resuming from the folder's checkpoint
+    untracked = make_trainer(checkpoint_dir=tmp_path / "quiet", tracking=False)
+    untracked.save_checkpoint()
+    untracked.close()
+    with pytest.raises(
+        CheckpointDirError, match="quiet already holds 1 checkpoint.* of a run without MLflow tracking"
+    ):
+        make_trainer(checkpoint_dir=tmp_path / "quiet", tracking=False)
+    Trainer.from_checkpoint(tmp_path / "quiet", progress=False).close()
+
+
+def test_default_folders_of_untracked_runs_are_unique(tmp_path):
+    first, second = make_trainer(tracking=False), make_trainer(tracking=False)
+    assert first.checkpoint_dir != second.checkpoint_dir
+    assert first.checkpoint_dir.parent == second.checkpoint_dir.parent == tmp_path / "checkpoints"
+    first.close()
+    second.close()
+
+
+@pytest.mark.parametrize("where", ["under a file", "a file"])
+def test_an_unwritable_checkpoint_dir_is_refused_before_training(tmp_path, migrated_store, where):
+    (tmp_path / "afile").write_text("a file, not a folder")  # root ignores chmod: a file stops it
+    folder = tmp_path / "afile" / "ck" if where == "under a file" else tmp_path / "afile"
+    with pytest.raises(
+        CheckpointDirError, match=rf"checkpoint_dir {folder} cannot be used for checkpoints"
+    ):
+        make_trainer(checkpoint_dir=folder)
+    assert _runs(migrated_store) == []
+
+
+def test_an_unwritable_default_checkpoint_folder_is_refused_before_training(tmp_path, migrated_store):
+    (tmp_path / "checkpoints").write_text("a file where the default folder goes")
+    with pytest.raises(
+        CheckpointDirError, match=rf"checkpoint folder {tmp_path / 'checkpoints'} cannot be used"
+    ):
+        make_trainer()
+    assert _runs(migrated_store) == []

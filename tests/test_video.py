@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import ctypes.util
+import os
+import stat
+import subprocess
 import sys
+from pathlib import Path
 
 import gymnasium
 import numpy as np
@@ -10,18 +16,26 @@ import pytest
 import torch
 from gymnasium import spaces
 
+from rl8 import Policy
+from rl8.cli import main
+from rl8.envs import CartPole
+from rl8.io.export import save_policy
+
 imageio = pytest.importorskip("imageio")
 pytest.importorskip("imageio_ffmpeg")
 
-from rl8 import PPO, Policy, Trainer
-from rl8.cli import main
-from rl8.envs import CartPole, GymnasiumEnv, Memory, Pendulum
-from rl8.io.export import save_policy
-from rl8.policies.recurrent import GRUModel
-from rl8.training.conditions import HitsUpperBound
-from rl8.training.video import pad_frame, record_video
+import hparams
+from cli_errors import one_error_line
 
-SMALL = dict(num_envs=4, horizon=8, sgd_minibatch_size=16, num_sgd_iters=1, seed=0)
+from rl8 import PPO, Trainer
+from rl8.envs import GymnasiumEnv, Memory, Pendulum
+from rl8.policies.recurrent import GRUModel
+from rl8.ppo.algorithm import make_env
+from rl8.training.conditions import HitsUpperBound
+from rl8.training.video import RenderError, pad_frame, prepare_headless_rendering, record_video
+
+SMALL = {**hparams.SMALL, "num_envs": 4, "sgd_minibatch_size": 16}
+REPO = Path(__file__).resolve().parents[1]
 
 
 def read_video(path):
@@ -353,3 +367,167 @@ def test_cli_record_without_pygame_names_the_extra_in_one_line(tmp_path, capsys,
         'gymnasium\'s renderers need with: pip install imageio imageio-ffmpeg "gymnasium[classic-control]"\n'
     )
     assert not (tmp_path / "v.mp4").exists()
+
+
+# --------------------------------------------------------------------------------------------
+# rl8 record: MuJoCo without a display, XDG_RUNTIME_DIR, the file's mode
+
+
+@pytest.fixture(scope="module")
+def cheetah_policy(tmp_path_factory):
+    """An untrained HalfCheetah-v5 policy file naming its env."""
+    pytest.importorskip("imageio_ffmpeg")
+    pytest.importorskip("mujoco")
+    folder = tmp_path_factory.mktemp("cheetah")
+    with contextlib.chdir(folder):  # MuJoCo writes MUJOCO_LOG.TXT into the working folder
+        env = make_env("HalfCheetah-v5", 1, None, device="cpu")
+    try:
+        policy = Policy(env.observation_space, env.action_space, model_config={"hiddens": [8]})
+    finally:
+        env.close()
+    return save_policy(policy, folder / "cheetah.pt", env={"spec": "HalfCheetah-v5"})
+
+
+def headless_env(**extra):
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("DISPLAY", "WAYLAND_DISPLAY", "MUJOCO_GL", "PYOPENGL_PLATFORM", "XDG_RUNTIME_DIR")
+    }
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
+    return {**env, **extra}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mujoco_gl", [None, "osmesa"])
+def test_record_mujoco_without_a_display_writes_a_video_or_says_what_to_set(
+    cheetah_policy, tmp_path, mujoco_gl
+):
+    """MUJOCO_GL unset: rl8 picks EGL or OSMesa when installed. A backend that cannot work here
+    (osmesa without libOSMesa) is one error line naming MUJOCO_GL, never a traceback."""
+    out = tmp_path / "cheetah.mp4"
+    extra = {"MUJOCO_GL": mujoco_gl} if mujoco_gl else {}
+    done = subprocess.run(
+        [sys.executable, "-m", "rl8", "record", str(cheetah_policy), "-o", str(out), "--max-steps", "3"],
+        env=headless_env(**extra),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "Traceback" not in done.stderr, done.stderr
+    if done.returncode == 0:
+        assert out.stat().st_size > 0 and done.stdout.strip() == str(out)
+        assert "XDG_RUNTIME_DIR" not in done.stderr, done.stderr  # no noise on success
+    else:
+        assert done.returncode == 2, done.stderr
+        assert "MUJOCO_GL" in one_error_line(done.stderr) and not out.exists()
+
+
+class FatalError(Exception):
+    """Stands for ``mujoco.FatalError``: what a MuJoCo env raises when no OpenGL context exists."""
+
+
+FatalError.__module__ = "mujoco"
+
+
+def unset(monkeypatch, *names):
+    """Remove the variables ``names`` from the environment for one test; what the code under
+    test then sets is undone afterwards too."""
+    for name in names:
+        monkeypatch.setenv(name, "")  # recorded, so restored (or removed) after the test
+        monkeypatch.delenv(name)
+
+
+def test_an_opengl_failure_is_a_render_error_naming_mujoco_gl(tmp_path, capsys, monkeypatch):
+    def no_context(self, index=0):
+        raise FatalError("an OpenGL platform library has not been loaded into this process")
+
+    policy = PPO(CartPole, **SMALL).policy
+    monkeypatch.setattr(CartPole, "render", no_context)
+    unset(monkeypatch, "MUJOCO_GL", "XDG_RUNTIME_DIR")
+    monkeypatch.setenv("DISPLAY", ":99")  # a display: rl8 chooses no backend
+    with pytest.raises(
+        RenderError,
+        match=r"cannot render CartPole without an OpenGL backend \(FatalError: an OpenGL"
+        r".*install libegl1 \(MUJOCO_GL=egl\) or libosmesa6 \(MUJOCO_GL=osmesa\)",
+    ):
+        record_video(policy, CartPole, tmp_path / "a.mp4")
+    saved = save_policy(policy, tmp_path / "p.pt", env={"spec": "rl8.envs.CartPole"})
+    monkeypatch.setenv("MUJOCO_GL", "egl")
+    assert main(["record", str(saved), "-o", str(tmp_path / "b.mp4")]) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert "with MUJOCO_GL=egl" in line and "set MUJOCO_GL" in line
+    assert list(tmp_path.glob("*.mp4*")) == []
+
+
+def test_headless_rendering_picks_a_backend_only_when_nothing_is_set(monkeypatch, tmp_path):
+    libraries = {"EGL": None, "OSMesa": "libOSMesa.so.8"}
+    monkeypatch.setattr(ctypes.util, "find_library", lambda name: libraries.get(name))
+    monkeypatch.setattr(sys, "platform", "linux")
+    unset(monkeypatch, "DISPLAY", "WAYLAND_DISPLAY", "MUJOCO_GL", "XDG_RUNTIME_DIR")
+    changed = prepare_headless_rendering()
+    assert changed["MUJOCO_GL"] == os.environ["MUJOCO_GL"] == "osmesa"  # no EGL here
+    runtime = Path(changed["XDG_RUNTIME_DIR"])
+    assert os.environ["XDG_RUNTIME_DIR"] == str(runtime)
+    assert runtime.is_dir() and stat.S_IMODE(runtime.stat().st_mode) == 0o700
+    assert prepare_headless_rendering() == {}  # set once: both are valid now
+
+    libraries["EGL"] = "libEGL.so.1"
+    monkeypatch.delenv("MUJOCO_GL")
+    assert prepare_headless_rendering() == {"MUJOCO_GL": "egl"}
+    monkeypatch.setenv("MUJOCO_GL", "glfw")  # the user's choice stays
+    monkeypatch.setenv("XDG_RUNTIME_DIR", "relative/dir")  # invalid: replaced
+    changed = prepare_headless_rendering()
+    assert os.environ["MUJOCO_GL"] == "glfw" and list(changed) == ["XDG_RUNTIME_DIR"]
+    monkeypatch.delenv("MUJOCO_GL")
+    monkeypatch.setenv("DISPLAY", ":0")  # a display: MuJoCo's default (GLFW) works
+    assert prepare_headless_rendering() == {}
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027])
+def test_videos_get_the_mode_of_the_umask(tmp_path, umask):
+    policy = PPO(CartPole, **SMALL).policy
+    previous = os.umask(umask)
+    try:
+        path = record_video(policy, CartPole, tmp_path / "v.mp4", max_steps=2)
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask
+    assert [p.name for p in tmp_path.iterdir()] == ["v.mp4"]  # no temporary file left
+
+
+def test_rl8_record_never_writes_over_a_file_that_is_not_a_video(tmp_path, capsys):
+    env = CartPole(1)
+    policy = save_policy(
+        Policy(env.observation_space, env.action_space),
+        tmp_path / "policy.pt",
+        env={"spec": "rl8.envs.cartpole.CartPole", "env_kwargs": {}, "env_config": {}},
+    )
+    before = policy.read_bytes()
+    (tmp_path / "ckpt.pt").write_bytes(b"PK\x03\x04 a checkpoint")
+    for output in (str(policy), str(tmp_path / "ckpt.pt")):
+        assert main(["record", str(policy), "-o", output]) == 2
+        assert (
+            f"{output} exists and is not an MP4 video; rl8 refused to write over it (--force"
+            in capsys.readouterr().err
+        )
+    assert (
+        policy.read_bytes() == before
+        and (tmp_path / "ckpt.pt").read_bytes() == b"PK\x03\x04 a checkpoint"
+    )
+    for output, words in (("", "got ''"), (str(tmp_path), "(a folder)")):
+        assert main(["record", str(policy), "-o", output]) == 2
+        err = capsys.readouterr().err
+        assert (
+            "-o/--output must name an MP4 file to write" in err and words in err and err.count("\n") == 1
+        )
+    pytest.importorskip("imageio_ffmpeg")
+    assert (
+        main(["record", str(policy), "-o", str(tmp_path / "ckpt.pt"), "--force", "--max-steps", "2"])
+        == 0
+    )
+    assert (tmp_path / "ckpt.pt").read_bytes()[4:8] == b"ftyp"
+    assert (
+        main(["record", str(policy), "-o", str(tmp_path / "ckpt.pt"), "--max-steps", "2"]) == 0
+    )  # ours now
