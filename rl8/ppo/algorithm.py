@@ -8,7 +8,7 @@ import math
 import secrets
 import warnings
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -112,6 +112,10 @@ class PPO:
             advantages in the next :meth:`update` only (importance weights of actors).
     """
 
+    #: The name checkpoints record (``algo.algorithm``) and the hyper-parameters' class.
+    algorithm: ClassVar[str] = "PPO"
+    hparams_cls: ClassVar[type[HParams]] = HParams
+
     def __init__(
         self, env: type[Env] | str | Callable[..., Any] | Any, /, *extra: Any, **hparams: Any
     ) -> None:
@@ -123,7 +127,7 @@ class PPO:
             )
         built = given_env(env, hparams.get("env_kwargs"))  # an env given built (or by a factory)
         env_hp = env_hparams(built, hparams) if built is not None else {}
-        given = HParams.from_kwargs(**{**hparams, **env_hp})
+        given = self.hparams_cls.from_kwargs(**{**hparams, **env_hp})
         self.hparams = hp = rank_hparams(given)
         self.device = hp.resolved_device()
         self.dist = DistContext()
@@ -135,7 +139,7 @@ class PPO:
                 if k not in ("device", "check_finite_collects")
             },
         )
-        if self.dist.is_main and not set(hparams) - _UNTUNED_HPARAMS:
+        if self.dist.is_main and self.algorithm == "PPO" and not set(hparams) - _UNTUNED_HPARAMS:
             _hint_preset(env)
         self.seed = hp.seed if hp.seed is not None else agree_on_run_seed(secrets.randbits(31))
         # the model starts from the run's seed (every rank alike); envs and sampling from the rank's
@@ -303,13 +307,7 @@ class PPO:
             losses.append(loss)
             if hp.target_kl_div is not None and self._mean_over_ranks(loss.approx_kl) > hp.target_kl_div:
                 break  # the approximate KL left target_kl_div: the update stops early
-        if (
-            self.policy.obs_normalizer is not None
-        ):  # after the update: a collect and its update see the same
-            obs = self.buffer.data["obs"][:, : hp.horizon]
-            self.policy.obs_normalizer.update(
-                obs, batch_dims=2, all_reduce=self.dist.all_reduce_ if self.dist.enabled else None
-            )
+        self._update_obs_normalizer()
         self.steps += 1
         if not grad_norms:  # a KL stop before the first accumulated optimizer step
             grad_norms.append(torch.zeros((), device=self.device))
@@ -401,6 +399,14 @@ class PPO:
             vf_coeff=hp.vf_coeff,
             entropy_coeff=entropy_coeff,
         )
+
+    def _update_obs_normalizer(self) -> None:
+        """After the update: a collect and its update see the same normalisation."""
+        if self.policy.obs_normalizer is not None:
+            obs = self.buffer.data["obs"][:, : self.hparams.horizon]
+            self.policy.obs_normalizer.update(
+                obs, batch_dims=2, all_reduce=self.dist.all_reduce_ if self.dist.enabled else None
+            )
 
     def _optimizer_step(self) -> torch.Tensor:
         """Average the gradients across ranks, clip and step; returns the norm before clipping."""
@@ -669,6 +675,7 @@ class PPO:
         if self.collector is not None and self.collector.in_flight:  # kept for the next collect
             self._obs = self.collector.wait().obs
         return {
+            "algorithm": self.algorithm,
             "hparams": self.hparams.to_plain(),
             "seed": self.seed,
             "policy": self.policy.state_dict(),
