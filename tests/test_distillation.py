@@ -148,3 +148,63 @@ def test_a_distillation_run_checkpoints_resumes_and_exports(tmp_path):
     student = load_policy(save_policy(algo.policy, tmp_path / "student.pt"))
     obs = GoalPoint(4).reset(seed=0)
     torch.testing.assert_close(student(obs), algo.policy(obs))
+
+
+# ------------------------------------------------------------------------------------------
+# learning: a privileged teacher distilled into a student that sees noise besides the task
+# (benchmarks/distillation.py measures the same settings over seeds: docs/distillation.md)
+
+LEARNING = {"num_envs": 64, "horizon": 32, "model_config": {"hiddens": [32, 32]}, "seed": 0}
+BUDGET = 16 * 2048  # env steps: 16 updates of 64 envs * 32 steps
+
+
+def deterministic_return(algo, env):
+    return algo.evaluate(env, num_steps=64)["episodes/return_mean"]
+
+
+def eval_env(seed):
+    env = GoalPoint(64)
+    env.reset(seed=seed)
+    return env
+
+
+@pytest.fixture(scope="module")
+def trained_teacher():
+    """PPO on the privileged group alone (the error goal - x): 12 updates; its policy and return."""
+    teacher = PPO(GoalPoint, obs_groups=TEACHER_GROUPS, **LEARNING)
+    for _ in range(12):
+        teacher.collect()
+        teacher.update()
+    return teacher.policy, deterministic_return(teacher, eval_env(0))
+
+
+def best_return_within(algo, target, max_env_steps):
+    """Train until the deterministic return reaches ``target`` or ``max_env_steps`` are spent;
+    the env steps taken and the best return seen."""
+    env, best = eval_env(0), -float("inf")
+    while algo.env_steps < max_env_steps and best < target:
+        algo.collect()
+        algo.update()
+        best = max(best, deterministic_return(algo, env))
+    return algo.env_steps, best
+
+
+@pytest.mark.slow
+def test_a_distilled_student_reaches_90_percent_of_the_teacher_before_ppo_from_scratch(trained_teacher):
+    teacher, teacher_return = trained_teacher
+    target = 0.9 * teacher_return
+    assert teacher_return > 29  # of at most 32: the privileged task is easy
+    student = Distillation(
+        GoalPoint,
+        teacher=teacher,
+        obs_groups=STUDENT_GROUPS,
+        lr=3e-3,
+        num_sgd_iters=4,
+        num_minibatches=4,
+        **LEARNING,
+    )
+    steps, best = best_return_within(student, target, BUDGET)
+    assert best >= target, f"the student reached {best:.2f} < {target:.2f} in {steps} env steps"
+    scratch = PPO(GoalPoint, obs_groups=STUDENT_GROUPS, **LEARNING)
+    _, scratch_best = best_return_within(scratch, target, steps)
+    assert scratch_best < target, f"PPO from scratch reached {scratch_best:.2f} in {steps} env steps too"
