@@ -155,7 +155,7 @@ def test_a_distillation_run_checkpoints_resumes_and_exports(tmp_path):
 # (benchmarks/distillation.py measures the same settings over seeds: docs/distillation.md)
 
 LEARNING = {"num_envs": 64, "horizon": 32, "model_config": {"hiddens": [32, 32]}, "seed": 0}
-BUDGET = 16 * 2048  # env steps: 16 updates of 64 envs * 32 steps
+BUDGET = 4 * 2048  # env steps: 4 updates of 64 envs * 32 steps (seeds 0, 1, 2 need 2)
 
 
 def deterministic_return(algo, env):

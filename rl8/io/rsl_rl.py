@@ -23,10 +23,10 @@ __all__ = [
     "rsl_rl_policy_description",
 ]
 
-#: The entries of an rsl_rl checkpoint that hold a model's weights, by the name
-#: :func:`load_rsl_rl_policy`'s ``model`` takes: rsl_rl 5's ``OnPolicyRunner`` (``actor``) and
-#: ``DistillationRunner`` (``student``, ``teacher``), and rsl_rl 2 to 4's ``ActorCritic``
-#: (``model``, its ``actor.*`` weights).
+#: The entries of an rsl_rl checkpoint that hold a model's weights, by the name that
+#: :func:`~rl8.io.export.load_rsl_rl_policy`'s ``model`` takes: rsl_rl 5's ``OnPolicyRunner``
+#: (``actor``) and ``DistillationRunner`` (``student``, ``teacher``), and rsl_rl 2 to 4's
+#: ``ActorCritic`` (``model``, its ``actor.*`` weights).
 RSL_RL_MODELS = {
     "actor": "actor_state_dict",
     "student": "student_state_dict",
