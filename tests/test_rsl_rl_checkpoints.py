@@ -176,3 +176,15 @@ def test_an_rsl_rl_teacher_reads_its_privileged_group(tmp_path):
     assert losses[-1] < 0.5 * losses[0]
     obs = env.vec_env.get_observations()
     torch.testing.assert_close(teacher(obs), rsl_rl_actions(actor, obs["critic"]), rtol=1e-5, atol=1e-5)
+
+
+def test_rl8_export_writes_an_rsl_rl_actor_as_torchscript(tmp_path, capsys, monkeypatch):
+    from rl8.cli import main
+
+    actor, _ = rsl_rl_5_checkpoint(tmp_path / "model_7.pt")
+    monkeypatch.chdir(tmp_path)
+    assert main(["export", "model_7.pt", "--format", "torchscript", "-o", "actor.pt"]) == 0
+    assert capsys.readouterr().out.strip() == "actor.pt"
+    exported = torch.jit.load(tmp_path / "actor.pt")
+    x = torch.randn(8, 5)
+    torch.testing.assert_close(exported(x), rsl_rl_actions(actor, x), rtol=1e-5, atol=1e-5)
