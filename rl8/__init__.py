@@ -18,6 +18,8 @@ _EXPORTS = {
     "HParams": "rl8.ppo.hparams",
     "NonFiniteError": "rl8.ppo.algorithm",
     "PPO": "rl8.ppo.algorithm",
+    "Distillation": "rl8.ppo.distillation",
+    "DistillationHParams": "rl8.ppo.distillation",
     "Policy": "rl8.policies.policy",
     "Model": "rl8.policies.models",
     "MLPModel": "rl8.policies.models",

@@ -904,3 +904,42 @@ def test_an_env_config_mistake_exits_2_before_anything_is_tracked(
         "['force_mag', 'gravity', 'length', 'masscart', 'masspole', 'max_episode_steps', 'tau']\n"
     )
     assert all_runs(migrated_store) == []  # no MLflow run was created
+
+
+def test_train_and_resume_a_distillation_from_a_config(tmp_path, capsys, mlflow_uri):
+    from rl8 import PPO, save_policy
+    from rl8.envs import Pendulum
+
+    teacher = save_policy(PPO(Pendulum, num_envs=4, horizon=4, seed=1).policy, tmp_path / "teacher.pt")
+    config = write(
+        tmp_path,
+        f"""
+        env: rl8.envs.Pendulum
+        algorithm: Distillation
+        teacher: {teacher}
+        hparams: {{num_envs: 16, horizon: 8, num_minibatches: 2, loss_type: huber, seed: 0}}
+        max_steps: 256
+    """,
+    )
+    assert main(["train", config, "--quiet"]) == 0
+    first = summary(capsys.readouterr().out)
+    run = MlflowClient(mlflow_uri).get_run(first["run id"])
+    assert (
+        run.data.params["algorithm"] == "Distillation"
+        and run.data.params["hparams/loss_type"] == "huber"
+    )
+    assert "losses/behavior" in run.data.metrics
+    assert main(["train", "--resume", first["checkpoint"], "--max-steps", "384", "--quiet"]) == 0
+    assert summary(capsys.readouterr().out)["checkpoint"].endswith(f"{384:012d}.pt")
+
+    no_teacher = write(tmp_path, "env: rl8.envs.Pendulum\nalgorithm: Distillation\n", "no_teacher.yaml")
+    assert main(["train", no_teacher, "--quiet"]) == 2
+    assert "config teacher: algorithm Distillation needs the teacher's policy" in capsys.readouterr().err
+    assert main(["train", config, "--set", "clip_param=0.3", "--quiet"]) == 2
+    assert "hparam clip_param: Distillation trains by behaviour cloning" in capsys.readouterr().err
+    unknown = write(tmp_path, "env: rl8.envs.Pendulum\nalgorithm: SAC\n", "sac.yaml")
+    assert main(["train", unknown, "--quiet"]) == 2
+    assert (
+        "sac.yaml: algorithm: expected one of ['Distillation', 'PPO'], got 'SAC'"
+        in capsys.readouterr().err
+    )

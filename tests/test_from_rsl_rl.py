@@ -10,7 +10,7 @@ import warnings
 import pytest
 import torch
 import yaml
-from group_envs import GroupCartPole
+from group_envs import GoalPoint, GroupCartPole
 
 from rl8 import PPO, HParams, Trainer
 from rl8.envs import Pendulum
@@ -314,7 +314,8 @@ def test_unmapped_fields_are_reported():
         ),
         (
             lambda c: c["algorithm"].update(class_name="Distillation"),
-            "rsl_rl config class_name: rl8 runs PPO (OnPolicyRunner), got 'OnPolicyRunner' running 'Distillation'",
+            "rsl_rl config class_name: rl8 runs PPO (OnPolicyRunner) and Distillation (DistillationRunner), "
+            "got 'OnPolicyRunner' running 'Distillation'",
         ),
         (
             lambda c: c.pop("num_steps_per_env"),
@@ -458,3 +459,118 @@ def test_rnd_cfg_maps_to_hparam_rnd_with_the_rnd_state_set_and_step_dt():
     assert algo.rnd.weight == pytest.approx(10.0 * 0.02) and algo.rnd.groups == ("critic",)
     algo.collect()
     assert algo.update()["losses/rnd"] > 0
+
+
+DISTILLATION_CFG = {  # rsl_rl 5.5.1's DistillationRunner config, as mjlab and Isaac Lab write it
+    "class_name": "DistillationRunner",
+    "seed": 3,
+    "num_steps_per_env": 16,
+    "max_iterations": 2,
+    "obs_groups": {"student": ["policy"], "teacher": ["teacher"]},
+    "student": {
+        "class_name": "MLPModel",
+        "hidden_dims": [32, 32],
+        "activation": "elu",
+        "obs_normalization": True,
+        "distribution_cfg": {
+            "class_name": "GaussianDistribution",
+            "init_std": 0.5,
+            "std_type": "scalar",
+        },
+    },
+    "teacher": {
+        "class_name": "MLPModel",
+        "hidden_dims": [64],
+        "activation": "tanh",
+        "obs_normalization": False,
+    },
+    "algorithm": {
+        "class_name": "Distillation",
+        "num_learning_epochs": 2,
+        "gradient_length": 4,
+        "learning_rate": 3e-3,
+        "max_grad_norm": 1.0,
+        "loss_type": "huber",
+        "optimizer": "adamw",
+    },
+    "save_interval": 50,
+    "experiment_name": "distill",
+}
+
+
+def test_a_distillation_runner_config_reads_as_distillation_hparams():
+    from rl8 import Distillation
+    from rl8.presets import rsl_rl_teacher_args
+
+    hparams, unmapped, run_args = from_rsl_rl(copy.deepcopy(DISTILLATION_CFG))
+    assert unmapped == []
+    assert hparams == {
+        "horizon": 16,
+        "lr": 3e-3,
+        "num_sgd_iters": 2,
+        "max_grad_norm": 1.0,
+        "loss_type": "huber",
+        "optimizer_cls": "torch.optim.AdamW",
+        "optimizer_kwargs": {},
+        "num_minibatches": 4,  # 16 steps in minibatches of gradient_length=4
+        "normalize_observations": True,
+        "model_config": {
+            "ortho_init": False,
+            "activation": "elu",
+            "hiddens": [32, 32],
+            "critic_hiddens": [],
+            "init_noise_std": 0.5,
+            "noise_std_type": "scalar",
+        },
+        "seed": 3,
+        "obs_groups": {"actor": ["policy"]},
+    }
+    assert run_args["stop_conditions"][0].bound == 2
+    assert rsl_rl_teacher_args(copy.deepcopy(DISTILLATION_CFG)) == {
+        "obs_groups": ["teacher"],
+        "activation": "tanh",
+    }
+    teacher = PPO(GoalPoint, num_envs=8, horizon=4, obs_groups={"actor": ["teacher"]}, seed=0).policy
+    algo = Distillation(GoalPoint, teacher=teacher, num_envs=8, **hparams)
+    Trainer(algo, tracking=False, progress=False).run(**run_args)
+    assert algo.steps == 2 and algo.minibatch_size == 8 * 4
+
+
+def test_the_older_student_teacher_policy_section_and_a_recurrent_student():
+    cfg = copy.deepcopy(DISTILLATION_CFG)
+    del cfg["student"], cfg["teacher"]
+    cfg["algorithm"]["gradient_length"] = 6  # 16 steps: minibatches of 4, reported
+    cfg["policy"] = {
+        "class_name": "StudentTeacherRecurrent",
+        "student_hidden_dims": [32],
+        "teacher_hidden_dims": [64],
+        "activation": "elu",
+        "init_noise_std": 0.5,
+        "rnn_type": "gru",
+        "rnn_hidden_dim": 24,
+        "rnn_num_layers": 2,
+    }
+    with pytest.warns(RslRlConfigWarning, match="gradient_length=6"):
+        hparams, unmapped, _ = from_rsl_rl(cfg)
+    assert hparams["model_cls"] == "rl8.policies.recurrent.GRUModel"
+    assert hparams["model_config"] == {
+        "ortho_init": False,
+        "activation": "elu",
+        "hidden_size": 24,
+        "num_layers": 2,
+        "init_noise_std": 0.5,
+    }
+    assert (hparams["seq_len"], hparams["num_minibatches"]) == (4, 4)
+    assert [u.split(" ")[0] for u in unmapped] == [
+        "algorithm.gradient_length=6",
+        "policy.hidden_dims=[32]",
+        "policy.std_type='scalar'",  # rsl_rl's default; rl8's recurrent models learn the log-std
+    ]
+    with pytest.raises(
+        ValueError, match="expected 'StudentTeacher' or 'StudentTeacherRecurrent' .* got 'ActorCritic'"
+    ):
+        from_rsl_rl({**cfg, "policy": {"class_name": "ActorCritic"}})
+    with pytest.raises(
+        ValueError, match="rsl_rl config algorithm.loss_type: expected 'mse' or 'huber', got 'l1'"
+    ):
+        from_rsl_rl({**cfg, "algorithm": {"loss_type": "l1"}})

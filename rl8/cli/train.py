@@ -76,11 +76,21 @@ def _task_hparams(env: Any) -> dict[str, Any]:
         return from_rsl_rl(task_runner_cfg(env)).hparams
 
 
-def _build_hparams(hparams: Mapping[str, Any]) -> Any:
+def _algorithm(name: Any, where: str) -> Any:
+    """The algorithm class a config (or a checkpoint) names (``rl8.training.resume.ALGORITHMS``)."""
+    from rl8.training.resume import ALGORITHMS
+
+    if name not in ALGORITHMS:
+        raise ConfigError(f"{where}: expected one of {sorted(ALGORITHMS)}, got {name!r}")
+    return ALGORITHMS[name]
+
+
+def _build_hparams(hparams: Mapping[str, Any], algo_cls: Any = None) -> Any:
     from rl8.ppo.hparams import HParams
 
+    hparams_cls = HParams if algo_cls is None else algo_cls.hparams_cls
     with config_errors(errors=(TypeError, ValueError)):
-        return HParams.from_config(hparams, "hparams")
+        return hparams_cls.from_config(hparams, "hparams")
 
 
 def _summary(trainer: Any) -> None:
@@ -165,13 +175,14 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("no env: name one in the config file (env: rl8.envs.CartPole) or with --env")
     if args.task_hparams:
         given_hparams = _merge_hparams(_task_hparams(env), given_hparams)
-    hparams = _build_hparams(given_hparams)
+    algo_cls = _algorithm(config.get("algorithm", "PPO"), "config algorithm")
+    hparams = _build_hparams(given_hparams, algo_cls)
     hparams = hparams.replace(
         device=rank_device(hparams.device)
     )  # under torchrun with CUDA: cuda:LOCAL_RANK
     conditions = stop_conditions(config)
     run_args = _run_args(config)
-    algo = _build_algo(env, hparams)
+    algo = _build_algo(env, hparams, algo_cls, config.get("teacher"))
     _check_env_configs(algo, run_args)
     max_steps = int_option(config, "max_steps", "config")
     if max_steps is not None and max_steps < algo.hparams.batch_size:
@@ -208,19 +219,36 @@ def _run_args(config: Mapping[str, Any], stored: Mapping[str, Any] | None = None
     return out
 
 
-def _build_algo(env: str, hparams: Any) -> Any:
+def _build_algo(env: str, hparams: Any, algo_cls: Any, teacher: Any) -> Any:
     import gymnasium
 
-    from rl8.ppo.algorithm import PPO
-
+    extra = {}
+    if algo_cls.algorithm == "Distillation":
+        extra["teacher"] = _teacher(teacher, hparams)
+    elif teacher is not None:
+        raise ConfigError(f"config teacher: only applies with algorithm: Distillation, got {teacher!r}")
     with config_errors(
-        f"cannot build PPO for env {env!r}: ",
+        f"cannot build {algo_cls.algorithm} for env {env!r}: ",
         (ValueError, TypeError, ImportError, KeyError, gymnasium.error.Error),
     ):
         import_given(env, "env")
         for key in ("model_cls", "distribution_cls", "optimizer_cls"):
             import_given(getattr(hparams, key), f"hparam {key}")
-        return PPO(env, **hparams.to_dict())
+        return algo_cls(env, **hparams.to_dict(), **extra)
+
+
+def _teacher(source: Any, hparams: Any) -> Any:
+    """The teacher policy a config's ``teacher`` names (:func:`rl8.load_policy`)."""
+    from rl8.io.checkpoint import CheckpointError
+    from rl8.io.export import load_policy
+
+    if not isinstance(source, str) or not source:
+        raise ConfigError(
+            "config teacher: algorithm Distillation needs the teacher's policy (a policy file, "
+            f"checkpoint, folder, run id or models:/ URI), got {source!r}"
+        )
+    with config_errors("config teacher: ", (CheckpointError, FileNotFoundError, ValueError)):
+        return load_policy(source, map_location=hparams.resolved_device())
 
 
 def _check_env_configs(algo: Any, run_args: Mapping[str, Any]) -> None:
@@ -266,7 +294,8 @@ def _resume(
         raise ConfigError(f"--resume: the checkpoint was trained on env {stored_env!r}, not {env!r}")
     # an env class this process lacks (a script's __main__.Reach) is handed over with --env
     handed = env if env and stored_env and unregistered(stored_env, args.trust_code) else None
-    hparams = _build_hparams(_merge_hparams(stored_hparams, given_hparams))
+    algo_cls = _algorithm(state["algo"].get("algorithm", "PPO"), f"{path}: entry 'algo.algorithm'")
+    hparams = _build_hparams(_merge_hparams(stored_hparams, given_hparams), algo_cls)
     merged = hparams.to_plain()
     changed = changed_hparams(stored_hparams, merged, may_change=RESUMABLE_HPARAMS)
     if changed:

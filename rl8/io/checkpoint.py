@@ -37,6 +37,7 @@ __all__ = [
     "download_artifact",
     "is_run_ref",
     "load_checkpoint",
+    "load_torch_file",
     "max_download_bytes",
     "save_checkpoint",
 ]
@@ -215,11 +216,10 @@ def _load_error(path: Path, err: Exception) -> CheckpointError:
     )
 
 
-def load_checkpoint(path: str | os.PathLike[str], *, map_location: Any = "cpu") -> dict[str, Any]:
-    """The dict :func:`save_checkpoint` wrote to ``path``, read with ``torch.load(weights_only=True)``
-    onto ``map_location`` (anything ``torch.load`` accepts) after a CRC check of every zip entry; a
-    :class:`CheckpointError` for a corrupt, foreign, unsafe or too new file, an ``OSError`` if it
-    cannot be read."""
+def load_torch_file(path: str | os.PathLike[str], *, map_location: Any = "cpu") -> Any:
+    """What a torch file at ``path`` holds, read as :func:`load_checkpoint` reads (regular file,
+    CRC check of every zip entry, ``torch.load(weights_only=True)``), whoever wrote it (an rsl_rl
+    checkpoint...); a :class:`CheckpointError` for a corrupt or unsafe file."""
     _check_device_available(map_location)
     path = Path(path)
     if not path.exists():
@@ -237,9 +237,18 @@ def load_checkpoint(path: str | os.PathLike[str], *, map_location: Any = "cpu") 
         _verify_entries(path, file)
         file.seek(0)
         try:
-            state = torch.load(file, map_location=map_location, weights_only=True)
+            return torch.load(file, map_location=map_location, weights_only=True)
         except Exception as err:
             raise _load_error(path, err) from err
+
+
+def load_checkpoint(path: str | os.PathLike[str], *, map_location: Any = "cpu") -> dict[str, Any]:
+    """The dict :func:`save_checkpoint` wrote to ``path``, read with ``torch.load(weights_only=True)``
+    onto ``map_location`` (anything ``torch.load`` accepts) after a CRC check of every zip entry; a
+    :class:`CheckpointError` for a corrupt, foreign, unsafe or too new file, an ``OSError`` if it
+    cannot be read."""
+    path = Path(path)
+    state = load_torch_file(path, map_location=map_location)
     if not isinstance(state, dict) or FORMAT_KEY not in state:
         raise CheckpointError(
             f"{path} is a torch file but not an rl8 checkpoint (it has no "

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +21,11 @@ from rl8.io.checkpoint import (
     download_artifact,
     is_run_ref,
     load_checkpoint,
+    load_torch_file,
     save_checkpoint,
 )
 from rl8.io.checkpoint_dir import CheckpointManager
+from rl8.io.rsl_rl import is_rsl_rl_checkpoint, rsl_rl_policy_description
 from rl8.policies.policy import Policy
 from rl8.ppo.resolve import ANY, DISTRIBUTION, MODEL, MODULE_CLASS, qualified_name, resolve
 
@@ -36,6 +38,7 @@ __all__ = [
     "check_env_spaces",
     "check_finite_weights",
     "load_policy",
+    "load_rsl_rl_policy",
     "policy_from_dict",
     "policy_to_dict",
     "read_policy",
@@ -447,7 +450,15 @@ def read_policy(
             if not latest.is_file():
                 raise FileNotFoundError(f"{path} holds neither checkpoint-*.pt files nor a policy.pt")
         path = latest
+    state = load_torch_file(path)
+    if is_rsl_rl_checkpoint(state):  # the weights of rsl_rl's runner: an MLP actor, mapped
+        return _rsl_rl_description(state, path)
     return _policy_from_checkpoint_state(load_checkpoint(path), path)
+
+
+def _rsl_rl_description(state: Mapping[str, Any], source: Any, **options: Any) -> dict[str, Any]:
+    description = rsl_rl_policy_description(state, source=source, **options)
+    return {"format": POLICY_FORMAT, "version": POLICY_VERSION, **description}
 
 
 def load_policy(
@@ -493,3 +504,45 @@ def load_policy(
         model_cls=model_cls,
         distribution_cls=distribution_cls,
     )
+
+
+def load_rsl_rl_policy(
+    path: str | os.PathLike[str],
+    *,
+    model: str | None = None,
+    observation_space: spaces.Space | None = None,
+    obs_groups: Sequence[str] | None = None,
+    activation: str = "elu",
+    map_location: Any = "cpu",
+) -> Any:
+    """An rsl_rl checkpoint's MLP model (``model_<iteration>.pt``) as an :class:`rl8.Policy` in
+    eval mode, read with ``torch.load(weights_only=True)``; :func:`load_policy` reads such a file
+    with the defaults (the observations a flat ``Box``).
+
+    Args:
+        path: The checkpoint file.
+        model: ``"actor"`` (``OnPolicyRunner``), ``"student"`` or ``"teacher"``
+            (``DistillationRunner``), ``"model"`` (rsl_rl 2 to 4's ``ActorCritic``); ``None``: the
+            actor, else the student.
+        observation_space: The env's observation space (a ``Dict`` of groups, e.g.
+            ``env.observation_space``); ``None``: an unbounded ``Box`` of the model's input width.
+        obs_groups: The groups of a ``Dict`` space that the model reads, in rsl_rl's order (its
+            ``obs_groups`` set, e.g. ``["policy"]``, or the teacher's ``["policy", "privileged"]``).
+        activation: The hidden layers' activation (the file does not record it; rsl_rl's default
+            ``"elu"``).
+        map_location: Device for the parameters.
+
+    Raises:
+        rl8.io.checkpoint.CheckpointError: Not an rsl_rl checkpoint, an unsafe file, or a layout
+            rl8 cannot map (naming the keys found and expected).
+    """
+    state = load_torch_file(path)
+    if not is_rsl_rl_checkpoint(state):
+        found = sorted(map(str, state)) if isinstance(state, Mapping) else type(state).__name__
+        raise CheckpointError(
+            f"{path} is not an rsl_rl checkpoint: expected an 'iter' entry and a model's weights "
+            f"(actor_state_dict, student_state_dict, teacher_state_dict or model_state_dict), found {found}"
+        )
+    options = {"model": model, "observation_space": observation_space, "obs_groups": obs_groups}
+    description = _rsl_rl_description(state, path, activation=activation, **options)
+    return policy_from_dict(description, map_location=map_location, source=path)

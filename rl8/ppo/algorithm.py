@@ -8,7 +8,7 @@ import math
 import secrets
 import warnings
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -133,6 +133,10 @@ class PPO:
             ``[num_envs, horizon]``, which the next :meth:`update` adds to the env's; else ``None``.
     """
 
+    #: The name checkpoints record (``algo.algorithm``) and the hyper-parameters' class.
+    algorithm: ClassVar[str] = "PPO"
+    hparams_cls: ClassVar[type[HParams]] = HParams
+
     def __init__(
         self, env: type[Env] | str | Callable[..., Any] | Any, /, *extra: Any, **hparams: Any
     ) -> None:
@@ -152,7 +156,7 @@ class PPO:
         # an env given built (or made by a factory, on this rank's device and with its seed)
         built = given_env(env, hparams.get("env_kwargs"), device=device, seed=self.env_seed)
         env_hp = env_hparams(built, hparams) if built is not None else {}
-        given = HParams.from_kwargs(**{**hparams, **env_hp})
+        given = self.hparams_cls.from_kwargs(**{**hparams, **env_hp})
         self.hparams = hp = rank_hparams(given)
         self.device = hp.resolved_device() if built is not None else device
         self.dist.check_same(
@@ -163,7 +167,7 @@ class PPO:
                 if k not in ("device", "check_finite_collects")
             },
         )
-        if self.dist.is_main and not set(hparams) - _UNTUNED_HPARAMS:
+        if self.dist.is_main and self.algorithm == "PPO" and not set(hparams) - _UNTUNED_HPARAMS:
             _hint_preset(env)
         self.env_spec = env
         # The envs and the model's initial weights draw from torch's global RNG, seeded here with
@@ -364,16 +368,9 @@ class PPO:
             losses.append(loss)
             if hp.target_kl_div is not None and self._mean_over_ranks(loss.approx_kl) > hp.target_kl_div:
                 break  # the approximate KL left target_kl_div: the update stops early
-        if (
-            self.policy.obs_normalizer is not None
-        ):  # after the update: a collect and its update see the same
-            obs = self.buffer.data["obs"][:, : hp.horizon]
-            self.policy.obs_normalizer.update(obs, batch_dims=2, all_reduce=self._sum_over_ranks)
+        self._update_obs_normalizer()
         if self.rnd is not None:  # after the update, as rsl_rl's
-            self.rnd.update_normalization(
-                self.buffer.data["obs"][:, : hp.horizon],
-                self._sum_over_ranks,
-            )
+            self.rnd.update_normalization(self.buffer.data["obs"][:, : hp.horizon], self._sum_over_ranks)
         self.steps += 1
         if not grad_norms:  # a KL stop before the first accumulated optimizer step
             grad_norms.append(torch.zeros((), device=self.device))
@@ -481,6 +478,12 @@ class PPO:
             entropy_coeff=entropy_coeff,
             collected=minibatch.get("collected", None),  # hparam symmetry's augmented minibatches
         )
+
+    def _update_obs_normalizer(self) -> None:
+        """After the update: a collect and its update see the same normalisation."""
+        if self.policy.obs_normalizer is not None:
+            obs = self.buffer.data["obs"][:, : self.hparams.horizon]
+            self.policy.obs_normalizer.update(obs, batch_dims=2, all_reduce=self._sum_over_ranks)
 
     def _optimizer_step(self) -> torch.Tensor:
         """Average the gradients across ranks, clip and step; returns the norm before clipping."""
@@ -778,6 +781,7 @@ class PPO:
         if self.collector is not None and self.collector.in_flight:  # kept for the next collect
             self._obs = self.collector.wait().obs
         return {
+            "algorithm": self.algorithm,
             "hparams": self.hparams.to_plain(),
             "seed": self.seed,
             "policy": self.policy.state_dict(),

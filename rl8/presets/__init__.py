@@ -8,7 +8,13 @@ from typing import Any
 
 from rl8.fields import read_numbers
 from rl8.ppo.presets import PREFIX, close_names, for_env, hparams, names, path
-from rl8.presets.rsl_rl import RslRlConfig, RslRlConfigWarning, from_rsl_rl, rsl_rl_run_args
+from rl8.presets.rsl_rl import (
+    RslRlConfig,
+    RslRlConfigWarning,
+    from_rsl_rl,
+    rsl_rl_run_args,
+    rsl_rl_teacher_args,
+)
 from rl8.training.conditions import from_config
 from rl8.training.config import TrainerConfig
 from rl8.training.config_file import load_config
@@ -25,6 +31,7 @@ __all__ = [
     "names",
     "path",
     "rsl_rl_run_args",
+    "rsl_rl_teacher_args",
     "run_args",
     "trainer_options",
 ]

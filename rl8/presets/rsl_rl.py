@@ -16,7 +16,13 @@ from rl8.fields import is_int
 from rl8.policies.models import ACTIVATIONS
 from rl8.training.conditions import HitsUpperBound
 
-__all__ = ["RslRlConfig", "RslRlConfigWarning", "from_rsl_rl", "rsl_rl_run_args"]
+__all__ = [
+    "RslRlConfig",
+    "RslRlConfigWarning",
+    "from_rsl_rl",
+    "rsl_rl_run_args",
+    "rsl_rl_teacher_args",
+]
 
 #: rsl_rl 5 PPO's defaults, for the algorithm fields a config leaves out.
 _PPO_DEFAULTS = {
@@ -63,6 +69,17 @@ _OPTIMIZERS = {
     "rmsprop": "torch.optim.RMSprop",
 }
 _MLP_CLASSES = {"MLPModel", "ActorCritic"}
+#: rsl_rl 5 Distillation's defaults, for the algorithm fields a DistillationRunner config leaves out.
+_DISTILLATION_DEFAULTS = {
+    "class_name": "Distillation",
+    "optimizer": "adam",
+    "learning_rate": 1e-3,
+    "num_learning_epochs": 1,
+    "gradient_length": 15,
+    "max_grad_norm": None,
+    "loss_type": "mse",
+}
+_RNN_CLASSES = {"lstm": "rl8.policies.recurrent.LSTMModel", "gru": "rl8.policies.recurrent.GRUModel"}
 _MISSING = object()
 
 
@@ -338,13 +355,15 @@ def from_rsl_rl(cfg: Mapping[str, Any] | str | os.PathLike[str]) -> RslRlConfig:
         if runner.fields.get(key) == {}:
             del runner.fields[key]
     run_args = _run_args(runner)
+    if runner.fields.get("class_name") == "DistillationRunner":
+        return _from_distillation(runner, run_args)
     runner_cls = runner.take("class_name", _STR, "OnPolicyRunner")
     algo = _Section(runner.take("algorithm", _DICT), "algorithm", _PPO_DEFAULTS)
     algo_cls = algo.take("class_name", _STR)
     if (runner_cls, algo_cls) != ("OnPolicyRunner", "PPO"):
         raise ValueError(
-            f"rsl_rl config class_name: rl8 runs PPO (OnPolicyRunner), got {runner_cls!r} running "
-            f"{algo_cls!r}"
+            f"rsl_rl config class_name: rl8 runs PPO (OnPolicyRunner) and Distillation "
+            f"(DistillationRunner), got {runner_cls!r} running {algo_cls!r}"
         )
     unmapped: list[str] = []
     actor, critic = _model_sections(runner)
@@ -460,3 +479,159 @@ def _run_args(runner: _Section) -> dict[str, Any]:
         if max_iterations is None
         else {"stop_conditions": [HitsUpperBound("algorithm/steps", max_iterations)]}
     )
+
+
+def _student_teacher_sections(runner: _Section) -> tuple[_Section, _Section]:
+    """The student's and the teacher's fields in rsl_rl 5's names, from ``student``/``teacher``
+    or from the older ``policy`` section (``StudentTeacher``, ``StudentTeacherRecurrent``)."""
+    if "policy" not in runner.fields:
+        return _Section(runner.take("student", _DICT), "student"), _Section(
+            runner.take("teacher", _DICT), "teacher"
+        )
+    policy = _Section(runner.take("policy", _DICT), "policy")
+    kind = policy.take("class_name", _STR, "StudentTeacher").rsplit(".", 1)[-1]
+    if kind not in ("StudentTeacher", "StudentTeacherRecurrent"):
+        raise ValueError(
+            f"rsl_rl config policy.class_name: expected 'StudentTeacher' or "
+            f"'StudentTeacherRecurrent' in a DistillationRunner config, got {kind!r}"
+        )
+    activation = policy.fields.pop("activation", "elu")
+    student = {
+        "class_name": "RNNModel" if kind == "StudentTeacherRecurrent" else "MLPModel",
+        "hidden_dims": policy.fields.pop("student_hidden_dims", [256, 256, 256]),
+        "activation": activation,
+        "obs_normalization": policy.fields.pop("student_obs_normalization", False),
+    }
+    teacher = {
+        "hidden_dims": policy.fields.pop("teacher_hidden_dims", [256, 256, 256]),
+        "activation": activation,
+        "obs_normalization": policy.fields.pop("teacher_obs_normalization", False),
+    }
+    if policy.fields.pop("teacher_recurrent", False):
+        teacher["class_name"] = "RNNModel"
+    for key in ("rnn_type", "rnn_hidden_dim", "rnn_num_layers"):
+        if key in policy.fields:
+            student[key] = policy.fields.pop(key)
+    # the rest (the std fields among it) goes with the student's
+    return _Section({**student, **policy.fields}, "policy"), _Section(teacher, "policy")
+
+
+def _student_model(student: _Section, hparams: dict[str, Any], unmapped: list[str]) -> None:
+    """The student's model as ``model_cls``/``model_config``: rl8's MLPModel, or for rsl_rl's
+    ``RNNModel`` its LSTMModel or GRUModel."""
+    kind = student.take("class_name", _STR, "MLPModel").rsplit(":", 1)[-1].rsplit(".", 1)[-1]
+    config: dict[str, Any] = {"ortho_init": False, "activation": _activation(student)}
+    hiddens = list(student.take("hidden_dims", _DIMS, [256, 256, 256]))
+    hparams["normalize_observations"] = student.take("obs_normalization", _BOOL, False)
+    if kind == "RNNModel":
+        rnn = student.take("rnn_type", ("'lstm' or 'gru'", lambda v: v in _RNN_CLASSES), "lstm")
+        hparams["model_cls"] = _RNN_CLASSES[rnn]
+        config["hidden_size"] = student.take("rnn_hidden_dim", _POSITIVE_INT, 256)
+        config["num_layers"] = student.take("rnn_num_layers", _POSITIVE_INT, 1)
+        unmapped.append(
+            f"{student.name('hidden_dims')}={hiddens!r} (rsl_rl's RNNModel puts its MLP after the "
+            "RNN, rl8's recurrent models an encoder before it: model_config encoder_hiddens)"
+        )
+        dist: dict[str, Any] = {}
+        _distribution(student, dist, unmapped)
+        if "init_noise_std" in dist:
+            config["init_noise_std"] = dist["init_noise_std"]
+        if dist.get("noise_std_type", "log") != "log":
+            unmapped.append(
+                f"{student.name('std_type')}='scalar' (rl8's recurrent models learn the log-std)"
+            )
+    elif kind in _MLP_CLASSES:
+        config["hiddens"] = hiddens
+        config["critic_hiddens"] = []  # a distillation never trains the value: one linear layer
+        _distribution(student, config, unmapped)
+    else:
+        unmapped.append(
+            f"{student.name('class_name')}={kind!r} (rl8 builds its MLPModel; set model_cls)"
+        )
+    hparams["model_config"] = config
+
+
+def _from_distillation(runner: _Section, run_args: dict[str, Any]) -> RslRlConfig:
+    """:func:`from_rsl_rl` of a ``DistillationRunner`` config: ``Distillation`` hparams."""
+    runner.take("class_name", _STR)
+    algo = _Section(runner.take("algorithm", _DICT), "algorithm", _DISTILLATION_DEFAULTS)
+    if algo.take("class_name", _STR) != "Distillation":
+        raise ValueError(
+            f"rsl_rl config algorithm.class_name: a DistillationRunner runs 'Distillation', got "
+            f"{algo.fields.get('class_name', runner.fields.get('algorithm'))!r}"
+        )
+    unmapped: list[str] = []
+    student, teacher = _student_teacher_sections(runner)
+    optimizer = algo.take("optimizer", ("one of " + ", ".join(_OPTIMIZERS), lambda v: v in _OPTIMIZERS))
+    horizon = runner.take("num_steps_per_env", _INT)
+    hparams: dict[str, Any] = {
+        "horizon": horizon,
+        "lr": algo.take("learning_rate", _NUMBER),
+        "num_sgd_iters": algo.take("num_learning_epochs", _POSITIVE_INT),
+        "max_grad_norm": algo.take("max_grad_norm", _optional(_NUMBER)),
+        "loss_type": algo.take("loss_type", ("'mse' or 'huber'", lambda v: v in ("mse", "huber"))),
+        "optimizer_cls": _OPTIMIZERS[optimizer],
+        "optimizer_kwargs": {},  # torch's defaults, as rsl_rl
+    }
+    # gradient_length steps per optimizer step: rl8's minibatches of that many steps of every env
+    gradient_length = algo.take("gradient_length", _POSITIVE_INT)
+    steps = max(d for d in range(1, min(gradient_length, horizon) + 1) if horizon % d == 0)
+    if steps != gradient_length:
+        unmapped.append(
+            f"algorithm.gradient_length={gradient_length} (rl8 splits num_steps_per_env={horizon} "
+            f"into whole minibatches: {steps} steps each)"
+        )
+    hparams["num_minibatches"] = horizon // steps
+    _student_model(student, hparams, unmapped)
+    if hparams.get("model_cls") is not None:
+        hparams["seq_len"] = steps  # truncated backpropagation through gradient_length steps
+    if "seed" in runner.fields:
+        hparams["seed"] = runner.take("seed", _INT)
+    groups = runner.take("obs_groups", _optional(_DICT), None) or {}
+    for name, keys in groups.items():
+        if name not in ("student", "teacher"):
+            unmapped.append(
+                f"obs_groups.{name}={keys!r} (a distillation has the sets student and teacher)"
+            )
+        elif not (isinstance(keys, (list, tuple)) and keys and all(isinstance(k, str) for k in keys)):
+            raise ValueError(
+                f"rsl_rl config obs_groups.{name}: expected a non-empty list of group names, got {keys!r}"
+            )
+    if "student" in groups:
+        hparams["obs_groups"] = {"actor": list(groups["student"])}
+    # the teacher's fields describe its checkpoint (rsl_rl_teacher_args), not training
+    for key in ("class_name", "hidden_dims", "activation", "obs_normalization", "distribution_cfg"):
+        teacher.fields.pop(key, None)
+    for key in ("rnd_cfg", "symmetry_cfg"):
+        if algo.take(key, _ANY, None) is not None:
+            raise ValueError(f"rsl_rl config algorithm.{key}: rsl_rl's Distillation refuses it too")
+    for key in ("torch_compile_mode", "clip_actions", "device", "empirical_normalization"):
+        if runner.fields.get(key) is not None:
+            unmapped.append(f"{key}={runner.fields.pop(key)!r} (not mapped for Distillation)")
+        runner.fields.pop(key, None)
+    for section in (runner, algo, student, teacher):
+        unmapped.extend(section.rest())
+    if unmapped:
+        warnings.warn(
+            "from_rsl_rl: not mapped: " + "; ".join(unmapped), RslRlConfigWarning, stacklevel=3
+        )
+    return RslRlConfig(hparams, unmapped, run_args)
+
+
+def rsl_rl_teacher_args(cfg: Mapping[str, Any] | str | os.PathLike[str]) -> dict[str, Any]:
+    """The keyword arguments of :func:`rl8.io.export.load_rsl_rl_policy` (with the env's
+    ``observation_space``) that load the teacher a ``DistillationRunner`` config describes
+    from its rsl_rl checkpoint: the groups it reads (``obs_groups["teacher"]``; ``None`` when
+    the config names none: pass ``obs_groups`` yourself) and its activation.
+
+    Raises:
+        ValueError: Not a ``DistillationRunner`` config, or a field of the wrong type.
+    """
+    runner = _Section(_read(cfg), "")
+    if runner.fields.get("class_name") != "DistillationRunner":
+        raise ValueError(
+            f"rsl_rl config class_name: expected 'DistillationRunner', got {runner.fields.get('class_name')!r}"
+        )
+    _, teacher = _student_teacher_sections(runner)
+    groups = (runner.take("obs_groups", _optional(_DICT), None) or {}).get("teacher")
+    return {"obs_groups": list(groups) if groups else None, "activation": _activation(teacher)}

@@ -443,6 +443,14 @@ def run_params(
     }
     if qualified_name(type(algo.env)) != env:  # a gymnasium id, a factory: the rl8 class around it
         params["env_class"] = qualified_name(type(algo.env))
+    if algo.algorithm != "PPO":  # the runs of PPO log what they logged before the name existed
+        params["algorithm"] = algo.algorithm
+    teacher = getattr(algo, "teacher", None)
+    if teacher is not None:
+        params["teacher"] = {
+            "class": qualified_name(teacher.model_cls),
+            "config": dict(teacher.model_config),
+        }
     from rl8.ppo.distributed import current_roles
 
     roles = current_roles()

@@ -42,7 +42,9 @@ TRAINER_OPTIONS = {f.name: f.metadata for f in dataclasses.fields(TrainerConfig)
 #: Top-level keys of a ``rl8 train`` config file.
 CONFIG_KEYS: dict[str, str] = {
     "env": "the env: a dotted path to an rl8.Env subclass (rl8.envs.CartPole) or a gymnasium id",
-    "hparams": "PPO's hyper-parameters (see rl8.HParams)",
+    "algorithm": "the algorithm: PPO (the default) or Distillation (docs/distillation.md)",
+    "teacher": "Distillation's teacher: a policy file, checkpoint, folder, run id or models:/ URI (rl8.load_policy)",
+    "hparams": "the algorithm's hyper-parameters (see rl8.HParams, rl8.DistillationHParams)",
     "env_config": "env parameters for training resets (Trainer.run(env_config=...))",
     "eval_env_config": "env parameters for evaluations (default: env_config)",
     "steps_per_eval": "evaluate every this many training steps",
@@ -150,10 +152,14 @@ def assign(target: dict[str, Any], path: list[str], value: Any) -> None:
 
 
 def hparam_names() -> list[str]:
-    """The names of :class:`rl8.HParams`' fields."""
-    from rl8.ppo.hparams import HParams
+    """The names of the fields of every algorithm's hyper-parameters (:class:`rl8.HParams`, then
+    those :class:`rl8.DistillationHParams` adds)."""
+    from rl8.training.resume import ALGORITHMS
 
-    return [f.name for f in dataclasses.fields(HParams)]
+    names = [
+        f.name for algo_cls in ALGORITHMS.values() for f in dataclasses.fields(algo_cls.hparams_cls)
+    ]
+    return list(dict.fromkeys(names))
 
 
 def unknown_hparam(key: Any, where: str) -> ConfigError:
@@ -232,13 +238,18 @@ def check_config(config: Mapping[str, Any], where: str) -> None:
         raise ConfigError(
             f"{where}: env must be a string (a dotted path or a gymnasium id), got {config['env']!r}"
         )
-    if config.get("hparams") is not None:
-        from rl8.ppo.hparams import HParams
+    from rl8.training.resume import ALGORITHMS
 
+    algo_cls = ALGORITHMS.get(config.get("algorithm", "PPO"))
+    if algo_cls is None:
+        raise ConfigError(
+            f"{where}: algorithm: expected one of {sorted(ALGORITHMS)}, got {config['algorithm']!r}"
+        )
+    if config.get("hparams") is not None:
         if not isinstance(config["hparams"], Mapping):
             raise ConfigError(f"{where}: hparams must be a mapping, got {config['hparams']!r}")
         try:  # names checked, numeric strings read as numbers
-            HParams.read_config(config["hparams"], f"{where}: hparams")
+            algo_cls.hparams_cls.read_config(config["hparams"], f"{where}: hparams")
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
     for key in ("env_config", "eval_env_config"):

@@ -21,10 +21,12 @@ from rl8.io.export import (
     POLICY_ARTIFACT,
     check_env_spaces,
     check_finite_weights,
+    policy_from_dict,
     space_from_dict,
 )
 from rl8.io.mlflow_model import save_model
 from rl8.ppo.algorithm import PPO, NonFiniteError
+from rl8.ppo.distillation import Distillation
 from rl8.ppo.distributed import DistContext, current_roles, derive_seed, rank_device, to_cpu
 from rl8.ppo.resolve import (
     check_stored_env_kwargs,
@@ -36,6 +38,7 @@ from rl8.tracking.common import TrackingWarning
 from rl8.training.conditions import Condition, with_current_stat_names
 
 __all__ = [
+    "ALGORITHMS",
     "BEST_POLICY_ARTIFACT",
     "RESUMING",
     "CheckpointModels",
@@ -51,7 +54,20 @@ __all__ = [
 
 #: Entries of ``PPO.state_dict()`` that are the same on every rank: stored once (rank 0's
 #: ``algo``), not in the per-rank entries of a data-parallel checkpoint.
-_SHARED_ALGO_KEYS = ("hparams", "seed", "policy", "optimizer", "grad_scaler", "counters")
+_SHARED_ALGO_KEYS = (
+    "algorithm",
+    "hparams",
+    "seed",
+    "policy",
+    "teacher",
+    "optimizer",
+    "grad_scaler",
+    "counters",
+)
+
+#: The algorithms a checkpoint may name (its ``algo.algorithm`` entry; none: ``"PPO"``, written
+#: before the entry existed), looked up here and never imported.
+ALGORITHMS: dict[str, type[PPO]] = {"PPO": PPO, "Distillation": Distillation}
 
 
 @dataclasses.dataclass
@@ -343,8 +359,10 @@ def algo_from_checkpoint(
         )
     hp = {**stored, **dict(hparams or {})}
     hp["device"] = rank_device(hp.get("device", "auto"))  # torchrun: cuda:LOCAL_RANK
+    algo_cls = _stored_algorithm(algo_state, file)
+    extra = {"teacher": _stored_teacher(state, file, trust_code)} if algo_cls is Distillation else {}
     try:
-        algo = PPO(spec, **hp)
+        algo = algo_cls(spec, **hp, **extra)
     except (TypeError, ValueError) as exc:  # one line naming the field, the value and what it must be
         raise (
             exc
@@ -371,6 +389,33 @@ def algo_from_checkpoint(
     else:  # an actor's envs, RNG streams and episodes go on where they were
         _load_algo_state(algo, {**algo_state, **(state["actor"] if is_actor else {})}, file)
     return algo
+
+
+def _stored_algorithm(algo_state: Mapping[str, Any], file: Path) -> type[PPO]:
+    """The class of the checkpoint's ``algo.algorithm`` entry (:data:`ALGORITHMS`)."""
+    name = algo_state.get("algorithm", "PPO")
+    if not isinstance(name, str) or name not in ALGORITHMS:
+        raise CheckpointError(
+            f"{file}: entry 'algo.algorithm' must be one of {sorted(ALGORITHMS)}, got {name!r:.80}"
+        )
+    return ALGORITHMS[name]
+
+
+def _stored_teacher(state: Mapping[str, Any], file: Path, trust_code: bool) -> Any:
+    """A distillation checkpoint's teacher: its description (``trainer.teacher``) with its
+    weights (``algo.teacher``), built as a policy file is (classes from :mod:`rl8.registry`)."""
+    described, weights = state["trainer"].get("teacher"), state["algo"].get("teacher")
+    if not isinstance(described, Mapping) or not isinstance(weights, Mapping):
+        raise CheckpointError(
+            f"{file}: a Distillation checkpoint needs the entries 'trainer.teacher' (a policy "
+            f"description) and 'algo.teacher' (its weights), got {type(described).__name__} and "
+            f"{type(weights).__name__}"
+        )
+    return policy_from_dict(
+        {**described, "state_dict": weights},
+        source=f"{file}: entry 'trainer.teacher'",
+        trust_code=trust_code,
+    )
 
 
 def _load_algo_state(algo: PPO, algo_state: Mapping[str, Any], file: Path) -> None:

@@ -20,13 +20,14 @@ import torch
 from rl8.io.checkpoint_dir import CheckpointDirLock, check_writable_folder, read_checkpoint
 from rl8.io.export import policy_to_dict
 from rl8.mlflow_store import StoreSchemaError
-from rl8.ppo.algorithm import PPO, check_env_configs
+from rl8.ppo.algorithm import check_env_configs
 from rl8.ppo.distributed import DistContext, current_roles
 from rl8.ppo.resolve import env_spec_string, is_dotted_path, qualified_name
 from rl8.ppo.stats import Stats
 from rl8.tracking.common import TrackingError, TrackingWarning
 from rl8.tracking.tracker import TERMINAL_STATUSES, Tracker
 from rl8.training.actors import Learner, check_actor_config, run_actor
+from rl8.training.algorithm import Algorithm
 from rl8.training.callbacks import CallbackLike, as_callbacks, callback_name, run_callbacks
 from rl8.training.conditions import Condition
 from rl8.training.config import TrainerConfig, run_params
@@ -96,7 +97,8 @@ def _memory_stats(device: torch.device) -> dict[str, float]:
 
 
 class Trainer:
-    """Train a :class:`~rl8.PPO` algorithm with stop conditions, MLflow tracking and checkpoints
+    """Train an algorithm (:class:`~rl8.PPO`, :class:`~rl8.Distillation`: the
+    :class:`~rl8.training.algorithm.Algorithm` protocol) with stop conditions, MLflow tracking and checkpoints
     (see ``docs/checkpoints.md``). Its MLflow run starts at the first call that needs it (a
     step, :meth:`run` or :meth:`learn` once their arguments are checked, :attr:`run_id`; see
     ``docs/trainer.md``) and stays open until :meth:`close` (or a ``with`` block's end).
@@ -117,7 +119,7 @@ class Trainer:
         stopped_by: The stop condition that ended the latest :meth:`run`, or ``None``.
     """
 
-    def __init__(self, algo: PPO, config: TrainerConfig | None = None, **options: Any) -> None:
+    def __init__(self, algo: Algorithm, config: TrainerConfig | None = None, **options: Any) -> None:
         if config is not None and not isinstance(config, TrainerConfig):
             raise TypeError(
                 f"Trainer: config must be a rl8.training.config.TrainerConfig or None, got {config!r}"
@@ -665,9 +667,17 @@ class Trainer:
                 **self.resolved_config().stored(),
                 **dataclasses.asdict(self._run_record()),
                 "policy": policy_to_dict(algo.policy, include_state=False, env=self._env_info()),
+                **self._teacher_entry(),
             },
             "versions": {"rl8": __version__, "torch": str(torch.__version__)},
         }
+
+    def _teacher_entry(self) -> dict[str, Any]:
+        """A distillation's teacher as a checkpoint describes it (its weights are the algo's)."""
+        teacher = getattr(self.algo, "teacher", None)
+        if teacher is None:
+            return {}
+        return {"teacher": policy_to_dict(teacher, include_state=False)}
 
     def save_checkpoint(
         self, path: str | os.PathLike[str] | None = None, *, wait_for_run: bool = True
