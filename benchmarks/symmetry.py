@@ -28,7 +28,11 @@ TASKS = {
     "CartPole": (CartPole, {}, 475.0, 1_000_000),
     "Pendulum": (
         Pendulum,
-        {k: v for k, v in presets.hparams(presets.load("Pendulum")).to_dict().items() if k != "seed"},
+        {
+            k: v
+            for k, v in presets.hparams(presets.load("Pendulum")).to_dict().items()
+            if k not in ("seed", "symmetry")
+        },
         -200.0,
         3_000_000,
     ),
