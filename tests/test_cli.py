@@ -14,8 +14,10 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 import rl8
+from rl8 import PPO, save_policy
 from rl8.cli import main
 from rl8.cli.main import build_parser
+from rl8.envs import Pendulum
 
 pytestmark = pytest.mark.usefixtures("migrated_store", "one_torch_thread")
 
@@ -572,9 +574,6 @@ def test_a_policy_that_cannot_be_exported_is_one_line_exit_1_and_its_traceback_w
 
 
 def test_train_and_resume_a_distillation_from_a_config(tmp_path, capsys, mlflow_uri):
-    from rl8 import PPO, save_policy
-    from rl8.envs import Pendulum
-
     teacher = save_policy(PPO(Pendulum, num_envs=4, horizon=4, seed=1).policy, tmp_path / "teacher.pt")
     config = write(
         tmp_path,
