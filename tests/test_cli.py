@@ -16,10 +16,10 @@ from cli_errors import one_error_line
 from mlflow.tracking import MlflowClient
 
 import rl8
-from rl8 import PPO, Trainer
+from rl8 import PPO, Trainer, save_policy
 from rl8.cli import ConfigError, load_config, main
 from rl8.cli.main import build_parser
-from rl8.envs import CartPole
+from rl8.envs import CartPole, Pendulum
 from rl8.training.conditions import MAX_CONDITION_DEPTH, from_config
 
 pytestmark = pytest.mark.usefixtures("migrated_store", "one_torch_thread")
@@ -907,9 +907,6 @@ def test_an_env_config_mistake_exits_2_before_anything_is_tracked(
 
 
 def test_train_and_resume_a_distillation_from_a_config(tmp_path, capsys, mlflow_uri):
-    from rl8 import PPO, save_policy
-    from rl8.envs import Pendulum
-
     teacher = save_policy(PPO(Pendulum, num_envs=4, horizon=4, seed=1).policy, tmp_path / "teacher.pt")
     config = write(
         tmp_path,

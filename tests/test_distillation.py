@@ -10,6 +10,9 @@ from group_envs import GoalPoint
 from rl8 import PPO, Distillation, DistillationHParams, Trainer, load_policy, save_policy
 from rl8.envs import CartPole, ContinuousDummyEnv
 from rl8.policies.recurrent import LSTMModel
+from rl8.ppo.distributed import Roles
+from rl8.training.actors import check_actor_config
+from rl8.training.config import TrainerConfig
 
 TEACHER_GROUPS = {"actor": ["teacher"], "critic": ["teacher"]}
 STUDENT_GROUPS = {"actor": ["policy"], "critic": ["policy"]}
@@ -208,3 +211,10 @@ def test_a_distilled_student_reaches_90_percent_of_the_teacher_before_ppo_from_s
     scratch = PPO(GoalPoint, obs_groups=STUDENT_GROUPS, **LEARNING)
     _, scratch_best = best_return_within(scratch, target, steps)
     assert scratch_best < target, f"PPO from scratch reached {scratch_best:.2f} in {steps} env steps too"
+
+
+def test_actors_and_learners_refuse_a_distillation():
+    with pytest.raises(ValueError, match="actors and learners train PPO only, got Distillation"):
+        check_actor_config(
+            TrainerConfig(actors=1), make_distillation(), Roles(rank=0, world_size=2, actors=1)
+        )

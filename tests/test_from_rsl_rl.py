@@ -12,9 +12,9 @@ import torch
 import yaml
 from group_envs import GoalPoint, GroupCartPole
 
-from rl8 import PPO, HParams, Trainer
+from rl8 import PPO, Distillation, HParams, Trainer
 from rl8.envs import Pendulum
-from rl8.presets import RslRlConfigWarning, from_rsl_rl, rsl_rl_run_args
+from rl8.presets import RslRlConfigWarning, from_rsl_rl, rsl_rl_run_args, rsl_rl_teacher_args
 
 #: mjlab 1.6's cartpole_ppo_runner_cfg() (rsl-rl-lib 5.4.2), as dataclasses.asdict gives it.
 MJLAB_CARTPOLE = {
@@ -499,9 +499,6 @@ DISTILLATION_CFG = {  # rsl_rl 5.5.1's DistillationRunner config, as mjlab and I
 
 
 def test_a_distillation_runner_config_reads_as_distillation_hparams():
-    from rl8 import Distillation
-    from rl8.presets import rsl_rl_teacher_args
-
     hparams, unmapped, run_args = from_rsl_rl(copy.deepcopy(DISTILLATION_CFG))
     assert unmapped == []
     assert hparams == {

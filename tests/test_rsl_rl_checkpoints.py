@@ -10,6 +10,7 @@ from envs.sim_fakes import PointMassVecEnv
 from tensordict import TensorDict
 
 from rl8 import Distillation, load_policy
+from rl8.cli import main
 from rl8.envs.rsl_rl import RslRlEnv, space_of
 from rl8.io.checkpoint import CheckpointError
 from rl8.io.export import load_rsl_rl_policy
@@ -179,8 +180,6 @@ def test_an_rsl_rl_teacher_reads_its_privileged_group(tmp_path):
 
 
 def test_rl8_export_writes_an_rsl_rl_actor_as_torchscript(tmp_path, capsys, monkeypatch):
-    from rl8.cli import main
-
     actor, _ = rsl_rl_5_checkpoint(tmp_path / "model_7.pt")
     monkeypatch.chdir(tmp_path)
     assert main(["export", "model_7.pt", "--format", "torchscript", "-o", "actor.pt"]) == 0

@@ -112,8 +112,8 @@ def _leaves(td: TensorDictBase) -> dict[str, torch.Tensor]:
 
 
 def check_actor_config(config: TrainerConfig, algo: PPO, roles: Roles | None) -> None:
-    """A ``ValueError`` when the Trainer's ``actors`` option differs from the job's ``roles``
-    or ``algo`` is recurrent (not supported with actors)."""
+    """A ``ValueError`` when the Trainer's ``actors`` option differs from the job's ``roles``,
+    or ``algo`` is recurrent or not PPO (neither is supported with actors)."""
     have = roles.actors if roles is not None else None
     if config.actors != have:
         how = (
@@ -129,6 +129,11 @@ def check_actor_config(config: TrainerConfig, algo: PPO, roles: Roles | None) ->
     if roles is not None and algo.recurrent:
         raise ValueError(
             "Trainer: actors: recurrent models are not supported with actors and learners yet"
+        )
+    if roles is not None and algo.algorithm != "PPO":  # the learners' importance weights are PPO's
+        raise ValueError(
+            f"Trainer: actors: actors and learners train PPO only, got {algo.algorithm} (train it "
+            "without --actors, or data-parallel under torchrun)"
         )
 
 
