@@ -4,6 +4,7 @@ an env returns."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
@@ -21,6 +22,7 @@ __all__ = [
     "ReadyEnvs",
     "validate_step_output",
     "validate_reset_output",
+    "validate_log",
     "find_nonfinite",
 ]
 
@@ -383,6 +385,26 @@ def validate_reset_output(obs: Any, env: Env) -> None:
             f"{where}: TensorDict batch_size is {tuple(obs.batch_size)}, expected ({n},)"
         )
     _check_value("obs", obs, env.observation_space, n, where)
+
+
+def validate_log(log: Any, env: Env) -> dict[str, torch.Tensor]:
+    """Check ``log``, what ``env.pop_log`` returned, against its contract (a dict of 0-d
+    tensors by string name, on any device); return it, or raise :class:`EnvOutputError`
+    naming the env, the value and what it should be."""
+    where = f"{type(env).__name__}.pop_log"
+    if not isinstance(log, Mapping):
+        raise EnvOutputError(f"{where}: expected a dict of 0-d tensors, got {type(log).__name__}")
+    for key, value in log.items():
+        if not isinstance(key, str):
+            raise EnvOutputError(f"{where}: expected string names, got {key!r} ({type(key).__name__})")
+        if not isinstance(value, torch.Tensor) or value.dim() != 0:
+            got = (
+                f"shape {tuple(value.shape)}"
+                if isinstance(value, torch.Tensor)
+                else type(value).__name__
+            )
+            raise EnvOutputError(f"{where}: {key!r} must be a 0-d tensor, got {got} ({value!r})")
+    return dict(log)
 
 
 def find_nonfinite(value: torch.Tensor | TensorDictBase, batch_dims: int = 1) -> torch.Tensor | None:

@@ -152,10 +152,12 @@ class TorchVectorEnv(Env):
                 total, count = self._log_sums.get(key, (0.0, 0))
                 self._log_sums[key] = (total + (value.double() * finished).sum(), count + finished.sum())
 
-    def pop_log(self) -> dict[str, float]:
+    def pop_log(self) -> dict[str, torch.Tensor]:
         """The mean over the episodes that ended since the last call of each value their
-        ``info["final_info"]`` gave (ManiSkill3: ``success``, ``fail``, ``episode/return``...)."""
-        out = {key: float(total) / int(count) for key, (total, count) in self._log_sums.items() if count}
+        ``info["final_info"]`` gave (ManiSkill3: ``success``, ``fail``, ``episode/return``...),
+        as 0-d float64 tensors on the env's device (NaN for a value given at a step where no
+        episode ended), and forget them."""
+        out = {key: total / count for key, (total, count) in self._log_sums.items()}
         self._log_sums = {}
         return out
 

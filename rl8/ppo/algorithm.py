@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from rl8.envs.base import Env, ReadyEnvs, validate_reset_output
+from rl8.envs.base import Env, ReadyEnvs, validate_log, validate_reset_output
 from rl8.envs.episodes import EpisodeTracker
 from rl8.envs.tasks import is_task_spec
 from rl8.policies.policy import Policy
@@ -581,7 +581,7 @@ class PPO:
         )
         self._validated = True
         buffer.env_episodes = self.env.pop_episode_records()  # the episodes of this rollout
-        buffer.env_log = self.env.pop_log()  # and the simulator's own values of them
+        buffer.env_log = validate_log(self.env.pop_log(), self.env)  # the simulator's own values
         return obs
 
     def _count_collect(self) -> None:
@@ -763,7 +763,7 @@ class PPO:
                 generator=self.eval_generator,
             )
             steps = [(step.rewards, step.done) for step in run]
-        records, env_log = env.pop_episode_records(), env.pop_log()
+        records, env_log = env.pop_episode_records(), validate_log(env.pop_log(), env)
         rewards = torch.stack([r for r, _ in steps], 1).to(self.device)
         dones = torch.stack([d for _, d in steps], 1).to(self.device) if env.episodic else None
         episode_sums = (

@@ -9,7 +9,7 @@ from gymnasium.vector import AutoresetMode
 from sim_fakes import PointMassVectorEnv
 
 from rl8 import PPO
-from rl8.envs.base import validate_reset_output, validate_step_output
+from rl8.envs.base import EnvOutputError, validate_reset_output, validate_step_output
 from rl8.envs.torch_vector import TorchVectorEnv
 
 
@@ -84,6 +84,32 @@ def test_finished_episodes_final_info_is_averaged_until_pop_log():
     for _ in range(4):
         quiet.step(torch.zeros(3, 1))
     assert quiet.pop_log() == {}
+
+
+def test_final_infos_reach_the_collect_and_eval_stats():
+    # the values ManiSkill3 logs for ended episodes: 0-d tensors through PPO's one stat transfer
+    algo = PPO(PointMassVectorEnv(4, max_episode_length=4), horizon=8, seed=0)
+    stats = algo.collect()
+    assert stats["env/episode/episode_len"] == 4.0 and 0.0 <= stats["env/Episode/success"] <= 1.0
+    assert 0.0 < stats["env/episode/return"] <= 4.0
+    evaluated = algo.evaluate(num_steps=8)
+    assert evaluated["env/episode/episode_len"] == 4.0
+
+
+def test_a_log_that_is_not_0d_tensors_is_a_clear_error():
+    env = TorchVectorEnv(PointMassVectorEnv(2))
+    algo = PPO(env, horizon=4, seed=0)
+    env.pop_log = lambda: {"success": 0.5}
+    with pytest.raises(
+        EnvOutputError, match=r"TorchVectorEnv.pop_log: 'success' must be a 0-d tensor, got float"
+    ):
+        algo.collect()
+    env.pop_log = lambda: {"success": torch.ones(2)}
+    with pytest.raises(EnvOutputError, match=r"'success' must be a 0-d tensor, got shape \(2,\)"):
+        algo.collect()
+    env.pop_log = lambda: [torch.ones(())]
+    with pytest.raises(EnvOutputError, match="expected a dict of 0-d tensors, got list"):
+        algo.evaluate(num_steps=2)
 
 
 def test_a_given_device_must_be_the_envs():
