@@ -49,11 +49,17 @@ def test_observation_normalizer_skips_masks_and_integers():
     torch.testing.assert_close(out["x"].std(0, unbiased=False), torch.ones(2), atol=1e-4, rtol=0)
 
 
+def fold_returns(norm: RewardNormalizer, rewards: torch.Tensor, dones: torch.Tensor | None) -> None:
+    """The plain reference of what a collect does to the reward normaliser: advance the running
+    returns over ``rewards`` ``[num_envs, T]`` and fold every one into the statistics."""
+    norm.stats.update(norm.advance(rewards, dones).reshape(-1))
+
+
 def test_reward_normalizer_tracks_discounted_return():
     norm = RewardNormalizer(num_envs=2, gamma=0.5)
     rewards = torch.ones(2, 3)
     dones = torch.tensor([[False, True, False], [False, False, False]])
-    norm.update(rewards, dones)
+    fold_returns(norm, rewards, dones)
     # env 0: 1, 1.5, (reset) 1 ; env 1: 1, 1.5, 1.75
     seen = torch.tensor([1.0, 1.5, 1.0, 1.0, 1.5, 1.75], dtype=torch.float64)
     torch.testing.assert_close(norm.stats.var, seen.var(unbiased=False))
@@ -69,8 +75,8 @@ def test_reward_normalizer_vectorised_path_matches_the_recurrence():
     rewards = torch.randn(7, 40, generator=g)
     fast, slow = RewardNormalizer(7, 0.97), RewardNormalizer(7, 0.97)
     for _ in range(3):  # carries the running return across collects
-        fast.update(rewards, None)
-        slow.update(rewards, torch.zeros(7, 40, dtype=torch.bool))
+        fold_returns(fast, rewards, None)
+        fold_returns(slow, rewards, torch.zeros(7, 40, dtype=torch.bool))
     torch.testing.assert_close(fast.returns, slow.returns, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(fast.stats.var, slow.stats.var, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(fast.stats.mean, slow.stats.mean, rtol=1e-5, atol=1e-6)
@@ -110,7 +116,7 @@ def test_ppo_reward_statistics_cover_every_running_return():
         algo.collect()
         data = algo.buffer.data
         dones = data["terminated"][:, :16] | data["truncated"][:, :16]
-        reference.update(data["rewards"][:, :16], dones)
+        fold_returns(reference, data["rewards"][:, :16], dones)
     stats = algo.reward_normalizer.stats
     torch.testing.assert_close(stats.mean, reference.stats.mean, rtol=1e-9, atol=1e-9)
     torch.testing.assert_close(stats.var, reference.stats.var, rtol=1e-9, atol=1e-9)
@@ -119,14 +125,14 @@ def test_ppo_reward_statistics_cover_every_running_return():
 
 def test_reward_normalizer_merges_returns_moments_read_back():
     """returns_moments + merge_returns_moments fold a collect's running returns into the
-    statistics exactly like update() does."""
+    statistics exactly like fold_returns (the plain reference) does."""
     from rl8.ppo.distributed import DistContext
     from rl8.ppo.stats import reduce_stats
 
     torch.manual_seed(0)
     rewards = torch.randn(4, 6)
     a, b = RewardNormalizer(4, 0.9), RewardNormalizer(4, 0.9)
-    a.update(rewards, None)
+    fold_returns(a, rewards, None)
     seen = b.advance(rewards, None)
     sums, local = b.returns_moments(seen)
     b.merge_returns_moments(reduce_stats(DistContext(), sums=sums, local=local), float(seen.numel()))

@@ -245,15 +245,6 @@ class Policy(nn.Module):
             lambda cur, init: torch.where(m.reshape(-1, *([1] * (cur.dim() - 1))), init, cur), initial
         )
 
-    def act(
-        self, obs: torch.Tensor | TensorDictBase, *, deterministic: bool = False
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Sample raw actions (:meth:`to_env_action` maps them to env actions) with their
-        log-probabilities ``[B]`` and values ``[B]``."""
-        dist, value = self.distribution(obs)
-        actions = dist.deterministic_sample() if deterministic else dist.sample()
-        return actions, dist.log_prob(actions), value
-
     def evaluate(
         self, minibatch: TensorDictBase, *, entropy_grad: bool = True
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 import torch
 from torch import nn
 
@@ -34,21 +31,11 @@ class RewardNormalizer(nn.Module):
         self.register_buffer("returns", torch.zeros(num_envs, dtype=torch.float32, device=device))
 
     @torch.no_grad()
-    def update(
-        self,
-        rewards: torch.Tensor,
-        dones: torch.Tensor | None,
-        all_reduce: Callable[[torch.Tensor], Any] | None = None,
-    ) -> None:
-        """Advance the running returns over a collect's ``[num_envs, T]`` ``rewards`` and fold them
-        into the statistics; ``dones``: ``[num_envs, T]`` bool, where an episode ended, or ``None``
-        (no episodes); ``all_reduce``: see :meth:`RunningMeanStd.update`."""
-        self.stats.update(self.advance(rewards, dones).reshape(-1), all_reduce)
-
-    @torch.no_grad()
     def advance(self, rewards: torch.Tensor, dones: torch.Tensor | None) -> torch.Tensor:
-        """Advance the running returns over a collect WITHOUT touching the statistics; returns
-        the running return after every step, ``[num_envs, T]`` (see :meth:`update`)."""
+        """Advance the running returns over a collect's ``[num_envs, T]`` ``rewards`` WITHOUT
+        touching the statistics (:meth:`returns_moments` and :meth:`merge_returns_moments` fold
+        them in); ``dones``: ``[num_envs, T]`` bool, where an episode ended, or ``None`` (no
+        episodes). Returns the running return after every step, ``[num_envs, T]``."""
         if dones is None:  # in one matmul: G_t = gamma^(t+1) G_-1 + sum_{k<=t} gamma^(t-k) r_k
             discount = discount_matrix(rewards.shape[1], self.gamma, torch.float32, rewards.device)
             carry = torch.outer(self.returns, discount[:, 0])  # column 0 of the matrix is gamma^t
