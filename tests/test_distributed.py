@@ -121,7 +121,8 @@ def test_one_update_on_two_ranks_equals_one_process_with_all_envs(one_update_job
     single.buffer.data.update_(data)
     single.collects = 1
     dones = data["terminated"][:, :h] | data["truncated"][:, :h]
-    single.reward_normalizer.update(data["rewards"][:, :h], dones)
+    normalizer = single.reward_normalizer
+    normalizer.stats.update(normalizer.advance(data["rewards"][:, :h], dones).reshape(-1))
     # ... and its running reward statistics are the ranks' reduced ones
     for key, value in r0["reward_stats"].items():
         torch.testing.assert_close(r1["reward_stats"][key], value, rtol=0, atol=0)
