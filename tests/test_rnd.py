@@ -187,7 +187,17 @@ def test_the_weight_is_scaled_by_the_envs_step_dt_as_rsl_rl():
 @pytest.mark.parametrize(
     "rnd, match",
     [
-        ({"wieght": 1.0}, r"hparam rnd: unknown key 'wieght'; expected keys among \['weight',"),
+        (
+            {"wieght": 1.0},
+            r"hparam rnd: unknown key 'wieght'; did you mean 'weight'\? \(expected keys among "
+            r"\['weight', 'weight_schedule',.*\]\), got \{'wieght': 1.0\}",
+        ),
+        ({"reward_normalization": 1}, r"hparam rnd\['reward_normalization'\]: expected a bool, got 1"),
+        (
+            {"state_groups": []},
+            r"hparam rnd\['state_groups'\]: expected None or a non-empty list of observation groups, "
+            r"got \[\]",
+        ),
         ({"weight": -1}, r"hparam rnd\['weight'\]: expected a number >= 0, got -1"),
         ({"learning_rate": 0}, r"hparam rnd\['learning_rate'\]: expected a number > 0, got 0"),
         ({"num_outputs": 0}, r"hparam rnd\['num_outputs'\]: expected an int >= 1, got 0"),
@@ -196,6 +206,7 @@ def test_the_weight_is_scaled_by_the_envs_step_dt_as_rsl_rl():
             r"hparam rnd\['predictor_hidden_dims'\]: expected a list of ints >= 1 or -1",
         ),
         ({"activation": "relu6"}, r"hparam rnd\['activation'\]: expected one of \["),
+        ({"activation": ["elu"]}, r"hparam rnd\['activation'\]: expected one of \[.*\], got \['elu'\]"),
         (
             {"weight_schedule": {"mode": "cosine"}},
             r"hparam rnd\['weight_schedule'\]: expected None or a dict with 'mode' one of "
