@@ -533,6 +533,15 @@ def test_a_distillation_runner_config_reads_as_distillation_hparams():
     assert algo.steps == 2 and algo.minibatch_size == 8 * 4
 
 
+def test_the_unmapped_warning_points_at_the_caller_of_ppo_and_distillation_configs():
+    ppo_cfg, distillation_cfg = copy.deepcopy(MJLAB_CARTPOLE), copy.deepcopy(DISTILLATION_CFG)
+    for cfg in (ppo_cfg, distillation_cfg):
+        cfg["future_field"] = 3
+        with pytest.warns(RslRlConfigWarning, match=r"future_field=3 \(no rl8 counterpart\)") as record:
+            from_rsl_rl(cfg)
+        assert [w.filename for w in record] == [__file__]
+
+
 def test_the_older_student_teacher_policy_section_and_a_recurrent_student():
     cfg = copy.deepcopy(DISTILLATION_CFG)
     del cfg["student"], cfg["teacher"]
