@@ -13,6 +13,7 @@ from rl8.policies.recurrent import LSTMModel
 from rl8.ppo.distributed import Roles
 from rl8.training.actors import check_actor_config
 from rl8.training.config import TrainerConfig
+from rl8.training.config_file import unknown_hparam
 
 TEACHER_GROUPS = {"actor": ["teacher"], "critic": ["teacher"]}
 STUDENT_GROUPS = {"actor": ["policy"], "critic": ["policy"]}
@@ -116,6 +117,22 @@ def test_ppos_own_hparams_are_refused():
     with pytest.raises(ValueError, match="hparam loss_type: expected 'mse' or 'huber', got 'l1'"):
         make_distillation(loss_type="l1")
     assert DistillationHParams().num_sgd_iters == 1 and DistillationHParams().max_grad_norm is None
+
+
+def test_a_typo_near_loss_type_is_suggested_wherever_it_is_read():
+    with pytest.raises(
+        TypeError,
+        match=r"unknown hyper-parameter 'loss_typ'; did you mean 'loss_type'\? \(valid: .*, loss_type\)",
+    ):
+        make_distillation(loss_typ="huber")
+    with pytest.raises(
+        ValueError, match=r"^hparams: unknown hyper-parameter 'loss_tpe'; did you mean 'loss_type'\?"
+    ):
+        DistillationHParams.from_config({"loss_tpe": "huber"})
+    error = unknown_hparam("losstype", "--set losstype=huber")  # rl8 train's --set, any algorithm
+    assert str(error).startswith(
+        "--set losstype=huber: unknown hyper-parameter 'losstype'; did you mean 'loss_type'?"
+    )
 
 
 def test_a_teacher_that_cannot_label_the_env_is_refused():
