@@ -141,6 +141,15 @@ def test_a_teacher_that_cannot_label_the_env_is_refused():
     point = PPO(ContinuousDummyEnv, num_envs=4, horizon=4, seed=0).policy
     with pytest.raises(ValueError, match="the teacher reads observations of Box"):
         Distillation(GoalPoint, teacher=point, **SMALL)
+    recurrent = PPO(
+        GoalPoint, obs_groups=TEACHER_GROUPS, model_cls=LSTMModel, **{**SMALL, "model_config": {}}
+    ).policy
+    with pytest.raises(
+        ValueError,
+        match=r"^Distillation: teacher: expected a feedforward policy, got one of the recurrent "
+        r"LSTMModel; .* \(the student may be recurrent: model_cls\)$",
+    ):
+        Distillation(GoalPoint, teacher=recurrent, **{**SMALL, "obs_groups": STUDENT_GROUPS})
     cartpole = PPO(CartPole, num_envs=4, horizon=4, seed=0).policy
     with pytest.raises(ValueError, match="must be a Box, got Discrete"):
         Distillation(CartPole, teacher=cartpole, num_envs=4, horizon=4)
