@@ -30,7 +30,8 @@ def mirror_catch(
     env: object = None, obs: torch.Tensor | None = None, actions: torch.Tensor | None = None
 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """Catch's mirror for hparam ``symmetry``: the ``[B, 1, H, W]`` images with their left-right
-    flips after them, the actions (0: left, 1: stay, 2: right) with ``2 - action`` after them."""
+    flips after them, the actions (0: left, 1: stay, 2: right) with ``2 - action`` after them.
+    A symmetry of the game for an odd number of columns, where the paddle starts in the middle."""
     return (
         None if obs is None else torch.cat([obs, obs.flip(-1)]),
         None if actions is None else torch.cat([actions, 2 - actions]),
