@@ -521,8 +521,12 @@ def _student_teacher_sections(runner: _Section) -> tuple[_Section, _Section]:
         "activation": activation,
         "obs_normalization": policy.fields.pop("teacher_obs_normalization", False),
     }
-    if policy.fields.pop("teacher_recurrent", False):
-        teacher["class_name"] = "RNNModel"
+    teacher_recurrent = policy.fields.pop("teacher_recurrent", False)
+    if teacher_recurrent is not False:
+        raise ValueError(
+            f"rsl_rl config policy.teacher_recurrent: expected False (rl8's Distillation takes a "
+            f"feedforward teacher; the student may be recurrent), got {teacher_recurrent!r}"
+        )
     for key in ("rnn_type", "rnn_hidden_dim", "rnn_num_layers"):
         if key in policy.fields:
             student[key] = policy.fields.pop(key)
@@ -613,7 +617,14 @@ def _from_distillation(runner: _Section, run_args: dict[str, Any]) -> RslRlConfi
             )
     if "student" in groups:
         hparams["obs_groups"] = {"actor": list(groups["student"])}
-    # the teacher's fields describe its checkpoint (rsl_rl_teacher_args), not training
+    teacher_kind = teacher.fields.get("class_name", "MLPModel")
+    if str(teacher_kind).rsplit(":", 1)[-1].rsplit(".", 1)[-1] not in _MLP_CLASSES:
+        raise ValueError(
+            f"rsl_rl config {teacher.name('class_name')}: expected a feedforward teacher "
+            f"('MLPModel'), got {teacher_kind!r}; rl8's Distillation labels the buffer after each "
+            "collect and takes a feedforward teacher (the student may be recurrent)"
+        )
+    # the teacher's other fields describe its checkpoint (rsl_rl_teacher_args), not training
     for key in ("class_name", "hidden_dims", "activation", "obs_normalization", "distribution_cfg"):
         teacher.fields.pop(key, None)
     for key in ("rnd_cfg", "symmetry_cfg"):
