@@ -1,9 +1,11 @@
 """Env steps to a solved task with and without hparam symmetry (rsl_rl's symmetry_cfg), on
-rl8's two built-in envs that are truly left/right symmetric: CartPole (PPO's defaults, solved
-when the mean return of the training episodes that end in a collect reaches 475) and Pendulum
-(its preset, solved at a mean training episode return of -200). Each seed runs without
-symmetry, with data augmentation, and (Pendulum, whose actions are floats) with data
-augmentation and the mirror loss. The training episodes' returns (of the sampling policy) are
+rl8's three built-in envs that are truly left/right symmetric: CartPole (PPO's defaults, solved
+when the mean return of the training episodes that end in a collect reaches 475), Pendulum
+(its preset, solved at a mean training episode return of -200) and Catch from pixels (5x5 grid,
+the small CNN of tests/test_pixels.py, solved at a mean return of 0.9; mirrored by flipping the
+image left to right and swapping the actions left and right, :func:`mirror_catch`). Each seed
+runs without symmetry, with data augmentation, and (Pendulum, whose actions are floats) with
+data augmentation and the mirror loss. The training episodes' returns (of the sampling policy) are
 the criterion, not an eval: the same for every run, and free.
 
 Run: ``nice -n 10 python benchmarks/symmetry.py [ENV ...] [--seeds 0 1 2]`` (``RL8_BENCH_THREADS``,
@@ -20,8 +22,21 @@ import statistics
 import torch
 
 from rl8 import PPO
-from rl8.envs import CartPole, Pendulum
+from rl8.envs import CartPole, Catch, Pendulum
 from rl8.ppo import presets
+
+
+def mirror_catch(
+    env: object = None, obs: torch.Tensor | None = None, actions: torch.Tensor | None = None
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """Catch's mirror for hparam ``symmetry``: the ``[B, 1, H, W]`` images with their left-right
+    flips after them, the actions (0: left, 1: stay, 2: right) with ``2 - action`` after them.
+    A symmetry of the game for an odd number of columns, where the paddle starts in the middle."""
+    return (
+        None if obs is None else torch.cat([obs, obs.flip(-1)]),
+        None if actions is None else torch.cat([actions, 2 - actions]),
+    )
+
 
 #: env: (its class, PPO's keyword arguments, target return, env step budget)
 TASKS = {
@@ -36,16 +51,41 @@ TASKS = {
         -200.0,
         3_000_000,
     ),
+    "Catch": (
+        Catch,
+        {
+            "num_envs": 32,
+            "horizon": 16,
+            "lr": 2e-3,
+            "num_sgd_iters": 2,
+            "sgd_minibatch_size": 256,
+            "entropy_coeff": 0.01,
+            "env_kwargs": {"rows": 5, "cols": 5},
+            "model_config": {
+                "encoder_config": {
+                    "channels": (8, 16),
+                    "kernel_sizes": (3, 3),
+                    "strides": (2, 1),
+                    "features": 64,
+                }
+            },
+        },
+        0.9,
+        500_000,
+    ),
 }
 
+#: The mirror function of each env.
+MIRRORS = {"CartPole": CartPole.mirror, "Pendulum": Pendulum.mirror, "Catch": mirror_catch}
 
-def modes(env_cls: type) -> dict[str, dict | None]:
-    """The symmetry settings compared on ``env_cls``."""
+
+def modes(task: str) -> dict[str, dict | None]:
+    """The symmetry settings compared on ``task``."""
     out = {
         "off": None,
-        "augmentation": {"data_augmentation_func": env_cls.mirror, "use_data_augmentation": True},
+        "augmentation": {"data_augmentation_func": MIRRORS[task], "use_data_augmentation": True},
     }
-    if env_cls is Pendulum:
+    if task == "Pendulum":
         out["augmentation + mirror loss"] = {
             **out["augmentation"],
             "use_mirror_loss": True,
@@ -74,7 +114,7 @@ def main() -> None:
     torch.set_num_threads(int(os.environ.get("RL8_BENCH_THREADS", "2")))
     rows = []
     for task in args.envs:
-        for mode, symmetry in modes(TASKS[task][0]).items():
+        for mode, symmetry in modes(task).items():
             steps = []
             for seed in args.seeds:
                 steps.append(steps_to_solve(task, symmetry, seed))

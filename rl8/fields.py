@@ -15,9 +15,11 @@ from typing import Any, NamedTuple
 
 __all__ = [
     "Check",
+    "Entry",
     "Invalid",
     "attributes_doc",
     "check",
+    "check_entries",
     "check_int",
     "did_you_mean",
     "first_invalid",
@@ -170,6 +172,40 @@ def first_invalid(config: Any) -> Invalid | None:
         if expected is not None:
             return Invalid(f.name, expected, value)
     return None
+
+
+#: A dict hparam's key: what its value is expected to be (``"a number >= 0"``, for the message)
+#: and the test that accepts the valid values.
+Entry = tuple[str, Callable[[Any], bool]]
+
+
+def check_entries(
+    value: Mapping[Any, Any], field: str, entries: Mapping[str, Entry], *, required: Iterable[str] = ()
+) -> None:
+    """Check the dict ``value`` of a config field with known keys (hparams ``rnd`` and
+    ``symmetry``) key by key: a ``ValueError`` for a key that ``entries`` lacks (with the close
+    names), a ``required`` key that is missing, or a value its entry refuses; each message
+    names the key (``hparam rnd['weight']``), what it expects and what was given.
+
+    Args:
+        value: The dict given.
+        field: What the messages call the dict (``"hparam rnd"``).
+        entries: Each key the dict may have, with what its value is expected to be and the test
+            that accepts it (:data:`Entry`).
+        required: The keys that must be there.
+    """
+    unknown = [key for key in value if key not in entries]
+    if unknown:
+        raise ValueError(
+            f"{field}: unknown key {unknown[0]!r}{did_you_mean(unknown[0], entries)} (expected keys "
+            f"among {list(entries)}), got {dict(value)!r}"
+        )
+    for key in required:
+        if key not in value:
+            raise ValueError(f"{field}[{key!r}]: missing (expected {entries[key][0]})")
+    for key, (expected, ok) in entries.items():
+        if key in value and not ok(value[key]):
+            raise ValueError(f"{field}[{key!r}]: expected {expected}, got {value[key]!r}")
 
 
 def attributes_doc(cls: type) -> str:

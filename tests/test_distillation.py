@@ -13,6 +13,7 @@ from rl8.policies.recurrent import LSTMModel
 from rl8.ppo.distributed import Roles
 from rl8.training.actors import check_actor_config
 from rl8.training.config import TrainerConfig
+from rl8.training.config_file import unknown_hparam
 
 TEACHER_GROUPS = {"actor": ["teacher"], "critic": ["teacher"]}
 STUDENT_GROUPS = {"actor": ["policy"], "critic": ["policy"]}
@@ -118,12 +119,37 @@ def test_ppos_own_hparams_are_refused():
     assert DistillationHParams().num_sgd_iters == 1 and DistillationHParams().max_grad_norm is None
 
 
+def test_a_typo_near_loss_type_is_suggested_wherever_it_is_read():
+    with pytest.raises(
+        TypeError,
+        match=r"unknown hyper-parameter 'loss_typ'; did you mean 'loss_type'\? \(valid: .*, loss_type\)",
+    ):
+        make_distillation(loss_typ="huber")
+    with pytest.raises(
+        ValueError, match=r"^hparams: unknown hyper-parameter 'loss_tpe'; did you mean 'loss_type'\?"
+    ):
+        DistillationHParams.from_config({"loss_tpe": "huber"})
+    error = unknown_hparam("losstype", "--set losstype=huber")  # rl8 train's --set, any algorithm
+    assert str(error).startswith(
+        "--set losstype=huber: unknown hyper-parameter 'losstype'; did you mean 'loss_type'?"
+    )
+
+
 def test_a_teacher_that_cannot_label_the_env_is_refused():
     with pytest.raises(TypeError, match="teacher must be a rl8.Policy .* got a PPO .it holds one"):
         Distillation(GoalPoint, teacher=PPO(GoalPoint, obs_groups=TEACHER_GROUPS, **SMALL))
     point = PPO(ContinuousDummyEnv, num_envs=4, horizon=4, seed=0).policy
     with pytest.raises(ValueError, match="the teacher reads observations of Box"):
         Distillation(GoalPoint, teacher=point, **SMALL)
+    recurrent = PPO(
+        GoalPoint, obs_groups=TEACHER_GROUPS, model_cls=LSTMModel, **{**SMALL, "model_config": {}}
+    ).policy
+    with pytest.raises(
+        ValueError,
+        match=r"^Distillation: teacher: expected a feedforward policy, got one of the recurrent "
+        r"LSTMModel; .* \(the student may be recurrent: model_cls\)$",
+    ):
+        Distillation(GoalPoint, teacher=recurrent, **{**SMALL, "obs_groups": STUDENT_GROUPS})
     cartpole = PPO(CartPole, num_envs=4, horizon=4, seed=0).policy
     with pytest.raises(ValueError, match="must be a Box, got Discrete"):
         Distillation(CartPole, teacher=cartpole, num_envs=4, horizon=4)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from rl8.envs import CartPole, Catch
-from rl8.fields import check_int
+from rl8.fields import check_entries, check_int
 from rl8.policies.recurrent import LSTMModel
 
 
@@ -47,3 +47,31 @@ def test_did_you_mean_names_the_close_choices_or_nothing():
     assert did_you_mean("gama", ["gamma", "lam"], n=1) == "; did you mean 'gamma'?"
     assert did_you_mean("zzz", ["gamma", "lam"]) == ""
     assert did_you_mean("n_steps", close=["horizon"]) == "; did you mean 'horizon'?"  # found otherwise
+
+
+_ENTRIES = {
+    "weight": ("a number >= 0", lambda v: isinstance(v, float) and v >= 0),
+    "name": ("a str", lambda v: isinstance(v, str)),
+}
+
+
+@pytest.mark.parametrize(
+    "value, match",
+    [
+        (
+            {"wieght": 1.0, "name": "a"},
+            r"^hparam x: unknown key 'wieght'; did you mean 'weight'\? \(expected keys among "
+            r"\['weight', 'name'\]\), got \{'wieght': 1.0, 'name': 'a'\}$",
+        ),
+        ({"weight": 1.0}, r"^hparam x\['name'\]: missing \(expected a str\)$"),
+        ({"weight": -1.0, "name": "a"}, r"^hparam x\['weight'\]: expected a number >= 0, got -1.0$"),
+    ],
+)
+def test_check_entries_names_the_key_the_expected_and_the_given_value(value, match):
+    with pytest.raises(ValueError, match=match):
+        check_entries(value, "hparam x", _ENTRIES, required=["name"])
+
+
+def test_check_entries_accepts_known_keys_with_valid_values():
+    check_entries({"weight": 0.5}, "hparam x", _ENTRIES)  # no required key: "name" may be absent
+    check_entries({"weight": 0.5, "name": "a"}, "hparam x", _ENTRIES, required=["name"])

@@ -533,6 +533,37 @@ def test_a_distillation_runner_config_reads_as_distillation_hparams():
     assert algo.steps == 2 and algo.minibatch_size == 8 * 4
 
 
+def test_a_recurrent_teacher_in_a_distillation_config_is_refused():
+    cfg = copy.deepcopy(DISTILLATION_CFG)
+    cfg["teacher"]["class_name"] = "rsl_rl.models:RNNModel"
+    with pytest.raises(
+        ValueError,
+        match=r"^rsl_rl config teacher.class_name: expected a feedforward teacher \('MLPModel'\), "
+        r"got 'rsl_rl.models:RNNModel'; ",
+    ):
+        from_rsl_rl(cfg)
+    older = copy.deepcopy(DISTILLATION_CFG)
+    del older["student"], older["teacher"]
+    older["policy"] = {"class_name": "StudentTeacherRecurrent", "teacher_recurrent": True}
+    with pytest.raises(
+        ValueError,
+        match=r"^rsl_rl config policy.teacher_recurrent: expected False \(rl8's Distillation takes a "
+        r"feedforward teacher; the student may be recurrent\), got True$",
+    ):
+        from_rsl_rl(older)
+    with pytest.raises(ValueError, match=r"^rsl_rl config policy.teacher_recurrent: expected False"):
+        rsl_rl_teacher_args(older)
+
+
+def test_the_unmapped_warning_points_at_the_caller_of_ppo_and_distillation_configs():
+    ppo_cfg, distillation_cfg = copy.deepcopy(MJLAB_CARTPOLE), copy.deepcopy(DISTILLATION_CFG)
+    for cfg in (ppo_cfg, distillation_cfg):
+        cfg["future_field"] = 3
+        with pytest.warns(RslRlConfigWarning, match=r"future_field=3 \(no rl8 counterpart\)") as record:
+            from_rsl_rl(cfg)
+        assert [w.filename for w in record] == [__file__]
+
+
 def test_the_older_student_teacher_policy_section_and_a_recurrent_student():
     cfg = copy.deepcopy(DISTILLATION_CFG)
     del cfg["student"], cfg["teacher"]

@@ -143,7 +143,10 @@ def test_a_registered_name_serves_configs_and_checkpoints():
 @pytest.mark.parametrize(
     "symmetry, match",
     [
-        ({"use_data_augmentation": True}, r"hparam symmetry\['data_augmentation_func'\]: missing"),
+        (
+            {"use_data_augmentation": True},
+            r"hparam symmetry\['data_augmentation_func'\]: missing \(expected a function",
+        ),
         (
             {"data_augmentation_func": "no.such.mirror"},
             r"hparam symmetry\['data_augmentation_func'\]: 'no.such.mirror' is not registered in this "
@@ -162,7 +165,18 @@ def test_a_registered_name_serves_configs_and_checkpoints():
             {**AUGMENT, "mirror_loss_coeff": -1.0},
             r"hparam symmetry\['mirror_loss_coeff'\]: expected a number >= 0, got -1.0",
         ),
-        ({**AUGMENT, "mirror_coef": 1.0}, r"hparam symmetry: unknown key 'mirror_coef'"),
+        (
+            {**AUGMENT, "mirror_coef": 1.0},
+            r"hparam symmetry: unknown key 'mirror_coef'; did you mean 'mirror_loss_coeff' or "
+            r"'use_mirror_loss'\? "
+            r"\(expected keys among \['data_augmentation_func', 'use_data_augmentation', "
+            r"'use_mirror_loss', 'mirror_loss_coeff'\]\), got \{",
+        ),
+        (
+            {"data_augmentation_func": 3},
+            r"hparam symmetry\['data_augmentation_func'\]: expected a function \(env=, obs=, "
+            r"actions=\) -> \(obs, actions\) or the name it is registered under, got 3",
+        ),
         ([CartPole.mirror], r"hparam symmetry: expected None or a dict"),
     ],
 )

@@ -110,8 +110,10 @@ def check_teacher(teacher: Any, observation_space: spaces.Space, action_space: s
     _require_policy(teacher)
     if teacher.recurrent:
         raise ValueError(
-            f"Distillation: teacher must be a feedforward policy, got the recurrent "
-            f"{teacher.model_cls.__name__} (the student may be recurrent)"
+            f"Distillation: teacher: expected a feedforward policy, got one of the recurrent "
+            f"{teacher.model_cls.__name__}; rl8 labels the buffer after each collect, where a "
+            "recurrent teacher would need its state carried along the rollout as rsl_rl 5 does "
+            "(the student may be recurrent: model_cls)"
         )
     if not isinstance(action_space, spaces.Box):
         raise ValueError(

@@ -485,10 +485,10 @@ class HParams:
         it may mean (:func:`unknown_hparams_message`).
         Without ``optimizer_kwargs``, an optimizer other than Adam and AdamW gets its own
         defaults (``{}``), not Adam's ``eps``."""
-        names = {f.name for f in dataclasses.fields(cls)}
+        names = [f.name for f in dataclasses.fields(cls)]
         unknown = [key for key in kwargs if key not in names]
         if unknown:
-            raise TypeError(unknown_hparams_message(unknown))
+            raise TypeError(unknown_hparams_message(unknown, valid=names))
         optimizer = kwargs.get("optimizer_cls", "Adam")
         adam = (
             optimizer.rpartition(".")[2] in ("Adam", "AdamW")
@@ -508,7 +508,7 @@ class HParams:
         kinds = {f.name: str(f.type) for f in dataclasses.fields(cls)}
         unknown = [key for key in hparams if key not in kinds]
         if unknown:
-            raise ValueError(unknown_hparams_message(unknown, where))
+            raise ValueError(unknown_hparams_message(unknown, where, list(kinds)))
         out: dict[str, Any] = {}
         for key, value in hparams.items():
             whole = "int" in kinds[key] and "float" not in kinds[key]  # an int field
@@ -608,12 +608,23 @@ class HParams:
 HParams.__doc__ = (HParams.__doc__ or "") + attributes_doc(HParams)
 
 
-def unknown_hparams_message(names: Sequence[Any], where: str | None = None) -> str:
+def unknown_hparams_message(
+    names: Sequence[Any], where: str | None = None, valid: Sequence[str] | None = None
+) -> str:
     """The error message for unknown hyper-parameter ``names`` (read at ``where``, such as
     ``"--set lr_rate=1"``), with every valid name and, for each, what it may mean: rl8's way for
     another library's keyword (``net_arch``: ``model_config={'hiddens': ...}``), rl8's name for
-    another library's name (``n_steps``: ``horizon``), or close spellings."""
-    valid = [f.name for f in dataclasses.fields(HParams)]
+    another library's name (``n_steps``: ``horizon``), or close spellings.
+
+    Args:
+        names: The unknown names given.
+        where: Where they were read, the message's prefix (``None``: no prefix).
+        valid: The valid names (a subclass's fields, such as Distillation's ``loss_type``);
+            ``None``: :class:`HParams`' fields.
+    """
+    if valid is None:
+        valid = [f.name for f in dataclasses.fields(HParams)]
+    valid = list(valid)
     message = unknown_names_message("hyper-parameter", {n: _meaning(n, valid) for n in names}, valid)
     return message if where is None else f"{where}: {message}"
 

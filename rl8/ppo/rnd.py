@@ -17,7 +17,7 @@ from gymnasium import spaces
 from tensordict import TensorDictBase
 from torch import nn
 
-from rl8.fields import is_int, is_number
+from rl8.fields import Entry, check_entries, is_int, is_number
 from rl8.policies.groups import group_space
 from rl8.policies.models import ACTIVATIONS, flat_observation_size, flatten_observation, make_mlp
 from rl8.policies.normalization import RunningMeanStd
@@ -56,15 +56,19 @@ def _dims(v: Any) -> bool:
     return isinstance(v, (list, tuple)) and all(is_int(d) and (d >= 1 or d == -1) for d in v)
 
 
-_CHECKS: dict[str, tuple[str, Callable[[Any], bool]]] = {
+_ENTRIES: dict[str, Entry] = {
     "weight": ("a number >= 0", lambda v: is_number(v) and v >= 0),
+    "weight_schedule": (
+        "None or a dict with 'mode' one of " + str(list(SCHEDULE_KEYS)),
+        lambda v: v is None or isinstance(v, Mapping),
+    ),
     "reward_normalization": ("a bool", lambda v: isinstance(v, bool)),
     "state_normalization": ("a bool", lambda v: isinstance(v, bool)),
     "learning_rate": ("a number > 0", lambda v: is_number(v) and v > 0),
     "num_outputs": ("an int >= 1", lambda v: is_int(v) and v >= 1),
     "predictor_hidden_dims": ("a list of ints >= 1 or -1 (the state's size)", _dims),
     "target_hidden_dims": ("a list of ints >= 1 or -1 (the state's size)", _dims),
-    "activation": (f"one of {sorted(ACTIVATIONS)}", lambda v: v in ACTIVATIONS),
+    "activation": (f"one of {sorted(ACTIVATIONS)}", lambda v: isinstance(v, str) and v in ACTIVATIONS),
     "state_groups": (
         "None or a non-empty list of observation groups",
         lambda v: (
@@ -84,14 +88,7 @@ def rnd_problem(value: Any, name: str = "rnd") -> str | None:
     if not isinstance(value, Mapping):
         return "None or a dict {'weight': w, 'learning_rate': lr, ...} (rsl_rl's rnd_cfg)"
     field = f"hparam {name}"
-    unknown = sorted(set(value) - set(RND_DEFAULTS))
-    if unknown:
-        raise ValueError(
-            f"{field}: unknown key {unknown[0]!r}; expected keys among {list(RND_DEFAULTS)}, got {dict(value)!r}"
-        )
-    for key, (expected, ok) in _CHECKS.items():
-        if key in value and not ok(value[key]):
-            raise ValueError(f"{field}['{key}']: expected {expected}, got {value[key]!r}")
+    check_entries(value, field, _ENTRIES)
     schedule = value.get("weight_schedule")
     if schedule is not None:
         _check_schedule(schedule, f"{field}['weight_schedule']")

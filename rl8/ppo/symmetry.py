@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from tensordict import TensorDict, TensorDictBase
 
 from rl8 import registry
-from rl8.fields import is_number
+from rl8.fields import Entry, check_entries, is_number
 from rl8.policies.policy import Policy
 from rl8.registry import qualified_name
 
@@ -54,30 +54,27 @@ def augmentation_function(value: Any, field: str = f"{_FIELD}['data_augmentation
     return obj
 
 
+_ENTRIES: dict[str, Entry] = {
+    "data_augmentation_func": (
+        "a function (env=, obs=, actions=) -> (obs, actions) or the name it is registered under",
+        lambda v: isinstance(v, str) or (callable(v) and not isinstance(v, type)),
+    ),
+    "use_data_augmentation": ("a bool", lambda v: isinstance(v, bool)),
+    "use_mirror_loss": ("a bool", lambda v: isinstance(v, bool)),
+    "mirror_loss_coeff": ("a number >= 0", lambda v: is_number(v) and v >= 0),
+}
+
+
 def symmetry_problem(value: Any, name: str = "symmetry") -> str | None:
     """HParams' check of ``symmetry``: ``None``, or what a bad value should have been (a
-    ``ValueError`` naming the key for a bad entry)."""
+    ``ValueError`` naming the key for a bad entry, a name that is not registered)."""
     if value is None:
         return None
     if not isinstance(value, Mapping):
         return "None or a dict {'data_augmentation_func': f, 'use_data_augmentation': bool, ...}"
     field = f"hparam {name}"
-    unknown = sorted(set(value) - {"data_augmentation_func", *SYMMETRY_DEFAULTS})
-    if unknown:
-        raise ValueError(
-            f"{field}: unknown key {unknown[0]!r}; expected the keys data_augmentation_func, "
-            + ", ".join(SYMMETRY_DEFAULTS)
-            + f", got {dict(value)!r}"
-        )
-    if "data_augmentation_func" not in value:
-        raise ValueError(f"{field}['data_augmentation_func']: missing (expected a function or its name)")
+    check_entries(value, field, _ENTRIES, required=["data_augmentation_func"])
     augmentation_function(value["data_augmentation_func"], f"{field}['data_augmentation_func']")
-    for key in ("use_data_augmentation", "use_mirror_loss"):
-        if not isinstance(value.get(key, False), bool):
-            raise ValueError(f"{field}['{key}']: expected a bool, got {value[key]!r}")
-    coeff = value.get("mirror_loss_coeff", 0.0)
-    if not (is_number(coeff) and coeff >= 0):
-        raise ValueError(f"{field}['mirror_loss_coeff']: expected a number >= 0, got {coeff!r}")
     return None
 
 

@@ -68,6 +68,7 @@ _OPTIMIZERS = {
     "sgd": "torch.optim.SGD",
     "rmsprop": "torch.optim.RMSprop",
 }
+_OPTIMIZER = ("one of " + ", ".join(_OPTIMIZERS), lambda v: v in _OPTIMIZERS)
 _MLP_CLASSES = {"MLPModel", "ActorCritic"}
 #: rsl_rl 5 Distillation's defaults, for the algorithm fields a DistillationRunner config leaves out.
 _DISTILLATION_DEFAULTS = {
@@ -367,7 +368,7 @@ def from_rsl_rl(cfg: Mapping[str, Any] | str | os.PathLike[str]) -> RslRlConfig:
         )
     unmapped: list[str] = []
     actor, critic = _model_sections(runner)
-    optimizer = algo.take("optimizer", ("one of " + ", ".join(_OPTIMIZERS), lambda v: v in _OPTIMIZERS))
+    optimizer = _OPTIMIZERS[algo.take("optimizer", _OPTIMIZER)]
     hparams: dict[str, Any] = {
         "horizon": runner.take("num_steps_per_env", _INT),
         "lr": algo.take("learning_rate", _NUMBER),
@@ -379,7 +380,7 @@ def from_rsl_rl(cfg: Mapping[str, Any] | str | os.PathLike[str]) -> RslRlConfig:
         "max_grad_norm": algo.take("max_grad_norm", _optional(_NUMBER)),
         "gamma": algo.take("gamma", _NUMBER),
         "gae_lambda": algo.take("lam", _NUMBER),
-        "optimizer_cls": _OPTIMIZERS[optimizer],
+        "optimizer_cls": optimizer,
         "optimizer_kwargs": {},  # torch's defaults, as rsl_rl
         "normalize_rewards": False,  # rsl_rl has no reward normalisation
     }
@@ -449,11 +450,24 @@ def from_rsl_rl(cfg: Mapping[str, Any] | str | os.PathLike[str]) -> RslRlConfig:
         unmapped.append(
             f"device={runner.fields.pop('device')!r} (rl8's hparam device; PPO follows the env's)"
         )
-    for section in (runner, algo, actor, critic):
+    return _config(hparams, unmapped, run_args, (runner, algo, actor, critic), stacklevel=3)
+
+
+def _config(
+    hparams: dict[str, Any],
+    unmapped: list[str],
+    run_args: dict[str, Any],
+    sections: tuple[_Section, ...],
+    stacklevel: int,
+) -> RslRlConfig:
+    """The :class:`RslRlConfig` of a read config: the fields left in ``sections`` (none of them
+    read) join ``unmapped``, and one :class:`RslRlConfigWarning` lists them all; ``stacklevel``
+    points the warning at the caller of :func:`from_rsl_rl`."""
+    for section in sections:
         unmapped.extend(section.rest())
     if unmapped:
         warnings.warn(
-            "from_rsl_rl: not mapped: " + "; ".join(unmapped), RslRlConfigWarning, stacklevel=2
+            "from_rsl_rl: not mapped: " + "; ".join(unmapped), RslRlConfigWarning, stacklevel=stacklevel
         )
     return RslRlConfig(hparams, unmapped, run_args)
 
@@ -507,8 +521,12 @@ def _student_teacher_sections(runner: _Section) -> tuple[_Section, _Section]:
         "activation": activation,
         "obs_normalization": policy.fields.pop("teacher_obs_normalization", False),
     }
-    if policy.fields.pop("teacher_recurrent", False):
-        teacher["class_name"] = "RNNModel"
+    teacher_recurrent = policy.fields.pop("teacher_recurrent", False)
+    if teacher_recurrent is not False:
+        raise ValueError(
+            f"rsl_rl config policy.teacher_recurrent: expected False (rl8's Distillation takes a "
+            f"feedforward teacher; the student may be recurrent), got {teacher_recurrent!r}"
+        )
     for key in ("rnn_type", "rnn_hidden_dim", "rnn_num_layers"):
         if key in policy.fields:
             student[key] = policy.fields.pop(key)
@@ -562,7 +580,7 @@ def _from_distillation(runner: _Section, run_args: dict[str, Any]) -> RslRlConfi
         )
     unmapped: list[str] = []
     student, teacher = _student_teacher_sections(runner)
-    optimizer = algo.take("optimizer", ("one of " + ", ".join(_OPTIMIZERS), lambda v: v in _OPTIMIZERS))
+    optimizer = _OPTIMIZERS[algo.take("optimizer", _OPTIMIZER)]
     horizon = runner.take("num_steps_per_env", _INT)
     hparams: dict[str, Any] = {
         "horizon": horizon,
@@ -570,7 +588,7 @@ def _from_distillation(runner: _Section, run_args: dict[str, Any]) -> RslRlConfi
         "num_sgd_iters": algo.take("num_learning_epochs", _POSITIVE_INT),
         "max_grad_norm": algo.take("max_grad_norm", _optional(_NUMBER)),
         "loss_type": algo.take("loss_type", ("'mse' or 'huber'", lambda v: v in ("mse", "huber"))),
-        "optimizer_cls": _OPTIMIZERS[optimizer],
+        "optimizer_cls": optimizer,
         "optimizer_kwargs": {},  # torch's defaults, as rsl_rl
     }
     # gradient_length steps per optimizer step: rl8's minibatches of that many steps of every env
@@ -599,7 +617,14 @@ def _from_distillation(runner: _Section, run_args: dict[str, Any]) -> RslRlConfi
             )
     if "student" in groups:
         hparams["obs_groups"] = {"actor": list(groups["student"])}
-    # the teacher's fields describe its checkpoint (rsl_rl_teacher_args), not training
+    teacher_kind = teacher.fields.get("class_name", "MLPModel")
+    if str(teacher_kind).rsplit(":", 1)[-1].rsplit(".", 1)[-1] not in _MLP_CLASSES:
+        raise ValueError(
+            f"rsl_rl config {teacher.name('class_name')}: expected a feedforward teacher "
+            f"('MLPModel'), got {teacher_kind!r}; rl8's Distillation labels the buffer after each "
+            "collect and takes a feedforward teacher (the student may be recurrent)"
+        )
+    # the teacher's other fields describe its checkpoint (rsl_rl_teacher_args), not training
     for key in ("class_name", "hidden_dims", "activation", "obs_normalization", "distribution_cfg"):
         teacher.fields.pop(key, None)
     for key in ("rnd_cfg", "symmetry_cfg"):
@@ -609,13 +634,7 @@ def _from_distillation(runner: _Section, run_args: dict[str, Any]) -> RslRlConfi
         if runner.fields.get(key) is not None:
             unmapped.append(f"{key}={runner.fields.pop(key)!r} (not mapped for Distillation)")
         runner.fields.pop(key, None)
-    for section in (runner, algo, student, teacher):
-        unmapped.extend(section.rest())
-    if unmapped:
-        warnings.warn(
-            "from_rsl_rl: not mapped: " + "; ".join(unmapped), RslRlConfigWarning, stacklevel=3
-        )
-    return RslRlConfig(hparams, unmapped, run_args)
+    return _config(hparams, unmapped, run_args, (runner, algo, student, teacher), stacklevel=4)
 
 
 def rsl_rl_teacher_args(cfg: Mapping[str, Any] | str | os.PathLike[str]) -> dict[str, Any]:

@@ -163,10 +163,11 @@ def hparam_names() -> list[str]:
 
 
 def unknown_hparam(key: Any, where: str) -> ConfigError:
-    """The error for a hyper-parameter name that :class:`rl8.HParams` does not have."""
+    """The error for a hyper-parameter name that no algorithm's hyper-parameters have
+    (:func:`hparam_names`)."""
     from rl8.ppo.hparams import unknown_hparams_message
 
-    return ConfigError(unknown_hparams_message([key], where))
+    return ConfigError(unknown_hparams_message([key], where, hparam_names()))
 
 
 def int_option(config: Mapping[str, Any], key: str, where: str, minimum: int = 1) -> int | None:
