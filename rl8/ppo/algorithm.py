@@ -4,7 +4,6 @@ buffer, :meth:`PPO.update` computes GAE advantages and runs minibatch SGD on the
 from __future__ import annotations
 
 import contextlib
-import math
 import secrets
 import warnings
 from collections.abc import Callable, Iterator, Mapping
@@ -30,7 +29,13 @@ from rl8.ppo.buffer import (
     make_rollout_buffer,
     minibatches,
 )
-from rl8.ppo.compiled import CompiledSteps, FusedTrainStep, fused_step_problem
+from rl8.ppo.compiled import (
+    CompiledLossStep,
+    CompiledSteps,
+    FusedStep,
+    FusedTrainStep,
+    fused_step_problem,
+)
 from rl8.ppo.distributed import DistContext, agree_on_run_seed, derive_seed, rank_device
 from rl8.ppo.finite import (
     CHECKED_ROLLOUT_STATS,
@@ -40,7 +45,7 @@ from rl8.ppo.finite import (
     check_stats_finite,
 )
 from rl8.ppo.hparams import HParams
-from rl8.ppo.losses import PPOLoss, adaptive_lr, make_optimizer, ppo_loss
+from rl8.ppo.losses import PPOLoss, make_optimizer, ppo_loss
 from rl8.ppo.overlap import OverlapCollector
 from rl8.ppo.precision import choose_amp_dtype
 from rl8.ppo.resolve import DISTRIBUTION, MODEL, resolve
@@ -59,6 +64,13 @@ from rl8.ppo.rollout import (
 )
 from rl8.ppo.stats import Stats, intrinsic_moments, intrinsic_stats, rollout_stats, update_stats
 from rl8.ppo.symmetry import Symmetry, augmentation_env
+from rl8.ppo.update_step import (
+    EagerStep,
+    UpdateExtension,
+    UpdateStep,
+    optimizer_step,
+    set_lr,
+)
 
 __all__ = ["NonFiniteError", "PPO", "PresetHint", "check_env_configs", "make_env"]
 
@@ -117,6 +129,11 @@ class PPO:
         amp_dtype: The forward passes' autocast dtype (``torch.float32``: none; see ``enable_amp``).
         compiled: With ``compile=True``, the :class:`~rl8.ppo.compiled.CompiledSteps`; else ``None``.
         collector: With ``collect_mode="overlap"``, the :class:`~rl8.ppo.overlap.OverlapCollector`.
+        update_step: What each minibatch of :meth:`update` does to the weights, chosen here: an
+            :class:`~rl8.ppo.update_step.EagerStep`, or with ``compile=True`` a
+            :class:`~rl8.ppo.compiled.FusedStep` or :class:`~rl8.ppo.compiled.CompiledLossStep`.
+        extensions: The update's extensions (:class:`~rl8.ppo.update_step.UpdateExtension`):
+            :attr:`rnd` and :attr:`symmetry` where they are on, in that order.
         minibatch_size: Transitions per minibatch (:meth:`HParams.minibatch_size_for <rl8.HParams.minibatch_size_for>`).
         env_steps: Env transitions collected so far (all envs of every rank: the whole job).
         env_resets: Times PPO reset all envs.
@@ -210,15 +227,22 @@ class PPO:
                     self.env.observation_space,
                     step_dt=getattr(self.env, "step_dt", None),
                     device=self.device,
+                    average_gradients=self.dist.average_gradients,
+                    all_reduce=self._sum_over_ranks,
                 )
             )
         self.dist.broadcast_module(self.policy)
         if self.rnd is not None:
             self.dist.broadcast_module(self.rnd)
+        self.amp_dtype = choose_amp_dtype(self.device, hp.enable_amp)
         self.symmetry = (
             None
             if hp.symmetry is None
-            else Symmetry(hp.symmetry, augmentation_env(self.env), self.policy)
+            else Symmetry(hp.symmetry, augmentation_env(self.env), self.policy, autocast=self._autocast)
+        )
+        # the update's extensions, in the order they see each minibatch (RND's before symmetry's copies)
+        self.extensions: tuple[UpdateExtension, ...] = tuple(
+            ext for ext in (self.rnd, self.symmetry) if ext is not None
         )
         self.intrinsic_rewards: torch.Tensor | None = None
         # Action sampling and minibatch shuffling draw from this object's own generator, so
@@ -244,9 +268,9 @@ class PPO:
         )
         self.lr_schedule = hp.lr_at()
         self.entropy_coeff_schedule = hp.entropy_coeff_at()
-        self.amp_dtype = choose_amp_dtype(self.device, hp.enable_amp)
         self.grad_scaler = torch.amp.GradScaler("cuda") if self.amp_dtype == torch.float16 else None
         self.compiled = self._make_compiled() if hp.compile else None
+        self.update_step = self._make_update_step()
         self.env_steps = self.env_resets = self.collects = self.steps = 0
         self._obs: torch.Tensor | TensorDictBase | None = None
         self._validated = False
@@ -317,13 +341,6 @@ class PPO:
         if hp.desired_kl is None:  # else the optimizer's lr, adapted minibatch by minibatch
             self._set_lr(self.lr_schedule(self.env_steps))
         num_minibatches = samples.batch_size[0] * self.seq_len // self.minibatch_size
-        # accumulate_grads: one optimizer step per pass, on the mean of its minibatches' losses
-        minibatches_per_step = num_minibatches if hp.accumulate_grads else 1
-        minibatch_loss = self._minibatch_loss if self.compiled is None else self.compiled.minibatch_loss
-        losses: list[PPOLoss] = []
-        grad_norms: list[torch.Tensor] = []  # one per optimizer step
-        rnd_losses: list[torch.Tensor] = []
-        mirror_losses: list[torch.Tensor] = []
         batches = minibatches(
             samples,
             num_minibatches,
@@ -334,53 +351,29 @@ class PPO:
             dist=self.dist,
             generator=self.generator,
         )
+        losses: list[PPOLoss] = []
+        grad_norms: list[torch.Tensor] = []  # one per optimizer step
+        extension_losses: dict[str, list[torch.Tensor]] = {e.loss_name: [] for e in self.extensions}
         for j, minibatch in enumerate(batches):
-            if self.rnd is not None:  # RND's predictor: a step of its own optimizer
-                rnd_losses.append(self.rnd.train_step(minibatch["obs"], self.dist.average_gradients))
-            if self.symmetry is not None:  # the mirrored copies after the collected samples
-                collected = minibatch.batch_size[0]
-                minibatch = self.symmetry.augment(minibatch)
-                with self._autocast():
-                    mirror_loss = self.symmetry.mirror_loss(self.policy, minibatch["obs"], collected)
-                mirror_losses.append(mirror_loss.detach())
-            # compile=True where it is exact: loss, backward, clip and Adam step as one compiled function
-            fused = None if self.compiled is None else self.compiled.train_step(minibatch, entropy_coeff)
-            if fused is not None:
-                loss, grad_norm = fused
-                grad_norms.append(grad_norm)
-            else:
-                loss = minibatch_loss(minibatch, entropy_coeff)
-                if (
-                    hp.desired_kl is not None
-                ):  # this minibatch's KL sets the lr of its step, as in rsl_rl
-                    self._adapt_lr(loss.approx_kl)
-                if j % minibatches_per_step == 0:
-                    # after the forward pass, as rsl_rl and CleanRL do: the old gradients' memory
-                    # stays allocated for this pass's activations instead of being freed and refetched
-                    self.optimizer.zero_grad()
-                total = loss.total
-                if self.symmetry is not None and self.symmetry.use_mirror_loss:
-                    total = total + self.symmetry.mirror_loss_coeff * mirror_loss
-                total = total / minibatches_per_step
-                (total if self.grad_scaler is None else self.grad_scaler.scale(total)).backward()
-                if (j + 1) % minibatches_per_step == 0:
-                    grad_norms.append(self._optimizer_step())
+            extra_loss = None  # the extensions' terms of PPO's loss
+            for extension in self.extensions:
+                minibatch, extension_loss, term = extension.minibatch_step(minibatch)
+                extension_losses[extension.loss_name].append(extension_loss)
+                if term is not None:
+                    extra_loss = term if extra_loss is None else extra_loss + term
+            # PPO's loss (policy, value, entropy: _minibatch_loss), backward, clip, optimizer step
+            loss, grad_norm = self.update_step(minibatch, entropy_coeff, extra_loss, j)
             losses.append(loss)
+            if grad_norm is not None:
+                grad_norms.append(grad_norm)
             if hp.target_kl_div is not None and self._mean_over_ranks(loss.approx_kl) > hp.target_kl_div:
                 break  # the approximate KL left target_kl_div: the update stops early
         self._update_obs_normalizer()
-        if self.rnd is not None:  # after the update, as rsl_rl's
-            self.rnd.update_normalization(self.buffer.data["obs"][:, : hp.horizon], self._sum_over_ranks)
+        for extension in self.extensions:  # after the update, as rsl_rl's
+            extension.after_update(self.buffer.data["obs"][:, : hp.horizon])
         self.steps += 1
         if not grad_norms:  # a KL stop before the first accumulated optimizer step
             grad_norms.append(torch.zeros((), device=self.device))
-        lr = self.optimizer.param_groups[0]["lr"]
-        extra_losses = {}  # name: (each minibatch's loss, its weight in losses/total)
-        if self.rnd is not None:
-            extra_losses["rnd"] = (rnd_losses, 0.0)  # its own optimizer's
-        if self.symmetry is not None:
-            coeff = self.symmetry.mirror_loss_coeff if self.symmetry.use_mirror_loss else 0.0
-            extra_losses["symmetry"] = (mirror_losses, coeff)
         stats = update_stats(
             self.dist,
             losses,
@@ -388,13 +381,12 @@ class PPO:
             explained_variance,
             hp.vf_coeff,
             entropy_coeff,
-            lr,
-            extra_losses,
+            self.optimizer.param_groups[0]["lr"],
+            {e.loss_name: (extension_losses[e.loss_name], e.loss_coeff) for e in self.extensions},
         )
         if self.collector is not None:
             stats["monitors/policy_lag"] = float(policy_lag)
-        if self.compiled is not None:
-            stats.update(self.compiled.report_once())  # profiling/compile_ms, after the first update
+        stats.update(self.update_step.stats())  # compile=True: profiling/compile_ms, once
         checked = CHECKED_UPDATE_STATS if self.grad_scaler is None else ("losses/total",)
         self._check_stats_finite(stats, checked, f"update step {self.steps}")
         return stats
@@ -487,19 +479,35 @@ class PPO:
 
     def _optimizer_step(self) -> torch.Tensor:
         """Average the gradients across ranks, clip and step; returns the norm before clipping."""
-        params = [p for p in self.policy.parameters() if p.requires_grad]
-        self.dist.average_gradients(params)  # data-parallel: one all-reduce per optimizer step
-        if self.grad_scaler is not None:
-            self.grad_scaler.unscale_(self.optimizer)
-        # max_grad_norm None: the norm is only measured (an infinite bound never scales)
-        max_norm = math.inf if self.hparams.max_grad_norm is None else self.hparams.max_grad_norm
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
-        if self.grad_scaler is not None:
-            self.grad_scaler.step(self.optimizer)
-            self.grad_scaler.update()
-        else:
-            self.optimizer.step()
-        return grad_norm.detach().float()
+        return optimizer_step(
+            self.optimizer,
+            [p for p in self.policy.parameters() if p.requires_grad],
+            self.hparams.max_grad_norm,
+            average_gradients=self.dist.average_gradients,
+            grad_scaler=self.grad_scaler,
+        )
+
+    def _make_update_step(self) -> UpdateStep:
+        """The update step, chosen once: eager, or with compile=True the fused step where it is
+        exact, else the eager step on the compiled loss."""
+        hp = self.hparams
+        options = dict(
+            policy=self.policy,
+            optimizer=self.optimizer,
+            max_grad_norm=hp.max_grad_norm,
+            # accumulate_grads: one optimizer step per pass, on the mean of its minibatches' losses
+            minibatches_per_step=hp.batch_size // self.minibatch_size if hp.accumulate_grads else 1,
+            desired_kl=hp.desired_kl,
+            mean_over_ranks=self._mean_over_ranks,
+            average_gradients=self.dist.average_gradients,
+            grad_scaler=self.grad_scaler,
+        )
+        if self.compiled is None:
+            return EagerStep(self._minibatch_loss, **options)
+        compiled_loss = CompiledLossStep(self.compiled, **options)
+        if self.compiled.train_step_kind == "fused":
+            return FusedStep(self.compiled, fallback=compiled_loss)
+        return compiled_loss
 
     def _make_compiled(self) -> CompiledSteps:
         """compile=True's steps: the fused minibatch step where it is exact, else the compiled loss."""
@@ -539,14 +547,7 @@ class PPO:
         return kwargs
 
     def _set_lr(self, lr: float) -> None:
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
-
-    def _adapt_lr(self, approx_kl: torch.Tensor) -> None:
-        """hparam desired_kl: the lr from a minibatch's approximate KL (all ranks' mean)."""
-        kl = torch.tensor(self._mean_over_ranks(approx_kl), dtype=torch.float64)
-        lr = torch.tensor(self.optimizer.param_groups[0]["lr"], dtype=torch.float64)
-        self._set_lr(adaptive_lr(lr, kl, self.hparams.desired_kl).item())
+        set_lr(self.optimizer, lr)
 
     @property
     def _sum_over_ranks(self) -> Callable[[torch.Tensor], Any] | None:
