@@ -29,6 +29,7 @@ from rl8.ppo.buffer import (
     make_rollout_buffer,
     minibatches,
 )
+from rl8.ppo.collectors import Collector, SyncCollector
 from rl8.ppo.compiled import (
     CompiledLossStep,
     CompiledSteps,
@@ -128,7 +129,12 @@ class PPO:
         buffer: The :class:`~rl8.ppo.buffer.RolloutBuffer`.
         amp_dtype: The forward passes' autocast dtype (``torch.float32``: none; see ``enable_amp``).
         compiled: With ``compile=True``, the :class:`~rl8.ppo.compiled.CompiledSteps`; else ``None``.
-        collector: With ``collect_mode="overlap"``, the :class:`~rl8.ppo.overlap.OverlapCollector`.
+        rollout_loop: The rollout loop of this env, chosen here: :func:`~rl8.ppo.rollout.rollout`,
+            or :func:`~rl8.ppo.rollout.rollout_ready_envs` for an env with the ``ReadyEnvs``
+            interface (the pool).
+        collector: What :meth:`collect` hands the buffer's filling to, chosen here (a
+            :class:`~rl8.ppo.collectors.Collector`): a :class:`~rl8.ppo.collectors.SyncCollector`,
+            with ``collect_mode="overlap"`` the :class:`~rl8.ppo.overlap.OverlapCollector`.
         update_step: What each minibatch of :meth:`update` does to the weights, chosen here: an
             :class:`~rl8.ppo.update_step.EagerStep`, or with ``compile=True`` a
             :class:`~rl8.ppo.compiled.FusedStep` or :class:`~rl8.ppo.compiled.CompiledLossStep`.
@@ -275,7 +281,9 @@ class PPO:
         self._obs: torch.Tensor | TensorDictBase | None = None
         self._validated = False
         self.episodes = EpisodeTracker(hp.num_envs, self.device)
-        self.collector = None
+        # the rollout loop of this env and the collector, chosen once
+        self.rollout_loop = rollout_ready_envs if isinstance(self.env, ReadyEnvs) else rollout
+        self.collector: Collector = SyncCollector(self._rollout, self.buffer, self.carry, self.generator)
         if hp.collect_mode == "overlap":  # the actor side: its own buffer, carry and generator
             generator = torch.Generator(device=self.device).manual_seed(derive_seed(self.env_seed, 2))
             self.collector = OverlapCollector(
@@ -284,6 +292,7 @@ class PPO:
                 generator,
                 run=self._rollout,
                 make_carry=self._make_carry,
+                learner_buffer=self.buffer,
             )
         self.behaviour_version = 0
         self.advantage_weights: torch.Tensor | None = None
@@ -314,14 +323,18 @@ class PPO:
             EnvOutputError: NaN/inf in the observations or rewards (naming the envs and steps).
             NonFiniteError: The reduced reward stats are NaN/inf though every reward is finite.
         """
-        if self.collector is not None:
-            return self._collect_overlapped(env_config, deterministic)
-        if self.next_collect_resets:
-            self.reset_envs(env_config=env_config)
-        self._obs = self._rollout(
-            self.policy, self.buffer, self.carry, self._obs, self.generator, deterministic
+        k = self.hparams.horizons_per_env_reset
+        done = self.collector.collect(
+            self.policy,
+            self.steps,
+            self._obs,
+            deterministic,
+            reset_envs=(lambda: self.reset_envs(env_config=env_config))
+            if self.next_collect_resets
+            else None,
+            resets_next=k > 0 and (self.collects + 1) % k == 0,
         )
-        self.behaviour_version = self.steps
+        self._obs, self.behaviour_version = done.obs, done.version
         self._count_collect()
         return self._collect_stats()
 
@@ -384,8 +397,7 @@ class PPO:
             self.optimizer.param_groups[0]["lr"],
             {e.loss_name: (extension_losses[e.loss_name], e.loss_coeff) for e in self.extensions},
         )
-        if self.collector is not None:
-            stats["monitors/policy_lag"] = float(policy_lag)
+        stats.update(self.collector.update_stats(policy_lag))  # overlap: monitors/policy_lag
         stats.update(self.update_step.stats())  # compile=True: profiling/compile_ms, once
         checked = CHECKED_UPDATE_STATS if self.grad_scaler is None else ("losses/total",)
         self._check_stats_finite(stats, checked, f"update step {self.steps}")
@@ -567,8 +579,7 @@ class PPO:
         generator: torch.Generator,
         deterministic: bool,
     ) -> torch.Tensor | TensorDictBase:
-        collect_from = rollout_ready_envs if isinstance(self.env, ReadyEnvs) else rollout
-        obs = collect_from(
+        obs = self.rollout_loop(
             policy,
             self.env,
             buffer,
@@ -588,26 +599,6 @@ class PPO:
     def _count_collect(self) -> None:
         self.env_steps += self.hparams.batch_size * self.dist.world_size  # every rank's envs
         self.collects += 1
-
-    def _collect_overlapped(self, env_config: dict[str, Any] | None, deterministic: bool) -> Stats:
-        """Hand the background rollout over (or run one now), then start the next one."""
-        collector = self.collector
-        if not collector.idle and collector.deterministic != deterministic:
-            raise ValueError(
-                f"PPO.collect: deterministic={deterministic}, but in collect_mode='overlap' the "
-                f"rollout for this collect was started by the previous one with "
-                f"deterministic={collector.deterministic}; pass the same value to consecutive collects"
-            )
-        if collector.idle:
-            if self.next_collect_resets:
-                self.reset_envs(env_config=env_config)
-            collector.start(self.policy, self.steps, self._obs, deterministic, background=False)
-        done = collector.hand_over(self.buffer)
-        self._obs, self.behaviour_version = done.obs, done.version
-        self._count_collect()
-        if not self.next_collect_resets:
-            collector.start(self.policy, self.steps, self._obs, deterministic)
-        return self._collect_stats()
 
     def _collect_stats(self) -> Stats:
         """The last collect's rollout stats, after its NaN/inf checks."""
@@ -674,10 +665,10 @@ class PPO:
         k = self.hparams.horizons_per_env_reset
         return self._obs is None or (k > 0 and self.collects % k == 0)
 
-    def reset_envs(self, *, env_config: dict[str, Any] | None = None) -> None:
-        """Reset every env (``env_config`` over the hparams'), dropping a background rollout."""
-        if self.collector is not None:
-            self.collector.discard()
+    def reset_envs(self, *, env_config: dict[str, Any] | None = None) -> torch.Tensor | TensorDictBase:
+        """Reset every env (``env_config`` over the hparams'), dropping a background rollout;
+        returns the envs' first observations."""
+        self.collector.discard()
         config = {**self.hparams.env_config, **(env_config or {})}
         seed = self.env_seed if self.env_resets == 0 else None
         self._obs = self.env.reset(config=config or None, seed=seed)
@@ -687,10 +678,11 @@ class PPO:
         if self.reward_normalizer is not None:
             self.reward_normalizer.reset()
         self._env_carry.reset()
+        return self._obs
 
     @property
     def _env_carry(self) -> RolloutCarry:
-        return self.collector.carry if self.collector is not None else self.carry
+        return self.collector.carry
 
     def _autocast(self) -> contextlib.AbstractContextManager:
         if self.amp_dtype == torch.float32:
@@ -747,8 +739,7 @@ class PPO:
                     "(Trainer(eval_num_envs=...)) to evaluate at any time."
                 )
             env = self.env
-            if self.collector is not None:
-                self.collector.discard()
+            self.collector.discard()
             self._obs = None  # the next training collect resets the envs
         config = {**hp.env_config, **(env_config or {})}
         env.pop_log()  # what steps outside a collect logged is not this evaluation's
@@ -779,8 +770,7 @@ class PPO:
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue training exactly, as tensors and plain values
         (docs/checkpoints.md); in overlap mode the rollout in flight included."""
-        if self.collector is not None and self.collector.in_flight:  # kept for the next collect
-            self._obs = self.collector.wait().obs
+        self._obs = self.collector.finish(self._obs)  # a rollout in flight: kept for the next collect
         return {
             "algorithm": self.algorithm,
             "hparams": self.hparams.to_plain(),
@@ -801,14 +791,13 @@ class PPO:
                 "torch": torch.get_rng_state(),
                 "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
             },
-            "overlap": self.collector.state_dict() if self.collector is not None else None,
+            "overlap": self.collector.state_dict(),
             "rnd": self.rnd.checkpoint() if self.rnd is not None else None,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` (the hyper-parameters must already match)."""
-        if self.collector is not None:
-            self.collector.discard()
+        self.collector.discard()
         self.seed = int(state["seed"])
         self.policy.load_state_dict(state["policy"])
         self.optimizer.load_state_dict(state["optimizer"])
@@ -835,15 +824,14 @@ class PPO:
         torch.set_rng_state(rng["torch"])
         if rng["cuda"] and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(rng["cuda"])
-        if self.collector is not None and state.get("overlap") is not None:
+        if state.get("overlap") is not None:
             self.collector.load_state_dict(state["overlap"], self._obs)
             self.behaviour_version = self.steps  # the collector's rollout (if any) brings its own
 
     def close(self) -> None:
         """Overlap mode: join the rollout thread (its rollout kept for the next :meth:`collect`).
         The training envs stay open (``algo.env.close()``)."""
-        if self.collector is not None:
-            self.collector.join()
+        self.collector.join()
 
     def __repr__(self) -> str:
         return f"PPO(env={self.env!r}, device={self.device}, policy={self.policy.model_cls.__name__})"
