@@ -1159,3 +1159,17 @@ def trained_digest(path: str) -> str:
 @pytest.mark.parametrize("path", sorted(TRAINING_PATHS))
 def test_every_training_path_trains_as_recorded(path):
     assert trained_digest(path) == RECORDED_PARAMETERS[path]
+
+
+def test_updates_count_the_update_calls_and_steps_still_answers():
+    algo = PPO(CartPole, **SMALL)
+    for _ in range(2):
+        algo.collect()
+        algo.update()
+    assert algo.updates == 2 and algo.env_steps == 2 * hparams.STEP
+    assert algo.state_dict()["counters"]["steps"] == 2  # the checkpoint's name, as before
+    with pytest.warns(DeprecationWarning, match="PPO.steps is renamed PPO.updates"):
+        assert algo.steps == 2
+    with pytest.warns(DeprecationWarning, match="PPO.steps is renamed PPO.updates"):
+        algo.steps = 5
+    assert algo.updates == 5

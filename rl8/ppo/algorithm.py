@@ -75,8 +75,17 @@ from rl8.ppo.update_step import (
 
 __all__ = ["NonFiniteError", "PPO", "PresetHint", "check_env_configs", "make_env"]
 
-_COUNTERS = ("env_steps", "env_resets", "collects", "steps")
+#: The counters a checkpoint stores (``counters``), by their stored name: the attribute's.
+_COUNTERS = {
+    "env_steps": "env_steps",
+    "env_resets": "env_resets",
+    "collects": "collects",
+    "steps": "updates",
+}
 _UNTUNED_HPARAMS = {"seed", "device"}
+_STEPS_RENAMED = (
+    "PPO.steps is renamed PPO.updates (the number of update() calls; env_steps counts transitions)"
+)
 
 
 class _SB3Name:
@@ -144,8 +153,10 @@ class PPO:
         env_steps: Env transitions collected so far (all envs of every rank: the whole job).
         env_resets: Times PPO reset all envs.
         collects: Number of :meth:`collect` calls.
-        steps: Number of :meth:`update` calls (optimisation steps of the policy).
-        behaviour_version: The :attr:`steps` count of the weights that collected the buffer.
+        updates: Number of :meth:`update` calls (a checkpoint's ``counters["steps"]``); the
+            deprecated name :attr:`steps` still answers. (``env_steps`` counts transitions, a
+            Trainer step is one collect and one update, ``profiling/step_ms`` times the update.)
+        behaviour_version: The :attr:`updates` count of the weights that collected the buffer.
         advantage_weights: ``None``, or ``[num_envs, horizon]`` weights of the (normalised)
             advantages in the next :meth:`update` only (importance weights of actors).
         symmetry: With hparam ``symmetry``, the :class:`~rl8.ppo.symmetry.Symmetry` extension
@@ -277,7 +288,7 @@ class PPO:
         self.grad_scaler = torch.amp.GradScaler("cuda") if self.amp_dtype == torch.float16 else None
         self.compiled = self._make_compiled() if hp.compile else None
         self.update_step = self._make_update_step()
-        self.env_steps = self.env_resets = self.collects = self.steps = 0
+        self.env_steps = self.env_resets = self.collects = self.updates = 0
         self._obs: torch.Tensor | TensorDictBase | None = None
         self._validated = False
         self.episodes = EpisodeTracker(hp.num_envs, self.device)
@@ -326,7 +337,7 @@ class PPO:
         k = self.hparams.horizons_per_env_reset
         done = self.collector.collect(
             self.policy,
-            self.steps,
+            self.updates,
             self._obs,
             deterministic,
             reset_envs=(lambda: self.reset_envs(env_config=env_config))
@@ -348,7 +359,7 @@ class PPO:
         if self.collects == 0:
             raise RuntimeError("PPO.update() needs a collect() first: the rollout buffer is empty")
         hp = self.hparams
-        policy_lag = self.steps - self.behaviour_version  # updates since the buffer's weights
+        policy_lag = self.updates - self.behaviour_version  # updates since the buffer's weights
         samples, explained_variance = self._training_samples()
         entropy_coeff = self.entropy_coeff_schedule(self.env_steps)
         if hp.desired_kl is None:  # else the optimizer's lr, adapted minibatch by minibatch
@@ -384,7 +395,7 @@ class PPO:
         self._update_obs_normalizer()
         for extension in self.extensions:  # after the update, as rsl_rl's
             extension.after_update(self.buffer.data["obs"][:, : hp.horizon])
-        self.steps += 1
+        self.updates += 1
         if not grad_norms:  # a KL stop before the first accumulated optimizer step
             grad_norms.append(torch.zeros((), device=self.device))
         stats = update_stats(
@@ -400,8 +411,19 @@ class PPO:
         stats.update(self.collector.update_stats(policy_lag))  # overlap: monitors/policy_lag
         stats.update(self.update_step.stats())  # compile=True: profiling/compile_ms, once
         checked = CHECKED_UPDATE_STATS if self.grad_scaler is None else ("losses/total",)
-        self._check_stats_finite(stats, checked, f"update step {self.steps}")
+        self._check_stats_finite(stats, checked, f"update step {self.updates}")
         return stats
+
+    @property
+    def steps(self) -> int:
+        """Deprecated name of :attr:`updates`, the number of :meth:`update` calls."""
+        warnings.warn(_STEPS_RENAMED, DeprecationWarning, stacklevel=2)
+        return self.updates
+
+    @steps.setter
+    def steps(self, value: int) -> None:
+        warnings.warn(_STEPS_RENAMED, DeprecationWarning, stacklevel=2)
+        self.updates = value
 
     def step(self) -> dict[str, float]:
         """Deprecated name of :meth:`update`."""
@@ -653,7 +675,7 @@ class PPO:
         fill(self.buffer)
         self.buffer.env_episodes = None  # the actors report their envs' records themselves
         self.buffer.env_log = {}
-        self.behaviour_version = self.steps
+        self.behaviour_version = self.updates
         self._validated = True
         self._count_collect()
         return self._collect_stats()
@@ -781,7 +803,7 @@ class PPO:
             "reward_normalizer": self.reward_normalizer.state_dict()
             if self.reward_normalizer is not None
             else None,
-            "counters": {name: getattr(self, name) for name in _COUNTERS},
+            "counters": {stored: getattr(self, name) for stored, name in _COUNTERS.items()},
             "recurrent": self._env_carry.state_dict(),
             **self.episodes.state_dict(),
             **env_state(self.env, self._obs),
@@ -812,8 +834,8 @@ class PPO:
             self.grad_scaler.load_state_dict(state["grad_scaler"])
         if self.reward_normalizer is not None and state.get("reward_normalizer") is not None:
             self.reward_normalizer.load_state_dict(state["reward_normalizer"])
-        for name in _COUNTERS:
-            setattr(self, name, int(state["counters"][name]))
+        for stored, name in _COUNTERS.items():
+            setattr(self, name, int(state["counters"][stored]))
         self.episodes.load_state_dict(state)
         self._env_carry.load_state_dict(state.get("recurrent"))
         self._obs = load_env_state(self.env, state, self.device)
@@ -826,7 +848,7 @@ class PPO:
             torch.cuda.set_rng_state_all(rng["cuda"])
         if state.get("overlap") is not None:
             self.collector.load_state_dict(state["overlap"], self._obs)
-            self.behaviour_version = self.steps  # the collector's rollout (if any) brings its own
+            self.behaviour_version = self.updates  # the collector's rollout (if any) brings its own
 
     def close(self) -> None:
         """Overlap mode: join the rollout thread (its rollout kept for the next :meth:`collect`).

@@ -26,7 +26,7 @@ class Rollout:
 
     Attributes:
         obs: The envs' observations after its last step (the next rollout starts there).
-        version: The learner's update count (``PPO.steps``) whose weights collected it.
+        version: The learner's update count (``PPO.updates``) whose weights collected it.
     """
 
     obs: torch.Tensor | TensorDictBase

@@ -144,7 +144,7 @@ class OverlapCollector:
         background: bool = True,
     ) -> None:
         """Copy the weights and buffers of the learner's ``policy`` (at its update count ``version``,
-        ``PPO.steps``) into the actor's, then run a rollout from the envs' observations ``obs`` with
+        ``PPO.updates``) into the actor's, then run a rollout from the envs' observations ``obs`` with
         the actor's objects, in the background thread (else in the caller's); ``deterministic``:
         take the distributions' modes instead of sampling."""
         if not self.idle:
