@@ -38,11 +38,12 @@ def test_the_rule(lr, kl, expected):
 @pytest.mark.parametrize("desired_kl, direction", [(1e-6, "down"), (1.0, "up")])
 def test_applied_per_minibatch_with_its_kl(desired_kl, direction):
     """Each optimizer step runs at the lr that the rule gives from the previous lr and the KL of
-    that step's own minibatch, averaged over ranks (here ``_mean_over_ranks`` is watched)."""
+    that step's own minibatch, averaged over ranks (here the update step's ``mean_over_ranks``
+    is watched)."""
     algo = PPO(Pendulum, **TINY, lr=1e-3, desired_kl=desired_kl)
     kls, step_lrs = [], []
-    mean_over_ranks = algo._mean_over_ranks
-    algo._mean_over_ranks = lambda value: kls.append(mean_over_ranks(value)) or kls[-1]
+    mean_over_ranks = algo.update_step.mean_over_ranks
+    algo.update_step.mean_over_ranks = lambda value: kls.append(mean_over_ranks(value)) or kls[-1]
     step = algo.optimizer.step
     algo.optimizer.step = lambda *a, **k: (
         step_lrs.append(algo.optimizer.param_groups[0]["lr"]) or step(*a, **k)

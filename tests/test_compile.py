@@ -13,7 +13,14 @@ import torch
 
 from rl8 import PPO, LSTMModel, MLPModel
 from rl8.envs import CartPole, Pendulum
-from rl8.ppo.compiled import CompiledSteps, FusedTrainStep, fused_step_problem
+from rl8.ppo.compiled import (
+    CompiledLossStep,
+    CompiledSteps,
+    FusedStep,
+    FusedTrainStep,
+    fused_step_problem,
+)
+from rl8.ppo.update_step import EagerStep
 
 TINY = dict(num_envs=16, horizon=8, num_sgd_iters=1, seed=0, model_config={"hiddens": (16, 16)})
 
@@ -333,6 +340,24 @@ def test_compile_falls_back_to_the_compiled_loss(hparams, reason):
     algo = PPO(CartPole, **{**TINY, **hparams}, compile=True)
     assert algo.compiled.train_step_kind == "loss"
     assert reason in algo.compiled.train_step_fallback
+    assert type(algo.update_step) is CompiledLossStep
+
+
+def test_the_update_step_is_chosen_once_at_construction():
+    """Eager without compile; with it the fused step (the compiled-loss step its fallback)."""
+    assert type(PPO(CartPole, **TINY).update_step) is EagerStep
+    fused = PPO(CartPole, **TINY, compile=True).update_step
+    assert type(fused) is FusedStep and type(fused.fallback) is CompiledLossStep
+
+
+def test_the_fused_step_refuses_an_added_loss_term():
+    algo = PPO(CartPole, **TINY, compile=True)
+    algo.collect()
+    with torch.no_grad():
+        advantages, returns = algo.compute_advantages()
+    minibatch = algo.buffer.training_samples(advantages, returns)[:8]
+    with pytest.raises(ValueError, match="an extension added a loss term"):
+        algo.update_step(minibatch, 0.0, torch.zeros(()), 0)
 
 
 def test_fused_step_problem_names_the_grad_scaler_and_data_parallel():

@@ -25,6 +25,8 @@ from tensordict import TensorDict
 from rl8 import PPO, Env, HParams, Trainer
 from rl8.envs import CartPole, GymnasiumEnv, Pendulum
 from rl8.policies.recurrent import GRUModel
+from rl8.ppo.collectors import SyncCollector
+from rl8.ppo.overlap import OverlapCollector
 from rl8.training.conditions import Condition, HitsUpperBound
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -70,9 +72,10 @@ def test_invalid_collect_mode_names_the_field_the_values_and_the_given_one():
         PPO(CartPole, collect_mode=None)
 
 
-def test_sync_mode_has_no_collector_and_no_policy_lag():
+def test_sync_mode_has_the_sync_collector_and_no_policy_lag():
     algo = PPO(CartPole, **{**OVERLAP, "collect_mode": "sync"})
-    assert algo.collector is None
+    assert type(algo.collector) is SyncCollector and algo.collector.carry is algo.carry
+    assert type(PPO(CartPole, **OVERLAP).collector) is OverlapCollector
     assert "monitors/policy_lag" not in train(algo, 1)[0]
 
 

@@ -285,3 +285,18 @@ def test_compiled_symmetric_updates_match_the_plain_ones():
     a, b = plain.update(), compiled.update()
     for name in ("losses/policy", "losses/vf", "losses/symmetry", "monitors/kl_div"):
         assert a[name] == pytest.approx(b[name], rel=1e-4, abs=1e-6), name
+
+
+def test_the_extensions_see_each_minibatch_rnd_first():
+    """RND trains its predictor on the collected minibatch, before symmetry's mirrored copies."""
+    rnd = {"weight": 0.5, "predictor_hidden_dims": [8], "target_hidden_dims": [8]}
+    algo = PPO(CartPole, **SMALL, symmetry=AUGMENT, rnd=rnd)
+    assert algo.extensions == (algo.rnd, algo.symmetry)
+    seen = []
+    train_step = algo.rnd.train_step
+    algo.rnd.train_step = lambda obs, average: seen.append(obs.shape[0]) or train_step(obs, average)
+    algo.collect()
+    stats = algo.update()
+    assert seen == [32] * 8  # 128 transitions, minibatches of 32, two passes: never the copies
+    assert {"losses/rnd", "losses/symmetry"} <= set(stats)
+    assert PPO(CartPole, **SMALL).extensions == ()

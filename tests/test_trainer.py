@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -37,7 +38,7 @@ from rl8.training.conditions import (
     StopsIncreasing,
     TimeLimit,
 )
-from rl8.training.progress import Progress
+from rl8.training.progress import Progress, results_lines
 
 pytestmark = pytest.mark.usefixtures("migrated_store", "one_torch_thread")
 
@@ -104,6 +105,16 @@ def test_step_counters_and_stat_names():
         assert all(isinstance(v, (int, float)) for v in stats.values())
     finally:
         trainer.close()
+
+
+def test_a_run_reads_the_update_count_by_its_name(mlflow_uri):
+    """rl8 itself reads ``PPO.updates``: a run warns of no deprecated ``PPO.steps``."""
+    trainer = make_trainer(tracking_uri=mlflow_uri)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="PPO.steps is renamed", category=DeprecationWarning)
+        trainer.run(max_env_steps=2 * STEP)
+        lines = results_lines(trainer)  # what the progress display prints at the end
+    assert trainer.algo.updates == 2 and "2 training steps" in lines[0]
 
 
 @pytest.mark.parametrize("async_logging", [True, False])

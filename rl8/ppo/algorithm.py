@@ -4,7 +4,6 @@ buffer, :meth:`PPO.update` computes GAE advantages and runs minibatch SGD on the
 from __future__ import annotations
 
 import contextlib
-import math
 import secrets
 import warnings
 from collections.abc import Callable, Iterator, Mapping
@@ -30,7 +29,14 @@ from rl8.ppo.buffer import (
     make_rollout_buffer,
     minibatches,
 )
-from rl8.ppo.compiled import CompiledSteps, FusedTrainStep, fused_step_problem
+from rl8.ppo.collectors import Collector, SyncCollector
+from rl8.ppo.compiled import (
+    CompiledLossStep,
+    CompiledSteps,
+    FusedStep,
+    FusedTrainStep,
+    fused_step_problem,
+)
 from rl8.ppo.distributed import DistContext, agree_on_run_seed, derive_seed, rank_device
 from rl8.ppo.finite import (
     CHECKED_ROLLOUT_STATS,
@@ -40,7 +46,7 @@ from rl8.ppo.finite import (
     check_stats_finite,
 )
 from rl8.ppo.hparams import HParams
-from rl8.ppo.losses import PPOLoss, adaptive_lr, make_optimizer, ppo_loss
+from rl8.ppo.losses import PPOLoss, make_optimizer, ppo_loss
 from rl8.ppo.overlap import OverlapCollector
 from rl8.ppo.precision import choose_amp_dtype
 from rl8.ppo.resolve import DISTRIBUTION, MODEL, resolve
@@ -59,11 +65,27 @@ from rl8.ppo.rollout import (
 )
 from rl8.ppo.stats import Stats, intrinsic_moments, intrinsic_stats, rollout_stats, update_stats
 from rl8.ppo.symmetry import Symmetry, augmentation_env
+from rl8.ppo.update_step import (
+    EagerStep,
+    UpdateExtension,
+    UpdateStep,
+    optimizer_step,
+    set_lr,
+)
 
 __all__ = ["NonFiniteError", "PPO", "PresetHint", "check_env_configs", "make_env"]
 
-_COUNTERS = ("env_steps", "env_resets", "collects", "steps")
+#: The counters a checkpoint stores (``counters``), by their stored name: the attribute's.
+_COUNTERS = {
+    "env_steps": "env_steps",
+    "env_resets": "env_resets",
+    "collects": "collects",
+    "steps": "updates",
+}
 _UNTUNED_HPARAMS = {"seed", "device"}
+_STEPS_RENAMED = (
+    "PPO.steps is renamed PPO.updates (the number of update() calls; env_steps counts transitions)"
+)
 
 
 class _SB3Name:
@@ -116,13 +138,25 @@ class PPO:
         buffer: The :class:`~rl8.ppo.buffer.RolloutBuffer`.
         amp_dtype: The forward passes' autocast dtype (``torch.float32``: none; see ``enable_amp``).
         compiled: With ``compile=True``, the :class:`~rl8.ppo.compiled.CompiledSteps`; else ``None``.
-        collector: With ``collect_mode="overlap"``, the :class:`~rl8.ppo.overlap.OverlapCollector`.
+        rollout_loop: The rollout loop of this env, chosen here: :func:`~rl8.ppo.rollout.rollout`,
+            or :func:`~rl8.ppo.rollout.rollout_ready_envs` for an env with the ``ReadyEnvs``
+            interface (the pool).
+        collector: What :meth:`collect` hands the buffer's filling to, chosen here (a
+            :class:`~rl8.ppo.collectors.Collector`): a :class:`~rl8.ppo.collectors.SyncCollector`,
+            with ``collect_mode="overlap"`` the :class:`~rl8.ppo.overlap.OverlapCollector`.
+        update_step: What each minibatch of :meth:`update` does to the weights, chosen here: an
+            :class:`~rl8.ppo.update_step.EagerStep`, or with ``compile=True`` a
+            :class:`~rl8.ppo.compiled.FusedStep` or :class:`~rl8.ppo.compiled.CompiledLossStep`.
+        extensions: The update's extensions (:class:`~rl8.ppo.update_step.UpdateExtension`):
+            :attr:`rnd` and :attr:`symmetry` where they are on, in that order.
         minibatch_size: Transitions per minibatch (:meth:`HParams.minibatch_size_for <rl8.HParams.minibatch_size_for>`).
         env_steps: Env transitions collected so far (all envs of every rank: the whole job).
         env_resets: Times PPO reset all envs.
         collects: Number of :meth:`collect` calls.
-        steps: Number of :meth:`update` calls (optimisation steps of the policy).
-        behaviour_version: The :attr:`steps` count of the weights that collected the buffer.
+        updates: Number of :meth:`update` calls (a checkpoint's ``counters["steps"]``); the
+            deprecated name :attr:`steps` still answers. (``env_steps`` counts transitions, a
+            Trainer step is one collect and one update, ``profiling/step_ms`` times the update.)
+        behaviour_version: The :attr:`updates` count of the weights that collected the buffer.
         advantage_weights: ``None``, or ``[num_envs, horizon]`` weights of the (normalised)
             advantages in the next :meth:`update` only (importance weights of actors).
         symmetry: With hparam ``symmetry``, the :class:`~rl8.ppo.symmetry.Symmetry` extension
@@ -210,15 +244,22 @@ class PPO:
                     self.env.observation_space,
                     step_dt=getattr(self.env, "step_dt", None),
                     device=self.device,
+                    average_gradients=self.dist.average_gradients,
+                    all_reduce=self._sum_over_ranks,
                 )
             )
         self.dist.broadcast_module(self.policy)
         if self.rnd is not None:
             self.dist.broadcast_module(self.rnd)
+        self.amp_dtype = choose_amp_dtype(self.device, hp.enable_amp)
         self.symmetry = (
             None
             if hp.symmetry is None
-            else Symmetry(hp.symmetry, augmentation_env(self.env), self.policy)
+            else Symmetry(hp.symmetry, augmentation_env(self.env), self.policy, autocast=self._autocast)
+        )
+        # the update's extensions, in the order they see each minibatch (RND's before symmetry's copies)
+        self.extensions: tuple[UpdateExtension, ...] = tuple(
+            ext for ext in (self.rnd, self.symmetry) if ext is not None
         )
         self.intrinsic_rewards: torch.Tensor | None = None
         # Action sampling and minibatch shuffling draw from this object's own generator, so
@@ -244,14 +285,16 @@ class PPO:
         )
         self.lr_schedule = hp.lr_at()
         self.entropy_coeff_schedule = hp.entropy_coeff_at()
-        self.amp_dtype = choose_amp_dtype(self.device, hp.enable_amp)
         self.grad_scaler = torch.amp.GradScaler("cuda") if self.amp_dtype == torch.float16 else None
         self.compiled = self._make_compiled() if hp.compile else None
-        self.env_steps = self.env_resets = self.collects = self.steps = 0
+        self.update_step = self._make_update_step()
+        self.env_steps = self.env_resets = self.collects = self.updates = 0
         self._obs: torch.Tensor | TensorDictBase | None = None
         self._validated = False
         self.episodes = EpisodeTracker(hp.num_envs, self.device)
-        self.collector = None
+        # the rollout loop of this env and the collector, chosen once
+        self.rollout_loop = rollout_ready_envs if isinstance(self.env, ReadyEnvs) else rollout
+        self.collector: Collector = SyncCollector(self._rollout, self.buffer, self.carry, self.generator)
         if hp.collect_mode == "overlap":  # the actor side: its own buffer, carry and generator
             generator = torch.Generator(device=self.device).manual_seed(derive_seed(self.env_seed, 2))
             self.collector = OverlapCollector(
@@ -260,6 +303,7 @@ class PPO:
                 generator,
                 run=self._rollout,
                 make_carry=self._make_carry,
+                learner_buffer=self.buffer,
             )
         self.behaviour_version = 0
         self.advantage_weights: torch.Tensor | None = None
@@ -290,14 +334,18 @@ class PPO:
             EnvOutputError: NaN/inf in the observations or rewards (naming the envs and steps).
             NonFiniteError: The reduced reward stats are NaN/inf though every reward is finite.
         """
-        if self.collector is not None:
-            return self._collect_overlapped(env_config, deterministic)
-        if self.next_collect_resets:
-            self.reset_envs(env_config=env_config)
-        self._obs = self._rollout(
-            self.policy, self.buffer, self.carry, self._obs, self.generator, deterministic
+        k = self.hparams.horizons_per_env_reset
+        done = self.collector.collect(
+            self.policy,
+            self.updates,
+            self._obs,
+            deterministic,
+            reset_envs=(lambda: self.reset_envs(env_config=env_config))
+            if self.next_collect_resets
+            else None,
+            resets_next=k > 0 and (self.collects + 1) % k == 0,
         )
-        self.behaviour_version = self.steps
+        self._obs, self.behaviour_version = done.obs, done.version
         self._count_collect()
         return self._collect_stats()
 
@@ -311,19 +359,12 @@ class PPO:
         if self.collects == 0:
             raise RuntimeError("PPO.update() needs a collect() first: the rollout buffer is empty")
         hp = self.hparams
-        policy_lag = self.steps - self.behaviour_version  # updates since the buffer's weights
+        policy_lag = self.updates - self.behaviour_version  # updates since the buffer's weights
         samples, explained_variance = self._training_samples()
         entropy_coeff = self.entropy_coeff_schedule(self.env_steps)
         if hp.desired_kl is None:  # else the optimizer's lr, adapted minibatch by minibatch
             self._set_lr(self.lr_schedule(self.env_steps))
         num_minibatches = samples.batch_size[0] * self.seq_len // self.minibatch_size
-        # accumulate_grads: one optimizer step per pass, on the mean of its minibatches' losses
-        minibatches_per_step = num_minibatches if hp.accumulate_grads else 1
-        minibatch_loss = self._minibatch_loss if self.compiled is None else self.compiled.minibatch_loss
-        losses: list[PPOLoss] = []
-        grad_norms: list[torch.Tensor] = []  # one per optimizer step
-        rnd_losses: list[torch.Tensor] = []
-        mirror_losses: list[torch.Tensor] = []
         batches = minibatches(
             samples,
             num_minibatches,
@@ -334,53 +375,29 @@ class PPO:
             dist=self.dist,
             generator=self.generator,
         )
+        losses: list[PPOLoss] = []
+        grad_norms: list[torch.Tensor] = []  # one per optimizer step
+        extension_losses: dict[str, list[torch.Tensor]] = {e.loss_name: [] for e in self.extensions}
         for j, minibatch in enumerate(batches):
-            if self.rnd is not None:  # RND's predictor: a step of its own optimizer
-                rnd_losses.append(self.rnd.train_step(minibatch["obs"], self.dist.average_gradients))
-            if self.symmetry is not None:  # the mirrored copies after the collected samples
-                collected = minibatch.batch_size[0]
-                minibatch = self.symmetry.augment(minibatch)
-                with self._autocast():
-                    mirror_loss = self.symmetry.mirror_loss(self.policy, minibatch["obs"], collected)
-                mirror_losses.append(mirror_loss.detach())
-            # compile=True where it is exact: loss, backward, clip and Adam step as one compiled function
-            fused = None if self.compiled is None else self.compiled.train_step(minibatch, entropy_coeff)
-            if fused is not None:
-                loss, grad_norm = fused
-                grad_norms.append(grad_norm)
-            else:
-                loss = minibatch_loss(minibatch, entropy_coeff)
-                if (
-                    hp.desired_kl is not None
-                ):  # this minibatch's KL sets the lr of its step, as in rsl_rl
-                    self._adapt_lr(loss.approx_kl)
-                if j % minibatches_per_step == 0:
-                    # after the forward pass, as rsl_rl and CleanRL do: the old gradients' memory
-                    # stays allocated for this pass's activations instead of being freed and refetched
-                    self.optimizer.zero_grad()
-                total = loss.total
-                if self.symmetry is not None and self.symmetry.use_mirror_loss:
-                    total = total + self.symmetry.mirror_loss_coeff * mirror_loss
-                total = total / minibatches_per_step
-                (total if self.grad_scaler is None else self.grad_scaler.scale(total)).backward()
-                if (j + 1) % minibatches_per_step == 0:
-                    grad_norms.append(self._optimizer_step())
+            extra_loss = None  # the extensions' terms of PPO's loss
+            for extension in self.extensions:
+                minibatch, extension_loss, term = extension.minibatch_step(minibatch)
+                extension_losses[extension.loss_name].append(extension_loss)
+                if term is not None:
+                    extra_loss = term if extra_loss is None else extra_loss + term
+            # PPO's loss (policy, value, entropy: _minibatch_loss), backward, clip, optimizer step
+            loss, grad_norm = self.update_step(minibatch, entropy_coeff, extra_loss, j)
             losses.append(loss)
+            if grad_norm is not None:
+                grad_norms.append(grad_norm)
             if hp.target_kl_div is not None and self._mean_over_ranks(loss.approx_kl) > hp.target_kl_div:
                 break  # the approximate KL left target_kl_div: the update stops early
         self._update_obs_normalizer()
-        if self.rnd is not None:  # after the update, as rsl_rl's
-            self.rnd.update_normalization(self.buffer.data["obs"][:, : hp.horizon], self._sum_over_ranks)
-        self.steps += 1
+        for extension in self.extensions:  # after the update, as rsl_rl's
+            extension.after_update(self.buffer.data["obs"][:, : hp.horizon])
+        self.updates += 1
         if not grad_norms:  # a KL stop before the first accumulated optimizer step
             grad_norms.append(torch.zeros((), device=self.device))
-        lr = self.optimizer.param_groups[0]["lr"]
-        extra_losses = {}  # name: (each minibatch's loss, its weight in losses/total)
-        if self.rnd is not None:
-            extra_losses["rnd"] = (rnd_losses, 0.0)  # its own optimizer's
-        if self.symmetry is not None:
-            coeff = self.symmetry.mirror_loss_coeff if self.symmetry.use_mirror_loss else 0.0
-            extra_losses["symmetry"] = (mirror_losses, coeff)
         stats = update_stats(
             self.dist,
             losses,
@@ -388,16 +405,25 @@ class PPO:
             explained_variance,
             hp.vf_coeff,
             entropy_coeff,
-            lr,
-            extra_losses,
+            self.optimizer.param_groups[0]["lr"],
+            {e.loss_name: (extension_losses[e.loss_name], e.loss_coeff) for e in self.extensions},
         )
-        if self.collector is not None:
-            stats["monitors/policy_lag"] = float(policy_lag)
-        if self.compiled is not None:
-            stats.update(self.compiled.report_once())  # profiling/compile_ms, after the first update
+        stats.update(self.collector.update_stats(policy_lag))  # overlap: monitors/policy_lag
+        stats.update(self.update_step.stats())  # compile=True: profiling/compile_ms, once
         checked = CHECKED_UPDATE_STATS if self.grad_scaler is None else ("losses/total",)
-        self._check_stats_finite(stats, checked, f"update step {self.steps}")
+        self._check_stats_finite(stats, checked, f"update step {self.updates}")
         return stats
+
+    @property
+    def steps(self) -> int:
+        """Deprecated name of :attr:`updates`, the number of :meth:`update` calls."""
+        warnings.warn(_STEPS_RENAMED, DeprecationWarning, stacklevel=2)
+        return self.updates
+
+    @steps.setter
+    def steps(self, value: int) -> None:
+        warnings.warn(_STEPS_RENAMED, DeprecationWarning, stacklevel=2)
+        self.updates = value
 
     def step(self) -> dict[str, float]:
         """Deprecated name of :meth:`update`."""
@@ -487,19 +513,35 @@ class PPO:
 
     def _optimizer_step(self) -> torch.Tensor:
         """Average the gradients across ranks, clip and step; returns the norm before clipping."""
-        params = [p for p in self.policy.parameters() if p.requires_grad]
-        self.dist.average_gradients(params)  # data-parallel: one all-reduce per optimizer step
-        if self.grad_scaler is not None:
-            self.grad_scaler.unscale_(self.optimizer)
-        # max_grad_norm None: the norm is only measured (an infinite bound never scales)
-        max_norm = math.inf if self.hparams.max_grad_norm is None else self.hparams.max_grad_norm
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
-        if self.grad_scaler is not None:
-            self.grad_scaler.step(self.optimizer)
-            self.grad_scaler.update()
-        else:
-            self.optimizer.step()
-        return grad_norm.detach().float()
+        return optimizer_step(
+            self.optimizer,
+            [p for p in self.policy.parameters() if p.requires_grad],
+            self.hparams.max_grad_norm,
+            average_gradients=self.dist.average_gradients,
+            grad_scaler=self.grad_scaler,
+        )
+
+    def _make_update_step(self) -> UpdateStep:
+        """The update step, chosen once: eager, or with compile=True the fused step where it is
+        exact, else the eager step on the compiled loss."""
+        hp = self.hparams
+        options = dict(
+            policy=self.policy,
+            optimizer=self.optimizer,
+            max_grad_norm=hp.max_grad_norm,
+            # accumulate_grads: one optimizer step per pass, on the mean of its minibatches' losses
+            minibatches_per_step=hp.batch_size // self.minibatch_size if hp.accumulate_grads else 1,
+            desired_kl=hp.desired_kl,
+            mean_over_ranks=self._mean_over_ranks,
+            average_gradients=self.dist.average_gradients,
+            grad_scaler=self.grad_scaler,
+        )
+        if self.compiled is None:
+            return EagerStep(self._minibatch_loss, **options)
+        compiled_loss = CompiledLossStep(self.compiled, **options)
+        if self.compiled.train_step_kind == "fused":
+            return FusedStep(self.compiled, fallback=compiled_loss)
+        return compiled_loss
 
     def _make_compiled(self) -> CompiledSteps:
         """compile=True's steps: the fused minibatch step where it is exact, else the compiled loss."""
@@ -539,14 +581,7 @@ class PPO:
         return kwargs
 
     def _set_lr(self, lr: float) -> None:
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
-
-    def _adapt_lr(self, approx_kl: torch.Tensor) -> None:
-        """hparam desired_kl: the lr from a minibatch's approximate KL (all ranks' mean)."""
-        kl = torch.tensor(self._mean_over_ranks(approx_kl), dtype=torch.float64)
-        lr = torch.tensor(self.optimizer.param_groups[0]["lr"], dtype=torch.float64)
-        self._set_lr(adaptive_lr(lr, kl, self.hparams.desired_kl).item())
+        set_lr(self.optimizer, lr)
 
     @property
     def _sum_over_ranks(self) -> Callable[[torch.Tensor], Any] | None:
@@ -566,8 +601,7 @@ class PPO:
         generator: torch.Generator,
         deterministic: bool,
     ) -> torch.Tensor | TensorDictBase:
-        collect_from = rollout_ready_envs if isinstance(self.env, ReadyEnvs) else rollout
-        obs = collect_from(
+        obs = self.rollout_loop(
             policy,
             self.env,
             buffer,
@@ -587,26 +621,6 @@ class PPO:
     def _count_collect(self) -> None:
         self.env_steps += self.hparams.batch_size * self.dist.world_size  # every rank's envs
         self.collects += 1
-
-    def _collect_overlapped(self, env_config: dict[str, Any] | None, deterministic: bool) -> Stats:
-        """Hand the background rollout over (or run one now), then start the next one."""
-        collector = self.collector
-        if not collector.idle and collector.deterministic != deterministic:
-            raise ValueError(
-                f"PPO.collect: deterministic={deterministic}, but in collect_mode='overlap' the "
-                f"rollout for this collect was started by the previous one with "
-                f"deterministic={collector.deterministic}; pass the same value to consecutive collects"
-            )
-        if collector.idle:
-            if self.next_collect_resets:
-                self.reset_envs(env_config=env_config)
-            collector.start(self.policy, self.steps, self._obs, deterministic, background=False)
-        done = collector.hand_over(self.buffer)
-        self._obs, self.behaviour_version = done.obs, done.version
-        self._count_collect()
-        if not self.next_collect_resets:
-            collector.start(self.policy, self.steps, self._obs, deterministic)
-        return self._collect_stats()
 
     def _collect_stats(self) -> Stats:
         """The last collect's rollout stats, after its NaN/inf checks."""
@@ -661,7 +675,7 @@ class PPO:
         fill(self.buffer)
         self.buffer.env_episodes = None  # the actors report their envs' records themselves
         self.buffer.env_log = {}
-        self.behaviour_version = self.steps
+        self.behaviour_version = self.updates
         self._validated = True
         self._count_collect()
         return self._collect_stats()
@@ -673,10 +687,10 @@ class PPO:
         k = self.hparams.horizons_per_env_reset
         return self._obs is None or (k > 0 and self.collects % k == 0)
 
-    def reset_envs(self, *, env_config: dict[str, Any] | None = None) -> None:
-        """Reset every env (``env_config`` over the hparams'), dropping a background rollout."""
-        if self.collector is not None:
-            self.collector.discard()
+    def reset_envs(self, *, env_config: dict[str, Any] | None = None) -> torch.Tensor | TensorDictBase:
+        """Reset every env (``env_config`` over the hparams'), dropping a background rollout;
+        returns the envs' first observations."""
+        self.collector.discard()
         config = {**self.hparams.env_config, **(env_config or {})}
         seed = self.env_seed if self.env_resets == 0 else None
         self._obs = self.env.reset(config=config or None, seed=seed)
@@ -686,10 +700,11 @@ class PPO:
         if self.reward_normalizer is not None:
             self.reward_normalizer.reset()
         self._env_carry.reset()
+        return self._obs
 
     @property
     def _env_carry(self) -> RolloutCarry:
-        return self.collector.carry if self.collector is not None else self.carry
+        return self.collector.carry
 
     def _autocast(self) -> contextlib.AbstractContextManager:
         if self.amp_dtype == torch.float32:
@@ -746,8 +761,7 @@ class PPO:
                     "(Trainer(eval_num_envs=...)) to evaluate at any time."
                 )
             env = self.env
-            if self.collector is not None:
-                self.collector.discard()
+            self.collector.discard()
             self._obs = None  # the next training collect resets the envs
         config = {**hp.env_config, **(env_config or {})}
         env.pop_log()  # what steps outside a collect logged is not this evaluation's
@@ -778,8 +792,7 @@ class PPO:
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue training exactly, as tensors and plain values
         (docs/checkpoints.md); in overlap mode the rollout in flight included."""
-        if self.collector is not None and self.collector.in_flight:  # kept for the next collect
-            self._obs = self.collector.wait().obs
+        self._obs = self.collector.finish(self._obs)  # a rollout in flight: kept for the next collect
         return {
             "algorithm": self.algorithm,
             "hparams": self.hparams.to_plain(),
@@ -790,7 +803,7 @@ class PPO:
             "reward_normalizer": self.reward_normalizer.state_dict()
             if self.reward_normalizer is not None
             else None,
-            "counters": {name: getattr(self, name) for name in _COUNTERS},
+            "counters": {stored: getattr(self, name) for stored, name in _COUNTERS.items()},
             "recurrent": self._env_carry.state_dict(),
             **self.episodes.state_dict(),
             **env_state(self.env, self._obs),
@@ -800,14 +813,13 @@ class PPO:
                 "torch": torch.get_rng_state(),
                 "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
             },
-            "overlap": self.collector.state_dict() if self.collector is not None else None,
+            "overlap": self.collector.state_dict(),
             "rnd": self.rnd.checkpoint() if self.rnd is not None else None,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` (the hyper-parameters must already match)."""
-        if self.collector is not None:
-            self.collector.discard()
+        self.collector.discard()
         self.seed = int(state["seed"])
         self.policy.load_state_dict(state["policy"])
         self.optimizer.load_state_dict(state["optimizer"])
@@ -822,8 +834,8 @@ class PPO:
             self.grad_scaler.load_state_dict(state["grad_scaler"])
         if self.reward_normalizer is not None and state.get("reward_normalizer") is not None:
             self.reward_normalizer.load_state_dict(state["reward_normalizer"])
-        for name in _COUNTERS:
-            setattr(self, name, int(state["counters"][name]))
+        for stored, name in _COUNTERS.items():
+            setattr(self, name, int(state["counters"][stored]))
         self.episodes.load_state_dict(state)
         self._env_carry.load_state_dict(state.get("recurrent"))
         self._obs = load_env_state(self.env, state, self.device)
@@ -834,15 +846,14 @@ class PPO:
         torch.set_rng_state(rng["torch"])
         if rng["cuda"] and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(rng["cuda"])
-        if self.collector is not None and state.get("overlap") is not None:
+        if state.get("overlap") is not None:
             self.collector.load_state_dict(state["overlap"], self._obs)
-            self.behaviour_version = self.steps  # the collector's rollout (if any) brings its own
+            self.behaviour_version = self.updates  # the collector's rollout (if any) brings its own
 
     def close(self) -> None:
         """Overlap mode: join the rollout thread (its rollout kept for the next :meth:`collect`).
         The training envs stay open (``algo.env.close()``)."""
-        if self.collector is not None:
-            self.collector.join()
+        self.collector.join()
 
     def __repr__(self) -> str:
         return f"PPO(env={self.env!r}, device={self.device}, policy={self.policy.model_cls.__name__})"

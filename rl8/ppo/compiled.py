@@ -1,5 +1,6 @@
 """``compile=True``: :func:`torch.compile` of PPO's rollout step and minibatch step, beside their
-plain versions (docs/hparams.md, Speed)."""
+plain versions (docs/hparams.md, Speed); the update steps that run them (:class:`CompiledLossStep`,
+:class:`FusedStep`, update steps as the plain :class:`~rl8.ppo.update_step.EagerStep` is)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,16 @@ import torch
 from torch import nn
 
 from rl8.ppo.losses import MONITORS, PPOLoss, adaptive_lr
+from rl8.ppo.update_step import EagerStep
 
-__all__ = ["CPU_COMPILED_ROLLOUT_MIN_ENVS", "CompiledSteps", "FusedTrainStep", "fused_step_problem"]
+__all__ = [
+    "CPU_COMPILED_ROLLOUT_MIN_ENVS",
+    "CompiledLossStep",
+    "CompiledSteps",
+    "FusedStep",
+    "FusedTrainStep",
+    "fused_step_problem",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -166,6 +175,60 @@ class CompiledSteps:
             kind,
         )
         return {"profiling/compile_ms": 1000.0 * self.compile_s}
+
+
+# ----------------------------------------------------------------- the update steps
+class CompiledLossStep(EagerStep):
+    """The eager update step on the compiled minibatch loss (``compiled.minibatch_loss``), where
+    the fused step is not exact (:func:`fused_step_problem`) or torch refused it.
+
+    Args:
+        compiled: The PPO's :class:`CompiledSteps`.
+        **options: :class:`~rl8.ppo.update_step.EagerStep`'s, but ``minibatch_loss``.
+    """
+
+    def __init__(self, compiled: CompiledSteps, **options: Any) -> None:
+        super().__init__(compiled.minibatch_loss, **options)
+        self.compiled = compiled
+
+    def stats(self) -> dict[str, float]:
+        """``profiling/compile_ms`` after the first update (:meth:`CompiledSteps.report_once`)."""
+        return self.compiled.report_once()
+
+
+class FusedStep:
+    """The update step as :class:`FusedTrainStep`'s one compiled function; the
+    :class:`CompiledLossStep` ``fallback`` once torch refused to compile it (at its first call).
+
+    Args:
+        compiled: The PPO's :class:`CompiledSteps`, with a fused step.
+        fallback: The step that runs instead when torch refuses the fused one.
+    """
+
+    def __init__(self, compiled: CompiledSteps, fallback: CompiledLossStep) -> None:
+        self.compiled, self.fallback = compiled, fallback
+
+    def __call__(
+        self,
+        minibatch: Any,
+        entropy_coeff: float,
+        extra_loss: torch.Tensor | None,
+        index: int,
+    ) -> tuple[PPOLoss, torch.Tensor | None]:
+        """:meth:`rl8.ppo.update_step.UpdateStep.__call__`; one optimizer step per minibatch."""
+        if extra_loss is not None:
+            raise ValueError(
+                "FusedStep: the fused step computes PPO's loss alone, but an extension added a "
+                "loss term (fused_step_problem refuses such a PPO)"
+            )
+        fused = self.compiled.train_step(minibatch, entropy_coeff)
+        if fused is None:
+            return self.fallback(minibatch, entropy_coeff, extra_loss, index)
+        return fused
+
+    def stats(self) -> dict[str, float]:
+        """``profiling/compile_ms`` after the first update (:meth:`CompiledSteps.report_once`)."""
+        return self.compiled.report_once()
 
 
 # ----------------------------------------------------------------- the fused train step

@@ -231,7 +231,7 @@ class Distillation(PPO):
             grad_norms.append(self._optimizer_step())
             losses.append(loss.detach())
         self._update_obs_normalizer()
-        self.steps += 1
+        self.updates += 1
         means = {"behavior": torch.stack(losses).mean(), "grad_norm": torch.stack(grad_norms).mean()}
         out = reduce_stats(self.dist, means=means)
         stats = {
@@ -240,7 +240,7 @@ class Distillation(PPO):
             "coefficients/lr": self.optimizer.param_groups[0]["lr"],
         }
         self._check_stats_finite(
-            stats, ("losses/behavior", "monitors/grad_norm"), f"update step {self.steps}"
+            stats, ("losses/behavior", "monitors/grad_norm"), f"update step {self.updates}"
         )
         return stats
 

@@ -17,6 +17,7 @@ from tensordict import TensorDict, TensorDictBase
 from rl8.envs.episodes import EpisodeRecords
 from rl8.policies.policy import Policy
 from rl8.ppo.buffer import RolloutBuffer, RolloutCarry
+from rl8.ppo.collectors import Rollout
 
 __all__ = ["OverlapCollector", "Rollout"]
 
@@ -33,22 +34,10 @@ def _join_at_exit() -> None:
         thread.join(EXIT_JOIN_TIMEOUT_S)
 
 
-@dataclasses.dataclass
-class Rollout:
-    """A finished rollout in the actor's buffer, not yet handed over.
-
-    Attributes:
-        obs: The envs' observations after its last step (the next rollout starts there).
-        version: The learner's update count (``PPO.steps``) whose weights collected it.
-    """
-
-    obs: torch.Tensor | TensorDictBase
-    version: int
-
-
 class OverlapCollector:
-    """The actor side of overlapped collection: one rollout at a time, in the background;
-    idle, :attr:`in_flight` or :attr:`ready` (a finished rollout waits in :attr:`buffer`).
+    """The actor side of overlapped collection, a :class:`~rl8.ppo.collectors.Collector`: one
+    rollout at a time, in the background; idle, :attr:`in_flight` or :attr:`ready` (a finished
+    rollout waits in :attr:`buffer`).
 
     Args:
         policy: The learner's policy; the actor acts with a copy of it (see :meth:`start`).
@@ -58,6 +47,7 @@ class OverlapCollector:
             the training envs that fills ``buffer`` (what :meth:`rl8.PPO.collect` runs in sync
             mode), run on the actor's objects.
         make_carry: ``make_carry(policy, buffer)``: the carry of the actor's policy copy.
+        learner_buffer: The learner's buffer, which :meth:`collect` hands each rollout over to.
 
     Attributes:
         policy: The actor's copy of the policy (no gradients).
@@ -74,8 +64,10 @@ class OverlapCollector:
         *,
         run: Callable[..., Any],
         make_carry: Callable[[Policy, RolloutBuffer], RolloutCarry],
+        learner_buffer: RolloutBuffer,
     ) -> None:
         self.policy = copy.deepcopy(policy).requires_grad_(False)
+        self.learner_buffer = learner_buffer
         self.buffer, self.generator = buffer, generator
         self.carry = make_carry(self.policy, buffer)
         self.version = 0
@@ -101,6 +93,47 @@ class OverlapCollector:
         """Neither in flight nor ready: a collect has to run a rollout now."""
         return not self.in_flight and self._outcome is None
 
+    def collect(
+        self,
+        policy: Policy,
+        version: int,
+        obs: torch.Tensor | TensorDictBase | None,
+        deterministic: bool,
+        *,
+        reset_envs: Callable[[], torch.Tensor | TensorDictBase] | None,
+        resets_next: bool,
+    ) -> Rollout:
+        """:meth:`rl8.ppo.collectors.Collector.collect`: hand the background rollout over to the
+        learner's buffer (or run one now, after a reset if due), then start the next one unless
+        the next collect resets the envs.
+
+        Raises:
+            ValueError: ``deterministic`` differs from the rollout's that the previous collect started.
+        """
+        if not self.idle and self.deterministic != deterministic:
+            raise ValueError(
+                f"PPO.collect: deterministic={deterministic}, but in collect_mode='overlap' the "
+                f"rollout for this collect was started by the previous one with "
+                f"deterministic={self.deterministic}; pass the same value to consecutive collects"
+            )
+        if self.idle:
+            if reset_envs is not None:
+                obs = reset_envs()
+            self.start(policy, version, obs, deterministic, background=False)
+        done = self.hand_over(self.learner_buffer)
+        if not resets_next:
+            self.start(policy, version, done.obs, deterministic)
+        return done
+
+    def finish(self, obs: torch.Tensor | TensorDictBase | None) -> torch.Tensor | TensorDictBase | None:
+        """:meth:`rl8.ppo.collectors.Collector.finish`: the observations after the rollout in
+        flight (waited for, and kept for the next collect), else ``obs``."""
+        return self.wait().obs if self.in_flight else obs
+
+    def update_stats(self, policy_lag: int) -> dict[str, float]:
+        """``monitors/policy_lag``: the updates between the buffer's weights and the learner's."""
+        return {"monitors/policy_lag": float(policy_lag)}
+
     def start(
         self,
         policy: Policy,
@@ -111,7 +144,7 @@ class OverlapCollector:
         background: bool = True,
     ) -> None:
         """Copy the weights and buffers of the learner's ``policy`` (at its update count ``version``,
-        ``PPO.steps``) into the actor's, then run a rollout from the envs' observations ``obs`` with
+        ``PPO.updates``) into the actor's, then run a rollout from the envs' observations ``obs`` with
         the actor's objects, in the background thread (else in the caller's); ``deterministic``:
         take the distributions' modes instead of sampling."""
         if not self.idle:

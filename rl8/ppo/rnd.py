@@ -14,7 +14,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from gymnasium import spaces
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
 from rl8.fields import Entry, check_entries, is_int, is_number
@@ -168,8 +168,14 @@ class RandomNetworkDistillation(nn.Module):
             ``scale_by_step_dt`` (rsl_rl's scaling; its schedule's ``final_value`` is not
             scaled, as in rsl_rl); ``None`` when the env does not say.
         device: Where the networks live.
+        average_gradients: Averages the predictor's gradients over the ranks in place
+            (data-parallel training; default: a single process's, left alone).
+        all_reduce: Sums a tensor over the ranks in place, for the state's running moments
+            (``None``: a single process).
 
     Attributes:
+        loss_name: ``"rnd"``: :meth:`minibatch_step`'s loss is the update's ``losses/rnd``.
+        loss_coeff: 0: the predictor's loss is its own optimizer's, not part of PPO's.
         weight: The intrinsic reward's weight before any schedule (scaled by ``step_dt``).
         predictor: The trained network.
         target: The fixed random network (no gradient).
@@ -190,9 +196,13 @@ class RandomNetworkDistillation(nn.Module):
         *,
         step_dt: float | None,
         device: torch.device,
+        average_gradients: Callable[[list[torch.Tensor]], None] = lambda grads: None,
+        all_reduce: Callable[[torch.Tensor], Any] | None = None,
     ) -> None:
         super().__init__()
         config = {**RND_DEFAULTS, **config}
+        self.average_gradients, self.all_reduce = average_gradients, all_reduce
+        self.loss_name, self.loss_coeff = "rnd", 0.0
         groups = rnd_state_groups(observation_space, config["state_groups"])
         self.groups = groups
         self.state_space = group_space(observation_space, groups)
@@ -304,6 +314,17 @@ class RandomNetworkDistillation(nn.Module):
         average_gradients(list(self.predictor.parameters()))
         self.optimizer.step()
         return loss.detach()
+
+    def minibatch_step(self, minibatch: TensorDict) -> tuple[TensorDict, torch.Tensor, None]:
+        """PPO's update extension at each minibatch (:class:`~rl8.ppo.update_step.UpdateExtension`):
+        one :meth:`train_step` of the predictor on the minibatch's observations; returns the
+        minibatch unchanged, the predictor's loss and no term of PPO's loss."""
+        return minibatch, self.train_step(minibatch["obs"], self.average_gradients), None
+
+    def after_update(self, obs: torch.Tensor | TensorDictBase) -> None:
+        """PPO's update extension after the update: :meth:`update_normalization` on the
+        rollout's observations ``obs`` ``[N, T, ...]``."""
+        self.update_normalization(obs, self.all_reduce)
 
     @torch.no_grad()
     def update_normalization(

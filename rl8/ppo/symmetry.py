@@ -7,6 +7,7 @@ minibatch loop (``docs/ppo.md``, Extensions)."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -99,9 +100,12 @@ class Symmetry:
     Args:
         config: The ``symmetry`` hparam (:data:`SYMMETRY_DEFAULTS` for the keys it leaves out).
         env: What the function gets as ``env``: the VecEnv itself for an rsl_rl env, else PPO's env.
-        policy: The PPO's policy (a recurrent one is refused).
+        policy: The PPO's policy (a recurrent one is refused); the mirror loss is its actor's.
+        autocast: Makes the context of the policy's forward passes (PPO's autocast; default none).
 
     Attributes:
+        loss_name: ``"symmetry"``: the mirror loss is the update's ``losses/symmetry``.
+        loss_coeff: Its weight in PPO's loss: ``mirror_loss_coeff`` with ``use_mirror_loss``, else 0.
         use_data_augmentation: Train PPO's loss on the mirrored copies too.
         use_mirror_loss: Add ``mirror_loss_coeff`` times the mirror loss to PPO's loss (else it
             is only reported, ``losses/symmetry``).
@@ -112,14 +116,24 @@ class Symmetry:
             actions are not floats (its mode has no gradient).
     """
 
-    def __init__(self, config: Mapping[str, Any], env: Any, policy: Policy) -> None:
+    def __init__(
+        self,
+        config: Mapping[str, Any],
+        env: Any,
+        policy: Policy,
+        *,
+        autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+    ) -> None:
         config = {**SYMMETRY_DEFAULTS, **config}
+        self.policy, self.autocast = policy, autocast
         self.func = augmentation_function(config["data_augmentation_func"])
         self.name = qualified_name(self.func)
         self.env = env
         self.use_data_augmentation = bool(config["use_data_augmentation"])
         self.use_mirror_loss = bool(config["use_mirror_loss"])
         self.mirror_loss_coeff = float(config["mirror_loss_coeff"])
+        self.loss_name = "symmetry"
+        self.loss_coeff = self.mirror_loss_coeff if self.use_mirror_loss else 0.0
         if policy.recurrent:
             raise ValueError(
                 f"{_FIELD}: not supported with a recurrent model ({policy.model_cls.__name__}): its "
@@ -200,6 +214,22 @@ class Symmetry:
         augmented["obs"], augmented["actions"] = obs, actions
         augmented["collected"] = torch.arange(copies * n, device=minibatch.device) < n
         return augmented
+
+    def minibatch_step(
+        self, minibatch: TensorDict
+    ) -> tuple[TensorDict, torch.Tensor, torch.Tensor | None]:
+        """PPO's update extension at each minibatch (:class:`~rl8.ppo.update_step.UpdateExtension`):
+        the minibatch with its mirrored copies (:meth:`augment`), the mirror loss (detached, for
+        ``losses/symmetry``), and with ``use_mirror_loss`` its weighted term of PPO's loss."""
+        collected = minibatch.batch_size[0]
+        minibatch = self.augment(minibatch)
+        with self.autocast():
+            mirror_loss = self.mirror_loss(self.policy, minibatch["obs"], collected)
+        term = self.mirror_loss_coeff * mirror_loss if self.use_mirror_loss else None
+        return minibatch, mirror_loss.detach(), term
+
+    def after_update(self, obs: torch.Tensor | TensorDictBase) -> None:
+        """PPO's update extension after the update: nothing to do."""
 
     def mirror_loss(
         self, policy: Policy, obs: torch.Tensor | TensorDictBase, collected: int

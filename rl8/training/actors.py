@@ -215,7 +215,7 @@ def run_actor(algo: PPO, config: TrainerConfig, *, env_config: dict[str, Any] | 
                     weights_layout.unpack(weights, _weights(algo))
                 else:
                     _load_weights_file(algo, Path(config.weight_sync_dir), int(version))
-                algo.steps = int(version)
+                algo.updates = int(version)
             t1 = time.perf_counter()
             stats = algo.collect(env_config=env_config)
             header = _rollout_header(algo, stats, wait_s=t1 - t0, collect_s=time.perf_counter() - t1)
@@ -326,7 +326,7 @@ class Learner:
         self._actor_rates: dict[int, float] = {}
 
     def _reply(self, actor: int, *, weights: bool, stop: bool = False) -> None:
-        version = self.algo.steps
+        version = self.algo.updates
         command = _STOP if stop else _WEIGHTS if weights else _GO_ON
         with _p2p(actor, f"learner rank {self.roles.rank}: replying to actor rank {actor}"):
             dist.send(
@@ -347,7 +347,7 @@ class Learner:
             folder.mkdir(parents=True, exist_ok=True)
             weights = {k: v.cpu() for k, v in _weights(self.algo).items()}
             torch.save(
-                {"version": int(self.algo.steps), "policy": weights}, folder / f".{_WEIGHTS_FILE}.tmp"
+                {"version": int(self.algo.updates), "policy": weights}, folder / f".{_WEIGHTS_FILE}.tmp"
             )
             os.replace(folder / f".{_WEIGHTS_FILE}.tmp", folder / _WEIGHTS_FILE)
 
@@ -375,7 +375,7 @@ class Learner:
         """Receive one fresh rollout from each actor into the buffer; the collect's stats
         (PPO's, the actors' episodes, and those of ``docs/distributed.md``)."""
         self.start()
-        version, cfg = self.algo.steps, self.config
+        version, cfg = self.algo.updates, self.config
         fresh: dict[int, float] = {}  # actor -> lag of its rollout in this batch
         sums = dict.fromkeys(
             (
@@ -493,7 +493,7 @@ class Learner:
                 self._held[actor] = self._receive(actor)
             with _p2p(actor, f"learner rank {self.roles.rank}: asking actor rank {actor} for its state"):
                 dist.send(
-                    torch.tensor([_STATE, float(self.algo.steps)], dtype=torch.float64),
+                    torch.tensor([_STATE, float(self.algo.updates)], dtype=torch.float64),
                     actor,
                     tag=_TAG_REPLY,
                 )

@@ -34,7 +34,7 @@ class Algorithm(Protocol):
         seed: The run's seed.
         amp_dtype: The autocast dtype of its forward passes (logged).
         env_steps: Env transitions collected so far (all ranks); ``env_resets``, ``collects``
-            and ``steps`` (updates) are the other counters the Trainer reports.
+            and ``updates`` (:meth:`update` calls) are the other counters the Trainer reports.
     """
 
     algorithm: str
@@ -50,7 +50,7 @@ class Algorithm(Protocol):
     env_steps: int
     env_resets: int
     collects: int
-    steps: int
+    updates: int
 
     @property
     def next_collect_resets(self) -> bool:

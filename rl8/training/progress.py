@@ -139,7 +139,7 @@ def results_lines(trainer: RunView) -> list[str]:
     """Where the results of a run went (steps, the MLflow run, the latest checkpoint and how to
     resume from it, the ``mlflow ui`` command); never waits or raises."""
     algo = trainer.algo
-    lines = [f"rl8: {algo.env_steps} env steps, {algo.steps} training steps"]
+    lines = [f"rl8: {algo.env_steps} env steps, {algo.updates} training steps"]
     run_id = trainer.tracker.run_id  # never waits for a start in progress
     uri = trainer.tracker.tracking_uri if run_id else None
     if run_id:

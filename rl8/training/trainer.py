@@ -286,7 +286,7 @@ class Trainer:
             "env/steps": algo.env_steps,
             "env/resets": algo.env_resets,
             "algorithm/collects": algo.collects,
-            "algorithm/steps": algo.steps,
+            "algorithm/steps": algo.updates,
         }
 
     def _train_step(self, env_config: dict[str, Any] | None) -> TrainStats:
@@ -521,12 +521,12 @@ class Trainer:
                     condition.start()
                 while not finished:
                     stats = self._train_step(env_config)
-                    evaluated = steps_per_eval is not None and algo.steps % steps_per_eval == 0
+                    evaluated = steps_per_eval is not None and algo.updates % steps_per_eval == 0
                     if evaluated:
                         stats.update(self._eval(eval_env_config, deterministic=True))
                         if (
                             config.record_every
-                            and (algo.steps // steps_per_eval) % config.record_every == 0
+                            and (algo.updates // steps_per_eval) % config.record_every == 0
                         ):
                             stats.update(self._record_eval(eval_env_config))
                     stopped_by_callback = run_callbacks(callbacks, self, stats, evaluated)
@@ -534,7 +534,7 @@ class Trainer:
                     held = [bool(condition(stats)) for condition in conditions]
                     self._conditions_met = any(held)
                     progress.update(stats, conditions, held=held)
-                    if checkpoint_every and algo.steps % checkpoint_every == 0:
+                    if checkpoint_every and algo.updates % checkpoint_every == 0:
                         self.save_checkpoint()
                     stop = signals.agree(any(held) or stopped_by_callback is not None)
                     self._handle_signals(signals, progress)
