@@ -1094,15 +1094,15 @@ def test_stable_baselines3s_names_are_attribute_errors_saying_rl8s_way(name, poi
 #: them keeps training bit-identical. (Recorded with torch 2.x on x86-64; a change of torch's CPU
 #: kernels may change them, and is then recorded again from the code before the change.)
 RECORDED_PARAMETERS = {
-    "accumulate_grads": "6fd805ed0fd6eb531bd70b7db384581f099ff9c9e2c26e2ea0d4f12161e65c6f",
-    "desired_kl": "3860e40c9c0f17fe90ae13718bbbdb6e3d6dd4c805822e3a5694e858bf5ab01d",
-    "eager": "8fb98c74d263f7a20ed6dc68ae3c2b0c6e874edc367b6fcb6a22dd1cd0dc1359",
-    "normalizers": "2460c20c4d22c495e9a90ac6ede1f5d6de03bd7654179c05b1c5c7d9deab4b01",
-    "overlap": "98cc840d474c793631f8c721fb982d5e8b03d457ccb1714d5d913fb306f3f93c",
-    "recurrent": "3fb6c7d4218c258b4cb3cf4360e5fe0082f2cd67f84d6c3843c0a9b05c342251",
-    "rnd": "08c82079df3a1058c853292fcac08c367451f401be1ec38add28190529b54605",
-    "symmetry": "797f831be8e45e5ed3765aeeebab93b13684ef2755d4fd6d7e9f7227f98479c5",
-    "target_kl_div": "5f6614e661c15c7e55c80590361ddb8076537e3161c29b463de6a873a1687780",
+    "accumulate_grads": "3d3b1d9989a88f8dcfb23ae186b5ad69563880f1f648f321bc1ac63f51bb6958",
+    "desired_kl": "1e76e18001e3fb7d95eeb668f009752b2ed804483269d7de1ab8ab8721f1978e",
+    "eager": "2bd7eeb6ece95735e95f694f3ca72fb662c2074cb70de2eaa86cde4701118037",
+    "normalizers": "298168a804189e83ef99ce586c3b941f9397e6c9c60bed57d3ed89daab907918",
+    "overlap": "1680a0dbab88ec79e5bdb5b8fd5dfbf6bb859e1b8ae0a2f8c59969cdb59ac373",
+    "recurrent": "d3bb5863da5667097f9e724a9a83cfb20a4864ea38d1d474dd3c2b6ad54578ee",
+    "rnd": "668ae5d9de725e957d7a5adf88d80f96f33822aee0f4134b994bc2879c20fb41",
+    "symmetry": "47cbf925a7e2853059c45723aef1c3f88527a042644a5a3dc629a463a033696e",
+    "target_kl_div": "3ae69fc8f7bf23c4cb05562a9d16fdf028055f8648ae9fe3c8f62196d83c45a3",
 }
 _MIRROR = {
     "data_augmentation_func": Pendulum.mirror,
@@ -1157,7 +1157,9 @@ def trained_digest(path: str) -> str:
 
 
 @pytest.mark.parametrize("path", sorted(TRAINING_PATHS))
-def test_every_training_path_trains_as_recorded(path):
+def test_every_training_path_trains_as_recorded(path, one_torch_thread):
+    # one intra-op thread, as the digests were recorded: the order of torch's reductions (so
+    # the last bits of every weight) depends on the thread count
     assert trained_digest(path) == RECORDED_PARAMETERS[path]
 
 
