@@ -172,8 +172,8 @@ def test_learns_to_balance_with_isaac_labs_rsl_rl_config(algo, seed=0):
     # (2); the bound is rsl_rl's own budget on this task, 409,600 (it reaches 4.87-4.93 there)
     hparams = {**from_rsl_rl(isaaclab_runner_cfg(TASK)).hparams, "seed": seed}
     learner = PPO(algo.env, **hparams)
-    ret = float("-inf")
-    while learner.env_steps < 409_600 and ret < 4.5:
+    ret = float("nan")  # also the collects' return before any episode has ended
+    while learner.env_steps < 409_600 and not ret >= 4.5:
         ret = learner.collect().get("episodes/return_mean", ret)
         learner.update()
     assert ret >= 4.5, f"return {ret:.2f} after {learner.env_steps} env steps"
