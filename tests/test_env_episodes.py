@@ -358,6 +358,15 @@ def test_episode_log_weighs_each_step_by_the_episodes_that_ended():
     assert math.isnan(log.pop()["Curriculum/level"].item())  # no episode ended: no mean
 
 
+def test_episode_log_leaves_out_per_episode_values_left_stale_on_steps_where_none_ended():
+    log, stale = EpisodeLog("cpu"), {"rew_y": torch.tensor([1.0, 2.0, 6.0])}
+    log.add(stale, _ended(3))
+    for _ in range(3):  # the log left as it was while no episode ends (Isaac Lab's direct envs)
+        log.add(stale, _ended(0))
+    log.add({"rew_y": torch.tensor([10.0, 10.0])}, _ended(2))
+    assert log.pop()["rew_y"].item() == pytest.approx((1 + 2 + 6 + 10 + 10) / 5)
+
+
 def test_episode_log_copies_values_that_the_simulator_rewrites_in_place():
     log, buffer = EpisodeLog("cpu"), torch.zeros(())
     values = {"Episode_Reward/x": buffer}

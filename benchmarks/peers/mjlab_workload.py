@@ -75,6 +75,23 @@ class ReturnTracker:
         return sum(self.returns) / len(self.returns) if self.returns else float("nan")
 
 
+def rl8_iteration(algo, tracker: ReturnTracker) -> float:
+    """One training iteration of rl8's ``algo`` (a ``PPO``): ``collect()``, its steps' rewards
+    and dones fed to ``tracker`` (a :class:`ReturnTracker`), then ``update()``; the seconds of
+    collect + update (``time.perf_counter``; the tracker's feeding is not counted), what
+    :meth:`Progress.iteration` takes."""
+    start = time.perf_counter()
+    algo.collect()
+    seconds = time.perf_counter() - start
+    data = algo.buffer.data  # this collect's steps: columns 0..horizon-1
+    done = data["terminated"] | data["truncated"]
+    for t in range(algo.hparams.horizon):
+        tracker.add(data["rewards"][:, t], done[:, t])
+    start = time.perf_counter()
+    algo.update()
+    return seconds + time.perf_counter() - start
+
+
 class Progress:
     """Env steps, wall time and collect + update time of a training run, iteration by iteration,
     and where the return first reached ``target``.

@@ -83,7 +83,7 @@ def mjlab_main(args) -> None:
     mode (``auto-reset``: mjlab resets inside ``step``, time-outs bootstrap from the pre-step
     observation as in rsl_rl; ``partial-reset``: ``auto_reset=False``, true final observations,
     ``reset(env_ids)``)."""
-    from mjlab_workload import Progress, ReturnTracker, cpu_only, runner_cfg
+    from mjlab_workload import Progress, ReturnTracker, cpu_only, rl8_iteration, runner_cfg
 
     cpu_only()
     import rl8
@@ -109,17 +109,7 @@ def mjlab_main(args) -> None:
     progress = Progress(batch, w["target"], warmup)
     budget = warmup + iters if args.quick else -(-w["max_env_steps"] // batch)
     while progress.iterations < budget:
-        start = time.perf_counter()
-        algo.collect()
-        seconds = time.perf_counter() - start
-        data = algo.buffer.data  # this collect's steps: columns 0..horizon-1
-        done = data["terminated"] | data["truncated"]
-        for t in range(algo.hparams.horizon):
-            tracker.add(data["rewards"][:, t], done[:, t])
-        start = time.perf_counter()
-        algo.update()
-        seconds += time.perf_counter() - start
-        if progress.iteration(seconds, tracker.mean()) and not args.quick:
+        if progress.iteration(rl8_iteration(algo, tracker), tracker.mean()) and not args.quick:
             break
     algo.close()
     result = progress.result(tracker.mean())

@@ -28,7 +28,8 @@ from pathlib import Path
 # the helpers' folder instead of this one, whose genesis.py would shadow the genesis package
 sys.path[0] = str(Path(__file__).resolve().parent / "support")
 
-from common import RL8_DEPS, Venv, compare, emit, side_args, train_rl8, train_rsl_rl  # noqa: E402
+import common  # noqa: E402
+from common import RL8_DEPS, Venv, emit, side_args, train_rl8, train_rsl_rl  # noqa: E402
 
 VENV = Venv("genesis", ("genesis-world==1.4.5", "rsl-rl-lib==5.5.1", *RL8_DEPS), "genesis")
 #: Simulated seconds per episode.
@@ -92,13 +93,10 @@ def side_main(argv: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Both sides, alternating (``common.compare``)."""
-    argv = sys.argv[1:] if argv is None else argv
-    if "--side" in argv:
-        side_main(argv)
-        return 0
-    return compare(
+    """One side's run with ``--side``, else both sides, alternating (``common.main``)."""
+    return common.main(
         Path(__file__).resolve(),
+        side_main,
         VENV,
         "genesis-world",
         argv,

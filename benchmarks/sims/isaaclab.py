@@ -56,6 +56,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
 sys.path.insert(0, str(ROOT / "benchmarks" / "peers"))
 
 import run as peers  # noqa: E402  (benchmarks/peers/run.py: the venv helper, one side's run)
+from mjlab_workload import Progress, ReturnTracker, rl8_iteration  # noqa: E402
 
 TASK = "Isaac-Cartpole-Direct"
 PRESETS = "newton_mjwarp"
@@ -168,23 +169,13 @@ def rl8_run(args: argparse.Namespace, progress, tracker) -> None:
     )
     algo = PPO(env, **{**from_rsl_rl(cfg).hparams, "seed": args.seed})
     while progress.iterations < args.iterations:
-        start = time.perf_counter()
-        algo.collect()
-        seconds = time.perf_counter() - start
-        data = algo.buffer.data  # this collect's steps: columns 0..horizon-1
-        done = data["terminated"] | data["truncated"]
-        for t in range(algo.hparams.horizon):
-            tracker.add(data["rewards"][:, t], done[:, t])
-        start = time.perf_counter()
-        algo.update()
-        progress.iteration(seconds + time.perf_counter() - start, tracker.mean())
+        progress.iteration(rl8_iteration(algo, tracker), tracker.mean())
     algo.close()
 
 
 def one_run(args: argparse.Namespace) -> None:
     """Train one side for ``args.iterations`` iterations and print its JSON line."""
     import torch
-    from mjlab_workload import Progress, ReturnTracker
 
     import rl8
     from rl8.envs.isaaclab import local_assets

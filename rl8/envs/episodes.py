@@ -109,7 +109,8 @@ class EpisodeLog:
     managers of Isaac Lab and mjlab and Genesis' examples log), so it is weighted by how many
     ended: a step where none ended adds nothing (Isaac Lab and Genesis leave the last values in
     ``extras`` until the next reset). A tensor of several values holds one value per ended
-    episode (each weighs 1, as rsl_rl's logger counts them). A value under
+    episode (each weighs 1, as rsl_rl's logger counts them), on a step where some ended (on
+    others it is stale, and adds nothing either). A value under
     :data:`COUNT_PREFIXES` counts the ended episodes a term ended: its mean is the fraction of
     the ended episodes. Values are copied when added, so a simulator may reuse its dict and
     tensors in place.
@@ -148,7 +149,8 @@ class EpisodeLog:
                     ended,
                 )
             elif isinstance(value, torch.Tensor) and value.numel() > 1:  # one value per episode
-                weight = torch.full((), value.numel(), device=self.device)
+                # none ended: the values are those of earlier episodes, left in a stale log
+                weight = (ended > 0).to(self.device) * value.numel()
                 value = value.detach().to(self.device, torch.float64).mean()  # a new tensor: a copy
             elif isinstance(value, (int, float, np.number)) and not isinstance(value, bool):
                 value, weight = float(value), ended

@@ -35,8 +35,12 @@ class PointMassVecEnv:
     (``Episode_Termination/time_out``, ``/out_of_bounds``, ints). ``stale_log=True``: the log
     keeps its last values on steps where no sub-env resets (as Isaac Lab and Genesis do); else
     it is empty on those steps (as mjlab's). With ``auto_reset=False`` the log comes with the
-    extras of ``reset(env_ids)`` (as mjlab's). ``seed`` and ``device`` are kept as given (what
-    a factory under torchrun was called with)."""
+    extras of ``reset(env_ids)`` (as mjlab's). ``direct_log=True``: the log of Isaac Lab 3.0's
+    direct cartpole instead (``Isaac-Cartpole-Direct``, checked step by step): every reset,
+    ``reset()`` included, puts a new 0-d tensor, the fraction of the reset sub-envs that timed
+    out, under ``Metrics/success_rate`` in the one log dict, which is never cleared, so that the
+    value stays, stale, on the steps where none resets. ``seed`` and ``device`` are kept as given
+    (what a factory under torchrun was called with)."""
 
     def __init__(
         self,
@@ -50,11 +54,13 @@ class PointMassVecEnv:
         dt: float = 0.1,
         log_key: str = "log",
         stale_log: bool = False,
+        direct_log: bool = False,
         device: torch.device | str = "cpu",
         genesis_flags: bool = False,
     ) -> None:
         self.num_envs, self.num_actions, self.device = num_envs, 1, torch.device(device)
-        self.seed, self.log_key, self.stale_log = seed, log_key, stale_log
+        self.seed, self.log_key, self.stale_log = seed, log_key, stale_log or direct_log
+        self.direct_log = direct_log
         self.extras: dict = {}
         self.log_return = torch.zeros(())  # written in place at every reset, as a sim's buffers
         self.genesis_flags = genesis_flags
@@ -95,13 +101,20 @@ class PointMassVecEnv:
     def reset(self, env_ids: torch.Tensor | None = None) -> tuple[TensorDict, dict]:
         # Isaac Lab 3.0: reset() -> (TensorDict of the groups, extras)
         self.reset_calls += 1
-        if env_ids is not None and self.log_key in self.extras:  # the log of the episodes it ends
+        ids = torch.arange(self.num_envs) if env_ids is None else env_ids
+        if self.direct_log:  # Isaac Lab's direct cartpole logs every reset, the first one too
+            self.log_episodes(ids)
+        elif env_ids is not None and self.log_key in self.extras:  # the log of the episodes it ends
             self.log_episodes(env_ids)
-        self.start(torch.arange(self.num_envs) if env_ids is None else env_ids)
+        self.start(ids)
         return self.get_observations(), self.extras
 
     def log_episodes(self, ids: torch.Tensor) -> None:
         """Write the log of the episodes of ``ids``, which end now, into ``extras``."""
+        if self.direct_log:  # a new tensor into the same dict, as the direct cartpole's _reset_idx
+            survived = self.reset_time_outs[ids].float().mean()
+            self.extras.setdefault(self.log_key, {})["Metrics/success_rate"] = survived
+            return
         self.log_return.copy_(self.returns[ids].mean() / self.max_episode_length)
         x = self.state[ids, 0]
         log = self.extras[self.log_key]

@@ -133,6 +133,26 @@ def test_falls_terminate(algo):
     assert fell.all()
 
 
+def test_the_stale_success_rate_counts_each_ended_episode_once(algo):
+    # the direct cartpole writes Metrics/success_rate into extras["log"] at each reset and leaves
+    # it there on the steps in between (tests/envs/sim_fakes.py's direct_log imitates it)
+    env = algo.env
+    env.reset()
+    env.pop_log()
+    lengths = torch.zeros(N, dtype=torch.long)
+    lengths[: N // 4] = 298  # a quarter times out at the 2nd step
+    env.vec_env.episode_length_buf = lengths
+    ended, timed_out, quiet_steps = 0, 0, 0
+    for _ in range(200):  # then pushed hard one way, the others leave the rail
+        out = env.step(torch.ones(N, 1))
+        done = out["terminated"] | out["truncated"]
+        ended, timed_out = ended + int(done.sum()), timed_out + int(out["truncated"].sum())
+        quiet_steps += not done.any() and "Metrics/success_rate" in env.vec_env.unwrapped.extras["log"]
+    assert timed_out == N // 4 and ended > N and quiet_steps > 10, (ended, timed_out, quiet_steps)
+    rate = env.pop_log()["Metrics/success_rate"].item()
+    assert rate == pytest.approx(timed_out / ended)
+
+
 def test_training_evaluation_and_no_second_simulation(algo, tmp_path):
     with Trainer(algo, tracking=False, progress=False, checkpoint_dir=tmp_path) as trainer:
         stats = trainer.step()
@@ -147,11 +167,14 @@ def test_training_evaluation_and_no_second_simulation(algo, tmp_path):
 @pytest.mark.slow
 def test_learns_to_balance_with_isaac_labs_rsl_rl_config(algo, seed=0):
     # the task's rsl_rl config through from_rsl_rl, on the module's 256 envs (time-outs bootstrap
-    # from the true final observations here); returns of at most about 5
+    # from the true final observations here); returns of at most about 5. Measured: 4.5 reached
+    # at 217,088 env steps here (seed 0, after the module's other tests); on a fresh env as the
+    # fixture builds it, 245,760 (seed 0), 249,856 (1) and 126,976 (2, each after the one
+    # before). The bound is rsl_rl's own budget on this task, 409,600 (it reaches 4.87-4.93)
     hparams = {**from_rsl_rl(isaaclab_runner_cfg(TASK)).hparams, "seed": seed}
     learner = PPO(algo.env, **hparams)
-    ret = float("-inf")
-    while learner.env_steps < 409_600 and ret < 4.5:
+    ret = float("nan")  # also the collects' return before any episode has ended
+    while learner.env_steps < 409_600 and not ret >= 4.5:
         ret = learner.collect().get("episodes/return_mean", ret)
         learner.update()
     assert ret >= 4.5, f"return {ret:.2f} after {learner.env_steps} env steps"

@@ -3,6 +3,8 @@ and mjlab, tests/envs/sim_fakes.py)."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from gymnasium import spaces
@@ -219,6 +221,29 @@ def test_logged_values_are_per_episode_means_of_the_ended_episodes(mode):
         }
     )
     assert env.pop_log() == {}
+
+
+def test_a_direct_envs_stale_success_rate_counts_each_ended_episode_once():
+    """Isaac Lab's direct cartpole leaves Metrics/success_rate in extras["log"] after each reset,
+    reset() included (a fraction of sub-envs that never ended an episode there): the mean is the
+    fraction of the ended episodes that timed out, whatever the steps in between."""
+    n, limit = 6, 7
+    vec = PointMassVecEnv(n, max_episode_length=limit, direct_log=True, dt=0.5)
+    env = RslRlEnv(vec)
+    env.reset()
+    assert "Metrics/success_rate" in vec.extras["log"]  # the reset's, of no ended episode
+    out = env.step(torch.zeros(n, 1))  # nothing moves far enough to end in one step
+    assert not (out["terminated"] | out["truncated"]).any()
+    assert math.isnan(env.pop_log()["Metrics/success_rate"].item())
+    generator, ended, timed_out, quiet_steps = torch.Generator().manual_seed(0), 0, 0, 0
+    for _ in range(40):
+        out = env.step(torch.randn(n, 1, generator=generator))
+        done = out["terminated"] | out["truncated"]
+        ended, timed_out = ended + int(done.sum()), timed_out + int(out["truncated"].sum())
+        quiet_steps += not done.any() and "Metrics/success_rate" in vec.extras["log"]
+    assert ended > 20 and 5 < timed_out < ended - 5 and quiet_steps > 5  # stale on quiet steps
+    rate = env.pop_log()["Metrics/success_rate"].item()
+    assert rate == pytest.approx(timed_out / ended)
 
 
 @pytest.mark.slow

@@ -23,14 +23,13 @@ import os
 import platform
 import statistics
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "benchmarks" / "peers"))
 
-from mjlab_workload import Progress, ReturnTracker  # noqa: E402
+from mjlab_workload import Progress, ReturnTracker, rl8_iteration  # noqa: E402
 from run import Venv, cpu_model, ensure_venv, pip_version, rl8_commit, run_side  # noqa: E402
 
 #: rl8's own dependencies (pyproject.toml), so that rl8's side imports this checkout.
@@ -75,16 +74,7 @@ def train_rl8(env, hparams: dict, env_steps: int) -> dict:
     batch = env.num_envs * algo.hparams.horizon
     progress = Progress(batch, float("inf"), WARMUP)
     while progress.iterations * batch < env_steps:
-        start = time.perf_counter()
-        algo.collect()
-        seconds = time.perf_counter() - start
-        data = algo.buffer.data  # this collect's steps: columns 0..horizon-1
-        done = data["terminated"] | data["truncated"]
-        for t in range(algo.hparams.horizon):
-            tracker.add(data["rewards"][:, t], done[:, t])
-        start = time.perf_counter()
-        algo.update()
-        progress.iteration(seconds + time.perf_counter() - start, tracker.mean())
+        progress.iteration(rl8_iteration(algo, tracker), tracker.mean())
     log = env.pop_log() if hasattr(env, "pop_log") else {}
     algo.close()
     return {
@@ -142,18 +132,45 @@ def emit(result: dict, **extra: object) -> None:
     print(json.dumps({**result, **extra}))
 
 
-def compare(
+def main(
     script: Path,
+    side_main: Callable[[list[str]], None],
     venv: Venv,
     package: str,
     argv: list[str] | None,
     describe: Callable[[argparse.Namespace], str],
     defaults: dict,
 ) -> int:
+    """A simulator script's ``main``: with ``--side`` in ``argv`` (one side's run, in the venv),
+    ``side_main(argv)``; else both sides of ``script`` in ``venv``, seed by seed, alternating,
+    then the Markdown report (:func:`compare`). Returns the exit status.
+
+    Args:
+        script: The simulator's script (run again with ``--side`` for each run).
+        side_main: Its one-side run, given the command line.
+        venv: The simulator's virtualenv.
+        package: The simulator's distribution, whose version the report names.
+        argv: The command line (``None``: ``sys.argv[1:]``).
+        describe: The task's line of the report, given the parsed arguments.
+        defaults: The defaults of ``--env-steps``, ``--num-envs`` and ``--seeds``.
+    """
+    argv = sys.argv[1:] if argv is None else argv
+    if "--side" in argv:
+        side_main(argv)
+        return 0
+    return compare(script, venv, package, argv, describe, defaults)
+
+
+def compare(
+    script: Path,
+    venv: Venv,
+    package: str,
+    argv: list[str],
+    describe: Callable[[argparse.Namespace], str],
+    defaults: dict,
+) -> int:
     """Run both sides of ``script`` (``--side`` mode) in ``venv``, seed by seed, alternating,
-    and print the Markdown report. ``package``: the simulator's distribution, whose version the
-    report names; ``describe(args)``: the task's line of the report; ``defaults``: the
-    defaults of ``--env-steps``, ``--num-envs`` and ``--seeds``."""
+    and print the Markdown report; the arguments are :func:`main`'s."""
     parser = argparse.ArgumentParser(description=(script.read_text().split('"""')[1].splitlines()[0]))
     parser.add_argument("--env-steps", type=int, default=defaults["env_steps"], help="budget per run")
     parser.add_argument("--num-envs", type=int, default=defaults["num_envs"])

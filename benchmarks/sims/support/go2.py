@@ -56,6 +56,10 @@ class Go2Walk:
         episode_seconds: Simulated seconds before a time-out.
         forward_speed: The commanded forward speed, m/s.
         dt: Seconds of simulated time per control step (two physics substeps each).
+
+    Attributes:
+        cfg: The arguments above and :data:`REWARD_WEIGHTS`, as a dict: rsl_rl 5's ``VecEnv``
+            has a ``cfg``, which its ``OnPolicyRunner`` hands to its logger.
     """
 
     num_actions = len(JOINTS)
@@ -69,6 +73,13 @@ class Go2Walk:
         dt: float = 0.02,
     ) -> None:
         self.num_envs, self.dt, self.device = num_envs, dt, gs.device
+        self.cfg = {
+            "num_envs": num_envs,
+            "episode_seconds": episode_seconds,
+            "forward_speed": forward_speed,
+            "dt": dt,
+            "reward_weights": dict(REWARD_WEIGHTS),
+        }
         self.max_episode_length = math.ceil(episode_seconds / dt)
         self.scene = gs.Scene(
             sim_options=gs.options.SimOptions(dt=dt, substeps=2),
