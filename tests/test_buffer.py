@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from gymnasium import spaces
+from tensordict import TensorDict
 
-from rl8.ppo.buffer import RolloutBuffer, compute_gae
+from rl8.ppo.buffer import RolloutBuffer, compute_gae, minibatches, normalized_advantages
+from rl8.ppo.distributed import DistContext
 
 
 def reference_gae(rewards, values, terminated, truncated, final_values, gamma, lam):
@@ -153,3 +156,48 @@ def test_gae_with_only_terminations_or_only_truncations():
     )
     ref, _ = reference_gae(rewards, values, none, flags, final_values, 0.9, 0.8)
     torch.testing.assert_close(adv.double(), ref, atol=1e-5, rtol=1e-5)
+
+
+def reference_minibatches(samples, num_minibatches, num_passes, shuffle, generator):
+    """The plain reference: each pass permutes the whole batch, normalises its advantages per
+    minibatch, weights them, then splits it."""
+    for _ in range(num_passes):
+        n = samples.batch_size[0]
+        batch = samples[torch.randperm(n, generator=generator)] if shuffle else samples.clone()
+        batch["advantages"] = normalized_advantages(batch["advantages"], num_minibatches, DistContext())
+        batch["advantages"] = batch["advantages"] * batch["advantage_weights"]
+        yield from batch.split(n // num_minibatches)
+
+
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_minibatches_gathered_one_by_one_agree_with_splitting_the_shuffled_batch(shuffle):
+    n = 24
+    samples = TensorDict(
+        {
+            "obs": torch.randn(n, 3),
+            "actions": torch.randn(n, 1),
+            "advantages": torch.randn(n),
+            "advantage_weights": torch.rand(n),
+        },
+        batch_size=[n],
+    )
+    before = samples.clone()
+    got = minibatches(
+        samples,
+        4,
+        num_passes=3,
+        seq_len=1,
+        shuffle=shuffle,
+        normalize_advantages="minibatch",
+        dist=DistContext(),
+        generator=torch.Generator().manual_seed(3),
+    )
+    expected = reference_minibatches(samples, 4, 3, shuffle, torch.Generator().manual_seed(3))
+    pairs = list(zip(got, expected, strict=True))
+    assert len(pairs) == 12
+    for mb, ref in pairs:
+        assert mb.batch_size == ref.batch_size == torch.Size([6])
+        for key in ("obs", "actions", "advantages"):
+            torch.testing.assert_close(mb[key], ref[key], rtol=0, atol=0)
+    # the samples themselves are left as they were (the advantages are replaced per minibatch)
+    assert (samples == before).all()

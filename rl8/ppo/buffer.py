@@ -502,18 +502,27 @@ def minibatches(
     if normalize_advantages == "rollout" and samples.batch_size[0] * seq_len > 1:
         samples = samples.clone(recurse=False)  # the advantages below replace a key
         samples["advantages"] = normalized_advantages(samples["advantages"], 1, dist)
+    size = samples.batch_size[0] // num_minibatches
     for _ in range(num_passes):
-        if num_minibatches > 1 and shuffle:
-            batch = samples[
-                torch.randperm(samples.batch_size[0], device=samples.device, generator=generator)
-            ]
-        else:
-            batch = samples.clone(recurse=False)  # the advantages below replace a key
-        if normalize_advantages == "minibatch" and batch.batch_size[0] * seq_len > num_minibatches:
-            batch["advantages"] = normalized_advantages(batch["advantages"], num_minibatches, dist)
-        if "advantage_weights" in batch.keys():
-            batch["advantages"] = batch["advantages"] * batch["advantage_weights"]
-        yield from batch.split(batch.batch_size[0] // num_minibatches)
+        order = (
+            torch.randperm(samples.batch_size[0], device=samples.device, generator=generator)
+            if num_minibatches > 1 and shuffle
+            else None
+        )
+        # the advantages of the whole pass, in its order: their moments are taken per minibatch
+        advantages = samples["advantages"] if order is None else samples["advantages"][order]
+        if normalize_advantages == "minibatch" and samples.batch_size[0] * seq_len > num_minibatches:
+            advantages = normalized_advantages(advantages, num_minibatches, dist)
+        if "advantage_weights" in samples.keys():
+            weights = samples["advantage_weights"]
+            advantages = advantages * (weights if order is None else weights[order])
+        for j in range(num_minibatches):
+            rows = slice(j * size, (j + 1) * size)
+            # each minibatch gathered on its own, as rsl_rl does: a copy of the whole shuffled
+            # batch per pass was freed and allocated again every pass (page faults, docs/performance.md)
+            minibatch = samples[rows] if order is None else samples[order[rows]]
+            minibatch["advantages"] = advantages[rows]
+            yield minibatch
 
 
 def normalized_advantages(
