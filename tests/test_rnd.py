@@ -265,7 +265,9 @@ class Chain(Env):
         return torch.nn.functional.one_hot(cell, self.length).float()
 
     def reset(self, *, config=None, seed=None):
-        self._apply_reset_args(config, seed)
+        self.apply_config(config, {})  # no config keys
+        if seed is not None:
+            self._generator.manual_seed(seed)
         self.cell.zero_()
         self.t.zero_()
         return self._observe(self.cell)
